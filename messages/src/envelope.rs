@@ -1,0 +1,250 @@
+//! Envelopes and frames.
+//!
+//! One frame carries one message on one QUIC stream:
+//!
+//! ```text
+//! magic "PTR1" | header_len: u32 LE | body_len: u32 LE | header (msgpack) | body (msgpack)
+//! ```
+//!
+//! The header is small and decoded first, so a receiver knows the target and the type
+//! before it touches the body, and the body can be handed over as a zero-copy `Bytes` slice.
+
+use crate::ids::{NodeId, Priority};
+use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+
+pub const FRAME_MAGIC: [u8; 4] = *b"PTR1";
+/// Bytes before the header: magic, header length, body length.
+pub const FRAME_PREFIX_LEN: usize = 12;
+/// Headers are names and ids; anything larger is garbage or an attack.
+pub const MAX_HEADER_LEN: usize = 16 * 1024;
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum CodecError {
+    #[error("bad frame magic {0:02x?}")]
+    BadMagic([u8; 4]),
+    #[error("truncated frame: need {need} bytes, have {have}")]
+    Truncated { need: usize, have: usize },
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    Oversize { len: usize, max: usize },
+    #[error("header of {0} bytes exceeds the header limit")]
+    HeaderTooLarge(usize),
+    #[error("undecodable frame header: {0}")]
+    Header(String),
+    #[error("undecodable body of message type {type_name}: {error}")]
+    Body { type_name: String, error: String },
+    #[error("unknown message type {0}")]
+    UnknownType(String),
+    #[error("encoding failed: {0}")]
+    Encode(String),
+    #[error("tensor payload invalid: {0}")]
+    Tensor(String),
+}
+
+/// What a frame is within a conversation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EnvelopeKind {
+    /// Fire and forget.
+    Tell,
+    /// A request; the receiver answers with `Reply` or `Failure` carrying the same id.
+    Ask {
+        request_id: u64,
+    },
+    Reply {
+        request_id: u64,
+    },
+    /// The request could not be served (unknown actor or type, undecodable, handler error).
+    Failure {
+        request_id: u64,
+        error: String,
+    },
+}
+
+/// Routing information of a frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvelopeHeader {
+    pub from: NodeId,
+    pub to: NodeId,
+    /// Target actor name on `to`; replies carry the empty string.
+    pub actor: String,
+    /// `RemoteMessage::TYPE_NAME` of the body (of the request, for replies).
+    pub msg_type: String,
+    pub priority: Priority,
+    pub kind: EnvelopeKind,
+}
+
+/// A decoded frame: the header and the still-encoded body.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub header: EnvelopeHeader,
+    pub body: Bytes,
+}
+
+/// Lengths announced by a frame prefix.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FramePrefix {
+    pub header_len: usize,
+    pub body_len: usize,
+}
+
+impl FramePrefix {
+    pub fn total_len(&self) -> usize {
+        FRAME_PREFIX_LEN + self.header_len + self.body_len
+    }
+
+    /// Parses and checks the prefix against a size limit before any allocation happens.
+    pub fn parse(prefix: &[u8], max_frame: usize) -> Result<Self, CodecError> {
+        if prefix.len() < FRAME_PREFIX_LEN {
+            return Err(CodecError::Truncated {
+                need: FRAME_PREFIX_LEN,
+                have: prefix.len(),
+            });
+        }
+        let magic = [prefix[0], prefix[1], prefix[2], prefix[3]];
+        if magic != FRAME_MAGIC {
+            return Err(CodecError::BadMagic(magic));
+        }
+        let header_len = u32::from_le_bytes([prefix[4], prefix[5], prefix[6], prefix[7]]) as usize;
+        let body_len = u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as usize;
+        if header_len > MAX_HEADER_LEN {
+            return Err(CodecError::HeaderTooLarge(header_len));
+        }
+        let p = FramePrefix {
+            header_len,
+            body_len,
+        };
+        if p.total_len() > max_frame {
+            return Err(CodecError::Oversize {
+                len: p.total_len(),
+                max: max_frame,
+            });
+        }
+        Ok(p)
+    }
+}
+
+impl Frame {
+    /// Encodes a header and a typed body into one contiguous buffer (a single allocation,
+    /// the body serialized in place).
+    pub fn encode<M: Serialize + ?Sized>(
+        header: &EnvelopeHeader,
+        body: &M,
+    ) -> Result<Bytes, CodecError> {
+        let mut buf = Vec::with_capacity(256);
+        buf.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
+        crate::encode_body(header, &mut buf)?;
+        let header_len = buf.len() - FRAME_PREFIX_LEN;
+        crate::encode_body(body, &mut buf)?;
+        let body_len = buf.len() - FRAME_PREFIX_LEN - header_len;
+        Self::write_prefix(&mut buf, header_len, body_len)?;
+        Ok(Bytes::from(buf))
+    }
+
+    /// Encodes a header with an already-encoded body.
+    pub fn encode_raw(header: &EnvelopeHeader, body: &[u8]) -> Result<Bytes, CodecError> {
+        let mut buf = Vec::with_capacity(FRAME_PREFIX_LEN + 128 + body.len());
+        buf.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
+        crate::encode_body(header, &mut buf)?;
+        let header_len = buf.len() - FRAME_PREFIX_LEN;
+        buf.extend_from_slice(body);
+        Self::write_prefix(&mut buf, header_len, body.len())?;
+        Ok(Bytes::from(buf))
+    }
+
+    fn write_prefix(buf: &mut [u8], header_len: usize, body_len: usize) -> Result<(), CodecError> {
+        let h = u32::try_from(header_len).map_err(|_| CodecError::HeaderTooLarge(header_len))?;
+        let b = u32::try_from(body_len).map_err(|_| CodecError::Oversize {
+            len: body_len,
+            max: u32::MAX as usize,
+        })?;
+        let mut prefix = BytesMut::with_capacity(FRAME_PREFIX_LEN);
+        prefix.put_slice(&FRAME_MAGIC);
+        prefix.put_u32_le(h);
+        prefix.put_u32_le(b);
+        buf[..FRAME_PREFIX_LEN].copy_from_slice(&prefix);
+        Ok(())
+    }
+
+    /// Decodes a complete frame. The body stays a slice of `bytes` (no copy).
+    pub fn decode(bytes: Bytes, max_frame: usize) -> Result<Frame, CodecError> {
+        let prefix = FramePrefix::parse(&bytes, max_frame)?;
+        if bytes.len() < prefix.total_len() {
+            return Err(CodecError::Truncated {
+                need: prefix.total_len(),
+                have: bytes.len(),
+            });
+        }
+        if bytes.len() > prefix.total_len() {
+            return Err(CodecError::Header(format!(
+                "{} trailing bytes after frame",
+                bytes.len() - prefix.total_len()
+            )));
+        }
+        let header_end = FRAME_PREFIX_LEN + prefix.header_len;
+        let header: EnvelopeHeader = rmp_serde::from_slice(&bytes[FRAME_PREFIX_LEN..header_end])
+            .map_err(|e| CodecError::Header(e.to_string()))?;
+        Ok(Frame {
+            header,
+            body: bytes.slice(header_end..),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn header() -> EnvelopeHeader {
+        EnvelopeHeader {
+            from: NodeId(1),
+            to: NodeId(2),
+            actor: "shard-0".into(),
+            msg_type: "t".into(),
+            priority: Priority(7),
+            kind: EnvelopeKind::Ask { request_id: 9 },
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let bytes = Frame::encode(&header(), &vec![1u32, 2, 3]).unwrap();
+        let f = Frame::decode(bytes, 1 << 20).unwrap();
+        assert_eq!(f.header, header());
+        let v: Vec<u32> = crate::decode_body("t", &f.body).unwrap();
+        assert_eq!(v, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn oversize_rejected_from_prefix() {
+        let bytes = Frame::encode(&header(), &vec![0u8; 1000]).unwrap();
+        let err = FramePrefix::parse(&bytes[..FRAME_PREFIX_LEN], 100).unwrap_err();
+        assert!(matches!(err, CodecError::Oversize { .. }));
+    }
+
+    #[test]
+    fn truncation_and_magic() {
+        let bytes = Frame::encode(&header(), &"x").unwrap();
+        let cut = bytes.slice(..bytes.len() - 1);
+        assert!(matches!(
+            Frame::decode(cut, 1 << 20),
+            Err(CodecError::Truncated { .. })
+        ));
+        let mut bad = bytes.to_vec();
+        bad[0] = b'X';
+        assert!(matches!(
+            Frame::decode(Bytes::from(bad), 1 << 20),
+            Err(CodecError::BadMagic(_))
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Frame::decode(Bytes::from(data.clone()), 1 << 16);
+            let mut framed = FRAME_MAGIC.to_vec();
+            framed.extend_from_slice(&data);
+            let _ = Frame::decode(Bytes::from(framed), 1 << 16);
+        }
+    }
+}

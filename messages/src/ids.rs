@@ -1,0 +1,57 @@
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A node (one process) of a cluster.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeId(pub u32);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node{}", self.0)
+    }
+}
+
+/// A named actor on a node. Names are unique per node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ActorId {
+    pub node: NodeId,
+    pub name: String,
+}
+
+impl ActorId {
+    pub fn new(node: NodeId, name: impl Into<String>) -> Self {
+        Self {
+            node,
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ActorId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.node, self.name)
+    }
+}
+
+/// Message priority: higher values leave the outbox first, get higher QUIC stream
+/// priority, and are processed first by actors with a priority mailbox.
+#[derive(
+    Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
+)]
+pub struct Priority(pub i32);
+
+impl Priority {
+    /// Bulk data that may wait.
+    pub const LOW: Priority = Priority(-100);
+    pub const NORMAL: Priority = Priority(0);
+    pub const HIGH: Priority = Priority(100);
+    /// Runtime control traffic (heartbeats, barriers, replies to them): must not starve
+    /// behind user data, or failure detection would report live peers as dead.
+    pub const CONTROL: Priority = Priority(1 << 20);
+}
+
+impl fmt::Display for Priority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "p{}", self.0)
+    }
+}

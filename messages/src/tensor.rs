@@ -1,0 +1,127 @@
+//! Tensor payloads: raw little-endian bytes inside a msgpack `bin`, decoded into an aligned
+//! `Vec<f32>`. msgpack float arrays cost 5 bytes and a branch per element; `bin` is a memcpy.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A dense f32 tensor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct Tensor {
+    pub shape: Vec<usize>,
+    #[serde(with = "f32_bytes")]
+    pub data: Vec<f32>,
+}
+
+impl Tensor {
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Self, crate::CodecError> {
+        let expected: usize = shape.iter().product();
+        if expected != data.len() {
+            return Err(crate::CodecError::Tensor(format!(
+                "shape {shape:?} needs {expected} values, got {}",
+                data.len()
+            )));
+        }
+        Ok(Self { shape, data })
+    }
+
+    pub fn from_vec(data: Vec<f32>) -> Self {
+        Self {
+            shape: vec![data.len()],
+            data,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// Checks that a decoded tensor's shape matches its data (a peer may lie).
+    pub fn validate(&self) -> Result<(), crate::CodecError> {
+        let expected = self
+            .shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| crate::CodecError::Tensor("shape overflows".into()))?;
+        if expected != self.data.len() {
+            return Err(crate::CodecError::Tensor(format!(
+                "shape {:?} needs {expected} values, got {}",
+                self.shape,
+                self.data.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `#[serde(with = "petrel_messages::tensor::f32_bytes")]` for a `Vec<f32>` field.
+pub mod f32_bytes {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(data: &[f32], s: S) -> Result<S::Ok, S::Error> {
+        #[cfg(target_endian = "little")]
+        {
+            s.serialize_bytes(bytemuck::cast_slice(data))
+        }
+        #[cfg(target_endian = "big")]
+        {
+            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            s.serialize_bytes(&bytes)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
+        let bytes: serde_bytes::ByteBuf = serde_bytes::ByteBuf::deserialize(d)?;
+        from_le_bytes(&bytes).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Decodes little-endian f32 bytes into an aligned vector.
+pub fn from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, String> {
+    if bytes.len() % 4 != 0 {
+        return Err(format!(
+            "f32 payload of {} bytes is not a multiple of 4",
+            bytes.len()
+        ));
+    }
+    #[cfg(target_endian = "little")]
+    {
+        Ok(bytemuck::pod_collect_to_vec::<u8, f32>(bytes))
+    }
+    #[cfg(target_endian = "big")]
+    {
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tensor_travels_as_bin() {
+        let t = Tensor::new(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, -6.5]).unwrap();
+        let mut buf = Vec::new();
+        crate::encode_body(&t, &mut buf).unwrap();
+        // 24 data bytes + small header: a float array would need 6 * 5 = 30 bytes for data.
+        assert!(buf.len() < 24 + 24, "encoded {} bytes", buf.len());
+        let back: Tensor = crate::decode_body("tensor", &buf).unwrap();
+        assert_eq!(back, t);
+    }
+
+    #[test]
+    fn bad_payloads_are_errors() {
+        assert!(from_le_bytes(&[1, 2, 3]).is_err());
+        let t = Tensor {
+            shape: vec![5],
+            data: vec![1.0],
+        };
+        assert!(t.validate().is_err());
+        assert!(Tensor::new(vec![2], vec![1.0]).is_err());
+    }
+}

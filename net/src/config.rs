@@ -1,0 +1,103 @@
+//! Transport knobs. Every field is documented here and in README.md; the defaults run on a
+//! laptop and were chosen for throughput on loopback and LAN links.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetConfig {
+    /// Largest frame (header + body) a node accepts or sends. Larger incoming frames are
+    /// refused after reading their 12-byte prefix and counted as `oversize_frames`.
+    pub max_message_bytes: usize,
+    /// Concurrent incoming unidirectional streams per connection (one message per stream).
+    /// Bounds a peer's parallel in-flight messages, and so the memory it can pin.
+    pub max_concurrent_streams: u32,
+    /// Per-stream flow-control window (bytes). Large enough for one big tensor to flow
+    /// without waiting for window updates on a fast link.
+    pub stream_receive_window: u64,
+    /// Per-connection flow-control window (bytes): the most a peer can have unread here.
+    pub receive_window: u64,
+    /// Per-connection send buffer (bytes) in quinn.
+    pub send_window: u64,
+    /// Initial UDP payload size. 1200 is always safe; on loopback and jumbo-frame LANs a
+    /// larger value cuts per-packet crypto and syscall cost.
+    pub initial_mtu: u16,
+    /// Upper bound for path-MTU discovery (UDP payload bytes). Loopback takes 65527; the
+    /// default stays below 9000-byte jumbo frames. Set `mtu_discovery = false` to pin
+    /// `initial_mtu`.
+    pub max_udp_payload: u16,
+    pub mtu_discovery: bool,
+    /// Congestion controller: "cubic", "bbr" or "newreno".
+    pub congestion: String,
+    /// Keep-alive interval; keeps idle connections (and NAT bindings) open.
+    pub keep_alive_ms: u64,
+    /// A connection with no traffic for this long is closed.
+    pub idle_timeout_ms: u64,
+    /// Give up connecting to a peer after this long.
+    pub connect_timeout_ms: u64,
+    /// Bytes handed to QUIC streams per peer at once. Messages beyond it wait in the
+    /// priority outbox, where a later high-priority message can still overtake them; a
+    /// message with higher priority than everything in flight is always admitted.
+    pub outbox_inflight_bytes: usize,
+    /// Frames buffered between the transport and the node runtime; when full, reading
+    /// stops and QUIC flow control pushes back on senders.
+    pub inbound_queue: usize,
+    /// Threads of the transport's own tokio runtime (QUIC crypto and I/O). 0 = run on the
+    /// caller's runtime.
+    pub threads: usize,
+    /// Optional bandwidth shaper for this node's traffic.
+    pub shaper: Option<ShaperConfig>,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: 64 << 20,
+            max_concurrent_streams: 256,
+            stream_receive_window: 16 << 20,
+            receive_window: 64 << 20,
+            send_window: 64 << 20,
+            initial_mtu: 1452,
+            max_udp_payload: 8952,
+            mtu_discovery: true,
+            congestion: "cubic".into(),
+            keep_alive_ms: 1000,
+            idle_timeout_ms: 30_000,
+            connect_timeout_ms: 5_000,
+            outbox_inflight_bytes: 8 << 20,
+            inbound_queue: 1024,
+            threads: 1,
+            shaper: None,
+        }
+    }
+}
+
+/// Emulates a network link at the node's UDP socket: egress and ingress rate limits (token
+/// buckets) and an added one-way latency on received packets. Egress limiting applies
+/// back-pressure to QUIC (the socket reports "not writable"), so QUIC's stream priorities
+/// decide which data uses the limited bandwidth, as on a real bottleneck link.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShaperConfig {
+    /// Egress limit in bytes per second (0 = unlimited).
+    pub egress_bytes_per_s: u64,
+    /// Ingress limit in bytes per second (0 = unlimited).
+    pub ingress_bytes_per_s: u64,
+    /// Added latency in milliseconds on every received packet (0 = none).
+    pub latency_ms: u64,
+    /// Token bucket depth in bytes (0 = 64 KiB): how much may leave at line rate after idle.
+    pub burst_bytes: u64,
+}
+
+impl ShaperConfig {
+    /// A symmetric link of `mbit` megabits per second.
+    pub fn mbit(mbit: f64) -> Self {
+        let bps = (mbit * 1e6 / 8.0) as u64;
+        Self {
+            egress_bytes_per_s: bps,
+            ingress_bytes_per_s: bps,
+            latency_ms: 0,
+            burst_bytes: 0,
+        }
+    }
+}

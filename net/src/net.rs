@@ -1,0 +1,311 @@
+//! [`Net`]: the handle a node uses to send frames and receive them, over QUIC or memory.
+
+use crate::config::NetConfig;
+use crate::memory::{MemoryHub, MemoryLink};
+use crate::outbox::OutboxQueue;
+use crate::quic::QuicLink;
+use crate::stats::{NetStats, NetStatsSnapshot};
+use crate::tls::{ClusterCredentials, TlsError};
+use bytes::Bytes;
+use petrel_messages::{Frame, NodeId, Priority};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Notify, mpsc};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("no address known for {0}")]
+    UnknownPeer(NodeId),
+    #[error("cannot connect to {peer} at {addr}: {reason}")]
+    Connect {
+        peer: NodeId,
+        addr: SocketAddr,
+        reason: String,
+    },
+    #[error("sending to {peer} failed: {reason}")]
+    Send { peer: NodeId, reason: String },
+    #[error("frame of {len} bytes exceeds max_message_bytes = {max}")]
+    Oversize { len: usize, max: usize },
+    #[error("transport is shut down")]
+    Closed,
+    #[error("cannot bind {addr}: {error}")]
+    Bind {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    #[error("transport runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// Where a peer is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerAddr {
+    Quic(SocketAddr),
+    Memory,
+}
+
+/// A frame that arrived, already split into header and body.
+#[derive(Debug)]
+pub struct Inbound {
+    pub frame: Frame,
+    /// Encoded size on the wire.
+    pub len: usize,
+}
+
+pub(crate) enum Link {
+    Quic(QuicLink),
+    Memory(MemoryLink),
+}
+
+impl Link {
+    async fn deliver(&self, to: NodeId, priority: Priority, frame: Bytes) -> Result<(), NetError> {
+        match self {
+            Link::Quic(q) => q.deliver(to, priority, frame).await,
+            Link::Memory(m) => m.deliver(to, frame).await,
+        }
+    }
+}
+
+/// A tokio runtime owned by the transport, shut down without blocking when dropped (a
+/// runtime dropped inside async code would otherwise panic).
+pub(crate) struct OwnedRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for OwnedRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) node: NodeId,
+    pub(crate) cfg: NetConfig,
+    pub(crate) stats: Arc<NetStats>,
+    outbox: Mutex<OutboxQueue>,
+    wake: Notify,
+    closed: AtomicBool,
+    pub(crate) link: Link,
+    pub(crate) handle: tokio::runtime::Handle,
+    _runtime: OwnedRuntime,
+}
+
+/// A node's transport. Cheap to clone; the transport shuts down when the last clone drops.
+#[derive(Clone)]
+pub struct Net {
+    shared: Arc<Shared>,
+    _guard: Arc<ShutdownOnDrop>,
+}
+
+struct ShutdownOnDrop(Arc<Shared>);
+
+impl Drop for ShutdownOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+fn make_runtime(cfg: &NetConfig) -> Result<(tokio::runtime::Handle, OwnedRuntime), NetError> {
+    if cfg.threads == 0 {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| NetError::Runtime(std::io::Error::other(e)))?;
+        return Ok((handle, OwnedRuntime(None)));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.threads)
+        .thread_name("petrel-net")
+        .enable_all()
+        .build()
+        .map_err(NetError::Runtime)?;
+    Ok((rt.handle().clone(), OwnedRuntime(Some(rt))))
+}
+
+impl Net {
+    /// Starts a QUIC transport bound to `bind` (port 0 picks a free port).
+    pub fn quic(
+        node: NodeId,
+        bind: SocketAddr,
+        creds: &ClusterCredentials,
+        cfg: NetConfig,
+    ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
+        let (handle, runtime) = make_runtime(&cfg)?;
+        let stats = Arc::new(NetStats::default());
+        let (tx, rx) = mpsc::channel(cfg.inbound_queue.max(1));
+        let link = {
+            let _guard = handle.enter();
+            QuicLink::start(node, bind, creds, &cfg, stats.clone(), tx)?
+        };
+        Ok((
+            Self::assemble(node, cfg, stats, Link::Quic(link), handle, runtime),
+            rx,
+        ))
+    }
+
+    /// Joins an in-memory hub: same interface, no sockets, no encryption.
+    pub fn memory(
+        hub: &MemoryHub,
+        node: NodeId,
+        cfg: NetConfig,
+    ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
+        let (handle, runtime) = make_runtime(&cfg)?;
+        let stats = Arc::new(NetStats::default());
+        let (tx, rx) = mpsc::channel(cfg.inbound_queue.max(1));
+        let link = MemoryLink::join(hub, node, &cfg, stats.clone(), tx);
+        Ok((
+            Self::assemble(node, cfg, stats, Link::Memory(link), handle, runtime),
+            rx,
+        ))
+    }
+
+    fn assemble(
+        node: NodeId,
+        cfg: NetConfig,
+        stats: Arc<NetStats>,
+        link: Link,
+        handle: tokio::runtime::Handle,
+        runtime: OwnedRuntime,
+    ) -> Net {
+        let shared = Arc::new(Shared {
+            node,
+            outbox: Mutex::new(OutboxQueue::new(cfg.outbox_inflight_bytes)),
+            cfg,
+            stats,
+            wake: Notify::new(),
+            closed: AtomicBool::new(false),
+            link,
+            handle: handle.clone(),
+            _runtime: runtime,
+        });
+        handle.spawn(dispatch(shared.clone()));
+        Net {
+            _guard: Arc::new(ShutdownOnDrop(shared.clone())),
+            shared,
+        }
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.shared.node
+    }
+
+    pub fn config(&self) -> &NetConfig {
+        &self.shared.cfg
+    }
+
+    /// The bound UDP address (QUIC) or `None` (memory).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match &self.shared.link {
+            Link::Quic(q) => q.local_addr(),
+            Link::Memory(_) => None,
+        }
+    }
+
+    /// Records where a peer is reached.
+    pub fn add_peer(&self, node: NodeId, addr: PeerAddr) {
+        if let (Link::Quic(q), PeerAddr::Quic(a)) = (&self.shared.link, addr) {
+            q.add_peer(node, a);
+        }
+    }
+
+    /// Queues a frame. Returns at once; frames leave in priority order.
+    pub fn send(&self, to: NodeId, priority: Priority, frame: Bytes) -> Result<(), NetError> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(NetError::Closed);
+        }
+        if frame.len() > self.shared.cfg.max_message_bytes {
+            return Err(NetError::Oversize {
+                len: frame.len(),
+                max: self.shared.cfg.max_message_bytes,
+            });
+        }
+        if let Ok(mut q) = self.shared.outbox.lock() {
+            q.push(to, priority, frame);
+        }
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Bytes waiting in the outbox (not yet handed to the wire).
+    pub fn queued_bytes(&self) -> usize {
+        self.shared
+            .outbox
+            .lock()
+            .map(|q| q.queued_bytes())
+            .unwrap_or(0)
+    }
+
+    /// Forgets a peer that left: its queued frames are dropped and its connection closed.
+    pub fn drop_peer(&self, peer: NodeId) {
+        let dropped = self
+            .shared
+            .outbox
+            .lock()
+            .map(|mut q| q.drop_peer(peer))
+            .unwrap_or(0);
+        if dropped > 0 {
+            tracing::info!(%peer, dropped, "dropped queued frames for departed peer");
+        }
+        if let Link::Quic(q) = &self.shared.link {
+            q.disconnect(peer);
+        }
+    }
+
+    pub fn stats(&self) -> NetStatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    /// The runtime the transport runs on (spawn I/O work here).
+    pub fn handle(&self) -> tokio::runtime::Handle {
+        self.shared.handle.clone()
+    }
+
+    /// Stops sending and closes connections.
+    pub fn shutdown(&self) {
+        self.shared.close();
+    }
+}
+
+impl Shared {
+    fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.wake.notify_one();
+        match &self.link {
+            Link::Quic(q) => q.close(),
+            Link::Memory(m) => m.leave(),
+        }
+    }
+}
+
+/// The single sender of a node: drains the outbox in priority order, one task per frame so
+/// that one slow peer does not block the others.
+async fn dispatch(s: Arc<Shared>) {
+    while !s.closed.load(Ordering::Acquire) {
+        let next = s.outbox.lock().ok().and_then(|mut q| q.pop_ready());
+        let Some((msg, token)) = next else {
+            s.wake.notified().await;
+            continue;
+        };
+        let task_shared = s.clone();
+        s.handle.spawn(async move {
+            let len = msg.frame.len() as u64;
+            match task_shared.link.deliver(msg.to, msg.priority, msg.frame).await {
+                Ok(()) => {
+                    NetStats::bump(&task_shared.stats.sent_messages, 1);
+                    NetStats::bump(&task_shared.stats.sent_bytes, len);
+                }
+                Err(e) => {
+                    NetStats::bump(&task_shared.stats.send_failures, 1);
+                    tracing::warn!(node = %task_shared.node, to = %msg.to, error = %e, "send failed");
+                }
+            }
+            if let Ok(mut q) = task_shared.outbox.lock() {
+                q.complete(token);
+            }
+            task_shared.wake.notify_one();
+        });
+    }
+}

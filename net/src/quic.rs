@@ -1,0 +1,257 @@
+//! QUIC link: one endpoint per node (client and server), one connection per peer and
+//! direction, one unidirectional stream per message with the message's priority.
+
+use crate::config::NetConfig;
+use crate::net::{Inbound, NetError};
+use crate::shaper::ShapedSocket;
+use crate::stats::NetStats;
+use crate::tls::{CLUSTER_SERVER_NAME, ClusterCredentials};
+use bytes::{Bytes, BytesMut};
+use petrel_messages::envelope::FramePrefix;
+use petrel_messages::{CodecError, FRAME_PREFIX_LEN, Frame, NodeId, Priority};
+use quinn::{Connection, Endpoint, RecvStream, VarInt};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Application error codes on streams and connections.
+const CODE_OVERSIZE: u32 = 1;
+const CODE_MALFORMED: u32 = 2;
+const CODE_SHUTDOWN: u32 = 3;
+
+type PeerSlot = Arc<tokio::sync::Mutex<Option<Connection>>>;
+
+pub(crate) struct QuicLink {
+    endpoint: Endpoint,
+    addrs: Mutex<HashMap<NodeId, SocketAddr>>,
+    conns: Mutex<HashMap<NodeId, PeerSlot>>,
+    connect_timeout: Duration,
+}
+
+impl QuicLink {
+    /// Binds the endpoint and starts accepting. Must run inside the transport's runtime.
+    pub(crate) fn start(
+        node: NodeId,
+        bind: SocketAddr,
+        creds: &ClusterCredentials,
+        cfg: &NetConfig,
+        stats: Arc<NetStats>,
+        tx: mpsc::Sender<Inbound>,
+    ) -> Result<Self, NetError> {
+        let server = creds.server_config(cfg)?;
+        let client = creds.client_config(cfg)?;
+        let socket = std::net::UdpSocket::bind(bind)
+            .map_err(|error| NetError::Bind { addr: bind, error })?;
+        let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
+        let mut udp = runtime.wrap_udp_socket(socket).map_err(NetError::Runtime)?;
+        if let Some(shaper) = &cfg.shaper {
+            udp = Arc::new(ShapedSocket::new(udp, shaper));
+        }
+        let mut endpoint = Endpoint::new_with_abstract_socket(
+            quinn::EndpointConfig::default(),
+            Some(server),
+            udp,
+            runtime,
+        )
+        .map_err(NetError::Runtime)?;
+        endpoint.set_default_client_config(client);
+        tokio::spawn(accept_loop(
+            node,
+            endpoint.clone(),
+            cfg.max_message_bytes,
+            stats,
+            tx,
+        ));
+        Ok(Self {
+            endpoint,
+            addrs: Mutex::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+            connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
+        self.endpoint.local_addr().ok()
+    }
+
+    pub(crate) fn add_peer(&self, node: NodeId, addr: SocketAddr) {
+        if let Ok(mut a) = self.addrs.lock() {
+            a.insert(node, addr);
+        }
+    }
+
+    pub(crate) fn disconnect(&self, node: NodeId) {
+        let slot = self.conns.lock().ok().and_then(|mut c| c.remove(&node));
+        if let Some(slot) = slot
+            && let Ok(guard) = slot.try_lock()
+            && let Some(conn) = guard.as_ref()
+        {
+            conn.close(VarInt::from_u32(CODE_SHUTDOWN), b"peer left");
+        }
+    }
+
+    pub(crate) fn close(&self) {
+        self.endpoint
+            .close(VarInt::from_u32(CODE_SHUTDOWN), b"shutdown");
+    }
+
+    async fn connection(&self, to: NodeId) -> Result<Connection, NetError> {
+        let slot = {
+            let mut conns = self.conns.lock().map_err(|_| NetError::Closed)?;
+            conns.entry(to).or_default().clone()
+        };
+        let mut guard = slot.lock().await;
+        if let Some(conn) = guard.as_ref()
+            && conn.close_reason().is_none()
+        {
+            return Ok(conn.clone());
+        }
+        let addr = self
+            .addrs
+            .lock()
+            .ok()
+            .and_then(|a| a.get(&to).copied())
+            .ok_or(NetError::UnknownPeer(to))?;
+        let connect_err = |reason: String| NetError::Connect {
+            peer: to,
+            addr,
+            reason,
+        };
+        let connecting = self
+            .endpoint
+            .connect(addr, CLUSTER_SERVER_NAME)
+            .map_err(|e| connect_err(e.to_string()))?;
+        let conn = tokio::time::timeout(self.connect_timeout, connecting)
+            .await
+            .map_err(|_| connect_err("timed out".into()))?
+            .map_err(|e| connect_err(e.to_string()))?;
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Sends one frame on its own stream and waits until the peer has acknowledged all of
+    /// it, so the outbox's in-flight accounting reflects bytes really on the wire.
+    pub(crate) async fn deliver(
+        &self,
+        to: NodeId,
+        priority: Priority,
+        frame: Bytes,
+    ) -> Result<(), NetError> {
+        let conn = self.connection(to).await?;
+        let send_err = |reason: String| NetError::Send { peer: to, reason };
+        let mut stream = conn.open_uni().await.map_err(|e| send_err(e.to_string()))?;
+        stream
+            .set_priority(priority.0)
+            .map_err(|e| send_err(e.to_string()))?;
+        stream
+            .write_chunk(frame)
+            .await
+            .map_err(|e| send_err(e.to_string()))?;
+        stream.finish().map_err(|e| send_err(e.to_string()))?;
+        match stream.stopped().await {
+            // 0 is what a reader that consumed everything and dropped the stream reports.
+            Ok(None) => Ok(()),
+            Ok(Some(code)) if code.into_inner() == 0 => Ok(()),
+            Ok(Some(code)) => Err(send_err(format!("peer refused the frame (code {code})"))),
+            Err(e) => Err(send_err(e.to_string())),
+        }
+    }
+}
+
+async fn accept_loop(
+    node: NodeId,
+    endpoint: Endpoint,
+    max: usize,
+    stats: Arc<NetStats>,
+    tx: mpsc::Sender<Inbound>,
+) {
+    while let Some(incoming) = endpoint.accept().await {
+        let stats = stats.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let remote = incoming.remote_address();
+            let conn = match incoming.await {
+                Ok(c) => c,
+                Err(e) => {
+                    NetStats::bump(&stats.refused_connections, 1);
+                    tracing::warn!(%node, %remote, error = %e, "refused connection (handshake failed)");
+                    return;
+                }
+            };
+            tracing::debug!(%node, %remote, "peer connected");
+            while let Ok(recv) = conn.accept_uni().await {
+                tokio::spawn(read_frame(node, recv, max, stats.clone(), tx.clone()));
+            }
+        });
+    }
+}
+
+/// Reads one frame from a stream. Every way it can be bad is counted and logged; the
+/// connection and the node carry on.
+async fn read_frame(
+    node: NodeId,
+    mut recv: RecvStream,
+    max: usize,
+    stats: Arc<NetStats>,
+    tx: mpsc::Sender<Inbound>,
+) {
+    let mut prefix = [0u8; FRAME_PREFIX_LEN];
+    if let Err(e) = recv.read_exact(&mut prefix).await {
+        NetStats::bump(&stats.truncated_streams, 1);
+        tracing::warn!(%node, error = %e, "stream ended before a frame prefix");
+        return;
+    }
+    let parsed = match FramePrefix::parse(&prefix, max) {
+        Ok(p) => p,
+        Err(e) => {
+            let (counter, code) = match e {
+                CodecError::Oversize { .. } => (&stats.oversize_frames, CODE_OVERSIZE),
+                _ => (&stats.malformed_frames, CODE_MALFORMED),
+            };
+            NetStats::bump(counter, 1);
+            tracing::warn!(%node, error = %e, "refused frame");
+            let _ = recv.stop(VarInt::from_u32(code));
+            return;
+        }
+    };
+    let mut buf = BytesMut::zeroed(parsed.total_len());
+    buf[..FRAME_PREFIX_LEN].copy_from_slice(&prefix);
+    if let Err(e) = recv.read_exact(&mut buf[FRAME_PREFIX_LEN..]).await {
+        NetStats::bump(&stats.truncated_streams, 1);
+        tracing::warn!(%node, error = %e, expected = parsed.total_len(), "truncated frame");
+        return;
+    }
+    // The sender finishes the stream right after the frame: anything else is garbage.
+    let mut probe = [0u8; 1];
+    match recv.read(&mut probe).await {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            NetStats::bump(&stats.malformed_frames, 1);
+            tracing::warn!(%node, "trailing bytes after frame");
+            let _ = recv.stop(VarInt::from_u32(CODE_MALFORMED));
+            return;
+        }
+        Err(e) => {
+            NetStats::bump(&stats.truncated_streams, 1);
+            tracing::warn!(%node, error = %e, "stream reset after frame");
+            return;
+        }
+    }
+    let len = buf.len();
+    match Frame::decode(buf.freeze(), max) {
+        Ok(frame) => {
+            NetStats::bump(&stats.received_messages, 1);
+            NetStats::bump(&stats.received_bytes, len as u64);
+            if tx.send(Inbound { frame, len }).await.is_err() {
+                tracing::debug!(%node, "inbound queue closed; frame dropped at shutdown");
+            }
+        }
+        Err(e) => {
+            NetStats::bump(&stats.malformed_frames, 1);
+            tracing::warn!(%node, error = %e, "malformed frame");
+            let _ = recv.stop(VarInt::from_u32(CODE_MALFORMED));
+        }
+    }
+}

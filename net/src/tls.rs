@@ -1,0 +1,303 @@
+//! Cluster authentication: mutual TLS against a per-cluster certificate authority.
+//!
+//! `petrel certs` (or [`ClusterCa::generate`]) creates a CA whose key never leaves the
+//! machine that generated it, and issues one certificate per node. Every QUIC connection
+//! is mutually authenticated: the server requires a client certificate signed by the
+//! cluster CA, the client checks that the server's certificate is signed by the same CA.
+//! A process without a certificate of this CA cannot complete the handshake, so it can
+//! neither connect nor deliver a message.
+
+use crate::config::NetConfig;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The name every node certificate carries and every client checks.
+pub const CLUSTER_SERVER_NAME: &str = "petrel.cluster";
+pub const ALPN: &[u8] = b"petrel/1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("certificate generation failed: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("{path}: {error}")]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{path}: invalid PEM: {error}")]
+    Pem { path: PathBuf, error: String },
+    #[error("TLS configuration rejected: {0}")]
+    Config(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TlsError + '_ {
+    move |error| TlsError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// A cluster's certificate authority.
+pub struct ClusterCa {
+    key: KeyPair,
+    cert: rcgen::Certificate,
+}
+
+fn ca_params() -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "petrel cluster CA");
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
+impl ClusterCa {
+    pub fn generate() -> Result<Self, TlsError> {
+        let key = KeyPair::generate()?;
+        let cert = ca_params()?.self_signed(&key)?;
+        Ok(Self { key, cert })
+    }
+
+    /// Issues a node certificate (valid for [`CLUSTER_SERVER_NAME`]).
+    pub fn issue(&self, node_name: &str) -> Result<ClusterCredentials, TlsError> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(vec![
+            CLUSTER_SERVER_NAME.to_string(),
+            format!("{node_name}.{CLUSTER_SERVER_NAME}"),
+        ])?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, node_name);
+        let cert = params.signed_by(&key, &self.cert, &self.key)?;
+        Ok(ClusterCredentials {
+            ca: self.cert.der().clone(),
+            chain: vec![cert.der().clone()],
+            key: PrivateKeyDer::try_from(key.serialize_der())
+                .map_err(|e| TlsError::Config(e.to_string()))?,
+        })
+    }
+
+    /// Writes `ca.pem` and `ca.key` (mode 0600) into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<(), TlsError> {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        write_file(&dir.join("ca.pem"), self.cert.pem().as_bytes(), false)?;
+        write_file(
+            &dir.join("ca.key"),
+            self.key.serialize_pem().as_bytes(),
+            true,
+        )
+    }
+
+    /// Loads a CA written by [`ClusterCa::write`], to issue more node certificates.
+    pub fn load(dir: &Path) -> Result<Self, TlsError> {
+        let path = dir.join("ca.key");
+        let pem = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+        let key = KeyPair::from_pem(&pem).map_err(|e| TlsError::Pem {
+            path: path.clone(),
+            error: e.to_string(),
+        })?;
+        // Issuing only needs the CA's name and key; the re-created certificate has both.
+        let cert = ca_params()?.self_signed(&key)?;
+        Ok(Self { key, cert })
+    }
+}
+
+fn write_file(path: &Path, data: &[u8], secret: bool) -> Result<(), TlsError> {
+    std::fs::write(path, data).map_err(io_err(path))?;
+    #[cfg(unix)]
+    if secret {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err(path))?;
+    }
+    #[cfg(not(unix))]
+    let _ = secret;
+    Ok(())
+}
+
+/// What one node needs to join a cluster: the CA certificate, its own certificate chain and
+/// private key.
+#[derive(Debug)]
+pub struct ClusterCredentials {
+    pub ca: CertificateDer<'static>,
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Clone for ClusterCredentials {
+    fn clone(&self) -> Self {
+        Self {
+            ca: self.ca.clone(),
+            chain: self.chain.clone(),
+            key: self.key.clone_key(),
+        }
+    }
+}
+
+fn pem_err(path: &Path) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError + '_ {
+    move |e| TlsError::Pem {
+        path: path.to_path_buf(),
+        error: e.to_string(),
+    }
+}
+
+impl ClusterCredentials {
+    /// Generates a throw-away CA and `n` node credentials (tests, single-process clusters).
+    pub fn generate_cluster(names: &[&str]) -> Result<Vec<ClusterCredentials>, TlsError> {
+        let ca = ClusterCa::generate()?;
+        names.iter().map(|n| ca.issue(n)).collect()
+    }
+
+    /// Writes `<name>.pem` (certificate chain), `<name>.key` (0600) and `ca.pem`.
+    pub fn write(&self, dir: &Path, name: &str) -> Result<(), TlsError> {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let mut chain = String::new();
+        for c in &self.chain {
+            chain.push_str(&pem_encode("CERTIFICATE", c.as_ref()));
+        }
+        write_file(&dir.join(format!("{name}.pem")), chain.as_bytes(), false)?;
+        write_file(
+            &dir.join(format!("{name}.key")),
+            pem_encode("PRIVATE KEY", self.key.secret_der()).as_bytes(),
+            true,
+        )?;
+        write_file(
+            &dir.join("ca.pem"),
+            pem_encode("CERTIFICATE", self.ca.as_ref()).as_bytes(),
+            false,
+        )
+    }
+
+    /// Loads the credentials of node `name` from `dir` (as written by [`Self::write`]).
+    pub fn load(dir: &Path, name: &str) -> Result<Self, TlsError> {
+        let ca_path = dir.join("ca.pem");
+        let cert_path = dir.join(format!("{name}.pem"));
+        let key_path = dir.join(format!("{name}.key"));
+        let ca = CertificateDer::from_pem_file(&ca_path).map_err(pem_err(&ca_path))?;
+        let chain = CertificateDer::pem_file_iter(&cert_path)
+            .map_err(pem_err(&cert_path))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(pem_err(&cert_path))?;
+        if chain.is_empty() {
+            return Err(TlsError::Pem {
+                path: cert_path,
+                error: "no certificate".into(),
+            });
+        }
+        let key = PrivateKeyDer::from_pem_file(&key_path).map_err(pem_err(&key_path))?;
+        Ok(Self { ca, chain, key })
+    }
+
+    fn roots(&self) -> Result<Arc<rustls::RootCertStore>, TlsError> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(self.ca.clone())
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        Ok(Arc::new(roots))
+    }
+
+    /// quinn server configuration: requires a client certificate from the cluster CA.
+    pub fn server_config(&self, cfg: &NetConfig) -> Result<quinn::ServerConfig, TlsError> {
+        let verifier = rustls::server::WebPkiClientVerifier::builder(self.roots()?)
+            .build()
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let mut tls = rustls::ServerConfig::builder()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(Arc::new(transport_config(cfg)));
+        Ok(server)
+    }
+
+    /// quinn client configuration: presents this node's certificate, trusts only the CA.
+    pub fn client_config(&self, cfg: &NetConfig) -> Result<quinn::ClientConfig, TlsError> {
+        let mut tls = rustls::ClientConfig::builder()
+            .with_root_certificates(self.roots()?)
+            .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let mut client = quinn::ClientConfig::new(Arc::new(crypto));
+        client.transport_config(Arc::new(transport_config(cfg)));
+        Ok(client)
+    }
+}
+
+fn pem_encode(label: &str, der: &[u8]) -> String {
+    pem::encode(&pem::Pem::new(label, der.to_vec()))
+}
+
+/// The QUIC transport knobs of [`NetConfig`], applied to both ends.
+pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    let var = |v: u64| quinn::VarInt::from_u64(v).unwrap_or(quinn::VarInt::MAX);
+    t.max_concurrent_uni_streams(quinn::VarInt::from_u32(cfg.max_concurrent_streams));
+    t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(0));
+    t.stream_receive_window(var(cfg.stream_receive_window));
+    t.receive_window(var(cfg.receive_window));
+    t.send_window(cfg.send_window);
+    t.initial_mtu(cfg.initial_mtu.max(1200));
+    t.min_mtu(1200);
+    if cfg.mtu_discovery {
+        let mut mtu = quinn::MtuDiscoveryConfig::default();
+        mtu.upper_bound(cfg.max_udp_payload.max(cfg.initial_mtu));
+        t.mtu_discovery_config(Some(mtu));
+    } else {
+        t.mtu_discovery_config(None);
+    }
+    if cfg.keep_alive_ms > 0 {
+        t.keep_alive_interval(Some(Duration::from_millis(cfg.keep_alive_ms)));
+    }
+    let idle = quinn::IdleTimeout::try_from(Duration::from_millis(cfg.idle_timeout_ms.max(1)));
+    t.max_idle_timeout(idle.ok());
+    match cfg.congestion.as_str() {
+        "bbr" => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+        }
+        "newreno" => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default()));
+        }
+        _ => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()));
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_round_trip_through_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = ClusterCa::generate().unwrap();
+        ca.write(dir.path()).unwrap();
+        let creds = ca.issue("n1").unwrap();
+        creds.write(dir.path(), "n1").unwrap();
+        let back = ClusterCredentials::load(dir.path(), "n1").unwrap();
+        assert_eq!(back.chain, creds.chain);
+        assert_eq!(back.ca, creds.ca);
+        // A reloaded CA still issues certificates that verify against the original CA cert.
+        let ca2 = ClusterCa::load(dir.path()).unwrap();
+        let more = ca2.issue("n2").unwrap();
+        assert!(more.server_config(&NetConfig::default()).is_ok());
+    }
+
+    #[test]
+    fn missing_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(ClusterCredentials::load(dir.path(), "nope").is_err());
+    }
+}

@@ -1,0 +1,270 @@
+//! Transport tests over real QUIC on 127.0.0.1 and over the in-memory hub.
+
+use bytes::Bytes;
+use petrel_messages::{EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority};
+use petrel_net::tls::ClusterCa;
+use petrel_net::{ClusterCredentials, Inbound, MemoryHub, Net, NetConfig, PeerAddr, ShaperConfig};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+fn frame(from: u32, to: u32, tag: &str, priority: Priority, body: &[u8]) -> Bytes {
+    let header = EnvelopeHeader {
+        from: NodeId(from),
+        to: NodeId(to),
+        actor: "sink".into(),
+        msg_type: tag.into(),
+        priority,
+        kind: EnvelopeKind::Tell,
+    };
+    Frame::encode(&header, serde_bytes::Bytes::new(body)).unwrap()
+}
+
+fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+async fn recv(rx: &mut mpsc::Receiver<Inbound>) -> Inbound {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("timed out waiting for a frame")
+        .expect("channel closed")
+}
+
+fn pair(
+    cfg: NetConfig,
+) -> (
+    (Net, mpsc::Receiver<Inbound>),
+    (Net, mpsc::Receiver<Inbound>),
+) {
+    let creds = ClusterCredentials::generate_cluster(&["a", "b"]).unwrap();
+    let a = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    let b = Net::quic(NodeId(2), localhost(), &creds[1], cfg).unwrap();
+    a.0.add_peer(NodeId(2), PeerAddr::Quic(b.0.local_addr().unwrap()));
+    b.0.add_peer(NodeId(1), PeerAddr::Quic(a.0.local_addr().unwrap()));
+    (a, b)
+}
+
+#[tokio::test]
+async fn frames_cross_quic_both_ways() {
+    let ((a, mut a_rx), (b, mut b_rx)) = pair(NetConfig::default());
+    a.send(
+        NodeId(2),
+        Priority::NORMAL,
+        frame(1, 2, "hello", Priority::NORMAL, b"abc"),
+    )
+    .unwrap();
+    let got = recv(&mut b_rx).await;
+    assert_eq!(got.frame.header.msg_type, "hello");
+    assert_eq!(got.frame.header.from, NodeId(1));
+    b.send(
+        NodeId(1),
+        Priority::NORMAL,
+        frame(2, 1, "back", Priority::NORMAL, &vec![7u8; 3 << 20]),
+    )
+    .unwrap();
+    let got = recv(&mut a_rx).await;
+    assert_eq!(got.frame.header.msg_type, "back");
+    let body: serde_bytes::ByteBuf = petrel_messages::decode_body("back", &got.frame.body).unwrap();
+    assert_eq!(body.len(), 3 << 20);
+    assert!(body.iter().all(|&x| x == 7));
+}
+
+#[tokio::test]
+async fn frames_cross_memory_hub() {
+    let hub = MemoryHub::new();
+    let cfg = NetConfig {
+        threads: 0,
+        ..NetConfig::default()
+    };
+    let (a, _a_rx) = Net::memory(&hub, NodeId(1), cfg.clone()).unwrap();
+    let (_b, mut b_rx) = Net::memory(&hub, NodeId(2), cfg).unwrap();
+    for i in 0..10u8 {
+        a.send(
+            NodeId(2),
+            Priority::NORMAL,
+            frame(1, 2, "m", Priority::NORMAL, &[i]),
+        )
+        .unwrap();
+    }
+    for i in 0..10u8 {
+        let got = recv(&mut b_rx).await;
+        let body: serde_bytes::ByteBuf =
+            petrel_messages::decode_body("m", &got.frame.body).unwrap();
+        assert_eq!(body.as_slice(), &[i]);
+    }
+}
+
+#[tokio::test]
+async fn node_with_foreign_credentials_is_refused() {
+    let cfg = NetConfig {
+        connect_timeout_ms: 2000,
+        ..NetConfig::default()
+    };
+    let ours = ClusterCredentials::generate_cluster(&["a"]).unwrap();
+    let theirs = ClusterCa::generate().unwrap().issue("intruder").unwrap();
+    let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &ours[0], cfg.clone()).unwrap();
+    let (intruder, _rx) = Net::quic(NodeId(9), localhost(), &theirs, cfg).unwrap();
+    intruder.add_peer(NodeId(1), PeerAddr::Quic(a.local_addr().unwrap()));
+    intruder
+        .send(
+            NodeId(1),
+            Priority::NORMAL,
+            frame(9, 1, "evil", Priority::NORMAL, b"x"),
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while intruder.stats().send_failures == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        intruder.stats().send_failures,
+        1,
+        "the intruder's send must fail"
+    );
+    assert!(
+        a.stats().refused_connections >= 1,
+        "the handshake must be refused"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), a_rx.recv())
+            .await
+            .is_err(),
+        "nothing delivered"
+    );
+    assert_eq!(a.stats().received_messages, 0);
+}
+
+/// A member that speaks raw QUIC and sends garbage, oversize and truncated streams: the
+/// node counts them and keeps serving a well-behaved peer.
+#[tokio::test]
+async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
+    let cfg = NetConfig {
+        max_message_bytes: 1 << 20,
+        ..NetConfig::default()
+    };
+    let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
+    let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    let a_addr = a.local_addr().unwrap();
+
+    let mut raw = quinn::Endpoint::client(localhost()).unwrap();
+    raw.set_default_client_config(creds[1].client_config(&cfg).unwrap());
+    let conn = raw
+        .connect(a_addr, petrel_net::tls::CLUSTER_SERVER_NAME)
+        .unwrap()
+        .await
+        .unwrap();
+    // 1. pure garbage
+    let mut s = conn.open_uni().await.unwrap();
+    s.write_all(b"this is not a petrel frame at all")
+        .await
+        .unwrap();
+    s.finish().unwrap();
+    // 2. a prefix announcing 100 MiB
+    let mut s = conn.open_uni().await.unwrap();
+    let mut prefix = b"PTR1".to_vec();
+    prefix.extend_from_slice(&10u32.to_le_bytes());
+    prefix.extend_from_slice(&(100u32 << 20).to_le_bytes());
+    s.write_all(&prefix).await.unwrap();
+    let _ = s.finish();
+    // 3. a valid frame cut short
+    let good = frame(5, 1, "cut", Priority::NORMAL, &[1u8; 1000]);
+    let mut s = conn.open_uni().await.unwrap();
+    s.write_all(&good[..good.len() / 2]).await.unwrap();
+    s.finish().unwrap();
+    // 4. a valid header with an undecodable header section
+    let mut bad_header = b"PTR1".to_vec();
+    bad_header.extend_from_slice(&4u32.to_le_bytes());
+    bad_header.extend_from_slice(&0u32.to_le_bytes());
+    bad_header.extend_from_slice(&[0xc1, 0xc1, 0xc1, 0xc1]);
+    let mut s = conn.open_uni().await.unwrap();
+    s.write_all(&bad_header).await.unwrap();
+    s.finish().unwrap();
+
+    // A well-behaved member is still served.
+    let (good_node, _rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg).unwrap();
+    good_node.add_peer(NodeId(1), PeerAddr::Quic(a_addr));
+    good_node
+        .send(
+            NodeId(1),
+            Priority::NORMAL,
+            frame(3, 1, "fine", Priority::NORMAL, b"ok"),
+        )
+        .unwrap();
+    let got = recv(&mut a_rx).await;
+    assert_eq!(got.frame.header.msg_type, "fine");
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = a.stats();
+        if st.malformed_frames >= 2 && st.oversize_frames >= 1 && st.truncated_streams >= 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "counters not bumped: {st:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // An oversize send is refused locally, before it costs bandwidth.
+    assert!(
+        good_node
+            .send(
+                NodeId(1),
+                Priority::NORMAL,
+                frame(3, 1, "big", Priority::NORMAL, &vec![0u8; 2 << 20])
+            )
+            .is_err()
+    );
+}
+
+/// On a shaped link, a high-priority message queued behind a large low-priority backlog
+/// arrives long before the backlog has drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn high_priority_overtakes_backlog_on_shaped_link() {
+    let cfg = NetConfig {
+        shaper: Some(ShaperConfig::mbit(40.0)),
+        ..NetConfig::default()
+    };
+    let ((a, _a_rx), (_b, mut b_rx)) = pair(cfg);
+    // Warm the connection up.
+    a.send(
+        NodeId(2),
+        Priority::NORMAL,
+        frame(1, 2, "warm", Priority::NORMAL, b"w"),
+    )
+    .unwrap();
+    recv(&mut b_rx).await;
+    let chunk = vec![0u8; 512 << 10];
+    let backlog = 40; // 20 MiB = 4 s at 40 Mbit/s
+    for _ in 0..backlog {
+        a.send(
+            NodeId(2),
+            Priority::LOW,
+            frame(1, 2, "bulk", Priority::LOW, &chunk),
+        )
+        .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent = Instant::now();
+    a.send(
+        NodeId(2),
+        Priority::HIGH,
+        frame(1, 2, "urgent", Priority::HIGH, b"now"),
+    )
+    .unwrap();
+    let mut bulk_before = 0;
+    loop {
+        let got = recv(&mut b_rx).await;
+        if got.frame.header.msg_type == "urgent" {
+            break;
+        }
+        bulk_before += 1;
+    }
+    let latency = sent.elapsed();
+    assert!(
+        bulk_before < backlog / 2,
+        "urgent message waited behind {bulk_before} bulk frames"
+    );
+    assert!(
+        latency < Duration::from_millis(1500),
+        "urgent latency {latency:?}"
+    );
+}
