@@ -57,7 +57,7 @@ pub struct BarrierEnter {
     pub node: NodeId,
 }
 
-/// Reply to [`BarrierEnter`]: how many nodes took part.
+/// Reply to [`BarrierEnter`] (inside `Ok`): how many nodes took part.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BarrierReleased {
     pub name: String,
@@ -68,4 +68,4 @@ remote_message!(Join => JoinAck, "petrel.join");
 remote_message!(Heartbeat, "petrel.heartbeat");
 remote_message!(PeerDown, "petrel.peer_down");
 remote_message!(Shutdown, "petrel.shutdown");
-remote_message!(BarrierEnter => BarrierReleased, "petrel.barrier");
+remote_message!(BarrierEnter => Result<BarrierReleased, String>, "petrel.barrier");

@@ -10,6 +10,7 @@ pub mod memory;
 pub mod net;
 pub mod outbox;
 pub mod quic;
+pub mod sequencer;
 pub mod shaper;
 pub mod stats;
 pub mod tls;

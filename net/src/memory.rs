@@ -3,7 +3,8 @@
 //! egress shaper applies the same token bucket per message.
 
 use crate::config::NetConfig;
-use crate::net::{Inbound, NetError};
+use crate::net::{Arrival, Inbound, NetError};
+use crate::sequencer::LaneHeader;
 use crate::shaper::TokenBucket;
 use crate::stats::NetStats;
 use bytes::Bytes;
@@ -16,7 +17,7 @@ use tokio::sync::mpsc;
 /// The "network" connecting in-memory nodes.
 #[derive(Clone, Default)]
 pub struct MemoryHub {
-    peers: Arc<Mutex<HashMap<NodeId, (mpsc::Sender<Inbound>, Arc<NetStats>, usize)>>>,
+    peers: Arc<Mutex<HashMap<NodeId, (mpsc::Sender<Arrival>, Arc<NetStats>, usize)>>>,
 }
 
 impl MemoryHub {
@@ -37,7 +38,7 @@ impl MemoryLink {
         node: NodeId,
         cfg: &NetConfig,
         stats: Arc<NetStats>,
-        tx: mpsc::Sender<Inbound>,
+        tx: mpsc::Sender<Arrival>,
     ) -> Self {
         if let Ok(mut peers) = hub.peers.lock() {
             peers.insert(node, (tx, stats, cfg.max_message_bytes));
@@ -66,7 +67,12 @@ impl MemoryLink {
         }
     }
 
-    pub(crate) async fn deliver(&self, to: NodeId, frame: Bytes) -> Result<(), NetError> {
+    pub(crate) async fn deliver(
+        &self,
+        to: NodeId,
+        lane: LaneHeader,
+        frame: Bytes,
+    ) -> Result<(), NetError> {
         if let Some(bucket) = &self.egress {
             let mut b = bucket.lock().await;
             loop {
@@ -98,11 +104,14 @@ impl MemoryLink {
         };
         NetStats::bump(&stats.received_messages, 1);
         NetStats::bump(&stats.received_bytes, len as u64);
-        tx.send(Inbound { frame, len })
-            .await
-            .map_err(|_| NetError::Send {
-                peer: to,
-                reason: "peer stopped receiving".into(),
-            })
+        tx.send(Arrival {
+            lane,
+            inbound: Inbound { frame, len },
+        })
+        .await
+        .map_err(|_| NetError::Send {
+            peer: to,
+            reason: "peer stopped receiving".into(),
+        })
     }
 }

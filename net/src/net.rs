@@ -4,10 +4,12 @@ use crate::config::NetConfig;
 use crate::memory::{MemoryHub, MemoryLink};
 use crate::outbox::OutboxQueue;
 use crate::quic::QuicLink;
+use crate::sequencer::{LaneHeader, Sequencer};
 use crate::stats::{NetStats, NetStatsSnapshot};
 use crate::tls::{ClusterCredentials, TlsError};
 use bytes::Bytes;
 use petrel_messages::{Frame, NodeId, Priority};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -47,6 +49,12 @@ pub enum PeerAddr {
     Memory,
 }
 
+/// A frame as it came off a link, before lane ordering.
+pub(crate) struct Arrival {
+    pub(crate) lane: LaneHeader,
+    pub(crate) inbound: Inbound,
+}
+
 /// A frame that arrived, already split into header and body.
 #[derive(Debug)]
 pub struct Inbound {
@@ -61,10 +69,16 @@ pub(crate) enum Link {
 }
 
 impl Link {
-    async fn deliver(&self, to: NodeId, priority: Priority, frame: Bytes) -> Result<(), NetError> {
+    async fn deliver(
+        &self,
+        to: NodeId,
+        priority: Priority,
+        lane: LaneHeader,
+        frame: Bytes,
+    ) -> Result<(), NetError> {
         match self {
-            Link::Quic(q) => q.deliver(to, priority, frame).await,
-            Link::Memory(m) => m.deliver(to, frame).await,
+            Link::Quic(q) => q.deliver(to, priority, lane, frame).await,
+            Link::Memory(m) => m.deliver(to, lane, frame).await,
         }
     }
 }
@@ -86,6 +100,9 @@ pub(crate) struct Shared {
     pub(crate) cfg: NetConfig,
     pub(crate) stats: Arc<NetStats>,
     outbox: Mutex<OutboxQueue>,
+    /// Next sequence number per (peer, priority) lane, and this process's epoch.
+    lanes: Mutex<HashMap<(NodeId, Priority), u64>>,
+    epoch: u64,
     wake: Notify,
     closed: AtomicBool,
     pub(crate) link: Link,
@@ -133,7 +150,7 @@ impl Net {
     ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
         let (handle, runtime) = make_runtime(&cfg)?;
         let stats = Arc::new(NetStats::default());
-        let (tx, rx) = mpsc::channel(cfg.inbound_queue.max(1));
+        let (tx, rx) = sequenced_inbound(&cfg, &handle);
         let link = {
             let _guard = handle.enter();
             QuicLink::start(node, bind, creds, &cfg, stats.clone(), tx)?
@@ -152,7 +169,7 @@ impl Net {
     ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
         let (handle, runtime) = make_runtime(&cfg)?;
         let stats = Arc::new(NetStats::default());
-        let (tx, rx) = mpsc::channel(cfg.inbound_queue.max(1));
+        let (tx, rx) = sequenced_inbound(&cfg, &handle);
         let link = MemoryLink::join(hub, node, &cfg, stats.clone(), tx);
         Ok((
             Self::assemble(node, cfg, stats, Link::Memory(link), handle, runtime),
@@ -171,6 +188,8 @@ impl Net {
         let shared = Arc::new(Shared {
             node,
             outbox: Mutex::new(OutboxQueue::new(cfg.outbox_inflight_bytes)),
+            lanes: Mutex::new(HashMap::new()),
+            epoch: epoch_now(),
             cfg,
             stats,
             wake: Notify::new(),
@@ -220,8 +239,24 @@ impl Net {
                 max: self.shared.cfg.max_message_bytes,
             });
         }
+        let seq = self
+            .shared
+            .lanes
+            .lock()
+            .map(|mut l| {
+                let next = l.entry((to, priority)).or_insert(0);
+                *next += 1;
+                *next - 1
+            })
+            .map_err(|_| NetError::Closed)?;
+        let lane = LaneHeader {
+            from: self.shared.node.0,
+            priority: priority.0,
+            epoch: self.shared.epoch,
+            seq,
+        };
         if let Ok(mut q) = self.shared.outbox.lock() {
-            q.push(to, priority, frame);
+            q.push(to, priority, lane, frame);
         }
         self.shared.wake.notify_one();
         Ok(())
@@ -292,7 +327,7 @@ async fn dispatch(s: Arc<Shared>) {
         let task_shared = s.clone();
         s.handle.spawn(async move {
             let len = msg.frame.len() as u64;
-            match task_shared.link.deliver(msg.to, msg.priority, msg.frame).await {
+            match task_shared.link.deliver(msg.to, msg.priority, msg.lane, msg.frame).await {
                 Ok(()) => {
                     NetStats::bump(&task_shared.stats.sent_messages, 1);
                     NetStats::bump(&task_shared.stats.sent_bytes, len);
@@ -308,4 +343,35 @@ async fn dispatch(s: Arc<Shared>) {
             task_shared.wake.notify_one();
         });
     }
+}
+
+/// A process-unique epoch so that receivers can tell a restarted sender from a late frame.
+fn epoch_now() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+/// The channel links push arrivals into, and the task that releases them to the node in
+/// lane order.
+fn sequenced_inbound(
+    cfg: &NetConfig,
+    handle: &tokio::runtime::Handle,
+) -> (mpsc::Sender<Arrival>, mpsc::Receiver<Inbound>) {
+    let (arrive_tx, mut arrive_rx) = mpsc::channel::<Arrival>(cfg.inbound_queue.max(1));
+    let (tx, rx) = mpsc::channel(cfg.inbound_queue.max(1));
+    let max_pending = cfg.inbound_queue.max(1) * 4;
+    handle.spawn(async move {
+        let mut sequencer = Sequencer::new(max_pending);
+        while let Some(a) = arrive_rx.recv().await {
+            for inbound in sequencer.accept(a.lane, a.inbound) {
+                if tx.send(inbound).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (arrive_tx, rx)
 }

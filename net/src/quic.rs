@@ -2,7 +2,8 @@
 //! direction, one unidirectional stream per message with the message's priority.
 
 use crate::config::NetConfig;
-use crate::net::{Inbound, NetError};
+use crate::net::{Arrival, Inbound, NetError};
+use crate::sequencer::{LANE_HEADER_LEN, LaneHeader};
 use crate::shaper::ShapedSocket;
 use crate::stats::NetStats;
 use crate::tls::{CLUSTER_SERVER_NAME, ClusterCredentials};
@@ -38,7 +39,7 @@ impl QuicLink {
         creds: &ClusterCredentials,
         cfg: &NetConfig,
         stats: Arc<NetStats>,
-        tx: mpsc::Sender<Inbound>,
+        tx: mpsc::Sender<Arrival>,
     ) -> Result<Self, NetError> {
         let server = creds.server_config(cfg)?;
         let client = creds.client_config(cfg)?;
@@ -137,6 +138,7 @@ impl QuicLink {
         &self,
         to: NodeId,
         priority: Priority,
+        lane: LaneHeader,
         frame: Bytes,
     ) -> Result<(), NetError> {
         let conn = self.connection(to).await?;
@@ -145,8 +147,9 @@ impl QuicLink {
         stream
             .set_priority(priority.0)
             .map_err(|e| send_err(e.to_string()))?;
+        let mut chunks = [Bytes::copy_from_slice(&lane.encode()), frame];
         stream
-            .write_chunk(frame)
+            .write_all_chunks(&mut chunks)
             .await
             .map_err(|e| send_err(e.to_string()))?;
         stream.finish().map_err(|e| send_err(e.to_string()))?;
@@ -165,7 +168,7 @@ async fn accept_loop(
     endpoint: Endpoint,
     max: usize,
     stats: Arc<NetStats>,
-    tx: mpsc::Sender<Inbound>,
+    tx: mpsc::Sender<Arrival>,
 ) {
     while let Some(incoming) = endpoint.accept().await {
         let stats = stats.clone();
@@ -195,8 +198,15 @@ async fn read_frame(
     mut recv: RecvStream,
     max: usize,
     stats: Arc<NetStats>,
-    tx: mpsc::Sender<Inbound>,
+    tx: mpsc::Sender<Arrival>,
 ) {
+    let mut lane = [0u8; LANE_HEADER_LEN];
+    if let Err(e) = recv.read_exact(&mut lane).await {
+        NetStats::bump(&stats.truncated_streams, 1);
+        tracing::warn!(%node, error = %e, "stream ended before a lane header");
+        return;
+    }
+    let lane = LaneHeader::decode(&lane);
     let mut prefix = [0u8; FRAME_PREFIX_LEN];
     if let Err(e) = recv.read_exact(&mut prefix).await {
         NetStats::bump(&stats.truncated_streams, 1);
@@ -244,7 +254,14 @@ async fn read_frame(
         Ok(frame) => {
             NetStats::bump(&stats.received_messages, 1);
             NetStats::bump(&stats.received_bytes, len as u64);
-            if tx.send(Inbound { frame, len }).await.is_err() {
+            if tx
+                .send(Arrival {
+                    lane,
+                    inbound: Inbound { frame, len },
+                })
+                .await
+                .is_err()
+            {
                 tracing::debug!(%node, "inbound queue closed; frame dropped at shutdown");
             }
         }

@@ -160,9 +160,20 @@ async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
         .await
         .unwrap();
     s.finish().unwrap();
+    // Streams start with a lane header (sender, priority, epoch, sequence).
+    let lane = |seq| {
+        petrel_net::sequencer::LaneHeader {
+            from: 5,
+            priority: 0,
+            epoch: 1,
+            seq,
+        }
+        .encode()
+    };
     // 2. a prefix announcing 100 MiB
     let mut s = conn.open_uni().await.unwrap();
-    let mut prefix = b"PTR1".to_vec();
+    let mut prefix = lane(0).to_vec();
+    prefix.extend_from_slice(b"PTR1");
     prefix.extend_from_slice(&10u32.to_le_bytes());
     prefix.extend_from_slice(&(100u32 << 20).to_le_bytes());
     s.write_all(&prefix).await.unwrap();
@@ -170,10 +181,12 @@ async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
     // 3. a valid frame cut short
     let good = frame(5, 1, "cut", Priority::NORMAL, &[1u8; 1000]);
     let mut s = conn.open_uni().await.unwrap();
+    s.write_all(&lane(1)).await.unwrap();
     s.write_all(&good[..good.len() / 2]).await.unwrap();
     s.finish().unwrap();
     // 4. a valid header with an undecodable header section
-    let mut bad_header = b"PTR1".to_vec();
+    let mut bad_header = lane(2).to_vec();
+    bad_header.extend_from_slice(b"PTR1");
     bad_header.extend_from_slice(&4u32.to_le_bytes());
     bad_header.extend_from_slice(&0u32.to_le_bytes());
     bad_header.extend_from_slice(&[0xc1, 0xc1, 0xc1, 0xc1]);

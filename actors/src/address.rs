@@ -1,0 +1,145 @@
+//! Typed addresses: the same call sends to a local actor (no serialization) or to a remote
+//! one (through the node's transport).
+
+use crate::error::{AskError, HandlerError};
+use crate::node::Node;
+use actix::prelude::*;
+use petrel_messages::{ActorId, NodeId, Priority, RemoteMessage};
+use std::time::Duration;
+
+/// What an actor receives: the message, its priority and the sending node (`None` when
+/// sent from the same node).
+pub struct Msg<M: RemoteMessage> {
+    pub body: M,
+    pub priority: Priority,
+    pub from: Option<NodeId>,
+}
+
+impl<M: RemoteMessage> Message for Msg<M> {
+    type Result = Result<M::Reply, HandlerError>;
+}
+
+enum Target<M: RemoteMessage> {
+    Local(Recipient<Msg<M>>),
+    Remote { node: Node, target: ActorId },
+}
+
+impl<M: RemoteMessage> Clone for Target<M> {
+    fn clone(&self) -> Self {
+        match self {
+            Target::Local(r) => Target::Local(r.clone()),
+            Target::Remote { node, target } => Target::Remote {
+                node: node.clone(),
+                target: target.clone(),
+            },
+        }
+    }
+}
+
+/// An address that accepts messages of type `M`, on this node or another.
+pub struct ActorRef<M: RemoteMessage> {
+    target: Target<M>,
+    id: ActorId,
+}
+
+impl<M: RemoteMessage> Clone for ActorRef<M> {
+    fn clone(&self) -> Self {
+        Self {
+            target: self.target.clone(),
+            id: self.id.clone(),
+        }
+    }
+}
+
+impl<M: RemoteMessage> std::fmt::Debug for ActorRef<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.target {
+            Target::Local(_) => "local",
+            Target::Remote { .. } => "remote",
+        };
+        write!(f, "ActorRef<{}>({} {kind})", M::TYPE_NAME, self.id)
+    }
+}
+
+impl<M: RemoteMessage> ActorRef<M> {
+    pub(crate) fn local(id: ActorId, recipient: Recipient<Msg<M>>) -> Self {
+        Self {
+            target: Target::Local(recipient),
+            id,
+        }
+    }
+
+    pub(crate) fn remote(node: Node, target: ActorId) -> Self {
+        Self {
+            id: target.clone(),
+            target: Target::Remote { node, target },
+        }
+    }
+
+    pub fn id(&self) -> &ActorId {
+        &self.id
+    }
+
+    pub fn is_local(&self) -> bool {
+        matches!(self.target, Target::Local(_))
+    }
+
+    /// Fire and forget. Local: enqueued in the actor's mailbox. Remote: encoded and queued
+    /// in the node's priority outbox.
+    pub fn tell(&self, body: M, priority: Priority) -> Result<(), AskError> {
+        match &self.target {
+            Target::Local(r) => r
+                .try_send(Msg {
+                    body,
+                    priority,
+                    from: None,
+                })
+                .or_else(|e| match e {
+                    SendError::Full(m) => {
+                        r.do_send(m);
+                        Ok(())
+                    }
+                    SendError::Closed(_) => Err(AskError::Stopped {
+                        actor: self.id.to_string(),
+                    }),
+                }),
+            Target::Remote { node, target } => node.tell_remote(target, &body, priority),
+        }
+    }
+
+    /// Request/response with a timeout. A remote peer that dies while the request is
+    /// pending makes this fail with [`AskError::PeerDown`] as soon as the death is known.
+    pub async fn ask(
+        &self,
+        body: M,
+        priority: Priority,
+        timeout: Duration,
+    ) -> Result<M::Reply, AskError> {
+        match &self.target {
+            Target::Local(r) => {
+                let fut = r.send(Msg {
+                    body,
+                    priority,
+                    from: None,
+                });
+                match tokio::time::timeout(timeout, fut).await {
+                    Err(_) => Err(AskError::Timeout {
+                        actor: self.id.to_string(),
+                        timeout,
+                    }),
+                    Ok(Err(_)) => Err(AskError::Stopped {
+                        actor: self.id.to_string(),
+                    }),
+                    Ok(Ok(Err(e))) => Err(AskError::Remote {
+                        actor: self.id.to_string(),
+                        error: e.0,
+                    }),
+                    Ok(Ok(Ok(reply))) => Ok(reply),
+                }
+            }
+            Target::Remote { node, target } => {
+                node.ask_remote::<M>(target, &body, priority, timeout).await
+            }
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! A reusable priority mailbox for actix actors.
+//!
+//! actix mailboxes are FIFO. An actor that opts in keeps a [`PriorityInbox`]: its handlers
+//! [`defer`](PriorityInbox::defer) the work into a heap, and one drain step runs per turn of
+//! the actor's loop. actix polls the whole mailbox before spawned items, so every message
+//! already queued is in the heap before the next item is chosen: the backlog is processed
+//! highest priority first, FIFO within a priority.
+
+use crate::error::HandlerError;
+use actix::prelude::*;
+use petrel_messages::Priority;
+use std::collections::BinaryHeap;
+
+/// Max-heap by priority, FIFO within a priority. Plain data, no actix.
+#[derive(Debug)]
+pub struct PriorityQueue<T> {
+    heap: BinaryHeap<Entry<T>>,
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct Entry<T> {
+    priority: Priority,
+    seq: u64,
+    item: T,
+}
+
+impl<T> PartialEq for Entry<T> {
+    fn eq(&self, o: &Self) -> bool {
+        self.priority == o.priority && self.seq == o.seq
+    }
+}
+impl<T> Eq for Entry<T> {}
+impl<T> PartialOrd for Entry<T> {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl<T> Ord for Entry<T> {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.priority
+            .cmp(&o.priority)
+            .then_with(|| o.seq.cmp(&self.seq))
+    }
+}
+
+impl<T> Default for PriorityQueue<T> {
+    fn default() -> Self {
+        Self {
+            heap: BinaryHeap::new(),
+            seq: 0,
+        }
+    }
+}
+
+impl<T> PriorityQueue<T> {
+    pub fn push(&mut self, priority: Priority, item: T) {
+        self.seq += 1;
+        self.heap.push(Entry {
+            priority,
+            seq: self.seq,
+            item,
+        });
+    }
+
+    pub fn pop(&mut self) -> Option<(Priority, T)> {
+        self.heap.pop().map(|e| (e.priority, e.item))
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}
+
+type Work<A> = Box<dyn FnOnce(&mut A, &mut Context<A>)>;
+
+/// The heap of deferred work of one actor.
+pub struct PriorityInbox<A: Actor<Context = Context<A>>> {
+    queue: PriorityQueue<Work<A>>,
+    drain_scheduled: bool,
+    processed: u64,
+}
+
+impl<A: Actor<Context = Context<A>>> Default for PriorityInbox<A> {
+    fn default() -> Self {
+        Self {
+            queue: PriorityQueue::default(),
+            drain_scheduled: false,
+            processed: 0,
+        }
+    }
+}
+
+/// Implemented by actors that keep a [`PriorityInbox`].
+pub trait PriorityActor: Actor<Context = Context<Self>> {
+    fn inbox(&mut self) -> &mut PriorityInbox<Self>;
+}
+
+impl<A: PriorityActor> PriorityInbox<A> {
+    /// Queues `work` at `priority` and returns a response for the handler to return.
+    ///
+    /// ```ignore
+    /// fn handle(&mut self, msg: Msg<Slice>, ctx: &mut Context<Self>) -> Self::Result {
+    ///     PriorityInbox::defer(self, ctx, msg.priority, move |act, _| act.apply(msg.body))
+    /// }
+    /// ```
+    pub fn defer<R, F>(
+        act: &mut A,
+        ctx: &mut Context<A>,
+        priority: Priority,
+        work: F,
+    ) -> ResponseFuture<Result<R, HandlerError>>
+    where
+        R: 'static,
+        F: FnOnce(&mut A, &mut Context<A>) -> Result<R, HandlerError> + 'static,
+    {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let inbox = act.inbox();
+        inbox.queue.push(
+            priority,
+            Box::new(move |a, c| {
+                let _ = tx.send(work(a, c));
+            }),
+        );
+        Self::schedule(act, ctx);
+        Box::pin(async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(HandlerError::new(
+                    "actor stopped before handling the message",
+                ))
+            })
+        })
+    }
+
+    fn schedule(act: &mut A, ctx: &mut Context<A>) {
+        let inbox = act.inbox();
+        if inbox.drain_scheduled || inbox.queue.is_empty() {
+            return;
+        }
+        inbox.drain_scheduled = true;
+        ctx.spawn(
+            actix::fut::ready(()).map(|(), act: &mut A, ctx: &mut Context<A>| {
+                act.inbox().drain_scheduled = false;
+                if let Some((_, work)) = act.inbox().queue.pop() {
+                    act.inbox().processed += 1;
+                    work(act, ctx);
+                }
+                // One item per turn, so messages that arrived meanwhile join the heap first.
+                Self::schedule(act, ctx);
+            }),
+        );
+    }
+
+    /// Items waiting.
+    pub fn backlog(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Items processed so far.
+    pub fn processed(&self) -> u64 {
+        self.processed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_orders_by_priority_then_fifo() {
+        let mut q = PriorityQueue::default();
+        q.push(Priority(0), "a");
+        q.push(Priority(2), "b");
+        q.push(Priority(0), "c");
+        q.push(Priority(2), "d");
+        let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(_, x)| x)).collect();
+        assert_eq!(order, vec!["b", "d", "a", "c"]);
+    }
+}

@@ -1,0 +1,216 @@
+//! Settings, loaded with the `config` crate from a TOML file and `PETREL_*` environment
+//! variables (`PETREL_CLUSTER__FAILURE_TIMEOUT_MS=2000`, `PETREL_NET__THREADS=2`; nested keys
+//! use a double underscore). Defaults run on a laptop.
+
+use crate::error::NodeError;
+use petrel_net::NetConfig;
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ClusterSettings {
+    pub name: String,
+    /// Node that runs the coordinator (membership, failure detection, barriers). Default:
+    /// the first node.
+    pub coordinator: Option<String>,
+    /// Directory with `ca.pem` and `<node>.pem`/`<node>.key` (see `petrel certs`).
+    /// `petrel run` creates one when unset.
+    pub certs_dir: Option<PathBuf>,
+    /// "quic" (default) or "memory" (in-process clusters only).
+    pub transport: String,
+    pub heartbeat_interval_ms: u64,
+    /// A node silent for this long is declared dead; pending requests to it fail.
+    pub failure_timeout_ms: u64,
+    /// Default timeout of `ask`.
+    pub request_timeout_ms: u64,
+    /// How long a node tries to reach the coordinator and wait for all members.
+    pub join_timeout_ms: u64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            name: "petrel".into(),
+            coordinator: None,
+            certs_dir: None,
+            transport: "quic".into(),
+            heartbeat_interval_ms: 250,
+            failure_timeout_ms: 2000,
+            request_timeout_ms: 30_000,
+            join_timeout_ms: 30_000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct NodeSpec {
+    pub name: String,
+    /// UDP address to bind and to be reached at, e.g. "127.0.0.1:7000". Port 0 lets
+    /// `petrel run` choose free ports.
+    pub addr: String,
+    /// Roles this node runs (names registered with [`crate::Cluster::role`]).
+    pub roles: Vec<String>,
+}
+
+/// Everything a node needs to know about its cluster.
+#[derive(Clone, Debug, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct Settings {
+    pub cluster: ClusterSettings,
+    pub nodes: Vec<NodeSpec>,
+    pub net: NetConfig,
+    /// Application sections (`[app.mf]`, ...), read with [`Settings::app`].
+    pub app: toml_value::Table,
+}
+
+/// A tiny alias module so `app` sections stay schemaless until a role reads them.
+pub mod toml_value {
+    pub type Table = std::collections::BTreeMap<String, serde_json::Value>;
+}
+
+impl Settings {
+    /// Loads a TOML file, then applies `PETREL_*` environment overrides.
+    pub fn load(path: &Path) -> Result<Self, NodeError> {
+        let built = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix("PETREL")
+                    .prefix_separator("_")
+                    .separator("__")
+                    .try_parsing(true),
+            )
+            .build()
+            .map_err(|e| NodeError::Config(format!("{}: {e}", path.display())))?;
+        let s: Settings = built
+            .try_deserialize()
+            .map_err(|e| NodeError::Config(format!("{}: {e}", path.display())))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Parses TOML text (environment overrides are not applied).
+    pub fn from_toml(text: &str) -> Result<Self, NodeError> {
+        let built = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .map_err(|e| NodeError::Config(e.to_string()))?;
+        let s: Settings = built
+            .try_deserialize()
+            .map_err(|e| NodeError::Config(e.to_string()))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn validate(&self) -> Result<(), NodeError> {
+        if self.nodes.is_empty() {
+            return Err(NodeError::Config("no [[nodes]] defined".into()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for n in &self.nodes {
+            if n.name.is_empty() {
+                return Err(NodeError::Config("a node has an empty name".into()));
+            }
+            if !seen.insert(n.name.as_str()) {
+                return Err(NodeError::Config(format!(
+                    "node name {} appears twice",
+                    n.name
+                )));
+            }
+        }
+        if let Some(c) = &self.cluster.coordinator
+            && !seen.contains(c.as_str())
+        {
+            return Err(NodeError::Config(format!("coordinator {c} is not a node")));
+        }
+        if !matches!(self.cluster.transport.as_str(), "quic" | "memory") {
+            return Err(NodeError::Config(format!(
+                "cluster.transport must be \"quic\" or \"memory\", not {:?}",
+                self.cluster.transport
+            )));
+        }
+        if self.cluster.heartbeat_interval_ms == 0
+            || self.cluster.failure_timeout_ms <= self.cluster.heartbeat_interval_ms
+        {
+            return Err(NodeError::Config(
+                "cluster.failure_timeout_ms must exceed cluster.heartbeat_interval_ms > 0".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn coordinator_name(&self) -> &str {
+        self.cluster
+            .coordinator
+            .as_deref()
+            .or_else(|| self.nodes.first().map(|n| n.name.as_str()))
+            .unwrap_or("")
+    }
+
+    /// A node's id is its position in `nodes`.
+    pub fn node_index(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// Reads an application section, e.g. `settings.app::<MfConfig>("mf")`; a missing
+    /// section gives `T::default()`.
+    pub fn app<T: DeserializeOwned + Default>(&self, section: &str) -> Result<T, NodeError> {
+        match self.app.get(section) {
+            None => Ok(T::default()),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| NodeError::Config(format!("[app.{section}]: {e}"))),
+        }
+    }
+
+    /// Renders the settings as TOML (used by the launcher to hand resolved settings to
+    /// child processes).
+    pub fn to_toml(&self) -> Result<String, NodeError> {
+        toml::to_string(self).map_err(|e| NodeError::Config(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_validates() {
+        let s = Settings::from_toml(
+            r#"
+            [cluster]
+            name = "t"
+            failure_timeout_ms = 900
+            [[nodes]]
+            name = "a"
+            addr = "127.0.0.1:0"
+            roles = ["x"]
+            [[nodes]]
+            name = "b"
+            [net]
+            max_message_bytes = 1000
+            [app.demo]
+            rounds = 3
+            "#,
+        )
+        .unwrap();
+        assert_eq!(s.cluster.failure_timeout_ms, 900);
+        assert_eq!(s.coordinator_name(), "a");
+        assert_eq!(s.net.max_message_bytes, 1000);
+        #[derive(Deserialize, Default)]
+        struct Demo {
+            rounds: u32,
+        }
+        assert_eq!(s.app::<Demo>("demo").unwrap().rounds, 3);
+        let back = Settings::from_toml(&s.to_toml().unwrap()).unwrap();
+        assert_eq!(back.nodes, s.nodes);
+    }
+
+    #[test]
+    fn rejects_bad_settings() {
+        assert!(Settings::from_toml("[cluster]\nname='x'").is_err());
+        assert!(Settings::from_toml("[[nodes]]\nname='a'\n[[nodes]]\nname='a'").is_err());
+        assert!(Settings::from_toml("[[nodes]]\nname='a'\n[net]\nbogus_knob = 1").is_err());
+        assert!(Settings::from_toml("[cluster]\ncoordinator='z'\n[[nodes]]\nname='a'").is_err());
+    }
+}

@@ -1,0 +1,411 @@
+//! Compose clusters in code: which nodes exist, which roles run where, and the code of each
+//! role. The same [`Cluster`] runs every node in one process (one thread and actix System
+//! per node) or one node per process (`run_node`, used by `petrel node` and `petrel run`).
+
+use crate::cluster::{
+    AGENT_ACTOR, BroadcastShutdown, COORDINATOR_ACTOR, Coordinator, Joined, NodeAgent,
+};
+use crate::error::NodeError;
+use crate::node::{Node, PeerEvent};
+use crate::settings::{NodeSpec, Settings};
+use actix::prelude::*;
+use futures::future::LocalBoxFuture;
+use petrel_messages::runtime::{BarrierEnter, Heartbeat, Join, PeerDown, Shutdown};
+use petrel_messages::{ActorId, NodeId, Priority};
+use petrel_net::{ClusterCredentials, MemoryHub, Net, PeerAddr};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a role function returns: `Ok` when its work is done (services return at once
+/// after starting their actors).
+pub type RoleFuture = LocalBoxFuture<'static, Result<(), String>>;
+type RoleFn = Arc<dyn Fn(NodeContext) -> RoleFuture + Send + Sync>;
+
+/// What a role gets to work with.
+#[derive(Clone)]
+pub struct NodeContext {
+    pub node: Node,
+    pub settings: Arc<Settings>,
+    pub spec: NodeSpec,
+    pub coordinator: NodeId,
+}
+
+impl NodeContext {
+    /// Waits until every live node reached the same named barrier.
+    pub async fn barrier(&self, name: &str) -> Result<(), NodeError> {
+        self.node.barrier(name, self.coordinator).await.map(|_| ())
+    }
+
+    /// Names of the nodes that run `role`, in cluster order.
+    pub fn nodes_with_role(&self, role: &str) -> Vec<String> {
+        self.settings
+            .nodes
+            .iter()
+            .filter(|n| n.roles.iter().any(|r| r == role))
+            .map(|n| n.name.clone())
+            .collect()
+    }
+}
+
+/// Builds [`Settings`] in code.
+pub struct Topology {
+    settings: Settings,
+}
+
+impl Topology {
+    pub fn builder(name: &str) -> Self {
+        let mut settings = Settings::default();
+        settings.cluster.name = name.to_string();
+        Self { settings }
+    }
+
+    /// Adds a node running `roles`, bound to 127.0.0.1 on a free port.
+    pub fn node(self, name: &str, roles: &[&str]) -> Self {
+        self.node_at(name, "127.0.0.1:0", roles)
+    }
+
+    pub fn node_at(mut self, name: &str, addr: &str, roles: &[&str]) -> Self {
+        self.settings.nodes.push(NodeSpec {
+            name: name.to_string(),
+            addr: addr.to_string(),
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+        });
+        self
+    }
+
+    /// "quic" (default) or "memory".
+    pub fn transport(mut self, transport: &str) -> Self {
+        self.settings.cluster.transport = transport.to_string();
+        self
+    }
+
+    pub fn with(mut self, f: impl FnOnce(&mut Settings)) -> Self {
+        f(&mut self.settings);
+        self
+    }
+
+    pub fn build(self) -> Result<Settings, NodeError> {
+        self.settings.validate()?;
+        Ok(self.settings)
+    }
+}
+
+/// A cluster definition: settings plus the code of every role.
+#[derive(Clone)]
+pub struct Cluster {
+    settings: Arc<Settings>,
+    roles: HashMap<String, RoleFn>,
+}
+
+/// How a node reaches the others.
+#[derive(Clone)]
+pub enum Wiring {
+    Quic(ClusterCredentials),
+    Memory(MemoryHub),
+}
+
+impl Cluster {
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            settings: Arc::new(settings),
+            roles: HashMap::new(),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Registers the code of a role. It runs on every node that lists the role.
+    pub fn role<F>(mut self, name: &str, f: F) -> Self
+    where
+        F: Fn(NodeContext) -> RoleFuture + Send + Sync + 'static,
+    {
+        self.roles.insert(name.to_string(), Arc::new(f));
+        self
+    }
+
+    fn check_roles(&self) -> Result<(), NodeError> {
+        for n in &self.settings.nodes {
+            for r in &n.roles {
+                if !self.roles.contains_key(r) {
+                    return Err(NodeError::Config(format!(
+                        "node {} lists unknown role {r}",
+                        n.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs every node in this process, each on its own thread, and returns when all are
+    /// done. The first failure (with the node's name) is returned.
+    pub fn run_in_process(&self) -> Result<(), NodeError> {
+        self.check_roles()?;
+        let wiring: Vec<Wiring> = if self.settings.cluster.transport == "memory" {
+            let hub = MemoryHub::new();
+            self.settings
+                .nodes
+                .iter()
+                .map(|_| Wiring::Memory(hub.clone()))
+                .collect()
+        } else {
+            let names: Vec<&str> = self
+                .settings
+                .nodes
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect();
+            ClusterCredentials::generate_cluster(&names)?
+                .into_iter()
+                .map(Wiring::Quic)
+                .collect()
+        };
+        // In one process, nodes bound to port 0 need real ports before anyone starts.
+        let mut settings = (*self.settings).clone();
+        if self.settings.cluster.transport == "quic" {
+            reserve_ports(&mut settings)?;
+        }
+        let this = Cluster {
+            settings: Arc::new(settings),
+            roles: self.roles.clone(),
+        };
+        let handles: Vec<_> = this
+            .settings
+            .nodes
+            .iter()
+            .zip(wiring)
+            .map(|(spec, wiring)| {
+                let cluster = this.clone();
+                let name = spec.name.clone();
+                std::thread::Builder::new()
+                    .name(format!("petrel-{name}"))
+                    .spawn(move || cluster.run_node(&name, wiring))
+            })
+            .collect::<Result<_, _>>()?;
+        let mut first_err = None;
+        for h in handles {
+            let r = h
+                .join()
+                .unwrap_or_else(|_| Err(NodeError::Config("node thread panicked".into())));
+            if let Err(e) = r
+                && first_err.is_none()
+            {
+                first_err = Some(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Runs one node until its roles finished and every node reached the final barrier, or
+    /// until a peer fails (the error names it). Blocks; creates its own actix System.
+    pub fn run_node(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
+        self.check_roles()?;
+        let system = System::new();
+        let cluster = self.clone();
+        let name = name.to_string();
+        let result = system.block_on(async move { cluster.node_main(&name, wiring).await });
+        System::current().stop();
+        result
+    }
+
+    async fn node_main(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
+        let (ctx, coordinator_addr) = self.boot(name, wiring).await?;
+        let node = ctx.node.clone();
+        let mut events = node.subscribe();
+        let roles: Vec<_> = ctx
+            .spec
+            .roles
+            .iter()
+            .filter_map(|r| self.roles.get(r).map(|f| (r.clone(), f(ctx.clone()))))
+            .collect();
+        let node_name = name.to_string();
+        let run_roles = async {
+            let results = futures::future::join_all(
+                roles
+                    .into_iter()
+                    .map(|(role, fut)| async move { (role, fut.await) }),
+            )
+            .await;
+            for (role, r) in results {
+                r.map_err(|error| NodeError::Role {
+                    node: node_name.clone(),
+                    role,
+                    error,
+                })?;
+            }
+            ctx.barrier("petrel.finish").await
+        };
+        let result = tokio::select! {
+            r = run_roles => r,
+            e = first_failure(&mut events) => Err(e),
+        };
+        match &result {
+            Ok(()) => tracing::info!(node = %name, "finished"),
+            Err(e) => tracing::error!(node = %name, error = %e, "stopping"),
+        }
+        if let Some(c) = coordinator_addr {
+            // Give peers a moment to hear the last barrier reply before the coordinator leaves.
+            c.do_send(BroadcastShutdown("run finished".into()));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        node.shutdown();
+        result
+    }
+
+    /// Starts the transport, the node runtime, the agent (and the coordinator where it
+    /// runs), then joins the cluster.
+    pub async fn boot(
+        &self,
+        name: &str,
+        wiring: Wiring,
+    ) -> Result<(NodeContext, Option<Addr<Coordinator>>), NodeError> {
+        let s = self.settings.clone();
+        let index = s
+            .node_index(name)
+            .ok_or_else(|| NodeError::Config(format!("no node named {name}")))?;
+        let spec = s.nodes[index].clone();
+        let id = NodeId(index as u32);
+        let coordinator_name = s.coordinator_name().to_string();
+        let coordinator = NodeId(s.node_index(&coordinator_name).unwrap_or(0) as u32);
+        let (net, inbound) = match &wiring {
+            Wiring::Quic(creds) => Net::quic(id, parse_addr(&spec)?, creds, s.net.clone())?,
+            Wiring::Memory(hub) => Net::memory(hub, id, s.net.clone())?,
+        };
+        let node = Node::new(
+            id,
+            name,
+            net,
+            inbound,
+            Duration::from_millis(s.cluster.request_timeout_ms),
+        );
+        for (i, n) in s.nodes.iter().enumerate() {
+            let addr = match &wiring {
+                Wiring::Quic(_) => PeerAddr::Quic(parse_addr(n)?),
+                Wiring::Memory(_) => PeerAddr::Memory,
+            };
+            node.add_peer(NodeId(i as u32), &n.name, addr);
+        }
+        let hb = Duration::from_millis(s.cluster.heartbeat_interval_ms);
+        let timeout = Duration::from_millis(s.cluster.failure_timeout_ms);
+        let agent = NodeAgent::new(node.clone(), coordinator, hb, timeout).start();
+        node.register(AGENT_ACTOR, agent.clone())?
+            .accept::<Heartbeat>()
+            .accept::<PeerDown>()
+            .accept::<Shutdown>();
+        let coordinator_addr = if id == coordinator {
+            let expected: BTreeMap<NodeId, String> = s
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (NodeId(i as u32), n.name.clone()))
+                .collect();
+            let addr = Coordinator::new(node.clone(), expected, hb, timeout).start();
+            node.register(COORDINATOR_ACTOR, addr.clone())?
+                .accept::<Join>()
+                .accept::<Heartbeat>()
+                .accept::<BarrierEnter>();
+            Some(addr)
+        } else {
+            None
+        };
+        join(
+            &node,
+            coordinator,
+            &spec,
+            Duration::from_millis(s.cluster.join_timeout_ms),
+        )
+        .await?;
+        agent.do_send(Joined);
+        tracing::info!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
+        Ok((
+            NodeContext {
+                node,
+                settings: s,
+                spec,
+                coordinator,
+            },
+            coordinator_addr,
+        ))
+    }
+}
+
+fn parse_addr(spec: &NodeSpec) -> Result<SocketAddr, NodeError> {
+    let addr = if spec.addr.is_empty() {
+        "127.0.0.1:0"
+    } else {
+        spec.addr.as_str()
+    };
+    addr.parse()
+        .map_err(|e| NodeError::Config(format!("node {}: bad addr {addr:?}: {e}", spec.name)))
+}
+
+/// Replaces port 0 with free UDP ports (bound and released; the window for a race is tiny
+/// and only on localhost).
+pub fn reserve_ports(settings: &mut Settings) -> Result<(), NodeError> {
+    for n in &mut settings.nodes {
+        let addr = parse_addr(n)?;
+        if addr.port() == 0 {
+            let sock = std::net::UdpSocket::bind(addr)?;
+            n.addr = sock.local_addr()?.to_string();
+        }
+    }
+    Ok(())
+}
+
+async fn join(
+    node: &Node,
+    coordinator: NodeId,
+    spec: &NodeSpec,
+    timeout: Duration,
+) -> Result<(), NodeError> {
+    let deadline = Instant::now() + timeout;
+    let c = node.actor::<Join>(&ActorId::new(coordinator, COORDINATOR_ACTOR))?;
+    let msg = Join {
+        node: node.id(),
+        name: spec.name.clone(),
+        roles: spec.roles.clone(),
+    };
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(NodeError::Join(format!(
+                "cluster did not form within {timeout:?} (coordinator {} unreachable or nodes missing)",
+                node.peer_name(coordinator)
+            )));
+        }
+        match c
+            .ask(
+                msg.clone(),
+                Priority::CONTROL,
+                left.min(Duration::from_secs(2)),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(crate::AskError::Remote { error, .. }) => return Err(NodeError::Join(error)),
+            Err(e) => {
+                tracing::debug!(error = %e, "join attempt failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn first_failure(events: &mut tokio::sync::broadcast::Receiver<PeerEvent>) -> NodeError {
+    loop {
+        match events.recv().await {
+            Ok(PeerEvent::Down { node, name, reason }) => {
+                return NodeError::PeerFailed { node, name, reason };
+            }
+            Ok(PeerEvent::Shutdown { .. }) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                futures::future::pending::<()>().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! Node runtime tests: typed messages over QUIC and memory, priority mailbox, failure
+//! detection with pending requests, barriers.
+
+use actix::prelude::*;
+use petrel_actors::cluster::Coordinator;
+use petrel_actors::topology::Wiring;
+use petrel_actors::{
+    AskError, Cluster, HandlerError, Msg, Node, NodeContext, PeerEvent, PriorityActor,
+    PriorityInbox, Settings, Topology,
+};
+use petrel_messages::{Priority, Tensor, remote_message};
+use petrel_net::ClusterCredentials;
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct Scale {
+    factor: f32,
+    tensor: Tensor,
+}
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct Scaled {
+    tensor: Tensor,
+    seen_from_remote: bool,
+}
+remote_message!(Scale => Scaled, "test.scale");
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct Note(String);
+remote_message!(Note, "test.note");
+
+struct Scaler {
+    notes: Arc<Mutex<Vec<String>>>,
+}
+impl Actor for Scaler {
+    type Context = Context<Self>;
+}
+impl Handler<Msg<Scale>> for Scaler {
+    type Result = Result<Scaled, HandlerError>;
+    fn handle(&mut self, msg: Msg<Scale>, _: &mut Context<Self>) -> Self::Result {
+        if msg.body.factor.is_nan() {
+            return Err(HandlerError::new("factor is NaN"));
+        }
+        let mut t = msg.body.tensor;
+        t.data.iter_mut().for_each(|x| *x *= msg.body.factor);
+        Ok(Scaled {
+            tensor: t,
+            seen_from_remote: msg.from.is_some(),
+        })
+    }
+}
+impl Handler<Msg<Note>> for Scaler {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, msg: Msg<Note>, _: &mut Context<Self>) -> Self::Result {
+        if let Ok(mut n) = self.notes.lock() {
+            n.push(msg.body.0);
+        }
+        Ok(())
+    }
+}
+
+fn typed_cluster(transport: &str) -> (Cluster, Arc<Mutex<Vec<String>>>) {
+    let settings = Topology::builder("typed")
+        .node("server", &["scaler"])
+        .node("client", &["caller"])
+        .transport(transport)
+        .build()
+        .unwrap();
+    let notes = Arc::new(Mutex::new(Vec::new()));
+    let server_notes = notes.clone();
+    let cluster = Cluster::new(settings)
+        .role("scaler", move |ctx: NodeContext| {
+            let notes = server_notes.clone();
+            Box::pin(async move {
+                let addr = Scaler { notes }.start();
+                ctx.node
+                    .register("scaler", addr)
+                    .map_err(|e| e.to_string())?
+                    .accept::<Scale>()
+                    .accept::<Note>();
+                // The caller may only start once the actor exists.
+                ctx.barrier("scaler-ready").await.map_err(|e| e.to_string())
+            })
+        })
+        .role("caller", |ctx: NodeContext| {
+            Box::pin(async move {
+                ctx.barrier("scaler-ready")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let scaler = ctx
+                    .node
+                    .actor_at::<Scale>("server", "scaler")
+                    .map_err(|e| e.to_string())?;
+                assert!(!scaler.is_local());
+                let big = Tensor::new(vec![512, 1024], (0..512 * 1024).map(|i| i as f32).collect())
+                    .unwrap();
+                let reply = scaler
+                    .ask(
+                        Scale {
+                            factor: 2.0,
+                            tensor: big.clone(),
+                        },
+                        Priority::HIGH,
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                assert!(reply.seen_from_remote);
+                assert_eq!(reply.tensor.shape, vec![512, 1024]);
+                assert!(
+                    reply
+                        .tensor
+                        .data
+                        .iter()
+                        .zip(&big.data)
+                        .all(|(a, b)| *a == 2.0 * b)
+                );
+                // Handler errors travel back as errors, not hangs.
+                let err = scaler
+                    .ask(
+                        Scale {
+                            factor: f32::NAN,
+                            tensor: Tensor::default(),
+                        },
+                        Priority::NORMAL,
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .unwrap_err();
+                assert!(
+                    matches!(err, AskError::Remote { ref error, .. } if error.contains("NaN")),
+                    "{err}"
+                );
+                // A name nobody registered is an error from the remote node.
+                let ghost = ctx
+                    .node
+                    .actor_at::<Scale>("server", "ghost")
+                    .map_err(|e| e.to_string())?;
+                let err = ghost
+                    .ask(
+                        Scale {
+                            factor: 1.0,
+                            tensor: Tensor::default(),
+                        },
+                        Priority::NORMAL,
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .unwrap_err();
+                assert!(err.to_string().contains("no actor ghost"), "{err}");
+                let note = ctx
+                    .node
+                    .actor_at::<Note>("server", "scaler")
+                    .map_err(|e| e.to_string())?;
+                for i in 0..5 {
+                    note.tell(Note(format!("n{i}")), Priority::NORMAL)
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            })
+        });
+    (cluster, notes)
+}
+
+#[test]
+fn typed_messages_between_two_nodes_over_quic() {
+    let (cluster, notes) = typed_cluster("quic");
+    cluster.run_in_process().unwrap();
+    assert_eq!(
+        notes.lock().unwrap().clone(),
+        vec!["n0", "n1", "n2", "n3", "n4"]
+    );
+}
+
+#[test]
+fn typed_messages_between_two_nodes_in_memory() {
+    let (cluster, notes) = typed_cluster("memory");
+    cluster.run_in_process().unwrap();
+    assert_eq!(notes.lock().unwrap().len(), 5);
+}
+
+#[test]
+fn unknown_role_is_a_clear_error() {
+    let settings = Topology::builder("x").node("a", &["nope"]).build().unwrap();
+    let err = Cluster::new(settings).run_in_process().unwrap_err();
+    assert!(err.to_string().contains("unknown role nope"), "{err}");
+}
+
+// ---- priority mailbox ----
+
+#[derive(Serialize, Deserialize)]
+struct Work(u32);
+remote_message!(Work => u32, "test.work");
+
+struct Ordered {
+    inbox: PriorityInbox<Self>,
+    seen: Arc<Mutex<Vec<u32>>>,
+}
+impl Actor for Ordered {
+    type Context = Context<Self>;
+}
+impl PriorityActor for Ordered {
+    fn inbox(&mut self) -> &mut PriorityInbox<Self> {
+        &mut self.inbox
+    }
+}
+impl Handler<Msg<Work>> for Ordered {
+    type Result = ResponseFuture<Result<u32, HandlerError>>;
+    fn handle(&mut self, msg: Msg<Work>, ctx: &mut Context<Self>) -> Self::Result {
+        let id = msg.body.0;
+        PriorityInbox::defer(self, ctx, msg.priority, move |act, _| {
+            if id == 0 {
+                // Block the actor so that the rest of the messages pile up.
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            act.seen.lock().map_err(|_| "poisoned")?.push(id);
+            Ok(id)
+        })
+    }
+}
+
+#[actix::test]
+async fn priority_mailbox_processes_backlog_highest_first() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let addr = Ordered {
+        inbox: PriorityInbox::default(),
+        seen: seen.clone(),
+    }
+    .start();
+    let first = addr.send(Msg {
+        body: Work(0),
+        priority: Priority(0),
+        from: None,
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut replies = Vec::new();
+    for (id, p) in [(1, 1), (2, 5), (3, 1), (4, 9), (5, -3)] {
+        replies.push(addr.send(Msg {
+            body: Work(id),
+            priority: Priority(p),
+            from: None,
+        }));
+    }
+    assert_eq!(first.await.unwrap().unwrap(), 0);
+    for r in replies {
+        r.await.unwrap().unwrap();
+    }
+    assert_eq!(seen.lock().unwrap().clone(), vec![0, 4, 2, 1, 3, 5]);
+}
+
+// ---- failure detection ----
+
+#[derive(Serialize, Deserialize)]
+struct Stall;
+remote_message!(Stall => (), "test.stall");
+
+struct Staller;
+impl Actor for Staller {
+    type Context = Context<Self>;
+}
+impl Handler<Msg<Stall>> for Staller {
+    type Result = ResponseFuture<Result<(), HandlerError>>;
+    fn handle(&mut self, _: Msg<Stall>, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(futures::future::pending())
+    }
+}
+
+async fn boot_three(settings: Settings) -> Vec<(Node, Option<Addr<Coordinator>>)> {
+    let names: Vec<String> = settings.nodes.iter().map(|n| n.name.clone()).collect();
+    let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+    let creds = ClusterCredentials::generate_cluster(&refs).unwrap();
+    let cluster = Cluster::new(settings);
+    let boots = names
+        .iter()
+        .zip(creds)
+        .map(|(n, c)| {
+            let cluster = cluster.clone();
+            let n = n.clone();
+            async move { cluster.boot(&n, Wiring::Quic(c)).await.unwrap() }
+        })
+        .collect::<Vec<_>>();
+    futures::future::join_all(boots)
+        .await
+        .into_iter()
+        .map(|(ctx, c)| (ctx.node, c))
+        .collect()
+}
+
+#[actix::test]
+async fn dead_peer_is_reported_and_its_pending_requests_fail() {
+    let mut settings = Topology::builder("fd")
+        .node("coord", &[])
+        .node("alice", &[])
+        .node("victim", &[])
+        .build()
+        .unwrap();
+    settings.cluster.heartbeat_interval_ms = 100;
+    settings.cluster.failure_timeout_ms = 800;
+    petrel_actors::topology::reserve_ports(&mut settings).unwrap();
+    let nodes = boot_three(settings).await;
+    let (alice, victim) = (nodes[1].0.clone(), nodes[2].0.clone());
+    victim
+        .register("staller", Staller.start())
+        .unwrap()
+        .accept::<Stall>();
+    let mut events = alice.subscribe();
+    let staller = alice.actor_at::<Stall>("victim", "staller").unwrap();
+    let asked = Instant::now();
+    let pending = tokio::spawn(async move {
+        staller
+            .ask(Stall, Priority::NORMAL, Duration::from_secs(60))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(alice.pending_requests(), 1);
+    // The victim's process "dies": its transport goes away and it falls silent.
+    let killed = Instant::now();
+    victim.shutdown();
+    let result = tokio::time::timeout(Duration::from_secs(10), pending)
+        .await
+        .unwrap()
+        .unwrap();
+    let detected = killed.elapsed();
+    assert!(
+        matches!(result, Err(AskError::PeerDown { .. })),
+        "{result:?}"
+    );
+    assert!(result.unwrap_err().to_string().contains("node2"));
+    assert!(
+        detected < Duration::from_millis(800 + 1500),
+        "detected after {detected:?}"
+    );
+    assert!(asked.elapsed() < Duration::from_secs(10));
+    let ev = tokio::time::timeout(Duration::from_secs(2), events.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(ev, PeerEvent::Down { ref name, .. } if name == "victim"),
+        "{ev:?}"
+    );
+    assert_eq!(alice.pending_requests(), 0);
+    // Later requests to the dead node fail at once.
+    let again = alice.actor_at::<Stall>("victim", "staller").unwrap();
+    assert!(matches!(
+        again
+            .ask(Stall, Priority::NORMAL, Duration::from_secs(5))
+            .await,
+        Err(AskError::PeerDown { .. })
+    ));
+    for (n, _) in nodes {
+        n.shutdown();
+    }
+}
+
+#[actix::test]
+async fn barrier_waits_for_every_node() {
+    let mut settings = Topology::builder("bar")
+        .node("a", &[])
+        .node("b", &[])
+        .node("c", &[])
+        .build()
+        .unwrap();
+    petrel_actors::topology::reserve_ports(&mut settings).unwrap();
+    let nodes = boot_three(settings).await;
+    let coordinator = nodes[0].0.id();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, (n, _)) in nodes.iter().enumerate() {
+        let n = n.clone();
+        let order = order.clone();
+        tasks.push(async move {
+            tokio::time::sleep(Duration::from_millis(100 * i as u64)).await;
+            order.lock().unwrap().push(format!("enter{i}"));
+            let r = n.barrier("b1", coordinator).await.unwrap();
+            order.lock().unwrap().push(format!("leave{i}"));
+            r.participants
+        });
+    }
+    let parts = futures::future::join_all(tasks).await;
+    assert_eq!(parts, vec![3, 3, 3]);
+    let order = order.lock().unwrap().clone();
+    assert_eq!(&order[..3], &["enter0", "enter1", "enter2"]);
+    for (n, _) in nodes {
+        n.shutdown();
+    }
+}
