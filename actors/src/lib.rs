@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod error;
 pub mod mailbox;
 pub mod node;
+pub mod ps;
 pub mod settings;
 pub mod topology;
 

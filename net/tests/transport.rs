@@ -156,9 +156,7 @@ async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
         .unwrap();
     // 1. pure garbage
     let mut s = conn.open_uni().await.unwrap();
-    s.write_all(&[0x5a; 64])
-        .await
-        .unwrap();
+    s.write_all(&[0x5a; 64]).await.unwrap();
     s.finish().unwrap();
     // Streams start with a lane header (sender, priority, epoch, sequence).
     let lane = |seq| {

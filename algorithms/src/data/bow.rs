@@ -1,0 +1,231 @@
+//! UCI "bag of words" corpora: `docword.txt` (header lines D, W, NNZ then `docID wordID count`,
+//! all 1-based) and an optional `vocab.txt` (one word per line, line n = word n).
+
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{DataError, numbered_lines, open_buffered};
+
+/// A tokenised corpus: each document is its list of 0-based word ids, with every
+/// `(doc, word, count)` entry expanded into `count` tokens (what a Gibbs sampler iterates).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Corpus {
+    pub n_docs: usize,
+    pub vocab_size: usize,
+    pub docs: Vec<Vec<u32>>,
+    pub vocab: Option<Vec<String>>,
+}
+
+impl Corpus {
+    pub fn n_tokens(&self) -> usize {
+        self.docs.iter().map(Vec::len).sum()
+    }
+
+    /// Number of tokens of every word.
+    pub fn word_frequencies(&self) -> Vec<usize> {
+        let mut freq = vec![0; self.vocab_size];
+        for doc in &self.docs {
+            for &w in doc {
+                freq[w as usize] += 1;
+            }
+        }
+        freq
+    }
+}
+
+/// Loads `docword` and, if given, `vocab` (whose length must equal the header's W).
+pub fn load_bow(
+    docword_path: impl AsRef<Path>,
+    vocab_path: Option<&Path>,
+) -> Result<Corpus, DataError> {
+    let docword_path = docword_path.as_ref();
+    let mut corpus = parse_docword(open_buffered(docword_path)?, docword_path)?;
+    if let Some(vocab_path) = vocab_path {
+        let vocab = parse_vocab(open_buffered(vocab_path)?, vocab_path)?;
+        if vocab.len() != corpus.vocab_size {
+            return Err(DataError::malformed(
+                vocab_path,
+                vocab.len(),
+                format!(
+                    "vocabulary has {} words but docword header says W = {}",
+                    vocab.len(),
+                    corpus.vocab_size
+                ),
+            ));
+        }
+        corpus.vocab = Some(vocab);
+    }
+    Ok(corpus)
+}
+
+/// Parses vocabulary text: one word per line, surrounding whitespace trimmed. Blank lines
+/// are rejected because they would shift every following word id.
+pub fn parse_vocab(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+) -> Result<Vec<String>, DataError> {
+    let name = name_for_errors.as_ref();
+    let mut words = Vec::new();
+    for item in numbered_lines(reader, name) {
+        let (line_no, line) = item?;
+        let word = line.trim();
+        if word.is_empty() {
+            return Err(DataError::malformed(name, line_no, "empty vocabulary line"));
+        }
+        words.push(word.to_owned());
+    }
+    Ok(words)
+}
+
+/// Parses `docword.txt`. Blank lines are skipped; ids are checked against D and W, and the
+/// number of entry lines against NNZ.
+pub fn parse_docword(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+) -> Result<Corpus, DataError> {
+    let name = name_for_errors.as_ref();
+    let mut header: Vec<usize> = Vec::with_capacity(3);
+    let mut docs: Vec<Vec<u32>> = Vec::new();
+    let mut entries = 0usize;
+    let mut last_line = 0;
+    for item in numbered_lines(reader, name) {
+        let (line_no, line) = item?;
+        last_line = line_no;
+        let content = line.trim();
+        if content.is_empty() {
+            continue;
+        }
+        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        if header.len() < 3 {
+            let what = ["document count D", "vocabulary size W", "entry count NNZ"][header.len()];
+            let value: usize = content
+                .parse()
+                .map_err(|_| bad(format!("{what} {content:?} is not an integer")))?;
+            if header.len() < 2 && value > u32::MAX as usize {
+                return Err(bad(format!("{what} {value} exceeds u32")));
+            }
+            header.push(value);
+            if header.len() == 3 {
+                docs = vec![Vec::new(); header[0]];
+            }
+            continue;
+        }
+        let (n_docs, vocab_size, nnz) = (header[0], header[1], header[2]);
+        let fields: Vec<&str> = content.split_whitespace().collect();
+        if fields.len() != 3 {
+            return Err(bad("entry must be `docID wordID count`".into()));
+        }
+        let mut numbers = [0u64; 3];
+        for (slot, (text, what)) in numbers
+            .iter_mut()
+            .zip(fields.iter().zip(["docID", "wordID", "count"]))
+        {
+            *slot = text
+                .parse()
+                .map_err(|_| bad(format!("{what} {text:?} is not a non-negative integer")))?;
+        }
+        let [doc, word, count] = numbers;
+        if doc == 0 || doc > n_docs as u64 {
+            return Err(bad(format!("docID {doc} outside 1..={n_docs}")));
+        }
+        if word == 0 || word > vocab_size as u64 {
+            return Err(bad(format!("wordID {word} outside 1..={vocab_size}")));
+        }
+        if count > u64::from(u32::MAX) {
+            return Err(bad(format!("count {count} exceeds u32")));
+        }
+        entries += 1;
+        if entries > nnz {
+            return Err(bad(format!("more entries than NNZ = {nnz}")));
+        }
+        let tokens = &mut docs[(doc - 1) as usize];
+        tokens.extend(std::iter::repeat_n((word - 1) as u32, count as usize));
+    }
+    if header.len() < 3 {
+        return Err(DataError::malformed(
+            name,
+            last_line,
+            "missing header (D, W, NNZ on three lines)",
+        ));
+    }
+    if entries != header[2] {
+        return Err(DataError::malformed(
+            name,
+            last_line,
+            format!(
+                "header says NNZ = {} but found {entries} entries",
+                header[2]
+            ),
+        ));
+    }
+    Ok(Corpus {
+        n_docs: header[0],
+        vocab_size: header[1],
+        docs,
+        vocab: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line_of(err: DataError) -> usize {
+        match err {
+            DataError::Malformed { line, .. } => line,
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_docword_and_expands_counts() {
+        let text = "3\n4\n3\n1 2 2\n1 4 1\n3 1 3\n";
+        let c = parse_docword(text.as_bytes(), "docword.txt").unwrap();
+        assert_eq!((c.n_docs, c.vocab_size), (3, 4));
+        assert_eq!(c.docs, vec![vec![1, 1, 3], vec![], vec![0, 0, 0]]);
+        assert_eq!(c.n_tokens(), 6);
+        assert_eq!(c.word_frequencies(), vec![3, 2, 0, 1]);
+    }
+
+    #[test]
+    fn docword_errors() {
+        let cases = [
+            ("2\n2\n1\n3 1 1\n", 4),
+            ("2\n2\n1\n1 3 1\n", 4),
+            ("2\n2\n1\n0 1 1\n", 4),
+            ("2\n2\n2\n1 1 1\n", 4),
+            ("2\n2\n1\n1 1 1\n2 2 1\n", 5),
+            ("2\n2\n", 2),
+            ("2\nx\n1\n", 2),
+            ("2\n2\n1\n1 1\n", 4),
+            ("2\n2\n1\n1 1 -1\n", 4),
+        ];
+        for (text, line) in cases {
+            assert_eq!(
+                line_of(parse_docword(text.as_bytes(), "d").unwrap_err()),
+                line,
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn loads_with_vocab_and_checks_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let docword = dir.path().join("docword.txt");
+        let vocab = dir.path().join("vocab.txt");
+        std::fs::write(&docword, "1\n2\n2\n1 1 1\n1 2 2\n").unwrap();
+        std::fs::write(&vocab, "apple\nbanana\n").unwrap();
+        let c = load_bow(&docword, Some(&vocab)).unwrap();
+        assert_eq!(c.vocab.unwrap(), vec!["apple", "banana"]);
+        std::fs::write(&vocab, "apple\n").unwrap();
+        assert!(matches!(
+            load_bow(&docword, Some(&vocab)),
+            Err(DataError::Malformed { .. })
+        ));
+        std::fs::write(&vocab, "apple\n\nbanana\n").unwrap();
+        assert_eq!(line_of(load_bow(&docword, Some(&vocab)).unwrap_err()), 2);
+    }
+}

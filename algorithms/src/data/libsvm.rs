@@ -1,0 +1,353 @@
+//! LIBSVM / SVMlight sparse format: `label idx:val idx:val ...` with 1-based, strictly
+//! increasing feature indices. Stored 0-based in memory.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{DataError, numbered_lines, open_buffered};
+
+/// One sparse example: 0-based feature indices (strictly increasing) and their values.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SparseRow {
+    pub indices: Vec<u32>,
+    pub values: Vec<f32>,
+}
+
+impl SparseRow {
+    /// Dot product with a dense vector; indices past `dense.len()` count as zero.
+    pub fn dot(&self, dense: &[f32]) -> f64 {
+        self.indices
+            .iter()
+            .zip(&self.values)
+            .filter_map(|(&j, &v)| dense.get(j as usize).map(|&d| f64::from(v) * f64::from(d)))
+            .sum()
+    }
+}
+
+/// Row-major sparse dataset with one label per row.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SparseDataset {
+    /// Number of features: one past the largest 0-based index seen (or as generated).
+    pub n_features: usize,
+    pub labels: Vec<f32>,
+    pub rows: Vec<SparseRow>,
+}
+
+/// Column-major (CSC) sparse matrix: what coordinate descent wants, since one coordinate
+/// update touches exactly one column.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SparseColumns {
+    pub n_rows: usize,
+    /// `column_starts[j]..column_starts[j + 1]` is the range of column `j` in
+    /// `row_indices`/`values`; length is `n_columns + 1`.
+    pub column_starts: Vec<usize>,
+    pub row_indices: Vec<u32>,
+    pub values: Vec<f32>,
+}
+
+impl SparseColumns {
+    pub fn n_columns(&self) -> usize {
+        self.column_starts.len().saturating_sub(1)
+    }
+
+    /// Row indices and values of column `j` (rows increasing).
+    pub fn column(&self, j: usize) -> (&[u32], &[f32]) {
+        let range = self.column_starts[j]..self.column_starts[j + 1];
+        (&self.row_indices[range.clone()], &self.values[range])
+    }
+
+    /// Squared L2 norm of every column.
+    pub fn column_sq_norms(&self) -> Vec<f64> {
+        (0..self.n_columns())
+            .map(|j| self.column(j).1.iter().map(|&v| f64::from(v).powi(2)).sum())
+            .collect()
+    }
+
+    /// Dot product of columns `j` and `k` (merge of two sorted index lists).
+    pub fn column_dot(&self, j: usize, k: usize) -> f64 {
+        let (rows_j, vals_j) = self.column(j);
+        let (rows_k, vals_k) = self.column(k);
+        let (mut a, mut b, mut sum) = (0, 0, 0.0f64);
+        while a < rows_j.len() && b < rows_k.len() {
+            match rows_j[a].cmp(&rows_k[b]) {
+                std::cmp::Ordering::Less => a += 1,
+                std::cmp::Ordering::Greater => b += 1,
+                std::cmp::Ordering::Equal => {
+                    sum += f64::from(vals_j[a]) * f64::from(vals_k[b]);
+                    a += 1;
+                    b += 1;
+                }
+            }
+        }
+        sum
+    }
+
+    /// Builds CSC storage from a dense row-major matrix, dropping exact zeros.
+    pub fn from_dense(x: &ndarray::Array2<f32>) -> Self {
+        let (n_rows, n_cols) = x.dim();
+        let mut column_starts = Vec::with_capacity(n_cols + 1);
+        let mut row_indices = Vec::new();
+        let mut values = Vec::new();
+        column_starts.push(0);
+        for j in 0..n_cols {
+            for (i, &v) in x.column(j).iter().enumerate() {
+                if v != 0.0 {
+                    row_indices.push(i as u32);
+                    values.push(v);
+                }
+            }
+            column_starts.push(row_indices.len());
+        }
+        SparseColumns {
+            n_rows,
+            column_starts,
+            row_indices,
+            values,
+        }
+    }
+
+    /// The sub-matrix of rows `rows` (renumbered from 0), keeping all columns. Used to hand
+    /// each worker its row block.
+    pub fn row_block(&self, rows: std::ops::Range<usize>) -> SparseColumns {
+        let mut column_starts = Vec::with_capacity(self.column_starts.len());
+        let mut row_indices = Vec::new();
+        let mut values = Vec::new();
+        column_starts.push(0);
+        for j in 0..self.n_columns() {
+            let (r, v) = self.column(j);
+            let lo = r.partition_point(|&i| (i as usize) < rows.start);
+            let hi = r.partition_point(|&i| (i as usize) < rows.end);
+            row_indices.extend(r[lo..hi].iter().map(|&i| i - rows.start as u32));
+            values.extend_from_slice(&v[lo..hi]);
+            column_starts.push(row_indices.len());
+        }
+        SparseColumns {
+            n_rows: rows.len(),
+            column_starts,
+            row_indices,
+            values,
+        }
+    }
+}
+
+impl SparseDataset {
+    pub fn n_rows(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Converts to column-major storage (rows stay in order, so row indices in each column are
+    /// increasing).
+    pub fn to_columns(&self) -> SparseColumns {
+        let mut counts = vec![0usize; self.n_features + 1];
+        for row in &self.rows {
+            for &j in &row.indices {
+                counts[j as usize + 1] += 1;
+            }
+        }
+        for j in 0..self.n_features {
+            counts[j + 1] += counts[j];
+        }
+        let column_starts = counts;
+        let nnz = column_starts[self.n_features];
+        let mut next = column_starts.clone();
+        let mut row_indices = vec![0u32; nnz];
+        let mut values = vec![0f32; nnz];
+        for (i, row) in self.rows.iter().enumerate() {
+            for (&j, &v) in row.indices.iter().zip(&row.values) {
+                let slot = &mut next[j as usize];
+                row_indices[*slot] = i as u32;
+                values[*slot] = v;
+                *slot += 1;
+            }
+        }
+        SparseColumns {
+            n_rows: self.rows.len(),
+            column_starts,
+            row_indices,
+            values,
+        }
+    }
+}
+
+/// Loads a LIBSVM file.
+pub fn load_libsvm(path: impl AsRef<Path>) -> Result<SparseDataset, DataError> {
+    let path = path.as_ref();
+    parse_libsvm(open_buffered(path)?, path)
+}
+
+/// Parses LIBSVM text. `#` starts a comment; blank lines are skipped; `qid:` tokens
+/// (ranking files) are ignored. Rejects index 0, non-increasing indices, and non-finite
+/// labels or values.
+pub fn parse_libsvm(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+) -> Result<SparseDataset, DataError> {
+    let name = name_for_errors.as_ref();
+    let mut dataset = SparseDataset::default();
+    for item in numbered_lines(reader, name) {
+        let (line_no, line) = item?;
+        let content = line.split('#').next().unwrap_or("").trim();
+        if content.is_empty() {
+            continue;
+        }
+        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        let mut tokens = content.split_whitespace();
+        let label_text = tokens.next().unwrap_or("");
+        let label: f32 = label_text
+            .parse()
+            .map_err(|_| bad(format!("label {label_text:?} is not a number")))?;
+        if !label.is_finite() {
+            return Err(bad(format!("label {label_text:?} is not finite")));
+        }
+        let mut row = SparseRow::default();
+        for token in tokens {
+            if token.starts_with("qid:") {
+                continue;
+            }
+            let (idx_text, val_text) = token
+                .split_once(':')
+                .ok_or_else(|| bad(format!("feature {token:?} is not idx:value")))?;
+            let index: u64 = idx_text
+                .parse()
+                .map_err(|_| bad(format!("feature index {idx_text:?} is not an integer")))?;
+            if index == 0 {
+                return Err(bad("feature index 0: LIBSVM indices are 1-based".into()));
+            }
+            if index > u64::from(u32::MAX) {
+                return Err(bad(format!("feature index {index} exceeds u32")));
+            }
+            let zero_based = (index - 1) as u32;
+            if let Some(&previous) = row.indices.last()
+                && zero_based <= previous
+            {
+                return Err(bad(format!(
+                    "feature index {index} does not increase (previous {})",
+                    previous + 1
+                )));
+            }
+            let value: f32 = val_text
+                .parse()
+                .map_err(|_| bad(format!("feature value {val_text:?} is not a number")))?;
+            if !value.is_finite() {
+                return Err(bad(format!("feature value {val_text:?} is not finite")));
+            }
+            row.indices.push(zero_based);
+            row.values.push(value);
+        }
+        if let Some(&last) = row.indices.last() {
+            dataset.n_features = dataset.n_features.max(last as usize + 1);
+        }
+        dataset.labels.push(label);
+        dataset.rows.push(row);
+    }
+    Ok(dataset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn parse(text: &str) -> Result<SparseDataset, DataError> {
+        parse_libsvm(text.as_bytes(), "test.svm")
+    }
+
+    fn malformed_line(err: DataError) -> usize {
+        match err {
+            DataError::Malformed { line, path, .. } => {
+                assert_eq!(path, Path::new("test.svm"));
+                line
+            }
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_rows_comments_and_blank_lines() {
+        let data = parse("# header\n1 1:0.5 3:2\n\n-1 2:1 # trailing\n0\n").unwrap();
+        assert_eq!(data.n_features, 3);
+        assert_eq!(data.labels, vec![1.0, -1.0, 0.0]);
+        assert_eq!(data.rows[0].indices, vec![0, 2]);
+        assert_eq!(data.rows[0].values, vec![0.5, 2.0]);
+        assert_eq!(data.rows[1].indices, vec![1]);
+        assert!(data.rows[2].indices.is_empty());
+    }
+
+    #[test]
+    fn rejects_bad_input_with_line_numbers() {
+        assert_eq!(malformed_line(parse("1 1:1\n1 0:1\n").unwrap_err()), 2);
+        assert_eq!(malformed_line(parse("1 2:1 2:1\n").unwrap_err()), 1);
+        assert_eq!(malformed_line(parse("1 3:1 2:1\n").unwrap_err()), 1);
+        assert_eq!(malformed_line(parse("\n\n1 1:NaN\n").unwrap_err()), 3);
+        assert_eq!(malformed_line(parse("nan 1:1\n").unwrap_err()), 1);
+        assert_eq!(malformed_line(parse("x 1:1\n").unwrap_err()), 1);
+        assert_eq!(malformed_line(parse("1 1-1\n").unwrap_err()), 1);
+        assert_eq!(malformed_line(parse("1 a:1\n").unwrap_err()), 1);
+        assert_eq!(malformed_line(parse("1 1:b\n").unwrap_err()), 1);
+        assert_eq!(malformed_line(parse("1 -3:1\n").unwrap_err()), 1);
+    }
+
+    #[test]
+    fn missing_file_is_io_error() {
+        let err = load_libsvm("/nonexistent/file.svm").unwrap_err();
+        assert!(matches!(err, DataError::Io { .. }));
+    }
+
+    #[test]
+    fn loads_from_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.svm");
+        std::fs::write(&path, "1 1:1 2:2\n0 2:3\n").unwrap();
+        let data = load_libsvm(&path).unwrap();
+        assert_eq!(data.n_rows(), 2);
+        let cols = data.to_columns();
+        assert_eq!(cols.column(0), (&[0u32][..], &[1.0f32][..]));
+        assert_eq!(cols.column(1), (&[0u32, 1][..], &[2.0f32, 3.0][..]));
+        assert!((cols.column_dot(0, 1) - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn row_block_renumbers_rows() {
+        let x = ndarray::array![[1.0f32, 0.0], [0.0, 2.0], [3.0, 4.0]];
+        let cols = SparseColumns::from_dense(&x);
+        let block = cols.row_block(1..3);
+        assert_eq!(block.n_rows, 2);
+        assert_eq!(block.column(0), (&[1u32][..], &[3.0f32][..]));
+        assert_eq!(block.column(1), (&[0u32, 1][..], &[2.0f32, 4.0][..]));
+    }
+
+    proptest! {
+        #[test]
+        fn csc_round_trips_every_entry(
+            rows in proptest::collection::vec(
+                proptest::collection::btree_map(0u32..20, -5.0f32..5.0, 0..6), 0..15)
+        ) {
+            let dataset = SparseDataset {
+                n_features: 20,
+                labels: vec![0.0; rows.len()],
+                rows: rows.iter().map(|m| SparseRow {
+                    indices: m.keys().copied().collect(),
+                    values: m.values().copied().collect(),
+                }).collect(),
+            };
+            let cols = dataset.to_columns();
+            let mut seen = 0;
+            for j in 0..cols.n_columns() {
+                let (r, v) = cols.column(j);
+                prop_assert!(r.windows(2).all(|w| w[0] < w[1]));
+                for (&i, &val) in r.iter().zip(v) {
+                    prop_assert_eq!(rows[i as usize].get(&(j as u32)), Some(&val));
+                    seen += 1;
+                }
+            }
+            prop_assert_eq!(seen, rows.iter().map(|m| m.len()).sum::<usize>());
+        }
+
+        #[test]
+        fn parser_never_panics(text in "[0-9a-z:#. \\-\n]{0,80}") {
+            let _ = parse(&text);
+        }
+    }
+}

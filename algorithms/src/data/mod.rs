@@ -1,0 +1,77 @@
+//! Data loaders (LIBSVM, ratings, UCI bag-of-words) and seeded synthetic generators.
+//!
+//! Every loader reports malformed input as [`DataError::Malformed`] with the source name and
+//! the 1-based line number instead of panicking, so a bad file never takes a worker down.
+
+pub mod bow;
+pub mod libsvm;
+pub mod ratings;
+pub mod synthetic;
+
+use std::path::{Path, PathBuf};
+
+pub use bow::{Corpus, load_bow, parse_docword, parse_vocab};
+pub use libsvm::{SparseColumns, SparseDataset, SparseRow, load_libsvm, parse_libsvm};
+pub use ratings::{
+    IdMapping, Ratings, load_matrix_market, load_ratings, load_triplets, parse_matrix_market,
+    parse_triplets,
+};
+
+/// Errors of every loader and generator in this module.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The file could not be opened or read.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The content does not follow the format. `line` is 1-based; for problems found only at
+    /// the end of the input (a count mismatch) it is the number of the last line read.
+    #[error("{path}:{line}: {message}")]
+    Malformed {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    /// A caller-supplied parameter is out of range (e.g. a test fraction of 1.5).
+    #[error("invalid parameter: {0}")]
+    InvalidParameter(String),
+}
+
+impl DataError {
+    pub(crate) fn malformed(path: &Path, line: usize, message: impl Into<String>) -> Self {
+        DataError::Malformed {
+            path: path.to_path_buf(),
+            line,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        DataError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Opens `path` for buffered reading, mapping the error to [`DataError::Io`].
+pub(crate) fn open_buffered(path: &Path) -> Result<std::io::BufReader<std::fs::File>, DataError> {
+    std::fs::File::open(path)
+        .map(std::io::BufReader::new)
+        .map_err(|e| DataError::io(path, e))
+}
+
+/// Iterates the lines of `reader` as `(1-based line number, line)`, turning read errors into
+/// [`DataError::Io`] tagged with `source_name`.
+pub(crate) fn numbered_lines<'a, R: std::io::BufRead + 'a>(
+    reader: R,
+    source_name: &'a Path,
+) -> impl Iterator<Item = Result<(usize, String), DataError>> + 'a {
+    reader.lines().enumerate().map(move |(i, line)| {
+        line.map(|l| (i + 1, l))
+            .map_err(|e| DataError::io(source_name, e))
+    })
+}

@@ -1,0 +1,399 @@
+//! Rating matrices: `user item rating` triplets (tab/space/comma separated, extra columns
+//! such as MovieLens timestamps ignored) and MatrixMarket coordinate files.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::Path;
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+
+use super::{DataError, numbered_lines, open_buffered};
+
+/// Original ids of the dense 0-based indices: `user_ids[u]` is the id user `u` had in the
+/// file. Ids are kept as text so that non-numeric ids (e.g. Amazon's) work too.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IdMapping {
+    pub user_ids: Vec<String>,
+    pub item_ids: Vec<String>,
+}
+
+/// A sparse rating matrix with dense 0-based user and item indices.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ratings {
+    pub n_users: usize,
+    pub n_items: usize,
+    /// `(user, item, rating)`.
+    pub entries: Vec<(u32, u32, f32)>,
+    /// Present for triplet files (ids were remapped); `None` for MatrixMarket and synthetic
+    /// data, whose indices are already dense.
+    pub id_mapping: Option<IdMapping>,
+}
+
+impl Ratings {
+    /// Splits the entries into (train, test) with `round(test_fraction * len)` test entries
+    /// chosen by a seeded shuffle; both keep the original entry order, dimensions and mapping.
+    pub fn train_test_split(
+        &self,
+        test_fraction: f64,
+        seed: u64,
+    ) -> Result<(Ratings, Ratings), DataError> {
+        if !(0.0..=1.0).contains(&test_fraction) {
+            return Err(DataError::InvalidParameter(format!(
+                "test_fraction {test_fraction} is outside [0, 1]"
+            )));
+        }
+        let n_test = (test_fraction * self.entries.len() as f64).round() as usize;
+        let mut order: Vec<usize> = (0..self.entries.len()).collect();
+        order.shuffle(&mut StdRng::seed_from_u64(seed));
+        let mut is_test = vec![false; self.entries.len()];
+        for &i in &order[..n_test] {
+            is_test[i] = true;
+        }
+        let pick = |want_test: bool| Ratings {
+            n_users: self.n_users,
+            n_items: self.n_items,
+            entries: self
+                .entries
+                .iter()
+                .zip(&is_test)
+                .filter(|&(_, &t)| t == want_test)
+                .map(|(e, _)| *e)
+                .collect(),
+            id_mapping: self.id_mapping.clone(),
+        };
+        Ok((pick(false), pick(true)))
+    }
+
+    /// Number of ratings per user (index = user).
+    pub fn user_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.n_users];
+        for &(u, _, _) in &self.entries {
+            counts[u as usize] += 1;
+        }
+        counts
+    }
+
+    /// Number of ratings per item (index = item).
+    pub fn item_counts(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.n_items];
+        for &(_, i, _) in &self.entries {
+            counts[i as usize] += 1;
+        }
+        counts
+    }
+}
+
+/// Loads a ratings file, choosing MatrixMarket when the first line starts with
+/// `%%MatrixMarket` and triplets otherwise.
+pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
+    let path = path.as_ref();
+    let mut reader = open_buffered(path)?;
+    let is_matrix_market = reader
+        .fill_buf()
+        .map_err(|e| DataError::io(path, e))?
+        .starts_with(b"%%MatrixMarket");
+    if is_matrix_market {
+        parse_matrix_market(reader, path)
+    } else {
+        parse_triplets(reader, path)
+    }
+}
+
+/// Loads a triplet file; see [`parse_triplets`].
+pub fn load_triplets(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
+    let path = path.as_ref();
+    parse_triplets(open_buffered(path)?, path)
+}
+
+/// Loads a MatrixMarket coordinate file; see [`parse_matrix_market`].
+pub fn load_matrix_market(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
+    let path = path.as_ref();
+    parse_matrix_market(open_buffered(path)?, path)
+}
+
+fn dense_id(map: &mut HashMap<String, u32>, ids: &mut Vec<String>, id: &str) -> u32 {
+    if let Some(&index) = map.get(id) {
+        return index;
+    }
+    let index = ids.len() as u32;
+    map.insert(id.to_owned(), index);
+    ids.push(id.to_owned());
+    index
+}
+
+/// Parses `user item rating [ignored...]` lines separated by tabs, spaces or commas. Ids are
+/// remapped to dense indices in order of first appearance. Lines starting with `#` or `%`
+/// are comments; a first data line whose rating is not a number is taken as a CSV header
+/// (MovieLens `ratings.csv`).
+pub fn parse_triplets(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+) -> Result<Ratings, DataError> {
+    let name = name_for_errors.as_ref();
+    let mut users = HashMap::new();
+    let mut items = HashMap::new();
+    let mut mapping = IdMapping::default();
+    let mut entries = Vec::new();
+    let mut seen_data_line = false;
+    for item in numbered_lines(reader, name) {
+        let (line_no, line) = item?;
+        let content = line.trim();
+        if content.is_empty() || content.starts_with('#') || content.starts_with('%') {
+            continue;
+        }
+        let first_data_line = !seen_data_line;
+        seen_data_line = true;
+        let fields: Vec<&str> = content
+            .split(['\t', ' ', ','])
+            .filter(|f| !f.is_empty())
+            .collect();
+        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        if fields.len() < 3 {
+            return Err(bad(format!(
+                "expected `user item rating`, found {} field(s)",
+                fields.len()
+            )));
+        }
+        let rating: f32 = match fields[2].parse() {
+            Ok(r) => r,
+            Err(_) if first_data_line => continue,
+            Err(_) => return Err(bad(format!("rating {:?} is not a number", fields[2]))),
+        };
+        if !rating.is_finite() {
+            return Err(bad(format!("rating {:?} is not finite", fields[2])));
+        }
+        let user = dense_id(&mut users, &mut mapping.user_ids, fields[0]);
+        let item = dense_id(&mut items, &mut mapping.item_ids, fields[1]);
+        entries.push((user, item, rating));
+    }
+    Ok(Ratings {
+        n_users: mapping.user_ids.len(),
+        n_items: mapping.item_ids.len(),
+        entries,
+        id_mapping: Some(mapping),
+    })
+}
+
+/// Parses a MatrixMarket `matrix coordinate (real|integer) general` file into 0-based
+/// entries, checking indices against the size line and the entry count against its nnz.
+pub fn parse_matrix_market(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+) -> Result<Ratings, DataError> {
+    let name = name_for_errors.as_ref();
+    let mut size: Option<(usize, usize, usize)> = None;
+    let mut entries = Vec::new();
+    let mut last_line = 0;
+    for item in numbered_lines(reader, name) {
+        let (line_no, line) = item?;
+        last_line = line_no;
+        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        if line_no == 1 {
+            let header: Vec<String> = line
+                .split_whitespace()
+                .map(|t| t.to_ascii_lowercase())
+                .collect();
+            let ok = header.len() == 5
+                && header[0] == "%%matrixmarket"
+                && header[1] == "matrix"
+                && header[2] == "coordinate"
+                && (header[3] == "real" || header[3] == "integer")
+                && header[4] == "general";
+            if !ok {
+                return Err(bad(format!(
+                    "expected `%%MatrixMarket matrix coordinate real general`, found {line:?}"
+                )));
+            }
+            continue;
+        }
+        let content = line.trim();
+        if content.is_empty() || content.starts_with('%') {
+            continue;
+        }
+        let fields: Vec<&str> = content.split_whitespace().collect();
+        let parse_index = |text: &str, what: &str| -> Result<usize, DataError> {
+            text.parse::<usize>()
+                .map_err(|_| bad(format!("{what} {text:?} is not a non-negative integer")))
+        };
+        match size {
+            None => {
+                if fields.len() != 3 {
+                    return Err(bad("size line must be `rows cols nnz`".into()));
+                }
+                let rows = parse_index(fields[0], "row count")?;
+                let cols = parse_index(fields[1], "column count")?;
+                let nnz = parse_index(fields[2], "entry count")?;
+                if rows > u32::MAX as usize || cols > u32::MAX as usize {
+                    return Err(bad("dimensions exceed u32".into()));
+                }
+                size = Some((rows, cols, nnz));
+            }
+            Some((rows, cols, nnz)) => {
+                if fields.len() != 3 {
+                    return Err(bad("entry must be `row col value`".into()));
+                }
+                let row = parse_index(fields[0], "row")?;
+                let col = parse_index(fields[1], "column")?;
+                if row == 0 || row > rows || col == 0 || col > cols {
+                    return Err(bad(format!(
+                        "entry ({row}, {col}) outside 1..={rows} x 1..={cols}"
+                    )));
+                }
+                let value: f32 = fields[2]
+                    .parse()
+                    .map_err(|_| bad(format!("value {:?} is not a number", fields[2])))?;
+                if !value.is_finite() {
+                    return Err(bad(format!("value {:?} is not finite", fields[2])));
+                }
+                if entries.len() == nnz {
+                    return Err(bad(format!("more entries than the declared {nnz}")));
+                }
+                entries.push(((row - 1) as u32, (col - 1) as u32, value));
+            }
+        }
+    }
+    let Some((n_users, n_items, nnz)) = size else {
+        return Err(DataError::malformed(name, last_line, "missing size line"));
+    };
+    if entries.len() != nnz {
+        return Err(DataError::malformed(
+            name,
+            last_line,
+            format!("declared {nnz} entries, found {}", entries.len()),
+        ));
+    }
+    Ok(Ratings {
+        n_users,
+        n_items,
+        entries,
+        id_mapping: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line_of(err: DataError) -> usize {
+        match err {
+            DataError::Malformed { line, .. } => line,
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_movielens_udata_with_timestamps() {
+        let text = "196\t242\t3\t881250949\n186\t302\t3\t891717742\n196\t302\t1\t1\n";
+        let r = parse_triplets(text.as_bytes(), "u.data").unwrap();
+        assert_eq!((r.n_users, r.n_items), (2, 2));
+        assert_eq!(r.entries, vec![(0, 0, 3.0), (1, 1, 3.0), (0, 1, 1.0)]);
+        let mapping = r.id_mapping.unwrap();
+        assert_eq!(mapping.user_ids, vec!["196", "186"]);
+        assert_eq!(mapping.item_ids, vec!["242", "302"]);
+    }
+
+    #[test]
+    fn parses_csv_with_header_and_spaces() {
+        let text = "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n% c\n2 31 4\n";
+        let r = parse_triplets(text.as_bytes(), "r.csv").unwrap();
+        assert_eq!(r.entries, vec![(0, 0, 2.5), (1, 0, 4.0)]);
+    }
+
+    #[test]
+    fn triplet_errors_carry_line() {
+        assert_eq!(
+            line_of(parse_triplets("1 2 3\n1 2\n".as_bytes(), "x").unwrap_err()),
+            2
+        );
+        assert_eq!(
+            line_of(parse_triplets("1 2 3\n1 2 z\n".as_bytes(), "x").unwrap_err()),
+            2
+        );
+        assert_eq!(
+            line_of(parse_triplets("1 2 NaN\n".as_bytes(), "x").unwrap_err()),
+            1
+        );
+    }
+
+    #[test]
+    fn parses_matrix_market() {
+        let text =
+            "%%MatrixMarket matrix coordinate real general\n% comment\n3 4 2\n1 1 5\n3 4 -1.5\n";
+        let r = parse_matrix_market(text.as_bytes(), "m.mtx").unwrap();
+        assert_eq!((r.n_users, r.n_items), (3, 4));
+        assert_eq!(r.entries, vec![(0, 0, 5.0), (2, 3, -1.5)]);
+        assert!(r.id_mapping.is_none());
+    }
+
+    #[test]
+    fn matrix_market_errors() {
+        let h = "%%MatrixMarket matrix coordinate real general\n";
+        let cases = [
+            (
+                "%%MatrixMarket matrix array real general\n2 2\n".to_string(),
+                1,
+            ),
+            (format!("{h}2 2 1\n3 1 1\n"), 3),
+            (format!("{h}2 2 1\n0 1 1\n"), 3),
+            (format!("{h}2 2 2\n1 1 1\n"), 3),
+            (format!("{h}2 2 1\n1 1 1\n2 2 2\n"), 4),
+            (format!("{h}2 2\n"), 2),
+            (h.to_string(), 1),
+            (format!("{h}2 2 1\n1 1 inf\n"), 3),
+        ];
+        for (text, line) in cases {
+            assert_eq!(
+                line_of(parse_matrix_market(text.as_bytes(), "m").unwrap_err()),
+                line,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn load_ratings_detects_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let mm = dir.path().join("a.mtx");
+        std::fs::write(
+            &mm,
+            "%%MatrixMarket matrix coordinate integer general\n1 1 1\n1 1 2\n",
+        )
+        .unwrap();
+        assert!(load_ratings(&mm).unwrap().id_mapping.is_none());
+        let tr = dir.path().join("a.tsv");
+        std::fs::write(&tr, "a\tb\t1\n").unwrap();
+        assert!(load_ratings(&tr).unwrap().id_mapping.is_some());
+        assert!(matches!(
+            load_ratings(dir.path().join("none")),
+            Err(DataError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn split_is_deterministic_and_partitions() {
+        let r = Ratings {
+            n_users: 10,
+            n_items: 10,
+            entries: (0..100).map(|i| (i % 10, i / 10, i as f32)).collect(),
+            id_mapping: None,
+        };
+        let (train, test) = r.train_test_split(0.2, 7).unwrap();
+        assert_eq!(test.entries.len(), 20);
+        assert_eq!(train.entries.len(), 80);
+        let (train2, test2) = r.train_test_split(0.2, 7).unwrap();
+        assert_eq!((train.clone(), test.clone()), (train2, test2));
+        let mut all: Vec<_> = train
+            .entries
+            .iter()
+            .chain(&test.entries)
+            .map(|e| e.2 as i32)
+            .collect();
+        all.sort();
+        assert_eq!(all, (0..100).collect::<Vec<_>>());
+        assert!(r.train_test_split(1.5, 0).is_err());
+        assert_ne!(r.train_test_split(0.2, 8).unwrap().1, test);
+    }
+}

@@ -1,0 +1,470 @@
+//! Seeded synthetic problems with known ground truth, for tests and benchmarks. Every
+//! generator uses `StdRng::seed_from_u64(seed)` and is deterministic for a given seed.
+
+use ndarray::Array2;
+use rand::distributions::{Distribution, WeightedIndex};
+use rand::rngs::StdRng;
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Gamma, Normal, StandardNormal};
+
+use super::libsvm::{SparseColumns, SparseDataset, SparseRow};
+use super::{Corpus, DataError, Ratings};
+
+fn invalid(message: impl Into<String>) -> DataError {
+    DataError::InvalidParameter(message.into())
+}
+
+/// Parameters of [`correlated_lasso`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorrelatedLassoParams {
+    pub n_samples: usize,
+    pub n_features: usize,
+    /// Consecutive features `[g * group_size, (g + 1) * group_size)` form a group.
+    pub group_size: usize,
+    /// Population correlation between two features of the same group, in `[0, 1)`.
+    pub correlation: f32,
+    /// Number of non-zero true coefficients.
+    pub n_nonzero: usize,
+    pub noise_std: f32,
+    pub seed: u64,
+}
+
+/// A Lasso problem. `x` is dense row-major (`n_samples x n_features`) with every column
+/// scaled to unit L2 norm, so `x_j^T x_k` is directly the correlation STRADS' dependency
+/// check uses; convert with [`LassoProblem::columns`] for the coordinate-descent workers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LassoProblem {
+    pub x: Array2<f32>,
+    pub y: Vec<f32>,
+    pub b_true: Vec<f32>,
+}
+
+impl LassoProblem {
+    /// Column-major (CSC) copy of `x`.
+    pub fn columns(&self) -> SparseColumns {
+        SparseColumns::from_dense(&self.x)
+    }
+}
+
+/// Correlated design: inside a group, `x_ij = sqrt(c) z_ig + sqrt(1 - c) e_ij` with shared
+/// factor `z_ig`, so features of one group have correlation `c`; columns are then normalised.
+/// `b_true` has `n_nonzero` entries of magnitude in `[1, 2)` with random signs at random
+/// positions; `y = X b_true + N(0, noise_std^2)`.
+pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, DataError> {
+    let CorrelatedLassoParams {
+        n_samples: n,
+        n_features: d,
+        group_size,
+        correlation,
+        n_nonzero,
+        noise_std,
+        seed,
+    } = *params;
+    if n == 0 || d == 0 || group_size == 0 {
+        return Err(invalid(
+            "n_samples, n_features and group_size must be positive",
+        ));
+    }
+    if !(0.0..1.0).contains(&correlation) {
+        return Err(invalid(format!("correlation {correlation} outside [0, 1)")));
+    }
+    if n_nonzero > d {
+        return Err(invalid(format!("n_nonzero {n_nonzero} > n_features {d}")));
+    }
+    let noise =
+        Normal::new(0.0f32, noise_std.max(0.0)).map_err(|e| invalid(format!("noise_std: {e}")))?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let n_groups = d.div_ceil(group_size);
+    let shared_weight = correlation.sqrt();
+    let own_weight = (1.0 - correlation).sqrt();
+    let mut x = Array2::<f32>::zeros((n, d));
+    for i in 0..n {
+        let shared: Vec<f32> = (0..n_groups).map(|_| rng.sample(StandardNormal)).collect();
+        for j in 0..d {
+            let own: f32 = rng.sample(StandardNormal);
+            x[[i, j]] = shared_weight * shared[j / group_size] + own_weight * own;
+        }
+    }
+    for mut column in x.columns_mut() {
+        let norm = column.iter().map(|v| v * v).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            column.mapv_inplace(|v| v / norm);
+        }
+    }
+    let mut b_true = vec![0.0f32; d];
+    for j in sample(&mut rng, d, n_nonzero) {
+        let magnitude = rng.gen_range(1.0f32..2.0);
+        b_true[j] = if rng.gen_bool(0.5) {
+            magnitude
+        } else {
+            -magnitude
+        };
+    }
+    let y = (0..n)
+        .map(|i| {
+            let signal: f32 = x.row(i).iter().zip(&b_true).map(|(a, b)| a * b).sum();
+            signal + noise.sample(&mut rng)
+        })
+        .collect();
+    Ok(LassoProblem { x, y, b_true })
+}
+
+/// Parameters of [`low_rank_ratings`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LowRankParams {
+    pub n_users: usize,
+    pub n_items: usize,
+    pub rank: usize,
+    /// Probability that a (user, item) cell is observed.
+    pub observed_fraction: f64,
+    pub noise_std: f32,
+    pub seed: u64,
+}
+
+/// Low-rank ratings with their generating factors: `rating = w_u . h_i + noise`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LowRankProblem {
+    pub ratings: Ratings,
+    /// `n_users x rank`.
+    pub user_factors: Array2<f32>,
+    /// `n_items x rank`.
+    pub item_factors: Array2<f32>,
+}
+
+/// Factors have i.i.d. `N(0, 1/sqrt(rank))` entries so a rating has unit variance before
+/// noise. Every cell is observed independently with `observed_fraction`.
+pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataError> {
+    let LowRankParams {
+        n_users,
+        n_items,
+        rank,
+        observed_fraction,
+        noise_std,
+        seed,
+    } = *params;
+    if rank == 0 || n_users > u32::MAX as usize || n_items > u32::MAX as usize {
+        return Err(invalid("rank must be positive and dimensions fit u32"));
+    }
+    if !(0.0..=1.0).contains(&observed_fraction) {
+        return Err(invalid(format!(
+            "observed_fraction {observed_fraction} outside [0, 1]"
+        )));
+    }
+    let noise =
+        Normal::new(0.0f32, noise_std.max(0.0)).map_err(|e| invalid(format!("noise_std: {e}")))?;
+    let factor = Normal::new(0.0f32, (rank as f32).powf(-0.25))
+        .map_err(|e| invalid(format!("factor scale: {e}")))?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let user_factors = Array2::from_shape_fn((n_users, rank), |_| factor.sample(&mut rng));
+    let item_factors = Array2::from_shape_fn((n_items, rank), |_| factor.sample(&mut rng));
+    let mut entries = Vec::new();
+    for u in 0..n_users {
+        for i in 0..n_items {
+            if rng.gen_bool(observed_fraction) {
+                let clean = user_factors.row(u).dot(&item_factors.row(i));
+                entries.push((u as u32, i as u32, clean + noise.sample(&mut rng)));
+            }
+        }
+    }
+    Ok(LowRankProblem {
+        ratings: Ratings {
+            n_users,
+            n_items,
+            entries,
+            id_mapping: None,
+        },
+        user_factors,
+        item_factors,
+    })
+}
+
+/// Parameters of [`lda_corpus`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LdaCorpusParams {
+    pub n_topics: usize,
+    pub vocab_size: usize,
+    pub n_docs: usize,
+    /// Tokens per document (fixed).
+    pub doc_length: usize,
+    pub alpha: f64,
+    pub beta: f64,
+    pub seed: u64,
+}
+
+/// A corpus drawn from the LDA generative model, with the distributions that drew it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LdaCorpusProblem {
+    pub corpus: Corpus,
+    /// `n_topics x vocab_size`, rows sum to 1.
+    pub topic_word: Array2<f64>,
+    /// `n_docs x n_topics`, rows sum to 1.
+    pub doc_topic: Array2<f64>,
+}
+
+fn dirichlet(rng: &mut StdRng, gamma: &Gamma<f64>, len: usize) -> Vec<f64> {
+    let mut draws: Vec<f64> = (0..len).map(|_| gamma.sample(rng)).collect();
+    let total: f64 = draws.iter().sum();
+    if total > 0.0 {
+        draws.iter_mut().for_each(|v| *v /= total);
+    } else {
+        // Tiny concentrations can underflow every draw; fall back to one random atom.
+        let hot = rng.gen_range(0..len);
+        draws[hot] = 1.0;
+    }
+    draws
+}
+
+/// phi_k ~ Dir(beta), theta_d ~ Dir(alpha), z ~ Cat(theta_d), w ~ Cat(phi_z).
+pub fn lda_corpus(params: &LdaCorpusParams) -> Result<LdaCorpusProblem, DataError> {
+    let LdaCorpusParams {
+        n_topics,
+        vocab_size,
+        n_docs,
+        doc_length,
+        alpha,
+        beta,
+        seed,
+    } = *params;
+    if n_topics == 0 || vocab_size == 0 || vocab_size > u32::MAX as usize {
+        return Err(invalid(
+            "n_topics and vocab_size must be positive (vocab fits u32)",
+        ));
+    }
+    let alpha_gamma = Gamma::new(alpha, 1.0).map_err(|e| invalid(format!("alpha: {e}")))?;
+    let beta_gamma = Gamma::new(beta, 1.0).map_err(|e| invalid(format!("beta: {e}")))?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut topic_word = Array2::zeros((n_topics, vocab_size));
+    let mut word_samplers = Vec::with_capacity(n_topics);
+    for k in 0..n_topics {
+        let phi = dirichlet(&mut rng, &beta_gamma, vocab_size);
+        word_samplers
+            .push(WeightedIndex::new(&phi).map_err(|e| invalid(format!("topic {k}: {e}")))?);
+        topic_word.row_mut(k).assign(&ndarray::Array1::from(phi));
+    }
+    let mut doc_topic = Array2::zeros((n_docs, n_topics));
+    let mut docs = Vec::with_capacity(n_docs);
+    for d in 0..n_docs {
+        let theta = dirichlet(&mut rng, &alpha_gamma, n_topics);
+        let topic_sampler =
+            WeightedIndex::new(&theta).map_err(|e| invalid(format!("doc {d}: {e}")))?;
+        let doc: Vec<u32> = (0..doc_length)
+            .map(|_| word_samplers[topic_sampler.sample(&mut rng)].sample(&mut rng) as u32)
+            .collect();
+        doc_topic.row_mut(d).assign(&ndarray::Array1::from(theta));
+        docs.push(doc);
+    }
+    Ok(LdaCorpusProblem {
+        corpus: Corpus {
+            n_docs,
+            vocab_size,
+            docs,
+            vocab: None,
+        },
+        topic_word,
+        doc_topic,
+    })
+}
+
+/// Parameters of [`separable_classification`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassificationParams {
+    pub n_samples: usize,
+    pub n_features: usize,
+    /// At least 2.
+    pub n_classes: usize,
+    /// Minimum gap between the best and second-best class score of every sample; larger
+    /// means easier. Samples violating it are redrawn.
+    pub margin: f32,
+    pub seed: u64,
+}
+
+/// Linearly separable data with the weights that separate it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassificationProblem {
+    /// Dense features stored as sparse rows; labels are class indices `0..n_classes` as f32.
+    pub dataset: SparseDataset,
+    /// `n_classes x n_features`; `label = argmax_c w_c . x` for every sample.
+    pub true_weights: Array2<f32>,
+}
+
+/// Draws `x ~ N(0, I)` and labels it with `argmax_c w_c . x` for random `w`, keeping only
+/// samples whose score margin is at least `margin`.
+pub fn separable_classification(
+    params: &ClassificationParams,
+) -> Result<ClassificationProblem, DataError> {
+    let ClassificationParams {
+        n_samples,
+        n_features,
+        n_classes,
+        margin,
+        seed,
+    } = *params;
+    if n_classes < 2 || n_features == 0 || n_features > u32::MAX as usize {
+        return Err(invalid("need n_classes >= 2 and n_features > 0"));
+    }
+    if margin.is_nan() || margin < 0.0 {
+        return Err(invalid(format!("margin {margin} must be >= 0")));
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let scale = 1.0 / (n_features as f32).sqrt();
+    let true_weights = Array2::from_shape_fn((n_classes, n_features), |_| {
+        scale * rng.sample::<f32, _>(StandardNormal)
+    });
+    let mut dataset = SparseDataset {
+        n_features,
+        labels: Vec::with_capacity(n_samples),
+        rows: Vec::with_capacity(n_samples),
+    };
+    let max_attempts = 1000 * n_samples.max(1);
+    let mut attempts = 0;
+    while dataset.rows.len() < n_samples {
+        attempts += 1;
+        if attempts > max_attempts {
+            return Err(invalid(format!("margin {margin} is too large to reach")));
+        }
+        let x: Vec<f32> = (0..n_features)
+            .map(|_| rng.sample(StandardNormal))
+            .collect();
+        let scores: Vec<f32> = true_weights
+            .rows()
+            .into_iter()
+            .map(|w| w.iter().zip(&x).map(|(a, b)| a * b).sum())
+            .collect();
+        let (best, best_score) =
+            scores
+                .iter()
+                .copied()
+                .enumerate()
+                .fold(
+                    (0, f32::NEG_INFINITY),
+                    |acc, (c, s)| if s > acc.1 { (c, s) } else { acc },
+                );
+        let runner_up = scores
+            .iter()
+            .enumerate()
+            .filter(|&(c, _)| c != best)
+            .map(|(_, &s)| s)
+            .fold(f32::NEG_INFINITY, f32::max);
+        if best_score - runner_up < margin {
+            continue;
+        }
+        dataset.labels.push(best as f32);
+        dataset.rows.push(SparseRow {
+            indices: (0..n_features as u32).collect(),
+            values: x,
+        });
+    }
+    Ok(ClassificationProblem {
+        dataset,
+        true_weights,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn correlated_lasso_has_requested_structure() {
+        let params = CorrelatedLassoParams {
+            n_samples: 400,
+            n_features: 20,
+            group_size: 5,
+            correlation: 0.8,
+            n_nonzero: 4,
+            noise_std: 0.01,
+            seed: 1,
+        };
+        let p = correlated_lasso(&params).unwrap();
+        assert_eq!(p.x.dim(), (400, 20));
+        assert_eq!(p.b_true.iter().filter(|&&b| b != 0.0).count(), 4);
+        let cols = p.columns();
+        for j in 0..20 {
+            assert!((cols.column_dot(j, j) - 1.0).abs() < 1e-4);
+        }
+        // Within-group correlation near 0.8 (centered-ish data), across groups near 0.
+        assert!((cols.column_dot(0, 1) - 0.8).abs() < 0.15);
+        assert!(cols.column_dot(0, 5).abs() < 0.2);
+        assert_eq!(correlated_lasso(&params).unwrap(), p);
+        assert!(
+            correlated_lasso(&CorrelatedLassoParams {
+                correlation: 1.0,
+                ..params
+            })
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn low_rank_ratings_match_factors() {
+        let params = LowRankParams {
+            n_users: 30,
+            n_items: 20,
+            rank: 3,
+            observed_fraction: 0.5,
+            noise_std: 0.0,
+            seed: 2,
+        };
+        let p = low_rank_ratings(&params).unwrap();
+        let n = p.ratings.entries.len();
+        assert!(n > 200 && n < 400, "{n}");
+        for &(u, i, r) in &p.ratings.entries {
+            let expected = p
+                .user_factors
+                .row(u as usize)
+                .dot(&p.item_factors.row(i as usize));
+            assert!((expected - r).abs() < 1e-5);
+        }
+        assert_eq!(low_rank_ratings(&params).unwrap(), p);
+    }
+
+    #[test]
+    fn lda_corpus_has_shape_and_distributions() {
+        let params = LdaCorpusParams {
+            n_topics: 4,
+            vocab_size: 50,
+            n_docs: 10,
+            doc_length: 30,
+            alpha: 0.1,
+            beta: 0.1,
+            seed: 3,
+        };
+        let p = lda_corpus(&params).unwrap();
+        assert_eq!(p.corpus.docs.len(), 10);
+        assert!(
+            p.corpus
+                .docs
+                .iter()
+                .all(|d| d.len() == 30 && d.iter().all(|&w| w < 50))
+        );
+        for row in p.topic_word.rows() {
+            assert!((row.sum() - 1.0).abs() < 1e-9);
+        }
+        assert_eq!(lda_corpus(&params).unwrap(), p);
+    }
+
+    #[test]
+    fn classification_is_separable_by_true_weights() {
+        let params = ClassificationParams {
+            n_samples: 50,
+            n_features: 8,
+            n_classes: 3,
+            margin: 0.1,
+            seed: 4,
+        };
+        let p = separable_classification(&params).unwrap();
+        for (row, &label) in p.dataset.rows.iter().zip(&p.dataset.labels) {
+            let scores: Vec<f64> = p
+                .true_weights
+                .rows()
+                .into_iter()
+                .map(|w| row.dot(w.as_slice().unwrap()))
+                .collect();
+            let best = (0..3)
+                .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
+                .unwrap();
+            assert_eq!(best as f32, label);
+        }
+    }
+}

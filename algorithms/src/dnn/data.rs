@@ -1,0 +1,584 @@
+//! Data sets: synthetic generators and an IDX (MNIST format) loader.
+//!
+//! IDX format (big-endian): magic `0x0000_08NN` where `08` = unsigned bytes and `NN` = the
+//! number of dimensions, then one `u32` per dimension, then the data row-major.
+//! Images files have magic `0x00000803` (N, rows, cols), label files `0x00000801` (N).
+//! Parsing never panics: every inconsistency is a [`DataError`] naming the file.
+
+use std::path::{Path, PathBuf};
+
+use ndarray::{ArrayD, Axis, IxDyn};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand_distr::{Distribution, Normal};
+
+use crate::dnn::Sequential;
+
+/// Magic number of an IDX unsigned-byte 3-D file (images).
+pub const IDX_IMAGES_MAGIC: u32 = 0x0000_0803;
+/// Magic number of an IDX unsigned-byte 1-D file (labels).
+pub const IDX_LABELS_MAGIC: u32 = 0x0000_0801;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("{}: cannot read/write: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: bad magic number {found:#010x}, expected {expected:#010x}", .path.display())]
+    BadMagic {
+        path: PathBuf,
+        expected: u32,
+        found: u32,
+    },
+    #[error("{}: truncated {what}: need {expected} bytes, file has {found}", .path.display())]
+    Truncated {
+        path: PathBuf,
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    #[error("{}: dimension mismatch: {detail}", .path.display())]
+    Dimension { path: PathBuf, detail: String },
+    #[error(
+        "{} has {n_images} images but {} has {n_labels} labels",
+        .images.display(),
+        .labels.display()
+    )]
+    CountMismatch {
+        images: PathBuf,
+        labels: PathBuf,
+        n_images: usize,
+        n_labels: usize,
+    },
+    #[error("{}: label {label} at index {index} is not below {classes} classes", .path.display())]
+    LabelOutOfRange {
+        path: PathBuf,
+        index: usize,
+        label: usize,
+        classes: usize,
+    },
+    #[error("invalid generator argument: {0}")]
+    InvalidArgument(String),
+}
+
+/// Examples `x` (batch-first, any per-example shape) with class labels `y`.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    pub x: ArrayD<f32>,
+    pub y: Vec<usize>,
+    pub n_classes: usize,
+}
+
+impl Dataset {
+    pub fn len(&self) -> usize {
+        self.y.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.y.is_empty()
+    }
+
+    /// Shape of one example (without the batch axis).
+    pub fn example_shape(&self) -> &[usize] {
+        &self.x.shape()[1..]
+    }
+
+    /// `len` consecutive examples starting at `start`, wrapping around the end (so a
+    /// training loop can simply walk `start = step * batch`). Empty for an empty set.
+    pub fn batch(&self, start: usize, len: usize) -> (ArrayD<f32>, Vec<usize>) {
+        let n = self.len();
+        let idx: Vec<usize> = if n == 0 {
+            vec![]
+        } else {
+            (0..len).map(|i| (start + i) % n).collect()
+        };
+        self.select(&idx)
+    }
+
+    /// The examples at `indices` (each must be `< len()`; out-of-range ones are skipped).
+    pub fn select(&self, indices: &[usize]) -> (ArrayD<f32>, Vec<usize>) {
+        let idx: Vec<usize> = indices
+            .iter()
+            .copied()
+            .filter(|&i| i < self.len())
+            .collect();
+        let x = self.x.select(Axis(0), &idx);
+        let y = idx.iter().map(|&i| self.y[i]).collect();
+        (x, y)
+    }
+
+    /// Same examples reshaped to `(N, features)` (for an MLP).
+    pub fn flattened(&self) -> Dataset {
+        let n = self.len();
+        let f: usize = self.example_shape().iter().product();
+        let data: Vec<f32> = self.x.iter().copied().collect();
+        let x = ArrayD::from_shape_vec(IxDyn(&[n, f]), data).unwrap_or_else(|_| self.x.clone());
+        Dataset {
+            x,
+            y: self.y.clone(),
+            n_classes: self.n_classes,
+        }
+    }
+}
+
+/// `n` points in `dim` dimensions from `classes` isotropic Gaussian clusters.
+/// Cluster centres are drawn from N(0, 3^2) per coordinate, points from
+/// N(centre, spread^2); classes are balanced and the order is shuffled (seeded).
+pub fn gaussian_clusters(
+    n: usize,
+    dim: usize,
+    classes: usize,
+    spread: f32,
+    seed: u64,
+) -> Result<Dataset, DataError> {
+    if classes == 0 || dim == 0 || !(spread.is_finite() && spread >= 0.0) {
+        return Err(DataError::InvalidArgument(format!(
+            "gaussian_clusters: classes={classes}, dim={dim}, spread={spread}"
+        )));
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let centre_d =
+        Normal::new(0.0f32, 3.0).map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    let noise =
+        Normal::new(0.0f32, spread).map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    let centres: Vec<Vec<f32>> = (0..classes)
+        .map(|_| (0..dim).map(|_| centre_d.sample(&mut rng)).collect())
+        .collect();
+    let mut y: Vec<usize> = (0..n).map(|i| i % classes).collect();
+    y.shuffle(&mut rng);
+    let mut data = Vec::with_capacity(n * dim);
+    for &label in &y {
+        for c in &centres[label] {
+            data.push(c + noise.sample(&mut rng));
+        }
+    }
+    let x = ArrayD::from_shape_vec(IxDyn(&[n, dim]), data)
+        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    Ok(Dataset {
+        x,
+        y,
+        n_classes: classes,
+    })
+}
+
+/// `n` inputs from N(0, 1)^dim labelled by the arg-max of a random teacher MLP
+/// `dim -> hidden -> classes` (He/Xavier init seeded by `seed`). Learnable exactly by a
+/// student of the same or larger size; class frequencies are whatever the teacher gives.
+pub fn teacher_mlp(
+    n: usize,
+    dim: usize,
+    hidden: usize,
+    classes: usize,
+    seed: u64,
+) -> Result<Dataset, DataError> {
+    let mut teacher = Sequential::mlp(&[dim, hidden, classes], seed ^ 0x7ea_c4e2)
+        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let d = Normal::new(0.0f32, 1.0).map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    let data: Vec<f32> = (0..n * dim).map(|_| d.sample(&mut rng)).collect();
+    let x = ArrayD::from_shape_vec(IxDyn(&[n, dim]), data)
+        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    let logits = teacher
+        .forward(&x)
+        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    let y = logits
+        .rows()
+        .into_iter()
+        .map(|r| crate::dnn::layers::argmax(r.iter().copied()))
+        .collect();
+    Ok(Dataset {
+        x,
+        y,
+        n_classes: classes,
+    })
+}
+
+/// `n` single-channel `side x side` images in `classes` classes, shape `(N, 1, side,
+/// side)`: every class has a random binary template (each pixel 0 or 1 with probability
+/// 1/2), and an example is its class template plus N(0, noise^2) pixel noise. Classes are
+/// balanced and shuffled. A stand-in for MNIST when no data files are available.
+pub fn template_images(
+    n: usize,
+    classes: usize,
+    side: usize,
+    noise: f32,
+    seed: u64,
+) -> Result<Dataset, DataError> {
+    if classes == 0 || side == 0 || !(noise.is_finite() && noise >= 0.0) {
+        return Err(DataError::InvalidArgument(format!(
+            "template_images: classes={classes}, side={side}, noise={noise}"
+        )));
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let px = side * side;
+    let templates: Vec<Vec<f32>> = (0..classes)
+        .map(|_| {
+            (0..px)
+                .map(|_| {
+                    if rand::Rng::gen_bool(&mut rng, 0.5) {
+                        1.0
+                    } else {
+                        0.0
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let d = Normal::new(0.0f32, noise).map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    let mut y: Vec<usize> = (0..n).map(|i| i % classes).collect();
+    y.shuffle(&mut rng);
+    let mut data = Vec::with_capacity(n * px);
+    for &label in &y {
+        data.extend(templates[label].iter().map(|t| t + d.sample(&mut rng)));
+    }
+    let x = ArrayD::from_shape_vec(IxDyn(&[n, 1, side, side]), data)
+        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    Ok(Dataset {
+        x,
+        y,
+        n_classes: classes,
+    })
+}
+
+/// Raw IDX image file contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdxImages {
+    pub n: usize,
+    pub rows: usize,
+    pub cols: usize,
+    /// `n * rows * cols` bytes, row-major.
+    pub pixels: Vec<u8>,
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
+    std::fs::read(path).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Validates magic and header, returns the dimensions and the data bytes.
+fn parse_idx<'a>(
+    bytes: &'a [u8],
+    path: &Path,
+    magic: u32,
+) -> Result<(Vec<usize>, &'a [u8]), DataError> {
+    let ndims = (magic & 0xff) as usize;
+    let header_len = 4 + 4 * ndims;
+    let be_u32 = |i: usize| -> Option<u32> {
+        let b = bytes.get(i..i + 4)?;
+        Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let found = be_u32(0).ok_or(DataError::Truncated {
+        path: path.to_path_buf(),
+        what: "magic number",
+        expected: 4,
+        found: bytes.len(),
+    })?;
+    if found != magic {
+        return Err(DataError::BadMagic {
+            path: path.to_path_buf(),
+            expected: magic,
+            found,
+        });
+    }
+    if bytes.len() < header_len {
+        return Err(DataError::Truncated {
+            path: path.to_path_buf(),
+            what: "header",
+            expected: header_len,
+            found: bytes.len(),
+        });
+    }
+    let dims: Vec<usize> = (0..ndims)
+        .filter_map(|d| be_u32(4 + 4 * d))
+        .map(|v| v as usize)
+        .collect();
+    let data_len = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| DataError::Dimension {
+            path: path.to_path_buf(),
+            detail: format!("dimensions {dims:?} overflow"),
+        })?;
+    let data = &bytes[header_len..];
+    if data.len() < data_len {
+        return Err(DataError::Truncated {
+            path: path.to_path_buf(),
+            what: "data",
+            expected: header_len + data_len,
+            found: bytes.len(),
+        });
+    }
+    if data.len() > data_len {
+        return Err(DataError::Dimension {
+            path: path.to_path_buf(),
+            detail: format!(
+                "dimensions {dims:?} give {data_len} data bytes but the file has {} (trailing bytes)",
+                data.len()
+            ),
+        });
+    }
+    Ok((dims, data))
+}
+
+/// Parses an IDX images file already in memory; `path` is only used in errors.
+pub fn parse_idx_images(bytes: &[u8], path: &Path) -> Result<IdxImages, DataError> {
+    let (dims, data) = parse_idx(bytes, path, IDX_IMAGES_MAGIC)?;
+    let &[n, rows, cols] = dims.as_slice() else {
+        return Err(DataError::Dimension {
+            path: path.to_path_buf(),
+            detail: format!("expected 3 dimensions, got {dims:?}"),
+        });
+    };
+    if rows == 0 || cols == 0 {
+        return Err(DataError::Dimension {
+            path: path.to_path_buf(),
+            detail: format!("image size {rows}x{cols} is empty"),
+        });
+    }
+    Ok(IdxImages {
+        n,
+        rows,
+        cols,
+        pixels: data.to_vec(),
+    })
+}
+
+/// Parses an IDX labels file already in memory; `path` is only used in errors.
+pub fn parse_idx_labels(bytes: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
+    let (_, data) = parse_idx(bytes, path, IDX_LABELS_MAGIC)?;
+    Ok(data.to_vec())
+}
+
+pub fn read_idx_images(path: impl AsRef<Path>) -> Result<IdxImages, DataError> {
+    let path = path.as_ref();
+    parse_idx_images(&read_file(path)?, path)
+}
+
+pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Vec<u8>, DataError> {
+    let path = path.as_ref();
+    parse_idx_labels(&read_file(path)?, path)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
+    std::fs::write(path, bytes).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn dim_u32(path: &Path, v: usize) -> Result<[u8; 4], DataError> {
+    u32::try_from(v)
+        .map(u32::to_be_bytes)
+        .map_err(|_| DataError::Dimension {
+            path: path.to_path_buf(),
+            detail: format!("dimension {v} does not fit in u32"),
+        })
+}
+
+/// Writes an IDX images file (inverse of [`read_idx_images`]).
+pub fn write_idx_images(path: impl AsRef<Path>, images: &IdxImages) -> Result<(), DataError> {
+    let path = path.as_ref();
+    if images.pixels.len() != images.n * images.rows * images.cols {
+        return Err(DataError::Dimension {
+            path: path.to_path_buf(),
+            detail: format!(
+                "{} pixels for {}x{}x{}",
+                images.pixels.len(),
+                images.n,
+                images.rows,
+                images.cols
+            ),
+        });
+    }
+    let mut out = IDX_IMAGES_MAGIC.to_be_bytes().to_vec();
+    for d in [images.n, images.rows, images.cols] {
+        out.extend_from_slice(&dim_u32(path, d)?);
+    }
+    out.extend_from_slice(&images.pixels);
+    write_file(path, &out)
+}
+
+/// Writes an IDX labels file (inverse of [`read_idx_labels`]).
+pub fn write_idx_labels(path: impl AsRef<Path>, labels: &[u8]) -> Result<(), DataError> {
+    let path = path.as_ref();
+    let mut out = IDX_LABELS_MAGIC.to_be_bytes().to_vec();
+    out.extend_from_slice(&dim_u32(path, labels.len())?);
+    out.extend_from_slice(labels);
+    write_file(path, &out)
+}
+
+/// Loads an MNIST-style pair into a dataset of shape `(N, 1, rows, cols)` with pixels
+/// scaled to `[0, 1]`. Checks that counts agree and every label is `< n_classes`.
+pub fn load_idx_dataset(
+    images_path: impl AsRef<Path>,
+    labels_path: impl AsRef<Path>,
+    n_classes: usize,
+) -> Result<Dataset, DataError> {
+    let (ip, lp) = (images_path.as_ref(), labels_path.as_ref());
+    let images = read_idx_images(ip)?;
+    let labels = read_idx_labels(lp)?;
+    if images.n != labels.len() {
+        return Err(DataError::CountMismatch {
+            images: ip.to_path_buf(),
+            labels: lp.to_path_buf(),
+            n_images: images.n,
+            n_labels: labels.len(),
+        });
+    }
+    if let Some((index, &label)) = labels
+        .iter()
+        .enumerate()
+        .find(|&(_, &l)| l as usize >= n_classes)
+    {
+        return Err(DataError::LabelOutOfRange {
+            path: lp.to_path_buf(),
+            index,
+            label: label as usize,
+            classes: n_classes,
+        });
+    }
+    let data: Vec<f32> = images.pixels.iter().map(|&p| p as f32 / 255.0).collect();
+    let x = ArrayD::from_shape_vec(IxDyn(&[images.n, 1, images.rows, images.cols]), data).map_err(
+        |e| DataError::Dimension {
+            path: ip.to_path_buf(),
+            detail: e.to_string(),
+        },
+    )?;
+    Ok(Dataset {
+        x,
+        y: labels.iter().map(|&l| l as usize).collect(),
+        n_classes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_images() -> IdxImages {
+        IdxImages {
+            n: 3,
+            rows: 2,
+            cols: 4,
+            pixels: (0..24u8).map(|v| v * 10).collect(),
+        }
+    }
+
+    #[test]
+    fn idx_roundtrip_and_dataset() {
+        let dir = tempfile::tempdir().unwrap();
+        let ip = dir.path().join("imgs-idx3-ubyte");
+        let lp = dir.path().join("labels-idx1-ubyte");
+        write_idx_images(&ip, &sample_images()).unwrap();
+        write_idx_labels(&lp, &[2, 0, 9]).unwrap();
+        assert_eq!(read_idx_images(&ip).unwrap(), sample_images());
+        let ds = load_idx_dataset(&ip, &lp, 10).unwrap();
+        assert_eq!(ds.x.shape(), &[3, 1, 2, 4]);
+        assert_eq!(ds.y, vec![2, 0, 9]);
+        assert!((ds.x[[2, 0, 1, 3]] - 230.0 / 255.0).abs() < 1e-6);
+        assert_eq!(ds.flattened().x.shape(), &[3, 8]);
+        // raw header bytes are big-endian as the format says
+        let raw = std::fs::read(&ip).unwrap();
+        assert_eq!(&raw[..8], &[0, 0, 8, 3, 0, 0, 0, 3]);
+    }
+
+    #[test]
+    fn idx_errors_name_file_and_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let ip = dir.path().join("imgs");
+        let lp = dir.path().join("labels");
+        write_idx_images(&ip, &sample_images()).unwrap();
+        let good = std::fs::read(&ip).unwrap();
+
+        // labels file given where images are expected: bad magic
+        write_idx_labels(&lp, &[1, 2, 3]).unwrap();
+        let e = read_idx_images(&lp).unwrap_err();
+        assert!(matches!(e, DataError::BadMagic { found: 0x801, .. }));
+        assert!(e.to_string().contains("labels") && e.to_string().contains("magic"));
+
+        // truncated in the magic, the header and the data
+        for (cut, what) in [(2, "magic number"), (9, "header"), (20, "data")] {
+            std::fs::write(&ip, &good[..cut]).unwrap();
+            match read_idx_images(&ip).unwrap_err() {
+                DataError::Truncated { what: w, path, .. } => {
+                    assert_eq!(w, what);
+                    assert_eq!(path, ip);
+                }
+                other => panic!("unexpected {other}"),
+            }
+        }
+        // trailing bytes
+        let mut long = good.clone();
+        long.push(0);
+        std::fs::write(&ip, &long).unwrap();
+        assert!(matches!(
+            read_idx_images(&ip),
+            Err(DataError::Dimension { .. })
+        ));
+        // huge dimensions: overflow or truncation, never an allocation or panic
+        let mut huge = IDX_IMAGES_MAGIC.to_be_bytes().to_vec();
+        for _ in 0..3 {
+            huge.extend_from_slice(&u32::MAX.to_be_bytes());
+        }
+        std::fs::write(&ip, &huge).unwrap();
+        assert!(read_idx_images(&ip).is_err());
+        // zero-sized images
+        std::fs::write(&ip, [0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 5]).unwrap();
+        assert!(matches!(
+            read_idx_images(&ip),
+            Err(DataError::Dimension { .. })
+        ));
+        // count mismatch and label range
+        std::fs::write(&ip, &good).unwrap();
+        write_idx_labels(&lp, &[1, 2]).unwrap();
+        assert!(matches!(
+            load_idx_dataset(&ip, &lp, 10),
+            Err(DataError::CountMismatch {
+                n_images: 3,
+                n_labels: 2,
+                ..
+            })
+        ));
+        write_idx_labels(&lp, &[1, 2, 10]).unwrap();
+        assert!(matches!(
+            load_idx_dataset(&ip, &lp, 10),
+            Err(DataError::LabelOutOfRange { index: 2, .. })
+        ));
+        // missing file
+        let e = read_idx_labels(dir.path().join("nope")).unwrap_err();
+        assert!(matches!(e, DataError::Io { .. }) && e.to_string().contains("nope"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn idx_parser_never_panics(bytes in proptest::collection::vec(0u8..=255, 0..64)) {
+            let p = Path::new("fuzz");
+            let _ = parse_idx_images(&bytes, p);
+            let _ = parse_idx_labels(&bytes, p);
+        }
+    }
+
+    #[test]
+    fn generators_are_seeded_and_balanced() {
+        let a = gaussian_clusters(40, 3, 4, 0.5, 1).unwrap();
+        let b = gaussian_clusters(40, 3, 4, 0.5, 1).unwrap();
+        assert_eq!(a.x, b.x);
+        assert_eq!(a.y, b.y);
+        for c in 0..4 {
+            assert_eq!(a.y.iter().filter(|&&y| y == c).count(), 10);
+        }
+        assert!(gaussian_clusters(10, 3, 0, 1.0, 1).is_err());
+        let t = teacher_mlp(200, 5, 8, 3, 3).unwrap();
+        assert_eq!(t.x.shape(), &[200, 5]);
+        assert!(t.y.iter().all(|&y| y < 3));
+        let (x, y) = t.batch(199, 3);
+        assert_eq!(x.shape(), &[3, 5]);
+        assert_eq!(y, vec![t.y[199], t.y[0], t.y[1]]);
+    }
+}
