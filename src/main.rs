@@ -1,1 +1,229 @@
-fn main() {}
+//! The `petrel` command line.
+
+use clap::{Parser, Subcommand};
+use petrel::launcher::{self, LaunchOptions};
+use petrel::netns::{Hosts, LinkShape};
+use petrel_actors::Settings;
+use petrel_actors::topology::Wiring;
+use petrel_net::ClusterCredentials;
+use petrel_net::tls::ClusterCa;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "petrel",
+    version,
+    about = "Distributed machine learning on actors over QUIC"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Launch a whole cluster on this machine, one process per node.
+    Run {
+        /// Cluster settings (TOML).
+        config: PathBuf,
+        /// Directory for certificates and resolved settings (default: a temporary one).
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
+        /// Stop all nodes and fail after this many seconds.
+        #[arg(long)]
+        timeout_s: Option<u64>,
+        /// Run every node as a thread of this process instead of separate processes.
+        #[arg(long)]
+        in_process: bool,
+    },
+    /// Run one node of a cluster (multi-host: start one on every host).
+    Node {
+        /// Cluster settings (TOML); `cluster.certs_dir` must hold this node's certificate.
+        #[arg(long)]
+        config: PathBuf,
+        /// This node's name in the settings.
+        #[arg(long)]
+        name: String,
+    },
+    /// Create a cluster CA and one certificate per node.
+    Certs {
+        /// Output directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node names (comma separated), or take them from --config.
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Emulated hosts in network namespaces (needs root).
+    Netns {
+        #[command(subcommand)]
+        command: NetnsCommand,
+    },
+    /// Benchmarks: each prints a table and ends with one JSON line.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+    // commands: applications -- systems add their subcommands below this line
+}
+
+#[derive(Subcommand)]
+enum NetnsCommand {
+    /// Create N hosts (namespaces PREFIX-h0..) on a bridge, optionally rate-limited.
+    Up {
+        #[arg(long, default_value_t = 3)]
+        hosts: usize,
+        #[arg(long, default_value = "petrel")]
+        prefix: String,
+        #[arg(long)]
+        rate_mbit: Option<f64>,
+        #[arg(long)]
+        delay_ms: Option<f64>,
+    },
+    /// Remove the hosts.
+    Down {
+        #[arg(long, default_value_t = 3)]
+        hosts: usize,
+        #[arg(long, default_value = "petrel")]
+        prefix: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Raw quinn vs petrel messaging vs local sends, and priority under a backlog.
+    Transport(petrel::bench::transport::Args),
+    // bench: systems add their benchmarks below this line
+}
+
+fn main() -> ExitCode {
+    petrel::init_tracing();
+    let cli = Cli::parse();
+    match dispatch(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn tokio_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+fn dispatch(command: Command) -> Result<(), String> {
+    match command {
+        Command::Run {
+            config,
+            run_dir,
+            timeout_s,
+            in_process,
+        } => {
+            if in_process {
+                let settings = Settings::load(&config).map_err(|e| e.to_string())?;
+                return petrel::roles::builtin(settings)
+                    .run_in_process()
+                    .map_err(|e| e.to_string());
+            }
+            let mut opts = LaunchOptions::new().map_err(|e| e.to_string())?;
+            opts.run_dir = run_dir;
+            opts.timeout = timeout_s.map(Duration::from_secs);
+            let report = tokio_runtime()?
+                .block_on(launcher::run(&config, opts))
+                .map_err(|e| e.to_string())?;
+            for (name, t) in &report.nodes {
+                tracing::info!(node = %name, seconds = format!("{:.2}", t.as_secs_f64()), "node finished");
+            }
+            tracing::info!(
+                "cluster finished; run directory {}",
+                report.run_dir.display()
+            );
+            Ok(())
+        }
+        Command::Node { config, name } => {
+            let settings = Settings::load(&config).map_err(|e| e.to_string())?;
+            let dir =
+                settings.cluster.certs_dir.clone().ok_or(
+                    "cluster.certs_dir is not set; create certificates with `petrel certs`",
+                )?;
+            let creds = ClusterCredentials::load(&dir, &name).map_err(|e| e.to_string())?;
+            petrel::roles::builtin(settings)
+                .run_node(&name, Wiring::Quic(creds))
+                .map_err(|e| e.to_string())
+        }
+        Command::Certs { dir, nodes, config } => {
+            let mut names = nodes;
+            if let Some(c) = config {
+                let s = Settings::load(&c).map_err(|e| e.to_string())?;
+                names.extend(s.nodes.iter().map(|n| n.name.clone()));
+            }
+            if names.is_empty() {
+                return Err("name the nodes with --nodes a,b,c or --config".into());
+            }
+            let ca = match ClusterCa::load(&dir) {
+                Ok(ca) => ca,
+                Err(_) => {
+                    let ca = ClusterCa::generate().map_err(|e| e.to_string())?;
+                    ca.write(&dir).map_err(|e| e.to_string())?;
+                    ca
+                }
+            };
+            for n in &names {
+                ca.issue(n)
+                    .and_then(|c| c.write(&dir, n))
+                    .map_err(|e| e.to_string())?;
+            }
+            println!(
+                "wrote CA and {} node certificates to {}",
+                names.len(),
+                dir.display()
+            );
+            Ok(())
+        }
+        Command::Netns { command } => match command {
+            NetnsCommand::Up {
+                hosts,
+                prefix,
+                rate_mbit,
+                delay_ms,
+            } => {
+                let h = Hosts::up(
+                    &prefix,
+                    hosts,
+                    &LinkShape {
+                        rate_mbit,
+                        delay_ms,
+                    },
+                )
+                .map_err(|e| e.to_string())?;
+                for i in 0..h.count {
+                    println!("{} {}", h.host_ns(i), h.host_ip(i));
+                }
+                Ok(())
+            }
+            NetnsCommand::Down { hosts, prefix } => {
+                Hosts {
+                    prefix,
+                    count: hosts,
+                }
+                .down();
+                Ok(())
+            }
+        },
+        Command::Bench { command } => match command {
+            BenchCommand::Transport(args) => petrel::bench::transport::run(args),
+            // bench dispatch: systems add their arms below this line
+        },
+        // commands dispatch: applications add their arms below this line
+    }
+}

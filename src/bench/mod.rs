@@ -1,0 +1,3 @@
+//! Benchmarks behind `petrel bench …`. Each prints a table and ends with one JSON line.
+
+pub mod transport;

@@ -1,0 +1,410 @@
+//! `petrel bench transport`: raw quinn vs petrel messaging vs local actor sends, and how
+//! long a high-priority message waits behind a low-priority backlog on a shaped link.
+
+use crate::report::{Table, fmt, print_json};
+use actix::prelude::*;
+use bytes::Bytes;
+use petrel_actors::{HandlerError, Msg, Node};
+use petrel_messages::{NodeId, Priority, Tensor, remote_message};
+use petrel_net::{ClusterCredentials, Net, NetConfig, PeerAddr, ShaperConfig};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Size of each bulk message in MiB.
+    #[arg(long, default_value_t = 4)]
+    pub message_mib: usize,
+    /// Messages per throughput run.
+    #[arg(long, default_value_t = 64)]
+    pub messages: usize,
+    /// Low-priority backlog for the priority test, in MiB.
+    #[arg(long, default_value_t = 256)]
+    pub backlog_mib: usize,
+    /// Shaped link rate for the priority test, in Mbit/s.
+    #[arg(long, default_value_t = 100.0)]
+    pub link_mbit: f64,
+    /// Size of the high-priority probe in KiB.
+    #[arg(long, default_value_t = 64)]
+    pub probe_kib: usize,
+    /// Repetitions of the throughput runs (best is reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct Blob {
+    pub tensor: Tensor,
+}
+remote_message!(Blob, "petrel.bench.blob");
+
+#[derive(Serialize, Deserialize)]
+pub struct Probe {
+    #[serde(with = "serde_bytes")]
+    pub payload: Vec<u8>,
+}
+remote_message!(Probe, "petrel.bench.probe");
+
+type Signal = Arc<Mutex<Option<tokio::sync::oneshot::Sender<Instant>>>>;
+
+/// Counts blobs; fires `done` when `expect` arrived. Records probe arrival times.
+struct Sink {
+    received: usize,
+    expect: usize,
+    done: Signal,
+    probe: Signal,
+}
+
+impl Actor for Sink {
+    type Context = Context<Self>;
+}
+
+impl Handler<Msg<Blob>> for Sink {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, msg: Msg<Blob>, _: &mut Context<Self>) -> Self::Result {
+        std::hint::black_box(msg.body.tensor.data.first());
+        self.received += 1;
+        if self.received == self.expect
+            && let Ok(mut d) = self.done.lock()
+            && let Some(tx) = d.take()
+        {
+            let _ = tx.send(Instant::now());
+        }
+        Ok(())
+    }
+}
+
+impl Handler<Msg<Probe>> for Sink {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, _: Msg<Probe>, _: &mut Context<Self>) -> Self::Result {
+        if let Ok(mut p) = self.probe.lock()
+            && let Some(tx) = p.take()
+        {
+            let _ = tx.send(Instant::now());
+        }
+        Ok(())
+    }
+}
+
+impl Handler<ResetSink> for Sink {
+    type Result = ();
+    fn handle(&mut self, msg: ResetSink, _: &mut Context<Self>) {
+        self.received = 0;
+        self.expect = msg.0;
+    }
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct ResetSink(usize);
+
+fn localhost() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn mbps(bytes: usize, secs: f64) -> f64 {
+    bytes as f64 * 8.0 / secs.max(1e-9) / 1e6
+}
+
+/// (a) One raw quinn stream carrying `messages` chunks of `size` bytes, each endpoint on
+/// its own one-thread runtime (as petrel's transport runs).
+fn raw_quinn(cfg: &NetConfig, size: usize, messages: usize) -> Result<f64, String> {
+    let creds = ClusterCredentials::generate_cluster(&["a", "b"]).map_err(|e| e.to_string())?;
+    let rt = |name: &str| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    };
+    let (rt_a, rt_b) = (rt("raw-a")?, rt("raw-b")?);
+    let server_cfg = creds[1].server_config(cfg).map_err(|e| e.to_string())?;
+    let client_cfg = creds[0].client_config(cfg).map_err(|e| e.to_string())?;
+    let server = rt_b
+        .block_on(async { quinn::Endpoint::server(server_cfg, localhost()) })
+        .map_err(|e| e.to_string())?;
+    let server_addr = server.local_addr().map_err(|e| e.to_string())?;
+    let total = size * messages;
+    let reader = rt_b.spawn(async move {
+        let conn = server
+            .accept()
+            .await
+            .ok_or("no connection")?
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut recv = conn.accept_uni().await.map_err(|e| e.to_string())?;
+        let mut got = 0usize;
+        while got < total {
+            match recv
+                .read_chunk(1 << 20, true)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                Some(c) => got += c.bytes.len(),
+                None => break,
+            }
+        }
+        Ok::<_, String>((Instant::now(), got))
+    });
+    let payload = Bytes::from(vec![7u8; size]);
+    let writer = rt_a.spawn(async move {
+        let mut ep = quinn::Endpoint::client(localhost()).map_err(|e| e.to_string())?;
+        ep.set_default_client_config(client_cfg);
+        let conn = ep
+            .connect(server_addr, petrel_net::tls::CLUSTER_SERVER_NAME)
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut s = conn.open_uni().await.map_err(|e| e.to_string())?;
+        // Warm-up handshake done; time the transfer.
+        let start = Instant::now();
+        for _ in 0..messages {
+            s.write_chunk(payload.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        s.finish().map_err(|e| e.to_string())?;
+        let _ = s.stopped().await;
+        Ok::<_, String>((start, conn, ep))
+    });
+    let (start, _conn, _ep) = rt_a.block_on(writer).map_err(|e| e.to_string())??;
+    let (end, got) = rt_b.block_on(reader).map_err(|e| e.to_string())??;
+    if got != total {
+        return Err(format!("raw quinn moved {got} of {total} bytes"));
+    }
+    rt_a.shutdown_background();
+    rt_b.shutdown_background();
+    Ok(mbps(total, (end - start).as_secs_f64()))
+}
+
+struct Pair {
+    a: Node,
+    b: Node,
+    sink: Addr<Sink>,
+    done: Signal,
+    probe: Signal,
+}
+
+/// Two nodes over real QUIC in this process; node b hosts the sink.
+fn pair(cfg: NetConfig) -> Result<Pair, String> {
+    let creds = ClusterCredentials::generate_cluster(&["a", "b"]).map_err(|e| e.to_string())?;
+    let (net_a, in_a) =
+        Net::quic(NodeId(0), localhost(), &creds[0], cfg.clone()).map_err(|e| e.to_string())?;
+    let (net_b, in_b) =
+        Net::quic(NodeId(1), localhost(), &creds[1], cfg).map_err(|e| e.to_string())?;
+    let addr_a = net_a.local_addr().ok_or("no address")?;
+    let addr_b = net_b.local_addr().ok_or("no address")?;
+    let a = Node::new(NodeId(0), "a", net_a, in_a, Duration::from_secs(30));
+    let b = Node::new(NodeId(1), "b", net_b, in_b, Duration::from_secs(30));
+    a.add_peer(NodeId(1), "b", PeerAddr::Quic(addr_b));
+    b.add_peer(NodeId(0), "a", PeerAddr::Quic(addr_a));
+    let done: Signal = Arc::new(Mutex::new(None));
+    let probe: Signal = Arc::new(Mutex::new(None));
+    let sink = Sink {
+        received: 0,
+        expect: usize::MAX,
+        done: done.clone(),
+        probe: probe.clone(),
+    }
+    .start();
+    b.register("sink", sink.clone())
+        .map_err(|e| e.to_string())?
+        .accept::<Blob>()
+        .accept::<Probe>();
+    a.register("local-sink", sink.clone())
+        .map_err(|e| e.to_string())?
+        .accept::<Blob>();
+    Ok(Pair {
+        a,
+        b,
+        sink,
+        done,
+        probe,
+    })
+}
+
+fn arm(signal: &Signal) -> tokio::sync::oneshot::Receiver<Instant> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if let Ok(mut s) = signal.lock() {
+        *s = Some(tx);
+    }
+    rx
+}
+
+fn tensors(n: usize, size: usize) -> Vec<Tensor> {
+    (0..n)
+        .map(|i| Tensor::from_vec(vec![i as f32; size / 4]))
+        .collect()
+}
+
+/// (b) petrel remote tells, or (c) local tells when `target_node` is the sender itself.
+async fn petrel_throughput(
+    p: &Pair,
+    local: bool,
+    size: usize,
+    messages: usize,
+) -> Result<f64, String> {
+    let target = if local {
+        p.a.actor_at::<Blob>("a", "local-sink")
+    } else {
+        p.a.actor_at::<Blob>("b", "sink")
+    }
+    .map_err(|e| e.to_string())?;
+    let blobs = tensors(messages, size);
+    p.sink
+        .send(ResetSink(messages))
+        .await
+        .map_err(|e| e.to_string())?;
+    let done = arm(&p.done);
+    let start = Instant::now();
+    for t in blobs {
+        target
+            .tell(Blob { tensor: t }, Priority::NORMAL)
+            .map_err(|e| e.to_string())?;
+    }
+    let end = tokio::time::timeout(Duration::from_secs(120), done)
+        .await
+        .map_err(|_| "throughput run timed out")?
+        .map_err(|e| e.to_string())?;
+    Ok(mbps(size * messages, (end - start).as_secs_f64()))
+}
+
+async fn probe_latency(p: &Pair, kib: usize) -> Result<Duration, String> {
+    let probe =
+        p.a.actor_at::<Probe>("b", "sink")
+            .map_err(|e| e.to_string())?;
+    let arrived = arm(&p.probe);
+    let sent = Instant::now();
+    probe
+        .tell(
+            Probe {
+                payload: vec![1u8; kib * 1024],
+            },
+            Priority::HIGH,
+        )
+        .map_err(|e| e.to_string())?;
+    let at = tokio::time::timeout(Duration::from_secs(60), arrived)
+        .await
+        .map_err(|_| "probe never arrived")?
+        .map_err(|e| e.to_string())?;
+    Ok(at - sent)
+}
+
+#[derive(Serialize)]
+struct Figures {
+    raw_quinn_mbps: f64,
+    petrel_mbps: f64,
+    ratio: f64,
+    local_mbps: f64,
+    idle_latency_ms: f64,
+    backlog_latency_ms: f64,
+    priority_delay_ratio: f64,
+    link_mbit: f64,
+    message_mib: usize,
+    messages: usize,
+    backlog_mib: usize,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let size = args.message_mib << 20;
+    let cfg = NetConfig::default();
+    eprintln!(
+        "raw quinn: {} x {} MiB on one stream ...",
+        args.messages, args.message_mib
+    );
+    let mut raw = 0f64;
+    for _ in 0..args.repeat.max(1) {
+        raw = raw.max(raw_quinn(&cfg, size, args.messages)?);
+    }
+    let system = System::new();
+    let figures = system.block_on(async {
+        let p = pair(cfg.clone())?;
+        eprintln!(
+            "petrel messaging: {} x {} MiB between two nodes ...",
+            args.messages, args.message_mib
+        );
+        let mut remote = 0f64;
+        let mut local = 0f64;
+        for _ in 0..args.repeat.max(1) {
+            remote = remote.max(petrel_throughput(&p, false, size, args.messages).await?);
+            local = local.max(petrel_throughput(&p, true, size, args.messages).await?);
+        }
+        p.a.shutdown();
+        p.b.shutdown();
+
+        eprintln!(
+            "priority: {} KiB probe vs {} MiB backlog at {} Mbit/s ...",
+            args.probe_kib, args.backlog_mib, args.link_mbit
+        );
+        let shaped = NetConfig {
+            shaper: Some(ShaperConfig::mbit(args.link_mbit)),
+            ..cfg.clone()
+        };
+        let p = pair(shaped)?;
+        // Idle: warm the connection, then the best of a few probes.
+        let mut idle = Duration::MAX;
+        for _ in 0..5 {
+            idle = idle.min(probe_latency(&p, args.probe_kib).await?);
+        }
+        let backlog =
+            p.a.actor_at::<Blob>("b", "sink")
+                .map_err(|e| e.to_string())?;
+        let chunk = 4 << 20;
+        for t in tensors(args.backlog_mib * (1 << 20) / chunk, chunk) {
+            backlog
+                .tell(Blob { tensor: t }, Priority::LOW)
+                .map_err(|e| e.to_string())?;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut loaded = Duration::ZERO;
+        for _ in 0..3 {
+            loaded = loaded.max(probe_latency(&p, args.probe_kib).await?);
+        }
+        p.a.shutdown();
+        p.b.shutdown();
+        Ok::<_, String>(Figures {
+            raw_quinn_mbps: raw,
+            petrel_mbps: remote,
+            ratio: remote / raw,
+            local_mbps: local,
+            idle_latency_ms: idle.as_secs_f64() * 1e3,
+            backlog_latency_ms: loaded.as_secs_f64() * 1e3,
+            priority_delay_ratio: loaded.as_secs_f64() / idle.as_secs_f64().max(1e-9),
+            link_mbit: args.link_mbit,
+            message_mib: args.message_mib,
+            messages: args.messages,
+            backlog_mib: args.backlog_mib,
+        })
+    })?;
+    let mut t = Table::new(&["measurement", "value"]);
+    t.row(vec![
+        "(a) raw quinn, one stream".into(),
+        format!("{} Mbit/s", fmt(figures.raw_quinn_mbps)),
+    ]);
+    t.row(vec![
+        "(b) petrel, two nodes".into(),
+        format!("{} Mbit/s", fmt(figures.petrel_mbps)),
+    ]);
+    t.row(vec!["    ratio petrel/raw".into(), fmt(figures.ratio)]);
+    t.row(vec![
+        "(c) petrel, same node".into(),
+        format!("{} Mbit/s", fmt(figures.local_mbps)),
+    ]);
+    t.row(vec![
+        "(d) probe latency, idle link".into(),
+        format!("{} ms", fmt(figures.idle_latency_ms)),
+    ]);
+    t.row(vec![
+        "    probe latency, backlog".into(),
+        format!("{} ms", fmt(figures.backlog_latency_ms)),
+    ]);
+    t.row(vec![
+        "    priority delay ratio".into(),
+        fmt(figures.priority_delay_ratio),
+    ]);
+    t.print();
+    print_json(&figures).map_err(|e| e.to_string())
+}

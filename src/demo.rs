@@ -1,0 +1,246 @@
+//! The demo job: workers average tensors through an aggregator actor, round by round (a
+//! synchronous all-reduce through a parameter-server-like actor). Each worker checks the
+//! mean it gets back against the value it can compute itself, so a wrong or lost message
+//! fails the run.
+//!
+//! Roles: `demo-aggregator` (one node), `demo-worker` (any number). Settings: `[app.demo]`.
+
+use actix::prelude::*;
+use petrel_actors::{Cluster, HandlerError, Msg, NodeContext, PriorityActor, PriorityInbox};
+use petrel_messages::{Priority, Tensor, remote_message};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DemoConfig {
+    pub rounds: u32,
+    pub tensor_len: usize,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        Self {
+            rounds: 20,
+            tensor_len: 1 << 18,
+        }
+    }
+}
+
+/// One worker's tensor for one round.
+#[derive(Serialize, Deserialize)]
+pub struct Contribution {
+    pub round: u32,
+    pub worker: String,
+    pub tensor: Tensor,
+}
+
+/// The element-wise mean over all workers of a round.
+#[derive(Serialize, Deserialize)]
+pub struct RoundMean {
+    pub round: u32,
+    pub workers: u32,
+    pub mean: Tensor,
+}
+
+remote_message!(Contribution => RoundMean, "petrel.demo.contribution");
+
+type Waiter = futures::channel::oneshot::Sender<Result<RoundMean, HandlerError>>;
+
+struct PendingRound {
+    sum: Vec<f32>,
+    waiters: Vec<Waiter>,
+}
+
+/// Sums contributions per round; answers every worker of a round once all contributed.
+/// Earlier rounds have higher priority, so a backlog is worked off oldest round first.
+pub struct Aggregator {
+    workers: usize,
+    rounds: HashMap<u32, PendingRound>,
+    inbox: PriorityInbox<Self>,
+}
+
+impl Actor for Aggregator {
+    type Context = Context<Self>;
+}
+
+impl PriorityActor for Aggregator {
+    fn inbox(&mut self) -> &mut PriorityInbox<Self> {
+        &mut self.inbox
+    }
+}
+
+impl Aggregator {
+    fn add(&mut self, c: Contribution, waiter: Waiter) {
+        let workers = self.workers;
+        let entry = self.rounds.entry(c.round).or_insert_with(|| PendingRound {
+            sum: vec![0.0; c.tensor.len()],
+            waiters: Vec::new(),
+        });
+        if entry.sum.len() != c.tensor.len() {
+            let _ = waiter.send(Err(HandlerError::new(format!(
+                "worker {} sent {} values, round {} has {}",
+                c.worker,
+                c.tensor.len(),
+                c.round,
+                entry.sum.len()
+            ))));
+            return;
+        }
+        entry
+            .sum
+            .iter_mut()
+            .zip(&c.tensor.data)
+            .for_each(|(s, x)| *s += x);
+        entry.waiters.push(waiter);
+        if entry.waiters.len() < workers {
+            return;
+        }
+        let Some(done) = self.rounds.remove(&c.round) else {
+            return;
+        };
+        let mean: Vec<f32> = done.sum.iter().map(|s| s / workers as f32).collect();
+        for w in done.waiters {
+            let _ = w.send(Ok(RoundMean {
+                round: c.round,
+                workers: workers as u32,
+                mean: Tensor::from_vec(mean.clone()),
+            }));
+        }
+    }
+}
+
+impl Handler<Msg<Contribution>> for Aggregator {
+    type Result = ResponseFuture<Result<RoundMean, HandlerError>>;
+
+    fn handle(&mut self, msg: Msg<Contribution>, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let queued = PriorityInbox::defer(self, ctx, msg.priority, move |act, _| {
+            act.add(msg.body, tx);
+            Ok(())
+        });
+        Box::pin(async move {
+            queued.await?;
+            rx.await
+                .unwrap_or_else(|_| Err(HandlerError::new("aggregator stopped")))
+        })
+    }
+}
+
+/// The value worker `w` contributes at position `i` of round `r`; the mean over workers is
+/// known in closed form, so every worker can check the result.
+fn value(w: usize, r: u32, i: usize) -> f32 {
+    ((w + 1) * (r as usize + 1)) as f32 + (i % 7) as f32
+}
+
+fn expected_mean(workers: usize, r: u32, i: usize) -> f32 {
+    let s: usize = (1..=workers).sum();
+    (s * (r as usize + 1)) as f32 / workers as f32 + (i % 7) as f32
+}
+
+async fn aggregator_role(ctx: NodeContext) -> Result<(), String> {
+    let workers = ctx.nodes_with_role("demo-worker").len();
+    if workers == 0 {
+        return Err("no node runs demo-worker".into());
+    }
+    let addr = Aggregator {
+        workers,
+        rounds: HashMap::new(),
+        inbox: PriorityInbox::default(),
+    }
+    .start();
+    ctx.node
+        .register("aggregator", addr)
+        .map_err(|e| e.to_string())?
+        .accept::<Contribution>();
+    tracing::info!(workers, "aggregator ready");
+    ctx.barrier("demo.ready").await.map_err(|e| e.to_string())
+}
+
+async fn worker_role(ctx: NodeContext) -> Result<(), String> {
+    let cfg: DemoConfig = ctx.settings.app("demo").map_err(|e| e.to_string())?;
+    let workers = ctx.nodes_with_role("demo-worker");
+    let me = workers
+        .iter()
+        .position(|n| *n == ctx.spec.name)
+        .ok_or("worker not in its own role list")?;
+    let aggregator_node = ctx
+        .nodes_with_role("demo-aggregator")
+        .into_iter()
+        .next()
+        .ok_or("no node runs demo-aggregator")?;
+    ctx.barrier("demo.ready").await.map_err(|e| e.to_string())?;
+    let aggregator = ctx
+        .node
+        .actor_at::<Contribution>(&aggregator_node, "aggregator")
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let mut bytes = 0usize;
+    for r in 0..cfg.rounds {
+        let data: Vec<f32> = (0..cfg.tensor_len).map(|i| value(me, r, i)).collect();
+        bytes += data.len() * 4;
+        let reply = aggregator
+            .ask(
+                Contribution {
+                    round: r,
+                    worker: ctx.spec.name.clone(),
+                    tensor: Tensor::from_vec(data),
+                },
+                Priority(-(r as i32)),
+                ctx.node.default_timeout(),
+            )
+            .await
+            .map_err(|e| format!("round {r}: {e}"))?;
+        let bad = reply
+            .mean
+            .data
+            .iter()
+            .enumerate()
+            .find(|(i, m)| (**m - expected_mean(workers.len(), r, *i)).abs() > 1e-3);
+        if let Some((i, m)) = bad {
+            return Err(format!(
+                "round {r}: mean[{i}] = {m}, expected {}",
+                expected_mean(workers.len(), r, i)
+            ));
+        }
+        if r % 5 == 4 || r + 1 == cfg.rounds {
+            tracing::info!(
+                round = r + 1,
+                of = cfg.rounds,
+                workers = reply.workers,
+                "mean verified"
+            );
+        }
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    tracing::info!(
+        rounds = cfg.rounds,
+        mb_sent = bytes as f64 / 1e6,
+        mbit_per_s = format!("{:.0}", bytes as f64 * 8.0 / secs / 1e6),
+        "worker done"
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    Ok(())
+}
+
+pub fn register(cluster: Cluster) -> Cluster {
+    cluster
+        .role("demo-aggregator", |ctx| Box::pin(aggregator_role(ctx)))
+        .role("demo-worker", |ctx| Box::pin(worker_role(ctx)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_form_mean_matches() {
+        for r in 0..3 {
+            for i in 0..10 {
+                let m: f32 = (0..4).map(|w| value(w, r, i)).sum::<f32>() / 4.0;
+                assert!((m - expected_mean(4, r, i)).abs() < 1e-5);
+            }
+        }
+    }
+}

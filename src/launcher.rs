@@ -1,0 +1,213 @@
+//! `petrel run`: launches a whole cluster on this machine as separate processes.
+//!
+//! It resolves free ports, generates the cluster's certificates (unless the settings name
+//! a `certs_dir`), writes the resolved settings next to them, and spawns one
+//! `petrel node --config … --name …` child per node. Child output is forwarded line by line
+//! with a `[node]` prefix. The first child that fails (or Ctrl-C) stops all the others,
+//! and the launcher returns an error naming it.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use petrel_actors::Settings;
+use petrel_actors::topology::reserve_ports;
+use petrel_net::tls::ClusterCa;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{0}")]
+    Settings(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] petrel_net::TlsError),
+    #[error("node {name} failed ({status})")]
+    NodeFailed { name: String, status: String },
+    #[error("interrupted; all nodes stopped")]
+    Interrupted,
+    #[error("cluster did not finish within {0:?}; all nodes stopped")]
+    Timeout(Duration),
+}
+
+pub struct LaunchOptions {
+    /// The binary that runs `node` (default: this executable).
+    pub binary: PathBuf,
+    /// Where certificates and resolved settings go (default: a fresh temporary directory).
+    pub run_dir: Option<PathBuf>,
+    /// Stop everything after this long.
+    pub timeout: Option<Duration>,
+    /// Show a progress bar (on a terminal).
+    pub progress: bool,
+}
+
+impl LaunchOptions {
+    pub fn new() -> Result<Self, LaunchError> {
+        Ok(Self {
+            binary: std::env::current_exe()?,
+            run_dir: None,
+            timeout: None,
+            progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        })
+    }
+}
+
+/// What a finished run reports.
+#[derive(Debug)]
+pub struct LaunchReport {
+    pub nodes: Vec<(String, Duration)>,
+    pub run_dir: PathBuf,
+}
+
+/// Resolves ports and certificates for `settings` and writes `cluster.toml` into `dir`.
+pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
+    std::fs::create_dir_all(dir)?;
+    if settings.cluster.transport != "quic" {
+        return Err(LaunchError::Settings(
+            "petrel run starts one process per node, which needs cluster.transport = \"quic\""
+                .into(),
+        ));
+    }
+    reserve_ports(&mut settings).map_err(|e| LaunchError::Settings(e.to_string()))?;
+    if settings.cluster.certs_dir.is_none() {
+        let certs = dir.join("certs");
+        let ca = ClusterCa::generate()?;
+        ca.write(&certs)?;
+        for n in &settings.nodes {
+            ca.issue(&n.name)?.write(&certs, &n.name)?;
+        }
+        settings.cluster.certs_dir = Some(certs);
+    }
+    let path = dir.join("cluster.toml");
+    std::fs::write(
+        &path,
+        settings
+            .to_toml()
+            .map_err(|e| LaunchError::Settings(e.to_string()))?,
+    )?;
+    Ok(path)
+}
+
+/// Runs the cluster described by `config` to completion.
+pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, LaunchError> {
+    let settings = Settings::load(config).map_err(|e| LaunchError::Settings(e.to_string()))?;
+    let run_dir = match &opts.run_dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!(
+            "petrel-run-{}-{}",
+            settings.cluster.name,
+            std::process::id()
+        )),
+    };
+    let resolved = prepare(settings.clone(), &run_dir)?;
+    let names: Vec<String> = settings.nodes.iter().map(|n| n.name.clone()).collect();
+    let bar = if opts.progress {
+        let b = ProgressBar::new(names.len() as u64);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {elapsed_precise} nodes finished {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        b.enable_steady_tick(Duration::from_millis(200));
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let started = Instant::now();
+    let mut children: Vec<(String, Child)> = Vec::new();
+    for name in &names {
+        let mut cmd = Command::new(&opts.binary);
+        cmd.arg("node")
+            .arg("--config")
+            .arg(&resolved)
+            .arg("--name")
+            .arg(name)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn()?;
+        forward(name, child.stdout.take(), bar.clone());
+        forward(name, child.stderr.take(), bar.clone());
+        children.push((name.clone(), child));
+    }
+    tracing::info!(nodes = names.len(), dir = %run_dir.display(), "cluster launched");
+    let deadline = opts.timeout.map(|t| started + t);
+    let mut finished: Vec<(String, Duration)> = Vec::new();
+    let outcome = loop {
+        let mut failure = None;
+        for (name, child) in &mut children {
+            if finished.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            if let Some(status) = child.try_wait()? {
+                if status.success() {
+                    finished.push((name.clone(), started.elapsed()));
+                    bar.inc(1);
+                } else {
+                    failure = Some(LaunchError::NodeFailed {
+                        name: name.clone(),
+                        status: status.to_string(),
+                    });
+                    break;
+                }
+            }
+        }
+        if let Some(f) = failure {
+            break Err(f);
+        }
+        if finished.len() == children.len() {
+            break Ok(());
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            break Err(LaunchError::Timeout(opts.timeout.unwrap_or_default()));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = tokio::signal::ctrl_c() => break Err(LaunchError::Interrupted),
+        }
+    };
+    bar.finish_and_clear();
+    if outcome.is_err() {
+        stop_all(&mut children).await;
+    }
+    outcome.map(|()| LaunchReport {
+        nodes: finished,
+        run_dir,
+    })
+}
+
+/// SIGTERM-free stop: children are killed (they hold no state worth a graceful exit that
+/// a dead peer would not also lose), then reaped.
+async fn stop_all(children: &mut [(String, Child)]) {
+    for (name, child) in children.iter_mut() {
+        if matches!(child.try_wait(), Ok(None)) {
+            tracing::info!(node = %name, "stopping");
+            let _ = child.start_kill();
+        }
+    }
+    for (_, child) in children.iter_mut() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+    }
+}
+
+fn forward<R>(name: &str, stream: Option<R>, bar: ProgressBar)
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let Some(stream) = stream else { return };
+    let prefix = format!("[{name}]");
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stream).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if bar.is_hidden() {
+                eprintln!("{prefix} {line}");
+            } else {
+                bar.println(format!("{prefix} {line}"));
+            }
+        }
+    });
+}

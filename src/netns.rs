@@ -1,0 +1,188 @@
+//! Emulated hosts: network namespaces joined by veth links to a bridge, with optional `tc`
+//! bandwidth limits and delay. Needs root and iproute2.
+//!
+//! Layout for prefix `p` and `n` hosts: namespace `p-sw` holds bridge `br0`; host `i` is
+//! namespace `p-h{i}` with interface `eth0` at `198.18.0.{i+1}/24` (the RFC 2544
+//! benchmarking range, so test traffic never looks like a real network's), linked by a veth
+//! pair to the bridge. A rate limit is a `tbf` qdisc on each host's `eth0` (egress), and on
+//! the bridge side too (the host's ingress); delay uses `netem`.
+
+use std::process::Command;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error("network namespaces need root")]
+    NotRoot,
+    #[error("`ip netns` is unavailable: {0}")]
+    NoIproute(String),
+    #[error("`{cmd}` failed: {stderr}")]
+    Command { cmd: String, stderr: String },
+}
+
+/// A set of emulated hosts. Dropping it does not tear them down; call [`Hosts::down`].
+#[derive(Clone, Debug)]
+pub struct Hosts {
+    pub prefix: String,
+    pub count: usize,
+}
+
+/// Link emulation settings.
+#[derive(Clone, Debug, Default)]
+pub struct LinkShape {
+    pub rate_mbit: Option<f64>,
+    pub delay_ms: Option<f64>,
+}
+
+fn run(args: &[&str]) -> Result<String, NetnsError> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| NetnsError::Command {
+            cmd: args.join(" "),
+            stderr: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(NetnsError::Command {
+            cmd: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// Checks that namespaces can be made here; the error says why not.
+pub fn available() -> Result<(), NetnsError> {
+    let uid = run(&["id", "-u"]).map_err(|e| NetnsError::NoIproute(e.to_string()))?;
+    if uid.trim() != "0" {
+        return Err(NetnsError::NotRoot);
+    }
+    run(&["ip", "netns", "list"]).map_err(|e| NetnsError::NoIproute(e.to_string()))?;
+    run(&["tc", "-V"]).map_err(|e| NetnsError::NoIproute(format!("tc: {e}")))?;
+    Ok(())
+}
+
+impl Hosts {
+    pub fn host_ns(&self, i: usize) -> String {
+        format!("{}-h{i}", self.prefix)
+    }
+
+    pub fn host_ip(&self, i: usize) -> String {
+        format!("198.18.0.{}", i + 1)
+    }
+
+    fn switch_ns(&self) -> String {
+        format!("{}-sw", self.prefix)
+    }
+
+    /// Creates `count` hosts. Any leftovers with the same prefix are removed first.
+    pub fn up(prefix: &str, count: usize, shape: &LinkShape) -> Result<Hosts, NetnsError> {
+        available()?;
+        if count == 0 || count > 250 {
+            return Err(NetnsError::Command {
+                cmd: "netns up".into(),
+                stderr: format!("host count {count} out of range 1..=250"),
+            });
+        }
+        let hosts = Hosts {
+            prefix: prefix.to_string(),
+            count,
+        };
+        hosts.down();
+        let sw = hosts.switch_ns();
+        run(&["ip", "netns", "add", &sw])?;
+        run(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        run(&["ip", "-n", &sw, "link", "set", "br0", "up"])?;
+        run(&["ip", "-n", &sw, "link", "set", "lo", "up"])?;
+        for i in 0..count {
+            let ns = hosts.host_ns(i);
+            let host_if = format!("{prefix}{i}a");
+            let sw_if = format!("{prefix}{i}b");
+            run(&["ip", "netns", "add", &ns])?;
+            run(&[
+                "ip", "link", "add", &host_if, "type", "veth", "peer", "name", &sw_if,
+            ])?;
+            run(&["ip", "link", "set", &host_if, "netns", &ns])?;
+            run(&["ip", "link", "set", &sw_if, "netns", &sw])?;
+            run(&["ip", "-n", &ns, "link", "set", &host_if, "name", "eth0"])?;
+            run(&[
+                "ip",
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", hosts.host_ip(i)),
+                "dev",
+                "eth0",
+            ])?;
+            run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+            run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+            run(&["ip", "-n", &sw, "link", "set", &sw_if, "master", "br0"])?;
+            run(&["ip", "-n", &sw, "link", "set", &sw_if, "up"])?;
+            shape_link(&ns, "eth0", shape)?;
+            shape_link(&sw, &sw_if, shape)?;
+        }
+        Ok(hosts)
+    }
+
+    /// Runs a command inside host `i`.
+    pub fn command(&self, i: usize, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.host_ns(i), program]);
+        c
+    }
+
+    /// Removes every namespace of this set (ignores the ones that do not exist).
+    pub fn down(&self) {
+        for i in 0..self.count.max(1) {
+            let _ = run(&["ip", "netns", "del", &self.host_ns(i)]);
+        }
+        let _ = run(&["ip", "netns", "del", &self.switch_ns()]);
+    }
+}
+
+fn shape_link(ns: &str, dev: &str, shape: &LinkShape) -> Result<(), NetnsError> {
+    match (shape.rate_mbit, shape.delay_ms) {
+        (None, None) => Ok(()),
+        (Some(rate), None) => {
+            let burst = ((rate * 1e6 / 8.0 / 250.0) as u64).max(16 * 1024);
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                dev,
+                "root",
+                "tbf",
+                "rate",
+                &format!("{rate}mbit"),
+                "burst",
+                &burst.to_string(),
+                "latency",
+                "50ms",
+            ])
+            .map(|_| ())
+        }
+        (rate, Some(delay)) => {
+            let mut args: Vec<String> = [
+                "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "netem",
+                "delay",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.push(format!("{delay}ms"));
+            if let Some(rate) = rate {
+                args.push("rate".into());
+                args.push(format!("{rate}mbit"));
+            }
+            args.push("limit".into());
+            args.push("100000".into());
+            let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+            run(&refs).map(|_| ())
+        }
+    }
+}

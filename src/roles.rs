@@ -1,0 +1,15 @@
+//! The roles built into the `petrel` binary: every node started by `petrel node` (and so
+//! every node of `petrel run`) can run any of them. Each system adds its roles here.
+
+use petrel_actors::{Cluster, Settings};
+
+/// A cluster with every built-in role registered.
+pub fn builtin(settings: Settings) -> Cluster {
+    let cluster = Cluster::new(settings);
+    // roles: demo
+    let cluster = crate::demo::register(cluster);
+    // roles: parameter server (issue 3) -- add `let cluster = ...::register(cluster);` below
+    // roles: p3 (issue 4)
+    // roles: strads (issue 5)
+    cluster
+}
