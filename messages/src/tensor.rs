@@ -80,7 +80,7 @@ pub mod f32_bytes {
 
 /// Decodes little-endian f32 bytes into an aligned vector.
 pub fn from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, String> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(format!(
             "f32 payload of {} bytes is not a multiple of 4",
             bytes.len()

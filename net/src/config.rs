@@ -85,7 +85,7 @@ pub struct ShaperConfig {
     pub ingress_bytes_per_s: u64,
     /// Added latency in milliseconds on every received packet (0 = none).
     pub latency_ms: u64,
-    /// Token bucket depth in bytes (0 = 64 KiB): how much may leave at line rate after idle.
+    /// Token bucket depth in bytes (0 = 16 KiB): how much may leave at once after idle.
     pub burst_bytes: u64,
 }
 
@@ -98,6 +98,15 @@ impl ShaperConfig {
             ingress_bytes_per_s: bps,
             latency_ms: 0,
             burst_bytes: 0,
+        }
+    }
+
+    /// A link of `mbit` megabits per second limited at the sender only: with every node
+    /// configured this way, each direction of a full-duplex link is shaped exactly once.
+    pub fn egress_mbit(mbit: f64) -> Self {
+        Self {
+            ingress_bytes_per_s: 0,
+            ..Self::mbit(mbit)
         }
     }
 }

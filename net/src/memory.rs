@@ -14,10 +14,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::mpsc;
 
+/// What the hub knows of a member: where to deliver, its counters, its frame size limit.
+#[derive(Clone)]
+struct Member {
+    tx: mpsc::Sender<Arrival>,
+    stats: Arc<NetStats>,
+    max_frame: usize,
+}
+
 /// The "network" connecting in-memory nodes.
 #[derive(Clone, Default)]
 pub struct MemoryHub {
-    peers: Arc<Mutex<HashMap<NodeId, (mpsc::Sender<Arrival>, Arc<NetStats>, usize)>>>,
+    peers: Arc<Mutex<HashMap<NodeId, Member>>>,
 }
 
 impl MemoryHub {
@@ -41,7 +49,14 @@ impl MemoryLink {
         tx: mpsc::Sender<Arrival>,
     ) -> Self {
         if let Ok(mut peers) = hub.peers.lock() {
-            peers.insert(node, (tx, stats, cfg.max_message_bytes));
+            peers.insert(
+                node,
+                Member {
+                    tx,
+                    stats,
+                    max_frame: cfg.max_message_bytes,
+                },
+            );
         }
         let egress = cfg
             .shaper
@@ -85,7 +100,12 @@ impl MemoryLink {
             b.charge(Instant::now(), frame.len());
         }
         let peer = self.hub.peers.lock().ok().and_then(|p| p.get(&to).cloned());
-        let Some((tx, stats, max)) = peer else {
+        let Some(Member {
+            tx,
+            stats,
+            max_frame: max,
+        }) = peer
+        else {
             return Err(NetError::UnknownPeer(to));
         };
         let len = frame.len();

@@ -334,7 +334,11 @@ async fn dispatch(s: Arc<Shared>) {
                 }
                 Err(e) => {
                     NetStats::bump(&task_shared.stats.send_failures, 1);
-                    tracing::warn!(node = %task_shared.node, to = %msg.to, error = %e, "send failed");
+                    if task_shared.closed.load(Ordering::Acquire) {
+                        tracing::debug!(node = %task_shared.node, to = %msg.to, error = %e, "send abandoned at shutdown");
+                    } else {
+                        tracing::warn!(node = %task_shared.node, to = %msg.to, error = %e, "send failed");
+                    }
                 }
             }
             if let Ok(mut q) = task_shared.outbox.lock() {

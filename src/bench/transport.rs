@@ -340,7 +340,7 @@ pub fn run(args: Args) -> Result<(), String> {
             args.probe_kib, args.backlog_mib, args.link_mbit
         );
         let shaped = NetConfig {
-            shaper: Some(ShaperConfig::mbit(args.link_mbit)),
+            shaper: Some(ShaperConfig::egress_mbit(args.link_mbit)),
             ..cfg.clone()
         };
         let p = pair(shaped)?;
