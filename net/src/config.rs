@@ -42,6 +42,14 @@ pub struct NetConfig {
     /// Frames buffered between the transport and the node runtime; when full, reading
     /// stops and QUIC flow control pushes back on senders.
     pub inbound_queue: usize,
+    /// Bytes of received frames the transport may hold at once (partly read, or waiting for
+    /// the node). A frame is only read once its size fits; until then QUIC flow control
+    /// holds the sender back. Bounds the memory peers can make this node spend. Raised to
+    /// `max_message_bytes` if smaller.
+    pub inbound_buffer_bytes: usize,
+    /// A frame whose bytes stop arriving for this long is abandoned (its stream stopped,
+    /// its buffer released), so a stalled or malicious sender cannot pin memory.
+    pub frame_timeout_ms: u64,
     /// Threads of the transport's own tokio runtime (QUIC crypto and I/O). 0 = run on the
     /// caller's runtime.
     pub threads: usize,
@@ -66,6 +74,8 @@ impl Default for NetConfig {
             connect_timeout_ms: 5_000,
             outbox_inflight_bytes: 8 << 20,
             inbound_queue: 1024,
+            inbound_buffer_bytes: 256 << 20,
+            frame_timeout_ms: 30_000,
             threads: 1,
             shaper: None,
         }

@@ -126,7 +126,11 @@ impl MemoryLink {
         NetStats::bump(&stats.received_bytes, len as u64);
         tx.send(Arrival {
             lane,
-            inbound: Inbound { frame, len },
+            inbound: Inbound {
+                frame,
+                len,
+                _budget: None,
+            },
         })
         .await
         .map_err(|_| NetError::Send {

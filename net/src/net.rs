@@ -61,6 +61,8 @@ pub struct Inbound {
     pub frame: Frame,
     /// Encoded size on the wire.
     pub len: usize,
+    /// The frame's share of the node's inbound byte budget, released when dropped.
+    pub(crate) _budget: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 pub(crate) enum Link {

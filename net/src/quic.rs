@@ -15,12 +15,13 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 
 /// Application error codes on streams and connections.
 const CODE_OVERSIZE: u32 = 1;
 const CODE_MALFORMED: u32 = 2;
 const CODE_SHUTDOWN: u32 = 3;
+const CODE_STALLED: u32 = 4;
 
 type PeerSlot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 
@@ -58,13 +59,16 @@ impl QuicLink {
         )
         .map_err(NetError::Runtime)?;
         endpoint.set_default_client_config(client);
-        tokio::spawn(accept_loop(
-            node,
-            endpoint.clone(),
-            cfg.max_message_bytes,
-            stats,
-            tx,
-        ));
+        let limits = ReadLimits {
+            max_frame: cfg.max_message_bytes,
+            budget: Arc::new(Semaphore::new(
+                cfg.inbound_buffer_bytes
+                    .max(cfg.max_message_bytes)
+                    .min(Semaphore::MAX_PERMITS),
+            )),
+            stall: Duration::from_millis(cfg.frame_timeout_ms.max(1)),
+        };
+        tokio::spawn(accept_loop(node, endpoint.clone(), limits, stats, tx));
         Ok(Self {
             endpoint,
             addrs: Mutex::new(HashMap::new()),
@@ -163,16 +167,27 @@ impl QuicLink {
     }
 }
 
+/// What bounds a node's receive path.
+#[derive(Clone)]
+struct ReadLimits {
+    max_frame: usize,
+    /// Bytes of frames being read or waiting for the node, across all peers.
+    budget: Arc<Semaphore>,
+    /// Longest pause between a frame's bytes.
+    stall: Duration,
+}
+
 async fn accept_loop(
     node: NodeId,
     endpoint: Endpoint,
-    max: usize,
+    limits: ReadLimits,
     stats: Arc<NetStats>,
     tx: mpsc::Sender<Arrival>,
 ) {
     while let Some(incoming) = endpoint.accept().await {
         let stats = stats.clone();
         let tx = tx.clone();
+        let limits = limits.clone();
         tokio::spawn(async move {
             let remote = incoming.remote_address();
             let conn = match incoming.await {
@@ -185,7 +200,13 @@ async fn accept_loop(
             };
             tracing::debug!(%node, %remote, "peer connected");
             while let Ok(recv) = conn.accept_uni().await {
-                tokio::spawn(read_frame(node, recv, max, stats.clone(), tx.clone()));
+                tokio::spawn(read_frame(
+                    node,
+                    recv,
+                    limits.clone(),
+                    stats.clone(),
+                    tx.clone(),
+                ));
             }
         });
     }
@@ -196,10 +217,11 @@ async fn accept_loop(
 async fn read_frame(
     node: NodeId,
     mut recv: RecvStream,
-    max: usize,
+    limits: ReadLimits,
     stats: Arc<NetStats>,
     tx: mpsc::Sender<Arrival>,
 ) {
+    let max = limits.max_frame;
     let mut lane = [0u8; LANE_HEADER_LEN];
     if let Err(e) = recv.read_exact(&mut lane).await {
         NetStats::bump(&stats.truncated_streams, 1);
@@ -226,16 +248,42 @@ async fn read_frame(
             return;
         }
     };
-    let mut buf = BytesMut::zeroed(parsed.total_len());
-    buf[..FRAME_PREFIX_LEN].copy_from_slice(&prefix);
-    if let Err(e) = recv.read_exact(&mut buf[FRAME_PREFIX_LEN..]).await {
-        NetStats::bump(&stats.truncated_streams, 1);
-        tracing::warn!(%node, error = %e, expected = parsed.total_len(), "truncated frame");
+    // Memory is committed only when the frame fits the node's budget; until then the
+    // stream is not read and QUIC flow control holds the sender back.
+    let total = parsed.total_len();
+    let Ok(need) = u32::try_from(total) else {
+        NetStats::bump(&stats.oversize_frames, 1);
+        let _ = recv.stop(VarInt::from_u32(CODE_OVERSIZE));
         return;
+    };
+    let Ok(permit) = limits.budget.clone().acquire_many_owned(need).await else {
+        return;
+    };
+    let mut buf = BytesMut::with_capacity(total);
+    buf.extend_from_slice(&prefix);
+    while buf.len() < total {
+        let want = (total - buf.len()).min(1 << 20);
+        match tokio::time::timeout(limits.stall, recv.read_chunk(want, true)).await {
+            Ok(Ok(Some(chunk))) => buf.extend_from_slice(&chunk.bytes),
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                NetStats::bump(&stats.truncated_streams, 1);
+                tracing::warn!(%node, got = buf.len(), expected = total, "truncated frame");
+                return;
+            }
+            Err(_) => {
+                NetStats::bump(&stats.truncated_streams, 1);
+                tracing::warn!(%node, got = buf.len(), expected = total, stall = ?limits.stall, "frame stalled; abandoned");
+                let _ = recv.stop(VarInt::from_u32(CODE_STALLED));
+                return;
+            }
+        }
     }
     // The sender finishes the stream right after the frame: anything else is garbage.
     let mut probe = [0u8; 1];
-    match recv.read(&mut probe).await {
+    let end = tokio::time::timeout(limits.stall, recv.read(&mut probe))
+        .await
+        .unwrap_or(Ok(Some(0)));
+    match end {
         Ok(None) => {}
         Ok(Some(_)) => {
             NetStats::bump(&stats.malformed_frames, 1);
@@ -257,7 +305,11 @@ async fn read_frame(
             if tx
                 .send(Arrival {
                     lane,
-                    inbound: Inbound { frame, len },
+                    inbound: Inbound {
+                        frame,
+                        len,
+                        _budget: Some(permit),
+                    },
                 })
                 .await
                 .is_err()

@@ -279,3 +279,120 @@ async fn high_priority_overtakes_backlog_on_shaped_link() {
         "urgent latency {latency:?}"
     );
 }
+
+/// A member that announces frames and then stalls cannot pin the receiver's inbound
+/// budget: stalled frames are abandoned after `frame_timeout_ms`, and other peers are
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_partial_frames_release_the_inbound_budget() {
+    let cfg = NetConfig {
+        max_message_bytes: 1 << 20,
+        inbound_buffer_bytes: 2 << 20,
+        frame_timeout_ms: 500,
+        ..NetConfig::default()
+    };
+    let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
+    let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    let a_addr = a.local_addr().unwrap();
+    let mut raw = quinn::Endpoint::client(localhost()).unwrap();
+    raw.set_default_client_config(creds[1].client_config(&cfg).unwrap());
+    let conn = raw
+        .connect(a_addr, petrel_net::tls::CLUSTER_SERVER_NAME)
+        .unwrap()
+        .await
+        .unwrap();
+    let mut stalled = Vec::new();
+    for seq in 0..8u64 {
+        let mut s = conn.open_uni().await.unwrap();
+        let mut head = petrel_net::sequencer::LaneHeader {
+            from: 5,
+            priority: 0,
+            epoch: 1,
+            seq,
+        }
+        .encode()
+        .to_vec();
+        head.extend_from_slice(b"PTR1");
+        head.extend_from_slice(&16u32.to_le_bytes());
+        head.extend_from_slice(&((1u32 << 20) - 100).to_le_bytes());
+        head.extend_from_slice(&[0u8; 1000]); // a little of the body, then silence
+        s.write_all(&head).await.unwrap();
+        stalled.push(s); // kept open: never finished
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (good, _rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg).unwrap();
+    good.add_peer(NodeId(1), PeerAddr::Quic(a_addr));
+    let started = Instant::now();
+    good.send(
+        NodeId(1),
+        Priority::NORMAL,
+        frame(3, 1, "fine", Priority::NORMAL, &[9u8; 600_000]),
+    )
+    .unwrap();
+    let got = recv(&mut a_rx).await;
+    assert_eq!(got.frame.header.msg_type, "fine");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "served after {:?}",
+        started.elapsed()
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.stats().truncated_streams < 8 {
+        assert!(
+            Instant::now() < deadline,
+            "stalled frames not abandoned: {:?}",
+            a.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(stalled);
+}
+
+/// The authentication matrix's remaining case: a client that trusts the cluster CA but
+/// presents no certificate is refused.
+#[tokio::test]
+async fn client_without_certificate_is_refused() {
+    let cfg = NetConfig::default();
+    let ca = ClusterCa::generate().unwrap();
+    let member = ca.issue("a").unwrap();
+    let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &member, cfg).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(member.ca.clone()).unwrap();
+    let mut tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![petrel_net::tls::ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
+    let mut ep = quinn::Endpoint::client(localhost()).unwrap();
+    ep.set_default_client_config(quinn::ClientConfig::new(std::sync::Arc::new(crypto)));
+    let attempt = async {
+        let conn = ep
+            .connect(
+                a.local_addr().unwrap(),
+                petrel_net::tls::CLUSTER_SERVER_NAME,
+            )
+            .unwrap()
+            .await?;
+        let mut s = conn.open_uni().await?;
+        s.write_all(&frame(9, 1, "anon", Priority::NORMAL, b"x"))
+            .await?;
+        s.finish()?;
+        conn.closed().await;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), attempt).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.stats().refused_connections == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "handshake without a certificate was not refused"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), a_rx.recv())
+            .await
+            .is_err()
+    );
+    assert_eq!(a.stats().received_messages, 0);
+}
