@@ -15,6 +15,7 @@ pub use petrel_net as net;
 
 pub mod bench;
 pub mod demo;
+pub mod fuzzing;
 pub mod launcher;
 pub mod netns;
 pub mod report;

@@ -79,6 +79,12 @@ pub fn parse_vocab(
     Ok(words)
 }
 
+/// Limits that keep a hostile or corrupt header or count from exhausting memory: tokens
+/// are expanded one `u32` each, and D documents are allocated up front.
+pub const MAX_DOCS: usize = 100_000_000;
+pub const MAX_COUNT_PER_ENTRY: u64 = 100_000;
+pub const MAX_TOKENS: u64 = 1_000_000_000;
+
 /// Parses `docword.txt`. Blank lines are skipped; ids are checked against D and W, and the
 /// number of entry lines against NNZ.
 pub fn parse_docword(
@@ -89,6 +95,7 @@ pub fn parse_docword(
     let mut header: Vec<usize> = Vec::with_capacity(3);
     let mut docs: Vec<Vec<u32>> = Vec::new();
     let mut entries = 0usize;
+    let mut total_tokens = 0u64;
     let mut last_line = 0;
     for item in numbered_lines(reader, name) {
         let (line_no, line) = item?;
@@ -108,6 +115,12 @@ pub fn parse_docword(
             }
             header.push(value);
             if header.len() == 3 {
+                if header[0] > MAX_DOCS {
+                    return Err(bad(format!(
+                        "document count D = {} exceeds the supported {MAX_DOCS}",
+                        header[0]
+                    )));
+                }
                 docs = vec![Vec::new(); header[0]];
             }
             continue;
@@ -133,8 +146,16 @@ pub fn parse_docword(
         if word == 0 || word > vocab_size as u64 {
             return Err(bad(format!("wordID {word} outside 1..={vocab_size}")));
         }
-        if count > u64::from(u32::MAX) {
-            return Err(bad(format!("count {count} exceeds u32")));
+        if count > MAX_COUNT_PER_ENTRY {
+            return Err(bad(format!(
+                "count {count} exceeds the supported {MAX_COUNT_PER_ENTRY} per entry"
+            )));
+        }
+        total_tokens += count;
+        if total_tokens > MAX_TOKENS {
+            return Err(bad(format!(
+                "corpus exceeds the supported {MAX_TOKENS} tokens"
+            )));
         }
         entries += 1;
         if entries > nnz {

@@ -1,0 +1,89 @@
+//! Entry points for the fuzzers in `fuzz/` and for the regression tests that replay their
+//! findings (`tests/fuzz_regressions.rs`). Each one feeds outside bytes to a decoder and
+//! must return (with an error or a value), never panic, hang or allocate without bound.
+
+use petrel_messages::runtime::{BarrierEnter, Heartbeat, Join, PeerDown, Shutdown};
+use petrel_messages::{Frame, RemoteMessage, Tensor, decode_body};
+use std::path::Path;
+
+/// Every target, by name: the same names as the fuzz targets and regression folders.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("frame", frame),
+    ("wire_messages", wire_messages),
+    ("libsvm", libsvm),
+    ("ratings", ratings),
+    ("bag_of_words", bag_of_words),
+    ("idx", idx),
+    ("model_profile", model_profile),
+    ("config", config),
+    ("ps_row", ps_row),
+];
+
+/// Frame prefix, lane header and envelope header decoding, as the receive path does.
+pub fn frame(data: &[u8]) {
+    if data.len() >= petrel_net::sequencer::LANE_HEADER_LEN {
+        let mut lane = [0u8; petrel_net::sequencer::LANE_HEADER_LEN];
+        lane.copy_from_slice(&data[..petrel_net::sequencer::LANE_HEADER_LEN]);
+        let _ = petrel_net::sequencer::LaneHeader::decode(&lane);
+    }
+    let _ = petrel_messages::envelope::FramePrefix::parse(data, 1 << 20);
+    let _ = Frame::decode(bytes::Bytes::copy_from_slice(data), 1 << 20);
+}
+
+fn body<M: RemoteMessage>(data: &[u8]) {
+    let _ = decode_body::<M>(M::TYPE_NAME, data);
+}
+
+/// Every runtime wire type and the tensor payload.
+pub fn wire_messages(data: &[u8]) {
+    body::<Join>(data);
+    body::<Heartbeat>(data);
+    body::<PeerDown>(data);
+    body::<Shutdown>(data);
+    body::<BarrierEnter>(data);
+    let _ = decode_body::<Result<petrel_messages::runtime::BarrierReleased, String>>("barrier-reply", data);
+    let _ = decode_body::<petrel_messages::runtime::JoinAck>("join-ack", data);
+    if let Ok(t) = decode_body::<Tensor>("tensor", data) {
+        let _ = t.validate();
+    }
+}
+
+fn text(data: &[u8]) -> &[u8] {
+    data
+}
+
+pub fn libsvm(data: &[u8]) {
+    let _ = petrel_algorithms::data::libsvm::parse_libsvm(text(data), "fuzz.libsvm");
+}
+
+pub fn ratings(data: &[u8]) {
+    let _ = petrel_algorithms::data::ratings::parse_triplets(text(data), "fuzz.data");
+    let _ = petrel_algorithms::data::ratings::parse_matrix_market(text(data), "fuzz.mtx");
+}
+
+pub fn bag_of_words(data: &[u8]) {
+    let _ = petrel_algorithms::data::bow::parse_docword(text(data), "docword.fuzz.txt");
+    let _ = petrel_algorithms::data::bow::parse_vocab(text(data), "vocab.fuzz.txt");
+}
+
+pub fn idx(data: &[u8]) {
+    let _ = petrel_algorithms::dnn::data::parse_idx_images(data, Path::new("fuzz-images.idx"));
+    let _ = petrel_algorithms::dnn::data::parse_idx_labels(data, Path::new("fuzz-labels.idx"));
+}
+
+pub fn model_profile(data: &[u8]) {
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = petrel_algorithms::p3::profile::ModelProfile::from_toml_str(s, "fuzz.toml");
+        let _ = petrel_algorithms::p3::profile::ModelProfile::from_json_str(s, "fuzz.json");
+    }
+}
+
+pub fn config(data: &[u8]) {
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = petrel_actors::Settings::from_toml(s);
+    }
+}
+
+pub fn ps_row(data: &[u8]) {
+    let _ = petrel_actors::ps::types::Row::decode(data);
+}
