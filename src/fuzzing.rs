@@ -41,7 +41,10 @@ pub fn wire_messages(data: &[u8]) {
     body::<PeerDown>(data);
     body::<Shutdown>(data);
     body::<BarrierEnter>(data);
-    let _ = decode_body::<Result<petrel_messages::runtime::BarrierReleased, String>>("barrier-reply", data);
+    let _ = decode_body::<Result<petrel_messages::runtime::BarrierReleased, String>>(
+        "barrier-reply",
+        data,
+    );
     let _ = decode_body::<petrel_messages::runtime::JoinAck>("join-ack", data);
     if let Ok(t) = decode_body::<Tensor>("tensor", data) {
         let _ = t.validate();

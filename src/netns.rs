@@ -124,6 +124,12 @@ impl Hosts {
         Ok(hosts)
     }
 
+    /// Takes host `i`'s link up or down (a cable pulled and plugged back).
+    pub fn set_link(&self, i: usize, up: bool) -> Result<(), NetnsError> {
+        let state = if up { "up" } else { "down" };
+        run(&["ip", "-n", &self.host_ns(i), "link", "set", "eth0", state]).map(|_| ())
+    }
+
     /// Runs a command inside host `i`.
     pub fn command(&self, i: usize, program: &str) -> Command {
         let mut c = Command::new("ip");

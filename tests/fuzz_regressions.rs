@@ -9,12 +9,18 @@ fn fuzz_regressions_do_not_panic() {
     let mut replayed = 0;
     for (name, target) in petrel::fuzzing::TARGETS {
         let dir = root.join(name);
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let data = std::fs::read(entry.path()).unwrap();
             target(&data);
             replayed += 1;
         }
     }
-    assert!(replayed > 0, "no regression inputs found under {}", root.display());
+    assert!(
+        replayed > 0,
+        "no regression inputs found under {}",
+        root.display()
+    );
 }

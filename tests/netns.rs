@@ -1,11 +1,13 @@
-//! A 3-node cluster across network namespaces joined by rate-limited veth links: a real
-//! multi-host run on one machine. Needs root and iproute2; skips with a message otherwise.
+//! Clusters across network namespaces joined by rate-limited veth links: real multi-host
+//! runs on one machine. Needs root and iproute2; skips with a message otherwise.
 
 use petrel::netns::{Hosts, LinkShape};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+const NAMES: [&str; 3] = ["hub", "w1", "w2"];
 
 struct Teardown(Hosts);
 impl Drop for Teardown {
@@ -14,41 +16,36 @@ impl Drop for Teardown {
     }
 }
 
-#[test]
-fn three_node_cluster_across_network_namespaces() {
-    if let Err(why) = petrel::netns::available() {
-        eprintln!("SKIPPED three_node_cluster_across_network_namespaces: {why}");
-        return;
+fn skip(test: &str) -> bool {
+    match petrel::netns::available() {
+        Ok(()) => false,
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            true
+        }
     }
-    let prefix = format!("pt{}", std::process::id() % 100_000);
-    let hosts = Hosts::up(
-        &prefix,
-        3,
-        &LinkShape {
-            rate_mbit: Some(200.0),
-            delay_ms: None,
-        },
-    )
-    .expect("create namespaces");
-    let _teardown = Teardown(hosts.clone());
-    let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let names = ["hub", "w1", "w2"];
+}
+
+/// Starts the demo job on three hosts; returns each node with a thread reading its stderr.
+fn start(hosts: &Hosts, dir: &std::path::Path, rounds: u64) -> Vec<(Child, JoinHandle<String>)> {
+    let certs = dir.join("certs");
     let roles = ["demo-aggregator", "demo-worker", "demo-worker"];
     let mut cfg = format!(
-        "[cluster]\nname = \"netns\"\ncerts_dir = \"{}\"\nheartbeat_interval_ms = 200\nfailure_timeout_ms = 3000\n",
+        "[cluster]\nname = \"netns\"\ncerts_dir = \"{}\"\nheartbeat_interval_ms = 200\nfailure_timeout_ms = 2000\n",
         certs.display()
     );
     for i in 0..3 {
         cfg.push_str(&format!(
             "[[nodes]]\nname = \"{}\"\naddr = \"{}:7000\"\nroles = [\"{}\"]\n",
-            names[i],
+            NAMES[i],
             hosts.host_ip(i),
             roles[i]
         ));
     }
-    cfg.push_str("[app.demo]\nrounds = 5\ntensor_len = 65536\n");
-    let cfg_path = dir.path().join("cluster.toml");
+    cfg.push_str(&format!(
+        "[app.demo]\nrounds = {rounds}\ntensor_len = 16384\n"
+    ));
+    let cfg_path = dir.join("cluster.toml");
     std::fs::write(&cfg_path, cfg).unwrap();
     let st = Command::new(PETREL)
         .args([
@@ -58,47 +55,111 @@ fn three_node_cluster_across_network_namespaces() {
             "--config",
             cfg_path.to_str().unwrap(),
         ])
+        .stdout(Stdio::null())
         .status()
         .unwrap();
     assert!(st.success());
-    let mut children: Vec<_> = (0..3)
+    (0..3)
         .map(|i| {
-            hosts
+            let mut child = hosts
                 .command(i, PETREL)
                 .args([
                     "node",
                     "--config",
                     cfg_path.to_str().unwrap(),
                     "--name",
-                    names[i],
+                    NAMES[i],
                 ])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
-                .unwrap()
+                .unwrap();
+            let mut stderr = child.stderr.take().unwrap();
+            let log = std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+                s
+            });
+            (child, log)
         })
-        .collect();
+        .collect()
+}
+
+fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
     let start = Instant::now();
-    let mut outputs = Vec::new();
-    for (i, child) in children.drain(..).enumerate() {
-        let mut child = child;
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                break;
-            }
-            if start.elapsed() > Duration::from_secs(90) {
-                let _ = child.kill();
-                panic!("{} did not finish", names[i]);
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
         }
-        outputs.push((names[i], child.wait_with_output().unwrap()));
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("node did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    for (name, out) in outputs {
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{name} failed:\n{err}");
-        if name != "hub" {
-            assert!(err.contains("round=5 of=5"), "{name}:\n{err}");
+}
+
+#[test]
+fn three_node_cluster_across_network_namespaces() {
+    if skip("three_node_cluster_across_network_namespaces") {
+        return;
+    }
+    let prefix = format!("pa{}", std::process::id() % 100_000);
+    let shape = LinkShape {
+        rate_mbit: Some(200.0),
+        delay_ms: None,
+    };
+    let hosts = Hosts::up(&prefix, 3, &shape).expect("create namespaces");
+    let _teardown = Teardown(hosts.clone());
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (mut child, log)) in start(&hosts, dir.path(), 5).into_iter().enumerate() {
+        let st = wait(&mut child, Duration::from_secs(90));
+        let err = log.join().unwrap();
+        assert!(st.success(), "{} failed:\n{err}", NAMES[i]);
+        if i > 0 {
+            assert!(err.contains("round=5 of=5"), "{}:\n{err}", NAMES[i]);
         }
     }
+}
+
+/// The link of host w2 goes down mid-run: the other hosts report w2 within the failure
+/// timeout and stop; w2 reports the coordinator. Nothing hangs; the link is restored.
+#[test]
+fn cut_link_is_detected_across_namespaces() {
+    if skip("cut_link_is_detected_across_namespaces") {
+        return;
+    }
+    let prefix = format!("pb{}", std::process::id() % 100_000);
+    let hosts = Hosts::up(&prefix, 3, &LinkShape::default()).expect("create namespaces");
+    let _teardown = Teardown(hosts.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = start(&hosts, dir.path(), 1_000_000);
+    std::thread::sleep(Duration::from_secs(3));
+    for (child, _) in &mut nodes {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "a node ended before the fault"
+        );
+    }
+    let cut = Instant::now();
+    hosts.set_link(2, false).expect("cut link");
+    for (i, (child, log)) in nodes.iter_mut().enumerate() {
+        let st = wait(child, Duration::from_secs(30));
+        assert!(!st.success(), "{} should fail", NAMES[i]);
+        let _ = log;
+    }
+    let detected = cut.elapsed();
+    hosts.set_link(2, true).expect("restore link");
+    let logs: Vec<String> = nodes
+        .into_iter()
+        .map(|(_, log)| log.join().unwrap())
+        .collect();
+    assert!(logs[0].contains("w2"), "hub must name w2:\n{}", logs[0]);
+    assert!(logs[1].contains("w2"), "w1 must name w2:\n{}", logs[1]);
+    assert!(
+        logs[2].contains("hub"),
+        "w2 must name the coordinator:\n{}",
+        logs[2]
+    );
+    assert!(detected < Duration::from_secs(12), "took {detected:?}");
 }

@@ -119,6 +119,12 @@ impl<W> ClusterCore<W> {
         if !self.is_formed() {
             return Vec::new();
         }
+        // Nodes start heartbeating once they hear the cluster formed: the failure clock of
+        // every member starts now, not at its join (a slow starter must not make the early
+        // joiners look dead).
+        for n in self.joined.keys() {
+            self.last_seen.insert(*n, now);
+        }
         let members = self.members();
         self.join_waiters
             .drain(..)
@@ -132,8 +138,11 @@ impl<W> ClusterCore<W> {
         }
     }
 
-    /// Nodes newly found dead at `now`.
+    /// Nodes newly found dead at `now`. Nothing is judged before the cluster formed.
     pub fn tick(&mut self, now: Instant) -> Vec<NodeId> {
+        if !self.is_formed() {
+            return Vec::new();
+        }
         let newly: Vec<NodeId> = self
             .joined
             .keys()
@@ -554,6 +563,19 @@ mod tests {
         );
         assert!(wrong[0].1.is_err());
         assert!(c.join(join(7), 7, t)[0].1.is_err());
+    }
+
+    #[test]
+    fn failure_clock_starts_when_the_cluster_formed() {
+        let mut c = core3();
+        let t0 = Instant::now();
+        c.join(join(0), 0, t0);
+        // Node 0 waits for the others without heartbeating; it is not judged meanwhile.
+        assert!(c.tick(t0 + Duration::from_millis(500)).is_empty());
+        c.join(join(1), 1, t0 + Duration::from_millis(600));
+        c.join(join(2), 2, t0 + Duration::from_millis(700));
+        assert!(c.tick(t0 + Duration::from_millis(750)).is_empty());
+        assert_eq!(c.tick(t0 + Duration::from_millis(850)).len(), 3);
     }
 
     #[test]
