@@ -6,8 +6,11 @@ use petrel_messages::runtime::{BarrierEnter, Heartbeat, Join, PeerDown, Shutdown
 use petrel_messages::{Frame, RemoteMessage, Tensor, decode_body};
 use std::path::Path;
 
+/// A decoder entry point.
+pub type Target = fn(&[u8]);
+
 /// Every target, by name: the same names as the fuzz targets and regression folders.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("frame", frame),
     ("wire_messages", wire_messages),
     ("libsvm", libsvm),
