@@ -17,6 +17,20 @@ use std::time::{Duration, Instant};
 pub struct DemoConfig {
     pub rounds: u32,
     pub tensor_len: usize,
+    /// Stop after this many seconds even if rounds remain (0 = no limit).
+    pub duration_s: f64,
+    /// If set, every worker writes `<name>.json` with its figures here.
+    pub report_dir: Option<std::path::PathBuf>,
+}
+
+/// What a worker reports at the end of the demo job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub worker: String,
+    pub rounds: u32,
+    pub bytes_sent: u64,
+    pub seconds: f64,
+    pub net: petrel_net::NetStatsSnapshot,
 }
 
 impl Default for DemoConfig {
@@ -24,6 +38,8 @@ impl Default for DemoConfig {
         Self {
             rounds: 20,
             tensor_len: 1 << 18,
+            duration_s: 0.0,
+            report_dir: None,
         }
     }
 }
@@ -177,7 +193,12 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let started = Instant::now();
     let mut bytes = 0usize;
+    let mut done = 0u32;
+    let mut last_log = Instant::now();
     for r in 0..cfg.rounds {
+        if cfg.duration_s > 0.0 && started.elapsed().as_secs_f64() >= cfg.duration_s {
+            break;
+        }
         let data: Vec<f32> = (0..cfg.tensor_len).map(|i| value(me, r, i)).collect();
         bytes += data.len() * 4;
         let reply = aggregator
@@ -204,7 +225,9 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
                 expected_mean(workers.len(), r, i)
             ));
         }
-        if r % 5 == 4 || r + 1 == cfg.rounds {
+        done = r + 1;
+        if r + 1 == cfg.rounds || last_log.elapsed() >= Duration::from_secs(2) {
+            last_log = Instant::now();
             tracing::info!(
                 round = r + 1,
                 of = cfg.rounds,
@@ -214,8 +237,20 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         }
     }
     let secs = started.elapsed().as_secs_f64().max(1e-9);
+    if let Some(dir) = &cfg.report_dir {
+        let report = WorkerReport {
+            worker: ctx.spec.name.clone(),
+            rounds: done,
+            bytes_sent: bytes as u64,
+            seconds: secs,
+            net: ctx.node.net_stats(),
+        };
+        let path = dir.join(format!("{}.json", ctx.spec.name));
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     tracing::info!(
-        rounds = cfg.rounds,
+        rounds = done,
         mb_sent = bytes as f64 / 1e6,
         mbit_per_s = format!("{:.0}", bytes as f64 * 8.0 / secs / 1e6),
         "worker done"

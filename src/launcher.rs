@@ -93,6 +93,20 @@ pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchErro
 /// Runs the cluster described by `config` to completion.
 pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, LaunchError> {
     let settings = Settings::load(config).map_err(|e| LaunchError::Settings(e.to_string()))?;
+    let timeout = opts.timeout;
+    start(settings, opts).await?.wait(timeout).await
+}
+
+/// A launched cluster whose nodes are running.
+pub struct Running {
+    children: Vec<(String, Child)>,
+    started: Instant,
+    run_dir: PathBuf,
+    bar: ProgressBar,
+}
+
+/// Launches one process per node of `settings` and returns at once.
+pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, LaunchError> {
     let run_dir = match &opts.run_dir {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!(
@@ -116,7 +130,6 @@ pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, Lau
     } else {
         ProgressBar::hidden()
     };
-    let started = Instant::now();
     let mut children: Vec<(String, Child)> = Vec::new();
     for name in &names {
         let mut cmd = Command::new(&opts.binary);
@@ -135,49 +148,74 @@ pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, Lau
         children.push((name.clone(), child));
     }
     tracing::info!(nodes = names.len(), dir = %run_dir.display(), "cluster launched");
-    let deadline = opts.timeout.map(|t| started + t);
-    let mut finished: Vec<(String, Duration)> = Vec::new();
-    let outcome = loop {
-        let mut failure = None;
-        for (name, child) in &mut children {
-            if finished.iter().any(|(n, _)| n == name) {
-                continue;
-            }
-            if let Some(status) = child.try_wait()? {
-                if status.success() {
-                    finished.push((name.clone(), started.elapsed()));
-                    bar.inc(1);
-                } else {
-                    failure = Some(LaunchError::NodeFailed {
-                        name: name.clone(),
-                        status: status.to_string(),
-                    });
-                    break;
+    Ok(Running {
+        children,
+        started: Instant::now(),
+        run_dir,
+        bar,
+    })
+}
+
+impl Running {
+    /// Process ids of the nodes still known to the launcher.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.children
+            .iter()
+            .filter_map(|(n, c)| c.id().map(|id| (n.clone(), id)))
+            .collect()
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// Waits until every node exited successfully, or stops them all at the first failure,
+    /// on Ctrl-C, or after `timeout`.
+    pub async fn wait(mut self, timeout: Option<Duration>) -> Result<LaunchReport, LaunchError> {
+        let deadline = timeout.map(|t| self.started + t);
+        let mut finished: Vec<(String, Duration)> = Vec::new();
+        let outcome = loop {
+            let mut failure = None;
+            for (name, child) in &mut self.children {
+                if finished.iter().any(|(n, _)| n == name) {
+                    continue;
+                }
+                if let Some(status) = child.try_wait()? {
+                    if status.success() {
+                        finished.push((name.clone(), self.started.elapsed()));
+                        self.bar.inc(1);
+                    } else {
+                        failure = Some(LaunchError::NodeFailed {
+                            name: name.clone(),
+                            status: status.to_string(),
+                        });
+                        break;
+                    }
                 }
             }
+            if let Some(f) = failure {
+                break Err(f);
+            }
+            if finished.len() == self.children.len() {
+                break Ok(());
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                break Err(LaunchError::Timeout(timeout.unwrap_or_default()));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = tokio::signal::ctrl_c() => break Err(LaunchError::Interrupted),
+            }
+        };
+        self.bar.finish_and_clear();
+        if outcome.is_err() {
+            stop_all(&mut self.children).await;
         }
-        if let Some(f) = failure {
-            break Err(f);
-        }
-        if finished.len() == children.len() {
-            break Ok(());
-        }
-        if deadline.is_some_and(|d| Instant::now() > d) {
-            break Err(LaunchError::Timeout(opts.timeout.unwrap_or_default()));
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-            _ = tokio::signal::ctrl_c() => break Err(LaunchError::Interrupted),
-        }
-    };
-    bar.finish_and_clear();
-    if outcome.is_err() {
-        stop_all(&mut children).await;
+        outcome.map(|()| LaunchReport {
+            nodes: finished,
+            run_dir: self.run_dir,
+        })
     }
-    outcome.map(|()| LaunchReport {
-        nodes: finished,
-        run_dir,
-    })
 }
 
 /// SIGTERM-free stop: children are killed (they hold no state worth a graceful exit that

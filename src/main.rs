@@ -97,6 +97,8 @@ enum NetnsCommand {
 enum BenchCommand {
     /// Raw quinn vs petrel messaging vs local sends, and priority under a backlog.
     Transport(petrel::bench::transport::Args),
+    /// A multi-process cluster under sustained load, sampling every node's memory.
+    Soak(petrel::bench::soak::Args),
     // bench: systems add their benchmarks below this line
 }
 
@@ -222,6 +224,7 @@ fn dispatch(command: Command) -> Result<(), String> {
         },
         Command::Bench { command } => match command {
             BenchCommand::Transport(args) => petrel::bench::transport::run(args),
+            BenchCommand::Soak(args) => petrel::bench::soak::run(args),
             // bench dispatch: systems add their arms below this line
         },
         // commands dispatch: applications add their arms below this line

@@ -1,0 +1,210 @@
+//! `petrel bench soak`: a multi-process cluster under sustained load for a fixed time,
+//! sampling every node's resident memory. The workload is the demo job (workers averaging
+//! tensors through an aggregator every round), since it exercises the runtime's messaging
+//! end to end and checks every result.
+
+use crate::launcher::{self, LaunchOptions};
+use crate::report::{Table, fmt, print_json};
+use indicatif::{ProgressBar, ProgressStyle};
+use petrel_actors::{NodeSpec, Settings};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// How long the load runs, in seconds.
+    #[arg(long, default_value_t = 180.0)]
+    pub duration_s: f64,
+    /// Seconds of warm-up before the reference memory sample.
+    #[arg(long, default_value_t = 20.0)]
+    pub warmup_s: f64,
+    /// Worker processes (plus one aggregator).
+    #[arg(long, default_value_t = 3)]
+    pub workers: usize,
+    /// Floats per contribution.
+    #[arg(long, default_value_t = 65536)]
+    pub tensor_len: usize,
+    /// Seconds between memory samples.
+    #[arg(long, default_value_t = 1.0)]
+    pub sample_s: f64,
+}
+
+/// Resident set size of a process in MB, from /proc.
+fn rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+#[derive(Serialize)]
+struct Figures {
+    duration_s: f64,
+    messages: u64,
+    errors: u64,
+    rss_start_mb: f64,
+    rss_after_warmup_mb: f64,
+    rss_end_mb: f64,
+    rss_max_mb: f64,
+    rss_growth_after_warmup: f64,
+    nodes: usize,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(soak(args))
+}
+
+async fn soak(args: Args) -> Result<(), String> {
+    let run_dir = std::env::temp_dir().join(format!("petrel-soak-{}", std::process::id()));
+    std::fs::create_dir_all(&run_dir).map_err(|e| e.to_string())?;
+    let mut settings = Settings::default();
+    settings.cluster.name = "soak".into();
+    settings.nodes.push(NodeSpec {
+        name: "hub".into(),
+        addr: "127.0.0.1:0".into(),
+        roles: vec!["demo-aggregator".into()],
+    });
+    for i in 1..=args.workers.max(1) {
+        settings.nodes.push(NodeSpec {
+            name: format!("w{i}"),
+            addr: "127.0.0.1:0".into(),
+            roles: vec!["demo-worker".into()],
+        });
+    }
+    settings.app.insert(
+        "demo".into(),
+        serde_json::json!({
+            "rounds": u32::MAX,
+            "tensor_len": args.tensor_len,
+            "duration_s": args.duration_s,
+            "report_dir": run_dir,
+        }),
+    );
+    let mut opts = LaunchOptions::new().map_err(|e| e.to_string())?;
+    opts.run_dir = Some(run_dir.clone());
+    opts.progress = false;
+    let running = launcher::start(settings, opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    let pids = running.pids();
+    let bar = ProgressBar::new(args.duration_s as u64);
+    bar.set_style(
+        ProgressStyle::with_template("soak {bar:30} {pos}/{len} s  rss {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = Instant::now();
+    let mut samples: Vec<(f64, BTreeMap<String, f64>)> = Vec::new();
+    let sample_every = Duration::from_secs_f64(args.sample_s.max(0.1));
+    let waiter = tokio::spawn(running.wait(Some(Duration::from_secs_f64(args.duration_s + 120.0))));
+    while !waiter.is_finished() {
+        let per_node: BTreeMap<String, f64> = pids
+            .iter()
+            .filter_map(|(n, pid)| rss_mb(*pid).map(|r| (n.clone(), r)))
+            .collect();
+        if per_node.len() == pids.len() {
+            let total: f64 = per_node.values().sum();
+            bar.set_position(started.elapsed().as_secs());
+            bar.set_message(format!("{total:.1} MB"));
+            samples.push((started.elapsed().as_secs_f64(), per_node));
+        }
+        tokio::time::sleep(sample_every).await;
+    }
+    bar.finish_and_clear();
+    let outcome = waiter.await.map_err(|e| e.to_string())?;
+    let mut errors = u64::from(outcome.is_err());
+    if let Err(e) = &outcome {
+        tracing::error!(error = %e, "soak cluster failed");
+    }
+    let mut messages = 0u64;
+    for i in 1..=args.workers.max(1) {
+        let path = run_dir.join(format!("w{i}.json"));
+        match std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<crate::demo::WorkerReport>(&t).ok())
+        {
+            Some(r) => {
+                // Each round is one contribution and its reply.
+                messages += 2 * u64::from(r.rounds);
+                errors += r.net.malformed_frames
+                    + r.net.oversize_frames
+                    + r.net.truncated_streams
+                    + r.net.send_failures;
+            }
+            None => errors += 1,
+        }
+    }
+    let total = |s: &BTreeMap<String, f64>| s.values().sum::<f64>();
+    let first = samples.first().map(|(_, s)| total(s)).unwrap_or(0.0);
+    let warm = samples
+        .iter()
+        .find(|(t, _)| *t >= args.warmup_s)
+        .or(samples.last())
+        .map(|(_, s)| total(s))
+        .unwrap_or(0.0);
+    // The end is the last sample taken while every node was still under load.
+    let end = samples
+        .iter()
+        .rev()
+        .find(|(t, _)| *t <= args.duration_s)
+        .map(|(_, s)| total(s))
+        .unwrap_or(0.0);
+    let max = samples.iter().map(|(_, s)| total(s)).fold(0.0, f64::max);
+    let mut t = Table::new(&[
+        "node",
+        "rss start MB",
+        "rss after warm-up MB",
+        "rss end MB",
+        "rss max MB",
+    ]);
+    for (name, _) in &pids {
+        let get = |s: Option<&(f64, BTreeMap<String, f64>)>| {
+            s.and_then(|(_, m)| m.get(name))
+                .copied()
+                .map(fmt)
+                .unwrap_or_else(|| "-".into())
+        };
+        let peak = samples
+            .iter()
+            .filter_map(|(_, m)| m.get(name))
+            .copied()
+            .fold(0.0, f64::max);
+        t.row(vec![
+            name.clone(),
+            get(samples.first()),
+            get(samples.iter().find(|(t, _)| *t >= args.warmup_s)),
+            get(samples.iter().rev().find(|(t, _)| *t <= args.duration_s)),
+            fmt(peak),
+        ]);
+    }
+    t.row(vec![
+        "all".into(),
+        fmt(first),
+        fmt(warm),
+        fmt(end),
+        fmt(max),
+    ]);
+    t.print();
+    println!(
+        "messages {messages}, errors {errors}, {} samples",
+        samples.len()
+    );
+    print_json(&Figures {
+        duration_s: args.duration_s,
+        messages,
+        errors,
+        rss_start_mb: first,
+        rss_after_warmup_mb: warm,
+        rss_end_mb: end,
+        rss_max_mb: max,
+        rss_growth_after_warmup: if warm > 0.0 { end / warm - 1.0 } else { 0.0 },
+        nodes: pids.len(),
+    })
+    .map_err(|e| e.to_string())?;
+    outcome.map(|_| ()).map_err(|e| e.to_string())
+}
