@@ -32,9 +32,23 @@ pub enum PeerEvent {
 }
 
 type ReplyFuture = LocalBoxFuture<'static, Result<Vec<u8>, String>>;
-/// Decodes a body, delivers it to a local actor and, for asks, yields the encoded reply.
-type DispatchFn =
-    dyn Fn(&[u8], NodeId, Priority, bool) -> Result<Option<ReplyFuture>, String> + Send + Sync;
+
+/// What delivering one remote message to a local actor left to do.
+enum Dispatched {
+    /// The message is in the actor's mailbox.
+    Delivered,
+    /// The mailbox is full: the inbound loop awaits this before reading the next frame,
+    /// which pushes back through the transport to the sender (bounded memory).
+    Backpressure(LocalBoxFuture<'static, ()>),
+    /// An ask: resolves to the encoded reply.
+    Reply(ReplyFuture),
+}
+
+/// Decodes a body and delivers it to a local actor.
+type DispatchFn = dyn Fn(&[u8], NodeId, Priority, bool) -> Result<Dispatched, String> + Send + Sync;
+
+/// Asks from other nodes being handled at once; more wait in the transport.
+const MAX_INBOUND_ASKS: usize = 4096;
 
 #[derive(Default)]
 struct ActorEntry {
@@ -427,7 +441,7 @@ impl<A: Actor> Registration<'_, A> {
                              from: NodeId,
                              priority: Priority,
                              is_ask: bool|
-              -> Result<Option<ReplyFuture>, String> {
+              -> Result<Dispatched, String> {
             let msg: M = decode_body(M::TYPE_NAME, body).map_err(|e| e.to_string())?;
             let wrapped = Msg {
                 body: msg,
@@ -435,11 +449,30 @@ impl<A: Actor> Registration<'_, A> {
                 from: Some(from),
             };
             if !is_ask {
-                remote_recipient.do_send(wrapped);
-                return Ok(None);
+                return Ok(match remote_recipient.try_send(wrapped) {
+                    Ok(()) => Dispatched::Delivered,
+                    Err(SendError::Closed(_)) => {
+                        return Err(format!("actor for {} stopped", M::TYPE_NAME));
+                    }
+                    Err(SendError::Full(msg)) => {
+                        let r = remote_recipient.clone();
+                        Dispatched::Backpressure(Box::pin(async move {
+                            let mut msg = msg;
+                            loop {
+                                match r.try_send(msg) {
+                                    Err(SendError::Full(back)) => {
+                                        msg = back;
+                                        tokio::time::sleep(Duration::from_millis(1)).await;
+                                    }
+                                    _ => return,
+                                }
+                            }
+                        }))
+                    }
+                });
             }
             let request = remote_recipient.send(wrapped);
-            Ok(Some(Box::pin(async move {
+            Ok(Dispatched::Reply(Box::pin(async move {
                 match request.await {
                     Ok(Ok(reply)) => {
                         let mut out = Vec::new();
@@ -465,15 +498,35 @@ impl<A: Actor> Registration<'_, A> {
     }
 }
 
+/// Takes frames off the transport one at a time. A frame's transport budget is released
+/// only once its message sits in an actor's mailbox, so a slow actor slows its senders
+/// instead of growing memory.
 async fn inbound_loop(node: std::sync::Weak<NodeInner>, mut rx: mpsc::Receiver<Inbound>) {
+    let asks = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND_ASKS));
     while let Some(inbound) = rx.recv().await {
         let Some(inner) = node.upgrade() else { return };
-        Node { inner }.handle_inbound(inbound.frame);
+        let node = Node { inner };
+        let is_ask = matches!(inbound.frame.header.kind, EnvelopeKind::Ask { .. });
+        let permit = if is_ask {
+            match asks.clone().acquire_owned().await {
+                Ok(p) => Some(p),
+                Err(_) => return,
+            }
+        } else {
+            None
+        };
+        if let Some(wait) = node.handle_inbound(inbound.frame, permit) {
+            wait.await;
+        }
     }
 }
 
 impl Node {
-    fn handle_inbound(&self, frame: Frame) {
+    fn handle_inbound(
+        &self,
+        frame: Frame,
+        ask_permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Option<LocalBoxFuture<'static, ()>> {
         let h = frame.header;
         match h.kind {
             EnvelopeKind::Reply { request_id } => self.complete(request_id, Ok(frame.body)),
@@ -504,7 +557,7 @@ impl Node {
                             id,
                         );
                     }
-                    return;
+                    return None;
                 };
                 match dispatch(&frame.body, h.from, h.priority, request_id.is_some()) {
                     Err(e) => {
@@ -513,18 +566,21 @@ impl Node {
                             self.reply(h.from, &h.msg_type, h.priority, Err(e), id);
                         }
                     }
-                    Ok(None) => {}
-                    Ok(Some(reply)) => {
+                    Ok(Dispatched::Delivered) => {}
+                    Ok(Dispatched::Backpressure(wait)) => return Some(wait),
+                    Ok(Dispatched::Reply(reply)) => {
                         let node = self.clone();
                         let id = request_id.unwrap_or_default();
                         actix::spawn(async move {
                             let result = reply.await;
                             node.reply(h.from, &h.msg_type, h.priority, result, id);
+                            drop(ask_permit);
                         });
                     }
                 }
             }
         }
+        None
     }
 
     fn reply(

@@ -386,3 +386,97 @@ async fn barrier_waits_for_every_node() {
         n.shutdown();
     }
 }
+
+// ---- back-pressure ----
+
+#[derive(Serialize, Deserialize)]
+struct Chunk {
+    #[serde(with = "serde_bytes")]
+    data: Vec<u8>,
+}
+remote_message!(Chunk, "test.chunk");
+
+struct SlowSink;
+impl Actor for SlowSink {
+    type Context = Context<Self>;
+}
+impl Handler<Msg<Chunk>> for SlowSink {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, _: Msg<Chunk>, _: &mut Context<Self>) -> Self::Result {
+        std::thread::sleep(Duration::from_millis(20));
+        Ok(())
+    }
+}
+
+/// A sender flooding a slow actor is slowed down: the data waits in the sender's outbox
+/// instead of piling up in the receiver's memory.
+#[test]
+fn flood_to_a_slow_actor_pushes_back_to_the_sender() {
+    use petrel_messages::NodeId;
+    use petrel_net::{Net, NetConfig, PeerAddr};
+    let creds = ClusterCredentials::generate_cluster(&["a", "b"]).unwrap();
+    let tight = NetConfig {
+        max_message_bytes: 1 << 20,
+        receive_window: 4 << 20,
+        stream_receive_window: 1 << 20,
+        inbound_buffer_bytes: 4 << 20,
+        inbound_queue: 16,
+        ..NetConfig::default()
+    };
+    // The receiver lives in its own actix system on its own thread, like another process.
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let receiver_creds = creds[1].clone();
+    let receiver_cfg = tight.clone();
+    let receiver = std::thread::spawn(move || {
+        System::new().block_on(async move {
+            let (net, inbound) = Net::quic(
+                NodeId(1),
+                "127.0.0.1:0".parse().unwrap(),
+                &receiver_creds,
+                receiver_cfg,
+            )
+            .unwrap();
+            let addr = net.local_addr().unwrap();
+            let node = Node::new(NodeId(1), "b", net, inbound, Duration::from_secs(30));
+            node.register("sink", SlowSink.start())
+                .unwrap()
+                .accept::<Chunk>();
+            addr_tx.send(addr).unwrap();
+            while stop_rx.try_recv().is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            node.shutdown();
+        })
+    });
+    let b_addr = addr_rx.recv().unwrap();
+    System::new().block_on(async move {
+        let (net, inbound) =
+            Net::quic(NodeId(0), "127.0.0.1:0".parse().unwrap(), &creds[0], tight).unwrap();
+        let a = Node::new(NodeId(0), "a", net, inbound, Duration::from_secs(30));
+        a.add_peer(NodeId(1), "b", PeerAddr::Quic(b_addr));
+        let sink = a.actor_at::<Chunk>("b", "sink").unwrap();
+        let total = 400usize * (256 << 10); // 100 MiB
+        for _ in 0..400 {
+            sink.tell(
+                Chunk {
+                    data: vec![7u8; 256 << 10],
+                },
+                Priority::NORMAL,
+            )
+            .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // The receiver handles ~13 MB/s and may buffer ~10 MB in flow-control windows,
+        // its inbound budget and the actor's mailbox; the rest must still be here.
+        let queued = a.net().queued_bytes();
+        assert!(
+            queued > total / 2,
+            "only {queued} of {total} bytes held back by the sender: {:?}",
+            a.net_stats()
+        );
+        a.shutdown();
+    });
+    stop_tx.send(()).unwrap();
+    receiver.join().unwrap();
+}

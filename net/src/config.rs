@@ -50,6 +50,9 @@ pub struct NetConfig {
     /// A frame whose bytes stop arriving for this long is abandoned (its stream stopped,
     /// its buffer released), so a stalled or malicious sender cannot pin memory.
     pub frame_timeout_ms: u64,
+    /// Messages between two nodes at one priority are delivered in order. If one is missing
+    /// for this long (its stream failed), the ones behind it are delivered anyway.
+    pub reorder_timeout_ms: u64,
     /// Threads of the transport's own tokio runtime (QUIC crypto and I/O). 0 = run on the
     /// caller's runtime.
     pub threads: usize,
@@ -76,6 +79,7 @@ impl Default for NetConfig {
             inbound_queue: 1024,
             inbound_buffer_bytes: 256 << 20,
             frame_timeout_ms: 30_000,
+            reorder_timeout_ms: 5_000,
             threads: 1,
             shaper: None,
         }

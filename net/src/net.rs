@@ -4,15 +4,15 @@ use crate::config::NetConfig;
 use crate::memory::{MemoryHub, MemoryLink};
 use crate::outbox::OutboxQueue;
 use crate::quic::QuicLink;
-use crate::sequencer::{LaneHeader, Sequencer};
+use crate::sequencer::{LaneHeader, LaneNumbering, Sequencer};
 use crate::stats::{NetStats, NetStatsSnapshot};
 use crate::tls::{ClusterCredentials, TlsError};
 use bytes::Bytes;
 use petrel_messages::{Frame, NodeId, Priority};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 
 #[derive(Debug, thiserror::Error)]
@@ -102,9 +102,8 @@ pub(crate) struct Shared {
     pub(crate) cfg: NetConfig,
     pub(crate) stats: Arc<NetStats>,
     outbox: Mutex<OutboxQueue>,
-    /// Next sequence number per (peer, priority) lane, and this process's epoch.
-    lanes: Mutex<HashMap<(NodeId, Priority), u64>>,
-    epoch: u64,
+    /// Numbers frames per (peer, priority) lane as they go to the wire.
+    lanes: Mutex<LaneNumbering>,
     wake: Notify,
     closed: AtomicBool,
     pub(crate) link: Link,
@@ -190,8 +189,7 @@ impl Net {
         let shared = Arc::new(Shared {
             node,
             outbox: Mutex::new(OutboxQueue::new(cfg.outbox_inflight_bytes)),
-            lanes: Mutex::new(HashMap::new()),
-            epoch: epoch_now(),
+            lanes: Mutex::new(LaneNumbering::new(node.0, epoch_now())),
             cfg,
             stats,
             wake: Notify::new(),
@@ -241,24 +239,8 @@ impl Net {
                 max: self.shared.cfg.max_message_bytes,
             });
         }
-        let seq = self
-            .shared
-            .lanes
-            .lock()
-            .map(|mut l| {
-                let next = l.entry((to, priority)).or_insert(0);
-                *next += 1;
-                *next - 1
-            })
-            .map_err(|_| NetError::Closed)?;
-        let lane = LaneHeader {
-            from: self.shared.node.0,
-            priority: priority.0,
-            epoch: self.shared.epoch,
-            seq,
-        };
         if let Ok(mut q) = self.shared.outbox.lock() {
-            q.push(to, priority, lane, frame);
+            q.push(to, priority, frame);
         }
         self.shared.wake.notify_one();
         Ok(())
@@ -326,16 +308,24 @@ async fn dispatch(s: Arc<Shared>) {
             s.wake.notified().await;
             continue;
         };
+        // Numbered here, in wire order: a lane's frames leave the outbox FIFO.
+        let lane = match s.lanes.lock() {
+            Ok(mut l) => l.next(msg.to.0, msg.priority.0),
+            Err(_) => return,
+        };
         let task_shared = s.clone();
         s.handle.spawn(async move {
             let len = msg.frame.len() as u64;
-            match task_shared.link.deliver(msg.to, msg.priority, msg.lane, msg.frame).await {
+            match task_shared.link.deliver(msg.to, msg.priority, lane, msg.frame).await {
                 Ok(()) => {
                     NetStats::bump(&task_shared.stats.sent_messages, 1);
                     NetStats::bump(&task_shared.stats.sent_bytes, len);
                 }
                 Err(e) => {
                     NetStats::bump(&task_shared.stats.send_failures, 1);
+                    if let Ok(mut l) = task_shared.lanes.lock() {
+                        l.failed(msg.to.0);
+                    }
                     if task_shared.closed.load(Ordering::Acquire) {
                         tracing::debug!(node = %task_shared.node, to = %msg.to, error = %e, "send abandoned at shutdown");
                     } else {
@@ -369,10 +359,20 @@ fn sequenced_inbound(
     let (arrive_tx, mut arrive_rx) = mpsc::channel::<Arrival>(cfg.inbound_queue.max(1));
     let (tx, rx) = mpsc::channel(cfg.inbound_queue.max(1));
     let max_pending = cfg.inbound_queue.max(1) * 4;
+    let hole_timeout = Duration::from_millis(cfg.reorder_timeout_ms.max(1));
     handle.spawn(async move {
-        let mut sequencer = Sequencer::new(max_pending);
-        while let Some(a) = arrive_rx.recv().await {
-            for inbound in sequencer.accept(a.lane, a.inbound) {
+        let mut sequencer = Sequencer::new(max_pending, hole_timeout);
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let ready = tokio::select! {
+                a = arrive_rx.recv() => match a {
+                    Some(a) => sequencer.accept(a.lane, a.inbound, std::time::Instant::now()),
+                    None => return,
+                },
+                _ = tick.tick() => sequencer.expire(std::time::Instant::now()),
+            };
+            for inbound in ready {
                 if tx.send(inbound).await.is_err() {
                     return;
                 }

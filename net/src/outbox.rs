@@ -6,7 +6,6 @@
 //! message never waits behind a large backlog already handed to QUIC (QUIC's stream
 //! priorities then let it overtake on the wire).
 
-use crate::sequencer::LaneHeader;
 use bytes::Bytes;
 use petrel_messages::{NodeId, Priority};
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -16,7 +15,6 @@ pub struct Outgoing {
     pub to: NodeId,
     pub priority: Priority,
     pub frame: Bytes,
-    pub lane: LaneHeader,
     seq: u64,
 }
 
@@ -78,7 +76,7 @@ impl OutboxQueue {
         }
     }
 
-    pub fn push(&mut self, to: NodeId, priority: Priority, lane: LaneHeader, frame: Bytes) {
+    pub fn push(&mut self, to: NodeId, priority: Priority, frame: Bytes) {
         self.queued_bytes += frame.len();
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -86,7 +84,6 @@ impl OutboxQueue {
             to,
             priority,
             frame,
-            lane,
             seq,
         });
     }
@@ -198,15 +195,6 @@ impl OutboxQueue {
 mod tests {
     use super::*;
 
-    fn lane() -> LaneHeader {
-        LaneHeader {
-            from: 0,
-            priority: 0,
-            epoch: 0,
-            seq: 0,
-        }
-    }
-
     fn frame(n: usize) -> Bytes {
         Bytes::from(vec![0u8; n])
     }
@@ -214,10 +202,10 @@ mod tests {
     #[test]
     fn pops_highest_priority_first_fifo_within() {
         let mut q = OutboxQueue::new(usize::MAX);
-        q.push(NodeId(1), Priority(1), lane(), frame(1));
-        q.push(NodeId(1), Priority(5), lane(), frame(2));
-        q.push(NodeId(1), Priority(1), lane(), frame(3));
-        q.push(NodeId(1), Priority(5), lane(), frame(4));
+        q.push(NodeId(1), Priority(1), frame(1));
+        q.push(NodeId(1), Priority(5), frame(2));
+        q.push(NodeId(1), Priority(1), frame(3));
+        q.push(NodeId(1), Priority(5), frame(4));
         let order: Vec<usize> =
             std::iter::from_fn(|| q.pop_ready().map(|(m, _)| m.frame.len())).collect();
         assert_eq!(order, vec![2, 4, 1, 3]);
@@ -227,18 +215,18 @@ mod tests {
     fn window_parks_backlog_but_admits_higher_priority() {
         let mut q = OutboxQueue::new(10);
         for _ in 0..5 {
-            q.push(NodeId(1), Priority(0), lane(), frame(8));
+            q.push(NodeId(1), Priority(0), frame(8));
         }
         let (_, t1) = q.pop_ready().unwrap();
         let (_, _t2) = q.pop_ready().unwrap(); // 8 < 10 so a second one is admitted
         assert!(q.pop_ready().is_none(), "window full");
-        q.push(NodeId(2), Priority(0), lane(), frame(8));
+        q.push(NodeId(2), Priority(0), frame(8));
         assert_eq!(
             q.pop_ready().unwrap().0.to,
             NodeId(2),
             "other peers unaffected"
         );
-        q.push(NodeId(1), Priority(9), lane(), frame(1));
+        q.push(NodeId(1), Priority(9), frame(1));
         let (m, _) = q.pop_ready().unwrap();
         assert_eq!(
             m.priority,
@@ -253,9 +241,9 @@ mod tests {
     #[test]
     fn drop_peer_discards_its_queue() {
         let mut q = OutboxQueue::new(1);
-        q.push(NodeId(1), Priority(0), lane(), frame(5));
-        q.push(NodeId(1), Priority(0), lane(), frame(5));
-        q.push(NodeId(2), Priority(0), lane(), frame(5));
+        q.push(NodeId(1), Priority(0), frame(5));
+        q.push(NodeId(1), Priority(0), frame(5));
+        q.push(NodeId(2), Priority(0), frame(5));
         let _ = q.pop_ready();
         let _ = q.pop_ready();
         assert_eq!(q.drop_peer(NodeId(1)), 1);

@@ -1,19 +1,25 @@
 //! Per-lane ordering of arrivals.
 //!
 //! Every message travels on its own QUIC stream, so messages can complete out of order.
-//! Senders number messages per lane (sender, priority) and the receiver releases each
-//! lane's messages in that order: FIFO between two nodes at equal priority, while higher
-//! priorities still overtake lower ones. A new sender epoch (a restarted process) resets its
-//! lanes. A lane whose gap stays open while `max_pending` later messages wait skips the gap
-//! (logged), so a misbehaving member cannot pin unbounded memory.
+//! Senders number messages per lane (sender, priority) when they hand them to the wire,
+//! and the receiver releases each lane's messages in that order: FIFO between two nodes at
+//! equal priority, while higher priorities still overtake lower ones.
+//!
+//! Failures must not stall a lane. A frame the sender could not deliver leaves a hole, so
+//! the sender moves to a newer epoch for that peer, and a newer epoch releases whatever
+//! waited in the old one. A hole that stays open past a timeout is skipped (counted and
+//! logged). A frame that arrives after its hole was skipped, or from an older epoch, is
+//! delivered at once: QUIC never duplicates a stream, so nothing is ever dropped here.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 /// Transport-level header sent in front of every frame.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LaneHeader {
     pub from: u32,
     pub priority: i32,
+    /// Grows when the sender process restarts or abandons a hole after a failed send.
     pub epoch: u64,
     pub seq: u64,
 }
@@ -46,67 +52,165 @@ impl LaneHeader {
     }
 }
 
+/// The sender's side: numbers frames per (peer, priority) as they go to the wire, and
+/// moves a peer to a newer epoch after a failed send so its receiver stops waiting for
+/// the frame that never came.
+#[derive(Debug)]
+pub struct LaneNumbering {
+    from: u32,
+    base_epoch: u64,
+    generation: HashMap<u32, u64>,
+    next: HashMap<(u32, i32), u64>,
+}
+
+impl LaneNumbering {
+    pub fn new(from: u32, base_epoch: u64) -> Self {
+        Self {
+            from,
+            base_epoch,
+            generation: HashMap::new(),
+            next: HashMap::new(),
+        }
+    }
+
+    pub fn next(&mut self, to: u32, priority: i32) -> LaneHeader {
+        let seq = self.next.entry((to, priority)).or_insert(0);
+        let h = LaneHeader {
+            from: self.from,
+            priority,
+            epoch: self
+                .base_epoch
+                .wrapping_add(self.generation.get(&to).copied().unwrap_or(0)),
+            seq: *seq,
+        };
+        *seq += 1;
+        h
+    }
+
+    /// A frame to `to` was lost: later frames start a new epoch.
+    pub fn failed(&mut self, to: u32) {
+        *self.generation.entry(to).or_insert(0) += 1;
+        self.next.retain(|(peer, _), _| *peer != to);
+    }
+}
+
 #[derive(Debug)]
 struct Lane<T> {
     epoch: u64,
     next: u64,
     pending: BTreeMap<u64, T>,
+    /// When the oldest hole of this lane opened.
+    waiting_since: Option<Instant>,
+}
+
+impl<T> Lane<T> {
+    fn new(epoch: u64) -> Self {
+        Self {
+            epoch,
+            next: 0,
+            pending: BTreeMap::new(),
+            waiting_since: None,
+        }
+    }
+
+    /// Releases the contiguous run starting at `next`.
+    fn release(&mut self, out: &mut Vec<T>, now: Instant) {
+        while let Some(item) = self.pending.remove(&self.next) {
+            out.push(item);
+            self.next += 1;
+        }
+        self.waiting_since = if self.pending.is_empty() {
+            None
+        } else {
+            Some(self.waiting_since.unwrap_or(now))
+        };
+    }
+
+    /// Gives up on the current hole: jumps to the oldest waiting frame.
+    fn skip(&mut self, out: &mut Vec<T>, now: Instant) -> u64 {
+        let Some((&first, _)) = self.pending.first_key_value() else {
+            return 0;
+        };
+        let skipped = first.saturating_sub(self.next);
+        self.next = first;
+        self.waiting_since = None;
+        self.release(out, now);
+        skipped
+    }
+
+    fn drain_all(&mut self, out: &mut Vec<T>) {
+        out.extend(std::mem::take(&mut self.pending).into_values());
+        self.waiting_since = None;
+    }
 }
 
 #[derive(Debug)]
 pub struct Sequencer<T> {
     lanes: HashMap<(u32, i32), Lane<T>>,
     max_pending: usize,
+    hole_timeout: Duration,
     skipped: u64,
 }
 
 impl<T> Sequencer<T> {
-    pub fn new(max_pending: usize) -> Self {
+    pub fn new(max_pending: usize, hole_timeout: Duration) -> Self {
         Self {
             lanes: HashMap::new(),
             max_pending: max_pending.max(1),
+            hole_timeout,
             skipped: 0,
         }
     }
 
     /// Accepts one arrival; returns what can be released, in order.
-    pub fn accept(&mut self, h: LaneHeader, item: T) -> Vec<T> {
+    pub fn accept(&mut self, h: LaneHeader, item: T, now: Instant) -> Vec<T> {
+        let mut out = Vec::new();
         let lane = self
             .lanes
             .entry((h.from, h.priority))
-            .or_insert_with(|| Lane {
-                epoch: h.epoch,
-                next: 0,
-                pending: BTreeMap::new(),
-            });
-        if lane.epoch != h.epoch {
-            *lane = Lane {
-                epoch: h.epoch,
-                next: 0,
-                pending: BTreeMap::new(),
-            };
+            .or_insert_with(|| Lane::new(h.epoch));
+        if h.epoch < lane.epoch {
+            // A straggler from before the sender's last failure: deliver, unordered.
+            out.push(item);
+            return out;
+        }
+        if h.epoch > lane.epoch {
+            lane.drain_all(&mut out);
+            *lane = Lane::new(h.epoch);
         }
         if h.seq < lane.next {
-            tracing::warn!(from = h.from, seq = h.seq, "duplicate message dropped");
-            return Vec::new();
+            tracing::debug!(
+                from = h.from,
+                seq = h.seq,
+                "late frame delivered after its hole was skipped"
+            );
+            out.push(item);
+            return out;
         }
         lane.pending.insert(h.seq, item);
-        if lane.pending.len() > self.max_pending
-            && let Some((&first, _)) = lane.pending.first_key_value()
-        {
+        lane.release(&mut out, now);
+        if lane.pending.len() > self.max_pending {
             tracing::warn!(
                 from = h.from,
-                missing_from = lane.next,
-                resume_at = first,
-                "lane gap skipped"
+                waiting = lane.pending.len(),
+                "lane hole skipped: too many frames waiting"
             );
-            self.skipped += first - lane.next;
-            lane.next = first;
+            self.skipped += lane.skip(&mut out, now);
         }
+        out
+    }
+
+    /// Skips holes older than the timeout; call periodically.
+    pub fn expire(&mut self, now: Instant) -> Vec<T> {
         let mut out = Vec::new();
-        while let Some(item) = lane.pending.remove(&lane.next) {
-            out.push(item);
-            lane.next += 1;
+        for ((from, _), lane) in self.lanes.iter_mut() {
+            if lane
+                .waiting_since
+                .is_some_and(|t| now.saturating_duration_since(t) >= self.hole_timeout)
+            {
+                tracing::warn!(from, missing = lane.next, "lane hole skipped after timeout");
+                self.skipped += lane.skip(&mut out, now);
+            }
         }
         out
     }
@@ -134,27 +238,69 @@ mod tests {
         }
     }
 
-    #[test]
-    fn releases_in_order_per_lane() {
-        let mut s = Sequencer::new(100);
-        assert!(s.accept(h(1, 0, 7, 1), "b").is_empty());
-        assert_eq!(
-            s.accept(h(1, 5, 7, 0), "x"),
-            vec!["x"],
-            "other lanes are independent"
-        );
-        assert_eq!(s.accept(h(1, 0, 7, 0), "a"), vec!["a", "b"]);
-        assert!(s.accept(h(1, 0, 7, 0), "dup").is_empty());
-        assert_eq!(s.accept(h(1, 0, 8, 0), "restarted"), vec!["restarted"]);
+    fn seq() -> Sequencer<&'static str> {
+        Sequencer::new(100, Duration::from_secs(1))
     }
 
     #[test]
-    fn gap_is_skipped_when_too_much_waits() {
-        let mut s = Sequencer::new(2);
-        assert!(s.accept(h(1, 0, 1, 5), 5).is_empty());
-        assert!(s.accept(h(1, 0, 1, 6), 6).is_empty());
-        assert_eq!(s.accept(h(1, 0, 1, 7), 7), vec![5, 6, 7]);
+    fn releases_in_order_per_lane() {
+        let mut s = seq();
+        let t = Instant::now();
+        assert!(s.accept(h(1, 0, 7, 1), "b", t).is_empty());
+        assert_eq!(
+            s.accept(h(1, 5, 7, 0), "x", t),
+            vec!["x"],
+            "other lanes are independent"
+        );
+        assert_eq!(s.accept(h(1, 0, 7, 0), "a", t), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn newer_epoch_releases_what_waited_and_older_epochs_pass() {
+        let mut s = seq();
+        let t = Instant::now();
+        assert_eq!(s.accept(h(1, 0, 7, 0), "a", t), vec!["a"]);
+        // seq 1 was lost in a failed send; 2 arrived and waits.
+        assert!(s.accept(h(1, 0, 7, 2), "c", t).is_empty());
+        // The sender moved on to a new epoch: the waiting frame is released first.
+        assert_eq!(s.accept(h(1, 0, 8, 0), "d", t), vec!["c", "d"]);
+        assert_eq!(s.accept(h(1, 0, 7, 3), "straggler", t), vec!["straggler"]);
+    }
+
+    #[test]
+    fn holes_time_out_and_late_frames_are_still_delivered() {
+        let mut s = seq();
+        let t = Instant::now();
+        assert!(s.accept(h(1, 0, 1, 1), "b", t).is_empty());
+        assert!(s.expire(t + Duration::from_millis(500)).is_empty());
+        assert_eq!(s.expire(t + Duration::from_secs(2)), vec!["b"]);
+        assert_eq!(s.skipped(), 1);
+        assert_eq!(
+            s.accept(h(1, 0, 1, 0), "a-late", t),
+            vec!["a-late"],
+            "never dropped"
+        );
+    }
+
+    #[test]
+    fn too_many_waiting_skips_the_hole() {
+        let mut s: Sequencer<u64> = Sequencer::new(2, Duration::from_secs(60));
+        let t = Instant::now();
+        assert!(s.accept(h(1, 0, 1, 5), 5, t).is_empty());
+        assert!(s.accept(h(1, 0, 1, 6), 6, t).is_empty());
+        assert_eq!(s.accept(h(1, 0, 1, 7), 7, t), vec![5, 6, 7]);
         assert_eq!(s.skipped(), 5);
+    }
+
+    #[test]
+    fn numbering_moves_to_a_new_epoch_after_a_failure() {
+        let mut n = LaneNumbering::new(1, 100);
+        assert_eq!(n.next(2, 0), h(1, 0, 100, 0));
+        assert_eq!(n.next(2, 0), h(1, 0, 100, 1));
+        assert_eq!(n.next(3, 0), h(1, 0, 100, 0));
+        n.failed(2);
+        assert_eq!(n.next(2, 0), h(1, 0, 101, 0));
+        assert_eq!(n.next(3, 0), h(1, 0, 100, 1), "other peers unaffected");
     }
 
     #[test]

@@ -396,3 +396,38 @@ async fn client_without_certificate_is_refused() {
     );
     assert_eq!(a.stats().received_messages, 0);
 }
+
+/// A send that fails (the peer is not there yet) must not leave a hole that holds back
+/// the next messages of the same lane.
+#[tokio::test]
+async fn failed_send_does_not_stall_the_lane() {
+    let hub = MemoryHub::new();
+    let cfg = NetConfig {
+        threads: 0,
+        ..NetConfig::default()
+    };
+    let (a, _a_rx) = Net::memory(&hub, NodeId(1), cfg.clone()).unwrap();
+    a.send(
+        NodeId(2),
+        Priority::CONTROL,
+        frame(1, 2, "lost", Priority::CONTROL, b"1"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.stats().send_failures == 0 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (_b, mut b_rx) = Net::memory(&hub, NodeId(2), cfg).unwrap();
+    a.send(
+        NodeId(2),
+        Priority::CONTROL,
+        frame(1, 2, "next", Priority::CONTROL, b"2"),
+    )
+    .unwrap();
+    let got = tokio::time::timeout(Duration::from_millis(1000), b_rx.recv())
+        .await
+        .expect("the lane stalled behind the failed send")
+        .unwrap();
+    assert_eq!(got.frame.header.msg_type, "next");
+}
