@@ -26,6 +26,13 @@ struct Scaled {
 }
 remote_message!(Scale => Scaled, "test.scale");
 
+/// Claims the wire name of `Scale` with a different shape: the receiver cannot decode it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct Impostor {
+    nonsense: Vec<String>,
+}
+remote_message!(Impostor => Scaled, "test.scale");
+
 #[derive(Serialize, Deserialize, Debug, Clone)]
 struct Note(String);
 remote_message!(Note, "test.note");
