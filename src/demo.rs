@@ -6,7 +6,7 @@
 //! Roles: `demo-aggregator` (one node), `demo-worker` (any number). Settings: `[app.demo]`.
 
 use actix::prelude::*;
-use petrel_actors::{Cluster, HandlerError, Msg, NodeContext, PriorityActor, PriorityInbox};
+use petrel_actors::{Cluster, HandlerError, Msg, NodeContext};
 use petrel_messages::{Priority, Tensor, remote_message};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -58,6 +58,9 @@ pub struct RoundMean {
     pub round: u32,
     pub workers: u32,
     pub mean: Tensor,
+    /// Set by the aggregator when `duration_s` has passed: every worker stops after this
+    /// same round.
+    pub stop: bool,
 }
 
 remote_message!(Contribution => RoundMean, "petrel.demo.contribution");
@@ -70,21 +73,14 @@ struct PendingRound {
 }
 
 /// Sums contributions per round; answers every worker of a round once all contributed.
-/// Earlier rounds have higher priority, so a backlog is worked off oldest round first.
 pub struct Aggregator {
     workers: usize,
+    deadline: Option<Instant>,
     rounds: HashMap<u32, PendingRound>,
-    inbox: PriorityInbox<Self>,
 }
 
 impl Actor for Aggregator {
     type Context = Context<Self>;
-}
-
-impl PriorityActor for Aggregator {
-    fn inbox(&mut self) -> &mut PriorityInbox<Self> {
-        &mut self.inbox
-    }
 }
 
 impl Aggregator {
@@ -117,11 +113,13 @@ impl Aggregator {
             return;
         };
         let mean: Vec<f32> = done.sum.iter().map(|s| s / workers as f32).collect();
+        let stop = self.deadline.is_some_and(|d| Instant::now() >= d);
         for w in done.waiters {
             let _ = w.send(Ok(RoundMean {
                 round: c.round,
                 workers: workers as u32,
                 mean: Tensor::from_vec(mean.clone()),
+                stop,
             }));
         }
     }
@@ -130,14 +128,10 @@ impl Aggregator {
 impl Handler<Msg<Contribution>> for Aggregator {
     type Result = ResponseFuture<Result<RoundMean, HandlerError>>;
 
-    fn handle(&mut self, msg: Msg<Contribution>, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Msg<Contribution>, _: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = futures::channel::oneshot::channel();
-        let queued = PriorityInbox::defer(self, ctx, msg.priority, move |act, _| {
-            act.add(msg.body, tx);
-            Ok(())
-        });
+        self.add(msg.body, tx);
         Box::pin(async move {
-            queued.await?;
             rx.await
                 .unwrap_or_else(|_| Err(HandlerError::new("aggregator stopped")))
         })
@@ -160,10 +154,12 @@ async fn aggregator_role(ctx: NodeContext) -> Result<(), String> {
     if workers == 0 {
         return Err("no node runs demo-worker".into());
     }
+    let cfg: DemoConfig = ctx.settings.app("demo").map_err(|e| e.to_string())?;
     let addr = Aggregator {
         workers,
+        deadline: (cfg.duration_s > 0.0)
+            .then(|| Instant::now() + Duration::from_secs_f64(cfg.duration_s)),
         rounds: HashMap::new(),
-        inbox: PriorityInbox::default(),
     }
     .start();
     ctx.node
@@ -196,9 +192,6 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
     let mut done = 0u32;
     let mut last_log = Instant::now();
     for r in 0..cfg.rounds {
-        if cfg.duration_s > 0.0 && started.elapsed().as_secs_f64() >= cfg.duration_s {
-            break;
-        }
         let data: Vec<f32> = (0..cfg.tensor_len).map(|i| value(me, r, i)).collect();
         bytes += data.len() * 4;
         let reply = aggregator
@@ -208,7 +201,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
                     worker: ctx.spec.name.clone(),
                     tensor: Tensor::from_vec(data),
                 },
-                Priority(-(r as i32)),
+                Priority::NORMAL,
                 ctx.node.default_timeout(),
             )
             .await
@@ -226,6 +219,10 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
             ));
         }
         done = r + 1;
+        if reply.stop {
+            tracing::info!(round = r + 1, "duration reached");
+            break;
+        }
         if r + 1 == cfg.rounds || last_log.elapsed() >= Duration::from_secs(2) {
             last_log = Instant::now();
             tracing::info!(

@@ -186,18 +186,25 @@ impl Cluster {
                     .spawn(move || cluster.run_node(&name, wiring))
             })
             .collect::<Result<_, _>>()?;
-        let mut first_err = None;
+        // Report the root cause: a node's own failure rather than the "peer failed"
+        // errors it caused on the others.
+        let mut errors = Vec::new();
         for h in handles {
             let r = h
                 .join()
                 .unwrap_or_else(|_| Err(NodeError::Config("node thread panicked".into())));
-            if let Err(e) = r
-                && first_err.is_none()
-            {
-                first_err = Some(e);
+            if let Err(e) = r {
+                errors.push(e);
             }
         }
-        first_err.map_or(Ok(()), Err)
+        let root = errors
+            .iter()
+            .position(|e| !matches!(e, NodeError::PeerFailed { .. }))
+            .unwrap_or(0);
+        match errors.into_iter().nth(root) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Runs one node until its roles finished and every node reached the final barrier, or

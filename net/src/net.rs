@@ -310,7 +310,7 @@ async fn dispatch(s: Arc<Shared>) {
         };
         // Numbered here, in wire order: a lane's frames leave the outbox FIFO.
         let lane = match s.lanes.lock() {
-            Ok(mut l) => l.next(msg.to.0, msg.priority.0),
+            Ok(mut l) => l.next(msg.to.0, msg.priority.0, std::time::Instant::now()),
             Err(_) => return,
         };
         let task_shared = s.clone();

@@ -52,45 +52,104 @@ impl LaneHeader {
     }
 }
 
-/// The sender's side: numbers frames per (peer, priority) as they go to the wire, and
-/// moves a peer to a newer epoch after a failed send so its receiver stops waiting for
-/// the frame that never came.
+/// A sender forgets a lane it has not used for this long; its next frame on that lane
+/// starts a new epoch at sequence 0. Lanes are per priority, and applications may use many
+/// priorities, so idle lanes must not accumulate.
+pub const SENDER_LANE_IDLE: Duration = Duration::from_secs(10);
+/// A receiver forgets an idle lane (with nothing waiting) after this long: well after its
+/// sender has, so the next frame it sees on that lane starts at sequence 0.
+pub const RECEIVER_LANE_IDLE: Duration = Duration::from_secs(60);
+
+#[derive(Debug)]
+struct SendLane {
+    epoch: u64,
+    next: u64,
+    last_used: Instant,
+}
+
+/// The sender's side: numbers frames per (peer, priority) as they go to the wire. Every
+/// new lane (first use, after idling, or after a failed send to its peer) gets a newer
+/// epoch, so its receiver stops waiting for anything older.
 #[derive(Debug)]
 pub struct LaneNumbering {
     from: u32,
     base_epoch: u64,
-    generation: HashMap<u32, u64>,
-    next: HashMap<(u32, i32), u64>,
+    issued: u64,
+    lanes: HashMap<(u32, i32), SendLane>,
+    idle: Duration,
+    last_prune: Option<Instant>,
 }
 
 impl LaneNumbering {
     pub fn new(from: u32, base_epoch: u64) -> Self {
+        Self::with_idle(from, base_epoch, SENDER_LANE_IDLE)
+    }
+
+    pub fn with_idle(from: u32, base_epoch: u64, idle: Duration) -> Self {
         Self {
             from,
             base_epoch,
-            generation: HashMap::new(),
-            next: HashMap::new(),
+            issued: 0,
+            lanes: HashMap::new(),
+            idle,
+            last_prune: None,
         }
     }
 
-    pub fn next(&mut self, to: u32, priority: i32) -> LaneHeader {
-        let seq = self.next.entry((to, priority)).or_insert(0);
+    pub fn next(&mut self, to: u32, priority: i32, now: Instant) -> LaneHeader {
+        let prune_due = self
+            .last_prune
+            .is_none_or(|t| now.saturating_duration_since(t) >= self.idle / 10);
+        if self.lanes.len() > 1024 && prune_due {
+            let idle = self.idle;
+            self.lanes
+                .retain(|_, l| now.saturating_duration_since(l.last_used) <= idle);
+            self.last_prune = Some(now);
+        }
+        let fresh = self
+            .lanes
+            .get(&(to, priority))
+            .is_none_or(|l| now.saturating_duration_since(l.last_used) > self.idle);
+        if fresh {
+            self.issued += 1;
+            self.lanes.insert(
+                (to, priority),
+                SendLane {
+                    epoch: self.base_epoch.wrapping_add(self.issued),
+                    next: 0,
+                    last_used: now,
+                },
+            );
+        }
+        let from = self.from;
+        let lane = self.lanes.entry((to, priority)).or_insert(SendLane {
+            epoch: self.base_epoch,
+            next: 0,
+            last_used: now,
+        });
         let h = LaneHeader {
-            from: self.from,
+            from,
             priority,
-            epoch: self
-                .base_epoch
-                .wrapping_add(self.generation.get(&to).copied().unwrap_or(0)),
-            seq: *seq,
+            epoch: lane.epoch,
+            seq: lane.next,
         };
-        *seq += 1;
+        lane.next += 1;
+        lane.last_used = now;
         h
     }
 
-    /// A frame to `to` was lost: later frames start a new epoch.
+    /// A frame to `to` was lost: its lanes start over with newer epochs.
     pub fn failed(&mut self, to: u32) {
-        *self.generation.entry(to).or_insert(0) += 1;
-        self.next.retain(|(peer, _), _| *peer != to);
+        self.lanes.retain(|(peer, _), _| *peer != to);
+    }
+
+    /// Lanes currently remembered.
+    pub fn len(&self) -> usize {
+        self.lanes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lanes.is_empty()
     }
 }
 
@@ -101,15 +160,17 @@ struct Lane<T> {
     pending: BTreeMap<u64, T>,
     /// When the oldest hole of this lane opened.
     waiting_since: Option<Instant>,
+    last_seen: Instant,
 }
 
 impl<T> Lane<T> {
-    fn new(epoch: u64) -> Self {
+    fn new(epoch: u64, now: Instant) -> Self {
         Self {
             epoch,
             next: 0,
             pending: BTreeMap::new(),
             waiting_since: None,
+            last_seen: now,
         }
     }
 
@@ -119,11 +180,13 @@ impl<T> Lane<T> {
             out.push(item);
             self.next += 1;
         }
-        self.waiting_since = if self.pending.is_empty() {
-            None
+        if self.pending.is_empty() {
+            // An emptied BTreeMap keeps its node; idle lanes must not hold memory.
+            self.pending = BTreeMap::new();
+            self.waiting_since = None;
         } else {
-            Some(self.waiting_since.unwrap_or(now))
-        };
+            self.waiting_since = Some(self.waiting_since.unwrap_or(now));
+        }
     }
 
     /// Gives up on the current hole: jumps to the oldest waiting frame.
@@ -168,7 +231,8 @@ impl<T> Sequencer<T> {
         let lane = self
             .lanes
             .entry((h.from, h.priority))
-            .or_insert_with(|| Lane::new(h.epoch));
+            .or_insert_with(|| Lane::new(h.epoch, now));
+        lane.last_seen = now;
         if h.epoch < lane.epoch {
             // A straggler from before the sender's last failure: deliver, unordered.
             out.push(item);
@@ -176,7 +240,7 @@ impl<T> Sequencer<T> {
         }
         if h.epoch > lane.epoch {
             lane.drain_all(&mut out);
-            *lane = Lane::new(h.epoch);
+            *lane = Lane::new(h.epoch, now);
         }
         if h.seq < lane.next {
             tracing::debug!(
@@ -184,6 +248,12 @@ impl<T> Sequencer<T> {
                 seq = h.seq,
                 "late frame delivered after its hole was skipped"
             );
+            out.push(item);
+            return out;
+        }
+        if h.seq == lane.next && lane.pending.is_empty() {
+            // The common case: in order, nothing waiting. No allocation.
+            lane.next += 1;
             out.push(item);
             return out;
         }
@@ -200,8 +270,11 @@ impl<T> Sequencer<T> {
         out
     }
 
-    /// Skips holes older than the timeout; call periodically.
+    /// Skips holes older than the timeout and forgets idle lanes; call periodically.
     pub fn expire(&mut self, now: Instant) -> Vec<T> {
+        self.lanes.retain(|_, l| {
+            !l.pending.is_empty() || now.saturating_duration_since(l.last_seen) < RECEIVER_LANE_IDLE
+        });
         let mut out = Vec::new();
         for ((from, _), lane) in self.lanes.iter_mut() {
             if lane
@@ -293,14 +366,42 @@ mod tests {
     }
 
     #[test]
-    fn numbering_moves_to_a_new_epoch_after_a_failure() {
-        let mut n = LaneNumbering::new(1, 100);
-        assert_eq!(n.next(2, 0), h(1, 0, 100, 0));
-        assert_eq!(n.next(2, 0), h(1, 0, 100, 1));
-        assert_eq!(n.next(3, 0), h(1, 0, 100, 0));
+    fn numbering_starts_new_epochs_after_failures_and_idling() {
+        let t = Instant::now();
+        let mut n = LaneNumbering::with_idle(1, 100, Duration::from_secs(10));
+        assert_eq!(n.next(2, 0, t), h(1, 0, 101, 0));
+        assert_eq!(n.next(2, 0, t), h(1, 0, 101, 1));
+        assert_eq!(n.next(3, 0, t), h(1, 0, 102, 0));
         n.failed(2);
-        assert_eq!(n.next(2, 0), h(1, 0, 101, 0));
-        assert_eq!(n.next(3, 0), h(1, 0, 100, 1), "other peers unaffected");
+        assert_eq!(n.next(2, 0, t), h(1, 0, 103, 0));
+        assert_eq!(n.next(3, 0, t), h(1, 0, 102, 1), "other peers unaffected");
+        let later = t + Duration::from_secs(11);
+        assert_eq!(
+            n.next(3, 0, later),
+            h(1, 0, 104, 0),
+            "an idle lane starts over"
+        );
+    }
+
+    #[test]
+    fn many_priorities_do_not_accumulate_state() {
+        let t = Instant::now();
+        let mut n = LaneNumbering::with_idle(1, 0, Duration::from_secs(1));
+        let mut s: Sequencer<u32> = Sequencer::new(100, Duration::from_secs(5));
+        for i in 0..100_000u32 {
+            let now = t + Duration::from_millis(u64::from(i));
+            let hdr = n.next(2, -(i as i32), now);
+            assert_eq!(s.accept(hdr, i, now), vec![i]);
+            if i % 1000 == 0 {
+                s.expire(now);
+            }
+        }
+        assert!(n.len() <= 1025 + 1100, "sender keeps {} lanes", n.len());
+        assert!(
+            s.lanes.len() <= 61_000,
+            "receiver keeps {} lanes",
+            s.lanes.len()
+        );
     }
 
     #[test]
