@@ -156,6 +156,26 @@ fn typed_cluster(transport: &str) -> (Cluster, Arc<Mutex<Vec<String>>>) {
                     .await
                     .unwrap_err();
                 assert!(err.to_string().contains("no actor ghost"), "{err}");
+                // A body that does not decode as the registered type is an error, not a panic.
+                let impostor = ctx
+                    .node
+                    .actor_at::<Impostor>("server", "scaler")
+                    .map_err(|e| e.to_string())?;
+                let err = impostor
+                    .ask(
+                        Impostor {
+                            nonsense: vec!["x".into()],
+                        },
+                        Priority::NORMAL,
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .unwrap_err();
+                assert!(
+                    err.to_string()
+                        .contains("undecodable body of message type test.scale"),
+                    "{err}"
+                );
                 let note = ctx
                     .node
                     .actor_at::<Note>("server", "scaler")
