@@ -71,6 +71,9 @@ pub struct ClientCore {
     /// subscribed, so a push means the row is current as of that clock unless it was in it.
     push_clock: HashMap<(TableId, u32), Clock>,
     stats: StalenessStats,
+    table_stats: HashMap<TableId, StalenessStats>,
+    /// Barrier (sync) requests in flight: request id -> answered.
+    syncs: HashMap<u64, bool>,
 }
 
 impl ClientCore {
@@ -98,6 +101,8 @@ impl ClientCore {
             outstanding: HashMap::new(),
             push_clock: HashMap::new(),
             stats: StalenessStats::new(),
+            table_stats: HashMap::new(),
+            syncs: HashMap::new(),
         })
     }
 
@@ -116,6 +121,68 @@ impl ClientCore {
 
     pub fn stats(&self) -> &StalenessStats {
         &self.stats
+    }
+
+    /// Staleness of the reads of one table (empty stats if it was never read).
+    pub fn table_stats(&self, table: TableId) -> StalenessStats {
+        self.table_stats.get(&table).cloned().unwrap_or_default()
+    }
+
+    /// A non-blocking refresh of `(table, row)`: a request with `min_clock = 0` (served at once)
+    /// unless a fetch of the row is already in flight. `get` keeps serving the cached copy until
+    /// the reply arrives. Used to keep `Async` tables fresh (their cached copies never expire).
+    pub fn prefetch(&mut self, table: TableId, row: RowId) -> Result<Option<ReadRequest>, PsError> {
+        self.table(table)?;
+        if self.outstanding.contains_key(&(table, row)) {
+            return Ok(None);
+        }
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.outstanding.insert((table, row), (request_id, 0));
+        Ok(Some(ReadRequest {
+            shard: shard_of(table, row, self.n_shards),
+            worker: self.worker,
+            request_id,
+            table,
+            row,
+            min_clock: 0,
+        }))
+    }
+
+    /// A barrier probe for `shard`: a request (to be sent as a *sync* read, see
+    /// `ShardCore::sync`) answered once every worker completed the current clock on that
+    /// shard. Its reply is not cached; `sync_done` tells whether it arrived.
+    pub fn sync_request(&mut self, shard: u32) -> Result<ReadRequest, PsError> {
+        let table = *self
+            .tables
+            .keys()
+            .min()
+            .ok_or_else(|| PsError::InvalidConfig("no tables".into()))?;
+        let row = (0..u64::from(self.n_shards) * 64 + 1024)
+            .map(RowId)
+            .find(|&r| shard_of(table, r, self.n_shards) == shard)
+            .ok_or_else(|| PsError::InvalidConfig(format!("no row maps to shard {shard}")))?;
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.syncs.insert(request_id, false);
+        Ok(ReadRequest {
+            shard,
+            worker: self.worker,
+            request_id,
+            table,
+            row,
+            min_clock: self.clock,
+        })
+    }
+
+    /// Whether the sync request `request_id` was answered (forgets it once it was).
+    pub fn sync_done(&mut self, request_id: u64) -> bool {
+        if self.syncs.get(&request_id) == Some(&true) {
+            self.syncs.remove(&request_id);
+            true
+        } else {
+            false
+        }
     }
 
     /// Number of rows with unflushed deltas.
@@ -194,7 +261,9 @@ impl ClientCore {
         if let Some(e) = self.cache.get(&(table, row)) {
             let eff = self.effective_clock(table, row, e);
             if required.is_none_or(|r| eff >= r) {
-                self.stats.record(self.clock.saturating_sub(eff));
+                let st = self.clock.saturating_sub(eff);
+                self.stats.record(st);
+                self.table_stats.entry(table).or_default().record(st);
                 return Ok(GetOutcome::Hit(e.row.clone()));
             }
         }
@@ -297,6 +366,10 @@ impl ClientCore {
                 ack_seq,
             } => {
                 self.check_origin(worker, from_shard, table, row)?;
+                if let Some(done) = self.syncs.get_mut(&request_id) {
+                    *done = true;
+                    return Ok(());
+                }
                 if self
                     .outstanding
                     .get(&(table, row))

@@ -1,0 +1,301 @@
+//! The parameter server through the actors: in-process clusters (memory transport unless
+//! noted), shards and workers on separate nodes.
+
+use petrel::actors::ps::rules::RuleRegistry;
+use petrel::actors::ps::service::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
+use petrel::actors::ps::types::{Consistency, Row, RowId, TableId, TableSpec};
+use petrel::actors::{Cluster, NodeContext, Topology};
+use petrel::ps_mf::{self, MfConfig};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const T: TableId = TableId(0);
+const ROWS: u64 = 8;
+
+fn layout(shards: usize, workers: usize) -> PsLayout {
+    PsLayout {
+        shard_nodes: (0..shards).map(|s| format!("s{s}")).collect(),
+        worker_nodes: (0..workers).map(|w| format!("w{w}")).collect(),
+    }
+}
+
+fn topo(shards: usize, workers: usize, transport: &str) -> petrel::actors::Settings {
+    let mut t = Topology::builder("ps-test").transport(transport);
+    for s in 0..shards {
+        t = t.node(&format!("s{s}"), &["shard"]);
+    }
+    for w in 0..workers {
+        t = t.node(&format!("w{w}"), &["worker"]);
+    }
+    // Generous failure detection: the test machine is small and shared.
+    t.with(|s| s.cluster.failure_timeout_ms = 10_000).build().unwrap()
+}
+
+fn patient(s: &mut petrel::actors::Settings) {
+    s.cluster.failure_timeout_ms = 10_000;
+}
+
+type Program = Arc<
+    dyn Fn(PsClient) -> futures::future::LocalBoxFuture<'static, Result<(), String>> + Send + Sync,
+>;
+
+/// A cluster whose workers run `program` and whose shards serve `tables`; returns the merged
+/// final table 0 (read after every worker left).
+fn run(
+    tables: Vec<TableSpec>,
+    shards: usize,
+    workers: usize,
+    transport: &str,
+    program: Program,
+) -> Result<std::collections::HashMap<RowId, Row>, String> {
+    petrel::init_tracing();
+    let lay = layout(shards, workers);
+    let out = Arc::new(Mutex::new(None));
+    let (l1, l2, t1, t2) = (lay.clone(), lay.clone(), tables.clone(), tables);
+    let out2 = out.clone();
+    let cluster = Cluster::new(topo(shards, workers, transport))
+        .role("shard", move |ctx: NodeContext| {
+            let (lay, tables, out) = (l1.clone(), t1.clone(), out2.clone());
+            Box::pin(async move {
+                let s = lay.shards_on(&ctx.spec.name)[0];
+                let h = service::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), None)
+                    .map_err(|e| e.to_string())?;
+                let addr = h.addr.clone();
+                h.wait().await?;
+                // Every worker left: read this shard's final rows.
+                let st = addr
+                    .send(petrel::actors::Msg {
+                        body: ShardQuery::Snapshot,
+                        priority: petrel::messages::Priority::NORMAL,
+                        from: None,
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.0)?;
+                let mut o = out.lock().unwrap();
+                let m = o.get_or_insert_with(Vec::new);
+                m.push(st);
+                Ok(())
+            })
+        })
+        .role("worker", move |ctx: NodeContext| {
+            let (lay, tables, program) = (l2.clone(), t2.clone(), program.clone());
+            Box::pin(async move {
+                service::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
+                let w = lay.workers_on(&ctx.spec.name)[0];
+                let c = PsClient::start(&ctx.node, &lay, w, tables).map_err(|e| e.to_string())?;
+                program(c).await
+            })
+        });
+    cluster.run_in_process().map_err(|e| e.to_string())?;
+    let states = out.lock().unwrap().take().unwrap_or_default();
+    Ok(service::merge_tables(&states).remove(&T).unwrap_or_default())
+}
+
+/// Worker `w` at clock `c` adds `f(w, c, r)` to row `r`, after reading every row and checking
+/// the read reflects every update of clocks `< c` (BSP) exactly.
+fn f(w: u32, c: u64, r: u64) -> f32 {
+    ((w + 1) as f32) * 0.5 + (c as f32) + (r as f32) * 0.25
+}
+
+fn serial_sum(workers: u32, clocks: u64, r: u64) -> f32 {
+    let mut s = 0.0;
+    for c in 0..clocks {
+        for w in 0..workers {
+            s += f(w, c, r);
+        }
+    }
+    s
+}
+
+#[test]
+fn bsp_cluster_matches_serial_result_over_two_shards() {
+    let tables = TablesBuilder::new()
+        .dense("t", 2, Consistency::Bsp)
+        .build()
+        .unwrap();
+    let workers = 3u32;
+    let clocks = 6u64;
+    let program: Program = Arc::new(move |c: PsClient| {
+        Box::pin(async move {
+            let rows: Vec<RowId> = (0..ROWS).map(RowId).collect();
+            for clock in 0..clocks {
+                let got = c.get_many(T, &rows).await.map_err(|e| e.to_string())?;
+                for (r, row) in got.iter().enumerate() {
+                    // BSP: every update of clocks < clock; possibly some of the clock in
+                    // progress (other workers' current clock), never anything later.
+                    let want = serial_sum(workers, clock, r as u64);
+                    let most = serial_sum(workers, clock + 1, r as u64);
+                    if row.get(0) < want - 1e-3 || row.get(0) > most + 1e-3 {
+                        return Err(format!(
+                            "worker {} clock {clock} row {r}: read {} want {want}",
+                            c.worker(),
+                            row.get(0)
+                        ));
+                    }
+                }
+                for r in 0..ROWS {
+                    c.inc(T, RowId(r), 0, f(c.worker(), clock, r))
+                        .map_err(|e| e.to_string())?;
+                    c.batch_inc(T, RowId(r), &Row::Dense(vec![0.0, 1.0]))
+                        .map_err(|e| e.to_string())?;
+                }
+                // Read-my-writes: the own update is visible before the clock.
+                let mine = c.get(T, RowId(0)).await.map_err(|e| e.to_string())?;
+                let want = serial_sum(workers, clock, 0) + f(c.worker(), clock, 0);
+                if mine.get(0) < want - 1e-3 {
+                    return Err(format!("read-my-writes: {} want {want}", mine.get(0)));
+                }
+                c.clock().map_err(|e| e.to_string())?;
+            }
+            c.barrier().await.map_err(|e| e.to_string())?;
+            let st = c.table_stats(T);
+            if st.max() != 0 {
+                return Err(format!("bsp staleness {}", st.max()));
+            }
+            c.leave().map_err(|e| e.to_string())
+        })
+    });
+    let table = run(tables, 2, workers as usize, "quic", program).unwrap();
+    assert_eq!(table.len(), ROWS as usize);
+    for r in 0..ROWS {
+        let row = &table[&RowId(r)];
+        assert!((row.get(0) - serial_sum(workers, clocks, r)).abs() < 1e-2, "row {r}: {row:?}");
+        assert_eq!(row.get(1), (workers as u64 * clocks) as f32);
+    }
+}
+
+#[test]
+fn ssp_reads_stay_within_the_bound_with_a_slow_worker() {
+    let s = 2u32;
+    let tables = TablesBuilder::new()
+        .dense("t", 1, Consistency::Ssp { staleness: s })
+        .build()
+        .unwrap();
+    let clocks = 12u64;
+    let program: Program = Arc::new(move |c: PsClient| {
+        Box::pin(async move {
+            for clock in 0..clocks {
+                if c.worker() == 0 {
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                }
+                let v = c.get(T, RowId(1)).await.map_err(|e| e.to_string())?.get(0);
+                // Every worker adds 1 per clock: the read must include all clocks <= c-s-1
+                // of the 2 workers plus this worker's own clocks.
+                let must = 2.0 * clock.saturating_sub(u64::from(s)) as f32;
+                if v + 1e-3 < must {
+                    return Err(format!("clock {clock}: read {v} misses updates (need {must})"));
+                }
+                c.inc(T, RowId(1), 0, 1.0).map_err(|e| e.to_string())?;
+                c.clock().map_err(|e| e.to_string())?;
+            }
+            let st = c.table_stats(T);
+            if st.max() > u64::from(s) || st.count() != clocks {
+                return Err(format!("staleness {:?} above bound {s}", st.report()));
+            }
+            // The fast worker really ran ahead (observed staleness > 0 at some point).
+            if c.worker() == 1 && st.max() == 0 {
+                return Err("fast worker never read stale data".into());
+            }
+            c.leave().map_err(|e| e.to_string())
+        })
+    });
+    let table = run(tables, 2, 2, "quic", program).unwrap();
+    assert_eq!(table[&RowId(1)].get(0), 2.0 * clocks as f32);
+}
+
+#[test]
+fn essp_pushes_refresh_the_cache_without_fetches() {
+    let tables = TablesBuilder::new()
+        .dense("t", 1, Consistency::Essp { staleness: 3 })
+        .build()
+        .unwrap();
+    let clocks = 10u64;
+    let program: Program = Arc::new(move |c: PsClient| {
+        Box::pin(async move {
+            for _ in 0..clocks {
+                c.get(T, RowId(3)).await.map_err(|e| e.to_string())?;
+                c.inc(T, RowId(3), 0, 1.0).map_err(|e| e.to_string())?;
+                c.clock().map_err(|e| e.to_string())?;
+                // Let pushes for the advanced min clock arrive.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // After a barrier every worker's updates reached the shard; the pushed row
+            // shows them without this worker ever fetching again.
+            c.barrier().await.map_err(|e| e.to_string())?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let v = c.get(T, RowId(3)).await.map_err(|e| e.to_string())?.get(0);
+            if v != 2.0 * clocks as f32 {
+                return Err(format!("pushed row {v}"));
+            }
+            let st = c.table_stats(T);
+            // Pushes keep the row current: staleness well below the bound on average.
+            if st.max() > 3 || st.mean() > 1.5 {
+                return Err(format!("essp staleness {:?}", st.report()));
+            }
+            c.leave().map_err(|e| e.to_string())
+        })
+    });
+    run(tables, 1, 2, "quic", program).unwrap();
+}
+
+fn small_mf(consistency: &str) -> MfConfig {
+    MfConfig {
+        synthetic_users: 200,
+        synthetic_items: 100,
+        synthetic_observed: 0.2,
+        max_clocks: 40,
+        consistency: consistency.into(),
+        eval_ms: 20,
+        ..MfConfig::default()
+    }
+}
+
+#[test]
+fn mf_rmse_decreases_on_synthetic_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = MfConfig {
+        out: Some(dir.path().to_path_buf()),
+        ..small_mf("ssp")
+    };
+    let r = ps_mf::run_local_with(cfg, 2, 2, "memory", patient).unwrap();
+    assert!(r.final_rmse < 0.7 * r.initial_rmse, "{} -> {}", r.initial_rmse, r.final_rmse);
+    assert_eq!(r.worker_clocks, vec![40, 40]);
+    assert!(r.staleness.max <= 3, "{:?}", r.staleness);
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("metrics.json")).unwrap())
+            .unwrap();
+    assert_eq!(metrics["consistency"], "ssp");
+    let model: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("model.json")).unwrap())
+            .unwrap();
+    assert_eq!(model["items"].as_array().unwrap().len(), 100);
+}
+
+#[test]
+fn mf_stops_at_target_rmse() {
+    let cfg = MfConfig {
+        target_rmse: Some(0.6),
+        max_clocks: 10_000,
+        ..small_mf("essp")
+    };
+    let r = ps_mf::run_local_with(cfg, 1, 2, "memory", patient).unwrap();
+    assert!(r.reached_target);
+    assert!(r.time_to_target_s.is_some());
+    assert!(r.worker_clocks.iter().all(|&c| c < 10_000));
+}
+
+#[test]
+fn a_dead_worker_stops_the_run_with_an_error_naming_it() {
+    let cfg = MfConfig {
+        fail_worker_at: Some((1, 5)),
+        ..small_mf("bsp")
+    };
+    let t0 = std::time::Instant::now();
+    let err = ps_mf::run_local_with(cfg, 2, 2, "memory", |s| {
+        s.cluster.failure_timeout_ms = 4000;
+    })
+    .unwrap_err();
+    assert!(err.contains("worker-1"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(20));
+}
