@@ -69,6 +69,17 @@ enum Command {
         command: BenchCommand,
     },
     // commands: applications -- systems add their subcommands below this line
+    /// Train a model on the parameter server (in-process localhost cluster).
+    Train {
+        #[command(subcommand)]
+        app: TrainCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TrainCommand {
+    /// Matrix factorization by SGD on the parameter server.
+    Mf(petrel::ps_mf::TrainArgs),
 }
 
 #[derive(Subcommand)]
@@ -98,6 +109,8 @@ enum BenchCommand {
     /// Raw quinn vs petrel messaging vs local sends, and priority under a backlog.
     Transport(petrel::bench::transport::Args),
     // bench: systems add their benchmarks below this line
+    /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
+    Consistency(petrel::bench::consistency::Args),
 }
 
 fn main() -> ExitCode {
@@ -223,7 +236,11 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Bench { command } => match command {
             BenchCommand::Transport(args) => petrel::bench::transport::run(args),
             // bench dispatch: systems add their arms below this line
+            BenchCommand::Consistency(args) => petrel::bench::consistency::run(args),
         },
         // commands dispatch: applications add their arms below this line
+        Command::Train { app } => match app {
+            TrainCommand::Mf(args) => petrel::ps_mf::train_cli(args),
+        },
     }
 }

@@ -804,6 +804,83 @@ pub fn run_local_with(
     r.ok_or_else(|| "the monitor produced no result".to_string())
 }
 
+/// `petrel train mf`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TrainArgs {
+    /// Ratings file: `user item rating` triplets (tab/space/comma; MovieLens `u.data` works)
+    /// or a MatrixMarket coordinate file. Synthetic low-rank data when omitted.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Output directory for model.json and metrics.json.
+    #[arg(long, default_value = "out")]
+    pub out: PathBuf,
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    #[arg(long, default_value_t = 2)]
+    pub shards: usize,
+    /// bsp, ssp, essp or async.
+    #[arg(long, default_value = "ssp")]
+    pub consistency: String,
+    #[arg(long, default_value_t = 3)]
+    pub staleness: u32,
+    #[arg(long, default_value_t = 16)]
+    pub rank: u32,
+    #[arg(long, default_value_t = 0.02)]
+    pub learning_rate: f32,
+    #[arg(long, default_value_t = 0.05)]
+    pub regularization: f32,
+    /// Passes over the data.
+    #[arg(long, default_value_t = 20)]
+    pub epochs: u64,
+    #[arg(long, default_value_t = 4)]
+    pub batches_per_epoch: u32,
+    #[arg(long, default_value_t = 0.1)]
+    pub test_fraction: f64,
+    #[arg(long)]
+    pub target_rmse: Option<f64>,
+    #[arg(long, default_value_t = 600.0)]
+    pub max_seconds: f64,
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// "quic" (127.0.0.1) or "memory".
+    #[arg(long, default_value = "quic")]
+    pub transport: String,
+}
+
+/// Runs `petrel train mf` on an in-process cluster and prints a summary.
+pub fn train_cli(a: TrainArgs) -> Result<(), String> {
+    let cfg = MfConfig {
+        data: a.data.clone(),
+        seed: a.seed,
+        test_fraction: a.test_fraction,
+        rank: a.rank,
+        learning_rate: a.learning_rate,
+        regularization: a.regularization,
+        init_scale: 0.1,
+        consistency: a.consistency.clone(),
+        staleness: a.staleness,
+        batches_per_epoch: a.batches_per_epoch,
+        max_clocks: a.epochs.saturating_mul(u64::from(a.batches_per_epoch.max(1))),
+        max_seconds: a.max_seconds,
+        target_rmse: a.target_rmse,
+        eval_ms: 250,
+        out: Some(a.out.clone()),
+        ..MfConfig::default()
+    };
+    let r = run_local(cfg, a.shards, a.workers, &a.transport)?;
+    println!(
+        "mf ({}): {} train / {} test ratings, test rmse {:.4} -> {:.4} in {:.1}s; wrote {}/model.json and metrics.json",
+        r.consistency,
+        r.train_ratings,
+        r.test_ratings,
+        r.initial_rmse,
+        r.final_rmse,
+        r.wall_s,
+        a.out.display()
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
