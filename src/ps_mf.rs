@@ -22,12 +22,12 @@
 //! `ps-monitor` (exactly one node). Settings: `[app.mf]` ([`MfConfig`]).
 
 use actix::prelude::*;
+use petrel_actors::ps::rules::RuleRegistry;
 use petrel_actors::ps::service::{
     self, PsClient, PsLayout, ShardQuery, TablesBuilder, ToClient, client_actor_name,
 };
 use petrel_actors::ps::stats::{StalenessReport, StalenessStats};
 use petrel_actors::ps::types::{Consistency, Row, RowId, TableId, TableSpec};
-use petrel_actors::ps::rules::RuleRegistry;
 use petrel_actors::{Cluster, HandlerError, Msg, Node, NodeContext, Settings};
 use petrel_algorithms::data::ratings::{Ratings, load_ratings};
 use petrel_algorithms::data::synthetic::{LowRankParams, low_rank_ratings};
@@ -177,8 +177,8 @@ impl MfData {
         let mean = if train.entries.is_empty() {
             0.0
         } else {
-            (train.entries.iter().map(|e| f64::from(e.2)).sum::<f64>()
-                / train.entries.len() as f64) as f32
+            (train.entries.iter().map(|e| f64::from(e.2)).sum::<f64>() / train.entries.len() as f64)
+                as f32
         };
         Ok(MfData { train, test, mean })
     }
@@ -199,7 +199,9 @@ pub fn init_value(table: TableId, row: u64, col: u32, scale: f32) -> f32 {
 
 /// The model value of a row: initial value plus the stored offset.
 pub fn factor(table: TableId, row: u64, stored: Option<&Row>, rank: u32, scale: f32) -> Vec<f32> {
-    let mut v: Vec<f32> = (0..rank).map(|c| init_value(table, row, c, scale)).collect();
+    let mut v: Vec<f32> = (0..rank)
+        .map(|c| init_value(table, row, c, scale))
+        .collect();
     if let Some(r) = stored {
         for (c, x) in v.iter_mut().enumerate() {
             *x += r.get(c as u32);
@@ -414,8 +416,8 @@ async fn worker_role(ctx: NodeContext, job: Arc<MfJob>) -> Result<(), String> {
     service::wait_for_shards(&ctx.node, &job.layout, Duration::from_secs(30)).await?;
     let mut workers = Vec::new();
     for w in job.layout.workers_on(&ctx.spec.name) {
-        let client = PsClient::start(&ctx.node, &job.layout, w, cfg.tables()?)
-            .map_err(|e| e.to_string())?;
+        let client =
+            PsClient::start(&ctx.node, &job.layout, w, cfg.tables()?).map_err(|e| e.to_string())?;
         workers.push(run_worker(ctx.node.clone(), job.clone(), client));
     }
     for r in futures::future::join_all(workers).await {
@@ -473,7 +475,9 @@ async fn run_worker(node: Node, job: Arc<MfJob>, client: PsClient) -> Result<(),
         let user_ids: Vec<RowId> = users.iter().map(|&u| RowId(u64::from(u))).collect();
         let t_wait = Instant::now();
         if is_async {
-            client.prefetch(ITEMS, &item_ids).map_err(|e| e.to_string())?;
+            client
+                .prefetch(ITEMS, &item_ids)
+                .map_err(|e| e.to_string())?;
         }
         let item_rows = client
             .get_many(ITEMS, &item_ids)
@@ -577,8 +581,18 @@ fn test_rmse(job: &MfJob, m: &MfModel) -> f64 {
     let zero = vec![0.0; job.cfg.rank as usize];
     rmse(
         &job.data.test.entries,
-        |u| m.users.get(u as usize).cloned().unwrap_or_else(|| zero.clone()),
-        |i| m.items.get(i as usize).cloned().unwrap_or_else(|| zero.clone()),
+        |u| {
+            m.users
+                .get(u as usize)
+                .cloned()
+                .unwrap_or_else(|| zero.clone())
+        },
+        |i| {
+            m.items
+                .get(i as usize)
+                .cloned()
+                .unwrap_or_else(|| zero.clone())
+        },
         job.data.mean,
     )
 }
@@ -705,7 +719,11 @@ async fn monitor_role(ctx: NodeContext, job: Arc<MfJob>) -> Result<(), String> {
 }
 
 /// Writes `model.json` and `metrics.json` into `out`.
-pub fn write_outputs(out: &std::path::Path, model: &MfModel, result: &MfResult) -> Result<(), String> {
+pub fn write_outputs(
+    out: &std::path::Path,
+    model: &MfModel,
+    result: &MfResult,
+) -> Result<(), String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let write = |name: &str, text: String| {
         let p = out.join(name);
@@ -726,8 +744,12 @@ pub fn register(cluster: Cluster, job: Arc<MfJob>) -> Cluster {
     let (j1, j2, j3) = (job.clone(), job.clone(), job);
     cluster
         .role("ps-shard", move |ctx| Box::pin(shard_role(ctx, j1.clone())))
-        .role("ps-worker", move |ctx| Box::pin(worker_role(ctx, j2.clone())))
-        .role("ps-monitor", move |ctx| Box::pin(monitor_role(ctx, j3.clone())))
+        .role("ps-worker", move |ctx| {
+            Box::pin(worker_role(ctx, j2.clone()))
+        })
+        .role("ps-monitor", move |ctx| {
+            Box::pin(monitor_role(ctx, j3.clone()))
+        })
 }
 
 /// Registers the roles for `petrel node`/`petrel run`: the job is built from `[app.mf]` when a
@@ -860,7 +882,9 @@ pub fn train_cli(a: TrainArgs) -> Result<(), String> {
         consistency: a.consistency.clone(),
         staleness: a.staleness,
         batches_per_epoch: a.batches_per_epoch,
-        max_clocks: a.epochs.saturating_mul(u64::from(a.batches_per_epoch.max(1))),
+        max_clocks: a
+            .epochs
+            .saturating_mul(u64::from(a.batches_per_epoch.max(1))),
         max_seconds: a.max_seconds,
         target_rmse: a.target_rmse,
         eval_ms: 250,
@@ -902,17 +926,39 @@ mod tests {
         let cfg = MfConfig::default();
         let data = MfData::load(&cfg).unwrap();
         let mut users: HashMap<u32, Vec<f32>> = (0..data.train.n_users as u32)
-            .map(|u| (u, factor(USERS, u64::from(u), None, cfg.rank, cfg.init_scale)))
+            .map(|u| {
+                (
+                    u,
+                    factor(USERS, u64::from(u), None, cfg.rank, cfg.init_scale),
+                )
+            })
             .collect();
         let mut items: HashMap<u32, Vec<f32>> = (0..data.train.n_items as u32)
-            .map(|i| (i, factor(ITEMS, u64::from(i), None, cfg.rank, cfg.init_scale)))
+            .map(|i| {
+                (
+                    i,
+                    factor(ITEMS, u64::from(i), None, cfg.rank, cfg.init_scale),
+                )
+            })
             .collect();
         let eval = |u: &HashMap<u32, Vec<f32>>, i: &HashMap<u32, Vec<f32>>| {
-            rmse(&data.test.entries, |x| u[&x].clone(), |x| i[&x].clone(), data.mean)
+            rmse(
+                &data.test.entries,
+                |x| u[&x].clone(),
+                |x| i[&x].clone(),
+                data.mean,
+            )
         };
         let before = eval(&users, &items);
         for _ in 0..30 {
-            sgd_pass(&data.train.entries, &mut users, &mut items, data.mean, 0.05, 0.02);
+            sgd_pass(
+                &data.train.entries,
+                &mut users,
+                &mut items,
+                data.mean,
+                0.05,
+                0.02,
+            );
         }
         let after = eval(&users, &items);
         assert!(after < 0.6 * before, "rmse {before} -> {after}");

@@ -28,7 +28,9 @@ fn topo(shards: usize, workers: usize, transport: &str) -> petrel::actors::Setti
         t = t.node(&format!("w{w}"), &["worker"]);
     }
     // Generous failure detection: the test machine is small and shared.
-    t.with(|s| s.cluster.failure_timeout_ms = 10_000).build().unwrap()
+    t.with(|s| s.cluster.failure_timeout_ms = 10_000)
+        .build()
+        .unwrap()
 }
 
 fn patient(s: &mut petrel::actors::Settings) {
@@ -58,8 +60,9 @@ fn run(
             let (lay, tables, out) = (l1.clone(), t1.clone(), out2.clone());
             Box::pin(async move {
                 let s = lay.shards_on(&ctx.spec.name)[0];
-                let h = service::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), None)
-                    .map_err(|e| e.to_string())?;
+                let h =
+                    service::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), None)
+                        .map_err(|e| e.to_string())?;
                 let addr = h.addr.clone();
                 h.wait().await?;
                 // Every worker left: read this shard's final rows.
@@ -89,7 +92,9 @@ fn run(
         });
     cluster.run_in_process().map_err(|e| e.to_string())?;
     let states = out.lock().unwrap().take().unwrap_or_default();
-    Ok(service::merge_tables(&states).remove(&T).unwrap_or_default())
+    Ok(service::merge_tables(&states)
+        .remove(&T)
+        .unwrap_or_default())
 }
 
 /// Worker `w` at clock `c` adds `f(w, c, r)` to row `r`, after reading every row and checking
@@ -160,7 +165,10 @@ fn bsp_cluster_matches_serial_result_over_two_shards() {
     assert_eq!(table.len(), ROWS as usize);
     for r in 0..ROWS {
         let row = &table[&RowId(r)];
-        assert!((row.get(0) - serial_sum(workers, clocks, r)).abs() < 1e-2, "row {r}: {row:?}");
+        assert!(
+            (row.get(0) - serial_sum(workers, clocks, r)).abs() < 1e-2,
+            "row {r}: {row:?}"
+        );
         assert_eq!(row.get(1), (workers as u64 * clocks) as f32);
     }
 }
@@ -184,7 +192,9 @@ fn ssp_reads_stay_within_the_bound_with_a_slow_worker() {
                 // of the 2 workers plus this worker's own clocks.
                 let must = 2.0 * clock.saturating_sub(u64::from(s)) as f32;
                 if v + 1e-3 < must {
-                    return Err(format!("clock {clock}: read {v} misses updates (need {must})"));
+                    return Err(format!(
+                        "clock {clock}: read {v} misses updates (need {must})"
+                    ));
                 }
                 c.inc(T, RowId(1), 0, 1.0).map_err(|e| e.to_string())?;
                 c.clock().map_err(|e| e.to_string())?;
@@ -259,7 +269,12 @@ fn mf_rmse_decreases_on_synthetic_data() {
         ..small_mf("ssp")
     };
     let r = ps_mf::run_local_with(cfg, 2, 2, "memory", patient).unwrap();
-    assert!(r.final_rmse < 0.7 * r.initial_rmse, "{} -> {}", r.initial_rmse, r.final_rmse);
+    assert!(
+        r.final_rmse < 0.7 * r.initial_rmse,
+        "{} -> {}",
+        r.initial_rmse,
+        r.final_rmse
+    );
     assert_eq!(r.worker_clocks, vec![40, 40]);
     assert!(r.staleness.max <= 3, "{:?}", r.staleness);
     let metrics: serde_json::Value =

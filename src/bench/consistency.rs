@@ -188,7 +188,10 @@ fn plot(path: &PathBuf, results: &[(String, MfResult)], target: f64) -> Result<(
     let e = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("MF on the parameter server: held-out RMSE", ("sans-serif", 22))
+        .caption(
+            "MF on the parameter server: held-out RMSE",
+            ("sans-serif", 22),
+        )
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(55)

@@ -1,4 +1,4 @@
 //! Benchmarks behind `petrel bench …`. Each prints a table and ends with one JSON line.
 
-pub mod transport;
 pub mod consistency;
+pub mod transport;

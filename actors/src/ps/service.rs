@@ -72,7 +72,10 @@ remote_message!(ToShard => (), "petrel.ps.to_shard");
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ToClient {
     /// Replies and pushes from shard `shard`, in the order the core produced them.
-    Actions { shard: u32, actions: Vec<ShardAction> },
+    Actions {
+        shard: u32,
+        actions: Vec<ShardAction>,
+    },
     /// Asks the worker to stop at its next clock boundary (see `PsClient::stop_requested`).
     Stop { reason: String },
 }
@@ -139,7 +142,10 @@ impl TablesBuilder {
         let mut names: Vec<&str> = self.tables.iter().map(|t| t.name.as_str()).collect();
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(PsError::InvalidConfig(format!("duplicate table name {}", w[0])));
+            return Err(PsError::InvalidConfig(format!(
+                "duplicate table name {}",
+                w[0]
+            )));
         }
         if self.tables.is_empty() {
             return Err(PsError::InvalidConfig("no tables".into()));
@@ -204,7 +210,11 @@ impl Actor for ServerShard {
 
 impl ServerShard {
     fn fail(&self, what: String) {
-        let msg = format!("ps shard {} on node {}: {what}", self.shard, self.node.name());
+        let msg = format!(
+            "ps shard {} on node {}: {what}",
+            self.shard,
+            self.node.name()
+        );
         tracing::error!("{msg}");
         let _ = self.events.send(ShardEvent::Failed(msg));
     }
@@ -275,7 +285,13 @@ impl ServerShard {
             ToShard::Syncs(reads) => {
                 let mut out = Vec::new();
                 for r in &reads {
-                    out.extend(self.core.sync(r.worker, r.request_id, r.table, r.row, r.min_clock)?);
+                    out.extend(self.core.sync(
+                        r.worker,
+                        r.request_id,
+                        r.table,
+                        r.row,
+                        r.min_clock,
+                    )?);
                 }
                 self.route(out);
             }
@@ -418,8 +434,9 @@ impl Handler<Msg<ToClient>> for ClientInbox {
                 for a in actions {
                     if let Err(e) = s.core.handle(shard, a) {
                         let w = s.core.worker().0;
-                        s.error
-                            .get_or_insert(format!("worker {w}: bad message from shard {shard}: {e}"));
+                        s.error.get_or_insert(format!(
+                            "worker {w}: bad message from shard {shard}: {e}"
+                        ));
                     }
                 }
             }
@@ -638,7 +655,10 @@ impl PsClient {
             self.wait_notified(hint).await?;
             missing = still;
         }
-        Ok(out.into_iter().map(|r| r.unwrap_or(Row::Sparse(Vec::new()))).collect())
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or(Row::Sparse(Vec::new())))
+            .collect())
     }
 
     /// Starts non-blocking refreshes of `rows` (for `Async` tables, whose cached copies are
@@ -737,7 +757,11 @@ pub async fn snapshot_all(
 
 /// Waits until every shard of `layout` is registered and answers (shards start in their own
 /// roles, possibly on other nodes; this avoids a cluster-wide barrier per role).
-pub async fn wait_for_shards(node: &Node, layout: &PsLayout, timeout: Duration) -> Result<(), String> {
+pub async fn wait_for_shards(
+    node: &Node,
+    layout: &PsLayout,
+    timeout: Duration,
+) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         match snapshot_all(node, layout, ShardQuery::Ping, Duration::from_millis(500)).await {
