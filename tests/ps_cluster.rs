@@ -50,6 +50,19 @@ fn run(
     transport: &str,
     program: Program,
 ) -> Result<std::collections::HashMap<RowId, Row>, String> {
+    run_from(tables, shards, workers, transport, program, None)
+}
+
+/// `run`, with shards restored from a checkpoint `(dir, clock)` and workers resuming there.
+fn run_from(
+    tables: Vec<TableSpec>,
+    shards: usize,
+    workers: usize,
+    transport: &str,
+    program: Program,
+    resume: Option<(std::path::PathBuf, u64)>,
+) -> Result<std::collections::HashMap<RowId, Row>, String> {
+    let resume2 = resume.clone();
     petrel::init_tracing();
     let lay = layout(shards, workers);
     let out = Arc::new(Mutex::new(None));
@@ -58,10 +71,12 @@ fn run(
     let cluster = Cluster::new(topo(shards, workers, transport))
         .role("shard", move |ctx: NodeContext| {
             let (lay, tables, out) = (l1.clone(), t1.clone(), out2.clone());
+            let resume = resume.clone();
             Box::pin(async move {
                 let s = lay.shards_on(&ctx.spec.name)[0];
+                let from = resume.as_ref().map(|(d, c)| (d.as_path(), *c));
                 let h =
-                    service::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), None)
+                    service::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), from)
                         .map_err(|e| e.to_string())?;
                 let addr = h.addr.clone();
                 h.wait().await?;
@@ -83,10 +98,13 @@ fn run(
         })
         .role("worker", move |ctx: NodeContext| {
             let (lay, tables, program) = (l2.clone(), t2.clone(), program.clone());
+            let clock = resume2.as_ref().map_or(0, |r| r.1);
             Box::pin(async move {
                 service::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
                 let w = lay.workers_on(&ctx.spec.name)[0];
-                let c = PsClient::start(&ctx.node, &lay, w, tables).map_err(|e| e.to_string())?;
+                let c = PsClient::start_at(&ctx.node, &lay, w, tables, clock)
+                    .map_err(|e| e.to_string())?;
+                NODE.with(|n| *n.borrow_mut() = Some(ctx.node.clone()));
                 program(c).await
             })
         });
@@ -268,7 +286,7 @@ fn mf_rmse_decreases_on_synthetic_data() {
         out: Some(dir.path().to_path_buf()),
         ..small_mf("ssp")
     };
-    let r = ps_mf::run_local_with(cfg, 2, 2, "memory", patient).unwrap();
+    let r = ps_mf::run_local_with(cfg, 2, 2, "quic", patient).unwrap();
     assert!(
         r.final_rmse < 0.7 * r.initial_rmse,
         "{} -> {}",
@@ -294,7 +312,7 @@ fn mf_stops_at_target_rmse() {
         max_clocks: 10_000,
         ..small_mf("essp")
     };
-    let r = ps_mf::run_local_with(cfg, 1, 2, "memory", patient).unwrap();
+    let r = ps_mf::run_local_with(cfg, 1, 2, "quic", patient).unwrap();
     assert!(r.reached_target);
     assert!(r.time_to_target_s.is_some());
     assert!(r.worker_clocks.iter().all(|&c| c < 10_000));
@@ -307,10 +325,97 @@ fn a_dead_worker_stops_the_run_with_an_error_naming_it() {
         ..small_mf("bsp")
     };
     let t0 = std::time::Instant::now();
-    let err = ps_mf::run_local_with(cfg, 2, 2, "memory", |s| {
+    let err = ps_mf::run_local_with(cfg, 2, 2, "quic", |s| {
         s.cluster.failure_timeout_ms = 4000;
     })
     .unwrap_err();
     assert!(err.contains("worker-1"), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn checkpoint_through_the_actors_and_resume_with_identical_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let tables = TablesBuilder::new()
+        .dense("t", 2, Consistency::Ssp { staleness: 1 })
+        .build()
+        .unwrap();
+    let ck = Arc::new(Mutex::new(None));
+    let (ck2, path) = (ck.clone(), dir.path().to_path_buf());
+    // Phase 1: 3 clocks of increments, a barrier (clock 4), a checkpoint, then more updates
+    // that the checkpoint must not contain.
+    let program: Program = Arc::new(move |c: PsClient| {
+        let (ck, path) = (ck2.clone(), path.clone());
+        Box::pin(async move {
+            let lay = c.layout().clone();
+            for clock in 0..3u64 {
+                for r in 0..ROWS {
+                    c.inc(T, RowId(r), 0, f(c.worker(), clock, r))
+                        .map_err(|e| e.to_string())?;
+                }
+                c.clock().map_err(|e| e.to_string())?;
+            }
+            c.barrier().await.map_err(|e| e.to_string())?;
+            if c.worker() == 0 {
+                let node = NODE.with(|n| n.borrow().clone()).ok_or("no node")?;
+                let states = service::snapshot_all(
+                    &node,
+                    &lay,
+                    ShardQuery::Checkpoint {
+                        dir: path.display().to_string(),
+                    },
+                    Duration::from_secs(10),
+                )
+                .await?;
+                let clocks: Vec<_> = states.iter().map(|s| s.checkpoint_clock).collect();
+                *ck.lock().unwrap() = Some((clocks, service::merge_tables(&states)));
+            }
+            c.barrier().await.map_err(|e| e.to_string())?;
+            c.inc(T, RowId(0), 1, 100.0).map_err(|e| e.to_string())?;
+            c.clock().map_err(|e| e.to_string())?;
+            c.leave().map_err(|e| e.to_string())
+        })
+    });
+    let after = run(tables.clone(), 2, 2, "quic", program).unwrap();
+    assert_eq!(after[&RowId(0)].get(1), 200.0);
+    let (clocks, saved) = ck.lock().unwrap().take().unwrap();
+    assert_eq!(clocks, vec![Some(4), Some(4)]);
+    let saved = saved[&T].clone();
+    for r in 0..ROWS {
+        assert!((saved[&RowId(r)].get(0) - serial_sum(2, 3, r)).abs() < 1e-3);
+    }
+    // Phase 2: a new cluster restored from the checkpoint reads exactly the saved rows.
+    let saved2 = saved.clone();
+    let program: Program = Arc::new(move |c: PsClient| {
+        let saved = saved2.clone();
+        Box::pin(async move {
+            if c.current_clock() != 4 {
+                return Err(format!("resumed at clock {}", c.current_clock()));
+            }
+            let rows: Vec<RowId> = (0..ROWS).map(RowId).collect();
+            let got = c.get_many(T, &rows).await.map_err(|e| e.to_string())?;
+            for (r, row) in rows.iter().zip(got) {
+                if row != saved[r] {
+                    return Err(format!("row {r:?}: {row:?} != saved {:?}", saved[r]));
+                }
+            }
+            c.clock().map_err(|e| e.to_string())?;
+            c.leave().map_err(|e| e.to_string())
+        })
+    });
+    let resumed = run_from(
+        tables,
+        2,
+        2,
+        "quic",
+        program,
+        Some((dir.path().to_path_buf(), 4)),
+    )
+    .unwrap();
+    assert_eq!(resumed, saved);
+}
+
+thread_local! {
+    /// The node of the worker running on this thread (set by the worker role).
+    static NODE: std::cell::RefCell<Option<petrel::actors::Node>> = const { std::cell::RefCell::new(None) };
 }

@@ -110,6 +110,18 @@ impl ClientCore {
         self.worker
     }
 
+    /// Starts this (fresh) client at clock `clock`, to resume from a checkpoint taken at that
+    /// clock (shards restored with `ShardCore::restore` put every worker there).
+    pub fn resume_at(&mut self, clock: Clock) -> Result<(), PsError> {
+        if self.clock != 0 || !self.oplog.is_empty() || !self.cache.is_empty() {
+            return Err(PsError::InvalidConfig(
+                "resume_at on a client that already ran".into(),
+            ));
+        }
+        self.clock = clock;
+        Ok(())
+    }
+
     pub fn n_shards(&self) -> u32 {
         self.n_shards
     }

@@ -238,6 +238,7 @@ impl ServerShard {
 
     /// Sends the core's actions, grouped per worker in production order.
     fn route(&mut self, actions: Vec<ShardAction>) {
+        tracing::debug!(shard = self.shard, n = actions.len(), "route");
         let mut per: Vec<(WorkerId, Vec<ShardAction>)> = Vec::new();
         for a in actions {
             let w = a.worker();
@@ -276,6 +277,12 @@ impl ServerShard {
                 self.route(actions);
             }
             ToShard::Reads(reads) => {
+                tracing::debug!(
+                    shard = self.shard,
+                    n = reads.len(),
+                    min_clock = self.core.min_clock(),
+                    "reads"
+                );
                 let mut out = Vec::new();
                 for r in &reads {
                     out.extend(self.core.handle_read(r)?);
@@ -486,7 +493,19 @@ impl PsClient {
         worker: u32,
         tables: Vec<TableSpec>,
     ) -> Result<PsClient, PsError> {
-        let core = ClientCore::new(WorkerId(worker), layout.n_shards(), tables)?;
+        Self::start_at(node, layout, worker, tables, 0)
+    }
+
+    /// Like `start`, resuming at `clock` (the clock of the checkpoint the shards restored).
+    pub fn start_at(
+        node: &Node,
+        layout: &PsLayout,
+        worker: u32,
+        tables: Vec<TableSpec>,
+        clock: Clock,
+    ) -> Result<PsClient, PsError> {
+        let mut core = ClientCore::new(WorkerId(worker), layout.n_shards(), tables)?;
+        core.resume_at(clock)?;
         let shared = Rc::new(RefCell::new(ClientShared {
             core,
             error: None,
