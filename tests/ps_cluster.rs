@@ -232,39 +232,113 @@ fn ssp_reads_stay_within_the_bound_with_a_slow_worker() {
     assert_eq!(table[&RowId(1)].get(0), 2.0 * clocks as f32);
 }
 
-#[test]
-fn essp_pushes_refresh_the_cache_without_fetches() {
+/// Two workers read and increment one row each clock; returns (reads sent, mean staleness)
+/// of worker 0 and checks the final value.
+fn push_or_pull(consistency: Consistency) -> (u64, f64) {
     let tables = TablesBuilder::new()
-        .dense("t", 1, Consistency::Essp { staleness: 3 })
+        .dense("t", 1, consistency)
         .build()
         .unwrap();
-    let clocks = 10u64;
+    let clocks = 12u64;
+    let seen = Arc::new(Mutex::new((0u64, 0.0f64)));
+    let seen2 = seen.clone();
     let program: Program = Arc::new(move |c: PsClient| {
+        let seen = seen2.clone();
         Box::pin(async move {
             for _ in 0..clocks {
                 c.get(T, RowId(3)).await.map_err(|e| e.to_string())?;
                 c.inc(T, RowId(3), 0, 1.0).map_err(|e| e.to_string())?;
                 c.clock().map_err(|e| e.to_string())?;
-                // Let pushes for the advanced min clock arrive.
+                // Give pushes for the advanced min clock time to arrive.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            // After a barrier every worker's updates reached the shard; the pushed row
-            // shows them without this worker ever fetching again.
             c.barrier().await.map_err(|e| e.to_string())?;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let v = c.get(T, RowId(3)).await.map_err(|e| e.to_string())?.get(0);
-            if v != 2.0 * clocks as f32 {
-                return Err(format!("pushed row {v}"));
-            }
             let st = c.table_stats(T);
-            // Pushes keep the row current: staleness well below the bound on average.
-            if st.max() > 3 || st.mean() > 1.5 {
-                return Err(format!("essp staleness {:?}", st.report()));
+            if st.max() > 3 {
+                return Err(format!("staleness {:?} above the bound", st.report()));
+            }
+            if c.worker() == 0 {
+                *seen.lock().unwrap() = (c.reads_sent(), st.mean());
             }
             c.leave().map_err(|e| e.to_string())
         })
     });
-    run(tables, 1, 2, "quic", program).unwrap();
+    let table = run(tables, 1, 2, "quic", program).unwrap();
+    assert_eq!(table[&RowId(3)].get(0), 2.0 * clocks as f32);
+    let r = *seen.lock().unwrap();
+    r
+}
+
+#[test]
+fn essp_pushes_refresh_the_cache_where_ssp_pulls() {
+    let (essp_reads, essp_staleness) = push_or_pull(Consistency::Essp { staleness: 3 });
+    let (ssp_reads, ssp_staleness) = push_or_pull(Consistency::Ssp { staleness: 3 });
+    // ESSP: one fetch subscribes the row; every later read is served from pushed data.
+    assert_eq!(essp_reads, 1, "essp fetched {essp_reads} times");
+    // SSP pulls again whenever the cached copy falls out of the bound.
+    assert!(ssp_reads >= 3, "ssp fetched {ssp_reads} times");
+    assert!(
+        essp_staleness < ssp_staleness,
+        "essp {essp_staleness} vs ssp {ssp_staleness}"
+    );
+}
+
+#[test]
+fn a_dead_shard_stops_the_run_with_an_error_naming_it() {
+    let tables = TablesBuilder::new()
+        .dense("t", 1, Consistency::Bsp)
+        .build()
+        .unwrap();
+    let lay = layout(2, 2);
+    let (l1, l2, t1, t2) = (lay.clone(), lay, tables.clone(), tables);
+    let settings = Topology::builder("ps-dead-shard")
+        .node("s0", &["shard"])
+        .node("s1", &["shard"])
+        .node("w0", &["worker"])
+        .node("w1", &["worker"])
+        .with(|s| s.cluster.failure_timeout_ms = 3000)
+        .build()
+        .unwrap();
+    let cluster = Cluster::new(settings)
+        .role("shard", move |ctx: NodeContext| {
+            let (lay, tables) = (l1.clone(), t1.clone());
+            Box::pin(async move {
+                let s = lay.shards_on(&ctx.spec.name)[0];
+                let h =
+                    service::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), None)
+                        .map_err(|e| e.to_string())?;
+                if s == 1 {
+                    // Shard 1 crashes while the workers are running.
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    return Err("crashed".into());
+                }
+                h.wait().await
+            })
+        })
+        .role("worker", move |ctx: NodeContext| {
+            let (lay, tables) = (l2.clone(), t2.clone());
+            Box::pin(async move {
+                service::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
+                let w = lay.workers_on(&ctx.spec.name)[0];
+                let c = PsClient::start(&ctx.node, &lay, w, tables).map_err(|e| e.to_string())?;
+                loop {
+                    for r in 0..ROWS {
+                        c.get(T, RowId(r)).await.map_err(|e| e.to_string())?;
+                        c.inc(T, RowId(r), 0, 1.0).map_err(|e| e.to_string())?;
+                    }
+                    c.clock().map_err(|e| e.to_string())?;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+        });
+    let t0 = std::time::Instant::now();
+    let err = cluster.run_in_process().unwrap_err().to_string();
+    assert!(err.contains("s1"), "{err}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t0.elapsed()
+    );
 }
 
 fn small_mf(consistency: &str) -> MfConfig {

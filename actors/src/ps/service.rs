@@ -238,7 +238,6 @@ impl ServerShard {
 
     /// Sends the core's actions, grouped per worker in production order.
     fn route(&mut self, actions: Vec<ShardAction>) {
-        tracing::debug!(shard = self.shard, n = actions.len(), "route");
         let mut per: Vec<(WorkerId, Vec<ShardAction>)> = Vec::new();
         for a in actions {
             let w = a.worker();
@@ -482,6 +481,7 @@ pub struct PsClient {
     shards: Vec<ActorRef<ToShard>>,
     layout: PsLayout,
     timeout: Duration,
+    reads_sent: std::cell::Cell<u64>,
 }
 
 impl PsClient {
@@ -537,6 +537,7 @@ impl PsClient {
             shards,
             layout: layout.clone(),
             timeout: node.default_timeout(),
+            reads_sent: std::cell::Cell::new(0),
         })
     }
 
@@ -599,7 +600,17 @@ impl PsClient {
         })
     }
 
+    /// Number of row reads sent to shards so far (cache misses and prefetches; not barrier
+    /// probes): with ESSP, pushes keep cached rows fresh and this stays low.
+    pub fn reads_sent(&self) -> u64 {
+        self.reads_sent.get()
+    }
+
     fn send_reads(&self, reqs: Vec<ReadRequest>, sync: bool) -> Result<(), ClientError> {
+        if !sync {
+            self.reads_sent
+                .set(self.reads_sent.get() + reqs.len() as u64);
+        }
         let mut per: HashMap<u32, Vec<ReadRequest>> = HashMap::new();
         for r in reqs {
             per.entry(r.shard).or_default().push(r);
