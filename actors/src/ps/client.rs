@@ -500,6 +500,63 @@ mod tests {
         TableSpec::new(1, "w", TableKind::Dense { width: 2 }, c)
     }
 
+    #[test]
+    fn barrier_probe_waits_for_min_clock_and_is_not_cached() {
+        let t = spec(Consistency::Async);
+        let mut shard = ShardCore::new(2, vec![t.clone()]).unwrap();
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        for b in c.clock() {
+            shard.handle_batch(&b).unwrap();
+        }
+        let probe = c.sync_request(0).unwrap();
+        assert_eq!(probe.min_clock, 1);
+        // Even on an Async table the probe waits for worker 1.
+        let out = shard
+            .sync(
+                probe.worker,
+                probe.request_id,
+                probe.table,
+                probe.row,
+                probe.min_clock,
+            )
+            .unwrap();
+        assert!(out.is_empty());
+        assert!(!c.sync_done(probe.request_id));
+        let released = shard.clock(WorkerId(1), 0).unwrap();
+        assert_eq!(released.len(), 1);
+        for a in released {
+            c.handle(0, a).unwrap();
+        }
+        assert!(c.sync_done(probe.request_id));
+        assert!(!c.sync_done(probe.request_id), "forgotten once seen");
+        assert!(c.cached(probe.table, probe.row).is_none());
+    }
+
+    #[test]
+    fn prefetch_refreshes_async_rows_once_in_flight() {
+        let t = spec(Consistency::Async);
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        let first = c.prefetch(T, RowId(4)).unwrap().unwrap();
+        assert_eq!(first.min_clock, 0);
+        assert!(c.prefetch(T, RowId(4)).unwrap().is_none(), "one in flight");
+        c.handle(0, reply(4, vec![1.0, 2.0], 0, 0, first.request_id))
+            .unwrap();
+        assert!(c.prefetch(T, RowId(4)).unwrap().is_some());
+        assert!(matches!(c.get(T, RowId(4)).unwrap(), GetOutcome::Hit(_)));
+        assert_eq!(c.table_stats(T).count(), 1);
+        assert_eq!(c.table_stats(TableId(9)).count(), 0);
+    }
+
+    #[test]
+    fn resume_at_only_on_a_fresh_client() {
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Bsp)]).unwrap();
+        c.resume_at(7).unwrap();
+        assert_eq!(c.current_clock(), 7);
+        let b = c.clock();
+        assert_eq!(b[0].clock, 7);
+        assert!(c.resume_at(3).is_err());
+    }
+
     fn reply(row: u64, data: Vec<f32>, row_clock: Clock, ack_seq: u64, id: u64) -> ShardAction {
         ShardAction::Reply {
             worker: WorkerId(0),
