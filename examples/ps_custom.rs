@@ -58,7 +58,10 @@ async fn worker(c: PsClient) -> Result<(), String> {
     let mine = points(c.worker());
     let rows: Vec<RowId> = (0..K).map(RowId).collect();
     for _round in 0..10 {
-        let cents = c.get_many(CENTROIDS, &rows).await.map_err(|e| e.to_string())?;
+        let cents = c
+            .get_many(CENTROIDS, &rows)
+            .await
+            .map_err(|e| e.to_string())?;
         // Unset centroids start at distinct seeds.
         let cents: Vec<[f32; DIM]> = cents
             .iter()
@@ -95,7 +98,10 @@ async fn worker(c: PsClient) -> Result<(), String> {
     c.barrier().await.map_err(|e| e.to_string())?;
     if c.worker() == 0 {
         for k in 0..K {
-            let r = c.get(CENTROIDS, RowId(k)).await.map_err(|e| e.to_string())?;
+            let r = c
+                .get(CENTROIDS, RowId(k))
+                .await
+                .map_err(|e| e.to_string())?;
             let n = r.get(DIM as u32).max(f32::MIN_POSITIVE);
             println!(
                 "centroid {k}: ({:.2}, {:.2}), weight {:.1}",
@@ -111,7 +117,11 @@ async fn worker(c: PsClient) -> Result<(), String> {
 fn main() -> Result<(), String> {
     petrel::init_tracing();
     let tables = TablesBuilder::new()
-        .dense("centroids", DIM as u32 + 1, Consistency::Ssp { staleness: 1 })
+        .dense(
+            "centroids",
+            DIM as u32 + 1,
+            Consistency::Ssp { staleness: 1 },
+        )
         .rule(UpdateRuleSpec::Custom {
             name: "forgetting-sum".into(),
         })

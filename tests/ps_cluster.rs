@@ -493,3 +493,53 @@ thread_local! {
     /// The node of the worker running on this thread (set by the worker role).
     static NODE: std::cell::RefCell<Option<petrel::actors::Node>> = const { std::cell::RefCell::new(None) };
 }
+
+#[test]
+fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    // Low-rank ratings in MovieLens u.data form (user item rating timestamp, tab separated).
+    let mut text = String::new();
+    for u in 1..=80u32 {
+        for i in 1..=40u32 {
+            if (u * 7 + i * 13) % 3 == 0 {
+                let r = 3.0 + ((u % 4) as f32 - 1.5) * ((i % 3) as f32 - 1.0) * 0.8;
+                text.push_str(&format!("{u}\t{i}\t{r:.2}\t881250949\n"));
+            }
+        }
+    }
+    let data = dir.path().join("u.data");
+    std::fs::write(&data, text).unwrap();
+    let out = dir.path().join("out");
+    let cfg = MfConfig {
+        data: Some(data),
+        out: Some(out.clone()),
+        max_clocks: 60,
+        eval_ms: 20,
+        ..MfConfig::default()
+    };
+    let r = ps_mf::run_local_with(cfg, 2, 2, "quic", patient).unwrap();
+    assert!(
+        r.final_rmse < 0.8 * r.initial_rmse,
+        "{} -> {}",
+        r.initial_rmse,
+        r.final_rmse
+    );
+    let model: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("model.json")).unwrap()).unwrap();
+    assert_eq!(model["user_ids"][0], "1");
+    assert!(out.join("metrics.json").exists());
+
+    let bad = dir.path().join("bad.data");
+    std::fs::write(&bad, "1 1 5\n2 x\n").unwrap();
+    let err = ps_mf::run_local(
+        MfConfig {
+            data: Some(bad),
+            ..MfConfig::default()
+        },
+        1,
+        1,
+        "quic",
+    )
+    .unwrap_err();
+    assert!(err.contains("bad.data") && err.contains('2'), "{err}");
+}
