@@ -265,8 +265,7 @@ fn push_or_pull(consistency: Consistency) -> (u64, f64) {
     });
     let table = run(tables, 1, 2, "quic", program).unwrap();
     assert_eq!(table[&RowId(3)].get(0), 2.0 * clocks as f32);
-    let r = *seen.lock().unwrap();
-    r
+    seen.lock().map(|g| *g).unwrap()
 }
 
 #[test]
