@@ -542,3 +542,62 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
     .unwrap_err();
     assert!(err.contains("bad.data") && err.contains('2'), "{err}");
 }
+
+#[test]
+fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
+    use petrel::actors::ps::managed::{BandwidthManager, SendPolicy};
+    let tables = TablesBuilder::new()
+        .dense("t", 4, Consistency::Ssp { staleness: 1 })
+        .build()
+        .unwrap();
+    let program: Program = Arc::new(move |c: PsClient| {
+        Box::pin(async move {
+            let lay = c.layout().clone();
+            let node = NODE.with(|n| n.borrow().clone()).ok_or("no node")?;
+            // Rows 0..4 get small updates, row 5 a large one: a budget of one row per tick
+            // sends row 5 first.
+            for r in 0..4 {
+                c.inc(T, RowId(r), 0, 0.01).map_err(|e| e.to_string())?;
+            }
+            c.inc(T, RowId(5), 0, 50.0).map_err(|e| e.to_string())?;
+            let mut m = BandwidthManager::new(50, SendPolicy::RelativeMagnitude, 1);
+            let sent = c.managed_tick(&mut m).map_err(|e| e.to_string())?;
+            if sent != 1 {
+                return Err(format!("sent {sent} rows"));
+            }
+            // The shards have row 5 (and only row 5) although the worker has not clocked.
+            let mut seen = std::collections::HashMap::new();
+            for _ in 0..100 {
+                let st = service::snapshot_all(
+                    &node,
+                    &lay,
+                    ShardQuery::Snapshot,
+                    Duration::from_secs(5),
+                )
+                .await?;
+                seen = service::merge_tables(&st).remove(&T).unwrap_or_default();
+                if !seen.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if seen.len() != 1 || seen.get(&RowId(5)).map(|r| r.get(0)) != Some(50.0) {
+                return Err(format!("shards hold {seen:?} before the clock"));
+            }
+            if c.current_clock() != 0 {
+                return Err("clock advanced".into());
+            }
+            // Read-my-writes still holds for the early-sent row and the rest.
+            let v = c.get(T, RowId(5)).await.map_err(|e| e.to_string())?.get(0);
+            if v != 50.0 {
+                return Err(format!("own early write reads {v}"));
+            }
+            c.clock().map_err(|e| e.to_string())?;
+            c.leave().map_err(|e| e.to_string())
+        })
+    });
+    let table = run(tables, 2, 1, "quic", program).unwrap();
+    assert_eq!(table.len(), 5);
+    assert_eq!(table[&RowId(5)].get(0), 50.0);
+    assert!((table[&RowId(0)].get(0) - 0.01).abs() < 1e-6);
+}

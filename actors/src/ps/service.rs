@@ -33,6 +33,7 @@ use crate::node::Node;
 use crate::ps::checkpoint;
 use crate::ps::client::{ClientCore, GetOutcome};
 use crate::ps::error::PsError;
+use crate::ps::managed::BandwidthManager;
 use crate::ps::rules::RuleRegistry;
 use crate::ps::shard::{ShardAction, ShardCore, TableSnapshot};
 use crate::ps::stats::StalenessStats;
@@ -747,6 +748,23 @@ impl PsClient {
             // No yield between the check above and registering for the wake-up.
             self.wait_notified(shard).await?;
         }
+    }
+
+    /// Managed communication (Wei et al., SoCC 2015): one tick of `manager` between clocks.
+    /// Sends the oplog rows it picks (largest relative change first under
+    /// `SendPolicy::RelativeMagnitude`, within the per-tick byte budget) as early, non-clock-ending
+    /// batches; the staleness bound is unaffected since clocks still advance only in `clock()`.
+    /// Returns the number of rows sent.
+    pub fn managed_tick(&self, manager: &mut BandwidthManager) -> Result<usize, ClientError> {
+        self.check()?;
+        let batches = manager.tick(&mut self.shared.borrow_mut().core);
+        let mut rows = 0;
+        for b in batches {
+            rows += b.batch.updates.len();
+            let s = b.shard;
+            self.send(s, ToShard::Batch(b))?;
+        }
+        Ok(rows)
     }
 
     /// Tells every shard this worker is done (it stops holding back their min clocks).
