@@ -17,6 +17,7 @@ pub mod bench;
 pub mod demo;
 pub mod launcher;
 pub mod netns;
+pub mod ps_lr;
 pub mod ps_mf;
 pub mod report;
 pub mod roles;

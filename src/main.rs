@@ -80,6 +80,8 @@ enum Command {
 enum TrainCommand {
     /// Matrix factorization by SGD on the parameter server.
     Mf(petrel::ps_mf::TrainArgs),
+    /// Multinomial logistic regression (LIBSVM data) on the parameter server.
+    Lr(petrel::ps_lr::TrainArgs),
 }
 
 #[derive(Subcommand)]
@@ -241,6 +243,7 @@ fn dispatch(command: Command) -> Result<(), String> {
         // commands dispatch: applications add their arms below this line
         Command::Train { app } => match app {
             TrainCommand::Mf(args) => petrel::ps_mf::train_cli(args),
+            TrainCommand::Lr(args) => petrel::ps_lr::train_cli(args),
         },
     }
 }

@@ -313,10 +313,10 @@ pub struct MfModel {
     pub items: Vec<Vec<f32>>,
 }
 
-/// Receives `WorkerDone` reports.
-struct MonitorInbox {
-    reports: Rc<RefCell<Vec<WorkerDone>>>,
-    notify: Rc<tokio::sync::Notify>,
+/// Receives `WorkerDone` reports (shared with the other PS apps' monitors).
+pub(crate) struct MonitorInbox {
+    pub(crate) reports: Rc<RefCell<Vec<WorkerDone>>>,
+    pub(crate) notify: Rc<tokio::sync::Notify>,
 }
 
 impl Actor for MonitorInbox {

@@ -601,3 +601,47 @@ fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
     assert_eq!(table[&RowId(5)].get(0), 50.0);
     assert!((table[&RowId(0)].get(0) - 0.01).abs() < 1e-6);
 }
+
+#[test]
+fn logistic_regression_on_the_ps_learns_libsvm_classes() {
+    use petrel::ps_lr::{self, LrConfig};
+    let dir = tempfile::tempdir().unwrap();
+    // Three classes labelled 1, 2, 3 by the sign pattern of two features, in LIBSVM form.
+    let mut text = String::new();
+    for i in 0..600u32 {
+        let a = ((i * 37) % 101) as f32 / 50.0 - 1.0;
+        let b = ((i * 53) % 97) as f32 / 48.0 - 1.0;
+        let label = if a > 0.3 {
+            1
+        } else if b > 0.0 {
+            2
+        } else {
+            3
+        };
+        text.push_str(&format!("{label} 1:{a:.3} 3:{b:.3} 7:1\n"));
+    }
+    let data = dir.path().join("train.libsvm");
+    std::fs::write(&data, text).unwrap();
+    let out = dir.path().join("out");
+    let cfg = LrConfig {
+        data: Some(data),
+        out: Some(out.clone()),
+        max_clocks: 150,
+        eval_ms: 20,
+        ..LrConfig::default()
+    };
+    let r = ps_lr::run_local(cfg, 2, 2, "quic").unwrap();
+    assert_eq!(r.n_classes, 3);
+    assert!(
+        r.final_log_loss < 0.6 * r.initial_log_loss,
+        "{} -> {}",
+        r.initial_log_loss,
+        r.final_log_loss
+    );
+    assert!(r.final_accuracy > 0.85, "accuracy {}", r.final_accuracy);
+    assert!(r.staleness.max <= 2);
+    let model: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("model.json")).unwrap()).unwrap();
+    assert_eq!(model["class_labels"].as_array().unwrap().len(), 3);
+    assert!(out.join("metrics.json").exists());
+}
