@@ -18,6 +18,8 @@ pub mod demo;
 pub mod fuzzing;
 pub mod launcher;
 pub mod netns;
+pub mod ps_lr;
+pub mod ps_mf;
 pub mod report;
 pub mod roles;
 

@@ -69,6 +69,19 @@ enum Command {
         command: BenchCommand,
     },
     // commands: applications -- systems add their subcommands below this line
+    /// Train a model on the parameter server (in-process localhost cluster).
+    Train {
+        #[command(subcommand)]
+        app: TrainCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TrainCommand {
+    /// Matrix factorization by SGD on the parameter server.
+    Mf(petrel::ps_mf::TrainArgs),
+    /// Multinomial logistic regression (LIBSVM data) on the parameter server.
+    Lr(petrel::ps_lr::TrainArgs),
 }
 
 #[derive(Subcommand)]
@@ -100,6 +113,8 @@ enum BenchCommand {
     /// A multi-process cluster under sustained load, sampling every node's memory.
     Soak(petrel::bench::soak::Args),
     // bench: systems add their benchmarks below this line
+    /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
+    Consistency(petrel::bench::consistency::Args),
 }
 
 fn main() -> ExitCode {
@@ -226,7 +241,12 @@ fn dispatch(command: Command) -> Result<(), String> {
             BenchCommand::Transport(args) => petrel::bench::transport::run(args),
             BenchCommand::Soak(args) => petrel::bench::soak::run(args),
             // bench dispatch: systems add their arms below this line
+            BenchCommand::Consistency(args) => petrel::bench::consistency::run(args),
         },
         // commands dispatch: applications add their arms below this line
+        Command::Train { app } => match app {
+            TrainCommand::Mf(args) => petrel::ps_mf::train_cli(args),
+            TrainCommand::Lr(args) => petrel::ps_lr::train_cli(args),
+        },
     }
 }

@@ -9,6 +9,7 @@ pub fn builtin(settings: Settings) -> Cluster {
     // roles: demo
     let cluster = crate::demo::register(cluster);
     // roles: parameter server (issue 3) -- add `let cluster = ...::register(cluster);` below
+    let cluster = crate::ps_mf::register_builtin(cluster);
     // roles: p3 (issue 4)
     // roles: strads (issue 5)
     cluster

@@ -1,4 +1,5 @@
 //! Benchmarks behind `petrel bench …`. Each prints a table and ends with one JSON line.
 
+pub mod consistency;
 pub mod soak;
 pub mod transport;

@@ -71,6 +71,9 @@ pub struct ClientCore {
     /// subscribed, so a push means the row is current as of that clock unless it was in it.
     push_clock: HashMap<(TableId, u32), Clock>,
     stats: StalenessStats,
+    table_stats: HashMap<TableId, StalenessStats>,
+    /// Barrier (sync) requests in flight: request id -> answered.
+    syncs: HashMap<u64, bool>,
 }
 
 impl ClientCore {
@@ -98,11 +101,25 @@ impl ClientCore {
             outstanding: HashMap::new(),
             push_clock: HashMap::new(),
             stats: StalenessStats::new(),
+            table_stats: HashMap::new(),
+            syncs: HashMap::new(),
         })
     }
 
     pub fn worker(&self) -> WorkerId {
         self.worker
+    }
+
+    /// Starts this (fresh) client at clock `clock`, to resume from a checkpoint taken at that
+    /// clock (shards restored with `ShardCore::restore` put every worker there).
+    pub fn resume_at(&mut self, clock: Clock) -> Result<(), PsError> {
+        if self.clock != 0 || !self.oplog.is_empty() || !self.cache.is_empty() {
+            return Err(PsError::InvalidConfig(
+                "resume_at on a client that already ran".into(),
+            ));
+        }
+        self.clock = clock;
+        Ok(())
     }
 
     pub fn n_shards(&self) -> u32 {
@@ -116,6 +133,68 @@ impl ClientCore {
 
     pub fn stats(&self) -> &StalenessStats {
         &self.stats
+    }
+
+    /// Staleness of the reads of one table (empty stats if it was never read).
+    pub fn table_stats(&self, table: TableId) -> StalenessStats {
+        self.table_stats.get(&table).cloned().unwrap_or_default()
+    }
+
+    /// A non-blocking refresh of `(table, row)`: a request with `min_clock = 0` (served at once)
+    /// unless a fetch of the row is already in flight. `get` keeps serving the cached copy until
+    /// the reply arrives. Used to keep `Async` tables fresh (their cached copies never expire).
+    pub fn prefetch(&mut self, table: TableId, row: RowId) -> Result<Option<ReadRequest>, PsError> {
+        self.table(table)?;
+        if self.outstanding.contains_key(&(table, row)) {
+            return Ok(None);
+        }
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.outstanding.insert((table, row), (request_id, 0));
+        Ok(Some(ReadRequest {
+            shard: shard_of(table, row, self.n_shards),
+            worker: self.worker,
+            request_id,
+            table,
+            row,
+            min_clock: 0,
+        }))
+    }
+
+    /// A barrier probe for `shard`: a request (to be sent as a *sync* read, see
+    /// `ShardCore::sync`) answered once every worker completed the current clock on that
+    /// shard. Its reply is not cached; `sync_done` tells whether it arrived.
+    pub fn sync_request(&mut self, shard: u32) -> Result<ReadRequest, PsError> {
+        let table = *self
+            .tables
+            .keys()
+            .min()
+            .ok_or_else(|| PsError::InvalidConfig("no tables".into()))?;
+        let row = (0..u64::from(self.n_shards) * 64 + 1024)
+            .map(RowId)
+            .find(|&r| shard_of(table, r, self.n_shards) == shard)
+            .ok_or_else(|| PsError::InvalidConfig(format!("no row maps to shard {shard}")))?;
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.syncs.insert(request_id, false);
+        Ok(ReadRequest {
+            shard,
+            worker: self.worker,
+            request_id,
+            table,
+            row,
+            min_clock: self.clock,
+        })
+    }
+
+    /// Whether the sync request `request_id` was answered (forgets it once it was).
+    pub fn sync_done(&mut self, request_id: u64) -> bool {
+        if self.syncs.get(&request_id) == Some(&true) {
+            self.syncs.remove(&request_id);
+            true
+        } else {
+            false
+        }
     }
 
     /// Number of rows with unflushed deltas.
@@ -194,7 +273,9 @@ impl ClientCore {
         if let Some(e) = self.cache.get(&(table, row)) {
             let eff = self.effective_clock(table, row, e);
             if required.is_none_or(|r| eff >= r) {
-                self.stats.record(self.clock.saturating_sub(eff));
+                let st = self.clock.saturating_sub(eff);
+                self.stats.record(st);
+                self.table_stats.entry(table).or_default().record(st);
                 return Ok(GetOutcome::Hit(e.row.clone()));
             }
         }
@@ -297,6 +378,10 @@ impl ClientCore {
                 ack_seq,
             } => {
                 self.check_origin(worker, from_shard, table, row)?;
+                if let Some(done) = self.syncs.get_mut(&request_id) {
+                    *done = true;
+                    return Ok(());
+                }
                 if self
                     .outstanding
                     .get(&(table, row))
@@ -413,6 +498,63 @@ mod tests {
 
     fn spec(c: Consistency) -> TableSpec {
         TableSpec::new(1, "w", TableKind::Dense { width: 2 }, c)
+    }
+
+    #[test]
+    fn barrier_probe_waits_for_min_clock_and_is_not_cached() {
+        let t = spec(Consistency::Async);
+        let mut shard = ShardCore::new(2, vec![t.clone()]).unwrap();
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        for b in c.clock() {
+            shard.handle_batch(&b).unwrap();
+        }
+        let probe = c.sync_request(0).unwrap();
+        assert_eq!(probe.min_clock, 1);
+        // Even on an Async table the probe waits for worker 1.
+        let out = shard
+            .sync(
+                probe.worker,
+                probe.request_id,
+                probe.table,
+                probe.row,
+                probe.min_clock,
+            )
+            .unwrap();
+        assert!(out.is_empty());
+        assert!(!c.sync_done(probe.request_id));
+        let released = shard.clock(WorkerId(1), 0).unwrap();
+        assert_eq!(released.len(), 1);
+        for a in released {
+            c.handle(0, a).unwrap();
+        }
+        assert!(c.sync_done(probe.request_id));
+        assert!(!c.sync_done(probe.request_id), "forgotten once seen");
+        assert!(c.cached(probe.table, probe.row).is_none());
+    }
+
+    #[test]
+    fn prefetch_refreshes_async_rows_once_in_flight() {
+        let t = spec(Consistency::Async);
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        let first = c.prefetch(T, RowId(4)).unwrap().unwrap();
+        assert_eq!(first.min_clock, 0);
+        assert!(c.prefetch(T, RowId(4)).unwrap().is_none(), "one in flight");
+        c.handle(0, reply(4, vec![1.0, 2.0], 0, 0, first.request_id))
+            .unwrap();
+        assert!(c.prefetch(T, RowId(4)).unwrap().is_some());
+        assert!(matches!(c.get(T, RowId(4)).unwrap(), GetOutcome::Hit(_)));
+        assert_eq!(c.table_stats(T).count(), 1);
+        assert_eq!(c.table_stats(TableId(9)).count(), 0);
+    }
+
+    #[test]
+    fn resume_at_only_on_a_fresh_client() {
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Bsp)]).unwrap();
+        c.resume_at(7).unwrap();
+        assert_eq!(c.current_clock(), 7);
+        let b = c.clock();
+        assert_eq!(b[0].clock, 7);
+        assert!(c.resume_at(3).is_err());
     }
 
     fn reply(row: u64, data: Vec<f32>, row_clock: Clock, ack_seq: u64, id: u64) -> ShardAction {

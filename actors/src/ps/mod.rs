@@ -26,6 +26,7 @@ pub mod client;
 pub mod error;
 pub mod managed;
 pub mod rules;
+pub mod service;
 pub mod shard;
 pub mod stats;
 pub mod types;

@@ -360,13 +360,39 @@ impl ShardCore {
         row: RowId,
         min_clock: Clock,
     ) -> Result<Vec<ShardAction>, PsError> {
+        self.read_inner(worker, request_id, table, row, min_clock, false)
+    }
+
+    /// Like `read`, but always waits for the min clock, whatever the table's consistency and
+    /// without subscribing: the building block of a client's `barrier()` (a reply for a row
+    /// of shard `s` means every worker has completed `min_clock` clocks on `s`).
+    pub fn sync(
+        &mut self,
+        worker: WorkerId,
+        request_id: u64,
+        table: TableId,
+        row: RowId,
+        min_clock: Clock,
+    ) -> Result<Vec<ShardAction>, PsError> {
+        self.read_inner(worker, request_id, table, row, min_clock, true)
+    }
+
+    fn read_inner(
+        &mut self,
+        worker: WorkerId,
+        request_id: u64,
+        table: TableId,
+        row: RowId,
+        min_clock: Clock,
+        sync: bool,
+    ) -> Result<Vec<ShardAction>, PsError> {
         self.worker(worker)?;
         let t = self
             .tables
             .get(&table)
             .ok_or(PsError::UnknownTable(table))?;
         let consistency = t.spec.consistency;
-        if consistency.is_essp() {
+        if consistency.is_essp() && !sync {
             let t = self
                 .tables
                 .get_mut(&table)
@@ -386,7 +412,7 @@ impl ShardCore {
             table,
             row,
         };
-        if consistency == Consistency::Async || min_clock <= self.min_clock {
+        if (consistency == Consistency::Async && !sync) || min_clock <= self.min_clock {
             Ok(vec![self.reply(&read)])
         } else {
             self.pending.entry(min_clock).or_default().push(read);
