@@ -11,7 +11,7 @@ for t in $targets; do
   mkdir -p "corpus/$t"
   cp -n regressions/"$t"/* "corpus/$t/" 2>/dev/null || true
   log=$(mktemp)
-  if cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 \
+  if cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 \
       -max_len=65536 >"$log" 2>&1; then status=ok; else status=FAILED; fi
   execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo "?")
   printf '%-16s %-7s executions=%s\n' "$t" "$status" "$execs"
