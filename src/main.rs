@@ -98,6 +98,8 @@ enum BenchCommand {
     /// Raw quinn vs petrel messaging vs local sends, and priority under a backlog.
     Transport(petrel::bench::transport::Args),
     // bench: systems add their benchmarks below this line
+    /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
+    P3(petrel::bench::p3::Args),
 }
 
 fn main() -> ExitCode {
@@ -223,6 +225,7 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Bench { command } => match command {
             BenchCommand::Transport(args) => petrel::bench::transport::run(args),
             // bench dispatch: systems add their arms below this line
+            BenchCommand::P3(args) => petrel::bench::p3::run(args),
         },
         // commands dispatch: applications add their arms below this line
     }

@@ -116,8 +116,16 @@ fn emulated_compute_takes_the_profiled_time() {
     let reports = run_cluster(&job, factory, None).unwrap();
     for r in &reports {
         let t = r.secs_per_iter(1).unwrap();
-        assert!((0.055..0.2).contains(&t), "iteration took {t} s, compute is 60 ms");
+        assert!(
+            (0.055..0.2).contains(&t),
+            "iteration took {t} s, compute is 60 ms"
+        );
         // Gradient 1e-3 everywhere, lr 0.1, 4 steps: 1 - 4e-4.
-        assert!(r.params.iter().flatten().all(|&x| (x - (1.0 - 4e-4)).abs() < 1e-6));
+        assert!(
+            r.params
+                .iter()
+                .flatten()
+                .all(|&x| (x - (1.0 - 4e-4)).abs() < 1e-6)
+        );
     }
 }

@@ -1,3 +1,4 @@
 //! Benchmarks behind `petrel bench …`. Each prints a table and ends with one JSON line.
 
+pub mod p3;
 pub mod transport;

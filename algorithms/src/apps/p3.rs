@@ -81,6 +81,7 @@ pub struct ShardActor {
     core: ShardCore,
     inbox: PriorityInbox<Self>,
     waiters: HashMap<usize, Vec<Waiter>>,
+    first_arrival: HashMap<usize, Instant>,
 }
 
 impl ShardActor {
@@ -89,24 +90,34 @@ impl ShardActor {
             core,
             inbox: PriorityInbox::default(),
             waiters: HashMap::new(),
+            first_arrival: HashMap::new(),
         }
     }
 
     fn push(&mut self, m: PushGrad, tx: Waiter) {
         let slice = m.slice as usize;
         let iter = m.iter;
-        match self
-            .core
-            .contribute(iter, m.worker as usize, slice, m.grad)
-        {
+        match self.core.contribute(iter, m.worker as usize, slice, m.grad) {
             Err(e) => {
                 let _ = tx.send(Err(HandlerError::new(format!(
                     "shard {}: {e}",
                     self.core.shard()
                 ))));
             }
-            Ok(None) => self.waiters.entry(slice).or_default().push(tx),
+            Ok(None) => {
+                self.first_arrival.entry(slice).or_insert_with(Instant::now);
+                self.waiters.entry(slice).or_default().push(tx)
+            }
             Ok(Some(values)) => {
+                if let Some(t) = self.first_arrival.remove(&slice) {
+                    tracing::trace!(
+                        shard = self.core.shard(),
+                        slice,
+                        iter,
+                        spread_ms = t.elapsed().as_secs_f64() * 1e3,
+                        "slice aggregated"
+                    );
+                }
                 for w in self.waiters.remove(&slice).unwrap_or_default() {
                     let _ = w.send(Ok(SliceValues {
                         iter,
@@ -389,7 +400,9 @@ async fn worker_role(
         let inits = plan.slices().iter().map(|s| {
             let a = s.offset as usize;
             let values = job.initial[s.layer][a..a + s.len as usize].to_vec();
-            let target = ctx.node.actor_at::<InitSlice>(&shard_nodes[s.shard], SHARD_ACTOR);
+            let target = ctx
+                .node
+                .actor_at::<InitSlice>(&shard_nodes[s.shard], SHARD_ACTOR);
             let timeout = job.ask_timeout;
             async move {
                 target
@@ -429,10 +442,21 @@ async fn worker_role(
     for iter in 0..job.iterations {
         for stage in 0..n_stages {
             let units = model.stage_units(stage);
+            let wait_start = Instant::now();
             let waited = wait_for(&mut rx, &mut core, model.as_mut(), |c| {
                 units.clone().all(|u| c.is_ready(u))
             })
             .await?;
+            if waited {
+                tracing::debug!(
+                    worker = me,
+                    iter,
+                    stage,
+                    waited_ms = wait_start.elapsed().as_secs_f64() * 1e3,
+                    lag_ms = (Instant::now() - vt.min(Instant::now())).as_secs_f64() * 1e3,
+                    "forward waited for parameters"
+                );
+            }
             if waited || (iter == 0 && stage == 0) {
                 vt = vt.max(Instant::now());
             }
@@ -642,9 +666,8 @@ impl StageModel for DnnStageModel {
             let logits = out
                 .into_dimensionality::<Ix2>()
                 .map_err(|e| format!("logits: {e}"))?;
-            let (loss, acc) =
-                SoftmaxCrossEntropy::loss_and_accuracy(&logits.view(), &self.labels)
-                    .map_err(dnn)?;
+            let (loss, acc) = SoftmaxCrossEntropy::loss_and_accuracy(&logits.view(), &self.labels)
+                .map_err(dnn)?;
             let (_, g) =
                 SoftmaxCrossEntropy::loss_and_grad(&logits.view(), &self.labels).map_err(dnn)?;
             self.last = Some((loss, acc));

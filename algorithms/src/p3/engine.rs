@@ -36,9 +36,17 @@ pub enum EngineError {
         got: usize,
     },
     #[error("slice {slice}: gradient for iteration {got}, shard is at iteration {expected}")]
-    WrongIteration { slice: usize, expected: u64, got: u64 },
+    WrongIteration {
+        slice: usize,
+        expected: u64,
+        got: u64,
+    },
     #[error("slice {slice}, iteration {iter}: worker {worker} pushed twice")]
-    Duplicate { slice: usize, iter: u64, worker: usize },
+    Duplicate {
+        slice: usize,
+        iter: u64,
+        worker: usize,
+    },
     #[error("worker {worker} out of range ({n_workers} workers)")]
     WorkerOutOfRange { worker: usize, n_workers: usize },
     #[error("slice {slice} received before it was initialised")]
@@ -368,10 +376,7 @@ impl WorkerCore {
         }
         let a = s.offset as usize;
         self.params[s.layer][a..a + values.len()].copy_from_slice(values);
-        Ok(self
-            .readiness
-            .mark_received(slice)?
-            .then_some(s.layer))
+        Ok(self.readiness.mark_received(slice)?.then_some(s.layer))
     }
 
     pub fn is_ready(&self, layer: usize) -> bool {
@@ -474,8 +479,13 @@ mod tests {
         let mut ref_p = init.clone();
         let mut ref_v: Vec<Vec<f32>> = counts.iter().map(|&c| vec![0.0; c as usize]).collect();
         for it in 0..3 {
-            reference_step(&opt(), &mut ref_p, &mut ref_v, &[grads(0, it), grads(1, it)])
-                .unwrap();
+            reference_step(
+                &opt(),
+                &mut ref_p,
+                &mut ref_v,
+                &[grads(0, it), grads(1, it)],
+            )
+            .unwrap();
         }
         for mode in [Mode::Sequential, Mode::Fifo, Mode::P3] {
             let plan = SlicePlan::layerwise_split(mode, &counts, 4, 2).unwrap();

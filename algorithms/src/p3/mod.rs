@@ -11,9 +11,9 @@ pub mod engine;
 pub mod plan;
 pub mod profile;
 
+pub use engine::{EngineError, ShardCore, WorkerCore, reference_step};
 pub use plan::{
     Bounds, CostModel, LayerReadiness, Mode, PlanError, SimConfig, SimReport, Slice, SlicePlan,
     SliceQueue, simulate,
 };
 pub use profile::{LayerProfile, MeasuredTime, ModelProfile, ProfileError, SockeyeConfig};
-pub use engine::{EngineError, ShardCore, WorkerCore, reference_step};
