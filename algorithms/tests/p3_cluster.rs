@@ -117,7 +117,7 @@ fn emulated_compute_takes_the_profiled_time() {
     for r in &reports {
         let t = r.secs_per_iter(1).unwrap();
         assert!(
-            (0.055..0.2).contains(&t),
+            (0.055..0.3).contains(&t),
             "iteration took {t} s, compute is 60 ms"
         );
         // Gradient 1e-3 everywhere, lr 0.1, 4 steps: 1 - 4e-4.

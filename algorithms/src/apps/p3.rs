@@ -311,6 +311,7 @@ impl Pusher {
             let tx = self.tx.clone();
             let timeout = self.timeout;
             let priority = Priority(s.priority.min(i32::MAX as u32) as i32);
+            tracing::trace!(slice = s.id, iter, at = ?Instant::now(), "slice pushed");
             actix::spawn(async move {
                 let r = target.ask(msg, priority, timeout).await;
                 let _ = tx.send((s.id, iter, r));
@@ -327,6 +328,7 @@ fn accept(
 ) -> Result<(), String> {
     let (slice, iter, result) = arrival;
     let v = result.map_err(|e| format!("push of slice {slice} (iteration {iter}): {e}"))?;
+    tracing::trace!(slice, iter, at = ?Instant::now(), "slice back");
     if v.slice as usize != slice {
         return Err(format!("asked for slice {slice}, got slice {}", v.slice));
     }
@@ -539,6 +541,9 @@ pub fn run_cluster(
         .with(|s| {
             s.net = net;
             s.cluster.request_timeout_ms = timeout_ms;
+            // Heartbeats share the shaped links with a full model's worth of traffic; on a
+            // slow link and a loaded machine 2 s of silence is not yet a dead peer.
+            s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
         })
         .build()
         .map_err(|e| e.to_string())?;
