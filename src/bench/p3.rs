@@ -8,7 +8,7 @@
 use crate::report::{Table, fmt, print_json};
 use petrel_algorithms::apps::p3::{EmulatedModel, ModelFactory, P3Job, StageModel, run_cluster};
 use petrel_algorithms::dnn::SgdMomentum;
-use petrel_algorithms::p3::plan::{Bounds, CostModel, Mode};
+use petrel_algorithms::p3::plan::{Bounds, CostModel, Mode, auto_slice_size};
 use petrel_algorithms::p3::profile::ModelProfile;
 use petrel_net::{NetConfig, ShaperConfig};
 use serde::Serialize;
@@ -42,9 +42,13 @@ pub struct Args {
     /// which one full model transfer takes as long as one iteration's compute (M = C).
     #[arg(long, value_delimiter = ',')]
     pub bandwidth: Vec<f64>,
-    /// Parameters per slice in p3 mode.
+    /// Parameters per slice in p3 mode; 0 = automatic (the size with the lowest simulated
+    /// iteration time at the first bandwidth, given --slice-overhead-us).
     #[arg(long, default_value_t = 8192)]
     pub slice_size: u64,
+    /// Per-slice cost assumed by the automatic slice size, in microseconds.
+    #[arg(long, default_value_t = 100.0)]
+    pub slice_overhead_us: f64,
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
     #[arg(long, default_value_t = 2)]
@@ -291,7 +295,7 @@ fn plot(path: &Path, points: &[Point]) -> Result<(), String> {
     root.present().map_err(|e| e.to_string())
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(mut args: Args) -> Result<(), String> {
     if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
         return Err("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
     }
@@ -329,6 +333,21 @@ pub fn run(args: Args) -> Result<(), String> {
     };
     if bandwidths.iter().any(|b| !(b.is_finite() && *b > 0.0)) {
         return Err("--bandwidth values must be positive".into());
+    }
+    if args.slice_size == 0 {
+        let mut cost = setup.cost(bandwidths[0], args.workers);
+        cost.per_slice_overhead_s = args.slice_overhead_us.max(0.0) * 1e-6;
+        let candidates: Vec<u64> = (10..=17).map(|k| 1u64 << k).collect();
+        let (size, t) =
+            auto_slice_size(&setup.profile, &cost, &candidates, 4).map_err(|e| e.to_string())?;
+        println!(
+            "automatic slice size: {size} params (simulated {} s/iteration at {:.1} Mbit/s, \
+             {} us per slice)",
+            fmt(t),
+            bandwidths[0],
+            args.slice_overhead_us
+        );
+        args.slice_size = size;
     }
     let params = setup.profile.total_params();
     println!(

@@ -565,6 +565,37 @@ impl Bounds {
     }
 }
 
+/// Automatic slice size: simulates `Mode::P3` for every candidate and returns the one with
+/// the lowest iteration time, with that time. Ties go to the larger slice (fewer
+/// messages). `cost.per_slice_overhead_s` is what makes small slices expensive; with zero
+/// overhead smaller slices never lose.
+pub fn auto_slice_size(
+    profile: &ModelProfile,
+    cost: &CostModel,
+    candidates: &[u64],
+    iterations: usize,
+) -> Result<(u64, f64), PlanError> {
+    let mut best: Option<(u64, f64)> = None;
+    let mut sorted: Vec<u64> = candidates.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    for size in sorted {
+        let r = simulate(
+            profile,
+            &SimConfig {
+                mode: Mode::P3,
+                slice_size: size,
+                cost: *cost,
+                iterations: iterations.max(1),
+            },
+        )?;
+        // Strictly better by more than rounding noise, so ties keep the larger slice.
+        if best.is_none_or(|(_, t)| r.secs_per_iter < t * (1.0 - 1e-9)) {
+            best = Some((size, r.secs_per_iter));
+        }
+    }
+    best.ok_or_else(|| PlanError::Config("no slice size candidates".into()))
+}
+
 /// Simulator input.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimConfig {
@@ -903,6 +934,24 @@ pub fn simulate(profile: &ModelProfile, cfg: &SimConfig) -> Result<SimReport, Pl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_slice_size_trades_overhead_for_granularity() {
+        let profile = ModelProfile::vgg19().scaled(0.01);
+        let mut cost = CostModel::new(1e12, 32, 1.0e8, 2);
+        let b = Bounds::compute(&profile, &cost);
+        cost.bandwidth_bytes_per_s *= b.comm_s / b.compute_s;
+        let candidates = [1_000, 10_000, 100_000, 1_000_000];
+        let (free, t_free) = auto_slice_size(&profile, &cost, &candidates, 3).unwrap();
+        cost.per_slice_overhead_s = 2e-3;
+        let (costly, t_costly) = auto_slice_size(&profile, &cost, &candidates, 3).unwrap();
+        assert!(
+            costly > free,
+            "overhead must push the choice up: {free} vs {costly}"
+        );
+        assert!(t_costly >= t_free);
+        assert!(auto_slice_size(&profile, &cost, &[], 3).is_err());
+    }
     use crate::p3::profile::{LayerProfile, ModelProfile};
 
     /// GTX-1080Ti-class sustained throughput; only the C/M ratio matters for the shape.
