@@ -115,6 +115,8 @@ enum BenchCommand {
     // bench: systems add their benchmarks below this line
     /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
     Consistency(petrel::bench::consistency::Args),
+    /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
+    P3(petrel::bench::p3::Args),
 }
 
 fn main() -> ExitCode {
@@ -242,6 +244,7 @@ fn dispatch(command: Command) -> Result<(), String> {
             BenchCommand::Soak(args) => petrel::bench::soak::run(args),
             // bench dispatch: systems add their arms below this line
             BenchCommand::Consistency(args) => petrel::bench::consistency::run(args),
+            BenchCommand::P3(args) => petrel::bench::p3::run(args),
         },
         // commands dispatch: applications add their arms below this line
         Command::Train { app } => match app {

@@ -58,6 +58,11 @@ pub struct NetConfig {
     pub threads: usize,
     /// Optional bandwidth shaper for this node's traffic.
     pub shaper: Option<ShaperConfig>,
+    /// QUIC fair queuing among streams of equal priority (quinn's default, `true`): equal-
+    /// priority messages share the link round-robin and finish together. `false` sends them
+    /// in the order they were written (FIFO on the wire), so a stream of equal-priority
+    /// messages completes one by one and a receiver can start on the first ones early.
+    pub send_fairness: bool,
 }
 
 impl Default for NetConfig {
@@ -82,6 +87,7 @@ impl Default for NetConfig {
             reorder_timeout_ms: 5_000,
             threads: 1,
             shaper: None,
+            send_fairness: true,
         }
     }
 }

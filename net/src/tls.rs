@@ -247,6 +247,7 @@ pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
     t.stream_receive_window(var(cfg.stream_receive_window));
     t.receive_window(var(cfg.receive_window));
     t.send_window(cfg.send_window);
+    t.send_fairness(cfg.send_fairness);
     t.initial_mtu(cfg.initial_mtu.max(1200));
     t.min_mtu(1200);
     if cfg.mtu_discovery {

@@ -2,4 +2,5 @@
 
 pub mod consistency;
 pub mod soak;
+pub mod p3;
 pub mod transport;

@@ -46,6 +46,26 @@ impl Sequential {
         &self.layers
     }
 
+    /// Mutable access to one layer, for callers that run the network layer by layer
+    /// (a P3 worker starts layer `i`'s forward pass as soon as its parameters arrived).
+    pub fn layer_mut(&mut self, i: usize) -> Option<&mut Layer> {
+        self.layers.get_mut(i)
+    }
+
+    /// For each layer, the range of its tensors in [`Sequential::params`] order.
+    pub fn layer_param_ranges(&self) -> Vec<std::ops::Range<usize>> {
+        let mut start = 0;
+        self.layers
+            .iter()
+            .map(|l| {
+                let n = l.param_shapes().len();
+                let r = start..start + n;
+                start += n;
+                r
+            })
+            .collect()
+    }
+
     /// Multi-layer perceptron `sizes[0] -> sizes[1] -> ... -> sizes[last]` with ReLU between
     /// dense layers (none after the last). Hidden layers use He init, the output Xavier.
     pub fn mlp(sizes: &[usize], seed: u64) -> Result<Self, DnnError> {

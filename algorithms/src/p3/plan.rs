@@ -53,6 +53,35 @@ pub enum Mode {
     P3,
 }
 
+impl Mode {
+    /// Parses `sequential`, `fifo` or `p3` (case-insensitive).
+    pub fn parse(s: &str) -> Result<Mode, PlanError> {
+        match s.to_ascii_lowercase().as_str() {
+            "sequential" | "seq" => Ok(Mode::Sequential),
+            "fifo" => Ok(Mode::Fifo),
+            "p3" => Ok(Mode::P3),
+            other => Err(PlanError::Config(format!(
+                "unknown mode {other:?} (expected sequential, fifo or p3)"
+            ))),
+        }
+    }
+
+    /// Lower-case name, as accepted by [`Mode::parse`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Sequential => "sequential",
+            Mode::Fifo => "fifo",
+            Mode::P3 => "p3",
+        }
+    }
+
+    /// Whether a layer's gradient is pushed as soon as backprop produced it (`fifo`, `p3`)
+    /// rather than after the whole backward pass (`sequential`).
+    pub fn pushes_during_backward(self) -> bool {
+        !matches!(self, Mode::Sequential)
+    }
+}
+
 /// A contiguous piece of one layer's flat parameter tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Slice {
@@ -128,6 +157,57 @@ impl SlicePlan {
                     shard: id % n_shards,
                     priority,
                 });
+                offset += len;
+            }
+            layer_ranges.push(start..slices.len());
+        }
+        Ok(SlicePlan {
+            mode,
+            slice_size,
+            n_shards,
+            slices,
+            layer_ranges,
+        })
+    }
+
+    /// Like [`SlicePlan::with_mode`], but for `Fifo` and `Sequential` every layer is cut
+    /// into `n_shards` nearly equal parts on consecutive shards (fewer for layers with fewer
+    /// parameters than shards), all at priority 0, as MXNet's kvstore partitions big arrays
+    /// over its servers. The layer is still the scheduling unit (its parts are sent
+    /// together), but no single shard becomes the hot spot for a huge layer. `P3` plans are
+    /// the same as [`SlicePlan::new`].
+    pub fn layerwise_split(
+        mode: Mode,
+        layer_param_counts: &[u64],
+        slice_size: u64,
+        n_shards: usize,
+    ) -> Result<Self, PlanError> {
+        if mode == Mode::P3 {
+            return Self::new(layer_param_counts, slice_size, n_shards);
+        }
+        if n_shards == 0 {
+            return Err(PlanError::ZeroShards);
+        }
+        let mut slices = Vec::new();
+        let mut layer_ranges = Vec::with_capacity(layer_param_counts.len());
+        let mut next_shard = 0usize;
+        for (layer, &count) in layer_param_counts.iter().enumerate() {
+            let start = slices.len();
+            let parts = (n_shards as u64).min(count);
+            let mut offset = 0;
+            for p in 0..parts {
+                // Even split: the first `count % parts` parts get one extra parameter.
+                let len = count / parts + u64::from(p < count % parts);
+                let id = slices.len();
+                slices.push(Slice {
+                    id,
+                    layer,
+                    offset,
+                    len,
+                    shard: next_shard % n_shards,
+                    priority: 0,
+                });
+                next_shard += 1;
                 offset += len;
             }
             layer_ranges.push(start..slices.len());
@@ -485,6 +565,37 @@ impl Bounds {
     }
 }
 
+/// Automatic slice size: simulates `Mode::P3` for every candidate and returns the one with
+/// the lowest iteration time, with that time. Ties go to the larger slice (fewer
+/// messages). `cost.per_slice_overhead_s` is what makes small slices expensive; with zero
+/// overhead smaller slices never lose.
+pub fn auto_slice_size(
+    profile: &ModelProfile,
+    cost: &CostModel,
+    candidates: &[u64],
+    iterations: usize,
+) -> Result<(u64, f64), PlanError> {
+    let mut best: Option<(u64, f64)> = None;
+    let mut sorted: Vec<u64> = candidates.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    for size in sorted {
+        let r = simulate(
+            profile,
+            &SimConfig {
+                mode: Mode::P3,
+                slice_size: size,
+                cost: *cost,
+                iterations: iterations.max(1),
+            },
+        )?;
+        // Strictly better by more than rounding noise, so ties keep the larger slice.
+        if best.is_none_or(|(_, t)| r.secs_per_iter < t * (1.0 - 1e-9)) {
+            best = Some((size, r.secs_per_iter));
+        }
+    }
+    best.ok_or_else(|| PlanError::Config("no slice size candidates".into()))
+}
+
 /// Simulator input.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimConfig {
@@ -823,6 +934,24 @@ pub fn simulate(profile: &ModelProfile, cfg: &SimConfig) -> Result<SimReport, Pl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_slice_size_trades_overhead_for_granularity() {
+        let profile = ModelProfile::vgg19().scaled(0.01);
+        let mut cost = CostModel::new(1e12, 32, 1.0e8, 2);
+        let b = Bounds::compute(&profile, &cost);
+        cost.bandwidth_bytes_per_s *= b.comm_s / b.compute_s;
+        let candidates = [1_000, 10_000, 100_000, 1_000_000];
+        let (free, t_free) = auto_slice_size(&profile, &cost, &candidates, 3).unwrap();
+        cost.per_slice_overhead_s = 2e-3;
+        let (costly, t_costly) = auto_slice_size(&profile, &cost, &candidates, 3).unwrap();
+        assert!(
+            costly > free,
+            "overhead must push the choice up: {free} vs {costly}"
+        );
+        assert!(t_costly >= t_free);
+        assert!(auto_slice_size(&profile, &cost, &[], 3).is_err());
+    }
     use crate::p3::profile::{LayerProfile, ModelProfile};
 
     /// GTX-1080Ti-class sustained throughput; only the C/M ratio matters for the shape.

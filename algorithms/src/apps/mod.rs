@@ -1,0 +1,3 @@
+//! Applications that combine an algorithm core with the petrel runtime (actors).
+
+pub mod p3;

@@ -1,0 +1,517 @@
+//! `petrel bench p3`: sequential vs fifo vs p3 parameter propagation, side by side, on an
+//! in-process cluster (2 workers + 2 server shards by default, every node its own thread,
+//! transport and QUIC endpoint on 127.0.0.1) with every node's link limited by the
+//! transport's bandwidth shaper. Compute is emulated (the profiled forward/backward time of
+//! every layer at a configurable device speed); gradients and parameters are real buffers
+//! that the shards really aggregate and update, so real bytes cross the shaped links.
+
+use crate::report::{Table, fmt, print_json};
+use petrel_algorithms::apps::p3::{EmulatedModel, ModelFactory, P3Job, StageModel, run_cluster};
+use petrel_algorithms::dnn::SgdMomentum;
+use petrel_algorithms::p3::plan::{Bounds, CostModel, Mode, auto_slice_size};
+use petrel_algorithms::p3::profile::ModelProfile;
+use petrel_net::{NetConfig, ShaperConfig};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// vgg19, resnet50, sockeye, or a profile file (.toml / .json, see the README).
+    #[arg(long, default_value = "vgg19")]
+    pub model: String,
+    /// Factor applied to parameter counts and FLOPs (default: shrink the model to
+    /// --model-mb of f32 parameters). C/M at a given bandwidth and device does not change.
+    #[arg(long)]
+    pub scale: Option<f64>,
+    /// Size of the scaled model in MB, when --scale is not given.
+    #[arg(long, default_value_t = 3.0)]
+    pub model_mb: f64,
+    /// Samples per worker per iteration.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Emulated device speed in GFLOP/s applied to the *scaled* profile (default: the speed
+    /// at which one iteration's compute takes --compute-ms).
+    #[arg(long)]
+    pub device_gflops: Option<f64>,
+    /// Target compute time C per iteration in ms, when --device-gflops is not given.
+    #[arg(long, default_value_t = 300.0)]
+    pub compute_ms: f64,
+    /// Link bandwidths in Mbit/s (comma-separated for a sweep). Default: the bandwidth at
+    /// which one full model transfer takes as long as one iteration's compute (M = C).
+    #[arg(long, value_delimiter = ',')]
+    pub bandwidth: Vec<f64>,
+    /// Parameters per slice in p3 mode; 0 = automatic (the size with the lowest simulated
+    /// iteration time at the first bandwidth, given --slice-overhead-us).
+    #[arg(long, default_value_t = 8192)]
+    pub slice_size: u64,
+    /// Per-slice cost assumed by the automatic slice size, in microseconds.
+    #[arg(long, default_value_t = 100.0)]
+    pub slice_overhead_us: f64,
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    #[arg(long, default_value_t = 2)]
+    pub shards: usize,
+    /// Measured iterations per mode (after the warm-up).
+    #[arg(long, default_value_t = 8)]
+    pub iterations: u64,
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// Also limit every node's ingress (default: egress only; see BENCHMARKS.md).
+    #[arg(long)]
+    pub shape_ingress: bool,
+    /// Keep QUIC's round-robin among equal-priority streams (default: FIFO on the wire, so
+    /// the slices of a layer complete one after another and pipeline through the shards).
+    #[arg(long)]
+    pub fair_queuing: bool,
+    /// Credit: bytes a node may have in flight (sent, not yet acknowledged) per peer, in
+    /// KiB; the rest waits in the node's priority outbox (ByteScheduler's credit). 0 = the
+    /// transport default (8 MiB).
+    #[arg(long, default_value_t = 0)]
+    pub credit_kib: usize,
+    /// QUIC congestion controller: cubic, bbr or newreno.
+    #[arg(long, default_value = "cubic")]
+    pub congestion: String,
+    /// Shaper token-bucket depth in KiB (0 = the transport's default). 64 KiB is 6.5 ms of
+    /// an 80 Mbit/s link: enough that a timer firing a few ms late on a loaded machine does
+    /// not waste link time, small against a 3 MB model transfer.
+    #[arg(long, default_value_t = 64)]
+    pub burst_kib: u64,
+    /// Modes to run (default all three; the JSON needs all three for the speedups).
+    #[arg(long, value_delimiter = ',', default_values_t = vec!["sequential".to_string(), "fifo".to_string(), "p3".to_string()])]
+    pub modes: Vec<String>,
+    /// Where to write the throughput-vs-bandwidth SVG.
+    #[arg(long, default_value = "p3_bandwidth.svg")]
+    pub plot: PathBuf,
+}
+
+const MODES: [Mode; 3] = [Mode::Sequential, Mode::Fifo, Mode::P3];
+
+#[derive(Serialize, Clone)]
+struct ModeResult {
+    mode: &'static str,
+    secs_per_iter: f64,
+    samples_per_s: f64,
+    efficiency: f64,
+    cpu_cores: f64,
+}
+
+#[derive(Serialize, Clone)]
+struct Point {
+    bandwidth_mbit: f64,
+    compute_s: f64,
+    comm_s: f64,
+    c_plus_m_s: f64,
+    bound_s: f64,
+    modes: Vec<ModeResult>,
+}
+
+#[derive(Serialize)]
+struct Figures {
+    bench: &'static str,
+    model: String,
+    scale: f64,
+    params: u64,
+    workers: usize,
+    shards: usize,
+    batch: usize,
+    slice_size: u64,
+    device_gflops: f64,
+    bandwidth_mbit: f64,
+    compute_s: f64,
+    comm_s: f64,
+    c_plus_m_s: f64,
+    bound_s: f64,
+    sequential_s: f64,
+    fifo_s: f64,
+    p3_s: f64,
+    speedup_vs_sequential: f64,
+    speedup_vs_fifo: f64,
+    p3_over_bound: f64,
+    p3_efficiency: f64,
+    max_cpu_cores: f64,
+    available_cores: usize,
+    sweep: Vec<Point>,
+}
+
+/// Process CPU time (user + system) in seconds from /proc/self/stat (Linux; clock ticks
+/// of 100 Hz, the kernel's USER_HZ on every common architecture).
+pub fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    parse_cpu_seconds(&stat)
+}
+
+fn parse_cpu_seconds(stat: &str) -> Option<f64> {
+    // The command name may contain spaces; fields resume after the last ')'.
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After ')' the first field is `state` (field 3), so utime (14) is index 11.
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+fn load_profile(model: &str) -> Result<ModelProfile, String> {
+    let p = Path::new(model);
+    if p.extension().is_some() {
+        ModelProfile::load(p).map_err(|e| e.to_string())
+    } else {
+        ModelProfile::builtin(model).map_err(|e| e.to_string())
+    }
+}
+
+struct Setup {
+    profile: ModelProfile,
+    device_flops: f64,
+    batch: usize,
+}
+
+impl Setup {
+    fn cost(&self, bandwidth_mbit: f64, workers: usize) -> CostModel {
+        CostModel::new(
+            self.device_flops,
+            self.batch,
+            bandwidth_mbit * 1e6 / 8.0,
+            workers,
+        )
+    }
+}
+
+fn run_mode(
+    args: &Args,
+    setup: &Setup,
+    mode: Mode,
+    bandwidth_mbit: f64,
+) -> Result<(f64, f64), String> {
+    let counts: Vec<u64> = setup.profile.layers.iter().map(|l| l.params).collect();
+    let mut shaper = ShaperConfig::mbit(bandwidth_mbit);
+    if !args.shape_ingress {
+        shaper.ingress_bytes_per_s = 0;
+    }
+    shaper.burst_bytes = args.burst_kib * 1024;
+    let net = NetConfig {
+        shaper: Some(shaper),
+        send_fairness: args.fair_queuing,
+        congestion: args.congestion.clone(),
+        outbox_inflight_bytes: if args.credit_kib == 0 {
+            NetConfig::default().outbox_inflight_bytes
+        } else {
+            args.credit_kib * 1024
+        },
+        ..NetConfig::default()
+    };
+    let job = P3Job {
+        mode,
+        slice_size: args.slice_size,
+        n_workers: args.workers,
+        n_shards: args.shards,
+        iterations: args.warmup + args.iterations,
+        opt: SgdMomentum::new(0.01, 0.9),
+        initial: Arc::new(counts.iter().map(|&c| vec![0.5; c as usize]).collect()),
+        unit_counts: counts,
+        net,
+        transport: "quic".into(),
+        ask_timeout: Duration::from_secs(120),
+    };
+    let profile = setup.profile.clone();
+    let (device, batch) = (setup.device_flops, setup.batch);
+    let factory: ModelFactory = Arc::new(move |_| {
+        Ok(Box::new(EmulatedModel::new(&profile, device, batch)) as Box<dyn StageModel>)
+    });
+    let cpu0 = process_cpu_seconds();
+    let t0 = Instant::now();
+    let reports = run_cluster(&job, factory, None)?;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = match (cpu0, process_cpu_seconds()) {
+        (Some(a), Some(b)) => (b - a) / wall.max(1e-9),
+        _ => f64::NAN,
+    };
+    let mut worst: f64 = 0.0;
+    for r in &reports {
+        let t = r
+            .secs_per_iter(args.warmup as usize)
+            .ok_or("no measured iterations")?;
+        worst = worst.max(t);
+    }
+    Ok((worst, cpu))
+}
+
+fn plot(path: &Path, points: &[Point]) -> Result<(), String> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let xs: Vec<f64> = points.iter().map(|p| p.bandwidth_mbit).collect();
+    let x_max = xs.iter().cloned().fold(0.0, f64::max) * 1.1;
+    let y_max = points
+        .iter()
+        .flat_map(|p| p.modes.iter().map(|m| m.samples_per_s))
+        .fold(0.0, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("P3 bench: throughput vs bandwidth", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max.max(1.0), 0.0..y_max.max(1.0))
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("link bandwidth (Mbit/s)")
+        .y_desc("samples/s (all workers)")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let colors = [RED, BLUE, GREEN];
+    for (i, mode) in MODES.iter().enumerate() {
+        let series: Vec<(f64, f64)> = points
+            .iter()
+            .filter_map(|p| {
+                p.modes
+                    .iter()
+                    .find(|m| m.mode == mode.name())
+                    .map(|m| (p.bandwidth_mbit, m.samples_per_s))
+            })
+            .collect();
+        let color = colors[i % colors.len()];
+        chart
+            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(mode.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        chart
+            .draw_series(
+                series
+                    .iter()
+                    .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+pub fn run(mut args: Args) -> Result<(), String> {
+    if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
+        return Err("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
+    }
+    let full = load_profile(&args.model)?;
+    let full_params = full.total_params();
+    if full_params == 0 {
+        return Err(format!("model {} has no parameters", args.model));
+    }
+    let scale = match args.scale {
+        Some(s) if s.is_finite() && s > 0.0 => s,
+        Some(s) => return Err(format!("--scale must be positive, got {s}")),
+        None => (args.model_mb * 1e6 / 4.0 / full_params as f64).min(1.0),
+    };
+    let profile = full.scaled(scale);
+    let flops_per_iter =
+        (profile.total_fwd_flops() + profile.total_bwd_flops()) * args.batch as f64;
+    let has_measured = profile.layers.iter().any(|l| l.measured.is_some());
+    let device_flops = match args.device_gflops {
+        Some(g) if g > 0.0 => g * 1e9,
+        Some(g) => return Err(format!("--device-gflops must be positive, got {g}")),
+        None if flops_per_iter > 0.0 => flops_per_iter / (args.compute_ms / 1e3),
+        None => 1e12,
+    };
+    let setup = Setup {
+        profile,
+        device_flops,
+        batch: args.batch,
+    };
+    let probe = setup.cost(1000.0, args.workers);
+    let balanced_mbit = Bounds::balanced_bandwidth(&setup.profile, &probe) * 8.0 / 1e6;
+    let bandwidths = if args.bandwidth.is_empty() {
+        vec![balanced_mbit]
+    } else {
+        args.bandwidth.clone()
+    };
+    if bandwidths.iter().any(|b| !(b.is_finite() && *b > 0.0)) {
+        return Err("--bandwidth values must be positive".into());
+    }
+    if args.slice_size == 0 {
+        let mut cost = setup.cost(bandwidths[0], args.workers);
+        cost.per_slice_overhead_s = args.slice_overhead_us.max(0.0) * 1e-6;
+        let candidates: Vec<u64> = (10..=17).map(|k| 1u64 << k).collect();
+        let (size, t) =
+            auto_slice_size(&setup.profile, &cost, &candidates, 4).map_err(|e| e.to_string())?;
+        println!(
+            "automatic slice size: {size} params (simulated {} s/iteration at {:.1} Mbit/s, \
+             {} us per slice)",
+            fmt(t),
+            bandwidths[0],
+            args.slice_overhead_us
+        );
+        args.slice_size = size;
+    }
+    let params = setup.profile.total_params();
+    println!(
+        "P3 bench: {} scaled x{:.5} -> {} params ({:.2} MB), {} layers{}; {} workers + {} shards \
+         in-process over QUIC on 127.0.0.1, per-node egress shaper{}; batch {}/worker, \
+         emulated device {:.1} GFLOP/s (= {:.1} TFLOP/s on the full model), slice {} params",
+        full.name,
+        scale,
+        params,
+        params as f64 * 4e-6,
+        setup.profile.layers.len(),
+        if has_measured {
+            " (measured layer times, scaled)"
+        } else {
+            ""
+        },
+        args.workers,
+        args.shards,
+        if args.shape_ingress { " + ingress" } else { "" },
+        args.batch,
+        device_flops / 1e9,
+        device_flops / scale / 1e12,
+        args.slice_size,
+    );
+    println!("balanced bandwidth (M = C): {:.1} Mbit/s", balanced_mbit);
+    let mut points = Vec::new();
+    for &bw in &bandwidths {
+        let b = Bounds::compute(&setup.profile, &setup.cost(bw, args.workers));
+        let mut modes = Vec::new();
+        for mode in MODES
+            .into_iter()
+            .filter(|m| args.modes.iter().any(|a| a.eq_ignore_ascii_case(m.name())))
+        {
+            let (t, cpu) = run_mode(&args, &setup, mode, bw)?;
+            tracing::info!(
+                mode = mode.name(),
+                bandwidth_mbit = bw,
+                secs_per_iter = t,
+                "p3 bench"
+            );
+            modes.push(ModeResult {
+                mode: mode.name(),
+                secs_per_iter: t,
+                samples_per_s: (args.workers * args.batch) as f64 / t,
+                efficiency: b.efficiency(t),
+                cpu_cores: cpu,
+            });
+        }
+        let mut table = Table::new(&[
+            "mode",
+            "s/iter",
+            "samples/s",
+            "/ (C+M)",
+            "/ max(C,M)",
+            "efficiency",
+            "CPU cores",
+        ]);
+        for m in &modes {
+            table.row(vec![
+                m.mode.to_string(),
+                fmt(m.secs_per_iter),
+                fmt(m.samples_per_s),
+                fmt(m.secs_per_iter / b.no_overlap_s),
+                fmt(m.secs_per_iter / b.optimal_s),
+                fmt(m.efficiency),
+                fmt(m.cpu_cores),
+            ]);
+        }
+        println!(
+            "\nbandwidth {:.1} Mbit/s: C = {} s (fwd {} + bwd {}), M = {} s, C+M = {} s, \
+             max(C,M) = {} s, T_fwd + max(T_bwd, M) = {} s",
+            bw,
+            fmt(b.compute_s),
+            fmt(b.fwd_s),
+            fmt(b.bwd_s),
+            fmt(b.comm_s),
+            fmt(b.no_overlap_s),
+            fmt(b.optimal_s),
+            fmt(b.wait_free_s)
+        );
+        table.print();
+        points.push(Point {
+            bandwidth_mbit: bw,
+            compute_s: b.compute_s,
+            comm_s: b.comm_s,
+            c_plus_m_s: b.no_overlap_s,
+            bound_s: b.optimal_s,
+            modes,
+        });
+    }
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let max_cpu = points
+        .iter()
+        .flat_map(|p| p.modes.iter().map(|m| m.cpu_cores))
+        .fold(0.0, f64::max);
+    println!(
+        "\nCPU: this process used at most {:.2} of {} cores (process CPU time / wall time per \
+         run){}",
+        max_cpu,
+        cores,
+        if max_cpu > 0.8 * cores as f64 {
+            " -- CPU-BOUND: the figures are not a network result"
+        } else {
+            ""
+        }
+    );
+    match plot(&args.plot, &points) {
+        Ok(()) => println!("plot: {}", args.plot.display()),
+        Err(e) => tracing::warn!(error = %e, path = %args.plot.display(), "cannot write plot"),
+    }
+    let first = points.first().ok_or("no bandwidth point")?;
+    let get = |name: &str| {
+        first
+            .modes
+            .iter()
+            .find(|m| m.mode == name)
+            .map(|m| m.secs_per_iter)
+            .unwrap_or(f64::NAN)
+    };
+    let (seq, fifo, p3) = (get("sequential"), get("fifo"), get("p3"));
+    let b = Bounds::compute(
+        &setup.profile,
+        &setup.cost(first.bandwidth_mbit, args.workers),
+    );
+    let figures = Figures {
+        bench: "p3",
+        model: full.name.clone(),
+        scale,
+        params,
+        workers: args.workers,
+        shards: args.shards,
+        batch: args.batch,
+        slice_size: args.slice_size,
+        device_gflops: device_flops / 1e9,
+        bandwidth_mbit: first.bandwidth_mbit,
+        compute_s: first.compute_s,
+        comm_s: first.comm_s,
+        c_plus_m_s: first.c_plus_m_s,
+        bound_s: first.bound_s,
+        sequential_s: seq,
+        fifo_s: fifo,
+        p3_s: p3,
+        speedup_vs_sequential: seq / p3,
+        speedup_vs_fifo: fifo / p3,
+        p3_over_bound: p3 / first.bound_s,
+        p3_efficiency: b.efficiency(p3),
+        max_cpu_cores: max_cpu,
+        available_cores: cores,
+        sweep: points.clone(),
+    };
+    print_json(&figures).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_stat() {
+        let s = "1234 (my (odd) prog) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 4 0 100";
+        assert_eq!(parse_cpu_seconds(s), Some(3.0));
+        assert_eq!(parse_cpu_seconds("garbage"), None);
+        assert!(process_cpu_seconds().is_some());
+    }
+}
