@@ -48,7 +48,26 @@ struct Figures {
     rss_end_mb: f64,
     rss_max_mb: f64,
     rss_growth_after_warmup: f64,
+    /// Least-squares slope of the total RSS over the samples after warm-up, in MB/minute:
+    /// near zero means memory levelled off, a steady positive value means it keeps growing.
+    rss_slope_after_warmup_mb_per_min: f64,
     nodes: usize,
+    samples_csv: String,
+}
+
+/// Least-squares slope of `y` over `t`.
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if n < 2.0 {
+        return 0.0;
+    }
+    let (mt, my) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (t, y)| (a + t / n, b + y / n));
+    let (num, den) = points.iter().fold((0.0, 0.0), |(num, den), (t, y)| {
+        (num + (t - mt) * (y - my), den + (t - mt) * (t - mt))
+    });
+    if den == 0.0 { 0.0 } else { num / den }
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -155,6 +174,20 @@ async fn soak(args: Args) -> Result<(), String> {
         .map(|(_, s)| total(s))
         .unwrap_or(0.0);
     let max = samples.iter().map(|(_, s)| total(s)).fold(0.0, f64::max);
+    let after_warmup: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|(t, _)| *t >= args.warmup_s && *t <= args.duration_s)
+        .map(|(t, s)| (*t, total(s)))
+        .collect();
+    let slope_mb_per_min = slope(&after_warmup) * 60.0;
+    let csv_path = run_dir.join("rss.csv");
+    let mut csv = String::from("seconds,node,rss_mb\n");
+    for (t, per_node) in &samples {
+        for (name, mb) in per_node {
+            csv.push_str(&format!("{t:.1},{name},{mb:.3}\n"));
+        }
+    }
+    std::fs::write(&csv_path, csv).map_err(|e| format!("{}: {e}", csv_path.display()))?;
     let mut t = Table::new(&[
         "node",
         "rss start MB",
@@ -203,8 +236,20 @@ async fn soak(args: Args) -> Result<(), String> {
         rss_end_mb: end,
         rss_max_mb: max,
         rss_growth_after_warmup: if warm > 0.0 { end / warm - 1.0 } else { 0.0 },
+        rss_slope_after_warmup_mb_per_min: slope_mb_per_min,
         nodes: pids.len(),
+        samples_csv: csv_path.display().to_string(),
     })
     .map_err(|e| e.to_string())?;
     outcome.map(|_| ()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slope_of_a_line() {
+        let pts: Vec<(f64, f64)> = (0..10).map(|i| (i as f64, 3.0 + 2.0 * i as f64)).collect();
+        assert!((super::slope(&pts) - 2.0).abs() < 1e-9);
+        assert_eq!(super::slope(&[(1.0, 1.0)]), 0.0);
+    }
 }
