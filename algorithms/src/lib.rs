@@ -3,6 +3,7 @@
 //! planning logic. Everything here is plain computation; the actors in `petrel-actors`
 //! drive it across a cluster.
 
+pub mod apps;
 pub mod data;
 pub mod dnn;
 pub mod p3;
