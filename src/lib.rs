@@ -19,6 +19,7 @@ pub mod launcher;
 pub mod netns;
 pub mod report;
 pub mod roles;
+pub mod strads;
 
 /// Sets up `tracing` output to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_tracing() {

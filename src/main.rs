@@ -69,6 +69,11 @@ enum Command {
         command: BenchCommand,
     },
     // commands: applications -- systems add their subcommands below this line
+    /// Train a model with one of the STRADS apps on a local cluster.
+    Train {
+        #[command(subcommand)]
+        app: TrainCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -94,10 +99,18 @@ enum NetnsCommand {
 }
 
 #[derive(Subcommand)]
+enum TrainCommand {
+    /// Lasso by scheduled coordinate descent (STRADS): coefficients.tsv + metrics.json.
+    Lasso(petrel::strads::LassoArgs),
+}
+
+#[derive(Subcommand)]
 enum BenchCommand {
     /// Raw quinn vs petrel messaging vs local sends, and priority under a backlog.
     Transport(petrel::bench::transport::Args),
     // bench: systems add their benchmarks below this line
+    /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
+    Lasso(petrel::bench::lasso::Args),
 }
 
 fn main() -> ExitCode {
@@ -223,7 +236,11 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Bench { command } => match command {
             BenchCommand::Transport(args) => petrel::bench::transport::run(args),
             // bench dispatch: systems add their arms below this line
+            BenchCommand::Lasso(args) => petrel::bench::lasso::run(args),
         },
         // commands dispatch: applications add their arms below this line
+        Command::Train { app } => match app {
+            TrainCommand::Lasso(args) => petrel::strads::train_lasso(args),
+        },
     }
 }

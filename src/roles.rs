@@ -11,5 +11,7 @@ pub fn builtin(settings: Settings) -> Cluster {
     // roles: parameter server (issue 3) -- add `let cluster = ...::register(cluster);` below
     // roles: p3 (issue 4)
     // roles: strads (issue 5)
+    let cluster = petrel_algorithms::apps::lasso::register(cluster);
+    let cluster = petrel_algorithms::apps::mf::register(cluster);
     cluster
 }

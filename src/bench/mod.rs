@@ -1,3 +1,5 @@
 //! Benchmarks behind `petrel bench …`. Each prints a table and ends with one JSON line.
 
 pub mod transport;
+pub mod lasso;
+pub mod strads_plot;

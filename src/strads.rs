@@ -1,0 +1,201 @@
+//! `petrel train lasso`: STRADS Lasso on a user's LIBSVM file (or a synthetic design), with
+//! a scheduler node and worker nodes run in this process (memory or QUIC transport) or as
+//! separate processes (`--transport processes`).
+
+use petrel_actors::{Settings, Topology};
+use petrel_algorithms::apps::lasso::{
+    LassoJob, LassoMetrics, SCHEDULER_ROLE, SyntheticLasso, WORKER_ROLE,
+};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct LassoArgs {
+    /// LIBSVM file (the label is the response y). Without it: a synthetic correlated design.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Output directory: coefficients.tsv and metrics.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// dynamic | random | cyclic
+    #[arg(long, default_value = "dynamic")]
+    pub mode: String,
+    /// Absolute lambda (default: --lambda-fraction of lambda_max = max |x_j^T y|).
+    #[arg(long)]
+    pub lambda: Option<f32>,
+    #[arg(long, default_value_t = 0.2)]
+    pub lambda_fraction: f64,
+    /// U: coordinates updated per round.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// U': candidates before the dependency check.
+    #[arg(long, default_value_t = 64)]
+    pub candidate_pool: usize,
+    /// Dependency-check threshold on |corr(x_j, x_k)|.
+    #[arg(long, default_value_t = 0.3)]
+    pub rho: f32,
+    /// Disable the dependency check.
+    #[arg(long)]
+    pub no_filter: bool,
+    /// Rounds in flight.
+    #[arg(long, default_value_t = 1)]
+    pub depth: usize,
+    #[arg(long, default_value_t = 20_000)]
+    pub max_rounds: u64,
+    /// Update rounds between exact KKT / duality-gap evaluations.
+    #[arg(long, default_value_t = 200)]
+    pub eval_every: u64,
+    /// Stop when duality gap / objective falls below this.
+    #[arg(long, default_value_t = 1e-5)]
+    pub gap_tolerance: f64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// memory | quic (nodes as threads of this process) | processes (one process per node)
+    #[arg(long, default_value = "memory")]
+    pub transport: String,
+    /// Synthetic design (without --data): rows, features, group size, in-group
+    /// correlation, true non-zeros, seed.
+    #[arg(long, default_value_t = 400)]
+    pub synthetic_samples: usize,
+    #[arg(long, default_value_t = 5000)]
+    pub synthetic_features: usize,
+    #[arg(long, default_value_t = 10)]
+    pub synthetic_group: usize,
+    #[arg(long, default_value_t = 0.8)]
+    pub synthetic_correlation: f32,
+    #[arg(long, default_value_t = 10)]
+    pub synthetic_nonzero: usize,
+    #[arg(long, default_value_t = 42)]
+    pub synthetic_seed: u64,
+}
+
+impl LassoArgs {
+    pub fn job(&self) -> Result<LassoJob, String> {
+        let data = match &self.data {
+            Some(p) => Some(
+                std::fs::canonicalize(p).map_err(|e| format!("data file {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
+        Ok(LassoJob {
+            data,
+            synthetic: SyntheticLasso {
+                n_samples: self.synthetic_samples,
+                n_features: self.synthetic_features,
+                group_size: self.synthetic_group,
+                correlation: self.synthetic_correlation,
+                n_nonzero: self.synthetic_nonzero,
+                noise_std: 0.1,
+                seed: self.synthetic_seed,
+            },
+            lambda: self.lambda,
+            lambda_fraction: self.lambda_fraction,
+            mode: self.mode.clone(),
+            block_size: self.block_size,
+            candidate_pool: self.candidate_pool,
+            rho: (!self.no_filter).then_some(self.rho),
+            depth: self.depth,
+            max_rounds: self.max_rounds,
+            eval_every: self.eval_every,
+            gap_tolerance: Some(self.gap_tolerance),
+            seed: self.seed,
+            out_dir: Some(absolute(&self.out)?),
+            ..LassoJob::default()
+        })
+    }
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// Drops `null`s (TOML has none) so the settings survive a round trip through a file.
+fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// A star cluster: node `scheduler` plus `w0..w{n-1}`, with `[app.lasso] = job`.
+pub fn lasso_settings(job: &LassoJob, workers: usize, transport: &str) -> Result<Settings, String> {
+    if workers == 0 {
+        return Err("need at least one worker".into());
+    }
+    let mut topo = Topology::builder("strads-lasso")
+        .transport(transport)
+        .node("scheduler", &[SCHEDULER_ROLE]);
+    for w in 0..workers {
+        topo = topo.node(&format!("w{w}"), &[WORKER_ROLE]);
+    }
+    let value = strip_nulls(serde_json::to_value(job).map_err(|e| e.to_string())?);
+    topo.with(|s| {
+        s.app.insert("lasso".into(), value);
+        s.cluster.request_timeout_ms = job.timeout_s.max(1) * 1000;
+    })
+    .build()
+    .map_err(|e| e.to_string())
+}
+
+/// Runs a Lasso job on a cluster and returns the metrics the scheduler wrote.
+pub fn run_lasso_job(job: &LassoJob, workers: usize, transport: &str) -> Result<LassoMetrics, String> {
+    let out = job
+        .out_dir
+        .clone()
+        .ok_or("the job needs an output directory")?;
+    match transport {
+        "memory" | "quic" => {
+            let settings = lasso_settings(job, workers, transport)?;
+            crate::roles::builtin(settings)
+                .run_in_process()
+                .map_err(|e| e.to_string())?;
+        }
+        "processes" => {
+            let settings = lasso_settings(job, workers, "quic")?;
+            let run_dir = out.join("run");
+            let config = crate::launcher::prepare(settings, &run_dir).map_err(|e| e.to_string())?;
+            let mut opts = crate::launcher::LaunchOptions::new().map_err(|e| e.to_string())?;
+            opts.run_dir = Some(run_dir);
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?
+                .block_on(crate::launcher::run(&config, opts))
+                .map_err(|e| e.to_string())?;
+        }
+        other => return Err(format!("transport {other:?}: expected memory, quic or processes")),
+    }
+    read_metrics(&out.join("metrics.json"))
+}
+
+pub fn read_metrics(path: &Path) -> Result<LassoMetrics, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `petrel train lasso`.
+pub fn train_lasso(args: LassoArgs) -> Result<(), String> {
+    let job = args.job()?;
+    let m = run_lasso_job(&job, args.workers, &args.transport)?;
+    println!(
+        "lasso {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
+        m.mode,
+        m.rounds,
+        m.updates,
+        m.elapsed_s,
+        m.final_objective,
+        m.final_kkt_violation,
+        m.final_duality_gap,
+        m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
+        args.out.display()
+    );
+    Ok(())
+}
