@@ -102,6 +102,8 @@ enum NetnsCommand {
 enum TrainCommand {
     /// Lasso by scheduled coordinate descent (STRADS): coefficients.tsv + metrics.json.
     Lasso(petrel::strads::LassoArgs),
+    /// Matrix factorisation by CCD++ with block rotation (STRADS): factors + metrics.json.
+    Mf(petrel::strads::MfArgs),
 }
 
 #[derive(Subcommand)]
@@ -111,6 +113,8 @@ enum BenchCommand {
     // bench: systems add their benchmarks below this line
     /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
     Lasso(petrel::bench::lasso::Args),
+    /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
+    Mf(petrel::bench::mf::Args),
 }
 
 fn main() -> ExitCode {
@@ -237,10 +241,12 @@ fn dispatch(command: Command) -> Result<(), String> {
             BenchCommand::Transport(args) => petrel::bench::transport::run(args),
             // bench dispatch: systems add their arms below this line
             BenchCommand::Lasso(args) => petrel::bench::lasso::run(args),
+            BenchCommand::Mf(args) => petrel::bench::mf::run(args),
         },
         // commands dispatch: applications add their arms below this line
         Command::Train { app } => match app {
             TrainCommand::Lasso(args) => petrel::strads::train_lasso(args),
+            TrainCommand::Mf(args) => petrel::strads::train_mf(args),
         },
     }
 }

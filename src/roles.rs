@@ -13,5 +13,6 @@ pub fn builtin(settings: Settings) -> Cluster {
     // roles: strads (issue 5)
     let cluster = petrel_algorithms::apps::lasso::register(cluster);
     let cluster = petrel_algorithms::apps::mf::register(cluster);
+    let cluster = petrel_algorithms::apps::lda::register(cluster);
     cluster
 }

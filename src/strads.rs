@@ -6,6 +6,7 @@ use petrel_actors::{Settings, Topology};
 use petrel_algorithms::apps::lasso::{
     LassoJob, LassoMetrics, SCHEDULER_ROLE, SyntheticLasso, WORKER_ROLE,
 };
+use petrel_algorithms::apps::mf::{self, MfJob, MfMetrics};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -124,24 +125,68 @@ fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
     }
 }
 
-/// A star cluster: node `scheduler` plus `w0..w{n-1}`, with `[app.lasso] = job`.
-pub fn lasso_settings(job: &LassoJob, workers: usize, transport: &str) -> Result<Settings, String> {
+/// A star cluster: node `scheduler` running `scheduler_role` plus `w0..w{n-1}` running
+/// `worker_role`, with `[app.<section>] = job`.
+pub fn star_settings<T: serde::Serialize>(
+    section: &str,
+    job: &T,
+    scheduler_role: &str,
+    worker_role: &str,
+    workers: usize,
+    transport: &str,
+    timeout_s: u64,
+) -> Result<Settings, String> {
     if workers == 0 {
         return Err("need at least one worker".into());
     }
-    let mut topo = Topology::builder("strads-lasso")
+    let mut topo = Topology::builder(&format!("strads-{section}"))
         .transport(transport)
-        .node("scheduler", &[SCHEDULER_ROLE]);
+        .node("scheduler", &[scheduler_role]);
     for w in 0..workers {
-        topo = topo.node(&format!("w{w}"), &[WORKER_ROLE]);
+        topo = topo.node(&format!("w{w}"), &[worker_role]);
     }
     let value = strip_nulls(serde_json::to_value(job).map_err(|e| e.to_string())?);
     topo.with(|s| {
-        s.app.insert("lasso".into(), value);
-        s.cluster.request_timeout_ms = job.timeout_s.max(1) * 1000;
+        s.app.insert(section.into(), value);
+        s.cluster.request_timeout_ms = timeout_s.max(1) * 1000;
     })
     .build()
     .map_err(|e| e.to_string())
+}
+
+/// Runs a cluster: nodes as threads of this process ("memory" or "quic") or as separate
+/// processes ("processes"; run files go to `run_dir`).
+pub fn run_cluster(settings: Settings, transport: &str, run_dir: &Path) -> Result<(), String> {
+    match transport {
+        "memory" | "quic" => crate::roles::builtin(settings)
+            .run_in_process()
+            .map_err(|e| e.to_string()),
+        "processes" => {
+            let config = crate::launcher::prepare(settings, run_dir).map_err(|e| e.to_string())?;
+            let mut opts = crate::launcher::LaunchOptions::new().map_err(|e| e.to_string())?;
+            opts.run_dir = Some(run_dir.to_path_buf());
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?
+                .block_on(crate::launcher::run(&config, opts))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+        other => Err(format!(
+            "transport {other:?}: expected memory, quic or processes"
+        )),
+    }
+}
+
+fn cluster_transport(transport: &str) -> &str {
+    if transport == "processes" { "quic" } else { transport }
+}
+
+/// A star cluster for a Lasso job.
+pub fn lasso_settings(job: &LassoJob, workers: usize, transport: &str) -> Result<Settings, String> {
+    star_settings("lasso", job, SCHEDULER_ROLE, WORKER_ROLE, workers, transport, job.timeout_s)
 }
 
 /// Runs a Lasso job on a cluster and returns the metrics the scheduler wrote.
@@ -150,35 +195,102 @@ pub fn run_lasso_job(job: &LassoJob, workers: usize, transport: &str) -> Result<
         .out_dir
         .clone()
         .ok_or("the job needs an output directory")?;
-    match transport {
-        "memory" | "quic" => {
-            let settings = lasso_settings(job, workers, transport)?;
-            crate::roles::builtin(settings)
-                .run_in_process()
-                .map_err(|e| e.to_string())?;
-        }
-        "processes" => {
-            let settings = lasso_settings(job, workers, "quic")?;
-            let run_dir = out.join("run");
-            let config = crate::launcher::prepare(settings, &run_dir).map_err(|e| e.to_string())?;
-            let mut opts = crate::launcher::LaunchOptions::new().map_err(|e| e.to_string())?;
-            opts.run_dir = Some(run_dir);
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?
-                .block_on(crate::launcher::run(&config, opts))
-                .map_err(|e| e.to_string())?;
-        }
-        other => return Err(format!("transport {other:?}: expected memory, quic or processes")),
-    }
+    let settings = lasso_settings(job, workers, cluster_transport(transport))?;
+    run_cluster(settings, transport, &out.join("run"))?;
     read_metrics(&out.join("metrics.json"))
 }
 
-pub fn read_metrics(path: &Path) -> Result<LassoMetrics, String> {
+/// Runs an MF job on a cluster and returns the metrics the scheduler wrote.
+pub fn run_mf_job(job: &MfJob, workers: usize, transport: &str) -> Result<MfMetrics, String> {
+    let out = job
+        .out_dir
+        .clone()
+        .ok_or("the job needs an output directory")?;
+    let settings = star_settings(
+        "mf",
+        job,
+        mf::SCHEDULER_ROLE,
+        mf::WORKER_ROLE,
+        workers,
+        cluster_transport(transport),
+        job.timeout_s,
+    )?;
+    run_cluster(settings, transport, &out.join("run"))?;
+    read_json(&out.join("metrics.json"))
+}
+
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct MfArgs {
+    /// Ratings: `user item rating` triplets, or MatrixMarket coordinate format. Without it:
+    /// synthetic low-rank ratings.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Output directory: user_factors.tsv, item_factors.tsv, metrics.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    #[arg(long, default_value_t = 10)]
+    pub rank: usize,
+    #[arg(long, default_value_t = 0.05)]
+    pub lambda: f32,
+    /// Sweeps over all rank-one coordinates.
+    #[arg(long, default_value_t = 5)]
+    pub iterations: usize,
+    /// (h_k, w_k) alternations per coordinate and sweep.
+    #[arg(long, default_value_t = 1)]
+    pub inner: usize,
+    #[arg(long, default_value_t = 0.1)]
+    pub test_fraction: f64,
+    #[arg(long)]
+    pub target_rmse: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// memory | quic | processes
+    #[arg(long, default_value = "memory")]
+    pub transport: String,
+}
+
+/// `petrel train mf`.
+pub fn train_mf(args: MfArgs) -> Result<(), String> {
+    let data = match &args.data {
+        Some(p) => Some(std::fs::canonicalize(p).map_err(|e| format!("data file {}: {e}", p.display()))?),
+        None => None,
+    };
+    let job = MfJob {
+        data,
+        rank: args.rank,
+        lambda: args.lambda,
+        outer_iterations: args.iterations,
+        inner_iterations: args.inner,
+        test_fraction: args.test_fraction,
+        target_rmse: args.target_rmse,
+        seed: args.seed,
+        out_dir: Some(absolute(&args.out)?),
+        ..MfJob::default()
+    };
+    let m = run_mf_job(&job, args.workers, &args.transport)?;
+    println!(
+        "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}, test RMSE {:.4}, {:.2} s; wrote {}",
+        m.rank,
+        m.n_users,
+        m.n_items,
+        m.train_ratings,
+        m.final_train_rmse,
+        m.final_test_rmse,
+        m.elapsed_s,
+        args.out.display()
+    );
+    Ok(())
+}
+
+pub fn read_metrics(path: &Path) -> Result<LassoMetrics, String> {
+    read_json(path)
 }
 
 /// `petrel train lasso`.

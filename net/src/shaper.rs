@@ -36,7 +36,7 @@ pub struct TokenBucket {
 impl TokenBucket {
     pub fn new(bytes_per_s: u64, burst_bytes: u64, now: Instant) -> Self {
         let burst = if burst_bytes == 0 {
-            64.0 * 1024.0
+            DEFAULT_BURST_BYTES as f64
         } else {
             burst_bytes as f64
         };

@@ -3,3 +3,4 @@
 pub mod transport;
 pub mod lasso;
 pub mod strads_plot;
+pub mod mf;

@@ -3,6 +3,7 @@
 //! with a [`petrel_actors::Cluster`], and the output writers.
 
 pub mod lasso;
+pub mod lda;
 pub mod mf;
 
 use std::path::Path;
