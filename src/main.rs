@@ -104,6 +104,8 @@ enum TrainCommand {
     Lasso(petrel::strads::LassoArgs),
     /// Matrix factorisation by CCD++ with block rotation (STRADS): factors + metrics.json.
     Mf(petrel::strads::MfArgs),
+    /// LDA by collapsed Gibbs sampling with word rotation (STRADS): topics + metrics.json.
+    Lda(petrel::strads::LdaArgs),
 }
 
 #[derive(Subcommand)]
@@ -115,6 +117,8 @@ enum BenchCommand {
     Lasso(petrel::bench::lasso::Args),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
     Mf(petrel::bench::mf::Args),
+    /// STRADS LDA (SparseLDA with word rotation): tokens/s and log-likelihood against time.
+    Lda(petrel::bench::lda::Args),
 }
 
 fn main() -> ExitCode {
@@ -242,11 +246,13 @@ fn dispatch(command: Command) -> Result<(), String> {
             // bench dispatch: systems add their arms below this line
             BenchCommand::Lasso(args) => petrel::bench::lasso::run(args),
             BenchCommand::Mf(args) => petrel::bench::mf::run(args),
+            BenchCommand::Lda(args) => petrel::bench::lda::run(args),
         },
         // commands dispatch: applications add their arms below this line
         Command::Train { app } => match app {
             TrainCommand::Lasso(args) => petrel::strads::train_lasso(args),
             TrainCommand::Mf(args) => petrel::strads::train_mf(args),
+            TrainCommand::Lda(args) => petrel::strads::train_lda(args),
         },
     }
 }

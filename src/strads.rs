@@ -6,6 +6,7 @@ use petrel_actors::{Settings, Topology};
 use petrel_algorithms::apps::lasso::{
     LassoJob, LassoMetrics, SCHEDULER_ROLE, SyntheticLasso, WORKER_ROLE,
 };
+use petrel_algorithms::apps::lda::{self, LdaJob, LdaMetrics};
 use petrel_algorithms::apps::mf::{self, MfJob, MfMetrics};
 use std::path::{Path, PathBuf};
 
@@ -53,7 +54,7 @@ pub struct LassoArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// memory | quic (nodes as threads of this process) | processes (one process per node)
-    #[arg(long, default_value = "memory")]
+    #[arg(long, default_value = "quic")]
     pub transport: String,
     /// Synthetic design (without --data): rows, features, group size, in-group
     /// correlation, true non-zeros, seed.
@@ -252,7 +253,7 @@ pub struct MfArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// memory | quic | processes
-    #[arg(long, default_value = "memory")]
+    #[arg(long, default_value = "quic")]
     pub transport: String,
 }
 
@@ -307,6 +308,89 @@ pub fn train_lasso(args: LassoArgs) -> Result<(), String> {
         m.final_kkt_violation,
         m.final_duality_gap,
         m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// Runs an LDA job on a cluster and returns the metrics the scheduler wrote.
+pub fn run_lda_job(job: &LdaJob, workers: usize, transport: &str) -> Result<LdaMetrics, String> {
+    let out = job
+        .out_dir
+        .clone()
+        .ok_or("the job needs an output directory")?;
+    let settings = star_settings(
+        "lda",
+        job,
+        lda::SCHEDULER_ROLE,
+        lda::WORKER_ROLE,
+        workers,
+        cluster_transport(transport),
+        job.timeout_s,
+    )?;
+    run_cluster(settings, transport, &out.join("run"))?;
+    read_json(&out.join("metrics.json"))
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct LdaArgs {
+    /// UCI bag-of-words docword file (`D`, `W`, `NNZ` header, then `doc word count`).
+    /// Without it: a corpus sampled from the LDA generative model.
+    #[arg(long)]
+    pub docword: Option<PathBuf>,
+    /// UCI vocab file (one word per line) for readable topics.
+    #[arg(long)]
+    pub vocab: Option<PathBuf>,
+    /// Output directory: topics.txt, topic_word.tsv, metrics.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    #[arg(long, default_value_t = 20)]
+    pub topics: usize,
+    #[arg(long, default_value_t = 0.1)]
+    pub alpha: f64,
+    #[arg(long, default_value_t = 0.1)]
+    pub beta: f64,
+    #[arg(long, default_value_t = 20)]
+    pub iterations: usize,
+    #[arg(long, default_value_t = 10)]
+    pub top_words: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// memory | quic | processes
+    #[arg(long, default_value = "quic")]
+    pub transport: String,
+}
+
+/// `petrel train lda`.
+pub fn train_lda(args: LdaArgs) -> Result<(), String> {
+    let canon = |p: &Option<PathBuf>| -> Result<Option<PathBuf>, String> {
+        p.as_ref()
+            .map(|p| std::fs::canonicalize(p).map_err(|e| format!("{}: {e}", p.display())))
+            .transpose()
+    };
+    let job = LdaJob {
+        docword: canon(&args.docword)?,
+        vocab: canon(&args.vocab)?,
+        n_topics: args.topics,
+        alpha: args.alpha,
+        beta: args.beta,
+        iterations: args.iterations,
+        top_words: args.top_words,
+        seed: args.seed,
+        out_dir: Some(absolute(&args.out)?),
+        ..LdaJob::default()
+    };
+    let m = run_lda_job(&job, args.workers, &args.transport)?;
+    println!(
+        "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
+        m.n_topics,
+        m.n_docs,
+        m.vocab_size,
+        m.n_tokens,
+        m.final_loglik_per_token,
+        m.tokens_per_s_per_worker,
         args.out.display()
     );
     Ok(())

@@ -33,7 +33,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub workers: Vec<usize>,
     /// memory | quic
-    #[arg(long, default_value = "memory")]
+    #[arg(long, default_value = "quic")]
     pub transport: String,
     #[arg(long, default_value = "target/bench-mf")]
     pub out: PathBuf,

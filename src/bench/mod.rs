@@ -4,3 +4,4 @@ pub mod transport;
 pub mod lasso;
 pub mod strads_plot;
 pub mod mf;
+pub mod lda;

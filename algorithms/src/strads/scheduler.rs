@@ -208,6 +208,8 @@ pub struct LassoScheduler {
     n_vars: usize,
     priorities: SumTree,
     cursor: usize,
+    /// Cyclic mode: candidates the filter skipped last round, retried first.
+    deferred: Vec<usize>,
     rng: StdRng,
     filter: Option<DependencyFilter>,
 }
@@ -233,6 +235,7 @@ impl LassoScheduler {
             rng: StdRng::seed_from_u64(config.seed),
             n_vars,
             cursor: 0,
+            deferred: Vec::new(),
             config,
             filter,
         })
@@ -262,11 +265,18 @@ impl LassoScheduler {
                 rand::seq::index::sample(&mut self.rng, self.n_vars, n_candidates).into_vec()
             }
             ScheduleMode::Cyclic => {
-                let start = self.cursor;
-                self.cursor = (self.cursor + n_candidates) % self.n_vars;
-                (0..n_candidates)
-                    .map(|i| (start + i) % self.n_vars)
-                    .collect()
+                let mut candidates = std::mem::take(&mut self.deferred);
+                candidates.truncate(n_candidates);
+                while candidates.len() < n_candidates {
+                    let j = self.cursor;
+                    self.cursor = (self.cursor + 1) % self.n_vars;
+                    if !candidates.contains(&j) {
+                        candidates.push(j);
+                    } else {
+                        break;
+                    }
+                }
+                candidates
             }
         };
         match &mut self.filter {
@@ -274,13 +284,14 @@ impl LassoScheduler {
                 let kept =
                     filter_dependent(&candidates, block, filter.rho, filter.oracle.as_mut());
                 if self.config.mode == ScheduleMode::Cyclic {
-                    // Resume at the first candidate not kept, so a coordinate the filter
-                    // skipped is first in line next round instead of waiting a whole sweep
-                    // (with correlated neighbours it would otherwise never be updated).
-                    if let Some(first_skipped) = candidates.iter().position(|c| !kept.contains(c))
-                    {
-                        self.cursor = candidates[first_skipped];
-                    }
+                    // Coordinates the filter skipped go first next round, so every
+                    // coordinate is still updated once per sweep (with correlated
+                    // neighbours a plain window would skip the same ones every sweep).
+                    self.deferred = candidates
+                        .iter()
+                        .copied()
+                        .filter(|c| !kept.contains(c))
+                        .collect();
                 }
                 kept
             }
