@@ -150,6 +150,9 @@ pub fn star_settings<T: serde::Serialize>(
     topo.with(|s| {
         s.app.insert(section.into(), value);
         s.cluster.request_timeout_ms = timeout_s.max(1) * 1000;
+        // Workers compute between messages; on a loaded 2-core machine a 2 s silence is
+        // not a failure.
+        s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
     })
     .build()
     .map_err(|e| e.to_string())

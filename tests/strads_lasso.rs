@@ -1,6 +1,6 @@
 //! STRADS Lasso on the actor runtime: KKT optimality of the distributed solution, and the
 //! same seed giving bit-identical coefficients over the memory transport, over QUIC in one
-//! process, and with the scheduler and workers in separate processes.
+//! process, and with the scheduler and workers in separate processes (QUIC).
 
 use petrel::strads::run_lasso_job;
 use petrel_algorithms::apps::lasso::{LassoJob, SyntheticLasso};
@@ -58,7 +58,7 @@ fn distributed_lasso_is_optimal_and_transport_independent() {
 #[test]
 fn pipelined_lasso_converges() {
     let dir = tempfile::tempdir().unwrap();
-    let m = run_lasso_job(&job(dir.path(), 3), 2, "memory").unwrap();
+    let m = run_lasso_job(&job(dir.path(), 3), 2, "quic").unwrap();
     assert!(
         m.final_kkt_violation < 1e-3 * f64::from(m.lambda),
         "KKT violation {}",
@@ -70,8 +70,8 @@ fn pipelined_lasso_converges() {
 #[test]
 fn separate_processes_give_the_same_coefficients() {
     let dir = tempfile::tempdir().unwrap();
-    let mem = dir.path().join("memory");
-    run_lasso_job(&job(&mem, 1), 2, "memory").unwrap();
+    let mem = dir.path().join("in-process");
+    run_lasso_job(&job(&mem, 1), 2, "quic").unwrap();
     let procs = dir.path().join("procs");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
         .args([
@@ -103,6 +103,6 @@ fn bad_libsvm_file_fails_with_its_line() {
     std::fs::write(&data, "1 1:0.5\n2 x:1\n").unwrap();
     let mut j = job(&dir.path().join("out"), 1);
     j.data = Some(data);
-    let err = run_lasso_job(&j, 1, "memory").unwrap_err();
+    let err = run_lasso_job(&j, 1, "quic").unwrap_err();
     assert!(err.contains("bad.libsvm:2"), "{err}");
 }

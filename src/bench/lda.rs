@@ -16,11 +16,11 @@ pub struct Args {
     pub topics: usize,
     #[arg(long, default_value_t = 5000)]
     pub vocab: usize,
-    #[arg(long, default_value_t = 3000)]
+    #[arg(long, default_value_t = 10000)]
     pub docs: usize,
     #[arg(long, default_value_t = 100)]
     pub doc_length: usize,
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 20)]
     pub iterations: usize,
     /// Worker counts to compare (the JSON reports the last one).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]

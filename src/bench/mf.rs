@@ -11,23 +11,23 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    #[arg(long, default_value_t = 8000)]
+    #[arg(long, default_value_t = 20000)]
     pub users: usize,
-    #[arg(long, default_value_t = 4000)]
+    #[arg(long, default_value_t = 10000)]
     pub items: usize,
     /// Rank of the generating factors and of the model.
     #[arg(long, default_value_t = 10)]
     pub rank: usize,
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, default_value_t = 0.01)]
     pub observed_fraction: f64,
     #[arg(long, default_value_t = 0.1)]
     pub noise_std: f32,
     #[arg(long, default_value_t = 0.05)]
     pub lambda: f32,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 12)]
     pub iterations: usize,
-    /// Train RMSE whose first crossing is `time_to_target_s`.
-    #[arg(long, default_value_t = 0.2)]
+    /// Train RMSE whose first crossing is `time_to_target_s` (1.5x the noise level).
+    #[arg(long, default_value_t = 0.15)]
     pub target_rmse: f64,
     /// Worker counts to compare (the JSON reports the last one).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]

@@ -740,8 +740,14 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
     if workers.is_empty() {
         return Err(format!("no node runs {WORKER_ROLE}"));
     }
-    let (x, y) = job.load().map_err(|e| e.to_string())?;
-    let mut app = LassoScheduling::new(&x, &y, &job, workers.len()).map_err(|e| e.to_string())?;
+    let n_workers = workers.len();
+    let loader = job.clone();
+    let (x, mut app) = super::off_loop(move || {
+        let (x, y) = loader.load()?;
+        let app = LassoScheduling::new(&x, &y, &loader, n_workers)?;
+        Ok((x, app))
+    })
+    .await?;
     tracing::info!(
         rows = x.n_rows,
         features = x.n_columns(),
@@ -788,13 +794,18 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         .iter()
         .position(|n| *n == ctx.spec.name)
         .ok_or("worker not in its own role list")?;
-    let (x, y) = job.load().map_err(|e| e.to_string())?;
-    let rows = crate::strads::split_evenly(x.n_rows, workers.len())
-        .into_iter()
-        .nth(index)
-        .ok_or("worker index out of range")?;
-    let state = LassoWorkerState::new(x.row_block(rows.clone()), y[rows.clone()].to_vec())
-        .map_err(|e| e.to_string())?;
+    let n_workers = workers.len();
+    let loader = job.clone();
+    let (rows, state) = super::off_loop(move || {
+        let (x, y) = loader.load()?;
+        let rows = crate::strads::split_evenly(x.n_rows, n_workers)
+            .into_iter()
+            .nth(index)
+            .ok_or_else(|| AppError::Config("worker index out of range".into()))?;
+        let state = LassoWorkerState::new(x.row_block(rows.clone()), y[rows.clone()].to_vec())?;
+        Ok((rows, state))
+    })
+    .await?;
     start_worker::<LassoApp, _>(&ctx.node, WORKER_ACTOR, index as u32, LassoWorker::new(state))
         .map_err(|e| e.to_string())?;
     tracing::info!(worker = index, rows = ?rows, "lasso worker ready");

@@ -504,9 +504,14 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
     if workers.is_empty() {
         return Err(format!("no node runs {WORKER_ROLE}"));
     }
-    let corpus = job.load().map_err(|e| e.to_string())?;
-    let layout = LdaLayout::new(&corpus, workers.len());
-    let mut app = LdaScheduling::new(&corpus, &layout, &job, workers.len());
+    let (n_workers, loader) = (workers.len(), job.clone());
+    let (corpus, mut app) = super::off_loop(move || {
+        let corpus = loader.load()?;
+        let layout = LdaLayout::new(&corpus, n_workers);
+        let app = LdaScheduling::new(&corpus, &layout, &loader, n_workers);
+        Ok((corpus, app))
+    })
+    .await?;
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())?;
     let set = WorkerSet::<LdaApp>::resolve(&ctx.node, &workers, WORKER_ACTOR).map_err(|e| e.to_string())?;
     let opts = SchedulerOptions {
@@ -534,9 +539,13 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         .iter()
         .position(|n| *n == ctx.spec.name)
         .ok_or("worker not in its own role list")?;
-    let corpus = job.load().map_err(|e| e.to_string())?;
-    let layout = LdaLayout::new(&corpus, workers.len());
-    let app = LdaWorkerApp::new(index, &corpus, &layout, &job.config(workers.len())).map_err(|e| e.to_string())?;
+    let (n_workers, loader) = (workers.len(), job.clone());
+    let app = super::off_loop(move || {
+        let corpus = loader.load()?;
+        let layout = LdaLayout::new(&corpus, n_workers);
+        LdaWorkerApp::new(index, &corpus, &layout, &loader.config(n_workers))
+    })
+    .await?;
     start_worker::<LdaApp, _>(&ctx.node, WORKER_ACTOR, index as u32, app).map_err(|e| e.to_string())?;
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }

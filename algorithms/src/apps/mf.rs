@@ -585,9 +585,14 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
     if workers.is_empty() {
         return Err(format!("no node runs {WORKER_ROLE}"));
     }
-    let (train, test) = job.load().map_err(|e| e.to_string())?;
-    let partition = MfPartition::balanced(&train, workers.len());
-    let mut app = MfScheduling::new(&partition, &train, &test, &job);
+    let (n_workers, loader) = (workers.len(), job.clone());
+    let (train, test, mut app) = super::off_loop(move || {
+        let (train, test) = loader.load()?;
+        let partition = MfPartition::balanced(&train, n_workers);
+        let app = MfScheduling::new(&partition, &train, &test, &loader);
+        Ok((train, test, app))
+    })
+    .await?;
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())?;
     let set = WorkerSet::<MfApp>::resolve(&ctx.node, &workers, WORKER_ACTOR).map_err(|e| e.to_string())?;
     let opts = SchedulerOptions {
@@ -618,9 +623,13 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         .iter()
         .position(|n| *n == ctx.spec.name)
         .ok_or("worker not in its own role list")?;
-    let (train, _) = job.load().map_err(|e| e.to_string())?;
-    let partition = MfPartition::balanced(&train, workers.len());
-    let app = MfWorkerApp::new(index, &partition, &train, &job).map_err(|e| e.to_string())?;
+    let (n_workers, loader) = (workers.len(), job.clone());
+    let app = super::off_loop(move || {
+        let (train, _) = loader.load()?;
+        let partition = MfPartition::balanced(&train, n_workers);
+        MfWorkerApp::new(index, &partition, &train, &loader)
+    })
+    .await?;
     start_worker::<MfApp, _>(&ctx.node, WORKER_ACTOR, index as u32, app).map_err(|e| e.to_string())?;
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }

@@ -56,3 +56,14 @@ pub fn write_output(dir: &Path, name: &str, contents: &[u8]) -> Result<(), AppEr
         .and_then(|_| std::fs::write(&path, contents))
         .map_err(|source| AppError::Write { path, source })
 }
+
+/// Runs a blocking job (data loading, generation) off the node's event loop, so that
+/// heartbeats keep flowing while a large file loads.
+pub async fn off_loop<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, AppError> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("loader task: {e}"))?
+        .map_err(|e| e.to_string())
+}
