@@ -13,8 +13,7 @@
 //! (`run_scheduler`) and the transport. Run: `cargo run --release --example strads_custom`.
 
 use petrel::actors::strads::{
-    Plan, Push, Schedule, SchedulerOptions, StradsApp, Step, WorkerSet, run_scheduler,
-    start_worker,
+    Plan, Push, Schedule, SchedulerOptions, Step, StradsApp, WorkerSet, run_scheduler, start_worker,
 };
 use petrel::actors::{Cluster, NodeContext, Topology};
 use petrel::messages::tensor::f32_bytes;
@@ -32,12 +31,27 @@ const SWEEPS: u64 = 60;
 fn data() -> (Vec<Vec<f32>>, Vec<f32>) {
     let mut state = 12345u64;
     let mut next = || {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
     };
-    let x: Vec<Vec<f32>> = (0..ROWS).map(|_| (0..COLS).map(|_| next()).collect()).collect();
-    let b_true: Vec<f32> = (0..COLS).map(|j| if j % 3 == 0 { -1.0 } else { (j % 5) as f32 * 0.5 }).collect();
-    let y = x.iter().map(|row| row.iter().zip(&b_true).map(|(a, b)| a * b).sum()).collect();
+    let x: Vec<Vec<f32>> = (0..ROWS)
+        .map(|_| (0..COLS).map(|_| next()).collect())
+        .collect();
+    let b_true: Vec<f32> = (0..COLS)
+        .map(|j| {
+            if j % 3 == 0 {
+                -1.0
+            } else {
+                (j % 5) as f32 * 0.5
+            }
+        })
+        .collect();
+    let y = x
+        .iter()
+        .map(|row| row.iter().zip(&b_true).map(|(a, b)| a * b).sum())
+        .collect();
     (x, y)
 }
 
@@ -85,7 +99,9 @@ impl Schedule<Nnls> for NnlsScheduler {
             return Step::Done;
         }
         let start = (round % blocks) as usize * BLOCK;
-        let vars = (start..(start + BLOCK).min(COLS)).map(|j| j as u32).collect();
+        let vars = (start..(start + BLOCK).min(COLS))
+            .map(|j| j as u32)
+            .collect();
         Step::Run(Plan::All(Task { vars }))
     }
 
@@ -94,7 +110,9 @@ impl Schedule<Nnls> for NnlsScheduler {
         let task_vars: Vec<u32> = {
             let blocks = COLS.div_ceil(BLOCK) as u64;
             let start = (round % blocks) as usize * BLOCK;
-            (start..(start + BLOCK).min(COLS)).map(|j| j as u32).collect()
+            (start..(start + BLOCK).min(COLS))
+                .map(|j| j as u32)
+                .collect()
         };
         let mut g = vec![0.0f32; task_vars.len()];
         let mut sq = 0.0;
@@ -117,7 +135,10 @@ impl Schedule<Nnls> for NnlsScheduler {
                 d
             })
             .collect();
-        Ok(Deltas { vars: task_vars, deltas })
+        Ok(Deltas {
+            vars: task_vars,
+            deltas,
+        })
     }
 }
 
@@ -132,9 +153,18 @@ impl Push<Nnls> for NnlsWorker {
         let x_t_r = task
             .vars
             .iter()
-            .map(|&j| self.x.iter().zip(&self.r).map(|(row, r)| row[j as usize] * r).sum())
+            .map(|&j| {
+                self.x
+                    .iter()
+                    .zip(&self.r)
+                    .map(|(row, r)| row[j as usize] * r)
+                    .sum()
+            })
             .collect();
-        Ok(Partial { x_t_r, sq_residual: self.r.iter().map(|r| r * r).sum() })
+        Ok(Partial {
+            x_t_r,
+            sq_residual: self.r.iter().map(|r| r * r).sum(),
+        })
     }
 
     fn commit(&mut self, _round: u64, c: &Deltas) -> Result<(), String> {
@@ -161,11 +191,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .role("nnls-worker", |ctx: NodeContext| {
             Box::pin(async move {
                 let workers = ctx.nodes_with_role("nnls-worker");
-                let me = workers.iter().position(|n| *n == ctx.spec.name).ok_or("not a worker")?;
+                let me = workers
+                    .iter()
+                    .position(|n| *n == ctx.spec.name)
+                    .ok_or("not a worker")?;
                 let (x, y) = data();
                 let rows = (me * ROWS / workers.len())..((me + 1) * ROWS / workers.len());
-                let worker = NnlsWorker { x: x[rows.clone()].to_vec(), r: y[rows].to_vec() };
-                start_worker::<Nnls, _>(&ctx.node, "nnls", me as u32, worker).map_err(|e| e.to_string())?;
+                let worker = NnlsWorker {
+                    x: x[rows.clone()].to_vec(),
+                    r: y[rows].to_vec(),
+                };
+                start_worker::<Nnls, _>(&ctx.node, "nnls", me as u32, worker)
+                    .map_err(|e| e.to_string())?;
                 ctx.barrier("nnls.ready").await.map_err(|e| e.to_string())
             })
         })
@@ -173,22 +210,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let trace = trace.clone();
             Box::pin(async move {
                 let (x, _) = data();
-                let col_sq_norms = (0..COLS).map(|j| x.iter().map(|r| r[j] * r[j]).sum()).collect();
-                let mut app = NnlsScheduler { b: vec![0.0; COLS], col_sq_norms, round: 0, objective: trace };
+                let col_sq_norms = (0..COLS)
+                    .map(|j| x.iter().map(|r| r[j] * r[j]).sum())
+                    .collect();
+                let mut app = NnlsScheduler {
+                    b: vec![0.0; COLS],
+                    col_sq_norms,
+                    round: 0,
+                    objective: trace,
+                };
                 ctx.barrier("nnls.ready").await.map_err(|e| e.to_string())?;
-                let workers = WorkerSet::<Nnls>::resolve(&ctx.node, &ctx.nodes_with_role("nnls-worker"), "nnls")
-                    .map_err(|e| e.to_string())?;
+                let workers = WorkerSet::<Nnls>::resolve(
+                    &ctx.node,
+                    &ctx.nodes_with_role("nnls-worker"),
+                    "nnls",
+                )
+                .map_err(|e| e.to_string())?;
                 let stats = run_scheduler(&mut app, &workers, &SchedulerOptions::default())
                     .await
                     .map_err(|e| e.to_string())?;
                 let negatives = app.b.iter().filter(|v| **v < 0.0).count();
-                println!("{} rounds in {:.2} s; b >= 0 violated by {negatives} coordinates", stats.rounds, stats.elapsed.as_secs_f64());
+                println!(
+                    "{} rounds in {:.2} s; b >= 0 violated by {negatives} coordinates",
+                    stats.rounds,
+                    stats.elapsed.as_secs_f64()
+                );
                 Ok(())
             })
         });
     cluster.run_in_process()?;
     let trace = objective.lock().map_err(|_| "poisoned")?.clone();
-    for (i, sq) in trace.iter().enumerate().step_by(trace.len().div_ceil(10).max(1)) {
+    for (i, sq) in trace
+        .iter()
+        .enumerate()
+        .step_by(trace.len().div_ceil(10).max(1))
+    {
         println!("round {i:4}: ||y - X b||^2 = {sq:.4}");
     }
     Ok(())

@@ -4,6 +4,7 @@
 use petrel_actors::{Cluster, Settings};
 
 /// A cluster with every built-in role registered.
+#[allow(clippy::let_and_return)] // one `let` per system, so systems merge independently
 pub fn builtin(settings: Settings) -> Cluster {
     let cluster = Cluster::new(settings);
     // roles: demo

@@ -185,16 +185,32 @@ pub fn run_cluster(settings: Settings, transport: &str, run_dir: &Path) -> Resul
 }
 
 fn cluster_transport(transport: &str) -> &str {
-    if transport == "processes" { "quic" } else { transport }
+    if transport == "processes" {
+        "quic"
+    } else {
+        transport
+    }
 }
 
 /// A star cluster for a Lasso job.
 pub fn lasso_settings(job: &LassoJob, workers: usize, transport: &str) -> Result<Settings, String> {
-    star_settings("lasso", job, SCHEDULER_ROLE, WORKER_ROLE, workers, transport, job.timeout_s)
+    star_settings(
+        "lasso",
+        job,
+        SCHEDULER_ROLE,
+        WORKER_ROLE,
+        workers,
+        transport,
+        job.timeout_s,
+    )
 }
 
 /// Runs a Lasso job on a cluster and returns the metrics the scheduler wrote.
-pub fn run_lasso_job(job: &LassoJob, workers: usize, transport: &str) -> Result<LassoMetrics, String> {
+pub fn run_lasso_job(
+    job: &LassoJob,
+    workers: usize,
+    transport: &str,
+) -> Result<LassoMetrics, String> {
     let out = job
         .out_dir
         .clone()
@@ -263,7 +279,9 @@ pub struct MfArgs {
 /// `petrel train mf`.
 pub fn train_mf(args: MfArgs) -> Result<(), String> {
     let data = match &args.data {
-        Some(p) => Some(std::fs::canonicalize(p).map_err(|e| format!("data file {}: {e}", p.display()))?),
+        Some(p) => {
+            Some(std::fs::canonicalize(p).map_err(|e| format!("data file {}: {e}", p.display()))?)
+        }
         None => None,
     };
     let job = MfJob {

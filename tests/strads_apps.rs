@@ -26,7 +26,11 @@ fn mf_on_actors_fits_and_writes_factors() {
         ..MfJob::default()
     };
     let m = run_mf_job(&job, 3, "quic").unwrap();
-    assert!(m.final_train_rmse < 0.1, "train rmse {}", m.final_train_rmse);
+    assert!(
+        m.final_train_rmse < 0.1,
+        "train rmse {}",
+        m.final_train_rmse
+    );
     assert!(m.final_test_rmse < 0.3, "test rmse {}", m.final_test_rmse);
     assert!(m.time_to_target_s.is_some());
     let users = std::fs::read_to_string(dir.path().join("user_factors.tsv")).unwrap();
@@ -65,7 +69,10 @@ fn lda_over_quic_equals_the_serial_driver() {
         "{} vs {expected}",
         m.final_loglik_per_token
     );
-    assert_eq!(m.tokens_sampled as usize, corpus.n_tokens() * job.iterations);
+    assert_eq!(
+        m.tokens_sampled as usize,
+        corpus.n_tokens() * job.iterations
+    );
     let topics = std::fs::read_to_string(dir.path().join("topics.txt")).unwrap();
     assert_eq!(topics.lines().count(), 4);
 }

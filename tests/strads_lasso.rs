@@ -84,8 +84,22 @@ fn separate_processes_give_the_same_coefficients() {
             "--transport",
             "processes",
         ])
-        .args(["--block-size", "8", "--candidate-pool", "32", "--max-rounds", "4000"])
-        .args(["--eval-every", "100", "--gap-tolerance", "1e-7", "--seed", "5"])
+        .args([
+            "--block-size",
+            "8",
+            "--candidate-pool",
+            "32",
+            "--max-rounds",
+            "4000",
+        ])
+        .args([
+            "--eval-every",
+            "100",
+            "--gap-tolerance",
+            "1e-7",
+            "--seed",
+            "5",
+        ])
         .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
         .args(["--synthetic-nonzero", "6", "--synthetic-seed", "7"])
         .status()

@@ -184,7 +184,8 @@ pub fn run(args: Args) -> Result<(), String> {
             tracing::info!(mode, seed, updates = ?m.target_updates, seconds = ?m.target_s, "lasso bench run");
             runs.push(m);
         }
-        let reached: Vec<&LassoMetrics> = runs.iter().filter(|m| m.target_updates.is_some()).collect();
+        let reached: Vec<&LassoMetrics> =
+            runs.iter().filter(|m| m.target_updates.is_some()).collect();
         let upd = if reached.len() == runs.len() {
             median(reached.iter().filter_map(|m| m.target_updates).collect())
         } else {
@@ -198,15 +199,21 @@ pub fn run(args: Args) -> Result<(), String> {
         for m in &runs {
             worst_gap = worst_gap.max((m.final_objective - optimum) / optimum);
         }
-        let gaps = median(runs.iter().map(|m| (m.final_objective - optimum) / optimum).collect())
-            .unwrap_or(f64::NAN);
+        let gaps = median(
+            runs.iter()
+                .map(|m| (m.final_objective - optimum) / optimum)
+                .collect(),
+        )
+        .unwrap_or(f64::NAN);
         let kkt = median(runs.iter().map(|m| m.final_kkt_violation).collect()).unwrap_or(f64::NAN);
         table.row(vec![
             mode.into(),
             rho.map_or("-".into(), |r| r.to_string()),
             upd.map_or("not reached".into(), |u| u.to_string()),
             secs.map_or("-".into(), |s| format!("{s:.2}")),
-            median(runs.iter().map(|m| m.rounds).collect()).unwrap_or(0).to_string(),
+            median(runs.iter().map(|m| m.rounds).collect())
+                .unwrap_or(0)
+                .to_string(),
             format!("{gaps:.2e}"),
             format!("{kkt:.2e}"),
             format!("{}/{}", reached.len(), runs.len()),

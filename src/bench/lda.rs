@@ -85,7 +85,10 @@ pub fn run(args: Args) -> Result<(), String> {
             format!("{:.0}", m.tokens_per_s_per_worker * p as f64),
             format!("{:.0}", m.tokens_per_s_per_worker),
             format!("{:.2}", m.sampling_s),
-            format!("{:.4}", m.loglik.first().map_or(f64::NAN, |l| l.loglik_per_token)),
+            format!(
+                "{:.4}",
+                m.loglik.first().map_or(f64::NAN, |l| l.loglik_per_token)
+            ),
             format!("{:.4}", m.final_loglik_per_token),
         ]);
         runs.push((p, m));

@@ -123,7 +123,10 @@ pub fn run(args: Args) -> Result<(), String> {
     )?;
     println!("plot: {}", plot.display());
     let (p, last) = runs.last().ok_or("no runs")?;
-    let single = runs.iter().find(|(p, _)| *p == 1).and_then(|(_, m)| m.time_to_target_s);
+    let single = runs
+        .iter()
+        .find(|(p, _)| *p == 1)
+        .and_then(|(_, m)| m.time_to_target_s);
     print_json(&Figures {
         bench: "mf",
         users: last.n_users,

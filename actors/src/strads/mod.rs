@@ -49,7 +49,10 @@ pub trait StradsApp: Send + 'static {
 
 /// Scheduler -> worker: the work of one round.
 #[derive(Serialize, Deserialize)]
-#[serde(bound(serialize = "A::Task: Serialize", deserialize = "A::Task: DeserializeOwned"))]
+#[serde(bound(
+    serialize = "A::Task: Serialize",
+    deserialize = "A::Task: DeserializeOwned"
+))]
 pub struct Dispatch<A: StradsApp> {
     pub scheduler: u32,
     pub round: u64,
@@ -189,9 +192,10 @@ impl PipelineCore {
                 self.done = true;
                 Ok(None)
             }
-            Step::Wait if self.in_flight() == 0 => {
-                Err(format!("app waits at round {} with nothing in flight", self.next_round))
-            }
+            Step::Wait if self.in_flight() == 0 => Err(format!(
+                "app waits at round {} with nothing in flight",
+                self.next_round
+            )),
             Step::Wait => Ok(None),
         }
     }
@@ -282,9 +286,17 @@ pub enum StradsError {
         source: AskError,
     },
     #[error("round {round}: worker {worker} answered for round {answered}")]
-    WrongRound { round: u64, worker: usize, answered: u64 },
+    WrongRound {
+        round: u64,
+        worker: usize,
+        answered: u64,
+    },
     #[error("round {round}: plan has {tasks} tasks for {workers} workers")]
-    PlanSize { round: u64, tasks: usize, workers: usize },
+    PlanSize {
+        round: u64,
+        tasks: usize,
+        workers: usize,
+    },
     #[error("round {round}: commit to worker {worker}: {source}")]
     Commit {
         round: u64,
@@ -306,7 +318,9 @@ pub struct RunStats {
 }
 
 type RoundFuture<A> = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<(u64, Vec<<A as StradsApp>::Partial>), StradsError>>>,
+    Box<
+        dyn std::future::Future<Output = Result<(u64, Vec<<A as StradsApp>::Partial>), StradsError>>,
+    >,
 >;
 
 fn dispatch_round<A: StradsApp>(
@@ -342,14 +356,13 @@ fn dispatch_round<A: StradsApp>(
             };
             let (priority, timeout) = (opts.priority, opts.timeout);
             async move {
-                let reply = addr
-                    .ask(msg, priority, timeout)
-                    .await
-                    .map_err(|source| StradsError::Worker {
+                let reply = addr.ask(msg, priority, timeout).await.map_err(|source| {
+                    StradsError::Worker {
                         round,
                         worker,
                         source,
-                    })?;
+                    }
+                })?;
                 if reply.round != round {
                     return Err(StradsError::WrongRound {
                         round,

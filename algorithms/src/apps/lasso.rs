@@ -20,8 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use petrel_actors::strads::{
-    Plan, Push, Schedule, SchedulerOptions, StradsApp, Step, WorkerSet, run_scheduler,
-    start_worker,
+    Plan, Push, Schedule, SchedulerOptions, Step, StradsApp, WorkerSet, run_scheduler, start_worker,
 };
 use petrel_actors::{Cluster, NodeContext};
 use petrel_messages::Priority;
@@ -806,8 +805,13 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         Ok((rows, state))
     })
     .await?;
-    start_worker::<LassoApp, _>(&ctx.node, WORKER_ACTOR, index as u32, LassoWorker::new(state))
-        .map_err(|e| e.to_string())?;
+    start_worker::<LassoApp, _>(
+        &ctx.node,
+        WORKER_ACTOR,
+        index as u32,
+        LassoWorker::new(state),
+    )
+    .map_err(|e| e.to_string())?;
     tracing::info!(worker = index, rows = ?rows, "lasso worker ready");
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }

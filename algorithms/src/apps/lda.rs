@@ -18,8 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use petrel_actors::strads::{
-    Plan, Push, Schedule, SchedulerOptions, StradsApp, Step, WorkerSet, run_scheduler,
-    start_worker,
+    Plan, Push, Schedule, SchedulerOptions, Step, StradsApp, WorkerSet, run_scheduler, start_worker,
 };
 use petrel_actors::{Cluster, NodeContext};
 use petrel_messages::Priority;
@@ -211,7 +210,12 @@ pub struct LdaWorkerApp {
 }
 
 impl LdaWorkerApp {
-    pub fn new(index: usize, corpus: &Corpus, layout: &LdaLayout, config: &LdaConfig) -> Result<Self, AppError> {
+    pub fn new(
+        index: usize,
+        corpus: &Corpus,
+        layout: &LdaLayout,
+        config: &LdaConfig,
+    ) -> Result<Self, AppError> {
         let docs = layout.docs_of(corpus, index);
         let mut tokens_per_block = vec![0u64; layout.vocabulary.block_words.len()];
         for (_, doc) in &docs {
@@ -245,10 +249,19 @@ impl Push<LdaApp> for LdaWorkerApp {
             } else {
                 vec![0; self.n_topics]
             };
-            (TopicTotalsDelta { worker: self.worker.worker, deltas }, 0)
+            (
+                TopicTotalsDelta {
+                    worker: self.worker.worker,
+                    deltas,
+                },
+                0,
+            )
         } else {
             self.worker.sample_block(&mut block, &self.vocabulary);
-            (self.worker.take_totals_delta(), self.tokens_per_block[block.block])
+            (
+                self.worker.take_totals_delta(),
+                self.tokens_per_block[block.block],
+            )
         };
         Ok(LdaPartial {
             block,
@@ -261,7 +274,11 @@ impl Push<LdaApp> for LdaWorkerApp {
     fn commit(&mut self, _round: u64, commit: &LdaCommit) -> Result<(), String> {
         if let Some(totals) = &commit.topic_totals {
             if totals.len() != self.n_topics {
-                return Err(format!("{} topic totals for {} topics", totals.len(), self.n_topics));
+                return Err(format!(
+                    "{} topic totals for {} topics",
+                    totals.len(),
+                    self.n_topics
+                ));
             }
             self.worker.set_topic_totals(totals);
         }
@@ -317,7 +334,12 @@ impl LdaScheduling {
     pub fn new(corpus: &Corpus, layout: &LdaLayout, job: &LdaJob, workers: usize) -> Self {
         LdaScheduling {
             schedule: RotationSchedule { p: workers },
-            blocks: layout.vocabulary.empty_blocks().into_iter().map(Some).collect(),
+            blocks: layout
+                .vocabulary
+                .empty_blocks()
+                .into_iter()
+                .map(Some)
+                .collect(),
             topic_totals: vec![0; job.n_topics],
             vocab_size: corpus.vocab_size,
             beta: job.beta,
@@ -401,17 +423,28 @@ impl Schedule<LdaApp> for LdaScheduling {
         Step::Run(Plan::PerWorker(tasks))
     }
 
-    fn pull(&mut self, _round: u64, partials: Vec<LdaPartial>, elapsed: Duration) -> Result<LdaCommit, String> {
+    fn pull(
+        &mut self,
+        _round: u64,
+        partials: Vec<LdaPartial>,
+        elapsed: Duration,
+    ) -> Result<LdaCommit, String> {
         let p = self.schedule.p;
         let mut doc_ll = 0.0;
         let mut reported = 0;
         for (w, partial) in partials.into_iter().enumerate() {
             let expected = self.schedule.block_held(w, self.t);
             if partial.block.block != expected {
-                return Err(format!("worker {w} returned block {} instead of {expected}", partial.block.block));
+                return Err(format!(
+                    "worker {w} returned block {} instead of {expected}",
+                    partial.block.block
+                ));
             }
             if partial.totals.deltas.len() != self.topic_totals.len() {
-                return Err(format!("worker {w}: {} topic deltas", partial.totals.deltas.len()));
+                return Err(format!(
+                    "worker {w}: {} topic deltas",
+                    partial.totals.deltas.len()
+                ));
             }
             for (t, d) in self.topic_totals.iter_mut().zip(&partial.totals.deltas) {
                 *t += d;
@@ -426,9 +459,15 @@ impl Schedule<LdaApp> for LdaScheduling {
         let now = elapsed.as_secs_f64();
         self.metrics.elapsed_s = now;
         if reported == p {
-            let word: f64 = self.blocks.iter().flatten().map(|b| b.log_likelihood_part(self.beta)).sum();
-            let ll = joint_log_likelihood(word, doc_ll, &self.topic_totals, self.vocab_size, self.beta)
-                / self.metrics.n_tokens.max(1) as f64;
+            let word: f64 = self
+                .blocks
+                .iter()
+                .flatten()
+                .map(|b| b.log_likelihood_part(self.beta))
+                .sum();
+            let ll =
+                joint_log_likelihood(word, doc_ll, &self.topic_totals, self.vocab_size, self.beta)
+                    / self.metrics.n_tokens.max(1) as f64;
             if self.pass == 0 {
                 self.init_end_s = now;
             }
@@ -450,7 +489,10 @@ impl Schedule<LdaApp> for LdaScheduling {
         if self.t == p {
             if self.pass == 0 {
                 // Same canonical row order as the serial driver's initial tables.
-                self.blocks.iter_mut().flatten().for_each(WordTopicBlock::canonicalize);
+                self.blocks
+                    .iter_mut()
+                    .flatten()
+                    .for_each(WordTopicBlock::canonicalize);
             }
             self.t = 0;
             self.pass += 1;
@@ -474,7 +516,11 @@ pub fn write_outputs(
     let mut table = String::new();
     for (k, row) in phi.rows().into_iter().enumerate() {
         let mut order: Vec<usize> = (0..row.len()).collect();
-        order.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).unwrap_or(std::cmp::Ordering::Equal));
+        order.sort_by(|&a, &b| {
+            row[b]
+                .partial_cmp(&row[a])
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
         let words: Vec<String> = order
             .iter()
             .take(top)
@@ -494,7 +540,8 @@ pub fn write_outputs(
     }
     write_output(dir, "topics.txt", topics.as_bytes())?;
     write_output(dir, "topic_word.tsv", table.as_bytes())?;
-    let json = serde_json::to_vec_pretty(sched.metrics()).map_err(|e| AppError::Config(e.to_string()))?;
+    let json =
+        serde_json::to_vec_pretty(sched.metrics()).map_err(|e| AppError::Config(e.to_string()))?;
     write_output(dir, "metrics.json", &json)
 }
 
@@ -512,14 +559,19 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
         Ok((corpus, app))
     })
     .await?;
-    ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())?;
-    let set = WorkerSet::<LdaApp>::resolve(&ctx.node, &workers, WORKER_ACTOR).map_err(|e| e.to_string())?;
+    ctx.barrier(READY_BARRIER)
+        .await
+        .map_err(|e| e.to_string())?;
+    let set = WorkerSet::<LdaApp>::resolve(&ctx.node, &workers, WORKER_ACTOR)
+        .map_err(|e| e.to_string())?;
     let opts = SchedulerOptions {
         timeout: Duration::from_secs(job.timeout_s.max(1)),
         priority: Priority::NORMAL,
         ..SchedulerOptions::default()
     };
-    run_scheduler(&mut app, &set, &opts).await.map_err(|e| e.to_string())?;
+    run_scheduler(&mut app, &set, &opts)
+        .await
+        .map_err(|e| e.to_string())?;
     let m = app.metrics();
     tracing::info!(
         loglik_per_token = m.final_loglik_per_token,
@@ -546,7 +598,8 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         LdaWorkerApp::new(index, &corpus, &layout, &loader.config(n_workers))
     })
     .await?;
-    start_worker::<LdaApp, _>(&ctx.node, WORKER_ACTOR, index as u32, app).map_err(|e| e.to_string())?;
+    start_worker::<LdaApp, _>(&ctx.node, WORKER_ACTOR, index as u32, app)
+        .map_err(|e| e.to_string())?;
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }
 
@@ -595,8 +648,14 @@ mod tests {
                 PipelineAction::Schedule(r) => {
                     let step = sched.schedule(r, core.in_flight());
                     core.scheduled(&step).unwrap();
-                    let Step::Run(Plan::PerWorker(tasks)) = step else { continue };
-                    let parts = ws.iter_mut().zip(&tasks).map(|(w, t)| w.push(r, t).unwrap()).collect();
+                    let Step::Run(Plan::PerWorker(tasks)) = step else {
+                        continue;
+                    };
+                    let parts = ws
+                        .iter_mut()
+                        .zip(&tasks)
+                        .map(|(w, t)| w.push(r, t).unwrap())
+                        .collect();
                     let c = sched.pull(r, parts, Duration::ZERO).unwrap();
                     core.committed(r).unwrap();
                     for w in &mut ws {
@@ -639,7 +698,10 @@ mod tests {
         let trace = &sched.metrics().loglik;
         assert_eq!(trace.len(), job.iterations + 1);
         assert!(trace.last().unwrap().loglik_per_token > trace[0].loglik_per_token);
-        assert_eq!(sched.metrics().tokens_sampled as usize, corpus.n_tokens() * job.iterations);
+        assert_eq!(
+            sched.metrics().tokens_sampled as usize,
+            corpus.n_tokens() * job.iterations
+        );
     }
 
     #[test]
@@ -650,6 +712,9 @@ mod tests {
         write_outputs(dir.path(), &sched, &corpus, 5).unwrap();
         let topics = std::fs::read_to_string(dir.path().join("topics.txt")).unwrap();
         assert_eq!(topics.lines().count(), 4);
-        assert!(topics.lines().all(|l| l.split(' ').count() == 2 + 5), "{topics}");
+        assert!(
+            topics.lines().all(|l| l.split(' ').count() == 2 + 5),
+            "{topics}"
+        );
     }
 }

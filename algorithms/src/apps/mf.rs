@@ -18,8 +18,7 @@ use std::time::Duration;
 
 use ndarray::Array2;
 use petrel_actors::strads::{
-    Plan, Push, Schedule, SchedulerOptions, StradsApp, Step, WorkerSet, run_scheduler,
-    start_worker,
+    Plan, Push, Schedule, SchedulerOptions, Step, StradsApp, WorkerSet, run_scheduler, start_worker,
 };
 use petrel_actors::{Cluster, NodeContext};
 use petrel_messages::Priority;
@@ -207,8 +206,17 @@ impl MfWorkerApp {
             .len();
         let mut rng = StdRng::seed_from_u64(job.seed.wrapping_mul(1_000_003) ^ index as u64);
         let scale = 1.0 / (rank as f32).sqrt();
-        let init = (0..users * rank).map(|_| rng.gen_range(0.0..scale)).collect();
-        let worker = MfWorker::new(index, partition, train, rank, init, &initial_blocks(partition, rank))?;
+        let init = (0..users * rank)
+            .map(|_| rng.gen_range(0.0..scale))
+            .collect();
+        let worker = MfWorker::new(
+            index,
+            partition,
+            train,
+            rank,
+            init,
+            &initial_blocks(partition, rank),
+        )?;
         Ok(MfWorkerApp {
             worker,
             lambda: job.lambda,
@@ -236,7 +244,10 @@ impl Push<MfApp> for MfWorkerApp {
                 report,
             } => {
                 if *k >= self.rank || block.rank != self.rank {
-                    return Err(format!("coordinate {k} / block rank {} vs rank {}", block.rank, self.rank));
+                    return Err(format!(
+                        "coordinate {k} / block rank {} vs rank {}",
+                        block.rank, self.rank
+                    ));
                 }
                 let mut block = block.clone();
                 self.worker.begin_visit(&mut block);
@@ -304,7 +315,11 @@ pub struct MfMetrics {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Stage {
     /// Rotation of `phase` for coordinate `k`, sub-round `t`.
-    Rotate { phase: Phase, k: usize, t: usize },
+    Rotate {
+        phase: Phase,
+        k: usize,
+        t: usize,
+    },
     Collect,
     Finished,
 }
@@ -332,7 +347,10 @@ impl MfScheduling {
         let p = partition.n_buckets;
         MfScheduling {
             schedule: RotationSchedule { p },
-            blocks: initial_blocks(partition, job.rank).into_iter().map(Some).collect(),
+            blocks: initial_blocks(partition, job.rank)
+                .into_iter()
+                .map(Some)
+                .collect(),
             rank: job.rank,
             lambda: job.lambda,
             inner: job.inner_iterations.max(1),
@@ -462,7 +480,12 @@ impl Schedule<MfApp> for MfScheduling {
         }
     }
 
-    fn pull(&mut self, round: u64, partials: Vec<MfPartial>, elapsed: Duration) -> Result<MfCommit, String> {
+    fn pull(
+        &mut self,
+        round: u64,
+        partials: Vec<MfPartial>,
+        elapsed: Duration,
+    ) -> Result<MfCommit, String> {
         self.metrics.rounds = round + 1;
         self.metrics.elapsed_s = elapsed.as_secs_f64();
         match self.stage {
@@ -481,7 +504,10 @@ impl Schedule<MfApp> for MfScheduling {
                     };
                     let expected = self.schedule.block_held(w, t);
                     if block.block != expected {
-                        return Err(format!("worker {w} returned block {} instead of {expected}", block.block));
+                        return Err(format!(
+                            "worker {w} returned block {} instead of {expected}",
+                            block.block
+                        ));
                     }
                     if let Some((s, c)) = squared_error {
                         sq += s;
@@ -573,8 +599,16 @@ pub fn write_outputs(
         s
     };
     let map = train.id_mapping.as_ref();
-    write_output(dir, "user_factors.tsv", table(w, map.map(|m| &m.user_ids)).as_bytes())?;
-    write_output(dir, "item_factors.tsv", table(h, map.map(|m| &m.item_ids)).as_bytes())?;
+    write_output(
+        dir,
+        "user_factors.tsv",
+        table(w, map.map(|m| &m.user_ids)).as_bytes(),
+    )?;
+    write_output(
+        dir,
+        "item_factors.tsv",
+        table(h, map.map(|m| &m.item_ids)).as_bytes(),
+    )?;
     let json = serde_json::to_vec_pretty(metrics).map_err(|e| AppError::Config(e.to_string()))?;
     write_output(dir, "metrics.json", &json)
 }
@@ -593,15 +627,22 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
         Ok((train, test, app))
     })
     .await?;
-    ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())?;
-    let set = WorkerSet::<MfApp>::resolve(&ctx.node, &workers, WORKER_ACTOR).map_err(|e| e.to_string())?;
+    ctx.barrier(READY_BARRIER)
+        .await
+        .map_err(|e| e.to_string())?;
+    let set = WorkerSet::<MfApp>::resolve(&ctx.node, &workers, WORKER_ACTOR)
+        .map_err(|e| e.to_string())?;
     let opts = SchedulerOptions {
         timeout: Duration::from_secs(job.timeout_s.max(1)),
         priority: Priority::NORMAL,
         ..SchedulerOptions::default()
     };
-    run_scheduler(&mut app, &set, &opts).await.map_err(|e| e.to_string())?;
-    let (w, h) = app.factors().ok_or("the job ended without collecting the factors")?;
+    run_scheduler(&mut app, &set, &opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (w, h) = app
+        .factors()
+        .ok_or("the job ended without collecting the factors")?;
     let mut metrics = app.metrics().clone();
     metrics.final_test_rmse = rmse(&test, &w, &h);
     tracing::info!(
@@ -630,7 +671,8 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         MfWorkerApp::new(index, &partition, &train, &loader)
     })
     .await?;
-    start_worker::<MfApp, _>(&ctx.node, WORKER_ACTOR, index as u32, app).map_err(|e| e.to_string())?;
+    start_worker::<MfApp, _>(&ctx.node, WORKER_ACTOR, index as u32, app)
+        .map_err(|e| e.to_string())?;
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }
 
@@ -665,7 +707,11 @@ mod tests {
                         Step::Run(Plan::PerWorker(t)) => t,
                         _ => continue,
                     };
-                    let parts = ws.iter_mut().zip(&tasks).map(|(w, t)| w.push(r, t).unwrap()).collect();
+                    let parts = ws
+                        .iter_mut()
+                        .zip(&tasks)
+                        .map(|(w, t)| w.push(r, t).unwrap())
+                        .collect();
                     let c = sched.pull(r, parts, Duration::ZERO).unwrap();
                     core.committed(r).unwrap();
                     for w in &mut ws {
@@ -705,11 +751,26 @@ mod tests {
         // The trace's reported RMSE matches the RMSE recomputed from the gathered factors.
         let (w, h) = sched.factors().unwrap();
         let recomputed = rmse(&train, &w, &h);
-        assert!((recomputed - m.final_train_rmse).abs() < 1e-3, "{recomputed} vs {}", m.final_train_rmse);
-        assert!(m.final_train_rmse < 0.3 * first, "{first} -> {}", m.final_train_rmse);
-        assert!(rmse(&test, &w, &h) < 0.5, "test rmse {}", rmse(&test, &w, &h));
+        assert!(
+            (recomputed - m.final_train_rmse).abs() < 1e-3,
+            "{recomputed} vs {}",
+            m.final_train_rmse
+        );
+        assert!(
+            m.final_train_rmse < 0.3 * first,
+            "{first} -> {}",
+            m.final_train_rmse
+        );
+        assert!(
+            rmse(&test, &w, &h) < 0.5,
+            "test rmse {}",
+            rmse(&test, &w, &h)
+        );
         assert!(m.time_to_target_s.is_some());
-        assert_eq!(m.worker_ratings.iter().sum::<u64>() as usize, train.entries.len());
+        assert_eq!(
+            m.worker_ratings.iter().sum::<u64>() as usize,
+            train.entries.len()
+        );
     }
 
     #[test]
@@ -729,6 +790,14 @@ mod tests {
         let (train, _) = job.load().unwrap();
         let partition = MfPartition::balanced(&train, 2);
         let mut w = MfWorkerApp::new(0, &partition, &train, &job).unwrap();
-        assert!(w.commit(0, &MfCommit { finalize_w: Some(99) }).is_err());
+        assert!(
+            w.commit(
+                0,
+                &MfCommit {
+                    finalize_w: Some(99)
+                }
+            )
+            .is_err()
+        );
     }
 }

@@ -281,8 +281,7 @@ impl LassoScheduler {
         };
         match &mut self.filter {
             Some(filter) => {
-                let kept =
-                    filter_dependent(&candidates, block, filter.rho, filter.oracle.as_mut());
+                let kept = filter_dependent(&candidates, block, filter.rho, filter.oracle.as_mut());
                 if self.config.mode == ScheduleMode::Cyclic {
                     // Coordinates the filter skipped go first next round, so every
                     // coordinate is still updated once per sweep (with correlated

@@ -31,9 +31,7 @@ fn drive(job: &LassoJob, workers: usize) -> (Vec<f32>, LassoMetrics) {
     let mut ws: Vec<LassoWorker> = crate::strads::split_evenly(x.n_rows, workers)
         .into_iter()
         .map(|r| {
-            LassoWorker::new(
-                LassoWorkerState::new(x.row_block(r.clone()), y[r].to_vec()).unwrap(),
-            )
+            LassoWorker::new(LassoWorkerState::new(x.row_block(r.clone()), y[r].to_vec()).unwrap())
         })
         .collect();
     let mut core = PipelineCore::new(job.depth);
@@ -86,7 +84,11 @@ fn scheduled_lasso_reaches_kkt_point_for_every_mode() {
             "{mode}: kkt {} lambda {lambda}",
             m.final_kkt_violation
         );
-        assert!(m.final_duality_gap >= -1e-6, "{mode}: gap {}", m.final_duality_gap);
+        assert!(
+            m.final_duality_gap >= -1e-6,
+            "{mode}: gap {}",
+            m.final_duality_gap
+        );
         assert!(
             (m.final_objective - optimum) / optimum < 1e-4,
             "{mode}: {} vs {optimum}",
@@ -149,7 +151,12 @@ fn unknown_mode_is_a_clear_error() {
         mode: "greedy".into(),
         ..LassoJob::default()
     };
-    assert!(job.schedule_mode().unwrap_err().to_string().contains("greedy"));
+    assert!(
+        job.schedule_mode()
+            .unwrap_err()
+            .to_string()
+            .contains("greedy")
+    );
 }
 
 #[test]
@@ -181,7 +188,7 @@ fn libsvm_input_and_outputs() {
     assert_eq!(coef.lines().count(), 3);
     let metrics: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
-    assert!(metrics["evaluations"].as_array().unwrap().len() >= 1);
+    assert!(!metrics["evaluations"].as_array().unwrap().is_empty());
     // A malformed file names its line.
     std::fs::write(&data, "1.0 1:1\nnot-a-number 2:1\n").unwrap();
     let err = job.load().unwrap_err().to_string();
