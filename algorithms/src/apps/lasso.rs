@@ -727,6 +727,61 @@ impl LassoOutcome {
     }
 }
 
+/// Runs a job with both halves in this thread and no actors, in exactly the message order
+/// of [`run_scheduler`] (dispatch r, ..., commit r in round order): the reference the
+/// distributed runs must reproduce bit for bit.
+pub fn run_without_actors(job: &LassoJob, workers: usize) -> Result<LassoOutcome, AppError> {
+    use petrel_actors::strads::{PipelineAction, PipelineCore};
+    let (x, y) = job.load()?;
+    let mut sched = LassoScheduling::new(&x, &y, job, workers)?;
+    let mut ws = crate::strads::split_evenly(x.n_rows, workers)
+        .into_iter()
+        .map(|r| LassoWorkerState::new(x.row_block(r.clone()), y[r].to_vec()).map(LassoWorker::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut core = PipelineCore::new(job.depth);
+    let mut pending: VecDeque<(u64, Vec<LassoPartial>)> = VecDeque::new();
+    let mut waiting = false;
+    let app_err = |e: String| AppError::Config(e);
+    loop {
+        let action = if core.must_await(waiting) {
+            PipelineAction::AwaitOldest
+        } else {
+            core.next_action()
+        };
+        match action {
+            PipelineAction::Schedule(r) => {
+                let step = sched.schedule(r, core.in_flight());
+                waiting = matches!(step, Step::Wait);
+                core.scheduled(&step).map_err(app_err)?;
+                if let Step::Run(Plan::All(task)) = step {
+                    let parts = ws
+                        .iter_mut()
+                        .map(|w| w.push(r, &task))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(app_err)?;
+                    pending.push_back((r, parts));
+                }
+            }
+            PipelineAction::AwaitOldest => {
+                waiting = false;
+                let Some((r, parts)) = pending.pop_front() else {
+                    return Err(AppError::Config("pipeline empty".into()));
+                };
+                let c = sched.pull(r, parts, Duration::ZERO).map_err(app_err)?;
+                core.committed(r).map_err(app_err)?;
+                for w in &mut ws {
+                    w.commit(r, &c).map_err(app_err)?;
+                }
+            }
+            PipelineAction::Stop => break,
+        }
+    }
+    Ok(LassoOutcome {
+        coefficients: sched.coefficients().to_vec(),
+        metrics: sched.metrics().clone(),
+    })
+}
+
 fn job_of(ctx: &NodeContext) -> Result<LassoJob, String> {
     ctx.settings
         .app::<LassoJob>("lasso")

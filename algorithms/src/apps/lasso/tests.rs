@@ -22,50 +22,9 @@ fn small_job(mode: &str) -> LassoJob {
     }
 }
 
-/// Drives the two halves directly (what the actors do, without them), `depth` rounds in
-/// flight: dispatch r, dispatch r+1, commit r, ... exactly as `run_scheduler` orders them.
 fn drive(job: &LassoJob, workers: usize) -> (Vec<f32>, LassoMetrics) {
-    use petrel_actors::strads::{PipelineAction, PipelineCore};
-    let (x, y) = job.load().unwrap();
-    let mut sched = LassoScheduling::new(&x, &y, job, workers).unwrap();
-    let mut ws: Vec<LassoWorker> = crate::strads::split_evenly(x.n_rows, workers)
-        .into_iter()
-        .map(|r| {
-            LassoWorker::new(LassoWorkerState::new(x.row_block(r.clone()), y[r].to_vec()).unwrap())
-        })
-        .collect();
-    let mut core = PipelineCore::new(job.depth);
-    let mut pending: VecDeque<(u64, Vec<LassoPartial>)> = VecDeque::new();
-    let mut waiting = false;
-    loop {
-        let action = if core.must_await(waiting) {
-            PipelineAction::AwaitOldest
-        } else {
-            core.next_action()
-        };
-        match action {
-            PipelineAction::Schedule(r) => {
-                let step = sched.schedule(r, core.in_flight());
-                waiting = matches!(step, Step::Wait);
-                core.scheduled(&step).unwrap();
-                if let Step::Run(Plan::All(task)) = step {
-                    let parts = ws.iter_mut().map(|w| w.push(r, &task).unwrap()).collect();
-                    pending.push_back((r, parts));
-                }
-            }
-            PipelineAction::AwaitOldest => {
-                waiting = false;
-                let (r, parts) = pending.pop_front().unwrap();
-                let c = sched.pull(r, parts, Duration::ZERO).unwrap();
-                core.committed(r).unwrap();
-                for w in &mut ws {
-                    w.commit(r, &c).unwrap();
-                }
-            }
-            PipelineAction::Stop => break,
-        }
-    }
-    (sched.coefficients().to_vec(), sched.metrics().clone())
+    let out = run_without_actors(job, workers).unwrap();
+    (out.coefficients, out.metrics)
 }
 
 #[test]
