@@ -71,7 +71,7 @@ fn memory_transport_gives_the_same_coefficients() {
         .coefficients
         .iter()
         .enumerate()
-        .map(|(j, v)| format!("{j}\t{v}\n"))
+        .map(|(j, v)| format!("{}\t{v}\n", j + 1))
         .collect();
     assert_eq!(
         std::fs::read_to_string(mem.join("coefficients.tsv")).unwrap(),

@@ -713,12 +713,12 @@ pub struct LassoOutcome {
 }
 
 impl LassoOutcome {
-    /// Writes `coefficients.tsv` (`index<TAB>value`, every coordinate, 0-based) and
-    /// `metrics.json`.
+    /// Writes `coefficients.tsv` (`feature<TAB>value` for every feature, numbered 1-based
+    /// like LIBSVM indices) and `metrics.json`.
     pub fn write(&self, dir: &std::path::Path) -> Result<(), AppError> {
         let mut text = String::with_capacity(self.coefficients.len() * 12);
         for (j, v) in self.coefficients.iter().enumerate() {
-            text.push_str(&format!("{j}\t{v}\n"));
+            text.push_str(&format!("{}\t{v}\n", j + 1));
         }
         write_output(dir, "coefficients.tsv", text.as_bytes())?;
         let json = serde_json::to_vec_pretty(&self.metrics)

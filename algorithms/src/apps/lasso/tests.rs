@@ -145,6 +145,7 @@ fn libsvm_input_and_outputs() {
     .unwrap();
     let coef = std::fs::read_to_string(out.join("coefficients.tsv")).unwrap();
     assert_eq!(coef.lines().count(), 3);
+    assert!(coef.starts_with("1\t"), "{coef}");
     let metrics: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
     assert!(!metrics["evaluations"].as_array().unwrap().is_empty());
