@@ -106,6 +106,8 @@ enum TrainCommand {
     Mf(petrel::strads::MfArgs),
     /// LDA by collapsed Gibbs sampling with word rotation (STRADS): topics + metrics.json.
     Lda(petrel::strads::LdaArgs),
+    /// Sparse logistic regression by scheduled coordinate descent (Lasso options).
+    Logistic(petrel::strads::LassoArgs),
 }
 
 #[derive(Subcommand)]
@@ -253,6 +255,7 @@ fn dispatch(command: Command) -> Result<(), String> {
             TrainCommand::Lasso(args) => petrel::strads::train_lasso(args),
             TrainCommand::Mf(args) => petrel::strads::train_mf(args),
             TrainCommand::Lda(args) => petrel::strads::train_lda(args),
+            TrainCommand::Logistic(args) => petrel::strads::train_logistic(args),
         },
     }
 }

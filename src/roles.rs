@@ -15,5 +15,6 @@ pub fn builtin(settings: Settings) -> Cluster {
     let cluster = petrel_algorithms::apps::lasso::register(cluster);
     let cluster = petrel_algorithms::apps::mf::register(cluster);
     let cluster = petrel_algorithms::apps::lda::register(cluster);
+    let cluster = petrel_algorithms::apps::logistic::register(cluster);
     cluster
 }

@@ -7,6 +7,7 @@ use petrel_algorithms::apps::lasso::{
     LassoJob, LassoMetrics, SCHEDULER_ROLE, SyntheticLasso, WORKER_ROLE,
 };
 use petrel_algorithms::apps::lda::{self, LdaJob, LdaMetrics};
+use petrel_algorithms::apps::logistic::{self, LogisticMetrics};
 use petrel_algorithms::apps::mf::{self, MfJob, MfMetrics};
 use std::path::{Path, PathBuf};
 
@@ -412,6 +413,40 @@ pub fn train_lda(args: LdaArgs) -> Result<(), String> {
         m.n_tokens,
         m.final_loglik_per_token,
         m.tokens_per_s_per_worker,
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// `petrel train logistic`: sparse logistic regression with the Lasso options (labels > 0
+/// are the positive class; `--max-rounds` rounds; without `--data`, separable synthetic
+/// data of `--synthetic-samples x --synthetic-features`).
+pub fn train_logistic(args: LassoArgs) -> Result<(), String> {
+    let job = args.job()?;
+    let out = job
+        .out_dir
+        .clone()
+        .ok_or("the job needs an output directory")?;
+    let settings = star_settings(
+        "logistic",
+        &job,
+        logistic::SCHEDULER_ROLE,
+        logistic::WORKER_ROLE,
+        args.workers,
+        cluster_transport(&args.transport),
+        job.timeout_s,
+    )?;
+    run_cluster(settings, &args.transport, &out.join("run"))?;
+    let m: LogisticMetrics = read_json(&out.join("metrics.json"))?;
+    println!(
+        "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {}",
+        m.mode,
+        m.rounds,
+        m.updates,
+        m.elapsed_s,
+        m.final_objective,
+        m.final_training_accuracy,
+        m.nonzeros,
         args.out.display()
     );
     Ok(())

@@ -99,3 +99,36 @@ fn malformed_inputs_name_file_and_line() {
     let err = run_lda_job(&job, 1, "quic").unwrap_err();
     assert!(err.contains("docword.txt:5"), "{err}");
 }
+
+#[test]
+fn sparse_logistic_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("logistic");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", "logistic", "--out", out.to_str().unwrap()])
+        .args(["--synthetic-samples", "200", "--synthetic-features", "40"])
+        .args([
+            "--max-rounds",
+            "400",
+            "--block-size",
+            "4",
+            "--lambda",
+            "0.01",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+    assert!(m["final_training_accuracy"].as_f64().unwrap() > 0.95, "{m}");
+    let trace = m["trace"].as_array().unwrap();
+    let first = trace.first().unwrap()["objective"].as_f64().unwrap();
+    assert!(m["final_objective"].as_f64().unwrap() < 0.5 * first);
+    assert_eq!(
+        std::fs::read_to_string(out.join("coefficients.tsv"))
+            .unwrap()
+            .lines()
+            .count(),
+        40
+    );
+}

@@ -4,6 +4,7 @@
 
 pub mod lasso;
 pub mod lda;
+pub mod logistic;
 pub mod mf;
 
 use std::path::Path;
