@@ -22,6 +22,7 @@ pub mod ps_lr;
 pub mod ps_mf;
 pub mod report;
 pub mod roles;
+pub mod strads;
 
 /// Sets up `tracing` output to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_tracing() {

@@ -69,19 +69,11 @@ enum Command {
         command: BenchCommand,
     },
     // commands: applications -- systems add their subcommands below this line
-    /// Train a model on the parameter server (in-process localhost cluster).
+    /// Train a model on a localhost cluster (parameter-server or STRADS apps).
     Train {
         #[command(subcommand)]
         app: TrainCommand,
     },
-}
-
-#[derive(Subcommand)]
-enum TrainCommand {
-    /// Matrix factorization by SGD on the parameter server.
-    Mf(petrel::ps_mf::TrainArgs),
-    /// Multinomial logistic regression (LIBSVM data) on the parameter server.
-    Lr(petrel::ps_lr::TrainArgs),
 }
 
 #[derive(Subcommand)]
@@ -107,6 +99,25 @@ enum NetnsCommand {
 }
 
 #[derive(Subcommand)]
+enum TrainCommand {
+    /// Matrix factorization by SGD on the parameter server (BSP/SSP/ESSP/async).
+    #[command(name = "ps-mf")]
+    PsMf(petrel::ps_mf::TrainArgs),
+    /// Multinomial logistic regression (LIBSVM data) on the parameter server.
+    #[command(name = "ps-lr")]
+    PsLr(petrel::ps_lr::TrainArgs),
+    /// Lasso by scheduled coordinate descent (STRADS): coefficients.tsv + metrics.json.
+    Lasso(petrel::strads::LassoArgs),
+    /// Matrix factorisation by CCD++ with block rotation (STRADS): factors + metrics.json.
+    #[command(name = "strads-mf")]
+    StradsMf(petrel::strads::MfArgs),
+    /// LDA by collapsed Gibbs sampling with word rotation (STRADS): topics + metrics.json.
+    Lda(petrel::strads::LdaArgs),
+    /// Sparse logistic regression by scheduled coordinate descent (Lasso options).
+    Logistic(petrel::strads::LassoArgs),
+}
+
+#[derive(Subcommand)]
 enum BenchCommand {
     /// Raw quinn vs petrel messaging vs local sends, and priority under a backlog.
     Transport(petrel::bench::transport::Args),
@@ -117,6 +128,12 @@ enum BenchCommand {
     Consistency(petrel::bench::consistency::Args),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
     P3(petrel::bench::p3::Args),
+    /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
+    Lasso(petrel::bench::lasso::Args),
+    /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
+    Mf(petrel::bench::mf::Args),
+    /// STRADS LDA (SparseLDA with word rotation): tokens/s and log-likelihood against time.
+    Lda(petrel::bench::lda::Args),
 }
 
 fn main() -> ExitCode {
@@ -245,11 +262,18 @@ fn dispatch(command: Command) -> Result<(), String> {
             // bench dispatch: systems add their arms below this line
             BenchCommand::Consistency(args) => petrel::bench::consistency::run(args),
             BenchCommand::P3(args) => petrel::bench::p3::run(args),
+            BenchCommand::Lasso(args) => petrel::bench::lasso::run(args),
+            BenchCommand::Mf(args) => petrel::bench::mf::run(args),
+            BenchCommand::Lda(args) => petrel::bench::lda::run(args),
         },
         // commands dispatch: applications add their arms below this line
         Command::Train { app } => match app {
-            TrainCommand::Mf(args) => petrel::ps_mf::train_cli(args),
-            TrainCommand::Lr(args) => petrel::ps_lr::train_cli(args),
+            TrainCommand::PsMf(args) => petrel::ps_mf::train_cli(args),
+            TrainCommand::PsLr(args) => petrel::ps_lr::train_cli(args),
+            TrainCommand::Lasso(args) => petrel::strads::train_lasso(args),
+            TrainCommand::StradsMf(args) => petrel::strads::train_mf(args),
+            TrainCommand::Lda(args) => petrel::strads::train_lda(args),
+            TrainCommand::Logistic(args) => petrel::strads::train_logistic(args),
         },
     }
 }

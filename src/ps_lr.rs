@@ -521,7 +521,7 @@ pub fn run_local(
     r.ok_or_else(|| "the monitor produced no result".to_string())
 }
 
-/// `petrel train lr`.
+/// `petrel train ps-lr`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TrainArgs {
     /// LIBSVM file (`label idx:val ...`); synthetic separable classes when omitted.

@@ -826,7 +826,7 @@ pub fn run_local_with(
     r.ok_or_else(|| "the monitor produced no result".to_string())
 }
 
-/// `petrel train mf`.
+/// `petrel train ps-mf`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TrainArgs {
     /// Ratings file: `user item rating` triplets (tab/space/comma; MovieLens `u.data` works)
@@ -869,7 +869,7 @@ pub struct TrainArgs {
     pub transport: String,
 }
 
-/// Runs `petrel train mf` on an in-process cluster and prints a summary.
+/// Runs `petrel train ps-mf` on an in-process cluster and prints a summary.
 pub fn train_cli(a: TrainArgs) -> Result<(), String> {
     let cfg = MfConfig {
         data: a.data.clone(),

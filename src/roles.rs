@@ -4,6 +4,7 @@
 use petrel_actors::{Cluster, Settings};
 
 /// A cluster with every built-in role registered.
+#[allow(clippy::let_and_return)] // one `let` per system, so systems merge independently
 pub fn builtin(settings: Settings) -> Cluster {
     let cluster = Cluster::new(settings);
     // roles: demo
@@ -12,5 +13,9 @@ pub fn builtin(settings: Settings) -> Cluster {
     let cluster = crate::ps_mf::register_builtin(cluster);
     // roles: p3 (issue 4)
     // roles: strads (issue 5)
+    let cluster = petrel_algorithms::apps::lasso::register(cluster);
+    let cluster = petrel_algorithms::apps::mf::register(cluster);
+    let cluster = petrel_algorithms::apps::lda::register(cluster);
+    let cluster = petrel_algorithms::apps::logistic::register(cluster);
     cluster
 }

@@ -15,6 +15,7 @@ pub mod mailbox;
 pub mod node;
 pub mod ps;
 pub mod settings;
+pub mod strads;
 pub mod topology;
 
 pub use address::{ActorRef, Msg};

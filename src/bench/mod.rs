@@ -1,6 +1,10 @@
 //! Benchmarks behind `petrel bench …`. Each prints a table and ends with one JSON line.
 
 pub mod consistency;
+pub mod lasso;
+pub mod lda;
+pub mod mf;
 pub mod p3;
 pub mod soak;
+pub mod strads_plot;
 pub mod transport;

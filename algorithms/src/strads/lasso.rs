@@ -136,6 +136,18 @@ impl LassoWorkerState {
         self.residual.iter().map(|r| r * r).sum()
     }
 
+    /// Partials `(y.y, y.r, r.r)`: enough for the duality gap with any dual scale `s`, since
+    /// `||y - s r||^2 = y.y - 2 s y.r + s^2 r.r`.
+    pub fn dot_partials(&self) -> (f64, f64, f64) {
+        self.y
+            .iter()
+            .zip(&self.residual)
+            .fold((0.0, 0.0, 0.0), |(yy, yr, rr), (&y, &r)| {
+                let y = f64::from(y);
+                (yy + y * y, yr + y * r, rr + r * r)
+            })
+    }
+
     /// Partials `(||y||^2, ||y - s r||^2)` for the duality gap with dual point `s r`.
     pub fn dual_partials(&self, scale: f64) -> (f64, f64) {
         self.y

@@ -27,7 +27,41 @@ use crate::data::Corpus;
 /// Sparse topic-count vector: `(topic, count)` pairs with count > 0, unordered.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicCounts {
+    /// On the wire as raw little-endian `u32` pairs (a block carries many rows).
+    #[serde(with = "pair_bytes")]
     pub entries: Vec<(u32, u32)>,
+}
+
+/// `(u32, u32)` pairs as little-endian bytes.
+mod pair_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(pairs: &[(u32, u32)], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = pairs
+            .iter()
+            .flat_map(|&(a, b)| a.to_le_bytes().into_iter().chain(b.to_le_bytes()))
+            .collect();
+        s.serialize_bytes(&bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(u32, u32)>, D::Error> {
+        let bytes = serde_bytes::ByteBuf::deserialize(d)?;
+        if bytes.len() % 8 != 0 {
+            return Err(serde::de::Error::custom(format!(
+                "topic-count payload of {} bytes is not a multiple of 8",
+                bytes.len()
+            )));
+        }
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| {
+                (
+                    u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                )
+            })
+            .collect())
+    }
 }
 
 impl TopicCounts {
@@ -72,6 +106,15 @@ pub struct WordTopicBlock {
 }
 
 impl WordTopicBlock {
+    /// Sorts every row's entries by topic: the sampler walks entries in order, so a block
+    /// built in a different order (e.g. by a rotation) samples identically once both are
+    /// canonical.
+    pub fn canonicalize(&mut self) {
+        for row in &mut self.rows {
+            row.entries.sort_unstable();
+        }
+    }
+
     /// `sum over non-zero (w, k) of lnGamma(n_wk + beta) - lnGamma(beta)`: this block's
     /// share of the word half of the joint log-likelihood.
     pub fn log_likelihood_part(&self, beta: f64) -> f64 {
@@ -549,6 +592,7 @@ impl LdaCluster {
                 worker.add_initial_counts(block, &vocabulary);
             }
         }
+        blocks.iter_mut().for_each(WordTopicBlock::canonicalize);
         let mut topic_totals = vec![0i64; config.n_topics];
         for worker in &workers {
             for (t, n) in topic_totals.iter_mut().zip(worker.own_topic_counts()) {

@@ -77,6 +77,7 @@ impl RotationSchedule {
 pub struct PendingColumnUpdate {
     pub k: usize,
     /// Change of `h_jk` per local column of the block.
+    #[serde(with = "petrel_messages::tensor::f32_bytes")]
     pub deltas: Vec<f32>,
     /// Which workers have applied it.
     pub applied_by: Vec<bool>,
@@ -91,8 +92,11 @@ pub struct FactorBlock {
     /// Global item ids of the local columns.
     pub item_ids: Vec<u32>,
     /// `item_ids.len() x rank`, row-major.
+    #[serde(with = "petrel_messages::tensor::f32_bytes")]
     pub factors: Vec<f32>,
+    #[serde(with = "crate::apps::f64_bytes")]
     pub numerators: Vec<f64>,
+    #[serde(with = "crate::apps::f64_bytes")]
     pub denominators: Vec<f64>,
     pub pending: Vec<PendingColumnUpdate>,
 }

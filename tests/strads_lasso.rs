@@ -1,0 +1,146 @@
+//! STRADS Lasso on the actor runtime: KKT optimality of the distributed solution, and the
+//! same seed giving bit-identical coefficients with no actors at all, with actors over QUIC
+//! in one process, and with the scheduler and workers in separate processes.
+
+use petrel::strads::run_lasso_job;
+use petrel_algorithms::apps::lasso::{LassoJob, SyntheticLasso, run_without_actors};
+use std::path::Path;
+
+fn job(out: &Path, depth: usize) -> LassoJob {
+    LassoJob {
+        synthetic: SyntheticLasso {
+            n_samples: 150,
+            n_features: 300,
+            group_size: 10,
+            correlation: 0.8,
+            n_nonzero: 6,
+            noise_std: 0.1,
+            seed: 7,
+        },
+        mode: "dynamic".into(),
+        block_size: 8,
+        candidate_pool: 32,
+        depth,
+        max_rounds: 4000,
+        eval_every: 100,
+        gap_tolerance: Some(1e-6),
+        seed: 5,
+        out_dir: Some(out.to_path_buf()),
+        ..LassoJob::default()
+    }
+}
+
+#[test]
+fn distributed_lasso_is_optimal_and_matches_the_local_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let quic = dir.path().join("quic");
+    let m = run_lasso_job(&job(&quic, 1), 3, "quic").unwrap();
+    let lambda = f64::from(m.lambda);
+    assert!(
+        m.final_kkt_violation < 1e-3 * lambda,
+        "KKT violation {} (lambda {lambda})",
+        m.final_kkt_violation
+    );
+    assert!(m.final_duality_gap >= -1e-6 && m.final_duality_gap < 1e-5 * m.final_objective);
+    // The per-round objective trace falls overall.
+    let first = m.objective.first().unwrap().objective;
+    let last = m.objective.last().unwrap().objective;
+    assert!(last < 0.6 * first, "{first} -> {last}");
+    // Same seed, no actors at all: bit-identical coefficients and update count.
+    let local = run_without_actors(&job(&quic, 1), 3).unwrap();
+    let coefficients: Vec<f32> = std::fs::read_to_string(quic.join("coefficients.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        coefficients, local.coefficients,
+        "actors over QUIC differ from the local run"
+    );
+    assert_eq!(m.updates, local.metrics.updates);
+}
+
+#[test]
+#[ignore = "the memory transport sometimes fails to form a second cluster in one process (runtime issue)"]
+fn memory_transport_gives_the_same_coefficients() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = dir.path().join("memory");
+    run_lasso_job(&job(&mem, 1), 3, "memory").unwrap();
+    let local = run_without_actors(&job(&mem, 1), 3).unwrap();
+    let text: String = local
+        .coefficients
+        .iter()
+        .enumerate()
+        .map(|(j, v)| format!("{}\t{v}\n", j + 1))
+        .collect();
+    assert_eq!(
+        std::fs::read_to_string(mem.join("coefficients.tsv")).unwrap(),
+        text
+    );
+}
+
+#[test]
+fn pipelined_lasso_converges() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = run_lasso_job(&job(dir.path(), 3), 2, "quic").unwrap();
+    assert!(
+        m.final_kkt_violation < 1e-3 * f64::from(m.lambda),
+        "KKT violation {}",
+        m.final_kkt_violation
+    );
+    assert_eq!(m.depth, 3);
+}
+
+#[test]
+fn separate_processes_give_the_same_coefficients() {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = dir.path().join("in-process");
+    run_lasso_job(&job(&mem, 1), 2, "quic").unwrap();
+    let procs = dir.path().join("procs");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args([
+            "train",
+            "lasso",
+            "--out",
+            procs.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--transport",
+            "processes",
+        ])
+        .args([
+            "--block-size",
+            "8",
+            "--candidate-pool",
+            "32",
+            "--max-rounds",
+            "4000",
+        ])
+        .args([
+            "--eval-every",
+            "100",
+            "--gap-tolerance",
+            "1e-6",
+            "--seed",
+            "5",
+        ])
+        .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
+        .args(["--synthetic-nonzero", "6", "--synthetic-seed", "7"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let a = std::fs::read_to_string(mem.join("coefficients.tsv")).unwrap();
+    let b = std::fs::read_to_string(procs.join("coefficients.tsv")).unwrap();
+    assert_eq!(a, b, "one process and separate processes differ");
+}
+
+#[test]
+fn bad_libsvm_file_fails_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("bad.libsvm");
+    std::fs::write(&data, "1 1:0.5\n2 x:1\n").unwrap();
+    let mut j = job(&dir.path().join("out"), 1);
+    j.data = Some(data);
+    let err = run_lasso_job(&j, 1, "quic").unwrap_err();
+    assert!(err.contains("bad.libsvm:2"), "{err}");
+}
