@@ -228,7 +228,7 @@ pub fn run_mf_job(job: &MfJob, workers: usize, transport: &str) -> Result<MfMetr
         .clone()
         .ok_or("the job needs an output directory")?;
     let settings = star_settings(
-        "mf",
+        "strads_mf",
         job,
         mf::SCHEDULER_ROLE,
         mf::WORKER_ROLE,

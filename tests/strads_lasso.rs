@@ -61,7 +61,6 @@ fn distributed_lasso_is_optimal_and_matches_the_local_reference() {
 }
 
 #[test]
-#[ignore = "the memory transport sometimes fails to form a second cluster in one process (runtime issue)"]
 fn memory_transport_gives_the_same_coefficients() {
     let dir = tempfile::tempdir().unwrap();
     let mem = dir.path().join("memory");

@@ -614,7 +614,7 @@ pub fn write_outputs(
 }
 
 async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
-    let job: MfJob = ctx.settings.app("mf").map_err(|e| e.to_string())?;
+    let job: MfJob = ctx.settings.app("strads_mf").map_err(|e| e.to_string())?;
     let workers = ctx.nodes_with_role(WORKER_ROLE);
     if workers.is_empty() {
         return Err(format!("no node runs {WORKER_ROLE}"));
@@ -658,7 +658,7 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
 }
 
 async fn worker_role(ctx: NodeContext) -> Result<(), String> {
-    let job: MfJob = ctx.settings.app("mf").map_err(|e| e.to_string())?;
+    let job: MfJob = ctx.settings.app("strads_mf").map_err(|e| e.to_string())?;
     let workers = ctx.nodes_with_role(WORKER_ROLE);
     let index = workers
         .iter()
