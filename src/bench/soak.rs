@@ -16,8 +16,9 @@ pub struct Args {
     /// How long the load runs, in seconds.
     #[arg(long, default_value_t = 180.0)]
     pub duration_s: f64,
-    /// Seconds of warm-up before the reference memory sample.
-    #[arg(long, default_value_t = 20.0)]
+    /// Seconds of warm-up before the reference memory sample (allocator pools, flow-control
+    /// windows and connection state settle in the first minute).
+    #[arg(long, default_value_t = 60.0)]
     pub warmup_s: f64,
     /// Worker processes (plus one aggregator).
     #[arg(long, default_value_t = 3)]
