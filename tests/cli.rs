@@ -114,38 +114,32 @@ enum Fault {
     Pause,
 }
 
-/// Three `petrel node` processes; one is hurt mid-run. The survivors must notice within
-/// the failure timeout, name the hurt node, and exit with an error (no hang).
-fn chaos(fault: Fault) {
+/// A cluster for a chaos test: node names with their roles, and the app sections.
+struct Chaos<'a> {
+    nodes: &'a [(&'a str, &'a str)],
+    app: &'a str,
+    victim: &'a str,
+}
+
+/// Starts every node as a `petrel node` process, hurts the victim mid-run, and checks that
+/// every survivor notices within the failure timeout, names the victim, and exits with an
+/// error (no hang).
+fn chaos(c: Chaos, fault: Fault) {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
-    let cfg_text = format!(
-        r#"
-[cluster]
-name = "chaos"
-certs_dir = "{}"
-heartbeat_interval_ms = 100
-failure_timeout_ms = 1000
-[[nodes]]
-name = "hub"
-addr = "127.0.0.1:{}"
-roles = ["demo-aggregator"]
-[[nodes]]
-name = "w1"
-addr = "127.0.0.1:{}"
-roles = ["demo-worker"]
-[[nodes]]
-name = "w2"
-addr = "127.0.0.1:{}"
-roles = ["demo-worker"]
-[app.demo]
-rounds = 1000000
-tensor_len = 256
-"#,
-        certs.display(),
-        free_port(),
-        free_port(),
-        free_port()
+    let mut cfg_text = format!(
+        "[cluster]\nname = \"chaos\"\ncerts_dir = \"{}\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 1000\n",
+        certs.display()
+    );
+    for (name, roles) in c.nodes {
+        cfg_text.push_str(&format!(
+            "[[nodes]]\nname = \"{name}\"\naddr = \"127.0.0.1:{}\"\nroles = [{roles}]\n",
+            free_port()
+        ));
+    }
+    cfg_text.push_str(
+        &c.app
+            .replace("OUT_DIR", &dir.path().join("out").display().to_string()),
     );
     let cfg = write_config(dir.path(), &cfg_text);
     let st = Command::new(PETREL)
@@ -156,6 +150,7 @@ tensor_len = 256
             "--config",
             cfg.to_str().unwrap(),
         ])
+        .stdout(Stdio::null())
         .status()
         .unwrap();
     assert!(st.success());
@@ -167,50 +162,117 @@ tensor_len = 256
             .spawn()
             .unwrap()
     };
-    let hub = drain(spawn("hub"));
-    let w1 = drain(spawn("w1"));
-    let mut w2 = spawn("w2");
-    std::thread::sleep(Duration::from_secs(3));
+    let mut survivors = Vec::new();
+    let mut victim = None;
+    for (name, _) in c.nodes {
+        if *name == c.victim {
+            victim = Some(spawn(name));
+        } else {
+            survivors.push((*name, drain(spawn(name))));
+        }
+    }
+    let mut victim = victim.expect("victim is one of the nodes");
+    std::thread::sleep(Duration::from_secs(4));
     assert!(
-        w2.try_wait().unwrap().is_none(),
-        "w2 ended before the fault"
+        victim.try_wait().unwrap().is_none(),
+        "{} ended before the fault",
+        c.victim
     );
+    for (name, (child, _)) in survivors.iter_mut() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "{name} ended before the fault"
+        );
+    }
     let hurt = Instant::now();
     match fault {
-        Fault::Kill => w2.kill().unwrap(),
+        Fault::Kill => victim.kill().unwrap(),
         Fault::Pause => {
             let st = Command::new("kill")
-                .args(["-STOP", &w2.id().to_string()])
+                .args(["-STOP", &victim.id().to_string()])
                 .status()
                 .unwrap();
             assert!(st.success());
         }
     }
-    for (name, (child, log)) in [("hub", hub), ("w1", w1)] {
+    for (name, (child, log)) in survivors {
         let status = wait_with_deadline(child, Duration::from_secs(20));
         let detected = hurt.elapsed();
         let err = log.join().unwrap();
         let err = err.lines().rev().take(30).collect::<Vec<_>>().join("\n");
         assert!(!status.success(), "{name} should fail:\n{err}");
-        assert!(err.contains("w2"), "{name} must name the hurt node:\n{err}");
+        assert!(
+            err.contains(c.victim),
+            "{name} must name {}:\n{err}",
+            c.victim
+        );
         // Reported within the failure timeout (1 s) plus scheduling slack.
         assert!(
             detected < Duration::from_secs(8),
             "{name} took {detected:?}"
         );
     }
-    let _ = w2.kill();
-    let _ = w2.wait();
+    let _ = victim.kill();
+    let _ = victim.wait();
 }
+
+const DEMO_NODES: &[(&str, &str)] = &[
+    ("hub", "\"demo-aggregator\""),
+    ("w1", "\"demo-worker\""),
+    ("w2", "\"demo-worker\""),
+];
+const DEMO_APP: &str = "[app.demo]\nrounds = 1000000\ntensor_len = 256\n";
 
 #[test]
 fn killed_node_is_detected_by_the_other_processes() {
-    chaos(Fault::Kill);
+    let c = Chaos {
+        nodes: DEMO_NODES,
+        app: DEMO_APP,
+        victim: "w2",
+    };
+    chaos(c, Fault::Kill);
 }
 
 #[test]
 fn paused_node_is_detected_by_the_other_processes() {
-    chaos(Fault::Pause);
+    let c = Chaos {
+        nodes: DEMO_NODES,
+        app: DEMO_APP,
+        victim: "w2",
+    };
+    chaos(c, Fault::Pause);
+}
+
+/// A parameter-server shard killed mid-training stops the run; everyone names it.
+#[test]
+fn killed_ps_shard_stops_the_run_naming_it() {
+    let c = Chaos {
+        nodes: &[
+            ("shard-0", "\"ps-shard\", \"ps-monitor\""),
+            ("shard-1", "\"ps-shard\""),
+            ("worker-0", "\"ps-worker\""),
+            ("worker-1", "\"ps-worker\""),
+        ],
+        app: "[app.mf]\nconsistency = \"ssp\"\nstaleness = 3\nrank = 4\nmax_clocks = 1000000\ntarget_rmse = 0.0\nout = \"OUT_DIR\"\n",
+        victim: "shard-1",
+    };
+    chaos(c, Fault::Kill);
+}
+
+/// A STRADS scheduler (here also the coordinator) killed mid-run: every worker stops and
+/// names it.
+#[test]
+fn killed_strads_scheduler_stops_the_workers_naming_it() {
+    let c = Chaos {
+        nodes: &[
+            ("scheduler", "\"strads-lasso-scheduler\""),
+            ("w0", "\"strads-lasso-worker\""),
+            ("w1", "\"strads-lasso-worker\""),
+        ],
+        app: "[app.lasso]\nmode = \"dynamic\"\nmax_rounds = 100000000\ngap_tolerance = 0.0\neval_every = 1000000\nout_dir = \"OUT_DIR\"\n[app.lasso.synthetic]\nn_samples = 200\nn_features = 500\ngroup_size = 10\ncorrelation = 0.8\nn_nonzero = 5\nseed = 1\n",
+        victim: "scheduler",
+    };
+    chaos(c, Fault::Kill);
 }
 
 fn free_port() -> u16 {
