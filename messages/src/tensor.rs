@@ -73,8 +73,36 @@ pub mod f32_bytes {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
-        let bytes: serde_bytes::ByteBuf = serde_bytes::ByteBuf::deserialize(d)?;
-        from_le_bytes(&bytes).map_err(serde::de::Error::custom)
+        // Straight from the decoder's bytes into the aligned vector: no intermediate
+        // byte buffer (one copy of a large tensor instead of two).
+        d.deserialize_bytes(F32Visitor)
+    }
+
+    struct F32Visitor;
+
+    impl<'de> serde::de::Visitor<'de> for F32Visitor {
+        type Value = Vec<f32>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("little-endian f32 bytes")
+        }
+
+        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<f32>, E> {
+            from_le_bytes(v).map_err(E::custom)
+        }
+
+        fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<f32>, E> {
+            from_le_bytes(&v).map_err(E::custom)
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
+            // Some encoders write bytes as an array of integers.
+            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
+            while let Some(b) = seq.next_element::<u8>()? {
+                bytes.push(b);
+            }
+            from_le_bytes(&bytes).map_err(serde::de::Error::custom)
+        }
     }
 }
 
