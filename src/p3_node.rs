@@ -223,8 +223,12 @@ mod tests {
             mode: "bogus".into(),
             ..P3NodeConfig::default()
         };
-        let settings = Settings::from_toml("[cluster]\nname = \"t\"\n").unwrap();
-        assert!(cfg.job(&settings).unwrap_err().contains("mode"));
+        let settings = petrel_actors::Topology::builder("t")
+            .node("w0", &[WORKER_ROLE])
+            .build()
+            .unwrap();
+        let err = cfg.job(&settings).err().unwrap();
+        assert!(err.contains("mode"), "{err}");
         let ok = P3NodeConfig::default().job(&settings).unwrap();
         assert_eq!(ok.0.n_workers, 2);
     }
