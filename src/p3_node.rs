@@ -79,7 +79,10 @@ impl P3NodeConfig {
     pub fn job(&self, settings: &Settings) -> Result<(P3Job, ModelProfile), String> {
         let mode = Mode::parse(&self.mode).map_err(|e| format!("[app.p3] mode: {e}"))?;
         if !(self.scale.is_finite() && self.scale > 0.0) {
-            return Err(format!("[app.p3] scale must be positive, got {}", self.scale));
+            return Err(format!(
+                "[app.p3] scale must be positive, got {}",
+                self.scale
+            ));
         }
         if !(self.device_gflops.is_finite() && self.device_gflops > 0.0) {
             return Err(format!(
@@ -184,8 +187,7 @@ async fn worker(ctx: NodeContext) -> Result<(), String> {
         let file = WorkerReportFile::new(r, &cfg.mode);
         let path = WorkerReportFile::path(&cfg.report_dir, r.worker);
         let text = serde_json::to_string(&file).map_err(|e| e.to_string())?;
-        std::fs::write(&path, text)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         tracing::info!(worker = r.worker, path = %path.display(), "p3 report written");
     }
     Ok(())

@@ -66,5 +66,8 @@ fn p3_bench_across_network_namespaces() {
     // The bench's namespaces are gone afterwards.
     let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let list = String::from_utf8_lossy(&list.stdout);
-    assert!(!list.contains(&prefix), "namespaces {prefix}* left:\n{list}");
+    assert!(
+        !list.contains(&prefix),
+        "namespaces {prefix}* left:\n{list}"
+    );
 }

@@ -339,8 +339,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
         return Err("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
     }
     if args.netns {
-        crate::netns::available()
-            .map_err(|e| format!("--netns needs network namespaces: {e}"))?;
+        crate::netns::available().map_err(|e| format!("--netns needs network namespaces: {e}"))?;
     }
     let full = load_profile(&args.model)?;
     let full_params = full.total_params();

@@ -122,8 +122,14 @@ pub fn run_job(
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let config = write_config(hosts, cfg, net, dir)?;
     let exe = std::env::current_exe().map_err(|e| format!("current executable: {e}"))?;
-    let exe = exe.to_str().ok_or("executable path is not UTF-8")?.to_string();
-    let config_s = config.to_str().ok_or("config path is not UTF-8")?.to_string();
+    let exe = exe
+        .to_str()
+        .ok_or("executable path is not UTF-8")?
+        .to_string();
+    let config_s = config
+        .to_str()
+        .ok_or("config path is not UTF-8")?
+        .to_string();
     let cpu0 = children_cpu_seconds();
     let t0 = Instant::now();
     let mut children: Vec<(String, Child, PathBuf)> = Vec::new();
