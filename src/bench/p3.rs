@@ -86,7 +86,8 @@ pub struct Args {
     pub modes: Vec<String>,
     /// Run every node as its own `petrel node` process in its own network namespace, the
     /// links limited by `tc tbf` in the kernel (needs root and iproute2); the user-space
-    /// shaper is off.
+    /// shaper is off (so --shape-ingress and --burst-kib do not apply: tbf limits both
+    /// directions of every link).
     #[arg(long)]
     pub netns: bool,
     /// With --netns: stop a mode's cluster after this many seconds.
@@ -210,9 +211,7 @@ fn run_mode(
         ..NetConfig::default()
     };
     if let Some(hosts) = hosts {
-        let dir = std::env::temp_dir()
-            .join(format!("petrel-p3-netns-{}", std::process::id()))
-            .join(format!("{}-{bandwidth_mbit}", mode.name()));
+        let dir = netns_run_dir().join(format!("{}-{bandwidth_mbit:.1}mbit", mode.name()));
         let cfg = P3NodeConfig {
             mode: mode.name().to_string(),
             model: args.model.clone(),
@@ -274,6 +273,12 @@ fn run_mode(
         worst = worst.max(t);
     }
     Ok((worst, cpu))
+}
+
+/// Where `--netns` runs keep configs, certificates, node logs and reports (a mode's
+/// directory is removed after it succeeded; a failed mode's stays for its logs).
+fn netns_run_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("petrel-p3-netns-{}", std::process::id()))
 }
 
 fn plot(path: &Path, points: &[Point]) -> Result<(), String> {
@@ -500,6 +505,10 @@ pub fn run(mut args: Args) -> Result<(), String> {
             bound_s: b.optimal_s,
             modes,
         });
+    }
+    if args.netns {
+        // Succeeds only when every mode's directory is gone (all runs succeeded).
+        let _ = std::fs::remove_dir(netns_run_dir());
     }
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
