@@ -71,3 +71,50 @@ fn p3_bench_across_network_namespaces() {
         "namespaces {prefix}* left:\n{list}"
     );
 }
+
+/// The built-in `p3-worker` / `p3-shard` roles as separate processes on 127.0.0.1 (no root
+/// needed): every worker writes a report with one mark per iteration plus the final one,
+/// and pushed a full gradient per iteration.
+#[test]
+fn p3_builtin_roles_run_as_separate_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let reports = dir.path().join("reports");
+    let cfg = dir.path().join("p3.toml");
+    let mut text = String::from("[cluster]\nname = \"p3\"\n");
+    for (name, role) in [
+        ("w0", "p3-worker"),
+        ("w1", "p3-worker"),
+        ("s0", "p3-shard"),
+        ("s1", "p3-shard"),
+    ] {
+        text.push_str(&format!(
+            "[[nodes]]\nname = \"{name}\"\naddr = \"127.0.0.1:0\"\nroles = [\"{role}\"]\n"
+        ));
+    }
+    text.push_str(&format!(
+        "[app.p3]\nmode = \"p3\"\nmodel = \"resnet50\"\nscale = 0.002\ndevice_gflops = 50.0\n\
+         batch = 4\nslice_size = 4096\nworkers = 2\nshards = 2\niterations = 3\n\
+         report_dir = \"{}\"\n",
+        reports.display()
+    ));
+    std::fs::write(&cfg, text).unwrap();
+    let out = Command::new(PETREL)
+        .args(["run", cfg.to_str().unwrap(), "--timeout-s", "60"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "petrel run failed:\n{err}");
+    let params = petrel::p3_node::load_profile("resnet50")
+        .unwrap()
+        .scaled(0.002)
+        .total_params();
+    for w in 0..2 {
+        let r = petrel::p3_node::WorkerReportFile::read(&reports, w).unwrap();
+        assert_eq!(r.worker, w);
+        assert_eq!(r.mode, "p3");
+        assert_eq!(r.marks_s.len(), 4, "{r:?}");
+        assert!(r.marks_s.windows(2).all(|m| m[1] >= m[0]), "{r:?}");
+        assert_eq!(r.bytes_pushed, 3 * params * 4, "{r:?}");
+        assert!(r.secs_per_iter(0).unwrap() > 0.0);
+    }
+}
