@@ -12,6 +12,7 @@ pub fn builtin(settings: Settings) -> Cluster {
     // roles: parameter server (issue 3) -- add `let cluster = ...::register(cluster);` below
     let cluster = crate::ps_mf::register_builtin(cluster);
     // roles: p3 (issue 4)
+    let cluster = crate::p3_node::register(cluster);
     // roles: strads (issue 5)
     let cluster = petrel_algorithms::apps::lasso::register(cluster);
     let cluster = petrel_algorithms::apps::mf::register(cluster);

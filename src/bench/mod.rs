@@ -5,6 +5,7 @@ pub mod lasso;
 pub mod lda;
 pub mod mf;
 pub mod p3;
+pub mod p3_netns;
 pub mod soak;
 pub mod strads_plot;
 pub mod transport;

@@ -5,6 +5,9 @@
 //! every layer at a configurable device speed); gradients and parameters are real buffers
 //! that the shards really aggregate and update, so real bytes cross the shaped links.
 
+use crate::bench::p3_netns;
+use crate::netns::{Hosts, LinkShape};
+use crate::p3_node::P3NodeConfig;
 use crate::report::{Table, fmt, print_json};
 use petrel_algorithms::apps::p3::{EmulatedModel, ModelFactory, P3Job, StageModel, run_cluster};
 use petrel_algorithms::dnn::SgdMomentum;
@@ -81,6 +84,15 @@ pub struct Args {
     /// Modes to run (default all three; the JSON needs all three for the speedups).
     #[arg(long, value_delimiter = ',', default_values_t = vec!["sequential".to_string(), "fifo".to_string(), "p3".to_string()])]
     pub modes: Vec<String>,
+    /// Run every node as its own `petrel node` process in its own network namespace, the
+    /// links limited by `tc tbf` in the kernel (needs root and iproute2); the user-space
+    /// shaper is off (so --shape-ingress and --burst-kib do not apply: tbf limits both
+    /// directions of every link).
+    #[arg(long)]
+    pub netns: bool,
+    /// With --netns: stop a mode's cluster after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub netns_timeout_s: u64,
     /// Where to write the throughput-vs-bandwidth SVG.
     #[arg(long, default_value = "p3_bandwidth.svg")]
     pub plot: PathBuf,
@@ -110,6 +122,8 @@ struct Point {
 #[derive(Serialize)]
 struct Figures {
     bench: &'static str,
+    /// "user-space-shaper" (in-process) or "netns-tc" (namespaces, kernel tbf).
+    links: &'static str,
     model: String,
     scale: f64,
     params: u64,
@@ -152,17 +166,11 @@ fn parse_cpu_seconds(stat: &str) -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
-fn load_profile(model: &str) -> Result<ModelProfile, String> {
-    let p = Path::new(model);
-    if p.extension().is_some() {
-        ModelProfile::load(p).map_err(|e| e.to_string())
-    } else {
-        ModelProfile::builtin(model).map_err(|e| e.to_string())
-    }
-}
+use crate::p3_node::load_profile;
 
 struct Setup {
     profile: ModelProfile,
+    scale: f64,
     device_flops: f64,
     batch: usize,
 }
@@ -183,6 +191,7 @@ fn run_mode(
     setup: &Setup,
     mode: Mode,
     bandwidth_mbit: f64,
+    hosts: Option<&Hosts>,
 ) -> Result<(f64, f64), String> {
     let counts: Vec<u64> = setup.profile.layers.iter().map(|l| l.params).collect();
     let mut shaper = ShaperConfig::mbit(bandwidth_mbit);
@@ -201,6 +210,35 @@ fn run_mode(
         },
         ..NetConfig::default()
     };
+    if let Some(hosts) = hosts {
+        let dir = netns_run_dir().join(format!("{}-{bandwidth_mbit:.1}mbit", mode.name()));
+        let cfg = P3NodeConfig {
+            mode: mode.name().to_string(),
+            model: args.model.clone(),
+            scale: setup.scale,
+            device_gflops: setup.device_flops / 1e9,
+            batch: setup.batch,
+            slice_size: args.slice_size,
+            workers: args.workers,
+            shards: args.shards,
+            iterations: args.warmup + args.iterations,
+            lr: 0.01,
+            momentum: 0.9,
+            ask_timeout_ms: 120_000,
+            report_dir: dir.join("reports"),
+        };
+        let limit = Duration::from_secs(args.netns_timeout_s);
+        let (reports, cpu) = p3_netns::run_job(hosts, &cfg, &net, &dir, limit)?;
+        let mut worst: f64 = 0.0;
+        for r in &reports {
+            let t = r
+                .secs_per_iter(args.warmup as usize)
+                .ok_or("no measured iterations")?;
+            worst = worst.max(t);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        return Ok((worst, cpu));
+    }
     let job = P3Job {
         mode,
         slice_size: args.slice_size,
@@ -235,6 +273,12 @@ fn run_mode(
         worst = worst.max(t);
     }
     Ok((worst, cpu))
+}
+
+/// Where `--netns` runs keep configs, certificates, node logs and reports (a mode's
+/// directory is removed after it succeeded; a failed mode's stays for its logs).
+fn netns_run_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("petrel-p3-netns-{}", std::process::id()))
 }
 
 fn plot(path: &Path, points: &[Point]) -> Result<(), String> {
@@ -299,6 +343,9 @@ pub fn run(mut args: Args) -> Result<(), String> {
     if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
         return Err("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
     }
+    if args.netns {
+        crate::netns::available().map_err(|e| format!("--netns needs network namespaces: {e}"))?;
+    }
     let full = load_profile(&args.model)?;
     let full_params = full.total_params();
     if full_params == 0 {
@@ -321,6 +368,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
     };
     let setup = Setup {
         profile,
+        scale,
         device_flops,
         batch: args.batch,
     };
@@ -352,7 +400,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
     let params = setup.profile.total_params();
     println!(
         "P3 bench: {} scaled x{:.5} -> {} params ({:.2} MB), {} layers{}; {} workers + {} shards \
-         in-process over QUIC on 127.0.0.1, per-node egress shaper{}; batch {}/worker, \
+         {}{}; batch {}/worker, \
          emulated device {:.1} GFLOP/s (= {:.1} TFLOP/s on the full model), slice {} params",
         full.name,
         scale,
@@ -366,7 +414,16 @@ pub fn run(mut args: Args) -> Result<(), String> {
         },
         args.workers,
         args.shards,
-        if args.shape_ingress { " + ingress" } else { "" },
+        if args.netns {
+            "as node processes in network namespaces, each link limited by tc tbf both ways"
+        } else {
+            "in-process over QUIC on 127.0.0.1, per-node egress shaper"
+        },
+        if args.shape_ingress && !args.netns {
+            " + ingress"
+        } else {
+            ""
+        },
         args.batch,
         device_flops / 1e9,
         device_flops / scale / 1e12,
@@ -376,12 +433,23 @@ pub fn run(mut args: Args) -> Result<(), String> {
     let mut points = Vec::new();
     for &bw in &bandwidths {
         let b = Bounds::compute(&setup.profile, &setup.cost(bw, args.workers));
+        let hosts = if args.netns {
+            let shape = LinkShape {
+                rate_mbit: Some(bw),
+                delay_ms: None,
+            };
+            let hosts = Hosts::up(&p3_netns::prefix(), args.workers + args.shards, &shape)
+                .map_err(|e| format!("cannot create network namespaces: {e}"))?;
+            Some(p3_netns::Teardown(hosts))
+        } else {
+            None
+        };
         let mut modes = Vec::new();
         for mode in MODES
             .into_iter()
             .filter(|m| args.modes.iter().any(|a| a.eq_ignore_ascii_case(m.name())))
         {
-            let (t, cpu) = run_mode(&args, &setup, mode, bw)?;
+            let (t, cpu) = run_mode(&args, &setup, mode, bw, hosts.as_ref().map(|h| &h.0))?;
             tracing::info!(
                 mode = mode.name(),
                 bandwidth_mbit = bw,
@@ -438,6 +506,10 @@ pub fn run(mut args: Args) -> Result<(), String> {
             modes,
         });
     }
+    if args.netns {
+        // Succeeds only when every mode's directory is gone (all runs succeeded).
+        let _ = std::fs::remove_dir(netns_run_dir());
+    }
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -446,7 +518,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
         .flat_map(|p| p.modes.iter().map(|m| m.cpu_cores))
         .fold(0.0, f64::max);
     println!(
-        "\nCPU: this process used at most {:.2} of {} cores (process CPU time / wall time per \
+        "\nCPU: the cluster used at most {:.2} of {} cores (CPU time of its process(es) / wall time per \
          run){}",
         max_cpu,
         cores,
@@ -476,6 +548,11 @@ pub fn run(mut args: Args) -> Result<(), String> {
     );
     let figures = Figures {
         bench: "p3",
+        links: if args.netns {
+            "netns-tc"
+        } else {
+            "user-space-shaper"
+        },
         model: full.name.clone(),
         scale,
         params,

@@ -260,7 +260,8 @@ fn index_in(ctx: &NodeContext, role: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("node {} is not in role {role}", ctx.spec.name))
 }
 
-async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), String> {
+/// The `p3-shard` role for `job` (also run by the built-in roles of the `petrel` binary).
+pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), String> {
     let me = index_in(&ctx, SHARD_ROLE)?;
     let plan = job.plan()?;
     let core = ShardCore::new(&plan, me, job.n_workers, job.opt).map_err(|e| e.to_string())?;
@@ -369,7 +370,8 @@ async fn sleep_to(vt: Instant) {
     }
 }
 
-async fn worker_role(
+/// The `p3-worker` role: trains `job`, then pushes its report into `sink`.
+pub async fn worker_role(
     ctx: NodeContext,
     job: Arc<P3Job>,
     factory: ModelFactory,

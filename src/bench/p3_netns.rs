@@ -1,0 +1,208 @@
+//! `petrel bench p3 --netns`: one P3 job as separate `petrel node` processes, one per
+//! network namespace ([`crate::netns::Hosts`]), joined by veth links that `tc tbf` limits
+//! in the kernel. The user-space shaper is off; the workers' JSON reports
+//! ([`crate::p3_node::WorkerReportFile`]) are the measurements.
+
+use crate::netns::Hosts;
+use crate::p3_node::{P3NodeConfig, WorkerReportFile};
+use petrel_actors::Topology;
+use petrel_algorithms::apps::p3::{SHARD_ROLE, WORKER_ROLE};
+use petrel_net::NetConfig;
+use petrel_net::tls::ClusterCa;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// Tears the namespaces down when dropped (also on error and panic).
+pub struct Teardown(pub Hosts);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        self.0.down();
+    }
+}
+
+/// A namespace prefix unique to this process (interface names stay within 15 chars).
+pub fn prefix() -> String {
+    format!("p3n{}", std::process::id() % 10_000)
+}
+
+/// CPU seconds (user + system) of this process's waited-for children, from /proc.
+pub fn children_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // cutime is field 16, cstime 17; after ')' field 3 is index 0.
+    let cu: f64 = f.get(13)?.parse().ok()?;
+    let cs: f64 = f.get(14)?.parse().ok()?;
+    Some((cu + cs) / 100.0)
+}
+
+fn node_names(cfg: &P3NodeConfig) -> Vec<(String, &'static str)> {
+    (0..cfg.workers)
+        .map(|w| (format!("w{w}"), WORKER_ROLE))
+        .chain((0..cfg.shards).map(|s| (format!("s{s}"), SHARD_ROLE)))
+        .collect()
+}
+
+/// Writes the cluster TOML (and its certificates) for `cfg` on `hosts` into `dir`.
+fn write_config(
+    hosts: &Hosts,
+    cfg: &P3NodeConfig,
+    net: &NetConfig,
+    dir: &Path,
+) -> Result<PathBuf, String> {
+    let names = node_names(cfg);
+    if names.len() > hosts.count {
+        return Err(format!(
+            "{} nodes but {} namespaces",
+            names.len(),
+            hosts.count
+        ));
+    }
+    let mut topo = Topology::builder("p3");
+    for (i, (name, role)) in names.iter().enumerate() {
+        topo = topo.node_at(name, &format!("{}:7000", hosts.host_ip(i)), &[role]);
+    }
+    let certs = dir.join("certs");
+    let ca = ClusterCa::generate().map_err(|e| e.to_string())?;
+    ca.write(&certs).map_err(|e| e.to_string())?;
+    for (name, _) in &names {
+        ca.issue(name)
+            .and_then(|c| c.write(&certs, name))
+            .map_err(|e| format!("certificate of {name}: {e}"))?;
+    }
+    let app = serde_json::to_value(cfg).map_err(|e| e.to_string())?;
+    let net = NetConfig {
+        shaper: None,
+        ..net.clone()
+    };
+    let timeout_ms = cfg.ask_timeout_ms;
+    let settings = topo
+        .with(|s| {
+            s.net = net;
+            s.cluster.certs_dir = Some(certs.clone());
+            s.cluster.request_timeout_ms = timeout_ms;
+            s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
+            s.app.insert("p3".into(), app);
+        })
+        .build()
+        .map_err(|e| e.to_string())?;
+    let path = dir.join("cluster.toml");
+    let text = settings.to_toml().map_err(|e| e.to_string())?;
+    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+fn kill_all(children: &mut [(String, Child, PathBuf)]) {
+    for (_, c, _) in children.iter_mut() {
+        if matches!(c.try_wait(), Ok(None)) {
+            let _ = c.kill();
+        }
+        let _ = c.wait();
+    }
+}
+
+/// Runs one job: `cfg.workers + cfg.shards` node processes in the namespaces of `hosts`
+/// (node i in host i). Returns the workers' reports (worker order) and the CPU cores the
+/// node processes used on average.
+pub fn run_job(
+    hosts: &Hosts,
+    cfg: &P3NodeConfig,
+    net: &NetConfig,
+    dir: &Path,
+    limit: Duration,
+) -> Result<(Vec<WorkerReportFile>, f64), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let config = write_config(hosts, cfg, net, dir)?;
+    let exe = std::env::current_exe().map_err(|e| format!("current executable: {e}"))?;
+    let exe = exe
+        .to_str()
+        .ok_or("executable path is not UTF-8")?
+        .to_string();
+    let config_s = config
+        .to_str()
+        .ok_or("config path is not UTF-8")?
+        .to_string();
+    let cpu0 = children_cpu_seconds();
+    let t0 = Instant::now();
+    let mut children: Vec<(String, Child, PathBuf)> = Vec::new();
+    for (i, (name, _)) in node_names(cfg).into_iter().enumerate() {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log)
+            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let spawned = hosts
+            .command(i, &exe)
+            .args(["node", "--config", &config_s, "--name", &name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn();
+        match spawned {
+            Ok(c) => children.push((name, c, log)),
+            Err(e) => {
+                kill_all(&mut children);
+                return Err(format!("cannot start node {name}: {e}"));
+            }
+        }
+    }
+    let mut done = vec![false; children.len()];
+    let outcome = loop {
+        let mut failed = None;
+        for (k, (name, child, log)) in children.iter_mut().enumerate() {
+            if done[k] {
+                continue;
+            }
+            match child.try_wait() {
+                Ok(Some(st)) if st.success() => done[k] = true,
+                Ok(Some(st)) => {
+                    failed = Some(format!(
+                        "node {name} failed ({st}); last lines of {}:\n{}",
+                        log.display(),
+                        log_tail(log)
+                    ));
+                    break;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    failed = Some(format!("node {name}: {e}"));
+                    break;
+                }
+            }
+        }
+        if let Some(f) = failed {
+            break Err(f);
+        }
+        if done.iter().all(|d| *d) {
+            break Ok(());
+        }
+        if t0.elapsed() > limit {
+            break Err(format!(
+                "{} mode did not finish within {limit:?}; logs in {}",
+                cfg.mode,
+                dir.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if outcome.is_err() {
+        kill_all(&mut children);
+    }
+    outcome?;
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = match (cpu0, children_cpu_seconds()) {
+        (Some(a), Some(b)) => (b - a) / wall.max(1e-9),
+        _ => f64::NAN,
+    };
+    let reports = (0..cfg.workers)
+        .map(|w| WorkerReportFile::read(&cfg.report_dir, w))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((reports, cpu))
+}
