@@ -636,11 +636,14 @@ fn logistic_regression_on_the_ps_learns_libsvm_classes() {
     };
     let r = ps_lr::run_local(cfg, 2, 2, "quic").unwrap();
     assert_eq!(r.n_classes, 3);
+    // The untrained model (zero weights) predicts uniformly: log-loss ln(3). The first
+    // monitored value is taken after training started, so it is no fixed reference.
+    let untrained = 3f64.ln();
     assert!(
-        r.final_log_loss < 0.6 * r.initial_log_loss,
-        "{} -> {}",
-        r.initial_log_loss,
-        r.final_log_loss
+        r.final_log_loss < 0.6 * untrained,
+        "log-loss {} (untrained {untrained}, first sample {})",
+        r.final_log_loss,
+        r.initial_log_loss
     );
     assert!(r.final_accuracy > 0.85, "accuracy {}", r.final_accuracy);
     assert!(r.staleness.max <= 2);
