@@ -81,7 +81,7 @@ pub fn parse_vocab(
 
 /// Limits that keep a hostile or corrupt header or count from exhausting memory: tokens
 /// are expanded one `u32` each, and D documents are allocated up front.
-pub const MAX_DOCS: usize = 100_000_000;
+pub const MAX_DOCS: usize = 20_000_000;
 pub const MAX_COUNT_PER_ENTRY: u64 = 100_000;
 pub const MAX_TOKENS: u64 = 1_000_000_000;
 
