@@ -19,7 +19,7 @@ use petrel_actors::ps::rules::RuleRegistry;
 use petrel_actors::ps::service::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
 use petrel_actors::ps::stats::{StalenessReport, StalenessStats};
 use petrel_actors::ps::types::{Consistency, Row, RowId, TableId, TableSpec, UpdateRuleSpec};
-use petrel_actors::{Cluster, Node, NodeContext, Topology};
+use petrel_actors::{Cluster, Node, NodeContext};
 use petrel_algorithms::data::libsvm::{SparseDataset, SparseRow, load_libsvm};
 use petrel_algorithms::data::synthetic::{ClassificationParams, separable_classification};
 use petrel_messages::Priority;
@@ -474,21 +474,10 @@ pub fn run_local(
     workers: usize,
     transport: &str,
 ) -> Result<LrResult, String> {
-    let mut topo = Topology::builder("ps-lr")
-        .transport(transport)
-        .with(|s| s.cluster.failure_timeout_ms = 10_000);
-    for s in 0..shards.max(1) {
-        let roles: &[&str] = if s == 0 {
-            &["ps-shard", "ps-monitor"]
-        } else {
-            &["ps-shard"]
-        };
-        topo = topo.node(&format!("shard-{s}"), roles);
-    }
-    for w in 0..workers.max(1) {
-        topo = topo.node(&format!("worker-{w}"), &["ps-worker"]);
-    }
-    let settings = topo.build().map_err(|e| e.to_string())?;
+    let settings = crate::ps_mf::local_topology("ps-lr", shards, workers, transport)
+        .with(|s| s.cluster.failure_timeout_ms = 10_000)
+        .build()
+        .map_err(|e| e.to_string())?;
     let layout = PsLayout {
         shard_nodes: (0..shards.max(1)).map(|s| format!("shard-{s}")).collect(),
         worker_nodes: (0..workers.max(1)).map(|w| format!("worker-{w}")).collect(),

@@ -792,17 +792,15 @@ pub fn run_local(
     run_local_with(cfg, shards, workers, transport, |_| {})
 }
 
-/// `run_local` with a hook to adjust the cluster settings (timeouts, network shaping).
-pub fn run_local_with(
-    cfg: MfConfig,
+/// The in-process layout both PS apps use: nodes `shard-0..` (the first also runs the
+/// monitor) and `worker-0..`, with the roles `ps-shard`, `ps-monitor` and `ps-worker`.
+pub fn local_topology(
+    name: &str,
     shards: usize,
     workers: usize,
     transport: &str,
-    tweak: impl FnOnce(&mut Settings),
-) -> Result<MfResult, String> {
-    let mut topo = petrel_actors::Topology::builder("ps-mf")
-        .transport(transport)
-        .with(tweak);
+) -> petrel_actors::Topology {
+    let mut topo = petrel_actors::Topology::builder(name).transport(transport);
     for s in 0..shards.max(1) {
         let roles: &[&str] = if s == 0 {
             &["ps-shard", "ps-monitor"]
@@ -814,7 +812,21 @@ pub fn run_local_with(
     for w in 0..workers.max(1) {
         topo = topo.node(&format!("worker-{w}"), &["ps-worker"]);
     }
-    let settings = topo.build().map_err(|e| e.to_string())?;
+    topo
+}
+
+/// `run_local` with a hook to adjust the cluster settings (timeouts, network shaping).
+pub fn run_local_with(
+    cfg: MfConfig,
+    shards: usize,
+    workers: usize,
+    transport: &str,
+    tweak: impl FnOnce(&mut Settings),
+) -> Result<MfResult, String> {
+    let settings = local_topology("ps-mf", shards, workers, transport)
+        .with(tweak)
+        .build()
+        .map_err(|e| e.to_string())?;
     let job = Arc::new(MfJob::new(&settings, cfg)?);
     let cluster = register(Cluster::new(settings), job.clone());
     cluster.run_in_process().map_err(|e| e.to_string())?;
