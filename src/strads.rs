@@ -71,6 +71,15 @@ pub struct LassoArgs {
     pub synthetic_nonzero: usize,
     #[arg(long, default_value_t = 42)]
     pub synthetic_seed: u64,
+    /// Lasso only: write checkpoints to this directory (shared by all nodes).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Update rounds between two checkpoints (0 = never write).
+    #[arg(long, default_value_t = 500)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in --checkpoint-dir.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 impl LassoArgs {
@@ -104,6 +113,9 @@ impl LassoArgs {
             gap_tolerance: Some(self.gap_tolerance),
             seed: self.seed,
             out_dir: Some(absolute(&self.out)?),
+            checkpoint_dir: self.checkpoint_dir.as_deref().map(absolute).transpose()?,
+            checkpoint_every: self.checkpoint_every,
+            resume: self.resume,
             ..LassoJob::default()
         })
     }

@@ -281,7 +281,10 @@ mod tests {
         sync_dir(dir.path()).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"0123456789");
         let d = FileDigest::of(b"0123456789");
-        assert_eq!(read_verified(dir.path(), "a.bin", d).unwrap(), b"0123456789");
+        assert_eq!(
+            read_verified(dir.path(), "a.bin", d).unwrap(),
+            b"0123456789"
+        );
         fs::write(&p, b"01234").unwrap();
         let e = read_verified(dir.path(), "a.bin", d).unwrap_err();
         assert!(e.to_string().contains("a.bin") && e.to_string().contains("truncated"));

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::durable::{self, DurableError, FileDigest};
 pub use crate::durable::fnv1a64;
+use crate::durable::{self, DurableError, FileDigest};
 use crate::ps::error::PsError;
 use crate::ps::shard::{ShardCore, TableSnapshot};
 use crate::ps::types::{Clock, TableId};

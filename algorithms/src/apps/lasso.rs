@@ -899,14 +899,17 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
             .nth(index)
             .ok_or_else(|| AppError::Config("worker index out of range".into()))?;
         let (block, y_block) = (x.row_block(rows.clone()), y[rows.clone()].to_vec());
-        let slot = loader.checkpoint_dir.clone().map(|dir| checkpoint::WorkerSlot {
-            dir,
-            index: index as u32,
-            n_workers: n_workers as u32,
-            rows: rows.clone(),
-            n_features: block.n_columns(),
-            block_fnv64: checkpoint::data_fingerprint(&block, &y_block),
-        });
+        let slot = loader
+            .checkpoint_dir
+            .clone()
+            .map(|dir| checkpoint::WorkerSlot {
+                dir,
+                index: index as u32,
+                n_workers: n_workers as u32,
+                rows: rows.clone(),
+                n_features: block.n_columns(),
+                block_fnv64: checkpoint::data_fingerprint(&block, &y_block),
+            });
         let mut worker = LassoWorker::new(LassoWorkerState::new(block, y_block)?);
         if let Some(slot) = slot {
             worker = worker.with_checkpoints(slot);
@@ -915,7 +918,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
     })
     .await?;
     start_worker::<LassoApp, _>(&ctx.node, WORKER_ACTOR, index as u32, state)
-    .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?;
     tracing::info!(worker = index, rows = ?rows, "lasso worker ready");
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }

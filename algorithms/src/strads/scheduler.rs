@@ -352,7 +352,11 @@ impl LassoScheduler {
                 "checkpointed scheduler cursor out of range".into(),
             ));
         }
-        if state.priorities.iter().any(|p| !(p.is_finite() && *p >= 0.0)) {
+        if state
+            .priorities
+            .iter()
+            .any(|p| !(p.is_finite() && *p >= 0.0))
+        {
             return Err(StradsError::InvalidConfig(
                 "checkpointed priorities must be finite and non-negative".into(),
             ));
@@ -362,7 +366,9 @@ impl LassoScheduler {
         self.deferred = state.deferred.iter().map(|&j| j as usize).collect();
         let mut rng = ChaCha12Rng::from_seed(state.rng_seed);
         rng.set_stream(state.rng_stream);
-        rng.set_word_pos(u128::from(state.rng_word_pos.0) | (u128::from(state.rng_word_pos.1) << 64));
+        rng.set_word_pos(
+            u128::from(state.rng_word_pos.0) | (u128::from(state.rng_word_pos.1) << 64),
+        );
         self.rng = rng;
         Ok(())
     }
@@ -486,7 +492,11 @@ mod tests {
 
     #[test]
     fn exported_state_continues_bit_identically() {
-        for mode in [ScheduleMode::Dynamic, ScheduleMode::Random, ScheduleMode::Cyclic] {
+        for mode in [
+            ScheduleMode::Dynamic,
+            ScheduleMode::Random,
+            ScheduleMode::Cyclic,
+        ] {
             let corr = |j: usize, k: usize| if j.abs_diff(k) < 3 { 0.9f32 } else { 0.0 };
             let make = || {
                 let mut config = SchedulerConfig::new(mode, 5);

@@ -162,7 +162,8 @@ impl ClusterShape {
 
     /// The first field that differs: `(name, in self, in other)`.
     pub fn difference(&self, job: &ClusterShape) -> Option<(&'static str, String, String)> {
-        let d = |f: &'static str, a: u64, b: u64| (a != b).then(|| (f, a.to_string(), b.to_string()));
+        let d =
+            |f: &'static str, a: u64, b: u64| (a != b).then(|| (f, a.to_string(), b.to_string()));
         d("workers", self.workers, job.workers)
             .or_else(|| d("n_samples", self.n_samples, job.n_samples))
             .or_else(|| d("n_features", self.n_features, job.n_features))
@@ -226,7 +227,11 @@ pub struct Manifest {
 /// Writes the manifest (atomically, then syncs the directory).
 pub fn write_manifest(dir: &Path, m: &Manifest) -> Result<PathBuf, CheckpointError> {
     let body = rmp_serde::to_vec(m).map_err(|e| CheckpointError::Encode(e.to_string()))?;
-    let path = durable::write_atomic(dir, &manifest_name(m.round), &durable::frame(MANIFEST_MAGIC, &body))?;
+    let path = durable::write_atomic(
+        dir,
+        &manifest_name(m.round),
+        &durable::frame(MANIFEST_MAGIC, &body),
+    )?;
     durable::sync_dir(dir)?;
     Ok(path)
 }
@@ -234,8 +239,8 @@ pub fn write_manifest(dir: &Path, m: &Manifest) -> Result<PathBuf, CheckpointErr
 /// Reads and decodes a manifest (no file or shape checks).
 pub fn read_manifest(path: &Path) -> Result<Manifest, CheckpointError> {
     let body = durable::read_framed(path, MANIFEST_MAGIC)?;
-    let m: Manifest = rmp_serde::from_slice(&body)
-        .map_err(|e| invalid(path, format!("manifest decode: {e}")))?;
+    let m: Manifest =
+        rmp_serde::from_slice(&body).map_err(|e| invalid(path, format!("manifest decode: {e}")))?;
     if m.version != FORMAT_VERSION {
         return Err(invalid(path, format!("unsupported version {}", m.version)));
     }
@@ -252,7 +257,11 @@ pub struct ValidCheckpoint {
 
 /// Loads the checkpoint of `round` from `dir` and verifies everything: manifest, shape,
 /// every file's name, length and checksum, and the scheduler snapshot's contents.
-pub fn load_valid(dir: &Path, round: u64, shape: &ClusterShape) -> Result<ValidCheckpoint, CheckpointError> {
+pub fn load_valid(
+    dir: &Path,
+    round: u64,
+    shape: &ClusterShape,
+) -> Result<ValidCheckpoint, CheckpointError> {
     let path = dir.join(manifest_name(round));
     let m = read_manifest(&path)?;
     if m.round != round {
@@ -269,14 +278,24 @@ pub fn load_valid(dir: &Path, round: u64, shape: &ClusterShape) -> Result<ValidC
     if m.workers.len() as u64 != m.shape.workers {
         return Err(invalid(
             &path,
-            format!("{} worker files for {} workers", m.workers.len(), m.shape.workers),
+            format!(
+                "{} worker files for {} workers",
+                m.workers.len(),
+                m.shape.workers
+            ),
         ));
     }
     let expected = std::iter::once(scheduler_file(round))
         .chain((0..m.workers.len() as u32).map(|w| worker_file(round, w)));
-    for (entry, name) in std::iter::once(&m.scheduler).chain(&m.workers).zip(expected) {
+    for (entry, name) in std::iter::once(&m.scheduler)
+        .chain(&m.workers)
+        .zip(expected)
+    {
         if entry.name != name {
-            return Err(invalid(&path, format!("lists {:?} where {name:?} belongs", entry.name)));
+            return Err(invalid(
+                &path,
+                format!("lists {:?} where {name:?} belongs", entry.name),
+            ));
         }
         durable::read_verified(dir, &entry.name, entry.digest)?;
     }
@@ -287,7 +306,10 @@ pub fn load_valid(dir: &Path, round: u64, shape: &ClusterShape) -> Result<ValidC
     if scheduler.version != FORMAT_VERSION || scheduler.round != round {
         return Err(invalid(
             &file,
-            format!("snapshot version {} round {}", scheduler.version, scheduler.round),
+            format!(
+                "snapshot version {} round {}",
+                scheduler.version, scheduler.round
+            ),
         ));
     }
     Ok(ValidCheckpoint {
@@ -490,7 +512,9 @@ impl LassoScheduling {
                 self.coefficients.len()
             ));
         }
-        if s.l1_after.len() != s.updates_after.len() || s.l1_after.len() as u64 != s.worker_applied + 1 {
+        if s.l1_after.len() != s.updates_after.len()
+            || s.l1_after.len() as u64 != s.worker_applied + 1
+        {
             return Err("inconsistent commit bookkeeping".into());
         }
         self.scheduler
@@ -576,7 +600,10 @@ struct WorkerSnapshot {
 }
 
 /// A worker's handling of [`ControlTask`]s.
-pub(super) fn worker_control(w: &mut LassoWorker, task: &ControlTask) -> Result<LassoPartial, String> {
+pub(super) fn worker_control(
+    w: &mut LassoWorker,
+    task: &ControlTask,
+) -> Result<LassoPartial, String> {
     let Some(slot) = &w.checkpoint else {
         return Err("checkpoint task, but this worker has no checkpoint_dir".into());
     };
@@ -608,7 +635,8 @@ pub(super) fn worker_control(w: &mut LassoWorker, task: &ControlTask) -> Result<
         ControlTask::Restore { round, digest } => {
             let name = worker_file(round, slot.index);
             let path = slot.dir.join(&name);
-            let bytes = durable::read_verified(&slot.dir, &name, digest).map_err(|e| e.to_string())?;
+            let bytes =
+                durable::read_verified(&slot.dir, &name, digest).map_err(|e| e.to_string())?;
             let snap: WorkerSnapshot = rmp_serde::from_slice(&bytes)
                 .map_err(|e| format!("{}: decode: {e}", path.display()))?;
             let mine = (

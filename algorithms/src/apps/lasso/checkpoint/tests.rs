@@ -130,9 +130,20 @@ fn names_parse_back() {
     assert_eq!(parse_name(&manifest_name(7)), Some((7, true)));
     assert_eq!(parse_name(&scheduler_file(123)), Some((123, false)));
     assert_eq!(parse_name(&worker_file(5, 2)), Some((5, false)));
-    assert_eq!(parse_name(&format!(".{}.tmp", manifest_name(9))), Some((9, false)));
-    assert_eq!(parse_name(&format!(".{}.tmp", worker_file(9, 1))), Some((9, false)));
-    for other in ["coefficients.tsv", "lasso-round-12.manifest", "shard-0-clock-1.manifest", "lasso-round-000000000001-x.bin"] {
+    assert_eq!(
+        parse_name(&format!(".{}.tmp", manifest_name(9))),
+        Some((9, false))
+    );
+    assert_eq!(
+        parse_name(&format!(".{}.tmp", worker_file(9, 1))),
+        Some((9, false))
+    );
+    for other in [
+        "coefficients.tsv",
+        "lasso-round-12.manifest",
+        "shard-0-clock-1.manifest",
+        "lasso-round-000000000001-x.bin",
+    ] {
         assert_eq!(parse_name(other), None, "{other}");
     }
 }
@@ -159,11 +170,21 @@ fn settings_are_validated() {
     let mut j = job("dynamic", None);
     assert_eq!(CheckpointSettings::of(&j, 1).unwrap(), None);
     j.resume = true;
-    assert!(CheckpointSettings::of(&j, 1).unwrap_err().to_string().contains("checkpoint_dir"));
+    assert!(
+        CheckpointSettings::of(&j, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("checkpoint_dir")
+    );
     j.checkpoint_dir = Some("/tmp/x".into());
     let s = CheckpointSettings::of(&j, 1).unwrap().unwrap();
     assert!(s.resume && s.every == 60);
-    assert!(CheckpointSettings::of(&j, 2).unwrap_err().to_string().contains("one scheduler"));
+    assert!(
+        CheckpointSettings::of(&j, 2)
+            .unwrap_err()
+            .to_string()
+            .contains("one scheduler")
+    );
 }
 
 #[test]
@@ -194,8 +215,15 @@ fn prune_keeps_the_two_newest_and_drops_orphans_first_manifests() {
     }
     assert_eq!(doomed.len(), expect_gone.len(), "{doomed:?}");
     // Manifests are deleted before any data file.
-    let first_data = doomed.iter().position(|n| !n.ends_with(".manifest")).unwrap();
-    assert!(doomed[first_data..].iter().all(|n| !n.ends_with(".manifest")));
+    let first_data = doomed
+        .iter()
+        .position(|n| !n.ends_with(".manifest"))
+        .unwrap();
+    assert!(
+        doomed[first_data..]
+            .iter()
+            .all(|n| !n.ends_with(".manifest"))
+    );
 }
 
 #[test]
@@ -210,11 +238,17 @@ fn choose_falls_back_to_older_and_reports_all_reasons() {
     .unwrap();
     assert_eq!(pick.0, 2);
     assert_eq!(pick.1.len(), 1);
-    let none = choose_newest_valid::<u64>(&[1, 2], |r| Err(CheckpointError::Config(format!("bad {r}"))))
-        .unwrap_err();
+    let none = choose_newest_valid::<u64>(&[1, 2], |r| {
+        Err(CheckpointError::Config(format!("bad {r}")))
+    })
+    .unwrap_err();
     assert_eq!(none.len(), 2);
     assert!(none[0].contains("bad 2") && none[1].contains("bad 1"));
-    assert!(choose_newest_valid::<u64>(&[], |_| unreachable!()).unwrap_err().is_empty());
+    assert!(
+        choose_newest_valid::<u64>(&[], |_| unreachable!())
+            .unwrap_err()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -225,7 +259,10 @@ fn resumed_run_is_bit_identical_for_every_mode() {
         let j = job(mode, Some(dir.path()));
         // Checkpointing alone (depth 1) does not change the model.
         let (full, full_m) = run(&j, 3).unwrap();
-        assert_eq!(full, plain.coefficients, "{mode}: checkpointing changed the model");
+        assert_eq!(
+            full, plain.coefficients,
+            "{mode}: checkpointing changed the model"
+        );
         assert_eq!(full_m.updates, plain.metrics.updates);
         assert!(full_m.checkpoints.len() >= 3, "{:?}", full_m.checkpoints);
         let dir = tempfile::tempdir().unwrap();
@@ -243,7 +280,10 @@ fn resumed_run_is_bit_identical_for_every_mode() {
             assert_eq!((p.round, p.updates), (q.round, q.updates));
             assert_eq!(p.objective.to_bits(), q.objective.to_bits());
         }
-        assert_eq!(m.final_objective.to_bits(), full_m.final_objective.to_bits());
+        assert_eq!(
+            m.final_objective.to_bits(),
+            full_m.final_objective.to_bits()
+        );
     }
 }
 
@@ -291,7 +331,10 @@ fn corrupted_truncated_or_missing_files_never_load() {
     bad[orig.len() / 2] ^= 0x04;
     fs::write(&w, &bad).unwrap();
     let e = load_valid(d, new, &shape).unwrap_err().to_string();
-    assert!(e.contains(&worker_file(new, 1)) && e.contains("checksum"), "{e}");
+    assert!(
+        e.contains(&worker_file(new, 1)) && e.contains("checksum"),
+        "{e}"
+    );
     // Truncated.
     fs::write(&w, &orig[..orig.len() - 3]).unwrap();
     let e = load_valid(d, new, &shape).unwrap_err().to_string();
@@ -302,7 +345,10 @@ fn corrupted_truncated_or_missing_files_never_load() {
     let sched = fs::read(&s).unwrap();
     fs::remove_file(&s).unwrap();
     let e = load_valid(d, new, &shape).unwrap_err().to_string();
-    assert!(e.contains(&scheduler_file(new)) && e.contains("missing"), "{e}");
+    assert!(
+        e.contains(&scheduler_file(new)) && e.contains("missing"),
+        "{e}"
+    );
     fs::write(&s, &sched).unwrap();
     // A truncated or bit-flipped manifest.
     let m = d.join(manifest_name(new));
@@ -315,7 +361,12 @@ fn corrupted_truncated_or_missing_files_never_load() {
     let mut flipped = mbytes.clone();
     flipped[12] ^= 1;
     fs::write(&m, &flipped).unwrap();
-    assert!(load_valid(d, new, &shape).unwrap_err().to_string().contains("checksum"));
+    assert!(
+        load_valid(d, new, &shape)
+            .unwrap_err()
+            .to_string()
+            .contains("checksum")
+    );
     // A manifest copied under another round's name.
     fs::write(d.join(manifest_name(new + 1)), &mbytes).unwrap();
     assert!(
@@ -371,7 +422,13 @@ fn wrong_shape_or_no_checkpoint_is_refused_with_a_clear_error() {
     // Another seed.
     let mut other = resumed(&j);
     other.seed += 1;
-    assert!(scheduler(&other, 2).err().unwrap().to_string().contains("seed"));
+    assert!(
+        scheduler(&other, 2)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("seed")
+    );
     // Other data of the same size.
     let mut other = resumed(&j);
     other.synthetic.seed += 1;
@@ -397,21 +454,46 @@ fn worker_refuses_a_file_that_does_not_match_the_manifest_or_itself() {
     let mut ws = workers(&j, 2);
     // Right digest: restores.
     let ok = ws[0]
-        .push(0, &LassoTask::Control(ControlTask::Restore { round: new, digest: m.workers[0].digest }))
+        .push(
+            0,
+            &LassoTask::Control(ControlTask::Restore {
+                round: new,
+                digest: m.workers[0].digest,
+            }),
+        )
         .unwrap();
-    assert!(matches!(ok, LassoPartial::Control(ControlReply::Restored { .. })));
+    assert!(matches!(
+        ok,
+        LassoPartial::Control(ControlReply::Restored { .. })
+    ));
     // Worker 1 asked to load with worker 0's digest: checksum/length mismatch, names its file.
     let e = ws[1]
-        .push(0, &LassoTask::Control(ControlTask::Restore { round: new, digest: m.workers[0].digest }))
+        .push(
+            0,
+            &LassoTask::Control(ControlTask::Restore {
+                round: new,
+                digest: m.workers[0].digest,
+            }),
+        )
         .unwrap_err();
     assert!(e.contains(&worker_file(new, 1)), "{e}");
     // A worker with another row split refuses the file even with the right digest.
     let mut three = workers(&j, 3);
     let e = three[1]
-        .push(0, &LassoTask::Control(ControlTask::Restore { round: new, digest: m.workers[1].digest }))
+        .push(
+            0,
+            &LassoTask::Control(ControlTask::Restore {
+                round: new,
+                digest: m.workers[1].digest,
+            }),
+        )
         .unwrap_err();
     assert!(e.contains("this worker is"), "{e}");
     // A worker without checkpoint_dir refuses control tasks.
     let mut bare = workers(&job("dynamic", None), 2);
-    assert!(bare[0].push(0, &LassoTask::Control(ControlTask::Save { round: 1 })).is_err());
+    assert!(
+        bare[0]
+            .push(0, &LassoTask::Control(ControlTask::Save { round: 1 }))
+            .is_err()
+    );
 }
