@@ -83,3 +83,90 @@ fn failed_run_resumed_from_its_checkpoint_matches_the_uninterrupted_run() {
     assert_eq!(m.updates, plain.updates);
     assert_eq!(m.final_objective.to_bits(), plain.final_objective.to_bits());
 }
+
+fn train(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train"])
+        .args(args)
+        .args([
+            "--workers",
+            "2",
+            "--transport",
+            "memory",
+            "--block-size",
+            "8",
+        ])
+        .args([
+            "--max-rounds",
+            "500",
+            "--eval-every",
+            "100",
+            "--gap-tolerance",
+            "0",
+        ])
+        .args(["--synthetic-samples", "100", "--synthetic-features", "200"])
+        .output()
+        .unwrap()
+}
+
+/// The CLI flags: `--checkpoint-dir/--checkpoint-every` write checkpoints, `--resume`
+/// continues from the newest (here the last one of a finished run, so the tail is re-run)
+/// and ends with the same model.
+#[test]
+fn cli_flags_checkpoint_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ckpt");
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let ck = [
+        "--checkpoint-dir",
+        ckpt.to_str().unwrap(),
+        "--checkpoint-every",
+        "120",
+    ];
+    let out = train(&[&["lasso", "--out", a.to_str().unwrap()][..], &ck[..]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first: LassoMetrics = read_metrics(&a.join("metrics.json")).unwrap();
+    assert_eq!(first.checkpoints.len(), 4, "{:?}", first.checkpoints);
+    let out = train(
+        &[
+            &["lasso", "--out", b.to_str().unwrap(), "--resume"][..],
+            &ck[..],
+        ]
+        .concat(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let second: LassoMetrics = read_metrics(&b.join("metrics.json")).unwrap();
+    assert_eq!(second.resumed_from_round, first.checkpoints.last().copied());
+    assert_eq!(
+        std::fs::read(a.join("coefficients.tsv")).unwrap(),
+        std::fs::read(b.join("coefficients.tsv")).unwrap()
+    );
+    // Resuming from an empty directory is an error naming it, not a fresh start.
+    let empty = dir.path().join("empty");
+    let out = train(&[
+        "lasso",
+        "--out",
+        b.to_str().unwrap(),
+        "--resume",
+        "--checkpoint-dir",
+        empty.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("no valid checkpoint") && err.contains("empty"),
+        "{err}"
+    );
+    // Logistic regression does not checkpoint: a clear error rather than ignored flags.
+    let out = train(&[&["logistic", "--out", b.to_str().unwrap()][..], &ck[..]].concat());
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lasso only"));
+}
