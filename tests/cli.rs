@@ -308,15 +308,14 @@ fn wait_with_deadline(mut child: std::process::Child, limit: Duration) -> std::p
     }
 }
 
-/// Checkpoint/resume under a crash: an uninterrupted STRADS Lasso run, then the same job
-/// with checkpointing whose worker `w1` is SIGKILLed once the first checkpoint manifest
-/// exists (the run must fail fast naming `w1` and its role), then a `resume = true` run
-/// that must end with a byte-identical `coefficients.tsv` and report the round it resumed
-/// from.
+/// Checkpoint/resume under a crash: an uninterrupted STRADS Lasso run; then, for a worker
+/// (`w1`) and for the scheduler (also the coordinator), the same job with checkpointing
+/// whose victim is SIGKILLed once the first checkpoint manifest exists (the run must fail
+/// fast naming the victim and its role), then a `resume = true` run that must end with a
+/// byte-identical `coefficients.tsv` and report the round it resumed from.
 #[test]
-fn killed_lasso_worker_then_resume_gives_the_uninterrupted_model() {
+fn killed_lasso_node_then_resume_gives_the_uninterrupted_model() {
     let dir = tempfile::tempdir().unwrap();
-    let ckpt = dir.path().join("ckpt");
     let config = |name: &str, extra: &str| {
         let mut text =
             "[cluster]\nname = \"ckpt\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 1000\n"
@@ -356,10 +355,6 @@ fn killed_lasso_worker_then_resume_gives_the_uninterrupted_model() {
                 .unwrap(),
         )
     };
-    let ckpt_knobs = format!(
-        "checkpoint_dir = \"{}\"\ncheckpoint_every = 150\n",
-        ckpt.display()
-    );
 
     // 1. Uninterrupted, no checkpoints.
     let (child, log) = launch(&config("plain", ""), "plain");
@@ -367,63 +362,83 @@ fn killed_lasso_worker_then_resume_gives_the_uninterrupted_model() {
     assert!(status.success(), "{}", log.join().unwrap());
     let expected = std::fs::read(dir.path().join("plain/coefficients.tsv")).unwrap();
 
-    // 2. With checkpoints; SIGKILL worker w1 once the first manifest is on disk.
-    let (child, log) = launch(&config("killed", &ckpt_knobs), "killed");
-    let manifest_seen = Instant::now();
-    loop {
-        let has_manifest = std::fs::read_dir(&ckpt).is_ok_and(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
-        });
-        if has_manifest {
-            break;
-        }
-        assert!(
-            manifest_seen.elapsed() < Duration::from_secs(30),
-            "no checkpoint manifest within 30 s"
+    // 2. For each victim: with checkpoints, SIGKILL the victim once the first manifest is
+    //    on disk; 3. resume from the newest valid checkpoint and finish.
+    for (victim, role) in [
+        ("w1", "strads-lasso-worker"),
+        ("scheduler", "strads-lasso-scheduler"),
+    ] {
+        let ckpt = dir.path().join(format!("ckpt-{victim}"));
+        let ckpt_knobs = format!(
+            "checkpoint_dir = \"{}\"\ncheckpoint_every = 150\n",
+            ckpt.display()
         );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let victim = child_process(child.id(), "w1").expect("the launcher's w1 process");
-    let killed = Instant::now();
-    let st = Command::new("kill")
-        .args(["-KILL", &victim.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let status = wait_with_deadline(child, Duration::from_secs(20));
-    let detected = killed.elapsed();
-    let err = log.join().unwrap();
-    let tail = err.lines().rev().take(30).collect::<Vec<_>>().join("\n");
-    assert!(!status.success(), "the run survived killing w1:\n{tail}");
-    assert!(
-        err.contains("node w1 failed") && err.contains("its roles: strads-lasso-worker"),
-        "the error must name w1 and its role:\n{tail}"
-    );
-    // The failure timeout is 1 s; the launcher sees the exit at once (slack for a loaded
-    // machine).
-    assert!(detected < Duration::from_secs(5), "took {detected:?}");
-    assert!(!dir.path().join("killed/coefficients.tsv").exists());
-
-    // 3. Resume from the newest valid checkpoint and finish.
-    let (child, log) = launch(
-        &config("resumed", &format!("{ckpt_knobs}resume = true\n")),
-        "resumed",
-    );
-    let status = wait_with_deadline(child, Duration::from_secs(60));
-    let err = log.join().unwrap();
-    assert!(status.success(), "{err}");
-    assert!(err.contains("resuming from checkpoint"), "{err}");
-    let resumed = std::fs::read(dir.path().join("resumed/coefficients.tsv")).unwrap();
-    assert!(
-        resumed == expected,
-        "resumed coefficients differ from the uninterrupted run"
-    );
-    let metrics: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("resumed/metrics.json")).unwrap())
+        let killed_name = format!("killed-{victim}");
+        let (child, log) = launch(&config(&killed_name, &ckpt_knobs), &killed_name);
+        let started = Instant::now();
+        loop {
+            let has_manifest = std::fs::read_dir(&ckpt).is_ok_and(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
+            });
+            if has_manifest {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no checkpoint manifest within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = child_process(child.id(), victim).expect("the launcher's child process");
+        let killed = Instant::now();
+        let st = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
             .unwrap();
-    let from = metrics["resumed_from_round"].as_u64().unwrap();
-    assert!(from > 0, "{metrics}");
+        assert!(st.success());
+        let status = wait_with_deadline(child, Duration::from_secs(20));
+        let detected = killed.elapsed();
+        let err = log.join().unwrap();
+        let tail = err.lines().rev().take(30).collect::<Vec<_>>().join("\n");
+        assert!(
+            !status.success(),
+            "the run survived killing {victim}:\n{tail}"
+        );
+        assert!(
+            err.contains(&format!("node {victim} failed"))
+                && err.contains(&format!("its roles: {role}")),
+            "the error must name {victim} and its role {role}:\n{tail}"
+        );
+        // The failure timeout is 1 s; the launcher sees the exit at once (slack for a
+        // loaded machine).
+        assert!(detected < Duration::from_secs(5), "took {detected:?}");
+        assert!(
+            !dir.path()
+                .join(&killed_name)
+                .join("coefficients.tsv")
+                .exists()
+        );
+
+        let resumed_name = format!("resumed-{victim}");
+        let (child, log) = launch(
+            &config(&resumed_name, &format!("{ckpt_knobs}resume = true\n")),
+            &resumed_name,
+        );
+        let status = wait_with_deadline(child, Duration::from_secs(60));
+        let err = log.join().unwrap();
+        assert!(status.success(), "{err}");
+        assert!(err.contains("resuming from checkpoint"), "{err}");
+        let out = dir.path().join(&resumed_name);
+        assert!(
+            std::fs::read(out.join("coefficients.tsv")).unwrap() == expected,
+            "{victim}: resumed coefficients differ from the uninterrupted run"
+        );
+        let metrics: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+        let from = metrics["resumed_from_round"].as_u64().unwrap();
+        assert!(from > 0, "{metrics}");
+    }
 }
 
 /// The pid of the child of `parent` whose command line names node `name` (Linux /proc).
