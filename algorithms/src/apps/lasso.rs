@@ -13,6 +13,9 @@
 //! runs an `Evaluate` round: workers return `X^T r` and `(y.y, y.r, r.r)` partials, from
 //! which it computes the KKT violation and the duality gap exactly. The objective itself is
 //! tracked every round from the squared-residual partials that come with each push.
+//!
+//! Checkpoint and resume (`checkpoint_dir`, `checkpoint_every`, `resume`) live in
+//! [`checkpoint`]: save/restore rounds run by a wrapper around [`LassoScheduling`].
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
@@ -892,7 +895,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         .ok_or("worker not in its own role list")?;
     let n_workers = workers.len();
     let loader = job.clone();
-    let (rows, state) = super::off_loop(move || {
+    let (rows, worker) = super::off_loop(move || {
         let (x, y) = loader.load()?;
         let rows = crate::strads::split_evenly(x.n_rows, n_workers)
             .into_iter()
@@ -917,7 +920,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         Ok((rows, worker))
     })
     .await?;
-    start_worker::<LassoApp, _>(&ctx.node, WORKER_ACTOR, index as u32, state)
+    start_worker::<LassoApp, _>(&ctx.node, WORKER_ACTOR, index as u32, worker)
         .map_err(|e| e.to_string())?;
     tracing::info!(worker = index, rows = ?rows, "lasso worker ready");
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
