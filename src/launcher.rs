@@ -24,8 +24,12 @@ pub enum LaunchError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Tls(#[from] petrel_net::TlsError),
-    #[error("node {name} failed ({status})")]
-    NodeFailed { name: String, status: String },
+    #[error("node {name} failed ({status}); its roles: {roles}")]
+    NodeFailed {
+        name: String,
+        roles: String,
+        status: String,
+    },
     #[error("interrupted; all nodes stopped")]
     Interrupted,
     #[error("cluster did not finish within {0:?}; all nodes stopped")]
@@ -100,6 +104,8 @@ pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, Lau
 /// A launched cluster whose nodes are running.
 pub struct Running {
     children: Vec<(String, Child)>,
+    /// Roles of each node (for error messages), by node name.
+    roles: Vec<(String, String)>,
     started: Instant,
     run_dir: PathBuf,
     bar: ProgressBar,
@@ -148,8 +154,14 @@ pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, L
         children.push((name.clone(), child));
     }
     tracing::info!(nodes = names.len(), dir = %run_dir.display(), "cluster launched");
+    let roles = settings
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.roles.join(", ")))
+        .collect();
     Ok(Running {
         children,
+        roles,
         started: Instant::now(),
         run_dir,
         bar,
@@ -185,8 +197,15 @@ impl Running {
                         finished.push((name.clone(), self.started.elapsed()));
                         self.bar.inc(1);
                     } else {
+                        let roles = self
+                            .roles
+                            .iter()
+                            .find(|(n, _)| n == name)
+                            .map(|(_, r)| r.clone())
+                            .unwrap_or_default();
                         failure = Some(LaunchError::NodeFailed {
                             name: name.clone(),
+                            roles,
                             status: status.to_string(),
                         });
                         break;

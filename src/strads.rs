@@ -4,7 +4,7 @@
 
 use petrel_actors::{Settings, Topology};
 use petrel_algorithms::apps::lasso::{
-    LassoJob, LassoMetrics, SCHEDULER_ROLE, SyntheticLasso, WORKER_ROLE,
+    LassoJob, LassoMetrics, SCHEDULER_ROLE, SyntheticLasso, WORKER_ROLE, checkpoint,
 };
 use petrel_algorithms::apps::lda::{self, LdaJob, LdaMetrics};
 use petrel_algorithms::apps::logistic::{self, LogisticMetrics};
@@ -71,6 +71,15 @@ pub struct LassoArgs {
     pub synthetic_nonzero: usize,
     #[arg(long, default_value_t = 42)]
     pub synthetic_seed: u64,
+    /// Lasso only: write checkpoints to this directory (shared by all nodes).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Update rounds between two checkpoints (0 = never write).
+    #[arg(long, default_value_t = 500)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in --checkpoint-dir.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 impl LassoArgs {
@@ -104,6 +113,9 @@ impl LassoArgs {
             gap_tolerance: Some(self.gap_tolerance),
             seed: self.seed,
             out_dir: Some(absolute(&self.out)?),
+            checkpoint_dir: self.checkpoint_dir.as_deref().map(absolute).transpose()?,
+            checkpoint_every: self.checkpoint_every,
+            resume: self.resume,
             ..LassoJob::default()
         })
     }
@@ -319,6 +331,18 @@ pub fn read_metrics(path: &Path) -> Result<LassoMetrics, String> {
 /// `petrel train lasso`.
 pub fn train_lasso(args: LassoArgs) -> Result<(), String> {
     let job = args.job()?;
+    // Pre-flight: fail at once rather than after the cluster's failure timeout. (The
+    // scheduler still verifies the checkpoint fully, and says why one is refused.)
+    if let Some(dir) = job.checkpoint_dir.as_ref().filter(|_| job.resume) {
+        let rounds = checkpoint::manifest_rounds(dir).map_err(|e| e.to_string())?;
+        if rounds.is_empty() {
+            return Err(checkpoint::CheckpointError::NoValid {
+                dir: dir.clone(),
+                reasons: Vec::new(),
+            }
+            .to_string());
+        }
+    }
     let m = run_lasso_job(&job, args.workers, &args.transport)?;
     println!(
         "lasso {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
@@ -422,6 +446,11 @@ pub fn train_lda(args: LdaArgs) -> Result<(), String> {
 /// are the positive class; `--max-rounds` rounds; without `--data`, separable synthetic
 /// data of `--synthetic-samples x --synthetic-features`).
 pub fn train_logistic(args: LassoArgs) -> Result<(), String> {
+    if args.checkpoint_dir.is_some() || args.resume {
+        return Err(
+            "--checkpoint-dir / --resume: checkpointing is implemented for lasso only".into(),
+        );
+    }
     let job = args.job()?;
     let out = job
         .out_dir
