@@ -318,7 +318,7 @@ fn killed_lasso_node_then_resume_gives_the_uninterrupted_model() {
     let dir = tempfile::tempdir().unwrap();
     let config = |name: &str, extra: &str| {
         let mut text =
-            "[cluster]\nname = \"ckpt\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 1000\n"
+            "[cluster]\nname = \"ckpt\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 3000\n"
                 .to_string();
         for (node, role) in [
             ("scheduler", "strads-lasso-scheduler"),
@@ -410,7 +410,7 @@ fn killed_lasso_node_then_resume_gives_the_uninterrupted_model() {
                 && err.contains(&format!("its roles: {role}")),
             "the error must name {victim} and its role {role}:\n{tail}"
         );
-        // The failure timeout is 1 s; the launcher sees the exit at once (slack for a
+        // The launcher sees the exit at once, well within the 3 s failure timeout (slack for a
         // loaded machine).
         assert!(detected < Duration::from_secs(5), "took {detected:?}");
         assert!(
