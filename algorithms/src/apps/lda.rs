@@ -413,6 +413,13 @@ pub struct LdaMetrics {
     /// through the scheduler twice (out and back) if the blocks were routed through it.
     #[serde(default)]
     pub block_bytes: u64,
+    /// Serialized size of the final Collect round's partials (the blocks), included in
+    /// `scheduler_bytes`.
+    #[serde(default)]
+    pub collect_bytes: u64,
+    /// Scheduler rounds (sub-rounds plus the Collect round).
+    #[serde(default)]
+    pub rounds: u64,
 }
 
 /// Scheduler half: the rotation plan and the topic totals. The word-topic blocks stay
@@ -460,6 +467,8 @@ impl LdaScheduling {
                 final_loglik_per_token: f64::NAN,
                 scheduler_bytes: 0,
                 block_bytes: 0,
+                collect_bytes: 0,
+                rounds: 0,
             },
         }
     }
@@ -548,13 +557,15 @@ impl Schedule<LdaApp> for LdaScheduling {
 
     fn pull(
         &mut self,
-        _round: u64,
+        round: u64,
         partials: Vec<LdaPartial>,
         elapsed: Duration,
     ) -> Result<LdaCommit, String> {
         let p = self.schedule.p;
+        self.metrics.rounds = round + 1;
         if self.pass > self.iterations {
             let mut block_bytes = 0u64;
+            self.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
             for (w, partial) in partials.into_iter().enumerate() {
                 let expected = self.schedule.block_held(w, 0);
                 let LdaPartial::Collected(block) = partial else {
@@ -566,10 +577,7 @@ impl Schedule<LdaApp> for LdaScheduling {
                         block.block
                     ));
                 }
-                let mut bytes = Vec::new();
-                if petrel_messages::encode_body(&block, &mut bytes).is_ok() {
-                    block_bytes += bytes.len() as u64;
-                }
+                block_bytes += encoded_len(&block);
                 self.blocks[expected] = Some(block);
             }
             self.metrics.block_bytes = block_bytes;
@@ -643,6 +651,15 @@ impl Schedule<LdaApp> for LdaScheduling {
         Ok(LdaCommit {
             topic_totals: Some(self.topic_totals.clone()),
         })
+    }
+}
+
+/// Size of `value` as a message body.
+fn encoded_len<T: Serialize>(value: &T) -> u64 {
+    let mut bytes = Vec::new();
+    match petrel_messages::encode_body(value, &mut bytes) {
+        Ok(()) => bytes.len() as u64,
+        Err(_) => 0,
     }
 }
 

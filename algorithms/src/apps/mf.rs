@@ -388,6 +388,10 @@ pub struct MfMetrics {
     /// the scheduler twice (out and back) if the blocks were routed through it.
     #[serde(default)]
     pub block_bytes: u64,
+    /// Serialized size of the final Collect round's partials (W and the blocks), included
+    /// in `scheduler_bytes`.
+    #[serde(default)]
+    pub collect_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -458,6 +462,7 @@ impl MfScheduling {
                 time_to_target_s: None,
                 scheduler_bytes: 0,
                 block_bytes: 0,
+                collect_bytes: 0,
             },
         }
     }
@@ -631,6 +636,7 @@ impl Schedule<MfApp> for MfScheduling {
             Stage::Collect => {
                 let mut w = Array2::zeros((self.n_users, self.rank));
                 let mut block_bytes = 0u64;
+                self.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
                 for (worker, partial) in partials.into_iter().enumerate() {
                     let MfPartial::Factors {
                         user_ids,
@@ -657,10 +663,7 @@ impl Schedule<MfApp> for MfScheduling {
                             block.block
                         ));
                     }
-                    let mut bytes = Vec::new();
-                    if petrel_messages::encode_body(&block, &mut bytes).is_ok() {
-                        block_bytes += bytes.len() as u64;
-                    }
+                    block_bytes += encoded_len(&block);
                     self.blocks[expected] = Some(block);
                 }
                 self.metrics.block_bytes = block_bytes;
@@ -670,6 +673,15 @@ impl Schedule<MfApp> for MfScheduling {
             }
             Stage::Finished => Err("pull after the job finished".into()),
         }
+    }
+}
+
+/// Size of `value` as a message body.
+fn encoded_len<T: Serialize>(value: &T) -> u64 {
+    let mut bytes = Vec::new();
+    match petrel_messages::encode_body(value, &mut bytes) {
+        Ok(()) => bytes.len() as u64,
+        Err(_) => 0,
     }
 }
 
