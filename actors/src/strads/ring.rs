@@ -432,6 +432,13 @@ pub struct PendingReply<A: StradsApp> {
     priority: Priority,
 }
 
+type WorkerCore<A> = RingCore<
+    <A as StradsApp>::Task,
+    <A as StradsApp>::Commit,
+    <A as RingApp>::Block,
+    PendingReply<A>,
+>;
+
 /// A worker actor of a [`RingApp`]: accepts [`Dispatch`], [`Commit`] and [`Handoff`].
 pub struct RingWorker<A: RingApp, W: RingPush<A>> {
     index: u32,
@@ -440,7 +447,7 @@ pub struct RingWorker<A: RingApp, W: RingPush<A>> {
     ring: Vec<ActorId>,
     resolved: Vec<Option<ActorRef<Handoff<A>>>>,
     /// Boxed: the app's types need not be `Unpin` (actors must be).
-    core: Box<RingCore<A::Task, A::Commit, A::Block, PendingReply<A>>>,
+    core: Box<WorkerCore<A>>,
     _app: PhantomData<fn() -> A>,
 }
 
