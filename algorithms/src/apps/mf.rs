@@ -938,6 +938,29 @@ mod tests {
     }
 
     #[test]
+    fn worker_rejects_a_block_it_was_not_asked_for() {
+        let job = small_job();
+        let (train, _) = job.load().unwrap();
+        let partition = MfPartition::balanced(&train, 2);
+        let mut w = MfWorkerApp::new(0, &partition, &train, &job).unwrap();
+        let task = MfTask::Visit {
+            phase: Phase::H,
+            k: 0,
+            block: 0,
+            pass_to: 1,
+            report: false,
+            finalize_h: false,
+        };
+        let other = initial_ring_blocks(1, &partition, job.rank).remove(0).1;
+        let err = w.push(0, &task, Some(other)).unwrap_err();
+        assert!(err.contains("got block 1"), "{err}");
+        assert!(w.push(0, &task, None).is_err());
+        let mine = initial_ring_blocks(0, &partition, job.rank).remove(0).1;
+        let out = w.push(0, &task, Some(mine)).unwrap();
+        assert!(matches!(out.block, BlockFate::PassTo { worker: 1, .. }));
+    }
+
+    #[test]
     fn worker_rejects_a_bad_coordinate() {
         let job = small_job();
         let (train, _) = job.load().unwrap();
