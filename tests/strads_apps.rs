@@ -132,3 +132,84 @@ fn sparse_logistic_from_the_cli() {
         40
     );
 }
+
+/// The ring apps are deterministic: blocks handed worker to worker between separate
+/// processes give byte for byte the outputs of an in-process cluster on the memory
+/// transport.
+#[test]
+fn ring_apps_give_the_same_outputs_across_processes_and_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| {
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "{args:?}");
+    };
+
+    let procs = dir.path().join("lda-procs");
+    let procs_args = [
+        "train",
+        "lda",
+        "--out",
+        procs.to_str().unwrap(),
+        "--workers",
+        "3",
+        "--topics",
+        "5",
+        "--iterations",
+        "2",
+        "--seed",
+        "3",
+        "--transport",
+        "processes",
+    ];
+    cli(&procs_args);
+    let mem = dir.path().join("lda-memory");
+    let job = LdaJob {
+        n_topics: 5,
+        iterations: 2,
+        seed: 3,
+        out_dir: Some(mem.clone()),
+        ..LdaJob::default()
+    };
+    run_lda_job(&job, 3, "memory").unwrap();
+    for file in ["topic_word.tsv", "topics.txt"] {
+        assert_eq!(
+            std::fs::read_to_string(procs.join(file)).unwrap(),
+            std::fs::read_to_string(mem.join(file)).unwrap(),
+            "lda {file}"
+        );
+    }
+
+    let procs = dir.path().join("mf-procs");
+    cli(&[
+        "train",
+        "strads-mf",
+        "--out",
+        procs.to_str().unwrap(),
+        "--workers",
+        "3",
+        "--rank",
+        "4",
+        "--iterations",
+        "2",
+        "--transport",
+        "processes",
+    ]);
+    let mem = dir.path().join("mf-memory");
+    let job = MfJob {
+        rank: 4,
+        outer_iterations: 2,
+        out_dir: Some(mem.clone()),
+        ..MfJob::default()
+    };
+    run_mf_job(&job, 3, "memory").unwrap();
+    for file in ["user_factors.tsv", "item_factors.tsv"] {
+        assert_eq!(
+            std::fs::read_to_string(procs.join(file)).unwrap(),
+            std::fs::read_to_string(mem.join(file)).unwrap(),
+            "mf {file}"
+        );
+    }
+}

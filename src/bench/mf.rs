@@ -1,6 +1,7 @@
 //! `petrel bench mf`: CCD++ matrix factorisation with block rotation on the STRADS
 //! runtime, on synthetic low-rank ratings, for several worker counts side by side: train
-//! RMSE against time, time to a target RMSE, final train and test RMSE.
+//! RMSE against time, time to a target RMSE, final train and test RMSE, and the bytes per
+//! round through the scheduler (the H blocks rotate worker to worker).
 
 use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, print_json};
@@ -53,7 +54,22 @@ struct Figures {
     final_train_rmse: f64,
     elapsed_s: f64,
     single_worker_time_to_target_s: Option<f64>,
+    /// Bytes the scheduler node sent + received per sub-round of the last run (measured,
+    /// without the final Collect round): the H blocks travel worker to worker, so this is
+    /// block ids, flags and squared errors.
+    scheduler_bytes_per_round: f64,
+    /// What a sub-round would move through the scheduler if the blocks were routed
+    /// through it (every block out in a task and back in a partial): 2 x the blocks'
+    /// size, plus the ring's own traffic.
+    star_bytes_per_round_estimate: f64,
     plot: String,
+}
+
+/// `(measured ring bytes per sub-round, estimated star bytes per sub-round)` of a run.
+fn bytes_per_round(m: &MfMetrics) -> (f64, f64) {
+    let ring = m.scheduler_bytes.saturating_sub(m.collect_bytes) as f64
+        / m.rounds.saturating_sub(1).max(1) as f64;
+    (ring, ring + 2.0 * m.block_bytes as f64)
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -68,6 +84,8 @@ pub fn run(args: Args) -> Result<(), String> {
         "total (s)",
         "final train RMSE",
         "test RMSE",
+        "scheduler bytes/sub-round",
+        "star estimate",
     ]);
     let mut runs: Vec<(usize, MfMetrics)> = Vec::new();
     for &p in &args.workers {
@@ -97,6 +115,8 @@ pub fn run(args: Args) -> Result<(), String> {
             format!("{:.2}", m.elapsed_s),
             format!("{:.4}", m.final_train_rmse),
             format!("{:.4}", m.final_test_rmse),
+            format!("{:.0}", bytes_per_round(&m).0),
+            format!("{:.0}", bytes_per_round(&m).1),
         ]);
         runs.push((p, m));
     }
@@ -140,6 +160,8 @@ pub fn run(args: Args) -> Result<(), String> {
         final_train_rmse: last.final_train_rmse,
         elapsed_s: last.elapsed_s,
         single_worker_time_to_target_s: single,
+        scheduler_bytes_per_round: bytes_per_round(last).0,
+        star_bytes_per_round_estimate: bytes_per_round(last).1,
         plot: plot.display().to_string(),
     })
     .map_err(|e| e.to_string())

@@ -21,6 +21,10 @@
 //! The decision logic ([`PipelineCore`]) is plain data with unit tests; [`StradsWorker`] is
 //! an actix actor that feeds messages to the app; [`run_scheduler`] is the scheduler's
 //! event loop on the node's actix system.
+//!
+//! Rotation apps whose blocks should not pass through the scheduler use the [`ring`]
+//! module: the same scheduler loop and messages, plus [`ring::Handoff`]s that carry the
+//! blocks worker to worker ([`ring::RingWorker`]).
 
 use crate::address::{ActorRef, Msg};
 use crate::error::{AskError, HandlerError};
@@ -32,6 +36,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
+
+pub mod ring;
+pub use ring::{
+    BlockFate, BlockId, Delivery, Handoff, LocalRun, RingApp, RingCore, RingOutput, RingPush,
+    RingWorker, ring_members, run_local, start_ring_worker,
+};
 
 /// The wire types of one model-parallel app. Wire names must be unique in the cluster.
 pub trait StradsApp: Send + 'static {

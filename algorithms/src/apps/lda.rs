@@ -1,12 +1,17 @@
 //! LDA by collapsed Gibbs sampling (SparseLDA) with word rotation on the STRADS runtime.
 //!
 //! Documents are split over the P workers (balanced by length), the vocabulary into P
-//! blocks (balanced by frequency). Word-topic blocks live with the scheduler between
-//! visits; in sub-round `t` worker `w` samples the tokens of the words in block
-//! `(w + t) mod P` ([`RotationSchedule`]), so no two workers write the same word-topic row.
-//! After every sub-round the workers' topic-total changes are summed by the scheduler and
-//! re-broadcast in the commit (stale within a sub-round, as in the reference). The first
-//! rotation only builds the word-topic counts from the workers' random initial assignments.
+//! blocks (balanced by frequency). Word-topic blocks rotate around the ring of workers
+//! ([`petrel_actors::strads::ring`]): in sub-round `t` worker `w` samples the tokens of the
+//! words in block `(w + t) mod P` ([`RotationSchedule`]) and then hands the block to worker
+//! `w - 1` directly, so no two workers write the same word-topic row and the blocks never
+//! pass through the scheduler. The scheduler's tasks carry the block id and the next
+//! holder; after every sub-round the workers' topic-total changes (K numbers each) are
+//! summed by the scheduler and re-broadcast in the commit (stale within a sub-round, as in
+//! the reference). At the end of a pass each worker also reports the word half of the
+//! log-likelihood of the block it holds. The first rotation only builds the word-topic
+//! counts from the workers' random initial assignments; a final Collect round brings the
+//! blocks to the scheduler for the outputs.
 //!
 //! The message sequence equals the serial driver [`crate::strads::lda::LdaCluster`], so
 //! for a seed the distributed run gives exactly the serial run's counts.
@@ -18,7 +23,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use petrel_actors::strads::{
-    Plan, Push, Schedule, SchedulerOptions, Step, StradsApp, WorkerSet, run_scheduler, start_worker,
+    BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, SchedulerOptions, Step,
+    StradsApp, WorkerSet, ring_members, run_scheduler, start_ring_worker,
 };
 use petrel_actors::{Cluster, NodeContext};
 use petrel_messages::Priority;
@@ -169,22 +175,39 @@ impl LdaLayout {
 /// Marker type of the LDA wire types.
 pub struct LdaApp;
 
+/// Scheduler -> worker: names the vocabulary block; the block travels worker to worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LdaTask {
     /// Add the worker's initial assignments of the block's words (first rotation).
-    Init { block: WordTopicBlock, report: bool },
+    Init {
+        block: usize,
+        pass_to: u32,
+        report: bool,
+    },
     /// Resample the worker's tokens of the block's words.
-    Sample { block: WordTopicBlock, report: bool },
+    Sample {
+        block: usize,
+        pass_to: u32,
+        report: bool,
+    },
+    /// Send the block to the scheduler (it leaves the ring), for the outputs.
+    Collect { block: usize },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LdaPartial {
-    pub block: WordTopicBlock,
-    /// Init: the worker's own topic counts; Sample: its change since the last sync.
-    pub totals: TopicTotalsDelta,
-    /// With `report`: the document half of the log-likelihood, and the tokens sampled.
-    pub doc_log_likelihood: Option<f64>,
-    pub tokens: u64,
+pub enum LdaPartial {
+    Visited {
+        block: usize,
+        /// Init: the worker's own topic counts; Sample: its change since the last sync.
+        totals: TopicTotalsDelta,
+        /// With `report`: the document half of the log-likelihood.
+        doc_log_likelihood: Option<f64>,
+        /// With `report` (the block's last visit of a pass): the block's share of the word
+        /// half of the log-likelihood.
+        word_log_likelihood: Option<f64>,
+        tokens: u64,
+    },
+    Collected(WordTopicBlock),
 }
 
 /// The summed topic totals, re-broadcast after every sub-round.
@@ -201,11 +224,25 @@ impl StradsApp for LdaApp {
     type Commit = LdaCommit;
 }
 
+impl RingApp for LdaApp {
+    const HANDOFF_NAME: &'static str = "petrel.strads.lda.handoff";
+    type Block = WordTopicBlock;
+
+    fn block_needed(task: &LdaTask) -> Option<BlockId> {
+        match task {
+            LdaTask::Init { block, .. }
+            | LdaTask::Sample { block, .. }
+            | LdaTask::Collect { block } => Some(*block as BlockId),
+        }
+    }
+}
+
 /// Worker half.
 pub struct LdaWorkerApp {
     worker: LdaWorker,
     vocabulary: VocabularyPartition,
     n_topics: usize,
+    beta: f64,
     tokens_per_block: Vec<u64>,
 }
 
@@ -227,21 +264,62 @@ impl LdaWorkerApp {
             worker: LdaWorker::new(index, docs, &layout.vocabulary, config)?,
             vocabulary: layout.vocabulary.clone(),
             n_topics: config.n_topics,
+            beta: config.beta,
             tokens_per_block,
         })
     }
 }
 
-impl Push<LdaApp> for LdaWorkerApp {
-    fn push(&mut self, _round: u64, task: &LdaTask) -> Result<LdaPartial, String> {
-        let (block, report, init) = match task {
-            LdaTask::Init { block, report } => (block, *report, true),
-            LdaTask::Sample { block, report } => (block, *report, false),
+/// The blocks worker `index` holds before the first sub-round: its empty word-topic block.
+pub fn initial_ring_blocks(index: usize, layout: &LdaLayout) -> Vec<(BlockId, WordTopicBlock)> {
+    let schedule = RotationSchedule {
+        p: layout.vocabulary.block_words.len(),
+    };
+    layout
+        .vocabulary
+        .empty_blocks()
+        .into_iter()
+        .filter(|b| schedule.holder(b.block, 0) == index)
+        .map(|b| (b.block as BlockId, b))
+        .collect()
+}
+
+impl RingPush<LdaApp> for LdaWorkerApp {
+    fn push(
+        &mut self,
+        _round: u64,
+        task: &LdaTask,
+        block: Option<WordTopicBlock>,
+    ) -> Result<RingOutput<LdaPartial, WordTopicBlock>, String> {
+        let (expected, pass_to, report, init) = match task {
+            LdaTask::Init {
+                block,
+                pass_to,
+                report,
+            } => (*block, *pass_to, *report, true),
+            LdaTask::Sample {
+                block,
+                pass_to,
+                report,
+            } => (*block, *pass_to, *report, false),
+            LdaTask::Collect { block } => (*block, 0, false, false),
         };
-        if block.block >= self.tokens_per_block.len() || block.word_ids.len() != block.rows.len() {
-            return Err(format!("malformed word-topic block {}", block.block));
+        let mut block = block.ok_or("no word-topic block for a task that needs one")?;
+        if block.block != expected
+            || block.block >= self.tokens_per_block.len()
+            || block.word_ids.len() != block.rows.len()
+        {
+            return Err(format!(
+                "malformed word-topic block {} (expected {expected})",
+                block.block
+            ));
         }
-        let mut block = block.clone();
+        if let LdaTask::Collect { .. } = task {
+            return Ok(RingOutput {
+                partial: LdaPartial::Collected(block),
+                block: BlockFate::Consumed,
+            });
+        }
         let (totals, tokens) = if init {
             self.worker.add_initial_counts(&mut block, &self.vocabulary);
             let deltas = if report {
@@ -263,11 +341,24 @@ impl Push<LdaApp> for LdaWorkerApp {
                 self.tokens_per_block[block.block],
             )
         };
-        Ok(LdaPartial {
-            block,
-            totals,
-            doc_log_likelihood: report.then(|| self.worker.log_likelihood_part()),
-            tokens,
+        let word_log_likelihood = report.then(|| block.log_likelihood_part(self.beta));
+        if init && report {
+            // Last visit of the init rotation: same canonical row order as the serial
+            // driver's initial tables.
+            block.canonicalize();
+        }
+        Ok(RingOutput {
+            partial: LdaPartial::Visited {
+                block: expected,
+                totals,
+                doc_log_likelihood: report.then(|| self.worker.log_likelihood_part()),
+                word_log_likelihood,
+                tokens,
+            },
+            block: BlockFate::PassTo {
+                worker: pass_to,
+                block,
+            },
         })
     }
 
@@ -313,12 +404,30 @@ pub struct LdaMetrics {
     pub tokens_per_s_per_worker: f64,
     pub loglik: Vec<LoglikPoint>,
     pub final_loglik_per_token: f64,
+    /// Bytes the scheduler node sent and received during the run (0 without a network):
+    /// block ids, topic-total deltas and log-likelihood parts; the word-topic blocks
+    /// travel worker to worker.
+    #[serde(default)]
+    pub scheduler_bytes: u64,
+    /// Serialized size of all word-topic blocks at the end: what one sub-round would move
+    /// through the scheduler twice (out and back) if the blocks were routed through it.
+    #[serde(default)]
+    pub block_bytes: u64,
+    /// Serialized size of the final Collect round's partials (the blocks), included in
+    /// `scheduler_bytes`.
+    #[serde(default)]
+    pub collect_bytes: u64,
+    /// Scheduler rounds (sub-rounds plus the Collect round).
+    #[serde(default)]
+    pub rounds: u64,
 }
 
-/// Scheduler half: rotation of the word-topic blocks and the topic totals.
+/// Scheduler half: the rotation plan and the topic totals. The word-topic blocks stay
+/// with the workers and come back only in the final Collect round.
 pub struct LdaScheduling {
     schedule: RotationSchedule,
     blocks: Vec<Option<WordTopicBlock>>,
+    collected: bool,
     topic_totals: Vec<i64>,
     vocab_size: usize,
     beta: f64,
@@ -334,12 +443,8 @@ impl LdaScheduling {
     pub fn new(corpus: &Corpus, layout: &LdaLayout, job: &LdaJob, workers: usize) -> Self {
         LdaScheduling {
             schedule: RotationSchedule { p: workers },
-            blocks: layout
-                .vocabulary
-                .empty_blocks()
-                .into_iter()
-                .map(Some)
-                .collect(),
+            blocks: vec![None; layout.vocabulary.block_words.len()],
+            collected: false,
             topic_totals: vec![0; job.n_topics],
             vocab_size: corpus.vocab_size,
             beta: job.beta,
@@ -360,8 +465,17 @@ impl LdaScheduling {
                 tokens_per_s_per_worker: 0.0,
                 loglik: Vec::new(),
                 final_loglik_per_token: f64::NAN,
+                scheduler_bytes: 0,
+                block_bytes: 0,
+                collect_bytes: 0,
+                rounds: 0,
             },
         }
+    }
+
+    /// Records the bytes the scheduler node moved during the run.
+    pub fn set_scheduler_bytes(&mut self, bytes: u64) {
+        self.metrics.scheduler_bytes = bytes;
     }
 
     pub fn metrics(&self) -> &LdaMetrics {
@@ -372,7 +486,7 @@ impl LdaScheduling {
         &self.topic_totals
     }
 
-    /// The word-topic blocks (all present once the job finished).
+    /// The word-topic blocks (present once the final Collect round ran).
     pub fn blocks(&self) -> Vec<&WordTopicBlock> {
         self.blocks.iter().flatten().collect()
     }
@@ -403,68 +517,111 @@ impl Schedule<LdaApp> for LdaScheduling {
         if in_flight > 0 {
             return Step::Wait;
         }
-        if self.pass > self.iterations {
-            return Step::Done;
-        }
         let p = self.schedule.p;
-        let report = self.t + 1 == p;
-        let mut tasks = Vec::with_capacity(p);
-        for w in 0..p {
-            let b = self.schedule.block_held(w, self.t);
-            let Some(block) = self.blocks[b].take() else {
+        if self.pass > self.iterations {
+            if self.collected {
                 return Step::Done;
-            };
-            tasks.push(if self.pass == 0 {
-                LdaTask::Init { block, report }
-            } else {
-                LdaTask::Sample { block, report }
-            });
+            }
+            // Every rotation has P sub-rounds, so the blocks are back where they started.
+            return Step::Run(Plan::PerWorker(
+                (0..p)
+                    .map(|w| LdaTask::Collect {
+                        block: self.schedule.block_held(w, 0),
+                    })
+                    .collect(),
+            ));
         }
-        Step::Run(Plan::PerWorker(tasks))
+        let report = self.t + 1 == p;
+        Step::Run(Plan::PerWorker(
+            (0..p)
+                .map(|w| {
+                    let block = self.schedule.block_held(w, self.t);
+                    let pass_to = self.schedule.next_holder(w) as u32;
+                    if self.pass == 0 {
+                        LdaTask::Init {
+                            block,
+                            pass_to,
+                            report,
+                        }
+                    } else {
+                        LdaTask::Sample {
+                            block,
+                            pass_to,
+                            report,
+                        }
+                    }
+                })
+                .collect(),
+        ))
     }
 
     fn pull(
         &mut self,
-        _round: u64,
+        round: u64,
         partials: Vec<LdaPartial>,
         elapsed: Duration,
     ) -> Result<LdaCommit, String> {
         let p = self.schedule.p;
+        self.metrics.rounds = round + 1;
+        if self.pass > self.iterations {
+            let mut block_bytes = 0u64;
+            self.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
+            for (w, partial) in partials.into_iter().enumerate() {
+                let expected = self.schedule.block_held(w, 0);
+                let LdaPartial::Collected(block) = partial else {
+                    return Err(format!("worker {w} answered collect with a visit"));
+                };
+                if block.block != expected {
+                    return Err(format!(
+                        "worker {w} returned block {} instead of {expected}",
+                        block.block
+                    ));
+                }
+                block_bytes += encoded_len(&block);
+                self.blocks[expected] = Some(block);
+            }
+            self.metrics.block_bytes = block_bytes;
+            self.collected = true;
+            return Ok(LdaCommit { topic_totals: None });
+        }
         let mut doc_ll = 0.0;
+        let mut word_ll = vec![0.0; p];
         let mut reported = 0;
         for (w, partial) in partials.into_iter().enumerate() {
             let expected = self.schedule.block_held(w, self.t);
-            if partial.block.block != expected {
+            let LdaPartial::Visited {
+                block,
+                totals,
+                doc_log_likelihood,
+                word_log_likelihood,
+                tokens,
+            } = partial
+            else {
+                return Err(format!("worker {w} answered a visit with its block"));
+            };
+            if block != expected {
                 return Err(format!(
-                    "worker {w} returned block {} instead of {expected}",
-                    partial.block.block
+                    "worker {w} visited block {block} instead of {expected}"
                 ));
             }
-            if partial.totals.deltas.len() != self.topic_totals.len() {
-                return Err(format!(
-                    "worker {w}: {} topic deltas",
-                    partial.totals.deltas.len()
-                ));
+            if totals.deltas.len() != self.topic_totals.len() {
+                return Err(format!("worker {w}: {} topic deltas", totals.deltas.len()));
             }
-            for (t, d) in self.topic_totals.iter_mut().zip(&partial.totals.deltas) {
+            for (t, d) in self.topic_totals.iter_mut().zip(&totals.deltas) {
                 *t += d;
             }
-            if let Some(ll) = partial.doc_log_likelihood {
-                doc_ll += ll;
+            if let (Some(doc), Some(word)) = (doc_log_likelihood, word_log_likelihood) {
+                doc_ll += doc;
+                word_ll[expected] = word;
                 reported += 1;
             }
-            self.metrics.tokens_sampled += partial.tokens;
-            self.blocks[expected] = Some(partial.block);
+            self.metrics.tokens_sampled += tokens;
         }
         let now = elapsed.as_secs_f64();
         self.metrics.elapsed_s = now;
         if reported == p {
-            let word: f64 = self
-                .blocks
-                .iter()
-                .flatten()
-                .map(|b| b.log_likelihood_part(self.beta))
-                .sum();
+            // Summed in block order, as over the whole table.
+            let word: f64 = word_ll.iter().sum();
             let ll =
                 joint_log_likelihood(word, doc_ll, &self.topic_totals, self.vocab_size, self.beta)
                     / self.metrics.n_tokens.max(1) as f64;
@@ -487,19 +644,22 @@ impl Schedule<LdaApp> for LdaScheduling {
         }
         self.t += 1;
         if self.t == p {
-            if self.pass == 0 {
-                // Same canonical row order as the serial driver's initial tables.
-                self.blocks
-                    .iter_mut()
-                    .flatten()
-                    .for_each(WordTopicBlock::canonicalize);
-            }
+            // (The init rotation's last visitors canonicalised the blocks.)
             self.t = 0;
             self.pass += 1;
         }
         Ok(LdaCommit {
             topic_totals: Some(self.topic_totals.clone()),
         })
+    }
+}
+
+/// Size of `value` as a message body.
+fn encoded_len<T: Serialize>(value: &T) -> u64 {
+    let mut bytes = Vec::new();
+    match petrel_messages::encode_body(value, &mut bytes) {
+        Ok(()) => bytes.len() as u64,
+        Err(_) => 0,
     }
 }
 
@@ -569,9 +729,15 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
         priority: Priority::NORMAL,
         ..SchedulerOptions::default()
     };
+    let before = ctx.node.net_stats();
     run_scheduler(&mut app, &set, &opts)
         .await
         .map_err(|e| e.to_string())?;
+    let after = ctx.node.net_stats();
+    app.set_scheduler_bytes(
+        (after.sent_bytes + after.received_bytes)
+            .saturating_sub(before.sent_bytes + before.received_bytes),
+    );
     let m = app.metrics();
     tracing::info!(
         loglik_per_token = m.final_loglik_per_token,
@@ -592,13 +758,15 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         .position(|n| *n == ctx.spec.name)
         .ok_or("worker not in its own role list")?;
     let (n_workers, loader) = (workers.len(), job.clone());
-    let app = super::off_loop(move || {
+    let (app, initial) = super::off_loop(move || {
         let corpus = loader.load()?;
         let layout = LdaLayout::new(&corpus, n_workers);
-        LdaWorkerApp::new(index, &corpus, &layout, &loader.config(n_workers))
+        let app = LdaWorkerApp::new(index, &corpus, &layout, &loader.config(n_workers))?;
+        Ok((app, initial_ring_blocks(index, &layout)))
     })
     .await?;
-    start_worker::<LdaApp, _>(&ctx.node, WORKER_ACTOR, index as u32, app)
+    let ring = ring_members(&ctx.node, &workers, WORKER_ACTOR).map_err(|e| e.to_string())?;
+    start_ring_worker::<LdaApp, _>(&ctx.node, WORKER_ACTOR, index as u32, ring, app, initial)
         .map_err(|e| e.to_string())?;
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }
@@ -614,7 +782,7 @@ pub fn register(cluster: Cluster) -> Cluster {
 mod tests {
     use super::*;
     use crate::strads::lda::LdaCluster;
-    use petrel_actors::strads::{PipelineAction, PipelineCore};
+    use petrel_actors::strads::{Delivery, run_local};
 
     fn small_job() -> LdaJob {
         LdaJob {
@@ -635,51 +803,38 @@ mod tests {
     }
 
     fn drive(job: &LdaJob, p: usize) -> (LdaScheduling, Corpus) {
+        drive_with(job, p, Delivery::Late)
+    }
+
+    /// Both halves without actors, through the runtime's ring cores: the word-topic blocks
+    /// are handed from worker to worker in the order `delivery` picks.
+    fn drive_with(job: &LdaJob, p: usize, delivery: Delivery) -> (LdaScheduling, Corpus) {
         let corpus = job.load().unwrap();
         let layout = LdaLayout::new(&corpus, p);
         let mut sched = LdaScheduling::new(&corpus, &layout, job, p);
         let mut ws: Vec<LdaWorkerApp> = (0..p)
             .map(|w| LdaWorkerApp::new(w, &corpus, &layout, &job.config(p)).unwrap())
             .collect();
-        let mut core = PipelineCore::new(1);
+        let initial = (0..p).map(|w| initial_ring_blocks(w, &layout)).collect();
+        let run = run_local(&mut sched, &mut ws, initial, delivery).unwrap();
+        assert!(
+            run.held.iter().all(Vec::is_empty),
+            "collect empties the ring"
+        );
+        // Count invariants on the collected tables: word-topic rows sum to the word
+        // frequencies and the totals to their column sums.
         let freq = corpus.word_frequencies();
-        loop {
-            match core.next_action() {
-                PipelineAction::Schedule(r) => {
-                    let step = sched.schedule(r, core.in_flight());
-                    core.scheduled(&step).unwrap();
-                    let Step::Run(Plan::PerWorker(tasks)) = step else {
-                        continue;
-                    };
-                    let parts = ws
-                        .iter_mut()
-                        .zip(&tasks)
-                        .map(|(w, t)| w.push(r, t).unwrap())
-                        .collect();
-                    let c = sched.pull(r, parts, Duration::ZERO).unwrap();
-                    core.committed(r).unwrap();
-                    for w in &mut ws {
-                        w.commit(r, &c).unwrap();
-                    }
-                    // Invariant after every completed rotation: word-topic rows sum to the
-                    // word frequencies and the totals to their column sums.
-                    if sched.t == 0 {
-                        let mut from_words = vec![0i64; job.n_topics];
-                        for b in sched.blocks() {
-                            for (row, &w) in b.rows.iter().zip(&b.word_ids) {
-                                assert_eq!(row.total(), freq[w as usize] as u64);
-                                for &(t, n) in &row.entries {
-                                    from_words[t as usize] += i64::from(n);
-                                }
-                            }
-                        }
-                        assert_eq!(from_words, sched.topic_totals());
-                    }
+        let mut from_words = vec![0i64; job.n_topics];
+        assert_eq!(sched.blocks().len(), p);
+        for b in sched.blocks() {
+            for (row, &w) in b.rows.iter().zip(&b.word_ids) {
+                assert_eq!(row.total(), freq[w as usize] as u64);
+                for &(t, n) in &row.entries {
+                    from_words[t as usize] += i64::from(n);
                 }
-                PipelineAction::AwaitOldest => unreachable!(),
-                PipelineAction::Stop => break,
             }
         }
+        assert_eq!(from_words, sched.topic_totals());
         (sched, corpus)
     }
 
@@ -702,6 +857,45 @@ mod tests {
             sched.metrics().tokens_sampled as usize,
             corpus.n_tokens() * job.iterations
         );
+    }
+
+    #[test]
+    fn any_handoff_order_gives_the_same_counts() {
+        let job = LdaJob {
+            iterations: 3,
+            ..small_job()
+        };
+        let (late, _) = drive_with(&job, 3, Delivery::Late);
+        for seed in [1, 2, 3] {
+            let (shuffled, _) = drive_with(&job, 3, Delivery::Shuffled(seed));
+            assert_eq!(late.topic_totals(), shuffled.topic_totals());
+            assert_eq!(late.blocks(), shuffled.blocks());
+            assert_eq!(late.metrics().loglik, shuffled.metrics().loglik);
+        }
+    }
+
+    #[test]
+    fn scheduler_messages_carry_no_blocks() {
+        let job = small_job();
+        let corpus = job.load().unwrap();
+        let layout = LdaLayout::new(&corpus, 2);
+        let mut sched = LdaScheduling::new(&corpus, &layout, &job, 2);
+        let Step::Run(Plan::PerWorker(tasks)) = sched.schedule(0, 0) else {
+            panic!("first round");
+        };
+        assert_eq!(
+            tasks[1],
+            LdaTask::Init {
+                block: 1,
+                pass_to: 0,
+                report: false
+            }
+        );
+        for t in &tasks {
+            let mut out = Vec::new();
+            petrel_messages::encode_body(t, &mut out).unwrap();
+            assert!(out.len() < 64, "{t:?}: {} bytes", out.len());
+        }
     }
 
     #[test]

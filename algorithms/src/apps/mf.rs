@@ -2,15 +2,19 @@
 //!
 //! Users and items are bucketed over the P workers, balanced by rating counts
 //! ([`MfPartition::balanced`]). Worker `w` owns user bucket `w` (its rows of W and their
-//! ratings with residuals). The P column blocks of H live with the scheduler between
-//! visits and travel to the workers: in sub-round `t` of a rotation, worker `w` gets block
-//! `(w + t) mod P` ([`RotationSchedule`]), so no block is with two workers at once. One
-//! rank-one coordinate `k` is an H rotation (every worker adds its sums into each block;
-//! the scheduler finalises `h_k`) followed by a W rotation (every worker sums over each
-//! block; the commit tells the workers to finalise `w_k`). Blocks go scheduler -> worker ->
-//! scheduler each sub-round (star routing of a ring schedule).
+//! ratings with residuals). The P column blocks of H rotate around the ring of workers
+//! ([`petrel_actors::strads::ring`]): in sub-round `t` of a rotation worker `w` holds block
+//! `(w + t) mod P` ([`RotationSchedule`]) and afterwards hands it to worker `w - 1` in a
+//! worker-to-worker `Handoff`, so no two workers update the same block at once and the
+//! blocks never pass through the scheduler. The scheduler's tasks carry only the block id,
+//! the next holder and flags; partials carry the block id and, at the end of a W or Visit
+//! rotation, the worker's squared error. One rank-one coordinate `k` is an H rotation
+//! (every worker adds its sums into each block; the last visitor finalises `h_k` in the
+//! block) followed by a W rotation (every worker sums over each block; the commit tells the
+//! workers to finalise `w_k`). A final Collect round moves W and the blocks to the
+//! scheduler for the outputs.
 //!
-//! Roles `strads-mf-scheduler` / `strads-mf-worker`, settings `[app.mf]`; outputs
+//! Roles `strads-mf-scheduler` / `strads-mf-worker`, settings `[app.strads_mf]`; outputs
 //! `user_factors.tsv`, `item_factors.tsv`, `metrics.json`.
 
 use std::path::PathBuf;
@@ -18,7 +22,8 @@ use std::time::Duration;
 
 use ndarray::Array2;
 use petrel_actors::strads::{
-    Plan, Push, Schedule, SchedulerOptions, Step, StradsApp, WorkerSet, run_scheduler, start_worker,
+    BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, SchedulerOptions, Step,
+    StradsApp, WorkerSet, ring_members, run_scheduler, start_ring_worker,
 };
 use petrel_actors::{Cluster, NodeContext};
 use petrel_messages::Priority;
@@ -141,30 +146,38 @@ pub enum Phase {
     Visit,
 }
 
+/// Scheduler -> worker: names the block (held by the worker or on its way there); the
+/// block itself travels worker to worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MfTask {
     Visit {
         phase: Phase,
         k: usize,
-        block: FactorBlock,
+        block: usize,
+        /// Worker that gets the block afterwards.
+        pass_to: u32,
         /// Report the worker's squared error after this visit (last sub-round of a W or
         /// Visit rotation: every pending change has been folded in).
         report: bool,
+        /// Last visit of an H rotation: every worker has added its sums, finalise `h_k`
+        /// in the block before passing it on.
+        finalize_h: bool,
     },
-    /// Send back this worker's rows of W.
-    Collect,
+    /// Send back this worker's rows of W and the block (it leaves the ring).
+    Collect { block: usize },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MfPartial {
-    Block {
-        block: FactorBlock,
+    Visited {
+        block: usize,
         squared_error: Option<(f64, u64)>,
     },
     Factors {
         user_ids: Vec<u32>,
         #[serde(with = "f32_bytes")]
         w: Vec<f32>,
+        block: FactorBlock,
     },
 }
 
@@ -182,11 +195,23 @@ impl StradsApp for MfApp {
     type Commit = MfCommit;
 }
 
+impl RingApp for MfApp {
+    const HANDOFF_NAME: &'static str = "petrel.strads.mf.handoff";
+    type Block = FactorBlock;
+
+    fn block_needed(task: &MfTask) -> Option<BlockId> {
+        match task {
+            MfTask::Visit { block, .. } | MfTask::Collect { block } => Some(*block as BlockId),
+        }
+    }
+}
+
 /// Worker half.
 pub struct MfWorkerApp {
     worker: MfWorker,
     lambda: f32,
     rank: usize,
+    n_workers: usize,
 }
 
 impl MfWorkerApp {
@@ -221,6 +246,7 @@ impl MfWorkerApp {
             worker,
             lambda: job.lambda,
             rank,
+            n_workers: partition.n_buckets,
         })
     }
 }
@@ -234,40 +260,84 @@ fn initial_blocks(partition: &MfPartition, rank: usize) -> Vec<FactorBlock> {
         .collect()
 }
 
-impl Push<MfApp> for MfWorkerApp {
-    fn push(&mut self, _round: u64, task: &MfTask) -> Result<MfPartial, String> {
+/// The blocks worker `index` holds before the first sub-round: block `index` (H at zero).
+pub fn initial_ring_blocks(
+    index: usize,
+    partition: &MfPartition,
+    rank: usize,
+) -> Vec<(BlockId, FactorBlock)> {
+    let schedule = RotationSchedule {
+        p: partition.n_buckets,
+    };
+    initial_blocks(partition, rank)
+        .into_iter()
+        .filter(|b| schedule.holder(b.block, 0) == index)
+        .map(|b| (b.block as BlockId, b))
+        .collect()
+}
+
+impl RingPush<MfApp> for MfWorkerApp {
+    fn push(
+        &mut self,
+        _round: u64,
+        task: &MfTask,
+        block: Option<FactorBlock>,
+    ) -> Result<RingOutput<MfPartial, FactorBlock>, String> {
+        let (expected, mut block) = match (task, block) {
+            (MfTask::Visit { block: b, .. } | MfTask::Collect { block: b }, Some(block)) => {
+                (*b, block)
+            }
+            (_, None) => return Err("no block for a task that needs one".into()),
+        };
+        if block.block != expected || block.rank != self.rank {
+            return Err(format!(
+                "got block {} of rank {} for block {expected} of rank {}",
+                block.block, block.rank, self.rank
+            ));
+        }
         match task {
             MfTask::Visit {
                 phase,
                 k,
-                block,
+                pass_to,
                 report,
+                finalize_h,
+                ..
             } => {
-                if *k >= self.rank || block.rank != self.rank {
-                    return Err(format!(
-                        "coordinate {k} / block rank {} vs rank {}",
-                        block.rank, self.rank
-                    ));
+                if *k >= self.rank {
+                    return Err(format!("coordinate {k} with rank {}", self.rank));
                 }
-                let mut block = block.clone();
                 self.worker.begin_visit(&mut block);
                 match phase {
                     Phase::H => self.worker.accumulate_h(&mut block, *k),
                     Phase::W => self.worker.accumulate_w(&block, *k),
                     Phase::Visit => {}
                 }
+                if *finalize_h {
+                    block.finalize(*k, self.lambda, self.n_workers);
+                }
                 let squared_error = report.then(|| {
                     let (s, n) = self.worker.squared_error();
                     (s, n as u64)
                 });
-                Ok(MfPartial::Block {
-                    block,
-                    squared_error,
+                Ok(RingOutput {
+                    partial: MfPartial::Visited {
+                        block: expected,
+                        squared_error,
+                    },
+                    block: BlockFate::PassTo {
+                        worker: *pass_to,
+                        block,
+                    },
                 })
             }
-            MfTask::Collect => Ok(MfPartial::Factors {
-                user_ids: self.worker.user_ids().to_vec(),
-                w: self.worker.factors().to_vec(),
+            MfTask::Collect { .. } => Ok(RingOutput {
+                partial: MfPartial::Factors {
+                    user_ids: self.worker.user_ids().to_vec(),
+                    w: self.worker.factors().to_vec(),
+                    block,
+                },
+                block: BlockFate::Consumed,
             }),
         }
     }
@@ -310,6 +380,18 @@ pub struct MfMetrics {
     pub final_test_rmse: f64,
     pub target_rmse: Option<f64>,
     pub time_to_target_s: Option<f64>,
+    /// Bytes the scheduler node sent and received during the run (0 without a network):
+    /// block ids and small partials only, the blocks travel worker to worker.
+    #[serde(default)]
+    pub scheduler_bytes: u64,
+    /// Serialized size of all H blocks at the end: what one sub-round would move through
+    /// the scheduler twice (out and back) if the blocks were routed through it.
+    #[serde(default)]
+    pub block_bytes: u64,
+    /// Serialized size of the final Collect round's partials (W and the blocks), included
+    /// in `scheduler_bytes`.
+    #[serde(default)]
+    pub collect_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -324,12 +406,12 @@ enum Stage {
     Finished,
 }
 
-/// Scheduler half: the rotation sequence and the travelling blocks.
+/// Scheduler half: the rotation sequence. The blocks stay with the workers and come back
+/// only in the final Collect round.
 pub struct MfScheduling {
     schedule: RotationSchedule,
     blocks: Vec<Option<FactorBlock>>,
     rank: usize,
-    lambda: f32,
     inner: usize,
     outer: usize,
     /// (outer, k, inner) progress.
@@ -347,12 +429,8 @@ impl MfScheduling {
         let p = partition.n_buckets;
         MfScheduling {
             schedule: RotationSchedule { p },
-            blocks: initial_blocks(partition, job.rank)
-                .into_iter()
-                .map(Some)
-                .collect(),
+            blocks: vec![None; p],
             rank: job.rank,
-            lambda: job.lambda,
             inner: job.inner_iterations.max(1),
             outer: job.outer_iterations,
             iteration: 0,
@@ -382,8 +460,16 @@ impl MfScheduling {
                 final_test_rmse: f64::NAN,
                 target_rmse: job.target_rmse,
                 time_to_target_s: None,
+                scheduler_bytes: 0,
+                block_bytes: 0,
+                collect_bytes: 0,
             },
         }
+    }
+
+    /// Records the bytes the scheduler node moved during the run.
+    pub fn set_scheduler_bytes(&mut self, bytes: u64) {
+        self.metrics.scheduler_bytes = bytes;
     }
 
     pub fn metrics(&self) -> &MfMetrics {
@@ -454,28 +540,34 @@ impl MfScheduling {
 impl Schedule<MfApp> for MfScheduling {
     fn schedule(&mut self, _round: u64, in_flight: usize) -> Step<MfTask> {
         if in_flight > 0 {
-            // Every sub-round needs the blocks of the previous one back.
+            // Every sub-round needs the blocks of the previous one (and its commit).
             return Step::Wait;
         }
         let p = self.schedule.p;
         match self.stage {
             Stage::Rotate { phase, k, t } => {
-                let mut tasks = Vec::with_capacity(p);
-                for w in 0..p {
-                    let b = self.schedule.block_held(w, t);
-                    let Some(block) = self.blocks[b].take() else {
-                        return Step::Done;
-                    };
-                    tasks.push(MfTask::Visit {
-                        phase,
-                        k,
-                        block,
-                        report: t + 1 == p && phase != Phase::H,
-                    });
-                }
-                Step::Run(Plan::PerWorker(tasks))
+                let last = t + 1 == p;
+                Step::Run(Plan::PerWorker(
+                    (0..p)
+                        .map(|w| MfTask::Visit {
+                            phase,
+                            k,
+                            block: self.schedule.block_held(w, t),
+                            pass_to: self.schedule.next_holder(w) as u32,
+                            report: last && phase != Phase::H,
+                            finalize_h: last && phase == Phase::H,
+                        })
+                        .collect(),
+                ))
             }
-            Stage::Collect => Step::Run(Plan::All(MfTask::Collect)),
+            // Every rotation has P sub-rounds, so the blocks are back where they started.
+            Stage::Collect => Step::Run(Plan::PerWorker(
+                (0..p)
+                    .map(|w| MfTask::Collect {
+                        block: self.schedule.block_held(w, 0),
+                    })
+                    .collect(),
+            )),
             Stage::Finished => Step::Done,
         }
     }
@@ -495,7 +587,7 @@ impl Schedule<MfApp> for MfScheduling {
                 let mut reported = false;
                 let mut per_worker = Vec::new();
                 for (w, partial) in partials.into_iter().enumerate() {
-                    let MfPartial::Block {
+                    let MfPartial::Visited {
                         block,
                         squared_error,
                     } = partial
@@ -503,10 +595,9 @@ impl Schedule<MfApp> for MfScheduling {
                         return Err(format!("worker {w} answered a visit with factors"));
                     };
                     let expected = self.schedule.block_held(w, t);
-                    if block.block != expected {
+                    if block != expected {
                         return Err(format!(
-                            "worker {w} returned block {} instead of {expected}",
-                            block.block
+                            "worker {w} visited block {block} instead of {expected}"
                         ));
                     }
                     if let Some((s, c)) = squared_error {
@@ -515,7 +606,6 @@ impl Schedule<MfApp> for MfScheduling {
                         reported = true;
                         per_worker.push(c);
                     }
-                    self.blocks[expected] = Some(block);
                 }
                 if reported && n > 0 {
                     let train_rmse = (sq / n as f64).sqrt();
@@ -537,13 +627,7 @@ impl Schedule<MfApp> for MfScheduling {
                     self.stage = Stage::Rotate { phase, k, t: t + 1 };
                     return Ok(MfCommit { finalize_w: None });
                 }
-                // End of a rotation.
-                if phase == Phase::H {
-                    let p = self.schedule.p;
-                    for block in self.blocks.iter_mut().flatten() {
-                        block.finalize(k, self.lambda, p);
-                    }
-                }
+                // End of a rotation (an H rotation's last visits finalised h_k).
                 self.stage = self.after_rotation(phase, k);
                 Ok(MfCommit {
                     finalize_w: (phase == Phase::W).then_some(k),
@@ -551,9 +635,16 @@ impl Schedule<MfApp> for MfScheduling {
             }
             Stage::Collect => {
                 let mut w = Array2::zeros((self.n_users, self.rank));
-                for partial in partials {
-                    let MfPartial::Factors { user_ids, w: rows } = partial else {
-                        return Err("a worker answered collect with a block".into());
+                let mut block_bytes = 0u64;
+                self.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
+                for (worker, partial) in partials.into_iter().enumerate() {
+                    let MfPartial::Factors {
+                        user_ids,
+                        w: rows,
+                        block,
+                    } = partial
+                    else {
+                        return Err(format!("worker {worker} answered collect with a visit"));
                     };
                     if rows.len() != user_ids.len() * self.rank {
                         return Err("factor rows do not match the user ids".into());
@@ -565,13 +656,32 @@ impl Schedule<MfApp> for MfScheduling {
                             }
                         }
                     }
+                    let expected = self.schedule.block_held(worker, 0);
+                    if block.block != expected || block.rank != self.rank {
+                        return Err(format!(
+                            "worker {worker} returned block {} instead of {expected}",
+                            block.block
+                        ));
+                    }
+                    block_bytes += encoded_len(&block);
+                    self.blocks[expected] = Some(block);
                 }
+                self.metrics.block_bytes = block_bytes;
                 self.w = Some(w);
                 self.stage = Stage::Finished;
                 Ok(MfCommit { finalize_w: None })
             }
             Stage::Finished => Err("pull after the job finished".into()),
         }
+    }
+}
+
+/// Size of `value` as a message body.
+fn encoded_len<T: Serialize>(value: &T) -> u64 {
+    let mut bytes = Vec::new();
+    match petrel_messages::encode_body(value, &mut bytes) {
+        Ok(()) => bytes.len() as u64,
+        Err(_) => 0,
     }
 }
 
@@ -637,9 +747,15 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
         priority: Priority::NORMAL,
         ..SchedulerOptions::default()
     };
+    let before = ctx.node.net_stats();
     run_scheduler(&mut app, &set, &opts)
         .await
         .map_err(|e| e.to_string())?;
+    let after = ctx.node.net_stats();
+    app.set_scheduler_bytes(
+        (after.sent_bytes + after.received_bytes)
+            .saturating_sub(before.sent_bytes + before.received_bytes),
+    );
     let (w, h) = app
         .factors()
         .ok_or("the job ended without collecting the factors")?;
@@ -665,13 +781,18 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         .position(|n| *n == ctx.spec.name)
         .ok_or("worker not in its own role list")?;
     let (n_workers, loader) = (workers.len(), job.clone());
-    let app = super::off_loop(move || {
+    let (app, initial) = super::off_loop(move || {
         let (train, _) = loader.load()?;
         let partition = MfPartition::balanced(&train, n_workers);
-        MfWorkerApp::new(index, &partition, &train, &loader)
+        let initial = initial_ring_blocks(index, &partition, loader.rank);
+        Ok((
+            MfWorkerApp::new(index, &partition, &train, &loader)?,
+            initial,
+        ))
     })
     .await?;
-    start_worker::<MfApp, _>(&ctx.node, WORKER_ACTOR, index as u32, app)
+    let ring = ring_members(&ctx.node, &workers, WORKER_ACTOR).map_err(|e| e.to_string())?;
+    start_ring_worker::<MfApp, _>(&ctx.node, WORKER_ACTOR, index as u32, ring, app, initial)
         .map_err(|e| e.to_string())?;
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }
@@ -686,43 +807,35 @@ pub fn register(cluster: Cluster) -> Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use petrel_actors::strads::{PipelineAction, PipelineCore};
+    use petrel_actors::strads::{Delivery, run_local};
+    use proptest::prelude::*;
 
-    /// Runs the two halves without actors, exactly in the runtime's message order.
+    /// Runs the two halves without actors through the runtime's ring cores (blocks handed
+    /// from worker to worker, every dispatch arriving before its block).
     pub(super) fn drive(job: &MfJob, p: usize) -> (MfScheduling, Ratings, Ratings) {
+        drive_with(job, p, Delivery::Late).unwrap()
+    }
+
+    fn drive_with(
+        job: &MfJob,
+        p: usize,
+        delivery: Delivery,
+    ) -> Result<(MfScheduling, Ratings, Ratings), String> {
         let (train, test) = job.load().unwrap();
         let partition = MfPartition::balanced(&train, p);
         let mut sched = MfScheduling::new(&partition, &train, &test, job);
         let mut ws: Vec<MfWorkerApp> = (0..p)
             .map(|w| MfWorkerApp::new(w, &partition, &train, job).unwrap())
             .collect();
-        let mut core = PipelineCore::new(1);
-        loop {
-            match core.next_action() {
-                PipelineAction::Schedule(r) => {
-                    let step = sched.schedule(r, core.in_flight());
-                    core.scheduled(&step).unwrap();
-                    let tasks = match step {
-                        Step::Run(Plan::All(t)) => vec![t; p],
-                        Step::Run(Plan::PerWorker(t)) => t,
-                        _ => continue,
-                    };
-                    let parts = ws
-                        .iter_mut()
-                        .zip(&tasks)
-                        .map(|(w, t)| w.push(r, t).unwrap())
-                        .collect();
-                    let c = sched.pull(r, parts, Duration::ZERO).unwrap();
-                    core.committed(r).unwrap();
-                    for w in &mut ws {
-                        w.commit(r, &c).unwrap();
-                    }
-                }
-                PipelineAction::AwaitOldest => unreachable!("depth 1 pulls at once"),
-                PipelineAction::Stop => break,
-            }
-        }
-        (sched, train, test)
+        let initial = (0..p)
+            .map(|w| initial_ring_blocks(w, &partition, job.rank))
+            .collect();
+        let run = run_local(&mut sched, &mut ws, initial, delivery)?;
+        assert!(
+            run.held.iter().all(Vec::is_empty),
+            "collect empties the ring"
+        );
+        Ok((sched, train, test))
     }
 
     fn small_job() -> MfJob {
@@ -782,6 +895,69 @@ mod tests {
         let b = four.metrics().final_train_rmse;
         // Both fit down to about the noise level (0.05); initialisations differ per bucket.
         assert!(a < 0.1 && b < 0.1, "{a} vs {b}");
+    }
+
+    #[test]
+    fn scheduler_messages_carry_no_blocks() {
+        let job = small_job();
+        let (train, test) = job.load().unwrap();
+        let partition = MfPartition::balanced(&train, 3);
+        let mut sched = MfScheduling::new(&partition, &train, &test, &job);
+        let Step::Run(Plan::PerWorker(tasks)) = sched.schedule(0, 0) else {
+            panic!("first round");
+        };
+        let size = |t: &MfTask| {
+            let mut out = Vec::new();
+            petrel_messages::encode_body(t, &mut out).unwrap();
+            out.len()
+        };
+        // Field names and a handful of small numbers.
+        assert!(tasks.iter().all(|t| size(t) < 100), "{tasks:?}");
+        let mut block = Vec::new();
+        petrel_messages::encode_body(&initial_blocks(&partition, job.rank)[0], &mut block).unwrap();
+        assert!(block.len() > 200, "a block is {} bytes", block.len());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(12))]
+
+        /// Whatever order dispatches and handoffs arrive in, the ring never has one block in
+        /// two places (the driver checks after every message; a wrong plan would deadlock)
+        /// and the result is the same bit for bit.
+        #[test]
+        fn ring_never_holds_a_block_twice(p in 1usize..5, seed in any::<u64>()) {
+            let job = MfJob { outer_iterations: 2, ..small_job() };
+            let (late, _, _) = drive_with(&job, p, Delivery::Late).unwrap();
+            let shuffled = drive_with(&job, p, Delivery::Shuffled(seed));
+            prop_assert!(shuffled.is_ok(), "{:?}", shuffled.err());
+            let (shuffled, _, _) = shuffled.unwrap();
+            prop_assert_eq!(&late.metrics().train_rmse, &shuffled.metrics().train_rmse);
+            prop_assert_eq!(late.metrics().rounds, shuffled.metrics().rounds);
+            prop_assert_eq!(late.factors(), shuffled.factors());
+        }
+    }
+
+    #[test]
+    fn worker_rejects_a_block_it_was_not_asked_for() {
+        let job = small_job();
+        let (train, _) = job.load().unwrap();
+        let partition = MfPartition::balanced(&train, 2);
+        let mut w = MfWorkerApp::new(0, &partition, &train, &job).unwrap();
+        let task = MfTask::Visit {
+            phase: Phase::H,
+            k: 0,
+            block: 0,
+            pass_to: 1,
+            report: false,
+            finalize_h: false,
+        };
+        let other = initial_ring_blocks(1, &partition, job.rank).remove(0).1;
+        let err = w.push(0, &task, Some(other)).unwrap_err();
+        assert!(err.contains("got block 1"), "{err}");
+        assert!(w.push(0, &task, None).is_err());
+        let mine = initial_ring_blocks(0, &partition, job.rank).remove(0).1;
+        let out = w.push(0, &task, Some(mine)).unwrap();
+        assert!(matches!(out.block, BlockFate::PassTo { worker: 1, .. }));
     }
 
     #[test]
