@@ -96,7 +96,7 @@ pub fn ps_row(data: &[u8]) {
 }
 
 /// The wire types of the three systems and the demo: PS requests and replies, P3 slices,
-/// and STRADS dispatches, partials and commits of every built-in app.
+/// and STRADS dispatches, partials, commits and ring handoffs of every built-in app.
 pub fn system_messages(data: &[u8]) {
     use petrel_actors::ps::service::{ShardState, ToClient, ToShard};
     use petrel_actors::strads::{Commit, Dispatch, PartialResult, StradsApp};
@@ -122,4 +122,6 @@ pub fn system_messages(data: &[u8]) {
     strads::<LogisticApp>(data);
     strads::<MfApp>(data);
     strads::<LdaApp>(data);
+    body::<petrel_actors::strads::Handoff<MfApp>>(data);
+    body::<petrel_actors::strads::Handoff<LdaApp>>(data);
 }
