@@ -102,6 +102,8 @@ pub struct LassoJob {
     /// Where the scheduler writes `coefficients.tsv` and `metrics.json`.
     pub out_dir: Option<PathBuf>,
     pub timeout_s: u64,
+    /// Schedulers splitting the coefficients (see [`multi`]); 1 = one scheduler.
+    pub schedulers: usize,
 }
 
 impl Default for LassoJob {
@@ -126,6 +128,7 @@ impl Default for LassoJob {
             target_objective: None,
             out_dir: None,
             timeout_s: 60,
+            schedulers: 1,
         }
     }
 }
@@ -255,20 +258,53 @@ impl StradsApp for LassoApp {
     type Commit = LassoCommit;
 }
 
-/// Worker half: a row block with its residual.
+/// Worker half: a row block with its residual. It serves every scheduler of the job and
+/// counts the commits it applied per scheduler (`applied[s]`), since each scheduler's
+/// bookkeeping is indexed by its own commits.
 pub struct LassoWorker {
     state: LassoWorkerState,
-    applied: u64,
+    applied: Vec<u64>,
 }
 
 impl LassoWorker {
     pub fn new(state: LassoWorkerState) -> Self {
-        LassoWorker { state, applied: 0 }
+        Self::with_schedulers(state, 1)
+    }
+
+    /// A worker serving `schedulers` schedulers (indices `0..schedulers`).
+    pub fn with_schedulers(state: LassoWorkerState, schedulers: usize) -> Self {
+        LassoWorker {
+            state,
+            applied: vec![0; schedulers.max(1)],
+        }
+    }
+
+    fn applied_of(&self, scheduler: u32) -> Result<u64, String> {
+        self.applied.get(scheduler as usize).copied().ok_or_else(|| {
+            format!(
+                "scheduler index {scheduler} out of range ({} schedulers)",
+                self.applied.len()
+            )
+        })
     }
 }
 
 impl Push<LassoApp> for LassoWorker {
-    fn push(&mut self, _round: u64, task: &LassoTask) -> Result<LassoPartial, String> {
+    fn push(&mut self, round: u64, task: &LassoTask) -> Result<LassoPartial, String> {
+        self.push_from(0, round, task)
+    }
+
+    fn commit(&mut self, round: u64, commit: &LassoCommit) -> Result<(), String> {
+        self.commit_from(0, round, commit)
+    }
+
+    fn push_from(
+        &mut self,
+        scheduler: u32,
+        _round: u64,
+        task: &LassoTask,
+    ) -> Result<LassoPartial, String> {
+        let applied = self.applied_of(scheduler)?;
         let n = self.state.n_features();
         match task {
             LassoTask::Update { vars, values } => {
@@ -282,7 +318,7 @@ impl Push<LassoApp> for LassoWorker {
                 Ok(LassoPartial::Z {
                     z: self.state.push(&vars, values),
                     sq_residual: self.state.squared_residual(),
-                    applied: self.applied,
+                    applied,
                 })
             }
             LassoTask::Evaluate => {
@@ -293,13 +329,19 @@ impl Push<LassoApp> for LassoWorker {
                     yy,
                     yr,
                     rr,
-                    applied: self.applied,
+                    applied,
                 })
             }
         }
     }
 
-    fn commit(&mut self, _round: u64, commit: &LassoCommit) -> Result<(), String> {
+    fn commit_from(
+        &mut self,
+        scheduler: u32,
+        _round: u64,
+        commit: &LassoCommit,
+    ) -> Result<(), String> {
+        self.applied_of(scheduler)?;
         if commit.vars.len() != commit.deltas.len() {
             return Err(format!(
                 "{} vars but {} deltas",
@@ -318,7 +360,7 @@ impl Push<LassoApp> for LassoWorker {
             .map(|(&j, &d)| (j as usize, d))
             .collect();
         self.state.apply_deltas(&changes);
-        self.applied += 1;
+        self.applied[scheduler as usize] += 1;
         Ok(())
     }
 }
@@ -864,19 +906,25 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         &ctx.node,
         WORKER_ACTOR,
         index as u32,
-        LassoWorker::new(state),
+        LassoWorker::with_schedulers(state, job.schedulers),
     )
     .map_err(|e| e.to_string())?;
     tracing::info!(worker = index, rows = ?rows, "lasso worker ready");
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }
 
-/// Registers the Lasso roles.
+/// Registers the Lasso roles: the worker, scheduler 0 (`strads-lasso-scheduler`) and the
+/// further scheduler roles of a job with several schedulers ([`multi::scheduler_role_name`]).
 pub fn register(cluster: Cluster) -> Cluster {
-    cluster
-        .role(SCHEDULER_ROLE, |ctx| Box::pin(scheduler_role(ctx)))
-        .role(WORKER_ROLE, |ctx| Box::pin(worker_role(ctx)))
+    let cluster = (0..multi::MAX_SCHEDULERS).fold(cluster, |c, index| {
+        c.role(&multi::scheduler_role_name(index), move |ctx| {
+            Box::pin(multi::scheduler_entry(ctx, index))
+        })
+    });
+    cluster.role(WORKER_ROLE, |ctx| Box::pin(worker_role(ctx)))
 }
+
+pub mod multi;
 
 #[cfg(test)]
 mod tests;
