@@ -623,6 +623,11 @@ impl SliceScheduling {
         self.phase = Phase::Evaluate;
     }
 
+    /// Lead: the whole model of the last evaluation (what the stop decision is about).
+    pub fn evaluated_model(&self) -> &[f32] {
+        &self.assembled
+    }
+
     /// Added to the elapsed time the runtime passes to `pull` (which restarts per segment).
     pub fn set_time_offset(&mut self, offset: Duration) {
         self.time_offset = offset;
@@ -1052,7 +1057,7 @@ pub fn run_multi_without_actors(
             app.apply_decision(&d);
         }
         if d.stop {
-            let model = book.assemble(&apps[0]);
+            let model = apps[0].evaluated_model().to_vec();
             return Ok(book.outcome(&apps[0], model, Duration::ZERO));
         }
     }
@@ -1251,7 +1256,7 @@ async fn lead_loop(
         }
         if d.stop {
             tracing::info!(reason = %d.reason, updates = d.updates_total, "lasso finished");
-            let model = book.assemble(&app);
+            let model = app.evaluated_model().to_vec();
             let (coefficients, metrics) = book.outcome(&app, model, started.elapsed());
             if let Some(dir) = &job.out_dir {
                 let outcome = LassoOutcome {
