@@ -184,7 +184,11 @@ fn misconfigured(schedulers: usize, features: usize, nodes: &[(String, Vec<Strin
     j.synthetic.n_features = features;
     j.synthetic.group_size = 1;
     j.synthetic.n_nonzero = 1;
-    let settings = star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, "quic", 30).unwrap();
+    let mut settings =
+        star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, "quic", 30).unwrap();
+    // The failing node is noticed by the others after the failure timeout.
+    settings.cluster.heartbeat_interval_ms = 100;
+    settings.cluster.failure_timeout_ms = 1000;
     let started = Instant::now();
     let err = petrel::roles::builtin(settings)
         .run_in_process()
