@@ -3,9 +3,7 @@
 //! separate processes (`--transport processes`).
 
 use petrel_actors::{Settings, Topology};
-use petrel_algorithms::apps::lasso::{
-    LassoJob, LassoMetrics, SyntheticLasso, WORKER_ROLE, multi,
-};
+use petrel_algorithms::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso, WORKER_ROLE, multi};
 use petrel_algorithms::apps::lda::{self, LdaJob, LdaMetrics};
 use petrel_algorithms::apps::logistic::{self, LogisticMetrics};
 use petrel_algorithms::apps::mf::{self, MfJob, MfMetrics};

@@ -84,7 +84,10 @@ fn check_against_single(m: &MultiLassoMetrics, dir: &Path) {
         .iter()
         .zip(&single_b)
         .fold(0.0f32, |m, (a, c)| m.max((a - c).abs()));
-    assert!(diff < 1e-2 * scale, "coefficients differ by {diff} (scale {scale})");
+    assert!(
+        diff < 1e-2 * scale,
+        "coefficients differ by {diff} (scale {scale})"
+    );
     assert_eq!(
         b.iter().filter(|v| **v != 0.0).count(),
         m.base.evaluations.last().unwrap().nonzeros
@@ -157,7 +160,12 @@ fn petrel_run_with_the_example_toml_across_processes() {
     assert_eq!(m.base.lambda, single.lambda);
     assert!(m.base.final_kkt_violation < 1e-3 * lambda);
     let rel = (m.base.final_objective - single.final_objective).abs() / single.final_objective;
-    assert!(rel < 1e-3, "{} vs {}", m.base.final_objective, single.final_objective);
+    assert!(
+        rel < 1e-3,
+        "{} vs {}",
+        m.base.final_objective,
+        single.final_objective
+    );
     assert_eq!(m.schedulers, 2);
     let b = coefficients(&out);
     let scale = single_run
@@ -184,8 +192,7 @@ fn misconfigured(schedulers: usize, features: usize, nodes: &[(String, Vec<Strin
     j.synthetic.n_features = features;
     j.synthetic.group_size = 1;
     j.synthetic.n_nonzero = 1;
-    let mut settings =
-        star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, "quic", 30).unwrap();
+    let mut settings = star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, "quic", 30).unwrap();
     // The failing node is noticed by the others after the failure timeout.
     settings.cluster.heartbeat_interval_ms = 100;
     settings.cluster.failure_timeout_ms = 1000;
@@ -225,7 +232,10 @@ fn misconfigured_schedulers_fail_fast_with_a_clear_error() {
         2,
         50,
         &nodes(&[
-            ("scheduler", &["strads-lasso-scheduler", "strads-lasso-scheduler-1"]),
+            (
+                "scheduler",
+                &["strads-lasso-scheduler", "strads-lasso-scheduler-1"],
+            ),
             ("other", &["strads-lasso-scheduler-1"]),
         ]),
     );
@@ -234,5 +244,8 @@ fn misconfigured_schedulers_fail_fast_with_a_clear_error() {
         "{err}"
     );
     let err = misconfigured(2, 50, &nodes(&[("scheduler", &["strads-lasso-scheduler"])]));
-    assert!(err.contains("no node runs strads-lasso-scheduler-1"), "{err}");
+    assert!(
+        err.contains("no node runs strads-lasso-scheduler-1"),
+        "{err}"
+    );
 }

@@ -280,12 +280,15 @@ impl LassoWorker {
     }
 
     fn applied_of(&self, scheduler: u32) -> Result<u64, String> {
-        self.applied.get(scheduler as usize).copied().ok_or_else(|| {
-            format!(
-                "scheduler index {scheduler} out of range ({} schedulers)",
-                self.applied.len()
-            )
-        })
+        self.applied
+            .get(scheduler as usize)
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "scheduler index {scheduler} out of range ({} schedulers)",
+                    self.applied.len()
+                )
+            })
     }
 }
 

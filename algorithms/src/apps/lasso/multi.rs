@@ -393,7 +393,10 @@ impl SyncCore {
             ));
         }
         if self.reports[s].is_some() {
-            return Err(format!("scheduler {s} reported twice in epoch {}", self.epoch));
+            return Err(format!(
+                "scheduler {s} reported twice in epoch {}",
+                self.epoch
+            ));
         }
         if r.vars.len() != r.values.len() {
             return Err(format!(
@@ -447,7 +450,10 @@ impl SyncCore {
         if let Some(tol) = gap_tolerance
             && eval.duality_gap <= tol * eval.objective.abs().max(f64::MIN_POSITIVE)
         {
-            reasons.push(format!("duality gap {:.3e} within tolerance", eval.duality_gap));
+            reasons.push(format!(
+                "duality gap {:.3e} within tolerance",
+                eval.duality_gap
+            ));
         }
         if let Some(target) = target_objective
             && eval.objective <= target

@@ -81,7 +81,10 @@ fn assignment_accepts_shared_and_separate_nodes() {
         ),
         ("w0", &["strads-lasso-worker"]),
     ]);
-    assert_eq!(assign_schedulers(&shared, 2).unwrap(), vec!["sched", "sched"]);
+    assert_eq!(
+        assign_schedulers(&shared, 2).unwrap(),
+        vec!["sched", "sched"]
+    );
 }
 
 #[test]
@@ -91,7 +94,10 @@ fn assignment_errors_name_the_problem() {
         ("s5", &["strads-lasso-scheduler-5"]),
     ]);
     let e = assign_schedulers(&out, 2).unwrap_err();
-    assert!(matches!(e, MultiError::IndexOutOfRange { index: 5, .. }), "{e}");
+    assert!(
+        matches!(e, MultiError::IndexOutOfRange { index: 5, .. }),
+        "{e}"
+    );
     assert!(e.to_string().contains("node s5"), "{e}");
     let dup = nodes(&[
         ("a", &["strads-lasso-scheduler", "strads-lasso-scheduler-1"]),
@@ -127,8 +133,14 @@ fn sync_core_collects_merges_and_validates() {
     let mut core = SyncCore::new(vec![0..4, 4..7, 7..10]);
     assert!(!core.complete());
     assert!(core.add(report(1, 1, &[], &[])).is_err(), "wrong epoch");
-    assert!(core.add(report(0, 0, &[], &[])).is_err(), "the lead does not report");
-    assert!(core.add(report(0, 3, &[], &[])).is_err(), "index out of range");
+    assert!(
+        core.add(report(0, 0, &[], &[])).is_err(),
+        "the lead does not report"
+    );
+    assert!(
+        core.add(report(0, 3, &[], &[])).is_err(),
+        "index out of range"
+    );
     assert!(
         core.add(report(0, 1, &[8], &[1.0])).is_err(),
         "coordinate outside its columns"
@@ -190,7 +202,10 @@ fn stop_rule_combines_every_scheduler() {
     let d = core.decide(lead(false), &numbers(f64::NAN, 1.0), None, None);
     assert!(d.stop && d.reason.contains("diverged"));
     core.add(report(5, 1, &[], &[])).unwrap();
-    assert!(core.decide(lead(true), &numbers(10.0, 1.0), None, None).stop);
+    assert!(
+        core.decide(lead(true), &numbers(10.0, 1.0), None, None)
+            .stop
+    );
     let summary = core.summary(lead(false));
     assert_eq!(summary[0].updates, 70);
     assert_eq!(summary[1].updates, 80);
@@ -300,7 +315,12 @@ fn two_schedulers_reach_the_single_scheduler_optimum() {
             m.base.final_kkt_violation
         );
         let rel = (m.base.final_objective - single.final_objective).abs() / single.final_objective;
-        assert!(rel < 1e-3, "{mode}: {} vs {}", m.base.final_objective, single.final_objective);
+        assert!(
+            rel < 1e-3,
+            "{mode}: {} vs {}",
+            m.base.final_objective,
+            single.final_objective
+        );
         // The same solution (the design is in general position: it is unique).
         let scale = single_b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let diff = b
@@ -309,14 +329,21 @@ fn two_schedulers_reach_the_single_scheduler_optimum() {
             .fold(0.0f32, |m, (a, c)| m.max((a - c).abs()));
         assert!(diff < 1e-2 * scale, "{mode}: coefficients differ by {diff}");
         let split = m.per_scheduler[0].features;
-        assert!(b[split..].iter().any(|v| *v != 0.0), "{mode}: follower's slice");
+        assert!(
+            b[split..].iter().any(|v| *v != 0.0),
+            "{mode}: follower's slice"
+        );
         // Both schedulers did work on their own columns.
         assert_eq!(m.per_scheduler.len(), 2);
         assert_eq!(
             m.per_scheduler[0].features + m.per_scheduler[1].features,
             200
         );
-        assert!(m.per_scheduler.iter().all(|s| s.updates > 0 && s.rounds > 0));
+        assert!(
+            m.per_scheduler
+                .iter()
+                .all(|s| s.updates > 0 && s.rounds > 0)
+        );
         assert_eq!(
             m.base.updates,
             m.per_scheduler.iter().map(|s| s.updates).sum::<u64>()
@@ -358,5 +385,8 @@ fn too_many_schedulers_is_a_clear_error() {
     job.synthetic.n_nonzero = 1;
     job.schedulers = 4;
     let e = run_multi_without_actors(&job, 1).unwrap_err().to_string();
-    assert!(e.contains("schedulers = 4 but the design has only 3 features"), "{e}");
+    assert!(
+        e.contains("schedulers = 4 but the design has only 3 features"),
+        "{e}"
+    );
 }
