@@ -301,10 +301,11 @@ fn two_schedulers_reach_the_single_scheduler_optimum() {
         let out = run_without_actors(&small_job(1), 3).unwrap();
         (out.coefficients, out.metrics)
     };
-    for mode in ["dynamic", "cyclic"] {
+    for mode in ["dynamic", "cyclic", "random"] {
         let mut job = small_job(2);
         job.mode = mode.into();
         job.depth = 2;
+        job.gap_tolerance = Some(1e-6);
         let (b, m) = run_multi_without_actors(&job, 3).unwrap();
         let lambda = f64::from(m.base.lambda);
         assert_eq!(m.schedulers, 2);
