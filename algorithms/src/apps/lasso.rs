@@ -9,6 +9,9 @@
 //!   row block and residual ([`LassoWorkerState`]) and serves push/commit as a
 //!   [`petrel_actors::strads::StradsWorker`].
 //!
+//! - Several schedulers (`schedulers = S`, roles `strads-lasso-scheduler-<s>`) split the
+//!   coefficients into column ranges and synchronise at evaluations: see [`multi`].
+//!
 //! Every `eval_every` update rounds (and at the end) the scheduler drains the pipeline and
 //! runs an `Evaluate` round: workers return `X^T r` and `(y.y, y.r, r.r)` partials, from
 //! which it computes the KKT violation and the duality gap exactly. The objective itself is

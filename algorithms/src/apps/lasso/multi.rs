@@ -842,8 +842,10 @@ impl Schedule<LassoApp> for SliceScheduling {
     }
 }
 
-/// `metrics.json` of a multi-scheduler job: the single-scheduler fields (whole model)
-/// plus the partition and per-scheduler totals.
+/// `metrics.json` of a multi-scheduler job: the single-scheduler fields (whole model;
+/// `rounds` and `updates` are summed over the schedulers, every evaluation's `updates` is
+/// the global count, the `objective` trace is the lead's) plus the partition and the
+/// per-scheduler totals. It reads as a [`LassoMetrics`] too.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MultiLassoMetrics {
     #[serde(flatten)]
