@@ -491,6 +491,9 @@ pub fn train_lda(args: LdaArgs) -> Result<(), String> {
 /// are the positive class; `--max-rounds` rounds; without `--data`, separable synthetic
 /// data of `--synthetic-samples x --synthetic-features`).
 pub fn train_logistic(args: LassoArgs) -> Result<(), String> {
+    if args.schedulers != 1 || args.colocate_schedulers {
+        return Err("--schedulers and --colocate-schedulers apply to lasso only".into());
+    }
     let job = args.job()?;
     let out = job
         .out_dir
