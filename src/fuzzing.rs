@@ -20,6 +20,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("model_profile", model_profile),
     ("config", config),
     ("ps_row", ps_row),
+    ("system_messages", system_messages),
 ];
 
 /// Frame prefix, lane header and envelope header decoding, as the receive path does.
@@ -92,4 +93,33 @@ pub fn config(data: &[u8]) {
 
 pub fn ps_row(data: &[u8]) {
     let _ = petrel_actors::ps::types::Row::decode(data);
+}
+
+/// The wire types of the three systems and the demo: PS requests and replies, P3 slices,
+/// and STRADS dispatches, partials and commits of every built-in app.
+pub fn system_messages(data: &[u8]) {
+    use petrel_actors::ps::service::{ShardState, ToClient, ToShard};
+    use petrel_actors::strads::{Commit, Dispatch, PartialResult, StradsApp};
+    use petrel_algorithms::apps::{lasso::LassoApp, lda::LdaApp, logistic::LogisticApp, mf::MfApp};
+
+    fn strads<A: StradsApp>(data: &[u8]) {
+        body::<Dispatch<A>>(data);
+        body::<Commit<A>>(data);
+        let _ = decode_body::<PartialResult<A>>("strads-partial", data);
+    }
+
+    body::<ToShard>(data);
+    body::<ToClient>(data);
+    body::<petrel_actors::ps::service::ShardQuery>(data);
+    let _ = decode_body::<ShardState>("shard-state", data);
+    body::<petrel_algorithms::apps::p3::PushGrad>(data);
+    body::<petrel_algorithms::apps::p3::InitSlice>(data);
+    let _ = decode_body::<petrel_algorithms::apps::p3::SliceValues>("p3-slice", data);
+    body::<crate::demo::Contribution>(data);
+    let _ = decode_body::<crate::demo::RoundMean>("demo-mean", data);
+    body::<crate::ps_mf::WorkerDone>(data);
+    strads::<LassoApp>(data);
+    strads::<LogisticApp>(data);
+    strads::<MfApp>(data);
+    strads::<LdaApp>(data);
 }

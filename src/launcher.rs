@@ -16,6 +16,12 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// Exit code of `petrel node` when another node's failure stopped it (it only followed).
+pub const STOPPED_BY_PEER: u8 = 3;
+
+/// How long `wait` looks for the node where a failure started once only followers exited.
+const ROOT_CAUSE_GRACE: Duration = Duration::from_secs(1);
+
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error("{0}")]
@@ -24,8 +30,12 @@ pub enum LaunchError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Tls(#[from] petrel_net::TlsError),
-    #[error("node {name} failed ({status})")]
-    NodeFailed { name: String, status: String },
+    #[error("node {name} failed ({status}); its roles: {roles}")]
+    NodeFailed {
+        name: String,
+        roles: String,
+        status: String,
+    },
     #[error("interrupted; all nodes stopped")]
     Interrupted,
     #[error("cluster did not finish within {0:?}; all nodes stopped")]
@@ -100,6 +110,8 @@ pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, Lau
 /// A launched cluster whose nodes are running.
 pub struct Running {
     children: Vec<(String, Child)>,
+    /// Roles of each node (for error messages), by node name.
+    roles: Vec<(String, String)>,
     started: Instant,
     run_dir: PathBuf,
     bar: ProgressBar,
@@ -148,8 +160,14 @@ pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, L
         children.push((name.clone(), child));
     }
     tracing::info!(nodes = names.len(), dir = %run_dir.display(), "cluster launched");
+    let roles = settings
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.roles.join(", ")))
+        .collect();
     Ok(Running {
         children,
+        roles,
         started: Instant::now(),
         run_dir,
         bar,
@@ -170,14 +188,18 @@ impl Running {
     }
 
     /// Waits until every node exited successfully, or stops them all at the first failure,
-    /// on Ctrl-C, or after `timeout`.
+    /// naming the node where it started: nodes that exit with [`STOPPED_BY_PEER`] only
+    /// followed another node's failure, so a root cause is awaited briefly before one of
+    /// them is named. Also stops them all on Ctrl-C, or after `timeout`.
     pub async fn wait(mut self, timeout: Option<Duration>) -> Result<LaunchReport, LaunchError> {
         let deadline = timeout.map(|t| self.started + t);
         let mut finished: Vec<(String, Duration)> = Vec::new();
+        // Nodes that exited non-zero: (name, status, stopped only because of a peer).
+        let mut failed: Vec<(String, String, bool)> = Vec::new();
+        let mut first_failure_at: Option<Instant> = None;
         let outcome = loop {
-            let mut failure = None;
             for (name, child) in &mut self.children {
-                if finished.iter().any(|(n, _)| n == name) {
+                if finished.iter().any(|(n, _)| n == name) || failed.iter().any(|f| &f.0 == name) {
                     continue;
                 }
                 if let Some(status) = child.try_wait()? {
@@ -185,16 +207,26 @@ impl Running {
                         finished.push((name.clone(), self.started.elapsed()));
                         self.bar.inc(1);
                     } else {
-                        failure = Some(LaunchError::NodeFailed {
-                            name: name.clone(),
-                            status: status.to_string(),
-                        });
-                        break;
+                        let follower = status.code() == Some(i32::from(STOPPED_BY_PEER));
+                        failed.push((name.clone(), status.to_string(), follower));
+                        first_failure_at.get_or_insert_with(Instant::now);
                     }
                 }
             }
-            if let Some(f) = failure {
-                break Err(f);
+            let root = failed.iter().find(|f| !f.2);
+            let waited_enough = first_failure_at.is_some_and(|t| t.elapsed() >= ROOT_CAUSE_GRACE);
+            if let Some((name, status, _)) = root.or(failed.first().filter(|_| waited_enough)) {
+                let roles = self
+                    .roles
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, r)| r.clone())
+                    .unwrap_or_default();
+                break Err(LaunchError::NodeFailed {
+                    name: name.clone(),
+                    roles,
+                    status: status.clone(),
+                });
             }
             if finished.len() == self.children.len() {
                 break Ok(());

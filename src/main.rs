@@ -3,8 +3,8 @@
 use clap::{Parser, Subcommand};
 use petrel::launcher::{self, LaunchOptions};
 use petrel::netns::{Hosts, LinkShape};
-use petrel_actors::Settings;
 use petrel_actors::topology::Wiring;
+use petrel_actors::{NodeError, Settings};
 use petrel_net::ClusterCredentials;
 use petrel_net::tls::ClusterCa;
 use std::path::PathBuf;
@@ -141,6 +141,9 @@ enum BenchCommand {
 fn main() -> ExitCode {
     petrel::init_tracing();
     let cli = Cli::parse();
+    if let Command::Node { config, name } = &cli.command {
+        return node_command(config, name);
+    }
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -157,6 +160,39 @@ fn tokio_runtime() -> Result<tokio::runtime::Runtime, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
+}
+
+/// `petrel node`: exits 0 when the run finished, 1 when it failed on this node, and
+/// [`petrel::launcher::STOPPED_BY_PEER`] when another node's failure stopped it (so
+/// `petrel run` names the node where the failure started).
+fn node_command(config: &std::path::Path, name: &str) -> ExitCode {
+    let fail = |e: String| {
+        tracing::error!("{e}");
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    };
+    let settings = match Settings::load(config) {
+        Ok(s) => s,
+        Err(e) => return fail(e.to_string()),
+    };
+    let Some(dir) = settings.cluster.certs_dir.clone() else {
+        return fail(
+            "cluster.certs_dir is not set; create certificates with `petrel certs`".into(),
+        );
+    };
+    let creds = match ClusterCredentials::load(&dir, name) {
+        Ok(c) => c,
+        Err(e) => return fail(e.to_string()),
+    };
+    match petrel::roles::builtin(settings).run_node(name, Wiring::Quic(creds)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e @ (NodeError::PeerFailed { .. } | NodeError::RunFailed { .. })) => {
+            tracing::error!("{e}");
+            eprintln!("error: {e}");
+            ExitCode::from(petrel::launcher::STOPPED_BY_PEER)
+        }
+        Err(e) => fail(e.to_string()),
+    }
 }
 
 fn dispatch(command: Command) -> Result<(), String> {
@@ -188,17 +224,8 @@ fn dispatch(command: Command) -> Result<(), String> {
             );
             Ok(())
         }
-        Command::Node { config, name } => {
-            let settings = Settings::load(&config).map_err(|e| e.to_string())?;
-            let dir =
-                settings.cluster.certs_dir.clone().ok_or(
-                    "cluster.certs_dir is not set; create certificates with `petrel certs`",
-                )?;
-            let creds = ClusterCredentials::load(&dir, &name).map_err(|e| e.to_string())?;
-            petrel::roles::builtin(settings)
-                .run_node(&name, Wiring::Quic(creds))
-                .map_err(|e| e.to_string())
-        }
+        // main() runs `petrel node` through node_command for its exit codes.
+        Command::Node { name, .. } => Err(format!("`petrel node --name {name}` runs in main")),
         Command::Certs { dir, nodes, config } => {
             let mut names = nodes;
             if let Some(c) = config {

@@ -3,7 +3,9 @@
 //! separate processes (`--transport processes`).
 
 use petrel_actors::{Settings, Topology};
-use petrel_algorithms::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso, WORKER_ROLE, multi};
+use petrel_algorithms::apps::lasso::{
+    LassoJob, LassoMetrics, SyntheticLasso, WORKER_ROLE, checkpoint, multi,
+};
 use petrel_algorithms::apps::lda::{self, LdaJob, LdaMetrics};
 use petrel_algorithms::apps::logistic::{self, LogisticMetrics};
 use petrel_algorithms::apps::mf::{self, MfJob, MfMetrics};
@@ -75,6 +77,15 @@ pub struct LassoArgs {
     /// Run every scheduler on one node (default: one node per scheduler).
     #[arg(long)]
     pub colocate_schedulers: bool,
+    /// Lasso only: write checkpoints to this directory (shared by all nodes).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Update rounds between two checkpoints (0 = never write).
+    #[arg(long, default_value_t = 500)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in --checkpoint-dir.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 impl LassoArgs {
@@ -109,6 +120,9 @@ impl LassoArgs {
             seed: self.seed,
             out_dir: Some(absolute(&self.out)?),
             schedulers: self.schedulers,
+            checkpoint_dir: self.checkpoint_dir.as_deref().map(absolute).transpose()?,
+            checkpoint_every: self.checkpoint_every,
+            resume: self.resume,
             ..LassoJob::default()
         })
     }
@@ -382,6 +396,21 @@ pub fn read_metrics(path: &Path) -> Result<LassoMetrics, String> {
 /// `petrel train lasso`.
 pub fn train_lasso(args: LassoArgs) -> Result<(), String> {
     let job = args.job()?;
+    if job.schedulers > 1 && (job.checkpoint_dir.is_some() || job.resume) {
+        return Err(multi::MultiError::CheckpointUnsupported.to_string());
+    }
+    // Pre-flight: fail at once rather than after the cluster's failure timeout. (The
+    // scheduler still verifies the checkpoint fully, and says why one is refused.)
+    if let Some(dir) = job.checkpoint_dir.as_ref().filter(|_| job.resume) {
+        let rounds = checkpoint::manifest_rounds(dir).map_err(|e| e.to_string())?;
+        if rounds.is_empty() {
+            return Err(checkpoint::CheckpointError::NoValid {
+                dir: dir.clone(),
+                reasons: Vec::new(),
+            }
+            .to_string());
+        }
+    }
     let m = run_lasso_job_on(
         &job,
         args.workers,
@@ -493,6 +522,11 @@ pub fn train_lda(args: LdaArgs) -> Result<(), String> {
 pub fn train_logistic(args: LassoArgs) -> Result<(), String> {
     if args.schedulers != 1 || args.colocate_schedulers {
         return Err("--schedulers and --colocate-schedulers apply to lasso only".into());
+    }
+    if args.checkpoint_dir.is_some() || args.resume {
+        return Err(
+            "--checkpoint-dir / --resume: checkpointing is implemented for lasso only".into(),
+        );
     }
     let job = args.job()?;
     let out = job

@@ -325,3 +325,169 @@ fn wait_with_deadline(mut child: std::process::Child, limit: Duration) -> std::p
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Checkpoint/resume under a crash: an uninterrupted STRADS Lasso run; then, for a worker
+/// (`w1`) and for the scheduler (also the coordinator), the same job with checkpointing
+/// whose victim is SIGKILLed once the first checkpoint manifest exists (the run must fail
+/// fast naming the victim and its role), then a `resume = true` run that must end with a
+/// byte-identical `coefficients.tsv` and report the round it resumed from.
+#[test]
+fn killed_lasso_node_then_resume_gives_the_uninterrupted_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |name: &str, extra: &str| {
+        let mut text =
+            "[cluster]\nname = \"ckpt\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 3000\n"
+                .to_string();
+        for (node, role) in [
+            ("scheduler", "strads-lasso-scheduler"),
+            ("w0", "strads-lasso-worker"),
+            ("w1", "strads-lasso-worker"),
+            ("w2", "strads-lasso-worker"),
+        ] {
+            text.push_str(&format!(
+                "[[nodes]]\nname = \"{node}\"\nroles = [\"{role}\"]\n"
+            ));
+        }
+        text.push_str(&format!(
+            "[app.lasso]\nmode = \"dynamic\"\nblock_size = 8\ncandidate_pool = 32\nmax_rounds = 2000\neval_every = 400\ngap_tolerance = 0.0\nseed = 3\nout_dir = \"{}\"\n{extra}\n[app.lasso.synthetic]\nn_samples = 150\nn_features = 300\nn_nonzero = 6\nseed = 7\n",
+            dir.path().join(name).display()
+        ));
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let launch = |cfg: &Path, name: &str| {
+        drain(
+            Command::new(PETREL)
+                .args([
+                    "run",
+                    cfg.to_str().unwrap(),
+                    "--timeout-s",
+                    "60",
+                    "--run-dir",
+                ])
+                .arg(dir.path().join(format!("run-{name}")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    };
+
+    // 1. Uninterrupted, no checkpoints.
+    let (child, log) = launch(&config("plain", ""), "plain");
+    let status = wait_with_deadline(child, Duration::from_secs(60));
+    assert!(status.success(), "{}", log.join().unwrap());
+    let expected = std::fs::read(dir.path().join("plain/coefficients.tsv")).unwrap();
+
+    // 2. For each victim: with checkpoints, SIGKILL the victim once the first manifest is
+    //    on disk; 3. resume from the newest valid checkpoint and finish.
+    for (victim, role) in [
+        ("w1", "strads-lasso-worker"),
+        ("scheduler", "strads-lasso-scheduler"),
+    ] {
+        let ckpt = dir.path().join(format!("ckpt-{victim}"));
+        let ckpt_knobs = format!(
+            "checkpoint_dir = \"{}\"\ncheckpoint_every = 150\n",
+            ckpt.display()
+        );
+        let killed_name = format!("killed-{victim}");
+        let (child, log) = launch(&config(&killed_name, &ckpt_knobs), &killed_name);
+        let started = Instant::now();
+        loop {
+            let has_manifest = std::fs::read_dir(&ckpt).is_ok_and(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
+            });
+            if has_manifest {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no checkpoint manifest within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = child_process(child.id(), victim).expect("the launcher's child process");
+        let killed = Instant::now();
+        let st = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let status = wait_with_deadline(child, Duration::from_secs(20));
+        let detected = killed.elapsed();
+        let err = log.join().unwrap();
+        let tail = err.lines().rev().take(30).collect::<Vec<_>>().join("\n");
+        assert!(
+            !status.success(),
+            "the run survived killing {victim}:\n{tail}"
+        );
+        assert!(
+            err.contains(&format!("node {victim} failed"))
+                && err.contains(&format!("its roles: {role}")),
+            "the error must name {victim} and its role {role}:\n{tail}"
+        );
+        // The launcher sees the exit at once, well within the 3 s failure timeout (slack for a
+        // loaded machine).
+        assert!(detected < Duration::from_secs(5), "took {detected:?}");
+        assert!(
+            !dir.path()
+                .join(&killed_name)
+                .join("coefficients.tsv")
+                .exists()
+        );
+
+        let resumed_name = format!("resumed-{victim}");
+        let (child, log) = launch(
+            &config(&resumed_name, &format!("{ckpt_knobs}resume = true\n")),
+            &resumed_name,
+        );
+        let status = wait_with_deadline(child, Duration::from_secs(60));
+        let err = log.join().unwrap();
+        assert!(status.success(), "{err}");
+        assert!(err.contains("resuming from checkpoint"), "{err}");
+        let out = dir.path().join(&resumed_name);
+        assert!(
+            std::fs::read(out.join("coefficients.tsv")).unwrap() == expected,
+            "{victim}: resumed coefficients differ from the uninterrupted run"
+        );
+        let metrics: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+        let from = metrics["resumed_from_round"].as_u64().unwrap();
+        assert!(from > 0, "{metrics}");
+    }
+}
+
+/// The pid of the child of `parent` whose command line names node `name` (Linux /proc).
+fn child_process(parent: u32, name: &str) -> Option<u32> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // Fields after the parenthesised command: state, ppid, ...
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid != Some(parent) {
+                continue;
+            }
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            if args
+                .windows(2)
+                .any(|w| w[0] == b"--name" && w[1] == name.as_bytes())
+            {
+                return Some(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}

@@ -305,8 +305,8 @@ impl Coordinator {
         }
     }
 
-    /// Asks every live node to shut down.
-    pub fn broadcast_shutdown(&self, reason: &str) {
+    /// Asks every live node to shut down (`failed_node`: the run failed there).
+    pub fn broadcast_shutdown(&self, reason: &str, failed_node: Option<&str>) {
         for peer in self.core.alive() {
             if let Ok(agent) = self
                 .node
@@ -315,6 +315,7 @@ impl Coordinator {
                 let _ = agent.tell(
                     Shutdown {
                         reason: reason.to_string(),
+                        failed_node: failed_node.map(str::to_string),
                     },
                     Priority::CONTROL,
                 );
@@ -385,12 +386,16 @@ impl Handler<Msg<BarrierEnter>> for Coordinator {
 /// Tells the coordinator actor to broadcast `Shutdown`.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct BroadcastShutdown(pub String);
+pub struct BroadcastShutdown {
+    pub reason: String,
+    /// The node whose failure ends the run, if it failed.
+    pub failed_node: Option<String>,
+}
 
 impl Handler<BroadcastShutdown> for Coordinator {
     type Result = ();
     fn handle(&mut self, msg: BroadcastShutdown, _: &mut Context<Self>) {
-        self.broadcast_shutdown(&msg.0);
+        self.broadcast_shutdown(&msg.reason, msg.failed_node.as_deref());
     }
 }
 
@@ -488,7 +493,8 @@ impl Handler<Msg<Shutdown>> for NodeAgent {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<Shutdown>, _: &mut Context<Self>) -> Self::Result {
         tracing::info!(node = %self.node.name(), reason = %msg.body.reason, "shutdown requested");
-        self.node.announce_shutdown(&msg.body.reason);
+        self.node
+            .announce_shutdown(&msg.body.reason, msg.body.failed_node);
         Ok(())
     }
 }

@@ -69,6 +69,9 @@ pub enum NodeError {
         name: String,
         reason: String,
     },
+    /// Another node's failure stopped the run (it told the coordinator, which told all).
+    #[error("node {name} failed: {reason}")]
+    RunFailed { name: String, reason: String },
     #[error(transparent)]
     Ask(#[from] AskError),
     #[error("io: {0}")]

@@ -10,6 +10,7 @@
 
 pub mod address;
 pub mod cluster;
+pub mod durable;
 pub mod error;
 pub mod mailbox;
 pub mod node;

@@ -27,8 +27,11 @@ pub enum PeerEvent {
         name: String,
         reason: String,
     },
-    /// The coordinator asked the cluster to stop.
-    Shutdown { reason: String },
+    /// The coordinator asked the cluster to stop; `failed_node` is set when the run failed.
+    Shutdown {
+        reason: String,
+        failed_node: Option<String>,
+    },
 }
 
 type ReplyFuture = LocalBoxFuture<'static, Result<Vec<u8>, String>>;
@@ -71,6 +74,8 @@ struct NodeInner {
     pending: Mutex<HashMap<u64, Pending>>,
     next_request: AtomicU64,
     down: Mutex<HashMap<NodeId, String>>,
+    /// `(node, reason)` of a run failure the coordinator announced.
+    run_failure: Mutex<Option<(String, String)>>,
     events: broadcast::Sender<PeerEvent>,
     default_timeout: Duration,
 }
@@ -108,6 +113,7 @@ impl Node {
                 pending: Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),
                 down: Mutex::new(HashMap::new()),
+                run_failure: Mutex::new(None),
                 events,
                 default_timeout,
             }),
@@ -301,9 +307,40 @@ impl Node {
         });
     }
 
-    pub(crate) fn announce_shutdown(&self, reason: &str) {
+    /// The failure elsewhere that this node has heard of, if any: a run failure announced
+    /// by the coordinator, else the lowest-numbered peer declared down. A local error that
+    /// happens after one (an ask or barrier to a dead peer failing) is its consequence.
+    pub fn peer_failure(&self) -> Option<NodeError> {
+        if let Ok(f) = self.inner.run_failure.lock()
+            && let Some((name, reason)) = f.as_ref()
+        {
+            return Some(NodeError::RunFailed {
+                name: name.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let (node, reason) = self
+            .inner
+            .down
+            .lock()
+            .ok()?
+            .iter()
+            .min_by_key(|(id, _)| **id)
+            .map(|(id, r)| (*id, r.clone()))?;
+        Some(NodeError::PeerFailed {
+            node,
+            name: self.peer_name(node),
+            reason,
+        })
+    }
+
+    pub(crate) fn announce_shutdown(&self, reason: &str, failed_node: Option<String>) {
+        if let (Some(failed), Ok(mut f)) = (&failed_node, self.inner.run_failure.lock()) {
+            f.get_or_insert_with(|| (failed.clone(), reason.to_string()));
+        }
         let _ = self.inner.events.send(PeerEvent::Shutdown {
             reason: reason.to_string(),
+            failed_node,
         });
     }
 

@@ -199,7 +199,12 @@ impl Cluster {
         }
         let root = errors
             .iter()
-            .position(|e| !matches!(e, NodeError::PeerFailed { .. }))
+            .position(|e| {
+                !matches!(
+                    e,
+                    NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }
+                )
+            })
             .unwrap_or(0);
         match errors.into_iter().nth(root) {
             Some(e) => Err(e),
@@ -250,14 +255,62 @@ impl Cluster {
             r = run_roles => r,
             e = first_failure(&mut events) => Err(e),
         };
+        // A local error after a failure elsewhere (an ask or barrier to a dead peer) is
+        // reported as that failure, so the root cause is named once, where it happened.
+        let result = result.map_err(|e| match e {
+            NodeError::PeerFailed { .. } | NodeError::RunFailed { .. } => e,
+            other => match node.peer_failure() {
+                Some(cause) => {
+                    tracing::debug!(node = %name, error = %other, "error follows a peer failure");
+                    cause
+                }
+                None => other,
+            },
+        });
         match &result {
             Ok(()) => tracing::info!(node = %name, "finished"),
             Err(e) => tracing::error!(node = %name, error = %e, "stopping"),
         }
-        if let Some(c) = coordinator_addr {
-            // Give peers a moment to hear the last barrier reply before the coordinator leaves.
-            c.do_send(BroadcastShutdown("run finished".into()));
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        // A failure that started here (or reached the coordinator from a node) is told to
+        // the whole cluster at once, so the others stop now with the root cause rather than
+        // after the failure timeout. Failures detected by heartbeats were already broadcast
+        // as `PeerDown`.
+        let failure = match &result {
+            Ok(()) => None,
+            Err(NodeError::PeerFailed { .. }) => None,
+            Err(NodeError::RunFailed { name, reason }) => coordinator_addr
+                .is_some()
+                .then(|| (name.clone(), reason.clone())),
+            Err(e) => Some((name.to_string(), e.to_string())),
+        };
+        match (&coordinator_addr, failure) {
+            (Some(c), failure) => {
+                let (reason, failed_node) = match failure {
+                    Some((failed, reason)) => (reason, Some(failed)),
+                    None => ("run finished".to_string(), None),
+                };
+                c.do_send(BroadcastShutdown {
+                    reason,
+                    failed_node,
+                });
+                // Give peers a moment to hear the last message before the coordinator leaves.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            (None, Some((failed, reason))) => {
+                if let Ok(agent) =
+                    node.actor::<Shutdown>(&ActorId::new(ctx.coordinator, AGENT_ACTOR))
+                {
+                    let _ = agent.tell(
+                        Shutdown {
+                            reason,
+                            failed_node: Some(failed),
+                        },
+                        Priority::CONTROL,
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            (None, None) => {}
         }
         node.shutdown();
         result
@@ -408,6 +461,10 @@ async fn first_failure(events: &mut tokio::sync::broadcast::Receiver<PeerEvent>)
             Ok(PeerEvent::Down { node, name, reason }) => {
                 return NodeError::PeerFailed { node, name, reason };
             }
+            Ok(PeerEvent::Shutdown {
+                reason,
+                failed_node: Some(name),
+            }) => return NodeError::RunFailed { name, reason },
             Ok(PeerEvent::Shutdown { .. }) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Closed) => {

@@ -507,3 +507,49 @@ fn flood_to_a_slow_actor_pushes_back_to_the_sender() {
     stop_tx.send(()).unwrap();
     receiver.join().unwrap();
 }
+
+// ---- a role's failure stops the whole cluster at once ----
+
+/// Three nodes; the role on `failing` fails after a barrier, the others wait for ever.
+/// Every node must stop long before the 30 s failure timeout, and the run's error must be
+/// the root cause on `failing`, not the "stopped by a peer" errors it caused.
+fn failing_role_cluster(failing: &str) -> Result<(), petrel_actors::NodeError> {
+    let names = ["coord", "w1", "w2"];
+    let mut builder = Topology::builder("fail-fast");
+    for n in names {
+        let role = if n == failing { "fails" } else { "waits" };
+        builder = builder.node(n, &[role]);
+    }
+    let mut settings = builder.transport("memory").build().unwrap();
+    settings.cluster.heartbeat_interval_ms = 200;
+    settings.cluster.failure_timeout_ms = 30_000;
+    Cluster::new(settings)
+        .role("fails", |ctx: NodeContext| {
+            Box::pin(async move {
+                ctx.barrier("ready").await.map_err(|e| e.to_string())?;
+                Err("boom".to_string())
+            })
+        })
+        .role("waits", |ctx: NodeContext| {
+            Box::pin(async move {
+                ctx.barrier("ready").await.map_err(|e| e.to_string())?;
+                futures::future::pending::<()>().await;
+                Ok(())
+            })
+        })
+        .run_in_process()
+}
+
+#[test]
+fn a_failing_role_stops_every_node_at_once_naming_it() {
+    for failing in ["w1", "coord"] {
+        let started = Instant::now();
+        let err = failing_role_cluster(failing).unwrap_err().to_string();
+        let took = started.elapsed();
+        assert!(
+            err.contains(failing) && err.contains("boom"),
+            "{failing}: {err}"
+        );
+        assert!(took < Duration::from_secs(10), "{failing}: took {took:?}");
+    }
+}

@@ -48,6 +48,11 @@ pub struct PeerDown {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shutdown {
     pub reason: String,
+    /// Set when the run failed: the node whose failure stops the cluster. Every node that
+    /// receives it stops at once with an error naming that node, instead of waiting for
+    /// heartbeats to time out.
+    #[serde(default)]
+    pub failed_node: Option<String>,
 }
 
 /// A node enters a named barrier; the ask completes when every live node has entered.

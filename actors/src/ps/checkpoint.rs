@@ -15,28 +15,19 @@
 //! workers, which is itself a valid bounded-staleness state. Update-rule state (momentum,
 //! Adagrad accumulators) is not saved.
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::durable::fnv1a64;
+use crate::durable::{self, DurableError, FileDigest};
 use crate::ps::error::PsError;
 use crate::ps::shard::{ShardCore, TableSnapshot};
 use crate::ps::types::{Clock, TableId};
 
 const MANIFEST_MAGIC: &[u8; 8] = b"PSMANIF1";
 const FORMAT_VERSION: u32 = 1;
-
-/// FNV-1a 64-bit hash (integrity check, not cryptographic).
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct ManifestEntry {
@@ -77,22 +68,13 @@ fn bad(path: &Path, reason: impl Into<String>) -> PsError {
     }
 }
 
-/// Writes `bytes` to `dir/name` atomically: temp file, fsync, rename.
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), PsError> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+impl From<DurableError> for PsError {
+    fn from(e: DurableError) -> Self {
+        match e {
+            DurableError::Invalid { path, reason } => bad(&path, reason),
+            DurableError::Io { source, .. } => PsError::Io(source),
+        }
     }
-    fs::rename(&tmp, dir.join(name))?;
-    Ok(())
-}
-
-fn sync_dir(dir: &Path) -> Result<(), PsError> {
-    // Makes the renames durable (POSIX); opening a directory read-only works on Linux.
-    File::open(dir)?.sync_all()?;
-    Ok(())
 }
 
 /// Writes all `tables` of shard `shard` at `clock` into `dir` (created if needed) and returns
@@ -103,12 +85,12 @@ pub fn write_checkpoint(
     clock: Clock,
     tables: &[TableSnapshot],
 ) -> Result<PathBuf, PsError> {
-    fs::create_dir_all(dir)?;
+    durable::create_dir(dir)?;
     let mut files = Vec::with_capacity(tables.len());
     for t in tables {
         let bytes = rmp_serde::to_vec(t).map_err(|e| PsError::Encode(e.to_string()))?;
         let name = data_name(shard, clock, t.table);
-        write_atomic(dir, &name, &bytes)?;
+        durable::write_atomic(dir, &name, &bytes)?;
         files.push(ManifestEntry {
             name,
             table: t.table,
@@ -116,7 +98,7 @@ pub fn write_checkpoint(
             fnv64: fnv1a64(&bytes),
         });
     }
-    sync_dir(dir)?;
+    durable::sync_dir(dir)?;
     let manifest = Manifest {
         version: FORMAT_VERSION,
         shard,
@@ -124,13 +106,9 @@ pub fn write_checkpoint(
         files,
     };
     let body = rmp_serde::to_vec(&manifest).map_err(|e| PsError::Encode(e.to_string()))?;
-    let mut bytes = Vec::with_capacity(body.len() + 16);
-    bytes.extend_from_slice(MANIFEST_MAGIC);
-    bytes.extend_from_slice(&body);
-    bytes.extend_from_slice(&fnv1a64(&body).to_le_bytes());
     let name = manifest_name(shard, clock);
-    write_atomic(dir, &name, &bytes)?;
-    sync_dir(dir)?;
+    durable::write_atomic(dir, &name, &durable::frame(MANIFEST_MAGIC, &body))?;
+    durable::sync_dir(dir)?;
     tracing::debug!(shard, clock, dir = %dir.display(), "checkpoint written");
     Ok(dir.join(name))
 }
@@ -143,28 +121,9 @@ pub fn write_shard(dir: &Path, shard: u32, core: &ShardCore) -> Result<Clock, Ps
 }
 
 fn read_manifest(path: &Path) -> Result<Manifest, PsError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(bad(
-                path,
-                "missing manifest: checkpoint absent or incomplete",
-            ));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if bytes.len() < MANIFEST_MAGIC.len() + 8 || &bytes[..MANIFEST_MAGIC.len()] != MANIFEST_MAGIC {
-        return Err(bad(path, "not a manifest (bad magic or truncated)"));
-    }
-    let (body, sum) =
-        bytes[MANIFEST_MAGIC.len()..].split_at(bytes.len() - MANIFEST_MAGIC.len() - 8);
-    let mut sum8 = [0u8; 8];
-    sum8.copy_from_slice(sum);
-    if fnv1a64(body) != u64::from_le_bytes(sum8) {
-        return Err(bad(path, "manifest checksum mismatch"));
-    }
+    let body = durable::read_framed(path, MANIFEST_MAGIC)?;
     let m: Manifest =
-        rmp_serde::from_slice(body).map_err(|e| bad(path, format!("manifest decode: {e}")))?;
+        rmp_serde::from_slice(&body).map_err(|e| bad(path, format!("manifest decode: {e}")))?;
     if m.version != FORMAT_VERSION {
         return Err(bad(path, format!("unsupported version {}", m.version)));
     }
@@ -184,30 +143,16 @@ pub fn load_checkpoint(dir: &Path, shard: u32, clock: Clock) -> Result<Checkpoin
     let mut tables = Vec::with_capacity(m.files.len());
     for e in &m.files {
         // The name comes from a file: never let it leave the directory.
-        if e.name.is_empty() || e.name.contains(['/', '\\']) || e.name.starts_with('.') {
-            return Err(bad(&mpath, format!("invalid file name {:?}", e.name)));
-        }
+        durable::check_file_name(&e.name).map_err(|reason| bad(&mpath, reason))?;
         let path = dir.join(&e.name);
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                return Err(bad(&path, "data file listed in the manifest is missing"));
-            }
-            Err(err) => return Err(err.into()),
-        };
-        if bytes.len() as u64 != e.len {
-            return Err(bad(
-                &path,
-                format!(
-                    "length {} != {} in manifest (truncated?)",
-                    bytes.len(),
-                    e.len
-                ),
-            ));
-        }
-        if fnv1a64(&bytes) != e.fnv64 {
-            return Err(bad(&path, "checksum mismatch"));
-        }
+        let bytes = durable::read_verified(
+            dir,
+            &e.name,
+            FileDigest {
+                len: e.len,
+                fnv64: e.fnv64,
+            },
+        )?;
         let snap: TableSnapshot =
             rmp_serde::from_slice(&bytes).map_err(|err| bad(&path, format!("decode: {err}")))?;
         if snap.table != e.table {

@@ -16,6 +16,9 @@
 //! runs an `Evaluate` round: workers return `X^T r` and `(y.y, y.r, r.r)` partials, from
 //! which it computes the KKT violation and the duality gap exactly. The objective itself is
 //! tracked every round from the squared-residual partials that come with each push.
+//!
+//! Checkpoint and resume (`checkpoint_dir`, `checkpoint_every`, `resume`) live in
+//! [`checkpoint`]: save/restore rounds run by a wrapper around [`LassoScheduling`].
 
 use std::collections::{HashSet, VecDeque};
 use std::path::PathBuf;
@@ -107,6 +110,16 @@ pub struct LassoJob {
     pub timeout_s: u64,
     /// Schedulers splitting the coefficients (see [`multi`]); 1 = one scheduler.
     pub schedulers: usize,
+    /// Checkpoints (see [`checkpoint`]): directory shared by the scheduler and the workers;
+    /// unset = no checkpoints.
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Update rounds between two checkpoints (0 = never write, but `resume` may still read).
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
+    pub resume: bool,
+    /// Fault injection for tests: the scheduler fails right after writing this many
+    /// checkpoints in this run.
+    pub fail_after_checkpoints: Option<u64>,
 }
 
 impl Default for LassoJob {
@@ -132,6 +145,10 @@ impl Default for LassoJob {
             out_dir: None,
             timeout_s: 60,
             schedulers: 1,
+            checkpoint_dir: None,
+            checkpoint_every: 500,
+            resume: false,
+            fail_after_checkpoints: None,
         }
     }
 }
@@ -224,6 +241,8 @@ pub enum LassoTask {
     },
     /// Report `X^T r` and `(y.y, y.r, r.r)` on the worker's rows.
     Evaluate,
+    /// Save or restore the worker's state ([`checkpoint`]).
+    Control(checkpoint::ControlTask),
 }
 
 /// A worker's answer; `applied` is the number of commits its state reflects.
@@ -243,6 +262,7 @@ pub enum LassoPartial {
         rr: f64,
         applied: u64,
     },
+    Control(checkpoint::ControlReply),
 }
 
 /// Committed `new - old` per coordinate (empty after an evaluation round).
@@ -267,6 +287,7 @@ impl StradsApp for LassoApp {
 pub struct LassoWorker {
     state: LassoWorkerState,
     applied: Vec<u64>,
+    checkpoint: Option<checkpoint::WorkerSlot>,
 }
 
 impl LassoWorker {
@@ -279,7 +300,14 @@ impl LassoWorker {
         LassoWorker {
             state,
             applied: vec![0; schedulers.max(1)],
+            checkpoint: None,
         }
+    }
+
+    /// Lets the worker save and restore its state in `slot.dir`.
+    pub fn with_checkpoints(mut self, slot: checkpoint::WorkerSlot) -> Self {
+        self.checkpoint = Some(slot);
+        self
     }
 
     fn applied_of(&self, scheduler: u32) -> Result<u64, String> {
@@ -338,6 +366,7 @@ impl Push<LassoApp> for LassoWorker {
                     applied,
                 })
             }
+            LassoTask::Control(task) => checkpoint::worker_control(self, task),
         }
     }
 
@@ -415,6 +444,12 @@ pub struct LassoMetrics {
     pub target_s: Option<f64>,
     pub objective: Vec<ObjectivePoint>,
     pub evaluations: Vec<Evaluation>,
+    /// Rounds at which checkpoints were written (including before a resume).
+    #[serde(default)]
+    pub checkpoints: Vec<u64>,
+    /// The checkpoint round this run resumed from.
+    #[serde(default)]
+    pub resumed_from_round: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -501,6 +536,8 @@ impl LassoScheduling {
                 target_s: None,
                 objective: Vec::new(),
                 evaluations: Vec::new(),
+                checkpoints: Vec::new(),
+                resumed_from_round: None,
             },
             job: job.clone(),
         })
@@ -843,10 +880,14 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
         return Err(format!("no node runs {WORKER_ROLE}"));
     }
     let n_workers = workers.len();
+    let ckpt = checkpoint::CheckpointSettings::of(&job, ctx.nodes_with_role(SCHEDULER_ROLE).len())
+        .map_err(|e| e.to_string())?;
     let loader = job.clone();
     let (x, mut app) = super::off_loop(move || {
         let (x, y) = loader.load()?;
         let app = LassoScheduling::new(&x, &y, &loader, n_workers)?;
+        let shape = checkpoint::ClusterShape::of(&x, &y, app.lambda(), loader.seed, n_workers);
+        let app = checkpoint::Resumable::new(app, ckpt, shape)?;
         Ok((x, app))
     })
     .await?;
@@ -854,7 +895,7 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
         rows = x.n_rows,
         features = x.n_columns(),
         workers = workers.len(),
-        lambda = app.lambda(),
+        lambda = app.inner().lambda(),
         mode = %job.mode,
         "lasso scheduler ready"
     );
@@ -872,6 +913,7 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
     let stats = run_scheduler(&mut app, &set, &opts)
         .await
         .map_err(|e| e.to_string())?;
+    let app = app.into_inner();
     tracing::info!(
         rounds = stats.rounds,
         seconds = format!("{:.2}", stats.elapsed.as_secs_f64()),
@@ -898,23 +940,34 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
         .ok_or("worker not in its own role list")?;
     let n_workers = workers.len();
     let loader = job.clone();
-    let (rows, state) = super::off_loop(move || {
+    let (rows, worker) = super::off_loop(move || {
         let (x, y) = loader.load()?;
         let rows = crate::strads::split_evenly(x.n_rows, n_workers)
             .into_iter()
             .nth(index)
             .ok_or_else(|| AppError::Config("worker index out of range".into()))?;
-        let state = LassoWorkerState::new(x.row_block(rows.clone()), y[rows.clone()].to_vec())?;
-        Ok((rows, state))
+        let (block, y_block) = (x.row_block(rows.clone()), y[rows.clone()].to_vec());
+        let slot = loader
+            .checkpoint_dir
+            .clone()
+            .map(|dir| checkpoint::WorkerSlot {
+                dir,
+                index: index as u32,
+                n_workers: n_workers as u32,
+                rows: rows.clone(),
+                n_features: block.n_columns(),
+                block_fnv64: checkpoint::data_fingerprint(&block, &y_block),
+            });
+        let mut worker =
+            LassoWorker::with_schedulers(LassoWorkerState::new(block, y_block)?, loader.schedulers);
+        if let Some(slot) = slot {
+            worker = worker.with_checkpoints(slot);
+        }
+        Ok((rows, worker))
     })
     .await?;
-    start_worker::<LassoApp, _>(
-        &ctx.node,
-        WORKER_ACTOR,
-        index as u32,
-        LassoWorker::with_schedulers(state, job.schedulers),
-    )
-    .map_err(|e| e.to_string())?;
+    start_worker::<LassoApp, _>(&ctx.node, WORKER_ACTOR, index as u32, worker)
+        .map_err(|e| e.to_string())?;
     tracing::info!(worker = index, rows = ?rows, "lasso worker ready");
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }
@@ -930,6 +983,7 @@ pub fn register(cluster: Cluster) -> Cluster {
     cluster.role(WORKER_ROLE, |ctx| Box::pin(worker_role(ctx)))
 }
 
+pub mod checkpoint;
 pub mod multi;
 
 #[cfg(test)]

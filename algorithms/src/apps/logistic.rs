@@ -373,6 +373,9 @@ pub fn write_outputs(dir: &std::path::Path, sched: &LogisticScheduling) -> Resul
 
 async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
     let job: LassoJob = ctx.settings.app("logistic").map_err(|e| e.to_string())?;
+    if job.checkpoint_dir.is_some() || job.resume {
+        return Err("checkpoint_dir / resume: checkpointing is implemented for lasso only".into());
+    }
     let workers = ctx.nodes_with_role(WORKER_ROLE);
     if workers.is_empty() {
         return Err(format!("no node runs {WORKER_ROLE}"));

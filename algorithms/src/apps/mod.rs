@@ -51,6 +51,8 @@ pub enum AppError {
     Data(#[from] crate::data::DataError),
     #[error(transparent)]
     Strads(#[from] crate::strads::StradsError),
+    #[error(transparent)]
+    Checkpoint(#[from] lasso::checkpoint::CheckpointError),
 }
 
 /// Writes `contents` to `dir/name`, creating `dir`.

@@ -95,6 +95,24 @@ impl LassoWorkerState {
             .collect()
     }
 
+    /// The residual `y - X b` on this worker's rows (what a checkpoint saves).
+    pub fn residual(&self) -> &[f64] {
+        &self.residual
+    }
+
+    /// Continues from a checkpointed residual (same rows).
+    pub fn restore_residual(&mut self, residual: Vec<f64>) -> Result<(), StradsError> {
+        if residual.len() != self.residual.len() {
+            return Err(StradsError::DimensionMismatch(format!(
+                "checkpointed residual has {} rows, this block {}",
+                residual.len(),
+                self.residual.len()
+            )));
+        }
+        self.residual = residual;
+        Ok(())
+    }
+
     /// `r -= x_j * delta` for every committed change.
     pub fn apply_deltas(&mut self, changes: &[(usize, f32)]) {
         for &(j, delta) in changes.iter().filter(|c| c.1 != 0.0) {

@@ -115,6 +115,8 @@ pub enum MultiError {
     },
     #[error("no node runs {role} (schedulers = {schedulers})")]
     Missing { role: String, schedulers: usize },
+    #[error("checkpoint_dir / resume: checkpoints are implemented for one scheduler only")]
+    CheckpointUnsupported,
 }
 
 impl From<MultiError> for AppError {
@@ -936,6 +938,8 @@ impl LeadBook {
             target_s: reached.map(|e| e.elapsed_s),
             objective: lead.metrics().objective.clone(),
             evaluations: self.evaluations.clone(),
+            checkpoints: Vec::new(),
+            resumed_from_round: None,
         };
         (
             coefficients,
@@ -1122,6 +1126,9 @@ pub(super) async fn scheduler_entry(ctx: NodeContext, index: usize) -> Result<()
     let owners = assign_schedulers(&nodes, job.schedulers).map_err(|e| e.to_string())?;
     if job.schedulers == 1 {
         return super::scheduler_role(ctx).await;
+    }
+    if job.checkpoint_dir.is_some() || job.resume {
+        return Err(MultiError::CheckpointUnsupported.to_string());
     }
     let mine: Vec<usize> = (0..owners.len())
         .filter(|&s| owners[s] == ctx.spec.name)
