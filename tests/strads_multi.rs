@@ -187,11 +187,21 @@ fn nodes(spec: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
 
 /// Runs a Lasso cluster in this process with the given scheduler nodes; must fail fast.
 fn misconfigured(schedulers: usize, features: usize, nodes: &[(String, Vec<String>)]) -> String {
+    misconfigured_job(schedulers, features, nodes, |_| {})
+}
+
+fn misconfigured_job(
+    schedulers: usize,
+    features: usize,
+    nodes: &[(String, Vec<String>)],
+    tweak: impl FnOnce(&mut LassoJob),
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut j = job(dir.path(), schedulers, 1);
     j.synthetic.n_features = features;
     j.synthetic.group_size = 1;
     j.synthetic.n_nonzero = 1;
+    tweak(&mut j);
     let mut settings = star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, "quic", 30).unwrap();
     // The failing node is noticed by the others after the failure timeout.
     settings.cluster.heartbeat_interval_ms = 100;
@@ -246,6 +256,14 @@ fn misconfigured_schedulers_fail_fast_with_a_clear_error() {
     let err = misconfigured(2, 50, &nodes(&[("scheduler", &["strads-lasso-scheduler"])]));
     assert!(
         err.contains("no node runs strads-lasso-scheduler-1"),
+        "{err}"
+    );
+    // Checkpoints are implemented for one scheduler only.
+    let err = misconfigured_job(2, 50, &lasso_scheduler_nodes(2, true), |j| {
+        j.checkpoint_dir = Some(std::env::temp_dir().join("petrel-multi-ckpt-refused"));
+    });
+    assert!(
+        err.contains("checkpoints are implemented for one scheduler only"),
         "{err}"
     );
 }
