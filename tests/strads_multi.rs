@@ -203,7 +203,7 @@ fn misconfigured_job(
     j.synthetic.n_nonzero = 1;
     tweak(&mut j);
     let mut settings = star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, "quic", 30).unwrap();
-    // The failing node is noticed by the others after the failure timeout.
+    // A failing role is announced to every node at once; short heartbeats are a backstop.
     settings.cluster.heartbeat_interval_ms = 100;
     settings.cluster.failure_timeout_ms = 1000;
     let started = Instant::now();
