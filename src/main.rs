@@ -130,6 +130,8 @@ enum BenchCommand {
     P3(petrel::bench::p3::Args),
     /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
     Lasso(petrel::bench::lasso::Args),
+    /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).
+    LassoSchedulers(petrel::bench::lasso_schedulers::Args),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
     Mf(petrel::bench::mf::Args),
     /// STRADS LDA (SparseLDA with word rotation): tokens/s and log-likelihood against time.
@@ -290,6 +292,7 @@ fn dispatch(command: Command) -> Result<(), String> {
             BenchCommand::Consistency(args) => petrel::bench::consistency::run(args),
             BenchCommand::P3(args) => petrel::bench::p3::run(args),
             BenchCommand::Lasso(args) => petrel::bench::lasso::run(args),
+            BenchCommand::LassoSchedulers(args) => petrel::bench::lasso_schedulers::run(args),
             BenchCommand::Mf(args) => petrel::bench::mf::run(args),
             BenchCommand::Lda(args) => petrel::bench::lda::run(args),
         },

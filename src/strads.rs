@@ -4,7 +4,7 @@
 
 use petrel_actors::{Settings, Topology};
 use petrel_algorithms::apps::lasso::{
-    LassoJob, LassoMetrics, SCHEDULER_ROLE, SyntheticLasso, WORKER_ROLE, checkpoint,
+    LassoJob, LassoMetrics, SyntheticLasso, WORKER_ROLE, checkpoint, multi,
 };
 use petrel_algorithms::apps::lda::{self, LdaJob, LdaMetrics};
 use petrel_algorithms::apps::logistic::{self, LogisticMetrics};
@@ -71,6 +71,12 @@ pub struct LassoArgs {
     pub synthetic_nonzero: usize,
     #[arg(long, default_value_t = 42)]
     pub synthetic_seed: u64,
+    /// Schedulers splitting the coefficients (contiguous column ranges of equal weight).
+    #[arg(long, default_value_t = 1)]
+    pub schedulers: usize,
+    /// Run every scheduler on one node (default: one node per scheduler).
+    #[arg(long)]
+    pub colocate_schedulers: bool,
     /// Lasso only: write checkpoints to this directory (shared by all nodes).
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
@@ -113,6 +119,7 @@ impl LassoArgs {
             gap_tolerance: Some(self.gap_tolerance),
             seed: self.seed,
             out_dir: Some(absolute(&self.out)?),
+            schedulers: self.schedulers,
             checkpoint_dir: self.checkpoint_dir.as_deref().map(absolute).transpose()?,
             checkpoint_every: self.checkpoint_every,
             resume: self.resume,
@@ -150,12 +157,36 @@ pub fn star_settings<T: serde::Serialize>(
     transport: &str,
     timeout_s: u64,
 ) -> Result<Settings, String> {
+    star_settings_with(
+        section,
+        job,
+        &[("scheduler".into(), vec![scheduler_role.into()])],
+        worker_role,
+        workers,
+        transport,
+        timeout_s,
+    )
+}
+
+/// [`star_settings`] with any scheduler nodes (`(name, roles)`, in order) before the
+/// workers `w0..w{n-1}`.
+pub fn star_settings_with<T: serde::Serialize>(
+    section: &str,
+    job: &T,
+    scheduler_nodes: &[(String, Vec<String>)],
+    worker_role: &str,
+    workers: usize,
+    transport: &str,
+    timeout_s: u64,
+) -> Result<Settings, String> {
     if workers == 0 {
         return Err("need at least one worker".into());
     }
-    let mut topo = Topology::builder(&format!("strads-{section}"))
-        .transport(transport)
-        .node("scheduler", &[scheduler_role]);
+    let mut topo = Topology::builder(&format!("strads-{section}")).transport(transport);
+    for (name, roles) in scheduler_nodes {
+        let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
+        topo = topo.node(name, &roles);
+    }
     for w in 0..workers {
         topo = topo.node(&format!("w{w}"), &[worker_role]);
     }
@@ -205,12 +236,36 @@ fn cluster_transport(transport: &str) -> &str {
     }
 }
 
-/// A star cluster for a Lasso job.
+/// The scheduler nodes of a Lasso job with `schedulers` schedulers: node `scheduler` runs
+/// scheduler 0 and, when `colocate`, every other one; otherwise scheduler `s` gets node
+/// `scheduler-<s>`.
+pub fn lasso_scheduler_nodes(schedulers: usize, colocate: bool) -> Vec<(String, Vec<String>)> {
+    let roles = |r: std::ops::Range<usize>| r.map(multi::scheduler_role_name).collect();
+    if colocate {
+        vec![("scheduler".into(), roles(0..schedulers.max(1)))]
+    } else {
+        std::iter::once(("scheduler".to_string(), roles(0..1)))
+            .chain((1..schedulers).map(|s| (format!("scheduler-{s}"), roles(s..s + 1))))
+            .collect()
+    }
+}
+
+/// A star cluster for a Lasso job (one node per scheduler).
 pub fn lasso_settings(job: &LassoJob, workers: usize, transport: &str) -> Result<Settings, String> {
-    star_settings(
+    lasso_settings_on(job, workers, transport, false)
+}
+
+/// A cluster for a Lasso job, its schedulers colocated on one node or not.
+pub fn lasso_settings_on(
+    job: &LassoJob,
+    workers: usize,
+    transport: &str,
+    colocate: bool,
+) -> Result<Settings, String> {
+    star_settings_with(
         "lasso",
         job,
-        SCHEDULER_ROLE,
+        &lasso_scheduler_nodes(job.schedulers, colocate),
         WORKER_ROLE,
         workers,
         transport,
@@ -224,11 +279,21 @@ pub fn run_lasso_job(
     workers: usize,
     transport: &str,
 ) -> Result<LassoMetrics, String> {
+    run_lasso_job_on(job, workers, transport, false)
+}
+
+/// [`run_lasso_job`] with the schedulers colocated on one node (`colocate`) or not.
+pub fn run_lasso_job_on(
+    job: &LassoJob,
+    workers: usize,
+    transport: &str,
+    colocate: bool,
+) -> Result<LassoMetrics, String> {
     let out = job
         .out_dir
         .clone()
         .ok_or("the job needs an output directory")?;
-    let settings = lasso_settings(job, workers, cluster_transport(transport))?;
+    let settings = lasso_settings_on(job, workers, cluster_transport(transport), colocate)?;
     run_cluster(settings, transport, &out.join("run"))?;
     read_metrics(&out.join("metrics.json"))
 }
@@ -331,6 +396,9 @@ pub fn read_metrics(path: &Path) -> Result<LassoMetrics, String> {
 /// `petrel train lasso`.
 pub fn train_lasso(args: LassoArgs) -> Result<(), String> {
     let job = args.job()?;
+    if job.schedulers > 1 && (job.checkpoint_dir.is_some() || job.resume) {
+        return Err(multi::MultiError::CheckpointUnsupported.to_string());
+    }
     // Pre-flight: fail at once rather than after the cluster's failure timeout. (The
     // scheduler still verifies the checkpoint fully, and says why one is refused.)
     if let Some(dir) = job.checkpoint_dir.as_ref().filter(|_| job.resume) {
@@ -343,10 +411,16 @@ pub fn train_lasso(args: LassoArgs) -> Result<(), String> {
             .to_string());
         }
     }
-    let m = run_lasso_job(&job, args.workers, &args.transport)?;
+    let m = run_lasso_job_on(
+        &job,
+        args.workers,
+        &args.transport,
+        args.colocate_schedulers,
+    )?;
     println!(
-        "lasso {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
+        "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
         m.mode,
+        job.schedulers,
         m.rounds,
         m.updates,
         m.elapsed_s,
@@ -446,6 +520,9 @@ pub fn train_lda(args: LdaArgs) -> Result<(), String> {
 /// are the positive class; `--max-rounds` rounds; without `--data`, separable synthetic
 /// data of `--synthetic-samples x --synthetic-features`).
 pub fn train_logistic(args: LassoArgs) -> Result<(), String> {
+    if args.schedulers != 1 || args.colocate_schedulers {
+        return Err("--schedulers and --colocate-schedulers apply to lasso only".into());
+    }
     if args.checkpoint_dir.is_some() || args.resume {
         return Err(
             "--checkpoint-dir / --resume: checkpointing is implemented for lasso only".into(),

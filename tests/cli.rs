@@ -275,6 +275,24 @@ fn killed_strads_scheduler_stops_the_workers_naming_it() {
     chaos(c, Fault::Kill);
 }
 
+/// A follower scheduler of a two-scheduler Lasso paused (SIGSTOP) while the others run
+/// and then wait for it at a synchronisation point: the lead and the workers stop and name
+/// it instead of waiting forever. (A negative gap tolerance: the job never converges.)
+#[test]
+fn paused_follower_scheduler_stops_the_lasso_naming_it() {
+    let c = Chaos {
+        nodes: &[
+            ("scheduler", "\"strads-lasso-scheduler\""),
+            ("scheduler-1", "\"strads-lasso-scheduler-1\""),
+            ("w0", "\"strads-lasso-worker\""),
+            ("w1", "\"strads-lasso-worker\""),
+        ],
+        app: "[app.lasso]\nschedulers = 2\nmode = \"dynamic\"\nmax_rounds = 100000000\ngap_tolerance = -1.0\neval_every = 50\nout_dir = \"OUT_DIR\"\n[app.lasso.synthetic]\nn_samples = 200\nn_features = 500\ngroup_size = 10\ncorrelation = 0.8\nn_nonzero = 5\nseed = 1\n",
+        victim: "scheduler-1",
+    };
+    chaos(c, Fault::Pause);
+}
+
 fn free_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()

@@ -2,6 +2,7 @@
 
 pub mod consistency;
 pub mod lasso;
+pub mod lasso_schedulers;
 pub mod lda;
 pub mod mf;
 pub mod p3;

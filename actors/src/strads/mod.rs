@@ -143,6 +143,30 @@ pub trait Schedule<A: StradsApp> {
 pub trait Push<A: StradsApp>: Unpin + 'static {
     fn push(&mut self, round: u64, task: &A::Task) -> Result<A::Partial, String>;
     fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), String>;
+
+    /// [`Self::push`] with the index of the scheduler that sent the dispatch. Apps driven
+    /// by several schedulers override this to keep per-scheduler bookkeeping (round
+    /// numbers are only unique per scheduler); the default ignores the index.
+    fn push_from(
+        &mut self,
+        scheduler: u32,
+        round: u64,
+        task: &A::Task,
+    ) -> Result<A::Partial, String> {
+        let _ = scheduler;
+        self.push(round, task)
+    }
+
+    /// [`Self::commit`] with the index of the scheduler that sent the commit.
+    fn commit_from(
+        &mut self,
+        scheduler: u32,
+        round: u64,
+        commit: &A::Commit,
+    ) -> Result<(), String> {
+        let _ = scheduler;
+        self.commit(round, commit)
+    }
 }
 
 /// Pipeline bookkeeping of a scheduler: which rounds may be dispatched, in what order
@@ -168,12 +192,23 @@ pub enum PipelineAction {
 
 impl PipelineCore {
     pub fn new(depth: usize) -> Self {
+        Self::starting_at(depth, 0)
+    }
+
+    /// A pipeline whose first round is `first_round` (a scheduler that runs its job in
+    /// several [`run_scheduler_from`] segments keeps its round numbers increasing).
+    pub fn starting_at(depth: usize, first_round: u64) -> Self {
         PipelineCore {
             depth: depth.max(1),
-            next_round: 0,
-            next_commit: 0,
+            next_round: first_round,
+            next_commit: first_round,
             done: false,
         }
+    }
+
+    /// The round number the next `Schedule` action will offer.
+    pub fn next_round(&self) -> u64 {
+        self.next_round
     }
 
     pub fn in_flight(&self) -> usize {
@@ -323,6 +358,7 @@ pub enum StradsError {
 /// What a finished scheduler reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunStats {
+    /// The next unused round number (the number of rounds when the run started at 0).
     pub rounds: u64,
     pub elapsed: Duration,
 }
@@ -400,11 +436,23 @@ pub async fn run_scheduler<A: StradsApp, S: Schedule<A>>(
     workers: &WorkerSet<A>,
     opts: &SchedulerOptions,
 ) -> Result<RunStats, StradsError> {
+    run_scheduler_from(app, workers, opts, 0).await
+}
+
+/// [`run_scheduler`] starting at round `first_round`: a scheduler that pauses between
+/// segments of its job (e.g. to synchronise with other schedulers) calls this once per
+/// segment with the previous segment's [`RunStats::rounds`], so round numbers never repeat.
+pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    workers: &WorkerSet<A>,
+    opts: &SchedulerOptions,
+    first_round: u64,
+) -> Result<RunStats, StradsError> {
     if workers.is_empty() {
         return Err(StradsError::NoWorkers);
     }
     let started = Instant::now();
-    let mut core = PipelineCore::new(opts.depth);
+    let mut core = PipelineCore::starting_at(opts.depth, first_round);
     let mut in_flight: FuturesOrdered<RoundFuture<A>> = FuturesOrdered::new();
     let mut waiting = false;
     loop {
@@ -492,10 +540,14 @@ impl<A: StradsApp, W: Push<A>> Handler<Msg<Dispatch<A>>> for StradsWorker<A, W> 
                 self.index
             )));
         }
-        let Dispatch { round, task, .. } = msg.body;
+        let Dispatch {
+            scheduler,
+            round,
+            task,
+        } = msg.body;
         let partial = self
             .logic
-            .push(round, &task)
+            .push_from(scheduler, round, &task)
             .map_err(|e| HandlerError::new(format!("worker {} push: {e}", self.index)))?;
         Ok(PartialResult {
             round,
@@ -512,10 +564,16 @@ impl<A: StradsApp, W: Push<A>> Handler<Msg<Commit<A>>> for StradsWorker<A, W> {
         if self.failed.is_some() {
             return Ok(());
         }
-        let Commit { round, commit, .. } = msg.body;
-        if let Err(e) = self.logic.commit(round, &commit) {
-            tracing::error!(worker = self.index, round, error = %e, "commit failed");
-            self.failed = Some(format!("commit of round {round}: {e}"));
+        let Commit {
+            scheduler,
+            round,
+            commit,
+        } = msg.body;
+        if let Err(e) = self.logic.commit_from(scheduler, round, &commit) {
+            tracing::error!(worker = self.index, scheduler, round, error = %e, "commit failed");
+            self.failed = Some(format!(
+                "commit of round {round} from scheduler {scheduler}: {e}"
+            ));
         }
         Ok(())
     }

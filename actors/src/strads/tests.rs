@@ -33,3 +33,14 @@ fn depth_zero_means_one() {
     core.scheduled(&Step::Run(Plan::All(()))).unwrap();
     assert_eq!(core.next_action(), PipelineAction::AwaitOldest);
 }
+
+#[test]
+fn a_pipeline_can_start_at_a_later_round() {
+    let mut core = PipelineCore::starting_at(2, 40);
+    assert_eq!(core.next_action(), PipelineAction::Schedule(40));
+    assert_eq!(core.scheduled(&Step::Run(Plan::All(()))), Ok(Some(40)));
+    assert_eq!(core.in_flight(), 1);
+    assert!(core.committed(0).is_err());
+    assert_eq!(core.committed(40), Ok(()));
+    assert_eq!(core.next_round(), 41);
+}

@@ -9,6 +9,9 @@
 //!   row block and residual ([`LassoWorkerState`]) and serves push/commit as a
 //!   [`petrel_actors::strads::StradsWorker`].
 //!
+//! - Several schedulers (`schedulers = S`, roles `strads-lasso-scheduler-<s>`) split the
+//!   coefficients into column ranges and synchronise at evaluations: see [`multi`].
+//!
 //! Every `eval_every` update rounds (and at the end) the scheduler drains the pipeline and
 //! runs an `Evaluate` round: workers return `X^T r` and `(y.y, y.r, r.r)` partials, from
 //! which it computes the KKT violation and the duality gap exactly. The objective itself is
@@ -105,6 +108,8 @@ pub struct LassoJob {
     /// Where the scheduler writes `coefficients.tsv` and `metrics.json`.
     pub out_dir: Option<PathBuf>,
     pub timeout_s: u64,
+    /// Schedulers splitting the coefficients (see [`multi`]); 1 = one scheduler.
+    pub schedulers: usize,
     /// Checkpoints (see [`checkpoint`]): directory shared by the scheduler and the workers;
     /// unset = no checkpoints.
     pub checkpoint_dir: Option<PathBuf>,
@@ -139,6 +144,7 @@ impl Default for LassoJob {
             target_objective: None,
             out_dir: None,
             timeout_s: 60,
+            schedulers: 1,
             checkpoint_dir: None,
             checkpoint_every: 500,
             resume: false,
@@ -275,18 +281,25 @@ impl StradsApp for LassoApp {
     type Commit = LassoCommit;
 }
 
-/// Worker half: a row block with its residual.
+/// Worker half: a row block with its residual. It serves every scheduler of the job and
+/// counts the commits it applied per scheduler (`applied[s]`), since each scheduler's
+/// bookkeeping is indexed by its own commits.
 pub struct LassoWorker {
     state: LassoWorkerState,
-    applied: u64,
+    applied: Vec<u64>,
     checkpoint: Option<checkpoint::WorkerSlot>,
 }
 
 impl LassoWorker {
     pub fn new(state: LassoWorkerState) -> Self {
+        Self::with_schedulers(state, 1)
+    }
+
+    /// A worker serving `schedulers` schedulers (indices `0..schedulers`).
+    pub fn with_schedulers(state: LassoWorkerState, schedulers: usize) -> Self {
         LassoWorker {
             state,
-            applied: 0,
+            applied: vec![0; schedulers.max(1)],
             checkpoint: None,
         }
     }
@@ -296,10 +309,36 @@ impl LassoWorker {
         self.checkpoint = Some(slot);
         self
     }
+
+    fn applied_of(&self, scheduler: u32) -> Result<u64, String> {
+        self.applied
+            .get(scheduler as usize)
+            .copied()
+            .ok_or_else(|| {
+                format!(
+                    "scheduler index {scheduler} out of range ({} schedulers)",
+                    self.applied.len()
+                )
+            })
+    }
 }
 
 impl Push<LassoApp> for LassoWorker {
-    fn push(&mut self, _round: u64, task: &LassoTask) -> Result<LassoPartial, String> {
+    fn push(&mut self, round: u64, task: &LassoTask) -> Result<LassoPartial, String> {
+        self.push_from(0, round, task)
+    }
+
+    fn commit(&mut self, round: u64, commit: &LassoCommit) -> Result<(), String> {
+        self.commit_from(0, round, commit)
+    }
+
+    fn push_from(
+        &mut self,
+        scheduler: u32,
+        _round: u64,
+        task: &LassoTask,
+    ) -> Result<LassoPartial, String> {
+        let applied = self.applied_of(scheduler)?;
         let n = self.state.n_features();
         match task {
             LassoTask::Update { vars, values } => {
@@ -313,7 +352,7 @@ impl Push<LassoApp> for LassoWorker {
                 Ok(LassoPartial::Z {
                     z: self.state.push(&vars, values),
                     sq_residual: self.state.squared_residual(),
-                    applied: self.applied,
+                    applied,
                 })
             }
             LassoTask::Evaluate => {
@@ -324,14 +363,20 @@ impl Push<LassoApp> for LassoWorker {
                     yy,
                     yr,
                     rr,
-                    applied: self.applied,
+                    applied,
                 })
             }
             LassoTask::Control(task) => checkpoint::worker_control(self, task),
         }
     }
 
-    fn commit(&mut self, _round: u64, commit: &LassoCommit) -> Result<(), String> {
+    fn commit_from(
+        &mut self,
+        scheduler: u32,
+        _round: u64,
+        commit: &LassoCommit,
+    ) -> Result<(), String> {
+        self.applied_of(scheduler)?;
         if commit.vars.len() != commit.deltas.len() {
             return Err(format!(
                 "{} vars but {} deltas",
@@ -350,7 +395,7 @@ impl Push<LassoApp> for LassoWorker {
             .map(|(&j, &d)| (j as usize, d))
             .collect();
         self.state.apply_deltas(&changes);
-        self.applied += 1;
+        self.applied[scheduler as usize] += 1;
         Ok(())
     }
 }
@@ -913,7 +958,8 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
                 n_features: block.n_columns(),
                 block_fnv64: checkpoint::data_fingerprint(&block, &y_block),
             });
-        let mut worker = LassoWorker::new(LassoWorkerState::new(block, y_block)?);
+        let mut worker =
+            LassoWorker::with_schedulers(LassoWorkerState::new(block, y_block)?, loader.schedulers);
         if let Some(slot) = slot {
             worker = worker.with_checkpoints(slot);
         }
@@ -926,14 +972,19 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
     ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
 }
 
-/// Registers the Lasso roles.
+/// Registers the Lasso roles: the worker, scheduler 0 (`strads-lasso-scheduler`) and the
+/// further scheduler roles of a job with several schedulers ([`multi::scheduler_role_name`]).
 pub fn register(cluster: Cluster) -> Cluster {
-    cluster
-        .role(SCHEDULER_ROLE, |ctx| Box::pin(scheduler_role(ctx)))
-        .role(WORKER_ROLE, |ctx| Box::pin(worker_role(ctx)))
+    let cluster = (0..multi::MAX_SCHEDULERS).fold(cluster, |c, index| {
+        c.role(&multi::scheduler_role_name(index), move |ctx| {
+            Box::pin(multi::scheduler_entry(ctx, index))
+        })
+    });
+    cluster.role(WORKER_ROLE, |ctx| Box::pin(worker_role(ctx)))
 }
 
 pub mod checkpoint;
+pub mod multi;
 
 #[cfg(test)]
 mod tests;

@@ -618,7 +618,7 @@ pub(super) fn worker_control(
                 rows_end: slot.rows.end as u64,
                 n_features: slot.n_features as u64,
                 block_fnv64: slot.block_fnv64,
-                applied: w.applied,
+                applied: w.applied[0],
                 residual: w.state.residual().to_vec(),
             };
             let bytes = rmp_serde::to_vec(&snap).map_err(|e| e.to_string())?;
@@ -629,7 +629,7 @@ pub(super) fn worker_control(
             ControlReply::Saved {
                 round,
                 digest: FileDigest::of(&bytes),
-                applied: w.applied,
+                applied: w.applied[0],
             }
         }
         ControlTask::Restore { round, digest } => {
@@ -666,10 +666,10 @@ pub(super) fn worker_control(
             w.state
                 .restore_residual(snap.residual)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
-            w.applied = snap.applied;
+            w.applied[0] = snap.applied;
             ControlReply::Restored {
                 round,
-                applied: w.applied,
+                applied: w.applied[0],
             }
         }
     };

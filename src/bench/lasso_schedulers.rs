@@ -1,0 +1,220 @@
+//! `petrel bench lasso-schedulers`: STRADS Lasso with its coefficients split over 1, 2, 4
+//! schedulers (and pipeline depths 1, 2) side by side on the same synthetic design, each
+//! run until the relative duality gap is below `--gap-tolerance`. Every variant is its own
+//! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
+//! 127.0.0.1); the table shows medians over `--repeats` runs.
+
+use crate::bench::strads_plot::{Series, line_plot};
+use crate::report::{Table, print_json};
+use crate::strads::run_lasso_job_on;
+use petrel_algorithms::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
+use petrel_algorithms::strads::lasso::LassoCluster;
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[arg(long, default_value_t = 400)]
+    pub n_samples: usize,
+    #[arg(long, default_value_t = 5000)]
+    pub n_features: usize,
+    /// Scheduler counts to compare.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub schedulers: Vec<usize>,
+    /// Pipeline depths to compare (per scheduler).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub depths: Vec<usize>,
+    /// Run every scheduler of a variant on one node.
+    #[arg(long)]
+    pub colocate: bool,
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// U per scheduler.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    #[arg(long, default_value_t = 1e-5)]
+    pub gap_tolerance: f64,
+    /// Update rounds per scheduler between synchronised evaluations.
+    #[arg(long, default_value_t = 200)]
+    pub eval_every: u64,
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u64,
+    /// memory | quic
+    #[arg(long, default_value = "quic")]
+    pub transport: String,
+    #[arg(long, default_value = "target/bench-lasso-schedulers")]
+    pub out: PathBuf,
+}
+
+#[derive(Serialize)]
+struct Variant {
+    schedulers: usize,
+    depth: usize,
+    rounds_per_scheduler: f64,
+    updates: u64,
+    evaluations: usize,
+    seconds: f64,
+    seconds_min: f64,
+    seconds_max: f64,
+    worst_objective_gap: f64,
+    worst_kkt: f64,
+}
+
+#[derive(Serialize)]
+struct Figures {
+    bench: &'static str,
+    n_samples: usize,
+    n_features: usize,
+    lambda: f32,
+    optimum: f64,
+    workers: usize,
+    block_size: usize,
+    repeats: u64,
+    colocate: bool,
+    variants: Vec<Variant>,
+    plot: String,
+}
+
+fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v[v.len() / 2]
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    if args.schedulers.is_empty() || args.depths.is_empty() || args.repeats == 0 {
+        return Err("need at least one scheduler count, one depth and one repeat".into());
+    }
+    let base = LassoJob {
+        synthetic: SyntheticLasso {
+            n_samples: args.n_samples,
+            n_features: args.n_features,
+            ..SyntheticLasso::default()
+        },
+        block_size: args.block_size,
+        candidate_pool: args.block_size * 4,
+        eval_every: args.eval_every,
+        gap_tolerance: Some(args.gap_tolerance),
+        ..LassoJob::default()
+    };
+    let (x, y) = base.load().map_err(|e| e.to_string())?;
+    let lambda = base.resolve_lambda(&x, &y);
+    // Reference optimum: serial cyclic coordinate descent to KKT 1e-6 lambda.
+    let mut reference = LassoCluster::new(&x, &y, lambda, 1).map_err(|e| e.to_string())?;
+    for sweep in 1..=20_000 {
+        for j in 0..x.n_columns() {
+            reference.round(&[j]);
+        }
+        if sweep % 5 == 0 && reference.kkt_violation() < 1e-6 * f64::from(lambda) {
+            break;
+        }
+    }
+    let optimum = reference.objective();
+    println!(
+        "design {}x{}, lambda {lambda:.4}, reference optimum {optimum:.8}; stop at duality gap {:e} (relative)",
+        args.n_samples, args.n_features, args.gap_tolerance
+    );
+    let out = std::path::absolute(&args.out).map_err(|e| e.to_string())?;
+    let mut table = Table::new(&[
+        "schedulers",
+        "depth",
+        "rounds per scheduler",
+        "coordinate updates",
+        "evaluations",
+        "seconds (median)",
+        "seconds (min-max)",
+        "worst (f - f*)/f*",
+        "worst KKT",
+    ]);
+    let mut variants = Vec::new();
+    let mut series = Vec::new();
+    for &depth in &args.depths {
+        for &s in &args.schedulers {
+            let mut runs: Vec<LassoMetrics> = Vec::new();
+            for seed in 0..args.repeats {
+                let job = LassoJob {
+                    schedulers: s,
+                    depth,
+                    seed,
+                    out_dir: Some(out.join(format!("s{s}-d{depth}-{seed}"))),
+                    ..base.clone()
+                };
+                let m = run_lasso_job_on(&job, args.workers, &args.transport, args.colocate)?;
+                tracing::info!(
+                    schedulers = s,
+                    depth,
+                    seed,
+                    seconds = m.elapsed_s,
+                    "lasso-schedulers run"
+                );
+                runs.push(m);
+            }
+            let secs: Vec<f64> = runs.iter().map(|m| m.elapsed_s).collect();
+            let v = Variant {
+                schedulers: s,
+                depth,
+                rounds_per_scheduler: median(runs.iter().map(|m| m.rounds).collect()) as f64
+                    / s as f64,
+                updates: median(runs.iter().map(|m| m.updates).collect()),
+                evaluations: median(runs.iter().map(|m| m.evaluations.len()).collect()),
+                seconds: median(secs.clone()),
+                seconds_min: secs.iter().copied().fold(f64::INFINITY, f64::min),
+                seconds_max: secs.iter().copied().fold(0.0, f64::max),
+                worst_objective_gap: runs
+                    .iter()
+                    .map(|m| (m.final_objective - optimum) / optimum)
+                    .fold(f64::NEG_INFINITY, f64::max),
+                worst_kkt: runs
+                    .iter()
+                    .map(|m| m.final_kkt_violation)
+                    .fold(0.0, f64::max),
+            };
+            table.row(vec![
+                s.to_string(),
+                depth.to_string(),
+                format!("{:.0}", v.rounds_per_scheduler),
+                v.updates.to_string(),
+                v.evaluations.to_string(),
+                format!("{:.2}", v.seconds),
+                format!("{:.2}-{:.2}", v.seconds_min, v.seconds_max),
+                format!("{:.1e}", v.worst_objective_gap),
+                format!("{:.1e}", v.worst_kkt),
+            ]);
+            if let Some(m) = runs.first() {
+                series.push(Series {
+                    name: format!("S={s} depth={depth}"),
+                    points: m
+                        .evaluations
+                        .iter()
+                        .map(|e| (e.elapsed_s, ((e.objective - optimum) / optimum).max(1e-12)))
+                        .collect(),
+                });
+            }
+            variants.push(v);
+        }
+    }
+    table.print();
+    let plot = out.join("lasso_schedulers_objective_vs_time.svg");
+    line_plot(
+        &plot,
+        "STRADS Lasso with S schedulers: (f - f*) / f* at the evaluations",
+        "seconds",
+        "relative objective gap",
+        &series,
+        true,
+    )?;
+    println!("plot: {}", plot.display());
+    print_json(&Figures {
+        bench: "lasso_schedulers",
+        n_samples: args.n_samples,
+        n_features: args.n_features,
+        lambda,
+        optimum,
+        workers: args.workers,
+        block_size: args.block_size,
+        repeats: args.repeats,
+        colocate: args.colocate,
+        variants,
+        plot: plot.display().to_string(),
+    })
+    .map_err(|e| e.to_string())
+}

@@ -1,0 +1,269 @@
+//! STRADS Lasso with its coefficients split over two schedulers: in one process over QUIC
+//! (schedulers on separate nodes and on one node), across processes with `petrel run` and
+//! the example TOML, and misconfigurations that must fail fast with a clear error.
+
+use petrel::strads::{lasso_scheduler_nodes, read_json, run_lasso_job_on, star_settings_with};
+use petrel_algorithms::apps::lasso::multi::MultiLassoMetrics;
+use petrel_algorithms::apps::lasso::{LassoJob, SyntheticLasso, WORKER_ROLE, run_without_actors};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn job(out: &Path, schedulers: usize, depth: usize) -> LassoJob {
+    LassoJob {
+        synthetic: SyntheticLasso {
+            n_samples: 150,
+            n_features: 300,
+            group_size: 10,
+            correlation: 0.8,
+            n_nonzero: 6,
+            noise_std: 0.1,
+            seed: 7,
+        },
+        mode: "dynamic".into(),
+        block_size: 8,
+        candidate_pool: 32,
+        depth,
+        max_rounds: 4000,
+        eval_every: 100,
+        gap_tolerance: Some(1e-6),
+        seed: 5,
+        out_dir: Some(out.to_path_buf()),
+        schedulers,
+        ..LassoJob::default()
+    }
+}
+
+fn coefficients(dir: &Path) -> Vec<f32> {
+    std::fs::read_to_string(dir.join("coefficients.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
+        .collect()
+}
+
+/// KKT within tolerance and the objective within 1e-3 relative of the single scheduler's.
+fn check_against_single(m: &MultiLassoMetrics, dir: &Path) {
+    let single = run_without_actors(&job(dir, 1, 1), 3).unwrap();
+    let single_b = single.coefficients;
+    let single = single.metrics;
+    let lambda = f64::from(m.base.lambda);
+    assert_eq!(m.base.lambda, single.lambda);
+    assert!(
+        m.base.final_kkt_violation < 1e-3 * lambda,
+        "KKT violation {} (lambda {lambda})",
+        m.base.final_kkt_violation
+    );
+    let rel = (m.base.final_objective - single.final_objective).abs() / single.final_objective;
+    assert!(
+        rel < 1e-3,
+        "objective {} vs single scheduler {}",
+        m.base.final_objective,
+        single.final_objective
+    );
+    assert_eq!(m.schedulers, 2);
+    assert_eq!(m.per_scheduler.len(), 2);
+    assert_eq!(m.per_scheduler[0].first_feature, 0);
+    assert_eq!(
+        m.per_scheduler[1].first_feature,
+        m.per_scheduler[0].features
+    );
+    assert_eq!(
+        m.per_scheduler[0].features + m.per_scheduler[1].features,
+        300
+    );
+    assert!(m.per_scheduler.iter().all(|s| s.updates > 0));
+    assert_eq!(
+        m.base.updates,
+        m.per_scheduler.iter().map(|s| s.updates).sum::<u64>()
+    );
+    // The whole model is written, and it is the single scheduler's solution.
+    let b = coefficients(dir);
+    assert_eq!(b.len(), 300);
+    let scale = single_b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = b
+        .iter()
+        .zip(&single_b)
+        .fold(0.0f32, |m, (a, c)| m.max((a - c).abs()));
+    assert!(
+        diff < 1e-2 * scale,
+        "coefficients differ by {diff} (scale {scale})"
+    );
+    assert_eq!(
+        b.iter().filter(|v| **v != 0.0).count(),
+        m.base.evaluations.last().unwrap().nonzeros
+    );
+}
+
+#[test]
+fn two_schedulers_on_separate_nodes_over_quic() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sep");
+    run_lasso_job_on(&job(&out, 2, 2), 3, "quic", false).unwrap();
+    let m: MultiLassoMetrics = read_json(&out.join("metrics.json")).unwrap();
+    check_against_single(&m, &out);
+    assert_eq!(m.base.depth, 2);
+}
+
+#[test]
+fn two_schedulers_sharing_a_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("shared");
+    run_lasso_job_on(&job(&out, 2, 1), 2, "quic", true).unwrap();
+    let m: MultiLassoMetrics = read_json(&out.join("metrics.json")).unwrap();
+    check_against_single(&m, &out);
+}
+
+#[test]
+fn petrel_run_with_the_example_toml_across_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("procs");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/strads_lasso_2sched.toml");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["run", example.to_str().unwrap(), "--timeout-s", "120"])
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        // The test's small design and settings, through environment overrides.
+        .env("PETREL_APP__LASSO__OUT_DIR", &out)
+        .env("PETREL_APP__LASSO__SYNTHETIC__N_SAMPLES", "150")
+        .env("PETREL_APP__LASSO__SYNTHETIC__N_FEATURES", "300")
+        .env("PETREL_APP__LASSO__SYNTHETIC__N_NONZERO", "6")
+        .env("PETREL_APP__LASSO__SYNTHETIC__SEED", "7")
+        .env("PETREL_APP__LASSO__BLOCK_SIZE", "8")
+        .env("PETREL_APP__LASSO__CANDIDATE_POOL", "32")
+        .env("PETREL_APP__LASSO__MAX_ROUNDS", "4000")
+        .env("PETREL_APP__LASSO__LAMBDA_FRACTION", "0.2")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "petrel run failed:\n{err}");
+    for node in ["scheduler", "scheduler-1", "w0", "w1", "w2"] {
+        assert!(
+            err.contains(&format!("node finished node={node}")),
+            "{node} did not finish:\n{err}"
+        );
+    }
+    let m: MultiLassoMetrics = read_json(&out.join("metrics.json")).unwrap();
+    let single_run = run_without_actors(
+        &LassoJob {
+            eta: 1e-6,
+            priority_exponent: 1.0,
+            block_size: 8,
+            candidate_pool: 32,
+            gap_tolerance: Some(1e-6),
+            ..job(&out, 1, 2)
+        },
+        3,
+    )
+    .unwrap();
+    let single = &single_run.metrics;
+    let lambda = f64::from(m.base.lambda);
+    assert_eq!(m.base.lambda, single.lambda);
+    assert!(m.base.final_kkt_violation < 1e-3 * lambda);
+    let rel = (m.base.final_objective - single.final_objective).abs() / single.final_objective;
+    assert!(
+        rel < 1e-3,
+        "{} vs {}",
+        m.base.final_objective,
+        single.final_objective
+    );
+    assert_eq!(m.schedulers, 2);
+    let b = coefficients(&out);
+    let scale = single_run
+        .coefficients
+        .iter()
+        .fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = b
+        .iter()
+        .zip(&single_run.coefficients)
+        .fold(0.0f32, |m, (a, c)| m.max((a - c).abs()));
+    assert!(diff < 1e-2 * scale, "coefficients differ by {diff}");
+}
+
+fn nodes(spec: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
+    spec.iter()
+        .map(|(n, r)| (n.to_string(), r.iter().map(|r| r.to_string()).collect()))
+        .collect()
+}
+
+/// Runs a Lasso cluster in this process with the given scheduler nodes; must fail fast.
+fn misconfigured(schedulers: usize, features: usize, nodes: &[(String, Vec<String>)]) -> String {
+    misconfigured_job(schedulers, features, nodes, |_| {})
+}
+
+fn misconfigured_job(
+    schedulers: usize,
+    features: usize,
+    nodes: &[(String, Vec<String>)],
+    tweak: impl FnOnce(&mut LassoJob),
+) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut j = job(dir.path(), schedulers, 1);
+    j.synthetic.n_features = features;
+    j.synthetic.group_size = 1;
+    j.synthetic.n_nonzero = 1;
+    tweak(&mut j);
+    let mut settings = star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, "quic", 30).unwrap();
+    // A failing role is announced to every node at once; short heartbeats are a backstop.
+    settings.cluster.heartbeat_interval_ms = 100;
+    settings.cluster.failure_timeout_ms = 1000;
+    let started = Instant::now();
+    let err = petrel::roles::builtin(settings)
+        .run_in_process()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}: {err}",
+        started.elapsed()
+    );
+    err
+}
+
+#[test]
+fn misconfigured_schedulers_fail_fast_with_a_clear_error() {
+    let err = misconfigured(3, 2, &lasso_scheduler_nodes(3, false));
+    assert!(
+        err.contains("schedulers = 3 but the design has only 2 features"),
+        "{err}"
+    );
+    let err = misconfigured(
+        2,
+        50,
+        &nodes(&[
+            ("scheduler", &["strads-lasso-scheduler"]),
+            ("s2", &["strads-lasso-scheduler-2"]),
+        ]),
+    );
+    assert!(
+        err.contains("scheduler index 2 out of range (schedulers = 2)"),
+        "{err}"
+    );
+    let err = misconfigured(
+        2,
+        50,
+        &nodes(&[
+            (
+                "scheduler",
+                &["strads-lasso-scheduler", "strads-lasso-scheduler-1"],
+            ),
+            ("other", &["strads-lasso-scheduler-1"]),
+        ]),
+    );
+    assert!(
+        err.contains("scheduler 1 is claimed by two nodes: scheduler and other"),
+        "{err}"
+    );
+    let err = misconfigured(2, 50, &nodes(&[("scheduler", &["strads-lasso-scheduler"])]));
+    assert!(
+        err.contains("no node runs strads-lasso-scheduler-1"),
+        "{err}"
+    );
+    // Checkpoints are implemented for one scheduler only.
+    let err = misconfigured_job(2, 50, &lasso_scheduler_nodes(2, true), |j| {
+        j.checkpoint_dir = Some(std::env::temp_dir().join("petrel-multi-ckpt-refused"));
+    });
+    assert!(
+        err.contains("checkpoints are implemented for one scheduler only"),
+        "{err}"
+    );
+}
