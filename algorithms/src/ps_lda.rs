@@ -523,6 +523,42 @@ impl FinalTable {
     }
 }
 
+/// Word and topic halves of the joint log-likelihood from a table snapshot taken while the
+/// workers run (rows of different shards may then reflect slightly different clocks, so the
+/// invariants of [`FinalTable::check`] need not hold exactly): entries are clamped like a
+/// worker's view (negative as 0), topic columns `>= K` are ignored.
+pub fn snapshot_word_log_likelihood<'a>(
+    row: impl Fn(u64) -> Option<&'a Row>,
+    vocab_size: usize,
+    n_topics: usize,
+    beta: f64,
+) -> f64 {
+    let mut clamped = 0;
+    let mut counts = |r: u64| -> TopicCounts {
+        let entries = row(r)
+            .map(row_pairs)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(t, _)| (*t as usize) < n_topics)
+            .map(|(t, x)| (t, count_of(x, &mut clamped)))
+            .filter(|e| e.1 > 0)
+            .collect();
+        TopicCounts { entries }
+    };
+    let words: Vec<TopicCounts> = (0..vocab_size as u64).map(&mut counts).collect();
+    let mut totals = vec![0i64; n_topics];
+    for (t, n) in counts(vocab_size as u64).entries {
+        totals[t as usize] = i64::from(n);
+    }
+    joint_log_likelihood(
+        word_log_likelihood_part(&words, beta),
+        0.0,
+        &totals,
+        vocab_size,
+        beta,
+    )
+}
+
 /// Serial data-parallel simulation (unit tests; the reference for the cluster app): per
 /// clock every worker sweeps all its documents against the table as it was `staleness`
 /// clocks ago plus its own later changes (SSP's worst case with read-my-writes); the table is
