@@ -168,6 +168,8 @@ pub enum LdaReport {
         clocks: u64,
         tokens: u64,
         sampling_s: f64,
+        /// Seconds in the sampler (the rest of `sampling_s`: waits and PS client work).
+        sweep_s: f64,
         wait_s: f64,
         doc_loglik: f64,
         staleness: StalenessStats,
@@ -190,6 +192,8 @@ pub struct PsLdaMetrics {
     pub worker_clocks: Vec<u64>,
     /// Seconds each worker spent waiting for rows (`get_many`).
     pub per_worker_wait_s: Vec<f64>,
+    /// Seconds each worker spent sampling (the sweeps alone).
+    pub per_worker_sweep_s: Vec<f64>,
     /// Observed staleness of the row reads (clocks).
     pub read_staleness: StalenessReport,
     /// Row fetches sent to the shards (cache misses).
@@ -335,7 +339,7 @@ async fn run_worker(node: Node, job: Arc<PsLdaJob>, client: PsClient) -> Result<
     };
     // Clock 0: the initial counts, then a barrier so that every worker starts sampling from
     // the complete table.
-    for (row, delta) in core.take_deltas() {
+    for (row, delta) in core.take_initial_deltas() {
         client.batch_inc(WORD_TOPIC, row, &delta).map_err(e)?;
     }
     client.barrier().await.map_err(e)?;
@@ -348,7 +352,7 @@ async fn run_worker(node: Node, job: Arc<PsLdaJob>, client: PsClient) -> Result<
         sampling_s: 0.0,
     })?;
     let start = Instant::now();
-    let (mut tokens, mut clamped, mut wait_s) = (0u64, 0u64, 0.0f64);
+    let (mut tokens, mut clamped, mut wait_s, mut sweep_s) = (0u64, 0u64, 0.0f64, 0.0f64);
     let parts = cfg.clocks_per_iteration.max(1) as usize;
     for iteration in 1..=cfg.iterations {
         for part in 0..parts {
@@ -358,11 +362,13 @@ async fn run_worker(node: Node, job: Arc<PsLdaJob>, client: PsClient) -> Result<
             let mut view = core.view(&got).map_err(|e| format!("worker {w}: {e}"))?;
             clamped += view.clamped;
             for chunk in core.doc_chunks(core.part(part, parts), cfg.chunk_tokens) {
+                let t = Instant::now();
                 tokens += core.sweep(chunk, &mut view);
+                sweep_s += t.elapsed().as_secs_f64();
                 // Let the node's actors (replies, heartbeats) run between chunks.
                 tokio::task::yield_now().await;
             }
-            for (row, delta) in core.take_deltas() {
+            for (row, delta) in core.take_deltas(&mut view) {
                 client.batch_inc(WORD_TOPIC, row, &delta).map_err(e)?;
             }
             if iteration == cfg.iterations && part + 1 == parts {
@@ -390,13 +396,21 @@ async fn run_worker(node: Node, job: Arc<PsLdaJob>, client: PsClient) -> Result<
         clocks: client.current_clock(),
         tokens,
         sampling_s,
+        sweep_s,
         wait_s,
         doc_loglik: core.doc_log_likelihood(),
         staleness: client.table_stats(WORD_TOPIC),
         clamped,
         rows_fetched: client.reads_sent(),
     };
-    tracing::info!(worker = w, tokens, sampling_s, wait_s, "ps-lda worker done");
+    tracing::info!(
+        worker = w,
+        tokens,
+        sampling_s,
+        sweep_s,
+        wait_s,
+        "ps-lda worker done"
+    );
     monitor
         .ask(done, Priority::HIGH, node.default_timeout())
         .await
@@ -458,9 +472,10 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
                     doc_loglik,
                     tokens,
                     sampling_s,
-                } => pending.entry(iteration).or_default().push((
-                    worker, clock, doc_loglik, tokens, sampling_s,
-                )),
+                } => pending
+                    .entry(iteration)
+                    .or_default()
+                    .push((worker, clock, doc_loglik, tokens, sampling_s)),
                 d @ LdaReport::Done { .. } => done.push(d),
             }
         }
@@ -473,12 +488,8 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
                     .await?;
             let merged = service::merge_tables(&states);
             let table = merged.get(&WORD_TOPIC);
-            let word = snapshot_word_log_likelihood(
-                |r| table.and_then(|t| t.get(&RowId(r))),
-                v,
-                k,
-                beta,
-            );
+            let word =
+                snapshot_word_log_likelihood(|r| table.and_then(|t| t.get(&RowId(r))), v, k, beta);
             let doc: f64 = reps.iter().map(|r| r.2).sum();
             let point = LoglikPoint {
                 iteration: next,
@@ -510,13 +521,14 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
     let mut stats = StalenessStats::new();
     let (mut tokens, mut sampling_s, mut doc_ll, mut clamped, mut fetched) =
         (0u64, 0.0f64, 0.0f64, 0u64, 0u64);
-    let mut per_worker: Vec<(u32, u64, f64)> = Vec::new();
+    let mut per_worker: Vec<(u32, u64, f64, f64)> = Vec::new();
     for d in &done {
         if let LdaReport::Done {
             worker,
             clocks,
             tokens: t,
             sampling_s: s,
+            sweep_s,
             wait_s,
             doc_loglik,
             staleness,
@@ -530,7 +542,7 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
             clamped += c;
             fetched += rows_fetched;
             stats.merge(staleness);
-            per_worker.push((*worker, *clocks, *wait_s));
+            per_worker.push((*worker, *clocks, *wait_s, *sweep_s));
         }
     }
     per_worker.sort_by_key(|p| p.0);
@@ -570,6 +582,7 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
         clocks_per_iteration: cfg.clocks_per_iteration.max(1),
         worker_clocks: per_worker.iter().map(|p| p.1).collect(),
         per_worker_wait_s: per_worker.iter().map(|p| p.2).collect(),
+        per_worker_sweep_s: per_worker.iter().map(|p| p.3).collect(),
         read_staleness: stats.report(),
         rows_fetched: fetched,
         clamped_entries: clamped,

@@ -85,6 +85,10 @@ pub fn check_corpus(
 
 /// A worker's view of the word-topic rows of its words and of the topic totals, as read from
 /// the PS at the start of a clock and updated by its own sampling during the clock.
+///
+/// The view also remembers the rows as read: the worker's own changes during the clock are
+/// the difference (plus the decrements the sampler could not apply to a zero count, kept in
+/// `corrections`), so the sampler does not log every token move.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WordTopicView {
     /// Indexed by the worker's local word index.
@@ -92,6 +96,11 @@ pub struct WordTopicView {
     pub totals: Vec<i64>,
     /// Entries that were negative or not integers and were clamped/rounded.
     pub clamped: u64,
+    /// Rows and totals as read (entries sorted by topic).
+    base_rows: Vec<TopicCounts>,
+    base_totals: Vec<i64>,
+    /// `(local word, topic)` of every own decrement the view could not show (count was 0).
+    corrections: Vec<(u32, u32)>,
 }
 
 fn count_of(x: f32, clamped: &mut u64) -> u32 {
@@ -153,10 +162,80 @@ impl WordTopicView {
             totals[t as usize] = i64::from(count_of(x, &mut clamped));
         }
         Ok(WordTopicView {
+            base_rows: words.clone(),
+            base_totals: totals.clone(),
             rows: words,
             totals,
             clamped,
+            corrections: Vec::new(),
         })
+    }
+
+    /// The own changes since the view was read (or since the last call), per local word
+    /// `(local word, sorted (topic, delta))` for rows that changed, and per topic; the view's
+    /// current state becomes the new base.
+    fn take_changes(&mut self) -> (Vec<(u32, Vec<(u32, i32)>)>, Vec<i64>) {
+        let mut words = Vec::new();
+        let mut corrections = std::mem::take(&mut self.corrections);
+        corrections.sort_unstable();
+        let mut corr = corrections.iter().peekable();
+        for (l, (row, base)) in self.rows.iter_mut().zip(&mut self.base_rows).enumerate() {
+            let l = l as u32;
+            row.entries.sort_unstable();
+            let mut diff: Vec<(u32, i32)> = Vec::new();
+            let (a, b) = (&row.entries, &base.entries);
+            let (mut i, mut j) = (0, 0);
+            while i < a.len() || j < b.len() {
+                let (t, d) = match (a.get(i), b.get(j)) {
+                    (Some(&(ta, na)), Some(&(tb, nb))) if ta == tb => {
+                        i += 1;
+                        j += 1;
+                        (ta, na as i64 - nb as i64)
+                    }
+                    (Some(&(ta, na)), Some(&(tb, _))) if ta < tb => {
+                        i += 1;
+                        (ta, na as i64)
+                    }
+                    (Some(&(ta, na)), None) => {
+                        i += 1;
+                        (ta, na as i64)
+                    }
+                    (_, Some(&(tb, nb))) => {
+                        j += 1;
+                        (tb, -(nb as i64))
+                    }
+                    (None, None) => break,
+                };
+                if d != 0 {
+                    diff.push((t, d as i32));
+                }
+            }
+            if !diff.is_empty() {
+                base.entries.clone_from(&row.entries);
+            }
+            while let Some(&&(cl, ct)) = corr.peek() {
+                if cl != l {
+                    break;
+                }
+                corr.next();
+                match diff.binary_search_by_key(&ct, |e| e.0) {
+                    Ok(k) => diff[k].1 -= 1,
+                    Err(k) => diff.insert(k, (ct, -1)),
+                }
+            }
+            diff.retain(|e| e.1 != 0);
+            if !diff.is_empty() {
+                words.push((l, diff));
+            }
+        }
+        let totals = self
+            .totals
+            .iter()
+            .zip(&self.base_totals)
+            .map(|(a, b)| a - b)
+            .collect();
+        self.base_totals.clone_from(&self.totals);
+        (words, totals)
     }
 }
 
@@ -358,21 +437,38 @@ impl PsLdaWorker {
                     &mut view.totals,
                     &mut self.rng,
                 );
-                if new != old {
-                    self.deltas.add(l, old, -1);
-                    self.deltas.add(l, new, 1);
-                    self.assignments[d][pos] = new;
+                if self.sampler.last_word_decrement_clamped() {
+                    view.corrections.push((l, old));
                 }
+                self.assignments[d][pos] = new;
             }
             sampled += words.len() as u64;
         }
         sampled
     }
 
-    /// Hands over (and resets) this worker's count changes since the last call, as sparse
-    /// deltas `(row, delta)` sorted by topic: one per touched word row, and the totals row
-    /// if any total changed. Rows whose changes cancelled out are left out.
-    pub fn take_deltas(&mut self) -> Vec<(RowId, Row)> {
+    /// Hands over this worker's count changes recorded in `view` since it was read (or since
+    /// the last call), as sparse deltas `(row, delta)` sorted by topic: one per changed word
+    /// row, and the totals row if any total changed. Includes the initial counts not yet
+    /// taken ([`PsLdaWorker::take_initial_deltas`]).
+    pub fn take_deltas(&mut self, view: &mut WordTopicView) -> Vec<(RowId, Row)> {
+        let (words, totals) = view.take_changes();
+        let mut from_words = vec![0i64; self.n_topics];
+        for (l, diff) in words {
+            for (t, d) in diff {
+                self.deltas.add(l, t, d);
+                from_words[t as usize] += i64::from(d);
+            }
+        }
+        // Every own move changes one word row and one total by the same amount, so the
+        // totals' change is the column sums of the word rows' change (`add` sums them).
+        debug_assert_eq!(from_words, totals, "view totals drifted from the word rows");
+        self.take_initial_deltas()
+    }
+
+    /// Hands over (and resets) the changes not tied to a view: after `new`, the counts of the
+    /// random initial assignments.
+    pub fn take_initial_deltas(&mut self) -> Vec<(RowId, Row)> {
         let mut out = Vec::with_capacity(self.deltas.touched.len() + 1);
         let mut touched = std::mem::take(&mut self.deltas.touched);
         touched.sort_unstable();
@@ -579,7 +675,7 @@ pub fn simulate(
     let freq = word_frequencies(&workers, vocab_size);
     let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); vocab_size + 1];
     for w in &mut workers {
-        for (r, d) in w.take_deltas() {
+        for (r, d) in w.take_initial_deltas() {
             table[r.0 as usize].add(&d);
         }
     }
@@ -616,7 +712,7 @@ pub fn simulate(
             }
             let mut view = worker.view(&rows)?;
             worker.sweep(0..worker.n_docs(), &mut view);
-            let deltas = worker.take_deltas();
+            let deltas = worker.take_deltas(&mut view);
             flushed.extend(deltas.iter().cloned());
             own[w].push(deltas);
         }
@@ -707,7 +803,7 @@ mod tests {
                 table[r.0 as usize].add(&d);
             }
         };
-        let init = w.take_deltas();
+        let init = w.take_initial_deltas();
         let sum: f32 = init.iter().map(|(_, d)| d.l1_norm()).sum();
         assert_eq!(sum as usize, 2 * c.n_tokens(), "words + totals");
         apply(init);
@@ -715,9 +811,14 @@ mod tests {
         // still describe the worker's true changes.
         let zeros = vec![Row::Sparse(Vec::new()); w.words().len() + 1];
         for _ in 0..3 {
+            // Two takes from one view: the second must report only the later changes.
             let mut view = w.view(&zeros).unwrap();
-            assert_eq!(w.sweep(0..w.n_docs(), &mut view), c.n_tokens() as u64);
-            apply(w.take_deltas());
+            let half = w.n_docs() / 2;
+            let first = w.sweep(0..half, &mut view);
+            apply(w.take_deltas(&mut view));
+            let second = w.sweep(half..w.n_docs(), &mut view);
+            apply(w.take_deltas(&mut view));
+            assert_eq!(first + second, c.n_tokens() as u64);
         }
         w.check_doc_counts().unwrap();
         let t = FinalTable::check(|r| table.get(r as usize), &c.word_frequencies(), 5).unwrap();
@@ -728,7 +829,10 @@ mod tests {
             b.sort_unstable();
             assert_eq!(a, b, "word {word}");
         }
-        assert!(w.take_deltas().is_empty(), "nothing pending after a take");
+        assert!(
+            w.take_initial_deltas().is_empty(),
+            "nothing pending after a take"
+        );
     }
 
     #[test]

@@ -80,14 +80,18 @@ impl TopicCounts {
     }
 
     /// Decrements `topic`; a count of zero is left alone (cannot happen with consistent
-    /// state, and must not underflow).
-    pub fn decrement(&mut self, topic: u32) {
-        if let Some(pos) = self.entries.iter().position(|e| e.0 == topic) {
-            if self.entries[pos].1 <= 1 {
-                self.entries.swap_remove(pos);
-            } else {
-                self.entries[pos].1 -= 1;
+    /// state, and must not underflow). Returns whether there was a count to decrement.
+    pub fn decrement(&mut self, topic: u32) -> bool {
+        match self.entries.iter().position(|e| e.0 == topic) {
+            Some(pos) => {
+                if self.entries[pos].1 <= 1 {
+                    self.entries.swap_remove(pos);
+                } else {
+                    self.entries[pos].1 -= 1;
+                }
+                true
             }
+            None => false,
         }
     }
 
@@ -397,6 +401,8 @@ pub struct SparseSampler {
     word_bucket: Vec<(u32, f64)>,
     smoothing: f64,
     doc_bucket: f64,
+    /// Whether the last `resample` found no count of the old topic in the word row.
+    word_clamped: bool,
 }
 
 impl SparseSampler {
@@ -411,7 +417,15 @@ impl SparseSampler {
             word_bucket: Vec::with_capacity(n_topics),
             smoothing: 0.0,
             doc_bucket: 0.0,
+            word_clamped: false,
         }
+    }
+
+    /// Whether the last [`SparseSampler::resample`] found the word row without a count of
+    /// the token's old topic (a stale view): the row was left at zero, so the caller's own
+    /// change of that row is one more decrement than the row shows.
+    pub fn last_word_decrement_clamped(&self) -> bool {
+        self.word_clamped
     }
 
     fn inverse_denominator(&self, total: i64) -> f64 {
@@ -484,7 +498,7 @@ impl SparseSampler {
             word_row.increment(topic);
         } else {
             doc.decrement(topic);
-            word_row.decrement(topic);
+            self.word_clamped = !word_row.decrement(topic);
         }
         topic_totals[t] += sign;
         self.inverse_denominators[t] = self.inverse_denominator(topic_totals[t]);
@@ -861,9 +875,9 @@ mod tests {
         c.increment(3);
         c.increment(1);
         assert_eq!((c.get(3), c.get(1), c.total()), (2, 1, 3));
-        c.decrement(3);
-        c.decrement(1);
-        c.decrement(7);
+        assert!(c.decrement(3));
+        assert!(c.decrement(1));
+        assert!(!c.decrement(7), "nothing to decrement");
         assert_eq!(c.entries, vec![(3, 1)]);
     }
 
