@@ -150,18 +150,24 @@ impl PsLdaConfig {
     }
 }
 
+/// A worker finished pass `iteration` (0 = the initial assignments) at clock `clock`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IterationReport {
+    pub worker: u32,
+    pub iteration: usize,
+    pub clock: u64,
+    /// The document half of the log-likelihood for its documents.
+    pub doc_loglik: f64,
+    /// Tokens sampled so far.
+    pub tokens: u64,
+    /// Seconds since its sampling started (after the initial barrier).
+    pub sampling_s: f64,
+}
+
 /// Worker -> monitor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum LdaReport {
-    /// The worker finished pass `iteration` (0 = initial assignments) at clock `clock`.
-    Iteration {
-        worker: u32,
-        iteration: usize,
-        clock: u64,
-        doc_loglik: f64,
-        tokens: u64,
-        sampling_s: f64,
-    },
+    Iteration(IterationReport),
     /// The worker is done (after its final barrier).
     Done {
         worker: u32,
@@ -343,14 +349,14 @@ async fn run_worker(node: Node, job: Arc<PsLdaJob>, client: PsClient) -> Result<
         client.batch_inc(WORD_TOPIC, row, &delta).map_err(e)?;
     }
     client.barrier().await.map_err(e)?;
-    report(LdaReport::Iteration {
+    report(LdaReport::Iteration(IterationReport {
         worker: w,
         iteration: 0,
         clock: client.current_clock(),
         doc_loglik: core.doc_log_likelihood(),
         tokens: 0,
         sampling_s: 0.0,
-    })?;
+    }))?;
     let start = Instant::now();
     let (mut tokens, mut clamped, mut wait_s, mut sweep_s) = (0u64, 0u64, 0.0f64, 0.0f64);
     let parts = cfg.clocks_per_iteration.max(1) as usize;
@@ -378,14 +384,14 @@ async fn run_worker(node: Node, job: Arc<PsLdaJob>, client: PsClient) -> Result<
                 client.clock().map_err(e)?;
             }
         }
-        report(LdaReport::Iteration {
+        report(LdaReport::Iteration(IterationReport {
             worker: w,
             iteration,
             clock: client.current_clock(),
             doc_loglik: core.doc_log_likelihood(),
             tokens,
             sampling_s: start.elapsed().as_secs_f64(),
-        })?;
+        }))?;
     }
     let sampling_s = start.elapsed().as_secs_f64();
     core.check_doc_counts()
@@ -456,8 +462,7 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
     let n_workers = job.layout.n_workers() as usize;
     let (v, k, beta) = (job.corpus.vocab_size, cfg.n_topics, cfg.beta);
     let n_tokens = job.corpus.n_tokens();
-    // iteration -> reports (worker, clock, doc ll, tokens, sampling s)
-    let mut pending: BTreeMap<usize, Vec<(u32, u64, f64, u64, f64)>> = BTreeMap::new();
+    let mut pending: BTreeMap<usize, Vec<IterationReport>> = BTreeMap::new();
     let mut done = Vec::new();
     let mut curve: Vec<LoglikPoint> = Vec::new();
     let mut next = 0usize;
@@ -465,23 +470,13 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
         let n = notify.notified();
         for r in reports.borrow_mut().drain(..) {
             match r {
-                LdaReport::Iteration {
-                    worker,
-                    iteration,
-                    clock,
-                    doc_loglik,
-                    tokens,
-                    sampling_s,
-                } => pending
-                    .entry(iteration)
-                    .or_default()
-                    .push((worker, clock, doc_loglik, tokens, sampling_s)),
+                LdaReport::Iteration(it) => pending.entry(it.iteration).or_default().push(it),
                 d @ LdaReport::Done { .. } => done.push(d),
             }
         }
         while pending.get(&next).is_some_and(|r| r.len() == n_workers) {
             let reps = pending.remove(&next).unwrap_or_default();
-            let clock = reps.iter().map(|r| r.1).max().unwrap_or(0);
+            let clock = reps.iter().map(|r| r.clock).max().unwrap_or(0);
             wait_min_clock(&ctx.node, &job.layout, clock).await?;
             let states =
                 service::snapshot_all(&ctx.node, &job.layout, ShardQuery::Snapshot, timeout)
@@ -490,11 +485,11 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
             let table = merged.get(&WORD_TOPIC);
             let word =
                 snapshot_word_log_likelihood(|r| table.and_then(|t| t.get(&RowId(r))), v, k, beta);
-            let doc: f64 = reps.iter().map(|r| r.2).sum();
+            let doc: f64 = reps.iter().map(|r| r.doc_loglik).sum();
             let point = LoglikPoint {
                 iteration: next,
-                elapsed_s: reps.iter().map(|r| r.4).fold(0.0, f64::max),
-                tokens_sampled: reps.iter().map(|r| r.3).sum(),
+                elapsed_s: reps.iter().map(|r| r.sampling_s).fold(0.0, f64::max),
+                tokens_sampled: reps.iter().map(|r| r.tokens).sum(),
                 loglik_per_token: (word + doc) / n_tokens.max(1) as f64,
             };
             tracing::debug!(iteration = next, ll = point.loglik_per_token, "ps-lda pass");

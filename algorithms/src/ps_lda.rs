@@ -83,6 +83,9 @@ pub fn check_corpus(
     Ok(())
 }
 
+/// A row's own change: `(local word, sorted (topic, delta))`.
+type RowChange = (u32, Vec<(u32, i32)>);
+
 /// A worker's view of the word-topic rows of its words and of the topic totals, as read from
 /// the PS at the start of a clock and updated by its own sampling during the clock.
 ///
@@ -174,7 +177,7 @@ impl WordTopicView {
     /// The own changes since the view was read (or since the last call), per local word
     /// `(local word, sorted (topic, delta))` for rows that changed, and per topic; the view's
     /// current state becomes the new base.
-    fn take_changes(&mut self) -> (Vec<(u32, Vec<(u32, i32)>)>, Vec<i64>) {
+    fn take_changes(&mut self) -> (Vec<RowChange>, Vec<i64>) {
         let mut words = Vec::new();
         let mut corrections = std::mem::take(&mut self.corrections);
         corrections.sort_unstable();
