@@ -360,9 +360,15 @@ async fn run_worker(node: Node, job: Arc<PsLdaJob>, client: PsClient) -> Result<
     let start = Instant::now();
     let (mut tokens, mut clamped, mut wait_s, mut sweep_s) = (0u64, 0u64, 0.0f64, 0.0f64);
     let parts = cfg.clocks_per_iteration.max(1) as usize;
+    let is_async = cfg.consistency()? == Consistency::Async;
     for iteration in 1..=cfg.iterations {
         for part in 0..parts {
             let t = Instant::now();
+            if is_async {
+                // Async tables serve cached rows forever: ask for fresh copies (used from
+                // the next clock on) without waiting for them.
+                client.prefetch(WORD_TOPIC, &rows).map_err(e)?;
+            }
             let got = client.get_many(WORD_TOPIC, &rows).await.map_err(e)?;
             wait_s += t.elapsed().as_secs_f64();
             let mut view = core.view(&got).map_err(|e| format!("worker {w}: {e}"))?;
