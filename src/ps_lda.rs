@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 
 const MONITOR_ACTOR: &str = "ps-lda-monitor";
 
-/// `[app.ps_lda]`.
+/// Job settings (the flags of `petrel train ps-lda`; serde so a caller can read them from TOML).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct PsLdaConfig {
