@@ -19,6 +19,7 @@ pub mod fuzzing;
 pub mod launcher;
 pub mod netns;
 pub mod p3_node;
+pub mod ps_lda;
 pub mod ps_lr;
 pub mod ps_mf;
 pub mod report;

@@ -106,6 +106,9 @@ enum TrainCommand {
     /// Multinomial logistic regression (LIBSVM data) on the parameter server.
     #[command(name = "ps-lr")]
     PsLr(petrel::ps_lr::TrainArgs),
+    /// LDA by collapsed Gibbs sampling, data-parallel on the parameter server (SSP).
+    #[command(name = "ps-lda")]
+    PsLda(petrel::ps_lda::TrainArgs),
     /// Lasso by scheduled coordinate descent (STRADS): coefficients.tsv + metrics.json.
     Lasso(petrel::strads::LassoArgs),
     /// Matrix factorisation by CCD++ with block rotation (STRADS): factors + metrics.json.
@@ -300,6 +303,7 @@ fn dispatch(command: Command) -> Result<(), String> {
         Command::Train { app } => match app {
             TrainCommand::PsMf(args) => petrel::ps_mf::train_cli(args),
             TrainCommand::PsLr(args) => petrel::ps_lr::train_cli(args),
+            TrainCommand::PsLda(args) => petrel::ps_lda::train_cli(args),
             TrainCommand::Lasso(args) => petrel::strads::train_lasso(args),
             TrainCommand::StradsMf(args) => petrel::strads::train_mf(args),
             TrainCommand::Lda(args) => petrel::strads::train_lda(args),

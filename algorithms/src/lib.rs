@@ -7,4 +7,5 @@ pub mod apps;
 pub mod data;
 pub mod dnn;
 pub mod p3;
+pub mod ps_lda;
 pub mod strads;

@@ -1,12 +1,15 @@
 //! `petrel bench lda`: collapsed Gibbs sampling (SparseLDA) with word rotation on the
 //! STRADS runtime, on a corpus sampled from the LDA generative model, for several worker
-//! counts side by side: sampling throughput and log-likelihood per token against time.
-//! (No data-parallel parameter-server LDA to compare with on this branch.)
+//! counts side by side, and data-parallel LDA on the parameter server (SSP, the YahooLDA /
+//! Bösen design the STRADS paper compared against) with the last worker count on the same
+//! corpus, topics and iterations: sampling throughput and log-likelihood per token against
+//! time (both measured from the end of initialisation).
 
 use crate::bench::strads_plot::{Series, line_plot};
+use crate::ps_lda::{PsLdaConfig, PsLdaMetrics};
 use crate::report::{Table, print_json};
 use crate::strads::run_lda_job;
-use petrel_algorithms::apps::lda::{LdaJob, LdaMetrics, SyntheticCorpus};
+use petrel_algorithms::apps::lda::{LdaJob, LdaMetrics, LoglikPoint, SyntheticCorpus};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -30,6 +33,18 @@ pub struct Args {
     pub transport: String,
     #[arg(long, default_value = "target/bench-lda")]
     pub out: PathBuf,
+    /// PS-LDA: SSP staleness bound of the word-topic table.
+    #[arg(long, default_value_t = 1)]
+    pub staleness: u32,
+    /// PS-LDA: server shards.
+    #[arg(long, default_value_t = 2)]
+    pub ps_shards: usize,
+    /// PS-LDA: clocks per pass over a worker's documents.
+    #[arg(long, default_value_t = 1)]
+    pub ps_clocks_per_iteration: u32,
+    /// Skip the PS-LDA run (word rotation only).
+    #[arg(long)]
+    pub no_ps: bool,
 }
 
 #[derive(Serialize)]
@@ -47,6 +62,40 @@ struct Figures {
     sampling_s: f64,
     single_worker_tokens_per_s: Option<f64>,
     plot: String,
+    #[serde(flatten)]
+    ps: Option<PsFigures>,
+}
+
+/// The PS-LDA figures and the comparison with word rotation (same worker count).
+#[derive(Serialize)]
+struct PsFigures {
+    ps_tokens_per_s_per_core: f64,
+    ps_final_loglik_per_token: f64,
+    ps_initial_loglik_per_token: f64,
+    ps_sampling_s: f64,
+    ps_staleness: Option<u32>,
+    ps_shards: u32,
+    ps_clocks_per_iteration: u32,
+    ps_mean_read_staleness: f64,
+    /// Rotation's final log-likelihood per token minus PS-LDA's (> 0: rotation is better).
+    rotation_vs_ps_loglik_gap: f64,
+    /// Rotation's tokens/s per core divided by PS-LDA's.
+    rotation_vs_ps_throughput: f64,
+    /// The lower of the two final log-likelihoods per token; both runs reach it.
+    target_loglik_per_token: f64,
+    rotation_time_to_target_s: Option<f64>,
+    ps_time_to_target_s: Option<f64>,
+    /// PS time to target divided by rotation's (> 1: rotation converges faster).
+    rotation_vs_ps_time_to_target: Option<f64>,
+}
+
+/// Seconds (since the end of initialisation) until the curve first reaches `target`.
+fn time_to(points: &[LoglikPoint], target: f64) -> Option<f64> {
+    let t0 = points.first()?.elapsed_s;
+    points
+        .iter()
+        .find(|p| p.loglik_per_token >= target - 1e-9)
+        .map(|p| p.elapsed_s - t0)
 }
 
 pub fn run(args: Args) -> Result<(), String> {
@@ -55,6 +104,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let out = std::path::absolute(&args.out).map_err(|e| e.to_string())?;
     let mut table = Table::new(&[
+        "system",
         "workers",
         "tokens/s",
         "tokens/s per worker",
@@ -81,6 +131,7 @@ pub fn run(args: Args) -> Result<(), String> {
         };
         let m = run_lda_job(&job, p, &args.transport)?;
         table.row(vec![
+            "rotation".into(),
             p.to_string(),
             format!("{:.0}", m.tokens_per_s_per_worker * p as f64),
             format!("{:.0}", m.tokens_per_s_per_worker),
@@ -93,22 +144,54 @@ pub fn run(args: Args) -> Result<(), String> {
         ]);
         runs.push((p, m));
     }
+    let ps = if args.no_ps {
+        None
+    } else {
+        let &(p, _) = runs.last().ok_or("no runs")?;
+        let m = run_ps(&args, p, &out)?;
+        let l = &m.lda;
+        table.row(vec![
+            format!("ps ssp s={}", args.staleness),
+            p.to_string(),
+            format!("{:.0}", l.tokens_per_s_per_worker * p as f64),
+            format!("{:.0}", l.tokens_per_s_per_worker),
+            format!("{:.2}", l.sampling_s),
+            format!(
+                "{:.4}",
+                l.loglik.first().map_or(f64::NAN, |l| l.loglik_per_token)
+            ),
+            format!("{:.4}", l.final_loglik_per_token),
+        ]);
+        Some(m)
+    };
     table.print();
     let plot = out.join("lda_loglik_vs_time.svg");
-    let series: Vec<Series> = runs
+    let curve = |points: &[LoglikPoint]| -> Vec<(f64, f64)> {
+        let t0 = points.first().map_or(0.0, |p| p.elapsed_s);
+        points
+            .iter()
+            .map(|l| (l.elapsed_s - t0, l.loglik_per_token))
+            .collect()
+    };
+    let mut series: Vec<Series> = runs
         .iter()
         .map(|(p, m)| Series {
-            name: format!("{p} worker(s)"),
-            points: m
-                .loglik
-                .iter()
-                .map(|l| (l.elapsed_s, l.loglik_per_token))
-                .collect(),
+            name: format!("rotation, {p} worker(s)"),
+            points: curve(&m.loglik),
         })
         .collect();
+    if let Some(m) = &ps {
+        series.push(Series {
+            name: format!(
+                "parameter server (SSP s={}), {} workers",
+                args.staleness, m.lda.workers
+            ),
+            points: curve(&m.lda.loglik),
+        });
+    }
     line_plot(
         &plot,
-        "STRADS LDA (word rotation): log-likelihood per token against time",
+        "LDA: word rotation (STRADS) vs data-parallel PS: log-likelihood per token against time",
         "seconds",
         "log-likelihood per token",
         &series,
@@ -120,6 +203,39 @@ pub fn run(args: Args) -> Result<(), String> {
         .iter()
         .find(|(p, _)| *p == 1)
         .map(|(_, m)| m.tokens_per_s_per_worker);
+    let ps = ps.map(|m| {
+        let target = m
+            .lda
+            .final_loglik_per_token
+            .min(last.final_loglik_per_token);
+        let (rot_t, ps_t) = (
+            time_to(&last.loglik, target),
+            time_to(&m.lda.loglik, target),
+        );
+        PsFigures {
+            ps_tokens_per_s_per_core: m.lda.tokens_per_s_per_worker,
+            ps_final_loglik_per_token: m.lda.final_loglik_per_token,
+            ps_initial_loglik_per_token: m
+                .lda
+                .loglik
+                .first()
+                .map_or(f64::NAN, |l| l.loglik_per_token),
+            ps_sampling_s: m.lda.sampling_s,
+            ps_staleness: m.staleness,
+            ps_shards: m.shards,
+            ps_clocks_per_iteration: m.clocks_per_iteration,
+            ps_mean_read_staleness: m.read_staleness.mean,
+            rotation_vs_ps_loglik_gap: last.final_loglik_per_token - m.lda.final_loglik_per_token,
+            rotation_vs_ps_throughput: last.tokens_per_s_per_worker / m.lda.tokens_per_s_per_worker,
+            target_loglik_per_token: target,
+            rotation_time_to_target_s: rot_t,
+            ps_time_to_target_s: ps_t,
+            rotation_vs_ps_time_to_target: match (rot_t, ps_t) {
+                (Some(r), Some(p)) if r > 0.0 => Some(p / r),
+                _ => None,
+            },
+        }
+    });
     print_json(&Figures {
         bench: "lda",
         docs: last.n_docs,
@@ -134,6 +250,30 @@ pub fn run(args: Args) -> Result<(), String> {
         sampling_s: last.sampling_s,
         single_worker_tokens_per_s: single,
         plot: plot.display().to_string(),
+        ps,
     })
     .map_err(|e| e.to_string())
+}
+
+/// PS-LDA on the same corpus, topics and iterations as the rotation runs.
+fn run_ps(args: &Args, workers: usize, out: &std::path::Path) -> Result<PsLdaMetrics, String> {
+    let cfg = PsLdaConfig {
+        synthetic: SyntheticCorpus {
+            n_topics: args.topics,
+            vocab_size: args.vocab,
+            n_docs: args.docs,
+            doc_length: args.doc_length,
+            alpha: 0.1,
+            beta: 0.1,
+            seed: 42,
+        },
+        n_topics: args.topics,
+        iterations: args.iterations,
+        consistency: "ssp".into(),
+        staleness: args.staleness,
+        clocks_per_iteration: args.ps_clocks_per_iteration,
+        out: Some(out.join(format!("ps-p{workers}"))),
+        ..PsLdaConfig::default()
+    };
+    Ok(crate::ps_lda::run_local(cfg, args.ps_shards, workers, &args.transport)?.metrics)
 }

@@ -35,7 +35,7 @@ use crate::data::Corpus;
 use crate::data::synthetic::{LdaCorpusParams, lda_corpus};
 use crate::strads::lda::{
     LdaConfig, LdaWorker, TopicTotalsDelta, VocabularyPartition, WordTopicBlock,
-    joint_log_likelihood,
+    joint_log_likelihood, topic_word_matrix,
 };
 use crate::strads::mf::{RotationSchedule, balanced_buckets};
 
@@ -493,22 +493,15 @@ impl LdaScheduling {
 
     /// `(n_wk + beta) / (n_k + V beta)`, `K x V`.
     pub fn topic_word(&self) -> ndarray::Array2<f64> {
-        let (k, v) = (self.topic_totals.len(), self.vocab_size);
-        let mut phi = ndarray::Array2::from_elem((k, v), self.beta);
-        for block in self.blocks.iter().flatten() {
-            for (row, &w) in block.rows.iter().zip(&block.word_ids) {
-                for &(t, n) in &row.entries {
-                    if let Some(x) = phi.get_mut([t as usize, w as usize]) {
-                        *x += f64::from(n);
-                    }
-                }
-            }
-        }
-        for (mut row, &n) in phi.rows_mut().into_iter().zip(&self.topic_totals) {
-            let denominator = n as f64 + self.beta * v as f64;
-            row.mapv_inplace(|x| x / denominator);
-        }
-        phi
+        topic_word_matrix(
+            self.blocks
+                .iter()
+                .flatten()
+                .flat_map(|b| b.word_ids.iter().copied().zip(&b.rows)),
+            &self.topic_totals,
+            self.vocab_size,
+            self.beta,
+        )
     }
 }
 
@@ -671,7 +664,20 @@ pub fn write_outputs(
     corpus: &Corpus,
     top: usize,
 ) -> Result<(), AppError> {
-    let phi = sched.topic_word();
+    write_topic_files(dir, &sched.topic_word(), corpus, top)?;
+    let json =
+        serde_json::to_vec_pretty(sched.metrics()).map_err(|e| AppError::Config(e.to_string()))?;
+    write_output(dir, "metrics.json", &json)
+}
+
+/// Writes `topics.txt` (per topic: the top words of `phi` with probabilities) and
+/// `topic_word.tsv` (`phi`, `K x V`); shared by the STRADS and parameter-server LDA apps.
+pub fn write_topic_files(
+    dir: &std::path::Path,
+    phi: &ndarray::Array2<f64>,
+    corpus: &Corpus,
+    top: usize,
+) -> Result<(), AppError> {
     let mut topics = String::new();
     let mut table = String::new();
     for (k, row) in phi.rows().into_iter().enumerate() {
@@ -699,10 +705,7 @@ pub fn write_outputs(
         table.push('\n');
     }
     write_output(dir, "topics.txt", topics.as_bytes())?;
-    write_output(dir, "topic_word.tsv", table.as_bytes())?;
-    let json =
-        serde_json::to_vec_pretty(sched.metrics()).map_err(|e| AppError::Config(e.to_string()))?;
-    write_output(dir, "metrics.json", &json)
+    write_output(dir, "topic_word.tsv", table.as_bytes())
 }
 
 async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {

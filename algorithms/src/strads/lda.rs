@@ -80,14 +80,18 @@ impl TopicCounts {
     }
 
     /// Decrements `topic`; a count of zero is left alone (cannot happen with consistent
-    /// state, and must not underflow).
-    pub fn decrement(&mut self, topic: u32) {
-        if let Some(pos) = self.entries.iter().position(|e| e.0 == topic) {
-            if self.entries[pos].1 <= 1 {
-                self.entries.swap_remove(pos);
-            } else {
-                self.entries[pos].1 -= 1;
+    /// state, and must not underflow). Returns whether there was a count to decrement.
+    pub fn decrement(&mut self, topic: u32) -> bool {
+        match self.entries.iter().position(|e| e.0 == topic) {
+            Some(pos) => {
+                if self.entries[pos].1 <= 1 {
+                    self.entries.swap_remove(pos);
+                } else {
+                    self.entries[pos].1 -= 1;
+                }
+                true
             }
+            None => false,
         }
     }
 
@@ -118,12 +122,7 @@ impl WordTopicBlock {
     /// `sum over non-zero (w, k) of lnGamma(n_wk + beta) - lnGamma(beta)`: this block's
     /// share of the word half of the joint log-likelihood.
     pub fn log_likelihood_part(&self, beta: f64) -> f64 {
-        let ln_gamma_beta = ln_gamma(beta);
-        self.rows
-            .iter()
-            .flat_map(|row| &row.entries)
-            .map(|&(_, n)| ln_gamma(f64::from(n) + beta) - ln_gamma_beta)
-            .sum()
+        word_log_likelihood_part(&self.rows, beta)
     }
 }
 
@@ -192,9 +191,7 @@ pub struct LdaConfig {
 pub struct LdaWorker {
     pub worker: usize,
     n_topics: usize,
-    vocab_size: usize,
     alpha: f64,
-    beta: f64,
     /// Global ids of the documents held.
     doc_ids: Vec<u32>,
     docs: Vec<Vec<u32>>,
@@ -205,10 +202,7 @@ pub struct LdaWorker {
     topic_totals: Vec<i64>,
     totals_delta: Vec<i64>,
     rng: StdRng,
-    // Scratch buffers reused across tokens.
-    inverse_denominators: Vec<f64>,
-    coefficients: Vec<f64>,
-    word_bucket: Vec<(u32, f64)>,
+    sampler: SparseSampler,
 }
 
 impl LdaWorker {
@@ -256,9 +250,7 @@ impl LdaWorker {
         Ok(LdaWorker {
             worker,
             n_topics: k,
-            vocab_size,
             alpha: config.alpha,
-            beta: config.beta,
             doc_ids,
             docs: words_of_docs,
             assignments,
@@ -267,9 +259,7 @@ impl LdaWorker {
             totals_delta: vec![0; k],
             topic_totals,
             rng,
-            inverse_denominators: vec![0.0; k],
-            coefficients: vec![0.0; k],
-            word_bucket: Vec::with_capacity(k),
+            sampler: SparseSampler::new(k, vocab_size, config.alpha, config.beta),
         })
     }
 
@@ -313,65 +303,179 @@ impl LdaWorker {
         }
     }
 
-    fn inverse_denominator(&self, topic: usize) -> f64 {
-        let beta_v = self.beta * self.vocab_size as f64;
-        1.0 / (beta_v + self.topic_totals[topic].max(0) as f64)
-    }
-
     /// Resamples every token of this worker whose word is in `block` (SparseLDA).
     /// `word_local` maps global word ids to rows of the block.
     pub fn sample_block(&mut self, block: &mut WordTopicBlock, vocabulary: &VocabularyPartition) {
-        let (alpha, beta) = (self.alpha, self.beta);
-        let k = self.n_topics;
-        for t in 0..k {
-            self.inverse_denominators[t] = self.inverse_denominator(t);
-        }
-        let mut smoothing: f64 = self
-            .inverse_denominators
-            .iter()
-            .map(|inv| alpha * beta * inv)
-            .sum();
+        self.sampler.begin_sweep(&self.topic_totals);
         let tokens = std::mem::take(&mut self.tokens_by_block[block.block]);
         let mut index = 0;
         while index < tokens.len() {
             let doc = tokens[index].0 as usize;
-            // Per-document setup: coefficients (alpha + n_dt) / (beta V + n_t) and bucket r.
-            for t in 0..k {
-                self.coefficients[t] = alpha * self.inverse_denominators[t];
-            }
-            let mut doc_bucket = 0.0;
-            for &(t, n) in &self.doc_topic[doc].entries {
-                let t = t as usize;
-                self.coefficients[t] = (alpha + f64::from(n)) * self.inverse_denominators[t];
-                doc_bucket += f64::from(n) * beta * self.inverse_denominators[t];
-            }
+            self.sampler.begin_doc(&self.doc_topic[doc]);
             while index < tokens.len() && tokens[index].0 as usize == doc {
                 let pos = tokens[index].1 as usize;
                 index += 1;
                 let word = self.docs[doc][pos] as usize;
                 let row = vocabulary.word_local[word] as usize;
                 let old = self.assignments[doc][pos];
-                self.change_topic_counts(
+                let new = self.sampler.resample(
                     old,
-                    doc,
+                    &mut self.doc_topic[doc],
                     &mut block.rows[row],
-                    -1,
-                    &mut smoothing,
-                    &mut doc_bucket,
+                    &mut self.topic_totals,
+                    &mut self.rng,
                 );
-                let new = self.draw_topic(doc, &block.rows[row], smoothing, doc_bucket);
-                self.change_topic_counts(
-                    new,
-                    doc,
-                    &mut block.rows[row],
-                    1,
-                    &mut smoothing,
-                    &mut doc_bucket,
-                );
+                self.totals_delta[old as usize] -= 1;
+                self.totals_delta[new as usize] += 1;
                 self.assignments[doc][pos] = new;
             }
         }
         self.tokens_by_block[block.block] = tokens;
+    }
+
+    /// `sum_d [lnGamma(K alpha) - lnGamma(n_d + K alpha) + sum_{k: n_dk > 0}
+    /// (lnGamma(n_dk + alpha) - lnGamma(alpha))]`: this worker's share of the document half.
+    pub fn log_likelihood_part(&self) -> f64 {
+        doc_log_likelihood_part(
+            self.doc_topic.iter().zip(self.docs.iter().map(Vec::len)),
+            self.n_topics,
+            self.alpha,
+        )
+    }
+
+    /// Checks that every document's topic counts match its assignments.
+    pub fn check_doc_counts(&self) -> Result<(), String> {
+        check_doc_counts(self.worker, &self.doc_topic, &self.assignments)
+    }
+}
+
+/// Checks that every document's topic counts match its token assignments.
+pub fn check_doc_counts(
+    worker: usize,
+    doc_topic: &[TopicCounts],
+    assignments: &[Vec<u32>],
+) -> Result<(), String> {
+    for (d, (counts, topics)) in doc_topic.iter().zip(assignments).enumerate() {
+        if counts.total() != topics.len() as u64 {
+            return Err(format!(
+                "worker {worker} doc {d}: counts sum {} != {} tokens",
+                counts.total(),
+                topics.len()
+            ));
+        }
+        let mut recount = TopicCounts::default();
+        topics.iter().for_each(|&t| recount.increment(t));
+        for &(t, n) in &recount.entries {
+            if counts.get(t) != n {
+                return Err(format!(
+                    "worker {worker} doc {d} topic {t}: {} != {n}",
+                    counts.get(t)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The SparseLDA sampler state (Yao et al. 2009), shared by the STRADS word-rotation
+/// worker and the data-parallel parameter-server worker (`crate::ps_lda`).
+///
+/// The full conditional `(alpha + n_dt)(beta + n_wt) / (beta V + n_t)` is split into the
+/// smoothing bucket `s = sum_t alpha beta / (beta V + n_t)`, the document bucket
+/// `r = sum_{t: n_dt > 0} n_dt beta / (beta V + n_t)` and the word bucket
+/// `q = sum_{t: n_wt > 0} n_wt (alpha + n_dt) / (beta V + n_t)`; s and r are kept current
+/// incrementally, only q is computed per token (over the word's non-zero topics).
+///
+/// Stale views: a topic total below zero counts as zero in the denominators, and removing a
+/// token from a word row (or document) whose count is already zero leaves it at zero
+/// (`TopicCounts::decrement`), so a stale or inconsistent view never produces a negative
+/// weight. The caller tracks its own count changes separately (the returned topics).
+#[derive(Debug, Clone)]
+pub struct SparseSampler {
+    n_topics: usize,
+    alpha: f64,
+    beta: f64,
+    vocab_size: usize,
+    inverse_denominators: Vec<f64>,
+    coefficients: Vec<f64>,
+    word_bucket: Vec<(u32, f64)>,
+    smoothing: f64,
+    doc_bucket: f64,
+    /// Whether the last `resample` found no count of the old topic in the word row.
+    word_clamped: bool,
+}
+
+impl SparseSampler {
+    pub fn new(n_topics: usize, vocab_size: usize, alpha: f64, beta: f64) -> Self {
+        SparseSampler {
+            n_topics,
+            alpha,
+            beta,
+            vocab_size,
+            inverse_denominators: vec![0.0; n_topics],
+            coefficients: vec![0.0; n_topics],
+            word_bucket: Vec::with_capacity(n_topics),
+            smoothing: 0.0,
+            doc_bucket: 0.0,
+            word_clamped: false,
+        }
+    }
+
+    /// Whether the last [`SparseSampler::resample`] found the word row without a count of
+    /// the token's old topic (a stale view): the row was left at zero, so the caller's own
+    /// change of that row is one more decrement than the row shows.
+    pub fn last_word_decrement_clamped(&self) -> bool {
+        self.word_clamped
+    }
+
+    fn inverse_denominator(&self, total: i64) -> f64 {
+        let beta_v = self.beta * self.vocab_size as f64;
+        1.0 / (beta_v + total.max(0) as f64)
+    }
+
+    /// Starts a sweep against `topic_totals` (negative totals count as zero).
+    pub fn begin_sweep(&mut self, topic_totals: &[i64]) {
+        for t in 0..self.n_topics {
+            self.inverse_denominators[t] =
+                self.inverse_denominator(topic_totals.get(t).copied().unwrap_or(0));
+        }
+        let (alpha, beta) = (self.alpha, self.beta);
+        self.smoothing = self
+            .inverse_denominators
+            .iter()
+            .map(|inv| alpha * beta * inv)
+            .sum();
+    }
+
+    /// Per-document setup: coefficients `(alpha + n_dt) / (beta V + n_t)` and bucket r.
+    pub fn begin_doc(&mut self, doc: &TopicCounts) {
+        let (alpha, beta) = (self.alpha, self.beta);
+        for t in 0..self.n_topics {
+            self.coefficients[t] = alpha * self.inverse_denominators[t];
+        }
+        self.doc_bucket = 0.0;
+        for &(t, n) in &doc.entries {
+            let t = t as usize;
+            self.coefficients[t] = (alpha + f64::from(n)) * self.inverse_denominators[t];
+            self.doc_bucket += f64::from(n) * beta * self.inverse_denominators[t];
+        }
+    }
+
+    /// Resamples one token of the current document (see `begin_doc`) currently assigned to
+    /// `old`: removes it from the document, word row and totals, draws a new topic from the
+    /// full conditional and adds it back there. Returns the new topic.
+    pub fn resample(
+        &mut self,
+        old: u32,
+        doc: &mut TopicCounts,
+        word_row: &mut TopicCounts,
+        topic_totals: &mut [i64],
+        rng: &mut impl Rng,
+    ) -> u32 {
+        self.change_topic_counts(old, doc, word_row, topic_totals, -1);
+        let new = self.draw_topic(doc, word_row, rng);
+        self.change_topic_counts(new, doc, word_row, topic_totals, 1);
+        new
     }
 
     /// Adds `sign` (+1/-1) to topic `t` for (doc, word row, totals), keeping s, r, the
@@ -379,40 +483,32 @@ impl LdaWorker {
     fn change_topic_counts(
         &mut self,
         topic: u32,
-        doc: usize,
+        doc: &mut TopicCounts,
         word_row: &mut TopicCounts,
+        topic_totals: &mut [i64],
         sign: i64,
-        smoothing: &mut f64,
-        doc_bucket: &mut f64,
     ) {
         let t = topic as usize;
         let (alpha, beta) = (self.alpha, self.beta);
-        let n_dt_before = f64::from(self.doc_topic[doc].get(topic));
-        *smoothing -= alpha * beta * self.inverse_denominators[t];
-        *doc_bucket -= n_dt_before * beta * self.inverse_denominators[t];
+        let n_dt_before = f64::from(doc.get(topic));
+        self.smoothing -= alpha * beta * self.inverse_denominators[t];
+        self.doc_bucket -= n_dt_before * beta * self.inverse_denominators[t];
         if sign > 0 {
-            self.doc_topic[doc].increment(topic);
+            doc.increment(topic);
             word_row.increment(topic);
         } else {
-            self.doc_topic[doc].decrement(topic);
-            word_row.decrement(topic);
+            doc.decrement(topic);
+            self.word_clamped = !word_row.decrement(topic);
         }
-        self.topic_totals[t] += sign;
-        self.totals_delta[t] += sign;
-        self.inverse_denominators[t] = self.inverse_denominator(t);
-        let n_dt_after = f64::from(self.doc_topic[doc].get(topic));
-        *smoothing += alpha * beta * self.inverse_denominators[t];
-        *doc_bucket += n_dt_after * beta * self.inverse_denominators[t];
+        topic_totals[t] += sign;
+        self.inverse_denominators[t] = self.inverse_denominator(topic_totals[t]);
+        let n_dt_after = f64::from(doc.get(topic));
+        self.smoothing += alpha * beta * self.inverse_denominators[t];
+        self.doc_bucket += n_dt_after * beta * self.inverse_denominators[t];
         self.coefficients[t] = (alpha + n_dt_after) * self.inverse_denominators[t];
     }
 
-    fn draw_topic(
-        &mut self,
-        doc: usize,
-        word_row: &TopicCounts,
-        smoothing: f64,
-        doc_bucket: f64,
-    ) -> u32 {
+    fn draw_topic(&mut self, doc: &TopicCounts, word_row: &TopicCounts, rng: &mut impl Rng) -> u32 {
         self.word_bucket.clear();
         let mut word_total = 0.0;
         for &(t, n) in &word_row.entries {
@@ -420,8 +516,9 @@ impl LdaWorker {
             word_total += weight;
             self.word_bucket.push((t, weight));
         }
+        let (smoothing, doc_bucket) = (self.smoothing, self.doc_bucket);
         let total = smoothing.max(0.0) + doc_bucket.max(0.0) + word_total;
-        let mut u = self.rng.gen_range(0.0..1.0) * total;
+        let mut u = rng.gen_range(0.0..1.0) * total;
         if u < word_total {
             for &(t, weight) in &self.word_bucket {
                 if u < weight {
@@ -434,15 +531,14 @@ impl LdaWorker {
         u -= word_total;
         let beta = self.beta;
         if u < doc_bucket {
-            let entries = &self.doc_topic[doc].entries;
-            for &(t, n) in entries {
+            for &(t, n) in &doc.entries {
                 let weight = f64::from(n) * beta * self.inverse_denominators[t as usize];
                 if u < weight {
                     return t;
                 }
                 u -= weight;
             }
-            if let Some(&(t, _)) = entries.last() {
+            if let Some(&(t, _)) = doc.entries.last() {
                 return t;
             }
         }
@@ -457,51 +553,65 @@ impl LdaWorker {
         }
         (self.n_topics - 1) as u32
     }
+}
 
-    /// `sum_d [lnGamma(K alpha) - lnGamma(n_d + K alpha) + sum_{k: n_dk > 0}
-    /// (lnGamma(n_dk + alpha) - lnGamma(alpha))]`: this worker's share of the document half.
-    pub fn log_likelihood_part(&self) -> f64 {
-        let k_alpha = self.n_topics as f64 * self.alpha;
-        let ln_gamma_alpha = ln_gamma(self.alpha);
-        self.doc_topic
-            .iter()
-            .zip(&self.docs)
-            .map(|(counts, words)| {
-                ln_gamma(k_alpha) - ln_gamma(words.len() as f64 + k_alpha)
-                    + counts
-                        .entries
-                        .iter()
-                        .map(|&(_, n)| ln_gamma(f64::from(n) + self.alpha) - ln_gamma_alpha)
-                        .sum::<f64>()
-            })
-            .sum()
-    }
+/// `sum over non-zero (w, k) of lnGamma(n_wk + beta) - lnGamma(beta)` over `rows`: their
+/// share of the word half of the joint log-likelihood.
+pub fn word_log_likelihood_part<'a>(
+    rows: impl IntoIterator<Item = &'a TopicCounts>,
+    beta: f64,
+) -> f64 {
+    let ln_gamma_beta = ln_gamma(beta);
+    rows.into_iter()
+        .flat_map(|row| &row.entries)
+        .map(|&(_, n)| ln_gamma(f64::from(n) + beta) - ln_gamma_beta)
+        .sum()
+}
 
-    /// Checks that every document's topic counts match its assignments.
-    pub fn check_doc_counts(&self) -> Result<(), String> {
-        for (d, (counts, topics)) in self.doc_topic.iter().zip(&self.assignments).enumerate() {
-            if counts.total() != topics.len() as u64 {
-                return Err(format!(
-                    "worker {} doc {d}: counts sum {} != {} tokens",
-                    self.worker,
-                    counts.total(),
-                    topics.len()
-                ));
-            }
-            let mut recount = TopicCounts::default();
-            topics.iter().for_each(|&t| recount.increment(t));
-            for &(t, n) in &recount.entries {
-                if counts.get(t) != n {
-                    return Err(format!(
-                        "worker {} doc {d} topic {t}: {} != {n}",
-                        self.worker,
-                        counts.get(t)
-                    ));
-                }
+/// `sum_d [lnGamma(K alpha) - lnGamma(n_d + K alpha) + sum_{k: n_dk > 0}
+/// (lnGamma(n_dk + alpha) - lnGamma(alpha))]` over `(doc-topic counts, doc length)`: their
+/// share of the document half of the joint log-likelihood.
+pub fn doc_log_likelihood_part<'a>(
+    docs: impl IntoIterator<Item = (&'a TopicCounts, usize)>,
+    n_topics: usize,
+    alpha: f64,
+) -> f64 {
+    let k_alpha = n_topics as f64 * alpha;
+    let ln_gamma_alpha = ln_gamma(alpha);
+    docs.into_iter()
+        .map(|(counts, len)| {
+            ln_gamma(k_alpha) - ln_gamma(len as f64 + k_alpha)
+                + counts
+                    .entries
+                    .iter()
+                    .map(|&(_, n)| ln_gamma(f64::from(n) + alpha) - ln_gamma_alpha)
+                    .sum::<f64>()
+        })
+        .sum()
+}
+
+/// Estimated topic-word distributions `(n_wk + beta) / (n_k + V beta)`, `K x V`, from word
+/// rows `(word id, counts)` and the topic totals (words outside `0..vocab_size` and topics
+/// outside `0..K` are ignored).
+pub fn topic_word_matrix<'a>(
+    rows: impl IntoIterator<Item = (u32, &'a TopicCounts)>,
+    topic_totals: &[i64],
+    vocab_size: usize,
+    beta: f64,
+) -> ndarray::Array2<f64> {
+    let mut phi = ndarray::Array2::from_elem((topic_totals.len(), vocab_size), beta);
+    for (w, row) in rows {
+        for &(t, n) in &row.entries {
+            if let Some(x) = phi.get_mut([t as usize, w as usize]) {
+                *x += f64::from(n);
             }
         }
-        Ok(())
     }
+    for (mut row, &n) in phi.rows_mut().into_iter().zip(topic_totals) {
+        let denominator = n.max(0) as f64 + beta * vocab_size as f64;
+        row.mapv_inplace(|x| x / denominator);
+    }
+    phi
 }
 
 /// Lanczos approximation of `ln Gamma(x)` for `x > 0` (|error| < 1e-13 there).
@@ -707,21 +817,14 @@ impl LdaCluster {
 
     /// Estimated topic-word distributions `(n_wk + beta) / (n_k + V beta)`, `K x V`.
     pub fn topic_word_distributions(&self) -> ndarray::Array2<f64> {
-        let v = self.vocabulary.word_block.len();
-        let beta = self.config.beta;
-        let mut phi = ndarray::Array2::from_elem((self.config.n_topics, v), beta);
-        for block in &self.blocks {
-            for (row, &w) in block.rows.iter().zip(&block.word_ids) {
-                for &(t, n) in &row.entries {
-                    phi[[t as usize, w as usize]] += f64::from(n);
-                }
-            }
-        }
-        for (mut row, &n) in phi.rows_mut().into_iter().zip(&self.topic_totals) {
-            let denominator = n as f64 + beta * v as f64;
-            row.mapv_inplace(|x| x / denominator);
-        }
-        phi
+        topic_word_matrix(
+            self.blocks
+                .iter()
+                .flat_map(|b| b.word_ids.iter().copied().zip(&b.rows)),
+            &self.topic_totals,
+            self.vocabulary.word_block.len(),
+            self.config.beta,
+        )
     }
 }
 
@@ -772,9 +875,9 @@ mod tests {
         c.increment(3);
         c.increment(1);
         assert_eq!((c.get(3), c.get(1), c.total()), (2, 1, 3));
-        c.decrement(3);
-        c.decrement(1);
-        c.decrement(7);
+        assert!(c.decrement(3));
+        assert!(c.decrement(1));
+        assert!(!c.decrement(7), "nothing to decrement");
         assert_eq!(c.entries, vec![(3, 1)]);
     }
 
