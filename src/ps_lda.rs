@@ -572,6 +572,11 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
             },
             loglik: curve,
             final_loglik_per_token: final_ll,
+            // Rotation-only figures: PS-LDA has no scheduler and no blocks.
+            scheduler_bytes: 0,
+            block_bytes: 0,
+            collect_bytes: 0,
+            rounds: 0,
         },
         consistency: cfg.consistency.to_ascii_lowercase(),
         staleness: match consistency {
