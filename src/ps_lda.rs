@@ -225,8 +225,39 @@ pub struct PsLdaJob {
     pub result: Mutex<Option<PsLdaOutcome>>,
 }
 
+/// The role names of a PS-LDA job. In-process jobs (`petrel train ps-lda`) use the generic
+/// `ps-*` names; the roles built into `petrel node` are `ps-lda-*`, since the generic names
+/// belong to the MF app there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PsLdaRoles {
+    pub shard: &'static str,
+    pub worker: &'static str,
+    pub monitor: &'static str,
+}
+
+pub const LOCAL_ROLES: PsLdaRoles = PsLdaRoles {
+    shard: "ps-shard",
+    worker: "ps-worker",
+    monitor: "ps-monitor",
+};
+
+pub const BUILTIN_ROLES: PsLdaRoles = PsLdaRoles {
+    shard: "ps-lda-shard",
+    worker: "ps-lda-worker",
+    monitor: "ps-lda-monitor",
+};
+
 impl PsLdaJob {
     pub fn new(settings: &Settings, cfg: PsLdaConfig) -> Result<PsLdaJob, String> {
+        Self::with_roles(settings, cfg, LOCAL_ROLES)
+    }
+
+    /// A job whose nodes are found by the given role names.
+    pub fn with_roles(
+        settings: &Settings,
+        cfg: PsLdaConfig,
+        roles: PsLdaRoles,
+    ) -> Result<PsLdaJob, String> {
         let with = |role: &str| -> Vec<String> {
             settings
                 .nodes
@@ -236,16 +267,20 @@ impl PsLdaJob {
                 .collect()
         };
         let layout = PsLayout {
-            shard_nodes: with("ps-shard"),
-            worker_nodes: with("ps-worker"),
+            shard_nodes: with(roles.shard),
+            worker_nodes: with(roles.worker),
         };
         if layout.shard_nodes.is_empty() || layout.worker_nodes.is_empty() {
-            return Err("a ps-lda job needs nodes with roles ps-shard and ps-worker".into());
+            return Err(format!(
+                "a ps-lda job needs nodes with roles {} and {}",
+                roles.shard, roles.worker
+            ));
         }
-        let monitors = with("ps-monitor");
+        let monitors = with(roles.monitor);
         let [monitor_node] = monitors.as_slice() else {
             return Err(format!(
-                "a ps-lda job needs exactly one ps-monitor node, found {}",
+                "a ps-lda job needs exactly one {} node, found {}",
+                roles.monitor,
                 monitors.len()
             ));
         };
@@ -615,12 +650,38 @@ async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String
 pub fn register(cluster: Cluster, job: Arc<PsLdaJob>) -> Cluster {
     let (j1, j2, j3) = (job.clone(), job.clone(), job);
     cluster
-        .role("ps-shard", move |ctx| Box::pin(shard_role(ctx, j1.clone())))
-        .role("ps-worker", move |ctx| {
+        .role(LOCAL_ROLES.shard, move |ctx| {
+            Box::pin(shard_role(ctx, j1.clone()))
+        })
+        .role(LOCAL_ROLES.worker, move |ctx| {
             Box::pin(worker_role(ctx, j2.clone()))
         })
-        .role("ps-monitor", move |ctx| {
+        .role(LOCAL_ROLES.monitor, move |ctx| {
             Box::pin(monitor_role(ctx, j3.clone()))
+        })
+}
+
+/// The built-in roles `ps-lda-shard`, `ps-lda-worker` and `ps-lda-monitor` of `petrel
+/// node`, so `petrel run` can launch a PS-LDA job as separate processes. The job comes from
+/// `[app.ps_lda]` (a [`PsLdaConfig`]); it is built once per process, on first use, and a
+/// bad section fails the role with the reason.
+pub fn register_builtin(cluster: Cluster) -> Cluster {
+    let get = crate::roles::lazy_job(cluster.settings().clone(), "ps_lda", |s, cfg| {
+        PsLdaJob::with_roles(s, cfg, BUILTIN_ROLES)
+    });
+    let (g1, g2, g3) = (get.clone(), get.clone(), get);
+    cluster
+        .role(BUILTIN_ROLES.shard, move |ctx| {
+            let j = g1();
+            Box::pin(async move { shard_role(ctx, j?).await })
+        })
+        .role(BUILTIN_ROLES.worker, move |ctx| {
+            let j = g2();
+            Box::pin(async move { worker_role(ctx, j?).await })
+        })
+        .role(BUILTIN_ROLES.monitor, move |ctx| {
+            let j = g3();
+            Box::pin(async move { monitor_role(ctx, j?).await })
         })
 }
 

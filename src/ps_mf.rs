@@ -755,16 +755,7 @@ pub fn register(cluster: Cluster, job: Arc<MfJob>) -> Cluster {
 /// Registers the roles for `petrel node`/`petrel run`: the job is built from `[app.mf]` when a
 /// role first runs in this process (so data is loaded only by processes that need it).
 pub fn register_builtin(cluster: Cluster) -> Cluster {
-    let settings = cluster.settings().clone();
-    let cell: Arc<std::sync::OnceLock<Result<Arc<MfJob>, String>>> =
-        Arc::new(std::sync::OnceLock::new());
-    let get = move || -> Result<Arc<MfJob>, String> {
-        cell.get_or_init(|| {
-            let cfg: MfConfig = settings.app("mf").map_err(|e| e.to_string())?;
-            MfJob::new(&settings, cfg).map(Arc::new)
-        })
-        .clone()
-    };
+    let get = crate::roles::lazy_job(cluster.settings().clone(), "mf", MfJob::new);
     let (g1, g2, g3) = (get.clone(), get.clone(), get);
     cluster
         .role("ps-shard", move |ctx| {

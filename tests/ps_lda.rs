@@ -232,3 +232,55 @@ fn bench_lda_compares_rotation_and_ps_in_one_json_line() {
     assert!(dir.path().join("lda_loglik_vs_time.svg").exists());
     assert!(dir.path().join("ps-p2").join("topics.txt").exists());
 }
+
+/// The example TOML as separate processes (`petrel run`: two shards, one of them also the
+/// monitor, two workers), on a UCI file through environment overrides. The monitor checks
+/// the final table's count invariants before it succeeds.
+#[test]
+fn ps_lda_as_separate_processes_with_the_example_toml() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = corpus();
+    write_uci(dir.path(), &corpus);
+    let out = dir.path().join("out");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ps_lda_cluster.toml");
+    let iterations = 6;
+    let run = std::process::Command::new(PETREL)
+        .args(["run", example.to_str().unwrap(), "--timeout-s", "120"])
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .env(
+            "PETREL_APP__PS_LDA__DOCWORD",
+            dir.path().join("docword.txt"),
+        )
+        .env("PETREL_APP__PS_LDA__VOCAB", dir.path().join("vocab.txt"))
+        .env("PETREL_APP__PS_LDA__OUT", &out)
+        .env("PETREL_APP__PS_LDA__N_TOPICS", "4")
+        .env("PETREL_APP__PS_LDA__ITERATIONS", iterations.to_string())
+        .env("PETREL_APP__PS_LDA__CHUNK_TOKENS", "1000")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "petrel run failed:\n{err}");
+    for node in ["shard-0", "shard-1", "worker-0", "worker-1"] {
+        assert!(
+            err.contains(&format!("node finished node={node}")),
+            "{node} did not finish:\n{err}"
+        );
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+    let n = corpus.n_tokens();
+    assert_eq!(json["n_tokens"], n);
+    assert_eq!(json["tokens_sampled"], (n * iterations) as u64);
+    assert_eq!(json["clamped_entries"], 0);
+    let ll = json["loglik"].as_array().unwrap();
+    assert_eq!(ll.len(), iterations + 1);
+    let first = ll[0]["loglik_per_token"].as_f64().unwrap();
+    let last = json["final_loglik_per_token"].as_f64().unwrap();
+    assert!(
+        last > first + 0.3,
+        "log-likelihood per token {first} -> {last}"
+    );
+    let topics = std::fs::read_to_string(out.join("topics.txt")).unwrap();
+    assert_eq!(topics.lines().count(), 4);
+}
