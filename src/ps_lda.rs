@@ -29,7 +29,7 @@
 //! Counts are integers kept in `f32`: exact up to 2^24 per entry, so corpora beyond 2^24
 //! tokens are refused (see `petrel_algorithms::ps_lda`).
 
-use crate::ps_mf::local_topology;
+use crate::ps_mf::{local_topology, take_monitor_result};
 use actix::prelude::*;
 use petrel_actors::ps::rules::RuleRegistry;
 use petrel_actors::ps::service::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
@@ -105,16 +105,7 @@ impl Default for PsLdaConfig {
 
 impl PsLdaConfig {
     pub fn consistency(&self) -> Result<Consistency, String> {
-        let s = self.staleness;
-        match self.consistency.to_ascii_lowercase().as_str() {
-            "bsp" => Ok(Consistency::Bsp),
-            "ssp" => Ok(Consistency::Ssp { staleness: s }),
-            "essp" => Ok(Consistency::Essp { staleness: s }),
-            "async" => Ok(Consistency::Async),
-            other => Err(format!(
-                "unknown consistency {other:?} (expected bsp, ssp, essp or async)"
-            )),
-        }
+        Consistency::from_name(&self.consistency, self.staleness)
     }
 
     pub fn tables(&self) -> Result<Vec<TableSpec>, String> {
@@ -716,12 +707,7 @@ pub fn run_local_with(
     register(Cluster::new(settings), job.clone())
         .run_in_process()
         .map_err(|e| e.to_string())?;
-    let r = job
-        .result
-        .lock()
-        .map_err(|_| "result lock poisoned".to_string())?
-        .take();
-    r.ok_or_else(|| "the monitor produced no result".to_string())
+    take_monitor_result(&job.result)
 }
 
 /// `petrel train ps-lda`.

@@ -13,7 +13,7 @@
 //! Data: LIBSVM files (`label idx:val ...`; labels may be any numbers, mapped in sorted order to
 //! classes) or synthetic separable classes.
 
-use crate::ps_mf::{MonitorInbox, WorkerDone};
+use crate::ps_mf::{MonitorInbox, WorkerDone, take_monitor_result};
 use actix::prelude::*;
 use petrel_actors::ps::rules::RuleRegistry;
 use petrel_actors::ps::service::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
@@ -502,12 +502,7 @@ pub fn run_local(
         })
         .run_in_process()
         .map_err(|e| e.to_string())?;
-    let r = job
-        .result
-        .lock()
-        .map_err(|_| "result lock poisoned".to_string())?
-        .take();
-    r.ok_or_else(|| "the monitor produced no result".to_string())
+    take_monitor_result(&job.result)
 }
 
 /// `petrel train ps-lr`.

@@ -119,16 +119,7 @@ impl Default for MfConfig {
 
 impl MfConfig {
     pub fn consistency(&self) -> Result<Consistency, String> {
-        let s = self.staleness;
-        match self.consistency.to_ascii_lowercase().as_str() {
-            "bsp" => Ok(Consistency::Bsp),
-            "ssp" => Ok(Consistency::Ssp { staleness: s }),
-            "essp" => Ok(Consistency::Essp { staleness: s }),
-            "async" => Ok(Consistency::Async),
-            other => Err(format!(
-                "unknown consistency {other:?} (expected bsp, ssp, essp or async)"
-            )),
-        }
+        Consistency::from_name(&self.consistency, self.staleness)
     }
 
     pub fn tables(&self) -> Result<Vec<TableSpec>, String> {
@@ -772,6 +763,14 @@ pub fn register_builtin(cluster: Cluster) -> Cluster {
         })
 }
 
+/// What a PS app's monitor left in its job's result slot once the in-process run ended.
+pub fn take_monitor_result<T>(slot: &std::sync::Mutex<Option<T>>) -> Result<T, String> {
+    slot.lock()
+        .map_err(|_| "result lock poisoned".to_string())?
+        .take()
+        .ok_or_else(|| "the monitor produced no result".to_string())
+}
+
 /// Runs an MF job on an in-process cluster (QUIC on 127.0.0.1, or the memory transport):
 /// `shards` shard nodes, `workers` worker nodes, the monitor on the first shard node.
 pub fn run_local(
@@ -821,12 +820,7 @@ pub fn run_local_with(
     let job = Arc::new(MfJob::new(&settings, cfg)?);
     let cluster = register(Cluster::new(settings), job.clone());
     cluster.run_in_process().map_err(|e| e.to_string())?;
-    let r = job
-        .result
-        .lock()
-        .map_err(|_| "result lock poisoned".to_string())?
-        .take();
-    r.ok_or_else(|| "the monitor produced no result".to_string())
+    take_monitor_result(&job.result)
 }
 
 /// `petrel train ps-mf`.

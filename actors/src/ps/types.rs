@@ -48,6 +48,20 @@ impl Consistency {
     pub fn is_essp(self) -> bool {
         matches!(self, Consistency::Essp { .. })
     }
+
+    /// The model a user names in settings or on the command line (`bsp`, `ssp`, `essp` or
+    /// `async`, any case); `staleness` is the bound of the SSP variants.
+    pub fn from_name(name: &str, staleness: u32) -> Result<Consistency, String> {
+        match name.to_ascii_lowercase().as_str() {
+            "bsp" => Ok(Consistency::Bsp),
+            "ssp" => Ok(Consistency::Ssp { staleness }),
+            "essp" => Ok(Consistency::Essp { staleness }),
+            "async" => Ok(Consistency::Async),
+            other => Err(format!(
+                "unknown consistency {other:?} (expected bsp, ssp, essp or async)"
+            )),
+        }
+    }
 }
 
 /// Dense rows have a fixed width; sparse rows hold sorted `(col, value)` pairs.
@@ -502,6 +516,22 @@ pub struct ReadRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consistency_names_parse_in_any_case_and_unknown_ones_are_refused() {
+        assert_eq!(Consistency::from_name("BSP", 3), Ok(Consistency::Bsp));
+        assert_eq!(
+            Consistency::from_name("ssp", 3),
+            Ok(Consistency::Ssp { staleness: 3 })
+        );
+        assert_eq!(
+            Consistency::from_name("Essp", 1),
+            Ok(Consistency::Essp { staleness: 1 })
+        );
+        assert_eq!(Consistency::from_name("async", 0), Ok(Consistency::Async));
+        let err = Consistency::from_name("eventual", 0).unwrap_err();
+        assert!(err.contains("\"eventual\"") && err.contains("bsp, ssp, essp or async"));
+    }
 
     #[test]
     fn dense_add_and_inc() {
