@@ -23,11 +23,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use petrel_actors::strads::{
-    BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, SchedulerOptions, Step,
-    StradsApp, WorkerSet, ring_members, run_scheduler, start_ring_worker,
+    BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
+    ring_members, start_ring_worker,
 };
 use petrel_actors::{Cluster, NodeContext};
-use petrel_messages::Priority;
 use serde::{Deserialize, Serialize};
 
 use super::{AppError, write_output};
@@ -722,25 +721,16 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
         Ok((corpus, app))
     })
     .await?;
-    ctx.barrier(READY_BARRIER)
-        .await
-        .map_err(|e| e.to_string())?;
-    let set = WorkerSet::<LdaApp>::resolve(&ctx.node, &workers, WORKER_ACTOR)
-        .map_err(|e| e.to_string())?;
-    let opts = SchedulerOptions {
-        timeout: Duration::from_secs(job.timeout_s.max(1)),
-        priority: Priority::NORMAL,
-        ..SchedulerOptions::default()
-    };
-    let before = ctx.node.net_stats();
-    run_scheduler(&mut app, &set, &opts)
-        .await
-        .map_err(|e| e.to_string())?;
-    let after = ctx.node.net_stats();
-    app.set_scheduler_bytes(
-        (after.sent_bytes + after.received_bytes)
-            .saturating_sub(before.sent_bytes + before.received_bytes),
-    );
+    let bytes = super::run_ready_scheduler::<LdaApp, _>(
+        &ctx,
+        &mut app,
+        &workers,
+        READY_BARRIER,
+        WORKER_ACTOR,
+        job.timeout_s,
+    )
+    .await?;
+    app.set_scheduler_bytes(bytes);
     let m = app.metrics();
     tracing::info!(
         loglik_per_token = m.final_loglik_per_token,

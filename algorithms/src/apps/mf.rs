@@ -22,11 +22,10 @@ use std::time::Duration;
 
 use ndarray::Array2;
 use petrel_actors::strads::{
-    BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, SchedulerOptions, Step,
-    StradsApp, WorkerSet, ring_members, run_scheduler, start_ring_worker,
+    BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
+    ring_members, start_ring_worker,
 };
 use petrel_actors::{Cluster, NodeContext};
-use petrel_messages::Priority;
 use petrel_messages::tensor::f32_bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -737,25 +736,16 @@ async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
         Ok((train, test, app))
     })
     .await?;
-    ctx.barrier(READY_BARRIER)
-        .await
-        .map_err(|e| e.to_string())?;
-    let set = WorkerSet::<MfApp>::resolve(&ctx.node, &workers, WORKER_ACTOR)
-        .map_err(|e| e.to_string())?;
-    let opts = SchedulerOptions {
-        timeout: Duration::from_secs(job.timeout_s.max(1)),
-        priority: Priority::NORMAL,
-        ..SchedulerOptions::default()
-    };
-    let before = ctx.node.net_stats();
-    run_scheduler(&mut app, &set, &opts)
-        .await
-        .map_err(|e| e.to_string())?;
-    let after = ctx.node.net_stats();
-    app.set_scheduler_bytes(
-        (after.sent_bytes + after.received_bytes)
-            .saturating_sub(before.sent_bytes + before.received_bytes),
-    );
+    let bytes = super::run_ready_scheduler::<MfApp, _>(
+        &ctx,
+        &mut app,
+        &workers,
+        READY_BARRIER,
+        WORKER_ACTOR,
+        job.timeout_s,
+    )
+    .await?;
+    app.set_scheduler_bytes(bytes);
     let (w, h) = app
         .factors()
         .ok_or("the job ended without collecting the factors")?;

@@ -73,3 +73,38 @@ pub async fn off_loop<T: Send + 'static>(
         .map_err(|e| format!("loader task: {e}"))?
         .map_err(|e| e.to_string())
 }
+
+/// The scheduler half of a rotation app's role once its state is built: waits until every
+/// worker is ready, runs the rounds, and returns the bytes the scheduler node moved
+/// meanwhile (what the ring keeps small).
+pub(crate) async fn run_ready_scheduler<A, S>(
+    ctx: &petrel_actors::NodeContext,
+    app: &mut S,
+    workers: &[String],
+    ready_barrier: &str,
+    worker_actor: &str,
+    timeout_s: u64,
+) -> Result<u64, String>
+where
+    A: petrel_actors::strads::StradsApp,
+    S: petrel_actors::strads::Schedule<A>,
+{
+    use petrel_actors::strads::{SchedulerOptions, WorkerSet, run_scheduler};
+    ctx.barrier(ready_barrier)
+        .await
+        .map_err(|e| e.to_string())?;
+    let set =
+        WorkerSet::<A>::resolve(&ctx.node, workers, worker_actor).map_err(|e| e.to_string())?;
+    let opts = SchedulerOptions {
+        timeout: std::time::Duration::from_secs(timeout_s.max(1)),
+        priority: petrel_messages::Priority::NORMAL,
+        ..SchedulerOptions::default()
+    };
+    let before = ctx.node.net_stats();
+    run_scheduler(app, &set, &opts)
+        .await
+        .map_err(|e| e.to_string())?;
+    let after = ctx.node.net_stats();
+    Ok((after.sent_bytes + after.received_bytes)
+        .saturating_sub(before.sent_bytes + before.received_bytes))
+}
