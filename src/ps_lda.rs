@@ -29,9 +29,8 @@
 //! Counts are integers kept in `f32`: exact up to 2^24 per entry, so corpora beyond 2^24
 //! tokens are refused (see `petrel_algorithms::ps_lda`).
 
-use crate::ps_mf::{local_topology, take_monitor_result};
+use crate::ps_mf::{local_topology, serve_shards, take_monitor_result};
 use actix::prelude::*;
-use petrel_actors::ps::rules::RuleRegistry;
 use petrel_actors::ps::service::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
 use petrel_actors::ps::stats::{StalenessReport, StalenessStats};
 use petrel_actors::ps::types::{Consistency, RowId, TableSpec};
@@ -312,25 +311,7 @@ impl Handler<Msg<LdaReport>> for MonitorInbox {
 }
 
 async fn shard_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String> {
-    let tables = job.cfg.tables()?;
-    let mut handles = Vec::new();
-    for s in job.layout.shards_on(&ctx.spec.name) {
-        handles.push(
-            service::start_shard(
-                &ctx.node,
-                &job.layout,
-                s,
-                tables.clone(),
-                &RuleRegistry::new(),
-                None,
-            )
-            .map_err(|e| e.to_string())?,
-        );
-    }
-    for r in futures::future::join_all(handles.into_iter().map(|h| h.wait())).await {
-        r?;
-    }
-    Ok(())
+    serve_shards(&ctx, &job.layout, job.cfg.tables()?).await
 }
 
 async fn worker_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String> {

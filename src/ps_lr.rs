@@ -13,9 +13,8 @@
 //! Data: LIBSVM files (`label idx:val ...`; labels may be any numbers, mapped in sorted order to
 //! classes) or synthetic separable classes.
 
-use crate::ps_mf::{MonitorInbox, WorkerDone, take_monitor_result};
+use crate::ps_mf::{MonitorInbox, WorkerDone, serve_shards, take_monitor_result};
 use actix::prelude::*;
-use petrel_actors::ps::rules::RuleRegistry;
 use petrel_actors::ps::service::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
 use petrel_actors::ps::stats::{StalenessReport, StalenessStats};
 use petrel_actors::ps::types::{Consistency, Row, RowId, TableId, TableSpec, UpdateRuleSpec};
@@ -293,24 +292,7 @@ impl LrJob {
 }
 
 async fn shard_role(ctx: NodeContext, job: Arc<LrJob>) -> Result<(), String> {
-    let mut hs = Vec::new();
-    for s in job.layout.shards_on(&ctx.spec.name) {
-        hs.push(
-            service::start_shard(
-                &ctx.node,
-                &job.layout,
-                s,
-                job.tables()?,
-                &RuleRegistry::new(),
-                None,
-            )
-            .map_err(|e| e.to_string())?,
-        );
-    }
-    for r in futures::future::join_all(hs.into_iter().map(|h| h.wait())).await {
-        r?;
-    }
-    Ok(())
+    serve_shards(&ctx, &job.layout, job.tables()?).await
 }
 
 async fn worker_role(ctx: NodeContext, job: Arc<LrJob>) -> Result<(), String> {

@@ -372,13 +372,22 @@ impl MfJob {
 }
 
 async fn shard_role(ctx: NodeContext, job: Arc<MfJob>) -> Result<(), String> {
-    let tables = job.cfg.tables()?;
+    serve_shards(&ctx, &job.layout, job.cfg.tables()?).await
+}
+
+/// The shard role of the PS apps: starts this node's shards of `layout` with the built-in
+/// rules and serves them until the job ends.
+pub async fn serve_shards(
+    ctx: &NodeContext,
+    layout: &PsLayout,
+    tables: Vec<TableSpec>,
+) -> Result<(), String> {
     let mut handles = Vec::new();
-    for s in job.layout.shards_on(&ctx.spec.name) {
+    for s in layout.shards_on(&ctx.spec.name) {
         handles.push(
             service::start_shard(
                 &ctx.node,
-                &job.layout,
+                layout,
                 s,
                 tables.clone(),
                 &RuleRegistry::new(),
