@@ -29,12 +29,11 @@
 //! Counts are integers kept in `f32`: exact up to 2^24 per entry, so corpora beyond 2^24
 //! tokens are refused (see `petrel_algorithms::ps_lda`).
 
-use crate::ps_mf::{local_topology, serve_shards, take_monitor_result};
-use actix::prelude::*;
+use crate::ps_mf::{local_topology, open_monitor, serve_shards, take_monitor_result};
 use petrel_actors::ps::service::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
 use petrel_actors::ps::stats::{StalenessReport, StalenessStats};
 use petrel_actors::ps::types::{Consistency, RowId, TableSpec};
-use petrel_actors::{Cluster, HandlerError, Msg, Node, NodeContext, Settings};
+use petrel_actors::{Cluster, Node, NodeContext, Settings};
 use petrel_algorithms::apps::lda::{
     LdaJob, LdaLayout, LdaMetrics, LoglikPoint, SyntheticCorpus, write_topic_files,
 };
@@ -45,10 +44,8 @@ use petrel_algorithms::ps_lda::{
 use petrel_algorithms::strads::lda::LdaConfig;
 use petrel_messages::{Priority, remote_message};
 use serde::{Deserialize, Serialize};
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -291,25 +288,6 @@ impl PsLdaJob {
     }
 }
 
-/// Receives the workers' reports.
-struct MonitorInbox {
-    reports: Rc<RefCell<Vec<LdaReport>>>,
-    notify: Rc<tokio::sync::Notify>,
-}
-
-impl Actor for MonitorInbox {
-    type Context = Context<Self>;
-}
-
-impl Handler<Msg<LdaReport>> for MonitorInbox {
-    type Result = Result<(), HandlerError>;
-    fn handle(&mut self, msg: Msg<LdaReport>, _: &mut Context<Self>) -> Self::Result {
-        self.reports.borrow_mut().push(msg.body);
-        self.notify.notify_waiters();
-        Ok(())
-    }
-}
-
 async fn shard_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String> {
     serve_shards(&ctx, &job.layout, job.cfg.tables()?).await
 }
@@ -458,17 +436,7 @@ async fn wait_min_clock(node: &Node, layout: &PsLayout, clock: u64) -> Result<()
 
 async fn monitor_role(ctx: NodeContext, job: Arc<PsLdaJob>) -> Result<(), String> {
     let cfg = &job.cfg;
-    let reports = Rc::new(RefCell::new(Vec::new()));
-    let notify = Rc::new(tokio::sync::Notify::new());
-    let inbox = MonitorInbox {
-        reports: reports.clone(),
-        notify: notify.clone(),
-    }
-    .start();
-    ctx.node
-        .register(MONITOR_ACTOR, inbox)
-        .map_err(|e| e.to_string())?
-        .accept::<LdaReport>();
+    let (reports, notify) = open_monitor::<LdaReport>(&ctx.node, MONITOR_ACTOR)?;
     service::wait_for_shards(&ctx.node, &job.layout, Duration::from_secs(30)).await?;
     let start = Instant::now();
     let timeout = ctx.node.default_timeout();

@@ -13,8 +13,7 @@
 //! Data: LIBSVM files (`label idx:val ...`; labels may be any numbers, mapped in sorted order to
 //! classes) or synthetic separable classes.
 
-use crate::ps_mf::{MonitorInbox, WorkerDone, serve_shards, take_monitor_result};
-use actix::prelude::*;
+use crate::ps_mf::{WorkerDone, open_monitor, serve_shards, take_monitor_result};
 use petrel_actors::ps::service::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
 use petrel_actors::ps::stats::{StalenessReport, StalenessStats};
 use petrel_actors::ps::types::{Consistency, Row, RowId, TableId, TableSpec, UpdateRuleSpec};
@@ -26,10 +25,8 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -364,17 +361,7 @@ async fn run_worker(node: Node, job: Arc<LrJob>, c: PsClient) -> Result<(), Stri
 }
 
 async fn monitor_role(ctx: NodeContext, job: Arc<LrJob>) -> Result<(), String> {
-    let reports = Rc::new(RefCell::new(Vec::new()));
-    let notify = Rc::new(tokio::sync::Notify::new());
-    let inbox = MonitorInbox {
-        reports: reports.clone(),
-        notify: notify.clone(),
-    }
-    .start();
-    ctx.node
-        .register(MONITOR_ACTOR, inbox)
-        .map_err(|e| e.to_string())?
-        .accept::<WorkerDone>();
+    let (reports, notify) = open_monitor::<WorkerDone>(&ctx.node, MONITOR_ACTOR)?;
     service::wait_for_shards(&ctx.node, &job.layout, Duration::from_secs(30)).await?;
     let (k, bias) = (job.data.n_classes(), job.bias());
     let timeout = ctx.node.default_timeout();

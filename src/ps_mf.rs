@@ -304,23 +304,44 @@ pub struct MfModel {
     pub items: Vec<Vec<f32>>,
 }
 
-/// Receives `WorkerDone` reports (shared with the other PS apps' monitors).
-pub(crate) struct MonitorInbox {
-    pub(crate) reports: Rc<RefCell<Vec<WorkerDone>>>,
-    pub(crate) notify: Rc<tokio::sync::Notify>,
+/// A PS app's monitor inbox: collects the workers' reports of type `M` (replies `()`).
+struct MonitorInbox<M> {
+    reports: Rc<RefCell<Vec<M>>>,
+    notify: Rc<tokio::sync::Notify>,
 }
 
-impl Actor for MonitorInbox {
+impl<M: 'static> Actor for MonitorInbox<M> {
     type Context = Context<Self>;
 }
 
-impl Handler<Msg<WorkerDone>> for MonitorInbox {
+impl<M: petrel_messages::RemoteMessage<Reply = ()>> Handler<Msg<M>> for MonitorInbox<M> {
     type Result = Result<(), HandlerError>;
-    fn handle(&mut self, msg: Msg<WorkerDone>, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Msg<M>, _: &mut Context<Self>) -> Self::Result {
         self.reports.borrow_mut().push(msg.body);
         self.notify.notify_waiters();
         Ok(())
     }
+}
+
+/// The reports a monitor has received, and a signal for each new one.
+pub(crate) type MonitorReports<M> = (Rc<RefCell<Vec<M>>>, Rc<tokio::sync::Notify>);
+
+/// Starts a monitor inbox registered as `actor` on this node for reports of type `M`.
+pub(crate) fn open_monitor<M: petrel_messages::RemoteMessage<Reply = ()>>(
+    node: &petrel_actors::Node,
+    actor: &str,
+) -> Result<MonitorReports<M>, String> {
+    let reports = Rc::new(RefCell::new(Vec::new()));
+    let notify = Rc::new(tokio::sync::Notify::new());
+    let inbox = MonitorInbox {
+        reports: reports.clone(),
+        notify: notify.clone(),
+    }
+    .start();
+    node.register(actor, inbox)
+        .map_err(|e| e.to_string())?
+        .accept::<M>();
+    Ok((reports, notify))
 }
 
 const MONITOR_ACTOR: &str = "ps-mf-monitor";
@@ -599,17 +620,7 @@ fn test_rmse(job: &MfJob, m: &MfModel) -> f64 {
 
 async fn monitor_role(ctx: NodeContext, job: Arc<MfJob>) -> Result<(), String> {
     let cfg = &job.cfg;
-    let reports = Rc::new(RefCell::new(Vec::new()));
-    let notify = Rc::new(tokio::sync::Notify::new());
-    let inbox = MonitorInbox {
-        reports: reports.clone(),
-        notify: notify.clone(),
-    }
-    .start();
-    ctx.node
-        .register(MONITOR_ACTOR, inbox)
-        .map_err(|e| e.to_string())?
-        .accept::<WorkerDone>();
+    let (reports, notify) = open_monitor::<WorkerDone>(&ctx.node, MONITOR_ACTOR)?;
     service::wait_for_shards(&ctx.node, &job.layout, Duration::from_secs(30)).await?;
     let timeout = ctx.node.default_timeout();
     let start = Instant::now();
