@@ -12,13 +12,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use petrel::algorithms::apps::p3::{
-    DnnStageModel, ModelFactory, P3Job, Progress, StageModel, run_cluster,
-};
-use petrel::algorithms::dnn::data::{Dataset, teacher_mlp, template_images};
-use petrel::algorithms::dnn::{Sequential, SgdMomentum};
-use petrel::algorithms::p3::plan::Mode;
+use petrel::ml::dnn::data::{Dataset, teacher_mlp, template_images};
+use petrel::ml::dnn::{Sequential, SgdMomentum};
 use petrel::net::NetConfig;
+use petrel::p3::core::plan::Mode;
+use petrel::p3::shells::{DnnStageModel, ModelFactory, P3Job, Progress, StageModel, run_cluster};
 
 #[derive(Parser, Debug)]
 struct Args {

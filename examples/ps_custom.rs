@@ -9,10 +9,10 @@
 //! own deltas additively, as Bösen's client does; the ratio `sum / count` is insensitive to
 //! the difference). Run: `cargo run --release --example ps_custom`
 
-use petrel::actors::ps::rules::{RuleRegistry, UpdateRule};
-use petrel::actors::ps::service::{self, PsClient, PsLayout, TablesBuilder};
-use petrel::actors::ps::types::{Consistency, Row, RowId, TableId, UpdateRuleSpec};
 use petrel::actors::{Cluster, NodeContext, Topology};
+use petrel::ps::core::rules::{RuleRegistry, UpdateRule};
+use petrel::ps::core::types::{Consistency, Row, RowId, TableId, UpdateRuleSpec};
+use petrel::ps::shells::{self, PsClient, PsLayout, TablesBuilder};
 use std::time::Duration;
 
 const DIM: usize = 2;
@@ -144,7 +144,7 @@ fn main() -> Result<(), String> {
             let (lay, tables) = (l1.clone(), t1.clone());
             Box::pin(async move {
                 let s = lay.shards_on(&ctx.spec.name)[0];
-                service::start_shard(&ctx.node, &lay, s, tables, &registry(), None)
+                shells::start_shard(&ctx.node, &lay, s, tables, &registry(), None)
                     .map_err(|e| e.to_string())?
                     .wait()
                     .await
@@ -153,7 +153,7 @@ fn main() -> Result<(), String> {
         .role("worker", move |ctx: NodeContext| {
             let (lay, tables) = (l2.clone(), t2.clone());
             Box::pin(async move {
-                service::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
+                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
                 let w = lay.workers_on(&ctx.spec.name)[0];
                 worker(PsClient::start(&ctx.node, &lay, w, tables).map_err(|e| e.to_string())?)
                     .await

@@ -5,7 +5,7 @@
 //! triplets, e.g. MovieLens `u.data`, or MatrixMarket) to train on it; synthetic low-rank data
 //! otherwise. `cargo run --release --example ps_mf -- [ratings-file]`
 
-use petrel::ps_mf::{MfConfig, run_local};
+use petrel::ps::apps::mf::{MfConfig, run_local};
 
 fn main() -> Result<(), String> {
     petrel::init_tracing();

@@ -12,11 +12,11 @@
 //! The runtime provides the actors (`start_worker`), the round loop with pipelining
 //! (`run_scheduler`) and the transport. Run: `cargo run --release --example strads_custom`.
 
-use petrel::actors::strads::{
-    Plan, Push, Schedule, SchedulerOptions, Step, StradsApp, WorkerSet, run_scheduler, start_worker,
-};
 use petrel::actors::{Cluster, NodeContext, Topology};
 use petrel::messages::tensor::f32_bytes;
+use petrel::strads::shells::{
+    Plan, Push, Schedule, SchedulerOptions, Step, StradsApp, WorkerSet, run_scheduler, start_worker,
+};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -60,28 +60,28 @@ fn text(data: &[u8]) -> &[u8] {
 }
 
 pub fn libsvm(data: &[u8]) {
-    let _ = petrel_algorithms::data::libsvm::parse_libsvm(text(data), "fuzz.libsvm");
+    let _ = petrel_ml::data::libsvm::parse_libsvm(text(data), "fuzz.libsvm");
 }
 
 pub fn ratings(data: &[u8]) {
-    let _ = petrel_algorithms::data::ratings::parse_triplets(text(data), "fuzz.data");
-    let _ = petrel_algorithms::data::ratings::parse_matrix_market(text(data), "fuzz.mtx");
+    let _ = petrel_ml::data::ratings::parse_triplets(text(data), "fuzz.data");
+    let _ = petrel_ml::data::ratings::parse_matrix_market(text(data), "fuzz.mtx");
 }
 
 pub fn bag_of_words(data: &[u8]) {
-    let _ = petrel_algorithms::data::bow::parse_docword(text(data), "docword.fuzz.txt");
-    let _ = petrel_algorithms::data::bow::parse_vocab(text(data), "vocab.fuzz.txt");
+    let _ = petrel_ml::data::bow::parse_docword(text(data), "docword.fuzz.txt");
+    let _ = petrel_ml::data::bow::parse_vocab(text(data), "vocab.fuzz.txt");
 }
 
 pub fn idx(data: &[u8]) {
-    let _ = petrel_algorithms::dnn::data::parse_idx_images(data, Path::new("fuzz-images.idx"));
-    let _ = petrel_algorithms::dnn::data::parse_idx_labels(data, Path::new("fuzz-labels.idx"));
+    let _ = petrel_ml::dnn::data::parse_idx_images(data, Path::new("fuzz-images.idx"));
+    let _ = petrel_ml::dnn::data::parse_idx_labels(data, Path::new("fuzz-labels.idx"));
 }
 
 pub fn model_profile(data: &[u8]) {
     if let Ok(s) = std::str::from_utf8(data) {
-        let _ = petrel_algorithms::p3::profile::ModelProfile::from_toml_str(s, "fuzz.toml");
-        let _ = petrel_algorithms::p3::profile::ModelProfile::from_json_str(s, "fuzz.json");
+        let _ = petrel_p3::core::profile::ModelProfile::from_toml_str(s, "fuzz.toml");
+        let _ = petrel_p3::core::profile::ModelProfile::from_json_str(s, "fuzz.json");
     }
 }
 
@@ -92,15 +92,15 @@ pub fn config(data: &[u8]) {
 }
 
 pub fn ps_row(data: &[u8]) {
-    let _ = petrel_actors::ps::types::Row::decode(data);
+    let _ = petrel_ps::core::types::Row::decode(data);
 }
 
 /// The wire types of the three systems and the demo: PS requests and replies, P3 slices,
 /// and STRADS dispatches, partials, commits and ring handoffs of every built-in app.
 pub fn system_messages(data: &[u8]) {
-    use petrel_actors::ps::service::{ShardState, ToClient, ToShard};
-    use petrel_actors::strads::{Commit, Dispatch, PartialResult, StradsApp};
-    use petrel_algorithms::apps::{lasso::LassoApp, lda::LdaApp, logistic::LogisticApp, mf::MfApp};
+    use petrel_ps::shells::{ShardState, ToClient, ToShard};
+    use petrel_strads::apps::{lasso::LassoApp, lda::LdaApp, logistic::LogisticApp, mf::MfApp};
+    use petrel_strads::shells::{Commit, Dispatch, PartialResult, StradsApp};
 
     fn strads<A: StradsApp>(data: &[u8]) {
         body::<Dispatch<A>>(data);
@@ -110,18 +110,18 @@ pub fn system_messages(data: &[u8]) {
 
     body::<ToShard>(data);
     body::<ToClient>(data);
-    body::<petrel_actors::ps::service::ShardQuery>(data);
+    body::<petrel_ps::shells::ShardQuery>(data);
     let _ = decode_body::<ShardState>("shard-state", data);
-    body::<petrel_algorithms::apps::p3::PushGrad>(data);
-    body::<petrel_algorithms::apps::p3::InitSlice>(data);
-    let _ = decode_body::<petrel_algorithms::apps::p3::SliceValues>("p3-slice", data);
+    body::<petrel_p3::shells::PushGrad>(data);
+    body::<petrel_p3::shells::InitSlice>(data);
+    let _ = decode_body::<petrel_p3::shells::SliceValues>("p3-slice", data);
     body::<crate::demo::Contribution>(data);
     let _ = decode_body::<crate::demo::RoundMean>("demo-mean", data);
-    body::<crate::ps_mf::WorkerDone>(data);
+    body::<petrel_ps::apps::mf::WorkerDone>(data);
     strads::<LassoApp>(data);
     strads::<LogisticApp>(data);
     strads::<MfApp>(data);
     strads::<LdaApp>(data);
-    body::<petrel_actors::strads::Handoff<MfApp>>(data);
-    body::<petrel_actors::strads::Handoff<LdaApp>>(data);
+    body::<petrel_strads::shells::Handoff<MfApp>>(data);
+    body::<petrel_strads::shells::Handoff<LdaApp>>(data);
 }

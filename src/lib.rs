@@ -9,22 +9,21 @@
 //! benchmarks.
 
 pub use petrel_actors as actors;
-pub use petrel_algorithms as algorithms;
 pub use petrel_messages as messages;
+pub use petrel_ml as ml;
 pub use petrel_net as net;
+pub use petrel_p3 as p3;
+pub use petrel_ps as ps;
+pub use petrel_strads as strads;
 
 pub mod bench;
 pub mod demo;
 pub mod fuzzing;
 pub mod launcher;
 pub mod netns;
-pub mod p3_node;
-pub mod ps_lda;
-pub mod ps_lr;
-pub mod ps_mf;
 pub mod report;
 pub mod roles;
-pub mod strads;
+pub mod train;
 
 /// Sets up `tracing` output to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_tracing() {

@@ -102,22 +102,22 @@ enum NetnsCommand {
 enum TrainCommand {
     /// Matrix factorization by SGD on the parameter server (BSP/SSP/ESSP/async).
     #[command(name = "ps-mf")]
-    PsMf(petrel::ps_mf::TrainArgs),
+    PsMf(petrel::ps::apps::mf::TrainArgs),
     /// Multinomial logistic regression (LIBSVM data) on the parameter server.
     #[command(name = "ps-lr")]
-    PsLr(petrel::ps_lr::TrainArgs),
+    PsLr(petrel::ps::apps::lr::TrainArgs),
     /// LDA by collapsed Gibbs sampling, data-parallel on the parameter server (SSP).
     #[command(name = "ps-lda")]
-    PsLda(petrel::ps_lda::TrainArgs),
+    PsLda(petrel::ps::apps::lda::TrainArgs),
     /// Lasso by scheduled coordinate descent (STRADS): coefficients.tsv + metrics.json.
-    Lasso(petrel::strads::LassoArgs),
+    Lasso(petrel::train::LassoArgs),
     /// Matrix factorisation by CCD++ with block rotation (STRADS): factors + metrics.json.
     #[command(name = "strads-mf")]
-    StradsMf(petrel::strads::MfArgs),
+    StradsMf(petrel::train::MfArgs),
     /// LDA by collapsed Gibbs sampling with word rotation (STRADS): topics + metrics.json.
-    Lda(petrel::strads::LdaArgs),
+    Lda(petrel::train::LdaArgs),
     /// Sparse logistic regression by scheduled coordinate descent (Lasso options).
-    Logistic(petrel::strads::LassoArgs),
+    Logistic(petrel::train::LassoArgs),
 }
 
 #[derive(Subcommand)]
@@ -301,13 +301,13 @@ fn dispatch(command: Command) -> Result<(), String> {
         },
         // commands dispatch: applications add their arms below this line
         Command::Train { app } => match app {
-            TrainCommand::PsMf(args) => petrel::ps_mf::train_cli(args),
-            TrainCommand::PsLr(args) => petrel::ps_lr::train_cli(args),
-            TrainCommand::PsLda(args) => petrel::ps_lda::train_cli(args),
-            TrainCommand::Lasso(args) => petrel::strads::train_lasso(args),
-            TrainCommand::StradsMf(args) => petrel::strads::train_mf(args),
-            TrainCommand::Lda(args) => petrel::strads::train_lda(args),
-            TrainCommand::Logistic(args) => petrel::strads::train_logistic(args),
+            TrainCommand::PsMf(args) => petrel::ps::apps::mf::train_cli(args),
+            TrainCommand::PsLr(args) => petrel::ps::apps::lr::train_cli(args),
+            TrainCommand::PsLda(args) => petrel::ps::apps::lda::train_cli(args),
+            TrainCommand::Lasso(args) => petrel::train::train_lasso(args),
+            TrainCommand::StradsMf(args) => petrel::train::train_mf(args),
+            TrainCommand::Lda(args) => petrel::train::train_lda(args),
+            TrainCommand::Logistic(args) => petrel::train::train_logistic(args),
         },
     }
 }

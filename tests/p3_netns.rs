@@ -104,12 +104,12 @@ fn p3_builtin_roles_run_as_separate_processes() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "petrel run failed:\n{err}");
-    let params = petrel::p3_node::load_profile("resnet50")
+    let params = petrel::p3::roles::load_profile("resnet50")
         .unwrap()
         .scaled(0.002)
         .total_params();
     for w in 0..2 {
-        let r = petrel::p3_node::WorkerReportFile::read(&reports, w).unwrap();
+        let r = petrel::p3::roles::WorkerReportFile::read(&reports, w).unwrap();
         assert_eq!(r.worker, w);
         assert_eq!(r.mode, "p3");
         assert_eq!(r.marks_s.len(), 4, "{r:?}");

@@ -1,11 +1,11 @@
 //! The parameter server through the actors: in-process clusters (memory transport unless
 //! noted), shards and workers on separate nodes.
 
-use petrel::actors::ps::rules::RuleRegistry;
-use petrel::actors::ps::service::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
-use petrel::actors::ps::types::{Consistency, Row, RowId, TableId, TableSpec};
 use petrel::actors::{Cluster, NodeContext, Topology};
-use petrel::ps_mf::{self, MfConfig};
+use petrel::ps::apps::mf::{self, MfConfig};
+use petrel::ps::core::rules::RuleRegistry;
+use petrel::ps::core::types::{Consistency, Row, RowId, TableId, TableSpec};
+use petrel::ps::shells::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,9 +75,8 @@ fn run_from(
             Box::pin(async move {
                 let s = lay.shards_on(&ctx.spec.name)[0];
                 let from = resume.as_ref().map(|(d, c)| (d.as_path(), *c));
-                let h =
-                    service::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), from)
-                        .map_err(|e| e.to_string())?;
+                let h = shells::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), from)
+                    .map_err(|e| e.to_string())?;
                 let addr = h.addr.clone();
                 h.wait().await?;
                 // Every worker left: read this shard's final rows.
@@ -100,7 +99,7 @@ fn run_from(
             let (lay, tables, program) = (l2.clone(), t2.clone(), program.clone());
             let clock = resume2.as_ref().map_or(0, |r| r.1);
             Box::pin(async move {
-                service::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
+                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
                 let w = lay.workers_on(&ctx.spec.name)[0];
                 let c = PsClient::start_at(&ctx.node, &lay, w, tables, clock)
                     .map_err(|e| e.to_string())?;
@@ -110,9 +109,7 @@ fn run_from(
         });
     cluster.run_in_process().map_err(|e| e.to_string())?;
     let states = out.lock().unwrap().take().unwrap_or_default();
-    Ok(service::merge_tables(&states)
-        .remove(&T)
-        .unwrap_or_default())
+    Ok(shells::merge_tables(&states).remove(&T).unwrap_or_default())
 }
 
 /// Worker `w` at clock `c` adds `f(w, c, r)` to row `r`, after reading every row and checking
@@ -307,9 +304,8 @@ fn a_dead_shard_stops_the_run_with_an_error_naming_it() {
             let (lay, tables) = (l1.clone(), t1.clone());
             Box::pin(async move {
                 let s = lay.shards_on(&ctx.spec.name)[0];
-                let h =
-                    service::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), None)
-                        .map_err(|e| e.to_string())?;
+                let h = shells::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), None)
+                    .map_err(|e| e.to_string())?;
                 if s == 1 {
                     // Shard 1 crashes while the workers are running.
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -321,7 +317,7 @@ fn a_dead_shard_stops_the_run_with_an_error_naming_it() {
         .role("worker", move |ctx: NodeContext| {
             let (lay, tables) = (l2.clone(), t2.clone());
             Box::pin(async move {
-                service::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
+                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
                 let w = lay.workers_on(&ctx.spec.name)[0];
                 let c = PsClient::start(&ctx.node, &lay, w, tables).map_err(|e| e.to_string())?;
                 loop {
@@ -363,7 +359,7 @@ fn mf_rmse_decreases_on_synthetic_data() {
         out: Some(dir.path().to_path_buf()),
         ..small_mf("ssp")
     };
-    let r = ps_mf::run_local_with(cfg, 2, 2, "quic", patient).unwrap();
+    let r = mf::run_local_with(cfg, 2, 2, "quic", patient).unwrap();
     assert!(
         r.final_rmse < 0.7 * r.initial_rmse,
         "{} -> {}",
@@ -389,7 +385,7 @@ fn mf_stops_at_target_rmse() {
         max_clocks: 10_000,
         ..small_mf("essp")
     };
-    let r = ps_mf::run_local_with(cfg, 1, 2, "quic", patient).unwrap();
+    let r = mf::run_local_with(cfg, 1, 2, "quic", patient).unwrap();
     assert!(r.reached_target);
     assert!(r.time_to_target_s.is_some());
     assert!(r.worker_clocks.iter().all(|&c| c < 10_000));
@@ -402,7 +398,7 @@ fn a_dead_worker_stops_the_run_with_an_error_naming_it() {
         ..small_mf("bsp")
     };
     let t0 = std::time::Instant::now();
-    let err = ps_mf::run_local_with(cfg, 2, 2, "quic", |s| {
+    let err = mf::run_local_with(cfg, 2, 2, "quic", |s| {
         s.cluster.failure_timeout_ms = 4000;
     })
     .unwrap_err();
@@ -435,7 +431,7 @@ fn checkpoint_through_the_actors_and_resume_with_identical_tables() {
             c.barrier().await.map_err(|e| e.to_string())?;
             if c.worker() == 0 {
                 let node = NODE.with(|n| n.borrow().clone()).ok_or("no node")?;
-                let states = service::snapshot_all(
+                let states = shells::snapshot_all(
                     &node,
                     &lay,
                     ShardQuery::Checkpoint {
@@ -445,7 +441,7 @@ fn checkpoint_through_the_actors_and_resume_with_identical_tables() {
                 )
                 .await?;
                 let clocks: Vec<_> = states.iter().map(|s| s.checkpoint_clock).collect();
-                *ck.lock().unwrap() = Some((clocks, service::merge_tables(&states)));
+                *ck.lock().unwrap() = Some((clocks, shells::merge_tables(&states)));
             }
             c.barrier().await.map_err(|e| e.to_string())?;
             c.inc(T, RowId(0), 1, 100.0).map_err(|e| e.to_string())?;
@@ -520,7 +516,7 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
         eval_ms: 20,
         ..MfConfig::default()
     };
-    let r = ps_mf::run_local_with(cfg, 2, 2, "quic", patient).unwrap();
+    let r = mf::run_local_with(cfg, 2, 2, "quic", patient).unwrap();
     assert!(
         r.final_rmse < 0.8 * r.initial_rmse,
         "{} -> {}",
@@ -534,7 +530,7 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
 
     let bad = dir.path().join("bad.data");
     std::fs::write(&bad, "1 1 5\n2 x\n").unwrap();
-    let err = ps_mf::run_local(
+    let err = mf::run_local(
         MfConfig {
             data: Some(bad),
             ..MfConfig::default()
@@ -549,7 +545,7 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
 
 #[test]
 fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
-    use petrel::actors::ps::managed::{BandwidthManager, SendPolicy};
+    use petrel::ps::core::managed::{BandwidthManager, SendPolicy};
     let tables = TablesBuilder::new()
         .dense("t", 4, Consistency::Ssp { staleness: 1 })
         .build()
@@ -572,14 +568,10 @@ fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
             // The shards have row 5 (and only row 5) although the worker has not clocked.
             let mut seen = std::collections::HashMap::new();
             for _ in 0..100 {
-                let st = service::snapshot_all(
-                    &node,
-                    &lay,
-                    ShardQuery::Snapshot,
-                    Duration::from_secs(5),
-                )
-                .await?;
-                seen = service::merge_tables(&st).remove(&T).unwrap_or_default();
+                let st =
+                    shells::snapshot_all(&node, &lay, ShardQuery::Snapshot, Duration::from_secs(5))
+                        .await?;
+                seen = shells::merge_tables(&st).remove(&T).unwrap_or_default();
                 if !seen.is_empty() {
                     break;
                 }
@@ -608,7 +600,7 @@ fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
 
 #[test]
 fn logistic_regression_on_the_ps_learns_libsvm_classes() {
-    use petrel::ps_lr::{self, LrConfig};
+    use petrel::ps::apps::lr::{self, LrConfig};
     let dir = tempfile::tempdir().unwrap();
     // Three classes labelled 1, 2, 3 by the sign pattern of two features, in LIBSVM form.
     let mut text = String::new();
@@ -634,7 +626,7 @@ fn logistic_regression_on_the_ps_learns_libsvm_classes() {
         eval_ms: 20,
         ..LrConfig::default()
     };
-    let r = ps_lr::run_local(cfg, 2, 2, "quic").unwrap();
+    let r = lr::run_local(cfg, 2, 2, "quic").unwrap();
     assert_eq!(r.n_classes, 3);
     // The untrained model (zero weights) predicts uniformly: log-loss ln(3). The first
     // monitored value is taken after training started, so it is no fixed reference.

@@ -2,9 +2,9 @@
 //! 2 shards) on a UCI bag-of-words file written from a corpus sampled from the LDA model,
 //! and clear errors for malformed input.
 
-use petrel::ps_lda::{PsLdaConfig, run_local};
-use petrel_algorithms::data::Corpus;
-use petrel_algorithms::data::synthetic::{LdaCorpusParams, lda_corpus};
+use petrel::ps::apps::lda::{PsLdaConfig, run_local};
+use petrel_ml::data::Corpus;
+use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
 use std::fmt::Write as _;
 use std::path::Path;
 

@@ -2,10 +2,11 @@
 //! fits low-rank ratings; word-rotation LDA over QUIC gives exactly the serial driver's
 //! counts and log-likelihood for the same seed.
 
-use petrel::strads::{run_lda_job, run_mf_job};
-use petrel_algorithms::apps::lda::{LdaJob, SyntheticCorpus};
-use petrel_algorithms::apps::mf::{MfJob, SyntheticRatings};
-use petrel_algorithms::strads::lda::LdaCluster;
+use petrel::train::{run_lda_job, run_mf_job};
+use petrel_ml::topic::SyntheticCorpus;
+use petrel_strads::apps::lda::LdaJob;
+use petrel_strads::apps::mf::{MfJob, SyntheticRatings};
+use petrel_strads::core::lda::LdaCluster;
 
 #[test]
 fn mf_on_actors_fits_and_writes_factors() {

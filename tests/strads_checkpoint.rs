@@ -2,8 +2,8 @@
 //! right after a checkpoint and is resumed ends with exactly the coefficients of an
 //! uninterrupted run. (The multi-process SIGKILL version is in `tests/cli.rs`.)
 
-use petrel::strads::{lasso_settings, read_metrics, run_cluster};
-use petrel_algorithms::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
+use petrel::train::{lasso_settings, read_metrics, run_cluster};
+use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
 use std::path::Path;
 
 /// Runs the job on an in-process cluster (memory transport). A role that fails makes the

@@ -2,8 +2,8 @@
 //! same seed giving bit-identical coefficients with no actors at all, with actors over QUIC
 //! in one process, and with the scheduler and workers in separate processes.
 
-use petrel::strads::run_lasso_job;
-use petrel_algorithms::apps::lasso::{LassoJob, SyntheticLasso, run_without_actors};
+use petrel::train::run_lasso_job;
+use petrel_strads::apps::lasso::{LassoJob, SyntheticLasso, run_without_actors};
 use std::path::Path;
 
 fn job(out: &Path, depth: usize) -> LassoJob {

@@ -2,9 +2,9 @@
 //! (schedulers on separate nodes and on one node), across processes with `petrel run` and
 //! the example TOML, and misconfigurations that must fail fast with a clear error.
 
-use petrel::strads::{lasso_scheduler_nodes, read_json, run_lasso_job_on, star_settings_with};
-use petrel_algorithms::apps::lasso::multi::MultiLassoMetrics;
-use petrel_algorithms::apps::lasso::{LassoJob, SyntheticLasso, WORKER_ROLE, run_without_actors};
+use petrel::train::{lasso_scheduler_nodes, read_json, run_lasso_job_on, star_settings_with};
+use petrel_strads::apps::lasso::multi::MultiLassoMetrics;
+use petrel_strads::apps::lasso::{LassoJob, SyntheticLasso, WORKER_ROLE, run_without_actors};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

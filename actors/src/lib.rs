@@ -14,9 +14,7 @@ pub mod durable;
 pub mod error;
 pub mod mailbox;
 pub mod node;
-pub mod ps;
 pub mod settings;
-pub mod strads;
 pub mod topology;
 
 pub use address::{ActorRef, Msg};

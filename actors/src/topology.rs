@@ -473,3 +473,26 @@ async fn first_failure(events: &mut tokio::sync::broadcast::Receiver<PeerEvent>)
         }
     }
 }
+
+/// The job of a built-in app, built once per process from `[app.<section>]` on first use, so
+/// all its roles on one node share it; a bad section fails every role with the reason.
+pub fn lazy_job<C, J>(
+    settings: Settings,
+    section: &'static str,
+    build: impl Fn(&Settings, C) -> Result<J, String> + Send + Sync + 'static,
+) -> impl Fn() -> Result<Arc<J>, String> + Clone + Send + Sync + 'static
+where
+    C: serde::de::DeserializeOwned + Default,
+    J: Send + Sync + 'static,
+{
+    let cell: std::sync::Arc<std::sync::OnceLock<Result<Arc<J>, String>>> =
+        std::sync::Arc::new(std::sync::OnceLock::new());
+    let build = Arc::new(build);
+    move || {
+        cell.get_or_init(|| {
+            let cfg: C = settings.app(section).map_err(|e| e.to_string())?;
+            build(&settings, cfg).map(Arc::new)
+        })
+        .clone()
+    }
+}

@@ -153,3 +153,27 @@ mod tests {
         assert!(Tensor::new(vec![2], vec![1.0]).is_err());
     }
 }
+
+/// `#[serde(with = "petrel_messages::tensor::f64_bytes")]` for a `Vec<f64>`: raw little-endian bytes on the wire.
+pub mod f64_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(data: &[f64], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        s.serialize_bytes(&bytes)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+        let bytes = serde_bytes::ByteBuf::deserialize(d)?;
+        if bytes.len() % 8 != 0 {
+            return Err(serde::de::Error::custom(format!(
+                "f64 payload of {} bytes is not a multiple of 8",
+                bytes.len()
+            )));
+        }
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect())
+    }
+}

@@ -7,8 +7,8 @@
 //! time `clock_ms` of the others. The run of a model stops when the held-out RMSE reaches
 //! `target_rmse` or after `max_seconds`.
 
-use crate::ps_mf::{self, MfConfig, MfResult};
 use crate::report::{Table, fmt, print_json};
+use petrel_ps::apps::mf::{self, MfConfig, MfResult};
 use plotters::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -113,7 +113,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut results: Vec<(String, MfResult)> = Vec::new();
     for m in &args.models {
         eprintln!("running {m} ...");
-        let r = ps_mf::run_local_with(
+        let r = mf::run_local_with(
             config(&args, m),
             args.shards,
             args.workers,

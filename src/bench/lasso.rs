@@ -6,9 +6,9 @@
 
 use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, fmt, print_json};
-use crate::strads::run_lasso_job;
-use petrel_algorithms::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
-use petrel_algorithms::strads::lasso::LassoCluster;
+use crate::train::run_lasso_job;
+use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
+use petrel_strads::core::lasso::LassoCluster;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -223,7 +223,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     table.print();
     // Plot the first run of each mode: relative objective gap against time and updates.
-    let series_of = |f: &dyn Fn(&petrel_algorithms::apps::lasso::ObjectivePoint) -> f64| {
+    let series_of = |f: &dyn Fn(&petrel_strads::apps::lasso::ObjectivePoint) -> f64| {
         results
             .iter()
             .map(|(mode, runs)| Series {

@@ -6,9 +6,9 @@
 
 use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, print_json};
-use crate::strads::run_lasso_job_on;
-use petrel_algorithms::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
-use petrel_algorithms::strads::lasso::LassoCluster;
+use crate::train::run_lasso_job_on;
+use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
+use petrel_strads::core::lasso::LassoCluster;
 use serde::Serialize;
 use std::path::PathBuf;
 

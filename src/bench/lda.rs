@@ -6,10 +6,11 @@
 //! time (both measured from the end of initialisation).
 
 use crate::bench::strads_plot::{Series, line_plot};
-use crate::ps_lda::{PsLdaConfig, PsLdaMetrics};
 use crate::report::{Table, print_json};
-use crate::strads::run_lda_job;
-use petrel_algorithms::apps::lda::{LdaJob, LdaMetrics, LoglikPoint, SyntheticCorpus};
+use crate::train::run_lda_job;
+use petrel_ml::topic::{LdaMetrics, LoglikPoint, SyntheticCorpus};
+use petrel_ps::apps::lda::{PsLdaConfig, PsLdaMetrics};
+use petrel_strads::apps::lda::LdaJob;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -275,5 +276,5 @@ fn run_ps(args: &Args, workers: usize, out: &std::path::Path) -> Result<PsLdaMet
         out: Some(out.join(format!("ps-p{workers}"))),
         ..PsLdaConfig::default()
     };
-    Ok(crate::ps_lda::run_local(cfg, args.ps_shards, workers, &args.transport)?.metrics)
+    Ok(petrel_ps::apps::lda::run_local(cfg, args.ps_shards, workers, &args.transport)?.metrics)
 }

@@ -5,8 +5,8 @@
 
 use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, print_json};
-use crate::strads::run_mf_job;
-use petrel_algorithms::apps::mf::{MfJob, MfMetrics, SyntheticRatings};
+use crate::train::run_mf_job;
+use petrel_strads::apps::mf::{MfJob, MfMetrics, SyntheticRatings};
 use serde::Serialize;
 use std::path::PathBuf;
 

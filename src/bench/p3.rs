@@ -7,13 +7,13 @@
 
 use crate::bench::p3_netns;
 use crate::netns::{Hosts, LinkShape};
-use crate::p3_node::P3NodeConfig;
 use crate::report::{Table, fmt, print_json};
-use petrel_algorithms::apps::p3::{EmulatedModel, ModelFactory, P3Job, StageModel, run_cluster};
-use petrel_algorithms::dnn::SgdMomentum;
-use petrel_algorithms::p3::plan::{Bounds, CostModel, Mode, auto_slice_size};
-use petrel_algorithms::p3::profile::ModelProfile;
+use petrel_ml::dnn::SgdMomentum;
 use petrel_net::{NetConfig, ShaperConfig};
+use petrel_p3::core::plan::{Bounds, CostModel, Mode, auto_slice_size};
+use petrel_p3::core::profile::ModelProfile;
+use petrel_p3::roles::P3NodeConfig;
+use petrel_p3::shells::{EmulatedModel, ModelFactory, P3Job, StageModel, run_cluster};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -166,7 +166,7 @@ fn parse_cpu_seconds(stat: &str) -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
-use crate::p3_node::load_profile;
+use petrel_p3::roles::load_profile;
 
 struct Setup {
     profile: ModelProfile,

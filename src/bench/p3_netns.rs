@@ -1,14 +1,14 @@
 //! `petrel bench p3 --netns`: one P3 job as separate `petrel node` processes, one per
 //! network namespace ([`crate::netns::Hosts`]), joined by veth links that `tc tbf` limits
 //! in the kernel. The user-space shaper is off; the workers' JSON reports
-//! ([`crate::p3_node::WorkerReportFile`]) are the measurements.
+//! ([`petrel_p3::roles::WorkerReportFile`]) are the measurements.
 
 use crate::netns::Hosts;
-use crate::p3_node::{P3NodeConfig, WorkerReportFile};
 use petrel_actors::Topology;
-use petrel_algorithms::apps::p3::{SHARD_ROLE, WORKER_ROLE};
 use petrel_net::NetConfig;
 use petrel_net::tls::ClusterCa;
+use petrel_p3::roles::{P3NodeConfig, WorkerReportFile};
+use petrel_p3::shells::{SHARD_ROLE, WORKER_ROLE};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

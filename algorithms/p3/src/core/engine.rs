@@ -1,0 +1,570 @@
+//! Sans-I/O cores of the P3 propagation engine: what a server shard and a worker do with
+//! slices, free of actors and sockets (the actor shells live in `crate::shells`).
+//!
+//! - [`ShardCore`]: owns the parameter slices a [`SlicePlan`] assigns to one shard, collects
+//!   every worker's gradient slice of an iteration, averages them (summed in worker order,
+//!   so the result does not depend on arrival order), applies [`SgdMomentum`] and yields
+//!   the new slice.
+//! - [`WorkerCore`]: a worker's view of the plan: cuts a layer's gradient into slices,
+//!   reassembles returned parameter slices into per-layer buffers and tracks, per layer,
+//!   whether the next forward pass may use it ([`LayerReadiness`]).
+//!
+//! Because every shard applies the same element-wise update to the same averaged
+//! gradient, the three modes compute identical parameters; only the timing differs.
+
+use std::collections::HashMap;
+
+use crate::core::plan::{LayerReadiness, PlanError, Slice, SlicePlan};
+use petrel_ml::dnn::SgdMomentum;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("shard {shard} does not own slice {slice}")]
+    NotOwned { shard: usize, slice: usize },
+    #[error("slice {slice}: expected {expected} values, got {got}")]
+    Length {
+        slice: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error("layer {layer}: expected {expected} values, got {got}")]
+    LayerLength {
+        layer: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error("slice {slice}: gradient for iteration {got}, shard is at iteration {expected}")]
+    WrongIteration {
+        slice: usize,
+        expected: u64,
+        got: u64,
+    },
+    #[error("slice {slice}, iteration {iter}: worker {worker} pushed twice")]
+    Duplicate {
+        slice: usize,
+        iter: u64,
+        worker: usize,
+    },
+    #[error("worker {worker} out of range ({n_workers} workers)")]
+    WorkerOutOfRange { worker: usize, n_workers: usize },
+    #[error("slice {slice} received before it was initialised")]
+    NotInitialised { slice: usize },
+    #[error("need at least one worker")]
+    NoWorkers,
+}
+
+#[derive(Debug)]
+struct ShardSlice {
+    params: Vec<f32>,
+    velocity: Vec<f32>,
+    initialised: bool,
+    /// Iteration whose gradients are being collected.
+    iter: u64,
+    grads: Vec<Option<Vec<f32>>>,
+    received: usize,
+}
+
+/// The parameter slices of one server shard.
+#[derive(Debug)]
+pub struct ShardCore {
+    shard: usize,
+    n_workers: usize,
+    opt: SgdMomentum,
+    slices: HashMap<usize, ShardSlice>,
+    updates: u64,
+}
+
+impl ShardCore {
+    /// Zero parameters for every slice of `plan` owned by `shard`; call
+    /// [`ShardCore::init_slice`] for each before the first gradient.
+    pub fn new(
+        plan: &SlicePlan,
+        shard: usize,
+        n_workers: usize,
+        opt: SgdMomentum,
+    ) -> Result<Self, EngineError> {
+        if n_workers == 0 {
+            return Err(EngineError::NoWorkers);
+        }
+        if shard >= plan.n_shards() {
+            return Err(PlanError::Config(format!(
+                "shard {shard} of a plan with {} shards",
+                plan.n_shards()
+            ))
+            .into());
+        }
+        let slices = plan
+            .shard_slices(shard)
+            .map(|s| {
+                let len = s.len as usize;
+                (
+                    s.id,
+                    ShardSlice {
+                        params: vec![0.0; len],
+                        velocity: vec![0.0; len],
+                        initialised: false,
+                        iter: 0,
+                        grads: vec![None; n_workers],
+                        received: 0,
+                    },
+                )
+            })
+            .collect();
+        Ok(ShardCore {
+            shard,
+            n_workers,
+            opt,
+            slices,
+            updates: 0,
+        })
+    }
+
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// Number of slices this shard owns.
+    pub fn n_slices(&self) -> usize {
+        self.slices.len()
+    }
+
+    /// Slice updates applied so far.
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    fn slice_mut(&mut self, slice: usize) -> Result<&mut ShardSlice, EngineError> {
+        let shard = self.shard;
+        self.slices
+            .get_mut(&slice)
+            .ok_or(EngineError::NotOwned { shard, slice })
+    }
+
+    /// Sets a slice's initial values (velocity zero). May be repeated before training.
+    pub fn init_slice(&mut self, slice: usize, params: Vec<f32>) -> Result<(), EngineError> {
+        let s = self.slice_mut(slice)?;
+        if params.len() != s.params.len() {
+            return Err(EngineError::Length {
+                slice,
+                expected: s.params.len(),
+                got: params.len(),
+            });
+        }
+        s.params = params;
+        s.velocity.iter_mut().for_each(|v| *v = 0.0);
+        s.initialised = true;
+        Ok(())
+    }
+
+    /// Whether every owned slice has been initialised.
+    pub fn all_initialised(&self) -> bool {
+        self.slices.values().all(|s| s.initialised)
+    }
+
+    pub fn params(&self, slice: usize) -> Option<&[f32]> {
+        self.slices.get(&slice).map(|s| s.params.as_slice())
+    }
+
+    /// Iteration a slice is collecting gradients for.
+    pub fn iteration(&self, slice: usize) -> Option<u64> {
+        self.slices.get(&slice).map(|s| s.iter)
+    }
+
+    /// Adds worker `worker`'s gradient for `slice` at iteration `iter`. When it was the last
+    /// one missing, averages the gradients (summed in worker order), applies the optimiser,
+    /// moves the slice to the next iteration and returns the new parameters.
+    pub fn contribute(
+        &mut self,
+        iter: u64,
+        worker: usize,
+        slice: usize,
+        grad: Vec<f32>,
+    ) -> Result<Option<Vec<f32>>, EngineError> {
+        let n_workers = self.n_workers;
+        let opt = self.opt;
+        if worker >= n_workers {
+            return Err(EngineError::WorkerOutOfRange { worker, n_workers });
+        }
+        let s = self.slice_mut(slice)?;
+        if !s.initialised {
+            return Err(EngineError::NotInitialised { slice });
+        }
+        if iter != s.iter {
+            return Err(EngineError::WrongIteration {
+                slice,
+                expected: s.iter,
+                got: iter,
+            });
+        }
+        if grad.len() != s.params.len() {
+            return Err(EngineError::Length {
+                slice,
+                expected: s.params.len(),
+                got: grad.len(),
+            });
+        }
+        if s.grads[worker].is_some() {
+            return Err(EngineError::Duplicate {
+                slice,
+                iter,
+                worker,
+            });
+        }
+        s.grads[worker] = Some(grad);
+        s.received += 1;
+        if s.received < n_workers {
+            return Ok(None);
+        }
+        let mut sum = vec![0.0f32; s.params.len()];
+        for g in s.grads.iter_mut() {
+            if let Some(g) = g.take() {
+                sum.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
+            }
+        }
+        let n = n_workers as f32;
+        sum.iter_mut().for_each(|x| *x /= n);
+        opt.step(&mut s.velocity, &mut s.params, &sum)
+            .map_err(|e| PlanError::Config(e.to_string()))?;
+        s.received = 0;
+        s.iter += 1;
+        let out = s.params.clone();
+        self.updates += 1;
+        Ok(Some(out))
+    }
+}
+
+/// The same update a [`ShardCore`] applies, on whole tensors in one process: the reference
+/// a distributed run must reproduce bit for bit.
+pub fn reference_step(
+    opt: &SgdMomentum,
+    params: &mut [Vec<f32>],
+    velocity: &mut [Vec<f32>],
+    worker_grads: &[Vec<Vec<f32>>],
+) -> Result<(), EngineError> {
+    let n = worker_grads.len();
+    if n == 0 {
+        return Err(EngineError::NoWorkers);
+    }
+    for (layer, (p, v)) in params.iter_mut().zip(velocity.iter_mut()).enumerate() {
+        let mut sum = vec![0.0f32; p.len()];
+        for w in worker_grads {
+            let g = w.get(layer).ok_or(EngineError::LayerLength {
+                layer,
+                expected: p.len(),
+                got: 0,
+            })?;
+            if g.len() != p.len() {
+                return Err(EngineError::LayerLength {
+                    layer,
+                    expected: p.len(),
+                    got: g.len(),
+                });
+            }
+            sum.iter_mut().zip(g).for_each(|(a, b)| *a += b);
+        }
+        sum.iter_mut().for_each(|x| *x /= n as f32);
+        opt.step(v, p, &sum)
+            .map_err(|e| PlanError::Config(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// A worker's bookkeeping: parameter buffers per plan layer, readiness, iteration.
+#[derive(Debug, Clone)]
+pub struct WorkerCore {
+    plan: SlicePlan,
+    readiness: LayerReadiness,
+    params: Vec<Vec<f32>>,
+    /// Iteration whose parameters are expected back.
+    iter: u64,
+}
+
+impl WorkerCore {
+    /// `initial` holds one buffer per plan layer, all ready (iteration 0 starts from them).
+    pub fn new(plan: SlicePlan, initial: Vec<Vec<f32>>) -> Result<Self, EngineError> {
+        if initial.len() != plan.n_layers() {
+            return Err(PlanError::Config(format!(
+                "{} initial tensors for a plan of {} layers",
+                initial.len(),
+                plan.n_layers()
+            ))
+            .into());
+        }
+        for (layer, p) in initial.iter().enumerate() {
+            let expected: u64 = plan.layer_slices(layer).iter().map(|s| s.len).sum();
+            if p.len() as u64 != expected {
+                return Err(EngineError::LayerLength {
+                    layer,
+                    expected: expected as usize,
+                    got: p.len(),
+                });
+            }
+        }
+        let mut readiness = LayerReadiness::new(&plan);
+        for s in plan.slices() {
+            readiness.mark_received(s.id)?;
+        }
+        Ok(WorkerCore {
+            plan,
+            readiness,
+            params: initial,
+            iter: 0,
+        })
+    }
+
+    pub fn plan(&self) -> &SlicePlan {
+        &self.plan
+    }
+
+    /// Cuts `layer`'s gradient into its slices (slice descriptor + values), in offset order.
+    pub fn grad_slices(
+        &self,
+        layer: usize,
+        grad: &[f32],
+    ) -> Result<Vec<(Slice, Vec<f32>)>, EngineError> {
+        let slices = self.plan.layer_slices(layer);
+        let expected: u64 = slices.iter().map(|s| s.len).sum();
+        if grad.len() as u64 != expected || layer >= self.plan.n_layers() {
+            return Err(EngineError::LayerLength {
+                layer,
+                expected: expected as usize,
+                got: grad.len(),
+            });
+        }
+        Ok(slices
+            .iter()
+            .map(|s| {
+                let a = s.offset as usize;
+                (*s, grad[a..a + s.len as usize].to_vec())
+            })
+            .collect())
+    }
+
+    /// Starts waiting for the parameters of iteration `iter` (call after the forward pass
+    /// of the previous parameters finished and before pushing this iteration's gradients).
+    pub fn begin_round(&mut self, iter: u64) {
+        self.iter = iter;
+        self.readiness.reset();
+    }
+
+    /// Stores a returned slice. Returns `Some(layer)` when this completed the layer.
+    pub fn receive(
+        &mut self,
+        iter: u64,
+        slice: usize,
+        values: &[f32],
+    ) -> Result<Option<usize>, EngineError> {
+        let s = *self.plan.slice(slice).ok_or(PlanError::UnknownSlice {
+            id: slice,
+            n_slices: self.plan.slices().len(),
+        })?;
+        if iter != self.iter {
+            return Err(EngineError::WrongIteration {
+                slice,
+                expected: self.iter,
+                got: iter,
+            });
+        }
+        if values.len() as u64 != s.len {
+            return Err(EngineError::Length {
+                slice,
+                expected: s.len as usize,
+                got: values.len(),
+            });
+        }
+        let a = s.offset as usize;
+        self.params[s.layer][a..a + values.len()].copy_from_slice(values);
+        Ok(self.readiness.mark_received(slice)?.then_some(s.layer))
+    }
+
+    pub fn is_ready(&self, layer: usize) -> bool {
+        self.readiness.is_ready(layer)
+    }
+
+    pub fn all_ready(&self) -> bool {
+        self.readiness.all_ready()
+    }
+
+    pub fn layer_params(&self, layer: usize) -> Option<&[f32]> {
+        self.params.get(layer).map(|p| p.as_slice())
+    }
+
+    pub fn params(&self) -> &[Vec<f32>] {
+        &self.params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::plan::Mode;
+
+    fn opt() -> SgdMomentum {
+        SgdMomentum::new(0.1, 0.9)
+    }
+
+    #[test]
+    fn shard_averages_in_worker_order_and_steps() {
+        let plan = SlicePlan::new(&[5], 3, 1).unwrap();
+        let mut core = ShardCore::new(&plan, 0, 2, opt()).unwrap();
+        assert_eq!(core.n_slices(), 2);
+        core.init_slice(0, vec![1.0; 3]).unwrap();
+        core.init_slice(1, vec![2.0; 2]).unwrap();
+        // Worker 1 first: arrival order must not matter.
+        assert_eq!(core.contribute(0, 1, 0, vec![3.0; 3]).unwrap(), None);
+        let out = core.contribute(0, 0, 0, vec![1.0; 3]).unwrap().unwrap();
+        // mean 2, v = 2, p = 1 - 0.1*2
+        assert!(out.iter().all(|&x| (x - 0.8).abs() < 1e-6));
+        assert_eq!(core.iteration(0), Some(1));
+        assert_eq!(core.iteration(1), Some(0));
+        // Momentum carries over to the next iteration: v = 0.9*2 + 0 = 1.8.
+        core.contribute(1, 0, 0, vec![0.0; 3]).unwrap();
+        let out = core.contribute(1, 1, 0, vec![0.0; 3]).unwrap().unwrap();
+        assert!(out.iter().all(|&x| (x - (0.8 - 0.18)).abs() < 1e-6));
+        assert_eq!(core.updates(), 2);
+    }
+
+    #[test]
+    fn shard_rejects_bad_input() {
+        let plan = SlicePlan::new(&[4], 2, 2).unwrap();
+        let mut core = ShardCore::new(&plan, 1, 2, opt()).unwrap();
+        assert!(matches!(
+            core.contribute(0, 0, 1, vec![0.0; 2]),
+            Err(EngineError::NotInitialised { slice: 1 })
+        ));
+        assert!(matches!(
+            core.init_slice(0, vec![0.0; 2]),
+            Err(EngineError::NotOwned { .. })
+        ));
+        core.init_slice(1, vec![0.0; 2]).unwrap();
+        assert!(core.all_initialised());
+        assert!(matches!(
+            core.contribute(0, 0, 1, vec![0.0; 3]),
+            Err(EngineError::Length { .. })
+        ));
+        assert!(matches!(
+            core.contribute(1, 0, 1, vec![0.0; 2]),
+            Err(EngineError::WrongIteration { .. })
+        ));
+        assert!(matches!(
+            core.contribute(0, 2, 1, vec![0.0; 2]),
+            Err(EngineError::WorkerOutOfRange { .. })
+        ));
+        core.contribute(0, 0, 1, vec![0.0; 2]).unwrap();
+        assert!(matches!(
+            core.contribute(0, 0, 1, vec![0.0; 2]),
+            Err(EngineError::Duplicate { .. })
+        ));
+    }
+
+    #[test]
+    fn shards_reproduce_reference_for_every_mode() {
+        let counts = [7u64, 3, 10];
+        let init: Vec<Vec<f32>> = counts
+            .iter()
+            .map(|&c| (0..c).map(|i| i as f32 * 0.1).collect())
+            .collect();
+        let grads = |w: usize, it: usize| -> Vec<Vec<f32>> {
+            counts
+                .iter()
+                .map(|&c| {
+                    (0..c)
+                        .map(|i| ((w + 1) * (it + 2)) as f32 * 0.013 + i as f32 * 0.007)
+                        .collect()
+                })
+                .collect()
+        };
+        let mut ref_p = init.clone();
+        let mut ref_v: Vec<Vec<f32>> = counts.iter().map(|&c| vec![0.0; c as usize]).collect();
+        for it in 0..3 {
+            reference_step(
+                &opt(),
+                &mut ref_p,
+                &mut ref_v,
+                &[grads(0, it), grads(1, it)],
+            )
+            .unwrap();
+        }
+        for mode in [Mode::Sequential, Mode::Fifo, Mode::P3] {
+            let plan = SlicePlan::layerwise_split(mode, &counts, 4, 2).unwrap();
+            let mut shards: Vec<ShardCore> = (0..2)
+                .map(|s| ShardCore::new(&plan, s, 2, opt()).unwrap())
+                .collect();
+            let mut workers: Vec<WorkerCore> = (0..2)
+                .map(|_| WorkerCore::new(plan.clone(), init.clone()).unwrap())
+                .collect();
+            for s in plan.slices() {
+                let a = s.offset as usize;
+                shards[s.shard]
+                    .init_slice(s.id, init[s.layer][a..a + s.len as usize].to_vec())
+                    .unwrap();
+            }
+            for it in 0..3 {
+                workers.iter_mut().for_each(|w| w.begin_round(it as u64));
+                // Last layer first, as backprop produces them; workers interleaved.
+                for layer in (0..counts.len()).rev() {
+                    for w in [1, 0] {
+                        let g = grads(w, it);
+                        for (s, vals) in workers[w].grad_slices(layer, &g[layer]).unwrap() {
+                            if let Some(out) = shards[s.shard]
+                                .contribute(it as u64, w, s.id, vals)
+                                .unwrap()
+                            {
+                                for wk in workers.iter_mut() {
+                                    wk.receive(it as u64, s.id, &out).unwrap();
+                                }
+                            }
+                        }
+                    }
+                }
+                assert!(workers.iter().all(|w| w.all_ready()));
+            }
+            for w in &workers {
+                assert_eq!(w.params(), ref_p.as_slice(), "mode {mode:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn worker_readiness_per_layer() {
+        let plan = SlicePlan::new(&[4, 2], 2, 2).unwrap();
+        let mut w = WorkerCore::new(plan, vec![vec![0.0; 4], vec![0.0; 2]]).unwrap();
+        assert!(w.all_ready());
+        w.begin_round(1);
+        assert!(!w.is_ready(0) && !w.is_ready(1));
+        assert_eq!(w.receive(1, 2, &[5.0, 6.0]).unwrap(), Some(1));
+        assert!(w.is_ready(1) && !w.is_ready(0));
+        assert_eq!(w.receive(1, 0, &[1.0, 2.0]).unwrap(), None);
+        assert!(matches!(
+            w.receive(0, 1, &[1.0, 2.0]),
+            Err(EngineError::WrongIteration { .. })
+        ));
+        assert!(matches!(
+            w.receive(1, 1, &[1.0]),
+            Err(EngineError::Length { .. })
+        ));
+        assert_eq!(w.receive(1, 1, &[3.0, 4.0]).unwrap(), Some(0));
+        assert_eq!(w.layer_params(0).unwrap(), &[1.0, 2.0, 3.0, 4.0]);
+        assert!(w.grad_slices(0, &[0.0; 3]).is_err());
+        assert_eq!(w.grad_slices(0, &[0.0; 4]).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn layerwise_split_spreads_layers_over_shards() {
+        let plan = SlicePlan::layerwise_split(Mode::Fifo, &[10, 1, 5], 0, 2).unwrap();
+        let l0 = plan.layer_slices(0);
+        assert_eq!(l0.len(), 2);
+        assert_eq!((l0[0].len, l0[1].len), (5, 5));
+        assert_ne!(l0[0].shard, l0[1].shard);
+        assert_eq!(plan.layer_slices(1).len(), 1);
+        let l2 = plan.layer_slices(2);
+        assert_eq!((l2[0].len, l2[1].len, l2[1].offset), (3, 2, 3));
+        assert!(plan.slices().iter().all(|s| s.priority == 0));
+        assert_eq!(plan.shard_param_counts().iter().sum::<u64>(), 16);
+        assert_eq!(Mode::parse("P3").unwrap(), Mode::P3);
+        assert!(Mode::parse("x").is_err());
+        assert!(!Mode::Sequential.pushes_during_backward());
+    }
+}

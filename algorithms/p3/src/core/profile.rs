@@ -1,0 +1,746 @@
+//! Model profiles for communication benchmarking.
+//!
+//! A profile is the ordered list of a model's layers (forward order, layer 0 first) with
+//! each layer's parameter count and compute cost. FLOPs are **per sample** (one image, one
+//! sentence pair); a multiply-add counts as 2 FLOPs; the backward pass of a layer with
+//! weights is taken as 2x its forward (input gradient + weight gradient). Only layers that
+//! own parameters are listed: ReLU, pooling and softmax have no parameters to communicate
+//! and are < 1% of the FLOPs of these models.
+//!
+//! # File format (TOML; JSON has the same structure)
+//!
+//! ```toml
+//! name = "my-model"
+//!
+//! [[layer]]
+//! name = "conv1"
+//! params = 1792          # number of parameters (f32 each on the wire)
+//! fwd_flops = 1.73e8     # per sample
+//! bwd_flops = 3.46e8     # optional, defaults to 2 * fwd_flops
+//!
+//! [[layer]]
+//! name = "fc"
+//! params = 4097000
+//! fwd_ms = 0.8           # measured time per iteration (whole mini-batch, any device)
+//! bwd_ms = 1.6           # optional, defaults to 2 * fwd_ms
+//! ```
+//!
+//! Each layer gives either FLOPs (`fwd_flops`[, `bwd_flops`]) or measured times
+//! (`fwd_ms`[, `bwd_ms`]), never both kinds; layers of one file may mix the two. Measured
+//! times are used as they are (batch size and device speed are ignored for that layer).
+//! In JSON: `{"name": "...", "layer": [{"name": "...", "params": 1, "fwd_flops": 2.0}]}`.
+//! Unknown keys are rejected, so typos do not silently become defaults.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Measured per-iteration compute time of a layer, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasuredTime {
+    pub fwd_s: f64,
+    pub bwd_s: f64,
+}
+
+/// One layer of a profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerProfile {
+    pub name: String,
+    pub params: u64,
+    /// Forward FLOPs per sample.
+    pub fwd_flops: f64,
+    /// Backward FLOPs per sample.
+    pub bwd_flops: f64,
+    /// When set (profile given in ms), overrides the FLOP-derived times.
+    pub measured: Option<MeasuredTime>,
+}
+
+impl LayerProfile {
+    /// A layer with backward = 2 x forward.
+    pub fn new(name: impl Into<String>, params: u64, fwd_flops: f64) -> Self {
+        LayerProfile {
+            name: name.into(),
+            params,
+            fwd_flops,
+            bwd_flops: 2.0 * fwd_flops,
+            measured: None,
+        }
+    }
+
+    /// Forward time of one iteration of `batch` samples on a device sustaining
+    /// `device_flops_per_s`.
+    pub fn fwd_seconds(&self, device_flops_per_s: f64, batch: usize) -> f64 {
+        match self.measured {
+            Some(m) => m.fwd_s,
+            None => self.fwd_flops * batch as f64 / device_flops_per_s,
+        }
+    }
+
+    pub fn bwd_seconds(&self, device_flops_per_s: f64, batch: usize) -> f64 {
+        match self.measured {
+            Some(m) => m.bwd_s,
+            None => self.bwd_flops * batch as f64 / device_flops_per_s,
+        }
+    }
+}
+
+/// A model: its layers in forward order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelProfile {
+    pub name: String,
+    pub layers: Vec<LayerProfile>,
+}
+
+/// Hyper-parameters of the Sockeye-style seq2seq profile.
+///
+/// Defaults follow Sockeye 1.x's RNN defaults (`--num-embed 512 --rnn-num-hidden 1024
+/// --num-layers 1:1`, bi-directional LSTM encoder with half the hidden size per direction,
+/// MLP attention of the hidden size, input feeding, "hidden concat" attention output layer,
+/// decoder state initialised from the last encoder state) with 32k-entry source and target
+/// vocabularies (a typical BPE size; separate tables) and 50-token sentences on both sides.
+/// Total: 86,560,000 parameters, of which 38% in the output projection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SockeyeConfig {
+    pub src_vocab: u64,
+    pub tgt_vocab: u64,
+    pub embed: u64,
+    pub hidden: u64,
+    pub src_len: u64,
+    pub tgt_len: u64,
+}
+
+impl Default for SockeyeConfig {
+    fn default() -> Self {
+        SockeyeConfig {
+            src_vocab: 32_000,
+            tgt_vocab: 32_000,
+            embed: 512,
+            hidden: 1024,
+            src_len: 50,
+            tgt_len: 50,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("{}: cannot read/write profile: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{origin}: invalid TOML profile: {source}")]
+    Toml {
+        origin: String,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("{origin}: invalid JSON profile: {source}")]
+    Json {
+        origin: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot serialise profile: {0}")]
+    Serialize(String),
+    #[error("{origin}: {detail}")]
+    Invalid { origin: String, detail: String },
+    #[error("{}: unknown profile format (use .toml or .json)", .path.display())]
+    UnknownFormat { path: PathBuf },
+    #[error("unknown built-in profile {0:?} (known: vgg19, resnet50, sockeye)")]
+    UnknownModel(String),
+}
+
+/// On-disk form of a profile (see the module docs).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileFile {
+    name: String,
+    #[serde(rename = "layer", default)]
+    layers: Vec<LayerEntry>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LayerEntry {
+    name: String,
+    params: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fwd_flops: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bwd_flops: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fwd_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bwd_ms: Option<f64>,
+}
+
+fn conv_layer(
+    name: String,
+    k: u64,
+    cin: u64,
+    cout: u64,
+    hw_out: u64,
+    extra_params: u64,
+) -> LayerProfile {
+    let params = k * k * cin * cout + extra_params;
+    let flops = 2.0 * (k * k * cin * cout) as f64 * (hw_out * hw_out) as f64;
+    LayerProfile::new(name, params, flops)
+}
+
+fn fc_layer(name: impl Into<String>, fin: u64, fout: u64) -> LayerProfile {
+    LayerProfile::new(name, fin * fout + fout, 2.0 * (fin * fout) as f64)
+}
+
+/// Parameters of an LSTM layer with MXNet-style separate input and recurrent biases.
+fn lstm_params(input: u64, hidden: u64) -> u64 {
+    4 * hidden * (input + hidden) + 8 * hidden
+}
+
+impl ModelProfile {
+    pub fn total_params(&self) -> u64 {
+        self.layers.iter().map(|l| l.params).sum()
+    }
+
+    pub fn total_fwd_flops(&self) -> f64 {
+        self.layers.iter().map(|l| l.fwd_flops).sum()
+    }
+
+    pub fn total_bwd_flops(&self) -> f64 {
+        self.layers.iter().map(|l| l.bwd_flops).sum()
+    }
+
+    /// Parameter count of every layer, in order (input of [`crate::core::SlicePlan::new`]).
+    pub fn param_counts(&self) -> Vec<u64> {
+        self.layers.iter().map(|l| l.params).collect()
+    }
+
+    /// One of the built-in profiles by name: `vgg19`, `resnet50`, `sockeye`.
+    pub fn builtin(name: &str) -> Result<Self, ProfileError> {
+        match name.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
+            "vgg19" => Ok(Self::vgg19()),
+            "resnet50" => Ok(Self::resnet50()),
+            "sockeye" => Ok(Self::sockeye(&SockeyeConfig::default())),
+            _ => Err(ProfileError::UnknownModel(name.to_string())),
+        }
+    }
+
+    /// VGG-19 (configuration E) for 224x224x3 ImageNet: 16 3x3 convolutions (pad 1, with
+    /// bias) and 3 fully connected layers; 143,667,240 parameters, ~39 GFLOPs forward.
+    pub fn vgg19() -> Self {
+        let stages: [(u64, usize, u64); 5] = [
+            (64, 2, 224),
+            (128, 2, 112),
+            (256, 4, 56),
+            (512, 4, 28),
+            (512, 4, 14),
+        ];
+        let mut layers = Vec::new();
+        let mut cin = 3;
+        for (s, &(cout, n, hw)) in stages.iter().enumerate() {
+            for i in 0..n {
+                layers.push(conv_layer(
+                    format!("conv{}_{}", s + 1, i + 1),
+                    3,
+                    cin,
+                    cout,
+                    hw,
+                    cout,
+                ));
+                cin = cout;
+            }
+        }
+        layers.push(fc_layer("fc6", 512 * 7 * 7, 4096));
+        layers.push(fc_layer("fc7", 4096, 4096));
+        layers.push(fc_layer("fc8", 4096, 1000));
+        ModelProfile {
+            name: "vgg19".into(),
+            layers,
+        }
+    }
+
+    /// ResNet-50 (v1.5 as in torchvision/MXNet model zoo: stride on the 3x3 conv) for
+    /// 224x224x3: one entry per convolution including its batch norm (gamma and beta are
+    /// parameters, running statistics are not), plus the final FC; 25,557,032 parameters,
+    /// ~8.2 GFLOPs forward.
+    pub fn resnet50() -> Self {
+        let mut layers = vec![conv_layer("conv1".into(), 7, 3, 64, 112, 2 * 64)];
+        let mut cin = 64;
+        let mut hw = 56; // after the 3x3/2 max pool
+        for (s, &(blocks, width, stride)) in
+            [(3u64, 64u64, 1u64), (4, 128, 2), (6, 256, 2), (3, 512, 2)]
+                .iter()
+                .enumerate()
+        {
+            for b in 0..blocks {
+                let st = if b == 0 { stride } else { 1 };
+                let hw_out = hw / st;
+                let p = format!("layer{}.{}", s + 1, b);
+                let out = 4 * width;
+                layers.push(conv_layer(
+                    format!("{p}.conv1"),
+                    1,
+                    cin,
+                    width,
+                    hw,
+                    2 * width,
+                ));
+                layers.push(conv_layer(
+                    format!("{p}.conv2"),
+                    3,
+                    width,
+                    width,
+                    hw_out,
+                    2 * width,
+                ));
+                layers.push(conv_layer(
+                    format!("{p}.conv3"),
+                    1,
+                    width,
+                    out,
+                    hw_out,
+                    2 * out,
+                ));
+                if b == 0 {
+                    layers.push(conv_layer(
+                        format!("{p}.downsample"),
+                        1,
+                        cin,
+                        out,
+                        hw_out,
+                        2 * out,
+                    ));
+                }
+                cin = out;
+                hw = hw_out;
+            }
+        }
+        layers.push(fc_layer("fc", 2048, 1000));
+        ModelProfile {
+            name: "resnet50".into(),
+            layers,
+        }
+    }
+
+    /// Sockeye-style LSTM seq2seq with attention; see [`SockeyeConfig`] for the
+    /// hyper-parameters. Layers in the order the forward pass first needs them.
+    /// FLOPs are per sentence pair: LSTMs `2 * 4h(in+h)` per step, the attention MLP,
+    /// the attention output layer and the vocabulary projection per target step;
+    /// embedding look-ups are counted as free.
+    pub fn sockeye(c: &SockeyeConfig) -> Self {
+        let (e, h) = (c.embed, c.hidden);
+        let hd = h / 2; // per encoder direction
+        let (s, t) = (c.src_len as f64, c.tgt_len as f64);
+        let lstm_step = |inp: u64, hid: u64| 2.0 * (4 * hid * (inp + hid)) as f64;
+        let layers = vec![
+            LayerProfile::new("src_embed", c.src_vocab * e, 0.0),
+            LayerProfile::new(
+                "encoder.bilstm",
+                2 * lstm_params(e, hd),
+                2.0 * s * lstm_step(e, hd),
+            ),
+            // last encoder state -> decoder hidden and cell state
+            LayerProfile::new(
+                "decoder.state_init",
+                2 * (h * h + h),
+                2.0 * 2.0 * (h * h) as f64,
+            ),
+            LayerProfile::new("tgt_embed", c.tgt_vocab * e, 0.0),
+            // input feeding: embedding + previous attention output
+            LayerProfile::new(
+                "decoder.lstm",
+                lstm_params(e + h, h),
+                t * lstm_step(e + h, h),
+            ),
+            // MLP attention: encoder projection (once per source position), query
+            // projection (per target step), score vector.
+            LayerProfile::new(
+                "decoder.attention",
+                2 * h * h + h,
+                s * 2.0 * (h * h) as f64
+                    + t * (2.0 * (h * h) as f64 + s * 4.0 * h as f64 + s * 2.0 * h as f64),
+            ),
+            LayerProfile::new(
+                "decoder.attention_hidden",
+                2 * h * h + h,
+                t * 2.0 * (2 * h * h) as f64,
+            ),
+            LayerProfile::new(
+                "output_projection",
+                h * c.tgt_vocab + c.tgt_vocab,
+                t * 2.0 * (h * c.tgt_vocab) as f64,
+            ),
+        ];
+        ModelProfile {
+            name: "sockeye".into(),
+            layers,
+        }
+    }
+
+    /// The same model shrunk by `factor` (e.g. 0.01): parameter counts (rounded, at least
+    /// 1 for a layer that had any), FLOPs and measured times are all multiplied by it, so
+    /// at a given bandwidth and device speed both C and M shrink by `factor` and their
+    /// ratio - which decides how much P3 helps - is unchanged.
+    pub fn scaled(&self, factor: f64) -> ModelProfile {
+        let f = if factor.is_finite() && factor > 0.0 {
+            factor
+        } else {
+            1.0
+        };
+        ModelProfile {
+            name: format!("{}x{}", self.name, f),
+            layers: self
+                .layers
+                .iter()
+                .map(|l| LayerProfile {
+                    name: l.name.clone(),
+                    params: if l.params == 0 {
+                        0
+                    } else {
+                        ((l.params as f64 * f).round() as u64).max(1)
+                    },
+                    fwd_flops: l.fwd_flops * f,
+                    bwd_flops: l.bwd_flops * f,
+                    measured: l.measured.map(|m| MeasuredTime {
+                        fwd_s: m.fwd_s * f,
+                        bwd_s: m.bwd_s * f,
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    fn from_file(file: ProfileFile, origin: &str) -> Result<Self, ProfileError> {
+        let invalid = |detail: String| ProfileError::Invalid {
+            origin: origin.to_string(),
+            detail,
+        };
+        if file.layers.is_empty() {
+            return Err(invalid("profile has no [[layer]] entries".into()));
+        }
+        let mut layers = Vec::with_capacity(file.layers.len());
+        for (i, l) in file.layers.into_iter().enumerate() {
+            let at = format!("layer {i} ({:?})", l.name);
+            for (key, v) in [
+                ("fwd_flops", l.fwd_flops),
+                ("bwd_flops", l.bwd_flops),
+                ("fwd_ms", l.fwd_ms),
+                ("bwd_ms", l.bwd_ms),
+            ] {
+                if let Some(v) = v
+                    && !(v.is_finite() && v >= 0.0)
+                {
+                    return Err(invalid(format!(
+                        "{at}: {key} = {v} must be finite and >= 0"
+                    )));
+                }
+            }
+            let has_flops = l.fwd_flops.is_some() || l.bwd_flops.is_some();
+            let has_ms = l.fwd_ms.is_some() || l.bwd_ms.is_some();
+            let layer = match (has_flops, has_ms) {
+                (true, true) => {
+                    return Err(invalid(format!(
+                        "{at}: give either fwd_flops/bwd_flops or fwd_ms/bwd_ms, not both"
+                    )));
+                }
+                (false, false) => {
+                    return Err(invalid(format!(
+                        "{at}: missing compute cost (fwd_flops or fwd_ms)"
+                    )));
+                }
+                (true, false) => {
+                    let fwd = l.fwd_flops.ok_or_else(|| {
+                        invalid(format!("{at}: bwd_flops given without fwd_flops"))
+                    })?;
+                    LayerProfile {
+                        name: l.name,
+                        params: l.params,
+                        fwd_flops: fwd,
+                        bwd_flops: l.bwd_flops.unwrap_or(2.0 * fwd),
+                        measured: None,
+                    }
+                }
+                (false, true) => {
+                    let fwd = l
+                        .fwd_ms
+                        .ok_or_else(|| invalid(format!("{at}: bwd_ms given without fwd_ms")))?;
+                    let bwd = l.bwd_ms.unwrap_or(2.0 * fwd);
+                    LayerProfile {
+                        name: l.name,
+                        params: l.params,
+                        fwd_flops: 0.0,
+                        bwd_flops: 0.0,
+                        measured: Some(MeasuredTime {
+                            fwd_s: fwd / 1e3,
+                            bwd_s: bwd / 1e3,
+                        }),
+                    }
+                }
+            };
+            layers.push(layer);
+        }
+        Ok(ModelProfile {
+            name: file.name,
+            layers,
+        })
+    }
+
+    fn to_file(&self) -> ProfileFile {
+        ProfileFile {
+            name: self.name.clone(),
+            layers: self
+                .layers
+                .iter()
+                .map(|l| match l.measured {
+                    Some(m) => LayerEntry {
+                        name: l.name.clone(),
+                        params: l.params,
+                        fwd_flops: None,
+                        bwd_flops: None,
+                        fwd_ms: Some(m.fwd_s * 1e3),
+                        bwd_ms: Some(m.bwd_s * 1e3),
+                    },
+                    None => LayerEntry {
+                        name: l.name.clone(),
+                        params: l.params,
+                        fwd_flops: Some(l.fwd_flops),
+                        bwd_flops: Some(l.bwd_flops),
+                        fwd_ms: None,
+                        bwd_ms: None,
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// Parses a TOML profile; `origin` (a path or "<string>") is used in errors.
+    pub fn from_toml_str(s: &str, origin: &str) -> Result<Self, ProfileError> {
+        let file: ProfileFile = toml::from_str(s).map_err(|source| ProfileError::Toml {
+            origin: origin.to_string(),
+            source,
+        })?;
+        Self::from_file(file, origin)
+    }
+
+    /// Parses a JSON profile; `origin` is used in errors.
+    pub fn from_json_str(s: &str, origin: &str) -> Result<Self, ProfileError> {
+        let file: ProfileFile = serde_json::from_str(s).map_err(|source| ProfileError::Json {
+            origin: origin.to_string(),
+            source,
+        })?;
+        Self::from_file(file, origin)
+    }
+
+    pub fn to_toml_string(&self) -> Result<String, ProfileError> {
+        toml::to_string(&self.to_file()).map_err(|e| ProfileError::Serialize(e.to_string()))
+    }
+
+    pub fn to_json_string(&self) -> Result<String, ProfileError> {
+        serde_json::to_string_pretty(&self.to_file())
+            .map_err(|e| ProfileError::Serialize(e.to_string()))
+    }
+
+    fn is_json(path: &Path) -> Result<bool, ProfileError> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(e) if e.eq_ignore_ascii_case("toml") => Ok(false),
+            Some(e) if e.eq_ignore_ascii_case("json") => Ok(true),
+            _ => Err(ProfileError::UnknownFormat {
+                path: path.to_path_buf(),
+            }),
+        }
+    }
+
+    /// Loads a `.toml` or `.json` profile (format chosen by extension).
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
+        let path = path.as_ref();
+        let json = Self::is_json(path)?;
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let origin = path.display().to_string();
+        if json {
+            Self::from_json_str(&text, &origin)
+        } else {
+            Self::from_toml_str(&text, &origin)
+        }
+    }
+
+    /// Saves as `.toml` or `.json` (format chosen by extension).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), ProfileError> {
+        let path = path.as_ref();
+        let text = if Self::is_json(path)? {
+            self.to_json_string()?
+        } else {
+            self.to_toml_string()?
+        };
+        std::fs::write(path, text).map_err(|source| ProfileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn within(actual: f64, expected: f64, rel: f64) -> bool {
+        (actual - expected).abs() <= rel * expected
+    }
+
+    #[test]
+    fn vgg19_matches_known_figures() {
+        let m = ModelProfile::vgg19();
+        assert_eq!(m.layers.len(), 19);
+        assert_eq!(m.total_params(), 143_667_240);
+        assert!(within(m.total_params() as f64, 143.7e6, 0.01));
+        // ~19.6 GMACs
+        assert!(
+            within(m.total_fwd_flops(), 39.0e9, 0.02),
+            "{}",
+            m.total_fwd_flops()
+        );
+        // 86% of the parameters in the FC layers (REFERENCE.md section 3)
+        let fc: u64 = m.layers[16..].iter().map(|l| l.params).sum();
+        assert!(within(fc as f64 / m.total_params() as f64, 0.86, 0.01));
+        assert!(within(m.total_bwd_flops(), 2.0 * m.total_fwd_flops(), 1e-9));
+    }
+
+    #[test]
+    fn resnet50_matches_known_figures() {
+        let m = ModelProfile::resnet50();
+        assert_eq!(m.layers.len(), 54);
+        assert_eq!(m.total_params(), 25_557_032);
+        assert!(within(m.total_params() as f64, 25.6e6, 0.01));
+        // ~4.1 GMACs
+        assert!(
+            within(m.total_fwd_flops(), 8.2e9, 0.03),
+            "{}",
+            m.total_fwd_flops()
+        );
+    }
+
+    #[test]
+    fn sockeye_matches_its_documented_config() {
+        let m = ModelProfile::sockeye(&SockeyeConfig::default());
+        // hand count: 2 embeddings 16,384,000 each; bi-LSTM 2 x 2,101,248; state init
+        // 2,099,200; decoder LSTM 10,493,952; attention 2,098,176; attention hidden
+        // 2,098,176; output 32,800,000.
+        assert_eq!(m.total_params(), 86_560_000);
+        assert!(within(m.total_params() as f64, 86.56e6, 0.01));
+        assert_eq!(m.layers.last().map(|l| l.params), Some(32_800_000));
+        assert!(m.total_fwd_flops() > 4e9 && m.total_fwd_flops() < 6e9);
+    }
+
+    #[test]
+    fn builtin_names() {
+        assert_eq!(ModelProfile::builtin("VGG-19").unwrap().name, "vgg19");
+        assert_eq!(ModelProfile::builtin("resnet_50").unwrap().name, "resnet50");
+        assert!(ModelProfile::builtin("sockeye").is_ok());
+        assert!(matches!(
+            ModelProfile::builtin("bert"),
+            Err(ProfileError::UnknownModel(_))
+        ));
+    }
+
+    #[test]
+    fn scaled_keeps_ratios() {
+        let m = ModelProfile::vgg19();
+        let s = m.scaled(0.01);
+        assert!(within(s.total_params() as f64, 1_436_672.4, 0.001));
+        assert!(within(
+            s.total_fwd_flops(),
+            m.total_fwd_flops() * 0.01,
+            1e-9
+        ));
+        assert_eq!(s.layers.len(), m.layers.len());
+        let tiny = m.scaled(1e-9);
+        assert!(tiny.layers.iter().all(|l| l.params >= 1));
+    }
+
+    #[test]
+    fn toml_and_json_roundtrip() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = ModelProfile::resnet50();
+        m.layers[0].measured = Some(MeasuredTime {
+            fwd_s: 0.002,
+            bwd_s: 0.005,
+        });
+        for ext in ["toml", "json"] {
+            let p = dir.path().join(format!("r50.{ext}"));
+            m.save(&p).unwrap();
+            let back = ModelProfile::load(&p).unwrap();
+            assert_eq!(back.name, m.name);
+            assert_eq!(back.param_counts(), m.param_counts());
+            let (a, b) = (
+                back.layers[0].measured.unwrap(),
+                m.layers[0].measured.unwrap(),
+            );
+            assert!((a.fwd_s - b.fwd_s).abs() < 1e-12 && (a.bwd_s - b.bwd_s).abs() < 1e-12);
+            assert_eq!(back.layers[5].fwd_flops, m.layers[5].fwd_flops);
+        }
+        let text = m.to_toml_string().unwrap();
+        assert!(text.contains("[[layer]]"));
+    }
+
+    #[test]
+    fn documented_example_parses() {
+        let text = r#"
+            name = "my-model"
+            [[layer]]
+            name = "conv1"
+            params = 1792
+            fwd_flops = 1.73e8
+            [[layer]]
+            name = "fc"
+            params = 4097000
+            fwd_ms = 0.8
+            bwd_ms = 1.6
+        "#;
+        let m = ModelProfile::from_toml_str(text, "<doc>").unwrap();
+        assert_eq!(m.layers[0].bwd_flops, 3.46e8);
+        assert_eq!(m.layers[1].fwd_seconds(1e12, 32), 0.0008);
+        assert_eq!(m.layers[1].bwd_seconds(1e12, 32), 0.0016);
+        assert_eq!(m.layers[0].fwd_seconds(1e12, 10), 1.73e-3);
+    }
+
+    #[test]
+    fn clear_errors() {
+        let err = |t: &str| {
+            ModelProfile::from_toml_str(t, "bad.toml")
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("name = \"x\"\n");
+        assert!(e.contains("bad.toml") && e.contains("no [[layer]]"), "{e}");
+        let e = err("name = \"x\"\n[[layer]]\nname = \"a\"\nparams = 3\n");
+        assert!(
+            e.contains("layer 0") && e.contains("missing compute cost"),
+            "{e}"
+        );
+        let e = err(
+            "name = \"x\"\n[[layer]]\nname = \"a\"\nparams = 3\nfwd_flops = 1.0\nfwd_ms = 2.0\n",
+        );
+        assert!(e.contains("not both"), "{e}");
+        let e = err("name = \"x\"\n[[layer]]\nname = \"a\"\nparams = 3\nfwd_flops = -1.0\n");
+        assert!(e.contains("fwd_flops") && e.contains(">= 0"), "{e}");
+        let e = err("name = \"x\"\n[[layer]]\nname = \"a\"\nparams = 3\nfwd_flop = 1.0\n");
+        assert!(e.contains("unknown field"), "{e}");
+        let e = err("name = \"x\"\n[[layer]]\nname = \"a\"\nparams = -3\nfwd_flops = 1.0\n");
+        assert!(e.contains("bad.toml"), "{e}");
+        let e = ModelProfile::from_json_str("{\"name\": 1}", "p.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("p.json") && e.contains("JSON"), "{e}");
+        assert!(matches!(
+            ModelProfile::load("/nonexistent/x.yaml"),
+            Err(ProfileError::UnknownFormat { .. })
+        ));
+        assert!(matches!(
+            ModelProfile::load("/nonexistent/x.toml"),
+            Err(ProfileError::Io { .. })
+        ));
+    }
+}

@@ -1,0 +1,5 @@
+//! The built-in parameter-server apps.
+
+pub mod lda;
+pub mod lr;
+pub mod mf;

@@ -1,0 +1,757 @@
+//! `ClientCore`: a worker's row cache, coalescing oplog and read decision.
+//!
+//! One `ClientCore` per worker (not per process): a worker's clock, its read-my-writes view and
+//! its staleness statistics are per worker, and a runtime with several worker threads in one
+//! process simply holds several cores. (Bösen shares one process cache among threads; that is
+//! an optimisation a runtime can add on top, not a semantic difference.)
+//!
+//! Read-my-writes: a cached row is kept as *server data + own deltas the server had not yet
+//! applied when it produced that data + the unflushed oplog*. Every flushed batch carries a
+//! `seq`; shards echo the last applied `seq` (`ack_seq`) in replies and pushes, so on fresh
+//! data the client drops the acknowledged own deltas and re-applies the rest. This needs FIFO
+//! delivery per (client, shard) pair in both directions, which QUIC streams give.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use crate::core::shard::ShardAction;
+use crate::core::stats::StalenessStats;
+use crate::core::types::{
+    Clock, Consistency, ReadRequest, Row, RowId, RowUpdate, ShardBatch, TableId, TableKind,
+    TableSpec, UpdateBatch, WorkerId, shard_of,
+};
+use crate::error::PsError;
+
+/// A cached row whose own not-yet-acknowledged deltas exceed this count is evicted (and will
+/// be re-fetched): bounds memory for rows that are written often but never refreshed (`Async`).
+pub const MAX_PENDING_PER_ROW: usize = 256;
+
+/// Outcome of `ClientCore::get`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GetOutcome {
+    /// Served from the cache (own writes included); the staleness was recorded.
+    Hit(Row),
+    /// Send this request to its shard, then call `get` again once the reply has been handled.
+    Fetch(ReadRequest),
+    /// A sufficient fetch of this row is already in flight: wait for it, then `get` again.
+    Wait,
+}
+
+#[derive(Debug, Clone)]
+struct CachedRow {
+    /// Visible value: server data + `pending` + unflushed oplog delta (each scaled by the
+    /// table's local scale).
+    row: Row,
+    /// Row clock of the server data.
+    clock: Clock,
+    /// Own flushed deltas not yet acknowledged by the shard, oldest first.
+    pending: VecDeque<(u64, Row)>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct OplogEntry {
+    pub(crate) delta: Row,
+    /// Insertion order (for FIFO managed communication).
+    pub(crate) order: u64,
+}
+
+/// One worker's client-side state machine.
+#[derive(Debug)]
+pub struct ClientCore {
+    worker: WorkerId,
+    n_shards: u32,
+    tables: HashMap<TableId, TableSpec>,
+    clock: Clock,
+    cache: HashMap<(TableId, RowId), CachedRow>,
+    pub(crate) oplog: BTreeMap<(TableId, RowId), OplogEntry>,
+    next_order: u64,
+    next_seq: u64,
+    next_request: u64,
+    outstanding: HashMap<(TableId, RowId), (u64, Clock)>,
+    /// ESSP: latest push clock per (table, shard); every cached row of an ESSP table is
+    /// subscribed, so a push means the row is current as of that clock unless it was in it.
+    push_clock: HashMap<(TableId, u32), Clock>,
+    stats: StalenessStats,
+    table_stats: HashMap<TableId, StalenessStats>,
+    /// Barrier (sync) requests in flight: request id -> answered.
+    syncs: HashMap<u64, bool>,
+}
+
+impl ClientCore {
+    pub fn new(worker: WorkerId, n_shards: u32, tables: Vec<TableSpec>) -> Result<Self, PsError> {
+        if n_shards == 0 {
+            return Err(PsError::InvalidConfig("n_shards must be >= 1".into()));
+        }
+        let mut map = HashMap::new();
+        for t in tables {
+            let id = t.id;
+            if map.insert(id, t).is_some() {
+                return Err(PsError::DuplicateTable(id));
+            }
+        }
+        Ok(ClientCore {
+            worker,
+            n_shards,
+            tables: map,
+            clock: 0,
+            cache: HashMap::new(),
+            oplog: BTreeMap::new(),
+            next_order: 0,
+            next_seq: 1,
+            next_request: 1,
+            outstanding: HashMap::new(),
+            push_clock: HashMap::new(),
+            stats: StalenessStats::new(),
+            table_stats: HashMap::new(),
+            syncs: HashMap::new(),
+        })
+    }
+
+    pub fn worker(&self) -> WorkerId {
+        self.worker
+    }
+
+    /// Starts this (fresh) client at clock `clock`, to resume from a checkpoint taken at that
+    /// clock (shards restored with `ShardCore::restore` put every worker there).
+    pub fn resume_at(&mut self, clock: Clock) -> Result<(), PsError> {
+        if self.clock != 0 || !self.oplog.is_empty() || !self.cache.is_empty() {
+            return Err(PsError::InvalidConfig(
+                "resume_at on a client that already ran".into(),
+            ));
+        }
+        self.clock = clock;
+        Ok(())
+    }
+
+    pub fn n_shards(&self) -> u32 {
+        self.n_shards
+    }
+
+    /// The worker's clock: number of `clock()` calls so far.
+    pub fn current_clock(&self) -> Clock {
+        self.clock
+    }
+
+    pub fn stats(&self) -> &StalenessStats {
+        &self.stats
+    }
+
+    /// Staleness of the reads of one table (empty stats if it was never read).
+    pub fn table_stats(&self, table: TableId) -> StalenessStats {
+        self.table_stats.get(&table).cloned().unwrap_or_default()
+    }
+
+    /// A non-blocking refresh of `(table, row)`: a request with `min_clock = 0` (served at once)
+    /// unless a fetch of the row is already in flight. `get` keeps serving the cached copy until
+    /// the reply arrives. Used to keep `Async` tables fresh (their cached copies never expire).
+    pub fn prefetch(&mut self, table: TableId, row: RowId) -> Result<Option<ReadRequest>, PsError> {
+        self.table(table)?;
+        if self.outstanding.contains_key(&(table, row)) {
+            return Ok(None);
+        }
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.outstanding.insert((table, row), (request_id, 0));
+        Ok(Some(ReadRequest {
+            shard: shard_of(table, row, self.n_shards),
+            worker: self.worker,
+            request_id,
+            table,
+            row,
+            min_clock: 0,
+        }))
+    }
+
+    /// A barrier probe for `shard`: a request (to be sent as a *sync* read, see
+    /// `ShardCore::sync`) answered once every worker completed the current clock on that
+    /// shard. Its reply is not cached; `sync_done` tells whether it arrived.
+    pub fn sync_request(&mut self, shard: u32) -> Result<ReadRequest, PsError> {
+        let table = *self
+            .tables
+            .keys()
+            .min()
+            .ok_or_else(|| PsError::InvalidConfig("no tables".into()))?;
+        let row = (0..u64::from(self.n_shards) * 64 + 1024)
+            .map(RowId)
+            .find(|&r| shard_of(table, r, self.n_shards) == shard)
+            .ok_or_else(|| PsError::InvalidConfig(format!("no row maps to shard {shard}")))?;
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.syncs.insert(request_id, false);
+        Ok(ReadRequest {
+            shard,
+            worker: self.worker,
+            request_id,
+            table,
+            row,
+            min_clock: self.clock,
+        })
+    }
+
+    /// Whether the sync request `request_id` was answered (forgets it once it was).
+    pub fn sync_done(&mut self, request_id: u64) -> bool {
+        if self.syncs.get(&request_id) == Some(&true) {
+            self.syncs.remove(&request_id);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Number of rows with unflushed deltas.
+    pub fn oplog_len(&self) -> usize {
+        self.oplog.len()
+    }
+
+    /// Unflushed delta of a row, if any.
+    pub fn oplog_delta(&self, table: TableId, row: RowId) -> Option<&Row> {
+        self.oplog.get(&(table, row)).map(|e| &e.delta)
+    }
+
+    /// Cached visible value and the clock it is current as of (no staleness recorded).
+    pub fn cached(&self, table: TableId, row: RowId) -> Option<(&Row, Clock)> {
+        let e = self.cache.get(&(table, row))?;
+        Some((&e.row, self.effective_clock(table, row, e)))
+    }
+
+    pub fn table(&self, table: TableId) -> Result<&TableSpec, PsError> {
+        self.tables.get(&table).ok_or(PsError::UnknownTable(table))
+    }
+
+    fn effective_clock(&self, table: TableId, row: RowId, e: &CachedRow) -> Clock {
+        let pushed = self
+            .push_clock
+            .get(&(table, shard_of(table, row, self.n_shards)))
+            .copied()
+            .unwrap_or(0);
+        e.clock.max(pushed)
+    }
+
+    /// `Inc(table, row, col, delta)`: into the oplog and the cached row.
+    pub fn inc(&mut self, table: TableId, row: RowId, col: u32, delta: f32) -> Result<(), PsError> {
+        let d = Row::Sparse(vec![(col, delta)]);
+        self.batch_inc(table, row, &d)
+    }
+
+    /// `BatchInc(table, row, deltas)`: coalesced (summed) into the oplog and applied to the
+    /// cached row with the table's local scale (see `UpdateRuleSpec::local_scale`).
+    pub fn batch_inc(&mut self, table: TableId, row: RowId, delta: &Row) -> Result<(), PsError> {
+        let spec = self
+            .tables
+            .get(&table)
+            .ok_or(PsError::UnknownTable(table))?;
+        spec.check_delta(row, delta)?;
+        let scale = spec.update_rule.local_scale();
+        let zero = match spec.kind {
+            // Dense tables coalesce into a dense buffer only once touched.
+            TableKind::Dense { width } => Row::Dense(vec![0.0; width as usize]),
+            TableKind::Sparse => Row::Sparse(Vec::new()),
+        };
+        let order = self.next_order;
+        let e = self
+            .oplog
+            .entry((table, row))
+            .or_insert_with(|| OplogEntry { delta: zero, order });
+        if e.order == order {
+            self.next_order += 1;
+        }
+        e.delta.add(delta);
+        if let Some(c) = self.cache.get_mut(&(table, row)) {
+            c.row.add_scaled(delta, scale);
+        }
+        Ok(())
+    }
+
+    /// `Get(table, row)` decision at the current clock. Hit if the cached row's clock is
+    /// `>= c - s` (`>= c` for BSP, any cached copy for Async); the observed staleness
+    /// `max(0, c - row_clock)` is then recorded.
+    pub fn get(&mut self, table: TableId, row: RowId) -> Result<GetOutcome, PsError> {
+        let spec = self
+            .tables
+            .get(&table)
+            .ok_or(PsError::UnknownTable(table))?;
+        let required = spec.consistency.required_row_clock(self.clock);
+        if let Some(e) = self.cache.get(&(table, row)) {
+            let eff = self.effective_clock(table, row, e);
+            if required.is_none_or(|r| eff >= r) {
+                let st = self.clock.saturating_sub(eff);
+                self.stats.record(st);
+                self.table_stats.entry(table).or_default().record(st);
+                return Ok(GetOutcome::Hit(e.row.clone()));
+            }
+        }
+        let min_clock = required.unwrap_or(0);
+        if let Some(&(_, m)) = self.outstanding.get(&(table, row))
+            && m >= min_clock
+        {
+            return Ok(GetOutcome::Wait);
+        }
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.outstanding
+            .insert((table, row), (request_id, min_clock));
+        Ok(GetOutcome::Fetch(ReadRequest {
+            shard: shard_of(table, row, self.n_shards),
+            worker: self.worker,
+            request_id,
+            table,
+            row,
+            min_clock,
+        }))
+    }
+
+    /// `Clock()`: ends the current clock. Returns one batch per shard (every shard, even with
+    /// no updates, since each shard needs the clock tick), then advances the worker clock.
+    pub fn clock(&mut self) -> Vec<ShardBatch> {
+        let oplog = std::mem::take(&mut self.oplog);
+        let batches = self.build_batches(oplog.into_iter().map(|(k, e)| (k, e.delta)), true);
+        self.clock += 1;
+        batches
+    }
+
+    /// Removes the given rows from the oplog and returns them as early (`end_of_clock =
+    /// false`) batches for the current clock, one per shard that has any (managed
+    /// communication). Rows not in the oplog are ignored.
+    pub fn take_early(&mut self, rows: &[(TableId, RowId)]) -> Vec<ShardBatch> {
+        let taken: Vec<_> = rows
+            .iter()
+            .filter_map(|k| self.oplog.remove(k).map(|e| (*k, e.delta)))
+            .collect();
+        if taken.is_empty() {
+            return Vec::new();
+        }
+        self.build_batches(taken.into_iter(), false)
+    }
+
+    fn build_batches(
+        &mut self,
+        rows: impl Iterator<Item = ((TableId, RowId), Row)>,
+        all_shards: bool,
+    ) -> Vec<ShardBatch> {
+        let mut per_shard: BTreeMap<u32, Vec<RowUpdate>> = if all_shards {
+            (0..self.n_shards).map(|s| (s, Vec::new())).collect()
+        } else {
+            BTreeMap::new()
+        };
+        for ((table, row), delta) in rows {
+            per_shard
+                .entry(shard_of(table, row, self.n_shards))
+                .or_default()
+                .push(RowUpdate { table, row, delta });
+        }
+        let mut out = Vec::with_capacity(per_shard.len());
+        for (shard, updates) in per_shard {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            for u in &updates {
+                let key = (u.table, u.row);
+                if let Some(c) = self.cache.get_mut(&key) {
+                    c.pending.push_back((seq, u.delta.clone()));
+                    if c.pending.len() > MAX_PENDING_PER_ROW {
+                        self.cache.remove(&key);
+                    }
+                }
+            }
+            out.push(ShardBatch {
+                shard,
+                worker: self.worker,
+                clock: self.clock,
+                end_of_clock: all_shards,
+                batch: UpdateBatch { seq, updates },
+            });
+        }
+        out
+    }
+
+    /// Feeds a reply or push that `from_shard` sent to this worker into the cache.
+    ///
+    /// The sending shard is needed because an ESSP push (even an empty one) means every cached
+    /// row of that table *on that shard* is current as of the push clock.
+    pub fn handle(&mut self, from_shard: u32, action: ShardAction) -> Result<(), PsError> {
+        match action {
+            ShardAction::Reply {
+                worker,
+                request_id,
+                table,
+                row,
+                row_data,
+                row_clock,
+                ack_seq,
+            } => {
+                self.check_origin(worker, from_shard, table, row)?;
+                if let Some(done) = self.syncs.get_mut(&request_id) {
+                    *done = true;
+                    return Ok(());
+                }
+                if self
+                    .outstanding
+                    .get(&(table, row))
+                    .is_some_and(|&(id, _)| id == request_id)
+                {
+                    self.outstanding.remove(&(table, row));
+                }
+                self.install(table, row, row_data, row_clock, ack_seq, true)
+            }
+            ShardAction::Push {
+                worker,
+                table,
+                rows,
+                clock,
+                ack_seq,
+            } => {
+                if worker != self.worker {
+                    return Err(PsError::UnknownWorker(worker));
+                }
+                for (row, _) in &rows {
+                    self.check_origin(worker, from_shard, table, *row)?;
+                }
+                for (row, data) in rows {
+                    self.install(table, row, data, clock, ack_seq, false)?;
+                }
+                self.bump_push_clock(table, from_shard, clock)
+            }
+        }
+    }
+
+    fn bump_push_clock(&mut self, table: TableId, shard: u32, clock: Clock) -> Result<(), PsError> {
+        let spec = self
+            .tables
+            .get(&table)
+            .ok_or(PsError::UnknownTable(table))?;
+        // Only ESSP rows are all subscribed; ignore stray pushes for other tables.
+        if matches!(spec.consistency, Consistency::Essp { .. }) {
+            let e = self.push_clock.entry((table, shard)).or_insert(0);
+            *e = (*e).max(clock);
+        }
+        Ok(())
+    }
+
+    fn check_origin(
+        &self,
+        worker: WorkerId,
+        shard: u32,
+        table: TableId,
+        row: RowId,
+    ) -> Result<(), PsError> {
+        if worker != self.worker {
+            return Err(PsError::UnknownWorker(worker));
+        }
+        self.tables
+            .get(&table)
+            .ok_or(PsError::UnknownTable(table))?;
+        if shard_of(table, row, self.n_shards) != shard {
+            return Err(PsError::InvalidConfig(format!(
+                "row {row:?} of table {table:?} does not live on shard {shard}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn install(
+        &mut self,
+        table: TableId,
+        row: RowId,
+        data: Row,
+        row_clock: Clock,
+        ack_seq: u64,
+        insert: bool,
+    ) -> Result<(), PsError> {
+        let spec = self
+            .tables
+            .get(&table)
+            .ok_or(PsError::UnknownTable(table))?;
+        spec.check_delta(row, &data)?;
+        let scale = spec.update_rule.local_scale();
+        let key = (table, row);
+        if !insert && !self.cache.contains_key(&key) {
+            // A push for a row we no longer cache: its in-flight own deltas are unknown, so
+            // caching it could hide own writes. The next `get` fetches it.
+            return Ok(());
+        }
+        let e = self.cache.entry(key).or_insert_with(|| CachedRow {
+            row: Row::Sparse(Vec::new()),
+            clock: 0,
+            pending: VecDeque::new(),
+        });
+        while e.pending.front().is_some_and(|(s, _)| *s <= ack_seq) {
+            e.pending.pop_front();
+        }
+        let mut visible = data;
+        for (_, d) in &e.pending {
+            visible.add_scaled(d, scale);
+        }
+        if let Some(o) = self.oplog.get(&key) {
+            visible.add_scaled(&o.delta, scale);
+        }
+        e.row = visible;
+        e.clock = row_clock;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::shard::ShardCore;
+    use crate::core::types::UpdateRuleSpec;
+
+    const T: TableId = TableId(1);
+
+    fn spec(c: Consistency) -> TableSpec {
+        TableSpec::new(1, "w", TableKind::Dense { width: 2 }, c)
+    }
+
+    #[test]
+    fn barrier_probe_waits_for_min_clock_and_is_not_cached() {
+        let t = spec(Consistency::Async);
+        let mut shard = ShardCore::new(2, vec![t.clone()]).unwrap();
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        for b in c.clock() {
+            shard.handle_batch(&b).unwrap();
+        }
+        let probe = c.sync_request(0).unwrap();
+        assert_eq!(probe.min_clock, 1);
+        // Even on an Async table the probe waits for worker 1.
+        let out = shard
+            .sync(
+                probe.worker,
+                probe.request_id,
+                probe.table,
+                probe.row,
+                probe.min_clock,
+            )
+            .unwrap();
+        assert!(out.is_empty());
+        assert!(!c.sync_done(probe.request_id));
+        let released = shard.clock(WorkerId(1), 0).unwrap();
+        assert_eq!(released.len(), 1);
+        for a in released {
+            c.handle(0, a).unwrap();
+        }
+        assert!(c.sync_done(probe.request_id));
+        assert!(!c.sync_done(probe.request_id), "forgotten once seen");
+        assert!(c.cached(probe.table, probe.row).is_none());
+    }
+
+    #[test]
+    fn prefetch_refreshes_async_rows_once_in_flight() {
+        let t = spec(Consistency::Async);
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        let first = c.prefetch(T, RowId(4)).unwrap().unwrap();
+        assert_eq!(first.min_clock, 0);
+        assert!(c.prefetch(T, RowId(4)).unwrap().is_none(), "one in flight");
+        c.handle(0, reply(4, vec![1.0, 2.0], 0, 0, first.request_id))
+            .unwrap();
+        assert!(c.prefetch(T, RowId(4)).unwrap().is_some());
+        assert!(matches!(c.get(T, RowId(4)).unwrap(), GetOutcome::Hit(_)));
+        assert_eq!(c.table_stats(T).count(), 1);
+        assert_eq!(c.table_stats(TableId(9)).count(), 0);
+    }
+
+    #[test]
+    fn resume_at_only_on_a_fresh_client() {
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Bsp)]).unwrap();
+        c.resume_at(7).unwrap();
+        assert_eq!(c.current_clock(), 7);
+        let b = c.clock();
+        assert_eq!(b[0].clock, 7);
+        assert!(c.resume_at(3).is_err());
+    }
+
+    fn reply(row: u64, data: Vec<f32>, row_clock: Clock, ack_seq: u64, id: u64) -> ShardAction {
+        ShardAction::Reply {
+            worker: WorkerId(0),
+            request_id: id,
+            table: T,
+            row: RowId(row),
+            row_data: Row::Dense(data),
+            row_clock,
+            ack_seq,
+        }
+    }
+
+    #[test]
+    fn miss_fetch_wait_then_hit() {
+        let mut c = ClientCore::new(
+            WorkerId(0),
+            2,
+            vec![spec(Consistency::Ssp { staleness: 1 })],
+        )
+        .unwrap();
+        let GetOutcome::Fetch(req) = c.get(T, RowId(5)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(req.min_clock, 0);
+        assert_eq!(req.shard, shard_of(T, RowId(5), 2));
+        assert_eq!(c.get(T, RowId(5)).unwrap(), GetOutcome::Wait);
+        c.handle(req.shard, reply(5, vec![1.0, 2.0], 0, 0, req.request_id))
+            .unwrap();
+        assert_eq!(
+            c.get(T, RowId(5)).unwrap(),
+            GetOutcome::Hit(Row::Dense(vec![1.0, 2.0]))
+        );
+        // Clock 1: needs row clock >= 0, still a hit with staleness 1.
+        c.clock();
+        assert!(matches!(c.get(T, RowId(5)).unwrap(), GetOutcome::Hit(_)));
+        // Clock 2: needs row clock >= 1: fetch.
+        c.clock();
+        assert!(matches!(
+            c.get(T, RowId(5)).unwrap(),
+            GetOutcome::Fetch(ReadRequest { min_clock: 1, .. })
+        ));
+        let r = c.stats().report();
+        assert_eq!((r.count, r.max), (2, 1));
+        assert!((r.mean - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn oplog_coalesces_and_splits_per_shard() {
+        let mut c = ClientCore::new(WorkerId(3), 3, vec![spec(Consistency::Bsp)]).unwrap();
+        c.inc(T, RowId(1), 0, 1.0).unwrap();
+        c.inc(T, RowId(1), 0, 2.0).unwrap();
+        c.batch_inc(T, RowId(1), &Row::Dense(vec![0.0, 4.0]))
+            .unwrap();
+        for r in 2..20 {
+            c.inc(T, RowId(r), 1, 1.0).unwrap();
+        }
+        assert_eq!(
+            c.oplog_delta(T, RowId(1)),
+            Some(&Row::Dense(vec![3.0, 4.0]))
+        );
+        assert!(c.inc(T, RowId(1), 2, 1.0).is_err(), "column out of range");
+        assert!(c.inc(TableId(9), RowId(1), 0, 1.0).is_err());
+        let batches = c.clock();
+        assert_eq!(batches.len(), 3);
+        assert_eq!(c.current_clock(), 1);
+        assert_eq!(c.oplog_len(), 0);
+        let mut seen = 0;
+        let mut seqs = Vec::new();
+        for b in &batches {
+            assert!(b.end_of_clock);
+            assert_eq!((b.worker, b.clock), (WorkerId(3), 0));
+            seqs.push(b.batch.seq);
+            for u in &b.batch.updates {
+                assert_eq!(shard_of(u.table, u.row, 3), b.shard);
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 19);
+        seqs.dedup();
+        assert_eq!(seqs.len(), 3);
+    }
+
+    #[test]
+    fn read_my_writes_survives_fresh_rows() {
+        let mut c = ClientCore::new(
+            WorkerId(0),
+            1,
+            vec![spec(Consistency::Ssp { staleness: 5 })],
+        )
+        .unwrap();
+        let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
+            panic!()
+        };
+        c.handle(0, reply(0, vec![10.0, 0.0], 0, 0, req.request_id))
+            .unwrap();
+        c.inc(T, RowId(0), 0, 1.0).unwrap();
+        let b1 = c.clock(); // seq 1 in flight
+        assert_eq!(b1[0].batch.seq, 1);
+        c.inc(T, RowId(0), 1, 2.0).unwrap(); // unflushed
+        // A reply produced before the shard applied seq 1 (ack 0): both own deltas re-applied.
+        c.handle(0, reply(0, vec![20.0, 0.0], 1, 0, 99)).unwrap();
+        assert_eq!(
+            c.cached(T, RowId(0)).unwrap().0,
+            &Row::Dense(vec![21.0, 2.0])
+        );
+        // A reply that includes seq 1 (ack 1): only the unflushed delta is re-applied.
+        c.handle(0, reply(0, vec![21.0, 0.0], 1, 1, 100)).unwrap();
+        assert_eq!(
+            c.cached(T, RowId(0)).unwrap().0,
+            &Row::Dense(vec![21.0, 2.0])
+        );
+        assert!(
+            c.handle(
+                0,
+                ShardAction::Reply {
+                    worker: WorkerId(7),
+                    request_id: 1,
+                    table: T,
+                    row: RowId(0),
+                    row_data: Row::Dense(vec![0.0, 0.0]),
+                    row_clock: 0,
+                    ack_seq: 0
+                }
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn sgd_table_local_view_applies_minus_lr() {
+        let t = spec(Consistency::Async).with_rule(UpdateRuleSpec::Sgd { learning_rate: 0.5 });
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t.clone()]).unwrap();
+        let mut s = ShardCore::new(1, vec![t]).unwrap();
+        let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
+            panic!()
+        };
+        for a in s.handle_read(&req).unwrap() {
+            c.handle(0, a).unwrap();
+        }
+        c.inc(T, RowId(0), 0, 2.0).unwrap();
+        assert_eq!(
+            c.cached(T, RowId(0)).unwrap().0,
+            &Row::Dense(vec![-1.0, 0.0])
+        );
+        for b in c.clock() {
+            s.handle_batch(&b).unwrap();
+        }
+        assert_eq!(s.row(T, RowId(0)), Some(&Row::Dense(vec![-1.0, 0.0])));
+    }
+
+    #[test]
+    fn essp_push_clock_bumps_cached_rows() {
+        let t = spec(Consistency::Essp { staleness: 0 });
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        c.handle(0, reply(0, vec![1.0, 1.0], 0, 0, 1)).unwrap();
+        c.clock();
+        assert!(matches!(c.get(T, RowId(0)).unwrap(), GetOutcome::Fetch(_)));
+        c.handle(
+            0,
+            ShardAction::Push {
+                worker: WorkerId(0),
+                table: T,
+                rows: vec![],
+                clock: 1,
+                ack_seq: 1,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            c.get(T, RowId(0)).unwrap(),
+            GetOutcome::Hit(Row::Dense(vec![1.0, 1.0]))
+        );
+        // Pushed rows we do not cache are ignored.
+        c.handle(
+            0,
+            ShardAction::Push {
+                worker: WorkerId(0),
+                table: T,
+                rows: vec![(RowId(9), Row::Dense(vec![1.0, 1.0]))],
+                clock: 1,
+                ack_seq: 1,
+            },
+        )
+        .unwrap();
+        assert!(c.cached(T, RowId(9)).is_none());
+    }
+
+    #[test]
+    fn async_hits_any_cached_copy() {
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Async)]).unwrap();
+        c.handle(0, reply(0, vec![1.0, 1.0], 0, 0, 1)).unwrap();
+        for _ in 0..5 {
+            c.clock();
+        }
+        assert!(matches!(c.get(T, RowId(0)).unwrap(), GetOutcome::Hit(_)));
+        assert_eq!(c.stats().max(), 5);
+    }
+}

@@ -1,0 +1,926 @@
+//! Data-parallel LDA on the parameter server (the YahooLDA / Bösen design): the sans-I/O
+//! worker core and the table layout.
+//!
+//! One sparse PS table (`WORD_TOPIC`): row `w < V` holds the topic counts `n_wk` of word
+//! `w` as `(topic, count)` pairs, row `V` ([`totals_row`]) the topic totals `n_k`. Rows are
+//! spread over the server shards by the PS's row placement. Every worker owns a subset of
+//! the documents, their token assignments and doc-topic counts; per clock it reads the rows
+//! of the words of its documents (possibly stale, within the table's SSP bound), samples its
+//! tokens against that view with the SparseLDA sampler shared with the STRADS app
+//! ([`SparseSampler`]), updating its view as it goes, and sends its own count changes as
+//! one sparse delta per touched row.
+//!
+//! Exactness: counts travel and are summed as `f32`. Every value a shard, a client cache or
+//! an oplog holds is an integer of magnitude at most the number of tokens `N` (a word-topic
+//! entry is at most the word's frequency, a total at most `N`, a delta at most a worker's
+//! token count), and `f32` represents every integer up to `2^24` exactly, so all sums stay
+//! exact as long as `N <= 2^24` ([`MAX_TOKENS`]); larger corpora are refused
+//! ([`check_corpus`]). The table's content is then always the exact sum of the workers'
+//! changes, whatever the staleness of the views they sampled with.
+//!
+//! Stale views: a row read under SSP may lack other workers' recent changes, so a view count
+//! can be smaller than this worker's own tokens would need, and (with an inconsistent read of
+//! row and totals) a total can even be negative. The view clamps (negative entries read as 0,
+//! [`WordTopicView::from_rows`]) and the sampler never lets a count go below zero; the deltas
+//! sent are the worker's true changes, tracked separately from the view.
+
+use std::ops::Range;
+
+use crate::core::types::{Row, RowId, TableId};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use petrel_ml::topic::{
+    LdaConfig, SparseSampler, TopicCounts, check_doc_counts, doc_log_likelihood_part,
+    joint_log_likelihood, word_log_likelihood_part,
+};
+
+/// The word-topic table (rows `0..V`: words, row `V`: topic totals).
+pub const WORD_TOPIC: TableId = TableId(0);
+
+/// Largest corpus (in tokens) whose counts stay exact in `f32` rows: `2^24`.
+pub const MAX_TOKENS: u64 = 1 << 24;
+
+/// Errors of the data-parallel LDA core.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PsLdaError {
+    #[error(
+        "the corpus has {tokens} tokens; parameter-server LDA keeps counts in f32 rows, exact \
+         only up to 2^24 = {max} per entry, so it accepts at most {max} tokens"
+    )]
+    TooManyTokens { tokens: u64, max: u64 },
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    #[error("word id {word} >= vocabulary size {vocab_size}")]
+    WordOutOfRange { word: u32, vocab_size: usize },
+    #[error("row {row}: {reason}")]
+    BadRow { row: u64, reason: String },
+    #[error("{0} rows given for {1} words and the totals row")]
+    RowCount(usize, usize),
+}
+
+/// The row holding the topic totals.
+pub fn totals_row(vocab_size: usize) -> RowId {
+    RowId(vocab_size as u64)
+}
+
+/// Refuses corpora whose counts could leave the exact range of `f32` (see the module docs)
+/// or whose word ids exceed the vocabulary.
+pub fn check_corpus(
+    n_tokens: usize,
+    vocab_size: usize,
+    docs: &[Vec<u32>],
+) -> Result<(), PsLdaError> {
+    if n_tokens as u64 > MAX_TOKENS {
+        return Err(PsLdaError::TooManyTokens {
+            tokens: n_tokens as u64,
+            max: MAX_TOKENS,
+        });
+    }
+    if let Some(&word) = docs.iter().flatten().find(|&&w| w as usize >= vocab_size) {
+        return Err(PsLdaError::WordOutOfRange { word, vocab_size });
+    }
+    Ok(())
+}
+
+/// A row's own change: `(local word, sorted (topic, delta))`.
+type RowChange = (u32, Vec<(u32, i32)>);
+
+/// A worker's view of the word-topic rows of its words and of the topic totals, as read from
+/// the PS at the start of a clock and updated by its own sampling during the clock.
+///
+/// The view also remembers the rows as read: the worker's own changes during the clock are
+/// the difference (plus the decrements the sampler could not apply to a zero count, kept in
+/// `corrections`), so the sampler does not log every token move.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WordTopicView {
+    /// Indexed by the worker's local word index.
+    pub rows: Vec<TopicCounts>,
+    pub totals: Vec<i64>,
+    /// Entries that were negative or not integers and were clamped/rounded.
+    pub clamped: u64,
+    /// Rows and totals as read (entries sorted by topic).
+    base_rows: Vec<TopicCounts>,
+    base_totals: Vec<i64>,
+    /// `(local word, topic)` of every own decrement the view could not show (count was 0).
+    corrections: Vec<(u32, u32)>,
+}
+
+fn count_of(x: f32, clamped: &mut u64) -> u32 {
+    if x.is_finite() && x >= 0.0 && x.fract() == 0.0 {
+        return x as u32;
+    }
+    *clamped += 1;
+    if x.is_finite() {
+        x.max(0.0).round() as u32
+    } else {
+        0
+    }
+}
+
+fn row_pairs(row: &Row) -> Vec<(u32, f32)> {
+    match row {
+        Row::Sparse(p) => p.clone(),
+        Row::Dense(v) => v
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| **x != 0.0)
+            .map(|(t, x)| (t as u32, *x))
+            .collect(),
+    }
+}
+
+impl WordTopicView {
+    /// Builds the view from rows read in the order of [`PsLdaWorker::row_ids`] (the worker's
+    /// words, then the totals row). Negative entries read as 0 (counted in `clamped`);
+    /// a topic column `>= K` is an error.
+    pub fn from_rows(rows: &[Row], n_words: usize, n_topics: usize) -> Result<Self, PsLdaError> {
+        if rows.len() != n_words + 1 {
+            return Err(PsLdaError::RowCount(rows.len(), n_words));
+        }
+        let mut clamped = 0;
+        let check = |i: usize, row: &Row| -> Result<Vec<(u32, f32)>, PsLdaError> {
+            let pairs = row_pairs(row);
+            if let Some(&(t, _)) = pairs.iter().find(|(t, _)| *t as usize >= n_topics) {
+                return Err(PsLdaError::BadRow {
+                    row: i as u64,
+                    reason: format!("topic column {t} >= K = {n_topics}"),
+                });
+            }
+            Ok(pairs)
+        };
+        let mut words = Vec::with_capacity(n_words);
+        for (i, row) in rows[..n_words].iter().enumerate() {
+            let mut entries = Vec::new();
+            for (t, x) in check(i, row)? {
+                let n = count_of(x, &mut clamped);
+                if n > 0 {
+                    entries.push((t, n));
+                }
+            }
+            words.push(TopicCounts { entries });
+        }
+        let mut totals = vec![0i64; n_topics];
+        for (t, x) in check(n_words, &rows[n_words])? {
+            totals[t as usize] = i64::from(count_of(x, &mut clamped));
+        }
+        Ok(WordTopicView {
+            base_rows: words.clone(),
+            base_totals: totals.clone(),
+            rows: words,
+            totals,
+            clamped,
+            corrections: Vec::new(),
+        })
+    }
+
+    /// The own changes since the view was read (or since the last call), per local word
+    /// `(local word, sorted (topic, delta))` for rows that changed, and per topic; the view's
+    /// current state becomes the new base.
+    fn take_changes(&mut self) -> (Vec<RowChange>, Vec<i64>) {
+        let mut words = Vec::new();
+        let mut corrections = std::mem::take(&mut self.corrections);
+        corrections.sort_unstable();
+        let mut corr = corrections.iter().peekable();
+        for (l, (row, base)) in self.rows.iter_mut().zip(&mut self.base_rows).enumerate() {
+            let l = l as u32;
+            row.entries.sort_unstable();
+            let mut diff: Vec<(u32, i32)> = Vec::new();
+            let (a, b) = (&row.entries, &base.entries);
+            let (mut i, mut j) = (0, 0);
+            while i < a.len() || j < b.len() {
+                let (t, d) = match (a.get(i), b.get(j)) {
+                    (Some(&(ta, na)), Some(&(tb, nb))) if ta == tb => {
+                        i += 1;
+                        j += 1;
+                        (ta, na as i64 - nb as i64)
+                    }
+                    (Some(&(ta, na)), Some(&(tb, _))) if ta < tb => {
+                        i += 1;
+                        (ta, na as i64)
+                    }
+                    (Some(&(ta, na)), None) => {
+                        i += 1;
+                        (ta, na as i64)
+                    }
+                    (_, Some(&(tb, nb))) => {
+                        j += 1;
+                        (tb, -(nb as i64))
+                    }
+                    (None, None) => break,
+                };
+                if d != 0 {
+                    diff.push((t, d as i32));
+                }
+            }
+            if !diff.is_empty() {
+                base.entries.clone_from(&row.entries);
+            }
+            while let Some(&&(cl, ct)) = corr.peek() {
+                if cl != l {
+                    break;
+                }
+                corr.next();
+                match diff.binary_search_by_key(&ct, |e| e.0) {
+                    Ok(k) => diff[k].1 -= 1,
+                    Err(k) => diff.insert(k, (ct, -1)),
+                }
+            }
+            diff.retain(|e| e.1 != 0);
+            if !diff.is_empty() {
+                words.push((l, diff));
+            }
+        }
+        let totals = self
+            .totals
+            .iter()
+            .zip(&self.base_totals)
+            .map(|(a, b)| a - b)
+            .collect();
+        self.base_totals.clone_from(&self.totals);
+        (words, totals)
+    }
+}
+
+/// A worker's own count changes since the last flush: per touched local word, per topic.
+#[derive(Debug, Clone, Default)]
+struct OwnDeltas {
+    words: Vec<Vec<(u32, i32)>>,
+    touched: Vec<u32>,
+    totals: Vec<i64>,
+}
+
+impl OwnDeltas {
+    fn new(n_words: usize, n_topics: usize) -> Self {
+        OwnDeltas {
+            words: vec![Vec::new(); n_words],
+            touched: Vec::new(),
+            totals: vec![0; n_topics],
+        }
+    }
+
+    fn add(&mut self, local_word: u32, topic: u32, d: i32) {
+        let row = &mut self.words[local_word as usize];
+        if row.is_empty() {
+            self.touched.push(local_word);
+        }
+        match row.iter_mut().find(|e| e.0 == topic) {
+            Some(e) => e.1 += d,
+            None => row.push((topic, d)),
+        }
+        self.totals[topic as usize] += i64::from(d);
+    }
+}
+
+/// The data-parallel LDA worker: documents, assignments, doc-topic counts and the changes to
+/// send. Plain computation; the PS client drives it (see the root package's `ps_lda`).
+#[derive(Debug, Clone)]
+pub struct PsLdaWorker {
+    pub worker: usize,
+    n_topics: usize,
+    vocab_size: usize,
+    alpha: f64,
+    /// Distinct global word ids of this worker's documents, ascending.
+    words: Vec<u32>,
+    doc_ids: Vec<u32>,
+    /// Tokens as local word indexes (into `words`).
+    docs: Vec<Vec<u32>>,
+    assignments: Vec<Vec<u32>>,
+    doc_topic: Vec<TopicCounts>,
+    rng: StdRng,
+    sampler: SparseSampler,
+    deltas: OwnDeltas,
+}
+
+impl PsLdaWorker {
+    /// Takes documents `(global id, word ids)` and assigns every token a uniformly random
+    /// topic; the resulting counts are the first pending deltas ([`PsLdaWorker::take_deltas`]).
+    pub fn new(
+        worker: usize,
+        docs: Vec<(u32, Vec<u32>)>,
+        vocab_size: usize,
+        config: &LdaConfig,
+    ) -> Result<Self, PsLdaError> {
+        let k = config.n_topics;
+        if k == 0 || k > u32::MAX as usize || !(config.alpha > 0.0 && config.beta > 0.0) {
+            return Err(PsLdaError::InvalidConfig(
+                "need n_topics >= 1 and positive alpha, beta".into(),
+            ));
+        }
+        let n_tokens: usize = docs.iter().map(|d| d.1.len()).sum();
+        if n_tokens as u64 > MAX_TOKENS {
+            return Err(PsLdaError::TooManyTokens {
+                tokens: n_tokens as u64,
+                max: MAX_TOKENS,
+            });
+        }
+        let mut words: Vec<u32> = docs.iter().flat_map(|d| d.1.iter().copied()).collect();
+        words.sort_unstable();
+        words.dedup();
+        if let Some(&word) = words.last().filter(|&&w| w as usize >= vocab_size) {
+            return Err(PsLdaError::WordOutOfRange { word, vocab_size });
+        }
+        let mut local = vec![u32::MAX; vocab_size];
+        for (i, &w) in words.iter().enumerate() {
+            local[w as usize] = i as u32;
+        }
+        let mut rng = StdRng::seed_from_u64(
+            config.seed ^ (worker as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F),
+        );
+        let mut deltas = OwnDeltas::new(words.len(), k);
+        let (mut doc_ids, mut local_docs, mut assignments, mut doc_topic) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (id, ws) in docs {
+            let mut counts = TopicCounts::default();
+            let mut topics = Vec::with_capacity(ws.len());
+            let mut ls = Vec::with_capacity(ws.len());
+            for w in ws {
+                let l = local[w as usize];
+                let t = rng.gen_range(0..k as u32);
+                counts.increment(t);
+                deltas.add(l, t, 1);
+                topics.push(t);
+                ls.push(l);
+            }
+            doc_ids.push(id);
+            local_docs.push(ls);
+            assignments.push(topics);
+            doc_topic.push(counts);
+        }
+        Ok(PsLdaWorker {
+            worker,
+            n_topics: k,
+            vocab_size,
+            alpha: config.alpha,
+            words,
+            doc_ids,
+            docs: local_docs,
+            assignments,
+            doc_topic,
+            rng,
+            sampler: SparseSampler::new(k, vocab_size, config.alpha, config.beta),
+            deltas,
+        })
+    }
+
+    pub fn n_docs(&self) -> usize {
+        self.docs.len()
+    }
+
+    pub fn n_tokens(&self) -> usize {
+        self.docs.iter().map(Vec::len).sum()
+    }
+
+    pub fn doc_ids(&self) -> &[u32] {
+        &self.doc_ids
+    }
+
+    /// The distinct words of this worker's documents (global ids, ascending).
+    pub fn words(&self) -> &[u32] {
+        &self.words
+    }
+
+    /// The rows a clock reads: the worker's words, then the totals row.
+    pub fn row_ids(&self) -> Vec<RowId> {
+        self.words
+            .iter()
+            .map(|&w| RowId(u64::from(w)))
+            .chain(std::iter::once(totals_row(self.vocab_size)))
+            .collect()
+    }
+
+    /// The view of the rows read in the order of [`PsLdaWorker::row_ids`].
+    pub fn view(&self, rows: &[Row]) -> Result<WordTopicView, PsLdaError> {
+        WordTopicView::from_rows(rows, self.words.len(), self.n_topics)
+    }
+
+    /// Documents `range` split into consecutive chunks of about `tokens` tokens each (so a
+    /// driver can yield between chunks).
+    pub fn doc_chunks(&self, range: Range<usize>, tokens: usize) -> Vec<Range<usize>> {
+        let mut out = Vec::new();
+        let (mut start, mut acc) = (range.start, 0usize);
+        for d in range.clone() {
+            acc += self.docs[d].len();
+            if acc >= tokens.max(1) {
+                out.push(start..d + 1);
+                start = d + 1;
+                acc = 0;
+            }
+        }
+        if start < range.end {
+            out.push(start..range.end);
+        }
+        out
+    }
+
+    /// The documents of part `part` of `parts` equal slices (a clock's share of a sweep).
+    pub fn part(&self, part: usize, parts: usize) -> Range<usize> {
+        let n = self.docs.len();
+        let parts = parts.max(1);
+        (n * part / parts)..(n * (part + 1) / parts).min(n)
+    }
+
+    /// Resamples every token of documents `docs` against `view` (SparseLDA), updating the
+    /// view with this worker's changes as it goes and recording them for
+    /// [`PsLdaWorker::take_deltas`]. Returns the number of tokens sampled.
+    pub fn sweep(&mut self, docs: Range<usize>, view: &mut WordTopicView) -> u64 {
+        let mut sampled = 0u64;
+        self.sampler.begin_sweep(&view.totals);
+        for d in docs {
+            let Some(words) = self.docs.get(d) else {
+                break;
+            };
+            self.sampler.begin_doc(&self.doc_topic[d]);
+            for (pos, &l) in words.iter().enumerate() {
+                let old = self.assignments[d][pos];
+                let new = self.sampler.resample(
+                    old,
+                    &mut self.doc_topic[d],
+                    &mut view.rows[l as usize],
+                    &mut view.totals,
+                    &mut self.rng,
+                );
+                if self.sampler.last_word_decrement_clamped() {
+                    view.corrections.push((l, old));
+                }
+                self.assignments[d][pos] = new;
+            }
+            sampled += words.len() as u64;
+        }
+        sampled
+    }
+
+    /// Hands over this worker's count changes recorded in `view` since it was read (or since
+    /// the last call), as sparse deltas `(row, delta)` sorted by topic: one per changed word
+    /// row, and the totals row if any total changed. Includes the initial counts not yet
+    /// taken ([`PsLdaWorker::take_initial_deltas`]).
+    pub fn take_deltas(&mut self, view: &mut WordTopicView) -> Vec<(RowId, Row)> {
+        let (words, totals) = view.take_changes();
+        let mut from_words = vec![0i64; self.n_topics];
+        for (l, diff) in words {
+            for (t, d) in diff {
+                self.deltas.add(l, t, d);
+                from_words[t as usize] += i64::from(d);
+            }
+        }
+        // Every own move changes one word row and one total by the same amount, so the
+        // totals' change is the column sums of the word rows' change (`add` sums them).
+        debug_assert_eq!(from_words, totals, "view totals drifted from the word rows");
+        self.take_initial_deltas()
+    }
+
+    /// Hands over (and resets) the changes not tied to a view: after `new`, the counts of the
+    /// random initial assignments.
+    pub fn take_initial_deltas(&mut self) -> Vec<(RowId, Row)> {
+        let mut out = Vec::with_capacity(self.deltas.touched.len() + 1);
+        let mut touched = std::mem::take(&mut self.deltas.touched);
+        touched.sort_unstable();
+        for l in touched {
+            let mut entries = std::mem::take(&mut self.deltas.words[l as usize]);
+            entries.retain(|e| e.1 != 0);
+            if entries.is_empty() {
+                continue;
+            }
+            entries.sort_unstable_by_key(|e| e.0);
+            let row = Row::Sparse(entries.into_iter().map(|(t, d)| (t, d as f32)).collect());
+            out.push((RowId(u64::from(self.words[l as usize])), row));
+        }
+        let totals: Vec<(u32, f32)> = self
+            .deltas
+            .totals
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, d)| **d != 0)
+            .map(|(t, d)| (t as u32, std::mem::take(d) as f32))
+            .collect();
+        if !totals.is_empty() {
+            out.push((totals_row(self.vocab_size), Row::Sparse(totals)));
+        }
+        out
+    }
+
+    /// The document half of the joint log-likelihood for this worker's documents.
+    pub fn doc_log_likelihood(&self) -> f64 {
+        doc_log_likelihood_part(
+            self.doc_topic.iter().zip(self.docs.iter().map(Vec::len)),
+            self.n_topics,
+            self.alpha,
+        )
+    }
+
+    /// Checks that the doc-topic counts match the assignments.
+    pub fn check_doc_counts(&self) -> Result<(), String> {
+        check_doc_counts(self.worker, &self.doc_topic, &self.assignments)
+    }
+
+    /// This worker's own word-topic counts `(global word, counts)` (for tests and checks).
+    pub fn own_word_counts(&self) -> Vec<(u32, TopicCounts)> {
+        let mut rows = vec![TopicCounts::default(); self.words.len()];
+        for (ws, ts) in self.docs.iter().zip(&self.assignments) {
+            for (&l, &t) in ws.iter().zip(ts) {
+                rows[l as usize].increment(t);
+            }
+        }
+        self.words.iter().copied().zip(rows).collect()
+    }
+}
+
+/// The final word-topic table, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinalTable {
+    /// Row `w` = counts of word `w` (topic order).
+    pub word_topic: Vec<TopicCounts>,
+    pub topic_totals: Vec<i64>,
+}
+
+impl FinalTable {
+    /// Checks the table's count invariants against the corpus and converts it. `row(w)` is
+    /// the stored row `w` (`None`: never written, i.e. all zero) for `w` in `0..=V`.
+    /// Every entry must be a non-negative integer with a topic `< K`; word row `w` must sum
+    /// to the frequency of `w`; the totals row must equal the column sums of the word rows
+    /// (so the whole table sums to the number of tokens).
+    pub fn check<'a>(
+        row: impl Fn(u64) -> Option<&'a Row>,
+        word_frequencies: &[usize],
+        n_topics: usize,
+    ) -> Result<FinalTable, String> {
+        let v = word_frequencies.len();
+        let read = |r: u64| -> Result<TopicCounts, String> {
+            let mut entries = Vec::new();
+            for (t, x) in row(r).map(row_pairs).unwrap_or_default() {
+                if t as usize >= n_topics {
+                    return Err(format!("row {r}: topic column {t} >= K = {n_topics}"));
+                }
+                if !(x.is_finite() && x >= 0.0 && x.fract() == 0.0) {
+                    return Err(format!(
+                        "row {r} topic {t}: count {x} is not a non-negative integer"
+                    ));
+                }
+                if x > 0.0 {
+                    entries.push((t, x as u32));
+                }
+            }
+            Ok(TopicCounts { entries })
+        };
+        let mut column_sums = vec![0i64; n_topics];
+        let mut word_topic = Vec::with_capacity(v);
+        for (w, &freq) in word_frequencies.iter().enumerate() {
+            let counts = read(w as u64)?;
+            if counts.total() != freq as u64 {
+                return Err(format!(
+                    "word {w}: counts sum to {} but the word has {freq} tokens",
+                    counts.total()
+                ));
+            }
+            for &(t, n) in &counts.entries {
+                column_sums[t as usize] += i64::from(n);
+            }
+            word_topic.push(counts);
+        }
+        let totals = read(v as u64)?;
+        let mut topic_totals = vec![0i64; n_topics];
+        for &(t, n) in &totals.entries {
+            topic_totals[t as usize] = i64::from(n);
+        }
+        if topic_totals != column_sums {
+            return Err(format!(
+                "topic totals row {topic_totals:?} != column sums of the word rows {column_sums:?}"
+            ));
+        }
+        let n_tokens: usize = word_frequencies.iter().sum();
+        let sum: i64 = topic_totals.iter().sum();
+        if sum != n_tokens as i64 {
+            return Err(format!(
+                "table sums to {sum}, the corpus has {n_tokens} tokens"
+            ));
+        }
+        Ok(FinalTable {
+            word_topic,
+            topic_totals,
+        })
+    }
+
+    /// The word half plus the topic half of the joint log-likelihood.
+    pub fn word_log_likelihood(&self, beta: f64) -> f64 {
+        joint_log_likelihood(
+            word_log_likelihood_part(&self.word_topic, beta),
+            0.0,
+            &self.topic_totals,
+            self.word_topic.len(),
+            beta,
+        )
+    }
+
+    /// `(n_wk + beta) / (n_k + V beta)`, `K x V`.
+    pub fn topic_word(&self, beta: f64) -> ndarray::Array2<f64> {
+        petrel_ml::topic::topic_word_matrix(
+            (0u32..).zip(&self.word_topic),
+            &self.topic_totals,
+            self.word_topic.len(),
+            beta,
+        )
+    }
+}
+
+/// Word and topic halves of the joint log-likelihood from a table snapshot taken while the
+/// workers run (rows of different shards may then reflect slightly different clocks, so the
+/// invariants of [`FinalTable::check`] need not hold exactly): entries are clamped like a
+/// worker's view (negative as 0), topic columns `>= K` are ignored.
+pub fn snapshot_word_log_likelihood<'a>(
+    row: impl Fn(u64) -> Option<&'a Row>,
+    vocab_size: usize,
+    n_topics: usize,
+    beta: f64,
+) -> f64 {
+    let mut clamped = 0;
+    let mut counts = |r: u64| -> TopicCounts {
+        let entries = row(r)
+            .map(row_pairs)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(t, _)| (*t as usize) < n_topics)
+            .map(|(t, x)| (t, count_of(x, &mut clamped)))
+            .filter(|e| e.1 > 0)
+            .collect();
+        TopicCounts { entries }
+    };
+    let words: Vec<TopicCounts> = (0..vocab_size as u64).map(&mut counts).collect();
+    let mut totals = vec![0i64; n_topics];
+    for (t, n) in counts(vocab_size as u64).entries {
+        totals[t as usize] = i64::from(n);
+    }
+    joint_log_likelihood(
+        word_log_likelihood_part(&words, beta),
+        0.0,
+        &totals,
+        vocab_size,
+        beta,
+    )
+}
+
+/// Serial data-parallel simulation (unit tests; the reference for the cluster app): per
+/// clock every worker sweeps all its documents against the table as it was `staleness`
+/// clocks ago plus its own later changes (SSP's worst case with read-my-writes); the table is
+/// the exact sum of every flushed delta. Returns the log-likelihood per token before the
+/// first and after every iteration (from the checked table) and the final table rows.
+pub fn simulate(
+    docs_per_worker: Vec<Vec<(u32, Vec<u32>)>>,
+    vocab_size: usize,
+    config: &LdaConfig,
+    staleness: usize,
+) -> Result<(Vec<f64>, Vec<Row>), PsLdaError> {
+    let mut workers = docs_per_worker
+        .into_iter()
+        .enumerate()
+        .map(|(w, d)| PsLdaWorker::new(w, d, vocab_size, config))
+        .collect::<Result<Vec<_>, _>>()?;
+    let n_tokens: usize = workers.iter().map(PsLdaWorker::n_tokens).sum();
+    let freq = word_frequencies(&workers, vocab_size);
+    let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); vocab_size + 1];
+    for w in &mut workers {
+        for (r, d) in w.take_initial_deltas() {
+            table[r.0 as usize].add(&d);
+        }
+    }
+    // history[c]: the table once every worker's clock c - 1 was applied; own[w][c]: worker
+    // w's deltas of clock c (applied between history[c] and history[c + 1]).
+    let mut history = vec![table.clone()];
+    let mut own: Vec<Vec<Vec<(RowId, Row)>>> = vec![Vec::new(); workers.len()];
+    let log_likelihood = |table: &[Row], workers: &[PsLdaWorker]| -> Result<f64, PsLdaError> {
+        let t = FinalTable::check(|r| table.get(r as usize), &freq, config.n_topics)
+            .map_err(PsLdaError::InvalidConfig)?;
+        let doc: f64 = workers.iter().map(PsLdaWorker::doc_log_likelihood).sum();
+        Ok((t.word_log_likelihood(config.beta) + doc) / n_tokens.max(1) as f64)
+    };
+    let mut trace = vec![log_likelihood(&table, &workers)?];
+    for _ in 0..config.iterations {
+        let h = history.len().saturating_sub(staleness + 1);
+        let mut flushed = Vec::new();
+        for (w, worker) in workers.iter_mut().enumerate() {
+            let mut rows: Vec<Row> = worker
+                .row_ids()
+                .iter()
+                .map(|r| history[h][r.0 as usize].clone())
+                .collect();
+            let index: std::collections::HashMap<RowId, usize> = worker
+                .row_ids()
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| (r, i))
+                .collect();
+            for (r, d) in own[w].iter().skip(h).flatten() {
+                if let Some(&i) = index.get(r) {
+                    rows[i].add(d);
+                }
+            }
+            let mut view = worker.view(&rows)?;
+            worker.sweep(0..worker.n_docs(), &mut view);
+            let deltas = worker.take_deltas(&mut view);
+            flushed.extend(deltas.iter().cloned());
+            own[w].push(deltas);
+        }
+        for (r, d) in flushed {
+            table[r.0 as usize].add(&d);
+        }
+        history.push(table.clone());
+        trace.push(log_likelihood(&table, &workers)?);
+    }
+    Ok((trace, table))
+}
+
+fn word_frequencies(workers: &[PsLdaWorker], vocab_size: usize) -> Vec<usize> {
+    let mut freq = vec![0usize; vocab_size];
+    for w in workers {
+        for d in &w.docs {
+            for &l in d {
+                freq[w.words[l as usize] as usize] += 1;
+            }
+        }
+    }
+    freq
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
+
+    fn config(iterations: usize) -> LdaConfig {
+        LdaConfig {
+            n_topics: 5,
+            alpha: 0.1,
+            beta: 0.1,
+            n_workers: 2,
+            iterations,
+            seed: 4,
+        }
+    }
+
+    fn corpus() -> petrel_ml::data::Corpus {
+        lda_corpus(&LdaCorpusParams {
+            n_topics: 5,
+            vocab_size: 120,
+            n_docs: 120,
+            doc_length: 60,
+            alpha: 0.1,
+            beta: 0.05,
+            seed: 17,
+        })
+        .unwrap()
+        .corpus
+    }
+
+    fn split(c: &petrel_ml::data::Corpus, p: usize) -> Vec<Vec<(u32, Vec<u32>)>> {
+        let mut out = vec![Vec::new(); p];
+        for (d, doc) in c.docs.iter().enumerate() {
+            out[d % p].push((d as u32, doc.clone()));
+        }
+        out
+    }
+
+    #[test]
+    fn stale_data_parallel_sampling_improves_log_likelihood() {
+        let c = corpus();
+        for staleness in [0, 2] {
+            let (trace, table) =
+                simulate(split(&c, 2), c.vocab_size, &config(20), staleness).unwrap();
+            let (first, last) = (trace[0], *trace.last().unwrap());
+            assert!(
+                last > first + 0.5,
+                "staleness {staleness}: ll/token {first} -> {last}"
+            );
+            // simulate checks the invariants after every clock; check the end once more.
+            let t = FinalTable::check(|r| table.get(r as usize), &c.word_frequencies(), 5).unwrap();
+            assert_eq!(t.topic_totals.iter().sum::<i64>(), c.n_tokens() as i64);
+        }
+    }
+
+    #[test]
+    fn deltas_are_exact_even_against_an_empty_view() {
+        let c = corpus();
+        let docs = split(&c, 1).pop().unwrap();
+        let mut w = PsLdaWorker::new(0, docs, c.vocab_size, &config(0)).unwrap();
+        let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); c.vocab_size + 1];
+        let mut apply = |deltas: Vec<(RowId, Row)>| {
+            for (r, d) in deltas {
+                table[r.0 as usize].add(&d);
+            }
+        };
+        let init = w.take_initial_deltas();
+        let sum: f32 = init.iter().map(|(_, d)| d.l1_norm()).sum();
+        assert_eq!(sum as usize, 2 * c.n_tokens(), "words + totals");
+        apply(init);
+        // A view with every count zero (maximally stale): the sampler clamps, the deltas
+        // still describe the worker's true changes.
+        let zeros = vec![Row::Sparse(Vec::new()); w.words().len() + 1];
+        for _ in 0..3 {
+            // Two takes from one view: the second must report only the later changes.
+            let mut view = w.view(&zeros).unwrap();
+            let half = w.n_docs() / 2;
+            let first = w.sweep(0..half, &mut view);
+            apply(w.take_deltas(&mut view));
+            let second = w.sweep(half..w.n_docs(), &mut view);
+            apply(w.take_deltas(&mut view));
+            assert_eq!(first + second, c.n_tokens() as u64);
+        }
+        w.check_doc_counts().unwrap();
+        let t = FinalTable::check(|r| table.get(r as usize), &c.word_frequencies(), 5).unwrap();
+        for (word, counts) in w.own_word_counts() {
+            let mut a = counts.entries.clone();
+            let mut b = t.word_topic[word as usize].entries.clone();
+            a.sort_unstable();
+            b.sort_unstable();
+            assert_eq!(a, b, "word {word}");
+        }
+        assert!(
+            w.take_initial_deltas().is_empty(),
+            "nothing pending after a take"
+        );
+    }
+
+    #[test]
+    fn view_clamps_negative_and_fractional_counts() {
+        let rows = vec![
+            Row::Sparse(vec![(0, -2.0), (1, 3.0)]),
+            Row::Dense(vec![0.0, 1.4, 2.0]),
+            Row::Sparse(vec![(0, 5.0), (2, -1.0)]),
+        ];
+        let v = WordTopicView::from_rows(&rows, 2, 3).unwrap();
+        assert_eq!(v.rows[0].entries, vec![(1, 3)]);
+        assert_eq!(v.rows[1].entries, vec![(1, 1), (2, 2)]);
+        assert_eq!(v.totals, vec![5, 0, 0]);
+        assert_eq!(v.clamped, 3);
+        let bad = vec![Row::Sparse(vec![(7, 1.0)]), Row::Sparse(vec![])];
+        assert!(matches!(
+            WordTopicView::from_rows(&bad, 1, 3),
+            Err(PsLdaError::BadRow { row: 0, .. })
+        ));
+        assert!(matches!(
+            WordTopicView::from_rows(&bad[..1], 1, 3),
+            Err(PsLdaError::RowCount(1, 1))
+        ));
+    }
+
+    #[test]
+    fn final_check_rejects_broken_tables() {
+        // Two words with 2 and 1 tokens, K = 2.
+        let freq = [2usize, 1];
+        let good = [
+            Row::Sparse(vec![(0, 1.0), (1, 1.0)]),
+            Row::Sparse(vec![(1, 1.0)]),
+            Row::Sparse(vec![(0, 1.0), (1, 2.0)]),
+        ];
+        let t = FinalTable::check(|r| good.get(r as usize), &freq, 2).unwrap();
+        assert_eq!(t.topic_totals, vec![1, 2]);
+        let mut negative = good.clone();
+        negative[0] = Row::Sparse(vec![(0, 3.0), (1, -1.0)]);
+        let e = FinalTable::check(|r| negative.get(r as usize), &freq, 2).unwrap_err();
+        assert!(e.contains("not a non-negative integer"), "{e}");
+        let mut fractional = good.clone();
+        fractional[1] = Row::Sparse(vec![(1, 0.5), (0, 0.5)]);
+        assert!(FinalTable::check(|r| fractional.get(r as usize), &freq, 2).is_err());
+        let mut totals = good.clone();
+        totals[2] = Row::Sparse(vec![(0, 2.0), (1, 1.0)]);
+        let e = FinalTable::check(|r| totals.get(r as usize), &freq, 2).unwrap_err();
+        assert!(e.contains("column sums"), "{e}");
+        let mut lost = good.clone();
+        lost[1] = Row::Sparse(vec![]);
+        let e = FinalTable::check(|r| lost.get(r as usize), &freq, 2).unwrap_err();
+        assert!(e.contains("word 1"), "{e}");
+    }
+
+    #[test]
+    fn refuses_corpora_beyond_exact_f32_counts() {
+        // Why 2^24: the next integer is not representable, so a count would stop moving.
+        let max = MAX_TOKENS as f32;
+        assert_eq!(max + 1.0, max);
+        assert_eq!((max - 1.0) + 1.0, max);
+        assert!(check_corpus(MAX_TOKENS as usize, 3, &[vec![0, 2]]).is_ok());
+        let e = check_corpus(MAX_TOKENS as usize + 1, 3, &[]).unwrap_err();
+        assert!(matches!(e, PsLdaError::TooManyTokens { .. }));
+        assert!(e.to_string().contains("2^24"), "{e}");
+        assert_eq!(
+            check_corpus(2, 3, &[vec![0, 3]]),
+            Err(PsLdaError::WordOutOfRange {
+                word: 3,
+                vocab_size: 3
+            })
+        );
+    }
+
+    #[test]
+    fn parts_and_chunks_cover_the_documents() {
+        let c = corpus();
+        let docs = split(&c, 1).pop().unwrap();
+        let w = PsLdaWorker::new(0, docs, c.vocab_size, &config(0)).unwrap();
+        let parts: Vec<_> = (0..3).map(|p| w.part(p, 3)).collect();
+        assert_eq!(parts[0].start, 0);
+        assert_eq!(parts[2].end, w.n_docs());
+        assert!(parts.windows(2).all(|p| p[0].end == p[1].start));
+        let chunks = w.doc_chunks(parts[1].clone(), 200);
+        assert_eq!(chunks.first().unwrap().start, parts[1].start);
+        assert_eq!(chunks.last().unwrap().end, parts[1].end);
+        assert!(chunks.windows(2).all(|p| p[0].end == p[1].start));
+        assert!(chunks.len() >= 10, "{} chunks", chunks.len());
+    }
+}

@@ -1,0 +1,229 @@
+//! Managed communication (Wei et al., SoCC 2015): spend a per-tick bandwidth budget on sending
+//! the most significant pending rows of the oplog early, within the current clock.
+//!
+//! The chosen rows leave the oplog and go out as `ShardBatch`es with `end_of_clock = false`;
+//! the shard applies them without advancing the worker's clock (`ShardCore::apply_updates`),
+//! and the rest of the oplog still goes out at `Clock()`. Sending early never weakens the SSP
+//! guarantee (updates only arrive sooner); it makes other workers' reads fresher.
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::client::ClientCore;
+use crate::core::types::{RowId, ShardBatch, TableId};
+
+/// Order in which pending rows are considered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SendPolicy {
+    /// Oldest first (first `Inc` into the oplog).
+    Fifo,
+    /// Uniformly shuffled (seeded, reproducible).
+    Random,
+    /// Largest `|delta|_1 / (|value|_1 + eps)` first, ties oldest first.
+    RelativeMagnitude,
+}
+
+/// A pending oplog row offered for early sending.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub table: TableId,
+    pub row: RowId,
+    /// Estimated encoded size (`Row::wire_size`).
+    pub bytes: usize,
+    /// `|delta|_1 / (|value|_1 + eps)`; value = the client's cached view of the row, or 0 if
+    /// not cached (an unknown row then ranks by `|delta| / eps`, i.e. high).
+    pub relative_magnitude: f32,
+    /// Insertion order into the oplog.
+    pub order: u64,
+}
+
+impl ClientCore {
+    /// Every row of the oplog as a `Candidate`, in oplog key order.
+    pub fn oplog_candidates(&self, eps: f32) -> Vec<Candidate> {
+        self.oplog
+            .iter()
+            .map(|(&(table, row), e)| {
+                let value = self.cached(table, row).map_or(0.0, |(r, _)| r.l1_norm());
+                Candidate {
+                    table,
+                    row,
+                    bytes: e.delta.wire_size(),
+                    relative_magnitude: e.delta.l1_norm() / (value + eps),
+                    order: e.order,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Picks rows to send early under a bandwidth budget.
+#[derive(Debug, Clone)]
+pub struct BandwidthManager {
+    /// Bytes that may be sent per tick (bandwidth x tick length). Unused budget is not carried
+    /// over: the spare bandwidth of a past tick is gone.
+    pub budget_bytes_per_tick: usize,
+    pub policy: SendPolicy,
+    /// Guards the relative magnitude against zero values.
+    pub eps: f32,
+    rng: u64,
+}
+
+impl BandwidthManager {
+    pub fn new(budget_bytes_per_tick: usize, policy: SendPolicy, seed: u64) -> Self {
+        BandwidthManager {
+            budget_bytes_per_tick,
+            policy,
+            eps: 1e-6,
+            rng: seed | 1,
+        }
+    }
+
+    /// xorshift64*: no `rand` dependency in the library.
+    fn next_u64(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Orders candidates by the policy.
+    pub fn rank(&mut self, cands: &mut [Candidate]) {
+        match self.policy {
+            SendPolicy::Fifo => cands.sort_by_key(|c| c.order),
+            SendPolicy::RelativeMagnitude => cands.sort_by(|a, b| {
+                b.relative_magnitude
+                    .total_cmp(&a.relative_magnitude)
+                    .then(a.order.cmp(&b.order))
+            }),
+            SendPolicy::Random => {
+                cands.sort_by_key(|c| c.order);
+                for i in (1..cands.len()).rev() {
+                    let j = (self.next_u64() % (i as u64 + 1)) as usize;
+                    cands.swap(i, j);
+                }
+            }
+        }
+    }
+
+    /// Greedy selection in policy order: a row that does not fit the remaining budget is
+    /// skipped and smaller later rows may still use the rest.
+    pub fn select(&mut self, mut cands: Vec<Candidate>) -> Vec<(TableId, RowId)> {
+        self.rank(&mut cands);
+        let mut left = self.budget_bytes_per_tick;
+        let mut out = Vec::new();
+        for c in cands {
+            if c.bytes <= left {
+                left -= c.bytes;
+                out.push((c.table, c.row));
+            }
+        }
+        out
+    }
+
+    /// One tick: choose rows from `client`'s oplog, remove them from it and return the early
+    /// batches to send.
+    pub fn tick(&mut self, client: &mut ClientCore) -> Vec<ShardBatch> {
+        let cands = client.oplog_candidates(self.eps);
+        let chosen = self.select(cands);
+        client.take_early(&chosen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::shard::{ShardAction, ShardCore};
+    use crate::core::types::{Consistency, Row, TableKind, TableSpec, WorkerId};
+
+    const T: TableId = TableId(0);
+
+    fn spec() -> TableSpec {
+        TableSpec::new(0, "t", TableKind::Dense { width: 1 }, Consistency::Async)
+    }
+
+    fn client_with_values() -> ClientCore {
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![spec()]).unwrap();
+        // Cached values: row0 = 100, row1 = 1, row2 = 10.
+        for (r, v) in [(0u64, 100.0f32), (1, 1.0), (2, 10.0)] {
+            c.handle(
+                0,
+                ShardAction::Reply {
+                    worker: WorkerId(0),
+                    request_id: 0,
+                    table: T,
+                    row: RowId(r),
+                    row_data: Row::Dense(vec![v]),
+                    row_clock: 0,
+                    ack_seq: 0,
+                },
+            )
+            .unwrap();
+        }
+        // Deltas (in this insertion order): row0 += 5 (rel .05), row1 += .5 (.5), row2 += 4 (.4).
+        c.inc(T, RowId(0), 0, 5.0).unwrap();
+        c.inc(T, RowId(1), 0, 0.5).unwrap();
+        c.inc(T, RowId(2), 0, 4.0).unwrap();
+        c
+    }
+
+    #[test]
+    fn relative_magnitude_order_and_budget() {
+        let mut c = client_with_values();
+        let row_bytes = Row::Dense(vec![0.0]).wire_size();
+        let mut m = BandwidthManager::new(2 * row_bytes, SendPolicy::RelativeMagnitude, 1);
+        let batches = m.tick(&mut c);
+        assert_eq!(batches.len(), 1);
+        assert!(!batches[0].end_of_clock);
+        let rows: Vec<u64> = batches[0].batch.updates.iter().map(|u| u.row.0).collect();
+        assert_eq!(rows, vec![1, 2]);
+        assert_eq!(c.oplog_len(), 1);
+        assert!(c.oplog_delta(T, RowId(0)).is_some());
+        // Own writes stay visible after the early send.
+        assert_eq!(c.cached(T, RowId(1)).unwrap().0, &Row::Dense(vec![1.5]));
+    }
+
+    #[test]
+    fn fifo_and_random_policies() {
+        let mut c = client_with_values();
+        let mut m = BandwidthManager::new(1000, SendPolicy::Fifo, 1);
+        let mut cands = c.oplog_candidates(1e-6);
+        m.rank(&mut cands);
+        let order: Vec<u64> = cands.iter().map(|c| c.row.0).collect();
+        assert_eq!(order, vec![0, 1, 2]);
+        // Random: a permutation, reproducible from the seed.
+        let mut a = BandwidthManager::new(1000, SendPolicy::Random, 42);
+        let mut b = BandwidthManager::new(1000, SendPolicy::Random, 42);
+        let sa = a.select(c.oplog_candidates(1e-6));
+        let sb = b.select(c.oplog_candidates(1e-6));
+        assert_eq!(sa, sb);
+        let mut sorted: Vec<u64> = sa.iter().map(|k| k.1.0).collect();
+        sorted.sort();
+        assert_eq!(sorted, vec![0, 1, 2]);
+        // Zero budget sends nothing.
+        let mut z = BandwidthManager::new(0, SendPolicy::Fifo, 1);
+        assert!(z.tick(&mut c).is_empty());
+        assert_eq!(c.oplog_len(), 3);
+    }
+
+    #[test]
+    fn shard_accepts_early_then_clock_flush() {
+        let mut c = client_with_values();
+        let mut s = ShardCore::new(1, vec![spec()]).unwrap();
+        let mut m = BandwidthManager::new(1000, SendPolicy::RelativeMagnitude, 1);
+        c.inc(T, RowId(3), 0, 1.0).unwrap();
+        let early = m.tick(&mut c);
+        c.inc(T, RowId(3), 0, 1.0).unwrap(); // after the early send: goes at clock()
+        for b in early {
+            assert!(s.handle_batch(&b).unwrap().is_empty());
+        }
+        assert_eq!(s.worker_clock(WorkerId(0)).unwrap(), 0);
+        assert_eq!(s.row(T, RowId(3)), Some(&Row::Dense(vec![1.0])));
+        for b in c.clock() {
+            s.handle_batch(&b).unwrap();
+        }
+        assert_eq!(s.row(T, RowId(3)), Some(&Row::Dense(vec![2.0])));
+        assert_eq!(s.row(T, RowId(0)), Some(&Row::Dense(vec![5.0])));
+        assert_eq!(s.min_clock(), 1);
+    }
+}

@@ -1,0 +1,758 @@
+//! `ShardCore`: the state machine of one server shard for the rows it owns.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::rules::{RuleRegistry, UpdateRule};
+use crate::core::types::{
+    Clock, Consistency, ReadRequest, Row, RowId, ShardBatch, TableId, TableSpec, UpdateBatch,
+    WorkerId,
+};
+use crate::error::PsError;
+
+/// What a shard asks the runtime to send.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ShardAction {
+    /// Answer to a read. `row_clock` is the shard's min clock when served: the row reflects
+    /// every update of clocks `< row_clock`. `ack_seq` is the last update-batch `seq` of
+    /// `worker` this shard had applied, so the client knows which own deltas are included.
+    Reply {
+        worker: WorkerId,
+        request_id: u64,
+        table: TableId,
+        row: RowId,
+        row_data: Row,
+        row_clock: Clock,
+        ack_seq: u64,
+    },
+    /// ESSP push after the min clock advanced to `clock`: the rows of `table` subscribed by
+    /// `worker` that changed since they were last sent to it. Sent to every subscriber of the
+    /// table at every advance, with `rows` possibly empty: it also tells the client that all
+    /// its other subscribed rows of this table on this shard are now current as of `clock`.
+    Push {
+        worker: WorkerId,
+        table: TableId,
+        rows: Vec<(RowId, Row)>,
+        clock: Clock,
+        ack_seq: u64,
+    },
+}
+
+impl ShardAction {
+    pub fn worker(&self) -> WorkerId {
+        match self {
+            ShardAction::Reply { worker, .. } | ShardAction::Push { worker, .. } => *worker,
+        }
+    }
+}
+
+/// All rows of one table held by a shard (checkpoint unit).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableSnapshot {
+    pub table: TableId,
+    /// Sorted by row id.
+    pub rows: Vec<(RowId, Row)>,
+}
+
+struct StoredRow {
+    data: Row,
+    /// Shard-wide modification counter value of the last update (0 = never written).
+    stamp: u64,
+}
+
+struct TableState {
+    spec: TableSpec,
+    rule: Box<dyn UpdateRule>,
+    rows: HashMap<RowId, StoredRow>,
+    /// ESSP: row -> subscriber -> stamp of the version last sent to that subscriber.
+    subs: HashMap<RowId, HashMap<WorkerId, u64>>,
+    /// ESSP: workers with at least one subscription in this table.
+    sub_workers: BTreeSet<WorkerId>,
+    /// ESSP: rows modified since the last min-clock advance.
+    dirty: HashSet<RowId>,
+}
+
+impl TableState {
+    fn stamp_of(&self, row: RowId) -> u64 {
+        self.rows.get(&row).map_or(0, |r| r.stamp)
+    }
+
+    fn data_of(&self, row: RowId) -> Row {
+        self.rows
+            .get(&row)
+            .map_or_else(|| self.spec.zero_row(), |r| r.data.clone())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct WorkerState {
+    /// Number of completed clocks (= the clock the worker is in).
+    clock: Clock,
+    alive: bool,
+    /// Last applied `UpdateBatch::seq` from this worker.
+    applied_seq: u64,
+}
+
+#[derive(Debug, Clone)]
+struct PendingRead {
+    worker: WorkerId,
+    request_id: u64,
+    table: TableId,
+    row: RowId,
+}
+
+/// The server shard's state machine. Inputs are method calls; outputs are `ShardAction`s.
+///
+/// Dead workers: `remove_worker` excludes a worker from the min clock (so survivors are not
+/// blocked forever by a crashed peer), drops its queued reads and subscriptions, and rejects
+/// its later messages with `PsError::DeadWorker`. Updates it already sent stay applied. A
+/// removed worker cannot rejoin. If every worker is removed the min clock stays where it was.
+pub struct ShardCore {
+    tables: BTreeMap<TableId, TableState>,
+    workers: Vec<WorkerState>,
+    min_clock: Clock,
+    /// Queued reads keyed by the min clock they wait for.
+    pending: BTreeMap<Clock, Vec<PendingRead>>,
+    next_stamp: u64,
+}
+
+impl std::fmt::Debug for ShardCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardCore")
+            .field("tables", &self.tables.keys().collect::<Vec<_>>())
+            .field("workers", &self.workers)
+            .field("min_clock", &self.min_clock)
+            .field("pending_reads", &self.pending_reads())
+            .finish()
+    }
+}
+
+impl ShardCore {
+    /// A shard for `n_workers` workers (ids `0..n_workers`, all at clock 0) and `tables`, with
+    /// the built-in rules only.
+    pub fn new(n_workers: u32, tables: Vec<TableSpec>) -> Result<Self, PsError> {
+        Self::with_registry(n_workers, tables, &RuleRegistry::new())
+    }
+
+    /// Like `new`, building update rules (including custom ones) from `registry`.
+    pub fn with_registry(
+        n_workers: u32,
+        tables: Vec<TableSpec>,
+        registry: &RuleRegistry,
+    ) -> Result<Self, PsError> {
+        if n_workers == 0 {
+            return Err(PsError::InvalidConfig(
+                "a shard needs at least one worker".into(),
+            ));
+        }
+        let mut map = BTreeMap::new();
+        for spec in tables {
+            let rule = registry.build(&spec.update_rule)?;
+            let id = spec.id;
+            let st = TableState {
+                spec,
+                rule,
+                rows: HashMap::new(),
+                subs: HashMap::new(),
+                sub_workers: BTreeSet::new(),
+                dirty: HashSet::new(),
+            };
+            if map.insert(id, st).is_some() {
+                return Err(PsError::DuplicateTable(id));
+            }
+        }
+        Ok(ShardCore {
+            tables: map,
+            workers: vec![
+                WorkerState {
+                    clock: 0,
+                    alive: true,
+                    applied_seq: 0,
+                };
+                n_workers as usize
+            ],
+            min_clock: 0,
+            pending: BTreeMap::new(),
+            next_stamp: 1,
+        })
+    }
+
+    /// Rebuilds a shard from a checkpoint: rows from `snapshots`, every worker at `clock`.
+    /// Rule state (momentum, Adagrad accumulators) is not checkpointed and restarts empty.
+    pub fn restore(
+        n_workers: u32,
+        tables: Vec<TableSpec>,
+        registry: &RuleRegistry,
+        snapshots: Vec<TableSnapshot>,
+        clock: Clock,
+    ) -> Result<Self, PsError> {
+        let mut core = Self::with_registry(n_workers, tables, registry)?;
+        for snap in snapshots {
+            let t = core
+                .tables
+                .get_mut(&snap.table)
+                .ok_or(PsError::UnknownTable(snap.table))?;
+            for (id, data) in snap.rows {
+                t.spec.check_delta(id, &data)?;
+                t.rows.insert(id, StoredRow { data, stamp: 0 });
+            }
+        }
+        for w in &mut core.workers {
+            w.clock = clock;
+        }
+        core.min_clock = clock;
+        Ok(core)
+    }
+
+    /// Minimum completed-clock count over live workers.
+    pub fn min_clock(&self) -> Clock {
+        self.min_clock
+    }
+
+    /// The shard's clock-table entry for `worker` (its number of completed clocks).
+    pub fn worker_clock(&self, worker: WorkerId) -> Result<Clock, PsError> {
+        self.worker(worker).map(|w| w.clock)
+    }
+
+    /// Current value of a stored row (`None` if never written).
+    pub fn row(&self, table: TableId, row: RowId) -> Option<&Row> {
+        self.tables.get(&table)?.rows.get(&row).map(|r| &r.data)
+    }
+
+    /// Number of reads waiting for the min clock.
+    pub fn pending_reads(&self) -> usize {
+        self.pending.values().map(Vec::len).sum()
+    }
+
+    pub fn table_specs(&self) -> impl Iterator<Item = &TableSpec> {
+        self.tables.values().map(|t| &t.spec)
+    }
+
+    /// All rows of every table, sorted by row id (for checkpoints and tests).
+    pub fn snapshot(&self) -> Vec<TableSnapshot> {
+        self.tables
+            .iter()
+            .map(|(&table, t)| {
+                let mut rows: Vec<(RowId, Row)> =
+                    t.rows.iter().map(|(&k, r)| (k, r.data.clone())).collect();
+                rows.sort_by_key(|r| r.0);
+                TableSnapshot { table, rows }
+            })
+            .collect()
+    }
+
+    fn worker(&self, worker: WorkerId) -> Result<&WorkerState, PsError> {
+        let w = self
+            .workers
+            .get(worker.0 as usize)
+            .ok_or(PsError::UnknownWorker(worker))?;
+        if w.alive {
+            Ok(w)
+        } else {
+            Err(PsError::DeadWorker(worker))
+        }
+    }
+
+    /// Applies a worker's oplog for its current clock `clock` with each table's update rule.
+    ///
+    /// May be called several times per clock (managed communication sends early partial
+    /// updates); it never advances the worker's clock. The batch is validated as a whole first:
+    /// on error nothing is applied. `clock` must equal the worker's current clock and
+    /// `batch.seq` must exceed the last applied seq (duplicates would double-apply).
+    pub fn apply_updates(
+        &mut self,
+        worker: WorkerId,
+        clock: Clock,
+        batch: &UpdateBatch,
+    ) -> Result<(), PsError> {
+        let w = self.worker(worker)?;
+        if w.clock != clock {
+            return Err(PsError::ClockMismatch {
+                worker,
+                expected: w.clock,
+                got: clock,
+            });
+        }
+        if batch.seq <= w.applied_seq {
+            return Err(PsError::InvalidConfig(format!(
+                "update batch seq {} of worker {} not above last applied {}",
+                batch.seq, worker.0, w.applied_seq
+            )));
+        }
+        for u in &batch.updates {
+            let t = self
+                .tables
+                .get(&u.table)
+                .ok_or(PsError::UnknownTable(u.table))?;
+            t.spec.check_delta(u.row, &u.delta)?;
+        }
+        for u in &batch.updates {
+            let stamp = self.next_stamp;
+            self.next_stamp += 1;
+            let Some(t) = self.tables.get_mut(&u.table) else {
+                continue; // validated above
+            };
+            let zero = t.spec.zero_row();
+            let stored = t.rows.entry(u.row).or_insert(StoredRow {
+                data: zero,
+                stamp: 0,
+            });
+            t.rule.apply_row(u.row, &mut stored.data, &u.delta);
+            stored.stamp = stamp;
+            if t.spec.consistency.is_essp() {
+                t.dirty.insert(u.row);
+            }
+        }
+        self.workers[worker.0 as usize].applied_seq = batch.seq;
+        Ok(())
+    }
+
+    /// The worker has completed clock `completed` (must be its current clock); its entry
+    /// becomes `completed + 1`. Returns the reads released and ESSP pushes if the min clock
+    /// advanced.
+    pub fn clock(
+        &mut self,
+        worker: WorkerId,
+        completed: Clock,
+    ) -> Result<Vec<ShardAction>, PsError> {
+        let w = self.worker(worker)?;
+        if w.clock != completed {
+            return Err(PsError::ClockMismatch {
+                worker,
+                expected: w.clock,
+                got: completed,
+            });
+        }
+        self.workers[worker.0 as usize].clock = completed + 1;
+        Ok(self.recompute_min())
+    }
+
+    /// Convenience for a `ShardBatch` message: `apply_updates`, then `clock` if it ends a clock.
+    pub fn handle_batch(&mut self, msg: &ShardBatch) -> Result<Vec<ShardAction>, PsError> {
+        self.apply_updates(msg.worker, msg.clock, &msg.batch)?;
+        if msg.end_of_clock {
+            self.clock(msg.worker, msg.clock)
+        } else {
+            Ok(Vec::new())
+        }
+    }
+
+    /// Convenience for a `ReadRequest` message.
+    pub fn handle_read(&mut self, req: &ReadRequest) -> Result<Vec<ShardAction>, PsError> {
+        self.read(
+            req.worker,
+            req.request_id,
+            req.table,
+            req.row,
+            req.min_clock,
+        )
+    }
+
+    /// A read of `(table, row)` that needs the min clock `>= min_clock`. Served at once if it
+    /// already is (or the table is `Async`), otherwise queued until the min clock advances.
+    /// On an ESSP table the read also subscribes `worker` to the row.
+    pub fn read(
+        &mut self,
+        worker: WorkerId,
+        request_id: u64,
+        table: TableId,
+        row: RowId,
+        min_clock: Clock,
+    ) -> Result<Vec<ShardAction>, PsError> {
+        self.read_inner(worker, request_id, table, row, min_clock, false)
+    }
+
+    /// Like `read`, but always waits for the min clock, whatever the table's consistency and
+    /// without subscribing: the building block of a client's `barrier()` (a reply for a row
+    /// of shard `s` means every worker has completed `min_clock` clocks on `s`).
+    pub fn sync(
+        &mut self,
+        worker: WorkerId,
+        request_id: u64,
+        table: TableId,
+        row: RowId,
+        min_clock: Clock,
+    ) -> Result<Vec<ShardAction>, PsError> {
+        self.read_inner(worker, request_id, table, row, min_clock, true)
+    }
+
+    fn read_inner(
+        &mut self,
+        worker: WorkerId,
+        request_id: u64,
+        table: TableId,
+        row: RowId,
+        min_clock: Clock,
+        sync: bool,
+    ) -> Result<Vec<ShardAction>, PsError> {
+        self.worker(worker)?;
+        let t = self
+            .tables
+            .get(&table)
+            .ok_or(PsError::UnknownTable(table))?;
+        let consistency = t.spec.consistency;
+        if consistency.is_essp() && !sync {
+            let t = self
+                .tables
+                .get_mut(&table)
+                .ok_or(PsError::UnknownTable(table))?;
+            // u64::MAX = subscribed but not replied yet: no push before the reply (the client
+            // ignores rows it has not cached anyway); `reply` records the stamp it sends.
+            t.subs
+                .entry(row)
+                .or_default()
+                .entry(worker)
+                .or_insert(u64::MAX);
+            t.sub_workers.insert(worker);
+        }
+        let read = PendingRead {
+            worker,
+            request_id,
+            table,
+            row,
+        };
+        if (consistency == Consistency::Async && !sync) || min_clock <= self.min_clock {
+            Ok(vec![self.reply(&read)])
+        } else {
+            self.pending.entry(min_clock).or_default().push(read);
+            Ok(Vec::new())
+        }
+    }
+
+    /// Declares `worker` dead (see the type docs). Returns what its departure releases.
+    pub fn remove_worker(&mut self, worker: WorkerId) -> Result<Vec<ShardAction>, PsError> {
+        self.worker(worker)?;
+        self.workers[worker.0 as usize].alive = false;
+        for reads in self.pending.values_mut() {
+            reads.retain(|r| r.worker != worker);
+        }
+        self.pending.retain(|_, v| !v.is_empty());
+        for t in self.tables.values_mut() {
+            t.sub_workers.remove(&worker);
+            for subs in t.subs.values_mut() {
+                subs.remove(&worker);
+            }
+            t.subs.retain(|_, s| !s.is_empty());
+        }
+        Ok(self.recompute_min())
+    }
+
+    fn reply(&mut self, r: &PendingRead) -> ShardAction {
+        let ack_seq = self.workers[r.worker.0 as usize].applied_seq;
+        let min_clock = self.min_clock;
+        let (row_data, stamp) = match self.tables.get(&r.table) {
+            Some(t) => (t.data_of(r.row), t.stamp_of(r.row)),
+            None => (Row::Sparse(Vec::new()), 0),
+        };
+        if let Some(t) = self.tables.get_mut(&r.table)
+            && let Some(s) = t.subs.get_mut(&r.row).and_then(|s| s.get_mut(&r.worker))
+        {
+            *s = stamp;
+        }
+        ShardAction::Reply {
+            worker: r.worker,
+            request_id: r.request_id,
+            table: r.table,
+            row: r.row,
+            row_data,
+            row_clock: min_clock,
+            ack_seq,
+        }
+    }
+
+    fn recompute_min(&mut self) -> Vec<ShardAction> {
+        let Some(new_min) = self
+            .workers
+            .iter()
+            .filter(|w| w.alive)
+            .map(|w| w.clock)
+            .min()
+        else {
+            return Vec::new();
+        };
+        if new_min <= self.min_clock {
+            return Vec::new();
+        }
+        self.min_clock = new_min;
+        tracing::trace!(min_clock = new_min, "shard min clock advanced");
+        let mut out = Vec::new();
+        // Release reads: keys <= new_min.
+        let still_waiting = self.pending.split_off(&(new_min + 1));
+        let ready = std::mem::replace(&mut self.pending, still_waiting);
+        for r in ready.into_values().flatten() {
+            out.push(self.reply(&r));
+        }
+        // ESSP pushes, after the replies so that rows just replied are not pushed again.
+        for (&table, t) in self.tables.iter_mut() {
+            if !t.spec.consistency.is_essp() || t.sub_workers.is_empty() {
+                t.dirty.clear();
+                continue;
+            }
+            let mut per_worker: BTreeMap<WorkerId, Vec<(RowId, Row)>> =
+                t.sub_workers.iter().map(|&w| (w, Vec::new())).collect();
+            let mut dirty: Vec<RowId> = t.dirty.drain().collect();
+            dirty.sort();
+            for row in dirty {
+                let Some(subs) = t.subs.get_mut(&row) else {
+                    continue;
+                };
+                let Some(stored) = t.rows.get(&row) else {
+                    continue;
+                };
+                for (w, sent) in subs.iter_mut() {
+                    if *sent < stored.stamp {
+                        *sent = stored.stamp;
+                        if let Some(v) = per_worker.get_mut(w) {
+                            v.push((row, stored.data.clone()));
+                        }
+                    }
+                }
+            }
+            for (worker, rows) in per_worker {
+                out.push(ShardAction::Push {
+                    worker,
+                    table,
+                    rows,
+                    clock: new_min,
+                    ack_seq: self.workers[worker.0 as usize].applied_seq,
+                });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::types::{RowUpdate, TableKind};
+
+    const T: TableId = TableId(1);
+
+    fn spec(c: Consistency) -> TableSpec {
+        TableSpec::new(1, "w", TableKind::Dense { width: 2 }, c)
+    }
+
+    fn batch(seq: u64, row: u64, vals: [f32; 2]) -> UpdateBatch {
+        UpdateBatch {
+            seq,
+            updates: vec![RowUpdate {
+                table: T,
+                row: RowId(row),
+                delta: Row::Dense(vals.to_vec()),
+            }],
+        }
+    }
+
+    fn reply_data(a: &ShardAction) -> (Row, Clock) {
+        match a {
+            ShardAction::Reply {
+                row_data,
+                row_clock,
+                ..
+            } => (row_data.clone(), *row_clock),
+            other => panic!("expected reply, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn read_served_immediately_when_clock_suffices() {
+        let mut s = ShardCore::new(2, vec![spec(Consistency::Ssp { staleness: 1 })]).unwrap();
+        let out = s.read(WorkerId(0), 7, T, RowId(3), 0).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(reply_data(&out[0]), (Row::Dense(vec![0.0, 0.0]), 0));
+    }
+
+    #[test]
+    fn held_read_released_when_min_clock_advances() {
+        let mut s = ShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
+        s.apply_updates(WorkerId(0), 0, &batch(1, 3, [1.0, 0.0]))
+            .unwrap();
+        assert!(s.clock(WorkerId(0), 0).unwrap().is_empty());
+        assert!(s.read(WorkerId(0), 9, T, RowId(3), 1).unwrap().is_empty());
+        assert_eq!(s.pending_reads(), 1);
+        s.apply_updates(WorkerId(1), 0, &batch(1, 3, [0.0, 2.0]))
+            .unwrap();
+        let out = s.clock(WorkerId(1), 0).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(reply_data(&out[0]), (Row::Dense(vec![1.0, 2.0]), 1));
+        match &out[0] {
+            ShardAction::Reply {
+                request_id,
+                ack_seq,
+                worker,
+                ..
+            } => assert_eq!((*request_id, *ack_seq, *worker), (9, 1, WorkerId(0))),
+            _ => unreachable!(),
+        }
+        assert_eq!(s.pending_reads(), 0);
+        assert_eq!(s.min_clock(), 1);
+    }
+
+    #[test]
+    fn clock_and_seq_validation() {
+        let mut s = ShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
+        assert!(matches!(
+            s.clock(WorkerId(0), 1),
+            Err(PsError::ClockMismatch { expected: 0, .. })
+        ));
+        assert!(matches!(
+            s.apply_updates(WorkerId(5), 0, &batch(1, 0, [1.0, 1.0])),
+            Err(PsError::UnknownWorker(_))
+        ));
+        s.apply_updates(WorkerId(0), 0, &batch(2, 0, [1.0, 1.0]))
+            .unwrap();
+        assert!(
+            s.apply_updates(WorkerId(0), 0, &batch(2, 0, [1.0, 1.0]))
+                .is_err()
+        );
+        // Invalid shape: whole batch rejected, nothing applied.
+        let mut b = batch(3, 1, [1.0, 1.0]);
+        b.updates.push(RowUpdate {
+            table: T,
+            row: RowId(2),
+            delta: Row::Dense(vec![1.0]),
+        });
+        assert!(matches!(
+            s.apply_updates(WorkerId(0), 0, &b),
+            Err(PsError::RowMismatch { .. })
+        ));
+        assert!(s.row(T, RowId(1)).is_none());
+        assert!(ShardCore::new(0, vec![]).is_err());
+        assert!(ShardCore::new(1, vec![spec(Consistency::Bsp), spec(Consistency::Bsp)]).is_err());
+    }
+
+    #[test]
+    fn early_partial_updates_do_not_advance_clock() {
+        let mut s = ShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
+        s.apply_updates(WorkerId(0), 0, &batch(1, 0, [1.0, 0.0]))
+            .unwrap();
+        s.apply_updates(WorkerId(0), 0, &batch(2, 0, [1.0, 0.0]))
+            .unwrap();
+        assert_eq!(s.worker_clock(WorkerId(0)).unwrap(), 0);
+        assert_eq!(s.min_clock(), 0);
+        let msg = ShardBatch {
+            shard: 0,
+            worker: WorkerId(0),
+            clock: 0,
+            end_of_clock: true,
+            batch: batch(3, 0, [1.0, 0.0]),
+        };
+        s.handle_batch(&msg).unwrap();
+        assert_eq!(s.row(T, RowId(0)), Some(&Row::Dense(vec![3.0, 0.0])));
+        assert_eq!(s.min_clock(), 1);
+    }
+
+    #[test]
+    fn dead_worker_no_longer_holds_back_min_clock() {
+        let mut s = ShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
+        s.clock(WorkerId(0), 0).unwrap();
+        s.read(WorkerId(0), 1, T, RowId(0), 1).unwrap();
+        s.read(WorkerId(1), 2, T, RowId(0), 1).unwrap();
+        let out = s.remove_worker(WorkerId(1)).unwrap();
+        assert_eq!(out.len(), 1, "only the live worker's read is served");
+        assert_eq!(out[0].worker(), WorkerId(0));
+        assert_eq!(s.min_clock(), 1);
+        assert!(matches!(
+            s.clock(WorkerId(1), 0),
+            Err(PsError::DeadWorker(_))
+        ));
+        // Last worker gone: min clock stays.
+        s.remove_worker(WorkerId(0)).unwrap();
+        assert_eq!(s.min_clock(), 1);
+    }
+
+    #[test]
+    fn async_reads_never_wait() {
+        let mut s = ShardCore::new(2, vec![spec(Consistency::Async)]).unwrap();
+        let out = s.read(WorkerId(0), 1, T, RowId(0), 100).unwrap();
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn essp_pushes_only_changed_subscribed_rows() {
+        let mut s = ShardCore::new(2, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
+        // Worker 0 subscribes rows 1 and 2; worker 1 subscribes row 2.
+        s.read(WorkerId(0), 1, T, RowId(1), 0).unwrap();
+        s.read(WorkerId(0), 2, T, RowId(2), 0).unwrap();
+        s.read(WorkerId(1), 3, T, RowId(2), 0).unwrap();
+        s.apply_updates(WorkerId(0), 0, &batch(1, 1, [1.0, 0.0]))
+            .unwrap();
+        s.apply_updates(WorkerId(1), 0, &batch(1, 3, [1.0, 0.0]))
+            .unwrap();
+        s.clock(WorkerId(0), 0).unwrap();
+        let out = s.clock(WorkerId(1), 0).unwrap();
+        let mut pushes: Vec<_> = out
+            .iter()
+            .map(|a| match a {
+                ShardAction::Push {
+                    worker,
+                    rows,
+                    clock,
+                    ..
+                } => (
+                    worker.0,
+                    rows.iter().map(|r| r.0.0).collect::<Vec<_>>(),
+                    *clock,
+                ),
+                _ => panic!("unexpected {a:?}"),
+            })
+            .collect();
+        pushes.sort();
+        assert_eq!(pushes, vec![(0, vec![1], 1), (1, vec![], 1)]);
+        // Next advance with no changes: empty pushes (clock bumps) only.
+        s.clock(WorkerId(0), 1).unwrap();
+        let out = s.clock(WorkerId(1), 1).unwrap();
+        assert!(
+            out.iter()
+                .all(|a| matches!(a, ShardAction::Push { rows, clock: 2, .. } if rows.is_empty()))
+        );
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn essp_reply_and_push_in_same_advance_not_duplicated() {
+        let mut s = ShardCore::new(1, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
+        s.apply_updates(WorkerId(0), 0, &batch(1, 4, [1.0, 1.0]))
+            .unwrap();
+        assert!(s.read(WorkerId(0), 1, T, RowId(4), 1).unwrap().is_empty());
+        let out = s.clock(WorkerId(0), 0).unwrap();
+        assert_eq!(out.len(), 2);
+        assert!(matches!(out[0], ShardAction::Reply { row_clock: 1, .. }));
+        assert!(matches!(&out[1], ShardAction::Push { rows, .. } if rows.is_empty()));
+    }
+
+    #[test]
+    fn snapshot_restore_round_trip() {
+        let mut s = ShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
+        s.apply_updates(WorkerId(0), 0, &batch(1, 4, [1.0, 1.0]))
+            .unwrap();
+        s.clock(WorkerId(0), 0).unwrap();
+        let snap = s.snapshot();
+        let r = ShardCore::restore(
+            1,
+            vec![spec(Consistency::Bsp)],
+            &RuleRegistry::new(),
+            snap.clone(),
+            1,
+        )
+        .unwrap();
+        assert_eq!(r.snapshot(), snap);
+        assert_eq!(r.min_clock(), 1);
+        assert_eq!(r.worker_clock(WorkerId(0)).unwrap(), 1);
+    }
+
+    #[test]
+    fn shard_action_round_trips_through_msgpack() {
+        let a = ShardAction::Push {
+            worker: WorkerId(1),
+            table: T,
+            rows: vec![(RowId(3), Row::Dense(vec![1.0, 2.0]))],
+            clock: 4,
+            ack_seq: 2,
+        };
+        let b = rmp_serde::to_vec(&a).unwrap();
+        assert_eq!(rmp_serde::from_slice::<ShardAction>(&b).unwrap(), a);
+    }
+}

@@ -1,0 +1,638 @@
+//! Identifiers, table specifications, rows, wire messages and row placement.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::PsError;
+
+/// Table identifier (tables are created up front, identical on every node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TableId(pub u32);
+
+/// Row identifier inside a table; the row is the unit of partitioning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RowId(pub u64);
+
+/// Worker identifier, dense in `0..n_workers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WorkerId(pub u32);
+
+/// Clocks are plain counters: a worker's clock is the number of `Clock()` calls it has made.
+/// See the module docs of `crate` for the full convention.
+pub type Clock = u64;
+
+/// Consistency model of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Consistency {
+    /// Bulk synchronous: a read at clock `c` reflects every update of clocks `<= c - 1`.
+    Bsp,
+    /// Stale synchronous parallel, lazy pull.
+    Ssp { staleness: u32 },
+    /// Eager SSP: same bound as SSP, shards push subscribed rows when their min clock advances.
+    Essp { staleness: u32 },
+    /// No bound: a cached row is always served, a shard serves reads at once.
+    Async,
+}
+
+impl Consistency {
+    /// Minimum row clock a read at worker clock `c` needs; `None` for `Async` (any cached copy).
+    pub fn required_row_clock(self, c: Clock) -> Option<Clock> {
+        match self {
+            Consistency::Bsp => Some(c),
+            Consistency::Ssp { staleness } | Consistency::Essp { staleness } => {
+                Some(c.saturating_sub(u64::from(staleness)))
+            }
+            Consistency::Async => None,
+        }
+    }
+
+    pub fn is_essp(self) -> bool {
+        matches!(self, Consistency::Essp { .. })
+    }
+
+    /// The model a user names in settings or on the command line (`bsp`, `ssp`, `essp` or
+    /// `async`, any case); `staleness` is the bound of the SSP variants.
+    pub fn from_name(name: &str, staleness: u32) -> Result<Consistency, String> {
+        match name.to_ascii_lowercase().as_str() {
+            "bsp" => Ok(Consistency::Bsp),
+            "ssp" => Ok(Consistency::Ssp { staleness }),
+            "essp" => Ok(Consistency::Essp { staleness }),
+            "async" => Ok(Consistency::Async),
+            other => Err(format!(
+                "unknown consistency {other:?} (expected bsp, ssp, essp or async)"
+            )),
+        }
+    }
+}
+
+/// Dense rows have a fixed width; sparse rows hold sorted `(col, value)` pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TableKind {
+    Dense { width: u32 },
+    Sparse,
+}
+
+/// Which server-side update rule a table uses (see `crate::core::rules`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub enum UpdateRuleSpec {
+    /// `value += delta` (Bösen's default).
+    #[default]
+    Sum,
+    /// `value -= learning_rate * gradient`.
+    Sgd { learning_rate: f32 },
+    /// `v = momentum * v + g; value -= learning_rate * v` (per-row velocity kept on the shard).
+    SgdMomentum { learning_rate: f32, momentum: f32 },
+    /// `G += g^2; value -= learning_rate * g / (sqrt(G) + eps)`.
+    Adagrad { learning_rate: f32, eps: f32 },
+    /// A rule registered by name in a `RuleRegistry`.
+    Custom { name: String },
+}
+
+impl UpdateRuleSpec {
+    /// Scale with which a client applies its *own* deltas to its cached rows ("read my writes").
+    ///
+    /// Why: the client does not run the shard's rule. For `Sum` (1) and `Sgd` (`-lr`) this is
+    /// exact; for momentum/Adagrad it is the first-order approximation `-lr * g`, corrected by
+    /// the next fetched row; custom rules are assumed additive (1), as Bösen's client assumes.
+    pub fn local_scale(&self) -> f32 {
+        match self {
+            UpdateRuleSpec::Sum | UpdateRuleSpec::Custom { .. } => 1.0,
+            UpdateRuleSpec::Sgd { learning_rate }
+            | UpdateRuleSpec::SgdMomentum { learning_rate, .. }
+            | UpdateRuleSpec::Adagrad { learning_rate, .. } => -*learning_rate,
+        }
+    }
+}
+
+/// A table, identical on every node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableSpec {
+    pub id: TableId,
+    pub name: String,
+    pub kind: TableKind,
+    pub consistency: Consistency,
+    pub update_rule: UpdateRuleSpec,
+}
+
+impl TableSpec {
+    /// Convenience constructor with the `Sum` rule.
+    pub fn new(id: u32, name: &str, kind: TableKind, consistency: Consistency) -> Self {
+        TableSpec {
+            id: TableId(id),
+            name: name.to_string(),
+            kind,
+            consistency,
+            update_rule: UpdateRuleSpec::Sum,
+        }
+    }
+
+    pub fn with_rule(mut self, rule: UpdateRuleSpec) -> Self {
+        self.update_rule = rule;
+        self
+    }
+
+    /// An all-zero row of this table's kind (rows not yet written read as zeros).
+    pub fn zero_row(&self) -> Row {
+        match self.kind {
+            TableKind::Dense { width } => Row::Dense(vec![0.0; width as usize]),
+            TableKind::Sparse => Row::Sparse(Vec::new()),
+        }
+    }
+
+    /// Checks that `delta` can be applied to a row of this table. Dense tables accept dense
+    /// deltas of exactly their width or sparse deltas with every column `< width`; sparse tables
+    /// accept sparse deltas. Sparse deltas must be sorted by column without duplicates (the
+    /// serde decoder already enforces that for data from the network).
+    pub fn check_delta(&self, row: RowId, delta: &Row) -> Result<(), PsError> {
+        let bad = |reason: String| PsError::RowMismatch {
+            table: self.id,
+            row,
+            reason,
+        };
+        match (self.kind, delta) {
+            (TableKind::Dense { width }, Row::Dense(v)) if v.len() != width as usize => {
+                Err(bad(format!("dense width {} != {}", v.len(), width)))
+            }
+            (TableKind::Dense { width }, Row::Sparse(p)) => {
+                if let Some(&(c, _)) = p.iter().find(|(c, _)| *c >= width) {
+                    return Err(bad(format!("column {c} >= width {width}")));
+                }
+                check_sorted(p).map_err(bad)
+            }
+            (TableKind::Sparse, Row::Dense(_)) => Err(bad("dense delta for sparse table".into())),
+            (TableKind::Sparse, Row::Sparse(p)) => check_sorted(p).map_err(bad),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn check_sorted(p: &[(u32, f32)]) -> Result<(), String> {
+    if p.windows(2).all(|w| w[0].0 < w[1].0) {
+        Ok(())
+    } else {
+        Err("sparse columns not strictly increasing".into())
+    }
+}
+
+/// A row: dense `Vec<f32>` or sparse `(col, value)` pairs sorted by strictly increasing column.
+///
+/// Serializes compactly: dense values as one msgpack `bin` of little-endian f32 bytes, sparse
+/// rows as two `bin`s (u32 LE columns, f32 LE values), never as msgpack float arrays.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RowWire", into = "RowWire")]
+pub enum Row {
+    Dense(Vec<f32>),
+    Sparse(Vec<(u32, f32)>),
+}
+
+impl Row {
+    /// Builds a sparse row from unsorted pairs: sorts and sums duplicates.
+    pub fn sparse_from(mut pairs: Vec<(u32, f32)>) -> Row {
+        pairs.sort_by_key(|p| p.0);
+        let mut out: Vec<(u32, f32)> = Vec::with_capacity(pairs.len());
+        for (c, v) in pairs {
+            match out.last_mut() {
+                Some(last) if last.0 == c => last.1 += v,
+                _ => out.push((c, v)),
+            }
+        }
+        out.retain(|p| p.1 != 0.0);
+        Row::Sparse(out)
+    }
+
+    /// Value at column `col` (0 when absent or out of range).
+    pub fn get(&self, col: u32) -> f32 {
+        match self {
+            Row::Dense(v) => v.get(col as usize).copied().unwrap_or(0.0),
+            Row::Sparse(p) => p
+                .binary_search_by_key(&col, |e| e.0)
+                .map(|i| p[i].1)
+                .unwrap_or(0.0),
+        }
+    }
+
+    /// `self[col] += delta`. Out-of-range columns of a dense row are ignored (callers validate
+    /// with `TableSpec::check_delta`); sparse rows drop entries that become exactly zero.
+    pub fn inc(&mut self, col: u32, delta: f32) {
+        match self {
+            Row::Dense(v) => {
+                if let Some(x) = v.get_mut(col as usize) {
+                    *x += delta;
+                }
+            }
+            Row::Sparse(p) => match p.binary_search_by_key(&col, |e| e.0) {
+                Ok(i) => {
+                    p[i].1 += delta;
+                    if p[i].1 == 0.0 {
+                        p.remove(i);
+                    }
+                }
+                Err(i) => {
+                    if delta != 0.0 {
+                        p.insert(i, (col, delta));
+                    }
+                }
+            },
+        }
+    }
+
+    /// `self += other`.
+    pub fn add(&mut self, other: &Row) {
+        self.add_scaled(other, 1.0);
+    }
+
+    /// `self += alpha * other`; total over all combinations of kinds (dense += sparse adds
+    /// in-range entries, sparse += dense merges the non-zero dense entries).
+    pub fn add_scaled(&mut self, other: &Row, alpha: f32) {
+        match (self, other) {
+            (Row::Dense(a), Row::Dense(b)) => {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x += alpha * y;
+                }
+            }
+            (Row::Dense(a), Row::Sparse(b)) => {
+                for &(c, y) in b {
+                    if let Some(x) = a.get_mut(c as usize) {
+                        *x += alpha * y;
+                    }
+                }
+            }
+            (Row::Sparse(a), Row::Sparse(b)) => merge_sparse(a, b.iter().copied(), alpha),
+            (Row::Sparse(a), Row::Dense(b)) => {
+                let it = b
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, y)| **y != 0.0)
+                    .map(|(c, y)| (c as u32, *y));
+                merge_sparse(a, it, alpha)
+            }
+        }
+    }
+
+    /// Applies `f(value, delta)` to every entry present in `delta` (the per-entry helper the
+    /// stateless update rules use).
+    pub fn apply_with(&mut self, delta: &Row, mut f: impl FnMut(&mut f32, f32)) {
+        match delta {
+            Row::Dense(d) => {
+                for (c, &g) in d.iter().enumerate() {
+                    self.apply_entry(c as u32, g, &mut f);
+                }
+            }
+            Row::Sparse(d) => {
+                for &(c, g) in d {
+                    self.apply_entry(c, g, &mut f);
+                }
+            }
+        }
+    }
+
+    fn apply_entry(&mut self, col: u32, g: f32, f: &mut impl FnMut(&mut f32, f32)) {
+        match self {
+            Row::Dense(v) => {
+                if let Some(x) = v.get_mut(col as usize) {
+                    f(x, g);
+                }
+            }
+            Row::Sparse(p) => match p.binary_search_by_key(&col, |e| e.0) {
+                Ok(i) => {
+                    f(&mut p[i].1, g);
+                    if p[i].1 == 0.0 {
+                        p.remove(i);
+                    }
+                }
+                Err(i) => {
+                    let mut x = 0.0;
+                    f(&mut x, g);
+                    if x != 0.0 {
+                        p.insert(i, (col, x));
+                    }
+                }
+            },
+        }
+    }
+
+    /// Sum of absolute values (used by managed communication's relative magnitude).
+    pub fn l1_norm(&self) -> f32 {
+        match self {
+            Row::Dense(v) => v.iter().map(|x| x.abs()).sum(),
+            Row::Sparse(p) => p.iter().map(|(_, x)| x.abs()).sum(),
+        }
+    }
+
+    /// Number of stored entries.
+    pub fn nnz(&self) -> usize {
+        match self {
+            Row::Dense(v) => v.len(),
+            Row::Sparse(p) => p.len(),
+        }
+    }
+
+    /// Approximate encoded size in bytes (used for bandwidth budgeting): payload plus a fixed
+    /// per-row overhead for ids, tags and length prefixes.
+    pub fn wire_size(&self) -> usize {
+        const OVERHEAD: usize = 24;
+        match self {
+            Row::Dense(v) => OVERHEAD + 4 * v.len(),
+            Row::Sparse(p) => OVERHEAD + 8 * p.len(),
+        }
+    }
+
+    /// Dense copy of width `width` (sparse entries outside it are dropped).
+    pub fn to_dense(&self, width: usize) -> Vec<f32> {
+        let mut out = vec![0.0; width];
+        match self {
+            Row::Dense(v) => {
+                for (o, x) in out.iter_mut().zip(v) {
+                    *o = *x;
+                }
+            }
+            Row::Sparse(p) => {
+                for &(c, x) in p {
+                    if let Some(o) = out.get_mut(c as usize) {
+                        *o = x;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn merge_sparse(a: &mut Vec<(u32, f32)>, b: impl Iterator<Item = (u32, f32)>, alpha: f32) {
+    let old = std::mem::take(a);
+    let mut out = Vec::with_capacity(old.len());
+    let mut ia = old.into_iter().peekable();
+    let mut ib = b.peekable();
+    loop {
+        let next = match (ia.peek(), ib.peek()) {
+            (None, None) => break,
+            (Some(_), None) => ia.next(),
+            (None, Some(_)) => ib.next().map(|(c, y)| (c, alpha * y)),
+            (Some(&(ca, _)), Some(&(cb, _))) => {
+                if ca < cb {
+                    ia.next()
+                } else if cb < ca {
+                    ib.next().map(|(c, y)| (c, alpha * y))
+                } else {
+                    match (ia.next(), ib.next()) {
+                        (Some((c, x)), Some((_, y))) => Some((c, x + alpha * y)),
+                        _ => None,
+                    }
+                }
+            }
+        };
+        if let Some(e) = next
+            && e.1 != 0.0
+        {
+            out.push(e);
+        }
+    }
+    *a = out;
+}
+
+/// Wire form of `Row`: raw little-endian bytes in msgpack `bin` payloads.
+#[derive(Serialize, Deserialize)]
+enum RowWire {
+    D(#[serde(with = "serde_bytes")] Vec<u8>),
+    S {
+        #[serde(with = "serde_bytes")]
+        cols: Vec<u8>,
+        #[serde(with = "serde_bytes")]
+        vals: Vec<u8>,
+    },
+}
+
+impl From<Row> for RowWire {
+    fn from(r: Row) -> Self {
+        match r {
+            Row::Dense(v) => RowWire::D(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            Row::Sparse(p) => RowWire::S {
+                cols: p.iter().flat_map(|(c, _)| c.to_le_bytes()).collect(),
+                vals: p.iter().flat_map(|(_, x)| x.to_le_bytes()).collect(),
+            },
+        }
+    }
+}
+
+fn le_words(b: &[u8]) -> Result<impl Iterator<Item = [u8; 4]> + '_, PsError> {
+    if !b.len().is_multiple_of(4) {
+        return Err(PsError::MalformedRow(format!(
+            "byte length {} is not a multiple of 4",
+            b.len()
+        )));
+    }
+    Ok(b.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]))
+}
+
+impl TryFrom<RowWire> for Row {
+    type Error = PsError;
+    fn try_from(w: RowWire) -> Result<Self, PsError> {
+        match w {
+            RowWire::D(b) => Ok(Row::Dense(le_words(&b)?.map(f32::from_le_bytes).collect())),
+            RowWire::S { cols, vals } => {
+                if cols.len() != vals.len() {
+                    return Err(PsError::MalformedRow(
+                        "sparse cols/vals length mismatch".into(),
+                    ));
+                }
+                let p: Vec<(u32, f32)> = le_words(&cols)?
+                    .map(u32::from_le_bytes)
+                    .zip(le_words(&vals)?.map(f32::from_le_bytes))
+                    .collect();
+                check_sorted(&p).map_err(PsError::MalformedRow)?;
+                Ok(Row::Sparse(p))
+            }
+        }
+    }
+}
+
+impl Row {
+    /// Encodes with rmp-serde (the wire/checkpoint format).
+    pub fn encode(&self) -> Result<Vec<u8>, PsError> {
+        rmp_serde::to_vec(self).map_err(|e| PsError::Encode(e.to_string()))
+    }
+
+    /// Decodes and validates bytes produced by `encode`.
+    pub fn decode(bytes: &[u8]) -> Result<Row, PsError> {
+        rmp_serde::from_slice(bytes).map_err(|e| PsError::Decode(e.to_string()))
+    }
+}
+
+/// Row placement: which of `n_shards` server shards owns `(table, row)`.
+///
+/// A deterministic hash (SplitMix64 finalizer of the row id mixed with the table id) modulo
+/// `n_shards`, not `std`'s randomly seeded hasher: every process must agree. Hashing instead of
+/// plain `row % n` spreads sequential ids and keeps row 0 of every table off the same shard.
+/// `n_shards == 0` is treated as 1.
+pub fn shard_of(table: TableId, row: RowId, n_shards: u32) -> u32 {
+    let n = u64::from(n_shards.max(1));
+    let mut z = row.0 ^ u64::from(table.0).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z % n) as u32
+}
+
+/// One row delta inside an update batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RowUpdate {
+    pub table: TableId,
+    pub row: RowId,
+    pub delta: Row,
+}
+
+/// A worker's flushed (or early-sent) oplog for one shard.
+///
+/// `seq` is a per-client counter (starting at 1) shared by all shards; a shard echoes the
+/// last `seq` it applied from a worker in every reply/push (`ack_seq`) so that the client knows
+/// which of its own deltas a fetched row already contains.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdateBatch {
+    pub seq: u64,
+    pub updates: Vec<RowUpdate>,
+}
+
+/// Client -> shard: an update batch for clock `clock`; when `end_of_clock` the worker has also
+/// completed `clock` (apply, then advance). Early (managed) batches have `end_of_clock = false`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardBatch {
+    pub shard: u32,
+    pub worker: WorkerId,
+    pub clock: Clock,
+    pub end_of_clock: bool,
+    pub batch: UpdateBatch,
+}
+
+/// Client -> shard: read `(table, row)` once the shard's min clock is `>= min_clock`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadRequest {
+    pub shard: u32,
+    pub worker: WorkerId,
+    pub request_id: u64,
+    pub table: TableId,
+    pub row: RowId,
+    pub min_clock: Clock,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consistency_names_parse_in_any_case_and_unknown_ones_are_refused() {
+        assert_eq!(Consistency::from_name("BSP", 3), Ok(Consistency::Bsp));
+        assert_eq!(
+            Consistency::from_name("ssp", 3),
+            Ok(Consistency::Ssp { staleness: 3 })
+        );
+        assert_eq!(
+            Consistency::from_name("Essp", 1),
+            Ok(Consistency::Essp { staleness: 1 })
+        );
+        assert_eq!(Consistency::from_name("async", 0), Ok(Consistency::Async));
+        let err = Consistency::from_name("eventual", 0).unwrap_err();
+        assert!(err.contains("\"eventual\"") && err.contains("bsp, ssp, essp or async"));
+    }
+
+    #[test]
+    fn dense_add_and_inc() {
+        let mut r = Row::Dense(vec![1.0, 2.0, 3.0]);
+        r.add(&Row::Dense(vec![1.0, 1.0, 1.0]));
+        r.inc(2, 5.0);
+        r.inc(9, 5.0); // out of range: ignored
+        r.add(&Row::Sparse(vec![(0, -2.0)]));
+        assert_eq!(r, Row::Dense(vec![0.0, 3.0, 9.0]));
+        assert_eq!(r.get(2), 9.0);
+        assert_eq!(r.get(7), 0.0);
+    }
+
+    #[test]
+    fn sparse_merge_and_zero_dropping() {
+        let mut r = Row::sparse_from(vec![(5, 1.0), (1, 2.0), (5, 1.0)]);
+        assert_eq!(r, Row::Sparse(vec![(1, 2.0), (5, 2.0)]));
+        r.add(&Row::Sparse(vec![(0, 1.0), (1, -2.0), (9, 3.0)]));
+        assert_eq!(r, Row::Sparse(vec![(0, 1.0), (5, 2.0), (9, 3.0)]));
+        r.inc(3, 1.0);
+        r.inc(0, -1.0);
+        assert_eq!(r, Row::Sparse(vec![(3, 1.0), (5, 2.0), (9, 3.0)]));
+        r.add_scaled(&Row::Dense(vec![0.0, 1.0, 0.0, 1.0]), 2.0);
+        assert_eq!(r, Row::Sparse(vec![(1, 2.0), (3, 3.0), (5, 2.0), (9, 3.0)]));
+    }
+
+    #[test]
+    fn apply_with_inserts_into_sparse() {
+        let mut r = Row::Sparse(vec![(2, 1.0)]);
+        r.apply_with(&Row::Sparse(vec![(1, 1.0), (2, 1.0)]), |x, g| *x -= 0.5 * g);
+        assert_eq!(r, Row::Sparse(vec![(1, -0.5), (2, 0.5)]));
+    }
+
+    #[test]
+    fn dense_serializes_as_bin() {
+        let r = Row::Dense((0..1000).map(|i| i as f32 * 0.5).collect());
+        let b = r.encode().unwrap();
+        // 4000 payload bytes + a few bytes of framing; a float array would be ~5000.
+        assert!(b.len() < 4016, "encoded {} bytes", b.len());
+        assert_eq!(Row::decode(&b).unwrap(), r);
+        let s = Row::Sparse(vec![(1, 1.5), (70000, -2.0)]);
+        assert_eq!(Row::decode(&s.encode().unwrap()).unwrap(), s);
+    }
+
+    #[test]
+    fn malformed_rows_rejected() {
+        let bad = rmp_serde::to_vec(&RowWire::D(vec![1, 2, 3])).unwrap();
+        assert!(matches!(Row::decode(&bad), Err(PsError::Decode(_))));
+        let unsorted = RowWire::from(Row::Sparse(vec![(3, 1.0), (1, 1.0)]));
+        let bad = rmp_serde::to_vec(&unsorted).unwrap();
+        assert!(Row::decode(&bad).is_err());
+        assert!(Row::decode(&[0xc1]).is_err());
+    }
+
+    #[test]
+    fn check_delta_validates_shape() {
+        let t = TableSpec::new(1, "t", TableKind::Dense { width: 3 }, Consistency::Bsp);
+        assert!(t.check_delta(RowId(0), &Row::Dense(vec![0.0; 3])).is_ok());
+        assert!(t.check_delta(RowId(0), &Row::Dense(vec![0.0; 2])).is_err());
+        assert!(
+            t.check_delta(RowId(0), &Row::Sparse(vec![(2, 1.0)]))
+                .is_ok()
+        );
+        assert!(
+            t.check_delta(RowId(0), &Row::Sparse(vec![(3, 1.0)]))
+                .is_err()
+        );
+        let s = TableSpec::new(2, "s", TableKind::Sparse, Consistency::Async);
+        assert!(s.check_delta(RowId(0), &Row::Dense(vec![1.0])).is_err());
+        assert!(
+            s.check_delta(RowId(0), &Row::Sparse(vec![(2, 1.0), (2, 1.0)]))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn required_row_clock() {
+        assert_eq!(Consistency::Bsp.required_row_clock(5), Some(5));
+        assert_eq!(
+            Consistency::Ssp { staleness: 2 }.required_row_clock(5),
+            Some(3)
+        );
+        assert_eq!(
+            Consistency::Essp { staleness: 9 }.required_row_clock(5),
+            Some(0)
+        );
+        assert_eq!(Consistency::Async.required_row_clock(5), None);
+    }
+
+    #[test]
+    fn shard_of_in_range_deterministic_and_spread() {
+        let n = 4;
+        let mut counts = [0usize; 4];
+        for r in 0..4000 {
+            let s = shard_of(TableId(3), RowId(r), n);
+            assert_eq!(s, shard_of(TableId(3), RowId(r), n));
+            counts[s as usize] += 1;
+        }
+        for c in counts {
+            assert!((800..1200).contains(&c), "{counts:?}");
+        }
+        assert_eq!(shard_of(TableId(1), RowId(7), 0), 0);
+    }
+}

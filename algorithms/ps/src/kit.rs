@@ -1,0 +1,1 @@
+//! Shared plumbing for parameter-server apps.

@@ -1,0 +1,156 @@
+use super::*;
+use crate::core::lasso::reference_optimum;
+
+fn small_job(mode: &str) -> LassoJob {
+    LassoJob {
+        synthetic: SyntheticLasso {
+            n_samples: 120,
+            n_features: 200,
+            group_size: 10,
+            correlation: 0.8,
+            n_nonzero: 5,
+            noise_std: 0.1,
+            seed: 3,
+        },
+        mode: mode.into(),
+        block_size: 8,
+        candidate_pool: 32,
+        max_rounds: 20_000,
+        eval_every: 100,
+        gap_tolerance: Some(1e-7),
+        ..LassoJob::default()
+    }
+}
+
+fn drive(job: &LassoJob, workers: usize) -> (Vec<f32>, LassoMetrics) {
+    let out = run_without_actors(job, workers).unwrap();
+    (out.coefficients, out.metrics)
+}
+
+#[test]
+fn scheduled_lasso_reaches_kkt_point_for_every_mode() {
+    for mode in ["dynamic", "random", "cyclic"] {
+        let mut job = small_job(mode);
+        if mode != "dynamic" {
+            job.priority_exponent = 2.0;
+        }
+        let (x, y) = job.load().unwrap();
+        let lambda = job.resolve_lambda(&x, &y);
+        let optimum = reference_optimum(&x, &y, lambda, 2000, 1e-7).unwrap();
+        let (b, m) = drive(&job, 3);
+        assert!(
+            m.final_kkt_violation < 1e-3 * f64::from(lambda),
+            "{mode}: kkt {} lambda {lambda}",
+            m.final_kkt_violation
+        );
+        assert!(
+            m.final_duality_gap >= -1e-6,
+            "{mode}: gap {}",
+            m.final_duality_gap
+        );
+        assert!(
+            (m.final_objective - optimum) / optimum < 1e-4,
+            "{mode}: {} vs {optimum}",
+            m.final_objective
+        );
+        assert!(b.iter().any(|v| *v != 0.0));
+        // The per-round objective trace is exact: its last point matches the evaluation.
+        let last = m.objective.last().unwrap();
+        assert!(last.objective >= m.final_objective - 1e-6);
+        assert!(m.objective.len() > 10);
+    }
+}
+
+#[test]
+fn pipelined_rounds_stay_consistent() {
+    let mut job = small_job("dynamic");
+    job.depth = 3;
+    let (_, m) = drive(&job, 2);
+    assert!(m.final_kkt_violation < 1e-3 * f64::from(m.lambda), "{m:?}");
+    // The objective recorded every round is non-increasing up to round-off (coordinate
+    // descent on disjoint uncorrelated blocks) except for tiny overshoot.
+    let first = m.objective.first().unwrap().objective;
+    assert!(m.final_objective < first);
+}
+
+#[test]
+fn target_objective_stops_early_and_records_updates() {
+    let mut job = small_job("dynamic");
+    let (x, y) = job.load().unwrap();
+    let lambda = job.resolve_lambda(&x, &y);
+    let optimum = reference_optimum(&x, &y, lambda, 2000, 1e-7).unwrap();
+    job.target_objective = Some(optimum * (1.0 + 1e-3));
+    job.gap_tolerance = None;
+    let (_, m) = drive(&job, 2);
+    let updates = m.target_updates.unwrap();
+    assert!(updates > 0 && updates <= m.updates);
+    assert!(m.final_objective <= optimum * (1.0 + 1e-3) + 1e-9);
+}
+
+#[test]
+fn worker_rejects_bad_tasks() {
+    let job = small_job("dynamic");
+    let (x, y) = job.load().unwrap();
+    let mut w = LassoWorker::new(LassoWorkerState::new(x, y).unwrap());
+    let bad = LassoTask::Update {
+        vars: vec![10_000],
+        values: vec![0.0],
+    };
+    assert!(w.push(0, &bad).unwrap_err().contains("out of range"));
+    let short = LassoCommit {
+        vars: vec![1, 2],
+        deltas: vec![0.5],
+    };
+    assert!(w.commit(0, &short).is_err());
+}
+
+#[test]
+fn unknown_mode_is_a_clear_error() {
+    let job = LassoJob {
+        mode: "greedy".into(),
+        ..LassoJob::default()
+    };
+    assert!(
+        job.schedule_mode()
+            .unwrap_err()
+            .to_string()
+            .contains("greedy")
+    );
+}
+
+#[test]
+fn libsvm_input_and_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d.libsvm");
+    std::fs::write(&data, "1.0 1:1 2:0.5\n-1 2:1 3:2\n0.5 1:0.3 3:1\n2 1:2\n").unwrap();
+    let job = LassoJob {
+        data: Some(data.clone()),
+        lambda: Some(0.01),
+        rho: None,
+        block_size: 1,
+        mode: "cyclic".into(),
+        eval_every: 10,
+        max_rounds: 3000,
+        ..LassoJob::default()
+    };
+    let (b, m) = drive(&job, 2);
+    assert_eq!(b.len(), 3);
+    assert!(m.final_kkt_violation < 1e-4, "{}", m.final_kkt_violation);
+    let out = dir.path().join("out");
+    LassoOutcome {
+        coefficients: b,
+        metrics: m,
+    }
+    .write(&out)
+    .unwrap();
+    let coef = std::fs::read_to_string(out.join("coefficients.tsv")).unwrap();
+    assert_eq!(coef.lines().count(), 3);
+    assert!(coef.starts_with("1\t"), "{coef}");
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+    assert!(!metrics["evaluations"].as_array().unwrap().is_empty());
+    // A malformed file names its line.
+    std::fs::write(&data, "1.0 1:1\nnot-a-number 2:1\n").unwrap();
+    let err = job.load().unwrap_err().to_string();
+    assert!(err.contains(":2"), "{err}");
+}

@@ -1,0 +1,686 @@
+//! Lasso `min 1/2 ||y - X b||^2 + lambda ||b||_1` by scheduled parallel coordinate descent,
+//! with X split by rows over P workers (STRADS push/pull).
+//!
+//! Round: scheduler picks vars -> [`LassoDispatch`] to every worker -> each worker
+//! [`LassoWorkerState::push`]es partial `z_jp` -> [`pull`] sums and soft-thresholds ->
+//! [`CoordinateChanges`] go back to the workers ([`LassoWorkerState::apply_deltas`]) and to
+//! the scheduler ([`LassoScheduler::commit`]).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::StradsError;
+use super::scheduler::{
+    ColumnCorrelationCache, DependencyFilter, LassoScheduler, ScheduleMode, SchedulerConfig,
+};
+use petrel_ml::data::SparseColumns;
+
+/// Scheduler -> workers: the variables of this round and their current values (aligned).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LassoDispatch {
+    pub round: u64,
+    pub vars: Vec<usize>,
+    pub values: Vec<f32>,
+}
+
+/// Worker -> aggregator: partial results aligned with the dispatched vars.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LassoPartials {
+    pub round: u64,
+    pub worker: usize,
+    pub partials: Vec<f32>,
+}
+
+/// Aggregator -> workers and scheduler: committed `(var, new - old)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoordinateChanges {
+    pub round: u64,
+    pub changes: Vec<(usize, f32)>,
+}
+
+/// One worker's share: a row block of X (column-major), its slice of y and the residual
+/// `r = y - X b` for those rows, kept current by [`Self::apply_deltas`]. The residual is
+/// f64 so that millions of incremental updates do not drift.
+#[derive(Debug, Clone)]
+pub struct LassoWorkerState {
+    x: SparseColumns,
+    y: Vec<f32>,
+    residual: Vec<f64>,
+}
+
+impl LassoWorkerState {
+    /// Worker starting from `b = 0` (residual = y).
+    pub fn new(x_block: SparseColumns, y_block: Vec<f32>) -> Result<Self, StradsError> {
+        if x_block.n_rows != y_block.len() {
+            return Err(StradsError::DimensionMismatch(format!(
+                "row block has {} rows but {} targets",
+                x_block.n_rows,
+                y_block.len()
+            )));
+        }
+        let residual = y_block.iter().map(|&v| f64::from(v)).collect();
+        Ok(LassoWorkerState {
+            x: x_block,
+            y: y_block,
+            residual,
+        })
+    }
+
+    pub fn n_rows(&self) -> usize {
+        self.y.len()
+    }
+
+    pub fn n_features(&self) -> usize {
+        self.x.n_columns()
+    }
+
+    /// `z_jp = sum_i x_ij (r_i + x_ij b_j)` for each var, where `values[k]` is the current
+    /// value of `vars[k]`: the partial of the exact one-coordinate minimiser's numerator.
+    pub fn push(&self, vars: &[usize], values: &[f32]) -> Vec<f32> {
+        vars.iter()
+            .zip(values)
+            .map(|(&j, &b_j)| {
+                let (rows, vals) = self.x.column(j);
+                let b_j = f64::from(b_j);
+                rows.iter()
+                    .zip(vals)
+                    .map(|(&i, &x)| {
+                        let x = f64::from(x);
+                        x * (self.residual[i as usize] + x * b_j)
+                    })
+                    .sum::<f64>() as f32
+            })
+            .collect()
+    }
+
+    /// The residual `y - X b` on this worker's rows (what a checkpoint saves).
+    pub fn residual(&self) -> &[f64] {
+        &self.residual
+    }
+
+    /// Continues from a checkpointed residual (same rows).
+    pub fn restore_residual(&mut self, residual: Vec<f64>) -> Result<(), StradsError> {
+        if residual.len() != self.residual.len() {
+            return Err(StradsError::DimensionMismatch(format!(
+                "checkpointed residual has {} rows, this block {}",
+                residual.len(),
+                self.residual.len()
+            )));
+        }
+        self.residual = residual;
+        Ok(())
+    }
+
+    /// `r -= x_j * delta` for every committed change.
+    pub fn apply_deltas(&mut self, changes: &[(usize, f32)]) {
+        for &(j, delta) in changes.iter().filter(|c| c.1 != 0.0) {
+            let (rows, vals) = self.x.column(j);
+            for (&i, &x) in rows.iter().zip(vals) {
+                self.residual[i as usize] -= f64::from(x) * f64::from(delta);
+            }
+        }
+    }
+
+    /// Partial `||x_j||^2` over this worker's rows, for every column.
+    pub fn column_sq_norm_partials(&self) -> Vec<f64> {
+        self.x.column_sq_norms()
+    }
+
+    /// Partial `x_j^T r` for each var (gradient of the smooth part is `-x_j^T r`).
+    pub fn correlation_with_residual(&self, vars: &[usize]) -> Vec<f64> {
+        vars.iter()
+            .map(|&j| {
+                let (rows, vals) = self.x.column(j);
+                rows.iter()
+                    .zip(vals)
+                    .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// Partial `x_j^T x_k`, for a correlation oracle that does not hold X.
+    pub fn column_dot_partials(&self, pairs: &[(usize, usize)]) -> Vec<f64> {
+        pairs
+            .iter()
+            .map(|&(j, k)| self.x.column_dot(j, k))
+            .collect()
+    }
+
+    /// Partial `||r||^2`.
+    pub fn squared_residual(&self) -> f64 {
+        self.residual.iter().map(|r| r * r).sum()
+    }
+
+    /// Partials `(y.y, y.r, r.r)`: enough for the duality gap with any dual scale `s`, since
+    /// `||y - s r||^2 = y.y - 2 s y.r + s^2 r.r`.
+    pub fn dot_partials(&self) -> (f64, f64, f64) {
+        self.y
+            .iter()
+            .zip(&self.residual)
+            .fold((0.0, 0.0, 0.0), |(yy, yr, rr), (&y, &r)| {
+                let y = f64::from(y);
+                (yy + y * y, yr + y * r, rr + r * r)
+            })
+    }
+
+    /// Partials `(||y||^2, ||y - s r||^2)` for the duality gap with dual point `s r`.
+    pub fn dual_partials(&self, scale: f64) -> (f64, f64) {
+        self.y
+            .iter()
+            .zip(&self.residual)
+            .fold((0.0, 0.0), |(yy, d), (&y, &r)| {
+                let y = f64::from(y);
+                (yy + y * y, d + (y - scale * r).powi(2))
+            })
+    }
+}
+
+/// `S(z, l) = sign(z) max(|z| - l, 0)`.
+pub fn soft_threshold(z: f64, threshold: f64) -> f64 {
+    z.signum() * (z.abs() - threshold).max(0.0)
+}
+
+/// Aggregation: `b_j = S(sum_p z_jp, lambda) / ||x_j||^2` (0 for an all-zero column).
+/// `col_sq_norms` is indexed by variable; `summed_z` is aligned with `vars`.
+pub fn pull(vars: &[usize], summed_z: &[f32], col_sq_norms: &[f64], lambda: f32) -> Vec<f32> {
+    vars.iter()
+        .zip(summed_z)
+        .map(|(&j, &z)| {
+            let norm = col_sq_norms.get(j).copied().unwrap_or(0.0);
+            if norm > 0.0 {
+                (soft_threshold(f64::from(z), f64::from(lambda)) / norm) as f32
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// `1/2 ||r||^2 + lambda ||b||_1` given the summed squared residual.
+pub fn objective(squared_residual: f64, b: &[f32], lambda: f32) -> f64 {
+    0.5 * squared_residual + f64::from(lambda) * b.iter().map(|v| f64::from(v.abs())).sum::<f64>()
+}
+
+/// Largest subgradient-optimality violation given `x_j^T r` for all j: for `b_j != 0`
+/// `|x_j^T r - lambda sign(b_j)|`, else `max(|x_j^T r| - lambda, 0)`. Zero at the optimum.
+pub fn kkt_violation(x_t_residual: &[f64], b: &[f32], lambda: f32) -> f64 {
+    let lambda = f64::from(lambda);
+    x_t_residual
+        .iter()
+        .zip(b)
+        .map(|(&g, &b_j)| {
+            if b_j != 0.0 {
+                (g - lambda * f64::from(b_j.signum())).abs()
+            } else {
+                (g.abs() - lambda).max(0.0)
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Dual scaling `s = min(1, lambda / ||X^T r||_inf)` making `theta = s r` dual-feasible.
+pub fn dual_scale(x_t_residual: &[f64], lambda: f32) -> f64 {
+    let max_corr = x_t_residual.iter().fold(0.0f64, |m, g| m.max(g.abs()));
+    if max_corr > f64::from(lambda) {
+        f64::from(lambda) / max_corr
+    } else {
+        1.0
+    }
+}
+
+/// Duality gap `P(b) - D(theta)` with `D(theta) = 1/2||y||^2 - 1/2||y - theta||^2`; an upper
+/// bound on `P(b) - P*`, so it certifies convergence without knowing the optimum.
+pub fn duality_gap(primal: f64, y_sq: f64, y_minus_theta_sq: f64) -> f64 {
+    primal - (0.5 * y_sq - 0.5 * y_minus_theta_sq)
+}
+
+/// Configuration of the in-process driver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LassoConfig {
+    pub lambda: f32,
+    pub n_workers: usize,
+    pub rounds: usize,
+    pub scheduler: SchedulerConfig,
+    /// `Some(rho)` enables the dependency filter with correlations from the data.
+    pub filter_rho: Option<f32>,
+}
+
+/// Every worker plus the coefficient vector: a whole STRADS Lasso job in one process.
+#[derive(Debug, Clone)]
+pub struct LassoCluster {
+    pub workers: Vec<LassoWorkerState>,
+    pub coefficients: Vec<f32>,
+    pub col_sq_norms: Vec<f64>,
+    pub lambda: f32,
+    round: u64,
+}
+
+impl LassoCluster {
+    /// Splits the rows of `x` into `n_workers` contiguous blocks.
+    pub fn new(
+        x: &SparseColumns,
+        y: &[f32],
+        lambda: f32,
+        n_workers: usize,
+    ) -> Result<Self, StradsError> {
+        if x.n_rows != y.len() {
+            return Err(StradsError::DimensionMismatch(format!(
+                "X has {} rows, y has {}",
+                x.n_rows,
+                y.len()
+            )));
+        }
+        if n_workers == 0 || lambda.is_nan() || lambda < 0.0 {
+            return Err(StradsError::InvalidConfig(
+                "need n_workers >= 1 and lambda >= 0".into(),
+            ));
+        }
+        let workers = super::split_evenly(x.n_rows, n_workers)
+            .into_iter()
+            .map(|rows: Range<usize>| {
+                LassoWorkerState::new(x.row_block(rows.clone()), y[rows].to_vec())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut col_sq_norms = vec![0.0; x.n_columns()];
+        for worker in &workers {
+            for (total, part) in col_sq_norms
+                .iter_mut()
+                .zip(worker.column_sq_norm_partials())
+            {
+                *total += part;
+            }
+        }
+        Ok(LassoCluster {
+            workers,
+            coefficients: vec![0.0; x.n_columns()],
+            col_sq_norms,
+            lambda,
+            round: 0,
+        })
+    }
+
+    /// One push -> pull -> apply round for `vars`; returns the committed changes.
+    pub fn round(&mut self, vars: &[usize]) -> CoordinateChanges {
+        let dispatch = LassoDispatch {
+            round: self.round,
+            values: vars.iter().map(|&j| self.coefficients[j]).collect(),
+            vars: vars.to_vec(),
+        };
+        let mut summed = vec![0.0f32; vars.len()];
+        for worker in &self.workers {
+            for (s, z) in summed
+                .iter_mut()
+                .zip(worker.push(&dispatch.vars, &dispatch.values))
+            {
+                *s += z;
+            }
+        }
+        let new_values = pull(vars, &summed, &self.col_sq_norms, self.lambda);
+        let mut changes = Vec::with_capacity(vars.len());
+        for (&j, &value) in vars.iter().zip(&new_values) {
+            let delta = value - self.coefficients[j];
+            self.coefficients[j] = value;
+            // Zero changes are kept: the scheduler needs them to lower priorities.
+            changes.push((j, delta));
+        }
+        for worker in &mut self.workers {
+            worker.apply_deltas(&changes);
+        }
+        self.round += 1;
+        CoordinateChanges {
+            round: self.round - 1,
+            changes,
+        }
+    }
+
+    pub fn objective(&self) -> f64 {
+        let sq: f64 = self
+            .workers
+            .iter()
+            .map(LassoWorkerState::squared_residual)
+            .sum();
+        objective(sq, &self.coefficients, self.lambda)
+    }
+
+    /// `X^T r` for all coordinates, summed over workers.
+    pub fn x_t_residual(&self) -> Vec<f64> {
+        let all: Vec<usize> = (0..self.coefficients.len()).collect();
+        let mut total = vec![0.0; all.len()];
+        for worker in &self.workers {
+            for (t, p) in total.iter_mut().zip(worker.correlation_with_residual(&all)) {
+                *t += p;
+            }
+        }
+        total
+    }
+
+    pub fn kkt_violation(&self) -> f64 {
+        kkt_violation(&self.x_t_residual(), &self.coefficients, self.lambda)
+    }
+
+    pub fn duality_gap(&self) -> f64 {
+        let scale = dual_scale(&self.x_t_residual(), self.lambda);
+        let (y_sq, diff_sq) = self
+            .workers
+            .iter()
+            .map(|w| w.dual_partials(scale))
+            .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d));
+        duality_gap(self.objective(), y_sq, diff_sq)
+    }
+}
+
+/// Result of [`run_lasso`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LassoRun {
+    pub coefficients: Vec<f32>,
+    /// Objective after each round.
+    pub objective_per_round: Vec<f64>,
+    /// Cumulative coordinate updates (vars dispatched) after each round.
+    pub updates_per_round: Vec<u64>,
+    pub final_kkt_violation: f64,
+    pub final_duality_gap: f64,
+}
+
+fn build_scheduler(x: &SparseColumns, config: &LassoConfig) -> Result<LassoScheduler, StradsError> {
+    let filter = config.filter_rho.map(|rho| DependencyFilter {
+        rho,
+        oracle: Box::new(ColumnCorrelationCache::new(Arc::new(x.clone()), 1 << 20)),
+    });
+    LassoScheduler::new(x.n_columns(), config.scheduler.clone(), filter)
+}
+
+/// Serial driver: scheduler + P in-process workers for `config.rounds` rounds.
+pub fn run_lasso(
+    x: &SparseColumns,
+    y: &[f32],
+    config: &LassoConfig,
+) -> Result<LassoRun, StradsError> {
+    let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
+    let mut scheduler = build_scheduler(x, config)?;
+    let mut objective_per_round = Vec::with_capacity(config.rounds);
+    let mut updates_per_round = Vec::with_capacity(config.rounds);
+    let mut updates = 0u64;
+    for _ in 0..config.rounds {
+        let vars = scheduler.next_round();
+        updates += vars.len() as u64;
+        let committed = cluster.round(&vars);
+        scheduler.commit(&committed.changes);
+        objective_per_round.push(cluster.objective());
+        updates_per_round.push(updates);
+    }
+    tracing::debug!(
+        rounds = config.rounds,
+        objective = objective_per_round.last().copied(),
+        "lasso run finished"
+    );
+    Ok(LassoRun {
+        final_kkt_violation: cluster.kkt_violation(),
+        final_duality_gap: cluster.duality_gap(),
+        coefficients: cluster.coefficients,
+        objective_per_round,
+        updates_per_round,
+    })
+}
+
+/// Reference optimum by serial cyclic coordinate descent (one coordinate per round, one
+/// worker) until the KKT violation is below `kkt_tolerance` or `max_sweeps` full sweeps.
+pub fn reference_optimum(
+    x: &SparseColumns,
+    y: &[f32],
+    lambda: f32,
+    max_sweeps: usize,
+    kkt_tolerance: f64,
+) -> Result<f64, StradsError> {
+    let mut cluster = LassoCluster::new(x, y, lambda, 1)?;
+    let d = x.n_columns();
+    for _ in 0..max_sweeps {
+        for j in 0..d {
+            cluster.round(&[j]);
+        }
+        if cluster.kkt_violation() < kkt_tolerance {
+            break;
+        }
+    }
+    Ok(cluster.objective())
+}
+
+/// Coordinate updates until the objective is within `relative_tolerance` of
+/// `optimum_objective` (i.e. `f <= f* (1 + tol)`), or `None` if `config.rounds` rounds are
+/// not enough (or the run diverges). Used to compare scheduling modes.
+pub fn updates_to_tolerance(
+    x: &SparseColumns,
+    y: &[f32],
+    config: &LassoConfig,
+    optimum_objective: f64,
+    relative_tolerance: f64,
+) -> Result<Option<u64>, StradsError> {
+    let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
+    let mut scheduler = build_scheduler(x, config)?;
+    let target = optimum_objective + relative_tolerance * optimum_objective.abs();
+    let mut updates = 0u64;
+    for _ in 0..config.rounds {
+        let vars = scheduler.next_round();
+        updates += vars.len() as u64;
+        let committed = cluster.round(&vars);
+        scheduler.commit(&committed.changes);
+        let f = cluster.objective();
+        if !f.is_finite() {
+            return Ok(None);
+        }
+        if f <= target {
+            return Ok(Some(updates));
+        }
+    }
+    Ok(None)
+}
+
+/// Convenience: a [`LassoConfig`] with the given mode and parallelism.
+pub fn lasso_config(
+    mode: ScheduleMode,
+    lambda: f32,
+    block_size: usize,
+    n_workers: usize,
+    rounds: usize,
+    filter_rho: Option<f32>,
+    seed: u64,
+) -> LassoConfig {
+    let mut scheduler = SchedulerConfig::new(mode, block_size);
+    scheduler.seed = seed;
+    LassoConfig {
+        lambda,
+        n_workers,
+        rounds,
+        scheduler,
+        filter_rho,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
+
+    fn problem(correlation: f32, seed: u64) -> (SparseColumns, Vec<f32>) {
+        let p = correlated_lasso(&CorrelatedLassoParams {
+            n_samples: 200,
+            n_features: 60,
+            group_size: 6,
+            correlation,
+            n_nonzero: 6,
+            noise_std: 0.05,
+            seed,
+        })
+        .unwrap();
+        (p.columns(), p.y)
+    }
+
+    #[test]
+    fn soft_threshold_and_pull() {
+        assert_eq!(soft_threshold(3.0, 1.0), 2.0);
+        assert_eq!(soft_threshold(-3.0, 1.0), -2.0);
+        assert_eq!(soft_threshold(0.5, 1.0), 0.0);
+        assert_eq!(
+            pull(&[0, 1, 2], &[3.0, 0.5, 9.0], &[2.0, 1.0, 0.0], 1.0),
+            vec![1.0, 0.0, 0.0]
+        );
+    }
+
+    #[test]
+    fn push_matches_single_worker_exact_minimiser() {
+        let x = ndarray::array![[1.0f32, 2.0], [3.0, 0.0], [0.0, 1.0]];
+        let y = vec![1.0f32, 2.0, 3.0];
+        let cols = SparseColumns::from_dense(&x);
+        let whole = LassoWorkerState::new(cols.clone(), y.clone()).unwrap();
+        let top = LassoWorkerState::new(cols.row_block(0..2), y[0..2].to_vec()).unwrap();
+        let bottom = LassoWorkerState::new(cols.row_block(2..3), y[2..3].to_vec()).unwrap();
+        let vars = [1, 0];
+        let values = [0.5f32, 0.0];
+        let mut whole_w = whole.clone();
+        let mut top_w = top.clone();
+        let mut bottom_w = bottom.clone();
+        // Same residual everywhere: set b_1 = 0.5 first.
+        for w in [&mut whole_w, &mut top_w, &mut bottom_w] {
+            w.apply_deltas(&[(1, 0.5)]);
+        }
+        let full = whole_w.push(&vars, &values);
+        let parts: Vec<f32> = top_w
+            .push(&vars, &values)
+            .iter()
+            .zip(bottom_w.push(&vars, &values))
+            .map(|(a, b)| a + b)
+            .collect();
+        for (a, b) in full.iter().zip(&parts) {
+            assert!((a - b).abs() < 1e-5);
+        }
+        // z_1 = x_1^T (r + x_1 * 0.5) = x_1^T y = 2 + 3 = 5.
+        assert!((full[0] - 5.0).abs() < 1e-5);
+        assert!((whole_w.squared_residual() - (0.0 + 4.0 + 6.25)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn serial_lasso_converges_to_kkt_point() {
+        let (x, y) = problem(0.5, 11);
+        let lambda = 0.05;
+        let config = lasso_config(ScheduleMode::Cyclic, lambda, 1, 3, 60 * 60, None, 0);
+        let run = run_lasso(&x, &y, &config).unwrap();
+        let obj = &run.objective_per_round;
+        assert!(
+            obj.windows(2).all(|w| w[1] <= w[0] + 1e-9),
+            "serial CD must be monotone"
+        );
+        assert!(
+            run.final_kkt_violation < 1e-3 * f64::from(lambda),
+            "kkt {}",
+            run.final_kkt_violation
+        );
+        assert!(run.final_duality_gap >= -1e-6);
+        assert!(
+            run.final_duality_gap < 1e-3 * obj.last().unwrap(),
+            "gap {}",
+            run.final_duality_gap
+        );
+    }
+
+    #[test]
+    fn parallel_dynamic_with_filter_converges_and_satisfies_kkt() {
+        let (x, y) = problem(0.9, 5);
+        let lambda = 0.05;
+        let optimum = reference_optimum(&x, &y, lambda, 500, 1e-6).unwrap();
+        let config = lasso_config(ScheduleMode::Dynamic, lambda, 4, 3, 3000, Some(0.3), 1);
+        let run = run_lasso(&x, &y, &config).unwrap();
+        let last = *run.objective_per_round.last().unwrap();
+        println!(
+            "last {last} opt {optimum} kkt {} gap {}",
+            run.final_kkt_violation, run.final_duality_gap
+        );
+        assert!((last - optimum) / optimum < 1e-3, "{last} vs {optimum}");
+        assert!(
+            run.final_kkt_violation < 1e-3 * f64::from(lambda),
+            "kkt {}",
+            run.final_kkt_violation
+        );
+        assert!(
+            run.final_duality_gap < 1e-3 * optimum,
+            "gap {}",
+            run.final_duality_gap
+        );
+        let reached = updates_to_tolerance(&x, &y, &config, optimum, 1e-3).unwrap();
+        assert!(reached.is_some());
+    }
+}
+
+#[cfg(test)]
+mod benchmark {
+    use super::*;
+    use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
+
+    fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// Coordinate updates to reach 1e-3 relative objective gap, per scheduling mode; run with
+    /// `cargo test lasso_scheduling_benchmark -- --ignored --nocapture` (a few minutes in
+    /// the dev profile). `None` = not reached within 200k updates (diverged or too slow).
+    /// Settings via BENCH_N, BENCH_D, BENCH_GROUP, BENCH_CORR, BENCH_LAMBDA (fraction of
+    /// lambda_max), BENCH_RHO, BENCH_U (comma list).
+    #[test]
+    #[ignore = "benchmark: prints a table, takes minutes in dev profile"]
+    fn lasso_scheduling_benchmark() {
+        let n_samples: usize = env_or("BENCH_N", 400);
+        let n_features: usize = env_or("BENCH_D", 1000);
+        let group_size: usize = env_or("BENCH_GROUP", 100);
+        let correlation: f32 = env_or("BENCH_CORR", 0.95);
+        let lambda_fraction: f64 = env_or("BENCH_LAMBDA", 0.05);
+        let rho: f32 = env_or("BENCH_RHO", 0.3);
+        let blocks: Vec<usize> = std::env::var("BENCH_U")
+            .ok()
+            .map(|v| v.split(',').filter_map(|b| b.parse().ok()).collect())
+            .unwrap_or_else(|| vec![16, 64]);
+        let p = correlated_lasso(&CorrelatedLassoParams {
+            n_samples,
+            n_features,
+            group_size,
+            correlation,
+            n_nonzero: 10,
+            noise_std: 0.1,
+            seed: 42,
+        })
+        .unwrap();
+        let (x, y) = (p.columns(), p.y);
+        let cluster = LassoCluster::new(&x, &y, 0.0, 1).unwrap();
+        let lambda_max = cluster
+            .x_t_residual()
+            .iter()
+            .fold(0.0f64, |m, g| m.max(g.abs()));
+        let lambda = (lambda_fraction * lambda_max) as f32;
+        let optimum = reference_optimum(&x, &y, lambda, 5000, 1e-7).unwrap();
+        println!(
+            "n={n_samples} d={n_features} group={group_size} corr={correlation} \
+             lambda={lambda} rho={rho} f*={optimum}"
+        );
+        for block in blocks {
+            for (mode, filter) in [
+                (ScheduleMode::Dynamic, Some(rho)),
+                (ScheduleMode::Dynamic, None),
+                (ScheduleMode::Random, None),
+                (ScheduleMode::Random, Some(rho)),
+                (ScheduleMode::Cyclic, None),
+            ] {
+                let counts: Vec<Option<u64>> = (0..3)
+                    .map(|seed| {
+                        let config =
+                            lasso_config(mode, lambda, block, 4, 200_000 / block, filter, seed);
+                        updates_to_tolerance(&x, &y, &config, optimum, 1e-3).unwrap()
+                    })
+                    .collect();
+                println!("U={block:2} {mode:?} filter={filter:?}: {counts:?}");
+            }
+        }
+    }
+}

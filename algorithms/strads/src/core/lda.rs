@@ -1,0 +1,550 @@
+//! LDA by collapsed Gibbs sampling with STRADS word rotation.
+//!
+//! Documents are split over P workers (balanced by token count); each worker owns the topic
+//! assignments and doc-topic counts of its documents. The vocabulary is split into P blocks
+//! (balanced by word frequency); a [`WordTopicBlock`] carries the word-topic count rows of
+//! its words and travels around the ring ([`RotationSchedule`]), so a worker samples only
+//! the tokens whose word is in the block it holds and no two workers write the same row.
+//! Only the K topic totals are shared: each worker samples against its own copy and the
+//! [`TopicTotalsDelta`]s are summed and re-broadcast after every sub-round (so they are
+//! slightly stale within a sub-round, as in the reference).
+//!
+//! The sampler is SparseLDA (Yao et al. 2009): the full conditional
+//! `(alpha + n_dt)(beta + n_wt) / (beta V + n_t)` is split into the smoothing bucket
+//! `s = sum_t alpha beta / (beta V + n_t)`, the document bucket
+//! `r = sum_{t: n_dt > 0} n_dt beta / (beta V + n_t)` and the word bucket
+//! `q = sum_{t: n_wt > 0} n_wt (alpha + n_dt) / (beta V + n_t)`; only q is computed per
+//! token, over the word's non-zero topics. The decomposition is exact.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::StradsError;
+use super::mf::RotationSchedule;
+use petrel_ml::data::Corpus;
+use petrel_ml::topic::{
+    LdaConfig, SparseSampler, TopicCounts, balanced_buckets, check_doc_counts,
+    doc_log_likelihood_part, joint_log_likelihood, topic_word_matrix, word_log_likelihood_part,
+};
+
+/// Word-topic rows of one vocabulary block: the unit that rotates between workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WordTopicBlock {
+    pub block: usize,
+    /// Global word ids; `rows[i]` belongs to `word_ids[i]`.
+    pub word_ids: Vec<u32>,
+    pub rows: Vec<TopicCounts>,
+}
+
+impl WordTopicBlock {
+    /// Sorts every row's entries by topic: the sampler walks entries in order, so a block
+    /// built in a different order (e.g. by a rotation) samples identically once both are
+    /// canonical.
+    pub fn canonicalize(&mut self) {
+        for row in &mut self.rows {
+            row.entries.sort_unstable();
+        }
+    }
+
+    /// `sum over non-zero (w, k) of lnGamma(n_wk + beta) - lnGamma(beta)`: this block's
+    /// share of the word half of the joint log-likelihood.
+    pub fn log_likelihood_part(&self, beta: f64) -> f64 {
+        word_log_likelihood_part(&self.rows, beta)
+    }
+}
+
+/// A worker's change of the topic totals since the last synchronisation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicTotalsDelta {
+    pub worker: usize,
+    pub deltas: Vec<i64>,
+}
+
+/// Which block and row every word lives in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VocabularyPartition {
+    pub word_block: Vec<u32>,
+    pub word_local: Vec<u32>,
+    pub block_words: Vec<Vec<u32>>,
+}
+
+impl VocabularyPartition {
+    /// Blocks balanced by token count (heaviest words first to the lightest block).
+    pub fn balanced(word_frequencies: &[usize], n_blocks: usize) -> Self {
+        let n_blocks = n_blocks.max(1);
+        let word_block = balanced_buckets(word_frequencies, n_blocks);
+        let mut block_words = vec![Vec::new(); n_blocks];
+        let mut word_local = vec![0u32; word_block.len()];
+        for (w, &b) in word_block.iter().enumerate() {
+            word_local[w] = block_words[b as usize].len() as u32;
+            block_words[b as usize].push(w as u32);
+        }
+        VocabularyPartition {
+            word_block,
+            word_local,
+            block_words,
+        }
+    }
+
+    /// Empty word-topic blocks for this partition.
+    pub fn empty_blocks(&self) -> Vec<WordTopicBlock> {
+        self.block_words
+            .iter()
+            .enumerate()
+            .map(|(b, words)| WordTopicBlock {
+                block: b,
+                word_ids: words.clone(),
+                rows: vec![TopicCounts::default(); words.len()],
+            })
+            .collect()
+    }
+}
+
+/// One worker: its documents, their topic assignments and doc-topic counts, the tokens of
+/// each vocabulary block, and its view of the topic totals.
+#[derive(Debug, Clone)]
+pub struct LdaWorker {
+    pub worker: usize,
+    n_topics: usize,
+    alpha: f64,
+    /// Global ids of the documents held.
+    doc_ids: Vec<u32>,
+    docs: Vec<Vec<u32>>,
+    assignments: Vec<Vec<u32>>,
+    doc_topic: Vec<TopicCounts>,
+    /// Per vocabulary block: `(local doc, token position)` sorted by doc.
+    tokens_by_block: Vec<Vec<(u32, u32)>>,
+    topic_totals: Vec<i64>,
+    totals_delta: Vec<i64>,
+    rng: StdRng,
+    sampler: SparseSampler,
+}
+
+impl LdaWorker {
+    /// Takes documents `(global id, tokens)` and assigns every token a uniformly random
+    /// topic. Word ids must be `< vocab_size`.
+    pub fn new(
+        worker: usize,
+        docs: Vec<(u32, Vec<u32>)>,
+        vocabulary: &VocabularyPartition,
+        config: &LdaConfig,
+    ) -> Result<Self, StradsError> {
+        let k = config.n_topics;
+        if k == 0 || !(config.alpha > 0.0 && config.beta > 0.0) {
+            return Err(StradsError::InvalidConfig(
+                "need n_topics >= 1 and positive alpha, beta".into(),
+            ));
+        }
+        let vocab_size = vocabulary.word_block.len();
+        let mut rng =
+            StdRng::seed_from_u64(config.seed ^ (worker as u64).wrapping_mul(0x9E37_79B9));
+        let mut tokens_by_block = vec![Vec::new(); vocabulary.block_words.len()];
+        let mut doc_ids = Vec::with_capacity(docs.len());
+        let mut assignments = Vec::with_capacity(docs.len());
+        let mut doc_topic = Vec::with_capacity(docs.len());
+        let mut topic_totals = vec![0i64; k];
+        let mut words_of_docs = Vec::with_capacity(docs.len());
+        for (local_doc, (id, words)) in docs.into_iter().enumerate() {
+            let mut counts = TopicCounts::default();
+            let mut topics = Vec::with_capacity(words.len());
+            for (pos, &w) in words.iter().enumerate() {
+                let block = *vocabulary.word_block.get(w as usize).ok_or_else(|| {
+                    StradsError::DimensionMismatch(format!("word {w} >= vocab size {vocab_size}"))
+                })?;
+                let topic = rng.gen_range(0..k as u32);
+                counts.increment(topic);
+                topic_totals[topic as usize] += 1;
+                topics.push(topic);
+                tokens_by_block[block as usize].push((local_doc as u32, pos as u32));
+            }
+            doc_ids.push(id);
+            words_of_docs.push(words);
+            assignments.push(topics);
+            doc_topic.push(counts);
+        }
+        Ok(LdaWorker {
+            worker,
+            n_topics: k,
+            alpha: config.alpha,
+            doc_ids,
+            docs: words_of_docs,
+            assignments,
+            doc_topic,
+            tokens_by_block,
+            totals_delta: vec![0; k],
+            topic_totals,
+            rng,
+            sampler: SparseSampler::new(k, vocab_size, config.alpha, config.beta),
+        })
+    }
+
+    pub fn doc_ids(&self) -> &[u32] {
+        &self.doc_ids
+    }
+
+    /// Counts of this worker's own tokens per topic (for the initial global totals).
+    pub fn own_topic_counts(&self) -> Vec<i64> {
+        let mut counts = vec![0i64; self.n_topics];
+        for doc in &self.doc_topic {
+            for &(t, n) in &doc.entries {
+                counts[t as usize] += i64::from(n);
+            }
+        }
+        counts
+    }
+
+    /// Adds this worker's initial assignments of the block's words into the block (used
+    /// once, in an initialisation rotation).
+    pub fn add_initial_counts(&self, block: &mut WordTopicBlock, vocabulary: &VocabularyPartition) {
+        for &(d, pos) in &self.tokens_by_block[block.block] {
+            let (d, pos) = (d as usize, pos as usize);
+            let word = self.docs[d][pos] as usize;
+            let local = vocabulary.word_local[word] as usize;
+            block.rows[local].increment(self.assignments[d][pos]);
+        }
+    }
+
+    /// Replaces the topic-totals view with the re-broadcast global totals.
+    pub fn set_topic_totals(&mut self, totals: &[i64]) {
+        self.topic_totals.copy_from_slice(totals);
+    }
+
+    /// Hands over (and resets) the changes since the last synchronisation.
+    pub fn take_totals_delta(&mut self) -> TopicTotalsDelta {
+        let deltas = std::mem::replace(&mut self.totals_delta, vec![0; self.n_topics]);
+        TopicTotalsDelta {
+            worker: self.worker,
+            deltas,
+        }
+    }
+
+    /// Resamples every token of this worker whose word is in `block` (SparseLDA).
+    /// `word_local` maps global word ids to rows of the block.
+    pub fn sample_block(&mut self, block: &mut WordTopicBlock, vocabulary: &VocabularyPartition) {
+        self.sampler.begin_sweep(&self.topic_totals);
+        let tokens = std::mem::take(&mut self.tokens_by_block[block.block]);
+        let mut index = 0;
+        while index < tokens.len() {
+            let doc = tokens[index].0 as usize;
+            self.sampler.begin_doc(&self.doc_topic[doc]);
+            while index < tokens.len() && tokens[index].0 as usize == doc {
+                let pos = tokens[index].1 as usize;
+                index += 1;
+                let word = self.docs[doc][pos] as usize;
+                let row = vocabulary.word_local[word] as usize;
+                let old = self.assignments[doc][pos];
+                let new = self.sampler.resample(
+                    old,
+                    &mut self.doc_topic[doc],
+                    &mut block.rows[row],
+                    &mut self.topic_totals,
+                    &mut self.rng,
+                );
+                self.totals_delta[old as usize] -= 1;
+                self.totals_delta[new as usize] += 1;
+                self.assignments[doc][pos] = new;
+            }
+        }
+        self.tokens_by_block[block.block] = tokens;
+    }
+
+    /// `sum_d [lnGamma(K alpha) - lnGamma(n_d + K alpha) + sum_{k: n_dk > 0}
+    /// (lnGamma(n_dk + alpha) - lnGamma(alpha))]`: this worker's share of the document half.
+    pub fn log_likelihood_part(&self) -> f64 {
+        doc_log_likelihood_part(
+            self.doc_topic.iter().zip(self.docs.iter().map(Vec::len)),
+            self.n_topics,
+            self.alpha,
+        )
+    }
+
+    /// Checks that every document's topic counts match its assignments.
+    pub fn check_doc_counts(&self) -> Result<(), String> {
+        check_doc_counts(self.worker, &self.doc_topic, &self.assignments)
+    }
+}
+
+/// A whole LDA job in one process.
+pub struct LdaCluster {
+    pub config: LdaConfig,
+    pub schedule: RotationSchedule,
+    pub vocabulary: VocabularyPartition,
+    pub workers: Vec<LdaWorker>,
+    pub blocks: Vec<WordTopicBlock>,
+    pub topic_totals: Vec<i64>,
+    n_tokens: usize,
+}
+
+impl LdaCluster {
+    /// Splits documents over workers (balanced by length) and words into blocks (balanced by
+    /// frequency), draws initial assignments and builds the count tables.
+    pub fn new(corpus: &Corpus, config: &LdaConfig) -> Result<Self, StradsError> {
+        let p = config.n_workers.max(1);
+        if corpus
+            .docs
+            .iter()
+            .flatten()
+            .any(|&w| w as usize >= corpus.vocab_size)
+        {
+            return Err(StradsError::DimensionMismatch(
+                "word id >= vocab_size".into(),
+            ));
+        }
+        let vocabulary = VocabularyPartition::balanced(&corpus.word_frequencies(), p);
+        let lengths: Vec<usize> = corpus.docs.iter().map(Vec::len).collect();
+        let doc_worker = balanced_buckets(&lengths, p);
+        let mut per_worker: Vec<Vec<(u32, Vec<u32>)>> = vec![Vec::new(); p];
+        for (d, doc) in corpus.docs.iter().enumerate() {
+            per_worker[doc_worker[d] as usize].push((d as u32, doc.clone()));
+        }
+        let workers = per_worker
+            .into_iter()
+            .enumerate()
+            .map(|(w, docs)| LdaWorker::new(w, docs, &vocabulary, config))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut blocks = vocabulary.empty_blocks();
+        for worker in &workers {
+            for block in &mut blocks {
+                worker.add_initial_counts(block, &vocabulary);
+            }
+        }
+        blocks.iter_mut().for_each(WordTopicBlock::canonicalize);
+        let mut topic_totals = vec![0i64; config.n_topics];
+        for worker in &workers {
+            for (t, n) in topic_totals.iter_mut().zip(worker.own_topic_counts()) {
+                *t += n;
+            }
+        }
+        let mut cluster = LdaCluster {
+            config: config.clone(),
+            schedule: RotationSchedule { p },
+            vocabulary,
+            workers,
+            blocks,
+            topic_totals,
+            n_tokens: corpus.n_tokens(),
+        };
+        cluster.broadcast_totals();
+        Ok(cluster)
+    }
+
+    fn broadcast_totals(&mut self) {
+        for worker in &mut self.workers {
+            worker.set_topic_totals(&self.topic_totals);
+        }
+    }
+
+    /// One sub-round: every worker samples the block it holds, then topic totals are summed
+    /// and re-broadcast.
+    pub fn sub_round(&mut self, subround: usize) {
+        for w in 0..self.schedule.p {
+            let b = self.schedule.block_held(w, subround);
+            self.workers[w].sample_block(&mut self.blocks[b], &self.vocabulary);
+        }
+        for w in 0..self.schedule.p {
+            let delta = self.workers[w].take_totals_delta();
+            for (t, d) in self.topic_totals.iter_mut().zip(delta.deltas) {
+                *t += d;
+            }
+        }
+        self.broadcast_totals();
+    }
+
+    /// One pass over every token (P sub-rounds).
+    pub fn iteration(&mut self) {
+        for t in 0..self.schedule.p {
+            self.sub_round(t);
+        }
+    }
+
+    /// Joint log-likelihood divided by the number of tokens.
+    pub fn log_likelihood_per_token(&self) -> f64 {
+        let beta = self.config.beta;
+        let word: f64 = self
+            .blocks
+            .iter()
+            .map(|b| b.log_likelihood_part(beta))
+            .sum();
+        let doc: f64 = self
+            .workers
+            .iter()
+            .map(LdaWorker::log_likelihood_part)
+            .sum();
+        let ll = joint_log_likelihood(
+            word,
+            doc,
+            &self.topic_totals,
+            self.vocabulary.word_block.len(),
+            beta,
+        );
+        ll / self.n_tokens.max(1) as f64
+    }
+
+    /// Count invariants: doc-topic sums = doc lengths, word-topic sums = word frequencies,
+    /// topic totals = column sums of both tables.
+    pub fn check_invariants(&self, word_frequencies: &[usize]) -> Result<(), String> {
+        let k = self.config.n_topics;
+        let mut from_words = vec![0i64; k];
+        for block in &self.blocks {
+            for (row, &w) in block.rows.iter().zip(&block.word_ids) {
+                if row.total() != word_frequencies[w as usize] as u64 {
+                    return Err(format!(
+                        "word {w}: counts sum {} != frequency {}",
+                        row.total(),
+                        word_frequencies[w as usize]
+                    ));
+                }
+                for &(t, n) in &row.entries {
+                    from_words[t as usize] += i64::from(n);
+                }
+            }
+        }
+        let mut from_docs = vec![0i64; k];
+        for worker in &self.workers {
+            worker.check_doc_counts()?;
+            for (t, n) in from_docs.iter_mut().zip(worker.own_topic_counts()) {
+                *t += n;
+            }
+            if worker.topic_totals != self.topic_totals {
+                return Err(format!(
+                    "worker {} has stale totals after sync",
+                    worker.worker
+                ));
+            }
+        }
+        if from_words != self.topic_totals || from_docs != self.topic_totals {
+            return Err(format!(
+                "topic totals {:?} != word sums {from_words:?} / doc sums {from_docs:?}",
+                self.topic_totals
+            ));
+        }
+        Ok(())
+    }
+
+    /// Estimated topic-word distributions `(n_wk + beta) / (n_k + V beta)`, `K x V`.
+    pub fn topic_word_distributions(&self) -> ndarray::Array2<f64> {
+        topic_word_matrix(
+            self.blocks
+                .iter()
+                .flat_map(|b| b.word_ids.iter().copied().zip(&b.rows)),
+            &self.topic_totals,
+            self.vocabulary.word_block.len(),
+            self.config.beta,
+        )
+    }
+}
+
+/// Result of [`run_lda`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LdaRun {
+    /// Before the first and after every iteration.
+    pub log_likelihood_per_token: Vec<f64>,
+    pub topic_word: ndarray::Array2<f64>,
+}
+
+/// Serial driver: P in-process workers, `config.iterations` passes.
+pub fn run_lda(corpus: &Corpus, config: &LdaConfig) -> Result<LdaRun, StradsError> {
+    let mut cluster = LdaCluster::new(corpus, config)?;
+    let mut log_likelihood_per_token = vec![cluster.log_likelihood_per_token()];
+    for _ in 0..config.iterations {
+        cluster.iteration();
+        log_likelihood_per_token.push(cluster.log_likelihood_per_token());
+        tracing::debug!(
+            ll = log_likelihood_per_token.last().copied(),
+            "lda iteration"
+        );
+    }
+    Ok(LdaRun {
+        log_likelihood_per_token,
+        topic_word: cluster.topic_word_distributions(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
+    use petrel_ml::topic::ln_gamma;
+
+    #[test]
+    fn ln_gamma_matches_known_values() {
+        assert!(ln_gamma(1.0).abs() < 1e-12);
+        assert!(ln_gamma(2.0).abs() < 1e-12);
+        assert!((ln_gamma(5.0) - 24f64.ln()).abs() < 1e-12);
+        assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-12);
+        assert!((ln_gamma(0.1) - 2.252_712_651_734_206).abs() < 1e-10);
+    }
+
+    #[test]
+    fn topic_counts_increment_decrement() {
+        let mut c = TopicCounts::default();
+        c.increment(3);
+        c.increment(3);
+        c.increment(1);
+        assert_eq!((c.get(3), c.get(1), c.total()), (2, 1, 3));
+        assert!(c.decrement(3));
+        assert!(c.decrement(1));
+        assert!(!c.decrement(7), "nothing to decrement");
+        assert_eq!(c.entries, vec![(3, 1)]);
+    }
+
+    fn corpus() -> Corpus {
+        lda_corpus(&LdaCorpusParams {
+            n_topics: 5,
+            vocab_size: 120,
+            n_docs: 120,
+            doc_length: 60,
+            alpha: 0.1,
+            beta: 0.05,
+            seed: 17,
+        })
+        .unwrap()
+        .corpus
+    }
+
+    #[test]
+    fn invariants_hold_after_every_sub_round() {
+        let corpus = corpus();
+        let freq = corpus.word_frequencies();
+        let config = LdaConfig {
+            n_topics: 5,
+            alpha: 0.1,
+            beta: 0.1,
+            n_workers: 3,
+            iterations: 0,
+            seed: 1,
+        };
+        let mut cluster = LdaCluster::new(&corpus, &config).unwrap();
+        cluster.check_invariants(&freq).unwrap();
+        for _ in 0..3 {
+            for t in 0..3 {
+                cluster.sub_round(t);
+                cluster.check_invariants(&freq).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn log_likelihood_improves() {
+        let corpus = corpus();
+        let config = LdaConfig {
+            n_topics: 5,
+            alpha: 0.1,
+            beta: 0.1,
+            n_workers: 3,
+            iterations: 25,
+            seed: 2,
+        };
+        let run = run_lda(&corpus, &config).unwrap();
+        let ll = &run.log_likelihood_per_token;
+        let (first, last) = (ll[0], *ll.last().unwrap());
+        assert!(
+            last > first + 0.5,
+            "log-likelihood per token {first} -> {last}"
+        );
+        for row in run.topic_word.rows() {
+            assert!((row.sum() - 1.0).abs() < 1e-9);
+        }
+    }
+}
