@@ -77,3 +77,43 @@ pub enum NodeError {
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
+
+/// Renders an error and its `source()` chain as `outer: inner: root`, skipping a cause
+/// whose text the outer message already contains (as `#[error("...: {0}")]` does), so
+/// each cause is printed once.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = e.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("loading the corpus")]
+    struct Outer(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[test]
+    fn chain_lists_each_cause_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "docword.txt missing");
+        assert_eq!(
+            error_chain(&Outer(io())),
+            "loading the corpus: docword.txt missing"
+        );
+        assert_eq!(error_chain(&Repeats(io())), "reading: docword.txt missing");
+    }
+}

@@ -18,8 +18,9 @@ pub mod settings;
 pub mod topology;
 
 pub use address::{ActorRef, Msg};
-pub use error::{AskError, HandlerError, NodeError};
-pub use mailbox::{PriorityActor, PriorityInbox, PriorityQueue};
+pub use error::{AskError, HandlerError, NodeError, error_chain};
+pub use mailbox::{PriorityActor, PriorityInbox};
 pub use node::{Node, PeerEvent};
+pub use petrel_messages::PriorityQueue;
 pub use settings::{ClusterSettings, NodeSpec, Settings};
-pub use topology::{Cluster, NodeContext, RoleFuture, Topology};
+pub use topology::{Cluster, NodeContext, RoleError, RoleFuture, Topology};

@@ -8,73 +8,7 @@
 
 use crate::error::HandlerError;
 use actix::prelude::*;
-use petrel_messages::Priority;
-use std::collections::BinaryHeap;
-
-/// Max-heap by priority, FIFO within a priority. Plain data, no actix.
-#[derive(Debug)]
-pub struct PriorityQueue<T> {
-    heap: BinaryHeap<Entry<T>>,
-    seq: u64,
-}
-
-#[derive(Debug)]
-struct Entry<T> {
-    priority: Priority,
-    seq: u64,
-    item: T,
-}
-
-impl<T> PartialEq for Entry<T> {
-    fn eq(&self, o: &Self) -> bool {
-        self.priority == o.priority && self.seq == o.seq
-    }
-}
-impl<T> Eq for Entry<T> {}
-impl<T> PartialOrd for Entry<T> {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl<T> Ord for Entry<T> {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.priority
-            .cmp(&o.priority)
-            .then_with(|| o.seq.cmp(&self.seq))
-    }
-}
-
-impl<T> Default for PriorityQueue<T> {
-    fn default() -> Self {
-        Self {
-            heap: BinaryHeap::new(),
-            seq: 0,
-        }
-    }
-}
-
-impl<T> PriorityQueue<T> {
-    pub fn push(&mut self, priority: Priority, item: T) {
-        self.seq += 1;
-        self.heap.push(Entry {
-            priority,
-            seq: self.seq,
-            item,
-        });
-    }
-
-    pub fn pop(&mut self) -> Option<(Priority, T)> {
-        self.heap.pop().map(|e| (e.priority, e.item))
-    }
-
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
-}
+use petrel_messages::{Priority, PriorityQueue};
 
 type Work<A> = Box<dyn FnOnce(&mut A, &mut Context<A>)>;
 

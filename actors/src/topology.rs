@@ -18,9 +18,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What a role function returns: `Ok` when its work is done (services return at once
+/// Why a role failed: any error, with its `source()` chain intact so the launcher can
+/// print the root cause once ([`crate::error::error_chain`]).
+pub type RoleError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What a registered role runs: `Ok` when its work is done (services return at once
 /// after starting their actors).
-pub type RoleFuture = LocalBoxFuture<'static, Result<(), String>>;
+pub type RoleFuture = LocalBoxFuture<'static, Result<(), RoleError>>;
 type RoleFn = Arc<dyn Fn(NodeContext) -> RoleFuture + Send + Sync>;
 
 /// What a role gets to work with.
@@ -119,11 +123,20 @@ impl Cluster {
     }
 
     /// Registers the code of a role. It runs on every node that lists the role.
-    pub fn role<F>(mut self, name: &str, f: F) -> Self
+    ///
+    /// `f` is usually an `async fn(NodeContext) -> Result<(), E>` for any error `E` that
+    /// converts into a [`RoleError`] (every `std::error::Error`, and `String`).
+    pub fn role<F, Fut, E>(mut self, name: &str, f: F) -> Self
     where
-        F: Fn(NodeContext) -> RoleFuture + Send + Sync + 'static,
+        F: Fn(NodeContext) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), E>> + 'static,
+        E: Into<RoleError>,
     {
-        self.roles.insert(name.to_string(), Arc::new(f));
+        let run: RoleFn = Arc::new(move |ctx| {
+            let fut = f(ctx);
+            Box::pin(async move { fut.await.map_err(Into::into) })
+        });
+        self.roles.insert(name.to_string(), run);
         self
     }
 
@@ -246,7 +259,7 @@ impl Cluster {
                 r.map_err(|error| NodeError::Role {
                     node: node_name.clone(),
                     role,
-                    error,
+                    error: crate::error::error_chain(error.as_ref()),
                 })?;
             }
             ctx.barrier("petrel.finish").await

@@ -184,7 +184,7 @@ fn typed_cluster(transport: &str) -> (Cluster, Arc<Mutex<Vec<String>>>) {
                     note.tell(Note(format!("n{i}")), Priority::NORMAL)
                         .map_err(|e| e.to_string())?;
                 }
-                Ok(())
+                Ok::<(), String>(())
             })
         });
     (cluster, notes)
@@ -534,7 +534,7 @@ fn failing_role_cluster(failing: &str) -> Result<(), petrel_actors::NodeError> {
             Box::pin(async move {
                 ctx.barrier("ready").await.map_err(|e| e.to_string())?;
                 futures::future::pending::<()>().await;
-                Ok(())
+                Ok::<(), String>(())
             })
         })
         .run_in_process()

@@ -6,11 +6,13 @@
 
 pub mod envelope;
 pub mod ids;
+pub mod priority_queue;
 pub mod runtime;
 pub mod tensor;
 
 pub use envelope::{CodecError, EnvelopeHeader, EnvelopeKind, FRAME_PREFIX_LEN, Frame};
 pub use ids::{ActorId, NodeId, Priority};
+pub use priority_queue::PriorityQueue;
 pub use tensor::Tensor;
 
 use serde::{Serialize, de::DeserializeOwned};

@@ -202,7 +202,7 @@ fn ring_cluster(
                     .map(|s| s.rounds)
                     .map_err(|e| e.to_string());
                 *outcome.lock().unwrap() = Some(result);
-                Ok(())
+                Ok::<(), String>(())
             })
         })
 }
