@@ -235,7 +235,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     stats.rounds,
                     stats.elapsed.as_secs_f64()
                 );
-                Ok(())
+                Ok::<(), String>(())
             })
         });
     cluster.run_in_process()?;

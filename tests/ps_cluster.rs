@@ -92,7 +92,7 @@ fn run_from(
                 let mut o = out.lock().unwrap();
                 let m = o.get_or_insert_with(Vec::new);
                 m.push(st);
-                Ok(())
+                Ok::<(), String>(())
             })
         })
         .role("worker", move |ctx: NodeContext| {
@@ -328,6 +328,8 @@ fn a_dead_shard_stops_the_run_with_an_error_naming_it() {
                     c.clock().map_err(|e| e.to_string())?;
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
+                #[allow(unreachable_code)]
+                Ok::<(), String>(())
             })
         });
     let t0 = std::time::Instant::now();
