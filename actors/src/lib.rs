@@ -23,4 +23,4 @@ pub use mailbox::{PriorityActor, PriorityInbox};
 pub use node::{Node, PeerEvent};
 pub use petrel_messages::PriorityQueue;
 pub use settings::{ClusterSettings, NodeSpec, Settings};
-pub use topology::{Cluster, NodeContext, RoleError, RoleFuture, Topology};
+pub use topology::{AppJobError, Cluster, NodeContext, RoleError, RoleFuture, Topology, lazy_job};

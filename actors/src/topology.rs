@@ -487,24 +487,43 @@ async fn first_failure(events: &mut tokio::sync::broadcast::Receiver<PeerEvent>)
     }
 }
 
+/// Why the job of an app could not be built from its `[app.<section>]` settings. Cheap to
+/// clone, because every role of the app on a node reports the same failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("[app.{section}]: {cause}")]
+pub struct AppJobError {
+    /// The settings section, e.g. `ps_mf`.
+    pub section: &'static str,
+    /// What went wrong (a bad value, a file that does not load).
+    #[source]
+    pub cause: Arc<dyn std::error::Error + Send + Sync + 'static>,
+}
+
 /// The job of a built-in app, built once per process from `[app.<section>]` on first use, so
 /// all its roles on one node share it; a bad section fails every role with the reason.
-pub fn lazy_job<C, J>(
+pub fn lazy_job<C, J, E>(
     settings: Settings,
     section: &'static str,
-    build: impl Fn(&Settings, C) -> Result<J, String> + Send + Sync + 'static,
-) -> impl Fn() -> Result<Arc<J>, String> + Clone + Send + Sync + 'static
+    build: impl Fn(&Settings, C) -> Result<J, E> + Send + Sync + 'static,
+) -> impl Fn() -> Result<Arc<J>, AppJobError> + Clone + Send + Sync + 'static
 where
     C: serde::de::DeserializeOwned + Default,
     J: Send + Sync + 'static,
+    E: Into<RoleError>,
 {
-    let cell: std::sync::Arc<std::sync::OnceLock<Result<Arc<J>, String>>> =
-        std::sync::Arc::new(std::sync::OnceLock::new());
+    let cell: Arc<std::sync::OnceLock<Result<Arc<J>, AppJobError>>> =
+        Arc::new(std::sync::OnceLock::new());
     let build = Arc::new(build);
     move || {
         cell.get_or_init(|| {
-            let cfg: C = settings.app(section).map_err(|e| e.to_string())?;
-            build(&settings, cfg).map(Arc::new)
+            let fail = |cause: RoleError| AppJobError {
+                section,
+                cause: Arc::from(cause),
+            };
+            let cfg: C = settings.app(section).map_err(|e| fail(e.into()))?;
+            build(&settings, cfg)
+                .map(Arc::new)
+                .map_err(|e| fail(e.into()))
         })
         .clone()
     }

@@ -771,15 +771,15 @@ pub fn register_builtin(cluster: Cluster) -> Cluster {
     cluster
         .role("ps-shard", move |ctx| {
             let j = g1();
-            Box::pin(async move { shard_role(ctx, j?).await })
+            async move { Ok::<(), petrel_actors::RoleError>(shard_role(ctx, j?).await?) }
         })
         .role("ps-worker", move |ctx| {
             let j = g2();
-            Box::pin(async move { worker_role(ctx, j?).await })
+            async move { Ok::<(), petrel_actors::RoleError>(worker_role(ctx, j?).await?) }
         })
         .role("ps-monitor", move |ctx| {
             let j = g3();
-            Box::pin(async move { monitor_role(ctx, j?).await })
+            async move { Ok::<(), petrel_actors::RoleError>(monitor_role(ctx, j?).await?) }
         })
 }
 
