@@ -1,0 +1,203 @@
+//! Every built-in training app, run through the CLI on a small fixed input and seed, must
+//! write exactly the model files it wrote before the code was restructured. The expected
+//! SHA-256 sums were taken from the release before the one-home-per-system layout; a
+//! change here means a user would get a different model, so it must be deliberate (update
+//! the sum in the same commit and say why).
+//!
+//! Only deterministic settings are pinned: STRADS apps are deterministic by construction
+//! (commits apply in round order); PS apps run one worker under BSP. `metrics.json` holds
+//! wall-clock timings, so it is not pinned.
+
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use std::process::Command;
+
+fn train(out: &Path, app: &str, args: &[&str]) {
+    let status = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .arg("train")
+        .arg(app)
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .env("RUST_LOG", "warn")
+        .status()
+        .expect("run petrel");
+    assert!(status.success(), "petrel train {app} failed: {status}");
+}
+
+fn sha256(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn check(out: &Path, expected: &[(&str, &str)]) {
+    for (file, sum) in expected {
+        assert_eq!(&sha256(&out.join(file)), sum, "{file} changed");
+    }
+}
+
+#[test]
+fn strads_apps_write_the_pinned_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let lasso_like = |n: &str, f: &str, rounds: &str| -> Vec<String> {
+        [
+            "--workers",
+            "2",
+            "--transport",
+            "memory",
+            "--synthetic-samples",
+            n,
+            "--synthetic-features",
+            f,
+            "--max-rounds",
+            rounds,
+            "--seed",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let args = lasso_like("200", "400", "300");
+    train(
+        &d.join("lasso"),
+        "lasso",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    check(
+        &d.join("lasso"),
+        &[(
+            "coefficients.tsv",
+            "3db39666763f75d81c3e01dc15f63a9617190f1f1cda108af7a8cf769cae6f7c",
+        )],
+    );
+    let args = lasso_like("200", "300", "200");
+    train(
+        &d.join("logistic"),
+        "logistic",
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    check(
+        &d.join("logistic"),
+        &[(
+            "coefficients.tsv",
+            "6b067048d34cadd19babfff0a9c9c41629b11021e718af181f126b86da7a6b77",
+        )],
+    );
+    train(
+        &d.join("strads-mf"),
+        "strads-mf",
+        &[
+            "--workers",
+            "2",
+            "--transport",
+            "memory",
+            "--iterations",
+            "2",
+            "--seed",
+            "1",
+        ],
+    );
+    check(
+        &d.join("strads-mf"),
+        &[
+            (
+                "item_factors.tsv",
+                "8efe0f2b23490aba2880531739e6cefec76624c2c97be86e3eb7e16ef7a21ad2",
+            ),
+            (
+                "user_factors.tsv",
+                "ab9dbb276685fde750c764349382d36da90b0164e2f7ef5bdcb82c37dc71b329",
+            ),
+        ],
+    );
+    train(
+        &d.join("lda"),
+        "lda",
+        &[
+            "--workers",
+            "2",
+            "--transport",
+            "memory",
+            "--iterations",
+            "3",
+            "--topics",
+            "5",
+            "--seed",
+            "1",
+        ],
+    );
+    check(
+        &d.join("lda"),
+        &[
+            (
+                "topic_word.tsv",
+                "d9ea962eb56a7998851fe4d1826bfe6d4535016ad17046813ba71c686066e1bf",
+            ),
+            (
+                "topics.txt",
+                "145bfcfbe786946fd1089ca14b57b7b5600d1e99b6794214853909b654c7b7e0",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn parameter_server_apps_write_the_pinned_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let one_worker = [
+        "--workers",
+        "1",
+        "--shards",
+        "2",
+        "--consistency",
+        "bsp",
+        "--transport",
+        "memory",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        one_worker.iter().chain(extra).copied().collect()
+    };
+    train(
+        &d.join("ps-mf"),
+        "ps-mf",
+        &with(&["--epochs", "2", "--seed", "1"]),
+    );
+    check(
+        &d.join("ps-mf"),
+        &[(
+            "model.json",
+            "8edc903d5a34bfca973c2c982610427199092e2c619caa0854f59577fdfd9ded",
+        )],
+    );
+    train(&d.join("ps-lr"), "ps-lr", &with(&["--clocks", "20"]));
+    check(
+        &d.join("ps-lr"),
+        &[(
+            "model.json",
+            "2cafa6e813340a5b4131949ab88bc83e200cacf49df4273fc5b304f38dda1130",
+        )],
+    );
+    train(
+        &d.join("ps-lda"),
+        "ps-lda",
+        &with(&["--iterations", "2", "--topics", "5", "--seed", "1"]),
+    );
+    check(
+        &d.join("ps-lda"),
+        &[
+            (
+                "topic_word.tsv",
+                "43a437da648076a3eb41c29cace63a60092f52aad3594a63c466dcc32c893cb4",
+            ),
+            (
+                "topics.txt",
+                "e20072edc3575ce5518ca576c88d537a8df17f83ff09a2d51419ca882e0594ce",
+            ),
+        ],
+    );
+}
