@@ -111,7 +111,7 @@ fn main() -> Result<(), String> {
         unit_counts: DnnStageModel::unit_counts(&net),
         initial: Arc::new(DnnStageModel::initial(&net)),
         net: NetConfig::default(),
-        transport: "quic".into(),
+        transport: petrel::actors::Transport::Quic,
         ask_timeout: Duration::from_secs(60),
     };
 

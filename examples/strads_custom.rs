@@ -181,7 +181,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     petrel::init_tracing();
     let objective = Arc::new(Mutex::new(Vec::new()));
     let settings = Topology::builder("nnls")
-        .transport("memory")
+        .transport(petrel::actors::Transport::Memory)
         .node("scheduler", &["nnls-scheduler"])
         .node("w0", &["nnls-worker"])
         .node("w1", &["nnls-worker"])

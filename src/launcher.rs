@@ -74,7 +74,7 @@ pub struct LaunchReport {
 /// Resolves ports and certificates for `settings` and writes `cluster.toml` into `dir`.
 pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
     std::fs::create_dir_all(dir)?;
-    if settings.cluster.transport != "quic" {
+    if settings.cluster.transport != petrel_actors::Transport::Quic {
         return Err(LaunchError::Settings(
             "petrel run starts one process per node, which needs cluster.transport = \"quic\""
                 .into(),

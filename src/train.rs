@@ -183,7 +183,11 @@ pub fn star_settings_with<T: serde::Serialize>(
     if workers == 0 {
         return Err("need at least one worker".into());
     }
-    let mut topo = Topology::builder(&format!("strads-{section}")).transport(transport);
+    let mut topo = Topology::builder(&format!("strads-{section}")).transport(
+        transport
+            .parse()
+            .map_err(|e: petrel_actors::NodeError| e.to_string())?,
+    );
     for (name, roles) in scheduler_nodes {
         let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
         topo = topo.node(name, &roles);

@@ -20,7 +20,7 @@ fn layout(shards: usize, workers: usize) -> PsLayout {
 }
 
 fn topo(shards: usize, workers: usize, transport: &str) -> petrel::actors::Settings {
-    let mut t = Topology::builder("ps-test").transport(transport);
+    let mut t = Topology::builder("ps-test").transport(transport.parse().unwrap());
     for s in 0..shards {
         t = t.node(&format!("s{s}"), &["shard"]);
     }

@@ -22,5 +22,5 @@ pub use error::{AskError, HandlerError, NodeError, error_chain};
 pub use mailbox::{PriorityActor, PriorityInbox};
 pub use node::{Node, PeerEvent};
 pub use petrel_messages::PriorityQueue;
-pub use settings::{ClusterSettings, NodeSpec, Settings};
+pub use settings::{ClusterSettings, JobTransport, NodeSpec, Settings, Transport};
 pub use topology::{AppJobError, Cluster, NodeContext, RoleError, RoleFuture, Topology, lazy_job};

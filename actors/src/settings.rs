@@ -7,6 +7,73 @@ use petrel_net::NetConfig;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::path::{Path, PathBuf};
 
+/// How the nodes of a cluster reach each other. Read from `cluster.transport` in TOML
+/// (an unknown value is rejected when the settings are read, naming the valid ones).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// QUIC with mutual TLS, also between threads of one process on 127.0.0.1.
+    #[default]
+    Quic,
+    /// In-memory channels: every node is a thread of this process.
+    Memory,
+}
+
+/// How a local job (`petrel train`, `petrel bench`) runs its cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum JobTransport {
+    /// Nodes are threads of this process, connected by in-memory channels.
+    Memory,
+    /// Nodes are threads of this process, connected by QUIC on 127.0.0.1.
+    #[default]
+    Quic,
+    /// One process per node (`petrel node`), connected by QUIC on 127.0.0.1.
+    Processes,
+}
+
+impl JobTransport {
+    /// The transport between the nodes.
+    pub fn cluster_transport(self) -> Transport {
+        match self {
+            JobTransport::Memory => Transport::Memory,
+            JobTransport::Quic | JobTransport::Processes => Transport::Quic,
+        }
+    }
+}
+
+macro_rules! choice_text {
+    ($ty:ty) => {
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let value = clap::ValueEnum::to_possible_value(self)
+                    .map(|v| v.get_name().to_string())
+                    .unwrap_or_default();
+                f.write_str(&value)
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = NodeError;
+            fn from_str(s: &str) -> Result<Self, NodeError> {
+                <$ty as clap::ValueEnum>::from_str(s, true).map_err(|_| {
+                    let valid: Vec<String> = <$ty as clap::ValueEnum>::value_variants()
+                        .iter()
+                        .map(|v| v.to_string())
+                        .collect();
+                    NodeError::Config(format!(
+                        "unknown {} {s:?}; valid values: {}",
+                        stringify!($ty).to_lowercase(),
+                        valid.join(", ")
+                    ))
+                })
+            }
+        }
+    };
+}
+choice_text!(Transport);
+choice_text!(JobTransport);
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct ClusterSettings {
@@ -17,8 +84,8 @@ pub struct ClusterSettings {
     /// Directory with `ca.pem` and `<node>.pem`/`<node>.key` (see `petrel certs`).
     /// `petrel run` creates one when unset.
     pub certs_dir: Option<PathBuf>,
-    /// "quic" (default) or "memory" (in-process clusters only).
-    pub transport: String,
+    /// How nodes reach each other: `quic` (default) or `memory` (in-process clusters only).
+    pub transport: Transport,
     pub heartbeat_interval_ms: u64,
     /// A node silent for this long is declared dead; pending requests to it fail.
     pub failure_timeout_ms: u64,
@@ -34,7 +101,7 @@ impl Default for ClusterSettings {
             name: "petrel".into(),
             coordinator: None,
             certs_dir: None,
-            transport: "quic".into(),
+            transport: Transport::Quic,
             heartbeat_interval_ms: 250,
             failure_timeout_ms: 2000,
             request_timeout_ms: 30_000,
@@ -123,12 +190,6 @@ impl Settings {
             && !seen.contains(c.as_str())
         {
             return Err(NodeError::Config(format!("coordinator {c} is not a node")));
-        }
-        if !matches!(self.cluster.transport.as_str(), "quic" | "memory") {
-            return Err(NodeError::Config(format!(
-                "cluster.transport must be \"quic\" or \"memory\", not {:?}",
-                self.cluster.transport
-            )));
         }
         if self.cluster.heartbeat_interval_ms == 0
             || self.cluster.failure_timeout_ms <= self.cluster.heartbeat_interval_ms

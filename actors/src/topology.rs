@@ -7,7 +7,7 @@ use crate::cluster::{
 };
 use crate::error::NodeError;
 use crate::node::{Node, PeerEvent};
-use crate::settings::{NodeSpec, Settings};
+use crate::settings::{NodeSpec, Settings, Transport};
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use petrel_messages::runtime::{BarrierEnter, Heartbeat, Join, PeerDown, Shutdown};
@@ -79,9 +79,9 @@ impl Topology {
         self
     }
 
-    /// "quic" (default) or "memory".
-    pub fn transport(mut self, transport: &str) -> Self {
-        self.settings.cluster.transport = transport.to_string();
+    /// How the nodes reach each other (default [`Transport::Quic`]).
+    pub fn transport(mut self, transport: Transport) -> Self {
+        self.settings.cluster.transport = transport;
         self
     }
 
@@ -158,7 +158,7 @@ impl Cluster {
     /// done. The first failure (with the node's name) is returned.
     pub fn run_in_process(&self) -> Result<(), NodeError> {
         self.check_roles()?;
-        let wiring: Vec<Wiring> = if self.settings.cluster.transport == "memory" {
+        let wiring: Vec<Wiring> = if self.settings.cluster.transport == Transport::Memory {
             let hub = MemoryHub::new();
             self.settings
                 .nodes
@@ -179,7 +179,7 @@ impl Cluster {
         };
         // In one process, nodes bound to port 0 need real ports before anyone starts.
         let mut settings = (*self.settings).clone();
-        if self.settings.cluster.transport == "quic" {
+        if self.settings.cluster.transport == Transport::Quic {
             reserve_ports(&mut settings)?;
         }
         let this = Cluster {

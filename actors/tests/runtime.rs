@@ -2,6 +2,7 @@
 //! detection with pending requests, barriers.
 
 use actix::prelude::*;
+use petrel_actors::Transport;
 use petrel_actors::cluster::Coordinator;
 use petrel_actors::topology::Wiring;
 use petrel_actors::{
@@ -67,7 +68,7 @@ impl Handler<Msg<Note>> for Scaler {
     }
 }
 
-fn typed_cluster(transport: &str) -> (Cluster, Arc<Mutex<Vec<String>>>) {
+fn typed_cluster(transport: Transport) -> (Cluster, Arc<Mutex<Vec<String>>>) {
     let settings = Topology::builder("typed")
         .node("server", &["scaler"])
         .node("client", &["caller"])
@@ -192,7 +193,7 @@ fn typed_cluster(transport: &str) -> (Cluster, Arc<Mutex<Vec<String>>>) {
 
 #[test]
 fn typed_messages_between_two_nodes_over_quic() {
-    let (cluster, notes) = typed_cluster("quic");
+    let (cluster, notes) = typed_cluster(Transport::Quic);
     cluster.run_in_process().unwrap();
     assert_eq!(
         notes.lock().unwrap().clone(),
@@ -202,7 +203,7 @@ fn typed_messages_between_two_nodes_over_quic() {
 
 #[test]
 fn typed_messages_between_two_nodes_in_memory() {
-    let (cluster, notes) = typed_cluster("memory");
+    let (cluster, notes) = typed_cluster(Transport::Memory);
     cluster.run_in_process().unwrap();
     assert_eq!(notes.lock().unwrap().len(), 5);
 }
@@ -520,7 +521,7 @@ fn failing_role_cluster(failing: &str) -> Result<(), petrel_actors::NodeError> {
         let role = if n == failing { "fails" } else { "waits" };
         builder = builder.node(n, &[role]);
     }
-    let mut settings = builder.transport("memory").build().unwrap();
+    let mut settings = builder.transport(Transport::Memory).build().unwrap();
     settings.cluster.heartbeat_interval_ms = 200;
     settings.cluster.failure_timeout_ms = 30_000;
     Cluster::new(settings)

@@ -249,7 +249,7 @@ fn run_mode(
         initial: Arc::new(counts.iter().map(|&c| vec![0.5; c as usize]).collect()),
         unit_counts: counts,
         net,
-        transport: "quic".into(),
+        transport: petrel_actors::Transport::Quic,
         ask_timeout: Duration::from_secs(120),
     };
     let profile = setup.profile.clone();

@@ -105,7 +105,7 @@ impl P3NodeConfig {
             initial: Arc::new(counts.iter().map(|&c| vec![0.5; c as usize]).collect()),
             unit_counts: counts,
             net: settings.net.clone(),
-            transport: settings.cluster.transport.clone(),
+            transport: settings.cluster.transport,
             ask_timeout: Duration::from_millis(self.ask_timeout_ms.max(1)),
         };
         job.plan()?;

@@ -213,8 +213,8 @@ pub struct P3Job {
     pub initial: Arc<Vec<Vec<f32>>>,
     /// Transport settings of every node (the shaper goes here).
     pub net: NetConfig,
-    /// "quic" or "memory".
-    pub transport: String,
+    /// How the in-process cluster's nodes reach each other.
+    pub transport: petrel_actors::Transport,
     pub ask_timeout: Duration,
 }
 
@@ -530,7 +530,7 @@ pub fn run_cluster(
         return Err("need at least one worker and one shard".into());
     }
     job.plan()?;
-    let mut topo = Topology::builder("p3").transport(&job.transport);
+    let mut topo = Topology::builder("p3").transport(job.transport);
     for w in 0..job.n_workers {
         topo = topo.node(&format!("w{w}"), &[WORKER_ROLE]);
     }

@@ -33,7 +33,7 @@ fn job(mode: Mode, net: &Sequential) -> P3Job {
         unit_counts: DnnStageModel::unit_counts(net),
         initial: Arc::new(DnnStageModel::initial(net)),
         net: NetConfig::default(),
-        transport: "quic".into(),
+        transport: petrel_actors::Transport::Quic,
         ask_timeout: Duration::from_secs(20),
     }
 }
@@ -107,7 +107,7 @@ fn emulated_compute_takes_the_profiled_time() {
         initial: Arc::new(counts.iter().map(|&c| vec![1.0; c as usize]).collect()),
         unit_counts: counts,
         net: NetConfig::default(),
-        transport: "memory".into(),
+        transport: petrel_actors::Transport::Memory,
         ask_timeout: Duration::from_secs(20),
     };
     let p = profile.clone();
@@ -162,7 +162,7 @@ fn p3_beats_fifo_on_a_shaped_link() {
                 send_fairness: false,
                 ..NetConfig::default()
             },
-            transport: "quic".into(),
+            transport: petrel_actors::Transport::Quic,
             ask_timeout: Duration::from_secs(60),
         };
         let p = profile.clone();

@@ -138,7 +138,7 @@ const P: usize = 3;
 const SUBROUNDS: usize = 8;
 
 fn ring_cluster(
-    transport: &str,
+    transport: petrel_actors::Transport,
     duplicate: bool,
     collected: Arc<Mutex<Vec<Option<Visits>>>>,
     outcome: Arc<Mutex<Option<Result<u64, String>>>>,
@@ -211,9 +211,14 @@ fn ring_cluster(
 fn three_workers_pass_blocks_around_the_ring_over_quic() {
     let collected = Arc::new(Mutex::new(vec![None; P]));
     let outcome = Arc::new(Mutex::new(None));
-    ring_cluster("quic", false, collected.clone(), outcome.clone())
-        .run_in_process()
-        .unwrap();
+    ring_cluster(
+        petrel_actors::Transport::Quic,
+        false,
+        collected.clone(),
+        outcome.clone(),
+    )
+    .run_in_process()
+    .unwrap();
     assert_eq!(
         outcome.lock().unwrap().clone(),
         Some(Ok(SUBROUNDS as u64 + 1))
@@ -234,9 +239,14 @@ fn three_workers_pass_blocks_around_the_ring_over_quic() {
 fn a_block_held_twice_poisons_the_receiver_over_memory() {
     let collected = Arc::new(Mutex::new(vec![None; P]));
     let outcome = Arc::new(Mutex::new(None));
-    ring_cluster("memory", true, collected, outcome.clone())
-        .run_in_process()
-        .unwrap();
+    ring_cluster(
+        petrel_actors::Transport::Memory,
+        true,
+        collected,
+        outcome.clone(),
+    )
+    .run_in_process()
+    .unwrap();
     let result = outcome.lock().unwrap().clone().unwrap();
     let err = result.unwrap_err();
     // Worker 1 hands block 1 to worker 0 after round 0, while worker 0 still holds its

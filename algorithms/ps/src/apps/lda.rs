@@ -641,14 +641,21 @@ pub fn run_local_with(
     transport: &str,
     tweak: impl FnOnce(&mut Settings),
 ) -> Result<PsLdaOutcome, String> {
-    let settings = local_topology("ps-lda", shards, workers, transport)
-        .with(|s| {
-            // Two cores shared by every node thread: sampling sweeps delay heartbeats.
-            s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
-            tweak(s);
-        })
-        .build()
-        .map_err(|e| e.to_string())?;
+    let settings = local_topology(
+        "ps-lda",
+        shards,
+        workers,
+        transport
+            .parse()
+            .map_err(|e: petrel_actors::NodeError| e.to_string())?,
+    )
+    .with(|s| {
+        // Two cores shared by every node thread: sampling sweeps delay heartbeats.
+        s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
+        tweak(s);
+    })
+    .build()
+    .map_err(|e| e.to_string())?;
     let job = Arc::new(PsLdaJob::new(&settings, cfg)?);
     register(Cluster::new(settings), job.clone())
         .run_in_process()

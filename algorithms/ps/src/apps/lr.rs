@@ -443,10 +443,17 @@ pub fn run_local(
     workers: usize,
     transport: &str,
 ) -> Result<LrResult, String> {
-    let settings = crate::apps::mf::local_topology("ps-lr", shards, workers, transport)
-        .with(|s| s.cluster.failure_timeout_ms = 10_000)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let settings = crate::apps::mf::local_topology(
+        "ps-lr",
+        shards,
+        workers,
+        transport
+            .parse()
+            .map_err(|e: petrel_actors::NodeError| e.to_string())?,
+    )
+    .with(|s| s.cluster.failure_timeout_ms = 10_000)
+    .build()
+    .map_err(|e| e.to_string())?;
     let layout = PsLayout {
         shard_nodes: (0..shards.max(1)).map(|s| format!("shard-{s}")).collect(),
         worker_nodes: (0..workers.max(1)).map(|w| format!("worker-{w}")).collect(),

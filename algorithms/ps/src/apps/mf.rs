@@ -808,7 +808,7 @@ pub fn local_topology(
     name: &str,
     shards: usize,
     workers: usize,
-    transport: &str,
+    transport: petrel_actors::Transport,
 ) -> petrel_actors::Topology {
     let mut topo = petrel_actors::Topology::builder(name).transport(transport);
     for s in 0..shards.max(1) {
@@ -833,10 +833,17 @@ pub fn run_local_with(
     transport: &str,
     tweak: impl FnOnce(&mut Settings),
 ) -> Result<MfResult, String> {
-    let settings = local_topology("ps-mf", shards, workers, transport)
-        .with(tweak)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let settings = local_topology(
+        "ps-mf",
+        shards,
+        workers,
+        transport
+            .parse()
+            .map_err(|e: petrel_actors::NodeError| e.to_string())?,
+    )
+    .with(tweak)
+    .build()
+    .map_err(|e| e.to_string())?;
     let job = Arc::new(MfJob::new(&settings, cfg)?);
     let cluster = register(Cluster::new(settings), job.clone());
     cluster.run_in_process().map_err(|e| e.to_string())?;
