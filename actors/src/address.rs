@@ -10,8 +10,11 @@ use std::time::Duration;
 /// What an actor receives: the message, its priority and the sending node (`None` when
 /// sent from the same node).
 pub struct Msg<M: RemoteMessage> {
+    /// The message.
     pub body: M,
+    /// The priority it was sent at.
     pub priority: Priority,
+    /// The sending node, for messages from other nodes (`None` for local sends).
     pub from: Option<NodeId>,
 }
 
@@ -76,10 +79,12 @@ impl<M: RemoteMessage> ActorRef<M> {
         }
     }
 
+    /// The target actor.
     pub fn id(&self) -> &ActorId {
         &self.id
     }
 
+    /// True when the target lives on this node (sends do not serialize).
     pub fn is_local(&self) -> bool {
         matches!(self.target, Target::Local(_))
     }

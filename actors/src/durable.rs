@@ -1,5 +1,5 @@
 //! Durable checkpoint files, shared by every system that checkpoints (the parameter server's
-//! shards in [`crate::ps::checkpoint`], STRADS Lasso in `petrel-algorithms`).
+//! shards in `petrel_ps::checkpoint`, STRADS Lasso in `petrel_strads`).
 //!
 //! - [`write_atomic`]: temp file in the same directory, `fsync`, `rename` into place; then
 //!   [`sync_dir`] makes the rename itself durable. A reader never sees a half-written file
@@ -35,10 +35,12 @@ impl Default for Fnv1a64 {
 }
 
 impl Fnv1a64 {
+    /// The hash of nothing (the FNV offset basis).
     pub fn new() -> Self {
         Fnv1a64(0xcbf2_9ce4_8422_2325)
     }
 
+    /// Hashes `bytes` after what came before.
     pub fn update(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.0 ^= u64::from(b);
@@ -46,25 +48,59 @@ impl Fnv1a64 {
         }
     }
 
+    /// The hash so far.
     pub fn finish(&self) -> u64 {
         self.0
     }
 }
 
+/// Why bytes are not a valid manifest, or a manifest entry is unsafe.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// The bytes do not start with the magic, or are too short.
+    #[error("not a manifest (bad magic or truncated)")]
+    NotAManifest,
+    /// The body's checksum does not match (bit flip or partial write).
+    #[error("manifest checksum mismatch")]
+    ChecksumMismatch,
+    /// A listed file name would leave the checkpoint directory (or is empty or hidden).
+    #[error("invalid file name {0:?}")]
+    BadFileName(String),
+}
+
 /// A checkpoint file is invalid or could not be read/written; always names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum DurableError {
+    /// The file's content is wrong (the reason says how).
     #[error("{}: {reason}", path.display())]
-    Invalid { path: PathBuf, reason: String },
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A manifest is corrupt or lists an unsafe name.
+    #[error("{}: {source}", path.display())]
+    Manifest {
+        /// The manifest (or checkpoint directory).
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: ManifestError,
+    },
+    /// The file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
 }
 
 impl DurableError {
+    /// An [`Invalid`](Self::Invalid) error about `path`.
     pub fn invalid(path: &Path, reason: impl Into<String>) -> Self {
         DurableError::Invalid {
             path: path.to_path_buf(),
@@ -82,7 +118,9 @@ impl DurableError {
     /// The file the error is about.
     pub fn path(&self) -> &Path {
         match self {
-            DurableError::Invalid { path, .. } | DurableError::Io { path, .. } => path,
+            DurableError::Invalid { path, .. }
+            | DurableError::Manifest { path, .. }
+            | DurableError::Io { path, .. } => path,
         }
     }
 
@@ -90,6 +128,7 @@ impl DurableError {
     pub fn reason(&self) -> String {
         match self {
             DurableError::Invalid { reason, .. } => reason.clone(),
+            DurableError::Manifest { source, .. } => source.to_string(),
             DurableError::Io { source, .. } => source.to_string(),
         }
     }
@@ -98,11 +137,14 @@ impl DurableError {
 /// Length and checksum of a file, as a manifest records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileDigest {
+    /// Length in bytes.
     pub len: u64,
+    /// FNV-1a 64 of the content.
     pub fnv64: u64,
 }
 
 impl FileDigest {
+    /// The digest of `bytes`.
     pub fn of(bytes: &[u8]) -> Self {
         FileDigest {
             len: bytes.len() as u64,
@@ -143,15 +185,15 @@ pub fn frame(magic: &[u8; 8], body: &[u8]) -> Vec<u8> {
 }
 
 /// The body of a [`frame`], or why it is not one.
-pub fn unframe<'a>(magic: &[u8; 8], bytes: &'a [u8]) -> Result<&'a [u8], String> {
+pub fn unframe<'a>(magic: &[u8; 8], bytes: &'a [u8]) -> Result<&'a [u8], ManifestError> {
     if bytes.len() < magic.len() + 8 || &bytes[..magic.len()] != magic {
-        return Err("not a manifest (bad magic or truncated)".into());
+        return Err(ManifestError::NotAManifest);
     }
     let (body, sum) = bytes[magic.len()..].split_at(bytes.len() - magic.len() - 8);
     let mut sum8 = [0u8; 8];
     sum8.copy_from_slice(sum);
     if fnv1a64(body) != u64::from_le_bytes(sum8) {
-        return Err("manifest checksum mismatch".into());
+        return Err(ManifestError::ChecksumMismatch);
     }
     Ok(body)
 }
@@ -171,13 +213,16 @@ pub fn read_framed(path: &Path, magic: &[u8; 8]) -> Result<Vec<u8>, DurableError
     };
     unframe(magic, &bytes)
         .map(<[u8]>::to_vec)
-        .map_err(|reason| DurableError::invalid(path, reason))
+        .map_err(|source| DurableError::Manifest {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// A file name read from a manifest must stay inside the checkpoint directory.
-pub fn check_file_name(name: &str) -> Result<(), String> {
+pub fn check_file_name(name: &str) -> Result<(), ManifestError> {
     if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
-        return Err(format!("invalid file name {name:?}"));
+        return Err(ManifestError::BadFileName(name.to_string()));
     }
     Ok(())
 }
@@ -188,7 +233,10 @@ pub fn read_verified(
     name: &str,
     expected: FileDigest,
 ) -> Result<Vec<u8>, DurableError> {
-    check_file_name(name).map_err(|reason| DurableError::invalid(dir, reason))?;
+    check_file_name(name).map_err(|source| DurableError::Manifest {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let path = dir.join(name);
     let bytes = match fs::read(&path) {
         Ok(b) => b,

@@ -1,29 +1,68 @@
+//! The runtime's errors: [`NodeError`] for a node and its cluster, [`AskError`] for one
+//! request, [`HandlerError`] for what a handler sends back, and [`error_chain`] to print
+//! any of them with its causes once.
+
+use petrel_messages::runtime::BarrierRefused;
 use petrel_messages::{CodecError, NodeId};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Why an `ask` did not produce a reply. Every variant names who or what failed.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+/// Why an `ask` (or a `tell`) did not produce a reply. Every variant names who or what
+/// failed.
+#[derive(Debug, thiserror::Error, Clone)]
 pub enum AskError {
+    /// No reply within the timeout.
     #[error("no reply from {actor} within {timeout:?}")]
-    Timeout { actor: String, timeout: Duration },
+    Timeout {
+        /// The asked actor.
+        actor: String,
+        /// The timeout that passed.
+        timeout: Duration,
+    },
+    /// The actor's node was declared dead.
     #[error("{node} is down; request to {actor} failed")]
-    PeerDown { node: NodeId, actor: String },
+    PeerDown {
+        /// The dead node.
+        node: NodeId,
+        /// The asked actor.
+        actor: String,
+    },
+    /// The remote handler (or the remote runtime) answered with an error.
     #[error("{actor} failed to handle the request: {error}")]
-    Remote { actor: String, error: String },
-    #[error("cannot send to {actor}: {error}")]
-    Send { actor: String, error: String },
+    Remote {
+        /// The asked actor.
+        actor: String,
+        /// The error text that came back over the wire.
+        error: String,
+    },
+    /// The transport refused the message.
+    #[error("cannot send to {actor}: {source}")]
+    Send {
+        /// The target actor.
+        actor: String,
+        /// The transport's error.
+        #[source]
+        source: Arc<petrel_net::NetError>,
+    },
+    /// The message or its reply could not be encoded or decoded.
     #[error("codec: {0}")]
     Codec(#[from] CodecError),
+    /// The local actor's mailbox is closed.
     #[error("local actor {actor} stopped")]
-    Stopped { actor: String },
+    Stopped {
+        /// The actor.
+        actor: String,
+    },
 }
 
-/// An error a message handler returns; it travels back to a remote asker as a `Failure`.
+/// An error a message handler returns; it travels back to a remote asker as a `Failure`
+/// (as text: the asker's [`AskError::Remote`]).
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[error("{0}")]
 pub struct HandlerError(pub String);
 
 impl HandlerError {
+    /// A handler error with this text.
     pub fn new(msg: impl Into<String>) -> Self {
         Self(msg.into())
     }
@@ -41,42 +80,131 @@ impl From<&str> for HandlerError {
     }
 }
 
+/// Why a node could not be set up, join, or run its roles.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
+    /// Settings that are inconsistent (no nodes, duplicate names, unknown role, ...).
     #[error("configuration: {0}")]
     Config(String),
+    /// A settings file or text could not be read or parsed (names the bad key or value).
+    #[error("settings {origin}: {source}")]
+    Settings {
+        /// The file, or "text" for settings parsed from a string.
+        origin: String,
+        /// The parser's error (boxed: it is large, and errors travel in every `Result`).
+        #[source]
+        source: Box<config::ConfigError>,
+    },
+    /// An `[app.<section>]` does not deserialize into the app's config.
+    #[error("[app.{section}]: {source}")]
+    AppSection {
+        /// The section name.
+        section: String,
+        /// What is wrong with it.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A choice (e.g. a transport) that is not one of the valid values.
+    #[error("unknown {kind} {value:?}; valid values: {valid}")]
+    UnknownChoice {
+        /// What is being chosen.
+        kind: &'static str,
+        /// The value given.
+        value: String,
+        /// The valid values, comma separated.
+        valid: String,
+    },
+    /// Settings could not be rendered as TOML.
+    #[error("settings to TOML: {0}")]
+    WriteSettings(#[source] toml::ser::Error),
+    /// The transport failed.
     #[error(transparent)]
     Net(#[from] petrel_net::NetError),
+    /// Certificates or TLS configuration.
     #[error(transparent)]
     Tls(#[from] petrel_net::TlsError),
+    /// No local actor takes this message type under this name.
     #[error("no actor {actor} accepting {msg_type} on this node")]
-    NoSuchActor { actor: String, msg_type: String },
+    NoSuchActor {
+        /// The actor name.
+        actor: String,
+        /// The message type.
+        msg_type: String,
+    },
+    /// An actor name was registered twice on one node.
     #[error("actor name {0} is already registered on this node")]
     DuplicateActor(String),
+    /// The coordinator refused this node's join.
     #[error("joining the cluster failed: {0}")]
-    Join(String),
-    #[error("barrier {name} failed: {reason}")]
-    Barrier { name: String, reason: String },
-    #[error("role {role} on {node}: {error}")]
-    Role {
-        node: String,
-        role: String,
-        error: String,
+    Join(#[source] AskError),
+    /// The cluster did not form in time.
+    #[error(
+        "joining the cluster failed: cluster did not form within {timeout:?} (coordinator {coordinator} unreachable or nodes missing)"
+    )]
+    JoinTimeout {
+        /// The join timeout.
+        timeout: Duration,
+        /// The coordinator node's name.
+        coordinator: String,
     },
+    /// The barrier request did not reach the coordinator or got no answer.
+    #[error("barrier {name} failed: {source}")]
+    Barrier {
+        /// The barrier.
+        name: String,
+        /// Why the request failed.
+        #[source]
+        source: AskError,
+    },
+    /// The coordinator failed the barrier (a member died).
+    #[error("barrier {name} failed: {source}")]
+    BarrierRefused {
+        /// The barrier.
+        name: String,
+        /// The coordinator's reason.
+        #[source]
+        source: BarrierRefused,
+    },
+    /// A role on this node returned an error.
+    #[error("role {role} on {node}: {source}")]
+    Role {
+        /// The node.
+        node: String,
+        /// The role.
+        role: String,
+        /// The role's error, with its cause chain.
+        #[source]
+        source: RoleErrorSource,
+    },
+    /// A peer was declared dead.
     #[error("peer {name} ({node}) failed: {reason}")]
     PeerFailed {
+        /// The peer's id.
         node: NodeId,
+        /// Its name.
         name: String,
+        /// Why it was declared dead.
         reason: String,
     },
     /// Another node's failure stopped the run (it told the coordinator, which told all).
     #[error("node {name} failed: {reason}")]
-    RunFailed { name: String, reason: String },
+    RunFailed {
+        /// The node where the failure happened.
+        name: String,
+        /// Its error, as that node reported it.
+        reason: String,
+    },
+    /// A request failed.
     #[error(transparent)]
     Ask(#[from] AskError),
+    /// An operating-system error (threads, sockets).
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
+
+/// A role's error as [`NodeError::Role`] holds it (the same boxed error as
+/// [`RoleError`](crate::RoleError), which keeps its `source()` chain).
+pub type RoleErrorSource = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Renders an error and its `source()` chain as `outer: inner: root`, skipping a cause
 /// whose text the outer message already contains (as `#[error("...: {0}")]` does), so

@@ -31,6 +31,7 @@ impl<A: Actor<Context = Context<A>>> Default for PriorityInbox<A> {
 
 /// Implemented by actors that keep a [`PriorityInbox`].
 pub trait PriorityActor: Actor<Context = Context<Self>> {
+    /// The actor's inbox.
     fn inbox(&mut self) -> &mut PriorityInbox<Self>;
 }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 /// How the nodes of a cluster reach each other. Read from `cluster.transport` in TOML
 /// (an unknown value is rejected when the settings are read, naming the valid ones).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// QUIC with mutual TLS, also between threads of one process on 127.0.0.1.
@@ -20,7 +20,7 @@ pub enum Transport {
 }
 
 /// How a local job (`petrel train`, `petrel bench`) runs its cluster.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum JobTransport {
     /// Nodes are threads of this process, connected by in-memory channels.
@@ -43,7 +43,7 @@ impl JobTransport {
 }
 
 macro_rules! choice_text {
-    ($ty:ty) => {
+    ($ty:ty, $kind:expr) => {
         impl std::fmt::Display for $ty {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 let value = clap::ValueEnum::to_possible_value(self)
@@ -61,22 +61,33 @@ macro_rules! choice_text {
                         .iter()
                         .map(|v| v.to_string())
                         .collect();
-                    NodeError::Config(format!(
-                        "unknown {} {s:?}; valid values: {}",
-                        stringify!($ty).to_lowercase(),
-                        valid.join(", ")
-                    ))
+                    NodeError::UnknownChoice {
+                        kind: $kind,
+                        value: s.to_string(),
+                        valid: valid.join(", "),
+                    }
                 })
+            }
+        }
+
+        // Read through `FromStr`, so that a bad value's error lists the valid ones.
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
             }
         }
     };
 }
-choice_text!(Transport);
-choice_text!(JobTransport);
+choice_text!(Transport, "transport");
+choice_text!(JobTransport, "job transport");
 
+/// `[cluster]`: the cluster's name, coordinator, certificates, transport and timeouts. An
+/// unknown key is rejected when the settings are read, naming it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ClusterSettings {
+    /// The cluster's name (in logs and run directories).
     pub name: String,
     /// Node that runs the coordinator (membership, failure detection, barriers). Default:
     /// the first node.
@@ -86,6 +97,7 @@ pub struct ClusterSettings {
     pub certs_dir: Option<PathBuf>,
     /// How nodes reach each other: `quic` (default) or `memory` (in-process clusters only).
     pub transport: Transport,
+    /// How often nodes and the coordinator send heartbeats.
     pub heartbeat_interval_ms: u64,
     /// A node silent for this long is declared dead; pending requests to it fail.
     pub failure_timeout_ms: u64,
@@ -110,9 +122,11 @@ impl Default for ClusterSettings {
     }
 }
 
+/// One `[[nodes]]` entry: a node's name, address and roles. An unknown key is rejected.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct NodeSpec {
+    /// The node's unique name.
     pub name: String,
     /// UDP address to bind and to be reached at, e.g. "127.0.0.1:7000". Port 0 lets
     /// `petrel run` choose free ports.
@@ -125,8 +139,11 @@ pub struct NodeSpec {
 #[derive(Clone, Debug, Serialize, Deserialize, Default)]
 #[serde(default)]
 pub struct Settings {
+    /// `[cluster]`.
     pub cluster: ClusterSettings,
+    /// `[[nodes]]`, in id order (a node's id is its position).
     pub nodes: Vec<NodeSpec>,
+    /// `[net]`: the transport's knobs.
     pub net: NetConfig,
     /// Application sections (`[app.mf]`, ...), read with [`Settings::app`].
     pub app: toml_value::Table,
@@ -134,6 +151,7 @@ pub struct Settings {
 
 /// A tiny alias module so `app` sections stay schemaless until a role reads them.
 pub mod toml_value {
+    /// Section name to its still-untyped value.
     pub type Table = std::collections::BTreeMap<String, serde_json::Value>;
 }
 
@@ -149,10 +167,16 @@ impl Settings {
                     .try_parsing(true),
             )
             .build()
-            .map_err(|e| NodeError::Config(format!("{}: {e}", path.display())))?;
+            .map_err(|source| NodeError::Settings {
+                origin: path.display().to_string(),
+                source: Box::new(source),
+            })?;
         let s: Settings = built
             .try_deserialize()
-            .map_err(|e| NodeError::Config(format!("{}: {e}", path.display())))?;
+            .map_err(|source| NodeError::Settings {
+                origin: path.display().to_string(),
+                source: Box::new(source),
+            })?;
         s.validate()?;
         Ok(s)
     }
@@ -162,14 +186,22 @@ impl Settings {
         let built = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
-            .map_err(|e| NodeError::Config(e.to_string()))?;
+            .map_err(|source| NodeError::Settings {
+                origin: "text".into(),
+                source: Box::new(source),
+            })?;
         let s: Settings = built
             .try_deserialize()
-            .map_err(|e| NodeError::Config(e.to_string()))?;
+            .map_err(|source| NodeError::Settings {
+                origin: "text".into(),
+                source: Box::new(source),
+            })?;
         s.validate()?;
         Ok(s)
     }
 
+    /// Checks what serde cannot: at least one node, unique names, a known coordinator,
+    /// sensible failure timing.
     pub fn validate(&self) -> Result<(), NodeError> {
         if self.nodes.is_empty() {
             return Err(NodeError::Config("no [[nodes]] defined".into()));
@@ -201,6 +233,7 @@ impl Settings {
         Ok(())
     }
 
+    /// The node that runs the coordinator (`cluster.coordinator`, else the first node).
     pub fn coordinator_name(&self) -> &str {
         self.cluster
             .coordinator
@@ -219,15 +252,17 @@ impl Settings {
     pub fn app<T: DeserializeOwned + Default>(&self, section: &str) -> Result<T, NodeError> {
         match self.app.get(section) {
             None => Ok(T::default()),
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| NodeError::Config(format!("[app.{section}]: {e}"))),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|source| NodeError::AppSection {
+                section: section.to_string(),
+                source,
+            }),
         }
     }
 
     /// Renders the settings as TOML (used by the launcher to hand resolved settings to
     /// child processes).
     pub fn to_toml(&self) -> Result<String, NodeError> {
-        toml::to_string(self).map_err(|e| NodeError::Config(e.to_string()))
+        toml::to_string(self).map_err(NodeError::WriteSettings)
     }
 }
 
@@ -273,5 +308,22 @@ mod tests {
         assert!(Settings::from_toml("[[nodes]]\nname='a'\n[[nodes]]\nname='a'").is_err());
         assert!(Settings::from_toml("[[nodes]]\nname='a'\n[net]\nbogus_knob = 1").is_err());
         assert!(Settings::from_toml("[cluster]\ncoordinator='z'\n[[nodes]]\nname='a'").is_err());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        for (text, key) in [
+            (
+                "[cluster]\nheartbeat_ms = 5\n[[nodes]]\nname='a'",
+                "heartbeat_ms",
+            ),
+            ("[[nodes]]\nname='a'\nrole = ['x']", "role"),
+            ("[[nodes]]\nname='a'\n[net]\nbogus_knob = 1", "bogus_knob"),
+        ] {
+            let e = Settings::from_toml(text).unwrap_err();
+            assert!(crate::error_chain(&e).contains(key), "{e}");
+        }
+        let e = Settings::from_toml("[cluster]\ntransport='tcp'\n[[nodes]]\nname='a'").unwrap_err();
+        assert!(crate::error_chain(&e).contains("memory"), "{e}");
     }
 }

@@ -2,7 +2,7 @@
 //! role. The same [`Cluster`] runs every node in one process (one thread and actix System
 //! per node) or one node per process (`run_node`, used by `petrel node` and `petrel run`).
 
-use crate::cluster::{
+use crate::coordinator::{
     AGENT_ACTOR, BroadcastShutdown, COORDINATOR_ACTOR, Coordinator, Joined, NodeAgent,
 };
 use crate::error::NodeError;
@@ -30,9 +30,13 @@ type RoleFn = Arc<dyn Fn(NodeContext) -> RoleFuture + Send + Sync>;
 /// What a role gets to work with.
 #[derive(Clone)]
 pub struct NodeContext {
+    /// This node.
     pub node: Node,
+    /// The cluster's settings.
     pub settings: Arc<Settings>,
+    /// This node's entry in the settings.
     pub spec: NodeSpec,
+    /// The node that runs the coordinator.
     pub coordinator: NodeId,
 }
 
@@ -59,6 +63,7 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// Starts a cluster named `name` with no nodes.
     pub fn builder(name: &str) -> Self {
         let mut settings = Settings::default();
         settings.cluster.name = name.to_string();
@@ -70,6 +75,7 @@ impl Topology {
         self.node_at(name, "127.0.0.1:0", roles)
     }
 
+    /// Adds a node running `roles`, bound to `addr`.
     pub fn node_at(mut self, name: &str, addr: &str, roles: &[&str]) -> Self {
         self.settings.nodes.push(NodeSpec {
             name: name.to_string(),
@@ -85,11 +91,13 @@ impl Topology {
         self
     }
 
+    /// Edits the settings directly (timeouts, `[net]`, app sections).
     pub fn with(mut self, f: impl FnOnce(&mut Settings)) -> Self {
         f(&mut self.settings);
         self
     }
 
+    /// The settings, validated.
     pub fn build(self) -> Result<Settings, NodeError> {
         self.settings.validate()?;
         Ok(self.settings)
@@ -106,11 +114,14 @@ pub struct Cluster {
 /// How a node reaches the others.
 #[derive(Clone)]
 pub enum Wiring {
+    /// QUIC with this node's credentials.
     Quic(ClusterCredentials),
+    /// In-memory channels through a hub shared by every node of the process.
     Memory(MemoryHub),
 }
 
 impl Cluster {
+    /// A cluster with these settings and no roles yet.
     pub fn new(settings: Settings) -> Self {
         Self {
             settings: Arc::new(settings),
@@ -118,6 +129,7 @@ impl Cluster {
         }
     }
 
+    /// The settings.
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
@@ -256,10 +268,10 @@ impl Cluster {
             )
             .await;
             for (role, r) in results {
-                r.map_err(|error| NodeError::Role {
+                r.map_err(|source| NodeError::Role {
                     node: node_name.clone(),
                     role,
-                    error: crate::error::error_chain(error.as_ref()),
+                    source,
                 })?;
             }
             ctx.barrier("petrel.finish").await
@@ -282,7 +294,7 @@ impl Cluster {
         });
         match &result {
             Ok(()) => tracing::info!(node = %name, "finished"),
-            Err(e) => tracing::error!(node = %name, error = %e, "stopping"),
+            Err(e) => tracing::error!(node = %name, error = %crate::error_chain(e), "stopping"),
         }
         // A failure that started here (or reached the coordinator from a node) is told to
         // the whole cluster at once, so the others stop now with the root cause rather than
@@ -294,7 +306,7 @@ impl Cluster {
             Err(NodeError::RunFailed { name, reason }) => coordinator_addr
                 .is_some()
                 .then(|| (name.clone(), reason.clone())),
-            Err(e) => Some((name.to_string(), e.to_string())),
+            Err(e) => Some((name.to_string(), crate::error_chain(e))),
         };
         match (&coordinator_addr, failure) {
             (Some(c), failure) => {
@@ -445,10 +457,10 @@ async fn join(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(NodeError::Join(format!(
-                "cluster did not form within {timeout:?} (coordinator {} unreachable or nodes missing)",
-                node.peer_name(coordinator)
-            )));
+            return Err(NodeError::JoinTimeout {
+                timeout,
+                coordinator: node.peer_name(coordinator),
+            });
         }
         match c
             .ask(
@@ -459,7 +471,7 @@ async fn join(
             .await
         {
             Ok(_) => return Ok(()),
-            Err(crate::AskError::Remote { error, .. }) => return Err(NodeError::Join(error)),
+            Err(e @ crate::AskError::Remote { .. }) => return Err(NodeError::Join(e)),
             Err(e) => {
                 tracing::debug!(error = %e, "join attempt failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;

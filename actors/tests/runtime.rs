@@ -3,7 +3,7 @@
 
 use actix::prelude::*;
 use petrel_actors::Transport;
-use petrel_actors::cluster::Coordinator;
+use petrel_actors::coordinator::Coordinator;
 use petrel_actors::topology::Wiring;
 use petrel_actors::{
     AskError, Cluster, HandlerError, Msg, Node, NodeContext, PeerEvent, PriorityActor,

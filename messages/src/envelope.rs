@@ -13,30 +13,56 @@ use crate::ids::{NodeId, Priority};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
+/// The four bytes every frame starts with.
 pub const FRAME_MAGIC: [u8; 4] = *b"PTR1";
 /// Bytes before the header: magic, header length, body length.
 pub const FRAME_PREFIX_LEN: usize = 12;
 /// Headers are names and ids; anything larger is garbage or an attack.
 pub const MAX_HEADER_LEN: usize = 16 * 1024;
 
+/// A frame or body that could not be encoded or decoded; every variant says what was wrong.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum CodecError {
+    /// The frame does not start with [`FRAME_MAGIC`].
     #[error("bad frame magic {0:02x?}")]
     BadMagic([u8; 4]),
+    /// Fewer bytes than the prefix announced.
     #[error("truncated frame: need {need} bytes, have {have}")]
-    Truncated { need: usize, have: usize },
+    Truncated {
+        /// Bytes the frame needs.
+        need: usize,
+        /// Bytes available.
+        have: usize,
+    },
+    /// The frame is larger than the configured limit.
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
-    Oversize { len: usize, max: usize },
+    Oversize {
+        /// Announced frame length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The header is larger than [`MAX_HEADER_LEN`].
     #[error("header of {0} bytes exceeds the header limit")]
     HeaderTooLarge(usize),
+    /// The header is not valid msgpack for an [`EnvelopeHeader`].
     #[error("undecodable frame header: {0}")]
     Header(String),
+    /// The body does not decode as the message type it claims to be.
     #[error("undecodable body of message type {type_name}: {error}")]
-    Body { type_name: String, error: String },
+    Body {
+        /// The message's `TYPE_NAME`.
+        type_name: String,
+        /// The decoder's complaint.
+        error: String,
+    },
+    /// No handler knows this message type.
     #[error("unknown message type {0}")]
     UnknownType(String),
+    /// A value could not be serialized.
     #[error("encoding failed: {0}")]
     Encode(String),
+    /// A tensor's bytes or shape are inconsistent.
     #[error("tensor payload invalid: {0}")]
     Tensor(String),
 }
@@ -48,14 +74,19 @@ pub enum EnvelopeKind {
     Tell,
     /// A request; the receiver answers with `Reply` or `Failure` carrying the same id.
     Ask {
+        /// Matches the `Reply` or `Failure` to this request.
         request_id: u64,
     },
+    /// The answer to an `Ask`.
     Reply {
+        /// The id of the `Ask` answered.
         request_id: u64,
     },
     /// The request could not be served (unknown actor or type, undecodable, handler error).
     Failure {
+        /// The id of the `Ask` that failed.
         request_id: u64,
+        /// Why it failed.
         error: String,
     },
 }
@@ -63,31 +94,40 @@ pub enum EnvelopeKind {
 /// Routing information of a frame.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvelopeHeader {
+    /// The sending node.
     pub from: NodeId,
+    /// The receiving node.
     pub to: NodeId,
     /// Target actor name on `to`; replies carry the empty string.
     pub actor: String,
     /// `RemoteMessage::TYPE_NAME` of the body (of the request, for replies).
     pub msg_type: String,
+    /// The priority the frame travels at (and a reply answers at).
     pub priority: Priority,
+    /// Tell, ask, reply or failure.
     pub kind: EnvelopeKind,
 }
 
 /// A decoded frame: the header and the still-encoded body.
 #[derive(Clone, Debug)]
 pub struct Frame {
+    /// The routing header, decoded.
     pub header: EnvelopeHeader,
+    /// The msgpack body, still encoded (a zero-copy slice of the received bytes).
     pub body: Bytes,
 }
 
 /// Lengths announced by a frame prefix.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct FramePrefix {
+    /// Length of the msgpack header in bytes.
     pub header_len: usize,
+    /// Length of the body in bytes.
     pub body_len: usize,
 }
 
 impl FramePrefix {
+    /// Prefix, header and body together.
     pub fn total_len(&self) -> usize {
         FRAME_PREFIX_LEN + self.header_len + self.body_len
     }

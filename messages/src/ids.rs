@@ -14,11 +14,14 @@ impl fmt::Display for NodeId {
 /// A named actor on a node. Names are unique per node.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ActorId {
+    /// The node the actor lives on.
     pub node: NodeId,
+    /// The actor's registered name.
     pub name: String,
 }
 
 impl ActorId {
+    /// The actor `name` on `node`.
     pub fn new(node: NodeId, name: impl Into<String>) -> Self {
         Self {
             node,
@@ -43,7 +46,9 @@ pub struct Priority(pub i32);
 impl Priority {
     /// Bulk data that may wait.
     pub const LOW: Priority = Priority(-100);
+    /// The default for ordinary messages.
     pub const NORMAL: Priority = Priority(0);
+    /// Work that should overtake ordinary traffic.
     pub const HIGH: Priority = Priority(100);
     /// Runtime control traffic (heartbeats, barriers, replies to them): must not starve
     /// behind user data, or failure detection would report live peers as dead.

@@ -1,19 +1,39 @@
-//! Wire types of petrel: node and actor ids, priorities, envelopes and frames, tensor
-//! payloads, the runtime's own messages, and the [`RemoteMessage`] trait through which users
-//! define their own typed messages.
+//! Wire types of petrel: pure data and codecs, no I/O, no actors.
 //!
-//! This crate is pure data and codecs: no I/O, no actors.
+//! - Who and how urgent: [`NodeId`] (a process of a cluster), [`ActorId`] (a named actor on
+//!   a node) and [`Priority`] (an `i32`, higher first; the one priority type from the
+//!   outbox to the mailbox to P3's slices).
+//! - [`PriorityQueue`]: the one queue that orders work by [`Priority`], FIFO within a
+//!   priority; the mailbox, the outbox and P3's slice queue all use it.
+//! - Frames: an [`EnvelopeHeader`] (route, type name, priority, [`EnvelopeKind`]) and a
+//!   msgpack body make a [`Frame`]; a bad frame is a [`CodecError`].
+//! - Your own messages: implement [`RemoteMessage`] (or use [`remote_message!`]); bodies
+//!   are encoded with [`encode_body`] and decoded with [`decode_body`].
+//! - Tensors: [`Tensor`], and [`tensor::f32_bytes`] / [`tensor::f64_bytes`] to carry a
+//!   numeric vector as raw little-endian bytes.
+//! - [`runtime`]: the runtime's own messages (join, heartbeats, barriers, shutdown).
+//!
+//! Start with `use petrel_messages::prelude::*;`.
+
+#![warn(missing_docs)]
 
 pub mod envelope;
-pub mod ids;
+mod ids;
 pub mod priority_queue;
 pub mod runtime;
 pub mod tensor;
 
 pub use envelope::{CodecError, EnvelopeHeader, EnvelopeKind, FRAME_PREFIX_LEN, Frame};
 pub use ids::{ActorId, NodeId, Priority};
-pub use priority_queue::PriorityQueue;
+pub use priority_queue::{PriorityQueue, Rank};
 pub use tensor::Tensor;
+
+/// The names most code needs: `use petrel_messages::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        ActorId, NodeId, Priority, PriorityQueue, RemoteMessage, Tensor, remote_message,
+    };
+}
 
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -25,7 +45,9 @@ use serde::{Serialize, de::DeserializeOwned};
 ///
 /// Implement it with [`remote_message!`] or by hand.
 pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
+    /// The stable, cluster-unique name of the message on the wire.
     const TYPE_NAME: &'static str;
+    /// What an `ask` of this message returns (`()` for fire-and-forget messages).
     type Reply: Serialize + DeserializeOwned + Send + 'static;
 }
 

@@ -1,8 +1,13 @@
 //! The one priority queue of petrel: highest [`Priority`] first, FIFO within a priority.
 //!
-//! The actor mailbox (`petrel_actors::PriorityInbox`), the transport's outbox and P3's slice
-//! queue all order work this way, so they share this type: one ordering rule, tested once.
-//! Plain data, no I/O.
+//! The actor mailbox (`petrel_actors::PriorityInbox`), the transport's outbox
+//! (`petrel_net::outbox::OutboxQueue`) and P3's slice queue all order work this way, so they
+//! share this type: one ordering rule, tested once. Plain data, no I/O.
+//!
+//! Each queued item holds a [`Rank`]: its priority and its place in line. Ranks compare
+//! across queues that exchange items with [`PriorityQueue::pop_ranked`] and
+//! [`PriorityQueue::push_ranked`], which is how the outbox parks a peer's messages aside and
+//! later lets them compete with the main queue again without losing their turn.
 
 use crate::Priority;
 use std::collections::BinaryHeap;
@@ -14,16 +19,38 @@ pub struct PriorityQueue<T> {
     seq: u64,
 }
 
+/// An item's place in a [`PriorityQueue`]: its priority, then its arrival order. A greater
+/// rank leaves first (higher priority, or the same priority and older).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rank {
+    /// The item's priority.
+    pub priority: Priority,
+    seq: u64,
+}
+
+impl Ord for Rank {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.priority
+            .cmp(&o.priority)
+            .then_with(|| o.seq.cmp(&self.seq))
+    }
+}
+
+impl PartialOrd for Rank {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
 #[derive(Debug)]
 struct Entry<T> {
-    priority: Priority,
-    seq: u64,
+    rank: Rank,
     item: T,
 }
 
 impl<T> PartialEq for Entry<T> {
     fn eq(&self, o: &Self) -> bool {
-        self.priority == o.priority && self.seq == o.seq
+        self.rank == o.rank
     }
 }
 impl<T> Eq for Entry<T> {}
@@ -34,9 +61,7 @@ impl<T> PartialOrd for Entry<T> {
 }
 impl<T> Ord for Entry<T> {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.priority
-            .cmp(&o.priority)
-            .then_with(|| o.seq.cmp(&self.seq))
+        self.rank.cmp(&o.rank)
     }
 }
 
@@ -60,30 +85,50 @@ impl<T> PriorityQueue<T> {
     pub fn push(&mut self, priority: Priority, item: T) {
         self.seq += 1;
         self.heap.push(Entry {
-            priority,
-            seq: self.seq,
+            rank: Rank {
+                priority,
+                seq: self.seq,
+            },
             item,
         });
     }
 
     /// Removes the next item: the highest priority, the oldest within it.
     pub fn pop(&mut self) -> Option<(Priority, T)> {
-        self.heap.pop().map(|e| (e.priority, e.item))
+        self.heap.pop().map(|e| (e.rank.priority, e.item))
     }
 
     /// The next item without removing it.
     pub fn peek(&self) -> Option<(Priority, &T)> {
-        self.heap.peek().map(|e| (e.priority, &e.item))
+        self.heap.peek().map(|e| (e.rank.priority, &e.item))
+    }
+
+    /// Removes the next item together with its [`Rank`], to move it to another queue with
+    /// [`push_ranked`](Self::push_ranked) without losing its turn.
+    pub fn pop_ranked(&mut self) -> Option<(Rank, T)> {
+        self.heap.pop().map(|e| (e.rank, e.item))
+    }
+
+    /// The next item and its [`Rank`], without removing it.
+    pub fn peek_ranked(&self) -> Option<(Rank, &T)> {
+        self.heap.peek().map(|e| (e.rank, &e.item))
+    }
+
+    /// Queues an item that keeps the rank it had in the queue it came from. Items pushed
+    /// later with [`push`](Self::push) still go after it within its priority.
+    pub fn push_ranked(&mut self, rank: Rank, item: T) {
+        self.seq = self.seq.max(rank.seq);
+        self.heap.push(Entry { rank, item });
     }
 
     /// Keeps only the items for which `keep` returns true; order is preserved.
     pub fn retain(&mut self, mut keep: impl FnMut(Priority, &T) -> bool) {
-        self.heap.retain(|e| keep(e.priority, &e.item));
+        self.heap.retain(|e| keep(e.rank.priority, &e.item));
     }
 
     /// Iterates over the queued items in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (Priority, &T)> {
-        self.heap.iter().map(|e| (e.priority, &e.item))
+        self.heap.iter().map(|e| (e.rank.priority, &e.item))
     }
 
     /// Number of queued items.
@@ -123,5 +168,25 @@ mod tests {
         assert_eq!(q.peek(), Some((Priority(1), &1)));
         let order: Vec<_> = std::iter::from_fn(|| q.pop().map(|(_, x)| x)).collect();
         assert_eq!(order, [1, 5, 0, 2, 4]);
+    }
+
+    #[test]
+    fn a_ranked_item_moved_to_another_queue_keeps_its_turn() {
+        let mut main = PriorityQueue::new();
+        main.push(Priority(1), "old");
+        main.push(Priority(1), "young");
+        let (old_rank, old) = main.pop_ranked().unwrap();
+        let mut parked = PriorityQueue::new();
+        parked.push_ranked(old_rank, old);
+        let (young_rank, _) = main.peek_ranked().unwrap();
+        assert!(old_rank > young_rank, "the older item still goes first");
+        parked.push(Priority(1), "later");
+        assert_eq!(parked.pop(), Some((Priority(1), "old")));
+        assert_eq!(parked.pop(), Some((Priority(1), "later")));
+        main.push(Priority(2), "urgent");
+        assert!(
+            main.peek_ranked().unwrap().0 > old_rank,
+            "priority beats age"
+        );
     }
 }

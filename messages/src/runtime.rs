@@ -10,43 +10,58 @@ pub const NODE_ACTOR: &str = "petrel.node";
 /// A node announces itself to the coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Join {
+    /// The joining node's id (its index in the settings).
     pub node: NodeId,
+    /// Its name in the settings.
     pub name: String,
+    /// The roles it runs.
     pub roles: Vec<String>,
 }
 
 /// The coordinator's answer: the members known so far.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JoinAck {
+    /// Every member, once the cluster formed.
     pub members: Vec<Member>,
+    /// How often members send heartbeats.
     pub heartbeat_interval_ms: u64,
 }
 
+/// A member of the cluster as the coordinator knows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Member {
+    /// Its id.
     pub node: NodeId,
+    /// Its name.
     pub name: String,
+    /// The roles it runs.
     pub roles: Vec<String>,
 }
 
 /// Liveness signal sent to the coordinator; answered by the coordinator's view of failures.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Heartbeat {
+    /// The sender.
     pub node: NodeId,
+    /// Increases by one per heartbeat of the sender.
     pub seq: u64,
 }
 
 /// Sent by the coordinator to every live node when it declares a node dead.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerDown {
+    /// The dead node.
     pub node: NodeId,
+    /// Its name.
     pub name: String,
+    /// Why it was declared dead.
     pub reason: String,
 }
 
 /// Asks a node to stop cleanly.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shutdown {
+    /// Why the cluster stops.
     pub reason: String,
     /// Set when the run failed: the node whose failure stops the cluster. Every node that
     /// receives it stops at once with an error naming that node, instead of waiting for
@@ -58,14 +73,31 @@ pub struct Shutdown {
 /// A node enters a named barrier; the ask completes when every live node has entered.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BarrierEnter {
+    /// The barrier's name (the same on every node).
     pub name: String,
+    /// The entering node.
     pub node: NodeId,
 }
+
+/// Why the coordinator refused or failed a barrier (a member died, the caller is not a
+/// live member, the coordinator stopped). On the wire it is the reason text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(transparent)]
+#[error("{reason}")]
+pub struct BarrierRefused {
+    /// What went wrong, naming the node or barrier.
+    pub reason: String,
+}
+
+/// What the coordinator answers to [`BarrierEnter`].
+pub type BarrierReply = Result<BarrierReleased, BarrierRefused>;
 
 /// Reply to [`BarrierEnter`] (inside `Ok`): how many nodes took part.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BarrierReleased {
+    /// The barrier's name.
     pub name: String,
+    /// How many live nodes entered it.
     pub participants: u32,
 }
 
@@ -73,4 +105,4 @@ remote_message!(Join => JoinAck, "petrel.join");
 remote_message!(Heartbeat, "petrel.heartbeat");
 remote_message!(PeerDown, "petrel.peer_down");
 remote_message!(Shutdown, "petrel.shutdown");
-remote_message!(BarrierEnter => Result<BarrierReleased, String>, "petrel.barrier");
+remote_message!(BarrierEnter => BarrierReply, "petrel.barrier");

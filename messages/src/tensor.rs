@@ -6,12 +6,15 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// A dense f32 tensor.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
 pub struct Tensor {
+    /// Dimensions, outermost first.
     pub shape: Vec<usize>,
+    /// The values, row-major.
     #[serde(with = "f32_bytes")]
     pub data: Vec<f32>,
 }
 
 impl Tensor {
+    /// A tensor of `shape`; fails unless `data` holds exactly the product of `shape` values.
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Self, crate::CodecError> {
         let expected: usize = shape.iter().product();
         if expected != data.len() {
@@ -23,6 +26,7 @@ impl Tensor {
         Ok(Self { shape, data })
     }
 
+    /// A one-dimensional tensor.
     pub fn from_vec(data: Vec<f32>) -> Self {
         Self {
             shape: vec![data.len()],
@@ -30,10 +34,12 @@ impl Tensor {
         }
     }
 
+    /// Number of values.
     pub fn len(&self) -> usize {
         self.data.len()
     }
 
+    /// True when the tensor holds no values.
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
@@ -60,6 +66,7 @@ impl Tensor {
 pub mod f32_bytes {
     use super::*;
 
+    /// Writes the values as one msgpack `bin` of little-endian bytes.
     pub fn serialize<S: Serializer>(data: &[f32], s: S) -> Result<S::Ok, S::Error> {
         #[cfg(target_endian = "little")]
         {
@@ -72,6 +79,7 @@ pub mod f32_bytes {
         }
     }
 
+    /// Reads little-endian bytes into an aligned vector.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
         // Straight from the decoder's bytes into the aligned vector: no intermediate
         // byte buffer (one copy of a large tensor instead of two).
@@ -107,12 +115,12 @@ pub mod f32_bytes {
 }
 
 /// Decodes little-endian f32 bytes into an aligned vector.
-pub fn from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, String> {
+pub fn from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, crate::CodecError> {
     if !bytes.len().is_multiple_of(4) {
-        return Err(format!(
+        return Err(crate::CodecError::Tensor(format!(
             "f32 payload of {} bytes is not a multiple of 4",
             bytes.len()
-        ));
+        )));
     }
     #[cfg(target_endian = "little")]
     {
@@ -158,11 +166,13 @@ mod tests {
 pub mod f64_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
 
+    /// Writes the values as little-endian bytes.
     pub fn serialize<S: Serializer>(data: &[f64], s: S) -> Result<S::Ok, S::Error> {
         let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
         s.serialize_bytes(&bytes)
     }
 
+    /// Reads little-endian bytes; fails unless the length is a multiple of 8.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
         let bytes = serde_bytes::ByteBuf::deserialize(d)?;
         if bytes.len() % 8 != 0 {

@@ -3,6 +3,31 @@
 
 use serde::{Deserialize, Serialize};
 
+/// QUIC congestion controller of every connection (quinn's implementations).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Congestion {
+    /// CUBIC (RFC 8312), quinn's default.
+    #[default]
+    Cubic,
+    /// BBR (experimental in quinn).
+    Bbr,
+    /// NewReno (RFC 6582).
+    #[value(name = "newreno")]
+    NewReno,
+}
+
+impl std::fmt::Display for Congestion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Congestion::Cubic => "cubic",
+            Congestion::Bbr => "bbr",
+            Congestion::NewReno => "newreno",
+        })
+    }
+}
+
+/// Every transport knob, read from `[net]` (an unknown key is rejected, naming it).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct NetConfig {
@@ -26,9 +51,11 @@ pub struct NetConfig {
     /// default stays below 9000-byte jumbo frames. Set `mtu_discovery = false` to pin
     /// `initial_mtu`.
     pub max_udp_payload: u16,
+    /// Path-MTU discovery on (`true`, default) or off (stay at `initial_mtu`).
     pub mtu_discovery: bool,
-    /// Congestion controller: "cubic", "bbr" or "newreno".
-    pub congestion: String,
+    /// Congestion controller: `cubic` (default), `bbr` or `newreno`; any other value is
+    /// rejected when the settings are read.
+    pub congestion: Congestion,
     /// Keep-alive interval; keeps idle connections (and NAT bindings) open.
     pub keep_alive_ms: u64,
     /// A connection with no traffic for this long is closed.
@@ -76,7 +103,7 @@ impl Default for NetConfig {
             initial_mtu: 1452,
             max_udp_payload: 8952,
             mtu_discovery: true,
-            congestion: "cubic".into(),
+            congestion: Congestion::Cubic,
             keep_alive_ms: 1000,
             idle_timeout_ms: 30_000,
             connect_timeout_ms: 5_000,
@@ -128,5 +155,29 @@ impl ShaperConfig {
             ingress_bytes_per_s: 0,
             ..Self::mbit(mbit)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn congestion_reads_its_three_names_and_rejects_others() {
+        #[derive(Debug, Deserialize)]
+        struct Wrap {
+            c: Congestion,
+        }
+        for (text, want) in [
+            ("cubic", Congestion::Cubic),
+            ("bbr", Congestion::Bbr),
+            ("newreno", Congestion::NewReno),
+        ] {
+            let got: Wrap = serde_json::from_str(&format!("{{\"c\": \"{text}\"}}")).unwrap();
+            assert_eq!(got.c, want);
+            assert_eq!(want.to_string(), text);
+        }
+        let bad = serde_json::from_str::<Wrap>("{\"c\": \"reno\"}").unwrap_err();
+        assert!(bad.to_string().contains("newreno"), "{bad}");
     }
 }

@@ -1,22 +1,39 @@
-//! petrel's transport: authenticated QUIC (quinn + rustls, mutual TLS against a per-cluster
-//! CA), one priority-ordered outbox per node, an optional bandwidth shaper, and an in-memory
-//! transport with the same interface for fast tests.
+//! petrel's transport: bytes and envelopes between nodes, no actors.
 //!
-//! The crate knows frames and node ids, not actors. [`Net`] is the handle a node uses:
-//! `send(to, priority, frame)` and a receiver of [`Inbound`] frames.
+//! - [`Net`] is the handle a node uses: [`Net::send`]`(to, priority, frame)` and a receiver
+//!   of [`Inbound`] frames. [`Net::quic`] runs authenticated QUIC (quinn + rustls, mutual TLS
+//!   against a per-cluster CA, see [`ClusterCredentials`]); [`Net::memory`] connects the
+//!   nodes of one process through a [`MemoryHub`] with the same interface, for fast tests.
+//! - Priorities: every frame carries a [`Priority`](petrel_messages::Priority). The
+//!   [`outbox`] holds each node's waiting frames in a
+//!   [`PriorityQueue`](petrel_messages::PriorityQueue) and admits them per peer within an
+//!   in-flight window; each QUIC stream gets the frame's priority.
+//! - Order: frames between two nodes at one priority arrive in order ([`sequencer`]).
+//! - Knobs: [`NetConfig`] (`[net]` in the settings; unknown keys are rejected),
+//!   [`Congestion`], and the optional link emulation [`ShaperConfig`].
+//! - Counters: [`NetStats`] / [`NetStatsSnapshot`]. Errors: [`NetError`], [`TlsError`].
+//!
+//! Start with `use petrel_net::prelude::*;`.
+
+#![warn(missing_docs)]
 
 pub mod config;
-pub mod memory;
-pub mod net;
+mod memory;
+mod net;
 pub mod outbox;
-pub mod quic;
+mod quic;
 pub mod sequencer;
-pub mod shaper;
-pub mod stats;
+mod shaper;
+mod stats;
 pub mod tls;
 
-pub use config::{NetConfig, ShaperConfig};
+pub use config::{Congestion, NetConfig, ShaperConfig};
 pub use memory::MemoryHub;
-pub use net::{Inbound, Net, NetError, PeerAddr};
+pub use net::{Inbound, LinkCause, Net, NetError, PeerAddr};
 pub use stats::{NetStats, NetStatsSnapshot};
 pub use tls::{ClusterCredentials, TlsError};
+
+/// The names most code needs: `use petrel_net::prelude::*;`.
+pub mod prelude {
+    pub use crate::{ClusterCredentials, Inbound, MemoryHub, Net, NetConfig, NetError, PeerAddr};
+}

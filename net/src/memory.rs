@@ -29,6 +29,7 @@ pub struct MemoryHub {
 }
 
 impl MemoryHub {
+    /// A hub with no nodes yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -135,7 +136,7 @@ impl MemoryLink {
         .await
         .map_err(|_| NetError::Send {
             peer: to,
-            reason: "peer stopped receiving".into(),
+            source: "peer stopped receiving".into(),
         })
     }
 }

@@ -15,29 +15,59 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 
+/// The underlying failure of a connect or send (a quinn error, or a plain reason).
+pub type LinkCause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why the transport could not start, connect or send.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
+    /// No address was registered for the peer ([`Net::add_peer`]).
     #[error("no address known for {0}")]
     UnknownPeer(NodeId),
-    #[error("cannot connect to {peer} at {addr}: {reason}")]
+    /// The QUIC connection to a peer could not be opened.
+    #[error("cannot connect to {peer} at {addr}: {source}")]
     Connect {
+        /// The peer.
         peer: NodeId,
+        /// Its address.
         addr: SocketAddr,
-        reason: String,
+        /// What failed (quinn's error, or a timeout).
+        #[source]
+        source: LinkCause,
     },
-    #[error("sending to {peer} failed: {reason}")]
-    Send { peer: NodeId, reason: String },
+    /// A frame could not be written or was refused.
+    #[error("sending to {peer} failed: {source}")]
+    Send {
+        /// The peer.
+        peer: NodeId,
+        /// What failed.
+        #[source]
+        source: LinkCause,
+    },
+    /// The frame is larger than [`NetConfig::max_message_bytes`].
     #[error("frame of {len} bytes exceeds max_message_bytes = {max}")]
-    Oversize { len: usize, max: usize },
+    Oversize {
+        /// The frame's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// [`Net::shutdown`] was called.
     #[error("transport is shut down")]
     Closed,
-    #[error("cannot bind {addr}: {error}")]
+    /// The UDP socket could not be bound.
+    #[error("cannot bind {addr}: {source}")]
     Bind {
+        /// The address.
         addr: SocketAddr,
-        error: std::io::Error,
+        /// The socket error.
+        #[source]
+        source: std::io::Error,
     },
+    /// The transport's runtime or socket could not be set up.
     #[error("transport runtime: {0}")]
-    Runtime(std::io::Error),
+    Runtime(#[source] std::io::Error),
+    /// Certificates or TLS configuration.
     #[error(transparent)]
     Tls(#[from] TlsError),
 }
@@ -45,7 +75,9 @@ pub enum NetError {
 /// Where a peer is reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerAddr {
+    /// A UDP address for QUIC.
     Quic(SocketAddr),
+    /// The in-memory hub of this process.
     Memory,
 }
 
@@ -58,6 +90,7 @@ pub(crate) struct Arrival {
 /// A frame that arrived, already split into header and body.
 #[derive(Debug)]
 pub struct Inbound {
+    /// The frame: header decoded, body still encoded.
     pub frame: Frame,
     /// Encoded size on the wire.
     pub len: usize,
@@ -205,10 +238,12 @@ impl Net {
         }
     }
 
+    /// This node's id.
     pub fn node(&self) -> NodeId {
         self.shared.node
     }
 
+    /// The transport settings in use.
     pub fn config(&self) -> &NetConfig {
         &self.shared.cfg
     }
@@ -271,6 +306,7 @@ impl Net {
         }
     }
 
+    /// The transport's counters now.
     pub fn stats(&self) -> NetStatsSnapshot {
         self.shared.stats.snapshot()
     }
@@ -310,7 +346,7 @@ async fn dispatch(s: Arc<Shared>) {
         };
         // Numbered here, in wire order: a lane's frames leave the outbox FIFO.
         let lane = match s.lanes.lock() {
-            Ok(mut l) => l.next(msg.to.0, msg.priority.0, std::time::Instant::now()),
+            Ok(mut l) => l.next(msg.to.0, msg.priority, std::time::Instant::now()),
             Err(_) => return,
         };
         let task_shared = s.clone();

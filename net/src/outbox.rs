@@ -7,35 +7,18 @@
 //! priorities then let it overtake on the wire).
 
 use bytes::Bytes;
-use petrel_messages::{NodeId, Priority};
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use petrel_messages::{NodeId, Priority, PriorityQueue, Rank};
+use std::collections::{BTreeMap, HashMap};
 
+/// A frame waiting for (or handed to) the wire.
 #[derive(Debug)]
 pub struct Outgoing {
+    /// The receiving node.
     pub to: NodeId,
+    /// The priority it was queued at (and its QUIC stream gets).
     pub priority: Priority,
+    /// The encoded frame.
     pub frame: Bytes,
-    seq: u64,
-}
-
-impl PartialEq for Outgoing {
-    fn eq(&self, other: &Self) -> bool {
-        self.priority == other.priority && self.seq == other.seq
-    }
-}
-impl Eq for Outgoing {}
-impl PartialOrd for Outgoing {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Outgoing {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // Max-heap: higher priority first, then lower sequence number (older) first.
-        self.priority
-            .cmp(&other.priority)
-            .then_with(|| other.seq.cmp(&self.seq))
-    }
 }
 
 #[derive(Debug, Default)]
@@ -48,50 +31,60 @@ struct PeerFlight {
 /// A token for a message handed to the wire; give it back with [`OutboxQueue::complete`].
 #[derive(Debug)]
 pub struct InFlight {
+    /// The peer the message went to.
     pub to: NodeId,
+    /// Its priority.
     pub priority: Priority,
+    /// Its length in bytes.
     pub len: usize,
 }
 
+/// Every message of a node waiting for the wire, with each peer's in-flight window.
+///
+/// Both the main queue and the per-peer parking queues are [`PriorityQueue`]s; a message
+/// moved to its peer's parking queue keeps its [`Rank`], so once the window opens it
+/// competes with the main queue exactly where it would have stood.
 #[derive(Debug)]
 pub struct OutboxQueue {
-    queue: BinaryHeap<Outgoing>,
-    /// Messages that could not be admitted yet, per peer, kept in priority order.
-    parked: HashMap<NodeId, BinaryHeap<Outgoing>>,
+    queue: PriorityQueue<Outgoing>,
+    /// Messages that could not be admitted yet, per peer.
+    parked: HashMap<NodeId, PriorityQueue<Outgoing>>,
     flights: HashMap<NodeId, PeerFlight>,
     inflight_limit: usize,
-    next_seq: u64,
     queued_bytes: usize,
 }
 
 impl OutboxQueue {
+    /// An empty outbox allowing `inflight_limit` bytes in flight per peer (at least 1).
     pub fn new(inflight_limit: usize) -> Self {
         Self {
-            queue: BinaryHeap::new(),
+            queue: PriorityQueue::new(),
             parked: HashMap::new(),
             flights: HashMap::new(),
             inflight_limit: inflight_limit.max(1),
-            next_seq: 0,
             queued_bytes: 0,
         }
     }
 
+    /// Queues `frame` for `to` at `priority`.
     pub fn push(&mut self, to: NodeId, priority: Priority, frame: Bytes) {
         self.queued_bytes += frame.len();
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.queue.push(Outgoing {
-            to,
+        self.queue.push(
             priority,
-            frame,
-            seq,
-        });
+            Outgoing {
+                to,
+                priority,
+                frame,
+            },
+        );
     }
 
+    /// Bytes queued and not yet handed to the wire.
     pub fn queued_bytes(&self) -> usize {
         self.queued_bytes
     }
 
+    /// True when nothing waits (messages in flight do not count).
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty() && self.parked.values().all(|p| p.is_empty())
     }
@@ -112,33 +105,32 @@ impl OutboxQueue {
     /// The next message to hand to the wire, if any may go now.
     pub fn pop_ready(&mut self) -> Option<(Outgoing, InFlight)> {
         // Parked messages of peers whose window opened compete with the main queue.
-        let mut best: Option<(Priority, u64, Option<NodeId>)> = None;
-        for (peer, heap) in &self.parked {
-            if let Some(top) = heap.peek()
+        let mut best: Option<(Rank, Option<NodeId>)> = None;
+        for (peer, parked) in &self.parked {
+            if let Some((rank, top)) = parked.peek_ranked()
                 && self.admissible(top)
-                && best.is_none_or(|(p, s, _)| {
-                    (top.priority, std::cmp::Reverse(top.seq)) > (p, std::cmp::Reverse(s))
-                })
+                && best.is_none_or(|(b, _)| rank > b)
             {
-                best = Some((top.priority, top.seq, Some(*peer)));
+                best = Some((rank, Some(*peer)));
             }
         }
-        // Move inadmissible heads of the main queue to their peer's parking heap.
-        while let Some(top) = self.queue.peek() {
+        // Move inadmissible heads of the main queue to their peer's parking queue.
+        while let Some((rank, top)) = self.queue.peek_ranked() {
             if self.admissible(top) {
-                if best.is_none_or(|(p, s, _)| {
-                    (top.priority, std::cmp::Reverse(top.seq)) > (p, std::cmp::Reverse(s))
-                }) {
-                    best = Some((top.priority, top.seq, None));
+                if best.is_none_or(|(b, _)| rank > b) {
+                    best = Some((rank, None));
                 }
                 break;
             }
-            if let Some(msg) = self.queue.pop() {
-                self.parked.entry(msg.to).or_default().push(msg);
+            if let Some((rank, msg)) = self.queue.pop_ranked() {
+                self.parked
+                    .entry(msg.to)
+                    .or_default()
+                    .push_ranked(rank, msg);
             }
         }
-        let (_, _, source) = best?;
-        let msg = match source {
+        let (_, source) = best?;
+        let (_, msg) = match source {
             None => self.queue.pop()?,
             Some(peer) => self.parked.get_mut(&peer)?.pop()?,
         };
@@ -172,21 +164,22 @@ impl OutboxQueue {
 
     /// Drops everything queued for a peer (it left the cluster); returns how many.
     pub fn drop_peer(&mut self, peer: NodeId) -> usize {
-        let mut dropped = self.parked.remove(&peer).map_or(0, |h| {
-            self.queued_bytes -= h.iter().map(|m| m.frame.len()).sum::<usize>();
-            h.len()
-        });
-        let before = self.queue.len();
-        let mut kept = BinaryHeap::with_capacity(before);
-        for m in self.queue.drain() {
-            if m.to == peer {
-                self.queued_bytes -= m.frame.len();
-            } else {
-                kept.push(m);
-            }
+        let mut dropped = 0;
+        let mut dropped_bytes = 0;
+        if let Some(parked) = self.parked.remove(&peer) {
+            dropped += parked.len();
+            dropped_bytes += parked.iter().map(|(_, m)| m.frame.len()).sum::<usize>();
         }
-        dropped += before - kept.len();
-        self.queue = kept;
+        self.queue.retain(|_, m| {
+            if m.to == peer {
+                dropped += 1;
+                dropped_bytes += m.frame.len();
+                false
+            } else {
+                true
+            }
+        });
+        self.queued_bytes -= dropped_bytes;
         dropped
     }
 }
@@ -236,6 +229,23 @@ mod tests {
         q.complete(t1);
         q.complete(_t2);
         assert_eq!(q.pop_ready().unwrap().0.priority, Priority(0));
+    }
+
+    #[test]
+    fn a_parked_message_keeps_its_turn_against_later_ones() {
+        let mut q = OutboxQueue::new(10);
+        q.push(NodeId(1), Priority(0), frame(8));
+        q.push(NodeId(1), Priority(0), frame(7));
+        q.push(NodeId(1), Priority(0), frame(3));
+        let (_, t1) = q.pop_ready().unwrap();
+        let (_, t2) = q.pop_ready().unwrap();
+        assert!(q.pop_ready().is_none(), "the third is parked");
+        q.push(NodeId(1), Priority(0), frame(4));
+        q.complete(t1);
+        q.complete(t2);
+        let order: Vec<usize> =
+            std::iter::from_fn(|| q.pop_ready().map(|(m, _)| m.frame.len())).collect();
+        assert_eq!(order, vec![3, 4], "the parked, older message goes first");
     }
 
     #[test]

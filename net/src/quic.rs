@@ -2,7 +2,7 @@
 //! direction, one unidirectional stream per message with the message's priority.
 
 use crate::config::NetConfig;
-use crate::net::{Arrival, Inbound, NetError};
+use crate::net::{Arrival, Inbound, LinkCause, NetError};
 use crate::sequencer::{LANE_HEADER_LEN, LaneHeader};
 use crate::shaper::ShapedSocket;
 use crate::stats::NetStats;
@@ -45,7 +45,7 @@ impl QuicLink {
         let server = creds.server_config(cfg)?;
         let client = creds.client_config(cfg)?;
         let socket = std::net::UdpSocket::bind(bind)
-            .map_err(|error| NetError::Bind { addr: bind, error })?;
+            .map_err(|source| NetError::Bind { addr: bind, source })?;
         let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
         let mut udp = runtime.wrap_udp_socket(socket).map_err(NetError::Runtime)?;
         if let Some(shaper) = &cfg.shaper {
@@ -119,19 +119,19 @@ impl QuicLink {
             .ok()
             .and_then(|a| a.get(&to).copied())
             .ok_or(NetError::UnknownPeer(to))?;
-        let connect_err = |reason: String| NetError::Connect {
+        let connect_err = |source: LinkCause| NetError::Connect {
             peer: to,
             addr,
-            reason,
+            source,
         };
         let connecting = self
             .endpoint
             .connect(addr, CLUSTER_SERVER_NAME)
-            .map_err(|e| connect_err(e.to_string()))?;
+            .map_err(|e| connect_err(e.into()))?;
         let conn = tokio::time::timeout(self.connect_timeout, connecting)
             .await
             .map_err(|_| connect_err("timed out".into()))?
-            .map_err(|e| connect_err(e.to_string()))?;
+            .map_err(|e| connect_err(e.into()))?;
         *guard = Some(conn.clone());
         Ok(conn)
     }
@@ -146,23 +146,25 @@ impl QuicLink {
         frame: Bytes,
     ) -> Result<(), NetError> {
         let conn = self.connection(to).await?;
-        let send_err = |reason: String| NetError::Send { peer: to, reason };
-        let mut stream = conn.open_uni().await.map_err(|e| send_err(e.to_string()))?;
+        let send_err = |source: LinkCause| NetError::Send { peer: to, source };
+        let mut stream = conn.open_uni().await.map_err(|e| send_err(e.into()))?;
         stream
             .set_priority(priority.0)
-            .map_err(|e| send_err(e.to_string()))?;
+            .map_err(|e| send_err(e.into()))?;
         let mut chunks = [Bytes::copy_from_slice(&lane.encode()), frame];
         stream
             .write_all_chunks(&mut chunks)
             .await
-            .map_err(|e| send_err(e.to_string()))?;
-        stream.finish().map_err(|e| send_err(e.to_string()))?;
+            .map_err(|e| send_err(e.into()))?;
+        stream.finish().map_err(|e| send_err(e.into()))?;
         match stream.stopped().await {
             // 0 is what a reader that consumed everything and dropped the stream reports.
             Ok(None) => Ok(()),
             Ok(Some(code)) if code.into_inner() == 0 => Ok(()),
-            Ok(Some(code)) => Err(send_err(format!("peer refused the frame (code {code})"))),
-            Err(e) => Err(send_err(e.to_string())),
+            Ok(Some(code)) => Err(send_err(
+                format!("peer refused the frame (code {code})").into(),
+            )),
+            Err(e) => Err(send_err(e.into())),
         }
     }
 }

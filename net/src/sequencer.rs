@@ -11,31 +11,38 @@
 //! logged). A frame that arrives after its hole was skipped, or from an older epoch, is
 //! delivered at once: QUIC never duplicates a stream, so nothing is ever dropped here.
 
+use petrel_messages::Priority;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// Transport-level header sent in front of every frame.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LaneHeader {
+    /// The sending node's id.
     pub from: u32,
-    pub priority: i32,
+    /// The lane's priority (the frame's priority).
+    pub priority: Priority,
     /// Grows when the sender process restarts or abandons a hole after a failed send.
     pub epoch: u64,
+    /// Position of the frame within its lane and epoch, from 0.
     pub seq: u64,
 }
 
+/// Encoded size of a [`LaneHeader`].
 pub const LANE_HEADER_LEN: usize = 24;
 
 impl LaneHeader {
+    /// `from | priority | epoch | seq`, little-endian.
     pub fn encode(&self) -> [u8; LANE_HEADER_LEN] {
         let mut b = [0u8; LANE_HEADER_LEN];
         b[0..4].copy_from_slice(&self.from.to_le_bytes());
-        b[4..8].copy_from_slice(&self.priority.to_le_bytes());
+        b[4..8].copy_from_slice(&self.priority.0.to_le_bytes());
         b[8..16].copy_from_slice(&self.epoch.to_le_bytes());
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
         b
     }
 
+    /// The inverse of [`encode`](Self::encode); every byte pattern is a header.
     pub fn decode(b: &[u8; LANE_HEADER_LEN]) -> Self {
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| {
@@ -45,7 +52,7 @@ impl LaneHeader {
         };
         Self {
             from: u32_at(0),
-            priority: u32_at(4) as i32,
+            priority: Priority(u32_at(4) as i32),
             epoch: u64_at(8),
             seq: u64_at(16),
         }
@@ -75,16 +82,18 @@ pub struct LaneNumbering {
     from: u32,
     base_epoch: u64,
     issued: u64,
-    lanes: HashMap<(u32, i32), SendLane>,
+    lanes: HashMap<(u32, Priority), SendLane>,
     idle: Duration,
     last_prune: Option<Instant>,
 }
 
 impl LaneNumbering {
+    /// Numbering for node `from`, whose epochs start above `base_epoch`.
     pub fn new(from: u32, base_epoch: u64) -> Self {
         Self::with_idle(from, base_epoch, SENDER_LANE_IDLE)
     }
 
+    /// As [`new`](Self::new), forgetting lanes idle for longer than `idle`.
     pub fn with_idle(from: u32, base_epoch: u64, idle: Duration) -> Self {
         Self {
             from,
@@ -96,7 +105,8 @@ impl LaneNumbering {
         }
     }
 
-    pub fn next(&mut self, to: u32, priority: i32, now: Instant) -> LaneHeader {
+    /// The header of the next frame to `to` at `priority`.
+    pub fn next(&mut self, to: u32, priority: Priority, now: Instant) -> LaneHeader {
         let prune_due = self
             .last_prune
             .is_none_or(|t| now.saturating_duration_since(t) >= self.idle / 10);
@@ -148,6 +158,7 @@ impl LaneNumbering {
         self.lanes.len()
     }
 
+    /// True when no lane is remembered.
     pub fn is_empty(&self) -> bool {
         self.lanes.is_empty()
     }
@@ -207,15 +218,18 @@ impl<T> Lane<T> {
     }
 }
 
+/// The receiver's side: releases each lane's arrivals in their senders' order.
 #[derive(Debug)]
 pub struct Sequencer<T> {
-    lanes: HashMap<(u32, i32), Lane<T>>,
+    lanes: HashMap<(u32, Priority), Lane<T>>,
     max_pending: usize,
     hole_timeout: Duration,
     skipped: u64,
 }
 
 impl<T> Sequencer<T> {
+    /// A sequencer holding at most `max_pending` arrivals per lane, skipping a hole after
+    /// `hole_timeout`.
     pub fn new(max_pending: usize, hole_timeout: Duration) -> Self {
         Self {
             lanes: HashMap::new(),
@@ -293,6 +307,7 @@ impl<T> Sequencer<T> {
         self.lanes.retain(|(f, _), _| *f != from);
     }
 
+    /// Holes skipped after their timeout so far.
     pub fn skipped(&self) -> u64 {
         self.skipped
     }
@@ -305,7 +320,7 @@ mod tests {
     fn h(from: u32, priority: i32, epoch: u64, seq: u64) -> LaneHeader {
         LaneHeader {
             from,
-            priority,
+            priority: Priority(priority),
             epoch,
             seq,
         }
@@ -369,15 +384,19 @@ mod tests {
     fn numbering_starts_new_epochs_after_failures_and_idling() {
         let t = Instant::now();
         let mut n = LaneNumbering::with_idle(1, 100, Duration::from_secs(10));
-        assert_eq!(n.next(2, 0, t), h(1, 0, 101, 0));
-        assert_eq!(n.next(2, 0, t), h(1, 0, 101, 1));
-        assert_eq!(n.next(3, 0, t), h(1, 0, 102, 0));
+        assert_eq!(n.next(2, Priority(0), t), h(1, 0, 101, 0));
+        assert_eq!(n.next(2, Priority(0), t), h(1, 0, 101, 1));
+        assert_eq!(n.next(3, Priority(0), t), h(1, 0, 102, 0));
         n.failed(2);
-        assert_eq!(n.next(2, 0, t), h(1, 0, 103, 0));
-        assert_eq!(n.next(3, 0, t), h(1, 0, 102, 1), "other peers unaffected");
+        assert_eq!(n.next(2, Priority(0), t), h(1, 0, 103, 0));
+        assert_eq!(
+            n.next(3, Priority(0), t),
+            h(1, 0, 102, 1),
+            "other peers unaffected"
+        );
         let later = t + Duration::from_secs(11);
         assert_eq!(
-            n.next(3, 0, later),
+            n.next(3, Priority(0), later),
             h(1, 0, 104, 0),
             "an idle lane starts over"
         );
@@ -390,7 +409,7 @@ mod tests {
         let mut s: Sequencer<u32> = Sequencer::new(100, Duration::from_secs(5));
         for i in 0..100_000u32 {
             let now = t + Duration::from_millis(u64::from(i));
-            let hdr = n.next(2, -(i as i32), now);
+            let hdr = n.next(2, Priority(-(i as i32)), now);
             assert_eq!(s.accept(hdr, i, now), vec![i]);
             if i % 1000 == 0 {
                 s.expire(now);

@@ -4,35 +4,56 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Counters of a node's transport. Bad input is counted, logged and survived.
 #[derive(Debug, Default)]
 pub struct NetStats {
+    /// Frames handed to the wire.
     pub sent_messages: AtomicU64,
+    /// Bytes of those frames.
     pub sent_bytes: AtomicU64,
+    /// Frames received and decoded.
     pub received_messages: AtomicU64,
+    /// Bytes of those frames.
     pub received_bytes: AtomicU64,
+    /// Frames that did not decode (dropped).
     pub malformed_frames: AtomicU64,
+    /// Frames refused for exceeding `max_message_bytes`.
     pub oversize_frames: AtomicU64,
+    /// Streams that ended (or stalled) before their frame was complete.
     pub truncated_streams: AtomicU64,
+    /// Connections refused (failed authentication or handshake).
     pub refused_connections: AtomicU64,
+    /// Frames that could not be delivered.
     pub send_failures: AtomicU64,
 }
 
+/// The counters of [`NetStats`] at one moment (serializable, for reports).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetStatsSnapshot {
+    /// Frames handed to the wire.
     pub sent_messages: u64,
+    /// Bytes of those frames.
     pub sent_bytes: u64,
+    /// Frames received and decoded.
     pub received_messages: u64,
+    /// Bytes of those frames.
     pub received_bytes: u64,
+    /// Frames that did not decode (dropped).
     pub malformed_frames: u64,
+    /// Frames refused for exceeding `max_message_bytes`.
     pub oversize_frames: u64,
+    /// Streams that ended (or stalled) before their frame was complete.
     pub truncated_streams: u64,
+    /// Connections refused (failed authentication or handshake).
     pub refused_connections: u64,
+    /// Frames that could not be delivered.
     pub send_failures: u64,
 }
 
 impl NetStats {
+    /// Adds `by` to `counter`.
     pub fn bump(counter: &AtomicU64, by: u64) {
         counter.fetch_add(by, Ordering::Relaxed);
     }
 
+    /// Reads every counter.
     pub fn snapshot(&self) -> NetStatsSnapshot {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         NetStatsSnapshot {

@@ -7,7 +7,7 @@
 //! A process without a certificate of this CA cannot complete the handshake, so it can
 //! neither connect nor deliver a message.
 
-use crate::config::NetConfig;
+use crate::config::{Congestion, NetConfig};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -17,19 +17,34 @@ use std::time::Duration;
 
 /// The name every node certificate carries and every client checks.
 pub const CLUSTER_SERVER_NAME: &str = "petrel.cluster";
+/// The ALPN protocol id of petrel's QUIC connections.
 pub const ALPN: &[u8] = b"petrel/1";
 
+/// Why certificates could not be made, read or turned into a TLS configuration; file
+/// errors name the file.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// rcgen failed to generate a key or certificate.
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
+    /// A certificate or key file could not be read or written.
     #[error("{path}: {error}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
+        #[source]
         error: std::io::Error,
     },
+    /// A file is not the PEM it should be.
     #[error("{path}: invalid PEM: {error}")]
-    Pem { path: PathBuf, error: String },
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        error: String,
+    },
+    /// rustls or quinn refused the configuration.
     #[error("TLS configuration rejected: {0}")]
     Config(String),
 }
@@ -58,6 +73,7 @@ fn ca_params() -> Result<CertificateParams, rcgen::Error> {
 }
 
 impl ClusterCa {
+    /// A fresh CA with a new key.
     pub fn generate() -> Result<Self, TlsError> {
         let key = KeyPair::generate()?;
         let cert = ca_params()?.self_signed(&key)?;
@@ -125,8 +141,11 @@ fn write_file(path: &Path, data: &[u8], secret: bool) -> Result<(), TlsError> {
 /// private key.
 #[derive(Debug)]
 pub struct ClusterCredentials {
+    /// The cluster CA's certificate (every peer must chain to it).
     pub ca: CertificateDer<'static>,
+    /// This node's certificate chain.
     pub chain: Vec<CertificateDer<'static>>,
+    /// This node's private key.
     pub key: PrivateKeyDer<'static>,
 }
 
@@ -262,14 +281,14 @@ pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
     }
     let idle = quinn::IdleTimeout::try_from(Duration::from_millis(cfg.idle_timeout_ms.max(1)));
     t.max_idle_timeout(idle.ok());
-    match cfg.congestion.as_str() {
-        "bbr" => {
+    match cfg.congestion {
+        Congestion::Bbr => {
             t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
         }
-        "newreno" => {
+        Congestion::NewReno => {
             t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default()));
         }
-        _ => {
+        Congestion::Cubic => {
             t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()));
         }
     }

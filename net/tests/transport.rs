@@ -162,7 +162,7 @@ async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
     let lane = |seq| {
         petrel_net::sequencer::LaneHeader {
             from: 5,
-            priority: 0,
+            priority: petrel_messages::Priority(0),
             epoch: 1,
             seq,
         }
@@ -306,7 +306,7 @@ async fn stalled_partial_frames_release_the_inbound_budget() {
         let mut s = conn.open_uni().await.unwrap();
         let mut head = petrel_net::sequencer::LaneHeader {
             from: 5,
-            priority: 0,
+            priority: petrel_messages::Priority(0),
             epoch: 1,
             seq,
         }

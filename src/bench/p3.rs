@@ -74,8 +74,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pub credit_kib: usize,
     /// QUIC congestion controller: cubic, bbr or newreno.
-    #[arg(long, default_value = "cubic")]
-    pub congestion: String,
+    #[arg(long, value_enum, default_value = "cubic")]
+    pub congestion: petrel_net::Congestion,
     /// Shaper token-bucket depth in KiB (0 = the transport's default). 64 KiB is 6.5 ms of
     /// an 80 Mbit/s link: enough that a timer firing a few ms late on a loaded machine does
     /// not waste link time, small against a 3 MB model transfer.
@@ -202,7 +202,7 @@ fn run_mode(
     let net = NetConfig {
         shaper: Some(shaper),
         send_fairness: args.fair_queuing,
-        congestion: args.congestion.clone(),
+        congestion: args.congestion,
         outbox_inflight_bytes: if args.credit_kib == 0 {
             NetConfig::default().outbox_inflight_bytes
         } else {

@@ -72,6 +72,7 @@ impl From<DurableError> for PsError {
     fn from(e: DurableError) -> Self {
         match e {
             DurableError::Invalid { path, reason } => bad(&path, reason),
+            DurableError::Manifest { path, source } => bad(&path, source.to_string()),
             DurableError::Io { source, .. } => PsError::Io(source),
         }
     }
@@ -143,7 +144,7 @@ pub fn load_checkpoint(dir: &Path, shard: u32, clock: Clock) -> Result<Checkpoin
     let mut tables = Vec::with_capacity(m.files.len());
     for e in &m.files {
         // The name comes from a file: never let it leave the directory.
-        durable::check_file_name(&e.name).map_err(|reason| bad(&mpath, reason))?;
+        durable::check_file_name(&e.name).map_err(|reason| bad(&mpath, reason.to_string()))?;
         let path = dir.join(&e.name);
         let bytes = durable::read_verified(
             dir,

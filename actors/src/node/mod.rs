@@ -1,14 +1,19 @@
 //! The node runtime: actor registry, local/remote dispatch, pending requests, peer failures.
+//!
+//! This file holds the [`Node`] handle and its outgoing side; `inbound.rs` holds the
+//! receiving side ([`Registration`], the inbound loop, replies).
+
+mod inbound;
+
+use inbound::DispatchFn;
+pub use inbound::Registration;
 
 use crate::address::{ActorRef, Msg};
 use crate::error::{AskError, NodeError};
-use actix::dev::ToEnvelope;
 use actix::prelude::*;
 use bytes::Bytes;
-use futures::future::LocalBoxFuture;
 use petrel_messages::{
     ActorId, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage, decode_body,
-    encode_body,
 };
 use petrel_net::{Inbound, Net, NetStatsSnapshot, PeerAddr};
 use std::any::Any;
@@ -23,35 +28,21 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 pub enum PeerEvent {
     /// A node stopped answering heartbeats (or was reported dead by the coordinator).
     Down {
+        /// The node.
         node: NodeId,
+        /// Its name.
         name: String,
+        /// Why it is considered down.
         reason: String,
     },
     /// The coordinator asked the cluster to stop; `failed_node` is set when the run failed.
     Shutdown {
+        /// Why.
         reason: String,
+        /// The node whose failure stops the run, if it failed.
         failed_node: Option<String>,
     },
 }
-
-type ReplyFuture = LocalBoxFuture<'static, Result<Vec<u8>, String>>;
-
-/// What delivering one remote message to a local actor left to do.
-enum Dispatched {
-    /// The message is in the actor's mailbox.
-    Delivered,
-    /// The mailbox is full: the inbound loop awaits this before reading the next frame,
-    /// which pushes back through the transport to the sender (bounded memory).
-    Backpressure(LocalBoxFuture<'static, ()>),
-    /// An ask: resolves to the encoded reply.
-    Reply(ReplyFuture),
-}
-
-/// Decodes a body and delivers it to a local actor.
-type DispatchFn = dyn Fn(&[u8], NodeId, Priority, bool) -> Result<Dispatched, String> + Send + Sync;
-
-/// Asks from other nodes being handled at once; more wait in the transport.
-const MAX_INBOUND_ASKS: usize = 4096;
 
 #[derive(Default)]
 struct ActorEntry {
@@ -119,22 +110,26 @@ impl Node {
             }),
         };
         let weak = Arc::downgrade(&node.inner);
-        actix::spawn(inbound_loop(weak, inbound));
+        actix::spawn(inbound::inbound_loop(weak, inbound));
         node
     }
 
+    /// This node's id.
     pub fn id(&self) -> NodeId {
         self.inner.id
     }
 
+    /// This node's name.
     pub fn name(&self) -> &str {
         &self.inner.name
     }
 
+    /// The transport.
     pub fn net(&self) -> &Net {
         &self.inner.net
     }
 
+    /// The transport's counters now.
     pub fn net_stats(&self) -> NetStatsSnapshot {
         self.inner.net.stats()
     }
@@ -152,6 +147,7 @@ impl Node {
         self.inner.net.add_peer(node, addr);
     }
 
+    /// A node's name (its id if unknown).
     pub fn peer_name(&self, node: NodeId) -> String {
         self.inner
             .names
@@ -255,6 +251,7 @@ impl Node {
         self.inner.events.subscribe()
     }
 
+    /// True once `node` was declared dead.
     pub fn is_down(&self, node: NodeId) -> bool {
         self.inner
             .down
@@ -382,7 +379,7 @@ impl Node {
             .send(target.node, priority, frame)
             .map_err(|e| AskError::Send {
                 actor: target.to_string(),
-                error: e.to_string(),
+                source: Arc::new(e),
             })
     }
 
@@ -427,7 +424,7 @@ impl Node {
             self.forget(request_id);
             return Err(AskError::Send {
                 actor,
-                error: e.to_string(),
+                source: Arc::new(e),
             });
         }
         let body = match tokio::time::timeout(timeout, rx).await {
@@ -455,218 +452,5 @@ impl Node {
     /// Stops the transport. Pending requests fail with a timeout or peer-down error.
     pub fn shutdown(&self) {
         self.inner.net.shutdown();
-    }
-}
-
-/// Builder returned by [`Node::register`].
-pub struct Registration<'a, A: Actor> {
-    node: &'a Node,
-    name: String,
-    addr: Addr<A>,
-}
-
-impl<A: Actor> Registration<'_, A> {
-    /// Makes the actor reachable for message type `M`, locally and from other nodes.
-    pub fn accept<M: RemoteMessage>(self) -> Self
-    where
-        A: Handler<Msg<M>>,
-        A::Context: ToEnvelope<A, Msg<M>>,
-    {
-        let recipient: Recipient<Msg<M>> = self.addr.clone().recipient();
-        let remote_recipient = recipient.clone();
-        let dispatch = move |body: &[u8],
-                             from: NodeId,
-                             priority: Priority,
-                             is_ask: bool|
-              -> Result<Dispatched, String> {
-            let msg: M = decode_body(M::TYPE_NAME, body).map_err(|e| e.to_string())?;
-            let wrapped = Msg {
-                body: msg,
-                priority,
-                from: Some(from),
-            };
-            if !is_ask {
-                return Ok(match remote_recipient.try_send(wrapped) {
-                    Ok(()) => Dispatched::Delivered,
-                    Err(SendError::Closed(_)) => {
-                        return Err(format!("actor for {} stopped", M::TYPE_NAME));
-                    }
-                    Err(SendError::Full(msg)) => {
-                        let r = remote_recipient.clone();
-                        Dispatched::Backpressure(Box::pin(async move {
-                            let mut msg = msg;
-                            loop {
-                                match r.try_send(msg) {
-                                    Err(SendError::Full(back)) => {
-                                        msg = back;
-                                        tokio::time::sleep(Duration::from_millis(1)).await;
-                                    }
-                                    _ => return,
-                                }
-                            }
-                        }))
-                    }
-                });
-            }
-            let request = remote_recipient.send(wrapped);
-            Ok(Dispatched::Reply(Box::pin(async move {
-                match request.await {
-                    Ok(Ok(reply)) => {
-                        let mut out = Vec::new();
-                        encode_body(&reply, &mut out).map_err(|e| e.to_string())?;
-                        Ok(out)
-                    }
-                    Ok(Err(e)) => Err(e.0),
-                    Err(e) => Err(format!("actor mailbox: {e}")),
-                }
-            })))
-        };
-        if let Ok(mut actors) = self.node.inner.actors.write()
-            && let Some(entry) = actors.get_mut(&self.name)
-        {
-            entry.local.insert(M::TYPE_NAME, Box::new(recipient));
-            entry.remote.insert(M::TYPE_NAME, Arc::new(dispatch));
-        }
-        self
-    }
-
-    pub fn id(&self) -> ActorId {
-        ActorId::new(self.node.id(), self.name.clone())
-    }
-}
-
-/// Takes frames off the transport one at a time. A frame's transport budget is released
-/// only once its message sits in an actor's mailbox, so a slow actor slows its senders
-/// instead of growing memory.
-async fn inbound_loop(node: std::sync::Weak<NodeInner>, mut rx: mpsc::Receiver<Inbound>) {
-    let asks = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND_ASKS));
-    while let Some(inbound) = rx.recv().await {
-        let Some(inner) = node.upgrade() else { return };
-        let node = Node { inner };
-        let is_ask = matches!(inbound.frame.header.kind, EnvelopeKind::Ask { .. });
-        let permit = if is_ask {
-            match asks.clone().acquire_owned().await {
-                Ok(p) => Some(p),
-                Err(_) => return,
-            }
-        } else {
-            None
-        };
-        if let Some(wait) = node.handle_inbound(inbound.frame, permit) {
-            wait.await;
-        }
-    }
-}
-
-impl Node {
-    fn handle_inbound(
-        &self,
-        frame: Frame,
-        ask_permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    ) -> Option<LocalBoxFuture<'static, ()>> {
-        let h = frame.header;
-        match h.kind {
-            EnvelopeKind::Reply { request_id } => self.complete(request_id, Ok(frame.body)),
-            EnvelopeKind::Failure { request_id, error } => {
-                let actor = self.pending_actor(request_id);
-                self.complete(request_id, Err(AskError::Remote { actor, error }))
-            }
-            EnvelopeKind::Tell | EnvelopeKind::Ask { .. } => {
-                let request_id = match h.kind {
-                    EnvelopeKind::Ask { request_id } => Some(request_id),
-                    _ => None,
-                };
-                let dispatch = self.inner.actors.read().ok().and_then(|a| {
-                    a.get(&h.actor)
-                        .and_then(|e| e.remote.get(h.msg_type.as_str()).cloned())
-                });
-                let Some(dispatch) = dispatch else {
-                    tracing::warn!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this message; dropped");
-                    if let Some(id) = request_id {
-                        self.reply(
-                            h.from,
-                            &h.msg_type,
-                            h.priority,
-                            Err(format!(
-                                "no actor {} accepting {} on {}",
-                                h.actor, h.msg_type, self.inner.name
-                            )),
-                            id,
-                        );
-                    }
-                    return None;
-                };
-                match dispatch(&frame.body, h.from, h.priority, request_id.is_some()) {
-                    Err(e) => {
-                        tracing::warn!(node = %self.inner.name, from = %h.from, msg_type = %h.msg_type, error = %e, "undecodable message; dropped");
-                        if let Some(id) = request_id {
-                            self.reply(h.from, &h.msg_type, h.priority, Err(e), id);
-                        }
-                    }
-                    Ok(Dispatched::Delivered) => {}
-                    Ok(Dispatched::Backpressure(wait)) => return Some(wait),
-                    Ok(Dispatched::Reply(reply)) => {
-                        let node = self.clone();
-                        let id = request_id.unwrap_or_default();
-                        actix::spawn(async move {
-                            let result = reply.await;
-                            node.reply(h.from, &h.msg_type, h.priority, result, id);
-                            drop(ask_permit);
-                        });
-                    }
-                }
-            }
-        }
-        None
-    }
-
-    fn reply(
-        &self,
-        to: NodeId,
-        msg_type: &str,
-        priority: Priority,
-        result: Result<Vec<u8>, String>,
-        request_id: u64,
-    ) {
-        let target = ActorId::new(to, "");
-        let (kind, body) = match result {
-            Ok(body) => (EnvelopeKind::Reply { request_id }, body),
-            Err(error) => (EnvelopeKind::Failure { request_id, error }, Vec::new()),
-        };
-        let frame = match Frame::encode_raw(&self.header(&target, msg_type, priority, kind), &body)
-        {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode reply");
-                return;
-            }
-        };
-        if let Err(e) = self.inner.net.send(to, priority, frame) {
-            tracing::warn!(to = %to, error = %e, "cannot send reply");
-        }
-    }
-
-    fn pending_actor(&self, request_id: u64) -> String {
-        self.inner
-            .pending
-            .lock()
-            .ok()
-            .and_then(|p| p.get(&request_id).map(|x| x.actor.clone()))
-            .unwrap_or_default()
-    }
-
-    fn complete(&self, request_id: u64, result: Result<Bytes, AskError>) {
-        let pending = self
-            .inner
-            .pending
-            .lock()
-            .ok()
-            .and_then(|mut p| p.remove(&request_id));
-        match pending {
-            Some(p) => {
-                let _ = p.tx.send(result);
-            }
-            None => tracing::debug!(request_id, "reply for a request that already timed out"),
-        }
     }
 }

@@ -1,6 +1,6 @@
-//! Membership, heartbeats, failure detection and barriers.
+//! The coordinator: membership, heartbeats, failure detection and barriers.
 //!
-//! [`ClusterCore`] decides (plain struct, unit-tested); the [`Coordinator`] actor on one node
+//! [`ClusterCore`] (in `core.rs`) decides (plain struct, unit-tested); the [`Coordinator`] actor on one node
 //! and a [`NodeAgent`] on every node are thin shells around it:
 //!
 //! - every node asks the coordinator to `Join`; the answer comes when all nodes joined;
@@ -10,208 +10,28 @@
 //!   node (`PeerDown`), each node fails its pending requests to it and tells subscribers;
 //! - barriers complete when every live member entered, and fail if a member dies.
 
+mod core;
+
+pub use self::core::{ClusterCore, MembershipError, Outcome};
+
 use crate::address::Msg;
 use crate::error::{HandlerError, NodeError};
 use crate::node::Node;
 use actix::prelude::*;
 use petrel_messages::runtime::{
-    BarrierEnter, BarrierReleased, Heartbeat, Join, JoinAck, Member, PeerDown, Shutdown,
+    BarrierEnter, BarrierRefused, BarrierReleased, BarrierReply, Heartbeat, Join, JoinAck, Member,
+    PeerDown, Shutdown,
 };
 use petrel_messages::{ActorId, NodeId, Priority};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// Actor name of the coordinator on its node.
 pub const COORDINATOR_ACTOR: &str = "petrel.coordinator";
+/// Actor name of every node's [`NodeAgent`].
 pub const AGENT_ACTOR: &str = petrel_messages::runtime::NODE_ACTOR;
 
-/// A barrier or join completing (`Ok`) or failing (`Err`) for one waiter.
-pub type Outcome<W, T> = Vec<(W, Result<T, String>)>;
-
-struct BarrierState<W> {
-    entered: BTreeSet<NodeId>,
-    waiters: Vec<W>,
-}
-
-/// The coordinator's decisions, free of I/O. `W` is whatever identifies a waiting caller
-/// (a reply channel in the actor, a plain value in tests).
-pub struct ClusterCore<W> {
-    expected: BTreeMap<NodeId, String>,
-    joined: BTreeMap<NodeId, Member>,
-    join_waiters: Vec<W>,
-    last_seen: HashMap<NodeId, Instant>,
-    dead: BTreeSet<NodeId>,
-    timeout: Duration,
-    barriers: HashMap<String, BarrierState<W>>,
-}
-
-impl<W> ClusterCore<W> {
-    pub fn new(expected: BTreeMap<NodeId, String>, failure_timeout: Duration) -> Self {
-        Self {
-            expected,
-            joined: BTreeMap::new(),
-            join_waiters: Vec::new(),
-            last_seen: HashMap::new(),
-            dead: BTreeSet::new(),
-            timeout: failure_timeout,
-            barriers: HashMap::new(),
-        }
-    }
-
-    pub fn is_formed(&self) -> bool {
-        self.joined.len() == self.expected.len()
-    }
-
-    pub fn members(&self) -> Vec<Member> {
-        self.joined.values().cloned().collect()
-    }
-
-    pub fn alive(&self) -> Vec<NodeId> {
-        self.joined
-            .keys()
-            .filter(|n| !self.dead.contains(n))
-            .copied()
-            .collect()
-    }
-
-    pub fn name(&self, node: NodeId) -> String {
-        self.expected
-            .get(&node)
-            .cloned()
-            .unwrap_or_else(|| node.to_string())
-    }
-
-    /// A node joins. Returns the waiters to answer (all of them once the cluster formed).
-    pub fn join(&mut self, join: Join, waiter: W, now: Instant) -> Outcome<W, Vec<Member>> {
-        match self.expected.get(&join.node) {
-            None => {
-                return vec![(
-                    waiter,
-                    Err(format!("{} is not part of this cluster", join.node)),
-                )];
-            }
-            Some(name) if *name != join.name => {
-                return vec![(
-                    waiter,
-                    Err(format!(
-                        "{} is expected to be named {name}, not {}",
-                        join.node, join.name
-                    )),
-                )];
-            }
-            _ => {}
-        }
-        if self.dead.contains(&join.node) {
-            return vec![(
-                waiter,
-                Err(format!("{} was declared dead and cannot rejoin", join.name)),
-            )];
-        }
-        self.last_seen.insert(join.node, now);
-        self.joined.insert(
-            join.node,
-            Member {
-                node: join.node,
-                name: join.name,
-                roles: join.roles,
-            },
-        );
-        self.join_waiters.push(waiter);
-        if !self.is_formed() {
-            return Vec::new();
-        }
-        // Nodes start heartbeating once they hear the cluster formed: the failure clock of
-        // every member starts now, not at its join (a slow starter must not make the early
-        // joiners look dead).
-        for n in self.joined.keys() {
-            self.last_seen.insert(*n, now);
-        }
-        let members = self.members();
-        self.join_waiters
-            .drain(..)
-            .map(|w| (w, Ok(members.clone())))
-            .collect()
-    }
-
-    pub fn heartbeat(&mut self, node: NodeId, now: Instant) {
-        if self.joined.contains_key(&node) && !self.dead.contains(&node) {
-            self.last_seen.insert(node, now);
-        }
-    }
-
-    /// Nodes newly found dead at `now`. Nothing is judged before the cluster formed.
-    pub fn tick(&mut self, now: Instant) -> Vec<NodeId> {
-        if !self.is_formed() {
-            return Vec::new();
-        }
-        let newly: Vec<NodeId> = self
-            .joined
-            .keys()
-            .filter(|n| !self.dead.contains(n))
-            .filter(|n| {
-                self.last_seen
-                    .get(n)
-                    .is_none_or(|t| now.saturating_duration_since(*t) > self.timeout)
-            })
-            .copied()
-            .collect();
-        newly
-    }
-
-    /// Declares `node` dead; returns the barrier waiters that must fail.
-    pub fn mark_dead(&mut self, node: NodeId) -> Outcome<W, BarrierReleased> {
-        if !self.dead.insert(node) {
-            return Vec::new();
-        }
-        let name = self.name(node);
-        let mut failed = Vec::new();
-        for (barrier, state) in self.barriers.drain() {
-            for w in state.waiters {
-                failed.push((w, Err(format!("barrier {barrier}: node {name} died"))));
-            }
-        }
-        failed
-    }
-
-    /// `node` enters barrier `name`; when every live member has entered, all waiters are
-    /// released with the participant count.
-    pub fn enter_barrier(
-        &mut self,
-        name: &str,
-        node: NodeId,
-        waiter: W,
-    ) -> Outcome<W, BarrierReleased> {
-        if self.dead.contains(&node) || !self.joined.contains_key(&node) {
-            return vec![(waiter, Err(format!("{node} is not a live member")))];
-        }
-        let alive: BTreeSet<NodeId> = self.alive().into_iter().collect();
-        let state = self
-            .barriers
-            .entry(name.to_string())
-            .or_insert_with(|| BarrierState {
-                entered: BTreeSet::new(),
-                waiters: Vec::new(),
-            });
-        state.entered.insert(node);
-        state.waiters.push(waiter);
-        if !alive.is_subset(&state.entered) {
-            return Vec::new();
-        }
-        let Some(state) = self.barriers.remove(name) else {
-            return Vec::new();
-        };
-        let released = BarrierReleased {
-            name: name.to_string(),
-            participants: state.entered.len() as u32,
-        };
-        state
-            .waiters
-            .into_iter()
-            .map(|w| (w, Ok(released.clone())))
-            .collect()
-    }
-}
-
-type Responder<T> = futures::channel::oneshot::Sender<Result<T, String>>;
+type Responder<T> = futures::channel::oneshot::Sender<Result<T, MembershipError>>;
 
 /// The coordinator actor (one per cluster).
 pub struct Coordinator {
@@ -223,11 +43,15 @@ pub struct Coordinator {
 
 /// Join and barrier waiters share the core's waiter type.
 pub enum WaiterSlot {
+    /// A node waiting for the cluster to form.
     Join(Responder<Vec<Member>>),
+    /// A node waiting at a barrier.
     Barrier(Responder<BarrierReleased>),
 }
 
 impl Coordinator {
+    /// A coordinator expecting `expected` (id to name), heartbeating every
+    /// `heartbeat_interval` and declaring a node silent for `failure_timeout` dead.
     pub fn new(
         node: Node,
         expected: BTreeMap<NodeId, String>,
@@ -262,7 +86,10 @@ impl Coordinator {
         let now = Instant::now();
         for dead in self.core.tick(now) {
             let name = self.core.name(dead);
-            let reason = format!("no heartbeat from {name} for {:?}", self.core.timeout);
+            let reason = format!(
+                "no heartbeat from {name} for {:?}",
+                self.core.failure_timeout()
+            );
             Self::settle_barrier(self.core.mark_dead(dead));
             self.node.mark_down(dead, &reason);
             for peer in self.core.alive() {
@@ -349,7 +176,7 @@ impl Handler<Msg<Join>> for Coordinator {
                     members,
                     heartbeat_interval_ms: interval,
                 }),
-                Ok(Err(e)) => Err(HandlerError(e)),
+                Ok(Err(e)) => Err(HandlerError(e.to_string())),
                 Err(_) => Err(HandlerError::new("coordinator stopped")),
             }
         })
@@ -366,7 +193,7 @@ impl Handler<Msg<Heartbeat>> for Coordinator {
 }
 
 impl Handler<Msg<BarrierEnter>> for Coordinator {
-    type Result = ResponseFuture<Result<Result<BarrierReleased, String>, HandlerError>>;
+    type Result = ResponseFuture<Result<BarrierReply, HandlerError>>;
 
     fn handle(&mut self, msg: Msg<BarrierEnter>, _: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = futures::channel::oneshot::channel();
@@ -376,9 +203,10 @@ impl Handler<Msg<BarrierEnter>> for Coordinator {
             WaiterSlot::Barrier(tx),
         ));
         Box::pin(async move {
-            Ok(rx
-                .await
-                .unwrap_or_else(|_| Err("coordinator stopped".into())))
+            let outcome = rx.await.unwrap_or(Err(MembershipError::Stopped));
+            Ok(outcome.map_err(|e| BarrierRefused {
+                reason: e.to_string(),
+            }))
         })
     }
 }
@@ -387,6 +215,7 @@ impl Handler<Msg<BarrierEnter>> for Coordinator {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct BroadcastShutdown {
+    /// Why the cluster stops.
     pub reason: String,
     /// The node whose failure ends the run, if it failed.
     pub failed_node: Option<String>,
@@ -411,6 +240,7 @@ pub struct NodeAgent {
 }
 
 impl NodeAgent {
+    /// The agent of `node`, watching `coordinator`.
     pub fn new(
         node: Node,
         coordinator: NodeId,
@@ -518,97 +348,13 @@ impl Node {
                 Duration::from_secs(24 * 3600),
             )
             .await
-            .map_err(|e| NodeError::Barrier {
+            .map_err(|source| NodeError::Barrier {
                 name: name.to_string(),
-                reason: e.to_string(),
+                source,
             })?;
-        reply.map_err(|reason| NodeError::Barrier {
+        reply.map_err(|source| NodeError::BarrierRefused {
             name: name.to_string(),
-            reason,
+            source,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn core3() -> ClusterCore<u32> {
-        let expected = (0..3).map(|i| (NodeId(i), format!("n{i}"))).collect();
-        ClusterCore::new(expected, Duration::from_millis(100))
-    }
-
-    fn join(i: u32) -> Join {
-        Join {
-            node: NodeId(i),
-            name: format!("n{i}"),
-            roles: vec![],
-        }
-    }
-
-    #[test]
-    fn join_completes_when_all_joined() {
-        let mut c = core3();
-        let t = Instant::now();
-        assert!(c.join(join(0), 0, t).is_empty());
-        assert!(c.join(join(1), 1, t).is_empty());
-        let out = c.join(join(2), 2, t);
-        assert_eq!(out.len(), 3);
-        assert!(
-            out.iter()
-                .all(|(_, r)| r.as_ref().map(|m| m.len()) == Ok(3))
-        );
-        let wrong = c.join(
-            Join {
-                node: NodeId(1),
-                name: "other".into(),
-                roles: vec![],
-            },
-            9,
-            t,
-        );
-        assert!(wrong[0].1.is_err());
-        assert!(c.join(join(7), 7, t)[0].1.is_err());
-    }
-
-    #[test]
-    fn failure_clock_starts_when_the_cluster_formed() {
-        let mut c = core3();
-        let t0 = Instant::now();
-        c.join(join(0), 0, t0);
-        // Node 0 waits for the others without heartbeating; it is not judged meanwhile.
-        assert!(c.tick(t0 + Duration::from_millis(500)).is_empty());
-        c.join(join(1), 1, t0 + Duration::from_millis(600));
-        c.join(join(2), 2, t0 + Duration::from_millis(700));
-        assert!(c.tick(t0 + Duration::from_millis(750)).is_empty());
-        assert_eq!(c.tick(t0 + Duration::from_millis(850)).len(), 3);
-    }
-
-    #[test]
-    fn silent_node_is_found_dead_and_fails_barriers() {
-        let mut c = core3();
-        let t0 = Instant::now();
-        for i in 0..3 {
-            c.join(join(i), i, t0);
-        }
-        assert!(c.enter_barrier("b", NodeId(0), 10).is_empty());
-        let t1 = t0 + Duration::from_millis(80);
-        c.heartbeat(NodeId(0), t1);
-        c.heartbeat(NodeId(1), t1);
-        assert!(c.tick(t1).is_empty());
-        let t2 = t0 + Duration::from_millis(150);
-        assert_eq!(c.tick(t2), vec![NodeId(2)]);
-        let failed = c.mark_dead(NodeId(2));
-        assert_eq!(failed.len(), 1);
-        assert!(failed[0].1.as_ref().unwrap_err().contains("n2 died"));
-        // A barrier among the survivors still works.
-        assert!(c.enter_barrier("c", NodeId(0), 11).is_empty());
-        let out = c.enter_barrier("c", NodeId(1), 12);
-        assert_eq!(out.len(), 2);
-        assert_eq!(out[0].1.as_ref().unwrap().participants, 2);
-        assert!(
-            c.join(join(2), 2, t2)[0].1.is_err(),
-            "dead nodes do not rejoin"
-        );
     }
 }

@@ -1,0 +1,333 @@
+//! The coordinator's decisions, free of I/O: who joined, who is alive, which barriers are
+//! complete. Time is passed in; every input returns the waiters to answer and how.
+
+use petrel_messages::NodeId;
+use petrel_messages::runtime::{BarrierReleased, Join, Member};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+/// Why the coordinator refused a join or failed a barrier.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MembershipError {
+    /// The joining node is not in the settings.
+    #[error("{0} is not part of this cluster")]
+    NotMember(NodeId),
+    /// The joining node's name differs from the settings.
+    #[error("{node} is expected to be named {expected}, not {got}")]
+    WrongName {
+        /// The node.
+        node: NodeId,
+        /// Its name in the settings.
+        expected: String,
+        /// The name it joined with.
+        got: String,
+    },
+    /// A node declared dead tried to join again.
+    #[error("{0} was declared dead and cannot rejoin")]
+    DeclaredDead(String),
+    /// A member died while others waited at a barrier.
+    #[error("barrier {barrier}: node {node} died")]
+    MemberDied {
+        /// The barrier.
+        barrier: String,
+        /// The dead node's name.
+        node: String,
+    },
+    /// A node that is not a live member entered a barrier.
+    #[error("{0} is not a live member")]
+    NotLive(NodeId),
+    /// The coordinator actor stopped before answering.
+    #[error("coordinator stopped")]
+    Stopped,
+}
+
+/// A barrier or join completing (`Ok`) or failing (`Err`) for one waiter.
+pub type Outcome<W, T> = Vec<(W, Result<T, MembershipError>)>;
+
+struct BarrierState<W> {
+    entered: BTreeSet<NodeId>,
+    waiters: Vec<W>,
+}
+
+/// The coordinator's decisions, free of I/O. `W` is whatever identifies a waiting caller
+/// (a reply channel in the actor, a plain value in tests).
+pub struct ClusterCore<W> {
+    expected: BTreeMap<NodeId, String>,
+    joined: BTreeMap<NodeId, Member>,
+    join_waiters: Vec<W>,
+    last_seen: HashMap<NodeId, Instant>,
+    dead: BTreeSet<NodeId>,
+    timeout: Duration,
+    barriers: HashMap<String, BarrierState<W>>,
+}
+
+impl<W> ClusterCore<W> {
+    /// A core expecting the nodes `expected` (id to name); a member silent for
+    /// `failure_timeout` is found dead by [`tick`](Self::tick).
+    pub fn new(expected: BTreeMap<NodeId, String>, failure_timeout: Duration) -> Self {
+        Self {
+            expected,
+            joined: BTreeMap::new(),
+            join_waiters: Vec::new(),
+            last_seen: HashMap::new(),
+            dead: BTreeSet::new(),
+            timeout: failure_timeout,
+            barriers: HashMap::new(),
+        }
+    }
+
+    /// True once every expected node joined.
+    pub fn is_formed(&self) -> bool {
+        self.joined.len() == self.expected.len()
+    }
+
+    /// The nodes that joined, by id.
+    pub fn members(&self) -> Vec<Member> {
+        self.joined.values().cloned().collect()
+    }
+
+    /// Joined nodes not declared dead.
+    pub fn alive(&self) -> Vec<NodeId> {
+        self.joined
+            .keys()
+            .filter(|n| !self.dead.contains(n))
+            .copied()
+            .collect()
+    }
+
+    /// A node's name from the settings (its id if unknown).
+    pub fn name(&self, node: NodeId) -> String {
+        self.expected
+            .get(&node)
+            .cloned()
+            .unwrap_or_else(|| node.to_string())
+    }
+
+    /// A node joins. Returns the waiters to answer (all of them once the cluster formed).
+    pub fn join(&mut self, join: Join, waiter: W, now: Instant) -> Outcome<W, Vec<Member>> {
+        match self.expected.get(&join.node) {
+            None => {
+                return vec![(waiter, Err(MembershipError::NotMember(join.node)))];
+            }
+            Some(name) if *name != join.name => {
+                return vec![(
+                    waiter,
+                    Err(MembershipError::WrongName {
+                        node: join.node,
+                        expected: name.clone(),
+                        got: join.name,
+                    }),
+                )];
+            }
+            _ => {}
+        }
+        if self.dead.contains(&join.node) {
+            return vec![(waiter, Err(MembershipError::DeclaredDead(join.name)))];
+        }
+        self.last_seen.insert(join.node, now);
+        self.joined.insert(
+            join.node,
+            Member {
+                node: join.node,
+                name: join.name,
+                roles: join.roles,
+            },
+        );
+        self.join_waiters.push(waiter);
+        if !self.is_formed() {
+            return Vec::new();
+        }
+        // Nodes start heartbeating once they hear the cluster formed: the failure clock of
+        // every member starts now, not at its join (a slow starter must not make the early
+        // joiners look dead).
+        for n in self.joined.keys() {
+            self.last_seen.insert(*n, now);
+        }
+        let members = self.members();
+        self.join_waiters
+            .drain(..)
+            .map(|w| (w, Ok(members.clone())))
+            .collect()
+    }
+
+    /// `node` was heard from at `now`.
+    pub fn heartbeat(&mut self, node: NodeId, now: Instant) {
+        if self.joined.contains_key(&node) && !self.dead.contains(&node) {
+            self.last_seen.insert(node, now);
+        }
+    }
+
+    /// Nodes newly found dead at `now`. Nothing is judged before the cluster formed.
+    pub fn tick(&mut self, now: Instant) -> Vec<NodeId> {
+        if !self.is_formed() {
+            return Vec::new();
+        }
+        let newly: Vec<NodeId> = self
+            .joined
+            .keys()
+            .filter(|n| !self.dead.contains(n))
+            .filter(|n| {
+                self.last_seen
+                    .get(n)
+                    .is_none_or(|t| now.saturating_duration_since(*t) > self.timeout)
+            })
+            .copied()
+            .collect();
+        newly
+    }
+
+    /// Declares `node` dead; returns the barrier waiters that must fail.
+    pub fn mark_dead(&mut self, node: NodeId) -> Outcome<W, BarrierReleased> {
+        if !self.dead.insert(node) {
+            return Vec::new();
+        }
+        let name = self.name(node);
+        let mut failed = Vec::new();
+        for (barrier, state) in self.barriers.drain() {
+            for w in state.waiters {
+                failed.push((
+                    w,
+                    Err(MembershipError::MemberDied {
+                        barrier: barrier.clone(),
+                        node: name.clone(),
+                    }),
+                ));
+            }
+        }
+        failed
+    }
+
+    /// `node` enters barrier `name`; when every live member has entered, all waiters are
+    /// released with the participant count.
+    pub fn enter_barrier(
+        &mut self,
+        name: &str,
+        node: NodeId,
+        waiter: W,
+    ) -> Outcome<W, BarrierReleased> {
+        if self.dead.contains(&node) || !self.joined.contains_key(&node) {
+            return vec![(waiter, Err(MembershipError::NotLive(node)))];
+        }
+        let alive: BTreeSet<NodeId> = self.alive().into_iter().collect();
+        let state = self
+            .barriers
+            .entry(name.to_string())
+            .or_insert_with(|| BarrierState {
+                entered: BTreeSet::new(),
+                waiters: Vec::new(),
+            });
+        state.entered.insert(node);
+        state.waiters.push(waiter);
+        if !alive.is_subset(&state.entered) {
+            return Vec::new();
+        }
+        let Some(state) = self.barriers.remove(name) else {
+            return Vec::new();
+        };
+        let released = BarrierReleased {
+            name: name.to_string(),
+            participants: state.entered.len() as u32,
+        };
+        state
+            .waiters
+            .into_iter()
+            .map(|w| (w, Ok(released.clone())))
+            .collect()
+    }
+
+    /// The failure timeout this core judges by.
+    pub fn failure_timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn core3() -> ClusterCore<u32> {
+        let expected = (0..3).map(|i| (NodeId(i), format!("n{i}"))).collect();
+        ClusterCore::new(expected, Duration::from_millis(100))
+    }
+
+    fn join(i: u32) -> Join {
+        Join {
+            node: NodeId(i),
+            name: format!("n{i}"),
+            roles: vec![],
+        }
+    }
+
+    #[test]
+    fn join_completes_when_all_joined() {
+        let mut c = core3();
+        let t = Instant::now();
+        assert!(c.join(join(0), 0, t).is_empty());
+        assert!(c.join(join(1), 1, t).is_empty());
+        let out = c.join(join(2), 2, t);
+        assert_eq!(out.len(), 3);
+        assert!(
+            out.iter()
+                .all(|(_, r)| r.as_ref().map(|m| m.len()) == Ok(3))
+        );
+        let wrong = c.join(
+            Join {
+                node: NodeId(1),
+                name: "other".into(),
+                roles: vec![],
+            },
+            9,
+            t,
+        );
+        assert!(wrong[0].1.is_err());
+        assert!(c.join(join(7), 7, t)[0].1.is_err());
+    }
+
+    #[test]
+    fn failure_clock_starts_when_the_cluster_formed() {
+        let mut c = core3();
+        let t0 = Instant::now();
+        c.join(join(0), 0, t0);
+        // Node 0 waits for the others without heartbeating; it is not judged meanwhile.
+        assert!(c.tick(t0 + Duration::from_millis(500)).is_empty());
+        c.join(join(1), 1, t0 + Duration::from_millis(600));
+        c.join(join(2), 2, t0 + Duration::from_millis(700));
+        assert!(c.tick(t0 + Duration::from_millis(750)).is_empty());
+        assert_eq!(c.tick(t0 + Duration::from_millis(850)).len(), 3);
+    }
+
+    #[test]
+    fn silent_node_is_found_dead_and_fails_barriers() {
+        let mut c = core3();
+        let t0 = Instant::now();
+        for i in 0..3 {
+            c.join(join(i), i, t0);
+        }
+        assert!(c.enter_barrier("b", NodeId(0), 10).is_empty());
+        let t1 = t0 + Duration::from_millis(80);
+        c.heartbeat(NodeId(0), t1);
+        c.heartbeat(NodeId(1), t1);
+        assert!(c.tick(t1).is_empty());
+        let t2 = t0 + Duration::from_millis(150);
+        assert_eq!(c.tick(t2), vec![NodeId(2)]);
+        let failed = c.mark_dead(NodeId(2));
+        assert_eq!(failed.len(), 1);
+        assert!(
+            failed[0]
+                .1
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("n2 died")
+        );
+        // A barrier among the survivors still works.
+        assert!(c.enter_barrier("c", NodeId(0), 11).is_empty());
+        let out = c.enter_barrier("c", NodeId(1), 12);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].1.as_ref().unwrap().participants, 2);
+        assert!(
+            c.join(join(2), 2, t2)[0].1.is_err(),
+            "dead nodes do not rejoin"
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! The receiving side of a node: [`Registration`] makes an actor reachable by message
+//! type, and the inbound loop decodes each frame, delivers it to its actor's mailbox and
+//! sends the reply of an ask back.
+
+use super::{Node, NodeInner};
+use crate::address::Msg;
+use crate::error::{AskError, HandlerError};
+use actix::dev::ToEnvelope;
+use actix::prelude::*;
+use bytes::Bytes;
+use futures::future::LocalBoxFuture;
+use petrel_messages::{
+    ActorId, CodecError, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage, decode_body,
+    encode_body,
+};
+use petrel_net::Inbound;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Why a message from another node could not be delivered or answered; the asker gets its
+/// text as a `Failure`.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum DeliveryError {
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    #[error("actor for {0} stopped")]
+    Stopped(&'static str),
+    #[error("actor mailbox: {0}")]
+    Mailbox(#[from] MailboxError),
+    #[error(transparent)]
+    Handler(#[from] HandlerError),
+    #[error("no actor {actor} accepting {msg_type} on {node}")]
+    NoActor {
+        actor: String,
+        msg_type: String,
+        node: String,
+    },
+}
+
+type ReplyFuture = LocalBoxFuture<'static, Result<Vec<u8>, DeliveryError>>;
+
+/// What delivering one remote message to a local actor left to do.
+pub(super) enum Dispatched {
+    /// The message is in the actor's mailbox.
+    Delivered,
+    /// The mailbox is full: the inbound loop awaits this before reading the next frame,
+    /// which pushes back through the transport to the sender (bounded memory).
+    Backpressure(LocalBoxFuture<'static, ()>),
+    /// An ask: resolves to the encoded reply.
+    Reply(ReplyFuture),
+}
+
+/// Decodes a body and delivers it to a local actor.
+pub(super) type DispatchFn =
+    dyn Fn(&[u8], NodeId, Priority, bool) -> Result<Dispatched, DeliveryError> + Send + Sync;
+
+/// Asks from other nodes being handled at once; more wait in the transport.
+const MAX_INBOUND_ASKS: usize = 4096;
+
+/// Builder returned by [`Node::register`].
+pub struct Registration<'a, A: Actor> {
+    pub(super) node: &'a Node,
+    pub(super) name: String,
+    pub(super) addr: Addr<A>,
+}
+
+impl<A: Actor> Registration<'_, A> {
+    /// Makes the actor reachable for message type `M`, locally and from other nodes.
+    pub fn accept<M: RemoteMessage>(self) -> Self
+    where
+        A: Handler<Msg<M>>,
+        A::Context: ToEnvelope<A, Msg<M>>,
+    {
+        let recipient: Recipient<Msg<M>> = self.addr.clone().recipient();
+        let remote_recipient = recipient.clone();
+        let dispatch = move |body: &[u8],
+                             from: NodeId,
+                             priority: Priority,
+                             is_ask: bool|
+              -> Result<Dispatched, DeliveryError> {
+            let msg: M = decode_body(M::TYPE_NAME, body)?;
+            let wrapped = Msg {
+                body: msg,
+                priority,
+                from: Some(from),
+            };
+            if !is_ask {
+                return Ok(match remote_recipient.try_send(wrapped) {
+                    Ok(()) => Dispatched::Delivered,
+                    Err(SendError::Closed(_)) => {
+                        return Err(DeliveryError::Stopped(M::TYPE_NAME));
+                    }
+                    Err(SendError::Full(msg)) => {
+                        let r = remote_recipient.clone();
+                        Dispatched::Backpressure(Box::pin(async move {
+                            let mut msg = msg;
+                            loop {
+                                match r.try_send(msg) {
+                                    Err(SendError::Full(back)) => {
+                                        msg = back;
+                                        tokio::time::sleep(Duration::from_millis(1)).await;
+                                    }
+                                    _ => return,
+                                }
+                            }
+                        }))
+                    }
+                });
+            }
+            let request = remote_recipient.send(wrapped);
+            Ok(Dispatched::Reply(Box::pin(async move {
+                match request.await {
+                    Ok(Ok(reply)) => {
+                        let mut out = Vec::new();
+                        encode_body(&reply, &mut out)?;
+                        Ok(out)
+                    }
+                    Ok(Err(e)) => Err(e.into()),
+                    Err(e) => Err(e.into()),
+                }
+            })))
+        };
+        if let Ok(mut actors) = self.node.inner.actors.write()
+            && let Some(entry) = actors.get_mut(&self.name)
+        {
+            entry.local.insert(M::TYPE_NAME, Box::new(recipient));
+            entry.remote.insert(M::TYPE_NAME, Arc::new(dispatch));
+        }
+        self
+    }
+
+    /// The registered actor's id.
+    pub fn id(&self) -> ActorId {
+        ActorId::new(self.node.id(), self.name.clone())
+    }
+}
+
+/// Takes frames off the transport one at a time. A frame's transport budget is released
+/// only once its message sits in an actor's mailbox, so a slow actor slows its senders
+/// instead of growing memory.
+pub(super) async fn inbound_loop(
+    node: std::sync::Weak<NodeInner>,
+    mut rx: mpsc::Receiver<Inbound>,
+) {
+    let asks = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND_ASKS));
+    while let Some(inbound) = rx.recv().await {
+        let Some(inner) = node.upgrade() else { return };
+        let node = Node { inner };
+        let is_ask = matches!(inbound.frame.header.kind, EnvelopeKind::Ask { .. });
+        let permit = if is_ask {
+            match asks.clone().acquire_owned().await {
+                Ok(p) => Some(p),
+                Err(_) => return,
+            }
+        } else {
+            None
+        };
+        if let Some(wait) = node.handle_inbound(inbound.frame, permit) {
+            wait.await;
+        }
+    }
+}
+
+impl Node {
+    fn handle_inbound(
+        &self,
+        frame: Frame,
+        ask_permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Option<LocalBoxFuture<'static, ()>> {
+        let h = frame.header;
+        match h.kind {
+            EnvelopeKind::Reply { request_id } => self.complete(request_id, Ok(frame.body)),
+            EnvelopeKind::Failure { request_id, error } => {
+                let actor = self.pending_actor(request_id);
+                self.complete(request_id, Err(AskError::Remote { actor, error }))
+            }
+            EnvelopeKind::Tell | EnvelopeKind::Ask { .. } => {
+                let request_id = match h.kind {
+                    EnvelopeKind::Ask { request_id } => Some(request_id),
+                    _ => None,
+                };
+                let dispatch = self.inner.actors.read().ok().and_then(|a| {
+                    a.get(&h.actor)
+                        .and_then(|e| e.remote.get(h.msg_type.as_str()).cloned())
+                });
+                let Some(dispatch) = dispatch else {
+                    tracing::warn!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this message; dropped");
+                    if let Some(id) = request_id {
+                        self.reply(
+                            h.from,
+                            &h.msg_type,
+                            h.priority,
+                            Err(DeliveryError::NoActor {
+                                actor: h.actor.clone(),
+                                msg_type: h.msg_type.clone(),
+                                node: self.inner.name.clone(),
+                            }),
+                            id,
+                        );
+                    }
+                    return None;
+                };
+                match dispatch(&frame.body, h.from, h.priority, request_id.is_some()) {
+                    Err(e) => {
+                        tracing::warn!(node = %self.inner.name, from = %h.from, msg_type = %h.msg_type, error = %e, "undecodable message; dropped");
+                        if let Some(id) = request_id {
+                            self.reply(h.from, &h.msg_type, h.priority, Err(e), id);
+                        }
+                    }
+                    Ok(Dispatched::Delivered) => {}
+                    Ok(Dispatched::Backpressure(wait)) => return Some(wait),
+                    Ok(Dispatched::Reply(reply)) => {
+                        let node = self.clone();
+                        let id = request_id.unwrap_or_default();
+                        actix::spawn(async move {
+                            let result = reply.await;
+                            node.reply(h.from, &h.msg_type, h.priority, result, id);
+                            drop(ask_permit);
+                        });
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn reply(
+        &self,
+        to: NodeId,
+        msg_type: &str,
+        priority: Priority,
+        result: Result<Vec<u8>, DeliveryError>,
+        request_id: u64,
+    ) {
+        let target = ActorId::new(to, "");
+        let (kind, body) = match result {
+            Ok(body) => (EnvelopeKind::Reply { request_id }, body),
+            Err(error) => (
+                EnvelopeKind::Failure {
+                    request_id,
+                    error: error.to_string(),
+                },
+                Vec::new(),
+            ),
+        };
+        let frame = match Frame::encode_raw(&self.header(&target, msg_type, priority, kind), &body)
+        {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode reply");
+                return;
+            }
+        };
+        if let Err(e) = self.inner.net.send(to, priority, frame) {
+            tracing::warn!(to = %to, error = %e, "cannot send reply");
+        }
+    }
+
+    fn pending_actor(&self, request_id: u64) -> String {
+        self.inner
+            .pending
+            .lock()
+            .ok()
+            .and_then(|p| p.get(&request_id).map(|x| x.actor.clone()))
+            .unwrap_or_default()
+    }
+
+    fn complete(&self, request_id: u64, result: Result<Bytes, AskError>) {
+        let pending = self
+            .inner
+            .pending
+            .lock()
+            .ok()
+            .and_then(|mut p| p.remove(&request_id));
+        match pending {
+            Some(p) => {
+                let _ = p.tx.send(result);
+            }
+            None => tracing::debug!(request_id, "reply for a request that already timed out"),
+        }
+    }
+}
