@@ -146,14 +146,11 @@ pub struct Settings {
     /// `[net]`: the transport's knobs.
     pub net: NetConfig,
     /// Application sections (`[app.mf]`, ...), read with [`Settings::app`].
-    pub app: toml_value::Table,
+    pub app: AppSections,
 }
 
-/// A tiny alias module so `app` sections stay schemaless until a role reads them.
-pub mod toml_value {
-    /// Section name to its still-untyped value.
-    pub type Table = std::collections::BTreeMap<String, serde_json::Value>;
-}
+/// The `[app.*]` sections by name, schemaless until a role reads one with [`Settings::app`].
+pub type AppSections = std::collections::BTreeMap<String, serde_json::Value>;
 
 impl Settings {
     /// Loads a TOML file, then applies `PETREL_*` environment overrides.

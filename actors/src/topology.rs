@@ -294,7 +294,9 @@ impl Cluster {
         });
         match &result {
             Ok(()) => tracing::info!(node = %name, "finished"),
-            Err(e) => tracing::error!(node = %name, error = %crate::error_chain(e), "stopping"),
+            // The caller gets the error and reports it (the CLI prints it once); here it is
+            // only a trace, so that it is not printed twice.
+            Err(e) => tracing::debug!(node = %name, error = %crate::error_chain(e), "stopping"),
         }
         // A failure that started here (or reached the coordinator from a node) is told to
         // the whole cluster at once, so the others stop now with the root cause rather than

@@ -12,13 +12,18 @@ use super::{DataError, numbered_lines, open_buffered};
 /// `(doc, word, count)` entry expanded into `count` tokens (what a Gibbs sampler iterates).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Corpus {
+    /// Number of documents.
     pub n_docs: usize,
+    /// Number of distinct words (word ids are below it).
     pub vocab_size: usize,
+    /// Each document's tokens as word ids, one entry per occurrence.
     pub docs: Vec<Vec<u32>>,
+    /// The words, when a vocabulary file was read.
     pub vocab: Option<Vec<String>>,
 }
 
 impl Corpus {
+    /// Tokens over all documents.
     pub fn n_tokens(&self) -> usize {
         self.docs.iter().map(Vec::len).sum()
     }
@@ -82,7 +87,9 @@ pub fn parse_vocab(
 /// Limits that keep a hostile or corrupt header or count from exhausting memory: tokens
 /// are expanded one `u32` each, and D documents are allocated up front.
 pub const MAX_DOCS: usize = 20_000_000;
+/// Largest count one `(doc, word, count)` line may carry.
 pub const MAX_COUNT_PER_ENTRY: u64 = 100_000;
+/// Largest corpus, in tokens.
 pub const MAX_TOKENS: u64 = 1_000_000_000;
 
 /// Parses `docword.txt`. Blank lines are skipped; ids are checked against D and W, and the

@@ -11,7 +11,9 @@ use super::{DataError, numbered_lines, open_buffered};
 /// One sparse example: 0-based feature indices (strictly increasing) and their values.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SparseRow {
+    /// Feature indices, 0-based, strictly increasing.
     pub indices: Vec<u32>,
+    /// The value of each listed feature.
     pub values: Vec<f32>,
 }
 
@@ -31,7 +33,9 @@ impl SparseRow {
 pub struct SparseDataset {
     /// Number of features: one past the largest 0-based index seen (or as generated).
     pub n_features: usize,
+    /// One label per row.
     pub labels: Vec<f32>,
+    /// The examples.
     pub rows: Vec<SparseRow>,
 }
 
@@ -39,15 +43,19 @@ pub struct SparseDataset {
 /// update touches exactly one column.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SparseColumns {
+    /// Number of rows (examples).
     pub n_rows: usize,
     /// `column_starts[j]..column_starts[j + 1]` is the range of column `j` in
     /// `row_indices`/`values`; length is `n_columns + 1`.
     pub column_starts: Vec<usize>,
+    /// Row index of each stored value, column by column.
     pub row_indices: Vec<u32>,
+    /// The stored values, column by column.
     pub values: Vec<f32>,
 }
 
 impl SparseColumns {
+    /// Number of columns (features).
     pub fn n_columns(&self) -> usize {
         self.column_starts.len().saturating_sub(1)
     }
@@ -133,6 +141,7 @@ impl SparseColumns {
 }
 
 impl SparseDataset {
+    /// Number of examples.
     pub fn n_rows(&self) -> usize {
         self.rows.len()
     }

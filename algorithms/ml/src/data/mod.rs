@@ -23,7 +23,9 @@ pub enum DataError {
     /// The file could not be opened or read.
     #[error("I/O error on {path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
@@ -31,8 +33,11 @@ pub enum DataError {
     /// the end of the input (a count mismatch) it is the number of the last line read.
     #[error("{path}:{line}: {message}")]
     Malformed {
+        /// The file (or source name).
         path: PathBuf,
+        /// The 1-based line.
         line: usize,
+        /// What is wrong.
         message: String,
     },
     /// A caller-supplied parameter is out of range (e.g. a test fraction of 1.5).

@@ -16,14 +16,18 @@ use super::{DataError, numbered_lines, open_buffered};
 /// file. Ids are kept as text so that non-numeric ids (e.g. Amazon's) work too.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct IdMapping {
+    /// The original id of each dense user index.
     pub user_ids: Vec<String>,
+    /// The original id of each dense item index.
     pub item_ids: Vec<String>,
 }
 
 /// A sparse rating matrix with dense 0-based user and item indices.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ratings {
+    /// Number of users (user indices are below it).
     pub n_users: usize,
+    /// Number of items (item indices are below it).
     pub n_items: usize,
     /// `(user, item, rating)`.
     pub entries: Vec<(u32, u32, f32)>,

@@ -18,7 +18,9 @@ fn invalid(message: impl Into<String>) -> DataError {
 /// Parameters of [`correlated_lasso`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct CorrelatedLassoParams {
+    /// Number of rows of `x`.
     pub n_samples: usize,
+    /// Number of columns of `x`.
     pub n_features: usize,
     /// Consecutive features `[g * group_size, (g + 1) * group_size)` form a group.
     pub group_size: usize,
@@ -26,7 +28,9 @@ pub struct CorrelatedLassoParams {
     pub correlation: f32,
     /// Number of non-zero true coefficients.
     pub n_nonzero: usize,
+    /// Standard deviation of the Gaussian noise added to `y`.
     pub noise_std: f32,
+    /// RNG seed.
     pub seed: u64,
 }
 
@@ -35,8 +39,11 @@ pub struct CorrelatedLassoParams {
 /// check uses; convert with [`LassoProblem::columns`] for the coordinate-descent workers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LassoProblem {
+    /// The design matrix, columns scaled to unit L2 norm.
     pub x: Array2<f32>,
+    /// The responses.
     pub y: Vec<f32>,
+    /// The true coefficients.
     pub b_true: Vec<f32>,
 }
 
@@ -113,18 +120,24 @@ pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, 
 /// Parameters of [`low_rank_ratings`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct LowRankParams {
+    /// Number of users.
     pub n_users: usize,
+    /// Number of items.
     pub n_items: usize,
+    /// Rank of the true factors.
     pub rank: usize,
     /// Probability that a (user, item) cell is observed.
     pub observed_fraction: f64,
+    /// Standard deviation of the Gaussian noise added to each rating.
     pub noise_std: f32,
+    /// RNG seed.
     pub seed: u64,
 }
 
 /// Low-rank ratings with their generating factors: `rating = w_u . h_i + noise`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LowRankProblem {
+    /// The observed ratings.
     pub ratings: Ratings,
     /// `n_users x rank`.
     pub user_factors: Array2<f32>,
@@ -182,19 +195,26 @@ pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataEr
 /// Parameters of [`lda_corpus`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct LdaCorpusParams {
+    /// Number of topics.
     pub n_topics: usize,
+    /// Number of distinct words.
     pub vocab_size: usize,
+    /// Number of documents.
     pub n_docs: usize,
     /// Tokens per document (fixed).
     pub doc_length: usize,
+    /// Dirichlet prior of the document-topic distributions.
     pub alpha: f64,
+    /// Dirichlet prior of the topic-word distributions.
     pub beta: f64,
+    /// RNG seed.
     pub seed: u64,
 }
 
 /// A corpus drawn from the LDA generative model, with the distributions that drew it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LdaCorpusProblem {
+    /// The generated documents.
     pub corpus: Corpus,
     /// `n_topics x vocab_size`, rows sum to 1.
     pub topic_word: Array2<f64>,
@@ -269,13 +289,16 @@ pub fn lda_corpus(params: &LdaCorpusParams) -> Result<LdaCorpusProblem, DataErro
 /// Parameters of [`separable_classification`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClassificationParams {
+    /// Number of examples.
     pub n_samples: usize,
+    /// Number of features.
     pub n_features: usize,
     /// At least 2.
     pub n_classes: usize,
     /// Minimum gap between the best and second-best class score of every sample; larger
     /// means easier. Samples violating it are redrawn.
     pub margin: f32,
+    /// RNG seed.
     pub seed: u64,
 }
 

@@ -3,7 +3,7 @@
 //! IDX format (big-endian): magic `0x0000_08NN` where `08` = unsigned bytes and `NN` = the
 //! number of dimensions, then one `u32` per dimension, then the data row-major.
 //! Images files have magic `0x00000803` (N, rows, cols), label files `0x00000801` (N).
-//! Parsing never panics: every inconsistency is a [`DataError`] naming the file.
+//! Parsing never panics: every inconsistency is a [`DnnDataError`] naming the file.
 
 use std::path::{Path, PathBuf};
 
@@ -21,7 +21,7 @@ pub const IDX_IMAGES_MAGIC: u32 = 0x0000_0803;
 pub const IDX_LABELS_MAGIC: u32 = 0x0000_0801;
 
 #[derive(Debug, thiserror::Error)]
-pub enum DataError {
+pub enum DnnDataError {
     #[error("{}: cannot read/write: {source}", .path.display())]
     Io {
         path: PathBuf,
@@ -134,17 +134,17 @@ pub fn gaussian_clusters(
     classes: usize,
     spread: f32,
     seed: u64,
-) -> Result<Dataset, DataError> {
+) -> Result<Dataset, DnnDataError> {
     if classes == 0 || dim == 0 || !(spread.is_finite() && spread >= 0.0) {
-        return Err(DataError::InvalidArgument(format!(
+        return Err(DnnDataError::InvalidArgument(format!(
             "gaussian_clusters: classes={classes}, dim={dim}, spread={spread}"
         )));
     }
     let mut rng = StdRng::seed_from_u64(seed);
     let centre_d =
-        Normal::new(0.0f32, 3.0).map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+        Normal::new(0.0f32, 3.0).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     let noise =
-        Normal::new(0.0f32, spread).map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+        Normal::new(0.0f32, spread).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     let centres: Vec<Vec<f32>> = (0..classes)
         .map(|_| (0..dim).map(|_| centre_d.sample(&mut rng)).collect())
         .collect();
@@ -157,7 +157,7 @@ pub fn gaussian_clusters(
         }
     }
     let x = ArrayD::from_shape_vec(IxDyn(&[n, dim]), data)
-        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     Ok(Dataset {
         x,
         y,
@@ -174,17 +174,17 @@ pub fn teacher_mlp(
     hidden: usize,
     classes: usize,
     seed: u64,
-) -> Result<Dataset, DataError> {
+) -> Result<Dataset, DnnDataError> {
     let mut teacher = Sequential::mlp(&[dim, hidden, classes], seed ^ 0x7ea_c4e2)
-        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     let mut rng = StdRng::seed_from_u64(seed);
-    let d = Normal::new(0.0f32, 1.0).map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    let d = Normal::new(0.0f32, 1.0).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     let data: Vec<f32> = (0..n * dim).map(|_| d.sample(&mut rng)).collect();
     let x = ArrayD::from_shape_vec(IxDyn(&[n, dim]), data)
-        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     let logits = teacher
         .forward(&x)
-        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     let y = logits
         .rows()
         .into_iter()
@@ -207,9 +207,9 @@ pub fn template_images(
     side: usize,
     noise: f32,
     seed: u64,
-) -> Result<Dataset, DataError> {
+) -> Result<Dataset, DnnDataError> {
     if classes == 0 || side == 0 || !(noise.is_finite() && noise >= 0.0) {
-        return Err(DataError::InvalidArgument(format!(
+        return Err(DnnDataError::InvalidArgument(format!(
             "template_images: classes={classes}, side={side}, noise={noise}"
         )));
     }
@@ -228,7 +228,7 @@ pub fn template_images(
                 .collect()
         })
         .collect();
-    let d = Normal::new(0.0f32, noise).map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+    let d = Normal::new(0.0f32, noise).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     let mut y: Vec<usize> = (0..n).map(|i| i % classes).collect();
     y.shuffle(&mut rng);
     let mut data = Vec::with_capacity(n * px);
@@ -236,7 +236,7 @@ pub fn template_images(
         data.extend(templates[label].iter().map(|t| t + d.sample(&mut rng)));
     }
     let x = ArrayD::from_shape_vec(IxDyn(&[n, 1, side, side]), data)
-        .map_err(|e| DataError::InvalidArgument(e.to_string()))?;
+        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     Ok(Dataset {
         x,
         y,
@@ -254,8 +254,8 @@ pub struct IdxImages {
     pub pixels: Vec<u8>,
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, DataError> {
-    std::fs::read(path).map_err(|source| DataError::Io {
+fn read_file(path: &Path) -> Result<Vec<u8>, DnnDataError> {
+    std::fs::read(path).map_err(|source| DnnDataError::Io {
         path: path.to_path_buf(),
         source,
     })
@@ -266,28 +266,28 @@ fn parse_idx<'a>(
     bytes: &'a [u8],
     path: &Path,
     magic: u32,
-) -> Result<(Vec<usize>, &'a [u8]), DataError> {
+) -> Result<(Vec<usize>, &'a [u8]), DnnDataError> {
     let ndims = (magic & 0xff) as usize;
     let header_len = 4 + 4 * ndims;
     let be_u32 = |i: usize| -> Option<u32> {
         let b = bytes.get(i..i + 4)?;
         Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
-    let found = be_u32(0).ok_or(DataError::Truncated {
+    let found = be_u32(0).ok_or(DnnDataError::Truncated {
         path: path.to_path_buf(),
         what: "magic number",
         expected: 4,
         found: bytes.len(),
     })?;
     if found != magic {
-        return Err(DataError::BadMagic {
+        return Err(DnnDataError::BadMagic {
             path: path.to_path_buf(),
             expected: magic,
             found,
         });
     }
     if bytes.len() < header_len {
-        return Err(DataError::Truncated {
+        return Err(DnnDataError::Truncated {
             path: path.to_path_buf(),
             what: "header",
             expected: header_len,
@@ -301,13 +301,13 @@ fn parse_idx<'a>(
     let data_len = dims
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| DataError::Dimension {
+        .ok_or_else(|| DnnDataError::Dimension {
             path: path.to_path_buf(),
             detail: format!("dimensions {dims:?} overflow"),
         })?;
     let data = &bytes[header_len..];
     if data.len() < data_len {
-        return Err(DataError::Truncated {
+        return Err(DnnDataError::Truncated {
             path: path.to_path_buf(),
             what: "data",
             expected: header_len + data_len,
@@ -315,7 +315,7 @@ fn parse_idx<'a>(
         });
     }
     if data.len() > data_len {
-        return Err(DataError::Dimension {
+        return Err(DnnDataError::Dimension {
             path: path.to_path_buf(),
             detail: format!(
                 "dimensions {dims:?} give {data_len} data bytes but the file has {} (trailing bytes)",
@@ -327,16 +327,16 @@ fn parse_idx<'a>(
 }
 
 /// Parses an IDX images file already in memory; `path` is only used in errors.
-pub fn parse_idx_images(bytes: &[u8], path: &Path) -> Result<IdxImages, DataError> {
+pub fn parse_idx_images(bytes: &[u8], path: &Path) -> Result<IdxImages, DnnDataError> {
     let (dims, data) = parse_idx(bytes, path, IDX_IMAGES_MAGIC)?;
     let &[n, rows, cols] = dims.as_slice() else {
-        return Err(DataError::Dimension {
+        return Err(DnnDataError::Dimension {
             path: path.to_path_buf(),
             detail: format!("expected 3 dimensions, got {dims:?}"),
         });
     };
     if rows == 0 || cols == 0 {
-        return Err(DataError::Dimension {
+        return Err(DnnDataError::Dimension {
             path: path.to_path_buf(),
             detail: format!("image size {rows}x{cols} is empty"),
         });
@@ -350,42 +350,42 @@ pub fn parse_idx_images(bytes: &[u8], path: &Path) -> Result<IdxImages, DataErro
 }
 
 /// Parses an IDX labels file already in memory; `path` is only used in errors.
-pub fn parse_idx_labels(bytes: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
+pub fn parse_idx_labels(bytes: &[u8], path: &Path) -> Result<Vec<u8>, DnnDataError> {
     let (_, data) = parse_idx(bytes, path, IDX_LABELS_MAGIC)?;
     Ok(data.to_vec())
 }
 
-pub fn read_idx_images(path: impl AsRef<Path>) -> Result<IdxImages, DataError> {
+pub fn read_idx_images(path: impl AsRef<Path>) -> Result<IdxImages, DnnDataError> {
     let path = path.as_ref();
     parse_idx_images(&read_file(path)?, path)
 }
 
-pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Vec<u8>, DataError> {
+pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Vec<u8>, DnnDataError> {
     let path = path.as_ref();
     parse_idx_labels(&read_file(path)?, path)
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
-    std::fs::write(path, bytes).map_err(|source| DataError::Io {
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), DnnDataError> {
+    std::fs::write(path, bytes).map_err(|source| DnnDataError::Io {
         path: path.to_path_buf(),
         source,
     })
 }
 
-fn dim_u32(path: &Path, v: usize) -> Result<[u8; 4], DataError> {
+fn dim_u32(path: &Path, v: usize) -> Result<[u8; 4], DnnDataError> {
     u32::try_from(v)
         .map(u32::to_be_bytes)
-        .map_err(|_| DataError::Dimension {
+        .map_err(|_| DnnDataError::Dimension {
             path: path.to_path_buf(),
             detail: format!("dimension {v} does not fit in u32"),
         })
 }
 
 /// Writes an IDX images file (inverse of [`read_idx_images`]).
-pub fn write_idx_images(path: impl AsRef<Path>, images: &IdxImages) -> Result<(), DataError> {
+pub fn write_idx_images(path: impl AsRef<Path>, images: &IdxImages) -> Result<(), DnnDataError> {
     let path = path.as_ref();
     if images.pixels.len() != images.n * images.rows * images.cols {
-        return Err(DataError::Dimension {
+        return Err(DnnDataError::Dimension {
             path: path.to_path_buf(),
             detail: format!(
                 "{} pixels for {}x{}x{}",
@@ -405,7 +405,7 @@ pub fn write_idx_images(path: impl AsRef<Path>, images: &IdxImages) -> Result<()
 }
 
 /// Writes an IDX labels file (inverse of [`read_idx_labels`]).
-pub fn write_idx_labels(path: impl AsRef<Path>, labels: &[u8]) -> Result<(), DataError> {
+pub fn write_idx_labels(path: impl AsRef<Path>, labels: &[u8]) -> Result<(), DnnDataError> {
     let path = path.as_ref();
     let mut out = IDX_LABELS_MAGIC.to_be_bytes().to_vec();
     out.extend_from_slice(&dim_u32(path, labels.len())?);
@@ -419,12 +419,12 @@ pub fn load_idx_dataset(
     images_path: impl AsRef<Path>,
     labels_path: impl AsRef<Path>,
     n_classes: usize,
-) -> Result<Dataset, DataError> {
+) -> Result<Dataset, DnnDataError> {
     let (ip, lp) = (images_path.as_ref(), labels_path.as_ref());
     let images = read_idx_images(ip)?;
     let labels = read_idx_labels(lp)?;
     if images.n != labels.len() {
-        return Err(DataError::CountMismatch {
+        return Err(DnnDataError::CountMismatch {
             images: ip.to_path_buf(),
             labels: lp.to_path_buf(),
             n_images: images.n,
@@ -436,7 +436,7 @@ pub fn load_idx_dataset(
         .enumerate()
         .find(|&(_, &l)| l as usize >= n_classes)
     {
-        return Err(DataError::LabelOutOfRange {
+        return Err(DnnDataError::LabelOutOfRange {
             path: lp.to_path_buf(),
             index,
             label: label as usize,
@@ -445,7 +445,7 @@ pub fn load_idx_dataset(
     }
     let data: Vec<f32> = images.pixels.iter().map(|&p| p as f32 / 255.0).collect();
     let x = ArrayD::from_shape_vec(IxDyn(&[images.n, 1, images.rows, images.cols]), data).map_err(
-        |e| DataError::Dimension {
+        |e| DnnDataError::Dimension {
             path: ip.to_path_buf(),
             detail: e.to_string(),
         },
@@ -499,14 +499,14 @@ mod tests {
         // labels file given where images are expected: bad magic
         write_idx_labels(&lp, &[1, 2, 3]).unwrap();
         let e = read_idx_images(&lp).unwrap_err();
-        assert!(matches!(e, DataError::BadMagic { found: 0x801, .. }));
+        assert!(matches!(e, DnnDataError::BadMagic { found: 0x801, .. }));
         assert!(e.to_string().contains("labels") && e.to_string().contains("magic"));
 
         // truncated in the magic, the header and the data
         for (cut, what) in [(2, "magic number"), (9, "header"), (20, "data")] {
             std::fs::write(&ip, &good[..cut]).unwrap();
             match read_idx_images(&ip).unwrap_err() {
-                DataError::Truncated { what: w, path, .. } => {
+                DnnDataError::Truncated { what: w, path, .. } => {
                     assert_eq!(w, what);
                     assert_eq!(path, ip);
                 }
@@ -519,7 +519,7 @@ mod tests {
         std::fs::write(&ip, &long).unwrap();
         assert!(matches!(
             read_idx_images(&ip),
-            Err(DataError::Dimension { .. })
+            Err(DnnDataError::Dimension { .. })
         ));
         // huge dimensions: overflow or truncation, never an allocation or panic
         let mut huge = IDX_IMAGES_MAGIC.to_be_bytes().to_vec();
@@ -532,14 +532,14 @@ mod tests {
         std::fs::write(&ip, [0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 5]).unwrap();
         assert!(matches!(
             read_idx_images(&ip),
-            Err(DataError::Dimension { .. })
+            Err(DnnDataError::Dimension { .. })
         ));
         // count mismatch and label range
         std::fs::write(&ip, &good).unwrap();
         write_idx_labels(&lp, &[1, 2]).unwrap();
         assert!(matches!(
             load_idx_dataset(&ip, &lp, 10),
-            Err(DataError::CountMismatch {
+            Err(DnnDataError::CountMismatch {
                 n_images: 3,
                 n_labels: 2,
                 ..
@@ -548,11 +548,11 @@ mod tests {
         write_idx_labels(&lp, &[1, 2, 10]).unwrap();
         assert!(matches!(
             load_idx_dataset(&ip, &lp, 10),
-            Err(DataError::LabelOutOfRange { index: 2, .. })
+            Err(DnnDataError::LabelOutOfRange { index: 2, .. })
         ));
         // missing file
         let e = read_idx_labels(dir.path().join("nope")).unwrap_err();
-        assert!(matches!(e, DataError::Io { .. }) && e.to_string().contains("nope"));
+        assert!(matches!(e, DnnDataError::Io { .. }) && e.to_string().contains("nope"));
     }
 
     proptest::proptest! {

@@ -13,10 +13,13 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::path::Path;
 
-use crate::data::synthetic::{LdaCorpusParams, lda_corpus};
-use crate::data::{Corpus, DataError};
+mod corpus;
+
+pub use corpus::{
+    DocumentPartition, LdaMetrics, LoglikPoint, SyntheticCorpus, load_corpus, write_file,
+    write_topic_files,
+};
 
 /// Sparse topic-count vector: `(topic, count)` pairs with count > 0, unordered.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +30,7 @@ pub struct TopicCounts {
 }
 
 impl TopicCounts {
+    /// The count of `topic` (0 if absent).
     pub fn get(&self, topic: u32) -> u32 {
         self.entries
             .iter()
@@ -34,6 +38,7 @@ impl TopicCounts {
             .map_or(0, |e| e.1)
     }
 
+    /// Adds one to `topic`.
     pub fn increment(&mut self, topic: u32) {
         match self.entries.iter_mut().find(|e| e.0 == topic) {
             Some(e) => e.1 += 1,
@@ -57,6 +62,7 @@ impl TopicCounts {
         }
     }
 
+    /// Sum of the counts (the document's or word's tokens).
     pub fn total(&self) -> u64 {
         self.entries.iter().map(|e| u64::from(e.1)).sum()
     }
@@ -65,13 +71,49 @@ impl TopicCounts {
 /// LDA hyper-parameters (symmetric priors).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LdaConfig {
+    /// Number of topics.
     pub n_topics: usize,
+    /// Dirichlet prior of the document-topic distributions.
     pub alpha: f64,
+    /// Dirichlet prior of the topic-word distributions.
     pub beta: f64,
+    /// Number of workers (the corpus and the vocabulary are split into this many parts).
     pub n_workers: usize,
     /// Full passes over the corpus (each = P sub-rounds).
     pub iterations: usize,
+    /// RNG seed.
     pub seed: u64,
+}
+
+/// A document's topic counts disagree with its token assignments (a sampler bug).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicCountError {
+    /// The counts do not sum to the document's length.
+    #[error("worker {worker} doc {doc}: counts sum {counted} != {tokens} tokens")]
+    Total {
+        /// The worker.
+        worker: usize,
+        /// The document (worker-local index).
+        doc: usize,
+        /// The sum of the counts.
+        counted: u64,
+        /// The document's tokens.
+        tokens: usize,
+    },
+    /// One topic's count differs from the assignments.
+    #[error("worker {worker} doc {doc} topic {topic}: {counted} != {assigned}")]
+    Topic {
+        /// The worker.
+        worker: usize,
+        /// The document.
+        doc: usize,
+        /// The topic.
+        topic: u32,
+        /// Its count.
+        counted: u32,
+        /// Tokens assigned to it.
+        assigned: u32,
+    },
 }
 
 /// Checks that every document's topic counts match its token assignments.
@@ -79,23 +121,27 @@ pub fn check_doc_counts(
     worker: usize,
     doc_topic: &[TopicCounts],
     assignments: &[Vec<u32>],
-) -> Result<(), String> {
+) -> Result<(), TopicCountError> {
     for (d, (counts, topics)) in doc_topic.iter().zip(assignments).enumerate() {
         if counts.total() != topics.len() as u64 {
-            return Err(format!(
-                "worker {worker} doc {d}: counts sum {} != {} tokens",
-                counts.total(),
-                topics.len()
-            ));
+            return Err(TopicCountError::Total {
+                worker,
+                doc: d,
+                counted: counts.total(),
+                tokens: topics.len(),
+            });
         }
         let mut recount = TopicCounts::default();
         topics.iter().for_each(|&t| recount.increment(t));
         for &(t, n) in &recount.entries {
             if counts.get(t) != n {
-                return Err(format!(
-                    "worker {worker} doc {d} topic {t}: {} != {n}",
-                    counts.get(t)
-                ));
+                return Err(TopicCountError::Topic {
+                    worker,
+                    doc: d,
+                    topic: t,
+                    counted: counts.get(t),
+                    assigned: n,
+                });
             }
         }
     }
@@ -131,6 +177,7 @@ pub struct SparseSampler {
 }
 
 impl SparseSampler {
+    /// A sampler for `n_topics` topics over `vocab_size` words with priors `alpha`, `beta`.
     pub fn new(n_topics: usize, vocab_size: usize, alpha: f64, beta: f64) -> Self {
         SparseSampler {
             n_topics,
@@ -399,183 +446,6 @@ pub fn balanced_buckets(loads: &[usize], n_buckets: usize) -> Vec<u32> {
         }
     }
     bucket_of
-}
-
-/// Synthetic corpus from the LDA generative model (see [`lda_corpus`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SyntheticCorpus {
-    pub n_topics: usize,
-    pub vocab_size: usize,
-    pub n_docs: usize,
-    pub doc_length: usize,
-    pub alpha: f64,
-    pub beta: f64,
-    pub seed: u64,
-}
-
-impl Default for SyntheticCorpus {
-    fn default() -> Self {
-        SyntheticCorpus {
-            n_topics: 20,
-            vocab_size: 5000,
-            n_docs: 2000,
-            doc_length: 100,
-            alpha: 0.1,
-            beta: 0.1,
-            seed: 42,
-        }
-    }
-}
-
-/// One point of the log-likelihood trace (after a full pass over the corpus).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LoglikPoint {
-    pub iteration: usize,
-    pub elapsed_s: f64,
-    pub tokens_sampled: u64,
-    pub loglik_per_token: f64,
-}
-
-/// `metrics.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LdaMetrics {
-    pub n_docs: usize,
-    pub vocab_size: usize,
-    pub n_tokens: usize,
-    pub n_topics: usize,
-    pub workers: usize,
-    pub iterations: usize,
-    pub elapsed_s: f64,
-    /// Seconds spent in sampling rounds (excludes the initial count rotation).
-    pub sampling_s: f64,
-    pub tokens_sampled: u64,
-    /// Tokens sampled per second divided by the number of workers (one sampling thread
-    /// each).
-    pub tokens_per_s_per_worker: f64,
-    pub loglik: Vec<LoglikPoint>,
-    pub final_loglik_per_token: f64,
-    /// Bytes the scheduler node sent and received during the run (0 without a network):
-    /// block ids, topic-total deltas and log-likelihood parts; the word-topic blocks
-    /// travel worker to worker.
-    #[serde(default)]
-    pub scheduler_bytes: u64,
-    /// Serialized size of all word-topic blocks at the end: what one sub-round would move
-    /// through the scheduler twice (out and back) if the blocks were routed through it.
-    #[serde(default)]
-    pub block_bytes: u64,
-    /// Serialized size of the final Collect round's partials (the blocks), included in
-    /// `scheduler_bytes`.
-    #[serde(default)]
-    pub collect_bytes: u64,
-    /// Scheduler rounds (sub-rounds plus the Collect round).
-    #[serde(default)]
-    pub rounds: u64,
-}
-
-/// Writes `topics.txt` (per topic: the top words of `phi` with probabilities) and
-/// `topic_word.tsv` (`phi`, `K x V`); shared by the STRADS and parameter-server LDA apps.
-pub fn write_topic_files(
-    dir: &std::path::Path,
-    phi: &ndarray::Array2<f64>,
-    corpus: &Corpus,
-    top: usize,
-) -> Result<(), DataError> {
-    let mut topics = String::new();
-    let mut table = String::new();
-    for (k, row) in phi.rows().into_iter().enumerate() {
-        let mut order: Vec<usize> = (0..row.len()).collect();
-        order.sort_by(|&a, &b| {
-            row[b]
-                .partial_cmp(&row[a])
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        let words: Vec<String> = order
-            .iter()
-            .take(top)
-            .map(|&w| {
-                let name = corpus
-                    .vocab
-                    .as_ref()
-                    .and_then(|v| v.get(w).cloned())
-                    .unwrap_or_else(|| format!("w{w}"));
-                format!("{name}:{:.4}", row[w])
-            })
-            .collect();
-        topics.push_str(&format!("topic {k}: {}\n", words.join(" ")));
-        let values: Vec<String> = row.iter().map(|v| format!("{v:.6e}")).collect();
-        table.push_str(&values.join("\t"));
-        table.push('\n');
-    }
-    write_file(dir, "topics.txt", topics.as_bytes())?;
-    write_file(dir, "topic_word.tsv", table.as_bytes())
-}
-
-/// Writes `contents` to `dir/name`, creating `dir`; the error names the file.
-pub fn write_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), DataError> {
-    let path = dir.join(name);
-    std::fs::create_dir_all(dir)
-        .and_then(|_| std::fs::write(&path, contents))
-        .map_err(|source| DataError::Io { path, source })
-}
-
-/// The corpus of an LDA job: a UCI bag-of-words file (`docword`, with an optional `vocab`
-/// for readable top words) or, when `docword` is unset, a synthetic corpus.
-pub fn load_corpus(
-    docword: Option<&Path>,
-    vocab: Option<&Path>,
-    synthetic: &SyntheticCorpus,
-) -> Result<Corpus, DataError> {
-    let corpus = match docword {
-        Some(path) => crate::data::load_bow(path, vocab)?,
-        None => {
-            let s = synthetic;
-            lda_corpus(&LdaCorpusParams {
-                n_topics: s.n_topics,
-                vocab_size: s.vocab_size,
-                n_docs: s.n_docs,
-                doc_length: s.doc_length,
-                alpha: s.alpha,
-                beta: s.beta,
-                seed: s.seed,
-            })?
-            .corpus
-        }
-    };
-    if corpus.n_tokens() == 0 {
-        return Err(DataError::InvalidParameter(
-            "the corpus has no tokens".into(),
-        ));
-    }
-    Ok(corpus)
-}
-
-/// Which worker samples each document: balanced by token count, identical on every node.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DocumentPartition {
-    /// `doc_worker[d]` is the worker that owns document `d`.
-    pub doc_worker: Vec<u32>,
-}
-
-impl DocumentPartition {
-    /// Splits `corpus` over `workers` by token count ([`balanced_buckets`]).
-    pub fn balanced(corpus: &Corpus, workers: usize) -> Self {
-        let lengths: Vec<usize> = corpus.docs.iter().map(Vec::len).collect();
-        DocumentPartition {
-            doc_worker: balanced_buckets(&lengths, workers),
-        }
-    }
-
-    /// Documents `(global id, tokens)` of worker `w`.
-    pub fn docs_of(&self, corpus: &Corpus, w: usize) -> Vec<(u32, Vec<u32>)> {
-        corpus
-            .docs
-            .iter()
-            .enumerate()
-            .filter(|(d, _)| self.doc_worker[*d] as usize == w)
-            .map(|(d, doc)| (d as u32, doc.clone()))
-            .collect()
-    }
 }
 
 /// `(u32, u32)` pairs as little-endian bytes.
