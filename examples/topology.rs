@@ -9,7 +9,7 @@
 
 use actix::prelude::*;
 use petrel::actors::{
-    Cluster, HandlerError, Msg, NodeContext, PriorityActor, PriorityInbox, Topology,
+    Cluster, HandlerError, Msg, NodeContext, NodeError, PriorityActor, PriorityInbox, Topology,
 };
 use petrel::messages::{Priority, remote_message};
 use serde::{Deserialize, Serialize};
@@ -106,38 +106,28 @@ impl Handler<Msg<Summary>> for Monitor {
     }
 }
 
-// 3. Roles: what runs on a node that lists the role.
-async fn monitor_role(ctx: NodeContext) -> Result<(), String> {
+// 3. Roles: what runs on a node that lists the role. Any error type works; the runtime's
+// own `NodeError` covers registering, barriers and asks.
+async fn monitor_role(ctx: NodeContext) -> Result<(), NodeError> {
     let addr = Monitor::default().start();
     ctx.node
-        .register("monitor", addr)
-        .map_err(|e| e.to_string())?
+        .register("monitor", addr)?
         .accept::<Reading>()
         .accept::<Alarm>()
         .accept::<Summary>();
-    ctx.barrier("monitor-ready")
-        .await
-        .map_err(|e| e.to_string())
+    ctx.barrier("monitor-ready").await
 }
 
-async fn sensor_role(ctx: NodeContext) -> Result<(), String> {
-    ctx.barrier("monitor-ready")
-        .await
-        .map_err(|e| e.to_string())?;
-    let readings = ctx
-        .node
-        .actor_at::<Reading>("station", "monitor")
-        .map_err(|e| e.to_string())?;
-    let alarms = ctx
-        .node
-        .actor_at::<Alarm>("station", "monitor")
-        .map_err(|e| e.to_string())?;
+async fn sensor_role(ctx: NodeContext) -> Result<(), NodeError> {
+    ctx.barrier("monitor-ready").await?;
+    let readings = ctx.node.actor_at::<Reading>("station", "monitor")?;
+    let alarms = ctx.node.actor_at::<Alarm>("station", "monitor")?;
     for seq in 0..200 {
         let r = Reading {
             seq,
             celsius: 20.0 + seq as f32 * 0.1,
         };
-        readings.tell(r, Priority::LOW).map_err(|e| e.to_string())?;
+        readings.tell(r, Priority::LOW)?;
     }
     // The alarm is sent after 200 readings but overtakes the ones still queued.
     let ack = alarms
@@ -149,21 +139,16 @@ async fn sensor_role(ctx: NodeContext) -> Result<(), String> {
             Priority::HIGH,
             Duration::from_secs(10),
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     println!(
         "sensor: alarm acknowledged after {} of 200 readings",
         ack.readings_before
     );
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let summary = ctx
-        .node
-        .actor_at::<Summary>("station", "monitor")
-        .map_err(|e| e.to_string())?;
+    let summary = ctx.node.actor_at::<Summary>("station", "monitor")?;
     let totals = summary
         .ask(Summary, Priority::NORMAL, Duration::from_secs(10))
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     println!(
         "sensor: monitor handled {} readings and {} alarm(s); first items handled: {}",
         totals.readings,
@@ -187,8 +172,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .node("field", &["sensor"])
         .build()?;
     Cluster::new(settings)
-        .role("monitor", |ctx| Box::pin(monitor_role(ctx)))
-        .role("sensor", |ctx| Box::pin(sensor_role(ctx)))
+        .role("monitor", monitor_role)
+        .role("sensor", sensor_role)
         .run_in_process()?;
     println!("done");
     Ok(())

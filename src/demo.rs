@@ -6,16 +6,66 @@
 //! Roles: `demo-aggregator` (one node), `demo-worker` (any number). Settings: `[app.demo]`.
 
 use actix::prelude::*;
-use petrel_actors::{Cluster, HandlerError, Msg, NodeContext};
+use petrel_actors::{AskError, Cluster, HandlerError, Msg, NodeContext, NodeError};
 use petrel_messages::{Priority, Tensor, remote_message};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+/// Why a demo role failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// The cluster has no node with a role the demo needs.
+    #[error("no node runs {0}")]
+    MissingRole(&'static str),
+    /// This worker is not among the `demo-worker` nodes.
+    #[error("worker {0} is not in its own role list")]
+    NotAWorker(String),
+    /// Settings, registration or a barrier failed.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// A round's contribution got no mean back.
+    #[error("round {round}: {source}")]
+    Round {
+        /// The round.
+        round: u32,
+        /// Why the ask failed.
+        #[source]
+        source: AskError,
+    },
+    /// The mean that came back is wrong.
+    #[error("round {round}: mean[{index}] = {got}, expected {expected}")]
+    WrongMean {
+        /// The round.
+        round: u32,
+        /// The position in the tensor.
+        index: usize,
+        /// The value received.
+        got: f32,
+        /// The value every worker can compute itself.
+        expected: f32,
+    },
+    /// The worker's report could not be written.
+    #[error("{}: {source}", path.display())]
+    Report {
+        /// The report file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The worker's report could not be encoded.
+    #[error("encoding the report: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// `[app.demo]`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default)]
 pub struct DemoConfig {
+    /// Rounds each worker contributes.
     pub rounds: u32,
+    /// Floats per contribution.
     pub tensor_len: usize,
     /// Stop after this many seconds even if rounds remain (0 = no limit).
     pub duration_s: f64,
@@ -25,11 +75,16 @@ pub struct DemoConfig {
 
 /// What a worker reports at the end of the demo job.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct WorkerReport {
+pub struct DemoWorkerReport {
+    /// The worker's node name.
     pub worker: String,
+    /// Rounds completed.
     pub rounds: u32,
+    /// Tensor bytes contributed.
     pub bytes_sent: u64,
+    /// Seconds from the first round to the last.
     pub seconds: f64,
+    /// The node's transport counters at the end.
     pub net: petrel_net::NetStatsSnapshot,
 }
 
@@ -47,16 +102,22 @@ impl Default for DemoConfig {
 /// One worker's tensor for one round.
 #[derive(Serialize, Deserialize)]
 pub struct Contribution {
+    /// The round.
     pub round: u32,
+    /// The contributing worker.
     pub worker: String,
+    /// Its values.
     pub tensor: Tensor,
 }
 
 /// The element-wise mean over all workers of a round.
 #[derive(Serialize, Deserialize)]
 pub struct RoundMean {
+    /// The round.
     pub round: u32,
+    /// How many workers contributed.
     pub workers: u32,
+    /// The element-wise mean.
     pub mean: Tensor,
     /// Set by the aggregator when `duration_s` has passed: every worker stops after this
     /// same round.
@@ -149,12 +210,12 @@ fn expected_mean(workers: usize, r: u32, i: usize) -> f32 {
     (s * (r as usize + 1)) as f32 / workers as f32 + (i % 7) as f32
 }
 
-async fn aggregator_role(ctx: NodeContext) -> Result<(), String> {
+async fn aggregator_role(ctx: NodeContext) -> Result<(), DemoError> {
     let workers = ctx.nodes_with_role("demo-worker").len();
     if workers == 0 {
-        return Err("no node runs demo-worker".into());
+        return Err(DemoError::MissingRole("demo-worker"));
     }
-    let cfg: DemoConfig = ctx.settings.app("demo").map_err(|e| e.to_string())?;
+    let cfg: DemoConfig = ctx.settings.app("demo")?;
     let addr = Aggregator {
         workers,
         deadline: (cfg.duration_s > 0.0)
@@ -163,30 +224,28 @@ async fn aggregator_role(ctx: NodeContext) -> Result<(), String> {
     }
     .start();
     ctx.node
-        .register("aggregator", addr)
-        .map_err(|e| e.to_string())?
+        .register("aggregator", addr)?
         .accept::<Contribution>();
     tracing::info!(workers, "aggregator ready");
-    ctx.barrier("demo.ready").await.map_err(|e| e.to_string())
+    Ok(ctx.barrier("demo.ready").await?)
 }
 
-async fn worker_role(ctx: NodeContext) -> Result<(), String> {
-    let cfg: DemoConfig = ctx.settings.app("demo").map_err(|e| e.to_string())?;
+async fn worker_role(ctx: NodeContext) -> Result<(), DemoError> {
+    let cfg: DemoConfig = ctx.settings.app("demo")?;
     let workers = ctx.nodes_with_role("demo-worker");
     let me = workers
         .iter()
         .position(|n| *n == ctx.spec.name)
-        .ok_or("worker not in its own role list")?;
+        .ok_or_else(|| DemoError::NotAWorker(ctx.spec.name.clone()))?;
     let aggregator_node = ctx
         .nodes_with_role("demo-aggregator")
         .into_iter()
         .next()
-        .ok_or("no node runs demo-aggregator")?;
-    ctx.barrier("demo.ready").await.map_err(|e| e.to_string())?;
+        .ok_or(DemoError::MissingRole("demo-aggregator"))?;
+    ctx.barrier("demo.ready").await?;
     let aggregator = ctx
         .node
-        .actor_at::<Contribution>(&aggregator_node, "aggregator")
-        .map_err(|e| e.to_string())?;
+        .actor_at::<Contribution>(&aggregator_node, "aggregator")?;
     let started = Instant::now();
     let mut bytes = 0usize;
     let mut done = 0u32;
@@ -205,7 +264,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
                 ctx.node.default_timeout(),
             )
             .await
-            .map_err(|e| format!("round {r}: {e}"))?;
+            .map_err(|source| DemoError::Round { round: r, source })?;
         let bad = reply
             .mean
             .data
@@ -213,10 +272,12 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
             .enumerate()
             .find(|(i, m)| (**m - expected_mean(workers.len(), r, *i)).abs() > 1e-3);
         if let Some((i, m)) = bad {
-            return Err(format!(
-                "round {r}: mean[{i}] = {m}, expected {}",
-                expected_mean(workers.len(), r, i)
-            ));
+            return Err(DemoError::WrongMean {
+                round: r,
+                index: i,
+                got: *m,
+                expected: expected_mean(workers.len(), r, i),
+            });
         }
         done = r + 1;
         if reply.stop {
@@ -235,7 +296,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
     }
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     if let Some(dir) = &cfg.report_dir {
-        let report = WorkerReport {
+        let report = DemoWorkerReport {
             worker: ctx.spec.name.clone(),
             rounds: done,
             bytes_sent: bytes as u64,
@@ -243,8 +304,8 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
             net: ctx.node.net_stats(),
         };
         let path = dir.join(format!("{}.json", ctx.spec.name));
-        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(&path, text).map_err(|source| DemoError::Report { path, source })?;
     }
     tracing::info!(
         rounds = done,
@@ -256,10 +317,11 @@ async fn worker_role(ctx: NodeContext) -> Result<(), String> {
     Ok(())
 }
 
+/// Adds the roles `demo-aggregator` and `demo-worker`.
 pub fn register(cluster: Cluster) -> Cluster {
     cluster
-        .role("demo-aggregator", |ctx| Box::pin(aggregator_role(ctx)))
-        .role("demo-worker", |ctx| Box::pin(worker_role(ctx)))
+        .role("demo-aggregator", aggregator_role)
+        .role("demo-worker", worker_role)
 }
 
 #[cfg(test)]

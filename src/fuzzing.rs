@@ -45,10 +45,7 @@ pub fn wire_messages(data: &[u8]) {
     body::<PeerDown>(data);
     body::<Shutdown>(data);
     body::<BarrierEnter>(data);
-    let _ = decode_body::<Result<petrel_messages::runtime::BarrierReleased, String>>(
-        "barrier-reply",
-        data,
-    );
+    let _ = decode_body::<petrel_messages::runtime::BarrierReply>("barrier-reply", data);
     let _ = decode_body::<petrel_messages::runtime::JoinAck>("join-ack", data);
     if let Ok(t) = decode_body::<Tensor>("tensor", data) {
         let _ = t.validate();
@@ -59,25 +56,30 @@ fn text(data: &[u8]) -> &[u8] {
     data
 }
 
+/// LIBSVM text.
 pub fn libsvm(data: &[u8]) {
     let _ = petrel_ml::data::libsvm::parse_libsvm(text(data), "fuzz.libsvm");
 }
 
+/// Rating triplets and Matrix Market text.
 pub fn ratings(data: &[u8]) {
     let _ = petrel_ml::data::ratings::parse_triplets(text(data), "fuzz.data");
     let _ = petrel_ml::data::ratings::parse_matrix_market(text(data), "fuzz.mtx");
 }
 
+/// UCI bag-of-words docword and vocabulary files.
 pub fn bag_of_words(data: &[u8]) {
     let _ = petrel_ml::data::bow::parse_docword(text(data), "docword.fuzz.txt");
     let _ = petrel_ml::data::bow::parse_vocab(text(data), "vocab.fuzz.txt");
 }
 
+/// IDX (MNIST) image and label files.
 pub fn idx(data: &[u8]) {
     let _ = petrel_ml::dnn::data::parse_idx_images(data, Path::new("fuzz-images.idx"));
     let _ = petrel_ml::dnn::data::parse_idx_labels(data, Path::new("fuzz-labels.idx"));
 }
 
+/// P3 model profiles (TOML and JSON).
 pub fn model_profile(data: &[u8]) {
     if let Ok(s) = std::str::from_utf8(data) {
         let _ = petrel_p3::core::profile::ModelProfile::from_toml_str(s, "fuzz.toml");
@@ -85,12 +87,14 @@ pub fn model_profile(data: &[u8]) {
     }
 }
 
+/// Cluster settings (TOML).
 pub fn config(data: &[u8]) {
     if let Ok(s) = std::str::from_utf8(data) {
         let _ = petrel_actors::Settings::from_toml(s);
     }
 }
 
+/// A parameter-server row as stored in checkpoints.
 pub fn ps_row(data: &[u8]) {
     let _ = petrel_ps::core::types::Row::decode(data);
 }
@@ -117,7 +121,7 @@ pub fn system_messages(data: &[u8]) {
     let _ = decode_body::<petrel_p3::shells::SliceValues>("p3-slice", data);
     body::<crate::demo::Contribution>(data);
     let _ = decode_body::<crate::demo::RoundMean>("demo-mean", data);
-    body::<petrel_ps::apps::mf::WorkerDone>(data);
+    body::<petrel_ps::WorkerDone>(data);
     strads::<LassoApp>(data);
     strads::<LogisticApp>(data);
     strads::<MfApp>(data);

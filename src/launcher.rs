@@ -7,8 +7,8 @@
 //! and the launcher returns an error naming it.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use petrel_actors::Settings;
 use petrel_actors::topology::reserve_ports;
+use petrel_actors::{NodeError, Settings, Transport};
 use petrel_net::tls::ClusterCa;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -22,26 +22,42 @@ pub const STOPPED_BY_PEER: u8 = 3;
 /// How long `wait` looks for the node where a failure started once only followers exited.
 const ROOT_CAUSE_GRACE: Duration = Duration::from_secs(1);
 
+/// Why a launched cluster could not start or did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("{0}")]
-    Settings(String),
+    /// The settings could not be read, resolved or written.
+    #[error(transparent)]
+    Settings(#[from] NodeError),
+    /// `petrel run` starts one process per node, which needs QUIC between them.
+    #[error(
+        "petrel run starts one process per node, which needs cluster.transport = \"quic\" (got \"{0}\")"
+    )]
+    NeedsQuic(Transport),
+    /// Spawning, waiting for or writing for a child failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// The cluster's certificates could not be made.
     #[error(transparent)]
     Tls(#[from] petrel_net::TlsError),
+    /// A node exited with an error (the one where the failure started).
     #[error("node {name} failed ({status}); its roles: {roles}")]
     NodeFailed {
+        /// The node.
         name: String,
+        /// Its roles, comma separated.
         roles: String,
+        /// Its exit status.
         status: String,
     },
+    /// Ctrl-C.
     #[error("interrupted; all nodes stopped")]
     Interrupted,
+    /// The `--timeout-s` passed.
     #[error("cluster did not finish within {0:?}; all nodes stopped")]
     Timeout(Duration),
 }
 
+/// How [`start`] launches the nodes.
 pub struct LaunchOptions {
     /// The binary that runs `node` (default: this executable).
     pub binary: PathBuf,
@@ -54,6 +70,7 @@ pub struct LaunchOptions {
 }
 
 impl LaunchOptions {
+    /// Runs this executable's `node` command, in a temporary directory, without a timeout.
     pub fn new() -> Result<Self, LaunchError> {
         Ok(Self {
             binary: std::env::current_exe()?,
@@ -67,20 +84,19 @@ impl LaunchOptions {
 /// What a finished run reports.
 #[derive(Debug)]
 pub struct LaunchReport {
+    /// Each node and when it finished, since the launch.
     pub nodes: Vec<(String, Duration)>,
+    /// Where the certificates and resolved settings are.
     pub run_dir: PathBuf,
 }
 
 /// Resolves ports and certificates for `settings` and writes `cluster.toml` into `dir`.
 pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
     std::fs::create_dir_all(dir)?;
-    if settings.cluster.transport != petrel_actors::Transport::Quic {
-        return Err(LaunchError::Settings(
-            "petrel run starts one process per node, which needs cluster.transport = \"quic\""
-                .into(),
-        ));
+    if settings.cluster.transport != Transport::Quic {
+        return Err(LaunchError::NeedsQuic(settings.cluster.transport));
     }
-    reserve_ports(&mut settings).map_err(|e| LaunchError::Settings(e.to_string()))?;
+    reserve_ports(&mut settings)?;
     if settings.cluster.certs_dir.is_none() {
         let certs = dir.join("certs");
         let ca = ClusterCa::generate()?;
@@ -91,18 +107,13 @@ pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchErro
         settings.cluster.certs_dir = Some(certs);
     }
     let path = dir.join("cluster.toml");
-    std::fs::write(
-        &path,
-        settings
-            .to_toml()
-            .map_err(|e| LaunchError::Settings(e.to_string()))?,
-    )?;
+    std::fs::write(&path, settings.to_toml()?)?;
     Ok(path)
 }
 
 /// Runs the cluster described by `config` to completion.
 pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, LaunchError> {
-    let settings = Settings::load(config).map_err(|e| LaunchError::Settings(e.to_string()))?;
+    let settings = Settings::load(config)?;
     let timeout = opts.timeout;
     start(settings, opts).await?.wait(timeout).await
 }
@@ -183,6 +194,7 @@ impl Running {
             .collect()
     }
 
+    /// Where the certificates and resolved settings are.
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
     }

@@ -1,12 +1,78 @@
 //! # petrel
 //!
-//! A framework for distributed machine learning on actors over QUIC. It unites a
-//! parameter server with bounded staleness (Bösen), priority-based parameter propagation
-//! (P3) and scheduled model parallelism (STRADS) on one runtime.
+//! A framework for distributed machine learning on actors over QUIC. It unites a parameter
+//! server with bounded staleness (Bösen), priority-based parameter propagation (P3) and
+//! scheduled model parallelism (STRADS) on one runtime. This crate is the facade: it
+//! re-exports every workspace crate under one name and holds the `petrel` command line's
+//! building blocks. This page is the guided tour; README.md and ARCHITECTURE.md point here.
 //!
-//! This facade re-exports the workspace crates and holds the `petrel` CLI's building
-//! blocks: the multi-process launcher, network-namespace hosts, built-in roles and
-//! benchmarks.
+//! ## The runtime, bottom up
+//!
+//! Dependencies point one way: [`messages`] ← [`net`] ← [`actors`] ← the systems
+//! ([`ps`], [`strads`], [`p3`], on top of [`ml`]) ← this facade.
+//!
+//! - [`messages`]: wire types, pure data. A [`messages::Priority`] (an `i32`, higher
+//!   first) travels with every message; [`messages::PriorityQueue`] is the one queue that
+//!   orders work by it (mailbox, outbox and P3's slices). Your own message types implement
+//!   [`messages::RemoteMessage`] (or use [`messages::remote_message!`]); large numeric
+//!   payloads travel as raw bytes ([`messages::Tensor`]).
+//! - [`net`]: the transport. [`net::Net`] sends frames over authenticated QUIC (or in memory
+//!   for tests) through a priority outbox ([`net::outbox`]); knobs are [`net::NetConfig`].
+//! - [`actors`]: the node runtime on actix. A [`actors::Node`] hosts named actors; an
+//!   [`actors::ActorRef`] sends to a local actor without serializing and to a remote one
+//!   over [`net`] with the same call. [`actors::coordinator`] runs membership, heartbeats,
+//!   failure detection and barriers.
+//!
+//! ## Composing a cluster
+//!
+//! Build the settings in code with [`actors::Topology`] (or read TOML with
+//! [`actors::Settings::load`]), register the code of each role with
+//! [`actors::Cluster::role`] — any `async fn(NodeContext) -> Result<(), E>` — and run it:
+//! every node in this process ([`actors::Cluster::run_in_process`]), one node per process
+//! ([`actors::Cluster::run_node`], what `petrel node` does), or all processes on this
+//! machine ([`launcher`], what `petrel run` does). A role's error keeps its cause chain
+//! ([`actors::RoleError`]); [`actors::error_chain`] prints it once.
+//!
+//! ```no_run
+//! use petrel::actors::{Cluster, NodeContext, NodeError, Topology, Transport};
+//!
+//! async fn hello(ctx: NodeContext) -> Result<(), NodeError> {
+//!     tracing::info!(node = %ctx.spec.name, "hello");
+//!     ctx.barrier("said-hello").await
+//! }
+//!
+//! let settings = Topology::builder("hello")
+//!     .node("a", &["hello"])
+//!     .node("b", &["hello"])
+//!     .transport(Transport::Memory)
+//!     .build()?;
+//! Cluster::new(settings).role("hello", hello).run_in_process()?;
+//! # Ok::<(), NodeError>(())
+//! ```
+//!
+//! ## The three systems
+//!
+//! Each system has one home that reads in the same order: a sans-I/O `core` (no actix,
+//! tokio or quinn), the actor `shells`, the kit (generic roles and job runner), the apps.
+//!
+//! - [`ps`]: the parameter server: sharded tables, client caches, BSP/SSP/ESSP/async
+//!   consistency; apps for matrix factorization, logistic regression and LDA.
+//! - [`strads`]: scheduled model parallelism: schedulers dispatch dependency-aware blocks of
+//!   variables (star and ring routing); apps for Lasso, sparse logistic regression, CCD++
+//!   matrix factorization and LDA.
+//! - [`p3`]: priority-based parameter propagation for data-parallel DNN training: slices
+//!   sent in the order the next forward pass needs them.
+//! - [`ml`]: what they share: data loaders, synthetic generators, DNN layers, topic-model
+//!   math.
+//!
+//! ## The command line
+//!
+//! [`roles::builtin`] is a [`actors::Cluster`] with every built-in role; `petrel run`,
+//! `petrel node`, `petrel train …` and `petrel bench …` ([`bench`]) are built on it, the
+//! [`launcher`] and [`netns`] (emulated hosts). [`demo`] is the runtime's own check job.
+//! Commands fail with a [`CliError`].
+
+#![warn(missing_docs)]
 
 pub use petrel_actors as actors;
 pub use petrel_messages as messages;
@@ -18,12 +84,22 @@ pub use petrel_strads as strads;
 
 pub mod bench;
 pub mod demo;
+mod error;
 pub mod fuzzing;
 pub mod launcher;
 pub mod netns;
 pub mod report;
 pub mod roles;
+// STRADS' `petrel train` glue documents its own items.
+#[allow(missing_docs)]
 pub mod train;
+
+pub use error::CliError;
+
+/// The names most programs on petrel need: `use petrel::prelude::*;`.
+pub mod prelude {
+    pub use petrel_actors::prelude::*;
+}
 
 /// Sets up `tracing` output to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_tracing() {

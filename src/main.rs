@@ -1,10 +1,11 @@
 //! The `petrel` command line.
 
 use clap::{Parser, Subcommand};
+use petrel::CliError;
 use petrel::launcher::{self, LaunchOptions};
 use petrel::netns::{Hosts, LinkShape};
 use petrel_actors::topology::Wiring;
-use petrel_actors::{NodeError, Settings};
+use petrel_actors::{NodeError, Settings, error_chain};
 use petrel_net::ClusterCredentials;
 use petrel_net::tls::ClusterCa;
 use std::path::PathBuf;
@@ -102,13 +103,13 @@ enum NetnsCommand {
 enum TrainCommand {
     /// Matrix factorization by SGD on the parameter server (BSP/SSP/ESSP/async).
     #[command(name = "ps-mf")]
-    PsMf(petrel::ps::apps::mf::TrainArgs),
+    PsMf(petrel::ps::PsTrainArgs<petrel::ps::PsMfConfig>),
     /// Multinomial logistic regression (LIBSVM data) on the parameter server.
     #[command(name = "ps-lr")]
-    PsLr(petrel::ps::apps::lr::TrainArgs),
+    PsLr(petrel::ps::PsTrainArgs<petrel::ps::PsLrConfig>),
     /// LDA by collapsed Gibbs sampling, data-parallel on the parameter server (SSP).
     #[command(name = "ps-lda")]
-    PsLda(petrel::ps::apps::lda::TrainArgs),
+    PsLda(petrel::ps::PsTrainArgs<petrel::ps::PsLdaConfig>),
     /// Lasso by scheduled coordinate descent (STRADS): coefficients.tsv + metrics.json.
     Lasso(petrel::train::LassoArgs),
     /// Matrix factorisation by CCD++ with block rotation (STRADS): factors + metrics.json.
@@ -123,9 +124,9 @@ enum TrainCommand {
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Raw quinn vs petrel messaging vs local sends, and priority under a backlog.
-    Transport(petrel::bench::transport::Args),
+    Transport(petrel::bench::transport::TransportBenchArgs),
     /// A multi-process cluster under sustained load, sampling every node's memory.
-    Soak(petrel::bench::soak::Args),
+    Soak(petrel::bench::soak::SoakBenchArgs),
     // bench: systems add their benchmarks below this line
     /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
     Consistency(petrel::bench::consistency::Args),
@@ -149,56 +150,52 @@ fn main() -> ExitCode {
     }
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(&e, ExitCode::FAILURE),
     }
 }
 
-fn tokio_runtime() -> Result<tokio::runtime::Runtime, String> {
+/// The one line a failed command prints: the error and its causes, each once.
+fn fail(error: &(dyn std::error::Error + 'static), code: ExitCode) -> ExitCode {
+    eprintln!("error: {}", error_chain(error));
+    code
+}
+
+fn tokio_runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())
+        .map_err(CliError::Runtime)
 }
 
 /// `petrel node`: exits 0 when the run finished, 1 when it failed on this node, and
 /// [`petrel::launcher::STOPPED_BY_PEER`] when another node's failure stopped it (so
 /// `petrel run` names the node where the failure started).
 fn node_command(config: &std::path::Path, name: &str) -> ExitCode {
-    let fail = |e: String| {
-        tracing::error!("{e}");
-        eprintln!("error: {e}");
-        ExitCode::FAILURE
-    };
     let settings = match Settings::load(config) {
         Ok(s) => s,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(&e, ExitCode::FAILURE),
     };
     let Some(dir) = settings.cluster.certs_dir.clone() else {
-        return fail(
+        let e = CliError::Usage(
             "cluster.certs_dir is not set; create certificates with `petrel certs`".into(),
         );
+        return fail(&e, ExitCode::FAILURE);
     };
     let creds = match ClusterCredentials::load(&dir, name) {
         Ok(c) => c,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(&e, ExitCode::FAILURE),
     };
     match petrel::roles::builtin(settings).run_node(name, Wiring::Quic(creds)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ (NodeError::PeerFailed { .. } | NodeError::RunFailed { .. })) => {
-            tracing::error!("{e}");
-            eprintln!("error: {e}");
-            ExitCode::from(petrel::launcher::STOPPED_BY_PEER)
+            fail(&e, ExitCode::from(petrel::launcher::STOPPED_BY_PEER))
         }
-        Err(e) => fail(e.to_string()),
+        Err(e) => fail(&e, ExitCode::FAILURE),
     }
 }
 
-fn dispatch(command: Command) -> Result<(), String> {
+fn dispatch(command: Command) -> Result<(), CliError> {
     match command {
         Command::Run {
             config,
@@ -207,17 +204,13 @@ fn dispatch(command: Command) -> Result<(), String> {
             in_process,
         } => {
             if in_process {
-                let settings = Settings::load(&config).map_err(|e| e.to_string())?;
-                return petrel::roles::builtin(settings)
-                    .run_in_process()
-                    .map_err(|e| e.to_string());
+                let settings = Settings::load(&config)?;
+                return Ok(petrel::roles::builtin(settings).run_in_process()?);
             }
-            let mut opts = LaunchOptions::new().map_err(|e| e.to_string())?;
+            let mut opts = LaunchOptions::new()?;
             opts.run_dir = run_dir;
             opts.timeout = timeout_s.map(Duration::from_secs);
-            let report = tokio_runtime()?
-                .block_on(launcher::run(&config, opts))
-                .map_err(|e| e.to_string())?;
+            let report = tokio_runtime()?.block_on(launcher::run(&config, opts))?;
             for (name, t) in &report.nodes {
                 tracing::info!(node = %name, seconds = format!("{:.2}", t.as_secs_f64()), "node finished");
             }
@@ -228,28 +221,30 @@ fn dispatch(command: Command) -> Result<(), String> {
             Ok(())
         }
         // main() runs `petrel node` through node_command for its exit codes.
-        Command::Node { name, .. } => Err(format!("`petrel node --name {name}` runs in main")),
+        Command::Node { name, .. } => Err(CliError::Usage(format!(
+            "`petrel node --name {name}` runs in main"
+        ))),
         Command::Certs { dir, nodes, config } => {
             let mut names = nodes;
             if let Some(c) = config {
-                let s = Settings::load(&c).map_err(|e| e.to_string())?;
+                let s = Settings::load(&c)?;
                 names.extend(s.nodes.iter().map(|n| n.name.clone()));
             }
             if names.is_empty() {
-                return Err("name the nodes with --nodes a,b,c or --config".into());
+                return Err(CliError::Usage(
+                    "name the nodes with --nodes a,b,c or --config".into(),
+                ));
             }
             let ca = match ClusterCa::load(&dir) {
                 Ok(ca) => ca,
                 Err(_) => {
-                    let ca = ClusterCa::generate().map_err(|e| e.to_string())?;
-                    ca.write(&dir).map_err(|e| e.to_string())?;
+                    let ca = ClusterCa::generate()?;
+                    ca.write(&dir)?;
                     ca
                 }
             };
             for n in &names {
-                ca.issue(n)
-                    .and_then(|c| c.write(&dir, n))
-                    .map_err(|e| e.to_string())?;
+                ca.issue(n).and_then(|c| c.write(&dir, n))?;
             }
             println!(
                 "wrote CA and {} node certificates to {}",
@@ -272,8 +267,7 @@ fn dispatch(command: Command) -> Result<(), String> {
                         rate_mbit,
                         delay_ms,
                     },
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 for i in 0..h.count {
                     println!("{} {}", h.host_ns(i), h.host_ip(i));
                 }
@@ -289,25 +283,46 @@ fn dispatch(command: Command) -> Result<(), String> {
             }
         },
         Command::Bench { command } => match command {
-            BenchCommand::Transport(args) => petrel::bench::transport::run(args),
-            BenchCommand::Soak(args) => petrel::bench::soak::run(args),
-            // bench dispatch: systems add their arms below this line
-            BenchCommand::Consistency(args) => petrel::bench::consistency::run(args),
-            BenchCommand::P3(args) => petrel::bench::p3::run(args),
-            BenchCommand::Lasso(args) => petrel::bench::lasso::run(args),
-            BenchCommand::LassoSchedulers(args) => petrel::bench::lasso_schedulers::run(args),
-            BenchCommand::Mf(args) => petrel::bench::mf::run(args),
-            BenchCommand::Lda(args) => petrel::bench::lda::run(args),
+            BenchCommand::Transport(args) => Ok(petrel::bench::transport::run(args)?),
+            BenchCommand::Soak(args) => Ok(petrel::bench::soak::run(args)?),
+            // bench dispatch: systems add their arms below this line; each maps its own error
+            // type with `CliError::command`.
+            BenchCommand::Consistency(args) => {
+                petrel::bench::consistency::run(args).map_err(CliError::command)
+            }
+            BenchCommand::P3(args) => petrel::bench::p3::run(args).map_err(CliError::command),
+            BenchCommand::Lasso(args) => petrel::bench::lasso::run(args).map_err(CliError::command),
+            BenchCommand::LassoSchedulers(args) => {
+                petrel::bench::lasso_schedulers::run(args).map_err(CliError::command)
+            }
+            BenchCommand::Mf(args) => petrel::bench::mf::run(args).map_err(CliError::command),
+            BenchCommand::Lda(args) => petrel::bench::lda::run(args).map_err(CliError::command),
         },
-        // commands dispatch: applications add their arms below this line
+        // commands dispatch: applications add their arms below this line; each maps its own
+        // error type with `CliError::command`.
         Command::Train { app } => match app {
-            TrainCommand::PsMf(args) => petrel::ps::apps::mf::train_cli(args),
-            TrainCommand::PsLr(args) => petrel::ps::apps::lr::train_cli(args),
-            TrainCommand::PsLda(args) => petrel::ps::apps::lda::train_cli(args),
-            TrainCommand::Lasso(args) => petrel::train::train_lasso(args),
-            TrainCommand::StradsMf(args) => petrel::train::train_mf(args),
-            TrainCommand::Lda(args) => petrel::train::train_lda(args),
-            TrainCommand::Logistic(args) => petrel::train::train_logistic(args),
+            TrainCommand::PsMf(args) => train_ps::<petrel::ps::PsMf>(args),
+            TrainCommand::PsLr(args) => train_ps::<petrel::ps::PsLr>(args),
+            TrainCommand::PsLda(args) => train_ps::<petrel::ps::PsLda>(args),
+            TrainCommand::Lasso(args) => {
+                petrel::train::train_lasso(args).map_err(CliError::command)
+            }
+            TrainCommand::StradsMf(args) => {
+                petrel::train::train_mf(args).map_err(CliError::command)
+            }
+            TrainCommand::Lda(args) => petrel::train::train_lda(args).map_err(CliError::command),
+            TrainCommand::Logistic(args) => {
+                petrel::train::train_logistic(args).map_err(CliError::command)
+            }
         },
     }
+}
+
+/// `petrel train ps-*`: runs the parameter-server app in process and prints its summary.
+fn train_ps<A: petrel::ps::PsApp>(
+    args: petrel::ps::PsTrainArgs<A::Config>,
+) -> Result<(), CliError> {
+    let summary = petrel::ps::train::<A>(args).map_err(CliError::command)?;
+    println!("{summary}");
+    Ok(())
 }

@@ -9,27 +9,40 @@
 
 use std::process::Command;
 
+/// Why emulated hosts could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
+    /// Not running as root.
     #[error("network namespaces need root")]
     NotRoot,
+    /// iproute2 or tc is missing or unusable.
     #[error("`ip netns` is unavailable: {0}")]
     NoIproute(String),
+    /// A command failed.
     #[error("`{cmd}` failed: {stderr}")]
-    Command { cmd: String, stderr: String },
+    Command {
+        /// The command line.
+        cmd: String,
+        /// What it printed on stderr (or why it could not start).
+        stderr: String,
+    },
 }
 
 /// A set of emulated hosts. Dropping it does not tear them down; call [`Hosts::down`].
 #[derive(Clone, Debug)]
 pub struct Hosts {
+    /// Namespace name prefix.
     pub prefix: String,
+    /// Number of hosts.
     pub count: usize,
 }
 
 /// Link emulation settings.
 #[derive(Clone, Debug, Default)]
 pub struct LinkShape {
+    /// Rate limit per direction in Mbit/s (none if unset).
     pub rate_mbit: Option<f64>,
+    /// Added one-way delay in ms (none if unset).
     pub delay_ms: Option<f64>,
 }
 
@@ -62,10 +75,12 @@ pub fn available() -> Result<(), NetnsError> {
 }
 
 impl Hosts {
+    /// The namespace of host `i`.
     pub fn host_ns(&self, i: usize) -> String {
         format!("{}-h{i}", self.prefix)
     }
 
+    /// The IP address of host `i`.
     pub fn host_ip(&self, i: usize) -> String {
         format!("198.18.0.{}", i + 1)
     }

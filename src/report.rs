@@ -9,6 +9,7 @@ pub struct Table {
 }
 
 impl Table {
+    /// A table with these column headers.
     pub fn new(headers: &[&str]) -> Self {
         Self {
             headers: headers.iter().map(|h| h.to_string()).collect(),
@@ -16,10 +17,12 @@ impl Table {
         }
     }
 
+    /// Adds a row (one cell per column).
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
+    /// The table as aligned text.
     pub fn render(&self) -> String {
         let cols = self.headers.len();
         let mut width: Vec<usize> = self.headers.iter().map(|h| h.len()).collect();
@@ -55,6 +58,7 @@ impl Table {
         out
     }
 
+    /// Prints the table to stdout.
     pub fn print(&self) {
         print!("{}", self.render());
     }

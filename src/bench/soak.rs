@@ -3,6 +3,7 @@
 //! tensors through an aggregator every round), since it exercises the runtime's messaging
 //! end to end and checks every result.
 
+use super::BenchError;
 use crate::launcher::{self, LaunchOptions};
 use crate::report::{Table, fmt, print_json};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -11,8 +12,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// `petrel bench soak` flags.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub struct SoakBenchArgs {
     /// How long the load runs, in seconds.
     #[arg(long, default_value_t = 180.0)]
     pub duration_s: f64,
@@ -71,18 +73,19 @@ fn slope(points: &[(f64, f64)]) -> f64 {
     if den == 0.0 { 0.0 } else { num / den }
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+/// Runs the soak, prints the table and the JSON line; fails if the cluster failed.
+pub fn run(args: SoakBenchArgs) -> Result<(), BenchError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(BenchError::io("tokio runtime"))?;
     rt.block_on(soak(args))
 }
 
-async fn soak(args: Args) -> Result<(), String> {
+async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
     let run_dir = std::env::temp_dir().join(format!("petrel-soak-{}", std::process::id()));
-    std::fs::create_dir_all(&run_dir).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&run_dir).map_err(BenchError::io(run_dir.display().to_string()))?;
     let mut settings = Settings::default();
     settings.cluster.name = "soak".into();
     settings.nodes.push(NodeSpec {
@@ -106,12 +109,10 @@ async fn soak(args: Args) -> Result<(), String> {
             "report_dir": run_dir,
         }),
     );
-    let mut opts = LaunchOptions::new().map_err(|e| e.to_string())?;
+    let mut opts = LaunchOptions::new()?;
     opts.run_dir = Some(run_dir.clone());
     opts.progress = false;
-    let running = launcher::start(settings, opts)
-        .await
-        .map_err(|e| e.to_string())?;
+    let running = launcher::start(settings, opts).await?;
     let pids = running.pids();
     let bar = ProgressBar::new(args.duration_s as u64);
     bar.set_style(
@@ -136,17 +137,19 @@ async fn soak(args: Args) -> Result<(), String> {
         tokio::time::sleep(sample_every).await;
     }
     bar.finish_and_clear();
-    let outcome = waiter.await.map_err(|e| e.to_string())?;
+    let outcome = waiter
+        .await
+        .map_err(|_| BenchError::Incomplete("the launcher task failed".into()))?;
     let mut errors = u64::from(outcome.is_err());
     if let Err(e) = &outcome {
-        tracing::error!(error = %e, "soak cluster failed");
+        tracing::error!(error = %petrel_actors::error_chain(e), "soak cluster failed");
     }
     let mut messages = 0u64;
     for i in 1..=args.workers.max(1) {
         let path = run_dir.join(format!("w{i}.json"));
         match std::fs::read_to_string(&path)
             .ok()
-            .and_then(|t| serde_json::from_str::<crate::demo::WorkerReport>(&t).ok())
+            .and_then(|t| serde_json::from_str::<crate::demo::DemoWorkerReport>(&t).ok())
         {
             Some(r) => {
                 // Each round is one contribution and its reply.
@@ -188,7 +191,7 @@ async fn soak(args: Args) -> Result<(), String> {
             csv.push_str(&format!("{t:.1},{name},{mb:.3}\n"));
         }
     }
-    std::fs::write(&csv_path, csv).map_err(|e| format!("{}: {e}", csv_path.display()))?;
+    std::fs::write(&csv_path, csv).map_err(BenchError::io(csv_path.display().to_string()))?;
     let mut t = Table::new(&[
         "node",
         "rss start MB",
@@ -240,9 +243,9 @@ async fn soak(args: Args) -> Result<(), String> {
         rss_slope_after_warmup_mb_per_min: slope_mb_per_min,
         nodes: pids.len(),
         samples_csv: csv_path.display().to_string(),
-    })
-    .map_err(|e| e.to_string())?;
-    outcome.map(|_| ()).map_err(|e| e.to_string())
+    })?;
+    outcome.map(|_| ())?;
+    Ok(())
 }
 
 #[cfg(test)]

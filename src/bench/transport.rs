@@ -1,6 +1,7 @@
 //! `petrel bench transport`: raw quinn vs petrel messaging vs local actor sends, and how
 //! long a high-priority message waits behind a low-priority backlog on a shaped link.
 
+use super::BenchError;
 use crate::report::{Table, fmt, print_json};
 use actix::prelude::*;
 use bytes::Bytes;
@@ -12,8 +13,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// `petrel bench transport` flags.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub struct TransportBenchArgs {
     /// Size of each bulk message in MiB.
     #[arg(long, default_value_t = 4)]
     pub message_mib: usize,
@@ -34,14 +36,18 @@ pub struct Args {
     pub repeat: usize,
 }
 
+/// A bulk message.
 #[derive(Serialize, Deserialize)]
 pub struct Blob {
+    /// Its payload.
     pub tensor: Tensor,
 }
 remote_message!(Blob, "petrel.bench.blob");
 
+/// A small urgent message whose latency is measured.
 #[derive(Serialize, Deserialize)]
 pub struct Probe {
+    /// Its payload.
     #[serde(with = "serde_bytes")]
     pub payload: Vec<u8>,
 }
@@ -110,70 +116,75 @@ fn mbps(bytes: usize, secs: f64) -> f64 {
 
 /// (a) One raw quinn stream carrying `messages` chunks of `size` bytes, each endpoint on
 /// its own one-thread runtime (as petrel's transport runs).
-fn raw_quinn(cfg: &NetConfig, size: usize, messages: usize) -> Result<f64, String> {
-    let creds = ClusterCredentials::generate_cluster(&["a", "b"]).map_err(|e| e.to_string())?;
+fn raw_quinn(cfg: &NetConfig, size: usize, messages: usize) -> Result<f64, BenchError> {
+    let creds = ClusterCredentials::generate_cluster(&["a", "b"])?;
     let rt = |name: &str| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name(name)
             .enable_all()
             .build()
-            .map_err(|e| e.to_string())
+            .map_err(BenchError::io("raw quinn runtime"))
     };
     let (rt_a, rt_b) = (rt("raw-a")?, rt("raw-b")?);
-    let server_cfg = creds[1].server_config(cfg).map_err(|e| e.to_string())?;
-    let client_cfg = creds[0].client_config(cfg).map_err(|e| e.to_string())?;
+    let server_cfg = creds[1].server_config(cfg)?;
+    let client_cfg = creds[0].client_config(cfg)?;
     let server = rt_b
         .block_on(async { quinn::Endpoint::server(server_cfg, localhost()) })
-        .map_err(|e| e.to_string())?;
-    let server_addr = server.local_addr().map_err(|e| e.to_string())?;
+        .map_err(BenchError::io("raw quinn server"))?;
+    let server_addr = server
+        .local_addr()
+        .map_err(BenchError::io("raw quinn server"))?;
     let total = size * messages;
     let reader = rt_b.spawn(async move {
         let conn = server
             .accept()
             .await
-            .ok_or("no connection")?
+            .ok_or_else(|| BenchError::Incomplete("raw quinn: no connection".into()))?
             .await
-            .map_err(|e| e.to_string())?;
-        let mut recv = conn.accept_uni().await.map_err(|e| e.to_string())?;
+            .map_err(BenchError::quinn)?;
+        let mut recv = conn.accept_uni().await.map_err(BenchError::quinn)?;
         let mut got = 0usize;
         while got < total {
             match recv
                 .read_chunk(1 << 20, true)
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(BenchError::quinn)?
             {
                 Some(c) => got += c.bytes.len(),
                 None => break,
             }
         }
-        Ok::<_, String>((Instant::now(), got))
+        Ok::<_, BenchError>((Instant::now(), got))
     });
     let payload = Bytes::from(vec![7u8; size]);
     let writer = rt_a.spawn(async move {
-        let mut ep = quinn::Endpoint::client(localhost()).map_err(|e| e.to_string())?;
+        let mut ep =
+            quinn::Endpoint::client(localhost()).map_err(BenchError::io("raw quinn client"))?;
         ep.set_default_client_config(client_cfg);
         let conn = ep
             .connect(server_addr, petrel_net::tls::CLUSTER_SERVER_NAME)
-            .map_err(|e| e.to_string())?
+            .map_err(BenchError::quinn)?
             .await
-            .map_err(|e| e.to_string())?;
-        let mut s = conn.open_uni().await.map_err(|e| e.to_string())?;
+            .map_err(BenchError::quinn)?;
+        let mut s = conn.open_uni().await.map_err(BenchError::quinn)?;
         // Warm-up handshake done; time the transfer.
         let start = Instant::now();
         for _ in 0..messages {
             s.write_chunk(payload.clone())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(BenchError::quinn)?;
         }
-        s.finish().map_err(|e| e.to_string())?;
+        s.finish().map_err(BenchError::quinn)?;
         let _ = s.stopped().await;
-        Ok::<_, String>((start, conn, ep))
+        Ok::<_, BenchError>((start, conn, ep))
     });
-    let (start, _conn, _ep) = rt_a.block_on(writer).map_err(|e| e.to_string())??;
-    let (end, got) = rt_b.block_on(reader).map_err(|e| e.to_string())??;
+    let (start, _conn, _ep) = rt_a.block_on(writer).map_err(BenchError::quinn)??;
+    let (end, got) = rt_b.block_on(reader).map_err(BenchError::quinn)??;
     if got != total {
-        return Err(format!("raw quinn moved {got} of {total} bytes"));
+        return Err(BenchError::Incomplete(format!(
+            "raw quinn moved {got} of {total} bytes"
+        )));
     }
     rt_a.shutdown_background();
     rt_b.shutdown_background();
@@ -189,14 +200,13 @@ struct Pair {
 }
 
 /// Two nodes over real QUIC in this process; node b hosts the sink.
-fn pair(cfg: NetConfig) -> Result<Pair, String> {
-    let creds = ClusterCredentials::generate_cluster(&["a", "b"]).map_err(|e| e.to_string())?;
-    let (net_a, in_a) =
-        Net::quic(NodeId(0), localhost(), &creds[0], cfg.clone()).map_err(|e| e.to_string())?;
-    let (net_b, in_b) =
-        Net::quic(NodeId(1), localhost(), &creds[1], cfg).map_err(|e| e.to_string())?;
-    let addr_a = net_a.local_addr().ok_or("no address")?;
-    let addr_b = net_b.local_addr().ok_or("no address")?;
+fn pair(cfg: NetConfig) -> Result<Pair, BenchError> {
+    let creds = ClusterCredentials::generate_cluster(&["a", "b"])?;
+    let (net_a, in_a) = Net::quic(NodeId(0), localhost(), &creds[0], cfg.clone())?;
+    let (net_b, in_b) = Net::quic(NodeId(1), localhost(), &creds[1], cfg)?;
+    let no_addr = || BenchError::Incomplete("a QUIC transport has no local address".into());
+    let addr_a = net_a.local_addr().ok_or_else(no_addr)?;
+    let addr_b = net_b.local_addr().ok_or_else(no_addr)?;
     let a = Node::new(NodeId(0), "a", net_a, in_a, Duration::from_secs(30));
     let b = Node::new(NodeId(1), "b", net_b, in_b, Duration::from_secs(30));
     a.add_peer(NodeId(1), "b", PeerAddr::Quic(addr_b));
@@ -210,13 +220,10 @@ fn pair(cfg: NetConfig) -> Result<Pair, String> {
         probe: probe.clone(),
     }
     .start();
-    b.register("sink", sink.clone())
-        .map_err(|e| e.to_string())?
+    b.register("sink", sink.clone())?
         .accept::<Blob>()
         .accept::<Probe>();
-    a.register("local-sink", sink.clone())
-        .map_err(|e| e.to_string())?
-        .accept::<Blob>();
+    a.register("local-sink", sink.clone())?.accept::<Blob>();
     Ok(Pair {
         a,
         b,
@@ -246,50 +253,43 @@ async fn petrel_throughput(
     local: bool,
     size: usize,
     messages: usize,
-) -> Result<f64, String> {
+) -> Result<f64, BenchError> {
     let target = if local {
         p.a.actor_at::<Blob>("a", "local-sink")
     } else {
         p.a.actor_at::<Blob>("b", "sink")
-    }
-    .map_err(|e| e.to_string())?;
+    }?;
     let blobs = tensors(messages, size);
     p.sink
         .send(ResetSink(messages))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| BenchError::Incomplete("the sink stopped".into()))?;
     let done = arm(&p.done);
     let start = Instant::now();
     for t in blobs {
-        target
-            .tell(Blob { tensor: t }, Priority::NORMAL)
-            .map_err(|e| e.to_string())?;
+        target.tell(Blob { tensor: t }, Priority::NORMAL)?;
     }
     let end = tokio::time::timeout(Duration::from_secs(120), done)
         .await
-        .map_err(|_| "throughput run timed out")?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| BenchError::Incomplete("throughput run timed out".into()))?
+        .map_err(|_| BenchError::Incomplete("the sink stopped".into()))?;
     Ok(mbps(size * messages, (end - start).as_secs_f64()))
 }
 
-async fn probe_latency(p: &Pair, kib: usize) -> Result<Duration, String> {
-    let probe =
-        p.a.actor_at::<Probe>("b", "sink")
-            .map_err(|e| e.to_string())?;
+async fn probe_latency(p: &Pair, kib: usize) -> Result<Duration, BenchError> {
+    let probe = p.a.actor_at::<Probe>("b", "sink")?;
     let arrived = arm(&p.probe);
     let sent = Instant::now();
-    probe
-        .tell(
-            Probe {
-                payload: vec![1u8; kib * 1024],
-            },
-            Priority::HIGH,
-        )
-        .map_err(|e| e.to_string())?;
+    probe.tell(
+        Probe {
+            payload: vec![1u8; kib * 1024],
+        },
+        Priority::HIGH,
+    )?;
     let at = tokio::time::timeout(Duration::from_secs(60), arrived)
         .await
-        .map_err(|_| "probe never arrived")?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| BenchError::Incomplete("probe never arrived".into()))?
+        .map_err(|_| BenchError::Incomplete("the sink stopped".into()))?;
     Ok(at - sent)
 }
 
@@ -308,7 +308,8 @@ struct Figures {
     backlog_mib: usize,
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+/// Runs the benchmark, prints the table and the JSON line.
+pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
     let size = args.message_mib << 20;
     let cfg = NetConfig::default();
     let system = System::new();
@@ -329,7 +330,7 @@ pub fn run(args: Args) -> Result<(), String> {
             // quinn's own runtimes cannot start inside this one: run them on a thread.
             let r = std::thread::spawn(move || raw_quinn(&raw_cfg, size, messages))
                 .join()
-                .map_err(|_| "raw quinn run panicked".to_string())??;
+                .map_err(|_| BenchError::Incomplete("raw quinn run panicked".into()))??;
             raw = raw.max(r);
             remote = remote.max(petrel_throughput(&p, false, size, args.messages).await?);
             local = local.max(petrel_throughput(&p, true, size, args.messages).await?);
@@ -351,14 +352,10 @@ pub fn run(args: Args) -> Result<(), String> {
         for _ in 0..5 {
             idle = idle.min(probe_latency(&p, args.probe_kib).await?);
         }
-        let backlog =
-            p.a.actor_at::<Blob>("b", "sink")
-                .map_err(|e| e.to_string())?;
+        let backlog = p.a.actor_at::<Blob>("b", "sink")?;
         let chunk = 4 << 20;
         for t in tensors(args.backlog_mib * (1 << 20) / chunk, chunk) {
-            backlog
-                .tell(Blob { tensor: t }, Priority::LOW)
-                .map_err(|e| e.to_string())?;
+            backlog.tell(Blob { tensor: t }, Priority::LOW)?;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         let mut loaded = Duration::ZERO;
@@ -367,7 +364,7 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         p.a.shutdown();
         p.b.shutdown();
-        Ok::<_, String>(Figures {
+        Ok::<_, BenchError>(Figures {
             raw_quinn_mbps: raw,
             petrel_mbps: remote,
             ratio: remote / raw,
@@ -408,5 +405,5 @@ pub fn run(args: Args) -> Result<(), String> {
         fmt(figures.priority_delay_ratio),
     ]);
     t.print();
-    print_json(&figures).map_err(|e| e.to_string())
+    Ok(print_json(&figures)?)
 }

@@ -1,0 +1,39 @@
+//! [`CliError`]: every way a `petrel` command can fail, with its cause chain intact so the
+//! CLI prints the root cause once (with [`petrel_actors::error_chain`]).
+
+/// Why a `petrel` command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Settings, a node, or an in-process cluster failed.
+    #[error(transparent)]
+    Node(#[from] petrel_actors::NodeError),
+    /// `petrel run`'s launched cluster failed.
+    #[error(transparent)]
+    Launch(#[from] crate::launcher::LaunchError),
+    /// Certificates could not be made or read.
+    #[error(transparent)]
+    Tls(#[from] petrel_net::TlsError),
+    /// Network namespaces could not be set up.
+    #[error(transparent)]
+    Netns(#[from] crate::netns::NetnsError),
+    /// A runtime benchmark failed.
+    #[error(transparent)]
+    Bench(#[from] crate::bench::BenchError),
+    /// The command line asks for something impossible.
+    #[error("{0}")]
+    Usage(String),
+    /// The runtime of a command could not start.
+    #[error("tokio runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// A training app or an application benchmark failed.
+    #[error(transparent)]
+    Command(petrel_actors::RoleError),
+}
+
+impl CliError {
+    /// Wraps the error of an application command (`petrel train …`, an app benchmark),
+    /// whatever its type.
+    pub fn command(error: impl Into<petrel_actors::RoleError>) -> Self {
+        CliError::Command(error.into())
+    }
+}
