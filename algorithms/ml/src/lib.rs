@@ -15,8 +15,6 @@
 #![warn(missing_docs)]
 
 pub mod data;
-// Not every dnn item has a doc line yet (its owner adds them); drop this allow then.
-#[allow(missing_docs)]
 pub mod dnn;
 pub mod topic;
 
