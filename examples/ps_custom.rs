@@ -1,25 +1,25 @@
-//! A new algorithm on the parameter server: distributed k-means with its own table and a
-//! custom server-side update rule, embedded as actor roles.
+//! A new algorithm on the parameter server, written against the kit: distributed k-means
+//! with its own table and a custom server-side update rule, as one `PsApp` impl.
 //!
-//! The table `centroids` holds one dense row per cluster: `[sum_x, sum_y, count]` of the points
-//! assigned to it. Workers read the rows (SSP(1)), assign their points to the nearest centroid
-//! `sum / count` and send, per cluster, the sums and count of this round's assignments. The
-//! custom rule `forgetting-sum` registered on the shards applies `row = GAMMA * row + delta`,
-//! so old assignments fade and the centroids move to the current means (the client applies its
-//! own deltas additively, as Bösen's client does; the ratio `sum / count` is insensitive to
-//! the difference). Run: `cargo run --release --example ps_custom`
+//! The table `centroids` holds one dense row per cluster: `[sum_x, sum_y, count]` of the
+//! points assigned to it. Per clock a worker reads the rows (SSP(1)), assigns its points to
+//! the nearest centroid `sum / count` and sends, per cluster, the sums and count of this
+//! round's assignments. The custom rule `forgetting-sum` registered on the shards applies
+//! `row = GAMMA * row + delta`, so old assignments fade and the centroids move to the current
+//! means (the ratio `sum / count` is insensitive to the client applying its own deltas
+//! additively). The kit provides the roles, the clock loop and the in-process cluster.
+//! Run: `cargo run --release --example ps_custom`
 
-use petrel::actors::{Cluster, NodeContext, Topology};
-use petrel::ps::core::rules::{RuleRegistry, UpdateRule};
-use petrel::ps::core::types::{Consistency, Row, RowId, TableId, UpdateRuleSpec};
-use petrel::ps::shells::{self, PsClient, PsLayout, TablesBuilder};
-use std::time::Duration;
+use petrel::actors::Transport;
+use petrel::ps::prelude::*;
+
+type Ctx<'a> = WorkerCtx<'a, WorkerDone>;
 
 const DIM: usize = 2;
 const K: u64 = 3;
 const CENTROIDS: TableId = TableId(0);
-
 const GAMMA: f32 = 0.3;
+const CENTERS: [[f32; DIM]; 3] = [[0.0, 0.0], [5.0, 5.0], [-5.0, 5.0]];
 
 /// `row = GAMMA * row + delta`.
 struct ForgettingSum;
@@ -34,131 +34,125 @@ impl UpdateRule for ForgettingSum {
     }
 }
 
-/// Worker `w`'s points: blobs around (0,0), (5,5), (-5,5), deterministic.
+/// The settings (`[app.kmeans]` in TOML, or flags): one struct for both.
+#[derive(Clone, Debug, serde::Deserialize, clap::Args)]
+#[serde(default)]
+struct KMeansConfig {
+    /// Clocks (assignment rounds) per worker.
+    #[arg(long, default_value_t = 10)]
+    rounds: u64,
+}
+
+impl Default for KMeansConfig {
+    fn default() -> Self {
+        KMeansConfig { rounds: 10 }
+    }
+}
+
+/// The app: its config; each worker generates its points.
+struct KMeans(KMeansConfig);
+
+/// Worker `w`'s points: blobs around `CENTERS`, deterministic.
 fn points(w: u32) -> Vec<[f32; DIM]> {
-    let centers = [[0.0, 0.0], [5.0, 5.0], [-5.0, 5.0]];
     (0..300u32)
         .map(|i| {
-            let c = centers[(i % 3) as usize];
+            let c = CENTERS[(i % 3) as usize];
             let j = (i * 7919 + w * 104_729) % 1000;
-            let dx = (j % 31) as f32 / 31.0 - 0.5;
-            let dy = (j % 17) as f32 / 17.0 - 0.5;
-            [c[0] + dx, c[1] + dy]
+            [
+                c[0] + (j % 31) as f32 / 31.0 - 0.5,
+                c[1] + (j % 17) as f32 / 17.0 - 0.5,
+            ]
         })
         .collect()
 }
 
-fn registry() -> RuleRegistry {
-    let mut r = RuleRegistry::new();
-    r.register("forgetting-sum", || Box::new(ForgettingSum));
-    r
+/// A centroid from its row; unset centroids start at distinct seeds.
+fn centroid(k: usize, r: &Row) -> [f32; DIM] {
+    match r.get(DIM as u32) {
+        n if n <= 0.0 => [k as f32 * 3.0 - 3.0, 2.0],
+        n => [r.get(0) / n, r.get(1) / n],
+    }
 }
 
-async fn worker(c: PsClient) -> Result<(), String> {
-    let mine = points(c.worker());
-    let rows: Vec<RowId> = (0..K).map(RowId).collect();
-    for _round in 0..10 {
-        let cents = c
-            .get_many(CENTROIDS, &rows)
-            .await
-            .map_err(|e| e.to_string())?;
-        // Unset centroids start at distinct seeds.
-        let cents: Vec<[f32; DIM]> = cents
+impl PsApp for KMeans {
+    type Config = KMeansConfig;
+    type Worker = Vec<[f32; DIM]>;
+    type Report = WorkerDone;
+    type Monitor = ();
+    type Output = Vec<[f32; DIM]>;
+    const NAME: &'static str = "ps-kmeans";
+    const SECTION: &'static str = "kmeans";
+    const MONITOR_ACTOR: &'static str = "ps-kmeans-monitor";
+
+    fn new(cfg: KMeansConfig, _: &PsLayout) -> Result<Self, PsError> {
+        Ok(KMeans(cfg))
+    }
+
+    fn tables(&self) -> Vec<TableSpec> {
+        let (width, ssp) = (DIM as u32 + 1, Consistency::Ssp { staleness: 1 });
+        let t = TableSpec::new(0, "centroids", TableKind::Dense { width }, ssp);
+        vec![t.with_rule(UpdateRuleSpec::Custom {
+            name: "forgetting-sum".into(),
+        })]
+    }
+
+    fn rules(&self) -> RuleRegistry {
+        let mut r = RuleRegistry::new();
+        r.register("forgetting-sum", || Box::new(ForgettingSum));
+        r
+    }
+
+    fn start_worker(&self, ctx: &Ctx) -> Result<Self::Worker, PsError> {
+        Ok(points(ctx.worker()))
+    }
+
+    async fn step(&self, mine: &mut Self::Worker, ctx: &Ctx<'_>) -> Result<Step, PsError> {
+        if ctx.client.current_clock() >= self.0.rounds {
+            return Ok(Step::Done);
+        }
+        let rows: Vec<RowId> = (0..K).map(RowId).collect();
+        let got = ctx.client.get_many(CENTROIDS, &rows).await?;
+        let cents: Vec<_> = got
             .iter()
             .enumerate()
-            .map(|(k, r)| {
-                let n = r.get(DIM as u32);
-                if n <= 0.0 {
-                    [k as f32 * 3.0 - 3.0, 2.0]
-                } else {
-                    [r.get(0) / n, r.get(1) / n]
-                }
-            })
+            .map(|(k, r)| centroid(k, r))
             .collect();
-        let mut sums = vec![[0.0f32; DIM]; K as usize];
-        let mut counts = vec![0.0f32; K as usize];
-        for p in &mine {
+        let mut sums = vec![[0.0f32; DIM + 1]; K as usize];
+        for p in mine.iter() {
             let d2 = |c: &[f32; DIM]| (p[0] - c[0]).powi(2) + (p[1] - c[1]).powi(2);
-            let k = (0..K as usize)
-                .min_by(|&a, &b| d2(&cents[a]).total_cmp(&d2(&cents[b])))
-                .unwrap_or(0);
-            sums[k][0] += p[0];
-            sums[k][1] += p[1];
-            counts[k] += 1.0;
+            let k = (0..K as usize).min_by(|&a, &b| d2(&cents[a]).total_cmp(&d2(&cents[b])));
+            let s = &mut sums[k.unwrap_or(0)];
+            (s[0], s[1], s[2]) = (s[0] + p[0], s[1] + p[1], s[2] + 1.0);
         }
-        for k in 0..K as usize {
-            if counts[k] > 0.0 {
-                let delta = vec![sums[k][0], sums[k][1], counts[k]];
-                c.batch_inc(CENTROIDS, RowId(k as u64), &Row::Dense(delta))
-                    .map_err(|e| e.to_string())?;
-            }
+        for (k, s) in sums.iter().enumerate().filter(|(_, s)| s[DIM] > 0.0) {
+            let delta = Row::Dense(s.to_vec());
+            ctx.client.batch_inc(CENTROIDS, RowId(k as u64), &delta)?;
         }
-        c.clock().map_err(|e| e.to_string())?;
+        Ok(Step::Clock)
     }
-    c.barrier().await.map_err(|e| e.to_string())?;
-    if c.worker() == 0 {
-        for k in 0..K {
-            let r = c
-                .get(CENTROIDS, RowId(k))
-                .await
-                .map_err(|e| e.to_string())?;
-            let n = r.get(DIM as u32).max(f32::MIN_POSITIVE);
-            println!(
-                "centroid {k}: ({:.2}, {:.2}), weight {:.1}",
-                r.get(0) / n,
-                r.get(1) / n,
-                n
-            );
-        }
+
+    fn finish_worker(&self, _: Self::Worker, ctx: &Ctx) -> Result<WorkerDone, PsError> {
+        Ok(WorkerDone::of(ctx.client, CENTROIDS))
     }
-    c.leave().map_err(|e| e.to_string())
+
+    async fn finish(&self, _: (), ctx: &MonitorCtx<'_>) -> Result<Self::Output, PsError> {
+        let (tables, _) = ctx.tables().await?;
+        let rows = tables.get(&CENTROIDS).cloned().unwrap_or_default();
+        let zero = Row::Dense(vec![0.0; DIM + 1]);
+        let row = |k: u64| rows.get(&RowId(k)).unwrap_or(&zero).clone();
+        Ok((0..K).map(|k| centroid(k as usize, &row(k))).collect())
+    }
 }
 
-fn main() -> Result<(), String> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     petrel::init_tracing();
-    let tables = TablesBuilder::new()
-        .dense(
-            "centroids",
-            DIM as u32 + 1,
-            Consistency::Ssp { staleness: 1 },
-        )
-        .rule(UpdateRuleSpec::Custom {
-            name: "forgetting-sum".into(),
-        })
-        .build()
-        .map_err(|e| e.to_string())?;
-    let layout = PsLayout {
-        shard_nodes: vec!["shard-0".into(), "shard-1".into()],
-        worker_nodes: vec!["worker-0".into(), "worker-1".into()],
-    };
-    let settings = Topology::builder("ps-custom")
-        .node("shard-0", &["shard"])
-        .node("shard-1", &["shard"])
-        .node("worker-0", &["worker"])
-        .node("worker-1", &["worker"])
-        .build()
-        .map_err(|e| e.to_string())?;
-    let (l1, l2, t1, t2) = (layout.clone(), layout, tables.clone(), tables);
-    Cluster::new(settings)
-        .role("shard", move |ctx: NodeContext| {
-            let (lay, tables) = (l1.clone(), t1.clone());
-            Box::pin(async move {
-                let s = lay.shards_on(&ctx.spec.name)[0];
-                shells::start_shard(&ctx.node, &lay, s, tables, &registry(), None)
-                    .map_err(|e| e.to_string())?
-                    .wait()
-                    .await
-            })
-        })
-        .role("worker", move |ctx: NodeContext| {
-            let (lay, tables) = (l2.clone(), t2.clone());
-            Box::pin(async move {
-                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
-                let w = lay.workers_on(&ctx.spec.name)[0];
-                worker(PsClient::start(&ctx.node, &lay, w, tables).map_err(|e| e.to_string())?)
-                    .await
-            })
-        })
-        .run_in_process()
-        .map_err(|e| e.to_string())
+    let out = run_local::<KMeans>(KMeansConfig::default(), 2, 2, Transport::Memory)?;
+    println!("centroids: {out:?}");
+    for c in CENTERS {
+        let near = out.iter().any(|x| (x[0] - c[0]).hypot(x[1] - c[1]) < 1.0);
+        if !near {
+            return Err(format!("no centroid found near {c:?}: {out:?}").into());
+        }
+    }
+    Ok(())
 }

@@ -5,20 +5,25 @@
 //! triplets, e.g. MovieLens `u.data`, or MatrixMarket) to train on it; synthetic low-rank data
 //! otherwise. `cargo run --release --example ps_mf -- [ratings-file]`
 
-use petrel::ps::apps::mf::{MfConfig, run_local};
+use petrel::actors::Transport;
+use petrel::ps::{ConsistencyModel, PsMf, PsMfConfig, run_local};
 
-fn main() -> Result<(), String> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     petrel::init_tracing();
     let out = std::env::temp_dir().join("petrel-ps-mf");
-    let cfg = MfConfig {
+    let cfg = PsMfConfig {
         data: std::env::args().nth(1).map(Into::into),
-        consistency: "ssp".into(),
+        consistency: ConsistencyModel::Ssp,
         staleness: 3,
-        max_clocks: 80,
+        rank: 8,
+        learning_rate: 0.05,
+        regularization: 0.02,
+        init_scale: 0.3,
+        max_clocks: Some(80),
         out: Some(out.clone()),
-        ..MfConfig::default()
+        ..PsMfConfig::default()
     };
-    let r = run_local(cfg, 2, 3, "quic")?;
+    let r = run_local::<PsMf>(cfg, 2, 3, Transport::Quic)?.metrics;
     println!(
         "SSP(3), {} workers / {} shards: test RMSE {:.4} -> {:.4} after {:?} clocks in {:.1}s; \
          staleness mean {:.2} max {}",

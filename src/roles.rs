@@ -10,8 +10,8 @@ pub fn builtin(settings: Settings) -> Cluster {
     // roles: demo
     let cluster = crate::demo::register(cluster);
     // roles: parameter server (issue 3) -- add `let cluster = ...::register(cluster);` below
-    let cluster = petrel_ps::apps::mf::register_builtin(cluster);
-    let cluster = petrel_ps::apps::lda::register_builtin(cluster);
+    let cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);
+    let cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);
     // roles: p3 (issue 4)
     let cluster = petrel_p3::roles::register(cluster);
     // roles: strads (issue 5)

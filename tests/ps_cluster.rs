@@ -2,10 +2,11 @@
 //! noted), shards and workers on separate nodes.
 
 use petrel::actors::{Cluster, NodeContext, Topology};
-use petrel::ps::apps::mf::{self, MfConfig};
+use petrel::actors::{Transport, error_chain};
 use petrel::ps::core::rules::RuleRegistry;
 use petrel::ps::core::types::{Consistency, Row, RowId, TableId, TableSpec};
 use petrel::ps::shells::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
+use petrel::ps::{PsMf, PsMfConfig, PsMfResult};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ fn layout(shards: usize, workers: usize) -> PsLayout {
 }
 
 fn topo(shards: usize, workers: usize, transport: &str) -> petrel::actors::Settings {
-    let mut t = Topology::builder("ps-test").transport(transport.parse().unwrap());
+    let mut t = Topology::builder("ps-test").transport(transport.parse::<Transport>().unwrap());
     for s in 0..shards {
         t = t.node(&format!("s{s}"), &["shard"]);
     }
@@ -78,7 +79,7 @@ fn run_from(
                 let h = shells::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), from)
                     .map_err(|e| e.to_string())?;
                 let addr = h.addr.clone();
-                h.wait().await?;
+                h.wait().await.map_err(|e| e.to_string())?;
                 // Every worker left: read this shard's final rows.
                 let st = addr
                     .send(petrel::actors::Msg {
@@ -99,7 +100,9 @@ fn run_from(
             let (lay, tables, program) = (l2.clone(), t2.clone(), program.clone());
             let clock = resume2.as_ref().map_or(0, |r| r.1);
             Box::pin(async move {
-                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
+                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10))
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let w = lay.workers_on(&ctx.spec.name)[0];
                 let c = PsClient::start_at(&ctx.node, &lay, w, tables, clock)
                     .map_err(|e| e.to_string())?;
@@ -309,15 +312,17 @@ fn a_dead_shard_stops_the_run_with_an_error_naming_it() {
                 if s == 1 {
                     // Shard 1 crashes while the workers are running.
                     tokio::time::sleep(Duration::from_millis(300)).await;
-                    return Err("crashed".into());
+                    return Err("crashed".to_string());
                 }
-                h.wait().await
+                h.wait().await.map_err(|e| e.to_string())
             })
         })
         .role("worker", move |ctx: NodeContext| {
             let (lay, tables) = (l2.clone(), t2.clone());
             Box::pin(async move {
-                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10)).await?;
+                shells::wait_for_shards(&ctx.node, &lay, Duration::from_secs(10))
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let w = lay.workers_on(&ctx.spec.name)[0];
                 let c = PsClient::start(&ctx.node, &lay, w, tables).map_err(|e| e.to_string())?;
                 loop {
@@ -342,26 +347,48 @@ fn a_dead_shard_stops_the_run_with_an_error_naming_it() {
     );
 }
 
-fn small_mf(consistency: &str) -> MfConfig {
-    MfConfig {
+/// The `[app.mf]` defaults these tests were tuned with (the settings now share the
+/// defaults of `petrel train ps-mf`).
+fn tuned_mf() -> PsMfConfig {
+    PsMfConfig {
+        rank: 8,
+        learning_rate: 0.05,
+        regularization: 0.02,
+        init_scale: 0.3,
+        max_seconds: 60.0,
+        eval_ms: 100,
+        max_clocks: Some(200),
+        ..PsMfConfig::default()
+    }
+}
+
+/// Runs ps-mf in process over QUIC with a patient failure detector.
+fn run_mf(cfg: PsMfConfig, shards: usize, workers: usize) -> Result<PsMfResult, String> {
+    petrel::ps::run_local_with::<PsMf>(cfg, shards, workers, Transport::Quic, patient)
+        .map(|o| o.metrics)
+        .map_err(|e| error_chain(&e))
+}
+
+fn small_mf(consistency: &str) -> PsMfConfig {
+    PsMfConfig {
         synthetic_users: 200,
         synthetic_items: 100,
         synthetic_observed: 0.2,
-        max_clocks: 40,
-        consistency: consistency.into(),
+        max_clocks: Some(40),
+        consistency: consistency.parse().unwrap(),
         eval_ms: 20,
-        ..MfConfig::default()
+        ..tuned_mf()
     }
 }
 
 #[test]
 fn mf_rmse_decreases_on_synthetic_data() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = MfConfig {
+    let cfg = PsMfConfig {
         out: Some(dir.path().to_path_buf()),
         ..small_mf("ssp")
     };
-    let r = mf::run_local_with(cfg, 2, 2, "quic", patient).unwrap();
+    let r = run_mf(cfg, 2, 2).unwrap();
     assert!(
         r.final_rmse < 0.7 * r.initial_rmse,
         "{} -> {}",
@@ -382,12 +409,12 @@ fn mf_rmse_decreases_on_synthetic_data() {
 
 #[test]
 fn mf_stops_at_target_rmse() {
-    let cfg = MfConfig {
+    let cfg = PsMfConfig {
         target_rmse: Some(0.6),
-        max_clocks: 10_000,
+        max_clocks: Some(10_000),
         ..small_mf("essp")
     };
-    let r = mf::run_local_with(cfg, 1, 2, "quic", patient).unwrap();
+    let r = run_mf(cfg, 1, 2).unwrap();
     assert!(r.reached_target);
     assert!(r.time_to_target_s.is_some());
     assert!(r.worker_clocks.iter().all(|&c| c < 10_000));
@@ -395,15 +422,16 @@ fn mf_stops_at_target_rmse() {
 
 #[test]
 fn a_dead_worker_stops_the_run_with_an_error_naming_it() {
-    let cfg = MfConfig {
+    let cfg = PsMfConfig {
         fail_worker_at: Some((1, 5)),
         ..small_mf("bsp")
     };
     let t0 = std::time::Instant::now();
-    let err = mf::run_local_with(cfg, 2, 2, "quic", |s| {
+    let err = petrel::ps::run_local_with::<PsMf>(cfg, 2, 2, Transport::Quic, |s| {
         s.cluster.failure_timeout_ms = 4000;
     })
     .unwrap_err();
+    let err = error_chain(&err);
     assert!(err.contains("worker-1"), "{err}");
     assert!(t0.elapsed() < Duration::from_secs(20));
 }
@@ -441,7 +469,8 @@ fn checkpoint_through_the_actors_and_resume_with_identical_tables() {
                     },
                     Duration::from_secs(10),
                 )
-                .await?;
+                .await
+                .map_err(|e| e.to_string())?;
                 let clocks: Vec<_> = states.iter().map(|s| s.checkpoint_clock).collect();
                 *ck.lock().unwrap() = Some((clocks, shells::merge_tables(&states)));
             }
@@ -511,14 +540,14 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
     let data = dir.path().join("u.data");
     std::fs::write(&data, text).unwrap();
     let out = dir.path().join("out");
-    let cfg = MfConfig {
+    let cfg = PsMfConfig {
         data: Some(data),
         out: Some(out.clone()),
-        max_clocks: 60,
+        max_clocks: Some(60),
         eval_ms: 20,
-        ..MfConfig::default()
+        ..tuned_mf()
     };
-    let r = mf::run_local_with(cfg, 2, 2, "quic", patient).unwrap();
+    let r = run_mf(cfg, 2, 2).unwrap();
     assert!(
         r.final_rmse < 0.8 * r.initial_rmse,
         "{} -> {}",
@@ -532,14 +561,13 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
 
     let bad = dir.path().join("bad.data");
     std::fs::write(&bad, "1 1 5\n2 x\n").unwrap();
-    let err = mf::run_local(
-        MfConfig {
+    let err = run_mf(
+        PsMfConfig {
             data: Some(bad),
-            ..MfConfig::default()
+            ..PsMfConfig::default()
         },
         1,
         1,
-        "quic",
     )
     .unwrap_err();
     assert!(err.contains("bad.data") && err.contains('2'), "{err}");
@@ -572,7 +600,8 @@ fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
             for _ in 0..100 {
                 let st =
                     shells::snapshot_all(&node, &lay, ShardQuery::Snapshot, Duration::from_secs(5))
-                        .await?;
+                        .await
+                        .map_err(|e| e.to_string())?;
                 seen = shells::merge_tables(&st).remove(&T).unwrap_or_default();
                 if !seen.is_empty() {
                     break;
@@ -602,7 +631,7 @@ fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
 
 #[test]
 fn logistic_regression_on_the_ps_learns_libsvm_classes() {
-    use petrel::ps::apps::lr::{self, LrConfig};
+    use petrel::ps::{PsLr, PsLrConfig};
     let dir = tempfile::tempdir().unwrap();
     // Three classes labelled 1, 2, 3 by the sign pattern of two features, in LIBSVM form.
     let mut text = String::new();
@@ -621,14 +650,16 @@ fn logistic_regression_on_the_ps_learns_libsvm_classes() {
     let data = dir.path().join("train.libsvm");
     std::fs::write(&data, text).unwrap();
     let out = dir.path().join("out");
-    let cfg = LrConfig {
+    let cfg = PsLrConfig {
         data: Some(data),
         out: Some(out.clone()),
         max_clocks: 150,
         eval_ms: 20,
-        ..LrConfig::default()
+        ..PsLrConfig::default()
     };
-    let r = lr::run_local(cfg, 2, 2, "quic").unwrap();
+    let r = petrel::ps::run_local::<PsLr>(cfg, 2, 2, Transport::Quic)
+        .unwrap()
+        .metrics;
     assert_eq!(r.n_classes, 3);
     // The untrained model (zero weights) predicts uniformly: log-loss ln(3). The first
     // monitored value is taken after training started, so it is no fixed reference.

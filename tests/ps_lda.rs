@@ -2,13 +2,24 @@
 //! 2 shards) on a UCI bag-of-words file written from a corpus sampled from the LDA model,
 //! and clear errors for malformed input.
 
-use petrel::ps::apps::lda::{PsLdaConfig, run_local};
+use petrel::actors::{Transport, error_chain};
+use petrel::ps::{PsLda, PsLdaConfig, PsLdaOutcome};
 use petrel_ml::data::Corpus;
 use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
 use std::fmt::Write as _;
 use std::path::Path;
 
 const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+
+/// Runs PS-LDA in process; an error is rendered with its cause chain.
+fn run_local(
+    cfg: PsLdaConfig,
+    shards: usize,
+    workers: usize,
+    transport: Transport,
+) -> Result<PsLdaOutcome, String> {
+    petrel::ps::run_local::<PsLda>(cfg, shards, workers, transport).map_err(|e| error_chain(&e))
+}
 
 fn corpus() -> Corpus {
     lda_corpus(&LdaCorpusParams {
@@ -70,7 +81,7 @@ fn ps_lda_over_quic_two_workers_two_shards() {
         out: Some(dir.path().join("out")),
         ..PsLdaConfig::default()
     };
-    let r = run_local(cfg, 2, 2, "quic").unwrap();
+    let r = run_local(cfg, 2, 2, Transport::Quic).unwrap();
     let m = &r.metrics;
     let n = corpus.n_tokens();
 
@@ -135,7 +146,7 @@ fn ps_lda_rejects_a_malformed_docword_file() {
         docword: Some(bad.clone()),
         ..PsLdaConfig::default()
     };
-    let e = run_local(cfg, 1, 1, "memory").unwrap_err();
+    let e = run_local(cfg, 1, 1, Transport::Memory).unwrap_err();
     assert!(e.contains("docword.txt") && e.contains('5'), "{e}");
 
     // The CLI fails with the same message and a non-zero exit.
@@ -169,7 +180,7 @@ fn ps_lda_rejects_a_vocabulary_of_the_wrong_length() {
         vocab: Some(dir.path().join("vocab.txt")),
         ..PsLdaConfig::default()
     };
-    let e = run_local(cfg, 1, 1, "memory").unwrap_err();
+    let e = run_local(cfg, 1, 1, Transport::Memory).unwrap_err();
     assert!(e.contains("vocab.txt") && e.contains("W = 200"), "{e}");
 }
 

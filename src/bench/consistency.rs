@@ -8,12 +8,48 @@
 //! `target_rmse` or after `max_seconds`.
 
 use crate::report::{Table, fmt, print_json};
-use petrel_ps::apps::mf::{self, MfConfig, MfResult};
+use petrel_actors::Transport;
+use petrel_ps::{ConsistencyModel, PsError, PsMf, PsMfConfig, PsMfResult};
 use plotters::prelude::*;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// Why the benchmark failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsistencyBenchError {
+    /// The run of one consistency model failed.
+    #[error("{model}")]
+    Run {
+        /// The model.
+        model: ConsistencyModel,
+        /// Why.
+        #[source]
+        source: PsError,
+    },
+    /// The plot could not be drawn.
+    #[error("plot {path}: {reason}")]
+    Plot {
+        /// The SVG file.
+        path: String,
+        /// The plotting library's message.
+        reason: String,
+    },
+    /// The plot's directory could not be made.
+    #[error("{}", path.display())]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The JSON line could not be written.
+    #[error("json figures")]
+    Json(#[from] serde_json::Error),
+}
+
+/// `petrel bench consistency`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     #[arg(long, default_value_t = 4)]
@@ -47,11 +83,16 @@ pub struct Args {
     #[arg(long, default_value_t = 4)]
     pub batches_per_epoch: u32,
     /// Models to run (comma separated): bsp, ssp, essp, async.
-    #[arg(long, value_delimiter = ',', default_value = "bsp,ssp,essp,async")]
-    pub models: Vec<String>,
-    /// "quic" (127.0.0.1) or "memory".
-    #[arg(long, default_value = "quic")]
-    pub transport: String,
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "bsp,ssp,essp,async"
+    )]
+    pub models: Vec<ConsistencyModel>,
+    /// quic (127.0.0.1) or memory.
+    #[arg(long, value_enum, default_value_t = Transport::Quic)]
+    pub transport: Transport,
     /// Where the convergence plot (SVG) goes.
     #[arg(long, default_value = "target/bench/consistency.svg")]
     pub plot: PathBuf,
@@ -71,8 +112,8 @@ struct Figures {
     worker_clocks: Vec<u64>,
 }
 
-fn config(args: &Args, model: &str) -> MfConfig {
-    MfConfig {
+fn config(args: &Args, model: ConsistencyModel) -> PsMfConfig {
+    PsMfConfig {
         synthetic_users: args.users,
         synthetic_items: args.items,
         synthetic_rank: 5,
@@ -80,26 +121,25 @@ fn config(args: &Args, model: &str) -> MfConfig {
         synthetic_noise: 0.1,
         rank: args.rank,
         learning_rate: args.learning_rate,
-        consistency: model.to_string(),
+        consistency: model,
         staleness: args.staleness,
         batches_per_epoch: args.batches_per_epoch,
-        max_clocks: u64::MAX,
+        max_clocks: Some(u64::MAX),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: 100,
         clock_ms: args.clock_ms,
         straggler: Some(0),
         straggler_factor: args.straggler_factor,
-        ..MfConfig::default()
+        // The defaults of the settings this bench was tuned with.
+        init_scale: 0.3,
+        regularization: 0.02,
+        ..PsMfConfig::default()
     }
 }
 
-pub fn run(args: Args) -> Result<(), String> {
-    for m in &args.models {
-        if !["bsp", "ssp", "essp", "async"].contains(&m.as_str()) {
-            return Err(format!("unknown model {m:?}"));
-        }
-    }
+/// Runs the benchmark: a table, a plot and one JSON line.
+pub fn run(args: Args) -> Result<(), ConsistencyBenchError> {
     eprintln!(
         "mf on the ps: {} workers, {} shards ({} on 127.0.0.1), worker 0 straggles x{}, \
          {} ms/clock, target rmse {}",
@@ -110,18 +150,18 @@ pub fn run(args: Args) -> Result<(), String> {
         args.clock_ms,
         args.target_rmse
     );
-    let mut results: Vec<(String, MfResult)> = Vec::new();
-    for m in &args.models {
+    let mut results: Vec<(String, PsMfResult)> = Vec::new();
+    for &m in &args.models {
         eprintln!("running {m} ...");
-        let r = mf::run_local_with(
+        let r = petrel_ps::run_local_with::<PsMf>(
             config(&args, m),
             args.shards,
             args.workers,
-            &args.transport,
+            args.transport,
             |s| s.cluster.failure_timeout_ms = 10_000,
         )
-        .map_err(|e| format!("{m}: {e}"))?;
-        results.push((m.clone(), r));
+        .map_err(|source| ConsistencyBenchError::Run { model: m, source })?;
+        results.push((m.to_string(), r.metrics));
     }
     let mut table = Table::new(&[
         "model",
@@ -168,12 +208,19 @@ pub fn run(args: Args) -> Result<(), String> {
     table.print();
     plot(&args.plot, &results, args.target_rmse)?;
     println!("convergence plot: {}", args.plot.display());
-    print_json(&json).map_err(|e| e.to_string())
+    Ok(print_json(&json)?)
 }
 
-fn plot(path: &PathBuf, results: &[(String, MfResult)], target: f64) -> Result<(), String> {
+fn plot(
+    path: &PathBuf,
+    results: &[(String, PsMfResult)],
+    target: f64,
+) -> Result<(), ConsistencyBenchError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| ConsistencyBenchError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
     }
     let max_t = results
         .iter()
@@ -185,7 +232,10 @@ fn plot(path: &PathBuf, results: &[(String, MfResult)], target: f64) -> Result<(
         .fold(target, f64::max)
         * 1.05;
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    let e = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
+    let e = |e: &dyn std::fmt::Display| ConsistencyBenchError::Plot {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    };
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(

@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::shard::{ShardCore, TableSnapshot};
+use crate::core::error::PsCoreError;
+use crate::core::shard::{PsShardCore, TableSnapshot};
 use crate::core::types::{Clock, TableId};
-use crate::error::PsError;
 pub use petrel_actors::durable::fnv1a64;
 use petrel_actors::durable::{self, DurableError, FileDigest};
 
@@ -48,8 +48,11 @@ struct Manifest {
 /// A loaded, verified checkpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
+    /// The shard.
     pub shard: u32,
+    /// The min clock the checkpoint was taken at.
     pub clock: Clock,
+    /// Its rows.
     pub tables: Vec<TableSnapshot>,
 }
 
@@ -61,19 +64,19 @@ fn data_name(shard: u32, clock: Clock, table: TableId) -> String {
     format!("shard-{shard}-clock-{clock}-table-{}.bin", table.0)
 }
 
-fn bad(path: &Path, reason: impl Into<String>) -> PsError {
-    PsError::Checkpoint {
+fn bad(path: &Path, reason: impl Into<String>) -> PsCoreError {
+    PsCoreError::Checkpoint {
         path: path.display().to_string(),
         reason: reason.into(),
     }
 }
 
-impl From<DurableError> for PsError {
+impl From<DurableError> for PsCoreError {
     fn from(e: DurableError) -> Self {
         match e {
             DurableError::Invalid { path, reason } => bad(&path, reason),
             DurableError::Manifest { path, source } => bad(&path, source.to_string()),
-            DurableError::Io { source, .. } => PsError::Io(source),
+            DurableError::Io { source, .. } => PsCoreError::Io(source),
         }
     }
 }
@@ -85,11 +88,11 @@ pub fn write_checkpoint(
     shard: u32,
     clock: Clock,
     tables: &[TableSnapshot],
-) -> Result<PathBuf, PsError> {
+) -> Result<PathBuf, PsCoreError> {
     durable::create_dir(dir)?;
     let mut files = Vec::with_capacity(tables.len());
     for t in tables {
-        let bytes = rmp_serde::to_vec(t).map_err(|e| PsError::Encode(e.to_string()))?;
+        let bytes = rmp_serde::to_vec(t).map_err(|e| PsCoreError::Encode(e.to_string()))?;
         let name = data_name(shard, clock, t.table);
         durable::write_atomic(dir, &name, &bytes)?;
         files.push(ManifestEntry {
@@ -106,7 +109,7 @@ pub fn write_checkpoint(
         clock,
         files,
     };
-    let body = rmp_serde::to_vec(&manifest).map_err(|e| PsError::Encode(e.to_string()))?;
+    let body = rmp_serde::to_vec(&manifest).map_err(|e| PsCoreError::Encode(e.to_string()))?;
     let name = manifest_name(shard, clock);
     durable::write_atomic(dir, &name, &durable::frame(MANIFEST_MAGIC, &body))?;
     durable::sync_dir(dir)?;
@@ -115,13 +118,13 @@ pub fn write_checkpoint(
 }
 
 /// Checkpoints `core` at its current min clock; returns that clock.
-pub fn write_shard(dir: &Path, shard: u32, core: &ShardCore) -> Result<Clock, PsError> {
+pub fn write_shard(dir: &Path, shard: u32, core: &PsShardCore) -> Result<Clock, PsCoreError> {
     let clock = core.min_clock();
     write_checkpoint(dir, shard, clock, &core.snapshot())?;
     Ok(clock)
 }
 
-fn read_manifest(path: &Path) -> Result<Manifest, PsError> {
+fn read_manifest(path: &Path) -> Result<Manifest, PsCoreError> {
     let body = durable::read_framed(path, MANIFEST_MAGIC)?;
     let m: Manifest =
         rmp_serde::from_slice(&body).map_err(|e| bad(path, format!("manifest decode: {e}")))?;
@@ -132,7 +135,7 @@ fn read_manifest(path: &Path) -> Result<Manifest, PsError> {
 }
 
 /// Loads and verifies the checkpoint of shard `shard` at `clock` from `dir`.
-pub fn load_checkpoint(dir: &Path, shard: u32, clock: Clock) -> Result<Checkpoint, PsError> {
+pub fn load_checkpoint(dir: &Path, shard: u32, clock: Clock) -> Result<Checkpoint, PsCoreError> {
     let mpath = dir.join(manifest_name(shard, clock));
     let m = read_manifest(&mpath)?;
     if m.shard != shard || m.clock != clock {
@@ -170,7 +173,7 @@ pub fn load_checkpoint(dir: &Path, shard: u32, clock: Clock) -> Result<Checkpoin
 
 /// Clocks that have a manifest for `shard` in `dir`, ascending (not yet verified: use
 /// `load_checkpoint`, falling back to an older clock if the newest fails).
-pub fn list_checkpoints(dir: &Path, shard: u32) -> Result<Vec<Clock>, PsError> {
+pub fn list_checkpoints(dir: &Path, shard: u32) -> Result<Vec<Clock>, PsCoreError> {
     let prefix = format!("shard-{shard}-clock-");
     let mut out = Vec::new();
     for entry in fs::read_dir(dir)? {
@@ -203,8 +206,8 @@ mod tests {
         ]
     }
 
-    fn shard() -> ShardCore {
-        let mut s = ShardCore::new(1, specs()).unwrap();
+    fn shard() -> PsShardCore {
+        let mut s = PsShardCore::new(1, specs()).unwrap();
         let mut updates = Vec::new();
         for r in 0..50u64 {
             updates.push(RowUpdate {
@@ -224,9 +227,9 @@ mod tests {
         s
     }
 
-    fn assert_invalid(r: Result<Checkpoint, PsError>, needle: &str) {
+    fn assert_invalid(r: Result<Checkpoint, PsCoreError>, needle: &str) {
         match r {
-            Err(PsError::Checkpoint { reason, .. }) => {
+            Err(PsCoreError::Checkpoint { reason, .. }) => {
                 assert!(
                     reason.contains(needle),
                     "reason {reason:?} lacks {needle:?}"
@@ -245,7 +248,7 @@ mod tests {
         let ck = load_checkpoint(dir.path(), 3, 1).unwrap();
         assert_eq!(ck.tables, s.snapshot());
         let restored =
-            ShardCore::restore(1, specs(), &RuleRegistry::new(), ck.tables, ck.clock).unwrap();
+            PsShardCore::restore(1, specs(), &RuleRegistry::new(), ck.tables, ck.clock).unwrap();
         assert_eq!(restored.snapshot(), s.snapshot());
         assert_eq!(list_checkpoints(dir.path(), 3).unwrap(), vec![1]);
         assert!(list_checkpoints(dir.path(), 4).unwrap().is_empty());

@@ -1,44 +1,150 @@
-//! Error type of the parameter-server logic.
+//! The crate-level error: what roles, jobs and in-process runs of the parameter server
+//! return. Core errors ([`PsCoreError`], [`PsLdaError`]) and client errors
+//! ([`ClientError`]) are wrapped with their source chain, so the launcher prints the root
+//! cause once (`petrel_actors::error_chain`).
 
-use crate::core::types::{Clock, RowId, TableId, WorkerId};
+use std::path::PathBuf;
+use std::time::Duration;
 
-/// Every fallible operation of `crate` returns this error.
+use petrel_actors::{AskError, NodeError};
+
+use crate::core::error::PsCoreError;
+use crate::core::lda::PsLdaError;
+use crate::shells::ClientError;
+
+/// Every fallible operation of the shells, the kit and the apps returns this error.
 #[derive(Debug, thiserror::Error)]
 pub enum PsError {
-    #[error("unknown table {0:?}")]
-    UnknownTable(TableId),
-    #[error("unknown worker {0:?}")]
-    UnknownWorker(WorkerId),
-    #[error("worker {0:?} was removed (declared dead)")]
-    DeadWorker(WorkerId),
-    #[error("clock mismatch for worker {worker:?}: shard expects {expected}, got {got}")]
-    ClockMismatch {
-        worker: WorkerId,
-        expected: Clock,
-        got: Clock,
+    /// A protocol or configuration error of the sans-I/O core.
+    #[error(transparent)]
+    Core(#[from] PsCoreError),
+    /// An error of the data-parallel LDA core.
+    #[error(transparent)]
+    Lda(#[from] PsLdaError),
+    /// A worker's client failed (a bad reply, a send that failed, a read that timed out).
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The actor runtime refused (registration, an unknown node, a failed cluster run).
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// A built-in role's job could not be built from its `[app.*]` section.
+    #[error(transparent)]
+    Job(#[from] petrel_actors::AppJobError),
+    /// Loading a data file or generating synthetic data failed.
+    #[error(transparent)]
+    Data(#[from] petrel_ml::data::DataError),
+    /// A shard hit a fatal error (a protocol violation or a worker it cannot reach).
+    #[error("ps shard {shard} on node {node} failed")]
+    ShardFailed {
+        /// The shard.
+        shard: u32,
+        /// Its node.
+        node: String,
+        /// Why.
+        #[source]
+        source: Box<PsError>,
     },
-    #[error("delta for table {table:?} row {row:?} does not fit the table: {reason}")]
-    RowMismatch {
-        table: TableId,
-        row: RowId,
+    /// A shard actor stopped before every worker left.
+    #[error("ps shard {shard} stopped before every worker left")]
+    ShardStopped {
+        /// The shard.
+        shard: u32,
+    },
+    /// A question to a shard (snapshot, ping, checkpoint) got no answer.
+    #[error("ps shard {shard} on node {node}")]
+    ShardQuery {
+        /// The shard.
+        shard: u32,
+        /// Its node.
+        node: String,
+        /// The failed ask.
+        #[source]
+        source: AskError,
+    },
+    /// The shards did not all answer within the start-up timeout.
+    #[error("ps shards not ready after {timeout:?}")]
+    ShardsNotReady {
+        /// How long we waited.
+        timeout: Duration,
+        /// The last failure.
+        #[source]
+        source: Box<PsError>,
+    },
+    /// The shards' min clock did not reach `clock` in time.
+    #[error("ps shards did not reach clock {clock} within {timeout:?}")]
+    ClockTimeout {
+        /// The awaited clock.
+        clock: u64,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// A worker could not deliver a report to its monitor.
+    #[error("worker {worker}: report to the monitor")]
+    Report {
+        /// The worker.
+        worker: u32,
+        /// The failed send.
+        #[source]
+        source: AskError,
+    },
+    /// The job's nodes do not carry the roles it needs.
+    #[error("a {app} job needs nodes with roles {shard} and {worker}")]
+    MissingRoles {
+        /// The app.
+        app: &'static str,
+        /// The shard role name.
+        shard: &'static str,
+        /// The worker role name.
+        worker: &'static str,
+    },
+    /// Not exactly one node carries the monitor role.
+    #[error("a {app} job needs exactly one {role} node, found {found}")]
+    MonitorCount {
+        /// The app.
+        app: &'static str,
+        /// The monitor role name.
+        role: &'static str,
+        /// How many nodes carry it.
+        found: usize,
+    },
+    /// App settings that cannot work (a zero rank, no samples, ...).
+    #[error("invalid {app} settings: {reason}")]
+    InvalidConfig {
+        /// The app.
+        app: &'static str,
+        /// What is wrong.
         reason: String,
     },
-    #[error("duplicate table id {0:?}")]
-    DuplicateTable(TableId),
-    #[error("invalid configuration: {0}")]
-    InvalidConfig(String),
-    #[error("unknown update rule {0:?}")]
-    UnknownRule(String),
-    #[error("malformed row encoding: {0}")]
-    MalformedRow(String),
-    #[error("encode error: {0}")]
-    Encode(String),
-    #[error("decode error: {0}")]
-    Decode(String),
-    #[error("invalid checkpoint in {path}: {reason}")]
-    Checkpoint { path: String, reason: String },
-    #[error("i/o error: {0}")]
-    Io(#[from] std::io::Error),
+    /// A test hook made a worker fail on purpose.
+    #[error("worker {worker}: injected failure at clock {clock}")]
+    InjectedFailure {
+        /// The worker.
+        worker: u32,
+        /// The clock it failed at.
+        clock: u64,
+    },
+    /// Writing an output file failed.
+    #[error("write {}", path.display())]
+    Write {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Encoding an output as JSON failed.
+    #[error("encode {what} as JSON")]
+    Json {
+        /// What was encoded.
+        what: &'static str,
+        /// The serializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The monitor of an in-process run ended without a result.
+    #[error("the {app} monitor produced no result")]
+    NoResult {
+        /// The app.
+        app: &'static str,
+    },
 }
-
-pub type Result<T> = std::result::Result<T, PsError>;

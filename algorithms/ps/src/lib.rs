@@ -1,13 +1,38 @@
 //! The parameter server (Bösen / Petuum): sharded tables of rows, client caches and
 //! BSP, SSP, ESSP and async consistency, in one home that reads in order:
 //!
-//! 1. [`core`]: sans-I/O decision logic (clock tables, consistency rules, the client cache
-//!    and oplog, managed communication, the data-parallel LDA sampler). No actix, no tokio.
-//! 2. [`shells`]: the actors that host shards and the client handle workers call.
-//! 3. [`kit`]: generic shard and monitor roles and the local job runner apps share.
-//! 4. [`apps`]: the built-in apps (matrix factorization, logistic regression, LDA).
+//! 1. [`core`]: sans-I/O decision logic. A shard's clock table and consistency rules
+//!    ([`PsShardCore`]), a worker's cache and oplog ([`ClientCore`]), server-side update
+//!    rules ([`RuleRegistry`], [`UpdateRule`]), managed communication
+//!    ([`BandwidthManager`]), the data-parallel LDA sampler ([`core::lda`]), and the types
+//!    they share ([`TableSpec`], [`Row`], [`Consistency`], [`ConsistencyModel`]). No actix,
+//!    no tokio (`.ci/check-cores` checks it). The conventions (what a clock is, what SSP
+//!    guarantees) are written once, in [`core`].
+//! 2. [`shells`]: the actors around the cores. [`ServerShard`] hosts one shard;
+//!    [`PsClient`] is what a worker's code calls (`get`, `inc`, `clock`, `barrier`);
+//!    [`TablesBuilder`] and [`PsLayout`] say what a job is made of and where it runs.
+//! 3. [`kit`]: a new app is one [`PsApp`] impl (tables and rules, the worker's step per
+//!    clock, the monitor's evaluation and stop rule, outputs); the kit gives it shard,
+//!    worker and monitor roles ([`register`], [`register_builtin`]), a job ([`PsJob`]) and
+//!    an in-process runner ([`run_local`], [`train`]). `examples/ps_custom.rs` is a whole
+//!    app in one file.
+//! 4. [`apps`]: the built-in apps, each a [`PsApp`]: [`PsMf`] (matrix factorization),
+//!    [`PsLr`] (logistic regression) and [`PsLda`] (data-parallel LDA).
 //!
-//! [`checkpoint`] persists shard state with the runtime's durable files.
+//! [`checkpoint`] persists shard state with the runtime's durable files. Every fallible
+//! call of the shells, the kit and the apps returns [`PsError`], which wraps the cores'
+//! [`PsCoreError`] and [`PsLdaError`] with their source chains.
+//!
+//! ```no_run
+//! use petrel_ps::prelude::*;
+//!
+//! let cfg = PsMfConfig { consistency: ConsistencyModel::Essp, ..PsMfConfig::default() };
+//! let out = run_local::<PsMf>(cfg, 2, 3, petrel_actors::Transport::Memory)?;
+//! println!("rmse {:.3}", out.metrics.final_rmse);
+//! # Ok::<(), PsError>(())
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod apps;
 pub mod checkpoint;
@@ -16,4 +41,39 @@ pub mod error;
 pub mod kit;
 pub mod shells;
 
+pub use apps::lda::{PsLda, PsLdaConfig, PsLdaMetrics, PsLdaOutcome};
+pub use apps::lr::{PsLr, PsLrConfig, PsLrOutcome, PsLrResult};
+pub use apps::mf::{PsMf, PsMfConfig, PsMfOutcome, PsMfResult};
+pub use core::client::ClientCore;
+pub use core::error::PsCoreError;
+pub use core::lda::PsLdaError;
+pub use core::managed::BandwidthManager;
+pub use core::rules::{RuleRegistry, UpdateRule};
+pub use core::shard::PsShardCore;
+pub use core::types::{
+    Consistency, ConsistencyModel, Row, RowId, TableId, TableKind, TableSpec, UpdateRuleSpec,
+    WorkerId,
+};
 pub use error::PsError;
+pub use kit::{
+    MonitorCtx, PsApp, PsJob, PsRoles, PsTrainArgs, Step, WorkerCtx, WorkerDone, register,
+    register_builtin, run_local, run_local_with, train,
+};
+pub use shells::{PsClient, PsLayout, ServerShard, TablesBuilder};
+
+/// The names an app needs: `use petrel_ps::prelude::*;`.
+pub mod prelude {
+    pub use crate::apps::lda::{PsLda, PsLdaConfig};
+    pub use crate::apps::lr::{PsLr, PsLrConfig};
+    pub use crate::apps::mf::{PsMf, PsMfConfig};
+    pub use crate::core::rules::{RuleRegistry, UpdateRule};
+    pub use crate::core::types::{
+        Consistency, ConsistencyModel, Row, RowId, TableId, TableKind, TableSpec, UpdateRuleSpec,
+    };
+    pub use crate::error::PsError;
+    pub use crate::kit::{
+        MonitorCtx, PsApp, PsRoles, Step, WorkerCtx, WorkerDone, register_builtin, run_local,
+        run_local_with,
+    };
+    pub use crate::shells::{PsClient, PsLayout, TablesBuilder};
+}

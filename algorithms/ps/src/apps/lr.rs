@@ -1,4 +1,5 @@
-//! Multinomial logistic regression by mini-batch SGD on the parameter server.
+//! Multinomial logistic regression by mini-batch SGD on the parameter server ([`PsLr`],
+//! `petrel train ps-lr`).
 //!
 //! One PS table `weights` (id 0): row `j` holds the `n_classes` weights of feature `j`, row
 //! `n_features` the biases. The optimizer lives on the shards: the table uses the server-side
@@ -6,19 +7,21 @@
 //! applies `-learning_rate * gradient` locally. Worker `w` owns the training samples
 //! `i % n_workers == w`; per clock it takes its next mini-batch, reads the rows of the features
 //! present in it (`get_many`, under the job's consistency model), computes the softmax
-//! cross-entropy gradient and calls `clock()`. A monitor snapshots the shards every `eval_ms`
-//! and records held-out accuracy and log-loss; at the end it writes `model.json` (weights
-//! `n_features + 1` rows x `n_classes`, and the class labels) and `metrics.json`.
+//! cross-entropy gradient and calls `clock()`. The monitor snapshots the shards every
+//! `eval_ms` and records held-out accuracy and log-loss; at the end it writes `model.json`
+//! (weights `n_features + 1` rows x `n_classes`, and the class labels) and `metrics.json`.
 //!
 //! Data: LIBSVM files (`label idx:val ...`; labels may be any numbers, mapped in sorted order to
 //! classes) or synthetic separable classes.
 
-use crate::apps::mf::{WorkerDone, open_monitor, serve_shards, take_monitor_result};
 use crate::core::stats::{StalenessReport, StalenessStats};
-use crate::core::types::{Consistency, Row, RowId, TableId, TableSpec, UpdateRuleSpec};
-use crate::shells::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
-use petrel_actors::{Cluster, Node, NodeContext};
-use petrel_messages::Priority;
+use crate::core::types::{
+    Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec, UpdateRuleSpec,
+};
+use crate::error::PsError;
+use crate::kit::{MonitorCtx, PsApp, Step, WorkerCtx, WorkerDone, write_model_and_metrics};
+use crate::shells::{PsLayout, TablesBuilder};
+use petrel_actors::Settings;
 use petrel_ml::data::libsvm::{SparseDataset, SparseRow, load_libsvm};
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
 use rand::SeedableRng;
@@ -27,33 +30,58 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+/// The weights table.
 pub const WEIGHTS: TableId = TableId(0);
-const MONITOR_ACTOR: &str = "ps-lr-monitor";
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct LrConfig {
-    /// LIBSVM file; synthetic separable classes when unset.
+/// The settings of ps-lr: the flags of `petrel train ps-lr` (serde, so a caller can read
+/// them from TOML).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default, deny_unknown_fields)]
+pub struct PsLrConfig {
+    /// LIBSVM file (`label idx:val ...`); synthetic separable classes when unset.
+    #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Synthetic data: samples.
+    #[arg(long, default_value_t = 2000)]
     pub synthetic_samples: usize,
+    /// Synthetic data: features.
+    #[arg(long, default_value_t = 20)]
     pub synthetic_features: usize,
+    /// Synthetic data: classes.
+    #[arg(long, default_value_t = 3)]
     pub synthetic_classes: usize,
+    /// Seed of the data and the split.
+    #[arg(long, default_value_t = 11)]
     pub seed: u64,
+    /// Fraction of the samples held out.
+    #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,
+    /// Step size of the shards' SGD rule.
+    #[arg(long, default_value_t = 0.5)]
     pub learning_rate: f32,
+    /// Samples per clock and worker.
+    #[arg(long, default_value_t = 50)]
     pub batch_size: usize,
-    /// "bsp", "ssp", "essp" or "async".
-    pub consistency: String,
+    /// Consistency model of the weights table.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ConsistencyModel::Ssp)]
+    pub consistency: ConsistencyModel,
+    /// Staleness bound of SSP and ESSP.
+    #[arg(long, default_value_t = 2)]
     pub staleness: u32,
+    /// Clocks per worker.
+    #[arg(long = "clocks", default_value_t = 200)]
     pub max_clocks: u64,
+    /// Milliseconds between evaluations of the monitor.
+    #[arg(long, default_value_t = 250)]
     pub eval_ms: u64,
+    /// Output directory for `model.json` and `metrics.json` (flags: `out`; settings: none).
+    #[arg(long, default_value = "out")]
     pub out: Option<PathBuf>,
 }
 
-impl Default for LrConfig {
+impl Default for PsLrConfig {
     fn default() -> Self {
         Self {
             data: None,
@@ -64,10 +92,10 @@ impl Default for LrConfig {
             test_fraction: 0.2,
             learning_rate: 0.5,
             batch_size: 50,
-            consistency: "ssp".into(),
+            consistency: ConsistencyModel::Ssp,
             staleness: 2,
-            max_clocks: 100,
-            eval_ms: 100,
+            max_clocks: 200,
+            eval_ms: 250,
             out: None,
         }
     }
@@ -75,18 +103,26 @@ impl Default for LrConfig {
 
 /// Samples as sparse rows with class indices.
 #[derive(Debug, Clone)]
-pub struct LrData {
+pub struct PsLrData {
+    /// Features per sample (the bias row is row `n_features`).
     pub n_features: usize,
     /// Original label of class `c`.
     pub class_labels: Vec<f32>,
+    /// Training samples.
     pub train: Vec<(SparseRow, usize)>,
+    /// Held-out samples.
     pub test: Vec<(SparseRow, usize)>,
 }
 
-impl LrData {
-    pub fn load(cfg: &LrConfig) -> Result<LrData, String> {
+impl PsLrData {
+    /// Loads (or generates) the samples, maps labels to classes and splits them.
+    pub fn load(cfg: &PsLrConfig) -> Result<PsLrData, PsError> {
+        let invalid = |reason: String| PsError::InvalidConfig {
+            app: PsLr::NAME,
+            reason,
+        };
         let ds: SparseDataset = match &cfg.data {
-            Some(p) => load_libsvm(p).map_err(|e| e.to_string())?,
+            Some(p) => load_libsvm(p)?,
             None => {
                 separable_classification(&ClassificationParams {
                     n_samples: cfg.synthetic_samples,
@@ -94,19 +130,21 @@ impl LrData {
                     n_classes: cfg.synthetic_classes,
                     margin: 0.5,
                     seed: cfg.seed,
-                })
-                .map_err(|e| e.to_string())?
+                })?
                 .dataset
             }
         };
         if ds.rows.is_empty() {
-            return Err("no samples".into());
+            return Err(invalid("no samples".into()));
         }
         let mut labels: Vec<f32> = ds.labels.clone();
         labels.sort_by(f32::total_cmp);
         labels.dedup();
         if labels.len() < 2 {
-            return Err(format!("need at least 2 classes, found {}", labels.len()));
+            return Err(invalid(format!(
+                "need at least 2 classes, found {}",
+                labels.len()
+            )));
         }
         let class_of = |l: f32| labels.iter().position(|&x| x == l).unwrap_or(0);
         let mut all: Vec<(SparseRow, usize)> = ds
@@ -118,7 +156,7 @@ impl LrData {
         all.shuffle(&mut StdRng::seed_from_u64(cfg.seed ^ 0x1f));
         let n_test = ((cfg.test_fraction.clamp(0.0, 0.9)) * all.len() as f64).round() as usize;
         let test = all.split_off(all.len() - n_test);
-        Ok(LrData {
+        Ok(PsLrData {
             n_features: ds.n_features,
             class_labels: labels,
             train: all,
@@ -126,6 +164,7 @@ impl LrData {
         })
     }
 
+    /// Number of classes.
     pub fn n_classes(&self) -> usize {
         self.class_labels.len()
     }
@@ -210,119 +249,150 @@ pub fn evaluate(
     )
 }
 
+/// One point of the convergence curve.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub struct LrPoint {
+pub struct PsLrPoint {
+    /// Seconds since the monitor started.
     pub seconds: f64,
+    /// Min clock over the shards.
     pub clock: u64,
+    /// Held-out accuracy.
     pub accuracy: f64,
+    /// Held-out mean log-loss.
     pub log_loss: f64,
 }
 
+/// What a run measured (`metrics.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LrResult {
-    pub consistency: String,
+pub struct PsLrResult {
+    /// The weights table's consistency model.
+    pub consistency: ConsistencyModel,
+    /// Workers.
     pub n_workers: u32,
+    /// Shards.
     pub n_shards: u32,
+    /// Training samples.
     pub train_samples: usize,
+    /// Held-out samples.
     pub test_samples: usize,
+    /// Features.
     pub n_features: usize,
+    /// Classes.
     pub n_classes: usize,
+    /// Log-loss at the first evaluation.
     pub initial_log_loss: f64,
+    /// Log-loss at the last evaluation.
     pub final_log_loss: f64,
+    /// Accuracy at the last evaluation.
     pub final_accuracy: f64,
+    /// Seconds of the whole run.
     pub wall_s: f64,
+    /// Clocks each worker completed.
     pub worker_clocks: Vec<u64>,
+    /// Observed staleness of the weight reads.
     pub staleness: StalenessReport,
-    pub curve: Vec<LrPoint>,
+    /// The convergence curve.
+    pub curve: Vec<PsLrPoint>,
 }
 
+/// The learned model (`model.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LrModel {
+pub struct PsLrModel {
+    /// Original label of each class.
     pub class_labels: Vec<f32>,
     /// `n_features` weight rows then the bias row, each `n_classes` wide.
     pub weights: Vec<Vec<f32>>,
 }
 
-pub struct LrJob {
-    pub cfg: LrConfig,
-    pub data: LrData,
-    pub layout: PsLayout,
-    pub monitor_node: String,
-    pub result: Mutex<Option<LrResult>>,
+/// What an in-process run returns: the metrics and the model.
+#[derive(Debug, Clone)]
+pub struct PsLrOutcome {
+    /// `metrics.json`.
+    pub metrics: PsLrResult,
+    /// `model.json`.
+    pub model: PsLrModel,
 }
 
-impl LrJob {
-    fn tables(&self) -> Result<Vec<TableSpec>, String> {
-        let c = match self.cfg.consistency.to_ascii_lowercase().as_str() {
-            "bsp" => Consistency::Bsp,
-            "ssp" => Consistency::Ssp {
-                staleness: self.cfg.staleness,
-            },
-            "essp" => Consistency::Essp {
-                staleness: self.cfg.staleness,
-            },
-            "async" => Consistency::Async,
-            o => return Err(format!("unknown consistency {o:?}")),
-        };
-        TablesBuilder::new()
-            .dense("weights", self.data.n_classes() as u32, c)
-            .rule(UpdateRuleSpec::Sgd {
-                learning_rate: self.cfg.learning_rate,
-            })
-            .build()
-            .map_err(|e| e.to_string())
-    }
+/// The ps-lr app: its config and data.
+pub struct PsLr {
+    /// The settings.
+    pub cfg: PsLrConfig,
+    /// The samples.
+    pub data: PsLrData,
+    tables: Vec<TableSpec>,
+}
 
+/// The ps-lr monitor between evaluations.
+#[derive(Default)]
+pub struct PsLrMonitor {
+    curve: Vec<PsLrPoint>,
+    weights: HashMap<u32, Vec<f32>>,
+    reports: Vec<WorkerDone>,
+}
+
+impl PsLr {
     fn bias(&self) -> u32 {
         self.data.n_features as u32
     }
-
-    fn weights(&self, states: &[shells::ShardState]) -> HashMap<u32, Vec<f32>> {
-        let k = self.data.n_classes();
-        shells::merge_tables(states)
-            .remove(&WEIGHTS)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(r, row)| (r.0 as u32, row.to_dense(k)))
-            .collect()
-    }
 }
 
-async fn shard_role(ctx: NodeContext, job: Arc<LrJob>) -> Result<(), String> {
-    serve_shards(&ctx, &job.layout, job.tables()?).await
-}
+impl PsApp for PsLr {
+    type Config = PsLrConfig;
+    /// The worker's samples (indices into the training set).
+    type Worker = Vec<usize>;
+    type Report = WorkerDone;
+    type Monitor = PsLrMonitor;
+    type Output = PsLrOutcome;
 
-async fn worker_role(ctx: NodeContext, job: Arc<LrJob>) -> Result<(), String> {
-    shells::wait_for_shards(&ctx.node, &job.layout, Duration::from_secs(30)).await?;
-    let mut ws = Vec::new();
-    for w in job.layout.workers_on(&ctx.spec.name) {
-        let c =
-            PsClient::start(&ctx.node, &job.layout, w, job.tables()?).map_err(|e| e.to_string())?;
-        ws.push(run_worker(ctx.node.clone(), job.clone(), c));
-    }
-    for r in futures::future::join_all(ws).await {
-        r?;
-    }
-    Ok(())
-}
+    const NAME: &'static str = "ps-lr";
+    const SECTION: &'static str = "lr";
+    const MONITOR_ACTOR: &'static str = "ps-lr-monitor";
 
-async fn run_worker(node: Node, job: Arc<LrJob>, c: PsClient) -> Result<(), String> {
-    let w = c.worker();
-    let nw = job.layout.n_workers() as usize;
-    let mine: Vec<&(SparseRow, usize)> = job
-        .data
-        .train
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| i % nw == w as usize)
-        .map(|(_, s)| s)
-        .collect();
-    let (k, bias, b) = (job.data.n_classes(), job.bias(), job.cfg.batch_size.max(1));
-    let e = |e: shells::ClientError| e.to_string();
-    while c.current_clock() < job.cfg.max_clocks && !mine.is_empty() {
+    fn new(cfg: PsLrConfig, _layout: &PsLayout) -> Result<Self, PsError> {
+        let data = PsLrData::load(&cfg)?;
+        let tables = TablesBuilder::new()
+            .dense(
+                "weights",
+                data.n_classes() as u32,
+                Consistency::new(cfg.consistency, cfg.staleness),
+            )
+            .rule(UpdateRuleSpec::Sgd {
+                learning_rate: cfg.learning_rate,
+            })
+            .build()?;
+        Ok(PsLr { cfg, data, tables })
+    }
+
+    fn tables(&self) -> Vec<TableSpec> {
+        self.tables.clone()
+    }
+
+    fn tune_local(settings: &mut Settings) {
+        settings.cluster.failure_timeout_ms = 10_000;
+    }
+
+    fn start_worker(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> Result<Vec<usize>, PsError> {
+        let (w, nw) = (ctx.worker() as usize, ctx.n_workers() as usize);
+        Ok((0..self.data.train.len()).filter(|i| i % nw == w).collect())
+    }
+
+    async fn step(
+        &self,
+        mine: &mut Vec<usize>,
+        ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<Step, PsError> {
+        let c = ctx.client;
+        if c.current_clock() >= self.cfg.max_clocks || mine.is_empty() {
+            return Ok(Step::Done);
+        }
+        let (k, bias, b) = (
+            self.data.n_classes(),
+            self.bias(),
+            self.cfg.batch_size.max(1),
+        );
         let start = (c.current_clock() as usize * b) % mine.len();
         let batch: Vec<&(SparseRow, usize)> = (0..b.min(mine.len()))
-            .map(|i| mine[(start + i) % mine.len()])
+            .map(|i| &self.data.train[mine[(start + i) % mine.len()]])
             .collect();
         let feats: Vec<u32> = batch
             .iter()
@@ -332,207 +402,108 @@ async fn run_worker(node: Node, job: Arc<LrJob>, c: PsClient) -> Result<(), Stri
             .into_iter()
             .collect();
         let ids: Vec<RowId> = feats.iter().map(|&j| RowId(u64::from(j))).collect();
-        let got = c.get_many(WEIGHTS, &ids).await.map_err(e)?;
+        let got = c.get_many(WEIGHTS, &ids).await?;
         let rows: HashMap<u32, Vec<f32>> = feats
             .iter()
             .zip(got)
             .map(|(&j, r)| (j, r.to_dense(k)))
             .collect();
         for (j, g) in gradient(&batch, &rows, bias, k) {
-            c.batch_inc(WEIGHTS, RowId(u64::from(j)), &Row::Dense(g))
-                .map_err(e)?;
+            c.batch_inc(WEIGHTS, RowId(u64::from(j)), &Row::Dense(g))?;
         }
-        c.clock().map_err(e)?;
-        tokio::task::yield_now().await;
+        Ok(Step::Clock)
     }
-    c.leave().map_err(e)?;
-    let done = WorkerDone {
-        worker: w,
-        clocks: c.current_clock(),
-        staleness: c.table_stats(WEIGHTS),
-        compute_s: 0.0,
-        wait_s: 0.0,
-    };
-    node.actor_at::<WorkerDone>(&job.monitor_node, MONITOR_ACTOR)
-        .map_err(|e| e.to_string())?
-        .ask(done, Priority::HIGH, node.default_timeout())
-        .await
-        .map_err(|e| format!("worker {w}: report to monitor: {e}"))
-}
 
-async fn monitor_role(ctx: NodeContext, job: Arc<LrJob>) -> Result<(), String> {
-    let (reports, notify) = open_monitor::<WorkerDone>(&ctx.node, MONITOR_ACTOR)?;
-    shells::wait_for_shards(&ctx.node, &job.layout, Duration::from_secs(30)).await?;
-    let (k, bias) = (job.data.n_classes(), job.bias());
-    let timeout = ctx.node.default_timeout();
-    let start = Instant::now();
-    let mut curve = Vec::new();
-    let n_workers = job.layout.n_workers() as usize;
-    let weights = loop {
-        let all_done = reports.borrow().len() >= n_workers;
-        let states =
-            shells::snapshot_all(&ctx.node, &job.layout, ShardQuery::Snapshot, timeout).await?;
-        let wts = job.weights(&states);
-        let (accuracy, log_loss) = evaluate(&job.data.test, &wts, bias, k);
-        curve.push(LrPoint {
-            seconds: start.elapsed().as_secs_f64(),
-            clock: states.iter().map(|s| s.min_clock).min().unwrap_or(0),
+    fn finish_worker(
+        &self,
+        _mine: Vec<usize>,
+        ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<WorkerDone, PsError> {
+        Ok(WorkerDone::of(ctx.client, WEIGHTS))
+    }
+
+    fn eval_interval(&self) -> Duration {
+        Duration::from_millis(self.cfg.eval_ms.max(1))
+    }
+
+    async fn observe(
+        &self,
+        m: &mut PsLrMonitor,
+        ctx: &MonitorCtx<'_>,
+        reports: Vec<WorkerDone>,
+        _all_done: bool,
+    ) -> Result<Option<String>, PsError> {
+        m.reports.extend(reports);
+        let k = self.data.n_classes();
+        let (mut tables, clock) = ctx.tables().await?;
+        m.weights = (tables.remove(&WEIGHTS).unwrap_or_default().into_iter())
+            .map(|(r, row)| (r.0 as u32, row.to_dense(k)))
+            .collect();
+        let (accuracy, log_loss) = evaluate(&self.data.test, &m.weights, self.bias(), k);
+        m.curve.push(PsLrPoint {
+            seconds: ctx.elapsed_s(),
+            clock,
             accuracy,
             log_loss,
         });
-        if all_done {
-            break wts;
-        }
-        let n = notify.notified();
-        let _ = tokio::time::timeout(Duration::from_millis(job.cfg.eval_ms.max(1)), n).await;
-    };
-    let mut reps = reports.borrow().clone();
-    reps.sort_by_key(|r| r.worker);
-    let mut st = StalenessStats::new();
-    for r in &reps {
-        st.merge(&r.staleness);
+        Ok(None)
     }
-    let (first, last) = (curve.first().copied(), curve.last().copied());
-    let result = LrResult {
-        consistency: job.cfg.consistency.to_ascii_lowercase(),
-        n_workers: job.layout.n_workers(),
-        n_shards: job.layout.n_shards(),
-        train_samples: job.data.train.len(),
-        test_samples: job.data.test.len(),
-        n_features: job.data.n_features,
-        n_classes: k,
-        initial_log_loss: first.map_or(0.0, |p| p.log_loss),
-        final_log_loss: last.map_or(0.0, |p| p.log_loss),
-        final_accuracy: last.map_or(0.0, |p| p.accuracy),
-        wall_s: start.elapsed().as_secs_f64(),
-        worker_clocks: reps.iter().map(|r| r.clocks).collect(),
-        staleness: st.report(),
-        curve,
-    };
-    if let Some(out) = &job.cfg.out {
-        let model = LrModel {
-            class_labels: job.data.class_labels.clone(),
+
+    async fn finish(
+        &self,
+        mut m: PsLrMonitor,
+        ctx: &MonitorCtx<'_>,
+    ) -> Result<PsLrOutcome, PsError> {
+        let (k, bias) = (self.data.n_classes(), self.bias());
+        m.reports.sort_by_key(|r| r.worker);
+        let mut st = StalenessStats::new();
+        for r in &m.reports {
+            st.merge(&r.staleness);
+        }
+        let (first, last) = (m.curve.first().copied(), m.curve.last().copied());
+        let metrics = PsLrResult {
+            consistency: self.cfg.consistency,
+            n_workers: ctx.layout.n_workers(),
+            n_shards: ctx.layout.n_shards(),
+            train_samples: self.data.train.len(),
+            test_samples: self.data.test.len(),
+            n_features: self.data.n_features,
+            n_classes: k,
+            initial_log_loss: first.map_or(0.0, |p| p.log_loss),
+            final_log_loss: last.map_or(0.0, |p| p.log_loss),
+            final_accuracy: last.map_or(0.0, |p| p.accuracy),
+            wall_s: ctx.elapsed_s(),
+            worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
+            staleness: st.report(),
+            curve: m.curve,
+        };
+        // The weights of the last evaluation, taken after every worker was done.
+        let model = PsLrModel {
+            class_labels: self.data.class_labels.clone(),
             weights: (0..=bias)
-                .map(|j| weights.get(&j).cloned().unwrap_or_else(|| vec![0.0; k]))
+                .map(|j| m.weights.get(&j).cloned().unwrap_or_else(|| vec![0.0; k]))
                 .collect(),
         };
-        std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-        let write = |name: &str, text: String| {
-            let p = out.join(name);
-            std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
-        };
-        write(
-            "model.json",
-            serde_json::to_string(&model).map_err(|e| e.to_string())?,
-        )?;
-        write(
-            "metrics.json",
-            serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?,
-        )?;
+        Ok(PsLrOutcome { metrics, model })
     }
-    if let Ok(mut slot) = job.result.lock() {
-        *slot = Some(result);
+
+    fn write_outputs(&self, out: &PsLrOutcome) -> Result<(), PsError> {
+        write_model_and_metrics(self.cfg.out.as_deref(), &out.model, &out.metrics)
     }
-    Ok(())
-}
 
-/// Runs logistic regression on an in-process cluster (QUIC on 127.0.0.1 or memory).
-pub fn run_local(
-    cfg: LrConfig,
-    shards: usize,
-    workers: usize,
-    transport: &str,
-) -> Result<LrResult, String> {
-    let settings = crate::apps::mf::local_topology(
-        "ps-lr",
-        shards,
-        workers,
-        transport
-            .parse()
-            .map_err(|e: petrel_actors::NodeError| e.to_string())?,
-    )
-    .with(|s| s.cluster.failure_timeout_ms = 10_000)
-    .build()
-    .map_err(|e| e.to_string())?;
-    let layout = PsLayout {
-        shard_nodes: (0..shards.max(1)).map(|s| format!("shard-{s}")).collect(),
-        worker_nodes: (0..workers.max(1)).map(|w| format!("worker-{w}")).collect(),
-    };
-    let data = LrData::load(&cfg)?;
-    let job = Arc::new(LrJob {
-        cfg,
-        data,
-        layout,
-        monitor_node: "shard-0".into(),
-        result: Mutex::new(None),
-    });
-    job.tables()?;
-    let (j1, j2, j3) = (job.clone(), job.clone(), job.clone());
-    Cluster::new(settings)
-        .role("ps-shard", move |ctx| Box::pin(shard_role(ctx, j1.clone())))
-        .role("ps-worker", move |ctx| {
-            Box::pin(worker_role(ctx, j2.clone()))
-        })
-        .role("ps-monitor", move |ctx| {
-            Box::pin(monitor_role(ctx, j3.clone()))
-        })
-        .run_in_process()
-        .map_err(|e| e.to_string())?;
-    take_monitor_result(&job.result)
-}
-
-/// `petrel train ps-lr`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct TrainArgs {
-    /// LIBSVM file (`label idx:val ...`); synthetic separable classes when omitted.
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    #[arg(long, default_value = "out")]
-    pub out: PathBuf,
-    #[arg(long, default_value_t = 2)]
-    pub workers: usize,
-    #[arg(long, default_value_t = 2)]
-    pub shards: usize,
-    #[arg(long, default_value = "ssp")]
-    pub consistency: String,
-    #[arg(long, default_value_t = 2)]
-    pub staleness: u32,
-    #[arg(long, default_value_t = 0.5)]
-    pub learning_rate: f32,
-    #[arg(long, default_value_t = 50)]
-    pub batch_size: usize,
-    #[arg(long, default_value_t = 200)]
-    pub clocks: u64,
-    #[arg(long, default_value_t = 0.2)]
-    pub test_fraction: f64,
-    #[arg(long, default_value = "quic")]
-    pub transport: String,
-}
-
-pub fn train_cli(a: TrainArgs) -> Result<(), String> {
-    let cfg = LrConfig {
-        data: a.data,
-        test_fraction: a.test_fraction,
-        learning_rate: a.learning_rate,
-        batch_size: a.batch_size,
-        consistency: a.consistency,
-        staleness: a.staleness,
-        max_clocks: a.clocks,
-        eval_ms: 250,
-        out: Some(a.out.clone()),
-        ..LrConfig::default()
-    };
-    let r = run_local(cfg, a.shards, a.workers, &a.transport)?;
-    println!(
-        "logistic regression ({}): {} classes, {} train / {} test samples, test log-loss {:.4} -> {:.4}, accuracy {:.4}; wrote {}/model.json and metrics.json",
-        r.consistency,
-        r.n_classes,
-        r.train_samples,
-        r.test_samples,
-        r.initial_log_loss,
-        r.final_log_loss,
-        r.final_accuracy,
-        a.out.display()
-    );
-    Ok(())
+    fn summary(cfg: &PsLrConfig, out: &PsLrOutcome) -> String {
+        let r = &out.metrics;
+        let dir = cfg.out.as_deref().unwrap_or(std::path::Path::new("-"));
+        format!(
+            "logistic regression ({}): {} classes, {} train / {} test samples, test log-loss {:.4} -> {:.4}, accuracy {:.4}; wrote {}/model.json and metrics.json",
+            r.consistency,
+            r.n_classes,
+            r.train_samples,
+            r.test_samples,
+            r.initial_log_loss,
+            r.final_log_loss,
+            r.final_accuracy,
+            dir.display()
+        )
+    }
 }

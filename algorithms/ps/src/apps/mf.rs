@@ -1,4 +1,5 @@
-//! Matrix factorization by SGD on the parameter server.
+//! Matrix factorization by SGD on the parameter server ([`PsMf`], `petrel train ps-mf`,
+//! roles `ps-shard`/`ps-worker`/`ps-monitor` with `[app.mf]`).
 //!
 //! Model: `rating ~ mean + u_user . v_item`. Two dense PS tables of width `rank`: `users`
 //! (table 0) and `items` (table 1). A stored row is the *offset* from a deterministic random
@@ -13,80 +14,116 @@
 //! emulated by stretching a worker's clock to `clock_ms * factor` (sleeping for the difference
 //! between that and the real compute time; the other workers' clocks take `clock_ms`).
 //!
-//! A monitor (role `ps-monitor`) snapshots the shards every `eval_ms`, computes the held-out
-//! RMSE of the global model, records the convergence curve, and tells every worker to stop
-//! once the target RMSE is reached, `max_clocks` completed or `max_seconds` passed. It then
-//! collects the workers' staleness statistics and writes `model.json` and `metrics.json`.
-//!
-//! Roles: `ps-shard` (one shard per listing node), `ps-worker` (one worker per listing node),
-//! `ps-monitor` (exactly one node). Settings: `[app.mf]` ([`MfConfig`]).
+//! The monitor snapshots the shards every `eval_ms`, computes the held-out RMSE of the global
+//! model, records the convergence curve, and tells every worker to stop once the target RMSE
+//! is reached or `max_seconds` passed (workers stop by themselves after `max_clocks`). It
+//! then collects the workers' staleness statistics and writes `model.json` and
+//! `metrics.json`.
 
-use crate::core::rules::RuleRegistry;
 use crate::core::stats::{StalenessReport, StalenessStats};
-use crate::core::types::{Consistency, Row, RowId, TableId, TableSpec};
-use crate::shells::{
-    self, PsClient, PsLayout, ShardQuery, TablesBuilder, ToClient, client_actor_name,
-};
-use actix::prelude::*;
-use petrel_actors::{Cluster, HandlerError, Msg, Node, NodeContext, Settings};
-use petrel_messages::{Priority, remote_message};
+use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
+use crate::error::PsError;
+use crate::kit::{MonitorCtx, PsApp, Step, WorkerCtx, WorkerDone, write_model_and_metrics};
+use crate::shells::{PsLayout, TablesBuilder};
 use petrel_ml::data::ratings::{Ratings, load_ratings};
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::rc::Rc;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The users table.
 pub const USERS: TableId = TableId(0);
+/// The items table.
 pub const ITEMS: TableId = TableId(1);
 
-/// `[app.mf]`.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct MfConfig {
-    /// Ratings file (`user item rating` triplets or MatrixMarket); synthetic data when unset.
+/// The settings of ps-mf: `[app.mf]` in TOML and the flags of `petrel train ps-mf`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default, deny_unknown_fields)]
+pub struct PsMfConfig {
+    /// Ratings file: `user item rating` triplets (tab/space/comma; MovieLens `u.data` works)
+    /// or a MatrixMarket coordinate file. Synthetic low-rank data when unset.
+    #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Synthetic data: users.
+    #[arg(long, default_value_t = 600)]
     pub synthetic_users: usize,
+    /// Synthetic data: items.
+    #[arg(long, default_value_t = 300)]
     pub synthetic_items: usize,
+    /// Synthetic data: rank of the true model.
+    #[arg(long, default_value_t = 5)]
     pub synthetic_rank: usize,
+    /// Synthetic data: fraction of the matrix observed.
+    #[arg(long, default_value_t = 0.1)]
     pub synthetic_observed: f64,
+    /// Synthetic data: noise standard deviation.
+    #[arg(long, default_value_t = 0.1)]
     pub synthetic_noise: f32,
+    /// Seed of the data, the split and the batch order.
+    #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Fraction of the ratings held out for the RMSE.
+    #[arg(long, default_value_t = 0.1)]
     pub test_fraction: f64,
     /// Factor rank of the model.
+    #[arg(long, default_value_t = 16)]
     pub rank: u32,
+    /// SGD step size.
+    #[arg(long, default_value_t = 0.02)]
     pub learning_rate: f32,
+    /// L2 regularization.
+    #[arg(long, default_value_t = 0.05)]
     pub regularization: f32,
     /// Scale of the random initial factors.
+    #[arg(long, default_value_t = 0.1)]
     pub init_scale: f32,
-    /// "bsp", "ssp", "essp" or "async" (items table).
-    pub consistency: String,
+    /// Consistency model of the items table.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ConsistencyModel::Ssp)]
+    pub consistency: ConsistencyModel,
+    /// Staleness bound of SSP and ESSP.
+    #[arg(long, default_value_t = 3)]
     pub staleness: u32,
     /// Clocks per pass over a worker's ratings.
+    #[arg(long, default_value_t = 4)]
     pub batches_per_epoch: u32,
-    pub max_clocks: u64,
+    /// Passes over the data (`epochs * batches_per_epoch` clocks, unless `max_clocks`).
+    #[arg(long, default_value_t = 20)]
+    pub epochs: u64,
+    /// Clocks per worker (overrides `epochs`).
+    #[arg(long)]
+    pub max_clocks: Option<u64>,
+    /// The monitor stops the workers after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
     pub max_seconds: f64,
     /// Stop once the held-out RMSE is at or below this.
+    #[arg(long)]
     pub target_rmse: Option<f64>,
+    /// Milliseconds between evaluations of the monitor.
+    #[arg(long, default_value_t = 250)]
     pub eval_ms: u64,
     /// Emulated compute time per clock (0: just the real compute).
+    #[arg(long, default_value_t = 0.0)]
     pub clock_ms: f64,
     /// Worker slowed down by `straggler_factor` (its clocks take `clock_ms * factor`).
+    #[arg(long)]
     pub straggler: Option<u32>,
+    /// How much slower the straggler's clocks are.
+    #[arg(long, default_value_t = 1.0)]
     pub straggler_factor: f64,
-    /// Output directory for `model.json` and `metrics.json`.
+    /// Output directory for `model.json` and `metrics.json` (flags: `out`; settings: none,
+    /// so no files).
+    #[arg(long, default_value = "out")]
     pub out: Option<PathBuf>,
     /// Test hook: worker `w` fails at clock `c` (`[w, c]`).
+    #[arg(skip)]
     pub fail_worker_at: Option<(u32, u64)>,
 }
 
-impl Default for MfConfig {
+impl Default for PsMfConfig {
     fn default() -> Self {
         Self {
             data: None,
@@ -97,17 +134,18 @@ impl Default for MfConfig {
             synthetic_noise: 0.1,
             seed: 7,
             test_fraction: 0.1,
-            rank: 8,
-            learning_rate: 0.05,
-            regularization: 0.02,
-            init_scale: 0.3,
-            consistency: "ssp".into(),
+            rank: 16,
+            learning_rate: 0.02,
+            regularization: 0.05,
+            init_scale: 0.1,
+            consistency: ConsistencyModel::Ssp,
             staleness: 3,
             batches_per_epoch: 4,
-            max_clocks: 200,
-            max_seconds: 60.0,
+            epochs: 20,
+            max_clocks: None,
+            max_seconds: 600.0,
             target_rmse: None,
-            eval_ms: 100,
+            eval_ms: 250,
             clock_ms: 0.0,
             straggler: None,
             straggler_factor: 1.0,
@@ -117,35 +155,51 @@ impl Default for MfConfig {
     }
 }
 
-impl MfConfig {
-    pub fn consistency(&self) -> Result<Consistency, String> {
-        Consistency::from_name(&self.consistency, self.staleness)
+impl PsMfConfig {
+    /// The items table's consistency.
+    pub fn consistency(&self) -> Consistency {
+        Consistency::new(self.consistency, self.staleness)
     }
 
-    pub fn tables(&self) -> Result<Vec<TableSpec>, String> {
+    /// Clocks each worker runs: `max_clocks`, else `epochs * batches_per_epoch`.
+    pub fn clocks(&self) -> u64 {
+        self.max_clocks.unwrap_or_else(|| {
+            self.epochs
+                .saturating_mul(u64::from(self.batches_per_epoch.max(1)))
+        })
+    }
+
+    /// The tables: `users` (async, owned by one worker each) and `items`.
+    pub fn tables(&self) -> Result<Vec<TableSpec>, PsError> {
         if self.rank == 0 {
-            return Err("rank must be >= 1".into());
+            return Err(PsError::InvalidConfig {
+                app: PsMf::NAME,
+                reason: "rank must be >= 1".into(),
+            });
         }
-        TablesBuilder::new()
+        Ok(TablesBuilder::new()
             .dense("users", self.rank, Consistency::Async)
-            .dense("items", self.rank, self.consistency()?)
-            .build()
-            .map_err(|e| e.to_string())
+            .dense("items", self.rank, self.consistency())
+            .build()?)
     }
 }
 
 /// Train/test ratings and the global mean of the training ratings.
 #[derive(Debug, Clone)]
-pub struct MfData {
+pub struct PsMfData {
+    /// Training ratings.
     pub train: Ratings,
+    /// Held-out ratings.
     pub test: Ratings,
+    /// Mean training rating.
     pub mean: f32,
 }
 
-impl MfData {
-    pub fn load(cfg: &MfConfig) -> Result<MfData, String> {
+impl PsMfData {
+    /// Loads (or generates) the ratings and splits them.
+    pub fn load(cfg: &PsMfConfig) -> Result<PsMfData, PsError> {
         let all = match &cfg.data {
-            Some(p) => load_ratings(p).map_err(|e| e.to_string())?,
+            Some(p) => load_ratings(p)?,
             None => {
                 low_rank_ratings(&LowRankParams {
                     n_users: cfg.synthetic_users,
@@ -154,24 +208,24 @@ impl MfData {
                     observed_fraction: cfg.synthetic_observed,
                     noise_std: cfg.synthetic_noise,
                     seed: cfg.seed,
-                })
-                .map_err(|e| e.to_string())?
+                })?
                 .ratings
             }
         };
         if all.entries.is_empty() {
-            return Err("no ratings".into());
+            return Err(PsError::InvalidConfig {
+                app: PsMf::NAME,
+                reason: "no ratings".into(),
+            });
         }
-        let (train, test) = all
-            .train_test_split(cfg.test_fraction, cfg.seed ^ 0x5eed)
-            .map_err(|e| e.to_string())?;
+        let (train, test) = all.train_test_split(cfg.test_fraction, cfg.seed ^ 0x5eed)?;
         let mean = if train.entries.is_empty() {
             0.0
         } else {
             (train.entries.iter().map(|e| f64::from(e.2)).sum::<f64>() / train.entries.len() as f64)
                 as f32
         };
-        Ok(MfData { train, test, mean })
+        Ok(PsMfData { train, test, mean })
     }
 }
 
@@ -249,684 +303,381 @@ pub fn rmse(
     (se / entries.len() as f64).sqrt()
 }
 
-/// A worker's final report to the monitor.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WorkerDone {
-    pub worker: u32,
-    pub clocks: u64,
-    /// Staleness of the reads of the shared (items) table.
-    pub staleness: StalenessStats,
-    pub compute_s: f64,
-    pub wait_s: f64,
-}
-remote_message!(WorkerDone => (), "petrel.ps.mf.worker_done");
-
 /// One point of the convergence curve.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-pub struct CurvePoint {
+pub struct RmsePoint {
+    /// Seconds since the monitor started.
     pub seconds: f64,
     /// Min clock over shards (every worker completed this many clocks).
     pub clock: u64,
+    /// Held-out RMSE.
     pub rmse: f64,
 }
 
-/// What a run produced (also written to `metrics.json`).
+/// What a run measured (`metrics.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MfResult {
-    pub consistency: String,
+pub struct PsMfResult {
+    /// The items table's consistency model.
+    pub consistency: ConsistencyModel,
+    /// Its staleness bound (0 for BSP, none for async).
     pub staleness_bound: Option<u32>,
+    /// Workers.
     pub n_workers: u32,
+    /// Shards.
     pub n_shards: u32,
+    /// Training ratings.
     pub train_ratings: usize,
+    /// Held-out ratings.
     pub test_ratings: usize,
+    /// RMSE at the first evaluation.
     pub initial_rmse: f64,
+    /// RMSE of the final model.
     pub final_rmse: f64,
+    /// The target, if any.
     pub target_rmse: Option<f64>,
+    /// Whether the target was reached.
     pub reached_target: bool,
+    /// Seconds until it was.
     pub time_to_target_s: Option<f64>,
     /// Min clock when the target was reached (or at the end).
     pub iterations: u64,
+    /// Seconds of the whole run.
     pub wall_s: f64,
+    /// Clocks each worker completed.
     pub worker_clocks: Vec<u64>,
+    /// Observed staleness of the items reads.
     pub staleness: StalenessReport,
+    /// Seconds each worker waited for rows.
     pub per_worker_wait_s: Vec<f64>,
-    pub curve: Vec<CurvePoint>,
+    /// The convergence curve.
+    pub curve: Vec<RmsePoint>,
 }
 
 /// The learned model (`model.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MfModel {
+pub struct PsMfModel {
+    /// Factor rank.
     pub rank: u32,
+    /// Mean training rating.
     pub global_mean: f32,
+    /// Original user ids (data files only).
     pub user_ids: Option<Vec<String>>,
+    /// Original item ids (data files only).
     pub item_ids: Option<Vec<String>>,
+    /// User factors.
     pub users: Vec<Vec<f32>>,
+    /// Item factors.
     pub items: Vec<Vec<f32>>,
 }
 
-/// A PS app's monitor inbox: collects the workers' reports of type `M` (replies `()`).
-struct MonitorInbox<M> {
-    reports: Rc<RefCell<Vec<M>>>,
-    notify: Rc<tokio::sync::Notify>,
+/// What an in-process run returns: the metrics and the model.
+#[derive(Debug, Clone)]
+pub struct PsMfOutcome {
+    /// `metrics.json`.
+    pub metrics: PsMfResult,
+    /// `model.json`.
+    pub model: PsMfModel,
 }
 
-impl<M: 'static> Actor for MonitorInbox<M> {
-    type Context = Context<Self>;
+/// The ps-mf app: its config and data.
+pub struct PsMf {
+    /// The settings.
+    pub cfg: PsMfConfig,
+    /// The ratings.
+    pub data: PsMfData,
+    tables: Vec<TableSpec>,
 }
 
-impl<M: petrel_messages::RemoteMessage<Reply = ()>> Handler<Msg<M>> for MonitorInbox<M> {
-    type Result = Result<(), HandlerError>;
-    fn handle(&mut self, msg: Msg<M>, _: &mut Context<Self>) -> Self::Result {
-        self.reports.borrow_mut().push(msg.body);
-        self.notify.notify_waiters();
-        Ok(())
-    }
+/// A ps-mf worker between clocks.
+pub struct PsMfWorker {
+    batches: Vec<Vec<(u32, u32, f32)>>,
+    per_clock: Duration,
+    compute_s: f64,
+    wait_s: f64,
 }
 
-/// The reports a monitor has received, and a signal for each new one.
-pub(crate) type MonitorReports<M> = (Rc<RefCell<Vec<M>>>, Rc<tokio::sync::Notify>);
-
-/// Starts a monitor inbox registered as `actor` on this node for reports of type `M`.
-pub(crate) fn open_monitor<M: petrel_messages::RemoteMessage<Reply = ()>>(
-    node: &petrel_actors::Node,
-    actor: &str,
-) -> Result<MonitorReports<M>, String> {
-    let reports = Rc::new(RefCell::new(Vec::new()));
-    let notify = Rc::new(tokio::sync::Notify::new());
-    let inbox = MonitorInbox {
-        reports: reports.clone(),
-        notify: notify.clone(),
-    }
-    .start();
-    node.register(actor, inbox)
-        .map_err(|e| e.to_string())?
-        .accept::<M>();
-    Ok((reports, notify))
+/// The ps-mf monitor between evaluations.
+#[derive(Default)]
+pub struct PsMfMonitor {
+    curve: Vec<RmsePoint>,
+    reached: Option<(f64, u64)>,
+    initial: Option<f64>,
+    reports: Vec<WorkerDone>,
 }
 
-const MONITOR_ACTOR: &str = "ps-mf-monitor";
-
-/// The shared pieces of a job, built once per process.
-pub struct MfJob {
-    pub cfg: MfConfig,
-    pub data: MfData,
-    pub layout: PsLayout,
-    pub monitor_node: String,
-    /// Filled by the monitor when the run ends (in-process callers read it).
-    pub result: Mutex<Option<MfResult>>,
-}
-
-impl MfJob {
-    pub fn new(settings: &Settings, cfg: MfConfig) -> Result<MfJob, String> {
-        let with = |role: &str| -> Vec<String> {
-            settings
-                .nodes
-                .iter()
-                .filter(|n| n.roles.iter().any(|r| r == role))
-                .map(|n| n.name.clone())
-                .collect()
-        };
-        let layout = PsLayout {
-            shard_nodes: with("ps-shard"),
-            worker_nodes: with("ps-worker"),
-        };
-        if layout.shard_nodes.is_empty() || layout.worker_nodes.is_empty() {
-            return Err("an mf job needs nodes with roles ps-shard and ps-worker".into());
+impl PsMf {
+    /// The global model from merged shard tables.
+    fn model_from(&self, tables: &HashMap<TableId, HashMap<RowId, Row>>) -> PsMfModel {
+        let empty = HashMap::new();
+        let (ut, it) = (
+            tables.get(&USERS).unwrap_or(&empty),
+            tables.get(&ITEMS).unwrap_or(&empty),
+        );
+        let (rank, scale) = (self.cfg.rank, self.cfg.init_scale);
+        let ids = self.data.train.id_mapping.as_ref();
+        PsMfModel {
+            rank,
+            global_mean: self.data.mean,
+            user_ids: ids.map(|m| m.user_ids.clone()),
+            item_ids: ids.map(|m| m.item_ids.clone()),
+            users: (0..self.data.train.n_users as u64)
+                .map(|u| factor(USERS, u, ut.get(&RowId(u)), rank, scale))
+                .collect(),
+            items: (0..self.data.train.n_items as u64)
+                .map(|i| factor(ITEMS, i, it.get(&RowId(i)), rank, scale))
+                .collect(),
         }
-        let monitors = with("ps-monitor");
-        let [monitor_node] = monitors.as_slice() else {
-            return Err(format!(
-                "an mf job needs exactly one ps-monitor node, found {}",
-                monitors.len()
-            ));
+    }
+
+    fn test_rmse(&self, m: &PsMfModel) -> f64 {
+        let zero = vec![0.0; self.cfg.rank as usize];
+        let row = |rows: &[Vec<f32>], x: u32| rows.get(x as usize).cloned();
+        rmse(
+            &self.data.test.entries,
+            |u| row(&m.users, u).unwrap_or_else(|| zero.clone()),
+            |i| row(&m.items, i).unwrap_or_else(|| zero.clone()),
+            self.data.mean,
+        )
+    }
+
+    fn emulated_clock(&self, worker: u32) -> Duration {
+        let cfg = &self.cfg;
+        let factor = if cfg.straggler == Some(worker) {
+            cfg.straggler_factor.max(1.0)
+        } else {
+            1.0
         };
-        cfg.tables()?;
-        let data = MfData::load(&cfg)?;
-        Ok(MfJob {
-            monitor_node: monitor_node.clone(),
-            cfg,
-            data,
-            layout,
-            result: Mutex::new(None),
+        Duration::from_secs_f64((cfg.clock_ms * factor).max(0.0) / 1000.0)
+    }
+}
+
+/// Sorted distinct ids of one column of `batch`.
+fn distinct(batch: &[(u32, u32, f32)], column: impl Fn(&(u32, u32, f32)) -> u32) -> Vec<u32> {
+    batch
+        .iter()
+        .map(column)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+impl PsApp for PsMf {
+    type Config = PsMfConfig;
+    type Worker = PsMfWorker;
+    type Report = WorkerDone;
+    type Monitor = PsMfMonitor;
+    type Output = PsMfOutcome;
+
+    const NAME: &'static str = "ps-mf";
+    const SECTION: &'static str = "mf";
+    const MONITOR_ACTOR: &'static str = "ps-mf-monitor";
+
+    fn new(cfg: PsMfConfig, _layout: &PsLayout) -> Result<Self, PsError> {
+        let tables = cfg.tables()?;
+        let data = PsMfData::load(&cfg)?;
+        Ok(PsMf { cfg, data, tables })
+    }
+
+    fn tables(&self) -> Vec<TableSpec> {
+        self.tables.clone()
+    }
+
+    fn start_worker(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> Result<PsMfWorker, PsError> {
+        let (w, n_workers) = (ctx.worker(), ctx.n_workers());
+        let mut mine: Vec<(u32, u32, f32)> = (self.data.train.entries.iter())
+            .copied()
+            .filter(|e| e.0 % n_workers == w)
+            .collect();
+        mine.shuffle(&mut StdRng::seed_from_u64(self.cfg.seed + u64::from(w)));
+        let nb = self.cfg.batches_per_epoch.max(1) as usize;
+        let chunk = mine.len().div_ceil(nb).max(1);
+        Ok(PsMfWorker {
+            batches: mine.chunks(chunk).map(<[_]>::to_vec).collect(),
+            per_clock: self.emulated_clock(w),
+            compute_s: 0.0,
+            wait_s: 0.0,
         })
     }
-}
 
-async fn shard_role(ctx: NodeContext, job: Arc<MfJob>) -> Result<(), String> {
-    serve_shards(&ctx, &job.layout, job.cfg.tables()?).await
-}
-
-/// The shard role of the PS apps: starts this node's shards of `layout` with the built-in
-/// rules and serves them until the job ends.
-pub async fn serve_shards(
-    ctx: &NodeContext,
-    layout: &PsLayout,
-    tables: Vec<TableSpec>,
-) -> Result<(), String> {
-    let mut handles = Vec::new();
-    for s in layout.shards_on(&ctx.spec.name) {
-        handles.push(
-            shells::start_shard(
-                &ctx.node,
-                layout,
-                s,
-                tables.clone(),
-                &RuleRegistry::new(),
-                None,
-            )
-            .map_err(|e| e.to_string())?,
-        );
-    }
-    for r in futures::future::join_all(handles.into_iter().map(|h| h.wait())).await {
-        r?;
-    }
-    Ok(())
-}
-
-fn emulated_clock(cfg: &MfConfig, worker: u32) -> Duration {
-    let factor = if cfg.straggler == Some(worker) {
-        cfg.straggler_factor.max(1.0)
-    } else {
-        1.0
-    };
-    Duration::from_secs_f64((cfg.clock_ms * factor).max(0.0) / 1000.0)
-}
-
-async fn worker_role(ctx: NodeContext, job: Arc<MfJob>) -> Result<(), String> {
-    let cfg = &job.cfg;
-    shells::wait_for_shards(&ctx.node, &job.layout, Duration::from_secs(30)).await?;
-    let mut workers = Vec::new();
-    for w in job.layout.workers_on(&ctx.spec.name) {
-        let client =
-            PsClient::start(&ctx.node, &job.layout, w, cfg.tables()?).map_err(|e| e.to_string())?;
-        workers.push(run_worker(ctx.node.clone(), job.clone(), client));
-    }
-    for r in futures::future::join_all(workers).await {
-        r?;
-    }
-    Ok(())
-}
-
-async fn run_worker(node: Node, job: Arc<MfJob>, client: PsClient) -> Result<(), String> {
-    let cfg = &job.cfg;
-    let w = client.worker();
-    let n_workers = job.layout.n_workers();
-    let mut mine: Vec<(u32, u32, f32)> = job
-        .data
-        .train
-        .entries
-        .iter()
-        .copied()
-        .filter(|e| e.0 % n_workers == w)
-        .collect();
-    mine.shuffle(&mut StdRng::seed_from_u64(cfg.seed + u64::from(w)));
-    let nb = cfg.batches_per_epoch.max(1) as usize;
-    let chunk = mine.len().div_ceil(nb).max(1);
-    let batches: Vec<&[(u32, u32, f32)]> = mine.chunks(chunk).collect();
-    let is_async = cfg.consistency()? == Consistency::Async;
-    let per_clock = emulated_clock(cfg, w);
-    let (mut compute_s, mut wait_s) = (0.0f64, 0.0f64);
-    let scale = cfg.init_scale;
-    let rank = cfg.rank;
-    loop {
+    async fn step(
+        &self,
+        st: &mut PsMfWorker,
+        ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<Step, PsError> {
+        let (cfg, client, w) = (&self.cfg, ctx.client, ctx.worker());
         let c = client.current_clock();
-        if client.stop_requested().is_some() || c >= cfg.max_clocks {
-            break;
+        if c >= cfg.clocks() {
+            return Ok(Step::Done);
         }
         if cfg.fail_worker_at == Some((w, c)) {
-            return Err(format!("worker {w}: injected failure at clock {c}"));
+            return Err(PsError::InjectedFailure {
+                worker: w,
+                clock: c,
+            });
         }
-        let batch: &[(u32, u32, f32)] = batches
-            .get(c as usize % batches.len().max(1))
-            .copied()
-            .unwrap_or(&[]);
-        let users: Vec<u32> = batch
-            .iter()
-            .map(|e| e.0)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let items: Vec<u32> = batch
-            .iter()
-            .map(|e| e.1)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let n_batches = st.batches.len().max(1);
+        let batch: &[(u32, u32, f32)] = st.batches.get(c as usize % n_batches).map_or(&[], |b| b);
+        let (users, items) = (distinct(batch, |e| e.0), distinct(batch, |e| e.1));
         let item_ids: Vec<RowId> = items.iter().map(|&i| RowId(u64::from(i))).collect();
         let user_ids: Vec<RowId> = users.iter().map(|&u| RowId(u64::from(u))).collect();
         let t_wait = Instant::now();
-        if is_async {
-            client
-                .prefetch(ITEMS, &item_ids)
-                .map_err(|e| e.to_string())?;
+        if cfg.consistency == ConsistencyModel::Async {
+            client.prefetch(ITEMS, &item_ids)?;
         }
-        let item_rows = client
-            .get_many(ITEMS, &item_ids)
-            .await
-            .map_err(|e| e.to_string())?;
-        let user_rows = client
-            .get_many(USERS, &user_ids)
-            .await
-            .map_err(|e| e.to_string())?;
-        wait_s += t_wait.elapsed().as_secs_f64();
+        let item_rows = client.get_many(ITEMS, &item_ids).await?;
+        let user_rows = client.get_many(USERS, &user_ids).await?;
+        st.wait_s += t_wait.elapsed().as_secs_f64();
         let t0 = Instant::now();
-        let mut pu: HashMap<u32, Vec<f32>> = users
-            .iter()
-            .zip(&user_rows)
-            .map(|(&u, r)| (u, factor(USERS, u64::from(u), Some(r), rank, scale)))
-            .collect();
-        let mut qi: HashMap<u32, Vec<f32>> = items
-            .iter()
-            .zip(&item_rows)
-            .map(|(&i, r)| (i, factor(ITEMS, u64::from(i), Some(r), rank, scale)))
-            .collect();
+        let (rank, scale) = (cfg.rank, cfg.init_scale);
+        let local = |table, ids: &[u32], rows: &[Row]| -> HashMap<u32, Vec<f32>> {
+            ids.iter()
+                .zip(rows)
+                .map(|(&x, r)| (x, factor(table, u64::from(x), Some(r), rank, scale)))
+                .collect()
+        };
+        let mut pu = local(USERS, &users, &user_rows);
+        let mut qi = local(ITEMS, &items, &item_rows);
         let (old_u, old_i) = (pu.clone(), qi.clone());
-        sgd_pass(
-            batch,
-            &mut pu,
-            &mut qi,
-            job.data.mean,
-            cfg.learning_rate,
-            cfg.regularization,
-        );
+        let (lr, reg) = (cfg.learning_rate, cfg.regularization);
+        sgd_pass(batch, &mut pu, &mut qi, self.data.mean, lr, reg);
         for (table, new, old) in [(USERS, &pu, &old_u), (ITEMS, &qi, &old_i)] {
             for (&id, v) in new {
                 if let Some(o) = old.get(&id) {
                     let d: Vec<f32> = v.iter().zip(o).map(|(a, b)| a - b).collect();
-                    client
-                        .batch_inc(table, RowId(u64::from(id)), &Row::Dense(d))
-                        .map_err(|e| e.to_string())?;
+                    client.batch_inc(table, RowId(u64::from(id)), &Row::Dense(d))?;
                 }
             }
         }
         let spent = t0.elapsed();
-        if spent < per_clock {
-            tokio::time::sleep(per_clock - spent).await;
-        } else {
-            // Cache hits complete without yielding: let the node's actors (heartbeats,
-            // replies) run between clocks.
-            tokio::task::yield_now().await;
+        if spent < st.per_clock {
+            tokio::time::sleep(st.per_clock - spent).await;
         }
-        compute_s += t0.elapsed().as_secs_f64();
-        client.clock().map_err(|e| e.to_string())?;
+        st.compute_s += t0.elapsed().as_secs_f64();
+        Ok(Step::Clock)
     }
-    client.leave().map_err(|e| e.to_string())?;
-    let done = WorkerDone {
-        worker: w,
-        clocks: client.current_clock(),
-        staleness: client.table_stats(ITEMS),
-        compute_s,
-        wait_s,
-    };
-    tracing::info!(
-        worker = w,
-        clocks = done.clocks,
-        mean_staleness = done.staleness.mean(),
-        max_staleness = done.staleness.max(),
-        "mf worker done"
-    );
-    let monitor = node
-        .actor_at::<WorkerDone>(&job.monitor_node, MONITOR_ACTOR)
-        .map_err(|e| e.to_string())?;
-    monitor
-        .ask(done, Priority::HIGH, node.default_timeout())
-        .await
-        .map_err(|e| format!("worker {w}: report to monitor: {e}"))
-}
 
-/// The global model from merged shard tables.
-fn model_from(job: &MfJob, states: &[shells::ShardState]) -> MfModel {
-    let tables = shells::merge_tables(states);
-    let empty = HashMap::new();
-    let (ut, it) = (
-        tables.get(&USERS).unwrap_or(&empty),
-        tables.get(&ITEMS).unwrap_or(&empty),
-    );
-    let (rank, scale) = (job.cfg.rank, job.cfg.init_scale);
-    let ids = job.data.train.id_mapping.as_ref();
-    MfModel {
-        rank,
-        global_mean: job.data.mean,
-        user_ids: ids.map(|m| m.user_ids.clone()),
-        item_ids: ids.map(|m| m.item_ids.clone()),
-        users: (0..job.data.train.n_users as u64)
-            .map(|u| factor(USERS, u, ut.get(&RowId(u)), rank, scale))
-            .collect(),
-        items: (0..job.data.train.n_items as u64)
-            .map(|i| factor(ITEMS, i, it.get(&RowId(i)), rank, scale))
-            .collect(),
+    fn finish_worker(
+        &self,
+        st: PsMfWorker,
+        ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<WorkerDone, PsError> {
+        let done = WorkerDone {
+            worker: ctx.worker(),
+            clocks: ctx.client.current_clock(),
+            staleness: ctx.client.table_stats(ITEMS),
+            compute_s: st.compute_s,
+            wait_s: st.wait_s,
+        };
+        tracing::info!(
+            worker = done.worker,
+            clocks = done.clocks,
+            mean_staleness = done.staleness.mean(),
+            max_staleness = done.staleness.max(),
+            "mf worker done"
+        );
+        Ok(done)
     }
-}
 
-fn test_rmse(job: &MfJob, m: &MfModel) -> f64 {
-    let zero = vec![0.0; job.cfg.rank as usize];
-    rmse(
-        &job.data.test.entries,
-        |u| {
-            m.users
-                .get(u as usize)
-                .cloned()
-                .unwrap_or_else(|| zero.clone())
-        },
-        |i| {
-            m.items
-                .get(i as usize)
-                .cloned()
-                .unwrap_or_else(|| zero.clone())
-        },
-        job.data.mean,
-    )
-}
+    fn eval_interval(&self) -> Duration {
+        Duration::from_millis(self.cfg.eval_ms.max(1))
+    }
 
-async fn monitor_role(ctx: NodeContext, job: Arc<MfJob>) -> Result<(), String> {
-    let cfg = &job.cfg;
-    let (reports, notify) = open_monitor::<WorkerDone>(&ctx.node, MONITOR_ACTOR)?;
-    shells::wait_for_shards(&ctx.node, &job.layout, Duration::from_secs(30)).await?;
-    let timeout = ctx.node.default_timeout();
-    let start = Instant::now();
-    let mut curve = Vec::new();
-    let mut reached: Option<(f64, u64)> = None;
-    let mut initial = None;
-    let n_workers = job.layout.n_workers() as usize;
-    let mut stop_sent = false;
-    loop {
-        let all_done = reports.borrow().len() >= n_workers;
-        let states =
-            shells::snapshot_all(&ctx.node, &job.layout, ShardQuery::Snapshot, timeout).await?;
-        let clock = states.iter().map(|s| s.min_clock).min().unwrap_or(0);
-        let model = model_from(&job, &states);
-        let r = test_rmse(&job, &model);
-        let t = start.elapsed().as_secs_f64();
-        initial.get_or_insert(r);
-        curve.push(CurvePoint {
+    async fn observe(
+        &self,
+        m: &mut PsMfMonitor,
+        ctx: &MonitorCtx<'_>,
+        reports: Vec<WorkerDone>,
+        all_done: bool,
+    ) -> Result<Option<String>, PsError> {
+        m.reports.extend(reports);
+        let (tables, clock) = ctx.tables().await?;
+        let r = self.test_rmse(&self.model_from(&tables));
+        let t = ctx.elapsed_s();
+        m.initial.get_or_insert(r);
+        m.curve.push(RmsePoint {
             seconds: t,
             clock,
             rmse: r,
         });
-        if reached.is_none() && cfg.target_rmse.is_some_and(|target| r <= target) {
-            reached = Some((t, clock));
+        if m.reached.is_none() && self.cfg.target_rmse.is_some_and(|target| r <= target) {
+            m.reached = Some((t, clock));
         }
-        if all_done {
-            break;
-        }
-        let why = if reached.is_some() {
-            Some("target rmse reached".to_string())
-        } else if t >= cfg.max_seconds {
-            Some(format!("max_seconds {} passed", cfg.max_seconds))
+        Ok(if all_done {
+            None
+        } else if m.reached.is_some() {
+            Some(format!(
+                "target rmse reached (rmse {r:.4} at clock {clock})"
+            ))
+        } else if t >= self.cfg.max_seconds {
+            Some(format!("max_seconds {} passed", self.cfg.max_seconds))
         } else {
             None
-        };
-        if let Some(reason) = why
-            && !stop_sent
-        {
-            tracing::info!(%reason, rmse = r, clock, "mf monitor stops the workers");
-            for (w, n) in job.layout.worker_nodes.iter().enumerate() {
-                let c = ctx
-                    .node
-                    .actor_at::<ToClient>(n, &client_actor_name(w as u32))
-                    .map_err(|e| e.to_string())?;
-                if let Err(e) = c.tell(
-                    ToClient::Stop {
-                        reason: reason.clone(),
-                    },
-                    Priority::HIGH,
-                ) {
-                    tracing::warn!(worker = w, error = %e, "stop not sent");
-                }
-            }
-            stop_sent = true;
+        })
+    }
+
+    async fn finish(
+        &self,
+        mut m: PsMfMonitor,
+        ctx: &MonitorCtx<'_>,
+    ) -> Result<PsMfOutcome, PsError> {
+        let wall = ctx.elapsed_s();
+        let (tables, _) = ctx.tables().await?;
+        let model = self.model_from(&tables);
+        let final_rmse = self.test_rmse(&model);
+        m.reports.sort_by_key(|r| r.worker);
+        let mut st = StalenessStats::new();
+        for r in &m.reports {
+            st.merge(&r.staleness);
         }
-        let n = notify.notified();
-        let _ = tokio::time::timeout(Duration::from_millis(cfg.eval_ms.max(1)), n).await;
-    }
-    let wall = start.elapsed().as_secs_f64();
-    let states =
-        shells::snapshot_all(&ctx.node, &job.layout, ShardQuery::Snapshot, timeout).await?;
-    let model = model_from(&job, &states);
-    let final_rmse = test_rmse(&job, &model);
-    let mut reps = reports.borrow().clone();
-    reps.sort_by_key(|r| r.worker);
-    let mut st = StalenessStats::new();
-    for r in &reps {
-        st.merge(&r.staleness);
-    }
-    let consistency = cfg.consistency()?;
-    let result = MfResult {
-        consistency: cfg.consistency.to_ascii_lowercase(),
-        staleness_bound: match consistency {
-            Consistency::Bsp => Some(0),
-            Consistency::Ssp { staleness } | Consistency::Essp { staleness } => Some(staleness),
-            Consistency::Async => None,
-        },
-        n_workers: job.layout.n_workers(),
-        n_shards: job.layout.n_shards(),
-        train_ratings: job.data.train.entries.len(),
-        test_ratings: job.data.test.entries.len(),
-        initial_rmse: initial.unwrap_or(final_rmse),
-        final_rmse,
-        target_rmse: cfg.target_rmse,
-        reached_target: reached.is_some(),
-        time_to_target_s: reached.map(|r| r.0),
-        iterations: reached.map_or(curve.last().map_or(0, |p| p.clock), |r| r.1),
-        wall_s: wall,
-        worker_clocks: reps.iter().map(|r| r.clocks).collect(),
-        staleness: st.report(),
-        per_worker_wait_s: reps.iter().map(|r| r.wait_s).collect(),
-        curve,
-    };
-    tracing::info!(
-        consistency = %result.consistency,
-        final_rmse,
-        reached = result.reached_target,
-        "mf run done"
-    );
-    if let Some(out) = &cfg.out {
-        write_outputs(out, &model, &result)?;
-    }
-    if let Ok(mut slot) = job.result.lock() {
-        *slot = Some(result);
-    }
-    Ok(())
-}
-
-/// Writes `model.json` and `metrics.json` into `out`.
-pub fn write_outputs(
-    out: &std::path::Path,
-    model: &MfModel,
-    result: &MfResult,
-) -> Result<(), String> {
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let write = |name: &str, text: String| {
-        let p = out.join(name);
-        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
-    };
-    write(
-        "model.json",
-        serde_json::to_string(model).map_err(|e| e.to_string())?,
-    )?;
-    write(
-        "metrics.json",
-        serde_json::to_string_pretty(result).map_err(|e| e.to_string())?,
-    )
-}
-
-/// Registers the roles `ps-shard`, `ps-worker` and `ps-monitor` for `job`.
-pub fn register(cluster: Cluster, job: Arc<MfJob>) -> Cluster {
-    let (j1, j2, j3) = (job.clone(), job.clone(), job);
-    cluster
-        .role("ps-shard", move |ctx| Box::pin(shard_role(ctx, j1.clone())))
-        .role("ps-worker", move |ctx| {
-            Box::pin(worker_role(ctx, j2.clone()))
-        })
-        .role("ps-monitor", move |ctx| {
-            Box::pin(monitor_role(ctx, j3.clone()))
-        })
-}
-
-/// Registers the roles for `petrel node`/`petrel run`: the job is built from `[app.mf]` when a
-/// role first runs in this process (so data is loaded only by processes that need it).
-pub fn register_builtin(cluster: Cluster) -> Cluster {
-    let get = petrel_actors::topology::lazy_job(cluster.settings().clone(), "mf", MfJob::new);
-    let (g1, g2, g3) = (get.clone(), get.clone(), get);
-    cluster
-        .role("ps-shard", move |ctx| {
-            let j = g1();
-            async move { Ok::<(), petrel_actors::RoleError>(shard_role(ctx, j?).await?) }
-        })
-        .role("ps-worker", move |ctx| {
-            let j = g2();
-            async move { Ok::<(), petrel_actors::RoleError>(worker_role(ctx, j?).await?) }
-        })
-        .role("ps-monitor", move |ctx| {
-            let j = g3();
-            async move { Ok::<(), petrel_actors::RoleError>(monitor_role(ctx, j?).await?) }
-        })
-}
-
-/// What a PS app's monitor left in its job's result slot once the in-process run ended.
-pub fn take_monitor_result<T>(slot: &std::sync::Mutex<Option<T>>) -> Result<T, String> {
-    slot.lock()
-        .map_err(|_| "result lock poisoned".to_string())?
-        .take()
-        .ok_or_else(|| "the monitor produced no result".to_string())
-}
-
-/// Runs an MF job on an in-process cluster (QUIC on 127.0.0.1, or the memory transport):
-/// `shards` shard nodes, `workers` worker nodes, the monitor on the first shard node.
-pub fn run_local(
-    cfg: MfConfig,
-    shards: usize,
-    workers: usize,
-    transport: &str,
-) -> Result<MfResult, String> {
-    run_local_with(cfg, shards, workers, transport, |_| {})
-}
-
-/// The in-process layout both PS apps use: nodes `shard-0..` (the first also runs the
-/// monitor) and `worker-0..`, with the roles `ps-shard`, `ps-monitor` and `ps-worker`.
-pub fn local_topology(
-    name: &str,
-    shards: usize,
-    workers: usize,
-    transport: petrel_actors::Transport,
-) -> petrel_actors::Topology {
-    let mut topo = petrel_actors::Topology::builder(name).transport(transport);
-    for s in 0..shards.max(1) {
-        let roles: &[&str] = if s == 0 {
-            &["ps-shard", "ps-monitor"]
-        } else {
-            &["ps-shard"]
+        let cfg = &self.cfg;
+        let metrics = PsMfResult {
+            consistency: cfg.consistency,
+            staleness_bound: cfg.consistency().staleness_bound(),
+            n_workers: ctx.layout.n_workers(),
+            n_shards: ctx.layout.n_shards(),
+            train_ratings: self.data.train.entries.len(),
+            test_ratings: self.data.test.entries.len(),
+            initial_rmse: m.initial.unwrap_or(final_rmse),
+            final_rmse,
+            target_rmse: cfg.target_rmse,
+            reached_target: m.reached.is_some(),
+            time_to_target_s: m.reached.map(|r| r.0),
+            iterations: m
+                .reached
+                .map_or(m.curve.last().map_or(0, |p| p.clock), |r| r.1),
+            wall_s: wall,
+            worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
+            staleness: st.report(),
+            per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
+            curve: m.curve,
         };
-        topo = topo.node(&format!("shard-{s}"), roles);
+        tracing::info!(
+            consistency = %metrics.consistency,
+            final_rmse,
+            reached = metrics.reached_target,
+            "mf run done"
+        );
+        Ok(PsMfOutcome { metrics, model })
     }
-    for w in 0..workers.max(1) {
-        topo = topo.node(&format!("worker-{w}"), &["ps-worker"]);
+
+    fn write_outputs(&self, out: &PsMfOutcome) -> Result<(), PsError> {
+        write_model_and_metrics(self.cfg.out.as_deref(), &out.model, &out.metrics)
     }
-    topo
-}
 
-/// `run_local` with a hook to adjust the cluster settings (timeouts, network shaping).
-pub fn run_local_with(
-    cfg: MfConfig,
-    shards: usize,
-    workers: usize,
-    transport: &str,
-    tweak: impl FnOnce(&mut Settings),
-) -> Result<MfResult, String> {
-    let settings = local_topology(
-        "ps-mf",
-        shards,
-        workers,
-        transport
-            .parse()
-            .map_err(|e: petrel_actors::NodeError| e.to_string())?,
-    )
-    .with(tweak)
-    .build()
-    .map_err(|e| e.to_string())?;
-    let job = Arc::new(MfJob::new(&settings, cfg)?);
-    let cluster = register(Cluster::new(settings), job.clone());
-    cluster.run_in_process().map_err(|e| e.to_string())?;
-    take_monitor_result(&job.result)
-}
-
-/// `petrel train ps-mf`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct TrainArgs {
-    /// Ratings file: `user item rating` triplets (tab/space/comma; MovieLens `u.data` works)
-    /// or a MatrixMarket coordinate file. Synthetic low-rank data when omitted.
-    #[arg(long)]
-    pub data: Option<PathBuf>,
-    /// Output directory for model.json and metrics.json.
-    #[arg(long, default_value = "out")]
-    pub out: PathBuf,
-    #[arg(long, default_value_t = 2)]
-    pub workers: usize,
-    #[arg(long, default_value_t = 2)]
-    pub shards: usize,
-    /// bsp, ssp, essp or async.
-    #[arg(long, default_value = "ssp")]
-    pub consistency: String,
-    #[arg(long, default_value_t = 3)]
-    pub staleness: u32,
-    #[arg(long, default_value_t = 16)]
-    pub rank: u32,
-    #[arg(long, default_value_t = 0.02)]
-    pub learning_rate: f32,
-    #[arg(long, default_value_t = 0.05)]
-    pub regularization: f32,
-    /// Passes over the data.
-    #[arg(long, default_value_t = 20)]
-    pub epochs: u64,
-    #[arg(long, default_value_t = 4)]
-    pub batches_per_epoch: u32,
-    #[arg(long, default_value_t = 0.1)]
-    pub test_fraction: f64,
-    #[arg(long)]
-    pub target_rmse: Option<f64>,
-    #[arg(long, default_value_t = 600.0)]
-    pub max_seconds: f64,
-    #[arg(long, default_value_t = 7)]
-    pub seed: u64,
-    /// "quic" (127.0.0.1) or "memory".
-    #[arg(long, default_value = "quic")]
-    pub transport: String,
-}
-
-/// Runs `petrel train ps-mf` on an in-process cluster and prints a summary.
-pub fn train_cli(a: TrainArgs) -> Result<(), String> {
-    let cfg = MfConfig {
-        data: a.data.clone(),
-        seed: a.seed,
-        test_fraction: a.test_fraction,
-        rank: a.rank,
-        learning_rate: a.learning_rate,
-        regularization: a.regularization,
-        init_scale: 0.1,
-        consistency: a.consistency.clone(),
-        staleness: a.staleness,
-        batches_per_epoch: a.batches_per_epoch,
-        max_clocks: a
-            .epochs
-            .saturating_mul(u64::from(a.batches_per_epoch.max(1))),
-        max_seconds: a.max_seconds,
-        target_rmse: a.target_rmse,
-        eval_ms: 250,
-        out: Some(a.out.clone()),
-        ..MfConfig::default()
-    };
-    let r = run_local(cfg, a.shards, a.workers, &a.transport)?;
-    println!(
-        "mf ({}): {} train / {} test ratings, test rmse {:.4} -> {:.4} in {:.1}s; wrote {}/model.json and metrics.json",
-        r.consistency,
-        r.train_ratings,
-        r.test_ratings,
-        r.initial_rmse,
-        r.final_rmse,
-        r.wall_s,
-        a.out.display()
-    );
-    Ok(())
+    fn summary(cfg: &PsMfConfig, out: &PsMfOutcome) -> String {
+        let r = &out.metrics;
+        let dir = cfg.out.as_deref().unwrap_or(std::path::Path::new("-"));
+        format!(
+            "mf ({}): {} train / {} test ratings, test rmse {:.4} -> {:.4} in {:.1}s; wrote {}/model.json and metrics.json",
+            r.consistency,
+            r.train_ratings,
+            r.test_ratings,
+            r.initial_rmse,
+            r.final_rmse,
+            r.wall_s,
+            dir.display()
+        )
+    }
 }
 
 #[cfg(test)]
@@ -947,8 +698,12 @@ mod tests {
 
     #[test]
     fn serial_sgd_fits_low_rank_data() {
-        let cfg = MfConfig::default();
-        let data = MfData::load(&cfg).unwrap();
+        let cfg = PsMfConfig {
+            rank: 8,
+            init_scale: 0.3,
+            ..PsMfConfig::default()
+        };
+        let data = PsMfData::load(&cfg).unwrap();
         let mut users: HashMap<u32, Vec<f32>> = (0..data.train.n_users as u32)
             .map(|u| {
                 (
@@ -986,5 +741,47 @@ mod tests {
         }
         let after = eval(&users, &items);
         assert!(after < 0.6 * before, "rmse {before} -> {after}");
+    }
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        cfg: PsMfConfig,
+    }
+
+    #[test]
+    fn flags_and_settings_share_their_defaults() {
+        use clap::Parser;
+        let flags = Flags::parse_from(["train"]).cfg;
+        assert_eq!(
+            flags.out,
+            Some(PathBuf::from("out")),
+            "flags write to ./out"
+        );
+        assert_eq!(
+            PsMfConfig { out: None, ..flags },
+            PsMfConfig::default(),
+            "the flag defaults are the settings defaults"
+        );
+        let from_toml: PsMfConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(from_toml, PsMfConfig::default());
+        assert_eq!(PsMfConfig::default().clocks(), 80);
+    }
+
+    #[test]
+    fn a_bad_consistency_or_field_is_refused_when_read() {
+        let bad: Result<PsMfConfig, _> =
+            serde_json::from_value(serde_json::json!({"consistency": "eventual"}));
+        let e = bad.unwrap_err().to_string();
+        assert!(e.contains("bsp, ssp, essp or async"), "{e}");
+        let typo: Result<PsMfConfig, _> = serde_json::from_value(serde_json::json!({"rnak": 3}));
+        assert!(typo.unwrap_err().to_string().contains("rnak"));
+        let upper: PsMfConfig =
+            serde_json::from_value(serde_json::json!({"consistency": "ESSP"})).unwrap();
+        assert_eq!(upper.consistency, ConsistencyModel::Essp);
+        use clap::Parser;
+        assert!(Flags::try_parse_from(["train", "--consistency", "x"]).is_err());
+        let f = Flags::try_parse_from(["train", "--consistency", "BSP"]).unwrap();
+        assert_eq!(f.cfg.consistency, ConsistencyModel::Bsp);
     }
 }

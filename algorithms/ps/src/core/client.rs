@@ -13,13 +13,13 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use crate::core::error::PsCoreError;
 use crate::core::shard::ShardAction;
 use crate::core::stats::StalenessStats;
 use crate::core::types::{
     Clock, Consistency, ReadRequest, Row, RowId, RowUpdate, ShardBatch, TableId, TableKind,
     TableSpec, UpdateBatch, WorkerId, shard_of,
 };
-use crate::error::PsError;
 
 /// A cached row whose own not-yet-acknowledged deltas exceed this count is evicted (and will
 /// be re-fetched): bounds memory for rows that are written often but never refreshed (`Async`).
@@ -77,15 +77,20 @@ pub struct ClientCore {
 }
 
 impl ClientCore {
-    pub fn new(worker: WorkerId, n_shards: u32, tables: Vec<TableSpec>) -> Result<Self, PsError> {
+    /// A client for `worker` of a job with `n_shards` shards and these tables.
+    pub fn new(
+        worker: WorkerId,
+        n_shards: u32,
+        tables: Vec<TableSpec>,
+    ) -> Result<Self, PsCoreError> {
         if n_shards == 0 {
-            return Err(PsError::InvalidConfig("n_shards must be >= 1".into()));
+            return Err(PsCoreError::InvalidConfig("n_shards must be >= 1".into()));
         }
         let mut map = HashMap::new();
         for t in tables {
             let id = t.id;
             if map.insert(id, t).is_some() {
-                return Err(PsError::DuplicateTable(id));
+                return Err(PsCoreError::DuplicateTable(id));
             }
         }
         Ok(ClientCore {
@@ -106,15 +111,16 @@ impl ClientCore {
         })
     }
 
+    /// This worker.
     pub fn worker(&self) -> WorkerId {
         self.worker
     }
 
     /// Starts this (fresh) client at clock `clock`, to resume from a checkpoint taken at that
-    /// clock (shards restored with `ShardCore::restore` put every worker there).
-    pub fn resume_at(&mut self, clock: Clock) -> Result<(), PsError> {
+    /// clock (shards restored with `PsShardCore::restore` put every worker there).
+    pub fn resume_at(&mut self, clock: Clock) -> Result<(), PsCoreError> {
         if self.clock != 0 || !self.oplog.is_empty() || !self.cache.is_empty() {
-            return Err(PsError::InvalidConfig(
+            return Err(PsCoreError::InvalidConfig(
                 "resume_at on a client that already ran".into(),
             ));
         }
@@ -122,6 +128,7 @@ impl ClientCore {
         Ok(())
     }
 
+    /// Shards of the job.
     pub fn n_shards(&self) -> u32 {
         self.n_shards
     }
@@ -131,6 +138,7 @@ impl ClientCore {
         self.clock
     }
 
+    /// Staleness of every read so far.
     pub fn stats(&self) -> &StalenessStats {
         &self.stats
     }
@@ -143,7 +151,11 @@ impl ClientCore {
     /// A non-blocking refresh of `(table, row)`: a request with `min_clock = 0` (served at once)
     /// unless a fetch of the row is already in flight. `get` keeps serving the cached copy until
     /// the reply arrives. Used to keep `Async` tables fresh (their cached copies never expire).
-    pub fn prefetch(&mut self, table: TableId, row: RowId) -> Result<Option<ReadRequest>, PsError> {
+    pub fn prefetch(
+        &mut self,
+        table: TableId,
+        row: RowId,
+    ) -> Result<Option<ReadRequest>, PsCoreError> {
         self.table(table)?;
         if self.outstanding.contains_key(&(table, row)) {
             return Ok(None);
@@ -162,18 +174,18 @@ impl ClientCore {
     }
 
     /// A barrier probe for `shard`: a request (to be sent as a *sync* read, see
-    /// `ShardCore::sync`) answered once every worker completed the current clock on that
+    /// `PsShardCore::sync`) answered once every worker completed the current clock on that
     /// shard. Its reply is not cached; `sync_done` tells whether it arrived.
-    pub fn sync_request(&mut self, shard: u32) -> Result<ReadRequest, PsError> {
+    pub fn sync_request(&mut self, shard: u32) -> Result<ReadRequest, PsCoreError> {
         let table = *self
             .tables
             .keys()
             .min()
-            .ok_or_else(|| PsError::InvalidConfig("no tables".into()))?;
+            .ok_or_else(|| PsCoreError::InvalidConfig("no tables".into()))?;
         let row = (0..u64::from(self.n_shards) * 64 + 1024)
             .map(RowId)
             .find(|&r| shard_of(table, r, self.n_shards) == shard)
-            .ok_or_else(|| PsError::InvalidConfig(format!("no row maps to shard {shard}")))?;
+            .ok_or_else(|| PsCoreError::InvalidConfig(format!("no row maps to shard {shard}")))?;
         let request_id = self.next_request;
         self.next_request += 1;
         self.syncs.insert(request_id, false);
@@ -213,8 +225,11 @@ impl ClientCore {
         Some((&e.row, self.effective_clock(table, row, e)))
     }
 
-    pub fn table(&self, table: TableId) -> Result<&TableSpec, PsError> {
-        self.tables.get(&table).ok_or(PsError::UnknownTable(table))
+    /// The spec of `table`.
+    pub fn table(&self, table: TableId) -> Result<&TableSpec, PsCoreError> {
+        self.tables
+            .get(&table)
+            .ok_or(PsCoreError::UnknownTable(table))
     }
 
     fn effective_clock(&self, table: TableId, row: RowId, e: &CachedRow) -> Clock {
@@ -227,18 +242,29 @@ impl ClientCore {
     }
 
     /// `Inc(table, row, col, delta)`: into the oplog and the cached row.
-    pub fn inc(&mut self, table: TableId, row: RowId, col: u32, delta: f32) -> Result<(), PsError> {
+    pub fn inc(
+        &mut self,
+        table: TableId,
+        row: RowId,
+        col: u32,
+        delta: f32,
+    ) -> Result<(), PsCoreError> {
         let d = Row::Sparse(vec![(col, delta)]);
         self.batch_inc(table, row, &d)
     }
 
     /// `BatchInc(table, row, deltas)`: coalesced (summed) into the oplog and applied to the
     /// cached row with the table's local scale (see `UpdateRuleSpec::local_scale`).
-    pub fn batch_inc(&mut self, table: TableId, row: RowId, delta: &Row) -> Result<(), PsError> {
+    pub fn batch_inc(
+        &mut self,
+        table: TableId,
+        row: RowId,
+        delta: &Row,
+    ) -> Result<(), PsCoreError> {
         let spec = self
             .tables
             .get(&table)
-            .ok_or(PsError::UnknownTable(table))?;
+            .ok_or(PsCoreError::UnknownTable(table))?;
         spec.check_delta(row, delta)?;
         let scale = spec.update_rule.local_scale();
         let zero = match spec.kind {
@@ -264,11 +290,11 @@ impl ClientCore {
     /// `Get(table, row)` decision at the current clock. Hit if the cached row's clock is
     /// `>= c - s` (`>= c` for BSP, any cached copy for Async); the observed staleness
     /// `max(0, c - row_clock)` is then recorded.
-    pub fn get(&mut self, table: TableId, row: RowId) -> Result<GetOutcome, PsError> {
+    pub fn get(&mut self, table: TableId, row: RowId) -> Result<GetOutcome, PsCoreError> {
         let spec = self
             .tables
             .get(&table)
-            .ok_or(PsError::UnknownTable(table))?;
+            .ok_or(PsCoreError::UnknownTable(table))?;
         let required = spec.consistency.required_row_clock(self.clock);
         if let Some(e) = self.cache.get(&(table, row)) {
             let eff = self.effective_clock(table, row, e);
@@ -366,7 +392,7 @@ impl ClientCore {
     ///
     /// The sending shard is needed because an ESSP push (even an empty one) means every cached
     /// row of that table *on that shard* is current as of the push clock.
-    pub fn handle(&mut self, from_shard: u32, action: ShardAction) -> Result<(), PsError> {
+    pub fn handle(&mut self, from_shard: u32, action: ShardAction) -> Result<(), PsCoreError> {
         match action {
             ShardAction::Reply {
                 worker,
@@ -399,7 +425,7 @@ impl ClientCore {
                 ack_seq,
             } => {
                 if worker != self.worker {
-                    return Err(PsError::UnknownWorker(worker));
+                    return Err(PsCoreError::UnknownWorker(worker));
                 }
                 for (row, _) in &rows {
                     self.check_origin(worker, from_shard, table, *row)?;
@@ -412,11 +438,16 @@ impl ClientCore {
         }
     }
 
-    fn bump_push_clock(&mut self, table: TableId, shard: u32, clock: Clock) -> Result<(), PsError> {
+    fn bump_push_clock(
+        &mut self,
+        table: TableId,
+        shard: u32,
+        clock: Clock,
+    ) -> Result<(), PsCoreError> {
         let spec = self
             .tables
             .get(&table)
-            .ok_or(PsError::UnknownTable(table))?;
+            .ok_or(PsCoreError::UnknownTable(table))?;
         // Only ESSP rows are all subscribed; ignore stray pushes for other tables.
         if matches!(spec.consistency, Consistency::Essp { .. }) {
             let e = self.push_clock.entry((table, shard)).or_insert(0);
@@ -431,15 +462,15 @@ impl ClientCore {
         shard: u32,
         table: TableId,
         row: RowId,
-    ) -> Result<(), PsError> {
+    ) -> Result<(), PsCoreError> {
         if worker != self.worker {
-            return Err(PsError::UnknownWorker(worker));
+            return Err(PsCoreError::UnknownWorker(worker));
         }
         self.tables
             .get(&table)
-            .ok_or(PsError::UnknownTable(table))?;
+            .ok_or(PsCoreError::UnknownTable(table))?;
         if shard_of(table, row, self.n_shards) != shard {
-            return Err(PsError::InvalidConfig(format!(
+            return Err(PsCoreError::InvalidConfig(format!(
                 "row {row:?} of table {table:?} does not live on shard {shard}"
             )));
         }
@@ -454,11 +485,11 @@ impl ClientCore {
         row_clock: Clock,
         ack_seq: u64,
         insert: bool,
-    ) -> Result<(), PsError> {
+    ) -> Result<(), PsCoreError> {
         let spec = self
             .tables
             .get(&table)
-            .ok_or(PsError::UnknownTable(table))?;
+            .ok_or(PsCoreError::UnknownTable(table))?;
         spec.check_delta(row, &data)?;
         let scale = spec.update_rule.local_scale();
         let key = (table, row);
@@ -491,7 +522,7 @@ impl ClientCore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::shard::ShardCore;
+    use crate::core::shard::PsShardCore;
     use crate::core::types::UpdateRuleSpec;
 
     const T: TableId = TableId(1);
@@ -503,7 +534,7 @@ mod tests {
     #[test]
     fn barrier_probe_waits_for_min_clock_and_is_not_cached() {
         let t = spec(Consistency::Async);
-        let mut shard = ShardCore::new(2, vec![t.clone()]).unwrap();
+        let mut shard = PsShardCore::new(2, vec![t.clone()]).unwrap();
         let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
         for b in c.clock() {
             shard.handle_batch(&b).unwrap();
@@ -689,7 +720,7 @@ mod tests {
     fn sgd_table_local_view_applies_minus_lr() {
         let t = spec(Consistency::Async).with_rule(UpdateRuleSpec::Sgd { learning_rate: 0.5 });
         let mut c = ClientCore::new(WorkerId(0), 1, vec![t.clone()]).unwrap();
-        let mut s = ShardCore::new(1, vec![t]).unwrap();
+        let mut s = PsShardCore::new(1, vec![t]).unwrap();
         let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
             panic!()
         };

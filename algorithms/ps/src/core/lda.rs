@@ -48,15 +48,64 @@ pub enum PsLdaError {
         "the corpus has {tokens} tokens; parameter-server LDA keeps counts in f32 rows, exact \
          only up to 2^24 = {max} per entry, so it accepts at most {max} tokens"
     )]
-    TooManyTokens { tokens: u64, max: u64 },
+    /// The corpus is too large for exact f32 counts.
+    TooManyTokens {
+        /// Tokens in the corpus.
+        tokens: u64,
+        /// The limit.
+        max: u64,
+    },
     #[error("invalid configuration: {0}")]
+    /// Settings that cannot work.
     InvalidConfig(String),
     #[error("word id {word} >= vocabulary size {vocab_size}")]
-    WordOutOfRange { word: u32, vocab_size: usize },
+    /// A word id outside the vocabulary.
+    WordOutOfRange {
+        /// The word id.
+        word: u32,
+        /// The vocabulary size.
+        vocab_size: usize,
+    },
     #[error("row {row}: {reason}")]
-    BadRow { row: u64, reason: String },
+    /// A row that is not valid counts.
+    BadRow {
+        /// The row.
+        row: u64,
+        /// What is wrong.
+        reason: String,
+    },
     #[error("{0} rows given for {1} words and the totals row")]
+    /// Rows given, and words expected.
     RowCount(usize, usize),
+    /// A worker's doc-topic counts disagree with its topic assignments.
+    #[error("doc-topic counts: {0}")]
+    DocCounts(String),
+    /// The word rows of the final table do not sum to the word frequencies.
+    #[error("word {word}: counts sum to {sum} but the word has {frequency} tokens")]
+    WordSum {
+        /// The word.
+        word: usize,
+        /// What its row sums to.
+        sum: u64,
+        /// Its frequency in the corpus.
+        frequency: usize,
+    },
+    /// The totals row is not the column sums of the word rows.
+    #[error("topic totals row {totals:?} != column sums of the word rows {column_sums:?}")]
+    Totals {
+        /// The stored totals row.
+        totals: Vec<i64>,
+        /// The column sums of the word rows.
+        column_sums: Vec<i64>,
+    },
+    /// The table does not sum to the number of tokens.
+    #[error("table sums to {sum}, the corpus has {tokens} tokens")]
+    TableSum {
+        /// The sum of the totals row.
+        sum: i64,
+        /// Tokens in the corpus.
+        tokens: usize,
+    },
 }
 
 /// The row holding the topic totals.
@@ -96,6 +145,7 @@ type RowChange = (u32, Vec<(u32, i32)>);
 pub struct WordTopicView {
     /// Indexed by the worker's local word index.
     pub rows: Vec<TopicCounts>,
+    /// Topic totals (row `V`), clamped like the word rows.
     pub totals: Vec<i64>,
     /// Entries that were negative or not integers and were clamped/rounded.
     pub clamped: u64,
@@ -276,6 +326,7 @@ impl OwnDeltas {
 /// send. Plain computation; the PS client drives it (see the root package's `ps_lda`).
 #[derive(Debug, Clone)]
 pub struct PsLdaWorker {
+    /// The worker id.
     pub worker: usize,
     n_topics: usize,
     vocab_size: usize,
@@ -363,14 +414,17 @@ impl PsLdaWorker {
         })
     }
 
+    /// Documents of this worker.
     pub fn n_docs(&self) -> usize {
         self.docs.len()
     }
 
+    /// Tokens of this worker.
     pub fn n_tokens(&self) -> usize {
         self.docs.iter().map(Vec::len).sum()
     }
 
+    /// Global ids of its documents.
     pub fn doc_ids(&self) -> &[u32] {
         &self.doc_ids
     }
@@ -509,8 +563,9 @@ impl PsLdaWorker {
     }
 
     /// Checks that the doc-topic counts match the assignments.
-    pub fn check_doc_counts(&self) -> Result<(), String> {
+    pub fn check_doc_counts(&self) -> Result<(), PsLdaError> {
         check_doc_counts(self.worker, &self.doc_topic, &self.assignments)
+            .map_err(|e| PsLdaError::DocCounts(e.to_string()))
     }
 
     /// This worker's own word-topic counts `(global word, counts)` (for tests and checks).
@@ -530,6 +585,7 @@ impl PsLdaWorker {
 pub struct FinalTable {
     /// Row `w` = counts of word `w` (topic order).
     pub word_topic: Vec<TopicCounts>,
+    /// Topic totals (row `V`).
     pub topic_totals: Vec<i64>,
 }
 
@@ -543,18 +599,22 @@ impl FinalTable {
         row: impl Fn(u64) -> Option<&'a Row>,
         word_frequencies: &[usize],
         n_topics: usize,
-    ) -> Result<FinalTable, String> {
+    ) -> Result<FinalTable, PsLdaError> {
         let v = word_frequencies.len();
-        let read = |r: u64| -> Result<TopicCounts, String> {
+        let read = |r: u64| -> Result<TopicCounts, PsLdaError> {
             let mut entries = Vec::new();
             for (t, x) in row(r).map(row_pairs).unwrap_or_default() {
                 if t as usize >= n_topics {
-                    return Err(format!("row {r}: topic column {t} >= K = {n_topics}"));
+                    return Err(PsLdaError::BadRow {
+                        row: r,
+                        reason: format!("topic column {t} >= K = {n_topics}"),
+                    });
                 }
                 if !(x.is_finite() && x >= 0.0 && x.fract() == 0.0) {
-                    return Err(format!(
-                        "row {r} topic {t}: count {x} is not a non-negative integer"
-                    ));
+                    return Err(PsLdaError::BadRow {
+                        row: r,
+                        reason: format!("topic {t}: count {x} is not a non-negative integer"),
+                    });
                 }
                 if x > 0.0 {
                     entries.push((t, x as u32));
@@ -567,10 +627,11 @@ impl FinalTable {
         for (w, &freq) in word_frequencies.iter().enumerate() {
             let counts = read(w as u64)?;
             if counts.total() != freq as u64 {
-                return Err(format!(
-                    "word {w}: counts sum to {} but the word has {freq} tokens",
-                    counts.total()
-                ));
+                return Err(PsLdaError::WordSum {
+                    word: w,
+                    sum: counts.total(),
+                    frequency: freq,
+                });
             }
             for &(t, n) in &counts.entries {
                 column_sums[t as usize] += i64::from(n);
@@ -583,16 +644,18 @@ impl FinalTable {
             topic_totals[t as usize] = i64::from(n);
         }
         if topic_totals != column_sums {
-            return Err(format!(
-                "topic totals row {topic_totals:?} != column sums of the word rows {column_sums:?}"
-            ));
+            return Err(PsLdaError::Totals {
+                totals: topic_totals,
+                column_sums,
+            });
         }
         let n_tokens: usize = word_frequencies.iter().sum();
         let sum: i64 = topic_totals.iter().sum();
         if sum != n_tokens as i64 {
-            return Err(format!(
-                "table sums to {sum}, the corpus has {n_tokens} tokens"
-            ));
+            return Err(PsLdaError::TableSum {
+                sum,
+                tokens: n_tokens,
+            });
         }
         Ok(FinalTable {
             word_topic,
@@ -687,8 +750,7 @@ pub fn simulate(
     let mut history = vec![table.clone()];
     let mut own: Vec<Vec<Vec<(RowId, Row)>>> = vec![Vec::new(); workers.len()];
     let log_likelihood = |table: &[Row], workers: &[PsLdaWorker]| -> Result<f64, PsLdaError> {
-        let t = FinalTable::check(|r| table.get(r as usize), &freq, config.n_topics)
-            .map_err(PsLdaError::InvalidConfig)?;
+        let t = FinalTable::check(|r| table.get(r as usize), &freq, config.n_topics)?;
         let doc: f64 = workers.iter().map(PsLdaWorker::doc_log_likelihood).sum();
         Ok((t.word_log_likelihood(config.beta) + doc) / n_tokens.max(1) as f64)
     };
@@ -874,18 +936,24 @@ mod tests {
         assert_eq!(t.topic_totals, vec![1, 2]);
         let mut negative = good.clone();
         negative[0] = Row::Sparse(vec![(0, 3.0), (1, -1.0)]);
-        let e = FinalTable::check(|r| negative.get(r as usize), &freq, 2).unwrap_err();
+        let e = FinalTable::check(|r| negative.get(r as usize), &freq, 2)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a non-negative integer"), "{e}");
         let mut fractional = good.clone();
         fractional[1] = Row::Sparse(vec![(1, 0.5), (0, 0.5)]);
         assert!(FinalTable::check(|r| fractional.get(r as usize), &freq, 2).is_err());
         let mut totals = good.clone();
         totals[2] = Row::Sparse(vec![(0, 2.0), (1, 1.0)]);
-        let e = FinalTable::check(|r| totals.get(r as usize), &freq, 2).unwrap_err();
+        let e = FinalTable::check(|r| totals.get(r as usize), &freq, 2)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("column sums"), "{e}");
         let mut lost = good.clone();
         lost[1] = Row::Sparse(vec![]);
-        let e = FinalTable::check(|r| lost.get(r as usize), &freq, 2).unwrap_err();
+        let e = FinalTable::check(|r| lost.get(r as usize), &freq, 2)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("word 1"), "{e}");
     }
 

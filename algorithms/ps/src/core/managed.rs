@@ -2,7 +2,7 @@
 //! the most significant pending rows of the oplog early, within the current clock.
 //!
 //! The chosen rows leave the oplog and go out as `ShardBatch`es with `end_of_clock = false`;
-//! the shard applies them without advancing the worker's clock (`ShardCore::apply_updates`),
+//! the shard applies them without advancing the worker's clock (`PsShardCore::apply_updates`),
 //! and the rest of the oplog still goes out at `Clock()`. Sending early never weakens the SSP
 //! guarantee (updates only arrive sooner); it makes other workers' reads fresher.
 
@@ -25,7 +25,9 @@ pub enum SendPolicy {
 /// A pending oplog row offered for early sending.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
+    /// The table.
     pub table: TableId,
+    /// The row.
     pub row: RowId,
     /// Estimated encoded size (`Row::wire_size`).
     pub bytes: usize,
@@ -61,6 +63,7 @@ pub struct BandwidthManager {
     /// Bytes that may be sent per tick (bandwidth x tick length). Unused budget is not carried
     /// over: the spare bandwidth of a past tick is gone.
     pub budget_bytes_per_tick: usize,
+    /// Which rows go first.
     pub policy: SendPolicy,
     /// Guards the relative magnitude against zero values.
     pub eps: f32,
@@ -68,6 +71,7 @@ pub struct BandwidthManager {
 }
 
 impl BandwidthManager {
+    /// A manager sending at most `budget_bytes_per_tick` per tick (`seed`: the `Random` order).
     pub fn new(budget_bytes_per_tick: usize, policy: SendPolicy, seed: u64) -> Self {
         BandwidthManager {
             budget_bytes_per_tick,
@@ -133,7 +137,7 @@ impl BandwidthManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::shard::{ShardAction, ShardCore};
+    use crate::core::shard::{PsShardCore, ShardAction};
     use crate::core::types::{Consistency, Row, TableKind, TableSpec, WorkerId};
 
     const T: TableId = TableId(0);
@@ -209,7 +213,7 @@ mod tests {
     #[test]
     fn shard_accepts_early_then_clock_flush() {
         let mut c = client_with_values();
-        let mut s = ShardCore::new(1, vec![spec()]).unwrap();
+        let mut s = PsShardCore::new(1, vec![spec()]).unwrap();
         let mut m = BandwidthManager::new(1000, SendPolicy::RelativeMagnitude, 1);
         c.inc(T, RowId(3), 0, 1.0).unwrap();
         let early = m.tick(&mut c);

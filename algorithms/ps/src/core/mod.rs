@@ -22,6 +22,7 @@
 //! * FIFO delivery per (client, shard) pair in each direction is assumed (QUIC streams).
 
 pub mod client;
+pub mod error;
 pub mod lda;
 pub mod managed;
 pub mod rules;

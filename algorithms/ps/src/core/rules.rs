@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::core::error::PsCoreError;
 use crate::core::types::{Row, RowId, UpdateRuleSpec};
-use crate::error::PsError;
 
 /// A server-side update rule. One instance per table per shard, so stateful rules (momentum,
 /// Adagrad) keep per-row state keyed by row id.
@@ -33,6 +33,7 @@ impl UpdateRule for Sum {
 /// Plain SGD: the delta is a gradient, `value -= learning_rate * gradient`.
 #[derive(Debug, Clone)]
 pub struct Sgd {
+    /// Step size.
     pub learning_rate: f32,
 }
 
@@ -48,12 +49,15 @@ impl UpdateRule for Sgd {
 /// sparse updates); a row's velocity is a dense copy of the row's shape.
 #[derive(Debug, Clone)]
 pub struct SgdMomentum {
+    /// Step size.
     pub learning_rate: f32,
+    /// Velocity decay.
     pub momentum: f32,
     velocity: HashMap<RowId, Row>,
 }
 
 impl SgdMomentum {
+    /// The rule with these hyper-parameters.
     pub fn new(learning_rate: f32, momentum: f32) -> Self {
         SgdMomentum {
             learning_rate,
@@ -86,12 +90,15 @@ impl UpdateRule for SgdMomentum {
 /// Adagrad: `G += g^2; value -= learning_rate * g / (sqrt(G) + eps)`, per row.
 #[derive(Debug, Clone)]
 pub struct Adagrad {
+    /// Step size.
     pub learning_rate: f32,
+    /// Added to the root of the accumulator.
     pub eps: f32,
     accum: HashMap<RowId, Row>,
 }
 
 impl Adagrad {
+    /// The rule with these hyper-parameters.
     pub fn new(learning_rate: f32, eps: f32) -> Self {
         Adagrad {
             learning_rate,
@@ -168,6 +175,7 @@ impl std::fmt::Debug for RuleRegistry {
 }
 
 impl RuleRegistry {
+    /// The built-in rules only.
     pub fn new() -> Self {
         Self::default()
     }
@@ -181,7 +189,7 @@ impl RuleRegistry {
     }
 
     /// A fresh rule instance for `spec`; `UnknownRule` for an unregistered custom name.
-    pub fn build(&self, spec: &UpdateRuleSpec) -> Result<Box<dyn UpdateRule>, PsError> {
+    pub fn build(&self, spec: &UpdateRuleSpec) -> Result<Box<dyn UpdateRule>, PsCoreError> {
         Ok(match spec {
             UpdateRuleSpec::Sum => Box::new(Sum),
             UpdateRuleSpec::Sgd { learning_rate } => Box::new(Sgd {
@@ -196,7 +204,7 @@ impl RuleRegistry {
             }
             UpdateRuleSpec::Custom { name } => match self.custom.get(name) {
                 Some(f) => f(),
-                None => return Err(PsError::UnknownRule(name.clone())),
+                None => return Err(PsCoreError::UnknownRule(name.clone())),
             },
         })
     }
@@ -254,7 +262,7 @@ mod tests {
         let mut reg = RuleRegistry::new();
         assert!(matches!(
             reg.build(&UpdateRuleSpec::Custom { name: "max".into() }),
-            Err(PsError::UnknownRule(_))
+            Err(PsCoreError::UnknownRule(_))
         ));
         reg.register("max", || Box::new(Max));
         let mut rule = reg

@@ -1,15 +1,15 @@
-//! `ShardCore`: the state machine of one server shard for the rows it owns.
+//! `PsShardCore`: the state machine of one server shard for the rows it owns.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::error::PsCoreError;
 use crate::core::rules::{RuleRegistry, UpdateRule};
 use crate::core::types::{
     Clock, Consistency, ReadRequest, Row, RowId, ShardBatch, TableId, TableSpec, UpdateBatch,
     WorkerId,
 };
-use crate::error::PsError;
 
 /// What a shard asks the runtime to send.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,12 +18,19 @@ pub enum ShardAction {
     /// every update of clocks `< row_clock`. `ack_seq` is the last update-batch `seq` of
     /// `worker` this shard had applied, so the client knows which own deltas are included.
     Reply {
+        /// The reader.
         worker: WorkerId,
+        /// Its request id.
         request_id: u64,
+        /// The table.
         table: TableId,
+        /// The row.
         row: RowId,
+        /// The row value.
         row_data: Row,
+        /// The shard min clock the value reflects.
         row_clock: Clock,
+        /// Updates of this worker the value includes (sequence number).
         ack_seq: u64,
     },
     /// ESSP push after the min clock advanced to `clock`: the rows of `table` subscribed by
@@ -31,15 +38,21 @@ pub enum ShardAction {
     /// table at every advance, with `rows` possibly empty: it also tells the client that all
     /// its other subscribed rows of this table on this shard are now current as of `clock`.
     Push {
+        /// The subscriber.
         worker: WorkerId,
+        /// The table.
         table: TableId,
+        /// The changed rows.
         rows: Vec<(RowId, Row)>,
+        /// The new min clock.
         clock: Clock,
+        /// Updates of this worker the rows include (sequence number).
         ack_seq: u64,
     },
 }
 
 impl ShardAction {
+    /// The worker the action goes to.
     pub fn worker(&self) -> WorkerId {
         match self {
             ShardAction::Reply { worker, .. } | ShardAction::Push { worker, .. } => *worker,
@@ -50,6 +63,7 @@ impl ShardAction {
 /// All rows of one table held by a shard (checkpoint unit).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TableSnapshot {
+    /// The table.
     pub table: TableId,
     /// Sorted by row id.
     pub rows: Vec<(RowId, Row)>,
@@ -106,9 +120,9 @@ struct PendingRead {
 ///
 /// Dead workers: `remove_worker` excludes a worker from the min clock (so survivors are not
 /// blocked forever by a crashed peer), drops its queued reads and subscriptions, and rejects
-/// its later messages with `PsError::DeadWorker`. Updates it already sent stay applied. A
+/// its later messages with `PsCoreError::DeadWorker`. Updates it already sent stay applied. A
 /// removed worker cannot rejoin. If every worker is removed the min clock stays where it was.
-pub struct ShardCore {
+pub struct PsShardCore {
     tables: BTreeMap<TableId, TableState>,
     workers: Vec<WorkerState>,
     min_clock: Clock,
@@ -117,9 +131,9 @@ pub struct ShardCore {
     next_stamp: u64,
 }
 
-impl std::fmt::Debug for ShardCore {
+impl std::fmt::Debug for PsShardCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShardCore")
+        f.debug_struct("PsShardCore")
             .field("tables", &self.tables.keys().collect::<Vec<_>>())
             .field("workers", &self.workers)
             .field("min_clock", &self.min_clock)
@@ -128,10 +142,10 @@ impl std::fmt::Debug for ShardCore {
     }
 }
 
-impl ShardCore {
+impl PsShardCore {
     /// A shard for `n_workers` workers (ids `0..n_workers`, all at clock 0) and `tables`, with
     /// the built-in rules only.
-    pub fn new(n_workers: u32, tables: Vec<TableSpec>) -> Result<Self, PsError> {
+    pub fn new(n_workers: u32, tables: Vec<TableSpec>) -> Result<Self, PsCoreError> {
         Self::with_registry(n_workers, tables, &RuleRegistry::new())
     }
 
@@ -140,9 +154,9 @@ impl ShardCore {
         n_workers: u32,
         tables: Vec<TableSpec>,
         registry: &RuleRegistry,
-    ) -> Result<Self, PsError> {
+    ) -> Result<Self, PsCoreError> {
         if n_workers == 0 {
-            return Err(PsError::InvalidConfig(
+            return Err(PsCoreError::InvalidConfig(
                 "a shard needs at least one worker".into(),
             ));
         }
@@ -159,10 +173,10 @@ impl ShardCore {
                 dirty: HashSet::new(),
             };
             if map.insert(id, st).is_some() {
-                return Err(PsError::DuplicateTable(id));
+                return Err(PsCoreError::DuplicateTable(id));
             }
         }
-        Ok(ShardCore {
+        Ok(PsShardCore {
             tables: map,
             workers: vec![
                 WorkerState {
@@ -186,13 +200,13 @@ impl ShardCore {
         registry: &RuleRegistry,
         snapshots: Vec<TableSnapshot>,
         clock: Clock,
-    ) -> Result<Self, PsError> {
+    ) -> Result<Self, PsCoreError> {
         let mut core = Self::with_registry(n_workers, tables, registry)?;
         for snap in snapshots {
             let t = core
                 .tables
                 .get_mut(&snap.table)
-                .ok_or(PsError::UnknownTable(snap.table))?;
+                .ok_or(PsCoreError::UnknownTable(snap.table))?;
             for (id, data) in snap.rows {
                 t.spec.check_delta(id, &data)?;
                 t.rows.insert(id, StoredRow { data, stamp: 0 });
@@ -211,7 +225,7 @@ impl ShardCore {
     }
 
     /// The shard's clock-table entry for `worker` (its number of completed clocks).
-    pub fn worker_clock(&self, worker: WorkerId) -> Result<Clock, PsError> {
+    pub fn worker_clock(&self, worker: WorkerId) -> Result<Clock, PsCoreError> {
         self.worker(worker).map(|w| w.clock)
     }
 
@@ -225,6 +239,7 @@ impl ShardCore {
         self.pending.values().map(Vec::len).sum()
     }
 
+    /// The tables this shard serves.
     pub fn table_specs(&self) -> impl Iterator<Item = &TableSpec> {
         self.tables.values().map(|t| &t.spec)
     }
@@ -242,15 +257,15 @@ impl ShardCore {
             .collect()
     }
 
-    fn worker(&self, worker: WorkerId) -> Result<&WorkerState, PsError> {
+    fn worker(&self, worker: WorkerId) -> Result<&WorkerState, PsCoreError> {
         let w = self
             .workers
             .get(worker.0 as usize)
-            .ok_or(PsError::UnknownWorker(worker))?;
+            .ok_or(PsCoreError::UnknownWorker(worker))?;
         if w.alive {
             Ok(w)
         } else {
-            Err(PsError::DeadWorker(worker))
+            Err(PsCoreError::DeadWorker(worker))
         }
     }
 
@@ -265,17 +280,17 @@ impl ShardCore {
         worker: WorkerId,
         clock: Clock,
         batch: &UpdateBatch,
-    ) -> Result<(), PsError> {
+    ) -> Result<(), PsCoreError> {
         let w = self.worker(worker)?;
         if w.clock != clock {
-            return Err(PsError::ClockMismatch {
+            return Err(PsCoreError::ClockMismatch {
                 worker,
                 expected: w.clock,
                 got: clock,
             });
         }
         if batch.seq <= w.applied_seq {
-            return Err(PsError::InvalidConfig(format!(
+            return Err(PsCoreError::InvalidConfig(format!(
                 "update batch seq {} of worker {} not above last applied {}",
                 batch.seq, worker.0, w.applied_seq
             )));
@@ -284,7 +299,7 @@ impl ShardCore {
             let t = self
                 .tables
                 .get(&u.table)
-                .ok_or(PsError::UnknownTable(u.table))?;
+                .ok_or(PsCoreError::UnknownTable(u.table))?;
             t.spec.check_delta(u.row, &u.delta)?;
         }
         for u in &batch.updates {
@@ -315,10 +330,10 @@ impl ShardCore {
         &mut self,
         worker: WorkerId,
         completed: Clock,
-    ) -> Result<Vec<ShardAction>, PsError> {
+    ) -> Result<Vec<ShardAction>, PsCoreError> {
         let w = self.worker(worker)?;
         if w.clock != completed {
-            return Err(PsError::ClockMismatch {
+            return Err(PsCoreError::ClockMismatch {
                 worker,
                 expected: w.clock,
                 got: completed,
@@ -329,7 +344,7 @@ impl ShardCore {
     }
 
     /// Convenience for a `ShardBatch` message: `apply_updates`, then `clock` if it ends a clock.
-    pub fn handle_batch(&mut self, msg: &ShardBatch) -> Result<Vec<ShardAction>, PsError> {
+    pub fn handle_batch(&mut self, msg: &ShardBatch) -> Result<Vec<ShardAction>, PsCoreError> {
         self.apply_updates(msg.worker, msg.clock, &msg.batch)?;
         if msg.end_of_clock {
             self.clock(msg.worker, msg.clock)
@@ -339,7 +354,7 @@ impl ShardCore {
     }
 
     /// Convenience for a `ReadRequest` message.
-    pub fn handle_read(&mut self, req: &ReadRequest) -> Result<Vec<ShardAction>, PsError> {
+    pub fn handle_read(&mut self, req: &ReadRequest) -> Result<Vec<ShardAction>, PsCoreError> {
         self.read(
             req.worker,
             req.request_id,
@@ -359,7 +374,7 @@ impl ShardCore {
         table: TableId,
         row: RowId,
         min_clock: Clock,
-    ) -> Result<Vec<ShardAction>, PsError> {
+    ) -> Result<Vec<ShardAction>, PsCoreError> {
         self.read_inner(worker, request_id, table, row, min_clock, false)
     }
 
@@ -373,7 +388,7 @@ impl ShardCore {
         table: TableId,
         row: RowId,
         min_clock: Clock,
-    ) -> Result<Vec<ShardAction>, PsError> {
+    ) -> Result<Vec<ShardAction>, PsCoreError> {
         self.read_inner(worker, request_id, table, row, min_clock, true)
     }
 
@@ -385,18 +400,18 @@ impl ShardCore {
         row: RowId,
         min_clock: Clock,
         sync: bool,
-    ) -> Result<Vec<ShardAction>, PsError> {
+    ) -> Result<Vec<ShardAction>, PsCoreError> {
         self.worker(worker)?;
         let t = self
             .tables
             .get(&table)
-            .ok_or(PsError::UnknownTable(table))?;
+            .ok_or(PsCoreError::UnknownTable(table))?;
         let consistency = t.spec.consistency;
         if consistency.is_essp() && !sync {
             let t = self
                 .tables
                 .get_mut(&table)
-                .ok_or(PsError::UnknownTable(table))?;
+                .ok_or(PsCoreError::UnknownTable(table))?;
             // u64::MAX = subscribed but not replied yet: no push before the reply (the client
             // ignores rows it has not cached anyway); `reply` records the stamp it sends.
             t.subs
@@ -421,7 +436,7 @@ impl ShardCore {
     }
 
     /// Declares `worker` dead (see the type docs). Returns what its departure releases.
-    pub fn remove_worker(&mut self, worker: WorkerId) -> Result<Vec<ShardAction>, PsError> {
+    pub fn remove_worker(&mut self, worker: WorkerId) -> Result<Vec<ShardAction>, PsCoreError> {
         self.worker(worker)?;
         self.workers[worker.0 as usize].alive = false;
         for reads in self.pending.values_mut() {
@@ -558,7 +573,7 @@ mod tests {
 
     #[test]
     fn read_served_immediately_when_clock_suffices() {
-        let mut s = ShardCore::new(2, vec![spec(Consistency::Ssp { staleness: 1 })]).unwrap();
+        let mut s = PsShardCore::new(2, vec![spec(Consistency::Ssp { staleness: 1 })]).unwrap();
         let out = s.read(WorkerId(0), 7, T, RowId(3), 0).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(reply_data(&out[0]), (Row::Dense(vec![0.0, 0.0]), 0));
@@ -566,7 +581,7 @@ mod tests {
 
     #[test]
     fn held_read_released_when_min_clock_advances() {
-        let mut s = ShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
+        let mut s = PsShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
         s.apply_updates(WorkerId(0), 0, &batch(1, 3, [1.0, 0.0]))
             .unwrap();
         assert!(s.clock(WorkerId(0), 0).unwrap().is_empty());
@@ -592,14 +607,14 @@ mod tests {
 
     #[test]
     fn clock_and_seq_validation() {
-        let mut s = ShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
+        let mut s = PsShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
         assert!(matches!(
             s.clock(WorkerId(0), 1),
-            Err(PsError::ClockMismatch { expected: 0, .. })
+            Err(PsCoreError::ClockMismatch { expected: 0, .. })
         ));
         assert!(matches!(
             s.apply_updates(WorkerId(5), 0, &batch(1, 0, [1.0, 1.0])),
-            Err(PsError::UnknownWorker(_))
+            Err(PsCoreError::UnknownWorker(_))
         ));
         s.apply_updates(WorkerId(0), 0, &batch(2, 0, [1.0, 1.0]))
             .unwrap();
@@ -616,16 +631,16 @@ mod tests {
         });
         assert!(matches!(
             s.apply_updates(WorkerId(0), 0, &b),
-            Err(PsError::RowMismatch { .. })
+            Err(PsCoreError::RowMismatch { .. })
         ));
         assert!(s.row(T, RowId(1)).is_none());
-        assert!(ShardCore::new(0, vec![]).is_err());
-        assert!(ShardCore::new(1, vec![spec(Consistency::Bsp), spec(Consistency::Bsp)]).is_err());
+        assert!(PsShardCore::new(0, vec![]).is_err());
+        assert!(PsShardCore::new(1, vec![spec(Consistency::Bsp), spec(Consistency::Bsp)]).is_err());
     }
 
     #[test]
     fn early_partial_updates_do_not_advance_clock() {
-        let mut s = ShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
+        let mut s = PsShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
         s.apply_updates(WorkerId(0), 0, &batch(1, 0, [1.0, 0.0]))
             .unwrap();
         s.apply_updates(WorkerId(0), 0, &batch(2, 0, [1.0, 0.0]))
@@ -646,7 +661,7 @@ mod tests {
 
     #[test]
     fn dead_worker_no_longer_holds_back_min_clock() {
-        let mut s = ShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
+        let mut s = PsShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
         s.clock(WorkerId(0), 0).unwrap();
         s.read(WorkerId(0), 1, T, RowId(0), 1).unwrap();
         s.read(WorkerId(1), 2, T, RowId(0), 1).unwrap();
@@ -656,7 +671,7 @@ mod tests {
         assert_eq!(s.min_clock(), 1);
         assert!(matches!(
             s.clock(WorkerId(1), 0),
-            Err(PsError::DeadWorker(_))
+            Err(PsCoreError::DeadWorker(_))
         ));
         // Last worker gone: min clock stays.
         s.remove_worker(WorkerId(0)).unwrap();
@@ -665,14 +680,14 @@ mod tests {
 
     #[test]
     fn async_reads_never_wait() {
-        let mut s = ShardCore::new(2, vec![spec(Consistency::Async)]).unwrap();
+        let mut s = PsShardCore::new(2, vec![spec(Consistency::Async)]).unwrap();
         let out = s.read(WorkerId(0), 1, T, RowId(0), 100).unwrap();
         assert_eq!(out.len(), 1);
     }
 
     #[test]
     fn essp_pushes_only_changed_subscribed_rows() {
-        let mut s = ShardCore::new(2, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
+        let mut s = PsShardCore::new(2, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
         // Worker 0 subscribes rows 1 and 2; worker 1 subscribes row 2.
         s.read(WorkerId(0), 1, T, RowId(1), 0).unwrap();
         s.read(WorkerId(0), 2, T, RowId(2), 0).unwrap();
@@ -713,7 +728,7 @@ mod tests {
 
     #[test]
     fn essp_reply_and_push_in_same_advance_not_duplicated() {
-        let mut s = ShardCore::new(1, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
+        let mut s = PsShardCore::new(1, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
         s.apply_updates(WorkerId(0), 0, &batch(1, 4, [1.0, 1.0]))
             .unwrap();
         assert!(s.read(WorkerId(0), 1, T, RowId(4), 1).unwrap().is_empty());
@@ -725,12 +740,12 @@ mod tests {
 
     #[test]
     fn snapshot_restore_round_trip() {
-        let mut s = ShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
+        let mut s = PsShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
         s.apply_updates(WorkerId(0), 0, &batch(1, 4, [1.0, 1.0]))
             .unwrap();
         s.clock(WorkerId(0), 0).unwrap();
         let snap = s.snapshot();
-        let r = ShardCore::restore(
+        let r = PsShardCore::restore(
             1,
             vec![spec(Consistency::Bsp)],
             &RuleRegistry::new(),

@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::core::client::{ClientCore, GetOutcome};
 use crate::core::managed::{BandwidthManager, SendPolicy};
-use crate::core::shard::{ShardAction, ShardCore};
+use crate::core::shard::{PsShardCore, ShardAction};
 use crate::core::types::{
     Clock, Consistency, ReadRequest, Row, RowId, ShardBatch, TableId, TableKind, TableSpec,
     UpdateRuleSpec, WorkerId,
@@ -70,7 +70,7 @@ struct WorkerSim {
 }
 
 pub struct Sim {
-    pub shards: Vec<ShardCore>,
+    pub shards: Vec<PsShardCore>,
     pub clients: Vec<ClientCore>,
     workers: Vec<WorkerSim>,
     to_shard: Vec<Vec<VecDeque<ToShard>>>,
@@ -87,7 +87,7 @@ impl Sim {
     pub fn new(spec: TableSpec, n_workers: u32, n_shards: u32, instant: bool, seed: u64) -> Self {
         Sim {
             shards: (0..n_shards)
-                .map(|_| ShardCore::new(n_workers, vec![spec.clone()]).unwrap())
+                .map(|_| PsShardCore::new(n_workers, vec![spec.clone()]).unwrap())
                 .collect(),
             clients: (0..n_workers)
                 .map(|w| ClientCore::new(WorkerId(w), n_shards, vec![spec.clone()]).unwrap())

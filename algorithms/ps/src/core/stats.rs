@@ -15,18 +15,23 @@ pub struct StalenessStats {
 /// A plain report of `StalenessStats`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StalenessReport {
+    /// Reads recorded.
     pub count: u64,
+    /// Mean staleness (clocks).
     pub mean: f64,
     /// Population variance.
     pub variance: f64,
+    /// Largest staleness.
     pub max: u64,
 }
 
 impl StalenessStats {
+    /// No reads yet.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Records one read of this staleness.
     pub fn record(&mut self, staleness: u64) {
         self.count += 1;
         let x = staleness as f64;
@@ -53,10 +58,12 @@ impl StalenessStats {
         self.max = self.max.max(other.max);
     }
 
+    /// Reads recorded.
     pub fn count(&self) -> u64 {
         self.count
     }
 
+    /// Mean staleness (clocks).
     pub fn mean(&self) -> f64 {
         self.mean
     }
@@ -70,10 +77,12 @@ impl StalenessStats {
         }
     }
 
+    /// Largest staleness.
     pub fn max(&self) -> u64 {
         self.max
     }
 
+    /// The summary written to metrics.json.
     pub fn report(&self) -> StalenessReport {
         StalenessReport {
             count: self.count,

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::PsError;
+use crate::core::error::PsCoreError;
 
 /// Table identifier (tables are created up front, identical on every node).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -26,9 +26,15 @@ pub enum Consistency {
     /// Bulk synchronous: a read at clock `c` reflects every update of clocks `<= c - 1`.
     Bsp,
     /// Stale synchronous parallel, lazy pull.
-    Ssp { staleness: u32 },
+    Ssp {
+        /// Clocks a read may lag.
+        staleness: u32,
+    },
     /// Eager SSP: same bound as SSP, shards push subscribed rows when their min clock advances.
-    Essp { staleness: u32 },
+    Essp {
+        /// Clocks a read may lag.
+        staleness: u32,
+    },
     /// No bound: a cached row is always served, a shard serves reads at once.
     Async,
 }
@@ -45,29 +51,90 @@ impl Consistency {
         }
     }
 
+    /// Whether shards push (ESSP).
     pub fn is_essp(self) -> bool {
         matches!(self, Consistency::Essp { .. })
     }
 
-    /// The model a user names in settings or on the command line (`bsp`, `ssp`, `essp` or
-    /// `async`, any case); `staleness` is the bound of the SSP variants.
-    pub fn from_name(name: &str, staleness: u32) -> Result<Consistency, String> {
-        match name.to_ascii_lowercase().as_str() {
-            "bsp" => Ok(Consistency::Bsp),
-            "ssp" => Ok(Consistency::Ssp { staleness }),
-            "essp" => Ok(Consistency::Essp { staleness }),
-            "async" => Ok(Consistency::Async),
-            other => Err(format!(
-                "unknown consistency {other:?} (expected bsp, ssp, essp or async)"
-            )),
+    /// The model named `model` with bound `staleness` (used by the SSP variants only).
+    pub fn new(model: ConsistencyModel, staleness: u32) -> Consistency {
+        match model {
+            ConsistencyModel::Bsp => Consistency::Bsp,
+            ConsistencyModel::Ssp => Consistency::Ssp { staleness },
+            ConsistencyModel::Essp => Consistency::Essp { staleness },
+            ConsistencyModel::Async => Consistency::Async,
         }
+    }
+
+    /// The staleness bound: 0 for BSP, `s` for SSP/ESSP, none for async.
+    pub fn staleness_bound(self) -> Option<u32> {
+        match self {
+            Consistency::Bsp => Some(0),
+            Consistency::Ssp { staleness } | Consistency::Essp { staleness } => Some(staleness),
+            Consistency::Async => None,
+        }
+    }
+}
+
+/// The consistency model a user chooses in settings (`consistency = "ssp"`) or on the
+/// command line (`--consistency ssp`): `bsp`, `ssp`, `essp` or `async`, in any case. An
+/// unknown name is refused when the settings or flags are read, naming the valid ones.
+/// [`Consistency::new`] adds the staleness bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ConsistencyModel {
+    /// Bulk synchronous parallel.
+    Bsp,
+    /// Stale synchronous parallel (lazy pull).
+    #[default]
+    Ssp,
+    /// Eager SSP (shards push subscribed rows).
+    Essp,
+    /// No staleness bound.
+    Async,
+}
+
+/// A consistency name that is not one of `bsp`, `ssp`, `essp`, `async`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown consistency {0:?} (expected bsp, ssp, essp or async)")]
+pub struct UnknownConsistency(pub String);
+
+impl std::str::FromStr for ConsistencyModel {
+    type Err = UnknownConsistency;
+    fn from_str(s: &str) -> Result<Self, UnknownConsistency> {
+        <ConsistencyModel as clap::ValueEnum>::from_str(s, true)
+            .map_err(|_| UnknownConsistency(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for ConsistencyModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConsistencyModel::Bsp => "bsp",
+            ConsistencyModel::Ssp => "ssp",
+            ConsistencyModel::Essp => "essp",
+            ConsistencyModel::Async => "async",
+        })
+    }
+}
+
+// Hand-written so that settings keep accepting any case (`"SSP"`), as they always did.
+impl<'de> Deserialize<'de> for ConsistencyModel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
     }
 }
 
 /// Dense rows have a fixed width; sparse rows hold sorted `(col, value)` pairs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TableKind {
-    Dense { width: u32 },
+    /// Dense rows of `width` columns.
+    Dense {
+        /// Columns.
+        width: u32,
+    },
+    /// Sorted `(column, value)` pairs.
     Sparse,
 }
 
@@ -78,13 +145,29 @@ pub enum UpdateRuleSpec {
     #[default]
     Sum,
     /// `value -= learning_rate * gradient`.
-    Sgd { learning_rate: f32 },
+    Sgd {
+        /// Step size.
+        learning_rate: f32,
+    },
     /// `v = momentum * v + g; value -= learning_rate * v` (per-row velocity kept on the shard).
-    SgdMomentum { learning_rate: f32, momentum: f32 },
+    SgdMomentum {
+        /// Step size.
+        learning_rate: f32,
+        /// Velocity decay.
+        momentum: f32,
+    },
     /// `G += g^2; value -= learning_rate * g / (sqrt(G) + eps)`.
-    Adagrad { learning_rate: f32, eps: f32 },
+    Adagrad {
+        /// Step size.
+        learning_rate: f32,
+        /// Added to the root of the accumulator.
+        eps: f32,
+    },
     /// A rule registered by name in a `RuleRegistry`.
-    Custom { name: String },
+    Custom {
+        /// The registered name.
+        name: String,
+    },
 }
 
 impl UpdateRuleSpec {
@@ -106,10 +189,15 @@ impl UpdateRuleSpec {
 /// A table, identical on every node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TableSpec {
+    /// Its id.
     pub id: TableId,
+    /// Its name (unique).
     pub name: String,
+    /// Dense or sparse.
     pub kind: TableKind,
+    /// Its consistency model.
     pub consistency: Consistency,
+    /// The shard-side update rule.
     pub update_rule: UpdateRuleSpec,
 }
 
@@ -125,6 +213,7 @@ impl TableSpec {
         }
     }
 
+    /// The same table with update rule `rule`.
     pub fn with_rule(mut self, rule: UpdateRuleSpec) -> Self {
         self.update_rule = rule;
         self
@@ -142,8 +231,8 @@ impl TableSpec {
     /// deltas of exactly their width or sparse deltas with every column `< width`; sparse tables
     /// accept sparse deltas. Sparse deltas must be sorted by column without duplicates (the
     /// serde decoder already enforces that for data from the network).
-    pub fn check_delta(&self, row: RowId, delta: &Row) -> Result<(), PsError> {
-        let bad = |reason: String| PsError::RowMismatch {
+    pub fn check_delta(&self, row: RowId, delta: &Row) -> Result<(), PsCoreError> {
+        let bad = |reason: String| PsCoreError::RowMismatch {
             table: self.id,
             row,
             reason,
@@ -156,21 +245,19 @@ impl TableSpec {
                 if let Some(&(c, _)) = p.iter().find(|(c, _)| *c >= width) {
                     return Err(bad(format!("column {c} >= width {width}")));
                 }
-                check_sorted(p).map_err(bad)
+                unsorted(p).map_or(Ok(()), |r| Err(bad(r)))
             }
             (TableKind::Sparse, Row::Dense(_)) => Err(bad("dense delta for sparse table".into())),
-            (TableKind::Sparse, Row::Sparse(p)) => check_sorted(p).map_err(bad),
+            (TableKind::Sparse, Row::Sparse(p)) => unsorted(p).map_or(Ok(()), |r| Err(bad(r))),
             _ => Ok(()),
         }
     }
 }
 
-fn check_sorted(p: &[(u32, f32)]) -> Result<(), String> {
-    if p.windows(2).all(|w| w[0].0 < w[1].0) {
-        Ok(())
-    } else {
-        Err("sparse columns not strictly increasing".into())
-    }
+/// The reason a sparse row is not sorted by strictly increasing column, if it is not.
+fn unsorted(p: &[(u32, f32)]) -> Option<String> {
+    (!p.windows(2).all(|w| w[0].0 < w[1].0))
+        .then(|| "sparse columns not strictly increasing".to_string())
 }
 
 /// A row: dense `Vec<f32>` or sparse `(col, value)` pairs sorted by strictly increasing column.
@@ -180,7 +267,9 @@ fn check_sorted(p: &[(u32, f32)]) -> Result<(), String> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RowWire", into = "RowWire")]
 pub enum Row {
+    /// All columns.
     Dense(Vec<f32>),
+    /// `(column, value)` pairs, strictly increasing columns.
     Sparse(Vec<(u32, f32)>),
 }
 
@@ -413,9 +502,9 @@ impl From<Row> for RowWire {
     }
 }
 
-fn le_words(b: &[u8]) -> Result<impl Iterator<Item = [u8; 4]> + '_, PsError> {
+fn le_words(b: &[u8]) -> Result<impl Iterator<Item = [u8; 4]> + '_, PsCoreError> {
     if !b.len().is_multiple_of(4) {
-        return Err(PsError::MalformedRow(format!(
+        return Err(PsCoreError::MalformedRow(format!(
             "byte length {} is not a multiple of 4",
             b.len()
         )));
@@ -424,13 +513,13 @@ fn le_words(b: &[u8]) -> Result<impl Iterator<Item = [u8; 4]> + '_, PsError> {
 }
 
 impl TryFrom<RowWire> for Row {
-    type Error = PsError;
-    fn try_from(w: RowWire) -> Result<Self, PsError> {
+    type Error = PsCoreError;
+    fn try_from(w: RowWire) -> Result<Self, PsCoreError> {
         match w {
             RowWire::D(b) => Ok(Row::Dense(le_words(&b)?.map(f32::from_le_bytes).collect())),
             RowWire::S { cols, vals } => {
                 if cols.len() != vals.len() {
-                    return Err(PsError::MalformedRow(
+                    return Err(PsCoreError::MalformedRow(
                         "sparse cols/vals length mismatch".into(),
                     ));
                 }
@@ -438,7 +527,9 @@ impl TryFrom<RowWire> for Row {
                     .map(u32::from_le_bytes)
                     .zip(le_words(&vals)?.map(f32::from_le_bytes))
                     .collect();
-                check_sorted(&p).map_err(PsError::MalformedRow)?;
+                if let Some(reason) = unsorted(&p) {
+                    return Err(PsCoreError::MalformedRow(reason));
+                }
                 Ok(Row::Sparse(p))
             }
         }
@@ -447,13 +538,13 @@ impl TryFrom<RowWire> for Row {
 
 impl Row {
     /// Encodes with rmp-serde (the wire/checkpoint format).
-    pub fn encode(&self) -> Result<Vec<u8>, PsError> {
-        rmp_serde::to_vec(self).map_err(|e| PsError::Encode(e.to_string()))
+    pub fn encode(&self) -> Result<Vec<u8>, PsCoreError> {
+        rmp_serde::to_vec(self).map_err(|e| PsCoreError::Encode(e.to_string()))
     }
 
     /// Decodes and validates bytes produced by `encode`.
-    pub fn decode(bytes: &[u8]) -> Result<Row, PsError> {
-        rmp_serde::from_slice(bytes).map_err(|e| PsError::Decode(e.to_string()))
+    pub fn decode(bytes: &[u8]) -> Result<Row, PsCoreError> {
+        rmp_serde::from_slice(bytes).map_err(|e| PsCoreError::Decode(e.to_string()))
     }
 }
 
@@ -475,8 +566,11 @@ pub fn shard_of(table: TableId, row: RowId, n_shards: u32) -> u32 {
 /// One row delta inside an update batch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RowUpdate {
+    /// The table.
     pub table: TableId,
+    /// The row.
     pub row: RowId,
+    /// The delta.
     pub delta: Row,
 }
 
@@ -487,7 +581,9 @@ pub struct RowUpdate {
 /// which of its own deltas a fetched row already contains.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpdateBatch {
+    /// Sequence number per (worker, shard).
     pub seq: u64,
+    /// The row updates.
     pub updates: Vec<RowUpdate>,
 }
 
@@ -495,21 +591,32 @@ pub struct UpdateBatch {
 /// completed `clock` (apply, then advance). Early (managed) batches have `end_of_clock = false`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShardBatch {
+    /// The target shard.
     pub shard: u32,
+    /// The sender.
     pub worker: WorkerId,
+    /// The clock the updates belong to.
     pub clock: Clock,
+    /// Whether the batch ends the clock.
     pub end_of_clock: bool,
+    /// The updates.
     pub batch: UpdateBatch,
 }
 
 /// Client -> shard: read `(table, row)` once the shard's min clock is `>= min_clock`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadRequest {
+    /// The target shard.
     pub shard: u32,
+    /// The reader.
     pub worker: WorkerId,
+    /// Its request id (answered in the reply).
     pub request_id: u64,
+    /// The table.
     pub table: TableId,
+    /// The row.
     pub row: RowId,
+    /// The min clock the row must reflect.
     pub min_clock: Clock,
 }
 
@@ -519,18 +626,30 @@ mod tests {
 
     #[test]
     fn consistency_names_parse_in_any_case_and_unknown_ones_are_refused() {
-        assert_eq!(Consistency::from_name("BSP", 3), Ok(Consistency::Bsp));
+        let parse = |s: &str| s.parse::<ConsistencyModel>();
+        assert_eq!(parse("BSP"), Ok(ConsistencyModel::Bsp));
         assert_eq!(
-            Consistency::from_name("ssp", 3),
-            Ok(Consistency::Ssp { staleness: 3 })
+            Consistency::new(parse("ssp").unwrap(), 3),
+            Consistency::Ssp { staleness: 3 }
         );
         assert_eq!(
-            Consistency::from_name("Essp", 1),
-            Ok(Consistency::Essp { staleness: 1 })
+            Consistency::new(parse("Essp").unwrap(), 1),
+            Consistency::Essp { staleness: 1 }
         );
-        assert_eq!(Consistency::from_name("async", 0), Ok(Consistency::Async));
-        let err = Consistency::from_name("eventual", 0).unwrap_err();
+        assert_eq!(parse("async"), Ok(ConsistencyModel::Async));
+        let err = parse("eventual").unwrap_err().to_string();
         assert!(err.contains("\"eventual\"") && err.contains("bsp, ssp, essp or async"));
+        let from_json: Result<ConsistencyModel, _> = serde_json::from_str("\"Ssp\"");
+        assert_eq!(from_json.unwrap(), ConsistencyModel::Ssp);
+        let bad = serde_json::from_str::<ConsistencyModel>("\"x\"").unwrap_err();
+        assert!(
+            bad.to_string().contains("expected bsp, ssp, essp or async"),
+            "{bad}"
+        );
+        assert_eq!(
+            serde_json::to_string(&ConsistencyModel::Essp).unwrap(),
+            "\"essp\""
+        );
     }
 
     #[test]
@@ -579,7 +698,7 @@ mod tests {
     #[test]
     fn malformed_rows_rejected() {
         let bad = rmp_serde::to_vec(&RowWire::D(vec![1, 2, 3])).unwrap();
-        assert!(matches!(Row::decode(&bad), Err(PsError::Decode(_))));
+        assert!(matches!(Row::decode(&bad), Err(PsCoreError::Decode(_))));
         let unsorted = RowWire::from(Row::Sparse(vec![(3, 1.0), (1, 1.0)]));
         let bad = rmp_serde::to_vec(&unsorted).unwrap();
         assert!(Row::decode(&bad).is_err());

@@ -1,1 +1,0 @@
-//! Shared plumbing for parameter-server apps.

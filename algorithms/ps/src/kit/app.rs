@@ -1,0 +1,151 @@
+//! The [`PsApp`] trait: what a parameter-server app is.
+
+use std::time::Duration;
+
+use petrel_actors::Settings;
+use petrel_messages::RemoteMessage;
+
+use crate::core::rules::RuleRegistry;
+use crate::core::types::TableSpec;
+use crate::error::PsError;
+use crate::kit::{MonitorCtx, WorkerCtx};
+use crate::shells::PsLayout;
+
+/// The role names of a job: which nodes host shards, workers and the monitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PsRoles {
+    /// Nodes that host shards.
+    pub shard: &'static str,
+    /// Nodes that host workers.
+    pub worker: &'static str,
+    /// The one node that hosts the monitor.
+    pub monitor: &'static str,
+}
+
+impl PsRoles {
+    /// `ps-shard`, `ps-worker`, `ps-monitor`: the roles of in-process runs, and of ps-mf
+    /// under `petrel node`.
+    pub const GENERIC: PsRoles = PsRoles {
+        shard: "ps-shard",
+        worker: "ps-worker",
+        monitor: "ps-monitor",
+    };
+}
+
+/// How a worker ends a clock (see [`PsApp::step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// `clock()`: flush the updates and go on.
+    Clock,
+    /// `barrier()`: flush, and wait until every worker completed this clock.
+    Barrier,
+    /// The worker is done; no clock is ended.
+    Done,
+}
+
+/// A parameter-server app: its tables and rules, the worker's step per clock, the monitor's
+/// evaluation and stop rule, and its outputs. The kit ([`crate::kit`]) provides the roles,
+/// the job plumbing and the local runner around it.
+///
+/// One value of the app is built per process ([`PsApp::new`], from its config and the
+/// layout) and shared by every role on that process. Worker and monitor code runs on its
+/// node's thread (the client is not `Send`), hence `async fn`s without `Send` bounds.
+#[allow(async_fn_in_trait)] // the futures run on one node thread; no Send bound is wanted
+pub trait PsApp: Sized + Send + Sync + 'static {
+    /// The settings: `[app.<SECTION>]` in TOML and the flags of `petrel train <NAME>` alike.
+    type Config: serde::de::DeserializeOwned + Default + clap::Args + Clone + Send + Sync + 'static;
+    /// A worker's state between clocks.
+    type Worker;
+    /// What a worker sends the monitor (progress and/or the final report).
+    type Report: RemoteMessage<Reply = ()> + Clone;
+    /// The monitor's state between evaluations (starts as `Default`).
+    type Monitor: Default;
+    /// What a run produces (in-process callers get it back from [`crate::kit::run_local`]).
+    type Output: Send + 'static;
+
+    /// The app's name: the cluster name of local runs and the `petrel train` subcommand.
+    const NAME: &'static str;
+    /// Its settings section: `[app.<SECTION>]`.
+    const SECTION: &'static str;
+    /// The roles it registers in `petrel node` ([`crate::kit::register_builtin`]).
+    const BUILTIN_ROLES: PsRoles = PsRoles::GENERIC;
+    /// The registry name of its monitor's report inbox.
+    const MONITOR_ACTOR: &'static str;
+    /// Default request timeout (s) of `petrel train` runs; `None`: the cluster default.
+    const TRAIN_REQUEST_TIMEOUT_S: Option<u64> = None;
+
+    /// Loads the data and checks the config, once per process.
+    fn new(cfg: Self::Config, layout: &PsLayout) -> Result<Self, PsError>;
+
+    /// The tables (identical on every node).
+    fn tables(&self) -> Vec<TableSpec>;
+
+    /// Custom update rules the tables name (`UpdateRuleSpec::Custom`).
+    fn rules(&self) -> RuleRegistry {
+        RuleRegistry::new()
+    }
+
+    /// Adjusts the settings of in-process runs (failure timeouts of busy apps).
+    fn tune_local(_settings: &mut Settings) {}
+
+    /// A worker's state before its first clock.
+    fn start_worker(&self, ctx: &WorkerCtx<'_, Self::Report>) -> Result<Self::Worker, PsError>;
+
+    /// One clock of a worker: read rows, compute, `inc` the updates; say how the clock ends.
+    /// Not called once the monitor asked the workers to stop.
+    async fn step(
+        &self,
+        worker: &mut Self::Worker,
+        ctx: &WorkerCtx<'_, Self::Report>,
+    ) -> Result<Step, PsError>;
+
+    /// The worker's final report, after it left the shards.
+    fn finish_worker(
+        &self,
+        worker: Self::Worker,
+        ctx: &WorkerCtx<'_, Self::Report>,
+    ) -> Result<Self::Report, PsError>;
+
+    /// Whether `report` is a worker's final one (the monitor ends after one per worker).
+    fn is_final(_report: &Self::Report) -> bool {
+        true
+    }
+
+    /// How long the monitor waits for a report before evaluating again.
+    fn eval_interval(&self) -> Duration {
+        Duration::from_millis(100)
+    }
+
+    /// One evaluation with the reports that arrived since the last one; `all_done` when
+    /// every worker sent its final report (this is the last call). `Some(reason)` asks every
+    /// worker to stop at its next clock.
+    async fn observe(
+        &self,
+        monitor: &mut Self::Monitor,
+        ctx: &MonitorCtx<'_>,
+        reports: Vec<Self::Report>,
+        all_done: bool,
+    ) -> Result<Option<String>, PsError> {
+        let _ = (monitor, ctx, reports, all_done);
+        Ok(None)
+    }
+
+    /// The output, once every worker is done (the tables are final).
+    async fn finish(
+        &self,
+        monitor: Self::Monitor,
+        ctx: &MonitorCtx<'_>,
+    ) -> Result<Self::Output, PsError>;
+
+    /// Writes the output files (where the config says; nothing when it names no place).
+    fn write_outputs(&self, output: &Self::Output) -> Result<(), PsError> {
+        let _ = output;
+        Ok(())
+    }
+
+    /// One line for `petrel train` to print.
+    fn summary(cfg: &Self::Config, output: &Self::Output) -> String {
+        let _ = (cfg, output);
+        format!("{} done", Self::NAME)
+    }
+}

@@ -1,0 +1,153 @@
+//! A job ([`PsJob`]): the app, where its pieces run, and its result; the roles that run it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use petrel_actors::{Cluster, NodeContext, Settings};
+
+use crate::core::rules::RuleRegistry;
+use crate::core::types::TableSpec;
+use crate::error::PsError;
+use crate::kit::{PsApp, PsRoles, monitor, worker};
+use crate::shells::{self, PsLayout};
+
+/// How long workers and the monitor wait for every shard to answer at start-up.
+pub(crate) const SHARDS_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The shared pieces of a job, built once per process.
+pub struct PsJob<A: PsApp> {
+    /// The app (config and data).
+    pub app: A,
+    /// Where shards and workers run.
+    pub layout: PsLayout,
+    /// The node of the monitor.
+    pub monitor_node: String,
+    /// The role names the job's nodes carry.
+    pub roles: PsRoles,
+    /// Filled by the monitor when the run ends (in-process callers read it).
+    result: Mutex<Option<A::Output>>,
+}
+
+impl<A: PsApp> PsJob<A> {
+    /// Finds the job's nodes by `roles` in `settings` and builds the app.
+    pub fn new(settings: &Settings, cfg: A::Config, roles: PsRoles) -> Result<Self, PsError> {
+        let with = |role: &str| -> Vec<String> {
+            settings
+                .nodes
+                .iter()
+                .filter(|n| n.roles.iter().any(|r| r == role))
+                .map(|n| n.name.clone())
+                .collect()
+        };
+        let layout = PsLayout {
+            shard_nodes: with(roles.shard),
+            worker_nodes: with(roles.worker),
+        };
+        if layout.shard_nodes.is_empty() || layout.worker_nodes.is_empty() {
+            return Err(PsError::MissingRoles {
+                app: A::NAME,
+                shard: roles.shard,
+                worker: roles.worker,
+            });
+        }
+        let monitors = with(roles.monitor);
+        let [monitor_node] = monitors.as_slice() else {
+            return Err(PsError::MonitorCount {
+                app: A::NAME,
+                role: roles.monitor,
+                found: monitors.len(),
+            });
+        };
+        let app = A::new(cfg, &layout)?;
+        Ok(PsJob {
+            app,
+            layout,
+            monitor_node: monitor_node.clone(),
+            roles,
+            result: Mutex::new(None),
+        })
+    }
+
+    /// What the monitor left once the run ended (in-process runs).
+    pub fn take_result(&self) -> Result<A::Output, PsError> {
+        // A poisoned lock means the monitor panicked: no result either.
+        self.result
+            .lock()
+            .ok()
+            .and_then(|mut slot| slot.take())
+            .ok_or(PsError::NoResult { app: A::NAME })
+    }
+
+    pub(crate) fn set_result(&self, output: A::Output) {
+        if let Ok(mut slot) = self.result.lock() {
+            *slot = Some(output);
+        }
+    }
+}
+
+/// The shard role: starts this node's shards of `layout` (with `rules` for custom update
+/// rules) and serves them until every worker left.
+pub async fn serve_shards(
+    ctx: &NodeContext,
+    layout: &PsLayout,
+    tables: Vec<TableSpec>,
+    rules: &RuleRegistry,
+) -> Result<(), PsError> {
+    let mut handles = Vec::new();
+    for s in layout.shards_on(&ctx.spec.name) {
+        handles.push(shells::start_shard(
+            &ctx.node,
+            layout,
+            s,
+            tables.clone(),
+            rules,
+            None,
+        )?);
+    }
+    for r in futures::future::join_all(handles.into_iter().map(|h| h.wait())).await {
+        r?;
+    }
+    Ok(())
+}
+
+async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<(), PsError> {
+    serve_shards(&ctx, &job.layout, job.app.tables(), &job.app.rules()).await
+}
+
+/// Registers the shard, worker and monitor roles of `job` (named by `job.roles`).
+pub fn register<A: PsApp>(cluster: Cluster, job: Arc<PsJob<A>>) -> Cluster {
+    let roles = job.roles;
+    let (j1, j2, j3) = (job.clone(), job.clone(), job);
+    cluster
+        .role(roles.shard, move |ctx| shard_role(ctx, j1.clone()))
+        .role(roles.worker, move |ctx| {
+            worker::worker_role(ctx, j2.clone())
+        })
+        .role(roles.monitor, move |ctx| {
+            monitor::monitor_role(ctx, j3.clone())
+        })
+}
+
+/// Registers `A`'s built-in roles ([`PsApp::BUILTIN_ROLES`]) for `petrel node`: the job is
+/// built from `[app.<SECTION>]` when a role first runs in this process (so only processes
+/// that need the data load it); a bad section fails the role with the reason.
+pub fn register_builtin<A: PsApp>(cluster: Cluster) -> Cluster {
+    let get = petrel_actors::lazy_job(cluster.settings().clone(), A::SECTION, |s, cfg| {
+        PsJob::<A>::new(s, cfg, A::BUILTIN_ROLES)
+    });
+    let roles = A::BUILTIN_ROLES;
+    let (g1, g2, g3) = (get.clone(), get.clone(), get);
+    cluster
+        .role(roles.shard, move |ctx| {
+            let job = g1();
+            async move { shard_role(ctx, job?).await }
+        })
+        .role(roles.worker, move |ctx| {
+            let job = g2();
+            async move { worker::worker_role(ctx, job?).await }
+        })
+        .role(roles.monitor, move |ctx| {
+            let job = g3();
+            async move { monitor::monitor_role(ctx, job?).await }
+        })
+}

@@ -1,0 +1,96 @@
+//! In-process runs: every node a thread of this process, and `petrel train <app>`.
+
+use std::sync::Arc;
+
+use petrel_actors::{Cluster, Settings, Topology, Transport};
+
+use crate::error::PsError;
+use crate::kit::{PsApp, PsJob, PsRoles, register};
+
+/// The in-process layout of the PS apps: nodes `shard-0..` (the first also runs the
+/// monitor) and `worker-0..`, with the roles `ps-shard`, `ps-monitor` and `ps-worker`.
+pub fn local_topology(name: &str, shards: usize, workers: usize, transport: Transport) -> Topology {
+    let roles = PsRoles::GENERIC;
+    let mut topo = Topology::builder(name).transport(transport);
+    for s in 0..shards.max(1) {
+        let on: &[&str] = if s == 0 {
+            &[roles.shard, roles.monitor]
+        } else {
+            &[roles.shard]
+        };
+        topo = topo.node(&format!("shard-{s}"), on);
+    }
+    for w in 0..workers.max(1) {
+        topo = topo.node(&format!("worker-{w}"), &[roles.worker]);
+    }
+    topo
+}
+
+/// Runs app `A` on an in-process cluster ([`local_topology`]; QUIC on 127.0.0.1 or the
+/// memory transport) and returns its output.
+pub fn run_local<A: PsApp>(
+    cfg: A::Config,
+    shards: usize,
+    workers: usize,
+    transport: Transport,
+) -> Result<A::Output, PsError> {
+    run_local_with::<A>(cfg, shards, workers, transport, |_| {})
+}
+
+/// [`run_local`] with a hook to adjust the cluster settings (timeouts, network shaping).
+pub fn run_local_with<A: PsApp>(
+    cfg: A::Config,
+    shards: usize,
+    workers: usize,
+    transport: Transport,
+    tweak: impl FnOnce(&mut Settings),
+) -> Result<A::Output, PsError> {
+    let settings = local_topology(A::NAME, shards, workers, transport)
+        .with(|s| {
+            A::tune_local(s);
+            tweak(s);
+        })
+        .build()?;
+    let job = Arc::new(PsJob::<A>::new(&settings, cfg, PsRoles::GENERIC)?);
+    register(Cluster::new(settings), job.clone()).run_in_process()?;
+    job.take_result()
+}
+
+/// `petrel train <app>`: the app's settings as flags, plus where the run happens.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PsTrainArgs<C: clap::Args> {
+    /// The app's settings (the same struct as its `[app.*]` section).
+    #[command(flatten)]
+    pub config: C,
+    /// Worker nodes.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Shard nodes (the first also runs the monitor).
+    #[arg(long, default_value_t = 2)]
+    pub shards: usize,
+    /// quic (127.0.0.1) or memory.
+    #[arg(long, value_enum, default_value_t = Transport::Quic)]
+    pub transport: Transport,
+    /// Seconds a row read may wait for slower workers (default: 300 for ps-lda, whose
+    /// clocks on a large corpus are long; the cluster default otherwise).
+    #[arg(long)]
+    pub request_timeout_s: Option<u64>,
+}
+
+/// Runs `petrel train <app>` on an in-process cluster; returns the summary line to print.
+pub fn train<A: PsApp>(args: PsTrainArgs<A::Config>) -> Result<String, PsError> {
+    let timeout_s = args.request_timeout_s.or(A::TRAIN_REQUEST_TIMEOUT_S);
+    let cfg = args.config.clone();
+    let out = run_local_with::<A>(
+        args.config,
+        args.shards,
+        args.workers,
+        args.transport,
+        |s| {
+            if let Some(t) = timeout_s {
+                s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
+            }
+        },
+    )?;
+    Ok(A::summary(&cfg, &out))
+}

@@ -1,0 +1,223 @@
+//! The monitor role: the report inbox, periodic evaluation, stop requests, the outputs.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use petrel_actors::{HandlerError, Msg, Node, NodeContext};
+use petrel_messages::{Priority, RemoteMessage, remote_message};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use crate::core::stats::StalenessStats;
+use crate::core::types::{Row, RowId, TableId};
+use crate::error::PsError;
+use crate::kit::job::SHARDS_READY_TIMEOUT;
+use crate::kit::{PsApp, PsJob};
+use crate::shells::{
+    self, PsClient, PsLayout, ShardQuery, ShardState, ToClient, client_actor_name,
+};
+
+/// The usual final report of a worker (ps-mf, ps-lr).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerDone {
+    /// The worker.
+    pub worker: u32,
+    /// Clocks it completed.
+    pub clocks: u64,
+    /// Staleness of its reads of the shared table.
+    pub staleness: StalenessStats,
+    /// Seconds it computed.
+    pub compute_s: f64,
+    /// Seconds it waited for rows.
+    pub wait_s: f64,
+}
+remote_message!(WorkerDone => (), "petrel.ps.mf.worker_done");
+
+impl WorkerDone {
+    /// The report of `client`'s worker: its clocks and the staleness of its reads of
+    /// `table` (no timings).
+    pub fn of(client: &PsClient, table: TableId) -> WorkerDone {
+        WorkerDone {
+            worker: client.worker(),
+            clocks: client.current_clock(),
+            staleness: client.table_stats(table),
+            compute_s: 0.0,
+            wait_s: 0.0,
+        }
+    }
+}
+
+/// A monitor's inbox: collects the workers' reports of type `M` (replies `()`).
+struct MonitorInbox<M> {
+    reports: Rc<RefCell<Vec<M>>>,
+    notify: Rc<Notify>,
+}
+
+impl<M: 'static> Actor for MonitorInbox<M> {
+    type Context = Context<Self>;
+}
+
+impl<M: RemoteMessage<Reply = ()>> Handler<Msg<M>> for MonitorInbox<M> {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, msg: Msg<M>, _: &mut Context<Self>) -> Self::Result {
+        self.reports.borrow_mut().push(msg.body);
+        self.notify.notify_waiters();
+        Ok(())
+    }
+}
+
+/// The reports a monitor has received, and a signal for each new one.
+pub struct MonitorReports<M> {
+    /// Reports not yet taken.
+    pub reports: Rc<RefCell<Vec<M>>>,
+    /// Notified on every new report.
+    pub notify: Rc<Notify>,
+}
+
+/// Starts a monitor inbox registered as `actor` on this node for reports of type `M`.
+pub fn open_monitor<M: RemoteMessage<Reply = ()>>(
+    node: &Node,
+    actor: &str,
+) -> Result<MonitorReports<M>, PsError> {
+    let reports = Rc::new(RefCell::new(Vec::new()));
+    let notify = Rc::new(Notify::new());
+    let inbox = MonitorInbox {
+        reports: reports.clone(),
+        notify: notify.clone(),
+    }
+    .start();
+    node.register(actor, inbox)?.accept::<M>();
+    Ok(MonitorReports { reports, notify })
+}
+
+/// What the monitor's code sees: the node, the layout and the time since it started.
+pub struct MonitorCtx<'a> {
+    /// The monitor's node.
+    pub node: &'a Node,
+    /// Where shards and workers run.
+    pub layout: &'a PsLayout,
+    start: Instant,
+}
+
+impl MonitorCtx<'_> {
+    /// Seconds since the monitor started (after every shard answered).
+    pub fn elapsed_s(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// Every shard's tables and min clock, in shard order.
+    pub async fn snapshot(&self) -> Result<Vec<ShardState>, PsError> {
+        shells::snapshot_all(
+            self.node,
+            self.layout,
+            ShardQuery::Snapshot,
+            self.node.default_timeout(),
+        )
+        .await
+    }
+
+    /// The merged rows of every table, and the min clock over the shards.
+    pub async fn tables(&self) -> Result<(HashMap<TableId, HashMap<RowId, Row>>, u64), PsError> {
+        let states = self.snapshot().await?;
+        let clock = states.iter().map(|s| s.min_clock).min().unwrap_or(0);
+        Ok((shells::merge_tables(&states), clock))
+    }
+
+    /// Waits until every shard's min clock is at least `clock`.
+    pub async fn wait_for_min_clock(&self, clock: u64) -> Result<(), PsError> {
+        shells::wait_for_min_clock(self.node, self.layout, clock).await
+    }
+
+    fn stop_workers(&self, reason: &str) -> Result<(), PsError> {
+        for (w, n) in self.layout.worker_nodes.iter().enumerate() {
+            let c = self
+                .node
+                .actor_at::<ToClient>(n, &client_actor_name(w as u32))?;
+            let stop = ToClient::Stop {
+                reason: reason.to_string(),
+            };
+            if let Err(e) = c.tell(stop, Priority::HIGH) {
+                tracing::warn!(worker = w, error = %e, "stop not sent");
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) async fn monitor_role<A: PsApp>(
+    ctx: NodeContext,
+    job: Arc<PsJob<A>>,
+) -> Result<(), PsError> {
+    let inbox = open_monitor::<A::Report>(&ctx.node, A::MONITOR_ACTOR)?;
+    shells::wait_for_shards(&ctx.node, &job.layout, SHARDS_READY_TIMEOUT).await?;
+    let m = MonitorCtx {
+        node: &ctx.node,
+        layout: &job.layout,
+        start: Instant::now(),
+    };
+    let mut state = A::Monitor::default();
+    let n_workers = job.layout.n_workers() as usize;
+    let (mut finished, mut stop_sent) = (0usize, false);
+    loop {
+        // Registered before the reports are taken, so none slips by unnoticed.
+        let notified = inbox.notify.notified();
+        let new: Vec<A::Report> = inbox.reports.borrow_mut().drain(..).collect();
+        finished += new.iter().filter(|r| A::is_final(r)).count();
+        let all_done = finished >= n_workers;
+        let stop = job.app.observe(&mut state, &m, new, all_done).await?;
+        if all_done {
+            break;
+        }
+        if let Some(reason) = stop
+            && !stop_sent
+        {
+            tracing::info!(app = A::NAME, %reason, "monitor stops the workers");
+            m.stop_workers(&reason)?;
+            stop_sent = true;
+        }
+        let _ = tokio::time::timeout(job.app.eval_interval(), notified).await;
+    }
+    let output = job.app.finish(state, &m).await?;
+    job.app.write_outputs(&output)?;
+    job.set_result(output);
+    Ok(())
+}
+
+/// Writes `value` as JSON to `dir/name` (pretty or compact), creating `dir`.
+pub fn write_json<T: Serialize>(
+    dir: &Path,
+    name: &'static str,
+    value: &T,
+    pretty: bool,
+) -> Result<(), PsError> {
+    let text = if pretty {
+        serde_json::to_string_pretty(value)
+    } else {
+        serde_json::to_string(value)
+    }
+    .map_err(|source| PsError::Json { what: name, source })?;
+    std::fs::create_dir_all(dir).map_err(|source| PsError::Write {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let path = dir.join(name);
+    std::fs::write(&path, text).map_err(|source| PsError::Write { path, source })
+}
+
+/// Writes `model.json` (compact) and `metrics.json` (pretty) into `dir`, if there is one.
+pub fn write_model_and_metrics<M: Serialize, R: Serialize>(
+    dir: Option<&Path>,
+    model: &M,
+    metrics: &R,
+) -> Result<(), PsError> {
+    if let Some(dir) = dir {
+        write_json(dir, "model.json", model, false)?;
+        write_json(dir, "metrics.json", metrics, true)?;
+    }
+    Ok(())
+}

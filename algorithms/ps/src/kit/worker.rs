@@ -1,0 +1,93 @@
+//! The worker role: one client per worker on the node, the clock loop, the final report.
+
+use std::sync::Arc;
+
+use petrel_actors::{ActorRef, Node, NodeContext};
+use petrel_messages::Priority;
+
+use crate::error::PsError;
+use crate::kit::job::SHARDS_READY_TIMEOUT;
+use crate::kit::{PsApp, PsJob, Step};
+use crate::shells::{self, PsClient, PsLayout};
+
+/// What a worker's code sees: its client, the job layout and the monitor's inbox.
+pub struct WorkerCtx<'a, R: petrel_messages::RemoteMessage<Reply = ()>> {
+    /// The node the worker runs on.
+    pub node: &'a Node,
+    /// The worker's parameter-server client.
+    pub client: &'a PsClient,
+    /// Where shards and workers run.
+    pub layout: &'a PsLayout,
+    monitor: ActorRef<R>,
+}
+
+impl<R: petrel_messages::RemoteMessage<Reply = ()>> WorkerCtx<'_, R> {
+    /// This worker's id.
+    pub fn worker(&self) -> u32 {
+        self.client.worker()
+    }
+
+    /// Number of workers of the job.
+    pub fn n_workers(&self) -> u32 {
+        self.layout.n_workers()
+    }
+
+    /// Sends a progress report to the monitor (without waiting for it).
+    pub fn report(&self, report: R) -> Result<(), PsError> {
+        self.monitor
+            .tell(report, Priority::HIGH)
+            .map_err(|source| PsError::Report {
+                worker: self.worker(),
+                source,
+            })
+    }
+}
+
+pub(crate) async fn worker_role<A: PsApp>(
+    ctx: NodeContext,
+    job: Arc<PsJob<A>>,
+) -> Result<(), PsError> {
+    shells::wait_for_shards(&ctx.node, &job.layout, SHARDS_READY_TIMEOUT).await?;
+    let mut workers = Vec::new();
+    for w in job.layout.workers_on(&ctx.spec.name) {
+        let client = PsClient::start(&ctx.node, &job.layout, w, job.app.tables())?;
+        workers.push(run_worker(&ctx.node, &job, client));
+    }
+    for r in futures::future::join_all(workers).await {
+        r?;
+    }
+    Ok(())
+}
+
+async fn run_worker<A: PsApp>(
+    node: &Node,
+    job: &PsJob<A>,
+    client: PsClient,
+) -> Result<(), PsError> {
+    let ctx = WorkerCtx {
+        node,
+        client: &client,
+        layout: &job.layout,
+        monitor: node.actor_at::<A::Report>(&job.monitor_node, A::MONITOR_ACTOR)?,
+    };
+    let mut state = job.app.start_worker(&ctx)?;
+    while client.stop_requested().is_none() {
+        match job.app.step(&mut state, &ctx).await? {
+            Step::Clock => client.clock()?,
+            Step::Barrier => client.barrier().await?,
+            Step::Done => break,
+        }
+        // Cache hits complete without yielding: let the node's actors (heartbeats,
+        // replies) run between clocks.
+        tokio::task::yield_now().await;
+    }
+    client.leave()?;
+    let done = job.app.finish_worker(state, &ctx)?;
+    ctx.monitor
+        .ask(done, Priority::HIGH, node.default_timeout())
+        .await
+        .map_err(|source| PsError::Report {
+            worker: client.worker(),
+            source,
+        })
+}

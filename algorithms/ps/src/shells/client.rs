@@ -1,0 +1,403 @@
+//! The client handle a worker's code calls ([`PsClient`]) and the inbox actor that feeds
+//! shard replies into its [`ClientCore`].
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::Notify;
+
+use crate::core::client::{ClientCore, GetOutcome};
+use crate::core::error::PsCoreError;
+use crate::core::managed::BandwidthManager;
+use crate::core::stats::StalenessStats;
+use crate::core::types::{Clock, ReadRequest, Row, RowId, TableId, TableSpec, WorkerId};
+use crate::error::PsError;
+use crate::shells::layout::PsLayout;
+use crate::shells::messages::{
+    PS_PRIORITY, ToClient, ToShard, client_actor_name, shard_actor_name,
+};
+use petrel_actors::address::{ActorRef, Msg};
+use petrel_actors::error::HandlerError;
+use petrel_actors::node::Node;
+
+struct ClientShared {
+    core: ClientCore,
+    error: Option<String>,
+    stop: Option<String>,
+}
+
+/// The actor that feeds shard replies and pushes into a worker's `ClientCore`.
+pub struct ClientInbox {
+    shared: Rc<RefCell<ClientShared>>,
+    notify: Rc<Notify>,
+}
+
+impl Actor for ClientInbox {
+    type Context = Context<Self>;
+}
+
+impl Handler<Msg<ToClient>> for ClientInbox {
+    type Result = Result<(), HandlerError>;
+
+    fn handle(&mut self, msg: Msg<ToClient>, _: &mut Context<Self>) -> Self::Result {
+        let mut s = self.shared.borrow_mut();
+        match msg.body {
+            ToClient::Actions { shard, actions } => {
+                for a in actions {
+                    if let Err(e) = s.core.handle(shard, a) {
+                        let w = s.core.worker().0;
+                        s.error.get_or_insert(format!(
+                            "worker {w}: bad message from shard {shard}: {e}"
+                        ));
+                    }
+                }
+            }
+            ToClient::Stop { reason } => {
+                s.stop.get_or_insert(reason);
+            }
+        }
+        drop(s);
+        self.notify.notify_waiters();
+        Ok(())
+    }
+}
+
+/// Errors of the client library.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The client core refused (an unknown table, a delta that does not fit, ...).
+    #[error(transparent)]
+    Core(#[from] PsCoreError),
+    /// A shard sent something the core refused, or a send failed.
+    #[error("worker {worker}: {what}")]
+    Failed {
+        /// The worker.
+        worker: u32,
+        /// What failed.
+        what: String,
+    },
+    /// A read or barrier got no answer in time.
+    #[error("worker {worker}: no answer from ps shard {shard} (node {node}) within {timeout:?}")]
+    Timeout {
+        /// The waiting worker.
+        worker: u32,
+        /// The shard it waits for.
+        shard: u32,
+        /// That shard's node.
+        node: String,
+        /// How long it waited.
+        timeout: Duration,
+    },
+}
+
+/// One worker's parameter-server client (see the module docs). Not `Send`: it lives on its
+/// node's thread, with its inbox actor.
+pub struct PsClient {
+    worker: u32,
+    shared: Rc<RefCell<ClientShared>>,
+    notify: Rc<Notify>,
+    shards: Vec<ActorRef<ToShard>>,
+    layout: PsLayout,
+    timeout: Duration,
+    reads_sent: std::cell::Cell<u64>,
+}
+
+impl PsClient {
+    /// Creates worker `worker`'s client on this node and registers its inbox. Shards must be
+    /// registered before the first message is sent (a barrier after starting them does it).
+    pub fn start(
+        node: &Node,
+        layout: &PsLayout,
+        worker: u32,
+        tables: Vec<TableSpec>,
+    ) -> Result<PsClient, PsError> {
+        Self::start_at(node, layout, worker, tables, 0)
+    }
+
+    /// Like `start`, resuming at `clock` (the clock of the checkpoint the shards restored).
+    pub fn start_at(
+        node: &Node,
+        layout: &PsLayout,
+        worker: u32,
+        tables: Vec<TableSpec>,
+        clock: Clock,
+    ) -> Result<PsClient, PsError> {
+        let mut core = ClientCore::new(WorkerId(worker), layout.n_shards(), tables)?;
+        core.resume_at(clock)?;
+        let shared = Rc::new(RefCell::new(ClientShared {
+            core,
+            error: None,
+            stop: None,
+        }));
+        let notify = Rc::new(Notify::new());
+        let inbox = ClientInbox {
+            shared: shared.clone(),
+            notify: notify.clone(),
+        }
+        .start();
+        node.register(&client_actor_name(worker), inbox)?
+            .accept::<ToClient>();
+        let shards = layout
+            .shard_nodes
+            .iter()
+            .enumerate()
+            .map(|(s, n)| {
+                // Local shards must already be registered; remote ones resolve lazily.
+                node.actor_at::<ToShard>(n, &shard_actor_name(s as u32))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(PsClient {
+            worker,
+            shared,
+            notify,
+            shards,
+            layout: layout.clone(),
+            timeout: node.default_timeout(),
+            reads_sent: std::cell::Cell::new(0),
+        })
+    }
+
+    /// This worker's id.
+    pub fn worker(&self) -> u32 {
+        self.worker
+    }
+
+    /// The job's layout.
+    pub fn layout(&self) -> &PsLayout {
+        &self.layout
+    }
+
+    /// The worker's clock (number of `clock()` calls).
+    pub fn current_clock(&self) -> Clock {
+        self.shared.borrow().core.current_clock()
+    }
+
+    /// Staleness of every read so far.
+    pub fn stats(&self) -> StalenessStats {
+        self.shared.borrow().core.stats().clone()
+    }
+
+    /// Staleness of the reads of one table.
+    pub fn table_stats(&self, table: TableId) -> StalenessStats {
+        self.shared.borrow().core.table_stats(table)
+    }
+
+    /// Why a stop was requested (by a controller's `ToClient::Stop`), if it was.
+    pub fn stop_requested(&self) -> Option<String> {
+        self.shared.borrow().stop.clone()
+    }
+
+    /// How long a read or barrier waits for a shard (default: the node's request timeout).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    fn check(&self) -> Result<(), ClientError> {
+        match &self.shared.borrow().error {
+            Some(e) => Err(ClientError::Failed {
+                worker: self.worker,
+                what: e.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn send(&self, shard: u32, msg: ToShard) -> Result<(), ClientError> {
+        let r = self
+            .shards
+            .get(shard as usize)
+            .ok_or_else(|| ClientError::Failed {
+                worker: self.worker,
+                what: format!("no shard {shard}"),
+            })?;
+        r.tell(msg, PS_PRIORITY).map_err(|e| ClientError::Failed {
+            worker: self.worker,
+            what: format!(
+                "send to ps shard {shard} (node {}): {e}",
+                self.layout.shard_nodes[shard as usize]
+            ),
+        })
+    }
+
+    /// Number of row reads sent to shards so far (cache misses and prefetches; not barrier
+    /// probes): with ESSP, pushes keep cached rows fresh and this stays low.
+    pub fn reads_sent(&self) -> u64 {
+        self.reads_sent.get()
+    }
+
+    fn send_reads(&self, reqs: Vec<ReadRequest>, sync: bool) -> Result<(), ClientError> {
+        if !sync {
+            self.reads_sent
+                .set(self.reads_sent.get() + reqs.len() as u64);
+        }
+        let mut per: HashMap<u32, Vec<ReadRequest>> = HashMap::new();
+        for r in reqs {
+            per.entry(r.shard).or_default().push(r);
+        }
+        for (s, v) in per {
+            let msg = if sync {
+                ToShard::Syncs(v)
+            } else {
+                ToShard::Reads(v)
+            };
+            self.send(s, msg)?;
+        }
+        Ok(())
+    }
+
+    async fn wait_notified(&self, shard_hint: u32) -> Result<(), ClientError> {
+        let n = self.notify.notified();
+        match tokio::time::timeout(self.timeout, n).await {
+            Ok(()) => self.check(),
+            Err(_) => Err(ClientError::Timeout {
+                worker: self.worker,
+                shard: shard_hint,
+                node: self
+                    .layout
+                    .shard_nodes
+                    .get(shard_hint as usize)
+                    .cloned()
+                    .unwrap_or_default(),
+                timeout: self.timeout,
+            }),
+        }
+    }
+
+    /// `Get(table, row)`: the row as this worker's consistency model allows it to be seen,
+    /// including its own writes; waits while the shard's min clock is too low.
+    pub async fn get(&self, table: TableId, row: RowId) -> Result<Row, ClientError> {
+        let mut rows = self.get_many(table, &[row]).await?;
+        rows.pop().ok_or_else(|| ClientError::Failed {
+            worker: self.worker,
+            what: "empty get".into(),
+        })
+    }
+
+    /// `Get` of many rows at once: every missing row is requested before waiting, so the
+    /// round trips overlap. Rows come back in the order asked.
+    pub async fn get_many(&self, table: TableId, rows: &[RowId]) -> Result<Vec<Row>, ClientError> {
+        self.check()?;
+        let mut out: Vec<Option<Row>> = vec![None; rows.len()];
+        let mut missing: Vec<usize> = (0..rows.len()).collect();
+        loop {
+            let mut fetch = Vec::new();
+            let mut still = Vec::new();
+            {
+                let mut s = self.shared.borrow_mut();
+                for i in missing {
+                    match s.core.get(table, rows[i])? {
+                        GetOutcome::Hit(r) => out[i] = Some(r),
+                        GetOutcome::Fetch(req) => {
+                            fetch.push(req);
+                            still.push(i);
+                        }
+                        GetOutcome::Wait => still.push(i),
+                    }
+                }
+            }
+            if still.is_empty() {
+                break;
+            }
+            let hint = crate::core::types::shard_of(table, rows[still[0]], self.layout.n_shards());
+            self.send_reads(fetch, false)?;
+            // Replies are handled on this thread, so none can slip in before we wait.
+            self.wait_notified(hint).await?;
+            missing = still;
+        }
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or(Row::Sparse(Vec::new())))
+            .collect())
+    }
+
+    /// Starts non-blocking refreshes of `rows` (for `Async` tables, whose cached copies are
+    /// otherwise served forever); `get` returns the new values once the replies arrived.
+    pub fn prefetch(&self, table: TableId, rows: &[RowId]) -> Result<(), ClientError> {
+        let mut reqs = Vec::new();
+        {
+            let mut s = self.shared.borrow_mut();
+            for &r in rows {
+                if let Some(q) = s.core.prefetch(table, r)? {
+                    reqs.push(q);
+                }
+            }
+        }
+        self.send_reads(reqs, false)
+    }
+
+    /// `Inc(table, row, col, delta)`.
+    pub fn inc(&self, table: TableId, row: RowId, col: u32, delta: f32) -> Result<(), ClientError> {
+        Ok(self.shared.borrow_mut().core.inc(table, row, col, delta)?)
+    }
+
+    /// `BatchInc(table, row, deltas)`.
+    pub fn batch_inc(&self, table: TableId, row: RowId, delta: &Row) -> Result<(), ClientError> {
+        Ok(self.shared.borrow_mut().core.batch_inc(table, row, delta)?)
+    }
+
+    /// `Clock()`: flushes the oplog to every shard and advances this worker's clock.
+    pub fn clock(&self) -> Result<(), ClientError> {
+        self.check()?;
+        let batches = self.shared.borrow_mut().core.clock();
+        for b in batches {
+            let s = b.shard;
+            self.send(s, ToShard::Batch(b))?;
+        }
+        Ok(())
+    }
+
+    /// `GlobalBarrier()`: `clock()`, then waits until every worker has completed this clock on
+    /// every shard (so a following read sees every update made before the barrier).
+    pub async fn barrier(&self) -> Result<(), ClientError> {
+        self.clock()?;
+        let reqs = {
+            let mut s = self.shared.borrow_mut();
+            (0..self.layout.n_shards())
+                .map(|sh| s.core.sync_request(sh))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let mut pending: Vec<(u64, u32)> = reqs.iter().map(|r| (r.request_id, r.shard)).collect();
+        self.send_reads(reqs, true)?;
+        loop {
+            pending.retain(|(id, _)| !self.shared.borrow_mut().core.sync_done(*id));
+            let Some(&(_, shard)) = pending.first() else {
+                return Ok(());
+            };
+            // No yield between the check above and registering for the wake-up.
+            self.wait_notified(shard).await?;
+        }
+    }
+
+    /// Managed communication (Wei et al., SoCC 2015): one tick of `manager` between clocks.
+    /// Sends the oplog rows it picks (largest relative change first under
+    /// `SendPolicy::RelativeMagnitude`, within the per-tick byte budget) as early, non-clock-ending
+    /// batches; the staleness bound is unaffected since clocks still advance only in `clock()`.
+    /// Returns the number of rows sent.
+    pub fn managed_tick(&self, manager: &mut BandwidthManager) -> Result<usize, ClientError> {
+        self.check()?;
+        let batches = manager.tick(&mut self.shared.borrow_mut().core);
+        let mut rows = 0;
+        for b in batches {
+            rows += b.batch.updates.len();
+            let s = b.shard;
+            self.send(s, ToShard::Batch(b))?;
+        }
+        Ok(rows)
+    }
+
+    /// Tells every shard this worker is done (it stops holding back their min clocks).
+    pub fn leave(&self) -> Result<(), ClientError> {
+        for s in 0..self.layout.n_shards() {
+            self.send(
+                s,
+                ToShard::Leave {
+                    worker: WorkerId(self.worker),
+                },
+            )?;
+        }
+        Ok(())
+    }
+}

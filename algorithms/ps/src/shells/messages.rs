@@ -1,0 +1,84 @@
+//! The wire protocol between workers' clients and shards, and the registry names.
+
+use petrel_messages::{Priority, remote_message};
+use serde::{Deserialize, Serialize};
+
+use crate::core::shard::{ShardAction, TableSnapshot};
+use crate::core::types::{Clock, ReadRequest, ShardBatch, WorkerId};
+
+/// The one priority of all PS data traffic (see the module docs of [`crate::shells`] on
+/// ordering).
+pub const PS_PRIORITY: Priority = Priority::NORMAL;
+
+/// Registry name of shard `s`.
+pub fn shard_actor_name(shard: u32) -> String {
+    format!("ps-shard-{shard}")
+}
+
+/// Registry name of worker `w`'s client inbox.
+pub fn client_actor_name(worker: u32) -> String {
+    format!("ps-client-{worker}")
+}
+
+/// Client -> shard.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ToShard {
+    /// An update batch (ends a clock when `end_of_clock`).
+    Batch(ShardBatch),
+    /// Reads, each answered when the shard's min clock allows.
+    Reads(Vec<ReadRequest>),
+    /// Barrier probes (`PsShardCore::sync`).
+    Syncs(Vec<ReadRequest>),
+    /// The worker is done: it no longer holds back the min clock.
+    Leave {
+        /// The worker that is done.
+        worker: WorkerId,
+    },
+}
+remote_message!(ToShard => (), "petrel.ps.to_shard");
+
+/// Shard (or controller) -> client.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ToClient {
+    /// Replies and pushes from shard `shard`, in the order the core produced them.
+    Actions {
+        /// The sending shard.
+        shard: u32,
+        /// Replies and pushes, in production order.
+        actions: Vec<ShardAction>,
+    },
+    /// Asks the worker to stop at its next clock boundary (see `PsClient::stop_requested`).
+    Stop {
+        /// Why (for the log).
+        reason: String,
+    },
+}
+remote_message!(ToClient => (), "petrel.ps.to_client");
+
+/// Questions to a shard (asks, any priority).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ShardQuery {
+    /// Liveness probe: the min clock only (no rows).
+    Ping,
+    /// All rows of every table and the min clock.
+    Snapshot,
+    /// Writes an atomic checkpoint of this shard into `dir` at its current min clock.
+    Checkpoint {
+        /// The checkpoint directory (on the shard's host).
+        dir: String,
+    },
+}
+
+/// A shard's answer to a [`ShardQuery`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardState {
+    /// The answering shard.
+    pub shard: u32,
+    /// Its min clock (every update of clocks below it is applied).
+    pub min_clock: Clock,
+    /// Its rows (empty for `Ping`).
+    pub tables: Vec<TableSnapshot>,
+    /// Set by `Checkpoint`: the clock the checkpoint was written at.
+    pub checkpoint_clock: Option<Clock>,
+}
+remote_message!(ShardQuery => ShardState, "petrel.ps.shard_query");

@@ -1,0 +1,93 @@
+//! Questions to every shard of a job: snapshots, readiness, min-clock waits.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use petrel_messages::Priority;
+
+use crate::core::types::{Row, RowId, TableId};
+use crate::error::PsError;
+use crate::shells::layout::PsLayout;
+use crate::shells::messages::{ShardQuery, ShardState, shard_actor_name};
+use petrel_actors::node::Node;
+
+/// Asks every shard for its state (tables and min clock), in shard order.
+pub async fn snapshot_all(
+    node: &Node,
+    layout: &PsLayout,
+    query: ShardQuery,
+    timeout: Duration,
+) -> Result<Vec<ShardState>, PsError> {
+    let mut futs = Vec::new();
+    for (s, n) in layout.shard_nodes.iter().enumerate() {
+        let shard = s as u32;
+        let r = node.actor_at::<ShardQuery>(n, &shard_actor_name(shard))?;
+        let q = query.clone();
+        futs.push(async move {
+            r.ask(q, Priority::HIGH, timeout)
+                .await
+                .map_err(|source| PsError::ShardQuery {
+                    shard,
+                    node: n.clone(),
+                    source,
+                })
+        });
+    }
+    futures::future::join_all(futs).await.into_iter().collect()
+}
+
+/// Waits until every shard of `layout` is registered and answers (shards start in their own
+/// roles, possibly on other nodes; this avoids a cluster-wide barrier per role).
+pub async fn wait_for_shards(
+    node: &Node,
+    layout: &PsLayout,
+    timeout: Duration,
+) -> Result<(), PsError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match snapshot_all(node, layout, ShardQuery::Ping, Duration::from_millis(500)).await {
+            Ok(_) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(PsError::ShardsNotReady {
+                    timeout,
+                    source: Box::new(e),
+                });
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "waiting for ps shards");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Waits until every shard's min clock is at least `clock` (every update of the clocks
+/// before it applied), for at most the node's request timeout.
+pub async fn wait_for_min_clock(node: &Node, layout: &PsLayout, clock: u64) -> Result<(), PsError> {
+    let timeout = node.default_timeout();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let states = snapshot_all(node, layout, ShardQuery::Ping, timeout).await?;
+        if states.iter().all(|s| s.min_clock >= clock) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(PsError::ClockTimeout { clock, timeout });
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Merges shard states into one map per table.
+pub fn merge_tables(states: &[ShardState]) -> HashMap<TableId, HashMap<RowId, Row>> {
+    let mut out: HashMap<TableId, HashMap<RowId, Row>> = HashMap::new();
+    for st in states {
+        for t in &st.tables {
+            let m = out.entry(t.table).or_default();
+            for (r, row) in &t.rows {
+                m.insert(*r, row.clone());
+            }
+        }
+    }
+    out
+}

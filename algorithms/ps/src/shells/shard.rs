@@ -1,0 +1,251 @@
+//! The shard actor ([`ServerShard`]) around one [`PsShardCore`], and its start-up.
+
+use std::collections::HashMap;
+
+use actix::prelude::*;
+use tokio::sync::mpsc;
+
+use crate::checkpoint;
+use crate::core::error::PsCoreError;
+use crate::core::rules::RuleRegistry;
+use crate::core::shard::{PsShardCore, ShardAction};
+use crate::core::types::{Clock, TableSpec, WorkerId};
+use crate::error::PsError;
+use crate::shells::layout::PsLayout;
+use crate::shells::messages::{
+    PS_PRIORITY, ShardQuery, ShardState, ToClient, ToShard, client_actor_name, shard_actor_name,
+};
+use petrel_actors::address::{ActorRef, Msg};
+use petrel_actors::error::HandlerError;
+use petrel_actors::node::Node;
+
+/// What ends a shard's service.
+#[derive(Debug)]
+enum ShardEvent {
+    AllLeft,
+    Failed(PsError),
+}
+
+/// The server shard actor: feeds [`ToShard`] messages into its core and routes what the
+/// core decides to the workers' client inboxes.
+pub struct ServerShard {
+    shard: u32,
+    core: PsShardCore,
+    node: Node,
+    layout: PsLayout,
+    clients: HashMap<WorkerId, ActorRef<ToClient>>,
+    left: usize,
+    events: mpsc::UnboundedSender<ShardEvent>,
+}
+
+impl Actor for ServerShard {
+    type Context = Context<Self>;
+}
+
+impl ServerShard {
+    fn fail(&self, error: PsError) {
+        let error = PsError::ShardFailed {
+            shard: self.shard,
+            node: self.node.name().to_string(),
+            source: Box::new(error),
+        };
+        tracing::error!(error = %petrel_actors::error_chain(&error), "ps shard failed");
+        let _ = self.events.send(ShardEvent::Failed(error));
+    }
+
+    fn client(&mut self, worker: WorkerId) -> Result<ActorRef<ToClient>, PsError> {
+        if let Some(c) = self.clients.get(&worker) {
+            return Ok(c.clone());
+        }
+        let node = self
+            .layout
+            .worker_nodes
+            .get(worker.0 as usize)
+            .ok_or(PsCoreError::UnknownWorker(worker))?;
+        let r = self
+            .node
+            .actor_at::<ToClient>(node, &client_actor_name(worker.0))?;
+        self.clients.insert(worker, r.clone());
+        Ok(r)
+    }
+
+    /// Sends the core's actions, grouped per worker in production order.
+    fn route(&mut self, actions: Vec<ShardAction>) {
+        let mut per: Vec<(WorkerId, Vec<ShardAction>)> = Vec::new();
+        for a in actions {
+            let w = a.worker();
+            match per.iter_mut().find(|(x, _)| *x == w) {
+                Some((_, v)) => v.push(a),
+                None => per.push((w, vec![a])),
+            }
+        }
+        for (w, actions) in per {
+            match self.client(w) {
+                Ok(c) => {
+                    let msg = ToClient::Actions {
+                        shard: self.shard,
+                        actions,
+                    };
+                    if let Err(e) = c.tell(msg, PS_PRIORITY) {
+                        // A dead worker node stops the run (fail-fast); nothing to do here.
+                        tracing::warn!(shard = self.shard, worker = w.0, error = %e, "send failed");
+                    }
+                }
+                Err(e) => self.fail(e),
+            }
+        }
+    }
+
+    fn on_message(&mut self, msg: ToShard) -> Result<(), PsCoreError> {
+        match msg {
+            ToShard::Batch(b) => {
+                if b.shard != self.shard {
+                    return Err(PsCoreError::InvalidConfig(format!(
+                        "batch for shard {} delivered to shard {}",
+                        b.shard, self.shard
+                    )));
+                }
+                let actions = self.core.handle_batch(&b)?;
+                self.route(actions);
+            }
+            ToShard::Reads(reads) => {
+                tracing::debug!(
+                    shard = self.shard,
+                    n = reads.len(),
+                    min_clock = self.core.min_clock(),
+                    "reads"
+                );
+                let mut out = Vec::new();
+                for r in &reads {
+                    out.extend(self.core.handle_read(r)?);
+                }
+                self.route(out);
+            }
+            ToShard::Syncs(reads) => {
+                let mut out = Vec::new();
+                for r in &reads {
+                    out.extend(self.core.sync(
+                        r.worker,
+                        r.request_id,
+                        r.table,
+                        r.row,
+                        r.min_clock,
+                    )?);
+                }
+                self.route(out);
+            }
+            ToShard::Leave { worker } => {
+                let actions = self.core.remove_worker(worker)?;
+                self.route(actions);
+                self.left += 1;
+                tracing::debug!(shard = self.shard, worker = worker.0, "worker left");
+                if self.left == self.layout.worker_nodes.len() {
+                    let _ = self.events.send(ShardEvent::AllLeft);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Handler<Msg<ToShard>> for ServerShard {
+    type Result = Result<(), HandlerError>;
+
+    fn handle(&mut self, msg: Msg<ToShard>, _: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = self.on_message(msg.body) {
+            let text = e.to_string();
+            self.fail(e.into());
+            return Err(HandlerError::new(text));
+        }
+        Ok(())
+    }
+}
+
+impl Handler<Msg<ShardQuery>> for ServerShard {
+    type Result = Result<ShardState, HandlerError>;
+
+    fn handle(&mut self, msg: Msg<ShardQuery>, _: &mut Context<Self>) -> Self::Result {
+        let checkpoint_clock = match msg.body {
+            ShardQuery::Ping => {
+                return Ok(ShardState {
+                    shard: self.shard,
+                    min_clock: self.core.min_clock(),
+                    tables: Vec::new(),
+                    checkpoint_clock: None,
+                });
+            }
+            ShardQuery::Snapshot => None,
+            ShardQuery::Checkpoint { dir } => Some(
+                checkpoint::write_shard(std::path::Path::new(&dir), self.shard, &self.core)
+                    .map_err(|e| {
+                        HandlerError::new(format!("shard {} checkpoint to {dir}: {e}", self.shard))
+                    })?,
+            ),
+        };
+        Ok(ShardState {
+            shard: self.shard,
+            min_clock: self.core.min_clock(),
+            tables: self.core.snapshot(),
+            checkpoint_clock,
+        })
+    }
+}
+
+/// A started shard: `wait` returns when every worker left, or with the fatal error.
+pub struct ShardHandle {
+    /// The shard id.
+    pub shard: u32,
+    /// Its actor.
+    pub addr: Addr<ServerShard>,
+    events: mpsc::UnboundedReceiver<ShardEvent>,
+}
+
+impl ShardHandle {
+    /// Serves until every worker left (`Ok`) or the shard failed.
+    pub async fn wait(mut self) -> Result<(), PsError> {
+        match self.events.recv().await {
+            Some(ShardEvent::AllLeft) => Ok(()),
+            Some(ShardEvent::Failed(e)) => Err(e),
+            None => Err(PsError::ShardStopped { shard: self.shard }),
+        }
+    }
+}
+
+/// Starts shard `shard` on this node (call inside the node's actix System) from a fresh core
+/// or, with `resume`, from a checkpoint: `(dir, clock)`.
+pub fn start_shard(
+    node: &Node,
+    layout: &PsLayout,
+    shard: u32,
+    tables: Vec<TableSpec>,
+    registry: &RuleRegistry,
+    resume: Option<(&std::path::Path, Clock)>,
+) -> Result<ShardHandle, PsError> {
+    let n_workers = layout.n_workers();
+    let core = match resume {
+        None => PsShardCore::with_registry(n_workers, tables, registry)?,
+        Some((dir, clock)) => {
+            let ck = checkpoint::load_checkpoint(dir, shard, clock)?;
+            PsShardCore::restore(n_workers, tables, registry, ck.tables, ck.clock)?
+        }
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let addr = ServerShard {
+        shard,
+        core,
+        node: node.clone(),
+        layout: layout.clone(),
+        clients: HashMap::new(),
+        left: 0,
+        events: tx,
+    }
+    .start();
+    node.register(&shard_actor_name(shard), addr.clone())?
+        .accept::<ToShard>()
+        .accept::<ShardQuery>();
+    Ok(ShardHandle {
+        shard,
+        addr,
+        events: rx,
+    })
+}
