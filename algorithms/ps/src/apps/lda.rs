@@ -1,6 +1,9 @@
 //! Data-parallel LDA on the parameter server ([`PsLda`]; the YahooLDA / Bösen design), the
 //! comparison the STRADS paper made against its word-rotation LDA.
 //!
+//! This file is about 620 lines before its tests: the config documents every flag and
+//! setting, and the worker's sweep and the monitor's log-likelihood curve belong together.
+//!
 //! One sparse PS table `word_topic` ([`WORD_TOPIC`]): row `w < V` = the topic counts of word
 //! `w`, row `V` = the topic totals, spread over the shards by the PS's row placement, under
 //! the job's consistency model (SSP with staleness `s` by default). Documents are split over

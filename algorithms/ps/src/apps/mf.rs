@@ -1,6 +1,10 @@
 //! Matrix factorization by SGD on the parameter server ([`PsMf`], `petrel train ps-mf`,
 //! roles `ps-shard`/`ps-worker`/`ps-monitor` with `[app.mf]`).
 //!
+//! This file is long (about 680 lines before its tests) because its one config struct
+//! documents every flag and setting, and the app keeps worker and monitor of one algorithm
+//! side by side.
+//!
 //! Model: `rating ~ mean + u_user . v_item`. Two dense PS tables of width `rank`: `users`
 //! (table 0) and `items` (table 1). A stored row is the *offset* from a deterministic random
 //! initial value (`init_value`), so no initialisation round is needed and every node agrees.

@@ -1,6 +1,10 @@
 //! Data-parallel LDA on the parameter server (the YahooLDA / Bösen design): the sans-I/O
 //! worker core and the table layout.
 //!
+//! This file is long (about 800 lines before its tests) because the worker core, its view
+//! of the table and the final-table check share one invariant (exact `f32` counts, below)
+//! and its private helpers; split apart, the invariant would be argued in three places.
+//!
 //! One sparse PS table (`WORD_TOPIC`): row `w < V` holds the topic counts `n_wk` of word
 //! `w` as `(topic, count)` pairs, row `V` ([`totals_row`]) the topic totals `n_k`. Rows are
 //! spread over the server shards by the PS's row placement. Every worker owns a subset of

@@ -1,4 +1,5 @@
-//! Identifiers, table specifications, rows, wire messages and row placement.
+//! Identifiers, table specifications, rows, wire messages and row placement (about 620
+//! lines before its tests: the row type and its compact wire encoding belong together).
 
 use serde::{Deserialize, Serialize};
 
