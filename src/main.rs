@@ -111,14 +111,14 @@ enum TrainCommand {
     #[command(name = "ps-lda")]
     PsLda(petrel::ps::PsTrainArgs<petrel::ps::PsLdaConfig>),
     /// Lasso by scheduled coordinate descent (STRADS): coefficients.tsv + metrics.json.
-    Lasso(petrel::train::LassoArgs),
+    Lasso(petrel::train::LassoTrainArgs),
     /// Matrix factorisation by CCD++ with block rotation (STRADS): factors + metrics.json.
     #[command(name = "strads-mf")]
-    StradsMf(petrel::train::MfArgs),
+    StradsMf(petrel::train::StradsMfTrainArgs),
     /// LDA by collapsed Gibbs sampling with word rotation (STRADS): topics + metrics.json.
-    Lda(petrel::train::LdaArgs),
+    Lda(petrel::train::LdaTrainArgs),
     /// Sparse logistic regression by scheduled coordinate descent (Lasso options).
-    Logistic(petrel::train::LassoArgs),
+    Logistic(petrel::train::LassoTrainArgs),
 }
 
 #[derive(Subcommand)]
@@ -129,17 +129,17 @@ enum BenchCommand {
     Soak(petrel::bench::soak::SoakBenchArgs),
     // bench: systems add their benchmarks below this line
     /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
-    Consistency(petrel::bench::consistency::Args),
+    Consistency(petrel::bench::consistency::ConsistencyBenchArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
     P3(petrel::bench::p3::Args),
     /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
-    Lasso(petrel::bench::lasso::Args),
+    Lasso(petrel::bench::lasso::LassoBenchArgs),
     /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).
-    LassoSchedulers(petrel::bench::lasso_schedulers::Args),
+    LassoSchedulers(petrel::bench::lasso_schedulers::LassoSchedulersBenchArgs),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
-    Mf(petrel::bench::mf::Args),
+    Mf(petrel::bench::mf::StradsMfBenchArgs),
     /// STRADS LDA (SparseLDA with word rotation): tokens/s and log-likelihood against time.
-    Lda(petrel::bench::lda::Args),
+    Lda(petrel::bench::lda::LdaBenchArgs),
 }
 
 fn main() -> ExitCode {

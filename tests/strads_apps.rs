@@ -3,15 +3,16 @@
 //! counts and log-likelihood for the same seed.
 
 use petrel::train::{run_lda_job, run_mf_job};
+use petrel_actors::JobTransport;
 use petrel_ml::topic::SyntheticCorpus;
 use petrel_strads::apps::lda::LdaJob;
-use petrel_strads::apps::mf::{MfJob, SyntheticRatings};
+use petrel_strads::apps::mf::{StradsMfJob, SyntheticRatings};
 use petrel_strads::core::lda::LdaCluster;
 
 #[test]
 fn mf_on_actors_fits_and_writes_factors() {
     let dir = tempfile::tempdir().unwrap();
-    let job = MfJob {
+    let job = StradsMfJob {
         synthetic: SyntheticRatings {
             n_users: 150,
             n_items: 100,
@@ -24,9 +25,9 @@ fn mf_on_actors_fits_and_writes_factors() {
         outer_iterations: 8,
         target_rmse: Some(0.2),
         out_dir: Some(dir.path().to_path_buf()),
-        ..MfJob::default()
+        ..StradsMfJob::default()
     };
-    let m = run_mf_job(&job, 3, "quic").unwrap();
+    let m = run_mf_job(&job, 3, JobTransport::Quic).unwrap();
     assert!(
         m.final_train_rmse < 0.1,
         "train rmse {}",
@@ -58,7 +59,7 @@ fn lda_over_quic_equals_the_serial_driver() {
         out_dir: Some(dir.path().to_path_buf()),
         ..LdaJob::default()
     };
-    let m = run_lda_job(&job, 2, "quic").unwrap();
+    let m = run_lda_job(&job, 2, JobTransport::Quic).unwrap();
     let corpus = job.load().unwrap();
     let mut serial = LdaCluster::new(&corpus, &job.config(2)).unwrap();
     for _ in 0..job.iterations {
@@ -83,12 +84,14 @@ fn malformed_inputs_name_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let ratings = dir.path().join("r.txt");
     std::fs::write(&ratings, "1 2 3.0\n1 x\n").unwrap();
-    let job = MfJob {
+    let job = StradsMfJob {
         data: Some(ratings),
         out_dir: Some(dir.path().join("mf")),
-        ..MfJob::default()
+        ..StradsMfJob::default()
     };
-    let err = run_mf_job(&job, 1, "quic").unwrap_err();
+    let err = run_mf_job(&job, 1, JobTransport::Quic)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("r.txt:2"), "{err}");
     let docword = dir.path().join("docword.txt");
     std::fs::write(&docword, "2\n3\n2\n1 1 2\n1 9 1\n").unwrap();
@@ -97,7 +100,9 @@ fn malformed_inputs_name_file_and_line() {
         out_dir: Some(dir.path().join("lda")),
         ..LdaJob::default()
     };
-    let err = run_lda_job(&job, 1, "quic").unwrap_err();
+    let err = run_lda_job(&job, 1, JobTransport::Quic)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("docword.txt:5"), "{err}");
 }
 
@@ -174,7 +179,7 @@ fn ring_apps_give_the_same_outputs_across_processes_and_memory() {
         out_dir: Some(mem.clone()),
         ..LdaJob::default()
     };
-    run_lda_job(&job, 3, "memory").unwrap();
+    run_lda_job(&job, 3, JobTransport::Memory).unwrap();
     for file in ["topic_word.tsv", "topics.txt"] {
         assert_eq!(
             std::fs::read_to_string(procs.join(file)).unwrap(),
@@ -199,13 +204,13 @@ fn ring_apps_give_the_same_outputs_across_processes_and_memory() {
         "processes",
     ]);
     let mem = dir.path().join("mf-memory");
-    let job = MfJob {
+    let job = StradsMfJob {
         rank: 4,
         outer_iterations: 2,
         out_dir: Some(mem.clone()),
-        ..MfJob::default()
+        ..StradsMfJob::default()
     };
-    run_mf_job(&job, 3, "memory").unwrap();
+    run_mf_job(&job, 3, JobTransport::Memory).unwrap();
     for file in ["user_factors.tsv", "item_factors.tsv"] {
         assert_eq!(
             std::fs::read_to_string(procs.join(file)).unwrap(),

@@ -2,18 +2,24 @@
 //! right after a checkpoint and is resumed ends with exactly the coefficients of an
 //! uninterrupted run. (The multi-process SIGKILL version is in `tests/cli.rs`.)
 
-use petrel::train::{lasso_settings, read_metrics, run_cluster};
+use petrel::train::{lasso_settings, read_json, run_cluster};
+use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
+use petrel_strads::core::scheduler::ScheduleMode;
 use std::path::Path;
 
 /// Runs the job on an in-process cluster (memory transport). A role that fails makes the
 /// other nodes stop after the failure timeout, kept short here so the failing run is quick.
-fn run_lasso_job(job: &LassoJob, workers: usize, transport: &str) -> Result<LassoMetrics, String> {
+fn run_lasso_job(
+    job: &LassoJob,
+    workers: usize,
+    transport: JobTransport,
+) -> Result<LassoMetrics, String> {
     let out = job.out_dir.clone().unwrap();
-    let mut settings = lasso_settings(job, workers, transport)?;
+    let mut settings = lasso_settings(job, workers, transport, false).map_err(|e| e.to_string())?;
     settings.cluster.failure_timeout_ms = 3000;
-    run_cluster(settings, transport, &out.join("run"))?;
-    read_metrics(&out.join("metrics.json"))
+    run_cluster(settings, transport, &out.join("run")).map_err(|e| e.to_string())?;
+    read_json(&out.join("metrics.json")).map_err(|e| e.to_string())
 }
 
 fn job(out: &Path) -> LassoJob {
@@ -27,7 +33,7 @@ fn job(out: &Path) -> LassoJob {
             noise_std: 0.1,
             seed: 7,
         },
-        mode: "dynamic".into(),
+        mode: ScheduleMode::Dynamic,
         block_size: 8,
         candidate_pool: 32,
         max_rounds: 600,
@@ -43,7 +49,7 @@ fn job(out: &Path) -> LassoJob {
 fn failed_run_resumed_from_its_checkpoint_matches_the_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();
     let plain_out = dir.path().join("plain");
-    let plain = run_lasso_job(&job(&plain_out), 3, "memory").unwrap();
+    let plain = run_lasso_job(&job(&plain_out), 3, JobTransport::Memory).unwrap();
     assert!(plain.checkpoints.is_empty() && plain.resumed_from_round.is_none());
 
     let ckpt = dir.path().join("ckpt");
@@ -52,7 +58,7 @@ fn failed_run_resumed_from_its_checkpoint_matches_the_uninterrupted_run() {
     j.checkpoint_dir = Some(ckpt.clone());
     j.checkpoint_every = 70;
     j.fail_after_checkpoints = Some(3);
-    let err = run_lasso_job(&j, 3, "memory").unwrap_err();
+    let err = run_lasso_job(&j, 3, JobTransport::Memory).unwrap_err();
     assert!(err.contains("fault injection"), "{err}");
     assert!(!out.join("coefficients.tsv").exists());
     let manifests = std::fs::read_dir(&ckpt)
@@ -69,7 +75,7 @@ fn failed_run_resumed_from_its_checkpoint_matches_the_uninterrupted_run() {
 
     j.fail_after_checkpoints = None;
     j.resume = true;
-    let m = run_lasso_job(&j, 3, "memory").unwrap();
+    let m = run_lasso_job(&j, 3, JobTransport::Memory).unwrap();
     assert!(
         m.resumed_from_round.unwrap() > 0,
         "{:?}",
@@ -129,7 +135,7 @@ fn cli_flags_checkpoint_and_resume() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let first: LassoMetrics = read_metrics(&a.join("metrics.json")).unwrap();
+    let first: LassoMetrics = read_json(&a.join("metrics.json")).unwrap();
     assert_eq!(first.checkpoints.len(), 4, "{:?}", first.checkpoints);
     let out = train(
         &[
@@ -143,7 +149,7 @@ fn cli_flags_checkpoint_and_resume() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let second: LassoMetrics = read_metrics(&b.join("metrics.json")).unwrap();
+    let second: LassoMetrics = read_json(&b.join("metrics.json")).unwrap();
     assert_eq!(second.resumed_from_round, first.checkpoints.last().copied());
     assert_eq!(
         std::fs::read(a.join("coefficients.tsv")).unwrap(),

@@ -3,7 +3,9 @@
 //! in one process, and with the scheduler and workers in separate processes.
 
 use petrel::train::run_lasso_job;
+use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoJob, SyntheticLasso, run_without_actors};
+use petrel_strads::core::scheduler::ScheduleMode;
 use std::path::Path;
 
 fn job(out: &Path, depth: usize) -> LassoJob {
@@ -17,7 +19,7 @@ fn job(out: &Path, depth: usize) -> LassoJob {
             noise_std: 0.1,
             seed: 7,
         },
-        mode: "dynamic".into(),
+        mode: ScheduleMode::Dynamic,
         block_size: 8,
         candidate_pool: 32,
         depth,
@@ -34,7 +36,7 @@ fn job(out: &Path, depth: usize) -> LassoJob {
 fn distributed_lasso_is_optimal_and_matches_the_local_reference() {
     let dir = tempfile::tempdir().unwrap();
     let quic = dir.path().join("quic");
-    let m = run_lasso_job(&job(&quic, 1), 3, "quic").unwrap();
+    let m = run_lasso_job(&job(&quic, 1), 3, JobTransport::Quic, false).unwrap();
     let lambda = f64::from(m.lambda);
     assert!(
         m.final_kkt_violation < 1e-3 * lambda,
@@ -64,7 +66,7 @@ fn distributed_lasso_is_optimal_and_matches_the_local_reference() {
 fn memory_transport_gives_the_same_coefficients() {
     let dir = tempfile::tempdir().unwrap();
     let mem = dir.path().join("memory");
-    run_lasso_job(&job(&mem, 1), 3, "memory").unwrap();
+    run_lasso_job(&job(&mem, 1), 3, JobTransport::Memory, false).unwrap();
     let local = run_without_actors(&job(&mem, 1), 3).unwrap();
     let text: String = local
         .coefficients
@@ -81,7 +83,7 @@ fn memory_transport_gives_the_same_coefficients() {
 #[test]
 fn pipelined_lasso_converges() {
     let dir = tempfile::tempdir().unwrap();
-    let m = run_lasso_job(&job(dir.path(), 3), 2, "quic").unwrap();
+    let m = run_lasso_job(&job(dir.path(), 3), 2, JobTransport::Quic, false).unwrap();
     assert!(
         m.final_kkt_violation < 1e-3 * f64::from(m.lambda),
         "KKT violation {}",
@@ -94,7 +96,7 @@ fn pipelined_lasso_converges() {
 fn separate_processes_give_the_same_coefficients() {
     let dir = tempfile::tempdir().unwrap();
     let mem = dir.path().join("in-process");
-    run_lasso_job(&job(&mem, 1), 2, "quic").unwrap();
+    run_lasso_job(&job(&mem, 1), 2, JobTransport::Quic, false).unwrap();
     let procs = dir.path().join("procs");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
         .args([
@@ -140,6 +142,8 @@ fn bad_libsvm_file_fails_with_its_line() {
     std::fs::write(&data, "1 1:0.5\n2 x:1\n").unwrap();
     let mut j = job(&dir.path().join("out"), 1);
     j.data = Some(data);
-    let err = run_lasso_job(&j, 1, "quic").unwrap_err();
+    let err = run_lasso_job(&j, 1, JobTransport::Quic, false)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("bad.libsvm:2"), "{err}");
 }

@@ -2,9 +2,11 @@
 //! (schedulers on separate nodes and on one node), across processes with `petrel run` and
 //! the example TOML, and misconfigurations that must fail fast with a clear error.
 
-use petrel::train::{lasso_scheduler_nodes, read_json, run_lasso_job_on, star_settings_with};
+use petrel::train::{lasso_scheduler_nodes, read_json, run_lasso_job, star_settings_with};
+use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::multi::MultiLassoMetrics;
 use petrel_strads::apps::lasso::{LassoJob, SyntheticLasso, WORKER_ROLE, run_without_actors};
+use petrel_strads::core::scheduler::ScheduleMode;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -19,7 +21,7 @@ fn job(out: &Path, schedulers: usize, depth: usize) -> LassoJob {
             noise_std: 0.1,
             seed: 7,
         },
-        mode: "dynamic".into(),
+        mode: ScheduleMode::Dynamic,
         block_size: 8,
         candidate_pool: 32,
         depth,
@@ -98,7 +100,7 @@ fn check_against_single(m: &MultiLassoMetrics, dir: &Path) {
 fn two_schedulers_on_separate_nodes_over_quic() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("sep");
-    run_lasso_job_on(&job(&out, 2, 2), 3, "quic", false).unwrap();
+    run_lasso_job(&job(&out, 2, 2), 3, JobTransport::Quic, false).unwrap();
     let m: MultiLassoMetrics = read_json(&out.join("metrics.json")).unwrap();
     check_against_single(&m, &out);
     assert_eq!(m.base.depth, 2);
@@ -108,7 +110,7 @@ fn two_schedulers_on_separate_nodes_over_quic() {
 fn two_schedulers_sharing_a_node() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("shared");
-    run_lasso_job_on(&job(&out, 2, 1), 2, "quic", true).unwrap();
+    run_lasso_job(&job(&out, 2, 1), 2, JobTransport::Quic, true).unwrap();
     let m: MultiLassoMetrics = read_json(&out.join("metrics.json")).unwrap();
     check_against_single(&m, &out);
 }
@@ -202,7 +204,8 @@ fn misconfigured_job(
     j.synthetic.group_size = 1;
     j.synthetic.n_nonzero = 1;
     tweak(&mut j);
-    let mut settings = star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, "quic", 30).unwrap();
+    let mut settings =
+        star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, JobTransport::Quic, 30).unwrap();
     // A failing role is announced to every node at once; short heartbeats are a backstop.
     settings.cluster.heartbeat_interval_ms = 100;
     settings.cluster.failure_timeout_ms = 1000;

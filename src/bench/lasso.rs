@@ -6,15 +6,17 @@
 
 use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, fmt, print_json};
-use crate::train::run_lasso_job;
+use crate::train::{StradsTrainError, run_lasso_job};
+use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
 use petrel_strads::core::lasso::LassoCluster;
+use petrel_strads::core::scheduler::ScheduleMode;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub struct LassoBenchArgs {
     #[arg(long, default_value_t = 400)]
     pub n_samples: usize,
     #[arg(long, default_value_t = 5000)]
@@ -64,9 +66,9 @@ pub struct Args {
     pub repeats: u64,
     #[arg(long, default_value_t = 30_000)]
     pub max_rounds: u64,
-    /// memory | quic
-    #[arg(long, default_value = "quic")]
-    pub transport: String,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
     #[arg(long, default_value = "target/bench-lasso")]
     pub out: PathBuf,
 }
@@ -99,7 +101,7 @@ fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
     v.get(v.len() / 2).copied()
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     let synthetic = SyntheticLasso {
         n_samples: args.n_samples,
         n_features: args.n_features,
@@ -122,12 +124,12 @@ pub fn run(args: Args) -> Result<(), String> {
         gap_tolerance: None,
         ..LassoJob::default()
     };
-    let (x, y) = base.load().map_err(|e| e.to_string())?;
+    let (x, y) = base.load()?;
     let lambda = base.resolve_lambda(&x, &y);
     // Reference: serial cyclic coordinate descent, one coordinate at a time, until the KKT
     // violation is below 1e-6 lambda (far tighter than the 1e-3 objective target).
     let started = Instant::now();
-    let mut reference = LassoCluster::new(&x, &y, lambda, 1).map_err(|e| e.to_string())?;
+    let mut reference = LassoCluster::new(&x, &y, lambda, 1)?;
     let mut sweeps = 0;
     while sweeps < 20_000 {
         for j in 0..x.n_columns() {
@@ -150,11 +152,14 @@ pub fn run(args: Args) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     );
     let target = optimum * (1.0 + args.tolerance);
-    let out = std::path::absolute(&args.out).map_err(|e| e.to_string())?;
-    let variants: [(&str, Option<f32>); 3] = [
-        ("dynamic", Some(args.rho)),
-        ("random", args.random_filter.then_some(args.rho)),
-        ("cyclic", (!args.cyclic_plain).then_some(args.rho)),
+    let out = crate::bench::strads_plot::absolute(&args.out)?;
+    let variants: [(ScheduleMode, Option<f32>); 3] = [
+        (ScheduleMode::Dynamic, Some(args.rho)),
+        (ScheduleMode::Random, args.random_filter.then_some(args.rho)),
+        (
+            ScheduleMode::Cyclic,
+            (!args.cyclic_plain).then_some(args.rho),
+        ),
     ];
     let mut table = Table::new(&[
         "mode",
@@ -170,18 +175,20 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut worst_gap: f64 = 0.0;
     let mut medians = std::collections::HashMap::new();
     for (mode, rho) in variants {
+        let mode_name = mode.to_string();
+        let mode_name = mode_name.as_str();
         let mut runs = Vec::new();
         for seed in 0..args.repeats.max(1) {
             let job = LassoJob {
-                mode: mode.into(),
+                mode,
                 rho,
                 seed,
                 target_objective: Some(target),
-                out_dir: Some(out.join(format!("{mode}-{seed}"))),
+                out_dir: Some(out.join(format!("{mode_name}-{seed}"))),
                 ..base.clone()
             };
-            let m = run_lasso_job(&job, args.workers, &args.transport)?;
-            tracing::info!(mode, seed, updates = ?m.target_updates, seconds = ?m.target_s, "lasso bench run");
+            let m = run_lasso_job(&job, args.workers, args.transport, false)?;
+            tracing::info!(mode = mode_name, seed, updates = ?m.target_updates, seconds = ?m.target_s, "lasso bench run");
             runs.push(m);
         }
         let reached: Vec<&LassoMetrics> =
@@ -207,7 +214,7 @@ pub fn run(args: Args) -> Result<(), String> {
         .unwrap_or(f64::NAN);
         let kkt = median(runs.iter().map(|m| m.final_kkt_violation).collect()).unwrap_or(f64::NAN);
         table.row(vec![
-            mode.into(),
+            mode_name.into(),
             rho.map_or("-".into(), |r| r.to_string()),
             upd.map_or("not reached".into(), |u| u.to_string()),
             secs.map_or("-".into(), |s| format!("{s:.2}")),
@@ -219,7 +226,7 @@ pub fn run(args: Args) -> Result<(), String> {
             format!("{}/{}", reached.len(), runs.len()),
         ]);
         medians.insert(mode, (upd, secs, kkt));
-        results.push((mode.to_string(), runs));
+        results.push((mode_name.to_string(), runs));
     }
     table.print();
     // Plot the first run of each mode: relative objective gap against time and updates.
@@ -259,10 +266,10 @@ pub fn run(args: Args) -> Result<(), String> {
         true,
     )?;
     println!("plots: {} and {}", plot.display(), plot_updates.display());
-    let get = |m: &str| medians.get(m).copied().unwrap_or((None, None, f64::NAN));
-    let (du, ds, dk) = get("dynamic");
-    let (ru, rs, _) = get("random");
-    let (cu, cs, _) = get("cyclic");
+    let get = |m| medians.get(&m).copied().unwrap_or((None, None, f64::NAN));
+    let (du, ds, dk) = get(ScheduleMode::Dynamic);
+    let (ru, rs, _) = get(ScheduleMode::Random);
+    let (cu, cs, _) = get(ScheduleMode::Cyclic);
     let figures = Figures {
         bench: "lasso",
         n_samples: args.n_samples,
@@ -287,5 +294,8 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(r) = figures.updates_ratio {
         println!("updates ratio random/dynamic: {}", fmt(r));
     }
-    print_json(&figures).map_err(|e| e.to_string())
+    print_json(&figures).map_err(|source| StradsTrainError::Json {
+        path: std::path::PathBuf::new(),
+        source,
+    })
 }

@@ -4,16 +4,18 @@
 //! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
 //! 127.0.0.1); the table shows medians over `--repeats` runs.
 
+use crate::bench::strads_plot::absolute;
 use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, print_json};
-use crate::train::run_lasso_job_on;
+use crate::train::{StradsTrainError, run_lasso_job};
+use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
 use petrel_strads::core::lasso::LassoCluster;
 use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub struct LassoSchedulersBenchArgs {
     #[arg(long, default_value_t = 400)]
     pub n_samples: usize,
     #[arg(long, default_value_t = 5000)]
@@ -39,9 +41,9 @@ pub struct Args {
     pub eval_every: u64,
     #[arg(long, default_value_t = 3)]
     pub repeats: u64,
-    /// memory | quic
-    #[arg(long, default_value = "quic")]
-    pub transport: String,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
     #[arg(long, default_value = "target/bench-lasso-schedulers")]
     pub out: PathBuf,
 }
@@ -80,9 +82,11 @@ fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
     v[v.len() / 2]
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
     if args.schedulers.is_empty() || args.depths.is_empty() || args.repeats == 0 {
-        return Err("need at least one scheduler count, one depth and one repeat".into());
+        return Err(StradsTrainError::Usage(
+            "need at least one scheduler count, one depth and one repeat",
+        ));
     }
     let base = LassoJob {
         synthetic: SyntheticLasso {
@@ -96,10 +100,10 @@ pub fn run(args: Args) -> Result<(), String> {
         gap_tolerance: Some(args.gap_tolerance),
         ..LassoJob::default()
     };
-    let (x, y) = base.load().map_err(|e| e.to_string())?;
+    let (x, y) = base.load()?;
     let lambda = base.resolve_lambda(&x, &y);
     // Reference optimum: serial cyclic coordinate descent to KKT 1e-6 lambda.
-    let mut reference = LassoCluster::new(&x, &y, lambda, 1).map_err(|e| e.to_string())?;
+    let mut reference = LassoCluster::new(&x, &y, lambda, 1)?;
     for sweep in 1..=20_000 {
         for j in 0..x.n_columns() {
             reference.round(&[j]);
@@ -113,7 +117,7 @@ pub fn run(args: Args) -> Result<(), String> {
         "design {}x{}, lambda {lambda:.4}, reference optimum {optimum:.8}; stop at duality gap {:e} (relative)",
         args.n_samples, args.n_features, args.gap_tolerance
     );
-    let out = std::path::absolute(&args.out).map_err(|e| e.to_string())?;
+    let out = absolute(&args.out)?;
     let mut table = Table::new(&[
         "schedulers",
         "depth",
@@ -138,7 +142,7 @@ pub fn run(args: Args) -> Result<(), String> {
                     out_dir: Some(out.join(format!("s{s}-d{depth}-{seed}"))),
                     ..base.clone()
                 };
-                let m = run_lasso_job_on(&job, args.workers, &args.transport, args.colocate)?;
+                let m = run_lasso_job(&job, args.workers, args.transport, args.colocate)?;
                 tracing::info!(
                     schedulers = s,
                     depth,
@@ -216,5 +220,8 @@ pub fn run(args: Args) -> Result<(), String> {
         variants,
         plot: plot.display().to_string(),
     })
-    .map_err(|e| e.to_string())
+    .map_err(|source| StradsTrainError::Json {
+        path: PathBuf::new(),
+        source,
+    })
 }

@@ -5,9 +5,11 @@
 //! corpus, topics and iterations: sampling throughput and log-likelihood per token against
 //! time (both measured from the end of initialisation).
 
+use crate::bench::strads_plot::absolute;
 use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, print_json};
-use crate::train::run_lda_job;
+use crate::train::{StradsTrainError, run_lda_job};
+use petrel_actors::JobTransport;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint, SyntheticCorpus};
 use petrel_ps::apps::lda::{PsLdaConfig, PsLdaMetrics};
 use petrel_strads::apps::lda::LdaJob;
@@ -15,7 +17,7 @@ use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub struct LdaBenchArgs {
     #[arg(long, default_value_t = 20)]
     pub topics: usize,
     #[arg(long, default_value_t = 5000)]
@@ -29,9 +31,9 @@ pub struct Args {
     /// Worker counts to compare (the JSON reports the last one).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub workers: Vec<usize>,
-    /// memory | quic
-    #[arg(long, default_value = "quic")]
-    pub transport: String,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
     #[arg(long, default_value = "target/bench-lda")]
     pub out: PathBuf,
     /// PS-LDA: SSP staleness bound of the word-topic table.
@@ -99,11 +101,13 @@ fn time_to(points: &[LoglikPoint], target: f64) -> Option<f64> {
         .map(|p| p.elapsed_s - t0)
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     if args.workers.is_empty() {
-        return Err("--workers needs at least one count".into());
+        return Err(StradsTrainError::Usage(
+            "--workers needs at least one count",
+        ));
     }
-    let out = std::path::absolute(&args.out).map_err(|e| e.to_string())?;
+    let out = absolute(&args.out)?;
     let mut table = Table::new(&[
         "system",
         "workers",
@@ -130,7 +134,7 @@ pub fn run(args: Args) -> Result<(), String> {
             out_dir: Some(out.join(format!("p{p}"))),
             ..LdaJob::default()
         };
-        let m = run_lda_job(&job, p, &args.transport)?;
+        let m = run_lda_job(&job, p, args.transport)?;
         table.row(vec![
             "rotation".into(),
             p.to_string(),
@@ -148,7 +152,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let ps = if args.no_ps {
         None
     } else {
-        let &(p, _) = runs.last().ok_or("no runs")?;
+        let &(p, _) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
         let m = run_ps(&args, p, &out)?;
         let l = &m.lda;
         table.row(vec![
@@ -199,7 +203,7 @@ pub fn run(args: Args) -> Result<(), String> {
         false,
     )?;
     println!("plot: {}", plot.display());
-    let (p, last) = runs.last().ok_or("no runs")?;
+    let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
     let single = runs
         .iter()
         .find(|(p, _)| *p == 1)
@@ -253,11 +257,18 @@ pub fn run(args: Args) -> Result<(), String> {
         plot: plot.display().to_string(),
         ps,
     })
-    .map_err(|e| e.to_string())
+    .map_err(|source| StradsTrainError::Json {
+        path: PathBuf::new(),
+        source,
+    })
 }
 
 /// PS-LDA on the same corpus, topics and iterations as the rotation runs.
-fn run_ps(args: &Args, workers: usize, out: &std::path::Path) -> Result<PsLdaMetrics, String> {
+fn run_ps(
+    args: &LdaBenchArgs,
+    workers: usize,
+    out: &std::path::Path,
+) -> Result<PsLdaMetrics, StradsTrainError> {
     let cfg = PsLdaConfig {
         synthetic: SyntheticCorpus {
             n_topics: args.topics,
@@ -270,11 +281,14 @@ fn run_ps(args: &Args, workers: usize, out: &std::path::Path) -> Result<PsLdaMet
         },
         n_topics: args.topics,
         iterations: args.iterations,
-        consistency: "ssp".into(),
+        consistency: petrel_ps::ConsistencyModel::Ssp,
         staleness: args.staleness,
         clocks_per_iteration: args.ps_clocks_per_iteration,
         out: Some(out.join(format!("ps-p{workers}"))),
         ..PsLdaConfig::default()
     };
-    Ok(petrel_ps::apps::lda::run_local(cfg, args.ps_shards, workers, &args.transport)?.metrics)
+    let transport = args.transport.cluster_transport();
+    petrel_ps::run_local::<petrel_ps::PsLda>(cfg, args.ps_shards, workers, transport)
+        .map(|o| o.metrics)
+        .map_err(|e| StradsTrainError::ParameterServer(Box::new(e)))
 }

@@ -3,15 +3,17 @@
 //! RMSE against time, time to a target RMSE, final train and test RMSE, and the bytes per
 //! round through the scheduler (the H blocks rotate worker to worker).
 
+use crate::bench::strads_plot::absolute;
 use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, print_json};
-use crate::train::run_mf_job;
-use petrel_strads::apps::mf::{MfJob, MfMetrics, SyntheticRatings};
+use crate::train::{StradsTrainError, run_mf_job};
+use petrel_actors::JobTransport;
+use petrel_strads::apps::mf::{MfMetrics, StradsMfJob, SyntheticRatings};
 use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub struct StradsMfBenchArgs {
     #[arg(long, default_value_t = 20000)]
     pub users: usize,
     #[arg(long, default_value_t = 10000)]
@@ -33,9 +35,9 @@ pub struct Args {
     /// Worker counts to compare (the JSON reports the last one).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub workers: Vec<usize>,
-    /// memory | quic
-    #[arg(long, default_value = "quic")]
-    pub transport: String,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
     #[arg(long, default_value = "target/bench-mf")]
     pub out: PathBuf,
 }
@@ -72,11 +74,13 @@ fn bytes_per_round(m: &MfMetrics) -> (f64, f64) {
     (ring, ring + 2.0 * m.block_bytes as f64)
 }
 
-pub fn run(args: Args) -> Result<(), String> {
+pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
     if args.workers.is_empty() {
-        return Err("--workers needs at least one count".into());
+        return Err(StradsTrainError::Usage(
+            "--workers needs at least one count",
+        ));
     }
-    let out = std::path::absolute(&args.out).map_err(|e| e.to_string())?;
+    let out = absolute(&args.out)?;
     let mut table = Table::new(&[
         "workers",
         "train ratings per worker",
@@ -89,7 +93,7 @@ pub fn run(args: Args) -> Result<(), String> {
     ]);
     let mut runs: Vec<(usize, MfMetrics)> = Vec::new();
     for &p in &args.workers {
-        let job = MfJob {
+        let job = StradsMfJob {
             synthetic: SyntheticRatings {
                 n_users: args.users,
                 n_items: args.items,
@@ -104,9 +108,9 @@ pub fn run(args: Args) -> Result<(), String> {
             target_rmse: Some(args.target_rmse),
             out_dir: Some(out.join(format!("p{p}"))),
             timeout_s: 120,
-            ..MfJob::default()
+            ..StradsMfJob::default()
         };
-        let m = run_mf_job(&job, p, &args.transport)?;
+        let m = run_mf_job(&job, p, args.transport)?;
         table.row(vec![
             p.to_string(),
             format!("{:?}", m.worker_ratings),
@@ -142,7 +146,7 @@ pub fn run(args: Args) -> Result<(), String> {
         true,
     )?;
     println!("plot: {}", plot.display());
-    let (p, last) = runs.last().ok_or("no runs")?;
+    let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
     let single = runs
         .iter()
         .find(|(p, _)| *p == 1)
@@ -164,5 +168,8 @@ pub fn run(args: Args) -> Result<(), String> {
         star_bytes_per_round_estimate: bytes_per_round(last).1,
         plot: plot.display().to_string(),
     })
-    .map_err(|e| e.to_string())
+    .map_err(|source| StradsTrainError::Json {
+        path: PathBuf::new(),
+        source,
+    })
 }

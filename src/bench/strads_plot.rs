@@ -1,12 +1,23 @@
 //! SVG line plots (plotters) for the STRADS benchmarks.
 
+use crate::train::StradsTrainError;
 use plotters::prelude::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One named curve.
 pub struct Series {
+    /// The legend's label.
     pub name: String,
+    /// `(x, y)` points.
     pub points: Vec<(f64, f64)>,
+}
+
+/// `path` made absolute (the benchmarks' output directories).
+pub fn absolute(path: &Path) -> Result<PathBuf, StradsTrainError> {
+    std::path::absolute(path).map_err(|source| StradsTrainError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Writes an SVG with one line per series; `log_y` plots the y axis on a log scale (points
@@ -18,9 +29,12 @@ pub fn line_plot(
     y_label: &str,
     series: &[Series],
     log_y: bool,
-) -> Result<(), String> {
+) -> Result<(), StradsTrainError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(|source| StradsTrainError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
     }
     let keep = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!log_y || y > 0.0);
     let all: Vec<(f64, f64)> = series
@@ -28,7 +42,10 @@ pub fn line_plot(
         .flat_map(|s| s.points.iter().copied().filter(keep))
         .collect();
     if all.is_empty() {
-        return Err(format!("{}: nothing to plot", path.display()));
+        return Err(StradsTrainError::Plot {
+            path: path.to_path_buf(),
+            reason: "nothing to plot".into(),
+        });
     }
     let (x_min, x_max) = all
         .iter()
@@ -37,7 +54,10 @@ pub fn line_plot(
         .iter()
         .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
     let x_range = x_min..(x_max + (x_max - x_min).abs() * 0.02 + 1e-12);
-    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let err = |e: &dyn std::fmt::Display| StradsTrainError::Plot {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let colors = [&RED, &BLUE, &GREEN, &MAGENTA, &CYAN, &BLACK];

@@ -1,13 +1,63 @@
-//! Scheduled model parallelism (STRADS): scheduler actors dispatch dependency-aware blocks
-//! of variables to workers. One home that reads in order:
+//! Scheduled model parallelism (STRADS): a scheduler picks which variables to update in
+//! each round, workers compute partial results on their share of the data, and the
+//! scheduler aggregates and commits them.
 //!
-//! 1. [`core`]: sans-I/O schedulers, dependency filters, worker states and aggregation for
-//!    Lasso, sparse logistic regression, CCD++ matrix factorization and LDA. No actix.
-//! 2. [`shells`]: the generic scheduler loop and worker actors (star and ring routing).
-//! 3. [`kit`]: what apps share (outputs, loading off the event loop, the scheduler role).
-//! 4. [`apps`]: the built-in apps and their roles; `petrel train` runs them.
+//! The crate reads in four layers, each using only the ones above it:
+//!
+//! 1. **[`core`]**, sans-I/O decision logic (no actix, tokio or transport; `.ci/check-cores`
+//!    checks it). The app contract: [`StradsApp`] (wire types), [`Schedule`] (scheduler
+//!    half), [`Push`] / [`RingPush`] (worker halves), answered with [`Step`] and [`Plan`].
+//!    The round protocol's cores: [`PipelineCore`] (rounds in flight, commits in order)
+//!    and [`RingCore`] (a ring worker's queue and blocks). The models: Lasso, sparse
+//!    logistic regression, CCD++ matrix factorisation, SparseLDA, and the priority
+//!    scheduler with its dependency filter ([`core::scheduler`]).
+//! 2. **[`shells`]**, the actor runtime around the cores: [`run_scheduler`] (the
+//!    scheduler's event loop) and the worker actors for star routing
+//!    ([`shells::StradsWorker`]) and ring routing ([`shells::RingWorker`], blocks travel
+//!    worker to worker).
+//! 3. **[`kit`]**, what an app implements and gets: the [`StradsJob`] trait (settings
+//!    section, scheduler half, worker halves as [`StarHalf`] or [`RingHalf`], outputs),
+//!    the roles it produces ([`kit::register`]), and the one serial driver
+//!    ([`kit::serial`], star and ring) that tests run.
+//! 4. **[`apps`]**, the built-in jobs, each one [`StradsJob`] impl:
+//!    [`apps::lasso`] (with checkpoints and several schedulers), [`apps::logistic`],
+//!    [`apps::mf`] (STRADS MF) and [`apps::lda`]. `petrel train` runs them.
+//!
+//! Errors: each layer has its enum ([`ModelError`], [`StradsRunError`],
+//! [`SerialRunError`](kit::serial::SerialRunError)); [`StradsError`] wraps them all
+//! with their source chains (see [`error`]).
+//!
+//! A new app is a marker type with [`StradsApp`] and [`StradsJob`] impls plus its two
+//! halves; `examples/strads_custom.rs` is one in about 150 lines.
+
+#![warn(missing_docs)]
 
 pub mod apps;
 pub mod core;
+pub mod error;
 pub mod kit;
 pub mod shells;
+
+pub use crate::core::ModelError;
+pub use crate::core::app::{
+    BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
+};
+pub use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
+pub use crate::core::ring::{RingCore, RingError};
+pub use error::StradsError;
+pub use kit::{FinishedRun, JobShape, RingHalf, StarHalf, StradsJob, WorkerHalf};
+pub use shells::{RunStats, SchedulerOptions, StradsRunError, run_scheduler};
+
+/// What an app needs in scope: the contract, the kit and the errors.
+pub mod prelude {
+    pub use crate::core::ModelError;
+    pub use crate::core::app::{
+        BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
+    };
+    pub use crate::error::StradsError;
+    pub use crate::kit::serial::Delivery;
+    pub use crate::kit::{
+        FinishedRun, JobShape, RingHalf, StarHalf, StradsJob, register, run_serial,
+    };
+    pub use crate::shells::SchedulerOptions;
+}

@@ -22,16 +22,17 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::shells::{
+use crate::core::ModelError;
+use crate::core::app::{
     BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
-    ring_members, start_ring_worker,
 };
-use petrel_actors::{Cluster, NodeContext};
+use crate::error::StradsError;
+use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_json};
+use crate::shells::SchedulerOptions;
 use serde::{Deserialize, Serialize};
 
 use crate::core::lda::{LdaWorker, TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use crate::core::mf::RotationSchedule;
-use crate::kit::{AppError, write_output};
 use petrel_ml::data::Corpus;
 use petrel_ml::topic::{
     DocumentPartition, LdaConfig, LdaMetrics, LoglikPoint, SyntheticCorpus, load_corpus,
@@ -39,28 +40,48 @@ use petrel_ml::topic::{
 };
 use petrel_ml::topic::{joint_log_likelihood, topic_word_matrix};
 
+/// The scheduler's role.
 pub const SCHEDULER_ROLE: &str = "strads-lda-scheduler";
+/// The workers' role (and actor).
 pub const WORKER_ROLE: &str = "strads-lda-worker";
-const WORKER_ACTOR: &str = "strads-lda-worker";
-const READY_BARRIER: &str = "strads.lda.ready";
 
-/// `[app.lda]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `[app.lda]` and the flags of `petrel train lda`: one settings struct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default)]
 pub struct LdaJob {
-    /// UCI bag-of-words `docword.txt`; unset = synthetic corpus.
+    /// UCI bag-of-words docword file (`D`, `W`, `NNZ` header, then `doc word count`).
+    /// Without it: a corpus sampled from the LDA generative model.
+    #[arg(long)]
     pub docword: Option<PathBuf>,
-    /// UCI `vocab.txt` (for readable top words).
+    /// UCI vocab file (one word per line) for readable topics.
+    #[arg(long)]
     pub vocab: Option<PathBuf>,
+    /// The synthetic corpus used without a docword file (TOML only).
+    #[arg(skip)]
     pub synthetic: SyntheticCorpus,
+    /// Topics.
+    #[arg(long = "topics", default_value_t = 20)]
     pub n_topics: usize,
+    /// Document-topic prior.
+    #[arg(long, default_value_t = 0.1)]
     pub alpha: f64,
+    /// Topic-word prior.
+    #[arg(long, default_value_t = 0.1)]
     pub beta: f64,
+    /// Gibbs sweeps.
+    #[arg(long, default_value_t = 20)]
     pub iterations: usize,
+    /// Sampler seed.
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Top words listed per topic in `topics.txt`.
+    #[arg(long, default_value_t = 10)]
     pub top_words: usize,
+    /// Where the scheduler writes the topics and `metrics.json` (`--out`).
+    #[arg(skip)]
     pub out_dir: Option<PathBuf>,
+    /// Timeout of one round's requests, in seconds.
+    #[arg(long, default_value_t = 120)]
     pub timeout_s: u64,
 }
 
@@ -83,7 +104,8 @@ impl Default for LdaJob {
 }
 
 impl LdaJob {
-    pub fn load(&self) -> Result<Corpus, AppError> {
+    /// The corpus, identical on every node.
+    pub fn load(&self) -> Result<Corpus, StradsError> {
         Ok(load_corpus(
             self.docword.as_deref(),
             self.vocab.as_deref(),
@@ -91,6 +113,7 @@ impl LdaJob {
         )?)
     }
 
+    /// The sampler's parameters for `workers` workers.
     pub fn config(&self, workers: usize) -> LdaConfig {
         LdaConfig {
             n_topics: self.n_topics,
@@ -105,11 +128,14 @@ impl LdaJob {
 
 /// Where every document and word goes, identical on every node.
 pub struct LdaLayout {
+    /// Words by block.
     pub vocabulary: VocabularyPartition,
+    /// Documents by worker.
     pub docs: DocumentPartition,
 }
 
 impl LdaLayout {
+    /// Balanced blocks and buckets of `corpus` for `workers` workers.
     pub fn new(corpus: &Corpus, workers: usize) -> Self {
         LdaLayout {
             vocabulary: VocabularyPartition::balanced(&corpus.word_frequencies(), workers),
@@ -126,23 +152,35 @@ pub struct LdaApp;
 pub enum LdaTask {
     /// Add the worker's initial assignments of the block's words (first rotation).
     Init {
+        /// The block.
         block: usize,
+        /// Worker that gets the block afterwards.
         pass_to: u32,
+        /// Report the log-likelihood parts (the block's last visit).
         report: bool,
     },
     /// Resample the worker's tokens of the block's words.
     Sample {
+        /// The block.
         block: usize,
+        /// Worker that gets the block afterwards.
         pass_to: u32,
+        /// Report the log-likelihood parts (the block's last visit).
         report: bool,
     },
     /// Send the block to the scheduler (it leaves the ring), for the outputs.
-    Collect { block: usize },
+    Collect {
+        /// The block.
+        block: usize,
+    },
 }
 
+/// Worker -> scheduler.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LdaPartial {
+    /// A visit is done.
     Visited {
+        /// The block visited.
         block: usize,
         /// Init: the worker's own topic counts; Sample: its change since the last sync.
         totals: TopicTotalsDelta,
@@ -159,6 +197,7 @@ pub enum LdaPartial {
 /// The summed topic totals, re-broadcast after every sub-round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LdaCommit {
+    /// The summed totals (`None` after the Collect round).
     pub topic_totals: Option<Vec<i64>>,
 }
 
@@ -193,12 +232,13 @@ pub struct LdaWorkerApp {
 }
 
 impl LdaWorkerApp {
+    /// Worker `index`'s documents of `corpus` under `layout`.
     pub fn new(
         index: usize,
         corpus: &Corpus,
         layout: &LdaLayout,
         config: &LdaConfig,
-    ) -> Result<Self, AppError> {
+    ) -> Result<Self, ModelError> {
         let docs = layout.docs.docs_of(corpus, index);
         let mut tokens_per_block = vec![0u64; layout.vocabulary.block_words.len()];
         for (_, doc) in &docs {
@@ -236,7 +276,7 @@ impl RingPush<LdaApp> for LdaWorkerApp {
         _round: u64,
         task: &LdaTask,
         block: Option<WordTopicBlock>,
-    ) -> Result<RingOutput<LdaPartial, WordTopicBlock>, String> {
+    ) -> Result<RingOutput<LdaPartial, WordTopicBlock>, ModelError> {
         let (expected, pass_to, report, init) = match task {
             LdaTask::Init {
                 block,
@@ -250,15 +290,16 @@ impl RingPush<LdaApp> for LdaWorkerApp {
             } => (*block, *pass_to, *report, false),
             LdaTask::Collect { block } => (*block, 0, false, false),
         };
-        let mut block = block.ok_or("no word-topic block for a task that needs one")?;
+        let mut block = block
+            .ok_or_else(|| ModelError::protocol("no word-topic block for a task that needs one"))?;
         if block.block != expected
             || block.block >= self.tokens_per_block.len()
             || block.word_ids.len() != block.rows.len()
         {
-            return Err(format!(
+            return Err(ModelError::protocol(format!(
                 "malformed word-topic block {} (expected {expected})",
                 block.block
-            ));
+            )));
         }
         if let LdaTask::Collect { .. } = task {
             return Ok(RingOutput {
@@ -308,14 +349,14 @@ impl RingPush<LdaApp> for LdaWorkerApp {
         })
     }
 
-    fn commit(&mut self, _round: u64, commit: &LdaCommit) -> Result<(), String> {
+    fn commit(&mut self, _round: u64, commit: &LdaCommit) -> Result<(), ModelError> {
         if let Some(totals) = &commit.topic_totals {
             if totals.len() != self.n_topics {
-                return Err(format!(
+                return Err(ModelError::DimensionMismatch(format!(
                     "{} topic totals for {} topics",
                     totals.len(),
                     self.n_topics
-                ));
+                )));
             }
             self.worker.set_topic_totals(totals);
         }
@@ -338,9 +379,12 @@ pub struct LdaScheduling {
     t: usize,
     init_end_s: f64,
     metrics: LdaMetrics,
+    /// The words (when a vocabulary was read), for `topics.txt`.
+    vocab: Option<Vec<String>>,
 }
 
 impl LdaScheduling {
+    /// The rotation of `corpus` under `layout` over `workers` workers.
     pub fn new(corpus: &Corpus, layout: &LdaLayout, job: &LdaJob, workers: usize) -> Self {
         LdaScheduling {
             schedule: RotationSchedule { p: workers },
@@ -371,6 +415,7 @@ impl LdaScheduling {
                 collect_bytes: 0,
                 rounds: 0,
             },
+            vocab: corpus.vocab.clone(),
         }
     }
 
@@ -379,10 +424,12 @@ impl LdaScheduling {
         self.metrics.scheduler_bytes = bytes;
     }
 
+    /// The metrics so far.
     pub fn metrics(&self) -> &LdaMetrics {
         &self.metrics
     }
 
+    /// The topic totals `n_k`.
     pub fn topic_totals(&self) -> &[i64] {
         &self.topic_totals
     }
@@ -454,7 +501,7 @@ impl Schedule<LdaApp> for LdaScheduling {
         round: u64,
         partials: Vec<LdaPartial>,
         elapsed: Duration,
-    ) -> Result<LdaCommit, String> {
+    ) -> Result<LdaCommit, ModelError> {
         let p = self.schedule.p;
         self.metrics.rounds = round + 1;
         if self.pass > self.iterations {
@@ -463,13 +510,15 @@ impl Schedule<LdaApp> for LdaScheduling {
             for (w, partial) in partials.into_iter().enumerate() {
                 let expected = self.schedule.block_held(w, 0);
                 let LdaPartial::Collected(block) = partial else {
-                    return Err(format!("worker {w} answered collect with a visit"));
+                    return Err(ModelError::protocol(format!(
+                        "worker {w} answered collect with a visit"
+                    )));
                 };
                 if block.block != expected {
-                    return Err(format!(
+                    return Err(ModelError::protocol(format!(
                         "worker {w} returned block {} instead of {expected}",
                         block.block
-                    ));
+                    )));
                 }
                 block_bytes += encoded_len(&block);
                 self.blocks[expected] = Some(block);
@@ -491,15 +540,20 @@ impl Schedule<LdaApp> for LdaScheduling {
                 tokens,
             } = partial
             else {
-                return Err(format!("worker {w} answered a visit with its block"));
+                return Err(ModelError::protocol(format!(
+                    "worker {w} answered a visit with its block"
+                )));
             };
             if block != expected {
-                return Err(format!(
+                return Err(ModelError::protocol(format!(
                     "worker {w} visited block {block} instead of {expected}"
-                ));
+                )));
             }
             if totals.deltas.len() != self.topic_totals.len() {
-                return Err(format!("worker {w}: {} topic deltas", totals.deltas.len()));
+                return Err(ModelError::DimensionMismatch(format!(
+                    "worker {w}: {} topic deltas",
+                    totals.deltas.len()
+                )));
             }
             for (t, d) in self.topic_totals.iter_mut().zip(&totals.deltas) {
                 *t += d;
@@ -557,89 +611,85 @@ fn encoded_len<T: Serialize>(value: &T) -> u64 {
     }
 }
 
-/// Writes `topics.txt` (per topic: the top words with probabilities), `topic_word.tsv`
-/// (`K x V` probabilities) and `metrics.json`.
+/// Writes `topics.txt` (per topic: the top `top` words with probabilities),
+/// `topic_word.tsv` (`K x V` probabilities) and `metrics.json`.
 pub fn write_outputs(
     dir: &std::path::Path,
     sched: &LdaScheduling,
-    corpus: &Corpus,
     top: usize,
-) -> Result<(), AppError> {
-    write_topic_files(dir, &sched.topic_word(), corpus, top)?;
-    let json =
-        serde_json::to_vec_pretty(sched.metrics()).map_err(|e| AppError::Config(e.to_string()))?;
-    write_output(dir, "metrics.json", &json)
+) -> Result<(), StradsError> {
+    // Only the vocabulary is read from the corpus here.
+    let words = Corpus {
+        n_docs: 0,
+        vocab_size: sched.vocab_size,
+        docs: Vec::new(),
+        vocab: sched.vocab.clone(),
+    };
+    write_topic_files(dir, &sched.topic_word(), &words, top)?;
+    write_json(dir, "metrics.json", sched.metrics())
 }
 
-async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
-    let job: LdaJob = ctx.settings.app("lda").map_err(|e| e.to_string())?;
-    let workers = ctx.nodes_with_role(WORKER_ROLE);
-    if workers.is_empty() {
-        return Err(format!("no node runs {WORKER_ROLE}"));
-    }
-    let (n_workers, loader) = (workers.len(), job.clone());
-    let (corpus, mut app) = crate::kit::off_loop(move || {
-        let corpus = loader.load()?;
-        let layout = LdaLayout::new(&corpus, n_workers);
-        let app = LdaScheduling::new(&corpus, &layout, &loader, n_workers);
-        Ok((corpus, app))
-    })
-    .await?;
-    let bytes = crate::kit::run_ready_scheduler::<LdaApp, _>(
-        &ctx,
-        &mut app,
-        &workers,
-        READY_BARRIER,
-        WORKER_ACTOR,
-        job.timeout_s,
-    )
-    .await?;
-    app.set_scheduler_bytes(bytes);
-    let m = app.metrics();
-    tracing::info!(
-        loglik_per_token = m.final_loglik_per_token,
-        tokens_per_s_per_worker = format!("{:.0}", m.tokens_per_s_per_worker),
-        "lda finished"
-    );
-    if let Some(dir) = &job.out_dir {
-        write_outputs(dir, &app, &corpus, job.top_words).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
+impl StradsJob for LdaApp {
+    const SECTION: &'static str = "lda";
+    const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
+    const WORKER_ROLE: &'static str = WORKER_ROLE;
+    type Config = LdaJob;
+    type Scheduler = LdaScheduling;
+    type Worker = RingHalf<LdaApp, LdaWorkerApp>;
 
-async fn worker_role(ctx: NodeContext) -> Result<(), String> {
-    let job: LdaJob = ctx.settings.app("lda").map_err(|e| e.to_string())?;
-    let workers = ctx.nodes_with_role(WORKER_ROLE);
-    let index = workers
-        .iter()
-        .position(|n| *n == ctx.spec.name)
-        .ok_or("worker not in its own role list")?;
-    let (n_workers, loader) = (workers.len(), job.clone());
-    let (app, initial) = crate::kit::off_loop(move || {
-        let corpus = loader.load()?;
-        let layout = LdaLayout::new(&corpus, n_workers);
-        let app = LdaWorkerApp::new(index, &corpus, &layout, &loader.config(n_workers))?;
-        Ok((app, initial_ring_blocks(index, &layout)))
-    })
-    .await?;
-    let ring = ring_members(&ctx.node, &workers, WORKER_ACTOR).map_err(|e| e.to_string())?;
-    start_ring_worker::<LdaApp, _>(&ctx.node, WORKER_ACTOR, index as u32, ring, app, initial)
-        .map_err(|e| e.to_string())?;
-    ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
+    fn scheduler_options(job: &LdaJob) -> SchedulerOptions {
+        SchedulerOptions {
+            timeout: Duration::from_secs(job.timeout_s.max(1)),
+            ..SchedulerOptions::default()
+        }
+    }
+
+    fn scheduler(job: &LdaJob, shape: &JobShape) -> Result<LdaScheduling, StradsError> {
+        let corpus = job.load()?;
+        let layout = LdaLayout::new(&corpus, shape.workers);
+        Ok(LdaScheduling::new(&corpus, &layout, job, shape.workers))
+    }
+
+    fn worker(
+        job: &LdaJob,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
+        let corpus = job.load()?;
+        let layout = LdaLayout::new(&corpus, shape.workers);
+        let worker = LdaWorkerApp::new(index, &corpus, &layout, &job.config(shape.workers))?;
+        Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)))
+    }
+
+    fn finish(
+        job: &LdaJob,
+        mut scheduler: LdaScheduling,
+        run: &FinishedRun,
+    ) -> Result<(), StradsError> {
+        scheduler.set_scheduler_bytes(run.scheduler_bytes);
+        let m = scheduler.metrics();
+        tracing::info!(
+            loglik_per_token = m.final_loglik_per_token,
+            tokens_per_s_per_worker = format!("{:.0}", m.tokens_per_s_per_worker),
+            "lda finished"
+        );
+        if let Some(dir) = &job.out_dir {
+            write_outputs(dir, &scheduler, job.top_words)?;
+        }
+        Ok(())
+    }
 }
 
 /// Registers the LDA roles.
-pub fn register(cluster: Cluster) -> Cluster {
-    cluster
-        .role(SCHEDULER_ROLE, |ctx| Box::pin(scheduler_role(ctx)))
-        .role(WORKER_ROLE, |ctx| Box::pin(worker_role(ctx)))
+pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
+    crate::kit::register::<LdaApp>(cluster)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::lda::LdaCluster;
-    use crate::shells::{Delivery, run_local};
+    use crate::kit::serial::Delivery;
 
     fn small_job() -> LdaJob {
         LdaJob {
@@ -667,13 +717,7 @@ mod tests {
     /// are handed from worker to worker in the order `delivery` picks.
     fn drive_with(job: &LdaJob, p: usize, delivery: Delivery) -> (LdaScheduling, Corpus) {
         let corpus = job.load().unwrap();
-        let layout = LdaLayout::new(&corpus, p);
-        let mut sched = LdaScheduling::new(&corpus, &layout, job, p);
-        let mut ws: Vec<LdaWorkerApp> = (0..p)
-            .map(|w| LdaWorkerApp::new(w, &corpus, &layout, &job.config(p)).unwrap())
-            .collect();
-        let initial = (0..p).map(|w| initial_ring_blocks(w, &layout)).collect();
-        let run = run_local(&mut sched, &mut ws, initial, delivery).unwrap();
+        let (sched, run) = crate::kit::run_serial::<LdaApp>(job, p, delivery).unwrap();
         assert!(
             run.held.iter().all(Vec::is_empty),
             "collect empties the ring"
@@ -758,9 +802,9 @@ mod tests {
     #[test]
     fn outputs_list_top_words() {
         let job = small_job();
-        let (sched, corpus) = drive(&job, 2);
+        let (sched, _) = drive(&job, 2);
         let dir = tempfile::tempdir().unwrap();
-        write_outputs(dir.path(), &sched, &corpus, 5).unwrap();
+        write_outputs(dir.path(), &sched, 5).unwrap();
         let topics = std::fs::read_to_string(dir.path().join("topics.txt")).unwrap();
         assert_eq!(topics.lines().count(), 4);
         assert!(

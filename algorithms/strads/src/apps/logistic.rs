@@ -11,29 +11,28 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::shells::{
-    Plan, Push, Schedule, SchedulerOptions, Step, StradsApp, WorkerSet, run_scheduler, start_worker,
-};
-use petrel_actors::{Cluster, NodeContext};
-use petrel_messages::Priority;
+use crate::core::ModelError;
+use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
+use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, write_json};
+use crate::shells::SchedulerOptions;
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
-use super::lasso::LassoJob;
+use super::lasso::{LassoJob, write_coefficients};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::{ColumnCorrelationCache, DependencyFilter, LassoScheduler};
-use crate::kit::{AppError, write_output};
+use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
 
+/// The scheduler's role.
 pub const SCHEDULER_ROLE: &str = "strads-logistic-scheduler";
+/// The workers' role (and actor).
 pub const WORKER_ROLE: &str = "strads-logistic-worker";
-const WORKER_ACTOR: &str = "strads-logistic-worker";
-const READY_BARRIER: &str = "strads.logistic.ready";
 
 /// `(X by columns, labels)` from the job's LIBSVM file or a separable synthetic problem
 /// (`synthetic.n_samples x synthetic.n_features`, seed `synthetic.seed`).
-pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), AppError> {
+pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
     if job.data.is_some() {
         return job.load();
     }
@@ -51,29 +50,41 @@ pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), AppError> {
 /// Marker type of the logistic wire types.
 pub struct LogisticApp;
 
+/// Scheduler -> worker: the coordinates of a round and their values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogisticTask {
+    /// Coordinates.
     pub vars: Vec<u32>,
+    /// Their current values.
     #[serde(with = "f32_bytes")]
     pub values: Vec<f32>,
 }
 
+/// Worker -> scheduler: partial gradient and curvature bound on the worker's rows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogisticPartial {
+    /// Partial gradient per coordinate.
     #[serde(with = "f32_bytes")]
     pub gradient: Vec<f32>,
+    /// Partial curvature bound per coordinate.
     #[serde(with = "f32_bytes")]
     pub curvature: Vec<f32>,
-    /// Partial loss and correctly classified rows of the state after `applied` commits.
+    /// Partial loss of the state after `applied` commits.
     pub loss: f64,
+    /// Correctly classified rows.
     pub correct: u64,
+    /// Rows of the worker.
     pub rows: u64,
+    /// Commits applied.
     pub applied: u64,
 }
 
+/// The committed changes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogisticCommit {
+    /// Coordinates.
     pub vars: Vec<u32>,
+    /// Their changes.
     #[serde(with = "f32_bytes")]
     pub deltas: Vec<f32>,
 }
@@ -95,7 +106,8 @@ pub struct LogisticWorker {
 }
 
 impl LogisticWorker {
-    pub fn new(x: SparseColumns, labels: &[f32]) -> Result<Self, AppError> {
+    /// The worker of row block `x` with its labels.
+    pub fn new(x: SparseColumns, labels: &[f32]) -> Result<Self, ModelError> {
         let (n_features, rows) = (x.n_columns(), x.n_rows as u64);
         Ok(LogisticWorker {
             state: LogisticWorkerState::new(x, labels)?,
@@ -106,22 +118,24 @@ impl LogisticWorker {
     }
 }
 
-fn check_vars(vars: &[u32], values: usize, n: usize) -> Result<Vec<usize>, String> {
+fn check_vars(vars: &[u32], values: usize, n: usize) -> Result<Vec<usize>, ModelError> {
     if vars.len() != values {
-        return Err(format!("{} vars but {values} values", vars.len()));
+        return Err(ModelError::DimensionMismatch(format!(
+            "{} vars but {values} values",
+            vars.len()
+        )));
     }
     vars.iter()
         .map(|&j| {
-            (j as usize)
-                .lt(&n)
-                .then_some(j as usize)
-                .ok_or_else(|| format!("coordinate {j} out of range ({n} features)"))
+            (j as usize).lt(&n).then_some(j as usize).ok_or_else(|| {
+                ModelError::protocol(format!("coordinate {j} out of range ({n} features)"))
+            })
         })
         .collect()
 }
 
 impl Push<LogisticApp> for LogisticWorker {
-    fn push(&mut self, _round: u64, task: &LogisticTask) -> Result<LogisticPartial, String> {
+    fn push(&mut self, _round: u64, task: &LogisticTask) -> Result<LogisticPartial, ModelError> {
         let vars = check_vars(&task.vars, task.values.len(), self.n_features)?;
         let (gradient, curvature) = self.state.push(&vars);
         Ok(LogisticPartial {
@@ -134,7 +148,7 @@ impl Push<LogisticApp> for LogisticWorker {
         })
     }
 
-    fn commit(&mut self, _round: u64, c: &LogisticCommit) -> Result<(), String> {
+    fn commit(&mut self, _round: u64, c: &LogisticCommit) -> Result<(), ModelError> {
         let vars = check_vars(&c.vars, c.deltas.len(), self.n_features)?;
         let changes: Vec<(usize, f32)> = vars.into_iter().zip(c.deltas.iter().copied()).collect();
         self.state.apply_deltas(&changes);
@@ -146,27 +160,44 @@ impl Push<LogisticApp> for LogisticWorker {
 /// One point of the trace: the state after `updates` coordinate updates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogisticPoint {
+    /// The round.
     pub round: u64,
+    /// Coordinate updates reflected.
     pub updates: u64,
+    /// Seconds since the start.
     pub elapsed_s: f64,
+    /// Loss plus L1 penalty.
     pub objective: f64,
+    /// Fraction of rows classified right.
     pub training_accuracy: f64,
 }
 
 /// `metrics.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogisticMetrics {
+    /// Schedule mode.
     pub mode: String,
+    /// The L1 weight.
     pub lambda: f32,
+    /// Rows.
     pub n_samples: usize,
+    /// Features.
     pub n_features: usize,
+    /// Workers.
     pub workers: usize,
+    /// Rounds run.
     pub rounds: u64,
+    /// Coordinate updates.
     pub updates: u64,
+    /// Seconds.
     pub elapsed_s: f64,
+    /// Last objective.
     pub final_objective: f64,
+    /// Last training accuracy.
     pub final_training_accuracy: f64,
+    /// Non-zero coefficients.
     pub nonzeros: usize,
+    /// Per-round trace.
     pub trace: Vec<LogisticPoint>,
 }
 
@@ -194,7 +225,7 @@ impl LogisticScheduling {
         labels: &[f32],
         job: &LassoJob,
         workers: usize,
-    ) -> Result<Self, AppError> {
+    ) -> Result<Self, StradsError> {
         let signs: Vec<f32> = labels
             .iter()
             .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
@@ -207,16 +238,8 @@ impl LogisticScheduling {
             rho,
             oracle: Box::new(ColumnCorrelationCache::new(shared, 1 << 20)),
         });
-        let mut config = crate::core::scheduler::SchedulerConfig::new(
-            job.schedule_mode()?,
-            job.block_size.max(1),
-        );
-        config.candidate_pool = job.candidate_pool.max(job.block_size);
-        config.eta = job.eta;
-        config.priority_exponent = job.priority_exponent;
-        config.seed = job.seed;
         Ok(LogisticScheduling {
-            scheduler: LassoScheduler::new(x.n_columns(), config, filter)?,
+            scheduler: LassoScheduler::new(x.n_columns(), job.scheduler_config(), filter)?,
             coefficients: vec![0.0; x.n_columns()],
             lambda,
             max_rounds: job.max_rounds,
@@ -228,7 +251,7 @@ impl LogisticScheduling {
             updates: 0,
             scheduled: 0,
             metrics: LogisticMetrics {
-                mode: job.mode.clone(),
+                mode: job.mode.to_string(),
                 lambda,
                 n_samples: x.n_rows,
                 n_features: x.n_columns(),
@@ -244,10 +267,12 @@ impl LogisticScheduling {
         })
     }
 
+    /// The coefficients so far.
     pub fn coefficients(&self) -> &[f32] {
         &self.coefficients
     }
 
+    /// The metrics so far.
     pub fn metrics(&self) -> &LogisticMetrics {
         &self.metrics
     }
@@ -289,12 +314,16 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         round: u64,
         partials: Vec<LogisticPartial>,
         elapsed: Duration,
-    ) -> Result<LogisticCommit, String> {
+    ) -> Result<LogisticCommit, ModelError> {
         let Some((expected, vars)) = self.in_flight.pop_front() else {
-            return Err(format!("pull of round {round} with nothing in flight"));
+            return Err(ModelError::protocol(format!(
+                "pull of round {round} with nothing in flight"
+            )));
         };
         if expected != round {
-            return Err(format!("pull of round {round}, expected {expected}"));
+            return Err(ModelError::protocol(format!(
+                "pull of round {round}, expected {expected}"
+            )));
         }
         let mut g = vec![0.0f32; vars.len()];
         let mut h = vec![0.0f32; vars.len()];
@@ -302,7 +331,9 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         let mut applied = Vec::new();
         for p in &partials {
             if p.gradient.len() != vars.len() || p.curvature.len() != vars.len() {
-                return Err(format!("round {round}: partials do not match the vars"));
+                return Err(ModelError::DimensionMismatch(format!(
+                    "round {round}: partials do not match the vars"
+                )));
             }
             g.iter_mut().zip(&p.gradient).for_each(|(s, v)| *s += v);
             h.iter_mut().zip(&p.curvature).for_each(|(s, v)| *s += v);
@@ -313,9 +344,9 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         }
         let a = applied.first().copied().unwrap_or(0);
         if applied.iter().any(|&b| b != a) {
-            return Err(format!(
+            return Err(ModelError::protocol(format!(
                 "workers report different commit counts {applied:?}"
-            ));
+            )));
         }
         if let Some(&l1) = self.l1_after.get(a as usize) {
             let objective = loss + f64::from(self.lambda) * l1;
@@ -358,88 +389,79 @@ impl Schedule<LogisticApp> for LogisticScheduling {
 }
 
 /// Writes `coefficients.tsv` and `metrics.json`.
-pub fn write_outputs(dir: &std::path::Path, sched: &LogisticScheduling) -> Result<(), AppError> {
-    let text: String = sched
-        .coefficients()
-        .iter()
-        .enumerate()
-        .map(|(j, v)| format!("{}\t{v}\n", j + 1))
-        .collect();
-    write_output(dir, "coefficients.tsv", text.as_bytes())?;
-    let json =
-        serde_json::to_vec_pretty(sched.metrics()).map_err(|e| AppError::Config(e.to_string()))?;
-    write_output(dir, "metrics.json", &json)
+pub fn write_outputs(dir: &std::path::Path, sched: &LogisticScheduling) -> Result<(), StradsError> {
+    write_coefficients(dir, sched.coefficients())?;
+    write_json(dir, "metrics.json", sched.metrics())
 }
 
-async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
-    let job: LassoJob = ctx.settings.app("logistic").map_err(|e| e.to_string())?;
-    if job.checkpoint_dir.is_some() || job.resume {
-        return Err("checkpoint_dir / resume: checkpointing is implemented for lasso only".into());
-    }
-    let workers = ctx.nodes_with_role(WORKER_ROLE);
-    if workers.is_empty() {
-        return Err(format!("no node runs {WORKER_ROLE}"));
-    }
-    let (n_workers, loader) = (workers.len(), job.clone());
-    let mut app = crate::kit::off_loop(move || {
-        let (x, labels) = load(&loader)?;
-        LogisticScheduling::new(&x, &labels, &loader, n_workers)
-    })
-    .await?;
-    ctx.barrier(READY_BARRIER)
-        .await
-        .map_err(|e| e.to_string())?;
-    let set = WorkerSet::<LogisticApp>::resolve(&ctx.node, &workers, WORKER_ACTOR)
-        .map_err(|e| e.to_string())?;
-    let opts = SchedulerOptions {
-        depth: job.depth.max(1),
-        timeout: Duration::from_secs(job.timeout_s.max(1)),
-        priority: Priority::NORMAL,
-        ..SchedulerOptions::default()
-    };
-    run_scheduler(&mut app, &set, &opts)
-        .await
-        .map_err(|e| e.to_string())?;
-    if let Some(dir) = &job.out_dir {
-        write_outputs(dir, &app).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
+impl StradsJob for LogisticApp {
+    const SECTION: &'static str = "logistic";
+    const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
+    const WORKER_ROLE: &'static str = WORKER_ROLE;
+    type Config = LassoJob;
+    type Scheduler = LogisticScheduling;
+    type Worker = StarHalf<LogisticWorker>;
 
-async fn worker_role(ctx: NodeContext) -> Result<(), String> {
-    let job: LassoJob = ctx.settings.app("logistic").map_err(|e| e.to_string())?;
-    let workers = ctx.nodes_with_role(WORKER_ROLE);
-    let index = workers
-        .iter()
-        .position(|n| *n == ctx.spec.name)
-        .ok_or("worker not in its own role list")?;
-    let n_workers = workers.len();
-    let worker = crate::kit::off_loop(move || {
-        let (x, labels) = load(&job)?;
-        let rows = crate::core::split_evenly(x.n_rows, n_workers)
+    fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
+        SchedulerOptions {
+            depth: job.depth.max(1),
+            timeout: Duration::from_secs(job.timeout_s.max(1)),
+            ..SchedulerOptions::default()
+        }
+    }
+
+    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LogisticScheduling, StradsError> {
+        if job.checkpoint_dir.is_some() || job.resume {
+            return Err(StradsError::Unsupported {
+                app: "logistic",
+                what: "checkpoint_dir / resume (checkpointing is implemented for lasso only)",
+            });
+        }
+        let (x, labels) = load(job)?;
+        LogisticScheduling::new(&x, &labels, job, shape.workers)
+    }
+
+    fn worker(
+        job: &LassoJob,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<StarHalf<LogisticWorker>, StradsError> {
+        let (x, labels) = load(job)?;
+        let rows = crate::core::split_evenly(x.n_rows, shape.workers)
             .into_iter()
             .nth(index)
-            .ok_or_else(|| AppError::Config("worker index out of range".into()))?;
-        LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])
-    })
-    .await?;
-    start_worker::<LogisticApp, _>(&ctx.node, WORKER_ACTOR, index as u32, worker)
-        .map_err(|e| e.to_string())?;
-    ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
+            .ok_or(StradsError::NotInRole {
+                node: format!("worker {index}"),
+                role: WORKER_ROLE,
+            })?;
+        Ok(StarHalf(LogisticWorker::new(
+            x.row_block(rows.clone()),
+            &labels[rows],
+        )?))
+    }
+
+    fn finish(
+        job: &LassoJob,
+        scheduler: LogisticScheduling,
+        _run: &FinishedRun,
+    ) -> Result<(), StradsError> {
+        if let Some(dir) = &job.out_dir {
+            write_outputs(dir, &scheduler)?;
+        }
+        Ok(())
+    }
 }
 
 /// Registers the logistic-regression roles.
-pub fn register(cluster: Cluster) -> Cluster {
-    cluster
-        .role(SCHEDULER_ROLE, |ctx| Box::pin(scheduler_role(ctx)))
-        .role(WORKER_ROLE, |ctx| Box::pin(worker_role(ctx)))
+pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
+    crate::kit::register::<LogisticApp>(cluster)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::apps::lasso::SyntheticLasso;
-    use crate::shells::{PipelineAction, PipelineCore};
+    use crate::kit::serial::Delivery;
 
     #[test]
     fn sparse_logistic_fits_separable_data() {
@@ -457,43 +479,7 @@ mod tests {
             depth: 2,
             ..LassoJob::default()
         };
-        let (x, labels) = load(&job).unwrap();
-        let mut sched = LogisticScheduling::new(&x, &labels, &job, 2).unwrap();
-        let mut ws: Vec<LogisticWorker> = crate::core::split_evenly(x.n_rows, 2)
-            .into_iter()
-            .map(|r| LogisticWorker::new(x.row_block(r.clone()), &labels[r]).unwrap())
-            .collect();
-        let mut core = PipelineCore::new(job.depth);
-        let mut pending = VecDeque::new();
-        let mut waiting = false;
-        loop {
-            let action = if core.must_await(waiting) {
-                PipelineAction::AwaitOldest
-            } else {
-                core.next_action()
-            };
-            match action {
-                PipelineAction::Schedule(r) => {
-                    let step = sched.schedule(r, core.in_flight());
-                    waiting = matches!(step, Step::Wait);
-                    core.scheduled(&step).unwrap();
-                    if let Step::Run(Plan::All(t)) = step {
-                        let parts: Vec<_> = ws.iter_mut().map(|w| w.push(r, &t).unwrap()).collect();
-                        pending.push_back((r, parts));
-                    }
-                }
-                PipelineAction::AwaitOldest => {
-                    waiting = false;
-                    let (r, parts) = pending.pop_front().unwrap();
-                    let c = sched.pull(r, parts, Duration::ZERO).unwrap();
-                    core.committed(r).unwrap();
-                    for w in &mut ws {
-                        w.commit(r, &c).unwrap();
-                    }
-                }
-                PipelineAction::Stop => break,
-            }
-        }
+        let (sched, _) = crate::kit::run_serial::<LogisticApp>(&job, 2, Delivery::Late).unwrap();
         let m = sched.metrics();
         let first = m.trace.first().unwrap().objective;
         assert!(

@@ -20,36 +20,43 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::shells::{
+use crate::core::ModelError;
+use crate::core::app::{
     BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
-    ring_members, start_ring_worker,
 };
+use crate::error::StradsError;
+use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_json, write_output};
+use crate::shells::SchedulerOptions;
 use ndarray::Array2;
-use petrel_actors::{Cluster, NodeContext};
 use petrel_messages::tensor::f32_bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::core::mf::{FactorBlock, MfPartition, MfWorker, RotationSchedule, rmse};
-use crate::kit::{AppError, write_output};
-use petrel_ml::data::Ratings;
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
+use petrel_ml::data::{IdMapping, Ratings};
 
+/// The scheduler's role.
 pub const SCHEDULER_ROLE: &str = "strads-mf-scheduler";
+/// The workers' role (and actor).
 pub const WORKER_ROLE: &str = "strads-mf-worker";
-const WORKER_ACTOR: &str = "strads-mf-worker";
-const READY_BARRIER: &str = "strads.mf.ready";
 
 /// Synthetic low-rank ratings (see [`low_rank_ratings`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SyntheticRatings {
+    /// Users.
     pub n_users: usize,
+    /// Items.
     pub n_items: usize,
+    /// Rank of the generating factors.
     pub rank: usize,
+    /// Fraction of the matrix observed.
     pub observed_fraction: f64,
+    /// Noise of the ratings.
     pub noise_std: f32,
+    /// Seed.
     pub seed: u64,
 }
 
@@ -66,29 +73,49 @@ impl Default for SyntheticRatings {
     }
 }
 
-/// `[app.mf]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `[app.strads_mf]` and the flags of `petrel train strads-mf`: one settings struct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default)]
-pub struct MfJob {
-    /// `user item rating` triplets or a MatrixMarket file; unset = synthetic.
+pub struct StradsMfJob {
+    /// Ratings: `user item rating` triplets, or MatrixMarket coordinate format. Without
+    /// it: synthetic low-rank ratings.
+    #[arg(long)]
     pub data: Option<PathBuf>,
+    /// The synthetic ratings used without a data file (TOML only).
+    #[arg(skip)]
     pub synthetic: SyntheticRatings,
+    /// Rank of the model.
+    #[arg(long, default_value_t = 10)]
     pub rank: usize,
+    /// L2 weight.
+    #[arg(long, default_value_t = 0.05)]
     pub lambda: f32,
+    /// Sweeps over all rank-one coordinates.
+    #[arg(long = "iterations", default_value_t = 5)]
     pub outer_iterations: usize,
+    /// (h_k, w_k) alternations per coordinate and sweep.
+    #[arg(long = "inner", default_value_t = 1)]
     pub inner_iterations: usize,
     /// Held-out fraction for the test RMSE.
+    #[arg(long, default_value_t = 0.1)]
     pub test_fraction: f64,
     /// Train RMSE at which `time_to_target_s` is recorded.
+    #[arg(long)]
     pub target_rmse: Option<f64>,
+    /// Seed of the split and of the initial factors.
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Where the scheduler writes the factors and `metrics.json` (`--out`).
+    #[arg(skip)]
     pub out_dir: Option<PathBuf>,
+    /// Timeout of one round's requests, in seconds.
+    #[arg(long, default_value_t = 60)]
     pub timeout_s: u64,
 }
 
-impl Default for MfJob {
+impl Default for StradsMfJob {
     fn default() -> Self {
-        MfJob {
+        StradsMfJob {
             data: None,
             synthetic: SyntheticRatings::default(),
             rank: 10,
@@ -104,9 +131,9 @@ impl Default for MfJob {
     }
 }
 
-impl MfJob {
+impl StradsMfJob {
     /// `(train, test)` ratings, identical on every node.
-    pub fn load(&self) -> Result<(Ratings, Ratings), AppError> {
+    pub fn load(&self) -> Result<(Ratings, Ratings), StradsError> {
         let all = match &self.data {
             Some(path) => petrel_ml::data::load_ratings(path)?,
             None => {
@@ -123,10 +150,10 @@ impl MfJob {
             }
         };
         if all.entries.is_empty() {
-            return Err(AppError::Config("no ratings".into()));
+            return Err(ModelError::InvalidConfig("no ratings".into()).into());
         }
         if self.rank == 0 {
-            return Err(AppError::Config("rank must be >= 1".into()));
+            return Err(ModelError::InvalidConfig("rank must be >= 1".into()).into());
         }
         Ok(all.train_test_split(self.test_fraction, self.seed)?)
     }
@@ -135,6 +162,7 @@ impl MfJob {
 /// Marker type of the MF wire types.
 pub struct MfApp;
 
+/// What a rotation does with the blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Phase {
     /// Add sums for `h_k` into the block.
@@ -149,9 +177,13 @@ pub enum Phase {
 /// block itself travels worker to worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MfTask {
+    /// Visit a block.
     Visit {
+        /// The rotation's phase.
         phase: Phase,
+        /// The rank-one coordinate.
         k: usize,
+        /// The block.
         block: usize,
         /// Worker that gets the block afterwards.
         pass_to: u32,
@@ -163,19 +195,30 @@ pub enum MfTask {
         finalize_h: bool,
     },
     /// Send back this worker's rows of W and the block (it leaves the ring).
-    Collect { block: usize },
+    Collect {
+        /// The block.
+        block: usize,
+    },
 }
 
+/// Worker -> scheduler.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MfPartial {
+    /// A visit is done.
     Visited {
+        /// The block visited.
         block: usize,
+        /// `(sum of squared errors, ratings)` when asked to report.
         squared_error: Option<(f64, u64)>,
     },
+    /// The worker's factors and its block (Collect).
     Factors {
+        /// Users of the worker's rows of W.
         user_ids: Vec<u32>,
+        /// Its rows of W.
         #[serde(with = "f32_bytes")]
         w: Vec<f32>,
+        /// The block.
         block: FactorBlock,
     },
 }
@@ -183,6 +226,7 @@ pub enum MfPartial {
 /// Finalise `w_k` after a W rotation (or nothing).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MfCommit {
+    /// The coordinate whose `w_k` every worker finalises.
     pub finalize_w: Option<usize>,
 }
 
@@ -220,13 +264,13 @@ impl MfWorkerApp {
         index: usize,
         partition: &MfPartition,
         train: &Ratings,
-        job: &MfJob,
-    ) -> Result<Self, AppError> {
+        job: &StradsMfJob,
+    ) -> Result<Self, ModelError> {
         let rank = job.rank;
         let users = partition
             .bucket_users
             .get(index)
-            .ok_or_else(|| AppError::Config(format!("no bucket {index}")))?
+            .ok_or_else(|| ModelError::InvalidConfig(format!("no bucket {index}")))?
             .len();
         let mut rng = StdRng::seed_from_u64(job.seed.wrapping_mul(1_000_003) ^ index as u64);
         let scale = 1.0 / (rank as f32).sqrt();
@@ -281,18 +325,18 @@ impl RingPush<MfApp> for MfWorkerApp {
         _round: u64,
         task: &MfTask,
         block: Option<FactorBlock>,
-    ) -> Result<RingOutput<MfPartial, FactorBlock>, String> {
+    ) -> Result<RingOutput<MfPartial, FactorBlock>, ModelError> {
         let (expected, mut block) = match (task, block) {
             (MfTask::Visit { block: b, .. } | MfTask::Collect { block: b }, Some(block)) => {
                 (*b, block)
             }
-            (_, None) => return Err("no block for a task that needs one".into()),
+            (_, None) => return Err(ModelError::protocol("no block for a task that needs one")),
         };
         if block.block != expected || block.rank != self.rank {
-            return Err(format!(
+            return Err(ModelError::protocol(format!(
                 "got block {} of rank {} for block {expected} of rank {}",
                 block.block, block.rank, self.rank
-            ));
+            )));
         }
         match task {
             MfTask::Visit {
@@ -304,7 +348,10 @@ impl RingPush<MfApp> for MfWorkerApp {
                 ..
             } => {
                 if *k >= self.rank {
-                    return Err(format!("coordinate {k} with rank {}", self.rank));
+                    return Err(ModelError::protocol(format!(
+                        "coordinate {k} with rank {}",
+                        self.rank
+                    )));
                 }
                 self.worker.begin_visit(&mut block);
                 match phase {
@@ -341,10 +388,13 @@ impl RingPush<MfApp> for MfWorkerApp {
         }
     }
 
-    fn commit(&mut self, _round: u64, commit: &MfCommit) -> Result<(), String> {
+    fn commit(&mut self, _round: u64, commit: &MfCommit) -> Result<(), ModelError> {
         if let Some(k) = commit.finalize_w {
             if k >= self.rank {
-                return Err(format!("finalize w_{k} with rank {}", self.rank));
+                return Err(ModelError::protocol(format!(
+                    "finalize w_{k} with rank {}",
+                    self.rank
+                )));
             }
             self.worker.finalize_w(k, self.lambda);
         }
@@ -355,29 +405,46 @@ impl RingPush<MfApp> for MfWorkerApp {
 /// One point of the RMSE trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RmsePoint {
+    /// Rank-one coordinate updates so far.
     pub coordinate_updates: u64,
+    /// Seconds.
     pub elapsed_s: f64,
+    /// Train RMSE.
     pub train_rmse: f64,
 }
 
 /// `metrics.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MfMetrics {
+    /// Users.
     pub n_users: usize,
+    /// Items.
     pub n_items: usize,
+    /// Train ratings.
     pub train_ratings: usize,
+    /// Test ratings.
     pub test_ratings: usize,
+    /// Rank.
     pub rank: usize,
+    /// L2 weight.
     pub lambda: f32,
+    /// Workers.
     pub workers: usize,
     /// Ratings per worker (balance of the buckets).
     pub worker_ratings: Vec<u64>,
+    /// Rounds (sub-rounds) run.
     pub rounds: u64,
+    /// Seconds.
     pub elapsed_s: f64,
+    /// RMSE trace.
     pub train_rmse: Vec<RmsePoint>,
+    /// Last train RMSE.
     pub final_train_rmse: f64,
+    /// Test RMSE of the final model.
     pub final_test_rmse: f64,
+    /// The target train RMSE.
     pub target_rmse: Option<f64>,
+    /// When the target was first reached.
     pub time_to_target_s: Option<f64>,
     /// Bytes the scheduler node sent and received during the run (0 without a network):
     /// block ids and small partials only, the blocks travel worker to worker.
@@ -421,10 +488,21 @@ pub struct MfScheduling {
     n_users: usize,
     w: Option<Array2<f32>>,
     metrics: MfMetrics,
+    /// Held out for the final test RMSE.
+    test: Ratings,
+    /// Original user and item ids (triplet files), for the outputs.
+    ids: Option<IdMapping>,
 }
 
 impl MfScheduling {
-    pub fn new(partition: &MfPartition, train: &Ratings, test: &Ratings, job: &MfJob) -> Self {
+    /// The rotation over `partition`'s buckets for `train` (keeps `test` for the final
+    /// test RMSE).
+    pub fn new(
+        partition: &MfPartition,
+        train: &Ratings,
+        test: &Ratings,
+        job: &StradsMfJob,
+    ) -> Self {
         let p = partition.n_buckets;
         MfScheduling {
             schedule: RotationSchedule { p },
@@ -463,6 +541,8 @@ impl MfScheduling {
                 block_bytes: 0,
                 collect_bytes: 0,
             },
+            test: test.clone(),
+            ids: train.id_mapping.clone(),
         }
     }
 
@@ -471,6 +551,7 @@ impl MfScheduling {
         self.metrics.scheduler_bytes = bytes;
     }
 
+    /// The metrics so far.
     pub fn metrics(&self) -> &MfMetrics {
         &self.metrics
     }
@@ -576,7 +657,7 @@ impl Schedule<MfApp> for MfScheduling {
         round: u64,
         partials: Vec<MfPartial>,
         elapsed: Duration,
-    ) -> Result<MfCommit, String> {
+    ) -> Result<MfCommit, ModelError> {
         self.metrics.rounds = round + 1;
         self.metrics.elapsed_s = elapsed.as_secs_f64();
         match self.stage {
@@ -591,13 +672,15 @@ impl Schedule<MfApp> for MfScheduling {
                         squared_error,
                     } = partial
                     else {
-                        return Err(format!("worker {w} answered a visit with factors"));
+                        return Err(ModelError::protocol(format!(
+                            "worker {w} answered a visit with factors"
+                        )));
                     };
                     let expected = self.schedule.block_held(w, t);
                     if block != expected {
-                        return Err(format!(
+                        return Err(ModelError::protocol(format!(
                             "worker {w} visited block {block} instead of {expected}"
-                        ));
+                        )));
                     }
                     if let Some((s, c)) = squared_error {
                         sq += s;
@@ -643,10 +726,14 @@ impl Schedule<MfApp> for MfScheduling {
                         block,
                     } = partial
                     else {
-                        return Err(format!("worker {worker} answered collect with a visit"));
+                        return Err(ModelError::protocol(format!(
+                            "worker {worker} answered collect with a visit"
+                        )));
                     };
                     if rows.len() != user_ids.len() * self.rank {
-                        return Err("factor rows do not match the user ids".into());
+                        return Err(ModelError::DimensionMismatch(
+                            "factor rows do not match the user ids".into(),
+                        ));
                     }
                     for (r, &u) in user_ids.iter().enumerate() {
                         for k in 0..self.rank {
@@ -657,10 +744,10 @@ impl Schedule<MfApp> for MfScheduling {
                     }
                     let expected = self.schedule.block_held(worker, 0);
                     if block.block != expected || block.rank != self.rank {
-                        return Err(format!(
+                        return Err(ModelError::protocol(format!(
                             "worker {worker} returned block {} instead of {expected}",
                             block.block
-                        ));
+                        )));
                     }
                     block_bytes += encoded_len(&block);
                     self.blocks[expected] = Some(block);
@@ -670,7 +757,7 @@ impl Schedule<MfApp> for MfScheduling {
                 self.stage = Stage::Finished;
                 Ok(MfCommit { finalize_w: None })
             }
-            Stage::Finished => Err("pull after the job finished".into()),
+            Stage::Finished => Err(ModelError::protocol("pull after the job finished")),
         }
     }
 }
@@ -690,9 +777,9 @@ pub fn write_outputs(
     dir: &std::path::Path,
     w: &Array2<f32>,
     h: &Array2<f32>,
-    train: &Ratings,
+    ids: Option<&IdMapping>,
     metrics: &MfMetrics,
-) -> Result<(), AppError> {
+) -> Result<(), StradsError> {
     let table = |m: &Array2<f32>, ids: Option<&Vec<String>>| {
         let mut s = String::new();
         for (i, row) in m.rows().into_iter().enumerate() {
@@ -707,120 +794,100 @@ pub fn write_outputs(
         }
         s
     };
-    let map = train.id_mapping.as_ref();
     write_output(
         dir,
         "user_factors.tsv",
-        table(w, map.map(|m| &m.user_ids)).as_bytes(),
+        table(w, ids.map(|m| &m.user_ids)).as_bytes(),
     )?;
     write_output(
         dir,
         "item_factors.tsv",
-        table(h, map.map(|m| &m.item_ids)).as_bytes(),
+        table(h, ids.map(|m| &m.item_ids)).as_bytes(),
     )?;
-    let json = serde_json::to_vec_pretty(metrics).map_err(|e| AppError::Config(e.to_string()))?;
-    write_output(dir, "metrics.json", &json)
+    write_json(dir, "metrics.json", metrics)
 }
 
-async fn scheduler_role(ctx: NodeContext) -> Result<(), String> {
-    let job: MfJob = ctx.settings.app("strads_mf").map_err(|e| e.to_string())?;
-    let workers = ctx.nodes_with_role(WORKER_ROLE);
-    if workers.is_empty() {
-        return Err(format!("no node runs {WORKER_ROLE}"));
-    }
-    let (n_workers, loader) = (workers.len(), job.clone());
-    let (train, test, mut app) = crate::kit::off_loop(move || {
-        let (train, test) = loader.load()?;
-        let partition = MfPartition::balanced(&train, n_workers);
-        let app = MfScheduling::new(&partition, &train, &test, &loader);
-        Ok((train, test, app))
-    })
-    .await?;
-    let bytes = crate::kit::run_ready_scheduler::<MfApp, _>(
-        &ctx,
-        &mut app,
-        &workers,
-        READY_BARRIER,
-        WORKER_ACTOR,
-        job.timeout_s,
-    )
-    .await?;
-    app.set_scheduler_bytes(bytes);
-    let (w, h) = app
-        .factors()
-        .ok_or("the job ended without collecting the factors")?;
-    let mut metrics = app.metrics().clone();
-    metrics.final_test_rmse = rmse(&test, &w, &h);
-    tracing::info!(
-        train_rmse = metrics.final_train_rmse,
-        test_rmse = metrics.final_test_rmse,
-        seconds = format!("{:.2}", metrics.elapsed_s),
-        "mf finished"
-    );
-    if let Some(dir) = &job.out_dir {
-        write_outputs(dir, &w, &h, &train, &metrics).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
+impl StradsJob for MfApp {
+    const SECTION: &'static str = "strads_mf";
+    const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
+    const WORKER_ROLE: &'static str = WORKER_ROLE;
+    type Config = StradsMfJob;
+    type Scheduler = MfScheduling;
+    type Worker = RingHalf<MfApp, MfWorkerApp>;
 
-async fn worker_role(ctx: NodeContext) -> Result<(), String> {
-    let job: MfJob = ctx.settings.app("strads_mf").map_err(|e| e.to_string())?;
-    let workers = ctx.nodes_with_role(WORKER_ROLE);
-    let index = workers
-        .iter()
-        .position(|n| *n == ctx.spec.name)
-        .ok_or("worker not in its own role list")?;
-    let (n_workers, loader) = (workers.len(), job.clone());
-    let (app, initial) = crate::kit::off_loop(move || {
-        let (train, _) = loader.load()?;
-        let partition = MfPartition::balanced(&train, n_workers);
-        let initial = initial_ring_blocks(index, &partition, loader.rank);
-        Ok((
-            MfWorkerApp::new(index, &partition, &train, &loader)?,
-            initial,
-        ))
-    })
-    .await?;
-    let ring = ring_members(&ctx.node, &workers, WORKER_ACTOR).map_err(|e| e.to_string())?;
-    start_ring_worker::<MfApp, _>(&ctx.node, WORKER_ACTOR, index as u32, ring, app, initial)
-        .map_err(|e| e.to_string())?;
-    ctx.barrier(READY_BARRIER).await.map_err(|e| e.to_string())
+    fn scheduler_options(job: &StradsMfJob) -> SchedulerOptions {
+        SchedulerOptions {
+            timeout: Duration::from_secs(job.timeout_s.max(1)),
+            ..SchedulerOptions::default()
+        }
+    }
+
+    fn scheduler(job: &StradsMfJob, shape: &JobShape) -> Result<MfScheduling, StradsError> {
+        let (train, test) = job.load()?;
+        let partition = MfPartition::balanced(&train, shape.workers);
+        Ok(MfScheduling::new(&partition, &train, &test, job))
+    }
+
+    fn worker(
+        job: &StradsMfJob,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<RingHalf<MfApp, MfWorkerApp>, StradsError> {
+        let (train, _) = job.load()?;
+        let partition = MfPartition::balanced(&train, shape.workers);
+        let initial = initial_ring_blocks(index, &partition, job.rank);
+        let worker = MfWorkerApp::new(index, &partition, &train, job)?;
+        Ok(RingHalf::new(worker, initial))
+    }
+
+    fn finish(
+        job: &StradsMfJob,
+        mut scheduler: MfScheduling,
+        run: &FinishedRun,
+    ) -> Result<(), StradsError> {
+        scheduler.set_scheduler_bytes(run.scheduler_bytes);
+        let (w, h) = scheduler
+            .factors()
+            .ok_or_else(|| ModelError::protocol("the job ended without collecting the factors"))?;
+        let mut metrics = scheduler.metrics().clone();
+        metrics.final_test_rmse = rmse(&scheduler.test, &w, &h);
+        tracing::info!(
+            train_rmse = metrics.final_train_rmse,
+            test_rmse = metrics.final_test_rmse,
+            seconds = format!("{:.2}", metrics.elapsed_s),
+            "mf finished"
+        );
+        if let Some(dir) = &job.out_dir {
+            write_outputs(dir, &w, &h, scheduler.ids.as_ref(), &metrics)?;
+        }
+        Ok(())
+    }
 }
 
 /// Registers the MF roles.
-pub fn register(cluster: Cluster) -> Cluster {
-    cluster
-        .role(SCHEDULER_ROLE, |ctx| Box::pin(scheduler_role(ctx)))
-        .role(WORKER_ROLE, |ctx| Box::pin(worker_role(ctx)))
+pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
+    crate::kit::register::<MfApp>(cluster)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shells::{Delivery, run_local};
+    use crate::kit::serial::Delivery;
     use proptest::prelude::*;
 
     /// Runs the two halves without actors through the runtime's ring cores (blocks handed
     /// from worker to worker, every dispatch arriving before its block).
-    pub(super) fn drive(job: &MfJob, p: usize) -> (MfScheduling, Ratings, Ratings) {
+    pub(super) fn drive(job: &StradsMfJob, p: usize) -> (MfScheduling, Ratings, Ratings) {
         drive_with(job, p, Delivery::Late).unwrap()
     }
 
     fn drive_with(
-        job: &MfJob,
+        job: &StradsMfJob,
         p: usize,
         delivery: Delivery,
-    ) -> Result<(MfScheduling, Ratings, Ratings), String> {
+    ) -> Result<(MfScheduling, Ratings, Ratings), StradsError> {
         let (train, test) = job.load().unwrap();
-        let partition = MfPartition::balanced(&train, p);
-        let mut sched = MfScheduling::new(&partition, &train, &test, job);
-        let mut ws: Vec<MfWorkerApp> = (0..p)
-            .map(|w| MfWorkerApp::new(w, &partition, &train, job).unwrap())
-            .collect();
-        let initial = (0..p)
-            .map(|w| initial_ring_blocks(w, &partition, job.rank))
-            .collect();
-        let run = run_local(&mut sched, &mut ws, initial, delivery)?;
+        let (sched, run) = crate::kit::run_serial::<MfApp>(job, p, delivery)?;
         assert!(
             run.held.iter().all(Vec::is_empty),
             "collect empties the ring"
@@ -828,8 +895,8 @@ mod tests {
         Ok((sched, train, test))
     }
 
-    fn small_job() -> MfJob {
-        MfJob {
+    fn small_job() -> StradsMfJob {
+        StradsMfJob {
             synthetic: SyntheticRatings {
                 n_users: 120,
                 n_items: 80,
@@ -842,7 +909,7 @@ mod tests {
             lambda: 0.05,
             outer_iterations: 6,
             target_rmse: Some(0.5),
-            ..MfJob::default()
+            ..StradsMfJob::default()
         }
     }
 
@@ -916,7 +983,7 @@ mod tests {
         /// and the result is the same bit for bit.
         #[test]
         fn ring_never_holds_a_block_twice(p in 1usize..5, seed in any::<u64>()) {
-            let job = MfJob { outer_iterations: 2, ..small_job() };
+            let job = StradsMfJob { outer_iterations: 2, ..small_job() };
             let (late, _, _) = drive_with(&job, p, Delivery::Late).unwrap();
             let shuffled = drive_with(&job, p, Delivery::Shuffled(seed));
             prop_assert!(shuffled.is_ok(), "{:?}", shuffled.err());
@@ -942,7 +1009,7 @@ mod tests {
             finalize_h: false,
         };
         let other = initial_ring_blocks(1, &partition, job.rank).remove(0).1;
-        let err = w.push(0, &task, Some(other)).unwrap_err();
+        let err = w.push(0, &task, Some(other)).unwrap_err().to_string();
         assert!(err.contains("got block 1"), "{err}");
         assert!(w.push(0, &task, None).is_err());
         let mine = initial_ring_blocks(0, &partition, job.rank).remove(0).1;

@@ -1,5 +1,5 @@
-//! The built-in STRADS apps: each puts a [`crate::core`] model on the [`crate::shells`]
-//! runtime and registers its roles.
+//! The built-in STRADS jobs: each puts a [`crate::core`] model on the runtime through one
+//! [`StradsJob`](crate::kit::StradsJob) impl and registers its roles.
 
 pub mod lasso;
 pub mod lda;

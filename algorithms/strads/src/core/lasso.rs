@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::StradsError;
+use super::ModelError;
 use super::scheduler::{
     ColumnCorrelationCache, DependencyFilter, LassoScheduler, ScheduleMode, SchedulerConfig,
 };
@@ -52,9 +52,9 @@ pub struct LassoWorkerState {
 
 impl LassoWorkerState {
     /// Worker starting from `b = 0` (residual = y).
-    pub fn new(x_block: SparseColumns, y_block: Vec<f32>) -> Result<Self, StradsError> {
+    pub fn new(x_block: SparseColumns, y_block: Vec<f32>) -> Result<Self, ModelError> {
         if x_block.n_rows != y_block.len() {
-            return Err(StradsError::DimensionMismatch(format!(
+            return Err(ModelError::DimensionMismatch(format!(
                 "row block has {} rows but {} targets",
                 x_block.n_rows,
                 y_block.len()
@@ -101,9 +101,9 @@ impl LassoWorkerState {
     }
 
     /// Continues from a checkpointed residual (same rows).
-    pub fn restore_residual(&mut self, residual: Vec<f64>) -> Result<(), StradsError> {
+    pub fn restore_residual(&mut self, residual: Vec<f64>) -> Result<(), ModelError> {
         if residual.len() != self.residual.len() {
-            return Err(StradsError::DimensionMismatch(format!(
+            return Err(ModelError::DimensionMismatch(format!(
                 "checkpointed residual has {} rows, this block {}",
                 residual.len(),
                 self.residual.len()
@@ -265,16 +265,16 @@ impl LassoCluster {
         y: &[f32],
         lambda: f32,
         n_workers: usize,
-    ) -> Result<Self, StradsError> {
+    ) -> Result<Self, ModelError> {
         if x.n_rows != y.len() {
-            return Err(StradsError::DimensionMismatch(format!(
+            return Err(ModelError::DimensionMismatch(format!(
                 "X has {} rows, y has {}",
                 x.n_rows,
                 y.len()
             )));
         }
         if n_workers == 0 || lambda.is_nan() || lambda < 0.0 {
-            return Err(StradsError::InvalidConfig(
+            return Err(ModelError::InvalidConfig(
                 "need n_workers >= 1 and lambda >= 0".into(),
             ));
         }
@@ -384,7 +384,7 @@ pub struct LassoRun {
     pub final_duality_gap: f64,
 }
 
-fn build_scheduler(x: &SparseColumns, config: &LassoConfig) -> Result<LassoScheduler, StradsError> {
+fn build_scheduler(x: &SparseColumns, config: &LassoConfig) -> Result<LassoScheduler, ModelError> {
     let filter = config.filter_rho.map(|rho| DependencyFilter {
         rho,
         oracle: Box::new(ColumnCorrelationCache::new(Arc::new(x.clone()), 1 << 20)),
@@ -397,7 +397,7 @@ pub fn run_lasso(
     x: &SparseColumns,
     y: &[f32],
     config: &LassoConfig,
-) -> Result<LassoRun, StradsError> {
+) -> Result<LassoRun, ModelError> {
     let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
     let mut scheduler = build_scheduler(x, config)?;
     let mut objective_per_round = Vec::with_capacity(config.rounds);
@@ -433,7 +433,7 @@ pub fn reference_optimum(
     lambda: f32,
     max_sweeps: usize,
     kkt_tolerance: f64,
-) -> Result<f64, StradsError> {
+) -> Result<f64, ModelError> {
     let mut cluster = LassoCluster::new(x, y, lambda, 1)?;
     let d = x.n_columns();
     for _ in 0..max_sweeps {
@@ -456,7 +456,7 @@ pub fn updates_to_tolerance(
     config: &LassoConfig,
     optimum_objective: f64,
     relative_tolerance: f64,
-) -> Result<Option<u64>, StradsError> {
+) -> Result<Option<u64>, ModelError> {
     let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
     let mut scheduler = build_scheduler(x, config)?;
     let target = optimum_objective + relative_tolerance * optimum_objective.abs();

@@ -20,7 +20,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::StradsError;
+use super::ModelError;
 use super::mf::RotationSchedule;
 use petrel_ml::data::Corpus;
 use petrel_ml::topic::{
@@ -129,10 +129,10 @@ impl LdaWorker {
         docs: Vec<(u32, Vec<u32>)>,
         vocabulary: &VocabularyPartition,
         config: &LdaConfig,
-    ) -> Result<Self, StradsError> {
+    ) -> Result<Self, ModelError> {
         let k = config.n_topics;
         if k == 0 || !(config.alpha > 0.0 && config.beta > 0.0) {
-            return Err(StradsError::InvalidConfig(
+            return Err(ModelError::InvalidConfig(
                 "need n_topics >= 1 and positive alpha, beta".into(),
             ));
         }
@@ -150,7 +150,7 @@ impl LdaWorker {
             let mut topics = Vec::with_capacity(words.len());
             for (pos, &w) in words.iter().enumerate() {
                 let block = *vocabulary.word_block.get(w as usize).ok_or_else(|| {
-                    StradsError::DimensionMismatch(format!("word {w} >= vocab size {vocab_size}"))
+                    ModelError::DimensionMismatch(format!("word {w} >= vocab size {vocab_size}"))
                 })?;
                 let topic = rng.gen_range(0..k as u32);
                 counts.increment(topic);
@@ -260,8 +260,9 @@ impl LdaWorker {
     }
 
     /// Checks that every document's topic counts match its assignments.
-    pub fn check_doc_counts(&self) -> Result<(), String> {
+    pub fn check_doc_counts(&self) -> Result<(), ModelError> {
         check_doc_counts(self.worker, &self.doc_topic, &self.assignments)
+            .map_err(|e| ModelError::Invariant(e.to_string()))
     }
 }
 
@@ -279,7 +280,7 @@ pub struct LdaCluster {
 impl LdaCluster {
     /// Splits documents over workers (balanced by length) and words into blocks (balanced by
     /// frequency), draws initial assignments and builds the count tables.
-    pub fn new(corpus: &Corpus, config: &LdaConfig) -> Result<Self, StradsError> {
+    pub fn new(corpus: &Corpus, config: &LdaConfig) -> Result<Self, ModelError> {
         let p = config.n_workers.max(1);
         if corpus
             .docs
@@ -287,7 +288,7 @@ impl LdaCluster {
             .flatten()
             .any(|&w| w as usize >= corpus.vocab_size)
         {
-            return Err(StradsError::DimensionMismatch(
+            return Err(ModelError::DimensionMismatch(
                 "word id >= vocab_size".into(),
             ));
         }
@@ -383,17 +384,17 @@ impl LdaCluster {
 
     /// Count invariants: doc-topic sums = doc lengths, word-topic sums = word frequencies,
     /// topic totals = column sums of both tables.
-    pub fn check_invariants(&self, word_frequencies: &[usize]) -> Result<(), String> {
+    pub fn check_invariants(&self, word_frequencies: &[usize]) -> Result<(), ModelError> {
         let k = self.config.n_topics;
         let mut from_words = vec![0i64; k];
         for block in &self.blocks {
             for (row, &w) in block.rows.iter().zip(&block.word_ids) {
                 if row.total() != word_frequencies[w as usize] as u64 {
-                    return Err(format!(
+                    return Err(ModelError::Invariant(format!(
                         "word {w}: counts sum {} != frequency {}",
                         row.total(),
                         word_frequencies[w as usize]
-                    ));
+                    )));
                 }
                 for &(t, n) in &row.entries {
                     from_words[t as usize] += i64::from(n);
@@ -407,17 +408,17 @@ impl LdaCluster {
                 *t += n;
             }
             if worker.topic_totals != self.topic_totals {
-                return Err(format!(
+                return Err(ModelError::Invariant(format!(
                     "worker {} has stale totals after sync",
                     worker.worker
-                ));
+                )));
             }
         }
         if from_words != self.topic_totals || from_docs != self.topic_totals {
-            return Err(format!(
+            return Err(ModelError::Invariant(format!(
                 "topic totals {:?} != word sums {from_words:?} / doc sums {from_docs:?}",
                 self.topic_totals
-            ));
+            )));
         }
         Ok(())
     }
@@ -444,7 +445,7 @@ pub struct LdaRun {
 }
 
 /// Serial driver: P in-process workers, `config.iterations` passes.
-pub fn run_lda(corpus: &Corpus, config: &LdaConfig) -> Result<LdaRun, StradsError> {
+pub fn run_lda(corpus: &Corpus, config: &LdaConfig) -> Result<LdaRun, ModelError> {
     let mut cluster = LdaCluster::new(corpus, config)?;
     let mut log_likelihood_per_token = vec![cluster.log_likelihood_per_token()];
     for _ in 0..config.iterations {

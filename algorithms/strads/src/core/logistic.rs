@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::StradsError;
+use super::ModelError;
 use super::lasso::{LassoConfig, soft_threshold};
 use super::scheduler::{ColumnCorrelationCache, DependencyFilter, LassoScheduler};
 use petrel_ml::data::SparseColumns;
@@ -44,9 +44,9 @@ pub struct LogisticWorkerState {
 
 impl LogisticWorkerState {
     /// Labels `> 0` become +1, all others -1 (so class indices 0/1 work as-is).
-    pub fn new(x_block: SparseColumns, labels: &[f32]) -> Result<Self, StradsError> {
+    pub fn new(x_block: SparseColumns, labels: &[f32]) -> Result<Self, ModelError> {
         if x_block.n_rows != labels.len() {
-            return Err(StradsError::DimensionMismatch(format!(
+            return Err(ModelError::DimensionMismatch(format!(
                 "{} rows but {} labels",
                 x_block.n_rows,
                 labels.len()
@@ -136,9 +136,9 @@ pub fn run_sparse_logistic(
     x: &SparseColumns,
     labels: &[f32],
     config: &LassoConfig,
-) -> Result<LogisticRun, StradsError> {
+) -> Result<LogisticRun, ModelError> {
     if x.n_rows != labels.len() || config.n_workers == 0 {
-        return Err(StradsError::DimensionMismatch(
+        return Err(ModelError::DimensionMismatch(
             "labels must match rows and n_workers >= 1".into(),
         ));
     }

@@ -24,7 +24,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::StradsError;
+use super::ModelError;
 use petrel_ml::data::Ratings;
 use petrel_ml::topic::balanced_buckets;
 
@@ -193,12 +193,12 @@ impl MfWorker {
         rank: usize,
         w_init: Vec<f32>,
         h_blocks: &[FactorBlock],
-    ) -> Result<Self, StradsError> {
+    ) -> Result<Self, ModelError> {
         let user_ids = partition.bucket_users.get(worker).cloned().ok_or_else(|| {
-            StradsError::InvalidConfig(format!("no bucket {worker} in the partition"))
+            ModelError::InvalidConfig(format!("no bucket {worker} in the partition"))
         })?;
         if w_init.len() != user_ids.len() * rank || h_blocks.len() != partition.n_buckets {
-            return Err(StradsError::DimensionMismatch(
+            return Err(ModelError::DimensionMismatch(
                 "initial factors do not match the partition".into(),
             ));
         }
@@ -206,7 +206,7 @@ impl MfWorker {
         for &(u, i, rating) in &ratings.entries {
             let (u, i) = (u as usize, i as usize);
             if u >= partition.user_bucket.len() || i >= partition.item_bucket.len() {
-                return Err(StradsError::DimensionMismatch(format!(
+                return Err(ModelError::DimensionMismatch(format!(
                     "rating ({u}, {i}) outside the partition"
                 )));
             }
@@ -328,7 +328,7 @@ impl MfWorker {
 
 /// Configuration of [`run_ccdpp`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MfConfig {
+pub struct CcdppConfig {
     pub rank: usize,
     pub lambda: f32,
     pub n_workers: usize,
@@ -361,13 +361,13 @@ pub struct MfCluster {
 impl MfCluster {
     /// W starts uniform in `[0, 1/sqrt(rank))`, H at zero (so the residual is R and the first
     /// H phase is a ridge fit against W).
-    pub fn new(ratings: &Ratings, config: &MfConfig) -> Result<Self, StradsError> {
+    pub fn new(ratings: &Ratings, config: &CcdppConfig) -> Result<Self, ModelError> {
         if config.rank == 0
             || config.n_workers == 0
             || config.lambda.is_nan()
             || config.lambda < 0.0
         {
-            return Err(StradsError::InvalidConfig(
+            return Err(ModelError::InvalidConfig(
                 "need rank >= 1, n_workers >= 1, lambda >= 0".into(),
             ));
         }
@@ -463,7 +463,7 @@ impl MfCluster {
 }
 
 /// Serial CCD++ driver with P in-process workers.
-pub fn run_ccdpp(ratings: &Ratings, config: &MfConfig) -> Result<MfRun, StradsError> {
+pub fn run_ccdpp(ratings: &Ratings, config: &CcdppConfig) -> Result<MfRun, ModelError> {
     let mut cluster = MfCluster::new(ratings, config)?;
     let mut train_rmse = vec![cluster.train_rmse()];
     for _ in 0..config.outer_iterations {
@@ -557,7 +557,7 @@ mod tests {
         })
         .unwrap();
         let (train, test) = problem.ratings.train_test_split(0.1, 1).unwrap();
-        let config = MfConfig {
+        let config = CcdppConfig {
             rank: 3,
             lambda: 0.05,
             n_workers: 3,
@@ -587,7 +587,7 @@ mod tests {
             seed: 3,
         })
         .unwrap();
-        let mut config = MfConfig {
+        let mut config = CcdppConfig {
             rank: 2,
             lambda: 0.1,
             n_workers: 1,

@@ -1,21 +1,77 @@
-//! STRADS model-parallel cores (sans-I/O): schedulers, worker states and aggregation for
-//! Lasso, sparse logistic regression, CCD++ matrix factorisation and LDA. Every type that
-//! crosses the network derives serde; the serial drivers here simulate the rounds
-//! in-process for tests and benchmarks.
+//! STRADS decision logic, sans-I/O: no actor runtime, no async runtime, no transport
+//! (`.ci/check-cores` keeps it so). Everything here is plain data with plain methods,
+//! unit-tested without sockets:
+//!
+//! - [`app`]: the contract an app implements ([`StradsApp`](app::StradsApp) wire types,
+//!   the scheduler half [`Schedule`](app::Schedule), the worker halves
+//!   [`Push`](app::Push) / [`RingPush`](app::RingPush)) and the round protocol's words
+//!   ([`Step`](app::Step), [`Plan`](app::Plan), [`BlockFate`](app::BlockFate)).
+//! - [`pipeline`]: which round a scheduler may dispatch and in which order commits happen.
+//! - [`ring`]: a ring worker's queue of scheduler messages and the blocks it holds.
+//! - [`scheduler`]: priority sampling and the dependency filter for coordinate descent.
+//! - the models: [`lasso`], [`logistic`], [`mf`] (CCD++), [`lda`] (SparseLDA), each with
+//!   worker state, aggregation and a serial reference run for tests and benchmarks.
 
+pub mod app;
 pub mod lasso;
 pub mod lda;
 pub mod logistic;
 pub mod mf;
+pub mod pipeline;
+pub mod ring;
 pub mod scheduler;
 
-/// Errors of the STRADS cores: all of them are caller mistakes (shapes, parameters).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum StradsError {
+use std::sync::Arc;
+
+/// What a STRADS model or an app half rejects: caller mistakes (shapes, parameters), a
+/// message that breaks the round protocol, a broken invariant, or an app's own failure
+/// (e.g. checkpoint I/O) with its cause chain. Cheap to clone: a poisoned worker repeats
+/// its first error to every later request.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ModelError {
+    /// Two inputs that must agree in size do not.
     #[error("dimension mismatch: {0}")]
     DimensionMismatch(String),
+    /// A parameter is out of its range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// A message does not fit the round protocol (wrong round, wrong kind of answer,
+    /// coordinates out of range).
+    #[error("protocol: {0}")]
+    Protocol(String),
+    /// A count invariant of the model does not hold.
+    #[error("invariant: {0}")]
+    Invariant(String),
+    /// An app-specific failure, with its cause chain.
+    #[error(transparent)]
+    App(Arc<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl PartialEq for ModelError {
+    /// Equal variants with equal text (an app error compares by its message).
+    fn eq(&self, other: &Self) -> bool {
+        use ModelError::*;
+        match (self, other) {
+            (DimensionMismatch(a), DimensionMismatch(b))
+            | (InvalidConfig(a), InvalidConfig(b))
+            | (Protocol(a), Protocol(b))
+            | (Invariant(a), Invariant(b)) => a == b,
+            (App(a), App(b)) => a.to_string() == b.to_string(),
+            _ => false,
+        }
+    }
+}
+
+impl ModelError {
+    /// Wraps an app's own error (keeping its `source()` chain).
+    pub fn app(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ModelError::App(Arc::new(error))
+    }
+
+    /// A protocol violation described by `what`.
+    pub fn protocol(what: impl Into<String>) -> Self {
+        ModelError::Protocol(what.into())
+    }
 }
 
 /// Splits `0..n` into `parts` contiguous ranges whose lengths differ by at most one.

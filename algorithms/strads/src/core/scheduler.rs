@@ -13,18 +13,49 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
 use serde::{Deserialize, Serialize};
 
-use super::StradsError;
+use super::ModelError;
 use petrel_ml::data::SparseColumns;
 
-/// How candidates are chosen before the (optional) dependency filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How candidates are chosen before the (optional) dependency filter. Read as `dynamic`,
+/// `random` or `cyclic` from flags and TOML; anything else is rejected naming these.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum ScheduleMode {
     /// Sample without replacement with probability proportional to `delta^2 + eta`.
+    #[default]
+    #[serde(alias = "Dynamic")]
     Dynamic,
     /// Uniformly random coordinates without replacement (Shotgun-like baseline).
+    #[serde(alias = "Random")]
     Random,
     /// The next coordinates in index order, wrapping around.
+    #[serde(alias = "Cyclic")]
     Cyclic,
+}
+
+impl std::str::FromStr for ScheduleMode {
+    type Err = ModelError;
+
+    /// `dynamic`, `random` or `cyclic` (any case); the error names the valid values.
+    fn from_str(s: &str) -> Result<Self, ModelError> {
+        <ScheduleMode as clap::ValueEnum>::from_str(s, true).map_err(|_| {
+            ModelError::InvalidConfig(format!(
+                "mode {s:?}: expected one of dynamic, random, cyclic"
+            ))
+        })
+    }
+}
+
+impl std::fmt::Display for ScheduleMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ScheduleMode::Dynamic => "dynamic",
+            ScheduleMode::Random => "random",
+            ScheduleMode::Cyclic => "cyclic",
+        })
+    }
 }
 
 /// Scheduler parameters.
@@ -235,14 +266,14 @@ impl LassoScheduler {
         n_vars: usize,
         config: SchedulerConfig,
         filter: Option<DependencyFilter>,
-    ) -> Result<Self, StradsError> {
+    ) -> Result<Self, ModelError> {
         if n_vars == 0 || config.block_size == 0 {
-            return Err(StradsError::InvalidConfig(
+            return Err(ModelError::InvalidConfig(
                 "need at least one variable and block_size >= 1".into(),
             ));
         }
         if !(config.eta > 0.0 && config.initial_priority > 0.0) {
-            return Err(StradsError::InvalidConfig(
+            return Err(ModelError::InvalidConfig(
                 "eta and initial_priority must be positive".into(),
             ));
         }
@@ -339,16 +370,16 @@ impl LassoScheduler {
     }
 
     /// Continues from a checkpointed state; refuses a state of another size.
-    pub fn import_state(&mut self, state: &SchedulerState) -> Result<(), StradsError> {
+    pub fn import_state(&mut self, state: &SchedulerState) -> Result<(), ModelError> {
         let n = self.n_vars;
         if state.priorities.len() != n {
-            return Err(StradsError::InvalidConfig(format!(
+            return Err(ModelError::InvalidConfig(format!(
                 "checkpointed scheduler has {} variables, this job {n}",
                 state.priorities.len()
             )));
         }
         if state.cursor as usize >= n || state.deferred.iter().any(|&j| j as usize >= n) {
-            return Err(StradsError::InvalidConfig(
+            return Err(ModelError::InvalidConfig(
                 "checkpointed scheduler cursor out of range".into(),
             ));
         }
@@ -357,7 +388,7 @@ impl LassoScheduler {
             .iter()
             .any(|p| !(p.is_finite() && *p >= 0.0))
         {
-            return Err(StradsError::InvalidConfig(
+            return Err(ModelError::InvalidConfig(
                 "checkpointed priorities must be finite and non-negative".into(),
             ));
         }

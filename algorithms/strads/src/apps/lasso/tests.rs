@@ -1,5 +1,7 @@
 use super::*;
+use crate::core::app::Push;
 use crate::core::lasso::reference_optimum;
+use crate::core::scheduler::ScheduleMode;
 
 fn small_job(mode: &str) -> LassoJob {
     LassoJob {
@@ -12,7 +14,7 @@ fn small_job(mode: &str) -> LassoJob {
             noise_std: 0.1,
             seed: 3,
         },
-        mode: mode.into(),
+        mode: mode.parse().unwrap(),
         block_size: 8,
         candidate_pool: 32,
         max_rounds: 20_000,
@@ -96,7 +98,12 @@ fn worker_rejects_bad_tasks() {
         vars: vec![10_000],
         values: vec![0.0],
     };
-    assert!(w.push(0, &bad).unwrap_err().contains("out of range"));
+    assert!(
+        w.push(0, &bad)
+            .unwrap_err()
+            .to_string()
+            .contains("out of range")
+    );
     let short = LassoCommit {
         vars: vec![1, 2],
         deltas: vec![0.5],
@@ -106,15 +113,10 @@ fn worker_rejects_bad_tasks() {
 
 #[test]
 fn unknown_mode_is_a_clear_error() {
-    let job = LassoJob {
-        mode: "greedy".into(),
-        ..LassoJob::default()
-    };
+    let err = "greedy".parse::<ScheduleMode>().unwrap_err().to_string();
     assert!(
-        job.schedule_mode()
-            .unwrap_err()
-            .to_string()
-            .contains("greedy")
+        err.contains("greedy") && err.contains("dynamic, random, cyclic"),
+        "{err}"
     );
 }
 
@@ -128,7 +130,7 @@ fn libsvm_input_and_outputs() {
         lambda: Some(0.01),
         rho: None,
         block_size: 1,
-        mode: "cyclic".into(),
+        mode: ScheduleMode::Cyclic,
         eval_every: 10,
         max_rounds: 3000,
         ..LassoJob::default()

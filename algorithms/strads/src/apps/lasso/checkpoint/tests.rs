@@ -1,8 +1,8 @@
 use super::*;
+use crate::apps::lasso::scheduling::LassoMetrics;
 use crate::apps::lasso::{SyntheticLasso, run_without_actors};
 use crate::core::lasso::LassoWorkerState;
-use crate::shells::{PipelineAction, PipelineCore, Push};
-use std::collections::VecDeque;
+use crate::kit::serial::{SerialOptions, run_star};
 use std::fs;
 
 fn job(mode: &str, dir: Option<&Path>) -> LassoJob {
@@ -16,7 +16,7 @@ fn job(mode: &str, dir: Option<&Path>) -> LassoJob {
             noise_std: 0.1,
             seed: 4,
         },
-        mode: mode.into(),
+        mode: mode.parse().unwrap(),
         block_size: 6,
         candidate_pool: 24,
         max_rounds: 400,
@@ -29,7 +29,7 @@ fn job(mode: &str, dir: Option<&Path>) -> LassoJob {
     }
 }
 
-fn workers(job: &LassoJob, n: usize) -> Vec<LassoWorker> {
+fn workers(job: &LassoJob, n: usize) -> Vec<CheckpointingWorker> {
     let (x, y) = job.load().unwrap();
     crate::core::split_evenly(x.n_rows, n)
         .into_iter()
@@ -46,10 +46,7 @@ fn workers(job: &LassoJob, n: usize) -> Vec<LassoWorker> {
                 block_fnv64: data_fingerprint(&block, &yb),
             });
             let w = LassoWorker::new(LassoWorkerState::new(block, yb).unwrap());
-            match slot {
-                Some(s) => w.with_checkpoints(s),
-                None => w,
-            }
+            CheckpointingWorker::new(w, slot)
         })
         .collect()
 }
@@ -61,46 +58,15 @@ fn scheduler(job: &LassoJob, n: usize) -> Result<Resumable, CheckpointError> {
     Resumable::new(inner, CheckpointSettings::of(job, 1)?, shape)
 }
 
-/// The message order of `run_scheduler`, without actors (per-worker plans included).
-fn drive(s: &mut Resumable, ws: &mut [LassoWorker], depth: usize) -> Result<(), String> {
-    let mut core = PipelineCore::new(depth);
-    let mut pending: VecDeque<(u64, Vec<LassoPartial>)> = VecDeque::new();
-    let mut waiting = false;
-    loop {
-        let action = if core.must_await(waiting) {
-            PipelineAction::AwaitOldest
-        } else {
-            core.next_action()
-        };
-        match action {
-            PipelineAction::Schedule(r) => {
-                let step = s.schedule(r, core.in_flight());
-                waiting = matches!(step, Step::Wait);
-                core.scheduled(&step)?;
-                let tasks = match step {
-                    Step::Run(Plan::All(t)) => vec![t; ws.len()],
-                    Step::Run(Plan::PerWorker(ts)) => ts,
-                    _ => continue,
-                };
-                let parts = ws
-                    .iter_mut()
-                    .zip(&tasks)
-                    .map(|(w, t)| w.push(r, t))
-                    .collect::<Result<Vec<_>, _>>()?;
-                pending.push_back((r, parts));
-            }
-            PipelineAction::AwaitOldest => {
-                waiting = false;
-                let (r, parts) = pending.pop_front().ok_or("pipeline empty")?;
-                let c = s.pull(r, parts, Duration::ZERO)?;
-                core.committed(r)?;
-                for w in ws.iter_mut() {
-                    w.commit(r, &c)?;
-                }
-            }
-            PipelineAction::Stop => return Ok(()),
-        }
-    }
+/// The message order of `run_scheduler`, through the kit's serial driver.
+fn drive(s: &mut Resumable, ws: &mut [CheckpointingWorker], depth: usize) -> Result<(), String> {
+    let opts = SerialOptions {
+        depth,
+        ..SerialOptions::default()
+    };
+    run_star(s, ws, &opts)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn run(job: &LassoJob, n: usize) -> Result<(Vec<f32>, LassoMetrics), String> {
@@ -230,7 +196,7 @@ fn prune_keeps_the_two_newest_and_drops_orphans_first_manifests() {
 fn choose_falls_back_to_older_and_reports_all_reasons() {
     let pick = choose_newest_valid(&[1, 2, 3], |r| {
         if r == 3 {
-            Err(CheckpointError::Config("bad 3".into()))
+            Err(CheckpointError::NoDirectory)
         } else {
             Ok(r)
         }
@@ -239,11 +205,11 @@ fn choose_falls_back_to_older_and_reports_all_reasons() {
     assert_eq!(pick.0, 2);
     assert_eq!(pick.1.len(), 1);
     let none = choose_newest_valid::<u64>(&[1, 2], |r| {
-        Err(CheckpointError::Config(format!("bad {r}")))
+        Err(CheckpointError::FaultInjection { round: r, limit: 0 })
     })
     .unwrap_err();
     assert_eq!(none.len(), 2);
-    assert!(none[0].contains("bad 2") && none[1].contains("bad 1"));
+    assert!(none[0].contains("round 2") && none[1].contains("round 1"));
     assert!(
         choose_newest_valid::<u64>(&[], |_| unreachable!())
             .unwrap_err()
@@ -475,7 +441,8 @@ fn worker_refuses_a_file_that_does_not_match_the_manifest_or_itself() {
                 digest: m.workers[0].digest,
             }),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains(&worker_file(new, 1)), "{e}");
     // A worker with another row split refuses the file even with the right digest.
     let mut three = workers(&j, 3);
@@ -487,7 +454,8 @@ fn worker_refuses_a_file_that_does_not_match_the_manifest_or_itself() {
                 digest: m.workers[1].digest,
             }),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("this worker is"), "{e}");
     // A worker without checkpoint_dir refuses control tasks.
     let mut bare = workers(&job("dynamic", None), 2);

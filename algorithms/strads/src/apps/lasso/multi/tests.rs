@@ -1,6 +1,9 @@
 use super::*;
+use crate::apps::lasso::{LassoCommit, LassoPartial, LassoTask, LassoWorker};
 use crate::apps::lasso::{SyntheticLasso, run_without_actors};
+use crate::core::app::Push;
 use crate::core::lasso::LassoCluster;
+use crate::core::lasso::LassoWorkerState;
 
 #[test]
 fn partition_is_contiguous_balanced_and_non_empty() {
@@ -38,15 +41,18 @@ fn partition_is_contiguous_balanced_and_non_empty() {
 fn partition_rejects_bad_counts() {
     assert_eq!(
         partition_columns(&[1, 1], 3),
-        Err(MultiError::TooManySchedulers {
+        Err(MultiSchedulerError::TooManySchedulers {
             schedulers: 3,
             features: 2
         })
     );
-    assert_eq!(partition_columns(&[1, 1], 0), Err(MultiError::NoSchedulers));
+    assert_eq!(
+        partition_columns(&[1, 1], 0),
+        Err(MultiSchedulerError::NoSchedulers)
+    );
     assert!(matches!(
         partition_columns(&[1; 100], MAX_SCHEDULERS + 1),
-        Err(MultiError::AboveMax { .. })
+        Err(MultiSchedulerError::AboveMax { .. })
     ));
 }
 
@@ -95,7 +101,7 @@ fn assignment_errors_name_the_problem() {
     ]);
     let e = assign_schedulers(&out, 2).unwrap_err();
     assert!(
-        matches!(e, MultiError::IndexOutOfRange { index: 5, .. }),
+        matches!(e, MultiSchedulerError::IndexOutOfRange { index: 5, .. }),
         "{e}"
     );
     assert!(e.to_string().contains("node s5"), "{e}");
@@ -290,7 +296,7 @@ fn worker_keeps_applied_counts_per_scheduler() {
     };
     assert_eq!(applied(w.push_from(0, 7, &task).unwrap()), 1);
     assert_eq!(applied(w.push_from(1, 7, &task).unwrap()), 2);
-    let e = w.push_from(2, 0, &task).unwrap_err();
+    let e = w.push_from(2, 0, &task).unwrap_err().to_string();
     assert!(e.contains("scheduler index 2 out of range"), "{e}");
     assert!(w.commit_from(5, 0, &commit).is_err());
 }
@@ -303,7 +309,7 @@ fn two_schedulers_reach_the_single_scheduler_optimum() {
     };
     for mode in ["dynamic", "cyclic", "random"] {
         let mut job = small_job(2);
-        job.mode = mode.into();
+        job.mode = mode.parse().unwrap();
         job.depth = 2;
         job.gap_tolerance = Some(1e-6);
         let (b, m) = run_multi_without_actors(&job, 3).unwrap();

@@ -1,0 +1,266 @@
+//! `[app.lasso]` (and `[app.logistic]`): one settings struct, read from TOML by the roles
+//! and from the flags of `petrel train lasso` / `petrel train logistic`.
+
+use crate::core::ModelError;
+use crate::core::scheduler::{ScheduleMode, SchedulerConfig};
+use crate::error::StradsError;
+use petrel_ml::data::SparseColumns;
+use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Synthetic correlated design (see [`correlated_lasso`]), used when no data file is given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[serde(default)]
+pub struct SyntheticLasso {
+    /// Synthetic design (without --data): rows.
+    #[arg(long = "synthetic-samples", default_value_t = 400)]
+    pub n_samples: usize,
+    /// Synthetic design: features.
+    #[arg(long = "synthetic-features", default_value_t = 5000)]
+    pub n_features: usize,
+    /// Synthetic design: features per correlated group.
+    #[arg(long = "synthetic-group", default_value_t = 10)]
+    pub group_size: usize,
+    /// Synthetic design: correlation inside a group.
+    #[arg(long = "synthetic-correlation", default_value_t = 0.8)]
+    pub correlation: f32,
+    /// Synthetic design: true non-zero coefficients.
+    #[arg(long = "synthetic-nonzero", default_value_t = 10)]
+    pub n_nonzero: usize,
+    /// Synthetic design: noise of y.
+    #[arg(skip = 0.1)]
+    pub noise_std: f32,
+    /// Synthetic design: seed.
+    #[arg(long = "synthetic-seed", id = "synthetic_seed", default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl Default for SyntheticLasso {
+    fn default() -> Self {
+        SyntheticLasso {
+            n_samples: 400,
+            n_features: 5000,
+            group_size: 10,
+            correlation: 0.8,
+            n_nonzero: 10,
+            noise_std: 0.1,
+            seed: 42,
+        }
+    }
+}
+
+/// The whole job's settings (every node reads the same section). Field docs are the
+/// flags' help.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[serde(default)]
+pub struct LassoJob {
+    /// LIBSVM file (the label is the response y). Without it: a synthetic design.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// The synthetic design used without a data file.
+    #[command(flatten)]
+    pub synthetic: SyntheticLasso,
+    /// Absolute lambda (default: --lambda-fraction of lambda_max = max |x_j^T y|).
+    #[arg(long)]
+    pub lambda: Option<f32>,
+    /// lambda = fraction * lambda_max when --lambda is unset.
+    #[arg(long, default_value_t = 0.2)]
+    pub lambda_fraction: f64,
+    /// How coordinates are chosen.
+    #[arg(long, value_enum, default_value_t = ScheduleMode::Dynamic)]
+    pub mode: ScheduleMode,
+    /// U: coordinates updated per round.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// U': candidates before the dependency check.
+    #[arg(long, default_value_t = 64)]
+    pub candidate_pool: usize,
+    /// Dependency-check threshold on |corr(x_j, x_k)|; unset disables the check.
+    #[arg(long, default_value = "0.3")]
+    pub rho: Option<f32>,
+    /// Priority floor of dynamic scheduling.
+    #[arg(long, default_value_t = 1e-6)]
+    pub eta: f64,
+    /// Dynamic priority is |delta b_j|^p + eta.
+    #[arg(long, default_value_t = 1.0)]
+    pub priority_exponent: f64,
+    /// Priority of a coordinate never updated.
+    #[arg(long, default_value_t = 1.0)]
+    pub initial_priority: f64,
+    /// Scheduler seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Rounds in flight (pipeline depth).
+    #[arg(long, default_value_t = 1)]
+    pub depth: usize,
+    /// At most this many update rounds.
+    #[arg(long, default_value_t = 20_000)]
+    pub max_rounds: u64,
+    /// Update rounds between exact KKT / duality-gap evaluations (0 = only at the end).
+    #[arg(long, default_value_t = 200)]
+    pub eval_every: u64,
+    /// Stop when duality gap / objective falls below this.
+    #[arg(long, default_value = "1e-5")]
+    pub gap_tolerance: Option<f64>,
+    /// Stop once the objective is at or below this (benchmarks pass `f* (1 + tol)`).
+    #[arg(long)]
+    pub target_objective: Option<f64>,
+    /// Where the scheduler writes `coefficients.tsv` and `metrics.json` (`--out`).
+    #[arg(skip)]
+    pub out_dir: Option<PathBuf>,
+    /// Timeout of one round's requests, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout_s: u64,
+    /// Schedulers splitting the coefficients (contiguous column ranges of equal weight).
+    #[arg(long, default_value_t = 1)]
+    pub schedulers: usize,
+    /// Lasso only: write checkpoints to this directory (shared by all nodes).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Update rounds between two checkpoints (0 = never write, `resume` may still read).
+    #[arg(long, default_value_t = 500)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in --checkpoint-dir.
+    #[arg(long)]
+    pub resume: bool,
+    /// Fault injection for tests: the scheduler fails right after writing this many
+    /// checkpoints in this run (TOML only).
+    #[arg(skip)]
+    pub fail_after_checkpoints: Option<u64>,
+}
+
+impl Default for LassoJob {
+    fn default() -> Self {
+        LassoJob {
+            data: None,
+            synthetic: SyntheticLasso::default(),
+            lambda: None,
+            lambda_fraction: 0.2,
+            mode: ScheduleMode::Dynamic,
+            block_size: 16,
+            candidate_pool: 64,
+            rho: Some(0.3),
+            eta: 1e-6,
+            priority_exponent: 1.0,
+            initial_priority: 1.0,
+            seed: 0,
+            depth: 1,
+            max_rounds: 20_000,
+            eval_every: 200,
+            gap_tolerance: Some(1e-5),
+            target_objective: None,
+            out_dir: None,
+            timeout_s: 60,
+            schedulers: 1,
+            checkpoint_dir: None,
+            checkpoint_every: 500,
+            resume: false,
+            fail_after_checkpoints: None,
+        }
+    }
+}
+
+impl LassoJob {
+    /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`.
+    pub fn load(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
+        match &self.data {
+            Some(path) => {
+                let ds = petrel_ml::data::load_libsvm(path)?;
+                if ds.n_rows() == 0 || ds.n_features == 0 {
+                    return Err(ModelError::InvalidConfig(format!(
+                        "{}: no rows or no features",
+                        path.display()
+                    ))
+                    .into());
+                }
+                Ok((ds.to_columns(), ds.labels))
+            }
+            None => {
+                let s = &self.synthetic;
+                let p = correlated_lasso(&CorrelatedLassoParams {
+                    n_samples: s.n_samples,
+                    n_features: s.n_features,
+                    group_size: s.group_size,
+                    correlation: s.correlation,
+                    n_nonzero: s.n_nonzero,
+                    noise_std: s.noise_std,
+                    seed: s.seed,
+                })?;
+                Ok((p.columns(), p.y))
+            }
+        }
+    }
+
+    /// The lambda this job uses on `(x, y)`.
+    pub fn resolve_lambda(&self, x: &SparseColumns, y: &[f32]) -> f32 {
+        match self.lambda {
+            Some(l) => l,
+            None => (self.lambda_fraction * lambda_max(x, y)) as f32,
+        }
+    }
+
+    /// The coordinate scheduler's parameters.
+    pub fn scheduler_config(&self) -> SchedulerConfig {
+        let mut c = SchedulerConfig::new(self.mode, self.block_size.max(1));
+        c.candidate_pool = self.candidate_pool.max(self.block_size);
+        c.eta = self.eta;
+        c.priority_exponent = self.priority_exponent;
+        c.initial_priority = self.initial_priority;
+        c.seed = self.seed;
+        c
+    }
+}
+
+/// `max_j |x_j^T y|`: the smallest lambda with an all-zero solution.
+pub fn lambda_max(x: &SparseColumns, y: &[f32]) -> f64 {
+    (0..x.n_columns())
+        .map(|j| {
+            let (rows, vals) = x.column(j);
+            rows.iter()
+                .zip(vals)
+                .map(|(&i, &v)| f64::from(v) * f64::from(y[i as usize]))
+                .sum::<f64>()
+                .abs()
+        })
+        .fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        job: LassoJob,
+    }
+
+    #[test]
+    fn flag_defaults_are_the_toml_defaults() {
+        let flags = Flags::try_parse_from(["lasso"]).unwrap();
+        assert_eq!(flags.job, LassoJob::default());
+    }
+
+    #[test]
+    fn a_bad_mode_is_rejected_naming_the_valid_ones() {
+        let err = Flags::try_parse_from(["lasso", "--mode", "bogus"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("dynamic") && err.contains("random") && err.contains("cyclic"),
+            "{err}"
+        );
+        let err = toml::from_str::<LassoJob>("mode = \"bogus\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("dynamic") && err.contains("random") && err.contains("cyclic"),
+            "{err}"
+        );
+        let job: LassoJob = toml::from_str("mode = \"cyclic\"\nseed = 3").unwrap();
+        assert_eq!((job.mode, job.seed), (ScheduleMode::Cyclic, 3));
+    }
+}

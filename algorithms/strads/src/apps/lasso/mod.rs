@@ -1,0 +1,134 @@
+//! Lasso by scheduled coordinate descent, as a [`StradsJob`].
+//!
+//! - [`config`]: `[app.lasso]` / the flags of `petrel train lasso` ([`LassoJob`]).
+//! - [`wire`]: the round protocol's messages.
+//! - [`worker`]: the worker half, a row block with its residual ([`LassoWorker`]).
+//! - [`scheduling`]: the scheduler half ([`LassoScheduling`]: priority sampling, dependency
+//!   filter, soft-threshold pull, exact evaluations, metrics).
+//! - [`checkpoint`]: save and restore rounds around the two halves ([`Resumable`],
+//!   [`CheckpointingWorker`](checkpoint::CheckpointingWorker)).
+//! - [`multi`]: the coefficients split over several schedulers.
+//!
+//! Roles: `strads-lasso-scheduler` (plus `strads-lasso-scheduler-<s>` for further
+//! schedulers) and `strads-lasso-worker`; outputs `coefficients.tsv` and `metrics.json`.
+
+pub mod checkpoint;
+pub mod config;
+pub mod multi;
+pub mod scheduling;
+pub mod wire;
+pub mod worker;
+
+pub use checkpoint::Resumable;
+pub use config::{LassoJob, SyntheticLasso, lambda_max};
+pub use scheduling::{
+    Evaluation, LassoMetrics, LassoOutcome, LassoScheduling, ObjectivePoint, write_coefficients,
+};
+pub use wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
+pub use worker::LassoWorker;
+
+use crate::core::lasso::LassoWorkerState;
+use crate::error::StradsError;
+use crate::kit::serial::Delivery;
+use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
+use crate::shells::SchedulerOptions;
+use checkpoint::{CheckpointSettings, CheckpointingWorker, ClusterShape, WorkerSlot};
+use petrel_actors::Cluster;
+use std::time::Duration;
+
+/// Role of scheduler 0 (the only one unless `schedulers > 1`).
+pub const SCHEDULER_ROLE: &str = "strads-lasso-scheduler";
+/// Role (and actor) of the workers.
+pub const WORKER_ROLE: &str = "strads-lasso-worker";
+
+impl StradsJob for LassoApp {
+    const SECTION: &'static str = "lasso";
+    const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
+    const WORKER_ROLE: &'static str = WORKER_ROLE;
+    type Config = LassoJob;
+    type Scheduler = Resumable;
+    type Worker = StarHalf<CheckpointingWorker>;
+
+    fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
+        SchedulerOptions {
+            depth: job.depth.max(1),
+            timeout: Duration::from_secs(job.timeout_s.max(1)),
+            ..SchedulerOptions::default()
+        }
+    }
+
+    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<Resumable, StradsError> {
+        let settings = CheckpointSettings::of(job, shape.schedulers)?;
+        let (x, y) = job.load()?;
+        let half = LassoScheduling::new(&x, &y, job, shape.workers)?;
+        tracing::info!(
+            rows = x.n_rows,
+            features = x.n_columns(),
+            workers = shape.workers,
+            lambda = half.lambda(),
+            mode = %job.mode,
+            "lasso scheduler ready"
+        );
+        let cluster = ClusterShape::of(&x, &y, half.lambda(), job.seed, shape.workers);
+        Ok(Resumable::new(half, settings, cluster)?)
+    }
+
+    fn worker(
+        job: &LassoJob,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<StarHalf<CheckpointingWorker>, StradsError> {
+        let (x, y) = job.load()?;
+        let rows = crate::core::split_evenly(x.n_rows, shape.workers)
+            .into_iter()
+            .nth(index)
+            .ok_or(StradsError::NotInRole {
+                node: format!("worker {index}"),
+                role: WORKER_ROLE,
+            })?;
+        let (block, y_block) = (x.row_block(rows.clone()), y[rows.clone()].to_vec());
+        let slot = job.checkpoint_dir.clone().map(|dir| WorkerSlot {
+            dir,
+            index: index as u32,
+            n_workers: shape.workers as u32,
+            rows: rows.clone(),
+            n_features: block.n_columns(),
+            block_fnv64: checkpoint::data_fingerprint(&block, &y_block),
+        });
+        let state = LassoWorkerState::new(block, y_block)?;
+        let worker = LassoWorker::with_schedulers(state, job.schedulers);
+        tracing::debug!(worker = index, rows = ?rows, "lasso worker loaded");
+        Ok(StarHalf(CheckpointingWorker::new(worker, slot)))
+    }
+
+    fn finish(job: &LassoJob, scheduler: Resumable, _run: &FinishedRun) -> Result<(), StradsError> {
+        let half = scheduler.into_inner();
+        tracing::info!(objective = half.metrics().final_objective, "lasso finished");
+        if let Some(dir) = &job.out_dir {
+            half.outcome().write(dir)?;
+            tracing::info!(dir = %dir.display(), "wrote coefficients.tsv and metrics.json");
+        }
+        Ok(())
+    }
+}
+
+/// Runs a job with both halves in this thread and no actors, in exactly the message order
+/// of the cluster run: the reference the distributed runs must reproduce bit for bit.
+pub fn run_without_actors(job: &LassoJob, workers: usize) -> Result<LassoOutcome, StradsError> {
+    let (scheduler, _) = crate::kit::run_serial::<LassoApp>(job, workers, Delivery::Late)?;
+    Ok(scheduler.into_inner().outcome())
+}
+
+/// Registers the Lasso roles: the worker, scheduler 0 (`strads-lasso-scheduler`) and the
+/// further scheduler roles of a job with several schedulers ([`multi::scheduler_role_name`]).
+pub fn register(cluster: Cluster) -> Cluster {
+    let cluster = (0..multi::MAX_SCHEDULERS).fold(cluster, |c, index| {
+        c.role(&multi::scheduler_role_name(index), move |ctx| {
+            multi::scheduler_entry(ctx, index)
+        })
+    });
+    cluster.role(WORKER_ROLE, crate::kit::worker_role::<LassoApp>)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,292 @@
+//! Lasso with its coefficients split over several schedulers (`[app.lasso] schedulers = S`).
+//!
+//! **Partition.** The `d` coefficients are cut into `S` contiguous column ranges of about
+//! equal weight, the weight of column `j` being `nnz(x_j) + 1` ([`partition_columns`]): a
+//! push of `j` costs `nnz(x_j)` on the workers, so equal weights give the schedulers equal
+//! work per round. Contiguous ranges keep neighbouring features together; in the synthetic
+//! design (and in many real ones) correlated features are neighbours, and the dependency
+//! filter (`rho`) only sees the variables of its own scheduler, so a contiguous cut leaves
+//! at most one correlated group straddling each boundary.
+//!
+//! **Schedulers.** Scheduler `s` runs the role [`scheduler_role_name`]`(s)` (`s = 0` is the
+//! usual `strads-lasso-scheduler`); several may share a node (the node's first scheduler
+//! role runs all of them) or each have its own. Each runs its own [`LassoScheduling`] over
+//! the columns it owns ([`SliceScheduling`]: priority sampling, dependency filter,
+//! soft-threshold pull, local bookkeeping) and dispatches to every worker; the workers
+//! serve all of them and count applied commits per scheduler ([`super::LassoWorker`]).
+//! Round numbers are per scheduler.
+//!
+//! **Coordination.** The job runs in epochs of `eval_every` update rounds per scheduler.
+//! At the end of an epoch every scheduler drains its pipeline; a follower (`s > 0`) then
+//! sends one empty round to the workers (a flush: it is answered only after the workers
+//! applied all its earlier commits, which travel FIFO on the same connection) and asks the
+//! lead (scheduler 0) with a [`SyncReport`]: its non-zero coefficients, rounds, updates and
+//! whether it wants to stop (`max_rounds` reached or diverged). The lead, once it has its
+//! own epoch drained and every report in ([`SyncCore`]), is the only sender of work, so
+//! the workers' state is a consistent snapshot: it assembles the whole coefficient vector,
+//! dispatches one `Evaluate` round (workers return `X^T r` and `(y.y, y.r, r.r)`), and
+//! [`combine_evaluation`] gives the exact objective, KKT violation and duality gap. The
+//! stop rule ([`SyncCore::decide`]) is the single scheduler's: relative duality gap below
+//! `gap_tolerance`, objective at or below `target_objective`, any scheduler at
+//! `max_rounds`, or a non-finite objective. The decision (with the global L1 norm and
+//! update count) goes back as the reply; on stop the lead writes `coefficients.tsv` and
+//! `metrics.json` for the whole model.
+//!
+//! Between epochs the schedulers run unsynchronised, so a push may see some other
+//! scheduler's commits on one worker and not yet on another: the read is slightly stale,
+//! as in the STRADS papers' multi-scheduler runs; only the (exact) evaluations decide.
+//! The per-round objective trace of the lead is `1/2 ||r||^2` (current) plus `lambda`
+//! times its own L1 norm (exact) plus the other schedulers' L1 norm as of the last
+//! evaluation; `target_objective` is only checked at evaluations.
+
+use std::ops::Range;
+
+use super::SCHEDULER_ROLE;
+use super::config::LassoJob;
+use crate::error::StradsError;
+use petrel_ml::data::SparseColumns;
+
+mod partition;
+mod roles;
+mod serial;
+mod slice;
+mod sync;
+
+pub use partition::{column_range, column_weights, partition_columns};
+pub use roles::SYNC_ACTOR;
+pub(super) use roles::scheduler_entry;
+pub use serial::run_multi_without_actors;
+pub use slice::SliceScheduling;
+pub use sync::{
+    EvalNumbers, LeadStatus, MultiLassoMetrics, SchedulerSummary, SyncCore, SyncDecision,
+    SyncReport, combine_evaluation,
+};
+
+/// Scheduler roles registered (`strads-lasso-scheduler`, `strads-lasso-scheduler-1`, ...).
+pub const MAX_SCHEDULERS: usize = 16;
+/// Role of scheduler `index`: `strads-lasso-scheduler` for 0, `strads-lasso-scheduler-<i>`
+/// for the others.
+pub fn scheduler_role_name(index: usize) -> String {
+    if index == 0 {
+        SCHEDULER_ROLE.to_string()
+    } else {
+        format!("{SCHEDULER_ROLE}-{index}")
+    }
+}
+
+/// The scheduler index a role name stands for, if it is a Lasso scheduler role.
+pub fn scheduler_index_of(role: &str) -> Option<usize> {
+    if role == SCHEDULER_ROLE {
+        return Some(0);
+    }
+    role.strip_prefix(SCHEDULER_ROLE)?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+}
+
+/// Misconfigurations of a multi-scheduler job.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MultiSchedulerError {
+    /// `schedulers = 0`.
+    #[error("schedulers = 0: need at least one")]
+    NoSchedulers,
+    /// More schedulers than columns.
+    #[error("schedulers = {schedulers} but the design has only {features} features")]
+    TooManySchedulers {
+        /// Schedulers asked for.
+        schedulers: usize,
+        /// Columns of X.
+        features: usize,
+    },
+    /// More schedulers than roles registered.
+    #[error("schedulers = {schedulers}: at most {MAX_SCHEDULERS} are supported")]
+    AboveMax {
+        /// Schedulers asked for.
+        schedulers: usize,
+    },
+    /// A node runs a scheduler role beyond `schedulers`.
+    #[error(
+        "node {node} runs role {role}: scheduler index {index} out of range (schedulers = {schedulers})"
+    )]
+    IndexOutOfRange {
+        /// The node.
+        node: String,
+        /// The role.
+        role: String,
+        /// Its scheduler index.
+        index: usize,
+        /// Schedulers in the job.
+        schedulers: usize,
+    },
+    /// Two nodes run one scheduler role.
+    #[error("scheduler {index} is claimed by two nodes: {first} and {second}")]
+    Duplicate {
+        /// The scheduler index.
+        index: usize,
+        /// One node.
+        first: String,
+        /// The other.
+        second: String,
+    },
+    /// No node runs a scheduler role the job needs.
+    #[error("no node runs {role} (schedulers = {schedulers})")]
+    Missing {
+        /// The role.
+        role: String,
+        /// Schedulers in the job.
+        schedulers: usize,
+    },
+    /// Checkpoints were asked for with several schedulers.
+    #[error("checkpoint_dir / resume: checkpoints are implemented for one scheduler only")]
+    CheckpointUnsupported,
+    /// A report came from a scheduler that is not a follower.
+    #[error("report from scheduler {scheduler}: followers are 1..{schedulers}")]
+    NotAFollower {
+        /// The reporting index.
+        scheduler: usize,
+        /// Schedulers in the job.
+        schedulers: usize,
+    },
+    /// A report for another epoch.
+    #[error("scheduler {scheduler} reports epoch {reported} during epoch {current}")]
+    WrongEpoch {
+        /// The reporting scheduler.
+        scheduler: usize,
+        /// The epoch it reported.
+        reported: u64,
+        /// The lead's epoch.
+        current: u64,
+    },
+    /// Two reports from one scheduler in one epoch.
+    #[error("scheduler {scheduler} reported twice in epoch {epoch}")]
+    ReportedTwice {
+        /// The reporting scheduler.
+        scheduler: usize,
+        /// The epoch.
+        epoch: u64,
+    },
+    /// A report whose coefficients do not fit its columns.
+    #[error("scheduler {scheduler}: {what}")]
+    BadReport {
+        /// The reporting scheduler.
+        scheduler: usize,
+        /// What is wrong.
+        what: String,
+    },
+    /// A follower's report did not come in time.
+    #[error("no report from the other schedulers within {wait:?} (epoch {epoch})")]
+    ReportTimeout {
+        /// How long the lead waited.
+        wait: std::time::Duration,
+        /// The epoch.
+        epoch: u64,
+    },
+    /// The lead's report channel closed.
+    #[error("report channel closed")]
+    ReportChannelClosed,
+    /// The evaluation round gave no result.
+    #[error("the evaluation round produced no result")]
+    NoEvaluation,
+    /// A follower could not reach the lead.
+    #[error("synchronising with the lead on {lead}: {reason}")]
+    LeadUnreachable {
+        /// The lead's node.
+        lead: String,
+        /// The ask's error.
+        reason: String,
+    },
+    /// The lead answered for another epoch.
+    #[error("lead answered epoch {answered} for {epoch}")]
+    WrongDecision {
+        /// The epoch answered.
+        answered: u64,
+        /// The follower's epoch.
+        epoch: u64,
+    },
+    /// A scheduler index without a column range.
+    #[error("scheduler index {index} out of range (schedulers = {schedulers})")]
+    NoSuchScheduler {
+        /// The index.
+        index: usize,
+        /// Schedulers in the job.
+        schedulers: usize,
+    },
+}
+
+/// Which node runs each scheduler index, from every node's `(name, roles)`: exactly one node
+/// per index in `0..schedulers`, no index out of range.
+pub fn assign_schedulers(
+    nodes: &[(String, Vec<String>)],
+    schedulers: usize,
+) -> Result<Vec<String>, MultiSchedulerError> {
+    if schedulers == 0 {
+        return Err(MultiSchedulerError::NoSchedulers);
+    }
+    if schedulers > MAX_SCHEDULERS {
+        return Err(MultiSchedulerError::AboveMax { schedulers });
+    }
+    let mut owner: Vec<Option<String>> = vec![None; schedulers];
+    for (node, roles) in nodes {
+        for role in roles {
+            let Some(index) = scheduler_index_of(role) else {
+                continue;
+            };
+            let Some(slot) = owner.get_mut(index) else {
+                return Err(MultiSchedulerError::IndexOutOfRange {
+                    node: node.clone(),
+                    role: role.clone(),
+                    index,
+                    schedulers,
+                });
+            };
+            if let Some(first) = slot {
+                return Err(MultiSchedulerError::Duplicate {
+                    index,
+                    first: first.clone(),
+                    second: node.clone(),
+                });
+            }
+            *slot = Some(node.clone());
+        }
+    }
+    owner
+        .into_iter()
+        .enumerate()
+        .map(|(index, n)| {
+            n.ok_or_else(|| MultiSchedulerError::Missing {
+                role: scheduler_role_name(index),
+                schedulers,
+            })
+        })
+        .collect()
+}
+
+/// The partition and the scheduler halves of a job on `(x, y)`.
+pub(super) fn build_schedulers(
+    x: &SparseColumns,
+    y: &[f32],
+    job: &LassoJob,
+    workers: usize,
+    indices: &[usize],
+) -> Result<(Vec<Range<usize>>, Vec<SliceScheduling>), StradsError> {
+    let ranges = partition_columns(&column_weights(x), job.schedulers)?;
+    let lambda = job.resolve_lambda(x, y);
+    let apps = indices
+        .iter()
+        .map(|&s| {
+            let range = ranges
+                .get(s)
+                .cloned()
+                .ok_or(MultiSchedulerError::NoSuchScheduler {
+                    index: s,
+                    schedulers: job.schedulers,
+                })?;
+            SliceScheduling::new(x, y, job, workers, s, range, lambda)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((ranges, apps))
+}
+
+#[cfg(test)]
+mod tests;

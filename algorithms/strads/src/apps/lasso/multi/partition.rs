@@ -1,0 +1,71 @@
+//! The partition of the coefficients over the schedulers: contiguous column ranges of
+//! about equal weight (see the module docs of [`super`]).
+
+use super::{MAX_SCHEDULERS, MultiSchedulerError};
+use petrel_ml::data::SparseColumns;
+use std::ops::Range;
+
+/// Weight of each column for partitioning: `nnz(x_j) + 1` (the cost of a push, plus one
+/// so that empty columns still count).
+pub fn column_weights(x: &SparseColumns) -> Vec<u64> {
+    x.column_starts
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as u64 + 1)
+        .collect()
+}
+
+/// Cuts columns `0..weights.len()` into `schedulers` non-empty contiguous ranges of about
+/// equal total weight: boundary `k` is the first column where the prefix weight reaches
+/// `k/S` of the total, moved as little as needed to keep every range non-empty. Each
+/// range's weight is then within one column's weight of `total / S`.
+pub fn partition_columns(
+    weights: &[u64],
+    schedulers: usize,
+) -> Result<Vec<Range<usize>>, MultiSchedulerError> {
+    let d = weights.len();
+    if schedulers == 0 {
+        return Err(MultiSchedulerError::NoSchedulers);
+    }
+    if schedulers > MAX_SCHEDULERS {
+        return Err(MultiSchedulerError::AboveMax { schedulers });
+    }
+    if schedulers > d {
+        return Err(MultiSchedulerError::TooManySchedulers {
+            schedulers,
+            features: d,
+        });
+    }
+    let total: u128 = weights.iter().map(|&w| u128::from(w)).sum();
+    let mut prefix = Vec::with_capacity(d + 1);
+    prefix.push(0u128);
+    for &w in weights {
+        let last = prefix[prefix.len() - 1];
+        prefix.push(last + u128::from(w));
+    }
+    let mut bounds = vec![0usize];
+    for k in 1..schedulers {
+        let target = total * k as u128 / schedulers as u128;
+        // First boundary b (columns 0..b) whose prefix weight reaches the target.
+        let b = prefix.partition_point(|&p| p < target);
+        let lo = bounds[k - 1] + 1;
+        let hi = d - (schedulers - k);
+        bounds.push(b.clamp(lo, hi));
+    }
+    bounds.push(d);
+    Ok(bounds.windows(2).map(|w| w[0]..w[1]).collect())
+}
+
+/// The columns `range` of `x` (all rows), renumbered from 0.
+pub fn column_range(x: &SparseColumns, range: Range<usize>) -> SparseColumns {
+    let lo = x.column_starts[range.start];
+    let hi = x.column_starts[range.end];
+    SparseColumns {
+        n_rows: x.n_rows,
+        column_starts: x.column_starts[range.start..=range.end]
+            .iter()
+            .map(|s| s - lo)
+            .collect(),
+        row_indices: x.row_indices[lo..hi].to_vec(),
+        values: x.values[lo..hi].to_vec(),
+    }
+}

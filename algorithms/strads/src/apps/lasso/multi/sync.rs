@@ -1,0 +1,427 @@
+//! The lead's synchronisation logic (sans-I/O): the followers' reports, the assembled
+//! model, the exact evaluation of the whole model and the stop rule.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use super::MultiSchedulerError;
+use super::slice::SliceScheduling;
+use crate::apps::lasso::config::LassoJob;
+use crate::apps::lasso::scheduling::{Evaluation, LassoMetrics, common_applied};
+use crate::apps::lasso::wire::LassoPartial;
+use crate::core::ModelError;
+use crate::core::lasso::{dual_scale, kkt_violation};
+use petrel_messages::tensor::f32_bytes;
+use serde::{Deserialize, Serialize};
+
+/// Follower -> lead at the end of an epoch (follower drained and flushed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncReport {
+    /// The epoch that ended.
+    pub epoch: u64,
+    /// The reporting scheduler.
+    pub scheduler: u32,
+    /// Rounds this scheduler ran so far.
+    pub rounds: u64,
+    /// Coordinate updates this scheduler ran so far.
+    pub updates: u64,
+    /// It reached `max_rounds` or diverged.
+    pub wants_stop: bool,
+    /// Its non-zero coefficients (global indices).
+    pub vars: Vec<u32>,
+    /// Their values.
+    #[serde(with = "f32_bytes")]
+    pub values: Vec<f32>,
+}
+
+/// Lead -> follower: the reply to a [`SyncReport`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncDecision {
+    /// The epoch decided.
+    pub epoch: u64,
+    /// The job stops.
+    pub stop: bool,
+    /// Why the job stops (empty when it goes on).
+    pub reason: String,
+    /// `||b||_1` of the whole model at this evaluation.
+    pub l1_total: f64,
+    /// Coordinate updates of the whole model so far.
+    pub updates_total: u64,
+}
+
+petrel_messages::remote_message!(SyncReport => SyncDecision, "petrel.strads.lasso.sync");
+
+/// An exact evaluation of the whole model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalNumbers {
+    /// The objective.
+    pub objective: f64,
+    /// Max KKT violation.
+    pub kkt_violation: f64,
+    /// Duality gap.
+    pub duality_gap: f64,
+    /// `||b||_1`.
+    pub l1: f64,
+    /// Non-zero coefficients.
+    pub nonzeros: usize,
+}
+
+/// Sums the workers' `Evaluate` partials and computes the objective, KKT violation and
+/// duality gap of `coefficients` (the whole model). Returns the common applied count too.
+pub fn combine_evaluation(
+    partials: &[LassoPartial],
+    coefficients: &[f32],
+    lambda: f32,
+) -> Result<(EvalNumbers, u64), ModelError> {
+    let d = coefficients.len();
+    let mut xtr = vec![0.0f64; d];
+    let (mut yy, mut yr, mut rr) = (0.0, 0.0, 0.0);
+    let mut applied = Vec::with_capacity(partials.len());
+    for p in partials {
+        let LassoPartial::Eval {
+            x_t_residual,
+            yy: a,
+            yr: b,
+            rr: c,
+            applied: n,
+        } = p
+        else {
+            return Err(ModelError::protocol("update answer to an evaluation"));
+        };
+        if x_t_residual.len() != d {
+            return Err(ModelError::DimensionMismatch(format!(
+                "X^T r of length {} for {d} features",
+                x_t_residual.len()
+            )));
+        }
+        xtr.iter_mut().zip(x_t_residual).for_each(|(s, v)| *s += v);
+        yy += a;
+        yr += b;
+        rr += c;
+        applied.push(*n);
+    }
+    let applied = common_applied(applied.into_iter())?;
+    let l1: f64 = coefficients.iter().map(|v| f64::from(v.abs())).sum();
+    let objective = 0.5 * rr + f64::from(lambda) * l1;
+    let s = dual_scale(&xtr, lambda);
+    let y_minus_theta = yy - 2.0 * s * yr + s * s * rr;
+    let duality_gap = objective - (0.5 * yy - 0.5 * y_minus_theta);
+    Ok((
+        EvalNumbers {
+            objective,
+            kkt_violation: kkt_violation(&xtr, coefficients, lambda),
+            duality_gap,
+            l1,
+            nonzeros: coefficients.iter().filter(|v| **v != 0.0).count(),
+        },
+        applied,
+    ))
+}
+
+/// What the lead knows of itself at a synchronisation point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeadStatus {
+    /// Rounds the lead ran.
+    pub rounds: u64,
+    /// Coordinate updates the lead ran.
+    pub updates: u64,
+    /// The lead reached `max_rounds` or diverged.
+    pub wants_stop: bool,
+}
+
+/// Per-scheduler totals in `metrics.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerSummary {
+    /// The scheduler's index.
+    pub scheduler: usize,
+    /// Owned columns `first_feature..first_feature + features` (0-based).
+    pub first_feature: usize,
+    /// Columns owned.
+    pub features: usize,
+    /// Rounds run.
+    pub rounds: u64,
+    /// Coordinate updates run.
+    pub updates: u64,
+}
+
+/// The lead's synchronisation logic: collects one report per follower and epoch, assembles
+/// the model, and decides whether to stop.
+#[derive(Debug, Clone)]
+pub struct SyncCore {
+    ranges: Vec<Range<usize>>,
+    epoch: u64,
+    reports: Vec<Option<SyncReport>>,
+    /// Last report of every follower (kept across epochs for the summary).
+    last: Vec<Option<SyncReport>>,
+}
+
+impl SyncCore {
+    /// The lead of schedulers owning `ranges` (index = scheduler).
+    pub fn new(ranges: Vec<Range<usize>>) -> Self {
+        let s = ranges.len();
+        SyncCore {
+            ranges,
+            epoch: 0,
+            reports: vec![None; s],
+            last: vec![None; s],
+        }
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Schedulers in the job.
+    pub fn schedulers(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Accepts a follower's report for the current epoch.
+    pub fn add(&mut self, r: SyncReport) -> Result<(), MultiSchedulerError> {
+        let s = r.scheduler as usize;
+        if s == 0 || s >= self.ranges.len() {
+            return Err(MultiSchedulerError::NotAFollower {
+                scheduler: s,
+                schedulers: self.ranges.len(),
+            });
+        }
+        if r.epoch != self.epoch {
+            return Err(MultiSchedulerError::WrongEpoch {
+                scheduler: s,
+                reported: r.epoch,
+                current: self.epoch,
+            });
+        }
+        if self.reports[s].is_some() {
+            return Err(MultiSchedulerError::ReportedTwice {
+                scheduler: s,
+                epoch: self.epoch,
+            });
+        }
+        if r.vars.len() != r.values.len() {
+            return Err(MultiSchedulerError::BadReport {
+                scheduler: s,
+                what: format!("{} vars but {} values", r.vars.len(), r.values.len()),
+            });
+        }
+        let range = &self.ranges[s];
+        if let Some(&bad) = r.vars.iter().find(|&&j| !range.contains(&(j as usize))) {
+            return Err(MultiSchedulerError::BadReport {
+                scheduler: s,
+                what: format!("reports coordinate {bad} outside its columns {range:?}"),
+            });
+        }
+        self.reports[s] = Some(r);
+        Ok(())
+    }
+
+    /// Every follower reported in this epoch.
+    pub fn complete(&self) -> bool {
+        self.reports.iter().skip(1).all(Option::is_some)
+    }
+
+    /// Writes the followers' coefficients into `coefficients` (their ranges are zeroed
+    /// first; only non-zeros travel).
+    pub fn merge(&self, coefficients: &mut [f32]) {
+        for (range, report) in self.ranges.iter().zip(&self.reports).skip(1) {
+            coefficients[range.clone()].fill(0.0);
+            if let Some(r) = report {
+                for (&j, &v) in r.vars.iter().zip(&r.values) {
+                    coefficients[j as usize] = v;
+                }
+            }
+        }
+    }
+
+    /// The stop decision after the evaluation of this epoch; moves to the next epoch.
+    pub fn decide(
+        &mut self,
+        lead: LeadStatus,
+        eval: &EvalNumbers,
+        gap_tolerance: Option<f64>,
+        target_objective: Option<f64>,
+    ) -> SyncDecision {
+        let followers = || self.reports.iter().skip(1).flatten();
+        let updates_total = lead.updates + followers().map(|r| r.updates).sum::<u64>();
+        let mut reasons = Vec::new();
+        if !eval.objective.is_finite() {
+            reasons.push("objective is not finite (diverged)".to_string());
+        }
+        if let Some(tol) = gap_tolerance
+            && eval.duality_gap <= tol * eval.objective.abs().max(f64::MIN_POSITIVE)
+        {
+            reasons.push(format!(
+                "duality gap {:.3e} within tolerance",
+                eval.duality_gap
+            ));
+        }
+        if let Some(target) = target_objective
+            && eval.objective <= target
+        {
+            reasons.push(format!("objective reached the target {target}"));
+        }
+        if lead.wants_stop {
+            reasons.push("scheduler 0 reached max_rounds or diverged".into());
+        }
+        for r in followers().filter(|r| r.wants_stop) {
+            reasons.push(format!(
+                "scheduler {} reached max_rounds or diverged",
+                r.scheduler
+            ));
+        }
+        let decision = SyncDecision {
+            epoch: self.epoch,
+            stop: !reasons.is_empty(),
+            reason: reasons.join("; "),
+            l1_total: eval.l1,
+            updates_total,
+        };
+        for (last, r) in self.last.iter_mut().zip(self.reports.iter_mut()) {
+            if let Some(r) = r.take() {
+                *last = Some(r);
+            }
+        }
+        self.epoch += 1;
+        decision
+    }
+
+    /// Per-scheduler totals (the lead's from `lead`, the others' from their last report).
+    pub fn summary(&self, lead: LeadStatus) -> Vec<SchedulerSummary> {
+        self.ranges
+            .iter()
+            .enumerate()
+            .map(|(s, range)| {
+                let (rounds, updates) = if s == 0 {
+                    (lead.rounds, lead.updates)
+                } else {
+                    self.last[s]
+                        .as_ref()
+                        .map(|r| (r.rounds, r.updates))
+                        .unwrap_or((0, 0))
+                };
+                SchedulerSummary {
+                    scheduler: s,
+                    first_feature: range.start,
+                    features: range.len(),
+                    rounds,
+                    updates,
+                }
+            })
+            .collect()
+    }
+}
+
+/// `metrics.json` of a multi-scheduler job: the single-scheduler fields (whole model;
+/// `rounds` and `updates` are summed over the schedulers, every evaluation's `updates` is
+/// the global count, the `objective` trace is the lead's) plus the partition and the
+/// per-scheduler totals. It reads as a [`LassoMetrics`] too.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MultiLassoMetrics {
+    /// The single-scheduler fields.
+    #[serde(flatten)]
+    pub base: LassoMetrics,
+    /// Schedulers in the job.
+    pub schedulers: usize,
+    /// Per-scheduler totals.
+    pub per_scheduler: Vec<SchedulerSummary>,
+}
+
+/// The lead's bookkeeping across epochs (shared by the actor run and the local driver).
+pub(super) struct LeadBook {
+    pub(super) core: SyncCore,
+    pub(super) evaluations: Vec<Evaluation>,
+    pub(super) job: LassoJob,
+    pub(super) workers: usize,
+    pub(super) n_samples: usize,
+}
+
+impl LeadBook {
+    /// The model to evaluate: the lead's own slice plus the reports.
+    pub(super) fn assemble(&self, lead: &SliceScheduling) -> Vec<f32> {
+        let mut b = vec![0.0f32; lead.n_features];
+        lead.fill(&mut b);
+        self.core.merge(&mut b);
+        b
+    }
+
+    pub(super) fn decide(
+        &mut self,
+        lead: &mut SliceScheduling,
+    ) -> Result<SyncDecision, MultiSchedulerError> {
+        let (round, eval, elapsed) = lead
+            .take_evaluation()
+            .ok_or(MultiSchedulerError::NoEvaluation)?;
+        let d = self.core.decide(
+            lead.status(),
+            &eval,
+            self.job.gap_tolerance,
+            self.job.target_objective,
+        );
+        tracing::info!(
+            epoch = d.epoch,
+            round,
+            updates = d.updates_total,
+            objective = format!("{:.6}", eval.objective),
+            kkt = format!("{:.3e}", eval.kkt_violation),
+            gap = format!("{:.3e}", eval.duality_gap),
+            nonzeros = eval.nonzeros,
+            "lasso evaluation (all schedulers)"
+        );
+        self.evaluations.push(Evaluation {
+            round,
+            updates: d.updates_total,
+            elapsed_s: elapsed.as_secs_f64(),
+            objective: eval.objective,
+            kkt_violation: eval.kkt_violation,
+            duality_gap: eval.duality_gap,
+            nonzeros: eval.nonzeros,
+        });
+        lead.apply_decision(&d);
+        Ok(d)
+    }
+
+    pub(super) fn outcome(
+        &self,
+        lead: &SliceScheduling,
+        coefficients: Vec<f32>,
+        elapsed: Duration,
+    ) -> (Vec<f32>, MultiLassoMetrics) {
+        let summary = self.core.summary(lead.status());
+        let last = self.evaluations.last();
+        let nan = f64::NAN;
+        let target = self.job.target_objective;
+        let reached = target.and_then(|t| self.evaluations.iter().find(|e| e.objective <= t));
+        let base = LassoMetrics {
+            mode: self.job.mode.to_string(),
+            lambda: lead.lambda,
+            n_samples: self.n_samples,
+            n_features: lead.n_features,
+            workers: self.workers,
+            block_size: self.job.block_size,
+            rho: self.job.rho,
+            depth: self.job.depth,
+            rounds: summary.iter().map(|s| s.rounds).sum(),
+            updates: summary.iter().map(|s| s.updates).sum(),
+            elapsed_s: elapsed.as_secs_f64(),
+            final_objective: last.map_or(nan, |e| e.objective),
+            final_kkt_violation: last.map_or(nan, |e| e.kkt_violation),
+            final_duality_gap: last.map_or(nan, |e| e.duality_gap),
+            target_objective: target,
+            target_updates: reached.map(|e| e.updates),
+            target_s: reached.map(|e| e.elapsed_s),
+            objective: lead.metrics().objective.clone(),
+            evaluations: self.evaluations.clone(),
+            checkpoints: Vec::new(),
+            resumed_from_round: None,
+        };
+        (
+            coefficients,
+            MultiLassoMetrics {
+                base,
+                schedulers: self.core.schedulers(),
+                per_scheduler: summary,
+            },
+        )
+    }
+}

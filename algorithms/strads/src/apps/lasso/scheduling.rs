@@ -1,0 +1,572 @@
+//! Lasso's scheduler half: priority sampling and the dependency filter
+//! ([`crate::core::scheduler`]), the soft-threshold pull, exact evaluations and the
+//! metrics.
+//!
+//! Every `eval_every` update rounds (and at the end) the scheduler drains the pipeline and
+//! runs an `Evaluate` round: workers return `X^T r` and `(y.y, y.r, r.r)` partials, from
+//! which it computes the KKT violation and the duality gap exactly. The objective itself is
+//! tracked every round from the squared-residual partials that come with each push.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::config::LassoJob;
+use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
+use crate::core::ModelError;
+use crate::core::app::{Plan, Schedule, Step};
+use crate::core::lasso::{dual_scale, kkt_violation, pull};
+use crate::core::scheduler::{
+    ColumnCorrelationCache, DependencyFilter, LassoScheduler, SchedulerState,
+};
+use crate::error::StradsError;
+use crate::kit::{write_json, write_output};
+use petrel_ml::data::SparseColumns;
+use serde::{Deserialize, Serialize};
+
+/// One point of the objective trace: the state after `updates` coordinate updates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObjectivePoint {
+    pub round: u64,
+    pub updates: u64,
+    pub elapsed_s: f64,
+    pub objective: f64,
+}
+
+/// An exact evaluation (pipeline drained).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    pub round: u64,
+    pub updates: u64,
+    pub elapsed_s: f64,
+    pub objective: f64,
+    pub kkt_violation: f64,
+    pub duality_gap: f64,
+    pub nonzeros: usize,
+}
+
+/// `metrics.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LassoMetrics {
+    pub mode: String,
+    pub lambda: f32,
+    pub n_samples: usize,
+    pub n_features: usize,
+    pub workers: usize,
+    pub block_size: usize,
+    pub rho: Option<f32>,
+    pub depth: usize,
+    pub rounds: u64,
+    pub updates: u64,
+    pub elapsed_s: f64,
+    pub final_objective: f64,
+    pub final_kkt_violation: f64,
+    pub final_duality_gap: f64,
+    /// Updates / seconds at which `target_objective` was first reached.
+    pub target_objective: Option<f64>,
+    pub target_updates: Option<u64>,
+    pub target_s: Option<f64>,
+    pub objective: Vec<ObjectivePoint>,
+    pub evaluations: Vec<Evaluation>,
+    /// Rounds at which checkpoints were written (including before a resume).
+    #[serde(default)]
+    pub checkpoints: Vec<u64>,
+    /// The checkpoint round this run resumed from.
+    #[serde(default)]
+    pub resumed_from_round: Option<u64>,
+}
+
+/// What an in-flight round is.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum InFlight {
+    Update(Vec<usize>),
+    Evaluate,
+}
+
+/// Scheduler half: priorities, dependency filter, coefficients, pull and metrics.
+pub struct LassoScheduling {
+    scheduler: LassoScheduler,
+    coefficients: Vec<f32>,
+    col_sq_norms: Vec<f64>,
+    lambda: f32,
+    job: LassoJob,
+    pub(super) in_flight: VecDeque<(u64, InFlight)>,
+    busy: HashSet<usize>,
+    /// After commit `a`: L1 norm and cumulative updates (index = commits applied).
+    l1_after: Vec<f64>,
+    updates_after: Vec<u64>,
+    l1: f64,
+    pub(super) updates: u64,
+    update_rounds_since_eval: u64,
+    rounds_scheduled: u64,
+    pub(super) stopping: bool,
+    final_eval_sent: bool,
+    pub(super) metrics: LassoMetrics,
+}
+
+impl LassoScheduling {
+    /// `x` is the full design (for norms and correlations), `workers` the worker count.
+    pub fn new(
+        x: &SparseColumns,
+        y: &[f32],
+        job: &LassoJob,
+        workers: usize,
+    ) -> Result<Self, StradsError> {
+        if x.n_rows != y.len() {
+            return Err(ModelError::DimensionMismatch(format!(
+                "X has {} rows, y has {}",
+                x.n_rows,
+                y.len()
+            ))
+            .into());
+        }
+        let lambda = job.resolve_lambda(x, y);
+        let x = Arc::new(x.clone());
+        let filter = job.rho.map(|rho| DependencyFilter {
+            rho,
+            oracle: Box::new(ColumnCorrelationCache::new(x.clone(), 1 << 20)),
+        });
+        let scheduler = LassoScheduler::new(x.n_columns(), job.scheduler_config(), filter)?;
+        Ok(LassoScheduling {
+            scheduler,
+            coefficients: vec![0.0; x.n_columns()],
+            col_sq_norms: x.column_sq_norms(),
+            lambda,
+            in_flight: VecDeque::new(),
+            busy: HashSet::new(),
+            l1_after: vec![0.0],
+            updates_after: vec![0],
+            l1: 0.0,
+            updates: 0,
+            update_rounds_since_eval: 0,
+            rounds_scheduled: 0,
+            stopping: false,
+            final_eval_sent: false,
+            metrics: LassoMetrics {
+                mode: job.mode.to_string(),
+                lambda,
+                n_samples: x.n_rows,
+                n_features: x.n_columns(),
+                workers,
+                block_size: job.block_size,
+                rho: job.rho,
+                depth: job.depth,
+                rounds: 0,
+                updates: 0,
+                elapsed_s: 0.0,
+                final_objective: f64::NAN,
+                final_kkt_violation: f64::NAN,
+                final_duality_gap: f64::NAN,
+                target_objective: job.target_objective,
+                target_updates: None,
+                target_s: None,
+                objective: Vec::new(),
+                evaluations: Vec::new(),
+                checkpoints: Vec::new(),
+                resumed_from_round: None,
+            },
+            job: job.clone(),
+        })
+    }
+
+    /// The job's lambda.
+    pub fn lambda(&self) -> f32 {
+        self.lambda
+    }
+
+    /// The coefficients so far.
+    pub fn coefficients(&self) -> &[f32] {
+        &self.coefficients
+    }
+
+    /// The metrics so far.
+    pub fn metrics(&self) -> &LassoMetrics {
+        &self.metrics
+    }
+
+    /// The model and metrics as they are now.
+    pub fn outcome(&self) -> LassoOutcome {
+        LassoOutcome {
+            coefficients: self.coefficients.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    fn evaluate(&mut self, round: u64) -> Step<LassoTask> {
+        self.in_flight.push_back((round, InFlight::Evaluate));
+        self.update_rounds_since_eval = 0;
+        self.rounds_scheduled += 1;
+        Step::Run(Plan::All(LassoTask::Evaluate))
+    }
+
+    fn record_objective(&mut self, round: u64, applied: u64, sq: f64, elapsed: Duration) {
+        let Some(&l1) = self.l1_after.get(applied as usize) else {
+            return;
+        };
+        let objective = 0.5 * sq + f64::from(self.lambda) * l1;
+        let updates = self.updates_after[applied as usize];
+        let elapsed_s = elapsed.as_secs_f64();
+        self.metrics.objective.push(ObjectivePoint {
+            round,
+            updates,
+            elapsed_s,
+            objective,
+        });
+        if let Some(target) = self.job.target_objective
+            && objective <= target
+            && self.metrics.target_updates.is_none()
+        {
+            self.metrics.target_updates = Some(updates);
+            self.metrics.target_s = Some(elapsed_s);
+            self.stopping = true;
+        }
+        if !objective.is_finite() {
+            tracing::warn!(round, "objective is not finite: diverged");
+            self.stopping = true;
+        }
+    }
+
+    /// Per-commit bookkeeping after a round that changed no coefficient either.
+    pub(super) fn after_commit(&mut self) {
+        self.l1_after.push(self.l1);
+        self.updates_after.push(self.updates);
+    }
+}
+
+/// All workers must report the same `applied` count (they see the same message sequence).
+pub(super) fn common_applied(applied: impl Iterator<Item = u64>) -> Result<u64, ModelError> {
+    let all: Vec<u64> = applied.collect();
+    match all.first() {
+        Some(&a) if all.iter().all(|&b| b == a) => Ok(a),
+        _ => Err(ModelError::protocol(format!(
+            "workers report different commit counts {all:?}"
+        ))),
+    }
+}
+
+impl Schedule<LassoApp> for LassoScheduling {
+    fn schedule(&mut self, round: u64, in_flight: usize) -> Step<LassoTask> {
+        if !self.stopping && self.rounds_scheduled >= self.job.max_rounds {
+            self.stopping = true;
+        }
+        if self.stopping {
+            return if in_flight > 0 {
+                Step::Wait
+            } else if !self.final_eval_sent {
+                self.final_eval_sent = true;
+                self.evaluate(round)
+            } else {
+                Step::Done
+            };
+        }
+        if self.job.eval_every > 0 && self.update_rounds_since_eval >= self.job.eval_every {
+            return if in_flight > 0 {
+                Step::Wait
+            } else {
+                self.evaluate(round)
+            };
+        }
+        let vars: Vec<usize> = self
+            .scheduler
+            .next_round()
+            .into_iter()
+            .filter(|j| !self.busy.contains(j))
+            .collect();
+        if vars.is_empty() {
+            return if in_flight > 0 {
+                Step::Wait
+            } else {
+                // Cannot happen (nothing busy), but never dispatch an empty round.
+                self.stopping = true;
+                self.schedule(round, in_flight)
+            };
+        }
+        self.busy.extend(vars.iter().copied());
+        let values = vars.iter().map(|&j| self.coefficients[j]).collect();
+        let task = LassoTask::Update {
+            vars: vars.iter().map(|&j| j as u32).collect(),
+            values,
+        };
+        self.in_flight.push_back((round, InFlight::Update(vars)));
+        self.update_rounds_since_eval += 1;
+        self.rounds_scheduled += 1;
+        Step::Run(Plan::All(task))
+    }
+
+    fn pull(
+        &mut self,
+        round: u64,
+        partials: Vec<LassoPartial>,
+        elapsed: Duration,
+    ) -> Result<LassoCommit, ModelError> {
+        let Some((expected, kind)) = self.in_flight.pop_front() else {
+            return Err(ModelError::protocol(format!(
+                "pull of round {round} with nothing in flight"
+            )));
+        };
+        if expected != round {
+            return Err(ModelError::protocol(format!(
+                "pull of round {round}, expected {expected}"
+            )));
+        }
+        self.metrics.rounds = round + 1;
+        self.metrics.elapsed_s = elapsed.as_secs_f64();
+        let commit = match kind {
+            InFlight::Update(vars) => {
+                let mut summed = vec![0.0f32; vars.len()];
+                let mut sq = 0.0;
+                let mut applied = Vec::with_capacity(partials.len());
+                for p in &partials {
+                    let LassoPartial::Z {
+                        z,
+                        sq_residual,
+                        applied: a,
+                    } = p
+                    else {
+                        return Err(ModelError::protocol(format!(
+                            "round {round}: evaluation answer to an update"
+                        )));
+                    };
+                    if z.len() != vars.len() {
+                        return Err(ModelError::DimensionMismatch(format!(
+                            "round {round}: {} partials for {} vars",
+                            z.len(),
+                            vars.len()
+                        )));
+                    }
+                    summed.iter_mut().zip(z).for_each(|(s, v)| *s += v);
+                    sq += sq_residual;
+                    applied.push(*a);
+                }
+                let applied = common_applied(applied.into_iter())?;
+                self.record_objective(round, applied, sq, elapsed);
+                let new_values = pull(&vars, &summed, &self.col_sq_norms, self.lambda);
+                let mut changes = Vec::with_capacity(vars.len());
+                for (&j, &value) in vars.iter().zip(&new_values) {
+                    let old = self.coefficients[j];
+                    self.l1 += f64::from(value.abs()) - f64::from(old.abs());
+                    self.coefficients[j] = value;
+                    changes.push((j, value - old));
+                    self.busy.remove(&j);
+                }
+                self.scheduler.commit(&changes);
+                self.updates += vars.len() as u64;
+                LassoCommit {
+                    vars: vars.iter().map(|&j| j as u32).collect(),
+                    deltas: changes.iter().map(|c| c.1).collect(),
+                }
+            }
+            InFlight::Evaluate => {
+                let d = self.coefficients.len();
+                let mut xtr = vec![0.0f64; d];
+                let (mut yy, mut yr, mut rr) = (0.0, 0.0, 0.0);
+                let mut applied = Vec::with_capacity(partials.len());
+                for p in &partials {
+                    let LassoPartial::Eval {
+                        x_t_residual,
+                        yy: a,
+                        yr: b,
+                        rr: c,
+                        applied: n,
+                    } = p
+                    else {
+                        return Err(ModelError::protocol(format!(
+                            "round {round}: update answer to an evaluation"
+                        )));
+                    };
+                    if x_t_residual.len() != d {
+                        return Err(ModelError::DimensionMismatch(format!(
+                            "round {round}: X^T r of length {} for {d} features",
+                            x_t_residual.len()
+                        )));
+                    }
+                    xtr.iter_mut().zip(x_t_residual).for_each(|(s, v)| *s += v);
+                    yy += a;
+                    yr += b;
+                    rr += c;
+                    applied.push(*n);
+                }
+                common_applied(applied.into_iter())?;
+                // Exact: evaluation rounds are only dispatched with the pipeline drained.
+                self.l1 = self.coefficients.iter().map(|v| f64::from(v.abs())).sum();
+                let lambda = f64::from(self.lambda);
+                let objective = 0.5 * rr + lambda * self.l1;
+                let s = dual_scale(&xtr, self.lambda);
+                let y_minus_theta = yy - 2.0 * s * yr + s * s * rr;
+                let gap = objective - (0.5 * yy - 0.5 * y_minus_theta);
+                let kkt = kkt_violation(&xtr, &self.coefficients, self.lambda);
+                let nonzeros = self.coefficients.iter().filter(|v| **v != 0.0).count();
+                let eval = Evaluation {
+                    round,
+                    updates: self.updates,
+                    elapsed_s: elapsed.as_secs_f64(),
+                    objective,
+                    kkt_violation: kkt,
+                    duality_gap: gap,
+                    nonzeros,
+                };
+                tracing::info!(
+                    round,
+                    updates = self.updates,
+                    objective = format!("{objective:.6}"),
+                    kkt = format!("{kkt:.3e}"),
+                    gap = format!("{gap:.3e}"),
+                    nonzeros,
+                    "lasso evaluation"
+                );
+                self.metrics.final_objective = objective;
+                self.metrics.final_kkt_violation = kkt;
+                self.metrics.final_duality_gap = gap;
+                self.metrics.evaluations.push(eval);
+                if let Some(tol) = self.job.gap_tolerance
+                    && gap <= tol * objective.abs().max(f64::MIN_POSITIVE)
+                {
+                    self.stopping = true;
+                }
+                if !objective.is_finite() {
+                    self.stopping = true;
+                }
+                LassoCommit::empty()
+            }
+        };
+        self.metrics.updates = self.updates;
+        self.after_commit();
+        Ok(commit)
+    }
+}
+
+/// The finished model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LassoOutcome {
+    /// Coefficients by feature.
+    pub coefficients: Vec<f32>,
+    /// `metrics.json`.
+    pub metrics: LassoMetrics,
+}
+
+impl LassoOutcome {
+    /// Writes `coefficients.tsv` (`feature<TAB>value` for every feature, numbered 1-based
+    /// like LIBSVM indices) and `metrics.json`.
+    pub fn write(&self, dir: &std::path::Path) -> Result<(), StradsError> {
+        write_coefficients(dir, &self.coefficients)?;
+        write_json(dir, "metrics.json", &self.metrics)
+    }
+}
+
+/// Writes `coefficients.tsv`: `feature<TAB>value` for every feature, numbered 1-based like
+/// LIBSVM indices (Lasso and sparse logistic regression).
+pub fn write_coefficients(dir: &std::path::Path, coefficients: &[f32]) -> Result<(), StradsError> {
+    let mut text = String::with_capacity(coefficients.len() * 12);
+    for (j, v) in coefficients.iter().enumerate() {
+        text.push_str(&format!("{}\t{v}\n", j + 1));
+    }
+    write_output(dir, "coefficients.tsv", text.as_bytes())
+}
+
+/// The scheduler half's state at a drain point: what a checkpoint saves and restores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LassoSchedulingState {
+    /// The coordinate scheduler's priorities, cursor and RNG position.
+    pub scheduler: SchedulerState,
+    /// The coefficients.
+    pub coefficients: Vec<f32>,
+    /// L1 norm after each commit.
+    pub l1_after: Vec<f64>,
+    /// Cumulative updates after each commit.
+    pub updates_after: Vec<u64>,
+    /// Current L1 norm.
+    pub l1: f64,
+    /// Coordinate updates so far.
+    pub updates: u64,
+    /// Update rounds since the last evaluation.
+    pub update_rounds_since_eval: u64,
+    /// Rounds scheduled so far.
+    pub rounds_scheduled: u64,
+    /// The stop rule fired.
+    pub stopping: bool,
+    /// The final evaluation was dispatched.
+    pub final_eval_sent: bool,
+    /// Metrics so far.
+    pub metrics: LassoMetrics,
+    /// Commits every worker has applied (they must report the same on restore).
+    pub worker_applied: u64,
+}
+
+impl LassoScheduling {
+    /// The state to checkpoint (call it with nothing in flight).
+    pub fn export_state(&self) -> LassoSchedulingState {
+        LassoSchedulingState {
+            scheduler: self.scheduler.export_state(),
+            coefficients: self.coefficients.clone(),
+            l1_after: self.l1_after.clone(),
+            updates_after: self.updates_after.clone(),
+            l1: self.l1,
+            updates: self.updates,
+            update_rounds_since_eval: self.update_rounds_since_eval,
+            rounds_scheduled: self.rounds_scheduled,
+            stopping: self.stopping,
+            final_eval_sent: self.final_eval_sent,
+            metrics: self.metrics.clone(),
+            worker_applied: self.commits(),
+        }
+    }
+
+    /// Continues from a checkpointed state (of the same job).
+    pub fn import_state(&mut self, s: &LassoSchedulingState) -> Result<(), ModelError> {
+        if s.coefficients.len() != self.coefficients.len() {
+            return Err(ModelError::DimensionMismatch(format!(
+                "{} coefficients for {} features",
+                s.coefficients.len(),
+                self.coefficients.len()
+            )));
+        }
+        if s.l1_after.len() != s.updates_after.len()
+            || s.l1_after.len() as u64 != s.worker_applied + 1
+        {
+            return Err(ModelError::Invariant(
+                "inconsistent commit bookkeeping".into(),
+            ));
+        }
+        self.scheduler.import_state(&s.scheduler)?;
+        self.coefficients = s.coefficients.clone();
+        self.l1_after = s.l1_after.clone();
+        self.updates_after = s.updates_after.clone();
+        self.l1 = s.l1;
+        self.updates = s.updates;
+        self.update_rounds_since_eval = s.update_rounds_since_eval;
+        self.rounds_scheduled = s.rounds_scheduled;
+        self.stopping = s.stopping;
+        self.final_eval_sent = s.final_eval_sent;
+        self.metrics = s.metrics.clone();
+        self.in_flight.clear();
+        self.busy.clear();
+        Ok(())
+    }
+
+    /// Commits sent to the workers so far.
+    pub fn commits(&self) -> u64 {
+        self.l1_after.len() as u64 - 1
+    }
+
+    /// The stop rule fired (or the objective diverged).
+    pub fn stopping(&self) -> bool {
+        self.stopping
+    }
+
+    /// Bookkeeping of a round this half did not schedule (a checkpoint's save or restore),
+    /// exactly as any other round's pull.
+    pub fn extra_round_done(&mut self, round: u64, elapsed: Duration) {
+        self.metrics.rounds = round + 1;
+        self.metrics.elapsed_s = elapsed.as_secs_f64();
+        self.after_commit();
+    }
+
+    /// Records where a run resumed from and the checkpoint rounds (kept in `metrics.json`).
+    pub fn note_checkpoint(&mut self, round: u64, resumed: bool) {
+        if resumed {
+            self.metrics.resumed_from_round = Some(round);
+        } else {
+            self.metrics.checkpoints.push(round);
+        }
+    }
+}

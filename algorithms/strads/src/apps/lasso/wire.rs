@@ -1,0 +1,124 @@
+//! The Lasso round protocol's wire types: update, evaluation and checkpoint-control
+//! rounds.
+
+use crate::core::app::StradsApp;
+use petrel_actors::durable::FileDigest;
+use petrel_messages::tensor::{f32_bytes, f64_bytes};
+use serde::{Deserialize, Serialize};
+
+/// Marker type binding the Lasso wire types to the runtime (and the job to the kit).
+pub struct LassoApp;
+
+/// What a worker is asked to do in a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum LassoTask {
+    /// Push `z_jp` for these coordinates at these (current) values.
+    Update {
+        /// Coordinates.
+        vars: Vec<u32>,
+        /// Their current values.
+        #[serde(with = "f32_bytes")]
+        values: Vec<f32>,
+    },
+    /// Report `X^T r` and `(y.y, y.r, r.r)` on the worker's rows.
+    Evaluate,
+    /// Save or restore the worker's state ([`super::checkpoint`]).
+    Control(ControlTask),
+}
+
+/// A worker's answer; `applied` is the number of commits its state reflects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum LassoPartial {
+    /// Answer to an update.
+    Z {
+        /// Partial `z_j` per coordinate.
+        #[serde(with = "f32_bytes")]
+        z: Vec<f32>,
+        /// `||r||^2` on the worker's rows.
+        sq_residual: f64,
+        /// Commits applied.
+        applied: u64,
+    },
+    /// Answer to an evaluation.
+    Eval {
+        /// `X^T r` on the worker's rows.
+        #[serde(with = "f64_bytes")]
+        x_t_residual: Vec<f64>,
+        /// `y.y`.
+        yy: f64,
+        /// `y.r`.
+        yr: f64,
+        /// `r.r`.
+        rr: f64,
+        /// Commits applied.
+        applied: u64,
+    },
+    /// Answer to a save or restore.
+    Control(ControlReply),
+}
+
+/// Committed `new - old` per coordinate (empty after an evaluation round).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LassoCommit {
+    /// Coordinates.
+    pub vars: Vec<u32>,
+    /// Their changes.
+    #[serde(with = "f32_bytes")]
+    pub deltas: Vec<f32>,
+}
+
+impl LassoCommit {
+    /// The commit of a round that changed no coefficient.
+    pub fn empty() -> Self {
+        LassoCommit {
+            vars: Vec::new(),
+            deltas: Vec::new(),
+        }
+    }
+}
+
+impl StradsApp for LassoApp {
+    const DISPATCH_NAME: &'static str = "petrel.strads.lasso.dispatch";
+    const COMMIT_NAME: &'static str = "petrel.strads.lasso.commit";
+    type Task = LassoTask;
+    type Partial = LassoPartial;
+    type Commit = LassoCommit;
+}
+
+/// Scheduler -> worker: save or restore.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ControlTask {
+    /// Write `lasso-round-<round>-worker-<i>.bin`.
+    Save {
+        /// The checkpoint's round.
+        round: u64,
+    },
+    /// Load that file, which must match `digest` (from the manifest).
+    Restore {
+        /// The checkpoint's round.
+        round: u64,
+        /// Length and checksum the manifest lists.
+        digest: FileDigest,
+    },
+}
+
+/// Worker -> scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ControlReply {
+    /// The worker's file is written.
+    Saved {
+        /// The checkpoint's round.
+        round: u64,
+        /// The file's length and checksum.
+        digest: FileDigest,
+        /// Commits applied.
+        applied: u64,
+    },
+    /// The worker's state is restored.
+    Restored {
+        /// The checkpoint's round.
+        round: u64,
+        /// Commits applied after the restore.
+        applied: u64,
+    },
+}

@@ -1,0 +1,134 @@
+//! Lasso's worker half: a contiguous row block with its residual.
+
+use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
+use crate::core::ModelError;
+use crate::core::app::Push;
+use crate::core::lasso::LassoWorkerState;
+
+/// Worker half: a row block with its residual. It serves every scheduler of the job and
+/// counts the commits it applied per scheduler (`applied[s]`), since each scheduler's
+/// bookkeeping is indexed by its own commits. Checkpoint tasks are served by the
+/// [`CheckpointingWorker`](super::checkpoint::CheckpointingWorker) around it.
+pub struct LassoWorker {
+    state: LassoWorkerState,
+    applied: Vec<u64>,
+}
+
+impl LassoWorker {
+    /// A worker serving one scheduler.
+    pub fn new(state: LassoWorkerState) -> Self {
+        Self::with_schedulers(state, 1)
+    }
+
+    /// A worker serving `schedulers` schedulers (indices `0..schedulers`).
+    pub fn with_schedulers(state: LassoWorkerState, schedulers: usize) -> Self {
+        LassoWorker {
+            state,
+            applied: vec![0; schedulers.max(1)],
+        }
+    }
+
+    /// The row block's state.
+    pub fn state(&self) -> &LassoWorkerState {
+        &self.state
+    }
+
+    /// Commits applied from `scheduler`.
+    pub fn applied(&self, scheduler: u32) -> Result<u64, ModelError> {
+        self.applied
+            .get(scheduler as usize)
+            .copied()
+            .ok_or_else(|| {
+                ModelError::protocol(format!(
+                    "scheduler index {scheduler} out of range ({} schedulers)",
+                    self.applied.len()
+                ))
+            })
+    }
+
+    /// Replaces the residual and scheduler 0's commit count (a restored checkpoint).
+    pub fn restore(&mut self, residual: Vec<f64>, applied: u64) -> Result<(), ModelError> {
+        self.state.restore_residual(residual)?;
+        self.applied[0] = applied;
+        Ok(())
+    }
+
+    fn check_vars(&self, vars: &[u32], values: usize) -> Result<(), ModelError> {
+        if vars.len() != values {
+            return Err(ModelError::DimensionMismatch(format!(
+                "{} vars but {values} values",
+                vars.len()
+            )));
+        }
+        let n = self.state.n_features();
+        match vars.iter().find(|&&j| j as usize >= n) {
+            Some(bad) => Err(ModelError::protocol(format!(
+                "coordinate {bad} out of range ({n} features)"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Push<LassoApp> for LassoWorker {
+    fn push(&mut self, round: u64, task: &LassoTask) -> Result<LassoPartial, ModelError> {
+        self.push_from(0, round, task)
+    }
+
+    fn commit(&mut self, round: u64, commit: &LassoCommit) -> Result<(), ModelError> {
+        self.commit_from(0, round, commit)
+    }
+
+    fn push_from(
+        &mut self,
+        scheduler: u32,
+        _round: u64,
+        task: &LassoTask,
+    ) -> Result<LassoPartial, ModelError> {
+        let applied = self.applied(scheduler)?;
+        match task {
+            LassoTask::Update { vars, values } => {
+                self.check_vars(vars, values.len())?;
+                let vars: Vec<usize> = vars.iter().map(|&j| j as usize).collect();
+                Ok(LassoPartial::Z {
+                    z: self.state.push(&vars, values),
+                    sq_residual: self.state.squared_residual(),
+                    applied,
+                })
+            }
+            LassoTask::Evaluate => {
+                let all: Vec<usize> = (0..self.state.n_features()).collect();
+                let (yy, yr, rr) = self.state.dot_partials();
+                Ok(LassoPartial::Eval {
+                    x_t_residual: self.state.correlation_with_residual(&all),
+                    yy,
+                    yr,
+                    rr,
+                    applied,
+                })
+            }
+            LassoTask::Control(_) => Err(ModelError::InvalidConfig(
+                "checkpoint task, but this worker has no checkpoint_dir".into(),
+            )),
+        }
+    }
+
+    fn commit_from(
+        &mut self,
+        scheduler: u32,
+        _round: u64,
+        commit: &LassoCommit,
+    ) -> Result<(), ModelError> {
+        self.applied(scheduler)?;
+        self.check_vars(&commit.vars, commit.deltas.len())?;
+        let changes: Vec<(usize, f32)> = commit
+            .vars
+            .iter()
+            .zip(&commit.deltas)
+            .map(|(&j, &d)| (j as usize, d))
+            .collect();
+        self.state.apply_deltas(&changes);
+        self.applied[scheduler as usize] += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,159 @@
+//! The contract of a model-parallel app, sans-I/O.
+//!
+//! An app declares its wire types ([`StradsApp`]), the scheduler half ([`Schedule`]:
+//! `schedule` and `pull`) and the worker half ([`Push`]: `push` on its data shard and
+//! `commit` of aggregated changes). A round is
+//!
+//! ```text
+//! schedule -> Dispatch{round, task} to every worker -> push -> partials back
+//!          -> pull (aggregate) -> Commit{round, commit} to every worker
+//!          -> the changes feed the next schedule
+//! ```
+//!
+//! A task may be the same for every worker or different per worker ([`Plan::PerWorker`],
+//! used by rotation schedules where worker `p` works on block `(p + s) mod P` in step `s`).
+//! Rotation apps whose blocks should travel worker to worker rather than through the
+//! scheduler implement [`RingApp`] and [`RingPush`]: the push gets the block it needs by
+//! value and says where it goes next ([`BlockFate`]).
+//!
+//! Who runs these halves: the actor shells ([`crate::shells`]) on a cluster, and the serial
+//! driver ([`crate::kit::serial`]) in one thread with the same message order.
+
+use super::ModelError;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+/// The wire types of one model-parallel app. Wire names must be unique in the cluster.
+pub trait StradsApp: Send + 'static {
+    /// Wire name of the app's dispatch message.
+    const DISPATCH_NAME: &'static str;
+    /// Wire name of the app's commit message.
+    const COMMIT_NAME: &'static str;
+    /// What `schedule` produces for a worker (e.g. the variables and their values).
+    type Task: Serialize + DeserializeOwned + Send + Clone + 'static;
+    /// What a worker's `push` returns (partial results on its data shard).
+    type Partial: Serialize + DeserializeOwned + Send + 'static;
+    /// What `pull` produces and every worker applies (e.g. committed deltas).
+    type Commit: Serialize + DeserializeOwned + Send + Clone + 'static;
+}
+
+/// What a scheduler sends in one round.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan<T> {
+    /// The same task to every worker (star topology, e.g. Lasso).
+    All(T),
+    /// One task per worker, in worker order (rotation schedules over a ring).
+    PerWorker(Vec<T>),
+}
+
+/// The answer of [`Schedule::schedule`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step<T> {
+    /// Dispatch this round now.
+    Run(Plan<T>),
+    /// Nothing can be scheduled until an in-flight round commits (e.g. a barrier round
+    /// that must see every earlier commit). Must not be returned with nothing in flight.
+    Wait,
+    /// The job is over: finish the in-flight rounds and stop.
+    Done,
+}
+
+/// Scheduler half of an app.
+pub trait Schedule<A: StradsApp> {
+    /// Called whenever a pipeline slot is free; `in_flight` rounds are dispatched but not
+    /// yet committed.
+    fn schedule(&mut self, round: u64, in_flight: usize) -> Step<A::Task>;
+    /// Aggregates the partial results (one per worker, in worker order) of `round`. Rounds
+    /// are pulled in increasing order; `elapsed` is the time since the run started.
+    fn pull(
+        &mut self,
+        round: u64,
+        partials: Vec<A::Partial>,
+        elapsed: Duration,
+    ) -> Result<A::Commit, ModelError>;
+}
+
+/// Worker half of a star app: holds a data shard and the local model state.
+pub trait Push<A: StradsApp>: Unpin + 'static {
+    /// Computes this worker's partial result of `task` (dispatched in `round`).
+    fn push(&mut self, round: u64, task: &A::Task) -> Result<A::Partial, ModelError>;
+    /// Applies the aggregated result of `round`.
+    fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), ModelError>;
+
+    /// [`Self::push`] with the index of the scheduler that sent the dispatch. Apps driven
+    /// by several schedulers override this to keep per-scheduler bookkeeping (round
+    /// numbers are only unique per scheduler); the default ignores the index.
+    fn push_from(
+        &mut self,
+        scheduler: u32,
+        round: u64,
+        task: &A::Task,
+    ) -> Result<A::Partial, ModelError> {
+        let _ = scheduler;
+        self.push(round, task)
+    }
+
+    /// [`Self::commit`] with the index of the scheduler that sent the commit.
+    fn commit_from(
+        &mut self,
+        scheduler: u32,
+        round: u64,
+        commit: &A::Commit,
+    ) -> Result<(), ModelError> {
+        let _ = scheduler;
+        self.commit(round, commit)
+    }
+}
+
+/// Identifies a block within one ring (e.g. the block index of a rotation schedule).
+pub type BlockId = u64;
+
+/// A model-parallel app whose blocks rotate worker to worker.
+pub trait RingApp: StradsApp {
+    /// Wire name of the app's handoff message; unique in the cluster.
+    const HANDOFF_NAME: &'static str;
+    /// The unit that travels around the ring (e.g. a column block of a factor matrix).
+    type Block: Serialize + DeserializeOwned + Send + 'static;
+    /// The block a task works on (`None`: the task needs no block).
+    fn block_needed(task: &Self::Task) -> Option<BlockId>;
+}
+
+/// What happens to the block a push held.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BlockFate<B> {
+    /// The worker keeps it for a later task.
+    Keep(B),
+    /// Send it to another worker (to itself = keep, no message).
+    PassTo {
+        /// The receiving worker's index.
+        worker: u32,
+        /// The block.
+        block: B,
+    },
+    /// No block stays behind: the task needed none, or the push moved it into the partial.
+    Consumed,
+}
+
+/// The answer of [`RingPush::push`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RingOutput<P, B> {
+    /// The partial result for the scheduler.
+    pub partial: P,
+    /// Where the block goes.
+    pub block: BlockFate<B>,
+}
+
+/// Worker half of a ring app, like [`Push`] but the push receives the block its task
+/// needs by value.
+pub trait RingPush<A: RingApp>: Unpin + 'static {
+    /// `block` is `Some` exactly when [`RingApp::block_needed`] names a block.
+    fn push(
+        &mut self,
+        round: u64,
+        task: &A::Task,
+        block: Option<A::Block>,
+    ) -> Result<RingOutput<A::Partial, A::Block>, ModelError>;
+    /// Applies the aggregated result of `round`.
+    fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), ModelError>;
+}

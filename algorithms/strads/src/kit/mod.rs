@@ -1,0 +1,309 @@
+//! The STRADS kit: a job is one [`StradsJob`] impl, and the kit turns it into cluster roles
+//! (star or ring routing) and into a serial run for tests.
+//!
+//! A job names its settings section and roles, builds its scheduler half and each worker
+//! half from its config (off the event loop: loading data is blocking), and writes its
+//! outputs when the scheduler is done:
+//!
+//! ```text
+//! [app.<SECTION>] -> J::Config
+//! scheduler node: J::scheduler(config) -> ready barrier -> run_scheduler -> J::finish(config, scheduler)
+//! worker node i:  J::worker(config, i) -> StarHalf(Push) or RingHalf(RingPush, blocks) -> ready barrier
+//! ```
+//!
+//! [`register`] adds both roles to a [`Cluster`]; [`scheduler_role`] and [`worker_role`]
+//! are the roles themselves for apps that register more (Lasso's extra schedulers).
+//! [`run_serial`] runs the same halves in one thread through [`serial`], the one serial
+//! driver (star and ring).
+
+pub mod serial;
+
+use crate::core::app::{BlockId, Push, RingApp, RingPush, Schedule, StradsApp};
+use crate::error::StradsError;
+use crate::shells::{
+    RunStats, SchedulerOptions, StradsRunError, WorkerSet, ring_members, run_scheduler,
+    start_ring_worker, start_worker,
+};
+use petrel_actors::{Cluster, Node, NodeContext};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serial::{Delivery, SerialOptions, SerialRun, SerialRunError};
+use std::marker::PhantomData;
+use std::path::Path;
+
+/// How many nodes a job runs on (what the halves need to know to split the data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobShape {
+    /// Worker nodes.
+    pub workers: usize,
+    /// Nodes running the job's scheduler role.
+    pub schedulers: usize,
+}
+
+/// What [`StradsJob::finish`] learns about the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishedRun {
+    /// Rounds and wall time.
+    pub stats: RunStats,
+    /// Bytes the scheduler node sent and received during the run (0 in a serial run).
+    pub scheduler_bytes: u64,
+}
+
+/// A model-parallel job: its wire types ([`StradsApp`]), where its settings live, and how
+/// to build the scheduler half and the worker halves. Implement it on the app's marker
+/// type; the kit provides the roles ([`register`]) and the serial run ([`run_serial`]).
+pub trait StradsJob: StradsApp + Sized {
+    /// The settings section: the job reads `[app.<SECTION>]`.
+    const SECTION: &'static str;
+    /// The scheduler's role name.
+    const SCHEDULER_ROLE: &'static str;
+    /// The workers' role name (also the worker actor's name).
+    const WORKER_ROLE: &'static str;
+    /// The job's settings (one struct for flags and TOML; a missing section is `default()`).
+    type Config: DeserializeOwned + Default + Clone + Send + Sync + 'static;
+    /// The scheduler half.
+    type Scheduler: Schedule<Self> + Send + 'static;
+    /// The worker half and its routing: [`StarHalf`] or [`RingHalf`].
+    type Worker: WorkerHalf<Self>;
+
+    /// Depth, timeout and priority of the scheduler (default: [`SchedulerOptions::default`]).
+    fn scheduler_options(config: &Self::Config) -> SchedulerOptions {
+        let _ = config;
+        SchedulerOptions::default()
+    }
+
+    /// Loads what the scheduler needs and builds its half (runs off the event loop).
+    fn scheduler(config: &Self::Config, shape: &JobShape) -> Result<Self::Scheduler, StradsError>;
+
+    /// Loads worker `index`'s share and builds its half (runs off the event loop).
+    fn worker(
+        config: &Self::Config,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<Self::Worker, StradsError>;
+
+    /// Writes the outputs once every round committed.
+    fn finish(
+        config: &Self::Config,
+        scheduler: Self::Scheduler,
+        run: &FinishedRun,
+    ) -> Result<(), StradsError>;
+}
+
+/// A worker half with its routing: how it starts as an actor and how the serial driver
+/// runs it.
+pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
+    /// Starts worker `index` of `workers` (node names, in order) as actor `actor`.
+    fn start(
+        self,
+        node: &Node,
+        actor: &str,
+        index: u32,
+        workers: &[String],
+    ) -> Result<(), StradsRunError>;
+
+    /// Runs `scheduler` against these workers in one thread.
+    fn run_serial<S: Schedule<A>>(
+        scheduler: &mut S,
+        workers: Vec<Self>,
+        opts: &SerialOptions,
+    ) -> Result<SerialRun, SerialRunError>;
+}
+
+/// Star routing: every task and partial goes through the scheduler ([`Push`]).
+pub struct StarHalf<W>(pub W);
+
+impl<A: StradsApp, W: Push<A> + Send> WorkerHalf<A> for StarHalf<W> {
+    fn start(
+        self,
+        node: &Node,
+        actor: &str,
+        index: u32,
+        _workers: &[String],
+    ) -> Result<(), StradsRunError> {
+        start_worker::<A, W>(node, actor, index, self.0)?;
+        Ok(())
+    }
+
+    fn run_serial<S: Schedule<A>>(
+        scheduler: &mut S,
+        workers: Vec<Self>,
+        opts: &SerialOptions,
+    ) -> Result<SerialRun, SerialRunError> {
+        let mut workers: Vec<W> = workers.into_iter().map(|h| h.0).collect();
+        serial::run_star(scheduler, &mut workers, opts)
+    }
+}
+
+/// Ring routing: the blocks travel worker to worker ([`RingPush`]); `initial` are the
+/// blocks this worker holds before the first round.
+pub struct RingHalf<A: RingApp, W> {
+    /// The worker half.
+    pub logic: W,
+    /// The blocks held at the start.
+    pub initial: Vec<(BlockId, A::Block)>,
+    _app: PhantomData<fn() -> A>,
+}
+
+impl<A: RingApp, W> RingHalf<A, W> {
+    /// A ring worker half holding `initial`.
+    pub fn new(logic: W, initial: Vec<(BlockId, A::Block)>) -> Self {
+        RingHalf {
+            logic,
+            initial,
+            _app: PhantomData,
+        }
+    }
+}
+
+impl<A: RingApp, W: RingPush<A> + Send> WorkerHalf<A> for RingHalf<A, W> {
+    fn start(
+        self,
+        node: &Node,
+        actor: &str,
+        index: u32,
+        workers: &[String],
+    ) -> Result<(), StradsRunError> {
+        let ring = ring_members(node, workers, actor)?;
+        start_ring_worker::<A, W>(node, actor, index, ring, self.logic, self.initial)?;
+        Ok(())
+    }
+
+    fn run_serial<S: Schedule<A>>(
+        scheduler: &mut S,
+        workers: Vec<Self>,
+        opts: &SerialOptions,
+    ) -> Result<SerialRun, SerialRunError> {
+        let (mut logic, initial): (Vec<W>, Vec<_>) =
+            workers.into_iter().map(|h| (h.logic, h.initial)).unzip();
+        serial::run_ring(scheduler, &mut logic, initial, opts.delivery)
+    }
+}
+
+/// The barrier every node of job `J` passes once its half is ready.
+pub fn ready_barrier<J: StradsJob>() -> String {
+    format!("strads.{}.ready", J::SECTION)
+}
+
+fn config_of<J: StradsJob>(ctx: &NodeContext) -> Result<J::Config, StradsError> {
+    Ok(ctx.settings.app::<J::Config>(J::SECTION)?)
+}
+
+/// The scheduler role of job `J`: builds the scheduler half, waits until every worker is
+/// ready, runs the rounds and writes the outputs.
+pub async fn scheduler_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsError> {
+    let config = config_of::<J>(&ctx)?;
+    let workers = ctx.nodes_with_role(J::WORKER_ROLE);
+    if workers.is_empty() {
+        return Err(StradsError::NoWorkers {
+            role: J::WORKER_ROLE,
+        });
+    }
+    let shape = JobShape {
+        workers: workers.len(),
+        schedulers: ctx.nodes_with_role(J::SCHEDULER_ROLE).len(),
+    };
+    let loader = config.clone();
+    let mut scheduler = off_loop(move || J::scheduler(&loader, &shape)).await?;
+    tracing::info!(app = J::SECTION, workers = shape.workers, "scheduler ready");
+    ctx.barrier(&ready_barrier::<J>()).await?;
+    let set = WorkerSet::<J>::resolve(&ctx.node, &workers, J::WORKER_ROLE)?;
+    let before = ctx.node.net_stats();
+    let stats = run_scheduler(&mut scheduler, &set, &J::scheduler_options(&config)).await?;
+    let after = ctx.node.net_stats();
+    let scheduler_bytes = (after.sent_bytes + after.received_bytes)
+        .saturating_sub(before.sent_bytes + before.received_bytes);
+    tracing::info!(
+        app = J::SECTION,
+        rounds = stats.rounds,
+        seconds = format!("{:.2}", stats.elapsed.as_secs_f64()),
+        "scheduler finished"
+    );
+    let run = FinishedRun {
+        stats,
+        scheduler_bytes,
+    };
+    J::finish(&config, scheduler, &run)
+}
+
+/// The worker role of job `J`: builds this node's worker half, starts it and passes the
+/// ready barrier.
+pub async fn worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsError> {
+    let config = config_of::<J>(&ctx)?;
+    let workers = ctx.nodes_with_role(J::WORKER_ROLE);
+    let index = workers
+        .iter()
+        .position(|n| *n == ctx.spec.name)
+        .ok_or_else(|| StradsError::NotInRole {
+            node: ctx.spec.name.clone(),
+            role: J::WORKER_ROLE,
+        })?;
+    let shape = JobShape {
+        workers: workers.len(),
+        schedulers: ctx.nodes_with_role(J::SCHEDULER_ROLE).len(),
+    };
+    let half = off_loop(move || J::worker(&config, index, &shape)).await?;
+    half.start(&ctx.node, J::WORKER_ROLE, index as u32, &workers)?;
+    tracing::info!(app = J::SECTION, worker = index, "worker ready");
+    Ok(ctx.barrier(&ready_barrier::<J>()).await?)
+}
+
+/// Registers job `J`'s scheduler and worker roles.
+pub fn register<J: StradsJob>(cluster: Cluster) -> Cluster {
+    cluster
+        .role(J::SCHEDULER_ROLE, scheduler_role::<J>)
+        .role(J::WORKER_ROLE, worker_role::<J>)
+}
+
+/// Runs job `J` with `workers` worker halves in this thread (no actors), in the message
+/// order of the cluster run; returns the scheduler half for inspection and the run.
+pub fn run_serial<J: StradsJob>(
+    config: &J::Config,
+    workers: usize,
+    delivery: Delivery,
+) -> Result<(J::Scheduler, SerialRun), StradsError> {
+    let shape = JobShape {
+        workers,
+        schedulers: 1,
+    };
+    let mut scheduler = J::scheduler(config, &shape)?;
+    let halves = (0..workers)
+        .map(|i| J::worker(config, i, &shape))
+        .collect::<Result<Vec<_>, _>>()?;
+    let opts = SerialOptions {
+        depth: J::scheduler_options(config).depth,
+        delivery,
+        ..SerialOptions::default()
+    };
+    let run = J::Worker::run_serial(&mut scheduler, halves, &opts)?;
+    Ok((scheduler, run))
+}
+
+/// Runs a blocking job (data loading, generation) off the node's event loop, so that
+/// heartbeats keep flowing while a large file loads.
+pub async fn off_loop<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StradsError> + Send + 'static,
+) -> Result<T, StradsError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(StradsError::Loader)?
+}
+
+/// Writes `contents` to `dir/name`, creating `dir`.
+pub fn write_output(dir: &Path, name: &str, contents: &[u8]) -> Result<(), StradsError> {
+    let path = dir.join(name);
+    std::fs::create_dir_all(dir)
+        .and_then(|_| std::fs::write(&path, contents))
+        .map_err(|source| StradsError::write(path, source))
+}
+
+/// Writes `value` as pretty JSON to `dir/name` (e.g. `metrics.json`).
+pub fn write_json<T: Serialize>(
+    dir: &Path,
+    name: &'static str,
+    value: &T,
+) -> Result<(), StradsError> {
+    let json = serde_json::to_vec_pretty(value)
+        .map_err(|source| StradsError::Encode { what: name, source })?;
+    write_output(dir, name, &json)
+}

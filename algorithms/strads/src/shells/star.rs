@@ -1,0 +1,377 @@
+//! Star routing: the scheduler's event loop ([`run_scheduler`]) sends every round's tasks
+//! to every worker and their partials come back to it; [`StradsWorker`] is the worker
+//! actor. The decisions are the [`PipelineCore`]'s; this file only moves messages.
+
+use super::{Commit, Dispatch, PartialResult};
+use crate::core::ModelError;
+use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
+use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
+use crate::core::ring::RingError;
+use actix::prelude::*;
+use futures::StreamExt;
+use futures::stream::FuturesOrdered;
+use petrel_actors::address::{ActorRef, Msg};
+use petrel_actors::error::{AskError, HandlerError, NodeError};
+use petrel_messages::Priority;
+use serde::{Deserialize, Serialize};
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+/// Knobs of a scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerOptions {
+    /// Rounds in flight at once (1 = fully synchronous).
+    pub depth: usize,
+    /// This scheduler's index (several schedulers may drive the same workers).
+    pub scheduler: u32,
+    /// Timeout of one worker's push.
+    pub timeout: Duration,
+    /// Priority of the scheduler's messages.
+    pub priority: Priority,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            depth: 1,
+            scheduler: 0,
+            timeout: Duration::from_secs(60),
+            priority: Priority::NORMAL,
+        }
+    }
+}
+
+/// Addresses of the workers, in worker order.
+#[derive(Clone)]
+pub struct WorkerSet<A: StradsApp> {
+    /// Where dispatches go.
+    pub dispatch: Vec<ActorRef<Dispatch<A>>>,
+    /// Where commits go.
+    pub commit: Vec<ActorRef<Commit<A>>>,
+}
+
+impl<A: StradsApp> WorkerSet<A> {
+    /// Resolves worker actors `actor` on each of `nodes` (in order).
+    pub fn resolve(
+        node: &petrel_actors::Node,
+        nodes: &[String],
+        actor: &str,
+    ) -> Result<Self, NodeError> {
+        let dispatch = nodes
+            .iter()
+            .map(|n| node.actor_at::<Dispatch<A>>(n, actor))
+            .collect::<Result<Vec<_>, _>>()?;
+        let commit = nodes
+            .iter()
+            .map(|n| node.actor_at::<Commit<A>>(n, actor))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(WorkerSet { dispatch, commit })
+    }
+
+    /// The number of workers.
+    pub fn len(&self) -> usize {
+        self.dispatch.len()
+    }
+
+    /// No workers.
+    pub fn is_empty(&self) -> bool {
+        self.dispatch.is_empty()
+    }
+}
+
+/// Errors of the STRADS actor shells: a scheduler run, or starting a worker.
+#[derive(Debug, thiserror::Error)]
+pub enum StradsRunError {
+    /// A worker's push failed or timed out.
+    #[error("round {round}: worker {worker}: {source}")]
+    Worker {
+        /// The round.
+        round: u64,
+        /// The worker.
+        worker: usize,
+        /// The ask's error (with the worker's reason).
+        #[source]
+        source: AskError,
+    },
+    /// A worker answered for another round.
+    #[error("round {round}: worker {worker} answered for round {answered}")]
+    WrongRound {
+        /// The round asked.
+        round: u64,
+        /// The worker.
+        worker: usize,
+        /// The round answered.
+        answered: u64,
+    },
+    /// A per-worker plan does not have one task per worker.
+    #[error("round {round}: plan has {tasks} tasks for {workers} workers")]
+    PlanSize {
+        /// The round.
+        round: u64,
+        /// Tasks in the plan.
+        tasks: usize,
+        /// Workers.
+        workers: usize,
+    },
+    /// A commit could not be sent.
+    #[error("round {round}: commit to worker {worker}: {source}")]
+    Commit {
+        /// The round.
+        round: u64,
+        /// The worker.
+        worker: usize,
+        /// The send's error.
+        #[source]
+        source: AskError,
+    },
+    /// The scheduler half rejected the partials.
+    #[error("app: {0}")]
+    App(#[source] ModelError),
+    /// The loop or the app broke the pipeline's rules.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    /// There is no worker to dispatch to.
+    #[error("no workers")]
+    NoWorkers,
+    /// A ring worker could not be set up.
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    /// Registering or resolving an actor failed.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+}
+
+/// What a finished scheduler reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunStats {
+    /// The next unused round number (the number of rounds when the run started at 0).
+    pub rounds: u64,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+type RoundFuture<A> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<(u64, Vec<<A as StradsApp>::Partial>), StradsRunError>,
+            >,
+    >,
+>;
+
+fn dispatch_round<A: StradsApp>(
+    workers: &WorkerSet<A>,
+    opts: &SchedulerOptions,
+    round: u64,
+    plan: Plan<A::Task>,
+) -> Result<RoundFuture<A>, StradsRunError> {
+    let tasks: Vec<A::Task> = match plan {
+        Plan::All(task) => vec![task; workers.len()],
+        Plan::PerWorker(tasks) => {
+            if tasks.len() != workers.len() {
+                return Err(StradsRunError::PlanSize {
+                    round,
+                    tasks: tasks.len(),
+                    workers: workers.len(),
+                });
+            }
+            tasks
+        }
+    };
+    let asks: Vec<_> = workers
+        .dispatch
+        .iter()
+        .zip(tasks)
+        .enumerate()
+        .map(|(worker, (addr, task))| {
+            let addr = addr.clone();
+            let msg = Dispatch::<A> {
+                scheduler: opts.scheduler,
+                round,
+                task,
+            };
+            let (priority, timeout) = (opts.priority, opts.timeout);
+            async move {
+                let reply = addr.ask(msg, priority, timeout).await.map_err(|source| {
+                    StradsRunError::Worker {
+                        round,
+                        worker,
+                        source,
+                    }
+                })?;
+                if reply.round != round {
+                    return Err(StradsRunError::WrongRound {
+                        round,
+                        worker,
+                        answered: reply.round,
+                    });
+                }
+                Ok(reply.partial)
+            }
+        })
+        .collect();
+    Ok(Box::pin(async move {
+        let partials = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((round, partials))
+    }))
+}
+
+/// Runs the scheduler's rounds until the app says [`Step::Done`] and every in-flight round
+/// committed. Commits go to every worker in round order.
+pub async fn run_scheduler<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    workers: &WorkerSet<A>,
+    opts: &SchedulerOptions,
+) -> Result<RunStats, StradsRunError> {
+    run_scheduler_from(app, workers, opts, 0).await
+}
+
+/// [`run_scheduler`] starting at round `first_round`: a scheduler that pauses between
+/// segments of its job (e.g. to synchronise with other schedulers) calls this once per
+/// segment with the previous segment's [`RunStats::rounds`], so round numbers never repeat.
+pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    workers: &WorkerSet<A>,
+    opts: &SchedulerOptions,
+    first_round: u64,
+) -> Result<RunStats, StradsRunError> {
+    if workers.is_empty() {
+        return Err(StradsRunError::NoWorkers);
+    }
+    let started = Instant::now();
+    let mut core = PipelineCore::starting_at(opts.depth, first_round);
+    let mut in_flight: FuturesOrdered<RoundFuture<A>> = FuturesOrdered::new();
+    let mut waiting = false;
+    loop {
+        match core.next_action_after(waiting) {
+            PipelineAction::Schedule(round) => {
+                let step = app.schedule(round, core.in_flight());
+                waiting = matches!(step, Step::Wait);
+                core.scheduled(&step)?;
+                if let Step::Run(plan) = step {
+                    in_flight.push_back(dispatch_round(workers, opts, round, plan)?);
+                }
+            }
+            PipelineAction::AwaitOldest => {
+                waiting = false;
+                let Some(result) = in_flight.next().await else {
+                    return Err(PipelineError::Empty.into());
+                };
+                let (round, partials) = result?;
+                let commit = app
+                    .pull(round, partials, started.elapsed())
+                    .map_err(StradsRunError::App)?;
+                core.committed(round)?;
+                for (worker, addr) in workers.commit.iter().enumerate() {
+                    let msg = Commit::<A> {
+                        scheduler: opts.scheduler,
+                        round,
+                        commit: commit.clone(),
+                    };
+                    addr.tell(msg, opts.priority)
+                        .map_err(|source| StradsRunError::Commit {
+                            round,
+                            worker,
+                            source,
+                        })?;
+                }
+            }
+            PipelineAction::Stop => break,
+        }
+    }
+    Ok(RunStats {
+        rounds: core.next_round(),
+        elapsed: started.elapsed(),
+    })
+}
+
+/// A worker actor: hands dispatches and commits to the app's [`Push`] half. A failed
+/// commit poisons the worker (its state would be inconsistent): later dispatches fail with
+/// the original error, so the scheduler stops with a message naming the worker.
+pub struct StradsWorker<A: StradsApp, W: Push<A>> {
+    index: u32,
+    logic: W,
+    failed: Option<String>,
+    _app: PhantomData<fn() -> A>,
+}
+
+impl<A: StradsApp, W: Push<A>> StradsWorker<A, W> {
+    /// Worker `index` running `logic`.
+    pub fn new(index: u32, logic: W) -> Self {
+        StradsWorker {
+            index,
+            logic,
+            failed: None,
+            _app: PhantomData,
+        }
+    }
+}
+
+impl<A: StradsApp, W: Push<A>> Actor for StradsWorker<A, W> {
+    type Context = Context<Self>;
+}
+
+impl<A: StradsApp, W: Push<A>> Handler<Msg<Dispatch<A>>> for StradsWorker<A, W> {
+    type Result = Result<PartialResult<A>, HandlerError>;
+
+    fn handle(&mut self, msg: Msg<Dispatch<A>>, _ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(e) = &self.failed {
+            return Err(HandlerError::new(format!(
+                "worker {} failed earlier: {e}",
+                self.index
+            )));
+        }
+        let Dispatch {
+            scheduler,
+            round,
+            task,
+        } = msg.body;
+        let partial = self
+            .logic
+            .push_from(scheduler, round, &task)
+            .map_err(|e| HandlerError::new(format!("worker {} push: {e}", self.index)))?;
+        Ok(PartialResult {
+            round,
+            worker: self.index,
+            partial,
+        })
+    }
+}
+
+impl<A: StradsApp, W: Push<A>> Handler<Msg<Commit<A>>> for StradsWorker<A, W> {
+    type Result = Result<(), HandlerError>;
+
+    fn handle(&mut self, msg: Msg<Commit<A>>, _ctx: &mut Context<Self>) -> Self::Result {
+        if self.failed.is_some() {
+            return Ok(());
+        }
+        let Commit {
+            scheduler,
+            round,
+            commit,
+        } = msg.body;
+        if let Err(e) = self.logic.commit_from(scheduler, round, &commit) {
+            tracing::error!(worker = self.index, scheduler, round, error = %e, "commit failed");
+            self.failed = Some(format!(
+                "commit of round {round} from scheduler {scheduler}: {e}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Starts a worker actor and registers it under `name` for both message types.
+pub fn start_worker<A: StradsApp, W: Push<A>>(
+    node: &petrel_actors::Node,
+    name: &str,
+    index: u32,
+    logic: W,
+) -> Result<Addr<StradsWorker<A, W>>, NodeError> {
+    let addr = StradsWorker::<A, W>::new(index, logic).start();
+    node.register(name, addr.clone())?
+        .accept::<Dispatch<A>>()
+        .accept::<Commit<A>>();
+    Ok(addr)
+}
