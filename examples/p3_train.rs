@@ -10,22 +10,42 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use petrel::ml::dnn::data::{Dataset, teacher_mlp, template_images};
-use petrel::ml::dnn::{Sequential, SgdMomentum};
+use petrel::ml::dnn::{DnnError, FlatSgdMomentum, Sequential};
 use petrel::net::NetConfig;
-use petrel::p3::core::plan::Mode;
-use petrel::p3::shells::{DnnStageModel, ModelFactory, P3Job, Progress, StageModel, run_cluster};
+use petrel::p3::{DnnStageModel, Mode, P3Job, Progress, run_cluster};
 
+type BoxError = Box<dyn std::error::Error>;
+
+/// Which network to train.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Net {
+    /// Labels from a random teacher MLP, 32 features, 10 classes.
+    Mlp,
+    /// 28x28 template images, 10 classes.
+    Cnn,
+}
+
+impl Net {
+    fn build(self, seed: u64) -> Result<Sequential, DnnError> {
+        match self {
+            Net::Mlp => Sequential::mlp(&[32, 64, 64, 10], seed),
+            Net::Cnn => Ok(Sequential::small_cnn(seed)),
+        }
+    }
+}
+
+/// Train a network with P3 on a localhost cluster of 2 workers and 2 shards.
 #[derive(Parser, Debug)]
-struct Args {
-    /// mlp (labels from a random teacher MLP, 32 features, 10 classes) or cnn (28x28 template images).
-    #[arg(long, default_value = "mlp")]
-    model: String,
-    /// sequential, fifo or p3.
-    #[arg(long, default_value = "p3")]
-    mode: String,
+struct P3TrainArgs {
+    /// The network and its data.
+    #[arg(long, value_enum, default_value = "mlp")]
+    model: Net,
+    /// Synchronisation: sequential, fifo or p3.
+    #[arg(long, value_enum, default_value = "p3")]
+    mode: Mode,
     #[arg(long, default_value_t = 5)]
     epochs: u64,
     /// Samples per worker per iteration.
@@ -49,18 +69,12 @@ struct Args {
 const WORKERS: usize = 2;
 const SHARDS: usize = 2;
 
-fn build(args: &Args) -> Result<(Sequential, Dataset, Dataset), String> {
+fn build(args: &P3TrainArgs) -> Result<(Sequential, Dataset, Dataset), BoxError> {
     let n = args.train + args.test;
-    let (net, data) = match args.model.as_str() {
-        "mlp" => (
-            Sequential::mlp(&[32, 64, 64, 10], args.seed).map_err(|e| e.to_string())?,
-            teacher_mlp(n, 32, 48, 10, args.seed).map_err(|e| e.to_string())?,
-        ),
-        "cnn" => (
-            Sequential::small_cnn(args.seed),
-            template_images(n, 10, 28, 0.8, args.seed).map_err(|e| e.to_string())?,
-        ),
-        other => return Err(format!("unknown model {other:?} (mlp or cnn)")),
+    let net = args.model.build(args.seed)?;
+    let data = match args.model {
+        Net::Mlp => teacher_mlp(n, 32, 48, 10, args.seed)?,
+        Net::Cnn => template_images(n, 10, 28, 0.8, args.seed)?,
     };
     let train: Vec<usize> = (0..args.train).collect();
     let test: Vec<usize> = (args.train..n).collect();
@@ -82,9 +96,9 @@ struct Epoch {
     batches: u64,
 }
 
-fn main() -> Result<(), String> {
-    let args = Args::parse();
-    let mode = Mode::parse(&args.mode).map_err(|e| e.to_string())?;
+fn main() -> Result<(), BoxError> {
+    let args = P3TrainArgs::parse();
+    let mode = args.mode;
     let (net, train, test) = build(&args)?;
     let iters_per_epoch = (train.len() / (WORKERS * args.batch)).max(1) as u64;
     let iterations = iters_per_epoch * args.epochs;
@@ -92,7 +106,7 @@ fn main() -> Result<(), String> {
         "P3 training: {} ({} params in {} tensors), mode {}, {WORKERS} workers + {SHARDS} \
          shards on 127.0.0.1 (QUIC), {} train / {} test samples, batch {} per worker, {} \
          iterations per epoch",
-        args.model,
+        format!("{:?}", args.model).to_lowercase(),
         net.num_params(),
         net.param_counts().len(),
         mode.name(),
@@ -107,8 +121,7 @@ fn main() -> Result<(), String> {
         n_workers: WORKERS,
         n_shards: SHARDS,
         iterations,
-        opt: SgdMomentum::new(args.lr, args.momentum),
-        unit_counts: DnnStageModel::unit_counts(&net),
+        opt: FlatSgdMomentum::new(args.lr, args.momentum),
         initial: Arc::new(DnnStageModel::initial(&net)),
         net: NetConfig::default(),
         transport: petrel::actors::Transport::Quic,
@@ -116,10 +129,9 @@ fn main() -> Result<(), String> {
     };
 
     let bar = ProgressBar::new(iterations);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} iterations {msg} [{elapsed_precise}]")
-            .map_err(|e| e.to_string())?,
-    );
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} iterations {msg} [{elapsed_precise}]",
+    )?);
     let epochs: Arc<Mutex<Vec<Epoch>>> = Arc::new(Mutex::new(
         (0..args.epochs).map(|_| Epoch::default()).collect(),
     ));
@@ -130,9 +142,9 @@ fn main() -> Result<(), String> {
         let Some(ep) = all.get_mut(epoch as usize) else {
             return;
         };
-        if let Some((loss, acc)) = stats {
-            ep.loss += loss as f64;
-            ep.acc += acc as f64;
+        if let Some(s) = stats {
+            ep.loss += s.loss as f64;
+            ep.acc += s.accuracy as f64;
             ep.batches += 1;
         }
         if worker == 0 {
@@ -152,18 +164,9 @@ fn main() -> Result<(), String> {
 
     let train = Arc::new(train);
     let seed = args.seed;
-    let (model, batch) = (args.model.clone(), args.batch);
+    let (model, batch) = (args.model, args.batch);
     let t = train.clone();
-    let factory: ModelFactory = Arc::new(move |w| {
-        let net = match model.as_str() {
-            "cnn" => Sequential::small_cnn(seed),
-            _ => Sequential::mlp(&[32, 64, 64, 10], seed).map_err(|e| e.to_string())?,
-        };
-        Ok(
-            Box::new(DnnStageModel::new(net, (*t).clone(), batch, w, WORKERS)?)
-                as Box<dyn StageModel>,
-        )
-    });
+    let factory = move |w| DnnStageModel::new(model.build(seed)?, (*t).clone(), batch, w, WORKERS);
     let started = std::time::Instant::now();
     let reports = run_cluster(&job, factory, Some(progress))?;
     bar.finish_and_clear();
@@ -176,14 +179,10 @@ fn main() -> Result<(), String> {
     }
     let mut trained = net.clone();
     let views: Vec<&[f32]> = final_params.iter().map(|p| p.as_slice()).collect();
-    trained.set_params(&views).map_err(|e| e.to_string())?;
-    let (loss, acc) = trained
-        .loss_and_accuracy(&test.x, &test.y)
-        .map_err(|e| e.to_string())?;
+    trained.set_params(&views)?;
+    let (loss, acc) = trained.loss_and_accuracy(&test.x, &test.y)?;
     let mut untrained = net;
-    let (loss0, acc0) = untrained
-        .loss_and_accuracy(&test.x, &test.y)
-        .map_err(|e| e.to_string())?;
+    let (loss0, acc0) = untrained.loss_and_accuracy(&test.x, &test.y)?;
     println!(
         "test: loss {loss0:.4} -> {loss:.4}, accuracy {:.1}% -> {:.1}% ({} iterations in {secs:.1} s, {:.0} samples/s)",
         100.0 * acc0,

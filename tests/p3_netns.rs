@@ -111,7 +111,7 @@ fn p3_builtin_roles_run_as_separate_processes() {
     for w in 0..2 {
         let r = petrel::p3::roles::WorkerReportFile::read(&reports, w).unwrap();
         assert_eq!(r.worker, w);
-        assert_eq!(r.mode, "p3");
+        assert_eq!(r.mode, petrel::p3::Mode::P3);
         assert_eq!(r.marks_s.len(), 4, "{r:?}");
         assert!(r.marks_s.windows(2).all(|m| m[1] >= m[0]), "{r:?}");
         assert_eq!(r.bytes_pushed, 3 * params * 4, "{r:?}");

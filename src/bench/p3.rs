@@ -6,18 +6,122 @@
 //! that the shards really aggregate and update, so real bytes cross the shaped links.
 
 use crate::bench::p3_netns;
-use crate::netns::{Hosts, LinkShape};
+use crate::netns::{Hosts, LinkShape, NetnsError};
 use crate::report::{Table, fmt, print_json};
-use petrel_ml::dnn::SgdMomentum;
+use petrel_actors::NodeError;
+use petrel_ml::dnn::FlatSgdMomentum;
+use petrel_net::tls::TlsError;
 use petrel_net::{NetConfig, ShaperConfig};
-use petrel_p3::core::plan::{Bounds, CostModel, Mode, auto_slice_size};
-use petrel_p3::core::profile::ModelProfile;
-use petrel_p3::roles::P3NodeConfig;
-use petrel_p3::shells::{EmulatedModel, ModelFactory, P3Job, StageModel, run_cluster};
+use petrel_p3::roles::{P3NodeConfig, load_profile};
+use petrel_p3::{
+    Bounds, CostModel, EmulatedModel, Mode, ModelProfile, P3Error, P3Job, PlanError, ProfileError,
+    auto_slice_size, run_cluster,
+};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Why `petrel bench p3` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum P3BenchError {
+    /// A flag out of its range.
+    #[error("invalid arguments: {0}")]
+    Args(String),
+    /// `--netns` on a machine without network namespaces (or without root).
+    #[error("--netns needs network namespaces")]
+    NetnsUnavailable(#[source] NetnsError),
+    /// The namespaces could not be created.
+    #[error("cannot create network namespaces")]
+    Namespaces(#[source] NetnsError),
+    /// The P3 job failed.
+    #[error(transparent)]
+    P3(#[from] P3Error),
+    /// The model profile could not be read.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// The automatic slice size failed.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The cluster settings could not be built or written.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// The cluster's certificates could not be made.
+    #[error("certificates")]
+    Tls(#[from] TlsError),
+    /// A file or directory of a `--netns` run.
+    #[error("{}", .path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The executable or config path cannot be passed on a command line.
+    #[error("{what} path is not UTF-8")]
+    NotUtf8 {
+        /// Which path.
+        what: &'static str,
+    },
+    /// A node process could not be started.
+    #[error("cannot start node {name}")]
+    Spawn {
+        /// The node.
+        name: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A node process exited with an error.
+    #[error("node {name} failed ({status}); last lines of {}:\n{tail}", .log.display())]
+    NodeFailed {
+        /// The node.
+        name: String,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// Its log file.
+        log: PathBuf,
+        /// The log's last lines.
+        tail: String,
+    },
+    /// A node process could not be waited for.
+    #[error("node {name}")]
+    Wait {
+        /// The node.
+        name: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A mode's cluster ran past `--netns-timeout-s`.
+    #[error("{mode} mode did not finish within {limit:?}; logs in {}", .dir.display())]
+    Timeout {
+        /// The mode.
+        mode: Mode,
+        /// The limit.
+        limit: Duration,
+        /// Where the logs are.
+        dir: PathBuf,
+    },
+    /// More nodes than namespaces.
+    #[error("{nodes} nodes but {hosts} namespaces")]
+    TooFewHosts {
+        /// Nodes of the job.
+        nodes: usize,
+        /// Namespaces available.
+        hosts: usize,
+    },
+    /// A worker reported no measured iteration.
+    #[error("no measured iterations")]
+    NoMeasuredIterations,
+    /// The sweep produced no point.
+    #[error("no bandwidth point")]
+    NoBandwidthPoint,
+    /// The JSON figures could not be printed.
+    #[error("JSON output")]
+    Json(#[from] serde_json::Error),
+}
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -82,8 +186,8 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     pub burst_kib: u64,
     /// Modes to run (default all three; the JSON needs all three for the speedups).
-    #[arg(long, value_delimiter = ',', default_values_t = vec!["sequential".to_string(), "fifo".to_string(), "p3".to_string()])]
-    pub modes: Vec<String>,
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = Mode::ALL)]
+    pub modes: Vec<Mode>,
     /// Run every node as its own `petrel node` process in its own network namespace, the
     /// links limited by `tc tbf` in the kernel (needs root and iproute2); the user-space
     /// shaper is off (so --shape-ingress and --burst-kib do not apply: tbf limits both
@@ -97,8 +201,6 @@ pub struct Args {
     #[arg(long, default_value = "p3_bandwidth.svg")]
     pub plot: PathBuf,
 }
-
-const MODES: [Mode; 3] = [Mode::Sequential, Mode::Fifo, Mode::P3];
 
 #[derive(Serialize, Clone)]
 struct ModeResult {
@@ -166,8 +268,6 @@ fn parse_cpu_seconds(stat: &str) -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
-use petrel_p3::roles::load_profile;
-
 struct Setup {
     profile: ModelProfile,
     scale: f64,
@@ -192,7 +292,7 @@ fn run_mode(
     mode: Mode,
     bandwidth_mbit: f64,
     hosts: Option<&Hosts>,
-) -> Result<(f64, f64), String> {
+) -> Result<(f64, f64), P3BenchError> {
     let counts: Vec<u64> = setup.profile.layers.iter().map(|l| l.params).collect();
     let mut shaper = ShaperConfig::mbit(bandwidth_mbit);
     if !args.shape_ingress {
@@ -213,7 +313,7 @@ fn run_mode(
     if let Some(hosts) = hosts {
         let dir = netns_run_dir().join(format!("{}-{bandwidth_mbit:.1}mbit", mode.name()));
         let cfg = P3NodeConfig {
-            mode: mode.name().to_string(),
+            mode,
             model: args.model.clone(),
             scale: setup.scale,
             device_gflops: setup.device_flops / 1e9,
@@ -233,7 +333,7 @@ fn run_mode(
         for r in &reports {
             let t = r
                 .secs_per_iter(args.warmup as usize)
-                .ok_or("no measured iterations")?;
+                .ok_or(P3BenchError::NoMeasuredIterations)?;
             worst = worst.max(t);
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -245,18 +345,15 @@ fn run_mode(
         n_workers: args.workers,
         n_shards: args.shards,
         iterations: args.warmup + args.iterations,
-        opt: SgdMomentum::new(0.01, 0.9),
+        opt: FlatSgdMomentum::new(0.01, 0.9),
         initial: Arc::new(counts.iter().map(|&c| vec![0.5; c as usize]).collect()),
-        unit_counts: counts,
         net,
         transport: petrel_actors::Transport::Quic,
         ask_timeout: Duration::from_secs(120),
     };
     let profile = setup.profile.clone();
     let (device, batch) = (setup.device_flops, setup.batch);
-    let factory: ModelFactory = Arc::new(move |_| {
-        Ok(Box::new(EmulatedModel::new(&profile, device, batch)) as Box<dyn StageModel>)
-    });
+    let factory = move |_| Ok(EmulatedModel::new(&profile, device, batch));
     let cpu0 = process_cpu_seconds();
     let t0 = Instant::now();
     let reports = run_cluster(&job, factory, None)?;
@@ -269,7 +366,7 @@ fn run_mode(
     for r in &reports {
         let t = r
             .secs_per_iter(args.warmup as usize)
-            .ok_or("no measured iterations")?;
+            .ok_or(P3BenchError::NoMeasuredIterations)?;
         worst = worst.max(t);
     }
     Ok((worst, cpu))
@@ -281,10 +378,10 @@ fn netns_run_dir() -> PathBuf {
     std::env::temp_dir().join(format!("petrel-p3-netns-{}", std::process::id()))
 }
 
-fn plot(path: &Path, points: &[Point]) -> Result<(), String> {
+fn plot(path: &Path, points: &[Point]) -> Result<(), Box<dyn std::error::Error>> {
     use plotters::prelude::*;
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    root.fill(&WHITE)?;
     let xs: Vec<f64> = points.iter().map(|p| p.bandwidth_mbit).collect();
     let x_max = xs.iter().cloned().fold(0.0, f64::max) * 1.1;
     let y_max = points
@@ -297,16 +394,14 @@ fn plot(path: &Path, points: &[Point]) -> Result<(), String> {
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max.max(1.0), 0.0..y_max.max(1.0))
-        .map_err(|e| e.to_string())?;
+        .build_cartesian_2d(0.0..x_max.max(1.0), 0.0..y_max.max(1.0))?;
     chart
         .configure_mesh()
         .x_desc("link bandwidth (Mbit/s)")
         .y_desc("samples/s (all workers)")
-        .draw()
-        .map_err(|e| e.to_string())?;
+        .draw()?;
     let colors = [RED, BLUE, GREEN];
-    for (i, mode) in MODES.iter().enumerate() {
+    for (i, mode) in Mode::ALL.iter().enumerate() {
         let series: Vec<(f64, f64)> = points
             .iter()
             .filter_map(|p| {
@@ -318,42 +413,40 @@ fn plot(path: &Path, points: &[Point]) -> Result<(), String> {
             .collect();
         let color = colors[i % colors.len()];
         chart
-            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))
-            .map_err(|e| e.to_string())?
+            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?
             .label(mode.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart
-            .draw_series(
-                series
-                    .iter()
-                    .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
-            )
-            .map_err(|e| e.to_string())?;
+        chart.draw_series(
+            series
+                .iter()
+                .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
+        )?;
     }
     chart
         .configure_series_labels()
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+        .draw()?;
+    Ok(root.present()?)
 }
 
-pub fn run(mut args: Args) -> Result<(), String> {
+/// Runs the bench and prints its table, plot and JSON figures.
+pub fn run(mut args: Args) -> Result<(), P3BenchError> {
+    let bad = |m: String| Err(P3BenchError::Args(m));
     if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
-        return Err("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
+        return bad("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
     }
     if args.netns {
-        crate::netns::available().map_err(|e| format!("--netns needs network namespaces: {e}"))?;
+        crate::netns::available().map_err(P3BenchError::NetnsUnavailable)?;
     }
     let full = load_profile(&args.model)?;
     let full_params = full.total_params();
     if full_params == 0 {
-        return Err(format!("model {} has no parameters", args.model));
+        return bad(format!("model {} has no parameters", args.model));
     }
     let scale = match args.scale {
         Some(s) if s.is_finite() && s > 0.0 => s,
-        Some(s) => return Err(format!("--scale must be positive, got {s}")),
+        Some(s) => return bad(format!("--scale must be positive, got {s}")),
         None => (args.model_mb * 1e6 / 4.0 / full_params as f64).min(1.0),
     };
     let profile = full.scaled(scale);
@@ -362,7 +455,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
     let has_measured = profile.layers.iter().any(|l| l.measured.is_some());
     let device_flops = match args.device_gflops {
         Some(g) if g > 0.0 => g * 1e9,
-        Some(g) => return Err(format!("--device-gflops must be positive, got {g}")),
+        Some(g) => return bad(format!("--device-gflops must be positive, got {g}")),
         None if flops_per_iter > 0.0 => flops_per_iter / (args.compute_ms / 1e3),
         None => 1e12,
     };
@@ -380,14 +473,13 @@ pub fn run(mut args: Args) -> Result<(), String> {
         args.bandwidth.clone()
     };
     if bandwidths.iter().any(|b| !(b.is_finite() && *b > 0.0)) {
-        return Err("--bandwidth values must be positive".into());
+        return bad("--bandwidth values must be positive".into());
     }
     if args.slice_size == 0 {
         let mut cost = setup.cost(bandwidths[0], args.workers);
         cost.per_slice_overhead_s = args.slice_overhead_us.max(0.0) * 1e-6;
         let candidates: Vec<u64> = (10..=17).map(|k| 1u64 << k).collect();
-        let (size, t) =
-            auto_slice_size(&setup.profile, &cost, &candidates, 4).map_err(|e| e.to_string())?;
+        let (size, t) = auto_slice_size(&setup.profile, &cost, &candidates, 4)?;
         println!(
             "automatic slice size: {size} params (simulated {} s/iteration at {:.1} Mbit/s, \
              {} us per slice)",
@@ -439,16 +531,13 @@ pub fn run(mut args: Args) -> Result<(), String> {
                 delay_ms: None,
             };
             let hosts = Hosts::up(&p3_netns::prefix(), args.workers + args.shards, &shape)
-                .map_err(|e| format!("cannot create network namespaces: {e}"))?;
+                .map_err(P3BenchError::Namespaces)?;
             Some(p3_netns::Teardown(hosts))
         } else {
             None
         };
         let mut modes = Vec::new();
-        for mode in MODES
-            .into_iter()
-            .filter(|m| args.modes.iter().any(|a| a.eq_ignore_ascii_case(m.name())))
-        {
+        for mode in Mode::ALL.into_iter().filter(|m| args.modes.contains(m)) {
             let (t, cpu) = run_mode(&args, &setup, mode, bw, hosts.as_ref().map(|h| &h.0))?;
             tracing::info!(
                 mode = mode.name(),
@@ -532,7 +621,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
         Ok(()) => println!("plot: {}", args.plot.display()),
         Err(e) => tracing::warn!(error = %e, path = %args.plot.display(), "cannot write plot"),
     }
-    let first = points.first().ok_or("no bandwidth point")?;
+    let first = points.first().ok_or(P3BenchError::NoBandwidthPoint)?;
     let get = |name: &str| {
         first
             .modes
@@ -577,7 +666,7 @@ pub fn run(mut args: Args) -> Result<(), String> {
         available_cores: cores,
         sweep: points.clone(),
     };
-    print_json(&figures).map_err(|e| e.to_string())
+    Ok(print_json(&figures)?)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! in the kernel. The user-space shaper is off; the workers' JSON reports
 //! ([`petrel_p3::roles::WorkerReportFile`]) are the measurements.
 
+use crate::bench::p3::P3BenchError;
 use crate::netns::Hosts;
 use petrel_actors::Topology;
 use petrel_net::NetConfig;
@@ -51,28 +52,25 @@ fn write_config(
     cfg: &P3NodeConfig,
     net: &NetConfig,
     dir: &Path,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, P3BenchError> {
     let names = node_names(cfg);
     if names.len() > hosts.count {
-        return Err(format!(
-            "{} nodes but {} namespaces",
-            names.len(),
-            hosts.count
-        ));
+        return Err(P3BenchError::TooFewHosts {
+            nodes: names.len(),
+            hosts: hosts.count,
+        });
     }
     let mut topo = Topology::builder("p3");
     for (i, (name, role)) in names.iter().enumerate() {
         topo = topo.node_at(name, &format!("{}:7000", hosts.host_ip(i)), &[role]);
     }
     let certs = dir.join("certs");
-    let ca = ClusterCa::generate().map_err(|e| e.to_string())?;
-    ca.write(&certs).map_err(|e| e.to_string())?;
+    let ca = ClusterCa::generate()?;
+    ca.write(&certs)?;
     for (name, _) in &names {
-        ca.issue(name)
-            .and_then(|c| c.write(&certs, name))
-            .map_err(|e| format!("certificate of {name}: {e}"))?;
+        ca.issue(name).and_then(|c| c.write(&certs, name))?;
     }
-    let app = serde_json::to_value(cfg).map_err(|e| e.to_string())?;
+    let app = serde_json::to_value(cfg)?;
     let net = NetConfig {
         shaper: None,
         ..net.clone()
@@ -86,11 +84,13 @@ fn write_config(
             s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
             s.app.insert("p3".into(), app);
         })
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let path = dir.join("cluster.toml");
-    let text = settings.to_toml().map_err(|e| e.to_string())?;
-    std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let text = settings.to_toml()?;
+    std::fs::write(&path, text).map_err(|source| P3BenchError::Io {
+        path: path.clone(),
+        source,
+    })?;
     Ok(path)
 }
 
@@ -118,26 +118,29 @@ pub fn run_job(
     net: &NetConfig,
     dir: &Path,
     limit: Duration,
-) -> Result<(Vec<WorkerReportFile>, f64), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+) -> Result<(Vec<WorkerReportFile>, f64), P3BenchError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| P3BenchError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
     let config = write_config(hosts, cfg, net, dir)?;
-    let exe = std::env::current_exe().map_err(|e| format!("current executable: {e}"))?;
+    let exe = std::env::current_exe().map_err(io(Path::new("current executable")))?;
     let exe = exe
         .to_str()
-        .ok_or("executable path is not UTF-8")?
+        .ok_or(P3BenchError::NotUtf8 { what: "executable" })?
         .to_string();
     let config_s = config
         .to_str()
-        .ok_or("config path is not UTF-8")?
+        .ok_or(P3BenchError::NotUtf8 { what: "config" })?
         .to_string();
     let cpu0 = children_cpu_seconds();
     let t0 = Instant::now();
     let mut children: Vec<(String, Child, PathBuf)> = Vec::new();
     for (i, (name, _)) in node_names(cfg).into_iter().enumerate() {
         let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log)
-            .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let out = std::fs::File::create(&log).map_err(io(&log))?;
+        let err = out.try_clone().map_err(io(&log))?;
         let spawned = hosts
             .command(i, &exe)
             .args(["node", "--config", &config_s, "--name", &name])
@@ -147,9 +150,9 @@ pub fn run_job(
             .spawn();
         match spawned {
             Ok(c) => children.push((name, c, log)),
-            Err(e) => {
+            Err(source) => {
                 kill_all(&mut children);
-                return Err(format!("cannot start node {name}: {e}"));
+                return Err(P3BenchError::Spawn { name, source });
             }
         }
     }
@@ -162,17 +165,21 @@ pub fn run_job(
             }
             match child.try_wait() {
                 Ok(Some(st)) if st.success() => done[k] = true,
-                Ok(Some(st)) => {
-                    failed = Some(format!(
-                        "node {name} failed ({st}); last lines of {}:\n{}",
-                        log.display(),
-                        log_tail(log)
-                    ));
+                Ok(Some(status)) => {
+                    failed = Some(P3BenchError::NodeFailed {
+                        name: name.clone(),
+                        status,
+                        log: log.clone(),
+                        tail: log_tail(log),
+                    });
                     break;
                 }
                 Ok(None) => {}
-                Err(e) => {
-                    failed = Some(format!("node {name}: {e}"));
+                Err(source) => {
+                    failed = Some(P3BenchError::Wait {
+                        name: name.clone(),
+                        source,
+                    });
                     break;
                 }
             }
@@ -184,11 +191,11 @@ pub fn run_job(
             break Ok(());
         }
         if t0.elapsed() > limit {
-            break Err(format!(
-                "{} mode did not finish within {limit:?}; logs in {}",
-                cfg.mode,
-                dir.display()
-            ));
+            break Err(P3BenchError::Timeout {
+                mode: cfg.mode,
+                limit,
+                dir: dir.to_path_buf(),
+            });
         }
         std::thread::sleep(Duration::from_millis(50));
     };

@@ -1,12 +1,59 @@
-//! Priority-based parameter propagation (P3): data-parallel DNN training in which parameters
-//! are sliced and sent in the order the next forward pass needs them. One home that reads
-//! in order:
+//! Priority-based parameter propagation (P3): data-parallel DNN training in which
+//! parameters are sliced and sent in the order the next forward pass needs them.
 //!
-//! 1. [`core`]: slicing, the slice queue, per-layer readiness, the cost model and simulator,
-//!    model profiles and the shard/worker engines. No actix.
-//! 2. [`shells`]: the worker and shard actors.
-//! 3. [`roles`]: the built-in roles and their settings.
+//! # A tour
+//! The crate reads in order, core to roles:
+//!
+//! 1. [`core`]: the decision logic, sans I/O. A [`SlicePlan`] cuts every parameter tensor
+//!    into [`Slice`]s with a shard and a wire [`Priority`](petrel_messages::Priority)
+//!    (layer 0 highest); a [`SliceQueue`] (the workspace's one priority queue) orders them;
+//!    [`LayerReadiness`] says which layers are back; [`SliceShardCore`] and
+//!    [`SliceWorkerCore`] are the shard's and the worker's engines; [`CostModel`],
+//!    [`Bounds`] and [`simulate`] predict an iteration's time; [`ModelProfile`] describes
+//!    real architectures. The three [`Mode`]s (sequential, fifo, p3) compute bit-identical
+//!    parameters; only the timing differs.
+//! 2. [`shells`]: the shard actor and the worker loop on petrel actors.
+//! 3. [`kit`]: the public kit. Implement [`StageModel`] (a model as an ordered list of
+//!    stages: parameter counts per stage, forward stage by stage, backward stage by stage
+//!    handing over gradients) and run it with [`run_cluster`] and a [`P3Job`]; see
+//!    `examples/p3_custom.rs`.
+//! 4. [`models`]: the built-in stage models, [`DnnStageModel`] (a real
+//!    [`petrel_ml::dnn::Sequential`] network) and [`EmulatedModel`] (a profile with
+//!    emulated compute: VGG-19, ResNet-50, Sockeye).
+//! 5. [`roles`]: the built-in `p3-worker`/`p3-shard` roles of `petrel node`, configured by
+//!    `[app.p3]` ([`P3NodeConfig`]).
+//!
+//! Every failure is a [`P3Error`], with the cores' [`PlanError`], [`EngineError`] and
+//! [`ProfileError`] as its sources.
+//!
+//! Start with `use petrel_p3::prelude::*;`.
+
+#![warn(missing_docs)]
 
 pub mod core;
+pub mod error;
+pub mod kit;
+pub mod models;
 pub mod roles;
 pub mod shells;
+
+pub use crate::core::{
+    Bounds, CostModel, EngineError, LayerReadiness, Mode, ModelProfile, PlanError, ProfileError,
+    SimConfig, SimReport, Slice, SlicePlan, SliceQueue, SliceShardCore, SliceWorkerCore,
+    auto_slice_size, reference_step, simulate,
+};
+pub use error::P3Error;
+pub use kit::{
+    P3Job, P3WorkerReport, Progress, StageGrads, StageLayout, StageModel, StepStats, run_cluster,
+};
+pub use models::{DnnStageModel, EmulatedModel, ModelError};
+pub use roles::{P3NodeConfig, WorkerReportFile};
+
+/// The names most P3 code needs: `use petrel_p3::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        DnnStageModel, EmulatedModel, Mode, ModelProfile, P3Error, P3Job, P3WorkerReport,
+        StageGrads, StageModel, StepStats, run_cluster,
+    };
+    pub use petrel_ml::dnn::FlatSgdMomentum;
+}

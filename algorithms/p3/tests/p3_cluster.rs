@@ -5,13 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use petrel_ml::dnn::data::{Dataset, gaussian_clusters};
-use petrel_ml::dnn::{Sequential, SgdMomentum};
+use petrel_ml::dnn::{FlatSgdMomentum, Sequential};
 use petrel_net::NetConfig;
-use petrel_p3::core::engine::reference_step;
-use petrel_p3::core::plan::Mode;
-use petrel_p3::core::profile::{LayerProfile, ModelProfile};
-use petrel_p3::shells::{
-    DnnStageModel, EmulatedModel, ModelFactory, P3Job, StageModel, run_cluster,
+use petrel_p3::core::LayerProfile;
+use petrel_p3::{
+    DnnStageModel, EmulatedModel, Mode, ModelProfile, P3Job, reference_step, run_cluster,
 };
 
 const SIZES: [usize; 4] = [6, 12, 10, 3];
@@ -29,8 +27,7 @@ fn job(mode: Mode, net: &Sequential) -> P3Job {
         n_workers: 2,
         n_shards: 2,
         iterations: ITERS,
-        opt: SgdMomentum::new(0.05, 0.9),
-        unit_counts: DnnStageModel::unit_counts(net),
+        opt: FlatSgdMomentum::new(0.05, 0.9),
         initial: Arc::new(DnnStageModel::initial(net)),
         net: NetConfig::default(),
         transport: petrel_actors::Transport::Quic,
@@ -41,7 +38,7 @@ fn job(mode: Mode, net: &Sequential) -> P3Job {
 /// The same synchronous SGD computed in one process.
 fn reference() -> Vec<Vec<f32>> {
     let d = data();
-    let opt = SgdMomentum::new(0.05, 0.9);
+    let opt = FlatSgdMomentum::new(0.05, 0.9);
     let mut nets: Vec<Sequential> = (0..2)
         .map(|_| Sequential::mlp(&SIZES, 5).unwrap())
         .collect();
@@ -70,10 +67,7 @@ fn three_modes_train_to_identical_parameters() {
     let expected = reference();
     assert_ne!(expected, initial, "training must move the parameters");
     for mode in [Mode::Sequential, Mode::Fifo, Mode::P3] {
-        let factory: ModelFactory = Arc::new(|w| {
-            let net = Sequential::mlp(&SIZES, 5).map_err(|e| e.to_string())?;
-            Ok(Box::new(DnnStageModel::new(net, data(), BATCH, w, 2)?) as Box<dyn StageModel>)
-        });
+        let factory = |w| DnnStageModel::new(Sequential::mlp(&SIZES, 5)?, data(), BATCH, w, 2);
         let reports = run_cluster(&job(mode, &net), factory, None).unwrap();
         assert_eq!(reports.len(), 2);
         for r in &reports {
@@ -100,19 +94,14 @@ fn emulated_compute_takes_the_profiled_time() {
     let job = P3Job {
         mode: Mode::P3,
         slice_size: 500,
-        n_workers: 2,
-        n_shards: 2,
         iterations: 4,
-        opt: SgdMomentum::new(0.1, 0.0),
-        initial: Arc::new(counts.iter().map(|&c| vec![1.0; c as usize]).collect()),
-        unit_counts: counts,
-        net: NetConfig::default(),
+        opt: FlatSgdMomentum::new(0.1, 0.0),
         transport: petrel_actors::Transport::Memory,
         ask_timeout: Duration::from_secs(20),
+        ..P3Job::new(counts.iter().map(|&c| vec![1.0; c as usize]).collect())
     };
     let p = profile.clone();
-    let factory: ModelFactory =
-        Arc::new(move |_| Ok(Box::new(EmulatedModel::new(&p, 1e9, 1)) as Box<dyn StageModel>));
+    let factory = move |_| Ok(EmulatedModel::new(&p, 1e9, 1));
     let reports = run_cluster(&job, factory, None).unwrap();
     for r in &reports {
         let t = r.secs_per_iter(1).unwrap();
@@ -154,9 +143,8 @@ fn p3_beats_fifo_on_a_shaped_link() {
             n_workers: 2,
             n_shards: 2,
             iterations: 6,
-            opt: SgdMomentum::new(0.01, 0.9),
+            opt: FlatSgdMomentum::new(0.01, 0.9),
             initial: Arc::new(counts.iter().map(|&c| vec![0.5; c as usize]).collect()),
-            unit_counts: counts.clone(),
             net: NetConfig {
                 shaper: Some(shaper),
                 send_fairness: false,
@@ -166,9 +154,7 @@ fn p3_beats_fifo_on_a_shaped_link() {
             ask_timeout: Duration::from_secs(60),
         };
         let p = profile.clone();
-        let factory: ModelFactory = Arc::new(move |_| {
-            Ok(Box::new(EmulatedModel::new(&p, device, 8)) as Box<dyn StageModel>)
-        });
+        let factory = move |_| Ok(EmulatedModel::new(&p, device, 8));
         let reports = run_cluster(&job, factory, None).unwrap();
         reports
             .iter()

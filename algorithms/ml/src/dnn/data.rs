@@ -21,46 +21,76 @@ pub const IDX_IMAGES_MAGIC: u32 = 0x0000_0803;
 pub const IDX_LABELS_MAGIC: u32 = 0x0000_0801;
 
 #[derive(Debug, thiserror::Error)]
+/// Errors of the DNN data sets: IDX files (each naming the file) and generator arguments.
 pub enum DnnDataError {
+    /// The file could not be read or written.
     #[error("{}: cannot read/write: {source}", .path.display())]
     Io {
+        /// The file.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// The file does not start with the expected IDX magic number.
     #[error("{}: bad magic number {found:#010x}, expected {expected:#010x}", .path.display())]
     BadMagic {
+        /// The file.
         path: PathBuf,
+        /// The magic number of this kind of file.
         expected: u32,
+        /// The one found.
         found: u32,
     },
+    /// The file ends before its header or data does.
     #[error("{}: truncated {what}: need {expected} bytes, file has {found}", .path.display())]
     Truncated {
+        /// The file.
         path: PathBuf,
+        /// The part that is cut short.
         what: &'static str,
+        /// Bytes needed.
         expected: usize,
+        /// Bytes present.
         found: usize,
     },
+    /// Dimensions that do not fit (wrong rank, overflow, mismatched lengths).
     #[error("{}: dimension mismatch: {detail}", .path.display())]
-    Dimension { path: PathBuf, detail: String },
+    Dimension {
+        /// The file.
+        path: PathBuf,
+        /// What does not fit.
+        detail: String,
+    },
+    /// An images file and a labels file of different lengths.
     #[error(
         "{} has {n_images} images but {} has {n_labels} labels",
         .images.display(),
         .labels.display()
     )]
     CountMismatch {
+        /// The images file.
         images: PathBuf,
+        /// The labels file.
         labels: PathBuf,
+        /// Images in it.
         n_images: usize,
+        /// Labels in it.
         n_labels: usize,
     },
+    /// A label not below the number of classes.
     #[error("{}: label {label} at index {index} is not below {classes} classes", .path.display())]
     LabelOutOfRange {
+        /// The labels file.
         path: PathBuf,
+        /// The example.
         index: usize,
+        /// Its label.
         label: usize,
+        /// Classes expected.
         classes: usize,
     },
+    /// A synthetic generator got impossible arguments.
     #[error("invalid generator argument: {0}")]
     InvalidArgument(String),
 }
@@ -68,16 +98,21 @@ pub enum DnnDataError {
 /// Examples `x` (batch-first, any per-example shape) with class labels `y`.
 #[derive(Debug, Clone)]
 pub struct Dataset {
+    /// Examples, batch-first.
     pub x: ArrayD<f32>,
+    /// Class label of every example.
     pub y: Vec<usize>,
+    /// Number of classes (labels are below it).
     pub n_classes: usize,
 }
 
 impl Dataset {
+    /// Number of examples.
     pub fn len(&self) -> usize {
         self.y.len()
     }
 
+    /// True when there are no examples.
     pub fn is_empty(&self) -> bool {
         self.y.is_empty()
     }
@@ -247,8 +282,11 @@ pub fn template_images(
 /// Raw IDX image file contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdxImages {
+    /// Number of images.
     pub n: usize,
+    /// Rows per image.
     pub rows: usize,
+    /// Columns per image.
     pub cols: usize,
     /// `n * rows * cols` bytes, row-major.
     pub pixels: Vec<u8>,
@@ -355,11 +393,13 @@ pub fn parse_idx_labels(bytes: &[u8], path: &Path) -> Result<Vec<u8>, DnnDataErr
     Ok(data.to_vec())
 }
 
+/// Reads an IDX images file (see [`parse_idx_images`]).
 pub fn read_idx_images(path: impl AsRef<Path>) -> Result<IdxImages, DnnDataError> {
     let path = path.as_ref();
     parse_idx_images(&read_file(path)?, path)
 }
 
+/// Reads an IDX labels file (see [`parse_idx_labels`]).
 pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Vec<u8>, DnnDataError> {
     let path = path.as_ref();
     parse_idx_labels(&read_file(path)?, path)

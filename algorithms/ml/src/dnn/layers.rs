@@ -1,4 +1,5 @@
-//! Layers with real forward and backward passes.
+//! Layers with real forward and backward passes. (Long because it holds every layer kind,
+//! each with its backward pass and a finite-difference test; they share the [`Layer`] enum.)
 //!
 //! Each layer caches what its backward pass needs during `forward`, and `backward` takes
 //! dL/d(output), stores dL/d(params) and returns dL/d(input).
@@ -111,14 +112,17 @@ impl Dense {
         }
     }
 
+    /// Input features.
     pub fn in_features(&self) -> usize {
         self.in_features
     }
 
+    /// Output features.
     pub fn out_features(&self) -> usize {
         self.out_features
     }
 
+    /// `x W^T + b` for `x` of shape `(N, in)`; keeps `x` for backward.
     pub fn forward(&mut self, x: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         let x2 = x
             .view()
@@ -131,6 +135,7 @@ impl Dense {
         Ok(y.into_dyn())
     }
 
+    /// Stores the weight and bias gradients; returns the input gradient.
     pub fn backward(&mut self, grad_out: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         let input = self.input.as_ref().ok_or(DnnError::NoForward {
             layer: "dense".into(),
@@ -161,15 +166,18 @@ pub struct Relu {
 }
 
 impl Relu {
+    /// A ReLU.
     pub fn new() -> Self {
         Relu::default()
     }
 
+    /// `max(x, 0)` element-wise; keeps the mask for backward.
     pub fn forward(&mut self, x: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         self.mask = Some(x.mapv(|v| v > 0.0));
         Ok(x.mapv(|v| v.max(0.0)))
     }
 
+    /// The gradient through the kept mask.
     pub fn backward(&mut self, grad_out: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         let mask = self.mask.as_ref().ok_or(DnnError::NoForward {
             layer: "relu".into(),
@@ -218,6 +226,7 @@ struct ConvCache {
 }
 
 impl Conv2d {
+    /// A `k x k` convolution from `c_in` to `c_out` channels with `padding`, stride 1.
     pub fn new<R: Rng + ?Sized>(
         c_in: usize,
         c_out: usize,
@@ -243,15 +252,19 @@ impl Conv2d {
         }
     }
 
+    /// Input channels.
     pub fn c_in(&self) -> usize {
         self.c_in
     }
+    /// Output channels.
     pub fn c_out(&self) -> usize {
         self.c_out
     }
+    /// Kernel size.
     pub fn kernel(&self) -> usize {
         self.kernel
     }
+    /// Zero padding on each side.
     pub fn padding(&self) -> usize {
         self.padding
     }
@@ -266,6 +279,7 @@ impl Conv2d {
         Some((hp - self.kernel + 1, wp - self.kernel + 1))
     }
 
+    /// Convolves an `(N, C, H, W)` input; keeps it for backward.
     pub fn forward(&mut self, x: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         let s = x.shape();
         let expected = || format!("(N, {}, H, W)", self.c_in);
@@ -325,6 +339,7 @@ impl Conv2d {
             .map_err(|_| shape_err("conv2d", expected(), s))
     }
 
+    /// Stores the weight and bias gradients; returns the input gradient.
     pub fn backward(&mut self, grad_out: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         let cache = self.cache.as_ref().ok_or(DnnError::NoForward {
             layer: "conv2d".into(),
@@ -394,10 +409,12 @@ pub struct MaxPool2d {
 }
 
 impl MaxPool2d {
+    /// A 2x2 max pool.
     pub fn new() -> Self {
         MaxPool2d::default()
     }
 
+    /// Max over 2x2 windows of an `(N, C, H, W)` input; keeps the arg-max for backward.
     pub fn forward(&mut self, x: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         let s = x.shape();
         if s.len() != 4 || s[2] < 2 || s[3] < 2 {
@@ -429,6 +446,7 @@ impl MaxPool2d {
             .map_err(|_| shape_err("maxpool2d", "(N, C, H, W)", s))
     }
 
+    /// Routes each gradient to its window's arg-max.
     pub fn backward(&mut self, grad_out: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         let (arg, in_shape) = self.argmax.as_ref().ok_or(DnnError::NoForward {
             layer: "maxpool2d".into(),
@@ -459,10 +477,12 @@ pub struct Flatten {
 }
 
 impl Flatten {
+    /// A flatten.
     pub fn new() -> Self {
         Flatten::default()
     }
 
+    /// Reshapes `(N, ...)` to `(N, features)`; keeps the shape for backward.
     pub fn forward(&mut self, x: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         let s = x.shape();
         if s.is_empty() {
@@ -475,6 +495,7 @@ impl Flatten {
             .map_err(|_| shape_err("flatten", "(N, ...)", s))
     }
 
+    /// Reshapes the gradient back to the input's shape.
     pub fn backward(&mut self, grad_out: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         let shape = self.in_shape.as_ref().ok_or(DnnError::NoForward {
             layer: "flatten".into(),
@@ -495,10 +516,15 @@ impl Flatten {
 /// One layer of a [`crate::dnn::Sequential`] network.
 #[derive(Debug, Clone)]
 pub enum Layer {
+    /// A dense layer.
     Dense(Dense),
+    /// A ReLU.
     Relu(Relu),
+    /// A convolution.
     Conv2d(Conv2d),
+    /// A max pool.
     MaxPool2d(MaxPool2d),
+    /// A flatten.
     Flatten(Flatten),
 }
 
@@ -514,6 +540,7 @@ impl Layer {
         }
     }
 
+    /// The layer's forward pass.
     pub fn forward(&mut self, x: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         match self {
             Layer::Dense(l) => l.forward(x),
@@ -524,6 +551,7 @@ impl Layer {
         }
     }
 
+    /// The layer's backward pass: stores parameter gradients, returns the input gradient.
     pub fn backward(&mut self, grad_out: &ArrayD<f32>) -> Result<ArrayD<f32>, DnnError> {
         match self {
             Layer::Dense(l) => l.backward(grad_out),
@@ -558,6 +586,7 @@ impl Layer {
         }
     }
 
+    /// Mutable flat views of the parameter tensors, weight first.
     pub fn params_mut(&mut self) -> Vec<&mut [f32]> {
         match self {
             Layer::Dense(l) => vec![flat_mut(&mut l.weight), flat_mut(&mut l.bias)],

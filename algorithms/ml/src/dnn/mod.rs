@@ -12,7 +12,7 @@
 //! - backward *overwrites* the stored gradients (no accumulation across calls).
 //!
 //! [`Sequential`] is a stack of [`Layer`]s; [`SoftmaxCrossEntropy`] is the loss;
-//! [`SgdMomentum`] updates flat tensors (or slices of them, as a P3 server shard does);
+//! [`FlatSgdMomentum`] updates flat tensors (or slices of them, as a P3 server shard does);
 //! [`data`] has synthetic data sets and the IDX (MNIST) reader, failing with a
 //! [`data::DnnDataError`]; the network cores fail with a [`DnnError`].
 
@@ -25,7 +25,7 @@ pub mod optim;
 
 pub use layers::{Conv2d, Dense, Flatten, Init, Layer, MaxPool2d, Relu, SoftmaxCrossEntropy};
 pub use net::{ParamSpec, Sequential};
-pub use optim::SgdMomentum;
+pub use optim::FlatSgdMomentum;
 
 /// The array crate the layers use, so code that builds inputs or writes its own layers
 /// (such as a P3 stage model) names the same version.

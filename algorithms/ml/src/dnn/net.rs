@@ -16,13 +16,16 @@ pub struct ParamSpec {
     pub name: String,
     /// Index of the owning layer in the network.
     pub layer: usize,
+    /// The tensor's shape (row-major).
     pub shape: Vec<usize>,
 }
 
 impl ParamSpec {
+    /// Number of elements.
     pub fn len(&self) -> usize {
         self.shape.iter().product()
     }
+    /// True for a tensor without elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -38,10 +41,12 @@ pub struct Sequential {
 }
 
 impl Sequential {
+    /// A network of these layers, in forward order.
     pub fn new(layers: Vec<Layer>) -> Self {
         Sequential { layers }
     }
 
+    /// The layers, in forward order.
     pub fn layers(&self) -> &[Layer] {
         &self.layers
     }
@@ -133,6 +138,7 @@ impl Sequential {
         self.params().iter().map(|p| p.len() as u64).collect()
     }
 
+    /// Total parameters.
     pub fn num_params(&self) -> usize {
         self.params().iter().map(|p| p.len()).sum()
     }
@@ -151,6 +157,7 @@ impl Sequential {
             .collect()
     }
 
+    /// Mutable flat views of every parameter tensor, in network order.
     pub fn params_mut(&mut self) -> Vec<&mut [f32]> {
         self.layers
             .iter_mut()

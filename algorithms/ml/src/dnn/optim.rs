@@ -2,20 +2,24 @@
 
 use crate::dnn::DnnError;
 
-/// SGD with (heavy-ball) momentum:
-/// `v <- momentum * v + grad; p <- p - lr * v`.
+/// SGD with (heavy-ball) momentum over flat `f32` tensors or slices of them:
+/// `v <- momentum * v + grad; p <- p - lr * v`. (The parameter server's per-row rule is
+/// a different thing: stateful, sparse, in `petrel_ps`.)
 ///
 /// Plain data, no hidden state: the velocity lives with whoever owns the parameters
 /// (a server shard keeps one velocity buffer per slice it owns).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SgdMomentum {
+pub struct FlatSgdMomentum {
+    /// Learning rate.
     pub lr: f32,
+    /// Momentum (0 = plain SGD).
     pub momentum: f32,
 }
 
-impl SgdMomentum {
+impl FlatSgdMomentum {
+    /// SGD with this learning rate and momentum.
     pub fn new(lr: f32, momentum: f32) -> Self {
-        SgdMomentum { lr, momentum }
+        FlatSgdMomentum { lr, momentum }
     }
 
     /// One update of one tensor (or slice of one). All three slices must have equal length.
@@ -73,7 +77,7 @@ mod tests {
 
     #[test]
     fn step_formula() {
-        let opt = SgdMomentum::new(0.1, 0.9);
+        let opt = FlatSgdMomentum::new(0.1, 0.9);
         let mut v = vec![1.0, 0.0];
         let mut p = vec![1.0, 1.0];
         opt.step(&mut v, &mut p, &[1.0, 2.0]).unwrap();
@@ -87,8 +91,8 @@ mod tests {
     }
 
     fn train_lr(net: &mut Sequential, data: &Dataset, steps: usize, batch: usize, lr: f32) -> f32 {
-        let opt = SgdMomentum::new(lr, 0.9);
-        let mut vel = SgdMomentum::zero_velocity(net);
+        let opt = FlatSgdMomentum::new(lr, 0.9);
+        let mut vel = FlatSgdMomentum::zero_velocity(net);
         for s in 0..steps {
             let (x, y) = data.batch((s * batch) % data.len(), batch);
             net.compute_gradients(&x, &y).unwrap();

@@ -1,19 +1,39 @@
-//! P3 (priority-based parameter propagation) compute cores, sans I/O.
+//! P3's decision logic, sans I/O: plain structs with plain methods, no actors, sockets or
+//! clocks (`.ci/check-cores` keeps it that way). Read in this order:
 //!
-//! - [`profile`]: per-layer parameter counts and FLOPs of real architectures (VGG-19,
-//!   ResNet-50, a Sockeye-style LSTM seq2seq) and user profiles from TOML/JSON.
-//! - [`engine`]: the shard's aggregation + SGD core and the worker's slice bookkeeping.
-//! - [`plan`]: slicing layers into prioritised, shard-assigned slices, the priority queue
-//!   and per-layer readiness tracking a runtime needs, the C/M bounds, and a deterministic
-//!   discrete-event simulator of Sequential / FIFO / P3 synchronisation.
+//! - [`mode`]: [`Mode`], sequential / fifo / p3.
+//! - [`slicing`]: [`SlicePlan`] cuts every plan layer (one parameter tensor) into
+//!   [`Slice`]s, each with its shard and its wire [`Priority`](petrel_messages::Priority).
+//! - [`queue`]: [`SliceQueue`], the workspace's one priority queue over slices.
+//! - [`readiness`]: [`LayerReadiness`], which layers' slices are all back, so a forward
+//!   pass of layer `l` waits only for layer `l`.
+//! - [`shard`] and [`worker`]: the engines, [`SliceShardCore`] (aggregate, average, apply
+//!   [`FlatSgdMomentum`](petrel_ml::dnn::FlatSgdMomentum)) and [`SliceWorkerCore`] (cut gradients,
+//!   reassemble parameters), and [`reference_step`], the same update in one process.
+//! - [`cost`] and [`simulator`]: [`CostModel`], the C/M [`Bounds`], and a deterministic
+//!   discrete-event [`simulate`] of the three modes with [`auto_slice_size`].
+//! - [`profile`]: [`ModelProfile`]s of real architectures (VGG-19, ResNet-50, a
+//!   Sockeye-style seq2seq) and user profiles from TOML/JSON.
+//! - [`error`]: [`PlanError`], [`EngineError`], [`ProfileError`].
 
-pub mod engine;
-pub mod plan;
+pub mod cost;
+pub mod error;
+pub mod mode;
 pub mod profile;
+pub mod queue;
+pub mod readiness;
+pub mod shard;
+pub mod simulator;
+pub mod slicing;
+pub mod worker;
 
-pub use engine::{EngineError, ShardCore, WorkerCore, reference_step};
-pub use plan::{
-    Bounds, CostModel, LayerReadiness, Mode, PlanError, SimConfig, SimReport, Slice, SlicePlan,
-    SliceQueue, simulate,
-};
-pub use profile::{LayerProfile, MeasuredTime, ModelProfile, ProfileError, SockeyeConfig};
+pub use cost::{Bounds, CostModel};
+pub use error::{EngineError, PlanError, ProfileError};
+pub use mode::Mode;
+pub use profile::{LayerProfile, MeasuredTime, ModelProfile, SockeyeConfig};
+pub use queue::SliceQueue;
+pub use readiness::LayerReadiness;
+pub use shard::{SliceShardCore, reference_step};
+pub use simulator::{SimConfig, SimReport, auto_slice_size, simulate};
+pub use slicing::{Slice, SlicePlan};
+pub use worker::SliceWorkerCore;

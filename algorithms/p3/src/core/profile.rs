@@ -1,4 +1,5 @@
-//! Model profiles for communication benchmarking.
+//! Model profiles for communication benchmarking. (Long because most of it is the
+//! architecture tables of VGG-19, ResNet-50 and Sockeye, layer by layer, and their tests.)
 //!
 //! A profile is the ordered list of a model's layers (forward order, layer 0 first) with
 //! each layer's parameter count and compute cost. FLOPs are **per sample** (one image, one
@@ -31,21 +32,27 @@
 //! In JSON: `{"name": "...", "layer": [{"name": "...", "params": 1, "fwd_flops": 2.0}]}`.
 //! Unknown keys are rejected, so typos do not silently become defaults.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::core::error::ProfileError;
 
 /// Measured per-iteration compute time of a layer, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MeasuredTime {
+    /// Forward time of one iteration.
     pub fwd_s: f64,
+    /// Backward time of one iteration.
     pub bwd_s: f64,
 }
 
 /// One layer of a profile.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayerProfile {
+    /// The layer's name (e.g. `conv1_1`).
     pub name: String,
+    /// Parameters the layer owns (f32 each on the wire).
     pub params: u64,
     /// Forward FLOPs per sample.
     pub fwd_flops: f64,
@@ -76,6 +83,7 @@ impl LayerProfile {
         }
     }
 
+    /// Backward time of one iteration, like [`LayerProfile::fwd_seconds`].
     pub fn bwd_seconds(&self, device_flops_per_s: f64, batch: usize) -> f64 {
         match self.measured {
             Some(m) => m.bwd_s,
@@ -87,7 +95,9 @@ impl LayerProfile {
 /// A model: its layers in forward order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelProfile {
+    /// The model's name.
     pub name: String,
+    /// Layers with parameters, forward order.
     pub layers: Vec<LayerProfile>,
 }
 
@@ -101,11 +111,17 @@ pub struct ModelProfile {
 /// Total: 86,560,000 parameters, of which 38% in the output projection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SockeyeConfig {
+    /// Source vocabulary size.
     pub src_vocab: u64,
+    /// Target vocabulary size.
     pub tgt_vocab: u64,
+    /// Embedding size.
     pub embed: u64,
+    /// LSTM hidden size.
     pub hidden: u64,
+    /// Source sentence length in tokens.
     pub src_len: u64,
+    /// Target sentence length in tokens.
     pub tgt_len: u64,
 }
 
@@ -120,36 +136,6 @@ impl Default for SockeyeConfig {
             tgt_len: 50,
         }
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ProfileError {
-    #[error("{}: cannot read/write profile: {source}", .path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{origin}: invalid TOML profile: {source}")]
-    Toml {
-        origin: String,
-        #[source]
-        source: toml::de::Error,
-    },
-    #[error("{origin}: invalid JSON profile: {source}")]
-    Json {
-        origin: String,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error("cannot serialise profile: {0}")]
-    Serialize(String),
-    #[error("{origin}: {detail}")]
-    Invalid { origin: String, detail: String },
-    #[error("{}: unknown profile format (use .toml or .json)", .path.display())]
-    UnknownFormat { path: PathBuf },
-    #[error("unknown built-in profile {0:?} (known: vgg19, resnet50, sockeye)")]
-    UnknownModel(String),
 }
 
 /// On-disk form of a profile (see the module docs).
@@ -199,14 +185,17 @@ fn lstm_params(input: u64, hidden: u64) -> u64 {
 }
 
 impl ModelProfile {
+    /// Parameters of the whole model.
     pub fn total_params(&self) -> u64 {
         self.layers.iter().map(|l| l.params).sum()
     }
 
+    /// Forward FLOPs per sample of the whole model.
     pub fn total_fwd_flops(&self) -> f64 {
         self.layers.iter().map(|l| l.fwd_flops).sum()
     }
 
+    /// Backward FLOPs per sample of the whole model.
     pub fn total_bwd_flops(&self) -> f64 {
         self.layers.iter().map(|l| l.bwd_flops).sum()
     }
@@ -514,7 +503,7 @@ impl ModelProfile {
         }
     }
 
-    /// Parses a TOML profile; `origin` (a path or "<string>") is used in errors.
+    /// Parses a TOML profile; `origin` (a path or `<string>`) is used in errors.
     pub fn from_toml_str(s: &str, origin: &str) -> Result<Self, ProfileError> {
         let file: ProfileFile = toml::from_str(s).map_err(|source| ProfileError::Toml {
             origin: origin.to_string(),
@@ -532,13 +521,14 @@ impl ModelProfile {
         Self::from_file(file, origin)
     }
 
+    /// The profile in its TOML file form.
     pub fn to_toml_string(&self) -> Result<String, ProfileError> {
-        toml::to_string(&self.to_file()).map_err(|e| ProfileError::Serialize(e.to_string()))
+        toml::to_string(&self.to_file()).map_err(ProfileError::TomlWrite)
     }
 
+    /// The profile in its JSON file form.
     pub fn to_json_string(&self) -> Result<String, ProfileError> {
-        serde_json::to_string_pretty(&self.to_file())
-            .map_err(|e| ProfileError::Serialize(e.to_string()))
+        serde_json::to_string_pretty(&self.to_file()).map_err(ProfileError::JsonWrite)
     }
 
     fn is_json(path: &Path) -> Result<bool, ProfileError> {

@@ -1,59 +1,18 @@
-//! Sans-I/O cores of the P3 propagation engine: what a server shard and a worker do with
-//! slices, free of actors and sockets (the actor shells live in `crate::shells`).
-//!
-//! - [`ShardCore`]: owns the parameter slices a [`SlicePlan`] assigns to one shard, collects
-//!   every worker's gradient slice of an iteration, averages them (summed in worker order,
-//!   so the result does not depend on arrival order), applies [`SgdMomentum`] and yields
-//!   the new slice.
-//! - [`WorkerCore`]: a worker's view of the plan: cuts a layer's gradient into slices,
-//!   reassembles returned parameter slices into per-layer buffers and tracks, per layer,
-//!   whether the next forward pass may use it ([`LayerReadiness`]).
+//! The server shard's engine, sans I/O: [`SliceShardCore`] owns the parameter slices a
+//! [`SlicePlan`] assigns to one shard, collects every worker's gradient slice of an
+//! iteration, averages them (summed in worker order, so the result does not depend on
+//! arrival order), applies [`FlatSgdMomentum`] and yields the new slice. [`reference_step`] is
+//! the same update on whole tensors in one process.
 //!
 //! Because every shard applies the same element-wise update to the same averaged
 //! gradient, the three modes compute identical parameters; only the timing differs.
 
 use std::collections::HashMap;
 
-use crate::core::plan::{LayerReadiness, PlanError, Slice, SlicePlan};
-use petrel_ml::dnn::SgdMomentum;
+use petrel_ml::dnn::FlatSgdMomentum;
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum EngineError {
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    #[error("shard {shard} does not own slice {slice}")]
-    NotOwned { shard: usize, slice: usize },
-    #[error("slice {slice}: expected {expected} values, got {got}")]
-    Length {
-        slice: usize,
-        expected: usize,
-        got: usize,
-    },
-    #[error("layer {layer}: expected {expected} values, got {got}")]
-    LayerLength {
-        layer: usize,
-        expected: usize,
-        got: usize,
-    },
-    #[error("slice {slice}: gradient for iteration {got}, shard is at iteration {expected}")]
-    WrongIteration {
-        slice: usize,
-        expected: u64,
-        got: u64,
-    },
-    #[error("slice {slice}, iteration {iter}: worker {worker} pushed twice")]
-    Duplicate {
-        slice: usize,
-        iter: u64,
-        worker: usize,
-    },
-    #[error("worker {worker} out of range ({n_workers} workers)")]
-    WorkerOutOfRange { worker: usize, n_workers: usize },
-    #[error("slice {slice} received before it was initialised")]
-    NotInitialised { slice: usize },
-    #[error("need at least one worker")]
-    NoWorkers,
-}
+use crate::core::error::{EngineError, PlanError};
+use crate::core::slicing::SlicePlan;
 
 #[derive(Debug)]
 struct ShardSlice {
@@ -68,31 +27,31 @@ struct ShardSlice {
 
 /// The parameter slices of one server shard.
 #[derive(Debug)]
-pub struct ShardCore {
+pub struct SliceShardCore {
     shard: usize,
     n_workers: usize,
-    opt: SgdMomentum,
+    opt: FlatSgdMomentum,
     slices: HashMap<usize, ShardSlice>,
     updates: u64,
 }
 
-impl ShardCore {
+impl SliceShardCore {
     /// Zero parameters for every slice of `plan` owned by `shard`; call
-    /// [`ShardCore::init_slice`] for each before the first gradient.
+    /// [`SliceShardCore::init_slice`] for each before the first gradient.
     pub fn new(
         plan: &SlicePlan,
         shard: usize,
         n_workers: usize,
-        opt: SgdMomentum,
+        opt: FlatSgdMomentum,
     ) -> Result<Self, EngineError> {
         if n_workers == 0 {
             return Err(EngineError::NoWorkers);
         }
         if shard >= plan.n_shards() {
-            return Err(PlanError::Config(format!(
-                "shard {shard} of a plan with {} shards",
-                plan.n_shards()
-            ))
+            return Err(PlanError::ShardOutOfRange {
+                shard,
+                n_shards: plan.n_shards(),
+            }
             .into());
         }
         let slices = plan
@@ -112,7 +71,7 @@ impl ShardCore {
                 )
             })
             .collect();
-        Ok(ShardCore {
+        Ok(SliceShardCore {
             shard,
             n_workers,
             opt,
@@ -121,6 +80,7 @@ impl ShardCore {
         })
     }
 
+    /// This shard's index.
     pub fn shard(&self) -> usize {
         self.shard
     }
@@ -163,6 +123,7 @@ impl ShardCore {
         self.slices.values().all(|s| s.initialised)
     }
 
+    /// Current values of an owned slice.
     pub fn params(&self, slice: usize) -> Option<&[f32]> {
         self.slices.get(&slice).map(|s| s.params.as_slice())
     }
@@ -225,8 +186,7 @@ impl ShardCore {
         }
         let n = n_workers as f32;
         sum.iter_mut().for_each(|x| *x /= n);
-        opt.step(&mut s.velocity, &mut s.params, &sum)
-            .map_err(|e| PlanError::Config(e.to_string()))?;
+        opt.step(&mut s.velocity, &mut s.params, &sum)?;
         s.received = 0;
         s.iter += 1;
         let out = s.params.clone();
@@ -235,10 +195,10 @@ impl ShardCore {
     }
 }
 
-/// The same update a [`ShardCore`] applies, on whole tensors in one process: the reference
+/// The same update a [`SliceShardCore`] applies, on whole tensors in one process: the reference
 /// a distributed run must reproduce bit for bit.
 pub fn reference_step(
-    opt: &SgdMomentum,
+    opt: &FlatSgdMomentum,
     params: &mut [Vec<f32>],
     velocity: &mut [Vec<f32>],
     worker_grads: &[Vec<Vec<f32>>],
@@ -265,150 +225,25 @@ pub fn reference_step(
             sum.iter_mut().zip(g).for_each(|(a, b)| *a += b);
         }
         sum.iter_mut().for_each(|x| *x /= n as f32);
-        opt.step(v, p, &sum)
-            .map_err(|e| PlanError::Config(e.to_string()))?;
+        opt.step(v, p, &sum)?;
     }
     Ok(())
-}
-
-/// A worker's bookkeeping: parameter buffers per plan layer, readiness, iteration.
-#[derive(Debug, Clone)]
-pub struct WorkerCore {
-    plan: SlicePlan,
-    readiness: LayerReadiness,
-    params: Vec<Vec<f32>>,
-    /// Iteration whose parameters are expected back.
-    iter: u64,
-}
-
-impl WorkerCore {
-    /// `initial` holds one buffer per plan layer, all ready (iteration 0 starts from them).
-    pub fn new(plan: SlicePlan, initial: Vec<Vec<f32>>) -> Result<Self, EngineError> {
-        if initial.len() != plan.n_layers() {
-            return Err(PlanError::Config(format!(
-                "{} initial tensors for a plan of {} layers",
-                initial.len(),
-                plan.n_layers()
-            ))
-            .into());
-        }
-        for (layer, p) in initial.iter().enumerate() {
-            let expected: u64 = plan.layer_slices(layer).iter().map(|s| s.len).sum();
-            if p.len() as u64 != expected {
-                return Err(EngineError::LayerLength {
-                    layer,
-                    expected: expected as usize,
-                    got: p.len(),
-                });
-            }
-        }
-        let mut readiness = LayerReadiness::new(&plan);
-        for s in plan.slices() {
-            readiness.mark_received(s.id)?;
-        }
-        Ok(WorkerCore {
-            plan,
-            readiness,
-            params: initial,
-            iter: 0,
-        })
-    }
-
-    pub fn plan(&self) -> &SlicePlan {
-        &self.plan
-    }
-
-    /// Cuts `layer`'s gradient into its slices (slice descriptor + values), in offset order.
-    pub fn grad_slices(
-        &self,
-        layer: usize,
-        grad: &[f32],
-    ) -> Result<Vec<(Slice, Vec<f32>)>, EngineError> {
-        let slices = self.plan.layer_slices(layer);
-        let expected: u64 = slices.iter().map(|s| s.len).sum();
-        if grad.len() as u64 != expected || layer >= self.plan.n_layers() {
-            return Err(EngineError::LayerLength {
-                layer,
-                expected: expected as usize,
-                got: grad.len(),
-            });
-        }
-        Ok(slices
-            .iter()
-            .map(|s| {
-                let a = s.offset as usize;
-                (*s, grad[a..a + s.len as usize].to_vec())
-            })
-            .collect())
-    }
-
-    /// Starts waiting for the parameters of iteration `iter` (call after the forward pass
-    /// of the previous parameters finished and before pushing this iteration's gradients).
-    pub fn begin_round(&mut self, iter: u64) {
-        self.iter = iter;
-        self.readiness.reset();
-    }
-
-    /// Stores a returned slice. Returns `Some(layer)` when this completed the layer.
-    pub fn receive(
-        &mut self,
-        iter: u64,
-        slice: usize,
-        values: &[f32],
-    ) -> Result<Option<usize>, EngineError> {
-        let s = *self.plan.slice(slice).ok_or(PlanError::UnknownSlice {
-            id: slice,
-            n_slices: self.plan.slices().len(),
-        })?;
-        if iter != self.iter {
-            return Err(EngineError::WrongIteration {
-                slice,
-                expected: self.iter,
-                got: iter,
-            });
-        }
-        if values.len() as u64 != s.len {
-            return Err(EngineError::Length {
-                slice,
-                expected: s.len as usize,
-                got: values.len(),
-            });
-        }
-        let a = s.offset as usize;
-        self.params[s.layer][a..a + values.len()].copy_from_slice(values);
-        Ok(self.readiness.mark_received(slice)?.then_some(s.layer))
-    }
-
-    pub fn is_ready(&self, layer: usize) -> bool {
-        self.readiness.is_ready(layer)
-    }
-
-    pub fn all_ready(&self) -> bool {
-        self.readiness.all_ready()
-    }
-
-    pub fn layer_params(&self, layer: usize) -> Option<&[f32]> {
-        self.params.get(layer).map(|p| p.as_slice())
-    }
-
-    pub fn params(&self) -> &[Vec<f32>] {
-        &self.params
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::plan::Mode;
+    use crate::core::mode::Mode;
+    use crate::core::worker::SliceWorkerCore;
 
-    fn opt() -> SgdMomentum {
-        SgdMomentum::new(0.1, 0.9)
+    fn opt() -> FlatSgdMomentum {
+        FlatSgdMomentum::new(0.1, 0.9)
     }
 
     #[test]
     fn shard_averages_in_worker_order_and_steps() {
         let plan = SlicePlan::new(&[5], 3, 1).unwrap();
-        let mut core = ShardCore::new(&plan, 0, 2, opt()).unwrap();
+        let mut core = SliceShardCore::new(&plan, 0, 2, opt()).unwrap();
         assert_eq!(core.n_slices(), 2);
         core.init_slice(0, vec![1.0; 3]).unwrap();
         core.init_slice(1, vec![2.0; 2]).unwrap();
@@ -429,7 +264,7 @@ mod tests {
     #[test]
     fn shard_rejects_bad_input() {
         let plan = SlicePlan::new(&[4], 2, 2).unwrap();
-        let mut core = ShardCore::new(&plan, 1, 2, opt()).unwrap();
+        let mut core = SliceShardCore::new(&plan, 1, 2, opt()).unwrap();
         assert!(matches!(
             core.contribute(0, 0, 1, vec![0.0; 2]),
             Err(EngineError::NotInitialised { slice: 1 })
@@ -489,11 +324,11 @@ mod tests {
         }
         for mode in [Mode::Sequential, Mode::Fifo, Mode::P3] {
             let plan = SlicePlan::layerwise_split(mode, &counts, 4, 2).unwrap();
-            let mut shards: Vec<ShardCore> = (0..2)
-                .map(|s| ShardCore::new(&plan, s, 2, opt()).unwrap())
+            let mut shards: Vec<SliceShardCore> = (0..2)
+                .map(|s| SliceShardCore::new(&plan, s, 2, opt()).unwrap())
                 .collect();
-            let mut workers: Vec<WorkerCore> = (0..2)
-                .map(|_| WorkerCore::new(plan.clone(), init.clone()).unwrap())
+            let mut workers: Vec<SliceWorkerCore> = (0..2)
+                .map(|_| SliceWorkerCore::new(plan.clone(), init.clone()).unwrap())
                 .collect();
             for s in plan.slices() {
                 let a = s.offset as usize;
@@ -525,46 +360,5 @@ mod tests {
                 assert_eq!(w.params(), ref_p.as_slice(), "mode {mode:?}");
             }
         }
-    }
-
-    #[test]
-    fn worker_readiness_per_layer() {
-        let plan = SlicePlan::new(&[4, 2], 2, 2).unwrap();
-        let mut w = WorkerCore::new(plan, vec![vec![0.0; 4], vec![0.0; 2]]).unwrap();
-        assert!(w.all_ready());
-        w.begin_round(1);
-        assert!(!w.is_ready(0) && !w.is_ready(1));
-        assert_eq!(w.receive(1, 2, &[5.0, 6.0]).unwrap(), Some(1));
-        assert!(w.is_ready(1) && !w.is_ready(0));
-        assert_eq!(w.receive(1, 0, &[1.0, 2.0]).unwrap(), None);
-        assert!(matches!(
-            w.receive(0, 1, &[1.0, 2.0]),
-            Err(EngineError::WrongIteration { .. })
-        ));
-        assert!(matches!(
-            w.receive(1, 1, &[1.0]),
-            Err(EngineError::Length { .. })
-        ));
-        assert_eq!(w.receive(1, 1, &[3.0, 4.0]).unwrap(), Some(0));
-        assert_eq!(w.layer_params(0).unwrap(), &[1.0, 2.0, 3.0, 4.0]);
-        assert!(w.grad_slices(0, &[0.0; 3]).is_err());
-        assert_eq!(w.grad_slices(0, &[0.0; 4]).unwrap().len(), 2);
-    }
-
-    #[test]
-    fn layerwise_split_spreads_layers_over_shards() {
-        let plan = SlicePlan::layerwise_split(Mode::Fifo, &[10, 1, 5], 0, 2).unwrap();
-        let l0 = plan.layer_slices(0);
-        assert_eq!(l0.len(), 2);
-        assert_eq!((l0[0].len, l0[1].len), (5, 5));
-        assert_ne!(l0[0].shard, l0[1].shard);
-        assert_eq!(plan.layer_slices(1).len(), 1);
-        let l2 = plan.layer_slices(2);
-        assert_eq!((l2[0].len, l2[1].len, l2[1].offset), (3, 2, 3));
-        assert!(plan.slices().iter().all(|s| s.priority == 0));
-        assert_eq!(plan.shard_param_counts().iter().sum::<u64>(), 16);
-        assert_eq!(Mode::parse("P3").unwrap(), Mode::P3);
-        assert!(Mode::parse("x").is_err());
-        assert!(!Mode::Sequential.pushes_during_backward());
     }
 }

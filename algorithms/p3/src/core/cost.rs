@@ -1,0 +1,193 @@
+//! The cost model and the C/M bounds of synchronous data-parallel training.
+//!
+//! # Wire model
+//! A worker pushes gradients on its uplink and pulls parameters on its downlink; on a
+//! full-duplex NIC the two directions do not compete, so one full model transfer costs
+//! `M = params * bytes_per_param / bandwidth` (not 2x). Servers are assumed to be on
+//! separate NICs of the same bandwidth with one shard per worker, so every shard sees the
+//! same load as a worker. If servers are co-located with workers (the P3 paper's set-up and
+//! the reference's), each NIC also carries its server's replies to the other `n - 1`
+//! workers: per direction it moves `2 (n-1)/n` model copies, and [`CostModel`] with
+//! `colocated_servers` accounts for that by the same factor on M and on every slice.
+
+use crate::core::error::PlanError;
+use crate::core::profile::ModelProfile;
+
+/// Hardware and set-up assumptions for bounds and simulation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostModel {
+    /// Sustained FLOP/s of one worker's device.
+    pub device_flops_per_s: f64,
+    /// Samples per worker per iteration.
+    pub batch: usize,
+    /// Per-direction NIC bandwidth in bytes/s (full duplex).
+    pub bandwidth_bytes_per_s: f64,
+    /// 4 for f32 tensors.
+    pub bytes_per_param: f64,
+    /// Workers training data-parallel.
+    pub n_workers: usize,
+    /// Servers share the workers' NICs (see module docs); `false` = dedicated NICs.
+    pub colocated_servers: bool,
+    /// Fixed cost per transferred slice (latency / per-message processing), seconds.
+    pub per_slice_overhead_s: f64,
+}
+
+impl CostModel {
+    /// f32 parameters, dedicated server NICs, no per-slice overhead.
+    pub fn new(
+        device_flops_per_s: f64,
+        batch: usize,
+        bandwidth_bytes_per_s: f64,
+        n_workers: usize,
+    ) -> Self {
+        CostModel {
+            device_flops_per_s,
+            batch,
+            bandwidth_bytes_per_s,
+            bytes_per_param: 4.0,
+            n_workers,
+            colocated_servers: false,
+            per_slice_overhead_s: 0.0,
+        }
+    }
+
+    /// Model copies crossing the busiest NIC direction per model transfer.
+    pub fn wire_factor(&self) -> f64 {
+        if self.colocated_servers {
+            let n = self.n_workers.max(1) as f64;
+            2.0 * (n - 1.0) / n
+        } else {
+            1.0
+        }
+    }
+
+    /// Wire time of `params` parameters on one direction.
+    pub fn wire_seconds(&self, params: u64) -> f64 {
+        params as f64 * self.bytes_per_param * self.wire_factor() / self.bandwidth_bytes_per_s
+    }
+
+    /// Every rate and size positive and finite, the overhead finite and >= 0.
+    pub(crate) fn validate(&self) -> Result<(), PlanError> {
+        let pos = |v: f64| v.is_finite() && v > 0.0;
+        let ok = pos(self.device_flops_per_s)
+            && pos(self.bandwidth_bytes_per_s)
+            && pos(self.bytes_per_param)
+            && self.batch > 0
+            && self.n_workers > 0
+            && self.per_slice_overhead_s.is_finite()
+            && self.per_slice_overhead_s >= 0.0;
+        if !ok {
+            return Err(PlanError::InvalidCostModel(*self));
+        }
+        Ok(())
+    }
+}
+
+/// Iteration-time bounds of synchronous data-parallel training (REFERENCE.md section 3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bounds {
+    /// Forward compute per iteration.
+    pub fwd_s: f64,
+    /// Backward compute per iteration.
+    pub bwd_s: f64,
+    /// C = forward + backward compute per iteration.
+    pub compute_s: f64,
+    /// M = wire time of one full model transfer per direction (see module docs).
+    pub comm_s: f64,
+    /// C + M: no overlap.
+    pub no_overlap_s: f64,
+    /// T_fwd + max(T_bwd, M): overlap with backward only (wait-free backprop / FIFO).
+    pub wait_free_s: f64,
+    /// max(C, M): priority scheduling across the iteration boundary (ignoring the tail).
+    pub optimal_s: f64,
+}
+
+impl Bounds {
+    /// The bounds of `profile` under `cost`.
+    pub fn compute(profile: &ModelProfile, cost: &CostModel) -> Bounds {
+        let fwd_s: f64 = profile
+            .layers
+            .iter()
+            .map(|l| l.fwd_seconds(cost.device_flops_per_s, cost.batch))
+            .sum();
+        let bwd_s: f64 = profile
+            .layers
+            .iter()
+            .map(|l| l.bwd_seconds(cost.device_flops_per_s, cost.batch))
+            .sum();
+        let compute_s = fwd_s + bwd_s;
+        let comm_s = cost.wire_seconds(profile.total_params());
+        Bounds {
+            fwd_s,
+            bwd_s,
+            compute_s,
+            comm_s,
+            no_overlap_s: compute_s + comm_s,
+            wait_free_s: fwd_s + bwd_s.max(comm_s),
+            optimal_s: compute_s.max(comm_s),
+        }
+    }
+
+    /// `(T_no_overlap - t) / (T_no_overlap - max(C, M))`: 1.0 = optimal, 0.0 = no overlap.
+    pub fn efficiency(&self, t: f64) -> f64 {
+        let denom = self.no_overlap_s - self.optimal_s;
+        if denom <= 0.0 {
+            1.0
+        } else {
+            (self.no_overlap_s - t) / denom
+        }
+    }
+
+    /// Bandwidth (bytes/s) at which M == C for this profile and cost model.
+    pub fn balanced_bandwidth(profile: &ModelProfile, cost: &CostModel) -> f64 {
+        let b = Bounds::compute(profile, cost);
+        cost.bandwidth_bytes_per_s * b.comm_s / b.compute_s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::profile::LayerProfile;
+
+    #[test]
+    fn bounds_by_hand() {
+        let p = ModelProfile {
+            name: "toy".into(),
+            layers: vec![
+                LayerProfile::new("a", 250, 1e9),
+                LayerProfile::new("b", 750, 3e9),
+            ],
+        };
+        // 32 samples on 64 GFLOP/s: fwd 4e9*32/64e9 = 2 s, bwd 4 s; 1000 params * 4 B at
+        // 1000 B/s = 4 s.
+        let cost = CostModel::new(64e9, 32, 1000.0, 4);
+        let b = Bounds::compute(&p, &cost);
+        assert_eq!(
+            (b.fwd_s, b.bwd_s, b.compute_s, b.comm_s),
+            (2.0, 4.0, 6.0, 4.0)
+        );
+        assert_eq!(
+            (b.no_overlap_s, b.wait_free_s, b.optimal_s),
+            (10.0, 6.0, 6.0)
+        );
+        assert_eq!(b.efficiency(10.0), 0.0);
+        assert_eq!(b.efficiency(6.0), 1.0);
+        assert_eq!(Bounds::balanced_bandwidth(&p, &cost), 1000.0 * 4.0 / 6.0);
+        let colo = CostModel {
+            colocated_servers: true,
+            ..cost
+        };
+        assert_eq!(colo.wire_factor(), 1.5);
+        assert_eq!(Bounds::compute(&p, &colo).comm_s, 6.0);
+        assert!(cost.validate().is_ok());
+        let bad = CostModel {
+            bandwidth_bytes_per_s: 0.0,
+            ..cost
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(PlanError::InvalidCostModel(_))
+        ));
+    }
+}

@@ -1,0 +1,100 @@
+//! [`Mode`]: how gradients and parameters are scheduled (sequential, fifo or p3). A choice
+//! read from flags (`clap::ValueEnum`) and from TOML/JSON (serde), rejected when read with
+//! the valid values named.
+
+use crate::core::error::PlanError;
+
+/// How gradients and parameters are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// No overlap: all gradients are sent after the whole backward pass and the next
+    /// forward pass starts after the whole model is back. `T ~= C + M`, plus up to one
+    /// largest-layer transfer: a server can return a layer only after it has received all
+    /// of it (store-and-forward per transfer unit), so the pull of the biggest layer cannot
+    /// overlap its own push.
+    #[value(alias = "seq")]
+    Sequential,
+    /// Whole-layer transfers in the order gradients are produced (MXNet/TF default):
+    /// overlaps communication with backward, but the next forward pass waits for layer 0,
+    /// which is sent last. `T >= T_fwd + max(T_bwd, M)`, plus the same store-and-forward
+    /// penalty as `Sequential`.
+    Fifo,
+    /// Sliced, layer-priority transfers with preemption at slice boundaries.
+    #[default]
+    P3,
+}
+
+impl Mode {
+    /// The three modes, in the order benches report them.
+    pub const ALL: [Mode; 3] = [Mode::Sequential, Mode::Fifo, Mode::P3];
+
+    /// Parses `sequential` (or `seq`), `fifo` or `p3`, case-insensitively; anything else is
+    /// [`PlanError::UnknownMode`], which names the valid values.
+    pub fn parse(s: &str) -> Result<Mode, PlanError> {
+        <Mode as clap::ValueEnum>::from_str(s, true).map_err(|_| PlanError::UnknownMode {
+            value: s.to_string(),
+        })
+    }
+
+    /// Lower-case name, as accepted by [`Mode::parse`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Sequential => "sequential",
+            Mode::Fifo => "fifo",
+            Mode::P3 => "p3",
+        }
+    }
+
+    /// Whether a layer's gradient is pushed as soon as backprop produced it (`fifo`, `p3`)
+    /// rather than after the whole backward pass (`sequential`).
+    pub fn pushes_during_backward(self) -> bool {
+        !matches!(self, Mode::Sequential)
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Self, PlanError> {
+        Mode::parse(s)
+    }
+}
+
+// Read through `parse`, so a bad value in a config file names the valid ones.
+impl<'de> serde::Deserialize<'de> for Mode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Mode::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_and_rejects_others_naming_the_valid_values() {
+        assert_eq!(Mode::parse("P3").unwrap(), Mode::P3);
+        assert_eq!(Mode::parse("seq").unwrap(), Mode::Sequential);
+        assert_eq!("fifo".parse::<Mode>().unwrap(), Mode::Fifo);
+        let e = Mode::parse("x").unwrap_err().to_string();
+        assert!(e.contains("sequential, fifo, p3"), "{e}");
+        assert!(!Mode::Sequential.pushes_during_backward());
+        for m in Mode::ALL {
+            assert_eq!(Mode::parse(m.name()).unwrap(), m);
+            let json = serde_json::to_string(&m).unwrap();
+            assert_eq!(json, format!("\"{}\"", m.name()));
+            assert_eq!(serde_json::from_str::<Mode>(&json).unwrap(), m);
+        }
+        let e = serde_json::from_str::<Mode>("\"bogus\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("valid values"), "{e}");
+    }
+}

@@ -1,0 +1,144 @@
+//! Per-layer readiness: which slices of each layer have arrived in the current round, so a
+//! worker's forward pass of layer `l` waits only for layer `l`'s slices (P3's point).
+
+use crate::core::error::PlanError;
+use crate::core::slicing::SlicePlan;
+
+/// Which slices of each layer have arrived in the current round; a layer's forward pass
+/// may start once [`LayerReadiness::is_ready`] (all its slices arrived).
+#[derive(Debug, Clone)]
+pub struct LayerReadiness {
+    layer_of: Vec<usize>,
+    received: Vec<bool>,
+    missing: Vec<usize>,
+    totals: Vec<usize>,
+}
+
+impl LayerReadiness {
+    /// Nothing received yet (layers without slices are ready from the start).
+    pub fn new(plan: &SlicePlan) -> Self {
+        let totals = plan.slices_per_layer();
+        LayerReadiness {
+            layer_of: plan.slices().iter().map(|s| s.layer).collect(),
+            received: vec![false; plan.slices().len()],
+            missing: totals.clone(),
+            totals,
+        }
+    }
+
+    /// Records a slice; returns `true` when this completed its layer. Receiving the same
+    /// slice twice in a round is harmless (returns `false` the second time).
+    pub fn mark_received(&mut self, slice_id: usize) -> Result<bool, PlanError> {
+        let n_slices = self.received.len();
+        let layer = *self.layer_of.get(slice_id).ok_or(PlanError::UnknownSlice {
+            id: slice_id,
+            n_slices,
+        })?;
+        if self.received[slice_id] {
+            return Ok(false);
+        }
+        self.received[slice_id] = true;
+        self.missing[layer] -= 1;
+        Ok(self.missing[layer] == 0)
+    }
+
+    /// Whether every slice of `layer` arrived this round (true for layers without slices).
+    pub fn is_ready(&self, layer: usize) -> bool {
+        self.missing.get(layer).is_some_and(|&m| m == 0)
+    }
+
+    /// Number of leading layers that are ready: forward can run through layers
+    /// `0..ready_prefix()` without waiting.
+    pub fn ready_prefix(&self) -> usize {
+        self.missing.iter().take_while(|&&m| m == 0).count()
+    }
+
+    /// Whether every layer is ready.
+    pub fn all_ready(&self) -> bool {
+        self.missing.iter().all(|&m| m == 0)
+    }
+
+    /// Slices still missing for `layer`.
+    pub fn missing(&self, layer: usize) -> usize {
+        self.missing.get(layer).copied().unwrap_or(0)
+    }
+
+    /// Starts a new round for one layer (after its forward pass consumed it).
+    pub fn reset_layer(&mut self, layer: usize) {
+        if let Some(&total) = self.totals.get(layer) {
+            self.missing[layer] = total;
+            for (r, &l) in self.received.iter_mut().zip(&self.layer_of) {
+                if l == layer {
+                    *r = false;
+                }
+            }
+        }
+    }
+
+    /// Starts a new round for all layers.
+    pub fn reset(&mut self) {
+        self.received.iter_mut().for_each(|r| *r = false);
+        self.missing.clone_from(&self.totals);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::queue::SliceQueue;
+    use petrel_messages::Priority;
+
+    #[test]
+    fn readiness_tracks_layers() {
+        let plan = SlicePlan::new(&[4, 0, 2], 2, 2).unwrap();
+        let mut r = LayerReadiness::new(&plan);
+        assert!(!r.is_ready(0) && r.is_ready(1) && !r.is_ready(2));
+        assert_eq!(r.ready_prefix(), 0);
+        assert_eq!(r.mark_received(2), Ok(true)); // layer 2 has one slice
+        assert!(r.is_ready(2));
+        assert_eq!(r.mark_received(1), Ok(false));
+        assert_eq!(r.mark_received(1), Ok(false)); // duplicate is harmless
+        assert_eq!(r.missing(0), 1);
+        assert_eq!(r.mark_received(0), Ok(true));
+        assert_eq!(r.ready_prefix(), 3);
+        assert!(r.all_ready());
+        assert!(matches!(
+            r.mark_received(3),
+            Err(PlanError::UnknownSlice { id: 3, n_slices: 3 })
+        ));
+        r.reset_layer(0);
+        assert_eq!((r.missing(0), r.ready_prefix()), (2, 0));
+        assert!(r.is_ready(2));
+        r.reset();
+        assert!(!r.is_ready(2));
+    }
+
+    /// How a runtime uses a plan with a real network: every parameter tensor is a plan
+    /// "layer", slices address `(tensor, offset, len)` of the flat views.
+    #[test]
+    fn plan_slices_a_real_network() {
+        let mut net = petrel_ml::dnn::Sequential::mlp(&[6, 5, 3], 1).unwrap();
+        let x = ndarray::ArrayD::from_elem(ndarray::IxDyn(&[2, 6]), 0.5f32);
+        net.compute_gradients(&x, &[0, 2]).unwrap();
+        let plan = SlicePlan::new(&net.param_counts(), 4, 3).unwrap();
+        let grads: Vec<Vec<f32>> = net.grads().iter().map(|g| g.to_vec()).collect();
+        let mut rebuilt: Vec<Vec<f32>> = grads.iter().map(|g| vec![0.0; g.len()]).collect();
+        let mut q = SliceQueue::new();
+        for l in (0..plan.n_layers()).rev() {
+            for s in plan.layer_slices(l) {
+                q.push_slice(*s);
+            }
+        }
+        let mut ready = LayerReadiness::new(&plan);
+        let mut last_prio = Priority(i32::MAX);
+        while let Some(s) = q.pop() {
+            assert!(s.priority <= last_prio);
+            last_prio = s.priority;
+            let (o, n) = (s.offset as usize, s.len as usize);
+            rebuilt[s.layer][o..o + n].copy_from_slice(&grads[s.layer][o..o + n]);
+            ready.mark_received(s.id).unwrap();
+        }
+        assert!(ready.all_ready());
+        assert_eq!(rebuilt, grads);
+    }
+}

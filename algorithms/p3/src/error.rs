@@ -1,0 +1,143 @@
+//! [`P3Error`]: every failure of a P3 job, from the cores' errors to the runtime's, each
+//! with its cause as `source()` so the launcher prints the chain once
+//! (`petrel_actors::error_chain`). Roles return it; `Cluster::role` turns it into the
+//! runtime's `RoleError`.
+
+use std::path::PathBuf;
+
+use petrel_actors::{AskError, NodeError};
+
+use crate::core::{EngineError, PlanError, ProfileError};
+
+/// Any error of a P3 job.
+#[derive(Debug, thiserror::Error)]
+pub enum P3Error {
+    /// Planning or simulation.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The shard or worker engine rejected a slice.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A model profile could not be read.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// The node runtime (barriers, registration, addresses, the cluster).
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// A worker's model failed (the source is the model's own error).
+    #[error("worker {worker}: model")]
+    Model {
+        /// The worker.
+        worker: usize,
+        /// The model's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// A gradient push (and its reply with the new values) failed.
+    #[error("push of slice {slice} (iteration {iter})")]
+    Push {
+        /// The slice.
+        slice: usize,
+        /// The iteration.
+        iter: u64,
+        /// Why.
+        #[source]
+        source: AskError,
+    },
+    /// Sending a slice's initial values to its shard failed.
+    #[error("initialising slice {slice}")]
+    InitSlice {
+        /// The slice.
+        slice: usize,
+        /// Why.
+        #[source]
+        source: AskError,
+    },
+    /// A shard answered with another slice than the one pushed.
+    #[error("asked for slice {asked}, got slice {got}")]
+    WrongSlice {
+        /// The slice pushed.
+        asked: usize,
+        /// The slice in the reply.
+        got: usize,
+    },
+    /// The worker's reply channel closed while it waited for parameters.
+    #[error("reply channel closed while waiting for parameters")]
+    RepliesClosed,
+    /// A plan slice names a shard the cluster does not run.
+    #[error("slice {slice} on unknown shard {shard}")]
+    UnknownShard {
+        /// The slice.
+        slice: usize,
+        /// The shard it names.
+        shard: usize,
+    },
+    /// This node does not run the role it was started for.
+    #[error("node {node} is not in role {role}")]
+    NotInRole {
+        /// The node.
+        node: String,
+        /// The role.
+        role: &'static str,
+    },
+    /// The job and the cluster disagree on the number of shards.
+    #[error("job has {job} shards, cluster runs {cluster} p3-shard nodes")]
+    ShardCount {
+        /// Shards in the job.
+        job: usize,
+        /// `p3-shard` nodes in the cluster.
+        cluster: usize,
+    },
+    /// The model's parameter tensors differ from the job's.
+    #[error("the model's parameter tensors {model:?} differ from the job's {job:?}")]
+    Layout {
+        /// Parameter counts the job was planned for.
+        job: Vec<u64>,
+        /// Parameter counts the model reports.
+        model: Vec<u64>,
+    },
+    /// A value of the job or of `[app.p3]` out of its range.
+    #[error("{field}: {detail}")]
+    Config {
+        /// The setting, e.g. `[app.p3] scale`.
+        field: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// Not every worker reported.
+    #[error("{got} of {expected} workers reported")]
+    MissingReports {
+        /// Reports received.
+        got: usize,
+        /// Workers in the job.
+        expected: usize,
+    },
+    /// A worker report file could not be read or written.
+    #[error("{}: worker report", .path.display())]
+    ReportIo {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A worker report file is not valid JSON.
+    #[error("{}: worker report JSON", .path.display())]
+    ReportJson {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl P3Error {
+    /// A model error of worker `worker`.
+    pub fn model(worker: usize, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        P3Error::Model {
+            worker,
+            source: Box::new(e),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The built-in [`StageModel`](crate::kit::StageModel)s:
+//!
+//! - [`DnnStageModel`]: a real [`petrel_ml::dnn::Sequential`] network (MLP, small CNN)
+//!   trained on a data set; stage = network layer, tensors = the layer's weight and bias.
+//! - [`EmulatedModel`]: a [`crate::core::ModelProfile`] (VGG-19, ResNet-50, Sockeye, or
+//!   a user profile) with emulated compute; stage = profile layer, one tensor each.
+
+mod dnn;
+mod emulated;
+
+pub use dnn::DnnStageModel;
+pub use emulated::EmulatedModel;
+
+use petrel_ml::dnn::DnnError;
+
+/// Errors of the built-in models.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The network rejected an input or a parameter tensor.
+    #[error(transparent)]
+    Dnn(#[from] DnnError),
+    /// A stage index the model does not have.
+    #[error("no stage {0}")]
+    NoStage(usize),
+    /// A parameter tensor index the model does not have.
+    #[error("no parameter tensor {0}")]
+    NoTensor(usize),
+    /// A tensor of the wrong length.
+    #[error("tensor {tensor}: {got} values for {expected} parameters")]
+    TensorLength {
+        /// The tensor.
+        tensor: usize,
+        /// Its parameter count.
+        expected: usize,
+        /// Values given.
+        got: usize,
+    },
+    /// A stage was run out of order (forward without input, backward without gradient).
+    #[error("stage {stage}: {what}")]
+    OutOfOrder {
+        /// The stage.
+        stage: usize,
+        /// What was missing.
+        what: &'static str,
+    },
+    /// The last stage's output is not a 2-D logits matrix.
+    #[error("logits are not 2-D")]
+    Logits(#[source] ndarray::ShapeError),
+    /// A model that cannot train: no data, batch 0 or no workers.
+    #[error("DnnStageModel needs data, batch > 0 and workers > 0")]
+    NothingToTrain,
+}

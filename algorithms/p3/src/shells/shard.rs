@@ -1,0 +1,136 @@
+//! The server shard: a [`SliceShardCore`] behind a priority mailbox, and its role.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use petrel_actors::{HandlerError, Msg, NodeContext, PriorityActor, PriorityInbox};
+
+use crate::core::SliceShardCore;
+use crate::error::P3Error;
+use crate::kit::P3Job;
+use crate::shells::index_in;
+use crate::shells::messages::{InitSlice, PushGrad, SliceValues};
+
+/// The role of a server shard.
+pub const SHARD_ROLE: &str = "p3-shard";
+/// The name the shard actor is registered under.
+pub const SHARD_ACTOR: &str = "p3-shard";
+
+type Waiter = futures::channel::oneshot::Sender<Result<SliceValues, HandlerError>>;
+
+/// A server shard: a [`SliceShardCore`] behind a priority mailbox.
+pub struct ShardActor {
+    core: SliceShardCore,
+    inbox: PriorityInbox<Self>,
+    waiters: HashMap<usize, Vec<Waiter>>,
+    first_arrival: HashMap<usize, Instant>,
+}
+
+impl ShardActor {
+    /// A shard actor serving `core`'s slices.
+    pub fn new(core: SliceShardCore) -> Self {
+        ShardActor {
+            core,
+            inbox: PriorityInbox::default(),
+            waiters: HashMap::new(),
+            first_arrival: HashMap::new(),
+        }
+    }
+
+    fn push(&mut self, m: PushGrad, tx: Waiter) {
+        let slice = m.slice as usize;
+        let iter = m.iter;
+        match self.core.contribute(iter, m.worker as usize, slice, m.grad) {
+            Err(e) => {
+                let _ = tx.send(Err(HandlerError::new(format!(
+                    "shard {}: {e}",
+                    self.core.shard()
+                ))));
+            }
+            Ok(None) => {
+                self.first_arrival.entry(slice).or_insert_with(Instant::now);
+                self.waiters.entry(slice).or_default().push(tx)
+            }
+            Ok(Some(values)) => {
+                if let Some(t) = self.first_arrival.remove(&slice) {
+                    tracing::trace!(
+                        shard = self.core.shard(),
+                        slice,
+                        iter,
+                        spread_ms = t.elapsed().as_secs_f64() * 1e3,
+                        "slice aggregated"
+                    );
+                }
+                for w in self.waiters.remove(&slice).unwrap_or_default() {
+                    let _ = w.send(Ok(SliceValues {
+                        iter,
+                        slice: m.slice,
+                        values: values.clone(),
+                    }));
+                }
+                let _ = tx.send(Ok(SliceValues {
+                    iter,
+                    slice: m.slice,
+                    values,
+                }));
+            }
+        }
+    }
+}
+
+impl Actor for ShardActor {
+    type Context = Context<Self>;
+}
+
+impl PriorityActor for ShardActor {
+    fn inbox(&mut self) -> &mut PriorityInbox<Self> {
+        &mut self.inbox
+    }
+}
+
+impl Handler<Msg<PushGrad>> for ShardActor {
+    type Result = ResponseFuture<Result<SliceValues, HandlerError>>;
+
+    fn handle(&mut self, msg: Msg<PushGrad>, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let queued = PriorityInbox::defer(self, ctx, msg.priority, move |act, _| {
+            act.push(msg.body, tx);
+            Ok(())
+        });
+        Box::pin(async move {
+            queued.await?;
+            rx.await
+                .unwrap_or_else(|_| Err(HandlerError::new("shard stopped")))
+        })
+    }
+}
+
+impl Handler<Msg<InitSlice>> for ShardActor {
+    type Result = Result<u32, HandlerError>;
+
+    fn handle(&mut self, msg: Msg<InitSlice>, _: &mut Context<Self>) -> Self::Result {
+        self.core
+            .init_slice(msg.body.slice as usize, msg.body.values)
+            .map_err(|e| HandlerError::new(format!("shard {}: {e}", self.core.shard())))?;
+        Ok(msg.body.slice)
+    }
+}
+
+/// The `p3-shard` role for `job` (also run by the built-in roles of the `petrel` binary):
+/// starts the shard actor, then waits at the `p3.ready` and `p3.init` barriers.
+pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error> {
+    let me = index_in(&ctx, SHARD_ROLE)?;
+    let plan = job.plan()?;
+    let core = SliceShardCore::new(&plan, me, job.n_workers, job.opt)?;
+    tracing::debug!(shard = me, slices = core.n_slices(), "p3 shard ready");
+    let addr = ShardActor::new(core).start();
+    ctx.node
+        .register(SHARD_ACTOR, addr)?
+        .accept::<PushGrad>()
+        .accept::<InitSlice>();
+    ctx.barrier("p3.ready").await?;
+    ctx.barrier("p3.init").await?;
+    Ok(())
+}

@@ -1,0 +1,298 @@
+//! The worker: runs any [`StageModel`] stage by stage over a [`SliceWorkerCore`], pushing
+//! gradient slices at their priority and installing parameter tensors as they complete.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use petrel_actors::{ActorRef, AskError, NodeContext};
+use petrel_messages::Priority;
+
+use crate::core::SliceWorkerCore;
+use crate::error::P3Error;
+use crate::kit::{P3Job, P3WorkerReport, Progress, StageLayout, StageModel};
+use crate::shells::index_in;
+use crate::shells::messages::{InitSlice, PushGrad, SliceValues};
+use crate::shells::shard::{SHARD_ACTOR, SHARD_ROLE};
+
+/// The role of a data-parallel worker.
+pub const WORKER_ROLE: &str = "p3-worker";
+
+type Arrival = (usize, u64, Result<SliceValues, AskError>);
+
+struct Pusher {
+    shards: Vec<ActorRef<PushGrad>>,
+    tx: tokio::sync::mpsc::UnboundedSender<Arrival>,
+    worker: u32,
+    timeout: Duration,
+    bytes: u64,
+}
+
+impl Pusher {
+    /// Sends every slice of `unit`'s gradient to its shard at the slice's priority; the
+    /// reply (new values) comes back through the channel.
+    fn push(
+        &mut self,
+        core: &SliceWorkerCore,
+        iter: u64,
+        unit: usize,
+        grad: &[f32],
+    ) -> Result<(), P3Error> {
+        for (s, values) in core.grad_slices(unit, grad)? {
+            let target = self
+                .shards
+                .get(s.shard)
+                .ok_or(P3Error::UnknownShard {
+                    slice: s.id,
+                    shard: s.shard,
+                })?
+                .clone();
+            self.bytes += values.len() as u64 * 4;
+            let msg = PushGrad {
+                iter,
+                worker: self.worker,
+                slice: s.id as u32,
+                grad: values,
+            };
+            let tx = self.tx.clone();
+            let timeout = self.timeout;
+            let priority: Priority = s.priority;
+            tracing::trace!(slice = s.id, iter, at = ?Instant::now(), "slice pushed");
+            actix::spawn(async move {
+                let r = target.ask(msg, priority, timeout).await;
+                let _ = tx.send((s.id, iter, r));
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A worker's model with its index, so model errors name the worker.
+struct Worker<M> {
+    me: usize,
+    model: M,
+}
+
+impl<M: StageModel> Worker<M> {
+    fn set_tensor(&mut self, unit: usize, values: &[f32]) -> Result<(), P3Error> {
+        self.model
+            .set_tensor(unit, values)
+            .map_err(|e| P3Error::model(self.me, e))
+    }
+
+    fn accept(&mut self, core: &mut SliceWorkerCore, arrival: Arrival) -> Result<(), P3Error> {
+        let (slice, iter, result) = arrival;
+        let v = result.map_err(|source| P3Error::Push {
+            slice,
+            iter,
+            source,
+        })?;
+        tracing::trace!(slice, iter, at = ?Instant::now(), "slice back");
+        if v.slice as usize != slice {
+            return Err(P3Error::WrongSlice {
+                asked: slice,
+                got: v.slice as usize,
+            });
+        }
+        // The shard answers with the iteration it aggregated; the worker waits for iter + 1.
+        if let Some(unit) = core.receive(v.iter + 1, slice, &v.values)?
+            && let Some(values) = core.layer_params(unit)
+        {
+            self.set_tensor(unit, values)?;
+        }
+        Ok(())
+    }
+
+    async fn wait_for(
+        &mut self,
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<Arrival>,
+        core: &mut SliceWorkerCore,
+        ready: impl Fn(&SliceWorkerCore) -> bool,
+    ) -> Result<bool, P3Error> {
+        let mut waited = false;
+        while !ready(core) {
+            waited = true;
+            let a = rx.recv().await.ok_or(P3Error::RepliesClosed)?;
+            self.accept(core, a)?;
+        }
+        Ok(waited)
+    }
+}
+
+async fn sleep_to(vt: Instant) {
+    if vt > Instant::now() {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(vt)).await;
+    }
+}
+
+/// Worker 0 sends every slice's initial values to its shard.
+async fn init_shards(
+    ctx: &NodeContext,
+    job: &P3Job,
+    shard_nodes: &[String],
+) -> Result<(), P3Error> {
+    let plan = job.plan()?;
+    let inits = plan.slices().iter().map(|s| {
+        let a = s.offset as usize;
+        let values = job.initial[s.layer][a..a + s.len as usize].to_vec();
+        let target = ctx
+            .node
+            .actor_at::<InitSlice>(&shard_nodes[s.shard], SHARD_ACTOR);
+        let timeout = job.ask_timeout;
+        async move {
+            target?
+                .ask(
+                    InitSlice {
+                        slice: s.id as u32,
+                        values,
+                    },
+                    Priority::NORMAL,
+                    timeout,
+                )
+                .await
+                .map_err(|source| P3Error::InitSlice {
+                    slice: s.id,
+                    source,
+                })
+        }
+    });
+    for r in futures::future::join_all(inits).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// The `p3-worker` role: builds this worker's model with `factory(worker index)`, trains
+/// `job` with it and returns what it measured.
+pub async fn worker_role<M: StageModel>(
+    ctx: NodeContext,
+    job: Arc<P3Job>,
+    factory: impl FnOnce(usize) -> Result<M, M::Error>,
+    progress: Option<Progress>,
+) -> Result<P3WorkerReport, P3Error> {
+    let me = index_in(&ctx, WORKER_ROLE)?;
+    let plan = job.plan()?;
+    let shard_nodes = ctx.nodes_with_role(SHARD_ROLE);
+    if shard_nodes.len() != job.n_shards {
+        return Err(P3Error::ShardCount {
+            job: job.n_shards,
+            cluster: shard_nodes.len(),
+        });
+    }
+    let model = factory(me).map_err(|e| P3Error::model(me, e))?;
+    let layout = StageLayout::of(&model);
+    if layout.tensor_counts() != job.unit_counts() {
+        return Err(P3Error::Layout {
+            job: job.unit_counts(),
+            model: layout.tensor_counts().to_vec(),
+        });
+    }
+    let mut w = Worker { me, model };
+    let mut core = SliceWorkerCore::new(plan, job.initial.to_vec())?;
+    for (u, v) in job.initial.iter().enumerate() {
+        w.set_tensor(u, v)?;
+    }
+    ctx.barrier("p3.ready").await?;
+    let shards: Vec<ActorRef<PushGrad>> = shard_nodes
+        .iter()
+        .map(|n| ctx.node.actor_at::<PushGrad>(n, SHARD_ACTOR))
+        .collect::<Result<_, _>>()?;
+    if me == 0 {
+        init_shards(&ctx, &job, &shard_nodes).await?;
+    }
+    ctx.barrier("p3.init").await?;
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Arrival>();
+    let mut pusher = Pusher {
+        shards,
+        tx,
+        worker: me as u32,
+        timeout: job.ask_timeout,
+        bytes: 0,
+    };
+    let n_stages = layout.n_stages();
+    let mut marks = Vec::with_capacity(job.iterations as usize + 1);
+    let mut stats = Vec::with_capacity(job.iterations as usize);
+    // Emulated-device clock: compute of a stage ends at vt; waiting for parameters moves
+    // it to the arrival time, so timer lag does not accumulate.
+    let mut vt = Instant::now();
+    for iter in 0..job.iterations {
+        for stage in 0..n_stages {
+            let units = layout.stage(stage);
+            let wait_start = Instant::now();
+            let waited = w
+                .wait_for(&mut rx, &mut core, |c| units.clone().all(|u| c.is_ready(u)))
+                .await?;
+            if waited {
+                tracing::debug!(
+                    worker = me,
+                    iter,
+                    stage,
+                    waited_ms = wait_start.elapsed().as_secs_f64() * 1e3,
+                    lag_ms = (Instant::now() - vt.min(Instant::now())).as_secs_f64() * 1e3,
+                    "forward waited for parameters"
+                );
+            }
+            if waited || (iter == 0 && stage == 0) {
+                vt = vt.max(Instant::now());
+            }
+            if stage == 0 {
+                marks.push(Instant::now());
+            }
+            let d = w
+                .model
+                .forward_stage(iter, stage)
+                .map_err(|e| P3Error::model(me, e))?;
+            if !d.is_zero() {
+                vt += d;
+                sleep_to(vt).await;
+            }
+        }
+        stats.push(w.model.stats());
+        core.begin_round(iter + 1);
+        let mut stash = Vec::new();
+        for stage in (0..n_stages).rev() {
+            let out = w
+                .model
+                .backward_stage(stage)
+                .map_err(|e| P3Error::model(me, e))?;
+            if !out.compute.is_zero() {
+                vt += out.compute;
+                sleep_to(vt).await;
+            }
+            let units = layout.stage(stage);
+            if out.grads.len() != units.len() {
+                return Err(P3Error::Layout {
+                    job: job.unit_counts(),
+                    model: out.grads.iter().map(|g| g.len() as u64).collect(),
+                });
+            }
+            // Last tensor of the stage first, as backprop produces them.
+            for (u, g) in units.zip(out.grads).rev() {
+                if job.mode.pushes_during_backward() {
+                    pusher.push(&core, iter, u, &g)?;
+                } else {
+                    stash.push((u, g));
+                }
+            }
+            if job.mode.pushes_during_backward() {
+                // Let the spawned pushes hand their frames to the outbox now.
+                tokio::task::yield_now().await;
+            }
+        }
+        for (u, g) in stash {
+            pusher.push(&core, iter, u, &g)?;
+        }
+        if let Some(p) = &progress {
+            p(me, iter, w.model.stats());
+        }
+    }
+    w.wait_for(&mut rx, &mut core, |c| c.all_ready()).await?;
+    marks.push(Instant::now());
+    Ok(P3WorkerReport {
+        worker: me,
+        marks,
+        params: core.params().to_vec(),
+        stats,
+        bytes_pushed: pusher.bytes,
+    })
+}
