@@ -131,7 +131,7 @@ enum BenchCommand {
     /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
     Consistency(petrel::bench::consistency::ConsistencyBenchArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
-    P3(petrel::bench::p3::Args),
+    P3(petrel::bench::p3::P3BenchArgs),
     /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
     Lasso(petrel::bench::lasso::LassoBenchArgs),
     /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).

@@ -4,6 +4,8 @@
 //! transport's bandwidth shaper. Compute is emulated (the profiled forward/backward time of
 //! every layer at a configurable device speed); gradients and parameters are real buffers
 //! that the shards really aggregate and update, so real bytes cross the shaped links.
+//! (Long because one bench is its flags, its error type, the JSON figures' schema, the
+//! runner, the table and the plot; the `--netns` runner lives in `p3_netns`.)
 
 use crate::bench::p3_netns;
 use crate::netns::{Hosts, LinkShape, NetnsError};
@@ -123,8 +125,9 @@ pub enum P3BenchError {
     Json(#[from] serde_json::Error),
 }
 
+/// `petrel bench p3` flags.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub struct P3BenchArgs {
     /// vgg19, resnet50, sockeye, or a profile file (.toml / .json, see the README).
     #[arg(long, default_value = "vgg19")]
     pub model: String,
@@ -287,7 +290,7 @@ impl Setup {
 }
 
 fn run_mode(
-    args: &Args,
+    args: &P3BenchArgs,
     setup: &Setup,
     mode: Mode,
     bandwidth_mbit: f64,
@@ -431,7 +434,7 @@ fn plot(path: &Path, points: &[Point]) -> Result<(), Box<dyn std::error::Error>>
 }
 
 /// Runs the bench and prints its table, plot and JSON figures.
-pub fn run(mut args: Args) -> Result<(), P3BenchError> {
+pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
     let bad = |m: String| Err(P3BenchError::Args(m));
     if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
         return bad("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
