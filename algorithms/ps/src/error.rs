@@ -78,6 +78,12 @@ pub enum PsError {
         /// How long we waited.
         timeout: Duration,
     },
+    /// Not every worker's `Leave` reached every shard in time.
+    #[error("not every worker left every ps shard within {timeout:?}")]
+    WorkersNotLeft {
+        /// How long we waited.
+        timeout: Duration,
+    },
     /// A worker could not deliver a report to its monitor.
     #[error("worker {worker}: report to the monitor")]
     Report {

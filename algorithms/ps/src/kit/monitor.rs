@@ -169,6 +169,11 @@ pub(crate) async fn monitor_role<A: PsApp>(
         let new: Vec<A::Report> = inbox.reports.borrow_mut().drain(..).collect();
         finished += new.iter().filter(|r| A::is_final(r)).count();
         let all_done = finished >= n_workers;
+        if all_done {
+            // A final report can overtake the worker's last updates (other lanes, other
+            // priorities): evaluate the final tables only once every shard applied them.
+            shells::wait_for_all_left(m.node, m.layout).await?;
+        }
         let stop = job.app.observe(&mut state, &m, new, all_done).await?;
         if all_done {
             break;

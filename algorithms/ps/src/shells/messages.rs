@@ -80,5 +80,9 @@ pub struct ShardState {
     pub tables: Vec<TableSnapshot>,
     /// Set by `Checkpoint`: the clock the checkpoint was written at.
     pub checkpoint_clock: Option<Clock>,
+    /// Workers that left this shard: every update they sent before leaving is applied
+    /// (a worker's updates and its `Leave` travel on one FIFO lane).
+    #[serde(default)]
+    pub workers_left: u32,
 }
 remote_message!(ShardQuery => ShardState, "petrel.ps.shard_query");

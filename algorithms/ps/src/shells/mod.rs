@@ -32,5 +32,7 @@ pub use layout::{PsLayout, TablesBuilder};
 pub use messages::{
     PS_PRIORITY, ShardQuery, ShardState, ToClient, ToShard, client_actor_name, shard_actor_name,
 };
-pub use query::{merge_tables, snapshot_all, wait_for_min_clock, wait_for_shards};
+pub use query::{
+    merge_tables, snapshot_all, wait_for_all_left, wait_for_min_clock, wait_for_shards,
+};
 pub use shard::{ServerShard, ShardHandle, start_shard};

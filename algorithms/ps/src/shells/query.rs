@@ -78,6 +78,23 @@ pub async fn wait_for_min_clock(node: &Node, layout: &PsLayout, clock: u64) -> R
     }
 }
 
+/// Waits until every worker has left every shard, so every update of the job is applied
+/// (for at most the node's request timeout).
+pub async fn wait_for_all_left(node: &Node, layout: &PsLayout) -> Result<(), PsError> {
+    let timeout = node.default_timeout();
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let states = snapshot_all(node, layout, ShardQuery::Ping, timeout).await?;
+        if states.iter().all(|s| s.workers_left >= layout.n_workers()) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(PsError::WorkersNotLeft { timeout });
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// Merges shard states into one map per table.
 pub fn merge_tables(states: &[ShardState]) -> HashMap<TableId, HashMap<RowId, Row>> {
     let mut out: HashMap<TableId, HashMap<RowId, Row>> = HashMap::new();

@@ -172,6 +172,7 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
                     min_clock: self.core.min_clock(),
                     tables: Vec::new(),
                     checkpoint_clock: None,
+                    workers_left: self.left as u32,
                 });
             }
             ShardQuery::Snapshot => None,
@@ -187,6 +188,7 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
             min_clock: self.core.min_clock(),
             tables: self.core.snapshot(),
             checkpoint_clock,
+            workers_left: self.left as u32,
         })
     }
 }
