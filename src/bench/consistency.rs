@@ -51,7 +51,7 @@ pub enum ConsistencyBenchError {
 
 /// `petrel bench consistency`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct Args {
+pub struct ConsistencyBenchArgs {
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
     #[arg(long, default_value_t = 2)]
@@ -112,7 +112,7 @@ struct Figures {
     worker_clocks: Vec<u64>,
 }
 
-fn config(args: &Args, model: ConsistencyModel) -> PsMfConfig {
+fn config(args: &ConsistencyBenchArgs, model: ConsistencyModel) -> PsMfConfig {
     PsMfConfig {
         synthetic_users: args.users,
         synthetic_items: args.items,
@@ -139,7 +139,7 @@ fn config(args: &Args, model: ConsistencyModel) -> PsMfConfig {
 }
 
 /// Runs the benchmark: a table, a plot and one JSON line.
-pub fn run(args: Args) -> Result<(), ConsistencyBenchError> {
+pub fn run(args: ConsistencyBenchArgs) -> Result<(), ConsistencyBenchError> {
     eprintln!(
         "mf on the ps: {} workers, {} shards ({} on 127.0.0.1), worker 0 straggles x{}, \
          {} ms/clock, target rmse {}",
