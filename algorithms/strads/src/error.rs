@@ -78,6 +78,14 @@ pub enum StradsError {
         /// The role.
         role: &'static str,
     },
+    /// A worker index outside the job's workers.
+    #[error("worker {index} of a job with {workers} workers")]
+    NoShare {
+        /// The index.
+        index: usize,
+        /// Workers in the job.
+        workers: usize,
+    },
     /// The job asks for something this app does not do.
     #[error("{app}: {what} is not supported")]
     Unsupported {

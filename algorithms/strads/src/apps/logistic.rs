@@ -403,11 +403,7 @@ impl StradsJob for LogisticApp {
     type Worker = StarHalf<LogisticWorker>;
 
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
-        SchedulerOptions {
-            depth: job.depth.max(1),
-            timeout: Duration::from_secs(job.timeout_s.max(1)),
-            ..SchedulerOptions::default()
-        }
+        SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
     }
 
     fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LogisticScheduling, StradsError> {
@@ -427,13 +423,7 @@ impl StradsJob for LogisticApp {
         shape: &JobShape,
     ) -> Result<StarHalf<LogisticWorker>, StradsError> {
         let (x, labels) = load(job)?;
-        let rows = crate::core::split_evenly(x.n_rows, shape.workers)
-            .into_iter()
-            .nth(index)
-            .ok_or(StradsError::NotInRole {
-                node: format!("worker {index}"),
-                role: WORKER_ROLE,
-            })?;
+        let rows = shape.share(x.n_rows, index)?;
         Ok(StarHalf(LogisticWorker::new(
             x.row_block(rows.clone()),
             &labels[rows],
@@ -458,40 +448,4 @@ pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::apps::lasso::SyntheticLasso;
-    use crate::kit::serial::Delivery;
-
-    #[test]
-    fn sparse_logistic_fits_separable_data() {
-        let job = LassoJob {
-            synthetic: SyntheticLasso {
-                n_samples: 200,
-                n_features: 30,
-                seed: 5,
-                ..SyntheticLasso::default()
-            },
-            lambda: Some(0.01),
-            block_size: 4,
-            candidate_pool: 16,
-            max_rounds: 600,
-            depth: 2,
-            ..LassoJob::default()
-        };
-        let (sched, _) = crate::kit::run_serial::<LogisticApp>(&job, 2, Delivery::Late).unwrap();
-        let m = sched.metrics();
-        let first = m.trace.first().unwrap().objective;
-        assert!(
-            m.final_objective < 0.5 * first,
-            "{first} -> {}",
-            m.final_objective
-        );
-        assert!(
-            m.final_training_accuracy > 0.95,
-            "accuracy {}",
-            m.final_training_accuracy
-        );
-        assert!(m.nonzeros > 0);
-    }
-}
+mod tests;

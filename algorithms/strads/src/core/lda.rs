@@ -31,9 +31,11 @@ use petrel_ml::topic::{
 /// Word-topic rows of one vocabulary block: the unit that rotates between workers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WordTopicBlock {
+    /// The block's index.
     pub block: usize,
     /// Global word ids; `rows[i]` belongs to `word_ids[i]`.
     pub word_ids: Vec<u32>,
+    /// Topic counts per word of the block.
     pub rows: Vec<TopicCounts>,
 }
 
@@ -57,15 +59,20 @@ impl WordTopicBlock {
 /// A worker's change of the topic totals since the last synchronisation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopicTotalsDelta {
+    /// The worker.
     pub worker: usize,
+    /// Change per topic since the last sync.
     pub deltas: Vec<i64>,
 }
 
 /// Which block and row every word lives in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VocabularyPartition {
+    /// Block of each word.
     pub word_block: Vec<u32>,
+    /// Index of each word within its block.
     pub word_local: Vec<u32>,
+    /// Words of each block.
     pub block_words: Vec<Vec<u32>>,
 }
 
@@ -105,6 +112,7 @@ impl VocabularyPartition {
 /// each vocabulary block, and its view of the topic totals.
 #[derive(Debug, Clone)]
 pub struct LdaWorker {
+    /// The worker's index.
     pub worker: usize,
     n_topics: usize,
     alpha: f64,
@@ -179,6 +187,7 @@ impl LdaWorker {
         })
     }
 
+    /// Ids of the worker's documents.
     pub fn doc_ids(&self) -> &[u32] {
         &self.doc_ids
     }
@@ -268,11 +277,17 @@ impl LdaWorker {
 
 /// A whole LDA job in one process.
 pub struct LdaCluster {
+    /// The sampler's parameters.
     pub config: LdaConfig,
+    /// The rotation.
     pub schedule: RotationSchedule,
+    /// Words by block.
     pub vocabulary: VocabularyPartition,
+    /// The workers.
     pub workers: Vec<LdaWorker>,
+    /// The word-topic blocks.
     pub blocks: Vec<WordTopicBlock>,
+    /// Topic totals `n_k`.
     pub topic_totals: Vec<i64>,
     n_tokens: usize,
 }
@@ -441,6 +456,7 @@ impl LdaCluster {
 pub struct LdaRun {
     /// Before the first and after every iteration.
     pub log_likelihood_per_token: Vec<f64>,
+    /// `(n_wk + beta) / (n_k + V beta)`, `K x V`.
     pub topic_word: ndarray::Array2<f64>,
 }
 
@@ -463,89 +479,4 @@ pub fn run_lda(corpus: &Corpus, config: &LdaConfig) -> Result<LdaRun, ModelError
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
-    use petrel_ml::topic::ln_gamma;
-
-    #[test]
-    fn ln_gamma_matches_known_values() {
-        assert!(ln_gamma(1.0).abs() < 1e-12);
-        assert!(ln_gamma(2.0).abs() < 1e-12);
-        assert!((ln_gamma(5.0) - 24f64.ln()).abs() < 1e-12);
-        assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-12);
-        assert!((ln_gamma(0.1) - 2.252_712_651_734_206).abs() < 1e-10);
-    }
-
-    #[test]
-    fn topic_counts_increment_decrement() {
-        let mut c = TopicCounts::default();
-        c.increment(3);
-        c.increment(3);
-        c.increment(1);
-        assert_eq!((c.get(3), c.get(1), c.total()), (2, 1, 3));
-        assert!(c.decrement(3));
-        assert!(c.decrement(1));
-        assert!(!c.decrement(7), "nothing to decrement");
-        assert_eq!(c.entries, vec![(3, 1)]);
-    }
-
-    fn corpus() -> Corpus {
-        lda_corpus(&LdaCorpusParams {
-            n_topics: 5,
-            vocab_size: 120,
-            n_docs: 120,
-            doc_length: 60,
-            alpha: 0.1,
-            beta: 0.05,
-            seed: 17,
-        })
-        .unwrap()
-        .corpus
-    }
-
-    #[test]
-    fn invariants_hold_after_every_sub_round() {
-        let corpus = corpus();
-        let freq = corpus.word_frequencies();
-        let config = LdaConfig {
-            n_topics: 5,
-            alpha: 0.1,
-            beta: 0.1,
-            n_workers: 3,
-            iterations: 0,
-            seed: 1,
-        };
-        let mut cluster = LdaCluster::new(&corpus, &config).unwrap();
-        cluster.check_invariants(&freq).unwrap();
-        for _ in 0..3 {
-            for t in 0..3 {
-                cluster.sub_round(t);
-                cluster.check_invariants(&freq).unwrap();
-            }
-        }
-    }
-
-    #[test]
-    fn log_likelihood_improves() {
-        let corpus = corpus();
-        let config = LdaConfig {
-            n_topics: 5,
-            alpha: 0.1,
-            beta: 0.1,
-            n_workers: 3,
-            iterations: 25,
-            seed: 2,
-        };
-        let run = run_lda(&corpus, &config).unwrap();
-        let ll = &run.log_likelihood_per_token;
-        let (first, last) = (ll[0], *ll.last().unwrap());
-        assert!(
-            last > first + 0.5,
-            "log-likelihood per token {first} -> {last}"
-        );
-        for row in run.topic_word.rows() {
-            assert!((row.sum() - 1.0).abs() < 1e-9);
-        }
-    }
-}
+mod tests;

@@ -31,6 +31,7 @@ use petrel_ml::topic::balanced_buckets;
 /// Ring rotation of P column blocks over P workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RotationSchedule {
+    /// Workers (and blocks).
     pub p: usize,
 }
 
@@ -55,6 +56,7 @@ impl RotationSchedule {
 /// their residuals.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingColumnUpdate {
+    /// The rank-one coordinate.
     pub k: usize,
     /// Change of `h_jk` per local column of the block.
     #[serde(with = "petrel_messages::tensor::f32_bytes")]
@@ -67,21 +69,27 @@ pub struct PendingColumnUpdate {
 /// unit that travels around the ring.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FactorBlock {
+    /// The block's index.
     pub block: usize,
+    /// Rank.
     pub rank: usize,
     /// Global item ids of the local columns.
     pub item_ids: Vec<u32>,
     /// `item_ids.len() x rank`, row-major.
     #[serde(with = "petrel_messages::tensor::f32_bytes")]
     pub factors: Vec<f32>,
+    /// Pending sums of the numerators of `h_k`.
     #[serde(with = "petrel_messages::tensor::f64_bytes")]
     pub numerators: Vec<f64>,
+    /// Pending sums of the denominators of `h_k`.
     #[serde(with = "petrel_messages::tensor::f64_bytes")]
     pub denominators: Vec<f64>,
+    /// Column updates not yet folded into every worker's residuals.
     pub pending: Vec<PendingColumnUpdate>,
 }
 
 impl FactorBlock {
+    /// Block `block` of items `item_ids` with their factors (item-major).
     pub fn new(block: usize, rank: usize, item_ids: Vec<u32>, factors: Vec<f32>) -> Self {
         let n = item_ids.len();
         FactorBlock {
@@ -127,13 +135,19 @@ struct LocalRating {
 /// Where every user and item lives: bucket and index inside the bucket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MfPartition {
+    /// Buckets (workers).
     pub n_buckets: usize,
+    /// Bucket of each user.
     pub user_bucket: Vec<u32>,
+    /// Index of each user within its bucket.
     pub user_local: Vec<u32>,
+    /// Bucket (block) of each item.
     pub item_bucket: Vec<u32>,
+    /// Index of each item within its block.
     pub item_local: Vec<u32>,
     /// Global ids per bucket.
     pub bucket_users: Vec<Vec<u32>>,
+    /// Items of each block.
     pub bucket_items: Vec<Vec<u32>>,
 }
 
@@ -170,6 +184,7 @@ impl MfPartition {
 /// accumulators and the W changes not yet folded into every block's residuals.
 #[derive(Debug, Clone)]
 pub struct MfWorker {
+    /// The worker's index.
     pub worker: usize,
     rank: usize,
     user_ids: Vec<u32>,
@@ -239,6 +254,7 @@ impl MfWorker {
         })
     }
 
+    /// Users of the worker's rows of W.
     pub fn user_ids(&self) -> &[u32] {
         &self.user_ids
     }
@@ -329,12 +345,17 @@ impl MfWorker {
 /// Configuration of [`run_ccdpp`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CcdppConfig {
+    /// Rank.
     pub rank: usize,
+    /// L2 weight.
     pub lambda: f32,
+    /// Workers.
     pub n_workers: usize,
+    /// Sweeps over all coordinates.
     pub outer_iterations: usize,
     /// Alternations of (h_k, w_k) per coordinate per outer iteration.
     pub inner_iterations: usize,
+    /// Seed of the initial factors.
     pub seed: u64,
 }
 
@@ -351,10 +372,15 @@ pub struct MfRun {
 
 /// Everything of a CCD++ job in one process.
 pub struct MfCluster {
+    /// The rotation.
     pub schedule: RotationSchedule,
+    /// Users and items by bucket.
     pub partition: MfPartition,
+    /// The workers.
     pub workers: Vec<MfWorker>,
+    /// The H blocks.
     pub blocks: Vec<FactorBlock>,
+    /// L2 weight.
     pub lambda: f32,
 }
 
@@ -499,110 +525,4 @@ pub fn rmse(ratings: &Ratings, user_factors: &Array2<f32>, item_factors: &Array2
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
-    use proptest::prelude::*;
-
-    #[test]
-    fn buckets_balance_by_load() {
-        let loads = [10, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1];
-        let buckets = balanced_buckets(&loads, 2);
-        let mut per = [0usize; 2];
-        for (i, &b) in buckets.iter().enumerate() {
-            per[b as usize] += loads[i];
-        }
-        assert_eq!(per, [10, 10]);
-    }
-
-    proptest! {
-        #[test]
-        fn rotation_never_shares_a_block(p in 1usize..40, t in 0usize..200) {
-            let s = RotationSchedule { p };
-            let mut seen = vec![false; p];
-            for w in 0..p {
-                let b = s.block_held(w, t);
-                prop_assert!(b < p);
-                prop_assert!(!seen[b], "block {} held twice in sub-round {}", b, t);
-                seen[b] = true;
-                prop_assert_eq!(s.holder(b, t), w);
-                // The block moves to the next holder in the next sub-round.
-                prop_assert_eq!(s.block_held(s.next_holder(w), t + 1), b);
-            }
-        }
-
-        #[test]
-        fn bucket_loads_are_near_even(loads in proptest::collection::vec(0usize..50, 1..60), p in 1usize..6) {
-            let buckets = balanced_buckets(&loads, p);
-            let mut per = vec![0usize; p];
-            for (i, &b) in buckets.iter().enumerate() {
-                per[b as usize] += loads[i];
-            }
-            let max_item = *loads.iter().max().unwrap();
-            let (lo, hi) = (per.iter().min().unwrap(), per.iter().max().unwrap());
-            // LPT guarantee: the spread never exceeds the largest single load.
-            prop_assert!(hi - lo <= max_item);
-        }
-    }
-
-    #[test]
-    fn ccdpp_fits_low_rank_data() {
-        let problem = low_rank_ratings(&LowRankParams {
-            n_users: 60,
-            n_items: 40,
-            rank: 3,
-            observed_fraction: 0.4,
-            noise_std: 0.01,
-            seed: 9,
-        })
-        .unwrap();
-        let (train, test) = problem.ratings.train_test_split(0.1, 1).unwrap();
-        let config = CcdppConfig {
-            rank: 3,
-            lambda: 0.05,
-            n_workers: 3,
-            outer_iterations: 15,
-            inner_iterations: 1,
-            seed: 2,
-        };
-        let run = run_ccdpp(&train, &config).unwrap();
-        let first = run.train_rmse[0];
-        let last = *run.train_rmse.last().unwrap();
-        assert!(last < 0.1 * first, "rmse {first} -> {last}");
-        assert!(last < 0.1, "final train rmse {last}");
-        // Residuals kept by the workers agree with the gathered factors.
-        let direct = rmse(&train, &run.user_factors, &run.item_factors);
-        assert!((direct - last).abs() < 1e-4, "{direct} vs {last}");
-        assert!(rmse(&test, &run.user_factors, &run.item_factors) < 0.3);
-    }
-
-    #[test]
-    fn distributed_matches_single_worker() {
-        let problem = low_rank_ratings(&LowRankParams {
-            n_users: 20,
-            n_items: 15,
-            rank: 2,
-            observed_fraction: 0.5,
-            noise_std: 0.1,
-            seed: 3,
-        })
-        .unwrap();
-        let mut config = CcdppConfig {
-            rank: 2,
-            lambda: 0.1,
-            n_workers: 1,
-            outer_iterations: 3,
-            inner_iterations: 1,
-            seed: 0,
-        };
-        let single = run_ccdpp(&problem.ratings, &config).unwrap();
-        config.n_workers = 4;
-        let multi = run_ccdpp(&problem.ratings, &config).unwrap();
-        // Same algorithm, different initial W draw order: compare the achieved fit instead.
-        let (a, b) = (
-            single.train_rmse.last().unwrap(),
-            multi.train_rmse.last().unwrap(),
-        );
-        assert!((a - b).abs() < 0.05, "{a} vs {b}");
-    }
-}
+mod tests;

@@ -61,6 +61,7 @@ impl std::fmt::Display for ScheduleMode {
 /// Scheduler parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SchedulerConfig {
+    /// How candidates are chosen.
     pub mode: ScheduleMode,
     /// U: coordinates updated in parallel per round (at most).
     pub block_size: usize,
@@ -76,6 +77,7 @@ pub struct SchedulerConfig {
     /// 1 is the reference code's `|delta b_j|`.
     #[serde(default = "default_exponent")]
     pub priority_exponent: f64,
+    /// RNG seed.
     pub seed: u64,
 }
 
@@ -84,6 +86,7 @@ fn default_exponent() -> f64 {
 }
 
 impl SchedulerConfig {
+    /// Defaults for `mode` with `block_size` coordinates per round.
     pub fn new(mode: ScheduleMode, block_size: usize) -> Self {
         SchedulerConfig {
             mode,
@@ -100,6 +103,7 @@ impl SchedulerConfig {
 /// Source of `|corr(x_j, x_k)|` for normalised columns. A scheduler that does not hold X can
 /// be given any implementation, e.g. one that asks the workers for partial dot products.
 pub trait CorrelationOracle {
+    /// `|corr(x_j, x_k)|`.
     fn abs_correlation(&mut self, j: usize, k: usize) -> f32;
 }
 
@@ -229,7 +233,9 @@ impl SumTree {
 
 /// The filter half of the scheduler: threshold plus where correlations come from.
 pub struct DependencyFilter {
+    /// Threshold on `|corr|` above which two candidates conflict.
     pub rho: f32,
+    /// Where correlations come from.
     pub oracle: Box<dyn CorrelationOracle + Send>,
 }
 
@@ -253,15 +259,20 @@ pub struct LassoScheduler {
 pub struct SchedulerState {
     /// Per-variable priority (the sum tree's leaves; inner nodes are sums of them).
     pub priorities: Vec<f64>,
+    /// Cyclic mode's next coordinate.
     pub cursor: u64,
+    /// Coordinates deferred by the filter.
     pub deferred: Vec<u64>,
+    /// ChaCha seed.
     pub rng_seed: [u8; 32],
+    /// ChaCha stream.
     pub rng_stream: u64,
     /// ChaCha word position (u128) as (low, high) 64-bit halves.
     pub rng_word_pos: (u64, u64),
 }
 
 impl LassoScheduler {
+    /// A scheduler over `n_vars` coordinates.
     pub fn new(
         n_vars: usize,
         config: SchedulerConfig,
@@ -288,6 +299,7 @@ impl LassoScheduler {
         })
     }
 
+    /// Its parameters.
     pub fn config(&self) -> &SchedulerConfig {
         &self.config
     }
@@ -420,186 +432,4 @@ impl LassoScheduler {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn sum_tree_samples_proportionally() {
-        let tree = SumTree::new(&[1.0, 0.0, 3.0]);
-        assert_eq!(tree.total(), 4.0);
-        assert_eq!(tree.find(0.5), 0);
-        assert_eq!(tree.find(1.0), 2);
-        assert_eq!(tree.find(3.999), 2);
-        assert_eq!(tree.find(4.0), 2);
-    }
-
-    #[test]
-    fn cyclic_walks_in_order() {
-        let mut s =
-            LassoScheduler::new(5, SchedulerConfig::new(ScheduleMode::Cyclic, 2), None).unwrap();
-        assert_eq!(s.next_round(), vec![0, 1]);
-        assert_eq!(s.next_round(), vec![2, 3]);
-        assert_eq!(s.next_round(), vec![4, 0]);
-    }
-
-    #[test]
-    fn random_draws_distinct() {
-        let mut s =
-            LassoScheduler::new(10, SchedulerConfig::new(ScheduleMode::Random, 4), None).unwrap();
-        for _ in 0..20 {
-            let mut round = s.next_round();
-            assert_eq!(round.len(), 4);
-            round.sort();
-            round.dedup();
-            assert_eq!(round.len(), 4);
-        }
-    }
-
-    #[test]
-    fn dynamic_prefers_moving_coordinates() {
-        let mut s =
-            LassoScheduler::new(100, SchedulerConfig::new(ScheduleMode::Dynamic, 1), None).unwrap();
-        let settled: Vec<(usize, f32)> = (0..100).map(|j| (j, 0.0)).collect();
-        s.commit(&settled);
-        s.commit(&[(42, 1.0)]);
-        let hits = (0..200).filter(|_| s.next_round() == vec![42]).count();
-        assert!(hits > 190, "{hits}");
-    }
-
-    #[test]
-    fn dynamic_draws_without_replacement() {
-        let mut s =
-            LassoScheduler::new(6, SchedulerConfig::new(ScheduleMode::Dynamic, 6), None).unwrap();
-        let mut round = s.next_round();
-        round.sort();
-        assert_eq!(round, vec![0, 1, 2, 3, 4, 5]);
-    }
-
-    #[test]
-    fn filter_drops_correlated_candidates() {
-        let x = ndarray::array![[1.0f32, 1.0, 0.0], [0.0, 0.1, 1.0]];
-        let oracle = ColumnCorrelationCache::new(Arc::new(SparseColumns::from_dense(&x)), 100);
-        let mut config = SchedulerConfig::new(ScheduleMode::Cyclic, 3);
-        config.candidate_pool = 3;
-        let filter = DependencyFilter {
-            rho: 0.5,
-            oracle: Box::new(oracle),
-        };
-        let mut s = LassoScheduler::new(3, config, Some(filter)).unwrap();
-        assert_eq!(s.next_round(), vec![0, 2]);
-    }
-
-    #[test]
-    fn cyclic_with_filter_reaches_every_coordinate() {
-        // Neighbours j, j+1 are strongly correlated: a plain cyclic window would drop the
-        // same coordinates every sweep.
-        let corr = |j: usize, k: usize| if j.abs_diff(k) < 4 { 0.9f32 } else { 0.0 };
-        let mut config = SchedulerConfig::new(ScheduleMode::Cyclic, 4);
-        config.candidate_pool = 16;
-        let filter = DependencyFilter {
-            rho: 0.5,
-            oracle: Box::new(corr),
-        };
-        let mut s = LassoScheduler::new(40, config, Some(filter)).unwrap();
-        let mut seen = vec![false; 40];
-        for _ in 0..40 {
-            for j in s.next_round() {
-                seen[j] = true;
-            }
-        }
-        assert!(seen.iter().all(|&v| v), "{seen:?}");
-    }
-
-    #[test]
-    fn chacha12_is_the_std_rng_stream() {
-        use rand::RngCore;
-        let mut a = rand::rngs::StdRng::seed_from_u64(77);
-        let mut b = ChaCha12Rng::seed_from_u64(77);
-        for _ in 0..100 {
-            assert_eq!(a.next_u64(), b.next_u64());
-        }
-    }
-
-    #[test]
-    fn exported_state_continues_bit_identically() {
-        for mode in [
-            ScheduleMode::Dynamic,
-            ScheduleMode::Random,
-            ScheduleMode::Cyclic,
-        ] {
-            let corr = |j: usize, k: usize| if j.abs_diff(k) < 3 { 0.9f32 } else { 0.0 };
-            let make = || {
-                let mut config = SchedulerConfig::new(mode, 5);
-                config.candidate_pool = 12;
-                config.seed = 9;
-                let filter = DependencyFilter {
-                    rho: 0.5,
-                    oracle: Box::new(corr),
-                };
-                LassoScheduler::new(57, config, Some(filter)).unwrap()
-            };
-            let mut a = make();
-            // Odd number of draws so the RNG is mid-block.
-            for r in 0..7 {
-                let chosen = a.next_round();
-                let changes: Vec<(usize, f32)> =
-                    chosen.iter().map(|&j| (j, 0.01 * (r + j) as f32)).collect();
-                a.commit(&changes);
-            }
-            let state = a.export_state();
-            let mut b = make();
-            b.import_state(&state).unwrap();
-            assert_eq!(b.export_state(), state);
-            for r in 0..30 {
-                let (x, y) = (a.next_round(), b.next_round());
-                assert_eq!(x, y, "{mode:?} round {r}");
-                let changes: Vec<(usize, f32)> =
-                    x.iter().map(|&j| (j, 0.3 / (1 + r + j) as f32)).collect();
-                a.commit(&changes);
-                b.commit(&changes);
-            }
-            let mut wrong = state.clone();
-            wrong.priorities.pop();
-            assert!(b.import_state(&wrong).is_err());
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn filter_never_keeps_a_correlated_pair(
-            n_vars in 2usize..30,
-            block in 1usize..8,
-            pool in 1usize..30,
-            rho in 0.05f32..0.95,
-            seed in any::<u64>(),
-            mode in prop_oneof![Just(ScheduleMode::Dynamic), Just(ScheduleMode::Random), Just(ScheduleMode::Cyclic)],
-            corr_seed in any::<u64>(),
-        ) {
-            // A symmetric pseudo-random correlation "matrix" from a hash of the pair.
-            let corr = move |j: usize, k: usize| -> f32 {
-                let (a, b) = (j.min(k) as u64, j.max(k) as u64);
-                let h = (a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xC2B2_AE3D_27D4_EB4F) ^ corr_seed)
-                    .wrapping_mul(0x1656_67B1_9E37_79F9);
-                (h >> 40) as f32 / (1u64 << 24) as f32
-            };
-            let mut config = SchedulerConfig::new(mode, block);
-            config.candidate_pool = pool;
-            config.seed = seed;
-            let filter = DependencyFilter { rho, oracle: Box::new(corr) };
-            let mut s = LassoScheduler::new(n_vars, config, Some(filter)).unwrap();
-            for round in 0..5 {
-                let chosen = s.next_round();
-                prop_assert!(chosen.len() <= block);
-                for (a, &j) in chosen.iter().enumerate() {
-                    for &k in &chosen[a + 1..] {
-                        prop_assert!(j != k);
-                        prop_assert!(corr(j, k) < rho, "pair ({}, {}) corr {}", j, k, corr(j, k));
-                    }
-                }
-                let changes: Vec<(usize, f32)> = chosen.iter().map(|&j| (j, round as f32 * 0.1)).collect();
-                s.commit(&changes);
-            }
-        }
-    }
-}
+mod tests;

@@ -40,6 +40,19 @@ pub struct JobShape {
     pub schedulers: usize,
 }
 
+impl JobShape {
+    /// Worker `index`'s contiguous share of `n` rows (the shares differ by at most one).
+    pub fn share(&self, n: usize, index: usize) -> Result<std::ops::Range<usize>, StradsError> {
+        crate::core::split_evenly(n, self.workers)
+            .into_iter()
+            .nth(index)
+            .ok_or(StradsError::NoShare {
+                index,
+                workers: self.workers,
+            })
+    }
+}
+
 /// What [`StradsJob::finish`] learns about the run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FinishedRun {
@@ -306,4 +319,14 @@ pub fn write_json<T: Serialize>(
     let json = serde_json::to_vec_pretty(value)
         .map_err(|source| StradsError::Encode { what: name, source })?;
     write_output(dir, name, &json)
+}
+
+/// Size of `value` as a message body (what the apps report as bytes moved; 0 if it does
+/// not encode).
+pub fn encoded_len<T: Serialize>(value: &T) -> u64 {
+    let mut bytes = Vec::new();
+    match petrel_messages::encode_body(value, &mut bytes) {
+        Ok(()) => bytes.len() as u64,
+        Err(_) => 0,
+    }
 }

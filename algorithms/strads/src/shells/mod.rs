@@ -1,7 +1,7 @@
 //! The STRADS actor shells: thin async loops and actix actors around the sans-I/O cores.
 //!
 //! - [`star`]: [`run_scheduler`] (the scheduler's event loop, driving a
-//!   [`PipelineCore`](crate::core::pipeline::PipelineCore)) and [`StradsWorker`] (an actor
+//!   [`PipelineCore`]) and [`StradsWorker`] (an actor
 //!   that hands dispatches and commits to the app's [`Push`] half).
 //! - [`ring`]: [`RingWorker`], an actor around a [`RingCore`](crate::core::ring::RingCore)
 //!   whose blocks travel worker to worker in [`Handoff`]s.

@@ -41,6 +41,18 @@ impl Default for SchedulerOptions {
     }
 }
 
+impl SchedulerOptions {
+    /// `depth` rounds in flight (at least 1) and a push timeout of `timeout_s` seconds (at
+    /// least 1), the other knobs at their defaults: what the built-in jobs configure.
+    pub fn with_depth_and_timeout(depth: usize, timeout_s: u64) -> Self {
+        SchedulerOptions {
+            depth: depth.max(1),
+            timeout: Duration::from_secs(timeout_s.max(1)),
+            ..SchedulerOptions::default()
+        }
+    }
+}
+
 /// Addresses of the workers, in worker order.
 #[derive(Clone)]
 pub struct WorkerSet<A: StradsApp> {

@@ -6,7 +6,7 @@
 //! - [`scheduling`]: the scheduler half ([`LassoScheduling`]: priority sampling, dependency
 //!   filter, soft-threshold pull, exact evaluations, metrics).
 //! - [`checkpoint`]: save and restore rounds around the two halves ([`Resumable`],
-//!   [`CheckpointingWorker`](checkpoint::CheckpointingWorker)).
+//!   [`CheckpointingWorker`]).
 //! - [`multi`]: the coefficients split over several schedulers.
 //!
 //! Roles: `strads-lasso-scheduler` (plus `strads-lasso-scheduler-<s>` for further
@@ -34,7 +34,6 @@ use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
 use crate::shells::SchedulerOptions;
 use checkpoint::{CheckpointSettings, CheckpointingWorker, ClusterShape, WorkerSlot};
 use petrel_actors::Cluster;
-use std::time::Duration;
 
 /// Role of scheduler 0 (the only one unless `schedulers > 1`).
 pub const SCHEDULER_ROLE: &str = "strads-lasso-scheduler";
@@ -50,11 +49,7 @@ impl StradsJob for LassoApp {
     type Worker = StarHalf<CheckpointingWorker>;
 
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
-        SchedulerOptions {
-            depth: job.depth.max(1),
-            timeout: Duration::from_secs(job.timeout_s.max(1)),
-            ..SchedulerOptions::default()
-        }
+        SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
     }
 
     fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<Resumable, StradsError> {
@@ -79,13 +74,7 @@ impl StradsJob for LassoApp {
         shape: &JobShape,
     ) -> Result<StarHalf<CheckpointingWorker>, StradsError> {
         let (x, y) = job.load()?;
-        let rows = crate::core::split_evenly(x.n_rows, shape.workers)
-            .into_iter()
-            .nth(index)
-            .ok_or(StradsError::NotInRole {
-                node: format!("worker {index}"),
-                role: WORKER_ROLE,
-            })?;
+        let rows = shape.share(x.n_rows, index)?;
         let (block, y_block) = (x.row_block(rows.clone()), y[rows.clone()].to_vec());
         let slot = job.checkpoint_dir.clone().map(|dir| WorkerSlot {
             dir,

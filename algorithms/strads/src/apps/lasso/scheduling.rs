@@ -27,46 +27,75 @@ use serde::{Deserialize, Serialize};
 /// One point of the objective trace: the state after `updates` coordinate updates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObjectivePoint {
+    /// The round.
     pub round: u64,
+    /// Coordinate updates reflected.
     pub updates: u64,
+    /// Seconds since the start.
     pub elapsed_s: f64,
+    /// `1/2 ||r||^2 + lambda ||b||_1`.
     pub objective: f64,
 }
 
 /// An exact evaluation (pipeline drained).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evaluation {
+    /// The evaluation round.
     pub round: u64,
+    /// Coordinate updates reflected.
     pub updates: u64,
+    /// Seconds since the start.
     pub elapsed_s: f64,
+    /// The objective.
     pub objective: f64,
+    /// Max KKT violation.
     pub kkt_violation: f64,
+    /// Duality gap.
     pub duality_gap: f64,
+    /// Non-zero coefficients.
     pub nonzeros: usize,
 }
 
 /// `metrics.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LassoMetrics {
+    /// Schedule mode.
     pub mode: String,
+    /// The L1 weight.
     pub lambda: f32,
+    /// Rows.
     pub n_samples: usize,
+    /// Features.
     pub n_features: usize,
+    /// Workers.
     pub workers: usize,
+    /// Coordinates per round.
     pub block_size: usize,
+    /// Dependency-check threshold.
     pub rho: Option<f32>,
+    /// Pipeline depth.
     pub depth: usize,
+    /// Rounds run.
     pub rounds: u64,
+    /// Coordinate updates.
     pub updates: u64,
+    /// Seconds.
     pub elapsed_s: f64,
+    /// Objective at the last evaluation.
     pub final_objective: f64,
+    /// KKT violation at the last evaluation.
     pub final_kkt_violation: f64,
+    /// Duality gap at the last evaluation.
     pub final_duality_gap: f64,
     /// Updates / seconds at which `target_objective` was first reached.
     pub target_objective: Option<f64>,
+    /// Updates when `target_objective` was reached.
     pub target_updates: Option<u64>,
+    /// Seconds when `target_objective` was reached.
     pub target_s: Option<f64>,
+    /// Per-round objective trace.
     pub objective: Vec<ObjectivePoint>,
+    /// The exact evaluations.
     pub evaluations: Vec<Evaluation>,
     /// Rounds at which checkpoints were written (including before a resume).
     #[serde(default)]

@@ -10,7 +10,7 @@
 //!
 //! **Schedulers.** Scheduler `s` runs the role [`scheduler_role_name`]`(s)` (`s = 0` is the
 //! usual `strads-lasso-scheduler`); several may share a node (the node's first scheduler
-//! role runs all of them) or each have its own. Each runs its own [`LassoScheduling`] over
+//! role runs all of them) or each have its own. Each runs its own [`LassoScheduling`](crate::apps::lasso::LassoScheduling) over
 //! the columns it owns ([`SliceScheduling`]: priority sampling, dependency filter,
 //! soft-threshold pull, local bookkeeping) and dispatches to every worker; the workers
 //! serve all of them and count applied commits per scheduler ([`super::LassoWorker`]).

@@ -157,10 +157,8 @@ async fn run_node_schedulers(
 
 fn options(job: &LassoJob, scheduler: usize) -> SchedulerOptions {
     SchedulerOptions {
-        depth: job.depth.max(1),
         scheduler: scheduler as u32,
-        timeout: Duration::from_secs(job.timeout_s.max(1)),
-        priority: Priority::NORMAL,
+        ..SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
     }
 }
 

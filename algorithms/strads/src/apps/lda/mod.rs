@@ -1,0 +1,298 @@
+//! LDA by collapsed Gibbs sampling (SparseLDA) with word rotation on the STRADS runtime.
+//!
+//! Documents are split over the P workers (balanced by length), the vocabulary into P
+//! blocks (balanced by frequency). Word-topic blocks rotate around the ring of workers
+//! ([`crate::shells::ring`]): in sub-round `t` worker `w` samples the tokens of the
+//! words in block `(w + t) mod P` ([`RotationSchedule`](crate::core::mf::RotationSchedule)) and then hands the block to worker
+//! `w - 1` directly, so no two workers write the same word-topic row and the blocks never
+//! pass through the scheduler. The scheduler's tasks carry the block id and the next
+//! holder; after every sub-round the workers' topic-total changes (K numbers each) are
+//! summed by the scheduler and re-broadcast in the commit (stale within a sub-round, as in
+//! the reference). At the end of a pass each worker also reports the word half of the
+//! log-likelihood of the block it holds. The first rotation only builds the word-topic
+//! counts from the workers' random initial assignments; a final Collect round brings the
+//! blocks to the scheduler for the outputs.
+//!
+//! The message sequence equals the serial driver [`crate::core::lda::LdaCluster`], so
+//! for a seed the distributed run gives exactly the serial run's counts.
+//!
+//! Roles `strads-lda-scheduler` / `strads-lda-worker`, settings `[app.lda]`; outputs
+//! `topics.txt` (top words per topic), `topic_word.tsv` and `metrics.json`.
+
+use std::path::PathBuf;
+
+use crate::core::app::{BlockId, RingApp, StradsApp};
+use crate::error::StradsError;
+use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_json};
+use crate::shells::SchedulerOptions;
+use serde::{Deserialize, Serialize};
+
+use crate::core::lda::{TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
+use petrel_ml::data::Corpus;
+use petrel_ml::topic::{
+    DocumentPartition, LdaConfig, SyntheticCorpus, load_corpus, write_topic_files,
+};
+
+mod scheduling;
+mod worker;
+
+pub use scheduling::LdaScheduling;
+pub use worker::{LdaWorkerApp, initial_ring_blocks};
+
+/// The scheduler's role.
+pub const SCHEDULER_ROLE: &str = "strads-lda-scheduler";
+/// The workers' role (and actor).
+pub const WORKER_ROLE: &str = "strads-lda-worker";
+
+/// `[app.lda]` and the flags of `petrel train lda`: one settings struct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[serde(default)]
+pub struct LdaJob {
+    /// UCI bag-of-words docword file (`D`, `W`, `NNZ` header, then `doc word count`).
+    /// Without it: a corpus sampled from the LDA generative model.
+    #[arg(long)]
+    pub docword: Option<PathBuf>,
+    /// UCI vocab file (one word per line) for readable topics.
+    #[arg(long)]
+    pub vocab: Option<PathBuf>,
+    /// The synthetic corpus used without a docword file (TOML only).
+    #[arg(skip)]
+    pub synthetic: SyntheticCorpus,
+    /// Topics.
+    #[arg(long = "topics", default_value_t = 20)]
+    pub n_topics: usize,
+    /// Document-topic prior.
+    #[arg(long, default_value_t = 0.1)]
+    pub alpha: f64,
+    /// Topic-word prior.
+    #[arg(long, default_value_t = 0.1)]
+    pub beta: f64,
+    /// Gibbs sweeps.
+    #[arg(long, default_value_t = 20)]
+    pub iterations: usize,
+    /// Sampler seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Top words listed per topic in `topics.txt`.
+    #[arg(long, default_value_t = 10)]
+    pub top_words: usize,
+    /// Where the scheduler writes the topics and `metrics.json` (`--out`).
+    #[arg(skip)]
+    pub out_dir: Option<PathBuf>,
+    /// Timeout of one round's requests, in seconds.
+    #[arg(long, default_value_t = 120)]
+    pub timeout_s: u64,
+}
+
+impl Default for LdaJob {
+    fn default() -> Self {
+        LdaJob {
+            docword: None,
+            vocab: None,
+            synthetic: SyntheticCorpus::default(),
+            n_topics: 20,
+            alpha: 0.1,
+            beta: 0.1,
+            iterations: 20,
+            seed: 0,
+            top_words: 10,
+            out_dir: None,
+            timeout_s: 120,
+        }
+    }
+}
+
+impl LdaJob {
+    /// The corpus, identical on every node.
+    pub fn load(&self) -> Result<Corpus, StradsError> {
+        Ok(load_corpus(
+            self.docword.as_deref(),
+            self.vocab.as_deref(),
+            &self.synthetic,
+        )?)
+    }
+
+    /// The sampler's parameters for `workers` workers.
+    pub fn config(&self, workers: usize) -> LdaConfig {
+        LdaConfig {
+            n_topics: self.n_topics,
+            alpha: self.alpha,
+            beta: self.beta,
+            n_workers: workers,
+            iterations: self.iterations,
+            seed: self.seed,
+        }
+    }
+}
+
+/// Where every document and word goes, identical on every node.
+pub struct LdaLayout {
+    /// Words by block.
+    pub vocabulary: VocabularyPartition,
+    /// Documents by worker.
+    pub docs: DocumentPartition,
+}
+
+impl LdaLayout {
+    /// Balanced blocks and buckets of `corpus` for `workers` workers.
+    pub fn new(corpus: &Corpus, workers: usize) -> Self {
+        LdaLayout {
+            vocabulary: VocabularyPartition::balanced(&corpus.word_frequencies(), workers),
+            docs: DocumentPartition::balanced(corpus, workers),
+        }
+    }
+}
+
+/// Marker type of the LDA wire types.
+pub struct LdaApp;
+
+/// Scheduler -> worker: names the vocabulary block; the block travels worker to worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum LdaTask {
+    /// Add the worker's initial assignments of the block's words (first rotation).
+    Init {
+        /// The block.
+        block: usize,
+        /// Worker that gets the block afterwards.
+        pass_to: u32,
+        /// Report the log-likelihood parts (the block's last visit).
+        report: bool,
+    },
+    /// Resample the worker's tokens of the block's words.
+    Sample {
+        /// The block.
+        block: usize,
+        /// Worker that gets the block afterwards.
+        pass_to: u32,
+        /// Report the log-likelihood parts (the block's last visit).
+        report: bool,
+    },
+    /// Send the block to the scheduler (it leaves the ring), for the outputs.
+    Collect {
+        /// The block.
+        block: usize,
+    },
+}
+
+/// Worker -> scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum LdaPartial {
+    /// A visit is done.
+    Visited {
+        /// The block visited.
+        block: usize,
+        /// Init: the worker's own topic counts; Sample: its change since the last sync.
+        totals: TopicTotalsDelta,
+        /// With `report`: the document half of the log-likelihood.
+        doc_log_likelihood: Option<f64>,
+        /// With `report` (the block's last visit of a pass): the block's share of the word
+        /// half of the log-likelihood.
+        word_log_likelihood: Option<f64>,
+        /// Tokens sampled.
+        tokens: u64,
+    },
+    /// The block (Collect).
+    Collected(WordTopicBlock),
+}
+
+/// The summed topic totals, re-broadcast after every sub-round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LdaCommit {
+    /// The summed totals (`None` after the Collect round).
+    pub topic_totals: Option<Vec<i64>>,
+}
+
+impl StradsApp for LdaApp {
+    const DISPATCH_NAME: &'static str = "petrel.strads.lda.dispatch";
+    const COMMIT_NAME: &'static str = "petrel.strads.lda.commit";
+    type Task = LdaTask;
+    type Partial = LdaPartial;
+    type Commit = LdaCommit;
+}
+
+impl RingApp for LdaApp {
+    const HANDOFF_NAME: &'static str = "petrel.strads.lda.handoff";
+    type Block = WordTopicBlock;
+
+    fn block_needed(task: &LdaTask) -> Option<BlockId> {
+        match task {
+            LdaTask::Init { block, .. }
+            | LdaTask::Sample { block, .. }
+            | LdaTask::Collect { block } => Some(*block as BlockId),
+        }
+    }
+}
+
+/// Writes `topics.txt` (per topic: the top `top` words with probabilities),
+/// `topic_word.tsv` (`K x V` probabilities) and `metrics.json`.
+pub fn write_outputs(
+    dir: &std::path::Path,
+    sched: &LdaScheduling,
+    top: usize,
+) -> Result<(), StradsError> {
+    // Only the vocabulary is read from the corpus here.
+    let words = Corpus {
+        n_docs: 0,
+        vocab_size: sched.vocab_size,
+        docs: Vec::new(),
+        vocab: sched.vocab.clone(),
+    };
+    write_topic_files(dir, &sched.topic_word(), &words, top)?;
+    write_json(dir, "metrics.json", sched.metrics())
+}
+
+impl StradsJob for LdaApp {
+    const SECTION: &'static str = "lda";
+    const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
+    const WORKER_ROLE: &'static str = WORKER_ROLE;
+    type Config = LdaJob;
+    type Scheduler = LdaScheduling;
+    type Worker = RingHalf<LdaApp, LdaWorkerApp>;
+
+    fn scheduler_options(job: &LdaJob) -> SchedulerOptions {
+        SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
+    }
+
+    fn scheduler(job: &LdaJob, shape: &JobShape) -> Result<LdaScheduling, StradsError> {
+        let corpus = job.load()?;
+        let layout = LdaLayout::new(&corpus, shape.workers);
+        Ok(LdaScheduling::new(&corpus, &layout, job, shape.workers))
+    }
+
+    fn worker(
+        job: &LdaJob,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
+        let corpus = job.load()?;
+        let layout = LdaLayout::new(&corpus, shape.workers);
+        let worker = LdaWorkerApp::new(index, &corpus, &layout, &job.config(shape.workers))?;
+        Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)))
+    }
+
+    fn finish(
+        job: &LdaJob,
+        mut scheduler: LdaScheduling,
+        run: &FinishedRun,
+    ) -> Result<(), StradsError> {
+        scheduler.set_scheduler_bytes(run.scheduler_bytes);
+        let m = scheduler.metrics();
+        tracing::info!(
+            loglik_per_token = m.final_loglik_per_token,
+            tokens_per_s_per_worker = format!("{:.0}", m.tokens_per_s_per_worker),
+            "lda finished"
+        );
+        if let Some(dir) = &job.out_dir {
+            write_outputs(dir, &scheduler, job.top_words)?;
+        }
+        Ok(())
+    }
+}
+
+/// Registers the LDA roles.
+pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
+    crate::kit::register::<LdaApp>(cluster)
+}
+
+#[cfg(test)]
+mod tests;

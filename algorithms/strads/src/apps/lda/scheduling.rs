@@ -1,0 +1,251 @@
+//! LDA's scheduler half: the rotation plan, the topic totals re-broadcast after every
+//! sub-round, the log-likelihood trace, and the final Collect round.
+
+use std::time::Duration;
+
+use super::{LdaApp, LdaCommit, LdaJob, LdaLayout, LdaPartial, LdaTask};
+use crate::core::ModelError;
+use crate::core::app::{Plan, Schedule, Step};
+use crate::core::lda::WordTopicBlock;
+use crate::core::mf::RotationSchedule;
+use crate::kit::encoded_len;
+use petrel_ml::data::Corpus;
+use petrel_ml::topic::{LdaMetrics, LoglikPoint, joint_log_likelihood, topic_word_matrix};
+
+/// Scheduler half: the rotation plan and the topic totals. The word-topic blocks stay
+/// with the workers and come back only in the final Collect round.
+pub struct LdaScheduling {
+    schedule: RotationSchedule,
+    blocks: Vec<Option<WordTopicBlock>>,
+    collected: bool,
+    topic_totals: Vec<i64>,
+    pub(super) vocab_size: usize,
+    beta: f64,
+    iterations: usize,
+    /// 0 = the init rotation, then 1..=iterations.
+    pass: usize,
+    t: usize,
+    init_end_s: f64,
+    metrics: LdaMetrics,
+    /// The words (when a vocabulary was read), for `topics.txt`.
+    pub(super) vocab: Option<Vec<String>>,
+}
+
+impl LdaScheduling {
+    /// The rotation of `corpus` under `layout` over `workers` workers.
+    pub fn new(corpus: &Corpus, layout: &LdaLayout, job: &LdaJob, workers: usize) -> Self {
+        LdaScheduling {
+            schedule: RotationSchedule { p: workers },
+            blocks: vec![None; layout.vocabulary.block_words.len()],
+            collected: false,
+            topic_totals: vec![0; job.n_topics],
+            vocab_size: corpus.vocab_size,
+            beta: job.beta,
+            iterations: job.iterations,
+            pass: 0,
+            t: 0,
+            init_end_s: 0.0,
+            metrics: LdaMetrics {
+                n_docs: corpus.docs.len(),
+                vocab_size: corpus.vocab_size,
+                n_tokens: corpus.n_tokens(),
+                n_topics: job.n_topics,
+                workers,
+                iterations: job.iterations,
+                elapsed_s: 0.0,
+                sampling_s: 0.0,
+                tokens_sampled: 0,
+                tokens_per_s_per_worker: 0.0,
+                loglik: Vec::new(),
+                final_loglik_per_token: f64::NAN,
+                scheduler_bytes: 0,
+                block_bytes: 0,
+                collect_bytes: 0,
+                rounds: 0,
+            },
+            vocab: corpus.vocab.clone(),
+        }
+    }
+
+    /// Records the bytes the scheduler node moved during the run.
+    pub fn set_scheduler_bytes(&mut self, bytes: u64) {
+        self.metrics.scheduler_bytes = bytes;
+    }
+
+    /// The metrics so far.
+    pub fn metrics(&self) -> &LdaMetrics {
+        &self.metrics
+    }
+
+    /// The topic totals `n_k`.
+    pub fn topic_totals(&self) -> &[i64] {
+        &self.topic_totals
+    }
+
+    /// The word-topic blocks (present once the final Collect round ran).
+    pub fn blocks(&self) -> Vec<&WordTopicBlock> {
+        self.blocks.iter().flatten().collect()
+    }
+
+    /// `(n_wk + beta) / (n_k + V beta)`, `K x V`.
+    pub fn topic_word(&self) -> ndarray::Array2<f64> {
+        topic_word_matrix(
+            self.blocks
+                .iter()
+                .flatten()
+                .flat_map(|b| b.word_ids.iter().copied().zip(&b.rows)),
+            &self.topic_totals,
+            self.vocab_size,
+            self.beta,
+        )
+    }
+}
+
+impl Schedule<LdaApp> for LdaScheduling {
+    fn schedule(&mut self, _round: u64, in_flight: usize) -> Step<LdaTask> {
+        if in_flight > 0 {
+            return Step::Wait;
+        }
+        let p = self.schedule.p;
+        if self.pass > self.iterations {
+            if self.collected {
+                return Step::Done;
+            }
+            // Every rotation has P sub-rounds, so the blocks are back where they started.
+            return Step::Run(Plan::PerWorker(
+                (0..p)
+                    .map(|w| LdaTask::Collect {
+                        block: self.schedule.block_held(w, 0),
+                    })
+                    .collect(),
+            ));
+        }
+        let report = self.t + 1 == p;
+        Step::Run(Plan::PerWorker(
+            (0..p)
+                .map(|w| {
+                    let block = self.schedule.block_held(w, self.t);
+                    let pass_to = self.schedule.next_holder(w) as u32;
+                    if self.pass == 0 {
+                        LdaTask::Init {
+                            block,
+                            pass_to,
+                            report,
+                        }
+                    } else {
+                        LdaTask::Sample {
+                            block,
+                            pass_to,
+                            report,
+                        }
+                    }
+                })
+                .collect(),
+        ))
+    }
+
+    fn pull(
+        &mut self,
+        round: u64,
+        partials: Vec<LdaPartial>,
+        elapsed: Duration,
+    ) -> Result<LdaCommit, ModelError> {
+        let p = self.schedule.p;
+        self.metrics.rounds = round + 1;
+        if self.pass > self.iterations {
+            let mut block_bytes = 0u64;
+            self.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
+            for (w, partial) in partials.into_iter().enumerate() {
+                let expected = self.schedule.block_held(w, 0);
+                let LdaPartial::Collected(block) = partial else {
+                    return Err(ModelError::protocol(format!(
+                        "worker {w} answered collect with a visit"
+                    )));
+                };
+                if block.block != expected {
+                    return Err(ModelError::protocol(format!(
+                        "worker {w} returned block {} instead of {expected}",
+                        block.block
+                    )));
+                }
+                block_bytes += encoded_len(&block);
+                self.blocks[expected] = Some(block);
+            }
+            self.metrics.block_bytes = block_bytes;
+            self.collected = true;
+            return Ok(LdaCommit { topic_totals: None });
+        }
+        let mut doc_ll = 0.0;
+        let mut word_ll = vec![0.0; p];
+        let mut reported = 0;
+        for (w, partial) in partials.into_iter().enumerate() {
+            let expected = self.schedule.block_held(w, self.t);
+            let LdaPartial::Visited {
+                block,
+                totals,
+                doc_log_likelihood,
+                word_log_likelihood,
+                tokens,
+            } = partial
+            else {
+                return Err(ModelError::protocol(format!(
+                    "worker {w} answered a visit with its block"
+                )));
+            };
+            if block != expected {
+                return Err(ModelError::protocol(format!(
+                    "worker {w} visited block {block} instead of {expected}"
+                )));
+            }
+            if totals.deltas.len() != self.topic_totals.len() {
+                return Err(ModelError::DimensionMismatch(format!(
+                    "worker {w}: {} topic deltas",
+                    totals.deltas.len()
+                )));
+            }
+            for (t, d) in self.topic_totals.iter_mut().zip(&totals.deltas) {
+                *t += d;
+            }
+            if let (Some(doc), Some(word)) = (doc_log_likelihood, word_log_likelihood) {
+                doc_ll += doc;
+                word_ll[expected] = word;
+                reported += 1;
+            }
+            self.metrics.tokens_sampled += tokens;
+        }
+        let now = elapsed.as_secs_f64();
+        self.metrics.elapsed_s = now;
+        if reported == p {
+            // Summed in block order, as over the whole table.
+            let word: f64 = word_ll.iter().sum();
+            let ll =
+                joint_log_likelihood(word, doc_ll, &self.topic_totals, self.vocab_size, self.beta)
+                    / self.metrics.n_tokens.max(1) as f64;
+            if self.pass == 0 {
+                self.init_end_s = now;
+            }
+            self.metrics.loglik.push(LoglikPoint {
+                iteration: self.pass,
+                elapsed_s: now,
+                tokens_sampled: self.metrics.tokens_sampled,
+                loglik_per_token: ll,
+            });
+            self.metrics.final_loglik_per_token = ll;
+            tracing::debug!(iteration = self.pass, ll, "lda pass");
+        }
+        self.metrics.sampling_s = (now - self.init_end_s).max(0.0);
+        if self.metrics.sampling_s > 0.0 {
+            self.metrics.tokens_per_s_per_worker =
+                self.metrics.tokens_sampled as f64 / self.metrics.sampling_s / p as f64;
+        }
+        self.t += 1;
+        if self.t == p {
+            // (The init rotation's last visitors canonicalised the blocks.)
+            self.t = 0;
+            self.pass += 1;
+        }
+        Ok(LdaCommit {
+            topic_totals: Some(self.topic_totals.clone()),
+        })
+    }
+}

@@ -1,0 +1,126 @@
+use super::*;
+use crate::core::app::{Plan, Schedule, Step};
+use crate::core::lda::LdaCluster;
+use crate::kit::serial::Delivery;
+
+fn small_job() -> LdaJob {
+    LdaJob {
+        synthetic: SyntheticCorpus {
+            n_topics: 4,
+            vocab_size: 60,
+            n_docs: 40,
+            doc_length: 30,
+            alpha: 0.1,
+            beta: 0.1,
+            seed: 3,
+        },
+        n_topics: 4,
+        iterations: 8,
+        seed: 9,
+        ..LdaJob::default()
+    }
+}
+
+fn drive(job: &LdaJob, p: usize) -> (LdaScheduling, Corpus) {
+    drive_with(job, p, Delivery::Late)
+}
+
+/// Both halves without actors, through the runtime's ring cores: the word-topic blocks
+/// are handed from worker to worker in the order `delivery` picks.
+fn drive_with(job: &LdaJob, p: usize, delivery: Delivery) -> (LdaScheduling, Corpus) {
+    let corpus = job.load().unwrap();
+    let (sched, run) = crate::kit::run_serial::<LdaApp>(job, p, delivery).unwrap();
+    assert!(
+        run.held.iter().all(Vec::is_empty),
+        "collect empties the ring"
+    );
+    // Count invariants on the collected tables: word-topic rows sum to the word
+    // frequencies and the totals to their column sums.
+    let freq = corpus.word_frequencies();
+    let mut from_words = vec![0i64; job.n_topics];
+    assert_eq!(sched.blocks().len(), p);
+    for b in sched.blocks() {
+        for (row, &w) in b.rows.iter().zip(&b.word_ids) {
+            assert_eq!(row.total(), freq[w as usize] as u64);
+            for &(t, n) in &row.entries {
+                from_words[t as usize] += i64::from(n);
+            }
+        }
+    }
+    assert_eq!(from_words, sched.topic_totals());
+    (sched, corpus)
+}
+
+#[test]
+fn rotation_matches_the_serial_driver_exactly() {
+    let job = small_job();
+    let (sched, corpus) = drive(&job, 3);
+    let mut serial = LdaCluster::new(&corpus, &job.config(3)).unwrap();
+    for _ in 0..job.iterations {
+        serial.iteration();
+    }
+    assert_eq!(serial.topic_totals, sched.topic_totals());
+    let a = serial.log_likelihood_per_token();
+    let b = sched.metrics().final_loglik_per_token;
+    assert!((a - b).abs() < 1e-9, "{a} vs {b}");
+    let trace = &sched.metrics().loglik;
+    assert_eq!(trace.len(), job.iterations + 1);
+    assert!(trace.last().unwrap().loglik_per_token > trace[0].loglik_per_token);
+    assert_eq!(
+        sched.metrics().tokens_sampled as usize,
+        corpus.n_tokens() * job.iterations
+    );
+}
+
+#[test]
+fn any_handoff_order_gives_the_same_counts() {
+    let job = LdaJob {
+        iterations: 3,
+        ..small_job()
+    };
+    let (late, _) = drive_with(&job, 3, Delivery::Late);
+    for seed in [1, 2, 3] {
+        let (shuffled, _) = drive_with(&job, 3, Delivery::Shuffled(seed));
+        assert_eq!(late.topic_totals(), shuffled.topic_totals());
+        assert_eq!(late.blocks(), shuffled.blocks());
+        assert_eq!(late.metrics().loglik, shuffled.metrics().loglik);
+    }
+}
+
+#[test]
+fn scheduler_messages_carry_no_blocks() {
+    let job = small_job();
+    let corpus = job.load().unwrap();
+    let layout = LdaLayout::new(&corpus, 2);
+    let mut sched = LdaScheduling::new(&corpus, &layout, &job, 2);
+    let Step::Run(Plan::PerWorker(tasks)) = sched.schedule(0, 0) else {
+        panic!("first round");
+    };
+    assert_eq!(
+        tasks[1],
+        LdaTask::Init {
+            block: 1,
+            pass_to: 0,
+            report: false
+        }
+    );
+    for t in &tasks {
+        let mut out = Vec::new();
+        petrel_messages::encode_body(t, &mut out).unwrap();
+        assert!(out.len() < 64, "{t:?}: {} bytes", out.len());
+    }
+}
+
+#[test]
+fn outputs_list_top_words() {
+    let job = small_job();
+    let (sched, _) = drive(&job, 2);
+    let dir = tempfile::tempdir().unwrap();
+    write_outputs(dir.path(), &sched, 5).unwrap();
+    let topics = std::fs::read_to_string(dir.path().join("topics.txt")).unwrap();
+    assert_eq!(topics.lines().count(), 4);
+    assert!(
+        topics.lines().all(|l| l.split(' ').count() == 2 + 5),
+        "{topics}"
+    );
+}

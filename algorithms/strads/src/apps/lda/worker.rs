@@ -1,0 +1,152 @@
+//! LDA's worker half: a share of the documents with their topic assignments; the
+//! word-topic blocks pass through it.
+
+use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaTask};
+use crate::core::ModelError;
+use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush};
+use crate::core::lda::{LdaWorker, TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
+use crate::core::mf::RotationSchedule;
+use petrel_ml::data::Corpus;
+use petrel_ml::topic::LdaConfig;
+
+/// Worker half.
+pub struct LdaWorkerApp {
+    worker: LdaWorker,
+    vocabulary: VocabularyPartition,
+    n_topics: usize,
+    beta: f64,
+    tokens_per_block: Vec<u64>,
+}
+
+impl LdaWorkerApp {
+    /// Worker `index`'s documents of `corpus` under `layout`.
+    pub fn new(
+        index: usize,
+        corpus: &Corpus,
+        layout: &LdaLayout,
+        config: &LdaConfig,
+    ) -> Result<Self, ModelError> {
+        let docs = layout.docs.docs_of(corpus, index);
+        let mut tokens_per_block = vec![0u64; layout.vocabulary.block_words.len()];
+        for (_, doc) in &docs {
+            for &w in doc {
+                tokens_per_block[layout.vocabulary.word_block[w as usize] as usize] += 1;
+            }
+        }
+        Ok(LdaWorkerApp {
+            worker: LdaWorker::new(index, docs, &layout.vocabulary, config)?,
+            vocabulary: layout.vocabulary.clone(),
+            n_topics: config.n_topics,
+            beta: config.beta,
+            tokens_per_block,
+        })
+    }
+}
+
+/// The blocks worker `index` holds before the first sub-round: its empty word-topic block.
+pub fn initial_ring_blocks(index: usize, layout: &LdaLayout) -> Vec<(BlockId, WordTopicBlock)> {
+    let schedule = RotationSchedule {
+        p: layout.vocabulary.block_words.len(),
+    };
+    layout
+        .vocabulary
+        .empty_blocks()
+        .into_iter()
+        .filter(|b| schedule.holder(b.block, 0) == index)
+        .map(|b| (b.block as BlockId, b))
+        .collect()
+}
+
+impl RingPush<LdaApp> for LdaWorkerApp {
+    fn push(
+        &mut self,
+        _round: u64,
+        task: &LdaTask,
+        block: Option<WordTopicBlock>,
+    ) -> Result<RingOutput<LdaPartial, WordTopicBlock>, ModelError> {
+        let (expected, pass_to, report, init) = match task {
+            LdaTask::Init {
+                block,
+                pass_to,
+                report,
+            } => (*block, *pass_to, *report, true),
+            LdaTask::Sample {
+                block,
+                pass_to,
+                report,
+            } => (*block, *pass_to, *report, false),
+            LdaTask::Collect { block } => (*block, 0, false, false),
+        };
+        let mut block = block
+            .ok_or_else(|| ModelError::protocol("no word-topic block for a task that needs one"))?;
+        if block.block != expected
+            || block.block >= self.tokens_per_block.len()
+            || block.word_ids.len() != block.rows.len()
+        {
+            return Err(ModelError::protocol(format!(
+                "malformed word-topic block {} (expected {expected})",
+                block.block
+            )));
+        }
+        if let LdaTask::Collect { .. } = task {
+            return Ok(RingOutput {
+                partial: LdaPartial::Collected(block),
+                block: BlockFate::Consumed,
+            });
+        }
+        let (totals, tokens) = if init {
+            self.worker.add_initial_counts(&mut block, &self.vocabulary);
+            let deltas = if report {
+                self.worker.own_topic_counts()
+            } else {
+                vec![0; self.n_topics]
+            };
+            (
+                TopicTotalsDelta {
+                    worker: self.worker.worker,
+                    deltas,
+                },
+                0,
+            )
+        } else {
+            self.worker.sample_block(&mut block, &self.vocabulary);
+            (
+                self.worker.take_totals_delta(),
+                self.tokens_per_block[block.block],
+            )
+        };
+        let word_log_likelihood = report.then(|| block.log_likelihood_part(self.beta));
+        if init && report {
+            // Last visit of the init rotation: same canonical row order as the serial
+            // driver's initial tables.
+            block.canonicalize();
+        }
+        Ok(RingOutput {
+            partial: LdaPartial::Visited {
+                block: expected,
+                totals,
+                doc_log_likelihood: report.then(|| self.worker.log_likelihood_part()),
+                word_log_likelihood,
+                tokens,
+            },
+            block: BlockFate::PassTo {
+                worker: pass_to,
+                block,
+            },
+        })
+    }
+
+    fn commit(&mut self, _round: u64, commit: &LdaCommit) -> Result<(), ModelError> {
+        if let Some(totals) = &commit.topic_totals {
+            if totals.len() != self.n_topics {
+                return Err(ModelError::DimensionMismatch(format!(
+                    "{} topic totals for {} topics",
+                    totals.len(),
+                    self.n_topics
+                )));
+            }
+            self.worker.set_topic_totals(totals);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,349 @@
+//! Matrix factorisation by CCD++ with block rotation on the STRADS actor runtime.
+//!
+//! Users and items are bucketed over the P workers, balanced by rating counts
+//! ([`MfPartition::balanced`]). Worker `w` owns user bucket `w` (its rows of W and their
+//! ratings with residuals). The P column blocks of H rotate around the ring of workers
+//! ([`crate::shells::ring`]): in sub-round `t` of a rotation worker `w` holds block
+//! `(w + t) mod P` ([`RotationSchedule`](crate::core::mf::RotationSchedule)) and afterwards hands it to worker `w - 1` in a
+//! worker-to-worker `Handoff`, so no two workers update the same block at once and the
+//! blocks never pass through the scheduler. The scheduler's tasks carry only the block id,
+//! the next holder and flags; partials carry the block id and, at the end of a W or Visit
+//! rotation, the worker's squared error. One rank-one coordinate `k` is an H rotation
+//! (every worker adds its sums into each block; the last visitor finalises `h_k` in the
+//! block) followed by a W rotation (every worker sums over each block; the commit tells the
+//! workers to finalise `w_k`). A final Collect round moves W and the blocks to the
+//! scheduler for the outputs.
+//!
+//! Roles `strads-mf-scheduler` / `strads-mf-worker`, settings `[app.strads_mf]`; outputs
+//! `user_factors.tsv`, `item_factors.tsv`, `metrics.json`.
+
+use std::path::PathBuf;
+
+use crate::core::ModelError;
+use crate::core::app::{BlockId, RingApp, StradsApp};
+use crate::error::StradsError;
+use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_json, write_output};
+use crate::shells::SchedulerOptions;
+use ndarray::Array2;
+
+mod scheduling;
+mod worker;
+
+use petrel_messages::tensor::f32_bytes;
+pub use scheduling::{MfMetrics, MfScheduling, RmsePoint};
+use serde::{Deserialize, Serialize};
+pub use worker::{MfWorkerApp, initial_ring_blocks};
+
+use crate::core::mf::{FactorBlock, MfPartition, rmse};
+use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
+use petrel_ml::data::{IdMapping, Ratings};
+
+/// The scheduler's role.
+pub const SCHEDULER_ROLE: &str = "strads-mf-scheduler";
+/// The workers' role (and actor).
+pub const WORKER_ROLE: &str = "strads-mf-worker";
+
+/// Synthetic low-rank ratings (see [`low_rank_ratings`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SyntheticRatings {
+    /// Users.
+    pub n_users: usize,
+    /// Items.
+    pub n_items: usize,
+    /// Rank of the generating factors.
+    pub rank: usize,
+    /// Fraction of the matrix observed.
+    pub observed_fraction: f64,
+    /// Noise of the ratings.
+    pub noise_std: f32,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Default for SyntheticRatings {
+    fn default() -> Self {
+        SyntheticRatings {
+            n_users: 2000,
+            n_items: 1000,
+            rank: 10,
+            observed_fraction: 0.05,
+            noise_std: 0.1,
+            seed: 42,
+        }
+    }
+}
+
+/// `[app.strads_mf]` and the flags of `petrel train strads-mf`: one settings struct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[serde(default)]
+pub struct StradsMfJob {
+    /// Ratings: `user item rating` triplets, or MatrixMarket coordinate format. Without
+    /// it: synthetic low-rank ratings.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// The synthetic ratings used without a data file (TOML only).
+    #[arg(skip)]
+    pub synthetic: SyntheticRatings,
+    /// Rank of the model.
+    #[arg(long, default_value_t = 10)]
+    pub rank: usize,
+    /// L2 weight.
+    #[arg(long, default_value_t = 0.05)]
+    pub lambda: f32,
+    /// Sweeps over all rank-one coordinates.
+    #[arg(long = "iterations", default_value_t = 5)]
+    pub outer_iterations: usize,
+    /// (h_k, w_k) alternations per coordinate and sweep.
+    #[arg(long = "inner", default_value_t = 1)]
+    pub inner_iterations: usize,
+    /// Held-out fraction for the test RMSE.
+    #[arg(long, default_value_t = 0.1)]
+    pub test_fraction: f64,
+    /// Train RMSE at which `time_to_target_s` is recorded.
+    #[arg(long)]
+    pub target_rmse: Option<f64>,
+    /// Seed of the split and of the initial factors.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Where the scheduler writes the factors and `metrics.json` (`--out`).
+    #[arg(skip)]
+    pub out_dir: Option<PathBuf>,
+    /// Timeout of one round's requests, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout_s: u64,
+}
+
+impl Default for StradsMfJob {
+    fn default() -> Self {
+        StradsMfJob {
+            data: None,
+            synthetic: SyntheticRatings::default(),
+            rank: 10,
+            lambda: 0.05,
+            outer_iterations: 5,
+            inner_iterations: 1,
+            test_fraction: 0.1,
+            target_rmse: None,
+            seed: 0,
+            out_dir: None,
+            timeout_s: 60,
+        }
+    }
+}
+
+impl StradsMfJob {
+    /// `(train, test)` ratings, identical on every node.
+    pub fn load(&self) -> Result<(Ratings, Ratings), StradsError> {
+        let all = match &self.data {
+            Some(path) => petrel_ml::data::load_ratings(path)?,
+            None => {
+                let s = &self.synthetic;
+                low_rank_ratings(&LowRankParams {
+                    n_users: s.n_users,
+                    n_items: s.n_items,
+                    rank: s.rank,
+                    observed_fraction: s.observed_fraction,
+                    noise_std: s.noise_std,
+                    seed: s.seed,
+                })?
+                .ratings
+            }
+        };
+        if all.entries.is_empty() {
+            return Err(ModelError::InvalidConfig("no ratings".into()).into());
+        }
+        if self.rank == 0 {
+            return Err(ModelError::InvalidConfig("rank must be >= 1".into()).into());
+        }
+        Ok(all.train_test_split(self.test_fraction, self.seed)?)
+    }
+}
+
+/// Marker type of the MF wire types.
+pub struct MfApp;
+
+/// What a rotation does with the blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// Add sums for `h_k` into the block.
+    H,
+    /// Add sums for `w_k` from the block.
+    W,
+    /// Only fold pending changes into the residuals (for an exact RMSE).
+    Visit,
+}
+
+/// Scheduler -> worker: names the block (held by the worker or on its way there); the
+/// block itself travels worker to worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum MfTask {
+    /// Visit a block.
+    Visit {
+        /// The rotation's phase.
+        phase: Phase,
+        /// The rank-one coordinate.
+        k: usize,
+        /// The block.
+        block: usize,
+        /// Worker that gets the block afterwards.
+        pass_to: u32,
+        /// Report the worker's squared error after this visit (last sub-round of a W or
+        /// Visit rotation: every pending change has been folded in).
+        report: bool,
+        /// Last visit of an H rotation: every worker has added its sums, finalise `h_k`
+        /// in the block before passing it on.
+        finalize_h: bool,
+    },
+    /// Send back this worker's rows of W and the block (it leaves the ring).
+    Collect {
+        /// The block.
+        block: usize,
+    },
+}
+
+/// Worker -> scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum MfPartial {
+    /// A visit is done.
+    Visited {
+        /// The block visited.
+        block: usize,
+        /// `(sum of squared errors, ratings)` when asked to report.
+        squared_error: Option<(f64, u64)>,
+    },
+    /// The worker's factors and its block (Collect).
+    Factors {
+        /// Users of the worker's rows of W.
+        user_ids: Vec<u32>,
+        /// Its rows of W.
+        #[serde(with = "f32_bytes")]
+        w: Vec<f32>,
+        /// The block.
+        block: FactorBlock,
+    },
+}
+
+/// Finalise `w_k` after a W rotation (or nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MfCommit {
+    /// The coordinate whose `w_k` every worker finalises.
+    pub finalize_w: Option<usize>,
+}
+
+impl StradsApp for MfApp {
+    const DISPATCH_NAME: &'static str = "petrel.strads.mf.dispatch";
+    const COMMIT_NAME: &'static str = "petrel.strads.mf.commit";
+    type Task = MfTask;
+    type Partial = MfPartial;
+    type Commit = MfCommit;
+}
+
+impl RingApp for MfApp {
+    const HANDOFF_NAME: &'static str = "petrel.strads.mf.handoff";
+    type Block = FactorBlock;
+
+    fn block_needed(task: &MfTask) -> Option<BlockId> {
+        match task {
+            MfTask::Visit { block, .. } | MfTask::Collect { block } => Some(*block as BlockId),
+        }
+    }
+}
+
+/// Writes `user_factors.tsv`, `item_factors.tsv` (`id<TAB>f_0<TAB>...`, original ids for
+/// triplet files) and `metrics.json`.
+pub fn write_outputs(
+    dir: &std::path::Path,
+    w: &Array2<f32>,
+    h: &Array2<f32>,
+    ids: Option<&IdMapping>,
+    metrics: &MfMetrics,
+) -> Result<(), StradsError> {
+    let table = |m: &Array2<f32>, ids: Option<&Vec<String>>| {
+        let mut s = String::new();
+        for (i, row) in m.rows().into_iter().enumerate() {
+            match ids.and_then(|v| v.get(i)) {
+                Some(id) => s.push_str(id),
+                None => s.push_str(&i.to_string()),
+            }
+            for v in row {
+                s.push_str(&format!("\t{v}"));
+            }
+            s.push('\n');
+        }
+        s
+    };
+    write_output(
+        dir,
+        "user_factors.tsv",
+        table(w, ids.map(|m| &m.user_ids)).as_bytes(),
+    )?;
+    write_output(
+        dir,
+        "item_factors.tsv",
+        table(h, ids.map(|m| &m.item_ids)).as_bytes(),
+    )?;
+    write_json(dir, "metrics.json", metrics)
+}
+
+impl StradsJob for MfApp {
+    const SECTION: &'static str = "strads_mf";
+    const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
+    const WORKER_ROLE: &'static str = WORKER_ROLE;
+    type Config = StradsMfJob;
+    type Scheduler = MfScheduling;
+    type Worker = RingHalf<MfApp, MfWorkerApp>;
+
+    fn scheduler_options(job: &StradsMfJob) -> SchedulerOptions {
+        SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
+    }
+
+    fn scheduler(job: &StradsMfJob, shape: &JobShape) -> Result<MfScheduling, StradsError> {
+        let (train, test) = job.load()?;
+        let partition = MfPartition::balanced(&train, shape.workers);
+        Ok(MfScheduling::new(&partition, &train, &test, job))
+    }
+
+    fn worker(
+        job: &StradsMfJob,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<RingHalf<MfApp, MfWorkerApp>, StradsError> {
+        let (train, _) = job.load()?;
+        let partition = MfPartition::balanced(&train, shape.workers);
+        let initial = initial_ring_blocks(index, &partition, job.rank);
+        let worker = MfWorkerApp::new(index, &partition, &train, job)?;
+        Ok(RingHalf::new(worker, initial))
+    }
+
+    fn finish(
+        job: &StradsMfJob,
+        mut scheduler: MfScheduling,
+        run: &FinishedRun,
+    ) -> Result<(), StradsError> {
+        scheduler.set_scheduler_bytes(run.scheduler_bytes);
+        let (w, h) = scheduler
+            .factors()
+            .ok_or_else(|| ModelError::protocol("the job ended without collecting the factors"))?;
+        let mut metrics = scheduler.metrics().clone();
+        metrics.final_test_rmse = rmse(&scheduler.test, &w, &h);
+        tracing::info!(
+            train_rmse = metrics.final_train_rmse,
+            test_rmse = metrics.final_test_rmse,
+            seconds = format!("{:.2}", metrics.elapsed_s),
+            "mf finished"
+        );
+        if let Some(dir) = &job.out_dir {
+            write_outputs(dir, &w, &h, scheduler.ids.as_ref(), &metrics)?;
+        }
+        Ok(())
+    }
+}
+
+/// Registers the MF roles.
+pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
+    crate::kit::register::<MfApp>(cluster)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,373 @@
+//! STRADS MF's scheduler half: the rotation sequence of H and W rotations, the RMSE trace,
+//! and the final Collect round that brings W and the blocks back.
+
+use std::time::Duration;
+
+use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
+use crate::core::ModelError;
+use crate::core::app::{Plan, Schedule, Step};
+use crate::core::mf::{FactorBlock, MfPartition, RotationSchedule};
+use crate::kit::encoded_len;
+use ndarray::Array2;
+use petrel_ml::data::{IdMapping, Ratings};
+use serde::{Deserialize, Serialize};
+
+/// One point of the RMSE trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RmsePoint {
+    /// Rank-one coordinate updates so far.
+    pub coordinate_updates: u64,
+    /// Seconds.
+    pub elapsed_s: f64,
+    /// Train RMSE.
+    pub train_rmse: f64,
+}
+
+/// `metrics.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MfMetrics {
+    /// Users.
+    pub n_users: usize,
+    /// Items.
+    pub n_items: usize,
+    /// Train ratings.
+    pub train_ratings: usize,
+    /// Test ratings.
+    pub test_ratings: usize,
+    /// Rank.
+    pub rank: usize,
+    /// L2 weight.
+    pub lambda: f32,
+    /// Workers.
+    pub workers: usize,
+    /// Ratings per worker (balance of the buckets).
+    pub worker_ratings: Vec<u64>,
+    /// Rounds (sub-rounds) run.
+    pub rounds: u64,
+    /// Seconds.
+    pub elapsed_s: f64,
+    /// RMSE trace.
+    pub train_rmse: Vec<RmsePoint>,
+    /// Last train RMSE.
+    pub final_train_rmse: f64,
+    /// Test RMSE of the final model.
+    pub final_test_rmse: f64,
+    /// The target train RMSE.
+    pub target_rmse: Option<f64>,
+    /// When the target was first reached.
+    pub time_to_target_s: Option<f64>,
+    /// Bytes the scheduler node sent and received during the run (0 without a network):
+    /// block ids and small partials only, the blocks travel worker to worker.
+    #[serde(default)]
+    pub scheduler_bytes: u64,
+    /// Serialized size of all H blocks at the end: what one sub-round would move through
+    /// the scheduler twice (out and back) if the blocks were routed through it.
+    #[serde(default)]
+    pub block_bytes: u64,
+    /// Serialized size of the final Collect round's partials (W and the blocks), included
+    /// in `scheduler_bytes`.
+    #[serde(default)]
+    pub collect_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stage {
+    /// Rotation of `phase` for coordinate `k`, sub-round `t`.
+    Rotate {
+        phase: Phase,
+        k: usize,
+        t: usize,
+    },
+    Collect,
+    Finished,
+}
+
+/// Scheduler half: the rotation sequence. The blocks stay with the workers and come back
+/// only in the final Collect round.
+pub struct MfScheduling {
+    schedule: RotationSchedule,
+    blocks: Vec<Option<FactorBlock>>,
+    rank: usize,
+    inner: usize,
+    outer: usize,
+    /// (outer, k, inner) progress.
+    iteration: usize,
+    inner_done: usize,
+    stage: Stage,
+    coordinate_updates: u64,
+    n_users: usize,
+    w: Option<Array2<f32>>,
+    metrics: MfMetrics,
+    /// Held out for the final test RMSE.
+    pub(super) test: Ratings,
+    /// Original user and item ids (triplet files), for the outputs.
+    pub(super) ids: Option<IdMapping>,
+}
+
+impl MfScheduling {
+    /// The rotation over `partition`'s buckets for `train` (keeps `test` for the final
+    /// test RMSE).
+    pub fn new(
+        partition: &MfPartition,
+        train: &Ratings,
+        test: &Ratings,
+        job: &StradsMfJob,
+    ) -> Self {
+        let p = partition.n_buckets;
+        MfScheduling {
+            schedule: RotationSchedule { p },
+            blocks: vec![None; p],
+            rank: job.rank,
+            inner: job.inner_iterations.max(1),
+            outer: job.outer_iterations,
+            iteration: 0,
+            inner_done: 0,
+            // Start with a Visit rotation: its report is the RMSE of the initial model.
+            stage: Stage::Rotate {
+                phase: Phase::Visit,
+                k: 0,
+                t: 0,
+            },
+            coordinate_updates: 0,
+            n_users: train.n_users,
+            w: None,
+            metrics: MfMetrics {
+                n_users: train.n_users,
+                n_items: train.n_items,
+                train_ratings: train.entries.len(),
+                test_ratings: test.entries.len(),
+                rank: job.rank,
+                lambda: job.lambda,
+                workers: p,
+                worker_ratings: Vec::new(),
+                rounds: 0,
+                elapsed_s: 0.0,
+                train_rmse: Vec::new(),
+                final_train_rmse: f64::NAN,
+                final_test_rmse: f64::NAN,
+                target_rmse: job.target_rmse,
+                time_to_target_s: None,
+                scheduler_bytes: 0,
+                block_bytes: 0,
+                collect_bytes: 0,
+            },
+            test: test.clone(),
+            ids: train.id_mapping.clone(),
+        }
+    }
+
+    /// Records the bytes the scheduler node moved during the run.
+    pub fn set_scheduler_bytes(&mut self, bytes: u64) {
+        self.metrics.scheduler_bytes = bytes;
+    }
+
+    /// The metrics so far.
+    pub fn metrics(&self) -> &MfMetrics {
+        &self.metrics
+    }
+
+    /// `(W, H)` once the job finished.
+    pub fn factors(&self) -> Option<(Array2<f32>, Array2<f32>)> {
+        let w = self.w.clone()?;
+        let n_items = self.metrics.n_items;
+        let mut h = Array2::zeros((n_items, self.rank));
+        for block in self.blocks.iter().flatten() {
+            for (c, &i) in block.item_ids.iter().enumerate() {
+                for k in 0..self.rank {
+                    h[[i as usize, k]] = block.factors[c * self.rank + k];
+                }
+            }
+        }
+        Some((w, h))
+    }
+
+    /// The stage after a finished rotation of `phase` for `k`.
+    fn after_rotation(&mut self, phase: Phase, k: usize) -> Stage {
+        let total = self.outer * self.rank;
+        match phase {
+            Phase::Visit if self.iteration < total => Stage::Rotate {
+                phase: Phase::H,
+                k: 0,
+                t: 0,
+            },
+            Phase::Visit => Stage::Collect,
+            Phase::H => Stage::Rotate {
+                phase: Phase::W,
+                k,
+                t: 0,
+            },
+            Phase::W => {
+                self.coordinate_updates += 1;
+                self.inner_done += 1;
+                if self.inner_done < self.inner {
+                    return Stage::Rotate {
+                        phase: Phase::H,
+                        k,
+                        t: 0,
+                    };
+                }
+                self.inner_done = 0;
+                self.iteration += 1;
+                if self.iteration < total {
+                    Stage::Rotate {
+                        phase: Phase::H,
+                        k: self.iteration % self.rank,
+                        t: 0,
+                    }
+                } else {
+                    // A last Visit rotation folds the final w_k into the residuals.
+                    Stage::Rotate {
+                        phase: Phase::Visit,
+                        k: 0,
+                        t: 0,
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Schedule<MfApp> for MfScheduling {
+    fn schedule(&mut self, _round: u64, in_flight: usize) -> Step<MfTask> {
+        if in_flight > 0 {
+            // Every sub-round needs the blocks of the previous one (and its commit).
+            return Step::Wait;
+        }
+        let p = self.schedule.p;
+        match self.stage {
+            Stage::Rotate { phase, k, t } => {
+                let last = t + 1 == p;
+                Step::Run(Plan::PerWorker(
+                    (0..p)
+                        .map(|w| MfTask::Visit {
+                            phase,
+                            k,
+                            block: self.schedule.block_held(w, t),
+                            pass_to: self.schedule.next_holder(w) as u32,
+                            report: last && phase != Phase::H,
+                            finalize_h: last && phase == Phase::H,
+                        })
+                        .collect(),
+                ))
+            }
+            // Every rotation has P sub-rounds, so the blocks are back where they started.
+            Stage::Collect => Step::Run(Plan::PerWorker(
+                (0..p)
+                    .map(|w| MfTask::Collect {
+                        block: self.schedule.block_held(w, 0),
+                    })
+                    .collect(),
+            )),
+            Stage::Finished => Step::Done,
+        }
+    }
+
+    fn pull(
+        &mut self,
+        round: u64,
+        partials: Vec<MfPartial>,
+        elapsed: Duration,
+    ) -> Result<MfCommit, ModelError> {
+        self.metrics.rounds = round + 1;
+        self.metrics.elapsed_s = elapsed.as_secs_f64();
+        match self.stage {
+            Stage::Rotate { phase, k, t } => {
+                let mut sq = 0.0;
+                let mut n = 0u64;
+                let mut reported = false;
+                let mut per_worker = Vec::new();
+                for (w, partial) in partials.into_iter().enumerate() {
+                    let MfPartial::Visited {
+                        block,
+                        squared_error,
+                    } = partial
+                    else {
+                        return Err(ModelError::protocol(format!(
+                            "worker {w} answered a visit with factors"
+                        )));
+                    };
+                    let expected = self.schedule.block_held(w, t);
+                    if block != expected {
+                        return Err(ModelError::protocol(format!(
+                            "worker {w} visited block {block} instead of {expected}"
+                        )));
+                    }
+                    if let Some((s, c)) = squared_error {
+                        sq += s;
+                        n += c;
+                        reported = true;
+                        per_worker.push(c);
+                    }
+                }
+                if reported && n > 0 {
+                    let train_rmse = (sq / n as f64).sqrt();
+                    self.metrics.worker_ratings = per_worker;
+                    self.metrics.final_train_rmse = train_rmse;
+                    self.metrics.train_rmse.push(RmsePoint {
+                        coordinate_updates: self.coordinate_updates,
+                        elapsed_s: elapsed.as_secs_f64(),
+                        train_rmse,
+                    });
+                    if let Some(target) = self.metrics.target_rmse
+                        && train_rmse <= target
+                        && self.metrics.time_to_target_s.is_none()
+                    {
+                        self.metrics.time_to_target_s = Some(elapsed.as_secs_f64());
+                    }
+                }
+                if t + 1 < self.schedule.p {
+                    self.stage = Stage::Rotate { phase, k, t: t + 1 };
+                    return Ok(MfCommit { finalize_w: None });
+                }
+                // End of a rotation (an H rotation's last visits finalised h_k).
+                self.stage = self.after_rotation(phase, k);
+                Ok(MfCommit {
+                    finalize_w: (phase == Phase::W).then_some(k),
+                })
+            }
+            Stage::Collect => {
+                let mut w = Array2::zeros((self.n_users, self.rank));
+                let mut block_bytes = 0u64;
+                self.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
+                for (worker, partial) in partials.into_iter().enumerate() {
+                    let MfPartial::Factors {
+                        user_ids,
+                        w: rows,
+                        block,
+                    } = partial
+                    else {
+                        return Err(ModelError::protocol(format!(
+                            "worker {worker} answered collect with a visit"
+                        )));
+                    };
+                    if rows.len() != user_ids.len() * self.rank {
+                        return Err(ModelError::DimensionMismatch(
+                            "factor rows do not match the user ids".into(),
+                        ));
+                    }
+                    for (r, &u) in user_ids.iter().enumerate() {
+                        for k in 0..self.rank {
+                            if let Some(slot) = w.get_mut([u as usize, k]) {
+                                *slot = rows[r * self.rank + k];
+                            }
+                        }
+                    }
+                    let expected = self.schedule.block_held(worker, 0);
+                    if block.block != expected || block.rank != self.rank {
+                        return Err(ModelError::protocol(format!(
+                            "worker {worker} returned block {} instead of {expected}",
+                            block.block
+                        )));
+                    }
+                    block_bytes += encoded_len(&block);
+                    self.blocks[expected] = Some(block);
+                }
+                self.metrics.block_bytes = block_bytes;
+                self.w = Some(w);
+                self.stage = Stage::Finished;
+                Ok(MfCommit { finalize_w: None })
+            }
+            Stage::Finished => Err(ModelError::protocol("pull after the job finished")),
+        }
+    }
+}

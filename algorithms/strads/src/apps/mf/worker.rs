@@ -1,0 +1,163 @@
+//! STRADS MF's worker half: a bucket of users with their ratings and rows of W; the H
+//! blocks pass through it.
+
+use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
+use crate::core::ModelError;
+use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush};
+use crate::core::mf::{FactorBlock, MfPartition, MfWorker, RotationSchedule};
+use petrel_ml::data::Ratings;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Worker half.
+pub struct MfWorkerApp {
+    worker: MfWorker,
+    lambda: f32,
+    rank: usize,
+    n_workers: usize,
+}
+
+impl MfWorkerApp {
+    /// Worker `index` of a partition; W starts uniform in `[0, 1/sqrt(rank))` from a seed
+    /// derived from `(seed, index)`, H at zero.
+    pub fn new(
+        index: usize,
+        partition: &MfPartition,
+        train: &Ratings,
+        job: &StradsMfJob,
+    ) -> Result<Self, ModelError> {
+        let rank = job.rank;
+        let users = partition
+            .bucket_users
+            .get(index)
+            .ok_or_else(|| ModelError::InvalidConfig(format!("no bucket {index}")))?
+            .len();
+        let mut rng = StdRng::seed_from_u64(job.seed.wrapping_mul(1_000_003) ^ index as u64);
+        let scale = 1.0 / (rank as f32).sqrt();
+        let init = (0..users * rank)
+            .map(|_| rng.gen_range(0.0..scale))
+            .collect();
+        let worker = MfWorker::new(
+            index,
+            partition,
+            train,
+            rank,
+            init,
+            &initial_blocks(partition, rank),
+        )?;
+        Ok(MfWorkerApp {
+            worker,
+            lambda: job.lambda,
+            rank,
+            n_workers: partition.n_buckets,
+        })
+    }
+}
+
+pub(super) fn initial_blocks(partition: &MfPartition, rank: usize) -> Vec<FactorBlock> {
+    partition
+        .bucket_items
+        .iter()
+        .enumerate()
+        .map(|(b, ids)| FactorBlock::new(b, rank, ids.clone(), vec![0.0; ids.len() * rank]))
+        .collect()
+}
+
+/// The blocks worker `index` holds before the first sub-round: block `index` (H at zero).
+pub fn initial_ring_blocks(
+    index: usize,
+    partition: &MfPartition,
+    rank: usize,
+) -> Vec<(BlockId, FactorBlock)> {
+    let schedule = RotationSchedule {
+        p: partition.n_buckets,
+    };
+    initial_blocks(partition, rank)
+        .into_iter()
+        .filter(|b| schedule.holder(b.block, 0) == index)
+        .map(|b| (b.block as BlockId, b))
+        .collect()
+}
+
+impl RingPush<MfApp> for MfWorkerApp {
+    fn push(
+        &mut self,
+        _round: u64,
+        task: &MfTask,
+        block: Option<FactorBlock>,
+    ) -> Result<RingOutput<MfPartial, FactorBlock>, ModelError> {
+        let (expected, mut block) = match (task, block) {
+            (MfTask::Visit { block: b, .. } | MfTask::Collect { block: b }, Some(block)) => {
+                (*b, block)
+            }
+            (_, None) => return Err(ModelError::protocol("no block for a task that needs one")),
+        };
+        if block.block != expected || block.rank != self.rank {
+            return Err(ModelError::protocol(format!(
+                "got block {} of rank {} for block {expected} of rank {}",
+                block.block, block.rank, self.rank
+            )));
+        }
+        match task {
+            MfTask::Visit {
+                phase,
+                k,
+                pass_to,
+                report,
+                finalize_h,
+                ..
+            } => {
+                if *k >= self.rank {
+                    return Err(ModelError::protocol(format!(
+                        "coordinate {k} with rank {}",
+                        self.rank
+                    )));
+                }
+                self.worker.begin_visit(&mut block);
+                match phase {
+                    Phase::H => self.worker.accumulate_h(&mut block, *k),
+                    Phase::W => self.worker.accumulate_w(&block, *k),
+                    Phase::Visit => {}
+                }
+                if *finalize_h {
+                    block.finalize(*k, self.lambda, self.n_workers);
+                }
+                let squared_error = report.then(|| {
+                    let (s, n) = self.worker.squared_error();
+                    (s, n as u64)
+                });
+                Ok(RingOutput {
+                    partial: MfPartial::Visited {
+                        block: expected,
+                        squared_error,
+                    },
+                    block: BlockFate::PassTo {
+                        worker: *pass_to,
+                        block,
+                    },
+                })
+            }
+            MfTask::Collect { .. } => Ok(RingOutput {
+                partial: MfPartial::Factors {
+                    user_ids: self.worker.user_ids().to_vec(),
+                    w: self.worker.factors().to_vec(),
+                    block,
+                },
+                block: BlockFate::Consumed,
+            }),
+        }
+    }
+
+    fn commit(&mut self, _round: u64, commit: &MfCommit) -> Result<(), ModelError> {
+        if let Some(k) = commit.finalize_w {
+            if k >= self.rank {
+                return Err(ModelError::protocol(format!(
+                    "finalize w_{k} with rank {}",
+                    self.rank
+                )));
+            }
+            self.worker.finalize_w(k, self.lambda);
+        }
+        Ok(())
+    }
+}

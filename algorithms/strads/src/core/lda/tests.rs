@@ -1,0 +1,84 @@
+use super::*;
+use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
+use petrel_ml::topic::ln_gamma;
+
+#[test]
+fn ln_gamma_matches_known_values() {
+    assert!(ln_gamma(1.0).abs() < 1e-12);
+    assert!(ln_gamma(2.0).abs() < 1e-12);
+    assert!((ln_gamma(5.0) - 24f64.ln()).abs() < 1e-12);
+    assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-12);
+    assert!((ln_gamma(0.1) - 2.252_712_651_734_206).abs() < 1e-10);
+}
+
+#[test]
+fn topic_counts_increment_decrement() {
+    let mut c = TopicCounts::default();
+    c.increment(3);
+    c.increment(3);
+    c.increment(1);
+    assert_eq!((c.get(3), c.get(1), c.total()), (2, 1, 3));
+    assert!(c.decrement(3));
+    assert!(c.decrement(1));
+    assert!(!c.decrement(7), "nothing to decrement");
+    assert_eq!(c.entries, vec![(3, 1)]);
+}
+
+fn corpus() -> Corpus {
+    lda_corpus(&LdaCorpusParams {
+        n_topics: 5,
+        vocab_size: 120,
+        n_docs: 120,
+        doc_length: 60,
+        alpha: 0.1,
+        beta: 0.05,
+        seed: 17,
+    })
+    .unwrap()
+    .corpus
+}
+
+#[test]
+fn invariants_hold_after_every_sub_round() {
+    let corpus = corpus();
+    let freq = corpus.word_frequencies();
+    let config = LdaConfig {
+        n_topics: 5,
+        alpha: 0.1,
+        beta: 0.1,
+        n_workers: 3,
+        iterations: 0,
+        seed: 1,
+    };
+    let mut cluster = LdaCluster::new(&corpus, &config).unwrap();
+    cluster.check_invariants(&freq).unwrap();
+    for _ in 0..3 {
+        for t in 0..3 {
+            cluster.sub_round(t);
+            cluster.check_invariants(&freq).unwrap();
+        }
+    }
+}
+
+#[test]
+fn log_likelihood_improves() {
+    let corpus = corpus();
+    let config = LdaConfig {
+        n_topics: 5,
+        alpha: 0.1,
+        beta: 0.1,
+        n_workers: 3,
+        iterations: 25,
+        seed: 2,
+    };
+    let run = run_lda(&corpus, &config).unwrap();
+    let ll = &run.log_likelihood_per_token;
+    let (first, last) = (ll[0], *ll.last().unwrap());
+    assert!(
+        last > first + 0.5,
+        "log-likelihood per token {first} -> {last}"
+    );
+    for row in run.topic_word.rows() {
+        assert!((row.sum() - 1.0).abs() < 1e-9);
+    }
+}
