@@ -82,7 +82,12 @@ impl Schedule<Nnls> for NnlsScheduler {
         }
     }
 
-    fn pull(&mut self, round: u64, parts: Vec<Partial>, _: Duration) -> Result<Deltas, ModelError> {
+    fn pull(
+        &mut self,
+        round: u64,
+        parts: Vec<Partial>,
+        _: Duration,
+    ) -> Result<Deltas, StradsModelError> {
         self.objective
             .push(parts.iter().map(|p| p.sq_residual).sum());
         // Jacobi step on the block (columns here are nearly orthogonal), projected on b >= 0.
@@ -103,13 +108,13 @@ struct NnlsWorker {
 }
 
 impl Push<Nnls> for NnlsWorker {
-    fn push(&mut self, _round: u64, &blk: &u64) -> Result<Partial, ModelError> {
+    fn push(&mut self, _round: u64, &blk: &u64) -> Result<Partial, StradsModelError> {
         let x_t_r = block(blk).map(|j| dot(&self.cols[j], &self.r)).collect();
         let sq_residual = dot(&self.r, &self.r);
         Ok(Partial { x_t_r, sq_residual })
     }
 
-    fn commit(&mut self, round: u64, deltas: &Deltas) -> Result<(), ModelError> {
+    fn commit(&mut self, round: u64, deltas: &Deltas) -> Result<(), StradsModelError> {
         for (j, d) in block(round).zip(&deltas.0) {
             for (r, x) in self.r.iter_mut().zip(&self.cols[j]) {
                 *r -= x * d;

@@ -11,7 +11,7 @@ use petrel_strads::apps::lasso::{
 use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
-use petrel_strads::{ModelError, StradsError, StradsJob};
+use petrel_strads::{StradsError, StradsJob, StradsModelError};
 use std::path::{Path, PathBuf};
 
 /// Why a STRADS job (or benchmark) run from the command line failed.
@@ -22,7 +22,7 @@ pub enum StradsTrainError {
     Strads(#[from] StradsError),
     /// A model rejected its input (benchmarks' reference runs).
     #[error(transparent)]
-    Model(#[from] ModelError),
+    Model(#[from] StradsModelError),
     /// The cluster failed.
     #[error(transparent)]
     Node(#[from] NodeError),

@@ -1,7 +1,7 @@
 //! The crate's error family. Each layer has its own enum and the crate-level
 //! [`StradsError`] wraps them all, keeping every `source()` chain:
 //!
-//! - [`ModelError`]: what the cores and the app halves reject (shapes, parameters,
+//! - [`StradsModelError`]: what the cores and the app halves reject (shapes, parameters,
 //!   protocol violations, an app's own failure);
 //! - [`PipelineError`](crate::core::pipeline::PipelineError) and
 //!   [`RingError`](crate::core::ring::RingError): the round protocol's cores;
@@ -13,7 +13,7 @@
 
 use crate::apps::lasso::checkpoint::CheckpointError;
 use crate::apps::lasso::multi::MultiSchedulerError;
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::kit::serial::SerialRunError;
 use crate::shells::StradsRunError;
 use petrel_actors::NodeError;
@@ -24,7 +24,7 @@ use std::path::PathBuf;
 pub enum StradsError {
     /// A model or an app half rejected its input.
     #[error(transparent)]
-    Model(#[from] ModelError),
+    Model(#[from] StradsModelError),
     /// The actor shells failed (a worker, the transport, an actor registration).
     #[error(transparent)]
     Run(#[from] StradsRunError),

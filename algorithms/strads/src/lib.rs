@@ -23,7 +23,7 @@
 //!    [`apps::lasso`] (with checkpoints and several schedulers), [`apps::logistic`],
 //!    [`apps::mf`] (STRADS MF) and [`apps::lda`]. `petrel train` runs them.
 //!
-//! Errors: each layer has its enum ([`ModelError`], [`StradsRunError`],
+//! Errors: each layer has its enum ([`StradsModelError`], [`StradsRunError`],
 //! [`SerialRunError`](kit::serial::SerialRunError)); [`StradsError`] wraps them all
 //! with their source chains (see [`error`]).
 //!
@@ -38,7 +38,7 @@ pub mod error;
 pub mod kit;
 pub mod shells;
 
-pub use crate::core::ModelError;
+pub use crate::core::StradsModelError;
 pub use crate::core::app::{
     BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
 };
@@ -50,7 +50,7 @@ pub use shells::{RunStats, SchedulerOptions, StradsRunError, run_scheduler};
 
 /// What an app needs in scope: the contract, the kit and the errors.
 pub mod prelude {
-    pub use crate::core::ModelError;
+    pub use crate::core::StradsModelError;
     pub use crate::core::app::{
         BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
     };

@@ -4,7 +4,7 @@
 //! clear error that reaches the scheduler.
 
 use petrel_actors::{Cluster, NodeContext, Topology};
-use petrel_strads::ModelError;
+use petrel_strads::StradsModelError;
 use petrel_strads::shells::{
     BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, SchedulerOptions, Step,
     StradsApp, WorkerSet, ring_members, run_scheduler, start_ring_worker,
@@ -52,8 +52,8 @@ impl RingPush<Trail> for TrailWorker {
         round: u64,
         task: &TrailTask,
         block: Option<Visits>,
-    ) -> Result<RingOutput<(u64, Option<Visits>), Visits>, ModelError> {
-        let mut block = block.ok_or_else(|| ModelError::protocol("no block"))?;
+    ) -> Result<RingOutput<(u64, Option<Visits>), Visits>, StradsModelError> {
+        let mut block = block.ok_or_else(|| StradsModelError::protocol("no block"))?;
         block.push((self.index, round, self.commits));
         // Make the sub-rounds overlap with the handoffs in flight.
         std::thread::sleep(Duration::from_millis(u64::from(self.index) * 3));
@@ -73,9 +73,9 @@ impl RingPush<Trail> for TrailWorker {
         })
     }
 
-    fn commit(&mut self, round: u64, commit: &u64) -> Result<(), ModelError> {
+    fn commit(&mut self, round: u64, commit: &u64) -> Result<(), StradsModelError> {
         if *commit != round {
-            return Err(ModelError::protocol(format!(
+            return Err(StradsModelError::protocol(format!(
                 "commit {commit} in round {round}"
             )));
         }
@@ -120,14 +120,14 @@ impl Schedule<Trail> for Rotation {
         round: u64,
         partials: Vec<(u64, Option<Visits>)>,
         _elapsed: Duration,
-    ) -> Result<u64, ModelError> {
+    ) -> Result<u64, StradsModelError> {
         if round == 0 {
             std::thread::sleep(self.pause);
         }
         let t = round as usize;
         for (w, (b, trail)) in partials.into_iter().enumerate() {
             if b as usize != (w + t) % self.p {
-                return Err(ModelError::protocol(format!(
+                return Err(StradsModelError::protocol(format!(
                     "worker {w} answered for block {b}"
                 )));
             }

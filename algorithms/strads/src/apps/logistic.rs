@@ -11,7 +11,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, write_json};
 use crate::shells::SchedulerOptions;
@@ -107,7 +107,7 @@ pub struct LogisticWorker {
 
 impl LogisticWorker {
     /// The worker of row block `x` with its labels.
-    pub fn new(x: SparseColumns, labels: &[f32]) -> Result<Self, ModelError> {
+    pub fn new(x: SparseColumns, labels: &[f32]) -> Result<Self, StradsModelError> {
         let (n_features, rows) = (x.n_columns(), x.n_rows as u64);
         Ok(LogisticWorker {
             state: LogisticWorkerState::new(x, labels)?,
@@ -118,9 +118,9 @@ impl LogisticWorker {
     }
 }
 
-fn check_vars(vars: &[u32], values: usize, n: usize) -> Result<Vec<usize>, ModelError> {
+fn check_vars(vars: &[u32], values: usize, n: usize) -> Result<Vec<usize>, StradsModelError> {
     if vars.len() != values {
-        return Err(ModelError::DimensionMismatch(format!(
+        return Err(StradsModelError::DimensionMismatch(format!(
             "{} vars but {values} values",
             vars.len()
         )));
@@ -128,14 +128,18 @@ fn check_vars(vars: &[u32], values: usize, n: usize) -> Result<Vec<usize>, Model
     vars.iter()
         .map(|&j| {
             (j as usize).lt(&n).then_some(j as usize).ok_or_else(|| {
-                ModelError::protocol(format!("coordinate {j} out of range ({n} features)"))
+                StradsModelError::protocol(format!("coordinate {j} out of range ({n} features)"))
             })
         })
         .collect()
 }
 
 impl Push<LogisticApp> for LogisticWorker {
-    fn push(&mut self, _round: u64, task: &LogisticTask) -> Result<LogisticPartial, ModelError> {
+    fn push(
+        &mut self,
+        _round: u64,
+        task: &LogisticTask,
+    ) -> Result<LogisticPartial, StradsModelError> {
         let vars = check_vars(&task.vars, task.values.len(), self.n_features)?;
         let (gradient, curvature) = self.state.push(&vars);
         Ok(LogisticPartial {
@@ -148,7 +152,7 @@ impl Push<LogisticApp> for LogisticWorker {
         })
     }
 
-    fn commit(&mut self, _round: u64, c: &LogisticCommit) -> Result<(), ModelError> {
+    fn commit(&mut self, _round: u64, c: &LogisticCommit) -> Result<(), StradsModelError> {
         let vars = check_vars(&c.vars, c.deltas.len(), self.n_features)?;
         let changes: Vec<(usize, f32)> = vars.into_iter().zip(c.deltas.iter().copied()).collect();
         self.state.apply_deltas(&changes);
@@ -314,14 +318,14 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         round: u64,
         partials: Vec<LogisticPartial>,
         elapsed: Duration,
-    ) -> Result<LogisticCommit, ModelError> {
+    ) -> Result<LogisticCommit, StradsModelError> {
         let Some((expected, vars)) = self.in_flight.pop_front() else {
-            return Err(ModelError::protocol(format!(
+            return Err(StradsModelError::protocol(format!(
                 "pull of round {round} with nothing in flight"
             )));
         };
         if expected != round {
-            return Err(ModelError::protocol(format!(
+            return Err(StradsModelError::protocol(format!(
                 "pull of round {round}, expected {expected}"
             )));
         }
@@ -331,7 +335,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         let mut applied = Vec::new();
         for p in &partials {
             if p.gradient.len() != vars.len() || p.curvature.len() != vars.len() {
-                return Err(ModelError::DimensionMismatch(format!(
+                return Err(StradsModelError::DimensionMismatch(format!(
                     "round {round}: partials do not match the vars"
                 )));
             }
@@ -344,7 +348,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         }
         let a = applied.first().copied().unwrap_or(0);
         if applied.iter().any(|&b| b != a) {
-            return Err(ModelError::protocol(format!(
+            return Err(StradsModelError::protocol(format!(
                 "workers report different commit counts {applied:?}"
             )));
         }

@@ -19,7 +19,7 @@
 //! Who runs these halves: the actor shells ([`crate::shells`]) on a cluster, and the serial
 //! driver ([`crate::kit::serial`]) in one thread with the same message order.
 
-use super::ModelError;
+use super::StradsModelError;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::time::Duration;
@@ -71,15 +71,15 @@ pub trait Schedule<A: StradsApp> {
         round: u64,
         partials: Vec<A::Partial>,
         elapsed: Duration,
-    ) -> Result<A::Commit, ModelError>;
+    ) -> Result<A::Commit, StradsModelError>;
 }
 
 /// Worker half of a star app: holds a data shard and the local model state.
 pub trait Push<A: StradsApp>: Unpin + 'static {
     /// Computes this worker's partial result of `task` (dispatched in `round`).
-    fn push(&mut self, round: u64, task: &A::Task) -> Result<A::Partial, ModelError>;
+    fn push(&mut self, round: u64, task: &A::Task) -> Result<A::Partial, StradsModelError>;
     /// Applies the aggregated result of `round`.
-    fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), ModelError>;
+    fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), StradsModelError>;
 
     /// [`Self::push`] with the index of the scheduler that sent the dispatch. Apps driven
     /// by several schedulers override this to keep per-scheduler bookkeeping (round
@@ -89,7 +89,7 @@ pub trait Push<A: StradsApp>: Unpin + 'static {
         scheduler: u32,
         round: u64,
         task: &A::Task,
-    ) -> Result<A::Partial, ModelError> {
+    ) -> Result<A::Partial, StradsModelError> {
         let _ = scheduler;
         self.push(round, task)
     }
@@ -100,7 +100,7 @@ pub trait Push<A: StradsApp>: Unpin + 'static {
         scheduler: u32,
         round: u64,
         commit: &A::Commit,
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), StradsModelError> {
         let _ = scheduler;
         self.commit(round, commit)
     }
@@ -153,7 +153,7 @@ pub trait RingPush<A: RingApp>: Unpin + 'static {
         round: u64,
         task: &A::Task,
         block: Option<A::Block>,
-    ) -> Result<RingOutput<A::Partial, A::Block>, ModelError>;
+    ) -> Result<RingOutput<A::Partial, A::Block>, StradsModelError>;
     /// Applies the aggregated result of `round`.
-    fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), ModelError>;
+    fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), StradsModelError>;
 }

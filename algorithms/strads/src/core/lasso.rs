@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::ModelError;
+use super::StradsModelError;
 use super::scheduler::{
     ColumnCorrelationCache, DependencyFilter, LassoScheduler, ScheduleMode, SchedulerConfig,
 };
@@ -60,9 +60,9 @@ pub struct LassoWorkerState {
 
 impl LassoWorkerState {
     /// Worker starting from `b = 0` (residual = y).
-    pub fn new(x_block: SparseColumns, y_block: Vec<f32>) -> Result<Self, ModelError> {
+    pub fn new(x_block: SparseColumns, y_block: Vec<f32>) -> Result<Self, StradsModelError> {
         if x_block.n_rows != y_block.len() {
-            return Err(ModelError::DimensionMismatch(format!(
+            return Err(StradsModelError::DimensionMismatch(format!(
                 "row block has {} rows but {} targets",
                 x_block.n_rows,
                 y_block.len()
@@ -111,9 +111,9 @@ impl LassoWorkerState {
     }
 
     /// Continues from a checkpointed residual (same rows).
-    pub fn restore_residual(&mut self, residual: Vec<f64>) -> Result<(), ModelError> {
+    pub fn restore_residual(&mut self, residual: Vec<f64>) -> Result<(), StradsModelError> {
         if residual.len() != self.residual.len() {
-            return Err(ModelError::DimensionMismatch(format!(
+            return Err(StradsModelError::DimensionMismatch(format!(
                 "checkpointed residual has {} rows, this block {}",
                 residual.len(),
                 self.residual.len()
@@ -283,16 +283,16 @@ impl LassoCluster {
         y: &[f32],
         lambda: f32,
         n_workers: usize,
-    ) -> Result<Self, ModelError> {
+    ) -> Result<Self, StradsModelError> {
         if x.n_rows != y.len() {
-            return Err(ModelError::DimensionMismatch(format!(
+            return Err(StradsModelError::DimensionMismatch(format!(
                 "X has {} rows, y has {}",
                 x.n_rows,
                 y.len()
             )));
         }
         if n_workers == 0 || lambda.is_nan() || lambda < 0.0 {
-            return Err(ModelError::InvalidConfig(
+            return Err(StradsModelError::InvalidConfig(
                 "need n_workers >= 1 and lambda >= 0".into(),
             ));
         }
@@ -408,7 +408,10 @@ pub struct LassoRun {
     pub final_duality_gap: f64,
 }
 
-fn build_scheduler(x: &SparseColumns, config: &LassoConfig) -> Result<LassoScheduler, ModelError> {
+fn build_scheduler(
+    x: &SparseColumns,
+    config: &LassoConfig,
+) -> Result<LassoScheduler, StradsModelError> {
     let filter = config.filter_rho.map(|rho| DependencyFilter {
         rho,
         oracle: Box::new(ColumnCorrelationCache::new(Arc::new(x.clone()), 1 << 20)),
@@ -421,7 +424,7 @@ pub fn run_lasso(
     x: &SparseColumns,
     y: &[f32],
     config: &LassoConfig,
-) -> Result<LassoRun, ModelError> {
+) -> Result<LassoRun, StradsModelError> {
     let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
     let mut scheduler = build_scheduler(x, config)?;
     let mut objective_per_round = Vec::with_capacity(config.rounds);
@@ -457,7 +460,7 @@ pub fn reference_optimum(
     lambda: f32,
     max_sweeps: usize,
     kkt_tolerance: f64,
-) -> Result<f64, ModelError> {
+) -> Result<f64, StradsModelError> {
     let mut cluster = LassoCluster::new(x, y, lambda, 1)?;
     let d = x.n_columns();
     for _ in 0..max_sweeps {
@@ -480,7 +483,7 @@ pub fn updates_to_tolerance(
     config: &LassoConfig,
     optimum_objective: f64,
     relative_tolerance: f64,
-) -> Result<Option<u64>, ModelError> {
+) -> Result<Option<u64>, StradsModelError> {
     let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
     let mut scheduler = build_scheduler(x, config)?;
     let target = optimum_objective + relative_tolerance * optimum_objective.abs();

@@ -20,7 +20,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::ModelError;
+use super::StradsModelError;
 use super::mf::RotationSchedule;
 use petrel_ml::data::Corpus;
 use petrel_ml::topic::{
@@ -137,10 +137,10 @@ impl LdaWorker {
         docs: Vec<(u32, Vec<u32>)>,
         vocabulary: &VocabularyPartition,
         config: &LdaConfig,
-    ) -> Result<Self, ModelError> {
+    ) -> Result<Self, StradsModelError> {
         let k = config.n_topics;
         if k == 0 || !(config.alpha > 0.0 && config.beta > 0.0) {
-            return Err(ModelError::InvalidConfig(
+            return Err(StradsModelError::InvalidConfig(
                 "need n_topics >= 1 and positive alpha, beta".into(),
             ));
         }
@@ -158,7 +158,9 @@ impl LdaWorker {
             let mut topics = Vec::with_capacity(words.len());
             for (pos, &w) in words.iter().enumerate() {
                 let block = *vocabulary.word_block.get(w as usize).ok_or_else(|| {
-                    ModelError::DimensionMismatch(format!("word {w} >= vocab size {vocab_size}"))
+                    StradsModelError::DimensionMismatch(format!(
+                        "word {w} >= vocab size {vocab_size}"
+                    ))
                 })?;
                 let topic = rng.gen_range(0..k as u32);
                 counts.increment(topic);
@@ -269,9 +271,9 @@ impl LdaWorker {
     }
 
     /// Checks that every document's topic counts match its assignments.
-    pub fn check_doc_counts(&self) -> Result<(), ModelError> {
+    pub fn check_doc_counts(&self) -> Result<(), StradsModelError> {
         check_doc_counts(self.worker, &self.doc_topic, &self.assignments)
-            .map_err(|e| ModelError::Invariant(e.to_string()))
+            .map_err(|e| StradsModelError::Invariant(e.to_string()))
     }
 }
 
@@ -295,7 +297,7 @@ pub struct LdaCluster {
 impl LdaCluster {
     /// Splits documents over workers (balanced by length) and words into blocks (balanced by
     /// frequency), draws initial assignments and builds the count tables.
-    pub fn new(corpus: &Corpus, config: &LdaConfig) -> Result<Self, ModelError> {
+    pub fn new(corpus: &Corpus, config: &LdaConfig) -> Result<Self, StradsModelError> {
         let p = config.n_workers.max(1);
         if corpus
             .docs
@@ -303,7 +305,7 @@ impl LdaCluster {
             .flatten()
             .any(|&w| w as usize >= corpus.vocab_size)
         {
-            return Err(ModelError::DimensionMismatch(
+            return Err(StradsModelError::DimensionMismatch(
                 "word id >= vocab_size".into(),
             ));
         }
@@ -399,13 +401,13 @@ impl LdaCluster {
 
     /// Count invariants: doc-topic sums = doc lengths, word-topic sums = word frequencies,
     /// topic totals = column sums of both tables.
-    pub fn check_invariants(&self, word_frequencies: &[usize]) -> Result<(), ModelError> {
+    pub fn check_invariants(&self, word_frequencies: &[usize]) -> Result<(), StradsModelError> {
         let k = self.config.n_topics;
         let mut from_words = vec![0i64; k];
         for block in &self.blocks {
             for (row, &w) in block.rows.iter().zip(&block.word_ids) {
                 if row.total() != word_frequencies[w as usize] as u64 {
-                    return Err(ModelError::Invariant(format!(
+                    return Err(StradsModelError::Invariant(format!(
                         "word {w}: counts sum {} != frequency {}",
                         row.total(),
                         word_frequencies[w as usize]
@@ -423,14 +425,14 @@ impl LdaCluster {
                 *t += n;
             }
             if worker.topic_totals != self.topic_totals {
-                return Err(ModelError::Invariant(format!(
+                return Err(StradsModelError::Invariant(format!(
                     "worker {} has stale totals after sync",
                     worker.worker
                 )));
             }
         }
         if from_words != self.topic_totals || from_docs != self.topic_totals {
-            return Err(ModelError::Invariant(format!(
+            return Err(StradsModelError::Invariant(format!(
                 "topic totals {:?} != word sums {from_words:?} / doc sums {from_docs:?}",
                 self.topic_totals
             )));
@@ -461,7 +463,7 @@ pub struct LdaRun {
 }
 
 /// Serial driver: P in-process workers, `config.iterations` passes.
-pub fn run_lda(corpus: &Corpus, config: &LdaConfig) -> Result<LdaRun, ModelError> {
+pub fn run_lda(corpus: &Corpus, config: &LdaConfig) -> Result<LdaRun, StradsModelError> {
     let mut cluster = LdaCluster::new(corpus, config)?;
     let mut log_likelihood_per_token = vec![cluster.log_likelihood_per_token()];
     for _ in 0..config.iterations {

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ModelError;
+use super::StradsModelError;
 use super::lasso::{LassoConfig, soft_threshold};
 use super::scheduler::{ColumnCorrelationCache, DependencyFilter, LassoScheduler};
 use petrel_ml::data::SparseColumns;
@@ -48,9 +48,9 @@ pub struct LogisticWorkerState {
 
 impl LogisticWorkerState {
     /// Labels `> 0` become +1, all others -1 (so class indices 0/1 work as-is).
-    pub fn new(x_block: SparseColumns, labels: &[f32]) -> Result<Self, ModelError> {
+    pub fn new(x_block: SparseColumns, labels: &[f32]) -> Result<Self, StradsModelError> {
         if x_block.n_rows != labels.len() {
-            return Err(ModelError::DimensionMismatch(format!(
+            return Err(StradsModelError::DimensionMismatch(format!(
                 "{} rows but {} labels",
                 x_block.n_rows,
                 labels.len()
@@ -144,9 +144,9 @@ pub fn run_sparse_logistic(
     x: &SparseColumns,
     labels: &[f32],
     config: &LassoConfig,
-) -> Result<LogisticRun, ModelError> {
+) -> Result<LogisticRun, StradsModelError> {
     if x.n_rows != labels.len() || config.n_workers == 0 {
-        return Err(ModelError::DimensionMismatch(
+        return Err(StradsModelError::DimensionMismatch(
             "labels must match rows and n_workers >= 1".into(),
         ));
     }

@@ -24,7 +24,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use super::ModelError;
+use super::StradsModelError;
 use petrel_ml::data::Ratings;
 use petrel_ml::topic::balanced_buckets;
 
@@ -208,12 +208,12 @@ impl MfWorker {
         rank: usize,
         w_init: Vec<f32>,
         h_blocks: &[FactorBlock],
-    ) -> Result<Self, ModelError> {
+    ) -> Result<Self, StradsModelError> {
         let user_ids = partition.bucket_users.get(worker).cloned().ok_or_else(|| {
-            ModelError::InvalidConfig(format!("no bucket {worker} in the partition"))
+            StradsModelError::InvalidConfig(format!("no bucket {worker} in the partition"))
         })?;
         if w_init.len() != user_ids.len() * rank || h_blocks.len() != partition.n_buckets {
-            return Err(ModelError::DimensionMismatch(
+            return Err(StradsModelError::DimensionMismatch(
                 "initial factors do not match the partition".into(),
             ));
         }
@@ -221,7 +221,7 @@ impl MfWorker {
         for &(u, i, rating) in &ratings.entries {
             let (u, i) = (u as usize, i as usize);
             if u >= partition.user_bucket.len() || i >= partition.item_bucket.len() {
-                return Err(ModelError::DimensionMismatch(format!(
+                return Err(StradsModelError::DimensionMismatch(format!(
                     "rating ({u}, {i}) outside the partition"
                 )));
             }
@@ -387,13 +387,13 @@ pub struct MfCluster {
 impl MfCluster {
     /// W starts uniform in `[0, 1/sqrt(rank))`, H at zero (so the residual is R and the first
     /// H phase is a ridge fit against W).
-    pub fn new(ratings: &Ratings, config: &CcdppConfig) -> Result<Self, ModelError> {
+    pub fn new(ratings: &Ratings, config: &CcdppConfig) -> Result<Self, StradsModelError> {
         if config.rank == 0
             || config.n_workers == 0
             || config.lambda.is_nan()
             || config.lambda < 0.0
         {
-            return Err(ModelError::InvalidConfig(
+            return Err(StradsModelError::InvalidConfig(
                 "need rank >= 1, n_workers >= 1, lambda >= 0".into(),
             ));
         }
@@ -489,7 +489,7 @@ impl MfCluster {
 }
 
 /// Serial CCD++ driver with P in-process workers.
-pub fn run_ccdpp(ratings: &Ratings, config: &CcdppConfig) -> Result<MfRun, ModelError> {
+pub fn run_ccdpp(ratings: &Ratings, config: &CcdppConfig) -> Result<MfRun, StradsModelError> {
     let mut cluster = MfCluster::new(ratings, config)?;
     let mut train_rmse = vec![cluster.train_rmse()];
     for _ in 0..config.outer_iterations {

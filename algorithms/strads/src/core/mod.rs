@@ -28,7 +28,7 @@ use std::sync::Arc;
 /// (e.g. checkpoint I/O) with its cause chain. Cheap to clone: a poisoned worker repeats
 /// its first error to every later request.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum ModelError {
+pub enum StradsModelError {
     /// Two inputs that must agree in size do not.
     #[error("dimension mismatch: {0}")]
     DimensionMismatch(String),
@@ -47,10 +47,10 @@ pub enum ModelError {
     App(Arc<dyn std::error::Error + Send + Sync + 'static>),
 }
 
-impl PartialEq for ModelError {
+impl PartialEq for StradsModelError {
     /// Equal variants with equal text (an app error compares by its message).
     fn eq(&self, other: &Self) -> bool {
-        use ModelError::*;
+        use StradsModelError::*;
         match (self, other) {
             (DimensionMismatch(a), DimensionMismatch(b))
             | (InvalidConfig(a), InvalidConfig(b))
@@ -62,15 +62,15 @@ impl PartialEq for ModelError {
     }
 }
 
-impl ModelError {
+impl StradsModelError {
     /// Wraps an app's own error (keeping its `source()` chain).
     pub fn app(error: impl std::error::Error + Send + Sync + 'static) -> Self {
-        ModelError::App(Arc::new(error))
+        StradsModelError::App(Arc::new(error))
     }
 
     /// A protocol violation described by `what`.
     pub fn protocol(what: impl Into<String>) -> Self {
-        ModelError::Protocol(what.into())
+        StradsModelError::Protocol(what.into())
     }
 }
 

@@ -13,7 +13,7 @@
 //! The actor shell ([`crate::shells::ring`]) and the serial driver
 //! ([`crate::kit::serial`]) run the same core.
 
-use super::ModelError;
+use super::StradsModelError;
 use super::app::{BlockFate, BlockId};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -99,7 +99,7 @@ pub enum RingError {
         round: u64,
         /// The app's error.
         #[source]
-        source: ModelError,
+        source: StradsModelError,
     },
     /// The app's commit failed (its state is inconsistent).
     #[error("worker {worker} commit of round {round}: {source}")]
@@ -110,7 +110,7 @@ pub enum RingError {
         round: u64,
         /// The app's error.
         #[source]
-        source: ModelError,
+        source: StradsModelError,
     },
     /// The shell could not hand a block to the next worker.
     #[error("worker {worker} handoff of block {block} to worker {to}: {reason}")]

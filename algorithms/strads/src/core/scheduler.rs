@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
 use serde::{Deserialize, Serialize};
 
-use super::ModelError;
+use super::StradsModelError;
 use petrel_ml::data::SparseColumns;
 
 /// How candidates are chosen before the (optional) dependency filter. Read as `dynamic`,
@@ -36,12 +36,12 @@ pub enum ScheduleMode {
 }
 
 impl std::str::FromStr for ScheduleMode {
-    type Err = ModelError;
+    type Err = StradsModelError;
 
     /// `dynamic`, `random` or `cyclic` (any case); the error names the valid values.
-    fn from_str(s: &str) -> Result<Self, ModelError> {
+    fn from_str(s: &str) -> Result<Self, StradsModelError> {
         <ScheduleMode as clap::ValueEnum>::from_str(s, true).map_err(|_| {
-            ModelError::InvalidConfig(format!(
+            StradsModelError::InvalidConfig(format!(
                 "mode {s:?}: expected one of dynamic, random, cyclic"
             ))
         })
@@ -277,14 +277,14 @@ impl LassoScheduler {
         n_vars: usize,
         config: SchedulerConfig,
         filter: Option<DependencyFilter>,
-    ) -> Result<Self, ModelError> {
+    ) -> Result<Self, StradsModelError> {
         if n_vars == 0 || config.block_size == 0 {
-            return Err(ModelError::InvalidConfig(
+            return Err(StradsModelError::InvalidConfig(
                 "need at least one variable and block_size >= 1".into(),
             ));
         }
         if !(config.eta > 0.0 && config.initial_priority > 0.0) {
-            return Err(ModelError::InvalidConfig(
+            return Err(StradsModelError::InvalidConfig(
                 "eta and initial_priority must be positive".into(),
             ));
         }
@@ -382,16 +382,16 @@ impl LassoScheduler {
     }
 
     /// Continues from a checkpointed state; refuses a state of another size.
-    pub fn import_state(&mut self, state: &SchedulerState) -> Result<(), ModelError> {
+    pub fn import_state(&mut self, state: &SchedulerState) -> Result<(), StradsModelError> {
         let n = self.n_vars;
         if state.priorities.len() != n {
-            return Err(ModelError::InvalidConfig(format!(
+            return Err(StradsModelError::InvalidConfig(format!(
                 "checkpointed scheduler has {} variables, this job {n}",
                 state.priorities.len()
             )));
         }
         if state.cursor as usize >= n || state.deferred.iter().any(|&j| j as usize >= n) {
-            return Err(ModelError::InvalidConfig(
+            return Err(StradsModelError::InvalidConfig(
                 "checkpointed scheduler cursor out of range".into(),
             ));
         }
@@ -400,7 +400,7 @@ impl LassoScheduler {
             .iter()
             .any(|p| !(p.is_finite() && *p >= 0.0))
         {
-            return Err(ModelError::InvalidConfig(
+            return Err(StradsModelError::InvalidConfig(
                 "checkpointed priorities must be finite and non-negative".into(),
             ));
         }

@@ -13,7 +13,7 @@
 //!
 //! Both ask the one [`PipelineCore`] what to do next.
 
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{BlockId, Plan, Push, RingApp, RingPush, Schedule, Step, StradsApp};
 use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
 use crate::core::ring::{Ready, RingCore, RingError, settle};
@@ -73,7 +73,7 @@ pub enum SerialRunError {
         round: u64,
         /// The app's error.
         #[source]
-        source: ModelError,
+        source: StradsModelError,
     },
     /// A worker half failed (star routing).
     #[error("round {round}: worker {worker}: {source}")]
@@ -84,7 +84,7 @@ pub enum SerialRunError {
         worker: usize,
         /// The app's error.
         #[source]
-        source: ModelError,
+        source: StradsModelError,
     },
     /// A ring worker failed.
     #[error(transparent)]

@@ -3,7 +3,7 @@
 //! actor. The decisions are the [`PipelineCore`]'s; this file only moves messages.
 
 use super::{Commit, Dispatch, PartialResult};
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
 use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
 use crate::core::ring::RingError;
@@ -138,7 +138,7 @@ pub enum StradsRunError {
     },
     /// The scheduler half rejected the partials.
     #[error("app: {0}")]
-    App(#[source] ModelError),
+    App(#[source] StradsModelError),
     /// The loop or the app broke the pipeline's rules.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),

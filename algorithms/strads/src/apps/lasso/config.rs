@@ -1,7 +1,7 @@
 //! `[app.lasso]` (and `[app.logistic]`): one settings struct, read from TOML by the roles
 //! and from the flags of `petrel train lasso` / `petrel train logistic`.
 
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::scheduler::{ScheduleMode, SchedulerConfig};
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
@@ -168,7 +168,7 @@ impl LassoJob {
             Some(path) => {
                 let ds = petrel_ml::data::load_libsvm(path)?;
                 if ds.n_rows() == 0 || ds.n_features == 0 {
-                    return Err(ModelError::InvalidConfig(format!(
+                    return Err(StradsModelError::InvalidConfig(format!(
                         "{}: no rows or no features",
                         path.display()
                     ))

@@ -3,6 +3,7 @@
 //! - [`config`]: `[app.lasso]` / the flags of `petrel train lasso` ([`LassoJob`]).
 //! - [`wire`]: the round protocol's messages.
 //! - [`worker`]: the worker half, a row block with its residual ([`LassoWorker`]).
+//! - [`metrics`]: the objective trace, exact evaluations and outputs.
 //! - [`scheduling`]: the scheduler half ([`LassoScheduling`]: priority sampling, dependency
 //!   filter, soft-threshold pull, exact evaluations, metrics).
 //! - [`checkpoint`]: save and restore rounds around the two halves ([`Resumable`],
@@ -14,6 +15,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod metrics;
 pub mod multi;
 pub mod scheduling;
 pub mod wire;
@@ -21,9 +23,8 @@ pub mod worker;
 
 pub use checkpoint::Resumable;
 pub use config::{LassoJob, SyntheticLasso, lambda_max};
-pub use scheduling::{
-    Evaluation, LassoMetrics, LassoOutcome, LassoScheduling, ObjectivePoint, write_coefficients,
-};
+pub use metrics::{Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, write_coefficients};
+pub use scheduling::LassoScheduling;
 pub use wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
 pub use worker::LassoWorker;
 

@@ -12,98 +12,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::config::LassoJob;
+use super::metrics::{
+    EvalNumbers, Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation,
+    common_applied,
+};
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step};
-use crate::core::lasso::{dual_scale, kkt_violation, pull};
+use crate::core::lasso::pull;
 use crate::core::scheduler::{
     ColumnCorrelationCache, DependencyFilter, LassoScheduler, SchedulerState,
 };
 use crate::error::StradsError;
-use crate::kit::{write_json, write_output};
 use petrel_ml::data::SparseColumns;
-use serde::{Deserialize, Serialize};
-
-/// One point of the objective trace: the state after `updates` coordinate updates.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ObjectivePoint {
-    /// The round.
-    pub round: u64,
-    /// Coordinate updates reflected.
-    pub updates: u64,
-    /// Seconds since the start.
-    pub elapsed_s: f64,
-    /// `1/2 ||r||^2 + lambda ||b||_1`.
-    pub objective: f64,
-}
-
-/// An exact evaluation (pipeline drained).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evaluation {
-    /// The evaluation round.
-    pub round: u64,
-    /// Coordinate updates reflected.
-    pub updates: u64,
-    /// Seconds since the start.
-    pub elapsed_s: f64,
-    /// The objective.
-    pub objective: f64,
-    /// Max KKT violation.
-    pub kkt_violation: f64,
-    /// Duality gap.
-    pub duality_gap: f64,
-    /// Non-zero coefficients.
-    pub nonzeros: usize,
-}
-
-/// `metrics.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LassoMetrics {
-    /// Schedule mode.
-    pub mode: String,
-    /// The L1 weight.
-    pub lambda: f32,
-    /// Rows.
-    pub n_samples: usize,
-    /// Features.
-    pub n_features: usize,
-    /// Workers.
-    pub workers: usize,
-    /// Coordinates per round.
-    pub block_size: usize,
-    /// Dependency-check threshold.
-    pub rho: Option<f32>,
-    /// Pipeline depth.
-    pub depth: usize,
-    /// Rounds run.
-    pub rounds: u64,
-    /// Coordinate updates.
-    pub updates: u64,
-    /// Seconds.
-    pub elapsed_s: f64,
-    /// Objective at the last evaluation.
-    pub final_objective: f64,
-    /// KKT violation at the last evaluation.
-    pub final_kkt_violation: f64,
-    /// Duality gap at the last evaluation.
-    pub final_duality_gap: f64,
-    /// Updates / seconds at which `target_objective` was first reached.
-    pub target_objective: Option<f64>,
-    /// Updates when `target_objective` was reached.
-    pub target_updates: Option<u64>,
-    /// Seconds when `target_objective` was reached.
-    pub target_s: Option<f64>,
-    /// Per-round objective trace.
-    pub objective: Vec<ObjectivePoint>,
-    /// The exact evaluations.
-    pub evaluations: Vec<Evaluation>,
-    /// Rounds at which checkpoints were written (including before a resume).
-    #[serde(default)]
-    pub checkpoints: Vec<u64>,
-    /// The checkpoint round this run resumed from.
-    #[serde(default)]
-    pub resumed_from_round: Option<u64>,
-}
 
 /// What an in-flight round is.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,7 +63,7 @@ impl LassoScheduling {
         workers: usize,
     ) -> Result<Self, StradsError> {
         if x.n_rows != y.len() {
-            return Err(ModelError::DimensionMismatch(format!(
+            return Err(StradsModelError::DimensionMismatch(format!(
                 "X has {} rows, y has {}",
                 x.n_rows,
                 y.len()
@@ -262,17 +183,6 @@ impl LassoScheduling {
     }
 }
 
-/// All workers must report the same `applied` count (they see the same message sequence).
-pub(super) fn common_applied(applied: impl Iterator<Item = u64>) -> Result<u64, ModelError> {
-    let all: Vec<u64> = applied.collect();
-    match all.first() {
-        Some(&a) if all.iter().all(|&b| b == a) => Ok(a),
-        _ => Err(ModelError::protocol(format!(
-            "workers report different commit counts {all:?}"
-        ))),
-    }
-}
-
 impl Schedule<LassoApp> for LassoScheduling {
     fn schedule(&mut self, round: u64, in_flight: usize) -> Step<LassoTask> {
         if !self.stopping && self.rounds_scheduled >= self.job.max_rounds {
@@ -327,14 +237,14 @@ impl Schedule<LassoApp> for LassoScheduling {
         round: u64,
         partials: Vec<LassoPartial>,
         elapsed: Duration,
-    ) -> Result<LassoCommit, ModelError> {
+    ) -> Result<LassoCommit, StradsModelError> {
         let Some((expected, kind)) = self.in_flight.pop_front() else {
-            return Err(ModelError::protocol(format!(
+            return Err(StradsModelError::protocol(format!(
                 "pull of round {round} with nothing in flight"
             )));
         };
         if expected != round {
-            return Err(ModelError::protocol(format!(
+            return Err(StradsModelError::protocol(format!(
                 "pull of round {round}, expected {expected}"
             )));
         }
@@ -352,12 +262,12 @@ impl Schedule<LassoApp> for LassoScheduling {
                         applied: a,
                     } = p
                     else {
-                        return Err(ModelError::protocol(format!(
+                        return Err(StradsModelError::protocol(format!(
                             "round {round}: evaluation answer to an update"
                         )));
                     };
                     if z.len() != vars.len() {
-                        return Err(ModelError::DimensionMismatch(format!(
+                        return Err(StradsModelError::DimensionMismatch(format!(
                             "round {round}: {} partials for {} vars",
                             z.len(),
                             vars.len()
@@ -386,45 +296,16 @@ impl Schedule<LassoApp> for LassoScheduling {
                 }
             }
             InFlight::Evaluate => {
-                let d = self.coefficients.len();
-                let mut xtr = vec![0.0f64; d];
-                let (mut yy, mut yr, mut rr) = (0.0, 0.0, 0.0);
-                let mut applied = Vec::with_capacity(partials.len());
-                for p in &partials {
-                    let LassoPartial::Eval {
-                        x_t_residual,
-                        yy: a,
-                        yr: b,
-                        rr: c,
-                        applied: n,
-                    } = p
-                    else {
-                        return Err(ModelError::protocol(format!(
-                            "round {round}: update answer to an evaluation"
-                        )));
-                    };
-                    if x_t_residual.len() != d {
-                        return Err(ModelError::DimensionMismatch(format!(
-                            "round {round}: X^T r of length {} for {d} features",
-                            x_t_residual.len()
-                        )));
-                    }
-                    xtr.iter_mut().zip(x_t_residual).for_each(|(s, v)| *s += v);
-                    yy += a;
-                    yr += b;
-                    rr += c;
-                    applied.push(*n);
-                }
-                common_applied(applied.into_iter())?;
                 // Exact: evaluation rounds are only dispatched with the pipeline drained.
-                self.l1 = self.coefficients.iter().map(|v| f64::from(v.abs())).sum();
-                let lambda = f64::from(self.lambda);
-                let objective = 0.5 * rr + lambda * self.l1;
-                let s = dual_scale(&xtr, self.lambda);
-                let y_minus_theta = yy - 2.0 * s * yr + s * s * rr;
-                let gap = objective - (0.5 * yy - 0.5 * y_minus_theta);
-                let kkt = kkt_violation(&xtr, &self.coefficients, self.lambda);
-                let nonzeros = self.coefficients.iter().filter(|v| **v != 0.0).count();
+                let (numbers, _) = combine_evaluation(&partials, &self.coefficients, self.lambda)?;
+                let EvalNumbers {
+                    objective,
+                    kkt_violation: kkt,
+                    duality_gap: gap,
+                    l1,
+                    nonzeros,
+                } = numbers;
+                self.l1 = l1;
                 let eval = Evaluation {
                     round,
                     updates: self.updates,
@@ -462,34 +343,6 @@ impl Schedule<LassoApp> for LassoScheduling {
         self.after_commit();
         Ok(commit)
     }
-}
-
-/// The finished model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LassoOutcome {
-    /// Coefficients by feature.
-    pub coefficients: Vec<f32>,
-    /// `metrics.json`.
-    pub metrics: LassoMetrics,
-}
-
-impl LassoOutcome {
-    /// Writes `coefficients.tsv` (`feature<TAB>value` for every feature, numbered 1-based
-    /// like LIBSVM indices) and `metrics.json`.
-    pub fn write(&self, dir: &std::path::Path) -> Result<(), StradsError> {
-        write_coefficients(dir, &self.coefficients)?;
-        write_json(dir, "metrics.json", &self.metrics)
-    }
-}
-
-/// Writes `coefficients.tsv`: `feature<TAB>value` for every feature, numbered 1-based like
-/// LIBSVM indices (Lasso and sparse logistic regression).
-pub fn write_coefficients(dir: &std::path::Path, coefficients: &[f32]) -> Result<(), StradsError> {
-    let mut text = String::with_capacity(coefficients.len() * 12);
-    for (j, v) in coefficients.iter().enumerate() {
-        text.push_str(&format!("{}\t{v}\n", j + 1));
-    }
-    write_output(dir, "coefficients.tsv", text.as_bytes())
 }
 
 /// The scheduler half's state at a drain point: what a checkpoint saves and restores.
@@ -541,9 +394,9 @@ impl LassoScheduling {
     }
 
     /// Continues from a checkpointed state (of the same job).
-    pub fn import_state(&mut self, s: &LassoSchedulingState) -> Result<(), ModelError> {
+    pub fn import_state(&mut self, s: &LassoSchedulingState) -> Result<(), StradsModelError> {
         if s.coefficients.len() != self.coefficients.len() {
-            return Err(ModelError::DimensionMismatch(format!(
+            return Err(StradsModelError::DimensionMismatch(format!(
                 "{} coefficients for {} features",
                 s.coefficients.len(),
                 self.coefficients.len()
@@ -552,7 +405,7 @@ impl LassoScheduling {
         if s.l1_after.len() != s.updates_after.len()
             || s.l1_after.len() as u64 != s.worker_applied + 1
         {
-            return Err(ModelError::Invariant(
+            return Err(StradsModelError::Invariant(
                 "inconsistent commit bookkeeping".into(),
             ));
         }

@@ -1,7 +1,7 @@
 //! Lasso's worker half: a contiguous row block with its residual.
 
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::Push;
 use crate::core::lasso::LassoWorkerState;
 
@@ -34,12 +34,12 @@ impl LassoWorker {
     }
 
     /// Commits applied from `scheduler`.
-    pub fn applied(&self, scheduler: u32) -> Result<u64, ModelError> {
+    pub fn applied(&self, scheduler: u32) -> Result<u64, StradsModelError> {
         self.applied
             .get(scheduler as usize)
             .copied()
             .ok_or_else(|| {
-                ModelError::protocol(format!(
+                StradsModelError::protocol(format!(
                     "scheduler index {scheduler} out of range ({} schedulers)",
                     self.applied.len()
                 ))
@@ -47,22 +47,22 @@ impl LassoWorker {
     }
 
     /// Replaces the residual and scheduler 0's commit count (a restored checkpoint).
-    pub fn restore(&mut self, residual: Vec<f64>, applied: u64) -> Result<(), ModelError> {
+    pub fn restore(&mut self, residual: Vec<f64>, applied: u64) -> Result<(), StradsModelError> {
         self.state.restore_residual(residual)?;
         self.applied[0] = applied;
         Ok(())
     }
 
-    fn check_vars(&self, vars: &[u32], values: usize) -> Result<(), ModelError> {
+    fn check_vars(&self, vars: &[u32], values: usize) -> Result<(), StradsModelError> {
         if vars.len() != values {
-            return Err(ModelError::DimensionMismatch(format!(
+            return Err(StradsModelError::DimensionMismatch(format!(
                 "{} vars but {values} values",
                 vars.len()
             )));
         }
         let n = self.state.n_features();
         match vars.iter().find(|&&j| j as usize >= n) {
-            Some(bad) => Err(ModelError::protocol(format!(
+            Some(bad) => Err(StradsModelError::protocol(format!(
                 "coordinate {bad} out of range ({n} features)"
             ))),
             None => Ok(()),
@@ -71,11 +71,11 @@ impl LassoWorker {
 }
 
 impl Push<LassoApp> for LassoWorker {
-    fn push(&mut self, round: u64, task: &LassoTask) -> Result<LassoPartial, ModelError> {
+    fn push(&mut self, round: u64, task: &LassoTask) -> Result<LassoPartial, StradsModelError> {
         self.push_from(0, round, task)
     }
 
-    fn commit(&mut self, round: u64, commit: &LassoCommit) -> Result<(), ModelError> {
+    fn commit(&mut self, round: u64, commit: &LassoCommit) -> Result<(), StradsModelError> {
         self.commit_from(0, round, commit)
     }
 
@@ -84,7 +84,7 @@ impl Push<LassoApp> for LassoWorker {
         scheduler: u32,
         _round: u64,
         task: &LassoTask,
-    ) -> Result<LassoPartial, ModelError> {
+    ) -> Result<LassoPartial, StradsModelError> {
         let applied = self.applied(scheduler)?;
         match task {
             LassoTask::Update { vars, values } => {
@@ -107,7 +107,7 @@ impl Push<LassoApp> for LassoWorker {
                     applied,
                 })
             }
-            LassoTask::Control(_) => Err(ModelError::InvalidConfig(
+            LassoTask::Control(_) => Err(StradsModelError::InvalidConfig(
                 "checkpoint task, but this worker has no checkpoint_dir".into(),
             )),
         }
@@ -118,7 +118,7 @@ impl Push<LassoApp> for LassoWorker {
         scheduler: u32,
         _round: u64,
         commit: &LassoCommit,
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), StradsModelError> {
         self.applied(scheduler)?;
         self.check_vars(&commit.vars, commit.deltas.len())?;
         let changes: Vec<(usize, f32)> = commit

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{LdaApp, LdaCommit, LdaJob, LdaLayout, LdaPartial, LdaTask};
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step};
 use crate::core::lda::WordTopicBlock;
 use crate::core::mf::RotationSchedule;
@@ -149,7 +149,7 @@ impl Schedule<LdaApp> for LdaScheduling {
         round: u64,
         partials: Vec<LdaPartial>,
         elapsed: Duration,
-    ) -> Result<LdaCommit, ModelError> {
+    ) -> Result<LdaCommit, StradsModelError> {
         let p = self.schedule.p;
         self.metrics.rounds = round + 1;
         if self.pass > self.iterations {
@@ -158,12 +158,12 @@ impl Schedule<LdaApp> for LdaScheduling {
             for (w, partial) in partials.into_iter().enumerate() {
                 let expected = self.schedule.block_held(w, 0);
                 let LdaPartial::Collected(block) = partial else {
-                    return Err(ModelError::protocol(format!(
+                    return Err(StradsModelError::protocol(format!(
                         "worker {w} answered collect with a visit"
                     )));
                 };
                 if block.block != expected {
-                    return Err(ModelError::protocol(format!(
+                    return Err(StradsModelError::protocol(format!(
                         "worker {w} returned block {} instead of {expected}",
                         block.block
                     )));
@@ -188,17 +188,17 @@ impl Schedule<LdaApp> for LdaScheduling {
                 tokens,
             } = partial
             else {
-                return Err(ModelError::protocol(format!(
+                return Err(StradsModelError::protocol(format!(
                     "worker {w} answered a visit with its block"
                 )));
             };
             if block != expected {
-                return Err(ModelError::protocol(format!(
+                return Err(StradsModelError::protocol(format!(
                     "worker {w} visited block {block} instead of {expected}"
                 )));
             }
             if totals.deltas.len() != self.topic_totals.len() {
-                return Err(ModelError::DimensionMismatch(format!(
+                return Err(StradsModelError::DimensionMismatch(format!(
                     "worker {w}: {} topic deltas",
                     totals.deltas.len()
                 )));

@@ -2,7 +2,7 @@
 //! word-topic blocks pass through it.
 
 use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaTask};
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush};
 use crate::core::lda::{LdaWorker, TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use crate::core::mf::RotationSchedule;
@@ -25,7 +25,7 @@ impl LdaWorkerApp {
         corpus: &Corpus,
         layout: &LdaLayout,
         config: &LdaConfig,
-    ) -> Result<Self, ModelError> {
+    ) -> Result<Self, StradsModelError> {
         let docs = layout.docs.docs_of(corpus, index);
         let mut tokens_per_block = vec![0u64; layout.vocabulary.block_words.len()];
         for (_, doc) in &docs {
@@ -63,7 +63,7 @@ impl RingPush<LdaApp> for LdaWorkerApp {
         _round: u64,
         task: &LdaTask,
         block: Option<WordTopicBlock>,
-    ) -> Result<RingOutput<LdaPartial, WordTopicBlock>, ModelError> {
+    ) -> Result<RingOutput<LdaPartial, WordTopicBlock>, StradsModelError> {
         let (expected, pass_to, report, init) = match task {
             LdaTask::Init {
                 block,
@@ -77,13 +77,14 @@ impl RingPush<LdaApp> for LdaWorkerApp {
             } => (*block, *pass_to, *report, false),
             LdaTask::Collect { block } => (*block, 0, false, false),
         };
-        let mut block = block
-            .ok_or_else(|| ModelError::protocol("no word-topic block for a task that needs one"))?;
+        let mut block = block.ok_or_else(|| {
+            StradsModelError::protocol("no word-topic block for a task that needs one")
+        })?;
         if block.block != expected
             || block.block >= self.tokens_per_block.len()
             || block.word_ids.len() != block.rows.len()
         {
-            return Err(ModelError::protocol(format!(
+            return Err(StradsModelError::protocol(format!(
                 "malformed word-topic block {} (expected {expected})",
                 block.block
             )));
@@ -136,10 +137,10 @@ impl RingPush<LdaApp> for LdaWorkerApp {
         })
     }
 
-    fn commit(&mut self, _round: u64, commit: &LdaCommit) -> Result<(), ModelError> {
+    fn commit(&mut self, _round: u64, commit: &LdaCommit) -> Result<(), StradsModelError> {
         if let Some(totals) = &commit.topic_totals {
             if totals.len() != self.n_topics {
-                return Err(ModelError::DimensionMismatch(format!(
+                return Err(StradsModelError::DimensionMismatch(format!(
                     "{} topic totals for {} topics",
                     totals.len(),
                     self.n_topics

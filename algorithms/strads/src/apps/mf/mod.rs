@@ -19,7 +19,7 @@
 
 use std::path::PathBuf;
 
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{BlockId, RingApp, StradsApp};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_json, write_output};
@@ -30,7 +30,7 @@ mod scheduling;
 mod worker;
 
 use petrel_messages::tensor::f32_bytes;
-pub use scheduling::{MfMetrics, MfScheduling, RmsePoint};
+pub use scheduling::{MfMetrics, MfScheduling, StradsMfRmsePoint};
 use serde::{Deserialize, Serialize};
 pub use worker::{MfWorkerApp, initial_ring_blocks};
 
@@ -151,10 +151,10 @@ impl StradsMfJob {
             }
         };
         if all.entries.is_empty() {
-            return Err(ModelError::InvalidConfig("no ratings".into()).into());
+            return Err(StradsModelError::InvalidConfig("no ratings".into()).into());
         }
         if self.rank == 0 {
-            return Err(ModelError::InvalidConfig("rank must be >= 1".into()).into());
+            return Err(StradsModelError::InvalidConfig("rank must be >= 1".into()).into());
         }
         Ok(all.train_test_split(self.test_fraction, self.seed)?)
     }
@@ -322,9 +322,9 @@ impl StradsJob for MfApp {
         run: &FinishedRun,
     ) -> Result<(), StradsError> {
         scheduler.set_scheduler_bytes(run.scheduler_bytes);
-        let (w, h) = scheduler
-            .factors()
-            .ok_or_else(|| ModelError::protocol("the job ended without collecting the factors"))?;
+        let (w, h) = scheduler.factors().ok_or_else(|| {
+            StradsModelError::protocol("the job ended without collecting the factors")
+        })?;
         let mut metrics = scheduler.metrics().clone();
         metrics.final_test_rmse = rmse(&scheduler.test, &w, &h);
         tracing::info!(

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step};
 use crate::core::mf::{FactorBlock, MfPartition, RotationSchedule};
 use crate::kit::encoded_len;
@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 /// One point of the RMSE trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RmsePoint {
+pub struct StradsMfRmsePoint {
     /// Rank-one coordinate updates so far.
     pub coordinate_updates: u64,
     /// Seconds.
@@ -47,7 +47,7 @@ pub struct MfMetrics {
     /// Seconds.
     pub elapsed_s: f64,
     /// RMSE trace.
-    pub train_rmse: Vec<RmsePoint>,
+    pub train_rmse: Vec<StradsMfRmsePoint>,
     /// Last train RMSE.
     pub final_train_rmse: f64,
     /// Test RMSE of the final model.
@@ -267,7 +267,7 @@ impl Schedule<MfApp> for MfScheduling {
         round: u64,
         partials: Vec<MfPartial>,
         elapsed: Duration,
-    ) -> Result<MfCommit, ModelError> {
+    ) -> Result<MfCommit, StradsModelError> {
         self.metrics.rounds = round + 1;
         self.metrics.elapsed_s = elapsed.as_secs_f64();
         match self.stage {
@@ -282,13 +282,13 @@ impl Schedule<MfApp> for MfScheduling {
                         squared_error,
                     } = partial
                     else {
-                        return Err(ModelError::protocol(format!(
+                        return Err(StradsModelError::protocol(format!(
                             "worker {w} answered a visit with factors"
                         )));
                     };
                     let expected = self.schedule.block_held(w, t);
                     if block != expected {
-                        return Err(ModelError::protocol(format!(
+                        return Err(StradsModelError::protocol(format!(
                             "worker {w} visited block {block} instead of {expected}"
                         )));
                     }
@@ -303,7 +303,7 @@ impl Schedule<MfApp> for MfScheduling {
                     let train_rmse = (sq / n as f64).sqrt();
                     self.metrics.worker_ratings = per_worker;
                     self.metrics.final_train_rmse = train_rmse;
-                    self.metrics.train_rmse.push(RmsePoint {
+                    self.metrics.train_rmse.push(StradsMfRmsePoint {
                         coordinate_updates: self.coordinate_updates,
                         elapsed_s: elapsed.as_secs_f64(),
                         train_rmse,
@@ -336,12 +336,12 @@ impl Schedule<MfApp> for MfScheduling {
                         block,
                     } = partial
                     else {
-                        return Err(ModelError::protocol(format!(
+                        return Err(StradsModelError::protocol(format!(
                             "worker {worker} answered collect with a visit"
                         )));
                     };
                     if rows.len() != user_ids.len() * self.rank {
-                        return Err(ModelError::DimensionMismatch(
+                        return Err(StradsModelError::DimensionMismatch(
                             "factor rows do not match the user ids".into(),
                         ));
                     }
@@ -354,7 +354,7 @@ impl Schedule<MfApp> for MfScheduling {
                     }
                     let expected = self.schedule.block_held(worker, 0);
                     if block.block != expected || block.rank != self.rank {
-                        return Err(ModelError::protocol(format!(
+                        return Err(StradsModelError::protocol(format!(
                             "worker {worker} returned block {} instead of {expected}",
                             block.block
                         )));
@@ -367,7 +367,7 @@ impl Schedule<MfApp> for MfScheduling {
                 self.stage = Stage::Finished;
                 Ok(MfCommit { finalize_w: None })
             }
-            Stage::Finished => Err(ModelError::protocol("pull after the job finished")),
+            Stage::Finished => Err(StradsModelError::protocol("pull after the job finished")),
         }
     }
 }

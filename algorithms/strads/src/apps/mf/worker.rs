@@ -2,7 +2,7 @@
 //! blocks pass through it.
 
 use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush};
 use crate::core::mf::{FactorBlock, MfPartition, MfWorker, RotationSchedule};
 use petrel_ml::data::Ratings;
@@ -25,12 +25,12 @@ impl MfWorkerApp {
         partition: &MfPartition,
         train: &Ratings,
         job: &StradsMfJob,
-    ) -> Result<Self, ModelError> {
+    ) -> Result<Self, StradsModelError> {
         let rank = job.rank;
         let users = partition
             .bucket_users
             .get(index)
-            .ok_or_else(|| ModelError::InvalidConfig(format!("no bucket {index}")))?
+            .ok_or_else(|| StradsModelError::InvalidConfig(format!("no bucket {index}")))?
             .len();
         let mut rng = StdRng::seed_from_u64(job.seed.wrapping_mul(1_000_003) ^ index as u64);
         let scale = 1.0 / (rank as f32).sqrt();
@@ -85,15 +85,19 @@ impl RingPush<MfApp> for MfWorkerApp {
         _round: u64,
         task: &MfTask,
         block: Option<FactorBlock>,
-    ) -> Result<RingOutput<MfPartial, FactorBlock>, ModelError> {
+    ) -> Result<RingOutput<MfPartial, FactorBlock>, StradsModelError> {
         let (expected, mut block) = match (task, block) {
             (MfTask::Visit { block: b, .. } | MfTask::Collect { block: b }, Some(block)) => {
                 (*b, block)
             }
-            (_, None) => return Err(ModelError::protocol("no block for a task that needs one")),
+            (_, None) => {
+                return Err(StradsModelError::protocol(
+                    "no block for a task that needs one",
+                ));
+            }
         };
         if block.block != expected || block.rank != self.rank {
-            return Err(ModelError::protocol(format!(
+            return Err(StradsModelError::protocol(format!(
                 "got block {} of rank {} for block {expected} of rank {}",
                 block.block, block.rank, self.rank
             )));
@@ -108,7 +112,7 @@ impl RingPush<MfApp> for MfWorkerApp {
                 ..
             } => {
                 if *k >= self.rank {
-                    return Err(ModelError::protocol(format!(
+                    return Err(StradsModelError::protocol(format!(
                         "coordinate {k} with rank {}",
                         self.rank
                     )));
@@ -148,10 +152,10 @@ impl RingPush<MfApp> for MfWorkerApp {
         }
     }
 
-    fn commit(&mut self, _round: u64, commit: &MfCommit) -> Result<(), ModelError> {
+    fn commit(&mut self, _round: u64, commit: &MfCommit) -> Result<(), StradsModelError> {
         if let Some(k) = commit.finalize_w {
             if k >= self.rank {
-                return Err(ModelError::protocol(format!(
+                return Err(StradsModelError::protocol(format!(
                     "finalize w_{k} with rank {}",
                     self.rank
                 )));

@@ -40,8 +40,8 @@ impl RingPush<Trail> for TrailWorker {
         _round: u64,
         task: &TrailTask,
         block: Option<Vec<(u32, u64)>>,
-    ) -> Result<RingOutput<(u64, Option<Vec<(u32, u64)>>), Vec<(u32, u64)>>, ModelError> {
-        let mut block = block.ok_or_else(|| ModelError::protocol("no block"))?;
+    ) -> Result<RingOutput<(u64, Option<Vec<(u32, u64)>>), Vec<(u32, u64)>>, StradsModelError> {
+        let mut block = block.ok_or_else(|| StradsModelError::protocol("no block"))?;
         block.push((self.index, self.commits));
         Ok(if task.collect {
             RingOutput {
@@ -59,9 +59,9 @@ impl RingPush<Trail> for TrailWorker {
         })
     }
 
-    fn commit(&mut self, round: u64, commit: &u64) -> Result<(), ModelError> {
+    fn commit(&mut self, round: u64, commit: &u64) -> Result<(), StradsModelError> {
         if *commit != round {
-            return Err(ModelError::protocol(format!(
+            return Err(StradsModelError::protocol(format!(
                 "commit {commit} in round {round}"
             )));
         }
@@ -106,7 +106,7 @@ impl Schedule<Trail> for TrailSchedule {
         round: u64,
         partials: Vec<(u64, Option<Vec<(u32, u64)>>)>,
         _elapsed: Duration,
-    ) -> Result<u64, ModelError> {
+    ) -> Result<u64, StradsModelError> {
         for (b, trail) in partials {
             if trail.is_some() {
                 self.collected[b as usize] = trail;

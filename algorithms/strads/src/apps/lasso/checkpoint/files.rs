@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use super::CheckpointError;
-use crate::apps::lasso::scheduling::{LassoMetrics, LassoSchedulingState};
+use crate::apps::lasso::metrics::LassoMetrics;
+use crate::apps::lasso::scheduling::LassoSchedulingState;
 use crate::core::scheduler::SchedulerState;
 use petrel_actors::durable::{self, DurableError, FileDigest, Fnv1a64};
 use petrel_messages::tensor::{f32_bytes, f64_bytes};

@@ -50,7 +50,7 @@ use super::config::LassoJob;
 use super::scheduling::LassoScheduling;
 use super::wire::{ControlReply, ControlTask, LassoApp, LassoCommit, LassoPartial, LassoTask};
 use super::worker::LassoWorker;
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step};
 use petrel_actors::durable::{self, DurableError, FileDigest};
 
@@ -129,9 +129,9 @@ pub enum CheckpointError {
     },
 }
 
-impl From<CheckpointError> for ModelError {
+impl From<CheckpointError> for StradsModelError {
     fn from(e: CheckpointError) -> Self {
-        ModelError::app(e)
+        StradsModelError::app(e)
     }
 }
 
@@ -318,11 +318,11 @@ impl CheckpointingWorker {
 }
 
 impl Push<LassoApp> for CheckpointingWorker {
-    fn push(&mut self, round: u64, task: &LassoTask) -> Result<LassoPartial, ModelError> {
+    fn push(&mut self, round: u64, task: &LassoTask) -> Result<LassoPartial, StradsModelError> {
         self.push_from(0, round, task)
     }
 
-    fn commit(&mut self, round: u64, commit: &LassoCommit) -> Result<(), ModelError> {
+    fn commit(&mut self, round: u64, commit: &LassoCommit) -> Result<(), StradsModelError> {
         self.inner.commit_from(0, round, commit)
     }
 
@@ -331,7 +331,7 @@ impl Push<LassoApp> for CheckpointingWorker {
         scheduler: u32,
         round: u64,
         task: &LassoTask,
-    ) -> Result<LassoPartial, ModelError> {
+    ) -> Result<LassoPartial, StradsModelError> {
         match task {
             LassoTask::Control(control) => Ok(self.control(control)?),
             other => self.inner.push_from(scheduler, round, other),
@@ -343,7 +343,7 @@ impl Push<LassoApp> for CheckpointingWorker {
         scheduler: u32,
         round: u64,
         commit: &LassoCommit,
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), StradsModelError> {
         self.inner.commit_from(scheduler, round, commit)
     }
 }
@@ -529,7 +529,7 @@ impl Schedule<LassoApp> for Resumable {
         round: u64,
         partials: Vec<LassoPartial>,
         elapsed: Duration,
-    ) -> Result<LassoCommit, ModelError> {
+    ) -> Result<LassoCommit, StradsModelError> {
         let round = round + self.round_offset;
         let elapsed = elapsed + self.elapsed_offset;
         let control_round = match &self.control {
@@ -565,7 +565,7 @@ impl Schedule<LassoApp> for Resumable {
                 self.inner.note_checkpoint(round, false);
             }
             None => {
-                return Err(ModelError::protocol(format!(
+                return Err(StradsModelError::protocol(format!(
                     "round {round}: control round vanished"
                 )));
             }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::apps::lasso::scheduling::LassoMetrics;
+use crate::apps::lasso::metrics::LassoMetrics;
 use crate::apps::lasso::{SyntheticLasso, run_without_actors};
 use crate::core::lasso::LassoWorkerState;
 use crate::kit::serial::{SerialOptions, run_star};

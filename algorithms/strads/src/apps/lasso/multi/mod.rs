@@ -52,14 +52,14 @@ mod serial;
 mod slice;
 mod sync;
 
+pub use crate::apps::lasso::metrics::{EvalNumbers, combine_evaluation};
 pub use partition::{column_range, column_weights, partition_columns};
 pub use roles::SYNC_ACTOR;
 pub(super) use roles::scheduler_entry;
 pub use serial::run_multi_without_actors;
 pub use slice::SliceScheduling;
 pub use sync::{
-    EvalNumbers, LeadStatus, MultiLassoMetrics, SchedulerSummary, SyncCore, SyncDecision,
-    SyncReport, combine_evaluation,
+    LeadStatus, MultiLassoMetrics, SchedulerSummary, SyncCore, SyncDecision, SyncReport,
 };
 
 /// Scheduler roles registered (`strads-lasso-scheduler`, `strads-lasso-scheduler-1`, ...).

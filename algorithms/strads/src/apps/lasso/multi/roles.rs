@@ -9,7 +9,7 @@ use super::sync::{LeadBook, SyncCore, SyncDecision, SyncReport};
 use super::{MultiSchedulerError, assign_schedulers, build_schedulers};
 use crate::apps::lasso::WORKER_ROLE;
 use crate::apps::lasso::config::LassoJob;
-use crate::apps::lasso::scheduling::LassoOutcome;
+use crate::apps::lasso::metrics::LassoOutcome;
 use crate::apps::lasso::wire::LassoApp;
 use crate::error::StradsError;
 use crate::kit::{StradsJob, ready_barrier};

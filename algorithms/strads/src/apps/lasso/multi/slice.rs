@@ -6,11 +6,13 @@ use std::ops::Range;
 use std::time::Duration;
 
 use super::partition::column_range;
-use super::sync::{EvalNumbers, LeadStatus, SyncDecision, SyncReport, combine_evaluation};
+use super::sync::{LeadStatus, SyncDecision, SyncReport};
 use crate::apps::lasso::config::LassoJob;
-use crate::apps::lasso::scheduling::{LassoMetrics, LassoScheduling, common_applied};
+use crate::apps::lasso::metrics::LassoMetrics;
+use crate::apps::lasso::metrics::{EvalNumbers, combine_evaluation, common_applied};
+use crate::apps::lasso::scheduling::LassoScheduling;
 use crate::apps::lasso::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
-use crate::core::ModelError;
+use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step};
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
@@ -70,7 +72,7 @@ impl SliceScheduling {
         lambda: f32,
     ) -> Result<Self, StradsError> {
         if range.is_empty() || range.end > x.n_columns() {
-            return Err(ModelError::InvalidConfig(format!(
+            return Err(StradsModelError::InvalidConfig(format!(
                 "scheduler {index}: columns {range:?} of {}",
                 x.n_columns()
             ))
@@ -299,7 +301,7 @@ impl Schedule<LassoApp> for SliceScheduling {
         round: u64,
         partials: Vec<LassoPartial>,
         elapsed: Duration,
-    ) -> Result<LassoCommit, ModelError> {
+    ) -> Result<LassoCommit, StradsModelError> {
         let elapsed = elapsed + self.time_offset;
         if let Some(&(r, kind)) = self.special.front()
             && r == round
@@ -314,7 +316,7 @@ impl Schedule<LassoApp> for SliceScheduling {
                                 applied.push(*a)
                             }
                             _ => {
-                                return Err(ModelError::protocol(format!(
+                                return Err(StradsModelError::protocol(format!(
                                     "round {round}: bad answer to a flush"
                                 )));
                             }
@@ -324,7 +326,7 @@ impl Schedule<LassoApp> for SliceScheduling {
                 }
                 Special::Evaluate => {
                     if self.assembled.len() != self.n_features {
-                        return Err(ModelError::DimensionMismatch(format!(
+                        return Err(StradsModelError::DimensionMismatch(format!(
                             "round {round}: evaluation of {} coefficients for {} features",
                             self.assembled.len(),
                             self.n_features

@@ -7,10 +7,7 @@ use std::time::Duration;
 use super::MultiSchedulerError;
 use super::slice::SliceScheduling;
 use crate::apps::lasso::config::LassoJob;
-use crate::apps::lasso::scheduling::{Evaluation, LassoMetrics, common_applied};
-use crate::apps::lasso::wire::LassoPartial;
-use crate::core::ModelError;
-use crate::core::lasso::{dual_scale, kkt_violation};
+use crate::apps::lasso::metrics::{EvalNumbers, Evaluation, LassoMetrics};
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
@@ -50,73 +47,6 @@ pub struct SyncDecision {
 }
 
 petrel_messages::remote_message!(SyncReport => SyncDecision, "petrel.strads.lasso.sync");
-
-/// An exact evaluation of the whole model.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EvalNumbers {
-    /// The objective.
-    pub objective: f64,
-    /// Max KKT violation.
-    pub kkt_violation: f64,
-    /// Duality gap.
-    pub duality_gap: f64,
-    /// `||b||_1`.
-    pub l1: f64,
-    /// Non-zero coefficients.
-    pub nonzeros: usize,
-}
-
-/// Sums the workers' `Evaluate` partials and computes the objective, KKT violation and
-/// duality gap of `coefficients` (the whole model). Returns the common applied count too.
-pub fn combine_evaluation(
-    partials: &[LassoPartial],
-    coefficients: &[f32],
-    lambda: f32,
-) -> Result<(EvalNumbers, u64), ModelError> {
-    let d = coefficients.len();
-    let mut xtr = vec![0.0f64; d];
-    let (mut yy, mut yr, mut rr) = (0.0, 0.0, 0.0);
-    let mut applied = Vec::with_capacity(partials.len());
-    for p in partials {
-        let LassoPartial::Eval {
-            x_t_residual,
-            yy: a,
-            yr: b,
-            rr: c,
-            applied: n,
-        } = p
-        else {
-            return Err(ModelError::protocol("update answer to an evaluation"));
-        };
-        if x_t_residual.len() != d {
-            return Err(ModelError::DimensionMismatch(format!(
-                "X^T r of length {} for {d} features",
-                x_t_residual.len()
-            )));
-        }
-        xtr.iter_mut().zip(x_t_residual).for_each(|(s, v)| *s += v);
-        yy += a;
-        yr += b;
-        rr += c;
-        applied.push(*n);
-    }
-    let applied = common_applied(applied.into_iter())?;
-    let l1: f64 = coefficients.iter().map(|v| f64::from(v.abs())).sum();
-    let objective = 0.5 * rr + f64::from(lambda) * l1;
-    let s = dual_scale(&xtr, lambda);
-    let y_minus_theta = yy - 2.0 * s * yr + s * s * rr;
-    let duality_gap = objective - (0.5 * yy - 0.5 * y_minus_theta);
-    Ok((
-        EvalNumbers {
-            objective,
-            kkt_violation: kkt_violation(&xtr, coefficients, lambda),
-            duality_gap,
-            l1,
-            nonzeros: coefficients.iter().filter(|v| **v != 0.0).count(),
-        },
-        applied,
-    ))
-}
 
 /// What the lead knows of itself at a synchronisation point.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,0 +1,198 @@
+//! What the Lasso scheduler measures and writes: the objective trace, the exact
+//! evaluations (KKT violation, duality gap) computed from the workers' `Evaluate` partials,
+//! `metrics.json` and `coefficients.tsv`.
+
+use super::wire::LassoPartial;
+use crate::core::StradsModelError;
+use crate::core::lasso::{dual_scale, kkt_violation};
+use crate::error::StradsError;
+use crate::kit::{write_json, write_output};
+use serde::{Deserialize, Serialize};
+
+/// One point of the objective trace: the state after `updates` coordinate updates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObjectivePoint {
+    /// The round.
+    pub round: u64,
+    /// Coordinate updates reflected.
+    pub updates: u64,
+    /// Seconds since the start.
+    pub elapsed_s: f64,
+    /// `1/2 ||r||^2 + lambda ||b||_1`.
+    pub objective: f64,
+}
+
+/// An exact evaluation (pipeline drained).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// The evaluation round.
+    pub round: u64,
+    /// Coordinate updates reflected.
+    pub updates: u64,
+    /// Seconds since the start.
+    pub elapsed_s: f64,
+    /// The objective.
+    pub objective: f64,
+    /// Max KKT violation.
+    pub kkt_violation: f64,
+    /// Duality gap.
+    pub duality_gap: f64,
+    /// Non-zero coefficients.
+    pub nonzeros: usize,
+}
+
+/// `metrics.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LassoMetrics {
+    /// Schedule mode.
+    pub mode: String,
+    /// The L1 weight.
+    pub lambda: f32,
+    /// Rows.
+    pub n_samples: usize,
+    /// Features.
+    pub n_features: usize,
+    /// Workers.
+    pub workers: usize,
+    /// Coordinates per round.
+    pub block_size: usize,
+    /// Dependency-check threshold.
+    pub rho: Option<f32>,
+    /// Pipeline depth.
+    pub depth: usize,
+    /// Rounds run.
+    pub rounds: u64,
+    /// Coordinate updates.
+    pub updates: u64,
+    /// Seconds.
+    pub elapsed_s: f64,
+    /// Objective at the last evaluation.
+    pub final_objective: f64,
+    /// KKT violation at the last evaluation.
+    pub final_kkt_violation: f64,
+    /// Duality gap at the last evaluation.
+    pub final_duality_gap: f64,
+    /// Updates / seconds at which `target_objective` was first reached.
+    pub target_objective: Option<f64>,
+    /// Updates when `target_objective` was reached.
+    pub target_updates: Option<u64>,
+    /// Seconds when `target_objective` was reached.
+    pub target_s: Option<f64>,
+    /// Per-round objective trace.
+    pub objective: Vec<ObjectivePoint>,
+    /// The exact evaluations.
+    pub evaluations: Vec<Evaluation>,
+    /// Rounds at which checkpoints were written (including before a resume).
+    #[serde(default)]
+    pub checkpoints: Vec<u64>,
+    /// The checkpoint round this run resumed from.
+    #[serde(default)]
+    pub resumed_from_round: Option<u64>,
+}
+
+/// The finished model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LassoOutcome {
+    /// Coefficients by feature.
+    pub coefficients: Vec<f32>,
+    /// `metrics.json`.
+    pub metrics: LassoMetrics,
+}
+
+impl LassoOutcome {
+    /// Writes `coefficients.tsv` (`feature<TAB>value` for every feature, numbered 1-based
+    /// like LIBSVM indices) and `metrics.json`.
+    pub fn write(&self, dir: &std::path::Path) -> Result<(), StradsError> {
+        write_coefficients(dir, &self.coefficients)?;
+        write_json(dir, "metrics.json", &self.metrics)
+    }
+}
+
+/// Writes `coefficients.tsv`: `feature<TAB>value` for every feature, numbered 1-based like
+/// LIBSVM indices (Lasso and sparse logistic regression).
+pub fn write_coefficients(dir: &std::path::Path, coefficients: &[f32]) -> Result<(), StradsError> {
+    let mut text = String::with_capacity(coefficients.len() * 12);
+    for (j, v) in coefficients.iter().enumerate() {
+        text.push_str(&format!("{}\t{v}\n", j + 1));
+    }
+    write_output(dir, "coefficients.tsv", text.as_bytes())
+}
+
+/// The commit count every worker reports; they must agree (they see the same message
+/// sequence).
+pub fn common_applied(applied: impl Iterator<Item = u64>) -> Result<u64, StradsModelError> {
+    let all: Vec<u64> = applied.collect();
+    match all.first() {
+        Some(&a) if all.iter().all(|&b| b == a) => Ok(a),
+        _ => Err(StradsModelError::protocol(format!(
+            "workers report different commit counts {all:?}"
+        ))),
+    }
+}
+
+/// The numbers of an exact evaluation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalNumbers {
+    /// The objective.
+    pub objective: f64,
+    /// Max KKT violation.
+    pub kkt_violation: f64,
+    /// Duality gap.
+    pub duality_gap: f64,
+    /// `||b||_1`.
+    pub l1: f64,
+    /// Non-zero coefficients.
+    pub nonzeros: usize,
+}
+
+/// Sums the workers' `Evaluate` partials and computes the objective, KKT violation and
+/// duality gap of `coefficients` (the whole model). Returns the common applied count too.
+pub fn combine_evaluation(
+    partials: &[LassoPartial],
+    coefficients: &[f32],
+    lambda: f32,
+) -> Result<(EvalNumbers, u64), StradsModelError> {
+    let d = coefficients.len();
+    let mut xtr = vec![0.0f64; d];
+    let (mut yy, mut yr, mut rr) = (0.0, 0.0, 0.0);
+    let mut applied = Vec::with_capacity(partials.len());
+    for p in partials {
+        let LassoPartial::Eval {
+            x_t_residual,
+            yy: a,
+            yr: b,
+            rr: c,
+            applied: n,
+        } = p
+        else {
+            return Err(StradsModelError::protocol("update answer to an evaluation"));
+        };
+        if x_t_residual.len() != d {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "X^T r of length {} for {d} features",
+                x_t_residual.len()
+            )));
+        }
+        xtr.iter_mut().zip(x_t_residual).for_each(|(s, v)| *s += v);
+        yy += a;
+        yr += b;
+        rr += c;
+        applied.push(*n);
+    }
+    let applied = common_applied(applied.into_iter())?;
+    let l1: f64 = coefficients.iter().map(|v| f64::from(v.abs())).sum();
+    let objective = 0.5 * rr + f64::from(lambda) * l1;
+    let s = dual_scale(&xtr, lambda);
+    let y_minus_theta = yy - 2.0 * s * yr + s * s * rr;
+    let duality_gap = objective - (0.5 * yy - 0.5 * y_minus_theta);
+    Ok((
+        EvalNumbers {
+            objective,
+            kkt_violation: kkt_violation(&xtr, coefficients, lambda),
+            duality_gap,
+            l1,
+            nonzeros: coefficients.iter().filter(|v| **v != 0.0).count(),
+        },
+        applied,
+    ))
+}
