@@ -136,7 +136,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if reports.iter().any(|r| r.params != reports[0].params) {
         return Err("workers ended with different parameters".into());
     }
-    if !(last < 0.5 * first) {
+    // Also rejects NaN: a diverged run must not pass.
+    if last.is_nan() || last >= 0.5 * first {
         return Err(format!("loss did not fall: {first} -> {last}").into());
     }
     Ok(())
