@@ -106,9 +106,9 @@ impl PsApp for KMeans {
         Ok(points(ctx.worker()))
     }
 
-    async fn step(&self, mine: &mut Self::Worker, ctx: &Ctx<'_>) -> Result<Step, PsError> {
+    async fn step(&self, mine: &mut Self::Worker, ctx: &Ctx<'_>) -> Result<PsStep, PsError> {
         if ctx.client.current_clock() >= self.0.rounds {
-            return Ok(Step::Done);
+            return Ok(PsStep::Done);
         }
         let rows: Vec<RowId> = (0..K).map(RowId).collect();
         let got = ctx.client.get_many(CENTROIDS, &rows).await?;
@@ -128,7 +128,7 @@ impl PsApp for KMeans {
             let delta = Row::Dense(s.to_vec());
             ctx.client.batch_inc(CENTROIDS, RowId(k as u64), &delta)?;
         }
-        Ok(Step::Clock)
+        Ok(PsStep::Clock)
     }
 
     fn finish_worker(&self, _: Self::Worker, ctx: &Ctx) -> Result<WorkerDone, PsError> {

@@ -56,7 +56,7 @@ pub use core::types::{
 };
 pub use error::PsError;
 pub use kit::{
-    MonitorCtx, PsApp, PsJob, PsRoles, PsTrainArgs, Step, WorkerCtx, WorkerDone, register,
+    MonitorCtx, PsApp, PsJob, PsRoles, PsStep, PsTrainArgs, WorkerCtx, WorkerDone, register,
     register_builtin, run_local, run_local_with, train,
 };
 pub use shells::{PsClient, PsLayout, ServerShard, TablesBuilder};
@@ -72,7 +72,7 @@ pub mod prelude {
     };
     pub use crate::error::PsError;
     pub use crate::kit::{
-        MonitorCtx, PsApp, PsRoles, Step, WorkerCtx, WorkerDone, register_builtin, run_local,
+        MonitorCtx, PsApp, PsRoles, PsStep, WorkerCtx, WorkerDone, register_builtin, run_local,
         run_local_with,
     };
     pub use crate::shells::{PsClient, PsLayout, TablesBuilder};

@@ -42,7 +42,7 @@ use crate::core::lda::{
 use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
-use crate::kit::{MonitorCtx, PsApp, PsRoles, Step, WorkerCtx};
+use crate::kit::{MonitorCtx, PsApp, PsRoles, PsStep, WorkerCtx};
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
 use petrel_messages::remote_message;
@@ -359,7 +359,7 @@ impl PsApp for PsLda {
         &self,
         st: &mut PsLdaWorkerState,
         ctx: &WorkerCtx<'_, PsLdaReport>,
-    ) -> Result<Step, PsError> {
+    ) -> Result<PsStep, PsError> {
         let (cfg, client) = (&self.cfg, ctx.client);
         if !st.started {
             // Clock 0: the initial counts, then a barrier so that every worker starts
@@ -369,7 +369,7 @@ impl PsApp for PsLda {
             }
             st.started = true;
             st.report_due = Some(0);
-            return Ok(Step::Barrier);
+            return Ok(PsStep::Barrier);
         }
         if let Some(iteration) = st.report_due.take() {
             ctx.report(PsLdaReport::Iteration(PsLdaIteration {
@@ -389,7 +389,7 @@ impl PsApp for PsLda {
             }
         }
         if st.iteration > cfg.iterations {
-            return Ok(Step::Done);
+            return Ok(PsStep::Done);
         }
         let parts = cfg.clocks_per_iteration.max(1) as usize;
         let t = Instant::now();
@@ -415,16 +415,16 @@ impl PsApp for PsLda {
         }
         st.part += 1;
         if st.part < parts {
-            return Ok(Step::Clock);
+            return Ok(PsStep::Clock);
         }
         st.report_due = Some(st.iteration);
         st.iteration += 1;
         st.part = 0;
         // The last clock is a barrier: the table is final once every worker is past it.
         Ok(if st.iteration > cfg.iterations {
-            Step::Barrier
+            PsStep::Barrier
         } else {
-            Step::Clock
+            PsStep::Clock
         })
     }
 

@@ -19,7 +19,7 @@ use crate::core::types::{
     Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec, UpdateRuleSpec,
 };
 use crate::error::PsError;
-use crate::kit::{MonitorCtx, PsApp, Step, WorkerCtx, WorkerDone, write_model_and_metrics};
+use crate::kit::{MonitorCtx, PsApp, PsStep, WorkerCtx, WorkerDone, write_model_and_metrics};
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
 use petrel_ml::data::libsvm::{SparseDataset, SparseRow, load_libsvm};
@@ -58,7 +58,7 @@ pub struct PsLrConfig {
     /// Fraction of the samples held out.
     #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,
-    /// Step size of the shards' SGD rule.
+    /// PsStep size of the shards' SGD rule.
     #[arg(long, default_value_t = 0.5)]
     pub learning_rate: f32,
     /// Samples per clock and worker.
@@ -380,10 +380,10 @@ impl PsApp for PsLr {
         &self,
         mine: &mut Vec<usize>,
         ctx: &WorkerCtx<'_, WorkerDone>,
-    ) -> Result<Step, PsError> {
+    ) -> Result<PsStep, PsError> {
         let c = ctx.client;
         if c.current_clock() >= self.cfg.max_clocks || mine.is_empty() {
-            return Ok(Step::Done);
+            return Ok(PsStep::Done);
         }
         let (k, bias, b) = (
             self.data.n_classes(),
@@ -411,7 +411,7 @@ impl PsApp for PsLr {
         for (j, g) in gradient(&batch, &rows, bias, k) {
             c.batch_inc(WEIGHTS, RowId(u64::from(j)), &Row::Dense(g))?;
         }
-        Ok(Step::Clock)
+        Ok(PsStep::Clock)
     }
 
     fn finish_worker(

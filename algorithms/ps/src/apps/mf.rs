@@ -27,7 +27,7 @@
 use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
-use crate::kit::{MonitorCtx, PsApp, Step, WorkerCtx, WorkerDone, write_model_and_metrics};
+use crate::kit::{MonitorCtx, PsApp, PsStep, WorkerCtx, WorkerDone, write_model_and_metrics};
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_ml::data::ratings::{Ratings, load_ratings};
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
@@ -507,11 +507,11 @@ impl PsApp for PsMf {
         &self,
         st: &mut PsMfWorker,
         ctx: &WorkerCtx<'_, WorkerDone>,
-    ) -> Result<Step, PsError> {
+    ) -> Result<PsStep, PsError> {
         let (cfg, client, w) = (&self.cfg, ctx.client, ctx.worker());
         let c = client.current_clock();
         if c >= cfg.clocks() {
-            return Ok(Step::Done);
+            return Ok(PsStep::Done);
         }
         if cfg.fail_worker_at == Some((w, c)) {
             return Err(PsError::InjectedFailure {
@@ -557,7 +557,7 @@ impl PsApp for PsMf {
             tokio::time::sleep(st.per_clock - spent).await;
         }
         st.compute_s += t0.elapsed().as_secs_f64();
-        Ok(Step::Clock)
+        Ok(PsStep::Clock)
     }
 
     fn finish_worker(

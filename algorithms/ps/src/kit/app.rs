@@ -34,7 +34,7 @@ impl PsRoles {
 
 /// How a worker ends a clock (see [`PsApp::step`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum PsStep {
     /// `clock()`: flush the updates and go on.
     Clock,
     /// `barrier()`: flush, and wait until every worker completed this clock.
@@ -97,7 +97,7 @@ pub trait PsApp: Sized + Send + Sync + 'static {
         &self,
         worker: &mut Self::Worker,
         ctx: &WorkerCtx<'_, Self::Report>,
-    ) -> Result<Step, PsError>;
+    ) -> Result<PsStep, PsError>;
 
     /// The worker's final report, after it left the shards.
     fn finish_worker(

@@ -29,7 +29,7 @@ mod local;
 mod monitor;
 mod worker;
 
-pub use app::{PsApp, PsRoles, Step};
+pub use app::{PsApp, PsRoles, PsStep};
 pub use job::{PsJob, register, register_builtin, serve_shards};
 pub use local::{PsTrainArgs, local_topology, run_local, run_local_with, train};
 pub use monitor::{

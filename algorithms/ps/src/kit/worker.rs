@@ -7,7 +7,7 @@ use petrel_messages::Priority;
 
 use crate::error::PsError;
 use crate::kit::job::SHARDS_READY_TIMEOUT;
-use crate::kit::{PsApp, PsJob, Step};
+use crate::kit::{PsApp, PsJob, PsStep};
 use crate::shells::{self, PsClient, PsLayout};
 
 /// What a worker's code sees: its client, the job layout and the monitor's inbox.
@@ -73,9 +73,9 @@ async fn run_worker<A: PsApp>(
     let mut state = job.app.start_worker(&ctx)?;
     while client.stop_requested().is_none() {
         match job.app.step(&mut state, &ctx).await? {
-            Step::Clock => client.clock()?,
-            Step::Barrier => client.barrier().await?,
-            Step::Done => break,
+            PsStep::Clock => client.clock()?,
+            PsStep::Barrier => client.barrier().await?,
+            PsStep::Done => break,
         }
         // Cache hits complete without yielding: let the node's actors (heartbeats,
         // replies) run between clocks.
