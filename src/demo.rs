@@ -320,6 +320,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), DemoError> {
 /// Adds the roles `demo-aggregator` and `demo-worker`.
 pub fn register(cluster: Cluster) -> Cluster {
     cluster
+        .app_section::<DemoConfig>("demo")
         .role("demo-aggregator", aggregator_role)
         .role("demo-worker", worker_role)
 }

@@ -130,6 +130,8 @@ pub struct Running {
 
 /// Launches one process per node of `settings` and returns at once.
 pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, LaunchError> {
+    // Unknown roles and bad `[app.*]` values fail here, before any process starts.
+    crate::roles::builtin(settings.clone()).check_settings()?;
     let run_dir = match &opts.run_dir {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!(

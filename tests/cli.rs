@@ -491,3 +491,50 @@ fn child_process(parent: u32, name: &str) -> Option<u32> {
     }
     None
 }
+
+/// A bad `[app.*]` value or a misspelt section fails `petrel run` before any node starts,
+/// with one error line that names the section and the valid values.
+#[test]
+fn petrel_run_rejects_bad_app_settings_before_starting_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[app.lasso]\nmode = \"bogus\"\n",
+            &["[app.lasso]", "dynamic", "random", "cyclic"][..],
+        ),
+        (
+            "[app.demoo]\nrounds = 3\n",
+            &["unknown settings section [app.demoo]", "demo"][..],
+        ),
+    ];
+    for (extra, expected) in cases {
+        let body = format!(
+            "{}{extra}",
+            DEMO.replace("[app.demo]\nrounds = 3\ntensor_len = 1024\n", "")
+        );
+        let cfg = write_config(dir.path(), &body);
+        let start = Instant::now();
+        let out = Command::new(PETREL)
+            .args(["run"])
+            .arg(&cfg)
+            .arg("--run-dir")
+            .arg(dir.path().join("run"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        for e in expected {
+            assert!(stderr.contains(e), "missing {e:?} in: {stderr}");
+        }
+        assert!(
+            !dir.path().join("run").join("cluster.toml").exists()
+                && start.elapsed() < Duration::from_secs(5),
+            "nodes were started: {stderr}"
+        );
+        assert_eq!(
+            stderr.matches("error").count(),
+            1,
+            "one error line: {stderr}"
+        );
+    }
+}

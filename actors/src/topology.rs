@@ -109,7 +109,11 @@ impl Topology {
 pub struct Cluster {
     settings: Arc<Settings>,
     roles: HashMap<String, RoleFn>,
+    /// `[app.<section>]` readers registered by the apps, run before any node starts.
+    app_sections: BTreeMap<String, SectionCheck>,
 }
+
+type SectionCheck = Arc<dyn Fn(&Settings) -> Result<(), NodeError> + Send + Sync>;
 
 /// How a node reaches the others.
 #[derive(Clone)]
@@ -126,7 +130,44 @@ impl Cluster {
         Self {
             settings: Arc::new(settings),
             roles: HashMap::new(),
+            app_sections: BTreeMap::new(),
         }
+    }
+
+    /// Declares that the roles read `[app.<section>]` as a `C`. [`Cluster::check_settings`]
+    /// (run before any node starts) then parses the section, so a bad value, such as an
+    /// unknown choice, fails at once, naming the section and the valid values, instead of
+    /// after the cluster has started. Once any section is declared, an `[app.*]` section that
+    /// no app declared is rejected too (a misspelt section would otherwise be ignored).
+    pub fn app_section<C>(mut self, section: &str) -> Self
+    where
+        C: serde::de::DeserializeOwned + Default + 'static,
+    {
+        let name = section.to_string();
+        let check: SectionCheck = Arc::new(move |s: &Settings| s.app::<C>(&name).map(|_| ()));
+        self.app_sections.insert(section.to_string(), check);
+        self
+    }
+
+    /// Checks what can be checked before a node starts: every role a node lists is
+    /// registered, and every declared `[app.*]` section parses ([`Cluster::app_section`]).
+    pub fn check_settings(&self) -> Result<(), NodeError> {
+        self.check_roles()?;
+        for check in self.app_sections.values() {
+            check(&self.settings)?;
+        }
+        if !self.app_sections.is_empty() {
+            for section in self.settings.app.keys() {
+                if !self.app_sections.contains_key(section) {
+                    let known: Vec<&str> = self.app_sections.keys().map(String::as_str).collect();
+                    return Err(NodeError::Config(format!(
+                        "unknown settings section [app.{section}]; known sections: {}",
+                        known.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The settings.
@@ -169,7 +210,7 @@ impl Cluster {
     /// Runs every node in this process, each on its own thread, and returns when all are
     /// done. The first failure (with the node's name) is returned.
     pub fn run_in_process(&self) -> Result<(), NodeError> {
-        self.check_roles()?;
+        self.check_settings()?;
         let wiring: Vec<Wiring> = if self.settings.cluster.transport == Transport::Memory {
             let hub = MemoryHub::new();
             self.settings
@@ -197,6 +238,7 @@ impl Cluster {
         let this = Cluster {
             settings: Arc::new(settings),
             roles: self.roles.clone(),
+            app_sections: self.app_sections.clone(),
         };
         let handles: Vec<_> = this
             .settings
@@ -240,7 +282,7 @@ impl Cluster {
     /// Runs one node until its roles finished and every node reached the final barrier, or
     /// until a peer fails (the error names it). Blocks; creates its own actix System.
     pub fn run_node(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
-        self.check_roles()?;
+        self.check_settings()?;
         let system = System::new();
         let cluster = self.clone();
         let name = name.to_string();

@@ -223,7 +223,10 @@ async fn worker(ctx: NodeContext) -> Result<(), P3Error> {
 
 /// Registers `p3-worker` and `p3-shard`.
 pub fn register(cluster: Cluster) -> Cluster {
-    cluster.role(SHARD_ROLE, shard).role(WORKER_ROLE, worker)
+    cluster
+        .app_section::<P3NodeConfig>("p3")
+        .role(SHARD_ROLE, shard)
+        .role(WORKER_ROLE, worker)
 }
 
 #[cfg(test)]

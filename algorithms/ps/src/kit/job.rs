@@ -138,6 +138,7 @@ pub fn register_builtin<A: PsApp>(cluster: Cluster) -> Cluster {
     let roles = A::BUILTIN_ROLES;
     let (g1, g2, g3) = (get.clone(), get.clone(), get);
     cluster
+        .app_section::<A::Config>(A::SECTION)
         .role(roles.shard, move |ctx| {
             let job = g1();
             async move { shard_role(ctx, job?).await }

@@ -264,6 +264,7 @@ pub async fn worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsErr
 /// Registers job `J`'s scheduler and worker roles.
 pub fn register<J: StradsJob>(cluster: Cluster) -> Cluster {
     cluster
+        .app_section::<J::Config>(J::SECTION)
         .role(J::SCHEDULER_ROLE, scheduler_role::<J>)
         .role(J::WORKER_ROLE, worker_role::<J>)
 }

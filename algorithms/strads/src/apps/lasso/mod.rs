@@ -117,7 +117,9 @@ pub fn register(cluster: Cluster) -> Cluster {
             multi::scheduler_entry(ctx, index)
         })
     });
-    cluster.role(WORKER_ROLE, crate::kit::worker_role::<LassoApp>)
+    cluster
+        .app_section::<LassoJob>(LassoApp::SECTION)
+        .role(WORKER_ROLE, crate::kit::worker_role::<LassoApp>)
 }
 
 #[cfg(test)]
