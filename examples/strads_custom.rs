@@ -164,11 +164,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     petrel::init_tracing();
     // The same halves in one thread, in the cluster's message order (what tests run).
     let (serial, run) = run_serial::<Nnls>(&(), 2, Delivery::Late)?;
-    let (first, last) = (serial.objective.first(), serial.objective.last());
+    let (first, last) = (
+        serial.objective[0],
+        serial.objective[serial.objective.len() - 1],
+    );
     println!(
-        "serial: {} rounds; ||y - X b||^2 {first:?} -> {last:?}",
+        "serial: {} rounds; ||y - X b||^2 {first} -> {last}",
         run.rounds
     );
+    if last.is_nan() || last >= 0.5 * first || serial.b.iter().any(|b| *b < 0.0) {
+        return Err(format!("NNLS did not converge: {first} -> {last}").into());
+    }
     // A cluster of one scheduler and two workers, every node a thread of this process.
     let settings = Topology::builder("nnls")
         .transport(Transport::Memory)
