@@ -68,7 +68,7 @@
 //! ## The command line
 //!
 //! [`roles::builtin`] is a [`actors::Cluster`] with every built-in role; `petrel run`,
-//! `petrel node`, `petrel train …` and `petrel bench …` ([`bench`]) are built on it, the
+//! `petrel node`, `petrel train …` and `petrel bench …` ([`mod@bench`]) are built on it, the
 //! [`launcher`] and [`netns`] (emulated hosts). [`demo`] is the runtime's own check job.
 //! Commands fail with a [`CliError`].
 
