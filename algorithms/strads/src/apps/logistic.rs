@@ -319,16 +319,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         partials: Vec<LogisticPartial>,
         elapsed: Duration,
     ) -> Result<LogisticCommit, StradsModelError> {
-        let Some((expected, vars)) = self.in_flight.pop_front() else {
-            return Err(StradsModelError::protocol(format!(
-                "pull of round {round} with nothing in flight"
-            )));
-        };
-        if expected != round {
-            return Err(StradsModelError::protocol(format!(
-                "pull of round {round}, expected {expected}"
-            )));
-        }
+        let vars = crate::core::pop_in_flight(&mut self.in_flight, round)?;
         let mut g = vec![0.0f32; vars.len()];
         let mut h = vec![0.0f32; vars.len()];
         let (mut loss, mut correct, mut rows) = (0.0, 0u64, 0u64);

@@ -74,10 +74,47 @@ impl StradsModelError {
     }
 }
 
+/// Takes the oldest round a scheduler has in flight, which must be `round`: commits are
+/// pulled strictly in round order, so anything else is a protocol violation.
+pub fn pop_in_flight<T>(
+    in_flight: &mut std::collections::VecDeque<(u64, T)>,
+    round: u64,
+) -> Result<T, StradsModelError> {
+    match in_flight.pop_front() {
+        None => Err(StradsModelError::protocol(format!(
+            "pull of round {round} with nothing in flight"
+        ))),
+        Some((expected, _)) if expected != round => Err(StradsModelError::protocol(format!(
+            "pull of round {round}, expected {expected}"
+        ))),
+        Some((_, item)) => Ok(item),
+    }
+}
+
 /// Splits `0..n` into `parts` contiguous ranges whose lengths differ by at most one.
 pub fn split_evenly(n: usize, parts: usize) -> Vec<std::ops::Range<usize>> {
     let parts = parts.max(1);
     (0..parts)
         .map(|p| (p * n / parts)..((p + 1) * n / parts))
         .collect()
+}
+
+#[cfg(test)]
+mod pop_in_flight_tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    #[test]
+    fn rounds_are_pulled_in_order_and_anything_else_is_a_protocol_error() {
+        let mut q: VecDeque<(u64, &str)> = [(3, "a"), (4, "b")].into();
+        assert!(matches!(
+            pop_in_flight(&mut q, 4),
+            Err(StradsModelError::Protocol(m)) if m.contains("expected 3")
+        ));
+        assert_eq!(pop_in_flight(&mut q, 4).ok(), Some("b"));
+        assert!(matches!(
+            pop_in_flight(&mut q, 5),
+            Err(StradsModelError::Protocol(m)) if m.contains("nothing in flight")
+        ));
+    }
 }

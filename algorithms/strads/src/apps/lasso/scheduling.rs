@@ -238,16 +238,7 @@ impl Schedule<LassoApp> for LassoScheduling {
         partials: Vec<LassoPartial>,
         elapsed: Duration,
     ) -> Result<LassoCommit, StradsModelError> {
-        let Some((expected, kind)) = self.in_flight.pop_front() else {
-            return Err(StradsModelError::protocol(format!(
-                "pull of round {round} with nothing in flight"
-            )));
-        };
-        if expected != round {
-            return Err(StradsModelError::protocol(format!(
-                "pull of round {round}, expected {expected}"
-            )));
-        }
+        let kind = crate::core::pop_in_flight(&mut self.in_flight, round)?;
         self.metrics.rounds = round + 1;
         self.metrics.elapsed_s = elapsed.as_secs_f64();
         let commit = match kind {
