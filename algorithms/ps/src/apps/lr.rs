@@ -58,7 +58,7 @@ pub struct PsLrConfig {
     /// Fraction of the samples held out.
     #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,
-    /// PsStep size of the shards' SGD rule.
+    /// Step size of the shards' SGD rule.
     #[arg(long, default_value_t = 0.5)]
     pub learning_rate: f32,
     /// Samples per clock and worker.

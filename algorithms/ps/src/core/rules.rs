@@ -33,7 +33,7 @@ impl UpdateRule for Sum {
 /// Plain SGD: the delta is a gradient, `value -= learning_rate * gradient`.
 #[derive(Debug, Clone)]
 pub struct Sgd {
-    /// PsStep size.
+    /// Step size.
     pub learning_rate: f32,
 }
 
@@ -49,7 +49,7 @@ impl UpdateRule for Sgd {
 /// sparse updates); a row's velocity is a dense copy of the row's shape.
 #[derive(Debug, Clone)]
 pub struct SgdMomentum {
-    /// PsStep size.
+    /// Step size.
     pub learning_rate: f32,
     /// Velocity decay.
     pub momentum: f32,
@@ -81,7 +81,7 @@ impl UpdateRule for SgdMomentum {
         let v = self.velocity.entry(id).or_insert(empty);
         let m = self.momentum;
         v.apply_with(delta, |x, g| *x = m * *x + g);
-        // PsStep only along the touched entries, using their new velocity.
+        // Step only along the touched entries, using their new velocity.
         let step = project(v, delta);
         row.add_scaled(&step, -self.learning_rate);
     }
@@ -90,7 +90,7 @@ impl UpdateRule for SgdMomentum {
 /// Adagrad: `G += g^2; value -= learning_rate * g / (sqrt(G) + eps)`, per row.
 #[derive(Debug, Clone)]
 pub struct Adagrad {
-    /// PsStep size.
+    /// Step size.
     pub learning_rate: f32,
     /// Added to the root of the accumulator.
     pub eps: f32,

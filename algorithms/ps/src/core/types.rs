@@ -147,19 +147,19 @@ pub enum UpdateRuleSpec {
     Sum,
     /// `value -= learning_rate * gradient`.
     Sgd {
-        /// PsStep size.
+        /// Step size.
         learning_rate: f32,
     },
     /// `v = momentum * v + g; value -= learning_rate * v` (per-row velocity kept on the shard).
     SgdMomentum {
-        /// PsStep size.
+        /// Step size.
         learning_rate: f32,
         /// Velocity decay.
         momentum: f32,
     },
     /// `G += g^2; value -= learning_rate * g / (sqrt(G) + eps)`.
     Adagrad {
-        /// PsStep size.
+        /// Step size.
         learning_rate: f32,
         /// Added to the root of the accumulator.
         eps: f32,
