@@ -4,7 +4,7 @@
 
 use petrel::train::{run_lda_job, run_mf_job};
 use petrel_actors::JobTransport;
-use petrel_ml::topic::SyntheticCorpus;
+use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_strads::apps::lda::LdaJob;
 use petrel_strads::apps::mf::{StradsMfJob, SyntheticRatings};
 use petrel_strads::core::lda::LdaCluster;
@@ -44,7 +44,7 @@ fn mf_on_actors_fits_and_writes_factors() {
 fn lda_over_quic_equals_the_serial_driver() {
     let dir = tempfile::tempdir().unwrap();
     let job = LdaJob {
-        synthetic: SyntheticCorpus {
+        synthetic: LdaCorpusParams {
             n_topics: 4,
             vocab_size: 80,
             n_docs: 50,

@@ -10,7 +10,8 @@ use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, print_json};
 use crate::train::{StradsTrainError, run_lda_job};
 use petrel_actors::JobTransport;
-use petrel_ml::topic::{LdaMetrics, LoglikPoint, SyntheticCorpus};
+use petrel_ml::data::synthetic::LdaCorpusParams;
+use petrel_ml::topic::{LdaMetrics, LoglikPoint};
 use petrel_ps::apps::lda::{PsLdaConfig, PsLdaMetrics};
 use petrel_strads::apps::lda::LdaJob;
 use serde::Serialize;
@@ -120,7 +121,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     let mut runs: Vec<(usize, LdaMetrics)> = Vec::new();
     for &p in &args.workers {
         let job = LdaJob {
-            synthetic: SyntheticCorpus {
+            synthetic: LdaCorpusParams {
                 n_topics: args.topics,
                 vocab_size: args.vocab,
                 n_docs: args.docs,
@@ -270,7 +271,7 @@ fn run_ps(
     out: &std::path::Path,
 ) -> Result<PsLdaMetrics, StradsTrainError> {
     let cfg = PsLdaConfig {
-        synthetic: SyntheticCorpus {
+        synthetic: LdaCorpusParams {
             n_topics: args.topics,
             vocab_size: args.vocab,
             n_docs: args.docs,

@@ -192,8 +192,10 @@ pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataEr
     })
 }
 
-/// Parameters of [`lda_corpus`].
-#[derive(Debug, Clone, PartialEq)]
+/// Parameters of [`lda_corpus`]; also the `synthetic` settings table of the LDA apps
+/// (`[app.lda.synthetic]`, `[app.ps_lda.synthetic]`), hence the serde defaults.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LdaCorpusParams {
     /// Number of topics.
     pub n_topics: usize,
@@ -209,6 +211,20 @@ pub struct LdaCorpusParams {
     pub beta: f64,
     /// RNG seed.
     pub seed: u64,
+}
+
+impl Default for LdaCorpusParams {
+    fn default() -> Self {
+        LdaCorpusParams {
+            n_topics: 20,
+            vocab_size: 5000,
+            n_docs: 2000,
+            doc_length: 100,
+            alpha: 0.1,
+            beta: 0.1,
+            seed: 42,
+        }
+    }
 }
 
 /// A corpus drawn from the LDA generative model, with the distributions that drew it.

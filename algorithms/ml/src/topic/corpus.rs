@@ -1,4 +1,4 @@
-//! The LDA apps' inputs and outputs: the corpus source (a file or [`SyntheticCorpus`]), the
+//! The LDA apps' inputs and outputs: the corpus source (a file or a synthetic [`LdaCorpusParams`]), the
 //! document partition, `metrics.json` ([`LdaMetrics`]) and the topic files.
 
 use serde::{Deserialize, Serialize};
@@ -7,40 +7,6 @@ use std::path::Path;
 use super::balanced_buckets;
 use crate::data::synthetic::{LdaCorpusParams, lda_corpus};
 use crate::data::{Corpus, DataError};
-
-/// Synthetic corpus from the LDA generative model (see [`lda_corpus`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SyntheticCorpus {
-    /// Number of topics.
-    pub n_topics: usize,
-    /// Number of distinct words.
-    pub vocab_size: usize,
-    /// Number of documents.
-    pub n_docs: usize,
-    /// Tokens per document.
-    pub doc_length: usize,
-    /// Dirichlet prior of the document-topic distributions.
-    pub alpha: f64,
-    /// Dirichlet prior of the topic-word distributions.
-    pub beta: f64,
-    /// RNG seed.
-    pub seed: u64,
-}
-
-impl Default for SyntheticCorpus {
-    fn default() -> Self {
-        SyntheticCorpus {
-            n_topics: 20,
-            vocab_size: 5000,
-            n_docs: 2000,
-            doc_length: 100,
-            alpha: 0.1,
-            beta: 0.1,
-            seed: 42,
-        }
-    }
-}
 
 /// One point of the log-likelihood trace (after a full pass over the corpus).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,23 +118,11 @@ pub fn write_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), DataErr
 pub fn load_corpus(
     docword: Option<&Path>,
     vocab: Option<&Path>,
-    synthetic: &SyntheticCorpus,
+    synthetic: &LdaCorpusParams,
 ) -> Result<Corpus, DataError> {
     let corpus = match docword {
         Some(path) => crate::data::load_bow(path, vocab)?,
-        None => {
-            let s = synthetic;
-            lda_corpus(&LdaCorpusParams {
-                n_topics: s.n_topics,
-                vocab_size: s.vocab_size,
-                n_docs: s.n_docs,
-                doc_length: s.doc_length,
-                alpha: s.alpha,
-                beta: s.beta,
-                seed: s.seed,
-            })?
-            .corpus
-        }
+        None => lda_corpus(synthetic)?.corpus,
     };
     if corpus.n_tokens() == 0 {
         return Err(DataError::InvalidParameter(

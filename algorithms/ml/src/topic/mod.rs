@@ -17,8 +17,7 @@ use std::collections::BinaryHeap;
 mod corpus;
 
 pub use corpus::{
-    DocumentPartition, LdaMetrics, LoglikPoint, SyntheticCorpus, load_corpus, write_file,
-    write_topic_files,
+    DocumentPartition, LdaMetrics, LoglikPoint, load_corpus, write_file, write_topic_files,
 };
 
 /// Sparse topic-count vector: `(topic, count)` pairs with count > 0, unordered.

@@ -47,9 +47,9 @@ use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
 use petrel_messages::remote_message;
 use petrel_ml::data::Corpus;
+use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::topic::{
-    DocumentPartition, LdaConfig, LdaMetrics, LoglikPoint, SyntheticCorpus, load_corpus,
-    write_topic_files,
+    DocumentPartition, LdaConfig, LdaMetrics, LoglikPoint, load_corpus, write_topic_files,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -69,7 +69,7 @@ pub struct PsLdaConfig {
     pub vocab: Option<PathBuf>,
     /// The synthetic corpus (settings only).
     #[arg(skip)]
-    pub synthetic: SyntheticCorpus,
+    pub synthetic: LdaCorpusParams,
     /// Topics.
     #[arg(long = "topics", default_value_t = 20)]
     pub n_topics: usize,
@@ -111,7 +111,7 @@ impl Default for PsLdaConfig {
         PsLdaConfig {
             docword: None,
             vocab: None,
-            synthetic: SyntheticCorpus::default(),
+            synthetic: LdaCorpusParams::default(),
             n_topics: 20,
             alpha: 0.1,
             beta: 0.1,

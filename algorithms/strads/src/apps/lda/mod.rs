@@ -29,9 +29,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::lda::{TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use petrel_ml::data::Corpus;
-use petrel_ml::topic::{
-    DocumentPartition, LdaConfig, SyntheticCorpus, load_corpus, write_topic_files,
-};
+use petrel_ml::data::synthetic::LdaCorpusParams;
+use petrel_ml::topic::{DocumentPartition, LdaConfig, load_corpus, write_topic_files};
 
 mod scheduling;
 mod worker;
@@ -57,7 +56,7 @@ pub struct LdaJob {
     pub vocab: Option<PathBuf>,
     /// The synthetic corpus used without a docword file (TOML only).
     #[arg(skip)]
-    pub synthetic: SyntheticCorpus,
+    pub synthetic: LdaCorpusParams,
     /// Topics.
     #[arg(long = "topics", default_value_t = 20)]
     pub n_topics: usize,
@@ -89,7 +88,7 @@ impl Default for LdaJob {
         LdaJob {
             docword: None,
             vocab: None,
-            synthetic: SyntheticCorpus::default(),
+            synthetic: LdaCorpusParams::default(),
             n_topics: 20,
             alpha: 0.1,
             beta: 0.1,

@@ -5,7 +5,7 @@ use crate::kit::serial::Delivery;
 
 fn small_job() -> LdaJob {
     LdaJob {
-        synthetic: SyntheticCorpus {
+        synthetic: LdaCorpusParams {
             n_topics: 4,
             vocab_size: 60,
             n_docs: 40,
