@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lasso::{LassoJob, write_coefficients};
 use crate::core::logistic::{LogisticWorkerState, pull};
-use crate::core::scheduler::{ColumnCorrelationCache, DependencyFilter, LassoScheduler};
+use crate::core::scheduler::LassoScheduler;
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
@@ -238,12 +238,8 @@ impl LogisticScheduling {
             .lambda
             .unwrap_or((job.lambda_fraction * super::lasso::lambda_max(x, &signs) / 2.0) as f32);
         let shared = Arc::new(x.clone());
-        let filter = job.rho.map(|rho| DependencyFilter {
-            rho,
-            oracle: Box::new(ColumnCorrelationCache::new(shared, 1 << 20)),
-        });
         Ok(LogisticScheduling {
-            scheduler: LassoScheduler::new(x.n_columns(), job.scheduler_config(), filter)?,
+            scheduler: job.coordinate_scheduler(shared)?,
             coefficients: vec![0.0; x.n_columns()],
             lambda,
             max_rounds: job.max_rounds,

@@ -2,12 +2,15 @@
 //! and from the flags of `petrel train lasso` / `petrel train logistic`.
 
 use crate::core::StradsModelError;
-use crate::core::scheduler::{ScheduleMode, SchedulerConfig};
+use crate::core::scheduler::{
+    ColumnCorrelationCache, DependencyFilter, LassoScheduler, ScheduleMode, SchedulerConfig,
+};
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
 use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Synthetic correlated design (see [`correlated_lasso`]), used when no data file is given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
@@ -209,6 +212,21 @@ impl LassoJob {
         c.initial_priority = self.initial_priority;
         c.seed = self.seed;
         c
+    }
+
+    /// The coordinate scheduler this job configures over the design `x`: priority sampling
+    /// plus, unless `rho` is unset, the `|corr| < rho` dependency filter (correlations are
+    /// computed on demand and cached).
+    pub fn coordinate_scheduler(
+        &self,
+        x: Arc<SparseColumns>,
+    ) -> Result<LassoScheduler, StradsModelError> {
+        let n = x.n_columns();
+        let filter = self.rho.map(|rho| DependencyFilter {
+            rho,
+            oracle: Box::new(ColumnCorrelationCache::new(x, 1 << 20)),
+        });
+        LassoScheduler::new(n, self.scheduler_config(), filter)
     }
 }
 

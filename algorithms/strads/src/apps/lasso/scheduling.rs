@@ -20,9 +20,7 @@ use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step};
 use crate::core::lasso::pull;
-use crate::core::scheduler::{
-    ColumnCorrelationCache, DependencyFilter, LassoScheduler, SchedulerState,
-};
+use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
 
@@ -72,11 +70,7 @@ impl LassoScheduling {
         }
         let lambda = job.resolve_lambda(x, y);
         let x = Arc::new(x.clone());
-        let filter = job.rho.map(|rho| DependencyFilter {
-            rho,
-            oracle: Box::new(ColumnCorrelationCache::new(x.clone(), 1 << 20)),
-        });
-        let scheduler = LassoScheduler::new(x.n_columns(), job.scheduler_config(), filter)?;
+        let scheduler = job.coordinate_scheduler(x.clone())?;
         Ok(LassoScheduling {
             scheduler,
             coefficients: vec![0.0; x.n_columns()],
