@@ -5,15 +5,16 @@
 use petrel::train::{run_lda_job, run_mf_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
+use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::apps::lda::LdaJob;
-use petrel_strads::apps::mf::{StradsMfJob, SyntheticRatings};
+use petrel_strads::apps::mf::StradsMfJob;
 use petrel_strads::core::lda::LdaCluster;
 
 #[test]
 fn mf_on_actors_fits_and_writes_factors() {
     let dir = tempfile::tempdir().unwrap();
     let job = StradsMfJob {
-        synthetic: SyntheticRatings {
+        synthetic: LowRankParams {
             n_users: 150,
             n_items: 100,
             rank: 3,

@@ -8,7 +8,8 @@ use crate::bench::strads_plot::{Series, line_plot};
 use crate::report::{Table, print_json};
 use crate::train::{StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
-use petrel_strads::apps::mf::{MfMetrics, StradsMfJob, SyntheticRatings};
+use petrel_ml::data::synthetic::LowRankParams;
+use petrel_strads::apps::mf::{MfMetrics, StradsMfJob};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -94,7 +95,7 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
     let mut runs: Vec<(usize, MfMetrics)> = Vec::new();
     for &p in &args.workers {
         let job = StradsMfJob {
-            synthetic: SyntheticRatings {
+            synthetic: LowRankParams {
                 n_users: args.users,
                 n_items: args.items,
                 rank: args.rank,

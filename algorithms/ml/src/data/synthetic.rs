@@ -117,8 +117,10 @@ pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, 
     Ok(LassoProblem { x, y, b_true })
 }
 
-/// Parameters of [`low_rank_ratings`].
-#[derive(Debug, Clone, PartialEq)]
+/// Parameters of [`low_rank_ratings`]; also the `synthetic` settings table of STRADS MF
+/// (`[app.strads_mf.synthetic]`), hence the serde defaults.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LowRankParams {
     /// Number of users.
     pub n_users: usize,
@@ -132,6 +134,19 @@ pub struct LowRankParams {
     pub noise_std: f32,
     /// RNG seed.
     pub seed: u64,
+}
+
+impl Default for LowRankParams {
+    fn default() -> Self {
+        LowRankParams {
+            n_users: 2000,
+            n_items: 1000,
+            rank: 10,
+            observed_fraction: 0.05,
+            noise_std: 0.1,
+            seed: 42,
+        }
+    }
 }
 
 /// Low-rank ratings with their generating factors: `rating = w_u . h_i + noise`.

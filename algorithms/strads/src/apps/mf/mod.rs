@@ -43,37 +43,6 @@ pub const SCHEDULER_ROLE: &str = "strads-mf-scheduler";
 /// The workers' role (and actor).
 pub const WORKER_ROLE: &str = "strads-mf-worker";
 
-/// Synthetic low-rank ratings (see [`low_rank_ratings`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SyntheticRatings {
-    /// Users.
-    pub n_users: usize,
-    /// Items.
-    pub n_items: usize,
-    /// Rank of the generating factors.
-    pub rank: usize,
-    /// Fraction of the matrix observed.
-    pub observed_fraction: f64,
-    /// Noise of the ratings.
-    pub noise_std: f32,
-    /// Seed.
-    pub seed: u64,
-}
-
-impl Default for SyntheticRatings {
-    fn default() -> Self {
-        SyntheticRatings {
-            n_users: 2000,
-            n_items: 1000,
-            rank: 10,
-            observed_fraction: 0.05,
-            noise_std: 0.1,
-            seed: 42,
-        }
-    }
-}
-
 /// `[app.strads_mf]` and the flags of `petrel train strads-mf`: one settings struct.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default)]
@@ -84,7 +53,7 @@ pub struct StradsMfJob {
     pub data: Option<PathBuf>,
     /// The synthetic ratings used without a data file (TOML only).
     #[arg(skip)]
-    pub synthetic: SyntheticRatings,
+    pub synthetic: LowRankParams,
     /// Rank of the model.
     #[arg(long, default_value_t = 10)]
     pub rank: usize,
@@ -118,7 +87,7 @@ impl Default for StradsMfJob {
     fn default() -> Self {
         StradsMfJob {
             data: None,
-            synthetic: SyntheticRatings::default(),
+            synthetic: LowRankParams::default(),
             rank: 10,
             lambda: 0.05,
             outer_iterations: 5,
@@ -137,18 +106,7 @@ impl StradsMfJob {
     pub fn load(&self) -> Result<(Ratings, Ratings), StradsError> {
         let all = match &self.data {
             Some(path) => petrel_ml::data::load_ratings(path)?,
-            None => {
-                let s = &self.synthetic;
-                low_rank_ratings(&LowRankParams {
-                    n_users: s.n_users,
-                    n_items: s.n_items,
-                    rank: s.rank,
-                    observed_fraction: s.observed_fraction,
-                    noise_std: s.noise_std,
-                    seed: s.seed,
-                })?
-                .ratings
-            }
+            None => low_rank_ratings(&self.synthetic)?.ratings,
         };
         if all.entries.is_empty() {
             return Err(StradsModelError::InvalidConfig("no ratings".into()).into());

@@ -26,7 +26,7 @@ fn drive_with(
 
 fn small_job() -> StradsMfJob {
     StradsMfJob {
-        synthetic: SyntheticRatings {
+        synthetic: LowRankParams {
             n_users: 120,
             n_items: 80,
             rank: 3,
