@@ -97,6 +97,7 @@ pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchErro
         return Err(LaunchError::NeedsQuic(settings.cluster.transport));
     }
     reserve_ports(&mut settings)?;
+    reserve_metrics_ports(&mut settings)?;
     if settings.cluster.certs_dir.is_none() {
         let certs = dir.join("certs");
         let ca = ClusterCa::generate()?;
@@ -111,6 +112,26 @@ pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchErro
     Ok(path)
 }
 
+/// Gives every node without a `metrics_addr` a free loopback port for `/metrics` (and a
+/// port of 0 a free port), so the launcher knows where to scrape each node.
+fn reserve_metrics_ports(settings: &mut Settings) -> Result<(), LaunchError> {
+    for n in &mut settings.nodes {
+        let addr = n
+            .metrics_addr
+            .clone()
+            .unwrap_or_else(|| "127.0.0.1:0".into());
+        let mut parsed: std::net::SocketAddr = addr.parse().map_err(|_| {
+            NodeError::Config(format!("node {}: bad metrics_addr {addr:?}", n.name))
+        })?;
+        if parsed.port() == 0 {
+            // Bound and released: the window for a race is tiny and only on this host.
+            parsed.set_port(std::net::TcpListener::bind(parsed)?.local_addr()?.port());
+        }
+        n.metrics_addr = Some(parsed.to_string());
+    }
+    Ok(())
+}
+
 /// Runs the cluster described by `config` to completion.
 pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, LaunchError> {
     let settings = Settings::load(config)?;
@@ -121,6 +142,8 @@ pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, Lau
 /// A launched cluster whose nodes are running.
 pub struct Running {
     children: Vec<(String, Child)>,
+    /// Where each node serves `/metrics`, by node name.
+    metrics: Vec<(String, String)>,
     /// Roles of each node (for error messages), by node name.
     roles: Vec<(String, String)>,
     started: Instant,
@@ -141,6 +164,11 @@ pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, L
         )),
     };
     let resolved = prepare(settings.clone(), &run_dir)?;
+    let metrics = Settings::load(&resolved)?
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.metrics_addr.clone().unwrap_or_default()))
+        .collect();
     let names: Vec<String> = settings.nodes.iter().map(|n| n.name.clone()).collect();
     let bar = if opts.progress {
         let b = ProgressBar::new(names.len() as u64);
@@ -180,6 +208,7 @@ pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, L
         .collect();
     Ok(Running {
         children,
+        metrics,
         roles,
         started: Instant::now(),
         run_dir,
@@ -194,6 +223,16 @@ impl Running {
             .iter()
             .filter_map(|(n, c)| c.id().map(|id| (n.clone(), id)))
             .collect()
+    }
+
+    /// Each node's `/metrics` address (`host:port`), by node name.
+    pub fn metrics_addrs(&self) -> &[(String, String)] {
+        &self.metrics
+    }
+
+    /// Each node's roles (comma separated), by node name.
+    pub fn roles(&self) -> &[(String, String)] {
+        &self.roles
     }
 
     /// Where the certificates and resolved settings are.

@@ -78,6 +78,7 @@ pub use petrel_actors as actors;
 pub use petrel_messages as messages;
 pub use petrel_ml as ml;
 pub use petrel_net as net;
+pub use petrel_observe as observe;
 pub use petrel_p3 as p3;
 pub use petrel_ps as ps;
 pub use petrel_strads as strads;

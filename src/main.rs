@@ -47,6 +47,10 @@ enum Command {
         /// This node's name in the settings.
         #[arg(long)]
         name: String,
+        /// Serve OpenMetrics text at http://ADDR/metrics (overrides the node's
+        /// `metrics_addr`; off unless one of them is set).
+        #[arg(long)]
+        metrics_addr: Option<String>,
     },
     /// Create a cluster CA and one certificate per node.
     Certs {
@@ -145,8 +149,13 @@ enum BenchCommand {
 fn main() -> ExitCode {
     petrel::init_tracing();
     let cli = Cli::parse();
-    if let Command::Node { config, name } = &cli.command {
-        return node_command(config, name);
+    if let Command::Node {
+        config,
+        name,
+        metrics_addr,
+    } = &cli.command
+    {
+        return node_command(config, name, metrics_addr.as_deref());
     }
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
@@ -171,11 +180,16 @@ fn tokio_runtime() -> Result<tokio::runtime::Runtime, CliError> {
 /// `petrel node`: exits 0 when the run finished, 1 when it failed on this node, and
 /// [`petrel::launcher::STOPPED_BY_PEER`] when another node's failure stopped it (so
 /// `petrel run` names the node where the failure started).
-fn node_command(config: &std::path::Path, name: &str) -> ExitCode {
-    let settings = match Settings::load(config) {
+fn node_command(config: &std::path::Path, name: &str, metrics_addr: Option<&str>) -> ExitCode {
+    let mut settings = match Settings::load(config) {
         Ok(s) => s,
         Err(e) => return fail(&e, ExitCode::FAILURE),
     };
+    if let Some(addr) = metrics_addr
+        && let Some(node) = settings.nodes.iter_mut().find(|n| n.name == name)
+    {
+        node.metrics_addr = Some(addr.to_string());
+    }
     let Some(dir) = settings.cluster.certs_dir.clone() else {
         let e = CliError::Usage(
             "cluster.certs_dir is not set; create certificates with `petrel certs`".into(),

@@ -194,6 +194,15 @@ pub enum NodeError {
         /// Its error, as that node reported it.
         reason: String,
     },
+    /// The node's `/metrics` exporter could not start.
+    #[error("node {node}: metrics exporter")]
+    Metrics {
+        /// The node.
+        node: String,
+        /// Why.
+        #[source]
+        source: petrel_observe::ObserveError,
+    },
     /// A request failed.
     #[error(transparent)]
     Ask(#[from] AskError),

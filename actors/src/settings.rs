@@ -133,6 +133,11 @@ pub struct NodeSpec {
     pub addr: String,
     /// Roles this node runs (names registered with [`crate::Cluster::role`]).
     pub roles: Vec<String>,
+    /// TCP address to serve OpenMetrics text at `/metrics` on, e.g. "127.0.0.1:9100"
+    /// (unset: no exporter; port 0: a free port). `petrel run` gives every node a free
+    /// loopback port unless one is set here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Everything a node needs to know about its cluster.

@@ -81,6 +81,7 @@ impl Topology {
             name: name.to_string(),
             addr: addr.to_string(),
             roles: roles.iter().map(|r| r.to_string()).collect(),
+            ..Default::default()
         });
         self
     }
@@ -417,6 +418,9 @@ impl Cluster {
                 Wiring::Memory(_) => PeerAddr::Memory,
             };
             node.add_peer(NodeId(i as u32), &n.name, addr);
+        }
+        if let Some(addr) = node.start_metrics(&spec.roles, spec.metrics_addr.as_deref())? {
+            tracing::info!(node = %name, "metrics at http://{addr}/metrics");
         }
         let hb = Duration::from_millis(s.cluster.heartbeat_interval_ms);
         let timeout = Duration::from_millis(s.cluster.failure_timeout_ms);

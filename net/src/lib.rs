@@ -30,7 +30,7 @@ pub mod tls;
 pub use config::{Congestion, NetConfig, ShaperConfig};
 pub use memory::MemoryHub;
 pub use net::{Inbound, LinkCause, Net, NetError, PeerAddr};
-pub use stats::{NetStats, NetStatsSnapshot};
+pub use stats::{LinkStats, NetStats, NetStatsSnapshot};
 pub use tls::{ClusterCredentials, TlsError};
 
 /// The names most code needs: `use petrel_net::prelude::*;`.

@@ -123,8 +123,7 @@ impl MemoryLink {
                 return Ok(());
             }
         };
-        NetStats::bump(&stats.received_messages, 1);
-        NetStats::bump(&stats.received_bytes, len as u64);
+        stats.received(frame.header.from, frame.header.priority, len as u64);
         tx.send(Arrival {
             lane,
             inbound: Inbound {

@@ -281,6 +281,11 @@ impl Net {
         Ok(())
     }
 
+    /// The live counters (per-link traffic and shaper waits included), for `/metrics`.
+    pub fn counters(&self) -> Arc<NetStats> {
+        self.shared.stats.clone()
+    }
+
     /// Bytes waiting in the outbox (not yet handed to the wire).
     pub fn queued_bytes(&self) -> usize {
         self.shared
@@ -353,10 +358,7 @@ async fn dispatch(s: Arc<Shared>) {
         s.handle.spawn(async move {
             let len = msg.frame.len() as u64;
             match task_shared.link.deliver(msg.to, msg.priority, lane, msg.frame).await {
-                Ok(()) => {
-                    NetStats::bump(&task_shared.stats.sent_messages, 1);
-                    NetStats::bump(&task_shared.stats.sent_bytes, len);
-                }
+                Ok(()) => task_shared.stats.sent(msg.to, msg.priority, len),
                 Err(e) => {
                     NetStats::bump(&task_shared.stats.send_failures, 1);
                     if let Ok(mut l) = task_shared.lanes.lock() {

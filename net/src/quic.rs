@@ -49,7 +49,7 @@ impl QuicLink {
         let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
         let mut udp = runtime.wrap_udp_socket(socket).map_err(NetError::Runtime)?;
         if let Some(shaper) = &cfg.shaper {
-            udp = Arc::new(ShapedSocket::new(udp, shaper));
+            udp = Arc::new(ShapedSocket::new(udp, shaper, stats.clone()));
         }
         let mut endpoint = Endpoint::new_with_abstract_socket(
             quinn::EndpointConfig::default(),
@@ -302,8 +302,7 @@ async fn read_frame(
     let len = buf.len();
     match Frame::decode(buf.freeze(), max) {
         Ok(frame) => {
-            NetStats::bump(&stats.received_messages, 1);
-            NetStats::bump(&stats.received_bytes, len as u64);
+            stats.received(frame.header.from, frame.header.priority, len as u64);
             if tx
                 .send(Arrival {
                     lane,

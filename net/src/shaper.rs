@@ -7,6 +7,7 @@
 //! hold packets for an added latency.
 
 use crate::config::ShaperConfig;
+use crate::stats::NetStats;
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 use std::collections::VecDeque;
@@ -75,6 +76,11 @@ impl TokenBucket {
         }
     }
 
+    /// Tokens left in bytes (negative: in debt for the last send), as of the last refill.
+    pub fn balance(&self) -> f64 {
+        self.balance
+    }
+
     /// Charges `bytes` unconditionally (ingress: the packet is already here).
     pub fn charge(&mut self, now: Instant, bytes: usize) {
         self.refill(now);
@@ -101,6 +107,8 @@ pub struct ShapedSocket {
     egress: Option<Arc<Mutex<TokenBucket>>>,
     ingress: Mutex<IngressState>,
     latency: Duration,
+    /// Waits and the token balance are counted here (the node's `/metrics`).
+    stats: Arc<NetStats>,
 }
 
 impl fmt::Debug for ShapedSocket {
@@ -112,7 +120,7 @@ impl fmt::Debug for ShapedSocket {
 }
 
 impl ShapedSocket {
-    pub fn new(inner: Arc<dyn AsyncUdpSocket>, cfg: &ShaperConfig) -> Self {
+    pub fn new(inner: Arc<dyn AsyncUdpSocket>, cfg: &ShaperConfig, stats: Arc<NetStats>) -> Self {
         let now = Instant::now();
         let egress = (cfg.egress_bytes_per_s > 0).then(|| {
             Arc::new(Mutex::new(TokenBucket::new(
@@ -133,6 +141,7 @@ impl ShapedSocket {
                 scratch: Vec::new(),
             }),
             latency: Duration::from_millis(cfg.latency_ms),
+            stats,
         }
     }
 }
@@ -141,6 +150,9 @@ struct ShapedPoller {
     inner: Pin<Box<dyn UdpPoller>>,
     egress: Option<Arc<Mutex<TokenBucket>>>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    stats: Arc<NetStats>,
+    /// When the current wait for tokens began (a wait spans several polls).
+    waiting_since: Option<Instant>,
 }
 
 impl fmt::Debug for ShapedPoller {
@@ -157,6 +169,10 @@ impl UdpPoller for ShapedPoller {
                 Err(_) => Duration::ZERO,
             };
             if !wait.is_zero() {
+                if self.waiting_since.is_none() {
+                    self.waiting_since = Some(Instant::now());
+                    NetStats::bump(&self.stats.shaper_egress_waits, 1);
+                }
                 let deadline = tokio::time::Instant::now() + wait;
                 let timer = self
                     .timer
@@ -166,6 +182,10 @@ impl UdpPoller for ShapedPoller {
                     return Poll::Pending;
                 }
             }
+        }
+        if let Some(since) = self.waiting_since.take() {
+            let waited = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            NetStats::bump(&self.stats.shaper_egress_wait_ns, waited);
         }
         self.inner.as_mut().poll_writable(cx)
     }
@@ -177,6 +197,8 @@ impl AsyncUdpSocket for ShapedSocket {
             inner: self.inner.clone().create_io_poller(),
             egress: self.egress.clone(),
             timer: None,
+            stats: self.stats.clone(),
+            waiting_since: None,
         })
     }
 
@@ -184,7 +206,12 @@ impl AsyncUdpSocket for ShapedSocket {
         if let Some(bucket) = &self.egress {
             let allowed = bucket
                 .lock()
-                .map(|mut b| b.try_take(Instant::now(), transmit.contents.len()))
+                .map(|mut b| {
+                    let ok = b.try_take(Instant::now(), transmit.contents.len());
+                    let tokens = &self.stats.shaper_egress_tokens;
+                    tokens.store(b.balance().to_bits(), std::sync::atomic::Ordering::Relaxed);
+                    ok
+                })
                 .unwrap_or(true);
             if !allowed {
                 return Err(io::ErrorKind::WouldBlock.into());
@@ -213,6 +240,7 @@ impl AsyncUdpSocket for ShapedSocket {
                 let wait = b.wait_time(now);
                 if !wait.is_zero() {
                     let until = tokio::time::Instant::now() + wait;
+                    NetStats::bump(&self.stats.shaper_ingress_waits, 1);
                     if st.delayed.is_empty() {
                         let timer = st
                             .timer

@@ -1,8 +1,11 @@
+use petrel_messages::{NodeId, Priority};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of a node's transport. Bad input is counted, logged and survived.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct NetStats {
     /// Frames handed to the wire.
     pub sent_messages: AtomicU64,
@@ -22,6 +25,50 @@ pub struct NetStats {
     pub refused_connections: AtomicU64,
     /// Frames that could not be delivered.
     pub send_failures: AtomicU64,
+    /// Times the egress shaper made the socket wait for tokens.
+    pub shaper_egress_waits: AtomicU64,
+    /// Total time of those waits, nanoseconds.
+    pub shaper_egress_wait_ns: AtomicU64,
+    /// Times the ingress shaper paused reading for tokens.
+    pub shaper_ingress_waits: AtomicU64,
+    /// Egress token balance in bytes as `f64` bits (NaN until a shaper reports one).
+    pub shaper_egress_tokens: AtomicU64,
+    /// Traffic per (peer, priority).
+    links: Mutex<HashMap<(NodeId, Priority), LinkStats>>,
+}
+
+impl Default for NetStats {
+    fn default() -> Self {
+        Self {
+            sent_messages: AtomicU64::default(),
+            sent_bytes: AtomicU64::default(),
+            received_messages: AtomicU64::default(),
+            received_bytes: AtomicU64::default(),
+            malformed_frames: AtomicU64::default(),
+            oversize_frames: AtomicU64::default(),
+            truncated_streams: AtomicU64::default(),
+            refused_connections: AtomicU64::default(),
+            send_failures: AtomicU64::default(),
+            shaper_egress_waits: AtomicU64::default(),
+            shaper_egress_wait_ns: AtomicU64::default(),
+            shaper_ingress_waits: AtomicU64::default(),
+            shaper_egress_tokens: AtomicU64::new(f64::NAN.to_bits()),
+            links: Mutex::default(),
+        }
+    }
+}
+
+/// Traffic between this node and one peer at one priority (for `/metrics`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Bytes sent to the peer.
+    pub sent_bytes: u64,
+    /// Frames sent to the peer.
+    pub sent_messages: u64,
+    /// Bytes received from the peer.
+    pub received_bytes: u64,
+    /// Frames received from the peer.
+    pub received_messages: u64,
 }
 
 /// The counters of [`NetStats`] at one moment (serializable, for reports).
@@ -51,6 +98,44 @@ impl NetStats {
     /// Adds `by` to `counter`.
     pub fn bump(counter: &AtomicU64, by: u64) {
         counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    /// A frame of `bytes` went to `to` at `priority`.
+    pub fn sent(&self, to: NodeId, priority: Priority, bytes: u64) {
+        Self::bump(&self.sent_messages, 1);
+        Self::bump(&self.sent_bytes, bytes);
+        if let Ok(mut links) = self.links.lock() {
+            let l = links.entry((to, priority)).or_default();
+            l.sent_messages += 1;
+            l.sent_bytes += bytes;
+        }
+    }
+
+    /// A frame of `bytes` arrived from `from` at `priority` and decoded.
+    pub fn received(&self, from: NodeId, priority: Priority, bytes: u64) {
+        Self::bump(&self.received_messages, 1);
+        Self::bump(&self.received_bytes, bytes);
+        if let Ok(mut links) = self.links.lock() {
+            let l = links.entry((from, priority)).or_default();
+            l.received_messages += 1;
+            l.received_bytes += bytes;
+        }
+    }
+
+    /// Traffic per (peer, priority), sorted.
+    pub fn links(&self) -> Vec<(NodeId, Priority, LinkStats)> {
+        let mut out: Vec<_> = match self.links.lock() {
+            Ok(l) => l.iter().map(|(&(n, p), s)| (n, p, *s)).collect(),
+            Err(_) => Vec::new(),
+        };
+        out.sort_by_key(|(n, p, _)| (n.0, p.0));
+        out
+    }
+
+    /// The egress shaper's token balance, if a shaper reported one.
+    pub fn shaper_egress_tokens(&self) -> Option<f64> {
+        let v = f64::from_bits(self.shaper_egress_tokens.load(Ordering::Relaxed));
+        (!v.is_nan()).then_some(v)
     }
 
     /// Reads every counter.

@@ -92,12 +92,14 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
         name: "hub".into(),
         addr: "127.0.0.1:0".into(),
         roles: vec!["demo-aggregator".into()],
+        ..Default::default()
     });
     for i in 1..=args.workers.max(1) {
         settings.nodes.push(NodeSpec {
             name: format!("w{i}"),
             addr: "127.0.0.1:0".into(),
             roles: vec!["demo-worker".into()],
+            ..Default::default()
         });
     }
     settings.app.insert(

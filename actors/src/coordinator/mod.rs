@@ -188,6 +188,7 @@ impl Handler<Msg<Heartbeat>> for Coordinator {
 
     fn handle(&mut self, msg: Msg<Heartbeat>, _: &mut Context<Self>) -> Self::Result {
         self.core.heartbeat(msg.body.node, Instant::now());
+        self.node.heard_from(msg.body.node);
         Ok(())
     }
 }
@@ -307,6 +308,7 @@ impl Handler<Msg<Heartbeat>> for NodeAgent {
         if msg.body.node == self.coordinator {
             self.last_from_coordinator = Instant::now();
         }
+        self.node.heard_from(msg.body.node);
         Ok(())
     }
 }

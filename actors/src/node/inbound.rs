@@ -146,6 +146,10 @@ pub(super) async fn inbound_loop(
     let asks = Arc::new(tokio::sync::Semaphore::new(MAX_INBOUND_ASKS));
     while let Some(inbound) = rx.recv().await {
         let Some(inner) = node.upgrade() else { return };
+        inner
+            .observe
+            .inbound_depth
+            .store(rx.len() as u64, std::sync::atomic::Ordering::Relaxed);
         let node = Node { inner };
         let is_ask = matches!(inbound.frame.header.kind, EnvelopeKind::Ask { .. });
         let permit = if is_ask {

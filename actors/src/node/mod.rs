@@ -4,6 +4,7 @@
 //! receiving side ([`Registration`], the inbound loop, replies).
 
 mod inbound;
+mod observe;
 
 use inbound::DispatchFn;
 pub use inbound::Registration;
@@ -69,6 +70,7 @@ struct NodeInner {
     run_failure: Mutex<Option<(String, String)>>,
     events: broadcast::Sender<PeerEvent>,
     default_timeout: Duration,
+    observe: observe::NodeObserve,
 }
 
 /// A handle to this process's node. Cheap to clone.
@@ -107,6 +109,7 @@ impl Node {
                 run_failure: Mutex::new(None),
                 events,
                 default_timeout,
+                observe: Default::default(),
             }),
         };
         let weak = Arc::downgrade(&node.inner);
@@ -451,6 +454,7 @@ impl Node {
 
     /// Stops the transport. Pending requests fail with a timeout or peer-down error.
     pub fn shutdown(&self) {
+        self.stop_metrics();
         self.inner.net.shutdown();
     }
 }

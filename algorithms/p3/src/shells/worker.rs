@@ -25,6 +25,37 @@ struct Pusher {
     worker: u32,
     timeout: Duration,
     bytes: u64,
+    /// Slices on the wire now and since when (`/metrics`: wire busy time).
+    wire: std::rc::Rc<std::cell::RefCell<WireBusy>>,
+}
+
+/// Counts the slices awaiting their reply; the time with at least one out is the link's
+/// busy time as this worker sees it.
+#[derive(Default)]
+struct WireBusy {
+    out: usize,
+    since: Option<Instant>,
+    node: String,
+}
+
+impl WireBusy {
+    fn sent(&mut self) {
+        if self.out == 0 {
+            self.since = Some(Instant::now());
+        }
+        self.out += 1;
+    }
+
+    fn back(&mut self) {
+        self.out = self.out.saturating_sub(1);
+        if self.out == 0
+            && let Some(t) = self.since.take()
+        {
+            petrel_observe::metrics()
+                .p3
+                .wire_busy(&self.node, t.elapsed());
+        }
+    }
 }
 
 impl Pusher {
@@ -56,9 +87,22 @@ impl Pusher {
             let tx = self.tx.clone();
             let timeout = self.timeout;
             let priority: Priority = s.priority;
+            let bytes = msg.grad.len() as u64 * 4;
+            let wire = self.wire.clone();
+            let node = wire.borrow().node.clone();
+            petrel_observe::metrics().p3.slice_sent(&node, unit, bytes);
+            wire.borrow_mut().sent();
+            let sent = Instant::now();
             tracing::trace!(slice = s.id, iter, at = ?Instant::now(), "slice pushed");
             actix::spawn(async move {
                 let r = target.ask(msg, priority, timeout).await;
+                wire.borrow_mut().back();
+                if let Ok(v) = &r {
+                    let back = v.values.len() as u64 * 4;
+                    petrel_observe::metrics()
+                        .p3
+                        .slice_received(&node, unit, back, sent.elapsed());
+                }
                 let _ = tx.send((s.id, iter, r));
             });
         }
@@ -208,6 +252,10 @@ pub async fn worker_role<M: StageModel>(
         worker: me as u32,
         timeout: job.ask_timeout,
         bytes: 0,
+        wire: std::rc::Rc::new(std::cell::RefCell::new(WireBusy {
+            node: ctx.node.name().to_string(),
+            ..WireBusy::default()
+        })),
     };
     let n_stages = layout.n_stages();
     let mut marks = Vec::with_capacity(job.iterations as usize + 1);
@@ -247,7 +295,20 @@ pub async fn worker_role<M: StageModel>(
                 sleep_to(vt).await;
             }
         }
-        stats.push(w.model.stats());
+        let step = w.model.stats();
+        if let Some(s) = &step {
+            let elapsed = marks
+                .first()
+                .map(|t: &Instant| t.elapsed())
+                .unwrap_or_default();
+            petrel_observe::metrics().job.point(
+                ctx.node.name(),
+                "loss",
+                elapsed,
+                f64::from(s.loss),
+            );
+        }
+        stats.push(step);
         core.begin_round(iter + 1);
         let mut stash = Vec::new();
         for stage in (0..n_stages).rev() {

@@ -502,6 +502,7 @@ impl PsApp for PsLda {
                 ll = point.loglik_per_token,
                 "ps-lda pass"
             );
+            ctx.progress("loglik_per_token", point.loglik_per_token);
             m.curve.push(point);
             m.next += 1;
         }

@@ -440,6 +440,7 @@ impl PsApp for PsLr {
             .map(|(r, row)| (r.0 as u32, row.to_dense(k)))
             .collect();
         let (accuracy, log_loss) = evaluate(&self.data.test, &m.weights, self.bias(), k);
+        ctx.progress("log_loss", log_loss);
         m.curve.push(PsLrPoint {
             seconds: ctx.elapsed_s(),
             clock,

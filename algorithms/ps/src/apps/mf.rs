@@ -598,6 +598,7 @@ impl PsApp for PsMf {
         let r = self.test_rmse(&self.model_from(&tables));
         let t = ctx.elapsed_s();
         m.initial.get_or_insert(r);
+        ctx.progress("rmse", r);
         m.curve.push(RmsePoint {
             seconds: t,
             clock,

@@ -25,6 +25,9 @@ use crate::core::types::{
 /// be re-fetched): bounds memory for rows that are written often but never refreshed (`Async`).
 pub const MAX_PENDING_PER_ROW: usize = 256;
 
+/// Staleness values above this are counted with it by [`ClientCore::take_observed`].
+pub const MAX_OBSERVED_STALENESS: usize = 64;
+
 /// Outcome of `ClientCore::get`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GetOutcome {
@@ -72,6 +75,8 @@ pub struct ClientCore {
     push_clock: HashMap<(TableId, u32), Clock>,
     stats: StalenessStats,
     table_stats: HashMap<TableId, StalenessStats>,
+    /// Reads per observed staleness value since [`ClientCore::take_observed`], per table.
+    observed: HashMap<TableId, Vec<u64>>,
     /// Barrier (sync) requests in flight: request id -> answered.
     syncs: HashMap<u64, bool>,
 }
@@ -107,6 +112,7 @@ impl ClientCore {
             push_clock: HashMap::new(),
             stats: StalenessStats::new(),
             table_stats: HashMap::new(),
+            observed: HashMap::new(),
             syncs: HashMap::new(),
         })
     }
@@ -302,6 +308,14 @@ impl ClientCore {
                 let st = self.clock.saturating_sub(eff);
                 self.stats.record(st);
                 self.table_stats.entry(table).or_default().record(st);
+                let counts = self.observed.entry(table).or_default();
+                let at = usize::try_from(st)
+                    .unwrap_or(usize::MAX)
+                    .min(MAX_OBSERVED_STALENESS);
+                if counts.len() <= at {
+                    counts.resize(at + 1, 0);
+                }
+                counts[at] += 1;
                 return Ok(GetOutcome::Hit(e.row.clone()));
             }
         }
@@ -323,6 +337,14 @@ impl ClientCore {
             row,
             min_clock,
         }))
+    }
+
+    /// Reads per observed staleness (`counts[s]`, the last entry also counting anything
+    /// larger than [`MAX_OBSERVED_STALENESS`]) per table since the last call, for a histogram.
+    pub fn take_observed(&mut self) -> Vec<(TableId, Vec<u64>)> {
+        let mut out: Vec<_> = self.observed.drain().collect();
+        out.sort_by_key(|(t, _)| *t);
+        out
     }
 
     /// `Clock()`: ends the current clock. Returns one batch per shard (every shard, even with
@@ -576,6 +598,10 @@ mod tests {
         assert!(matches!(c.get(T, RowId(4)).unwrap(), GetOutcome::Hit(_)));
         assert_eq!(c.table_stats(T).count(), 1);
         assert_eq!(c.table_stats(TableId(9)).count(), 0);
+        let observed = c.take_observed();
+        assert_eq!(observed.len(), 1);
+        assert_eq!(observed[0].1.iter().sum::<u64>(), 1);
+        assert!(c.take_observed().is_empty());
     }
 
     #[test]

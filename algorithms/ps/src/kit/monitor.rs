@@ -105,6 +105,13 @@ pub struct MonitorCtx<'a> {
 }
 
 impl MonitorCtx<'_> {
+    /// Records a point of the job's history curve for `/metrics` and the dashboard.
+    pub fn progress(&self, metric: &str, value: f64) {
+        petrel_observe::metrics()
+            .job
+            .point(self.node.name(), metric, self.start.elapsed(), value);
+    }
+
     /// Seconds since the monitor started (after every shard answered).
     pub fn elapsed_s(&self) -> f64 {
         self.start.elapsed().as_secs_f64()

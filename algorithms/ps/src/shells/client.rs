@@ -103,6 +103,8 @@ pub struct PsClient {
     layout: PsLayout,
     timeout: Duration,
     reads_sent: std::cell::Cell<u64>,
+    /// The node's name, for `/metrics`.
+    node_name: String,
 }
 
 impl PsClient {
@@ -157,6 +159,7 @@ impl PsClient {
             layout: layout.clone(),
             timeout: node.default_timeout(),
             reads_sent: std::cell::Cell::new(0),
+            node_name: node.name().to_string(),
         })
     }
 
@@ -341,7 +344,16 @@ impl PsClient {
     /// `Clock()`: flushes the oplog to every shard and advances this worker's clock.
     pub fn clock(&self) -> Result<(), ClientError> {
         self.check()?;
-        let batches = self.shared.borrow_mut().core.clock();
+        let (batches, observed, clock) = {
+            let mut s = self.shared.borrow_mut();
+            let batches = s.core.clock();
+            (batches, s.core.take_observed(), s.core.current_clock())
+        };
+        let m = &petrel_observe::metrics().ps;
+        m.worker_clock(&self.node_name, self.worker, clock);
+        for (table, counts) in observed {
+            m.staleness(&self.node_name, &table.0.to_string(), &counts);
+        }
         for b in batches {
             let s = b.shard;
             self.send(s, ToShard::Batch(b))?;

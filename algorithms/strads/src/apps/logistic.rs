@@ -342,6 +342,10 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         if let Some(&l1) = self.l1_after.get(a as usize) {
             let objective = loss + f64::from(self.lambda) * l1;
             let accuracy = correct as f64 / rows.max(1) as f64;
+            let node = petrel_observe::thread_node();
+            petrel_observe::metrics()
+                .job
+                .point(&node, "objective", elapsed, objective);
             self.metrics.trace.push(LogisticPoint {
                 round,
                 updates: self.updates_after[a as usize],

@@ -251,6 +251,8 @@ pub struct LassoScheduler {
     /// saved and restored exactly ([`SchedulerState`]).
     rng: ChaCha12Rng,
     filter: Option<DependencyFilter>,
+    /// Candidates the filter kept out since [`LassoScheduler::take_filter_rejections`].
+    filter_rejections: u64,
 }
 
 /// Everything a [`LassoScheduler`] needs to continue bit-identically after a restart
@@ -296,6 +298,7 @@ impl LassoScheduler {
             deferred: Vec::new(),
             config,
             filter,
+            filter_rejections: 0,
         })
     }
 
@@ -341,6 +344,7 @@ impl LassoScheduler {
         match &mut self.filter {
             Some(filter) => {
                 let kept = filter_dependent(&candidates, block, filter.rho, filter.oracle.as_mut());
+                self.filter_rejections += (candidates.len() - kept.len()) as u64;
                 if self.config.mode == ScheduleMode::Cyclic {
                     // Coordinates the filter skipped go first next round, so every
                     // coordinate is still updated once per sweep (with correlated
@@ -355,6 +359,11 @@ impl LassoScheduler {
             }
             None => candidates,
         }
+    }
+
+    /// Candidates the dependency filter kept out of rounds since the last call.
+    pub fn take_filter_rejections(&mut self) -> u64 {
+        std::mem::take(&mut self.filter_rejections)
     }
 
     /// Feeds committed changes back: priority becomes `|delta|^p + eta` (p = 2 by default).

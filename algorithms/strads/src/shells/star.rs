@@ -255,6 +255,12 @@ pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
     let started = Instant::now();
     let mut core = PipelineCore::starting_at(opts.depth, first_round);
     let mut in_flight: FuturesOrdered<RoundFuture<A>> = FuturesOrdered::new();
+    // Dispatch times of the rounds in flight, oldest first (rounds commit in order).
+    let mut dispatched: std::collections::VecDeque<Instant> = Default::default();
+    let (metrics, node) = (
+        &petrel_observe::metrics().strads,
+        petrel_observe::thread_node(),
+    );
     let mut waiting = false;
     loop {
         match core.next_action_after(waiting) {
@@ -264,6 +270,8 @@ pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
                 core.scheduled(&step)?;
                 if let Step::Run(plan) = step {
                     in_flight.push_back(dispatch_round(workers, opts, round, plan)?);
+                    dispatched.push_back(Instant::now());
+                    metrics.round_dispatched(&node);
                 }
             }
             PipelineAction::AwaitOldest => {
@@ -276,6 +284,9 @@ pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
                     .pull(round, partials, started.elapsed())
                     .map_err(StradsRunError::App)?;
                 core.committed(round)?;
+                if let Some(t) = dispatched.pop_front() {
+                    metrics.round_committed(&node, t.elapsed());
+                }
                 for (worker, addr) in workers.commit.iter().enumerate() {
                     let msg = Commit::<A> {
                         scheduler: opts.scheduler,

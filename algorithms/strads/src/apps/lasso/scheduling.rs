@@ -150,6 +150,10 @@ impl LassoScheduling {
         let objective = 0.5 * sq + f64::from(self.lambda) * l1;
         let updates = self.updates_after[applied as usize];
         let elapsed_s = elapsed.as_secs_f64();
+        let node = petrel_observe::thread_node();
+        petrel_observe::metrics()
+            .job
+            .point(&node, "objective", elapsed, objective);
         self.metrics.objective.push(ObjectivePoint {
             round,
             updates,
@@ -215,6 +219,12 @@ impl Schedule<LassoApp> for LassoScheduling {
             };
         }
         self.busy.extend(vars.iter().copied());
+        let (metrics, node) = (
+            &petrel_observe::metrics().strads,
+            petrel_observe::thread_node(),
+        );
+        metrics.updates(&node, vars.len() as u64);
+        metrics.filter_rejections(&node, self.scheduler.take_filter_rejections());
         let values = vars.iter().map(|&j| self.coefficients[j]).collect();
         let task = LassoTask::Update {
             vars: vars.iter().map(|&j| j as u32).collect(),

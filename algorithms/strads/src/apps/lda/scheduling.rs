@@ -224,6 +224,12 @@ impl Schedule<LdaApp> for LdaScheduling {
             if self.pass == 0 {
                 self.init_end_s = now;
             }
+            petrel_observe::metrics().job.point(
+                &petrel_observe::thread_node(),
+                "loglik_per_token",
+                std::time::Duration::from_secs_f64(now.max(0.0)),
+                ll,
+            );
             self.metrics.loglik.push(LoglikPoint {
                 iteration: self.pass,
                 elapsed_s: now,

@@ -303,6 +303,10 @@ impl Schedule<MfApp> for MfScheduling {
                     let train_rmse = (sq / n as f64).sqrt();
                     self.metrics.worker_ratings = per_worker;
                     self.metrics.final_train_rmse = train_rmse;
+                    let node = petrel_observe::thread_node();
+                    petrel_observe::metrics()
+                        .job
+                        .point(&node, "train_rmse", elapsed, train_rmse);
                     self.metrics.train_rmse.push(StradsMfRmsePoint {
                         coordinate_updates: self.coordinate_updates,
                         elapsed_s: elapsed.as_secs_f64(),

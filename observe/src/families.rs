@@ -1,0 +1,529 @@
+//! The process's registry and the metric families the systems record into.
+
+use crate::node::NodesCollector;
+use crate::process::ProcessCollector;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// `{node}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
+/// `{node, peer}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabels {
+    node: String,
+    peer: String,
+}
+
+/// `{node, worker}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkerLabels {
+    node: String,
+    worker: String,
+}
+
+/// `{node, layer}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LayerLabels {
+    node: String,
+    layer: String,
+}
+
+/// `{node, metric}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MetricLabels {
+    node: String,
+    metric: String,
+}
+
+fn node(n: &str) -> NodeLabels {
+    NodeLabels { node: n.into() }
+}
+
+type FloatCounter = Counter<f64, AtomicU64>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Round and latency buckets (seconds): 1 ms to ~33 s.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// The process's registry and every family petrel records into. One per process
+/// ([`metrics()`]); every series has a `node` label.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    heartbeat_gap: Family<PeerLabels, Histogram>,
+    /// Parameter server: clocks and observed staleness.
+    pub ps: PsMetrics,
+    /// STRADS: rounds, updates, round latency, dependency-filter rejections.
+    pub strads: StradsMetrics,
+    /// P3: slices on the wire per layer, slice round trips, wire busy time.
+    pub p3: P3Metrics,
+    /// The job's history curve (objective, RMSE, log-likelihood, loss).
+    pub job: JobMetrics,
+}
+
+/// The process's one registry (created on first use).
+pub fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
+
+/// The registry as OpenMetrics text (what `GET /metrics` answers).
+pub fn encode_text() -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail; a collector's error would only cut the text short.
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &metrics().registry) {
+        tracing::warn!(error = %e, "metrics encoding failed");
+    }
+    out
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::default();
+        let heartbeat_gap = Family::<PeerLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.05, 2.0, 10))
+        });
+        registry.register(
+            "petrel_heartbeat_gap_seconds",
+            "Time between two heartbeats heard from a peer (the failure detector's input)",
+            heartbeat_gap.clone(),
+        );
+        let ps = PsMetrics::new(&mut registry);
+        let strads = StradsMetrics::new(&mut registry);
+        let p3 = P3Metrics::new(&mut registry);
+        let job = JobMetrics::new(&mut registry);
+        registry.register_collector(Box::new(NodesCollector));
+        registry.register_collector(Box::new(ProcessCollector));
+        Self {
+            registry,
+            heartbeat_gap,
+            ps,
+            strads,
+            p3,
+            job,
+        }
+    }
+
+    /// `node` heard a heartbeat from `peer`, `gap` after the previous one.
+    pub fn heartbeat(&self, node: &str, peer: &str, gap: Duration) {
+        self.heartbeat_gap
+            .get_or_create(&PeerLabels {
+                node: node.into(),
+                peer: peer.into(),
+            })
+            .observe(gap.as_secs_f64());
+    }
+}
+
+/// A histogram of small integers (staleness in clocks) fed with counts, not one
+/// observation at a time: a worker adds a whole clock's reads at once.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CountHistogram {
+    /// Counts per bucket of [`CountHistogram::BOUNDS`] (last: above the largest bound).
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl CountHistogram {
+    /// Upper bounds of the buckets (inclusive), in clocks.
+    pub const BOUNDS: [u64; 11] = [0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 32];
+
+    /// Adds `n` observations of `value`.
+    pub fn add(&mut self, value: u64, n: u64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; Self::BOUNDS.len() + 1];
+        }
+        let bucket = Self::BOUNDS
+            .iter()
+            .position(|&b| value <= b)
+            .unwrap_or(Self::BOUNDS.len());
+        self.counts[bucket] += n;
+        self.sum += value as f64 * n as f64;
+        self.count += n;
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// `(upper bound, count in this bucket)`, the last bound `+Inf` (not cumulative).
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        let bounds = Self::BOUNDS
+            .iter()
+            .map(|&b| b as f64)
+            .chain(std::iter::once(f64::INFINITY));
+        bounds
+            .zip(self.counts.iter().copied().chain(std::iter::repeat(0)))
+            .collect()
+    }
+}
+
+/// Parameter-server series.
+#[derive(Debug)]
+pub struct PsMetrics {
+    worker_clock: Family<WorkerLabels, Gauge>,
+    staleness: Arc<Mutex<BTreeMap<(String, String), CountHistogram>>>,
+}
+
+impl PsMetrics {
+    fn new(registry: &mut Registry) -> Self {
+        let worker_clock = Family::<WorkerLabels, Gauge>::default();
+        registry.register(
+            "petrel_ps_worker_clock",
+            "Clocks a parameter-server worker has completed",
+            worker_clock.clone(),
+        );
+        let staleness = Arc::new(Mutex::new(BTreeMap::new()));
+        registry.register_collector(Box::new(StalenessCollector(staleness.clone())));
+        Self {
+            worker_clock,
+            staleness,
+        }
+    }
+
+    /// Worker `worker` on `node` completed `clock` clocks.
+    pub fn worker_clock(&self, node: &str, worker: u32, clock: u64) {
+        self.worker_clock
+            .get_or_create(&WorkerLabels {
+                node: node.into(),
+                worker: worker.to_string(),
+            })
+            .set(i64::try_from(clock).unwrap_or(i64::MAX));
+    }
+
+    /// Adds reads of `table` on `node`: `counts[s]` reads observed staleness `s` clocks.
+    pub fn staleness(&self, node: &str, table: &str, counts: &[u64]) {
+        if counts.iter().all(|&c| c == 0) {
+            return;
+        }
+        if let Ok(mut map) = self.staleness.lock() {
+            let h = map.entry((node.into(), table.into())).or_default();
+            for (value, &n) in counts.iter().enumerate() {
+                if n > 0 {
+                    h.add(value as u64, n);
+                }
+            }
+        }
+    }
+
+    /// The staleness histogram of `table` on `node` so far (tests, reports).
+    pub fn staleness_of(&self, node: &str, table: &str) -> CountHistogram {
+        self.staleness
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&(node.to_string(), table.to_string())).cloned())
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug)]
+struct StalenessCollector(Arc<Mutex<BTreeMap<(String, String), CountHistogram>>>);
+
+impl Collector for StalenessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Ok(map) = self.0.lock() else {
+            return Ok(());
+        };
+        if map.is_empty() {
+            return Ok(());
+        }
+        let mut family = encoder.encode_descriptor(
+            "petrel_ps_staleness_clocks",
+            "Observed staleness of parameter-server reads served from the cache, per table",
+            None,
+            MetricType::Histogram,
+        )?;
+        for ((node, table), h) in map.iter() {
+            let labels = [("node", node.as_str()), ("table", table.as_str())];
+            let mut metric = family.encode_family(&labels)?;
+            metric.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                h.sum,
+                h.count,
+                &h.buckets(),
+                None,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// STRADS series.
+#[derive(Debug)]
+pub struct StradsMetrics {
+    rounds: Family<NodeLabels, Counter>,
+    updates: Family<NodeLabels, Counter>,
+    round_seconds: Family<NodeLabels, Histogram>,
+    filter_rejections: Family<NodeLabels, Counter>,
+    in_flight: Family<NodeLabels, Gauge>,
+}
+
+impl StradsMetrics {
+    fn new(registry: &mut Registry) -> Self {
+        let s = Self {
+            rounds: Family::default(),
+            updates: Family::default(),
+            round_seconds: Family::new_with_constructor(latency_histogram),
+            filter_rejections: Family::default(),
+            in_flight: Family::default(),
+        };
+        registry.register(
+            "petrel_strads_rounds",
+            "STRADS rounds committed by this scheduler",
+            s.rounds.clone(),
+        );
+        registry.register(
+            "petrel_strads_updates",
+            "Variables a STRADS scheduler dispatched for update",
+            s.updates.clone(),
+        );
+        registry.register(
+            "petrel_strads_round_seconds",
+            "Time from dispatching a STRADS round to committing it",
+            s.round_seconds.clone(),
+        );
+        registry.register(
+            "petrel_strads_filter_rejections",
+            "Candidates the dependency filter kept out of a round",
+            s.filter_rejections.clone(),
+        );
+        registry.register(
+            "petrel_strads_rounds_in_flight",
+            "Rounds dispatched and not yet committed",
+            s.in_flight.clone(),
+        );
+        s
+    }
+
+    /// A round of the scheduler on `node` was dispatched.
+    pub fn round_dispatched(&self, node: &str) {
+        self.in_flight.get_or_create(&self::node(node)).inc();
+    }
+
+    /// A round of the scheduler on `node` committed, `latency` after its dispatch.
+    pub fn round_committed(&self, node: &str, latency: Duration) {
+        let n = self::node(node);
+        self.rounds.get_or_create(&n).inc();
+        self.in_flight.get_or_create(&n).dec();
+        self.round_seconds
+            .get_or_create(&n)
+            .observe(latency.as_secs_f64());
+    }
+
+    /// The scheduler on `node` dispatched `vars` variables.
+    pub fn updates(&self, node: &str, vars: u64) {
+        self.updates.get_or_create(&self::node(node)).inc_by(vars);
+    }
+
+    /// The dependency filter on `node` kept `rejected` candidates out.
+    pub fn filter_rejections(&self, node: &str, rejected: u64) {
+        self.filter_rejections
+            .get_or_create(&self::node(node))
+            .inc_by(rejected);
+    }
+}
+
+/// P3 series.
+#[derive(Debug)]
+pub struct P3Metrics {
+    slices_sent: Family<LayerLabels, Counter>,
+    slice_bytes_sent: Family<LayerLabels, Counter>,
+    slices_received: Family<LayerLabels, Counter>,
+    slice_bytes_received: Family<LayerLabels, Counter>,
+    slice_seconds: Family<NodeLabels, Histogram>,
+    wire_busy: Family<NodeLabels, FloatCounter>,
+}
+
+impl P3Metrics {
+    fn new(registry: &mut Registry) -> Self {
+        let s = Self {
+            slices_sent: Family::default(),
+            slice_bytes_sent: Family::default(),
+            slices_received: Family::default(),
+            slice_bytes_received: Family::default(),
+            slice_seconds: Family::new_with_constructor(latency_histogram),
+            wire_busy: Family::default(),
+        };
+        registry.register(
+            "petrel_p3_slices_sent",
+            "Gradient slices a P3 worker sent, per layer",
+            s.slices_sent.clone(),
+        );
+        registry.register(
+            "petrel_p3_slice_bytes_sent",
+            "Bytes of gradient slices a P3 worker sent, per layer",
+            s.slice_bytes_sent.clone(),
+        );
+        registry.register(
+            "petrel_p3_slices_received",
+            "Updated parameter slices a P3 worker received, per layer",
+            s.slices_received.clone(),
+        );
+        registry.register(
+            "petrel_p3_slice_bytes_received",
+            "Bytes of updated parameter slices a P3 worker received, per layer",
+            s.slice_bytes_received.clone(),
+        );
+        registry.register(
+            "petrel_p3_slice_seconds",
+            "Time from sending a gradient slice to receiving its updated parameters",
+            s.slice_seconds.clone(),
+        );
+        registry.register(
+            "petrel_p3_wire_busy_seconds",
+            "Time a P3 worker had at least one slice on the wire (link utilisation = rate)",
+            s.wire_busy.clone(),
+        );
+        s
+    }
+
+    fn layer(node: &str, layer: usize) -> LayerLabels {
+        LayerLabels {
+            node: node.into(),
+            layer: layer.to_string(),
+        }
+    }
+
+    /// The worker on `node` sent a slice of `layer` of `bytes` bytes.
+    pub fn slice_sent(&self, node: &str, layer: usize, bytes: u64) {
+        let l = Self::layer(node, layer);
+        self.slices_sent.get_or_create(&l).inc();
+        self.slice_bytes_sent.get_or_create(&l).inc_by(bytes);
+    }
+
+    /// The worker on `node` received the updated slice of `layer` (`bytes` bytes), `rtt`
+    /// after it sent the gradient.
+    pub fn slice_received(&self, node: &str, layer: usize, bytes: u64, rtt: Duration) {
+        let l = Self::layer(node, layer);
+        self.slices_received.get_or_create(&l).inc();
+        self.slice_bytes_received.get_or_create(&l).inc_by(bytes);
+        self.slice_seconds
+            .get_or_create(&self::node(node))
+            .observe(rtt.as_secs_f64());
+    }
+
+    /// The worker on `node` had slices on the wire for `busy`.
+    pub fn wire_busy(&self, node: &str, busy: Duration) {
+        self.wire_busy
+            .get_or_create(&self::node(node))
+            .inc_by(busy.as_secs_f64());
+    }
+}
+
+/// The job's history curve.
+#[derive(Debug)]
+pub struct JobMetrics {
+    value: Family<MetricLabels, FloatGauge>,
+    at: Family<MetricLabels, FloatGauge>,
+    points: Family<MetricLabels, Counter>,
+}
+
+impl JobMetrics {
+    fn new(registry: &mut Registry) -> Self {
+        let s = Self {
+            value: Family::default(),
+            at: Family::default(),
+            points: Family::default(),
+        };
+        registry.register(
+            "petrel_job_progress",
+            "Latest point of the job's history curve (objective, RMSE, log-likelihood, loss)",
+            s.value.clone(),
+        );
+        registry.register(
+            "petrel_job_progress_at_seconds",
+            "Job time of the latest point of the history curve",
+            s.at.clone(),
+        );
+        registry.register(
+            "petrel_job_progress_points",
+            "Points of the history curve so far",
+            s.points.clone(),
+        );
+        s
+    }
+
+    /// The job on `node` measured `metric` = `value` at `elapsed` seconds into the run.
+    pub fn point(&self, node: &str, metric: &str, elapsed: Duration, value: f64) {
+        let l = MetricLabels {
+            node: node.into(),
+            metric: metric.into(),
+        };
+        self.value.get_or_create(&l).set(value);
+        self.at.get_or_create(&l).set(elapsed.as_secs_f64());
+        self.points.get_or_create(&l).inc();
+    }
+}
+
+/// Writes one constant family (counter or gauge) from rows of `(labels, value)`.
+pub(crate) fn encode_rows<L: EncodeLabelSet, M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(L, M)],
+) -> Result<(), std::fmt::Error> {
+    let Some((_, first)) = rows.first() else {
+        return Ok(());
+    };
+    let mut family = encoder.encode_descriptor(name, help, None, first.metric_type())?;
+    for (labels, metric) in rows {
+        metric.encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_histogram_buckets_by_inclusive_bound() {
+        let mut h = CountHistogram::default();
+        h.add(0, 3);
+        h.add(7, 2);
+        h.add(100, 1);
+        let b = h.buckets();
+        assert_eq!(b[0], (0.0, 3));
+        assert_eq!(b[7], (8.0, 2));
+        assert_eq!(b.last(), Some(&(f64::INFINITY, 1)));
+        assert_eq!(h.count(), 6);
+    }
+
+    #[test]
+    fn recorded_series_appear_in_the_text() {
+        let m = metrics();
+        m.ps.staleness("unit-a", "0", &[4, 1]);
+        m.strads.round_dispatched("unit-a");
+        m.strads.round_committed("unit-a", Duration::from_millis(3));
+        m.job
+            .point("unit-a", "objective", Duration::from_secs(1), 2.5);
+        let text = encode_text();
+        assert!(
+            text.contains(
+                r#"petrel_ps_staleness_clocks_bucket{le="0.0",node="unit-a",table="0"} 4"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"petrel_strads_rounds_total{node="unit-a"} 1"#));
+        assert!(text.contains(r#"petrel_job_progress{node="unit-a",metric="objective"} 2.5"#));
+        assert!(text.contains("process_resident_memory_bytes"));
+        assert_eq!(m.ps.staleness_of("unit-a", "0").count(), 5);
+    }
+}

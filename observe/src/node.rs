@@ -1,0 +1,319 @@
+//! Node state read at scrape time from the counters the net and node layers already keep.
+
+use crate::families::encode_rows;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Traffic between this node and one peer at one priority.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LinkSample {
+    /// The peer's name.
+    pub peer: String,
+    /// The frames' priority.
+    pub priority: i32,
+    /// Bytes sent to the peer.
+    pub sent_bytes: u64,
+    /// Frames sent to the peer.
+    pub sent_messages: u64,
+    /// Bytes received from the peer.
+    pub received_bytes: u64,
+    /// Frames received from the peer.
+    pub received_messages: u64,
+}
+
+/// What this node's failure detector thinks of a peer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PeerSample {
+    /// The peer's name.
+    pub peer: String,
+    /// False once the peer was declared down.
+    pub up: bool,
+    /// Seconds since a heartbeat was last heard from it (`None`: never, or not watched).
+    pub heartbeat_age_s: Option<f64>,
+}
+
+/// One node's runtime state at one moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeSample {
+    /// The node's roles.
+    pub roles: Vec<String>,
+    /// Traffic per peer and priority.
+    pub links: Vec<LinkSample>,
+    /// Frames that did not decode.
+    pub malformed_frames: u64,
+    /// Frames refused for their size.
+    pub oversize_frames: u64,
+    /// Streams that ended before their frame was complete.
+    pub truncated_streams: u64,
+    /// Connections refused (authentication or handshake).
+    pub refused_connections: u64,
+    /// Frames that could not be delivered.
+    pub send_failures: u64,
+    /// Bytes waiting in the outbox.
+    pub outbox_bytes: u64,
+    /// Items waiting per mailbox (the node's inbound queue, actors' priority inboxes).
+    pub mailboxes: Vec<(String, u64)>,
+    /// Times the egress shaper made the socket wait for tokens.
+    pub shaper_egress_waits: u64,
+    /// Total time of those waits.
+    pub shaper_egress_wait_s: f64,
+    /// Times the ingress shaper stopped reading for tokens.
+    pub shaper_ingress_waits: u64,
+    /// Egress token balance in bytes (negative: in debt), when a shaper is configured.
+    pub shaper_egress_tokens: Option<f64>,
+    /// Configured egress rate in bytes per second (0: unshaped).
+    pub shaper_egress_rate: u64,
+    /// The failure detector's view of each peer.
+    pub peers: Vec<PeerSample>,
+}
+
+thread_local! {
+    static THREAD_NODE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Names the node whose actors run on this thread (each node of a process runs its actix
+/// system on a thread of its own), so hooks deep in a system record under the right `node`
+/// label without carrying the name around.
+pub fn set_thread_node(node: &str) {
+    THREAD_NODE.with(|n| *n.borrow_mut() = Some(node.to_string()));
+}
+
+/// The node set with [`set_thread_node`] on this thread, or `"process"`.
+pub fn thread_node() -> String {
+    THREAD_NODE
+        .with(|n| n.borrow().clone())
+        .unwrap_or_else(|| "process".to_string())
+}
+
+type Sampler = Arc<dyn Fn() -> NodeSample + Send + Sync>;
+
+fn samplers() -> &'static Mutex<BTreeMap<String, Sampler>> {
+    static SAMPLERS: std::sync::OnceLock<Mutex<BTreeMap<String, Sampler>>> =
+        std::sync::OnceLock::new();
+    SAMPLERS.get_or_init(|| Mutex::new(BTreeMap::new()))
+}
+
+/// Registers `node`'s sampler: every scrape of this process calls it (replaces an earlier
+/// sampler of the same name).
+pub fn register_node(node: &str, sampler: impl Fn() -> NodeSample + Send + Sync + 'static) {
+    if let Ok(mut m) = samplers().lock() {
+        m.insert(node.to_string(), Arc::new(sampler));
+    }
+}
+
+/// Removes `node`'s sampler (the node stopped).
+pub fn unregister_node(node: &str) {
+    if let Ok(mut m) = samplers().lock() {
+        m.remove(node);
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct NodesCollector;
+
+type Labels = Vec<(&'static str, String)>;
+
+impl Collector for NodesCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // Sample outside the lock: a sampler takes the node's own locks.
+        let list: Vec<(String, Sampler)> = match samplers().lock() {
+            Ok(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Err(_) => return Ok(()),
+        };
+        let samples: Vec<(String, NodeSample)> = list.into_iter().map(|(n, f)| (n, f())).collect();
+        let node = |n: &str| -> Labels { vec![("node", n.to_string())] };
+        let info: Vec<(Labels, ConstGauge)> = samples
+            .iter()
+            .map(|(n, s)| {
+                let mut l = node(n);
+                l.push(("roles", s.roles.join(",")));
+                (l, ConstGauge::new(1))
+            })
+            .collect();
+        encode_rows(
+            &mut enc,
+            "petrel_node_info",
+            "A node of this process and its roles",
+            &info,
+        )?;
+        type LinkField = fn(&LinkSample) -> u64;
+        let link_series: [(&str, &str, LinkField); 4] = [
+            (
+                "petrel_net_sent_bytes",
+                "Bytes sent, per peer and priority",
+                |l| l.sent_bytes,
+            ),
+            (
+                "petrel_net_sent_messages",
+                "Frames sent, per peer and priority",
+                |l| l.sent_messages,
+            ),
+            (
+                "petrel_net_received_bytes",
+                "Bytes received, per peer and priority",
+                |l| l.received_bytes,
+            ),
+            (
+                "petrel_net_received_messages",
+                "Frames received, per peer and priority",
+                |l| l.received_messages,
+            ),
+        ];
+        for (name, help, field) in link_series {
+            let rows: Vec<(Labels, ConstCounter)> = samples
+                .iter()
+                .flat_map(|(n, s)| {
+                    s.links.iter().map(move |l| {
+                        let mut labels = node(n);
+                        labels.push(("peer", l.peer.clone()));
+                        labels.push(("priority", l.priority.to_string()));
+                        (labels, ConstCounter::new(field(l)))
+                    })
+                })
+                .collect();
+            encode_rows(&mut enc, name, help, &rows)?;
+        }
+        type NodeField = fn(&NodeSample) -> u64;
+        let counters: [(&str, &str, NodeField); 7] = [
+            (
+                "petrel_net_malformed_frames",
+                "Frames that did not decode (dropped)",
+                |s| s.malformed_frames,
+            ),
+            (
+                "petrel_net_oversize_frames",
+                "Frames refused for their size",
+                |s| s.oversize_frames,
+            ),
+            (
+                "petrel_net_truncated_streams",
+                "Streams that ended before their frame",
+                |s| s.truncated_streams,
+            ),
+            (
+                "petrel_net_refused_connections",
+                "Connections refused (authentication or handshake)",
+                |s| s.refused_connections,
+            ),
+            (
+                "petrel_net_send_failures",
+                "Frames that could not be delivered",
+                |s| s.send_failures,
+            ),
+            (
+                "petrel_shaper_egress_waits",
+                "Times the egress shaper made the socket wait for tokens",
+                |s| s.shaper_egress_waits,
+            ),
+            (
+                "petrel_shaper_ingress_waits",
+                "Times the ingress shaper paused reading for tokens",
+                |s| s.shaper_ingress_waits,
+            ),
+        ];
+        for (name, help, field) in counters {
+            let rows: Vec<(Labels, ConstCounter)> = samples
+                .iter()
+                .map(|(n, s)| (node(n), ConstCounter::new(field(s))))
+                .collect();
+            encode_rows(&mut enc, name, help, &rows)?;
+        }
+        let wait_s: Vec<(Labels, ConstCounter<f64>)> = samples
+            .iter()
+            .map(|(n, s)| (node(n), ConstCounter::new(s.shaper_egress_wait_s)))
+            .collect();
+        encode_rows(
+            &mut enc,
+            "petrel_shaper_egress_wait_seconds",
+            "Time the egress shaper made the socket wait for tokens",
+            &wait_s,
+        )?;
+        let tokens: Vec<(Labels, ConstGauge<f64>)> = samples
+            .iter()
+            .filter_map(|(n, s)| {
+                s.shaper_egress_tokens
+                    .map(|t| (node(n), ConstGauge::new(t)))
+            })
+            .collect();
+        encode_rows(
+            &mut enc,
+            "petrel_shaper_egress_tokens_bytes",
+            "Egress token balance (negative: in debt for the last send)",
+            &tokens,
+        )?;
+        let rate: Vec<(Labels, ConstGauge)> = samples
+            .iter()
+            .map(|(n, s)| (node(n), ConstGauge::new(s.shaper_egress_rate as i64)))
+            .collect();
+        encode_rows(
+            &mut enc,
+            "petrel_shaper_egress_rate_bytes_per_second",
+            "Configured egress rate (0: unshaped)",
+            &rate,
+        )?;
+        let outbox: Vec<(Labels, ConstGauge)> = samples
+            .iter()
+            .map(|(n, s)| (node(n), ConstGauge::new(s.outbox_bytes as i64)))
+            .collect();
+        encode_rows(
+            &mut enc,
+            "petrel_outbox_queued_bytes",
+            "Bytes waiting in the priority outbox",
+            &outbox,
+        )?;
+        let mailboxes: Vec<(Labels, ConstGauge)> = samples
+            .iter()
+            .flat_map(|(n, s)| {
+                s.mailboxes.iter().map(move |(m, d)| {
+                    let mut l = node(n);
+                    l.push(("mailbox", m.clone()));
+                    (l, ConstGauge::new(*d as i64))
+                })
+            })
+            .collect();
+        encode_rows(
+            &mut enc,
+            "petrel_mailbox_depth",
+            "Items waiting in a mailbox (inbound frames, actors' priority inboxes)",
+            &mailboxes,
+        )?;
+        let peer_labels = |n: &str, p: &PeerSample| {
+            let mut l = node(n);
+            l.push(("peer", p.peer.clone()));
+            l
+        };
+        let up: Vec<(Labels, ConstGauge)> = samples
+            .iter()
+            .flat_map(|(n, s)| {
+                s.peers
+                    .iter()
+                    .map(move |p| (peer_labels(n, p), ConstGauge::new(i64::from(p.up))))
+            })
+            .collect();
+        encode_rows(
+            &mut enc,
+            "petrel_peer_up",
+            "The failure detector's state of a peer (1 up, 0 declared down)",
+            &up,
+        )?;
+        let age: Vec<(Labels, ConstGauge<f64>)> = samples
+            .iter()
+            .flat_map(|(n, s)| {
+                s.peers.iter().filter_map(move |p| {
+                    p.heartbeat_age_s
+                        .map(|a| (peer_labels(n, p), ConstGauge::new(a)))
+                })
+            })
+            .collect();
+        encode_rows(
+            &mut enc,
+            "petrel_heartbeat_age_seconds",
+            "Seconds since a heartbeat was last heard from a peer",
+            &age,
+        )
+    }
+}

@@ -1,0 +1,181 @@
+//! Fetching a node's `/metrics` (hyper's HTTP/1 client) and reading the text format.
+
+use crate::ObserveError;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use std::time::Duration;
+
+/// One sample line: `name{labels} value`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// The sample's name (with `_total`, `_bucket`, ... suffixes).
+    pub name: String,
+    /// Label pairs in the order written.
+    pub labels: Vec<(String, String)>,
+    /// The value.
+    pub value: f64,
+}
+
+impl Series {
+    /// The value of label `key`.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses Prometheus/OpenMetrics text; comment lines and lines that do not parse are
+/// skipped (a scrape is read, not validated).
+pub fn parse_text(text: &str) -> Vec<Series> {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(parse_line)
+        .collect()
+}
+
+fn parse_line(line: &str) -> Option<Series> {
+    let (name, labels, rest) = match line.find('{') {
+        Some(open) => {
+            let close = open + line[open..].find('}')?;
+            (
+                &line[..open],
+                parse_labels(&line[open + 1..close])?,
+                &line[close + 1..],
+            )
+        }
+        None => {
+            let sp = line.find(' ')?;
+            (&line[..sp], Vec::new(), &line[sp..])
+        }
+    };
+    let value = rest.split_whitespace().next()?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    Some(Series {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
+fn parse_labels(text: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let eq = rest.find('=')?;
+        let key = rest[..eq].trim().to_string();
+        rest = rest[eq + 1..].strip_prefix('"')?;
+        let mut value = String::new();
+        let mut chars = rest.char_indices();
+        let end = loop {
+            let (i, c) = chars.next()?;
+            match c {
+                '\\' => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    other => value.push(other),
+                },
+                '"' => break i,
+                c => value.push(c),
+            }
+        };
+        out.push((key, value));
+        rest = rest[end + 1..]
+            .trim_start()
+            .trim_start_matches(',')
+            .trim_start();
+    }
+    Some(out)
+}
+
+/// `GET http://target/path` with a timeout; the body as text.
+pub async fn http_get(target: &str, path: &str, timeout: Duration) -> Result<String, ObserveError> {
+    let err = |source: Box<dyn std::error::Error + Send + Sync>| ObserveError::Scrape {
+        target: target.to_string(),
+        source,
+    };
+    let fetch = async {
+        let stream = tokio::net::TcpStream::connect(target)
+            .await
+            .map_err(|e| err(Box::new(e)))?;
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| err(Box::new(e)))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = hyper::Request::get(path)
+            .header(hyper::header::HOST, target)
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| err(Box::new(e)))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| err(Box::new(e)))?;
+        let status = resp.status().as_u16();
+        if status != 200 {
+            return Err(ObserveError::Status {
+                target: target.to_string(),
+                status,
+            });
+        }
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| err(Box::new(e)))?
+            .to_bytes();
+        String::from_utf8(body.to_vec()).map_err(|e| err(Box::new(e)))
+    };
+    tokio::time::timeout(timeout, fetch)
+        .await
+        .map_err(|e| err(Box::new(e)))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_labels_and_values() {
+        let s = parse_text(
+            "# HELP x y\nup 1\nnet_total{node=\"a\",peer=\"b \\\"q\\\"\",priority=\"-1\"} 42\nh_bucket{le=\"+Inf\"} 3\n# EOF\n",
+        );
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].name, "up");
+        assert_eq!(s[1].label("peer"), Some("b \"q\""));
+        assert_eq!(s[1].label("priority"), Some("-1"));
+        assert_eq!(s[1].value, 42.0);
+        assert_eq!(s[2].label("le"), Some("+Inf"));
+    }
+
+    #[test]
+    fn serves_and_scrapes_the_registry() {
+        crate::metrics()
+            .job
+            .point("scrape-test", "loss", Duration::from_secs(2), 0.5);
+        let server = crate::MetricsServer::start("127.0.0.1:0").unwrap();
+        let addr = server.local_addr().to_string();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let text = rt
+            .block_on(http_get(&addr, "/metrics", Duration::from_secs(5)))
+            .unwrap();
+        let series = parse_text(&text);
+        assert!(series.iter().any(|s| s.name == "petrel_job_progress"
+            && s.label("node") == Some("scrape-test")
+            && s.value == 0.5));
+        let missing = rt.block_on(http_get(&addr, "/nope", Duration::from_secs(5)));
+        assert!(matches!(
+            missing,
+            Err(ObserveError::Status { status: 404, .. })
+        ));
+    }
+}

@@ -1,0 +1,195 @@
+//! Observability end to end: a multi-process cluster running a parameter-server, a STRADS
+//! and a P3 job at once; every node's `/metrics` is scraped while they run, and the series
+//! must move.
+
+use petrel::launcher::{self, LaunchOptions};
+use petrel::observe::scrape::{Series, http_get, parse_text};
+use petrel_actors::Settings;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+
+/// One cluster, three jobs: `hub` runs the PS shard and monitor, the STRADS scheduler and
+/// the P3 shard; `w0` and `w1` run a worker of each.
+pub fn three_system_settings(out: &Path) -> Settings {
+    let hub = r#"["ps-shard", "ps-monitor", "strads-lasso-scheduler", "p3-shard"]"#;
+    let worker = r#"["ps-worker", "strads-lasso-worker", "p3-worker"]"#;
+    let text = format!(
+        r#"
+[cluster]
+name = "observe"
+failure_timeout_ms = 10000
+
+[[nodes]]
+name = "hub"
+addr = "127.0.0.1:0"
+roles = {hub}
+
+[[nodes]]
+name = "w0"
+addr = "127.0.0.1:0"
+roles = {worker}
+
+[[nodes]]
+name = "w1"
+addr = "127.0.0.1:0"
+roles = {worker}
+
+[app.mf]
+consistency = "ssp"
+staleness = 2
+rank = 4
+max_clocks = 150
+max_seconds = 60
+eval_ms = 100
+out = "{out}/ps-mf"
+
+[app.lasso]
+block_size = 8
+candidate_pool = 32
+rho = 0.3
+depth = 2
+max_rounds = 1500
+eval_every = 50
+gap_tolerance = 1e-12
+out_dir = "{out}/lasso"
+
+[app.lasso.synthetic]
+n_samples = 200
+n_features = 1000
+seed = 7
+
+[app.p3]
+mode = "p3"
+model = "resnet50"
+scale = 0.002
+device_gflops = 50.0
+batch = 4
+slice_size = 4096
+workers = 2
+shards = 1
+iterations = 12
+report_dir = "{out}/p3"
+"#,
+        out = out.display()
+    );
+    Settings::from_toml(&text).unwrap()
+}
+
+/// The value of the series `name` whose labels include all of `labels`, summed.
+fn total(series: &[Series], name: &str, labels: &[(&str, &str)]) -> f64 {
+    series
+        .iter()
+        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .map(|s| s.value)
+        .sum()
+}
+
+#[test]
+fn every_node_serves_metrics_that_move_during_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = three_system_settings(dir.path());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let scrapes: BTreeMap<String, Vec<Vec<Series>>> = rt.block_on(async {
+        let mut opts = LaunchOptions::new().unwrap();
+        opts.binary = PETREL.into();
+        opts.run_dir = Some(dir.path().join("run"));
+        opts.progress = false;
+        let running = launcher::start(settings, opts).await.unwrap();
+        let targets = running.metrics_addrs().to_vec();
+        assert_eq!(targets.len(), 3);
+        let wait = tokio::spawn(running.wait(Some(Duration::from_secs(240))));
+        let mut scrapes: BTreeMap<String, Vec<Vec<Series>>> = BTreeMap::new();
+        while !wait.is_finished() {
+            for (node, addr) in &targets {
+                if let Ok(text) = http_get(addr, "/metrics", Duration::from_secs(2)).await {
+                    scrapes
+                        .entry(node.clone())
+                        .or_default()
+                        .push(parse_text(&text));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        wait.await.unwrap().unwrap();
+        scrapes
+    });
+    for node in ["hub", "w0", "w1"] {
+        let s = &scrapes[node];
+        assert!(s.len() >= 3, "{node}: only {} scrapes", s.len());
+        let (first, last) = (&s[0], &s[s.len() - 1]);
+        let l = [("node", node)];
+        // The transport's counters, per peer and priority, grew while the jobs ran.
+        for name in [
+            "petrel_net_sent_bytes_total",
+            "petrel_net_received_bytes_total",
+        ] {
+            assert!(
+                total(last, name, &l) > total(first, name, &l),
+                "{node}: {name} did not grow"
+            );
+        }
+        assert!(
+            last.iter()
+                .any(|x| x.name == "petrel_net_sent_bytes_total" && x.label("priority").is_some())
+        );
+        assert!(total(last, "process_resident_memory_bytes", &[]) > 1e6);
+        assert!(
+            total(last, "process_cpu_seconds_total", &[])
+                > total(first, "process_cpu_seconds_total", &[])
+        );
+        assert_eq!(total(last, "petrel_node_info", &l), 1.0);
+        assert!(last.iter().any(|x| x.name == "petrel_outbox_queued_bytes"));
+        assert!(last.iter().any(|x| x.name == "petrel_mailbox_depth"));
+        assert_eq!(total(last, "petrel_net_refused_connections_total", &l), 0.0);
+        assert_eq!(total(last, "petrel_net_malformed_frames_total", &l), 0.0);
+        // Every other node is up in the failure detector's view, and heard from.
+        assert_eq!(total(last, "petrel_peer_up", &l), 2.0, "{node}");
+        assert!(
+            last.iter()
+                .any(|x| x.name == "petrel_heartbeat_age_seconds")
+        );
+    }
+    let hub = &scrapes["hub"];
+    let grew = |s: &Vec<Vec<Series>>, name: &str, node: &str| {
+        let l = [("node", node)];
+        s.iter()
+            .any(|x| total(x, name, &l) > total(&s[0], name, &l))
+    };
+    assert!(grew(hub, "petrel_strads_rounds_total", "hub"));
+    assert!(grew(hub, "petrel_strads_updates_total", "hub"));
+    assert!(grew(hub, "petrel_strads_round_seconds_count", "hub"));
+    assert!(grew(hub, "petrel_job_progress_points_total", "hub"));
+    for w in ["w0", "w1"] {
+        let s = &scrapes[w];
+        assert!(grew(s, "petrel_ps_worker_clock", w), "{w}: PS clock");
+        assert!(
+            grew(s, "petrel_ps_staleness_clocks_count", w),
+            "{w}: staleness"
+        );
+        assert!(grew(s, "petrel_p3_slices_sent_total", w), "{w}: P3 slices");
+        assert!(
+            grew(s, "petrel_p3_slice_seconds_count", w),
+            "{w}: P3 slice times"
+        );
+        assert!(
+            grew(s, "petrel_p3_wire_busy_seconds_total", w),
+            "{w}: P3 wire"
+        );
+    }
+    // Heartbeat gaps are a histogram per peer on the coordinator (hub).
+    let last = hub.last().unwrap();
+    assert!(
+        total(
+            last,
+            "petrel_heartbeat_gap_seconds_count",
+            &[("node", "hub")]
+        ) > 0.0
+    );
+}
