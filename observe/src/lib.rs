@@ -11,7 +11,7 @@
 //!   RSS and CPU come from `/proc` at scrape time too ([`process`]).
 //! - [`MetricsServer`] serves the registry as OpenMetrics text at `GET /metrics` (axum on a
 //!   thread and tokio runtime of its own, so a busy actor thread does not stall scrapes).
-//! - [`scrape`] fetches and parses that text; [`dashboard`] turns scrapes of every node into
+//! - [`scrape`] fetches and parses that text; `dashboard` (next) turns scrapes of every node into
 //!   the launcher's live web page and the static report a finished run leaves behind.
 //!
 //! Series names are listed in the README ("Watching a run").
