@@ -2,11 +2,9 @@
 
 use clap::{Parser, Subcommand};
 use petrel::CliError;
-use petrel::launcher::{self, LaunchOptions};
+use petrel::launcher::{self, LaunchError, LaunchMode, LaunchOptions};
 use petrel::netns::{Hosts, LinkShape};
-use petrel_actors::topology::Wiring;
-use petrel_actors::{NodeError, Settings, error_chain};
-use petrel_net::ClusterCredentials;
+use petrel_actors::{NodeError, Settings, error_chain, validate_node_name};
 use petrel_net::tls::ClusterCa;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,18 +36,24 @@ enum Command {
         /// Run every node as a thread of this process instead of separate processes.
         #[arg(long)]
         in_process: bool,
+        /// Serve a live dashboard at ADDR (default 127.0.0.1 on a free port; the URL is
+        /// printed) and leave it as dashboard.html in --run-dir (else the current directory).
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+        dashboard: Option<String>,
     },
     /// Run one node of a cluster (multi-host: start one on every host).
     Node {
-        /// Cluster settings (TOML); `cluster.certs_dir` must hold this node's certificate.
+        /// Cluster settings (TOML); `cluster.certs_dir` (relative to this file) must hold
+        /// this node's certificate.
         #[arg(long)]
         config: PathBuf,
-        /// This node's name in the settings.
+        /// This node's name in the settings (default: the node at position RANK or
+        /// SLURM_PROCID, else the node named like this host).
         #[arg(long)]
-        name: String,
+        name: Option<String>,
         /// Serve OpenMetrics text at http://ADDR/metrics (overrides the node's
         /// `metrics_addr`; off unless one of them is set).
-        #[arg(long)]
+        #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<String>,
     },
     /// Create a cluster CA and one certificate per node.
@@ -60,8 +64,15 @@ enum Command {
         /// Node names (comma separated), or take them from --config.
         #[arg(long, value_delimiter = ',')]
         nodes: Vec<String>,
+        /// Cluster settings whose nodes get certificates.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Also write one directory per node, DIR/bundles/NODE, with only what that host
+        /// needs: ca.pem, NODE.pem, NODE.key and (with --config) a cluster.toml whose
+        /// certs_dir is the bundle itself. Copy it to the host and run
+        /// `petrel node --config NODE/cluster.toml`.
+        #[arg(long)]
+        bundle: bool,
     },
     /// Emulated hosts in network namespaces (needs root).
     Netns {
@@ -76,6 +87,10 @@ enum Command {
     // commands: applications -- systems add their subcommands below this line
     /// Train a model on a localhost cluster (parameter-server or STRADS apps).
     Train {
+        /// Serve a live dashboard at ADDR (default 127.0.0.1 on a free port; the URL is
+        /// printed) and leave it as dashboard.html in the output directory.
+        #[arg(long, global = true, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+        dashboard: Option<String>,
         #[command(subcommand)]
         app: TrainCommand,
     },
@@ -155,7 +170,10 @@ fn main() -> ExitCode {
         metrics_addr,
     } = &cli.command
     {
-        return node_command(config, name, metrics_addr.as_deref());
+        if let Some(addr) = metrics_addr {
+            petrel_observe::set_process_metrics_addr(addr);
+        }
+        return node_command(config, name.as_deref());
     }
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
@@ -169,42 +187,28 @@ fn fail(error: &(dyn std::error::Error + 'static), code: ExitCode) -> ExitCode {
     code
 }
 
-fn tokio_runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(CliError::Runtime)
-}
-
 /// `petrel node`: exits 0 when the run finished, 1 when it failed on this node, and
 /// [`petrel::launcher::STOPPED_BY_PEER`] when another node's failure stopped it (so
-/// `petrel run` names the node where the failure started).
-fn node_command(config: &std::path::Path, name: &str, metrics_addr: Option<&str>) -> ExitCode {
-    let mut settings = match Settings::load(config) {
+/// `petrel run` names the node where the failure started). Under `petrel run` the launcher
+/// prints the error; alone, this prints it.
+fn node_command(config: &std::path::Path, name: Option<&str>) -> ExitCode {
+    let settings = match Settings::load(config) {
         Ok(s) => s,
         Err(e) => return fail(&e, ExitCode::FAILURE),
     };
-    if let Some(addr) = metrics_addr
-        && let Some(node) = settings.nodes.iter_mut().find(|n| n.name == name)
-    {
-        node.metrics_addr = Some(addr.to_string());
-    }
-    let Some(dir) = settings.cluster.certs_dir.clone() else {
-        let e = CliError::Usage(
-            "cluster.certs_dir is not set; create certificates with `petrel certs`".into(),
-        );
-        return fail(&e, ExitCode::FAILURE);
+    let mode = LaunchMode::Node {
+        name: name.map(str::to_string),
+        config: config.to_path_buf(),
     };
-    let creds = match ClusterCredentials::load(&dir, name) {
-        Ok(c) => c,
+    let opts = match LaunchOptions::new() {
+        Ok(o) => o,
         Err(e) => return fail(&e, ExitCode::FAILURE),
     };
-    match petrel::roles::builtin(settings).run_node(name, Wiring::Quic(creds)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e @ (NodeError::PeerFailed { .. } | NodeError::RunFailed { .. })) => {
-            fail(&e, ExitCode::from(petrel::launcher::STOPPED_BY_PEER))
-        }
+    match launcher::launch_with(&petrel::roles::builtin(settings), mode, opts) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(
+            e @ LaunchError::Settings(NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }),
+        ) => fail(&e, ExitCode::from(petrel::launcher::STOPPED_BY_PEER)),
         Err(e) => fail(&e, ExitCode::FAILURE),
     }
 }
@@ -216,57 +220,25 @@ fn dispatch(command: Command) -> Result<(), CliError> {
             run_dir,
             timeout_s,
             in_process,
+            dashboard,
         } => {
-            if in_process {
-                let settings = Settings::load(&config)?;
-                return Ok(petrel::roles::builtin(settings).run_in_process()?);
-            }
-            let mut opts = LaunchOptions::new()?;
-            opts.run_dir = run_dir;
-            opts.timeout = timeout_s.map(Duration::from_secs);
-            let report = tokio_runtime()?.block_on(launcher::run(&config, opts))?;
-            for (name, t) in &report.nodes {
-                tracing::info!(node = %name, seconds = format!("{:.2}", t.as_secs_f64()), "node finished");
-            }
-            tracing::info!(
-                "cluster finished; run directory {}",
-                report.run_dir.display()
-            );
-            Ok(())
+            let cluster = petrel::roles::builtin(Settings::load(&config)?);
+            let report_dir = run_dir.clone();
+            let dashboard =
+                start_dashboard(dashboard.as_deref(), &cluster.settings().cluster.name)?;
+            let result = run_cluster(cluster, run_dir, timeout_s, in_process);
+            finish_dashboard(dashboard, report_dir)?;
+            result
         }
         // main() runs `petrel node` through node_command for its exit codes.
-        Command::Node { name, .. } => Err(CliError::Usage(format!(
-            "`petrel node --name {name}` runs in main"
-        ))),
-        Command::Certs { dir, nodes, config } => {
-            let mut names = nodes;
-            if let Some(c) = config {
-                let s = Settings::load(&c)?;
-                names.extend(s.nodes.iter().map(|n| n.name.clone()));
-            }
-            if names.is_empty() {
-                return Err(CliError::Usage(
-                    "name the nodes with --nodes a,b,c or --config".into(),
-                ));
-            }
-            let ca = match ClusterCa::load(&dir) {
-                Ok(ca) => ca,
-                Err(_) => {
-                    let ca = ClusterCa::generate()?;
-                    ca.write(&dir)?;
-                    ca
-                }
-            };
-            for n in &names {
-                ca.issue(n).and_then(|c| c.write(&dir, n))?;
-            }
-            println!(
-                "wrote CA and {} node certificates to {}",
-                names.len(),
-                dir.display()
-            );
-            Ok(())
-        }
+        Command::Node { .. } => Err(CliError::Usage("`petrel node` runs in main".into())),
+
+        Command::Certs {
+            dir,
+            nodes,
+            config,
+            bundle,
+        } => certs_command(&dir, nodes, config.as_deref(), bundle),
         Command::Netns { command } => match command {
             NetnsCommand::Up {
                 hosts,
@@ -314,22 +286,171 @@ fn dispatch(command: Command) -> Result<(), CliError> {
         },
         // commands dispatch: applications add their arms below this line; each maps its own
         // error type with `CliError::command`.
-        Command::Train { app } => match app {
-            TrainCommand::PsMf(args) => train_ps::<petrel::ps::PsMf>(args),
-            TrainCommand::PsLr(args) => train_ps::<petrel::ps::PsLr>(args),
-            TrainCommand::PsLda(args) => train_ps::<petrel::ps::PsLda>(args),
-            TrainCommand::Lasso(args) => {
-                petrel::train::train_lasso(args).map_err(CliError::command)
-            }
-            TrainCommand::StradsMf(args) => {
-                petrel::train::train_mf(args).map_err(CliError::command)
-            }
-            TrainCommand::Lda(args) => petrel::train::train_lda(args).map_err(CliError::command),
-            TrainCommand::Logistic(args) => {
-                petrel::train::train_logistic(args).map_err(CliError::command)
-            }
-        },
+        Command::Train { dashboard, app } => {
+            let report_dir = train_out_dir(&app);
+            let dashboard = start_dashboard(dashboard.as_deref(), train_title(&app))?;
+            let result = train(app);
+            finish_dashboard(dashboard, report_dir)?;
+            result
+        }
     }
+}
+
+/// The output directory of a `petrel train` command, if it has one.
+fn train_out_dir(app: &TrainCommand) -> Option<PathBuf> {
+    match app {
+        TrainCommand::PsMf(a) => a.config.out.clone(),
+        TrainCommand::PsLr(a) => a.config.out.clone(),
+        TrainCommand::PsLda(a) => a.config.out.clone(),
+        TrainCommand::Lasso(a) | TrainCommand::Logistic(a) => Some(a.cluster.out.clone()),
+        TrainCommand::StradsMf(a) => Some(a.cluster.out.clone()),
+        TrainCommand::Lda(a) => Some(a.cluster.out.clone()),
+    }
+}
+
+/// The dashboard's title for a `petrel train` command.
+fn train_title(app: &TrainCommand) -> &'static str {
+    match app {
+        TrainCommand::PsMf(_) => "train ps-mf",
+        TrainCommand::PsLr(_) => "train ps-lr",
+        TrainCommand::PsLda(_) => "train ps-lda",
+        TrainCommand::Lasso(_) => "train lasso",
+        TrainCommand::StradsMf(_) => "train strads-mf",
+        TrainCommand::Lda(_) => "train lda",
+        TrainCommand::Logistic(_) => "train logistic",
+    }
+}
+
+/// `petrel train <app>`.
+fn train(app: TrainCommand) -> Result<(), CliError> {
+    match app {
+        TrainCommand::PsMf(args) => train_ps::<petrel::ps::PsMf>(args),
+        TrainCommand::PsLr(args) => train_ps::<petrel::ps::PsLr>(args),
+        TrainCommand::PsLda(args) => train_ps::<petrel::ps::PsLda>(args),
+        TrainCommand::Lasso(args) => petrel::train::train_lasso(args).map_err(CliError::command),
+        TrainCommand::StradsMf(args) => petrel::train::train_mf(args).map_err(CliError::command),
+        TrainCommand::Lda(args) => petrel::train::train_lda(args).map_err(CliError::command),
+        TrainCommand::Logistic(args) => {
+            petrel::train::train_logistic(args).map_err(CliError::command)
+        }
+    }
+}
+
+/// `petrel run` without the dashboard around it.
+fn run_cluster(
+    cluster: petrel_actors::Cluster,
+    run_dir: Option<PathBuf>,
+    timeout_s: Option<u64>,
+    in_process: bool,
+) -> Result<(), CliError> {
+    let mode = if in_process {
+        LaunchMode::InProcess
+    } else {
+        LaunchMode::Processes
+    };
+    let mut opts = LaunchOptions::new()?;
+    opts.run_dir = run_dir;
+    opts.timeout = timeout_s.map(Duration::from_secs);
+    let Some(report) = launcher::launch_with(&cluster, mode, opts)?.report else {
+        return Ok(());
+    };
+    for (name, t) in &report.nodes {
+        tracing::info!(node = %name, seconds = format!("{:.2}", t.as_secs_f64()), "node finished");
+    }
+    tracing::debug!(
+        "cluster finished; run directory {}",
+        report.run_dir.display()
+    );
+    Ok(())
+}
+
+/// Starts the dashboard when `--dashboard` was given and prints its URL.
+fn start_dashboard(
+    addr: Option<&str>,
+    title: &str,
+) -> Result<Option<petrel_observe::dashboard::Dashboard>, CliError> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let d = petrel_observe::dashboard::Dashboard::start(addr, title).map_err(CliError::command)?;
+    println!("dashboard: {}", d.url());
+    Ok(Some(d))
+}
+
+/// Writes the dashboard's static report into `dir` (default: the current directory).
+fn finish_dashboard(
+    dashboard: Option<petrel_observe::dashboard::Dashboard>,
+    dir: Option<PathBuf>,
+) -> Result<(), CliError> {
+    let Some(d) = dashboard else {
+        return Ok(());
+    };
+    let dir = match dir {
+        Some(d) => d,
+        None => std::env::current_dir().map_err(CliError::command)?,
+    };
+    let path = d.finish(&dir).map_err(CliError::command)?;
+    println!("dashboard report: {}", path.display());
+    Ok(())
+}
+
+/// `petrel certs`: every name is checked before anything is written.
+fn certs_command(
+    dir: &std::path::Path,
+    nodes: Vec<String>,
+    config: Option<&std::path::Path>,
+    bundle: bool,
+) -> Result<(), CliError> {
+    let mut names = nodes;
+    let settings = config.map(Settings::load).transpose()?;
+    if let Some(s) = &settings {
+        names.extend(s.nodes.iter().map(|n| n.name.clone()));
+    }
+    if names.is_empty() {
+        return Err(CliError::Usage(
+            "name the nodes with --nodes a,b,c or --config".into(),
+        ));
+    }
+    for n in &names {
+        validate_node_name(n)?;
+    }
+    let ca = match ClusterCa::load(dir) {
+        Ok(ca) => ca,
+        Err(_) => {
+            let ca = ClusterCa::generate()?;
+            ca.write(dir)?;
+            ca
+        }
+    };
+    for n in &names {
+        let creds = ca.issue(n)?;
+        creds.write(dir, n)?;
+        if bundle {
+            let host = dir.join("bundles").join(n);
+            creds.write(&host, n)?;
+            if let Some(s) = &settings {
+                let mut s = s.clone();
+                // Relative to the bundle's cluster.toml: the bundle itself.
+                s.cluster.certs_dir = Some(PathBuf::from("."));
+                let path = host.join("cluster.toml");
+                std::fs::write(&path, s.to_toml()?).map_err(|source| CliError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
+    }
+    println!(
+        "wrote CA and {} node certificates to {}{}",
+        names.len(),
+        dir.display(),
+        if bundle {
+            " and one bundle per node to bundles/"
+        } else {
+            ""
+        }
+    );
+    Ok(())
 }
 
 /// `petrel train ps-*`: runs the parameter-server app in process and prints its summary.

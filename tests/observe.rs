@@ -2,12 +2,14 @@
 //! and a P3 job at once; every node's `/metrics` is scraped while they run, and the series
 //! must move.
 
-use petrel::launcher::{self, LaunchOptions};
+use petrel::launcher::{self, ChildCommand, LaunchOptions};
 use petrel::observe::scrape::{Series, http_get, parse_text};
 use petrel_actors::Settings;
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::Duration;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
 
@@ -98,7 +100,9 @@ fn every_node_serves_metrics_that_move_during_a_run() {
         .unwrap();
     let scrapes: BTreeMap<String, Vec<Vec<Series>>> = rt.block_on(async {
         let mut opts = LaunchOptions::new().unwrap();
-        opts.binary = PETREL.into();
+        opts.child = ChildCommand::PetrelNode {
+            program: PETREL.into(),
+        };
         opts.run_dir = Some(dir.path().join("run"));
         opts.progress = false;
         let running = launcher::start(settings, opts).await.unwrap();
@@ -192,4 +196,158 @@ fn every_node_serves_metrics_that_move_during_a_run() {
             &[("node", "hub")]
         ) > 0.0
     );
+}
+
+/// Debian's `chromium`, if installed.
+fn chromium() -> Option<PathBuf> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|name| {
+            let out = Command::new("which").arg(name).output().ok()?;
+            out.status
+                .success()
+                .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+        })
+}
+
+/// Runs headless Chromium with a fresh profile and no network besides `url`'s host;
+/// `extra` adds `--dump-dom` or `--screenshot=...`. Returns stdout.
+fn headless(browser: &Path, profile: &Path, extra: &[&str], url: &str) -> String {
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=3000",
+            "--window-size=1400,1700",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .stderr(Stdio::null())
+        .output()
+        .expect("chromium runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The `data-points` of the history curve in a dumped DOM.
+fn curve_points(dom: &str) -> u64 {
+    let Some(at) = dom.find("id=\"curve\"") else {
+        return 0;
+    };
+    let tag_end = dom[at..].find('>').map_or(dom.len(), |e| at + e);
+    let tag = &dom[at..tag_end];
+    tag.split("data-points=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_dashboard_shows_every_node_live_and_leaves_a_static_report() {
+    let Some(browser) = chromium() else {
+        eprintln!(
+            "SKIPPED: no chromium on PATH (apt-get install chromium) -- dashboard not loaded"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("cluster.toml");
+    std::fs::write(&cfg, three_system_settings(dir.path()).to_toml().unwrap()).unwrap();
+    let run_dir = dir.path().join("run");
+    let mut child = Command::new(PETREL)
+        .args([
+            "run",
+            cfg.to_str().unwrap(),
+            "--timeout-s",
+            "240",
+            "--dashboard",
+        ])
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("dashboard: ").map(str::to_string))
+        .expect("petrel run prints the dashboard URL");
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+    std::fs::create_dir_all(&shots).unwrap();
+    // Live: every node is listed; the curve gains points between two loads.
+    let profile = tempfile::tempdir().unwrap();
+    let mut first = None;
+    let mut gained = false;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+        let dom = headless(&browser, profile.path(), &["--dump-dom"], &url);
+        let listed = ["hub", "w0", "w1"]
+            .iter()
+            .all(|n| dom.contains(&format!("data-node=\"{n}\"")));
+        let points = curve_points(&dom);
+        if listed && points > 0 {
+            match first {
+                None => {
+                    first = Some(points);
+                    let shot = format!("--screenshot={}", shots.join("live.png").display());
+                    headless(&browser, profile.path(), &[&shot], &url);
+                }
+                Some(p) if points > p => {
+                    gained = true;
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let status = child.wait().unwrap();
+    let printed = rest.join().unwrap();
+    assert!(status.success(), "petrel run failed: {printed:?}");
+    assert!(
+        first.is_some(),
+        "the live page never listed every node with a curve"
+    );
+    assert!(
+        gained,
+        "the curve did not gain points while the run went on"
+    );
+    assert!(shots.join("live.png").exists(), "no screenshot");
+    // The static report: the same page with the data inlined, opened from the file with
+    // every host unresolvable (no network).
+    let report = run_dir.join("dashboard.html");
+    assert!(
+        printed.iter().any(|l| l.contains("dashboard.html")),
+        "{printed:?}"
+    );
+    let offline = "--host-resolver-rules=MAP * ~NOTFOUND";
+    let file_url = format!("file://{}", report.display());
+    let dom = headless(
+        &browser,
+        profile.path(),
+        &["--dump-dom", offline],
+        &file_url,
+    );
+    for n in ["hub", "w0", "w1"] {
+        assert!(
+            dom.contains(&format!("data-node=\"{n}\"")),
+            "report lacks {n}"
+        );
+    }
+    assert!(dom.contains("finished (static report)"));
+    assert!(curve_points(&dom) > 0);
+    let shot = format!("--screenshot={}", shots.join("report.png").display());
+    headless(&browser, profile.path(), &[&shot, offline], &file_url);
+    assert!(shots.join("report.png").exists());
 }

@@ -25,6 +25,16 @@ pub(crate) struct HttpThread {
 impl HttpThread {
     /// Binds `addr` now (so a taken port fails here, naming it) and serves `router`.
     pub(crate) fn start(addr: &str, name: &str, router: Router) -> Result<Self, ObserveError> {
+        Self::start_with(addr, name, router, Box::pin(async {}))
+    }
+
+    /// [`HttpThread::start`], also running `task` on the server's runtime until it stops.
+    pub(crate) fn start_with(
+        addr: &str,
+        name: &str,
+        router: Router,
+        task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    ) -> Result<Self, ObserveError> {
         let parsed: SocketAddr = addr.parse().map_err(|_| ObserveError::BadAddress {
             addr: addr.to_string(),
         })?;
@@ -45,6 +55,7 @@ impl HttpThread {
             .name(format!("petrel-{name}"))
             .spawn(move || {
                 runtime.block_on(async move {
+                    tokio::spawn(task);
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(l) => l,
                         Err(e) => {

@@ -11,13 +11,14 @@
 //!   RSS and CPU come from `/proc` at scrape time too ([`process`]).
 //! - [`MetricsServer`] serves the registry as OpenMetrics text at `GET /metrics` (axum on a
 //!   thread and tokio runtime of its own, so a busy actor thread does not stall scrapes).
-//! - [`scrape`] fetches and parses that text; `dashboard` (next) turns scrapes of every node into
+//! - [`scrape`] fetches and parses that text; [`dashboard`] turns scrapes of every node into
 //!   the launcher's live web page and the static report a finished run leaves behind.
 //!
 //! Series names are listed in the README ("Watching a run").
 
 #![warn(missing_docs)]
 
+pub mod dashboard;
 mod error;
 mod exporter;
 mod families;
@@ -31,6 +32,6 @@ pub use families::{
     CountHistogram, JobMetrics, Metrics, P3Metrics, PsMetrics, StradsMetrics, encode_text, metrics,
 };
 pub use node::{
-    LinkSample, NodeSample, PeerSample, register_node, set_thread_node, thread_node,
-    unregister_node,
+    LinkSample, NodeSample, PeerSample, process_metrics_addr, register_node,
+    set_process_metrics_addr, set_thread_node, thread_node, unregister_node,
 };

@@ -89,6 +89,19 @@ pub fn thread_node() -> String {
         .unwrap_or_else(|| "process".to_string())
 }
 
+static PROCESS_METRICS_ADDR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The `/metrics` address of this process's node, set from the command line
+/// (`petrel node --metrics-addr`); it wins over the node's `metrics_addr` setting.
+pub fn set_process_metrics_addr(addr: &str) {
+    let _ = PROCESS_METRICS_ADDR.set(addr.to_string());
+}
+
+/// The address set with [`set_process_metrics_addr`].
+pub fn process_metrics_addr() -> Option<&'static str> {
+    PROCESS_METRICS_ADDR.get().map(String::as_str)
+}
+
 type Sampler = Arc<dyn Fn() -> NodeSample + Send + Sync>;
 
 fn samplers() -> &'static Mutex<BTreeMap<String, Sampler>> {

@@ -1,0 +1,289 @@
+//! The launcher's live dashboard and the static report a finished run leaves.
+//!
+//! A [`Dashboard`] scrapes, once a second, this process's own registry (the nodes of an
+//! in-process run) and every node a launcher in this process announced with
+//! [`announce_targets`] (the children of `petrel run`), feeds the scrapes to a
+//! [`DashboardModel`], and serves one page: `GET /` (HTML, JS and CSS compiled into the
+//! binary, no CDN) and `GET /api/state` (the model as JSON), which the page polls every
+//! second. [`Dashboard::finish`] writes the same page with the data inlined.
+
+mod model;
+
+pub use model::{
+    CurvePoint, DashboardModel, DashboardState, LinkView, NodeView, RoundSpan, SliceSpan,
+};
+
+use crate::ObserveError;
+use crate::exporter::HttpThread;
+use crate::scrape::{http_get, parse_text};
+use axum::Router;
+use axum::http::header;
+use axum::routing::get;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PAGE: &str = include_str!("page.html");
+const SCRIPT: &str = include_str!("page.js");
+const STYLE: &str = include_str!("page.css");
+
+/// How often the dashboard scrapes.
+pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A node to scrape over HTTP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The node's name.
+    pub node: String,
+    /// Its roles.
+    pub roles: Vec<String>,
+    /// Its `/metrics` address, `host:port`.
+    pub addr: String,
+}
+
+fn targets() -> &'static Mutex<Vec<Target>> {
+    static TARGETS: std::sync::OnceLock<Mutex<Vec<Target>>> = std::sync::OnceLock::new();
+    TARGETS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Tells every dashboard of this process to scrape these nodes (a launcher calls it when
+/// it starts its children); replaces earlier targets of the same names.
+pub fn announce_targets(new: Vec<Target>) {
+    if let Ok(mut t) = targets().lock() {
+        t.retain(|old| new.iter().all(|n| n.node != old.node));
+        t.extend(new);
+    }
+}
+
+/// The page with `data` inlined (`None`: the page polls `/api/state`).
+pub fn render_page(data: Option<&DashboardState>) -> Result<String, ObserveError> {
+    // `</` inside a script would end it: JSON strings escape the slash.
+    let data = match data {
+        Some(d) => serde_json::to_string(d)?.replace("</", "<\\/"),
+        None => "null".to_string(),
+    };
+    Ok(PAGE
+        .replace("/*STYLE*/", STYLE)
+        .replace("/*SCRIPT*/", SCRIPT)
+        .replace("/*DATA*/null", &data))
+}
+
+/// A running dashboard: scrapes every second and serves the page. Stops when dropped.
+pub struct Dashboard {
+    model: Arc<Mutex<DashboardModel>>,
+    http: HttpThread,
+    url: String,
+}
+
+impl std::fmt::Debug for Dashboard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Dashboard({})", self.url)
+    }
+}
+
+impl Dashboard {
+    /// Serves the dashboard titled `title` on `addr` (`host:port`, port 0: a free port).
+    pub fn start(addr: &str, title: &str) -> Result<Self, ObserveError> {
+        let model = Arc::new(Mutex::new(DashboardModel::new(title)));
+        let state_model = model.clone();
+        let router = Router::new()
+            .route(
+                "/",
+                get(|| async {
+                    match render_page(None) {
+                        Ok(page) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page),
+                        Err(e) => (
+                            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                            e.to_string(),
+                        ),
+                    }
+                }),
+            )
+            .route(
+                "/api/state",
+                get(move || {
+                    let model = state_model.clone();
+                    async move {
+                        let json = model
+                            .lock()
+                            .ok()
+                            .and_then(|m| serde_json::to_string(m.state()).ok())
+                            .unwrap_or_else(|| "{}".into());
+                        ([(header::CONTENT_TYPE, "application/json")], json)
+                    }
+                }),
+            );
+        let scraper = scrape_loop(model.clone());
+        let http = HttpThread::start_with(addr, "dashboard", router, Box::pin(scraper))?;
+        let url = url_of(http.local_addr());
+        Ok(Self { model, http, url })
+    }
+
+    /// The page's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.http.local_addr()
+    }
+
+    /// The data now (tests, reports).
+    pub fn state(&self) -> Option<DashboardState> {
+        self.model.lock().ok().map(|m| m.state().clone())
+    }
+
+    /// Stops scraping and writes the page with its data inlined to `dir/dashboard.html`.
+    pub fn finish(self, dir: &Path) -> Result<PathBuf, ObserveError> {
+        let state = {
+            let mut m = self.model.lock().map_err(|_| ObserveError::Write {
+                path: dir.display().to_string(),
+                source: std::io::Error::other("dashboard model poisoned"),
+            })?;
+            m.finish();
+            m.state().clone()
+        };
+        drop(self.http);
+        write_report(dir, &state)
+    }
+}
+
+/// Writes `dir/dashboard.html`: the page with `state` inlined (opens offline).
+pub fn write_report(dir: &Path, state: &DashboardState) -> Result<PathBuf, ObserveError> {
+    let path = dir.join("dashboard.html");
+    let write_err = |source| ObserveError::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(write_err)?;
+    std::fs::write(&path, render_page(Some(state))?).map_err(write_err)?;
+    Ok(path)
+}
+
+fn url_of(addr: SocketAddr) -> String {
+    let host = if addr.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        addr.ip().to_string()
+    };
+    match addr {
+        SocketAddr::V6(_) if host != "127.0.0.1" => format!("http://[{host}]:{}/", addr.port()),
+        _ => format!("http://{host}:{}/", addr.port()),
+    }
+}
+
+/// Scrapes this process's registry and the announced targets every [`SCRAPE_INTERVAL`].
+async fn scrape_loop(model: Arc<Mutex<DashboardModel>>) {
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(SCRAPE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let remote = targets().lock().map(|t| t.clone()).unwrap_or_default();
+        let local = parse_text(&crate::encode_text());
+        let t = start.elapsed().as_secs_f64();
+        if let Ok(mut m) = model.lock() {
+            for target in &remote {
+                m.expect_node(&target.node, &target.roles, &target.addr);
+            }
+            // This process's own nodes (in-process runs); its process series are the
+            // launcher's, so they are attributed to no node.
+            m.ingest(t, None, &local);
+        }
+        let scrapes = futures_join(remote.into_iter().map(|target| async move {
+            let r = http_get(&target.addr, "/metrics", Duration::from_millis(800)).await;
+            (target, r)
+        }))
+        .await;
+        let t = start.elapsed().as_secs_f64();
+        if let Ok(mut m) = model.lock() {
+            for (target, r) in scrapes {
+                match r {
+                    Ok(text) => m.ingest(t, Some(&target.node), &parse_text(&text)),
+                    Err(e) => m.scrape_failed(&target.node, t, &e.to_string()),
+                }
+            }
+        }
+    }
+}
+
+/// Runs the futures concurrently on this runtime and collects their outputs in order.
+async fn futures_join<F: std::future::Future + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::task::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        if let Ok(v) = h.await {
+            out.push(v);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_embeds_its_script_and_style_and_inlines_data() {
+        let live = render_page(None).unwrap();
+        assert!(live.contains("const PETREL_DATA = null"));
+        assert!(!live.contains("/*SCRIPT*/"));
+        assert!(
+            !live.contains("src=\"http") && !live.contains("href=\"http"),
+            "no external resources"
+        );
+        let mut state = DashboardState {
+            title: "t</script>".into(),
+            ..Default::default()
+        };
+        state.finished = true;
+        let report = render_page(Some(&state)).unwrap();
+        assert!(report.contains("\"finished\":true"));
+        assert!(
+            !report.contains("t</script>"),
+            "a title cannot end the script"
+        );
+    }
+
+    #[test]
+    fn the_dashboard_shows_this_process_nodes_and_writes_a_report() {
+        crate::register_node("dash-test", || crate::NodeSample {
+            roles: vec!["r".into()],
+            ..Default::default()
+        });
+        let d = Dashboard::start("127.0.0.1:0", "unit").unwrap();
+        assert!(d.url().starts_with("http://127.0.0.1:"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let addr = d.local_addr().to_string();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let json = rt
+                .block_on(http_get(&addr, "/api/state", Duration::from_secs(2)))
+                .unwrap();
+            if json.contains("dash-test") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{json}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let page = rt
+            .block_on(http_get(&addr, "/", Duration::from_secs(2)))
+            .unwrap();
+        assert!(page.contains("<svg") || page.contains("petrel"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = d.finish(dir.path()).unwrap();
+        let html = std::fs::read_to_string(path).unwrap();
+        assert!(html.contains("dash-test") && html.contains("\"finished\":true"));
+        crate::unregister_node("dash-test");
+    }
+}
