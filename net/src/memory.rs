@@ -130,7 +130,7 @@ impl MemoryLink {
             inbound: Inbound {
                 frame,
                 len,
-                _budget: None,
+                _budget: [None, None],
             },
         })
         .await

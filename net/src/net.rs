@@ -94,8 +94,9 @@ pub struct Inbound {
     pub frame: Frame,
     /// Encoded size on the wire.
     pub len: usize,
-    /// The frame's share of the node's inbound byte budget, released when dropped.
-    pub(crate) _budget: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The frame's share of the node's inbound byte budgets (its peer's share and the
+    /// node's, or the control reserve), released when dropped.
+    pub(crate) _budget: [Option<tokio::sync::OwnedSemaphorePermit>; 2],
 }
 
 pub(crate) enum Link {

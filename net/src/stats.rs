@@ -22,6 +22,8 @@ pub struct NetStats {
     pub refused_connections: AtomicU64,
     /// Frames that could not be delivered.
     pub send_failures: AtomicU64,
+    /// Connections closed because their peer kept stalling frames that held inbound budget.
+    pub disconnected_peers: AtomicU64,
 }
 
 /// The counters of [`NetStats`] at one moment (serializable, for reports).
@@ -45,6 +47,9 @@ pub struct NetStatsSnapshot {
     pub refused_connections: u64,
     /// Frames that could not be delivered.
     pub send_failures: u64,
+    /// Connections closed because their peer kept stalling frames that held inbound budget.
+    #[serde(default)]
+    pub disconnected_peers: u64,
 }
 
 impl NetStats {
@@ -66,6 +71,7 @@ impl NetStats {
             truncated_streams: g(&self.truncated_streams),
             refused_connections: g(&self.refused_connections),
             send_failures: g(&self.send_failures),
+            disconnected_peers: g(&self.disconnected_peers),
         }
     }
 }
