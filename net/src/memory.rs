@@ -125,6 +125,7 @@ impl MemoryLink {
         };
         NetStats::bump(&stats.received_messages, 1);
         NetStats::bump(&stats.received_bytes, len as u64);
+        stats.heard_from(frame.header.from);
         tx.send(Arrival {
             lane,
             inbound: Inbound {

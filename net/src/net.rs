@@ -282,6 +282,11 @@ impl Net {
         Ok(())
     }
 
+    /// True once [`shutdown`](Self::shutdown) was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
     /// Bytes waiting in the outbox (not yet handed to the wire).
     pub fn queued_bytes(&self) -> usize {
         self.shared
@@ -305,6 +310,12 @@ impl Net {
         if let Link::Quic(q) = &self.shared.link {
             q.disconnect(peer);
         }
+    }
+
+    /// When a complete frame from `peer` last arrived. Stamped on the transport's runtime,
+    /// so a node busy computing still knows who is alive the moment it looks.
+    pub fn last_heard(&self, peer: NodeId) -> Option<std::time::Instant> {
+        self.shared.stats.last_heard(peer)
     }
 
     /// The transport's counters now.

@@ -337,6 +337,7 @@ async fn read_frame(
         Ok(frame) => {
             NetStats::bump(&stats.received_messages, 1);
             NetStats::bump(&stats.received_bytes, len as u64);
+            stats.heard_from(frame.header.from);
             if tx
                 .send(Arrival {
                     lane,

@@ -1,5 +1,9 @@
+use petrel_messages::NodeId;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// Counters of a node's transport. Bad input is counted, logged and survived.
 #[derive(Debug, Default)]
@@ -24,6 +28,9 @@ pub struct NetStats {
     pub send_failures: AtomicU64,
     /// Connections closed because their peer kept stalling frames that held inbound budget.
     pub disconnected_peers: AtomicU64,
+    /// When a complete frame last arrived from each peer, stamped on the transport's own
+    /// runtime: liveness that application compute on the node's thread cannot delay.
+    heard: Mutex<HashMap<NodeId, Instant>>,
 }
 
 /// The counters of [`NetStats`] at one moment (serializable, for reports).
@@ -56,6 +63,18 @@ impl NetStats {
     /// Adds `by` to `counter`.
     pub fn bump(counter: &AtomicU64, by: u64) {
         counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    /// A complete frame from `peer` arrived now.
+    pub(crate) fn heard_from(&self, peer: NodeId) {
+        if let Ok(mut heard) = self.heard.lock() {
+            heard.insert(peer, Instant::now());
+        }
+    }
+
+    /// When a complete frame last arrived from `peer`.
+    pub fn last_heard(&self, peer: NodeId) -> Option<Instant> {
+        self.heard.lock().ok().and_then(|h| h.get(&peer).copied())
     }
 
     /// Reads every counter.
