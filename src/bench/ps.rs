@@ -91,6 +91,10 @@ pub struct PsBenchArgs {
     /// the ps-lite peer). Run alternately with petrel; ratios are printed per size.
     #[arg(long)]
     pub peer_cmd: Option<PathBuf>,
+    /// A transport knob for every node, as `KEY=VALUE` of `[net]` (repeatable), e.g.
+    /// `--net max_udp_payload=65527`.
+    #[arg(long = "net", value_name = "KEY=VALUE")]
+    pub net: Vec<String>,
     /// Stop a launched cluster after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
@@ -489,6 +493,7 @@ async fn petrel_run(
     std::fs::create_dir_all(&dir).map_err(BenchError::io(dir.display().to_string()))?;
     let mut settings = Settings::default();
     settings.cluster.name = "ps-bench".into();
+    settings.net = super::net_config(&args.net)?;
     for s in 0..shards {
         settings.nodes.push(NodeSpec {
             name: format!("shard{s}"),
@@ -793,6 +798,7 @@ struct Figures {
 
 /// Runs the benchmark, prints the table and the JSON line.
 pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
+    super::net_config(&args.net)?;
     let topologies = args
         .topologies
         .iter()

@@ -36,6 +36,10 @@ pub struct TransportBenchArgs {
     /// machine hits both sides of a ratio alike).
     #[arg(long, default_value_t = 5)]
     pub repeat: usize,
+    /// A transport knob for every run, as `KEY=VALUE` of `[net]` (repeatable), e.g.
+    /// `--net max_udp_payload=65527`.
+    #[arg(long = "net", value_name = "KEY=VALUE")]
+    pub net: Vec<String>,
 }
 
 /// A bulk message.
@@ -325,7 +329,7 @@ struct Figures {
 /// Runs the benchmark, prints the table and the JSON line.
 pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
     let size = args.message_mib << 20;
-    let cfg = NetConfig::default();
+    let cfg = super::net_config(&args.net)?;
     let system = System::new();
     let figures = system.block_on(async {
         let p = pair(cfg.clone())?;
