@@ -96,6 +96,17 @@ pub fn net_config(overrides: &[String]) -> Result<petrel_net::NetConfig, BenchEr
     Ok(serde_json::from_value(value)?)
 }
 
+impl BenchError {
+    fn quinn(e: impl Into<petrel_net::LinkCause>) -> Self {
+        BenchError::Quinn(e.into())
+    }
+
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let what = what.into();
+        move |source| BenchError::Io { what, source }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,16 +128,5 @@ mod tests {
         assert!(err.contains("max_udp_paylod"), "{err}");
         assert!(net_config(&["threads".into()]).is_err());
         assert!(net_config(&["threads=many".into()]).is_err());
-    }
-}
-
-impl BenchError {
-    fn quinn(e: impl Into<petrel_net::LinkCause>) -> Self {
-        BenchError::Quinn(e.into())
-    }
-
-    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
-        let what = what.into();
-        move |source| BenchError::Io { what, source }
     }
 }

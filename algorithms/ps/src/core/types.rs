@@ -817,7 +817,7 @@ mod tests {
         }
         let dense = Row::Dense(vec![1.0, -2.5, 3.25, 0.0]);
         let old = OldWire::D(
-            vec![1.0f32, -2.5, 3.25, 0.0]
+            [1.0f32, -2.5, 3.25, 0.0]
                 .iter()
                 .flat_map(|x| x.to_le_bytes())
                 .collect(),
