@@ -536,3 +536,54 @@ fn petrel_run_rejects_bad_app_settings_before_starting_nodes() {
         );
     }
 }
+
+/// Issue 12: one line of input must not decide how much a node allocates. A LIBSVM feature
+/// index of 4e9 aborted lasso ("memory allocation of 32000000008 bytes failed", exit 134)
+/// and a bag-of-words W of 10^9 sized the word tables; both now fail at once with an error
+/// naming the file, the line, the limit and the knob that raises it.
+#[test]
+fn huge_ids_in_input_files_fail_naming_file_line_and_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let svm = dir.path().join("huge.libsvm");
+    std::fs::write(&svm, "1 1:1\n0.5 4000000000:0.1\n").unwrap();
+    let docword = dir.path().join("docword.huge.txt");
+    std::fs::write(&docword, "2\n1000000000\n1\n1 1 1\n").unwrap();
+    let cases: [(&str, &str, &Path, String); 2] = [
+        ("lasso", "--data", &svm, format!("{}:2", svm.display())),
+        (
+            "lda",
+            "--docword",
+            &docword,
+            format!("{}:2", docword.display()),
+        ),
+    ];
+    for (app, flag, file, location) in cases {
+        let out = Command::new(PETREL)
+            .args([
+                "train",
+                app,
+                "--workers",
+                "1",
+                "--transport",
+                "memory",
+                flag,
+            ])
+            .arg(file)
+            .arg("--out")
+            .arg(dir.path().join(app))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{app}: {stderr}");
+        for expected in [
+            location.as_str(),
+            "exceeds the limit 67108864",
+            "PETREL_DATA__MAX_DIMENSION",
+        ] {
+            assert!(
+                stderr.contains(expected),
+                "{app}: missing {expected:?} in {stderr}"
+            );
+        }
+    }
+}

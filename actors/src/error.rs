@@ -44,6 +44,22 @@ pub enum AskError {
         #[source]
         source: Arc<petrel_net::NetError>,
     },
+    /// The message is larger than the transport's `net.max_message_bytes`; nothing was
+    /// sent. (A reply that is too large comes back as [`AskError::Remote`] with the same
+    /// wording, at once, instead of a timeout.)
+    #[error(
+        "{msg_type} to {actor} is {len} bytes, over net.max_message_bytes = {max}: raise it ([net] max_message_bytes or PETREL_NET__MAX_MESSAGE_BYTES) or send smaller messages"
+    )]
+    Oversize {
+        /// The target actor.
+        actor: String,
+        /// The message type's wire name.
+        msg_type: String,
+        /// The encoded frame's length.
+        len: usize,
+        /// The limit in force.
+        max: usize,
+    },
     /// The message or its reply could not be encoded or decoded.
     #[error("codec: {0}")]
     Codec(#[from] CodecError),
@@ -129,6 +145,17 @@ pub enum NodeError {
     /// The transport failed.
     #[error(transparent)]
     Net(#[from] petrel_net::NetError),
+    /// A node's address cannot be bound (most often: another process holds the port).
+    #[error("node {node} cannot bind {addr}: {source}")]
+    Bind {
+        /// The node.
+        node: String,
+        /// Its configured address.
+        addr: std::net::SocketAddr,
+        /// Why (`AddrInUse`: "Address already in use").
+        #[source]
+        source: std::io::Error,
+    },
     /// Certificates or TLS configuration.
     #[error(transparent)]
     Tls(#[from] petrel_net::TlsError),

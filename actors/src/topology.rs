@@ -255,6 +255,7 @@ impl Cluster {
         let mut settings = (*self.settings).clone();
         if self.settings.cluster.transport == Transport::Quic {
             reserve_ports(&mut settings)?;
+            check_ports_free(&settings)?;
         }
         let this = Cluster {
             settings: Arc::new(settings),
@@ -285,14 +286,18 @@ impl Cluster {
                 errors.push(e);
             }
         }
+        // A join timeout is a consequence too (a node that never came up), so it is the
+        // root cause only when nothing better is known.
+        let is_consequence = |e: &NodeError| {
+            matches!(
+                e,
+                NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }
+            )
+        };
         let root = errors
             .iter()
-            .position(|e| {
-                !matches!(
-                    e,
-                    NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }
-                )
-            })
+            .position(|e| !is_consequence(e) && !matches!(e, NodeError::JoinTimeout { .. }))
+            .or_else(|| errors.iter().position(|e| !is_consequence(e)))
             .unwrap_or(0);
         match errors.into_iter().nth(root) {
             Some(e) => Err(e),
@@ -387,18 +392,18 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             (None, Some((failed, reason))) => {
-                if let Ok(agent) =
-                    node.actor::<Shutdown>(&ActorId::new(ctx.coordinator, AGENT_ACTOR))
-                {
-                    let _ = agent.tell(
-                        Shutdown {
-                            reason,
-                            failed_node: Some(failed),
-                        },
-                        Priority::CONTROL,
-                    );
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                let shutdown = Shutdown {
+                    reason,
+                    failed_node: Some(failed),
+                };
+                // The agent stops the coordinator's node; the coordinator itself refuses
+                // nodes still joining and tells the rest of the cluster.
+                for actor in [AGENT_ACTOR, COORDINATOR_ACTOR] {
+                    if let Ok(to) = node.actor::<Shutdown>(&ActorId::new(ctx.coordinator, actor)) {
+                        let _ = to.tell(shutdown.clone(), Priority::CONTROL);
+                    }
                 }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
             (None, None) => {}
         }
@@ -457,7 +462,8 @@ impl Cluster {
             node.register(COORDINATOR_ACTOR, addr.clone())?
                 .accept::<Join>()
                 .accept::<Heartbeat>()
-                .accept::<BarrierEnter>();
+                .accept::<BarrierEnter>()
+                .accept::<Shutdown>();
             Some(addr)
         } else {
             None
@@ -506,6 +512,23 @@ pub fn reserve_ports(settings: &mut Settings) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// Fails when a node's configured address cannot be bound right now (checked before the
+/// nodes of one process start, so a taken port is named at once instead of surfacing as a
+/// cluster that never forms). The probe socket is closed again at once.
+fn check_ports_free(settings: &Settings) -> Result<(), NodeError> {
+    for n in &settings.nodes {
+        let addr = parse_addr(n)?;
+        if let Err(source) = std::net::UdpSocket::bind(addr) {
+            return Err(NodeError::Bind {
+                node: n.name.clone(),
+                addr,
+                source,
+            });
+        }
+    }
+    Ok(())
+}
+
 async fn join(
     node: &Node,
     coordinator: NodeId,
@@ -536,6 +559,12 @@ async fn join(
             .await
         {
             Ok(_) => return Ok(()),
+            Err(crate::AskError::Remote { ref error, .. })
+                if let Some((name, reason)) =
+                    crate::coordinator::MembershipError::parse_run_failed(error) =>
+            {
+                return Err(NodeError::RunFailed { name, reason });
+            }
             Err(e @ crate::AskError::Remote { .. }) => return Err(NodeError::Join(e)),
             Err(e) => {
                 tracing::debug!(error = %e, "join attempt failed; retrying");

@@ -224,7 +224,24 @@ pub struct BroadcastShutdown {
 impl Handler<BroadcastShutdown> for Coordinator {
     type Result = ();
     fn handle(&mut self, msg: BroadcastShutdown, _: &mut Context<Self>) {
+        if let Some(failed) = &msg.failed_node {
+            Self::settle_join(self.core.fail_run(failed, &msg.reason));
+        }
         self.broadcast_shutdown(&msg.reason, msg.failed_node.as_deref());
+    }
+}
+
+/// A node whose run failed tells the coordinator directly (as well as the coordinator
+/// node's agent): the failure is broadcast, and nodes still joining are refused with it at
+/// once, even while the coordinator's own node is still waiting for the cluster to form.
+impl Handler<Msg<Shutdown>> for Coordinator {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, msg: Msg<Shutdown>, _: &mut Context<Self>) -> Self::Result {
+        if let Some(failed) = &msg.body.failed_node {
+            Self::settle_join(self.core.fail_run(failed, &msg.body.reason));
+            self.broadcast_shutdown(&msg.body.reason, Some(failed));
+        }
+        Ok(())
     }
 }
 
