@@ -230,6 +230,24 @@ pub enum NodeError {
         /// Its error, as that node reported it.
         reason: String,
     },
+    /// The node was told to stop (SIGINT, SIGTERM) before its run finished.
+    #[error("node {node} interrupted ({cause})")]
+    Interrupted {
+        /// The node.
+        node: String,
+        /// What stopped it, e.g. "SIGTERM".
+        cause: String,
+    },
+    /// A node name that cannot be used: it names files, certificates and log prefixes.
+    #[error(
+        "invalid node name {name:?}: {why}; names are 1 to 63 characters from a-z, A-Z, 0-9, '-' and '_', starting with a letter or digit"
+    )]
+    InvalidNodeName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// A request failed.
     #[error(transparent)]
     Ask(#[from] AskError),

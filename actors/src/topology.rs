@@ -196,6 +196,21 @@ impl Cluster {
         &self.settings
     }
 
+    /// The same roles and `[app.*]` checks with other settings (e.g. the same topology read
+    /// from a file, with the addresses and certificates of a multi-host run).
+    pub fn with_settings(&self, settings: Settings) -> Self {
+        Cluster {
+            settings: Arc::new(settings),
+            roles: self.roles.clone(),
+            app_sections: self.app_sections.clone(),
+        }
+    }
+
+    /// Whether a role of this name is registered.
+    pub fn has_role(&self, name: &str) -> bool {
+        self.roles.contains_key(name)
+    }
+
     /// Registers the code of a role. It runs on every node that lists the role.
     ///
     /// `f` is usually an `async fn(NodeContext) -> Result<(), E>` for any error `E` that
@@ -308,16 +323,34 @@ impl Cluster {
     /// Runs one node until its roles finished and every node reached the final barrier, or
     /// until a peer fails (the error names it). Blocks; creates its own actix System.
     pub fn run_node(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
+        self.run_node_until(name, wiring, futures::future::pending())
+    }
+
+    /// [`Cluster::run_node`] that also stops when `stop` resolves (to the cause, e.g.
+    /// "SIGTERM"): the node tells the cluster it stopped, shuts down and returns
+    /// [`NodeError::Interrupted`]. `stop` runs on this node's runtime, so it may wait for
+    /// signals with `tokio::signal`.
+    pub fn run_node_until(
+        &self,
+        name: &str,
+        wiring: Wiring,
+        stop: impl std::future::Future<Output = String>,
+    ) -> Result<(), NodeError> {
         self.check_settings()?;
         let system = System::new();
         let cluster = self.clone();
         let name = name.to_string();
-        let result = system.block_on(async move { cluster.node_main(&name, wiring).await });
+        let result = system.block_on(async move { cluster.node_main(&name, wiring, stop).await });
         System::current().stop();
         result
     }
 
-    async fn node_main(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
+    async fn node_main(
+        &self,
+        name: &str,
+        wiring: Wiring,
+        stop: impl std::future::Future<Output = String>,
+    ) -> Result<(), NodeError> {
         let (ctx, coordinator_addr) = self.boot(name, wiring).await?;
         let node = ctx.node.clone();
         let mut events = node.subscribe();
@@ -347,6 +380,7 @@ impl Cluster {
         let result = tokio::select! {
             r = run_roles => r,
             e = first_failure(&mut events) => Err(e),
+            cause = stop => Err(NodeError::Interrupted { node: name.to_string(), cause }),
         };
         // A local error after a failure elsewhere (an ask or barrier to a dead peer) is
         // reported as that failure, so the root cause is named once, where it happened.
@@ -361,7 +395,7 @@ impl Cluster {
             },
         });
         match &result {
-            Ok(()) => tracing::info!(node = %name, "finished"),
+            Ok(()) => tracing::debug!(node = %name, "finished"),
             // The caller gets the error and reports it (the CLI prints it once); here it is
             // only a trace, so that it is not printed twice.
             Err(e) => tracing::debug!(node = %name, error = %crate::error_chain(e), "stopping"),
@@ -476,7 +510,7 @@ impl Cluster {
         )
         .await?;
         agent.do_send(Joined);
-        tracing::info!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
+        tracing::debug!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
         Ok((
             NodeContext {
                 node,

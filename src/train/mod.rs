@@ -6,7 +6,9 @@
 //! nodes in this process (memory or QUIC transport) or as separate processes
 //! (`--transport processes`); parameter-server apps (`ps-mf | ps-lr | ps-lda`) run shard
 //! and worker nodes in this process. The same helpers run the STRADS benchmarks and the
-//! multi-node tests.
+//! multi-node tests. `--transport none` runs no cluster at all: Lasso and logistic
+//! regression are solved by the single-threaded cyclic coordinate descent baseline, MF and
+//! LDA by the serial driver (both halves in this thread).
 
 pub mod apps;
 pub mod jobfile;
@@ -15,7 +17,7 @@ use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ml::topic::LdaMetrics;
 use petrel_ps::PsApp;
 use petrel_strads::apps::lasso::{
-    LassoApp, LassoJob, LassoMetrics, WORKER_ROLE, checkpoint, multi,
+    self as lasso, LassoApp, LassoJob, LassoMetrics, WORKER_ROLE, checkpoint, multi,
 };
 use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
@@ -152,6 +154,34 @@ impl From<StradsError> for TrainError {
     }
 }
 
+/// How `petrel train` runs a STRADS job: no cluster at all, or a cluster whose nodes are
+/// threads of this process (memory, quic) or processes.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrainTransport {
+    /// No cluster, this thread: Lasso and logistic regression by single-threaded cyclic
+    /// coordinate descent (the baseline), MF and LDA by the serial driver.
+    None,
+    /// Nodes are threads of this process, connected by in-memory channels.
+    Memory,
+    /// Nodes are threads of this process, connected by QUIC on 127.0.0.1.
+    #[default]
+    Quic,
+    /// One process per node, connected by QUIC on 127.0.0.1.
+    Processes,
+}
+
+impl TrainTransport {
+    /// The cluster's transport, or `None` for a run without a cluster.
+    pub fn cluster(self) -> Option<JobTransport> {
+        match self {
+            TrainTransport::None => None,
+            TrainTransport::Memory => Some(JobTransport::Memory),
+            TrainTransport::Quic => Some(JobTransport::Quic),
+            TrainTransport::Processes => Some(JobTransport::Processes),
+        }
+    }
+}
+
 /// The flags every `petrel train` STRADS command shares besides its job's own.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClusterArgs {
@@ -165,12 +195,14 @@ pub struct ClusterArgs {
     /// Output directory (created; or `out` in the job file).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Worker nodes.
+    /// Worker nodes (the serial driver's worker halves with `--transport none`; the
+    /// Lasso and logistic baselines have none).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// How the nodes run: as threads of this process (memory, quic) or as processes.
-    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
-    pub transport: JobTransport,
+    /// How the job runs: no cluster (none), nodes as threads of this process (memory,
+    /// quic) or as processes.
+    #[arg(long, value_enum, default_value_t = TrainTransport::Quic)]
+    pub transport: TrainTransport,
 }
 
 /// `petrel train lasso` and `petrel train logistic`: the [`LassoJob`] flags plus these.
@@ -458,6 +490,11 @@ fn printed<J: serde::Serialize>(print: bool, section: &str, job: &J) -> Result<b
     Ok(print)
 }
 
+/// The output directory of a prepared job (always set by [`prepare_job`]).
+fn out_path(job_out: &Option<PathBuf>) -> PathBuf {
+    job_out.clone().unwrap_or_default()
+}
+
 /// The output directory of a prepared job.
 fn out_of(job_out: &Option<PathBuf>) -> String {
     job_out
@@ -492,7 +529,27 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
         }
     }
     let c = &args.cluster;
-    let m = run_lasso_job(&job, c.workers, c.transport, args.colocate_schedulers)?;
+    let Some(transport) = c.transport.cluster() else {
+        if job.schedulers > 1 || job.checkpoint_dir.is_some() || job.resume {
+            return Err(StradsTrainError::Usage(
+                "--transport none solves in one thread: --schedulers, --checkpoint-dir and --resume do not apply",
+            )
+            .into());
+        }
+        let m = lasso::baseline::run_baseline(&job)?.metrics;
+        println!(
+            "lasso baseline (cyclic coordinate descent, one thread): {} coordinate updates, {:.3} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
+            m.updates,
+            m.elapsed_s,
+            m.final_objective,
+            m.final_kkt_violation,
+            m.final_duality_gap,
+            m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
+            out_of(&job.out_dir)
+        );
+        return Ok(());
+    };
+    let m = run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)?;
     println!(
         "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
         m.mode,
@@ -532,15 +589,17 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
         return Ok(());
     }
     let c = &args.cluster;
-    let nodes = one_scheduler::<LogisticApp>();
-    let m: LogisticMetrics = run_star_job::<LogisticApp, _>(
-        &job,
-        &job.out_dir,
-        job.timeout_s,
-        &nodes,
-        c.workers,
-        c.transport,
-    )?;
+    let m: LogisticMetrics = match c.transport.cluster() {
+        None => petrel_strads::apps::logistic::run_baseline(&job)?,
+        Some(transport) => run_star_job::<LogisticApp, _>(
+            &job,
+            &job.out_dir,
+            job.timeout_s,
+            &one_scheduler::<LogisticApp>(),
+            c.workers,
+            transport,
+        )?,
+    };
     println!(
         "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {}",
         m.mode,
@@ -568,7 +627,13 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
     if printed(c.print_job, <MfApp as StradsJob>::SECTION, &job)? {
         return Ok(());
     }
-    let m = run_mf_job(&job, c.workers, c.transport)?;
+    let m = match c.transport.cluster() {
+        Some(transport) => run_mf_job(&job, c.workers, transport)?,
+        None => {
+            petrel_strads::kit::run_serial_and_finish::<MfApp>(&job, c.workers)?;
+            read_json(&out_path(&job.out_dir).join("metrics.json"))?
+        }
+    };
     println!(
         "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}, test RMSE {:.4}, {:.2} s; wrote {}",
         m.rank,
@@ -596,7 +661,13 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
     if printed(c.print_job, <LdaApp as StradsJob>::SECTION, &job)? {
         return Ok(());
     }
-    let m = run_lda_job(&job, c.workers, c.transport)?;
+    let m = match c.transport.cluster() {
+        Some(transport) => run_lda_job(&job, c.workers, transport)?,
+        None => {
+            petrel_strads::kit::run_serial_and_finish::<LdaApp>(&job, c.workers)?;
+            read_json(&out_path(&job.out_dir).join("metrics.json"))?
+        }
+    };
     println!(
         "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
         m.n_topics,
