@@ -742,3 +742,94 @@ fn huge_ids_in_input_files_fail_naming_file_line_and_limit() {
         }
     }
 }
+
+/// Issue 12 item 6: recovery needs no person. `petrel train lasso` checkpoints by default
+/// (in `<out>/checkpoints`); when a node is SIGKILLed mid-run the cluster is restarted
+/// from the newest complete checkpoint (`--max-restarts`, default 2) and the job finishes
+/// with exactly the model of an uninterrupted run. A job without restarts left fails,
+/// naming the node.
+#[test]
+fn train_lasso_restarts_after_a_killed_node_and_writes_the_uninterrupted_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = |out: &Path, extra: &[&str]| {
+        let mut cmd = Command::new(PETREL);
+        cmd.args([
+            "train",
+            "lasso",
+            "--transport",
+            "processes",
+            "--workers",
+            "2",
+        ])
+        .args([
+            "--block-size",
+            "8",
+            "--candidate-pool",
+            "32",
+            "--max-rounds",
+            "2500",
+        ])
+        .args(["--eval-every", "500", "--gap-tolerance", "0", "--seed", "3"])
+        .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
+        .args(["--checkpoint-every", "150", "--out"])
+        .arg(out)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        cmd
+    };
+    let plain = dir.path().join("plain");
+    let out = train(&plain, &["--max-restarts", "0"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected = std::fs::read(plain.join("coefficients.tsv")).unwrap();
+    assert!(
+        plain.join("checkpoints").is_dir(),
+        "checkpoints are on by default"
+    );
+
+    for (victim, restarts, succeeds) in [("w1", "2", true), ("scheduler", "0", false)] {
+        let out_dir = dir.path().join(format!("killed-{victim}"));
+        let child = train(&out_dir, &["--max-restarts", restarts])
+            .spawn()
+            .unwrap();
+        let ckpt = out_dir.join("checkpoints");
+        let started = Instant::now();
+        while !std::fs::read_dir(&ckpt).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
+        }) {
+            assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = child_process(child.id(), victim).expect("the victim's process");
+        assert!(
+            Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if succeeds {
+            assert!(out.status.success(), "{victim}: {stderr}");
+            assert!(stdout.contains("after 1 restart"), "{stdout}");
+            assert!(
+                std::fs::read(out_dir.join("coefficients.tsv")).unwrap() == expected,
+                "{victim}: the restarted job's model differs from the uninterrupted one"
+            );
+        } else {
+            assert!(!out.status.success(), "{victim}: survived without restarts");
+            assert!(
+                stderr.contains(&format!("node {victim} failed"))
+                    && stderr.contains("gave up after 0 restart(s)"),
+                "{stderr}"
+            );
+        }
+    }
+}

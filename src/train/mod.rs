@@ -64,6 +64,9 @@ pub enum StradsTrainError {
     /// The launcher's async runtime did not start.
     #[error("starting the launcher's runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The job failed more often than `--max-restarts` allows.
+    #[error(transparent)]
+    Restarts(#[from] Box<crate::recovery::RecoveryError<StradsTrainError>>),
     /// The job has no output directory.
     #[error("the job needs an output directory")]
     NoOutputDir,
@@ -217,6 +220,10 @@ pub struct LassoTrainArgs {
     /// Run every scheduler on one node (default: one node per scheduler).
     #[arg(long)]
     pub colocate_schedulers: bool,
+    /// Restart the cluster this many times when it fails (a node dies, a role errors),
+    /// rolling back to the newest complete checkpoint (0 = stop at the first failure).
+    #[arg(long, default_value_t = 2)]
+    pub max_restarts: u32,
     /// The job.
     #[command(flatten)]
     pub job: LassoJob,
@@ -549,7 +556,33 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
         );
         return Ok(());
     };
-    let m = run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)?;
+    let out = out_path(&job.out_dir);
+    let (job, checkpoints) = with_default_checkpoints(job, &out)?;
+    let (m, restarts) = crate::recovery::run_with_restarts(
+        args.max_restarts,
+        StradsTrainError::is_node_death,
+        || {
+            checkpoints
+                .as_deref()
+                .is_some_and(crate::recovery::has_checkpoint)
+        },
+        |resume, attempt| {
+            let mut job = job.clone();
+            job.resume |= resume;
+            if attempt > 0 {
+                // An injected fault (a test hook) fires in the first attempt only.
+                job.fail_after_checkpoints = None;
+            }
+            run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)
+        },
+    )
+    .map_err(|e| match e {
+        crate::recovery::RecoveryError::Fatal(e) => e,
+        exhausted => StradsTrainError::Restarts(Box::new(exhausted)),
+    })?;
+    if restarts > 0 {
+        println!("lasso finished after {restarts} restart(s) of the cluster");
+    }
     println!(
         "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
         m.mode,
@@ -564,6 +597,44 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
         out_of(&job.out_dir)
     );
     Ok(())
+}
+
+impl StradsTrainError {
+    /// True when the cluster failed because a node died (killed, crashed, silent) rather
+    /// than because the job itself is wrong: only then can a restart help. The checkpoint
+    /// fault-injection hook counts as a crash.
+    pub fn is_node_death(&self) -> bool {
+        match self {
+            StradsTrainError::Node(NodeError::PeerFailed { .. }) => true,
+            // A killed process leaves no error of its own: its cause is its exit status.
+            StradsTrainError::Launch(crate::launcher::LaunchError::NodeFailed {
+                cause, ..
+            }) => cause.contains("signal") || cause.contains("no heartbeat"),
+            other => petrel_actors::error_chain(other).contains("fault injection"),
+        }
+    }
+}
+
+/// Checkpoints are on by default, in `<out>/checkpoints` (unless the job names a directory,
+/// or runs several schedulers, which do not checkpoint). A fresh run clears that default
+/// directory first, so a restart can only roll back to this run's own checkpoints.
+/// Returns the job and the directory to look for checkpoints in.
+fn with_default_checkpoints(
+    mut job: LassoJob,
+    out: &Path,
+) -> Result<(LassoJob, Option<PathBuf>), StradsTrainError> {
+    if job.checkpoint_dir.is_none() && job.schedulers <= 1 {
+        let dir = absolute_dir(out)?.join("checkpoints");
+        if !job.resume && dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|source| StradsTrainError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        job.checkpoint_dir = Some(dir);
+    }
+    let dir = job.checkpoint_dir.clone();
+    Ok((job, dir))
 }
 
 /// `petrel train logistic`: sparse logistic regression with the Lasso options (labels
