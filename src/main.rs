@@ -136,6 +136,9 @@ enum BenchCommand {
     /// A multi-process cluster under sustained load, sampling every node's memory.
     Soak(petrel::bench::soak::SoakBenchArgs),
     // bench: systems add their benchmarks below this line
+    /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
+    /// transport ceiling (and a peer such as ps-lite).
+    Ps(petrel::bench::ps::PsBenchArgs),
     /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
     Consistency(petrel::bench::consistency::ConsistencyBenchArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
@@ -277,6 +280,7 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             BenchCommand::Soak(args) => Ok(petrel::bench::soak::run(args)?),
             // bench dispatch: systems add their arms below this line; each maps its own error
             // type with `CliError::command`.
+            BenchCommand::Ps(args) => Ok(petrel::bench::ps::run(args)?),
             BenchCommand::Consistency(args) => {
                 petrel::bench::consistency::run(args).map_err(CliError::command)
             }
