@@ -124,12 +124,13 @@ impl MemoryLink {
             }
         };
         stats.received(frame.header.from, frame.header.priority, len as u64);
+        stats.heard_from(frame.header.from);
         tx.send(Arrival {
             lane,
             inbound: Inbound {
                 frame,
                 len,
-                _budget: None,
+                _budget: [None, None],
             },
         })
         .await

@@ -3,6 +3,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// Counters of a node's transport. Bad input is counted, logged and survived.
 #[derive(Debug)]
@@ -33,6 +34,11 @@ pub struct NetStats {
     pub shaper_ingress_waits: AtomicU64,
     /// Egress token balance in bytes as `f64` bits (NaN until a shaper reports one).
     pub shaper_egress_tokens: AtomicU64,
+    /// Connections closed because their peer kept stalling frames that held inbound budget.
+    pub disconnected_peers: AtomicU64,
+    /// When a complete frame last arrived from each peer, stamped on the transport's own
+    /// runtime: liveness that application compute on the node's thread cannot delay.
+    heard: Mutex<HashMap<NodeId, Instant>>,
     /// Traffic per (peer, priority).
     links: Mutex<HashMap<(NodeId, Priority), LinkStats>>,
 }
@@ -54,6 +60,8 @@ impl Default for NetStats {
             shaper_ingress_waits: AtomicU64::default(),
             shaper_egress_tokens: AtomicU64::new(f64::NAN.to_bits()),
             links: Mutex::default(),
+            disconnected_peers: AtomicU64::default(),
+            heard: Mutex::default(),
         }
     }
 }
@@ -92,6 +100,9 @@ pub struct NetStatsSnapshot {
     pub refused_connections: u64,
     /// Frames that could not be delivered.
     pub send_failures: u64,
+    /// Connections closed because their peer kept stalling frames that held inbound budget.
+    #[serde(default)]
+    pub disconnected_peers: u64,
 }
 
 impl NetStats {
@@ -138,6 +149,18 @@ impl NetStats {
         (!v.is_nan()).then_some(v)
     }
 
+    /// A complete frame from `peer` arrived now.
+    pub(crate) fn heard_from(&self, peer: NodeId) {
+        if let Ok(mut heard) = self.heard.lock() {
+            heard.insert(peer, Instant::now());
+        }
+    }
+
+    /// When a complete frame last arrived from `peer`.
+    pub fn last_heard(&self, peer: NodeId) -> Option<Instant> {
+        self.heard.lock().ok().and_then(|h| h.get(&peer).copied())
+    }
+
     /// Reads every counter.
     pub fn snapshot(&self) -> NetStatsSnapshot {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -151,6 +174,7 @@ impl NetStats {
             truncated_streams: g(&self.truncated_streams),
             refused_connections: g(&self.refused_connections),
             send_failures: g(&self.send_failures),
+            disconnected_peers: g(&self.disconnected_peers),
         }
     }
 }
