@@ -119,6 +119,9 @@ enum TrainCommand {
     Lda(petrel::train::LdaTrainArgs),
     /// Sparse logistic regression by scheduled coordinate descent (Lasso options).
     Logistic(petrel::train::LassoTrainArgs),
+    /// P3: a candle model (mlp, lenet, resnet18, vgg11) data-parallel on worker and shard
+    /// processes on 127.0.0.1, --mode sequential|fifo|p3.
+    P3(petrel::bench::p3_real::P3TrainArgs),
 }
 
 #[derive(Subcommand)]
@@ -132,6 +135,10 @@ enum BenchCommand {
     Consistency(petrel::bench::consistency::ConsistencyBenchArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
     P3(petrel::bench::p3::P3BenchArgs),
+    /// P3 on real compute: candle ResNet-18/VGG-11 layouts, 2 workers + 2 shards as
+    /// processes, sequential vs fifo vs p3 images/s and test accuracy side by side.
+    #[command(name = "p3-real")]
+    P3Real(petrel::bench::p3_real::P3RealBenchArgs),
     /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
     Lasso(petrel::bench::lasso::LassoBenchArgs),
     /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).
@@ -291,6 +298,9 @@ fn dispatch(command: Command) -> Result<(), CliError> {
                 petrel::bench::consistency::run(args).map_err(CliError::command)
             }
             BenchCommand::P3(args) => petrel::bench::p3::run(args).map_err(CliError::command),
+            BenchCommand::P3Real(args) => {
+                petrel::bench::p3_real::run(args).map_err(CliError::command)
+            }
             BenchCommand::Lasso(args) => petrel::bench::lasso::run(args).map_err(CliError::command),
             BenchCommand::LassoSchedulers(args) => {
                 petrel::bench::lasso_schedulers::run(args).map_err(CliError::command)
@@ -311,6 +321,7 @@ fn dispatch(command: Command) -> Result<(), CliError> {
                 petrel::train::train_mf(args).map_err(CliError::command)
             }
             TrainCommand::Lda(args) => petrel::train::train_lda(args).map_err(CliError::command),
+            TrainCommand::P3(args) => petrel::bench::p3_real::train(args).map_err(CliError::command),
             TrainCommand::Logistic(args) => {
                 petrel::train::train_logistic(args).map_err(CliError::command)
             }

@@ -17,6 +17,7 @@ pub mod mf;
 pub mod p3;
 #[allow(missing_docs)]
 pub mod p3_netns;
+pub mod p3_real;
 pub mod soak;
 #[allow(missing_docs)]
 pub mod strads_plot;

@@ -329,9 +329,10 @@ fn run_mode(
             momentum: 0.9,
             ask_timeout_ms: 120_000,
             report_dir: dir.join("reports"),
+            ..P3NodeConfig::default()
         };
         let limit = Duration::from_secs(args.netns_timeout_s);
-        let (reports, cpu) = p3_netns::run_job(hosts, &cfg, &net, &dir, limit)?;
+        let (reports, cpu) = p3_netns::run_job(p3_netns::Placement::Netns(hosts), &cfg, &net, &dir, limit)?;
         let mut worst: f64 = 0.0;
         for r in &reports {
             let t = r
