@@ -321,7 +321,9 @@ fn dispatch(command: Command) -> Result<(), CliError> {
                 petrel::train::train_mf(args).map_err(CliError::command)
             }
             TrainCommand::Lda(args) => petrel::train::train_lda(args).map_err(CliError::command),
-            TrainCommand::P3(args) => petrel::bench::p3_real::train(args).map_err(CliError::command),
+            TrainCommand::P3(args) => {
+                petrel::bench::p3_real::train(args).map_err(CliError::command)
+            }
             TrainCommand::Logistic(args) => {
                 petrel::train::train_logistic(args).map_err(CliError::command)
             }

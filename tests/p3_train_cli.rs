@@ -8,9 +8,16 @@ fn train_p3_runs_processes_and_saves_a_loadable_model() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model.json");
     let out = Command::new(env!("CARGO_BIN_EXE_petrel"))
-        .args(["train", "p3", "--net", "mlp", "--mode", "p3", "--epochs", "2"])
+        .args([
+            "train", "p3", "--net", "mlp", "--mode", "p3", "--epochs", "2",
+        ])
         .args(["--width", "2", "--batch", "8", "--lr", "0.05"])
-        .args(["--train-data", "synthetic:64", "--test-data", "synthetic:32"])
+        .args([
+            "--train-data",
+            "synthetic:64",
+            "--test-data",
+            "synthetic:32",
+        ])
         .arg("--out")
         .arg(&model)
         .arg("--run-dir")

@@ -332,7 +332,8 @@ fn run_mode(
             ..P3NodeConfig::default()
         };
         let limit = Duration::from_secs(args.netns_timeout_s);
-        let (reports, cpu) = p3_netns::run_job(p3_netns::Placement::Netns(hosts), &cfg, &net, &dir, limit)?;
+        let (reports, cpu) =
+            p3_netns::run_job(p3_netns::Placement::Netns(hosts), &cfg, &net, &dir, limit)?;
         let mut worst: f64 = 0.0;
         for r in &reports {
             let t = r

@@ -298,9 +298,7 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), P3BenchError> {
         ));
     }
     let mut figures = serde_json::Map::new();
-    let mut table = Table::new(&[
-        "model", "mode", "Mbit/s", "images/s", "vs seq", "test acc",
-    ]);
+    let mut table = Table::new(&["model", "mode", "Mbit/s", "images/s", "vs seq", "test acc"]);
     let mut overheads = Table::new(&[
         "model", "params", "fwd ms", "bwd ms", "set ms", "whole ms", "overhead",
     ]);
@@ -309,8 +307,7 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), P3BenchError> {
         let net = probe
             .real_net(&probe.input_shape()?)?
             .ok_or_else(|| P3BenchError::Args("--models: empty name".into()))?;
-        let (overhead, params) =
-            adapter_overhead(&net, args.job.batch, args.overhead_iterations)?;
+        let (overhead, params) = adapter_overhead(&net, args.job.batch, args.overhead_iterations)?;
         overheads.row(vec![
             model.clone(),
             params.to_string(),
@@ -333,11 +330,15 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), P3BenchError> {
         let mut accuracy = serde_json::Map::new();
         for (i, mode) in Mode::ALL.into_iter().enumerate() {
             let dir = args.job.run_dir.join(format!("{model}-{}", mode.name()));
-            let cfg =
-                args.job
-                    .node_config(model, mode, args.warmup + args.iterations, &dir);
-            let reports =
-                run_processes(&cfg, &net_cfg, &dir, Duration::from_secs(args.job.timeout_s))?;
+            let cfg = args
+                .job
+                .node_config(model, mode, args.warmup + args.iterations, &dir);
+            let reports = run_processes(
+                &cfg,
+                &net_cfg,
+                &dir,
+                Duration::from_secs(args.job.timeout_s),
+            )?;
             let mut worst: f64 = 0.0;
             for r in &reports {
                 let t = r
@@ -373,8 +374,7 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), P3BenchError> {
                 width: args.job.width,
                 batch: args.job.batch,
                 adapter: overhead,
-            })
-            ?,
+            })?,
         );
     }
     println!(
@@ -383,7 +383,10 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), P3BenchError> {
         args.job.workers, args.job.shards
     );
     table.print();
-    println!("adapter overhead per iteration (batch {}, this process, no network):", args.job.batch);
+    println!(
+        "adapter overhead per iteration (batch {}, this process, no network):",
+        args.job.batch
+    );
     overheads.print();
     print_json(&serde_json::Value::Object(figures))?;
     Ok(())

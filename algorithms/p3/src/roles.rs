@@ -19,14 +19,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::{Mode, ModelProfile, ProfileError};
 use crate::error::P3Error;
-use crate::kit::{P3Job, P3WorkerReport};
 use crate::kit::StepStats;
+use crate::kit::{P3Job, P3WorkerReport};
 use crate::models::nets;
 use crate::models::staged::{SavedStagedModel, evaluate};
 use crate::models::{CandleStageModel, EmulatedModel, StagedNet};
+use crate::shells::{SHARD_ROLE, WORKER_ROLE, shard_role, worker_role};
 use petrel_ml::dnn::cifar::{read_cifar10_files, synthetic_cifar};
 use petrel_ml::dnn::data::{Dataset, load_idx_dataset};
-use crate::shells::{SHARD_ROLE, WORKER_ROLE, shard_role, worker_role};
 
 /// `[app.p3]`: one P3 job. A bad `mode` is rejected when the section is read.
 #[derive(Serialize, Deserialize, Debug, Clone)]

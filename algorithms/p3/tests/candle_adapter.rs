@@ -62,7 +62,11 @@ fn stagewise_gradients_match_whole_model_backward() {
         let whole = m.whole_model_grads(1).unwrap();
         let staged = stagewise_grads(&mut m, 1);
         let diff = max_rel_diff(&staged, &whole);
-        assert!(diff <= 1e-5, "{}: stage-wise vs whole-model {diff}", net.name());
+        assert!(
+            diff <= 1e-5,
+            "{}: stage-wise vs whole-model {diff}",
+            net.name()
+        );
         assert!(
             whole.iter().flatten().any(|g| *g != 0.0),
             "{}: gradients must not vanish",
@@ -127,15 +131,20 @@ fn three_modes_and_one_process_train_the_same_candle_model() {
     let mut by_mode = Vec::new();
     for mode in [Mode::Sequential, Mode::Fifo, Mode::P3] {
         let (net2, data2, init2) = (net.clone(), data.clone(), initial.clone());
-        let factory = move |w| {
-            CandleStageModel::new(net2.clone(), &init2, data2.clone(), BATCH, w, 2)
-        };
+        let factory =
+            move |w| CandleStageModel::new(net2.clone(), &init2, data2.clone(), BATCH, w, 2);
         let reports = run_cluster(&job(mode, &initial, opt), factory, None).unwrap();
         assert_eq!(reports.len(), 2);
-        assert_eq!(reports[0].params, reports[1].params, "{mode:?}: workers differ");
+        assert_eq!(
+            reports[0].params, reports[1].params,
+            "{mode:?}: workers differ"
+        );
         assert!(reports[0].stats.iter().all(|s| s.is_some()));
         let diff = max_rel_diff(&reports[0].params, &single);
-        assert!(diff <= SINGLE_PROCESS_TOL, "{mode:?} vs one process: {diff}");
+        assert!(
+            diff <= SINGLE_PROCESS_TOL,
+            "{mode:?} vs one process: {diff}"
+        );
         by_mode.push(reports[0].params.clone());
     }
     // The shards sum the workers' gradients in worker order, so the three modes compute

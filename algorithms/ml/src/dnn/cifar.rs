@@ -132,7 +132,10 @@ pub fn write_cifar10(path: impl AsRef<Path>, data: &Dataset) -> Result<(), DnnDa
                 classes: CIFAR_CLASSES,
             })?;
         out.push(label);
-        out.extend(img.iter().map(|&v| (v.clamp(0.0, 1.0) * 255.0).round() as u8));
+        out.extend(
+            img.iter()
+                .map(|&v| (v.clamp(0.0, 1.0) * 255.0).round() as u8),
+        );
     }
     std::fs::write(path, out).map_err(|source| DnnDataError::Io {
         path: path.to_path_buf(),
@@ -237,7 +240,10 @@ mod tests {
         bytes[CIFAR_RECORD] = 10;
         std::fs::write(&p, &bytes).unwrap();
         let msg = read_cifar10(&p).unwrap_err().to_string();
-        assert!(msg.contains("offset 3073") && msg.contains("label 10"), "{msg}");
+        assert!(
+            msg.contains("offset 3073") && msg.contains("label 10"),
+            "{msg}"
+        );
         let missing = read_cifar10(dir.path().join("nope.bin")).unwrap_err();
         assert!(missing.to_string().contains("nope.bin"));
         assert!(synthetic_cifar(4, 11, 0.1, 1).is_err());

@@ -68,7 +68,10 @@ pub fn lenet(channels: usize, side: usize, classes: usize) -> StagedNet {
         })
         .stage("fc1", move |vb| {
             let l = linear(flat, 120, vb)?;
-            Ok(seq().add_fn(|x| x.flatten_from(1)).add(l).add_fn(|x| x.relu()))
+            Ok(seq()
+                .add_fn(|x| x.flatten_from(1))
+                .add(l)
+                .add_fn(|x| x.relu()))
         })
         .stage("fc2", |vb| {
             Ok(seq().add(linear(120, 84, vb)?).add_fn(|x| x.relu()))
@@ -189,7 +192,10 @@ pub fn vgg11(width: usize, classes: usize) -> StagedNet {
     let c = c_in;
     net.stage("fc1", move |vb| {
         let l = linear(c, c, vb)?;
-        Ok(seq().add_fn(|x| x.flatten_from(1)).add(l).add_fn(|x| x.relu()))
+        Ok(seq()
+            .add_fn(|x| x.flatten_from(1))
+            .add(l)
+            .add_fn(|x| x.relu()))
     })
     .stage("fc2", move |vb| linear(c, classes, vb))
 }

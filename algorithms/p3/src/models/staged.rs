@@ -36,9 +36,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use candle_core::{D, DType, Device, ModuleT, Shape, Tensor, Var};
+use candle_nn::VarBuilder;
 use candle_nn::init::{Init, NormalOrUniform};
 use candle_nn::var_builder::SimpleBackend;
-use candle_nn::VarBuilder;
 use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_ml::dnn::data::Dataset;
 use rand::SeedableRng;
@@ -150,11 +150,7 @@ impl StagedNet {
             let made = {
                 let vb = VarBuilder::from_backend(Box::new(&backend), DType::F32, Device::Cpu);
                 build(vb)?;
-                backend
-                    .made
-                    .lock()
-                    .map(|m| m.clone())
-                    .unwrap_or_default()
+                backend.made.lock().map(|m| m.clone()).unwrap_or_default()
             };
             let mut stage: Vec<(String, Vec<usize>, Vec<f32>)> = made
                 .into_iter()
@@ -267,7 +263,10 @@ impl SimpleBackend for &SeededInit {
     }
 
     fn contains_tensor(&self, name: &str) -> bool {
-        self.made.lock().map(|m| m.contains_key(name)).unwrap_or(false)
+        self.made
+            .lock()
+            .map(|m| m.contains_key(name))
+            .unwrap_or(false)
     }
 }
 
@@ -326,7 +325,11 @@ pub fn build_stages(
             );
             t += 1;
         }
-        out.push(build(VarBuilder::from_tensors(map, DType::F32, &Device::Cpu))?);
+        out.push(build(VarBuilder::from_tensors(
+            map,
+            DType::F32,
+            &Device::Cpu,
+        ))?);
     }
     Ok(out)
 }
@@ -517,10 +520,7 @@ impl StageModel for CandleStageModel {
     }
 
     fn set_tensor(&mut self, tensor: usize, values: &[f32]) -> Result<(), ModelError> {
-        let &(stage, i) = self
-            .owner
-            .get(tensor)
-            .ok_or(ModelError::NoTensor(tensor))?;
+        let &(stage, i) = self.owner.get(tensor).ok_or(ModelError::NoTensor(tensor))?;
         self.params[tensor] = Self::var(tensor, &self.specs[stage][i], values)?;
         self.modules[stage] = None;
         Ok(())
@@ -533,14 +533,12 @@ impl StageModel for CandleStageModel {
             self.labels = Some(y);
             x
         } else {
-            let prev = self
-                .outputs
-                .get(stage - 1)
-                .and_then(Option::as_ref)
-                .ok_or(ModelError::OutOfOrder {
+            let prev = self.outputs.get(stage - 1).and_then(Option::as_ref).ok_or(
+                ModelError::OutOfOrder {
                     stage,
                     what: "forward without input",
-                })?;
+                },
+            )?;
             // A leaf variable: this stage's graph ends here, and backward yields its gradient.
             Var::from_tensor(&prev.detach())?.as_tensor().clone()
         };
