@@ -10,7 +10,6 @@ use crate::bench::p3::P3BenchError;
 use crate::bench::p3_netns::{Placement, free_loopback_ports, run_job};
 use crate::report::{Table, fmt, print_json};
 use petrel_net::{NetConfig, ShaperConfig};
-use petrel_p3::models::staged::evaluate;
 use petrel_p3::roles::{P3NodeConfig, WorkerReportFile};
 use petrel_p3::{CandleStageModel, Mode, StageModel, StagedNet};
 use serde::Serialize;
@@ -120,6 +119,7 @@ pub struct P3TrainArgs {
     /// Where to save the trained model (JSON).
     #[arg(long, default_value = "p3-model.json")]
     pub out: PathBuf,
+    /// Cluster, data and optimiser flags.
     #[command(flatten)]
     pub job: RealJobArgs,
 }
@@ -194,11 +194,13 @@ pub struct P3RealBenchArgs {
     /// Measured iterations per mode (after the warm-up).
     #[arg(long, default_value_t = 16)]
     pub iterations: u64,
+    /// Warm-up iterations per mode (not measured).
     #[arg(long, default_value_t = 2)]
     pub warmup: u64,
     /// Iterations of the adapter-overhead measurement (stage-wise vs whole-model).
     #[arg(long, default_value_t = 5)]
     pub overhead_iterations: u64,
+    /// Cluster, data and optimiser flags.
     #[command(flatten)]
     pub job: RealJobArgs,
 }
@@ -227,7 +229,7 @@ pub fn adapter_overhead(
 ) -> Result<(AdapterOverhead, usize), P3BenchError> {
     let real = |source| petrel_p3::P3Error::RealModel {
         name: net.name().to_string(),
-        source,
+        source: Box::new(source),
     };
     let (_, initial) = net.init(1).map_err(real)?;
     let data = Arc::new(

@@ -158,7 +158,7 @@ pub enum P3Error {
         name: String,
         /// Why.
         #[source]
-        source: crate::models::ModelError,
+        source: Box<crate::models::ModelError>,
     },
 }
 

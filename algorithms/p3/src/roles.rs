@@ -276,7 +276,7 @@ impl P3NodeConfig {
     fn real_initial(&self, net: &StagedNet) -> Result<Vec<Vec<f32>>, P3Error> {
         let real = |source| P3Error::RealModel {
             name: net.name().to_string(),
-            source,
+            source: Box::new(source),
         };
         Ok(net.init(self.seed).map_err(real)?.1)
     }
@@ -318,7 +318,7 @@ pub fn load_model(path: &Path) -> Result<(SavedStagedModel, StagedNet), P3Error>
         })?;
     let net = model.network().map_err(|source| P3Error::RealModel {
         name: model.net.clone(),
-        source,
+        source: Box::new(source),
     })?;
     Ok((model, net))
 }
@@ -459,7 +459,7 @@ async fn real_worker(
     if report.worker == 0 {
         let real = |source| P3Error::RealModel {
             name: net.name().to_string(),
-            source,
+            source: Box::new(source),
         };
         if let Some(test) = &test {
             let s = evaluate(&net, &report.params, test, 64).map_err(real)?;

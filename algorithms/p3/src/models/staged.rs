@@ -73,6 +73,9 @@ impl TensorSpec {
     }
 }
 
+/// Every stage's parameter tensors, forward order.
+pub type StageSpecs = Vec<Vec<TensorSpec>>;
+
 /// A candle model as an ordered list of stages (see the [module docs](self)).
 #[derive(Clone)]
 pub struct StagedNet {
@@ -139,7 +142,7 @@ impl StagedNet {
 
     /// Every stage's parameter tensors (sorted by name) and the seeded initial values of
     /// every tensor, forward order (see the [module docs](self#initial-values)).
-    pub fn init(&self, seed: u64) -> Result<(Vec<Vec<TensorSpec>>, Vec<Vec<f32>>), ModelError> {
+    pub fn init(&self, seed: u64) -> Result<(StageSpecs, Vec<Vec<f32>>), ModelError> {
         let mut specs = Vec::with_capacity(self.stages.len());
         let mut values = Vec::new();
         for (k, (_, build)) in self.stages.iter().enumerate() {
@@ -181,8 +184,11 @@ impl StagedNet {
 /// with a generator seeded by the stage seed and the tensor's name, and remembers it.
 struct SeededInit {
     seed: u64,
-    made: Mutex<HashMap<String, (Vec<usize>, Vec<f32>)>>,
+    made: Mutex<HashMap<String, ShapedValues>>,
 }
+
+/// A tensor's shape and values.
+type ShapedValues = (Vec<usize>, Vec<f32>);
 
 fn name_seed(seed: u64, name: &str) -> u64 {
     // FNV-1a: stable across runs and platforms, unlike std's hasher.
