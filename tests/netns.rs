@@ -233,7 +233,9 @@ fn hosts_run_from_one_config_and_their_bundles() {
     let hosts = Hosts::up(&prefix, 3, &LinkShape::default()).expect("create namespaces");
     let _teardown = Teardown(hosts.clone());
     let dir = tempfile::tempdir().unwrap();
-    let jobs: [(&str, &[(&str, &str)], Option<&str>); 2] = [
+    // (job, its nodes with the roles line of the config, the example that runs it).
+    type Job<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<&'a str>);
+    let jobs: [Job; 2] = [
         (
             "demo",
             &[
