@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use petrel_messages::{
     ActorId, CodecError, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage, decode_body,
-    encode_body,
+    encode_body, encoded_len,
 };
 use petrel_net::Inbound;
 use std::sync::Arc;
@@ -112,7 +112,8 @@ impl<A: Actor> Registration<'_, A> {
             Ok(Dispatched::Reply(Box::pin(async move {
                 match request.await {
                     Ok(Ok(reply)) => {
-                        let mut out = Vec::new();
+                        // Exact size: a large reply is written once, never regrown.
+                        let mut out = Vec::with_capacity(encoded_len(&reply)?);
                         encode_body(&reply, &mut out)?;
                         Ok(out)
                     }
@@ -185,7 +186,13 @@ impl Node {
                         .and_then(|e| e.remote.get(h.msg_type.as_str()).cloned())
                 });
                 let Some(dispatch) = dispatch else {
-                    tracing::warn!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this message; dropped");
+                    // An ask gets the failure back and its asker decides (e.g. retries until
+                    // the actor registered); only a lost tell is news here.
+                    if request_id.is_some() {
+                        tracing::debug!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this ask; failure sent back");
+                    } else {
+                        tracing::warn!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this message; dropped");
+                    }
                     if let Some(id) = request_id {
                         self.reply(
                             h.from,
@@ -252,8 +259,26 @@ impl Node {
                 return;
             }
         };
-        if let Err(e) = self.inner.net.send(to, priority, frame) {
-            tracing::warn!(to = %to, error = %e, "cannot send reply");
+        match self.inner.net.send(to, priority, frame) {
+            Ok(()) => {}
+            // The asker must not wait out its timeout for a reply that can never leave:
+            // it gets a failure naming the type, the size and the knob, right now.
+            Err(petrel_net::NetError::Oversize { len, max }) => {
+                let error = format!(
+                    "the reply to {msg_type} is {len} bytes, over net.max_message_bytes = {max}: raise it ([net] max_message_bytes or PETREL_NET__MAX_MESSAGE_BYTES) or ask for less"
+                );
+                tracing::warn!(to = %to, %error, "reply too large; the asker gets a failure");
+                let failure = EnvelopeKind::Failure { request_id, error };
+                match Frame::encode_raw(&self.header(&target, msg_type, priority, failure), &[]) {
+                    Ok(frame) => {
+                        if let Err(e) = self.inner.net.send(to, priority, frame) {
+                            tracing::warn!(to = %to, error = %e, "cannot send failure");
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "cannot encode failure"),
+                }
+            }
+            Err(e) => tracing::warn!(to = %to, error = %e, "cannot send reply"),
         }
     }
 

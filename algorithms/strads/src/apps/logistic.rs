@@ -19,6 +19,7 @@ use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
 use super::lasso::{LassoJob, write_coefficients};
+use crate::core::baseline::{CdStop, CyclicLogistic};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::LassoScheduler;
 use crate::error::StradsError;
@@ -33,8 +34,10 @@ pub const WORKER_ROLE: &str = "strads-logistic-worker";
 /// `(X by columns, labels)` from the job's LIBSVM file or a separable synthetic problem
 /// (`synthetic.n_samples x synthetic.n_features`, seed `synthetic.seed`).
 pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
-    if job.data.is_some() {
-        return job.load();
+    if let Some(path) = &job.data {
+        let (x, labels) = job.load()?;
+        check_binary_labels(path, &labels)?;
+        return Ok((x, labels));
     }
     let s = &job.synthetic;
     let p = separable_classification(&ClassificationParams {
@@ -45,6 +48,95 @@ pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         seed: s.seed,
     })?;
     Ok((p.dataset.to_columns(), p.dataset.labels))
+}
+
+/// Logistic regression needs two classes written `0`/`1` or `-1`/`+1`; anything else
+/// (regression targets, several classes) is refused instead of thresholded at 0.
+pub fn check_binary_labels(path: &std::path::Path, labels: &[f32]) -> Result<(), StradsError> {
+    let refuse = |reason: String| {
+        StradsModelError::InvalidConfig(format!("{}: {reason}", path.display())).into()
+    };
+    if let Some((row, l)) = labels
+        .iter()
+        .enumerate()
+        .find(|(_, l)| ![-1.0f32, 0.0, 1.0].contains(*l))
+    {
+        return Err(refuse(format!(
+            "row {}: label {l} is not a binary class; logistic regression needs labels 0/1 or -1/+1 (use lasso for regression targets, ps-lr for several classes)",
+            row + 1
+        )));
+    }
+    let has = |v: f32| labels.contains(&v);
+    if has(0.0) && has(-1.0) {
+        return Err(refuse(
+            "labels mix 0 and -1; write the negative class one way (0/1 or -1/+1)".into(),
+        ));
+    }
+    if !has(1.0) || !(has(0.0) || has(-1.0)) {
+        return Err(refuse(
+            "all labels are of one class; logistic regression needs both".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The job's `lambda`, or `lambda_fraction` of `max_j |x_j^T y| / 2` (the smallest lambda
+/// with an all-zero solution for +-1 labels).
+pub fn logistic_lambda(x: &SparseColumns, labels: &[f32], job: &LassoJob) -> f32 {
+    let signs: Vec<f32> = labels
+        .iter()
+        .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
+        .collect();
+    job.lambda
+        .unwrap_or((job.lambda_fraction * super::lasso::lambda_max(x, &signs) / 2.0) as f32)
+}
+
+/// `--transport none`: the job's data solved by single-threaded cyclic coordinate descent
+/// ([`CyclicLogistic`]: proximal Newton steps with a bound-step fallback), no scheduler and
+/// no workers. It stops once a full sweep lowers the objective by less than
+/// `gap_tolerance / 100` relative (1e-7 when unset) or after
+/// [`BASELINE_MAX_SWEEPS`](super::lasso::baseline::BASELINE_MAX_SWEEPS) sweeps, and
+/// writes the outputs of a STRADS run (when `out_dir` is set).
+pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
+    let (x, labels) = load(job)?;
+    let lambda = logistic_lambda(&x, &labels, job);
+    let started = std::time::Instant::now();
+    let mut cd = CyclicLogistic::new(&x, &labels, lambda)?;
+    let report = cd.solve(&CdStop {
+        tolerance: job.gap_tolerance.map_or(1e-7, |t| t / 100.0),
+        max_sweeps: super::lasso::baseline::BASELINE_MAX_SWEEPS,
+        target_objective: job.target_objective,
+        active_set: true,
+    });
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let coefficients = cd.coefficients();
+    let accuracy = cd.training_accuracy();
+    let metrics = LogisticMetrics {
+        mode: super::lasso::baseline::BASELINE_MODE.into(),
+        lambda,
+        n_samples: x.n_rows,
+        n_features: x.n_columns(),
+        workers: 0,
+        rounds: report.updates,
+        updates: report.updates,
+        elapsed_s,
+        final_objective: report.objective,
+        final_training_accuracy: accuracy,
+        nonzeros: coefficients.iter().filter(|b| **b != 0.0).count(),
+        // One point: the accuracy is only computed at the end.
+        trace: vec![LogisticPoint {
+            round: report.updates,
+            updates: report.updates,
+            elapsed_s,
+            objective: report.objective,
+            training_accuracy: accuracy,
+        }],
+    };
+    if let Some(dir) = &job.out_dir {
+        write_coefficients(dir, &coefficients)?;
+        write_json(dir, "metrics.json", &metrics)?;
+    }
+    Ok(metrics)
 }
 
 /// Marker type of the logistic wire types.
@@ -230,13 +322,7 @@ impl LogisticScheduling {
         job: &LassoJob,
         workers: usize,
     ) -> Result<Self, StradsError> {
-        let signs: Vec<f32> = labels
-            .iter()
-            .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
-            .collect();
-        let lambda = job
-            .lambda
-            .unwrap_or((job.lambda_fraction * super::lasso::lambda_max(x, &signs) / 2.0) as f32);
+        let lambda = logistic_lambda(x, labels, job);
         let shared = Arc::new(x.clone());
         Ok(LogisticScheduling {
             scheduler: job.coordinate_scheduler(shared)?,
@@ -392,6 +478,30 @@ impl StradsJob for LogisticApp {
     type Config = LassoJob;
     type Scheduler = LogisticScheduling;
     type Worker = StarHalf<LogisticWorker>;
+
+    /// The Lasso checks, and no Lasso-only setting (several schedulers, checkpoints).
+    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+        job.validate()?;
+        let mut c = petrel_ml::job::SettingChecks::new();
+        let lasso_only = "applies to lasso only";
+        c.require(
+            job.schedulers == 1,
+            "schedulers",
+            job.schedulers,
+            lasso_only,
+        );
+        c.require(
+            job.checkpoint_dir.is_none(),
+            "checkpoint_dir",
+            job.checkpoint_dir
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            lasso_only,
+        );
+        c.require(!job.resume, "resume", job.resume, lasso_only);
+        c.finish()
+    }
 
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)

@@ -85,6 +85,14 @@ pub trait StradsJob: StradsApp + Sized {
         SchedulerOptions::default()
     }
 
+    /// Checks the settings' values (ranges, finiteness) before any node starts: run by
+    /// the cluster's section check ([`register`]) and by `petrel train`. The error names
+    /// the key.
+    fn validate_config(config: &Self::Config) -> Result<(), petrel_ml::job::InvalidSetting> {
+        let _ = config;
+        Ok(())
+    }
+
     /// Loads what the scheduler needs and builds its half (runs off the event loop).
     fn scheduler(config: &Self::Config, shape: &JobShape) -> Result<Self::Scheduler, StradsError>;
 
@@ -264,7 +272,7 @@ pub async fn worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsErr
 /// Registers job `J`'s scheduler and worker roles.
 pub fn register<J: StradsJob>(cluster: Cluster) -> Cluster {
     cluster
-        .app_section::<J::Config>(J::SECTION)
+        .app_section_checked::<J::Config, _>(J::SECTION, J::validate_config)
         .role(J::SCHEDULER_ROLE, scheduler_role::<J>)
         .role(J::WORKER_ROLE, worker_role::<J>)
 }
@@ -291,6 +299,25 @@ pub fn run_serial<J: StradsJob>(
     };
     let run = J::Worker::run_serial(&mut scheduler, halves, &opts)?;
     Ok((scheduler, run))
+}
+
+/// Runs job `J` with `workers` worker halves in this thread and no actors
+/// ([`run_serial`], handoffs delivered late) and writes its outputs with
+/// [`StradsJob::finish`]: what `petrel train strads-mf|lda --transport none` runs.
+pub fn run_serial_and_finish<J: StradsJob>(
+    config: &J::Config,
+    workers: usize,
+) -> Result<(), StradsError> {
+    let started = std::time::Instant::now();
+    let (scheduler, run) = run_serial::<J>(config, workers, Delivery::Late)?;
+    let finished = FinishedRun {
+        stats: RunStats {
+            rounds: run.rounds,
+            elapsed: started.elapsed(),
+        },
+        scheduler_bytes: 0,
+    };
+    J::finish(config, scheduler, &finished)
 }
 
 /// Runs a blocking job (data loading, generation) off the node's event loop, so that

@@ -1,5 +1,7 @@
 //! Lasso by scheduled coordinate descent, as a [`StradsJob`].
 //!
+//! - [`baseline`]: `--transport none`, the job solved by single-threaded cyclic coordinate
+//!   descent (the yardstick).
 //! - [`config`]: `[app.lasso]` / the flags of `petrel train lasso` ([`LassoJob`]).
 //! - [`wire`]: the round protocol's messages.
 //! - [`worker`]: the worker half, a row block with its residual ([`LassoWorker`]).
@@ -13,6 +15,7 @@
 //! Roles: `strads-lasso-scheduler` (plus `strads-lasso-scheduler-<s>` for further
 //! schedulers) and `strads-lasso-worker`; outputs `coefficients.tsv` and `metrics.json`.
 
+pub mod baseline;
 pub mod checkpoint;
 pub mod config;
 pub mod metrics;
@@ -48,6 +51,10 @@ impl StradsJob for LassoApp {
     type Config = LassoJob;
     type Scheduler = Resumable;
     type Worker = StarHalf<CheckpointingWorker>;
+
+    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+        job.validate()
+    }
 
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
@@ -118,7 +125,7 @@ pub fn register(cluster: Cluster) -> Cluster {
         })
     });
     cluster
-        .app_section::<LassoJob>(LassoApp::SECTION)
+        .app_section_checked::<LassoJob, _>(LassoApp::SECTION, LassoJob::validate)
         .role(WORKER_ROLE, crate::kit::worker_role::<LassoApp>)
 }
 

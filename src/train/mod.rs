@@ -1,0 +1,782 @@
+//! `petrel train APP`: one job schema per app ([`jobfile`]: `[app.<section>]` of a job
+//! file, `PETREL_APP__*` variables, flags), every value and the data checked before any
+//! node starts ([`apps::prepare_job`]), then the app on a localhost cluster.
+//!
+//! STRADS apps (`lasso | logistic | strads-mf | lda`) run a scheduler node and worker
+//! nodes in this process (memory or QUIC transport) or as separate processes
+//! (`--transport processes`); parameter-server apps (`ps-mf | ps-lr | ps-lda`) run shard
+//! and worker nodes in this process. The same helpers run the STRADS benchmarks and the
+//! multi-node tests. `--transport none` runs no cluster at all: Lasso and logistic
+//! regression are solved by the single-threaded cyclic coordinate descent baseline, MF and
+//! LDA by the serial driver (both halves in this thread).
+
+pub mod apps;
+pub mod jobfile;
+
+use petrel_actors::{JobTransport, NodeError, Settings, Topology};
+use petrel_ml::topic::LdaMetrics;
+use petrel_ps::PsApp;
+use petrel_strads::apps::lasso::{
+    self as lasso, LassoApp, LassoJob, LassoMetrics, WORKER_ROLE, checkpoint, multi,
+};
+use petrel_strads::apps::lda::{LdaApp, LdaJob};
+use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
+use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
+use petrel_strads::{StradsError, StradsJob, StradsModelError};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+pub use apps::{TrainApp, prepare_job};
+
+/// Why a STRADS job (or benchmark) run from the command line failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StradsTrainError {
+    /// The job itself failed.
+    #[error(transparent)]
+    Strads(#[from] StradsError),
+    /// A model rejected its input (benchmarks' reference runs).
+    #[error(transparent)]
+    Model(#[from] StradsModelError),
+    /// The cluster failed.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// The multi-process launcher failed.
+    #[error(transparent)]
+    Launch(#[from] crate::launcher::LaunchError),
+    /// A file or directory could not be read or created.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A JSON file (the metrics) could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Json {
+        /// The path (empty for standard output).
+        path: PathBuf,
+        /// The decoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The launcher's async runtime did not start.
+    #[error("starting the launcher's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The job failed more often than `--max-restarts` allows.
+    #[error(transparent)]
+    Restarts(#[from] Box<crate::recovery::RecoveryError<StradsTrainError>>),
+    /// The job has no output directory.
+    #[error("the job needs an output directory")]
+    NoOutputDir,
+    /// A job needs at least one worker.
+    #[error("need at least one worker")]
+    NoWorkers,
+    /// A flag that only Lasso understands was given to another app.
+    #[error("{flag}: applies to lasso only")]
+    LassoOnly {
+        /// The flag.
+        flag: &'static str,
+    },
+    /// A benchmark's arguments leave nothing to run.
+    #[error("{0}")]
+    Usage(&'static str),
+    /// A plot could not be drawn.
+    #[error("{}: {reason}", path.display())]
+    Plot {
+        /// The SVG file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A parameter-server run (the LDA benchmark's comparison) failed.
+    #[error("parameter server: {0}")]
+    ParameterServer(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+/// Why `petrel train` refused a job or a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The job file, the environment or a flag did not give valid settings.
+    #[error(transparent)]
+    Job(#[from] jobfile::JobFileError),
+    /// A setting's value cannot be right.
+    #[error("{app}: invalid setting {source}")]
+    Setting {
+        /// The app.
+        app: &'static str,
+        /// The key, its value and what is allowed.
+        #[source]
+        source: petrel_ml::job::InvalidSetting,
+    },
+    /// The output directory cannot be used.
+    #[error(transparent)]
+    OutDir(#[from] jobfile::OutDirError),
+    /// An input file does not exist.
+    #[error("{}: {source}", path.display())]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The data does not fit the app.
+    #[error("{app}: {source}")]
+    Data {
+        /// The app.
+        app: &'static str,
+        /// The loader's or the app's reason.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// More workers than units of data to split.
+    #[error("{app}: {workers} workers but only {count} {what}; use --workers {count} or fewer")]
+    TooManyWorkers {
+        /// The app.
+        app: &'static str,
+        /// Workers asked for.
+        workers: usize,
+        /// Units of data.
+        count: usize,
+        /// What the workers split.
+        what: &'static str,
+    },
+    /// A STRADS run failed.
+    #[error(transparent)]
+    Strads(#[from] StradsTrainError),
+    /// A parameter-server run failed.
+    #[error(transparent)]
+    Ps(#[from] petrel_ps::PsError),
+}
+
+impl From<StradsError> for TrainError {
+    fn from(e: StradsError) -> Self {
+        TrainError::Strads(e.into())
+    }
+}
+
+/// How `petrel train` runs a STRADS job: no cluster at all, or a cluster whose nodes are
+/// threads of this process (memory, quic) or processes.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrainTransport {
+    /// No cluster, this thread: Lasso and logistic regression by single-threaded cyclic
+    /// coordinate descent (the baseline), MF and LDA by the serial driver.
+    None,
+    /// Nodes are threads of this process, connected by in-memory channels.
+    Memory,
+    /// Nodes are threads of this process, connected by QUIC on 127.0.0.1.
+    #[default]
+    Quic,
+    /// One process per node, connected by QUIC on 127.0.0.1.
+    Processes,
+}
+
+impl TrainTransport {
+    /// The cluster's transport, or `None` for a run without a cluster.
+    pub fn cluster(self) -> Option<JobTransport> {
+        match self {
+            TrainTransport::None => None,
+            TrainTransport::Memory => Some(JobTransport::Memory),
+            TrainTransport::Quic => Some(JobTransport::Quic),
+            TrainTransport::Processes => Some(JobTransport::Processes),
+        }
+    }
+}
+
+/// The flags every `petrel train` STRADS command shares besides its job's own.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// A job file whose `[app.<section>]` holds the settings (the file `petrel run`
+    /// reads); `PETREL_APP__<SECTION>__<KEY>` variables override it, flags override both.
+    #[arg(long = "config", value_name = "JOB.toml")]
+    pub job_file: Option<PathBuf>,
+    /// Print the resolved job (`[app.<section>]`, every value checked) and exit.
+    #[arg(long)]
+    pub print_job: bool,
+    /// Output directory (created; or `out` in the job file).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Worker nodes (the serial driver's worker halves with `--transport none`; the
+    /// Lasso and logistic baselines have none).
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// How the job runs: no cluster (none), nodes as threads of this process (memory,
+    /// quic) or as processes.
+    #[arg(long, value_enum, default_value_t = TrainTransport::Quic)]
+    pub transport: TrainTransport,
+}
+
+/// `petrel train lasso` and `petrel train logistic`: the [`LassoJob`] flags plus these.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LassoTrainArgs {
+    /// Output, workers and transport.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Disable the dependency check.
+    #[arg(long)]
+    pub no_filter: bool,
+    /// Run every scheduler on one node (default: one node per scheduler).
+    #[arg(long)]
+    pub colocate_schedulers: bool,
+    /// Restart the cluster this many times when it fails (a node dies, a role errors),
+    /// rolling back to the newest complete checkpoint (0 = stop at the first failure).
+    #[arg(long, default_value_t = 2)]
+    pub max_restarts: u32,
+    /// The job.
+    #[command(flatten)]
+    pub job: LassoJob,
+}
+
+/// `petrel train strads-mf`: the [`StradsMfJob`] flags plus output, workers, transport.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StradsMfTrainArgs {
+    /// Output, workers and transport.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The job.
+    #[command(flatten)]
+    pub job: StradsMfJob,
+}
+
+/// `petrel train lda`: the [`LdaJob`] flags plus output, workers, transport.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LdaTrainArgs {
+    /// Output, workers and transport.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The job.
+    #[command(flatten)]
+    pub job: LdaJob,
+}
+
+/// `path`, created, as an absolute path (child processes run elsewhere).
+fn absolute_dir(p: &Path) -> Result<PathBuf, StradsTrainError> {
+    let io = |source| StradsTrainError::Io {
+        path: p.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(p).map_err(io)?;
+    std::fs::canonicalize(p).map_err(io)
+}
+
+/// Drops `null`s (TOML has none) so the settings survive a round trip through a file.
+fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(map) => serde_json::Value::Object(
+            map.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// A star cluster: the scheduler nodes (`(name, roles)`, in order), then workers
+/// `w0..w{n-1}` running `worker_role`, with `[app.<section>] = job`.
+pub fn star_settings_with<T: serde::Serialize>(
+    section: &str,
+    job: &T,
+    scheduler_nodes: &[(String, Vec<String>)],
+    worker_role: &str,
+    workers: usize,
+    transport: JobTransport,
+    timeout_s: u64,
+) -> Result<Settings, StradsTrainError> {
+    if workers == 0 {
+        return Err(StradsTrainError::NoWorkers);
+    }
+    let mut topo =
+        Topology::builder(&format!("strads-{section}")).transport(transport.cluster_transport());
+    for (name, roles) in scheduler_nodes {
+        let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
+        topo = topo.node(name, &roles);
+    }
+    for w in 0..workers {
+        topo = topo.node(&format!("w{w}"), &[worker_role]);
+    }
+    let json = serde_json::to_value(job).map_err(|source| StradsTrainError::Json {
+        path: PathBuf::new(),
+        source,
+    })?;
+    let value = strip_nulls(json);
+    Ok(topo
+        .with(|s| {
+            s.app.insert(section.into(), value);
+            s.cluster.request_timeout_ms = timeout_s.max(1) * 1000;
+            // Workers compute between messages; on a loaded 2-core machine a 2 s silence
+            // is not a failure.
+            s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
+        })
+        .build()?)
+}
+
+/// Runs a cluster: nodes as threads of this process (memory or quic) or as separate
+/// processes (run files go to `run_dir`).
+pub fn run_cluster(
+    settings: Settings,
+    transport: JobTransport,
+    run_dir: &Path,
+) -> Result<(), StradsTrainError> {
+    match transport {
+        JobTransport::Memory | JobTransport::Quic => {
+            Ok(crate::roles::builtin(settings).run_in_process()?)
+        }
+        JobTransport::Processes => {
+            let config = crate::launcher::prepare(settings, run_dir)?;
+            let mut opts = crate::launcher::LaunchOptions::new()?;
+            opts.run_dir = Some(run_dir.to_path_buf());
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .map_err(StradsTrainError::Runtime)?
+                .block_on(crate::launcher::run(&config, opts))?;
+            Ok(())
+        }
+    }
+}
+
+/// The scheduler nodes of a Lasso job with `schedulers` schedulers: node `scheduler` runs
+/// scheduler 0 and, when `colocate`, every other one; otherwise scheduler `s` gets node
+/// `scheduler-<s>`.
+pub fn lasso_scheduler_nodes(schedulers: usize, colocate: bool) -> Vec<(String, Vec<String>)> {
+    let roles = |r: std::ops::Range<usize>| r.map(multi::scheduler_role_name).collect();
+    if colocate {
+        vec![("scheduler".into(), roles(0..schedulers.max(1)))]
+    } else {
+        std::iter::once(("scheduler".to_string(), roles(0..1)))
+            .chain((1..schedulers).map(|s| (format!("scheduler-{s}"), roles(s..s + 1))))
+            .collect()
+    }
+}
+
+/// One node `scheduler` running job `J`'s scheduler role.
+fn one_scheduler<J: StradsJob>() -> Vec<(String, Vec<String>)> {
+    vec![("scheduler".into(), vec![J::SCHEDULER_ROLE.into()])]
+}
+
+/// A cluster for a Lasso job, its schedulers colocated on one node or not.
+pub fn lasso_settings(
+    job: &LassoJob,
+    workers: usize,
+    transport: JobTransport,
+    colocate: bool,
+) -> Result<Settings, StradsTrainError> {
+    star_settings_with(
+        <LassoApp as StradsJob>::SECTION,
+        job,
+        &lasso_scheduler_nodes(job.schedulers, colocate),
+        WORKER_ROLE,
+        workers,
+        transport,
+        job.timeout_s,
+    )
+}
+
+/// Runs job `J` (`[app.<J::SECTION>] = config`) on `scheduler_nodes` and `workers` worker
+/// nodes and reads the `metrics.json` its scheduler wrote to `out_dir`.
+fn run_star_job<J, M>(
+    config: &J::Config,
+    out_dir: &Option<PathBuf>,
+    timeout_s: u64,
+    scheduler_nodes: &[(String, Vec<String>)],
+    workers: usize,
+    transport: JobTransport,
+) -> Result<M, StradsTrainError>
+where
+    J: StradsJob,
+    J::Config: serde::Serialize,
+    M: serde::de::DeserializeOwned,
+{
+    let out = out_dir.clone().ok_or(StradsTrainError::NoOutputDir)?;
+    let settings = star_settings_with(
+        J::SECTION,
+        config,
+        scheduler_nodes,
+        J::WORKER_ROLE,
+        workers,
+        transport,
+        timeout_s,
+    )?;
+    run_cluster(settings, transport, &out.join("run"))?;
+    read_json(&out.join("metrics.json"))
+}
+
+/// Runs a Lasso job on a cluster (schedulers colocated on one node or not) and returns the
+/// metrics the scheduler wrote.
+pub fn run_lasso_job(
+    job: &LassoJob,
+    workers: usize,
+    transport: JobTransport,
+    colocate: bool,
+) -> Result<LassoMetrics, StradsTrainError> {
+    let nodes = lasso_scheduler_nodes(job.schedulers, colocate);
+    run_star_job::<LassoApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
+}
+
+/// Runs an MF job on a cluster and returns the metrics the scheduler wrote.
+pub fn run_mf_job(
+    job: &StradsMfJob,
+    workers: usize,
+    transport: JobTransport,
+) -> Result<MfMetrics, StradsTrainError> {
+    let nodes = one_scheduler::<MfApp>();
+    run_star_job::<MfApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
+}
+
+/// Runs an LDA job on a cluster and returns the metrics the scheduler wrote.
+pub fn run_lda_job(
+    job: &LdaJob,
+    workers: usize,
+    transport: JobTransport,
+) -> Result<LdaMetrics, StradsTrainError> {
+    let nodes = one_scheduler::<LdaApp>();
+    run_star_job::<LdaApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
+}
+
+/// Reads a JSON file (the metrics a job wrote).
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StradsTrainError> {
+    let bytes = std::fs::read(path).map_err(|source| StradsTrainError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| StradsTrainError::Json {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The settings of `petrel train lasso|logistic` ([`prepare_job`]), with `--no-filter`.
+fn lasso_job_of<A: TrainApp<Job = LassoJob>>(
+    args: &LassoTrainArgs,
+    given: &BTreeSet<String>,
+) -> Result<LassoJob, TrainError> {
+    let c = &args.cluster;
+    let mut job = prepare_job::<A>(
+        &args.job,
+        c.job_file.as_deref(),
+        c.out.as_deref(),
+        given,
+        c.workers,
+    )?;
+    job.checkpoint_dir = job
+        .checkpoint_dir
+        .as_deref()
+        .map(absolute_dir)
+        .transpose()?;
+    if args.no_filter {
+        job.rho = None;
+    }
+    Ok(job)
+}
+
+/// `job` as the job file `petrel run` and `petrel train --config` read:
+/// `[app.<section>]` with every value.
+pub fn job_toml<J: serde::Serialize>(section: &str, job: &J) -> Result<String, TrainError> {
+    let encode = |e| TrainError::Job(jobfile::JobFileError::Encode(e));
+    let json =
+        serde_json::to_value(job).map_err(|e| TrainError::Job(jobfile::JobFileError::Flags(e)))?;
+    let mut sections = toml::Table::new();
+    sections.insert(
+        section.to_string(),
+        toml::Value::try_from(strip_nulls(json)).map_err(encode)?,
+    );
+    let mut top = toml::Table::new();
+    top.insert("app".into(), toml::Value::Table(sections));
+    toml::to_string(&top).map_err(encode)
+}
+
+/// With `--print-job`, prints the job and says so (the caller then stops).
+fn printed<J: serde::Serialize>(print: bool, section: &str, job: &J) -> Result<bool, TrainError> {
+    if print {
+        print!("{}", job_toml(section, job)?);
+    }
+    Ok(print)
+}
+
+/// The output directory of a prepared job (always set by [`prepare_job`]).
+fn out_path(job_out: &Option<PathBuf>) -> PathBuf {
+    job_out.clone().unwrap_or_default()
+}
+
+/// The output directory of a prepared job.
+fn out_of(job_out: &Option<PathBuf>) -> String {
+    job_out
+        .as_deref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// `petrel train lasso`.
+pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
+    let job = lasso_job_of::<LassoApp>(&args, given)?;
+    if printed(
+        args.cluster.print_job,
+        <LassoApp as StradsJob>::SECTION,
+        &job,
+    )? {
+        return Ok(());
+    }
+    if job.schedulers > 1 && (job.checkpoint_dir.is_some() || job.resume) {
+        return Err(StradsError::from(multi::MultiSchedulerError::CheckpointUnsupported).into());
+    }
+    // Pre-flight: fail at once rather than after the cluster's failure timeout. (The
+    // scheduler still verifies the checkpoint fully, and says why one is refused.)
+    if let Some(dir) = job.checkpoint_dir.as_ref().filter(|_| job.resume) {
+        let rounds = checkpoint::manifest_rounds(dir).map_err(StradsError::from)?;
+        if rounds.is_empty() {
+            let none = checkpoint::CheckpointError::NoValid {
+                dir: dir.clone(),
+                reasons: Vec::new(),
+            };
+            return Err(StradsError::from(none).into());
+        }
+    }
+    let c = &args.cluster;
+    let Some(transport) = c.transport.cluster() else {
+        if job.schedulers > 1 || job.checkpoint_dir.is_some() || job.resume {
+            return Err(StradsTrainError::Usage(
+                "--transport none solves in one thread: --schedulers, --checkpoint-dir and --resume do not apply",
+            )
+            .into());
+        }
+        let m = lasso::baseline::run_baseline(&job)?.metrics;
+        println!(
+            "lasso baseline (cyclic coordinate descent, one thread): {} coordinate updates, {:.3} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
+            m.updates,
+            m.elapsed_s,
+            m.final_objective,
+            m.final_kkt_violation,
+            m.final_duality_gap,
+            m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
+            out_of(&job.out_dir)
+        );
+        return Ok(());
+    };
+    let out = out_path(&job.out_dir);
+    let (job, checkpoints) = with_default_checkpoints(job, &out)?;
+    let (m, restarts) = crate::recovery::run_with_restarts(
+        args.max_restarts,
+        StradsTrainError::is_node_death,
+        || {
+            checkpoints
+                .as_deref()
+                .is_some_and(crate::recovery::has_checkpoint)
+        },
+        |resume, attempt| {
+            let mut job = job.clone();
+            job.resume |= resume;
+            if attempt > 0 {
+                // An injected fault (a test hook) fires in the first attempt only.
+                job.fail_after_checkpoints = None;
+            }
+            run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)
+        },
+    )
+    .map_err(|e| match e {
+        crate::recovery::RecoveryError::Fatal(e) => e,
+        exhausted => StradsTrainError::Restarts(Box::new(exhausted)),
+    })?;
+    if restarts > 0 {
+        println!("lasso finished after {restarts} restart(s) of the cluster");
+    }
+    println!(
+        "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
+        m.mode,
+        job.schedulers,
+        m.rounds,
+        m.updates,
+        m.elapsed_s,
+        m.final_objective,
+        m.final_kkt_violation,
+        m.final_duality_gap,
+        m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
+        out_of(&job.out_dir)
+    );
+    Ok(())
+}
+
+impl StradsTrainError {
+    /// True when the cluster failed because a node died (killed, crashed, silent) rather
+    /// than because the job itself is wrong: only then can a restart help. The checkpoint
+    /// fault-injection hook counts as a crash.
+    pub fn is_node_death(&self) -> bool {
+        match self {
+            StradsTrainError::Node(NodeError::PeerFailed { .. }) => true,
+            // A killed process leaves no error of its own: its cause is its exit status.
+            StradsTrainError::Launch(crate::launcher::LaunchError::NodeFailed {
+                cause, ..
+            }) => cause.contains("signal") || cause.contains("no heartbeat"),
+            other => petrel_actors::error_chain(other).contains("fault injection"),
+        }
+    }
+}
+
+/// Checkpoints are on by default, in `<out>/checkpoints` (unless the job names a directory,
+/// or runs several schedulers, which do not checkpoint). A fresh run clears that default
+/// directory first, so a restart can only roll back to this run's own checkpoints.
+/// Returns the job and the directory to look for checkpoints in.
+fn with_default_checkpoints(
+    mut job: LassoJob,
+    out: &Path,
+) -> Result<(LassoJob, Option<PathBuf>), StradsTrainError> {
+    if job.checkpoint_dir.is_none() && job.schedulers <= 1 {
+        let dir = absolute_dir(out)?.join("checkpoints");
+        if !job.resume && dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|source| StradsTrainError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        job.checkpoint_dir = Some(dir);
+    }
+    let dir = job.checkpoint_dir.clone();
+    Ok((job, dir))
+}
+
+/// `petrel train logistic`: sparse logistic regression with the Lasso options (labels
+/// 0/1 or -1/+1; `--max-rounds` rounds; without `--data`, separable synthetic data of
+/// `--synthetic-samples x --synthetic-features`).
+pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
+    if args.colocate_schedulers {
+        return Err(TrainError::Setting {
+            app: "logistic",
+            source: petrel_ml::job::InvalidSetting::new(
+                "colocate_schedulers",
+                true,
+                "applies to lasso only",
+            ),
+        });
+    }
+    let job = lasso_job_of::<LogisticApp>(&args, given)?;
+    if printed(
+        args.cluster.print_job,
+        <LogisticApp as StradsJob>::SECTION,
+        &job,
+    )? {
+        return Ok(());
+    }
+    let c = &args.cluster;
+    let m: LogisticMetrics = match c.transport.cluster() {
+        None => petrel_strads::apps::logistic::run_baseline(&job)?,
+        Some(transport) => run_star_job::<LogisticApp, _>(
+            &job,
+            &job.out_dir,
+            job.timeout_s,
+            &one_scheduler::<LogisticApp>(),
+            c.workers,
+            transport,
+        )?,
+    };
+    println!(
+        "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {}",
+        m.mode,
+        m.rounds,
+        m.updates,
+        m.elapsed_s,
+        m.final_objective,
+        m.final_training_accuracy,
+        m.nonzeros,
+        out_of(&job.out_dir)
+    );
+    Ok(())
+}
+
+/// `petrel train strads-mf`.
+pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
+    let c = &args.cluster;
+    let job = prepare_job::<MfApp>(
+        &args.job,
+        c.job_file.as_deref(),
+        c.out.as_deref(),
+        given,
+        c.workers,
+    )?;
+    if printed(c.print_job, <MfApp as StradsJob>::SECTION, &job)? {
+        return Ok(());
+    }
+    let m = match c.transport.cluster() {
+        Some(transport) => run_mf_job(&job, c.workers, transport)?,
+        None => {
+            petrel_strads::kit::run_serial_and_finish::<MfApp>(&job, c.workers)?;
+            read_json(&out_path(&job.out_dir).join("metrics.json"))?
+        }
+    };
+    println!(
+        "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}, test RMSE {:.4}, {:.2} s; wrote {}",
+        m.rank,
+        m.n_users,
+        m.n_items,
+        m.train_ratings,
+        m.final_train_rmse,
+        m.final_test_rmse,
+        m.elapsed_s,
+        out_of(&job.out_dir)
+    );
+    Ok(())
+}
+
+/// `petrel train lda`.
+pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
+    let c = &args.cluster;
+    let job = prepare_job::<LdaApp>(
+        &args.job,
+        c.job_file.as_deref(),
+        c.out.as_deref(),
+        given,
+        c.workers,
+    )?;
+    if printed(c.print_job, <LdaApp as StradsJob>::SECTION, &job)? {
+        return Ok(());
+    }
+    let m = match c.transport.cluster() {
+        Some(transport) => run_lda_job(&job, c.workers, transport)?,
+        None => {
+            petrel_strads::kit::run_serial_and_finish::<LdaApp>(&job, c.workers)?;
+            read_json(&out_path(&job.out_dir).join("metrics.json"))?
+        }
+    };
+    println!(
+        "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
+        m.n_topics,
+        m.n_docs,
+        m.vocab_size,
+        m.n_tokens,
+        m.final_loglik_per_token,
+        m.tokens_per_s_per_worker,
+        out_of(&job.out_dir)
+    );
+    Ok(())
+}
+
+/// `petrel train ps-mf | ps-lr | ps-lda`: the settings ([`prepare_job`]), then the app on
+/// an in-process cluster; returns the summary line to print.
+pub fn train_ps<A>(
+    mut args: petrel_ps::PsTrainArgs<A::Config>,
+    given: &BTreeSet<String>,
+) -> Result<String, TrainError>
+where
+    A: PsApp + TrainApp<Job = <A as PsApp>::Config>,
+    <A as PsApp>::Config: serde::Serialize,
+{
+    if args.shards == 0 {
+        return Err(TrainError::Setting {
+            app: <A as PsApp>::NAME,
+            source: petrel_ml::job::InvalidSetting::new("shards", 0, "must be >= 1"),
+        });
+    }
+    args.config = prepare_job::<A>(
+        &args.config,
+        args.job_file.as_deref(),
+        None,
+        given,
+        args.workers,
+    )?;
+    if args.print_job {
+        return job_toml(<A as PsApp>::SECTION, &args.config);
+    }
+    Ok(petrel_ps::train::<A>(args)?)
+}
