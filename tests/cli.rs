@@ -285,7 +285,7 @@ fn paused_follower_scheduler_stops_the_lasso_naming_it() {
             ("w0", "\"strads-lasso-worker\""),
             ("w1", "\"strads-lasso-worker\""),
         ],
-        app: "[app.lasso]\nschedulers = 2\nmode = \"dynamic\"\nmax_rounds = 100000000\ngap_tolerance = -1.0\neval_every = 50\nout_dir = \"OUT_DIR\"\n[app.lasso.synthetic]\nn_samples = 200\nn_features = 500\ngroup_size = 10\ncorrelation = 0.8\nn_nonzero = 5\nseed = 1\n",
+        app: "[app.lasso]\nschedulers = 2\nmode = \"dynamic\"\nmax_rounds = 100000000\ngap_tolerance = 0.0\neval_every = 50\nout_dir = \"OUT_DIR\"\n[app.lasso.synthetic]\nn_samples = 200\nn_features = 500\ngroup_size = 10\ncorrelation = 0.8\nn_nonzero = 5\nseed = 1\n",
         victim: "scheduler-1",
     };
     chaos(c, Fault::Pause);

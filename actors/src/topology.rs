@@ -139,12 +139,33 @@ impl Cluster {
     /// unknown choice, fails at once, naming the section and the valid values, instead of
     /// after the cluster has started. Once any section is declared, an `[app.*]` section that
     /// no app declared is rejected too (a misspelt section would otherwise be ignored).
-    pub fn app_section<C>(mut self, section: &str) -> Self
+    pub fn app_section<C>(self, section: &str) -> Self
     where
         C: serde::de::DeserializeOwned + Default + 'static,
     {
+        self.app_section_checked::<C, std::convert::Infallible>(section, |_| Ok(()))
+    }
+
+    /// [`Cluster::app_section`] plus the app's own check of the values (ranges,
+    /// finiteness), also run before any node starts; a failure is
+    /// [`NodeError::AppSetting`], naming the section and the app's reason.
+    pub fn app_section_checked<C, E>(
+        mut self,
+        section: &str,
+        validate: fn(&C) -> Result<(), E>,
+    ) -> Self
+    where
+        C: serde::de::DeserializeOwned + Default + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let name = section.to_string();
-        let check: SectionCheck = Arc::new(move |s: &Settings| s.app::<C>(&name).map(|_| ()));
+        let check: SectionCheck = Arc::new(move |s: &Settings| {
+            let config = s.app::<C>(&name)?;
+            validate(&config).map_err(|e| NodeError::AppSetting {
+                section: name.clone(),
+                source: Box::new(e),
+            })
+        });
         self.app_sections.insert(section.to_string(), check);
         self
     }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use petrel_messages::{
     ActorId, CodecError, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage, decode_body,
-    encode_body,
+    encode_body, encoded_len,
 };
 use petrel_net::Inbound;
 use std::sync::Arc;
@@ -112,7 +112,8 @@ impl<A: Actor> Registration<'_, A> {
             Ok(Dispatched::Reply(Box::pin(async move {
                 match request.await {
                     Ok(Ok(reply)) => {
-                        let mut out = Vec::new();
+                        // Exact size: a large reply is written once, never regrown.
+                        let mut out = Vec::with_capacity(encoded_len(&reply)?);
                         encode_body(&reply, &mut out)?;
                         Ok(out)
                     }
