@@ -375,6 +375,9 @@ impl Cluster {
                     source,
                 })?;
             }
+            // Once every node is in the final barrier, the coordinator's node may leave before
+            // this one hears the release: a send to a departed peer is no news from here.
+            ctx.node.net().set_membership_changing(true);
             ctx.barrier("petrel.finish").await
         };
         let result = tokio::select! {
@@ -384,6 +387,9 @@ impl Cluster {
         };
         // A local error after a failure elsewhere (an ask or barrier to a dead peer) is
         // reported as that failure, so the root cause is named once, where it happened.
+        // The run is over for this node, one way or another: peers leave from now on, and a
+        // send to one that already left is no news.
+        node.net().set_membership_changing(true);
         let result = result.map_err(|e| match e {
             NodeError::PeerFailed { .. } | NodeError::RunFailed { .. } => e,
             other => match node.peer_failure() {
@@ -502,6 +508,8 @@ impl Cluster {
         } else {
             None
         };
+        // Until everyone joined, the coordinator (or a peer) may not be reachable yet.
+        node.net().set_membership_changing(true);
         join(
             &node,
             coordinator,
@@ -509,6 +517,7 @@ impl Cluster {
             Duration::from_millis(s.cluster.join_timeout_ms),
         )
         .await?;
+        node.net().set_membership_changing(false);
         agent.do_send(Joined);
         tracing::debug!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
         Ok((
