@@ -186,7 +186,13 @@ impl Node {
                         .and_then(|e| e.remote.get(h.msg_type.as_str()).cloned())
                 });
                 let Some(dispatch) = dispatch else {
-                    tracing::warn!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this message; dropped");
+                    // An ask gets the failure back and its asker decides (e.g. retries until
+                    // the actor registered); only a lost tell is news here.
+                    if request_id.is_some() {
+                        tracing::debug!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this ask; failure sent back");
+                    } else {
+                        tracing::warn!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this message; dropped");
+                    }
                     if let Some(id) = request_id {
                         self.reply(
                             h.from,
