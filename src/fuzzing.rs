@@ -56,20 +56,47 @@ fn text(data: &[u8]) -> &[u8] {
     data
 }
 
-/// LIBSVM text.
+/// Loader limits small enough that what a parsed input makes the apps allocate next (a CSC
+/// matrix, per-user counts, a word table) stays cheap under the fuzzer.
+const FUZZ_LIMITS: petrel_ml::data::DataLimits = petrel_ml::data::DataLimits {
+    max_dimension: 1 << 20,
+    max_documents: 1 << 20,
+    max_tokens: 1 << 22,
+};
+
+/// LIBSVM text, and the column-major copy every app builds from it (sized by the largest
+/// feature index: the allocation that aborted on `0.5 4000000000:0.1`).
 pub fn libsvm(data: &[u8]) {
     let _ = petrel_ml::data::libsvm::parse_libsvm(text(data), "fuzz.libsvm");
+    if let Ok(dataset) =
+        petrel_ml::data::parse_libsvm_with_limits(text(data), "fuzz.libsvm", &FUZZ_LIMITS)
+    {
+        let _ = dataset.to_columns();
+    }
 }
 
-/// Rating triplets and Matrix Market text.
+/// Rating triplets and Matrix Market text, and the per-user and per-item counts sized by
+/// the declared dimensions.
 pub fn ratings(data: &[u8]) {
-    let _ = petrel_ml::data::ratings::parse_triplets(text(data), "fuzz.data");
+    if let Ok(r) = petrel_ml::data::ratings::parse_triplets(text(data), "fuzz.data") {
+        let _ = (r.user_counts(), r.item_counts());
+    }
     let _ = petrel_ml::data::ratings::parse_matrix_market(text(data), "fuzz.mtx");
+    if let Ok(r) =
+        petrel_ml::data::parse_matrix_market_with_limits(text(data), "fuzz.mtx", &FUZZ_LIMITS)
+    {
+        let _ = (r.user_counts(), r.item_counts());
+    }
 }
 
-/// UCI bag-of-words docword and vocabulary files.
+/// UCI bag-of-words docword and vocabulary files, and the word-frequency table sized by W.
 pub fn bag_of_words(data: &[u8]) {
     let _ = petrel_ml::data::bow::parse_docword(text(data), "docword.fuzz.txt");
+    if let Ok(corpus) =
+        petrel_ml::data::parse_docword_with_limits(text(data), "docword.fuzz.txt", &FUZZ_LIMITS)
+    {
+        let _ = corpus.word_frequencies();
+    }
     let _ = petrel_ml::data::bow::parse_vocab(text(data), "vocab.fuzz.txt");
 }
 

@@ -2,11 +2,9 @@
 
 use clap::{Parser, Subcommand};
 use petrel::CliError;
-use petrel::launcher::{self, LaunchOptions};
+use petrel::launcher::{self, LaunchError, LaunchMode, LaunchOptions};
 use petrel::netns::{Hosts, LinkShape};
-use petrel_actors::topology::Wiring;
-use petrel_actors::{NodeError, Settings, error_chain};
-use petrel_net::ClusterCredentials;
+use petrel_actors::{NodeError, Settings, error_chain, validate_node_name};
 use petrel_net::tls::ClusterCa;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,12 +39,14 @@ enum Command {
     },
     /// Run one node of a cluster (multi-host: start one on every host).
     Node {
-        /// Cluster settings (TOML); `cluster.certs_dir` must hold this node's certificate.
+        /// Cluster settings (TOML); `cluster.certs_dir` (relative to this file) must hold
+        /// this node's certificate.
         #[arg(long)]
         config: PathBuf,
-        /// This node's name in the settings.
+        /// This node's name in the settings (default: the node at position RANK or
+        /// SLURM_PROCID, else the node named like this host).
         #[arg(long)]
-        name: String,
+        name: Option<String>,
     },
     /// Create a cluster CA and one certificate per node.
     Certs {
@@ -56,8 +56,15 @@ enum Command {
         /// Node names (comma separated), or take them from --config.
         #[arg(long, value_delimiter = ',')]
         nodes: Vec<String>,
+        /// Cluster settings whose nodes get certificates.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Also write one directory per node, DIR/bundles/NODE, with only what that host
+        /// needs: ca.pem, NODE.pem, NODE.key and (with --config) a cluster.toml whose
+        /// certs_dir is the bundle itself. Copy it to the host and run
+        /// `petrel node --config NODE/cluster.toml`.
+        #[arg(long)]
+        bundle: bool,
     },
     /// Emulated hosts in network namespaces (needs root).
     Netns {
@@ -152,7 +159,7 @@ fn main() -> ExitCode {
     petrel::init_tracing();
     let cli = Cli::parse();
     if let Command::Node { config, name } = &cli.command {
-        return node_command(config, name);
+        return node_command(config, name.as_deref());
     }
     match dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
@@ -166,37 +173,28 @@ fn fail(error: &(dyn std::error::Error + 'static), code: ExitCode) -> ExitCode {
     code
 }
 
-fn tokio_runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(CliError::Runtime)
-}
-
 /// `petrel node`: exits 0 when the run finished, 1 when it failed on this node, and
 /// [`petrel::launcher::STOPPED_BY_PEER`] when another node's failure stopped it (so
-/// `petrel run` names the node where the failure started).
-fn node_command(config: &std::path::Path, name: &str) -> ExitCode {
+/// `petrel run` names the node where the failure started). Under `petrel run` the launcher
+/// prints the error; alone, this prints it.
+fn node_command(config: &std::path::Path, name: Option<&str>) -> ExitCode {
     let settings = match Settings::load(config) {
         Ok(s) => s,
         Err(e) => return fail(&e, ExitCode::FAILURE),
     };
-    let Some(dir) = settings.cluster.certs_dir.clone() else {
-        let e = CliError::Usage(
-            "cluster.certs_dir is not set; create certificates with `petrel certs`".into(),
-        );
-        return fail(&e, ExitCode::FAILURE);
+    let mode = LaunchMode::Node {
+        name: name.map(str::to_string),
+        config: config.to_path_buf(),
     };
-    let creds = match ClusterCredentials::load(&dir, name) {
-        Ok(c) => c,
+    let opts = match LaunchOptions::new() {
+        Ok(o) => o,
         Err(e) => return fail(&e, ExitCode::FAILURE),
     };
-    match petrel::roles::builtin(settings).run_node(name, Wiring::Quic(creds)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e @ (NodeError::PeerFailed { .. } | NodeError::RunFailed { .. })) => {
-            fail(&e, ExitCode::from(petrel::launcher::STOPPED_BY_PEER))
-        }
+    match launcher::launch_with(&petrel::roles::builtin(settings), mode, opts) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(
+            e @ LaunchError::Settings(NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }),
+        ) => fail(&e, ExitCode::from(petrel::launcher::STOPPED_BY_PEER)),
         Err(e) => fail(&e, ExitCode::FAILURE),
     }
 }
@@ -209,56 +207,35 @@ fn dispatch(command: Command) -> Result<(), CliError> {
             timeout_s,
             in_process,
         } => {
-            if in_process {
-                let settings = Settings::load(&config)?;
-                return Ok(petrel::roles::builtin(settings).run_in_process()?);
-            }
+            let cluster = petrel::roles::builtin(Settings::load(&config)?);
+            let mode = if in_process {
+                LaunchMode::InProcess
+            } else {
+                LaunchMode::Processes
+            };
             let mut opts = LaunchOptions::new()?;
             opts.run_dir = run_dir;
             opts.timeout = timeout_s.map(Duration::from_secs);
-            let report = tokio_runtime()?.block_on(launcher::run(&config, opts))?;
+            let Some(report) = launcher::launch_with(&cluster, mode, opts)?.report else {
+                return Ok(());
+            };
             for (name, t) in &report.nodes {
                 tracing::info!(node = %name, seconds = format!("{:.2}", t.as_secs_f64()), "node finished");
             }
-            tracing::info!(
+            tracing::debug!(
                 "cluster finished; run directory {}",
                 report.run_dir.display()
             );
             Ok(())
         }
         // main() runs `petrel node` through node_command for its exit codes.
-        Command::Node { name, .. } => Err(CliError::Usage(format!(
-            "`petrel node --name {name}` runs in main"
-        ))),
-        Command::Certs { dir, nodes, config } => {
-            let mut names = nodes;
-            if let Some(c) = config {
-                let s = Settings::load(&c)?;
-                names.extend(s.nodes.iter().map(|n| n.name.clone()));
-            }
-            if names.is_empty() {
-                return Err(CliError::Usage(
-                    "name the nodes with --nodes a,b,c or --config".into(),
-                ));
-            }
-            let ca = match ClusterCa::load(&dir) {
-                Ok(ca) => ca,
-                Err(_) => {
-                    let ca = ClusterCa::generate()?;
-                    ca.write(&dir)?;
-                    ca
-                }
-            };
-            for n in &names {
-                ca.issue(n).and_then(|c| c.write(&dir, n))?;
-            }
-            println!(
-                "wrote CA and {} node certificates to {}",
-                names.len(),
-                dir.display()
-            );
-            Ok(())
-        }
+        Command::Node { .. } => Err(CliError::Usage("`petrel node` runs in main".into())),
+        Command::Certs {
+            dir,
+            nodes,
+            config,
+            bundle,
+        } => certs_command(&dir, nodes, config.as_deref(), bundle),
         Command::Netns { command } => match command {
             NetnsCommand::Up {
                 hosts,
@@ -331,6 +308,65 @@ fn dispatch(command: Command) -> Result<(), CliError> {
             }
         },
     }
+}
+
+/// `petrel certs`: every name is checked before anything is written.
+fn certs_command(
+    dir: &std::path::Path,
+    nodes: Vec<String>,
+    config: Option<&std::path::Path>,
+    bundle: bool,
+) -> Result<(), CliError> {
+    let mut names = nodes;
+    let settings = config.map(Settings::load).transpose()?;
+    if let Some(s) = &settings {
+        names.extend(s.nodes.iter().map(|n| n.name.clone()));
+    }
+    if names.is_empty() {
+        return Err(CliError::Usage(
+            "name the nodes with --nodes a,b,c or --config".into(),
+        ));
+    }
+    for n in &names {
+        validate_node_name(n)?;
+    }
+    let ca = match ClusterCa::load(dir) {
+        Ok(ca) => ca,
+        Err(_) => {
+            let ca = ClusterCa::generate()?;
+            ca.write(dir)?;
+            ca
+        }
+    };
+    for n in &names {
+        let creds = ca.issue(n)?;
+        creds.write(dir, n)?;
+        if bundle {
+            let host = dir.join("bundles").join(n);
+            creds.write(&host, n)?;
+            if let Some(s) = &settings {
+                let mut s = s.clone();
+                // Relative to the bundle's cluster.toml: the bundle itself.
+                s.cluster.certs_dir = Some(PathBuf::from("."));
+                let path = host.join("cluster.toml");
+                std::fs::write(&path, s.to_toml()?).map_err(|source| CliError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
+    }
+    println!(
+        "wrote CA and {} node certificates to {}{}",
+        names.len(),
+        dir.display(),
+        if bundle {
+            " and one bundle per node to bundles/"
+        } else {
+            ""
+        }
+    );
+    Ok(())
 }
 
 /// `petrel train ps-*`: runs the parameter-server app in process and prints its summary.

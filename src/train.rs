@@ -1,12 +1,15 @@
 //! `petrel train lasso | logistic | strads-mf | lda`: a STRADS job from flags (the app's
 //! own settings struct, flattened) on a scheduler node and worker nodes, run in this
 //! process (memory or QUIC transport) or as separate processes (`--transport processes`).
+//! `--transport none` runs no cluster at all: Lasso and logistic regression are solved by
+//! the single-threaded cyclic coordinate descent baseline, MF and LDA by the serial driver
+//! (both halves in this thread).
 //! The same helpers run the STRADS benchmarks and the multi-node tests.
 
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ml::topic::LdaMetrics;
 use petrel_strads::apps::lasso::{
-    LassoApp, LassoJob, LassoMetrics, WORKER_ROLE, checkpoint, multi,
+    self as lasso, LassoApp, LassoJob, LassoMetrics, WORKER_ROLE, checkpoint, multi,
 };
 use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
@@ -78,18 +81,48 @@ pub enum StradsTrainError {
     ParameterServer(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
+/// How `petrel train` runs a STRADS job: no cluster at all, or a cluster whose nodes are
+/// threads of this process (memory, quic) or processes.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrainTransport {
+    /// No cluster, this thread: Lasso and logistic regression by single-threaded cyclic
+    /// coordinate descent (the baseline), MF and LDA by the serial driver.
+    None,
+    /// Nodes are threads of this process, connected by in-memory channels.
+    Memory,
+    /// Nodes are threads of this process, connected by QUIC on 127.0.0.1.
+    #[default]
+    Quic,
+    /// One process per node, connected by QUIC on 127.0.0.1.
+    Processes,
+}
+
+impl TrainTransport {
+    /// The cluster's transport, or `None` for a run without a cluster.
+    pub fn cluster(self) -> Option<JobTransport> {
+        match self {
+            TrainTransport::None => None,
+            TrainTransport::Memory => Some(JobTransport::Memory),
+            TrainTransport::Quic => Some(JobTransport::Quic),
+            TrainTransport::Processes => Some(JobTransport::Processes),
+        }
+    }
+}
+
 /// The flags every `petrel train` STRADS command shares besides its job's own.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClusterArgs {
     /// Output directory (created).
     #[arg(long)]
     pub out: PathBuf,
-    /// Worker nodes.
+    /// Worker nodes (the serial driver's worker halves with `--transport none`; the
+    /// Lasso and logistic baselines have none).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// How the nodes run: as threads of this process (memory, quic) or as processes.
-    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
-    pub transport: JobTransport,
+    /// How the job runs: no cluster (none), nodes as threads of this process (memory,
+    /// quic) or as processes.
+    #[arg(long, value_enum, default_value_t = TrainTransport::Quic)]
+    pub transport: TrainTransport,
 }
 
 /// `petrel train lasso` and `petrel train logistic`: the [`LassoJob`] flags plus these.
@@ -376,7 +409,26 @@ pub fn train_lasso(args: LassoTrainArgs) -> Result<(), StradsTrainError> {
         }
     }
     let c = &args.cluster;
-    let m = run_lasso_job(&job, c.workers, c.transport, args.colocate_schedulers)?;
+    let Some(transport) = c.transport.cluster() else {
+        if job.schedulers > 1 || job.checkpoint_dir.is_some() || job.resume {
+            return Err(StradsTrainError::Usage(
+                "--transport none solves in one thread: --schedulers, --checkpoint-dir and --resume do not apply",
+            ));
+        }
+        let m = lasso::baseline::run_baseline(&job)?.metrics;
+        println!(
+            "lasso baseline (cyclic coordinate descent, one thread): {} coordinate updates, {:.3} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
+            m.updates,
+            m.elapsed_s,
+            m.final_objective,
+            m.final_kkt_violation,
+            m.final_duality_gap,
+            m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
+            c.out.display()
+        );
+        return Ok(());
+    };
+    let m = run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)?;
     println!(
         "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
         m.mode,
@@ -414,15 +466,17 @@ pub fn train_logistic(args: LassoTrainArgs) -> Result<(), StradsTrainError> {
     }
     let job = lasso_job_of(&args)?;
     let c = &args.cluster;
-    let nodes = one_scheduler::<LogisticApp>();
-    let m: LogisticMetrics = run_star_job::<LogisticApp, _>(
-        &job,
-        &job.out_dir,
-        job.timeout_s,
-        &nodes,
-        c.workers,
-        c.transport,
-    )?;
+    let m: LogisticMetrics = match c.transport.cluster() {
+        None => petrel_strads::apps::logistic::run_baseline(&job)?,
+        Some(transport) => run_star_job::<LogisticApp, _>(
+            &job,
+            &job.out_dir,
+            job.timeout_s,
+            &one_scheduler::<LogisticApp>(),
+            c.workers,
+            transport,
+        )?,
+    };
     println!(
         "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {}",
         m.mode,
@@ -443,7 +497,13 @@ pub fn train_mf(args: StradsMfTrainArgs) -> Result<(), StradsTrainError> {
     let mut job = args.job.clone();
     job.data = absolute_file(&job.data)?;
     job.out_dir = Some(absolute_dir(&c.out)?);
-    let m = run_mf_job(&job, c.workers, c.transport)?;
+    let m = match c.transport.cluster() {
+        Some(transport) => run_mf_job(&job, c.workers, transport)?,
+        None => {
+            petrel_strads::kit::run_serial_and_finish::<MfApp>(&job, c.workers)?;
+            read_json(&c.out.join("metrics.json"))?
+        }
+    };
     println!(
         "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}, test RMSE {:.4}, {:.2} s; wrote {}",
         m.rank,
@@ -465,7 +525,13 @@ pub fn train_lda(args: LdaTrainArgs) -> Result<(), StradsTrainError> {
     job.docword = absolute_file(&job.docword)?;
     job.vocab = absolute_file(&job.vocab)?;
     job.out_dir = Some(absolute_dir(&c.out)?);
-    let m = run_lda_job(&job, c.workers, c.transport)?;
+    let m = match c.transport.cluster() {
+        Some(transport) => run_lda_job(&job, c.workers, transport)?,
+        None => {
+            petrel_strads::kit::run_serial_and_finish::<LdaApp>(&job, c.workers)?;
+            read_json(&c.out.join("metrics.json"))?
+        }
+    };
     println!(
         "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
         m.n_topics,

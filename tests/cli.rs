@@ -536,3 +536,209 @@ fn petrel_run_rejects_bad_app_settings_before_starting_nodes() {
         );
     }
 }
+
+/// `petrel certs` checks every name before it writes anything: a name with a path
+/// separator or an empty name is refused and nothing lands outside (or inside) `--dir`.
+#[test]
+fn petrel_certs_refuses_bad_node_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    for bad in ["a,../escaped", "a,", "a,.hidden", "a,b/c"] {
+        let out = Command::new(PETREL)
+            .args(["certs", "--dir"])
+            .arg(&certs)
+            .args(["--nodes", bad])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: {err}");
+        assert!(err.contains("invalid node name"), "{bad}: {err}");
+        assert!(!certs.exists(), "{bad}: wrote {certs:?}");
+        assert!(!dir.path().join("escaped.key").exists());
+    }
+}
+
+/// A cluster config with fixed ports and `certs_dir = "certs"` (relative to the file).
+fn fixed_config(dir: &Path) -> std::path::PathBuf {
+    let mut text = "[cluster]\nname = \"fixed\"\ncerts_dir = \"certs\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 1000\njoin_timeout_ms = 3000\n".to_string();
+    for (name, role) in [("hub", "demo-aggregator"), ("w1", "demo-worker")] {
+        text.push_str(&format!(
+            "[[nodes]]\nname = \"{name}\"\naddr = \"127.0.0.1:{}\"\nroles = [\"{role}\"]\n",
+            free_port()
+        ));
+    }
+    text.push_str("[app.demo]\nrounds = 3\ntensor_len = 16\n");
+    write_config(dir, &text)
+}
+
+/// `petrel node` refuses, before it binds or joins anything: a name that is not in the
+/// settings, a missing certificate, another node's certificate, and a certificate from
+/// another cluster's CA.
+#[test]
+fn petrel_node_refuses_bad_identity_before_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = fixed_config(dir.path());
+    let node = |name: &str| {
+        let out = Command::new(PETREL)
+            .args(["node", "--config", cfg.to_str().unwrap(), "--name", name])
+            .env_remove("RANK")
+            .env_remove("SLURM_PROCID")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = node("nobody");
+    assert!(
+        err.contains("node nobody is not in the topology (nodes: hub, w1)"),
+        "{err}"
+    );
+    let err = node("hub");
+    assert!(
+        err.contains("hub.pem") || err.contains("ca.pem"),
+        "missing certificate: {err}"
+    );
+    // Certificates from `petrel certs`; then w1's files replaced by hub's.
+    let certs = dir.path().join("certs");
+    let st = Command::new(PETREL)
+        .args(["certs", "--dir", certs.to_str().unwrap(), "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::copy(certs.join("hub.pem"), certs.join("w1.pem")).unwrap();
+    std::fs::copy(certs.join("hub.key"), certs.join("w1.key")).unwrap();
+    let err = node("w1");
+    assert!(err.contains("not a certificate of node w1"), "{err}");
+    // hub's certificate from another cluster.
+    let other = dir.path().join("other");
+    let st = Command::new(PETREL)
+        .args(["certs", "--dir", other.to_str().unwrap(), "--nodes", "hub"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::copy(other.join("hub.pem"), certs.join("hub.pem")).unwrap();
+    std::fs::copy(other.join("hub.key"), certs.join("hub.key")).unwrap();
+    let err = node("hub");
+    assert!(
+        err.contains("not a certificate of node hub from the CA"),
+        "{err}"
+    );
+    assert_eq!(err.matches("error").count(), 1, "one error line: {err}");
+}
+
+/// `petrel certs --bundle` writes one self-contained directory per node; each node runs from
+/// its bundle alone, finding its name from RANK, with paths relative to the bundle's
+/// settings file.
+#[test]
+fn bundles_run_a_cluster_with_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = fixed_config(dir.path());
+    let certs = dir.path().join("ca");
+    let st = Command::new(PETREL)
+        .args([
+            "certs",
+            "--bundle",
+            "--dir",
+            certs.to_str().unwrap(),
+            "--config",
+        ])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for (node, other) in [("hub", "w1"), ("w1", "hub")] {
+        let b = certs.join("bundles").join(node);
+        for f in [
+            "ca.pem",
+            &format!("{node}.pem"),
+            &format!("{node}.key"),
+            "cluster.toml",
+        ] {
+            assert!(b.join(f).exists(), "{node}: no {f}");
+        }
+        assert!(!b.join("ca.key").exists() && !b.join(format!("{other}.key")).exists());
+    }
+    // Copy the bundles elsewhere, as onto other hosts, and start each with its rank.
+    let hosts = dir.path().join("hosts");
+    let children: Vec<_> = ["hub", "w1"]
+        .iter()
+        .enumerate()
+        .map(|(rank, node)| {
+            let host = hosts.join(node);
+            std::fs::create_dir_all(&host).unwrap();
+            for e in std::fs::read_dir(certs.join("bundles").join(node)).unwrap() {
+                let e = e.unwrap();
+                std::fs::copy(e.path(), host.join(e.file_name())).unwrap();
+            }
+            Command::new(PETREL)
+                .args(["node", "--config"])
+                .arg(host.join("cluster.toml"))
+                .current_dir(dir.path())
+                .env("RANK", rank.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+    }
+}
+
+/// Issue 12: one line of input must not decide how much a node allocates. A LIBSVM feature
+/// index of 4e9 aborted lasso ("memory allocation of 32000000008 bytes failed", exit 134)
+/// and a bag-of-words W of 10^9 sized the word tables; both now fail at once with an error
+/// naming the file, the line, the limit and the knob that raises it.
+#[test]
+fn huge_ids_in_input_files_fail_naming_file_line_and_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let svm = dir.path().join("huge.libsvm");
+    std::fs::write(&svm, "1 1:1\n0.5 4000000000:0.1\n").unwrap();
+    let docword = dir.path().join("docword.huge.txt");
+    std::fs::write(&docword, "2\n1000000000\n1\n1 1 1\n").unwrap();
+    let cases: [(&str, &str, &Path, String); 2] = [
+        ("lasso", "--data", &svm, format!("{}:2", svm.display())),
+        (
+            "lda",
+            "--docword",
+            &docword,
+            format!("{}:2", docword.display()),
+        ),
+    ];
+    for (app, flag, file, location) in cases {
+        let out = Command::new(PETREL)
+            .args([
+                "train",
+                app,
+                "--workers",
+                "1",
+                "--transport",
+                "memory",
+                flag,
+            ])
+            .arg(file)
+            .arg("--out")
+            .arg(dir.path().join(app))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{app}: {stderr}");
+        for expected in [
+            location.as_str(),
+            "exceeds the limit 67108864",
+            "PETREL_DATA__MAX_DIMENSION",
+        ] {
+            assert!(
+                stderr.contains(expected),
+                "{app}: missing {expected:?} in {stderr}"
+            );
+        }
+    }
+}

@@ -135,6 +135,71 @@ fn separate_processes_give_the_same_coefficients() {
     assert_eq!(a, b, "one process and separate processes differ");
 }
 
+fn train_none(app: &str, out: &Path, extra: &[&str]) {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", app, "--out", out.to_str().unwrap()])
+        .args(["--transport", "none", "--gap-tolerance", "1e-9"])
+        .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
+        .args(["--synthetic-nonzero", "6", "--synthetic-seed", "7"])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "petrel train {app} --transport none: {status}"
+    );
+}
+
+#[test]
+fn transport_none_solves_lasso_and_logistic_in_one_thread_to_the_same_optimum() {
+    let dir = tempfile::tempdir().unwrap();
+    let baseline = dir.path().join("baseline");
+    train_none("lasso", &baseline, &[]);
+    let m: petrel_strads::apps::lasso::LassoMetrics =
+        petrel::train::read_json(&baseline.join("metrics.json")).unwrap();
+    assert_eq!(m.mode, petrel_strads::apps::lasso::baseline::BASELINE_MODE);
+    let lambda = f64::from(m.lambda);
+    assert!(
+        m.final_kkt_violation < 1e-4 * lambda,
+        "{}",
+        m.final_kkt_violation
+    );
+    assert!(m.final_duality_gap <= 1e-9 * m.final_objective);
+    // STRADS on the same design reaches the same optimum.
+    let strads = dir.path().join("strads");
+    let s = run_lasso_job(&job(&strads, 1), 2, JobTransport::Memory, false).unwrap();
+    let relative = (s.final_objective - m.final_objective) / m.final_objective;
+    assert!(
+        (-1e-9..1e-5).contains(&relative),
+        "relative difference {relative}"
+    );
+    assert!(baseline.join("coefficients.tsv").exists());
+    // Logistic: a descent to a sweep that no longer lowers the objective.
+    let logistic = dir.path().join("logistic");
+    train_none("logistic", &logistic, &[]);
+    let l: petrel_strads::apps::logistic::LogisticMetrics =
+        petrel::train::read_json(&logistic.join("metrics.json")).unwrap();
+    assert!(
+        l.final_training_accuracy > 0.9,
+        "{}",
+        l.final_training_accuracy
+    );
+    assert!(l.updates > 0 && l.nonzeros > 0);
+    // The baseline refuses what it cannot do.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args([
+            "train",
+            "lasso",
+            "--out",
+            dir.path().join("x").to_str().unwrap(),
+        ])
+        .args(["--transport", "none", "--schedulers", "2"])
+        .status()
+        .unwrap();
+    assert!(!status.success());
+}
+
 #[test]
 fn bad_libsvm_file_fails_with_its_line() {
     let dir = tempfile::tempdir().unwrap();

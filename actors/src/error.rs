@@ -44,6 +44,22 @@ pub enum AskError {
         #[source]
         source: Arc<petrel_net::NetError>,
     },
+    /// The message is larger than the transport's `net.max_message_bytes`; nothing was
+    /// sent. (A reply that is too large comes back as [`AskError::Remote`] with the same
+    /// wording, at once, instead of a timeout.)
+    #[error(
+        "{msg_type} to {actor} is {len} bytes, over net.max_message_bytes = {max}: raise it ([net] max_message_bytes or PETREL_NET__MAX_MESSAGE_BYTES) or send smaller messages"
+    )]
+    Oversize {
+        /// The target actor.
+        actor: String,
+        /// The message type's wire name.
+        msg_type: String,
+        /// The encoded frame's length.
+        len: usize,
+        /// The limit in force.
+        max: usize,
+    },
     /// The message or its reply could not be encoded or decoded.
     #[error("codec: {0}")]
     Codec(#[from] CodecError),
@@ -120,6 +136,17 @@ pub enum NodeError {
     /// The transport failed.
     #[error(transparent)]
     Net(#[from] petrel_net::NetError),
+    /// A node's address cannot be bound (most often: another process holds the port).
+    #[error("node {node} cannot bind {addr}: {source}")]
+    Bind {
+        /// The node.
+        node: String,
+        /// Its configured address.
+        addr: std::net::SocketAddr,
+        /// Why (`AddrInUse`: "Address already in use").
+        #[source]
+        source: std::io::Error,
+    },
     /// Certificates or TLS configuration.
     #[error(transparent)]
     Tls(#[from] petrel_net::TlsError),
@@ -193,6 +220,24 @@ pub enum NodeError {
         name: String,
         /// Its error, as that node reported it.
         reason: String,
+    },
+    /// The node was told to stop (SIGINT, SIGTERM) before its run finished.
+    #[error("node {node} interrupted ({cause})")]
+    Interrupted {
+        /// The node.
+        node: String,
+        /// What stopped it, e.g. "SIGTERM".
+        cause: String,
+    },
+    /// A node name that cannot be used: it names files, certificates and log prefixes.
+    #[error(
+        "invalid node name {name:?}: {why}; names are 1 to 63 characters from a-z, A-Z, 0-9, '-' and '_', starting with a letter or digit"
+    )]
+    InvalidNodeName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
     },
     /// A request failed.
     #[error(transparent)]

@@ -175,6 +175,21 @@ impl Cluster {
         &self.settings
     }
 
+    /// The same roles and `[app.*]` checks with other settings (e.g. the same topology read
+    /// from a file, with the addresses and certificates of a multi-host run).
+    pub fn with_settings(&self, settings: Settings) -> Self {
+        Cluster {
+            settings: Arc::new(settings),
+            roles: self.roles.clone(),
+            app_sections: self.app_sections.clone(),
+        }
+    }
+
+    /// Whether a role of this name is registered.
+    pub fn has_role(&self, name: &str) -> bool {
+        self.roles.contains_key(name)
+    }
+
     /// Registers the code of a role. It runs on every node that lists the role.
     ///
     /// `f` is usually an `async fn(NodeContext) -> Result<(), E>` for any error `E` that
@@ -234,6 +249,7 @@ impl Cluster {
         let mut settings = (*self.settings).clone();
         if self.settings.cluster.transport == Transport::Quic {
             reserve_ports(&mut settings)?;
+            check_ports_free(&settings)?;
         }
         let this = Cluster {
             settings: Arc::new(settings),
@@ -264,14 +280,18 @@ impl Cluster {
                 errors.push(e);
             }
         }
+        // A join timeout is a consequence too (a node that never came up), so it is the
+        // root cause only when nothing better is known.
+        let is_consequence = |e: &NodeError| {
+            matches!(
+                e,
+                NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }
+            )
+        };
         let root = errors
             .iter()
-            .position(|e| {
-                !matches!(
-                    e,
-                    NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }
-                )
-            })
+            .position(|e| !is_consequence(e) && !matches!(e, NodeError::JoinTimeout { .. }))
+            .or_else(|| errors.iter().position(|e| !is_consequence(e)))
             .unwrap_or(0);
         match errors.into_iter().nth(root) {
             Some(e) => Err(e),
@@ -282,16 +302,34 @@ impl Cluster {
     /// Runs one node until its roles finished and every node reached the final barrier, or
     /// until a peer fails (the error names it). Blocks; creates its own actix System.
     pub fn run_node(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
+        self.run_node_until(name, wiring, futures::future::pending())
+    }
+
+    /// [`Cluster::run_node`] that also stops when `stop` resolves (to the cause, e.g.
+    /// "SIGTERM"): the node tells the cluster it stopped, shuts down and returns
+    /// [`NodeError::Interrupted`]. `stop` runs on this node's runtime, so it may wait for
+    /// signals with `tokio::signal`.
+    pub fn run_node_until(
+        &self,
+        name: &str,
+        wiring: Wiring,
+        stop: impl std::future::Future<Output = String>,
+    ) -> Result<(), NodeError> {
         self.check_settings()?;
         let system = System::new();
         let cluster = self.clone();
         let name = name.to_string();
-        let result = system.block_on(async move { cluster.node_main(&name, wiring).await });
+        let result = system.block_on(async move { cluster.node_main(&name, wiring, stop).await });
         System::current().stop();
         result
     }
 
-    async fn node_main(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
+    async fn node_main(
+        &self,
+        name: &str,
+        wiring: Wiring,
+        stop: impl std::future::Future<Output = String>,
+    ) -> Result<(), NodeError> {
         let (ctx, coordinator_addr) = self.boot(name, wiring).await?;
         let node = ctx.node.clone();
         let mut events = node.subscribe();
@@ -321,6 +359,7 @@ impl Cluster {
         let result = tokio::select! {
             r = run_roles => r,
             e = first_failure(&mut events) => Err(e),
+            cause = stop => Err(NodeError::Interrupted { node: name.to_string(), cause }),
         };
         // A local error after a failure elsewhere (an ask or barrier to a dead peer) is
         // reported as that failure, so the root cause is named once, where it happened.
@@ -335,7 +374,7 @@ impl Cluster {
             },
         });
         match &result {
-            Ok(()) => tracing::info!(node = %name, "finished"),
+            Ok(()) => tracing::debug!(node = %name, "finished"),
             // The caller gets the error and reports it (the CLI prints it once); here it is
             // only a trace, so that it is not printed twice.
             Err(e) => tracing::debug!(node = %name, error = %crate::error_chain(e), "stopping"),
@@ -366,18 +405,18 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             (None, Some((failed, reason))) => {
-                if let Ok(agent) =
-                    node.actor::<Shutdown>(&ActorId::new(ctx.coordinator, AGENT_ACTOR))
-                {
-                    let _ = agent.tell(
-                        Shutdown {
-                            reason,
-                            failed_node: Some(failed),
-                        },
-                        Priority::CONTROL,
-                    );
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                let shutdown = Shutdown {
+                    reason,
+                    failed_node: Some(failed),
+                };
+                // The agent stops the coordinator's node; the coordinator itself refuses
+                // nodes still joining and tells the rest of the cluster.
+                for actor in [AGENT_ACTOR, COORDINATOR_ACTOR] {
+                    if let Ok(to) = node.actor::<Shutdown>(&ActorId::new(ctx.coordinator, actor)) {
+                        let _ = to.tell(shutdown.clone(), Priority::CONTROL);
+                    }
                 }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
             (None, None) => {}
         }
@@ -436,7 +475,8 @@ impl Cluster {
             node.register(COORDINATOR_ACTOR, addr.clone())?
                 .accept::<Join>()
                 .accept::<Heartbeat>()
-                .accept::<BarrierEnter>();
+                .accept::<BarrierEnter>()
+                .accept::<Shutdown>();
             Some(addr)
         } else {
             None
@@ -449,7 +489,7 @@ impl Cluster {
         )
         .await?;
         agent.do_send(Joined);
-        tracing::info!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
+        tracing::debug!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
         Ok((
             NodeContext {
                 node,
@@ -485,6 +525,23 @@ pub fn reserve_ports(settings: &mut Settings) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// Fails when a node's configured address cannot be bound right now (checked before the
+/// nodes of one process start, so a taken port is named at once instead of surfacing as a
+/// cluster that never forms). The probe socket is closed again at once.
+fn check_ports_free(settings: &Settings) -> Result<(), NodeError> {
+    for n in &settings.nodes {
+        let addr = parse_addr(n)?;
+        if let Err(source) = std::net::UdpSocket::bind(addr) {
+            return Err(NodeError::Bind {
+                node: n.name.clone(),
+                addr,
+                source,
+            });
+        }
+    }
+    Ok(())
+}
+
 async fn join(
     node: &Node,
     coordinator: NodeId,
@@ -515,6 +572,12 @@ async fn join(
             .await
         {
             Ok(_) => return Ok(()),
+            Err(crate::AskError::Remote { ref error, .. })
+                if let Some((name, reason)) =
+                    crate::coordinator::MembershipError::parse_run_failed(error) =>
+            {
+                return Err(NodeError::RunFailed { name, reason });
+            }
             Err(e @ crate::AskError::Remote { .. }) => return Err(NodeError::Join(e)),
             Err(e) => {
                 tracing::debug!(error = %e, "join attempt failed; retrying");

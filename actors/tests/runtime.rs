@@ -554,3 +554,162 @@ fn a_failing_role_stops_every_node_at_once_naming_it() {
         assert!(took < Duration::from_secs(10), "{failing}: took {took:?}");
     }
 }
+
+// ---- oversize messages fail at once, at both ends (issue 12) ----
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct Expand {
+    floats: usize,
+}
+remote_message!(Expand => Tensor, "test.expand");
+
+struct Expander;
+impl Actor for Expander {
+    type Context = Context<Self>;
+}
+impl Handler<Msg<Expand>> for Expander {
+    type Result = Result<Tensor, HandlerError>;
+    fn handle(&mut self, msg: Msg<Expand>, _: &mut Context<Self>) -> Self::Result {
+        Tensor::new(vec![msg.body.floats], vec![1.0; msg.body.floats])
+            .map_err(|e| HandlerError::new(e.to_string()))
+    }
+}
+
+/// A reply larger than `max_message_bytes` used to be dropped at the replier (logged
+/// there only) while the asker waited out its whole timeout ("no reply within 60s"). Now
+/// the asker fails at once with the message type, the size and the knob; and a request
+/// that is too large fails before it is sent, naming the same.
+#[test]
+fn oversize_request_and_reply_fail_at_once_naming_type_size_and_knob() {
+    use petrel_messages::NodeId;
+    use petrel_net::{MemoryHub, Net, NetConfig};
+    System::new().block_on(async {
+        let hub = MemoryHub::new();
+        let cfg = NetConfig {
+            max_message_bytes: 1 << 20,
+            ..NetConfig::default()
+        };
+        let (net_a, in_a) = Net::memory(&hub, NodeId(0), cfg.clone()).unwrap();
+        let (net_b, in_b) = Net::memory(&hub, NodeId(1), cfg).unwrap();
+        let a = Node::new(NodeId(0), "a", net_a, in_a, Duration::from_secs(60));
+        let b = Node::new(NodeId(1), "b", net_b, in_b, Duration::from_secs(60));
+        a.add_peer(NodeId(1), "b", petrel_net::PeerAddr::Memory);
+        b.add_peer(NodeId(0), "a", petrel_net::PeerAddr::Memory);
+        b.register("expander", Expander.start())
+            .unwrap()
+            .accept::<Expand>();
+        let notes = Arc::new(Mutex::new(Vec::new()));
+        b.register("scaler", Scaler { notes }.start())
+            .unwrap()
+            .accept::<Scale>();
+        let expander = a.actor_at::<Expand>("b", "expander").unwrap();
+        // Small enough: answered.
+        let small = expander
+            .ask(Expand { floats: 1000 }, Priority::NORMAL, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(small.shape, vec![1000]);
+        // A 4 MiB reply under a 1 MiB limit: a failure now, not a timeout in 60 s.
+        let start = Instant::now();
+        let err = expander
+            .ask(
+                Expand { floats: 1 << 20 },
+                Priority::NORMAL,
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(30), "waited {:?}", start.elapsed());
+        let text = err.to_string();
+        assert!(matches!(err, AskError::Remote { .. }), "{text}");
+        for expected in ["reply to test.expand", "4194", "net.max_message_bytes = 1048576"] {
+            assert!(text.contains(expected), "missing {expected:?} in {text}");
+        }
+        // A 4 MiB request: refused before it leaves, naming type, size and knob.
+        let scaler = a.actor_at::<Scale>("b", "scaler").unwrap();
+        let big = Tensor::new(vec![1 << 20], vec![0.5; 1 << 20]).unwrap();
+        let err = scaler
+            .ask(
+                Scale {
+                    factor: 1.0,
+                    tensor: big,
+                },
+                Priority::NORMAL,
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, AskError::Oversize { ref msg_type, max: 1_048_576, .. } if msg_type == "test.scale"),
+            "{text}"
+        );
+        assert!(text.contains("net.max_message_bytes"), "{text}");
+        a.shutdown();
+        b.shutdown();
+    });
+}
+
+/// Issue 12: with every node in one process, a node whose port is taken used to surface as
+/// "cluster did not form within 30s" from the coordinator. The run now fails at once with
+/// the bind error naming the address and the node.
+#[test]
+fn port_in_use_in_process_is_reported_as_such() {
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let settings = Topology::builder("port-taken")
+        .node("coord", &[])
+        .node_at("w1", &addr, &[])
+        .transport(Transport::Quic)
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let err = Cluster::new(settings).run_in_process().unwrap_err();
+    let text = err.to_string();
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}: {text}",
+        start.elapsed()
+    );
+    for expected in ["w1", &addr, "in use"] {
+        assert!(text.contains(expected), "missing {expected:?} in {text}");
+    }
+}
+
+/// Issue 12: a role that computes without yielding delayed its node's heartbeats (they
+/// were sent from the node's own thread), so a long synchronous step looked like a dead
+/// node. Heartbeats now leave from the transport's runtime and any arriving frame counts
+/// as life: a role on a worker and one on the coordinator each block their thread for
+/// 10 s under a 2 s failure timeout, and the run completes with nobody declared dead.
+fn blocking_compute_cluster(transport: Transport) {
+    let mut settings = Topology::builder("busy")
+        .node("coord", &["computes"])
+        .node("w1", &["computes"])
+        .node("w2", &["idles"])
+        .transport(transport)
+        .build()
+        .unwrap();
+    settings.cluster.heartbeat_interval_ms = 250;
+    settings.cluster.failure_timeout_ms = 2_000;
+    Cluster::new(settings)
+        .role("computes", |ctx: NodeContext| {
+            Box::pin(async move {
+                ctx.barrier("start").await.map_err(|e| e.to_string())?;
+                std::thread::sleep(Duration::from_secs(10)); // a synchronous step
+                ctx.barrier("done").await.map_err(|e| e.to_string())
+            })
+        })
+        .role("idles", |ctx: NodeContext| {
+            Box::pin(async move {
+                ctx.barrier("start").await.map_err(|e| e.to_string())?;
+                ctx.barrier("done").await.map_err(|e| e.to_string())
+            })
+        })
+        .run_in_process()
+        .unwrap();
+}
+
+#[test]
+fn a_role_computing_10s_without_yielding_is_not_declared_dead_over_quic() {
+    blocking_compute_cluster(Transport::Quic);
+}

@@ -94,8 +94,9 @@ pub struct Inbound {
     pub frame: Frame,
     /// Encoded size on the wire.
     pub len: usize,
-    /// The frame's share of the node's inbound byte budget, released when dropped.
-    pub(crate) _budget: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The frame's share of the node's inbound byte budgets (its peer's share and the
+    /// node's, or the control reserve), released when dropped.
+    pub(crate) _budget: [Option<tokio::sync::OwnedSemaphorePermit>; 2],
 }
 
 pub(crate) enum Link {
@@ -281,6 +282,11 @@ impl Net {
         Ok(())
     }
 
+    /// True once [`shutdown`](Self::shutdown) was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
     /// Bytes waiting in the outbox (not yet handed to the wire).
     pub fn queued_bytes(&self) -> usize {
         self.shared
@@ -304,6 +310,12 @@ impl Net {
         if let Link::Quic(q) = &self.shared.link {
             q.disconnect(peer);
         }
+    }
+
+    /// When a complete frame from `peer` last arrived. Stamped on the transport's runtime,
+    /// so a node busy computing still knows who is alive the moment it looks.
+    pub fn last_heard(&self, peer: NodeId) -> Option<std::time::Instant> {
+        self.shared.stats.last_heard(peer)
     }
 
     /// The transport's counters now.

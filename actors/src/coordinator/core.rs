@@ -36,9 +36,28 @@ pub enum MembershipError {
     /// A node that is not a live member entered a barrier.
     #[error("{0} is not a live member")]
     NotLive(NodeId),
+    /// The run already failed on a node; a join after that (or one still waiting for the
+    /// cluster to form) is refused at once with the cause instead of waiting it out.
+    #[error("the run already failed on {node}: {reason}")]
+    RunFailed {
+        /// The node where the run failed.
+        node: String,
+        /// Why.
+        reason: String,
+    },
     /// The coordinator actor stopped before answering.
     #[error("coordinator stopped")]
     Stopped,
+}
+
+impl MembershipError {
+    /// Reads back a [`MembershipError::RunFailed`] from its text, as a refused join carries
+    /// it over the wire: `(node, reason)`.
+    pub fn parse_run_failed(text: &str) -> Option<(String, String)> {
+        let rest = text.split("the run already failed on ").nth(1)?;
+        let (node, reason) = rest.split_once(": ")?;
+        Some((node.to_owned(), reason.to_owned()))
+    }
 }
 
 /// A barrier or join completing (`Ok`) or failing (`Err`) for one waiter.
@@ -59,6 +78,7 @@ pub struct ClusterCore<W> {
     dead: BTreeSet<NodeId>,
     timeout: Duration,
     barriers: HashMap<String, BarrierState<W>>,
+    run_failure: Option<(String, String)>,
 }
 
 impl<W> ClusterCore<W> {
@@ -73,6 +93,7 @@ impl<W> ClusterCore<W> {
             dead: BTreeSet::new(),
             timeout: failure_timeout,
             barriers: HashMap::new(),
+            run_failure: None,
         }
     }
 
@@ -121,6 +142,13 @@ impl<W> ClusterCore<W> {
             }
             _ => {}
         }
+        if let Some((node, reason)) = &self.run_failure {
+            let failed = MembershipError::RunFailed {
+                node: node.clone(),
+                reason: reason.clone(),
+            };
+            return vec![(waiter, Err(failed))];
+        }
         if self.dead.contains(&join.node) {
             return vec![(waiter, Err(MembershipError::DeclaredDead(join.name)))];
         }
@@ -150,10 +178,14 @@ impl<W> ClusterCore<W> {
             .collect()
     }
 
-    /// `node` was heard from at `now`.
+    /// `node` was heard from at `now` (an earlier time than already recorded is ignored:
+    /// the transport's arrival stamps and handled heartbeats may come out of order).
     pub fn heartbeat(&mut self, node: NodeId, now: Instant) {
         if self.joined.contains_key(&node) && !self.dead.contains(&node) {
-            self.last_seen.insert(node, now);
+            let seen = self.last_seen.entry(node).or_insert(now);
+            if now > *seen {
+                *seen = now;
+            }
         }
     }
 
@@ -235,6 +267,27 @@ impl<W> ClusterCore<W> {
             .collect()
     }
 
+    /// The run failed on `node` (a role error, a node that could not start): remembered,
+    /// so that every join from now on is refused with the cause at once; the nodes still
+    /// waiting for the cluster to form are returned, to be refused the same way. The first
+    /// failure is kept (it is the root cause; later ones are its consequences).
+    pub fn fail_run(&mut self, node: &str, reason: &str) -> Outcome<W, Vec<Member>> {
+        let (node, reason) = self
+            .run_failure
+            .get_or_insert_with(|| (node.to_owned(), reason.to_owned()))
+            .clone();
+        self.join_waiters
+            .drain(..)
+            .map(|w| {
+                let failed = MembershipError::RunFailed {
+                    node: node.clone(),
+                    reason: reason.clone(),
+                };
+                (w, Err(failed))
+            })
+            .collect()
+    }
+
     /// The failure timeout this core judges by.
     pub fn failure_timeout(&self) -> Duration {
         self.timeout
@@ -256,6 +309,44 @@ mod tests {
             name: format!("n{i}"),
             roles: vec![],
         }
+    }
+
+    #[test]
+    fn a_run_failure_refuses_waiting_and_later_joins_at_once() {
+        // Issue 12: a node joining just after a failure was broadcast waited out the
+        // whole failure timeout before it heard of it.
+        let mut c = core3();
+        let now = Instant::now();
+        assert!(c.join(join(0), 10, now).is_empty());
+        let refused = c.fail_run("n1", "bad --mode");
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, 10);
+        assert_eq!(
+            refused[0].1,
+            Err(MembershipError::RunFailed {
+                node: "n1".into(),
+                reason: "bad --mode".into()
+            })
+        );
+        let late = c.join(join(2), 12, now);
+        assert_eq!(late.len(), 1);
+        let text = late[0].1.clone().unwrap_err().to_string();
+        assert_eq!(text, "the run already failed on n1: bad --mode");
+        assert_eq!(
+            MembershipError::parse_run_failed(&format!("x failed: {text}")),
+            Some(("n1".into(), "bad --mode".into()))
+        );
+        // The first failure stays the reported one.
+        assert!(c.fail_run("n0", "stopped by a peer").is_empty());
+        let again = c.join(join(1), 11, now);
+        assert!(
+            again[0]
+                .1
+                .clone()
+                .unwrap_err()
+                .to_string()
+                .contains("n1: bad --mode")
+        );
     }
 
     #[test]

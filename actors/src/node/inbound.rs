@@ -252,8 +252,26 @@ impl Node {
                 return;
             }
         };
-        if let Err(e) = self.inner.net.send(to, priority, frame) {
-            tracing::warn!(to = %to, error = %e, "cannot send reply");
+        match self.inner.net.send(to, priority, frame) {
+            Ok(()) => {}
+            // The asker must not wait out its timeout for a reply that can never leave:
+            // it gets a failure naming the type, the size and the knob, right now.
+            Err(petrel_net::NetError::Oversize { len, max }) => {
+                let error = format!(
+                    "the reply to {msg_type} is {len} bytes, over net.max_message_bytes = {max}: raise it ([net] max_message_bytes or PETREL_NET__MAX_MESSAGE_BYTES) or ask for less"
+                );
+                tracing::warn!(to = %to, %error, "reply too large; the asker gets a failure");
+                let failure = EnvelopeKind::Failure { request_id, error };
+                match Frame::encode_raw(&self.header(&target, msg_type, priority, failure), &[]) {
+                    Ok(frame) => {
+                        if let Err(e) = self.inner.net.send(to, priority, frame) {
+                            tracing::warn!(to = %to, error = %e, "cannot send failure");
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "cannot encode failure"),
+                }
+            }
+            Err(e) => tracing::warn!(to = %to, error = %e, "cannot send reply"),
         }
     }
 

@@ -377,10 +377,7 @@ impl Node {
         self.inner
             .net
             .send(target.node, priority, frame)
-            .map_err(|e| AskError::Send {
-                actor: target.to_string(),
-                source: Arc::new(e),
-            })
+            .map_err(|e| send_error(target.to_string(), M::TYPE_NAME, e))
     }
 
     pub(crate) async fn ask_remote<M: RemoteMessage>(
@@ -422,10 +419,7 @@ impl Node {
         }
         if let Err(e) = self.inner.net.send(target.node, priority, frame) {
             self.forget(request_id);
-            return Err(AskError::Send {
-                actor,
-                source: Arc::new(e),
-            });
+            return Err(send_error(actor, M::TYPE_NAME, e));
         }
         let body = match tokio::time::timeout(timeout, rx).await {
             Err(_) => {
@@ -452,5 +446,22 @@ impl Node {
     /// Stops the transport. Pending requests fail with a timeout or peer-down error.
     pub fn shutdown(&self) {
         self.inner.net.shutdown();
+    }
+}
+
+/// The ask error for a message the transport refused: an oversize frame names the message
+/// type, its size and the knob; anything else keeps the transport's error as its source.
+pub(crate) fn send_error(actor: String, msg_type: &str, e: petrel_net::NetError) -> AskError {
+    match e {
+        petrel_net::NetError::Oversize { len, max } => AskError::Oversize {
+            actor,
+            msg_type: msg_type.to_owned(),
+            len,
+            max,
+        },
+        other => AskError::Send {
+            actor,
+            source: Arc::new(other),
+        },
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DataError, numbered_lines, open_buffered};
+use super::{DataError, DataLimits, numbered_lines, open_buffered};
 
 /// A tokenised corpus: each document is its list of 0-based word ids, with every
 /// `(doc, word, count)` entry expanded into `count` tokens (what a Gibbs sampler iterates).
@@ -84,19 +84,28 @@ pub fn parse_vocab(
     Ok(words)
 }
 
-/// Limits that keep a hostile or corrupt header or count from exhausting memory: tokens
-/// are expanded one `u32` each, and D documents are allocated up front.
-pub const MAX_DOCS: usize = 20_000_000;
-/// Largest count one `(doc, word, count)` line may carry.
+/// Largest count one `(doc, word, count)` line may carry (one line of a dozen bytes must
+/// not expand into more than this many tokens).
 pub const MAX_COUNT_PER_ENTRY: u64 = 100_000;
-/// Largest corpus, in tokens.
-pub const MAX_TOKENS: u64 = 1_000_000_000;
 
-/// Parses `docword.txt`. Blank lines are skipped; ids are checked against D and W, and the
-/// number of entry lines against NNZ.
+/// Parses `docword.txt` under the [`DataLimits::from_env`] limits; see
+/// [`parse_docword_with_limits`].
 pub fn parse_docword(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
+) -> Result<Corpus, DataError> {
+    parse_docword_with_limits(reader, name_for_errors, &DataLimits::from_env()?)
+}
+
+/// Parses `docword.txt`. Blank lines are skipped; ids are checked against D and W, the
+/// number of entry lines against NNZ, D against `limits.max_documents`, W against
+/// `limits.max_dimension` (W sizes every word table downstream) and the token total against `limits.max_tokens`. Documents are
+/// allocated as entries name them, so a header alone allocates nothing; the empty documents
+/// up to D are added only once the whole file has been checked.
+pub fn parse_docword_with_limits(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+    limits: &DataLimits,
 ) -> Result<Corpus, DataError> {
     let name = name_for_errors.as_ref();
     let mut header: Vec<usize> = Vec::with_capacity(3);
@@ -120,16 +129,12 @@ pub fn parse_docword(
             if header.len() < 2 && value > u32::MAX as usize {
                 return Err(bad(format!("{what} {value} exceeds u32")));
             }
-            header.push(value);
-            if header.len() == 3 {
-                if header[0] > MAX_DOCS {
-                    return Err(bad(format!(
-                        "document count D = {} exceeds the supported {MAX_DOCS}",
-                        header[0]
-                    )));
-                }
-                docs = vec![Vec::new(); header[0]];
+            match header.len() {
+                0 => limits.check_documents(name, line_no, value as u64)?,
+                1 => limits.check_dimension(name, line_no, what, value as u64)?,
+                _ => {}
             }
+            header.push(value);
             continue;
         }
         let (n_docs, vocab_size, nnz) = (header[0], header[1], header[2]);
@@ -159,16 +164,16 @@ pub fn parse_docword(
             )));
         }
         total_tokens += count;
-        if total_tokens > MAX_TOKENS {
-            return Err(bad(format!(
-                "corpus exceeds the supported {MAX_TOKENS} tokens"
-            )));
-        }
+        limits.check_tokens(name, line_no, total_tokens)?;
         entries += 1;
         if entries > nnz {
             return Err(bad(format!("more entries than NNZ = {nnz}")));
         }
-        let tokens = &mut docs[(doc - 1) as usize];
+        let doc = (doc - 1) as usize;
+        if docs.len() <= doc {
+            docs.resize_with(doc + 1, Vec::new);
+        }
+        let tokens = &mut docs[doc];
         tokens.extend(std::iter::repeat_n((word - 1) as u32, count as usize));
     }
     if header.len() < 3 {
@@ -188,6 +193,7 @@ pub fn parse_docword(
             ),
         ));
     }
+    docs.resize_with(header[0], Vec::new);
     Ok(Corpus {
         n_docs: header[0],
         vocab_size: header[1],
@@ -237,6 +243,73 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    #[test]
+    fn huge_header_sizes_are_refused_naming_file_line_and_limit() {
+        // Issue 12: a header with W = 10^9 was accepted, and every word table downstream
+        // was sized by it.
+        let limits = DataLimits {
+            max_dimension: 1_000,
+            max_documents: 1_000,
+            max_tokens: 50,
+        };
+        let parse = |text: &str| {
+            parse_docword_with_limits(text.as_bytes(), "docword.big.txt", &limits).unwrap_err()
+        };
+        let err = parse("2\n1000000000\n1\n1 1 1\n");
+        assert!(
+            matches!(
+                err,
+                DataError::LimitExceeded {
+                    line: 2,
+                    value: 1_000_000_000,
+                    limit: 1_000,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.starts_with("docword.big.txt:2: vocabulary size W"),
+            "{message}"
+        );
+        assert!(message.contains("PETREL_DATA__MAX_DIMENSION"), "{message}");
+        assert!(matches!(
+            parse("5000\n2\n1\n1 1 1\n"),
+            DataError::LimitExceeded { line: 1, .. }
+        ));
+        // Tokens: 30 + 30 passes the per-entry cap but not the corpus cap, on line 5.
+        let err = parse("1\n2\n2\n1 1 30\n1 2 30\n");
+        assert!(
+            matches!(
+                err,
+                DataError::LimitExceeded {
+                    line: 5,
+                    limit: 50,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("PETREL_DATA__MAX_TOKENS"));
+        // The default refuses W = 10^9 as well.
+        assert!(matches!(
+            parse_docword("2\n1000000000\n1\n1 1 1\n".as_bytes(), "d"),
+            Err(DataError::LimitExceeded { line: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn a_header_alone_allocates_nothing_until_the_file_is_checked() {
+        // D at the limit with a wrong NNZ is refused before the documents are allocated.
+        let limits = DataLimits::default();
+        let text = format!("{}\n2\n5\n1 1 1\n", limits.max_documents);
+        let err = parse_docword_with_limits(text.as_bytes(), "d", &limits).unwrap_err();
+        assert_eq!(line_of(err), 4);
+        let c = parse_docword_with_limits("4\n2\n1\n2 1 1\n".as_bytes(), "d", &limits).unwrap();
+        assert_eq!(c.docs, vec![vec![], vec![0], vec![], vec![]]);
     }
 
     #[test]

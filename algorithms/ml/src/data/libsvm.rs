@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DataError, numbered_lines, open_buffered};
+use super::{DataError, DataLimits, numbered_lines, open_buffered};
 
 /// One sparse example: 0-based feature indices (strictly increasing) and their values.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -180,18 +180,29 @@ impl SparseDataset {
     }
 }
 
-/// Loads a LIBSVM file.
+/// Loads a LIBSVM file under the [`DataLimits::from_env`] limits.
 pub fn load_libsvm(path: impl AsRef<Path>) -> Result<SparseDataset, DataError> {
     let path = path.as_ref();
     parse_libsvm(open_buffered(path)?, path)
 }
 
-/// Parses LIBSVM text. `#` starts a comment; blank lines are skipped; `qid:` tokens
-/// (ranking files) are ignored. Rejects index 0, non-increasing indices, and non-finite
-/// labels or values.
+/// Parses LIBSVM text under the [`DataLimits::from_env`] limits; see
+/// [`parse_libsvm_with_limits`].
 pub fn parse_libsvm(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
+) -> Result<SparseDataset, DataError> {
+    parse_libsvm_with_limits(reader, name_for_errors, &DataLimits::from_env()?)
+}
+
+/// Parses LIBSVM text. `#` starts a comment; blank lines are skipped; `qid:` tokens
+/// (ranking files) are ignored. Rejects index 0, non-increasing indices, non-finite labels
+/// or values, and an index above `limits.max_dimension` (the column count, and so every
+/// per-feature array downstream, is sized by the largest index).
+pub fn parse_libsvm_with_limits(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+    limits: &DataLimits,
 ) -> Result<SparseDataset, DataError> {
     let name = name_for_errors.as_ref();
     let mut dataset = SparseDataset::default();
@@ -227,6 +238,7 @@ pub fn parse_libsvm(
             if index > u64::from(u32::MAX) {
                 return Err(bad(format!("feature index {index} exceeds u32")));
             }
+            limits.check_dimension(name, line_no, "feature index", index)?;
             let zero_based = (index - 1) as u32;
             if let Some(&previous) = row.indices.last()
                 && zero_based <= previous
@@ -296,6 +308,42 @@ mod tests {
         assert_eq!(malformed_line(parse("1 a:1\n").unwrap_err()), 1);
         assert_eq!(malformed_line(parse("1 1:b\n").unwrap_err()), 1);
         assert_eq!(malformed_line(parse("1 -3:1\n").unwrap_err()), 1);
+    }
+
+    #[test]
+    fn huge_feature_index_is_refused_naming_file_line_and_limit() {
+        // Issue 12: `0.5 4000000000:0.1` parsed, then `to_columns` asked for 32 GB and
+        // aborted the process without naming the file.
+        let limits = DataLimits {
+            max_dimension: 1000,
+            ..DataLimits::default()
+        };
+        let text = "1 1:1\n0.5 4000000000:0.1\n";
+        let err = parse_libsvm_with_limits(text.as_bytes(), "big.svm", &limits).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(
+                err,
+                DataError::LimitExceeded {
+                    line: 2,
+                    limit: 1000,
+                    ..
+                }
+            ),
+            "{message}"
+        );
+        assert!(
+            message.starts_with("big.svm:2: feature index 4000000000"),
+            "{message}"
+        );
+        assert!(message.contains("PETREL_DATA__MAX_DIMENSION"), "{message}");
+        // The default limit refuses it as well, and an index at the limit is accepted.
+        assert!(matches!(
+            parse(text),
+            Err(DataError::LimitExceeded { line: 2, .. })
+        ));
+        let at_limit = parse_libsvm_with_limits("1 1000:1\n".as_bytes(), "ok.svm", &limits);
+        assert_eq!(at_limit.unwrap().n_features, 1000);
     }
 
     #[test]

@@ -1,20 +1,25 @@
 //! Data loaders (LIBSVM, ratings, UCI bag-of-words) and seeded synthetic generators.
 //!
 //! Every loader reports malformed input as [`DataError::Malformed`] with the source name and
-//! the 1-based line number instead of panicking, so a bad file never takes a worker down.
+//! the 1-based line number instead of panicking, so a bad file never takes a worker down,
+//! and bounds what it allocates by what the input holds and by [`DataLimits`].
 
 pub mod bow;
 pub mod libsvm;
+pub mod limits;
 pub mod ratings;
 pub mod synthetic;
 
 use std::path::{Path, PathBuf};
 
-pub use bow::{Corpus, load_bow, parse_docword, parse_vocab};
-pub use libsvm::{SparseColumns, SparseDataset, SparseRow, load_libsvm, parse_libsvm};
+pub use bow::{Corpus, load_bow, parse_docword, parse_docword_with_limits, parse_vocab};
+pub use libsvm::{
+    SparseColumns, SparseDataset, SparseRow, load_libsvm, parse_libsvm, parse_libsvm_with_limits,
+};
+pub use limits::DataLimits;
 pub use ratings::{
     IdMapping, Ratings, load_matrix_market, load_ratings, load_triplets, parse_matrix_market,
-    parse_triplets,
+    parse_matrix_market_with_limits, parse_triplets,
 };
 
 /// Errors of every loader and generator in this module.
@@ -39,6 +44,25 @@ pub enum DataError {
         line: usize,
         /// What is wrong.
         message: String,
+    },
+    /// An id or size in the input is larger than [`DataLimits`] allows: loading it would
+    /// allocate by what the file claims rather than by what it holds.
+    #[error(
+        "{path}:{line}: {what} {value} exceeds the limit {limit} (raise it with the environment variable {knob})"
+    )]
+    LimitExceeded {
+        /// The file (or source name).
+        path: PathBuf,
+        /// The 1-based line.
+        line: usize,
+        /// Which value ("feature index", "vocabulary size W", ...).
+        what: String,
+        /// The value read.
+        value: u64,
+        /// The limit in force.
+        limit: u64,
+        /// The environment variable that sets the limit.
+        knob: &'static str,
     },
     /// A caller-supplied parameter is out of range (e.g. a test fraction of 1.5).
     #[error("invalid parameter: {0}")]

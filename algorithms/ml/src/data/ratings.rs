@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use super::{DataError, numbered_lines, open_buffered};
+use super::{DataError, DataLimits, numbered_lines, open_buffered};
 
 /// Original ids of the dense 0-based indices: `user_ids[u]` is the id user `u` had in the
 /// file. Ids are kept as text so that non-numeric ids (e.g. Amazon's) work too.
@@ -181,11 +181,23 @@ pub fn parse_triplets(
     })
 }
 
-/// Parses a MatrixMarket `matrix coordinate (real|integer) general` file into 0-based
-/// entries, checking indices against the size line and the entry count against its nnz.
+/// Parses a MatrixMarket file under the [`DataLimits::from_env`] limits; see
+/// [`parse_matrix_market_with_limits`].
 pub fn parse_matrix_market(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
+) -> Result<Ratings, DataError> {
+    parse_matrix_market_with_limits(reader, name_for_errors, &DataLimits::from_env()?)
+}
+
+/// Parses a MatrixMarket `matrix coordinate (real|integer) general` file into 0-based
+/// entries, checking indices against the size line, the entry count against its nnz, and
+/// the row and column counts (which size the factor matrices) against
+/// `limits.max_dimension`. Entries are stored as they are read, never reserved by nnz.
+pub fn parse_matrix_market_with_limits(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+    limits: &DataLimits,
 ) -> Result<Ratings, DataError> {
     let name = name_for_errors.as_ref();
     let mut size: Option<(usize, usize, usize)> = None;
@@ -233,6 +245,8 @@ pub fn parse_matrix_market(
                 if rows > u32::MAX as usize || cols > u32::MAX as usize {
                     return Err(bad("dimensions exceed u32".into()));
                 }
+                limits.check_dimension(name, line_no, "row count", rows as u64)?;
+                limits.check_dimension(name, line_no, "column count", cols as u64)?;
                 size = Some((rows, cols, nnz));
             }
             Some((rows, cols, nnz)) => {
@@ -355,6 +369,35 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn matrix_market_sizes_above_the_limit_are_refused() {
+        let limits = DataLimits {
+            max_dimension: 100,
+            ..DataLimits::default()
+        };
+        let text = "%%MatrixMarket matrix coordinate real general\n% c\n3 4000000000 1\n1 1 1\n";
+        let err = parse_matrix_market_with_limits(text.as_bytes(), "big.mtx", &limits).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DataError::LimitExceeded {
+                    line: 3,
+                    limit: 100,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("big.mtx:3: column count 4000000000")
+        );
+        assert!(matches!(
+            parse_matrix_market(text.as_bytes(), "big.mtx"),
+            Err(DataError::LimitExceeded { line: 3, .. })
+        ));
     }
 
     #[test]

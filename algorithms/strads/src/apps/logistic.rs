@@ -19,6 +19,7 @@ use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
 use super::lasso::{LassoJob, write_coefficients};
+use crate::core::baseline::{CdStop, CyclicLogistic};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::LassoScheduler;
 use crate::error::StradsError;
@@ -45,6 +46,65 @@ pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         seed: s.seed,
     })?;
     Ok((p.dataset.to_columns(), p.dataset.labels))
+}
+
+/// The job's `lambda`, or `lambda_fraction` of `max_j |x_j^T y| / 2` (the smallest lambda
+/// with an all-zero solution for +-1 labels).
+pub fn logistic_lambda(x: &SparseColumns, labels: &[f32], job: &LassoJob) -> f32 {
+    let signs: Vec<f32> = labels
+        .iter()
+        .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
+        .collect();
+    job.lambda
+        .unwrap_or((job.lambda_fraction * super::lasso::lambda_max(x, &signs) / 2.0) as f32)
+}
+
+/// `--transport none`: the job's data solved by single-threaded cyclic coordinate descent
+/// ([`CyclicLogistic`]: proximal Newton steps with a bound-step fallback), no scheduler and
+/// no workers. It stops once a full sweep lowers the objective by less than
+/// `gap_tolerance / 100` relative (1e-7 when unset) or after
+/// [`BASELINE_MAX_SWEEPS`](super::lasso::baseline::BASELINE_MAX_SWEEPS) sweeps, and
+/// writes the outputs of a STRADS run (when `out_dir` is set).
+pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
+    let (x, labels) = load(job)?;
+    let lambda = logistic_lambda(&x, &labels, job);
+    let started = std::time::Instant::now();
+    let mut cd = CyclicLogistic::new(&x, &labels, lambda)?;
+    let report = cd.solve(&CdStop {
+        tolerance: job.gap_tolerance.map_or(1e-7, |t| t / 100.0),
+        max_sweeps: super::lasso::baseline::BASELINE_MAX_SWEEPS,
+        target_objective: job.target_objective,
+        active_set: true,
+    });
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let coefficients = cd.coefficients();
+    let accuracy = cd.training_accuracy();
+    let metrics = LogisticMetrics {
+        mode: super::lasso::baseline::BASELINE_MODE.into(),
+        lambda,
+        n_samples: x.n_rows,
+        n_features: x.n_columns(),
+        workers: 0,
+        rounds: report.updates,
+        updates: report.updates,
+        elapsed_s,
+        final_objective: report.objective,
+        final_training_accuracy: accuracy,
+        nonzeros: coefficients.iter().filter(|b| **b != 0.0).count(),
+        // One point: the accuracy is only computed at the end.
+        trace: vec![LogisticPoint {
+            round: report.updates,
+            updates: report.updates,
+            elapsed_s,
+            objective: report.objective,
+            training_accuracy: accuracy,
+        }],
+    };
+    if let Some(dir) = &job.out_dir {
+        write_coefficients(dir, &coefficients)?;
+        write_json(dir, "metrics.json", &metrics)?;
+    }
+    Ok(metrics)
 }
 
 /// Marker type of the logistic wire types.
@@ -230,13 +290,7 @@ impl LogisticScheduling {
         job: &LassoJob,
         workers: usize,
     ) -> Result<Self, StradsError> {
-        let signs: Vec<f32> = labels
-            .iter()
-            .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
-            .collect();
-        let lambda = job
-            .lambda
-            .unwrap_or((job.lambda_fraction * super::lasso::lambda_max(x, &signs) / 2.0) as f32);
+        let lambda = logistic_lambda(x, labels, job);
         let shared = Arc::new(x.clone());
         Ok(LogisticScheduling {
             scheduler: job.coordinate_scheduler(shared)?,

@@ -9,10 +9,13 @@
 //! - [`pipeline`]: which round a scheduler may dispatch and in which order commits happen.
 //! - [`ring`]: a ring worker's queue of scheduler messages and the blocks it holds.
 //! - [`scheduler`]: priority sampling and the dependency filter for coordinate descent.
+//! - [`baseline`]: tight single-threaded cyclic coordinate descent (Lasso, L1 logistic),
+//!   the yardstick STRADS is measured against and `--transport none`.
 //! - the models: [`lasso`], [`logistic`], [`mf`] (CCD++), [`lda`] (SparseLDA), each with
 //!   worker state, aggregation and a serial reference run for tests and benchmarks.
 
 pub mod app;
+pub mod baseline;
 pub mod lasso;
 pub mod lda;
 pub mod logistic;

@@ -293,6 +293,25 @@ pub fn run_serial<J: StradsJob>(
     Ok((scheduler, run))
 }
 
+/// Runs job `J` with `workers` worker halves in this thread and no actors
+/// ([`run_serial`], handoffs delivered late) and writes its outputs with
+/// [`StradsJob::finish`]: what `petrel train strads-mf|lda --transport none` runs.
+pub fn run_serial_and_finish<J: StradsJob>(
+    config: &J::Config,
+    workers: usize,
+) -> Result<(), StradsError> {
+    let started = std::time::Instant::now();
+    let (scheduler, run) = run_serial::<J>(config, workers, Delivery::Late)?;
+    let finished = FinishedRun {
+        stats: RunStats {
+            rounds: run.rounds,
+            elapsed: started.elapsed(),
+        },
+        scheduler_bytes: 0,
+    };
+    J::finish(config, scheduler, &finished)
+}
+
 /// Runs a blocking job (data loading, generation) off the node's event loop, so that
 /// heartbeats keep flowing while a large file loads.
 pub async fn off_loop<T: Send + 'static>(

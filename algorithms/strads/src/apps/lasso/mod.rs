@@ -1,5 +1,7 @@
 //! Lasso by scheduled coordinate descent, as a [`StradsJob`].
 //!
+//! - [`baseline`]: `--transport none`, the job solved by single-threaded cyclic coordinate
+//!   descent (the yardstick).
 //! - [`config`]: `[app.lasso]` / the flags of `petrel train lasso` ([`LassoJob`]).
 //! - [`wire`]: the round protocol's messages.
 //! - [`worker`]: the worker half, a row block with its residual ([`LassoWorker`]).
@@ -13,6 +15,7 @@
 //! Roles: `strads-lasso-scheduler` (plus `strads-lasso-scheduler-<s>` for further
 //! schedulers) and `strads-lasso-worker`; outputs `coefficients.tsv` and `metrics.json`.
 
+pub mod baseline;
 pub mod checkpoint;
 pub mod config;
 pub mod metrics;
