@@ -125,7 +125,10 @@ pub fn claims(dir: &Path) -> Result<Vec<Claim>, ReproduceError> {
     let ada = load(dir, "adarevision.json")?;
     let mut out = Vec::new();
     for app in ["mf", "lr"] {
-        let a = cons.as_ref().and_then(|c| c.get("apps")).and_then(|x| x.get(app));
+        let a = cons
+            .as_ref()
+            .and_then(|c| c.get("apps"))
+            .and_then(|x| x.get(app));
         let speed = num(a, &["bsp_over_best_ssp"]);
         out.push(Claim {
             paper: "SSP (Ho et al., NIPS 2013)",
@@ -199,7 +202,10 @@ pub fn claims(dir: &Path) -> Result<Vec<Claim>, ReproduceError> {
         verdict: Verdict::of(ratio, |v| v >= 1.5),
     });
     for app in ["lr", "mf"] {
-        let a = ada.as_ref().and_then(|x| x.get("apps")).and_then(|x| x.get(app));
+        let a = ada
+            .as_ref()
+            .and_then(|x| x.get("apps"))
+            .and_then(|x| x.get(app));
         let r = num(a, &["default_adarevision_over_best_tuned"]);
         out.push(Claim {
             paper: "AdaRevision (McMahan & Streeter, NIPS 2014; in Bösen)",
@@ -290,8 +296,14 @@ pub fn render(claims: &[Claim], dir: &Path, out: &Path) -> String {
     for (title, file) in [
         ("MF: time to target against staleness", "consistency-mf.svg"),
         ("LR: time to target against staleness", "consistency-lr.svg"),
-        ("Managed communication: RMSE against time", "managed-time.svg"),
-        ("Managed communication: RMSE against bytes", "managed-bytes.svg"),
+        (
+            "Managed communication: RMSE against time",
+            "managed-time.svg",
+        ),
+        (
+            "Managed communication: RMSE against bytes",
+            "managed-bytes.svg",
+        ),
     ] {
         if dir.join(file).exists() {
             let _ = writeln!(s, "### {title}\n\n![{title}]({})\n", rel(file));
@@ -314,7 +326,10 @@ pub fn run(args: ReportArgs) -> Result<(), ReproduceError> {
         path: args.out.clone(),
         source,
     })?;
-    let held = claims.iter().filter(|c| c.verdict == Verdict::Holds).count();
+    let held = claims
+        .iter()
+        .filter(|c| c.verdict == Verdict::Holds)
+        .count();
     let measured = claims
         .iter()
         .filter(|c| c.verdict != Verdict::NotMeasured)
@@ -350,7 +365,10 @@ mod tests {
         let managed = c.iter().find(|c| c.paper.starts_with("Managed")).unwrap();
         assert_eq!(managed.verdict, Verdict::DoesNotHold);
         assert!(managed.petrel_figure.contains("1.20x"));
-        let vgg: Vec<_> = c.iter().filter(|c| c.petrel_figure.starts_with("VGG")).collect();
+        let vgg: Vec<_> = c
+            .iter()
+            .filter(|c| c.petrel_figure.starts_with("VGG"))
+            .collect();
         assert!(vgg.iter().all(|c| c.verdict == Verdict::Holds));
         let page = render(&c, dir.path(), &dir.path().join("R.md"));
         assert!(page.contains("| P3 (Jayarajan et al., SysML 2019) |"));

@@ -244,7 +244,7 @@ mod tests {
             layers: specs
                 .iter()
                 .enumerate()
-                .map(|(i, &(p, f))| LayerProfile::new(&format!("l{i}"), p, f))
+                .map(|(i, &(p, f))| LayerProfile::new(format!("l{i}"), p, f))
                 .collect(),
         }
     }
