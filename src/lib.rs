@@ -90,6 +90,7 @@ mod error;
 pub mod fuzzing;
 pub mod launcher;
 pub mod netns;
+pub mod recovery;
 pub mod report;
 pub mod roles;
 // STRADS' `petrel train` glue documents its own items.

@@ -1,11 +1,12 @@
 //! The `petrel` command line.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use petrel::CliError;
 use petrel::launcher::{self, LaunchError, LaunchMode, LaunchOptions};
 use petrel::netns::{Hosts, LinkShape};
 use petrel_actors::{NodeError, Settings, error_chain, validate_node_name};
 use petrel_net::tls::ClusterCa;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -135,6 +136,9 @@ enum BenchCommand {
     /// A multi-process cluster under sustained load, sampling every node's memory.
     Soak(petrel::bench::soak::SoakBenchArgs),
     // bench: systems add their benchmarks below this line
+    /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
+    /// transport ceiling (and a peer such as ps-lite).
+    Ps(petrel::bench::ps::PsBenchArgs),
     /// Parameter server: MF and LR under BSP, SSP(s), ESSP(s) and async with stragglers.
     Consistency(petrel::bench::consistency::ConsistencyBenchArgs),
     /// Parameter server: clock-boundary vs managed (fifo, relative-magnitude) communication.
@@ -157,11 +161,23 @@ enum BenchCommand {
 
 fn main() -> ExitCode {
     petrel::init_tracing();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     if let Command::Node { config, name } = &cli.command {
         return node_command(config, name.as_deref());
     }
-    match dispatch(cli.command) {
+    // `petrel train APP`: the flags given on the command line override the job file.
+    let given = match matches.subcommand() {
+        Some(("train", train)) => train
+            .subcommand()
+            .map(|(_, app)| petrel::train::jobfile::given_ids(app))
+            .unwrap_or_default(),
+        _ => BTreeSet::new(),
+    };
+    match dispatch(cli.command, &given) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e, ExitCode::FAILURE),
     }
@@ -199,7 +215,7 @@ fn node_command(config: &std::path::Path, name: Option<&str>) -> ExitCode {
     }
 }
 
-fn dispatch(command: Command) -> Result<(), CliError> {
+fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> {
     match command {
         Command::Run {
             config,
@@ -270,6 +286,7 @@ fn dispatch(command: Command) -> Result<(), CliError> {
             BenchCommand::Soak(args) => Ok(petrel::bench::soak::run(args)?),
             // bench dispatch: systems add their arms below this line; each maps its own error
             // type with `CliError::command`.
+            BenchCommand::Ps(args) => Ok(petrel::bench::ps::run(args)?),
             BenchCommand::Consistency(args) => {
                 petrel::bench::consistency::run(args).map_err(CliError::command)
             }
@@ -293,18 +310,20 @@ fn dispatch(command: Command) -> Result<(), CliError> {
         // commands dispatch: applications add their arms below this line; each maps its own
         // error type with `CliError::command`.
         Command::Train { app } => match app {
-            TrainCommand::PsMf(args) => train_ps::<petrel::ps::PsMf>(args),
-            TrainCommand::PsLr(args) => train_ps::<petrel::ps::PsLr>(args),
-            TrainCommand::PsLda(args) => train_ps::<petrel::ps::PsLda>(args),
+            TrainCommand::PsMf(args) => train_ps::<petrel::ps::PsMf>(args, given),
+            TrainCommand::PsLr(args) => train_ps::<petrel::ps::PsLr>(args, given),
+            TrainCommand::PsLda(args) => train_ps::<petrel::ps::PsLda>(args, given),
             TrainCommand::Lasso(args) => {
-                petrel::train::train_lasso(args).map_err(CliError::command)
+                petrel::train::train_lasso(args, given).map_err(CliError::command)
             }
             TrainCommand::StradsMf(args) => {
-                petrel::train::train_mf(args).map_err(CliError::command)
+                petrel::train::train_mf(args, given).map_err(CliError::command)
             }
-            TrainCommand::Lda(args) => petrel::train::train_lda(args).map_err(CliError::command),
+            TrainCommand::Lda(args) => {
+                petrel::train::train_lda(args, given).map_err(CliError::command)
+            }
             TrainCommand::Logistic(args) => {
-                petrel::train::train_logistic(args).map_err(CliError::command)
+                petrel::train::train_logistic(args, given).map_err(CliError::command)
             }
         },
     }
@@ -370,10 +389,15 @@ fn certs_command(
 }
 
 /// `petrel train ps-*`: runs the parameter-server app in process and prints its summary.
-fn train_ps<A: petrel::ps::PsApp>(
-    args: petrel::ps::PsTrainArgs<A::Config>,
-) -> Result<(), CliError> {
-    let summary = petrel::ps::train::<A>(args).map_err(CliError::command)?;
+fn train_ps<A>(
+    args: petrel::ps::PsTrainArgs<<A as petrel::ps::PsApp>::Config>,
+    given: &BTreeSet<String>,
+) -> Result<(), CliError>
+where
+    A: petrel::ps::PsApp + petrel::train::TrainApp<Job = <A as petrel::ps::PsApp>::Config>,
+    <A as petrel::ps::PsApp>::Config: serde::Serialize,
+{
+    let summary = petrel::train::train_ps::<A>(args, given).map_err(CliError::command)?;
     println!("{summary}");
     Ok(())
 }

@@ -71,10 +71,15 @@ fn run_example(name: &str, args: &[&str]) -> (String, String) {
     (out, err)
 }
 
-/// Runs the example both ways; every expected line starts a line of both outputs.
+/// Runs the example both ways; every expected line starts a line of both outputs, and
+/// neither run logs a warning or an error (`RUST_LOG=warn`).
 fn in_process_and_as_processes(name: &str, expected: &[&str]) {
     for mode in ["--in-process", "--processes"] {
         let (out, err) = run_example(name, &[mode]);
+        assert!(
+            err.trim().is_empty(),
+            "{name} {mode} logged warnings or errors:\n{err}"
+        );
         for e in expected {
             assert!(
                 out.lines().any(|l| l.starts_with(e)),

@@ -120,6 +120,15 @@ pub enum NodeError {
         #[source]
         source: serde_json::Error,
     },
+    /// An `[app.<section>]` parses but a value cannot be right (the app's own check).
+    #[error("[app.{section}] {source}")]
+    AppSetting {
+        /// The section name.
+        section: String,
+        /// The app's reason, naming the key.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// A choice (e.g. a transport) that is not one of the valid values.
     #[error("unknown {kind} {value:?}; valid values: {valid}")]
     UnknownChoice {

@@ -139,12 +139,33 @@ impl Cluster {
     /// unknown choice, fails at once, naming the section and the valid values, instead of
     /// after the cluster has started. Once any section is declared, an `[app.*]` section that
     /// no app declared is rejected too (a misspelt section would otherwise be ignored).
-    pub fn app_section<C>(mut self, section: &str) -> Self
+    pub fn app_section<C>(self, section: &str) -> Self
     where
         C: serde::de::DeserializeOwned + Default + 'static,
     {
+        self.app_section_checked::<C, std::convert::Infallible>(section, |_| Ok(()))
+    }
+
+    /// [`Cluster::app_section`] plus the app's own check of the values (ranges,
+    /// finiteness), also run before any node starts; a failure is
+    /// [`NodeError::AppSetting`], naming the section and the app's reason.
+    pub fn app_section_checked<C, E>(
+        mut self,
+        section: &str,
+        validate: fn(&C) -> Result<(), E>,
+    ) -> Self
+    where
+        C: serde::de::DeserializeOwned + Default + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let name = section.to_string();
-        let check: SectionCheck = Arc::new(move |s: &Settings| s.app::<C>(&name).map(|_| ()));
+        let check: SectionCheck = Arc::new(move |s: &Settings| {
+            let config = s.app::<C>(&name)?;
+            validate(&config).map_err(|e| NodeError::AppSetting {
+                section: name.clone(),
+                source: Box::new(e),
+            })
+        });
         self.app_sections.insert(section.to_string(), check);
         self
     }
@@ -354,6 +375,9 @@ impl Cluster {
                     source,
                 })?;
             }
+            // Once every node is in the final barrier, the coordinator's node may leave before
+            // this one hears the release: a send to a departed peer is no news from here.
+            ctx.node.net().set_membership_changing(true);
             ctx.barrier("petrel.finish").await
         };
         let result = tokio::select! {
@@ -363,6 +387,9 @@ impl Cluster {
         };
         // A local error after a failure elsewhere (an ask or barrier to a dead peer) is
         // reported as that failure, so the root cause is named once, where it happened.
+        // The run is over for this node, one way or another: peers leave from now on, and a
+        // send to one that already left is no news.
+        node.net().set_membership_changing(true);
         let result = result.map_err(|e| match e {
             NodeError::PeerFailed { .. } | NodeError::RunFailed { .. } => e,
             other => match node.peer_failure() {
@@ -481,6 +508,8 @@ impl Cluster {
         } else {
             None
         };
+        // Until everyone joined, the coordinator (or a peer) may not be reachable yet.
+        node.net().set_membership_changing(true);
         join(
             &node,
             coordinator,
@@ -488,6 +517,7 @@ impl Cluster {
             Duration::from_millis(s.cluster.join_timeout_ms),
         )
         .await?;
+        node.net().set_membership_changing(false);
         agent.do_send(Joined);
         tracing::debug!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
         Ok((

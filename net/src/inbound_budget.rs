@@ -3,7 +3,7 @@
 //! Invariant: no single peer, and no data stream, can stop this node from reading control
 //! traffic (heartbeats, joins, barriers, failure notices) from anyone.
 //!
-//! - Each connection has its own share ([`InboundBudgets::peer_share`], half the node's
+//! - Each connection has its own share ([`peer_share`]: half the node's
 //!   `inbound_buffer_bytes` but at least one largest message). A data frame takes bytes
 //!   from its peer's share first, then from the node's budget, so one peer announcing big
 //!   frames and never sending them can pin at most its share; the rest stays free for the

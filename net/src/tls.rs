@@ -372,6 +372,12 @@ pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
     } else {
         t.mtu_discovery_config(None);
     }
+    t.enable_segmentation_offload(cfg.segmentation_offload);
+    if cfg.ack_eliciting_threshold > 0 {
+        let mut ack = quinn::AckFrequencyConfig::default();
+        ack.ack_eliciting_threshold(quinn::VarInt::from_u32(cfg.ack_eliciting_threshold));
+        t.ack_frequency_config(Some(ack));
+    }
     if cfg.keep_alive_ms > 0 {
         t.keep_alive_interval(Some(Duration::from_millis(cfg.keep_alive_ms)));
     }

@@ -214,7 +214,7 @@ impl Handler<Msg<Join>> for Coordinator {
 
     fn handle(&mut self, msg: Msg<Join>, _: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = futures::channel::oneshot::channel();
-        tracing::info!(node = %msg.body.name, "join");
+        tracing::debug!(node = %msg.body.name, "join");
         Self::settle_join(
             self.core
                 .join(msg.body, WaiterSlot::Join(tx), Instant::now()),
@@ -409,7 +409,7 @@ impl Handler<Msg<PeerDown>> for NodeAgent {
 impl Handler<Msg<Shutdown>> for NodeAgent {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<Shutdown>, _: &mut Context<Self>) -> Self::Result {
-        tracing::info!(node = %self.node.name(), reason = %msg.body.reason, "shutdown requested");
+        tracing::debug!(node = %self.node.name(), reason = %msg.body.reason, "shutdown requested");
         self.node
             .announce_shutdown(&msg.body.reason, msg.body.failed_node);
         Ok(())
