@@ -251,7 +251,9 @@ pub fn claims(dir: &Path) -> Result<Vec<Claim>, ReproduceError> {
                 show(num(p.as_ref(), &["bound_s"]), ""),
                 show(num(p.as_ref(), &["goodput_mbit"]), "")
             ),
-            verdict: Verdict::of(ideal, |v| v <= 1.10),
+            // Below 1 the yardstick is wrong (no schedule beats the ideal; the goodput
+            // estimate was too low), which is not a pass.
+            verdict: Verdict::of(ideal, |v| (0.98..=1.10).contains(&v)),
         });
     }
     Ok(out)
