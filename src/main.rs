@@ -138,12 +138,20 @@ enum BenchCommand {
     Transport(petrel::bench::transport::TransportBenchArgs),
     /// A multi-process cluster under sustained load, sampling every node's memory.
     Soak(petrel::bench::soak::SoakBenchArgs),
+    /// Kill and pause random nodes of a multi-process Lasso job; every run must recover.
+    Chaos(petrel::bench::chaos::ChaosBenchArgs),
     // bench: systems add their benchmarks below this line
     /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
     /// transport ceiling (and a peer such as ps-lite).
     Ps(petrel::bench::ps::PsBenchArgs),
-    /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
+    /// Parameter server: MF and LR under BSP, SSP(s), ESSP(s) and async with stragglers.
     Consistency(petrel::bench::consistency::ConsistencyBenchArgs),
+    /// Parameter server: clock-boundary vs managed (fifo, relative-magnitude) communication.
+    Managed(petrel::bench::managed::ManagedBenchArgs),
+    /// Parameter server: AdaRevision vs the best fixed and Adagrad step of a grid.
+    Adarevision(petrel::bench::adarevision::AdaRevisionBenchArgs),
+    /// Writes docs/REPRODUCING.md from the benches' JSON figures.
+    Report(petrel::bench::reproduce::ReportArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
     P3(petrel::bench::p3::P3BenchArgs),
     /// P3 on real compute: candle ResNet-18/VGG-11 layouts, 2 workers + 2 shards as
@@ -285,11 +293,21 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
         Command::Bench { command } => match command {
             BenchCommand::Transport(args) => Ok(petrel::bench::transport::run(args)?),
             BenchCommand::Soak(args) => Ok(petrel::bench::soak::run(args)?),
+            BenchCommand::Chaos(args) => Ok(petrel::bench::chaos::run(args)?),
             // bench dispatch: systems add their arms below this line; each maps its own error
             // type with `CliError::command`.
             BenchCommand::Ps(args) => Ok(petrel::bench::ps::run(args)?),
             BenchCommand::Consistency(args) => {
                 petrel::bench::consistency::run(args).map_err(CliError::command)
+            }
+            BenchCommand::Managed(args) => {
+                petrel::bench::managed::run(args).map_err(CliError::command)
+            }
+            BenchCommand::Adarevision(args) => {
+                petrel::bench::adarevision::run(args).map_err(CliError::command)
+            }
+            BenchCommand::Report(args) => {
+                petrel::bench::reproduce::run(args).map_err(CliError::command)
             }
             BenchCommand::P3(args) => petrel::bench::p3::run(args).map_err(CliError::command),
             BenchCommand::P3Real(args) => {

@@ -1,8 +1,12 @@
 //! Benchmarks behind `petrel bench …`. Each prints a table and ends with one JSON line.
 //!
-//! [`BenchError`] is the error of the runtime benchmarks ([`transport`], [`soak`]).
+//! [`BenchError`] is the error of the runtime benchmarks ([`transport`], [`soak`],
+//! [`chaos`]).
 
+pub mod chaos;
 // The application benchmarks document their own items.
+#[allow(missing_docs)]
+pub mod adarevision;
 #[allow(missing_docs)]
 pub mod consistency;
 #[allow(missing_docs)]
@@ -12,6 +16,8 @@ pub mod lasso_schedulers;
 #[allow(missing_docs)]
 pub mod lda;
 #[allow(missing_docs)]
+pub mod managed;
+#[allow(missing_docs)]
 pub mod mf;
 #[allow(missing_docs)]
 pub mod p3;
@@ -19,6 +25,7 @@ pub mod p3;
 pub mod p3_netns;
 pub mod p3_real;
 pub mod ps;
+pub mod reproduce;
 pub mod soak;
 #[allow(missing_docs)]
 pub mod strads_plot;
