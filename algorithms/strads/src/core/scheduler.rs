@@ -424,15 +424,23 @@ impl LassoScheduler {
     }
 
     /// Coordinates to update this round: at most `block_size`, distinct, and (with the
-    /// filter) pairwise correlation below `rho`.
+    /// filter) pairwise correlation below `rho`. The same as
+    /// `self.filter_candidates(self.draw_candidates())`.
     pub fn next_round(&mut self) -> Vec<usize> {
+        let candidates = self.draw_candidates();
+        self.filter_candidates(candidates)
+    }
+
+    /// The round's candidates before the dependency check: U' of them with a filter, U
+    /// without (`O(U' log d)` for dynamic sampling, never `O(d)`).
+    pub fn draw_candidates(&mut self) -> Vec<usize> {
         let block = self.config.block_size.min(self.n_vars);
         let n_candidates = if self.filter.is_some() {
             self.config.candidate_pool.max(block).min(self.n_vars)
         } else {
             block
         };
-        let candidates = match self.config.mode {
+        match self.config.mode {
             ScheduleMode::Dynamic => self.sample_by_priority(n_candidates),
             ScheduleMode::Random => {
                 rand::seq::index::sample(&mut self.rng, self.n_vars, n_candidates).into_vec()
@@ -451,7 +459,13 @@ impl LassoScheduler {
                 }
                 candidates
             }
-        };
+        }
+    }
+
+    /// The dependency check of [`Self::draw_candidates`]' output (identity without a
+    /// filter): at most `block_size` pairwise nearly uncorrelated coordinates.
+    pub fn filter_candidates(&mut self, candidates: Vec<usize>) -> Vec<usize> {
+        let block = self.config.block_size.min(self.n_vars);
         match &mut self.filter {
             Some(filter) => {
                 let kept = filter_dependent(&candidates, block, filter.rho, filter.oracle.as_mut());
@@ -459,10 +473,11 @@ impl LassoScheduler {
                     // Coordinates the filter skipped go first next round, so every
                     // coordinate is still updated once per sweep (with correlated
                     // neighbours a plain window would skip the same ones every sweep).
+                    let kept_set: std::collections::HashSet<usize> = kept.iter().copied().collect();
                     self.deferred = candidates
                         .iter()
                         .copied()
-                        .filter(|c| !kept.contains(c))
+                        .filter(|c| !kept_set.contains(c))
                         .collect();
                 }
                 kept

@@ -73,11 +73,12 @@ pub struct LassoJob {
     /// How coordinates are chosen.
     #[arg(long, value_enum, default_value_t = ScheduleMode::Dynamic)]
     pub mode: ScheduleMode,
-    /// U: coordinates updated per round.
-    #[arg(long, default_value_t = 16)]
+    /// U: coordinates updated per round (0 = automatic from the data and
+    /// --round-latency-ms, see `LassoJob::resolved_for`).
+    #[arg(long, default_value_t = 0)]
     pub block_size: usize,
-    /// U': candidates before the dependency check.
-    #[arg(long, default_value_t = 64)]
+    /// U': candidates before the dependency check (0 = automatic: 2 U).
+    #[arg(long, default_value_t = 0)]
     pub candidate_pool: usize,
     /// Dependency-check threshold on |corr(x_j, x_k)|; unset disables the check.
     #[arg(long, default_value = "0.3")]
@@ -94,15 +95,28 @@ pub struct LassoJob {
     /// Scheduler seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Rounds in flight (pipeline depth).
-    #[arg(long, default_value_t = 1)]
+    /// Rounds in flight (pipeline depth): 2 overlaps a round's messages with the next
+    /// round's compute.
+    #[arg(long, default_value_t = 2)]
     pub depth: usize,
-    /// At most this many update rounds.
-    #[arg(long, default_value_t = 20_000)]
+    /// At most this many update rounds (0 = automatic: AUTO_SWEEPS sweeps' worth of
+    /// updates; the duality gap normally stops the job long before).
+    #[arg(long, default_value_t = 0)]
     pub max_rounds: u64,
-    /// Update rounds between exact KKT / duality-gap evaluations (0 = only at the end).
-    #[arg(long, default_value_t = 200)]
+    /// Update rounds between exact KKT / duality-gap evaluations (0 = by work, see
+    /// --eval-work-ratio).
+    #[arg(long, default_value_t = 0)]
     pub eval_every: u64,
+    /// With eval_every = 0: evaluate once the coordinate updates since the last evaluation
+    /// cost this many times an evaluation (one pass over X), so evaluations take at most
+    /// about 1 / (1 + ratio) of the work. 0 = only at the end.
+    #[arg(long, default_value_t = 4.0)]
+    pub eval_work_ratio: f64,
+    /// Per-round latency (messages and scheduling) the automatic block size assumes, in
+    /// milliseconds. A run reports the latency it measured (`profile` in metrics.json); it
+    /// is not fed back, so a run stays deterministic for its settings.
+    #[arg(long, default_value_t = 1.0)]
+    pub round_latency_ms: f64,
     /// Stop when duality gap / objective falls below this.
     #[arg(long, default_value = "1e-5")]
     pub gap_tolerance: Option<f64>,
@@ -141,16 +155,18 @@ impl Default for LassoJob {
             lambda: None,
             lambda_fraction: 0.2,
             mode: ScheduleMode::Dynamic,
-            block_size: 16,
-            candidate_pool: 64,
+            block_size: 0,
+            candidate_pool: 0,
             rho: Some(0.3),
             eta: 1e-6,
             priority_exponent: 1.0,
             initial_priority: 1.0,
             seed: 0,
-            depth: 1,
-            max_rounds: 20_000,
-            eval_every: 200,
+            depth: 2,
+            max_rounds: 0,
+            eval_every: 0,
+            eval_work_ratio: 4.0,
+            round_latency_ms: 1.0,
             gap_tolerance: Some(1e-5),
             target_objective: None,
             out_dir: None,
@@ -203,6 +219,56 @@ impl LassoJob {
         }
     }
 
+    /// This job with every automatic (0) schedule knob chosen for the design `x` run by
+    /// `workers` workers:
+    /// - block size U: a round should cost at least its latency in compute, so
+    ///   `U = round_latency / (per-update cost)`, where an update costs
+    ///   [`NS_PER_NONZERO`] per non-zero of its column on the worker holding the most rows
+    ///   plus [`NS_PER_COORDINATE`] at the scheduler; clamped to
+    ///   `[MIN_AUTO_BLOCK, max(MIN_AUTO_BLOCK, d / 16)]` so dynamic scheduling and the
+    ///   dependency check still choose among many candidates;
+    /// - candidate pool U' = 2 U;
+    /// - round limit: [`AUTO_SWEEPS`] sweeps' worth of updates (`AUTO_SWEEPS * d / U`).
+    pub fn resolved_for(&self, x: &SparseColumns, workers: usize) -> LassoJob {
+        let d = x.n_columns().max(1);
+        let mut job = self.clone();
+        if job.block_size == 0 {
+            job.block_size = auto_block_size(
+                d,
+                x.values.len() as f64 / d as f64,
+                workers,
+                self.round_latency_ms,
+            );
+        }
+        if job.candidate_pool == 0 {
+            job.candidate_pool = 2 * job.block_size;
+        }
+        if job.max_rounds == 0 {
+            job.max_rounds = (AUTO_SWEEPS * d as u64).div_ceil(job.block_size as u64);
+        }
+        job
+    }
+
+    /// A multi-scheduler job runs in epochs of `eval_every` rounds per scheduler, so its
+    /// automatic knobs keep their fixed values: U = 16, U' = 64, 20,000 rounds, epochs of
+    /// 200 rounds.
+    pub fn with_multi_defaults(&self) -> LassoJob {
+        let mut job = self.clone();
+        if job.block_size == 0 {
+            job.block_size = 16;
+        }
+        if job.candidate_pool == 0 {
+            job.candidate_pool = 64;
+        }
+        if job.max_rounds == 0 {
+            job.max_rounds = 20_000;
+        }
+        if job.eval_every == 0 {
+            job.eval_every = 200;
+        }
+        job
+    }
+
     /// The coordinate scheduler's parameters.
     pub fn scheduler_config(&self) -> SchedulerConfig {
         let mut c = SchedulerConfig::new(self.mode, self.block_size.max(1));
@@ -228,6 +294,30 @@ impl LassoJob {
         });
         LassoScheduler::new(n, self.scheduler_config(), filter)
     }
+}
+
+/// Worker compute per non-zero of a coordinate's column (gather of the push, scatter of
+/// the commit), in nanoseconds: measured on the benchmark machine (BENCHMARKS.md).
+pub const NS_PER_NONZERO: f64 = 4.0;
+/// Scheduler work per coordinate (sampling, dependency check, pull, bytes), in ns.
+pub const NS_PER_COORDINATE: f64 = 300.0;
+/// Smallest automatic block size.
+pub const MIN_AUTO_BLOCK: usize = 16;
+/// Sweeps' worth of coordinate updates the automatic round limit allows.
+pub const AUTO_SWEEPS: u64 = 200;
+
+/// The automatic block size (see [`LassoJob::resolved_for`]).
+pub fn auto_block_size(d: usize, nnz_per_column: f64, workers: usize, latency_ms: f64) -> usize {
+    let per_update_ns = NS_PER_NONZERO * nnz_per_column / workers.max(1) as f64 + NS_PER_COORDINATE;
+    let wanted = (latency_ms.max(0.0) * 1e6 / per_update_ns).ceil();
+    let wanted = if wanted.is_finite() {
+        wanted as usize
+    } else {
+        0
+    };
+    wanted
+        .clamp(MIN_AUTO_BLOCK, (d / 16).max(MIN_AUTO_BLOCK))
+        .min(d.max(1))
 }
 
 /// `max_j |x_j^T y|`: the smallest lambda with an all-zero solution.

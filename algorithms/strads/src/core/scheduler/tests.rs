@@ -201,7 +201,8 @@ fn random_sparse(rows: usize, cols: usize, density: f64, seed: u64) -> SparseCol
     // Some strongly correlated neighbours.
     for j in (1..cols).step_by(3) {
         let previous = x.column(j - 1).to_owned();
-        x.column_mut(j).zip_mut_with(&previous, |a, b| *a += 2.0 * b);
+        x.column_mut(j)
+            .zip_mut_with(&previous, |a, b| *a += 2.0 * b);
     }
     SparseColumns::from_dense(&x)
 }

@@ -25,6 +25,7 @@ fn job(mode: &str, dir: Option<&Path>) -> LassoJob {
         seed: 11,
         checkpoint_dir: dir.map(Path::to_path_buf),
         checkpoint_every: 60,
+        depth: 1,
         ..LassoJob::default()
     }
 }

@@ -269,6 +269,7 @@ fn combined_evaluation_matches_the_whole_model() {
         z: vec![],
         sq_residual: 0.0,
         applied: 0,
+        busy: Default::default(),
     };
     assert!(combine_evaluation(&[z], &cluster.coefficients, lambda).is_err());
 }
