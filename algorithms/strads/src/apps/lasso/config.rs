@@ -7,7 +7,9 @@ use crate::core::scheduler::{
 };
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
-use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
+use petrel_ml::data::synthetic::{
+    CorrelatedLassoParams, SparseLassoParams, correlated_lasso, sparse_correlated_lasso,
+};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +36,11 @@ pub struct SyntheticLasso {
     /// Synthetic design: noise of y.
     #[arg(skip = 0.1)]
     pub noise_std: f32,
+    /// Synthetic design: non-zeros per column. 0 = a dense Gaussian design; > 0 = a sparse
+    /// design generated column by column (`sparse_correlated_lasso`), any size, each
+    /// worker generating only its rows.
+    #[arg(long = "synthetic-nnz-per-column", default_value_t = 0)]
+    pub nnz_per_column: usize,
     /// Synthetic design: seed.
     #[arg(long = "synthetic-seed", id = "synthetic_seed", default_value_t = 42)]
     pub seed: u64,
@@ -48,6 +55,7 @@ impl Default for SyntheticLasso {
             correlation: 0.8,
             n_nonzero: 10,
             noise_std: 0.1,
+            nnz_per_column: 0,
             seed: 42,
         }
     }
@@ -181,8 +189,41 @@ impl Default for LassoJob {
 }
 
 impl LassoJob {
+    /// The rows `rows` of the design, renumbered from 0, with their `y`. A sparse synthetic
+    /// design generates only those rows; anything else loads the whole design first.
+    pub fn load_rows(
+        &self,
+        mut rows: impl FnMut(usize) -> Result<std::ops::Range<usize>, StradsError>,
+    ) -> Result<(SparseColumns, Vec<f32>), StradsError> {
+        if let (None, Some(params)) = (&self.data, self.sparse_params()) {
+            let p = sparse_correlated_lasso(&params, Some(rows(params.n_samples)?))?;
+            return Ok((p.x, p.y));
+        }
+        let (x, y) = self.load()?;
+        let rows = rows(x.n_rows)?;
+        Ok((x.row_block(rows.clone()), y[rows].to_vec()))
+    }
+
+    fn sparse_params(&self) -> Option<SparseLassoParams> {
+        let s = &self.synthetic;
+        (s.nnz_per_column > 0).then(|| SparseLassoParams {
+            n_samples: s.n_samples,
+            n_features: s.n_features,
+            group_size: s.group_size,
+            nnz_per_column: s.nnz_per_column,
+            correlation: s.correlation,
+            n_nonzero: s.n_nonzero,
+            noise_std: s.noise_std,
+            seed: s.seed,
+        })
+    }
+
     /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`.
     pub fn load(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
+        if let (None, Some(params)) = (&self.data, self.sparse_params()) {
+            let p = sparse_correlated_lasso(&params, None)?;
+            return Ok((p.x, p.y));
+        }
         match &self.data {
             Some(path) => {
                 let ds = petrel_ml::data::load_libsvm(path)?;

@@ -14,6 +14,7 @@ fn job(mode: &str, dir: Option<&Path>) -> LassoJob {
             correlation: 0.8,
             n_nonzero: 5,
             noise_std: 0.1,
+            nnz_per_column: 0,
             seed: 4,
         },
         mode: mode.parse().unwrap(),

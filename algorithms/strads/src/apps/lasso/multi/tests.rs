@@ -227,6 +227,7 @@ fn small_job(schedulers: usize) -> LassoJob {
             correlation: 0.8,
             n_nonzero: 5,
             noise_std: 0.1,
+            nnz_per_column: 0,
             seed: 3,
         },
         block_size: 8,
