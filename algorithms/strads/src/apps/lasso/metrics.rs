@@ -124,6 +124,24 @@ pub struct RoundProfile {
     pub round_latency_ms: f64,
     /// `wall_s` minus the scheduler's and the slowest worker's compute: messages, waiting.
     pub messaging_s: f64,
+    /// Peak resident memory of the scheduler's process, in MB.
+    #[serde(default)]
+    pub scheduler_peak_rss_mb: f64,
+    /// Largest peak resident memory a worker process reported, in MB.
+    #[serde(default)]
+    pub worker_peak_rss_mb: f64,
+}
+
+/// This process's peak resident memory (`VmHWM`) in MB; 0 where `/proc` has none.
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb / 1024.0)
+        })
+        .unwrap_or(0.0)
 }
 
 impl RoundProfile {

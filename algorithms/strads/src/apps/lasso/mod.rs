@@ -26,7 +26,9 @@ pub mod worker;
 
 pub use checkpoint::Resumable;
 pub use config::{LassoJob, SyntheticLasso, lambda_max};
-pub use metrics::{Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, write_coefficients};
+pub use metrics::{
+    Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, write_coefficients,
+};
 pub use scheduling::LassoScheduling;
 pub use wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
 pub use worker::LassoWorker;

@@ -318,12 +318,14 @@ impl Schedule<LassoApp> for LassoScheduling {
                     slowest.push_s = slowest.push_s.max(busy.push_s);
                     slowest.commit_s = slowest.commit_s.max(busy.commit_s);
                     slowest.eval_s = slowest.eval_s.max(busy.eval_s);
+                    slowest.peak_rss_mb = slowest.peak_rss_mb.max(busy.peak_rss_mb);
                 }
                 let profile = &mut self.metrics.profile;
                 profile.update_rounds += 1;
                 profile.worker_push_s = slowest.push_s;
                 profile.worker_commit_s = slowest.commit_s;
                 profile.worker_eval_s = slowest.eval_s;
+                profile.worker_peak_rss_mb = profile.worker_peak_rss_mb.max(slowest.peak_rss_mb);
                 let applied = common_applied(applied.into_iter())?;
                 self.record_objective(round, applied, sq, elapsed);
                 let new_values = pull(&vars, &summed, &self.col_sq_norms, self.lambda);
@@ -385,6 +387,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                     self.stopping = true;
                 }
                 self.metrics.profile.eval_rounds += 1;
+                self.metrics.profile.scheduler_peak_rss_mb = super::metrics::peak_rss_mb();
                 self.metrics.profile.eval_pull_s += started.elapsed().as_secs_f64();
                 LassoCommit::empty()
             }

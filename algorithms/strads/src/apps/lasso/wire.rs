@@ -70,6 +70,9 @@ pub struct WorkerBusy {
     pub commit_s: f64,
     /// Evaluation rounds (`X^T r`).
     pub eval_s: f64,
+    /// The worker process's peak resident memory so far, in MB (0 where unknown).
+    #[serde(default)]
+    pub peak_rss_mb: f64,
 }
 
 /// Committed `new - old` per coordinate (empty after an evaluation round).

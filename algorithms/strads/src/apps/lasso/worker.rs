@@ -105,6 +105,9 @@ impl Push<LassoApp> for LassoWorker {
                 let vars: Vec<usize> = vars.iter().map(|&j| j as usize).collect();
                 let z = self.state.push(&vars, values);
                 self.busy.push_s += started.elapsed().as_secs_f64();
+                if self.busy.peak_rss_mb == 0.0 {
+                    self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
+                }
                 Ok(LassoPartial::Z {
                     z,
                     sq_residual: self.state.squared_residual(),
@@ -120,6 +123,7 @@ impl Push<LassoApp> for LassoWorker {
                 let (yy, yr, rr) = self.state.dot_partials();
                 let x_t_residual = self.state.correlation_with_residual(&all);
                 self.busy.eval_s += started.elapsed().as_secs_f64();
+                self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
                 Ok(LassoPartial::Eval {
                     x_t_residual,
                     yy,
