@@ -223,7 +223,7 @@ pub fn sparse_correlated_lasso(
     let mut values = Vec::new();
     let (mut group, mut support, mut shared) = (usize::MAX, Vec::<u32>::new(), Vec::<f64>::new());
     let mut column = vec![0.0f64; k];
-    for j in 0..d {
+    for (j, &b_j) in b_true.iter().enumerate() {
         if j / group_size != group {
             group = j / group_size;
             let mut g = stream_rng(seed, 2, group as u64);
@@ -246,9 +246,9 @@ pub fn sparse_correlated_lasso(
             values.push((column[t] * scale) as f32);
         }
         column_starts.push(row_indices.len());
-        if b_true[j] != 0.0 {
+        if b_j != 0.0 {
             for (t, &i) in support.iter().enumerate() {
-                y_full[i as usize] += f64::from((column[t] * scale) as f32) * f64::from(b_true[j]);
+                y_full[i as usize] += f64::from((column[t] * scale) as f32) * f64::from(b_j);
             }
         }
     }

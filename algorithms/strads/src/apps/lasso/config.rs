@@ -206,7 +206,7 @@ impl LassoJob {
 
     fn sparse_params(&self) -> Option<SparseLassoParams> {
         let s = &self.synthetic;
-        (s.nnz_per_column > 0).then(|| SparseLassoParams {
+        (s.nnz_per_column > 0).then_some(SparseLassoParams {
             n_samples: s.n_samples,
             n_features: s.n_features,
             group_size: s.group_size,
