@@ -103,9 +103,11 @@ pub struct LassoJob {
     /// Scheduler seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Rounds in flight (pipeline depth): 2 overlaps a round's messages with the next
-    /// round's compute.
-    #[arg(long, default_value_t = 2)]
+    /// Rounds in flight (pipeline depth). 1 by default: with depth > 1 the scheduler loop
+    /// sends a round's dispatch lazily (when its future is first polled), so whether it
+    /// reaches a worker before or after the previous round's commit depends on timing and
+    /// a run is no longer bit-reproducible (see BENCHMARKS.md, issue 13).
+    #[arg(long, default_value_t = 1)]
     pub depth: usize,
     /// At most this many update rounds (0 = automatic: AUTO_SWEEPS sweeps' worth of
     /// updates; the duality gap normally stops the job long before).
@@ -170,7 +172,7 @@ impl Default for LassoJob {
             priority_exponent: 1.0,
             initial_priority: 1.0,
             seed: 0,
-            depth: 2,
+            depth: 1,
             max_rounds: 0,
             eval_every: 0,
             eval_work_ratio: 4.0,
