@@ -1,17 +1,28 @@
 //! A user-defined model trained data-parallel with P3: a two-stage MLP written directly
-//! with ndarray implements [`StageModel`], and [`run_cluster`] trains it on 2 workers and 2
-//! server shards in this process. Each stage's forward pass waits only for that stage's
+//! with ndarray implements [`StageModel`], and a cluster of 2 workers and 2 server shards
+//! (the P3 shells' roles) trains it. Each stage's forward pass waits only for that stage's
 //! parameters; each stage's gradients go to the shards as soon as backward produced them.
+//! ([`run_cluster`] does the same in one call, in process only.)
+//!
+//! [`petrel::launcher`] runs the cluster as the command line says:
 //!
 //! ```text
-//! cargo run --example p3_custom
+//! # every node a thread of this process (the default)
+//! cargo run --example p3_custom -- --in-process
+//! # one process per node on this host (the program re-executes itself per node)
+//! cargo run --example p3_custom -- --processes
+//! # one node per host (w0 w1 s0 s1), after `petrel certs --bundle`
+//! cargo run --example p3_custom -- --node s0 --config cluster.toml
 //! ```
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use petrel::actors::Transport;
+use petrel::actors::{Cluster, RoleError, Topology, Transport};
+use petrel::launcher::{LaunchArgs, launch};
 use petrel::ml::dnn::ndarray::{Array1, Array2, ArrayView1, ArrayView2, Axis, ShapeError};
 use petrel::p3::prelude::*;
+use petrel::p3::shells::{SHARD_ROLE, WORKER_ROLE, shard_role, worker_role};
 
 const IN: usize = 8;
 const HIDDEN: usize = 16;
@@ -116,29 +127,71 @@ impl StageModel for TinyMlp {
     }
 }
 
+/// Checks that a worker's loss fell and prints its figures (in the worker's process).
+fn check_worker(r: &P3WorkerReport) -> Result<(), RoleError> {
+    let losses: Vec<f32> = r.stats.iter().flatten().map(|s| s.loss).collect();
+    let mean = |xs: &[f32]| xs.iter().sum::<f32>() / xs.len().max(1) as f32;
+    let n = losses.len().min(10);
+    let (first, last) = (mean(&losses[..n]), mean(&losses[losses.len() - n..]));
+    println!(
+        "p3_custom: worker {}: {} iterations, loss {first:.4} -> {last:.4}",
+        r.worker,
+        losses.len()
+    );
+    // Also rejects NaN: a diverged run must not pass.
+    if last.is_nan() || last >= 0.5 * first {
+        return Err(format!("worker {}: loss did not fall: {first} -> {last}", r.worker).into());
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let job = P3Job {
+    petrel::init_tracing();
+    let args = LaunchArgs::from_env();
+    let job = Arc::new(P3Job {
         mode: Mode::P3,
         slice_size: 32, // small slices, so even this tiny model is cut and prioritised
         iterations: 80,
         opt: FlatSgdMomentum::new(0.05, 0.9),
         transport: Transport::Memory,
         ..P3Job::new(TinyMlp::new(0).p)
-    };
-    let reports = run_cluster(&job, |w| Ok(TinyMlp::new(w)), None)?;
-    let losses: Vec<f32> = reports[0].stats.iter().flatten().map(|s| s.loss).collect();
-    let mean = |xs: &[f32]| xs.iter().sum::<f32>() / xs.len().max(1) as f32;
-    let (first, last) = (mean(&losses[..10]), mean(&losses[losses.len() - 10..]));
-    println!(
-        "p3_custom: {} workers x {} iterations, loss {first:.4} -> {last:.4}",
-        job.n_workers, job.iterations
-    );
-    if reports.iter().any(|r| r.params != reports[0].params) {
-        return Err("workers ended with different parameters".into());
+    });
+    let mut topo = Topology::builder("p3").transport(job.transport);
+    for w in 0..job.n_workers {
+        topo = topo.node(&format!("w{w}"), &[WORKER_ROLE]);
     }
-    // Also rejects NaN: a diverged run must not pass.
-    if last.is_nan() || last >= 0.5 * first {
-        return Err(format!("loss did not fall: {first} -> {last}").into());
+    for s in 0..job.n_shards {
+        topo = topo.node(&format!("s{s}"), &[SHARD_ROLE]);
+    }
+    let timeout_ms = job.ask_timeout.as_millis() as u64;
+    let settings = topo
+        .with(|s| {
+            s.cluster.request_timeout_ms = timeout_ms;
+            // A busy 2-core machine may silence a node for a while: not yet a dead peer.
+            s.cluster.failure_timeout_ms = 10_000;
+        })
+        .build()?;
+    // The reports of the workers that ran in this process.
+    let reports: Arc<Mutex<Vec<P3WorkerReport>>> = Arc::default();
+    let (shard_job, worker_job, sink) = (job.clone(), job.clone(), reports.clone());
+    let cluster = Cluster::new(settings)
+        .role(SHARD_ROLE, move |ctx| shard_role(ctx, shard_job.clone()))
+        .role(WORKER_ROLE, move |ctx| {
+            let (job, sink) = (worker_job.clone(), sink.clone());
+            async move {
+                let report = worker_role(ctx, job, |w| Ok(TinyMlp::new(w)), None).await?;
+                check_worker(&report)?;
+                if let Ok(mut r) = sink.lock() {
+                    r.push(report);
+                }
+                Ok::<(), RoleError>(())
+            }
+        });
+    launch(&cluster, &args)?;
+    // Where all workers ran here, they must agree on the parameters.
+    let reports = reports.lock().map(|r| r.clone()).unwrap_or_default();
+    if reports.windows(2).any(|w| w[0].params != w[1].params) {
+        return Err("workers ended with different parameters".into());
     }
     Ok(())
 }

@@ -7,10 +7,24 @@
 //! round's assignments. The custom rule `forgetting-sum` registered on the shards applies
 //! `row = GAMMA * row + delta`, so old assignments fade and the centroids move to the current
 //! means (the ratio `sum / count` is insensitive to the client applying its own deltas
-//! additively). The kit provides the roles, the clock loop and the in-process cluster.
-//! Run: `cargo run --release --example ps_custom`
+//! additively). The kit provides the roles and the clock loop; [`petrel::launcher`] runs the
+//! cluster the way the command line asks, with the app's own flags (`--rounds`) passed on:
+//!
+//! ```text
+//! # every node a thread of this process (the default)
+//! cargo run --release --example ps_custom -- --in-process --rounds 10
+//! # one process per node on this host: the same output, printed by the monitor's process
+//! cargo run --release --example ps_custom -- --processes --rounds 10
+//! # one node per host (shard-0 shard-1 worker-0 worker-1), after `petrel certs --bundle`
+//! cargo run --release --example ps_custom -- --node worker-0 --config cluster.toml
+//! ```
 
-use petrel::actors::Transport;
+use std::sync::Arc;
+
+use clap::Parser;
+use petrel::actors::{Cluster, Transport};
+use petrel::launcher::{LaunchArgs, launch};
+use petrel::ps::kit::{PsJob, local_topology, register};
 use petrel::ps::prelude::*;
 
 type Ctx<'a> = WorkerCtx<'a, WorkerDone>;
@@ -144,9 +158,35 @@ impl PsApp for KMeans {
     }
 }
 
+/// The launch flags and the app's own.
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    launch: LaunchArgs,
+    #[command(flatten)]
+    kmeans: KMeansConfig,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     petrel::init_tracing();
-    let out = run_local::<KMeans>(KMeansConfig::default(), 2, 2, Transport::Memory)?;
+    let cli = Cli::parse();
+    // Two shards (the first also runs the monitor) and two workers; in process they talk
+    // through memory, as processes over QUIC.
+    let settings = local_topology(KMeans::NAME, 2, 2, Transport::Memory)
+        .with(KMeans::tune_local)
+        .build()?;
+    let job = Arc::new(PsJob::<KMeans>::new(
+        &settings,
+        cli.kmeans,
+        PsRoles::GENERIC,
+    )?);
+    let launched = launch(&register(Cluster::new(settings), job.clone()), &cli.launch)?;
+    // The monitor's process has the result; the others are done.
+    if !launched.hosts(&job.monitor_node) {
+        return Ok(());
+    }
+    let out = job.take_result()?;
+    println!("k-means: {} rounds per worker", job.app.0.rounds);
     println!("centroids: {out:?}");
     for c in CENTERS {
         let near = out.iter().any(|x| (x[0] - c[0]).hypot(x[1] - c[1]) < 1.0);

@@ -3,9 +3,19 @@
 //! The app is a marker type with its wire types (`StradsApp`), a scheduler half
 //! (`Schedule`), a worker half (`Push`) and a `StradsJob` impl (roles, how each half is
 //! built, the outputs); the kit turns it into cluster roles (`register`) and a serial run
-//! (`run_serial`). Run: `cargo run --example strads_custom`.
+//! (`run_serial`). [`petrel::launcher`] runs the cluster as the command line says:
+//!
+//! ```text
+//! # every node a thread of this process (the default)
+//! cargo run --release --example strads_custom -- --in-process
+//! # one process per node on this host (the program re-executes itself per node)
+//! cargo run --release --example strads_custom -- --processes
+//! # one node per host (scheduler w0 w1), after `petrel certs --bundle`
+//! cargo run --release --example strads_custom -- --node w0 --config cluster.toml
+//! ```
 
 use petrel::actors::{Cluster, Topology, Transport};
+use petrel::launcher::{LaunchArgs, LaunchMode, launch};
 use petrel::messages::tensor::f32_bytes;
 use petrel::strads::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -162,6 +172,21 @@ impl StradsJob for Nnls {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     petrel::init_tracing();
+    let args = LaunchArgs::from_env();
+    // A cluster of one scheduler and two workers: threads of this process (talking through
+    // memory), or processes and hosts (over QUIC).
+    let settings = Topology::builder("nnls")
+        .transport(Transport::Memory)
+        .node("scheduler", &[Nnls::SCHEDULER_ROLE])
+        .node("w0", &[Nnls::WORKER_ROLE])
+        .node("w1", &[Nnls::WORKER_ROLE])
+        .build()?;
+    let cluster = register::<Nnls>(Cluster::new(settings));
+    if let LaunchMode::Node { .. } = args.mode() {
+        // One node of a larger run: the scheduler's process prints the result.
+        launch(&cluster, &args)?;
+        return Ok(());
+    }
     // The same halves in one thread, in the cluster's message order (what tests run).
     let (serial, run) = run_serial::<Nnls>(&(), 2, Delivery::Late)?;
     let (first, last) = (
@@ -175,13 +200,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if last.is_nan() || last >= 0.5 * first || serial.b.iter().any(|b| *b < 0.0) {
         return Err(format!("NNLS did not converge: {first} -> {last}").into());
     }
-    // A cluster of one scheduler and two workers, every node a thread of this process.
-    let settings = Topology::builder("nnls")
-        .transport(Transport::Memory)
-        .node("scheduler", &[Nnls::SCHEDULER_ROLE])
-        .node("w0", &[Nnls::WORKER_ROLE])
-        .node("w1", &[Nnls::WORKER_ROLE])
-        .build()?;
-    register::<Nnls>(Cluster::new(settings)).run_in_process()?;
+    launch(&cluster, &args)?;
     Ok(())
 }

@@ -2,15 +2,28 @@
 //!
 //! A "sensor" node streams readings to a "monitor" node at low priority, and raises alarms
 //! at high priority. The monitor keeps a priority mailbox, so when it falls behind, alarms
-//! are handled before the backlog of readings. Both nodes run as threads of this process,
-//! talking over authenticated QUIC on 127.0.0.1.
+//! are handled before the backlog of readings. The nodes talk over authenticated QUIC.
 //!
-//! Run: cargo run --release --example topology
+//! The same `main` runs the cluster three ways ([`petrel::launcher`]):
+//!
+//! ```text
+//! # every node a thread of this process (the default)
+//! cargo run --release --example topology -- --in-process
+//! # one process per node on this host (the program re-executes itself per node)
+//! cargo run --release --example topology -- --processes
+//! # one node per host: certificates and per-host bundles once, then on each host
+//! petrel certs --dir certs --nodes station,field --bundle
+//! cargo run --release --example topology -- --node station --config cluster.toml
+//! ```
+//!
+//! where `cluster.toml` gives each node's address and `certs_dir` (see README.md, "Compose
+//! your own cluster").
 
 use actix::prelude::*;
 use petrel::actors::{
     Cluster, HandlerError, Msg, NodeContext, NodeError, PriorityActor, PriorityInbox, Topology,
 };
+use petrel::launcher::{LaunchArgs, launch};
 use petrel::messages::{Priority, remote_message};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -166,15 +179,19 @@ async fn sensor_role(ctx: NodeContext) -> Result<(), NodeError> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     petrel::init_tracing();
+    let args = LaunchArgs::from_env();
     // 4. The topology: which nodes exist and which roles run where.
     let settings = Topology::builder("example")
         .node("station", &["monitor"])
         .node("field", &["sensor"])
         .build()?;
-    Cluster::new(settings)
+    let cluster = Cluster::new(settings)
         .role("monitor", monitor_role)
-        .role("sensor", sensor_role)
-        .run_in_process()?;
-    println!("done");
+        .role("sensor", sensor_role);
+    // 5. Run it as the command line says: threads, processes, or this host's node.
+    let launched = launch(&cluster, &args)?;
+    if !launched.runs_one_node() {
+        println!("done");
+    }
     Ok(())
 }

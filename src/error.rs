@@ -22,6 +22,15 @@ pub enum CliError {
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
+    /// A file could not be written.
+    #[error("{}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The runtime of a command could not start.
     #[error("tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),

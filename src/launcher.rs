@@ -1,67 +1,236 @@
-//! `petrel run`: launches a whole cluster on this machine as separate processes.
+//! The one launcher: a [`Cluster`] composed in code runs the same `main` three ways, chosen
+//! on the command line ([`LaunchArgs`]):
 //!
-//! It resolves free ports, generates the cluster's certificates (unless the settings name
-//! a `certs_dir`), writes the resolved settings next to them, and spawns one
-//! `petrel node --config … --name …` child per node. Child output is forwarded line by line
-//! with a `[node]` prefix. The first child that fails (or Ctrl-C) stops all the others,
-//! and the launcher returns an error naming it.
+//! - `--in-process` (the default): every node is a thread of this process.
+//! - `--processes`: the program re-executes itself once per node on this host. The parent
+//!   makes a private run directory (mode 0700, removed afterwards) with a fresh cluster CA
+//!   and one certificate per node (the CA key is never written), reserves ports, writes the
+//!   resolved settings, and starts every child in its own process group with a parent-death
+//!   signal, so no child outlives it however it ends. Children's logs (stderr) are prefixed
+//!   with `[node]`; their standard output is passed through unchanged. The first failure is
+//!   reported once, naming the node, its roles and the cause; the others are stopped.
+//! - `--node NAME --config FILE`: one node of a multi-host cluster. `FILE` holds the
+//!   addresses and `certs_dir` (see `petrel certs --bundle`); without `--node` the name comes
+//!   from `RANK` or `SLURM_PROCID` (the node at that position in the file) or the host name.
+//!
+//! `petrel run` and `petrel node` are this launcher for the built-in roles
+//! ([`crate::roles::builtin`]): `petrel run` starts `petrel node` children.
+//!
+//! SIGINT, SIGTERM and SIGHUP stop a launcher and a node the same way: the node tells the
+//! cluster it was interrupted and exits within [`SHUTDOWN_GRACE`]; the launcher stops its
+//! children (SIGTERM to each process group, SIGKILL after the grace period) and fails with
+//! [`LaunchError::Interrupted`].
 
 use indicatif::{ProgressBar, ProgressStyle};
-use petrel_actors::topology::reserve_ports;
-use petrel_actors::{NodeError, Settings, Transport};
+use petrel_actors::topology::{Wiring, reserve_ports};
+use petrel_actors::{Cluster, NodeError, Settings, Transport, error_chain, validate_node_name};
+use petrel_net::ClusterCredentials;
 use petrel_net::tls::ClusterCa;
+use std::ffi::OsString;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-/// Exit code of `petrel node` when another node's failure stopped it (it only followed).
+/// Exit code of a node when another node's failure stopped it (it only followed).
 pub const STOPPED_BY_PEER: u8 = 3;
+
+/// How long a node or launcher may take to stop after SIGINT/SIGTERM before it is forced.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
 
 /// How long `wait` looks for the node where a failure started once only followers exited.
 const ROOT_CAUSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Why a launched cluster could not start or did not finish.
+/// Set by the launcher in every child's environment: the run directory, where a failing
+/// node leaves its error for the launcher to report (so it is printed once).
+const LAUNCH_DIR_ENV: &str = "PETREL_LAUNCH_DIR";
+
+/// Variables that give a node its rank (its position in the settings' `[[nodes]]`).
+pub const RANK_VARIABLES: [&str; 2] = ["RANK", "SLURM_PROCID"];
+
+/// Why a cluster could not start or did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    /// The settings could not be read, resolved or written.
+    /// The settings could not be read, resolved or written, or a node failed in process.
     #[error(transparent)]
     Settings(#[from] NodeError),
-    /// `petrel run` starts one process per node, which needs QUIC between them.
-    #[error(
-        "petrel run starts one process per node, which needs cluster.transport = \"quic\" (got \"{0}\")"
-    )]
-    NeedsQuic(Transport),
+    /// The command line asks for something impossible.
+    #[error("{0}")]
+    Usage(String),
     /// Spawning, waiting for or writing for a child failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
-    /// The cluster's certificates could not be made.
+    /// The cluster's certificates could not be made or read, or are not this node's.
     #[error(transparent)]
     Tls(#[from] petrel_net::TlsError),
     /// A node exited with an error (the one where the failure started).
-    #[error("node {name} failed ({status}); its roles: {roles}")]
+    #[error("node {name} failed ({cause}); its roles: {roles}")]
     NodeFailed {
         /// The node.
         name: String,
         /// Its roles, comma separated.
         roles: String,
-        /// Its exit status.
-        status: String,
+        /// Its error and causes, or its exit status when it left no error.
+        cause: String,
     },
-    /// Ctrl-C.
-    #[error("interrupted; all nodes stopped")]
-    Interrupted,
+    /// SIGINT, SIGTERM or SIGHUP.
+    #[error("interrupted ({0}); all nodes stopped")]
+    Interrupted(String),
     /// The `--timeout-s` passed.
     #[error("cluster did not finish within {0:?}; all nodes stopped")]
     Timeout(Duration),
 }
 
+/// How a program that composes a cluster runs it; flatten into your own `clap` parser or
+/// read with [`LaunchArgs::from_env`].
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LaunchArgs {
+    /// Run every node as a thread of this process (the default).
+    #[arg(long, conflicts_with_all = ["processes", "node", "config"])]
+    pub in_process: bool,
+    /// Run one process per node on this host (this program, re-executed per node).
+    #[arg(long, conflicts_with_all = ["node", "config"])]
+    pub processes: bool,
+    /// Run only this node of a multi-host cluster (needs --config; default: from RANK or
+    /// SLURM_PROCID, or the host name).
+    #[arg(long, value_name = "NAME", requires = "config")]
+    pub node: Option<String>,
+    /// The multi-host cluster's settings: addresses and `certs_dir` of every node.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Keep the run's certificates and resolved settings here (--processes; default: a
+    /// private temporary directory, removed afterwards).
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+    /// Stop every node and fail after this many seconds (--processes).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(clap::Parser)]
+struct LaunchOnly {
+    #[command(flatten)]
+    launch: LaunchArgs,
+}
+
+impl LaunchArgs {
+    /// Parses this program's command line, which takes only the launch flags (a bad flag
+    /// prints usage and exits, as `clap` does).
+    pub fn from_env() -> Self {
+        <LaunchOnly as clap::Parser>::parse().launch
+    }
+
+    /// The mode these flags ask for.
+    pub fn mode(&self) -> LaunchMode {
+        match (&self.config, self.processes) {
+            (Some(config), _) => LaunchMode::Node {
+                name: self.node.clone(),
+                config: config.clone(),
+            },
+            (None, true) => LaunchMode::Processes,
+            (None, false) => LaunchMode::InProcess,
+        }
+    }
+
+    /// The launch options of this program: children re-execute it with the same arguments
+    /// (its own flags included), minus the launcher's, plus `--node NAME --config FILE`.
+    pub fn options(&self) -> Result<LaunchOptions, LaunchError> {
+        let mut opts = LaunchOptions::new()?;
+        opts.child = ChildCommand::ReExec {
+            program: std::env::current_exe()?,
+            args: strip_launch_flags(std::env::args_os().skip(1)),
+        };
+        opts.run_dir = self.run_dir.clone();
+        opts.timeout = self.timeout_s.map(Duration::from_secs);
+        Ok(opts)
+    }
+}
+
+/// This program's arguments without `--processes`, `--in-process`, `--run-dir DIR` and
+/// `--timeout-s N` (a child runs one node; the parent keeps those).
+fn strip_launch_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut args = args.peekable();
+    while let Some(a) = args.next() {
+        let text = a.to_string_lossy();
+        match text.as_ref() {
+            "--processes" | "--in-process" => {}
+            "--run-dir" | "--timeout-s" => {
+                args.next();
+            }
+            t if t.starts_with("--run-dir=") || t.starts_with("--timeout-s=") => {}
+            _ => out.push(a),
+        }
+    }
+    out
+}
+
+/// How a cluster runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LaunchMode {
+    /// Every node is a thread of this process.
+    InProcess,
+    /// One child process per node on this host.
+    Processes,
+    /// One node of a cluster described by `config`.
+    Node {
+        /// The node; `None`: from a rank variable or the host name.
+        name: Option<String>,
+        /// The settings file.
+        config: PathBuf,
+    },
+}
+
+/// What a child process runs for one node.
+#[derive(Clone, Debug)]
+pub enum ChildCommand {
+    /// `program ARGS… --node NAME --config FILE` (a user program re-executed).
+    ReExec {
+        /// The executable.
+        program: PathBuf,
+        /// Its arguments before the launcher's.
+        args: Vec<OsString>,
+    },
+    /// `program node --config FILE --name NAME` (the `petrel` binary).
+    PetrelNode {
+        /// The `petrel` executable.
+        program: PathBuf,
+    },
+}
+
+impl ChildCommand {
+    fn command(&self, node: &str, config: &Path) -> Command {
+        match self {
+            ChildCommand::ReExec { program, args } => {
+                let mut c = Command::new(program);
+                c.args(args)
+                    .arg("--node")
+                    .arg(node)
+                    .arg("--config")
+                    .arg(config);
+                c
+            }
+            ChildCommand::PetrelNode { program } => {
+                let mut c = Command::new(program);
+                c.arg("node")
+                    .arg("--config")
+                    .arg(config)
+                    .arg("--name")
+                    .arg(node);
+                c
+            }
+        }
+    }
+}
+
 /// How [`start`] launches the nodes.
 pub struct LaunchOptions {
-    /// The binary that runs `node` (default: this executable).
-    pub binary: PathBuf,
-    /// Where certificates and resolved settings go (default: a fresh temporary directory).
+    /// What each child runs (default: this executable's `petrel node`).
+    pub child: ChildCommand,
+    /// Where certificates and resolved settings go (default: a private temporary directory,
+    /// removed when the run ends).
     pub run_dir: Option<PathBuf>,
     /// Stop everything after this long.
     pub timeout: Option<Duration>,
@@ -73,7 +242,9 @@ impl LaunchOptions {
     /// Runs this executable's `node` command, in a temporary directory, without a timeout.
     pub fn new() -> Result<Self, LaunchError> {
         Ok(Self {
-            binary: std::env::current_exe()?,
+            child: ChildCommand::PetrelNode {
+                program: std::env::current_exe()?,
+            },
             run_dir: None,
             timeout: None,
             progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
@@ -81,26 +252,327 @@ impl LaunchOptions {
     }
 }
 
-/// What a finished run reports.
+/// What a finished `--processes` run reports.
 #[derive(Debug)]
 pub struct LaunchReport {
     /// Each node and when it finished, since the launch.
     pub nodes: Vec<(String, Duration)>,
-    /// Where the certificates and resolved settings are.
+    /// Where the certificates and resolved settings were (removed if it was temporary).
     pub run_dir: PathBuf,
 }
 
-/// Resolves ports and certificates for `settings` and writes `cluster.toml` into `dir`.
-pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
-    std::fs::create_dir_all(dir)?;
-    if settings.cluster.transport != Transport::Quic {
-        return Err(LaunchError::NeedsQuic(settings.cluster.transport));
+/// What [`launch`] did in this process.
+#[derive(Debug)]
+pub struct Launched {
+    /// The nodes whose roles ran in this process (all of them in process, one with
+    /// `--node`, none in the parent of `--processes`).
+    pub hosted: Vec<String>,
+    /// The children's report, in the parent of `--processes`.
+    pub report: Option<LaunchReport>,
+    single_node: bool,
+}
+
+impl Launched {
+    /// Whether node `name` ran in this process (so results its roles left here exist).
+    pub fn hosts(&self, name: &str) -> bool {
+        self.hosted.iter().any(|n| n == name)
     }
+
+    /// Whether this process only launched children (`--processes`).
+    pub fn is_launcher(&self) -> bool {
+        self.report.is_some()
+    }
+
+    /// Whether this process ran one node of a larger run (`--node`, or a child of
+    /// `--processes`): whole-run output belongs to the launcher or the in-process run.
+    pub fn runs_one_node(&self) -> bool {
+        self.single_node
+    }
+}
+
+/// Runs `cluster` as the command line says ([`LaunchArgs`]): the entry point of a program
+/// that composes its own cluster. A node started by `--processes` that fails exits here
+/// (its launcher reports the error); everywhere else errors are returned.
+pub fn launch(cluster: &Cluster, args: &LaunchArgs) -> Result<Launched, LaunchError> {
+    launch_with(cluster, args.mode(), args.options()?)
+}
+
+/// [`launch`] with the mode and options given directly (`petrel run` and `petrel node`).
+pub fn launch_with(
+    cluster: &Cluster,
+    mode: LaunchMode,
+    opts: LaunchOptions,
+) -> Result<Launched, LaunchError> {
+    match mode {
+        LaunchMode::InProcess => {
+            cluster.run_in_process()?;
+            Ok(Launched {
+                hosted: cluster
+                    .settings()
+                    .nodes
+                    .iter()
+                    .map(|n| n.name.clone())
+                    .collect(),
+                report: None,
+                single_node: false,
+            })
+        }
+        LaunchMode::Processes => {
+            let timeout = opts.timeout;
+            let report = runtime()?
+                .block_on(async { start_cluster(cluster, opts).await?.wait(timeout).await })?;
+            Ok(Launched {
+                hosted: Vec::new(),
+                report: Some(report),
+                single_node: false,
+            })
+        }
+        LaunchMode::Node { name, config } => {
+            let launched = std::env::var_os(LAUNCH_DIR_ENV).map(PathBuf::from);
+            match run_one_node(cluster, name.as_deref(), &config) {
+                Ok(name) => Ok(Launched {
+                    hosted: vec![name],
+                    report: None,
+                    single_node: true,
+                }),
+                Err((node, e)) => match launched {
+                    Some(dir) => {
+                        std::process::exit(report_failure(&dir, node.as_deref(), &e).into())
+                    }
+                    None => Err(e),
+                },
+            }
+        }
+    }
+}
+
+/// A node under a launcher leaves its error in the run directory for the launcher to print
+/// (once, with the node's name); it prints it itself only when that fails. Returns the exit
+/// code: [`STOPPED_BY_PEER`] when another node's failure stopped this one.
+fn report_failure(dir: &Path, node: Option<&str>, error: &LaunchError) -> u8 {
+    let follower = matches!(
+        error,
+        LaunchError::Settings(NodeError::PeerFailed { .. } | NodeError::RunFailed { .. })
+    );
+    let text = error_chain(error);
+    let written = node.is_some_and(|n| {
+        let failures = dir.join("failures");
+        std::fs::create_dir_all(&failures).is_ok()
+            && std::fs::write(failures.join(n), &text).is_ok()
+    });
+    if !written {
+        let _ = writeln!(std::io::stderr(), "error: {text}");
+    }
+    if follower { STOPPED_BY_PEER } else { 1 }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, LaunchError> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?)
+}
+
+/// Runs one node of the cluster in `config`; returns its name. The error carries the name
+/// once it is known.
+fn run_one_node(
+    cluster: &Cluster,
+    name: Option<&str>,
+    config: &Path,
+) -> Result<String, (Option<String>, LaunchError)> {
+    let no_name = |e: LaunchError| (None, e);
+    let file = Settings::load(config).map_err(|e| no_name(e.into()))?;
+    let settings = merge_topology(cluster.settings(), file).map_err(no_name)?;
+    let name = node_name(name, &settings).map_err(no_name)?;
+    let named = |e: LaunchError| (Some(name.clone()), e);
+    let cluster = cluster.with_settings(settings);
+    cluster.check_settings().map_err(|e| named(e.into()))?;
+    let creds = node_credentials(cluster.settings(), &name, config).map_err(named)?;
+    cluster
+        .run_node_until(&name, Wiring::Quic(creds), stop_signal())
+        .map_err(|e| named(e.into()))?;
+    Ok(name)
+}
+
+/// The settings a node runs with: the file's, checked against the program's topology. The
+/// file must name the same nodes; a node's roles may be left out of the file (the code's are
+/// used), and if given must be the code's. `[app.*]` sections come from the file when it has
+/// any, else from the code.
+fn merge_topology(code: &Settings, mut file: Settings) -> Result<Settings, LaunchError> {
+    let names = |s: &Settings| {
+        let mut v: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
+        v.sort();
+        v
+    };
+    if names(code) != names(&file) {
+        return Err(LaunchError::Usage(format!(
+            "the settings file names nodes {} but this program's topology has {}",
+            names(&file).join(", "),
+            names(code).join(", ")
+        )));
+    }
+    for n in &mut file.nodes {
+        let Some(c) = code.nodes.iter().find(|c| c.name == n.name) else {
+            continue;
+        };
+        if n.roles.is_empty() {
+            n.roles = c.roles.clone();
+        } else if n.roles != c.roles {
+            return Err(LaunchError::Usage(format!(
+                "node {}: the settings file gives roles [{}] but this program's topology has [{}]",
+                n.name,
+                n.roles.join(", "),
+                c.roles.join(", ")
+            )));
+        }
+    }
+    if file.app.is_empty() {
+        file.app = code.app.clone();
+    }
+    Ok(file)
+}
+
+/// This node's name: `--node`/`--name`, else the node at position `RANK`/`SLURM_PROCID`,
+/// else the node named like this host. It must be a node of `settings`.
+pub fn node_name(given: Option<&str>, settings: &Settings) -> Result<String, LaunchError> {
+    let known = || {
+        settings
+            .nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(name) = given {
+        validate_node_name(name)?;
+        return match settings.node_index(name) {
+            Some(_) => Ok(name.to_string()),
+            None => Err(LaunchError::Usage(format!(
+                "node {name} is not in the topology (nodes: {})",
+                known()
+            ))),
+        };
+    }
+    for var in RANK_VARIABLES {
+        let Ok(text) = std::env::var(var) else {
+            continue;
+        };
+        let rank: usize = text.trim().parse().map_err(|_| {
+            LaunchError::Usage(format!("{var}={text:?} is not a rank (a number from 0)"))
+        })?;
+        return match settings.nodes.get(rank) {
+            Some(n) => Ok(n.name.clone()),
+            None => Err(LaunchError::Usage(format!(
+                "{var}={rank} but the settings have only {} nodes ({})",
+                settings.nodes.len(),
+                known()
+            ))),
+        };
+    }
+    let host = host_name();
+    let short = host.split('.').next().unwrap_or_default();
+    match settings
+        .nodes
+        .iter()
+        .find(|n| n.name == host || n.name == short)
+    {
+        Some(n) => Ok(n.name.clone()),
+        None => Err(LaunchError::Usage(format!(
+            "which node is this? give --node NAME, or set RANK or SLURM_PROCID, or name a node like this host ({host}); nodes: {}",
+            known()
+        ))),
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// This node's credentials from `cluster.certs_dir`, checked to be issued for this node by
+/// the CA in the same directory.
+fn node_credentials(
+    settings: &Settings,
+    name: &str,
+    config: &Path,
+) -> Result<ClusterCredentials, LaunchError> {
+    if settings.cluster.transport != Transport::Quic {
+        return Err(LaunchError::Usage(format!(
+            "{}: a node in its own process needs cluster.transport = \"quic\"",
+            config.display()
+        )));
+    }
+    let Some(dir) = &settings.cluster.certs_dir else {
+        return Err(LaunchError::Usage(format!(
+            "{}: cluster.certs_dir is not set; create certificates with `petrel certs --bundle`",
+            config.display()
+        )));
+    };
+    let creds = ClusterCredentials::load(dir, name)?;
+    creds.verify_node(name)?;
+    Ok(creds)
+}
+
+/// Resolves at the first SIGINT, SIGTERM or SIGHUP with its name, and from then on makes
+/// sure the process is gone within [`SHUTDOWN_GRACE`] even if the shutdown hangs.
+async fn stop_signal() -> String {
+    let cause = wait_for_signal().await;
+    tracing::debug!(signal = %cause, "stopping");
+    let _ = std::thread::Builder::new()
+        .name("petrel-shutdown-watchdog".into())
+        .spawn(|| {
+            std::thread::sleep(SHUTDOWN_GRACE);
+            std::process::exit(130);
+        });
+    cause
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() -> String {
+    use tokio::signal::unix::{SignalKind, signal};
+    let kinds = [
+        (SignalKind::interrupt(), "SIGINT"),
+        (SignalKind::terminate(), "SIGTERM"),
+        (SignalKind::hangup(), "SIGHUP"),
+    ];
+    let mut streams = Vec::new();
+    for (kind, name) in kinds {
+        match signal(kind) {
+            Ok(s) => streams.push((s, name)),
+            Err(e) => tracing::debug!(signal = name, error = %e, "cannot listen"),
+        }
+    }
+    if streams.is_empty() {
+        return futures::future::pending().await;
+    }
+    let waits = streams.iter_mut().map(|(s, name)| {
+        let name: &'static str = name;
+        Box::pin(async move {
+            s.recv().await;
+            name.to_string()
+        })
+    });
+    futures::future::select_all(waits).await.0
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() -> String {
+    let _ = tokio::signal::ctrl_c().await;
+    "Ctrl-C".to_string()
+}
+
+/// Resolves ports and certificates for `settings` and writes `cluster.toml` into `dir`.
+/// Only the CA certificate and the nodes' keys are written: the CA key stays in memory.
+pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
+    create_private_dir(dir)?;
+    // Every node is its own process here: they reach each other over QUIC whatever the
+    // in-process transport of the topology was.
+    settings.cluster.transport = Transport::Quic;
     reserve_ports(&mut settings)?;
     if settings.cluster.certs_dir.is_none() {
         let certs = dir.join("certs");
         let ca = ClusterCa::generate()?;
-        ca.write(&certs)?;
         for n in &settings.nodes {
             ca.issue(&n.name)?.write(&certs, &n.name)?;
         }
@@ -111,7 +583,17 @@ pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchErro
     Ok(path)
 }
 
-/// Runs the cluster described by `config` to completion.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Runs the cluster described by `config` (built-in roles) to completion.
 pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, LaunchError> {
     let settings = Settings::load(config)?;
     let timeout = opts.timeout;
@@ -125,20 +607,30 @@ pub struct Running {
     roles: Vec<(String, String)>,
     started: Instant,
     run_dir: PathBuf,
+    /// The temporary run directory, removed when the run ends.
+    _temp: Option<tempfile::TempDir>,
     bar: ProgressBar,
 }
 
-/// Launches one process per node of `settings` and returns at once.
+/// Launches one process per node of `settings` (built-in roles) and returns at once.
 pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, LaunchError> {
-    // Unknown roles and bad `[app.*]` values fail here, before any process starts.
-    crate::roles::builtin(settings.clone()).check_settings()?;
-    let run_dir = match &opts.run_dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir().join(format!(
-            "petrel-run-{}-{}",
-            settings.cluster.name,
-            std::process::id()
-        )),
+    start_cluster(&crate::roles::builtin(settings), opts).await
+}
+
+/// Launches one process per node of `cluster` and returns at once. What can be checked
+/// before a process starts is: unregistered roles, bad `[app.*]` sections, names, ports.
+pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Running, LaunchError> {
+    cluster.check_settings()?;
+    let settings = cluster.settings().clone();
+    let (run_dir, temp) = match &opts.run_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            // tempfile creates it 0700 with a unique name.
+            let t = tempfile::Builder::new()
+                .prefix(&format!("petrel-run-{}-", settings.cluster.name))
+                .tempdir()?;
+            (t.path().to_path_buf(), Some(t))
+        }
     };
     let resolved = prepare(settings.clone(), &run_dir)?;
     let names: Vec<String> = settings.nodes.iter().map(|n| n.name.clone()).collect();
@@ -157,22 +649,25 @@ pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, L
     };
     let mut children: Vec<(String, Child)> = Vec::new();
     for name in &names {
-        let mut cmd = Command::new(&opts.binary);
-        cmd.arg("node")
-            .arg("--config")
-            .arg(&resolved)
-            .arg("--name")
-            .arg(name)
+        let mut cmd = opts.child.command(name, &resolved);
+        cmd.env(LAUNCH_DIR_ENV, &run_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd.spawn()?;
-        forward(name, child.stdout.take(), bar.clone());
-        forward(name, child.stderr.take(), bar.clone());
+        die_with_parent(&mut cmd);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                stop_all(&mut children).await;
+                return Err(e.into());
+            }
+        };
+        forward(name, child.stdout.take(), bar.clone(), Stream::Out);
+        forward(name, child.stderr.take(), bar.clone(), Stream::Err);
         children.push((name.clone(), child));
     }
-    tracing::info!(nodes = names.len(), dir = %run_dir.display(), "cluster launched");
+    tracing::debug!(nodes = names.len(), dir = %run_dir.display(), "cluster launched");
     let roles = settings
         .nodes
         .iter()
@@ -183,8 +678,34 @@ pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, L
         roles,
         started: Instant::now(),
         run_dir,
+        _temp: temp,
         bar,
     })
+}
+
+/// Each child gets its own process group (so the launcher can stop everything it started,
+/// and a terminal's Ctrl-C reaches only the launcher, which stops the children in order)
+/// and, on Linux, SIGKILL when the launcher dies, even by SIGKILL.
+fn die_with_parent(cmd: &mut Command) {
+    #[cfg(unix)]
+    cmd.process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid).
+        let parent = std::process::id() as libc::pid_t;
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The launcher died before prctl took effect: do not start at all.
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::other("launcher exited"));
+                }
+                Ok(())
+            });
+        }
+    }
 }
 
 impl Running {
@@ -201,16 +722,27 @@ impl Running {
         &self.run_dir
     }
 
+    /// The error a node left (see [`report_failure`]), else its exit status.
+    fn cause(&self, name: &str, status: &str) -> String {
+        std::fs::read_to_string(self.run_dir.join("failures").join(name))
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| status.to_string())
+    }
+
     /// Waits until every node exited successfully, or stops them all at the first failure,
     /// naming the node where it started: nodes that exit with [`STOPPED_BY_PEER`] only
     /// followed another node's failure, so a root cause is awaited briefly before one of
-    /// them is named. Also stops them all on Ctrl-C, or after `timeout`.
+    /// them is named. Also stops them all on SIGINT/SIGTERM/SIGHUP, or after `timeout`.
     pub async fn wait(mut self, timeout: Option<Duration>) -> Result<LaunchReport, LaunchError> {
         let deadline = timeout.map(|t| self.started + t);
         let mut finished: Vec<(String, Duration)> = Vec::new();
         // Nodes that exited non-zero: (name, status, stopped only because of a peer).
         let mut failed: Vec<(String, String, bool)> = Vec::new();
         let mut first_failure_at: Option<Instant> = None;
+        let signal = wait_for_signal();
+        tokio::pin!(signal);
         let outcome = loop {
             for (name, child) in &mut self.children {
                 if finished.iter().any(|(n, _)| n == name) || failed.iter().any(|f| &f.0 == name) {
@@ -239,7 +771,7 @@ impl Running {
                 break Err(LaunchError::NodeFailed {
                     name: name.clone(),
                     roles,
-                    status: status.clone(),
+                    cause: self.cause(name, status),
                 });
             }
             if finished.len() == self.children.len() {
@@ -250,7 +782,7 @@ impl Running {
             }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                _ = tokio::signal::ctrl_c() => break Err(LaunchError::Interrupted),
+                cause = &mut signal => break Err(LaunchError::Interrupted(cause)),
             }
         };
         self.bar.finish_and_clear();
@@ -259,26 +791,62 @@ impl Running {
         }
         outcome.map(|()| LaunchReport {
             nodes: finished,
-            run_dir: self.run_dir,
+            run_dir: self.run_dir.clone(),
         })
     }
 }
 
-/// SIGTERM-free stop: children are killed (they hold no state worth a graceful exit that
-/// a dead peer would not also lose), then reaped.
+/// Stops every child still running: SIGTERM to its process group (a node then tells the
+/// cluster and exits), SIGKILL to the group after [`SHUTDOWN_GRACE`]; then reaps them.
 async fn stop_all(children: &mut [(String, Child)]) {
-    for (name, child) in children.iter_mut() {
-        if matches!(child.try_wait(), Ok(None)) {
-            tracing::info!(node = %name, "stopping");
-            let _ = child.start_kill();
-        }
+    let running: Vec<usize> = (0..children.len())
+        .filter(|&i| matches!(children[i].1.try_wait(), Ok(None)))
+        .collect();
+    for &i in &running {
+        tracing::debug!(node = %children[i].0, "stopping");
+        signal_group(&mut children[i].1, Stop::Term);
     }
-    for (_, child) in children.iter_mut() {
-        let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+    let deadline = Instant::now() + SHUTDOWN_GRACE;
+    for &i in &running {
+        let child = &mut children[i].1;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, child.wait()).await.is_err() {
+            signal_group(child, Stop::Kill);
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, child.wait()).await;
+        }
     }
 }
 
-fn forward<R>(name: &str, stream: Option<R>, bar: ProgressBar)
+enum Stop {
+    Term,
+    Kill,
+}
+
+fn signal_group(child: &mut Child, how: Stop) {
+    #[cfg(unix)]
+    if let Some(pid) = child.id() {
+        let sig = match how {
+            Stop::Term => libc::SIGTERM,
+            Stop::Kill => libc::SIGKILL,
+        };
+        // SAFETY: killpg only sends a signal; the group is the child's own (process_group(0)).
+        if unsafe { libc::killpg(pid as libc::pid_t, sig) } == 0 {
+            return;
+        }
+    }
+    let _ = how;
+    let _ = child.start_kill();
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Out,
+    Err,
+}
+
+/// Forwards a child's output line by line: stdout unchanged (the program's output), stderr
+/// (its logs) prefixed with `[node]`. A closed terminal or pipe is ignored, never a panic.
+fn forward<R>(name: &str, stream: Option<R>, bar: ProgressBar, which: Stream)
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
@@ -287,11 +855,90 @@ where
     tokio::spawn(async move {
         let mut lines = BufReader::new(stream).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if bar.is_hidden() {
-                eprintln!("{prefix} {line}");
-            } else {
-                bar.println(format!("{prefix} {line}"));
-            }
+            let text = match which {
+                Stream::Out => line,
+                Stream::Err => format!("{prefix} {line}"),
+            };
+            bar.suspend(|| {
+                let _ = match which {
+                    Stream::Out => writeln!(std::io::stdout().lock(), "{text}"),
+                    Stream::Err => writeln!(std::io::stderr().lock(), "{text}"),
+                };
+            });
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petrel_actors::Topology;
+
+    #[test]
+    fn launch_flags_are_stripped_for_children() {
+        let args = [
+            "--rounds",
+            "5",
+            "--processes",
+            "--run-dir",
+            "/x",
+            "--timeout-s=9",
+            "--verbose",
+        ]
+        .map(OsString::from);
+        assert_eq!(
+            strip_launch_flags(args.into_iter()),
+            ["--rounds", "5", "--verbose"].map(OsString::from)
+        );
+    }
+
+    #[test]
+    fn modes_follow_the_flags() {
+        let mut a = LaunchArgs::default();
+        assert_eq!(a.mode(), LaunchMode::InProcess);
+        a.processes = true;
+        assert_eq!(a.mode(), LaunchMode::Processes);
+        let a = LaunchArgs {
+            config: Some("c.toml".into()),
+            ..LaunchArgs::default()
+        };
+        assert!(matches!(a.mode(), LaunchMode::Node { name: None, .. }));
+    }
+
+    fn topo() -> Settings {
+        Topology::builder("t")
+            .node("a", &["x"])
+            .node("b", &["y"])
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn node_names_come_from_the_flag_and_must_exist() {
+        let s = topo();
+        assert_eq!(node_name(Some("b"), &s).unwrap(), "b");
+        let e = node_name(Some("c"), &s).unwrap_err().to_string();
+        assert!(
+            e.contains("node c is not in the topology (nodes: a, b)"),
+            "{e}"
+        );
+        assert!(node_name(Some("../a"), &s).is_err());
+    }
+
+    #[test]
+    fn a_file_must_describe_the_programs_topology() {
+        let code = topo();
+        let mut file = code.clone();
+        for n in &mut file.nodes {
+            n.roles.clear();
+        }
+        let merged = merge_topology(&code, file.clone()).unwrap();
+        assert_eq!(merged.nodes, code.nodes);
+        file.nodes[1].roles = vec!["x".into()];
+        let e = merge_topology(&code, file.clone()).unwrap_err().to_string();
+        assert!(e.contains("node b"), "{e}");
+        file.nodes.pop();
+        let e = merge_topology(&code, file).unwrap_err().to_string();
+        assert!(e.contains("names nodes a but"), "{e}");
+    }
 }

@@ -27,10 +27,12 @@
 //!
 //! Build the settings in code with [`actors::Topology`] (or read TOML with
 //! [`actors::Settings::load`]), register the code of each role with
-//! [`actors::Cluster::role`] — any `async fn(NodeContext) -> Result<(), E>` — and run it:
-//! every node in this process ([`actors::Cluster::run_in_process`]), one node per process
-//! ([`actors::Cluster::run_node`], what `petrel node` does), or all processes on this
-//! machine ([`launcher`], what `petrel run` does). A role's error keeps its cause chain
+//! [`actors::Cluster::role`] — any `async fn(NodeContext) -> Result<(), E>` — and run it
+//! with [`launcher::launch`], which reads the mode from the command line: every node a
+//! thread of this process (`--in-process`), one process per node on this host
+//! (`--processes`: the program re-executes itself), or one node of a multi-host cluster
+//! (`--node NAME --config FILE`). `petrel run` and `petrel node` are the same launcher for
+//! the built-in roles. A role's error keeps its cause chain
 //! ([`actors::RoleError`]); [`actors::error_chain`] prints it once.
 //!
 //! ```no_run
@@ -88,6 +90,7 @@ mod error;
 pub mod fuzzing;
 pub mod launcher;
 pub mod netns;
+pub mod recovery;
 pub mod report;
 pub mod roles;
 // STRADS' `petrel train` glue documents its own items.
@@ -101,11 +104,14 @@ pub mod prelude {
     pub use petrel_actors::prelude::*;
 }
 
-/// Sets up `tracing` output to stderr, filtered by `RUST_LOG` (default `info`).
+/// Sets up `tracing` output to stderr, filtered by `RUST_LOG` (default `info`). A closed
+/// stderr (a launcher that died, a closed pipe) drops log lines silently instead of
+/// panicking the thread that logged.
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
+        .log_internal_errors(false)
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

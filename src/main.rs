@@ -1,13 +1,12 @@
 //! The `petrel` command line.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use petrel::CliError;
-use petrel::launcher::{self, LaunchOptions};
+use petrel::launcher::{self, LaunchError, LaunchMode, LaunchOptions};
 use petrel::netns::{Hosts, LinkShape};
-use petrel_actors::topology::Wiring;
-use petrel_actors::{NodeError, Settings, error_chain};
-use petrel_net::ClusterCredentials;
+use petrel_actors::{NodeError, Settings, error_chain, validate_node_name};
 use petrel_net::tls::ClusterCa;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -41,12 +40,14 @@ enum Command {
     },
     /// Run one node of a cluster (multi-host: start one on every host).
     Node {
-        /// Cluster settings (TOML); `cluster.certs_dir` must hold this node's certificate.
+        /// Cluster settings (TOML); `cluster.certs_dir` (relative to this file) must hold
+        /// this node's certificate.
         #[arg(long)]
         config: PathBuf,
-        /// This node's name in the settings.
+        /// This node's name in the settings (default: the node at position RANK or
+        /// SLURM_PROCID, else the node named like this host).
         #[arg(long)]
-        name: String,
+        name: Option<String>,
     },
     /// Create a cluster CA and one certificate per node.
     Certs {
@@ -56,8 +57,15 @@ enum Command {
         /// Node names (comma separated), or take them from --config.
         #[arg(long, value_delimiter = ',')]
         nodes: Vec<String>,
+        /// Cluster settings whose nodes get certificates.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Also write one directory per node, DIR/bundles/NODE, with only what that host
+        /// needs: ca.pem, NODE.pem, NODE.key and (with --config) a cluster.toml whose
+        /// certs_dir is the bundle itself. Copy it to the host and run
+        /// `petrel node --config NODE/cluster.toml`.
+        #[arg(long)]
+        bundle: bool,
     },
     /// Emulated hosts in network namespaces (needs root).
     Netns {
@@ -128,6 +136,9 @@ enum BenchCommand {
     /// A multi-process cluster under sustained load, sampling every node's memory.
     Soak(petrel::bench::soak::SoakBenchArgs),
     // bench: systems add their benchmarks below this line
+    /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
+    /// transport ceiling (and a peer such as ps-lite).
+    Ps(petrel::bench::ps::PsBenchArgs),
     /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
     Consistency(petrel::bench::consistency::ConsistencyBenchArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
@@ -146,11 +157,23 @@ enum BenchCommand {
 
 fn main() -> ExitCode {
     petrel::init_tracing();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     if let Command::Node { config, name } = &cli.command {
-        return node_command(config, name);
+        return node_command(config, name.as_deref());
     }
-    match dispatch(cli.command) {
+    // `petrel train APP`: the flags given on the command line override the job file.
+    let given = match matches.subcommand() {
+        Some(("train", train)) => train
+            .subcommand()
+            .map(|(_, app)| petrel::train::jobfile::given_ids(app))
+            .unwrap_or_default(),
+        _ => BTreeSet::new(),
+    };
+    match dispatch(cli.command, &given) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e, ExitCode::FAILURE),
     }
@@ -162,42 +185,33 @@ fn fail(error: &(dyn std::error::Error + 'static), code: ExitCode) -> ExitCode {
     code
 }
 
-fn tokio_runtime() -> Result<tokio::runtime::Runtime, CliError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(CliError::Runtime)
-}
-
 /// `petrel node`: exits 0 when the run finished, 1 when it failed on this node, and
 /// [`petrel::launcher::STOPPED_BY_PEER`] when another node's failure stopped it (so
-/// `petrel run` names the node where the failure started).
-fn node_command(config: &std::path::Path, name: &str) -> ExitCode {
+/// `petrel run` names the node where the failure started). Under `petrel run` the launcher
+/// prints the error; alone, this prints it.
+fn node_command(config: &std::path::Path, name: Option<&str>) -> ExitCode {
     let settings = match Settings::load(config) {
         Ok(s) => s,
         Err(e) => return fail(&e, ExitCode::FAILURE),
     };
-    let Some(dir) = settings.cluster.certs_dir.clone() else {
-        let e = CliError::Usage(
-            "cluster.certs_dir is not set; create certificates with `petrel certs`".into(),
-        );
-        return fail(&e, ExitCode::FAILURE);
+    let mode = LaunchMode::Node {
+        name: name.map(str::to_string),
+        config: config.to_path_buf(),
     };
-    let creds = match ClusterCredentials::load(&dir, name) {
-        Ok(c) => c,
+    let opts = match LaunchOptions::new() {
+        Ok(o) => o,
         Err(e) => return fail(&e, ExitCode::FAILURE),
     };
-    match petrel::roles::builtin(settings).run_node(name, Wiring::Quic(creds)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e @ (NodeError::PeerFailed { .. } | NodeError::RunFailed { .. })) => {
-            fail(&e, ExitCode::from(petrel::launcher::STOPPED_BY_PEER))
-        }
+    match launcher::launch_with(&petrel::roles::builtin(settings), mode, opts) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(
+            e @ LaunchError::Settings(NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }),
+        ) => fail(&e, ExitCode::from(petrel::launcher::STOPPED_BY_PEER)),
         Err(e) => fail(&e, ExitCode::FAILURE),
     }
 }
 
-fn dispatch(command: Command) -> Result<(), CliError> {
+fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> {
     match command {
         Command::Run {
             config,
@@ -205,56 +219,35 @@ fn dispatch(command: Command) -> Result<(), CliError> {
             timeout_s,
             in_process,
         } => {
-            if in_process {
-                let settings = Settings::load(&config)?;
-                return Ok(petrel::roles::builtin(settings).run_in_process()?);
-            }
+            let cluster = petrel::roles::builtin(Settings::load(&config)?);
+            let mode = if in_process {
+                LaunchMode::InProcess
+            } else {
+                LaunchMode::Processes
+            };
             let mut opts = LaunchOptions::new()?;
             opts.run_dir = run_dir;
             opts.timeout = timeout_s.map(Duration::from_secs);
-            let report = tokio_runtime()?.block_on(launcher::run(&config, opts))?;
+            let Some(report) = launcher::launch_with(&cluster, mode, opts)?.report else {
+                return Ok(());
+            };
             for (name, t) in &report.nodes {
                 tracing::info!(node = %name, seconds = format!("{:.2}", t.as_secs_f64()), "node finished");
             }
-            tracing::info!(
+            tracing::debug!(
                 "cluster finished; run directory {}",
                 report.run_dir.display()
             );
             Ok(())
         }
         // main() runs `petrel node` through node_command for its exit codes.
-        Command::Node { name, .. } => Err(CliError::Usage(format!(
-            "`petrel node --name {name}` runs in main"
-        ))),
-        Command::Certs { dir, nodes, config } => {
-            let mut names = nodes;
-            if let Some(c) = config {
-                let s = Settings::load(&c)?;
-                names.extend(s.nodes.iter().map(|n| n.name.clone()));
-            }
-            if names.is_empty() {
-                return Err(CliError::Usage(
-                    "name the nodes with --nodes a,b,c or --config".into(),
-                ));
-            }
-            let ca = match ClusterCa::load(&dir) {
-                Ok(ca) => ca,
-                Err(_) => {
-                    let ca = ClusterCa::generate()?;
-                    ca.write(&dir)?;
-                    ca
-                }
-            };
-            for n in &names {
-                ca.issue(n).and_then(|c| c.write(&dir, n))?;
-            }
-            println!(
-                "wrote CA and {} node certificates to {}",
-                names.len(),
-                dir.display()
-            );
-            Ok(())
-        }
+        Command::Node { .. } => Err(CliError::Usage("`petrel node` runs in main".into())),
+        Command::Certs {
+            dir,
+            nodes,
+            config,
+            bundle,
+        } => certs_command(&dir, nodes, config.as_deref(), bundle),
         Command::Netns { command } => match command {
             NetnsCommand::Up {
                 hosts,
@@ -289,6 +282,7 @@ fn dispatch(command: Command) -> Result<(), CliError> {
             BenchCommand::Soak(args) => Ok(petrel::bench::soak::run(args)?),
             // bench dispatch: systems add their arms below this line; each maps its own error
             // type with `CliError::command`.
+            BenchCommand::Ps(args) => Ok(petrel::bench::ps::run(args)?),
             BenchCommand::Consistency(args) => {
                 petrel::bench::consistency::run(args).map_err(CliError::command)
             }
@@ -306,28 +300,94 @@ fn dispatch(command: Command) -> Result<(), CliError> {
         // commands dispatch: applications add their arms below this line; each maps its own
         // error type with `CliError::command`.
         Command::Train { app } => match app {
-            TrainCommand::PsMf(args) => train_ps::<petrel::ps::PsMf>(args),
-            TrainCommand::PsLr(args) => train_ps::<petrel::ps::PsLr>(args),
-            TrainCommand::PsLda(args) => train_ps::<petrel::ps::PsLda>(args),
+            TrainCommand::PsMf(args) => train_ps::<petrel::ps::PsMf>(args, given),
+            TrainCommand::PsLr(args) => train_ps::<petrel::ps::PsLr>(args, given),
+            TrainCommand::PsLda(args) => train_ps::<petrel::ps::PsLda>(args, given),
             TrainCommand::Lasso(args) => {
-                petrel::train::train_lasso(args).map_err(CliError::command)
+                petrel::train::train_lasso(args, given).map_err(CliError::command)
             }
             TrainCommand::StradsMf(args) => {
-                petrel::train::train_mf(args).map_err(CliError::command)
+                petrel::train::train_mf(args, given).map_err(CliError::command)
             }
-            TrainCommand::Lda(args) => petrel::train::train_lda(args).map_err(CliError::command),
+            TrainCommand::Lda(args) => {
+                petrel::train::train_lda(args, given).map_err(CliError::command)
+            }
             TrainCommand::Logistic(args) => {
-                petrel::train::train_logistic(args).map_err(CliError::command)
+                petrel::train::train_logistic(args, given).map_err(CliError::command)
             }
         },
     }
 }
 
-/// `petrel train ps-*`: runs the parameter-server app in process and prints its summary.
-fn train_ps<A: petrel::ps::PsApp>(
-    args: petrel::ps::PsTrainArgs<A::Config>,
+/// `petrel certs`: every name is checked before anything is written.
+fn certs_command(
+    dir: &std::path::Path,
+    nodes: Vec<String>,
+    config: Option<&std::path::Path>,
+    bundle: bool,
 ) -> Result<(), CliError> {
-    let summary = petrel::ps::train::<A>(args).map_err(CliError::command)?;
+    let mut names = nodes;
+    let settings = config.map(Settings::load).transpose()?;
+    if let Some(s) = &settings {
+        names.extend(s.nodes.iter().map(|n| n.name.clone()));
+    }
+    if names.is_empty() {
+        return Err(CliError::Usage(
+            "name the nodes with --nodes a,b,c or --config".into(),
+        ));
+    }
+    for n in &names {
+        validate_node_name(n)?;
+    }
+    let ca = match ClusterCa::load(dir) {
+        Ok(ca) => ca,
+        Err(_) => {
+            let ca = ClusterCa::generate()?;
+            ca.write(dir)?;
+            ca
+        }
+    };
+    for n in &names {
+        let creds = ca.issue(n)?;
+        creds.write(dir, n)?;
+        if bundle {
+            let host = dir.join("bundles").join(n);
+            creds.write(&host, n)?;
+            if let Some(s) = &settings {
+                let mut s = s.clone();
+                // Relative to the bundle's cluster.toml: the bundle itself.
+                s.cluster.certs_dir = Some(PathBuf::from("."));
+                let path = host.join("cluster.toml");
+                std::fs::write(&path, s.to_toml()?).map_err(|source| CliError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+            }
+        }
+    }
+    println!(
+        "wrote CA and {} node certificates to {}{}",
+        names.len(),
+        dir.display(),
+        if bundle {
+            " and one bundle per node to bundles/"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// `petrel train ps-*`: runs the parameter-server app in process and prints its summary.
+fn train_ps<A>(
+    args: petrel::ps::PsTrainArgs<<A as petrel::ps::PsApp>::Config>,
+    given: &BTreeSet<String>,
+) -> Result<(), CliError>
+where
+    A: petrel::ps::PsApp + petrel::train::TrainApp<Job = <A as petrel::ps::PsApp>::Config>,
+    <A as petrel::ps::PsApp>::Config: serde::Serialize,
+{
+    let summary = petrel::train::train_ps::<A>(args, given).map_err(CliError::command)?;
     println!("{summary}");
     Ok(())
 }

@@ -9,6 +9,7 @@ pub fn builtin(settings: Settings) -> Cluster {
     let cluster = Cluster::new(settings);
     // roles: demo
     let cluster = crate::demo::register(cluster);
+    let cluster = crate::bench::ps::register(cluster);
     // roles: parameter server (issue 3) -- add `let cluster = ...::register(cluster);` below
     let cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);
     let cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);

@@ -1,9 +1,11 @@
 //! The examples are part of the product: each custom-app example (one per paradigm) and the
-//! topology example must run to completion. `cargo test` builds the examples before it runs
-//! any test, so this test starts the built binaries (`target/<profile>/examples/<name>`).
+//! topology example must run to completion, with every node a thread of one process
+//! (`--in-process`) and with one process per node (`--processes`, the program re-executing
+//! itself), printing the same results both ways. `cargo test` builds the examples before it
+//! runs any test, so this test starts the built binaries (`target/<profile>/examples/<name>`).
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn example_binary(name: &str) -> PathBuf {
@@ -18,48 +20,145 @@ fn example_binary(name: &str) -> PathBuf {
         .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
 }
 
-fn run_example(name: &str) {
+/// Runs example `name` with `args`; returns its standard output and standard error.
+fn run_example(name: &str, args: &[&str]) -> (String, String) {
     let bin = example_binary(name);
     assert!(
         bin.exists(),
         "{} is missing: build the examples first (`cargo test` does; `cargo build --examples`)",
         bin.display()
     );
+    let tmp = tempfile::tempdir().unwrap();
     let start = Instant::now();
     let mut child = Command::new(&bin)
+        .args(args)
         .env("RUST_LOG", "warn")
+        // Run directories of --processes go here, so the test sees they are removed.
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
     let limit = Duration::from_secs(120);
-    loop {
+    let status = loop {
         if let Some(status) = child.try_wait().expect("wait for example") {
-            assert!(status.success(), "example {name} failed: {status}");
-            return;
+            break status;
         }
         if start.elapsed() > limit {
             let _ = child.kill();
-            panic!("example {name} did not finish within {limit:?}");
+            panic!("example {name} {args:?} did not finish within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    assert!(
+        status.success(),
+        "example {name} {args:?} failed: {status}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{name} {args:?} left {left:?} in TMPDIR");
+    (out, err)
+}
+
+/// Runs the example both ways; every expected line starts a line of both outputs, and
+/// neither run logs a warning or an error (`RUST_LOG=warn`).
+fn in_process_and_as_processes(name: &str, expected: &[&str]) {
+    for mode in ["--in-process", "--processes"] {
+        let (out, err) = run_example(name, &[mode]);
+        assert!(
+            err.trim().is_empty(),
+            "{name} {mode} logged warnings or errors:\n{err}"
+        );
+        for e in expected {
+            assert!(
+                out.lines().any(|l| l.starts_with(e)),
+                "{name} {mode}: no line starting {e:?} in:\n{out}\nstderr:\n{err}"
+            );
+        }
     }
 }
 
 #[test]
-fn ps_custom_example_runs() {
-    run_example("ps_custom");
+fn ps_custom_example_runs_in_process_and_as_processes() {
+    in_process_and_as_processes(
+        "ps_custom",
+        &["k-means: 10 rounds per worker", "centroids: "],
+    );
 }
 
 #[test]
-fn strads_custom_example_runs() {
-    run_example("strads_custom");
+fn strads_custom_example_runs_in_process_and_as_processes() {
+    in_process_and_as_processes(
+        "strads_custom",
+        &["serial: 300 rounds", "cluster: 300 rounds"],
+    );
 }
 
 #[test]
-fn p3_custom_example_runs() {
-    run_example("p3_custom");
+fn p3_custom_example_runs_in_process_and_as_processes() {
+    in_process_and_as_processes(
+        "p3_custom",
+        &[
+            "p3_custom: worker 0: 80 iterations",
+            "p3_custom: worker 1: 80 iterations",
+        ],
+    );
 }
 
 #[test]
-fn topology_example_runs() {
-    run_example("topology");
+fn topology_example_runs_in_process_and_as_processes() {
+    in_process_and_as_processes(
+        "topology",
+        &[
+            "monitor: alarm 1 (overheating)",
+            "sensor: monitor handled 200 readings and 1 alarm(s)",
+            "done",
+        ],
+    );
+}
+
+/// The example's own flags reach every node: `--rounds` is read by the children too.
+#[test]
+fn ps_custom_passes_its_own_flags_to_the_nodes() {
+    let (out, _) = run_example("ps_custom", &["--processes", "--rounds", "12"]);
+    assert!(out.contains("k-means: 12 rounds per worker"), "{out}");
+}
+
+/// Bad use is refused before any node starts, with one error.
+#[test]
+fn bad_launch_flags_are_refused_before_start() {
+    let dir = tempfile::tempdir().unwrap();
+    // A --node with a config naming other nodes than the program's topology.
+    let cfg = dir.path().join("cluster.toml");
+    std::fs::write(&cfg, "[[nodes]]\nname = \"x\"\naddr = \"127.0.0.1:7\"\n").unwrap();
+    let out = Command::new(example_binary("topology"))
+        .args(["--node", "station", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("names nodes x but this program's topology has field, station"),
+        "{err}"
+    );
+    // --processes and --node together.
+    let out = Command::new(example_binary("topology"))
+        .args(["--processes", "--node", "station", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
 }

@@ -191,6 +191,63 @@ fn bsp_cluster_matches_serial_result_over_two_shards() {
     }
 }
 
+/// The ticket API beside the clock API, over QUIC with read-my-writes off: `push_now` is
+/// applied when `wait_push` returns (another worker's pull at the next clock sees it), an
+/// owned `push` is flushed by `clock()`, and `pull`/`wait_pull` return BSP-fresh rows that
+/// hold every worker's pushes; the final table holds each push exactly once.
+#[test]
+fn push_and_pull_tickets_keep_bsp_with_read_my_writes_off() {
+    let tables = vec![
+        TablesBuilder::new()
+            .dense("t", 4, Consistency::Bsp)
+            .build()
+            .unwrap()
+            .remove(0)
+            .with_read_my_writes(false),
+    ];
+    let workers = 2u32;
+    let clocks = 5u64;
+    let program: Program = Arc::new(move |c: PsClient| {
+        Box::pin(async move {
+            let rows: Vec<RowId> = (0..ROWS).map(RowId).collect();
+            let e = |e: petrel::ps::shells::ClientError| e.to_string();
+            for clock in 0..clocks {
+                let ticket = c
+                    .push_now(T, RowId(0), Row::Dense(vec![1.0, 0.0, 0.0, 0.0]))
+                    .map_err(e)?;
+                c.wait_push(&ticket).await.map_err(e)?;
+                for &r in &rows {
+                    c.push(T, r, Row::Dense(vec![0.0, 1.0, 0.0, 0.0]))
+                        .map_err(e)?;
+                }
+                // Read-my-writes off: the unflushed own push is not in a cached read.
+                c.clock().map_err(e)?;
+                let pull = c.pull(T, &rows).map_err(e)?;
+                let got = c.wait_pull(pull).await.map_err(e)?;
+                let want = (u64::from(workers) * (clock + 1)) as f32;
+                for (r, row) in got.iter().enumerate() {
+                    if row.get(1) != want || (r == 0 && row.get(0) != want) {
+                        return Err(format!(
+                            "worker {} clock {clock} row {r}: {:?}, want {want}",
+                            c.worker(),
+                            **row
+                        ));
+                    }
+                }
+            }
+            c.barrier().await.map_err(e)?;
+            c.leave().map_err(e)
+        })
+    });
+    let table = run(tables, 2, workers as usize, "quic", program).unwrap();
+    let total = (u64::from(workers) * clocks) as f32;
+    for r in 0..ROWS {
+        let row = &table[&RowId(r)];
+        assert_eq!(row.get(1), total, "row {r}: {row:?}");
+        assert_eq!(row.get(0), if r == 0 { total } else { 0.0 }, "row {r}");
+    }
+}
+
 #[test]
 fn ssp_reads_stay_within_the_bound_with_a_slow_worker() {
     let s = 2u32;

@@ -120,6 +120,15 @@ pub enum NodeError {
         #[source]
         source: serde_json::Error,
     },
+    /// An `[app.<section>]` parses but a value cannot be right (the app's own check).
+    #[error("[app.{section}] {source}")]
+    AppSetting {
+        /// The section name.
+        section: String,
+        /// The app's reason, naming the key.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// A choice (e.g. a transport) that is not one of the valid values.
     #[error("unknown {kind} {value:?}; valid values: {valid}")]
     UnknownChoice {
@@ -220,6 +229,24 @@ pub enum NodeError {
         name: String,
         /// Its error, as that node reported it.
         reason: String,
+    },
+    /// The node was told to stop (SIGINT, SIGTERM) before its run finished.
+    #[error("node {node} interrupted ({cause})")]
+    Interrupted {
+        /// The node.
+        node: String,
+        /// What stopped it, e.g. "SIGTERM".
+        cause: String,
+    },
+    /// A node name that cannot be used: it names files, certificates and log prefixes.
+    #[error(
+        "invalid node name {name:?}: {why}; names are 1 to 63 characters from a-z, A-Z, 0-9, '-' and '_', starting with a letter or digit"
+    )]
+    InvalidNodeName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
     },
     /// A request failed.
     #[error(transparent)]

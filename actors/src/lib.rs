@@ -40,7 +40,9 @@ pub use error::{AskError, HandlerError, NodeError, RoleErrorSource, error_chain}
 pub use mailbox::{PriorityActor, PriorityInbox};
 pub use node::{Node, PeerEvent, Registration};
 pub use petrel_messages::PriorityQueue;
-pub use settings::{AppSections, ClusterSettings, JobTransport, NodeSpec, Settings, Transport};
+pub use settings::{
+    AppSections, ClusterSettings, JobTransport, NodeSpec, Settings, Transport, validate_node_name,
+};
 pub use topology::{
     AppJobError, Cluster, NodeContext, RoleError, RoleFuture, Topology, Wiring, lazy_job,
 };

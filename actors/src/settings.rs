@@ -92,8 +92,8 @@ pub struct ClusterSettings {
     /// Node that runs the coordinator (membership, failure detection, barriers). Default:
     /// the first node.
     pub coordinator: Option<String>,
-    /// Directory with `ca.pem` and `<node>.pem`/`<node>.key` (see `petrel certs`).
-    /// `petrel run` creates one when unset.
+    /// Directory with `ca.pem` and `<node>.pem`/`<node>.key` (see `petrel certs`); a
+    /// relative path is relative to the settings file. `petrel run` creates one when unset.
     pub certs_dir: Option<PathBuf>,
     /// How nodes reach each other: `quic` (default) or `memory` (in-process clusters only).
     pub transport: Transport,
@@ -120,6 +120,19 @@ impl Default for ClusterSettings {
             join_timeout_ms: 30_000,
         }
     }
+}
+
+pub use petrel_net::tls::MAX_NODE_NAME_LEN;
+
+/// Checks a node name wherever one is read (settings, `--node`, `petrel certs --nodes`):
+/// 1 to [`MAX_NODE_NAME_LEN`] characters from `a-z A-Z 0-9 - _`, starting with a letter or
+/// digit. Names become file names (`<name>.pem`), certificate names and log prefixes, so
+/// path separators, dots and empty names are refused.
+pub fn validate_node_name(name: &str) -> Result<(), NodeError> {
+    petrel_net::tls::check_node_name(name).map_err(|e| NodeError::InvalidNodeName {
+        name: e.name,
+        why: e.why,
+    })
 }
 
 /// One `[[nodes]]` entry: a node's name, address and roles. An unknown key is rejected.
@@ -168,12 +181,18 @@ impl Settings {
                 origin: path.display().to_string(),
                 source: Box::new(source),
             })?;
-        let s: Settings = built
+        let mut s: Settings = built
             .try_deserialize()
             .map_err(|source| NodeError::Settings {
                 origin: path.display().to_string(),
                 source: Box::new(source),
             })?;
+        // A relative `certs_dir` means "next to this file", wherever the command runs.
+        if let (Some(dir), Some(base)) = (&s.cluster.certs_dir, path.parent())
+            && dir.is_relative()
+        {
+            s.cluster.certs_dir = Some(base.join(dir));
+        }
         s.validate()?;
         Ok(s)
     }
@@ -205,13 +224,21 @@ impl Settings {
         }
         let mut seen = std::collections::HashSet::new();
         for n in &self.nodes {
-            if n.name.is_empty() {
-                return Err(NodeError::Config("a node has an empty name".into()));
-            }
+            validate_node_name(&n.name)?;
             if !seen.insert(n.name.as_str()) {
                 return Err(NodeError::Config(format!(
                     "node name {} appears twice",
                     n.name
+                )));
+            }
+        }
+        let mut ports = std::collections::HashMap::new();
+        for n in &self.nodes {
+            let fixed = n.addr.rsplit_once(':').is_some_and(|(_, p)| p != "0");
+            if fixed && let Some(other) = ports.insert(n.addr.as_str(), n.name.as_str()) {
+                return Err(NodeError::Config(format!(
+                    "nodes {other} and {} both use address {}",
+                    n.name, n.addr
                 )));
             }
         }
@@ -305,6 +332,44 @@ mod tests {
         assert!(Settings::from_toml("[[nodes]]\nname='a'\n[[nodes]]\nname='a'").is_err());
         assert!(Settings::from_toml("[[nodes]]\nname='a'\n[net]\nbogus_knob = 1").is_err());
         assert!(Settings::from_toml("[cluster]\ncoordinator='z'\n[[nodes]]\nname='a'").is_err());
+        let two_on_one_port = "[[nodes]]\nname='a'\naddr='127.0.0.1:7000'\n[[nodes]]\nname='b'\naddr='127.0.0.1:7000'";
+        let e = Settings::from_toml(two_on_one_port).unwrap_err();
+        assert!(
+            e.to_string().contains("both use address 127.0.0.1:7000"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn certs_dir_is_relative_to_the_settings_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        std::fs::write(&path, "[cluster]\ncerts_dir = 'certs'\n[[nodes]]\nname='a'").unwrap();
+        let s = Settings::load(&path).unwrap();
+        assert_eq!(s.cluster.certs_dir, Some(dir.path().join("certs")));
+    }
+
+    #[test]
+    fn node_names_are_validated() {
+        for good in ["a", "w0", "shard-0", "node_7", "A1"] {
+            validate_node_name(good).unwrap();
+        }
+        let long = "x".repeat(MAX_NODE_NAME_LEN + 1);
+        for bad in [
+            "",
+            "../escaped",
+            "a/b",
+            ".hidden",
+            "a.b",
+            "-a",
+            "a b",
+            long.as_str(),
+        ] {
+            let e = validate_node_name(bad).unwrap_err();
+            assert!(matches!(e, NodeError::InvalidNodeName { .. }), "{bad}: {e}");
+        }
+        let e = Settings::from_toml("[[nodes]]\nname='../x'").unwrap_err();
+        assert!(e.to_string().contains("../x"), "{e}");
     }
 
     #[test]

@@ -139,12 +139,33 @@ impl Cluster {
     /// unknown choice, fails at once, naming the section and the valid values, instead of
     /// after the cluster has started. Once any section is declared, an `[app.*]` section that
     /// no app declared is rejected too (a misspelt section would otherwise be ignored).
-    pub fn app_section<C>(mut self, section: &str) -> Self
+    pub fn app_section<C>(self, section: &str) -> Self
     where
         C: serde::de::DeserializeOwned + Default + 'static,
     {
+        self.app_section_checked::<C, std::convert::Infallible>(section, |_| Ok(()))
+    }
+
+    /// [`Cluster::app_section`] plus the app's own check of the values (ranges,
+    /// finiteness), also run before any node starts; a failure is
+    /// [`NodeError::AppSetting`], naming the section and the app's reason.
+    pub fn app_section_checked<C, E>(
+        mut self,
+        section: &str,
+        validate: fn(&C) -> Result<(), E>,
+    ) -> Self
+    where
+        C: serde::de::DeserializeOwned + Default + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let name = section.to_string();
-        let check: SectionCheck = Arc::new(move |s: &Settings| s.app::<C>(&name).map(|_| ()));
+        let check: SectionCheck = Arc::new(move |s: &Settings| {
+            let config = s.app::<C>(&name)?;
+            validate(&config).map_err(|e| NodeError::AppSetting {
+                section: name.clone(),
+                source: Box::new(e),
+            })
+        });
         self.app_sections.insert(section.to_string(), check);
         self
     }
@@ -173,6 +194,21 @@ impl Cluster {
     /// The settings.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// The same roles and `[app.*]` checks with other settings (e.g. the same topology read
+    /// from a file, with the addresses and certificates of a multi-host run).
+    pub fn with_settings(&self, settings: Settings) -> Self {
+        Cluster {
+            settings: Arc::new(settings),
+            roles: self.roles.clone(),
+            app_sections: self.app_sections.clone(),
+        }
+    }
+
+    /// Whether a role of this name is registered.
+    pub fn has_role(&self, name: &str) -> bool {
+        self.roles.contains_key(name)
     }
 
     /// Registers the code of a role. It runs on every node that lists the role.
@@ -287,16 +323,34 @@ impl Cluster {
     /// Runs one node until its roles finished and every node reached the final barrier, or
     /// until a peer fails (the error names it). Blocks; creates its own actix System.
     pub fn run_node(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
+        self.run_node_until(name, wiring, futures::future::pending())
+    }
+
+    /// [`Cluster::run_node`] that also stops when `stop` resolves (to the cause, e.g.
+    /// "SIGTERM"): the node tells the cluster it stopped, shuts down and returns
+    /// [`NodeError::Interrupted`]. `stop` runs on this node's runtime, so it may wait for
+    /// signals with `tokio::signal`.
+    pub fn run_node_until(
+        &self,
+        name: &str,
+        wiring: Wiring,
+        stop: impl std::future::Future<Output = String>,
+    ) -> Result<(), NodeError> {
         self.check_settings()?;
         let system = System::new();
         let cluster = self.clone();
         let name = name.to_string();
-        let result = system.block_on(async move { cluster.node_main(&name, wiring).await });
+        let result = system.block_on(async move { cluster.node_main(&name, wiring, stop).await });
         System::current().stop();
         result
     }
 
-    async fn node_main(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
+    async fn node_main(
+        &self,
+        name: &str,
+        wiring: Wiring,
+        stop: impl std::future::Future<Output = String>,
+    ) -> Result<(), NodeError> {
         let (ctx, coordinator_addr) = self.boot(name, wiring).await?;
         let node = ctx.node.clone();
         let mut events = node.subscribe();
@@ -321,14 +375,21 @@ impl Cluster {
                     source,
                 })?;
             }
+            // Once every node is in the final barrier, the coordinator's node may leave before
+            // this one hears the release: a send to a departed peer is no news from here.
+            ctx.node.net().set_membership_changing(true);
             ctx.barrier("petrel.finish").await
         };
         let result = tokio::select! {
             r = run_roles => r,
             e = first_failure(&mut events) => Err(e),
+            cause = stop => Err(NodeError::Interrupted { node: name.to_string(), cause }),
         };
         // A local error after a failure elsewhere (an ask or barrier to a dead peer) is
         // reported as that failure, so the root cause is named once, where it happened.
+        // The run is over for this node, one way or another: peers leave from now on, and a
+        // send to one that already left is no news.
+        node.net().set_membership_changing(true);
         let result = result.map_err(|e| match e {
             NodeError::PeerFailed { .. } | NodeError::RunFailed { .. } => e,
             other => match node.peer_failure() {
@@ -340,7 +401,7 @@ impl Cluster {
             },
         });
         match &result {
-            Ok(()) => tracing::info!(node = %name, "finished"),
+            Ok(()) => tracing::debug!(node = %name, "finished"),
             // The caller gets the error and reports it (the CLI prints it once); here it is
             // only a trace, so that it is not printed twice.
             Err(e) => tracing::debug!(node = %name, error = %crate::error_chain(e), "stopping"),
@@ -447,6 +508,8 @@ impl Cluster {
         } else {
             None
         };
+        // Until everyone joined, the coordinator (or a peer) may not be reachable yet.
+        node.net().set_membership_changing(true);
         join(
             &node,
             coordinator,
@@ -454,8 +517,9 @@ impl Cluster {
             Duration::from_millis(s.cluster.join_timeout_ms),
         )
         .await?;
+        node.net().set_membership_changing(false);
         agent.do_send(Joined);
-        tracing::info!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
+        tracing::debug!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
         Ok((
             NodeContext {
                 node,

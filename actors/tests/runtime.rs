@@ -675,3 +675,41 @@ fn port_in_use_in_process_is_reported_as_such() {
         assert!(text.contains(expected), "missing {expected:?} in {text}");
     }
 }
+
+/// Issue 12: a role that computes without yielding delayed its node's heartbeats (they
+/// were sent from the node's own thread), so a long synchronous step looked like a dead
+/// node. Heartbeats now leave from the transport's runtime and any arriving frame counts
+/// as life: a role on a worker and one on the coordinator each block their thread for
+/// 10 s under a 2 s failure timeout, and the run completes with nobody declared dead.
+fn blocking_compute_cluster(transport: Transport) {
+    let mut settings = Topology::builder("busy")
+        .node("coord", &["computes"])
+        .node("w1", &["computes"])
+        .node("w2", &["idles"])
+        .transport(transport)
+        .build()
+        .unwrap();
+    settings.cluster.heartbeat_interval_ms = 250;
+    settings.cluster.failure_timeout_ms = 2_000;
+    Cluster::new(settings)
+        .role("computes", |ctx: NodeContext| {
+            Box::pin(async move {
+                ctx.barrier("start").await.map_err(|e| e.to_string())?;
+                std::thread::sleep(Duration::from_secs(10)); // a synchronous step
+                ctx.barrier("done").await.map_err(|e| e.to_string())
+            })
+        })
+        .role("idles", |ctx: NodeContext| {
+            Box::pin(async move {
+                ctx.barrier("start").await.map_err(|e| e.to_string())?;
+                ctx.barrier("done").await.map_err(|e| e.to_string())
+            })
+        })
+        .run_in_process()
+        .unwrap();
+}
+
+#[test]
+fn a_role_computing_10s_without_yielding_is_not_declared_dead_over_quic() {
+    blocking_compute_cluster(Transport::Quic);
+}

@@ -166,16 +166,28 @@ impl FramePrefix {
 impl Frame {
     /// Encodes a header and a typed body into one contiguous buffer (a single allocation,
     /// the body serialized in place).
+    ///
+    /// The buffer is allocated once at its exact size: a first pass counts the body's
+    /// bytes without writing them (cheap: a tensor's bytes are counted, not copied), so a
+    /// large tensor is copied exactly once, into its final place, and never regrown.
     pub fn encode<M: Serialize + ?Sized>(
         header: &EnvelopeHeader,
         body: &M,
     ) -> Result<Bytes, CodecError> {
-        let mut buf = Vec::with_capacity(256);
+        let mut head = Vec::with_capacity(128);
+        crate::encode_body(header, &mut head)?;
+        let body_len = crate::encoded_len(body)?;
+        let mut buf = Vec::with_capacity(FRAME_PREFIX_LEN + head.len() + body_len);
         buf.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
-        crate::encode_body(header, &mut buf)?;
-        let header_len = buf.len() - FRAME_PREFIX_LEN;
+        buf.extend_from_slice(&head);
+        let header_len = head.len();
         crate::encode_body(body, &mut buf)?;
-        let body_len = buf.len() - FRAME_PREFIX_LEN - header_len;
+        if buf.len() - FRAME_PREFIX_LEN - header_len != body_len {
+            return Err(CodecError::Encode(format!(
+                "body encoded to {} bytes, counted {body_len}",
+                buf.len() - FRAME_PREFIX_LEN - header_len
+            )));
+        }
         Self::write_prefix(&mut buf, header_len, body_len)?;
         Ok(Bytes::from(buf))
     }
@@ -253,6 +265,18 @@ mod tests {
         assert_eq!(f.header, header());
         let v: Vec<u32> = crate::decode_body("t", &f.body).unwrap();
         assert_eq!(v, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn encode_allocates_the_exact_frame_size() {
+        let body = crate::Tensor::from_vec(vec![1.5; 100_000]);
+        let bytes = Frame::encode(&header(), &body).unwrap();
+        let prefix = FramePrefix::parse(&bytes, usize::MAX).unwrap();
+        assert_eq!(prefix.total_len(), bytes.len());
+        let f = Frame::decode(bytes, usize::MAX).unwrap();
+        let back: crate::Tensor = crate::decode_body("t", &f.body).unwrap();
+        assert_eq!(back, body);
+        assert_eq!(crate::encoded_len(&body).unwrap(), f.body.len());
     }
 
     #[test]

@@ -81,6 +81,25 @@ pub fn encode_body<M: Serialize + ?Sized>(msg: &M, out: &mut Vec<u8>) -> Result<
         .map_err(|e| CodecError::Encode(e.to_string()))
 }
 
+/// The number of bytes [`encode_body`] writes for `msg`, found without writing them (a
+/// byte string is counted, not copied), so that a buffer can be allocated at its exact size.
+pub fn encoded_len<M: Serialize + ?Sized>(msg: &M) -> Result<usize, CodecError> {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    msg.serialize(&mut rmp_serde::Serializer::new(&mut counter).with_struct_map())
+        .map_err(|e| CodecError::Encode(e.to_string()))?;
+    Ok(counter.0)
+}
+
 /// Decodes a message body; errors name the type so that a log line says what failed.
 pub fn decode_body<M: DeserializeOwned>(type_name: &str, body: &[u8]) -> Result<M, CodecError> {
     rmp_serde::from_slice(body).map_err(|e| CodecError::Body {

@@ -53,6 +53,15 @@ pub struct NetConfig {
     pub max_udp_payload: u16,
     /// Path-MTU discovery on (`true`, default) or off (stay at `initial_mtu`).
     pub mtu_discovery: bool,
+    /// UDP segmentation offload (GSO): one `sendmsg` hands the kernel many packets of a
+    /// connection at once, where the kernel offers it (Linux); quinn falls back to one
+    /// packet per call elsewhere.
+    pub segmentation_offload: bool,
+    /// QUIC ack frequency (draft-ietf-quic-ack-frequency, which quinn implements on both
+    /// ends): ask the peer to acknowledge only every this many ack-eliciting packets
+    /// instead of every second one, which saves the receiver and the sender work per
+    /// packet on a bulk transfer. 0 leaves QUIC's default (every second packet).
+    pub ack_eliciting_threshold: u32,
     /// Congestion controller: `cubic` (default), `bbr` or `newreno`; any other value is
     /// rejected when the settings are read.
     pub congestion: Congestion,
@@ -103,6 +112,8 @@ impl Default for NetConfig {
             initial_mtu: 1452,
             max_udp_payload: 8952,
             mtu_discovery: true,
+            segmentation_offload: true,
+            ack_eliciting_threshold: 0,
             congestion: Congestion::Cubic,
             keep_alive_ms: 1000,
             idle_timeout_ms: 30_000,

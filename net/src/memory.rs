@@ -125,12 +125,13 @@ impl MemoryLink {
         };
         NetStats::bump(&stats.received_messages, 1);
         NetStats::bump(&stats.received_bytes, len as u64);
+        stats.heard_from(frame.header.from);
         tx.send(Arrival {
             lane,
             inbound: Inbound {
                 frame,
                 len,
-                _budget: None,
+                _budget: [None, None],
             },
         })
         .await

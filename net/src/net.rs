@@ -94,8 +94,9 @@ pub struct Inbound {
     pub frame: Frame,
     /// Encoded size on the wire.
     pub len: usize,
-    /// The frame's share of the node's inbound byte budget, released when dropped.
-    pub(crate) _budget: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The frame's share of the node's inbound byte budgets (its peer's share and the
+    /// node's, or the control reserve), released when dropped.
+    pub(crate) _budget: [Option<tokio::sync::OwnedSemaphorePermit>; 2],
 }
 
 pub(crate) enum Link {
@@ -139,6 +140,9 @@ pub(crate) struct Shared {
     lanes: Mutex<LaneNumbering>,
     wake: Notify,
     closed: AtomicBool,
+    /// Peers are joining or leaving (start-up, end of a run): a send to one that is not
+    /// there is expected to fail.
+    membership_changing: AtomicBool,
     pub(crate) link: Link,
     pub(crate) handle: tokio::runtime::Handle,
     _runtime: OwnedRuntime,
@@ -227,6 +231,7 @@ impl Net {
             stats,
             wake: Notify::new(),
             closed: AtomicBool::new(false),
+            membership_changing: AtomicBool::new(false),
             link,
             handle: handle.clone(),
             _runtime: runtime,
@@ -281,6 +286,11 @@ impl Net {
         Ok(())
     }
 
+    /// True once [`shutdown`](Self::shutdown) was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
     /// Bytes waiting in the outbox (not yet handed to the wire).
     pub fn queued_bytes(&self) -> usize {
         self.shared
@@ -299,11 +309,17 @@ impl Net {
             .map(|mut q| q.drop_peer(peer))
             .unwrap_or(0);
         if dropped > 0 {
-            tracing::info!(%peer, dropped, "dropped queued frames for departed peer");
+            tracing::debug!(%peer, dropped, "dropped queued frames for departed peer");
         }
         if let Link::Quic(q) = &self.shared.link {
             q.disconnect(peer);
         }
+    }
+
+    /// When a complete frame from `peer` last arrived. Stamped on the transport's runtime,
+    /// so a node busy computing still knows who is alive the moment it looks.
+    pub fn last_heard(&self, peer: NodeId) -> Option<std::time::Instant> {
+        self.shared.stats.last_heard(peer)
     }
 
     /// The transport's counters now.
@@ -314,6 +330,16 @@ impl Net {
     /// The runtime the transport runs on (spawn I/O work here).
     pub fn handle(&self) -> tokio::runtime::Handle {
         self.shared.handle.clone()
+    }
+
+    /// Whether peers are joining or leaving now (a cluster forming, a run ending). Meanwhile
+    /// a send that fails is logged at debug level, not as a warning: a peer that has not
+    /// arrived yet or has already left is the expected state, and the caller (a join that
+    /// retries, a finished run) already knows.
+    pub fn set_membership_changing(&self, changing: bool) {
+        self.shared
+            .membership_changing
+            .store(changing, Ordering::Release);
     }
 
     /// Stops sending and closes connections.
@@ -362,7 +388,9 @@ async fn dispatch(s: Arc<Shared>) {
                     if let Ok(mut l) = task_shared.lanes.lock() {
                         l.failed(msg.to.0);
                     }
-                    if task_shared.closed.load(Ordering::Acquire) {
+                    if task_shared.closed.load(Ordering::Acquire)
+                        || task_shared.membership_changing.load(Ordering::Acquire)
+                    {
                         tracing::debug!(node = %task_shared.node, to = %msg.to, error = %e, "send abandoned at shutdown");
                     } else {
                         tracing::warn!(node = %task_shared.node, to = %msg.to, error = %e, "send failed");

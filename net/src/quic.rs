@@ -2,6 +2,7 @@
 //! direction, one unidirectional stream per message with the message's priority.
 
 use crate::config::NetConfig;
+use crate::inbound_budget::{InboundBudgets, PeerBudget};
 use crate::net::{Arrival, Inbound, LinkCause, NetError};
 use crate::sequencer::{LANE_HEADER_LEN, LaneHeader};
 use crate::shaper::ShapedSocket;
@@ -15,13 +16,14 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
 /// Application error codes on streams and connections.
 const CODE_OVERSIZE: u32 = 1;
 const CODE_MALFORMED: u32 = 2;
 const CODE_SHUTDOWN: u32 = 3;
 const CODE_STALLED: u32 = 4;
+const CODE_HOARDING: u32 = 5;
 
 type PeerSlot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 
@@ -61,11 +63,7 @@ impl QuicLink {
         endpoint.set_default_client_config(client);
         let limits = ReadLimits {
             max_frame: cfg.max_message_bytes,
-            budget: Arc::new(Semaphore::new(
-                cfg.inbound_buffer_bytes
-                    .max(cfg.max_message_bytes)
-                    .min(Semaphore::MAX_PERMITS),
-            )),
+            budgets: InboundBudgets::new(cfg.inbound_buffer_bytes, cfg.max_message_bytes),
             stall: Duration::from_millis(cfg.frame_timeout_ms.max(1)),
         };
         tokio::spawn(accept_loop(node, endpoint.clone(), limits, stats, tx));
@@ -173,8 +171,9 @@ impl QuicLink {
 #[derive(Clone)]
 struct ReadLimits {
     max_frame: usize,
-    /// Bytes of frames being read or waiting for the node, across all peers.
-    budget: Arc<Semaphore>,
+    /// Bytes of frames being read or waiting for the node: per peer, per node, and the
+    /// control reserve (see [`crate::inbound_budget`]).
+    budgets: InboundBudgets,
     /// Longest pause between a frame's bytes.
     stall: Duration,
 }
@@ -201,10 +200,15 @@ async fn accept_loop(
                 }
             };
             tracing::debug!(%node, %remote, "peer connected");
+            let peer = limits.budgets.peer();
             while let Ok(recv) = conn.accept_uni().await {
                 tokio::spawn(read_frame(
                     node,
                     recv,
+                    PeerReader {
+                        conn: conn.clone(),
+                        budget: peer.clone(),
+                    },
                     limits.clone(),
                     stats.clone(),
                     tx.clone(),
@@ -214,11 +218,37 @@ async fn accept_loop(
     }
 }
 
+/// The connection a stream arrived on and that peer's inbound budget.
+struct PeerReader {
+    conn: quinn::Connection,
+    budget: PeerBudget,
+}
+
+impl PeerReader {
+    /// A frame from this peer stalled: its stream was reset; a peer that keeps stalling
+    /// frames is disconnected and named.
+    fn stalled(&self, node: NodeId, from: u32, stats: &NetStats) {
+        if self.budget.strike() {
+            NetStats::bump(&stats.disconnected_peers, 1);
+            tracing::warn!(
+                %node,
+                peer = %NodeId(from),
+                remote = %self.conn.remote_address(),
+                strikes = crate::inbound_budget::STALL_STRIKES,
+                "peer keeps stalling frames that hold inbound budget; disconnected"
+            );
+            self.conn
+                .close(VarInt::from_u32(CODE_HOARDING), b"stalled frames");
+        }
+    }
+}
+
 /// Reads one frame from a stream. Every way it can be bad is counted and logged; the
-/// connection and the node carry on.
+/// connection and the node carry on (unless its peer keeps stalling frames).
 async fn read_frame(
     node: NodeId,
     mut recv: RecvStream,
+    peer: PeerReader,
     limits: ReadLimits,
     stats: Arc<NetStats>,
     tx: mpsc::Sender<Arrival>,
@@ -258,7 +288,8 @@ async fn read_frame(
         let _ = recv.stop(VarInt::from_u32(CODE_OVERSIZE));
         return;
     };
-    let Ok(permit) = limits.budget.clone().acquire_many_owned(need).await else {
+    let lane_kind = crate::inbound_budget::lane_of(lane.priority, total);
+    let Some(permit) = limits.budgets.acquire(&peer.budget, lane_kind, need).await else {
         return;
     };
     let mut buf = BytesMut::with_capacity(total);
@@ -274,8 +305,10 @@ async fn read_frame(
             }
             Err(_) => {
                 NetStats::bump(&stats.truncated_streams, 1);
-                tracing::warn!(%node, got = buf.len(), expected = total, stall = ?limits.stall, "frame stalled; abandoned");
+                tracing::warn!(%node, peer = %NodeId(lane.from), got = buf.len(), expected = total, stall = ?limits.stall, "frame stalled; abandoned");
                 let _ = recv.stop(VarInt::from_u32(CODE_STALLED));
+                drop(permit);
+                peer.stalled(node, lane.from, &stats);
                 return;
             }
         }
@@ -304,13 +337,14 @@ async fn read_frame(
         Ok(frame) => {
             NetStats::bump(&stats.received_messages, 1);
             NetStats::bump(&stats.received_bytes, len as u64);
+            stats.heard_from(frame.header.from);
             if tx
                 .send(Arrival {
                     lane,
                     inbound: Inbound {
                         frame,
                         len,
-                        _budget: Some(permit),
+                        _budget: permit,
                     },
                 })
                 .await

@@ -1,5 +1,9 @@
+use petrel_messages::NodeId;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// Counters of a node's transport. Bad input is counted, logged and survived.
 #[derive(Debug, Default)]
@@ -22,6 +26,11 @@ pub struct NetStats {
     pub refused_connections: AtomicU64,
     /// Frames that could not be delivered.
     pub send_failures: AtomicU64,
+    /// Connections closed because their peer kept stalling frames that held inbound budget.
+    pub disconnected_peers: AtomicU64,
+    /// When a complete frame last arrived from each peer, stamped on the transport's own
+    /// runtime: liveness that application compute on the node's thread cannot delay.
+    heard: Mutex<HashMap<NodeId, Instant>>,
 }
 
 /// The counters of [`NetStats`] at one moment (serializable, for reports).
@@ -45,12 +54,27 @@ pub struct NetStatsSnapshot {
     pub refused_connections: u64,
     /// Frames that could not be delivered.
     pub send_failures: u64,
+    /// Connections closed because their peer kept stalling frames that held inbound budget.
+    #[serde(default)]
+    pub disconnected_peers: u64,
 }
 
 impl NetStats {
     /// Adds `by` to `counter`.
     pub fn bump(counter: &AtomicU64, by: u64) {
         counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    /// A complete frame from `peer` arrived now.
+    pub(crate) fn heard_from(&self, peer: NodeId) {
+        if let Ok(mut heard) = self.heard.lock() {
+            heard.insert(peer, Instant::now());
+        }
+    }
+
+    /// When a complete frame last arrived from `peer`.
+    pub fn last_heard(&self, peer: NodeId) -> Option<Instant> {
+        self.heard.lock().ok().and_then(|h| h.get(&peer).copied())
     }
 
     /// Reads every counter.
@@ -66,6 +90,7 @@ impl NetStats {
             truncated_streams: g(&self.truncated_streams),
             refused_connections: g(&self.refused_connections),
             send_failures: g(&self.send_failures),
+            disconnected_peers: g(&self.disconnected_peers),
         }
     }
 }

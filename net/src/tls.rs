@@ -47,6 +47,67 @@ pub enum TlsError {
     /// rustls or quinn refused the configuration.
     #[error("TLS configuration rejected: {0}")]
     Config(String),
+    /// A node name that cannot name files and certificates.
+    #[error(transparent)]
+    NodeName(#[from] InvalidNodeName),
+    /// A node's certificate is not this node's, or not from the cluster CA beside it.
+    #[error("{path}: not a certificate of node {node} from the CA in ca.pem ({reason})")]
+    NotThisNode {
+        /// The certificate file.
+        path: PathBuf,
+        /// The node it was loaded for.
+        node: String,
+        /// What the check found.
+        reason: String,
+    },
+}
+
+/// Longest node name: it is a DNS label in the node's certificate (`<name>.petrel.cluster`).
+pub const MAX_NODE_NAME_LEN: usize = 63;
+
+/// A node name outside the documented set (see [`check_node_name`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "invalid node name {name:?}: {why}; names are 1 to 63 characters from a-z, A-Z, 0-9, '-' and '_', starting with a letter or digit"
+)]
+pub struct InvalidNodeName {
+    /// The name as given.
+    pub name: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+/// Checks a node name: 1 to [`MAX_NODE_NAME_LEN`] characters from `a-z A-Z 0-9 - _`,
+/// starting with a letter or digit. Names become file names (`<name>.pem`), certificate
+/// names and log prefixes, so separators, dots and empty names are refused.
+pub fn check_node_name(name: &str) -> Result<(), InvalidNodeName> {
+    let bad = |why| {
+        Err(InvalidNodeName {
+            name: name.to_string(),
+            why,
+        })
+    };
+    let Some(first) = name.chars().next() else {
+        return bad("it is empty");
+    };
+    if name.len() > MAX_NODE_NAME_LEN {
+        return bad("it is too long");
+    }
+    if !first.is_ascii_alphanumeric() {
+        return bad("it must start with a letter or digit");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return bad("it contains a character outside the allowed set");
+    }
+    Ok(())
+}
+
+/// The name in a node's certificate that binds it to its node name.
+pub fn node_server_name(node_name: &str) -> String {
+    format!("{node_name}.{CLUSTER_SERVER_NAME}")
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TlsError + '_ {
@@ -81,11 +142,14 @@ impl ClusterCa {
     }
 
     /// Issues a node certificate (valid for [`CLUSTER_SERVER_NAME`]).
+    /// It also names the node (`<node>.petrel.cluster`), which binds the node's identity
+    /// to the certificate.
     pub fn issue(&self, node_name: &str) -> Result<ClusterCredentials, TlsError> {
+        check_node_name(node_name)?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(vec![
             CLUSTER_SERVER_NAME.to_string(),
-            format!("{node_name}.{CLUSTER_SERVER_NAME}"),
+            node_server_name(node_name),
         ])?;
         params
             .distinguished_name
@@ -175,6 +239,7 @@ impl ClusterCredentials {
 
     /// Writes `<name>.pem` (certificate chain), `<name>.key` (0600) and `ca.pem`.
     pub fn write(&self, dir: &Path, name: &str) -> Result<(), TlsError> {
+        check_node_name(name)?;
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         let mut chain = String::new();
         for c in &self.chain {
@@ -195,6 +260,7 @@ impl ClusterCredentials {
 
     /// Loads the credentials of node `name` from `dir` (as written by [`Self::write`]).
     pub fn load(dir: &Path, name: &str) -> Result<Self, TlsError> {
+        check_node_name(name)?;
         let ca_path = dir.join("ca.pem");
         let cert_path = dir.join(format!("{name}.pem"));
         let key_path = dir.join(format!("{name}.key"));
@@ -211,6 +277,36 @@ impl ClusterCredentials {
         }
         let key = PrivateKeyDer::from_pem_file(&key_path).map_err(pem_err(&key_path))?;
         Ok(Self { ca, chain, key })
+    }
+
+    /// Checks that the certificate was issued for node `name` by the CA in [`Self::ca`]
+    /// (a certificate of another node or of another cluster is refused before any
+    /// connection is tried).
+    pub fn verify_node(&self, name: &str) -> Result<(), TlsError> {
+        let not_this = |reason: String| TlsError::NotThisNode {
+            path: PathBuf::from(format!("{name}.pem")),
+            node: name.to_string(),
+            reason,
+        };
+        let verifier = rustls::client::WebPkiServerVerifier::builder(self.roots()?)
+            .build()
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let server_name = rustls::pki_types::ServerName::try_from(node_server_name(name))
+            .map_err(|e| not_this(e.to_string()))?;
+        let (leaf, rest) = self
+            .chain
+            .split_first()
+            .ok_or_else(|| not_this("no certificate".into()))?;
+        rustls::client::danger::ServerCertVerifier::verify_server_cert(
+            verifier.as_ref(),
+            leaf,
+            rest,
+            &server_name,
+            &[],
+            rustls::pki_types::UnixTime::now(),
+        )
+        .map(|_| ())
+        .map_err(|e| not_this(e.to_string()))
     }
 
     fn roots(&self) -> Result<Arc<rustls::RootCertStore>, TlsError> {
@@ -276,6 +372,12 @@ pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
     } else {
         t.mtu_discovery_config(None);
     }
+    t.enable_segmentation_offload(cfg.segmentation_offload);
+    if cfg.ack_eliciting_threshold > 0 {
+        let mut ack = quinn::AckFrequencyConfig::default();
+        ack.ack_eliciting_threshold(quinn::VarInt::from_u32(cfg.ack_eliciting_threshold));
+        t.ack_frequency_config(Some(ack));
+    }
     if cfg.keep_alive_ms > 0 {
         t.keep_alive_interval(Some(Duration::from_millis(cfg.keep_alive_ms)));
     }
@@ -313,6 +415,31 @@ mod tests {
         let ca2 = ClusterCa::load(dir.path()).unwrap();
         let more = ca2.issue("n2").unwrap();
         assert!(more.server_config(&NetConfig::default()).is_ok());
+    }
+
+    #[test]
+    fn a_certificate_names_its_node_and_its_ca() {
+        let ca = ClusterCa::generate().unwrap();
+        let a = ca.issue("a").unwrap();
+        a.verify_node("a").unwrap();
+        let e = a.verify_node("b").unwrap_err().to_string();
+        assert!(e.contains("not a certificate of node b"), "{e}");
+        // The same node name from another cluster's CA.
+        let mut foreign = ClusterCa::generate().unwrap().issue("a").unwrap();
+        foreign.ca = a.ca.clone();
+        assert!(foreign.verify_node("a").is_err());
+    }
+
+    #[test]
+    fn bad_node_names_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = ClusterCa::generate().unwrap();
+        for bad in ["../escaped", "", ".hidden", "a/b"] {
+            assert!(matches!(ca.issue(bad), Err(TlsError::NodeName(_))), "{bad}");
+            let creds = ca.issue("ok").unwrap();
+            assert!(creds.write(dir.path(), bad).is_err(), "{bad}");
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]

@@ -431,3 +431,110 @@ async fn failed_send_does_not_stall_the_lane() {
         .unwrap();
     assert_eq!(got.frame.header.msg_type, "next");
 }
+
+/// Five streams from `conn`, each announcing a 60 MiB frame and sending 300 bytes of it.
+async fn open_stalled_60_mib_frames(conn: &quinn::Connection) -> Vec<quinn::SendStream> {
+    let mut hoarding = Vec::new();
+    for seq in 0..5u64 {
+        let mut s = conn.open_uni().await.unwrap();
+        let mut bytes = petrel_net::sequencer::LaneHeader {
+            from: 2,
+            priority: Priority::NORMAL,
+            epoch: 1,
+            seq,
+        }
+        .encode()
+        .to_vec();
+        bytes.extend_from_slice(b"PTR1");
+        bytes.extend_from_slice(&64u32.to_le_bytes());
+        bytes.extend_from_slice(&(60u32 << 20).to_le_bytes());
+        bytes.extend_from_slice(&[7u8; 300]);
+        s.write_all(&bytes).await.unwrap();
+        hoarding.push(s); // never finished: the frames stall
+    }
+    hoarding
+}
+
+async fn rogue_connection(
+    creds: &ClusterCredentials,
+    cfg: &NetConfig,
+    to: SocketAddr,
+) -> (quinn::Endpoint, quinn::Connection) {
+    let mut raw = quinn::Endpoint::client(localhost()).unwrap();
+    raw.set_default_client_config(creds.client_config(cfg).unwrap());
+    let conn = raw
+        .connect(to, petrel_net::tls::CLUSTER_SERVER_NAME)
+        .unwrap()
+        .await
+        .unwrap();
+    (raw, conn)
+}
+
+/// Issue 12: a member opened five streams that each announced a 60 MiB frame and sent a
+/// few hundred bytes. They pinned the node's whole 256 MiB inbound budget, every read
+/// stopped (heartbeats included), and the cluster died of "no heartbeat". Now the hoarder
+/// pins at most its own share, and another peer's data and control frames are read. The
+/// stall timeout is a minute, so nothing the hoarder holds is released during the test:
+/// before the fix, `recv` below timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_stalled_60_mib_frames_from_a_member_block_nobody_else() {
+    let cfg = NetConfig {
+        max_message_bytes: 64 << 20,
+        inbound_buffer_bytes: 256 << 20,
+        frame_timeout_ms: 60_000,
+        ..NetConfig::default()
+    };
+    let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
+    let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    let a_addr = a.local_addr().unwrap();
+    let (_raw, conn) = rogue_connection(&creds[1], &cfg, a_addr).await;
+    let hoarding = open_stalled_60_mib_frames(&conn).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let (good, _good_rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg).unwrap();
+    good.add_peer(NodeId(1), PeerAddr::Quic(a_addr));
+    for i in 0..10 {
+        let data = frame(
+            3,
+            1,
+            &format!("data{i}"),
+            Priority::NORMAL,
+            &vec![1u8; 256 << 10],
+        );
+        good.send(NodeId(1), Priority::NORMAL, data).unwrap();
+        let beat = frame(3, 1, &format!("beat{i}"), Priority::CONTROL, b"hb");
+        good.send(NodeId(1), Priority::CONTROL, beat).unwrap();
+    }
+    for _ in 0..20 {
+        let inbound = recv(&mut a_rx).await;
+        assert_eq!(inbound.frame.header.from, NodeId(3));
+    }
+    drop(hoarding);
+}
+
+/// A member that keeps stalling frames is disconnected, with the code that says why, and
+/// counted in `disconnected_peers`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_keeps_stalling_frames_is_disconnected() {
+    let cfg = NetConfig {
+        max_message_bytes: 64 << 20,
+        inbound_buffer_bytes: 256 << 20,
+        frame_timeout_ms: 300,
+        ..NetConfig::default()
+    };
+    let creds = ClusterCredentials::generate_cluster(&["a", "rogue"]).unwrap();
+    let (a, _a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    let (_raw, conn) = rogue_connection(&creds[1], &cfg, a.local_addr().unwrap()).await;
+    let hoarding = open_stalled_60_mib_frames(&conn).await;
+    let closed = tokio::time::timeout(Duration::from_secs(30), conn.closed())
+        .await
+        .expect("hoarding peer was never disconnected");
+    assert!(
+        matches!(closed, quinn::ConnectionError::ApplicationClosed(ref c) if c.error_code == quinn::VarInt::from_u32(5)),
+        "{closed:?}"
+    );
+    let st = a.stats();
+    assert_eq!(st.disconnected_peers, 1, "{st:?}");
+    assert!(st.truncated_streams >= 3, "{st:?}");
+    drop(hoarding);
+}

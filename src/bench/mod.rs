@@ -19,6 +19,7 @@ pub mod mf;
 pub mod p3;
 #[allow(missing_docs)]
 pub mod p3_netns;
+pub mod ps;
 pub mod soak;
 #[allow(missing_docs)]
 pub mod strads_plot;
@@ -60,6 +61,41 @@ pub enum BenchError {
     /// The figures could not be printed as JSON.
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// A `--net KEY=VALUE` override does not name a `[net]` knob or has a bad value.
+    #[error("--net {given}: {reason}")]
+    NetOverride {
+        /// The override as given.
+        given: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// The transport knobs with `--net KEY=VALUE` overrides applied (the `[net]` keys of the
+/// settings; a value is read as JSON when it parses, as a string otherwise), so a benchmark
+/// can measure one knob against the defaults.
+pub fn net_config(overrides: &[String]) -> Result<petrel_net::NetConfig, BenchError> {
+    let mut value = serde_json::to_value(petrel_net::NetConfig::default())?;
+    for given in overrides {
+        let bad = |reason: String| BenchError::NetOverride {
+            given: given.clone(),
+            reason,
+        };
+        let (key, raw) = given
+            .split_once('=')
+            .ok_or_else(|| bad("expected KEY=VALUE".into()))?;
+        let parsed = serde_json::from_str(raw.trim())
+            .unwrap_or_else(|_| serde_json::Value::String(raw.trim().to_string()));
+        match value.as_object_mut() {
+            Some(map) => {
+                map.insert(key.trim().to_string(), parsed);
+            }
+            None => return Err(bad("the [net] knobs are not a table".into())),
+        }
+        serde_json::from_value::<petrel_net::NetConfig>(value.clone())
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(serde_json::from_value(value)?)
 }
 
 impl BenchError {
@@ -70,5 +106,29 @@ impl BenchError {
     fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let what = what.into();
         move |source| BenchError::Io { what, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn net_overrides_apply_and_bad_ones_name_the_key() {
+        let cfg = net_config(&[
+            "max_udp_payload=65527".into(),
+            "congestion=bbr".into(),
+            "segmentation_offload=false".into(),
+        ])
+        .unwrap();
+        assert_eq!(cfg.max_udp_payload, 65527);
+        assert_eq!(cfg.congestion, petrel_net::Congestion::Bbr);
+        assert!(!cfg.segmentation_offload);
+        let err = net_config(&["max_udp_paylod=1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_udp_paylod"), "{err}");
+        assert!(net_config(&["threads".into()]).is_err());
+        assert!(net_config(&["threads=many".into()]).is_err());
     }
 }

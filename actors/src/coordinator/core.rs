@@ -178,10 +178,14 @@ impl<W> ClusterCore<W> {
             .collect()
     }
 
-    /// `node` was heard from at `now`.
+    /// `node` was heard from at `now` (an earlier time than already recorded is ignored:
+    /// the transport's arrival stamps and handled heartbeats may come out of order).
     pub fn heartbeat(&mut self, node: NodeId, now: Instant) {
         if self.joined.contains_key(&node) && !self.dead.contains(&node) {
-            self.last_seen.insert(node, now);
+            let seen = self.last_seen.entry(node).or_insert(now);
+            if now > *seen {
+                *seen = now;
+            }
         }
     }
 

@@ -9,6 +9,12 @@
 //! - a node silent for `failure_timeout` is declared dead: the coordinator tells every
 //!   node (`PeerDown`), each node fails its pending requests to it and tells subscribers;
 //! - barriers complete when every live member entered, and fail if a member dies.
+//!
+//! Liveness does not depend on the node's own thread, where roles compute: heartbeats
+//! are sent by tasks on the transport's runtime, and any frame that arrives from a peer
+//! (stamped there, [`petrel_net::Net::last_heard`]) counts as a sign of life. A role that
+//! computes for longer than the failure timeout without yielding does not make its node
+//! look dead, nor make it think the others are.
 
 mod core;
 
@@ -38,7 +44,8 @@ pub struct Coordinator {
     node: Node,
     core: ClusterCore<WaiterSlot>,
     heartbeat_interval: Duration,
-    seq: u64,
+    /// The live members, as the heartbeat task on the transport's runtime reads them.
+    beat_to: std::sync::Arc<std::sync::Mutex<Vec<NodeId>>>,
 }
 
 /// Join and barrier waiters share the core's waiter type.
@@ -62,7 +69,7 @@ impl Coordinator {
             node,
             core: ClusterCore::new(expected, failure_timeout),
             heartbeat_interval,
-            seq: 0,
+            beat_to: Default::default(),
         }
     }
 
@@ -84,6 +91,14 @@ impl Coordinator {
 
     fn tick(&mut self) {
         let now = Instant::now();
+        // Frames stamped by the transport while this thread was busy count as heartbeats;
+        // and the coordinator running this is alive by definition.
+        for peer in self.core.alive() {
+            if let Some(heard) = self.node.net().last_heard(peer) {
+                self.core.heartbeat(peer, heard);
+            }
+        }
+        self.core.heartbeat(self.node.id(), now);
         for dead in self.core.tick(now) {
             let name = self.core.name(dead);
             let reason = format!(
@@ -111,24 +126,15 @@ impl Coordinator {
                 }
             }
         }
-        // The coordinator's own heartbeat lets every node notice a dead coordinator.
-        self.seq += 1;
-        for peer in self.core.alive() {
-            if peer == self.node.id() {
-                continue;
-            }
-            if let Ok(agent) = self
-                .node
-                .actor::<Heartbeat>(&ActorId::new(peer, AGENT_ACTOR))
-            {
-                let _ = agent.tell(
-                    Heartbeat {
-                        node: self.node.id(),
-                        seq: self.seq,
-                    },
-                    Priority::CONTROL,
-                );
-            }
+        self.refresh_beat_to();
+    }
+
+    /// The coordinator's own heartbeat (sent by `heartbeat_task`) lets every node notice
+    /// a dead coordinator: it goes to every live member but this node.
+    fn refresh_beat_to(&self) {
+        let me = self.node.id();
+        if let Ok(mut beat_to) = self.beat_to.lock() {
+            *beat_to = self.core.alive().into_iter().filter(|&n| n != me).collect();
         }
     }
 
@@ -156,6 +162,50 @@ impl Actor for Coordinator {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(self.heartbeat_interval, |act, _| act.tick());
+        let node = self.node.clone();
+        let beat_to = self.beat_to.clone();
+        let targets = move || beat_to.lock().map(|b| b.clone()).unwrap_or_default();
+        self.node.net().handle().spawn(heartbeat_task(
+            node,
+            targets,
+            AGENT_ACTOR,
+            self.heartbeat_interval,
+        ));
+    }
+}
+
+/// Sends a `Heartbeat` to the `actor` of every node `targets()` names, every `interval`,
+/// from the transport's runtime (so a node busy computing on its own thread keeps
+/// beating). Ends when the transport is shut down.
+async fn heartbeat_task(
+    node: Node,
+    targets: impl Fn() -> Vec<NodeId> + Send + 'static,
+    actor: &'static str,
+    interval: Duration,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seq = 0u64;
+    loop {
+        tick.tick().await;
+        if node.net().is_closed() {
+            return;
+        }
+        seq += 1;
+        for peer in targets() {
+            if node.is_down(peer) {
+                continue;
+            }
+            if let Ok(to) = node.actor::<Heartbeat>(&ActorId::new(peer, actor)) {
+                let _ = to.tell(
+                    Heartbeat {
+                        node: node.id(),
+                        seq,
+                    },
+                    Priority::CONTROL,
+                );
+            }
+        }
     }
 }
 
@@ -164,11 +214,13 @@ impl Handler<Msg<Join>> for Coordinator {
 
     fn handle(&mut self, msg: Msg<Join>, _: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = futures::channel::oneshot::channel();
-        tracing::info!(node = %msg.body.name, "join");
+        tracing::debug!(node = %msg.body.name, "join");
         Self::settle_join(
             self.core
                 .join(msg.body, WaiterSlot::Join(tx), Instant::now()),
         );
+        // From the moment the cluster forms, even if this node's thread is then busy.
+        self.refresh_beat_to();
         let interval = self.heartbeat_interval.as_millis() as u64;
         Box::pin(async move {
             match rx.await {
@@ -275,18 +327,27 @@ impl NodeAgent {
     }
 
     fn beat(&mut self) {
-        self.seq += 1;
-        if let Ok(c) = self
-            .node
-            .actor::<Heartbeat>(&ActorId::new(self.coordinator, COORDINATOR_ACTOR))
+        // A remote coordinator is beaten to by `heartbeat_task`; a local one hears from
+        // this agent (its own thread is the coordinator's).
+        if self.coordinator == self.node.id() {
+            self.seq += 1;
+            if let Ok(c) = self
+                .node
+                .actor::<Heartbeat>(&ActorId::new(self.coordinator, COORDINATOR_ACTOR))
+            {
+                let _ = c.tell(
+                    Heartbeat {
+                        node: self.node.id(),
+                        seq: self.seq,
+                    },
+                    Priority::CONTROL,
+                );
+            }
+        }
+        if let Some(heard) = self.node.net().last_heard(self.coordinator)
+            && heard > self.last_from_coordinator
         {
-            let _ = c.tell(
-                Heartbeat {
-                    node: self.node.id(),
-                    seq: self.seq,
-                },
-                Priority::CONTROL,
-            );
+            self.last_from_coordinator = heard;
         }
         if self.coordinator != self.node.id()
             && self.last_from_coordinator.elapsed() > self.failure_timeout
@@ -315,6 +376,15 @@ impl Handler<Joined> for NodeAgent {
         self.last_from_coordinator = Instant::now();
         self.beat();
         ctx.run_interval(self.heartbeat_interval, |act, _| act.beat());
+        if self.coordinator != self.node.id() {
+            let coordinator = self.coordinator;
+            self.node.net().handle().spawn(heartbeat_task(
+                self.node.clone(),
+                move || vec![coordinator],
+                COORDINATOR_ACTOR,
+                self.heartbeat_interval,
+            ));
+        }
     }
 }
 
@@ -339,7 +409,7 @@ impl Handler<Msg<PeerDown>> for NodeAgent {
 impl Handler<Msg<Shutdown>> for NodeAgent {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<Shutdown>, _: &mut Context<Self>) -> Self::Result {
-        tracing::info!(node = %self.node.name(), reason = %msg.body.reason, "shutdown requested");
+        tracing::debug!(node = %self.node.name(), reason = %msg.body.reason, "shutdown requested");
         self.node
             .announce_shutdown(&msg.body.reason, msg.body.failed_node);
         Ok(())

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use petrel_messages::{
     ActorId, CodecError, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage, decode_body,
-    encode_body,
+    encode_body, encoded_len,
 };
 use petrel_net::Inbound;
 use std::sync::Arc;
@@ -112,7 +112,8 @@ impl<A: Actor> Registration<'_, A> {
             Ok(Dispatched::Reply(Box::pin(async move {
                 match request.await {
                     Ok(Ok(reply)) => {
-                        let mut out = Vec::new();
+                        // Exact size: a large reply is written once, never regrown.
+                        let mut out = Vec::with_capacity(encoded_len(&reply)?);
                         encode_body(&reply, &mut out)?;
                         Ok(out)
                     }
@@ -185,7 +186,13 @@ impl Node {
                         .and_then(|e| e.remote.get(h.msg_type.as_str()).cloned())
                 });
                 let Some(dispatch) = dispatch else {
-                    tracing::warn!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this message; dropped");
+                    // An ask gets the failure back and its asker decides (e.g. retries until
+                    // the actor registered); only a lost tell is news here.
+                    if request_id.is_some() {
+                        tracing::debug!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this ask; failure sent back");
+                    } else {
+                        tracing::warn!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this message; dropped");
+                    }
                     if let Some(id) = request_id {
                         self.reply(
                             h.from,

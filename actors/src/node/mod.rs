@@ -332,6 +332,8 @@ impl Node {
     }
 
     pub(crate) fn announce_shutdown(&self, reason: &str, failed_node: Option<String>) {
+        // Peers leave from now on; sends to them may fail, and that is no news.
+        self.inner.net.set_membership_changing(true);
         if let (Some(failed), Ok(mut f)) = (&failed_node, self.inner.run_failure.lock()) {
             f.get_or_insert_with(|| (failed.clone(), reason.to_string()));
         }

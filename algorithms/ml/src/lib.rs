@@ -6,6 +6,8 @@
 //!   synthetic generators ([`data::synthetic`]). Bad input is a [`data::DataError`] naming
 //!   the file and line, never a panic.
 //! - [`dnn`]: small DNN layers, optimizers and the IDX (MNIST) reader used by P3.
+//! - [`job`]: what every training app's settings share: [`job::InvalidSetting`] (names
+//!   the key) and the range checks of [`job::SettingChecks`].
 //! - [`topic`]: topic-model math shared by STRADS LDA and parameter-server LDA: sparse
 //!   topic counts ([`topic::TopicCounts`]), the SparseLDA sampler
 //!   ([`topic::SparseSampler`]), log-likelihoods and topic output files.
@@ -16,6 +18,7 @@
 
 pub mod data;
 pub mod dnn;
+pub mod job;
 pub mod topic;
 
 /// The names most code needs: `use petrel_ml::prelude::*;`.

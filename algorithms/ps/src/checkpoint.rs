@@ -213,12 +213,12 @@ mod tests {
             updates.push(RowUpdate {
                 table: TableId(1),
                 row: RowId(r),
-                delta: Row::Dense(vec![r as f32, 0.5, -1.0]),
+                delta: Row::Dense(vec![r as f32, 0.5, -1.0]).into(),
             });
             updates.push(RowUpdate {
                 table: TableId(2),
                 row: RowId(r * 7),
-                delta: Row::Sparse(vec![(r as u32, 1.0), (1000, 2.5)]),
+                delta: Row::Sparse(vec![(r as u32, 1.0), (1000, 2.5)]).into(),
             });
         }
         s.apply_updates(WorkerId(0), 0, &UpdateBatch { seq: 1, updates })

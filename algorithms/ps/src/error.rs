@@ -121,6 +121,15 @@ pub enum PsError {
         /// What is wrong.
         reason: String,
     },
+    /// A setting's value cannot be right (names the key).
+    #[error("invalid {app} setting {source}")]
+    InvalidSetting {
+        /// The app.
+        app: &'static str,
+        /// The key, its value and what is allowed.
+        #[source]
+        source: petrel_ml::job::InvalidSetting,
+    },
     /// A test hook made a worker fail on purpose.
     #[error("worker {worker}: injected failure at clock {clock}")]
     InjectedFailure {

@@ -44,22 +44,22 @@ pub mod shells;
 pub use apps::lda::{PsLda, PsLdaConfig, PsLdaMetrics, PsLdaOutcome};
 pub use apps::lr::{PsLr, PsLrConfig, PsLrOutcome, PsLrResult};
 pub use apps::mf::{PsMf, PsMfConfig, PsMfOutcome, PsMfResult};
-pub use core::client::ClientCore;
+pub use core::client::{ClientCore, PushTicket};
 pub use core::error::PsCoreError;
 pub use core::lda::PsLdaError;
 pub use core::managed::BandwidthManager;
 pub use core::rules::{RuleRegistry, UpdateRule};
 pub use core::shard::PsShardCore;
 pub use core::types::{
-    Consistency, ConsistencyModel, Row, RowId, TableId, TableKind, TableSpec, UpdateRuleSpec,
-    WorkerId,
+    Consistency, ConsistencyModel, Row, RowId, SharedRow, TableId, TableKind, TableSpec,
+    UpdateRuleSpec, WorkerId,
 };
 pub use error::PsError;
 pub use kit::{
     MonitorCtx, PsApp, PsJob, PsRoles, PsStep, PsTrainArgs, WorkerCtx, WorkerDone, register,
     register_builtin, run_local, run_local_with, train,
 };
-pub use shells::{PsClient, PsLayout, ServerShard, TablesBuilder};
+pub use shells::{PsClient, PsLayout, PullTicket, ServerShard, TablesBuilder};
 
 /// The names an app needs: `use petrel_ps::prelude::*;`.
 pub mod prelude {

@@ -43,6 +43,9 @@ pub enum StradsError {
     /// A multi-scheduler Lasso job is misconfigured or lost a peer.
     #[error(transparent)]
     MultiScheduler(#[from] MultiSchedulerError),
+    /// A setting's value cannot be right (names the key).
+    #[error("invalid setting {0}")]
+    InvalidSetting(#[from] petrel_ml::job::InvalidSetting),
     /// An output file could not be written.
     #[error("writing {}: {source}", path.display())]
     Write {

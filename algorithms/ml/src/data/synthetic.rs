@@ -272,7 +272,7 @@ pub fn sparse_correlated_lasso(
 /// Parameters of [`low_rank_ratings`]; also the `synthetic` settings table of STRADS MF
 /// (`[app.strads_mf.synthetic]`), hence the serde defaults.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LowRankParams {
     /// Number of users.
     pub n_users: usize,
@@ -298,6 +298,25 @@ impl Default for LowRankParams {
             noise_std: 0.1,
             seed: 42,
         }
+    }
+}
+
+impl LowRankParams {
+    /// Range checks of the `synthetic` table, keys prefixed with `prefix` (`synthetic.`).
+    pub fn check(&self, prefix: &str, c: &mut crate::job::SettingChecks) {
+        let key = |k: &str| format!("{prefix}{k}");
+        c.at_least(&key("n_users"), self.n_users, 1);
+        c.at_least(&key("n_items"), self.n_items, 1);
+        c.at_least(&key("rank"), self.rank, 1);
+        c.require(
+            self.observed_fraction.is_finite()
+                && self.observed_fraction > 0.0
+                && self.observed_fraction <= 1.0,
+            &key("observed_fraction"),
+            self.observed_fraction,
+            "must be in (0, 1]",
+        );
+        c.non_negative(&key("noise_std"), self.noise_std);
     }
 }
 
@@ -362,7 +381,7 @@ pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataEr
 /// Parameters of [`lda_corpus`]; also the `synthetic` settings table of the LDA apps
 /// (`[app.lda.synthetic]`, `[app.ps_lda.synthetic]`), hence the serde defaults.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LdaCorpusParams {
     /// Number of topics.
     pub n_topics: usize,
@@ -378,6 +397,19 @@ pub struct LdaCorpusParams {
     pub beta: f64,
     /// RNG seed.
     pub seed: u64,
+}
+
+impl LdaCorpusParams {
+    /// Range checks of the `synthetic` table, keys prefixed with `prefix` (`synthetic.`).
+    pub fn check(&self, prefix: &str, c: &mut crate::job::SettingChecks) {
+        let key = |k: &str| format!("{prefix}{k}");
+        c.at_least(&key("n_topics"), self.n_topics, 1);
+        c.at_least(&key("vocab_size"), self.vocab_size, 1);
+        c.at_least(&key("n_docs"), self.n_docs, 1);
+        c.at_least(&key("doc_length"), self.doc_length, 1);
+        c.positive(&key("alpha"), self.alpha);
+        c.positive(&key("beta"), self.beta);
+    }
 }
 
 impl Default for LdaCorpusParams {

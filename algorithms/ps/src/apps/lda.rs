@@ -48,6 +48,7 @@ use petrel_actors::Settings;
 use petrel_messages::remote_message;
 use petrel_ml::data::Corpus;
 use petrel_ml::data::synthetic::LdaCorpusParams;
+use petrel_ml::job::{InvalidSetting, SettingChecks};
 use petrel_ml::topic::{
     DocumentPartition, LdaConfig, LdaMetrics, LoglikPoint, load_corpus, write_topic_files,
 };
@@ -100,9 +101,9 @@ pub struct PsLdaConfig {
     /// Tokens sampled between yields to the node's event loop.
     #[arg(long, default_value_t = 20_000)]
     pub chunk_tokens: usize,
-    /// Output directory: topics.txt, topic_word.tsv, metrics.json (required as a flag;
-    /// settings without it write no files).
-    #[arg(long, required = true)]
+    /// Output directory: topics.txt, topic_word.tsv, metrics.json (required by `petrel
+    /// train`; settings without it write no files).
+    #[arg(long)]
     pub out: Option<PathBuf>,
 }
 
@@ -128,6 +129,22 @@ impl Default for PsLdaConfig {
 }
 
 impl PsLdaConfig {
+    /// Every value in range (keys as in `[app.ps_lda]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        if self.docword.is_none() {
+            self.synthetic.check("synthetic.", &mut c);
+        }
+        c.at_least("n_topics", self.n_topics, 1);
+        c.positive("alpha", self.alpha);
+        c.positive("beta", self.beta);
+        c.at_least("iterations", self.iterations, 1);
+        c.at_least("top_words", self.top_words, 1);
+        c.at_least("clocks_per_iteration", self.clocks_per_iteration, 1);
+        c.at_least("chunk_tokens", self.chunk_tokens, 1);
+        c.finish()
+    }
+
     /// The word-topic table's consistency.
     pub fn consistency(&self) -> Consistency {
         Consistency::new(self.consistency, self.staleness)
@@ -307,6 +324,10 @@ impl PsApp for PsLda {
     };
     const MONITOR_ACTOR: &'static str = "ps-lda-monitor";
     const TRAIN_REQUEST_TIMEOUT_S: Option<u64> = Some(300);
+
+    fn validate_config(cfg: &PsLdaConfig) -> Result<(), InvalidSetting> {
+        cfg.validate()
+    }
 
     fn new(cfg: PsLdaConfig, layout: &PsLayout) -> Result<Self, PsError> {
         if cfg.n_topics == 0 || !(cfg.alpha > 0.0 && cfg.beta > 0.0) {
@@ -634,10 +655,8 @@ mod tests {
         use clap::Parser;
         let flags = Flags::parse_from(["train", "--out", "x"]).cfg;
         assert_eq!(PsLdaConfig { out: None, ..flags }, PsLdaConfig::default());
-        assert!(
-            Flags::try_parse_from(["train"]).is_err(),
-            "--out is required"
-        );
+        // `petrel train` requires --out (or `out` in the job file), after the merge.
+        assert_eq!(Flags::parse_from(["train"]).cfg, PsLdaConfig::default());
         let toml: PsLdaConfig = serde_json::from_value(serde_json::json!({
             "n_topics": 5, "consistency": "bsp", "synthetic": {"n_docs": 10}
         }))

@@ -24,6 +24,7 @@ use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
 use petrel_ml::data::libsvm::{SparseDataset, SparseRow, load_libsvm};
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
+use petrel_ml::job::{InvalidSetting, SettingChecks};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -76,8 +77,9 @@ pub struct PsLrConfig {
     /// Milliseconds between evaluations of the monitor.
     #[arg(long, default_value_t = 250)]
     pub eval_ms: u64,
-    /// Output directory for `model.json` and `metrics.json` (flags: `out`; settings: none).
-    #[arg(long, default_value = "out")]
+    /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
+    /// settings without it write no files).
+    #[arg(long)]
     pub out: Option<PathBuf>,
 }
 
@@ -98,6 +100,31 @@ impl Default for PsLrConfig {
             eval_ms: 250,
             out: None,
         }
+    }
+}
+
+impl PsLrConfig {
+    /// Every value in range (keys as in `[app.lr]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        if self.data.is_none() {
+            c.at_least("synthetic_samples", self.synthetic_samples, 2);
+            c.at_least("synthetic_features", self.synthetic_features, 1);
+            c.at_least("synthetic_classes", self.synthetic_classes, 2);
+        }
+        c.fraction("test_fraction", self.test_fraction);
+        c.require(
+            self.learning_rate.is_finite()
+                && self.learning_rate > 0.0
+                && self.learning_rate <= 100.0,
+            "learning_rate",
+            self.learning_rate,
+            "must be in (0, 100]",
+        );
+        c.at_least("batch_size", self.batch_size, 1);
+        c.at_least("max_clocks", self.max_clocks, 1);
+        c.at_least("eval_ms", self.eval_ms, 1);
+        c.finish()
     }
 }
 
@@ -136,6 +163,12 @@ impl PsLrData {
         };
         if ds.rows.is_empty() {
             return Err(invalid("no samples".into()));
+        }
+        if let Some((row, l)) = ds.labels.iter().enumerate().find(|(_, l)| l.fract() != 0.0) {
+            return Err(invalid(format!(
+                "row {}: label {l} is not a class id; ps-lr needs integer class labels (regression targets belong to lasso)",
+                row + 1
+            )));
         }
         let mut labels: Vec<f32> = ds.labels.clone();
         labels.sort_by(f32::total_cmp);
@@ -347,6 +380,10 @@ impl PsApp for PsLr {
     const NAME: &'static str = "ps-lr";
     const SECTION: &'static str = "lr";
     const MONITOR_ACTOR: &'static str = "ps-lr-monitor";
+
+    fn validate_config(cfg: &PsLrConfig) -> Result<(), InvalidSetting> {
+        cfg.validate()
+    }
 
     fn new(cfg: PsLrConfig, _layout: &PsLayout) -> Result<Self, PsError> {
         let data = PsLrData::load(&cfg)?;

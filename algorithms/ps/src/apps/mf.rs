@@ -31,6 +31,7 @@ use crate::kit::{MonitorCtx, PsApp, PsStep, WorkerCtx, WorkerDone, write_model_a
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_ml::data::ratings::{Ratings, load_ratings};
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
+use petrel_ml::job::{InvalidSetting, SettingChecks};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -118,9 +119,9 @@ pub struct PsMfConfig {
     /// How much slower the straggler's clocks are.
     #[arg(long, default_value_t = 1.0)]
     pub straggler_factor: f64,
-    /// Output directory for `model.json` and `metrics.json` (flags: `out`; settings: none,
-    /// so no files).
-    #[arg(long, default_value = "out")]
+    /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
+    /// settings without it write no files).
+    #[arg(long)]
     pub out: Option<PathBuf>,
     /// Test hook: worker `w` fails at clock `c` (`[w, c]`).
     #[arg(skip)]
@@ -160,6 +161,52 @@ impl Default for PsMfConfig {
 }
 
 impl PsMfConfig {
+    /// Every value in range (keys as in `[app.mf]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        if self.data.is_none() {
+            c.at_least("synthetic_users", self.synthetic_users, 1);
+            c.at_least("synthetic_items", self.synthetic_items, 1);
+            c.at_least("synthetic_rank", self.synthetic_rank, 1);
+            c.require(
+                self.synthetic_observed > 0.0 && self.synthetic_observed <= 1.0,
+                "synthetic_observed",
+                self.synthetic_observed,
+                "must be in (0, 1]",
+            );
+            c.non_negative("synthetic_noise", self.synthetic_noise);
+        }
+        c.fraction("test_fraction", self.test_fraction);
+        c.at_least("rank", self.rank, 1);
+        // SGD on unit-scale ratings diverges long before a step of 1.
+        c.require(
+            self.learning_rate.is_finite() && self.learning_rate > 0.0 && self.learning_rate <= 1.0,
+            "learning_rate",
+            self.learning_rate,
+            "must be in (0, 1]",
+        );
+        c.non_negative("regularization", self.regularization);
+        c.non_negative("init_scale", self.init_scale);
+        c.at_least("batches_per_epoch", self.batches_per_epoch, 1);
+        c.at_least("epochs", self.epochs, 1);
+        if let Some(m) = self.max_clocks {
+            c.at_least("max_clocks", m, 1);
+        }
+        c.positive("max_seconds", self.max_seconds);
+        if let Some(t) = self.target_rmse {
+            c.non_negative("target_rmse", t);
+        }
+        c.at_least("eval_ms", self.eval_ms, 1);
+        c.non_negative("clock_ms", self.clock_ms);
+        c.require(
+            self.straggler_factor.is_finite() && self.straggler_factor >= 1.0,
+            "straggler_factor",
+            self.straggler_factor,
+            "must be a finite number >= 1",
+        );
+        c.finish()
+    }
+
     /// The items table's consistency.
     pub fn consistency(&self) -> Consistency {
         Consistency::new(self.consistency, self.staleness)
@@ -476,6 +523,10 @@ impl PsApp for PsMf {
     const SECTION: &'static str = "mf";
     const MONITOR_ACTOR: &'static str = "ps-mf-monitor";
 
+    fn validate_config(cfg: &PsMfConfig) -> Result<(), InvalidSetting> {
+        cfg.validate()
+    }
+
     fn new(cfg: PsMfConfig, _layout: &PsLayout) -> Result<Self, PsError> {
         let tables = cfg.tables()?;
         let data = PsMfData::load(&cfg)?;
@@ -758,14 +809,9 @@ mod tests {
         use clap::Parser;
         let flags = Flags::parse_from(["train"]).cfg;
         assert_eq!(
-            flags.out,
-            Some(PathBuf::from("out")),
-            "flags write to ./out"
-        );
-        assert_eq!(
-            PsMfConfig { out: None, ..flags },
+            flags,
             PsMfConfig::default(),
-            "the flag defaults are the settings defaults"
+            "the flag defaults are the settings defaults (`petrel train` requires --out)"
         );
         let from_toml: PsMfConfig = serde_json::from_value(serde_json::json!({})).unwrap();
         assert_eq!(from_toml, PsMfConfig::default());

@@ -17,34 +17,46 @@ use crate::core::error::PsCoreError;
 use crate::core::shard::ShardAction;
 use crate::core::stats::StalenessStats;
 use crate::core::types::{
-    Clock, Consistency, ReadRequest, Row, RowId, RowUpdate, ShardBatch, TableId, TableKind,
-    TableSpec, UpdateBatch, WorkerId, shard_of,
+    Clock, Consistency, ReadRequest, Row, RowId, RowUpdate, ShardBatch, SharedRow, TableId,
+    TableKind, TableSpec, UpdateBatch, WorkerId, shard_of,
 };
 
 /// A cached row whose own not-yet-acknowledged deltas exceed this count is evicted (and will
 /// be re-fetched): bounds memory for rows that are written often but never refreshed (`Async`).
 pub const MAX_PENDING_PER_ROW: usize = 256;
 
-/// Outcome of `ClientCore::get`.
+/// Outcome of `ClientCore::get` (a copy of the row) and `ClientCore::get_shared` (the
+/// cached row itself, shared: `GetOutcome<SharedRow>`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum GetOutcome {
+pub enum GetOutcome<R = Row> {
     /// Served from the cache (own writes included); the staleness was recorded.
-    Hit(Row),
+    Hit(R),
     /// Send this request to its shard, then call `get` again once the reply has been handled.
     Fetch(ReadRequest),
     /// A sufficient fetch of this row is already in flight: wait for it, then `get` again.
     Wait,
 }
 
+/// A push sent at once ([`ClientCore::push_now`]), as ps-lite's push timestamp: done
+/// ([`ClientCore::push_done`]) once its shard acknowledged applying it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushTicket {
+    /// The shard the push went to.
+    pub shard: u32,
+    /// The sequence number of its batch.
+    pub seq: u64,
+}
+
 #[derive(Debug, Clone)]
 struct CachedRow {
     /// Visible value: server data + `pending` + unflushed oplog delta (each scaled by the
-    /// table's local scale).
-    row: Row,
+    /// table's local scale). Shared with the reads that returned it (`get_shared`).
+    row: SharedRow,
     /// Row clock of the server data.
     clock: Clock,
-    /// Own flushed deltas not yet acknowledged by the shard, oldest first.
-    pending: VecDeque<(u64, Row)>,
+    /// Own flushed deltas not yet acknowledged by the shard, oldest first (shared with the
+    /// batch that carried them: no copy).
+    pending: VecDeque<(u64, SharedRow)>,
 }
 
 #[derive(Debug, Clone)]
@@ -74,6 +86,8 @@ pub struct ClientCore {
     table_stats: HashMap<TableId, StalenessStats>,
     /// Barrier (sync) requests in flight: request id -> answered.
     syncs: HashMap<u64, bool>,
+    /// Highest own batch `seq` each shard said it applied (replies, pushes, acks).
+    acked: HashMap<u32, u64>,
 }
 
 impl ClientCore {
@@ -108,6 +122,7 @@ impl ClientCore {
             stats: StalenessStats::new(),
             table_stats: HashMap::new(),
             syncs: HashMap::new(),
+            acked: HashMap::new(),
         })
     }
 
@@ -222,7 +237,7 @@ impl ClientCore {
     /// Cached visible value and the clock it is current as of (no staleness recorded).
     pub fn cached(&self, table: TableId, row: RowId) -> Option<(&Row, Clock)> {
         let e = self.cache.get(&(table, row))?;
-        Some((&e.row, self.effective_clock(table, row, e)))
+        Some((&*e.row, self.effective_clock(table, row, e)))
     }
 
     /// The spec of `table`.
@@ -266,31 +281,148 @@ impl ClientCore {
             .get(&table)
             .ok_or(PsCoreError::UnknownTable(table))?;
         spec.check_delta(row, delta)?;
-        let scale = spec.update_rule.local_scale();
-        let zero = match spec.kind {
-            // Dense tables coalesce into a dense buffer only once touched.
-            TableKind::Dense { width } => Row::Dense(vec![0.0; width as usize]),
-            TableKind::Sparse => Row::Sparse(Vec::new()),
-        };
+        let (scale, rmw, kind) = (
+            spec.update_rule.local_scale(),
+            spec.read_my_writes,
+            spec.kind,
+        );
         let order = self.next_order;
-        let e = self
-            .oplog
-            .entry((table, row))
-            .or_insert_with(|| OplogEntry { delta: zero, order });
-        if e.order == order {
-            self.next_order += 1;
+        match self.oplog.entry((table, row)) {
+            std::collections::btree_map::Entry::Occupied(mut e) => e.get_mut().delta.add(delta),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let fresh = match (kind, delta) {
+                    // `0 + x` in one exact-size pass: the same bits as adding into a zeroed
+                    // buffer (-0.0 becomes 0.0), without allocating and zeroing it first.
+                    (TableKind::Dense { .. }, Row::Dense(d)) => {
+                        Row::Dense(d.iter().map(|x| 0.0 + x).collect())
+                    }
+                    // Dense tables coalesce into a dense buffer only once touched.
+                    (TableKind::Dense { width }, _) => {
+                        let mut z = Row::Dense(vec![0.0; width as usize]);
+                        z.add(delta);
+                        z
+                    }
+                    (TableKind::Sparse, _) => {
+                        let mut z = Row::Sparse(Vec::new());
+                        z.add(delta);
+                        z
+                    }
+                };
+                v.insert(OplogEntry {
+                    delta: fresh,
+                    order,
+                });
+                self.next_order += 1;
+            }
         }
-        e.delta.add(delta);
-        if let Some(c) = self.cache.get_mut(&(table, row)) {
-            c.row.add_scaled(delta, scale);
+        if rmw && let Some(c) = self.cache.get_mut(&(table, row)) {
+            c.row.make_mut().add_scaled(delta, scale);
         }
         Ok(())
+    }
+
+    /// `Push(table, row, delta)`: like [`batch_inc`](Self::batch_inc) but takes the delta
+    /// by value and moves it into the oplog when the row has no unflushed delta yet (no copy
+    /// of a large buffer). A dense delta for a dense table stays dense; anything else is
+    /// coalesced as `batch_inc` does.
+    pub fn push(&mut self, table: TableId, row: RowId, delta: Row) -> Result<(), PsCoreError> {
+        let spec = self
+            .tables
+            .get(&table)
+            .ok_or(PsCoreError::UnknownTable(table))?;
+        let movable = matches!(
+            (spec.kind, &delta),
+            (TableKind::Dense { .. }, Row::Dense(_)) | (TableKind::Sparse, Row::Sparse(_))
+        );
+        if !movable || self.oplog.contains_key(&(table, row)) {
+            return self.batch_inc(table, row, &delta);
+        }
+        spec.check_delta(row, &delta)?;
+        if spec.read_my_writes
+            && let Some(c) = self.cache.get_mut(&(table, row))
+        {
+            c.row
+                .make_mut()
+                .add_scaled(&delta, spec.update_rule.local_scale());
+        }
+        let order = self.next_order;
+        self.next_order += 1;
+        self.oplog.insert((table, row), OplogEntry { delta, order });
+        Ok(())
+    }
+
+    /// [`push`](Self::push), then the row's whole unflushed delta as an early batch to its
+    /// shard at once (as managed communication sends them: the clock still advances only in
+    /// [`clock`](Self::clock)). The ticket is done once the shard acknowledged the batch
+    /// (send a `ToShard::Ack` after it; see [`push_done`](Self::push_done)).
+    pub fn push_now(
+        &mut self,
+        table: TableId,
+        row: RowId,
+        delta: Row,
+    ) -> Result<(ShardBatch, PushTicket), PsCoreError> {
+        self.push(table, row, delta)?;
+        let batch = self
+            .take_early(&[(table, row)])
+            .pop()
+            .ok_or_else(|| PsCoreError::InvalidConfig("push_now: nothing to send".into()))?;
+        let ticket = PushTicket {
+            shard: batch.shard,
+            seq: batch.batch.seq,
+        };
+        Ok((batch, ticket))
+    }
+
+    /// Whether the shard of `ticket` has applied its push (it said so in a reply, a push or
+    /// an ack sent after it).
+    pub fn push_done(&self, ticket: &PushTicket) -> bool {
+        self.acked
+            .get(&ticket.shard)
+            .is_some_and(|&s| s >= ticket.seq)
+    }
+
+    /// A read request for `(table, row)` if the cache cannot serve it at the current clock
+    /// and no sufficient fetch is in flight (the first half of a pull ticket: the fetch
+    /// starts now, the `get` later finds the row cached). Records no staleness.
+    pub fn pull_request(
+        &mut self,
+        table: TableId,
+        row: RowId,
+    ) -> Result<Option<ReadRequest>, PsCoreError> {
+        let spec = self
+            .tables
+            .get(&table)
+            .ok_or(PsCoreError::UnknownTable(table))?;
+        let required = spec.consistency.required_row_clock(self.clock);
+        if let Some(e) = self.cache.get(&(table, row))
+            && required.is_none_or(|r| self.effective_clock(table, row, e) >= r)
+        {
+            return Ok(None);
+        }
+        match self.get_shared(table, row)? {
+            GetOutcome::Fetch(req) => Ok(Some(req)),
+            GetOutcome::Hit(_) | GetOutcome::Wait => Ok(None),
+        }
     }
 
     /// `Get(table, row)` decision at the current clock. Hit if the cached row's clock is
     /// `>= c - s` (`>= c` for BSP, any cached copy for Async); the observed staleness
     /// `max(0, c - row_clock)` is then recorded.
     pub fn get(&mut self, table: TableId, row: RowId) -> Result<GetOutcome, PsCoreError> {
+        Ok(match self.get_shared(table, row)? {
+            GetOutcome::Hit(r) => GetOutcome::Hit((*r).clone()),
+            GetOutcome::Fetch(req) => GetOutcome::Fetch(req),
+            GetOutcome::Wait => GetOutcome::Wait,
+        })
+    }
+
+    /// [`get`](Self::get) without the copy: a hit is the cached row itself, shared (a
+    /// later own write copies it only if the caller still holds it).
+    pub fn get_shared(
+        &mut self,
+        table: TableId,
+        row: RowId,
+    ) -> Result<GetOutcome<SharedRow>, PsCoreError> {
         let spec = self
             .tables
             .get(&table)
@@ -362,7 +494,11 @@ impl ClientCore {
             per_shard
                 .entry(shard_of(table, row, self.n_shards))
                 .or_default()
-                .push(RowUpdate { table, row, delta });
+                .push(RowUpdate {
+                    table,
+                    row,
+                    delta: SharedRow::new(delta),
+                });
         }
         let mut out = Vec::with_capacity(per_shard.len());
         for (shard, updates) in per_shard {
@@ -370,6 +506,9 @@ impl ClientCore {
             self.next_seq += 1;
             for u in &updates {
                 let key = (u.table, u.row);
+                if !self.tables.get(&u.table).is_some_and(|t| t.read_my_writes) {
+                    continue;
+                }
                 if let Some(c) = self.cache.get_mut(&key) {
                     c.pending.push_back((seq, u.delta.clone()));
                     if c.pending.len() > MAX_PENDING_PER_ROW {
@@ -404,6 +543,7 @@ impl ClientCore {
                 ack_seq,
             } => {
                 self.check_origin(worker, from_shard, table, row)?;
+                self.note_acked(from_shard, ack_seq);
                 if let Some(done) = self.syncs.get_mut(&request_id) {
                     *done = true;
                     return Ok(());
@@ -430,12 +570,25 @@ impl ClientCore {
                 for (row, _) in &rows {
                     self.check_origin(worker, from_shard, table, *row)?;
                 }
+                self.note_acked(from_shard, ack_seq);
                 for (row, data) in rows {
                     self.install(table, row, data, clock, ack_seq, false)?;
                 }
                 self.bump_push_clock(table, from_shard, clock)
             }
+            ShardAction::Ack { worker, ack_seq } => {
+                if worker != self.worker {
+                    return Err(PsCoreError::UnknownWorker(worker));
+                }
+                self.note_acked(from_shard, ack_seq);
+                Ok(())
+            }
         }
+    }
+
+    fn note_acked(&mut self, shard: u32, ack_seq: u64) {
+        let e = self.acked.entry(shard).or_insert(0);
+        *e = (*e).max(ack_seq);
     }
 
     fn bump_push_clock(
@@ -481,7 +634,7 @@ impl ClientCore {
         &mut self,
         table: TableId,
         row: RowId,
-        data: Row,
+        data: SharedRow,
         row_clock: Clock,
         ack_seq: u64,
         insert: bool,
@@ -498,22 +651,29 @@ impl ClientCore {
             // caching it could hide own writes. The next `get` fetches it.
             return Ok(());
         }
+        let rmw = spec.read_my_writes;
         let e = self.cache.entry(key).or_insert_with(|| CachedRow {
-            row: Row::Sparse(Vec::new()),
+            row: SharedRow::new(Row::Sparse(Vec::new())),
             clock: 0,
             pending: VecDeque::new(),
         });
         while e.pending.front().is_some_and(|(s, _)| *s <= ack_seq) {
             e.pending.pop_front();
         }
-        let mut visible = data;
-        for (_, d) in &e.pending {
-            visible.add_scaled(d, scale);
-        }
-        if let Some(o) = self.oplog.get(&key) {
-            visible.add_scaled(&o.delta, scale);
-        }
-        e.row = visible;
+        let oplog = self.oplog.get(&key).filter(|_| rmw);
+        e.row = if e.pending.is_empty() && oplog.is_none() {
+            // Nothing of our own to add: cache the received row as it is (no copy).
+            data
+        } else {
+            let mut visible = data.into_row();
+            for (_, d) in &e.pending {
+                visible.add_scaled(d, scale);
+            }
+            if let Some(o) = oplog {
+                visible.add_scaled(&o.delta, scale);
+            }
+            SharedRow::new(visible)
+        };
         e.clock = row_clock;
         Ok(())
     }
@@ -594,7 +754,7 @@ mod tests {
             request_id: id,
             table: T,
             row: RowId(row),
-            row_data: Row::Dense(data),
+            row_data: Row::Dense(data).into(),
             row_clock,
             ack_seq,
         }
@@ -707,7 +867,7 @@ mod tests {
                     request_id: 1,
                     table: T,
                     row: RowId(0),
-                    row_data: Row::Dense(vec![0.0, 0.0]),
+                    row_data: Row::Dense(vec![0.0, 0.0]).into(),
                     row_clock: 0,
                     ack_seq: 0
                 }
@@ -766,7 +926,7 @@ mod tests {
             ShardAction::Push {
                 worker: WorkerId(0),
                 table: T,
-                rows: vec![(RowId(9), Row::Dense(vec![1.0, 1.0]))],
+                rows: vec![(RowId(9), Row::Dense(vec![1.0, 1.0]).into())],
                 clock: 1,
                 ack_seq: 1,
             },
@@ -784,5 +944,222 @@ mod tests {
         }
         assert!(matches!(c.get(T, RowId(0)).unwrap(), GetOutcome::Hit(_)));
         assert_eq!(c.stats().max(), 5);
+    }
+
+    fn dense_ptr(r: &Row) -> *const f32 {
+        match r {
+            Row::Dense(v) => v.as_ptr(),
+            Row::Sparse(_) => std::ptr::null(),
+        }
+    }
+
+    /// One BSP round trip between a client and a one-shard core: push, clock, apply, read,
+    /// reply; returns the reply's row as the shard sent it.
+    fn round(c: &mut ClientCore, shard: &mut PsShardCore, delta: Row) -> SharedRow {
+        c.push(T, RowId(0), delta).unwrap();
+        for b in c.clock() {
+            shard.handle_batch(&b).unwrap();
+        }
+        let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
+            panic!("a BSP read after a clock fetches")
+        };
+        let mut out = shard.handle_read(&req).unwrap();
+        let ShardAction::Reply { row_data, .. } = &out[0] else {
+            panic!("a reply")
+        };
+        let sent = row_data.clone();
+        c.handle(0, out.remove(0)).unwrap();
+        sent
+    }
+
+    #[test]
+    fn push_moves_the_buffer_into_the_batch() {
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Bsp)]).unwrap();
+        let delta = vec![1.0, 2.0];
+        let ptr = delta.as_ptr();
+        c.push(T, RowId(0), Row::Dense(delta)).unwrap();
+        let b = c.clock();
+        assert_eq!(
+            dense_ptr(&b[0].batch.updates[0].delta),
+            ptr,
+            "moved, not copied"
+        );
+        // A second push to a row with an unflushed delta coalesces, as batch_inc does.
+        c.push(T, RowId(1), Row::Dense(vec![1.0, 1.0])).unwrap();
+        c.push(T, RowId(1), Row::Dense(vec![0.5, 0.0])).unwrap();
+        c.push(T, RowId(1), Row::Sparse(vec![(1, 2.0)])).unwrap();
+        assert_eq!(
+            c.oplog_delta(T, RowId(1)),
+            Some(&Row::Dense(vec![1.5, 3.0]))
+        );
+        assert!(
+            c.push(T, RowId(2), Row::Dense(vec![1.0])).is_err(),
+            "width checked"
+        );
+    }
+
+    #[test]
+    fn replies_share_the_stored_row_and_the_cache_keeps_it_without_a_copy() {
+        let t = spec(Consistency::Bsp);
+        let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        let sent = round(&mut c, &mut shard, Row::Dense(vec![1.0, 2.0]));
+        let stored = shard.row(T, RowId(0)).unwrap();
+        assert!(std::ptr::eq(&*sent, stored), "the reply is the stored row");
+        let GetOutcome::Hit(cached) = c.get_shared(T, RowId(0)).unwrap() else {
+            panic!()
+        };
+        assert!(SharedRow::same_buffer(&cached, &sent), "cached as received");
+        // The shard writes while the reply is still held: copy on write, the held reply
+        // keeps the value it had.
+        c.push(T, RowId(0), Row::Dense(vec![1.0, 1.0])).unwrap();
+        for b in c.clock() {
+            shard.handle_batch(&b).unwrap();
+        }
+        assert_eq!(*sent, Row::Dense(vec![1.0, 2.0]));
+        assert_eq!(shard.row(T, RowId(0)), Some(&Row::Dense(vec![2.0, 3.0])));
+        drop((sent, cached));
+        // Nobody else holds it now: the next write is in place.
+        let before = dense_ptr(shard.row(T, RowId(0)).unwrap());
+        c.push(T, RowId(0), Row::Dense(vec![1.0, 1.0])).unwrap();
+        for b in c.clock() {
+            shard.handle_batch(&b).unwrap();
+        }
+        assert_eq!(dense_ptr(shard.row(T, RowId(0)).unwrap()), before);
+    }
+
+    #[test]
+    fn a_held_read_is_not_changed_by_later_own_writes() {
+        let t = spec(Consistency::Ssp { staleness: 5 });
+        let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
+            panic!()
+        };
+        for a in shard.handle_read(&req).unwrap() {
+            c.handle(0, a).unwrap();
+        }
+        let GetOutcome::Hit(held) = c.get_shared(T, RowId(0)).unwrap() else {
+            panic!()
+        };
+        c.batch_inc(T, RowId(0), &Row::Dense(vec![1.0, 1.0]))
+            .unwrap();
+        assert_eq!(
+            *held,
+            Row::Dense(vec![0.0, 0.0]),
+            "the caller's row is its own"
+        );
+        assert_eq!(
+            c.get(T, RowId(0)).unwrap(),
+            GetOutcome::Hit(Row::Dense(vec![1.0, 1.0])),
+            "read-my-writes"
+        );
+    }
+
+    #[test]
+    fn read_my_writes_off_shows_the_shard_value_and_keeps_no_delta_copies() {
+        let t = spec(Consistency::Ssp { staleness: 5 }).with_read_my_writes(false);
+        let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
+            panic!()
+        };
+        for a in shard.handle_read(&req).unwrap() {
+            c.handle(0, a).unwrap();
+        }
+        c.batch_inc(T, RowId(0), &Row::Dense(vec![1.0, 2.0]))
+            .unwrap();
+        assert_eq!(
+            c.get(T, RowId(0)).unwrap(),
+            GetOutcome::Hit(Row::Dense(vec![0.0, 0.0])),
+            "own unflushed write not visible"
+        );
+        let batches = c.clock();
+        assert!(
+            c.cache.values().all(|e| e.pending.is_empty()),
+            "no copy kept"
+        );
+        for b in &batches {
+            shard.handle_batch(b).unwrap();
+        }
+        // The bound still holds: after 6 clocks an SSP(5) read must fetch, and the fresh
+        // row has the update.
+        for _ in 0..5 {
+            for b in c.clock() {
+                shard.handle_batch(&b).unwrap();
+            }
+        }
+        let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
+            panic!("stale beyond the bound")
+        };
+        for a in shard.handle_read(&req).unwrap() {
+            c.handle(0, a).unwrap();
+        }
+        assert_eq!(
+            c.get(T, RowId(0)).unwrap(),
+            GetOutcome::Hit(Row::Dense(vec![1.0, 2.0]))
+        );
+    }
+
+    #[test]
+    fn push_ticket_is_done_once_the_shard_acknowledges() {
+        let t = spec(Consistency::Bsp);
+        let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        let (batch, ticket) = c.push_now(T, RowId(3), Row::Dense(vec![1.0, 0.0])).unwrap();
+        assert!(
+            !batch.end_of_clock,
+            "an early batch: the clock does not advance"
+        );
+        assert_eq!(c.current_clock(), 0);
+        assert!(!c.push_done(&ticket));
+        shard.handle_batch(&batch).unwrap();
+        assert_eq!(shard.row(T, RowId(3)), Some(&Row::Dense(vec![1.0, 0.0])));
+        assert_eq!(shard.min_clock(), 0, "no clock tick from a push");
+        for a in shard.ack(WorkerId(0)).unwrap() {
+            c.handle(0, a).unwrap();
+        }
+        assert!(c.push_done(&ticket));
+        assert!(
+            c.handle(
+                0,
+                ShardAction::Ack {
+                    worker: WorkerId(1),
+                    ack_seq: 9
+                }
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn pull_request_fetches_only_what_the_cache_cannot_serve() {
+        let t = spec(Consistency::Bsp);
+        let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        let req = c
+            .pull_request(T, RowId(0))
+            .unwrap()
+            .expect("a miss is fetched");
+        assert!(
+            c.pull_request(T, RowId(0)).unwrap().is_none(),
+            "already in flight"
+        );
+        for a in shard.handle_read(&req).unwrap() {
+            c.handle(0, a).unwrap();
+        }
+        assert!(
+            c.pull_request(T, RowId(0)).unwrap().is_none(),
+            "fresh in the cache"
+        );
+        assert_eq!(c.stats().count(), 0, "a pull records no staleness");
+        for b in c.clock() {
+            shard.handle_batch(&b).unwrap();
+        }
+        let req = c
+            .pull_request(T, RowId(0))
+            .unwrap()
+            .expect("stale after the clock");
+        assert_eq!(req.min_clock, 1);
     }
 }

@@ -157,7 +157,7 @@ mod tests {
                     request_id: 0,
                     table: T,
                     row: RowId(r),
-                    row_data: Row::Dense(vec![v]),
+                    row_data: Row::Dense(vec![v]).into(),
                     row_clock: 0,
                     ack_seq: 0,
                 },

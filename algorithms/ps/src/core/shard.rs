@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::core::error::PsCoreError;
 use crate::core::rules::{RuleRegistry, UpdateRule};
 use crate::core::types::{
-    Clock, Consistency, ReadRequest, Row, RowId, ShardBatch, TableId, TableSpec, UpdateBatch,
-    WorkerId,
+    Clock, Consistency, ReadRequest, Row, RowId, ShardBatch, SharedRow, TableId, TableSpec,
+    UpdateBatch, WorkerId,
 };
 
 /// What a shard asks the runtime to send.
@@ -26,8 +26,8 @@ pub enum ShardAction {
         table: TableId,
         /// The row.
         row: RowId,
-        /// The row value.
-        row_data: Row,
+        /// The row value: the stored row itself, shared until the shard writes it again.
+        row_data: SharedRow,
         /// The shard min clock the value reflects.
         row_clock: Clock,
         /// Updates of this worker the value includes (sequence number).
@@ -42,11 +42,19 @@ pub enum ShardAction {
         worker: WorkerId,
         /// The table.
         table: TableId,
-        /// The changed rows.
-        rows: Vec<(RowId, Row)>,
+        /// The changed rows (shared with the stored rows, as a reply's).
+        rows: Vec<(RowId, SharedRow)>,
         /// The new min clock.
         clock: Clock,
         /// Updates of this worker the rows include (sequence number).
+        ack_seq: u64,
+    },
+    /// Answer to [`PsShardCore::ack`]: every update batch of `worker` up to `ack_seq` is
+    /// applied (what a push ticket waits for).
+    Ack {
+        /// The worker.
+        worker: WorkerId,
+        /// Its last applied batch.
         ack_seq: u64,
     },
 }
@@ -55,7 +63,9 @@ impl ShardAction {
     /// The worker the action goes to.
     pub fn worker(&self) -> WorkerId {
         match self {
-            ShardAction::Reply { worker, .. } | ShardAction::Push { worker, .. } => *worker,
+            ShardAction::Reply { worker, .. }
+            | ShardAction::Push { worker, .. }
+            | ShardAction::Ack { worker, .. } => *worker,
         }
     }
 }
@@ -70,7 +80,9 @@ pub struct TableSnapshot {
 }
 
 struct StoredRow {
-    data: Row,
+    /// Shared with the replies and pushes that carry it; a write copies it only while one
+    /// of them is still held (not yet encoded, or kept by an in-process client).
+    data: SharedRow,
     /// Shard-wide modification counter value of the last update (0 = never written).
     stamp: u64,
 }
@@ -92,10 +104,10 @@ impl TableState {
         self.rows.get(&row).map_or(0, |r| r.stamp)
     }
 
-    fn data_of(&self, row: RowId) -> Row {
+    fn data_of(&self, row: RowId) -> SharedRow {
         self.rows
             .get(&row)
-            .map_or_else(|| self.spec.zero_row(), |r| r.data.clone())
+            .map_or_else(|| SharedRow::new(self.spec.zero_row()), |r| r.data.clone())
     }
 }
 
@@ -209,7 +221,13 @@ impl PsShardCore {
                 .ok_or(PsCoreError::UnknownTable(snap.table))?;
             for (id, data) in snap.rows {
                 t.spec.check_delta(id, &data)?;
-                t.rows.insert(id, StoredRow { data, stamp: 0 });
+                t.rows.insert(
+                    id,
+                    StoredRow {
+                        data: SharedRow::new(data),
+                        stamp: 0,
+                    },
+                );
             }
         }
         for w in &mut core.workers {
@@ -231,7 +249,7 @@ impl PsShardCore {
 
     /// Current value of a stored row (`None` if never written).
     pub fn row(&self, table: TableId, row: RowId) -> Option<&Row> {
-        self.tables.get(&table)?.rows.get(&row).map(|r| &r.data)
+        self.tables.get(&table)?.rows.get(&row).map(|r| &*r.data)
     }
 
     /// Number of reads waiting for the min clock.
@@ -249,8 +267,11 @@ impl PsShardCore {
         self.tables
             .iter()
             .map(|(&table, t)| {
-                let mut rows: Vec<(RowId, Row)> =
-                    t.rows.iter().map(|(&k, r)| (k, r.data.clone())).collect();
+                let mut rows: Vec<(RowId, Row)> = t
+                    .rows
+                    .iter()
+                    .map(|(&k, r)| (k, (*r.data).clone()))
+                    .collect();
                 rows.sort_by_key(|r| r.0);
                 TableSnapshot { table, rows }
             })
@@ -308,12 +329,11 @@ impl PsShardCore {
             let Some(t) = self.tables.get_mut(&u.table) else {
                 continue; // validated above
             };
-            let zero = t.spec.zero_row();
-            let stored = t.rows.entry(u.row).or_insert(StoredRow {
-                data: zero,
+            let stored = t.rows.entry(u.row).or_insert_with(|| StoredRow {
+                data: SharedRow::new(t.spec.zero_row()),
                 stamp: 0,
             });
-            t.rule.apply_row(u.row, &mut stored.data, &u.delta);
+            t.rule.apply_row(u.row, stored.data.make_mut(), &u.delta);
             stored.stamp = stamp;
             if t.spec.consistency.is_essp() {
                 t.dirty.insert(u.row);
@@ -435,6 +455,16 @@ impl PsShardCore {
         }
     }
 
+    /// Tells `worker` which of its update batches are applied. Batches and this request
+    /// travel on one FIFO lane, so the answer covers every batch sent before it.
+    pub fn ack(&mut self, worker: WorkerId) -> Result<Vec<ShardAction>, PsCoreError> {
+        let w = self.worker(worker)?;
+        Ok(vec![ShardAction::Ack {
+            worker,
+            ack_seq: w.applied_seq,
+        }])
+    }
+
     /// Declares `worker` dead (see the type docs). Returns what its departure releases.
     pub fn remove_worker(&mut self, worker: WorkerId) -> Result<Vec<ShardAction>, PsCoreError> {
         self.worker(worker)?;
@@ -458,7 +488,7 @@ impl PsShardCore {
         let min_clock = self.min_clock;
         let (row_data, stamp) = match self.tables.get(&r.table) {
             Some(t) => (t.data_of(r.row), t.stamp_of(r.row)),
-            None => (Row::Sparse(Vec::new()), 0),
+            None => (SharedRow::new(Row::Sparse(Vec::new())), 0),
         };
         if let Some(t) = self.tables.get_mut(&r.table)
             && let Some(s) = t.subs.get_mut(&r.row).and_then(|s| s.get_mut(&r.worker))
@@ -504,7 +534,7 @@ impl PsShardCore {
                 t.dirty.clear();
                 continue;
             }
-            let mut per_worker: BTreeMap<WorkerId, Vec<(RowId, Row)>> =
+            let mut per_worker: BTreeMap<WorkerId, Vec<(RowId, SharedRow)>> =
                 t.sub_workers.iter().map(|&w| (w, Vec::new())).collect();
             let mut dirty: Vec<RowId> = t.dirty.drain().collect();
             dirty.sort();
@@ -555,7 +585,7 @@ mod tests {
             updates: vec![RowUpdate {
                 table: T,
                 row: RowId(row),
-                delta: Row::Dense(vals.to_vec()),
+                delta: Row::Dense(vals.to_vec()).into(),
             }],
         }
     }
@@ -566,7 +596,7 @@ mod tests {
                 row_data,
                 row_clock,
                 ..
-            } => (row_data.clone(), *row_clock),
+            } => ((**row_data).clone(), *row_clock),
             other => panic!("expected reply, got {other:?}"),
         }
     }
@@ -627,7 +657,7 @@ mod tests {
         b.updates.push(RowUpdate {
             table: T,
             row: RowId(2),
-            delta: Row::Dense(vec![1.0]),
+            delta: Row::Dense(vec![1.0]).into(),
         });
         assert!(matches!(
             s.apply_updates(WorkerId(0), 0, &b),
@@ -763,7 +793,7 @@ mod tests {
         let a = ShardAction::Push {
             worker: WorkerId(1),
             table: T,
-            rows: vec![(RowId(3), Row::Dense(vec![1.0, 2.0]))],
+            rows: vec![(RowId(3), Row::Dense(vec![1.0, 2.0]).into())],
             clock: 4,
             ack_seq: 2,
         };

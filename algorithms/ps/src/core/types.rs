@@ -1,6 +1,9 @@
 //! Identifiers, table specifications, rows, wire messages and row placement (about 620
 //! lines before its tests: the row type and its compact wire encoding belong together).
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::core::error::PsCoreError;
@@ -200,6 +203,18 @@ pub struct TableSpec {
     pub consistency: Consistency,
     /// The shard-side update rule.
     pub update_rule: UpdateRuleSpec,
+    /// Read-my-writes (default on): a worker's reads include its own updates that the
+    /// shard has not applied yet (see `crate::core::client`). Off, a cached row is the
+    /// shard's value only, and a write neither touches the cache nor keeps a copy of the
+    /// delta until the shard acknowledges it: what a pure push/pull loop (ps-lite's model)
+    /// wants. The consistency bound is the same either way: it is about other workers'
+    /// updates.
+    #[serde(default = "read_my_writes_default")]
+    pub read_my_writes: bool,
+}
+
+fn read_my_writes_default() -> bool {
+    true
 }
 
 impl TableSpec {
@@ -211,7 +226,14 @@ impl TableSpec {
             kind,
             consistency,
             update_rule: UpdateRuleSpec::Sum,
+            read_my_writes: true,
         }
+    }
+
+    /// The same table with read-my-writes on or off.
+    pub fn with_read_my_writes(mut self, on: bool) -> Self {
+        self.read_my_writes = on;
+        self
     }
 
     /// The same table with update rule `rule`.
@@ -265,8 +287,7 @@ fn unsorted(p: &[(u32, f32)]) -> Option<String> {
 ///
 /// Serializes compactly: dense values as one msgpack `bin` of little-endian f32 bytes, sparse
 /// rows as two `bin`s (u32 LE columns, f32 LE values), never as msgpack float arrays.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RowWire", into = "RowWire")]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Row {
     /// All columns.
     Dense(Vec<f32>),
@@ -479,27 +500,109 @@ fn merge_sparse(a: &mut Vec<(u32, f32)>, b: impl Iterator<Item = (u32, f32)>, al
     *a = out;
 }
 
-/// Wire form of `Row`: raw little-endian bytes in msgpack `bin` payloads.
+/// A [`Row`] shared by reference count, copied only when written while someone else still
+/// holds it (copy on write).
+///
+/// Why: a large row has several readers that used to take copies: a shard's stored row and
+/// every reply or ESSP push that carries it, a client's cached row and every read that
+/// returns it, a flushed delta and the copy a client keeps for read-my-writes. With
+/// `SharedRow` they all point at one buffer; [`SharedRow::make_mut`] copies it only if a
+/// reader still holds it (a reply not yet encoded, a row the user kept). It encodes exactly
+/// as a [`Row`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedRow(Arc<Row>);
+
+impl SharedRow {
+    /// Shares `row`.
+    pub fn new(row: Row) -> Self {
+        SharedRow(Arc::new(row))
+    }
+
+    /// The row, without a copy if this is its only holder.
+    pub fn into_row(self) -> Row {
+        Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+    }
+
+    /// The row to write: copied first only if another holder still reads it.
+    pub fn make_mut(&mut self) -> &mut Row {
+        Arc::make_mut(&mut self.0)
+    }
+
+    /// Whether `a` and `b` are the same buffer (no copy between them).
+    pub fn same_buffer(a: &SharedRow, b: &SharedRow) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl std::ops::Deref for SharedRow {
+    type Target = Row;
+    fn deref(&self) -> &Row {
+        &self.0
+    }
+}
+
+impl From<Row> for SharedRow {
+    fn from(row: Row) -> Self {
+        SharedRow::new(row)
+    }
+}
+
+impl Serialize for SharedRow {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedRow {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Row::deserialize(d).map(SharedRow::new)
+    }
+}
+
+/// Wire form of `Row`: raw little-endian bytes in msgpack `bin` payloads. Encoded from
+/// borrowed bytes (a dense row's values are written straight from its buffer, no clone, no
+/// intermediate `Vec`); decoded from borrowed bytes where the decoder allows it (straight
+/// from the frame into the row's aligned `Vec<f32>`, one copy).
 #[derive(Serialize, Deserialize)]
-enum RowWire {
-    D(#[serde(with = "serde_bytes")] Vec<u8>),
+#[serde(rename = "RowWire")]
+enum RowWire<'a> {
+    D(#[serde(borrow, with = "serde_bytes")] Cow<'a, [u8]>),
     S {
-        #[serde(with = "serde_bytes")]
-        cols: Vec<u8>,
-        #[serde(with = "serde_bytes")]
-        vals: Vec<u8>,
+        #[serde(borrow, with = "serde_bytes")]
+        cols: Cow<'a, [u8]>,
+        #[serde(borrow, with = "serde_bytes")]
+        vals: Cow<'a, [u8]>,
     },
 }
 
-impl From<Row> for RowWire {
-    fn from(r: Row) -> Self {
-        match r {
-            Row::Dense(v) => RowWire::D(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+impl Serialize for Row {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Row::Dense(v) => RowWire::D(f32_le_bytes(v)).serialize(s),
             Row::Sparse(p) => RowWire::S {
-                cols: p.iter().flat_map(|(c, _)| c.to_le_bytes()).collect(),
-                vals: p.iter().flat_map(|(_, x)| x.to_le_bytes()).collect(),
-            },
+                cols: Cow::Owned(p.iter().flat_map(|(c, _)| c.to_le_bytes()).collect()),
+                vals: Cow::Owned(p.iter().flat_map(|(_, x)| x.to_le_bytes()).collect()),
+            }
+            .serialize(s),
         }
+    }
+}
+
+impl<'de> Deserialize<'de> for Row {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Row::try_from(RowWire::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The little-endian bytes of `v`: borrowed on little-endian hosts.
+fn f32_le_bytes(v: &[f32]) -> Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    {
+        Cow::Borrowed(bytemuck::cast_slice(v))
+    }
+    #[cfg(target_endian = "big")]
+    {
+        Cow::Owned(v.iter().flat_map(|x| x.to_le_bytes()).collect())
     }
 }
 
@@ -513,11 +616,13 @@ fn le_words(b: &[u8]) -> Result<impl Iterator<Item = [u8; 4]> + '_, PsCoreError>
     Ok(b.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]))
 }
 
-impl TryFrom<RowWire> for Row {
+impl TryFrom<RowWire<'_>> for Row {
     type Error = PsCoreError;
-    fn try_from(w: RowWire) -> Result<Self, PsCoreError> {
+    fn try_from(w: RowWire<'_>) -> Result<Self, PsCoreError> {
         match w {
-            RowWire::D(b) => Ok(Row::Dense(le_words(&b)?.map(f32::from_le_bytes).collect())),
+            RowWire::D(b) => petrel_messages::tensor::from_le_bytes(&b)
+                .map(Row::Dense)
+                .map_err(|e| PsCoreError::MalformedRow(e.to_string())),
             RowWire::S { cols, vals } => {
                 if cols.len() != vals.len() {
                     return Err(PsCoreError::MalformedRow(
@@ -571,8 +676,8 @@ pub struct RowUpdate {
     pub table: TableId,
     /// The row.
     pub row: RowId,
-    /// The delta.
-    pub delta: Row,
+    /// The delta (shared with the copy a client keeps for read-my-writes).
+    pub delta: SharedRow,
 }
 
 /// A worker's flushed (or early-sent) oplog for one shard.
@@ -696,12 +801,59 @@ mod tests {
         assert_eq!(Row::decode(&s.encode().unwrap()).unwrap(), s);
     }
 
+    /// The encoding from borrowed bytes is byte for byte the one written before (an owned
+    /// wire enum built by copying the row), so checkpoints and peers stay compatible.
+    #[test]
+    fn wire_bytes_unchanged_by_the_borrowed_encoding() {
+        #[derive(Serialize)]
+        enum OldWire {
+            D(#[serde(with = "serde_bytes")] Vec<u8>),
+            S {
+                #[serde(with = "serde_bytes")]
+                cols: Vec<u8>,
+                #[serde(with = "serde_bytes")]
+                vals: Vec<u8>,
+            },
+        }
+        let dense = Row::Dense(vec![1.0, -2.5, 3.25, 0.0]);
+        let old = OldWire::D(
+            [1.0f32, -2.5, 3.25, 0.0]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+        );
+        assert_eq!(
+            rmp_serde::to_vec(&dense).unwrap(),
+            rmp_serde::to_vec(&old).unwrap()
+        );
+        let mut a = Vec::new();
+        petrel_messages::encode_body(&dense, &mut a).unwrap();
+        let mut b = Vec::new();
+        petrel_messages::encode_body(&old, &mut b).unwrap();
+        assert_eq!(a, b);
+        let sparse = Row::Sparse(vec![(1, 1.5), (7, -1.0)]);
+        let old = OldWire::S {
+            cols: [1u32, 7].iter().flat_map(|c| c.to_le_bytes()).collect(),
+            vals: [1.5f32, -1.0]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+        };
+        assert_eq!(
+            rmp_serde::to_vec(&sparse).unwrap(),
+            rmp_serde::to_vec(&old).unwrap()
+        );
+        // Decoding from a reader (owned bytes, not borrowed) gives the same rows.
+        let bytes = rmp_serde::to_vec(&dense).unwrap();
+        let back: Row = rmp_serde::from_read(std::io::Cursor::new(bytes)).unwrap();
+        assert_eq!(back, dense);
+    }
+
     #[test]
     fn malformed_rows_rejected() {
-        let bad = rmp_serde::to_vec(&RowWire::D(vec![1, 2, 3])).unwrap();
+        let bad = rmp_serde::to_vec(&RowWire::D(Cow::Owned(vec![1, 2, 3]))).unwrap();
         assert!(matches!(Row::decode(&bad), Err(PsCoreError::Decode(_))));
-        let unsorted = RowWire::from(Row::Sparse(vec![(3, 1.0), (1, 1.0)]));
-        let bad = rmp_serde::to_vec(&unsorted).unwrap();
+        let bad = rmp_serde::to_vec(&Row::Sparse(vec![(3, 1.0), (1, 1.0)])).unwrap();
         assert!(Row::decode(&bad).is_err());
         assert!(Row::decode(&[0xc1]).is_err());
     }

@@ -74,6 +74,14 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     /// Default request timeout (s) of `petrel train` runs; `None`: the cluster default.
     const TRAIN_REQUEST_TIMEOUT_S: Option<u64> = None;
 
+    /// Checks the settings' values (ranges, finiteness) before any node starts: run by
+    /// `petrel run`/`petrel node` through the cluster's section check, by `petrel train`
+    /// and by [`crate::kit::PsJob::new`]. The error names the key.
+    fn validate_config(cfg: &Self::Config) -> Result<(), petrel_ml::job::InvalidSetting> {
+        let _ = cfg;
+        Ok(())
+    }
+
     /// Loads the data and checks the config, once per process.
     fn new(cfg: Self::Config, layout: &PsLayout) -> Result<Self, PsError>;
 

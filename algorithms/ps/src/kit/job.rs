@@ -31,6 +31,10 @@ pub struct PsJob<A: PsApp> {
 impl<A: PsApp> PsJob<A> {
     /// Finds the job's nodes by `roles` in `settings` and builds the app.
     pub fn new(settings: &Settings, cfg: A::Config, roles: PsRoles) -> Result<Self, PsError> {
+        A::validate_config(&cfg).map_err(|source| PsError::InvalidSetting {
+            app: A::NAME,
+            source,
+        })?;
         let with = |role: &str| -> Vec<String> {
             settings
                 .nodes
@@ -138,7 +142,7 @@ pub fn register_builtin<A: PsApp>(cluster: Cluster) -> Cluster {
     let roles = A::BUILTIN_ROLES;
     let (g1, g2, g3) = (get.clone(), get.clone(), get);
     cluster
-        .app_section::<A::Config>(A::SECTION)
+        .app_section_checked::<A::Config, _>(A::SECTION, A::validate_config)
         .role(roles.shard, move |ctx| {
             let job = g1();
             async move { shard_role(ctx, job?).await }

@@ -59,6 +59,13 @@ pub fn run_local_with<A: PsApp>(
 /// `petrel train <app>`: the app's settings as flags, plus where the run happens.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PsTrainArgs<C: clap::Args> {
+    /// A job file whose `[app.<section>]` holds the settings (the file `petrel run`
+    /// reads); `PETREL_APP__<SECTION>__<KEY>` variables override it, flags override both.
+    #[arg(long = "config", value_name = "JOB.toml")]
+    pub job_file: Option<std::path::PathBuf>,
+    /// Print the resolved job (`[app.<section>]`, every value checked) and exit.
+    #[arg(long)]
+    pub print_job: bool,
     /// The app's settings (the same struct as its `[app.*]` section).
     #[command(flatten)]
     pub config: C,

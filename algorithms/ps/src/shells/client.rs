@@ -9,11 +9,11 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::sync::Notify;
 
-use crate::core::client::{ClientCore, GetOutcome};
+use crate::core::client::{ClientCore, GetOutcome, PushTicket};
 use crate::core::error::PsCoreError;
 use crate::core::managed::BandwidthManager;
 use crate::core::stats::StalenessStats;
-use crate::core::types::{Clock, ReadRequest, Row, RowId, TableId, TableSpec, WorkerId};
+use crate::core::types::{Clock, ReadRequest, Row, RowId, SharedRow, TableId, TableSpec, WorkerId};
 use crate::error::PsError;
 use crate::shells::layout::PsLayout;
 use crate::shells::messages::{
@@ -91,6 +91,14 @@ pub enum ClientError {
         /// How long it waited.
         timeout: Duration,
     },
+}
+
+/// A pull started by [`PsClient::pull`]; [`PsClient::wait_pull`] returns its rows.
+#[derive(Debug, Clone, PartialEq)]
+#[must_use = "a pull ticket does nothing until waited on"]
+pub struct PullTicket {
+    table: TableId,
+    rows: Vec<RowId>,
 }
 
 /// One worker's parameter-server client (see the module docs). Not `Send`: it lives on its
@@ -311,6 +319,117 @@ impl PsClient {
             .into_iter()
             .map(|r| r.unwrap_or(Row::Sparse(Vec::new())))
             .collect())
+    }
+
+    /// `get_many` without copies: the rows are the cached ones, shared (see
+    /// [`SharedRow`]). The same as [`pull`](Self::pull) then [`wait_pull`](Self::wait_pull).
+    pub async fn get_many_shared(
+        &self,
+        table: TableId,
+        rows: &[RowId],
+    ) -> Result<Vec<SharedRow>, ClientError> {
+        let ticket = self.pull(table, rows)?;
+        self.wait_pull(ticket).await
+    }
+
+    /// Starts a pull of `rows` and returns at once with a ticket (as ps-lite's `Pull`
+    /// returns a timestamp): every row the cache cannot serve at the current clock is
+    /// requested now, so the round trips overlap whatever the worker does before
+    /// [`wait_pull`](Self::wait_pull). The consistency model is the clock-based API's: the
+    /// rows returned by `wait_pull` satisfy the bound at the clock of the wait.
+    pub fn pull(&self, table: TableId, rows: &[RowId]) -> Result<PullTicket, ClientError> {
+        self.check()?;
+        let mut reqs = Vec::new();
+        {
+            let mut s = self.shared.borrow_mut();
+            for &r in rows {
+                if let Some(q) = s.core.pull_request(table, r)? {
+                    reqs.push(q);
+                }
+            }
+        }
+        self.send_reads(reqs, false)?;
+        Ok(PullTicket {
+            table,
+            rows: rows.to_vec(),
+        })
+    }
+
+    /// Waits for a pull's rows (in the order asked), shared with the cache.
+    pub async fn wait_pull(&self, ticket: PullTicket) -> Result<Vec<SharedRow>, ClientError> {
+        let PullTicket { table, rows } = ticket;
+        let mut out: Vec<Option<SharedRow>> = vec![None; rows.len()];
+        let mut missing: Vec<usize> = (0..rows.len()).collect();
+        loop {
+            let mut fetch = Vec::new();
+            let mut still = Vec::new();
+            {
+                let mut s = self.shared.borrow_mut();
+                for i in missing {
+                    match s.core.get_shared(table, rows[i])? {
+                        GetOutcome::Hit(r) => out[i] = Some(r),
+                        GetOutcome::Fetch(req) => {
+                            fetch.push(req);
+                            still.push(i);
+                        }
+                        GetOutcome::Wait => still.push(i),
+                    }
+                }
+            }
+            if still.is_empty() {
+                break;
+            }
+            let hint = crate::core::types::shard_of(table, rows[still[0]], self.layout.n_shards());
+            self.send_reads(fetch, false)?;
+            // Replies are handled on this thread, so none can slip in before we wait.
+            self.wait_notified(hint).await?;
+            missing = still;
+        }
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| SharedRow::new(Row::Sparse(Vec::new()))))
+            .collect())
+    }
+
+    /// `Push(table, row, delta)`: [`batch_inc`](Self::batch_inc) taking the delta by value,
+    /// moved into the oplog without a copy when the row has no unflushed delta; sent at the
+    /// next [`clock`](Self::clock).
+    pub fn push(&self, table: TableId, row: RowId, delta: Row) -> Result<(), ClientError> {
+        Ok(self.shared.borrow_mut().core.push(table, row, delta)?)
+    }
+
+    /// A push sent at once, with a ticket to wait on (ps-lite's `Push` + `Wait`): the row's
+    /// unflushed delta goes to its shard now as an early batch (the clock still advances
+    /// only in [`clock`](Self::clock), so every consistency bound holds), followed by an
+    /// ack request. [`wait_push`](Self::wait_push) returns once the shard applied it.
+    pub fn push_now(
+        &self,
+        table: TableId,
+        row: RowId,
+        delta: Row,
+    ) -> Result<PushTicket, ClientError> {
+        self.check()?;
+        let (batch, ticket) = self.shared.borrow_mut().core.push_now(table, row, delta)?;
+        let shard = batch.shard;
+        self.send(shard, ToShard::Batch(batch))?;
+        self.send(
+            shard,
+            ToShard::Ack {
+                worker: WorkerId(self.worker),
+            },
+        )?;
+        Ok(ticket)
+    }
+
+    /// Waits until the shard of `ticket` has applied its push.
+    pub async fn wait_push(&self, ticket: &PushTicket) -> Result<(), ClientError> {
+        loop {
+            if self.shared.borrow().core.push_done(ticket) {
+                return self.check();
+            }
+            // No yield between the check above and registering for the wake-up.
+            self.wait_notified(ticket.shard).await?;
+        }
     }
 
     /// Starts non-blocking refreshes of `rows` (for `Async` tables, whose cached copies are

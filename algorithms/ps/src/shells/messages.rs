@@ -29,6 +29,12 @@ pub enum ToShard {
     Reads(Vec<ReadRequest>),
     /// Barrier probes (`PsShardCore::sync`).
     Syncs(Vec<ReadRequest>),
+    /// Asks which of the worker's update batches are applied (answered with
+    /// `ShardAction::Ack`; a push ticket waits for it).
+    Ack {
+        /// The asking worker.
+        worker: WorkerId,
+    },
     /// The worker is done: it no longer holds back the min clock.
     Leave {
         /// The worker that is done.

@@ -134,6 +134,10 @@ impl ServerShard {
                 }
                 self.route(out);
             }
+            ToShard::Ack { worker } => {
+                let actions = self.core.ack(worker)?;
+                self.route(actions);
+            }
             ToShard::Leave { worker } => {
                 let actions = self.core.remove_worker(worker)?;
                 self.route(actions);

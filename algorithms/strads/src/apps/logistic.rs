@@ -34,8 +34,10 @@ pub const WORKER_ROLE: &str = "strads-logistic-worker";
 /// `(X by columns, labels)` from the job's LIBSVM file or a separable synthetic problem
 /// (`synthetic.n_samples x synthetic.n_features`, seed `synthetic.seed`).
 pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
-    if job.data.is_some() {
-        return job.load();
+    if let Some(path) = &job.data {
+        let (x, labels) = job.load()?;
+        check_binary_labels(path, &labels)?;
+        return Ok((x, labels));
     }
     let s = &job.synthetic;
     let p = separable_classification(&ClassificationParams {
@@ -46,6 +48,36 @@ pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         seed: s.seed,
     })?;
     Ok((p.dataset.to_columns(), p.dataset.labels))
+}
+
+/// Logistic regression needs two classes written `0`/`1` or `-1`/`+1`; anything else
+/// (regression targets, several classes) is refused instead of thresholded at 0.
+pub fn check_binary_labels(path: &std::path::Path, labels: &[f32]) -> Result<(), StradsError> {
+    let refuse = |reason: String| {
+        StradsModelError::InvalidConfig(format!("{}: {reason}", path.display())).into()
+    };
+    if let Some((row, l)) = labels
+        .iter()
+        .enumerate()
+        .find(|(_, l)| ![-1.0f32, 0.0, 1.0].contains(*l))
+    {
+        return Err(refuse(format!(
+            "row {}: label {l} is not a binary class; logistic regression needs labels 0/1 or -1/+1 (use lasso for regression targets, ps-lr for several classes)",
+            row + 1
+        )));
+    }
+    let has = |v: f32| labels.contains(&v);
+    if has(0.0) && has(-1.0) {
+        return Err(refuse(
+            "labels mix 0 and -1; write the negative class one way (0/1 or -1/+1)".into(),
+        ));
+    }
+    if !has(1.0) || !(has(0.0) || has(-1.0)) {
+        return Err(refuse(
+            "all labels are of one class; logistic regression needs both".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The job's `lambda`, or `lambda_fraction` of `max_j |x_j^T y| / 2` (the smallest lambda
@@ -447,6 +479,30 @@ impl StradsJob for LogisticApp {
     type Config = LassoJob;
     type Scheduler = LogisticScheduling;
     type Worker = StarHalf<LogisticWorker>;
+
+    /// The Lasso checks, and no Lasso-only setting (several schedulers, checkpoints).
+    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+        job.validate()?;
+        let mut c = petrel_ml::job::SettingChecks::new();
+        let lasso_only = "applies to lasso only";
+        c.require(
+            job.schedulers == 1,
+            "schedulers",
+            job.schedulers,
+            lasso_only,
+        );
+        c.require(
+            job.checkpoint_dir.is_none(),
+            "checkpoint_dir",
+            job.checkpoint_dir
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            lasso_only,
+        );
+        c.require(!job.resume, "resume", job.resume, lasso_only);
+        c.finish()
+    }
 
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)

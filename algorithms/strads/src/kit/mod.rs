@@ -85,6 +85,14 @@ pub trait StradsJob: StradsApp + Sized {
         SchedulerOptions::default()
     }
 
+    /// Checks the settings' values (ranges, finiteness) before any node starts: run by
+    /// the cluster's section check ([`register`]) and by `petrel train`. The error names
+    /// the key.
+    fn validate_config(config: &Self::Config) -> Result<(), petrel_ml::job::InvalidSetting> {
+        let _ = config;
+        Ok(())
+    }
+
     /// Loads what the scheduler needs and builds its half (runs off the event loop).
     fn scheduler(config: &Self::Config, shape: &JobShape) -> Result<Self::Scheduler, StradsError>;
 
@@ -264,7 +272,7 @@ pub async fn worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsErr
 /// Registers job `J`'s scheduler and worker roles.
 pub fn register<J: StradsJob>(cluster: Cluster) -> Cluster {
     cluster
-        .app_section::<J::Config>(J::SECTION)
+        .app_section_checked::<J::Config, _>(J::SECTION, J::validate_config)
         .role(J::SCHEDULER_ROLE, scheduler_role::<J>)
         .role(J::WORKER_ROLE, worker_role::<J>)
 }

@@ -10,13 +10,14 @@ use petrel_ml::data::SparseColumns;
 use petrel_ml::data::synthetic::{
     CorrelatedLassoParams, SparseLassoParams, correlated_lasso, sparse_correlated_lasso,
 };
+use petrel_ml::job::{InvalidSetting, SettingChecks};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Synthetic correlated design (see [`correlated_lasso`]), used when no data file is given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SyntheticLasso {
     /// Synthetic design (without --data): rows.
     #[arg(long = "synthetic-samples", default_value_t = 400)]
@@ -42,7 +43,7 @@ pub struct SyntheticLasso {
     #[arg(long = "synthetic-nnz-per-column", default_value_t = 0)]
     pub nnz_per_column: usize,
     /// Synthetic design: seed.
-    #[arg(long = "synthetic-seed", id = "synthetic_seed", default_value_t = 42)]
+    #[arg(long = "synthetic-seed", id = "synthetic.seed", default_value_t = 42)]
     pub seed: u64,
 }
 
@@ -64,7 +65,7 @@ impl Default for SyntheticLasso {
 /// The whole job's settings (every node reads the same section). Field docs are the
 /// flags' help.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LassoJob {
     /// LIBSVM file (the label is the response y). Without it: a synthetic design.
     #[arg(long)]
@@ -135,6 +136,7 @@ pub struct LassoJob {
     pub target_objective: Option<f64>,
     /// Where the scheduler writes `coefficients.tsv` and `metrics.json` (`--out`).
     #[arg(skip)]
+    #[serde(rename = "out", alias = "out_dir")]
     pub out_dir: Option<PathBuf>,
     /// Timeout of one round's requests, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -218,6 +220,64 @@ impl LassoJob {
             noise_std: s.noise_std,
             seed: s.seed,
         })
+    }
+
+    /// Every value in range (keys as in `[app.lasso]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        if self.data.is_none() {
+            let s = &self.synthetic;
+            c.at_least("synthetic.n_samples", s.n_samples, 1);
+            c.at_least("synthetic.n_features", s.n_features, 1);
+            c.at_least("synthetic.group_size", s.group_size, 1);
+            c.within("synthetic.correlation", s.correlation, 0.0, 0.999);
+            c.at_most(
+                "synthetic.n_nonzero",
+                s.n_nonzero,
+                s.n_features,
+                "synthetic.n_features",
+            );
+            c.non_negative("synthetic.noise_std", s.noise_std);
+            c.at_most(
+                "synthetic.nnz_per_column",
+                s.nnz_per_column,
+                s.n_samples,
+                "synthetic.n_samples",
+            );
+        }
+        if let Some(l) = self.lambda {
+            c.non_negative("lambda", l);
+        }
+        c.within("lambda_fraction", self.lambda_fraction, 0.0, 1.0);
+        // 0 = automatic for block_size, candidate_pool and max_rounds.
+        if self.block_size > 0 && self.candidate_pool > 0 {
+            c.at_least("candidate_pool", self.candidate_pool, self.block_size);
+        }
+        c.non_negative("eval_work_ratio", self.eval_work_ratio);
+        c.non_negative("round_latency_ms", self.round_latency_ms);
+        if let Some(rho) = self.rho {
+            c.within("rho", rho, 0.0, 1.0);
+        }
+        c.non_negative("eta", self.eta);
+        c.positive("priority_exponent", self.priority_exponent);
+        c.positive("initial_priority", self.initial_priority);
+        c.at_least("depth", self.depth, 1);
+        if let Some(g) = self.gap_tolerance {
+            // 0: run to max_rounds (TOML has no way to unset an option).
+            c.non_negative("gap_tolerance", g);
+        }
+        if let Some(t) = self.target_objective {
+            c.finite("target_objective", t);
+        }
+        c.at_least("timeout_s", self.timeout_s, 1);
+        c.at_least("schedulers", self.schedulers, 1);
+        c.at_most(
+            "schedulers",
+            self.schedulers,
+            crate::apps::lasso::multi::MAX_SCHEDULERS,
+            "the supported maximum",
+        );
+        c.finish()
     }
 
     /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`.

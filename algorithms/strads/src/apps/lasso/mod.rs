@@ -54,6 +54,10 @@ impl StradsJob for LassoApp {
     type Scheduler = Resumable;
     type Worker = StarHalf<CheckpointingWorker>;
 
+    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+        job.validate()
+    }
+
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
     }
@@ -125,7 +129,7 @@ pub fn register(cluster: Cluster) -> Cluster {
         })
     });
     cluster
-        .app_section::<LassoJob>(LassoApp::SECTION)
+        .app_section_checked::<LassoJob, _>(LassoApp::SECTION, LassoJob::validate)
         .role(WORKER_ROLE, crate::kit::worker_role::<LassoApp>)
 }
 

@@ -45,7 +45,7 @@ pub const WORKER_ROLE: &str = "strads-lda-worker";
 
 /// `[app.lda]` and the flags of `petrel train lda`: one settings struct.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct LdaJob {
     /// UCI bag-of-words docword file (`D`, `W`, `NNZ` header, then `doc word count`).
     /// Without it: a corpus sampled from the LDA generative model.
@@ -77,6 +77,7 @@ pub struct LdaJob {
     pub top_words: usize,
     /// Where the scheduler writes the topics and `metrics.json` (`--out`).
     #[arg(skip)]
+    #[serde(rename = "out", alias = "out_dir")]
     pub out_dir: Option<PathBuf>,
     /// Timeout of one round's requests, in seconds.
     #[arg(long, default_value_t = 120)]
@@ -102,6 +103,21 @@ impl Default for LdaJob {
 }
 
 impl LdaJob {
+    /// Every value in range (keys as in `[app.lda]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
+        let mut c = petrel_ml::job::SettingChecks::new();
+        if self.docword.is_none() {
+            self.synthetic.check("synthetic.", &mut c);
+        }
+        c.at_least("n_topics", self.n_topics, 1);
+        c.positive("alpha", self.alpha);
+        c.positive("beta", self.beta);
+        c.at_least("iterations", self.iterations, 1);
+        c.at_least("top_words", self.top_words, 1);
+        c.at_least("timeout_s", self.timeout_s, 1);
+        c.finish()
+    }
+
     /// The corpus, identical on every node.
     pub fn load(&self) -> Result<Corpus, StradsError> {
         Ok(load_corpus(
@@ -247,6 +263,10 @@ impl StradsJob for LdaApp {
     type Config = LdaJob;
     type Scheduler = LdaScheduling;
     type Worker = RingHalf<LdaApp, LdaWorkerApp>;
+
+    fn validate_config(job: &LdaJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+        job.validate()
+    }
 
     fn scheduler_options(job: &LdaJob) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)

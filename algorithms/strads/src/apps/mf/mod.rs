@@ -45,7 +45,7 @@ pub const WORKER_ROLE: &str = "strads-mf-worker";
 
 /// `[app.strads_mf]` and the flags of `petrel train strads-mf`: one settings struct.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct StradsMfJob {
     /// Ratings: `user item rating` triplets, or MatrixMarket coordinate format. Without
     /// it: synthetic low-rank ratings.
@@ -77,6 +77,7 @@ pub struct StradsMfJob {
     pub seed: u64,
     /// Where the scheduler writes the factors and `metrics.json` (`--out`).
     #[arg(skip)]
+    #[serde(rename = "out", alias = "out_dir")]
     pub out_dir: Option<PathBuf>,
     /// Timeout of one round's requests, in seconds.
     #[arg(long, default_value_t = 60)]
@@ -102,6 +103,24 @@ impl Default for StradsMfJob {
 }
 
 impl StradsMfJob {
+    /// Every value in range (keys as in `[app.strads_mf]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
+        let mut c = petrel_ml::job::SettingChecks::new();
+        if self.data.is_none() {
+            self.synthetic.check("synthetic.", &mut c);
+        }
+        c.at_least("rank", self.rank, 1);
+        c.non_negative("lambda", self.lambda);
+        c.at_least("outer_iterations", self.outer_iterations, 1);
+        c.at_least("inner_iterations", self.inner_iterations, 1);
+        c.fraction("test_fraction", self.test_fraction);
+        if let Some(t) = self.target_rmse {
+            c.non_negative("target_rmse", t);
+        }
+        c.at_least("timeout_s", self.timeout_s, 1);
+        c.finish()
+    }
+
     /// `(train, test)` ratings, identical on every node.
     pub fn load(&self) -> Result<(Ratings, Ratings), StradsError> {
         let all = match &self.data {
@@ -251,6 +270,10 @@ impl StradsJob for MfApp {
     type Config = StradsMfJob;
     type Scheduler = MfScheduling;
     type Worker = RingHalf<MfApp, MfWorkerApp>;
+
+    fn validate_config(job: &StradsMfJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+        job.validate()
+    }
 
     fn scheduler_options(job: &StradsMfJob) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)

@@ -1,13 +1,21 @@
-//! `petrel train lasso | logistic | strads-mf | lda`: a STRADS job from flags (the app's
-//! own settings struct, flattened) on a scheduler node and worker nodes, run in this
-//! process (memory or QUIC transport) or as separate processes (`--transport processes`).
-//! `--transport none` runs no cluster at all: Lasso and logistic regression are solved by
-//! the single-threaded cyclic coordinate descent baseline, MF and LDA by the serial driver
-//! (both halves in this thread).
-//! The same helpers run the STRADS benchmarks and the multi-node tests.
+//! `petrel train APP`: one job schema per app ([`jobfile`]: `[app.<section>]` of a job
+//! file, `PETREL_APP__*` variables, flags), every value and the data checked before any
+//! node starts ([`apps::prepare_job`]), then the app on a localhost cluster.
+//!
+//! STRADS apps (`lasso | logistic | strads-mf | lda`) run a scheduler node and worker
+//! nodes in this process (memory or QUIC transport) or as separate processes
+//! (`--transport processes`); parameter-server apps (`ps-mf | ps-lr | ps-lda`) run shard
+//! and worker nodes in this process. The same helpers run the STRADS benchmarks and the
+//! multi-node tests. `--transport none` runs no cluster at all: Lasso and logistic
+//! regression are solved by the single-threaded cyclic coordinate descent baseline, MF and
+//! LDA by the serial driver (both halves in this thread).
+
+pub mod apps;
+pub mod jobfile;
 
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ml::topic::LdaMetrics;
+use petrel_ps::PsApp;
 use petrel_strads::apps::lasso::{
     self as lasso, LassoApp, LassoJob, LassoMetrics, WORKER_ROLE, checkpoint, multi,
 };
@@ -15,7 +23,10 @@ use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
 use petrel_strads::{StradsError, StradsJob, StradsModelError};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+pub use apps::{TrainApp, prepare_job};
 
 /// Why a STRADS job (or benchmark) run from the command line failed.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +64,9 @@ pub enum StradsTrainError {
     /// The launcher's async runtime did not start.
     #[error("starting the launcher's runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The job failed more often than `--max-restarts` allows.
+    #[error(transparent)]
+    Restarts(#[from] Box<crate::recovery::RecoveryError<StradsTrainError>>),
     /// The job has no output directory.
     #[error("the job needs an output directory")]
     NoOutputDir,
@@ -79,6 +93,68 @@ pub enum StradsTrainError {
     /// A parameter-server run (the LDA benchmark's comparison) failed.
     #[error("parameter server: {0}")]
     ParameterServer(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+/// Why `petrel train` refused a job or a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The job file, the environment or a flag did not give valid settings.
+    #[error(transparent)]
+    Job(#[from] jobfile::JobFileError),
+    /// A setting's value cannot be right.
+    #[error("{app}: invalid setting {source}")]
+    Setting {
+        /// The app.
+        app: &'static str,
+        /// The key, its value and what is allowed.
+        #[source]
+        source: petrel_ml::job::InvalidSetting,
+    },
+    /// The output directory cannot be used.
+    #[error(transparent)]
+    OutDir(#[from] jobfile::OutDirError),
+    /// An input file does not exist.
+    #[error("{}: {source}", path.display())]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The data does not fit the app.
+    #[error("{app}: {source}")]
+    Data {
+        /// The app.
+        app: &'static str,
+        /// The loader's or the app's reason.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// More workers than units of data to split.
+    #[error("{app}: {workers} workers but only {count} {what}; use --workers {count} or fewer")]
+    TooManyWorkers {
+        /// The app.
+        app: &'static str,
+        /// Workers asked for.
+        workers: usize,
+        /// Units of data.
+        count: usize,
+        /// What the workers split.
+        what: &'static str,
+    },
+    /// A STRADS run failed.
+    #[error(transparent)]
+    Strads(#[from] StradsTrainError),
+    /// A parameter-server run failed.
+    #[error(transparent)]
+    Ps(#[from] petrel_ps::PsError),
+}
+
+impl From<StradsError> for TrainError {
+    fn from(e: StradsError) -> Self {
+        TrainError::Strads(e.into())
+    }
 }
 
 /// How `petrel train` runs a STRADS job: no cluster at all, or a cluster whose nodes are
@@ -112,9 +188,16 @@ impl TrainTransport {
 /// The flags every `petrel train` STRADS command shares besides its job's own.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClusterArgs {
-    /// Output directory (created).
+    /// A job file whose `[app.<section>]` holds the settings (the file `petrel run`
+    /// reads); `PETREL_APP__<SECTION>__<KEY>` variables override it, flags override both.
+    #[arg(long = "config", value_name = "JOB.toml")]
+    pub job_file: Option<PathBuf>,
+    /// Print the resolved job (`[app.<section>]`, every value checked) and exit.
     #[arg(long)]
-    pub out: PathBuf,
+    pub print_job: bool,
+    /// Output directory (created; or `out` in the job file).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Worker nodes (the serial driver's worker halves with `--transport none`; the
     /// Lasso and logistic baselines have none).
     #[arg(long, default_value_t = 2)]
@@ -137,6 +220,10 @@ pub struct LassoTrainArgs {
     /// Run every scheduler on one node (default: one node per scheduler).
     #[arg(long)]
     pub colocate_schedulers: bool,
+    /// Restart the cluster this many times when it fails (a node dies, a role errors),
+    /// rolling back to the newest complete checkpoint (0 = stop at the first failure).
+    #[arg(long, default_value_t = 2)]
+    pub max_restarts: u32,
     /// The job.
     #[command(flatten)]
     pub job: LassoJob,
@@ -172,18 +259,6 @@ fn absolute_dir(p: &Path) -> Result<PathBuf, StradsTrainError> {
     };
     std::fs::create_dir_all(p).map_err(io)?;
     std::fs::canonicalize(p).map_err(io)
-}
-
-/// An input file as an absolute path (it must exist).
-fn absolute_file(p: &Option<PathBuf>) -> Result<Option<PathBuf>, StradsTrainError> {
-    p.as_ref()
-        .map(|p| {
-            std::fs::canonicalize(p).map_err(|source| StradsTrainError::Io {
-                path: p.clone(),
-                source,
-            })
-        })
-        .transpose()
 }
 
 /// Drops `null`s (TOML has none) so the settings survive a round trip through a file.
@@ -291,7 +366,7 @@ pub fn lasso_settings(
     colocate: bool,
 ) -> Result<Settings, StradsTrainError> {
     star_settings_with(
-        LassoApp::SECTION,
+        <LassoApp as StradsJob>::SECTION,
         job,
         &lasso_scheduler_nodes(job.schedulers, colocate),
         WORKER_ROLE,
@@ -374,11 +449,19 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Strad
     })
 }
 
-/// The job of `petrel train lasso|logistic`: the flags' job with absolute paths.
-fn lasso_job_of(args: &LassoTrainArgs) -> Result<LassoJob, StradsTrainError> {
-    let mut job = args.job.clone();
-    job.data = absolute_file(&job.data)?;
-    job.out_dir = Some(absolute_dir(&args.cluster.out)?);
+/// The settings of `petrel train lasso|logistic` ([`prepare_job`]), with `--no-filter`.
+fn lasso_job_of<A: TrainApp<Job = LassoJob>>(
+    args: &LassoTrainArgs,
+    given: &BTreeSet<String>,
+) -> Result<LassoJob, TrainError> {
+    let c = &args.cluster;
+    let mut job = prepare_job::<A>(
+        &args.job,
+        c.job_file.as_deref(),
+        c.out.as_deref(),
+        given,
+        c.workers,
+    )?;
     job.checkpoint_dir = job
         .checkpoint_dir
         .as_deref()
@@ -390,9 +473,53 @@ fn lasso_job_of(args: &LassoTrainArgs) -> Result<LassoJob, StradsTrainError> {
     Ok(job)
 }
 
+/// `job` as the job file `petrel run` and `petrel train --config` read:
+/// `[app.<section>]` with every value.
+pub fn job_toml<J: serde::Serialize>(section: &str, job: &J) -> Result<String, TrainError> {
+    let encode = |e| TrainError::Job(jobfile::JobFileError::Encode(e));
+    let json =
+        serde_json::to_value(job).map_err(|e| TrainError::Job(jobfile::JobFileError::Flags(e)))?;
+    let mut sections = toml::Table::new();
+    sections.insert(
+        section.to_string(),
+        toml::Value::try_from(strip_nulls(json)).map_err(encode)?,
+    );
+    let mut top = toml::Table::new();
+    top.insert("app".into(), toml::Value::Table(sections));
+    toml::to_string(&top).map_err(encode)
+}
+
+/// With `--print-job`, prints the job and says so (the caller then stops).
+fn printed<J: serde::Serialize>(print: bool, section: &str, job: &J) -> Result<bool, TrainError> {
+    if print {
+        print!("{}", job_toml(section, job)?);
+    }
+    Ok(print)
+}
+
+/// The output directory of a prepared job (always set by [`prepare_job`]).
+fn out_path(job_out: &Option<PathBuf>) -> PathBuf {
+    job_out.clone().unwrap_or_default()
+}
+
+/// The output directory of a prepared job.
+fn out_of(job_out: &Option<PathBuf>) -> String {
+    job_out
+        .as_deref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
 /// `petrel train lasso`.
-pub fn train_lasso(args: LassoTrainArgs) -> Result<(), StradsTrainError> {
-    let job = lasso_job_of(&args)?;
+pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
+    let job = lasso_job_of::<LassoApp>(&args, given)?;
+    if printed(
+        args.cluster.print_job,
+        <LassoApp as StradsJob>::SECTION,
+        &job,
+    )? {
+        return Ok(());
+    }
     if job.schedulers > 1 && (job.checkpoint_dir.is_some() || job.resume) {
         return Err(StradsError::from(multi::MultiSchedulerError::CheckpointUnsupported).into());
     }
@@ -413,7 +540,8 @@ pub fn train_lasso(args: LassoTrainArgs) -> Result<(), StradsTrainError> {
         if job.schedulers > 1 || job.checkpoint_dir.is_some() || job.resume {
             return Err(StradsTrainError::Usage(
                 "--transport none solves in one thread: --schedulers, --checkpoint-dir and --resume do not apply",
-            ));
+            )
+            .into());
         }
         let m = lasso::baseline::run_baseline(&job)?.metrics;
         println!(
@@ -424,11 +552,37 @@ pub fn train_lasso(args: LassoTrainArgs) -> Result<(), StradsTrainError> {
             m.final_kkt_violation,
             m.final_duality_gap,
             m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
-            c.out.display()
+            out_of(&job.out_dir)
         );
         return Ok(());
     };
-    let m = run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)?;
+    let out = out_path(&job.out_dir);
+    let (job, checkpoints) = with_default_checkpoints(job, &out)?;
+    let (m, restarts) = crate::recovery::run_with_restarts(
+        args.max_restarts,
+        StradsTrainError::is_node_death,
+        || {
+            checkpoints
+                .as_deref()
+                .is_some_and(crate::recovery::has_checkpoint)
+        },
+        |resume, attempt| {
+            let mut job = job.clone();
+            job.resume |= resume;
+            if attempt > 0 {
+                // An injected fault (a test hook) fires in the first attempt only.
+                job.fail_after_checkpoints = None;
+            }
+            run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)
+        },
+    )
+    .map_err(|e| match e {
+        crate::recovery::RecoveryError::Fatal(e) => e,
+        exhausted => StradsTrainError::Restarts(Box::new(exhausted)),
+    })?;
+    if restarts > 0 {
+        println!("lasso finished after {restarts} restart(s) of the cluster");
+    }
     println!(
         "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
         m.mode,
@@ -440,31 +594,71 @@ pub fn train_lasso(args: LassoTrainArgs) -> Result<(), StradsTrainError> {
         m.final_kkt_violation,
         m.final_duality_gap,
         m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
-        c.out.display()
+        out_of(&job.out_dir)
     );
     Ok(())
 }
 
-/// `petrel train logistic`: sparse logistic regression with the Lasso options (labels > 0
-/// are the positive class; `--max-rounds` rounds; without `--data`, separable synthetic
-/// data of `--synthetic-samples x --synthetic-features`).
-pub fn train_logistic(args: LassoTrainArgs) -> Result<(), StradsTrainError> {
-    if args.job.schedulers != 1 {
-        return Err(StradsTrainError::LassoOnly {
-            flag: "--schedulers",
-        });
+impl StradsTrainError {
+    /// True when the cluster failed because a node died (killed, crashed, silent) rather
+    /// than because the job itself is wrong: only then can a restart help. The checkpoint
+    /// fault-injection hook counts as a crash.
+    pub fn is_node_death(&self) -> bool {
+        match self {
+            StradsTrainError::Node(NodeError::PeerFailed { .. }) => true,
+            // A killed process leaves no error of its own: its cause is its exit status.
+            StradsTrainError::Launch(crate::launcher::LaunchError::NodeFailed {
+                cause, ..
+            }) => cause.contains("signal") || cause.contains("no heartbeat"),
+            other => petrel_actors::error_chain(other).contains("fault injection"),
+        }
     }
+}
+
+/// Checkpoints are on by default, in `<out>/checkpoints` (unless the job names a directory,
+/// or runs several schedulers, which do not checkpoint). A fresh run clears that default
+/// directory first, so a restart can only roll back to this run's own checkpoints.
+/// Returns the job and the directory to look for checkpoints in.
+fn with_default_checkpoints(
+    mut job: LassoJob,
+    out: &Path,
+) -> Result<(LassoJob, Option<PathBuf>), StradsTrainError> {
+    if job.checkpoint_dir.is_none() && job.schedulers <= 1 {
+        let dir = absolute_dir(out)?.join("checkpoints");
+        if !job.resume && dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|source| StradsTrainError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        job.checkpoint_dir = Some(dir);
+    }
+    let dir = job.checkpoint_dir.clone();
+    Ok((job, dir))
+}
+
+/// `petrel train logistic`: sparse logistic regression with the Lasso options (labels
+/// 0/1 or -1/+1; `--max-rounds` rounds; without `--data`, separable synthetic data of
+/// `--synthetic-samples x --synthetic-features`).
+pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
     if args.colocate_schedulers {
-        return Err(StradsTrainError::LassoOnly {
-            flag: "--colocate-schedulers",
+        return Err(TrainError::Setting {
+            app: "logistic",
+            source: petrel_ml::job::InvalidSetting::new(
+                "colocate_schedulers",
+                true,
+                "applies to lasso only",
+            ),
         });
     }
-    if args.job.checkpoint_dir.is_some() || args.job.resume {
-        return Err(StradsTrainError::LassoOnly {
-            flag: "--checkpoint-dir / --resume",
-        });
+    let job = lasso_job_of::<LogisticApp>(&args, given)?;
+    if printed(
+        args.cluster.print_job,
+        <LogisticApp as StradsJob>::SECTION,
+        &job,
+    )? {
+        return Ok(());
     }
-    let job = lasso_job_of(&args)?;
     let c = &args.cluster;
     let m: LogisticMetrics = match c.transport.cluster() {
         None => petrel_strads::apps::logistic::run_baseline(&job)?,
@@ -486,22 +680,29 @@ pub fn train_logistic(args: LassoTrainArgs) -> Result<(), StradsTrainError> {
         m.final_objective,
         m.final_training_accuracy,
         m.nonzeros,
-        c.out.display()
+        out_of(&job.out_dir)
     );
     Ok(())
 }
 
 /// `petrel train strads-mf`.
-pub fn train_mf(args: StradsMfTrainArgs) -> Result<(), StradsTrainError> {
+pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
     let c = &args.cluster;
-    let mut job = args.job.clone();
-    job.data = absolute_file(&job.data)?;
-    job.out_dir = Some(absolute_dir(&c.out)?);
+    let job = prepare_job::<MfApp>(
+        &args.job,
+        c.job_file.as_deref(),
+        c.out.as_deref(),
+        given,
+        c.workers,
+    )?;
+    if printed(c.print_job, <MfApp as StradsJob>::SECTION, &job)? {
+        return Ok(());
+    }
     let m = match c.transport.cluster() {
         Some(transport) => run_mf_job(&job, c.workers, transport)?,
         None => {
             petrel_strads::kit::run_serial_and_finish::<MfApp>(&job, c.workers)?;
-            read_json(&c.out.join("metrics.json"))?
+            read_json(&out_path(&job.out_dir).join("metrics.json"))?
         }
     };
     println!(
@@ -513,23 +714,29 @@ pub fn train_mf(args: StradsMfTrainArgs) -> Result<(), StradsTrainError> {
         m.final_train_rmse,
         m.final_test_rmse,
         m.elapsed_s,
-        c.out.display()
+        out_of(&job.out_dir)
     );
     Ok(())
 }
 
 /// `petrel train lda`.
-pub fn train_lda(args: LdaTrainArgs) -> Result<(), StradsTrainError> {
+pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
     let c = &args.cluster;
-    let mut job = args.job.clone();
-    job.docword = absolute_file(&job.docword)?;
-    job.vocab = absolute_file(&job.vocab)?;
-    job.out_dir = Some(absolute_dir(&c.out)?);
+    let job = prepare_job::<LdaApp>(
+        &args.job,
+        c.job_file.as_deref(),
+        c.out.as_deref(),
+        given,
+        c.workers,
+    )?;
+    if printed(c.print_job, <LdaApp as StradsJob>::SECTION, &job)? {
+        return Ok(());
+    }
     let m = match c.transport.cluster() {
         Some(transport) => run_lda_job(&job, c.workers, transport)?,
         None => {
             petrel_strads::kit::run_serial_and_finish::<LdaApp>(&job, c.workers)?;
-            read_json(&c.out.join("metrics.json"))?
+            read_json(&out_path(&job.out_dir).join("metrics.json"))?
         }
     };
     println!(
@@ -540,7 +747,36 @@ pub fn train_lda(args: LdaTrainArgs) -> Result<(), StradsTrainError> {
         m.n_tokens,
         m.final_loglik_per_token,
         m.tokens_per_s_per_worker,
-        c.out.display()
+        out_of(&job.out_dir)
     );
     Ok(())
+}
+
+/// `petrel train ps-mf | ps-lr | ps-lda`: the settings ([`prepare_job`]), then the app on
+/// an in-process cluster; returns the summary line to print.
+pub fn train_ps<A>(
+    mut args: petrel_ps::PsTrainArgs<A::Config>,
+    given: &BTreeSet<String>,
+) -> Result<String, TrainError>
+where
+    A: PsApp + TrainApp<Job = <A as PsApp>::Config>,
+    <A as PsApp>::Config: serde::Serialize,
+{
+    if args.shards == 0 {
+        return Err(TrainError::Setting {
+            app: <A as PsApp>::NAME,
+            source: petrel_ml::job::InvalidSetting::new("shards", 0, "must be >= 1"),
+        });
+    }
+    args.config = prepare_job::<A>(
+        &args.config,
+        args.job_file.as_deref(),
+        None,
+        given,
+        args.workers,
+    )?;
+    if args.print_job {
+        return job_toml(<A as PsApp>::SECTION, &args.config);
+    }
+    Ok(petrel_ps::train::<A>(args)?)
 }

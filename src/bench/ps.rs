@@ -1,0 +1,970 @@
+//! `petrel bench ps`: parameter-server push+pull throughput and latency per row size, with
+//! every node a separate process talking QUIC on 127.0.0.1, beside the ceiling of petrel's
+//! own transport measured in the same processes, and optionally beside an external peer
+//! (`--peer-cmd`, e.g. ps-lite) run alternately.
+//!
+//! One iteration of a worker, as a user writes it: `push` (an owned `batch_inc`) of every
+//! row it owns a share of, `clock()` (the push), then `get_many_shared` of those rows (the pull; the table is BSP, so
+//! every pull is a fresh read from the shards that reflects every worker's push of that
+//! clock). Throughput is (bytes pushed + bytes pulled) per second, summed over workers,
+//! MB = 10^6 bytes. With several shards the row of S bytes is split into one row of S/shards
+//! bytes per shard, as ps-lite splits a key range over its servers.
+//!
+//! The transport ceiling runs first in the same processes: each worker sends S/shards bytes
+//! to an echo actor on every shard node and waits for them to come back (one `tell` each
+//! way, as the PS path), so it moves the same bytes in the same pattern with nothing of the
+//! PS layer. Each process reports its peak resident memory (`VmHWM`).
+//!
+//! The breakdown of one 1 + 1 iteration (encode, decode, apply, reply, ...) is measured in
+//! this process on the sans-I/O cores and the frame codec, without a network; `wire_ms` is
+//! what the measured p50 leaves for sending, receiving and scheduling.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use petrel_actors::{
+    ActorRef, Cluster, HandlerError, Msg, NodeContext, NodeError, NodeSpec, Settings,
+};
+use petrel_messages::{
+    EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, Tensor, remote_message,
+};
+use petrel_ps::core::client::GetOutcome;
+use petrel_ps::core::shard::ShardAction;
+use petrel_ps::core::types::shard_of;
+use petrel_ps::shells::{self, PsLayout, ToClient, ToShard};
+use petrel_ps::{
+    ClientCore, Consistency, PsClient, PsShardCore, RowId, TableId, TableKind, TableSpec, WorkerId,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::BenchError;
+use crate::launcher::{self, LaunchOptions};
+use crate::report::{Table, fmt, print_json};
+
+/// Role of a node that serves shards (and the transport-ceiling echo).
+pub const SHARD_ROLE: &str = "ps-bench-shard";
+/// Role of a node that runs one benchmark worker.
+pub const WORKER_ROLE: &str = "ps-bench-worker";
+/// The `[app.ps_bench]` section the launched nodes read.
+pub const SECTION: &str = "ps_bench";
+const ECHO_ACTOR: &str = "ps-bench-echo";
+/// A peer run that prints nothing for this long is stopped (its figures are left out).
+const PEER_TIMEOUT: Duration = Duration::from_secs(120);
+const TABLE: TableId = TableId(0);
+/// Every push adds this to every value, so the pulled value says how many pushes it holds.
+const DELTA: f32 = 1.0;
+
+/// `petrel bench ps` flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PsBenchArgs {
+    /// Row sizes in bytes (each a multiple of 4 x shards).
+    #[arg(long, value_delimiter = ',', default_values_t = [4096usize, 65536, 1 << 20, 4 << 20, 16 << 20])]
+    pub sizes: Vec<usize>,
+    /// Topologies as WORKERSxSHARDS.
+    #[arg(long, value_delimiter = ',', default_values = ["1x1", "2x2"])]
+    pub topologies: Vec<String>,
+    /// Bytes each worker pushes per size and phase (iterations = this / size, within
+    /// [--min-iters, --max-iters]).
+    #[arg(long, default_value_t = 256 << 20)]
+    pub bytes_per_phase: usize,
+    /// Fewest timed iterations per size.
+    #[arg(long, default_value_t = 12)]
+    pub min_iters: u32,
+    /// Most timed iterations per size.
+    #[arg(long, default_value_t = 2000)]
+    pub max_iters: u32,
+    /// Untimed iterations first (connections, windows, allocator pools).
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u32,
+    /// Runs per size and topology; petrel and the peer alternate, medians are reported.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: u32,
+    /// Turn read-my-writes off on the benchmark table.
+    #[arg(long)]
+    pub no_read_my_writes: bool,
+    /// An already-built external benchmark run as `CMD BYTES ITERS WORKERS SHARDS`, printing
+    /// one JSON line per worker with `mbps`, `p50_ms` and `p99_ms` (see BENCHMARKS.md for
+    /// the ps-lite peer). Run alternately with petrel; ratios are printed per size.
+    #[arg(long)]
+    pub peer_cmd: Option<PathBuf>,
+    /// A transport knob for every node, as `KEY=VALUE` of `[net]` (repeatable), e.g.
+    /// `--net max_udp_payload=65527`.
+    #[arg(long = "net", value_name = "KEY=VALUE")]
+    pub net: Vec<String>,
+    /// Stop a launched cluster after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_s: u64,
+}
+
+/// What the launched nodes read from `[app.ps_bench]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PsBenchConfig {
+    /// Bytes of the (split) row every worker pushes and pulls per iteration.
+    pub bytes: usize,
+    /// Timed iterations.
+    pub iters: u32,
+    /// Untimed iterations first.
+    pub warmup: u32,
+    /// Where each node writes its report (`<node>.json`).
+    pub report_dir: Option<PathBuf>,
+    /// Read-my-writes off on the table.
+    pub no_read_my_writes: bool,
+}
+
+/// Why a benchmark node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PsBenchError {
+    /// The runtime failed.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// The parameter server failed.
+    #[error(transparent)]
+    Ps(#[from] petrel_ps::PsError),
+    /// A client call failed.
+    #[error(transparent)]
+    Client(#[from] petrel_ps::shells::ClientError),
+    /// A send failed.
+    #[error(transparent)]
+    Ask(#[from] petrel_actors::AskError),
+    /// The configuration cannot be run.
+    #[error("ps bench: {0}")]
+    Config(String),
+    /// A pulled value does not hold every push.
+    #[error(
+        "ps bench: pulled value {got} after {pushes} pushes of every worker, expected {expected}"
+    )]
+    Wrong {
+        /// Value pulled.
+        got: f32,
+        /// Pushes per worker so far.
+        pushes: u32,
+        /// What it should be.
+        expected: f32,
+    },
+    /// The echo of the transport ceiling stopped.
+    #[error("ps bench: the echo stopped answering")]
+    EchoLost,
+    /// The report could not be written.
+    #[error("ps bench: writing {path}: {source}")]
+    Report {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The report could not be encoded.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
+/// A transport-ceiling message: `bytes` from worker `worker` and back.
+#[derive(Serialize, Deserialize)]
+pub struct PsBenchEcho {
+    /// The sending worker (the echo answers to its inbox).
+    pub worker: u32,
+    /// The payload.
+    pub tensor: Tensor,
+}
+remote_message!(PsBenchEcho, "petrel.bench.ps_echo");
+
+fn echo_inbox_name(worker: u32) -> String {
+    format!("ps-bench-echo-inbox-{worker}")
+}
+
+/// Sends every echo straight back to its worker's inbox (on the worker's node).
+struct EchoActor {
+    node: petrel_actors::Node,
+    workers: Vec<String>,
+    back: Vec<Option<ActorRef<PsBenchEcho>>>,
+}
+
+impl Actor for EchoActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<Msg<PsBenchEcho>> for EchoActor {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, msg: Msg<PsBenchEcho>, _: &mut Context<Self>) -> Self::Result {
+        let w = msg.body.worker as usize;
+        let node = self
+            .workers
+            .get(w)
+            .ok_or_else(|| HandlerError::new(format!("no worker {w}")))?;
+        if self.back.len() <= w {
+            self.back.resize(w + 1, None);
+        }
+        if self.back[w].is_none() {
+            let r = self
+                .node
+                .actor_at::<PsBenchEcho>(node, &echo_inbox_name(w as u32))
+                .map_err(|e| HandlerError::new(e.to_string()))?;
+            self.back[w] = Some(r);
+        }
+        if let Some(r) = &self.back[w] {
+            r.tell(msg.body, Priority::NORMAL)
+                .map_err(|e| HandlerError::new(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Hands echoes back to the worker's loop.
+struct EchoInbox {
+    tx: mpsc::UnboundedSender<Tensor>,
+}
+
+impl Actor for EchoInbox {
+    type Context = Context<Self>;
+}
+
+impl Handler<Msg<PsBenchEcho>> for EchoInbox {
+    type Result = Result<(), HandlerError>;
+    fn handle(&mut self, msg: Msg<PsBenchEcho>, _: &mut Context<Self>) -> Self::Result {
+        let _ = self.tx.send(msg.body.tensor);
+        Ok(())
+    }
+}
+
+/// One node's report.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct NodeReport {
+    node: String,
+    peak_rss_mb: f64,
+    /// Workers only: seconds per timed iteration of the ceiling and of the PS loop.
+    echo_iter_s: Vec<f64>,
+    echo_total_s: f64,
+    ps_iter_s: Vec<f64>,
+    ps_total_s: f64,
+    /// Workers only: time in `push` + `clock()` (incl. encoding) per iteration.
+    push_iter_s: Vec<f64>,
+}
+
+/// Peak resident memory of this process in MB (`VmHWM`), 0 where /proc has none.
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn layout_of(ctx: &NodeContext) -> PsLayout {
+    PsLayout {
+        shard_nodes: ctx.nodes_with_role(SHARD_ROLE),
+        worker_nodes: ctx.nodes_with_role(WORKER_ROLE),
+    }
+}
+
+/// Width of each shard's row and the row ids (one per shard, on that shard).
+fn rows_for(bytes: usize, shards: u32) -> Result<(u32, Vec<RowId>), PsBenchError> {
+    let unit = 4 * shards.max(1) as usize;
+    if bytes == 0 || !bytes.is_multiple_of(unit) {
+        return Err(PsBenchError::Config(format!(
+            "size {bytes} is not a positive multiple of 4 x {shards} shards"
+        )));
+    }
+    let width = u32::try_from(bytes / unit)
+        .map_err(|_| PsBenchError::Config(format!("size {bytes} too large")))?;
+    let rows = (0..shards)
+        .map(|s| {
+            (0..4096u64)
+                .map(RowId)
+                .find(|&r| shard_of(TABLE, r, shards) == s)
+                .ok_or_else(|| PsBenchError::Config(format!("no row maps to shard {s}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((width, rows))
+}
+
+fn table_for(width: u32, read_my_writes: bool) -> TableSpec {
+    TableSpec::new(0, "bench", TableKind::Dense { width }, Consistency::Bsp)
+        .with_read_my_writes(read_my_writes)
+}
+
+fn write_report(cfg: &PsBenchConfig, report: &NodeReport) -> Result<(), PsBenchError> {
+    if let Some(dir) = &cfg.report_dir {
+        let path = dir.join(format!("{}.json", report.node));
+        let text = serde_json::to_string(report)?;
+        std::fs::write(&path, text).map_err(|source| PsBenchError::Report { path, source })?;
+    }
+    Ok(())
+}
+
+async fn shard_role(ctx: NodeContext) -> Result<(), PsBenchError> {
+    let cfg: PsBenchConfig = ctx.settings.app(SECTION)?;
+    let layout = layout_of(&ctx);
+    let (width, _) = rows_for(cfg.bytes, layout.n_shards())?;
+    let echo = EchoActor {
+        node: ctx.node.clone(),
+        workers: layout.worker_nodes.clone(),
+        back: Vec::new(),
+    }
+    .start();
+    ctx.node.register(ECHO_ACTOR, echo)?.accept::<PsBenchEcho>();
+    ctx.barrier("ps-bench.echo").await?;
+    let mut handles = Vec::new();
+    for s in layout.shards_on(&ctx.spec.name) {
+        handles.push(shells::start_shard(
+            &ctx.node,
+            &layout,
+            s,
+            vec![table_for(width, !cfg.no_read_my_writes)],
+            &petrel_ps::RuleRegistry::new(),
+            None,
+        )?);
+    }
+    ctx.barrier("ps-bench.ps").await?;
+    for h in handles {
+        h.wait().await?;
+    }
+    write_report(
+        &cfg,
+        &NodeReport {
+            node: ctx.spec.name.clone(),
+            peak_rss_mb: peak_rss_mb(),
+            ..NodeReport::default()
+        },
+    )
+}
+
+async fn worker_role(ctx: NodeContext) -> Result<(), PsBenchError> {
+    let cfg: PsBenchConfig = ctx.settings.app(SECTION)?;
+    let layout = layout_of(&ctx);
+    let me = layout
+        .worker_nodes
+        .iter()
+        .position(|n| *n == ctx.spec.name)
+        .ok_or_else(|| PsBenchError::Config(format!("{} is not a worker", ctx.spec.name)))?
+        as u32;
+    let shards = layout.n_shards();
+    let (width, rows) = rows_for(cfg.bytes, shards)?;
+    let mut report = NodeReport {
+        node: ctx.spec.name.clone(),
+        ..NodeReport::default()
+    };
+
+    // The transport ceiling: the same bytes, one tell each way, no PS layer.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    ctx.node
+        .register(&echo_inbox_name(me), EchoInbox { tx }.start())?
+        .accept::<PsBenchEcho>();
+    ctx.barrier("ps-bench.echo").await?;
+    let echoes = layout
+        .shard_nodes
+        .iter()
+        .map(|n| ctx.node.actor_at::<PsBenchEcho>(n, ECHO_ACTOR))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut tensors: Vec<Tensor> = (0..shards)
+        .map(|_| Tensor::from_vec(vec![DELTA; width as usize]))
+        .collect();
+    let timeout = ctx.node.default_timeout();
+    let mut started = Instant::now();
+    for i in 0..cfg.warmup + cfg.iters {
+        if i == cfg.warmup {
+            started = Instant::now();
+        }
+        let t = Instant::now();
+        for (e, tensor) in echoes.iter().zip(tensors.drain(..)) {
+            e.tell(PsBenchEcho { worker: me, tensor }, Priority::NORMAL)?;
+        }
+        for _ in 0..shards {
+            let back = tokio::time::timeout(timeout, rx.recv())
+                .await
+                .ok()
+                .flatten()
+                .ok_or(PsBenchError::EchoLost)?;
+            tensors.push(back);
+        }
+        if i >= cfg.warmup {
+            report.echo_iter_s.push(t.elapsed().as_secs_f64());
+        }
+    }
+    report.echo_total_s = started.elapsed().as_secs_f64();
+    drop(tensors);
+
+    // The parameter server.
+    ctx.barrier("ps-bench.ps").await?;
+    shells::wait_for_shards(&ctx.node, &layout, Duration::from_secs(30)).await?;
+    let client = PsClient::start(
+        &ctx.node,
+        &layout,
+        me,
+        vec![table_for(width, !cfg.no_read_my_writes)],
+    )?;
+    let workers = layout.n_workers() as f32;
+    let mut started = Instant::now();
+    for i in 0..cfg.warmup + cfg.iters {
+        if i == cfg.warmup {
+            started = Instant::now();
+        }
+        let t = Instant::now();
+        for &r in &rows {
+            client.push(TABLE, r, petrel_ps::Row::Dense(vec![DELTA; width as usize]))?;
+        }
+        client.clock()?;
+        let pushed = t.elapsed();
+        let got = client.get_many_shared(TABLE, &rows).await?;
+        let elapsed = t.elapsed();
+        let expected = DELTA * workers * (i + 1) as f32;
+        let value = got.first().map_or(f32::NAN, |r| r.get(width - 1));
+        if value != expected {
+            return Err(PsBenchError::Wrong {
+                got: value,
+                pushes: i + 1,
+                expected,
+            });
+        }
+        if i >= cfg.warmup {
+            report.ps_iter_s.push(elapsed.as_secs_f64());
+            report.push_iter_s.push(pushed.as_secs_f64());
+        }
+    }
+    report.ps_total_s = started.elapsed().as_secs_f64();
+    client.leave()?;
+    report.peak_rss_mb = peak_rss_mb();
+    write_report(&cfg, &report)
+}
+
+/// Adds the roles `ps-bench-shard` and `ps-bench-worker`.
+pub fn register(cluster: Cluster) -> Cluster {
+    cluster
+        .app_section::<PsBenchConfig>(SECTION)
+        .role(SHARD_ROLE, shard_role)
+        .role(WORKER_ROLE, worker_role)
+}
+
+fn parse_topology(t: &str) -> Result<(u32, u32), BenchError> {
+    let bad = || BenchError::Incomplete(format!("topology {t:?} is not WORKERSxSHARDS"));
+    let (w, s) = t.split_once(['x', 'X']).ok_or_else(bad)?;
+    let w: u32 = w.trim().parse().map_err(|_| bad())?;
+    let s: u32 = s.trim().parse().map_err(|_| bad())?;
+    if w == 0 || s == 0 {
+        return Err(bad());
+    }
+    Ok((w, s))
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    percentile(&v, 0.5)
+}
+
+/// Figures of one petrel run.
+#[derive(Debug, Clone, Serialize)]
+struct RunFigures {
+    ps_mbps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    push_p50_ms: f64,
+    transport_mbps: f64,
+    transport_p50_ms: f64,
+    rss_mb: f64,
+}
+
+async fn petrel_run(
+    bytes: usize,
+    workers: u32,
+    shards: u32,
+    iters: u32,
+    args: &PsBenchArgs,
+) -> Result<RunFigures, BenchError> {
+    let dir = std::env::temp_dir().join(format!(
+        "petrel-bench-ps-{}-{bytes}-{workers}x{shards}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).map_err(BenchError::io(dir.display().to_string()))?;
+    let mut settings = Settings::default();
+    settings.cluster.name = "ps-bench".into();
+    settings.net = super::net_config(&args.net)?;
+    for s in 0..shards {
+        settings.nodes.push(NodeSpec {
+            name: format!("shard{s}"),
+            addr: "127.0.0.1:0".into(),
+            roles: vec![SHARD_ROLE.into()],
+        });
+    }
+    for w in 0..workers {
+        settings.nodes.push(NodeSpec {
+            name: format!("worker{w}"),
+            addr: "127.0.0.1:0".into(),
+            roles: vec![WORKER_ROLE.into()],
+        });
+    }
+    let cfg = PsBenchConfig {
+        bytes,
+        iters,
+        warmup: args.warmup,
+        report_dir: Some(dir.clone()),
+        no_read_my_writes: args.no_read_my_writes,
+    };
+    settings
+        .app
+        .insert(SECTION.into(), serde_json::to_value(&cfg)?);
+    let mut opts = LaunchOptions::new()?;
+    opts.run_dir = Some(dir.clone());
+    opts.progress = false;
+    launcher::start(settings, opts)
+        .await?
+        .wait(Some(Duration::from_secs(args.timeout_s)))
+        .await?;
+    let mut reports = Vec::new();
+    for n in (0..shards)
+        .map(|s| format!("shard{s}"))
+        .chain((0..workers).map(|w| format!("worker{w}")))
+    {
+        let path = dir.join(format!("{n}.json"));
+        let text =
+            std::fs::read_to_string(&path).map_err(BenchError::io(path.display().to_string()))?;
+        reports.push(serde_json::from_str::<NodeReport>(&text)?);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let moved = 2.0 * bytes as f64 * f64::from(iters);
+    let ws: Vec<&NodeReport> = reports.iter().filter(|r| !r.ps_iter_s.is_empty()).collect();
+    let mut lat: Vec<f64> = ws
+        .iter()
+        .flat_map(|r| r.ps_iter_s.iter().copied())
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let mut echo: Vec<f64> = ws
+        .iter()
+        .flat_map(|r| r.echo_iter_s.iter().copied())
+        .collect();
+    echo.sort_by(f64::total_cmp);
+    let push: Vec<f64> = ws
+        .iter()
+        .flat_map(|r| r.push_iter_s.iter().copied())
+        .collect();
+    Ok(RunFigures {
+        ps_mbps: ws
+            .iter()
+            .map(|r| moved / r.ps_total_s.max(1e-9) / 1e6)
+            .sum(),
+        p50_ms: percentile(&lat, 0.5) * 1e3,
+        p99_ms: percentile(&lat, 0.99) * 1e3,
+        push_p50_ms: median(push) * 1e3,
+        transport_mbps: ws
+            .iter()
+            .map(|r| moved / r.echo_total_s.max(1e-9) / 1e6)
+            .sum(),
+        transport_p50_ms: percentile(&echo, 0.5) * 1e3,
+        rss_mb: reports.iter().map(|r| r.peak_rss_mb).fold(0.0, f64::max),
+    })
+}
+
+/// Figures of one peer run.
+#[derive(Debug, Clone, Default)]
+struct PeerFigures {
+    mbps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+#[derive(Deserialize)]
+struct PeerLine {
+    mbps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+async fn peer_run(
+    cmd: &Path,
+    bytes: usize,
+    iters: u32,
+    workers: u32,
+    shards: u32,
+) -> Result<PeerFigures, BenchError> {
+    let child = tokio::process::Command::new(cmd)
+        .args([
+            bytes.to_string(),
+            iters.to_string(),
+            workers.to_string(),
+            shards.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(BenchError::io(format!("running {}", cmd.display())))?;
+    let out = tokio::time::timeout(PEER_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| {
+            BenchError::Incomplete(format!(
+                "{} gave no figures within {PEER_TIMEOUT:?}",
+                cmd.display()
+            ))
+        })?
+        .map_err(BenchError::io(format!("running {}", cmd.display())))?;
+    let lines: Vec<PeerLine> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l.trim()).ok())
+        .collect();
+    if lines.len() != workers as usize {
+        return Err(BenchError::Incomplete(format!(
+            "{} printed {} figure lines for {workers} workers (status {})",
+            cmd.display(),
+            lines.len(),
+            out.status
+        )));
+    }
+    Ok(PeerFigures {
+        mbps: lines.iter().map(|l| l.mbps).sum(),
+        p50_ms: lines.iter().map(|l| l.p50_ms).fold(0.0, f64::max),
+        p99_ms: lines.iter().map(|l| l.p99_ms).fold(0.0, f64::max),
+    })
+}
+
+/// One iteration of 1 worker + 1 shard taken apart, without a network (milliseconds).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IterationBreakdown {
+    /// `push` (moves the buffer into the oplog) + `clock()` in the client core.
+    pub client_push_ms: f64,
+    /// Encoding the update batch into a frame.
+    pub encode_ms: f64,
+    /// Decoding the frame at the shard.
+    pub decode_ms: f64,
+    /// The shard core applying the batch and advancing the clock.
+    pub apply_ms: f64,
+    /// The shard core serving the read and encoding the reply frame.
+    pub reply_ms: f64,
+    /// Decoding the reply and installing it in the client cache, then the cache hit.
+    pub receive_ms: f64,
+    /// The sum of the above.
+    pub total_ms: f64,
+}
+
+fn header(kind: EnvelopeKind) -> EnvelopeHeader {
+    EnvelopeHeader {
+        from: NodeId(1),
+        to: NodeId(0),
+        actor: "ps-shard-0".into(),
+        msg_type: "petrel.ps.to_shard".into(),
+        priority: Priority::NORMAL,
+        kind,
+    }
+}
+
+/// Measures [`IterationBreakdown`] for a row of `bytes` (median of `iters`).
+pub fn breakdown(
+    bytes: usize,
+    iters: u32,
+    read_my_writes: bool,
+) -> Result<IterationBreakdown, BenchError> {
+    let bad = |e: &dyn std::fmt::Display| BenchError::Incomplete(format!("breakdown: {e}"));
+    let (width, rows) = rows_for(bytes, 1).map_err(|e| bad(&e))?;
+    let row = rows[0];
+    let spec = table_for(width, read_my_writes);
+    let mut client = ClientCore::new(WorkerId(0), 1, vec![spec.clone()]).map_err(|e| bad(&e))?;
+    let mut shard = PsShardCore::new(1, vec![spec]).map_err(|e| bad(&e))?;
+    let max = usize::MAX >> 1;
+    let mut samples: Vec<[f64; 6]> = Vec::new();
+    for i in 0..iters + 1 {
+        let t0 = Instant::now();
+        client
+            .push(
+                TABLE,
+                row,
+                petrel_ps::Row::Dense(vec![DELTA; width as usize]),
+            )
+            .map_err(|e| bad(&e))?;
+        let mut batches = client.clock();
+        let batch = batches.pop().ok_or_else(|| bad(&"no batch"))?;
+        let t1 = Instant::now();
+        let frame = Frame::encode(&header(EnvelopeKind::Tell), &ToShard::Batch(batch))
+            .map_err(|e| bad(&e))?;
+        let t2 = Instant::now();
+        let f = Frame::decode(frame, max).map_err(|e| bad(&e))?;
+        let msg: ToShard =
+            petrel_messages::decode_body("to_shard", &f.body).map_err(|e| bad(&e))?;
+        drop(f);
+        let t3 = Instant::now();
+        let ToShard::Batch(b) = msg else {
+            return Err(bad(&"not a batch"));
+        };
+        shard.handle_batch(&b).map_err(|e| bad(&e))?;
+        drop(b);
+        let t4 = Instant::now();
+        let GetOutcome::Fetch(req) = client.get_shared(TABLE, row).map_err(|e| bad(&e))? else {
+            return Err(bad(&"BSP read after a clock must fetch"));
+        };
+        let actions: Vec<ShardAction> = shard.handle_read(&req).map_err(|e| bad(&e))?;
+        let reply = Frame::encode(
+            &header(EnvelopeKind::Tell),
+            &ToClient::Actions { shard: 0, actions },
+        )
+        .map_err(|e| bad(&e))?;
+        let t5 = Instant::now();
+        let f = Frame::decode(reply, max).map_err(|e| bad(&e))?;
+        let msg: ToClient =
+            petrel_messages::decode_body("to_client", &f.body).map_err(|e| bad(&e))?;
+        drop(f);
+        let ToClient::Actions { actions, .. } = msg else {
+            return Err(bad(&"not actions"));
+        };
+        for a in actions {
+            client.handle(0, a).map_err(|e| bad(&e))?;
+        }
+        let GetOutcome::Hit(got) = client.get_shared(TABLE, row).map_err(|e| bad(&e))? else {
+            return Err(bad(&"the reply did not fill the cache"));
+        };
+        std::hint::black_box(&got);
+        drop(got);
+        let t6 = Instant::now();
+        if i > 0 {
+            let d = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+            samples.push([
+                d(t0, t1),
+                d(t1, t2),
+                d(t2, t3),
+                d(t3, t4),
+                d(t4, t5),
+                d(t5, t6),
+            ]);
+        }
+    }
+    let col = |k: usize| median(samples.iter().map(|s| s[k]).collect());
+    let mut b = IterationBreakdown {
+        client_push_ms: col(0),
+        encode_ms: col(1),
+        decode_ms: col(2),
+        apply_ms: col(3),
+        reply_ms: col(4),
+        receive_ms: col(5),
+        total_ms: 0.0,
+    };
+    b.total_ms =
+        b.client_push_ms + b.encode_ms + b.decode_ms + b.apply_ms + b.reply_ms + b.receive_ms;
+    Ok(b)
+}
+
+/// One line of the JSON figures.
+#[derive(Debug, Clone, Serialize)]
+struct SizeFigures {
+    bytes: usize,
+    workers: u32,
+    shards: u32,
+    iters: u32,
+    ps_mbps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    push_p50_ms: f64,
+    transport_mbps: f64,
+    transport_p50_ms: f64,
+    ps_over_transport: f64,
+    rss_mb: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer_mbps: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer_p99_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ps_over_peer: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breakdown: Option<IterationBreakdown>,
+    /// p50 minus the in-process breakdown: sending, receiving and scheduling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wire_ms: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Figures {
+    bench: &'static str,
+    read_my_writes: bool,
+    rounds: u32,
+    sizes: Vec<SizeFigures>,
+    /// ps_mbps of the largest size, 2x2 over 1x1 (when both ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scaling_2x2_over_1x1: Option<f64>,
+}
+
+/// Runs the benchmark, prints the table and the JSON line.
+pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
+    super::net_config(&args.net)?;
+    let topologies = args
+        .topologies
+        .iter()
+        .map(|t| parse_topology(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(BenchError::io("tokio runtime"))?;
+    let args = Rc::new(args);
+    let mut out = Vec::new();
+    for &(workers, shards) in &topologies {
+        for &bytes in &args.sizes {
+            let iters = ((args.bytes_per_phase / bytes.max(1)) as u32)
+                .clamp(args.min_iters.max(1), args.max_iters.max(1));
+            let mut runs = Vec::new();
+            let mut peers = Vec::new();
+            for round in 0..args.rounds.max(1) {
+                eprintln!(
+                    "ps bench: {workers} worker(s) x {shards} shard(s), {bytes} bytes, {iters} iterations, round {} ...",
+                    round + 1
+                );
+                runs.push(rt.block_on(petrel_run(bytes, workers, shards, iters, &args))?);
+                if let Some(cmd) = &args.peer_cmd {
+                    match rt.block_on(peer_run(cmd, bytes, iters, workers, shards)) {
+                        Ok(p) => peers.push(p),
+                        // A failed peer run leaves its figures out; petrel's still count.
+                        Err(e) => eprintln!("ps bench: peer run failed: {e}"),
+                    }
+                }
+            }
+            let m = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
+            let pm = |f: fn(&PeerFigures) -> f64| {
+                (!peers.is_empty()).then(|| median(peers.iter().map(f).collect()))
+            };
+            let (ps_mbps, transport_mbps) = (m(|r| r.ps_mbps), m(|r| r.transport_mbps));
+            let peer_mbps = pm(|p| p.mbps);
+            let p50_ms = m(|r| r.p50_ms);
+            let bd = if (workers, shards) == (1, 1) {
+                Some(breakdown(bytes, iters.min(50), !args.no_read_my_writes)?)
+            } else {
+                None
+            };
+            out.push(SizeFigures {
+                bytes,
+                workers,
+                shards,
+                iters,
+                ps_mbps,
+                p50_ms,
+                p99_ms: m(|r| r.p99_ms),
+                push_p50_ms: m(|r| r.push_p50_ms),
+                transport_mbps,
+                transport_p50_ms: m(|r| r.transport_p50_ms),
+                ps_over_transport: ps_mbps / transport_mbps.max(1e-9),
+                rss_mb: m(|r| r.rss_mb),
+                peer_mbps,
+                peer_p50_ms: pm(|p| p.p50_ms),
+                peer_p99_ms: pm(|p| p.p99_ms),
+                ps_over_peer: peer_mbps.map(|p| ps_mbps / p.max(1e-9)),
+                wire_ms: bd.as_ref().map(|b| (p50_ms - b.total_ms).max(0.0)),
+                breakdown: bd,
+            });
+        }
+    }
+    let mut t = Table::new(&[
+        "W x S",
+        "bytes",
+        "ps MB/s",
+        "p50 ms",
+        "p99 ms",
+        "transport MB/s",
+        "ps/transport",
+        "peer MB/s",
+        "ps/peer",
+        "rss MB",
+    ]);
+    for s in &out {
+        t.row(vec![
+            format!("{}x{}", s.workers, s.shards),
+            s.bytes.to_string(),
+            fmt(s.ps_mbps),
+            fmt(s.p50_ms),
+            fmt(s.p99_ms),
+            fmt(s.transport_mbps),
+            fmt(s.ps_over_transport),
+            s.peer_mbps.map_or("-".into(), fmt),
+            s.ps_over_peer.map_or("-".into(), fmt),
+            fmt(s.rss_mb),
+        ]);
+    }
+    t.print();
+    let mut b = Table::new(&[
+        "bytes",
+        "client push",
+        "encode",
+        "decode",
+        "apply",
+        "reply",
+        "receive",
+        "sum",
+        "p50",
+        "wire+sched",
+    ]);
+    for s in out.iter().filter(|s| s.breakdown.is_some()) {
+        if let Some(d) = &s.breakdown {
+            b.row(vec![
+                s.bytes.to_string(),
+                fmt(d.client_push_ms),
+                fmt(d.encode_ms),
+                fmt(d.decode_ms),
+                fmt(d.apply_ms),
+                fmt(d.reply_ms),
+                fmt(d.receive_ms),
+                fmt(d.total_ms),
+                fmt(s.p50_ms),
+                s.wire_ms.map_or("-".into(), fmt),
+            ]);
+        }
+    }
+    println!("one 1x1 iteration taken apart (ms, in-process, no network):");
+    b.print();
+    let largest = args.sizes.iter().copied().max().unwrap_or(0);
+    let at = |w: u32, s: u32| {
+        out.iter()
+            .find(|f| f.bytes == largest && f.workers == w && f.shards == s)
+            .map(|f| f.ps_mbps)
+    };
+    let scaling = at(2, 2).zip(at(1, 1)).map(|(a, b)| a / b.max(1e-9));
+    print_json(&Figures {
+        bench: "ps",
+        read_my_writes: !args.no_read_my_writes,
+        rounds: args.rounds.max(1),
+        sizes: out,
+        scaling_2x2_over_1x1: scaling,
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topologies_parse_and_bad_ones_are_refused() {
+        assert_eq!(parse_topology("2x2").unwrap(), (2, 2));
+        assert_eq!(parse_topology("1X3").unwrap(), (1, 3));
+        assert!(parse_topology("0x1").is_err());
+        assert!(parse_topology("two").is_err());
+    }
+
+    #[test]
+    fn rows_land_one_per_shard_and_sizes_must_split() {
+        let (width, rows) = rows_for(4096 * 2, 2).unwrap();
+        assert_eq!(width, 1024);
+        assert_eq!(shard_of(TABLE, rows[0], 2), 0);
+        assert_eq!(shard_of(TABLE, rows[1], 2), 1);
+        assert!(rows_for(6, 1).is_err());
+        assert!(rows_for(0, 1).is_err());
+    }
+
+    #[test]
+    fn the_breakdown_runs_a_real_iteration() {
+        let b = breakdown(4096, 3, true).unwrap();
+        assert!(b.total_ms > 0.0);
+        let b = breakdown(4096, 3, false).unwrap();
+        assert!(b.total_ms > 0.0);
+    }
+}

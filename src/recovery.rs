@@ -1,0 +1,225 @@
+//! Automatic recovery: a job whose cluster fails is started again from its newest complete
+//! checkpoint, up to a restart budget (`--max-restarts`).
+//!
+//! The whole cluster rolls back, not just the node that died: a STRADS checkpoint is one
+//! consistent cut of the scheduler's state (model, priorities, round, sampler), so every
+//! node restarts from it and a deterministic job ends with exactly the model an
+//! uninterrupted run writes. A failure after the budget is spent stops the job with the
+//! last failure (which names the node) and the number of restarts tried.
+//!
+//! [`RestartBudget`] decides; [`run_with_restarts`] runs attempts through it.
+
+use std::path::Path;
+
+/// The decision after one attempt of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NextAttempt {
+    /// The job finished.
+    Done,
+    /// Start again; `resume` when a complete checkpoint exists to roll back to.
+    Restart {
+        /// 1-based number of this restart.
+        restart: u32,
+        /// Whether to resume from the newest checkpoint (false: from the start).
+        resume: bool,
+    },
+    /// The budget is spent: report the failure.
+    GiveUp {
+        /// Restarts tried before giving up.
+        restarts: u32,
+    },
+}
+
+/// How many times a failed job may be restarted, and how many it was.
+#[derive(Debug, Clone)]
+pub struct RestartBudget {
+    max_restarts: u32,
+    used: u32,
+}
+
+impl RestartBudget {
+    /// A budget of `max_restarts` restarts (0 = fail at the first failure).
+    pub fn new(max_restarts: u32) -> Self {
+        Self {
+            max_restarts,
+            used: 0,
+        }
+    }
+
+    /// What to do after an attempt that `failed` (or not), given whether a complete
+    /// checkpoint exists now.
+    pub fn after_attempt(&mut self, failed: bool, checkpoint_exists: bool) -> NextAttempt {
+        if !failed {
+            return NextAttempt::Done;
+        }
+        if self.used >= self.max_restarts {
+            return NextAttempt::GiveUp {
+                restarts: self.used,
+            };
+        }
+        self.used += 1;
+        NextAttempt::Restart {
+            restart: self.used,
+            resume: checkpoint_exists,
+        }
+    }
+
+    /// Restarts used so far.
+    pub fn used(&self) -> u32 {
+        self.used
+    }
+}
+
+/// Why a job with a restart budget did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError<E: std::error::Error + 'static> {
+    /// A failure no restart can help (a bad input file, a bad setting): reported as is, at
+    /// once.
+    #[error(transparent)]
+    Fatal(E),
+    /// The job failed more often than its restart budget allows.
+    #[error("{source} (gave up after {restarts} restart(s); raise --max-restarts to try more)")]
+    Exhausted {
+        /// Restarts tried.
+        restarts: u32,
+        /// The last attempt's failure.
+        #[source]
+        source: E,
+    },
+}
+
+/// Runs `attempt(resume, attempt_number)` until it succeeds, fails in a way a restart
+/// cannot help (`restartable` says no: a bad input file fails the same way every time), or
+/// the budget is spent. `checkpoint_exists()` is asked after each failure; the next
+/// attempt resumes when it says yes. Each restart is logged with the failure that caused
+/// it.
+pub fn run_with_restarts<T, E: std::error::Error + 'static>(
+    max_restarts: u32,
+    restartable: impl Fn(&E) -> bool,
+    mut checkpoint_exists: impl FnMut() -> bool,
+    mut attempt: impl FnMut(bool, u32) -> Result<T, E>,
+) -> Result<(T, u32), RecoveryError<E>> {
+    let mut budget = RestartBudget::new(max_restarts);
+    let mut resume = false;
+    let mut number = 0;
+    loop {
+        let result = attempt(resume, number);
+        let result = match result {
+            Err(source) if !restartable(&source) => return Err(RecoveryError::Fatal(source)),
+            other => other,
+        };
+        let failed = result.is_err();
+        match (
+            budget.after_attempt(failed, failed && checkpoint_exists()),
+            result,
+        ) {
+            (_, Ok(value)) => return Ok((value, budget.used())),
+            (NextAttempt::Restart { restart, resume: r }, Err(e)) => {
+                tracing::warn!(
+                    restart,
+                    max_restarts,
+                    from_checkpoint = r,
+                    error = %petrel_actors::error_chain(&e),
+                    "job failed; restarting the cluster"
+                );
+                resume = r;
+                number += 1;
+            }
+            (_, Err(source)) => {
+                return Err(RecoveryError::Exhausted {
+                    restarts: budget.used(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+/// True when `dir` holds at least one checkpoint manifest (a complete checkpoint: the
+/// manifest is written last). The scheduler verifies it fully when it resumes.
+pub fn has_checkpoint(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_resume_from_a_checkpoint_until_the_budget_is_spent() {
+        let mut b = RestartBudget::new(2);
+        assert_eq!(
+            b.after_attempt(true, false),
+            NextAttempt::Restart {
+                restart: 1,
+                resume: false
+            }
+        );
+        assert_eq!(
+            b.after_attempt(true, true),
+            NextAttempt::Restart {
+                restart: 2,
+                resume: true
+            }
+        );
+        assert_eq!(
+            b.after_attempt(true, true),
+            NextAttempt::GiveUp { restarts: 2 }
+        );
+        assert_eq!(
+            RestartBudget::new(0).after_attempt(false, false),
+            NextAttempt::Done
+        );
+        assert_eq!(
+            RestartBudget::new(0).after_attempt(true, true),
+            NextAttempt::GiveUp { restarts: 0 }
+        );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("node w1 failed")]
+    struct Boom;
+
+    #[test]
+    fn run_with_restarts_resumes_and_reports_the_last_failure() {
+        let mut seen = Vec::new();
+        let (value, restarts) = run_with_restarts(
+            3,
+            |_| true,
+            || true,
+            |resume, n| {
+                seen.push((resume, n));
+                if n < 2 { Err(Boom) } else { Ok(42) }
+            },
+        )
+        .unwrap();
+        assert_eq!((value, restarts), (42, 2));
+        assert_eq!(seen, vec![(false, 0), (true, 1), (true, 2)]);
+
+        let err = run_with_restarts(1, |_| true, || false, |_, _| Err::<(), _>(Boom)).unwrap_err();
+        assert!(matches!(err, RecoveryError::Exhausted { restarts: 1, .. }));
+        assert_eq!(
+            err.to_string(),
+            "node w1 failed (gave up after 1 restart(s); raise --max-restarts to try more)"
+        );
+        // A failure a restart cannot help stops at once, reported as it is.
+        let mut attempts = 0;
+        let err = run_with_restarts(
+            5,
+            |_| false,
+            || true,
+            |_, _| {
+                attempts += 1;
+                Err::<(), _>(Boom)
+            },
+        )
+        .unwrap_err();
+        assert_eq!(attempts, 1);
+        assert_eq!(err.to_string(), "node w1 failed");
+        assert!(matches!(err, RecoveryError::Fatal(Boom)));
+    }
+}

@@ -1,0 +1,292 @@
+//! What `petrel train` needs of each app before any node starts: its settings section, its
+//! value checks, where its output and input paths live in the settings, and a data check
+//! (labels that fit the app, no more workers than rows). [`prepare_job`] runs them all.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use petrel_ml::job::InvalidSetting;
+use petrel_ps::{PsApp, PsError, PsLda, PsLdaConfig, PsLr, PsLrConfig, PsMf, PsMfConfig};
+use petrel_strads::StradsJob;
+use petrel_strads::apps::lasso::{LassoApp, LassoJob};
+use petrel_strads::apps::lda::{LdaApp, LdaJob};
+use petrel_strads::apps::logistic::LogisticApp;
+use petrel_strads::apps::mf::{MfApp, StradsMfJob};
+
+use super::TrainError;
+use super::jobfile::{OutDirError, prepare_out_dir, resolve_job};
+
+/// An app `petrel train` runs.
+pub trait TrainApp {
+    /// Its settings (`[app.<SECTION>]`).
+    type Job: serde::Serialize + serde::de::DeserializeOwned + Clone;
+    /// The `petrel train` subcommand.
+    const NAME: &'static str;
+    /// The settings section.
+    const SECTION: &'static str;
+    /// The value checks (ranges, finiteness), naming the key.
+    fn validate(job: &Self::Job) -> Result<(), InvalidSetting>;
+    /// The output directory setting.
+    fn out(job: &mut Self::Job) -> &mut Option<PathBuf>;
+    /// The input file settings (made absolute: nodes may run elsewhere).
+    fn inputs(job: &mut Self::Job) -> Vec<&mut Option<PathBuf>>;
+    /// Loads the data once and checks it fits: labels, rows versus `workers`.
+    fn check_data(job: &Self::Job, workers: usize) -> Result<(), TrainError>;
+}
+
+/// The settings of `petrel train A`: the job file's `[app.<section>]`, the environment, the
+/// flags in `given`, then `out_flag` (when the output directory is not a setting's flag).
+/// Every value is checked, the output directory created and probed, the inputs made
+/// absolute and the data loaded once to check it fits `workers` workers.
+pub fn prepare_job<A: TrainApp>(
+    flags: &A::Job,
+    file: Option<&Path>,
+    out_flag: Option<&Path>,
+    given: &BTreeSet<String>,
+    workers: usize,
+) -> Result<A::Job, TrainError> {
+    let invalid = |source| TrainError::Setting {
+        app: A::NAME,
+        source,
+    };
+    // The flags alone first: a NaN or infinite flag has no JSON form to merge, so it
+    // must be refused here rather than silently dropped.
+    A::validate(flags).map_err(invalid)?;
+    let mut job = resolve_job::<A::Job>(A::SECTION, file, flags, given)?;
+    if let Some(out) = out_flag {
+        *A::out(&mut job) = Some(out.to_path_buf());
+    }
+    A::validate(&job).map_err(invalid)?;
+    if workers == 0 {
+        return Err(TrainError::Setting {
+            app: A::NAME,
+            source: InvalidSetting::new("workers", 0, "must be >= 1"),
+        });
+    }
+    let out = A::out(&mut job)
+        .clone()
+        .ok_or(OutDirError::Missing(A::SECTION))?;
+    *A::out(&mut job) = Some(prepare_out_dir(&out)?);
+    for input in A::inputs(&mut job) {
+        if let Some(p) = input.as_mut() {
+            *p = std::fs::canonicalize(&*p).map_err(|source| TrainError::Input {
+                path: p.clone(),
+                source,
+            })?;
+        }
+    }
+    A::check_data(&job, workers)?;
+    Ok(job)
+}
+
+fn data_error(app: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> TrainError {
+    TrainError::Data {
+        app,
+        source: Box::new(e),
+    }
+}
+
+/// `workers` must not exceed `count` (`what`: users, rows, documents).
+fn fits(
+    app: &'static str,
+    workers: usize,
+    count: usize,
+    what: &'static str,
+) -> Result<(), TrainError> {
+    if workers > count {
+        return Err(TrainError::TooManyWorkers {
+            app,
+            workers,
+            count,
+            what,
+        });
+    }
+    Ok(())
+}
+
+impl TrainApp for PsMf {
+    type Job = PsMfConfig;
+    const NAME: &'static str = <PsMf as PsApp>::NAME;
+    const SECTION: &'static str = <PsMf as PsApp>::SECTION;
+    fn validate(job: &PsMfConfig) -> Result<(), InvalidSetting> {
+        job.validate()
+    }
+    fn out(job: &mut PsMfConfig) -> &mut Option<PathBuf> {
+        &mut job.out
+    }
+    fn inputs(job: &mut PsMfConfig) -> Vec<&mut Option<PathBuf>> {
+        vec![&mut job.data]
+    }
+    fn check_data(job: &PsMfConfig, workers: usize) -> Result<(), TrainError> {
+        if let Some(s) = job.straggler
+            && s as usize >= workers
+        {
+            return Err(TrainError::Setting {
+                app: <Self as TrainApp>::NAME,
+                source: InvalidSetting::new(
+                    "straggler",
+                    s,
+                    format!("must name a worker, 0..{workers}"),
+                ),
+            });
+        }
+        let data = petrel_ps::apps::mf::PsMfData::load(job)
+            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        // Worker w owns the users u % workers == w.
+        fits(
+            <Self as TrainApp>::NAME,
+            workers,
+            data.train.n_users,
+            "users",
+        )
+    }
+}
+
+impl TrainApp for PsLr {
+    type Job = PsLrConfig;
+    const NAME: &'static str = <PsLr as PsApp>::NAME;
+    const SECTION: &'static str = <PsLr as PsApp>::SECTION;
+    fn validate(job: &PsLrConfig) -> Result<(), InvalidSetting> {
+        job.validate()
+    }
+    fn out(job: &mut PsLrConfig) -> &mut Option<PathBuf> {
+        &mut job.out
+    }
+    fn inputs(job: &mut PsLrConfig) -> Vec<&mut Option<PathBuf>> {
+        vec![&mut job.data]
+    }
+    fn check_data(job: &PsLrConfig, workers: usize) -> Result<(), TrainError> {
+        let data = petrel_ps::apps::lr::PsLrData::load(job)
+            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        fits(
+            <Self as TrainApp>::NAME,
+            workers,
+            data.train.len(),
+            "training rows",
+        )
+    }
+}
+
+impl TrainApp for PsLda {
+    type Job = PsLdaConfig;
+    const NAME: &'static str = <PsLda as PsApp>::NAME;
+    const SECTION: &'static str = <PsLda as PsApp>::SECTION;
+    fn validate(job: &PsLdaConfig) -> Result<(), InvalidSetting> {
+        job.validate()
+    }
+    fn out(job: &mut PsLdaConfig) -> &mut Option<PathBuf> {
+        &mut job.out
+    }
+    fn inputs(job: &mut PsLdaConfig) -> Vec<&mut Option<PathBuf>> {
+        vec![&mut job.docword, &mut job.vocab]
+    }
+    fn check_data(job: &PsLdaConfig, workers: usize) -> Result<(), TrainError> {
+        let corpus = job
+            .load()
+            .map_err(|e: PsError| data_error(<Self as TrainApp>::NAME, e))?;
+        fits(
+            <Self as TrainApp>::NAME,
+            workers,
+            corpus.docs.len(),
+            "documents",
+        )
+    }
+}
+
+impl TrainApp for LassoApp {
+    type Job = LassoJob;
+    const NAME: &'static str = "lasso";
+    const SECTION: &'static str = <LassoApp as StradsJob>::SECTION;
+    fn validate(job: &LassoJob) -> Result<(), InvalidSetting> {
+        job.validate()
+    }
+    fn out(job: &mut LassoJob) -> &mut Option<PathBuf> {
+        &mut job.out_dir
+    }
+    fn inputs(job: &mut LassoJob) -> Vec<&mut Option<PathBuf>> {
+        vec![&mut job.data]
+    }
+    fn check_data(job: &LassoJob, workers: usize) -> Result<(), TrainError> {
+        let (x, _) = job
+            .load()
+            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        // Workers split the rows.
+        fits(<Self as TrainApp>::NAME, workers, x.n_rows, "rows")
+    }
+}
+
+impl TrainApp for LogisticApp {
+    type Job = LassoJob;
+    const NAME: &'static str = "logistic";
+    const SECTION: &'static str = <LogisticApp as StradsJob>::SECTION;
+    fn validate(job: &LassoJob) -> Result<(), InvalidSetting> {
+        <LogisticApp as StradsJob>::validate_config(job)
+    }
+    fn out(job: &mut LassoJob) -> &mut Option<PathBuf> {
+        &mut job.out_dir
+    }
+    fn inputs(job: &mut LassoJob) -> Vec<&mut Option<PathBuf>> {
+        vec![&mut job.data]
+    }
+    fn check_data(job: &LassoJob, workers: usize) -> Result<(), TrainError> {
+        let (x, _) = petrel_strads::apps::logistic::load(job)
+            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        fits(<Self as TrainApp>::NAME, workers, x.n_rows, "rows")
+    }
+}
+
+impl TrainApp for MfApp {
+    type Job = StradsMfJob;
+    const NAME: &'static str = "strads-mf";
+    const SECTION: &'static str = <MfApp as StradsJob>::SECTION;
+    fn validate(job: &StradsMfJob) -> Result<(), InvalidSetting> {
+        job.validate()
+    }
+    fn out(job: &mut StradsMfJob) -> &mut Option<PathBuf> {
+        &mut job.out_dir
+    }
+    fn inputs(job: &mut StradsMfJob) -> Vec<&mut Option<PathBuf>> {
+        vec![&mut job.data]
+    }
+    fn check_data(job: &StradsMfJob, workers: usize) -> Result<(), TrainError> {
+        let (train, _) = job
+            .load()
+            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        // Block rotation gives every worker a bucket of users and a block of items.
+        fits(<Self as TrainApp>::NAME, workers, train.n_users, "users")?;
+        fits(<Self as TrainApp>::NAME, workers, train.n_items, "items")
+    }
+}
+
+impl TrainApp for LdaApp {
+    type Job = LdaJob;
+    const NAME: &'static str = "lda";
+    const SECTION: &'static str = <LdaApp as StradsJob>::SECTION;
+    fn validate(job: &LdaJob) -> Result<(), InvalidSetting> {
+        job.validate()
+    }
+    fn out(job: &mut LdaJob) -> &mut Option<PathBuf> {
+        &mut job.out_dir
+    }
+    fn inputs(job: &mut LdaJob) -> Vec<&mut Option<PathBuf>> {
+        vec![&mut job.docword, &mut job.vocab]
+    }
+    fn check_data(job: &LdaJob, workers: usize) -> Result<(), TrainError> {
+        let corpus = job
+            .load()
+            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        // Documents are split over the workers, and so is the vocabulary (word rotation).
+        fits(
+            <Self as TrainApp>::NAME,
+            workers,
+            corpus.docs.len(),
+            "documents",
+        )?;
+        fits(
+            <Self as TrainApp>::NAME,
+            workers,
+            corpus.vocab_size,
+            "words",
+        )
+    }
+}
