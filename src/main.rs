@@ -135,6 +135,8 @@ enum BenchCommand {
     Transport(petrel::bench::transport::TransportBenchArgs),
     /// A multi-process cluster under sustained load, sampling every node's memory.
     Soak(petrel::bench::soak::SoakBenchArgs),
+    /// Kill and pause random nodes of a multi-process Lasso job; every run must recover.
+    Chaos(petrel::bench::chaos::ChaosBenchArgs),
     // bench: systems add their benchmarks below this line
     /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
     /// transport ceiling (and a peer such as ps-lite).
@@ -280,6 +282,7 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
         Command::Bench { command } => match command {
             BenchCommand::Transport(args) => Ok(petrel::bench::transport::run(args)?),
             BenchCommand::Soak(args) => Ok(petrel::bench::soak::run(args)?),
+            BenchCommand::Chaos(args) => Ok(petrel::bench::chaos::run(args)?),
             // bench dispatch: systems add their arms below this line; each maps its own error
             // type with `CliError::command`.
             BenchCommand::Ps(args) => Ok(petrel::bench::ps::run(args)?),

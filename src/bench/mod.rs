@@ -1,7 +1,9 @@
 //! Benchmarks behind `petrel bench …`. Each prints a table and ends with one JSON line.
 //!
-//! [`BenchError`] is the error of the runtime benchmarks ([`transport`], [`soak`]).
+//! [`BenchError`] is the error of the runtime benchmarks ([`transport`], [`soak`],
+//! [`chaos`]).
 
+pub mod chaos;
 // The application benchmarks document their own items.
 #[allow(missing_docs)]
 pub mod consistency;
