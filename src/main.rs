@@ -141,8 +141,14 @@ enum BenchCommand {
     /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
     /// transport ceiling (and a peer such as ps-lite).
     Ps(petrel::bench::ps::PsBenchArgs),
-    /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
+    /// Parameter server: MF and LR under BSP, SSP(s), ESSP(s) and async with stragglers.
     Consistency(petrel::bench::consistency::ConsistencyBenchArgs),
+    /// Parameter server: clock-boundary vs managed (fifo, relative-magnitude) communication.
+    Managed(petrel::bench::managed::ManagedBenchArgs),
+    /// Parameter server: AdaRevision vs the best fixed and Adagrad step of a grid.
+    Adarevision(petrel::bench::adarevision::AdaRevisionBenchArgs),
+    /// Writes docs/REPRODUCING.md from the benches' JSON figures.
+    Report(petrel::bench::reproduce::ReportArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
     P3(petrel::bench::p3::P3BenchArgs),
     /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
@@ -288,6 +294,15 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             BenchCommand::Ps(args) => Ok(petrel::bench::ps::run(args)?),
             BenchCommand::Consistency(args) => {
                 petrel::bench::consistency::run(args).map_err(CliError::command)
+            }
+            BenchCommand::Managed(args) => {
+                petrel::bench::managed::run(args).map_err(CliError::command)
+            }
+            BenchCommand::Adarevision(args) => {
+                petrel::bench::adarevision::run(args).map_err(CliError::command)
+            }
+            BenchCommand::Report(args) => {
+                petrel::bench::reproduce::run(args).map_err(CliError::command)
             }
             BenchCommand::P3(args) => petrel::bench::p3::run(args).map_err(CliError::command),
             BenchCommand::Lasso(args) => petrel::bench::lasso::run(args).map_err(CliError::command),

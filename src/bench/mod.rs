@@ -6,6 +6,8 @@
 pub mod chaos;
 // The application benchmarks document their own items.
 #[allow(missing_docs)]
+pub mod adarevision;
+#[allow(missing_docs)]
 pub mod consistency;
 #[allow(missing_docs)]
 pub mod lasso;
@@ -16,12 +18,15 @@ pub mod lasso_schedulers;
 #[allow(missing_docs)]
 pub mod lda;
 #[allow(missing_docs)]
+pub mod managed;
+#[allow(missing_docs)]
 pub mod mf;
 #[allow(missing_docs)]
 pub mod p3;
 #[allow(missing_docs)]
 pub mod p3_netns;
 pub mod ps;
+pub mod reproduce;
 pub mod soak;
 #[allow(missing_docs)]
 pub mod strads_plot;

@@ -40,7 +40,7 @@ pub mod shells;
 pub use crate::core::{
     Bounds, CostModel, EngineError, LayerReadiness, Mode, ModelProfile, PlanError, ProfileError,
     SimConfig, SimReport, Slice, SlicePlan, SliceQueue, SliceShardCore, SliceWorkerCore,
-    auto_slice_size, reference_step, simulate,
+    auto_slice_size, ideal_iteration_s, reference_step, simulate,
 };
 pub use error::P3Error;
 pub use kit::{

@@ -35,6 +35,9 @@ pub struct WorkerDone {
     pub compute_s: f64,
     /// Seconds it waited for rows.
     pub wait_s: f64,
+    /// Bytes its node sent (0 when the app does not measure them).
+    #[serde(default)]
+    pub sent_bytes: u64,
 }
 remote_message!(WorkerDone => (), "petrel.ps.mf.worker_done");
 
@@ -48,6 +51,7 @@ impl WorkerDone {
             staleness: client.table_stats(table),
             compute_s: 0.0,
             wait_s: 0.0,
+            sent_bytes: 0,
         }
     }
 }
