@@ -385,6 +385,31 @@ pub struct PsLrResult {
     pub curve: Vec<PsLrPoint>,
 }
 
+impl PsLrResult {
+    /// The one metrics format: a record per evaluation of the monitor (step: the slowest
+    /// worker's clock); SGD runs its clocks (no convergence test).
+    pub fn run_metrics(&self, cfg: &PsLrConfig) -> petrel_ml::job::RunMetrics {
+        let mut m = petrel_ml::job::RunMetrics::new(PsLr::NAME, cfg, self, self.wall_s);
+        for p in &self.curve {
+            m.record(
+                p.clock,
+                p.seconds,
+                &[("test_accuracy", p.accuracy), ("test_log_loss", p.log_loss)],
+            );
+        }
+        m.finals(&[
+            ("test_accuracy", self.final_accuracy),
+            ("test_log_loss", self.final_log_loss),
+        ]);
+        m.converged = false;
+        m.stop_reason = format!(
+            "ran max_clocks = {} (SGD has no convergence test)",
+            cfg.max_clocks
+        );
+        m
+    }
+}
+
 /// The learned model (`model.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PsLrModel {
@@ -618,7 +643,12 @@ impl PsApp for PsLr {
     }
 
     fn write_outputs(&self, out: &PsLrOutcome) -> Result<(), PsError> {
-        write_model_and_metrics(self.cfg.out.as_deref(), &out.model, &out.metrics)
+        write_model_and_metrics(
+            self.cfg.out.as_deref(),
+            &out.model,
+            &out.metrics.run_metrics(&self.cfg),
+            "lower learning_rate",
+        )
     }
 
     fn summary(cfg: &PsLrConfig, out: &PsLrOutcome) -> String {

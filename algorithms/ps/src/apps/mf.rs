@@ -493,6 +493,31 @@ pub struct PsMfResult {
     pub curve: Vec<RmsePoint>,
 }
 
+impl PsMfResult {
+    /// The one metrics format: a record per evaluation of the monitor (step: the slowest
+    /// worker's clock); `converged` when `target_rmse` was reached.
+    pub fn run_metrics(&self, cfg: &PsMfConfig) -> petrel_ml::job::RunMetrics {
+        let mut m = petrel_ml::job::RunMetrics::new(PsMf::NAME, cfg, self, self.wall_s);
+        for p in &self.curve {
+            m.record(p.clock, p.seconds, &[("test_rmse", p.rmse)]);
+        }
+        m.finals(&[
+            ("test_rmse", self.final_rmse),
+            ("clocks", self.iterations as f64),
+        ]);
+        m.converged = self.reached_target;
+        m.stop_reason = match (self.target_rmse, self.reached_target) {
+            (Some(t), true) => format!("test RMSE reached target_rmse {t}"),
+            (Some(t), false) => format!(
+                "stopped at the clock or time limit before target_rmse {t}: test RMSE {:.4}",
+                self.final_rmse
+            ),
+            (None, _) => format!("ran {} clocks", cfg.clocks()),
+        };
+        m
+    }
+}
+
 /// The learned model (`model.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PsMfModel {
@@ -849,7 +874,12 @@ impl PsApp for PsMf {
     }
 
     fn write_outputs(&self, out: &PsMfOutcome) -> Result<(), PsError> {
-        write_model_and_metrics(self.cfg.out.as_deref(), &out.model, &out.metrics)
+        write_model_and_metrics(
+            self.cfg.out.as_deref(),
+            &out.model,
+            &out.metrics.run_metrics(&self.cfg),
+            "lower learning_rate (or raise regularization)",
+        )
     }
 
     fn summary(cfg: &PsMfConfig, out: &PsMfOutcome) -> String {

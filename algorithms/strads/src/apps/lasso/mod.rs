@@ -106,7 +106,7 @@ impl StradsJob for LassoApp {
         let half = scheduler.into_inner();
         tracing::info!(objective = half.metrics().final_objective, "lasso finished");
         if let Some(dir) = &job.out_dir {
-            half.outcome().write(dir)?;
+            half.outcome().write(dir, job)?;
             tracing::info!(dir = %dir.display(), "wrote coefficients.tsv and metrics.json");
         }
         Ok(())

@@ -144,7 +144,7 @@ fn libsvm_input_and_outputs() {
         coefficients: b,
         metrics: m,
     }
-    .write(&out)
+    .write(&out, &job)
     .unwrap();
     let coef = std::fs::read_to_string(out.join("coefficients.tsv")).unwrap();
     assert_eq!(coef.lines().count(), 3);

@@ -215,8 +215,7 @@ async fn lead_loop(
                     coefficients,
                     metrics: metrics.base.clone(),
                 };
-                outcome.write(dir)?;
-                crate::kit::write_json(dir, "metrics.json", &metrics)?;
+                outcome.write_with(dir, &job, &metrics)?;
                 tracing::info!(dir = %dir.display(), "wrote coefficients.tsv and metrics.json");
             }
             return Ok(());
