@@ -160,6 +160,8 @@ enum BenchCommand {
     P3Real(petrel::bench::p3_real::P3RealBenchArgs),
     /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
     Lasso(petrel::bench::lasso::LassoBenchArgs),
+    /// STRADS Lasso (1, 2, 4 workers) against single-threaded coordinate descent, by size.
+    LassoScale(petrel::bench::lasso_scale::LassoScaleBenchArgs),
     /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).
     LassoSchedulers(petrel::bench::lasso_schedulers::LassoSchedulersBenchArgs),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
@@ -314,6 +316,9 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
                 petrel::bench::p3_real::run(args).map_err(CliError::command)
             }
             BenchCommand::Lasso(args) => petrel::bench::lasso::run(args).map_err(CliError::command),
+            BenchCommand::LassoScale(args) => {
+                petrel::bench::lasso_scale::run(args).map_err(CliError::command)
+            }
             BenchCommand::LassoSchedulers(args) => {
                 petrel::bench::lasso_schedulers::run(args).map_err(CliError::command)
             }

@@ -12,6 +12,8 @@ pub mod consistency;
 #[allow(missing_docs)]
 pub mod lasso;
 #[allow(missing_docs)]
+pub mod lasso_scale;
+#[allow(missing_docs)]
 pub mod lasso_schedulers;
 #[allow(missing_docs)]
 pub mod lda;

@@ -324,6 +324,7 @@ impl LogisticScheduling {
         job: &LassoJob,
         workers: usize,
     ) -> Result<Self, StradsError> {
+        let job = &job.resolved_for(x, workers);
         let lambda = logistic_lambda(x, labels, job);
         let shared = Arc::new(x.clone());
         Ok(LogisticScheduling {

@@ -97,6 +97,7 @@ pub fn solve_baseline(
         }],
         checkpoints: Vec::new(),
         resumed_from_round: None,
+        profile: Default::default(),
     };
     Ok((
         LassoOutcome {

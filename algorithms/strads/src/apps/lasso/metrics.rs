@@ -90,6 +90,72 @@ pub struct LassoMetrics {
     /// The checkpoint round this run resumed from.
     #[serde(default)]
     pub resumed_from_round: Option<u64>,
+    /// Where the rounds' time went.
+    #[serde(default)]
+    pub profile: RoundProfile,
+}
+
+/// Where a run's time went, in seconds (BENCHMARKS.md explains the breakdown). Scheduler
+/// parts are timed by the scheduler half; worker parts are the slowest worker's cumulative
+/// compute as it reported it with its last update answer; `wall_s` is the run's time, and
+/// what the parts do not explain is messaging and waiting (with `depth > 1` the parts
+/// overlap, so the rest can be negative).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoundProfile {
+    /// Update rounds pulled.
+    pub update_rounds: u64,
+    /// Evaluation rounds pulled.
+    pub eval_rounds: u64,
+    /// Scheduler: drawing candidates (priority sampling).
+    pub sample_s: f64,
+    /// Scheduler: the dependency check.
+    pub filter_s: f64,
+    /// Scheduler: summing partials, soft-thresholding, bookkeeping (update rounds).
+    pub pull_s: f64,
+    /// Scheduler: combining evaluation partials.
+    pub eval_pull_s: f64,
+    /// Slowest worker: pushes.
+    pub worker_push_s: f64,
+    /// Slowest worker: applying commits.
+    pub worker_commit_s: f64,
+    /// Slowest worker: evaluations.
+    pub worker_eval_s: f64,
+    /// The run's wall time.
+    pub wall_s: f64,
+    /// Mean wall time of an update round (`wall_s / rounds`).
+    pub round_latency_ms: f64,
+    /// `wall_s` minus the scheduler's and the slowest worker's compute: messages, waiting.
+    pub messaging_s: f64,
+    /// Peak resident memory of the scheduler's process, in MB.
+    #[serde(default)]
+    pub scheduler_peak_rss_mb: f64,
+    /// Largest peak resident memory a worker process reported, in MB.
+    #[serde(default)]
+    pub worker_peak_rss_mb: f64,
+}
+
+/// This process's peak resident memory (`VmHWM`) in MB; 0 where `/proc` has none.
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb / 1024.0)
+        })
+        .unwrap_or(0.0)
+}
+
+impl RoundProfile {
+    /// Fills the derived fields from the measured ones.
+    pub fn finish(&mut self, wall_s: f64) {
+        self.wall_s = wall_s;
+        let rounds = (self.update_rounds + self.eval_rounds).max(1);
+        self.round_latency_ms = 1e3 * wall_s / rounds as f64;
+        self.messaging_s = wall_s
+            - (self.sample_s + self.filter_s + self.pull_s + self.eval_pull_s)
+            - (self.worker_push_s + self.worker_commit_s + self.worker_eval_s);
+    }
 }
 
 /// The finished model.

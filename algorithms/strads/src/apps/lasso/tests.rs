@@ -12,6 +12,7 @@ fn small_job(mode: &str) -> LassoJob {
             correlation: 0.8,
             n_nonzero: 5,
             noise_std: 0.1,
+            nnz_per_column: 0,
             seed: 3,
         },
         mode: mode.parse().unwrap(),

@@ -88,7 +88,7 @@ pub(in crate::apps::lasso) async fn scheduler_entry(
     if mine.first() != Some(&index) {
         return Ok(());
     }
-    run_node_schedulers(ctx, job, owners, mine).await
+    run_node_schedulers(ctx, job.with_multi_defaults(), owners, mine).await
 }
 
 async fn run_node_schedulers(
