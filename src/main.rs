@@ -139,6 +139,9 @@ enum TrainCommand {
     Lda(petrel::train::LdaTrainArgs),
     /// Sparse logistic regression by scheduled coordinate descent (Lasso options).
     Logistic(petrel::train::LassoTrainArgs),
+    /// P3: a candle model (mlp, lenet, resnet18, vgg11) data-parallel on worker and shard
+    /// processes on 127.0.0.1, --mode sequential|fifo|p3.
+    P3(petrel::bench::p3_real::P3TrainArgs),
 }
 
 #[derive(Subcommand)]
@@ -147,16 +150,30 @@ enum BenchCommand {
     Transport(petrel::bench::transport::TransportBenchArgs),
     /// A multi-process cluster under sustained load, sampling every node's memory.
     Soak(petrel::bench::soak::SoakBenchArgs),
+    /// Kill and pause random nodes of a multi-process Lasso job; every run must recover.
+    Chaos(petrel::bench::chaos::ChaosBenchArgs),
     // bench: systems add their benchmarks below this line
     /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
     /// transport ceiling (and a peer such as ps-lite).
     Ps(petrel::bench::ps::PsBenchArgs),
-    /// Parameter server: MF under BSP, SSP, ESSP and async with a straggler.
+    /// Parameter server: MF and LR under BSP, SSP(s), ESSP(s) and async with stragglers.
     Consistency(petrel::bench::consistency::ConsistencyBenchArgs),
+    /// Parameter server: clock-boundary vs managed (fifo, relative-magnitude) communication.
+    Managed(petrel::bench::managed::ManagedBenchArgs),
+    /// Parameter server: AdaRevision vs the best fixed and Adagrad step of a grid.
+    Adarevision(petrel::bench::adarevision::AdaRevisionBenchArgs),
+    /// Writes docs/REPRODUCING.md from the benches' JSON figures.
+    Report(petrel::bench::reproduce::ReportArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
     P3(petrel::bench::p3::P3BenchArgs),
+    /// P3 on real compute: candle ResNet-18/VGG-11 layouts, 2 workers + 2 shards as
+    /// processes, sequential vs fifo vs p3 images/s and test accuracy side by side.
+    #[command(name = "p3-real")]
+    P3Real(petrel::bench::p3_real::P3RealBenchArgs),
     /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
     Lasso(petrel::bench::lasso::LassoBenchArgs),
+    /// STRADS Lasso (1, 2, 4 workers) against single-threaded coordinate descent, by size.
+    LassoScale(petrel::bench::lasso_scale::LassoScaleBenchArgs),
     /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).
     LassoSchedulers(petrel::bench::lasso_schedulers::LassoSchedulersBenchArgs),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
@@ -287,14 +304,30 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
         Command::Bench { command } => match command {
             BenchCommand::Transport(args) => Ok(petrel::bench::transport::run(args)?),
             BenchCommand::Soak(args) => Ok(petrel::bench::soak::run(args)?),
+            BenchCommand::Chaos(args) => Ok(petrel::bench::chaos::run(args)?),
             // bench dispatch: systems add their arms below this line; each maps its own error
             // type with `CliError::command`.
             BenchCommand::Ps(args) => Ok(petrel::bench::ps::run(args)?),
             BenchCommand::Consistency(args) => {
                 petrel::bench::consistency::run(args).map_err(CliError::command)
             }
+            BenchCommand::Managed(args) => {
+                petrel::bench::managed::run(args).map_err(CliError::command)
+            }
+            BenchCommand::Adarevision(args) => {
+                petrel::bench::adarevision::run(args).map_err(CliError::command)
+            }
+            BenchCommand::Report(args) => {
+                petrel::bench::reproduce::run(args).map_err(CliError::command)
+            }
             BenchCommand::P3(args) => petrel::bench::p3::run(args).map_err(CliError::command),
+            BenchCommand::P3Real(args) => {
+                petrel::bench::p3_real::run(args).map_err(CliError::command)
+            }
             BenchCommand::Lasso(args) => petrel::bench::lasso::run(args).map_err(CliError::command),
+            BenchCommand::LassoScale(args) => {
+                petrel::bench::lasso_scale::run(args).map_err(CliError::command)
+            }
             BenchCommand::LassoSchedulers(args) => {
                 petrel::bench::lasso_schedulers::run(args).map_err(CliError::command)
             }
@@ -322,6 +355,7 @@ fn train_out_dir(app: &TrainCommand) -> Option<PathBuf> {
         TrainCommand::Lasso(a) | TrainCommand::Logistic(a) => a.cluster.out.clone(),
         TrainCommand::StradsMf(a) => a.cluster.out.clone(),
         TrainCommand::Lda(a) => a.cluster.out.clone(),
+        TrainCommand::P3(a) => Some(a.out.clone()),
     }
 }
 
@@ -335,6 +369,7 @@ fn train_title(app: &TrainCommand) -> &'static str {
         TrainCommand::StradsMf(_) => "train strads-mf",
         TrainCommand::Lda(_) => "train lda",
         TrainCommand::Logistic(_) => "train logistic",
+        TrainCommand::P3(_) => "train p3",
     }
 }
 
@@ -351,6 +386,7 @@ fn train(app: TrainCommand, given: &BTreeSet<String>) -> Result<(), CliError> {
             petrel::train::train_mf(args, given).map_err(CliError::command)
         }
         TrainCommand::Lda(args) => petrel::train::train_lda(args, given).map_err(CliError::command),
+        TrainCommand::P3(args) => petrel::bench::p3_real::train(args).map_err(CliError::command),
         TrainCommand::Logistic(args) => {
             petrel::train::train_logistic(args, given).map_err(CliError::command)
         }

@@ -70,6 +70,16 @@ pub fn print_json<T: Serialize>(figures: &T) -> Result<(), serde_json::Error> {
     Ok(())
 }
 
+/// Writes a benchmark's figures as pretty JSON to `path` (creating its directory), for
+/// `petrel bench report` to read later.
+pub fn save_json<T: Serialize>(path: &std::path::Path, figures: &T) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let text = serde_json::to_string_pretty(figures).map_err(std::io::Error::other)?;
+    std::fs::write(path, text + "\n")
+}
+
 /// Formats a float with a sensible number of digits for tables.
 pub fn fmt(x: f64) -> String {
     if x == 0.0 {

@@ -869,3 +869,41 @@ fn train_lasso_restarts_after_a_killed_node_and_writes_the_uninterrupted_model()
         }
     }
 }
+
+/// `petrel bench chaos` ends with one JSON line whose figures say every faulted run
+/// finished with the uninterrupted model, left no process behind and did not hang.
+#[test]
+fn bench_chaos_recovers_every_faulted_run() {
+    let out = Command::new(PETREL)
+        .args([
+            "bench",
+            "chaos",
+            "--runs",
+            "1",
+            "--seed",
+            "3",
+            "--pause-s",
+            "11",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    for (key, want) in [
+        ("runs", 1),
+        ("faults_injected", 1),
+        ("jobs_completed", 1),
+        ("outputs_identical", 1),
+        ("orphans", 0),
+        ("hangs", 0),
+    ] {
+        assert_eq!(json[key].as_u64(), Some(want), "{key}: {json}");
+    }
+    assert!(json["max_recovery_s"].as_f64().is_some(), "{json}");
+}

@@ -211,3 +211,117 @@ fn short_link_cut_is_survived_across_namespaces() {
         }
     }
 }
+
+/// The built binary of example `name` (`cargo test` builds the examples first).
+fn example_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(|d| d.parent()).unwrap();
+    profile.join("examples").join(name)
+}
+
+/// Issues 11 and 18, multi-host: one config, `petrel certs --bundle`, one bundle copied to
+/// each host, and every host started the same way with only its rank: `petrel node`
+/// (built-in demo, 3 hosts) and the user program `examples/topology` (its roles composed in
+/// code, left out of the config), each finding its node from `RANK` and its certificates
+/// relative to the bundle's `cluster.toml`.
+#[test]
+fn hosts_run_from_one_config_and_their_bundles() {
+    if skip("hosts_run_from_one_config_and_their_bundles") {
+        return;
+    }
+    let prefix = format!("pd{}", std::process::id() % 100_000);
+    let hosts = Hosts::up(&prefix, 3, &LinkShape::default()).expect("create namespaces");
+    let _teardown = Teardown(hosts.clone());
+    let dir = tempfile::tempdir().unwrap();
+    // (job, its nodes with the roles line of the config, the example that runs it).
+    type Job<'a> = (&'a str, &'a [(&'a str, &'a str)], Option<&'a str>);
+    let jobs: [Job; 2] = [
+        (
+            "demo",
+            &[
+                ("hub", "roles = [\"demo-aggregator\"]\n"),
+                ("w1", "roles = [\"demo-worker\"]\n"),
+                ("w2", "roles = [\"demo-worker\"]\n"),
+            ],
+            None,
+        ),
+        (
+            "topology",
+            &[("station", ""), ("field", "")],
+            Some("topology"),
+        ),
+    ];
+    for (job, nodes, example) in jobs {
+        let job_dir = dir.path().join(job);
+        std::fs::create_dir_all(&job_dir).unwrap();
+        let mut cfg = format!("[cluster]\nname = \"{job}\"\nheartbeat_interval_ms = 200\n");
+        for (i, (name, roles)) in nodes.iter().enumerate() {
+            cfg.push_str(&format!(
+                "[[nodes]]\nname = \"{name}\"\naddr = \"{}:7100\"\n{roles}",
+                hosts.host_ip(i)
+            ));
+        }
+        if example.is_none() {
+            cfg.push_str("[app.demo]\nrounds = 4\ntensor_len = 1024\n");
+        }
+        let cfg_path = job_dir.join("cluster.toml");
+        std::fs::write(&cfg_path, cfg).unwrap();
+        let ca = job_dir.join("ca");
+        let st = Command::new(PETREL)
+            .args([
+                "certs",
+                "--bundle",
+                "--dir",
+                ca.to_str().unwrap(),
+                "--config",
+            ])
+            .arg(&cfg_path)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let program = match example {
+            Some(e) => example_binary(e),
+            None => PETREL.into(),
+        };
+        let children: Vec<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(rank, (name, _))| {
+                // "Copy the bundle to the host": a directory of its own, nothing else.
+                let host_dir = job_dir.join(format!("host{rank}"));
+                std::fs::create_dir_all(&host_dir).unwrap();
+                for e in std::fs::read_dir(ca.join("bundles").join(name)).unwrap() {
+                    let e = e.unwrap();
+                    std::fs::copy(e.path(), host_dir.join(e.file_name())).unwrap();
+                }
+                let mut cmd = hosts.command(rank, program.to_str().unwrap());
+                if example.is_none() {
+                    cmd.arg("node");
+                }
+                cmd.arg("--config")
+                    .arg(host_dir.join("cluster.toml"))
+                    .env("RANK", rank.to_string())
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut stdout = String::new();
+        for (rank, c) in children.into_iter().enumerate() {
+            let out = c.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{job} rank {rank}:\n{err}");
+            assert!(err.trim().is_empty(), "{job} rank {rank} warned:\n{err}");
+            stdout.push_str(&String::from_utf8_lossy(&out.stdout));
+        }
+        if example.is_some() {
+            assert!(
+                stdout.contains("sensor: monitor handled 200 readings and 1 alarm(s)"),
+                "{stdout}"
+            );
+        }
+    }
+}

@@ -71,7 +71,7 @@ fn strads_apps_write_the_pinned_models() {
         &d.join("lasso"),
         &[(
             "coefficients.tsv",
-            "3db39666763f75d81c3e01dc15f63a9617190f1f1cda108af7a8cf769cae6f7c",
+            "d271e841d9bba7ce2d9d862ae6fb1eadff485b5218164f0c40eca9725f8072b6",
         )],
     );
     let args = lasso_like("200", "300", "200");
@@ -84,7 +84,7 @@ fn strads_apps_write_the_pinned_models() {
         &d.join("logistic"),
         &[(
             "coefficients.tsv",
-            "6b067048d34cadd19babfff0a9c9c41629b11021e718af181f126b86da7a6b77",
+            "10f93b19bf344a834f8a8701b3d9f189759c98fb6bf1489d8897ae1f62e706cf",
         )],
     );
     train(

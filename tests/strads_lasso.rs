@@ -17,6 +17,7 @@ fn job(out: &Path, depth: usize) -> LassoJob {
             correlation: 0.8,
             n_nonzero: 6,
             noise_std: 0.1,
+            nnz_per_column: 0,
             seed: 7,
         },
         mode: ScheduleMode::Dynamic,

@@ -143,6 +143,10 @@ pub struct ShaperConfig {
     pub ingress_bytes_per_s: u64,
     /// Added latency in milliseconds on every received packet (0 = none).
     pub latency_ms: u64,
+    /// Jitter: each received packet is held a further uniform `0..=jitter_ms` ms (seeded per
+    /// socket), without reordering (a packet never leaves before the one received before
+    /// it, as on a link whose queue delay varies).
+    pub jitter_ms: u64,
     /// Token bucket depth in bytes (0 = 16 KiB): how much may leave at once after idle.
     pub burst_bytes: u64,
 }
@@ -155,6 +159,7 @@ impl ShaperConfig {
             egress_bytes_per_s: bps,
             ingress_bytes_per_s: bps,
             latency_ms: 0,
+            jitter_ms: 0,
             burst_bytes: 0,
         }
     }

@@ -99,6 +99,26 @@ struct IngressState {
     delayed: VecDeque<Delayed>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     scratch: Vec<u8>,
+    /// xorshift64* state of the jitter draws.
+    jitter_rng: u64,
+}
+
+impl IngressState {
+    /// When a packet received at `now` is handed over: after the latency plus a uniform
+    /// jitter draw, and never before the packet received before it (no reordering).
+    fn release_at(&mut self, now: Instant, latency: Duration, jitter: Duration) -> Instant {
+        let mut at = now + latency;
+        if !jitter.is_zero() {
+            let mut x = self.jitter_rng;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            self.jitter_rng = x;
+            let u = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+            at += jitter.mul_f64(u);
+        }
+        self.delayed.back().map_or(at, |last| at.max(last.release))
+    }
 }
 
 /// A UDP socket with an egress/ingress rate limit and an added receive latency.
@@ -109,6 +129,7 @@ pub struct ShapedSocket {
     latency: Duration,
     /// Waits and the token balance are counted here (the node's `/metrics`).
     stats: Arc<NetStats>,
+    jitter: Duration,
 }
 
 impl fmt::Debug for ShapedSocket {
@@ -139,9 +160,11 @@ impl ShapedSocket {
                 delayed: VecDeque::new(),
                 timer: None,
                 scratch: Vec::new(),
+                jitter_rng: 0x9E37_79B9_7F4A_7C15 ^ (cfg.jitter_ms << 17) | 1,
             }),
             latency: Duration::from_millis(cfg.latency_ms),
             stats,
+            jitter: Duration::from_millis(cfg.jitter_ms),
         }
     }
 }
@@ -229,7 +252,7 @@ impl AsyncUdpSocket for ShapedSocket {
         let Ok(mut st) = self.ingress.lock() else {
             return self.inner.poll_recv(cx, bufs, meta);
         };
-        if st.bucket.is_none() && self.latency.is_zero() {
+        if st.bucket.is_none() && self.latency.is_zero() && self.jitter.is_zero() {
             drop(st);
             return self.inner.poll_recv(cx, bufs, meta);
         }
@@ -267,8 +290,9 @@ impl AsyncUdpSocket for ShapedSocket {
                     if let Some(b) = st.bucket.as_mut() {
                         b.charge(now, m.len);
                     }
+                    let release = st.release_at(now, self.latency, self.jitter);
                     st.delayed.push_back(Delayed {
-                        release: now + self.latency,
+                        release,
                         data: scratch[..m.len].to_vec(),
                         meta: m,
                     });
@@ -345,6 +369,45 @@ impl AsyncUdpSocket for ShapedSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_delays_within_bounds_without_reordering() {
+        let mut st = IngressState {
+            bucket: None,
+            delayed: VecDeque::new(),
+            timer: None,
+            scratch: Vec::new(),
+            jitter_rng: 12345,
+        };
+        let t0 = Instant::now();
+        let (lat, jit) = (Duration::from_millis(5), Duration::from_millis(10));
+        let mut spread = Vec::new();
+        for k in 0..200u64 {
+            let now = t0 + Duration::from_micros(100 * k);
+            let at = st.release_at(now, lat, jit);
+            assert!(at >= now + lat, "at least the latency");
+            if let Some(last) = st.delayed.back() {
+                assert!(at >= last.release, "no reordering");
+            }
+            spread.push((at - now).as_micros());
+            st.delayed.push_back(Delayed {
+                release: at,
+                data: Vec::new(),
+                meta: RecvMeta::default(),
+            });
+        }
+        let (lo, hi) = (spread.iter().min().unwrap(), spread.iter().max().unwrap());
+        assert!(hi - lo > 2000, "delays vary: {lo}..{hi} us");
+        // Without jitter, exactly the latency.
+        let mut plain = IngressState {
+            bucket: None,
+            delayed: VecDeque::new(),
+            timer: None,
+            scratch: Vec::new(),
+            jitter_rng: 1,
+        };
+        assert_eq!(plain.release_at(t0, lat, Duration::ZERO), t0 + lat);
+    }
 
     #[test]
     fn bucket_enforces_rate() {

@@ -1,28 +1,40 @@
-//! `petrel bench consistency`: matrix factorization on the parameter server under BSP,
-//! SSP(s), ESSP(s) and async, with one straggling worker, side by side in one run.
+//! `petrel bench consistency`: BSP, SSP(s), ESSP(s) and async on the parameter server under
+//! stragglers as they occur, on matrix factorization and logistic regression, side by side.
 //!
-//! Each model runs on its own in-process cluster (every node a thread, QUIC on 127.0.0.1):
-//! `shards` shard nodes (the first also runs the monitor) and `workers` worker nodes. Worker 0
-//! is the straggler: every clock of it takes `straggler_factor` times the emulated compute
-//! time `clock_ms` of the others. The run of a model stops when the held-out RMSE reaches
-//! `target_rmse` or after `max_seconds`.
+//! Each (app, model, staleness) runs on its own in-process cluster (every node a thread, QUIC
+//! on 127.0.0.1 unless `--transport memory`): `shards` shard nodes (the first also runs the
+//! monitor) and `workers` worker nodes. Compute is emulated: a clock takes `clock_ms`, and
+//! the [`StragglerModel`](petrel_ps::core::straggler::StragglerModel) stretches it: each clock
+//! of each worker is slowed `transient_factor` times with probability
+//! `transient_probability` (seeded, so every model sees the same slowdowns), and
+//! `--persistent-factor F` makes worker 0 slower on every clock (the old setting). QUIC links
+//! get `latency_ms` plus a uniform `0..=jitter_ms` per packet from the shaper. A run stops at
+//! the app's target (held-out RMSE for MF, log-loss for LR) or after `max_seconds`.
+//!
+//! Reported per run: time and iterations (min clock) to the target, and the mean and variance
+//! of the staleness the workers observed on their reads. One plot per app: time to target
+//! against the staleness bound, one line per model.
 
-use crate::report::{Table, fmt, print_json};
-use petrel_actors::Transport;
-use petrel_ps::{ConsistencyModel, PsError, PsMf, PsMfConfig, PsMfResult};
+use crate::report::{Table, fmt, print_json, save_json};
+use petrel_actors::{Settings, Transport};
+use petrel_ps::core::stats::StalenessReport;
+use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrConfig, PsMf, PsMfConfig};
 use plotters::prelude::*;
-use serde::Serialize;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// Why the benchmark failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConsistencyBenchError {
     /// The run of one consistency model failed.
-    #[error("{model}")]
+    #[error("{app} {model} s={staleness}")]
     Run {
+        /// The app.
+        app: ConsistencyApp,
         /// The model.
         model: ConsistencyModel,
+        /// Its staleness bound.
+        staleness: u32,
         /// Why.
         #[source]
         source: PsError,
@@ -35,10 +47,10 @@ pub enum ConsistencyBenchError {
         /// The plotting library's message.
         reason: String,
     },
-    /// The plot's directory could not be made.
+    /// A file or directory could not be written.
     #[error("{}", path.display())]
-    Dir {
-        /// The directory.
+    Io {
+        /// The file or directory.
         path: PathBuf,
         /// Why.
         #[source]
@@ -49,39 +61,68 @@ pub enum ConsistencyBenchError {
     Json(#[from] serde_json::Error),
 }
 
+/// The PS apps the bench runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConsistencyApp {
+    /// Matrix factorization (items table under the model; target: held-out RMSE).
+    Mf,
+    /// Multinomial logistic regression (weights under the model; target: log-loss).
+    Lr,
+}
+
+impl std::fmt::Display for ConsistencyApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConsistencyApp::Mf => "mf",
+            ConsistencyApp::Lr => "lr",
+        })
+    }
+}
+
 /// `petrel bench consistency`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConsistencyBenchArgs {
+    /// Apps to run (comma separated): mf, lr.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "mf,lr")]
+    pub apps: Vec<ConsistencyApp>,
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
     #[arg(long, default_value_t = 2)]
     pub shards: usize,
-    /// Staleness bound of SSP and ESSP.
-    #[arg(long, default_value_t = 3)]
-    pub staleness: u32,
-    /// The straggler's clocks take this many times longer.
+    /// Staleness bounds of SSP and ESSP (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8")]
+    pub staleness: Vec<u32>,
+    /// Probability that a clock of a worker is slowed (transient stragglers).
+    #[arg(long, default_value_t = 0.1)]
+    pub transient_probability: f64,
+    /// How much slower a transiently slowed clock is.
     #[arg(long, default_value_t = 4.0)]
-    pub straggler_factor: f64,
+    pub transient_factor: f64,
+    /// Worker 0 is slower by this factor on every clock (1 = no persistent straggler).
+    #[arg(long, default_value_t = 1.0)]
+    pub persistent_factor: f64,
+    /// Seed of the slowdowns (and of the data).
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
     /// Emulated compute time per clock of a normal worker (ms).
     #[arg(long, default_value_t = 20.0)]
     pub clock_ms: f64,
+    /// Added one-way latency per packet on QUIC links (ms).
+    #[arg(long, default_value_t = 1)]
+    pub latency_ms: u64,
+    /// Uniform extra delay per packet on QUIC links, `0..=jitter_ms` (ms).
+    #[arg(long, default_value_t = 2)]
+    pub jitter_ms: u64,
+    /// MF: target held-out RMSE.
     #[arg(long, default_value_t = 0.4)]
     pub target_rmse: f64,
-    /// Per-model time limit (s).
-    #[arg(long, default_value_t = 38.0)]
+    /// LR: target held-out log-loss.
+    #[arg(long, default_value_t = 0.25)]
+    pub target_log_loss: f64,
+    /// Per-run time limit (s).
+    #[arg(long, default_value_t = 30.0)]
     pub max_seconds: f64,
-    #[arg(long, default_value_t = 2000)]
-    pub users: usize,
-    #[arg(long, default_value_t = 1000)]
-    pub items: usize,
-    #[arg(long, default_value_t = 0.02)]
-    pub observed: f64,
-    #[arg(long, default_value_t = 8)]
-    pub rank: u32,
-    #[arg(long, default_value_t = 0.08)]
-    pub learning_rate: f32,
-    #[arg(long, default_value_t = 4)]
-    pub batches_per_epoch: u32,
     /// Models to run (comma separated): bsp, ssp, essp, async.
     #[arg(
         long,
@@ -90,189 +131,495 @@ pub struct ConsistencyBenchArgs {
         default_value = "bsp,ssp,essp,async"
     )]
     pub models: Vec<ConsistencyModel>,
-    /// quic (127.0.0.1) or memory.
+    /// quic (127.0.0.1, shaped latency and jitter) or memory.
     #[arg(long, value_enum, default_value_t = Transport::Quic)]
     pub transport: Transport,
-    /// Where the convergence plot (SVG) goes.
-    #[arg(long, default_value = "target/bench/consistency.svg")]
-    pub plot: PathBuf,
+    /// Small data, staleness 0 and 2 only, short limits: for tests (checks shapes, not
+    /// speed).
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory of the plots (`consistency-<app>.svg`).
+    #[arg(long, default_value = "target/bench")]
+    pub plot_dir: PathBuf,
+    /// Where the JSON figures are also written.
+    #[arg(long, default_value = "target/bench/consistency.json")]
+    pub json_out: PathBuf,
 }
 
-#[derive(Serialize)]
-struct Figures {
-    time_to_target_s: Option<f64>,
-    iterations: u64,
-    reached_target: bool,
-    final_rmse: f64,
-    mean_staleness: f64,
-    staleness_variance: f64,
-    max_staleness: u64,
-    staleness_bound: Option<u32>,
-    wall_s: f64,
-    worker_clocks: Vec<u64>,
+/// One run: an app under one model and staleness bound.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConsistencyRun {
+    /// The model.
+    pub model: ConsistencyModel,
+    /// Its staleness bound (0 for BSP, none for async).
+    pub staleness: Option<u32>,
+    /// Whether the target was reached.
+    pub reached_target: bool,
+    /// Seconds to the target.
+    pub time_to_target_s: Option<f64>,
+    /// Min clock when the target was reached (or at the end).
+    pub iterations: u64,
+    /// Mean observed staleness of the reads.
+    pub mean_staleness: f64,
+    /// Its variance.
+    pub staleness_variance: f64,
+    /// Largest observed staleness.
+    pub max_staleness: u64,
+    /// Seconds of the whole run.
+    pub wall_s: f64,
 }
 
-fn config(args: &ConsistencyBenchArgs, model: ConsistencyModel) -> PsMfConfig {
+/// The figures of one app.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConsistencyAppFigures {
+    /// The target (RMSE for MF, log-loss for LR).
+    pub target: f64,
+    /// Every run.
+    pub runs: Vec<ConsistencyRun>,
+    /// BSP's time to target over SSP's at SSP's best staleness (> 1: SSP is faster).
+    pub bsp_over_best_ssp: Option<f64>,
+    /// SSP's best staleness.
+    pub best_ssp_staleness: Option<u32>,
+    /// Best SSP time over best ESSP time (>= 1: ESSP at least as fast).
+    pub best_ssp_over_best_essp: Option<f64>,
+    /// Mean observed staleness of ESSP over SSP's, averaged over the common bounds > 0.
+    pub essp_over_ssp_mean_staleness: Option<f64>,
+    /// The same for the variance.
+    pub essp_over_ssp_staleness_variance: Option<f64>,
+    /// Iterations to target at the largest bound over at the best bound (SSP).
+    pub ssp_iterations_largest_over_best: Option<f64>,
+    /// The SVG plot.
+    pub plot: String,
+}
+
+/// The whole JSON line.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConsistencyFigures {
+    /// Workers per run.
+    pub workers: usize,
+    /// Transient slowdown probability.
+    pub transient_probability: f64,
+    /// Transient slowdown factor.
+    pub transient_factor: f64,
+    /// Persistent straggler factor (1 = none).
+    pub persistent_factor: f64,
+    /// Emulated compute per clock (ms).
+    pub clock_ms: f64,
+    /// Link latency and jitter (ms; QUIC only).
+    pub latency_ms: u64,
+    /// See `latency_ms`.
+    pub jitter_ms: u64,
+    /// Expected ms per clock of one worker under the straggler model.
+    pub expected_clock_ms: f64,
+    /// Expected ms per clock of the slowest worker (what BSP pays).
+    pub expected_slowest_clock_ms: f64,
+    /// Quick mode.
+    pub quick: bool,
+    /// Per app (`mf`, `lr`).
+    pub apps: std::collections::BTreeMap<String, ConsistencyAppFigures>,
+}
+
+fn tweak(args: &ConsistencyBenchArgs) -> impl FnOnce(&mut Settings) + use<> {
+    let (latency_ms, jitter_ms) = (args.latency_ms, args.jitter_ms);
+    move |s: &mut Settings| {
+        s.cluster.failure_timeout_ms = 10_000;
+        if latency_ms > 0 || jitter_ms > 0 {
+            s.net.shaper = Some(petrel_net::ShaperConfig {
+                latency_ms,
+                jitter_ms,
+                ..Default::default()
+            });
+        }
+    }
+}
+
+fn persistent(args: &ConsistencyBenchArgs) -> Option<u32> {
+    (args.persistent_factor > 1.0).then_some(0)
+}
+
+fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsMfConfig {
+    let (users, items) = if args.quick { (400, 200) } else { (2000, 1000) };
     PsMfConfig {
-        synthetic_users: args.users,
-        synthetic_items: args.items,
+        synthetic_users: users,
+        synthetic_items: items,
         synthetic_rank: 5,
-        synthetic_observed: args.observed,
+        synthetic_observed: if args.quick { 0.05 } else { 0.02 },
         synthetic_noise: 0.1,
-        rank: args.rank,
-        learning_rate: args.learning_rate,
+        seed: args.seed,
+        rank: 8,
+        learning_rate: 0.08,
         consistency: model,
-        staleness: args.staleness,
-        batches_per_epoch: args.batches_per_epoch,
+        staleness: s,
+        batches_per_epoch: 4,
         max_clocks: Some(u64::MAX),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
-        eval_ms: 100,
+        eval_ms: if args.quick { 50 } else { 100 },
         clock_ms: args.clock_ms,
-        straggler: Some(0),
-        straggler_factor: args.straggler_factor,
-        // The defaults of the settings this bench was tuned with.
+        straggler: persistent(args),
+        straggler_factor: args.persistent_factor,
+        transient_probability: args.transient_probability,
+        transient_factor: args.transient_factor,
         init_scale: 0.3,
         regularization: 0.02,
+        out: None,
         ..PsMfConfig::default()
     }
 }
 
-/// Runs the benchmark: a table, a plot and one JSON line.
-pub fn run(args: ConsistencyBenchArgs) -> Result<(), ConsistencyBenchError> {
+fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsLrConfig {
+    PsLrConfig {
+        synthetic_samples: if args.quick { 1000 } else { 4000 },
+        synthetic_features: 40,
+        synthetic_classes: 4,
+        seed: args.seed,
+        learning_rate: 1.0,
+        batch_size: 20,
+        consistency: model,
+        staleness: s,
+        max_clocks: u64::MAX,
+        eval_ms: if args.quick { 50 } else { 100 },
+        target_log_loss: Some(args.target_log_loss),
+        max_seconds: args.max_seconds,
+        clock_ms: args.clock_ms,
+        straggler: persistent(args),
+        straggler_factor: args.persistent_factor,
+        transient_probability: args.transient_probability,
+        transient_factor: args.transient_factor,
+        out: None,
+        ..PsLrConfig::default()
+    }
+}
+
+fn from_staleness(r: &StalenessReport) -> (f64, f64, u64) {
+    (r.mean, r.variance, r.max)
+}
+
+/// Runs one (app, model, staleness).
+fn run_one(
+    args: &ConsistencyBenchArgs,
+    app: ConsistencyApp,
+    model: ConsistencyModel,
+    s: u32,
+) -> Result<ConsistencyRun, ConsistencyBenchError> {
+    let fail = |source| ConsistencyBenchError::Run {
+        app,
+        model,
+        staleness: s,
+        source,
+    };
+    let (w, sh, t) = (args.workers, args.shards, args.transport);
+    let run = match app {
+        ConsistencyApp::Mf => {
+            let r =
+                petrel_ps::run_local_with::<PsMf>(mf_config(args, model, s), sh, w, t, tweak(args))
+                    .map_err(fail)?
+                    .metrics;
+            let (mean, var, max) = from_staleness(&r.staleness);
+            ConsistencyRun {
+                model,
+                staleness: r.staleness_bound,
+                reached_target: r.reached_target,
+                time_to_target_s: r.time_to_target_s,
+                iterations: r.iterations,
+                mean_staleness: mean,
+                staleness_variance: var,
+                max_staleness: max,
+                wall_s: r.wall_s,
+            }
+        }
+        ConsistencyApp::Lr => {
+            let cfg = lr_config(args, model, s);
+            let bound = petrel_ps::Consistency::new(model, s).staleness_bound();
+            let r = petrel_ps::run_local_with::<PsLr>(cfg, sh, w, t, tweak(args))
+                .map_err(fail)?
+                .metrics;
+            let (mean, var, max) = from_staleness(&r.staleness);
+            ConsistencyRun {
+                model,
+                staleness: bound,
+                reached_target: r.reached_target,
+                time_to_target_s: r.time_to_target_s,
+                iterations: r.iterations,
+                mean_staleness: mean,
+                staleness_variance: var,
+                max_staleness: max,
+                wall_s: r.wall_s,
+            }
+        }
+    };
+    Ok(run)
+}
+
+/// The (model, staleness) pairs of a run: BSP once, SSP and ESSP at every bound, async once.
+fn plan(args: &ConsistencyBenchArgs) -> Vec<(ConsistencyModel, u32)> {
+    let bounds: Vec<u32> = if args.quick {
+        vec![0, 2]
+    } else {
+        args.staleness.clone()
+    };
+    let mut out = Vec::new();
+    for &m in &args.models {
+        match m {
+            ConsistencyModel::Bsp | ConsistencyModel::Async => out.push((m, 0)),
+            ConsistencyModel::Ssp | ConsistencyModel::Essp => {
+                out.extend(bounds.iter().map(|&s| (m, s)));
+            }
+        }
+    }
+    out
+}
+
+fn best(runs: &[ConsistencyRun], model: ConsistencyModel) -> Option<(u32, f64, u64)> {
+    runs.iter()
+        .filter(|r| r.model == model)
+        .filter_map(|r| Some((r.staleness?, r.time_to_target_s?, r.iterations)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// Summary ratios of one app's runs.
+fn summarise(target: f64, runs: Vec<ConsistencyRun>, plot: String) -> ConsistencyAppFigures {
+    let bsp = runs
+        .iter()
+        .find(|r| r.model == ConsistencyModel::Bsp)
+        .and_then(|r| r.time_to_target_s);
+    let ssp = best(&runs, ConsistencyModel::Ssp);
+    let essp = best(&runs, ConsistencyModel::Essp);
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    // ESSP/SSP staleness, averaged over the bounds > 0 both ran at.
+    let at =
+        |m: ConsistencyModel, s: u32| runs.iter().find(|r| r.model == m && r.staleness == Some(s));
+    let pairs: Vec<(&ConsistencyRun, &ConsistencyRun)> = runs
+        .iter()
+        .filter(|r| r.model == ConsistencyModel::Ssp)
+        .filter_map(|r| {
+            let s = r.staleness.filter(|&s| s > 0)?;
+            Some((r, at(ConsistencyModel::Essp, s)?))
+        })
+        .collect();
+    let mean_ratio = |f: fn(&ConsistencyRun) -> f64| {
+        let (e, s): (f64, f64) = pairs
+            .iter()
+            .map(|(s, e)| (f(e), f(s)))
+            .fold((0.0, 0.0), |acc, x| (acc.0 + x.0, acc.1 + x.1));
+        (!pairs.is_empty() && s > 0.0).then(|| e / s)
+    };
+    let largest = runs
+        .iter()
+        .filter(|r| r.model == ConsistencyModel::Ssp && r.reached_target)
+        .max_by_key(|r| r.staleness);
+    ConsistencyAppFigures {
+        target,
+        bsp_over_best_ssp: ratio(bsp, ssp.map(|b| b.1)),
+        best_ssp_staleness: ssp.map(|b| b.0),
+        best_ssp_over_best_essp: ratio(ssp.map(|b| b.1), essp.map(|b| b.1)),
+        essp_over_ssp_mean_staleness: mean_ratio(|r| r.mean_staleness),
+        essp_over_ssp_staleness_variance: mean_ratio(|r| r.staleness_variance),
+        ssp_iterations_largest_over_best: match (largest, ssp) {
+            (Some(l), Some(b)) if b.2 > 0 => Some(l.iterations as f64 / b.2 as f64),
+            _ => None,
+        },
+        runs,
+        plot,
+    }
+}
+
+/// Runs the benchmark and returns its figures (the table is printed as it goes).
+pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, ConsistencyBenchError> {
+    let stragglers = petrel_ps::core::straggler::StragglerModel {
+        clock_ms: args.clock_ms,
+        persistent: persistent(args),
+        persistent_factor: args.persistent_factor,
+        transient_probability: args.transient_probability,
+        transient_factor: args.transient_factor,
+        seed: args.seed,
+    };
+    let (expected, slowest) = stragglers.expected_clock_ms(args.workers as u32);
     eprintln!(
-        "mf on the ps: {} workers, {} shards ({} on 127.0.0.1), worker 0 straggles x{}, \
-         {} ms/clock, target rmse {}",
+        "{} workers, {} shards ({}), {} ms/clock; each clock slowed x{} with p={}, persistent \
+         x{}; links +{} ms +0..{} ms jitter; expected ms/clock: {:.1} per worker, {:.1} slowest",
         args.workers,
         args.shards,
         args.transport,
-        args.straggler_factor,
         args.clock_ms,
-        args.target_rmse
+        args.transient_factor,
+        args.transient_probability,
+        args.persistent_factor,
+        args.latency_ms,
+        args.jitter_ms,
+        expected,
+        slowest
     );
-    let mut results: Vec<(String, PsMfResult)> = Vec::new();
-    for &m in &args.models {
-        eprintln!("running {m} ...");
-        let r = petrel_ps::run_local_with::<PsMf>(
-            config(&args, m),
-            args.shards,
-            args.workers,
-            args.transport,
-            |s| s.cluster.failure_timeout_ms = 10_000,
-        )
-        .map_err(|source| ConsistencyBenchError::Run { model: m, source })?;
-        results.push((m.to_string(), r.metrics));
+    let mut apps = std::collections::BTreeMap::new();
+    for &app in &args.apps {
+        let mut runs = Vec::new();
+        for (m, s) in plan(args) {
+            eprintln!("running {app} {m} s={s} ...");
+            runs.push(run_one(args, app, m, s)?);
+        }
+        let target = match app {
+            ConsistencyApp::Mf => args.target_rmse,
+            ConsistencyApp::Lr => args.target_log_loss,
+        };
+        let path = args.plot_dir.join(format!("consistency-{app}.svg"));
+        plot(&path, app, &runs)?;
+        let figures = summarise(target, runs, path.display().to_string());
+        print_table(app, &figures);
+        apps.insert(app.to_string(), figures);
     }
+    Ok(ConsistencyFigures {
+        workers: args.workers,
+        transient_probability: args.transient_probability,
+        transient_factor: args.transient_factor,
+        persistent_factor: args.persistent_factor,
+        clock_ms: args.clock_ms,
+        latency_ms: args.latency_ms,
+        jitter_ms: args.jitter_ms,
+        expected_clock_ms: expected,
+        expected_slowest_clock_ms: slowest,
+        quick: args.quick,
+        apps,
+    })
+}
+
+fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
+    println!("{app} (target {})", f.target);
     let mut table = Table::new(&[
         "model",
+        "bound",
         "reached",
         "time to target (s)",
         "iterations",
-        "final rmse",
         "mean staleness",
         "var",
-        "max staleness",
-        "bound",
-        "clocks per worker",
+        "max",
+        "wall (s)",
     ]);
-    let mut json = BTreeMap::new();
-    for (m, r) in &results {
+    for r in &f.runs {
         table.row(vec![
-            m.clone(),
+            r.model.to_string(),
+            r.staleness.map_or("none".into(), |b| b.to_string()),
             r.reached_target.to_string(),
             r.time_to_target_s.map_or("-".into(), fmt),
             r.iterations.to_string(),
-            fmt(r.final_rmse),
-            fmt(r.staleness.mean),
-            fmt(r.staleness.variance),
-            r.staleness.max.to_string(),
-            r.staleness_bound.map_or("none".into(), |b| b.to_string()),
-            format!("{:?}", r.worker_clocks),
+            fmt(r.mean_staleness),
+            fmt(r.staleness_variance),
+            r.max_staleness.to_string(),
+            fmt(r.wall_s),
         ]);
-        json.insert(
-            m.clone(),
-            Figures {
-                time_to_target_s: r.time_to_target_s,
-                iterations: r.iterations,
-                reached_target: r.reached_target,
-                final_rmse: r.final_rmse,
-                mean_staleness: r.staleness.mean,
-                staleness_variance: r.staleness.variance,
-                max_staleness: r.staleness.max,
-                staleness_bound: r.staleness_bound,
-                wall_s: r.wall_s,
-                worker_clocks: r.worker_clocks.clone(),
-            },
-        );
     }
     table.print();
-    plot(&args.plot, &results, args.target_rmse)?;
-    println!("convergence plot: {}", args.plot.display());
-    Ok(print_json(&json)?)
+    let o = |x: Option<f64>| x.map_or("-".into(), fmt);
+    println!(
+        "bsp / best ssp (s={}): {}x; best ssp / best essp: {}x; essp/ssp mean staleness {}, \
+         variance {}; plot {}\n",
+        f.best_ssp_staleness.map_or("-".into(), |s| s.to_string()),
+        o(f.bsp_over_best_ssp),
+        o(f.best_ssp_over_best_essp),
+        o(f.essp_over_ssp_mean_staleness),
+        o(f.essp_over_ssp_staleness_variance),
+        f.plot
+    );
+}
+
+/// Runs the benchmark: tables, plots and one JSON line (also written to `--json-out`).
+pub fn run(args: ConsistencyBenchArgs) -> Result<(), ConsistencyBenchError> {
+    let figures = measure(&args)?;
+    save_json(&args.json_out, &figures).map_err(|source| ConsistencyBenchError::Io {
+        path: args.json_out.clone(),
+        source,
+    })?;
+    Ok(print_json(&figures)?)
 }
 
 fn plot(
-    path: &PathBuf,
-    results: &[(String, PsMfResult)],
-    target: f64,
+    path: &Path,
+    app: ConsistencyApp,
+    runs: &[ConsistencyRun],
 ) -> Result<(), ConsistencyBenchError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| ConsistencyBenchError::Dir {
+        std::fs::create_dir_all(dir).map_err(|source| ConsistencyBenchError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
     }
-    let max_t = results
-        .iter()
-        .flat_map(|(_, r)| r.curve.iter().map(|p| p.seconds))
-        .fold(1.0f64, f64::max);
-    let max_y = results
-        .iter()
-        .flat_map(|(_, r)| r.curve.iter().map(|p| p.rmse))
-        .fold(target, f64::max)
-        * 1.05;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     let e = |e: &dyn std::fmt::Display| ConsistencyBenchError::Plot {
         path: path.display().to_string(),
         reason: e.to_string(),
     };
+    let max_s = runs
+        .iter()
+        .filter_map(|r| r.staleness)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let max_t = runs
+        .iter()
+        .map(|r| r.time_to_target_s.unwrap_or(r.wall_s))
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "MF on the parameter server: held-out RMSE",
+            format!("{app} on the parameter server: time to target vs staleness"),
             ("sans-serif", 22),
         )
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(55)
-        .build_cartesian_2d(0.0..max_t, 0.0..max_y)
+        .build_cartesian_2d(-0.2..max_s + 0.2, 0.0..max_t)
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("test RMSE")
+        .x_desc("staleness bound s")
+        .y_desc("seconds to target (unreached: whole run)")
         .draw()
         .map_err(|x| e(&x))?;
-    let colors = [RED, BLUE, GREEN, MAGENTA, BLACK];
-    for (k, (m, r)) in results.iter().enumerate() {
-        let c = colors[k % colors.len()];
+    let lines = [
+        (ConsistencyModel::Bsp, BLACK),
+        (ConsistencyModel::Ssp, BLUE),
+        (ConsistencyModel::Essp, RED),
+        (ConsistencyModel::Async, GREEN),
+    ];
+    for (m, c) in lines {
+        let pts: Vec<(f64, f64, bool)> = runs
+            .iter()
+            .filter(|r| r.model == m)
+            .map(|r| {
+                let x = r.staleness.map_or(max_s, f64::from);
+                (x, r.time_to_target_s.unwrap_or(r.wall_s), r.reached_target)
+            })
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        // BSP and async have no bound to vary: a horizontal line across the plot.
+        let line: Vec<(f64, f64)> = if pts.len() == 1 {
+            vec![(0.0, pts[0].1), (max_s, pts[0].1)]
+        } else {
+            pts.iter().map(|p| (p.0, p.1)).collect()
+        };
+        let style = c.stroke_width(2);
         chart
-            .draw_series(LineSeries::new(
-                r.curve.iter().map(|p| (p.seconds, p.rmse)),
-                c.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(line, style))
             .map_err(|x| e(&x))?
-            .label(m.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+            .label(m.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart
+            .draw_series(pts.iter().map(|&(x, y, reached)| {
+                let fill = if reached {
+                    c.filled()
+                } else {
+                    c.stroke_width(1)
+                };
+                Circle::new((x, y), 4, fill)
+            }))
+            .map_err(|x| e(&x))?;
     }
-    chart
-        .draw_series(LineSeries::new(
-            [(0.0, target), (max_t, target)],
-            BLACK.mix(0.4),
-        ))
-        .map_err(|x| e(&x))?
-        .label("target")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))

@@ -109,6 +109,7 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
         correlation: args.correlation,
         n_nonzero: args.n_nonzero,
         noise_std: 0.1,
+        nnz_per_column: 0,
         seed: 42,
     };
     let base = LassoJob {

@@ -1,23 +1,33 @@
 //! Benchmarks behind `petrel bench …`. Each prints a table and ends with one JSON line.
 //!
-//! [`BenchError`] is the error of the runtime benchmarks ([`transport`], [`soak`]).
+//! [`BenchError`] is the error of the runtime benchmarks ([`transport`], [`soak`],
+//! [`chaos`]).
 
+pub mod chaos;
 // The application benchmarks document their own items.
+#[allow(missing_docs)]
+pub mod adarevision;
 #[allow(missing_docs)]
 pub mod consistency;
 #[allow(missing_docs)]
 pub mod lasso;
 #[allow(missing_docs)]
+pub mod lasso_scale;
+#[allow(missing_docs)]
 pub mod lasso_schedulers;
 #[allow(missing_docs)]
 pub mod lda;
+#[allow(missing_docs)]
+pub mod managed;
 #[allow(missing_docs)]
 pub mod mf;
 #[allow(missing_docs)]
 pub mod p3;
 #[allow(missing_docs)]
 pub mod p3_netns;
+pub mod p3_real;
 pub mod ps;
+pub mod reproduce;
 pub mod soak;
 #[allow(missing_docs)]
 pub mod strads_plot;

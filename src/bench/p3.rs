@@ -9,7 +9,7 @@
 
 use crate::bench::p3_netns;
 use crate::netns::{Hosts, LinkShape, NetnsError};
-use crate::report::{Table, fmt, print_json};
+use crate::report::{Table, fmt, print_json, save_json};
 use petrel_actors::NodeError;
 use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_net::tls::TlsError;
@@ -17,7 +17,7 @@ use petrel_net::{NetConfig, ShaperConfig};
 use petrel_p3::roles::{P3NodeConfig, load_profile};
 use petrel_p3::{
     Bounds, CostModel, EmulatedModel, Mode, ModelProfile, P3Error, P3Job, PlanError, ProfileError,
-    auto_slice_size, run_cluster,
+    auto_slice_size, ideal_iteration_s, run_cluster,
 };
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -203,6 +203,9 @@ pub struct P3BenchArgs {
     /// Where to write the throughput-vs-bandwidth SVG.
     #[arg(long, default_value = "p3_bandwidth.svg")]
     pub plot: PathBuf,
+    /// Where the JSON figures are also written (for `petrel bench report`).
+    #[arg(long, default_value = "target/bench/p3.json")]
+    pub json_out: PathBuf,
 }
 
 #[derive(Serialize, Clone)]
@@ -221,7 +224,28 @@ struct Point {
     comm_s: f64,
     c_plus_m_s: f64,
     bound_s: f64,
+    /// The link's goodput measured in this run (see [`measured_goodput`]), Mbit/s.
+    goodput_mbit: f64,
+    /// "sequential" (measured) or "nominal" (no sequential run to measure it from).
+    goodput_source: &'static str,
+    /// The ideal pipeline's iteration time at the goodput ([`ideal_iteration_s`]).
+    ideal_s: f64,
+    /// The same at the nominal rate.
+    ideal_nominal_s: f64,
     modes: Vec<ModeResult>,
+}
+
+/// The link's goodput for this traffic, measured in the same run from the sequential mode:
+/// its iterations are compute (C, emulated exactly) then one model's push and pull, so the
+/// model's bytes over `T_seq - C` is what the link delivered per second, protocol overhead,
+/// round trips and shaper losses included. Capped at the nominal rate (a longer run cannot
+/// beat the token bucket; a higher figure is measurement noise).
+fn measured_goodput(seq_s: f64, b: &Bounds, cost: &CostModel) -> Option<f64> {
+    let comm = seq_s - b.compute_s;
+    (seq_s.is_finite() && comm > 0.0).then(|| {
+        let bytes = b.comm_s * cost.bandwidth_bytes_per_s;
+        (bytes / comm).min(cost.bandwidth_bytes_per_s)
+    })
 }
 
 #[derive(Serialize)]
@@ -242,12 +266,17 @@ struct Figures {
     comm_s: f64,
     c_plus_m_s: f64,
     bound_s: f64,
+    goodput_mbit: f64,
+    goodput_source: &'static str,
+    ideal_s: f64,
+    ideal_nominal_s: f64,
     sequential_s: f64,
     fifo_s: f64,
     p3_s: f64,
     speedup_vs_sequential: f64,
     speedup_vs_fifo: f64,
     p3_over_bound: f64,
+    p3_over_ideal: f64,
     p3_efficiency: f64,
     max_cpu_cores: f64,
     available_cores: usize,
@@ -329,9 +358,11 @@ fn run_mode(
             momentum: 0.9,
             ask_timeout_ms: 120_000,
             report_dir: dir.join("reports"),
+            ..P3NodeConfig::default()
         };
         let limit = Duration::from_secs(args.netns_timeout_s);
-        let (reports, cpu) = p3_netns::run_job(hosts, &cfg, &net, &dir, limit)?;
+        let (reports, cpu) =
+            p3_netns::run_job(p3_netns::Placement::Netns(hosts), &cfg, &net, &dir, limit)?;
         let mut worst: f64 = 0.0;
         for r in &reports {
             let t = r
@@ -556,12 +587,30 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
                 cpu_cores: cpu,
             });
         }
+        let cost = setup.cost(bw, args.workers);
+        let seq_s = modes
+            .iter()
+            .find(|m| m.mode == Mode::Sequential.name())
+            .map_or(f64::NAN, |m| m.secs_per_iter);
+        let (goodput, goodput_source) = match measured_goodput(seq_s, &b, &cost) {
+            Some(g) => (g, "sequential"),
+            None => (cost.bandwidth_bytes_per_s, "nominal"),
+        };
+        let ideal_nominal_s = ideal_iteration_s(&setup.profile, &cost);
+        let ideal_s = ideal_iteration_s(
+            &setup.profile,
+            &CostModel {
+                bandwidth_bytes_per_s: goodput,
+                ..cost
+            },
+        );
         let mut table = Table::new(&[
             "mode",
             "s/iter",
             "samples/s",
             "/ (C+M)",
             "/ max(C,M)",
+            "/ ideal",
             "efficiency",
             "CPU cores",
         ]);
@@ -572,6 +621,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
                 fmt(m.samples_per_s),
                 fmt(m.secs_per_iter / b.no_overlap_s),
                 fmt(m.secs_per_iter / b.optimal_s),
+                fmt(m.secs_per_iter / ideal_s),
                 fmt(m.efficiency),
                 fmt(m.cpu_cores),
             ]);
@@ -588,6 +638,13 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
             fmt(b.optimal_s),
             fmt(b.wait_free_s)
         );
+        println!(
+            "goodput {:.1} Mbit/s ({goodput_source}); ideal pipeline (fluid, infinitely fine \
+             slices) at the goodput: {} s, at the nominal rate: {} s",
+            goodput * 8.0 / 1e6,
+            fmt(ideal_s),
+            fmt(ideal_nominal_s)
+        );
         table.print();
         points.push(Point {
             bandwidth_mbit: bw,
@@ -595,6 +652,10 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
             comm_s: b.comm_s,
             c_plus_m_s: b.no_overlap_s,
             bound_s: b.optimal_s,
+            goodput_mbit: goodput * 8.0 / 1e6,
+            goodput_source,
+            ideal_s,
+            ideal_nominal_s,
             modes,
         });
     }
@@ -658,17 +719,25 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
         comm_s: first.comm_s,
         c_plus_m_s: first.c_plus_m_s,
         bound_s: first.bound_s,
+        goodput_mbit: first.goodput_mbit,
+        goodput_source: first.goodput_source,
+        ideal_s: first.ideal_s,
+        ideal_nominal_s: first.ideal_nominal_s,
         sequential_s: seq,
         fifo_s: fifo,
         p3_s: p3,
         speedup_vs_sequential: seq / p3,
         speedup_vs_fifo: fifo / p3,
         p3_over_bound: p3 / first.bound_s,
+        p3_over_ideal: p3 / first.ideal_s,
         p3_efficiency: b.efficiency(p3),
         max_cpu_cores: max_cpu,
         available_cores: cores,
         sweep: points.clone(),
     };
+    if let Err(e) = save_json(&args.json_out, &figures) {
+        tracing::warn!(error = %e, path = %args.json_out.display(), "cannot write the figures");
+    }
     Ok(print_json(&figures)?)
 }
 

@@ -11,7 +11,7 @@ use petrel_net::tls::ClusterCa;
 use petrel_p3::roles::{P3NodeConfig, WorkerReportFile};
 use petrel_p3::shells::{SHARD_ROLE, WORKER_ROLE};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Tears the namespaces down when dropped (also on error and panic).
@@ -39,6 +39,52 @@ pub fn children_cpu_seconds() -> Option<f64> {
     Some((cu + cs) / 100.0)
 }
 
+/// Where a job's node processes run.
+#[derive(Debug, Clone, Copy)]
+pub enum Placement<'a> {
+    /// Node `i` in namespace `i` of the hosts, links limited by `tc tbf` (the user-space
+    /// shaper is off).
+    Netns(&'a Hosts),
+    /// Every node on this host at `127.0.0.1:ports[i]`, links limited by the transport's
+    /// user-space shaper.
+    Loopback(&'a [u16]),
+}
+
+impl Placement<'_> {
+    fn capacity(&self) -> usize {
+        match self {
+            Placement::Netns(h) => h.count,
+            Placement::Loopback(ports) => ports.len(),
+        }
+    }
+
+    fn addr(&self, i: usize) -> String {
+        match self {
+            Placement::Netns(h) => format!("{}:7000", h.host_ip(i)),
+            Placement::Loopback(ports) => format!("127.0.0.1:{}", ports[i]),
+        }
+    }
+
+    fn command(&self, i: usize, exe: &str) -> Command {
+        match self {
+            Placement::Netns(h) => h.command(i, exe),
+            Placement::Loopback(_) => Command::new(exe),
+        }
+    }
+}
+
+/// `n` UDP ports on 127.0.0.1 that were free a moment ago (the OS picks them).
+pub fn free_loopback_ports(n: usize) -> Result<Vec<u16>, P3BenchError> {
+    let sockets = (0..n)
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|s| s.iter().map(|s| Ok(s.local_addr()?.port())).collect());
+    sockets.map_err(|source| P3BenchError::Io {
+        path: PathBuf::from("127.0.0.1 UDP ports"),
+        source,
+    })
+}
+
 fn node_names(cfg: &P3NodeConfig) -> Vec<(String, &'static str)> {
     (0..cfg.workers)
         .map(|w| (format!("w{w}"), WORKER_ROLE))
@@ -48,21 +94,21 @@ fn node_names(cfg: &P3NodeConfig) -> Vec<(String, &'static str)> {
 
 /// Writes the cluster TOML (and its certificates) for `cfg` on `hosts` into `dir`.
 fn write_config(
-    hosts: &Hosts,
+    hosts: Placement<'_>,
     cfg: &P3NodeConfig,
     net: &NetConfig,
     dir: &Path,
 ) -> Result<PathBuf, P3BenchError> {
     let names = node_names(cfg);
-    if names.len() > hosts.count {
+    if names.len() > hosts.capacity() {
         return Err(P3BenchError::TooFewHosts {
             nodes: names.len(),
-            hosts: hosts.count,
+            hosts: hosts.capacity(),
         });
     }
     let mut topo = Topology::builder("p3");
     for (i, (name, role)) in names.iter().enumerate() {
-        topo = topo.node_at(name, &format!("{}:7000", hosts.host_ip(i)), &[role]);
+        topo = topo.node_at(name, &hosts.addr(i), &[role]);
     }
     let certs = dir.join("certs");
     let ca = ClusterCa::generate()?;
@@ -71,9 +117,13 @@ fn write_config(
         ca.issue(name).and_then(|c| c.write(&certs, name))?;
     }
     let app = serde_json::to_value(cfg)?;
-    let net = NetConfig {
-        shaper: None,
-        ..net.clone()
+    let net = match hosts {
+        // tc shapes the namespaces' links; the user-space shaper would count twice.
+        Placement::Netns(_) => NetConfig {
+            shaper: None,
+            ..net.clone()
+        },
+        Placement::Loopback(_) => net.clone(),
     };
     let timeout_ms = cfg.ask_timeout_ms;
     let settings = topo
@@ -109,11 +159,11 @@ fn kill_all(children: &mut [(String, Child, PathBuf)]) {
     }
 }
 
-/// Runs one job: `cfg.workers + cfg.shards` node processes in the namespaces of `hosts`
-/// (node i in host i). Returns the workers' reports (worker order) and the CPU cores the
+/// Runs one job: `cfg.workers + cfg.shards` node processes placed by `hosts` (node i in
+/// host i). Returns the workers' reports (worker order) and the CPU cores the
 /// node processes used on average.
 pub fn run_job(
-    hosts: &Hosts,
+    hosts: Placement<'_>,
     cfg: &P3NodeConfig,
     net: &NetConfig,
     dir: &Path,

@@ -437,6 +437,20 @@ pub fn run_lda_job(
     run_star_job::<LdaApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
 }
 
+/// Why a finished run stopped, from its `metrics.json`: plainly "did not converge" when it
+/// hit its iteration limit before its tolerance or target.
+pub fn stop_line(out: Option<&Path>) -> Result<String, StradsTrainError> {
+    let Some(dir) = out else {
+        return Ok(String::new());
+    };
+    let m: petrel_ml::job::RunMetrics = read_json(&dir.join("metrics.json"))?;
+    Ok(if !m.converged && m.stop_reason.contains("before") {
+        format!("{}: did not converge: {}", m.app, m.stop_reason)
+    } else {
+        format!("{}: {}", m.app, m.stop_reason)
+    })
+}
+
 /// Reads a JSON file (the metrics a job wrote).
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StradsTrainError> {
     let bytes = std::fs::read(path).map_err(|source| StradsTrainError::Io {
@@ -596,6 +610,7 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
         m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
         out_of(&job.out_dir)
     );
+    println!("{}", stop_line(job.out_dir.as_deref())?);
     Ok(())
 }
 
@@ -682,6 +697,7 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
         m.nonzeros,
         out_of(&job.out_dir)
     );
+    println!("{}", stop_line(job.out_dir.as_deref())?);
     Ok(())
 }
 
@@ -716,6 +732,7 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
         m.elapsed_s,
         out_of(&job.out_dir)
     );
+    println!("{}", stop_line(job.out_dir.as_deref())?);
     Ok(())
 }
 
@@ -749,6 +766,7 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
         m.tokens_per_s_per_worker,
         out_of(&job.out_dir)
     );
+    println!("{}", stop_line(job.out_dir.as_deref())?);
     Ok(())
 }
 
@@ -778,5 +796,7 @@ where
     if args.print_job {
         return job_toml(<A as PsApp>::SECTION, &args.config);
     }
-    Ok(petrel_ps::train::<A>(args)?)
+    let out = <A as TrainApp>::out(&mut args.config).clone();
+    let summary = petrel_ps::train::<A>(args)?;
+    Ok(format!("{summary}\n{}", stop_line(out.as_deref())?))
 }

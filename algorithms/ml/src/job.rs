@@ -1,7 +1,10 @@
-//! What every training app's settings share, sans I/O: [`InvalidSetting`], the error of a
-//! value that cannot be right (it names the key, the value and what is allowed), and
-//! [`SettingChecks`], the range, finiteness and relation checks an app's `validate` runs
-//! before any node starts.
+//! What every training app shares: [`InvalidSetting`], the error of a value that cannot be
+//! right (it names the key, the value and what is allowed); [`SettingChecks`], the range,
+//! finiteness and relation checks an app's `validate` runs before any node starts;
+//! [`RunMetrics`], the one `metrics.json` format of every app (settings, final figures,
+//! `converged`, a `history` of records with the same fields; [`RunMetrics::history_csv`]);
+//! and [`write_atomic`], how every output file is written (a temporary name, then a rename,
+//! so a file under its final name is always complete).
 //!
 //! ```
 //! use petrel_ml::job::SettingChecks;
@@ -12,7 +15,10 @@
 //! assert!(e.to_string().contains("rank = 0"));
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt::Display;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// A setting whose value cannot be right.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -148,6 +154,221 @@ impl SettingChecks {
     }
 }
 
+/// Writes `bytes` to `path` under a temporary name in the same directory (created), syncs
+/// it and renames it into place: a reader, or a full disk, never leaves a truncated file
+/// under the final name (the temporary file is removed on failure).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// One record of a run's history: the step (round, clock, pass), the seconds since the
+/// start, and named figures (`objective`, `train_rmse`, `test_rmse`, ...). Every record of a
+/// run has the same names.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HistoryRecord {
+    /// Round, clock or pass (0: before the first update).
+    pub step: u64,
+    /// Seconds since the run started.
+    pub seconds: f64,
+    /// The figures by name.
+    #[serde(flatten)]
+    pub values: BTreeMap<String, f64>,
+}
+
+/// A figure that became NaN or infinite.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("the run diverged: {figure} became {value} at step {step}; {advice}")]
+pub struct Diverged {
+    /// The figure.
+    pub figure: String,
+    /// Its value.
+    pub value: f64,
+    /// The step where it happened.
+    pub step: u64,
+    /// What to change (the app's advice, e.g. a smaller learning rate).
+    pub advice: String,
+}
+
+/// The one `metrics.json` of every app.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunMetrics {
+    /// The app (`lasso`, `ps-mf`, ...).
+    pub app: String,
+    /// The settings the run used (its `[app.<section>]`).
+    pub settings: serde_json::Value,
+    /// The final figures (the last record's values plus app totals).
+    #[serde(rename = "final")]
+    pub final_figures: BTreeMap<String, f64>,
+    /// Whether the run met its stopping criterion (tolerance, target) before its limit.
+    pub converged: bool,
+    /// Why the run stopped, in words.
+    pub stop_reason: String,
+    /// Seconds the run took.
+    pub seconds: f64,
+    /// The records, in step order.
+    pub history: Vec<HistoryRecord>,
+    /// The app's own figures (staleness statistics, per-worker throughput, its traces),
+    /// side by side with the common ones.
+    #[serde(flatten)]
+    pub details: serde_json::Map<String, serde_json::Value>,
+}
+
+/// An output file could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("writing {}: {source}", path.display())]
+pub struct OutputError {
+    /// The file.
+    pub path: PathBuf,
+    /// The OS or encoder error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Why a run's outputs were not written.
+#[derive(Debug, thiserror::Error)]
+pub enum FinishError {
+    /// A figure became NaN or infinite.
+    #[error(transparent)]
+    Diverged(#[from] Diverged),
+    /// A file could not be written.
+    #[error(transparent)]
+    Write(#[from] OutputError),
+}
+
+impl RunMetrics {
+    /// Metrics of `app` run with `settings`, its own figures `details` (a struct whose
+    /// fields sit beside the common ones), no history yet.
+    pub fn new(
+        app: &str,
+        settings: &impl serde::Serialize,
+        details: &impl serde::Serialize,
+        seconds: f64,
+    ) -> Self {
+        let settings = serde_json::to_value(settings).unwrap_or(serde_json::Value::Null);
+        let details = match serde_json::to_value(details) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
+        RunMetrics {
+            app: app.to_string(),
+            settings,
+            final_figures: BTreeMap::new(),
+            converged: false,
+            stop_reason: String::new(),
+            seconds,
+            history: Vec::new(),
+            details,
+        }
+    }
+
+    /// Adds a history record.
+    pub fn record(&mut self, step: u64, seconds: f64, values: &[(&str, f64)]) {
+        self.history.push(HistoryRecord {
+            step,
+            seconds,
+            values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        });
+    }
+
+    /// Sets final figures.
+    pub fn finals(&mut self, values: &[(&str, f64)]) {
+        for (k, v) in values {
+            self.final_figures.insert(k.to_string(), *v);
+        }
+    }
+
+    /// Writes a run's outputs into `dir` in the order that makes `metrics.json` the mark of
+    /// a finished run: nothing when a figure is not finite ([`Diverged`], with `advice`);
+    /// else `files` (the model), then `history.csv`, then `metrics.json`, each atomically.
+    pub fn finish_run(
+        &self,
+        dir: &Path,
+        files: &[(&str, &[u8])],
+        advice: &str,
+    ) -> Result<(), FinishError> {
+        self.check_finite(advice)?;
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.join(name);
+            write_atomic(&path, bytes).map_err(|source| OutputError { path, source })
+        };
+        for (name, bytes) in files {
+            write(name, bytes)?;
+        }
+        write("history.csv", self.history_csv().as_bytes())?;
+        let json = serde_json::to_vec_pretty(self).map_err(|e| OutputError {
+            path: dir.join("metrics.json"),
+            source: std::io::Error::other(e),
+        })?;
+        write("metrics.json", &json)?;
+        Ok(())
+    }
+
+    /// The first non-finite figure of the history or the final figures, as a
+    /// [`Diverged`] with `advice`.
+    pub fn check_finite(&self, advice: &str) -> Result<(), Diverged> {
+        let last_step = self.history.last().map(|r| r.step).unwrap_or(0);
+        let finals = self.final_figures.iter().map(|(k, v)| (last_step, k, *v));
+        self.history
+            .iter()
+            .flat_map(|r| r.values.iter().map(move |(k, v)| (r.step, k, *v)))
+            .chain(finals)
+            .find(|(_, _, v)| !v.is_finite())
+            .map_or(Ok(()), |(step, figure, value)| {
+                Err(Diverged {
+                    figure: figure.clone(),
+                    value,
+                    step,
+                    advice: advice.to_string(),
+                })
+            })
+    }
+
+    /// `history.csv`: `step,seconds,<figures...>` with one line per record.
+    pub fn history_csv(&self) -> String {
+        let names: Vec<&String> = self
+            .history
+            .first()
+            .map(|r| r.values.keys().collect())
+            .unwrap_or_default();
+        let mut out = String::from("step,seconds");
+        for n in &names {
+            out.push(',');
+            out.push_str(n);
+        }
+        out.push('\n');
+        for r in &self.history {
+            out.push_str(&format!("{},{}", r.step, r.seconds));
+            for n in &names {
+                out.push(',');
+                if let Some(v) = r.values.get(*n) {
+                    out.push_str(&v.to_string());
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +393,62 @@ mod tests {
             let e = c.finish().unwrap_err();
             assert!(e.to_string().starts_with(text), "{e} vs {text}");
         }
+    }
+
+    fn record(step: u64, loss: f64) -> HistoryRecord {
+        HistoryRecord {
+            step,
+            seconds: step as f64 * 0.5,
+            values: [("loss".to_string(), loss)].into_iter().collect(),
+        }
+    }
+
+    fn metrics(history: Vec<HistoryRecord>) -> RunMetrics {
+        RunMetrics {
+            app: "t".into(),
+            settings: serde_json::json!({"rank": 3}),
+            final_figures: history.last().map(|r| r.values.clone()).unwrap_or_default(),
+            converged: false,
+            stop_reason: "iteration limit".into(),
+            seconds: 1.0,
+            history,
+            details: serde_json::Map::new(),
+        }
+    }
+
+    #[test]
+    fn history_has_one_format_in_json_and_csv() {
+        let m = metrics(vec![record(0, 2.0), record(1, 1.5)]);
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["history"][1]["loss"], 1.5);
+        assert_eq!(json["history"][1]["step"], 1);
+        assert_eq!(json["final"]["loss"], 1.5);
+        assert_eq!(json["converged"], false);
+        let back: RunMetrics = serde_json::from_value(json).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(m.history_csv(), "step,seconds,loss\n0,0,2\n1,0.5,1.5\n");
+        assert!(m.check_finite("x").is_ok());
+    }
+
+    #[test]
+    fn a_non_finite_figure_is_divergence_naming_it() {
+        let m = metrics(vec![record(0, 2.0), record(3, f64::NAN)]);
+        let e = m.check_finite("lower the learning rate").unwrap_err();
+        assert_eq!((e.figure.as_str(), e.step), ("loss", 3));
+        assert!(e.to_string().contains("lower the learning rate"));
+    }
+
+    #[test]
+    fn atomic_writes_replace_whole_files_and_leave_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/out.json");
+        write_atomic(&p, b"first").unwrap();
+        write_atomic(&p, b"second").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"second");
+        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file left");
+        std::fs::write(dir.path().join("a-file"), b"x").unwrap();
+        assert!(write_atomic(&dir.path().join("a-file/x"), b"x").is_err());
     }
 
     #[test]

@@ -130,6 +130,36 @@ pub enum P3Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A data set of a real model could not be read or made.
+    #[error(transparent)]
+    Data(#[from] petrel_ml::dnn::data::DnnDataError),
+    /// A saved model file could not be read or written.
+    #[error("{}: model file", .path.display())]
+    ModelFileIo {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A saved model file is not a model.
+    #[error("{}: model file JSON", .path.display())]
+    ModelFileJson {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A real model's network or parameters were rejected.
+    #[error("model {name}")]
+    RealModel {
+        /// The model.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<crate::models::ModelError>,
+    },
 }
 
 impl P3Error {

@@ -86,7 +86,7 @@ pub struct StageGrads {
 }
 
 /// Loss and accuracy of one worker's mini-batch.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepStats {
     /// Mean loss over the batch.
     pub loss: f32,

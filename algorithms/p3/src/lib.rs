@@ -19,7 +19,9 @@
 //!    `examples/p3_custom.rs`.
 //! 4. [`models`]: the built-in stage models, [`DnnStageModel`] (a real
 //!    [`petrel_ml::dnn::Sequential`] network) and [`EmulatedModel`] (a profile with
-//!    emulated compute: VGG-19, ResNet-50, Sockeye).
+//!    emulated compute: VGG-19, ResNet-50, Sockeye), and [`CandleStageModel`], the adapter
+//!    that trains a model written with the candle deep-learning crate, given as an ordered
+//!    list of stages ([`StagedNet`]; MLP, LeNet, ResNet-18 and VGG-11 in [`models::nets`]).
 //! 5. [`roles`]: the built-in `p3-worker`/`p3-shard` roles of `petrel node`, configured by
 //!    `[app.p3]` ([`P3NodeConfig`]).
 //!
@@ -40,13 +42,13 @@ pub mod shells;
 pub use crate::core::{
     Bounds, CostModel, EngineError, LayerReadiness, Mode, ModelProfile, PlanError, ProfileError,
     SimConfig, SimReport, Slice, SlicePlan, SliceQueue, SliceShardCore, SliceWorkerCore,
-    auto_slice_size, reference_step, simulate,
+    auto_slice_size, ideal_iteration_s, reference_step, simulate,
 };
 pub use error::P3Error;
 pub use kit::{
     P3Job, P3WorkerReport, Progress, StageGrads, StageLayout, StageModel, StepStats, run_cluster,
 };
-pub use models::{DnnStageModel, EmulatedModel, ModelError};
+pub use models::{CandleStageModel, DnnStageModel, EmulatedModel, ModelError, StagedNet};
 pub use roles::{P3NodeConfig, WorkerReportFile};
 
 /// The names most P3 code needs: `use petrel_p3::prelude::*;`.

@@ -2,9 +2,11 @@
 //!
 //! The in-process bench hands the job to its roles through closures
 //! ([`crate::kit::run_cluster`]); a node process reads it from `[app.p3]` instead
-//! ([`P3NodeConfig`]): the model is the [`EmulatedModel`] of a profile (built-in name or
-//! file) scaled by `scale` on a device of `device_gflops`, exactly as `petrel bench p3`
-//! builds it. Each worker writes its report as JSON ([`WorkerReportFile`]) to
+//! ([`P3NodeConfig`]). The model is either the [`EmulatedModel`] of a profile (built-in
+//! name or file) scaled by `scale` on a device of `device_gflops`, exactly as `petrel
+//! bench p3` builds it, or, when `net` names one, a real candle model
+//! ([`crate::models::nets`]) trained by [`CandleStageModel`] on `train_data`, evaluated by
+//! worker 0 on `test_data` and saved to `model_out`. Each worker writes its report as JSON ([`WorkerReportFile`]) to
 //! `report_dir/p3-worker-{i}.json`, which the bench reads.
 
 use std::path::{Path, PathBuf};
@@ -17,9 +19,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::{Mode, ModelProfile, ProfileError};
 use crate::error::P3Error;
+use crate::kit::StepStats;
 use crate::kit::{P3Job, P3WorkerReport};
-use crate::models::EmulatedModel;
+use crate::models::nets;
+use crate::models::staged::{SavedStagedModel, evaluate};
+use crate::models::{CandleStageModel, EmulatedModel, StagedNet};
 use crate::shells::{SHARD_ROLE, WORKER_ROLE, shard_role, worker_role};
+use petrel_ml::dnn::cifar::{read_cifar10_files, synthetic_cifar};
+use petrel_ml::dnn::data::{Dataset, load_idx_dataset};
 
 /// `[app.p3]`: one P3 job. A bad `mode` is rejected when the section is read.
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -51,6 +58,23 @@ pub struct P3NodeConfig {
     pub ask_timeout_ms: u64,
     /// Where workers write `p3-worker-{i}.json`.
     pub report_dir: PathBuf,
+    /// A real candle model to train instead of the emulated profile: `mlp`, `lenet`,
+    /// `resnet18` or `vgg11` (empty: emulate `model`).
+    pub net: String,
+    /// Channel width of `resnet18`/`vgg11` (64 is the published layout; the hidden layer
+    /// of `mlp` is `8 * width`).
+    pub width: usize,
+    /// Seed of the real model's initial parameters (every node derives the same ones).
+    pub seed: u64,
+    /// Training data of a real model: `synthetic:N` (CIFAR-shaped, seeded by `seed`),
+    /// `cifar:FILE[,FILE…]` (CIFAR-10 binary) or `idx:IMAGES,LABELS` (MNIST format).
+    pub train_data: String,
+    /// Test data in the same syntax (`synthetic:N` draws N more examples of the same
+    /// classes); empty: no evaluation.
+    pub test_data: String,
+    /// Where worker 0 saves the trained real model ([`SavedStagedModel`] JSON); empty:
+    /// not saved.
+    pub model_out: PathBuf,
 }
 
 impl Default for P3NodeConfig {
@@ -69,6 +93,12 @@ impl Default for P3NodeConfig {
             momentum: 0.9,
             ask_timeout_ms: 120_000,
             report_dir: PathBuf::from("p3-reports"),
+            net: String::new(),
+            width: 16,
+            seed: 1,
+            train_data: "synthetic:2048".into(),
+            test_data: String::new(),
+            model_out: PathBuf::new(),
         }
     }
 }
@@ -106,11 +136,14 @@ impl P3NodeConfig {
             });
         }
         let profile = load_profile(&self.model)?.scaled(self.scale);
-        let initial = profile
-            .layers
-            .iter()
-            .map(|l| vec![0.5; l.params as usize])
-            .collect();
+        let initial = match self.real_net(&self.input_shape()?)? {
+            Some(net) => self.real_initial(&net)?,
+            None => profile
+                .layers
+                .iter()
+                .map(|l| vec![0.5; l.params as usize])
+                .collect(),
+        };
         let job = P3Job {
             mode: self.mode,
             slice_size: self.slice_size,
@@ -128,6 +161,168 @@ impl P3NodeConfig {
     }
 }
 
+/// Where a data spec's examples come from (see [`P3NodeConfig::train_data`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataSpec {
+    /// `synthetic:N`: N CIFAR-shaped examples of 10 template classes.
+    Synthetic(usize),
+    /// `cifar:FILE[,FILE…]`: CIFAR-10 binary files.
+    Cifar(Vec<PathBuf>),
+    /// `idx:IMAGES,LABELS`: an MNIST-format pair.
+    Idx(PathBuf, PathBuf),
+}
+
+impl DataSpec {
+    /// Parses `spec`; `field` names the setting in errors.
+    pub fn parse(field: &'static str, spec: &str) -> Result<Self, P3Error> {
+        let bad = |detail: String| P3Error::Config { field, detail };
+        let (kind, rest) = spec.split_once(':').ok_or_else(|| {
+            bad(format!(
+                "{spec:?}: expected synthetic:N, cifar:FILE[,FILE...] or idx:IMAGES,LABELS"
+            ))
+        })?;
+        let files: Vec<PathBuf> = rest
+            .split(',')
+            .filter(|f| !f.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        match kind {
+            "synthetic" => rest
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(DataSpec::Synthetic)
+                .ok_or_else(|| bad(format!("{spec:?}: N must be a positive integer"))),
+            "cifar" if !files.is_empty() => Ok(DataSpec::Cifar(files)),
+            "idx" if files.len() == 2 => Ok(DataSpec::Idx(files[0].clone(), files[1].clone())),
+            _ => Err(bad(format!(
+                "{spec:?}: expected synthetic:N, cifar:FILE[,FILE...] or idx:IMAGES,LABELS"
+            ))),
+        }
+    }
+}
+
+/// Noise of the synthetic CIFAR-shaped classes: high enough that a model must learn.
+const SYNTHETIC_NOISE: f32 = 0.35;
+
+/// Loads `train` and `test` (if any); synthetic sets are drawn together so the test
+/// examples share the training classes' templates.
+pub fn load_data(
+    train: &DataSpec,
+    test: Option<&DataSpec>,
+    seed: u64,
+) -> Result<(Dataset, Option<Dataset>), P3Error> {
+    fn one(spec: &DataSpec) -> Result<Dataset, P3Error> {
+        Ok(match spec {
+            DataSpec::Synthetic(n) => synthetic_cifar(*n, 10, SYNTHETIC_NOISE, 0)?,
+            DataSpec::Cifar(files) => read_cifar10_files(files)?,
+            DataSpec::Idx(images, labels) => load_idx_dataset(images, labels, 10)?,
+        })
+    }
+    if let (DataSpec::Synthetic(a), Some(DataSpec::Synthetic(b))) = (train, test) {
+        let all = synthetic_cifar(a + b, 10, SYNTHETIC_NOISE, seed)?;
+        let (x, y) = all.select(&(0..*a).collect::<Vec<_>>());
+        let (tx, ty) = all.select(&(*a..a + b).collect::<Vec<_>>());
+        let set = |x, y| Dataset {
+            x,
+            y,
+            n_classes: 10,
+        };
+        return Ok((set(x, y), Some(set(tx, ty))));
+    }
+    let train = match train {
+        DataSpec::Synthetic(n) => synthetic_cifar(*n, 10, SYNTHETIC_NOISE, seed)?,
+        other => one(other)?,
+    };
+    Ok((train, test.map(one).transpose()?))
+}
+
+impl P3NodeConfig {
+    /// The real model named by `net` for examples of shape `input`, or `None` when the
+    /// job emulates a profile.
+    pub fn real_net(&self, input: &[usize]) -> Result<Option<StagedNet>, P3Error> {
+        if self.net.is_empty() {
+            return Ok(None);
+        }
+        nets::by_name(&self.net, input, self.width.max(1), 10)
+            .map(Some)
+            .ok_or_else(|| P3Error::Config {
+                field: "[app.p3] net",
+                detail: format!(
+                    "unknown model {:?} for inputs {input:?} (known: {})",
+                    self.net,
+                    nets::MODEL_NAMES.join(", ")
+                ),
+            })
+    }
+
+    /// Shape of one training example: `[3, 32, 32]` for CIFAR and synthetic data, `[1,
+    /// rows, cols]` from an IDX images file's header.
+    pub fn input_shape(&self) -> Result<Vec<usize>, P3Error> {
+        if self.net.is_empty() {
+            return Ok(vec![3, 32, 32]);
+        }
+        Ok(
+            match DataSpec::parse("[app.p3] train_data", &self.train_data)? {
+                DataSpec::Idx(images, _) => {
+                    let i = petrel_ml::dnn::data::read_idx_images(images)?;
+                    vec![1, i.rows, i.cols]
+                }
+                _ => vec![3, 32, 32],
+            },
+        )
+    }
+
+    fn real_initial(&self, net: &StagedNet) -> Result<Vec<Vec<f32>>, P3Error> {
+        let real = |source| P3Error::RealModel {
+            name: net.name().to_string(),
+            source: Box::new(source),
+        };
+        Ok(net.init(self.seed).map_err(real)?.1)
+    }
+
+    /// The data sets of a real model (training, and test when `test_data` is set).
+    pub fn data(&self) -> Result<(Dataset, Option<Dataset>), P3Error> {
+        let train = DataSpec::parse("[app.p3] train_data", &self.train_data)?;
+        let test = if self.test_data.is_empty() {
+            None
+        } else {
+            Some(DataSpec::parse("[app.p3] test_data", &self.test_data)?)
+        };
+        load_data(&train, test.as_ref(), self.seed)
+    }
+}
+
+/// Writes `model` as JSON to `path`.
+pub fn save_model(model: &SavedStagedModel, path: &Path) -> Result<(), P3Error> {
+    let text = serde_json::to_string(model).map_err(|source| P3Error::ModelFileJson {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    std::fs::write(path, text).map_err(|source| P3Error::ModelFileIo {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads a model written by [`save_model`] and checks it against its network.
+pub fn load_model(path: &Path) -> Result<(SavedStagedModel, StagedNet), P3Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| P3Error::ModelFileIo {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let model: SavedStagedModel =
+        serde_json::from_str(&text).map_err(|source| P3Error::ModelFileJson {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let net = model.network().map_err(|source| P3Error::RealModel {
+        name: model.net.clone(),
+        source: Box::new(source),
+    })?;
+    Ok((model, net))
+}
+
 /// A worker's report as written to disk: iteration marks in seconds since the first one.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct WorkerReportFile {
@@ -140,6 +335,13 @@ pub struct WorkerReportFile {
     pub marks_s: Vec<f64>,
     /// Gradient bytes the worker pushed.
     pub bytes_pushed: u64,
+    /// The model's loss and accuracy per iteration (empty for emulated models).
+    #[serde(default)]
+    pub stats: Vec<Option<StepStats>>,
+    /// Test-set loss and accuracy of the final model (worker 0 of a real model with
+    /// `test_data`).
+    #[serde(default)]
+    pub test: Option<StepStats>,
 }
 
 impl WorkerReportFile {
@@ -155,6 +357,8 @@ impl WorkerReportFile {
                 .map(|m| first.map_or(0.0, |f| m.duration_since(f).as_secs_f64()))
                 .collect(),
             bytes_pushed: r.bytes_pushed,
+            stats: r.stats.clone(),
+            test: None,
         }
     }
 
@@ -210,9 +414,80 @@ async fn shard(ctx: NodeContext) -> Result<(), P3Error> {
     shard_role(ctx, Arc::new(job)).await
 }
 
+async fn real_worker(
+    ctx: NodeContext,
+    cfg: P3NodeConfig,
+    job: P3Job,
+    net: StagedNet,
+) -> Result<(), P3Error> {
+    let (train, test) = cfg.data()?;
+    if train.example_shape() != net.input_shape() {
+        return Err(P3Error::Config {
+            field: "[app.p3] train_data",
+            detail: format!(
+                "examples are {:?}, model {} takes {:?}",
+                train.example_shape(),
+                net.name(),
+                net.input_shape()
+            ),
+        });
+    }
+    let train = Arc::new(train);
+    let (workers, batch, initial) = (cfg.workers, cfg.batch, job.initial.clone());
+    let n_iter = cfg.iterations;
+    let rows = train.len();
+    let net2 = net.clone();
+    let factory = move |w| CandleStageModel::new(net2, &initial, train, batch, w, workers);
+    let progress: crate::kit::Progress = Arc::new(move |w, iter, stats: Option<StepStats>| {
+        // An epoch is a pass of all workers over the training rows.
+        let per_epoch = (rows / (workers * batch).max(1)).max(1) as u64;
+        if w == 0
+            && ((iter + 1) % per_epoch == 0 || iter + 1 == n_iter)
+            && let Some(s) = stats
+        {
+            tracing::info!(
+                epoch = (iter + 1) as f64 / per_epoch as f64,
+                iter = iter + 1,
+                loss = s.loss,
+                accuracy = s.accuracy,
+                "p3 progress"
+            );
+        }
+    });
+    let report = worker_role(ctx, Arc::new(job), factory, Some(progress)).await?;
+    let mut file = WorkerReportFile::new(&report, cfg.mode);
+    if report.worker == 0 {
+        let real = |source| P3Error::RealModel {
+            name: net.name().to_string(),
+            source: Box::new(source),
+        };
+        if let Some(test) = &test {
+            let s = evaluate(&net, &report.params, test, 64).map_err(real)?;
+            tracing::info!(loss = s.loss, accuracy = s.accuracy, "p3 test set");
+            file.test = Some(s);
+        }
+        if !cfg.model_out.as_os_str().is_empty() {
+            let saved = SavedStagedModel {
+                net: cfg.net.clone(),
+                input: net.input_shape().to_vec(),
+                width: cfg.width.max(1),
+                classes: 10,
+                tensors: report.params.clone(),
+            };
+            save_model(&saved, &cfg.model_out)?;
+        }
+    }
+    let path = file.write(&cfg.report_dir)?;
+    tracing::info!(worker = report.worker, path = %path.display(), "p3 report written");
+    Ok(())
+}
+
 async fn worker(ctx: NodeContext) -> Result<(), P3Error> {
     let cfg = config(&ctx)?;
     let (job, profile) = cfg.job(&ctx.settings)?;
+    if let Some(net) = cfg.real_net(&cfg.input_shape()?)? {
+        return real_worker(ctx, cfg, job, net).await;
+    }
     let (device, batch) = (cfg.device_gflops * 1e9, cfg.batch);
     let factory = move |_| Ok(EmulatedModel::new(&profile, device, batch));
     let report = worker_role(ctx, Arc::new(job), factory, None).await?;
@@ -240,6 +515,8 @@ mod tests {
             mode: Mode::P3,
             marks_s: vec![0.0, 1.0, 1.5, 2.0, 2.5],
             bytes_pushed: 10,
+            stats: vec![],
+            test: None,
         };
         assert_eq!(f.secs_per_iter(1), Some(0.5));
         assert_eq!(f.secs_per_iter(4), None);

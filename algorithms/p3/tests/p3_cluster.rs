@@ -136,6 +136,7 @@ fn p3_beats_fifo_on_a_shaped_link() {
             ingress_bytes_per_s: 0,
             latency_ms: 0,
             burst_bytes: 64 * 1024,
+            ..Default::default()
         };
         let job = P3Job {
             mode,

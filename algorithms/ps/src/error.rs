@@ -121,6 +121,9 @@ pub enum PsError {
         /// What is wrong.
         reason: String,
     },
+    /// A figure became NaN or infinite; nothing was written.
+    #[error(transparent)]
+    Diverged(#[from] petrel_ml::job::Diverged),
     /// A setting's value cannot be right (names the key).
     #[error("invalid {app} setting {source}")]
     InvalidSetting {

@@ -48,7 +48,7 @@ pub use core::client::{ClientCore, PushTicket};
 pub use core::error::PsCoreError;
 pub use core::lda::PsLdaError;
 pub use core::managed::BandwidthManager;
-pub use core::rules::{RuleRegistry, UpdateRule};
+pub use core::rules::{RuleRegistry, ServerRule, UpdateRule};
 pub use core::shard::PsShardCore;
 pub use core::types::{
     Consistency, ConsistencyModel, Row, RowId, SharedRow, TableId, TableKind, TableSpec,

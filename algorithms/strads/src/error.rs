@@ -43,6 +43,9 @@ pub enum StradsError {
     /// A multi-scheduler Lasso job is misconfigured or lost a peer.
     #[error(transparent)]
     MultiScheduler(#[from] MultiSchedulerError),
+    /// A figure became NaN or infinite; nothing was written.
+    #[error(transparent)]
+    Diverged(#[from] petrel_ml::job::Diverged),
     /// A setting's value cannot be right (names the key).
     #[error("invalid setting {0}")]
     InvalidSetting(#[from] petrel_ml::job::InvalidSetting),

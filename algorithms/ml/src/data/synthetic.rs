@@ -117,6 +117,158 @@ pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, 
     Ok(LassoProblem { x, y, b_true })
 }
 
+/// Parameters of [`sparse_correlated_lasso`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseLassoParams {
+    /// Rows.
+    pub n_samples: usize,
+    /// Columns.
+    pub n_features: usize,
+    /// Consecutive features `[g * group_size, (g + 1) * group_size)` form a group.
+    pub group_size: usize,
+    /// Non-zeros per column (every column of a group has the same rows).
+    pub nnz_per_column: usize,
+    /// Correlation between two features of a group, in `[0, 1)`.
+    pub correlation: f32,
+    /// Non-zero true coefficients.
+    pub n_nonzero: usize,
+    /// Standard deviation of the noise of `y`.
+    pub noise_std: f32,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// A sparse design generated column by column (CSC), without a dense matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseLassoProblem {
+    /// The requested rows of the design (all rows, or a row block renumbered from 0).
+    pub x: SparseColumns,
+    /// The responses of those rows.
+    pub y: Vec<f32>,
+    /// The true coefficients.
+    pub b_true: Vec<f32>,
+}
+
+/// Mixes a seed with a stream id so every column and group has its own RNG.
+fn stream_rng(seed: u64, stream: u64, index: u64) -> StdRng {
+    let mut z = seed
+        ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ index.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    StdRng::seed_from_u64(z ^ (z >> 31))
+}
+
+/// Sparse correlated design at any size: the features of a group share one random support
+/// of `nnz_per_column` rows and one shared factor `z` on it, and column `j` is
+/// `sqrt(c) z + sqrt(1 - c) e_j` there (so two features of a group have correlation about
+/// `c`, features of different groups overlap only by chance), scaled to unit norm.
+/// `y = X b_true + noise` with `n_nonzero` coefficients of magnitude in `[1, 2)`.
+///
+/// Every group and column has its own seeded stream, so `rows` (a row block) yields
+/// exactly the rows of the whole design, renumbered from 0, without building the rest:
+/// a worker generates only its share. Cost `O(nnz + n_samples)`.
+pub fn sparse_correlated_lasso(
+    params: &SparseLassoParams,
+    rows: Option<std::ops::Range<usize>>,
+) -> Result<SparseLassoProblem, DataError> {
+    let SparseLassoParams {
+        n_samples: n,
+        n_features: d,
+        group_size,
+        nnz_per_column: k,
+        correlation,
+        n_nonzero,
+        noise_std,
+        seed,
+    } = *params;
+    if n == 0 || d == 0 || group_size == 0 || k == 0 {
+        return Err(invalid(
+            "n_samples, n_features, group_size and nnz_per_column must be positive",
+        ));
+    }
+    if k > n || n > u32::MAX as usize {
+        return Err(invalid(format!(
+            "nnz_per_column {k} must be at most n_samples {n} (and n_samples below 2^32)"
+        )));
+    }
+    if !(0.0..1.0).contains(&correlation) {
+        return Err(invalid(format!("correlation {correlation} outside [0, 1)")));
+    }
+    if n_nonzero > d {
+        return Err(invalid(format!("n_nonzero {n_nonzero} > n_features {d}")));
+    }
+    let rows = rows.unwrap_or(0..n);
+    if rows.start > rows.end || rows.end > n {
+        return Err(invalid(format!("row block {rows:?} outside 0..{n}")));
+    }
+    let noise =
+        Normal::new(0.0f32, noise_std.max(0.0)).map_err(|e| invalid(format!("noise_std: {e}")))?;
+    let shared_weight = f64::from(correlation).sqrt();
+    let own_weight = (1.0 - f64::from(correlation)).sqrt();
+    let mut b_true = vec![0.0f32; d];
+    let mut rng = stream_rng(seed, 1, 0);
+    for j in sample(&mut rng, d, n_nonzero) {
+        let magnitude = rng.gen_range(1.0f32..2.0);
+        b_true[j] = if rng.gen_bool(0.5) {
+            magnitude
+        } else {
+            -magnitude
+        };
+    }
+    let mut y_full: Vec<f64> = vec![0.0; n];
+    let mut column_starts = Vec::with_capacity(d + 1);
+    column_starts.push(0usize);
+    let mut row_indices = Vec::new();
+    let mut values = Vec::new();
+    let (mut group, mut support, mut shared) = (usize::MAX, Vec::<u32>::new(), Vec::<f64>::new());
+    let mut column = vec![0.0f64; k];
+    for (j, &b_j) in b_true.iter().enumerate() {
+        if j / group_size != group {
+            group = j / group_size;
+            let mut g = stream_rng(seed, 2, group as u64);
+            let mut rows_of_group: Vec<u32> =
+                sample(&mut g, n, k).into_iter().map(|i| i as u32).collect();
+            rows_of_group.sort_unstable();
+            support = rows_of_group;
+            shared = (0..k).map(|_| g.sample::<f64, _>(StandardNormal)).collect();
+        }
+        let mut c = stream_rng(seed, 3, j as u64);
+        for (v, z) in column.iter_mut().zip(&shared) {
+            *v = shared_weight * z + own_weight * c.sample::<f64, _>(StandardNormal);
+        }
+        let norm = column.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+        let lo = support.partition_point(|&i| (i as usize) < rows.start);
+        let hi = support.partition_point(|&i| (i as usize) < rows.end);
+        for t in lo..hi {
+            row_indices.push(support[t] - rows.start as u32);
+            values.push((column[t] * scale) as f32);
+        }
+        column_starts.push(row_indices.len());
+        if b_j != 0.0 {
+            for (t, &i) in support.iter().enumerate() {
+                y_full[i as usize] += f64::from((column[t] * scale) as f32) * f64::from(b_j);
+            }
+        }
+    }
+    let mut noise_rng = stream_rng(seed, 4, 0);
+    let y: Vec<f32> = y_full
+        .iter()
+        .map(|&signal| (signal + f64::from(noise.sample(&mut noise_rng))) as f32)
+        .collect();
+    Ok(SparseLassoProblem {
+        x: SparseColumns {
+            n_rows: rows.len(),
+            column_starts,
+            row_indices,
+            values,
+        },
+        y: y[rows].to_vec(),
+        b_true,
+    })
+}
+
 /// Parameters of [`low_rank_ratings`]; also the `synthetic` settings table of STRADS MF
 /// (`[app.strads_mf.synthetic]`), hence the serde defaults.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -480,6 +632,40 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    #[test]
+    fn sparse_design_is_correlated_in_groups_and_row_blocks_are_its_rows() {
+        let params = SparseLassoParams {
+            n_samples: 500,
+            n_features: 60,
+            group_size: 6,
+            nnz_per_column: 40,
+            correlation: 0.8,
+            n_nonzero: 5,
+            noise_std: 0.01,
+            seed: 3,
+        };
+        let whole = sparse_correlated_lasso(&params, None).unwrap();
+        assert_eq!(whole.x.values.len(), 60 * 40);
+        assert_eq!(whole.b_true.iter().filter(|b| **b != 0.0).count(), 5);
+        for j in 0..60 {
+            assert!((whole.x.column_dot(j, j) - 1.0).abs() < 1e-5);
+        }
+        let within = (whole.x.column_dot(0, 1) + whole.x.column_dot(6, 7)) / 2.0;
+        assert!((within - 0.8).abs() < 0.2, "{within}");
+        assert!(whole.x.column_dot(0, 6).abs() < 0.3);
+        // A row block is exactly those rows of the whole design.
+        let block = sparse_correlated_lasso(&params, Some(100..350)).unwrap();
+        assert_eq!(block.x, whole.x.row_block(100..350));
+        assert_eq!(block.y, whole.y[100..350].to_vec());
+        assert_eq!(sparse_correlated_lasso(&params, None).unwrap(), whole);
+        let bad = SparseLassoParams {
+            nnz_per_column: 501,
+            ..params.clone()
+        };
+        assert!(sparse_correlated_lasso(&bad, None).is_err());
+        assert!(sparse_correlated_lasso(&params, Some(400..501)).is_err());
     }
 
     #[test]

@@ -90,6 +90,16 @@ pub enum DnnDataError {
         /// Classes expected.
         classes: usize,
     },
+    /// A record of a header-less format (CIFAR-10 binary) that is cut short or invalid.
+    #[error("{}: bad record at byte offset {offset}: {detail}", .path.display())]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the record's start.
+        offset: u64,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A synthetic generator got impossible arguments.
     #[error("invalid generator argument: {0}")]
     InvalidArgument(String),

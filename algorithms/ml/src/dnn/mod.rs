@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cifar;
 pub mod data;
 pub mod layers;
 pub mod net;

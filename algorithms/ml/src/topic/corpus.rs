@@ -108,9 +108,7 @@ pub fn write_topic_files(
 /// Writes `contents` to `dir/name`, creating `dir`; the error names the file.
 pub fn write_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), DataError> {
     let path = dir.join(name);
-    std::fs::create_dir_all(dir)
-        .and_then(|_| std::fs::write(&path, contents))
-        .map_err(|source| DataError::Io { path, source })
+    crate::job::write_atomic(&path, contents).map_err(|source| DataError::Io { path, source })
 }
 
 /// The corpus of an LDA job: a UCI bag-of-words file (`docword`, with an optional `vocab`

@@ -145,10 +145,156 @@ impl Bounds {
     }
 }
 
+/// The best iteration time any schedule can reach for `profile` on `cost`'s link: the ideal
+/// pipeline of forward, backward, push and pull with infinitely fine slices.
+///
+/// Fluid model: layer `l`'s gradient (wire time `m_l = cost.wire_seconds(params_l)`) is ready
+/// when its backward ends; the uplink serves ready gradients preemptively, lowest layer first
+/// (the layer the next forward pass needs first); the pull of a slice follows its push
+/// through the shard at once (cut-through) on a downlink of the same rate, so layer `l` is
+/// back when its push ends; the next forward of layer `l` starts when layer `l - 1`'s forward
+/// ended and layer `l` is back. No per-slice cost, no latency, no aggregation time. On top of
+/// `max(C, M)` this counts the irreducible tail: what is produced last (the first layers'
+/// gradients) is needed first. The result is the steady-state period, between `max(C, M)`
+/// and `C + M`.
+pub fn ideal_iteration_s(profile: &ModelProfile, cost: &CostModel) -> f64 {
+    let (flops, batch) = (cost.device_flops_per_s, cost.batch);
+    let fwd: Vec<f64> = profile
+        .layers
+        .iter()
+        .map(|l| l.fwd_seconds(flops, batch))
+        .collect();
+    let bwd: Vec<f64> = profile
+        .layers
+        .iter()
+        .map(|l| l.bwd_seconds(flops, batch))
+        .collect();
+    let wire: Vec<f64> = profile
+        .layers
+        .iter()
+        .map(|l| cost.wire_seconds(l.params))
+        .collect();
+    let n = fwd.len();
+    if n == 0 {
+        return 0.0;
+    }
+    // Layer l is back (and may run forward) at ready[l]; the first iteration starts with all.
+    let mut ready = vec![0.0f64; n];
+    let mut starts = Vec::new();
+    for _ in 0..4 {
+        let mut t = 0.0f64;
+        for l in 0..n {
+            t = t.max(ready[l]);
+            if l == 0 {
+                starts.push(t);
+            }
+            t += fwd[l];
+        }
+        // Backward from the last layer; gradient l arrives at the end of its backward.
+        let mut arrivals = Vec::with_capacity(n);
+        for l in (0..n).rev() {
+            t += bwd[l];
+            arrivals.push((l, t));
+        }
+        // Preemptive priority uplink: each arrival outranks everything queued (it is a lower
+        // layer), so the queue is a stack served from the top.
+        let mut stack: Vec<(usize, f64)> = Vec::new();
+        let mut now = arrivals.first().map_or(0.0, |a| a.1);
+        let mut next = 0;
+        loop {
+            if next < arrivals.len() && arrivals[next].1 <= now {
+                stack.push((arrivals[next].0, wire[arrivals[next].0]));
+                next += 1;
+                continue;
+            }
+            let Some(top) = stack.last_mut() else {
+                match arrivals.get(next) {
+                    Some(a) => {
+                        now = a.1;
+                        continue;
+                    }
+                    None => break,
+                }
+            };
+            let until_next = arrivals.get(next).map_or(f64::INFINITY, |a| a.1 - now);
+            if top.1 <= until_next {
+                now += top.1;
+                ready[top.0] = now;
+                stack.pop();
+            } else {
+                top.1 -= until_next;
+                now += until_next;
+            }
+        }
+    }
+    match starts.as_slice() {
+        [.., a, b] => b - a,
+        _ => 0.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::profile::LayerProfile;
+
+    fn layers(specs: &[(u64, f64)]) -> ModelProfile {
+        ModelProfile {
+            name: "toy".into(),
+            layers: specs
+                .iter()
+                .enumerate()
+                .map(|(i, &(p, f))| LayerProfile::new(format!("l{i}"), p, f))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn ideal_of_one_layer_cannot_overlap() {
+        // fwd 2 s, bwd 4 s, M = 4 s: the only gradient is ready last and needed first.
+        let p = layers(&[(1000, 4e9)]);
+        let cost = CostModel::new(64e9, 32, 1000.0, 4);
+        let t = ideal_iteration_s(&p, &cost);
+        assert!((t - 10.0).abs() < 1e-9, "{t}");
+    }
+
+    #[test]
+    fn ideal_lies_between_max_and_sum_and_tends_to_each() {
+        // Ten equal layers.
+        let p = layers(&[(100, 1e9); 10]);
+        for bw in [10.0, 100.0, 1000.0, 1e4, 1e6] {
+            let cost = CostModel::new(64e9, 32, bw, 2);
+            let b = Bounds::compute(&p, &cost);
+            let t = ideal_iteration_s(&p, &cost);
+            assert!(
+                t >= b.optimal_s - 1e-9 && t <= b.no_overlap_s + 1e-9,
+                "{bw}: {t} {b:?}"
+            );
+        }
+        // Fast link: C plus the first layer's push (0.4 ms); slow link: M plus the first
+        // layer's compute after it arrives.
+        let fast = CostModel::new(64e9, 32, 1e6, 2);
+        let b = Bounds::compute(&p, &fast);
+        let t = ideal_iteration_s(&p, &fast);
+        assert!((t - (b.compute_s + 400.0 / 1e6)).abs() < 1e-9, "{t} {b:?}");
+        let slow = CostModel::new(64e9, 32, 10.0, 2);
+        let b = Bounds::compute(&p, &slow);
+        assert!(ideal_iteration_s(&p, &slow) < 1.05 * b.comm_s);
+    }
+
+    #[test]
+    fn a_big_input_layer_is_the_tail() {
+        // The first layer holds 90% of the parameters (the case max(C, M) misjudges): it is
+        // pushed last and needed first, so nothing hides its wire time.
+        let big_first = layers(&[(900, 1e9), (50, 1e9), (50, 1e9)]);
+        let big_last = layers(&[(50, 1e9), (50, 1e9), (900, 1e9)]);
+        let cost = CostModel::new(32e9, 32, 1000.0, 2);
+        let b = Bounds::compute(&big_first, &cost);
+        let first = ideal_iteration_s(&big_first, &cost);
+        let last = ideal_iteration_s(&big_last, &cost);
+        assert!(first > 1.3 * b.optimal_s, "{first} vs {b:?}");
+        assert!(last < first, "{last} {first}");
+    }
 
     #[test]
     fn bounds_by_hand() {

@@ -27,7 +27,7 @@ pub mod simulator;
 pub mod slicing;
 pub mod worker;
 
-pub use cost::{Bounds, CostModel};
+pub use cost::{Bounds, CostModel, ideal_iteration_s};
 pub use error::{EngineError, PlanError, ProfileError};
 pub use mode::Mode;
 pub use profile::{LayerProfile, MeasuredTime, ModelProfile, SockeyeConfig};

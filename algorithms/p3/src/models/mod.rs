@@ -2,14 +2,20 @@
 //!
 //! - [`DnnStageModel`]: a real [`petrel_ml::dnn::Sequential`] network (MLP, small CNN)
 //!   trained on a data set; stage = network layer, tensors = the layer's weight and bias.
+//! - [`CandleStageModel`]: a model written with the candle deep-learning crate as an
+//!   ordered list of stages ([`StagedNet`]); [`nets`] has an MLP, LeNet, and ResNet-18 and
+//!   VGG-11 layouts for 32x32 images.
 //! - [`EmulatedModel`]: a [`crate::core::ModelProfile`] (VGG-19, ResNet-50, Sockeye, or
 //!   a user profile) with emulated compute; stage = profile layer, one tensor each.
 
 mod dnn;
 mod emulated;
+pub mod nets;
+pub mod staged;
 
 pub use dnn::DnnStageModel;
 pub use emulated::EmulatedModel;
+pub use staged::{CandleStageModel, StagedNet, TensorSpec};
 
 use petrel_ml::dnn::DnnError;
 
@@ -19,6 +25,12 @@ pub enum ModelError {
     /// The network rejected an input or a parameter tensor.
     #[error(transparent)]
     Dnn(#[from] DnnError),
+    /// candle rejected a shape, a tensor or an operation.
+    #[error("candle: {0}")]
+    Candle(#[from] candle_core::Error),
+    /// A model name [`nets::by_name`] does not know.
+    #[error("unknown model {0:?} (known: mlp, lenet, resnet18, vgg11)")]
+    UnknownNet(String),
     /// A stage index the model does not have.
     #[error("no stage {0}")]
     NoStage(usize),

@@ -180,6 +180,32 @@ impl PsLdaConfig {
     }
 }
 
+/// The one metrics format of a ps-lda run: a record per pass (log-likelihood per token);
+/// a Gibbs sampler runs its `iterations` passes (no convergence test).
+pub fn ps_lda_run_metrics(metrics: &PsLdaMetrics, cfg: &PsLdaConfig) -> petrel_ml::job::RunMetrics {
+    let lda = &metrics.lda;
+    let mut m = petrel_ml::job::RunMetrics::new(PsLda::NAME, cfg, metrics, lda.elapsed_s);
+    for p in &lda.loglik {
+        m.record(
+            p.iteration as u64,
+            p.elapsed_s,
+            &[
+                ("loglik_per_token", p.loglik_per_token),
+                ("tokens_sampled", p.tokens_sampled as f64),
+            ],
+        );
+    }
+    m.finals(&[
+        ("loglik_per_token", lda.final_loglik_per_token),
+        ("tokens_per_s_per_worker", lda.tokens_per_s_per_worker),
+    ]);
+    m.stop_reason = format!(
+        "ran iterations = {} (a Gibbs sampler has no convergence test)",
+        cfg.iterations
+    );
+    m
+}
+
 /// A worker finished pass `iteration` (0 = the initial assignments) at clock `clock`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PsLdaIteration {
@@ -613,9 +639,13 @@ impl PsApp for PsLda {
         let Some(dir) = &self.cfg.out else {
             return Ok(());
         };
+        let run = ps_lda_run_metrics(&out.metrics, &self.cfg);
+        run.check_finite("check alpha and beta")?;
         let phi = out.table.topic_word(self.cfg.beta);
         write_topic_files(dir, &phi, &self.corpus, self.cfg.top_words)?;
-        let json = serde_json::to_vec_pretty(&out.metrics).map_err(|source| PsError::Json {
+        let csv = run.history_csv();
+        petrel_ml::topic::write_file(dir, "history.csv", csv.as_bytes())?;
+        let json = serde_json::to_vec_pretty(&run).map_err(|source| PsError::Json {
             what: "metrics.json",
             source,
         })?;

@@ -2,9 +2,11 @@
 //! `petrel train ps-lr`).
 //!
 //! One PS table `weights` (id 0): row `j` holds the `n_classes` weights of feature `j`, row
-//! `n_features` the biases. The optimizer lives on the shards: the table uses the server-side
-//! `Sgd { learning_rate }` rule, so workers send raw gradients (`batch_inc`) and read-my-writes
-//! applies `-learning_rate * gradient` locally. Worker `w` owns the training samples
+//! `n_features` the biases. The optimizer lives on the shards: the table uses a server-side
+//! rule (`--rule`: fixed-step `Sgd`, `Adagrad` or `AdaRevision`), so workers send raw
+//! gradients (`batch_inc`) and read-my-writes applies `-learning_rate * gradient` locally.
+//! Under AdaRevision a row also carries the gradient sums `z` of its weights (`2 * n_classes`
+//! wide) and a worker sends the `z` it read beside its gradient. Worker `w` owns the training samples
 //! `i % n_workers == w`; per clock it takes its next mini-batch, reads the rows of the features
 //! present in it (`get_many`, under the job's consistency model), computes the softmax
 //! cross-entropy gradient and calls `clock()`. The monitor snapshots the shards every
@@ -14,10 +16,10 @@
 //! Data: LIBSVM files (`label idx:val ...`; labels may be any numbers, mapped in sorted order to
 //! classes) or synthetic separable classes.
 
+use crate::core::rules::{ServerRule, adarevision_delta};
 use crate::core::stats::{StalenessReport, StalenessStats};
-use crate::core::types::{
-    Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec, UpdateRuleSpec,
-};
+use crate::core::straggler::StragglerModel;
+use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
 use crate::kit::{MonitorCtx, PsApp, PsStep, WorkerCtx, WorkerDone, write_model_and_metrics};
 use crate::shells::{PsLayout, TablesBuilder};
@@ -31,7 +33,7 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The weights table.
 pub const WEIGHTS: TableId = TableId(0);
@@ -59,9 +61,12 @@ pub struct PsLrConfig {
     /// Fraction of the samples held out.
     #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,
-    /// Step size of the shards' SGD rule.
+    /// Step size of the shards' rule (AdaRevision's and Adagrad's `alpha`).
     #[arg(long, default_value_t = 0.5)]
     pub learning_rate: f32,
+    /// The shards' update rule: sgd (fixed step), adagrad or adarevision.
+    #[arg(long, value_enum, default_value_t = ServerRule::Sgd)]
+    pub rule: ServerRule,
     /// Samples per clock and worker.
     #[arg(long, default_value_t = 50)]
     pub batch_size: usize,
@@ -77,10 +82,46 @@ pub struct PsLrConfig {
     /// Milliseconds between evaluations of the monitor.
     #[arg(long, default_value_t = 250)]
     pub eval_ms: u64,
+    /// Stop once the held-out log-loss is at or below this.
+    #[arg(long)]
+    pub target_log_loss: Option<f64>,
+    /// The monitor stops the workers after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub max_seconds: f64,
+    /// Emulated compute time per clock (0: just the real compute).
+    #[arg(long, default_value_t = 0.0)]
+    pub clock_ms: f64,
+    /// Worker slowed down by `straggler_factor` on every clock.
+    #[arg(long)]
+    pub straggler: Option<u32>,
+    /// How much slower the persistent straggler's clocks are.
+    #[arg(long, default_value_t = 1.0)]
+    pub straggler_factor: f64,
+    /// Transient stragglers: probability that a clock of a worker is slowed (seeded by
+    /// `seed`).
+    #[arg(long, default_value_t = 0.0)]
+    pub transient_probability: f64,
+    /// How much slower a transiently slowed clock is.
+    #[arg(long, default_value_t = 1.0)]
+    pub transient_factor: f64,
     /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
     /// settings without it write no files).
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+impl PsLrConfig {
+    /// The emulated compute time of every clock of every worker.
+    pub fn straggler_model(&self) -> StragglerModel {
+        StragglerModel {
+            clock_ms: self.clock_ms,
+            persistent: self.straggler,
+            persistent_factor: self.straggler_factor,
+            transient_probability: self.transient_probability,
+            transient_factor: self.transient_factor,
+            seed: self.seed,
+        }
+    }
 }
 
 impl Default for PsLrConfig {
@@ -93,11 +134,19 @@ impl Default for PsLrConfig {
             seed: 11,
             test_fraction: 0.2,
             learning_rate: 0.5,
+            rule: ServerRule::Sgd,
             batch_size: 50,
             consistency: ConsistencyModel::Ssp,
             staleness: 2,
             max_clocks: 200,
             eval_ms: 250,
+            target_log_loss: None,
+            max_seconds: 600.0,
+            clock_ms: 0.0,
+            straggler: None,
+            straggler_factor: 1.0,
+            transient_probability: 0.0,
+            transient_factor: 1.0,
             out: None,
         }
     }
@@ -318,6 +367,14 @@ pub struct PsLrResult {
     pub final_log_loss: f64,
     /// Accuracy at the last evaluation.
     pub final_accuracy: f64,
+    /// The target log-loss, if any.
+    pub target_log_loss: Option<f64>,
+    /// Whether the target was reached.
+    pub reached_target: bool,
+    /// Seconds until it was.
+    pub time_to_target_s: Option<f64>,
+    /// Min clock when the target was reached (or at the end).
+    pub iterations: u64,
     /// Seconds of the whole run.
     pub wall_s: f64,
     /// Clocks each worker completed.
@@ -326,6 +383,31 @@ pub struct PsLrResult {
     pub staleness: StalenessReport,
     /// The convergence curve.
     pub curve: Vec<PsLrPoint>,
+}
+
+impl PsLrResult {
+    /// The one metrics format: a record per evaluation of the monitor (step: the slowest
+    /// worker's clock); SGD runs its clocks (no convergence test).
+    pub fn run_metrics(&self, cfg: &PsLrConfig) -> petrel_ml::job::RunMetrics {
+        let mut m = petrel_ml::job::RunMetrics::new(PsLr::NAME, cfg, self, self.wall_s);
+        for p in &self.curve {
+            m.record(
+                p.clock,
+                p.seconds,
+                &[("test_accuracy", p.accuracy), ("test_log_loss", p.log_loss)],
+            );
+        }
+        m.finals(&[
+            ("test_accuracy", self.final_accuracy),
+            ("test_log_loss", self.final_log_loss),
+        ]);
+        m.converged = false;
+        m.stop_reason = format!(
+            "ran max_clocks = {} (SGD has no convergence test)",
+            cfg.max_clocks
+        );
+        m
+    }
 }
 
 /// The learned model (`model.json`).
@@ -353,12 +435,14 @@ pub struct PsLr {
     /// The samples.
     pub data: PsLrData,
     tables: Vec<TableSpec>,
+    stragglers: StragglerModel,
 }
 
 /// The ps-lr monitor between evaluations.
 #[derive(Default)]
 pub struct PsLrMonitor {
     curve: Vec<PsLrPoint>,
+    reached: Option<(f64, u64)>,
     weights: HashMap<u32, Vec<f32>>,
     reports: Vec<WorkerDone>,
 }
@@ -387,17 +471,22 @@ impl PsApp for PsLr {
 
     fn new(cfg: PsLrConfig, _layout: &PsLayout) -> Result<Self, PsError> {
         let data = PsLrData::load(&cfg)?;
+        let k = data.n_classes() as u32;
         let tables = TablesBuilder::new()
             .dense(
                 "weights",
-                data.n_classes() as u32,
+                cfg.rule.row_width(k),
                 Consistency::new(cfg.consistency, cfg.staleness),
             )
-            .rule(UpdateRuleSpec::Sgd {
-                learning_rate: cfg.learning_rate,
-            })
+            .rule(cfg.rule.spec(cfg.learning_rate, k))
             .build()?;
-        Ok(PsLr { cfg, data, tables })
+        let stragglers = cfg.straggler_model();
+        Ok(PsLr {
+            cfg,
+            data,
+            tables,
+            stragglers,
+        })
     }
 
     fn tables(&self) -> Vec<TableSpec> {
@@ -440,13 +529,24 @@ impl PsApp for PsLr {
             .collect();
         let ids: Vec<RowId> = feats.iter().map(|&j| RowId(u64::from(j))).collect();
         let got = c.get_many(WEIGHTS, &ids).await?;
+        let t0 = Instant::now();
         let rows: HashMap<u32, Vec<f32>> = feats
             .iter()
-            .zip(got)
+            .zip(&got)
             .map(|(&j, r)| (j, r.to_dense(k)))
             .collect();
+        let read: HashMap<u32, &Row> = feats.iter().copied().zip(&got).collect();
         for (j, g) in gradient(&batch, &rows, bias, k) {
-            c.batch_inc(WEIGHTS, RowId(u64::from(j)), &Row::Dense(g))?;
+            let delta = match (self.cfg.rule, read.get(&j)) {
+                (ServerRule::AdaRevision, Some(r)) => adarevision_delta(&g, r),
+                _ => Row::Dense(g),
+            };
+            c.batch_inc(WEIGHTS, RowId(u64::from(j)), &delta)?;
+        }
+        let per_clock = self.stragglers.clock_time(ctx.worker(), c.current_clock());
+        let spent = t0.elapsed();
+        if spent < per_clock {
+            tokio::time::sleep(per_clock - spent).await;
         }
         Ok(PsStep::Clock)
     }
@@ -468,7 +568,7 @@ impl PsApp for PsLr {
         m: &mut PsLrMonitor,
         ctx: &MonitorCtx<'_>,
         reports: Vec<WorkerDone>,
-        _all_done: bool,
+        all_done: bool,
     ) -> Result<Option<String>, PsError> {
         m.reports.extend(reports);
         let k = self.data.n_classes();
@@ -478,13 +578,27 @@ impl PsApp for PsLr {
             .collect();
         let (accuracy, log_loss) = evaluate(&self.data.test, &m.weights, self.bias(), k);
         ctx.progress("log_loss", log_loss);
+        let t = ctx.elapsed_s();
         m.curve.push(PsLrPoint {
-            seconds: ctx.elapsed_s(),
+            seconds: t,
             clock,
             accuracy,
             log_loss,
         });
-        Ok(None)
+        if m.reached.is_none() && self.cfg.target_log_loss.is_some_and(|x| log_loss <= x) {
+            m.reached = Some((t, clock));
+        }
+        Ok(if all_done {
+            None
+        } else if m.reached.is_some() {
+            Some(format!(
+                "target log-loss reached ({log_loss:.4} at clock {clock})"
+            ))
+        } else if t >= self.cfg.max_seconds {
+            Some(format!("max_seconds {} passed", self.cfg.max_seconds))
+        } else {
+            None
+        })
     }
 
     async fn finish(
@@ -510,6 +624,10 @@ impl PsApp for PsLr {
             initial_log_loss: first.map_or(0.0, |p| p.log_loss),
             final_log_loss: last.map_or(0.0, |p| p.log_loss),
             final_accuracy: last.map_or(0.0, |p| p.accuracy),
+            target_log_loss: self.cfg.target_log_loss,
+            reached_target: m.reached.is_some(),
+            time_to_target_s: m.reached.map(|r| r.0),
+            iterations: m.reached.map_or(last.map_or(0, |p| p.clock), |r| r.1),
             wall_s: ctx.elapsed_s(),
             worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
             staleness: st.report(),
@@ -526,7 +644,12 @@ impl PsApp for PsLr {
     }
 
     fn write_outputs(&self, out: &PsLrOutcome) -> Result<(), PsError> {
-        write_model_and_metrics(self.cfg.out.as_deref(), &out.model, &out.metrics)
+        write_model_and_metrics(
+            self.cfg.out.as_deref(),
+            &out.model,
+            &out.metrics.run_metrics(&self.cfg),
+            "lower learning_rate",
+        )
     }
 
     fn summary(cfg: &PsLrConfig, out: &PsLrOutcome) -> String {

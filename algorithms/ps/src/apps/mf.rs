@@ -14,9 +14,10 @@
 //!
 //! Per clock a worker takes the next mini-batch of its ratings, reads the rows it touches
 //! (`get_many`; under async it also prefetches fresh copies without waiting), runs sequential
-//! SGD on local copies, `batch_inc`s the differences and calls `clock()`. A straggler is
+//! SGD on local copies, `batch_inc`s the differences and calls `clock()`. Stragglers are
 //! emulated by stretching a worker's clock to `clock_ms * factor` (sleeping for the difference
-//! between that and the real compute time; the other workers' clocks take `clock_ms`).
+//! between that and the real compute time): a persistent straggler (`straggler`) and transient
+//! ones (`transient_probability`), both a `StragglerModel`.
 //!
 //! The monitor snapshots the shards every `eval_ms`, computes the held-out RMSE of the global
 //! model, records the convergence curve, and tells every worker to stop once the target RMSE
@@ -24,7 +25,10 @@
 //! then collects the workers' staleness statistics and writes `model.json` and
 //! `metrics.json`.
 
+use crate::core::managed::{BandwidthManager, SendPolicy};
+use crate::core::rules::{ServerRule, adarevision_delta};
 use crate::core::stats::{StalenessReport, StalenessStats};
+use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
 use crate::kit::{MonitorCtx, PsApp, PsStep, WorkerCtx, WorkerDone, write_model_and_metrics};
@@ -77,9 +81,14 @@ pub struct PsMfConfig {
     /// Factor rank of the model.
     #[arg(long, default_value_t = 16)]
     pub rank: u32,
-    /// SGD step size.
+    /// SGD step size (with `rule`: the shards' `alpha`).
     #[arg(long, default_value_t = 0.02)]
     pub learning_rate: f32,
+    /// Optimizer on the shards instead of local SGD: workers send the mini-batch gradient at
+    /// the rows they read and the shards apply sgd (fixed step), adagrad or adarevision.
+    /// Unset: sequential SGD on local copies, differences summed on the shards.
+    #[arg(long, value_enum)]
+    pub rule: Option<ServerRule>,
     /// L2 regularization.
     #[arg(long, default_value_t = 0.05)]
     pub regularization: f32,
@@ -119,6 +128,25 @@ pub struct PsMfConfig {
     /// How much slower the straggler's clocks are.
     #[arg(long, default_value_t = 1.0)]
     pub straggler_factor: f64,
+    /// Transient stragglers: probability that a clock of a worker is slowed (seeded by
+    /// `seed`, the same slowdowns for every consistency model).
+    #[arg(long, default_value_t = 0.0)]
+    pub transient_probability: f64,
+    /// How much slower a transiently slowed clock is.
+    #[arg(long, default_value_t = 1.0)]
+    pub transient_factor: f64,
+    /// Managed communication (Bösen): while a clock computes, send the pending updates early
+    /// in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`. Unset:
+    /// updates leave only at the clock boundary.
+    #[arg(long, value_enum)]
+    pub managed: Option<SendPolicy>,
+    /// Slices a clock's compute is cut into (updates become pending slice by slice; managed
+    /// communication gets one tick per slice).
+    #[arg(long, default_value_t = 4)]
+    pub compute_slices: u32,
+    /// Bandwidth budget of managed communication, bytes per second per worker.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub managed_bytes_per_s: u64,
     /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
     /// settings without it write no files).
     #[arg(long)]
@@ -141,6 +169,7 @@ impl Default for PsMfConfig {
             test_fraction: 0.1,
             rank: 16,
             learning_rate: 0.02,
+            rule: None,
             regularization: 0.05,
             init_scale: 0.1,
             consistency: ConsistencyModel::Ssp,
@@ -154,6 +183,11 @@ impl Default for PsMfConfig {
             clock_ms: 0.0,
             straggler: None,
             straggler_factor: 1.0,
+            transient_probability: 0.0,
+            transient_factor: 1.0,
+            managed: None,
+            compute_slices: 4,
+            managed_bytes_per_s: 1_000_000,
             out: None,
             fail_worker_at: None,
         }
@@ -212,6 +246,18 @@ impl PsMfConfig {
         Consistency::new(self.consistency, self.staleness)
     }
 
+    /// The emulated compute time of every clock of every worker.
+    pub fn straggler_model(&self) -> StragglerModel {
+        StragglerModel {
+            clock_ms: self.clock_ms,
+            persistent: self.straggler,
+            persistent_factor: self.straggler_factor,
+            transient_probability: self.transient_probability,
+            transient_factor: self.transient_factor,
+            seed: self.seed,
+        }
+    }
+
     /// Clocks each worker runs: `max_clocks`, else `epochs * batches_per_epoch`.
     pub fn clocks(&self) -> u64 {
         self.max_clocks.unwrap_or_else(|| {
@@ -228,9 +274,21 @@ impl PsMfConfig {
                 reason: "rank must be >= 1".into(),
             });
         }
+        let Some(rule) = self.rule else {
+            return Ok(TablesBuilder::new()
+                .dense("users", self.rank, Consistency::Async)
+                .dense("items", self.rank, self.consistency())
+                .build()?);
+        };
+        let (width, spec) = (
+            rule.row_width(self.rank),
+            rule.spec(self.learning_rate, self.rank),
+        );
         Ok(TablesBuilder::new()
-            .dense("users", self.rank, Consistency::Async)
-            .dense("items", self.rank, self.consistency())
+            .dense("users", width, Consistency::Async)
+            .rule(spec.clone())
+            .dense("items", width, self.consistency())
+            .rule(spec)
             .build()?)
     }
 }
@@ -332,6 +390,34 @@ pub fn sgd_pass(
     }
 }
 
+/// The gradient of the squared error plus L2 over `batch` at fixed factors (summed over the
+/// ratings, as the steps of one SGD pass are): `(d/d users, d/d items)` per id.
+pub fn batch_gradient(
+    batch: &[(u32, u32, f32)],
+    users: &HashMap<u32, Vec<f32>>,
+    items: &HashMap<u32, Vec<f32>>,
+    mean: f32,
+    reg: f32,
+) -> (HashMap<u32, Vec<f32>>, HashMap<u32, Vec<f32>>) {
+    let (mut gu, mut gi): (HashMap<u32, Vec<f32>>, HashMap<u32, Vec<f32>>) = Default::default();
+    for &(u, i, r) in batch {
+        let (Some(pu), Some(qi)) = (users.get(&u), items.get(&i)) else {
+            continue;
+        };
+        let e = r - mean - dot(pu, qi);
+        let k = pu.len().min(qi.len());
+        let a = gu.entry(u).or_insert_with(|| vec![0.0; k]);
+        for c in 0..k {
+            a[c] += -e * qi[c] + reg * pu[c];
+        }
+        let b = gi.entry(i).or_insert_with(|| vec![0.0; k]);
+        for c in 0..k {
+            b[c] += -e * pu[c] + reg * qi[c];
+        }
+    }
+    (gu, gi)
+}
+
 /// Root mean squared error of `mean + p_u . q_i` on `entries`.
 pub fn rmse(
     entries: &[(u32, u32, f32)],
@@ -400,8 +486,36 @@ pub struct PsMfResult {
     pub staleness: StalenessReport,
     /// Seconds each worker waited for rows.
     pub per_worker_wait_s: Vec<f64>,
+    /// Bytes each worker's node sent over the whole run.
+    #[serde(default)]
+    pub per_worker_sent_bytes: Vec<u64>,
     /// The convergence curve.
     pub curve: Vec<RmsePoint>,
+}
+
+impl PsMfResult {
+    /// The one metrics format: a record per evaluation of the monitor (step: the slowest
+    /// worker's clock); `converged` when `target_rmse` was reached.
+    pub fn run_metrics(&self, cfg: &PsMfConfig) -> petrel_ml::job::RunMetrics {
+        let mut m = petrel_ml::job::RunMetrics::new(PsMf::NAME, cfg, self, self.wall_s);
+        for p in &self.curve {
+            m.record(p.clock, p.seconds, &[("test_rmse", p.rmse)]);
+        }
+        m.finals(&[
+            ("test_rmse", self.final_rmse),
+            ("clocks", self.iterations as f64),
+        ]);
+        m.converged = self.reached_target;
+        m.stop_reason = match (self.target_rmse, self.reached_target) {
+            (Some(t), true) => format!("test RMSE reached target_rmse {t}"),
+            (Some(t), false) => format!(
+                "stopped at the clock or time limit before target_rmse {t}: test RMSE {:.4}",
+                self.final_rmse
+            ),
+            (None, _) => format!("ran {} clocks", cfg.clocks()),
+        };
+        m
+    }
 }
 
 /// The learned model (`model.json`).
@@ -442,7 +556,8 @@ pub struct PsMf {
 /// A ps-mf worker between clocks.
 pub struct PsMfWorker {
     batches: Vec<Vec<(u32, u32, f32)>>,
-    per_clock: Duration,
+    stragglers: StragglerModel,
+    manager: Option<BandwidthManager>,
     compute_s: f64,
     wait_s: f64,
 }
@@ -489,16 +604,6 @@ impl PsMf {
             |i| row(&m.items, i).unwrap_or_else(|| zero.clone()),
             self.data.mean,
         )
-    }
-
-    fn emulated_clock(&self, worker: u32) -> Duration {
-        let cfg = &self.cfg;
-        let factor = if cfg.straggler == Some(worker) {
-            cfg.straggler_factor.max(1.0)
-        } else {
-            1.0
-        };
-        Duration::from_secs_f64((cfg.clock_ms * factor).max(0.0) / 1000.0)
     }
 }
 
@@ -548,7 +653,13 @@ impl PsApp for PsMf {
         let chunk = mine.len().div_ceil(nb).max(1);
         Ok(PsMfWorker {
             batches: mine.chunks(chunk).map(<[_]>::to_vec).collect(),
-            per_clock: self.emulated_clock(w),
+            stragglers: self.cfg.straggler_model(),
+            manager: self.cfg.managed.map(|policy| {
+                // The budget of one tick: the bandwidth times a compute slice.
+                let tick_s = self.cfg.clock_ms / 1000.0 / f64::from(self.cfg.compute_slices.max(1));
+                let budget = (self.cfg.managed_bytes_per_s as f64 * tick_s) as usize;
+                BandwidthManager::new(budget, policy, self.cfg.seed + u64::from(w))
+            }),
             compute_s: 0.0,
             wait_s: 0.0,
         })
@@ -592,20 +703,65 @@ impl PsApp for PsMf {
         };
         let mut pu = local(USERS, &users, &user_rows);
         let mut qi = local(ITEMS, &items, &item_rows);
-        let (old_u, old_i) = (pu.clone(), qi.clone());
-        let (lr, reg) = (cfg.learning_rate, cfg.regularization);
-        sgd_pass(batch, &mut pu, &mut qi, self.data.mean, lr, reg);
-        for (table, new, old) in [(USERS, &pu, &old_u), (ITEMS, &qi, &old_i)] {
-            for (&id, v) in new {
-                if let Some(o) = old.get(&id) {
-                    let d: Vec<f32> = v.iter().zip(o).map(|(a, b)| a - b).collect();
-                    client.batch_inc(table, RowId(u64::from(id)), &Row::Dense(d))?;
+        if let Some(rule) = cfg.rule {
+            let (gu, gi) = batch_gradient(batch, &pu, &qi, self.data.mean, cfg.regularization);
+            for (table, grads, ids, rows) in [
+                (USERS, &gu, &users, &user_rows),
+                (ITEMS, &gi, &items, &item_rows),
+            ] {
+                for (id, read) in ids.iter().zip(rows) {
+                    let Some(g) = grads.get(id) else { continue };
+                    let delta = match rule {
+                        ServerRule::AdaRevision => adarevision_delta(g, read),
+                        ServerRule::Sgd | ServerRule::Adagrad => Row::Dense(g.clone()),
+                    };
+                    client.batch_inc(table, RowId(u64::from(*id)), &delta)?;
                 }
+            }
+            let spent = t0.elapsed();
+            let per_clock = st.stragglers.clock_time(w, c);
+            if spent < per_clock {
+                tokio::time::sleep(per_clock - spent).await;
+            }
+            st.compute_s += t0.elapsed().as_secs_f64();
+            return Ok(PsStep::Clock);
+        }
+        let (lr, reg) = (cfg.learning_rate, cfg.regularization);
+        // The clock's compute in slices: each slice's SGD changes become pending updates
+        // (oplog) when it ends, and managed communication may send some of them at once.
+        let per_clock = st.stragglers.clock_time(w, c);
+        // Without managed communication nothing leaves before the clock: one slice (and the
+        // same float sums as ever).
+        let slices = if st.manager.is_some() {
+            cfg.compute_slices.max(1) as usize
+        } else {
+            1
+        };
+        let slice_len = batch.len().div_ceil(slices).max(1);
+        let per_slice = per_clock / slices as u32;
+        for (k, part) in batch.chunks(slice_len).enumerate() {
+            let (old_u, old_i) = (pu.clone(), qi.clone());
+            sgd_pass(part, &mut pu, &mut qi, self.data.mean, lr, reg);
+            for (table, new, old) in [(USERS, &pu, &old_u), (ITEMS, &qi, &old_i)] {
+                for (&id, v) in new {
+                    if let Some(o) = old.get(&id) {
+                        let d: Vec<f32> = v.iter().zip(o).map(|(a, b)| a - b).collect();
+                        client.batch_inc(table, RowId(u64::from(id)), &Row::Dense(d))?;
+                    }
+                }
+            }
+            if let Some(manager) = st.manager.as_mut() {
+                client.managed_tick(manager)?;
+            }
+            let due = per_slice * (k as u32 + 1);
+            let spent = t0.elapsed();
+            if spent < due {
+                tokio::time::sleep(due - spent).await;
             }
         }
         let spent = t0.elapsed();
-        if spent < st.per_clock {
-            tokio::time::sleep(st.per_clock - spent).await;
+        if spent < per_clock {
+            tokio::time::sleep(per_clock - spent).await;
         }
         st.compute_s += t0.elapsed().as_secs_f64();
         Ok(PsStep::Clock)
@@ -622,6 +778,7 @@ impl PsApp for PsMf {
             staleness: ctx.client.table_stats(ITEMS),
             compute_s: st.compute_s,
             wait_s: st.wait_s,
+            sent_bytes: ctx.node.net_stats().sent_bytes,
         };
         tracing::info!(
             worker = done.worker,
@@ -705,6 +862,7 @@ impl PsApp for PsMf {
             worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
             staleness: st.report(),
             per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
+            per_worker_sent_bytes: m.reports.iter().map(|r| r.sent_bytes).collect(),
             curve: m.curve,
         };
         tracing::info!(
@@ -717,7 +875,12 @@ impl PsApp for PsMf {
     }
 
     fn write_outputs(&self, out: &PsMfOutcome) -> Result<(), PsError> {
-        write_model_and_metrics(self.cfg.out.as_deref(), &out.model, &out.metrics)
+        write_model_and_metrics(
+            self.cfg.out.as_deref(),
+            &out.model,
+            &out.metrics.run_metrics(&self.cfg),
+            "lower learning_rate (or raise regularization)",
+        )
     }
 
     fn summary(cfg: &PsMfConfig, out: &PsMfOutcome) -> String {

@@ -12,7 +12,7 @@ use crate::core::client::ClientCore;
 use crate::core::types::{RowId, ShardBatch, TableId};
 
 /// Order in which pending rows are considered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum SendPolicy {
     /// Oldest first (first `Inc` into the oplog).
     Fifo,

@@ -28,6 +28,7 @@ pub mod managed;
 pub mod rules;
 pub mod shard;
 pub mod stats;
+pub mod straggler;
 pub mod types;
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use crate::core::error::PsCoreError;
 use crate::core::types::{Row, RowId, UpdateRuleSpec};
 
@@ -146,6 +148,159 @@ impl UpdateRule for Adagrad {
     }
 }
 
+/// AdaRevision (McMahan & Streeter, "Delay-tolerant algorithms for asynchronous distributed
+/// online learning", NIPS 2014), per coordinate, on the shard.
+///
+/// A row is `[x_0 .. x_{k-1} | z_0 .. z_{k-1}]`: the values and, per value, the sum `z` of
+/// every gradient applied to it. A worker reads both, computes its gradient `g` at the `x` it
+/// read and sends `[g | z_old]`, the `z` it read (client bookkeeping: [`adarevision_delta`]).
+/// The shard then knows the *backlog* `g_bck = z - z_old`, the gradients applied since that
+/// read, which the worker's gradient did not see, and per coordinate:
+///
+/// ```text
+/// eta_old = alpha / sqrt(G_max)
+/// G      += g^2 + 2 g g_bck          // accounts for g's interaction with the backlog
+/// G_max   = max(G_max, G)
+/// eta     = alpha / sqrt(G_max)
+/// x      += -eta g + (eta_old - eta) g_bck   // and revises the backlog's steps to eta
+/// z      += g
+/// ```
+///
+/// With no delay (`g_bck = 0`) this is Adagrad; with delay the step shrinks by the overlap
+/// the stale gradient has with the updates it missed. Deltas must not be coalesced: one
+/// gradient per row and clock (a sum of two `z_old` would be wrong), which is how a worker
+/// uses it (read, one gradient, clock).
+#[derive(Debug, Clone)]
+pub struct AdaRevision {
+    /// Base step size `alpha`.
+    pub learning_rate: f32,
+    /// `G` and `G_max` start here (> 0).
+    pub initial_accumulator: f32,
+    /// Value columns per row.
+    pub width: u32,
+    /// Per row: `(G, G_max)` per value column.
+    accum: HashMap<RowId, Vec<(f64, f64)>>,
+}
+
+impl AdaRevision {
+    /// The rule with these hyper-parameters.
+    pub fn new(learning_rate: f32, initial_accumulator: f32, width: u32) -> Self {
+        AdaRevision {
+            learning_rate,
+            initial_accumulator: initial_accumulator.max(f32::MIN_POSITIVE),
+            width,
+            accum: HashMap::new(),
+        }
+    }
+
+    fn step(&self, acc: &mut [(f64, f64)], row: &mut Row, delta: &Row) {
+        let k = self.width;
+        let alpha = f64::from(self.learning_rate);
+        let gradient: Vec<(u32, f32)> = match delta {
+            Row::Dense(d) => (0..k.min(d.len() as u32))
+                .map(|c| (c, d[c as usize]))
+                .collect(),
+            Row::Sparse(d) => d.iter().copied().filter(|&(c, _)| c < k).collect(),
+        };
+        for (c, g) in gradient {
+            let Some(slot) = acc.get_mut(c as usize) else {
+                continue;
+            };
+            let g = f64::from(g);
+            let z = f64::from(row.get(k + c));
+            let z_old = f64::from(delta.get(k + c));
+            let backlog = z - z_old;
+            let eta_old = alpha / slot.1.sqrt();
+            slot.0 += g * g + 2.0 * g * backlog;
+            slot.1 = slot.1.max(slot.0);
+            let eta = alpha / slot.1.sqrt();
+            row.inc(c, (-eta * g + (eta_old - eta) * backlog) as f32);
+            row.inc(k + c, g as f32);
+        }
+    }
+}
+
+impl UpdateRule for AdaRevision {
+    /// Without a row id: one step from a fresh accumulator.
+    fn apply(&mut self, row: &mut Row, delta: &Row) {
+        let a0 = f64::from(self.initial_accumulator);
+        let mut acc = vec![(a0, a0); self.width as usize];
+        self.step(&mut acc, row, delta);
+    }
+
+    fn apply_row(&mut self, id: RowId, row: &mut Row, delta: &Row) {
+        let a0 = f64::from(self.initial_accumulator);
+        let width = self.width as usize;
+        let mut acc = self
+            .accum
+            .remove(&id)
+            .unwrap_or_else(|| vec![(a0, a0); width]);
+        self.step(&mut acc, row, delta);
+        self.accum.insert(id, acc);
+    }
+}
+
+/// The gradient rules an app offers as one choice (`--rule`): the shards' update rule for a
+/// table whose deltas are gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ServerRule {
+    /// `x -= alpha g` (fixed step).
+    Sgd,
+    /// `x -= alpha g / sqrt(sum g^2)`.
+    Adagrad,
+    /// [`AdaRevision`]: Adagrad revised for the updates a stale gradient missed.
+    #[value(name = "adarevision")]
+    AdaRevision,
+}
+
+impl ServerRule {
+    /// Initial accumulator of Adagrad (as `eps`) and AdaRevision: keeps the first step of a
+    /// tiny gradient bounded.
+    pub const INITIAL_ACCUMULATOR: f32 = 1e-6;
+
+    /// The table's update rule for `width` values per row with step `alpha`.
+    pub fn spec(self, alpha: f32, width: u32) -> UpdateRuleSpec {
+        match self {
+            ServerRule::Sgd => UpdateRuleSpec::Sgd {
+                learning_rate: alpha,
+            },
+            ServerRule::Adagrad => UpdateRuleSpec::Adagrad {
+                learning_rate: alpha,
+                eps: Self::INITIAL_ACCUMULATOR.sqrt(),
+            },
+            ServerRule::AdaRevision => UpdateRuleSpec::AdaRevision {
+                learning_rate: alpha,
+                initial_accumulator: Self::INITIAL_ACCUMULATOR,
+                width,
+            },
+        }
+    }
+
+    /// Stored columns per row for `width` values (AdaRevision keeps `z` beside them).
+    pub fn row_width(self, width: u32) -> u32 {
+        match self {
+            ServerRule::AdaRevision => 2 * width,
+            ServerRule::Sgd | ServerRule::Adagrad => width,
+        }
+    }
+}
+
+/// Client-side bookkeeping of [`AdaRevision`]: the values of a row as read (its first
+/// `width` columns).
+pub fn adarevision_values(row: &Row, width: u32) -> Vec<f32> {
+    (0..width).map(|c| row.get(c)).collect()
+}
+
+/// Client-side bookkeeping of [`AdaRevision`]: the delta to send for `gradient`, computed
+/// at the values of `read` (the row as the worker read it, whose `z` it carries along).
+pub fn adarevision_delta(gradient: &[f32], read: &Row) -> Row {
+    let k = gradient.len() as u32;
+    let mut d = gradient.to_vec();
+    d.extend((0..k).map(|c| read.get(k + c)));
+    Row::Dense(d)
+}
+
 /// The entries of `v` at the positions present in `mask`, as a sparse row.
 fn project(v: &Row, mask: &Row) -> Row {
     let pairs = match mask {
@@ -202,6 +357,15 @@ impl RuleRegistry {
             UpdateRuleSpec::Adagrad { learning_rate, eps } => {
                 Box::new(Adagrad::new(*learning_rate, *eps))
             }
+            UpdateRuleSpec::AdaRevision {
+                learning_rate,
+                initial_accumulator,
+                width,
+            } => Box::new(AdaRevision::new(
+                *learning_rate,
+                *initial_accumulator,
+                *width,
+            )),
             UpdateRuleSpec::Custom { name } => match self.custom.get(name) {
                 Some(f) => f(),
                 None => return Err(PsCoreError::UnknownRule(name.clone())),
@@ -248,6 +412,84 @@ mod tests {
         assert!(close(r.get(3), -1.0));
         a.apply_row(RowId(0), &mut r, &Row::Sparse(vec![(3, 3.0)])); // G=13, step 3/sqrt13
         assert!(close(r.get(3), -1.0 - 3.0 / 13f32.sqrt()));
+    }
+
+    #[test]
+    fn adarevision_without_delay_is_adagrad() {
+        let mut ada = AdaRevision::new(1.0, 1e-12, 1);
+        let mut adagrad = Adagrad::new(1.0, 0.0);
+        let (mut r, mut q) = (Row::Dense(vec![0.0, 0.0]), Row::Dense(vec![0.0]));
+        for g in [2.0f32, -1.0, 0.5] {
+            // Fresh read every time: z_old = z, so no backlog.
+            let d = adarevision_delta(&[g], &r);
+            ada.apply_row(RowId(0), &mut r, &d);
+            adagrad.apply_row(RowId(0), &mut q, &Row::Dense(vec![g]));
+            assert!(close(r.get(0), q.get(0)), "{r:?} vs {q:?}");
+        }
+        // z is the sum of the gradients.
+        assert!(close(r.get(1), 1.5));
+    }
+
+    #[test]
+    fn adarevision_revises_a_stale_gradient() {
+        // Two workers read x = 0, z = 0. A's gradient 1 arrives first; B's gradient 1 was
+        // computed without A's update (backlog 1).
+        let mut ada = AdaRevision::new(1.0, 1.0, 1);
+        let mut row = Row::Dense(vec![0.0, 0.0]);
+        let read = row.clone();
+        ada.apply_row(RowId(0), &mut row, &adarevision_delta(&[1.0], &read));
+        // G = 1 + 1 = 2: x = -1/sqrt(2).
+        let after_a = -1.0 / 2f32.sqrt();
+        assert!(close(row.get(0), after_a));
+        ada.apply_row(RowId(0), &mut row, &adarevision_delta(&[1.0], &read));
+        // eta_old = 1/sqrt2; G = 2 + 1 + 2*1*1 = 5; eta = 1/sqrt5.
+        let (eta_old, eta) = (1.0 / 2f32.sqrt(), 1.0 / 5f32.sqrt());
+        let expect = after_a - eta + (eta_old - eta);
+        assert!(close(row.get(0), expect), "{} vs {expect}", row.get(0));
+        assert!(close(row.get(1), 2.0));
+        // The same gradient without the delay (a fresh read) takes a larger accumulator
+        // increase away: G = 2 + 1 = 3 < 5, so the stale step is the more cautious one.
+        let mut fresh = AdaRevision::new(1.0, 1.0, 1);
+        let mut r2 = Row::Dense(vec![0.0, 0.0]);
+        let read0 = r2.clone();
+        fresh.apply_row(RowId(0), &mut r2, &adarevision_delta(&[1.0], &read0));
+        let read1 = r2.clone();
+        fresh.apply_row(RowId(0), &mut r2, &adarevision_delta(&[1.0], &read1));
+        assert!(
+            r2.get(0) < row.get(0),
+            "a fresh gradient steps further: {r2:?} {row:?}"
+        );
+    }
+
+    #[test]
+    fn adarevision_keeps_state_per_row_and_builds_from_its_spec() {
+        let reg = RuleRegistry::new();
+        let mut rule = reg
+            .build(&UpdateRuleSpec::AdaRevision {
+                learning_rate: 1.0,
+                initial_accumulator: 1.0,
+                width: 2,
+            })
+            .unwrap();
+        let mut a = Row::Dense(vec![0.0; 4]);
+        let mut b = Row::Dense(vec![0.0; 4]);
+        let read = a.clone();
+        rule.apply_row(RowId(0), &mut a, &adarevision_delta(&[3.0, 0.0], &read));
+        rule.apply_row(RowId(1), &mut b, &adarevision_delta(&[3.0, 0.0], &read));
+        assert_eq!(a, b, "row 1 starts from a fresh accumulator");
+        // G = 1 + 9 = 10: x0 = -3/sqrt(10); column 1 had a zero gradient.
+        assert!(close(a.get(0), -3.0 / 10f32.sqrt()));
+        assert!(close(a.get(1), 0.0));
+        assert_eq!(adarevision_values(&a, 2), vec![a.get(0), 0.0]);
+        assert_eq!(
+            UpdateRuleSpec::AdaRevision {
+                learning_rate: 0.1,
+                initial_accumulator: 1.0,
+                width: 2
+            }
+            .local_scale(),
+            0.0
+        );
     }
 
     struct Max;

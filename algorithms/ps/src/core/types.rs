@@ -167,6 +167,18 @@ pub enum UpdateRuleSpec {
         /// Added to the root of the accumulator.
         eps: f32,
     },
+    /// AdaRevision (McMahan & Streeter, NIPS 2014): a per-coordinate Adagrad step that is
+    /// revised for the updates a gradient's reader had not seen. A row holds `width` values
+    /// then their `width` gradient sums `z`; a delta holds the gradient then the `z` the
+    /// worker read (see `core::rules::AdaRevision`).
+    AdaRevision {
+        /// Base step size `alpha`.
+        learning_rate: f32,
+        /// Initial accumulator (> 0): the first step is `alpha / sqrt(initial_accumulator)`.
+        initial_accumulator: f32,
+        /// Value columns per row (the row is `2 * width` wide).
+        width: u32,
+    },
     /// A rule registered by name in a `RuleRegistry`.
     Custom {
         /// The registered name.
@@ -180,8 +192,11 @@ impl UpdateRuleSpec {
     /// Why: the client does not run the shard's rule. For `Sum` (1) and `Sgd` (`-lr`) this is
     /// exact; for momentum/Adagrad it is the first-order approximation `-lr * g`, corrected by
     /// the next fetched row; custom rules are assumed additive (1), as Bösen's client assumes.
+    /// AdaRevision's deltas carry the read `z` beside the gradient, so the client leaves its
+    /// cached row as read (0): that row's `z` is the one the next gradient must send.
     pub fn local_scale(&self) -> f32 {
         match self {
+            UpdateRuleSpec::AdaRevision { .. } => 0.0,
             UpdateRuleSpec::Sum | UpdateRuleSpec::Custom { .. } => 1.0,
             UpdateRuleSpec::Sgd { learning_rate }
             | UpdateRuleSpec::SgdMomentum { learning_rate, .. }

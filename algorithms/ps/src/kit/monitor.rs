@@ -35,6 +35,9 @@ pub struct WorkerDone {
     pub compute_s: f64,
     /// Seconds it waited for rows.
     pub wait_s: f64,
+    /// Bytes its node sent (0 when the app does not measure them).
+    #[serde(default)]
+    pub sent_bytes: u64,
 }
 remote_message!(WorkerDone => (), "petrel.ps.mf.worker_done");
 
@@ -48,6 +51,7 @@ impl WorkerDone {
             staleness: client.table_stats(table),
             compute_s: 0.0,
             wait_s: 0.0,
+            sent_bytes: 0,
         }
     }
 }
@@ -200,7 +204,8 @@ pub(crate) async fn monitor_role<A: PsApp>(
     Ok(())
 }
 
-/// Writes `value` as JSON to `dir/name` (pretty or compact), creating `dir`.
+/// Writes `value` as JSON to `dir/name` (pretty or compact) atomically (a temporary name,
+/// then a rename), creating `dir`.
 pub fn write_json<T: Serialize>(
     dir: &Path,
     name: &'static str,
@@ -213,22 +218,26 @@ pub fn write_json<T: Serialize>(
         serde_json::to_string(value)
     }
     .map_err(|source| PsError::Json { what: name, source })?;
-    std::fs::create_dir_all(dir).map_err(|source| PsError::Write {
-        path: dir.to_path_buf(),
-        source,
-    })?;
     let path = dir.join(name);
-    std::fs::write(&path, text).map_err(|source| PsError::Write { path, source })
+    petrel_ml::job::write_atomic(&path, text.as_bytes())
+        .map_err(|source| PsError::Write { path, source })
 }
 
-/// Writes `model.json` (compact) and `metrics.json` (pretty) into `dir`, if there is one.
-pub fn write_model_and_metrics<M: Serialize, R: Serialize>(
+/// Writes `model.json` (compact), `history.csv` and `metrics.json` (pretty, the mark of a
+/// finished run) into `dir`, if there is one; nothing when a figure diverged (the error
+/// names it, with `advice`).
+pub fn write_model_and_metrics<M: Serialize>(
     dir: Option<&Path>,
     model: &M,
-    metrics: &R,
+    metrics: &petrel_ml::job::RunMetrics,
+    advice: &str,
 ) -> Result<(), PsError> {
+    metrics.check_finite(advice)?;
     if let Some(dir) = dir {
         write_json(dir, "model.json", model, false)?;
+        let path = dir.join("history.csv");
+        petrel_ml::job::write_atomic(&path, metrics.history_csv().as_bytes())
+            .map_err(|source| PsError::Write { path, source })?;
         write_json(dir, "metrics.json", metrics, true)?;
     }
     Ok(())

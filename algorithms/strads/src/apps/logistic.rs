@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
-use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, write_json};
+use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
 use crate::shells::SchedulerOptions;
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
@@ -133,8 +133,10 @@ pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
         }],
     };
     if let Some(dir) = &job.out_dir {
+        let run = metrics.run_metrics(job);
+        run.check_finite("check the data for extreme or non-finite values")?;
         write_coefficients(dir, &coefficients)?;
-        write_json(dir, "metrics.json", &metrics)?;
+        crate::kit::write_run_metrics(dir, &run)?;
     }
     Ok(metrics)
 }
@@ -322,6 +324,7 @@ impl LogisticScheduling {
         job: &LassoJob,
         workers: usize,
     ) -> Result<Self, StradsError> {
+        let job = &job.resolved_for(x, workers);
         let lambda = logistic_lambda(x, labels, job);
         let shared = Arc::new(x.clone());
         Ok(LogisticScheduling {
@@ -470,9 +473,45 @@ impl Schedule<LogisticApp> for LogisticScheduling {
 }
 
 /// Writes `coefficients.tsv` and `metrics.json`.
-pub fn write_outputs(dir: &std::path::Path, sched: &LogisticScheduling) -> Result<(), StradsError> {
+pub fn write_outputs(
+    dir: &std::path::Path,
+    sched: &LogisticScheduling,
+    job: &LassoJob,
+) -> Result<(), StradsError> {
+    let m = sched.metrics().run_metrics(job);
+    m.check_finite("check the data for extreme or non-finite values")?;
     write_coefficients(dir, sched.coefficients())?;
-    write_json(dir, "metrics.json", sched.metrics())
+    crate::kit::write_run_metrics(dir, &m)
+}
+
+impl LogisticMetrics {
+    /// The one metrics format: a record per round of the trace; logistic regression runs
+    /// `max_rounds` rounds (it has no convergence test).
+    pub fn run_metrics(&self, job: &LassoJob) -> petrel_ml::job::RunMetrics {
+        let mut m = petrel_ml::job::RunMetrics::new("logistic", job, self, self.elapsed_s);
+        for p in &self.trace {
+            m.record(
+                p.round,
+                p.elapsed_s,
+                &[
+                    ("objective", p.objective),
+                    ("training_accuracy", p.training_accuracy),
+                ],
+            );
+        }
+        m.finals(&[
+            ("objective", self.final_objective),
+            ("training_accuracy", self.final_training_accuracy),
+            ("nonzeros", self.nonzeros as f64),
+            ("rounds", self.rounds as f64),
+        ]);
+        m.converged = false;
+        m.stop_reason = format!(
+            "ran max_rounds = {} (logistic regression has no convergence test)",
+            job.max_rounds
+        );
+        m
+    }
 }
 
 impl StradsJob for LogisticApp {
@@ -541,7 +580,7 @@ impl StradsJob for LogisticApp {
         _run: &FinishedRun,
     ) -> Result<(), StradsError> {
         if let Some(dir) = &job.out_dir {
-            write_outputs(dir, &scheduler)?;
+            write_outputs(dir, &scheduler, job)?;
         }
         Ok(())
     }

@@ -56,6 +56,9 @@ pub struct LassoWorkerState {
     x: SparseColumns,
     y: Vec<f32>,
     residual: Vec<f64>,
+    /// `||r||^2`, kept current by [`Self::apply_deltas`] (O(changed non-zeros) instead of
+    /// O(rows) per round) and recomputed exactly by [`Self::resync_squared_residual`].
+    sq_residual: f64,
 }
 
 impl LassoWorkerState {
@@ -68,8 +71,9 @@ impl LassoWorkerState {
                 y_block.len()
             )));
         }
-        let residual = y_block.iter().map(|&v| f64::from(v)).collect();
+        let residual: Vec<f64> = y_block.iter().map(|&v| f64::from(v)).collect();
         Ok(LassoWorkerState {
+            sq_residual: residual.iter().map(|r| r * r).sum(),
             x: x_block,
             y: y_block,
             residual,
@@ -120,17 +124,35 @@ impl LassoWorkerState {
             )));
         }
         self.residual = residual;
+        self.resync_squared_residual();
         Ok(())
     }
 
-    /// `r -= x_j * delta` for every committed change.
+    /// Sets the running `||r||^2` (a checkpoint's saved value, so a resumed run's
+    /// objective trace continues bit for bit).
+    pub fn set_squared_residual(&mut self, sq_residual: f64) {
+        self.sq_residual = sq_residual;
+    }
+
+    /// Recomputes `||r||^2` from the residual (the running sum's rounding drift is gone).
+    pub fn resync_squared_residual(&mut self) -> f64 {
+        self.sq_residual = self.residual.iter().map(|r| r * r).sum();
+        self.sq_residual
+    }
+
+    /// `r -= x_j * delta` for every committed change (and `||r||^2` with it).
     pub fn apply_deltas(&mut self, changes: &[(usize, f32)]) {
+        let mut sq_change = 0.0f64;
         for &(j, delta) in changes.iter().filter(|c| c.1 != 0.0) {
             let (rows, vals) = self.x.column(j);
             for (&i, &x) in rows.iter().zip(vals) {
-                self.residual[i as usize] -= f64::from(x) * f64::from(delta);
+                let r = &mut self.residual[i as usize];
+                let before = *r;
+                *r -= f64::from(x) * f64::from(delta);
+                sq_change += *r * *r - before * before;
             }
         }
+        self.sq_residual += sq_change;
     }
 
     /// Partial `||x_j||^2` over this worker's rows, for every column.
@@ -159,9 +181,9 @@ impl LassoWorkerState {
             .collect()
     }
 
-    /// Partial `||r||^2`.
+    /// Partial `||r||^2` (the running sum: O(1)).
     pub fn squared_residual(&self) -> f64 {
-        self.residual.iter().map(|r| r * r).sum()
+        self.sq_residual
     }
 
     /// Partials `(y.y, y.r, r.r)`: enough for the duality gap with any dual scale `s`, since

@@ -105,6 +105,28 @@ impl SchedulerConfig {
 pub trait CorrelationOracle {
     /// `|corr(x_j, x_k)|`.
     fn abs_correlation(&mut self, j: usize, k: usize) -> f32;
+
+    /// The greedy dependency check of [`filter_dependent`]: walks `candidates` in order
+    /// and keeps one if its correlation with every kept coordinate is below `rho`, until
+    /// `limit` are kept. The default asks [`Self::abs_correlation`] for every pair
+    /// (`O(candidates x kept)` questions); an oracle that holds the columns can answer the
+    /// same question in time linear in the candidates' non-zeros
+    /// ([`ColumnCorrelationCache`]).
+    fn keep_independent(&mut self, candidates: &[usize], limit: usize, rho: f32) -> Vec<usize> {
+        let mut kept: Vec<usize> = Vec::with_capacity(limit);
+        for &candidate in candidates {
+            if kept.len() >= limit {
+                break;
+            }
+            if kept
+                .iter()
+                .all(|&k| k != candidate && self.abs_correlation(candidate, k) < rho)
+            {
+                kept.push(candidate);
+            }
+        }
+        kept
+    }
 }
 
 impl<F: FnMut(usize, usize) -> f32> CorrelationOracle for F {
@@ -113,13 +135,37 @@ impl<F: FnMut(usize, usize) -> f32> CorrelationOracle for F {
     }
 }
 
-/// Computes correlations on demand from the column data and caches them.
+/// Correlations from the column data. Single pairs are computed on demand and cached;
+/// the per-round dependency check ([`CorrelationOracle::keep_independent`]) does not look at
+/// pairs at all: it scatters each kept column into a row-indexed list and walks each
+/// candidate's rows once, accumulating its dot product with every kept column it overlaps.
+/// A round then costs `O(sum of the candidates' non-zeros x kept columns per row)`, which
+/// for sparse data is linear in the candidates' non-zeros, instead of one sparse merge per
+/// (candidate, kept) pair. The decisions are those of the pairwise check, bit for bit: the
+/// same products are summed in the same (row) order.
 pub struct ColumnCorrelationCache {
     columns: Arc<SparseColumns>,
     inverse_norms: Vec<f64>,
     cache: HashMap<(u32, u32), f32>,
     max_cached: usize,
+    overlap: OverlapScratch,
 }
+
+/// Scratch of the scatter-based check, reused across rounds (a stamp marks which rows
+/// belong to the current round, so nothing is cleared per round).
+#[derive(Default)]
+struct OverlapScratch {
+    stamp: u32,
+    row_stamp: Vec<u32>,
+    row_head: Vec<u32>,
+    /// `(kept slot, value, next entry of the same row)`.
+    entries: Vec<(u32, f32, u32)>,
+    column_stamp: Vec<u32>,
+    dots: Vec<f64>,
+    touched: Vec<u32>,
+}
+
+const NO_ENTRY: u32 = u32::MAX;
 
 impl ColumnCorrelationCache {
     /// `max_cached` bounds memory: the cache is cleared when it would grow past it.
@@ -134,6 +180,7 @@ impl ColumnCorrelationCache {
             inverse_norms,
             cache: HashMap::new(),
             max_cached,
+            overlap: OverlapScratch::default(),
         }
     }
 }
@@ -152,29 +199,96 @@ impl CorrelationOracle for ColumnCorrelationCache {
         self.cache.insert(key, c);
         c
     }
+
+    fn keep_independent(&mut self, candidates: &[usize], limit: usize, rho: f32) -> Vec<usize> {
+        let columns = &self.columns;
+        let s = &mut self.overlap;
+        if s.row_stamp.len() != columns.n_rows {
+            s.row_stamp = vec![0; columns.n_rows];
+            s.row_head = vec![NO_ENTRY; columns.n_rows];
+        }
+        if s.column_stamp.len() != columns.n_columns() {
+            s.column_stamp = vec![0; columns.n_columns()];
+        }
+        s.stamp = s.stamp.wrapping_add(1);
+        if s.stamp == 0 {
+            s.row_stamp.fill(0);
+            s.column_stamp.fill(0);
+            s.stamp = 1;
+        }
+        s.entries.clear();
+        s.dots.clear();
+        let mut kept: Vec<usize> = Vec::with_capacity(limit);
+        for &candidate in candidates {
+            if kept.len() >= limit {
+                break;
+            }
+            if candidate >= columns.n_columns() || s.column_stamp[candidate] == s.stamp {
+                continue;
+            }
+            // A column that overlaps no kept one has correlation 0 with all of them.
+            if !kept.is_empty() && rho.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+                continue;
+            }
+            let (rows, vals) = columns.column(candidate);
+            for (&i, &v) in rows.iter().zip(vals) {
+                let i = i as usize;
+                if s.row_stamp[i] != s.stamp {
+                    continue;
+                }
+                let mut e = s.row_head[i];
+                while e != NO_ENTRY {
+                    let (slot, kept_value, next) = s.entries[e as usize];
+                    let dot = &mut s.dots[slot as usize];
+                    if dot.is_nan() {
+                        *dot = 0.0;
+                        s.touched.push(slot);
+                    }
+                    *dot += f64::from(v) * f64::from(kept_value);
+                    e = next;
+                }
+            }
+            let inverse = self.inverse_norms[candidate];
+            let independent = s.touched.iter().all(|&slot| {
+                let k = kept[slot as usize];
+                let corr = (s.dots[slot as usize] * inverse * self.inverse_norms[k]).abs() as f32;
+                corr < rho
+            });
+            for &slot in &s.touched {
+                s.dots[slot as usize] = f64::NAN;
+            }
+            s.touched.clear();
+            if !independent {
+                continue;
+            }
+            let slot = kept.len() as u32;
+            kept.push(candidate);
+            s.column_stamp[candidate] = s.stamp;
+            s.dots.push(f64::NAN);
+            for (&i, &v) in rows.iter().zip(vals) {
+                let i = i as usize;
+                if s.row_stamp[i] != s.stamp {
+                    s.row_stamp[i] = s.stamp;
+                    s.row_head[i] = NO_ENTRY;
+                }
+                s.entries.push((slot, v, s.row_head[i]));
+                s.row_head[i] = (s.entries.len() - 1) as u32;
+            }
+        }
+        kept
+    }
 }
 
 /// Greedy dependency check: walks `candidates` in order and keeps one if its correlation
-/// with every already kept coordinate is below `rho`, until `limit` are kept.
+/// with every already kept coordinate is below `rho`, until `limit` are kept (the oracle's
+/// [`CorrelationOracle::keep_independent`]).
 pub fn filter_dependent(
     candidates: &[usize],
     limit: usize,
     rho: f32,
     oracle: &mut dyn CorrelationOracle,
 ) -> Vec<usize> {
-    let mut kept: Vec<usize> = Vec::with_capacity(limit);
-    for &candidate in candidates {
-        if kept.len() >= limit {
-            break;
-        }
-        if kept
-            .iter()
-            .all(|&k| k != candidate && oracle.abs_correlation(candidate, k) < rho)
-        {
-            kept.push(candidate);
-        }
-    }
-    kept
+    oracle.keep_independent(candidates, limit, rho)
 }
 
 /// Binary sum tree over non-negative weights: O(log n) update and proportional sampling.
@@ -313,15 +427,23 @@ impl LassoScheduler {
     }
 
     /// Coordinates to update this round: at most `block_size`, distinct, and (with the
-    /// filter) pairwise correlation below `rho`.
+    /// filter) pairwise correlation below `rho`. The same as
+    /// `self.filter_candidates(self.draw_candidates())`.
     pub fn next_round(&mut self) -> Vec<usize> {
+        let candidates = self.draw_candidates();
+        self.filter_candidates(candidates)
+    }
+
+    /// The round's candidates before the dependency check: U' of them with a filter, U
+    /// without (`O(U' log d)` for dynamic sampling, never `O(d)`).
+    pub fn draw_candidates(&mut self) -> Vec<usize> {
         let block = self.config.block_size.min(self.n_vars);
         let n_candidates = if self.filter.is_some() {
             self.config.candidate_pool.max(block).min(self.n_vars)
         } else {
             block
         };
-        let candidates = match self.config.mode {
+        match self.config.mode {
             ScheduleMode::Dynamic => self.sample_by_priority(n_candidates),
             ScheduleMode::Random => {
                 rand::seq::index::sample(&mut self.rng, self.n_vars, n_candidates).into_vec()
@@ -340,7 +462,13 @@ impl LassoScheduler {
                 }
                 candidates
             }
-        };
+        }
+    }
+
+    /// The dependency check of [`Self::draw_candidates`]' output (identity without a
+    /// filter): at most `block_size` pairwise nearly uncorrelated coordinates.
+    pub fn filter_candidates(&mut self, candidates: Vec<usize>) -> Vec<usize> {
+        let block = self.config.block_size.min(self.n_vars);
         match &mut self.filter {
             Some(filter) => {
                 let kept = filter_dependent(&candidates, block, filter.rho, filter.oracle.as_mut());
@@ -349,10 +477,11 @@ impl LassoScheduler {
                     // Coordinates the filter skipped go first next round, so every
                     // coordinate is still updated once per sweep (with correlated
                     // neighbours a plain window would skip the same ones every sweep).
+                    let kept_set: std::collections::HashSet<usize> = kept.iter().copied().collect();
                     self.deferred = candidates
                         .iter()
                         .copied()
-                        .filter(|c| !kept.contains(c))
+                        .filter(|c| !kept_set.contains(c))
                         .collect();
                 }
                 kept

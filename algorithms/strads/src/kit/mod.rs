@@ -330,12 +330,21 @@ pub async fn off_loop<T: Send + 'static>(
         .map_err(StradsError::Loader)?
 }
 
-/// Writes `contents` to `dir/name`, creating `dir`.
+/// Writes `contents` to `dir/name` atomically (a temporary name, then a rename), creating
+/// `dir`.
 pub fn write_output(dir: &Path, name: &str, contents: &[u8]) -> Result<(), StradsError> {
     let path = dir.join(name);
-    std::fs::create_dir_all(dir)
-        .and_then(|_| std::fs::write(&path, contents))
-        .map_err(|source| StradsError::write(path, source))
+    petrel_ml::job::write_atomic(&path, contents).map_err(|source| StradsError::write(path, source))
+}
+
+/// Writes a run's `history.csv`, then its `metrics.json` (the mark of a finished run),
+/// after checking that no figure diverged.
+pub fn write_run_metrics(
+    dir: &Path,
+    metrics: &petrel_ml::job::RunMetrics,
+) -> Result<(), StradsError> {
+    write_output(dir, "history.csv", metrics.history_csv().as_bytes())?;
+    write_json(dir, "metrics.json", metrics)
 }
 
 /// Writes `value` as pretty JSON to `dir/name` (e.g. `metrics.json`).

@@ -97,6 +97,7 @@ pub fn solve_baseline(
         }],
         checkpoints: Vec::new(),
         resumed_from_round: None,
+        profile: Default::default(),
     };
     Ok((
         LassoOutcome {
@@ -112,7 +113,7 @@ pub fn run_baseline(job: &LassoJob) -> Result<LassoOutcome, StradsError> {
     let (x, y) = job.load()?;
     let (outcome, _) = solve_baseline(&x, &y, job)?;
     if let Some(dir) = &job.out_dir {
-        outcome.write(dir)?;
+        outcome.write(dir, job)?;
     }
     Ok(outcome)
 }

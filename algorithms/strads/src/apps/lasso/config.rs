@@ -7,7 +7,9 @@ use crate::core::scheduler::{
 };
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
-use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
+use petrel_ml::data::synthetic::{
+    CorrelatedLassoParams, SparseLassoParams, correlated_lasso, sparse_correlated_lasso,
+};
 use petrel_ml::job::{InvalidSetting, SettingChecks};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -35,6 +37,11 @@ pub struct SyntheticLasso {
     /// Synthetic design: noise of y.
     #[arg(skip = 0.1)]
     pub noise_std: f32,
+    /// Synthetic design: non-zeros per column. 0 = a dense Gaussian design; > 0 = a sparse
+    /// design generated column by column (`sparse_correlated_lasso`), any size, each
+    /// worker generating only its rows.
+    #[arg(long = "synthetic-nnz-per-column", default_value_t = 0)]
+    pub nnz_per_column: usize,
     /// Synthetic design: seed.
     #[arg(long = "synthetic-seed", id = "synthetic.seed", default_value_t = 42)]
     pub seed: u64,
@@ -49,6 +56,7 @@ impl Default for SyntheticLasso {
             correlation: 0.8,
             n_nonzero: 10,
             noise_std: 0.1,
+            nnz_per_column: 0,
             seed: 42,
         }
     }
@@ -74,11 +82,12 @@ pub struct LassoJob {
     /// How coordinates are chosen.
     #[arg(long, value_enum, default_value_t = ScheduleMode::Dynamic)]
     pub mode: ScheduleMode,
-    /// U: coordinates updated per round.
-    #[arg(long, default_value_t = 16)]
+    /// U: coordinates updated per round (0 = automatic from the data and
+    /// --round-latency-ms, see `LassoJob::resolved_for`).
+    #[arg(long, default_value_t = 0)]
     pub block_size: usize,
-    /// U': candidates before the dependency check.
-    #[arg(long, default_value_t = 64)]
+    /// U': candidates before the dependency check (0 = automatic: 2 U).
+    #[arg(long, default_value_t = 0)]
     pub candidate_pool: usize,
     /// Dependency-check threshold on |corr(x_j, x_k)|; unset disables the check.
     #[arg(long, default_value = "0.3")]
@@ -95,15 +104,30 @@ pub struct LassoJob {
     /// Scheduler seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Rounds in flight (pipeline depth).
+    /// Rounds in flight (pipeline depth). 1 by default: with depth > 1 the scheduler loop
+    /// sends a round's dispatch lazily (when its future is first polled), so whether it
+    /// reaches a worker before or after the previous round's commit depends on timing and
+    /// a run is no longer bit-reproducible (see BENCHMARKS.md, issue 13).
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
-    /// At most this many update rounds.
-    #[arg(long, default_value_t = 20_000)]
+    /// At most this many update rounds (0 = automatic: AUTO_SWEEPS sweeps' worth of
+    /// updates; the duality gap normally stops the job long before).
+    #[arg(long, default_value_t = 0)]
     pub max_rounds: u64,
-    /// Update rounds between exact KKT / duality-gap evaluations (0 = only at the end).
-    #[arg(long, default_value_t = 200)]
+    /// Update rounds between exact KKT / duality-gap evaluations (0 = by work, see
+    /// --eval-work-ratio).
+    #[arg(long, default_value_t = 0)]
     pub eval_every: u64,
+    /// With eval_every = 0: evaluate once the coordinate updates since the last evaluation
+    /// cost this many times an evaluation (one pass over X), so evaluations take at most
+    /// about 1 / (1 + ratio) of the work. 0 = only at the end.
+    #[arg(long, default_value_t = 4.0)]
+    pub eval_work_ratio: f64,
+    /// Per-round latency (messages and scheduling) the automatic block size assumes, in
+    /// milliseconds. A run reports the latency it measured (`profile` in metrics.json); it
+    /// is not fed back, so a run stays deterministic for its settings.
+    #[arg(long, default_value_t = 1.0)]
+    pub round_latency_ms: f64,
     /// Stop when duality gap / objective falls below this.
     #[arg(long, default_value = "1e-5")]
     pub gap_tolerance: Option<f64>,
@@ -143,16 +167,18 @@ impl Default for LassoJob {
             lambda: None,
             lambda_fraction: 0.2,
             mode: ScheduleMode::Dynamic,
-            block_size: 16,
-            candidate_pool: 64,
+            block_size: 0,
+            candidate_pool: 0,
             rho: Some(0.3),
             eta: 1e-6,
             priority_exponent: 1.0,
             initial_priority: 1.0,
             seed: 0,
             depth: 1,
-            max_rounds: 20_000,
-            eval_every: 200,
+            max_rounds: 0,
+            eval_every: 0,
+            eval_work_ratio: 4.0,
+            round_latency_ms: 1.0,
             gap_tolerance: Some(1e-5),
             target_objective: None,
             out_dir: None,
@@ -167,6 +193,35 @@ impl Default for LassoJob {
 }
 
 impl LassoJob {
+    /// The rows `rows` of the design, renumbered from 0, with their `y`. A sparse synthetic
+    /// design generates only those rows; anything else loads the whole design first.
+    pub fn load_rows(
+        &self,
+        mut rows: impl FnMut(usize) -> Result<std::ops::Range<usize>, StradsError>,
+    ) -> Result<(SparseColumns, Vec<f32>), StradsError> {
+        if let (None, Some(params)) = (&self.data, self.sparse_params()) {
+            let p = sparse_correlated_lasso(&params, Some(rows(params.n_samples)?))?;
+            return Ok((p.x, p.y));
+        }
+        let (x, y) = self.load()?;
+        let rows = rows(x.n_rows)?;
+        Ok((x.row_block(rows.clone()), y[rows].to_vec()))
+    }
+
+    fn sparse_params(&self) -> Option<SparseLassoParams> {
+        let s = &self.synthetic;
+        (s.nnz_per_column > 0).then_some(SparseLassoParams {
+            n_samples: s.n_samples,
+            n_features: s.n_features,
+            group_size: s.group_size,
+            nnz_per_column: s.nnz_per_column,
+            correlation: s.correlation,
+            n_nonzero: s.n_nonzero,
+            noise_std: s.noise_std,
+            seed: s.seed,
+        })
+    }
+
     /// Every value in range (keys as in `[app.lasso]`), checked before any node starts.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         let mut c = SettingChecks::new();
@@ -183,13 +238,23 @@ impl LassoJob {
                 "synthetic.n_features",
             );
             c.non_negative("synthetic.noise_std", s.noise_std);
+            c.at_most(
+                "synthetic.nnz_per_column",
+                s.nnz_per_column,
+                s.n_samples,
+                "synthetic.n_samples",
+            );
         }
         if let Some(l) = self.lambda {
             c.non_negative("lambda", l);
         }
         c.within("lambda_fraction", self.lambda_fraction, 0.0, 1.0);
-        c.at_least("block_size", self.block_size, 1);
-        c.at_least("candidate_pool", self.candidate_pool, self.block_size);
+        // 0 = automatic for block_size, candidate_pool and max_rounds.
+        if self.block_size > 0 && self.candidate_pool > 0 {
+            c.at_least("candidate_pool", self.candidate_pool, self.block_size);
+        }
+        c.non_negative("eval_work_ratio", self.eval_work_ratio);
+        c.non_negative("round_latency_ms", self.round_latency_ms);
         if let Some(rho) = self.rho {
             c.within("rho", rho, 0.0, 1.0);
         }
@@ -197,7 +262,6 @@ impl LassoJob {
         c.positive("priority_exponent", self.priority_exponent);
         c.positive("initial_priority", self.initial_priority);
         c.at_least("depth", self.depth, 1);
-        c.at_least("max_rounds", self.max_rounds, 1);
         if let Some(g) = self.gap_tolerance {
             // 0: run to max_rounds (TOML has no way to unset an option).
             c.non_negative("gap_tolerance", g);
@@ -218,6 +282,10 @@ impl LassoJob {
 
     /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`.
     pub fn load(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
+        if let (None, Some(params)) = (&self.data, self.sparse_params()) {
+            let p = sparse_correlated_lasso(&params, None)?;
+            return Ok((p.x, p.y));
+        }
         match &self.data {
             Some(path) => {
                 let ds = petrel_ml::data::load_libsvm(path)?;
@@ -254,6 +322,56 @@ impl LassoJob {
         }
     }
 
+    /// This job with every automatic (0) schedule knob chosen for the design `x` run by
+    /// `workers` workers:
+    /// - block size U: a round should cost at least its latency in compute, so
+    ///   `U = round_latency / (per-update cost)`, where an update costs
+    ///   [`NS_PER_NONZERO`] per non-zero of its column on the worker holding the most rows
+    ///   plus [`NS_PER_COORDINATE`] at the scheduler; clamped to
+    ///   `[MIN_AUTO_BLOCK, max(MIN_AUTO_BLOCK, d / 16)]` so dynamic scheduling and the
+    ///   dependency check still choose among many candidates;
+    /// - candidate pool U' = 2 U;
+    /// - round limit: [`AUTO_SWEEPS`] sweeps' worth of updates (`AUTO_SWEEPS * d / U`).
+    pub fn resolved_for(&self, x: &SparseColumns, workers: usize) -> LassoJob {
+        let d = x.n_columns().max(1);
+        let mut job = self.clone();
+        if job.block_size == 0 {
+            job.block_size = auto_block_size(
+                d,
+                x.values.len() as f64 / d as f64,
+                workers,
+                self.round_latency_ms,
+            );
+        }
+        if job.candidate_pool == 0 {
+            job.candidate_pool = 2 * job.block_size;
+        }
+        if job.max_rounds == 0 {
+            job.max_rounds = (AUTO_SWEEPS * d as u64).div_ceil(job.block_size as u64);
+        }
+        job
+    }
+
+    /// A multi-scheduler job runs in epochs of `eval_every` rounds per scheduler, so its
+    /// automatic knobs keep their fixed values: U = 16, U' = 64, 20,000 rounds, epochs of
+    /// 200 rounds.
+    pub fn with_multi_defaults(&self) -> LassoJob {
+        let mut job = self.clone();
+        if job.block_size == 0 {
+            job.block_size = 16;
+        }
+        if job.candidate_pool == 0 {
+            job.candidate_pool = 64;
+        }
+        if job.max_rounds == 0 {
+            job.max_rounds = 20_000;
+        }
+        if job.eval_every == 0 {
+            job.eval_every = 200;
+        }
+        job
+    }
+
     /// The coordinate scheduler's parameters.
     pub fn scheduler_config(&self) -> SchedulerConfig {
         let mut c = SchedulerConfig::new(self.mode, self.block_size.max(1));
@@ -279,6 +397,30 @@ impl LassoJob {
         });
         LassoScheduler::new(n, self.scheduler_config(), filter)
     }
+}
+
+/// Worker compute per non-zero of a coordinate's column (gather of the push, scatter of
+/// the commit), in nanoseconds: measured on the benchmark machine (BENCHMARKS.md).
+pub const NS_PER_NONZERO: f64 = 4.0;
+/// Scheduler work per coordinate (sampling, dependency check, pull, bytes), in ns.
+pub const NS_PER_COORDINATE: f64 = 300.0;
+/// Smallest automatic block size.
+pub const MIN_AUTO_BLOCK: usize = 16;
+/// Sweeps' worth of coordinate updates the automatic round limit allows.
+pub const AUTO_SWEEPS: u64 = 200;
+
+/// The automatic block size (see [`LassoJob::resolved_for`]).
+pub fn auto_block_size(d: usize, nnz_per_column: f64, workers: usize, latency_ms: f64) -> usize {
+    let per_update_ns = NS_PER_NONZERO * nnz_per_column / workers.max(1) as f64 + NS_PER_COORDINATE;
+    let wanted = (latency_ms.max(0.0) * 1e6 / per_update_ns).ceil();
+    let wanted = if wanted.is_finite() {
+        wanted as usize
+    } else {
+        0
+    };
+    wanted
+        .clamp(MIN_AUTO_BLOCK, (d / 16).max(MIN_AUTO_BLOCK))
+        .min(d.max(1))
 }
 
 /// `max_j |x_j^T y|`: the smallest lambda with an all-zero solution.

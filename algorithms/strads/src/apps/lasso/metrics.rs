@@ -2,11 +2,13 @@
 //! evaluations (KKT violation, duality gap) computed from the workers' `Evaluate` partials,
 //! `metrics.json` and `coefficients.tsv`.
 
+use super::config::LassoJob;
 use super::wire::LassoPartial;
 use crate::core::StradsModelError;
 use crate::core::lasso::{dual_scale, kkt_violation};
 use crate::error::StradsError;
-use crate::kit::{write_json, write_output};
+use crate::kit::{write_output, write_run_metrics};
+use petrel_ml::job::RunMetrics;
 use serde::{Deserialize, Serialize};
 
 /// One point of the objective trace: the state after `updates` coordinate updates.
@@ -88,6 +90,72 @@ pub struct LassoMetrics {
     /// The checkpoint round this run resumed from.
     #[serde(default)]
     pub resumed_from_round: Option<u64>,
+    /// Where the rounds' time went.
+    #[serde(default)]
+    pub profile: RoundProfile,
+}
+
+/// Where a run's time went, in seconds (BENCHMARKS.md explains the breakdown). Scheduler
+/// parts are timed by the scheduler half; worker parts are the slowest worker's cumulative
+/// compute as it reported it with its last update answer; `wall_s` is the run's time, and
+/// what the parts do not explain is messaging and waiting (with `depth > 1` the parts
+/// overlap, so the rest can be negative).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoundProfile {
+    /// Update rounds pulled.
+    pub update_rounds: u64,
+    /// Evaluation rounds pulled.
+    pub eval_rounds: u64,
+    /// Scheduler: drawing candidates (priority sampling).
+    pub sample_s: f64,
+    /// Scheduler: the dependency check.
+    pub filter_s: f64,
+    /// Scheduler: summing partials, soft-thresholding, bookkeeping (update rounds).
+    pub pull_s: f64,
+    /// Scheduler: combining evaluation partials.
+    pub eval_pull_s: f64,
+    /// Slowest worker: pushes.
+    pub worker_push_s: f64,
+    /// Slowest worker: applying commits.
+    pub worker_commit_s: f64,
+    /// Slowest worker: evaluations.
+    pub worker_eval_s: f64,
+    /// The run's wall time.
+    pub wall_s: f64,
+    /// Mean wall time of an update round (`wall_s / rounds`).
+    pub round_latency_ms: f64,
+    /// `wall_s` minus the scheduler's and the slowest worker's compute: messages, waiting.
+    pub messaging_s: f64,
+    /// Peak resident memory of the scheduler's process, in MB.
+    #[serde(default)]
+    pub scheduler_peak_rss_mb: f64,
+    /// Largest peak resident memory a worker process reported, in MB.
+    #[serde(default)]
+    pub worker_peak_rss_mb: f64,
+}
+
+/// This process's peak resident memory (`VmHWM`) in MB; 0 where `/proc` has none.
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb / 1024.0)
+        })
+        .unwrap_or(0.0)
+}
+
+impl RoundProfile {
+    /// Fills the derived fields from the measured ones.
+    pub fn finish(&mut self, wall_s: f64) {
+        self.wall_s = wall_s;
+        let rounds = (self.update_rounds + self.eval_rounds).max(1);
+        self.round_latency_ms = 1e3 * wall_s / rounds as f64;
+        self.messaging_s = wall_s
+            - (self.sample_s + self.filter_s + self.pull_s + self.eval_pull_s)
+            - (self.worker_push_s + self.worker_commit_s + self.worker_eval_s);
+    }
 }
 
 /// The finished model.
@@ -101,10 +169,76 @@ pub struct LassoOutcome {
 
 impl LassoOutcome {
     /// Writes `coefficients.tsv` (`feature<TAB>value` for every feature, numbered 1-based
-    /// like LIBSVM indices) and `metrics.json`.
-    pub fn write(&self, dir: &std::path::Path) -> Result<(), StradsError> {
+    /// like LIBSVM indices), `history.csv` and `metrics.json` ([`RunMetrics`] of `job`,
+    /// the Lasso's own figures beside the common ones); nothing if a figure diverged.
+    pub fn write(&self, dir: &std::path::Path, job: &LassoJob) -> Result<(), StradsError> {
+        self.write_with(dir, job, &self.metrics)
+    }
+
+    /// [`LassoOutcome::write`] with other details (the multi-scheduler figures).
+    pub fn write_with(
+        &self,
+        dir: &std::path::Path,
+        job: &LassoJob,
+        details: &impl Serialize,
+    ) -> Result<(), StradsError> {
+        let m = self.metrics.run_metrics(job, details);
+        m.check_finite(LASSO_ADVICE)?;
         write_coefficients(dir, &self.coefficients)?;
-        write_json(dir, "metrics.json", &self.metrics)
+        write_run_metrics(dir, &m)
+    }
+}
+
+const LASSO_ADVICE: &str = "check the data for extreme or non-finite values, or scale the features";
+
+impl LassoMetrics {
+    /// Duality gap / objective at the end (what `gap_tolerance` bounds).
+    pub fn relative_gap(&self) -> f64 {
+        self.final_duality_gap / self.final_objective.abs().max(f64::MIN_POSITIVE)
+    }
+
+    /// The one metrics format: a record per exact evaluation, `converged` when the
+    /// relative duality gap met `gap_tolerance` (or the target objective was reached)
+    /// before `max_rounds`.
+    pub fn run_metrics(&self, job: &LassoJob, details: &impl Serialize) -> RunMetrics {
+        let mut m = RunMetrics::new("lasso", job, details, self.elapsed_s);
+        for e in &self.evaluations {
+            let rel = e.duality_gap / e.objective.abs().max(f64::MIN_POSITIVE);
+            m.record(
+                e.round,
+                e.elapsed_s,
+                &[
+                    ("objective", e.objective),
+                    ("kkt_violation", e.kkt_violation),
+                    ("duality_gap", e.duality_gap),
+                    ("relative_gap", rel),
+                    ("nonzeros", e.nonzeros as f64),
+                ],
+            );
+        }
+        let rel = self.relative_gap();
+        m.finals(&[
+            ("objective", self.final_objective),
+            ("kkt_violation", self.final_kkt_violation),
+            ("duality_gap", self.final_duality_gap),
+            ("relative_gap", rel),
+            ("rounds", self.rounds as f64),
+            ("updates", self.updates as f64),
+        ]);
+        let tolerance = job.gap_tolerance.filter(|t| *t > 0.0);
+        let met = tolerance.is_some_and(|t| rel <= t);
+        let target = self.target_updates.is_some();
+        m.converged = met || target;
+        m.stop_reason = match (met, target, tolerance) {
+            (true, _, Some(t)) => format!("relative duality gap {rel:.3e} <= gap_tolerance {t:e}"),
+            (_, true, _) => "reached target_objective".to_string(),
+            (_, _, Some(t)) => format!(
+                "stopped at the iteration limit (max_rounds = {}) before gap_tolerance {t:e}: relative duality gap {rel:.3e}; raise max_rounds or loosen gap_tolerance",
+                job.max_rounds
+            ),
+            _ => format!("ran max_rounds = {} (no gap_tolerance)", job.max_rounds),
+        };
+        m
     }
 }
 

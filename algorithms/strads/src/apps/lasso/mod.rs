@@ -26,7 +26,9 @@ pub mod worker;
 
 pub use checkpoint::Resumable;
 pub use config::{LassoJob, SyntheticLasso, lambda_max};
-pub use metrics::{Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, write_coefficients};
+pub use metrics::{
+    Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, write_coefficients,
+};
 pub use scheduling::LassoScheduling;
 pub use wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
 pub use worker::LassoWorker;
@@ -81,9 +83,11 @@ impl StradsJob for LassoApp {
         index: usize,
         shape: &JobShape,
     ) -> Result<StarHalf<CheckpointingWorker>, StradsError> {
-        let (x, y) = job.load()?;
-        let rows = shape.share(x.n_rows, index)?;
-        let (block, y_block) = (x.row_block(rows.clone()), y[rows.clone()].to_vec());
+        let mut rows = 0..0;
+        let (block, y_block) = job.load_rows(|n| {
+            rows = shape.share(n, index)?;
+            Ok(rows.clone())
+        })?;
         let slot = job.checkpoint_dir.clone().map(|dir| WorkerSlot {
             dir,
             index: index as u32,
@@ -102,7 +106,7 @@ impl StradsJob for LassoApp {
         let half = scheduler.into_inner();
         tracing::info!(objective = half.metrics().final_objective, "lasso finished");
         if let Some(dir) = &job.out_dir {
-            half.outcome().write(dir)?;
+            half.outcome().write(dir, job)?;
             tracing::info!(dir = %dir.display(), "wrote coefficients.tsv and metrics.json");
         }
         Ok(())

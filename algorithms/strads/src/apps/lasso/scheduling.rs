@@ -2,19 +2,25 @@
 //! ([`crate::core::scheduler`]), the soft-threshold pull, exact evaluations and the
 //! metrics.
 //!
-//! Every `eval_every` update rounds (and at the end) the scheduler drains the pipeline and
-//! runs an `Evaluate` round: workers return `X^T r` and `(y.y, y.r, r.r)` partials, from
-//! which it computes the KKT violation and the duality gap exactly. The objective itself is
-//! tracked every round from the squared-residual partials that come with each push.
+//! Every `eval_every` update rounds, or with `eval_every = 0` once the updates since the
+//! last evaluation cost `eval_work_ratio` times an evaluation (and at the end), the
+//! scheduler drains the pipeline and runs an `Evaluate` round: workers return `X^T r` and
+//! `(y.y, y.r, r.r)` partials, from which it computes the KKT violation and the duality gap
+//! exactly. The objective itself is tracked every round from the squared-residual partials
+//! that come with each push (a running sum on the workers: O(1) per round).
+//!
+//! The half times its own parts (sampling, dependency check, pull, evaluation) and keeps
+//! the workers' reported compute, so `metrics.json` says where a round's time went
+//! ([`RoundProfile`]).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::config::LassoJob;
 use super::metrics::{
-    EvalNumbers, Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation,
-    common_applied,
+    EvalNumbers, Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile,
+    combine_evaluation, common_applied,
 };
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
 use crate::core::StradsModelError;
@@ -50,6 +56,12 @@ pub struct LassoScheduling {
     pub(super) stopping: bool,
     final_eval_sent: bool,
     pub(super) metrics: LassoMetrics,
+    /// Non-zeros per column: the work of updating it.
+    column_nnz: Vec<u32>,
+    /// Work (non-zeros touched) of the updates since the last evaluation.
+    work_since_eval: f64,
+    /// Work of one evaluation (one pass over X plus one value per feature).
+    eval_work: f64,
 }
 
 impl LassoScheduling {
@@ -68,7 +80,14 @@ impl LassoScheduling {
             ))
             .into());
         }
+        let job = &job.resolved_for(x, workers);
         let lambda = job.resolve_lambda(x, y);
+        let column_nnz = x
+            .column_starts
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as u32)
+            .collect();
+        let eval_work = (x.values.len() + x.n_columns()) as f64;
         let x = Arc::new(x.clone());
         let scheduler = job.coordinate_scheduler(x.clone())?;
         Ok(LassoScheduling {
@@ -108,8 +127,12 @@ impl LassoScheduling {
                 evaluations: Vec::new(),
                 checkpoints: Vec::new(),
                 resumed_from_round: None,
+                profile: RoundProfile::default(),
             },
             job: job.clone(),
+            column_nnz,
+            work_since_eval: 0.0,
+            eval_work,
         })
     }
 
@@ -136,9 +159,26 @@ impl LassoScheduling {
         }
     }
 
+    /// The job after its automatic knobs were chosen for the data.
+    pub fn job(&self) -> &LassoJob {
+        &self.job
+    }
+
+    /// An evaluation is due: every `eval_every` update rounds, or (with `eval_every = 0`)
+    /// once the updates since the last one cost `eval_work_ratio` evaluations.
+    fn evaluation_due(&self) -> bool {
+        if self.job.eval_every > 0 {
+            self.update_rounds_since_eval >= self.job.eval_every
+        } else {
+            self.job.eval_work_ratio > 0.0
+                && self.work_since_eval >= self.job.eval_work_ratio * self.eval_work
+        }
+    }
+
     fn evaluate(&mut self, round: u64) -> Step<LassoTask> {
         self.in_flight.push_back((round, InFlight::Evaluate));
         self.update_rounds_since_eval = 0;
+        self.work_since_eval = 0.0;
         self.rounds_scheduled += 1;
         Step::Run(Plan::All(LassoTask::Evaluate))
     }
@@ -196,19 +236,30 @@ impl Schedule<LassoApp> for LassoScheduling {
                 Step::Done
             };
         }
-        if self.job.eval_every > 0 && self.update_rounds_since_eval >= self.job.eval_every {
+        if self.evaluation_due() {
             return if in_flight > 0 {
                 Step::Wait
             } else {
                 self.evaluate(round)
             };
         }
+        let started = Instant::now();
+        let candidates = self.scheduler.draw_candidates();
+        let drawn = Instant::now();
         let vars: Vec<usize> = self
             .scheduler
-            .next_round()
+            .filter_candidates(candidates)
             .into_iter()
             .filter(|j| !self.busy.contains(j))
             .collect();
+        let profile = &mut self.metrics.profile;
+        profile.sample_s += (drawn - started).as_secs_f64();
+        profile.filter_s += drawn.elapsed().as_secs_f64();
+        // Per round: the coordinates' columns plus a fixed share for the round itself.
+        self.work_since_eval += vars
+            .iter()
+            .map(|&j| f64::from(self.column_nnz[j]) + 1.0)
+            .sum::<f64>();
         if vars.is_empty() {
             return if in_flight > 0 {
                 Step::Wait
@@ -242,11 +293,13 @@ impl Schedule<LassoApp> for LassoScheduling {
         partials: Vec<LassoPartial>,
         elapsed: Duration,
     ) -> Result<LassoCommit, StradsModelError> {
+        let started = Instant::now();
         let kind = crate::core::pop_in_flight(&mut self.in_flight, round)?;
         self.metrics.rounds = round + 1;
         self.metrics.elapsed_s = elapsed.as_secs_f64();
         let commit = match kind {
             InFlight::Update(vars) => {
+                let mut slowest = super::wire::WorkerBusy::default();
                 let mut summed = vec![0.0f32; vars.len()];
                 let mut sq = 0.0;
                 let mut applied = Vec::with_capacity(partials.len());
@@ -255,6 +308,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                         z,
                         sq_residual,
                         applied: a,
+                        busy,
                     } = p
                     else {
                         return Err(StradsModelError::protocol(format!(
@@ -271,7 +325,17 @@ impl Schedule<LassoApp> for LassoScheduling {
                     summed.iter_mut().zip(z).for_each(|(s, v)| *s += v);
                     sq += sq_residual;
                     applied.push(*a);
+                    slowest.push_s = slowest.push_s.max(busy.push_s);
+                    slowest.commit_s = slowest.commit_s.max(busy.commit_s);
+                    slowest.eval_s = slowest.eval_s.max(busy.eval_s);
+                    slowest.peak_rss_mb = slowest.peak_rss_mb.max(busy.peak_rss_mb);
                 }
+                let profile = &mut self.metrics.profile;
+                profile.update_rounds += 1;
+                profile.worker_push_s = slowest.push_s;
+                profile.worker_commit_s = slowest.commit_s;
+                profile.worker_eval_s = slowest.eval_s;
+                profile.worker_peak_rss_mb = profile.worker_peak_rss_mb.max(slowest.peak_rss_mb);
                 let applied = common_applied(applied.into_iter())?;
                 self.record_objective(round, applied, sq, elapsed);
                 let new_values = pull(&vars, &summed, &self.col_sq_norms, self.lambda);
@@ -285,6 +349,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                 }
                 self.scheduler.commit(&changes);
                 self.updates += vars.len() as u64;
+                self.metrics.profile.pull_s += started.elapsed().as_secs_f64();
                 LassoCommit {
                     vars: vars.iter().map(|&j| j as u32).collect(),
                     deltas: changes.iter().map(|c| c.1).collect(),
@@ -331,10 +396,14 @@ impl Schedule<LassoApp> for LassoScheduling {
                 if !objective.is_finite() {
                     self.stopping = true;
                 }
+                self.metrics.profile.eval_rounds += 1;
+                self.metrics.profile.scheduler_peak_rss_mb = super::metrics::peak_rss_mb();
+                self.metrics.profile.eval_pull_s += started.elapsed().as_secs_f64();
                 LassoCommit::empty()
             }
         };
         self.metrics.updates = self.updates;
+        self.metrics.profile.finish(elapsed.as_secs_f64());
         self.after_commit();
         Ok(commit)
     }
@@ -357,6 +426,8 @@ pub struct LassoSchedulingState {
     pub updates: u64,
     /// Update rounds since the last evaluation.
     pub update_rounds_since_eval: u64,
+    /// Work of the updates since the last evaluation.
+    pub work_since_eval: f64,
     /// Rounds scheduled so far.
     pub rounds_scheduled: u64,
     /// The stop rule fired.
@@ -380,6 +451,7 @@ impl LassoScheduling {
             l1: self.l1,
             updates: self.updates,
             update_rounds_since_eval: self.update_rounds_since_eval,
+            work_since_eval: self.work_since_eval,
             rounds_scheduled: self.rounds_scheduled,
             stopping: self.stopping,
             final_eval_sent: self.final_eval_sent,
@@ -411,6 +483,7 @@ impl LassoScheduling {
         self.l1 = s.l1;
         self.updates = s.updates;
         self.update_rounds_since_eval = s.update_rounds_since_eval;
+        self.work_since_eval = s.work_since_eval;
         self.rounds_scheduled = s.rounds_scheduled;
         self.stopping = s.stopping;
         self.final_eval_sent = s.final_eval_sent;

@@ -12,6 +12,7 @@ fn small_job(mode: &str) -> LassoJob {
             correlation: 0.8,
             n_nonzero: 5,
             noise_std: 0.1,
+            nnz_per_column: 0,
             seed: 3,
         },
         mode: mode.parse().unwrap(),
@@ -143,7 +144,7 @@ fn libsvm_input_and_outputs() {
         coefficients: b,
         metrics: m,
     }
-    .write(&out)
+    .write(&out, &job)
     .unwrap();
     let coef = std::fs::read_to_string(out.join("coefficients.tsv")).unwrap();
     assert_eq!(coef.lines().count(), 3);

@@ -38,6 +38,9 @@ pub enum LassoPartial {
         sq_residual: f64,
         /// Commits applied.
         applied: u64,
+        /// The worker's compute so far (for the round-time breakdown).
+        #[serde(default)]
+        busy: WorkerBusy,
     },
     /// Answer to an evaluation.
     Eval {
@@ -55,6 +58,21 @@ pub enum LassoPartial {
     },
     /// Answer to a save or restore.
     Control(ControlReply),
+}
+
+/// Seconds a worker spent computing since it started, by kind of work (cumulative, so a
+/// lost or reordered answer loses nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerBusy {
+    /// Pushes of update rounds (`z_jp` gathers).
+    pub push_s: f64,
+    /// Applying commits (residual scatters).
+    pub commit_s: f64,
+    /// Evaluation rounds (`X^T r`).
+    pub eval_s: f64,
+    /// The worker process's peak resident memory so far, in MB (0 where unknown).
+    #[serde(default)]
+    pub peak_rss_mb: f64,
 }
 
 /// Committed `new - old` per coordinate (empty after an evaluation round).

@@ -1,9 +1,10 @@
 //! Lasso's worker half: a contiguous row block with its residual.
 
-use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
+use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy};
 use crate::core::StradsModelError;
 use crate::core::app::Push;
 use crate::core::lasso::LassoWorkerState;
+use std::time::Instant;
 
 /// Worker half: a row block with its residual. It serves every scheduler of the job and
 /// counts the commits it applied per scheduler (`applied[s]`), since each scheduler's
@@ -12,6 +13,7 @@ use crate::core::lasso::LassoWorkerState;
 pub struct LassoWorker {
     state: LassoWorkerState,
     applied: Vec<u64>,
+    busy: WorkerBusy,
 }
 
 impl LassoWorker {
@@ -25,6 +27,7 @@ impl LassoWorker {
         LassoWorker {
             state,
             applied: vec![0; schedulers.max(1)],
+            busy: WorkerBusy::default(),
         }
     }
 
@@ -47,8 +50,17 @@ impl LassoWorker {
     }
 
     /// Replaces the residual and scheduler 0's commit count (a restored checkpoint).
-    pub fn restore(&mut self, residual: Vec<f64>, applied: u64) -> Result<(), StradsModelError> {
+    /// `sq_residual` is the saved running `||r||^2` (recomputed when absent).
+    pub fn restore(
+        &mut self,
+        residual: Vec<f64>,
+        applied: u64,
+        sq_residual: Option<f64>,
+    ) -> Result<(), StradsModelError> {
         self.state.restore_residual(residual)?;
+        if let Some(sq) = sq_residual.filter(|sq| sq.is_finite() && *sq >= 0.0) {
+            self.state.set_squared_residual(sq);
+        }
         self.applied[0] = applied;
         Ok(())
     }
@@ -88,19 +100,32 @@ impl Push<LassoApp> for LassoWorker {
         let applied = self.applied(scheduler)?;
         match task {
             LassoTask::Update { vars, values } => {
+                let started = Instant::now();
                 self.check_vars(vars, values.len())?;
                 let vars: Vec<usize> = vars.iter().map(|&j| j as usize).collect();
+                let z = self.state.push(&vars, values);
+                self.busy.push_s += started.elapsed().as_secs_f64();
+                if self.busy.peak_rss_mb == 0.0 {
+                    self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
+                }
                 Ok(LassoPartial::Z {
-                    z: self.state.push(&vars, values),
+                    z,
                     sq_residual: self.state.squared_residual(),
                     applied,
+                    busy: self.busy,
                 })
             }
             LassoTask::Evaluate => {
+                let started = Instant::now();
                 let all: Vec<usize> = (0..self.state.n_features()).collect();
+                // An exact pass anyway: drop the running sum's drift.
+                self.state.resync_squared_residual();
                 let (yy, yr, rr) = self.state.dot_partials();
+                let x_t_residual = self.state.correlation_with_residual(&all);
+                self.busy.eval_s += started.elapsed().as_secs_f64();
+                self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
                 Ok(LassoPartial::Eval {
-                    x_t_residual: self.state.correlation_with_residual(&all),
+                    x_t_residual,
                     yy,
                     yr,
                     rr,
@@ -119,6 +144,7 @@ impl Push<LassoApp> for LassoWorker {
         _round: u64,
         commit: &LassoCommit,
     ) -> Result<(), StradsModelError> {
+        let started = Instant::now();
         self.applied(scheduler)?;
         self.check_vars(&commit.vars, commit.deltas.len())?;
         let changes: Vec<(usize, f32)> = commit
@@ -129,6 +155,7 @@ impl Push<LassoApp> for LassoWorker {
             .collect();
         self.state.apply_deltas(&changes);
         self.applied[scheduler as usize] += 1;
+        self.busy.commit_s += started.elapsed().as_secs_f64();
         Ok(())
     }
 }

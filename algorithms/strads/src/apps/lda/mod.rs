@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 use crate::core::app::{BlockId, RingApp, StradsApp};
 use crate::error::StradsError;
-use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_json};
+use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob};
 use crate::shells::SchedulerOptions;
 use serde::{Deserialize, Serialize};
 
@@ -243,8 +243,11 @@ impl RingApp for LdaApp {
 pub fn write_outputs(
     dir: &std::path::Path,
     sched: &LdaScheduling,
-    top: usize,
+    job: &LdaJob,
 ) -> Result<(), StradsError> {
+    let run = lda_run_metrics("lda", sched.metrics(), job, sched.metrics());
+    run.check_finite("check alpha and beta")?;
+    let top = job.top_words;
     // Only the vocabulary is read from the corpus here.
     let words = Corpus {
         n_docs: 0,
@@ -253,7 +256,38 @@ pub fn write_outputs(
         vocab: sched.vocab.clone(),
     };
     write_topic_files(dir, &sched.topic_word(), &words, top)?;
-    write_json(dir, "metrics.json", sched.metrics())
+    crate::kit::write_run_metrics(dir, &run)
+}
+
+/// The one metrics format of an LDA run: a record per pass (log-likelihood per token);
+/// a Gibbs sampler runs its `iterations` passes (no convergence test).
+pub fn lda_run_metrics(
+    app: &str,
+    lda: &petrel_ml::topic::LdaMetrics,
+    settings: &impl Serialize,
+    details: &impl Serialize,
+) -> petrel_ml::job::RunMetrics {
+    let mut m = petrel_ml::job::RunMetrics::new(app, settings, details, lda.elapsed_s);
+    for p in &lda.loglik {
+        m.record(
+            p.iteration as u64,
+            p.elapsed_s,
+            &[
+                ("loglik_per_token", p.loglik_per_token),
+                ("tokens_sampled", p.tokens_sampled as f64),
+            ],
+        );
+    }
+    m.finals(&[
+        ("loglik_per_token", lda.final_loglik_per_token),
+        ("tokens_per_s_per_worker", lda.tokens_per_s_per_worker),
+    ]);
+    m.converged = false;
+    m.stop_reason = format!(
+        "ran iterations = {} (a Gibbs sampler has no convergence test)",
+        lda.iterations
+    );
+    m
 }
 
 impl StradsJob for LdaApp {
@@ -302,7 +336,7 @@ impl StradsJob for LdaApp {
             "lda finished"
         );
         if let Some(dir) = &job.out_dir {
-            write_outputs(dir, &scheduler, job.top_words)?;
+            write_outputs(dir, &scheduler, job)?;
         }
         Ok(())
     }

@@ -116,7 +116,11 @@ fn outputs_list_top_words() {
     let job = small_job();
     let (sched, _) = drive(&job, 2);
     let dir = tempfile::tempdir().unwrap();
-    write_outputs(dir.path(), &sched, 5).unwrap();
+    let job = LdaJob {
+        top_words: 5,
+        ..LdaJob::default()
+    };
+    write_outputs(dir.path(), &sched, &job).unwrap();
     let topics = std::fs::read_to_string(dir.path().join("topics.txt")).unwrap();
     assert_eq!(topics.lines().count(), 4);
     assert!(

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use crate::core::StradsModelError;
 use crate::core::app::{BlockId, RingApp, StradsApp};
 use crate::error::StradsError;
-use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_json, write_output};
+use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_output};
 use crate::shells::SchedulerOptions;
 use ndarray::Array2;
 
@@ -228,14 +228,17 @@ impl RingApp for MfApp {
 }
 
 /// Writes `user_factors.tsv`, `item_factors.tsv` (`id<TAB>f_0<TAB>...`, original ids for
-/// triplet files) and `metrics.json`.
+/// triplet files), `history.csv` and `metrics.json`; nothing if a figure diverged.
 pub fn write_outputs(
     dir: &std::path::Path,
     w: &Array2<f32>,
     h: &Array2<f32>,
     ids: Option<&IdMapping>,
     metrics: &MfMetrics,
+    job: &StradsMfJob,
 ) -> Result<(), StradsError> {
+    let run = metrics.run_metrics(job);
+    run.check_finite("lower lambda's range or check the ratings for extreme values")?;
     let table = |m: &Array2<f32>, ids: Option<&Vec<String>>| {
         let mut s = String::new();
         for (i, row) in m.rows().into_iter().enumerate() {
@@ -260,7 +263,37 @@ pub fn write_outputs(
         "item_factors.tsv",
         table(h, ids.map(|m| &m.item_ids)).as_bytes(),
     )?;
-    write_json(dir, "metrics.json", metrics)
+    crate::kit::write_run_metrics(dir, &run)
+}
+
+impl MfMetrics {
+    /// The one metrics format: a record per training-RMSE point (step: coordinate
+    /// updates); `converged` when `target_rmse` was reached.
+    pub fn run_metrics(&self, job: &StradsMfJob) -> petrel_ml::job::RunMetrics {
+        let mut m = petrel_ml::job::RunMetrics::new("strads-mf", job, self, self.elapsed_s);
+        for p in &self.train_rmse {
+            m.record(
+                p.coordinate_updates,
+                p.elapsed_s,
+                &[("train_rmse", p.train_rmse)],
+            );
+        }
+        m.finals(&[
+            ("train_rmse", self.final_train_rmse),
+            ("test_rmse", self.final_test_rmse),
+            ("rounds", self.rounds as f64),
+        ]);
+        m.converged = self.time_to_target_s.is_some();
+        m.stop_reason = match (self.target_rmse, self.time_to_target_s) {
+            (Some(t), Some(s)) => format!("train RMSE reached target_rmse {t} after {s:.2} s"),
+            (Some(t), None) => format!(
+                "stopped at the iteration limit (outer_iterations = {}) before target_rmse {t}: train RMSE {:.4}",
+                job.outer_iterations, self.final_train_rmse
+            ),
+            (None, _) => format!("ran outer_iterations = {}", job.outer_iterations),
+        };
+        m
+    }
 }
 
 impl StradsJob for MfApp {
@@ -315,7 +348,7 @@ impl StradsJob for MfApp {
             "mf finished"
         );
         if let Some(dir) = &job.out_dir {
-            write_outputs(dir, &w, &h, scheduler.ids.as_ref(), &metrics)?;
+            write_outputs(dir, &w, &h, scheduler.ids.as_ref(), &metrics, job)?;
         }
         Ok(())
     }

@@ -179,3 +179,55 @@ proptest! {
         }
     }
 }
+
+/// Only the pairwise questions: the trait's default `keep_independent`.
+struct PairwiseOnly(ColumnCorrelationCache);
+
+impl CorrelationOracle for PairwiseOnly {
+    fn abs_correlation(&mut self, j: usize, k: usize) -> f32 {
+        self.0.abs_correlation(j, k)
+    }
+}
+
+fn random_sparse(rows: usize, cols: usize, density: f64, seed: u64) -> SparseColumns {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha12Rng::seed_from_u64(seed);
+    let mut x = ndarray::Array2::<f32>::zeros((rows, cols));
+    for v in x.iter_mut() {
+        if rng.gen_bool(density) {
+            *v = rng.gen_range(-1.0f32..1.0);
+        }
+    }
+    // Some strongly correlated neighbours.
+    for j in (1..cols).step_by(3) {
+        let previous = x.column(j - 1).to_owned();
+        x.column_mut(j)
+            .zip_mut_with(&previous, |a, b| *a += 2.0 * b);
+    }
+    SparseColumns::from_dense(&x)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn scatter_check_keeps_exactly_what_the_pairwise_check_keeps(
+        seed in 0u64..1000,
+        density in 0.05f64..0.6,
+        rho in 0.05f32..0.9,
+        limit in 1usize..12,
+    ) {
+        let x = Arc::new(random_sparse(30, 40, density, seed));
+        let mut fast = ColumnCorrelationCache::new(x.clone(), 1000);
+        let mut slow = PairwiseOnly(ColumnCorrelationCache::new(x, 1000));
+        let mut candidates: Vec<usize> = (0..40).map(|j| (j * 17 + seed as usize) % 40).collect();
+        candidates.push(candidates[3]);
+        for round in 0..3 {
+            let pool = &candidates[round * 5..];
+            prop_assert_eq!(
+                fast.keep_independent(pool, limit, rho),
+                slow.keep_independent(pool, limit, rho)
+            );
+        }
+        prop_assert_eq!(fast.keep_independent(&candidates, 40, 0.0).len(), 1);
+    }
+}

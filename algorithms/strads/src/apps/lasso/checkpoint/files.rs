@@ -367,6 +367,9 @@ pub struct SchedulerSnapshot {
     pub updates: u64,
     /// Update rounds since the last evaluation.
     pub update_rounds_since_eval: u64,
+    /// Work of the updates since the last evaluation (`eval_every = 0`).
+    #[serde(default)]
+    pub work_since_eval: f64,
     /// Rounds scheduled so far.
     pub rounds_scheduled: u64,
     /// The stop rule fired.
@@ -392,6 +395,7 @@ impl SchedulerSnapshot {
             l1: s.l1,
             updates: s.updates,
             update_rounds_since_eval: s.update_rounds_since_eval,
+            work_since_eval: s.work_since_eval,
             rounds_scheduled: s.rounds_scheduled,
             stopping: s.stopping,
             final_eval_sent: s.final_eval_sent,
@@ -410,6 +414,7 @@ impl SchedulerSnapshot {
             l1: self.l1,
             updates: self.updates,
             update_rounds_since_eval: self.update_rounds_since_eval,
+            work_since_eval: self.work_since_eval,
             rounds_scheduled: self.rounds_scheduled,
             stopping: self.stopping,
             final_eval_sent: self.final_eval_sent,
@@ -433,4 +438,8 @@ pub(super) struct WorkerSnapshot {
     pub(super) applied: u64,
     #[serde(with = "f64_bytes")]
     pub(super) residual: Vec<f64>,
+    /// The worker's running `||r||^2` (so the objective trace continues bit for bit);
+    /// absent in older files, then recomputed from the residual.
+    #[serde(default)]
+    pub(super) sq_residual: Option<f64>,
 }

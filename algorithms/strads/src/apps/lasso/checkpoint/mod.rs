@@ -249,6 +249,7 @@ impl CheckpointingWorker {
             block_fnv64: slot.block_fnv64,
             applied,
             residual: self.inner.state().residual().to_vec(),
+            sq_residual: Some(self.inner.state().squared_residual()),
         };
         let bytes = rmp_serde::to_vec(&snap)?;
         durable::create_dir(&slot.dir)?;
@@ -299,7 +300,7 @@ impl CheckpointingWorker {
             ));
         }
         self.inner
-            .restore(snap.residual, snap.applied)
+            .restore(snap.residual, snap.applied, snap.sq_residual)
             .map_err(|e| invalid(&path, e.to_string()))?;
         Ok(ControlReply::Restored {
             round,

@@ -14,6 +14,7 @@ fn job(mode: &str, dir: Option<&Path>) -> LassoJob {
             correlation: 0.8,
             n_nonzero: 5,
             noise_std: 0.1,
+            nnz_per_column: 0,
             seed: 4,
         },
         mode: mode.parse().unwrap(),
@@ -25,6 +26,7 @@ fn job(mode: &str, dir: Option<&Path>) -> LassoJob {
         seed: 11,
         checkpoint_dir: dir.map(Path::to_path_buf),
         checkpoint_every: 60,
+        depth: 1,
         ..LassoJob::default()
     }
 }

@@ -88,7 +88,7 @@ pub(in crate::apps::lasso) async fn scheduler_entry(
     if mine.first() != Some(&index) {
         return Ok(());
     }
-    run_node_schedulers(ctx, job, owners, mine).await
+    run_node_schedulers(ctx, job.with_multi_defaults(), owners, mine).await
 }
 
 async fn run_node_schedulers(
@@ -215,8 +215,7 @@ async fn lead_loop(
                     coefficients,
                     metrics: metrics.base.clone(),
                 };
-                outcome.write(dir)?;
-                crate::kit::write_json(dir, "metrics.json", &metrics)?;
+                outcome.write_with(dir, &job, &metrics)?;
                 tracing::info!(dir = %dir.display(), "wrote coefficients.tsv and metrics.json");
             }
             return Ok(());

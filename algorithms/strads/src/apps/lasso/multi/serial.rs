@@ -18,6 +18,7 @@ pub fn run_multi_without_actors(
     job: &LassoJob,
     workers: usize,
 ) -> Result<(Vec<f32>, MultiLassoMetrics), StradsError> {
+    let job = &job.with_multi_defaults();
     let (x, y) = job.load()?;
     let all: Vec<usize> = (0..job.schedulers).collect();
     let (ranges, mut apps) = build_schedulers(&x, &y, job, workers, &all)?;

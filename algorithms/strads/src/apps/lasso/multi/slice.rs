@@ -78,9 +78,12 @@ impl SliceScheduling {
             ))
             .into());
         }
+        let job = &job.with_multi_defaults();
         let local_job = LassoJob {
             lambda: Some(lambda),
+            // The slice decides when to evaluate (at epoch ends), never the inner half.
             eval_every: 0,
+            eval_work_ratio: 0.0,
             max_rounds: u64::MAX,
             gap_tolerance: None,
             target_objective: None,

@@ -344,6 +344,7 @@ impl LeadBook {
             evaluations: self.evaluations.clone(),
             checkpoints: Vec::new(),
             resumed_from_round: None,
+            profile: Default::default(),
         };
         (
             coefficients,

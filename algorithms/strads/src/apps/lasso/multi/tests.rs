@@ -227,6 +227,7 @@ fn small_job(schedulers: usize) -> LassoJob {
             correlation: 0.8,
             n_nonzero: 5,
             noise_std: 0.1,
+            nnz_per_column: 0,
             seed: 3,
         },
         block_size: 8,
@@ -269,6 +270,7 @@ fn combined_evaluation_matches_the_whole_model() {
         z: vec![],
         sq_residual: 0.0,
         applied: 0,
+        busy: Default::default(),
     };
     assert!(combine_evaluation(&[z], &cluster.coefficients, lambda).is_err());
 }

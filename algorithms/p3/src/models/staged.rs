@@ -1,0 +1,684 @@
+//! [`CandleStageModel`]: a model written with the [candle](https://docs.rs/candle-core)
+//! deep-learning crate, given as an ordered list of stages, trained by P3.
+//!
+//! # The adapter
+//! A [`StagedNet`] is the user's model: stages in forward order, each built from a
+//! [`VarBuilder`] the usual candle way (`candle_nn::conv2d(…, vb.pp("conv"))`). The adapter
+//! never sees inside a stage; it only learns each stage's parameter tensors (name, shape)
+//! from the builder calls, which become the stage's P3 tensors (sorted by name).
+//!
+//! - **Forward, stage by stage.** Stage `k`'s module is (re)built from its current
+//!   parameter tensors the first time it runs after one of them changed, so a stage only
+//!   needs *its own* parameters, which is what P3's per-layer readiness asks.
+//! - **Backward, stage by stage.** Every stage's input is a detached leaf, so each stage
+//!   has its own autograd graph. The last stage runs `loss.backward()`; stage `k < n-1` is
+//!   seeded with the gradient `g` of its output by back-propagating `sum(out * g)`, whose
+//!   gradient with respect to `out` is exactly `g`. Each call hands the stage's parameter
+//!   gradients to P3 at once and keeps the input gradient for stage `k-1`. The result is
+//!   the same arithmetic as candle's whole-model backward (the test
+//!   `stagewise_gradients_match_whole_model_backward` checks it).
+//! - **Copies.** A pulled tensor is copied once, from P3's reassembly buffer into the
+//!   storage of a fresh candle `Var` (`Var::from_vec` takes the `Vec` without copying);
+//!   the rebuilt module shares that storage. Stage inputs cost one activation copy each
+//!   (a candle variable must own its storage), and gradients are copied out once into the
+//!   `Vec<f32>` P3 slices.
+//!
+//! # Initial values
+//! candle's CPU random generator cannot be seeded, yet every worker and shard of a
+//! cluster (possibly separate processes) must start from the same parameters. The
+//! adapter's [`StagedNet::init`] therefore builds every stage from a seeded backend that
+//! honours each tensor's candle [`Init`] hint (Kaiming normal for weights, uniform for
+//! biases, constants) with a ChaCha generator keyed by the seed, stage and tensor name.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use candle_core::{D, DType, Device, ModuleT, Shape, Tensor, Var};
+use candle_nn::VarBuilder;
+use candle_nn::init::{Init, NormalOrUniform};
+use candle_nn::var_builder::SimpleBackend;
+use petrel_ml::dnn::FlatSgdMomentum;
+use petrel_ml::dnn::data::Dataset;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal, Uniform};
+
+use crate::kit::{StageGrads, StageModel, StepStats};
+use crate::models::ModelError;
+
+/// Builds one stage's module from a [`VarBuilder`].
+pub type BuildStage =
+    dyn Fn(VarBuilder) -> candle_core::Result<Box<dyn ModuleT>> + Send + Sync + 'static;
+
+/// A parameter tensor of a stage, as the stage's builder asked for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSpec {
+    /// Name within the stage (`weight`, `conv1.bias`, …).
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+}
+
+impl TensorSpec {
+    /// Number of parameters.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True for a tensor without elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Every stage's parameter tensors, forward order.
+pub type StageSpecs = Vec<Vec<TensorSpec>>;
+
+/// A candle model as an ordered list of stages (see the [module docs](self)).
+#[derive(Clone)]
+pub struct StagedNet {
+    name: String,
+    input: Vec<usize>,
+    stages: Vec<(String, Arc<BuildStage>)>,
+}
+
+impl std::fmt::Debug for StagedNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StagedNet")
+            .field("name", &self.name)
+            .field("input", &self.input)
+            .field(
+                "stages",
+                &self.stages.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl StagedNet {
+    /// An empty model named `name` taking examples of shape `input` (without the batch
+    /// axis, e.g. `[3, 32, 32]`).
+    pub fn new(name: &str, input: &[usize]) -> Self {
+        StagedNet {
+            name: name.into(),
+            input: input.to_vec(),
+            stages: Vec::new(),
+        }
+    }
+
+    /// Appends a stage built by `build` (called whenever the stage's parameters change).
+    pub fn stage<M, F>(mut self, name: &str, build: F) -> Self
+    where
+        M: ModuleT + 'static,
+        F: Fn(VarBuilder) -> candle_core::Result<M> + Send + Sync + 'static,
+    {
+        let build: Arc<BuildStage> =
+            Arc::new(move |vb: VarBuilder| build(vb).map(|m| Box::new(m) as Box<dyn ModuleT>));
+        self.stages.push((name.into(), build));
+        self
+    }
+
+    /// The model's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Shape of one example.
+    pub fn input_shape(&self) -> &[usize] {
+        &self.input
+    }
+
+    /// Stage names, forward order.
+    pub fn stage_names(&self) -> Vec<&str> {
+        self.stages.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    /// Number of stages.
+    pub fn n_stages(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// Every stage's parameter tensors (sorted by name) and the seeded initial values of
+    /// every tensor, forward order (see the [module docs](self#initial-values)).
+    pub fn init(&self, seed: u64) -> Result<(StageSpecs, Vec<Vec<f32>>), ModelError> {
+        let mut specs = Vec::with_capacity(self.stages.len());
+        let mut values = Vec::new();
+        for (k, (_, build)) in self.stages.iter().enumerate() {
+            let backend = SeededInit {
+                seed: seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                made: Mutex::new(HashMap::new()),
+            };
+            let made = {
+                let vb = VarBuilder::from_backend(Box::new(&backend), DType::F32, Device::Cpu);
+                build(vb)?;
+                backend.made.lock().map(|m| m.clone()).unwrap_or_default()
+            };
+            let mut stage: Vec<(String, Vec<usize>, Vec<f32>)> = made
+                .into_iter()
+                .map(|(name, (shape, v))| (name, shape, v))
+                .collect();
+            stage.sort_by(|a, b| a.0.cmp(&b.0));
+            specs.push(
+                stage
+                    .iter()
+                    .map(|(name, shape, _)| TensorSpec {
+                        name: name.clone(),
+                        shape: shape.clone(),
+                    })
+                    .collect(),
+            );
+            values.extend(stage.into_iter().map(|(_, _, v)| v));
+        }
+        Ok((specs, values))
+    }
+
+    /// Every stage's parameter tensors, forward order (see [`StagedNet::init`]).
+    pub fn specs(&self) -> Result<Vec<Vec<TensorSpec>>, ModelError> {
+        Ok(self.init(0)?.0)
+    }
+}
+
+/// A `VarBuilder` backend that makes each requested tensor from its candle [`Init`] hint
+/// with a generator seeded by the stage seed and the tensor's name, and remembers it.
+struct SeededInit {
+    seed: u64,
+    made: Mutex<HashMap<String, ShapedValues>>,
+}
+
+/// A tensor's shape and values.
+type ShapedValues = (Vec<usize>, Vec<f32>);
+
+fn name_seed(seed: u64, name: &str) -> u64 {
+    // FNV-1a: stable across runs and platforms, unlike std's hasher.
+    name.bytes().fold(seed ^ 0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn init_values(h: &Init, shape: &Shape, rng: &mut ChaCha8Rng) -> candle_core::Result<Vec<f32>> {
+    let n = shape.elem_count();
+    let bad = |e: &dyn std::fmt::Display| candle_core::Error::Msg(format!("init: {e}"));
+    let uniform = |lo: f64, up: f64, rng: &mut ChaCha8Rng| -> candle_core::Result<Vec<f32>> {
+        if lo >= up {
+            return Ok(vec![lo as f32; n]);
+        }
+        let d = Uniform::new(lo as f32, up as f32);
+        Ok((0..n).map(|_| d.sample(rng)).collect())
+    };
+    let normal = |mean: f64, std: f64, rng: &mut ChaCha8Rng| -> candle_core::Result<Vec<f32>> {
+        let d = Normal::new(mean as f32, std as f32).map_err(|e| bad(&e))?;
+        Ok((0..n).map(|_| d.sample(rng)).collect())
+    };
+    match h {
+        Init::Const(v) => Ok(vec![*v as f32; n]),
+        Init::Uniform { lo, up } => uniform(*lo, *up, rng),
+        Init::Randn { mean, stdev } => normal(*mean, *stdev, rng),
+        Init::Kaiming {
+            dist,
+            fan,
+            non_linearity,
+        } => {
+            let fan = fan.for_shape(shape).max(1);
+            let std = non_linearity.gain() / (fan as f64).sqrt();
+            match dist {
+                NormalOrUniform::Uniform => {
+                    let bound = 3f64.sqrt() * std;
+                    uniform(-bound, bound, rng)
+                }
+                NormalOrUniform::Normal => normal(0.0, std, rng),
+            }
+        }
+    }
+}
+
+impl SimpleBackend for &SeededInit {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        h: Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        let mut made = self
+            .made
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("init backend poisoned".into()))?;
+        if let Some((shape, v)) = made.get(name) {
+            if shape.as_slice() != s.dims() {
+                return Err(candle_core::Error::Msg(format!(
+                    "tensor {name} asked as {:?} and as {shape:?}",
+                    s.dims()
+                )));
+            }
+            return Tensor::from_slice(v, s, dev)?.to_dtype(dtype);
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(name_seed(self.seed, name));
+        let v = init_values(&h, &s, &mut rng)?;
+        let t = Tensor::from_slice(&v, s.clone(), dev)?.to_dtype(dtype)?;
+        made.insert(name.to_string(), (s.dims().to_vec(), v));
+        Ok(t)
+    }
+
+    fn get_unchecked(&self, name: &str, _: DType, _: &Device) -> candle_core::Result<Tensor> {
+        Err(candle_core::Error::Msg(format!(
+            "tensor {name} asked for without a shape"
+        )))
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.made
+            .lock()
+            .map(|m| m.contains_key(name))
+            .unwrap_or(false)
+    }
+}
+
+/// The examples and labels of rows `idx` of `data` as candle tensors.
+pub fn batch_tensors(data: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor), ModelError> {
+    let (x, y) = data.select(idx);
+    let shape = x.shape().to_vec();
+    let x = Tensor::from_vec(x.iter().copied().collect::<Vec<f32>>(), shape, &Device::Cpu)?;
+    let y: Vec<u32> = y.iter().map(|&l| l as u32).collect();
+    let n = y.len();
+    Ok((x, Tensor::from_vec(y, n, &Device::Cpu)?))
+}
+
+/// Worker `worker` of `n_workers`'s rows of iteration `iter` (batch `batch` each): rows
+/// `[(iter * n_workers + worker) * batch, ..)` wrapping around the data set, so the
+/// workers of one iteration together take `n_workers * batch` consecutive rows.
+pub fn worker_rows(
+    iter: u64,
+    worker: usize,
+    n_workers: usize,
+    batch: usize,
+    len: usize,
+) -> Vec<usize> {
+    let start = (iter as usize * n_workers + worker) * batch;
+    (0..batch).map(|i| (start + i) % len.max(1)).collect()
+}
+
+fn accuracy(logits: &Tensor, labels: &Tensor) -> candle_core::Result<f32> {
+    let pred = logits.argmax(D::Minus1)?;
+    let right = pred.eq(labels)?.to_dtype(DType::F32)?.mean_all()?;
+    right.to_scalar::<f32>()
+}
+
+/// The stages of `net` built from `params` (all tensors, forward order).
+pub fn build_stages(
+    net: &StagedNet,
+    specs: &[Vec<TensorSpec>],
+    params: &[Vec<f32>],
+) -> Result<Vec<Box<dyn ModuleT>>, ModelError> {
+    let mut t = 0;
+    let mut out = Vec::with_capacity(net.stages.len());
+    for (k, (_, build)) in net.stages.iter().enumerate() {
+        let mut map = HashMap::new();
+        for spec in specs.get(k).ok_or(ModelError::NoStage(k))? {
+            let v = params.get(t).ok_or(ModelError::NoTensor(t))?;
+            if v.len() != spec.len() {
+                return Err(ModelError::TensorLength {
+                    tensor: t,
+                    expected: spec.len(),
+                    got: v.len(),
+                });
+            }
+            map.insert(
+                spec.name.clone(),
+                Tensor::from_slice(v, spec.shape.as_slice(), &Device::Cpu)?,
+            );
+            t += 1;
+        }
+        out.push(build(VarBuilder::from_tensors(
+            map,
+            DType::F32,
+            &Device::Cpu,
+        ))?);
+    }
+    Ok(out)
+}
+
+/// Loss and accuracy of `net` with `params` on all of `data`, in batches of `batch`
+/// (inference mode).
+pub fn evaluate(
+    net: &StagedNet,
+    params: &[Vec<f32>],
+    data: &Dataset,
+    batch: usize,
+) -> Result<StepStats, ModelError> {
+    let specs = net.specs()?;
+    let stages = build_stages(net, &specs, params)?;
+    let (mut loss, mut right, mut seen) = (0.0f64, 0.0f64, 0usize);
+    let idx: Vec<usize> = (0..data.len()).collect();
+    for rows in idx.chunks(batch.max(1)) {
+        let (mut x, y) = batch_tensors(data, rows)?;
+        for s in &stages {
+            x = s.forward_t(&x, false)?;
+        }
+        let l = candle_nn::loss::cross_entropy(&x, &y)?.to_scalar::<f32>()?;
+        loss += f64::from(l) * rows.len() as f64;
+        right += f64::from(accuracy(&x, &y)?) * rows.len() as f64;
+        seen += rows.len();
+    }
+    let n = seen.max(1) as f64;
+    Ok(StepStats {
+        loss: (loss / n) as f32,
+        accuracy: (right / n) as f32,
+    })
+}
+
+/// One worker's [`StageModel`] over a [`StagedNet`] (see the [module docs](self)).
+pub struct CandleStageModel {
+    net: StagedNet,
+    specs: Vec<Vec<TensorSpec>>,
+    ranges: Vec<Range<usize>>,
+    /// Global tensor -> (stage, index within the stage).
+    owner: Vec<(usize, usize)>,
+    params: Vec<Var>,
+    modules: Vec<Option<Box<dyn ModuleT>>>,
+    data: Arc<Dataset>,
+    batch: usize,
+    worker: usize,
+    n_workers: usize,
+    /// Per stage: its input (a variable for stages > 0) and output of this iteration.
+    inputs: Vec<Option<Tensor>>,
+    outputs: Vec<Option<Tensor>>,
+    labels: Option<Tensor>,
+    loss: Option<Tensor>,
+    /// Gradient of the output of the next stage to run backward.
+    grad_out: Option<Tensor>,
+    last: Option<StepStats>,
+}
+
+impl CandleStageModel {
+    /// Worker `worker` of `n_workers` training `net` on `data` in batches of `batch`, from
+    /// `initial` (one vector per tensor, forward order; [`StagedNet::init`]).
+    pub fn new(
+        net: StagedNet,
+        initial: &[Vec<f32>],
+        data: Arc<Dataset>,
+        batch: usize,
+        worker: usize,
+        n_workers: usize,
+    ) -> Result<Self, ModelError> {
+        if data.is_empty() || batch == 0 || n_workers == 0 {
+            return Err(ModelError::NothingToTrain);
+        }
+        let specs = net.specs()?;
+        let mut ranges = Vec::with_capacity(specs.len());
+        let mut owner = Vec::new();
+        let mut params = Vec::new();
+        for (k, stage) in specs.iter().enumerate() {
+            let start = owner.len();
+            for (i, spec) in stage.iter().enumerate() {
+                let t = owner.len();
+                let v = initial.get(t).ok_or(ModelError::NoTensor(t))?;
+                params.push(Self::var(t, spec, v)?);
+                owner.push((k, i));
+            }
+            ranges.push(start..owner.len());
+        }
+        if params.len() != initial.len() {
+            return Err(ModelError::NoTensor(params.len()));
+        }
+        let n = specs.len();
+        Ok(CandleStageModel {
+            net,
+            specs,
+            ranges,
+            owner,
+            params,
+            modules: (0..n).map(|_| None).collect(),
+            data,
+            batch,
+            worker,
+            n_workers,
+            inputs: vec![None; n],
+            outputs: vec![None; n],
+            labels: None,
+            loss: None,
+            grad_out: None,
+            last: None,
+        })
+    }
+
+    /// The one copy of a pulled tensor: into the storage of a new candle variable.
+    fn var(t: usize, spec: &TensorSpec, values: &[f32]) -> Result<Var, ModelError> {
+        if values.len() != spec.len() {
+            return Err(ModelError::TensorLength {
+                tensor: t,
+                expected: spec.len(),
+                got: values.len(),
+            });
+        }
+        Ok(Var::from_vec(
+            values.to_vec(),
+            spec.shape.as_slice(),
+            &Device::Cpu,
+        )?)
+    }
+
+    fn module(&mut self, stage: usize) -> Result<&dyn ModuleT, ModelError> {
+        let slot = self
+            .modules
+            .get_mut(stage)
+            .ok_or(ModelError::NoStage(stage))?;
+        if slot.is_none() {
+            let map: HashMap<String, Tensor> = self.specs[stage]
+                .iter()
+                .zip(&self.params[self.ranges[stage].clone()])
+                .map(|(s, v)| (s.name.clone(), v.as_tensor().clone()))
+                .collect();
+            let vb = VarBuilder::from_tensors(map, DType::F32, &Device::Cpu);
+            *slot = Some((self.net.stages[stage].1)(vb)?);
+        }
+        slot.as_deref().ok_or(ModelError::NoStage(stage))
+    }
+
+    fn rows(&self, iter: u64) -> Vec<usize> {
+        worker_rows(
+            iter,
+            self.worker,
+            self.n_workers,
+            self.batch,
+            self.data.len(),
+        )
+    }
+
+    /// The gradients of every tensor from candle's own whole-model backward (one graph
+    /// through all stages, one `loss.backward()`) on iteration `iter`'s batch, with the
+    /// current parameters: the reference the stage-wise backward is checked against.
+    pub fn whole_model_grads(&mut self, iter: u64) -> Result<Vec<Vec<f32>>, ModelError> {
+        let (mut x, y) = batch_tensors(&self.data, &self.rows(iter))?;
+        for stage in 0..self.ranges.len() {
+            x = self.module(stage)?.forward_t(&x, true)?;
+        }
+        let loss = candle_nn::loss::cross_entropy(&x, &y)?;
+        let grads = loss.backward()?;
+        self.params
+            .iter()
+            .map(|p| match grads.get(p.as_tensor()) {
+                Some(g) => Ok(g.flatten_all()?.to_vec1::<f32>()?),
+                None => Ok(vec![0.0; p.elem_count()]),
+            })
+            .collect()
+    }
+
+    /// Current values of every tensor, forward order.
+    pub fn params(&self) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.params
+            .iter()
+            .map(|p| Ok(p.as_tensor().flatten_all()?.to_vec1::<f32>()?))
+            .collect()
+    }
+}
+
+impl StageModel for CandleStageModel {
+    type Error = ModelError;
+
+    fn stage_tensors(&self) -> Vec<Vec<u64>> {
+        self.specs
+            .iter()
+            .map(|s| s.iter().map(|t| t.len() as u64).collect())
+            .collect()
+    }
+
+    fn set_tensor(&mut self, tensor: usize, values: &[f32]) -> Result<(), ModelError> {
+        let &(stage, i) = self.owner.get(tensor).ok_or(ModelError::NoTensor(tensor))?;
+        self.params[tensor] = Self::var(tensor, &self.specs[stage][i], values)?;
+        self.modules[stage] = None;
+        Ok(())
+    }
+
+    fn forward_stage(&mut self, iter: u64, stage: usize) -> Result<Duration, ModelError> {
+        let n = self.ranges.len();
+        let input = if stage == 0 {
+            let (x, y) = batch_tensors(&self.data, &self.rows(iter))?;
+            self.labels = Some(y);
+            x
+        } else {
+            let prev = self.outputs.get(stage - 1).and_then(Option::as_ref).ok_or(
+                ModelError::OutOfOrder {
+                    stage,
+                    what: "forward without input",
+                },
+            )?;
+            // A leaf variable: this stage's graph ends here, and backward yields its gradient.
+            Var::from_tensor(&prev.detach())?.as_tensor().clone()
+        };
+        let out = self.module(stage)?.forward_t(&input, true)?;
+        if stage + 1 == n {
+            let labels = self.labels.as_ref().ok_or(ModelError::OutOfOrder {
+                stage,
+                what: "forward without labels",
+            })?;
+            let loss = candle_nn::loss::cross_entropy(&out, labels)?;
+            self.last = Some(StepStats {
+                loss: loss.to_scalar::<f32>()?,
+                accuracy: accuracy(&out, labels)?,
+            });
+            self.loss = Some(loss);
+        }
+        self.inputs[stage] = Some(input);
+        self.outputs[stage] = Some(out);
+        Ok(Duration::ZERO)
+    }
+
+    fn backward_stage(&mut self, stage: usize) -> Result<StageGrads, ModelError> {
+        let n = self.ranges.len();
+        let missing = ModelError::OutOfOrder {
+            stage,
+            what: "backward without gradient",
+        };
+        let grads = if stage + 1 == n {
+            self.loss.take().ok_or(missing)?.backward()?
+        } else {
+            let g = self.grad_out.take().ok_or(missing)?;
+            let out = self.outputs[stage].take().ok_or(ModelError::OutOfOrder {
+                stage,
+                what: "backward before forward",
+            })?;
+            // d sum(out * g) / d out = g: seeds this stage's backward with its output's
+            // gradient.
+            (out * g)?.sum_all()?.backward()?
+        };
+        self.outputs[stage] = None;
+        let input = self.inputs[stage].take();
+        if stage > 0 {
+            let g = input
+                .as_ref()
+                .and_then(|x| grads.get(x))
+                .ok_or(ModelError::OutOfOrder {
+                    stage,
+                    what: "no gradient for the stage's input",
+                })?;
+            self.grad_out = Some(g.clone());
+        }
+        let out = self.params[self.ranges[stage].clone()]
+            .iter()
+            .map(|p| match grads.get(p.as_tensor()) {
+                Some(g) => Ok(g.flatten_all()?.to_vec1::<f32>()?),
+                None => Ok(vec![0.0; p.elem_count()]),
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok(StageGrads {
+            grads: out,
+            compute: Duration::ZERO,
+        })
+    }
+
+    fn stats(&self) -> Option<StepStats> {
+        self.last
+    }
+}
+
+/// Trains `net` in this process with candle alone (whole-model backward, no P3, no
+/// network): `iterations` steps of SGD with momentum `opt` on batches of `global_batch`
+/// consecutive rows (iteration `i` takes rows `[i * global_batch, ..)`, the rows that `n`
+/// P3 workers with batch `global_batch / n` share in that iteration). Returns the final
+/// parameters: the reference a data-parallel run must reproduce.
+pub fn train_single_process(
+    net: &StagedNet,
+    initial: &[Vec<f32>],
+    data: Arc<Dataset>,
+    global_batch: usize,
+    opt: FlatSgdMomentum,
+    iterations: u64,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    let mut params = initial.to_vec();
+    let mut velocity: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
+    let mut model = CandleStageModel::new(net.clone(), initial, data, global_batch, 0, 1)?;
+    for iter in 0..iterations {
+        let grads = model.whole_model_grads(iter)?;
+        for (t, ((v, p), g)) in velocity
+            .iter_mut()
+            .zip(params.iter_mut())
+            .zip(&grads)
+            .enumerate()
+        {
+            opt.step(v, p, g)?;
+            model.set_tensor(t, p)?;
+        }
+    }
+    Ok(params)
+}
+
+/// A trained model as a file: which [`StagedNet`] (by [`crate::models::nets::by_name`])
+/// and every tensor's values, forward order. JSON, so any tool can read it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SavedStagedModel {
+    /// The model's name (`mlp`, `lenet`, `resnet18`, `vgg11`).
+    pub net: String,
+    /// Shape of one example.
+    pub input: Vec<usize>,
+    /// Width knob the model was built with.
+    pub width: usize,
+    /// Classes of the head.
+    pub classes: usize,
+    /// Parameter values per tensor, forward order.
+    pub tensors: Vec<Vec<f32>>,
+}
+
+impl SavedStagedModel {
+    /// The network this file describes, checked against the stored tensors.
+    pub fn network(&self) -> Result<StagedNet, ModelError> {
+        let net = crate::models::nets::by_name(&self.net, &self.input, self.width, self.classes)
+            .ok_or_else(|| ModelError::UnknownNet(self.net.clone()))?;
+        let specs: Vec<TensorSpec> = net.specs()?.into_iter().flatten().collect();
+        if specs.len() != self.tensors.len() {
+            return Err(ModelError::NoTensor(specs.len().min(self.tensors.len())));
+        }
+        for (t, (s, v)) in specs.iter().zip(&self.tensors).enumerate() {
+            if s.len() != v.len() {
+                return Err(ModelError::TensorLength {
+                    tensor: t,
+                    expected: s.len(),
+                    got: v.len(),
+                });
+            }
+        }
+        Ok(net)
+    }
+}

@@ -1,0 +1,395 @@
+//! `petrel bench p3-real` and `petrel train p3`: P3 on real compute. A candle model
+//! ([`petrel_p3::models::nets`]) is trained data-parallel by 2 workers and 2 shards, each
+//! its own `petrel node` process on 127.0.0.1, every node's link limited by the
+//! transport's shaper. The bench runs sequential, fifo and p3 side by side and reports
+//! images/s and the test accuracy reached by each mode after the same iterations, plus
+//! the adapter's own overhead (stage-wise against candle's whole-model backward, in this
+//! process, no network).
+
+use crate::bench::p3::P3BenchError;
+use crate::bench::p3_netns::{Placement, free_loopback_ports, run_job};
+use crate::report::{Table, fmt, print_json};
+use petrel_net::{NetConfig, ShaperConfig};
+use petrel_p3::roles::{P3NodeConfig, WorkerReportFile};
+use petrel_p3::{CandleStageModel, Mode, StageModel, StagedNet};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Flags shared by `train p3` and `bench p3-real`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RealJobArgs {
+    /// Channel width of resnet18/vgg11 (64 = the published layout).
+    #[arg(long, default_value_t = 8)]
+    pub width: usize,
+    /// Images per worker per iteration.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Data-parallel workers (one process each).
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Server shards (one process each).
+    #[arg(long, default_value_t = 2)]
+    pub shards: usize,
+    /// SGD learning rate.
+    #[arg(long, default_value_t = 0.02)]
+    pub lr: f32,
+    /// SGD momentum.
+    #[arg(long, default_value_t = 0.9)]
+    pub momentum: f32,
+    /// Parameters per slice in p3 mode.
+    #[arg(long, default_value_t = 16384)]
+    pub slice_size: u64,
+    /// Seed of the initial parameters and of synthetic data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Training data: synthetic:N, cifar:FILE[,FILE...] or idx:IMAGES,LABELS.
+    #[arg(long, default_value = "synthetic:2048")]
+    pub train_data: String,
+    /// Test data, same syntax (synthetic:N shares the training classes).
+    #[arg(long, default_value = "synthetic:512")]
+    pub test_data: String,
+    /// Link bandwidth of every node in Mbit/s (0 = unshaped; the bench picks one when
+    /// not given).
+    #[arg(long)]
+    pub bandwidth_mbit: Option<f64>,
+    /// Stop a mode's cluster after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    pub timeout_s: u64,
+    /// Where node configs, logs and reports go (removed after a successful run).
+    #[arg(long, default_value = "p3-real-run")]
+    pub run_dir: PathBuf,
+}
+
+impl RealJobArgs {
+    fn node_config(&self, net: &str, mode: Mode, iterations: u64, dir: &Path) -> P3NodeConfig {
+        P3NodeConfig {
+            mode,
+            batch: self.batch,
+            slice_size: self.slice_size,
+            workers: self.workers,
+            shards: self.shards,
+            iterations,
+            lr: self.lr,
+            momentum: self.momentum,
+            ask_timeout_ms: 300_000,
+            report_dir: dir.join("reports"),
+            net: net.into(),
+            width: self.width,
+            seed: self.seed,
+            train_data: self.train_data.clone(),
+            test_data: self.test_data.clone(),
+            ..P3NodeConfig::default()
+        }
+    }
+
+    fn net_config(&self, bandwidth_mbit: f64) -> NetConfig {
+        NetConfig {
+            shaper: (bandwidth_mbit > 0.0).then(|| ShaperConfig::mbit(bandwidth_mbit)),
+            ..NetConfig::default()
+        }
+    }
+}
+
+/// Runs one real-model job as `workers + shards` processes on 127.0.0.1.
+fn run_processes(
+    cfg: &P3NodeConfig,
+    net: &NetConfig,
+    dir: &Path,
+    limit: Duration,
+) -> Result<Vec<WorkerReportFile>, P3BenchError> {
+    let ports = free_loopback_ports(cfg.workers + cfg.shards)?;
+    let (reports, _cpu) = run_job(Placement::Loopback(&ports), cfg, net, dir, limit)?;
+    Ok(reports)
+}
+
+/// `petrel train p3`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct P3TrainArgs {
+    /// mlp, lenet, resnet18 or vgg11.
+    #[arg(long, default_value = "lenet")]
+    pub net: String,
+    /// sequential, fifo or p3.
+    #[arg(long, value_enum, default_value = "p3")]
+    pub mode: Mode,
+    /// Passes over the training data.
+    #[arg(long, default_value_t = 2)]
+    pub epochs: u64,
+    /// Where to save the trained model (JSON).
+    #[arg(long, default_value = "p3-model.json")]
+    pub out: PathBuf,
+    /// Cluster, data and optimiser flags.
+    #[command(flatten)]
+    pub job: RealJobArgs,
+}
+
+/// `petrel train p3`: trains on a localhost cluster, prints per-epoch training loss and
+/// accuracy (worker 0's batches), the test accuracy, and saves the model.
+pub fn train(args: P3TrainArgs) -> Result<(), P3BenchError> {
+    let probe = P3NodeConfig {
+        net: args.net.clone(),
+        train_data: args.job.train_data.clone(),
+        width: args.job.width,
+        ..P3NodeConfig::default()
+    };
+    probe.real_net(&probe.input_shape()?)?;
+    let (train, _) = P3NodeConfig {
+        test_data: String::new(),
+        ..probe.clone()
+    }
+    .data()?;
+    let per_epoch = (train.len() / (args.job.workers * args.job.batch).max(1)).max(1) as u64;
+    let iterations = per_epoch * args.epochs.max(1);
+    let dir = args.job.run_dir.clone();
+    let mut cfg = args.job.node_config(&args.net, args.mode, iterations, &dir);
+    cfg.model_out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
+    let net = args.job.net_config(args.job.bandwidth_mbit.unwrap_or(0.0));
+    tracing::info!(
+        net = %args.net, mode = %args.mode.name(), iterations, per_epoch,
+        "training on {} worker and {} shard processes", cfg.workers, cfg.shards
+    );
+    let t0 = Instant::now();
+    let reports = run_processes(&cfg, &net, &dir, Duration::from_secs(args.job.timeout_s))?;
+    let wall = t0.elapsed().as_secs_f64();
+    let r0 = reports.first().ok_or(P3BenchError::NoMeasuredIterations)?;
+    let mut table = Table::new(&["epoch", "train loss", "train accuracy"]);
+    for (e, chunk) in r0.stats.chunks(per_epoch as usize).enumerate() {
+        let s: Vec<_> = chunk.iter().flatten().collect();
+        let n = s.len().max(1) as f32;
+        table.row(vec![
+            (e + 1).to_string(),
+            fmt(f64::from(s.iter().map(|s| s.loss).sum::<f32>() / n)),
+            fmt(f64::from(s.iter().map(|s| s.accuracy).sum::<f32>() / n)),
+        ]);
+    }
+    table.print();
+    let test = r0.test;
+    if let Some(t) = test {
+        println!("test loss {:.4}, test accuracy {:.3}", t.loss, t.accuracy);
+    }
+    println!(
+        "{} iterations in {wall:.1} s; model saved to {}",
+        iterations,
+        cfg.model_out.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    print_json(&serde_json::json!({
+        "net": args.net,
+        "mode": args.mode.name(),
+        "iterations": iterations,
+        "wall_s": wall,
+        "test_accuracy": test.map(|t| t.accuracy),
+        "model": cfg.model_out,
+    }))?;
+    Ok(())
+}
+
+/// `petrel bench p3-real`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct P3RealBenchArgs {
+    /// Models to run (resnet18, vgg11, lenet, mlp).
+    #[arg(long, value_delimiter = ',', default_values_t = ["resnet18".to_string(), "vgg11".to_string()])]
+    pub models: Vec<String>,
+    /// Measured iterations per mode (after the warm-up).
+    #[arg(long, default_value_t = 16)]
+    pub iterations: u64,
+    /// Warm-up iterations per mode (not measured).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// Iterations of the adapter-overhead measurement (stage-wise vs whole-model).
+    #[arg(long, default_value_t = 5)]
+    pub overhead_iterations: u64,
+    /// Cluster, data and optimiser flags.
+    #[command(flatten)]
+    pub job: RealJobArgs,
+}
+
+/// The adapter's cost per iteration, in this process, no network.
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct AdapterOverhead {
+    /// Stage-wise forward (module rebuilds and input copies included).
+    pub stagewise_forward_ms: f64,
+    /// Stage-wise backward (seeded per stage, gradients copied out).
+    pub stagewise_backward_ms: f64,
+    /// Installing every tensor once (`set_tensor`, the one copy of pulled values).
+    pub set_tensors_ms: f64,
+    /// candle's own forward + whole-model backward on the same batch.
+    pub whole_model_ms: f64,
+    /// (stage-wise forward + backward + set) / whole-model - 1.
+    pub overhead: f64,
+}
+
+/// Measures [`AdapterOverhead`] for `net` with batch `batch`, alternating the two ways
+/// `iters` times after one warm-up each.
+pub fn adapter_overhead(
+    net: &StagedNet,
+    batch: usize,
+    iters: u64,
+) -> Result<(AdapterOverhead, usize), P3BenchError> {
+    let real = |source| petrel_p3::P3Error::RealModel {
+        name: net.name().to_string(),
+        source: Box::new(source),
+    };
+    let (_, initial) = net.init(1).map_err(real)?;
+    let data = Arc::new(
+        petrel_ml::dnn::cifar::synthetic_cifar(4 * batch, 10, 0.3, 1)
+            .map_err(petrel_p3::P3Error::Data)?,
+    );
+    let mut m = CandleStageModel::new(net.clone(), &initial, data, batch, 0, 1).map_err(real)?;
+    let n = m.stage_tensors().len();
+    let (mut fwd, mut bwd, mut set, mut whole) = (0.0, 0.0, 0.0, 0.0);
+    for i in 0..=iters {
+        let t = Instant::now();
+        for (k, v) in initial.iter().enumerate() {
+            m.set_tensor(k, v).map_err(real)?;
+        }
+        let t_set = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for s in 0..n {
+            m.forward_stage(i, s).map_err(real)?;
+        }
+        let t_fwd = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for s in (0..n).rev() {
+            m.backward_stage(s).map_err(real)?;
+        }
+        let t_bwd = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        m.whole_model_grads(i).map_err(real)?;
+        let t_whole = t.elapsed().as_secs_f64();
+        if i > 0 {
+            (fwd, bwd, set, whole) = (fwd + t_fwd, bwd + t_bwd, set + t_set, whole + t_whole);
+        }
+    }
+    let k = iters.max(1) as f64 * 1e-3;
+    let params: usize = initial.iter().map(Vec::len).sum();
+    Ok((
+        AdapterOverhead {
+            stagewise_forward_ms: fwd / k,
+            stagewise_backward_ms: bwd / k,
+            set_tensors_ms: set / k,
+            whole_model_ms: whole / k,
+            overhead: (fwd + bwd + set) / whole.max(1e-12) - 1.0,
+        },
+        params,
+    ))
+}
+
+#[derive(Serialize)]
+struct ModelFigures {
+    sequential_ips: f64,
+    fifo_ips: f64,
+    p3_ips: f64,
+    p3_over_sequential: f64,
+    p3_over_fifo: f64,
+    accuracy: serde_json::Map<String, serde_json::Value>,
+    bandwidth_mbit: f64,
+    compute_ms_per_iter: f64,
+    params: usize,
+    width: usize,
+    batch: usize,
+    adapter: AdapterOverhead,
+}
+
+/// `petrel bench p3-real`.
+pub fn run(args: P3RealBenchArgs) -> Result<(), P3BenchError> {
+    if args.iterations == 0 || args.job.workers == 0 || args.job.batch == 0 {
+        return Err(P3BenchError::Args(
+            "--iterations, --workers and --batch must be >= 1".into(),
+        ));
+    }
+    let mut figures = serde_json::Map::new();
+    let mut table = Table::new(&["model", "mode", "Mbit/s", "images/s", "vs seq", "test acc"]);
+    let mut overheads = Table::new(&[
+        "model", "params", "fwd ms", "bwd ms", "set ms", "whole ms", "overhead",
+    ]);
+    for model in &args.models {
+        let probe = args.job.node_config(model, Mode::P3, 1, &args.job.run_dir);
+        let net = probe
+            .real_net(&probe.input_shape()?)?
+            .ok_or_else(|| P3BenchError::Args("--models: empty name".into()))?;
+        let (overhead, params) = adapter_overhead(&net, args.job.batch, args.overhead_iterations)?;
+        overheads.row(vec![
+            model.clone(),
+            params.to_string(),
+            fmt(overhead.stagewise_forward_ms),
+            fmt(overhead.stagewise_backward_ms),
+            fmt(overhead.set_tensors_ms),
+            fmt(overhead.whole_model_ms),
+            format!("{:+.1}%", overhead.overhead * 100.0),
+        ]);
+        // The workers share this machine's cores, so each computes about `workers` times
+        // slower than the measurement above (which had every core). One full model
+        // transfer over a link then takes as long as one iteration's compute: M = C.
+        let compute_s = overhead.whole_model_ms / 1e3 * args.job.workers as f64;
+        let bandwidth = args
+            .job
+            .bandwidth_mbit
+            .unwrap_or_else(|| (params as f64 * 4.0 * 8.0 / 1e6) / compute_s.max(1e-3));
+        let net_cfg = args.job.net_config(bandwidth);
+        let mut ips = [0.0f64; 3];
+        let mut accuracy = serde_json::Map::new();
+        for (i, mode) in Mode::ALL.into_iter().enumerate() {
+            let dir = args.job.run_dir.join(format!("{model}-{}", mode.name()));
+            let cfg = args
+                .job
+                .node_config(model, mode, args.warmup + args.iterations, &dir);
+            let reports = run_processes(
+                &cfg,
+                &net_cfg,
+                &dir,
+                Duration::from_secs(args.job.timeout_s),
+            )?;
+            let mut worst: f64 = 0.0;
+            for r in &reports {
+                let t = r
+                    .secs_per_iter(args.warmup as usize)
+                    .ok_or(P3BenchError::NoMeasuredIterations)?;
+                worst = worst.max(t);
+            }
+            ips[i] = (args.job.workers * args.job.batch) as f64 / worst.max(1e-12);
+            let acc = reports.first().and_then(|r| r.test).map(|t| t.accuracy);
+            accuracy.insert(mode.name().into(), serde_json::json!(acc));
+            table.row(vec![
+                model.clone(),
+                mode.name().into(),
+                fmt(bandwidth),
+                fmt(ips[i]),
+                format!("{:.2}x", ips[i] / ips[0].max(1e-12)),
+                acc.map_or("-".into(), |a| fmt(f64::from(a))),
+            ]);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        figures.insert(
+            model.clone(),
+            serde_json::to_value(ModelFigures {
+                sequential_ips: ips[0],
+                fifo_ips: ips[1],
+                p3_ips: ips[2],
+                p3_over_sequential: ips[2] / ips[0].max(1e-12),
+                p3_over_fifo: ips[2] / ips[1].max(1e-12),
+                accuracy,
+                bandwidth_mbit: bandwidth,
+                compute_ms_per_iter: compute_s * 1e3,
+                params,
+                width: args.job.width,
+                batch: args.job.batch,
+                adapter: overhead,
+            })?,
+        );
+    }
+    println!(
+        "P3 on real compute (candle): {} workers + {} shards as processes on 127.0.0.1, \
+         links shaped so that one model transfer ~ one iteration's compute",
+        args.job.workers, args.job.shards
+    );
+    table.print();
+    println!(
+        "adapter overhead per iteration (batch {}, this process, no network):",
+        args.job.batch
+    );
+    overheads.print();
+    print_json(&serde_json::Value::Object(figures))?;
+    Ok(())
+}

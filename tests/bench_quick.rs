@@ -1,0 +1,121 @@
+//! The seed-claim benches in `--quick` mode: the figures' shape and invariants (never their
+//! timings, which depend on the machine).
+
+use clap::Parser;
+use petrel::bench::{adarevision, consistency, managed};
+use petrel_ps::ConsistencyModel;
+
+#[derive(Parser)]
+struct Consistency {
+    #[command(flatten)]
+    args: consistency::ConsistencyBenchArgs,
+}
+
+#[derive(Parser)]
+struct Managed {
+    #[command(flatten)]
+    args: managed::ManagedBenchArgs,
+}
+
+#[derive(Parser)]
+struct AdaRevision {
+    #[command(flatten)]
+    args: adarevision::AdaRevisionBenchArgs,
+}
+
+#[test]
+fn consistency_quick_runs_every_model_and_respects_the_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().display().to_string();
+    let json = dir.path().join("c.json").display().to_string();
+    let a = Consistency::parse_from([
+        "bench",
+        "--quick",
+        "--transport",
+        "memory",
+        "--max-seconds",
+        "3",
+        "--plot-dir",
+        &plots,
+        "--json-out",
+        &json,
+    ])
+    .args;
+    let f = consistency::measure(&a).unwrap();
+    assert!(f.quick);
+    assert_eq!(f.apps.len(), 2, "mf and lr");
+    // BSP pays the slowest worker of every clock: more than one worker's mean.
+    assert!(f.expected_slowest_clock_ms > f.expected_clock_ms);
+    for (app, fig) in &f.apps {
+        // bsp, ssp at 0 and 2, essp at 0 and 2, async.
+        assert_eq!(fig.runs.len(), 6, "{app}");
+        for r in &fig.runs {
+            assert!(r.mean_staleness >= 0.0 && r.staleness_variance >= 0.0);
+            assert!(r.mean_staleness <= r.max_staleness as f64 + 1e-9);
+            match r.model {
+                ConsistencyModel::Async => assert_eq!(r.staleness, None),
+                ConsistencyModel::Bsp => assert_eq!(r.staleness, Some(0)),
+                _ => {}
+            }
+            // The consistency guarantee, observed: no read staler than the bound.
+            if let Some(s) = r.staleness {
+                assert!(r.max_staleness <= u64::from(s), "{app} {r:?}");
+            }
+            assert_eq!(r.reached_target, r.time_to_target_s.is_some());
+        }
+        assert!(std::path::Path::new(&fig.plot).exists(), "{}", fig.plot);
+    }
+}
+
+#[test]
+fn managed_quick_compares_the_three_variants_on_shaped_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().display().to_string();
+    let json = dir.path().join("m.json").display().to_string();
+    let a = Managed::parse_from([
+        "bench",
+        "--quick",
+        "--max-seconds",
+        "3",
+        "--plot-dir",
+        &plots,
+        "--json-out",
+        &json,
+    ])
+    .args;
+    let f = managed::measure(&a).unwrap();
+    let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
+    assert_eq!(names, ["clock", "fifo", "relative-magnitude"]);
+    for r in &f.runs {
+        assert!(r.sent_bytes > 0, "{r:?}");
+        assert!(!r.curve.is_empty());
+        assert_eq!(r.reached_target, r.bytes_to_target.is_some());
+    }
+    assert_eq!(f.plots.len(), 2);
+    assert!(f.plots.iter().all(|p| std::path::Path::new(p).exists()));
+}
+
+#[test]
+fn adarevision_quick_runs_each_rule_of_the_grid() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("a.json").display().to_string();
+    let a = AdaRevision::parse_from([
+        "bench",
+        "--quick",
+        "--apps",
+        "lr",
+        "--max-seconds",
+        "2",
+        "--json-out",
+        &json,
+    ])
+    .args;
+    let f = adarevision::measure(&a).unwrap();
+    let lr = &f.apps["lr"];
+    // Two grid points each for sgd and adagrad, and adarevision at two plus its default.
+    assert_eq!(lr.runs.len(), 7);
+    assert_eq!(lr.best.len(), 3);
+    for r in &lr.runs {
+        assert!(r.final_loss.is_finite() && r.final_loss > 0.0, "{r:?}");
+    }
+}
