@@ -85,7 +85,12 @@ fn the_file_then_the_environment_then_the_flags() {
         "file beats default"
     );
     assert_eq!(lasso["depth"].as_integer(), Some(2), "file beats default");
-    assert_eq!(lasso["candidate_pool"].as_integer(), Some(64), "default");
+    // 0 = chosen from the data and the round latency when the job starts.
+    assert_eq!(
+        lasso["candidate_pool"].as_integer(),
+        Some(0),
+        "default (automatic)"
+    );
     assert_eq!(
         lasso["synthetic"]["seed"].as_integer(),
         Some(9),
@@ -228,7 +233,11 @@ fn every_invalid_value_is_refused_before_any_node_starts() {
         (vec!["lasso", "--lambda=-1"], "lambda = -1"),
         (vec!["lasso", "--lambda=NaN"], "lambda = NaN"),
         (vec!["lasso", "--lambda=inf"], "lambda = inf"),
-        (vec!["lasso", "--block-size", "0"], "block_size = 0"),
+        (
+            vec!["lasso", "--block-size", "8", "--candidate-pool", "4"],
+            "candidate_pool = 4",
+        ),
+        (vec!["lasso", "--depth", "0"], "depth = 0"),
         (vec!["lasso", "--workers", "0"], "workers = 0"),
         (vec!["lasso", "--rho", "2"], "rho = 2"),
         (
