@@ -4,7 +4,6 @@
 use std::process::Command;
 
 #[test]
-#[ignore = "not yet run to completion (written at the hard stop); run with --ignored"]
 fn train_p3_runs_processes_and_saves_a_loadable_model() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model.json");
