@@ -24,6 +24,9 @@
 //! is reached or `max_seconds` passed (workers stop by themselves after `max_clocks`). It
 //! then collects the workers' staleness statistics and writes `model.json` and
 //! `metrics.json`.
+// Long (about 900 lines before its tests): the app's settings, validation, worker step,
+// managed-communication slicing and monitor share the same row layout; splitting them would
+// spread one app over files that each need all of it.
 
 use crate::core::managed::{BandwidthManager, SendPolicy};
 use crate::core::rules::{ServerRule, adarevision_delta};

@@ -27,6 +27,8 @@
 //! row and totals) a total can even be negative. The view clamps (negative entries read as 0,
 //! [`WordTopicView::from_rows`]) and the sampler never lets a count go below zero; the deltas
 //! sent are the worker's true changes, tracked separately from the view.
+// Long (about 800 lines before its tests): the worker core, its sampler and the table layout
+// it reads and writes are one state machine over the same count rows.
 
 use std::ops::Range;
 

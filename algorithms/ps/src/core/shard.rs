@@ -1,4 +1,5 @@
 //! `PsShardCore`: the state machine of one server shard for the rows it owns.
+// Long only with its tests (about 570 lines of code): one shard's state machine.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

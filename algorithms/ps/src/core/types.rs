@@ -1,4 +1,4 @@
-//! Identifiers, table specifications, rows, wire messages and row placement (about 620
+//! Identifiers, table specifications, rows, wire messages and row placement (about 740
 //! lines before its tests: the row type and its compact wire encoding belong together).
 
 use std::borrow::Cow;
