@@ -25,6 +25,7 @@ pub mod inbound_budget;
 mod memory;
 mod net;
 pub mod outbox;
+pub mod ports;
 mod quic;
 pub mod sequencer;
 mod shaper;

@@ -49,8 +49,11 @@ impl QuicLink {
     ) -> Result<Self, NetError> {
         let server = creds.server_config(cfg)?;
         let client = creds.client_config(cfg)?;
-        let socket = std::net::UdpSocket::bind(bind)
-            .map_err(|source| NetError::Bind { addr: bind, source })?;
+        let socket = match crate::ports::take_held(bind) {
+            Some(held) => held,
+            None => std::net::UdpSocket::bind(bind)
+                .map_err(|source| NetError::Bind { addr: bind, source })?,
+        };
         let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
         let mut udp = runtime.wrap_udp_socket(socket).map_err(NetError::Runtime)?;
         if let Some(shaper) = &cfg.shaper {

@@ -12,6 +12,7 @@
 
 pub mod apps;
 pub mod jobfile;
+pub mod saved;
 
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ml::topic::LdaMetrics;

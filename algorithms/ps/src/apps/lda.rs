@@ -643,6 +643,15 @@ impl PsApp for PsLda {
         run.check_finite("check alpha and beta")?;
         let phi = out.table.topic_word(self.cfg.beta);
         write_topic_files(dir, &phi, &self.corpus, self.cfg.top_words)?;
+        let saved = petrel_ml::model::TopicModel::saved(
+            PsLda::NAME,
+            &self.cfg,
+            &phi,
+            self.cfg.alpha,
+            self.cfg.beta,
+            self.corpus.vocab.clone(),
+        );
+        crate::kit::write_json(dir, petrel_ml::model::MODEL_FILE, &saved, false)?;
         let csv = run.history_csv();
         petrel_ml::topic::write_file(dir, "history.csv", csv.as_bytes())?;
         let json = serde_json::to_vec_pretty(&run).map_err(|source| PsError::Json {

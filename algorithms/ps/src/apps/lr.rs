@@ -27,6 +27,7 @@ use petrel_actors::Settings;
 use petrel_ml::data::libsvm::{SparseDataset, SparseRow, load_libsvm};
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
 use petrel_ml::job::{InvalidSetting, SettingChecks};
+use petrel_ml::model::{MODEL_FILE, ModelParams, SavedModel, SoftmaxModel};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -644,6 +645,17 @@ impl PsApp for PsLr {
     }
 
     fn write_outputs(&self, out: &PsLrOutcome) -> Result<(), PsError> {
+        if let Some(dir) = &self.cfg.out {
+            let saved = SavedModel::new(
+                PsLr::NAME,
+                &self.cfg,
+                ModelParams::Softmax(SoftmaxModel {
+                    class_labels: out.model.class_labels.clone(),
+                    weights: out.model.weights.clone(),
+                }),
+            );
+            crate::kit::write_json(dir, MODEL_FILE, &saved, false)?;
+        }
         write_model_and_metrics(
             self.cfg.out.as_deref(),
             &out.model,

@@ -39,6 +39,7 @@ use crate::shells::{PsLayout, TablesBuilder};
 use petrel_ml::data::ratings::{Ratings, load_ratings};
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
 use petrel_ml::job::{InvalidSetting, SettingChecks};
+use petrel_ml::model::{FactorModel, MODEL_FILE, ModelParams, SavedModel};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -538,6 +539,31 @@ pub struct PsMfModel {
     pub items: Vec<Vec<f32>>,
 }
 
+impl PsMfModel {
+    /// The saved model `petrel eval` and `petrel predict` read: `rating = global_mean +
+    /// p_u . q_i`, ids as in the training file (dense indices for synthetic data).
+    pub fn saved(&self, cfg: &PsMfConfig) -> SavedModel {
+        let labels = |given: &Option<Vec<String>>, n: usize| {
+            given
+                .clone()
+                .unwrap_or_else(|| (0..n).map(|i| i.to_string()).collect())
+        };
+        SavedModel::new(
+            PsMf::NAME,
+            cfg,
+            ModelParams::Factors(FactorModel {
+                global_mean: self.global_mean,
+                user_ids: labels(&self.user_ids, self.users.len()),
+                item_ids: labels(&self.item_ids, self.items.len()),
+                user_factors: self.users.clone(),
+                item_factors: self.items.clone(),
+                user_bias: Vec::new(),
+                item_bias: Vec::new(),
+            }),
+        )
+    }
+}
+
 /// What an in-process run returns: the metrics and the model.
 #[derive(Debug, Clone)]
 pub struct PsMfOutcome {
@@ -878,6 +904,9 @@ impl PsApp for PsMf {
     }
 
     fn write_outputs(&self, out: &PsMfOutcome) -> Result<(), PsError> {
+        if let Some(dir) = &self.cfg.out {
+            crate::kit::write_json(dir, MODEL_FILE, &out.model.saved(&self.cfg), false)?;
+        }
         write_model_and_metrics(
             self.cfg.out.as_deref(),
             &out.model,

@@ -18,7 +18,7 @@ use crate::shells::SchedulerOptions;
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
-use super::lasso::{LassoJob, write_coefficients};
+use super::lasso::{LassoJob, linear_model, write_coefficients};
 use crate::core::baseline::{CdStop, CyclicLogistic};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::LassoScheduler;
@@ -136,6 +136,7 @@ pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
         let run = metrics.run_metrics(job);
         run.check_finite("check the data for extreme or non-finite values")?;
         write_coefficients(dir, &coefficients)?;
+        crate::kit::write_saved_model(dir, &linear_model("logistic", job, lambda, &coefficients))?;
         crate::kit::write_run_metrics(dir, &run)?;
     }
     Ok(metrics)
@@ -481,6 +482,10 @@ pub fn write_outputs(
     let m = sched.metrics().run_metrics(job);
     m.check_finite("check the data for extreme or non-finite values")?;
     write_coefficients(dir, sched.coefficients())?;
+    crate::kit::write_saved_model(
+        dir,
+        &linear_model("logistic", job, sched.lambda, sched.coefficients()),
+    )?;
     crate::kit::write_run_metrics(dir, &m)
 }
 

@@ -255,7 +255,17 @@ pub fn write_outputs(
         docs: Vec::new(),
         vocab: sched.vocab.clone(),
     };
-    write_topic_files(dir, &sched.topic_word(), &words, top)?;
+    let phi = sched.topic_word();
+    write_topic_files(dir, &phi, &words, top)?;
+    let saved = petrel_ml::model::TopicModel::saved(
+        "lda",
+        job,
+        &phi,
+        job.alpha,
+        job.beta,
+        sched.vocab.clone(),
+    );
+    crate::kit::write_saved_model(dir, &saved)?;
     crate::kit::write_run_metrics(dir, &run)
 }
 

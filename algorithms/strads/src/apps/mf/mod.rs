@@ -263,7 +263,38 @@ pub fn write_outputs(
         "item_factors.tsv",
         table(h, ids.map(|m| &m.item_ids)).as_bytes(),
     )?;
+    crate::kit::write_saved_model(dir, &saved_model(w, h, ids, job))?;
     crate::kit::write_run_metrics(dir, &run)
+}
+
+/// The saved model: `rating = w_u . h_i` (CCD++ fits no mean and no biases), ids as in
+/// the training file (dense indices for synthetic data).
+fn saved_model(
+    w: &Array2<f32>,
+    h: &Array2<f32>,
+    ids: Option<&IdMapping>,
+    job: &StradsMfJob,
+) -> petrel_ml::model::SavedModel {
+    use petrel_ml::model::{FactorModel, ModelParams, SavedModel};
+    let rows = |m: &Array2<f32>| m.rows().into_iter().map(|r| r.to_vec()).collect();
+    let labels = |given: Option<&Vec<String>>, n: usize| {
+        given
+            .cloned()
+            .unwrap_or_else(|| (0..n).map(|i| i.to_string()).collect())
+    };
+    SavedModel::new(
+        "strads-mf",
+        job,
+        ModelParams::Factors(FactorModel {
+            global_mean: 0.0,
+            user_ids: labels(ids.map(|m| &m.user_ids), w.nrows()),
+            item_ids: labels(ids.map(|m| &m.item_ids), h.nrows()),
+            user_factors: rows(w),
+            item_factors: rows(h),
+            user_bias: Vec::new(),
+            item_bias: Vec::new(),
+        }),
+    )
 }
 
 impl MfMetrics {
