@@ -362,6 +362,9 @@ fn killed_lasso_node_then_resume_gives_the_uninterrupted_model() {
                     cfg.to_str().unwrap(),
                     "--timeout-s",
                     "60",
+                    // The manual path: the kill stops the run, `resume` continues it.
+                    "--max-restarts",
+                    "0",
                     "--run-dir",
                 ])
                 .arg(dir.path().join(format!("run-{name}")))
