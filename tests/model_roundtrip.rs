@@ -295,6 +295,79 @@ fn topic_models_fold_in_new_documents() {
     }
 }
 
+/// `metrics.json`'s final figures.
+fn finals(out: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("metrics.json")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&text).unwrap()["final"].clone()
+}
+
+#[test]
+fn test_data_gives_heldout_figures_in_the_metrics_and_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, test) = (data("ratings.base"), data("ratings.test"));
+    // Flag: ps-mf's RMSE curve is over the test file, and its final figures are eval's.
+    let ps = dir.path().join("ps-mf");
+    let stdout = ok(&[
+        "train",
+        "ps-mf",
+        "--data",
+        base.to_str().unwrap(),
+        "--test-data",
+        test.to_str().unwrap(),
+        "--workers",
+        "1",
+        "--shards",
+        "1",
+        "--out",
+        ps.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("320 test ratings"), "{stdout}");
+    assert!(stdout.contains("held-out ("), "{stdout}");
+    let figures = eval("ps-mf", &ps, "ratings.test");
+    let fin = finals(&ps);
+    assert_eq!(f(&fin, "heldout_rmse"), f(&figures, "rmse"));
+    assert!(f(&fin, "heldout_rmse") < f(&fin, "heldout_baseline_rmse"));
+    assert!((f(&fin, "test_rmse") - f(&figures, "rmse")).abs() < 1e-6);
+    // Job file: `test_data` in the app's section, for a STRADS app run as processes.
+    let job = dir.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[app.lasso]\ndata = {:?}\ntest_data = {:?}\n",
+            data("regression.train"),
+            data("regression.test")
+        ),
+    )
+    .unwrap();
+    let lasso = dir.path().join("lasso");
+    ok(&[
+        "train",
+        "lasso",
+        "--config",
+        job.to_str().unwrap(),
+        "--transport",
+        "processes",
+        "--out",
+        lasso.to_str().unwrap(),
+    ]);
+    let fin = finals(&lasso);
+    let figures = eval("lasso", &lasso, "regression.test");
+    assert_eq!(f(&fin, "heldout_r2"), f(&figures, "r2"));
+    assert!(f(&fin, "heldout_r2") > 0.8);
+    // A held-out file that does not fit is refused naming it.
+    let e = failure(&[
+        "train",
+        "ps-lr",
+        "--data",
+        data("classes.train").to_str().unwrap(),
+        "--test-data",
+        data("regression.test").to_str().unwrap(),
+        "--out",
+        dir.path().join("bad").to_str().unwrap(),
+    ]);
+    assert!(e.contains("regression.test row 1"), "{e}");
+}
+
 #[test]
 fn bad_model_files_are_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();

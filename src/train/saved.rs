@@ -6,12 +6,10 @@
 
 use std::collections::HashSet;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use petrel_ml::data::{DataError, load_bow, load_labelled_ratings, load_libsvm};
-use petrel_ml::model::{
-    Figures, MODEL_FILE, ModelDataError, ModelFileError, ModelParams, SavedModel,
-};
+use petrel_ml::model::{MODEL_FILE, ModelDataError, ModelFileError, ModelParams, SavedModel};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -63,7 +61,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "DIR")]
     pub model: PathBuf,
     /// LDA: fold-in Gibbs sweeps per document.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = petrel_ml::model::HELDOUT_FOLD_IN_SWEEPS)]
     pub iterations: usize,
     /// LDA: the fold-in sampler's seed.
     #[arg(long, default_value_t = 0)]
@@ -160,32 +158,14 @@ fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
     Ok(model)
 }
 
-/// Held-out figures of the model on `data`.
-pub fn evaluate(
-    args: &ModelArgs,
-    model: &SavedModel,
-    data: &Path,
-) -> Result<Figures, SavedModelError> {
-    Ok(match &model.params {
-        ModelParams::Linear(m) => m.evaluate(&load_libsvm(data)?),
-        ModelParams::Softmax(m) => m.evaluate(&load_libsvm(data)?, data)?,
-        ModelParams::Factors(m) => m.evaluate(&load_labelled_ratings(data)?, data)?,
-        ModelParams::Topics(m) => {
-            let corpus = load_bow(data, None)?;
-            m.check_corpus(&corpus, data)?;
-            m.evaluate(&corpus, args.iterations, args.seed)
-        }
-    })
-}
-
 /// `petrel eval`: prints the figures (one line, then one JSON line) and writes them to
 /// `--out` when given.
 pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
     let model = load_model(&args.model)?;
-    let figures = evaluate(&args.model, &model, &args.data)?;
+    let figures = model.evaluate_file(&args.data, args.model.iterations, args.model.seed)?;
     let text: Vec<String> = figures
         .iter()
-        .map(|(name, v)| format!("{name} {}", short(*v)))
+        .map(|(name, v)| format!("{name} {}", short_figure(*v)))
         .collect();
     println!(
         "{} model {} on {}: {}",
@@ -218,8 +198,8 @@ fn finite_json(v: f64) -> serde_json::Value {
     serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
-/// Counts print as integers, other figures with 6 significant decimals.
-fn short(v: f64) -> String {
+/// Counts print as integers, other figures with 6 decimals.
+pub fn short_figure(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{v:.0}")
     } else {

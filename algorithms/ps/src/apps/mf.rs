@@ -61,6 +61,11 @@ pub struct PsMfConfig {
     /// or a MatrixMarket coordinate file. Synthetic low-rank data when unset.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Held-out ratings file (MovieLens `u1.test` beside `u1.base`): replaces the
+    /// `test_fraction` split as the test set of the RMSE curve (pairs whose user or item
+    /// has no training rating are left to the final evaluation, `heldout_*` in metrics.json).
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
     /// Synthetic data: users.
     #[arg(long, default_value_t = 600)]
     pub synthetic_users: usize,
@@ -79,7 +84,7 @@ pub struct PsMfConfig {
     /// Seed of the data, the split and the batch order.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
-    /// Fraction of the ratings held out for the RMSE.
+    /// Fraction of the ratings held out for the RMSE (unused with `test_data`).
     #[arg(long, default_value_t = 0.1)]
     pub test_fraction: f64,
     /// Factor rank of the model.
@@ -164,6 +169,7 @@ impl Default for PsMfConfig {
     fn default() -> Self {
         Self {
             data: None,
+            test_data: None,
             synthetic_users: 600,
             synthetic_items: 300,
             synthetic_rank: 5,
@@ -331,7 +337,15 @@ impl PsMfData {
                 reason: "no ratings".into(),
             });
         }
-        let (train, test) = all.train_test_split(cfg.test_fraction, cfg.seed ^ 0x5eed)?;
+        let (train, test) = match &cfg.test_data {
+            // Pairs whose user or item has no training rating are left to the final
+            // evaluation of the saved model.
+            Some(path) => {
+                let (test, _left_out) = all.held_out_from(path)?;
+                (all, test)
+            }
+            None => all.train_test_split(cfg.test_fraction, cfg.seed ^ 0x5eed)?,
+        };
         let mean = if train.entries.is_empty() {
             0.0
         } else {
@@ -904,13 +918,16 @@ impl PsApp for PsMf {
     }
 
     fn write_outputs(&self, out: &PsMfOutcome) -> Result<(), PsError> {
+        let mut run = out.metrics.run_metrics(&self.cfg);
         if let Some(dir) = &self.cfg.out {
-            crate::kit::write_json(dir, MODEL_FILE, &out.model.saved(&self.cfg), false)?;
+            let saved = out.model.saved(&self.cfg);
+            saved.add_heldout(&mut run, self.cfg.test_data.as_deref(), self.cfg.seed)?;
+            crate::kit::write_json(dir, MODEL_FILE, &saved, false)?;
         }
         write_model_and_metrics(
             self.cfg.out.as_deref(),
             &out.model,
-            &out.metrics.run_metrics(&self.cfg),
+            &run,
             "lower learning_rate (or raise regularization)",
         )
     }

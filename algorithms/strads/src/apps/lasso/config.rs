@@ -70,6 +70,10 @@ pub struct LassoJob {
     /// LIBSVM file (the label is the response y). Without it: a synthetic design.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Held-out LIBSVM file: when training ends, the model's figures on it (Lasso:
+    /// MSE, R^2, objective; logistic: accuracy, log-loss) go to metrics.json as `heldout_*`.
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
     /// The synthetic design used without a data file.
     #[command(flatten)]
     pub synthetic: SyntheticLasso,
@@ -163,6 +167,7 @@ impl Default for LassoJob {
     fn default() -> Self {
         LassoJob {
             data: None,
+            test_data: None,
             synthetic: SyntheticLasso::default(),
             lambda: None,
             lambda_fraction: 0.2,
