@@ -369,6 +369,90 @@ fn test_data_gives_heldout_figures_in_the_metrics_and_the_summary() {
 }
 
 #[test]
+fn ps_mf_biases_are_saved_and_lower_the_heldout_rmse() {
+    // examples/data's ratings have a bias per user and per item.
+    let dir = tempfile::tempdir().unwrap();
+    let base = data("ratings.base");
+    let mut rmse = Vec::new();
+    for biases in [false, true] {
+        let out = dir.path().join(format!("biases-{biases}"));
+        let mut args = vec![
+            "--data",
+            base.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+        ];
+        if biases {
+            args.push("--biases");
+        }
+        train("ps-mf", &out, &args);
+        let model: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
+                .unwrap();
+        let user_bias = model["params"]["user_bias"].as_array().unwrap();
+        assert_eq!(user_bias.len(), if biases { 80 } else { 0 });
+        if biases {
+            assert!(user_bias.iter().any(|b| b.as_f64().unwrap().abs() > 0.1));
+            assert_eq!(
+                model["params"]["user_factors"][0].as_array().unwrap().len(),
+                16
+            );
+        }
+        rmse.push(f(&eval("ps-mf", &out, "ratings.test"), "rmse"));
+    }
+    assert!(
+        rmse[1] < 0.95 * rmse[0],
+        "rmse without / with biases: {rmse:?}"
+    );
+}
+
+#[test]
+fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
+    // Columns with disjoint supports: scikit-learn's Lasso(alpha, fit_intercept=False)
+    // has the closed form w_j = S(x_j^T y, n alpha) / ||x_j||^2 (S: soft threshold).
+    // Feature 1: x^T y = 1*3 + 2*5 = 13, ||x||^2 = 5; feature 2: -5, 2; feature 3: 0.25, 0.5.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("orthogonal.libsvm");
+    std::fs::write(
+        &file,
+        "3 1:1\n5 1:2\n-2 2:1\n-3 2:1\n0.2 3:0.5\n0.3 3:0.5\n",
+    )
+    .unwrap();
+    let (n, alpha) = (6.0, 0.5);
+    let lambda = n * alpha;
+    let soft = |z: f64| z.signum() * (z.abs() - lambda).max(0.0);
+    let expected = [soft(13.0) / 5.0, soft(-5.0) / 2.0, soft(0.25) / 0.5];
+    assert_eq!(expected, [2.0, -1.0, 0.0]);
+    for transport in ["none", "memory"] {
+        let out = dir.path().join(transport);
+        train(
+            "lasso",
+            &out,
+            &[
+                "--data",
+                file.to_str().unwrap(),
+                "--lambda",
+                &lambda.to_string(),
+                "--workers",
+                "1",
+                "--transport",
+                transport,
+            ],
+        );
+        let got: Vec<f64> = std::fs::read_to_string(out.join("coefficients.tsv"))
+            .unwrap()
+            .lines()
+            .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
+            .collect();
+        for (g, e) in got.iter().zip(expected) {
+            assert!((g - e).abs() < 1e-4, "{transport}: {got:?} vs {expected:?}");
+        }
+    }
+}
+
+#[test]
 fn bad_model_files_are_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("lasso");

@@ -77,7 +77,11 @@ pub struct LassoJob {
     /// The synthetic design used without a data file.
     #[command(flatten)]
     pub synthetic: SyntheticLasso,
-    /// Absolute lambda (default: --lambda-fraction of lambda_max = max |x_j^T y|).
+    /// Absolute lambda (default: --lambda-fraction of lambda_max = max |x_j^T y|). The
+    /// objective is `1/2 ||y - Xb||^2 + lambda ||b||_1`, summed over the rows: scikit-learn's
+    /// `Lasso(alpha=a, fit_intercept=False)` minimises `1/(2 n) ||y - Xw||^2 + a ||w||_1`,
+    /// the same problem for `lambda = n_samples * a`. No intercept is fitted (centre `y`
+    /// and the features first if the data need one).
     #[arg(long)]
     pub lambda: Option<f32>,
     /// lambda = fraction * lambda_max when --lambda is unset.
