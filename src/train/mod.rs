@@ -12,6 +12,7 @@
 
 pub mod apps;
 pub mod jobfile;
+pub mod progress;
 pub mod saved;
 
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
@@ -590,6 +591,7 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
     };
     let out = out_path(&job.out_dir);
     let (job, checkpoints) = with_default_checkpoints(job, &out)?;
+    let progress = progress::TrainProgress::start("lasso", None);
     let (m, restarts) = crate::recovery::run_with_restarts(
         args.max_restarts,
         StradsTrainError::is_node_death,
@@ -612,6 +614,7 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
         crate::recovery::RecoveryError::Fatal(e) => e,
         exhausted => StradsTrainError::Restarts(Box::new(exhausted)),
     })?;
+    drop(progress);
     if restarts > 0 {
         println!("lasso finished after {restarts} restart(s) of the cluster");
     }
@@ -693,6 +696,7 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
         return Ok(());
     }
     let c = &args.cluster;
+    let progress = progress::TrainProgress::start("logistic", None);
     let m: LogisticMetrics = match c.transport.cluster() {
         None => petrel_strads::apps::logistic::run_baseline(&job)?,
         Some(transport) => run_star_job::<LogisticApp, _>(
@@ -704,6 +708,7 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
             transport,
         )?,
     };
+    drop(progress);
     println!(
         "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {}",
         m.mode,
@@ -732,6 +737,7 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
     if printed(c.print_job, <MfApp as StradsJob>::SECTION, &job)? {
         return Ok(());
     }
+    let progress = progress::TrainProgress::start("strads-mf", None);
     let m = match c.transport.cluster() {
         Some(transport) => run_mf_job(&job, c.workers, transport)?,
         None => {
@@ -739,6 +745,7 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
             read_json(&out_path(&job.out_dir).join("metrics.json"))?
         }
     };
+    drop(progress);
     println!(
         "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}, test RMSE {:.4}, {:.2} s; wrote {}",
         m.rank,
@@ -767,6 +774,9 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
     if printed(c.print_job, <LdaApp as StradsJob>::SECTION, &job)? {
         return Ok(());
     }
+    // One point at the start, then one per pass.
+    let passes = job.iterations as u64 + 1;
+    let progress = progress::TrainProgress::start("lda", Some(passes));
     let m = match c.transport.cluster() {
         Some(transport) => run_lda_job(&job, c.workers, transport)?,
         None => {
@@ -774,6 +784,7 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
             read_json(&out_path(&job.out_dir).join("metrics.json"))?
         }
     };
+    drop(progress);
     println!(
         "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
         m.n_topics,
@@ -815,6 +826,8 @@ where
         return job_toml(<A as PsApp>::SECTION, &args.config);
     }
     let out = <A as TrainApp>::out(&mut args.config).clone();
+    let progress = progress::TrainProgress::start(<A as PsApp>::NAME, None);
     let summary = petrel_ps::train::<A>(args)?;
+    drop(progress);
     Ok(format!("{summary}\n{}", stop_line(out.as_deref())?))
 }
