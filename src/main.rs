@@ -97,8 +97,12 @@ enum Command {
         /// printed) and leave it as dashboard.html in the output directory.
         #[arg(long, global = true, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
         dashboard: Option<String>,
+        /// Draw the run's history (objective, RMSE, log-loss or log-likelihood against
+        /// seconds) into this SVG file when it ends (needs --out).
+        #[arg(long, global = true, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
         #[command(subcommand)]
-        app: TrainCommand,
+        app: Box<TrainCommand>,
     },
     /// Held-out figures of a trained model on a data file (RMSE, accuracy and log-loss,
     /// R^2, perplexity...).
@@ -362,12 +366,27 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
         },
         // commands dispatch: applications add their arms below this line; each maps its own
         // error type with `CliError::command`.
-        Command::Train { dashboard, app } => {
+        Command::Train {
+            dashboard,
+            plot,
+            app,
+        } => {
             let report_dir = train_out_dir(&app);
+            if plot.is_some() && report_dir.is_none() {
+                return Err(CliError::Usage(
+                    "--plot needs the output directory on the command line (--out)".into(),
+                ));
+            }
             let dashboard = start_dashboard(dashboard.as_deref(), train_title(&app))?;
-            let result = train(app, given);
-            finish_dashboard(dashboard, report_dir)?;
-            result
+            let result = train(*app, given);
+            finish_dashboard(dashboard, report_dir.clone())?;
+            result?;
+            if let (Some(svg), Some(out)) = (plot, report_dir) {
+                let drawn =
+                    petrel::train::progress::plot_history(&out, &svg).map_err(CliError::command)?;
+                println!("plotted {} to {}", drawn.join(", "), svg.display());
+            }
+            Ok(())
         }
         Command::Eval(args) => petrel::train::saved::eval_command(args).map_err(CliError::command),
         Command::Predict(args) => {

@@ -453,6 +453,48 @@ fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
 }
 
 #[test]
+fn train_reports_progress_without_a_terminal_and_plots_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lda");
+    let svg = dir.path().join("plots/lda.svg");
+    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", "lda", "--docword"])
+        .arg(data("docs.train"))
+        .args([
+            "--topics",
+            "4",
+            "--iterations",
+            "30",
+            "--transport",
+            "memory",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--plot")
+        .arg(&svg)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    // Standard error is a pipe: INFO lines, the last one at the final pass.
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert!(
+        stderr.contains("lda progress: point 31/31, loglik_per_token"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(run.stdout).unwrap();
+    assert!(stdout.contains("plotted loglik_per_token to"), "{stdout}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.contains("loglik_per_token"));
+    // The history drawn: one record per pass and one before the first.
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["history"].as_array().unwrap().len(), 31);
+    let e = failure(&["train", "ps-mf", "--plot", "x.svg", "--config", "job.toml"]);
+    assert!(e.contains("--plot needs"), "{e}");
+}
+
+#[test]
 fn bad_model_files_are_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("lasso");

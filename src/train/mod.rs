@@ -12,6 +12,7 @@
 
 pub mod apps;
 pub mod jobfile;
+pub mod progress;
 pub mod saved;
 
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
@@ -591,6 +592,7 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
     };
     let out = out_path(&job.out_dir);
     let (job, checkpoints) = with_default_checkpoints(job, &out)?;
+    let progress = progress::TrainProgress::start("lasso", None);
     let m = with_restarts(
         "lasso",
         c.max_restarts,
@@ -605,6 +607,7 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
             run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)
         },
     )?;
+    drop(progress);
     println!(
         "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
         m.mode,
@@ -707,6 +710,7 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
         return Ok(());
     }
     let c = &args.cluster;
+    let progress = progress::TrainProgress::start("logistic", None);
     let m: LogisticMetrics = match c.transport.cluster() {
         None => petrel_strads::apps::logistic::run_baseline(&job)?,
         Some(transport) => with_restarts("logistic", c.max_restarts, None, |_, _| {
@@ -720,6 +724,7 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
             )
         })?,
     };
+    drop(progress);
     println!(
         "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {}",
         m.mode,
@@ -748,6 +753,7 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
     if printed(c.print_job, <MfApp as StradsJob>::SECTION, &job)? {
         return Ok(());
     }
+    let progress = progress::TrainProgress::start("strads-mf", None);
     let m = match c.transport.cluster() {
         Some(transport) => with_restarts("strads-mf", c.max_restarts, None, |_, _| {
             run_mf_job(&job, c.workers, transport)
@@ -757,6 +763,7 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
             read_json(&out_path(&job.out_dir).join("metrics.json"))?
         }
     };
+    drop(progress);
     println!(
         "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}, test RMSE {:.4}, {:.2} s; wrote {}",
         m.rank,
@@ -785,6 +792,9 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
     if printed(c.print_job, <LdaApp as StradsJob>::SECTION, &job)? {
         return Ok(());
     }
+    // One point at the start, then one per pass.
+    let passes = job.iterations as u64 + 1;
+    let progress = progress::TrainProgress::start("lda", Some(passes));
     let m = match c.transport.cluster() {
         Some(transport) => with_restarts("lda", c.max_restarts, None, |_, _| {
             run_lda_job(&job, c.workers, transport)
@@ -794,6 +804,7 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
             read_json(&out_path(&job.out_dir).join("metrics.json"))?
         }
     };
+    drop(progress);
     println!(
         "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
         m.n_topics,
@@ -835,6 +846,8 @@ where
         return job_toml(<A as PsApp>::SECTION, &args.config);
     }
     let out = <A as TrainApp>::out(&mut args.config).clone();
+    let progress = progress::TrainProgress::start(<A as PsApp>::NAME, None);
     let summary = petrel_ps::train::<A>(args)?;
+    drop(progress);
     Ok(format!("{summary}\n{}", stop_line(out.as_deref())?))
 }

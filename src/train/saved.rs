@@ -167,8 +167,8 @@ pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
         .iter()
         .map(|(name, v)| format!("{name} {}", short_figure(*v)))
         .collect();
-    println!(
-        "{} model {} on {}: {}",
+    let line = format!(
+        "{} model {} on {}: {}\n",
         model.app,
         args.model.model.display(),
         args.data.display(),
@@ -180,7 +180,7 @@ pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
         "data": args.data,
         "figures": figures.iter().map(|(k, v)| (k.to_string(), finite_json(*v))).collect::<serde_json::Map<_, _>>(),
     });
-    println!("{json}");
+    to_stdout(format!("{line}{json}\n").as_bytes())?;
     if let Some(path) = &args.out {
         let mut bytes = serde_json::to_vec_pretty(&json)
             .map_err(|e| SavedModelError::Usage(format!("encoding the figures: {e}")))?;
@@ -316,13 +316,18 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
             })?;
             println!("wrote {}", path.display());
         }
-        None => std::io::stdout()
-            .lock()
-            .write_all(out.as_bytes())
-            .map_err(|source| SavedModelError::Write {
-                path: PathBuf::from("-"),
-                source,
-            })?,
+        None => to_stdout(out.as_bytes())?,
     }
     Ok(())
+}
+
+/// Writes to standard output; a reader that stopped early (`| head`) is not an error.
+fn to_stdout(bytes: &[u8]) -> Result<(), SavedModelError> {
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(SavedModelError::Write {
+            path: PathBuf::from("-"),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
 }
