@@ -295,6 +295,205 @@ fn topic_models_fold_in_new_documents() {
     }
 }
 
+/// `metrics.json`'s final figures.
+fn finals(out: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("metrics.json")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&text).unwrap()["final"].clone()
+}
+
+#[test]
+fn test_data_gives_heldout_figures_in_the_metrics_and_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, test) = (data("ratings.base"), data("ratings.test"));
+    // Flag: ps-mf's RMSE curve is over the test file, and its final figures are eval's.
+    let ps = dir.path().join("ps-mf");
+    let stdout = ok(&[
+        "train",
+        "ps-mf",
+        "--data",
+        base.to_str().unwrap(),
+        "--test-data",
+        test.to_str().unwrap(),
+        "--workers",
+        "1",
+        "--shards",
+        "1",
+        "--out",
+        ps.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("320 test ratings"), "{stdout}");
+    assert!(stdout.contains("held-out ("), "{stdout}");
+    let figures = eval("ps-mf", &ps, "ratings.test");
+    let fin = finals(&ps);
+    assert_eq!(f(&fin, "heldout_rmse"), f(&figures, "rmse"));
+    assert!(f(&fin, "heldout_rmse") < f(&fin, "heldout_baseline_rmse"));
+    assert!((f(&fin, "test_rmse") - f(&figures, "rmse")).abs() < 1e-6);
+    // Job file: `test_data` in the app's section, for a STRADS app run as processes.
+    let job = dir.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[app.lasso]\ndata = {:?}\ntest_data = {:?}\n",
+            data("regression.train"),
+            data("regression.test")
+        ),
+    )
+    .unwrap();
+    let lasso = dir.path().join("lasso");
+    ok(&[
+        "train",
+        "lasso",
+        "--config",
+        job.to_str().unwrap(),
+        "--transport",
+        "processes",
+        "--out",
+        lasso.to_str().unwrap(),
+    ]);
+    let fin = finals(&lasso);
+    let figures = eval("lasso", &lasso, "regression.test");
+    assert_eq!(f(&fin, "heldout_r2"), f(&figures, "r2"));
+    assert!(f(&fin, "heldout_r2") > 0.8);
+    // A held-out file that does not fit is refused naming it.
+    let e = failure(&[
+        "train",
+        "ps-lr",
+        "--data",
+        data("classes.train").to_str().unwrap(),
+        "--test-data",
+        data("regression.test").to_str().unwrap(),
+        "--out",
+        dir.path().join("bad").to_str().unwrap(),
+    ]);
+    assert!(e.contains("regression.test row 1"), "{e}");
+}
+
+#[test]
+fn ps_mf_biases_are_saved_and_lower_the_heldout_rmse() {
+    // examples/data's ratings have a bias per user and per item.
+    let dir = tempfile::tempdir().unwrap();
+    let base = data("ratings.base");
+    let mut rmse = Vec::new();
+    for biases in [false, true] {
+        let out = dir.path().join(format!("biases-{biases}"));
+        let mut args = vec![
+            "--data",
+            base.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+        ];
+        if biases {
+            args.push("--biases");
+        }
+        train("ps-mf", &out, &args);
+        let model: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
+                .unwrap();
+        let user_bias = model["params"]["user_bias"].as_array().unwrap();
+        assert_eq!(user_bias.len(), if biases { 80 } else { 0 });
+        if biases {
+            assert!(user_bias.iter().any(|b| b.as_f64().unwrap().abs() > 0.1));
+            assert_eq!(
+                model["params"]["user_factors"][0].as_array().unwrap().len(),
+                16
+            );
+        }
+        rmse.push(f(&eval("ps-mf", &out, "ratings.test"), "rmse"));
+    }
+    assert!(
+        rmse[1] < 0.95 * rmse[0],
+        "rmse without / with biases: {rmse:?}"
+    );
+}
+
+#[test]
+fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
+    // Columns with disjoint supports: scikit-learn's Lasso(alpha, fit_intercept=False)
+    // has the closed form w_j = S(x_j^T y, n alpha) / ||x_j||^2 (S: soft threshold).
+    // Feature 1: x^T y = 1*3 + 2*5 = 13, ||x||^2 = 5; feature 2: -5, 2; feature 3: 0.25, 0.5.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("orthogonal.libsvm");
+    std::fs::write(
+        &file,
+        "3 1:1\n5 1:2\n-2 2:1\n-3 2:1\n0.2 3:0.5\n0.3 3:0.5\n",
+    )
+    .unwrap();
+    let (n, alpha) = (6.0, 0.5);
+    let lambda = n * alpha;
+    let soft = |z: f64| z.signum() * (z.abs() - lambda).max(0.0);
+    let expected = [soft(13.0) / 5.0, soft(-5.0) / 2.0, soft(0.25) / 0.5];
+    assert_eq!(expected, [2.0, -1.0, 0.0]);
+    for transport in ["none", "memory"] {
+        let out = dir.path().join(transport);
+        train(
+            "lasso",
+            &out,
+            &[
+                "--data",
+                file.to_str().unwrap(),
+                "--lambda",
+                &lambda.to_string(),
+                "--workers",
+                "1",
+                "--transport",
+                transport,
+            ],
+        );
+        let got: Vec<f64> = std::fs::read_to_string(out.join("coefficients.tsv"))
+            .unwrap()
+            .lines()
+            .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
+            .collect();
+        for (g, e) in got.iter().zip(expected) {
+            assert!((g - e).abs() < 1e-4, "{transport}: {got:?} vs {expected:?}");
+        }
+    }
+}
+
+#[test]
+fn train_reports_progress_without_a_terminal_and_plots_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lda");
+    let svg = dir.path().join("plots/lda.svg");
+    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", "lda", "--docword"])
+        .arg(data("docs.train"))
+        .args([
+            "--topics",
+            "4",
+            "--iterations",
+            "30",
+            "--transport",
+            "memory",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--plot")
+        .arg(&svg)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    // Standard error is a pipe: INFO lines, the last one at the final pass.
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert!(
+        stderr.contains("lda progress: point 31/31, loglik_per_token"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(run.stdout).unwrap();
+    assert!(stdout.contains("plotted loglik_per_token to"), "{stdout}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.contains("loglik_per_token"));
+    // The history drawn: one record per pass and one before the first.
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["history"].as_array().unwrap().len(), 31);
+    let e = failure(&["train", "ps-mf", "--plot", "x.svg", "--config", "job.toml"]);
+    assert!(e.contains("--plot needs"), "{e}");
+}
+
 #[test]
 fn bad_model_files_are_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();

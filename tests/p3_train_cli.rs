@@ -119,7 +119,7 @@ fn trained_p3_model_evaluates_and_predicts_as_training_reported() {
         assert_eq!(cols.len(), 2 + 10);
         let sum: f64 = cols[2..].iter().sum();
         assert!((sum - 1.0).abs() < 1e-3, "{row}");
-        right += usize::from(cols[1] as usize == *label as usize);
+        right += usize::from(cols[1] as usize == *label);
     }
     assert!(
         (right as f64 / 40.0 - accuracy).abs() < 1e-6,

@@ -66,7 +66,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "DIR")]
     pub model: PathBuf,
     /// LDA: fold-in Gibbs sweeps per document.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = petrel_ml::model::HELDOUT_FOLD_IN_SWEEPS)]
     pub iterations: usize,
     /// LDA: the fold-in sampler's seed.
     #[arg(long, default_value_t = 0)]
@@ -167,32 +167,16 @@ fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
     Ok(model)
 }
 
-/// Held-out figures of the model on `data`.
-pub fn evaluate(
-    args: &ModelArgs,
-    model: &SavedModel,
-    data: &Path,
-) -> Result<Figures, SavedModelError> {
-    Ok(match &model.params {
-        ModelParams::Linear(m) => m.evaluate(&load_libsvm(data)?),
-        ModelParams::Softmax(m) => m.evaluate(&load_libsvm(data)?, data)?,
-        ModelParams::Factors(m) => m.evaluate(&load_labelled_ratings(data)?, data)?,
-        ModelParams::Topics(m) => {
-            let corpus = load_bow(data, None)?;
-            m.check_corpus(&corpus, data)?;
-            m.evaluate(&corpus, args.iterations, args.seed)
-        }
-        ModelParams::Network(m) => {
-            let (net, examples) = network_and_data(m, data)?;
-            let s = petrel_p3::models::staged::evaluate(&net, &m.tensors, &examples, 64)
-                .map_err(|e| network_error(m, e))?;
-            vec![
-                ("examples", examples.len() as f64),
-                ("loss", f64::from(s.loss)),
-                ("accuracy", f64::from(s.accuracy)),
-            ]
-        }
-    })
+/// Test loss and accuracy of a P3 network on `data`.
+fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, SavedModelError> {
+    let (net, examples) = network_and_data(m, data)?;
+    let s = petrel_p3::models::staged::evaluate(&net, &m.tensors, &examples, 64)
+        .map_err(|e| network_error(m, e))?;
+    Ok(vec![
+        ("examples", examples.len() as f64),
+        ("loss", f64::from(s.loss)),
+        ("accuracy", f64::from(s.accuracy)),
+    ])
 }
 
 /// The network of a P3 model and the examples of `data`: `cifar:FILE[,FILE...]`,
@@ -233,13 +217,16 @@ fn network_error(m: &NetworkModel, e: petrel_p3::models::ModelError) -> SavedMod
 /// `--out` when given.
 pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
     let model = load_model(&args.model)?;
-    let figures = evaluate(&args.model, &model, &args.data)?;
+    let figures = match &model.params {
+        ModelParams::Network(m) => evaluate_network(m, &args.data)?,
+        _ => model.evaluate_file(&args.data, args.model.iterations, args.model.seed)?,
+    };
     let text: Vec<String> = figures
         .iter()
-        .map(|(name, v)| format!("{name} {}", short(*v)))
+        .map(|(name, v)| format!("{name} {}", short_figure(*v)))
         .collect();
-    println!(
-        "{} model {} on {}: {}",
+    let line = format!(
+        "{} model {} on {}: {}\n",
         model.app,
         args.model.model.display(),
         args.data.display(),
@@ -251,7 +238,7 @@ pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
         "data": args.data,
         "figures": figures.iter().map(|(k, v)| (k.to_string(), finite_json(*v))).collect::<serde_json::Map<_, _>>(),
     });
-    println!("{json}");
+    to_stdout(format!("{line}{json}\n").as_bytes())?;
     if let Some(path) = &args.out {
         let mut bytes = serde_json::to_vec_pretty(&json)
             .map_err(|e| SavedModelError::Usage(format!("encoding the figures: {e}")))?;
@@ -269,8 +256,8 @@ fn finite_json(v: f64) -> serde_json::Value {
     serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
-/// Counts print as integers, other figures with 6 significant decimals.
-fn short(v: f64) -> String {
+/// Counts print as integers, other figures with 6 decimals.
+pub fn short_figure(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{v:.0}")
     } else {
@@ -411,13 +398,18 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
             })?;
             println!("wrote {}", path.display());
         }
-        None => std::io::stdout()
-            .lock()
-            .write_all(out.as_bytes())
-            .map_err(|source| SavedModelError::Write {
-                path: PathBuf::from("-"),
-                source,
-            })?,
+        None => to_stdout(out.as_bytes())?,
     }
     Ok(())
+}
+
+/// Writes to standard output; a reader that stopped early (`| head`) is not an error.
+fn to_stdout(bytes: &[u8]) -> Result<(), SavedModelError> {
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(SavedModelError::Write {
+            path: PathBuf::from("-"),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
 }

@@ -372,6 +372,64 @@ impl SavedModel {
 /// Named figures, in order (what `petrel eval` prints and writes).
 pub type Figures = Vec<(&'static str, f64)>;
 
+impl SavedModel {
+    /// Held-out figures on `path`, a file in the app's training format (LIBSVM, ratings or
+    /// docword); LDA's fold-in runs `iterations` sweeps seeded by `seed`.
+    pub fn evaluate_file(
+        &self,
+        path: &Path,
+        iterations: usize,
+        seed: u64,
+    ) -> Result<Figures, crate::data::DataError> {
+        use crate::data::{load_bow, load_labelled_ratings, load_libsvm};
+        Ok(match &self.params {
+            ModelParams::Linear(m) => m.evaluate(&load_libsvm(path)?),
+            ModelParams::Softmax(m) => m.evaluate(&load_libsvm(path)?, path)?,
+            ModelParams::Factors(m) => m.evaluate(&load_labelled_ratings(path)?, path)?,
+            ModelParams::Topics(m) => {
+                let corpus = load_bow(path, None)?;
+                m.check_corpus(&corpus, path)?;
+                m.evaluate(&corpus, iterations, seed)
+            }
+            // A network is evaluated by petrel_p3, which owns the networks.
+            ModelParams::Network(_) => {
+                return Err(ModelDataError::Mismatch {
+                    path: path.to_path_buf(),
+                    reason: "a P3 network model: use `petrel eval p3`".into(),
+                }
+                .into());
+            }
+        })
+    }
+
+    /// With a held-out file, adds the model's figures on it to `metrics`' final figures
+    /// as `heldout_<figure>` (a figure that is not a number, such as R^2 of constant
+    /// labels, is left out).
+    pub fn add_heldout(
+        &self,
+        metrics: &mut crate::job::RunMetrics,
+        test_data: Option<&Path>,
+        seed: u64,
+    ) -> Result<(), crate::data::DataError> {
+        let Some(path) = test_data else {
+            return Ok(());
+        };
+        let figures = self.evaluate_file(path, HELDOUT_FOLD_IN_SWEEPS, seed)?;
+        let named: Vec<(String, f64)> = figures
+            .into_iter()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(k, v)| (format!("heldout_{k}"), v))
+            .collect();
+        let refs: Vec<(&str, f64)> = named.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        metrics.finals(&refs);
+        Ok(())
+    }
+}
+
+/// Fold-in sweeps of the held-out evaluation at the end of an LDA run (`petrel eval`'s
+/// default too).
+pub const HELDOUT_FOLD_IN_SWEEPS: usize = 50;
+
 impl LinearModel {
     /// `intercept + x . w` (features past the model count as zero).
     pub fn score(&self, x: &SparseRow) -> f64 {

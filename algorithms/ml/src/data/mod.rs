@@ -25,6 +25,10 @@ pub use ratings::{
 /// Errors of every loader and generator in this module.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
+    /// The data does not fit a saved model (a class it never saw, a word past its
+    /// vocabulary).
+    #[error(transparent)]
+    DoesNotFitModel(#[from] crate::model::ModelDataError),
     /// The file could not be opened or read.
     #[error("I/O error on {path}: {source}")]
     Io {

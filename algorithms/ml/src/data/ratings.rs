@@ -71,6 +71,48 @@ impl Ratings {
         Ok((pick(false), pick(true)))
     }
 
+    /// The ratings of the file at `path` (ids as this matrix's file wrote them; 0-based
+    /// indices for synthetic data) in this matrix's index space, leaving out pairs whose
+    /// user or item this matrix has no index for; returns them and how many were left out.
+    pub fn held_out_from(&self, path: &Path) -> Result<(Ratings, usize), DataError> {
+        let index = |ids: Option<&Vec<String>>, n: usize| -> HashMap<String, u32> {
+            match ids {
+                Some(ids) => ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| (id.clone(), i as u32))
+                    .collect(),
+                None => (0..n as u32).map(|i| (i.to_string(), i)).collect(),
+            }
+        };
+        let users = index(self.id_mapping.as_ref().map(|m| &m.user_ids), self.n_users);
+        let items = index(self.id_mapping.as_ref().map(|m| &m.item_ids), self.n_items);
+        let mut entries = Vec::new();
+        let mut left_out = 0;
+        for (n, (user, item, rating)) in load_labelled_ratings(path)?.into_iter().enumerate() {
+            let Some(rating) = rating else {
+                return Err(DataError::InvalidParameter(format!(
+                    "{}: pair {} ({user}, {item}) has no rating",
+                    path.display(),
+                    n + 1
+                )));
+            };
+            match (users.get(&user), items.get(&item)) {
+                (Some(&u), Some(&i)) => entries.push((u, i, rating)),
+                _ => left_out += 1,
+            }
+        }
+        Ok((
+            Ratings {
+                n_users: self.n_users,
+                n_items: self.n_items,
+                entries,
+                id_mapping: self.id_mapping.clone(),
+            },
+            left_out,
+        ))
+    }
+
     /// Number of ratings per user (index = user).
     pub fn user_counts(&self) -> Vec<usize> {
         let mut counts = vec![0; self.n_users];
@@ -408,6 +450,19 @@ mod tests {
         let r = load_labelled_ratings(&pairs).unwrap();
         assert_eq!(r[0], ("7".into(), "42".into(), None));
         assert_eq!(r[1].2, Some(2.5));
+    }
+
+    #[test]
+    fn held_out_ratings_take_the_training_files_indices() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("u1.base");
+        std::fs::write(&base, "7\t1\t5\n9\t2\t3\n").unwrap();
+        let test = dir.path().join("u1.test");
+        std::fs::write(&test, "9\t1\t4\n8\t1\t2\n").unwrap();
+        let train = load_ratings(&base).unwrap();
+        let (held, left_out) = train.held_out_from(&test).unwrap();
+        assert_eq!(held.entries, vec![(1, 0, 4.0)]);
+        assert_eq!(left_out, 1);
     }
 
     #[test]

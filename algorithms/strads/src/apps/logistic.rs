@@ -133,10 +133,12 @@ pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
         }],
     };
     if let Some(dir) = &job.out_dir {
-        let run = metrics.run_metrics(job);
+        let mut run = metrics.run_metrics(job);
         run.check_finite("check the data for extreme or non-finite values")?;
+        let saved = linear_model("logistic", job, lambda, &coefficients);
+        saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
         write_coefficients(dir, &coefficients)?;
-        crate::kit::write_saved_model(dir, &linear_model("logistic", job, lambda, &coefficients))?;
+        crate::kit::write_saved_model(dir, &saved)?;
         crate::kit::write_run_metrics(dir, &run)?;
     }
     Ok(metrics)
@@ -479,13 +481,12 @@ pub fn write_outputs(
     sched: &LogisticScheduling,
     job: &LassoJob,
 ) -> Result<(), StradsError> {
-    let m = sched.metrics().run_metrics(job);
+    let mut m = sched.metrics().run_metrics(job);
     m.check_finite("check the data for extreme or non-finite values")?;
+    let saved = linear_model("logistic", job, sched.lambda, sched.coefficients());
+    saved.add_heldout(&mut m, job.test_data.as_deref(), job.seed)?;
     write_coefficients(dir, sched.coefficients())?;
-    crate::kit::write_saved_model(
-        dir,
-        &linear_model("logistic", job, sched.lambda, sched.coefficients()),
-    )?;
+    crate::kit::write_saved_model(dir, &saved)?;
     crate::kit::write_run_metrics(dir, &m)
 }
 

@@ -182,13 +182,12 @@ impl LassoOutcome {
         job: &LassoJob,
         details: &impl Serialize,
     ) -> Result<(), StradsError> {
-        let m = self.metrics.run_metrics(job, details);
+        let mut m = self.metrics.run_metrics(job, details);
         m.check_finite(LASSO_ADVICE)?;
+        let saved = linear_model("lasso", job, self.metrics.lambda, &self.coefficients);
+        saved.add_heldout(&mut m, job.test_data.as_deref(), job.seed)?;
         write_coefficients(dir, &self.coefficients)?;
-        crate::kit::write_saved_model(
-            dir,
-            &linear_model("lasso", job, self.metrics.lambda, &self.coefficients),
-        )?;
+        crate::kit::write_saved_model(dir, &saved)?;
         write_run_metrics(dir, &m)
     }
 }
