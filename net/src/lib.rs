@@ -27,6 +27,7 @@ mod net;
 pub mod outbox;
 pub mod ports;
 mod quic;
+pub mod reassembly;
 pub mod sequencer;
 mod shaper;
 mod stats;
