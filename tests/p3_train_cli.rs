@@ -149,8 +149,10 @@ fn train_p3_runs_processes_and_saves_a_loadable_model() {
         ])
         .arg("--out")
         .arg(&model)
-        .arg("--run-dir")
-        .arg(dir.path().join("run"))
+        // A relative run directory, as a user types it (the node configs inside must
+        // still find their certificates).
+        .args(["--run-dir", "run"])
+        .current_dir(dir.path())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

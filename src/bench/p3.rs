@@ -236,9 +236,10 @@ struct Point {
 }
 
 /// The link's goodput for this traffic, measured in the same run by a transfer probe: the
-/// same cluster, job and link with compute taken out (device at 10^18 FLOP/s), fifo mode,
-/// so an iteration is one model's push and pull, slices pipelined through the shards, and
-/// nothing else. The model's wire time at the nominal rate over the probe's iteration time
+/// same cluster, job and link with compute taken out (device at 10^18 FLOP/s), p3 mode,
+/// so an iteration is one model's push and pull with slices pipelined through the shards,
+/// and nothing else. (Not fifo: it sends whole layers, so a shard returns a big layer only
+/// after all of it arrived, and that store-and-forward is not the link's doing.) The model's wire time at the nominal rate over the probe's iteration time
 /// scales the nominal rate to what the link delivered (protocol overhead, round trips and
 /// shaper losses included). Capped at the nominal rate (a higher figure is noise).
 fn probe_goodput(
@@ -252,7 +253,7 @@ fn probe_goodput(
         device_flops: 1e18,
         ..*setup
     };
-    let (probe_s, _) = run_mode(args, &transfer_only, Mode::Fifo, bandwidth_mbit, hosts)?;
+    let (probe_s, _) = run_mode(args, &transfer_only, Mode::P3, bandwidth_mbit, hosts)?;
     let cost = setup.cost(bandwidth_mbit, args.workers);
     let nominal_wire_s = cost.wire_seconds(setup.profile.total_params());
     let goodput = if probe_s.is_finite() && probe_s > 0.0 {

@@ -124,9 +124,20 @@ pub struct P3TrainArgs {
     pub job: RealJobArgs,
 }
 
+/// The run directory as an absolute path: the node configs written into it name their
+/// certificates and report directories by path, and a config's relative paths are read
+/// relative to the config file, not to where the user started.
+fn absolute_run_dir(dir: &std::path::Path) -> Result<PathBuf, P3BenchError> {
+    std::path::absolute(dir).map_err(|source| P3BenchError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
 /// `petrel train p3`: trains on a localhost cluster, prints per-epoch training loss and
 /// accuracy (worker 0's batches), the test accuracy, and saves the model.
-pub fn train(args: P3TrainArgs) -> Result<(), P3BenchError> {
+pub fn train(mut args: P3TrainArgs) -> Result<(), P3BenchError> {
+    args.job.run_dir = absolute_run_dir(&args.job.run_dir)?;
     let probe = P3NodeConfig {
         net: args.net.clone(),
         train_data: args.job.train_data.clone(),
@@ -293,7 +304,8 @@ struct ModelFigures {
 }
 
 /// `petrel bench p3-real`.
-pub fn run(args: P3RealBenchArgs) -> Result<(), P3BenchError> {
+pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3BenchError> {
+    args.job.run_dir = absolute_run_dir(&args.job.run_dir)?;
     if args.iterations == 0 || args.job.workers == 0 || args.job.batch == 0 {
         return Err(P3BenchError::Args(
             "--iterations, --workers and --batch must be >= 1".into(),
