@@ -91,6 +91,16 @@ fn pipelined_lasso_converges() {
         m.final_kkt_violation
     );
     assert_eq!(m.depth, 3);
+    // Dispatches leave eagerly, so three rounds in flight are as reproducible as one:
+    // the same coefficients as the serial driver's fixed message order.
+    let local = run_without_actors(&job(dir.path(), 3), 2).unwrap();
+    let coefficients: Vec<f32> = std::fs::read_to_string(dir.path().join("coefficients.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(coefficients, local.coefficients, "pipelined run differs");
+    assert_eq!(m.updates, local.metrics.updates);
 }
 
 #[test]

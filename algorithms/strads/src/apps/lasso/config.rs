@@ -104,11 +104,12 @@ pub struct LassoJob {
     /// Scheduler seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Rounds in flight (pipeline depth). 1 by default: with depth > 1 the scheduler loop
-    /// sends a round's dispatch lazily (when its future is first polled), so whether it
-    /// reaches a worker before or after the previous round's commit depends on timing and
-    /// a run is no longer bit-reproducible (see BENCHMARKS.md, issue 13).
-    #[arg(long, default_value_t = 1)]
+    /// Rounds in flight (pipeline depth). With 2 the scheduler chooses and sends the next
+    /// round while the previous one is out, and the dependency check keeps the new round
+    /// away from the in-flight coordinates as from each other. Runs stay bit-reproducible:
+    /// dispatches leave eagerly, so a worker always sees round r+1's dispatch before round
+    /// r's commit.
+    #[arg(long, default_value_t = 2)]
     pub depth: usize,
     /// At most this many update rounds (0 = automatic: AUTO_SWEEPS sweeps' worth of
     /// updates; the duality gap normally stops the job long before).
@@ -174,7 +175,7 @@ impl Default for LassoJob {
             priority_exponent: 1.0,
             initial_priority: 1.0,
             seed: 0,
-            depth: 1,
+            depth: 2,
             max_rounds: 0,
             eval_every: 0,
             eval_work_ratio: 4.0,
