@@ -95,6 +95,12 @@ enum Command {
         #[command(subcommand)]
         app: TrainCommand,
     },
+    /// Held-out figures of a trained model on a data file (RMSE, accuracy and log-loss,
+    /// R^2, perplexity...).
+    Eval(petrel::train::saved::EvalArgs),
+    /// Predictions of a trained model: values, class probabilities, ratings or top-N
+    /// items, topic mixtures of new documents.
+    Predict(petrel::train::saved::PredictArgs),
 }
 
 #[derive(Subcommand)]
@@ -342,6 +348,10 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             let result = train(app, given);
             finish_dashboard(dashboard, report_dir)?;
             result
+        }
+        Command::Eval(args) => petrel::train::saved::eval_command(args).map_err(CliError::command),
+        Command::Predict(args) => {
+            petrel::train::saved::predict_command(args).map_err(CliError::command)
         }
     }
 }

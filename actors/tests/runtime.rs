@@ -415,6 +415,78 @@ async fn barrier_waits_for_every_node() {
     }
 }
 
+/// Issue 12, item 5: a process holding the valid member certificate of `alice` claims to
+/// be `bob` (bob's id in every header, `Join { name: "bob" }`). The coordinator's transport
+/// refuses it by the name in its certificate, and the cluster carries on unaffected: no
+/// member is reported down and a barrier of the three real members completes.
+#[actix::test]
+async fn a_member_certificate_cannot_join_under_another_name() {
+    use petrel_actors::coordinator::COORDINATOR_ACTOR;
+    use petrel_messages::runtime::Join;
+    use petrel_messages::{ActorId, NodeId};
+    use petrel_net::{Net, NetConfig, PeerAddr};
+    let mut settings = Topology::builder("impostor")
+        .node("coord", &[])
+        .node("alice", &[])
+        .node("bob", &[])
+        .build()
+        .unwrap();
+    petrel_actors::topology::reserve_ports(&mut settings).unwrap();
+    let coord_addr: std::net::SocketAddr = settings.nodes[0].addr.parse().unwrap();
+    let creds = ClusterCredentials::generate_cluster(&["coord", "alice", "bob"]).unwrap();
+    let alice_creds = creds[1].clone();
+    let cluster = Cluster::new(settings);
+    let boots = ["coord", "alice", "bob"]
+        .into_iter()
+        .zip(creds)
+        .map(|(n, c)| {
+            let cluster = cluster.clone();
+            async move { cluster.boot(n, Wiring::Quic(c)).await.unwrap() }
+        });
+    let nodes: Vec<Node> = futures::future::join_all(boots)
+        .await
+        .into_iter()
+        .map(|(ctx, _)| ctx.node)
+        .collect();
+    let mut events = nodes[1].subscribe();
+
+    let (net, inbound) = Net::quic(
+        NodeId(2),
+        "127.0.0.1:0".parse().unwrap(),
+        &alice_creds,
+        NetConfig::default(),
+    )
+    .unwrap();
+    let impostor = Node::new(NodeId(2), "bob", net, inbound, Duration::from_secs(5));
+    impostor.add_peer(NodeId(0), "coord", PeerAddr::Quic(coord_addr));
+    let coordinator = impostor
+        .actor::<Join>(&ActorId::new(NodeId(0), COORDINATOR_ACTOR))
+        .unwrap();
+    let join = Join {
+        node: NodeId(2),
+        name: "bob".into(),
+        roles: vec![],
+    };
+    let refused = coordinator
+        .ask(join, Priority::CONTROL, Duration::from_secs(3))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(nodes[0].net_stats().impostor_frames, 1);
+    impostor.shutdown();
+
+    let coordinator_id = nodes[0].id();
+    let barriers = nodes
+        .iter()
+        .map(|n| n.barrier("after-impostor", coordinator_id));
+    for r in futures::future::join_all(barriers).await {
+        assert_eq!(r.unwrap().participants, 3);
+    }
+    assert!(events.try_recv().is_err(), "no member was reported down");
+    for n in nodes {
+        n.shutdown();
+    }
+}
+
 // ---- back-pressure ----
 
 #[derive(Serialize, Deserialize)]
@@ -467,6 +539,12 @@ fn flood_to_a_slow_actor_pushes_back_to_the_sender() {
             .unwrap();
             let addr = net.local_addr().unwrap();
             let node = Node::new(NodeId(1), "b", net, inbound, Duration::from_secs(30));
+            // Frames from `a` are admitted only once its name is known (never dialled).
+            node.add_peer(
+                NodeId(0),
+                "a",
+                PeerAddr::Quic("127.0.0.1:9".parse().unwrap()),
+            );
             node.register("sink", SlowSink.start())
                 .unwrap()
                 .accept::<Chunk>();

@@ -261,10 +261,12 @@ impl Net {
         }
     }
 
-    /// Records where a peer is reached.
-    pub fn add_peer(&self, node: NodeId, addr: PeerAddr) {
+    /// Records a peer's node name and where it is reached. Over QUIC, frames claiming to
+    /// come from `node` are accepted only on a connection whose certificate names `name`,
+    /// and a connection to `node` must reach the holder of that certificate.
+    pub fn add_peer(&self, node: NodeId, name: &str, addr: PeerAddr) {
         if let (Link::Quic(q), PeerAddr::Quic(a)) = (&self.shared.link, addr) {
-            q.add_peer(node, a);
+            q.add_peer(node, name, a);
         }
     }
 

@@ -12,6 +12,7 @@
 
 pub mod apps;
 pub mod jobfile;
+pub mod saved;
 
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ml::topic::LdaMetrics;
@@ -444,11 +445,28 @@ pub fn stop_line(out: Option<&Path>) -> Result<String, StradsTrainError> {
         return Ok(String::new());
     };
     let m: petrel_ml::job::RunMetrics = read_json(&dir.join("metrics.json"))?;
-    Ok(if !m.converged && m.stop_reason.contains("before") {
+    let mut line = if !m.converged && m.stop_reason.contains("before") {
         format!("{}: did not converge: {}", m.app, m.stop_reason)
     } else {
         format!("{}: {}", m.app, m.stop_reason)
-    })
+    };
+    let heldout: Vec<String> = m
+        .final_figures
+        .iter()
+        .filter_map(|(k, v)| {
+            let name = k.strip_prefix("heldout_")?;
+            Some(format!("{name} {}", saved::short_figure(*v)))
+        })
+        .collect();
+    if !heldout.is_empty() {
+        let file = m
+            .settings
+            .get("test_data")
+            .and_then(|v| v.as_str())
+            .unwrap_or("-");
+        line.push_str(&format!("\nheld-out ({file}): {}", heldout.join(", ")));
+    }
+    Ok(line)
 }
 
 /// Reads a JSON file (the metrics a job wrote).
