@@ -410,7 +410,7 @@ impl NeighbourLists {
         let mut list = Vec::new();
         for &k in &self.touched {
             let corr = (self.acc[k as usize] * inverse * inverse_norms[k as usize]).abs() as f32;
-            if !(corr < self.rho) {
+            if corr.partial_cmp(&self.rho) != Some(std::cmp::Ordering::Less) {
                 list.push(k);
             }
             self.acc[k as usize] = f64::NAN;
