@@ -107,7 +107,9 @@ fn pipelined_lasso_converges() {
 fn separate_processes_give_the_same_coefficients() {
     let dir = tempfile::tempdir().unwrap();
     let mem = dir.path().join("in-process");
-    run_lasso_job(&job(&mem, 1), 2, JobTransport::Quic, false).unwrap();
+    // Two rounds in flight (the default): pipelined runs are reproducible across
+    // processes too.
+    run_lasso_job(&job(&mem, 2), 2, JobTransport::Quic, false).unwrap();
     let procs = dir.path().join("procs");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
         .args([
@@ -127,6 +129,8 @@ fn separate_processes_give_the_same_coefficients() {
             "32",
             "--max-rounds",
             "4000",
+            "--depth",
+            "2",
         ])
         .args([
             "--eval-every",
