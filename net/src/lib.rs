@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod datagram;
 pub mod inbound_budget;
 mod memory;
 mod net;
