@@ -60,6 +60,11 @@ pub struct NetConfig {
     pub loopback_udp_payload: u16,
     /// Path-MTU discovery on (`true`, default) or off (stay at `initial_mtu`).
     pub mtu_discovery: bool,
+    /// Kernel receive and send buffer of the node's UDP socket (`SO_RCVBUF`/`SO_SNDBUF`),
+    /// bytes. The kernel's default (~208 KB) holds three 64 KB loopback datagrams, and
+    /// every datagram beyond it is dropped and resent after a loss timeout; the kernel caps
+    /// the request at `net.core.rmem_max`/`wmem_max`. 0 = leave the kernel's default.
+    pub socket_buffer_bytes: usize,
     /// UDP segmentation offload (GSO): one `sendmsg` hands the kernel many packets of a
     /// connection at once, where the kernel offers it (Linux); quinn falls back to one
     /// packet per call elsewhere. A batch holds at most 10 datagrams and never more than
@@ -121,6 +126,7 @@ impl Default for NetConfig {
             max_udp_payload: 8952,
             loopback_udp_payload: 65_000,
             mtu_discovery: true,
+            socket_buffer_bytes: 4 << 20,
             segmentation_offload: true,
             ack_eliciting_threshold: 0,
             congestion: Congestion::Cubic,

@@ -71,6 +71,28 @@ pub fn endpoint_config(cfg: &NetConfig) -> quinn::EndpointConfig {
     endpoint
 }
 
+/// Asks the kernel for [`NetConfig::socket_buffer_bytes`] of receive and send buffer on
+/// `socket`; what it grants (at most `net.core.rmem_max`/`wmem_max`) is logged.
+pub fn size_socket_buffers(cfg: &NetConfig, socket: &std::net::UdpSocket) {
+    if cfg.socket_buffer_bytes == 0 {
+        return;
+    }
+    let sock = socket2::SockRef::from(socket);
+    let want = cfg.socket_buffer_bytes;
+    if let Err(e) = sock.set_recv_buffer_size(want) {
+        tracing::warn!(error = %e, want, "could not size the UDP receive buffer");
+    }
+    if let Err(e) = sock.set_send_buffer_size(want) {
+        tracing::warn!(error = %e, want, "could not size the UDP send buffer");
+    }
+    tracing::debug!(
+        want,
+        recv = ?sock.recv_buffer_size().ok(),
+        send = ?sock.send_buffer_size().ok(),
+        "UDP socket buffers (capped by net.core.rmem_max / wmem_max)"
+    );
+}
+
 /// A quinn endpoint on `socket` with this node's datagram limits (advertised payload size,
 /// capped offload batches), for code that drives quinn itself (benchmarks, tests).
 pub fn endpoint(
@@ -78,6 +100,7 @@ pub fn endpoint(
     socket: std::net::UdpSocket,
     server: Option<quinn::ServerConfig>,
 ) -> io::Result<quinn::Endpoint> {
+    size_socket_buffers(cfg, &socket);
     let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
     let udp = runtime.wrap_udp_socket(socket)?;
     let udp: Arc<dyn AsyncUdpSocket> = Arc::new(SegmentCappedSocket::new(udp, cfg));
@@ -193,5 +216,19 @@ mod tests {
             ..NetConfig::default()
         };
         assert_eq!(cfg.largest_udp_payload(), cfg.max_udp_payload);
+    }
+
+    #[test]
+    fn socket_buffers_grow_towards_the_request() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let before = socket2::SockRef::from(&socket).recv_buffer_size().unwrap();
+        let cfg = NetConfig {
+            socket_buffer_bytes: before * 4,
+            ..NetConfig::default()
+        };
+        size_socket_buffers(&cfg, &socket);
+        let after = socket2::SockRef::from(&socket).recv_buffer_size().unwrap();
+        // Linux doubles the request and caps it at rmem_max; either way it does not shrink.
+        assert!(after >= before, "{before} -> {after}");
     }
 }

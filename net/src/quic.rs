@@ -77,6 +77,7 @@ impl QuicLink {
         };
         let socket = std::net::UdpSocket::bind(bind)
             .map_err(|source| NetError::Bind { addr: bind, source })?;
+        crate::datagram::size_socket_buffers(cfg, &socket);
         let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
         let mut udp = runtime.wrap_udp_socket(socket).map_err(NetError::Runtime)?;
         udp = Arc::new(SegmentCappedSocket::new(udp, cfg));
