@@ -22,7 +22,7 @@
 //! [`LaunchError::Interrupted`].
 
 use indicatif::{ProgressBar, ProgressStyle};
-use petrel_actors::topology::{Wiring, reserve_ports};
+use petrel_actors::topology::{Wiring, pick_ports};
 use petrel_actors::{Cluster, NodeError, Settings, Transport, error_chain, validate_node_name};
 use petrel_net::ClusterCredentials;
 use petrel_net::tls::ClusterCa;
@@ -569,7 +569,7 @@ pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchErro
     // Every node is its own process here: they reach each other over QUIC whatever the
     // in-process transport of the topology was.
     settings.cluster.transport = Transport::Quic;
-    reserve_ports(&mut settings)?;
+    pick_ports(&mut settings)?;
     reserve_metrics_ports(&mut settings)?;
     if settings.cluster.certs_dir.is_none() {
         let certs = dir.join("certs");

@@ -302,6 +302,12 @@ impl Cluster {
                 errors.push(e);
             }
         }
+        // A node that failed before binding leaves its reserved socket behind.
+        for n in &this.settings.nodes {
+            if let Ok(addr) = parse_addr(n) {
+                petrel_net::ports::release(addr);
+            }
+        }
         // A join timeout is a consequence too (a node that never came up), so it is the
         // root cause only when nothing better is known.
         let is_consequence = |e: &NodeError| {
@@ -547,14 +553,27 @@ fn parse_addr(spec: &NodeSpec) -> Result<SocketAddr, NodeError> {
         .map_err(|e| NodeError::Config(format!("node {}: bad addr {addr:?}: {e}", spec.name)))
 }
 
-/// Replaces port 0 with free UDP ports (bound and released; the window for a race is tiny
-/// and only on localhost).
+/// Replaces port 0 with free UDP ports for nodes that start in this process: each port
+/// stays bound until its node's endpoint takes the socket over, so no other program can
+/// take it in between.
 pub fn reserve_ports(settings: &mut Settings) -> Result<(), NodeError> {
+    assign_ports(settings, petrel_net::ports::reserve_held)
+}
+
+/// Replaces port 0 with free UDP ports for nodes that other processes will start (the
+/// ports are released at once, picked where the kernel's `bind(0)` never lands).
+pub fn pick_ports(settings: &mut Settings) -> Result<(), NodeError> {
+    assign_ports(settings, petrel_net::ports::pick_free)
+}
+
+fn assign_ports(
+    settings: &mut Settings,
+    pick: impl Fn(std::net::IpAddr) -> std::io::Result<SocketAddr>,
+) -> Result<(), NodeError> {
     for n in &mut settings.nodes {
         let addr = parse_addr(n)?;
         if addr.port() == 0 {
-            let sock = std::net::UdpSocket::bind(addr)?;
-            n.addr = sock.local_addr()?.to_string();
+            n.addr = pick(addr.ip())?.to_string();
         }
     }
     Ok(())
@@ -566,6 +585,9 @@ pub fn reserve_ports(settings: &mut Settings) -> Result<(), NodeError> {
 fn check_ports_free(settings: &Settings) -> Result<(), NodeError> {
     for n in &settings.nodes {
         let addr = parse_addr(n)?;
+        if petrel_net::ports::is_held(addr) {
+            continue;
+        }
         if let Err(source) = std::net::UdpSocket::bind(addr) {
             return Err(NodeError::Bind {
                 node: n.name.clone(),

@@ -415,6 +415,78 @@ async fn barrier_waits_for_every_node() {
     }
 }
 
+/// Issue 12, item 5: a process holding the valid member certificate of `alice` claims to
+/// be `bob` (bob's id in every header, `Join { name: "bob" }`). The coordinator's transport
+/// refuses it by the name in its certificate, and the cluster carries on unaffected: no
+/// member is reported down and a barrier of the three real members completes.
+#[actix::test]
+async fn a_member_certificate_cannot_join_under_another_name() {
+    use petrel_actors::coordinator::COORDINATOR_ACTOR;
+    use petrel_messages::runtime::Join;
+    use petrel_messages::{ActorId, NodeId};
+    use petrel_net::{Net, NetConfig, PeerAddr};
+    let mut settings = Topology::builder("impostor")
+        .node("coord", &[])
+        .node("alice", &[])
+        .node("bob", &[])
+        .build()
+        .unwrap();
+    petrel_actors::topology::reserve_ports(&mut settings).unwrap();
+    let coord_addr: std::net::SocketAddr = settings.nodes[0].addr.parse().unwrap();
+    let creds = ClusterCredentials::generate_cluster(&["coord", "alice", "bob"]).unwrap();
+    let alice_creds = creds[1].clone();
+    let cluster = Cluster::new(settings);
+    let boots = ["coord", "alice", "bob"]
+        .into_iter()
+        .zip(creds)
+        .map(|(n, c)| {
+            let cluster = cluster.clone();
+            async move { cluster.boot(n, Wiring::Quic(c)).await.unwrap() }
+        });
+    let nodes: Vec<Node> = futures::future::join_all(boots)
+        .await
+        .into_iter()
+        .map(|(ctx, _)| ctx.node)
+        .collect();
+    let mut events = nodes[1].subscribe();
+
+    let (net, inbound) = Net::quic(
+        NodeId(2),
+        "127.0.0.1:0".parse().unwrap(),
+        &alice_creds,
+        NetConfig::default(),
+    )
+    .unwrap();
+    let impostor = Node::new(NodeId(2), "bob", net, inbound, Duration::from_secs(5));
+    impostor.add_peer(NodeId(0), "coord", PeerAddr::Quic(coord_addr));
+    let coordinator = impostor
+        .actor::<Join>(&ActorId::new(NodeId(0), COORDINATOR_ACTOR))
+        .unwrap();
+    let join = Join {
+        node: NodeId(2),
+        name: "bob".into(),
+        roles: vec![],
+    };
+    let refused = coordinator
+        .ask(join, Priority::CONTROL, Duration::from_secs(3))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(nodes[0].net_stats().impostor_frames, 1);
+    impostor.shutdown();
+
+    let coordinator_id = nodes[0].id();
+    let barriers = nodes
+        .iter()
+        .map(|n| n.barrier("after-impostor", coordinator_id));
+    for r in futures::future::join_all(barriers).await {
+        assert_eq!(r.unwrap().participants, 3);
+    }
+    assert!(events.try_recv().is_err(), "no member was reported down");
+    for n in nodes {
+        n.shutdown();
+    }
+}
+
 // ---- back-pressure ----
 
 #[derive(Serialize, Deserialize)]
@@ -467,6 +539,12 @@ fn flood_to_a_slow_actor_pushes_back_to_the_sender() {
             .unwrap();
             let addr = net.local_addr().unwrap();
             let node = Node::new(NodeId(1), "b", net, inbound, Duration::from_secs(30));
+            // Frames from `a` are admitted only once its name is known (never dialled).
+            node.add_peer(
+                NodeId(0),
+                "a",
+                PeerAddr::Quic("127.0.0.1:9".parse().unwrap()),
+            );
             node.register("sink", SlowSink.start())
                 .unwrap()
                 .accept::<Chunk>();
@@ -575,18 +653,20 @@ impl Handler<Msg<Expand>> for Expander {
     }
 }
 
-/// A reply larger than `max_message_bytes` used to be dropped at the replier (logged
-/// there only) while the asker waited out its whole timeout ("no reply within 60s"). Now
-/// the asker fails at once with the message type, the size and the knob; and a request
-/// that is too large fails before it is sent, naming the same.
+/// Issue 12, item 4. Messages above `max_message_bytes` are split by the transport and
+/// joined again: a request and a reply of a tensor three times the limit cross. Beyond what
+/// a peer takes even split (its share of `inbound_buffer_bytes`) a reply, which used to be
+/// dropped at the replier while the asker waited out its timeout, fails the ask at once
+/// naming the type, the size and the knob; a request fails before it is sent.
 #[test]
-fn oversize_request_and_reply_fail_at_once_naming_type_size_and_knob() {
+fn big_messages_are_split_and_joined_and_too_big_ones_fail_at_once_naming_the_knob() {
     use petrel_messages::NodeId;
     use petrel_net::{MemoryHub, Net, NetConfig};
     System::new().block_on(async {
         let hub = MemoryHub::new();
         let cfg = NetConfig {
             max_message_bytes: 1 << 20,
+            inbound_buffer_bytes: 16 << 20, // a peer's share: 8 MiB
             ..NetConfig::default()
         };
         let (net_a, in_a) = Net::memory(&hub, NodeId(0), cfg.clone()).unwrap();
@@ -602,18 +682,31 @@ fn oversize_request_and_reply_fail_at_once_naming_type_size_and_knob() {
         b.register("scaler", Scaler { notes }.start())
             .unwrap()
             .accept::<Scale>();
-        let expander = a.actor_at::<Expand>("b", "expander").unwrap();
-        // Small enough: answered.
-        let small = expander
-            .ask(Expand { floats: 1000 }, Priority::NORMAL, Duration::from_secs(60))
+        // 3 MiB each way under a 1 MiB limit: split, joined, exact.
+        let scaler = a.actor_at::<Scale>("b", "scaler").unwrap();
+        let n = 3 << 18;
+        let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let scaled = scaler
+            .ask(
+                Scale {
+                    factor: 2.0,
+                    tensor: Tensor::new(vec![n], data.clone()).unwrap(),
+                },
+                Priority::NORMAL,
+                Duration::from_secs(60),
+            )
             .await
             .unwrap();
-        assert_eq!(small.shape, vec![1000]);
-        // A 4 MiB reply under a 1 MiB limit: a failure now, not a timeout in 60 s.
+        assert_eq!(scaled.tensor.shape, vec![n]);
+        assert!(scaled.tensor.data.iter().zip(&data).all(|(s, d)| *s == 2.0 * d));
+        assert!(a.net_stats().split_messages >= 1 && b.net_stats().split_messages >= 1);
+
+        // A 16 MiB reply over the 8 MiB share: a failure now, not a timeout in 60 s.
+        let expander = a.actor_at::<Expand>("b", "expander").unwrap();
         let start = Instant::now();
         let err = expander
             .ask(
-                Expand { floats: 1 << 20 },
+                Expand { floats: 4 << 20 },
                 Priority::NORMAL,
                 Duration::from_secs(60),
             )
@@ -622,12 +715,11 @@ fn oversize_request_and_reply_fail_at_once_naming_type_size_and_knob() {
         assert!(start.elapsed() < Duration::from_secs(30), "waited {:?}", start.elapsed());
         let text = err.to_string();
         assert!(matches!(err, AskError::Remote { .. }), "{text}");
-        for expected in ["reply to test.expand", "4194", "net.max_message_bytes = 1048576"] {
+        for expected in ["reply to test.expand", "16777", "8388608", "net.inbound_buffer_bytes"] {
             assert!(text.contains(expected), "missing {expected:?} in {text}");
         }
-        // A 4 MiB request: refused before it leaves, naming type, size and knob.
-        let scaler = a.actor_at::<Scale>("b", "scaler").unwrap();
-        let big = Tensor::new(vec![1 << 20], vec![0.5; 1 << 20]).unwrap();
+        // A 16 MiB request: refused before it leaves, naming type, size and knob.
+        let big = Tensor::new(vec![4 << 20], vec![0.5; 4 << 20]).unwrap();
         let err = scaler
             .ask(
                 Scale {
@@ -641,10 +733,10 @@ fn oversize_request_and_reply_fail_at_once_naming_type_size_and_knob() {
             .unwrap_err();
         let text = err.to_string();
         assert!(
-            matches!(err, AskError::Oversize { ref msg_type, max: 1_048_576, .. } if msg_type == "test.scale"),
+            matches!(err, AskError::Oversize { ref msg_type, max: 8_388_608, .. } if msg_type == "test.scale"),
             "{text}"
         );
-        assert!(text.contains("net.max_message_bytes"), "{text}");
+        assert!(text.contains("net.inbound_buffer_bytes"), "{text}");
         a.shutdown();
         b.shutdown();
     });

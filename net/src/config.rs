@@ -31,8 +31,10 @@ impl std::fmt::Display for Congestion {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct NetConfig {
-    /// Largest frame (header + body) a node accepts or sends. Larger incoming frames are
-    /// refused after reading their 12-byte prefix and counted as `oversize_frames`.
+    /// Largest frame (header + body) on the wire. Larger incoming frames are refused after
+    /// reading their 12-byte prefix and counted as `oversize_frames`. Larger messages are
+    /// split into parts by the sender and joined again by the receiver
+    /// ([`crate::reassembly`]), up to a peer's share of `inbound_buffer_bytes`.
     pub max_message_bytes: usize,
     /// Concurrent incoming unidirectional streams per connection (one message per stream).
     /// Bounds a peer's parallel in-flight messages, and so the memory it can pin.

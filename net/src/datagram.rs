@@ -207,7 +207,10 @@ mod tests {
             };
             let batch = cfg.offload_batch();
             assert!(batch >= 1);
-            assert!(batch * usize::from(payload) <= MAX_UDP_SEND, "{payload}: {batch}");
+            assert!(
+                batch * usize::from(payload) <= MAX_UDP_SEND,
+                "{payload}: {batch}"
+            );
             assert!((batch + 1) * usize::from(payload) > MAX_UDP_SEND);
         }
         assert!(NetConfig::default().largest_udp_payload() >= 65_000);

@@ -8,6 +8,8 @@
 //!   [`outbox`] holds each node's waiting frames in a
 //!   [`PriorityQueue`](petrel_messages::PriorityQueue) and admits them per peer within an
 //!   in-flight window; each QUIC stream gets the frame's priority.
+//! - Identity: the node name in a peer's certificate must be the sender every frame
+//!   claims (see [`Net::add_peer`]); an impostor is refused and disconnected.
 //! - Order: frames between two nodes at one priority arrive in order ([`sequencer`]).
 //! - Knobs: [`NetConfig`] (`[net]` in the settings; unknown keys are rejected),
 //!   [`Congestion`], and the optional link emulation [`ShaperConfig`].
@@ -19,11 +21,14 @@
 
 pub mod config;
 pub mod datagram;
+mod identity;
 pub mod inbound_budget;
 mod memory;
 mod net;
 pub mod outbox;
+pub mod ports;
 mod quic;
+pub mod reassembly;
 pub mod sequencer;
 mod shaper;
 mod stats;

@@ -3,12 +3,13 @@
 
 use crate::config::NetConfig;
 use crate::datagram::{SegmentCappedSocket, endpoint_config};
+use crate::identity::{PeerDirectory, SenderRefusal};
 use crate::inbound_budget::{InboundBudgets, PeerBudget};
 use crate::net::{Arrival, Inbound, LinkCause, NetError};
 use crate::sequencer::{LANE_HEADER_LEN, LaneHeader};
 use crate::shaper::ShapedSocket;
 use crate::stats::NetStats;
-use crate::tls::{CLUSTER_SERVER_NAME, ClusterCredentials};
+use crate::tls::{ClusterCredentials, node_names_in_certificate, node_server_name};
 use bytes::{Bytes, BytesMut};
 use petrel_messages::envelope::FramePrefix;
 use petrel_messages::{CodecError, FRAME_PREFIX_LEN, Frame, NodeId, Priority};
@@ -25,6 +26,7 @@ const CODE_MALFORMED: u32 = 2;
 const CODE_SHUTDOWN: u32 = 3;
 const CODE_STALLED: u32 = 4;
 const CODE_HOARDING: u32 = 5;
+const CODE_IMPOSTOR: u32 = 6;
 
 type PeerSlot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 
@@ -51,6 +53,7 @@ pub(crate) struct QuicLink {
     peer_configs: Arc<PeerConfigs>,
     addrs: Mutex<HashMap<NodeId, SocketAddr>>,
     conns: Mutex<HashMap<NodeId, PeerSlot>>,
+    directory: Arc<PeerDirectory>,
     connect_timeout: Duration,
 }
 
@@ -75,8 +78,11 @@ impl QuicLink {
             loopback_client: creds.client_config(&loopback)?,
             net: cfg.clone(),
         };
-        let socket = std::net::UdpSocket::bind(bind)
-            .map_err(|source| NetError::Bind { addr: bind, source })?;
+        let socket = match crate::ports::take_held(bind) {
+            Some(held) => held,
+            None => std::net::UdpSocket::bind(bind)
+                .map_err(|source| NetError::Bind { addr: bind, source })?,
+        };
         crate::datagram::size_socket_buffers(cfg, &socket);
         let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
         let mut udp = runtime.wrap_udp_socket(socket).map_err(NetError::Runtime)?;
@@ -84,19 +90,17 @@ impl QuicLink {
         if let Some(shaper) = &cfg.shaper {
             udp = Arc::new(ShapedSocket::new(udp, shaper, stats.clone()));
         }
-        let mut endpoint = Endpoint::new_with_abstract_socket(
-            endpoint_config(cfg),
-            Some(server),
-            udp,
-            runtime,
-        )
-        .map_err(NetError::Runtime)?;
+        let mut endpoint =
+            Endpoint::new_with_abstract_socket(endpoint_config(cfg), Some(server), udp, runtime)
+                .map_err(NetError::Runtime)?;
         endpoint.set_default_client_config(client);
         let peer_configs = Arc::new(peer_configs);
+        let directory = Arc::new(PeerDirectory::default());
         let limits = ReadLimits {
             max_frame: cfg.max_message_bytes,
             budgets: InboundBudgets::new(cfg.inbound_buffer_bytes, cfg.max_message_bytes),
             stall: Duration::from_millis(cfg.frame_timeout_ms.max(1)),
+            directory: directory.clone(),
         };
         tokio::spawn(accept_loop(
             node,
@@ -111,6 +115,7 @@ impl QuicLink {
             peer_configs,
             addrs: Mutex::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
+            directory,
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
         })
     }
@@ -119,10 +124,11 @@ impl QuicLink {
         self.endpoint.local_addr().ok()
     }
 
-    pub(crate) fn add_peer(&self, node: NodeId, addr: SocketAddr) {
+    pub(crate) fn add_peer(&self, node: NodeId, name: &str, addr: SocketAddr) {
         if let Ok(mut a) = self.addrs.lock() {
             a.insert(node, addr);
         }
+        self.directory.insert(node, name);
     }
 
     pub(crate) fn disconnect(&self, node: NodeId) {
@@ -162,12 +168,17 @@ impl QuicLink {
             addr,
             source,
         };
+        // The server must hold the certificate of the node we mean to reach.
+        let name = self
+            .directory
+            .registered(to)
+            .ok_or(NetError::UnknownPeer(to))?;
+        let server_name = node_server_name(&name);
         let connecting = if self.peer_configs.net.is_loopback_peer(addr) {
             let loopback = self.peer_configs.loopback_client.clone();
-            self.endpoint
-                .connect_with(loopback, addr, CLUSTER_SERVER_NAME)
+            self.endpoint.connect_with(loopback, addr, &server_name)
         } else {
-            self.endpoint.connect(addr, CLUSTER_SERVER_NAME)
+            self.endpoint.connect(addr, &server_name)
         }
         .map_err(|e| connect_err(e.into()))?;
         let conn = tokio::time::timeout(self.connect_timeout, connecting)
@@ -220,6 +231,8 @@ struct ReadLimits {
     budgets: InboundBudgets,
     /// Longest pause between a frame's bytes.
     stall: Duration,
+    /// Node names by id: whom a frame's claimed sender must be.
+    directory: Arc<PeerDirectory>,
 }
 
 async fn accept_loop(
@@ -249,7 +262,17 @@ async fn accept_loop(
                     return;
                 }
             };
-            tracing::debug!(%node, %remote, "peer connected");
+            let certified: Arc<[String]> = certificate_names(&conn).into();
+            if certified.is_empty() {
+                NetStats::bump(&stats.refused_connections, 1);
+                tracing::warn!(%node, %remote, "refused connection: its certificate names no node");
+                conn.close(
+                    VarInt::from_u32(CODE_IMPOSTOR),
+                    b"certificate names no node",
+                );
+                return;
+            }
+            tracing::debug!(%node, %remote, peer = ?certified, "peer connected");
             let peer = limits.budgets.peer();
             while let Ok(recv) = conn.accept_uni().await {
                 tokio::spawn(read_frame(
@@ -258,6 +281,7 @@ async fn accept_loop(
                     PeerReader {
                         conn: conn.clone(),
                         budget: peer.clone(),
+                        certified: certified.clone(),
                     },
                     limits.clone(),
                     stats.clone(),
@@ -268,13 +292,71 @@ async fn accept_loop(
     }
 }
 
-/// The connection a stream arrived on and that peer's inbound budget.
+/// The node names in the certificate a connection's peer presented.
+fn certificate_names(conn: &Connection) -> Vec<String> {
+    conn.peer_identity()
+        .and_then(|id| {
+            id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
+        .and_then(|chain| chain.first().map(node_names_in_certificate))
+        .unwrap_or_default()
+}
+
+/// The connection a stream arrived on, that peer's inbound budget and the node names its
+/// certificate binds.
 struct PeerReader {
     conn: quinn::Connection,
     budget: PeerBudget,
+    certified: Arc<[String]>,
 }
 
 impl PeerReader {
+    /// Checks the frame's claimed sender against the certificate; an impostor's frame is
+    /// refused, counted, logged once by name, and its connection closed.
+    async fn admit_sender(
+        &self,
+        node: NodeId,
+        claimed: NodeId,
+        limits: &ReadLimits,
+        stats: &NetStats,
+    ) -> bool {
+        match limits
+            .directory
+            .check_sender(&self.certified, claimed, limits.stall)
+            .await
+        {
+            Ok(()) => true,
+            Err(refusal) => {
+                self.impostor(node, &refusal, limits, stats);
+                false
+            }
+        }
+    }
+
+    fn impostor(
+        &self,
+        node: NodeId,
+        refusal: &SenderRefusal,
+        limits: &ReadLimits,
+        stats: &NetStats,
+    ) {
+        NetStats::bump(&stats.impostor_frames, 1);
+        if limits.directory.first_report(&self.certified, refusal) {
+            tracing::warn!(
+                %node,
+                certificate = %self.certified.join(","),
+                claimed = %refusal.claimed(),
+                remote = %self.conn.remote_address(),
+                "refused a member claiming another node's name; connection closed"
+            );
+        }
+        self.conn.close(
+            VarInt::from_u32(CODE_IMPOSTOR),
+            b"sender is not the certified node",
+        );
+    }
+
     /// A frame from this peer stalled: its stream was reset; a peer that keeps stalling
     /// frames is disconnected and named.
     fn stalled(&self, node: NodeId, from: u32, stats: &NetStats) {
@@ -330,6 +412,14 @@ async fn read_frame(
             return;
         }
     };
+    // Before any memory is committed: the sender must be the node the certificate names.
+    if !peer
+        .admit_sender(node, NodeId(lane.from), &limits, &stats)
+        .await
+    {
+        let _ = recv.stop(VarInt::from_u32(CODE_IMPOSTOR));
+        return;
+    }
     // Memory is committed only when the frame fits the node's budget; until then the
     // stream is not read and QUIC flow control holds the sender back.
     let total = parsed.total_len();
@@ -384,6 +474,14 @@ async fn read_frame(
     }
     let len = buf.len();
     match Frame::decode(buf.freeze(), max) {
+        Ok(frame) if frame.header.from.0 != lane.from => {
+            let claimed = limits
+                .directory
+                .registered(frame.header.from)
+                .map(|claimed| SenderRefusal::NotCertified { claimed })
+                .unwrap_or(SenderRefusal::Unknown(frame.header.from));
+            peer.impostor(node, &claimed, &limits, &stats);
+        }
         Ok(frame) => {
             stats.received(frame.header.from, frame.header.priority, len as u64);
             stats.heard_from(frame.header.from);

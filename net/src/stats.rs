@@ -36,6 +36,11 @@ pub struct NetStats {
     pub shaper_egress_tokens: AtomicU64,
     /// Connections closed because their peer kept stalling frames that held inbound budget.
     pub disconnected_peers: AtomicU64,
+    /// Frames refused because their claimed sender is not the node the connection's
+    /// certificate names (the connection is closed at the first one).
+    pub impostor_frames: AtomicU64,
+    /// Messages above `max_message_bytes` sent split into parts.
+    pub split_messages: AtomicU64,
     /// When a complete frame last arrived from each peer, stamped on the transport's own
     /// runtime: liveness that application compute on the node's thread cannot delay.
     heard: Mutex<HashMap<NodeId, Instant>>,
@@ -61,6 +66,8 @@ impl Default for NetStats {
             shaper_egress_tokens: AtomicU64::new(f64::NAN.to_bits()),
             links: Mutex::default(),
             disconnected_peers: AtomicU64::default(),
+            impostor_frames: AtomicU64::default(),
+            split_messages: AtomicU64::default(),
             heard: Mutex::default(),
         }
     }
@@ -103,6 +110,12 @@ pub struct NetStatsSnapshot {
     /// Connections closed because their peer kept stalling frames that held inbound budget.
     #[serde(default)]
     pub disconnected_peers: u64,
+    /// Frames refused for claiming a sender other than the node their certificate names.
+    #[serde(default)]
+    pub impostor_frames: u64,
+    /// Messages above `max_message_bytes` sent split into parts.
+    #[serde(default)]
+    pub split_messages: u64,
 }
 
 impl NetStats {
@@ -175,6 +188,8 @@ impl NetStats {
             refused_connections: g(&self.refused_connections),
             send_failures: g(&self.send_failures),
             disconnected_peers: g(&self.disconnected_peers),
+            impostor_frames: g(&self.impostor_frames),
+            split_messages: g(&self.split_messages),
         }
     }
 }

@@ -110,6 +110,22 @@ pub fn node_server_name(node_name: &str) -> String {
     format!("{node_name}.{CLUSTER_SERVER_NAME}")
 }
 
+/// The node names a certificate binds: its DNS subject alternative names of the form
+/// `<name>.petrel.cluster` whose `<name>` passes [`check_node_name`]. Empty for a
+/// certificate that does not parse or names no node.
+pub fn node_names_in_certificate(cert: &CertificateDer<'_>) -> Vec<String> {
+    let Ok(parsed) = webpki::EndEntityCert::try_from(cert) else {
+        return Vec::new();
+    };
+    let suffix = format!(".{CLUSTER_SERVER_NAME}");
+    parsed
+        .valid_dns_names()
+        .filter_map(|dns| dns.strip_suffix(suffix.as_str()))
+        .filter(|name| check_node_name(name).is_ok())
+        .map(str::to_string)
+        .collect()
+}
+
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TlsError + '_ {
     move |error| TlsError::Io {
         path: path.to_path_buf(),
@@ -428,6 +444,18 @@ mod tests {
         let mut foreign = ClusterCa::generate().unwrap().issue("a").unwrap();
         foreign.ca = a.ca.clone();
         assert!(foreign.verify_node("a").is_err());
+    }
+
+    #[test]
+    fn a_certificate_yields_exactly_its_node_name() {
+        let ca = ClusterCa::generate().unwrap();
+        let a = ca.issue("worker-1").unwrap();
+        assert_eq!(node_names_in_certificate(&a.chain[0]), vec!["worker-1"]);
+        // The CA certificate names no node; garbage parses to nothing.
+        assert!(node_names_in_certificate(&a.ca).is_empty());
+        assert!(
+            node_names_in_certificate(&CertificateDer::from(vec![0x30, 0x03, 1, 2, 3])).is_empty()
+        );
     }
 
     #[test]

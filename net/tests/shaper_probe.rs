@@ -32,7 +32,8 @@ async fn transfer_time(shaper: ShaperConfig, size: usize) -> Duration {
     )
     .unwrap();
     let (b, mut rb) = Net::quic(NodeId(2), "127.0.0.1:0".parse().unwrap(), &creds[1], cfg).unwrap();
-    a.add_peer(NodeId(2), PeerAddr::Quic(b.local_addr().unwrap()));
+    a.add_peer(NodeId(2), "b", PeerAddr::Quic(b.local_addr().unwrap()));
+    b.add_peer(NodeId(1), "a", PeerAddr::Quic(a.local_addr().unwrap()));
     // Connect first, so the measurement is the transfer alone.
     a.send(NodeId(2), Priority::HIGH, frame(10)).unwrap();
     tokio::time::timeout(Duration::from_secs(10), rb.recv())

@@ -40,8 +40,8 @@ fn pair(
     let creds = ClusterCredentials::generate_cluster(&["a", "b"]).unwrap();
     let a = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
     let b = Net::quic(NodeId(2), localhost(), &creds[1], cfg).unwrap();
-    a.0.add_peer(NodeId(2), PeerAddr::Quic(b.0.local_addr().unwrap()));
-    b.0.add_peer(NodeId(1), PeerAddr::Quic(a.0.local_addr().unwrap()));
+    a.0.add_peer(NodeId(2), "b", PeerAddr::Quic(b.0.local_addr().unwrap()));
+    b.0.add_peer(NodeId(1), "a", PeerAddr::Quic(a.0.local_addr().unwrap()));
     (a, b)
 }
 
@@ -105,7 +105,7 @@ async fn node_with_foreign_credentials_is_refused() {
     let theirs = ClusterCa::generate().unwrap().issue("intruder").unwrap();
     let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &ours[0], cfg.clone()).unwrap();
     let (intruder, _rx) = Net::quic(NodeId(9), localhost(), &theirs, cfg).unwrap();
-    intruder.add_peer(NodeId(1), PeerAddr::Quic(a.local_addr().unwrap()));
+    intruder.add_peer(NodeId(1), "a", PeerAddr::Quic(a.local_addr().unwrap()));
     intruder
         .send(
             NodeId(1),
@@ -141,10 +141,13 @@ async fn node_with_foreign_credentials_is_refused() {
 async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
     let cfg = NetConfig {
         max_message_bytes: 1 << 20,
+        inbound_buffer_bytes: 2 << 20,
         ..NetConfig::default()
     };
     let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
     let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    a.add_peer(NodeId(5), "rogue", PeerAddr::Quic(localhost()));
+    a.add_peer(NodeId(3), "good", PeerAddr::Quic(localhost()));
     let a_addr = a.local_addr().unwrap();
 
     let mut raw = quinn::Endpoint::client(localhost()).unwrap();
@@ -194,7 +197,7 @@ async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
 
     // A well-behaved member is still served.
     let (good_node, _rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg).unwrap();
-    good_node.add_peer(NodeId(1), PeerAddr::Quic(a_addr));
+    good_node.add_peer(NodeId(1), "a", PeerAddr::Quic(a_addr));
     good_node
         .send(
             NodeId(1),
@@ -214,7 +217,8 @@ async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
         assert!(Instant::now() < deadline, "counters not bumped: {st:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // An oversize send is refused locally, before it costs bandwidth.
+    // A send over what the peer takes even split (its 1 MiB share of the 2 MiB inbound
+    // budget) is refused locally, before it costs bandwidth.
     assert!(
         good_node
             .send(
@@ -293,6 +297,8 @@ async fn stalled_partial_frames_release_the_inbound_budget() {
     };
     let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
     let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    a.add_peer(NodeId(5), "rogue", PeerAddr::Quic(localhost()));
+    a.add_peer(NodeId(3), "good", PeerAddr::Quic(localhost()));
     let a_addr = a.local_addr().unwrap();
     let mut raw = quinn::Endpoint::client(localhost()).unwrap();
     raw.set_default_client_config(creds[1].client_config(&cfg).unwrap());
@@ -321,7 +327,7 @@ async fn stalled_partial_frames_release_the_inbound_budget() {
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (good, _rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg).unwrap();
-    good.add_peer(NodeId(1), PeerAddr::Quic(a_addr));
+    good.add_peer(NodeId(1), "a", PeerAddr::Quic(a_addr));
     let started = Instant::now();
     good.send(
         NodeId(1),
@@ -486,13 +492,15 @@ async fn five_stalled_60_mib_frames_from_a_member_block_nobody_else() {
     };
     let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
     let (a, mut a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    a.add_peer(NodeId(2), "rogue", PeerAddr::Quic(localhost()));
+    a.add_peer(NodeId(3), "good", PeerAddr::Quic(localhost()));
     let a_addr = a.local_addr().unwrap();
     let (_raw, conn) = rogue_connection(&creds[1], &cfg, a_addr).await;
     let hoarding = open_stalled_60_mib_frames(&conn).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let (good, _good_rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg).unwrap();
-    good.add_peer(NodeId(1), PeerAddr::Quic(a_addr));
+    good.add_peer(NodeId(1), "a", PeerAddr::Quic(a_addr));
     for i in 0..10 {
         let data = frame(
             3,
@@ -524,6 +532,7 @@ async fn a_member_that_keeps_stalling_frames_is_disconnected() {
     };
     let creds = ClusterCredentials::generate_cluster(&["a", "rogue"]).unwrap();
     let (a, _a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    a.add_peer(NodeId(2), "rogue", PeerAddr::Quic(localhost()));
     let (_raw, conn) = rogue_connection(&creds[1], &cfg, a.local_addr().unwrap()).await;
     let hoarding = open_stalled_60_mib_frames(&conn).await;
     let closed = tokio::time::timeout(Duration::from_secs(30), conn.closed())
@@ -537,4 +546,148 @@ async fn a_member_that_keeps_stalling_frames_is_disconnected() {
     assert_eq!(st.disconnected_peers, 1, "{st:?}");
     assert!(st.truncated_streams >= 3, "{st:?}");
     drop(hoarding);
+}
+
+/// Issue 12, item 5: a member holding a valid certificate for `a` claims to be `b`, once in
+/// every header and once only in the envelope. Both forged frames are refused and counted,
+/// and the honest `a` and `b` are still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_claiming_another_members_name_is_refused() {
+    let cfg = NetConfig::default();
+    let creds = ClusterCredentials::generate_cluster(&["a", "b", "c"]).unwrap();
+    let (c, mut c_rx) = Net::quic(NodeId(3), localhost(), &creds[2], cfg.clone()).unwrap();
+    let c_addr = PeerAddr::Quic(c.local_addr().unwrap());
+    c.add_peer(NodeId(1), "a", PeerAddr::Quic(localhost()));
+    c.add_peer(NodeId(2), "b", PeerAddr::Quic(localhost()));
+
+    // a's certificate, b's id: lane header and envelope both say b.
+    let (posing_as_b, _rx) = Net::quic(NodeId(2), localhost(), &creds[0], cfg.clone()).unwrap();
+    posing_as_b.add_peer(NodeId(3), "c", c_addr.clone());
+    posing_as_b
+        .send(
+            NodeId(3),
+            Priority::CONTROL,
+            frame(2, 3, "forged-b", Priority::CONTROL, b"x"),
+        )
+        .unwrap();
+    // a's certificate and id on the lane, but the envelope claims b.
+    let (a_lying, _rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    a_lying.add_peer(NodeId(3), "c", c_addr.clone());
+    a_lying
+        .send(
+            NodeId(3),
+            Priority::CONTROL,
+            frame(2, 3, "forged-envelope", Priority::CONTROL, b"x"),
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.stats().impostor_frames < 2 {
+        assert!(Instant::now() < deadline, "{:?}", c.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let (a, _a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg.clone()).unwrap();
+    let (b, _b_rx) = Net::quic(NodeId(2), localhost(), &creds[1], cfg).unwrap();
+    for (net, from, tag) in [(&a, 1, "honest-a"), (&b, 2, "honest-b")] {
+        net.add_peer(NodeId(3), "c", c_addr.clone());
+        net.send(
+            NodeId(3),
+            Priority::NORMAL,
+            frame(from, 3, tag, Priority::NORMAL, b"ok"),
+        )
+        .unwrap();
+    }
+    let mut got: Vec<(NodeId, String)> = Vec::new();
+    for _ in 0..2 {
+        let inbound = recv(&mut c_rx).await;
+        got.push((inbound.frame.header.from, inbound.frame.header.msg_type));
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (NodeId(1), "honest-a".into()),
+            (NodeId(2), "honest-b".into())
+        ]
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), c_rx.recv())
+            .await
+            .is_err(),
+        "nothing forged delivered"
+    );
+    let st = c.stats();
+    assert_eq!(st.impostor_frames, 2, "{st:?}");
+    assert_eq!(st.received_messages, 2, "{st:?}");
+}
+
+/// A dialler reaches only the holder of the named node's certificate: a member listening
+/// at b's address with a's certificate is not taken for b.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_to_a_node_reaches_only_that_nodes_certificate() {
+    let cfg = NetConfig {
+        connect_timeout_ms: 2000,
+        ..NetConfig::default()
+    };
+    let creds = ClusterCredentials::generate_cluster(&["a", "b"]).unwrap();
+    let (squatter, mut squatter_rx) =
+        Net::quic(NodeId(2), localhost(), &creds[0], cfg.clone()).unwrap();
+    let (a, _a_rx) = Net::quic(NodeId(1), localhost(), &creds[0], cfg).unwrap();
+    squatter.add_peer(NodeId(1), "a", PeerAddr::Quic(a.local_addr().unwrap()));
+    a.add_peer(
+        NodeId(2),
+        "b",
+        PeerAddr::Quic(squatter.local_addr().unwrap()),
+    );
+    a.send(
+        NodeId(2),
+        Priority::NORMAL,
+        frame(1, 2, "for-b", Priority::NORMAL, b"x"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.stats().send_failures == 0 {
+        assert!(Instant::now() < deadline, "{:?}", a.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), squatter_rx.recv())
+            .await
+            .is_err()
+    );
+}
+
+/// Issue 12, item 4: a frame three times `max_message_bytes` is split by the sender's
+/// transport and joined by the receiver's, over QUIC; a frame beyond a peer's share of the
+/// inbound budget is refused at send, naming that limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_three_times_the_limit_crosses_quic_in_parts() {
+    let cfg = NetConfig {
+        max_message_bytes: 1 << 20,
+        inbound_buffer_bytes: 16 << 20,
+        ..NetConfig::default()
+    };
+    let ((a, _a_rx), (_b, mut b_rx)) = pair(cfg);
+    let body: Vec<u8> = (0..3usize << 20).map(|i| (i % 253) as u8).collect();
+    let big = frame(1, 2, "big", Priority::NORMAL, &body);
+    assert!(big.len() > 3 << 20);
+    a.send(NodeId(2), Priority::NORMAL, big.clone()).unwrap();
+    a.send(
+        NodeId(2),
+        Priority::NORMAL,
+        frame(1, 2, "after", Priority::NORMAL, b"x"),
+    )
+    .unwrap();
+    let got = recv(&mut b_rx).await;
+    assert_eq!(got.frame.header.msg_type, "big");
+    assert_eq!(got.frame.header.from, NodeId(1));
+    assert_eq!(got.frame.body, Frame::decode(big, 4 << 20).unwrap().body);
+    assert_eq!(recv(&mut b_rx).await.frame.header.msg_type, "after");
+    assert_eq!(a.stats().split_messages, 1);
+    assert_eq!(a.max_send_bytes(), 8 << 20);
+    let too_big = frame(1, 2, "too-big", Priority::NORMAL, &vec![0u8; 9 << 20]);
+    assert!(matches!(
+        a.send(NodeId(2), Priority::NORMAL, too_big),
+        Err(petrel_net::NetError::Oversize { max, .. }) if max == 8 << 20
+    ));
 }

@@ -53,6 +53,8 @@ pub struct NodeSample {
     pub refused_connections: u64,
     /// Frames that could not be delivered.
     pub send_failures: u64,
+    /// Frames refused for claiming another sender than their certificate names.
+    pub impostor_frames: u64,
     /// Bytes waiting in the outbox.
     pub outbox_bytes: u64,
     /// Items waiting per mailbox (the node's inbound queue, actors' priority inboxes).
@@ -191,7 +193,7 @@ impl Collector for NodesCollector {
             encode_rows(&mut enc, name, help, &rows)?;
         }
         type NodeField = fn(&NodeSample) -> u64;
-        let counters: [(&str, &str, NodeField); 7] = [
+        let counters: [(&str, &str, NodeField); 8] = [
             (
                 "petrel_net_malformed_frames",
                 "Frames that did not decode (dropped)",
@@ -216,6 +218,11 @@ impl Collector for NodesCollector {
                 "petrel_net_send_failures",
                 "Frames that could not be delivered",
                 |s| s.send_failures,
+            ),
+            (
+                "petrel_net_impostor_frames",
+                "Frames refused for claiming another node than their certificate names",
+                |s| s.impostor_frames,
             ),
             (
                 "petrel_shaper_egress_waits",

@@ -137,9 +137,8 @@ fn raw_quinn(cfg: &NetConfig, size: usize, messages: usize) -> Result<f64, Bench
     let peer_cfg = cfg.for_peer(localhost());
     let server_cfg = creds[1].server_config(&peer_cfg)?;
     let client_cfg = creds[0].client_config(&peer_cfg)?;
-    let bind = |what: &'static str| {
-        std::net::UdpSocket::bind(localhost()).map_err(BenchError::io(what))
-    };
+    let bind =
+        |what: &'static str| std::net::UdpSocket::bind(localhost()).map_err(BenchError::io(what));
     let server_socket = bind("raw quinn server")?;
     let client_socket = bind("raw quinn client")?;
     let server = rt_b

@@ -115,7 +115,7 @@ impl TrainApp for PsMf {
         &mut job.out
     }
     fn inputs(job: &mut PsMfConfig) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data]
+        vec![&mut job.data, &mut job.test_data]
     }
     fn check_data(job: &PsMfConfig, workers: usize) -> Result<(), TrainError> {
         if let Some(s) = job.straggler
@@ -153,7 +153,7 @@ impl TrainApp for PsLr {
         &mut job.out
     }
     fn inputs(job: &mut PsLrConfig) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data]
+        vec![&mut job.data, &mut job.test_data]
     }
     fn check_data(job: &PsLrConfig, workers: usize) -> Result<(), TrainError> {
         let data = petrel_ps::apps::lr::PsLrData::load(job)
@@ -178,7 +178,7 @@ impl TrainApp for PsLda {
         &mut job.out
     }
     fn inputs(job: &mut PsLdaConfig) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.docword, &mut job.vocab]
+        vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
     }
     fn check_data(job: &PsLdaConfig, workers: usize) -> Result<(), TrainError> {
         let corpus = job
@@ -204,7 +204,7 @@ impl TrainApp for LassoApp {
         &mut job.out_dir
     }
     fn inputs(job: &mut LassoJob) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data]
+        vec![&mut job.data, &mut job.test_data]
     }
     fn check_data(job: &LassoJob, workers: usize) -> Result<(), TrainError> {
         let (x, _) = job
@@ -226,7 +226,7 @@ impl TrainApp for LogisticApp {
         &mut job.out_dir
     }
     fn inputs(job: &mut LassoJob) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data]
+        vec![&mut job.data, &mut job.test_data]
     }
     fn check_data(job: &LassoJob, workers: usize) -> Result<(), TrainError> {
         let (x, _) = petrel_strads::apps::logistic::load(job)
@@ -246,7 +246,7 @@ impl TrainApp for MfApp {
         &mut job.out_dir
     }
     fn inputs(job: &mut StradsMfJob) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data]
+        vec![&mut job.data, &mut job.test_data]
     }
     fn check_data(job: &StradsMfJob, workers: usize) -> Result<(), TrainError> {
         let (train, _) = job
@@ -269,7 +269,7 @@ impl TrainApp for LdaApp {
         &mut job.out_dir
     }
     fn inputs(job: &mut LdaJob) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.docword, &mut job.vocab]
+        vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
     }
     fn check_data(job: &LdaJob, workers: usize) -> Result<(), TrainError> {
         let corpus = job

@@ -45,9 +45,29 @@ pub enum MembershipError {
         /// Why.
         reason: String,
     },
+    /// A message speaks for another node than the one that sent it (the transport binds
+    /// the sender to its certificate; the body's node id is only a claim).
+    #[error("{sender} sent a message on behalf of {claimed}; refused")]
+    Impersonation {
+        /// The authenticated sender.
+        sender: NodeId,
+        /// The node the body claims.
+        claimed: NodeId,
+    },
     /// The coordinator actor stopped before answering.
     #[error("coordinator stopped")]
     Stopped,
+}
+
+/// Checks that a runtime message's claimed node is its authenticated sender (`None`: a
+/// local send, which speaks for this node).
+pub fn check_claim(sender: Option<NodeId>, claimed: NodeId) -> Result<(), MembershipError> {
+    match sender {
+        Some(sender) if sender != claimed => {
+            Err(MembershipError::Impersonation { sender, claimed })
+        }
+        _ => Ok(()),
+    }
 }
 
 impl MembershipError {
@@ -297,6 +317,20 @@ impl<W> ClusterCore<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_may_speak_only_for_its_sender() {
+        assert!(check_claim(None, NodeId(1)).is_ok());
+        assert!(check_claim(Some(NodeId(1)), NodeId(1)).is_ok());
+        let e = check_claim(Some(NodeId(0)), NodeId(1)).unwrap_err();
+        assert!(matches!(
+            e,
+            MembershipError::Impersonation {
+                sender: NodeId(0),
+                claimed: NodeId(1)
+            }
+        ));
+    }
 
     fn core3() -> ClusterCore<u32> {
         let expected = (0..3).map(|i| (NodeId(i), format!("n{i}"))).collect();

@@ -18,7 +18,7 @@
 
 mod core;
 
-pub use self::core::{ClusterCore, MembershipError, Outcome};
+pub use self::core::{ClusterCore, MembershipError, Outcome, check_claim};
 
 use crate::address::Msg;
 use crate::error::{HandlerError, NodeError};
@@ -213,6 +213,10 @@ impl Handler<Msg<Join>> for Coordinator {
     type Result = ResponseFuture<Result<JoinAck, HandlerError>>;
 
     fn handle(&mut self, msg: Msg<Join>, _: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = check_claim(msg.from, msg.body.node) {
+            tracing::warn!(error = %e, name = %msg.body.name, "join refused");
+            return Box::pin(async move { Err(HandlerError(e.to_string())) });
+        }
         let (tx, rx) = futures::channel::oneshot::channel();
         tracing::debug!(node = %msg.body.name, "join");
         Self::settle_join(
@@ -239,6 +243,8 @@ impl Handler<Msg<Heartbeat>> for Coordinator {
     type Result = Result<(), HandlerError>;
 
     fn handle(&mut self, msg: Msg<Heartbeat>, _: &mut Context<Self>) -> Self::Result {
+        // A member must not keep another (dead) member alive.
+        check_claim(msg.from, msg.body.node).map_err(|e| HandlerError(e.to_string()))?;
         self.core.heartbeat(msg.body.node, Instant::now());
         self.node.heard_from(msg.body.node);
         Ok(())
@@ -249,6 +255,9 @@ impl Handler<Msg<BarrierEnter>> for Coordinator {
     type Result = ResponseFuture<Result<BarrierReply, HandlerError>>;
 
     fn handle(&mut self, msg: Msg<BarrierEnter>, _: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = check_claim(msg.from, msg.body.node) {
+            return Box::pin(async move { Err(HandlerError(e.to_string())) });
+        }
         let (tx, rx) = futures::channel::oneshot::channel();
         Self::settle_barrier(self.core.enter_barrier(
             &msg.body.name,
@@ -392,6 +401,7 @@ impl Handler<Joined> for NodeAgent {
 impl Handler<Msg<Heartbeat>> for NodeAgent {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<Heartbeat>, _: &mut Context<Self>) -> Self::Result {
+        check_claim(msg.from, msg.body.node).map_err(|e| HandlerError(e.to_string()))?;
         if msg.body.node == self.coordinator {
             self.last_from_coordinator = Instant::now();
         }
@@ -403,6 +413,8 @@ impl Handler<Msg<Heartbeat>> for NodeAgent {
 impl Handler<Msg<PeerDown>> for NodeAgent {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<PeerDown>, _: &mut Context<Self>) -> Self::Result {
+        // Only the coordinator declares members dead.
+        check_claim(msg.from, self.coordinator).map_err(|e| HandlerError(e.to_string()))?;
         self.node.mark_down(msg.body.node, &msg.body.reason);
         Ok(())
     }

@@ -147,7 +147,7 @@ impl Node {
         if let Ok(mut n) = self.inner.names.write() {
             n.insert(node, name.to_string());
         }
-        self.inner.net.add_peer(node, addr);
+        self.inner.net.add_peer(node, name, addr);
     }
 
     /// A node's name (its id if unknown).

@@ -123,6 +123,7 @@ impl Node {
             truncated_streams: snapshot.truncated_streams,
             refused_connections: snapshot.refused_connections,
             send_failures: snapshot.send_failures,
+            impostor_frames: snapshot.impostor_frames,
             outbox_bytes: net.queued_bytes() as u64,
             mailboxes: vec![(
                 "inbound".to_string(),

@@ -8,6 +8,8 @@
 //! - [`dnn`]: small DNN layers, optimizers and the IDX (MNIST) reader used by P3.
 //! - [`job`]: what every training app's settings share: [`job::InvalidSetting`] (names
 //!   the key) and the range checks of [`job::SettingChecks`].
+//! - [`model`]: the saved model file every training app writes ([`model::SavedModel`])
+//!   and the held-out evaluation and prediction `petrel eval` / `petrel predict` run.
 //! - [`topic`]: topic-model math shared by STRADS LDA and parameter-server LDA: sparse
 //!   topic counts ([`topic::TopicCounts`]), the SparseLDA sampler
 //!   ([`topic::SparseSampler`]), log-likelihoods and topic output files.
@@ -19,6 +21,7 @@
 pub mod data;
 pub mod dnn;
 pub mod job;
+pub mod model;
 pub mod topic;
 
 /// The names most code needs: `use petrel_ml::prelude::*;`.

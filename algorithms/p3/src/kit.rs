@@ -213,6 +213,10 @@ pub struct P3WorkerReport {
     pub stats: Vec<Option<StepStats>>,
     /// Gradient bytes this worker pushed.
     pub bytes_pushed: u64,
+    /// `ready_order[r]`: the tensors (units) in the order their round-`r + 1` parameters
+    /// came back complete. This is what priority propagation changes: under a backlog the
+    /// first layers return first in `p3` mode and last in `fifo` mode.
+    pub ready_order: Vec<Vec<usize>>,
 }
 
 impl P3WorkerReport {

@@ -105,10 +105,9 @@ fn emulated_compute_takes_the_profiled_time() {
     let reports = run_cluster(&job, factory, None).unwrap();
     for r in &reports {
         let t = r.secs_per_iter(1).unwrap();
-        assert!(
-            (0.055..0.3).contains(&t),
-            "iteration took {t} s, compute is 60 ms"
-        );
+        // Emulated compute sleeps until its profiled end, so an iteration cannot be
+        // shorter; how much longer depends on the machine's load (no upper bound here).
+        assert!(t >= 0.055, "iteration took {t} s, compute is 60 ms");
         // Gradient 1e-3 everywhere, lr 0.1, 4 steps: 1 - 4e-4.
         assert!(
             r.params
@@ -120,15 +119,20 @@ fn emulated_compute_takes_the_profiled_time() {
 }
 
 /// Priorities must be honoured end to end (outbox, QUIC stream priorities, shard inbox):
-/// on a shaped link where one model transfer takes one iteration's compute, p3 must beat
-/// fifo clearly on VGG-19's layer structure (the benchmark measures ~1.7x).
+/// on a shaped link where one model transfer takes one iteration's compute, VGG-19's big
+/// last layers are still on the wire when the first layer's gradient is produced. In `p3`
+/// mode that gradient jumps the queue, so the first layer's parameters come back before
+/// the biggest layer's; in `fifo` mode they come back after it. The test checks this order
+/// rather than times (the speed-up itself is `petrel bench p3`'s job), so machine load
+/// cannot flip it.
 #[test]
-fn p3_beats_fifo_on_a_shaped_link() {
+fn p3_returns_the_first_layer_first_on_a_shaped_link() {
     let full = ModelProfile::vgg19();
     let profile = full.scaled(1e6 / 4.0 / full.total_params() as f64); // 1 MB of f32
     let flops = (profile.total_fwd_flops() + profile.total_bwd_flops()) * 8.0;
     let device = flops / 0.1; // C = 100 ms at batch 8
     let counts: Vec<u64> = profile.layers.iter().map(|l| l.params).collect();
+    let biggest = (0..counts.len()).max_by_key(|&u| counts[u]).unwrap();
     let bytes_per_s = profile.total_params() as f64 * 4.0 / 0.1; // M = C
     let run = |mode: Mode| {
         let shaper = petrel_net::ShaperConfig {
@@ -157,17 +161,30 @@ fn p3_beats_fifo_on_a_shaped_link() {
         let p = profile.clone();
         let factory = move |_| Ok(EmulatedModel::new(&p, device, 8));
         let reports = run_cluster(&job, factory, None).unwrap();
-        reports
+        let secs = reports
             .iter()
             .map(|r| r.secs_per_iter(1).unwrap())
-            .fold(0.0, f64::max)
+            .fold(0.0, f64::max);
+        eprintln!("{mode:?}: {secs:.3} s/iteration (informative only)");
+        // Per round: did layer 0 come back before the biggest layer?
+        reports
+            .iter()
+            .flat_map(|r| r.ready_order.iter())
+            .map(|order| {
+                assert_eq!(order.len(), counts.len(), "every layer returns each round");
+                let at = |unit| order.iter().position(|&u| u == unit).unwrap();
+                at(0) < at(biggest)
+            })
+            .collect::<Vec<bool>>()
     };
     let fifo = run(Mode::Fifo);
     let p3 = run(Mode::P3);
-    eprintln!("fifo {fifo:.3} s/iteration, p3 {p3:.3} s/iteration");
-    assert!(p3 > 0.095, "p3 cannot beat the compute time: {p3}");
     assert!(
-        p3 < 0.85 * fifo,
-        "p3 {p3:.3} s vs fifo {fifo:.3} s per iteration"
+        fifo.iter().all(|&first| !first),
+        "fifo sends in backprop order, so layer 0 returns after the biggest layer: {fifo:?}"
+    );
+    assert!(
+        p3.iter().all(|&first| first),
+        "p3 must return layer 0 before the biggest layer: {p3:?}"
     );
 }

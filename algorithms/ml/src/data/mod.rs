@@ -18,13 +18,17 @@ pub use libsvm::{
 };
 pub use limits::DataLimits;
 pub use ratings::{
-    IdMapping, Ratings, load_matrix_market, load_ratings, load_triplets, parse_matrix_market,
-    parse_matrix_market_with_limits, parse_triplets,
+    IdMapping, Ratings, load_labelled_ratings, load_matrix_market, load_ratings, load_triplets,
+    parse_matrix_market, parse_matrix_market_with_limits, parse_triplets,
 };
 
 /// Errors of every loader and generator in this module.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
+    /// The data does not fit a saved model (a class it never saw, a word past its
+    /// vocabulary).
+    #[error(transparent)]
+    DoesNotFitModel(#[from] crate::model::ModelDataError),
     /// The file could not be opened or read.
     #[error("I/O error on {path}: {source}")]
     Io {

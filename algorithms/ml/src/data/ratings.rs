@@ -1,5 +1,5 @@
-//! Rating matrices: `user item rating` triplets (tab/space/comma separated, extra columns
-//! such as MovieLens timestamps ignored) and MatrixMarket coordinate files.
+//! Rating matrices: `user item rating` triplets (tab, space, comma or `::` separated, extra
+//! columns such as MovieLens timestamps ignored) and MatrixMarket coordinate files.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -31,8 +31,8 @@ pub struct Ratings {
     pub n_items: usize,
     /// `(user, item, rating)`.
     pub entries: Vec<(u32, u32, f32)>,
-    /// Present for triplet files (ids were remapped); `None` for MatrixMarket and synthetic
-    /// data, whose indices are already dense.
+    /// The ids as the file wrote them: triplet ids (remapped to dense indices) or
+    /// MatrixMarket's 1-based row and column numbers; `None` for synthetic data.
     pub id_mapping: Option<IdMapping>,
 }
 
@@ -69,6 +69,48 @@ impl Ratings {
             id_mapping: self.id_mapping.clone(),
         };
         Ok((pick(false), pick(true)))
+    }
+
+    /// The ratings of the file at `path` (ids as this matrix's file wrote them; 0-based
+    /// indices for synthetic data) in this matrix's index space, leaving out pairs whose
+    /// user or item this matrix has no index for; returns them and how many were left out.
+    pub fn held_out_from(&self, path: &Path) -> Result<(Ratings, usize), DataError> {
+        let index = |ids: Option<&Vec<String>>, n: usize| -> HashMap<String, u32> {
+            match ids {
+                Some(ids) => ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| (id.clone(), i as u32))
+                    .collect(),
+                None => (0..n as u32).map(|i| (i.to_string(), i)).collect(),
+            }
+        };
+        let users = index(self.id_mapping.as_ref().map(|m| &m.user_ids), self.n_users);
+        let items = index(self.id_mapping.as_ref().map(|m| &m.item_ids), self.n_items);
+        let mut entries = Vec::new();
+        let mut left_out = 0;
+        for (n, (user, item, rating)) in load_labelled_ratings(path)?.into_iter().enumerate() {
+            let Some(rating) = rating else {
+                return Err(DataError::InvalidParameter(format!(
+                    "{}: pair {} ({user}, {item}) has no rating",
+                    path.display(),
+                    n + 1
+                )));
+            };
+            match (users.get(&user), items.get(&item)) {
+                (Some(&u), Some(&i)) => entries.push((u, i, rating)),
+                _ => left_out += 1,
+            }
+        }
+        Ok((
+            Ratings {
+                n_users: self.n_users,
+                n_items: self.n_items,
+                entries,
+                id_mapping: self.id_mapping.clone(),
+            },
+            left_out,
+        ))
     }
 
     /// Number of ratings per user (index = user).
@@ -150,10 +192,7 @@ pub fn parse_triplets(
         }
         let first_data_line = !seen_data_line;
         seen_data_line = true;
-        let fields: Vec<&str> = content
-            .split(['\t', ' ', ','])
-            .filter(|f| !f.is_empty())
-            .collect();
+        let fields = rating_fields(content);
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
         if fields.len() < 3 {
             return Err(bad(format!(
@@ -283,12 +322,80 @@ pub fn parse_matrix_market_with_limits(
             format!("declared {nnz} entries, found {}", entries.len()),
         ));
     }
+    // The ids are the file's own 1-based row and column numbers, as a user reads them.
+    let numbered = |n: usize| (1..=n).map(|i| i.to_string()).collect();
     Ok(Ratings {
         n_users,
         n_items,
         entries,
-        id_mapping: None,
+        id_mapping: Some(IdMapping {
+            user_ids: numbered(n_users),
+            item_ids: numbered(n_items),
+        }),
     })
+}
+
+/// The fields of a ratings line: `::`-separated (MovieLens 1M `ratings.dat`) when the
+/// line has `::`, else separated by tabs, spaces or commas.
+fn rating_fields(content: &str) -> Vec<&str> {
+    if content.contains("::") {
+        content.split("::").map(str::trim).collect()
+    } else {
+        content
+            .split(['\t', ' ', ','])
+            .filter(|f| !f.is_empty())
+            .collect()
+    }
+}
+
+/// Reads `(user, item, rating)` with the ids as written in the file (what a saved model's
+/// ids are): triplets in any separator [`parse_triplets`] accepts, the rating optional
+/// (`user item` pairs to predict), or a MatrixMarket file (1-based row and column
+/// numbers). Errors name the file and line.
+pub fn load_labelled_ratings(
+    path: impl AsRef<Path>,
+) -> Result<Vec<crate::model::LabelledRating>, DataError> {
+    let path = path.as_ref();
+    let mut reader = open_buffered(path)?;
+    let is_matrix_market = reader
+        .fill_buf()
+        .map_err(|e| DataError::io(path, e))?
+        .starts_with(b"%%MatrixMarket");
+    if is_matrix_market {
+        let r = parse_matrix_market(reader, path)?;
+        return Ok(r
+            .entries
+            .iter()
+            .map(|&(u, i, v)| ((u + 1).to_string(), (i + 1).to_string(), Some(v)))
+            .collect());
+    }
+    let mut out = Vec::new();
+    let mut seen_data_line = false;
+    for item in numbered_lines(reader, path) {
+        let (line_no, line) = item?;
+        let content = line.trim();
+        if content.is_empty() || content.starts_with('#') || content.starts_with('%') {
+            continue;
+        }
+        let first_data_line = !seen_data_line;
+        seen_data_line = true;
+        let fields = rating_fields(content);
+        let bad = |msg: String| DataError::malformed(path, line_no, msg);
+        if fields.len() < 2 || fields[0].is_empty() || fields[1].is_empty() {
+            return Err(bad("expected `user item [rating]`".into()));
+        }
+        let rating = match fields.get(2) {
+            None => None,
+            Some(text) => match text.parse::<f32>() {
+                Ok(r) if r.is_finite() => Some(r),
+                Ok(_) => return Err(bad(format!("rating {text:?} is not finite"))),
+                Err(_) if first_data_line => continue,
+                Err(_) => return Err(bad(format!("rating {text:?} is not a number"))),
+            },
+        };
+        out.push((fields[0].to_string(), fields[1].to_string(), rating));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -311,6 +418,51 @@ mod tests {
         let mapping = r.id_mapping.unwrap();
         assert_eq!(mapping.user_ids, vec!["196", "186"]);
         assert_eq!(mapping.item_ids, vec!["242", "302"]);
+    }
+
+    #[test]
+    fn parses_movielens_1m_double_colons() {
+        let text = "1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n";
+        let r = parse_triplets(text.as_bytes(), "ratings.dat").unwrap();
+        assert_eq!(r.entries, vec![(0, 0, 5.0), (0, 1, 3.0), (1, 0, 4.0)]);
+        assert_eq!(r.id_mapping.unwrap().item_ids, vec!["1193", "661"]);
+    }
+
+    #[test]
+    fn labelled_ratings_keep_the_files_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let mm = dir.path().join("r.mtx");
+        std::fs::write(
+            &mm,
+            "%%MatrixMarket matrix coordinate real general\n3 2 2\n1 2 4\n3 1 5\n",
+        )
+        .unwrap();
+        let r = load_labelled_ratings(&mm).unwrap();
+        assert_eq!(r[1], ("3".into(), "1".into(), Some(5.0)));
+        // The training loader names MatrixMarket rows and columns the same way.
+        let m = load_ratings(&mm).unwrap().id_mapping.unwrap();
+        assert_eq!((m.user_ids[2].as_str(), m.item_ids[0].as_str()), ("3", "1"));
+        let pairs = dir.path().join("p.dat");
+        std::fs::write(&pairs, "7::42\n8::43::2.5\n9\n").unwrap();
+        let e = load_labelled_ratings(&pairs).unwrap_err().to_string();
+        assert!(e.contains("p.dat:3"), "{e}");
+        std::fs::write(&pairs, "7::42\n8::43::2.5\n").unwrap();
+        let r = load_labelled_ratings(&pairs).unwrap();
+        assert_eq!(r[0], ("7".into(), "42".into(), None));
+        assert_eq!(r[1].2, Some(2.5));
+    }
+
+    #[test]
+    fn held_out_ratings_take_the_training_files_indices() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("u1.base");
+        std::fs::write(&base, "7\t1\t5\n9\t2\t3\n").unwrap();
+        let test = dir.path().join("u1.test");
+        std::fs::write(&test, "9\t1\t4\n8\t1\t2\n").unwrap();
+        let train = load_ratings(&base).unwrap();
+        let (held, left_out) = train.held_out_from(&test).unwrap();
+        assert_eq!(held.entries, vec![(1, 0, 4.0)]);
+        assert_eq!(left_out, 1);
     }
 
     #[test]
@@ -343,7 +495,7 @@ mod tests {
         let r = parse_matrix_market(text.as_bytes(), "m.mtx").unwrap();
         assert_eq!((r.n_users, r.n_items), (3, 4));
         assert_eq!(r.entries, vec![(0, 0, 5.0), (2, 3, -1.5)]);
-        assert!(r.id_mapping.is_none());
+        assert_eq!(r.id_mapping.unwrap().item_ids, vec!["1", "2", "3", "4"]);
     }
 
     #[test]
@@ -409,7 +561,10 @@ mod tests {
             "%%MatrixMarket matrix coordinate integer general\n1 1 1\n1 1 2\n",
         )
         .unwrap();
-        assert!(load_ratings(&mm).unwrap().id_mapping.is_none());
+        assert_eq!(
+            load_ratings(&mm).unwrap().id_mapping.unwrap().user_ids,
+            vec!["1"]
+        );
         let tr = dir.path().join("a.tsv");
         std::fs::write(&tr, "a\tb\t1\n").unwrap();
         assert!(load_ratings(&tr).unwrap().id_mapping.is_some());

@@ -114,6 +114,8 @@ impl Pusher {
 struct Worker<M> {
     me: usize,
     model: M,
+    /// Per round (from 1), the units in the order their parameters completed.
+    ready_order: Vec<Vec<usize>>,
 }
 
 impl<M: StageModel> Worker<M> {
@@ -138,10 +140,15 @@ impl<M: StageModel> Worker<M> {
             });
         }
         // The shard answers with the iteration it aggregated; the worker waits for iter + 1.
-        if let Some(unit) = core.receive(v.iter + 1, slice, &v.values)?
+        let round = v.iter + 1;
+        if let Some(unit) = core.receive(round, slice, &v.values)?
             && let Some(values) = core.layer_params(unit)
         {
             self.set_tensor(unit, values)?;
+            let r = usize::try_from(v.iter).unwrap_or(usize::MAX);
+            if let Some(order) = self.ready_order.get_mut(r) {
+                order.push(unit);
+            }
         }
         Ok(())
     }
@@ -230,7 +237,11 @@ pub async fn worker_role<M: StageModel>(
             model: layout.tensor_counts().to_vec(),
         });
     }
-    let mut w = Worker { me, model };
+    let mut w = Worker {
+        me,
+        model,
+        ready_order: vec![Vec::new(); job.iterations as usize],
+    };
     let mut core = SliceWorkerCore::new(plan, job.initial.to_vec())?;
     for (u, v) in job.initial.iter().enumerate() {
         w.set_tensor(u, v)?;
@@ -355,5 +366,6 @@ pub async fn worker_role<M: StageModel>(
         params: core.params().to_vec(),
         stats,
         bytes_pushed: pusher.bytes,
+        ready_order: w.ready_order,
     })
 }

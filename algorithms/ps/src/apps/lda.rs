@@ -65,6 +65,10 @@ pub struct PsLdaConfig {
     /// Without it: a corpus sampled from the LDA generative model (`synthetic`).
     #[arg(long)]
     pub docword: Option<PathBuf>,
+    /// Held-out docword file (same vocabulary): when training ends, its perplexity by
+    /// document completion goes to metrics.json as `heldout_*`.
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
     /// UCI vocab file (one word per line) for readable topics.
     #[arg(long)]
     pub vocab: Option<PathBuf>,
@@ -111,6 +115,7 @@ impl Default for PsLdaConfig {
     fn default() -> Self {
         PsLdaConfig {
             docword: None,
+            test_data: None,
             vocab: None,
             synthetic: LdaCorpusParams::default(),
             n_topics: 20,
@@ -639,10 +644,20 @@ impl PsApp for PsLda {
         let Some(dir) = &self.cfg.out else {
             return Ok(());
         };
-        let run = ps_lda_run_metrics(&out.metrics, &self.cfg);
+        let mut run = ps_lda_run_metrics(&out.metrics, &self.cfg);
         run.check_finite("check alpha and beta")?;
         let phi = out.table.topic_word(self.cfg.beta);
         write_topic_files(dir, &phi, &self.corpus, self.cfg.top_words)?;
+        let saved = petrel_ml::model::TopicModel::saved(
+            PsLda::NAME,
+            &self.cfg,
+            &phi,
+            self.cfg.alpha,
+            self.cfg.beta,
+            self.corpus.vocab.clone(),
+        );
+        saved.add_heldout(&mut run, self.cfg.test_data.as_deref(), self.cfg.seed)?;
+        crate::kit::write_json(dir, petrel_ml::model::MODEL_FILE, &saved, false)?;
         let csv = run.history_csv();
         petrel_ml::topic::write_file(dir, "history.csv", csv.as_bytes())?;
         let json = serde_json::to_vec_pretty(&run).map_err(|source| PsError::Json {

@@ -27,6 +27,7 @@ use petrel_actors::Settings;
 use petrel_ml::data::libsvm::{SparseDataset, SparseRow, load_libsvm};
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
 use petrel_ml::job::{InvalidSetting, SettingChecks};
+use petrel_ml::model::{MODEL_FILE, ModelParams, SavedModel, SoftmaxModel};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -46,6 +47,10 @@ pub struct PsLrConfig {
     /// LIBSVM file (`label idx:val ...`); synthetic separable classes when unset.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Held-out LIBSVM file: replaces the `test_fraction` split as the test set of the
+    /// accuracy and log-loss curve; the final figures go to metrics.json as `heldout_*`.
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
     /// Synthetic data: samples.
     #[arg(long, default_value_t = 2000)]
     pub synthetic_samples: usize,
@@ -58,7 +63,7 @@ pub struct PsLrConfig {
     /// Seed of the data and the split.
     #[arg(long, default_value_t = 11)]
     pub seed: u64,
-    /// Fraction of the samples held out.
+    /// Fraction of the samples held out (unused with `test_data`).
     #[arg(long, default_value_t = 0.2)]
     pub test_fraction: f64,
     /// Step size of the shards' rule (AdaRevision's and Adagrad's `alpha`).
@@ -128,6 +133,7 @@ impl Default for PsLrConfig {
     fn default() -> Self {
         Self {
             data: None,
+            test_data: None,
             synthetic_samples: 2000,
             synthetic_features: 20,
             synthetic_classes: 3,
@@ -236,8 +242,28 @@ impl PsLrData {
             .zip(ds.labels.iter().map(|&l| class_of(l)))
             .collect();
         all.shuffle(&mut StdRng::seed_from_u64(cfg.seed ^ 0x1f));
-        let n_test = ((cfg.test_fraction.clamp(0.0, 0.9)) * all.len() as f64).round() as usize;
-        let test = all.split_off(all.len() - n_test);
+        let test = match &cfg.test_data {
+            Some(path) => {
+                let held = load_libsvm(path)?;
+                let mut test = Vec::with_capacity(held.rows.len());
+                for (row, (x, l)) in held.rows.into_iter().zip(held.labels).enumerate() {
+                    let class = labels.iter().position(|&c| c == l).ok_or_else(|| {
+                        invalid(format!(
+                            "{} row {}: label {l} is not one of the training classes {labels:?}",
+                            path.display(),
+                            row + 1
+                        ))
+                    })?;
+                    test.push((x, class));
+                }
+                test
+            }
+            None => {
+                let n_test =
+                    ((cfg.test_fraction.clamp(0.0, 0.9)) * all.len() as f64).round() as usize;
+                all.split_off(all.len() - n_test)
+            }
+        };
         Ok(PsLrData {
             n_features: ds.n_features,
             class_labels: labels,
@@ -644,10 +670,23 @@ impl PsApp for PsLr {
     }
 
     fn write_outputs(&self, out: &PsLrOutcome) -> Result<(), PsError> {
+        let mut run = out.metrics.run_metrics(&self.cfg);
+        if let Some(dir) = &self.cfg.out {
+            let saved = SavedModel::new(
+                PsLr::NAME,
+                &self.cfg,
+                ModelParams::Softmax(SoftmaxModel {
+                    class_labels: out.model.class_labels.clone(),
+                    weights: out.model.weights.clone(),
+                }),
+            );
+            saved.add_heldout(&mut run, self.cfg.test_data.as_deref(), self.cfg.seed)?;
+            crate::kit::write_json(dir, MODEL_FILE, &saved, false)?;
+        }
         write_model_and_metrics(
             self.cfg.out.as_deref(),
             &out.model,
-            &out.metrics.run_metrics(&self.cfg),
+            &run,
             "lower learning_rate",
         )
     }

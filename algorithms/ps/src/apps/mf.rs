@@ -5,7 +5,7 @@
 //! documents every flag and setting, and the app keeps worker and monitor of one algorithm
 //! side by side.
 //!
-//! Model: `rating ~ mean + u_user . v_item`. Two dense PS tables of width `rank`: `users`
+//! Model: `rating ~ mean + u_user . v_item` (with `biases`: `+ b_user + b_item`). Two dense PS tables of width `rank`: `users`
 //! (table 0) and `items` (table 1). A stored row is the *offset* from a deterministic random
 //! initial value (`init_value`), so no initialisation round is needed and every node agrees.
 //! Worker `w` owns the users `u % n_workers == w` (their ratings and their rows: only it writes
@@ -39,6 +39,7 @@ use crate::shells::{PsLayout, TablesBuilder};
 use petrel_ml::data::ratings::{Ratings, load_ratings};
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
 use petrel_ml::job::{InvalidSetting, SettingChecks};
+use petrel_ml::model::{FactorModel, MODEL_FILE, ModelParams, SavedModel};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -60,6 +61,11 @@ pub struct PsMfConfig {
     /// or a MatrixMarket coordinate file. Synthetic low-rank data when unset.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Held-out ratings file (MovieLens `u1.test` beside `u1.base`): replaces the
+    /// `test_fraction` split as the test set of the RMSE curve (pairs whose user or item
+    /// has no training rating are left to the final evaluation, `heldout_*` in metrics.json).
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
     /// Synthetic data: users.
     #[arg(long, default_value_t = 600)]
     pub synthetic_users: usize,
@@ -78,12 +84,17 @@ pub struct PsMfConfig {
     /// Seed of the data, the split and the batch order.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
-    /// Fraction of the ratings held out for the RMSE.
+    /// Fraction of the ratings held out for the RMSE (unused with `test_data`).
     #[arg(long, default_value_t = 0.1)]
     pub test_fraction: f64,
     /// Factor rank of the model.
     #[arg(long, default_value_t = 16)]
     pub rank: u32,
+    /// Fit a bias per user and per item: `rating ~ mean + b_user + b_item + u . v` (the
+    /// biases are regularised by `regularization` too). Rows carry two more columns:
+    /// users `[u, b_user, 1]`, items `[v, 1, b_item]`, the constant 1s never updated.
+    #[arg(long)]
+    pub biases: bool,
     /// SGD step size (with `rule`: the shards' `alpha`).
     #[arg(long, default_value_t = 0.02)]
     pub learning_rate: f32,
@@ -163,6 +174,7 @@ impl Default for PsMfConfig {
     fn default() -> Self {
         Self {
             data: None,
+            test_data: None,
             synthetic_users: 600,
             synthetic_items: 300,
             synthetic_rank: 5,
@@ -171,6 +183,7 @@ impl Default for PsMfConfig {
             seed: 7,
             test_fraction: 0.1,
             rank: 16,
+            biases: false,
             learning_rate: 0.02,
             rule: None,
             regularization: 0.05,
@@ -269,6 +282,21 @@ impl PsMfConfig {
         })
     }
 
+    /// Model columns of a row: the rank, plus the bias and constant columns with `biases`.
+    pub fn row_width(&self) -> u32 {
+        if self.biases {
+            self.rank + 2
+        } else {
+            self.rank
+        }
+    }
+
+    /// The columns SGD leaves alone (`(users', items')`): the constant 1s of [`Self::biases`].
+    pub fn fixed_columns(&self) -> Option<(usize, usize)> {
+        self.biases
+            .then(|| (self.rank as usize + 1, self.rank as usize))
+    }
+
     /// The tables: `users` (async, owned by one worker each) and `items`.
     pub fn tables(&self) -> Result<Vec<TableSpec>, PsError> {
         if self.rank == 0 {
@@ -277,15 +305,16 @@ impl PsMfConfig {
                 reason: "rank must be >= 1".into(),
             });
         }
+        let model_width = self.row_width();
         let Some(rule) = self.rule else {
             return Ok(TablesBuilder::new()
-                .dense("users", self.rank, Consistency::Async)
-                .dense("items", self.rank, self.consistency())
+                .dense("users", model_width, Consistency::Async)
+                .dense("items", model_width, self.consistency())
                 .build()?);
         };
         let (width, spec) = (
-            rule.row_width(self.rank),
-            rule.spec(self.learning_rate, self.rank),
+            rule.row_width(model_width),
+            rule.spec(self.learning_rate, model_width),
         );
         Ok(TablesBuilder::new()
             .dense("users", width, Consistency::Async)
@@ -330,7 +359,15 @@ impl PsMfData {
                 reason: "no ratings".into(),
             });
         }
-        let (train, test) = all.train_test_split(cfg.test_fraction, cfg.seed ^ 0x5eed)?;
+        let (train, test) = match &cfg.test_data {
+            // Pairs whose user or item has no training rating are left to the final
+            // evaluation of the saved model.
+            Some(path) => {
+                let (test, _left_out) = all.held_out_from(path)?;
+                (all, test)
+            }
+            None => all.train_test_split(cfg.test_fraction, cfg.seed ^ 0x5eed)?,
+        };
         let mean = if train.entries.is_empty() {
             0.0
         } else {
@@ -356,9 +393,30 @@ pub fn init_value(table: TableId, row: u64, col: u32, scale: f32) -> f32 {
 
 /// The model value of a row: initial value plus the stored offset.
 pub fn factor(table: TableId, row: u64, stored: Option<&Row>, rank: u32, scale: f32) -> Vec<f32> {
+    factor_row(table, row, stored, rank, false, scale)
+}
+
+/// [`factor`] with `biases`: users `[u, b_user, 1]`, items `[v, 1, b_item]`, the biases
+/// starting at 0.
+pub fn factor_row(
+    table: TableId,
+    row: u64,
+    stored: Option<&Row>,
+    rank: u32,
+    biases: bool,
+    scale: f32,
+) -> Vec<f32> {
     let mut v: Vec<f32> = (0..rank)
         .map(|c| init_value(table, row, c, scale))
         .collect();
+    if biases {
+        let constant_last = table == USERS;
+        v.extend(if constant_last {
+            [0.0, 1.0]
+        } else {
+            [1.0, 0.0]
+        });
+    }
     if let Some(r) = stored {
         for (c, x) in v.iter_mut().enumerate() {
             *x += r.get(c as u32);
@@ -379,7 +437,9 @@ pub fn sgd_pass(
     mean: f32,
     lr: f32,
     reg: f32,
+    fixed: Option<(usize, usize)>,
 ) {
+    let (fixed_u, fixed_i) = fixed.unwrap_or((usize::MAX, usize::MAX));
     for &(u, i, r) in batch {
         let (Some(pu), Some(qi)) = (users.get_mut(&u), items.get_mut(&i)) else {
             continue;
@@ -387,8 +447,12 @@ pub fn sgd_pass(
         let e = r - mean - dot(pu, qi);
         for k in 0..pu.len().min(qi.len()) {
             let (p, q) = (pu[k], qi[k]);
-            pu[k] += lr * (e * q - reg * p);
-            qi[k] += lr * (e * p - reg * q);
+            if k != fixed_u {
+                pu[k] += lr * (e * q - reg * p);
+            }
+            if k != fixed_i {
+                qi[k] += lr * (e * p - reg * q);
+            }
         }
     }
 }
@@ -401,7 +465,9 @@ pub fn batch_gradient(
     items: &HashMap<u32, Vec<f32>>,
     mean: f32,
     reg: f32,
+    fixed: Option<(usize, usize)>,
 ) -> (HashMap<u32, Vec<f32>>, HashMap<u32, Vec<f32>>) {
+    let (fixed_u, fixed_i) = fixed.unwrap_or((usize::MAX, usize::MAX));
     let (mut gu, mut gi): (HashMap<u32, Vec<f32>>, HashMap<u32, Vec<f32>>) = Default::default();
     for &(u, i, r) in batch {
         let (Some(pu), Some(qi)) = (users.get(&u), items.get(&i)) else {
@@ -410,11 +476,11 @@ pub fn batch_gradient(
         let e = r - mean - dot(pu, qi);
         let k = pu.len().min(qi.len());
         let a = gu.entry(u).or_insert_with(|| vec![0.0; k]);
-        for c in 0..k {
+        for c in (0..k).filter(|&c| c != fixed_u) {
             a[c] += -e * qi[c] + reg * pu[c];
         }
         let b = gi.entry(i).or_insert_with(|| vec![0.0; k]);
-        for c in 0..k {
+        for c in (0..k).filter(|&c| c != fixed_i) {
             b[c] += -e * pu[c] + reg * qi[c];
         }
     }
@@ -536,6 +602,37 @@ pub struct PsMfModel {
     pub users: Vec<Vec<f32>>,
     /// Item factors.
     pub items: Vec<Vec<f32>>,
+    /// User biases (with `biases`; absent otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_bias: Vec<f32>,
+    /// Item biases (with `biases`; absent otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub item_bias: Vec<f32>,
+}
+
+impl PsMfModel {
+    /// The saved model `petrel eval` and `petrel predict` read: `rating = global_mean +
+    /// p_u . q_i`, ids as in the training file (dense indices for synthetic data).
+    pub fn saved(&self, cfg: &PsMfConfig) -> SavedModel {
+        let labels = |given: &Option<Vec<String>>, n: usize| {
+            given
+                .clone()
+                .unwrap_or_else(|| (0..n).map(|i| i.to_string()).collect())
+        };
+        SavedModel::new(
+            PsMf::NAME,
+            cfg,
+            ModelParams::Factors(FactorModel {
+                global_mean: self.global_mean,
+                user_ids: labels(&self.user_ids, self.users.len()),
+                item_ids: labels(&self.item_ids, self.items.len()),
+                user_factors: self.users.clone(),
+                item_factors: self.items.clone(),
+                user_bias: self.user_bias.clone(),
+                item_bias: self.item_bias.clone(),
+            }),
+        )
+    }
 }
 
 /// What an in-process run returns: the metrics and the model.
@@ -582,29 +679,60 @@ impl PsMf {
             tables.get(&USERS).unwrap_or(&empty),
             tables.get(&ITEMS).unwrap_or(&empty),
         );
-        let (rank, scale) = (self.cfg.rank, self.cfg.init_scale);
+        let (rank, scale, biases) = (self.cfg.rank, self.cfg.init_scale, self.cfg.biases);
         let ids = self.data.train.id_mapping.as_ref();
+        let rows = |table, stored: &HashMap<RowId, Row>, n: usize| -> Vec<Vec<f32>> {
+            (0..n as u64)
+                .map(|x| factor_row(table, x, stored.get(&RowId(x)), rank, biases, scale))
+                .collect()
+        };
+        let (mut users, mut items) = (
+            rows(USERS, ut, self.data.train.n_users),
+            rows(ITEMS, it, self.data.train.n_items),
+        );
+        let (mut user_bias, mut item_bias) = (Vec::new(), Vec::new());
+        if biases {
+            let r = rank as usize;
+            user_bias = users.iter().map(|v| v[r]).collect();
+            item_bias = items.iter().map(|v| v[r + 1]).collect();
+            users
+                .iter_mut()
+                .chain(items.iter_mut())
+                .for_each(|v| v.truncate(r));
+        }
         PsMfModel {
             rank,
             global_mean: self.data.mean,
             user_ids: ids.map(|m| m.user_ids.clone()),
             item_ids: ids.map(|m| m.item_ids.clone()),
-            users: (0..self.data.train.n_users as u64)
-                .map(|u| factor(USERS, u, ut.get(&RowId(u)), rank, scale))
-                .collect(),
-            items: (0..self.data.train.n_items as u64)
-                .map(|i| factor(ITEMS, i, it.get(&RowId(i)), rank, scale))
-                .collect(),
+            users,
+            items,
+            user_bias,
+            item_bias,
         }
     }
 
     fn test_rmse(&self, m: &PsMfModel) -> f64 {
         let zero = vec![0.0; self.cfg.rank as usize];
         let row = |rows: &[Vec<f32>], x: u32| rows.get(x as usize).cloned();
+        // Biases as the augmented columns: users `[u, b, 1]`, items `[v, 1, b]`.
+        let bias = |b: &[f32], x: u32| b.get(x as usize).copied().unwrap_or(0.0);
+        let with_bias = |mut v: Vec<f32>, pair: [f32; 2]| {
+            if self.cfg.biases {
+                v.extend(pair);
+            }
+            v
+        };
         rmse(
             &self.data.test.entries,
-            |u| row(&m.users, u).unwrap_or_else(|| zero.clone()),
-            |i| row(&m.items, i).unwrap_or_else(|| zero.clone()),
+            |u| {
+                let v = row(&m.users, u).unwrap_or_else(|| zero.clone());
+                with_bias(v, [bias(&m.user_bias, u), 1.0])
+            },
+            |i| {
+                let v = row(&m.items, i).unwrap_or_else(|| zero.clone());
+                with_bias(v, [1.0, bias(&m.item_bias, i)])
+            },
             self.data.mean,
         )
     }
@@ -697,17 +825,27 @@ impl PsApp for PsMf {
         let user_rows = client.get_many(USERS, &user_ids).await?;
         st.wait_s += t_wait.elapsed().as_secs_f64();
         let t0 = Instant::now();
-        let (rank, scale) = (cfg.rank, cfg.init_scale);
+        let (rank, scale, biases) = (cfg.rank, cfg.init_scale, cfg.biases);
         let local = |table, ids: &[u32], rows: &[Row]| -> HashMap<u32, Vec<f32>> {
             ids.iter()
                 .zip(rows)
-                .map(|(&x, r)| (x, factor(table, u64::from(x), Some(r), rank, scale)))
+                .map(|(&x, r)| {
+                    let v = factor_row(table, u64::from(x), Some(r), rank, biases, scale);
+                    (x, v)
+                })
                 .collect()
         };
         let mut pu = local(USERS, &users, &user_rows);
         let mut qi = local(ITEMS, &items, &item_rows);
         if let Some(rule) = cfg.rule {
-            let (gu, gi) = batch_gradient(batch, &pu, &qi, self.data.mean, cfg.regularization);
+            let (gu, gi) = batch_gradient(
+                batch,
+                &pu,
+                &qi,
+                self.data.mean,
+                cfg.regularization,
+                cfg.fixed_columns(),
+            );
             for (table, grads, ids, rows) in [
                 (USERS, &gu, &users, &user_rows),
                 (ITEMS, &gi, &items, &item_rows),
@@ -744,7 +882,15 @@ impl PsApp for PsMf {
         let per_slice = per_clock / slices as u32;
         for (k, part) in batch.chunks(slice_len).enumerate() {
             let (old_u, old_i) = (pu.clone(), qi.clone());
-            sgd_pass(part, &mut pu, &mut qi, self.data.mean, lr, reg);
+            sgd_pass(
+                part,
+                &mut pu,
+                &mut qi,
+                self.data.mean,
+                lr,
+                reg,
+                cfg.fixed_columns(),
+            );
             for (table, new, old) in [(USERS, &pu, &old_u), (ITEMS, &qi, &old_i)] {
                 for (&id, v) in new {
                     if let Some(o) = old.get(&id) {
@@ -878,10 +1024,16 @@ impl PsApp for PsMf {
     }
 
     fn write_outputs(&self, out: &PsMfOutcome) -> Result<(), PsError> {
+        let mut run = out.metrics.run_metrics(&self.cfg);
+        if let Some(dir) = &self.cfg.out {
+            let saved = out.model.saved(&self.cfg);
+            saved.add_heldout(&mut run, self.cfg.test_data.as_deref(), self.cfg.seed)?;
+            crate::kit::write_json(dir, MODEL_FILE, &saved, false)?;
+        }
         write_model_and_metrics(
             self.cfg.out.as_deref(),
             &out.model,
-            &out.metrics.run_metrics(&self.cfg),
+            &run,
             "lower learning_rate (or raise regularization)",
         )
     }
@@ -959,6 +1111,7 @@ mod tests {
                 data.mean,
                 0.05,
                 0.02,
+                None,
             );
         }
         let after = eval(&users, &items);

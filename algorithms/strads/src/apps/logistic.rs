@@ -18,7 +18,7 @@ use crate::shells::SchedulerOptions;
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
-use super::lasso::{LassoJob, write_coefficients};
+use super::lasso::{LassoJob, linear_model, write_coefficients};
 use crate::core::baseline::{CdStop, CyclicLogistic};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::LassoScheduler;
@@ -133,9 +133,12 @@ pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
         }],
     };
     if let Some(dir) = &job.out_dir {
-        let run = metrics.run_metrics(job);
+        let mut run = metrics.run_metrics(job);
         run.check_finite("check the data for extreme or non-finite values")?;
+        let saved = linear_model("logistic", job, lambda, &coefficients);
+        saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
         write_coefficients(dir, &coefficients)?;
+        crate::kit::write_saved_model(dir, &saved)?;
         crate::kit::write_run_metrics(dir, &run)?;
     }
     Ok(metrics)
@@ -478,9 +481,12 @@ pub fn write_outputs(
     sched: &LogisticScheduling,
     job: &LassoJob,
 ) -> Result<(), StradsError> {
-    let m = sched.metrics().run_metrics(job);
+    let mut m = sched.metrics().run_metrics(job);
     m.check_finite("check the data for extreme or non-finite values")?;
+    let saved = linear_model("logistic", job, sched.lambda, sched.coefficients());
+    saved.add_heldout(&mut m, job.test_data.as_deref(), job.seed)?;
     write_coefficients(dir, sched.coefficients())?;
+    crate::kit::write_saved_model(dir, &saved)?;
     crate::kit::write_run_metrics(dir, &m)
 }
 

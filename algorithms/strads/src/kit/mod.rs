@@ -337,6 +337,19 @@ pub fn write_output(dir: &Path, name: &str, contents: &[u8]) -> Result<(), Strad
     petrel_ml::job::write_atomic(&path, contents).map_err(|source| StradsError::write(path, source))
 }
 
+/// Writes the saved model ([`petrel_ml::model::MODEL_FILE`]) that `petrel eval` and
+/// `petrel predict` read.
+pub fn write_saved_model(
+    dir: &Path,
+    model: &petrel_ml::model::SavedModel,
+) -> Result<(), StradsError> {
+    let json = model.to_json().map_err(|source| StradsError::Encode {
+        what: petrel_ml::model::MODEL_FILE,
+        source,
+    })?;
+    write_output(dir, petrel_ml::model::MODEL_FILE, &json)
+}
+
 /// Writes a run's `history.csv`, then its `metrics.json` (the mark of a finished run),
 /// after checking that no figure diverged.
 pub fn write_run_metrics(

@@ -70,10 +70,18 @@ pub struct LassoJob {
     /// LIBSVM file (the label is the response y). Without it: a synthetic design.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Held-out LIBSVM file: when training ends, the model's figures on it (Lasso:
+    /// MSE, R^2, objective; logistic: accuracy, log-loss) go to metrics.json as `heldout_*`.
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
     /// The synthetic design used without a data file.
     #[command(flatten)]
     pub synthetic: SyntheticLasso,
-    /// Absolute lambda (default: --lambda-fraction of lambda_max = max |x_j^T y|).
+    /// Absolute lambda (default: --lambda-fraction of lambda_max = max |x_j^T y|). The
+    /// objective is `1/2 ||y - Xb||^2 + lambda ||b||_1`, summed over the rows: scikit-learn's
+    /// `Lasso(alpha=a, fit_intercept=False)` minimises `1/(2 n) ||y - Xw||^2 + a ||w||_1`,
+    /// the same problem for `lambda = n_samples * a`. No intercept is fitted (centre `y`
+    /// and the features first if the data need one).
     #[arg(long)]
     pub lambda: Option<f32>,
     /// lambda = fraction * lambda_max when --lambda is unset.
@@ -163,6 +171,7 @@ impl Default for LassoJob {
     fn default() -> Self {
         LassoJob {
             data: None,
+            test_data: None,
             synthetic: SyntheticLasso::default(),
             lambda: None,
             lambda_fraction: 0.2,

@@ -182,9 +182,12 @@ impl LassoOutcome {
         job: &LassoJob,
         details: &impl Serialize,
     ) -> Result<(), StradsError> {
-        let m = self.metrics.run_metrics(job, details);
+        let mut m = self.metrics.run_metrics(job, details);
         m.check_finite(LASSO_ADVICE)?;
+        let saved = linear_model("lasso", job, self.metrics.lambda, &self.coefficients);
+        saved.add_heldout(&mut m, job.test_data.as_deref(), job.seed)?;
         write_coefficients(dir, &self.coefficients)?;
+        crate::kit::write_saved_model(dir, &saved)?;
         write_run_metrics(dir, &m)
     }
 }
@@ -240,6 +243,32 @@ impl LassoMetrics {
         };
         m
     }
+}
+
+/// The saved model of a Lasso (`app = "lasso"`) or sparse logistic regression
+/// (`"logistic"`) run: its L1 weight and coefficients (no intercept is fitted).
+pub fn linear_model(
+    app: &str,
+    job: &LassoJob,
+    lambda: f32,
+    coefficients: &[f32],
+) -> petrel_ml::model::SavedModel {
+    use petrel_ml::model::{LinearModel, LinearTask, ModelParams, SavedModel};
+    let task = if app == "logistic" {
+        LinearTask::BinaryClassification
+    } else {
+        LinearTask::Regression
+    };
+    SavedModel::new(
+        app,
+        job,
+        ModelParams::Linear(LinearModel {
+            task,
+            lambda: f64::from(lambda),
+            intercept: 0.0,
+            coefficients: coefficients.to_vec(),
+        }),
+    )
 }
 
 /// Writes `coefficients.tsv`: `feature<TAB>value` for every feature, numbered 1-based like

@@ -27,7 +27,8 @@ pub mod worker;
 pub use checkpoint::Resumable;
 pub use config::{LassoJob, SyntheticLasso, lambda_max};
 pub use metrics::{
-    Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, write_coefficients,
+    Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, linear_model,
+    write_coefficients,
 };
 pub use scheduling::LassoScheduling;
 pub use wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};

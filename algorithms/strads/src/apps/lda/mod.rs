@@ -51,6 +51,10 @@ pub struct LdaJob {
     /// Without it: a corpus sampled from the LDA generative model.
     #[arg(long)]
     pub docword: Option<PathBuf>,
+    /// Held-out docword file (same vocabulary): when training ends, its perplexity by
+    /// document completion goes to metrics.json as `heldout_*`.
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
     /// UCI vocab file (one word per line) for readable topics.
     #[arg(long)]
     pub vocab: Option<PathBuf>,
@@ -88,6 +92,7 @@ impl Default for LdaJob {
     fn default() -> Self {
         LdaJob {
             docword: None,
+            test_data: None,
             vocab: None,
             synthetic: LdaCorpusParams::default(),
             n_topics: 20,
@@ -245,7 +250,7 @@ pub fn write_outputs(
     sched: &LdaScheduling,
     job: &LdaJob,
 ) -> Result<(), StradsError> {
-    let run = lda_run_metrics("lda", sched.metrics(), job, sched.metrics());
+    let mut run = lda_run_metrics("lda", sched.metrics(), job, sched.metrics());
     run.check_finite("check alpha and beta")?;
     let top = job.top_words;
     // Only the vocabulary is read from the corpus here.
@@ -255,7 +260,18 @@ pub fn write_outputs(
         docs: Vec::new(),
         vocab: sched.vocab.clone(),
     };
-    write_topic_files(dir, &sched.topic_word(), &words, top)?;
+    let phi = sched.topic_word();
+    write_topic_files(dir, &phi, &words, top)?;
+    let saved = petrel_ml::model::TopicModel::saved(
+        "lda",
+        job,
+        &phi,
+        job.alpha,
+        job.beta,
+        sched.vocab.clone(),
+    );
+    saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
+    crate::kit::write_saved_model(dir, &saved)?;
     crate::kit::write_run_metrics(dir, &run)
 }
 

@@ -51,6 +51,11 @@ pub struct StradsMfJob {
     /// it: synthetic low-rank ratings.
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// Held-out ratings file (MovieLens `u1.test` beside `u1.base`): replaces the
+    /// `test_fraction` split as the test set (pairs whose user or item has no training
+    /// rating are left to the final evaluation, `heldout_*` in metrics.json).
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
     /// The synthetic ratings used without a data file (TOML only).
     #[arg(skip)]
     pub synthetic: LowRankParams,
@@ -66,7 +71,7 @@ pub struct StradsMfJob {
     /// (h_k, w_k) alternations per coordinate and sweep.
     #[arg(long = "inner", default_value_t = 1)]
     pub inner_iterations: usize,
-    /// Held-out fraction for the test RMSE.
+    /// Held-out fraction for the test RMSE (unused with `test_data`).
     #[arg(long, default_value_t = 0.1)]
     pub test_fraction: f64,
     /// Train RMSE at which `time_to_target_s` is recorded.
@@ -88,6 +93,7 @@ impl Default for StradsMfJob {
     fn default() -> Self {
         StradsMfJob {
             data: None,
+            test_data: None,
             synthetic: LowRankParams::default(),
             rank: 10,
             lambda: 0.05,
@@ -133,7 +139,19 @@ impl StradsMfJob {
         if self.rank == 0 {
             return Err(StradsModelError::InvalidConfig("rank must be >= 1".into()).into());
         }
-        Ok(all.train_test_split(self.test_fraction, self.seed)?)
+        match &self.test_data {
+            Some(path) => {
+                let (test, left_out) = all.held_out_from(path)?;
+                if left_out > 0 {
+                    tracing::debug!(
+                        left_out,
+                        "held-out pairs without a training rating for their user or item"
+                    );
+                }
+                Ok((all, test))
+            }
+            None => Ok(all.train_test_split(self.test_fraction, self.seed)?),
+        }
     }
 }
 
@@ -237,8 +255,10 @@ pub fn write_outputs(
     metrics: &MfMetrics,
     job: &StradsMfJob,
 ) -> Result<(), StradsError> {
-    let run = metrics.run_metrics(job);
+    let mut run = metrics.run_metrics(job);
     run.check_finite("lower lambda's range or check the ratings for extreme values")?;
+    let saved = saved_model(w, h, ids, job);
+    saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
     let table = |m: &Array2<f32>, ids: Option<&Vec<String>>| {
         let mut s = String::new();
         for (i, row) in m.rows().into_iter().enumerate() {
@@ -263,7 +283,38 @@ pub fn write_outputs(
         "item_factors.tsv",
         table(h, ids.map(|m| &m.item_ids)).as_bytes(),
     )?;
+    crate::kit::write_saved_model(dir, &saved)?;
     crate::kit::write_run_metrics(dir, &run)
+}
+
+/// The saved model: `rating = w_u . h_i` (CCD++ fits no mean and no biases), ids as in
+/// the training file (dense indices for synthetic data).
+fn saved_model(
+    w: &Array2<f32>,
+    h: &Array2<f32>,
+    ids: Option<&IdMapping>,
+    job: &StradsMfJob,
+) -> petrel_ml::model::SavedModel {
+    use petrel_ml::model::{FactorModel, ModelParams, SavedModel};
+    let rows = |m: &Array2<f32>| m.rows().into_iter().map(|r| r.to_vec()).collect();
+    let labels = |given: Option<&Vec<String>>, n: usize| {
+        given
+            .cloned()
+            .unwrap_or_else(|| (0..n).map(|i| i.to_string()).collect())
+    };
+    SavedModel::new(
+        "strads-mf",
+        job,
+        ModelParams::Factors(FactorModel {
+            global_mean: 0.0,
+            user_ids: labels(ids.map(|m| &m.user_ids), w.nrows()),
+            item_ids: labels(ids.map(|m| &m.item_ids), h.nrows()),
+            user_factors: rows(w),
+            item_factors: rows(h),
+            user_bias: Vec::new(),
+            item_bias: Vec::new(),
+        }),
+    )
 }
 
 impl MfMetrics {

@@ -1,0 +1,923 @@
+//! Saved models: the one versioned file every training app writes beside its own outputs
+//! ([`MODEL_FILE`]), and what `petrel eval` and `petrel predict` do with it.
+//!
+//! The file is JSON: `format` ([`MODEL_FORMAT`]), `version` ([`MODEL_VERSION`]), `app`
+//! (the `petrel train` subcommand that wrote it), `settings` (the job it was trained
+//! with, every hyperparameter) and `params`, one of four kinds:
+//! - [`LinearModel`] (lasso, logistic): an intercept and one coefficient per feature,
+//!   feature `j` being LIBSVM index `j + 1`;
+//! - [`SoftmaxModel`] (ps-lr): one weight row per feature plus a bias row, one column per
+//!   class, and the original label of each class;
+//! - [`FactorModel`] (strads-mf, ps-mf): `rating = global_mean + b_user + b_item + p_user .
+//!   q_item`, with the user and item ids as they were in the training file;
+//! - [`TopicModel`] (lda, ps-lda): the topic-word distributions, `alpha`, `beta` and the
+//!   vocabulary.
+//!
+//! Evaluation and prediction are plain functions here (no I/O beyond reading the model
+//! and data files); the CLI only loads files and prints.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::data::{Corpus, SparseDataset, SparseRow};
+
+/// The file name of a saved model inside an output directory.
+pub const MODEL_FILE: &str = "petrel-model.json";
+/// The `format` field of every saved model.
+pub const MODEL_FORMAT: &str = "petrel-model";
+/// The version this code writes and reads.
+pub const MODEL_VERSION: u32 = 1;
+
+/// A saved model: what was trained, how, and its parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedModel {
+    /// Always [`MODEL_FORMAT`].
+    pub format: String,
+    /// [`MODEL_VERSION`] when written by this code.
+    pub version: u32,
+    /// The app that trained it (`lasso`, `logistic`, `strads-mf`, `lda`, `ps-mf`,
+    /// `ps-lr`, `ps-lda`).
+    pub app: String,
+    /// The settings it was trained with (`[app.<section>]`).
+    pub settings: serde_json::Value,
+    /// The parameters.
+    pub params: ModelParams,
+}
+
+/// The parameters of a saved model, by kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelParams {
+    /// Lasso or binary logistic regression.
+    Linear(LinearModel),
+    /// Multinomial logistic regression.
+    Softmax(SoftmaxModel),
+    /// Matrix factorisation.
+    Factors(FactorModel),
+    /// A topic model.
+    Topics(TopicModel),
+}
+
+/// What a linear model predicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinearTask {
+    /// A real value: `intercept + x . w` (Lasso).
+    Regression,
+    /// The probability of the positive class: `sigmoid(intercept + x . w)`.
+    BinaryClassification,
+}
+
+/// Lasso or binary logistic regression.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinearModel {
+    /// Regression or classification.
+    pub task: LinearTask,
+    /// The L1 weight of the training objective (`1/2 ||y - Xw||^2 + lambda ||w||_1` for
+    /// Lasso; `sum of log-losses + lambda ||w||_1` for logistic regression).
+    pub lambda: f64,
+    /// The unpenalised constant term.
+    pub intercept: f64,
+    /// Coefficient of feature `j` (LIBSVM index `j + 1`).
+    pub coefficients: Vec<f32>,
+}
+
+/// Multinomial logistic regression (ps-lr).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SoftmaxModel {
+    /// The original label of each class.
+    pub class_labels: Vec<f32>,
+    /// `n_features` weight rows, then the bias row; each as wide as `class_labels`.
+    pub weights: Vec<Vec<f32>>,
+}
+
+/// Matrix factorisation: `rating = global_mean + user_bias[u] + item_bias[i] + p_u . q_i`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FactorModel {
+    /// The constant term (0 for a model without one).
+    pub global_mean: f32,
+    /// The id of each user as written in the training file.
+    pub user_ids: Vec<String>,
+    /// The id of each item as written in the training file.
+    pub item_ids: Vec<String>,
+    /// One row of factors per user.
+    pub user_factors: Vec<Vec<f32>>,
+    /// One row of factors per item.
+    pub item_factors: Vec<Vec<f32>>,
+    /// One bias per user (empty: no user biases).
+    #[serde(default)]
+    pub user_bias: Vec<f32>,
+    /// One bias per item (empty: no item biases).
+    #[serde(default)]
+    pub item_bias: Vec<f32>,
+}
+
+/// A topic model for fold-in inference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicModel {
+    /// Document-topic Dirichlet prior.
+    pub alpha: f64,
+    /// Topic-word Dirichlet prior (already in `topic_word`).
+    pub beta: f64,
+    /// `topic_word[k][w]`: probability of word `w` in topic `k`, from the trained
+    /// word-topic counts smoothed by `beta`.
+    pub topic_word: Vec<Vec<f64>>,
+    /// The words, when the model was trained with a vocabulary file.
+    pub vocab: Option<Vec<String>>,
+}
+
+/// Why a saved model cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelFileError {
+    /// The file could not be read.
+    #[error("model file {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file ends early (an interrupted copy or write).
+    #[error("model file {} is truncated: {source}", path.display())]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// The decoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The file is not a petrel model of this version's layout.
+    #[error("model file {} is not a petrel model: {source}", path.display())]
+    NotAModel {
+        /// The file.
+        path: PathBuf,
+        /// The decoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The file's format field is not [`MODEL_FORMAT`].
+    #[error("model file {}: format {found:?} is not {MODEL_FORMAT:?}", path.display())]
+    WrongFormat {
+        /// The file.
+        path: PathBuf,
+        /// Its format field.
+        found: String,
+    },
+    /// Written by another version of petrel.
+    #[error("model file {}: version {found} is not supported (this petrel reads version {MODEL_VERSION}); retrain the model", path.display())]
+    WrongVersion {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: u32,
+    },
+    /// Trained by another app.
+    #[error("model file {} was trained by `{found}`, not `{expected}`; use `petrel eval {found} ...`", path.display())]
+    WrongApp {
+        /// The file.
+        path: PathBuf,
+        /// The app that trained it.
+        found: String,
+        /// The app asked for.
+        expected: String,
+    },
+    /// The parameters do not fit together (a row of the wrong width, ...).
+    #[error("model file {}: {reason}", path.display())]
+    Inconsistent {
+        /// The file.
+        path: PathBuf,
+        /// What does not fit.
+        reason: String,
+    },
+}
+
+/// Why data does not fit a model.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelDataError {
+    /// The data file's content does not fit the model.
+    #[error("{}: {reason}", path.display())]
+    Mismatch {
+        /// The data file.
+        path: PathBuf,
+        /// What does not fit.
+        reason: String,
+    },
+    /// A user asked for is not in the model.
+    #[error("user {0:?} is not in the model (it had no training ratings)")]
+    UnknownUser(String),
+}
+
+/// The header fields, read first so that a model of another version or app is refused
+/// by name rather than by a decoder error deep in its parameters.
+#[derive(Deserialize)]
+struct Header {
+    format: String,
+    version: u32,
+    app: String,
+}
+
+impl SavedModel {
+    /// A model of `app` trained with `settings`.
+    pub fn new(app: &str, settings: &impl Serialize, params: ModelParams) -> Self {
+        SavedModel {
+            format: MODEL_FORMAT.into(),
+            version: MODEL_VERSION,
+            app: app.into(),
+            settings: serde_json::to_value(settings).unwrap_or(serde_json::Value::Null),
+            params,
+        }
+    }
+
+    /// The file's bytes (compact JSON).
+    pub fn to_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+
+    /// Reads `path` (a model file, or an output directory holding [`MODEL_FILE`]) and
+    /// checks it was written by this version for `app`.
+    pub fn load(path: &Path, app: &str) -> Result<SavedModel, ModelFileError> {
+        let path = if path.is_dir() {
+            path.join(MODEL_FILE)
+        } else {
+            path.to_path_buf()
+        };
+        let bytes = std::fs::read(&path).map_err(|source| ModelFileError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Self::decode(&bytes, &path, app)
+    }
+
+    /// Decodes a model file's bytes (`path` names it in errors).
+    pub fn decode(bytes: &[u8], path: &Path, app: &str) -> Result<SavedModel, ModelFileError> {
+        let decode_error = |source: serde_json::Error| {
+            if source.is_eof() {
+                ModelFileError::Truncated {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            } else {
+                ModelFileError::NotAModel {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            }
+        };
+        let header: Header = serde_json::from_slice(bytes).map_err(decode_error)?;
+        if header.format != MODEL_FORMAT {
+            return Err(ModelFileError::WrongFormat {
+                path: path.to_path_buf(),
+                found: header.format,
+            });
+        }
+        if header.version != MODEL_VERSION {
+            return Err(ModelFileError::WrongVersion {
+                path: path.to_path_buf(),
+                found: header.version,
+            });
+        }
+        if header.app != app {
+            return Err(ModelFileError::WrongApp {
+                path: path.to_path_buf(),
+                found: header.app,
+                expected: app.into(),
+            });
+        }
+        let model: SavedModel = serde_json::from_slice(bytes).map_err(decode_error)?;
+        model
+            .check()
+            .map_err(|reason| ModelFileError::Inconsistent {
+                path: path.to_path_buf(),
+                reason,
+            })?;
+        Ok(model)
+    }
+
+    /// The parameters' shapes agree.
+    fn check(&self) -> Result<(), String> {
+        match &self.params {
+            ModelParams::Linear(_) => Ok(()),
+            ModelParams::Softmax(m) => {
+                let k = m.class_labels.len();
+                if k < 2 || m.weights.is_empty() || m.weights.iter().any(|r| r.len() != k) {
+                    return Err(format!(
+                        "softmax weights must be rows of {k} >= 2 classes with a bias row"
+                    ));
+                }
+                Ok(())
+            }
+            ModelParams::Factors(m) => {
+                let rank = m.user_factors.first().map_or(0, Vec::len);
+                let rows_ok = m
+                    .user_factors
+                    .iter()
+                    .chain(&m.item_factors)
+                    .all(|r| r.len() == rank);
+                if !rows_ok
+                    || m.user_ids.len() != m.user_factors.len()
+                    || m.item_ids.len() != m.item_factors.len()
+                    || !(m.user_bias.is_empty() || m.user_bias.len() == m.user_ids.len())
+                    || !(m.item_bias.is_empty() || m.item_bias.len() == m.item_ids.len())
+                {
+                    return Err("factor rows, ids and biases disagree in size".into());
+                }
+                Ok(())
+            }
+            ModelParams::Topics(m) => {
+                let v = m.topic_word.first().map_or(0, Vec::len);
+                if m.topic_word.is_empty() || v == 0 || m.topic_word.iter().any(|r| r.len() != v) {
+                    return Err("topic_word must be topics x words, all rows as wide".into());
+                }
+                if m.vocab.as_ref().is_some_and(|w| w.len() != v) {
+                    return Err(format!("vocabulary has not {v} words"));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Named figures, in order (what `petrel eval` prints and writes).
+pub type Figures = Vec<(&'static str, f64)>;
+
+impl SavedModel {
+    /// Held-out figures on `path`, a file in the app's training format (LIBSVM, ratings or
+    /// docword); LDA's fold-in runs `iterations` sweeps seeded by `seed`.
+    pub fn evaluate_file(
+        &self,
+        path: &Path,
+        iterations: usize,
+        seed: u64,
+    ) -> Result<Figures, crate::data::DataError> {
+        use crate::data::{load_bow, load_labelled_ratings, load_libsvm};
+        Ok(match &self.params {
+            ModelParams::Linear(m) => m.evaluate(&load_libsvm(path)?),
+            ModelParams::Softmax(m) => m.evaluate(&load_libsvm(path)?, path)?,
+            ModelParams::Factors(m) => m.evaluate(&load_labelled_ratings(path)?, path)?,
+            ModelParams::Topics(m) => {
+                let corpus = load_bow(path, None)?;
+                m.check_corpus(&corpus, path)?;
+                m.evaluate(&corpus, iterations, seed)
+            }
+        })
+    }
+
+    /// With a held-out file, adds the model's figures on it to `metrics`' final figures
+    /// as `heldout_<figure>` (a figure that is not a number, such as R^2 of constant
+    /// labels, is left out).
+    pub fn add_heldout(
+        &self,
+        metrics: &mut crate::job::RunMetrics,
+        test_data: Option<&Path>,
+        seed: u64,
+    ) -> Result<(), crate::data::DataError> {
+        let Some(path) = test_data else {
+            return Ok(());
+        };
+        let figures = self.evaluate_file(path, HELDOUT_FOLD_IN_SWEEPS, seed)?;
+        let named: Vec<(String, f64)> = figures
+            .into_iter()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(k, v)| (format!("heldout_{k}"), v))
+            .collect();
+        let refs: Vec<(&str, f64)> = named.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        metrics.finals(&refs);
+        Ok(())
+    }
+}
+
+/// Fold-in sweeps of the held-out evaluation at the end of an LDA run (`petrel eval`'s
+/// default too).
+pub const HELDOUT_FOLD_IN_SWEEPS: usize = 50;
+
+impl LinearModel {
+    /// `intercept + x . w` (features past the model count as zero).
+    pub fn score(&self, x: &SparseRow) -> f64 {
+        self.intercept
+            + x.indices
+                .iter()
+                .zip(&x.values)
+                .filter_map(|(&j, &v)| {
+                    self.coefficients
+                        .get(j as usize)
+                        .map(|&w| f64::from(w) * f64::from(v))
+                })
+                .sum::<f64>()
+    }
+
+    /// The prediction for `x`: the value (regression) or the positive class's probability.
+    pub fn predict(&self, x: &SparseRow) -> f64 {
+        match self.task {
+            LinearTask::Regression => self.score(x),
+            LinearTask::BinaryClassification => sigmoid(self.score(x)),
+        }
+    }
+
+    /// Held-out figures on `data`: for regression `mse`, `rmse`, `r2` and `objective`
+    /// (`1/2 ||y - Xw - b||^2 + lambda ||w||_1` on these rows, the training objective's
+    /// scaling); for classification `accuracy`, `log_loss` (mean) and `objective`
+    /// (summed log-loss + lambda ||w||_1). Labels > 0 are the positive class.
+    pub fn evaluate(&self, data: &SparseDataset) -> Figures {
+        let n = data.rows.len().max(1) as f64;
+        let l1 = self.lambda
+            * self
+                .coefficients
+                .iter()
+                .map(|w| f64::from(w.abs()))
+                .sum::<f64>();
+        match self.task {
+            LinearTask::Regression => {
+                let sse: f64 = data
+                    .rows
+                    .iter()
+                    .zip(&data.labels)
+                    .map(|(x, &y)| (f64::from(y) - self.score(x)).powi(2))
+                    .sum();
+                let mean = data.labels.iter().map(|&y| f64::from(y)).sum::<f64>() / n;
+                let sst: f64 = data
+                    .labels
+                    .iter()
+                    .map(|&y| (f64::from(y) - mean).powi(2))
+                    .sum();
+                let r2 = if sst > 0.0 { 1.0 - sse / sst } else { f64::NAN };
+                vec![
+                    ("mse", sse / n),
+                    ("rmse", (sse / n).sqrt()),
+                    ("r2", r2),
+                    ("objective", 0.5 * sse + l1),
+                    ("rows", data.rows.len() as f64),
+                ]
+            }
+            LinearTask::BinaryClassification => {
+                let (mut correct, mut loss) = (0usize, 0.0f64);
+                for (x, &y) in data.rows.iter().zip(&data.labels) {
+                    let p = self.predict(x);
+                    let positive = y > 0.0;
+                    correct += usize::from((p >= 0.5) == positive);
+                    loss -= if positive { p } else { 1.0 - p }.max(1e-12).ln();
+                }
+                vec![
+                    ("accuracy", correct as f64 / n),
+                    ("log_loss", loss / n),
+                    ("objective", loss + l1),
+                    ("rows", data.rows.len() as f64),
+                ]
+            }
+        }
+    }
+}
+
+fn sigmoid(z: f64) -> f64 {
+    1.0 / (1.0 + (-z).exp())
+}
+
+impl SoftmaxModel {
+    /// Class probabilities of `x` (features past the model count as zero).
+    pub fn probabilities(&self, x: &SparseRow) -> Vec<f64> {
+        let k = self.class_labels.len();
+        let bias = self.weights.len() - 1;
+        let mut z: Vec<f64> = self.weights[bias].iter().map(|&b| f64::from(b)).collect();
+        for (&j, &v) in x.indices.iter().zip(&x.values) {
+            if let Some(row) = self.weights.get(j as usize).filter(|_| (j as usize) < bias) {
+                for c in 0..k {
+                    z[c] += f64::from(row[c]) * f64::from(v);
+                }
+            }
+        }
+        let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let exp: Vec<f64> = z.iter().map(|v| (v - max).exp()).collect();
+        let sum: f64 = exp.iter().sum();
+        exp.iter().map(|e| e / sum).collect()
+    }
+
+    /// The most probable class's original label and the probabilities.
+    pub fn predict(&self, x: &SparseRow) -> (f32, Vec<f64>) {
+        let p = self.probabilities(x);
+        let best = (0..p.len())
+            .max_by(|&a, &b| p[a].total_cmp(&p[b]))
+            .unwrap_or(0);
+        (self.class_labels[best], p)
+    }
+
+    /// `accuracy` and `log_loss` (mean) on `data`; a label the model never saw is an error.
+    pub fn evaluate(&self, data: &SparseDataset, path: &Path) -> Result<Figures, ModelDataError> {
+        let n = data.rows.len().max(1) as f64;
+        let (mut correct, mut loss) = (0usize, 0.0f64);
+        for (row, (x, y)) in data.rows.iter().zip(&data.labels).enumerate() {
+            let class = self
+                .class_labels
+                .iter()
+                .position(|l| l == y)
+                .ok_or_else(|| ModelDataError::Mismatch {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "row {}: label {y} is not one of the model's classes {:?}",
+                        row + 1,
+                        self.class_labels
+                    ),
+                })?;
+            let p = self.probabilities(x);
+            let best = (0..p.len())
+                .max_by(|&a, &b| p[a].total_cmp(&p[b]))
+                .unwrap_or(0);
+            correct += usize::from(best == class);
+            loss -= p[class].max(1e-12).ln();
+        }
+        Ok(vec![
+            ("accuracy", correct as f64 / n),
+            ("log_loss", loss / n),
+            ("rows", data.rows.len() as f64),
+        ])
+    }
+}
+
+/// A `(user, item, rating)` line of a ratings file, ids as written.
+pub type LabelledRating = (String, String, Option<f32>);
+
+impl FactorModel {
+    /// The user and item indices by id.
+    pub fn index(&self) -> FactorIndex {
+        let map = |ids: &[String]| {
+            ids.iter()
+                .enumerate()
+                .map(|(i, id)| (id.clone(), i))
+                .collect()
+        };
+        FactorIndex {
+            users: map(&self.user_ids),
+            items: map(&self.item_ids),
+        }
+    }
+
+    /// The predicted rating of dense user `u` and item `i` (`None`: unknown, which
+    /// contributes no factors and no bias).
+    pub fn predict_indexed(&self, u: Option<usize>, i: Option<usize>) -> f64 {
+        let bias = |b: &[f32], x: Option<usize>| x.and_then(|x| b.get(x)).map_or(0.0, |&v| v);
+        let dot = match (u, i) {
+            (Some(u), Some(i)) => self.user_factors[u]
+                .iter()
+                .zip(&self.item_factors[i])
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum(),
+            _ => 0.0,
+        };
+        f64::from(self.global_mean)
+            + f64::from(bias(&self.user_bias, u))
+            + f64::from(bias(&self.item_bias, i))
+            + dot
+    }
+
+    /// The predicted rating of `user` for `item` (ids as in the training file).
+    pub fn predict(&self, index: &FactorIndex, user: &str, item: &str) -> f64 {
+        self.predict_indexed(
+            index.users.get(user).copied(),
+            index.items.get(item).copied(),
+        )
+    }
+
+    /// Held-out figures: `rmse`, `mae`, `baseline_rmse` (predicting the mean of these
+    /// ratings: what a model must beat), and how many pairs had an unknown user or item.
+    pub fn evaluate(
+        &self,
+        ratings: &[LabelledRating],
+        path: &Path,
+    ) -> Result<Figures, ModelDataError> {
+        let index = self.index();
+        let (mut sse, mut sae, mut unknown) = (0.0f64, 0.0f64, 0usize);
+        let mut truth = Vec::with_capacity(ratings.len());
+        for (line, (user, item, rating)) in ratings.iter().enumerate() {
+            let r = rating.ok_or_else(|| ModelDataError::Mismatch {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "pair {} ({user}, {item}) has no rating to evaluate",
+                    line + 1
+                ),
+            })?;
+            let (u, i) = (index.users.get(user), index.items.get(item));
+            unknown += usize::from(u.is_none() || i.is_none());
+            let e = f64::from(r) - self.predict_indexed(u.copied(), i.copied());
+            sse += e * e;
+            sae += e.abs();
+            truth.push(f64::from(r));
+        }
+        let n = ratings.len().max(1) as f64;
+        let mean = truth.iter().sum::<f64>() / n;
+        let baseline = truth.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n;
+        Ok(vec![
+            ("rmse", (sse / n).sqrt()),
+            ("mae", sae / n),
+            ("baseline_rmse", baseline.sqrt()),
+            ("ratings", ratings.len() as f64),
+            ("unknown_pairs", unknown as f64),
+        ])
+    }
+
+    /// The `top` items with the highest predicted rating for `user`, best first, leaving
+    /// out `exclude` (items the user already rated).
+    pub fn recommend(
+        &self,
+        user: &str,
+        top: usize,
+        exclude: &std::collections::HashSet<String>,
+    ) -> Result<Vec<(String, f64)>, ModelDataError> {
+        let index = self.index();
+        let u = *index
+            .users
+            .get(user)
+            .ok_or_else(|| ModelDataError::UnknownUser(user.into()))?;
+        let mut scored: Vec<(String, f64)> = self
+            .item_ids
+            .iter()
+            .enumerate()
+            .filter(|(_, id)| !exclude.contains(*id))
+            .map(|(i, id)| (id.clone(), self.predict_indexed(Some(u), Some(i))))
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        scored.truncate(top);
+        Ok(scored)
+    }
+}
+
+/// Dense indices of a [`FactorModel`]'s ids.
+#[derive(Debug, Clone)]
+pub struct FactorIndex {
+    /// User id -> row.
+    pub users: HashMap<String, usize>,
+    /// Item id -> row.
+    pub items: HashMap<String, usize>,
+}
+
+impl TopicModel {
+    /// The saved model of an LDA run: `phi` (`K x V`, the smoothed word-topic counts).
+    pub fn saved(
+        app: &str,
+        settings: &impl Serialize,
+        phi: &ndarray::Array2<f64>,
+        alpha: f64,
+        beta: f64,
+        vocab: Option<Vec<String>>,
+    ) -> SavedModel {
+        SavedModel::new(
+            app,
+            settings,
+            ModelParams::Topics(TopicModel {
+                alpha,
+                beta,
+                topic_word: phi.rows().into_iter().map(|r| r.to_vec()).collect(),
+                vocab,
+            }),
+        )
+    }
+
+    /// Topics.
+    pub fn n_topics(&self) -> usize {
+        self.topic_word.len()
+    }
+
+    /// Words.
+    pub fn vocab_size(&self) -> usize {
+        self.topic_word.first().map_or(0, Vec::len)
+    }
+
+    /// Every word id of `corpus` is in the model's vocabulary.
+    pub fn check_corpus(&self, corpus: &Corpus, path: &Path) -> Result<(), ModelDataError> {
+        let v = self.vocab_size();
+        if let Some((d, w)) = corpus
+            .docs
+            .iter()
+            .enumerate()
+            .find_map(|(d, doc)| doc.iter().find(|&&w| w as usize >= v).map(|&w| (d, w)))
+        {
+            return Err(ModelDataError::Mismatch {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "document {}: word {} is outside the model's vocabulary of {v} words",
+                    d + 1,
+                    w + 1
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The topic mixture of a new document by fold-in Gibbs sampling: the topic of each
+    /// token is resampled `iterations` times with `p(k) ∝ (n_dk + alpha) phi_k,w`, the
+    /// model's topic-word distributions held fixed; the mixture
+    /// `(n_dk + alpha) / (n_d + K alpha)` is averaged over the second half of the sweeps.
+    pub fn fold_in(&self, doc: &[u32], iterations: usize, rng: &mut StdRng) -> Vec<f64> {
+        let k = self.n_topics();
+        let mut counts = vec![0usize; k];
+        let mut z: Vec<usize> = doc
+            .iter()
+            .map(|_| {
+                let t = rng.gen_range(0..k);
+                counts[t] += 1;
+                t
+            })
+            .collect();
+        let mut weights = vec![0.0f64; k];
+        let mut mixture = vec![0.0f64; k];
+        let iterations = iterations.max(1);
+        let burn_in = iterations / 2;
+        let denominator = doc.len() as f64 + k as f64 * self.alpha;
+        for sweep in 0..iterations {
+            for (token, &w) in doc.iter().enumerate() {
+                counts[z[token]] -= 1;
+                let mut total = 0.0;
+                for t in 0..k {
+                    total += (counts[t] as f64 + self.alpha) * self.topic_word[t][w as usize];
+                    weights[t] = total;
+                }
+                let u = rng.r#gen::<f64>() * total;
+                let t = weights.iter().position(|&c| c > u).unwrap_or(k - 1);
+                z[token] = t;
+                counts[t] += 1;
+            }
+            if sweep >= burn_in {
+                for t in 0..k {
+                    mixture[t] += (counts[t] as f64 + self.alpha) / denominator;
+                }
+            }
+        }
+        let samples = (iterations - burn_in) as f64;
+        mixture.iter().map(|m| m / samples).collect()
+    }
+
+    /// Held-out perplexity by document completion: each document's even-numbered tokens
+    /// estimate its mixture by [`TopicModel::fold_in`], its odd-numbered tokens are
+    /// scored by `log sum_k theta_k phi_k,w`; `perplexity = exp(-sum / scored tokens)`.
+    /// Also `uniform_perplexity` (the vocabulary size: a model that knows nothing).
+    pub fn evaluate(&self, corpus: &Corpus, iterations: usize, seed: u64) -> Figures {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (mut loglik, mut scored) = (0.0f64, 0usize);
+        for doc in &corpus.docs {
+            if doc.len() < 2 {
+                continue;
+            }
+            let observed: Vec<u32> = doc.iter().step_by(2).copied().collect();
+            let theta = self.fold_in(&observed, iterations, &mut rng);
+            for &w in doc.iter().skip(1).step_by(2) {
+                let p: f64 = theta
+                    .iter()
+                    .zip(&self.topic_word)
+                    .map(|(t, phi)| t * phi[w as usize])
+                    .sum();
+                loglik += p.max(f64::MIN_POSITIVE).ln();
+                scored += 1;
+            }
+        }
+        let per_token = loglik / scored.max(1) as f64;
+        vec![
+            ("perplexity", (-per_token).exp()),
+            ("loglik_per_token", per_token),
+            ("uniform_perplexity", self.vocab_size() as f64),
+            ("documents", corpus.docs.len() as f64),
+            ("scored_tokens", scored as f64),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn linear(task: LinearTask) -> SavedModel {
+        SavedModel::new(
+            "lasso",
+            &serde_json::json!({"lambda": 0.5}),
+            ModelParams::Linear(LinearModel {
+                task,
+                lambda: 0.5,
+                intercept: 1.0,
+                coefficients: vec![2.0, 0.0, -1.0],
+            }),
+        )
+    }
+
+    fn row(pairs: &[(u32, f32)]) -> SparseRow {
+        SparseRow {
+            indices: pairs.iter().map(|p| p.0).collect(),
+            values: pairs.iter().map(|p| p.1).collect(),
+        }
+    }
+
+    #[test]
+    fn a_model_round_trips_and_is_refused_for_another_app_version_or_truncation() {
+        let m = linear(LinearTask::Regression);
+        let bytes = m.to_json().unwrap();
+        let p = Path::new("m.json");
+        assert_eq!(SavedModel::decode(&bytes, p, "lasso").unwrap(), m);
+        let e = SavedModel::decode(&bytes, p, "ps-mf")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("m.json") && e.contains("`lasso`"), "{e}");
+        let e = SavedModel::decode(&bytes[..bytes.len() / 2], p, "lasso")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("m.json is truncated"), "{e}");
+        let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v["version"] = 99.into();
+        let e = SavedModel::decode(&serde_json::to_vec(&v).unwrap(), p, "lasso")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("version 99 is not supported"), "{e}");
+        v["version"] = 1.into();
+        v["format"] = "other".into();
+        let e = SavedModel::decode(&serde_json::to_vec(&v).unwrap(), p, "lasso")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("format \"other\""), "{e}");
+    }
+
+    #[test]
+    fn linear_figures_follow_their_definitions() {
+        let ModelParams::Linear(m) = linear(LinearTask::Regression).params else {
+            unreachable!()
+        };
+        // Scores: 1 + 2*1 = 3, 1 - 1*2 = -1.
+        let data = SparseDataset {
+            n_features: 3,
+            labels: vec![3.0, 1.0],
+            rows: vec![row(&[(0, 1.0)]), row(&[(2, 2.0)])],
+        };
+        let f: HashMap<_, _> = m.evaluate(&data).into_iter().collect();
+        assert!((f["mse"] - 2.0).abs() < 1e-12); // (0 + 4) / 2
+        assert!((f["r2"] - (1.0 - 4.0 / 2.0)).abs() < 1e-12); // sst = 1 + 1
+        assert!((f["objective"] - (0.5 * 4.0 + 0.5 * 3.0)).abs() < 1e-12);
+        let ModelParams::Linear(c) = linear(LinearTask::BinaryClassification).params else {
+            unreachable!()
+        };
+        let data = SparseDataset {
+            n_features: 3,
+            labels: vec![1.0, -1.0],
+            rows: vec![row(&[(0, 1.0)]), row(&[(2, 2.0)])],
+        };
+        let f: HashMap<_, _> = c.evaluate(&data).into_iter().collect();
+        assert_eq!(f["accuracy"], 1.0);
+        let expected = -(sigmoid(3.0).ln() + (1.0 - sigmoid(-1.0)).ln()) / 2.0;
+        assert!((f["log_loss"] - expected).abs() < 1e-12);
+    }
+
+    #[test]
+    fn factors_predict_with_biases_and_recommend_unrated_items() {
+        let m = FactorModel {
+            global_mean: 3.0,
+            user_ids: vec!["u1".into(), "u2".into()],
+            item_ids: vec!["a".into(), "b".into(), "c".into()],
+            user_factors: vec![vec![1.0], vec![-1.0]],
+            item_factors: vec![vec![1.0], vec![0.5], vec![-1.0]],
+            user_bias: vec![0.5, 0.0],
+            item_bias: vec![0.0, 0.0, 0.25],
+        };
+        let idx = m.index();
+        assert_eq!(m.predict(&idx, "u1", "a"), 4.5);
+        // Unknown item: mean + user bias only.
+        assert_eq!(m.predict(&idx, "u1", "zz"), 3.5);
+        let rated = ["a".to_string()].into_iter().collect();
+        let top = m.recommend("u1", 2, &rated).unwrap();
+        assert_eq!(top[0].0, "b");
+        assert_eq!(top.len(), 2);
+        assert!(m.recommend("nobody", 1, &rated).is_err());
+        let f: HashMap<_, _> = m
+            .evaluate(
+                &[
+                    ("u1".into(), "a".into(), Some(4.5)),
+                    ("u2".into(), "c".into(), Some(4.25)),
+                ],
+                Path::new("t"),
+            )
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert_eq!(f["rmse"], 0.0);
+    }
+
+    #[test]
+    fn fold_in_finds_the_topic_a_document_is_written_in() {
+        // Topic 0 uses words 0-1, topic 1 words 2-3.
+        let m = TopicModel {
+            alpha: 0.1,
+            beta: 0.01,
+            topic_word: vec![vec![0.49, 0.49, 0.01, 0.01], vec![0.01, 0.01, 0.49, 0.49]],
+            vocab: None,
+        };
+        let mut rng = StdRng::seed_from_u64(1);
+        let theta = m.fold_in(&[2, 3, 3, 2, 2, 3, 2, 3], 50, &mut rng);
+        assert!(theta[1] > 0.9, "{theta:?}");
+        assert!((theta.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        let corpus = Corpus {
+            n_docs: 2,
+            vocab_size: 4,
+            docs: vec![vec![0, 1, 0, 1, 0, 1], vec![2, 3, 2, 3]],
+            vocab: None,
+        };
+        let f: HashMap<_, _> = m.evaluate(&corpus, 30, 7).into_iter().collect();
+        assert!(f["perplexity"] < 2.5, "{f:?}");
+        assert_eq!(f["uniform_perplexity"], 4.0);
+    }
+}

@@ -1,0 +1,139 @@
+//! Free UDP ports for nodes whose configured port is 0.
+//!
+//! Two races made "bind port 0, note the port, release it, bind it again later" flaky when
+//! many clusters start at once on one host (parallel tests, several jobs): the kernel hands
+//! a just-released ephemeral port to the next `bind(0)` of any process. So ports are picked
+//! outside the kernel's ephemeral range (where `bind(0)` never lands), and a port for a node
+//! of this very process stays bound until that node's endpoint takes the socket over.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{LazyLock, Mutex};
+
+/// Sockets bound ahead of time for nodes of this process, keyed by their address.
+static HELD: LazyLock<Mutex<HashMap<SocketAddr, UdpSocket>>> = LazyLock::new(Default::default);
+
+/// Ports below this are left to well-known services.
+const LOWEST_PICKED_PORT: u16 = 10_000;
+const PICK_ATTEMPTS: usize = 64;
+
+/// Binds a free UDP port on `ip` and keeps the socket until a node of this process binds
+/// that address (its endpoint takes the held socket) or it is [`release`]d. Use it for nodes started in this
+/// process; a node in another process cannot bind the address while it is held.
+pub fn reserve_held(ip: IpAddr) -> io::Result<SocketAddr> {
+    let socket = bind_outside_ephemeral_range(ip)?;
+    let addr = socket.local_addr()?;
+    if let Ok(mut held) = HELD.lock() {
+        held.insert(addr, socket);
+    }
+    Ok(addr)
+}
+
+/// A UDP port on `ip` that was free a moment ago, released at once: for nodes that other
+/// processes will start. Picked outside the ephemeral range, so no `bind(0)` of another
+/// program can take it in the meantime.
+pub fn pick_free(ip: IpAddr) -> io::Result<SocketAddr> {
+    bind_outside_ephemeral_range(ip)?.local_addr()
+}
+
+/// Whether this process holds `addr` for one of its nodes.
+pub fn is_held(addr: SocketAddr) -> bool {
+    HELD.lock().map(|h| h.contains_key(&addr)).unwrap_or(false)
+}
+
+/// Lets go of a held address (a node that will never start).
+pub fn release(addr: SocketAddr) {
+    if let Ok(mut held) = HELD.lock() {
+        held.remove(&addr);
+    }
+}
+
+/// The socket held for `addr`, if any; the caller's endpoint owns it from now on.
+pub(crate) fn take_held(addr: SocketAddr) -> Option<UdpSocket> {
+    HELD.lock().ok()?.remove(&addr)
+}
+
+fn bind_outside_ephemeral_range(ip: IpAddr) -> io::Result<UdpSocket> {
+    let (ephemeral_low, ephemeral_high) = ephemeral_range();
+    let mut candidates = Vec::new();
+    if ephemeral_low > LOWEST_PICKED_PORT {
+        candidates.push((LOWEST_PICKED_PORT, ephemeral_low - 1));
+    }
+    if ephemeral_high < u16::MAX {
+        candidates.push((ephemeral_high + 1, u16::MAX));
+    }
+    for attempt in 0..PICK_ATTEMPTS {
+        let Some(&(low, high)) = candidates.get(attempt % candidates.len().max(1)) else {
+            break;
+        };
+        let span = u64::from(high - low) + 1;
+        let port = low + (random_u64() % span) as u16;
+        if let Ok(socket) = UdpSocket::bind(SocketAddr::new(ip, port)) {
+            return Ok(socket);
+        }
+    }
+    // Every pick was taken (or the range is empty): let the kernel choose.
+    UdpSocket::bind(SocketAddr::new(ip, 0))
+}
+
+/// The kernel's range for `bind(0)`; Linux's default where it cannot be read.
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| parse_port_range(&s))
+        .unwrap_or((32_768, 60_999))
+}
+
+fn parse_port_range(text: &str) -> Option<(u16, u16)> {
+    let mut it = text.split_whitespace().map(str::parse::<u16>);
+    let low = it.next()?.ok()?;
+    let high = it.next()?.ok()?;
+    (low <= high).then_some((low, high))
+}
+
+fn random_u64() -> u64 {
+    // A fresh `RandomState` is seeded from the OS: enough to spread concurrent pickers.
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    #[test]
+    fn port_range_parses_and_rejects_garbage() {
+        assert_eq!(parse_port_range("32768\t60999\n"), Some((32768, 60999)));
+        assert_eq!(parse_port_range("60999 32768"), None);
+        assert_eq!(parse_port_range("x"), None);
+    }
+
+    #[test]
+    fn held_port_stays_bound_until_taken() {
+        let addr = reserve_held(LOOPBACK).unwrap();
+        let (low, high) = ephemeral_range();
+        assert!(!(low..=high).contains(&addr.port()), "{addr}");
+        assert!(is_held(addr));
+        // Nobody else can bind it while it is held.
+        assert!(UdpSocket::bind(addr).is_err());
+        let socket = take_held(addr).unwrap();
+        assert_eq!(socket.local_addr().unwrap(), addr);
+        assert!(!is_held(addr));
+        assert!(take_held(addr).is_none());
+    }
+
+    #[test]
+    fn picked_port_is_free_again() {
+        let addr = pick_free(LOOPBACK).unwrap();
+        assert!(UdpSocket::bind(addr).is_ok());
+        let held = reserve_held(LOOPBACK).unwrap();
+        release(held);
+        assert!(UdpSocket::bind(held).is_ok());
+    }
+}

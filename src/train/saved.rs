@@ -1,0 +1,333 @@
+//! `petrel eval APP` and `petrel predict APP`: a saved model ([`MODEL_FILE`] in a `petrel
+//! train` output directory) applied to a data file in the format the app trains on
+//! (LIBSVM for lasso, logistic and ps-lr; ratings for strads-mf and ps-mf; UCI docword for
+//! lda and ps-lda). The math is in [`petrel_ml::model`]; this module loads, prints and
+//! writes.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::PathBuf;
+
+use petrel_ml::data::{DataError, load_bow, load_labelled_ratings, load_libsvm};
+use petrel_ml::model::{MODEL_FILE, ModelDataError, ModelFileError, ModelParams, SavedModel};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+/// An app whose model `petrel eval` and `petrel predict` read.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelApp {
+    /// Lasso (STRADS).
+    Lasso,
+    /// Sparse binary logistic regression (STRADS).
+    Logistic,
+    /// Matrix factorisation (STRADS).
+    #[value(name = "strads-mf")]
+    StradsMf,
+    /// LDA (STRADS).
+    Lda,
+    /// Matrix factorisation (parameter server).
+    #[value(name = "ps-mf")]
+    PsMf,
+    /// Multinomial logistic regression (parameter server).
+    #[value(name = "ps-lr")]
+    PsLr,
+    /// LDA (parameter server).
+    #[value(name = "ps-lda")]
+    PsLda,
+}
+
+impl ModelApp {
+    /// The `petrel train` subcommand (the model file's `app`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelApp::Lasso => "lasso",
+            ModelApp::Logistic => "logistic",
+            ModelApp::StradsMf => "strads-mf",
+            ModelApp::Lda => "lda",
+            ModelApp::PsMf => "ps-mf",
+            ModelApp::PsLr => "ps-lr",
+            ModelApp::PsLda => "ps-lda",
+        }
+    }
+}
+
+/// The flags `eval` and `predict` share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The app that trained the model.
+    #[arg(value_enum)]
+    pub app: ModelApp,
+    /// The model: a `petrel train` output directory (its `petrel-model.json`) or the file.
+    #[arg(long, value_name = "DIR")]
+    pub model: PathBuf,
+    /// LDA: fold-in Gibbs sweeps per document.
+    #[arg(long, default_value_t = petrel_ml::model::HELDOUT_FOLD_IN_SWEEPS)]
+    pub iterations: usize,
+    /// LDA: the fold-in sampler's seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// `petrel eval APP --model DIR --data FILE`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EvalArgs {
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Held-out data in the app's training format (with labels or ratings).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// `petrel predict APP --model DIR --data FILE`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PredictArgs {
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Rows (LIBSVM; the label column is ignored), `user item` pairs (a rating column is
+    /// ignored) or documents (docword) to predict. With --recommend: the user's known
+    /// ratings, left out of the recommendations (optional).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// MF: recommend items for this user (id as in the training file).
+    #[arg(long, value_name = "USER")]
+    pub recommend: Option<String>,
+    /// MF: how many items --recommend lists.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Write the predictions (TSV with a header) here instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Why `petrel eval` or `petrel predict` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SavedModelError {
+    /// The model file cannot be used.
+    #[error(transparent)]
+    Model(#[from] ModelFileError),
+    /// The data file cannot be read.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// The data does not fit the model.
+    #[error(transparent)]
+    Fit(#[from] ModelDataError),
+    /// An output could not be written.
+    #[error("{}: {source}", path.display())]
+    Write {
+        /// The file (`-` for standard output).
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The flags do not fit the app.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Loads the model and checks its parameters are of the app's kind.
+fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
+    let model = SavedModel::load(&args.model, args.app.name())?;
+    let kind_ok = matches!(
+        (args.app, &model.params),
+        (ModelApp::Lasso | ModelApp::Logistic, ModelParams::Linear(_))
+            | (ModelApp::PsLr, ModelParams::Softmax(_))
+            | (ModelApp::StradsMf | ModelApp::PsMf, ModelParams::Factors(_))
+            | (ModelApp::Lda | ModelApp::PsLda, ModelParams::Topics(_))
+    );
+    if !kind_ok {
+        let path = if args.model.is_dir() {
+            args.model.join(MODEL_FILE)
+        } else {
+            args.model.clone()
+        };
+        return Err(ModelFileError::Inconsistent {
+            path,
+            reason: format!(
+                "its parameters are not those of a {} model",
+                args.app.name()
+            ),
+        }
+        .into());
+    }
+    Ok(model)
+}
+
+/// `petrel eval`: prints the figures (one line, then one JSON line) and writes them to
+/// `--out` when given.
+pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
+    let model = load_model(&args.model)?;
+    let figures = model.evaluate_file(&args.data, args.model.iterations, args.model.seed)?;
+    let text: Vec<String> = figures
+        .iter()
+        .map(|(name, v)| format!("{name} {}", short_figure(*v)))
+        .collect();
+    let line = format!(
+        "{} model {} on {}: {}\n",
+        model.app,
+        args.model.model.display(),
+        args.data.display(),
+        text.join(", ")
+    );
+    let json = serde_json::json!({
+        "app": model.app,
+        "model": args.model.model,
+        "data": args.data,
+        "figures": figures.iter().map(|(k, v)| (k.to_string(), finite_json(*v))).collect::<serde_json::Map<_, _>>(),
+    });
+    to_stdout(format!("{line}{json}\n").as_bytes())?;
+    if let Some(path) = &args.out {
+        let mut bytes = serde_json::to_vec_pretty(&json)
+            .map_err(|e| SavedModelError::Usage(format!("encoding the figures: {e}")))?;
+        bytes.push(b'\n');
+        petrel_ml::job::write_atomic(path, &bytes).map_err(|source| SavedModelError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// A figure as JSON (`null` for NaN, e.g. R^2 of constant labels).
+fn finite_json(v: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+/// Counts print as integers, other figures with 6 decimals.
+pub fn short_figure(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.6}")
+    }
+}
+
+/// `petrel predict`: the predictions as TSV with a header.
+pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
+    let model = load_model(&args.model)?;
+    let need_data = || {
+        args.data.clone().ok_or_else(|| {
+            SavedModelError::Usage(format!(
+                "petrel predict {} needs --data FILE",
+                args.model.app.name()
+            ))
+        })
+    };
+    if args.recommend.is_some() && !matches!(model.params, ModelParams::Factors(_)) {
+        return Err(SavedModelError::Usage(
+            "--recommend applies to strads-mf and ps-mf models".into(),
+        ));
+    }
+    let mut out = String::new();
+    match &model.params {
+        ModelParams::Linear(m) => {
+            let data = load_libsvm(need_data()?)?;
+            match m.task {
+                petrel_ml::model::LinearTask::Regression => {
+                    out.push_str("row\tprediction\n");
+                    for (r, x) in data.rows.iter().enumerate() {
+                        out.push_str(&format!("{}\t{}\n", r + 1, m.predict(x)));
+                    }
+                }
+                petrel_ml::model::LinearTask::BinaryClassification => {
+                    // `positive` is 1 for the positive class (training labels > 0), else 0.
+                    out.push_str("row\tpositive\tprobability\n");
+                    for (r, x) in data.rows.iter().enumerate() {
+                        let p = m.predict(x);
+                        out.push_str(&format!("{}\t{}\t{p}\n", r + 1, u8::from(p >= 0.5)));
+                    }
+                }
+            }
+        }
+        ModelParams::Softmax(m) => {
+            let data = load_libsvm(need_data()?)?;
+            out.push_str("row\tlabel");
+            for l in &m.class_labels {
+                out.push_str(&format!("\tp_{l}"));
+            }
+            out.push('\n');
+            for (r, x) in data.rows.iter().enumerate() {
+                let (label, p) = m.predict(x);
+                out.push_str(&format!("{}\t{label}", r + 1));
+                for v in p {
+                    out.push_str(&format!("\t{v}"));
+                }
+                out.push('\n');
+            }
+        }
+        ModelParams::Factors(m) => match &args.recommend {
+            Some(user) => {
+                let rated: HashSet<String> = match &args.data {
+                    Some(path) => load_labelled_ratings(path)?
+                        .into_iter()
+                        .filter(|(u, _, _)| u == user)
+                        .map(|(_, i, _)| i)
+                        .collect(),
+                    None => HashSet::new(),
+                };
+                out.push_str("user\trank\titem\tprediction\n");
+                for (rank, (item, score)) in
+                    m.recommend(user, args.top, &rated)?.into_iter().enumerate()
+                {
+                    out.push_str(&format!("{user}\t{}\t{item}\t{score}\n", rank + 1));
+                }
+            }
+            None => {
+                let pairs = load_labelled_ratings(need_data()?)?;
+                let index = m.index();
+                out.push_str("user\titem\tprediction\n");
+                for (user, item, _) in &pairs {
+                    let p = m.predict(&index, user, item);
+                    out.push_str(&format!("{user}\t{item}\t{p}\n"));
+                }
+            }
+        },
+        ModelParams::Topics(m) => {
+            let path = need_data()?;
+            let corpus = load_bow(&path, None)?;
+            m.check_corpus(&corpus, &path)?;
+            let mut rng = StdRng::seed_from_u64(args.model.seed);
+            out.push_str("doc");
+            for k in 0..m.n_topics() {
+                out.push_str(&format!("\ttopic_{k}"));
+            }
+            out.push('\n');
+            for (d, doc) in corpus.docs.iter().enumerate() {
+                out.push_str(&(d + 1).to_string());
+                for v in m.fold_in(doc, args.model.iterations, &mut rng) {
+                    out.push_str(&format!("\t{v:.6}"));
+                }
+                out.push('\n');
+            }
+        }
+    }
+    match &args.out {
+        Some(path) => {
+            petrel_ml::job::write_atomic(path, out.as_bytes()).map_err(|source| {
+                SavedModelError::Write {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            println!("wrote {}", path.display());
+        }
+        None => to_stdout(out.as_bytes())?,
+    }
+    Ok(())
+}
+
+/// Writes to standard output; a reader that stopped early (`| head`) is not an error.
+fn to_stdout(bytes: &[u8]) -> Result<(), SavedModelError> {
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(SavedModelError::Write {
+            path: PathBuf::from("-"),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,549 @@
+//! Saved models through the CLI, for every training app: `petrel train` on a shipped
+//! training file (examples/data), `petrel eval` on its held-out file (figures asserted
+//! against a baseline), `petrel predict` (its rows checked), and bad model files refused
+//! naming the file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/data")
+        .join(name)
+}
+
+fn petrel(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run petrel")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = petrel(args);
+    assert!(
+        out.status.success(),
+        "petrel {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn failure(args: &[&str]) -> String {
+    let out = petrel(args);
+    assert!(!out.status.success(), "petrel {args:?} succeeded");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// `petrel eval`'s figures (its last stdout line is JSON).
+fn eval(app: &str, model: &Path, data_file: &str) -> serde_json::Value {
+    let stdout = ok(&[
+        "eval",
+        app,
+        "--model",
+        model.to_str().unwrap(),
+        "--data",
+        data(data_file).to_str().unwrap(),
+    ]);
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(json["app"], app);
+    json["figures"].clone()
+}
+
+/// `petrel predict`'s TSV rows (header dropped), split into fields.
+fn predict(app: &str, model: &Path, extra: &[&str]) -> Vec<Vec<String>> {
+    let mut args = vec!["predict", app, "--model", model.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    ok(&args)
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').map(String::from).collect())
+        .collect()
+}
+
+fn f(v: &serde_json::Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+fn train(app: &str, out: &Path, args: &[&str]) {
+    let mut all = vec!["train", app, "--out", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    ok(&all);
+    assert!(
+        out.join("petrel-model.json").exists(),
+        "{app} wrote no model"
+    );
+}
+
+#[test]
+fn linear_models_round_trip_through_eval_and_predict() {
+    let dir = tempfile::tempdir().unwrap();
+    let lasso = dir.path().join("lasso");
+    let train_file = data("regression.train");
+    let test_file = data("regression.test");
+    train(
+        "lasso",
+        &lasso,
+        &[
+            "--data",
+            train_file.to_str().unwrap(),
+            "--transport",
+            "memory",
+        ],
+    );
+    let figures = eval("lasso", &lasso, "regression.test");
+    assert!(f(&figures, "r2") > 0.8, "{figures}");
+    assert_eq!(f(&figures, "rows"), 100.0);
+    // predict's values give eval's MSE.
+    let rows = predict("lasso", &lasso, &["--data", test_file.to_str().unwrap()]);
+    assert_eq!(rows.len(), 100);
+    let labels: Vec<f64> = std::fs::read_to_string(&test_file)
+        .unwrap()
+        .lines()
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    let mse = rows
+        .iter()
+        .zip(&labels)
+        .map(|(r, y)| (r[1].parse::<f64>().unwrap() - y).powi(2))
+        .sum::<f64>()
+        / 100.0;
+    // (The labels are read as f32 by petrel.)
+    assert!((mse - f(&figures, "mse")).abs() < 1e-5 * mse.max(1.0));
+
+    let logistic = dir.path().join("logistic");
+    let train_file = data("classes.train");
+    train(
+        "logistic",
+        &logistic,
+        &[
+            "--data",
+            train_file.to_str().unwrap(),
+            "--transport",
+            "memory",
+        ],
+    );
+    let figures = eval("logistic", &logistic, "classes.test");
+    assert!(f(&figures, "accuracy") > 0.8, "{figures}");
+    assert!(
+        f(&figures, "log_loss") < std::f64::consts::LN_2,
+        "{figures}"
+    );
+    let rows = predict(
+        "logistic",
+        &logistic,
+        &["--data", data("classes.test").to_str().unwrap()],
+    );
+    assert_eq!(rows.len(), 100);
+    for r in &rows {
+        let p: f64 = r[2].parse().unwrap();
+        assert!((0.0..=1.0).contains(&p));
+        assert_eq!(r[1], if p >= 0.5 { "1" } else { "0" });
+    }
+
+    let ps_lr = dir.path().join("ps-lr");
+    train(
+        "ps-lr",
+        &ps_lr,
+        &[
+            "--data",
+            train_file.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+        ],
+    );
+    let figures = eval("ps-lr", &ps_lr, "classes.test");
+    assert!(f(&figures, "accuracy") > 0.8, "{figures}");
+    let rows = predict(
+        "ps-lr",
+        &ps_lr,
+        &["--data", data("classes.test").to_str().unwrap()],
+    );
+    assert_eq!(rows.len(), 100);
+    let p0: f64 = rows[0][2].parse().unwrap();
+    let p1: f64 = rows[0][3].parse().unwrap();
+    assert!((p0 + p1 - 1.0).abs() < 1e-9);
+    assert_eq!(rows[0][1], if p1 > p0 { "1" } else { "0" });
+}
+
+#[test]
+fn factor_models_beat_the_global_mean_and_recommend_unrated_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = data("ratings.base");
+    let base = base.to_str().unwrap();
+    let strads = dir.path().join("strads-mf");
+    train(
+        "strads-mf",
+        &strads,
+        &["--data", base, "--transport", "memory"],
+    );
+    let ps = dir.path().join("ps-mf");
+    train(
+        "ps-mf",
+        &ps,
+        &["--data", base, "--workers", "1", "--shards", "1"],
+    );
+    for (app, model) in [("strads-mf", &strads), ("ps-mf", &ps)] {
+        let figures = eval(app, model, "ratings.test");
+        assert!(
+            f(&figures, "rmse") < f(&figures, "baseline_rmse"),
+            "{app}: {figures}"
+        );
+        assert_eq!(f(&figures, "ratings"), 320.0);
+        assert_eq!(f(&figures, "unknown_pairs"), 0.0);
+        // Pairs keep the file's ids.
+        let rows = predict(
+            app,
+            model,
+            &["--data", data("ratings.test").to_str().unwrap()],
+        );
+        assert_eq!(rows.len(), 320);
+        let first = std::fs::read_to_string(data("ratings.test")).unwrap();
+        let first: Vec<&str> = first.lines().next().unwrap().split('\t').collect();
+        assert_eq!(
+            (rows[0][0].as_str(), rows[0][1].as_str()),
+            (first[0], first[1])
+        );
+        // User 1's top 5 leaves out what user 1 rated in the training file.
+        let top = predict(
+            app,
+            model,
+            &["--recommend", "1", "--top", "5", "--data", base],
+        );
+        assert_eq!(top.len(), 5);
+        let rated: Vec<String> = std::fs::read_to_string(base)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("1\t"))
+            .map(|l| l.split('\t').nth(1).unwrap().to_string())
+            .collect();
+        for r in &top {
+            assert_eq!(r[0], "1");
+            assert!(
+                !rated.contains(&r[2]),
+                "{app} recommended rated item {}",
+                r[2]
+            );
+        }
+        let scores: Vec<f64> = top.iter().map(|r| r[3].parse().unwrap()).collect();
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]));
+        let e = failure(&[
+            "predict",
+            app,
+            "--model",
+            model.to_str().unwrap(),
+            "--recommend",
+            "no-such-user",
+        ]);
+        assert!(e.contains("\"no-such-user\" is not in the model"), "{e}");
+    }
+}
+
+#[test]
+fn topic_models_fold_in_new_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let (docs, vocab) = (data("docs.train"), data("vocab.txt"));
+    let common = [
+        "--docword",
+        docs.to_str().unwrap(),
+        "--vocab",
+        vocab.to_str().unwrap(),
+        "--topics",
+        "4",
+    ];
+    let strads = dir.path().join("lda");
+    let mut args = common.to_vec();
+    args.extend(["--transport", "memory"]);
+    train("lda", &strads, &args);
+    let ps = dir.path().join("ps-lda");
+    let mut args = common.to_vec();
+    args.extend(["--workers", "1", "--shards", "1"]);
+    train("ps-lda", &ps, &args);
+    for (app, model) in [("lda", &strads), ("ps-lda", &ps)] {
+        let figures = eval(app, model, "docs.test");
+        // Uniform over the 40 words would be 40.
+        assert_eq!(f(&figures, "uniform_perplexity"), 40.0);
+        assert!(f(&figures, "perplexity") < 0.85 * 40.0, "{app}: {figures}");
+        let rows = predict(app, model, &["--data", data("docs.test").to_str().unwrap()]);
+        assert_eq!(rows.len(), 20);
+        for r in &rows {
+            let theta: Vec<f64> = r[1..].iter().map(|v| v.parse().unwrap()).collect();
+            assert_eq!(theta.len(), 4);
+            assert!((theta.iter().sum::<f64>() - 1.0).abs() < 1e-4, "{r:?}");
+        }
+        // The test documents are dominated by few topics (uniform mixtures would give
+        // a largest share of 0.25).
+        let main_share = rows
+            .iter()
+            .map(|r| {
+                r[1..]
+                    .iter()
+                    .map(|v| v.parse::<f64>().unwrap())
+                    .fold(0.0, f64::max)
+            })
+            .sum::<f64>()
+            / rows.len() as f64;
+        assert!(
+            main_share > 0.45,
+            "{app}: mean largest topic share {main_share}"
+        );
+    }
+}
+
+/// `metrics.json`'s final figures.
+fn finals(out: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("metrics.json")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&text).unwrap()["final"].clone()
+}
+
+#[test]
+fn test_data_gives_heldout_figures_in_the_metrics_and_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, test) = (data("ratings.base"), data("ratings.test"));
+    // Flag: ps-mf's RMSE curve is over the test file, and its final figures are eval's.
+    let ps = dir.path().join("ps-mf");
+    let stdout = ok(&[
+        "train",
+        "ps-mf",
+        "--data",
+        base.to_str().unwrap(),
+        "--test-data",
+        test.to_str().unwrap(),
+        "--workers",
+        "1",
+        "--shards",
+        "1",
+        "--out",
+        ps.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("320 test ratings"), "{stdout}");
+    assert!(stdout.contains("held-out ("), "{stdout}");
+    let figures = eval("ps-mf", &ps, "ratings.test");
+    let fin = finals(&ps);
+    assert_eq!(f(&fin, "heldout_rmse"), f(&figures, "rmse"));
+    assert!(f(&fin, "heldout_rmse") < f(&fin, "heldout_baseline_rmse"));
+    assert!((f(&fin, "test_rmse") - f(&figures, "rmse")).abs() < 1e-6);
+    // Job file: `test_data` in the app's section, for a STRADS app run as processes.
+    let job = dir.path().join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "[app.lasso]\ndata = {:?}\ntest_data = {:?}\n",
+            data("regression.train"),
+            data("regression.test")
+        ),
+    )
+    .unwrap();
+    let lasso = dir.path().join("lasso");
+    ok(&[
+        "train",
+        "lasso",
+        "--config",
+        job.to_str().unwrap(),
+        "--transport",
+        "processes",
+        "--out",
+        lasso.to_str().unwrap(),
+    ]);
+    let fin = finals(&lasso);
+    let figures = eval("lasso", &lasso, "regression.test");
+    assert_eq!(f(&fin, "heldout_r2"), f(&figures, "r2"));
+    assert!(f(&fin, "heldout_r2") > 0.8);
+    // A held-out file that does not fit is refused naming it.
+    let e = failure(&[
+        "train",
+        "ps-lr",
+        "--data",
+        data("classes.train").to_str().unwrap(),
+        "--test-data",
+        data("regression.test").to_str().unwrap(),
+        "--out",
+        dir.path().join("bad").to_str().unwrap(),
+    ]);
+    assert!(e.contains("regression.test row 1"), "{e}");
+}
+
+#[test]
+fn ps_mf_biases_are_saved_and_lower_the_heldout_rmse() {
+    // examples/data's ratings have a bias per user and per item.
+    let dir = tempfile::tempdir().unwrap();
+    let base = data("ratings.base");
+    let mut rmse = Vec::new();
+    for biases in [false, true] {
+        let out = dir.path().join(format!("biases-{biases}"));
+        let mut args = vec![
+            "--data",
+            base.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+        ];
+        if biases {
+            args.push("--biases");
+        }
+        train("ps-mf", &out, &args);
+        let model: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
+                .unwrap();
+        let user_bias = model["params"]["user_bias"].as_array().unwrap();
+        assert_eq!(user_bias.len(), if biases { 80 } else { 0 });
+        if biases {
+            assert!(user_bias.iter().any(|b| b.as_f64().unwrap().abs() > 0.1));
+            assert_eq!(
+                model["params"]["user_factors"][0].as_array().unwrap().len(),
+                16
+            );
+        }
+        rmse.push(f(&eval("ps-mf", &out, "ratings.test"), "rmse"));
+    }
+    assert!(
+        rmse[1] < 0.95 * rmse[0],
+        "rmse without / with biases: {rmse:?}"
+    );
+}
+
+#[test]
+fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
+    // Columns with disjoint supports: scikit-learn's Lasso(alpha, fit_intercept=False)
+    // has the closed form w_j = S(x_j^T y, n alpha) / ||x_j||^2 (S: soft threshold).
+    // Feature 1: x^T y = 1*3 + 2*5 = 13, ||x||^2 = 5; feature 2: -5, 2; feature 3: 0.25, 0.5.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("orthogonal.libsvm");
+    std::fs::write(
+        &file,
+        "3 1:1\n5 1:2\n-2 2:1\n-3 2:1\n0.2 3:0.5\n0.3 3:0.5\n",
+    )
+    .unwrap();
+    let (n, alpha) = (6.0, 0.5);
+    let lambda = n * alpha;
+    let soft = |z: f64| z.signum() * (z.abs() - lambda).max(0.0);
+    let expected = [soft(13.0) / 5.0, soft(-5.0) / 2.0, soft(0.25) / 0.5];
+    assert_eq!(expected, [2.0, -1.0, 0.0]);
+    for transport in ["none", "memory"] {
+        let out = dir.path().join(transport);
+        train(
+            "lasso",
+            &out,
+            &[
+                "--data",
+                file.to_str().unwrap(),
+                "--lambda",
+                &lambda.to_string(),
+                "--workers",
+                "1",
+                "--transport",
+                transport,
+            ],
+        );
+        let got: Vec<f64> = std::fs::read_to_string(out.join("coefficients.tsv"))
+            .unwrap()
+            .lines()
+            .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
+            .collect();
+        for (g, e) in got.iter().zip(expected) {
+            assert!((g - e).abs() < 1e-4, "{transport}: {got:?} vs {expected:?}");
+        }
+    }
+}
+
+#[test]
+fn train_reports_progress_without_a_terminal_and_plots_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lda");
+    let svg = dir.path().join("plots/lda.svg");
+    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", "lda", "--docword"])
+        .arg(data("docs.train"))
+        .args([
+            "--topics",
+            "4",
+            "--iterations",
+            "30",
+            "--transport",
+            "memory",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--plot")
+        .arg(&svg)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    // Standard error is a pipe: INFO lines, the last one at the final pass.
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert!(
+        stderr.contains("lda progress: point 31/31, loglik_per_token"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(run.stdout).unwrap();
+    assert!(stdout.contains("plotted loglik_per_token to"), "{stdout}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.contains("loglik_per_token"));
+    // The history drawn: one record per pass and one before the first.
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["history"].as_array().unwrap().len(), 31);
+    let e = failure(&["train", "ps-mf", "--plot", "x.svg", "--config", "job.toml"]);
+    assert!(e.contains("--plot needs"), "{e}");
+}
+
+#[test]
+fn bad_model_files_are_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("lasso");
+    train(
+        "lasso",
+        &model,
+        &[
+            "--data",
+            data("regression.train").to_str().unwrap(),
+            "--transport",
+            "memory",
+        ],
+    );
+    let file = model.join("petrel-model.json");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let test = data("regression.test");
+    let eval_with = |app: &str, m: &Path| {
+        failure(&[
+            "eval",
+            app,
+            "--model",
+            m.to_str().unwrap(),
+            "--data",
+            test.to_str().unwrap(),
+        ])
+    };
+    // Another app's model.
+    let e = eval_with("ps-mf", &model);
+    assert!(
+        e.contains(file.to_str().unwrap()) && e.contains("trained by `lasso`, not `ps-mf`"),
+        "{e}"
+    );
+    // Truncated.
+    let cut = dir.path().join("cut.json");
+    std::fs::write(&cut, &text[..text.len() / 2]).unwrap();
+    let e = eval_with("lasso", &cut);
+    assert!(e.contains("cut.json is truncated"), "{e}");
+    // Another version.
+    let other = dir.path().join("v2.json");
+    std::fs::write(&other, text.replacen("\"version\":1", "\"version\":2", 1)).unwrap();
+    let e = eval_with("lasso", &other);
+    assert!(
+        e.contains("v2.json") && e.contains("version 2 is not supported"),
+        "{e}"
+    );
+    // Not a model at all.
+    let e = eval_with("lasso", &test);
+    assert!(e.contains("regression.test is not a petrel model"), "{e}");
+    // A directory without a model.
+    let e = eval_with("lasso", dir.path());
+    assert!(e.contains("petrel-model.json"), "{e}");
+}
