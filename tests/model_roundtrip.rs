@@ -409,6 +409,42 @@ fn ps_mf_biases_are_saved_and_lower_the_heldout_rmse() {
 }
 
 #[test]
+fn strads_mf_global_mean_is_saved_and_lowers_the_heldout_rmse() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = data("ratings.base");
+    let ratings: Vec<f64> = std::fs::read_to_string(&base)
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').nth(2).unwrap().parse().unwrap())
+        .collect();
+    let mean = ratings.iter().sum::<f64>() / ratings.len() as f64;
+    let mut rmse = Vec::new();
+    for global_mean in [false, true] {
+        let out = dir.path().join(format!("mean-{global_mean}"));
+        // The whole file trains (no test_fraction split), so the mean is the file's.
+        let mut args = vec![
+            "--data",
+            base.to_str().unwrap(),
+            "--test-fraction",
+            "0",
+            "--transport",
+            "memory",
+        ];
+        if global_mean {
+            args.push("--global-mean");
+        }
+        train("strads-mf", &out, &args);
+        let model: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
+                .unwrap();
+        let saved = model["params"]["global_mean"].as_f64().unwrap();
+        assert!((saved - if global_mean { mean } else { 0.0 }).abs() < 1e-4);
+        rmse.push(f(&eval("strads-mf", &out, "ratings.test"), "rmse"));
+    }
+    assert!(rmse[1] < rmse[0], "rmse without / with the mean: {rmse:?}");
+}
+
+#[test]
 fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
     // Columns with disjoint supports: scikit-learn's Lasso(alpha, fit_intercept=False)
     // has the closed form w_j = S(x_j^T y, n alpha) / ||x_j||^2 (S: soft threshold).
