@@ -41,6 +41,11 @@ enum Command {
         /// printed) and leave it as dashboard.html in --run-dir (else the current directory).
         #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
         dashboard: Option<String>,
+        /// Launch the whole cluster again, from the start, this many times when a node dies
+        /// (killed by a signal or silent past the failure timeout; a role's own error is
+        /// never retried). 0 = stop at the first failure.
+        #[arg(long, default_value_t = 2)]
+        max_restarts: u32,
     },
     /// Run one node of a cluster (multi-host: start one on every host).
     Node {
@@ -92,8 +97,12 @@ enum Command {
         /// printed) and leave it as dashboard.html in the output directory.
         #[arg(long, global = true, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
         dashboard: Option<String>,
+        /// Draw the run's history (objective, RMSE, log-loss or log-likelihood against
+        /// seconds) into this SVG file when it ends (needs --out).
+        #[arg(long, global = true, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
         #[command(subcommand)]
-        app: TrainCommand,
+        app: Box<TrainCommand>,
     },
     /// Held-out figures of a trained model on a data file (RMSE, accuracy and log-loss,
     /// R^2, perplexity...).
@@ -260,12 +269,27 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             timeout_s,
             in_process,
             dashboard,
+            max_restarts,
         } => {
             let cluster = petrel::roles::builtin(Settings::load(&config)?);
             let report_dir = run_dir.clone();
             let dashboard =
                 start_dashboard(dashboard.as_deref(), &cluster.settings().cluster.name)?;
-            let result = run_cluster(cluster, run_dir, timeout_s, in_process);
+            let result = petrel::recovery::run_with_restarts(
+                max_restarts,
+                petrel::recovery::launch_failed_by_node_death,
+                || false,
+                |_, _| run_cluster(&cluster, run_dir.clone(), timeout_s, in_process),
+            );
+            let result = match result {
+                Ok(((), 0)) => Ok(()),
+                Ok(((), restarts)) => {
+                    println!("cluster finished after {restarts} restart(s)");
+                    Ok(())
+                }
+                Err(petrel::recovery::RecoveryError::Fatal(e)) => Err(e.into()),
+                Err(exhausted) => Err(CliError::command(exhausted)),
+            };
             finish_dashboard(dashboard, report_dir)?;
             result
         }
@@ -342,12 +366,27 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
         },
         // commands dispatch: applications add their arms below this line; each maps its own
         // error type with `CliError::command`.
-        Command::Train { dashboard, app } => {
+        Command::Train {
+            dashboard,
+            plot,
+            app,
+        } => {
             let report_dir = train_out_dir(&app);
+            if plot.is_some() && report_dir.is_none() {
+                return Err(CliError::Usage(
+                    "--plot needs the output directory on the command line (--out)".into(),
+                ));
+            }
             let dashboard = start_dashboard(dashboard.as_deref(), train_title(&app))?;
-            let result = train(app, given);
-            finish_dashboard(dashboard, report_dir)?;
-            result
+            let result = train(*app, given);
+            finish_dashboard(dashboard, report_dir.clone())?;
+            result?;
+            if let (Some(svg), Some(out)) = (plot, report_dir) {
+                let drawn =
+                    petrel::train::progress::plot_history(&out, &svg).map_err(CliError::command)?;
+                println!("plotted {} to {}", drawn.join(", "), svg.display());
+            }
+            Ok(())
         }
         Command::Eval(args) => petrel::train::saved::eval_command(args).map_err(CliError::command),
         Command::Predict(args) => {
@@ -405,11 +444,11 @@ fn train(app: TrainCommand, given: &BTreeSet<String>) -> Result<(), CliError> {
 
 /// `petrel run` without the dashboard around it.
 fn run_cluster(
-    cluster: petrel_actors::Cluster,
+    cluster: &petrel_actors::Cluster,
     run_dir: Option<PathBuf>,
     timeout_s: Option<u64>,
     in_process: bool,
-) -> Result<(), CliError> {
+) -> Result<(), LaunchError> {
     let mode = if in_process {
         LaunchMode::InProcess
     } else {
@@ -418,7 +457,7 @@ fn run_cluster(
     let mut opts = LaunchOptions::new()?;
     opts.run_dir = run_dir;
     opts.timeout = timeout_s.map(Duration::from_secs);
-    let Some(report) = launcher::launch_with(&cluster, mode, opts)?.report else {
+    let Some(report) = launcher::launch_with(cluster, mode, opts)?.report else {
         return Ok(());
     };
     for (name, t) in &report.nodes {

@@ -135,6 +135,20 @@ pub fn run_with_restarts<T, E: std::error::Error + 'static>(
     }
 }
 
+/// True when a launched cluster failed because one of its nodes died (killed by a signal,
+/// or silent past the failure timeout), not because of its own error: only then can a
+/// restart help.
+pub fn launch_failed_by_node_death(e: &crate::launcher::LaunchError) -> bool {
+    match e {
+        crate::launcher::LaunchError::Settings(petrel_actors::NodeError::PeerFailed { .. }) => true,
+        // A killed process leaves no error of its own: its cause is its exit status.
+        crate::launcher::LaunchError::NodeFailed { cause, .. } => {
+            cause.contains("signal") || cause.contains("no heartbeat")
+        }
+        _ => false,
+    }
+}
+
 /// True when `dir` holds at least one checkpoint manifest (a complete checkpoint: the
 /// manifest is written last). The scheduler verifies it fully when it resumes.
 pub fn has_checkpoint(dir: &Path) -> bool {

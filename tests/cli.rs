@@ -362,6 +362,9 @@ fn killed_lasso_node_then_resume_gives_the_uninterrupted_model() {
                     cfg.to_str().unwrap(),
                     "--timeout-s",
                     "60",
+                    // The manual path: the kill stops the run, `resume` continues it.
+                    "--max-restarts",
+                    "0",
                     "--run-dir",
                 ])
                 .arg(dir.path().join(format!("run-{name}")))
@@ -906,4 +909,169 @@ fn bench_chaos_recovers_every_faulted_run() {
         assert_eq!(json[key].as_u64(), Some(want), "{key}: {json}");
     }
     assert!(json["max_recovery_s"].as_f64().is_some(), "{json}");
+}
+
+/// Issue 12, item 6: logistic regression and strads-mf restart automatically too. A
+/// worker process is SIGKILLed mid-run; the cluster is started again (from the start: these
+/// apps do not checkpoint) and the job finishes with a model byte-identical to an
+/// uninterrupted run's.
+#[test]
+fn logistic_and_strads_mf_restart_after_a_killed_worker_with_the_uninterrupted_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, &[&str], &[&str]); 2] = [
+        (
+            "logistic",
+            &[
+                "--block-size",
+                "8",
+                "--candidate-pool",
+                "32",
+                "--max-rounds",
+                "1500",
+                "--seed",
+                "3",
+                "--synthetic-samples",
+                "150",
+                "--synthetic-features",
+                "300",
+            ],
+            &["coefficients.tsv"],
+        ),
+        (
+            "strads-mf",
+            &["--iterations", "10", "--seed", "1"],
+            &["user_factors.tsv", "item_factors.tsv"],
+        ),
+    ];
+    for (app, args, files) in cases {
+        let train = |out: &Path, restarts: &str| {
+            let mut cmd = Command::new(PETREL);
+            cmd.args(["train", app, "--transport", "processes", "--workers", "2"])
+                .args(args)
+                .args(["--max-restarts", restarts, "--out"])
+                .arg(out)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            cmd
+        };
+        let plain = dir.path().join(format!("{app}-plain"));
+        let out = train(&plain, "0").output().unwrap();
+        assert!(
+            out.status.success(),
+            "{app}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        let killed = dir.path().join(format!("{app}-killed"));
+        let child = train(&killed, "2").spawn().unwrap();
+        let pid = child_process(child.id(), "w1").expect("the worker's process");
+        // Mid-run: the uninterrupted run takes several seconds after its nodes start. A
+        // kill that lands earlier (before the cluster formed) is a node death all the same.
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success(),
+            "{app}: w1 was gone before the kill"
+        );
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{app}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("after 1 restart"), "{app}: {stdout}");
+        for file in files {
+            assert!(
+                std::fs::read(killed.join(file)).unwrap()
+                    == std::fs::read(plain.join(file)).unwrap(),
+                "{app}: {file} of the restarted job differs from the uninterrupted one"
+            );
+        }
+    }
+}
+
+/// Issue 12, item 6: `petrel run --max-restarts` launches the cluster again when a node
+/// dies. A strads-mf cluster file; w1 is SIGKILLed mid-run; the run finishes after one
+/// restart with factors byte-identical to an uninterrupted run's. Without restarts left the
+/// same kill fails the run, naming the node.
+#[test]
+fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = |out: &Path| {
+        let job = Command::new(PETREL)
+            .args(["train", "strads-mf", "--print-job", "--iterations", "10"])
+            .args(["--seed", "1", "--out"])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(job.status.success());
+        let mut text = String::from("[cluster]\nname = \"mf-restart\"\n");
+        for (node, role) in [
+            ("scheduler", "strads-mf-scheduler"),
+            ("w0", "strads-mf-worker"),
+            ("w1", "strads-mf-worker"),
+        ] {
+            text.push_str(&format!(
+                "[[nodes]]\nname = \"{node}\"\naddr = \"127.0.0.1:0\"\nroles = [\"{role}\"]\n"
+            ));
+        }
+        text.push_str(&String::from_utf8_lossy(&job.stdout));
+        let path = out.with_extension("toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let run = |cfg: &Path, restarts: &str| {
+        let mut cmd = Command::new(PETREL);
+        cmd.arg("run")
+            .arg(cfg)
+            .args(["--timeout-s", "120", "--max-restarts", restarts])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let plain = dir.path().join("plain");
+    let out = run(&cluster(&plain), "0").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    for (restarts, succeeds) in [("2", true), ("0", false)] {
+        let killed = dir.path().join(format!("killed-{restarts}"));
+        let child = run(&cluster(&killed), restarts).spawn().unwrap();
+        let pid = child_process(child.id(), "w1").expect("the worker's process");
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if succeeds {
+            assert!(out.status.success(), "{stderr}");
+            assert!(stdout.contains("after 1 restart"), "{stdout}");
+            for file in ["user_factors.tsv", "item_factors.tsv"] {
+                assert!(
+                    std::fs::read(killed.join(file)).unwrap()
+                        == std::fs::read(plain.join(file)).unwrap(),
+                    "{file} of the restarted run differs from the uninterrupted one"
+                );
+            }
+        } else {
+            assert!(!out.status.success());
+            assert!(
+                stderr.contains("node w1 failed") && stderr.contains("gave up after 0 restart(s)"),
+                "{stderr}"
+            );
+        }
+    }
 }

@@ -409,6 +409,42 @@ fn ps_mf_biases_are_saved_and_lower_the_heldout_rmse() {
 }
 
 #[test]
+fn strads_mf_global_mean_is_saved_and_lowers_the_heldout_rmse() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = data("ratings.base");
+    let ratings: Vec<f64> = std::fs::read_to_string(&base)
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').nth(2).unwrap().parse().unwrap())
+        .collect();
+    let mean = ratings.iter().sum::<f64>() / ratings.len() as f64;
+    let mut rmse = Vec::new();
+    for global_mean in [false, true] {
+        let out = dir.path().join(format!("mean-{global_mean}"));
+        // The whole file trains (no test_fraction split), so the mean is the file's.
+        let mut args = vec![
+            "--data",
+            base.to_str().unwrap(),
+            "--test-fraction",
+            "0",
+            "--transport",
+            "memory",
+        ];
+        if global_mean {
+            args.push("--global-mean");
+        }
+        train("strads-mf", &out, &args);
+        let model: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
+                .unwrap();
+        let saved = model["params"]["global_mean"].as_f64().unwrap();
+        assert!((saved - if global_mean { mean } else { 0.0 }).abs() < 1e-4);
+        rmse.push(f(&eval("strads-mf", &out, "ratings.test"), "rmse"));
+    }
+    assert!(rmse[1] < rmse[0], "rmse without / with the mean: {rmse:?}");
+}
+
+#[test]
 fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
     // Columns with disjoint supports: scikit-learn's Lasso(alpha, fit_intercept=False)
     // has the closed form w_j = S(x_j^T y, n alpha) / ||x_j||^2 (S: soft threshold).
@@ -450,6 +486,48 @@ fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
             assert!((g - e).abs() < 1e-4, "{transport}: {got:?} vs {expected:?}");
         }
     }
+}
+
+#[test]
+fn train_reports_progress_without_a_terminal_and_plots_its_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lda");
+    let svg = dir.path().join("plots/lda.svg");
+    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", "lda", "--docword"])
+        .arg(data("docs.train"))
+        .args([
+            "--topics",
+            "4",
+            "--iterations",
+            "30",
+            "--transport",
+            "memory",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--plot")
+        .arg(&svg)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    // Standard error is a pipe: INFO lines, the last one at the final pass.
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert!(
+        stderr.contains("lda progress: point 31/31, loglik_per_token"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8(run.stdout).unwrap();
+    assert!(stdout.contains("plotted loglik_per_token to"), "{stdout}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.contains("loglik_per_token"));
+    // The history drawn: one record per pass and one before the first.
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    assert_eq!(metrics["history"].as_array().unwrap().len(), 31);
+    let e = failure(&["train", "ps-mf", "--plot", "x.svg", "--config", "job.toml"]);
+    assert!(e.contains("--plot needs"), "{e}");
 }
 
 #[test]

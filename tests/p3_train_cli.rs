@@ -1,7 +1,136 @@
 //! `petrel train p3` end to end: a candle MLP on 2 worker + 2 shard processes on
-//! 127.0.0.1, per-epoch progress, test accuracy and a saved model that loads back.
+//! 127.0.0.1, per-epoch progress, test accuracy and a saved model that loads back, that
+//! `petrel eval p3` scores exactly as training did and `petrel predict p3` applies.
 
+use std::path::Path;
 use std::process::Command;
+
+use petrel::ml::dnn::cifar::{synthetic_cifar, write_cifar10};
+use petrel::ml::dnn::data::Dataset;
+
+/// Writes `train` and `test` CIFAR-10 binary files drawn from the same classes.
+fn write_cifar_pair(dir: &Path, train: usize, test: usize) -> (String, String) {
+    let all = synthetic_cifar(train + test, 10, 0.35, 3).unwrap();
+    let part = |range: std::ops::Range<usize>, name: &str| {
+        let (x, y) = all.select(&range.collect::<Vec<_>>());
+        let path = dir.join(name);
+        write_cifar10(
+            &path,
+            &Dataset {
+                x,
+                y,
+                n_classes: 10,
+            },
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    (
+        part(0..train, "train.bin"),
+        part(train..train + test, "test.bin"),
+    )
+}
+
+fn petrel(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn trained_p3_model_evaluates_and_predicts_as_training_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (train, test) = write_cifar_pair(dir.path(), 64, 40);
+    let model = dir.path().join("model.json");
+    let model = model.to_str().unwrap();
+    let run = dir.path().join("run");
+    let (ok, stdout, stderr) = petrel(&[
+        "train",
+        "p3",
+        "--net",
+        "mlp",
+        "--mode",
+        "fifo",
+        "--epochs",
+        "2",
+        "--width",
+        "2",
+        "--batch",
+        "8",
+        "--lr",
+        "0.05",
+        "--workers",
+        "1",
+        "--shards",
+        "1",
+        "--train-data",
+        &format!("cifar:{train}"),
+        "--test-data",
+        &format!("cifar:{test}"),
+        "--out",
+        model,
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
+    assert!(ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let trained: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let trained_accuracy = trained["test_accuracy"].as_f64().unwrap();
+
+    // The saved model scores the test file exactly as worker 0 did after training.
+    let (ok, stdout, stderr) = petrel(&["eval", "p3", "--model", model, "--data", &test]);
+    assert!(ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let eval: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(eval["figures"]["examples"].as_f64(), Some(40.0));
+    let accuracy = eval["figures"]["accuracy"].as_f64().unwrap();
+    assert!(
+        (accuracy - trained_accuracy).abs() < 1e-6,
+        "{accuracy} vs {trained_accuracy}"
+    );
+
+    // predict: one row per example, probabilities summing to 1, the arg-max as class, and
+    // as many right as the accuracy says.
+    let predictions = dir.path().join("pred.tsv");
+    let (ok, stdout, stderr) = petrel(&[
+        "predict",
+        "p3",
+        "--model",
+        model,
+        "--data",
+        &format!("cifar:{test}"),
+        "--out",
+        predictions.to_str().unwrap(),
+    ]);
+    assert!(ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let text = std::fs::read_to_string(&predictions).unwrap();
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().starts_with("example\tclass\tp_0"));
+    let labels = petrel::ml::dnn::cifar::read_cifar10(&test).unwrap().y;
+    let mut right = 0;
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 40);
+    for (row, label) in rows.iter().zip(labels.iter()) {
+        let cols: Vec<f64> = row.split('\t').map(|c| c.parse().unwrap()).collect();
+        assert_eq!(cols.len(), 2 + 10);
+        let sum: f64 = cols[2..].iter().sum();
+        assert!((sum - 1.0).abs() < 1e-3, "{row}");
+        right += usize::from(cols[1] as usize == *label);
+    }
+    assert!(
+        (right as f64 / 40.0 - accuracy).abs() < 1e-6,
+        "{right}/40 vs {accuracy}"
+    );
+
+    // A model of another app is refused, naming the file.
+    let (ok, _, stderr) = petrel(&["eval", "lasso", "--model", model, "--data", &test]);
+    assert!(!ok);
+    assert!(stderr.contains("model.json"), "{stderr}");
+}
 
 #[test]
 fn train_p3_runs_processes_and_saves_a_loadable_model() {

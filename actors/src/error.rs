@@ -44,11 +44,12 @@ pub enum AskError {
         #[source]
         source: Arc<petrel_net::NetError>,
     },
-    /// The message is larger than the transport's `net.max_message_bytes`; nothing was
-    /// sent. (A reply that is too large comes back as [`AskError::Remote`] with the same
-    /// wording, at once, instead of a timeout.)
+    /// The message is larger than the transport takes even split into parts (a peer's
+    /// share of `net.inbound_buffer_bytes`; above `net.max_message_bytes` messages are
+    /// split and joined again); nothing was sent. (A reply that is too large comes back as
+    /// [`AskError::Remote`] with the same wording, at once, instead of a timeout.)
     #[error(
-        "{msg_type} to {actor} is {len} bytes, over net.max_message_bytes = {max}: raise it ([net] max_message_bytes or PETREL_NET__MAX_MESSAGE_BYTES) or send smaller messages"
+        "{msg_type} to {actor} is {len} bytes, over the largest message a peer takes ({max} bytes: half of net.inbound_buffer_bytes): raise it ([net] inbound_buffer_bytes or PETREL_NET__INBOUND_BUFFER_BYTES) or send smaller messages"
     )]
     Oversize {
         /// The target actor.

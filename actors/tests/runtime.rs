@@ -653,18 +653,20 @@ impl Handler<Msg<Expand>> for Expander {
     }
 }
 
-/// A reply larger than `max_message_bytes` used to be dropped at the replier (logged
-/// there only) while the asker waited out its whole timeout ("no reply within 60s"). Now
-/// the asker fails at once with the message type, the size and the knob; and a request
-/// that is too large fails before it is sent, naming the same.
+/// Issue 12, item 4. Messages above `max_message_bytes` are split by the transport and
+/// joined again: a request and a reply of a tensor three times the limit cross. Beyond what
+/// a peer takes even split (its share of `inbound_buffer_bytes`) a reply, which used to be
+/// dropped at the replier while the asker waited out its timeout, fails the ask at once
+/// naming the type, the size and the knob; a request fails before it is sent.
 #[test]
-fn oversize_request_and_reply_fail_at_once_naming_type_size_and_knob() {
+fn big_messages_are_split_and_joined_and_too_big_ones_fail_at_once_naming_the_knob() {
     use petrel_messages::NodeId;
     use petrel_net::{MemoryHub, Net, NetConfig};
     System::new().block_on(async {
         let hub = MemoryHub::new();
         let cfg = NetConfig {
             max_message_bytes: 1 << 20,
+            inbound_buffer_bytes: 16 << 20, // a peer's share: 8 MiB
             ..NetConfig::default()
         };
         let (net_a, in_a) = Net::memory(&hub, NodeId(0), cfg.clone()).unwrap();
@@ -680,18 +682,31 @@ fn oversize_request_and_reply_fail_at_once_naming_type_size_and_knob() {
         b.register("scaler", Scaler { notes }.start())
             .unwrap()
             .accept::<Scale>();
-        let expander = a.actor_at::<Expand>("b", "expander").unwrap();
-        // Small enough: answered.
-        let small = expander
-            .ask(Expand { floats: 1000 }, Priority::NORMAL, Duration::from_secs(60))
+        // 3 MiB each way under a 1 MiB limit: split, joined, exact.
+        let scaler = a.actor_at::<Scale>("b", "scaler").unwrap();
+        let n = 3 << 18;
+        let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let scaled = scaler
+            .ask(
+                Scale {
+                    factor: 2.0,
+                    tensor: Tensor::new(vec![n], data.clone()).unwrap(),
+                },
+                Priority::NORMAL,
+                Duration::from_secs(60),
+            )
             .await
             .unwrap();
-        assert_eq!(small.shape, vec![1000]);
-        // A 4 MiB reply under a 1 MiB limit: a failure now, not a timeout in 60 s.
+        assert_eq!(scaled.tensor.shape, vec![n]);
+        assert!(scaled.tensor.data.iter().zip(&data).all(|(s, d)| *s == 2.0 * d));
+        assert!(a.net_stats().split_messages >= 1 && b.net_stats().split_messages >= 1);
+
+        // A 16 MiB reply over the 8 MiB share: a failure now, not a timeout in 60 s.
+        let expander = a.actor_at::<Expand>("b", "expander").unwrap();
         let start = Instant::now();
         let err = expander
             .ask(
-                Expand { floats: 1 << 20 },
+                Expand { floats: 4 << 20 },
                 Priority::NORMAL,
                 Duration::from_secs(60),
             )
@@ -700,12 +715,11 @@ fn oversize_request_and_reply_fail_at_once_naming_type_size_and_knob() {
         assert!(start.elapsed() < Duration::from_secs(30), "waited {:?}", start.elapsed());
         let text = err.to_string();
         assert!(matches!(err, AskError::Remote { .. }), "{text}");
-        for expected in ["reply to test.expand", "4194", "net.max_message_bytes = 1048576"] {
+        for expected in ["reply to test.expand", "16777", "8388608", "net.inbound_buffer_bytes"] {
             assert!(text.contains(expected), "missing {expected:?} in {text}");
         }
-        // A 4 MiB request: refused before it leaves, naming type, size and knob.
-        let scaler = a.actor_at::<Scale>("b", "scaler").unwrap();
-        let big = Tensor::new(vec![1 << 20], vec![0.5; 1 << 20]).unwrap();
+        // A 16 MiB request: refused before it leaves, naming type, size and knob.
+        let big = Tensor::new(vec![4 << 20], vec![0.5; 4 << 20]).unwrap();
         let err = scaler
             .ask(
                 Scale {
@@ -719,10 +733,10 @@ fn oversize_request_and_reply_fail_at_once_naming_type_size_and_knob() {
             .unwrap_err();
         let text = err.to_string();
         assert!(
-            matches!(err, AskError::Oversize { ref msg_type, max: 1_048_576, .. } if msg_type == "test.scale"),
+            matches!(err, AskError::Oversize { ref msg_type, max: 8_388_608, .. } if msg_type == "test.scale"),
             "{text}"
         );
-        assert!(text.contains("net.max_message_bytes"), "{text}");
+        assert!(text.contains("net.inbound_buffer_bytes"), "{text}");
         a.shutdown();
         b.shutdown();
     });

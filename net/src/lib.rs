@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod datagram;
 mod identity;
 pub mod inbound_budget;
 mod memory;
@@ -27,6 +28,7 @@ mod net;
 pub mod outbox;
 pub mod ports;
 mod quic;
+pub mod reassembly;
 pub mod sequencer;
 mod shaper;
 mod stats;

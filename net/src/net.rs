@@ -4,6 +4,7 @@ use crate::config::NetConfig;
 use crate::memory::{MemoryHub, MemoryLink};
 use crate::outbox::OutboxQueue;
 use crate::quic::QuicLink;
+use crate::reassembly::{Assembled, PART_MSG_TYPE, Reassembler};
 use crate::sequencer::{LaneHeader, LaneNumbering, Sequencer};
 use crate::stats::{NetStats, NetStatsSnapshot};
 use crate::tls::{ClusterCredentials, TlsError};
@@ -188,7 +189,7 @@ impl Net {
     ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
         let (handle, runtime) = make_runtime(&cfg)?;
         let stats = Arc::new(NetStats::default());
-        let (tx, rx) = sequenced_inbound(&cfg, &handle);
+        let (tx, rx) = sequenced_inbound(&cfg, &handle, stats.clone());
         let link = {
             let _guard = handle.enter();
             QuicLink::start(node, bind, creds, &cfg, stats.clone(), tx)?
@@ -207,7 +208,7 @@ impl Net {
     ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
         let (handle, runtime) = make_runtime(&cfg)?;
         let stats = Arc::new(NetStats::default());
-        let (tx, rx) = sequenced_inbound(&cfg, &handle);
+        let (tx, rx) = sequenced_inbound(&cfg, &handle, stats.clone());
         let link = MemoryLink::join(hub, node, &cfg, stats.clone(), tx);
         Ok((
             Self::assemble(node, cfg, stats, Link::Memory(link), handle, runtime),
@@ -275,17 +276,43 @@ impl Net {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(NetError::Closed);
         }
-        if frame.len() > self.shared.cfg.max_message_bytes {
-            return Err(NetError::Oversize {
-                len: frame.len(),
-                max: self.shared.cfg.max_message_bytes,
-            });
+        let max = self.shared.cfg.max_message_bytes;
+        if frame.len() > max {
+            // Split: the parts leave consecutively on one lane, the receiver joins them.
+            let limit = self.max_send_bytes();
+            if frame.len() > limit {
+                return Err(NetError::Oversize {
+                    len: frame.len(),
+                    max: limit,
+                });
+            }
+            let parts = crate::reassembly::split(&frame, self.shared.node, to, priority, max)
+                .map_err(|_| NetError::Oversize {
+                    len: frame.len(),
+                    max,
+                })?;
+            NetStats::bump(&self.shared.stats.split_messages, 1);
+            if let Ok(mut q) = self.shared.outbox.lock() {
+                for part in parts {
+                    q.push(to, priority, part);
+                }
+            }
+            self.shared.wake.notify_one();
+            return Ok(());
         }
         if let Ok(mut q) = self.shared.outbox.lock() {
             q.push(to, priority, frame);
         }
         self.shared.wake.notify_one();
         Ok(())
+    }
+
+    /// The largest frame [`Self::send`] takes: frames above `max_message_bytes` are split
+    /// into parts and joined again by the receiver, up to a peer's share of
+    /// `inbound_buffer_bytes` (assuming the peers run the same `[net]` settings).
+    pub fn max_send_bytes(&self) -> usize {
+        let cfg = &self.shared.cfg;
+        crate::reassembly::max_split_message(cfg.inbound_buffer_bytes, cfg.max_message_bytes)
     }
 
     /// The live counters (per-link traffic and shaper waits included), for `/metrics`.
@@ -423,11 +450,17 @@ fn epoch_now() -> u64 {
 fn sequenced_inbound(
     cfg: &NetConfig,
     handle: &tokio::runtime::Handle,
+    stats: Arc<NetStats>,
 ) -> (mpsc::Sender<Arrival>, mpsc::Receiver<Inbound>) {
     let (arrive_tx, mut arrive_rx) = mpsc::channel::<Arrival>(cfg.inbound_queue.max(1));
     let (tx, rx) = mpsc::channel(cfg.inbound_queue.max(1));
     let max_pending = cfg.inbound_queue.max(1) * 4;
     let hole_timeout = Duration::from_millis(cfg.reorder_timeout_ms.max(1));
+    let part_timeout = Duration::from_millis(cfg.frame_timeout_ms.max(1));
+    let mut assembler = Reassembler::new(crate::reassembly::max_split_message(
+        cfg.inbound_buffer_bytes,
+        cfg.max_message_bytes,
+    ));
     handle.spawn(async move {
         let mut sequencer = Sequencer::new(max_pending, hole_timeout);
         let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -438,9 +471,33 @@ fn sequenced_inbound(
                     Some(a) => sequencer.accept(a.lane, a.inbound, std::time::Instant::now()),
                     None => return,
                 },
-                _ = tick.tick() => sequencer.expire(std::time::Instant::now()),
+                _ = tick.tick() => {
+                    let now = std::time::Instant::now();
+                    for from in assembler.expire(now, part_timeout) {
+                        NetStats::bump(&stats.malformed_frames, 1);
+                        tracing::warn!(%from, timeout = ?part_timeout, "split message incomplete; dropped");
+                    }
+                    sequencer.expire(now)
+                }
             };
             for inbound in ready {
+                let inbound = if inbound.frame.header.msg_type == PART_MSG_TYPE {
+                    match assembler.accept(inbound.frame, std::time::Instant::now()) {
+                        Assembled::Whole(frame) => Inbound {
+                            len: frame.body.len(),
+                            frame,
+                            _budget: [None, None],
+                        },
+                        Assembled::Pending => continue,
+                        Assembled::Dropped { from, reason } => {
+                            NetStats::bump(&stats.malformed_frames, 1);
+                            tracing::warn!(%from, %reason, "split message dropped");
+                            continue;
+                        }
+                    }
+                } else {
+                    inbound
+                };
                 if tx.send(inbound).await.is_err() {
                     return;
                 }

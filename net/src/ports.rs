@@ -20,7 +20,7 @@ const LOWEST_PICKED_PORT: u16 = 10_000;
 const PICK_ATTEMPTS: usize = 64;
 
 /// Binds a free UDP port on `ip` and keeps the socket until a node of this process binds
-/// that address ([`take_held`]) or it is [`release`]d. Use it for nodes started in this
+/// that address (its endpoint takes the held socket) or it is [`release`]d. Use it for nodes started in this
 /// process; a node in another process cannot bind the address while it is held.
 pub fn reserve_held(ip: IpAddr) -> io::Result<SocketAddr> {
     let socket = bind_outside_ephemeral_range(ip)?;

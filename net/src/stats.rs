@@ -39,6 +39,8 @@ pub struct NetStats {
     /// Frames refused because their claimed sender is not the node the connection's
     /// certificate names (the connection is closed at the first one).
     pub impostor_frames: AtomicU64,
+    /// Messages above `max_message_bytes` sent split into parts.
+    pub split_messages: AtomicU64,
     /// When a complete frame last arrived from each peer, stamped on the transport's own
     /// runtime: liveness that application compute on the node's thread cannot delay.
     heard: Mutex<HashMap<NodeId, Instant>>,
@@ -65,6 +67,7 @@ impl Default for NetStats {
             links: Mutex::default(),
             disconnected_peers: AtomicU64::default(),
             impostor_frames: AtomicU64::default(),
+            split_messages: AtomicU64::default(),
             heard: Mutex::default(),
         }
     }
@@ -110,6 +113,9 @@ pub struct NetStatsSnapshot {
     /// Frames refused for claiming a sender other than the node their certificate names.
     #[serde(default)]
     pub impostor_frames: u64,
+    /// Messages above `max_message_bytes` sent split into parts.
+    #[serde(default)]
+    pub split_messages: u64,
 }
 
 impl NetStats {
@@ -183,6 +189,7 @@ impl NetStats {
             send_failures: g(&self.send_failures),
             disconnected_peers: g(&self.disconnected_peers),
             impostor_frames: g(&self.impostor_frames),
+            split_messages: g(&self.split_messages),
         }
     }
 }

@@ -141,6 +141,7 @@ async fn node_with_foreign_credentials_is_refused() {
 async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
     let cfg = NetConfig {
         max_message_bytes: 1 << 20,
+        inbound_buffer_bytes: 2 << 20,
         ..NetConfig::default()
     };
     let creds = ClusterCredentials::generate_cluster(&["a", "rogue", "good"]).unwrap();
@@ -216,7 +217,8 @@ async fn garbage_oversize_and_truncated_streams_do_not_stall_a_node() {
         assert!(Instant::now() < deadline, "counters not bumped: {st:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // An oversize send is refused locally, before it costs bandwidth.
+    // A send over what the peer takes even split (its 1 MiB share of the 2 MiB inbound
+    // budget) is refused locally, before it costs bandwidth.
     assert!(
         good_node
             .send(
@@ -653,4 +655,39 @@ async fn a_connection_to_a_node_reaches_only_that_nodes_certificate() {
             .await
             .is_err()
     );
+}
+
+/// Issue 12, item 4: a frame three times `max_message_bytes` is split by the sender's
+/// transport and joined by the receiver's, over QUIC; a frame beyond a peer's share of the
+/// inbound budget is refused at send, naming that limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_three_times_the_limit_crosses_quic_in_parts() {
+    let cfg = NetConfig {
+        max_message_bytes: 1 << 20,
+        inbound_buffer_bytes: 16 << 20,
+        ..NetConfig::default()
+    };
+    let ((a, _a_rx), (_b, mut b_rx)) = pair(cfg);
+    let body: Vec<u8> = (0..3usize << 20).map(|i| (i % 253) as u8).collect();
+    let big = frame(1, 2, "big", Priority::NORMAL, &body);
+    assert!(big.len() > 3 << 20);
+    a.send(NodeId(2), Priority::NORMAL, big.clone()).unwrap();
+    a.send(
+        NodeId(2),
+        Priority::NORMAL,
+        frame(1, 2, "after", Priority::NORMAL, b"x"),
+    )
+    .unwrap();
+    let got = recv(&mut b_rx).await;
+    assert_eq!(got.frame.header.msg_type, "big");
+    assert_eq!(got.frame.header.from, NodeId(1));
+    assert_eq!(got.frame.body, Frame::decode(big, 4 << 20).unwrap().body);
+    assert_eq!(recv(&mut b_rx).await.frame.header.msg_type, "after");
+    assert_eq!(a.stats().split_messages, 1);
+    assert_eq!(a.max_send_bytes(), 8 << 20);
+    let too_big = frame(1, 2, "too-big", Priority::NORMAL, &vec![0u8; 9 << 20]);
+    assert!(matches!(
+        a.send(NodeId(2), Priority::NORMAL, too_big),
+        Err(petrel_net::NetError::Oversize { max, .. }) if max == 8 << 20
+    ));
 }

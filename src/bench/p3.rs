@@ -224,7 +224,7 @@ struct Point {
     comm_s: f64,
     c_plus_m_s: f64,
     bound_s: f64,
-    /// The link's goodput measured in this run (see [`measured_goodput`]), Mbit/s.
+    /// The link's goodput measured in this run (see [`probe_goodput`]), Mbit/s.
     goodput_mbit: f64,
     /// "sequential" (measured) or "nominal" (no sequential run to measure it from).
     goodput_source: &'static str,
@@ -235,17 +235,32 @@ struct Point {
     modes: Vec<ModeResult>,
 }
 
-/// The link's goodput for this traffic, measured in the same run from the sequential mode:
-/// its iterations are compute (C, emulated exactly) then one model's push and pull, so the
-/// model's bytes over `T_seq - C` is what the link delivered per second, protocol overhead,
-/// round trips and shaper losses included. Capped at the nominal rate (a longer run cannot
-/// beat the token bucket; a higher figure is measurement noise).
-fn measured_goodput(seq_s: f64, b: &Bounds, cost: &CostModel) -> Option<f64> {
-    let comm = seq_s - b.compute_s;
-    (seq_s.is_finite() && comm > 0.0).then(|| {
-        let bytes = b.comm_s * cost.bandwidth_bytes_per_s;
-        (bytes / comm).min(cost.bandwidth_bytes_per_s)
-    })
+/// The link's goodput for this traffic, measured in the same run by a transfer probe: the
+/// same cluster, job and link with compute taken out (device at 10^18 FLOP/s), fifo mode,
+/// so an iteration is one model's push and pull, slices pipelined through the shards, and
+/// nothing else. The model's wire time at the nominal rate over the probe's iteration time
+/// scales the nominal rate to what the link delivered (protocol overhead, round trips and
+/// shaper losses included). Capped at the nominal rate (a higher figure is noise).
+fn probe_goodput(
+    args: &P3BenchArgs,
+    setup: &Setup,
+    bandwidth_mbit: f64,
+    hosts: Option<&Hosts>,
+) -> Result<(f64, f64), P3BenchError> {
+    let transfer_only = Setup {
+        profile: setup.profile.clone(),
+        device_flops: 1e18,
+        ..*setup
+    };
+    let (probe_s, _) = run_mode(args, &transfer_only, Mode::Fifo, bandwidth_mbit, hosts)?;
+    let cost = setup.cost(bandwidth_mbit, args.workers);
+    let nominal_wire_s = cost.wire_seconds(setup.profile.total_params());
+    let goodput = if probe_s.is_finite() && probe_s > 0.0 {
+        (cost.bandwidth_bytes_per_s * nominal_wire_s / probe_s).min(cost.bandwidth_bytes_per_s)
+    } else {
+        cost.bandwidth_bytes_per_s
+    };
+    Ok((goodput, probe_s))
 }
 
 #[derive(Serialize)]
@@ -588,14 +603,9 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
             });
         }
         let cost = setup.cost(bw, args.workers);
-        let seq_s = modes
-            .iter()
-            .find(|m| m.mode == Mode::Sequential.name())
-            .map_or(f64::NAN, |m| m.secs_per_iter);
-        let (goodput, goodput_source) = match measured_goodput(seq_s, &b, &cost) {
-            Some(g) => (g, "sequential"),
-            None => (cost.bandwidth_bytes_per_s, "nominal"),
-        };
+        let (goodput, probe_s) = probe_goodput(&args, &setup, bw, hosts.as_ref().map(|h| &h.0))?;
+        let goodput_source = "transfer probe";
+        tracing::info!(bandwidth_mbit = bw, probe_s, "p3 bench transfer probe");
         let ideal_nominal_s = ideal_iteration_s(&setup.profile, &cost);
         let ideal_s = ideal_iteration_s(
             &setup.profile,

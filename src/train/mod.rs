@@ -12,6 +12,7 @@
 
 pub mod apps;
 pub mod jobfile;
+pub mod progress;
 pub mod saved;
 
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
@@ -207,6 +208,11 @@ pub struct ClusterArgs {
     /// quic) or as processes.
     #[arg(long, value_enum, default_value_t = TrainTransport::Quic)]
     pub transport: TrainTransport,
+    /// Restart the cluster this many times when a node dies (killed, crashed, silent):
+    /// from the newest complete checkpoint (Lasso), from the start otherwise (0 = stop at
+    /// the first failure). A role's own error (bad input, bad setting) is never retried.
+    #[arg(long, default_value_t = 2)]
+    pub max_restarts: u32,
 }
 
 /// `petrel train lasso` and `petrel train logistic`: the [`LassoJob`] flags plus these.
@@ -221,10 +227,6 @@ pub struct LassoTrainArgs {
     /// Run every scheduler on one node (default: one node per scheduler).
     #[arg(long)]
     pub colocate_schedulers: bool,
-    /// Restart the cluster this many times when it fails (a node dies, a role errors),
-    /// rolling back to the newest complete checkpoint (0 = stop at the first failure).
-    #[arg(long, default_value_t = 2)]
-    pub max_restarts: u32,
     /// The job.
     #[command(flatten)]
     pub job: LassoJob,
@@ -590,14 +592,11 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
     };
     let out = out_path(&job.out_dir);
     let (job, checkpoints) = with_default_checkpoints(job, &out)?;
-    let (m, restarts) = crate::recovery::run_with_restarts(
-        args.max_restarts,
-        StradsTrainError::is_node_death,
-        || {
-            checkpoints
-                .as_deref()
-                .is_some_and(crate::recovery::has_checkpoint)
-        },
+    let progress = progress::TrainProgress::start("lasso", None);
+    let m = with_restarts(
+        "lasso",
+        c.max_restarts,
+        checkpoints.as_deref(),
         |resume, attempt| {
             let mut job = job.clone();
             job.resume |= resume;
@@ -607,14 +606,8 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
             }
             run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)
         },
-    )
-    .map_err(|e| match e {
-        crate::recovery::RecoveryError::Fatal(e) => e,
-        exhausted => StradsTrainError::Restarts(Box::new(exhausted)),
-    })?;
-    if restarts > 0 {
-        println!("lasso finished after {restarts} restart(s) of the cluster");
-    }
+    )?;
+    drop(progress);
     println!(
         "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
         m.mode,
@@ -632,6 +625,33 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
     Ok(())
 }
 
+/// Runs a STRADS job's `attempt(resume, attempt_number)` with automatic restarts: a node
+/// death restarts the whole cluster, from the newest complete checkpoint in `checkpoints`
+/// when there is one, from the start otherwise. Lasso, logistic and strads-mf are
+/// deterministic, so either way they end with the model of an uninterrupted run
+/// (`tests/cli.rs` checks it byte for byte). Prints how many restarts it took.
+fn with_restarts<M>(
+    app: &str,
+    max_restarts: u32,
+    checkpoints: Option<&Path>,
+    attempt: impl FnMut(bool, u32) -> Result<M, StradsTrainError>,
+) -> Result<M, StradsTrainError> {
+    let (m, restarts) = crate::recovery::run_with_restarts(
+        max_restarts,
+        StradsTrainError::is_node_death,
+        || checkpoints.is_some_and(crate::recovery::has_checkpoint),
+        attempt,
+    )
+    .map_err(|e| match e {
+        crate::recovery::RecoveryError::Fatal(e) => e,
+        exhausted => StradsTrainError::Restarts(Box::new(exhausted)),
+    })?;
+    if restarts > 0 {
+        println!("{app} finished after {restarts} restart(s) of the cluster");
+    }
+    Ok(m)
+}
+
 impl StradsTrainError {
     /// True when the cluster failed because a node died (killed, crashed, silent) rather
     /// than because the job itself is wrong: only then can a restart help. The checkpoint
@@ -639,10 +659,7 @@ impl StradsTrainError {
     pub fn is_node_death(&self) -> bool {
         match self {
             StradsTrainError::Node(NodeError::PeerFailed { .. }) => true,
-            // A killed process leaves no error of its own: its cause is its exit status.
-            StradsTrainError::Launch(crate::launcher::LaunchError::NodeFailed {
-                cause, ..
-            }) => cause.contains("signal") || cause.contains("no heartbeat"),
+            StradsTrainError::Launch(e) => crate::recovery::launch_failed_by_node_death(e),
             other => petrel_actors::error_chain(other).contains("fault injection"),
         }
     }
@@ -693,17 +710,21 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
         return Ok(());
     }
     let c = &args.cluster;
+    let progress = progress::TrainProgress::start("logistic", None);
     let m: LogisticMetrics = match c.transport.cluster() {
         None => petrel_strads::apps::logistic::run_baseline(&job)?,
-        Some(transport) => run_star_job::<LogisticApp, _>(
-            &job,
-            &job.out_dir,
-            job.timeout_s,
-            &one_scheduler::<LogisticApp>(),
-            c.workers,
-            transport,
-        )?,
+        Some(transport) => with_restarts("logistic", c.max_restarts, None, |_, _| {
+            run_star_job::<LogisticApp, _>(
+                &job,
+                &job.out_dir,
+                job.timeout_s,
+                &one_scheduler::<LogisticApp>(),
+                c.workers,
+                transport,
+            )
+        })?,
     };
+    drop(progress);
     println!(
         "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {}",
         m.mode,
@@ -732,13 +753,17 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
     if printed(c.print_job, <MfApp as StradsJob>::SECTION, &job)? {
         return Ok(());
     }
+    let progress = progress::TrainProgress::start("strads-mf", None);
     let m = match c.transport.cluster() {
-        Some(transport) => run_mf_job(&job, c.workers, transport)?,
+        Some(transport) => with_restarts("strads-mf", c.max_restarts, None, |_, _| {
+            run_mf_job(&job, c.workers, transport)
+        })?,
         None => {
             petrel_strads::kit::run_serial_and_finish::<MfApp>(&job, c.workers)?;
             read_json(&out_path(&job.out_dir).join("metrics.json"))?
         }
     };
+    drop(progress);
     println!(
         "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}, test RMSE {:.4}, {:.2} s; wrote {}",
         m.rank,
@@ -767,13 +792,19 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
     if printed(c.print_job, <LdaApp as StradsJob>::SECTION, &job)? {
         return Ok(());
     }
+    // One point at the start, then one per pass.
+    let passes = job.iterations as u64 + 1;
+    let progress = progress::TrainProgress::start("lda", Some(passes));
     let m = match c.transport.cluster() {
-        Some(transport) => run_lda_job(&job, c.workers, transport)?,
+        Some(transport) => with_restarts("lda", c.max_restarts, None, |_, _| {
+            run_lda_job(&job, c.workers, transport)
+        })?,
         None => {
             petrel_strads::kit::run_serial_and_finish::<LdaApp>(&job, c.workers)?;
             read_json(&out_path(&job.out_dir).join("metrics.json"))?
         }
     };
+    drop(progress);
     println!(
         "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
         m.n_topics,
@@ -815,6 +846,8 @@ where
         return job_toml(<A as PsApp>::SECTION, &args.config);
     }
     let out = <A as TrainApp>::out(&mut args.config).clone();
+    let progress = progress::TrainProgress::start(<A as PsApp>::NAME, None);
     let summary = petrel_ps::train::<A>(args)?;
+    drop(progress);
     Ok(format!("{summary}\n{}", stop_line(out.as_deref())?))
 }

@@ -6,10 +6,12 @@
 
 use std::collections::HashSet;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use petrel_ml::data::{DataError, load_bow, load_labelled_ratings, load_libsvm};
-use petrel_ml::model::{MODEL_FILE, ModelDataError, ModelFileError, ModelParams, SavedModel};
+use petrel_ml::model::{
+    Figures, MODEL_FILE, ModelDataError, ModelFileError, ModelParams, NetworkModel, SavedModel,
+};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -34,6 +36,8 @@ pub enum ModelApp {
     /// LDA (parameter server).
     #[value(name = "ps-lda")]
     PsLda,
+    /// A deep network trained with P3 (`petrel train p3`).
+    P3,
 }
 
 impl ModelApp {
@@ -47,6 +51,7 @@ impl ModelApp {
             ModelApp::PsMf => "ps-mf",
             ModelApp::PsLr => "ps-lr",
             ModelApp::PsLda => "ps-lda",
+            ModelApp::P3 => petrel_p3::roles::MODEL_APP,
         }
     }
 }
@@ -128,6 +133,9 @@ pub enum SavedModelError {
     /// The flags do not fit the app.
     #[error("{0}")]
     Usage(String),
+    /// A P3 network or its data cannot be used.
+    #[error(transparent)]
+    Network(#[from] petrel_p3::P3Error),
 }
 
 /// Loads the model and checks its parameters are of the app's kind.
@@ -139,6 +147,7 @@ fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
             | (ModelApp::PsLr, ModelParams::Softmax(_))
             | (ModelApp::StradsMf | ModelApp::PsMf, ModelParams::Factors(_))
             | (ModelApp::Lda | ModelApp::PsLda, ModelParams::Topics(_))
+            | (ModelApp::P3, ModelParams::Network(_))
     );
     if !kind_ok {
         let path = if args.model.is_dir() {
@@ -158,17 +167,66 @@ fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
     Ok(model)
 }
 
+/// Test loss and accuracy of a P3 network on `data`.
+fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, SavedModelError> {
+    let (net, examples) = network_and_data(m, data)?;
+    let s = petrel_p3::models::staged::evaluate(&net, &m.tensors, &examples, 64)
+        .map_err(|e| network_error(m, e))?;
+    Ok(vec![
+        ("examples", examples.len() as f64),
+        ("loss", f64::from(s.loss)),
+        ("accuracy", f64::from(s.accuracy)),
+    ])
+}
+
+/// The network of a P3 model and the examples of `data`: `cifar:FILE[,FILE...]`,
+/// `idx:IMAGES,LABELS` or a plain path (a CIFAR-10 binary file).
+fn network_and_data(
+    m: &NetworkModel,
+    data: &Path,
+) -> Result<(petrel_p3::models::StagedNet, petrel_ml::dnn::data::Dataset), SavedModelError> {
+    let saved = petrel_p3::models::staged::SavedStagedModel::from(m.clone());
+    let net = saved.network().map_err(|e| network_error(m, e))?;
+    let text = data.to_string_lossy();
+    let spec = if text.starts_with("cifar:") || text.starts_with("idx:") {
+        text.into_owned()
+    } else {
+        format!("cifar:{text}")
+    };
+    let spec = petrel_p3::roles::DataSpec::parse("--data", &spec)?;
+    let (examples, _) = petrel_p3::roles::load_data(&spec, None, 0)?;
+    if examples.x.shape()[1..] != m.input[..] {
+        return Err(SavedModelError::Usage(format!(
+            "{}: examples of shape {:?}, the model takes {:?}",
+            data.display(),
+            &examples.x.shape()[1..],
+            m.input
+        )));
+    }
+    Ok((net, examples))
+}
+
+fn network_error(m: &NetworkModel, e: petrel_p3::models::ModelError) -> SavedModelError {
+    SavedModelError::Network(petrel_p3::P3Error::RealModel {
+        name: m.net.clone(),
+        source: Box::new(e),
+    })
+}
+
 /// `petrel eval`: prints the figures (one line, then one JSON line) and writes them to
 /// `--out` when given.
 pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
     let model = load_model(&args.model)?;
-    let figures = model.evaluate_file(&args.data, args.model.iterations, args.model.seed)?;
+    let figures = match &model.params {
+        ModelParams::Network(m) => evaluate_network(m, &args.data)?,
+        _ => model.evaluate_file(&args.data, args.model.iterations, args.model.seed)?,
+    };
     let text: Vec<String> = figures
         .iter()
         .map(|(name, v)| format!("{name} {}", short_figure(*v)))
         .collect();
-    println!(
-        "{} model {} on {}: {}",
+    let line = format!(
+        "{} model {} on {}: {}\n",
         model.app,
         args.model.model.display(),
         args.data.display(),
@@ -180,7 +238,7 @@ pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
         "data": args.data,
         "figures": figures.iter().map(|(k, v)| (k.to_string(), finite_json(*v))).collect::<serde_json::Map<_, _>>(),
     });
-    println!("{json}");
+    to_stdout(format!("{line}{json}\n").as_bytes())?;
     if let Some(path) = &args.out {
         let mut bytes = serde_json::to_vec_pretty(&json)
             .map_err(|e| SavedModelError::Usage(format!("encoding the figures: {e}")))?;
@@ -287,6 +345,30 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
                 }
             }
         },
+        ModelParams::Network(m) => {
+            let path = need_data()?;
+            let (net, examples) = network_and_data(m, &path)?;
+            let probs =
+                petrel_p3::models::staged::predict_probabilities(&net, &m.tensors, &examples, 64)
+                    .map_err(|e| network_error(m, e))?;
+            out.push_str("example\tclass");
+            for k in 0..m.classes {
+                out.push_str(&format!("\tp_{k}"));
+            }
+            out.push('\n');
+            for (i, p) in probs.iter().enumerate() {
+                let class = p
+                    .iter()
+                    .enumerate()
+                    .max_by(|a, b| a.1.total_cmp(b.1))
+                    .map_or(0, |(k, _)| k);
+                out.push_str(&format!("{}\t{class}", i + 1));
+                for v in p {
+                    out.push_str(&format!("\t{v:.6}"));
+                }
+                out.push('\n');
+            }
+        }
         ModelParams::Topics(m) => {
             let path = need_data()?;
             let corpus = load_bow(&path, None)?;
@@ -316,13 +398,18 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
             })?;
             println!("wrote {}", path.display());
         }
-        None => std::io::stdout()
-            .lock()
-            .write_all(out.as_bytes())
-            .map_err(|source| SavedModelError::Write {
-                path: PathBuf::from("-"),
-                source,
-            })?,
+        None => to_stdout(out.as_bytes())?,
     }
     Ok(())
+}
+
+/// Writes to standard output; a reader that stopped early (`| head`) is not an error.
+fn to_stdout(bytes: &[u8]) -> Result<(), SavedModelError> {
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(SavedModelError::Write {
+            path: PathBuf::from("-"),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
 }

@@ -269,7 +269,7 @@ impl Node {
             // it gets a failure naming the type, the size and the knob, right now.
             Err(petrel_net::NetError::Oversize { len, max }) => {
                 let error = format!(
-                    "the reply to {msg_type} is {len} bytes, over net.max_message_bytes = {max}: raise it ([net] max_message_bytes or PETREL_NET__MAX_MESSAGE_BYTES) or ask for less"
+                    "the reply to {msg_type} is {len} bytes, over the largest message a peer takes ({max} bytes: half of net.inbound_buffer_bytes): raise it ([net] inbound_buffer_bytes or PETREL_NET__INBOUND_BUFFER_BYTES) or ask for less"
                 );
                 tracing::warn!(to = %to, %error, "reply too large; the asker gets a failure");
                 let failure = EnvelopeKind::Failure { request_id, error };

@@ -11,7 +11,9 @@
 //! - [`FactorModel`] (strads-mf, ps-mf): `rating = global_mean + b_user + b_item + p_user .
 //!   q_item`, with the user and item ids as they were in the training file;
 //! - [`TopicModel`] (lda, ps-lda): the topic-word distributions, `alpha`, `beta` and the
-//!   vocabulary.
+//!   vocabulary;
+//! - [`NetworkModel`] (p3): a named deep network of `petrel_p3::models::nets` and every
+//!   tensor's values (evaluated and applied by `petrel_p3`, which owns the networks).
 //!
 //! Evaluation and prediction are plain functions here (no I/O beyond reading the model
 //! and data files); the CLI only loads files and prints.
@@ -60,6 +62,23 @@ pub enum ModelParams {
     Factors(FactorModel),
     /// A topic model.
     Topics(TopicModel),
+    /// A deep network (P3 training).
+    Network(NetworkModel),
+}
+
+/// A deep network trained with P3: which network, how it was built, every tensor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetworkModel {
+    /// The network's name (`mlp`, `lenet`, `resnet18`, `vgg11`).
+    pub net: String,
+    /// Shape of one example (channels, height, width).
+    pub input: Vec<usize>,
+    /// The width knob it was built with.
+    pub width: usize,
+    /// Classes of its head.
+    pub classes: usize,
+    /// Parameter values per tensor, forward order.
+    pub tensors: Vec<Vec<f32>>,
 }
 
 /// What a linear model predicts.
@@ -338,6 +357,14 @@ impl SavedModel {
                 }
                 Ok(())
             }
+            // The network's tensors are checked against its layout by petrel_p3, which
+            // knows the networks.
+            ModelParams::Network(m) => {
+                if m.net.is_empty() || m.tensors.is_empty() || m.classes < 2 {
+                    return Err("a network needs a name, tensors and >= 2 classes".into());
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -363,6 +390,14 @@ impl SavedModel {
                 let corpus = load_bow(path, None)?;
                 m.check_corpus(&corpus, path)?;
                 m.evaluate(&corpus, iterations, seed)
+            }
+            // A network is evaluated by petrel_p3, which owns the networks.
+            ModelParams::Network(_) => {
+                return Err(ModelDataError::Mismatch {
+                    path: path.to_path_buf(),
+                    reason: "a P3 network model: use `petrel eval p3`".into(),
+                }
+                .into());
             }
         })
     }

@@ -151,6 +151,9 @@ pub enum P3Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A saved model file cannot be used (wrong format, version or app, or bad JSON).
+    #[error(transparent)]
+    ModelFile(#[from] petrel_ml::model::ModelFileError),
     /// A real model's network or parameters were rejected.
     #[error("model {name}")]
     RealModel {

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use petrel_actors::{Cluster, NodeContext, Settings};
 use petrel_ml::dnn::FlatSgdMomentum;
+use petrel_ml::model::{ModelFileError, ModelParams, SavedModel};
 use serde::{Deserialize, Serialize};
 
 use crate::core::{Mode, ModelProfile, ProfileError};
@@ -293,29 +294,42 @@ impl P3NodeConfig {
     }
 }
 
-/// Writes `model` as JSON to `path`.
-pub fn save_model(model: &SavedStagedModel, path: &Path) -> Result<(), P3Error> {
-    let text = serde_json::to_string(model).map_err(|source| P3Error::ModelFileJson {
+/// The `app` of a P3 model in its saved-model file.
+pub const MODEL_APP: &str = "p3";
+
+/// Writes `model`, trained with `settings`, as a versioned saved-model file
+/// ([`petrel_ml::model::SavedModel`], app [`MODEL_APP`]) to `path`, atomically.
+pub fn save_model(
+    model: &SavedStagedModel,
+    settings: &impl Serialize,
+    path: &Path,
+) -> Result<(), P3Error> {
+    let saved = SavedModel::new(
+        MODEL_APP,
+        settings,
+        ModelParams::Network(model.clone().into()),
+    );
+    let bytes = saved.to_json().map_err(|source| P3Error::ModelFileJson {
         path: path.to_path_buf(),
         source,
     })?;
-    std::fs::write(path, text).map_err(|source| P3Error::ModelFileIo {
+    petrel_ml::job::write_atomic(path, &bytes).map_err(|source| P3Error::ModelFileIo {
         path: path.to_path_buf(),
         source,
     })
 }
 
-/// Reads a model written by [`save_model`] and checks it against its network.
+/// Reads a model written by [`save_model`] (the file, or a directory holding
+/// `petrel-model.json`) and checks it against its network.
 pub fn load_model(path: &Path) -> Result<(SavedStagedModel, StagedNet), P3Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| P3Error::ModelFileIo {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let model: SavedStagedModel =
-        serde_json::from_str(&text).map_err(|source| P3Error::ModelFileJson {
+    let saved = SavedModel::load(path, MODEL_APP)?;
+    let ModelParams::Network(network) = saved.params else {
+        return Err(P3Error::ModelFile(ModelFileError::Inconsistent {
             path: path.to_path_buf(),
-            source,
-        })?;
+            reason: "its parameters are not those of a network".into(),
+        }));
+    };
+    let model = SavedStagedModel::from(network);
     let net = model.network().map_err(|source| P3Error::RealModel {
         name: model.net.clone(),
         source: Box::new(source),
@@ -474,7 +488,7 @@ async fn real_worker(
                 classes: 10,
                 tensors: report.params.clone(),
             };
-            save_model(&saved, &cfg.model_out)?;
+            save_model(&saved, &cfg, &cfg.model_out)?;
         }
     }
     let path = file.write(&cfg.report_dir)?;

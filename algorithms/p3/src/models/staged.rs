@@ -369,6 +369,28 @@ pub fn evaluate(
     })
 }
 
+/// Class probabilities (softmax of the logits) of every example of `data`, in order,
+/// computed `batch` examples at a time with `params` (all tensors, forward order).
+pub fn predict_probabilities(
+    net: &StagedNet,
+    params: &[Vec<f32>],
+    data: &Dataset,
+    batch: usize,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    let specs = net.specs()?;
+    let stages = build_stages(net, &specs, params)?;
+    let idx: Vec<usize> = (0..data.len()).collect();
+    let mut out = Vec::with_capacity(data.len());
+    for rows in idx.chunks(batch.max(1)) {
+        let (mut x, _) = batch_tensors(data, rows)?;
+        for s in &stages {
+            x = s.forward_t(&x, false)?;
+        }
+        out.extend(candle_nn::ops::softmax(&x, D::Minus1)?.to_vec2::<f32>()?);
+    }
+    Ok(out)
+}
+
 /// One worker's [`StageModel`] over a [`StagedNet`] (see the [module docs](self)).
 pub struct CandleStageModel {
     net: StagedNet,
@@ -659,6 +681,30 @@ pub struct SavedStagedModel {
     pub classes: usize,
     /// Parameter values per tensor, forward order.
     pub tensors: Vec<Vec<f32>>,
+}
+
+impl From<SavedStagedModel> for petrel_ml::model::NetworkModel {
+    fn from(m: SavedStagedModel) -> Self {
+        petrel_ml::model::NetworkModel {
+            net: m.net,
+            input: m.input,
+            width: m.width,
+            classes: m.classes,
+            tensors: m.tensors,
+        }
+    }
+}
+
+impl From<petrel_ml::model::NetworkModel> for SavedStagedModel {
+    fn from(m: petrel_ml::model::NetworkModel) -> Self {
+        SavedStagedModel {
+            net: m.net,
+            input: m.input,
+            width: m.width,
+            classes: m.classes,
+            tensors: m.tensors,
+        }
+    }
 }
 
 impl SavedStagedModel {

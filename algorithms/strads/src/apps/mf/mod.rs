@@ -80,6 +80,10 @@ pub struct StradsMfJob {
     /// Seed of the split and of the initial factors.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Fit `rating = mean + w_u . h_i`: CCD++ runs on the ratings minus the training mean,
+    /// which the saved model keeps (the factor files hold the factors only).
+    #[arg(long)]
+    pub global_mean: bool,
     /// Where the scheduler writes the factors and `metrics.json` (`--out`).
     #[arg(skip)]
     #[serde(rename = "out", alias = "out_dir")]
@@ -102,6 +106,7 @@ impl Default for StradsMfJob {
             test_fraction: 0.1,
             target_rmse: None,
             seed: 0,
+            global_mean: false,
             out_dir: None,
             timeout_s: 60,
         }
@@ -127,8 +132,28 @@ impl StradsMfJob {
         c.finish()
     }
 
-    /// `(train, test)` ratings, identical on every node.
+    /// `(train, test)` ratings, identical on every node (minus the training mean with
+    /// `global_mean`).
     pub fn load(&self) -> Result<(Ratings, Ratings), StradsError> {
+        let (train, test, _) = self.load_centred()?;
+        Ok((train, test))
+    }
+
+    /// [`StradsMfJob::load`] and the mean taken off the ratings (0 without `global_mean`).
+    pub fn load_centred(&self) -> Result<(Ratings, Ratings, f32), StradsError> {
+        let (mut train, mut test) = self.load_uncentred()?;
+        let mut mean = 0.0f32;
+        if self.global_mean && !train.entries.is_empty() {
+            let sum: f64 = train.entries.iter().map(|e| f64::from(e.2)).sum();
+            mean = (sum / train.entries.len() as f64) as f32;
+            for e in train.entries.iter_mut().chain(test.entries.iter_mut()) {
+                e.2 -= mean;
+            }
+        }
+        Ok((train, test, mean))
+    }
+
+    fn load_uncentred(&self) -> Result<(Ratings, Ratings), StradsError> {
         let all = match &self.data {
             Some(path) => petrel_ml::data::load_ratings(path)?,
             None => low_rank_ratings(&self.synthetic)?.ratings,
@@ -257,7 +282,7 @@ pub fn write_outputs(
 ) -> Result<(), StradsError> {
     let mut run = metrics.run_metrics(job);
     run.check_finite("lower lambda's range or check the ratings for extreme values")?;
-    let saved = saved_model(w, h, ids, job);
+    let saved = saved_model(w, h, ids, metrics, job);
     saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
     let table = |m: &Array2<f32>, ids: Option<&Vec<String>>| {
         let mut s = String::new();
@@ -287,16 +312,18 @@ pub fn write_outputs(
     crate::kit::write_run_metrics(dir, &run)
 }
 
-/// The saved model: `rating = w_u . h_i` (CCD++ fits no mean and no biases), ids as in
-/// the training file (dense indices for synthetic data).
+/// The saved model: `rating = mean + w_u . h_i` (mean 0 without `global_mean`; CCD++ fits
+/// no biases), ids as in the training file (dense indices for synthetic data).
 fn saved_model(
     w: &Array2<f32>,
     h: &Array2<f32>,
     ids: Option<&IdMapping>,
+    metrics: &MfMetrics,
     job: &StradsMfJob,
 ) -> petrel_ml::model::SavedModel {
     use petrel_ml::model::{FactorModel, ModelParams, SavedModel};
     let rows = |m: &Array2<f32>| m.rows().into_iter().map(|r| r.to_vec()).collect();
+    let mean = metrics.global_mean;
     let labels = |given: Option<&Vec<String>>, n: usize| {
         given
             .cloned()
@@ -306,7 +333,7 @@ fn saved_model(
         "strads-mf",
         job,
         ModelParams::Factors(FactorModel {
-            global_mean: 0.0,
+            global_mean: mean,
             user_ids: labels(ids.map(|m| &m.user_ids), w.nrows()),
             item_ids: labels(ids.map(|m| &m.item_ids), h.nrows()),
             user_factors: rows(w),
@@ -364,9 +391,11 @@ impl StradsJob for MfApp {
     }
 
     fn scheduler(job: &StradsMfJob, shape: &JobShape) -> Result<MfScheduling, StradsError> {
-        let (train, test) = job.load()?;
+        let (train, test, mean) = job.load_centred()?;
         let partition = MfPartition::balanced(&train, shape.workers);
-        Ok(MfScheduling::new(&partition, &train, &test, job))
+        let mut scheduling = MfScheduling::new(&partition, &train, &test, job);
+        scheduling.set_global_mean(mean);
+        Ok(scheduling)
     }
 
     fn worker(

@@ -60,6 +60,9 @@ pub struct MfMetrics {
     /// block ids and small partials only, the blocks travel worker to worker.
     #[serde(default)]
     pub scheduler_bytes: u64,
+    /// The mean taken off the ratings (`global_mean`; 0 otherwise).
+    #[serde(default)]
+    pub global_mean: f32,
     /// Serialized size of all H blocks at the end: what one sub-round would move through
     /// the scheduler twice (out and back) if the blocks were routed through it.
     #[serde(default)]
@@ -132,6 +135,7 @@ impl MfScheduling {
             n_users: train.n_users,
             w: None,
             metrics: MfMetrics {
+                global_mean: 0.0,
                 n_users: train.n_users,
                 n_items: train.n_items,
                 train_ratings: train.entries.len(),
@@ -159,6 +163,11 @@ impl MfScheduling {
     /// Records the bytes the scheduler node moved during the run.
     pub fn set_scheduler_bytes(&mut self, bytes: u64) {
         self.metrics.scheduler_bytes = bytes;
+    }
+
+    /// Records the mean taken off the ratings (`global_mean`).
+    pub fn set_global_mean(&mut self, mean: f32) {
+        self.metrics.global_mean = mean;
     }
 
     /// The metrics so far.
