@@ -53,11 +53,24 @@ pub struct NetConfig {
     /// default stays below 9000-byte jumbo frames. Set `mtu_discovery = false` to pin
     /// `initial_mtu`.
     pub max_udp_payload: u16,
+    /// Upper bound for path-MTU discovery towards a peer on a loopback address (a node on
+    /// the same host): loopback's MTU is 64 KiB, so one datagram carries ~45 times what an
+    /// Ethernet one does and the per-packet cost (crypto calls, syscalls, acks) falls
+    /// accordingly. 65000 fits both IPv4 (65507) and IPv6 loopback (65488). Such
+    /// connections send without segmentation offload (one datagram is already as large as
+    /// an offloaded batch may be). 0 = loopback peers get `max_udp_payload` like others.
+    pub loopback_udp_payload: u16,
     /// Path-MTU discovery on (`true`, default) or off (stay at `initial_mtu`).
     pub mtu_discovery: bool,
+    /// Kernel receive and send buffer of the node's UDP socket (`SO_RCVBUF`/`SO_SNDBUF`),
+    /// bytes. The kernel's default (~208 KB) holds three 64 KB loopback datagrams, and
+    /// every datagram beyond it is dropped and resent after a loss timeout; the kernel caps
+    /// the request at `net.core.rmem_max`/`wmem_max`. 0 = leave the kernel's default.
+    pub socket_buffer_bytes: usize,
     /// UDP segmentation offload (GSO): one `sendmsg` hands the kernel many packets of a
     /// connection at once, where the kernel offers it (Linux); quinn falls back to one
-    /// packet per call elsewhere.
+    /// packet per call elsewhere. A batch holds at most 10 datagrams and never more than
+    /// one UDP send may carry (65535 bytes: 7 datagrams of 8952 bytes).
     pub segmentation_offload: bool,
     /// QUIC ack frequency (draft-ietf-quic-ack-frequency, which quinn implements on both
     /// ends): ask the peer to acknowledge only every this many ack-eliciting packets
@@ -113,7 +126,9 @@ impl Default for NetConfig {
             send_window: 64 << 20,
             initial_mtu: 1452,
             max_udp_payload: 8952,
+            loopback_udp_payload: 65_000,
             mtu_discovery: true,
+            socket_buffer_bytes: 4 << 20,
             segmentation_offload: true,
             ack_eliciting_threshold: 0,
             congestion: Congestion::Cubic,

@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod datagram;
 mod identity;
 pub mod inbound_budget;
 mod memory;

@@ -2,6 +2,7 @@
 //! direction, one unidirectional stream per message with the message's priority.
 
 use crate::config::NetConfig;
+use crate::datagram::{SegmentCappedSocket, endpoint_config};
 use crate::identity::{PeerDirectory, SenderRefusal};
 use crate::inbound_budget::{InboundBudgets, PeerBudget};
 use crate::net::{Arrival, Inbound, LinkCause, NetError};
@@ -29,8 +30,27 @@ const CODE_IMPOSTOR: u32 = 6;
 
 type PeerSlot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 
+/// The connection settings by kind of peer (see [`NetConfig::for_peer`]).
+struct PeerConfigs {
+    server: Arc<quinn::ServerConfig>,
+    loopback_server: Arc<quinn::ServerConfig>,
+    loopback_client: quinn::ClientConfig,
+    net: NetConfig,
+}
+
+impl PeerConfigs {
+    fn server_for(&self, remote: SocketAddr) -> Arc<quinn::ServerConfig> {
+        if self.net.is_loopback_peer(remote) {
+            self.loopback_server.clone()
+        } else {
+            self.server.clone()
+        }
+    }
+}
+
 pub(crate) struct QuicLink {
     endpoint: Endpoint,
+    peer_configs: Arc<PeerConfigs>,
     addrs: Mutex<HashMap<NodeId, SocketAddr>>,
     conns: Mutex<HashMap<NodeId, PeerSlot>>,
     directory: Arc<PeerDirectory>,
@@ -49,24 +69,32 @@ impl QuicLink {
     ) -> Result<Self, NetError> {
         let server = creds.server_config(cfg)?;
         let client = creds.client_config(cfg)?;
+        // Connections to nodes on this host get loopback's large datagrams (see
+        // `crate::datagram`); the server side picks per incoming connection.
+        let loopback = cfg.for_peer(SocketAddr::from(([127, 0, 0, 1], 0)));
+        let peer_configs = PeerConfigs {
+            server: Arc::new(server.clone()),
+            loopback_server: Arc::new(creds.server_config(&loopback)?),
+            loopback_client: creds.client_config(&loopback)?,
+            net: cfg.clone(),
+        };
         let socket = match crate::ports::take_held(bind) {
             Some(held) => held,
             None => std::net::UdpSocket::bind(bind)
                 .map_err(|source| NetError::Bind { addr: bind, source })?,
         };
+        crate::datagram::size_socket_buffers(cfg, &socket);
         let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
         let mut udp = runtime.wrap_udp_socket(socket).map_err(NetError::Runtime)?;
+        udp = Arc::new(SegmentCappedSocket::new(udp, cfg));
         if let Some(shaper) = &cfg.shaper {
             udp = Arc::new(ShapedSocket::new(udp, shaper, stats.clone()));
         }
-        let mut endpoint = Endpoint::new_with_abstract_socket(
-            quinn::EndpointConfig::default(),
-            Some(server),
-            udp,
-            runtime,
-        )
-        .map_err(NetError::Runtime)?;
+        let mut endpoint =
+            Endpoint::new_with_abstract_socket(endpoint_config(cfg), Some(server), udp, runtime)
+                .map_err(NetError::Runtime)?;
         endpoint.set_default_client_config(client);
+        let peer_configs = Arc::new(peer_configs);
         let directory = Arc::new(PeerDirectory::default());
         let limits = ReadLimits {
             max_frame: cfg.max_message_bytes,
@@ -74,9 +102,17 @@ impl QuicLink {
             stall: Duration::from_millis(cfg.frame_timeout_ms.max(1)),
             directory: directory.clone(),
         };
-        tokio::spawn(accept_loop(node, endpoint.clone(), limits, stats, tx));
+        tokio::spawn(accept_loop(
+            node,
+            endpoint.clone(),
+            peer_configs.clone(),
+            limits,
+            stats,
+            tx,
+        ));
         Ok(Self {
             endpoint,
+            peer_configs,
             addrs: Mutex::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
             directory,
@@ -137,10 +173,14 @@ impl QuicLink {
             .directory
             .registered(to)
             .ok_or(NetError::UnknownPeer(to))?;
-        let connecting = self
-            .endpoint
-            .connect(addr, &node_server_name(&name))
-            .map_err(|e| connect_err(e.into()))?;
+        let server_name = node_server_name(&name);
+        let connecting = if self.peer_configs.net.is_loopback_peer(addr) {
+            let loopback = self.peer_configs.loopback_client.clone();
+            self.endpoint.connect_with(loopback, addr, &server_name)
+        } else {
+            self.endpoint.connect(addr, &server_name)
+        }
+        .map_err(|e| connect_err(e.into()))?;
         let conn = tokio::time::timeout(self.connect_timeout, connecting)
             .await
             .map_err(|_| connect_err("timed out".into()))?
@@ -198,17 +238,23 @@ struct ReadLimits {
 async fn accept_loop(
     node: NodeId,
     endpoint: Endpoint,
+    peer_configs: Arc<PeerConfigs>,
     limits: ReadLimits,
     stats: Arc<NetStats>,
     tx: mpsc::Sender<Arrival>,
 ) {
     while let Some(incoming) = endpoint.accept().await {
+        let peer_configs = peer_configs.clone();
         let stats = stats.clone();
         let tx = tx.clone();
         let limits = limits.clone();
         tokio::spawn(async move {
             let remote = incoming.remote_address();
-            let conn = match incoming.await {
+            let accepted = match incoming.accept_with(peer_configs.server_for(remote)) {
+                Ok(connecting) => connecting.await,
+                Err(e) => Err(e),
+            };
+            let conn = match accepted {
                 Ok(c) => c,
                 Err(e) => {
                     NetStats::bump(&stats.refused_connections, 1);

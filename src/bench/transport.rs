@@ -133,10 +133,16 @@ fn raw_quinn(cfg: &NetConfig, size: usize, messages: usize) -> Result<f64, Bench
             .map_err(BenchError::io("raw quinn runtime"))
     };
     let (rt_a, rt_b) = (rt("raw-a")?, rt("raw-b")?);
-    let server_cfg = creds[1].server_config(cfg)?;
-    let client_cfg = creds[0].client_config(cfg)?;
+    // The settings petrel gives a connection to a node on this host.
+    let peer_cfg = cfg.for_peer(localhost());
+    let server_cfg = creds[1].server_config(&peer_cfg)?;
+    let client_cfg = creds[0].client_config(&peer_cfg)?;
+    let bind =
+        |what: &'static str| std::net::UdpSocket::bind(localhost()).map_err(BenchError::io(what));
+    let server_socket = bind("raw quinn server")?;
+    let client_socket = bind("raw quinn client")?;
     let server = rt_b
-        .block_on(async { quinn::Endpoint::server(server_cfg, localhost()) })
+        .block_on(async { petrel_net::datagram::endpoint(cfg, server_socket, Some(server_cfg)) })
         .map_err(BenchError::io("raw quinn server"))?;
     let server_addr = server
         .local_addr()
@@ -164,9 +170,10 @@ fn raw_quinn(cfg: &NetConfig, size: usize, messages: usize) -> Result<f64, Bench
         Ok::<_, BenchError>((Instant::now(), got))
     });
     let payload = Bytes::from(vec![7u8; size]);
+    let cfg_a = cfg.clone();
     let writer = rt_a.spawn(async move {
-        let mut ep =
-            quinn::Endpoint::client(localhost()).map_err(BenchError::io("raw quinn client"))?;
+        let mut ep = petrel_net::datagram::endpoint(&cfg_a, client_socket, None)
+            .map_err(BenchError::io("raw quinn client"))?;
         ep.set_default_client_config(client_cfg);
         let conn = ep
             .connect(server_addr, petrel_net::tls::CLUSTER_SERVER_NAME)

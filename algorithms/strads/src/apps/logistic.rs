@@ -7,7 +7,7 @@
 //! Roles `strads-logistic-scheduler` / `strads-logistic-worker`; outputs
 //! `coefficients.tsv` (LIBSVM 1-based feature numbers) and `metrics.json`.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -309,7 +309,6 @@ pub struct LogisticScheduling {
     lambda: f32,
     max_rounds: u64,
     in_flight: VecDeque<(u64, Vec<usize>)>,
-    busy: HashSet<usize>,
     l1_after: Vec<f64>,
     updates_after: Vec<u64>,
     l1: f64,
@@ -336,7 +335,6 @@ impl LogisticScheduling {
             lambda,
             max_rounds: job.max_rounds,
             in_flight: VecDeque::new(),
-            busy: HashSet::new(),
             l1_after: vec![0.0],
             updates_after: vec![0],
             l1: 0.0,
@@ -379,11 +377,15 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         let vars: Vec<usize> = if self.scheduled == self.max_rounds {
             Vec::new()
         } else {
-            self.scheduler
-                .next_round()
-                .into_iter()
-                .filter(|j| !self.busy.contains(j))
-                .collect()
+            // In-flight coordinates are never chosen again, and the dependency check
+            // keeps new ones away from them as from each other.
+            let in_flight: Vec<usize> = self
+                .in_flight
+                .iter()
+                .flat_map(|(_, v)| v)
+                .copied()
+                .collect();
+            self.scheduler.next_round_around(&in_flight)
         };
         if vars.is_empty() && self.scheduled < self.max_rounds && in_flight > 0 {
             return Step::Wait;
@@ -391,7 +393,6 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         if self.scheduled == self.max_rounds && in_flight > 0 {
             return Step::Wait;
         }
-        self.busy.extend(vars.iter().copied());
         self.scheduled += 1;
         let task = LogisticTask {
             vars: vars.iter().map(|&j| j as u32).collect(),
@@ -458,7 +459,6 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             self.coefficients[j] = value;
             deltas.push(value - old);
             changes.push((j, value - old));
-            self.busy.remove(&j);
         }
         self.scheduler.commit(&changes);
         self.updates += vars.len() as u64;

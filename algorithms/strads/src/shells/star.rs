@@ -202,7 +202,7 @@ fn dispatch_round<A: StradsApp>(
                 task,
             };
             let (priority, timeout) = (opts.priority, opts.timeout);
-            async move {
+            started_now(Box::pin(async move {
                 let reply = addr.ask(msg, priority, timeout).await.map_err(|source| {
                     StradsRunError::Worker {
                         round,
@@ -218,7 +218,7 @@ fn dispatch_round<A: StradsApp>(
                     });
                 }
                 Ok(reply.partial)
-            }
+            }))
         })
         .collect();
     Ok(Box::pin(async move {
@@ -228,6 +228,21 @@ fn dispatch_round<A: StradsApp>(
             .collect::<Result<Vec<_>, _>>()?;
         Ok((round, partials))
     }))
+}
+
+/// Polls `fut` once, now: what it does before its first await (an ask puts its request on
+/// the wire) happens at this point of the scheduler loop. Without this a round's dispatch
+/// would leave whenever the round's future is first polled, so with several rounds in
+/// flight a worker could see it before or after an older round's commit depending on
+/// timing, and runs would not be reproducible. Later polls come with the real waker.
+fn started_now<F: std::future::Future + Unpin>(
+    mut fut: F,
+) -> futures::future::Either<futures::future::Ready<F::Output>, F> {
+    let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
+    match std::future::Future::poll(std::pin::Pin::new(&mut fut), &mut cx) {
+        std::task::Poll::Ready(out) => futures::future::Either::Left(futures::future::ready(out)),
+        std::task::Poll::Pending => futures::future::Either::Right(fut),
+    }
 }
 
 /// Runs the scheduler's rounds until the app says [`Step::Done`] and every in-flight round

@@ -112,10 +112,13 @@ pub struct LassoJob {
     /// Scheduler seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Rounds in flight (pipeline depth). 1 by default: with depth > 1 the scheduler loop
-    /// sends a round's dispatch lazily (when its future is first polled), so whether it
-    /// reaches a worker before or after the previous round's commit depends on timing and
-    /// a run is no longer bit-reproducible (see BENCHMARKS.md, issue 13).
+    /// Rounds in flight (pipeline depth). With 2 the scheduler chooses and sends the next
+    /// round while the previous one is out, and the dependency check keeps the new round
+    /// away from the in-flight coordinates as from each other. Pipelined runs are
+    /// bit-reproducible (dispatches leave eagerly, so a worker always sees round r+1's
+    /// dispatch before round r's commit), and depth 2 was faster on the issue-13 design
+    /// (BENCHMARKS.md), but the default stays 1: a run resumed from a checkpoint at depth 2
+    /// does not yet continue bit for bit (tests/strads_checkpoint.rs).
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
     /// At most this many update rounds (0 = automatic: AUTO_SWEEPS sweeps' worth of

@@ -13,7 +13,7 @@
 //! the workers' reported compute, so `metrics.json` says where a round's time went
 //! ([`RoundProfile`]).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,7 +45,6 @@ pub struct LassoScheduling {
     lambda: f32,
     job: LassoJob,
     pub(super) in_flight: VecDeque<(u64, InFlight)>,
-    busy: HashSet<usize>,
     /// After commit `a`: L1 norm and cumulative updates (index = commits applied).
     l1_after: Vec<f64>,
     updates_after: Vec<u64>,
@@ -96,7 +95,6 @@ impl LassoScheduling {
             col_sq_norms: x.column_sq_norms(),
             lambda,
             in_flight: VecDeque::new(),
-            busy: HashSet::new(),
             l1_after: vec![0.0],
             updates_after: vec![0],
             l1: 0.0,
@@ -243,18 +241,22 @@ impl Schedule<LassoApp> for LassoScheduling {
                 self.evaluate(round)
             };
         }
-        let started = Instant::now();
-        let candidates = self.scheduler.draw_candidates();
-        let drawn = Instant::now();
-        let vars: Vec<usize> = self
-            .scheduler
-            .filter_candidates(candidates)
-            .into_iter()
-            .filter(|j| !self.busy.contains(j))
+        // The coordinates of rounds still in flight (in round order, so the check's
+        // bookkeeping does not depend on a hash order).
+        let in_flight_vars: Vec<usize> = self
+            .in_flight
+            .iter()
+            .flat_map(|(_, kind)| match kind {
+                InFlight::Update(vars) => vars.as_slice(),
+                InFlight::Evaluate => &[],
+            })
+            .copied()
             .collect();
+        let vars = self.scheduler.next_round_around(&in_flight_vars);
+        let costs = self.scheduler.take_costs();
         let profile = &mut self.metrics.profile;
-        profile.sample_s += (drawn - started).as_secs_f64();
-        profile.filter_s += drawn.elapsed().as_secs_f64();
+        profile.sample_s += costs.sample_s;
+        profile.filter_s += costs.filter_s;
         // Per round: the coordinates' columns plus a fixed share for the round itself.
         self.work_since_eval += vars
             .iter()
@@ -269,7 +271,6 @@ impl Schedule<LassoApp> for LassoScheduling {
                 self.schedule(round, in_flight)
             };
         }
-        self.busy.extend(vars.iter().copied());
         let (metrics, node) = (
             &petrel_observe::metrics().strads,
             petrel_observe::thread_node(),
@@ -345,7 +346,6 @@ impl Schedule<LassoApp> for LassoScheduling {
                     self.l1 += f64::from(value.abs()) - f64::from(old.abs());
                     self.coefficients[j] = value;
                     changes.push((j, value - old));
-                    self.busy.remove(&j);
                 }
                 self.scheduler.commit(&changes);
                 self.updates += vars.len() as u64;
@@ -489,7 +489,6 @@ impl LassoScheduling {
         self.final_eval_sent = s.final_eval_sent;
         self.metrics = s.metrics.clone();
         self.in_flight.clear();
-        self.busy.clear();
         Ok(())
     }
 

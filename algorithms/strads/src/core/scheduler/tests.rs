@@ -231,3 +231,93 @@ proptest! {
         prop_assert_eq!(fast.keep_independent(&candidates, 40, 0.0).len(), 1);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// Over many rounds the oracle switches columns from the scatter walk to neighbour
+    /// lists; with coordinates in flight and without, every decision stays the pairwise
+    /// check's.
+    #[test]
+    fn neighbour_lists_and_in_flight_keep_exactly_what_the_pairwise_check_keeps(
+        seed in 0u64..1000,
+        density in 0.05f64..0.5,
+        rho in 0.05f32..0.9,
+        limit in 1usize..10,
+    ) {
+        let x = Arc::new(random_sparse(30, 40, density, seed));
+        let mut fast = ColumnCorrelationCache::new(x.clone(), 1000);
+        let mut slow = PairwiseOnly(ColumnCorrelationCache::new(x, 1000));
+        for round in 0..60usize {
+            let candidates: Vec<usize> =
+                (0..40).map(|j| (j * 7 + round * 13 + seed as usize) % 40).collect();
+            let in_flight: Vec<usize> = (0..round % 4).map(|j| (j * 11 + round) % 40).collect();
+            let (pool, in_flight) = (&candidates[round % 7..], &in_flight[..]);
+            let kept = fast.keep_independent_around(pool, limit, rho, in_flight);
+            prop_assert_eq!(&kept, &slow.keep_independent_around(pool, limit, rho, in_flight));
+            prop_assert!(kept.iter().all(|k| !in_flight.contains(k)));
+        }
+        prop_assert!(fast.neighbour_lists_built() > 0, "no column ever switched to a list");
+    }
+}
+
+#[test]
+fn in_flight_coordinates_are_neither_chosen_nor_correlated_with_the_choice() {
+    // Columns 0 and 1 are identical; 2 is independent of both.
+    let x = ndarray::array![[1.0f32, 1.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]];
+    let oracle = ColumnCorrelationCache::new(Arc::new(SparseColumns::from_dense(&x)), 100);
+    let mut config = SchedulerConfig::new(ScheduleMode::Cyclic, 3);
+    config.candidate_pool = 3;
+    let filter = DependencyFilter {
+        rho: 0.5,
+        oracle: Box::new(oracle),
+    };
+    let mut s = LassoScheduler::new(3, config, Some(filter)).unwrap();
+    assert_eq!(s.filter_candidates_around(vec![0, 1, 2], &[0]), vec![2]);
+    assert_eq!(s.filter_candidates_around(vec![0, 1, 2], &[]), vec![0, 2]);
+    let mut plain =
+        LassoScheduler::new(3, SchedulerConfig::new(ScheduleMode::Cyclic, 3), None).unwrap();
+    assert_eq!(
+        plain.filter_candidates_around(vec![0, 1, 2], &[1]),
+        vec![0, 2]
+    );
+}
+
+/// Lazy draws in chunks choose exactly what drawing the whole pool and checking it in
+/// order chooses, round after round (with coordinates in flight too).
+#[test]
+fn lazy_dynamic_rounds_choose_what_the_whole_pool_would() {
+    let x = Arc::new(random_sparse(40, 60, 0.2, 7));
+    let scheduler = |x: &Arc<SparseColumns>| {
+        let mut config = SchedulerConfig::new(ScheduleMode::Dynamic, 8);
+        config.candidate_pool = 30;
+        config.seed = 3;
+        let filter = DependencyFilter {
+            rho: 0.3,
+            oracle: Box::new(ColumnCorrelationCache::new(x.clone(), 1000)),
+        };
+        LassoScheduler::new(60, config, Some(filter)).unwrap()
+    };
+    let (mut lazy, mut whole) = (scheduler(&x), scheduler(&x));
+    let mut in_flight: Vec<usize> = Vec::new();
+    let mut rounds_with_rejections = 0;
+    for round in 0..40 {
+        whole.import_state(&lazy.export_state()).unwrap();
+        let chosen = lazy.next_round_around(&in_flight);
+        let pool = whole.draw_candidates();
+        let expected = whole.filter_candidates_around(pool, &in_flight);
+        assert_eq!(chosen, expected, "round {round}");
+        if lazy.take_filter_rejections() > 0 {
+            rounds_with_rejections += 1;
+        }
+        let changes: Vec<(usize, f32)> = chosen
+            .iter()
+            .map(|&j| (j, ((j * 7 + round) % 5) as f32 * 0.01))
+            .collect();
+        lazy.commit(&changes);
+        in_flight = chosen;
+    }
+    assert!(
+        rounds_with_rejections > 0,
+        "the check never rejected anything"
+    );
+}

@@ -1,0 +1,236 @@
+//! UDP datagram sizes: which path-MTU bound a peer gets, and a socket wrapper that keeps
+//! quinn's segmentation-offload batches within what the kernel accepts.
+//!
+//! Two limits of the layers below petrel decide how large a datagram can get:
+//! - quinn's `EndpointConfig::max_udp_payload_size` (1472 by default) is advertised to the
+//!   peer, and the peer's path-MTU discovery never probes above it, whatever its own upper
+//!   bound. [`endpoint_config`] raises it to the largest bound any peer may get.
+//! - Linux refuses a UDP send of more than 65535 bytes, GSO batches included (`EMSGSIZE`,
+//!   which quinn-udp drops silently because it is also what an MTU probe that is too large
+//!   gets). With datagrams above 6.5 KB, quinn's batch of 10 would exceed it, so
+//!   [`SegmentCappedSocket`] hands quinn a batch size that fits.
+
+use crate::config::NetConfig;
+use quinn::udp::{RecvMeta, Transmit};
+use quinn::{AsyncUdpSocket, UdpPoller};
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// The most bytes one UDP send (or one GRO receive) carries on Linux.
+const MAX_UDP_SEND: usize = 65_535;
+
+impl NetConfig {
+    /// Whether `peer` gets the loopback datagram size ([`NetConfig::loopback_udp_payload`]).
+    pub fn is_loopback_peer(&self, peer: SocketAddr) -> bool {
+        self.loopback_udp_payload > 0 && self.mtu_discovery && peer.ip().is_loopback()
+    }
+
+    /// The settings of a connection with `peer`: a loopback peer gets MTU discovery up to
+    /// [`NetConfig::loopback_udp_payload`], without segmentation offload (a datagram of
+    /// ~64 KB is already as large as one offloaded batch may be).
+    pub fn for_peer(&self, peer: SocketAddr) -> NetConfig {
+        if !self.is_loopback_peer(peer) {
+            return self.clone();
+        }
+        NetConfig {
+            max_udp_payload: self.loopback_udp_payload,
+            segmentation_offload: false,
+            ..self.clone()
+        }
+    }
+
+    /// The largest UDP payload any connection of this node may use.
+    pub fn largest_udp_payload(&self) -> u16 {
+        let bound = if self.mtu_discovery {
+            self.max_udp_payload.max(self.loopback_udp_payload)
+        } else {
+            0
+        };
+        bound.max(self.initial_mtu).clamp(1200, 65_527)
+    }
+
+    /// Datagrams per segmentation-offload batch for connections that use it (those not to
+    /// loopback peers): a batch of `max_udp_payload`-byte datagrams must fit one send.
+    pub fn offload_batch(&self) -> usize {
+        let datagram = usize::from(self.max_udp_payload.max(self.initial_mtu).max(1200));
+        (MAX_UDP_SEND / datagram).max(1)
+    }
+}
+
+/// quinn's endpoint settings: the largest payload this node advertises to its peers is the
+/// largest it may use itself, so a peer's MTU discovery is bounded by its own settings.
+pub fn endpoint_config(cfg: &NetConfig) -> quinn::EndpointConfig {
+    let mut endpoint = quinn::EndpointConfig::default();
+    // In range by construction (largest_udp_payload clamps to 1200..=65527).
+    if let Err(e) = endpoint.max_udp_payload_size(cfg.largest_udp_payload()) {
+        tracing::warn!(error = %e, "max_udp_payload_size refused; peers keep 1472");
+    }
+    endpoint
+}
+
+/// Asks the kernel for [`NetConfig::socket_buffer_bytes`] of receive and send buffer on
+/// `socket`; what it grants (at most `net.core.rmem_max`/`wmem_max`) is logged.
+pub fn size_socket_buffers(cfg: &NetConfig, socket: &std::net::UdpSocket) {
+    if cfg.socket_buffer_bytes == 0 {
+        return;
+    }
+    let sock = socket2::SockRef::from(socket);
+    let want = cfg.socket_buffer_bytes;
+    if let Err(e) = sock.set_recv_buffer_size(want) {
+        tracing::warn!(error = %e, want, "could not size the UDP receive buffer");
+    }
+    if let Err(e) = sock.set_send_buffer_size(want) {
+        tracing::warn!(error = %e, want, "could not size the UDP send buffer");
+    }
+    tracing::debug!(
+        want,
+        recv = ?sock.recv_buffer_size().ok(),
+        send = ?sock.send_buffer_size().ok(),
+        "UDP socket buffers (capped by net.core.rmem_max / wmem_max)"
+    );
+}
+
+/// A quinn endpoint on `socket` with this node's datagram limits (advertised payload size,
+/// capped offload batches), for code that drives quinn itself (benchmarks, tests).
+pub fn endpoint(
+    cfg: &NetConfig,
+    socket: std::net::UdpSocket,
+    server: Option<quinn::ServerConfig>,
+) -> io::Result<quinn::Endpoint> {
+    size_socket_buffers(cfg, &socket);
+    let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
+    let udp = runtime.wrap_udp_socket(socket)?;
+    let udp: Arc<dyn AsyncUdpSocket> = Arc::new(SegmentCappedSocket::new(udp, cfg));
+    quinn::Endpoint::new_with_abstract_socket(endpoint_config(cfg), server, udp, runtime)
+}
+
+/// A UDP socket whose segmentation-offload batches and receive buffers fit the datagram
+/// sizes in use (see the module docs).
+#[derive(Debug)]
+pub struct SegmentCappedSocket {
+    inner: Arc<dyn AsyncUdpSocket>,
+    transmit_segments: usize,
+    receive_segments: usize,
+}
+
+impl SegmentCappedSocket {
+    /// Wraps `inner` for a node with settings `cfg`.
+    pub fn new(inner: Arc<dyn AsyncUdpSocket>, cfg: &NetConfig) -> Self {
+        let largest = usize::from(cfg.largest_udp_payload());
+        Self {
+            transmit_segments: inner.max_transmit_segments().min(cfg.offload_batch()),
+            // quinn sizes each receive buffer as payload x segments; one GRO batch is at most
+            // 64 KiB, so with large datagrams fewer segments hold it.
+            receive_segments: inner
+                .max_receive_segments()
+                .min(MAX_UDP_SEND.div_ceil(largest))
+                .max(1),
+            inner,
+        }
+    }
+}
+
+impl AsyncUdpSocket for SegmentCappedSocket {
+    fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+
+    fn try_send(&self, transmit: &Transmit) -> io::Result<()> {
+        self.inner.try_send(transmit)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut Context,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
+        self.inner.poll_recv(cx, bufs, meta)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    fn max_transmit_segments(&self) -> usize {
+        self.transmit_segments
+    }
+
+    fn max_receive_segments(&self) -> usize {
+        self.receive_segments
+    }
+
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn loopback_peers_get_the_large_bound_and_others_keep_theirs() {
+        let cfg = NetConfig::default();
+        let lo = cfg.for_peer(addr("127.0.0.1:9000"));
+        assert_eq!(lo.max_udp_payload, cfg.loopback_udp_payload);
+        assert!(!lo.segmentation_offload);
+        let lo6 = cfg.for_peer(addr("[::1]:9000"));
+        assert_eq!(lo6.max_udp_payload, cfg.loopback_udp_payload);
+        let lan = cfg.for_peer(addr("10.0.0.7:9000"));
+        assert_eq!(lan, cfg);
+        let off = NetConfig {
+            loopback_udp_payload: 0,
+            ..NetConfig::default()
+        };
+        assert_eq!(off.for_peer(addr("127.0.0.1:9000")), off);
+        let pinned = NetConfig {
+            mtu_discovery: false,
+            ..NetConfig::default()
+        };
+        assert_eq!(pinned.for_peer(addr("127.0.0.1:9000")), pinned);
+    }
+
+    #[test]
+    fn offload_batches_fit_one_udp_send() {
+        for payload in [1200u16, 1452, 4000, 8952, 16_000, 65_527] {
+            let cfg = NetConfig {
+                max_udp_payload: payload,
+                ..NetConfig::default()
+            };
+            // Datagrams never fall below the initial MTU.
+            let datagram = usize::from(payload.max(cfg.initial_mtu));
+            let batch = cfg.offload_batch();
+            assert!(batch >= 1);
+            assert!(batch * datagram <= MAX_UDP_SEND, "{payload}: {batch}");
+            assert!((batch + 1) * datagram > MAX_UDP_SEND);
+        }
+        assert!(NetConfig::default().largest_udp_payload() >= 65_000);
+        let cfg = NetConfig {
+            loopback_udp_payload: 0,
+            ..NetConfig::default()
+        };
+        assert_eq!(cfg.largest_udp_payload(), cfg.max_udp_payload);
+    }
+
+    #[test]
+    fn socket_buffers_grow_towards_the_request() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let before = socket2::SockRef::from(&socket).recv_buffer_size().unwrap();
+        let cfg = NetConfig {
+            socket_buffer_bytes: before * 4,
+            ..NetConfig::default()
+        };
+        size_socket_buffers(&cfg, &socket);
+        let after = socket2::SockRef::from(&socket).recv_buffer_size().unwrap();
+        // Linux doubles the request and caps it at rmem_max; either way it does not shrink.
+        assert!(after >= before, "{before} -> {after}");
+    }
+}
