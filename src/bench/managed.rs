@@ -159,7 +159,8 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
         consistency: args.consistency,
         staleness: args.staleness,
         batches_per_epoch: 4,
-        max_clocks: Some(u64::MAX),
+        // Quick runs (tests) also end by clocks, so a lost stop cannot keep them going.
+        max_clocks: Some(if args.quick { 300 } else { u64::MAX }),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: if args.quick { 50 } else { 100 },

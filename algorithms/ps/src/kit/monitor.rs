@@ -160,6 +160,9 @@ impl MonitorCtx<'_> {
     }
 }
 
+/// How long the monitor waits for the workers to end before it sends its stop again.
+const STOP_RESEND: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(crate) async fn monitor_role<A: PsApp>(
     ctx: NodeContext,
     job: Arc<PsJob<A>>,
@@ -173,7 +176,10 @@ pub(crate) async fn monitor_role<A: PsApp>(
     };
     let mut state = A::Monitor::default();
     let n_workers = job.layout.n_workers() as usize;
-    let (mut finished, mut stop_sent) = (0usize, false);
+    let mut finished = 0usize;
+    // When the stop was last sent: it is a one-way message, so it is sent again every
+    // STOP_RESEND until every worker reported its end (a worker ignores a repeat).
+    let mut stop_sent: Option<Instant> = None;
     loop {
         // Registered before the reports are taken, so none slips by unnoticed.
         let notified = inbox.notify.notified();
@@ -189,12 +195,20 @@ pub(crate) async fn monitor_role<A: PsApp>(
         if all_done {
             break;
         }
-        if let Some(reason) = stop
-            && !stop_sent
-        {
-            tracing::info!(app = A::NAME, %reason, "monitor stops the workers");
-            m.stop_workers(&reason)?;
-            stop_sent = true;
+        if let Some(reason) = stop {
+            match stop_sent {
+                None => {
+                    tracing::info!(app = A::NAME, %reason, "monitor stops the workers");
+                    m.stop_workers(&reason)?;
+                    stop_sent = Some(Instant::now());
+                }
+                Some(at) if at.elapsed() >= STOP_RESEND => {
+                    tracing::debug!(app = A::NAME, finished, "stop sent again");
+                    m.stop_workers(&reason)?;
+                    stop_sent = Some(Instant::now());
+                }
+                Some(_) => {}
+            }
         }
         let _ = tokio::time::timeout(job.app.eval_interval(), notified).await;
     }
