@@ -185,8 +185,7 @@ fn network_and_data(
     m: &NetworkModel,
     data: &Path,
 ) -> Result<(petrel_p3::models::StagedNet, petrel_ml::dnn::data::Dataset), SavedModelError> {
-    let saved = petrel_p3::models::staged::SavedStagedModel::from(m.clone());
-    let net = saved.network().map_err(|e| network_error(m, e))?;
+    let net = petrel_p3::models::staged::saved_network(m).map_err(|e| network_error(m, e))?;
     let text = data.to_string_lossy();
     let spec = if text.starts_with("cifar:") || text.starts_with("idx:") {
         text.into_owned()

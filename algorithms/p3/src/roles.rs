@@ -23,7 +23,7 @@ use crate::error::P3Error;
 use crate::kit::StepStats;
 use crate::kit::{P3Job, P3WorkerReport};
 use crate::models::nets;
-use crate::models::staged::{SavedStagedModel, evaluate};
+use crate::models::staged::{SavedStagedModel, evaluate, saved_network};
 use crate::models::{CandleStageModel, EmulatedModel, StagedNet};
 use crate::shells::{SHARD_ROLE, WORKER_ROLE, shard_role, worker_role};
 use petrel_ml::dnn::cifar::{read_cifar10_files, synthetic_cifar};
@@ -304,11 +304,7 @@ pub fn save_model(
     settings: &impl Serialize,
     path: &Path,
 ) -> Result<(), P3Error> {
-    let saved = SavedModel::new(
-        MODEL_APP,
-        settings,
-        ModelParams::Network(model.clone().into()),
-    );
+    let saved = SavedModel::new(MODEL_APP, settings, ModelParams::Network(model.clone()));
     let bytes = saved.to_json().map_err(|source| P3Error::ModelFileJson {
         path: path.to_path_buf(),
         source,
@@ -323,14 +319,13 @@ pub fn save_model(
 /// `petrel-model.json`) and checks it against its network.
 pub fn load_model(path: &Path) -> Result<(SavedStagedModel, StagedNet), P3Error> {
     let saved = SavedModel::load(path, MODEL_APP)?;
-    let ModelParams::Network(network) = saved.params else {
+    let ModelParams::Network(model) = saved.params else {
         return Err(P3Error::ModelFile(ModelFileError::Inconsistent {
             path: path.to_path_buf(),
             reason: "its parameters are not those of a network".into(),
         }));
     };
-    let model = SavedStagedModel::from(network);
-    let net = model.network().map_err(|source| P3Error::RealModel {
+    let net = saved_network(&model).map_err(|source| P3Error::RealModel {
         name: model.net.clone(),
         source: Box::new(source),
     })?;

@@ -667,64 +667,26 @@ pub fn train_single_process(
     Ok(params)
 }
 
-/// A trained model as a file: which [`StagedNet`] (by [`crate::models::nets::by_name`])
-/// and every tensor's values, forward order. JSON, so any tool can read it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct SavedStagedModel {
-    /// The model's name (`mlp`, `lenet`, `resnet18`, `vgg11`).
-    pub net: String,
-    /// Shape of one example.
-    pub input: Vec<usize>,
-    /// Width knob the model was built with.
-    pub width: usize,
-    /// Classes of the head.
-    pub classes: usize,
-    /// Parameter values per tensor, forward order.
-    pub tensors: Vec<Vec<f32>>,
-}
+/// A trained model: which [`StagedNet`] (by [`crate::models::nets::by_name`]) and every
+/// tensor's values, forward order. It is the saved-model file's `network` parameters.
+pub type SavedStagedModel = petrel_ml::model::NetworkModel;
 
-impl From<SavedStagedModel> for petrel_ml::model::NetworkModel {
-    fn from(m: SavedStagedModel) -> Self {
-        petrel_ml::model::NetworkModel {
-            net: m.net,
-            input: m.input,
-            width: m.width,
-            classes: m.classes,
-            tensors: m.tensors,
+/// The network `model` describes, checked against its stored tensors.
+pub fn saved_network(model: &SavedStagedModel) -> Result<StagedNet, ModelError> {
+    let net = crate::models::nets::by_name(&model.net, &model.input, model.width, model.classes)
+        .ok_or_else(|| ModelError::UnknownNet(model.net.clone()))?;
+    let specs: Vec<TensorSpec> = net.specs()?.into_iter().flatten().collect();
+    if specs.len() != model.tensors.len() {
+        return Err(ModelError::NoTensor(specs.len().min(model.tensors.len())));
+    }
+    for (t, (s, v)) in specs.iter().zip(&model.tensors).enumerate() {
+        if s.len() != v.len() {
+            return Err(ModelError::TensorLength {
+                tensor: t,
+                expected: s.len(),
+                got: v.len(),
+            });
         }
     }
-}
-
-impl From<petrel_ml::model::NetworkModel> for SavedStagedModel {
-    fn from(m: petrel_ml::model::NetworkModel) -> Self {
-        SavedStagedModel {
-            net: m.net,
-            input: m.input,
-            width: m.width,
-            classes: m.classes,
-            tensors: m.tensors,
-        }
-    }
-}
-
-impl SavedStagedModel {
-    /// The network this file describes, checked against the stored tensors.
-    pub fn network(&self) -> Result<StagedNet, ModelError> {
-        let net = crate::models::nets::by_name(&self.net, &self.input, self.width, self.classes)
-            .ok_or_else(|| ModelError::UnknownNet(self.net.clone()))?;
-        let specs: Vec<TensorSpec> = net.specs()?.into_iter().flatten().collect();
-        if specs.len() != self.tensors.len() {
-            return Err(ModelError::NoTensor(specs.len().min(self.tensors.len())));
-        }
-        for (t, (s, v)) in specs.iter().zip(&self.tensors).enumerate() {
-            if s.len() != v.len() {
-                return Err(ModelError::TensorLength {
-                    tensor: t,
-                    expected: s.len(),
-                    got: v.len(),
-                });
-            }
-        }
-        Ok(net)
-    }
+    Ok(net)
 }
