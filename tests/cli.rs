@@ -939,7 +939,7 @@ fn logistic_and_strads_mf_restart_after_a_killed_worker_with_the_uninterrupted_m
         ),
         (
             "strads-mf",
-            &["--iterations", "10", "--seed", "1"],
+            &["--iterations", "80", "--seed", "1"],
             &["user_factors.tsv", "item_factors.tsv"],
         ),
     ];
@@ -965,7 +965,8 @@ fn logistic_and_strads_mf_restart_after_a_killed_worker_with_the_uninterrupted_m
         let killed = dir.path().join(format!("{app}-killed"));
         let child = train(&killed, "2").spawn().unwrap();
         let pid = child_process(child.id(), "w1").expect("the worker's process");
-        // Mid-run: the uninterrupted run takes several seconds after its nodes start. A
+        // Mid-run: the uninterrupted run takes several seconds after its nodes start (80
+        // strads-mf iterations: 10 could finish before the kill on a fast machine). A
         // kill that lands earlier (before the cluster formed) is a node death all the same.
         std::thread::sleep(Duration::from_millis(1500));
         assert!(
