@@ -195,6 +195,8 @@ enum BenchCommand {
     Mf(petrel::bench::mf::StradsMfBenchArgs),
     /// STRADS LDA (SparseLDA with word rotation): tokens/s and log-likelihood against time.
     Lda(petrel::bench::lda::LdaBenchArgs),
+    /// STRADS LDA: tokens/s per core against corpus size, for 1, 2, 4 workers.
+    LdaScale(petrel::bench::lda_scale::LdaScaleBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -363,6 +365,9 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             }
             BenchCommand::Mf(args) => petrel::bench::mf::run(args).map_err(CliError::command),
             BenchCommand::Lda(args) => petrel::bench::lda::run(args).map_err(CliError::command),
+            BenchCommand::LdaScale(args) => {
+                petrel::bench::lda_scale::run(args).map_err(CliError::command)
+            }
         },
         // commands dispatch: applications add their arms below this line; each maps its own
         // error type with `CliError::command`.

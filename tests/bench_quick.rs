@@ -119,3 +119,60 @@ fn adarevision_quick_runs_each_rule_of_the_grid() {
         assert!(r.final_loss.is_finite() && r.final_loss > 0.0, "{r:?}");
     }
 }
+
+#[derive(Parser)]
+struct LdaScale {
+    #[command(flatten)]
+    args: petrel::bench::lda_scale::LdaScaleBenchArgs,
+}
+
+#[test]
+fn lda_scale_runs_every_size_and_worker_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let a = LdaScale::parse_from([
+        "bench",
+        "--tokens",
+        "3000,6000",
+        "--workers",
+        "1,2",
+        "--topics",
+        "5",
+        "--vocab",
+        "200",
+        "--doc-length",
+        "50",
+        "--iterations",
+        "2",
+        "--transport",
+        "memory",
+        "--out",
+        &out,
+    ])
+    .args;
+    let f = petrel::bench::lda_scale::measure(&a).unwrap();
+    assert_eq!(
+        f.sizes
+            .iter()
+            .map(|s| (s.tokens, s.docs))
+            .collect::<Vec<_>>(),
+        vec![(3000, 60), (6000, 120)]
+    );
+    for size in &f.sizes {
+        assert_eq!(
+            size.per_workers.keys().copied().collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        for run in size.per_workers.values() {
+            assert!(run.tokens_per_s > 0.0 && run.ns_per_token_per_core > 0.0);
+            // Per core is the total over the workers.
+            let per_core = run.tokens_per_s / run.workers as f64;
+            assert!((run.tokens_per_s_per_core - per_core).abs() <= 1e-6 * per_core);
+            assert!(run.final_loglik_per_token < 0.0);
+        }
+        assert!(size.speedup.is_some_and(|s| s > 0.0));
+    }
+    assert_eq!(f.per_core_spread.len(), 2);
+    assert!(f.per_core_spread.values().all(|&s| s >= 1.0));
+    assert!(std::path::Path::new(&f.plot).exists());
+}

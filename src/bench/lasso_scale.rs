@@ -93,6 +93,13 @@ pub struct LassoScaleBenchArgs {
     /// lambda = fraction * max_j |x_j^T y|.
     #[arg(long, default_value_t = 0.1)]
     pub lambda_fraction: f64,
+    /// STRADS: bound on a block's row loads (0: pairwise check only); see
+    /// `petrel train lasso --help`.
+    #[arg(long, default_value_t = LassoJob::default().interference_bound)]
+    pub interference_bound: f32,
+    /// STRADS: rounds in flight.
+    #[arg(long, default_value_t = 1)]
+    pub depth: usize,
     /// Relative objective gap to reach: f <= f* (1 + tolerance).
     #[arg(long, default_value_t = 1e-3)]
     pub tolerance: f64,
@@ -147,6 +154,8 @@ struct SizeFigures {
 struct Figures {
     bench: &'static str,
     tolerance: f64,
+    interference_bound: f32,
+    depth: usize,
     headline_workers: usize,
     transport: String,
     sizes: Vec<SizeFigures>,
@@ -168,6 +177,8 @@ fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
         },
         lambda_fraction: args.lambda_fraction,
         timeout_s: args.timeout_s,
+        interference_bound: args.interference_bound,
+        depth: args.depth,
         ..LassoJob::default()
     }
 }
@@ -356,6 +367,8 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
     print_json(&Figures {
         bench: "lasso-scale",
         tolerance: args.tolerance,
+        interference_bound: args.interference_bound,
+        depth: args.depth,
         headline_workers: args.headline_workers,
         transport: format!("{:?}", args.transport).to_lowercase(),
         sizes,

@@ -17,6 +17,7 @@ pub mod lasso_scale;
 pub mod lasso_schedulers;
 #[allow(missing_docs)]
 pub mod lda;
+pub mod lda_scale;
 #[allow(missing_docs)]
 pub mod managed;
 #[allow(missing_docs)]

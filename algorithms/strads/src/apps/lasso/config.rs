@@ -100,6 +100,14 @@ pub struct LassoJob {
     /// Dependency-check threshold on |corr(x_j, x_k)|; unset disables the check.
     #[arg(long, default_value = "0.3")]
     pub rho: Option<f32>,
+    /// Bound on a block's aggregate interference, applied with the dependency check: a
+    /// candidate joins the block only while every row it shares with the block (and the
+    /// rounds in flight) keeps a load `sum_k |x_ik| ||x_k||_1 / ||x_k||^2` of at most
+    /// this, which bounds the largest eigenvalue of the block's normalised Gram matrix by
+    /// it (below 2, a block's Jacobi step cannot overshoot). It also caps the automatic
+    /// block size. 0 disables it (pairwise check only).
+    #[arg(long, default_value_t = DEFAULT_INTERFERENCE_BOUND)]
+    pub interference_bound: f32,
     /// Priority floor of dynamic scheduling.
     #[arg(long, default_value_t = 1e-6)]
     pub eta: f64,
@@ -182,6 +190,7 @@ impl Default for LassoJob {
             block_size: 0,
             candidate_pool: 0,
             rho: Some(0.3),
+            interference_bound: DEFAULT_INTERFERENCE_BOUND,
             eta: 1e-6,
             priority_exponent: 1.0,
             initial_priority: 1.0,
@@ -267,6 +276,7 @@ impl LassoJob {
         }
         c.non_negative("eval_work_ratio", self.eval_work_ratio);
         c.non_negative("round_latency_ms", self.round_latency_ms);
+        c.non_negative("interference_bound", self.interference_bound);
         if let Some(rho) = self.rho {
             c.within("rho", rho, 0.0, 1.0);
         }
@@ -342,6 +352,11 @@ impl LassoJob {
     ///   plus [`NS_PER_COORDINATE`] at the scheduler; clamped to
     ///   `[MIN_AUTO_BLOCK, max(MIN_AUTO_BLOCK, d / 16)]` so dynamic scheduling and the
     ///   dependency check still choose among many candidates;
+    ///   and, with the dependency check and an `interference_bound`, at most what the
+    ///   bound lets a block hold: `bound * rows / (mean column load)`, where a column's
+    ///   load summed over its rows is `||x_k||_1^2 / ||x_k||_2^2` (its non-zero count for
+    ///   equal magnitudes), so a 2,000-row design of 20 non-zeros per column gets
+    ///   `U <= 3 * 2000 / 20 = 300` whatever the round latency asks;
     /// - candidate pool U' = 2 U;
     /// - round limit: [`AUTO_SWEEPS`] sweeps' worth of updates (`AUTO_SWEEPS * d / U`).
     pub fn resolved_for(&self, x: &SparseColumns, workers: usize) -> LassoJob {
@@ -354,6 +369,11 @@ impl LassoJob {
                 workers,
                 self.round_latency_ms,
             );
+            if self.rho.is_some() && self.interference_bound > 0.0 {
+                job.block_size = job
+                    .block_size
+                    .min(interference_capacity(x, self.interference_bound));
+            }
         }
         if job.candidate_pool == 0 {
             job.candidate_pool = 2 * job.block_size;
@@ -397,7 +417,7 @@ impl LassoJob {
 
     /// The coordinate scheduler this job configures over the design `x`: priority sampling
     /// plus, unless `rho` is unset, the `|corr| < rho` dependency filter (correlations are
-    /// computed on demand and cached).
+    /// computed on demand and cached) with the `interference_bound` on row loads.
     pub fn coordinate_scheduler(
         &self,
         x: Arc<SparseColumns>,
@@ -405,7 +425,10 @@ impl LassoJob {
         let n = x.n_columns();
         let filter = self.rho.map(|rho| DependencyFilter {
             rho,
-            oracle: Box::new(ColumnCorrelationCache::new(x, 1 << 20)),
+            oracle: Box::new(
+                ColumnCorrelationCache::new(x, 1 << 20)
+                    .with_row_load_bound(self.interference_bound),
+            ),
         });
         LassoScheduler::new(n, self.scheduler_config(), filter)
     }
@@ -416,6 +439,34 @@ impl LassoJob {
 pub const NS_PER_NONZERO: f64 = 4.0;
 /// Scheduler work per coordinate (sampling, dependency check, pull, bytes), in ns.
 pub const NS_PER_COORDINATE: f64 = 300.0;
+/// The default `interference_bound`. The Schur bound is loose for columns with mixed
+/// signs (their Gram matrix's largest eigenvalue stays well below the row load), so the
+/// default is above the worst-case-safe 2: on the 2,000 x 20,000 design (1
+/// worker, BENCHMARKS.md "Lasso: a block bounded by its row loads") bounds of 1.5, 2, 2.5,
+/// 3, 4, 6 and none needed 313k, 230k, 176k, 125k, 166k, 238k and 588k updates to 1e-3.
+pub const DEFAULT_INTERFERENCE_BOUND: f32 = 3.0;
+
+/// How many columns a block can hold under the row-load `bound` (at least 1):
+/// `bound * rows / mean_k(||x_k||_1^2 / ||x_k||_2^2)`, the rows' total load capacity over
+/// a column's total load (empty columns count as load 1).
+pub fn interference_capacity(x: &SparseColumns, bound: f32) -> usize {
+    let d = x.n_columns().max(1);
+    let total_load: f64 = (0..x.n_columns())
+        .map(|k| {
+            let (_, vals) = x.column(k);
+            let l1: f64 = vals.iter().map(|v| f64::from(v.abs())).sum();
+            let sq: f64 = vals.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+            if sq > 0.0 { l1 * l1 / sq } else { 1.0 }
+        })
+        .sum();
+    let capacity = f64::from(bound) * x.n_rows as f64 / (total_load / d as f64);
+    if capacity.is_finite() {
+        (capacity.ceil() as usize).clamp(1, d)
+    } else {
+        d
+    }
+}
+
 /// Smallest automatic block size.
 pub const MIN_AUTO_BLOCK: usize = 16;
 /// Sweeps' worth of coordinate updates the automatic round limit allows.

@@ -1,5 +1,7 @@
 use super::*;
+use petrel_ml::data::SparseColumns;
 use proptest::prelude::*;
+use std::sync::Arc;
 
 #[test]
 fn sum_tree_samples_proportionally() {
@@ -320,4 +322,129 @@ fn lazy_dynamic_rounds_choose_what_the_whole_pool_would() {
         rounds_with_rejections > 0,
         "the check never rejected anything"
     );
+}
+
+/// Columns of `nnz` entries of magnitude 1 and random sign on random rows.
+fn equal_magnitude_sparse(rows: usize, cols: usize, nnz: usize, seed: u64) -> SparseColumns {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha12Rng::seed_from_u64(seed);
+    let mut x = ndarray::Array2::<f32>::zeros((rows, cols));
+    for j in 0..cols {
+        for i in rand::seq::index::sample(&mut rng, rows, nnz) {
+            x[[i, j]] = if rng.gen_bool(0.5) { 1.0 } else { -1.0 };
+        }
+    }
+    SparseColumns::from_dense(&x)
+}
+
+/// Largest eigenvalue of the block's Gram matrix with columns scaled to unit norm (power
+/// iteration on a small dense copy).
+fn block_gram_lambda_max(x: &SparseColumns, block: &[usize]) -> f64 {
+    let unit: Vec<Vec<f64>> = block
+        .iter()
+        .map(|&k| {
+            let mut dense = vec![0.0; x.n_rows];
+            let (rows, vals) = x.column(k);
+            let norm = vals
+                .iter()
+                .map(|&v| f64::from(v) * f64::from(v))
+                .sum::<f64>()
+                .sqrt();
+            for (&i, &v) in rows.iter().zip(vals) {
+                dense[i as usize] = f64::from(v) / norm;
+            }
+            dense
+        })
+        .collect();
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
+    let gram: Vec<Vec<f64>> = unit
+        .iter()
+        .map(|a| unit.iter().map(|b| dot(a, b)).collect())
+        .collect();
+    let mut v = vec![1.0; block.len()];
+    let mut lambda = 0.0;
+    for _ in 0..500 {
+        let w: Vec<f64> = gram.iter().map(|row| dot(row, &v)).collect();
+        let norm = dot(&w, &w).sqrt();
+        if norm == 0.0 {
+            return 0.0;
+        }
+        lambda = dot(&v, &w) / dot(&v, &v);
+        v = w.iter().map(|x| x / norm).collect();
+    }
+    lambda
+}
+
+#[test]
+fn row_load_bound_keeps_one_column_per_shared_row() {
+    // Ten columns on the same four rows: each pair shares every row, so a block may hold
+    // one of them under a bound below 2; with the pairwise check alone (rho = 1) it takes
+    // every column that is not an exact multiple of a kept one.
+    let x = Arc::new(equal_magnitude_sparse(4, 10, 4, 7));
+    let candidates: Vec<usize> = (0..10).collect();
+    let mut bounded = ColumnCorrelationCache::new(x.clone(), 100).with_row_load_bound(1.5);
+    assert_eq!(bounded.keep_independent(&candidates, 10, 1.0).len(), 1);
+    let mut pairwise = ColumnCorrelationCache::new(x.clone(), 100);
+    let kept = pairwise.keep_independent(&candidates, 10, 1.0);
+    assert!(kept.len() > 1, "{kept:?}");
+    // Disjoint columns never load a shared row: all of them fit.
+    let disjoint = Arc::new(SparseColumns::from_dense(&ndarray::Array2::<f32>::eye(6)));
+    let mut bounded = ColumnCorrelationCache::new(disjoint, 100).with_row_load_bound(1.0);
+    assert_eq!(
+        bounded.keep_independent(&[0, 1, 2, 3, 4, 5], 6, 0.3).len(),
+        6
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// With equal-magnitude columns a row's load is its count of block columns, and the
+    /// Schur test makes the bound an upper bound on the block Gram matrix's largest
+    /// eigenvalue, in flight coordinates included. Without the bound the same candidates
+    /// give blocks above it.
+    #[test]
+    fn row_load_bound_caps_the_block_gram_eigenvalue(
+        seed in 0u64..1000,
+        nnz in 2usize..6,
+        bound in 1.0f32..3.0,
+        n_in_flight in 0usize..4,
+    ) {
+        let (rows, cols) = (24, 60);
+        let x = Arc::new(equal_magnitude_sparse(rows, cols, nnz, seed));
+        let candidates: Vec<usize> =
+            (0..cols).map(|j| (j * 17 + seed as usize) % cols).collect();
+        let mut bounded =
+            ColumnCorrelationCache::new(x.clone(), 1000).with_row_load_bound(bound);
+        // In flight: an earlier round's block, chosen under the same bound.
+        let in_flight = bounded.keep_independent(&candidates, n_in_flight, 0.9);
+        let in_flight = &in_flight[..];
+        let pool = &candidates[n_in_flight..];
+        let kept = bounded.keep_independent_around(pool, cols, 0.9, in_flight);
+        prop_assert!(kept.iter().all(|k| !in_flight.contains(k)));
+        let block: Vec<usize> = in_flight.iter().chain(&kept).copied().collect();
+        let lambda = block_gram_lambda_max(&x, &block);
+        prop_assert!(lambda <= f64::from(bound) + 1e-6, "lambda {lambda} > bound {bound}");
+        // Every kept column is also pairwise below rho with the rest (the bound adds to
+        // the pairwise check, it does not replace it).
+        let mut pairwise = ColumnCorrelationCache::new(x.clone(), 1000);
+        for (a, &j) in block.iter().enumerate() {
+            for &k in &block[a + 1..] {
+                prop_assert!(pairwise.abs_correlation(j, k) < 0.9);
+            }
+        }
+    }
+}
+
+#[test]
+fn without_the_bound_pairwise_independent_blocks_exceed_it() {
+    // The reason for the bound: on 24 rows, 60 columns of 4 non-zeros pairwise below 0.9
+    // form a block whose Gram matrix has a largest eigenvalue well above 2.
+    let x = Arc::new(equal_magnitude_sparse(24, 60, 4, 3));
+    let candidates: Vec<usize> = (0..60).collect();
+    let mut pairwise = ColumnCorrelationCache::new(x.clone(), 1000);
+    let kept = pairwise.keep_independent(&candidates, 60, 0.9);
+    assert!(block_gram_lambda_max(&x, &kept) > 2.0);
+    let mut bounded = ColumnCorrelationCache::new(x.clone(), 1000).with_row_load_bound(1.5);
+    let kept = bounded.keep_independent(&candidates, 60, 0.9);
+    assert!(block_gram_lambda_max(&x, &kept) <= 1.5 + 1e-6);
 }

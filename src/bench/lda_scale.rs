@@ -1,0 +1,270 @@
+//! `petrel bench lda-scale`: STRADS LDA (SparseLDA with word rotation) on corpora of
+//! growing size, for several worker counts side by side in one run: sampling throughput per
+//! core against the corpus size, and the speed-up of more workers over one.
+//!
+//! Each corpus is sampled from the LDA generative model with `--doc-length` tokens per
+//! document and a vocabulary and topic count that stay fixed, so only the number of
+//! documents grows: the work per token stays the same and tokens/s per core should stay
+//! flat. Figures per size: `tokens`, and per worker count `tokens_per_s`,
+//! `tokens_per_s_per_core`, `ns_per_token_per_core` (sampling time x workers / tokens
+//! sampled), sampling and wall seconds and the final log-likelihood per token; across
+//! sizes: each worker count's `per_core_spread` (slowest over fastest time per token per
+//! core; 1 is flat) and `speedup` (tokens/s of the largest worker count over one worker's,
+//! at each size). An SVG plots the time per token per core against the corpus size.
+
+use crate::bench::strads_plot::{Series, absolute, line_plot};
+use crate::report::{Table, print_json};
+use crate::train::{StradsTrainError, run_lda_job};
+use petrel_actors::JobTransport;
+use petrel_ml::data::synthetic::LdaCorpusParams;
+use petrel_strads::apps::lda::LdaJob;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// `petrel bench lda-scale` flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LdaScaleBenchArgs {
+    /// Corpus sizes in tokens, smallest first.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000000,10000000,50000000"
+    )]
+    pub tokens: Vec<usize>,
+    /// STRADS worker counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub workers: Vec<usize>,
+    /// Topics (of the generating model and of the fit).
+    #[arg(long, default_value_t = 20)]
+    pub topics: usize,
+    /// Vocabulary size.
+    #[arg(long, default_value_t = 10000)]
+    pub vocab: usize,
+    /// Tokens per document (the corpus grows by its number of documents).
+    #[arg(long, default_value_t = 100)]
+    pub doc_length: usize,
+    /// Passes over the corpus.
+    #[arg(long, default_value_t = 5)]
+    pub iterations: usize,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
+    /// Timeout of one round, seconds.
+    #[arg(long, default_value_t = 1200)]
+    pub timeout_s: u64,
+    /// Output directory (each run's files and the plot).
+    #[arg(long, default_value = "target/bench-lda-scale")]
+    pub out: PathBuf,
+}
+
+/// One run: a corpus size and a worker count.
+#[derive(Debug, Clone, Serialize)]
+pub struct LdaScaleRun {
+    /// Worker count.
+    pub workers: usize,
+    /// Tokens sampled per second, all workers together.
+    pub tokens_per_s: f64,
+    /// `tokens_per_s / workers` (one sampling thread per worker).
+    pub tokens_per_s_per_core: f64,
+    /// Sampling seconds x workers / tokens sampled, in ns.
+    pub ns_per_token_per_core: f64,
+    /// Seconds in sampling rounds.
+    pub sampling_s: f64,
+    /// Wall seconds of the whole run (cluster start and corpus generation included).
+    pub wall_s: f64,
+    /// Log-likelihood per token at the end.
+    pub final_loglik_per_token: f64,
+}
+
+/// One corpus size.
+#[derive(Debug, Clone, Serialize)]
+pub struct LdaScaleSize {
+    /// Tokens in the corpus.
+    pub tokens: usize,
+    /// Documents in the corpus.
+    pub docs: usize,
+    /// One run per worker count.
+    pub per_workers: BTreeMap<usize, LdaScaleRun>,
+    /// Tokens/s of the largest worker count over one worker's (when both ran).
+    pub speedup: Option<f64>,
+}
+
+/// The bench's figures (its JSON line).
+#[derive(Debug, Serialize)]
+pub struct LdaScaleFigures {
+    /// `"lda-scale"`.
+    pub bench: &'static str,
+    /// Topics.
+    pub topics: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Tokens per document.
+    pub doc_length: usize,
+    /// Passes over each corpus.
+    pub iterations: usize,
+    /// How the nodes ran.
+    pub transport: String,
+    /// One entry per corpus size.
+    pub sizes: Vec<LdaScaleSize>,
+    /// Per worker count: slowest over fastest time per token per core across the sizes.
+    pub per_core_spread: BTreeMap<usize, f64>,
+    /// The SVG plot's path.
+    pub plot: String,
+}
+
+/// Runs the bench, prints its table and JSON line.
+pub fn run(args: LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
+    let figures = measure(&args)?;
+    print_json(&figures).map_err(|source| StradsTrainError::Json {
+        path: PathBuf::new(),
+        source,
+    })
+}
+
+/// Runs every size and worker count, prints the table and writes the plot.
+pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainError> {
+    if args.tokens.is_empty() || args.workers.is_empty() {
+        return Err(StradsTrainError::Usage(
+            "need at least one corpus size and one worker count",
+        ));
+    }
+    if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
+        return Err(StradsTrainError::Usage(
+            "--doc-length must be positive and every --tokens size at least one document",
+        ));
+    }
+    let out = absolute(&args.out)?;
+    let mut table = Table::new(&[
+        "tokens",
+        "workers",
+        "tokens/s",
+        "tokens/s per core",
+        "ns / token / core",
+        "sampling s",
+        "wall s",
+        "final ll/token",
+    ]);
+    let mut sizes = Vec::new();
+    for &tokens in &args.tokens {
+        let docs = tokens / args.doc_length;
+        let mut per_workers = BTreeMap::new();
+        for &workers in &args.workers {
+            let job = LdaJob {
+                synthetic: LdaCorpusParams {
+                    n_topics: args.topics,
+                    vocab_size: args.vocab,
+                    n_docs: docs,
+                    doc_length: args.doc_length,
+                    alpha: 0.1,
+                    beta: 0.1,
+                    seed: 42,
+                },
+                n_topics: args.topics,
+                iterations: args.iterations,
+                timeout_s: args.timeout_s,
+                out_dir: Some(out.join(format!("t{tokens}-p{workers}"))),
+                ..LdaJob::default()
+            };
+            let started = Instant::now();
+            let m = run_lda_job(&job, workers, args.transport)?;
+            let wall_s = started.elapsed().as_secs_f64();
+            let tokens_per_s = m.tokens_per_s_per_worker * workers as f64;
+            let ns_per_token_per_core = if m.tokens_sampled > 0 {
+                1e9 * m.sampling_s * workers as f64 / m.tokens_sampled as f64
+            } else {
+                f64::NAN
+            };
+            table.row(vec![
+                m.n_tokens.to_string(),
+                workers.to_string(),
+                format!("{tokens_per_s:.0}"),
+                format!("{:.0}", m.tokens_per_s_per_worker),
+                format!("{ns_per_token_per_core:.1}"),
+                format!("{:.2}", m.sampling_s),
+                format!("{wall_s:.1}"),
+                format!("{:.4}", m.final_loglik_per_token),
+            ]);
+            per_workers.insert(
+                workers,
+                LdaScaleRun {
+                    workers,
+                    tokens_per_s,
+                    tokens_per_s_per_core: m.tokens_per_s_per_worker,
+                    ns_per_token_per_core,
+                    sampling_s: m.sampling_s,
+                    wall_s,
+                    final_loglik_per_token: m.final_loglik_per_token,
+                },
+            );
+        }
+        let speedup = match (
+            per_workers.get(&1),
+            per_workers.last_key_value().map(|(_, f)| f),
+        ) {
+            (Some(one), Some(most)) if most.workers > 1 && one.tokens_per_s > 0.0 => {
+                Some(most.tokens_per_s / one.tokens_per_s)
+            }
+            _ => None,
+        };
+        sizes.push(LdaScaleSize {
+            tokens: docs * args.doc_length,
+            docs,
+            per_workers,
+            speedup,
+        });
+    }
+    table.print();
+    let mut per_core_spread = BTreeMap::new();
+    let mut series = Vec::new();
+    for &workers in &args.workers {
+        let points: Vec<(f64, f64)> = sizes
+            .iter()
+            .filter_map(|s| {
+                let f = s.per_workers.get(&workers)?;
+                Some((s.tokens as f64, f.ns_per_token_per_core))
+            })
+            .filter(|p| p.1.is_finite())
+            .collect();
+        let (lo, hi) = points
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
+        if !points.is_empty() && lo > 0.0 {
+            per_core_spread.insert(workers, hi / lo);
+        }
+        series.push(Series {
+            name: format!("{workers} worker(s)"),
+            points,
+        });
+    }
+    for s in &sizes {
+        if let Some(speedup) = s.speedup {
+            println!(
+                "{} tokens: speed-up over one worker {speedup:.2}x",
+                s.tokens
+            );
+        }
+    }
+    let plot = out.join("lda_scale_ns_per_token.svg");
+    line_plot(
+        &plot,
+        "LDA (word rotation): sampling time per token per core against corpus size",
+        "tokens",
+        "ns per token per core",
+        &series,
+        false,
+    )?;
+    println!("plot: {}", plot.display());
+    Ok(LdaScaleFigures {
+        bench: "lda-scale",
+        topics: args.topics,
+        vocab: args.vocab,
+        doc_length: args.doc_length,
+        iterations: args.iterations,
+        transport: format!("{:?}", args.transport).to_lowercase(),
+        sizes,
+        per_core_spread,
+        plot: plot.display().to_string(),
+    })
+}
