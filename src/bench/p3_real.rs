@@ -211,6 +211,9 @@ pub struct P3RealBenchArgs {
     /// Iterations of the adapter-overhead measurement (stage-wise vs whole-model).
     #[arg(long, default_value_t = 5)]
     pub overhead_iterations: u64,
+    /// Measure only the adapter's overhead (no cluster runs).
+    #[arg(long)]
+    pub overhead_only: bool,
     /// Cluster, data and optimiser flags.
     #[command(flatten)]
     pub job: RealJobArgs,
@@ -223,16 +226,22 @@ pub struct AdapterOverhead {
     pub stagewise_forward_ms: f64,
     /// Stage-wise backward (seeded per stage, gradients copied out).
     pub stagewise_backward_ms: f64,
-    /// Installing every tensor once (`set_tensor`, the one copy of pulled values).
+    /// Installing every tensor once (`set_tensor`, the one copy of pulled values); paid
+    /// before both ways, counted once on each side.
     pub set_tensors_ms: f64,
+    /// candle's own forward through the same modules (rebuilt from the installed tensors).
+    pub whole_forward_ms: f64,
+    /// candle's own whole-model backward, gradients copied out.
+    pub whole_backward_ms: f64,
     /// candle's own forward + whole-model backward on the same batch.
     pub whole_model_ms: f64,
-    /// (stage-wise forward + backward + set) / whole-model - 1.
+    /// (stage-wise forward + backward) / (whole-model forward + backward) - 1.
     pub overhead: f64,
 }
 
 /// Measures [`AdapterOverhead`] for `net` with batch `batch`, alternating the two ways
-/// `iters` times after one warm-up each.
+/// `iters` times after one warm-up each. Both ways start from freshly installed tensors
+/// (modules rebuilt), as every P3 iteration does.
 pub fn adapter_overhead(
     net: &StagedNet,
     batch: usize,
@@ -249,13 +258,17 @@ pub fn adapter_overhead(
     );
     let mut m = CandleStageModel::new(net.clone(), &initial, data, batch, 0, 1).map_err(real)?;
     let n = m.stage_tensors().len();
-    let (mut fwd, mut bwd, mut set, mut whole) = (0.0, 0.0, 0.0, 0.0);
-    for i in 0..=iters {
+    let install = |m: &mut CandleStageModel| -> Result<f64, P3BenchError> {
         let t = Instant::now();
         for (k, v) in initial.iter().enumerate() {
             m.set_tensor(k, v).map_err(real)?;
         }
-        let t_set = t.elapsed().as_secs_f64();
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let (mut fwd, mut bwd, mut set) = (0.0, 0.0, 0.0);
+    let (mut whole_fwd, mut whole_bwd) = (0.0, 0.0);
+    for i in 0..=iters {
+        let t_set = install(&mut m)?;
         let t = Instant::now();
         for s in 0..n {
             m.forward_stage(i, s).map_err(real)?;
@@ -266,11 +279,12 @@ pub fn adapter_overhead(
             m.backward_stage(s).map_err(real)?;
         }
         let t_bwd = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        m.whole_model_grads(i).map_err(real)?;
-        let t_whole = t.elapsed().as_secs_f64();
+        install(&mut m)?;
+        let (_, w_fwd, w_bwd) = m.whole_model_pass(i).map_err(real)?;
         if i > 0 {
-            (fwd, bwd, set, whole) = (fwd + t_fwd, bwd + t_bwd, set + t_set, whole + t_whole);
+            (fwd, bwd, set) = (fwd + t_fwd, bwd + t_bwd, set + t_set);
+            whole_fwd += w_fwd.as_secs_f64();
+            whole_bwd += w_bwd.as_secs_f64();
         }
     }
     let k = iters.max(1) as f64 * 1e-3;
@@ -280,8 +294,10 @@ pub fn adapter_overhead(
             stagewise_forward_ms: fwd / k,
             stagewise_backward_ms: bwd / k,
             set_tensors_ms: set / k,
-            whole_model_ms: whole / k,
-            overhead: (fwd + bwd + set) / whole.max(1e-12) - 1.0,
+            whole_forward_ms: whole_fwd / k,
+            whole_backward_ms: whole_bwd / k,
+            whole_model_ms: (whole_fwd + whole_bwd) / k,
+            overhead: (fwd + bwd) / (whole_fwd + whole_bwd).max(1e-12) - 1.0,
         },
         params,
     ))
@@ -314,7 +330,14 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3BenchError> {
     let mut figures = serde_json::Map::new();
     let mut table = Table::new(&["model", "mode", "Mbit/s", "images/s", "vs seq", "test acc"]);
     let mut overheads = Table::new(&[
-        "model", "params", "fwd ms", "bwd ms", "set ms", "whole ms", "overhead",
+        "model",
+        "params",
+        "fwd ms",
+        "bwd ms",
+        "whole fwd ms",
+        "whole bwd ms",
+        "set ms",
+        "overhead",
     ]);
     for model in &args.models {
         let probe = args.job.node_config(model, Mode::P3, 1, &args.job.run_dir);
@@ -327,10 +350,18 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3BenchError> {
             params.to_string(),
             fmt(overhead.stagewise_forward_ms),
             fmt(overhead.stagewise_backward_ms),
+            fmt(overhead.whole_forward_ms),
+            fmt(overhead.whole_backward_ms),
             fmt(overhead.set_tensors_ms),
-            fmt(overhead.whole_model_ms),
             format!("{:+.1}%", overhead.overhead * 100.0),
         ]);
+        if args.overhead_only {
+            figures.insert(
+                model.clone(),
+                serde_json::json!({ "params": params, "batch": args.job.batch, "adapter": overhead }),
+            );
+            continue;
+        }
         // The workers share this machine's cores, so each computes about `workers` times
         // slower than the measurement above (which had every core). One full model
         // transfer over a link then takes as long as one iteration's compute: M = C.
@@ -391,12 +422,14 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3BenchError> {
             })?,
         );
     }
-    println!(
-        "P3 on real compute (candle): {} workers + {} shards as processes on 127.0.0.1, \
-         links shaped so that one model transfer ~ one iteration's compute",
-        args.job.workers, args.job.shards
-    );
-    table.print();
+    if !args.overhead_only {
+        println!(
+            "P3 on real compute (candle): {} workers + {} shards as processes on 127.0.0.1, \
+             links shaped so that one model transfer ~ one iteration's compute",
+            args.job.workers, args.job.shards
+        );
+        table.print();
+    }
     println!(
         "adapter overhead per iteration (batch {}, this process, no network):",
         args.job.batch
