@@ -208,8 +208,8 @@ pub struct P3RealBenchArgs {
     /// Warm-up iterations per mode (not measured).
     #[arg(long, default_value_t = 2)]
     pub warmup: u64,
-    /// Iterations of the adapter-overhead measurement (stage-wise vs whole-model).
-    #[arg(long, default_value_t = 5)]
+    /// Iterations of the adapter-overhead measurement (stage-wise vs whole-model; medians).
+    #[arg(long, default_value_t = 9)]
     pub overhead_iterations: u64,
     /// Measure only the adapter's overhead (no cluster runs).
     #[arg(long)]
@@ -235,13 +235,14 @@ pub struct AdapterOverhead {
     pub whole_backward_ms: f64,
     /// candle's own forward + whole-model backward on the same batch.
     pub whole_model_ms: f64,
-    /// (stage-wise forward + backward) / (whole-model forward + backward) - 1.
+    /// Median over iterations of (stage-wise forward + backward) / (whole-model forward +
+    /// backward), minus 1.
     pub overhead: f64,
 }
 
 /// Measures [`AdapterOverhead`] for `net` with batch `batch`, alternating the two ways
 /// `iters` times after one warm-up each. Both ways start from freshly installed tensors
-/// (modules rebuilt), as every P3 iteration does.
+/// (modules rebuilt), as every P3 iteration does. Times are medians over the iterations.
 pub fn adapter_overhead(
     net: &StagedNet,
     batch: usize,
@@ -265,39 +266,62 @@ pub fn adapter_overhead(
         }
         Ok(t.elapsed().as_secs_f64())
     };
-    let (mut fwd, mut bwd, mut set) = (0.0, 0.0, 0.0);
-    let (mut whole_fwd, mut whole_bwd) = (0.0, 0.0);
+    // Per iteration: (stage-wise fwd, bwd, set, whole fwd, whole bwd) seconds. The two ways
+    // alternate which goes first, and the overhead is the median of the per-iteration
+    // ratios, so a burst of load from other processes hits one pair, not the figure.
+    let mut samples: Vec<[f64; 5]> = Vec::new();
     for i in 0..=iters {
-        let t_set = install(&mut m)?;
-        let t = Instant::now();
-        for s in 0..n {
-            m.forward_stage(i, s).map_err(real)?;
-        }
-        let t_fwd = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        for s in (0..n).rev() {
-            m.backward_stage(s).map_err(real)?;
-        }
-        let t_bwd = t.elapsed().as_secs_f64();
-        install(&mut m)?;
-        let (_, w_fwd, w_bwd) = m.whole_model_pass(i).map_err(real)?;
+        let stagewise = |m: &mut CandleStageModel| -> Result<[f64; 3], P3BenchError> {
+            let t_set = install(m)?;
+            let t = Instant::now();
+            for s in 0..n {
+                m.forward_stage(i, s).map_err(real)?;
+            }
+            let t_fwd = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            for s in (0..n).rev() {
+                m.backward_stage(s).map_err(real)?;
+            }
+            Ok([t_fwd, t.elapsed().as_secs_f64(), t_set])
+        };
+        let whole = |m: &mut CandleStageModel| -> Result<[f64; 2], P3BenchError> {
+            install(m)?;
+            let (_, w_fwd, w_bwd) = m.whole_model_pass(i).map_err(real)?;
+            Ok([w_fwd.as_secs_f64(), w_bwd.as_secs_f64()])
+        };
+        let (st, wh) = if i % 2 == 0 {
+            let st = stagewise(&mut m)?;
+            (st, whole(&mut m)?)
+        } else {
+            let wh = whole(&mut m)?;
+            (stagewise(&mut m)?, wh)
+        };
         if i > 0 {
-            (fwd, bwd, set) = (fwd + t_fwd, bwd + t_bwd, set + t_set);
-            whole_fwd += w_fwd.as_secs_f64();
-            whole_bwd += w_bwd.as_secs_f64();
+            samples.push([st[0], st[1], st[2], wh[0], wh[1]]);
         }
     }
-    let k = iters.max(1) as f64 * 1e-3;
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let column = |c: usize| median(samples.iter().map(|s| s[c] * 1e3).collect());
+    let ratio = median(
+        samples
+            .iter()
+            .map(|s| (s[0] + s[1]) / (s[3] + s[4]).max(1e-12))
+            .collect(),
+    );
     let params: usize = initial.iter().map(Vec::len).sum();
+    let (whole_fwd, whole_bwd) = (column(3), column(4));
     Ok((
         AdapterOverhead {
-            stagewise_forward_ms: fwd / k,
-            stagewise_backward_ms: bwd / k,
-            set_tensors_ms: set / k,
-            whole_forward_ms: whole_fwd / k,
-            whole_backward_ms: whole_bwd / k,
-            whole_model_ms: (whole_fwd + whole_bwd) / k,
-            overhead: (fwd + bwd) / (whole_fwd + whole_bwd).max(1e-12) - 1.0,
+            stagewise_forward_ms: column(0),
+            stagewise_backward_ms: column(1),
+            set_tensors_ms: column(2),
+            whole_forward_ms: whole_fwd,
+            whole_backward_ms: whole_bwd,
+            whole_model_ms: whole_fwd + whole_bwd,
+            overhead: ratio - 1.0,
         },
         params,
     ))

@@ -554,6 +554,11 @@ impl PsApp for PsLr {
             .into_iter()
             .collect();
         let ids: Vec<RowId> = feats.iter().map(|&j| RowId(u64::from(j))).collect();
+        if self.cfg.consistency == ConsistencyModel::Async {
+            // An async table's cached rows never expire: without a refresh every later
+            // gradient would be taken at the first read's values (as ps-mf and ps-lda do).
+            c.prefetch(WEIGHTS, &ids)?;
+        }
         let got = c.get_many(WEIGHTS, &ids).await?;
         let t0 = Instant::now();
         let rows: HashMap<u32, Vec<f32>> = feats
