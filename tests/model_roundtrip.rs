@@ -674,6 +674,27 @@ fn train_reports_progress_without_a_terminal_and_plots_its_history() {
     assert_eq!(metrics["history"].as_array().unwrap().len(), 31);
     let e = failure(&["train", "ps-mf", "--plot", "x.svg", "--config", "job.toml"]);
     assert!(e.contains("--plot needs"), "{e}");
+
+    // Nodes as processes: the scheduler's process logs the lines, the launcher relays them
+    // under the node's name (the last one when the scheduler's run ends).
+    let out = dir.path().join("lda-processes");
+    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", "lda", "--docword"])
+        .arg(data("docs.train"))
+        .args(["--topics", "4", "--iterations", "30"])
+        .args(["--transport", "processes", "--workers", "2"])
+        .arg("--out")
+        .arg(&out)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert!(run.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("strads-lda-scheduler progress: point 31, loglik_per_token"))
+        .unwrap_or_else(|| panic!("no final progress line: {stderr}"));
+    assert!(line.starts_with("[scheduler]"), "{line}");
 }
 
 #[test]
