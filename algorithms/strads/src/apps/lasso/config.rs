@@ -88,8 +88,8 @@ pub struct LassoJob {
     /// design and `y` are centred when loaded (every node centres the whole design the
     /// same way), so every transport solves the centred problem exactly, `lambda_max`
     /// included; the saved model's intercept is `mean(y) - mean(X) . b`. Centring fills in
-    /// every zero of a sparse design, so designs of more than [`MAX_CENTRED_VALUES`]
-    /// values are refused, and the sparse synthetic design cannot be centred.
+    /// every zero of a sparse design, so designs of more than 50 million values
+    /// (`MAX_CENTRED_VALUES`) are refused, and the sparse synthetic design cannot be centred.
     #[arg(long)]
     pub fit_intercept: bool,
     /// lambda = fraction * lambda_max when --lambda is unset.
