@@ -95,7 +95,7 @@ pub struct LassoScaleBenchArgs {
     pub lambda_fraction: f64,
     /// STRADS: bound on a block's row loads (0: pairwise check only); see
     /// `petrel train lasso --help`.
-    #[arg(long, default_value_t = LassoJob::default().interference_bound)]
+    #[arg(long, default_value_t = petrel_strads::apps::lasso::RECOMMENDED_SPARSE_INTERFERENCE_BOUND)]
     pub interference_bound: f32,
     /// STRADS: rounds in flight.
     #[arg(long, default_value_t = 1)]

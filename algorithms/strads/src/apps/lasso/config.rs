@@ -113,7 +113,8 @@ pub struct LassoJob {
     /// rounds in flight) keeps a load `sum_k |x_ik| ||x_k||_1 / ||x_k||^2` of at most
     /// this, which bounds the largest eigenvalue of the block's normalised Gram matrix by
     /// it (below 2, a block's Jacobi step cannot overshoot). It also caps the automatic
-    /// block size. 0 disables it (pairwise check only).
+    /// block size. 0 (the default) disables it (pairwise check only); 3 suits sparse
+    /// designs (see [`RECOMMENDED_SPARSE_INTERFERENCE_BOUND`]).
     #[arg(long, default_value_t = DEFAULT_INTERFERENCE_BOUND)]
     pub interference_bound: f32,
     /// Priority floor of dynamic scheduling.
@@ -407,7 +408,7 @@ impl LassoJob {
     ///   bound lets a block hold: `bound * rows / (mean column load)`, where a column's
     ///   load summed over its rows is `||x_k||_1^2 / ||x_k||_2^2` (its non-zero count for
     ///   equal magnitudes), so a 2,000-row design of 20 non-zeros per column gets
-    ///   `U <= 3 * 2000 / 20 = 300` whatever the round latency asks;
+    ///   `U <= 3 * 2000 / 20 = 300` at bound 3 whatever the round latency asks;
     /// - candidate pool U' = 2 U;
     /// - round limit: [`AUTO_SWEEPS`] sweeps' worth of updates (`AUTO_SWEEPS * d / U`).
     pub fn resolved_for(&self, x: &SparseColumns, workers: usize) -> LassoJob {
@@ -490,12 +491,19 @@ impl LassoJob {
 pub const NS_PER_NONZERO: f64 = 4.0;
 /// Scheduler work per coordinate (sampling, dependency check, pull, bytes), in ns.
 pub const NS_PER_COORDINATE: f64 = 300.0;
-/// The default `interference_bound`. The Schur bound is loose for columns with mixed
-/// signs (their Gram matrix's largest eigenvalue stays well below the row load), so the
-/// default is above the worst-case-safe 2: on the issue's 2,000 x 20,000 design (1
-/// worker, BENCHMARKS.md "Lasso: a block bounded by its row loads") bounds of 1.5, 2, 2.5,
-/// 3, 4, 6 and none needed 313k, 230k, 176k, 125k, 166k, 238k and 588k updates to 1e-3.
-pub const DEFAULT_INTERFERENCE_BOUND: f32 = 3.0;
+/// The default `interference_bound`: off. On sparse designs a bound pays (on the issue's
+/// 2,000 x 20,000 design, 1 worker, BENCHMARKS.md "Lasso: a block bounded by its row
+/// loads", bounds of 1.5, 2, 2.5, 3, 4, 6 and none needed 313k, 230k, 176k, 125k, 166k,
+/// 238k and 588k updates to 1e-3; [`RECOMMENDED_SPARSE_INTERFERENCE_BOUND`] is what
+/// `bench lasso-scale` uses). On dense designs every column loads every row, so a block
+/// could hold only about `bound` columns whatever their correlations: the Schur bound is
+/// too loose there to be on by default.
+pub const DEFAULT_INTERFERENCE_BOUND: f32 = 0.0;
+
+/// The bound that needed the fewest updates on sparse designs (see
+/// [`DEFAULT_INTERFERENCE_BOUND`]). The Schur bound is loose for mixed-sign columns, so it
+/// is above the worst-case-safe 2.
+pub const RECOMMENDED_SPARSE_INTERFERENCE_BOUND: f32 = 3.0;
 
 /// How many columns a block can hold under the row-load `bound` (at least 1):
 /// `bound * rows / mean_k(||x_k||_1^2 / ||x_k||_2^2)`, the rows' total load capacity over

@@ -25,7 +25,7 @@ pub mod wire;
 pub mod worker;
 
 pub use checkpoint::Resumable;
-pub use config::{LassoJob, SyntheticLasso, lambda_max};
+pub use config::{LassoJob, RECOMMENDED_SPARSE_INTERFERENCE_BOUND, SyntheticLasso, lambda_max};
 pub use metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, linear_model,
     write_coefficients,
