@@ -212,7 +212,10 @@ mod tests {
             serde_json::json!({"rank": 4, "checkpoint_dir": "/tmp/c"}),
         );
         app.insert("other".into(), serde_json::json!({"rank": 4}));
-        assert_eq!(checkpoint_dirs(&app), vec![std::path::PathBuf::from("/tmp/c")]);
+        assert_eq!(
+            checkpoint_dirs(&app),
+            vec![std::path::PathBuf::from("/tmp/c")]
+        );
         let r = resuming(&app);
         assert_eq!(r["strads_mf"]["resume"], serde_json::Value::Bool(true));
         assert!(r["other"].get("resume").is_none());

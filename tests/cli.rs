@@ -1073,7 +1073,10 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
         let child = run(&cluster(&killed), restarts).spawn().unwrap();
         let started = Instant::now();
         while petrel::recovery::newest_checkpoint_round(&killed.join("ckpt")).is_none() {
-            assert!(started.elapsed() < Duration::from_secs(120), "no checkpoint");
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "no checkpoint"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         let pid = child_process(child.id(), "w1").expect("the worker's process");

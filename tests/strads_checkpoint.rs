@@ -243,7 +243,11 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
     run_lda_job(&lda("lda-plain", false), 2, JobTransport::Memory).unwrap();
     let (mf_rounds, lda_rounds) = (rounds("mf-ckpt"), rounds("lda-ckpt"));
     assert_eq!(mf_rounds.len(), 2, "the newest two are kept: {mf_rounds:?}");
-    assert_eq!(lda_rounds.len(), 2, "the newest two are kept: {lda_rounds:?}");
+    assert_eq!(
+        lda_rounds.len(),
+        2,
+        "the newest two are kept: {lda_rounds:?}"
+    );
 
     run_mf_job(&mf("mf-resumed", true), 2, JobTransport::Memory).unwrap();
     same("mf-plain", "mf-resumed", &mf_files);
@@ -263,16 +267,23 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
     run_lda_job(&lda("lda-fallback", true), 2, JobTransport::Memory).unwrap();
     same("lda-plain", "lda-fallback", &lda_files);
 
-    // Every checkpoint damaged: resuming fails and says why.
-    let older = d
-        .join("mf-ckpt")
-        .join(format!("strads-round-{}-scheduler.bin", mf_rounds[0]));
-    std::fs::write(&older, b"garbage").unwrap();
+    // Every checkpoint damaged (the resumed runs wrote their own since): resuming fails and
+    // says why, naming each refused manifest.
+    let manifests: Vec<_> = std::fs::read_dir(d.join("mf-ckpt"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "manifest"))
+        .collect();
+    assert!(!manifests.is_empty());
+    for m in &manifests {
+        std::fs::write(m, b"garbage").unwrap();
+    }
     let err = run_mf_job(&mf("mf-none", true), 2, JobTransport::Memory)
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("holds no valid checkpoint") && err.contains("truncated"),
+        err.contains("holds no valid checkpoint") && err.contains(".manifest"),
         "{err}"
     );
 }

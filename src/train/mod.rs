@@ -739,8 +739,11 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
         None => petrel_strads::apps::logistic::run_baseline(&job)?,
         Some(transport) => {
             let mut job = job.clone();
-            let checkpoints =
-                default_checkpoint_dir(&mut job.checkpoint_dir, job.resume, &out_path(&job.out_dir))?;
+            let checkpoints = default_checkpoint_dir(
+                &mut job.checkpoint_dir,
+                job.resume,
+                &out_path(&job.out_dir),
+            )?;
             with_restarts(
                 "logistic",
                 c.max_restarts,
@@ -793,8 +796,11 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
     let m = match c.transport.cluster() {
         Some(transport) => {
             let mut job = job.clone();
-            let checkpoints =
-                default_checkpoint_dir(&mut job.checkpoint_dir, job.resume, &out_path(&job.out_dir))?;
+            let checkpoints = default_checkpoint_dir(
+                &mut job.checkpoint_dir,
+                job.resume,
+                &out_path(&job.out_dir),
+            )?;
             with_restarts(
                 "strads-mf",
                 c.max_restarts,
@@ -846,8 +852,11 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
     let m = match c.transport.cluster() {
         Some(transport) => {
             let mut job = job.clone();
-            let checkpoints =
-                default_checkpoint_dir(&mut job.checkpoint_dir, job.resume, &out_path(&job.out_dir))?;
+            let checkpoints = default_checkpoint_dir(
+                &mut job.checkpoint_dir,
+                job.resume,
+                &out_path(&job.out_dir),
+            )?;
             with_restarts(
                 "lda",
                 c.max_restarts,

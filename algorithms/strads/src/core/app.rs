@@ -74,8 +74,9 @@ pub trait Schedule<A: StradsApp> {
     ) -> Result<A::Commit, StradsModelError>;
 
     /// The scheduler half's state for a round checkpoint ([`crate::core::checkpoint`]),
-    /// taken between rounds with nothing in flight; `Ok(None)` (the default): this app does
-    /// not checkpoint through the kit.
+    /// taken between rounds with nothing in flight; `Ok(None)`: no checkpoint at this round
+    /// boundary (the default, always: the app does not checkpoint through the kit; or the
+    /// job's work is over).
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
         Ok(None)
     }

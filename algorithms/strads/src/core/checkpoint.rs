@@ -218,7 +218,10 @@ pub fn manifest_mismatch(
     }
     let expected = std::iter::once(round_scheduler_file(round))
         .chain((0..workers as u32).map(|w| round_worker_file(round, w)));
-    for (entry, name) in std::iter::once(&m.scheduler).chain(&m.workers).zip(expected) {
+    for (entry, name) in std::iter::once(&m.scheduler)
+        .chain(&m.workers)
+        .zip(expected)
+    {
         if entry.name != name {
             return Some(format!("lists {:?} where {name:?} belongs", entry.name));
         }
@@ -309,7 +312,10 @@ mod tests {
             app: "strads_mf".into(),
             round: 5,
             scheduler: entry(round_scheduler_file(5)),
-            workers: vec![entry(round_worker_file(5, 0)), entry(round_worker_file(5, 1))],
+            workers: vec![
+                entry(round_worker_file(5, 0)),
+                entry(round_worker_file(5, 1)),
+            ],
         };
         assert_eq!(manifest_mismatch(&m, "strads_mf", 5, 2), None);
         assert!(manifest_mismatch(&m, "lda", 5, 2).unwrap().contains("lda"));

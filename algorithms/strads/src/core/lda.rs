@@ -238,11 +238,9 @@ impl LdaWorker {
             && state.topic_totals.len() == self.n_topics
             && state.totals_delta.len() == self.n_topics
             && state.assignments.len() == self.docs.len()
-            && state
-                .assignments
-                .iter()
-                .zip(&self.docs)
-                .all(|(a, d)| a.len() == d.len() && a.iter().all(|&t| (t as usize) < self.n_topics));
+            && state.assignments.iter().zip(&self.docs).all(|(a, d)| {
+                a.len() == d.len() && a.iter().all(|&t| (t as usize) < self.n_topics)
+            });
         if !fits {
             return Err(StradsModelError::DimensionMismatch(format!(
                 "checkpoint of LDA worker {} ({} documents) does not fit worker {} ({} documents, {} topics)",

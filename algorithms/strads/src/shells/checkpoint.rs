@@ -95,12 +95,6 @@ pub enum RoundCheckpointError {
         #[source]
         source: StradsModelError,
     },
-    /// The app's scheduler half keeps no kit checkpoints.
-    #[error("app {app} does not implement snapshot_state: it cannot checkpoint")]
-    NotSupported {
-        /// The app's settings section.
-        app: String,
-    },
 }
 
 fn reasons_list(reasons: &[String]) -> String {
@@ -280,7 +274,8 @@ impl RoundCheckpointer {
 
     /// Takes the checkpoint of round boundary `round` (nothing in flight): every worker
     /// saves (again, while ring blocks are still in transit), then the scheduler's file,
-    /// then the manifest; then older checkpoints are pruned.
+    /// then the manifest; then older checkpoints are pruned. Nothing happens when the app's
+    /// scheduler half has no state to give here (`snapshot_state` is `None`).
     pub async fn save<A: StradsApp, S: Schedule<A>>(
         &mut self,
         app: &S,
@@ -289,12 +284,13 @@ impl RoundCheckpointer {
         round: u64,
         elapsed: Duration,
     ) -> Result<(), RoundCheckpointError> {
-        let state = app
+        let Some(state) = app
             .snapshot_state()
             .map_err(|source| RoundCheckpointError::App { round, source })?
-            .ok_or_else(|| RoundCheckpointError::NotSupported {
-                app: self.app.clone(),
-            })?;
+        else {
+            tracing::debug!(app = %self.app, round, "the app takes no checkpoint here");
+            return Ok(());
+        };
         let dir = self.settings.dir.clone();
         durable::create_dir(&dir)?;
         durable::remove_if_exists(&dir, &round_manifest_name(round))?;

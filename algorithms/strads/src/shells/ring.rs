@@ -25,8 +25,8 @@ use super::checkpoint::{read_worker_round_file, write_worker_round_file};
 use super::{
     Commit, Dispatch, Handoff, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState,
 };
-use crate::core::checkpoint::{HeldBlockRecord, ROUND_CHECKPOINT_VERSION, WorkerRoundFile};
 use crate::core::app::{BlockId, RingApp, RingPush, StradsApp};
+use crate::core::checkpoint::{HeldBlockRecord, ROUND_CHECKPOINT_VERSION, WorkerRoundFile};
 use crate::core::ring::{Poisoned, Ready, RingCore, RingError, settle};
 use actix::prelude::*;
 use futures::channel::oneshot;
@@ -342,9 +342,8 @@ impl<A: RingApp, W: RingPush<A>> Handler<Msg<SaveRoundState>> for RingWorker<A, 
     type Result = Result<SavedRoundState, HandlerError>;
 
     fn handle(&mut self, msg: Msg<SaveRoundState>, _ctx: &mut Context<Self>) -> Self::Result {
-        self.save(&msg.body).map_err(|e| {
-            HandlerError::new(format!("ring worker {} checkpoint: {e}", self.index))
-        })
+        self.save(&msg.body)
+            .map_err(|e| HandlerError::new(format!("ring worker {} checkpoint: {e}", self.index)))
     }
 }
 

@@ -6,9 +6,9 @@ use super::checkpoint::{
     RoundCheckpointError, RoundCheckpointer, read_worker_round_file, write_worker_round_file,
 };
 use super::{Commit, Dispatch, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState};
-use crate::core::checkpoint::{ROUND_CHECKPOINT_VERSION, WorkerRoundFile};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
+use crate::core::checkpoint::{ROUND_CHECKPOINT_VERSION, WorkerRoundFile};
 use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
 use crate::core::ring::RingError;
 use actix::prelude::*;

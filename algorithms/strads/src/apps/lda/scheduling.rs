@@ -269,9 +269,8 @@ impl Schedule<LdaApp> for LdaScheduling {
 
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
         if self.collected {
-            return Err(StradsModelError::protocol(
-                "checkpoint after the Collect round",
-            ));
+            // Nothing is left to run, so nothing to checkpoint.
+            return Ok(None);
         }
         encode_state(&LdaSchedulingState {
             topic_totals: self.topic_totals.clone(),

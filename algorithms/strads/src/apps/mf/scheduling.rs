@@ -396,10 +396,9 @@ impl Schedule<MfApp> for MfScheduling {
     }
 
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
-        if !matches!(self.stage, Stage::Rotate { .. }) {
-            return Err(StradsModelError::protocol(
-                "checkpoint after the rotations ended",
-            ));
+        if self.stage == Stage::Finished {
+            // Collected: nothing is left to run, so nothing to checkpoint.
+            return Ok(None);
         }
         encode_state(&MfSchedulingState {
             iteration: self.iteration,
@@ -413,8 +412,12 @@ impl Schedule<MfApp> for MfScheduling {
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let s: MfSchedulingState = decode_state(state)?;
         let m = &self.metrics;
-        if (s.metrics.n_users, s.metrics.n_items, s.metrics.rank, s.metrics.workers)
-            != (m.n_users, m.n_items, m.rank, m.workers)
+        if (
+            s.metrics.n_users,
+            s.metrics.n_items,
+            s.metrics.rank,
+            s.metrics.workers,
+        ) != (m.n_users, m.n_items, m.rank, m.workers)
         {
             return Err(StradsModelError::DimensionMismatch(format!(
                 "checkpoint of {} users x {} items, rank {}, {} workers does not fit this job ({} x {}, rank {}, {} workers)",
