@@ -172,10 +172,34 @@ fn cli_flags_checkpoint_and_resume() {
         err.contains("no valid checkpoint") && err.contains("empty"),
         "{err}"
     );
-    // Logistic regression does not checkpoint: a clear error rather than ignored flags.
-    let out = train(&[&["logistic", "--out", b.to_str().unwrap()][..], &ck[..]].concat());
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("lasso only"));
+    // Logistic regression takes the same flags (the kit's round checkpoints): a resumed
+    // run continues from the newest and ends with the same coefficients.
+    let lck = dir.path().join("logistic-ckpt");
+    let lck_flags = [
+        "--checkpoint-dir",
+        lck.to_str().unwrap(),
+        "--checkpoint-every",
+        "120",
+    ];
+    let (c, e) = (dir.path().join("c"), dir.path().join("e"));
+    for (out_dir, resume) in [(&c, false), (&e, true)] {
+        let mut args = vec!["logistic", "--out", out_dir.to_str().unwrap()];
+        args.extend(lck_flags);
+        if resume {
+            args.push("--resume");
+        }
+        let out = train(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(petrel::recovery::newest_checkpoint_round(&lck).is_some_and(|r| r > 0));
+    }
+    assert_eq!(
+        std::fs::read(c.join("coefficients.tsv")).unwrap(),
+        std::fs::read(e.join("coefficients.tsv")).unwrap()
+    );
 }
 
 /// Issue 12, item 6: the STRADS kit's round checkpoints (strads-mf and LDA, ring apps whose

@@ -257,7 +257,7 @@ mod tests {
             names.push(round_scheduler_file(r));
             names.push(round_manifest_name(r));
         }
-        // Round 40 is being written (no manifest yet): its files stay.
+        // Round 40 has no manifest (a save that crashed): its files are orphans, deleted.
         names.push(round_worker_file(40, 0));
         names.push("unrelated.txt".into());
         let doomed = round_prune_plan(&names, 30, 2);
@@ -266,7 +266,8 @@ mod tests {
             vec![
                 round_manifest_name(10),
                 round_worker_file(10, 0),
-                round_scheduler_file(10)
+                round_scheduler_file(10),
+                round_worker_file(40, 0)
             ]
         );
     }
