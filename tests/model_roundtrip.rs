@@ -635,6 +635,81 @@ fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
 }
 
 #[test]
+fn lasso_fit_intercept_matches_the_closed_form_of_one_centred_feature() {
+    // One feature: b = S(xc . yc, lambda) / ||xc||^2 on the centred column and labels,
+    // intercept = mean(y) - mean(x) b (scikit-learn's fit_intercept=True with
+    // alpha = lambda / n). The labels sit far from zero, as real targets do.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one.libsvm");
+    let (x, y) = (
+        [1.0, 2.0, 3.0, 4.0, 0.0, 0.0],
+        [13.0, 15.0, 18.0, 19.0, 11.0, 12.0],
+    );
+    let text: String = x
+        .iter()
+        .zip(&y)
+        .map(|(x, y)| {
+            if *x == 0.0 {
+                format!("{y}\n")
+            } else {
+                format!("{y} 1:{x}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (mx, my) = (mean(&x), mean(&y));
+    let z: f64 = x.iter().zip(&y).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let norm: f64 = x.iter().map(|x| (x - mx).powi(2)).sum();
+    let lambda = 6.0;
+    let b = z.signum() * (z.abs() - lambda).max(0.0) / norm;
+    let b0 = my - mx * b;
+    assert!(b > 1.0 && b0 > 10.0, "{b} {b0}");
+    for transport in ["none", "memory"] {
+        let out = dir.path().join(transport);
+        train(
+            "lasso",
+            &out,
+            &[
+                "--data",
+                file.to_str().unwrap(),
+                "--lambda",
+                &lambda.to_string(),
+                "--fit-intercept",
+                "--workers",
+                "1",
+                "--transport",
+                transport,
+            ],
+        );
+        let model: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
+                .unwrap();
+        let got_b = model["params"]["coefficients"][0].as_f64().unwrap();
+        let got_b0 = f(&model["params"], "intercept");
+        assert!((got_b - b).abs() < 1e-4, "{transport}: b {got_b} vs {b}");
+        assert!(
+            (got_b0 - b0).abs() < 1e-3,
+            "{transport}: intercept {got_b0} vs {b0}"
+        );
+        // predict adds the intercept.
+        let rows = predict("lasso", &out, &["--data", file.to_str().unwrap()]);
+        let p0: f64 = rows[0][1].parse().unwrap();
+        assert!((p0 - (b0 + b)).abs() < 1e-3, "{transport}: {p0}");
+    }
+    let e = failure(&[
+        "train",
+        "logistic",
+        "--data",
+        data("classes.train").to_str().unwrap(),
+        "--fit-intercept",
+        "--out",
+        dir.path().join("logistic").to_str().unwrap(),
+    ]);
+    assert!(e.contains("fit_intercept"), "{e}");
+}
+
+#[test]
 fn train_reports_progress_without_a_terminal_and_plots_its_history() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("lda");

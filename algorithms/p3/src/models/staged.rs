@@ -12,7 +12,7 @@
 //!   needs *its own* parameters, which is what P3's per-layer readiness asks.
 //! - **Backward, stage by stage.** Every stage's input is a detached leaf, so each stage
 //!   has its own autograd graph. The last stage runs `loss.backward()`; stage `k < n-1` is
-//!   seeded with the gradient `g` of its output through [`SeedGradient`], a custom op
+//!   seeded with the gradient `g` of its output through `SeedGradient`, a custom op
 //!   whose forward yields a scalar without reading `out` and whose backward hands `g` to
 //!   `out` unchanged (the obvious `sum(out * g)` costs a product, a reduction and two more
 //!   products in its backward, per stage). Each call hands the stage's parameter

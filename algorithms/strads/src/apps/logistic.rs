@@ -148,7 +148,7 @@ pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
             ),
         };
         run.check_finite("check the data for extreme or non-finite values")?;
-        let saved = linear_model("logistic", job, lambda, &coefficients);
+        let saved = linear_model("logistic", job, lambda, &coefficients)?;
         saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
         write_coefficients(dir, &coefficients)?;
         crate::kit::write_saved_model(dir, &saved)?;
@@ -562,7 +562,7 @@ pub fn write_outputs(
 ) -> Result<(), StradsError> {
     let mut m = sched.metrics().run_metrics(job);
     m.check_finite("check the data for extreme or non-finite values")?;
-    let saved = linear_model("logistic", job, sched.lambda, sched.coefficients());
+    let saved = linear_model("logistic", job, sched.lambda, sched.coefficients())?;
     saved.add_heldout(&mut m, job.test_data.as_deref(), job.seed)?;
     write_coefficients(dir, sched.coefficients())?;
     crate::kit::write_saved_model(dir, &saved)?;
@@ -634,6 +634,13 @@ impl StradsJob for LogisticApp {
             "resume",
             job.resume,
             "needs checkpoint_dir",
+        );
+        // Centring the design gives a logistic model no exact intercept.
+        c.require(
+            !job.fit_intercept,
+            "fit_intercept",
+            job.fit_intercept,
+            lasso_only,
         );
         c.finish()
     }
