@@ -157,7 +157,8 @@ impl Reassembler {
                     count,
                     next: 0,
                     total,
-                    buf: BytesMut::new(),
+                    // The whole message's size up front: no regrowth copies.
+                    buf: BytesMut::with_capacity(total),
                     started: now,
                 },
             );
