@@ -1,5 +1,6 @@
-//! Train a real MLP (or the small CNN) with P3 on a localhost cluster of 2 workers and 2
-//! server shards (every node its own thread and QUIC endpoint on 127.0.0.1).
+//! Train a candle MLP (or a LeNet-style CNN) with P3 on a localhost cluster of 2 workers
+//! and 2 server shards (every node its own thread and QUIC endpoint on 127.0.0.1), in one
+//! process. `petrel train p3` runs the same models with nodes as separate processes.
 //!
 //! ```text
 //! cargo run --release --example p3_train -- --epochs 5
@@ -12,10 +13,11 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use petrel::ml::dnn::FlatSgdMomentum;
 use petrel::ml::dnn::data::{Dataset, teacher_mlp, template_images};
-use petrel::ml::dnn::{DnnError, FlatSgdMomentum, Sequential};
 use petrel::net::NetConfig;
-use petrel::p3::{DnnStageModel, Mode, P3Job, Progress, run_cluster};
+use petrel::p3::models::{nets, staged};
+use petrel::p3::{CandleStageModel, Mode, P3Job, Progress, StagedNet, run_cluster};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -24,15 +26,15 @@ type BoxError = Box<dyn std::error::Error>;
 enum Net {
     /// Labels from a random teacher MLP, 32 features, 10 classes.
     Mlp,
-    /// 28x28 template images, 10 classes.
+    /// 28x28 template images, 10 classes (LeNet layout).
     Cnn,
 }
 
 impl Net {
-    fn build(self, seed: u64) -> Result<Sequential, DnnError> {
+    fn build(self) -> StagedNet {
         match self {
-            Net::Mlp => Sequential::mlp(&[32, 64, 64, 10], seed),
-            Net::Cnn => Ok(Sequential::small_cnn(seed)),
+            Net::Mlp => nets::mlp(&[32], &[32, 64, 64, 10]),
+            Net::Cnn => nets::lenet(1, 28, 10),
         }
     }
 }
@@ -69,9 +71,9 @@ struct P3TrainArgs {
 const WORKERS: usize = 2;
 const SHARDS: usize = 2;
 
-fn build(args: &P3TrainArgs) -> Result<(Sequential, Dataset, Dataset), BoxError> {
+fn build(args: &P3TrainArgs) -> Result<(StagedNet, Dataset, Dataset), BoxError> {
     let n = args.train + args.test;
-    let net = args.model.build(args.seed)?;
+    let net = args.model.build();
     let data = match args.model {
         Net::Mlp => teacher_mlp(n, 32, 48, 10, args.seed)?,
         Net::Cnn => template_images(n, 10, 28, 0.8, args.seed)?,
@@ -100,6 +102,7 @@ fn main() -> Result<(), BoxError> {
     let args = P3TrainArgs::parse();
     let mode = args.mode;
     let (net, train, test) = build(&args)?;
+    let (_, initial) = net.init(args.seed)?;
     let iters_per_epoch = (train.len() / (WORKERS * args.batch)).max(1) as u64;
     let iterations = iters_per_epoch * args.epochs;
     println!(
@@ -107,8 +110,8 @@ fn main() -> Result<(), BoxError> {
          shards on 127.0.0.1 (QUIC), {} train / {} test samples, batch {} per worker, {} \
          iterations per epoch",
         format!("{:?}", args.model).to_lowercase(),
-        net.num_params(),
-        net.param_counts().len(),
+        initial.iter().map(Vec::len).sum::<usize>(),
+        initial.len(),
         mode.name(),
         train.len(),
         test.len(),
@@ -122,7 +125,7 @@ fn main() -> Result<(), BoxError> {
         n_shards: SHARDS,
         iterations,
         opt: FlatSgdMomentum::new(args.lr, args.momentum),
-        initial: Arc::new(DnnStageModel::initial(&net)),
+        initial: Arc::new(initial.clone()),
         net: NetConfig::default(),
         transport: petrel::actors::Transport::Quic,
         ask_timeout: Duration::from_secs(60),
@@ -163,10 +166,9 @@ fn main() -> Result<(), BoxError> {
     });
 
     let train = Arc::new(train);
-    let seed = args.seed;
-    let (model, batch) = (args.model, args.batch);
-    let t = train.clone();
-    let factory = move |w| DnnStageModel::new(model.build(seed)?, (*t).clone(), batch, w, WORKERS);
+    let batch = args.batch;
+    let (n2, i2, t2) = (net.clone(), initial.clone(), train.clone());
+    let factory = move |w| CandleStageModel::new(n2.clone(), &i2, t2.clone(), batch, w, WORKERS);
     let started = std::time::Instant::now();
     let reports = run_cluster(&job, factory, Some(progress))?;
     bar.finish_and_clear();
@@ -177,12 +179,9 @@ fn main() -> Result<(), BoxError> {
     if reports.iter().any(|r| &r.params != final_params) {
         return Err("workers ended with different parameters".into());
     }
-    let mut trained = net.clone();
-    let views: Vec<&[f32]> = final_params.iter().map(|p| p.as_slice()).collect();
-    trained.set_params(&views)?;
-    let (loss, acc) = trained.loss_and_accuracy(&test.x, &test.y)?;
-    let mut untrained = net;
-    let (loss0, acc0) = untrained.loss_and_accuracy(&test.x, &test.y)?;
+    let after = staged::evaluate(&net, final_params, &test, 256)?;
+    let before = staged::evaluate(&net, &initial, &test, 256)?;
+    let (loss0, acc0, loss, acc) = (before.loss, before.accuracy, after.loss, after.accuracy);
     println!(
         "test: loss {loss0:.4} -> {loss:.4}, accuracy {:.1}% -> {:.1}% ({} iterations in {secs:.1} s, {:.0} samples/s)",
         100.0 * acc0,

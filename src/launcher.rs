@@ -388,9 +388,21 @@ fn run_one_node(
     let cluster = cluster.with_settings(settings);
     cluster.check_settings().map_err(|e| named(e.into()))?;
     let creds = node_credentials(cluster.settings(), &name, config).map_err(named)?;
-    cluster
-        .run_node_until(&name, Wiring::Quic(creds), stop_signal())
-        .map_err(|e| named(e.into()))?;
+    // Under a launcher the job's progress points of this node become INFO lines the
+    // launcher relays (its own process has none of them).
+    let progress = std::env::var_os(LAUNCH_DIR_ENV).map(|_| {
+        let roles = cluster
+            .settings()
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .map(|n| n.roles.join("+"))
+            .unwrap_or_else(|| name.clone());
+        crate::train::progress::TrainProgress::for_launched_node(roles)
+    });
+    let ran = cluster.run_node_until(&name, Wiring::Quic(creds), stop_signal());
+    drop(progress);
+    ran.map_err(|e| named(e.into()))?;
     Ok(name)
 }
 

@@ -126,6 +126,16 @@ fn linear_models_round_trip_through_eval_and_predict() {
             "memory",
         ],
     );
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(logistic.join("metrics.json")).unwrap())
+            .unwrap();
+    // The automatic round limit is named as such, with the rounds actually run.
+    let reason = metrics["stop_reason"].as_str().unwrap();
+    let rounds = f(&metrics["final"], "rounds");
+    assert!(
+        reason.contains(&format!("ran {rounds} rounds")) && reason.contains("automatic"),
+        "{reason}"
+    );
     let figures = eval("logistic", &logistic, "classes.test");
     assert!(f(&figures, "accuracy") > 0.8, "{figures}");
     assert!(
@@ -445,6 +455,142 @@ fn strads_mf_global_mean_is_saved_and_lowers_the_heldout_rmse() {
 }
 
 #[test]
+fn strads_mf_biases_and_weighted_lambda_are_saved_and_lower_the_heldout_rmse() {
+    // examples/data's ratings have a bias per user and per item: CCD++ with the two bias
+    // coordinates fits them, on top of the global mean.
+    let dir = tempfile::tempdir().unwrap();
+    let base = data("ratings.base");
+    let mut rmse = Vec::new();
+    for extra in [
+        &[][..],
+        &["--biases"][..],
+        &["--biases", "--weighted-lambda"][..],
+    ] {
+        let out = dir.path().join(format!("run-{}", extra.len()));
+        let mut args = vec![
+            "--data",
+            base.to_str().unwrap(),
+            "--test-fraction",
+            "0",
+            "--global-mean",
+            "--transport",
+            "memory",
+            "--workers",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        train("strads-mf", &out, &args);
+        let model: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
+                .unwrap();
+        let biases = !extra.is_empty();
+        let params = &model["params"];
+        let user_bias = params["user_bias"].as_array().unwrap();
+        assert_eq!(user_bias.len(), if biases { 80 } else { 0 });
+        assert_eq!(
+            params["item_bias"].as_array().unwrap().len(),
+            if biases {
+                params["item_ids"].as_array().unwrap().len()
+            } else {
+                0
+            }
+        );
+        if biases {
+            assert!(user_bias.iter().any(|b| b.as_f64().unwrap().abs() > 0.1));
+        }
+        // The factor files and the saved factors hold the rank's columns only.
+        assert_eq!(params["user_factors"][0].as_array().unwrap().len(), 10);
+        let factor_line = std::fs::read_to_string(out.join("user_factors.tsv")).unwrap();
+        assert_eq!(factor_line.lines().next().unwrap().split('\t').count(), 11);
+        let metrics: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap())
+                .unwrap();
+        assert_eq!(metrics["settings"]["biases"], biases);
+        assert_eq!(metrics["settings"]["weighted_lambda"], extra.len() == 2);
+        // test_fraction 0: no test set, so no test figure (not the RMSE of nothing).
+        assert!(metrics["final"].get("test_rmse").is_none(), "{metrics}");
+        // The training RMSE the workers track is the saved model's.
+        let train_eval = f(&eval("strads-mf", &out, "ratings.base"), "rmse");
+        let tracked = f(&metrics["final"], "train_rmse");
+        assert!(
+            (train_eval - tracked).abs() < 1e-3,
+            "{train_eval} vs {tracked}"
+        );
+        rmse.push(f(&eval("strads-mf", &out, "ratings.test"), "rmse"));
+    }
+    assert!(
+        rmse[1] < 0.95 * rmse[0],
+        "held-out rmse without / with biases: {rmse:?}"
+    );
+    assert!(rmse[2].is_finite() && rmse[2] < rmse[0], "{rmse:?}");
+}
+
+#[test]
+fn ps_histories_start_with_the_untrained_model_at_step_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ps-mf");
+    let base = data("ratings.base");
+    let test = data("ratings.test");
+    train(
+        "ps-mf",
+        &out,
+        &[
+            "--data",
+            base.to_str().unwrap(),
+            "--test-data",
+            test.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+        ],
+    );
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let first = &metrics["history"][0];
+    assert_eq!(first["step"], 0);
+    assert_eq!(first["seconds"], 0.0);
+    // Before any update the model predicts the mean plus tiny initial factors: its RMSE is
+    // that of the mean, which training then beats.
+    let baseline = f(&eval("ps-mf", &out, "ratings.test"), "baseline_rmse");
+    let initial = f(first, "test_rmse");
+    assert!(
+        (initial - baseline).abs() < 0.05 * baseline,
+        "step 0 rmse {initial} vs the mean's {baseline}"
+    );
+    assert!(f(&metrics["final"], "test_rmse") < 0.9 * initial);
+    assert_eq!(metrics["initial_rmse"], first["test_rmse"]);
+
+    // ps-lr starts from zero weights: uniform class probabilities, log-loss ln 2.
+    let out = dir.path().join("ps-lr");
+    let (train_file, test) = (data("classes.train"), data("classes.test"));
+    train(
+        "ps-lr",
+        &out,
+        &[
+            "--data",
+            train_file.to_str().unwrap(),
+            "--test-data",
+            test.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+        ],
+    );
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let first = &metrics["history"][0];
+    assert_eq!(first["step"], 0);
+    let initial = f(first, "test_log_loss");
+    assert!(
+        (initial - 2f64.ln()).abs() < 1e-6,
+        "step 0 log-loss {initial}"
+    );
+    assert!(f(&metrics["final"], "test_log_loss") < initial);
+}
+
+#[test]
 fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
     // Columns with disjoint supports: scikit-learn's Lasso(alpha, fit_intercept=False)
     // has the closed form w_j = S(x_j^T y, n alpha) / ||x_j||^2 (S: soft threshold).
@@ -489,6 +635,81 @@ fn lasso_lambda_is_n_samples_times_scikit_learns_alpha() {
 }
 
 #[test]
+fn lasso_fit_intercept_matches_the_closed_form_of_one_centred_feature() {
+    // One feature: b = S(xc . yc, lambda) / ||xc||^2 on the centred column and labels,
+    // intercept = mean(y) - mean(x) b (scikit-learn's fit_intercept=True with
+    // alpha = lambda / n). The labels sit far from zero, as real targets do.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("one.libsvm");
+    let (x, y) = (
+        [1.0, 2.0, 3.0, 4.0, 0.0, 0.0],
+        [13.0, 15.0, 18.0, 19.0, 11.0, 12.0],
+    );
+    let text: String = x
+        .iter()
+        .zip(&y)
+        .map(|(x, y)| {
+            if *x == 0.0 {
+                format!("{y}\n")
+            } else {
+                format!("{y} 1:{x}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (mx, my) = (mean(&x), mean(&y));
+    let z: f64 = x.iter().zip(&y).map(|(x, y)| (x - mx) * (y - my)).sum();
+    let norm: f64 = x.iter().map(|x| (x - mx).powi(2)).sum();
+    let lambda = 6.0;
+    let b = z.signum() * (z.abs() - lambda).max(0.0) / norm;
+    let b0 = my - mx * b;
+    assert!(b > 1.0 && b0 > 10.0, "{b} {b0}");
+    for transport in ["none", "memory"] {
+        let out = dir.path().join(transport);
+        train(
+            "lasso",
+            &out,
+            &[
+                "--data",
+                file.to_str().unwrap(),
+                "--lambda",
+                &lambda.to_string(),
+                "--fit-intercept",
+                "--workers",
+                "1",
+                "--transport",
+                transport,
+            ],
+        );
+        let model: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
+                .unwrap();
+        let got_b = model["params"]["coefficients"][0].as_f64().unwrap();
+        let got_b0 = f(&model["params"], "intercept");
+        assert!((got_b - b).abs() < 1e-4, "{transport}: b {got_b} vs {b}");
+        assert!(
+            (got_b0 - b0).abs() < 1e-3,
+            "{transport}: intercept {got_b0} vs {b0}"
+        );
+        // predict adds the intercept.
+        let rows = predict("lasso", &out, &["--data", file.to_str().unwrap()]);
+        let p0: f64 = rows[0][1].parse().unwrap();
+        assert!((p0 - (b0 + b)).abs() < 1e-3, "{transport}: {p0}");
+    }
+    let e = failure(&[
+        "train",
+        "logistic",
+        "--data",
+        data("classes.train").to_str().unwrap(),
+        "--fit-intercept",
+        "--out",
+        dir.path().join("logistic").to_str().unwrap(),
+    ]);
+    assert!(e.contains("fit_intercept"), "{e}");
+}
+
+#[test]
 fn train_reports_progress_without_a_terminal_and_plots_its_history() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("lda");
@@ -528,6 +749,27 @@ fn train_reports_progress_without_a_terminal_and_plots_its_history() {
     assert_eq!(metrics["history"].as_array().unwrap().len(), 31);
     let e = failure(&["train", "ps-mf", "--plot", "x.svg", "--config", "job.toml"]);
     assert!(e.contains("--plot needs"), "{e}");
+
+    // Nodes as processes: the scheduler's process logs the lines, the launcher relays them
+    // under the node's name (the last one when the scheduler's run ends).
+    let out = dir.path().join("lda-processes");
+    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", "lda", "--docword"])
+        .arg(data("docs.train"))
+        .args(["--topics", "4", "--iterations", "30"])
+        .args(["--transport", "processes", "--workers", "2"])
+        .arg("--out")
+        .arg(&out)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(run.stderr).unwrap();
+    assert!(run.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("strads-lda-scheduler progress: point 31, loglik_per_token"))
+        .unwrap_or_else(|| panic!("no final progress line: {stderr}"));
+    assert!(line.starts_with("[scheduler]"), "{line}");
 }
 
 #[test]

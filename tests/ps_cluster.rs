@@ -686,11 +686,8 @@ fn managed_communication_sends_the_largest_relative_updates_before_the_clock() {
     assert!((table[&RowId(0)].get(0) - 0.01).abs() < 1e-6);
 }
 
-#[test]
-fn logistic_regression_on_the_ps_learns_libsvm_classes() {
-    use petrel::ps::{PsLr, PsLrConfig};
-    let dir = tempfile::tempdir().unwrap();
-    // Three classes labelled 1, 2, 3 by the sign pattern of two features, in LIBSVM form.
+/// Three classes labelled 1, 2, 3 by the sign pattern of two features, in LIBSVM form.
+fn three_class_libsvm(dir: &std::path::Path) -> std::path::PathBuf {
     let mut text = String::new();
     for i in 0..600u32 {
         let a = ((i * 37) % 101) as f32 / 50.0 - 1.0;
@@ -704,8 +701,16 @@ fn logistic_regression_on_the_ps_learns_libsvm_classes() {
         };
         text.push_str(&format!("{label} 1:{a:.3} 3:{b:.3} 7:1\n"));
     }
-    let data = dir.path().join("train.libsvm");
+    let data = dir.join("train.libsvm");
     std::fs::write(&data, text).unwrap();
+    data
+}
+
+#[test]
+fn logistic_regression_on_the_ps_learns_libsvm_classes() {
+    use petrel::ps::{PsLr, PsLrConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let data = three_class_libsvm(dir.path());
     let out = dir.path().join("out");
     let cfg = PsLrConfig {
         data: Some(data),
@@ -733,4 +738,33 @@ fn logistic_regression_on_the_ps_learns_libsvm_classes() {
         serde_json::from_str(&std::fs::read_to_string(out.join("model.json")).unwrap()).unwrap();
     assert_eq!(model["class_labels"].as_array().unwrap().len(), 3);
     assert!(out.join("metrics.json").exists());
+}
+
+/// Under async a cached row never expires, so a worker must refresh the rows it reads
+/// (prefetch) or it computes every gradient at the values of its first read. AdaRevision
+/// makes that visible: its client never applies its own gradients to the cache, and the
+/// backlog of a never-refreshed row grows without bound, shrinking every step.
+#[test]
+fn async_logistic_regression_refreshes_its_rows_and_learns_with_adarevision() {
+    use petrel::ps::{ConsistencyModel, PsLr, PsLrConfig, ServerRule};
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = PsLrConfig {
+        data: Some(three_class_libsvm(dir.path())),
+        consistency: ConsistencyModel::Async,
+        rule: ServerRule::AdaRevision,
+        learning_rate: 0.3,
+        max_clocks: 150,
+        eval_ms: 20,
+        ..PsLrConfig::default()
+    };
+    let r = petrel::ps::run_local::<PsLr>(cfg, 2, 2, Transport::Memory)
+        .unwrap()
+        .metrics;
+    let untrained = 3f64.ln();
+    assert!(
+        r.final_log_loss < 0.6 * untrained,
+        "log-loss {} (untrained {untrained})",
+        r.final_log_loss
+    );
+    assert!(r.final_accuracy > 0.85, "accuracy {}", r.final_accuracy);
 }

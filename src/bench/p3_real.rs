@@ -208,9 +208,12 @@ pub struct P3RealBenchArgs {
     /// Warm-up iterations per mode (not measured).
     #[arg(long, default_value_t = 2)]
     pub warmup: u64,
-    /// Iterations of the adapter-overhead measurement (stage-wise vs whole-model).
-    #[arg(long, default_value_t = 5)]
+    /// Iterations of the adapter-overhead measurement (stage-wise vs whole-model; medians).
+    #[arg(long, default_value_t = 9)]
     pub overhead_iterations: u64,
+    /// Measure only the adapter's overhead (no cluster runs).
+    #[arg(long)]
+    pub overhead_only: bool,
     /// Cluster, data and optimiser flags.
     #[command(flatten)]
     pub job: RealJobArgs,
@@ -223,16 +226,23 @@ pub struct AdapterOverhead {
     pub stagewise_forward_ms: f64,
     /// Stage-wise backward (seeded per stage, gradients copied out).
     pub stagewise_backward_ms: f64,
-    /// Installing every tensor once (`set_tensor`, the one copy of pulled values).
+    /// Installing every tensor once (`set_tensor`, the one copy of pulled values); paid
+    /// before both ways, counted once on each side.
     pub set_tensors_ms: f64,
+    /// candle's own forward through the same modules (rebuilt from the installed tensors).
+    pub whole_forward_ms: f64,
+    /// candle's own whole-model backward, gradients copied out.
+    pub whole_backward_ms: f64,
     /// candle's own forward + whole-model backward on the same batch.
     pub whole_model_ms: f64,
-    /// (stage-wise forward + backward + set) / whole-model - 1.
+    /// Median over iterations of (stage-wise forward + backward) / (whole-model forward +
+    /// backward), minus 1.
     pub overhead: f64,
 }
 
 /// Measures [`AdapterOverhead`] for `net` with batch `batch`, alternating the two ways
-/// `iters` times after one warm-up each.
+/// `iters` times after one warm-up each. Both ways start from freshly installed tensors
+/// (modules rebuilt), as every P3 iteration does. Times are medians over the iterations.
 pub fn adapter_overhead(
     net: &StagedNet,
     batch: usize,
@@ -249,39 +259,69 @@ pub fn adapter_overhead(
     );
     let mut m = CandleStageModel::new(net.clone(), &initial, data, batch, 0, 1).map_err(real)?;
     let n = m.stage_tensors().len();
-    let (mut fwd, mut bwd, mut set, mut whole) = (0.0, 0.0, 0.0, 0.0);
-    for i in 0..=iters {
+    let install = |m: &mut CandleStageModel| -> Result<f64, P3BenchError> {
         let t = Instant::now();
         for (k, v) in initial.iter().enumerate() {
             m.set_tensor(k, v).map_err(real)?;
         }
-        let t_set = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        for s in 0..n {
-            m.forward_stage(i, s).map_err(real)?;
-        }
-        let t_fwd = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        for s in (0..n).rev() {
-            m.backward_stage(s).map_err(real)?;
-        }
-        let t_bwd = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        m.whole_model_grads(i).map_err(real)?;
-        let t_whole = t.elapsed().as_secs_f64();
+        Ok(t.elapsed().as_secs_f64())
+    };
+    // Per iteration: (stage-wise fwd, bwd, set, whole fwd, whole bwd) seconds. The two ways
+    // alternate which goes first, and the overhead is the median of the per-iteration
+    // ratios, so a burst of load from other processes hits one pair, not the figure.
+    let mut samples: Vec<[f64; 5]> = Vec::new();
+    for i in 0..=iters {
+        let stagewise = |m: &mut CandleStageModel| -> Result<[f64; 3], P3BenchError> {
+            let t_set = install(m)?;
+            let t = Instant::now();
+            for s in 0..n {
+                m.forward_stage(i, s).map_err(real)?;
+            }
+            let t_fwd = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            for s in (0..n).rev() {
+                m.backward_stage(s).map_err(real)?;
+            }
+            Ok([t_fwd, t.elapsed().as_secs_f64(), t_set])
+        };
+        let whole = |m: &mut CandleStageModel| -> Result<[f64; 2], P3BenchError> {
+            install(m)?;
+            let (_, w_fwd, w_bwd) = m.whole_model_pass(i).map_err(real)?;
+            Ok([w_fwd.as_secs_f64(), w_bwd.as_secs_f64()])
+        };
+        let (st, wh) = if i % 2 == 0 {
+            let st = stagewise(&mut m)?;
+            (st, whole(&mut m)?)
+        } else {
+            let wh = whole(&mut m)?;
+            (stagewise(&mut m)?, wh)
+        };
         if i > 0 {
-            (fwd, bwd, set, whole) = (fwd + t_fwd, bwd + t_bwd, set + t_set, whole + t_whole);
+            samples.push([st[0], st[1], st[2], wh[0], wh[1]]);
         }
     }
-    let k = iters.max(1) as f64 * 1e-3;
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let column = |c: usize| median(samples.iter().map(|s| s[c] * 1e3).collect());
+    let ratio = median(
+        samples
+            .iter()
+            .map(|s| (s[0] + s[1]) / (s[3] + s[4]).max(1e-12))
+            .collect(),
+    );
     let params: usize = initial.iter().map(Vec::len).sum();
+    let (whole_fwd, whole_bwd) = (column(3), column(4));
     Ok((
         AdapterOverhead {
-            stagewise_forward_ms: fwd / k,
-            stagewise_backward_ms: bwd / k,
-            set_tensors_ms: set / k,
-            whole_model_ms: whole / k,
-            overhead: (fwd + bwd + set) / whole.max(1e-12) - 1.0,
+            stagewise_forward_ms: column(0),
+            stagewise_backward_ms: column(1),
+            set_tensors_ms: column(2),
+            whole_forward_ms: whole_fwd,
+            whole_backward_ms: whole_bwd,
+            whole_model_ms: whole_fwd + whole_bwd,
+            overhead: ratio - 1.0,
         },
         params,
     ))
@@ -314,7 +354,14 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3BenchError> {
     let mut figures = serde_json::Map::new();
     let mut table = Table::new(&["model", "mode", "Mbit/s", "images/s", "vs seq", "test acc"]);
     let mut overheads = Table::new(&[
-        "model", "params", "fwd ms", "bwd ms", "set ms", "whole ms", "overhead",
+        "model",
+        "params",
+        "fwd ms",
+        "bwd ms",
+        "whole fwd ms",
+        "whole bwd ms",
+        "set ms",
+        "overhead",
     ]);
     for model in &args.models {
         let probe = args.job.node_config(model, Mode::P3, 1, &args.job.run_dir);
@@ -327,10 +374,18 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3BenchError> {
             params.to_string(),
             fmt(overhead.stagewise_forward_ms),
             fmt(overhead.stagewise_backward_ms),
+            fmt(overhead.whole_forward_ms),
+            fmt(overhead.whole_backward_ms),
             fmt(overhead.set_tensors_ms),
-            fmt(overhead.whole_model_ms),
             format!("{:+.1}%", overhead.overhead * 100.0),
         ]);
+        if args.overhead_only {
+            figures.insert(
+                model.clone(),
+                serde_json::json!({ "params": params, "batch": args.job.batch, "adapter": overhead }),
+            );
+            continue;
+        }
         // The workers share this machine's cores, so each computes about `workers` times
         // slower than the measurement above (which had every core). One full model
         // transfer over a link then takes as long as one iteration's compute: M = C.
@@ -391,12 +446,14 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3BenchError> {
             })?,
         );
     }
-    println!(
-        "P3 on real compute (candle): {} workers + {} shards as processes on 127.0.0.1, \
-         links shaped so that one model transfer ~ one iteration's compute",
-        args.job.workers, args.job.shards
-    );
-    table.print();
+    if !args.overhead_only {
+        println!(
+            "P3 on real compute (candle): {} workers + {} shards as processes on 127.0.0.1, \
+             links shaped so that one model transfer ~ one iteration's compute",
+            args.job.workers, args.job.shards
+        );
+        table.print();
+    }
     println!(
         "adapter overhead per iteration (batch {}, this process, no network):",
         args.job.batch

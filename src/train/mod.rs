@@ -764,14 +764,18 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
         }
     };
     drop(progress);
+    let test = if m.test_ratings > 0 {
+        format!(", test RMSE {:.4}", m.final_test_rmse)
+    } else {
+        String::new()
+    };
     println!(
-        "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}, test RMSE {:.4}, {:.2} s; wrote {}",
+        "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}{test}, {:.2} s; wrote {}",
         m.rank,
         m.n_users,
         m.n_items,
         m.train_ratings,
         m.final_train_rmse,
-        m.final_test_rmse,
         m.elapsed_s,
         out_of(&job.out_dir)
     );

@@ -2,8 +2,10 @@
 //! (`petrel_job_progress` in the observe registry: objective, RMSE, log-likelihood,
 //! loss); a thread of the CLI reads the newest point and shows it as an indicatif bar on
 //! standard error when that is a terminal, or as an INFO line at most every
-//! [`LINE_EVERY`] otherwise. Runs whose nodes are processes (`--transport processes`)
-//! publish in those processes, so nothing is shown for them.
+//! [`LINE_EVERY`] otherwise. Runs whose nodes are processes (`--transport processes`,
+//! `petrel run --processes`) publish in those processes: there every node started by a
+//! launcher runs [`TrainProgress::for_launched_node`], whose INFO lines the launcher
+//! relays with the node's name in front.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -53,6 +55,10 @@ fn newest() -> Option<Point> {
         })
 }
 
+/// How often a node process started by a launcher looks at its registry (it only
+/// writes lines, at most every [`LINE_EVERY`]).
+const NODE_POLL: Duration = Duration::from_secs(1);
+
 /// Shows a run's progress until dropped (then one last line).
 pub struct TrainProgress {
     stop: Arc<AtomicBool>,
@@ -62,14 +68,26 @@ pub struct TrainProgress {
 impl TrainProgress {
     /// Starts showing `app`'s progress; `passes` is the number of curve points a full run
     /// records, when known (a bar with an estimate of the time left), else a spinner.
-    pub fn start(app: &'static str, passes: Option<u64>) -> TrainProgress {
+    pub fn start(app: &str, passes: Option<u64>) -> TrainProgress {
+        let lines_only = !std::io::stderr().is_terminal();
+        Self::spawn(app.to_string(), passes, lines_only, POLL)
+    }
+
+    /// In a node process started by a launcher (whose standard error the launcher relays):
+    /// INFO lines of the points this node publishes (a STRADS scheduler, a PS monitor;
+    /// other nodes have none and stay silent), labelled `label`.
+    pub fn for_launched_node(label: String) -> TrainProgress {
+        Self::spawn(label, None, true, NODE_POLL)
+    }
+
+    fn spawn(label: String, passes: Option<u64>, lines_only: bool, poll: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         // Points of an earlier run in this process are not this run's.
         let before = newest().map_or(0, |p| p.points);
         let thread = std::thread::Builder::new()
             .name("train-progress".into())
-            .spawn(move || show(app, passes, before, &flag))
+            .spawn(move || show(&label, passes, before, &flag, lines_only, poll))
             .ok();
         TrainProgress { stop, thread }
     }
@@ -79,14 +97,22 @@ impl Drop for TrainProgress {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
 }
 
-fn show(app: &'static str, passes: Option<u64>, before: u64, stop: &AtomicBool) {
+fn show(
+    app: &str,
+    passes: Option<u64>,
+    before: u64,
+    stop: &AtomicBool,
+    lines_only: bool,
+    poll: Duration,
+) {
     let started = Instant::now();
-    let bar = std::io::stderr().is_terminal().then(|| {
+    let bar = (!lines_only).then(|| {
         let bar = match passes {
             Some(n) => ProgressBar::new(n).with_style(
                 ProgressStyle::with_template(
@@ -99,7 +125,7 @@ fn show(app: &'static str, passes: Option<u64>, before: u64, stop: &AtomicBool) 
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             ),
         };
-        bar.set_prefix(app);
+        bar.set_prefix(app.to_string());
         bar
     });
     // Without a terminal: the first point, then at most one line per LINE_EVERY, and
@@ -128,7 +154,8 @@ fn show(app: &'static str, passes: Option<u64>, before: u64, stop: &AtomicBool) 
         if done {
             break;
         }
-        std::thread::sleep(POLL);
+        // Woken early by the drop, so the last line comes as soon as the run ends.
+        std::thread::park_timeout(poll);
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();

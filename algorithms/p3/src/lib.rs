@@ -17,9 +17,8 @@
 //!    stages: parameter counts per stage, forward stage by stage, backward stage by stage
 //!    handing over gradients) and run it with [`run_cluster`] and a [`P3Job`]; see
 //!    `examples/p3_custom.rs`.
-//! 4. [`models`]: the built-in stage models, [`DnnStageModel`] (a real
-//!    [`petrel_ml::dnn::Sequential`] network) and [`EmulatedModel`] (a profile with
-//!    emulated compute: VGG-19, ResNet-50, Sockeye), and [`CandleStageModel`], the adapter
+//! 4. [`models`]: the built-in stage models, [`EmulatedModel`] (a profile with
+//!    emulated compute: VGG-19, ResNet-50, Sockeye) and [`CandleStageModel`], the adapter
 //!    that trains a model written with the candle deep-learning crate, given as an ordered
 //!    list of stages ([`StagedNet`]; MLP, LeNet, ResNet-18 and VGG-11 in [`models::nets`]).
 //! 5. [`roles`]: the built-in `p3-worker`/`p3-shard` roles of `petrel node`, configured by
@@ -48,13 +47,13 @@ pub use error::P3Error;
 pub use kit::{
     P3Job, P3WorkerReport, Progress, StageGrads, StageLayout, StageModel, StepStats, run_cluster,
 };
-pub use models::{CandleStageModel, DnnStageModel, EmulatedModel, ModelError, StagedNet};
+pub use models::{CandleStageModel, EmulatedModel, ModelError, StagedNet};
 pub use roles::{P3NodeConfig, WorkerReportFile};
 
 /// The names most P3 code needs: `use petrel_p3::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        DnnStageModel, EmulatedModel, Mode, ModelProfile, P3Error, P3Job, P3WorkerReport,
+        CandleStageModel, EmulatedModel, Mode, ModelProfile, P3Error, P3Job, P3WorkerReport,
         StageGrads, StageModel, StepStats, run_cluster,
     };
     pub use petrel_ml::dnn::FlatSgdMomentum;

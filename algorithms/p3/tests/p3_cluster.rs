@@ -1,26 +1,33 @@
-//! P3 engine end to end: real MLP training on an in-process cluster (2 workers, 2 shards,
-//! QUIC on 127.0.0.1) in all three modes.
+//! P3 engine end to end: a candle MLP trained on an in-process cluster (2 workers, 2
+//! shards, QUIC on 127.0.0.1) in all three modes, against the same synchronous SGD
+//! computed in one process; and emulated compute.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_ml::dnn::data::{Dataset, gaussian_clusters};
-use petrel_ml::dnn::{FlatSgdMomentum, Sequential};
 use petrel_net::NetConfig;
 use petrel_p3::core::LayerProfile;
+use petrel_p3::models::nets;
 use petrel_p3::{
-    DnnStageModel, EmulatedModel, Mode, ModelProfile, P3Job, reference_step, run_cluster,
+    CandleStageModel, EmulatedModel, Mode, ModelProfile, P3Job, StageModel, StagedNet,
+    reference_step, run_cluster,
 };
 
 const SIZES: [usize; 4] = [6, 12, 10, 3];
 const BATCH: usize = 8;
 const ITERS: u64 = 4;
 
-fn data() -> Dataset {
-    gaussian_clusters(64, 6, 3, 0.5, 11).unwrap()
+fn data() -> Arc<Dataset> {
+    Arc::new(gaussian_clusters(64, 6, 3, 0.5, 11).unwrap())
 }
 
-fn job(mode: Mode, net: &Sequential) -> P3Job {
+fn mlp() -> StagedNet {
+    nets::mlp(&[SIZES[0]], &SIZES)
+}
+
+fn job(mode: Mode, initial: &[Vec<f32>]) -> P3Job {
     P3Job {
         mode,
         slice_size: 7,
@@ -28,32 +35,37 @@ fn job(mode: Mode, net: &Sequential) -> P3Job {
         n_shards: 2,
         iterations: ITERS,
         opt: FlatSgdMomentum::new(0.05, 0.9),
-        initial: Arc::new(DnnStageModel::initial(net)),
+        initial: Arc::new(initial.to_vec()),
         net: NetConfig::default(),
         transport: petrel_actors::Transport::Quic,
         ask_timeout: Duration::from_secs(20),
     }
 }
 
-/// The same synchronous SGD computed in one process.
-fn reference() -> Vec<Vec<f32>> {
-    let d = data();
+/// The same synchronous SGD computed in one process: each worker's stage-wise gradients
+/// (as its P3 worker computes them), combined by the shards' rule (`reference_step`).
+fn reference(initial: &[Vec<f32>]) -> Vec<Vec<f32>> {
     let opt = FlatSgdMomentum::new(0.05, 0.9);
-    let mut nets: Vec<Sequential> = (0..2)
-        .map(|_| Sequential::mlp(&SIZES, 5).unwrap())
+    let mut workers: Vec<CandleStageModel> = (0..2)
+        .map(|w| CandleStageModel::new(mlp(), initial, data(), BATCH, w, 2).unwrap())
         .collect();
-    let mut params = DnnStageModel::initial(&nets[0]);
+    let mut params = initial.to_vec();
     let mut velocity: Vec<Vec<f32>> = params.iter().map(|p| vec![0.0; p.len()]).collect();
-    for iter in 0..ITERS as usize {
+    for iter in 0..ITERS {
         let mut grads = Vec::new();
-        for (w, net) in nets.iter_mut().enumerate() {
-            let views: Vec<&[f32]> = params.iter().map(|p| p.as_slice()).collect();
-            net.set_params(&views).unwrap();
-            let start = (iter * 2 + w) * BATCH;
-            let idx: Vec<usize> = (0..BATCH).map(|i| (start + i) % d.len()).collect();
-            let (x, y) = d.select(&idx);
-            net.compute_gradients(&x, &y).unwrap();
-            grads.push(net.grads().iter().map(|g| g.to_vec()).collect::<Vec<_>>());
+        for m in &mut workers {
+            for (t, p) in params.iter().enumerate() {
+                m.set_tensor(t, p).unwrap();
+            }
+            let n = m.stage_tensors().len();
+            for stage in 0..n {
+                m.forward_stage(iter, stage).unwrap();
+            }
+            let mut per_stage = vec![Vec::new(); n];
+            for stage in (0..n).rev() {
+                per_stage[stage] = m.backward_stage(stage).unwrap().grads;
+            }
+            grads.push(per_stage.into_iter().flatten().collect());
         }
         reference_step(&opt, &mut params, &mut velocity, &grads).unwrap();
     }
@@ -62,19 +74,19 @@ fn reference() -> Vec<Vec<f32>> {
 
 #[test]
 fn three_modes_train_to_identical_parameters() {
-    let net = Sequential::mlp(&SIZES, 5).unwrap();
-    let initial = DnnStageModel::initial(&net);
-    let expected = reference();
+    let (_, initial) = mlp().init(5).unwrap();
+    let expected = reference(&initial);
     assert_ne!(expected, initial, "training must move the parameters");
+    let total: u64 = initial.iter().map(|t| t.len() as u64).sum();
     for mode in [Mode::Sequential, Mode::Fifo, Mode::P3] {
-        let factory = |w| DnnStageModel::new(Sequential::mlp(&SIZES, 5)?, data(), BATCH, w, 2);
-        let reports = run_cluster(&job(mode, &net), factory, None).unwrap();
+        let init = initial.clone();
+        let factory = move |w| CandleStageModel::new(mlp(), &init, data(), BATCH, w, 2);
+        let reports = run_cluster(&job(mode, &initial), factory, None).unwrap();
         assert_eq!(reports.len(), 2);
         for r in &reports {
             assert_eq!(r.params, expected, "mode {mode:?}, worker {}", r.worker);
             assert_eq!(r.marks.len(), ITERS as usize + 1);
             assert!(r.stats.iter().all(|s| s.is_some()));
-            let total: u64 = net.param_counts().iter().sum();
             assert_eq!(r.bytes_pushed, total * 4 * ITERS);
         }
     }

@@ -13,8 +13,6 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand_distr::{Distribution, Normal};
 
-use crate::dnn::Sequential;
-
 /// Magic number of an IDX unsigned-byte 3-D file (images).
 pub const IDX_IMAGES_MAGIC: u32 = 0x0000_0803;
 /// Magic number of an IDX unsigned-byte 1-D file (labels).
@@ -211,8 +209,9 @@ pub fn gaussian_clusters(
 }
 
 /// `n` inputs from N(0, 1)^dim labelled by the arg-max of a random teacher MLP
-/// `dim -> hidden -> classes` (He/Xavier init seeded by `seed`). Learnable exactly by a
-/// student of the same or larger size; class frequencies are whatever the teacher gives.
+/// `dim -> hidden (ReLU) -> classes` with N(0, 2/fan_in) weights seeded by `seed`.
+/// Learnable exactly by a student of the same or larger size; class frequencies are
+/// whatever the teacher gives.
 pub fn teacher_mlp(
     n: usize,
     dim: usize,
@@ -220,23 +219,38 @@ pub fn teacher_mlp(
     classes: usize,
     seed: u64,
 ) -> Result<Dataset, DnnDataError> {
-    let mut teacher = Sequential::mlp(&[dim, hidden, classes], seed ^ 0x7ea_c4e2)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
+    if dim == 0 || hidden == 0 || classes == 0 {
+        return Err(DnnDataError::InvalidArgument(format!(
+            "teacher_mlp needs dim, hidden and classes >= 1 (got {dim}, {hidden}, {classes})"
+        )));
+    }
+    let bad = |e: rand_distr::NormalError| DnnDataError::InvalidArgument(e.to_string());
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x7ea_c4e2);
+    let mut weights = |rows: usize, cols: usize| -> Result<ndarray::Array2<f32>, DnnDataError> {
+        let d = Normal::new(0.0f32, (2.0 / cols as f32).sqrt()).map_err(bad)?;
+        Ok(ndarray::Array2::from_shape_simple_fn((rows, cols), || {
+            d.sample(&mut rng)
+        }))
+    };
+    let (w1, w2) = (weights(dim, hidden)?, weights(hidden, classes)?);
     let mut rng = StdRng::seed_from_u64(seed);
-    let d = Normal::new(0.0f32, 1.0).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    let data: Vec<f32> = (0..n * dim).map(|_| d.sample(&mut rng)).collect();
-    let x = ArrayD::from_shape_vec(IxDyn(&[n, dim]), data)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    let logits = teacher
-        .forward(&x)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
+    let d = Normal::new(0.0f32, 1.0).map_err(bad)?;
+    let inputs = ndarray::Array2::from_shape_simple_fn((n, dim), || d.sample(&mut rng));
+    let logits = inputs.dot(&w1).mapv(|h| h.max(0.0)).dot(&w2);
     let y = logits
         .rows()
         .into_iter()
-        .map(|r| crate::dnn::layers::argmax(r.iter().copied()))
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
+                    if v > best.1 { (i, v) } else { best }
+                })
+                .0
+        })
         .collect();
     Ok(Dataset {
-        x,
+        x: inputs.into_dyn(),
         y,
         n_classes: classes,
     })

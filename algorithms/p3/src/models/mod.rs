@@ -1,19 +1,15 @@
 //! The built-in [`StageModel`](crate::kit::StageModel)s:
 //!
-//! - [`DnnStageModel`]: a real [`petrel_ml::dnn::Sequential`] network (MLP, small CNN)
-//!   trained on a data set; stage = network layer, tensors = the layer's weight and bias.
 //! - [`CandleStageModel`]: a model written with the candle deep-learning crate as an
 //!   ordered list of stages ([`StagedNet`]); [`nets`] has an MLP, LeNet, and ResNet-18 and
 //!   VGG-11 layouts for 32x32 images.
 //! - [`EmulatedModel`]: a [`crate::core::ModelProfile`] (VGG-19, ResNet-50, Sockeye, or
 //!   a user profile) with emulated compute; stage = profile layer, one tensor each.
 
-mod dnn;
 mod emulated;
 pub mod nets;
 pub mod staged;
 
-pub use dnn::DnnStageModel;
 pub use emulated::EmulatedModel;
 pub use staged::{CandleStageModel, StagedNet, TensorSpec};
 
@@ -22,9 +18,9 @@ use petrel_ml::dnn::DnnError;
 /// Errors of the built-in models.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    /// The network rejected an input or a parameter tensor.
+    /// The optimiser rejected a tensor (lengths differ).
     #[error(transparent)]
-    Dnn(#[from] DnnError),
+    Optimizer(#[from] DnnError),
     /// candle rejected a shape, a tensor or an operation.
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),
@@ -55,10 +51,7 @@ pub enum ModelError {
         /// What was missing.
         what: &'static str,
     },
-    /// The last stage's output is not a 2-D logits matrix.
-    #[error("logits are not 2-D")]
-    Logits(#[source] ndarray::ShapeError),
     /// A model that cannot train: no data, batch 0 or no workers.
-    #[error("DnnStageModel needs data, batch > 0 and workers > 0")]
+    #[error("a stage model needs data, batch > 0 and workers > 0")]
     NothingToTrain,
 }

@@ -12,8 +12,10 @@
 //!   needs *its own* parameters, which is what P3's per-layer readiness asks.
 //! - **Backward, stage by stage.** Every stage's input is a detached leaf, so each stage
 //!   has its own autograd graph. The last stage runs `loss.backward()`; stage `k < n-1` is
-//!   seeded with the gradient `g` of its output by back-propagating `sum(out * g)`, whose
-//!   gradient with respect to `out` is exactly `g`. Each call hands the stage's parameter
+//!   seeded with the gradient `g` of its output through `SeedGradient`, a custom op
+//!   whose forward yields a scalar without reading `out` and whose backward hands `g` to
+//!   `out` unchanged (the obvious `sum(out * g)` costs a product, a reduction and two more
+//!   products in its backward, per stage). Each call hands the stage's parameter
 //!   gradients to P3 at once and keeps the input gradient for stage `k-1`. The result is
 //!   the same arithmetic as candle's whole-model backward (the test
 //!   `stagewise_gradients_match_whole_model_backward` checks it).
@@ -33,9 +35,9 @@
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use candle_core::{D, DType, Device, ModuleT, Shape, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, ModuleT, Shape, Tensor, Var};
 use candle_nn::VarBuilder;
 use candle_nn::init::{Init, NormalOrUniform};
 use candle_nn::var_builder::SimpleBackend;
@@ -276,6 +278,27 @@ impl SimpleBackend for &SeededInit {
     }
 }
 
+/// Seeds a stage's backward with the gradient of its output (see the [module docs](self)):
+/// `out.apply_op1(SeedGradient { grad })?.backward()` back-propagates `grad` from `out`.
+struct SeedGradient {
+    grad: Tensor,
+}
+
+impl CustomOp1 for SeedGradient {
+    fn name(&self) -> &'static str {
+        "petrel-seed-gradient"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        // The value is never used: only the backward matters.
+        Ok((CpuStorage::F32(vec![0.0]), Shape::from(())))
+    }
+
+    fn bwd(&self, _: &Tensor, _: &Tensor, _: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(self.grad.clone()))
+    }
+}
+
 /// The examples and labels of rows `idx` of `data` as candle tensors.
 pub fn batch_tensors(data: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor), ModelError> {
     let (x, y) = data.select(idx);
@@ -513,19 +536,33 @@ impl CandleStageModel {
     /// through all stages, one `loss.backward()`) on iteration `iter`'s batch, with the
     /// current parameters: the reference the stage-wise backward is checked against.
     pub fn whole_model_grads(&mut self, iter: u64) -> Result<Vec<Vec<f32>>, ModelError> {
+        Ok(self.whole_model_pass(iter)?.0)
+    }
+
+    /// [`CandleStageModel::whole_model_grads`] with the time of its forward pass (module
+    /// rebuilds included) and of its backward pass (gradients copied out included).
+    pub fn whole_model_pass(
+        &mut self,
+        iter: u64,
+    ) -> Result<(Vec<Vec<f32>>, Duration, Duration), ModelError> {
+        let start = Instant::now();
         let (mut x, y) = batch_tensors(&self.data, &self.rows(iter))?;
         for stage in 0..self.ranges.len() {
             x = self.module(stage)?.forward_t(&x, true)?;
         }
         let loss = candle_nn::loss::cross_entropy(&x, &y)?;
+        let forward = start.elapsed();
+        let start = Instant::now();
         let grads = loss.backward()?;
-        self.params
+        let out = self
+            .params
             .iter()
             .map(|p| match grads.get(p.as_tensor()) {
                 Some(g) => Ok(g.flatten_all()?.to_vec1::<f32>()?),
                 None => Ok(vec![0.0; p.elem_count()]),
             })
-            .collect()
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok((out, forward, start.elapsed()))
     }
 
     /// Current values of every tensor, forward order.
@@ -602,9 +639,7 @@ impl StageModel for CandleStageModel {
                 stage,
                 what: "backward before forward",
             })?;
-            // d sum(out * g) / d out = g: seeds this stage's backward with its output's
-            // gradient.
-            (out * g)?.sum_all()?.backward()?
+            out.apply_op1(SeedGradient { grad: g })?.backward()?
         };
         self.outputs[stage] = None;
         let input = self.inputs[stage].take();

@@ -387,7 +387,7 @@ pub struct PsLrResult {
     pub n_features: usize,
     /// Classes.
     pub n_classes: usize,
-    /// Log-loss at the first evaluation.
+    /// Log-loss of the initial model (step 0 of the curve: all weights zero).
     pub initial_log_loss: f64,
     /// Log-loss at the last evaluation.
     pub final_log_loss: f64,
@@ -554,6 +554,11 @@ impl PsApp for PsLr {
             .into_iter()
             .collect();
         let ids: Vec<RowId> = feats.iter().map(|&j| RowId(u64::from(j))).collect();
+        if self.cfg.consistency == ConsistencyModel::Async {
+            // An async table's cached rows never expire: without a refresh every later
+            // gradient would be taken at the first read's values (as ps-mf and ps-lda do).
+            c.prefetch(WEIGHTS, &ids)?;
+        }
         let got = c.get_many(WEIGHTS, &ids).await?;
         let t0 = Instant::now();
         let rows: HashMap<u32, Vec<f32>> = feats
@@ -598,6 +603,17 @@ impl PsApp for PsLr {
     ) -> Result<Option<String>, PsError> {
         m.reports.extend(reports);
         let k = self.data.n_classes();
+        if m.curve.is_empty() {
+            // Step 0: the model before any update (all weights zero), whatever the workers
+            // did before this first snapshot.
+            let (accuracy, log_loss) = evaluate(&self.data.test, &HashMap::new(), self.bias(), k);
+            m.curve.push(PsLrPoint {
+                seconds: 0.0,
+                clock: 0,
+                accuracy,
+                log_loss,
+            });
+        }
         let (mut tables, clock) = ctx.tables().await?;
         m.weights = (tables.remove(&WEIGHTS).unwrap_or_default().into_iter())
             .map(|(r, row)| (r.0 as u32, row.to_dense(k)))

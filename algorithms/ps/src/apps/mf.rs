@@ -103,7 +103,10 @@ pub struct PsMfConfig {
     /// Unset: sequential SGD on local copies, differences summed on the shards.
     #[arg(long, value_enum)]
     pub rule: Option<ServerRule>,
-    /// L2 regularization.
+    /// L2 regularization, applied with every rating's step (SGD and the `rule` gradients
+    /// alike), so a user's row is pulled towards zero `n_u` times per pass: the objective's
+    /// L2 term is already weighted by rating counts, `regularization * n_u` per user and
+    /// `* n_i` per item (ALS-WR's weighted lambda, strads-mf's `weighted_lambda`).
     #[arg(long, default_value_t = 0.05)]
     pub regularization: f32,
     /// Scale of the random initial factors.
@@ -535,7 +538,7 @@ pub struct PsMfResult {
     pub train_ratings: usize,
     /// Held-out ratings.
     pub test_ratings: usize,
-    /// RMSE at the first evaluation.
+    /// RMSE of the initial model (step 0 of the curve).
     pub initial_rmse: f64,
     /// RMSE of the final model.
     pub final_rmse: f64,
@@ -951,10 +954,20 @@ impl PsApp for PsMf {
         all_done: bool,
     ) -> Result<Option<String>, PsError> {
         m.reports.extend(reports);
+        if m.curve.is_empty() {
+            // Step 0: the model before any update (every stored offset zero: the initial
+            // values), whatever the workers did before this first snapshot.
+            let r0 = self.test_rmse(&self.model_from(&HashMap::new()));
+            m.initial = Some(r0);
+            m.curve.push(RmsePoint {
+                seconds: 0.0,
+                clock: 0,
+                rmse: r0,
+            });
+        }
         let (tables, clock) = ctx.tables().await?;
         let r = self.test_rmse(&self.model_from(&tables));
         let t = ctx.elapsed_s();
-        m.initial.get_or_insert(r);
         ctx.progress("rmse", r);
         m.curve.push(RmsePoint {
             seconds: t,
@@ -1057,6 +1070,32 @@ impl PsApp for PsMf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn l2_term_is_weighted_by_rating_counts() {
+        // Ratings the factors predict exactly: the gradient is the L2 term alone. User 0
+        // has three ratings, user 1 one; item 0 has both users.
+        let (p, q) = (vec![0.5f32, -1.0], vec![2.0f32, 1.0]);
+        let exact = 3.0 + 0.5 * 2.0 - 1.0;
+        let batch = [(0, 0, exact), (0, 1, exact), (0, 2, exact), (1, 0, exact)];
+        let users: HashMap<u32, Vec<f32>> = [(0, p.clone()), (1, p.clone())].into();
+        let items: HashMap<u32, Vec<f32>> = (0..3).map(|i| (i, q.clone())).collect();
+        let (gu, gi) = batch_gradient(&batch, &users, &items, 3.0, 0.1, None);
+        for (grad, count, v) in [
+            (&gu[&0], 3.0, &p),
+            (&gu[&1], 1.0, &p),
+            (&gi[&0], 2.0, &q),
+            (&gi[&1], 1.0, &q),
+        ] {
+            for (g, x) in grad.iter().zip(v) {
+                assert!(
+                    (g - 0.1 * count * x).abs() < 1e-6,
+                    "{g} vs {}",
+                    0.1 * count * x
+                );
+            }
+        }
+    }
 
     #[test]
     fn init_is_deterministic_and_bounded() {

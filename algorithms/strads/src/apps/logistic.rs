@@ -19,7 +19,7 @@ use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
 use super::lasso::{LassoJob, linear_model, write_coefficients};
-use crate::core::baseline::{CdStop, CyclicLogistic};
+use crate::core::baseline::{CdOutcome, CdStop, CyclicLogistic};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::LassoScheduler;
 use crate::error::StradsError;
@@ -134,8 +134,21 @@ pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
     };
     if let Some(dir) = &job.out_dir {
         let mut run = metrics.run_metrics(job);
+        // The baseline has a stopping rule of its own.
+        run.converged = report.outcome != CdOutcome::SweepLimit;
+        run.stop_reason = match report.outcome {
+            CdOutcome::Converged => format!(
+                "a full sweep lowered the objective by at most {:e} (relative) after {} sweeps",
+                report.gap, report.full_sweeps
+            ),
+            CdOutcome::ReachedTarget => "reached target_objective".to_string(),
+            CdOutcome::SweepLimit => format!(
+                "stopped at the sweep limit ({} full sweeps) before the objective settled",
+                report.full_sweeps
+            ),
+        };
         run.check_finite("check the data for extreme or non-finite values")?;
-        let saved = linear_model("logistic", job, lambda, &coefficients);
+        let saved = linear_model("logistic", job, lambda, &coefficients)?;
         saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
         write_coefficients(dir, &coefficients)?;
         crate::kit::write_saved_model(dir, &saved)?;
@@ -483,7 +496,7 @@ pub fn write_outputs(
 ) -> Result<(), StradsError> {
     let mut m = sched.metrics().run_metrics(job);
     m.check_finite("check the data for extreme or non-finite values")?;
-    let saved = linear_model("logistic", job, sched.lambda, sched.coefficients());
+    let saved = linear_model("logistic", job, sched.lambda, sched.coefficients())?;
     saved.add_heldout(&mut m, job.test_data.as_deref(), job.seed)?;
     write_coefficients(dir, sched.coefficients())?;
     crate::kit::write_saved_model(dir, &saved)?;
@@ -512,9 +525,13 @@ impl LogisticMetrics {
             ("rounds", self.rounds as f64),
         ]);
         m.converged = false;
+        let limit = match job.max_rounds {
+            0 => "automatic".to_string(),
+            n => n.to_string(),
+        };
         m.stop_reason = format!(
-            "ran max_rounds = {} (logistic regression has no convergence test)",
-            job.max_rounds
+            "ran {} rounds, the round limit (max_rounds = {limit}; the scheduled run has no convergence test)",
+            self.rounds
         );
         m
     }
@@ -549,6 +566,13 @@ impl StradsJob for LogisticApp {
             lasso_only,
         );
         c.require(!job.resume, "resume", job.resume, lasso_only);
+        // Centring the design gives a logistic model no exact intercept.
+        c.require(
+            !job.fit_intercept,
+            "fit_intercept",
+            job.fit_intercept,
+            lasso_only,
+        );
         c.finish()
     }
 

@@ -14,6 +14,10 @@
 //! 2. W phase: each visit adds partial sums for the worker's own `w_ik`;
 //!    [`MfWorker::finalize_w`] then applies the update in the task's formula.
 //!
+//! `lambda` is per row and column with [`MfRidge::per_rating`] (`lambda * n_j`, ALS-WR).
+//! User and item biases ([`MfLayout`]) are two more coordinates whose other side is a
+//! constant column of 1s: the user bias has only a W phase, the item bias only an H phase.
+//!
 //! Residual updates caused by a finalisation are applied lazily on the next visit of each
 //! (worker, block) pair ([`MfWorker::begin_visit`]), which the next rotation guarantees.
 //! This is exact CCD++ as long as every finalisation is followed by a full rotation before
@@ -49,6 +53,137 @@ impl RotationSchedule {
     /// Worker that receives `worker`'s block after this sub-round (the ring predecessor).
     pub fn next_holder(&self, worker: usize) -> usize {
         (worker + self.p - 1) % self.p
+    }
+}
+
+/// L2 weight of one row of W or column of H: `lambda`, or with `per_rating` (ALS-WR's
+/// weighted-lambda regularisation) `lambda * n` for a user or item with `n` training
+/// ratings, which keeps the pull towards zero in proportion to the data term.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MfRidge {
+    /// The L2 weight.
+    pub lambda: f32,
+    /// Scale it by the row's or column's rating count.
+    pub per_rating: bool,
+}
+
+impl MfRidge {
+    /// The weight for a row or column with `ratings` training ratings.
+    pub fn weight(&self, ratings: u32) -> f64 {
+        if self.per_rating {
+            f64::from(self.lambda) * f64::from(ratings)
+        } else {
+            f64::from(self.lambda)
+        }
+    }
+}
+
+/// Column layout of W and H. Without biases both have `rank` columns. With biases two more:
+/// users `[w, b_user, 1]`, items `[h, 1, b_item]`, so `w_u . h_i` includes both biases. The
+/// user bias is coordinate `rank` with H's column fixed at 1 (only its W side is updated),
+/// the item bias coordinate `rank + 1` with W's column fixed at 1 (only its H side): each
+/// bias is solved in closed form against the residual like a rank-one factor whose other
+/// side is the constant 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MfLayout {
+    /// Factor rank.
+    pub rank: usize,
+    /// The two bias coordinates are present.
+    pub biases: bool,
+}
+
+/// One step of a CCD++ sweep: coordinate `k`, and which of its sides are updated (H first,
+/// then W).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoordinateStep {
+    /// The column of W and H.
+    pub k: usize,
+    /// Update `h_k` (an H rotation).
+    pub update_h: bool,
+    /// Update `w_k` (a W rotation).
+    pub update_w: bool,
+}
+
+impl MfLayout {
+    /// Columns of W and H.
+    pub fn width(&self) -> usize {
+        if self.biases {
+            self.rank + 2
+        } else {
+            self.rank
+        }
+    }
+
+    /// The steps of one sweep: the biases first (user, then item), then every factor
+    /// coordinate with both sides.
+    pub fn sweep(&self) -> Vec<CoordinateStep> {
+        let mut steps = Vec::with_capacity(self.rank + 2);
+        if self.biases {
+            steps.push(CoordinateStep {
+                k: self.rank,
+                update_h: false,
+                update_w: true,
+            });
+            steps.push(CoordinateStep {
+                k: self.rank + 1,
+                update_h: true,
+                update_w: false,
+            });
+        }
+        steps.extend((0..self.rank).map(|k| CoordinateStep {
+            k,
+            update_h: true,
+            update_w: true,
+        }));
+        steps
+    }
+
+    /// Initial rows of W for `users` users: `rank` draws of `draw` per user (in the order
+    /// of the layout without biases), then `[0, 1]` with biases.
+    pub fn initial_w(&self, users: usize, mut draw: impl FnMut() -> f32) -> Vec<f32> {
+        let mut w = Vec::with_capacity(users * self.width());
+        for _ in 0..users {
+            w.extend((0..self.rank).map(|_| draw()));
+            if self.biases {
+                w.extend([0.0, 1.0]);
+            }
+        }
+        w
+    }
+
+    /// Initial rows of H for `items` items: zeros, and `[1, 0]` in the bias columns.
+    pub fn initial_h(&self, items: usize) -> Vec<f32> {
+        let mut h = vec![0.0; items * self.width()];
+        if self.biases {
+            let width = self.width();
+            for row in h.chunks_mut(width) {
+                row[self.rank] = 1.0;
+            }
+        }
+        h
+    }
+
+    /// Splits full-width rows into the factors and the bias column `bias_column` (empty
+    /// without biases).
+    pub fn split(&self, full: &Array2<f32>, bias_column: usize) -> (Array2<f32>, Vec<f32>) {
+        let factors = full.slice(ndarray::s![.., ..self.rank]).to_owned();
+        let bias = if self.biases {
+            full.column(bias_column).to_vec()
+        } else {
+            Vec::new()
+        };
+        (factors, bias)
+    }
+
+    /// `(user factors, item factors, user biases, item biases)` from full-width W and H.
+    pub fn split_model(
+        &self,
+        w: &Array2<f32>,
+        h: &Array2<f32>,
+    ) -> (Array2<f32>, Array2<f32>, Vec<f32>, Vec<f32>) {
+        let (wf, bu) = self.split(w, self.rank);
+        let (hf, bi) = self.split(h, self.rank + 1);
+        (wf, hf, bu, bi)
     }
 }
 
@@ -103,12 +238,17 @@ impl FactorBlock {
         }
     }
 
-    /// Ends an H phase for coordinate k: every worker has added its sums. Records the change
-    /// for the workers' residuals.
-    pub fn finalize(&mut self, k: usize, lambda: f32, n_workers: usize) {
+    /// Ends an H phase for coordinate k: every worker has added its sums. `item_ratings`
+    /// holds every item's training rating count (by global id) for a per-rating `ridge`.
+    /// Records the change for the workers' residuals.
+    pub fn finalize(&mut self, k: usize, ridge: MfRidge, item_ratings: &[u32], n_workers: usize) {
         let mut deltas = Vec::with_capacity(self.item_ids.len());
         for c in 0..self.item_ids.len() {
-            let new = (self.numerators[c] / (f64::from(lambda) + self.denominators[c])) as f32;
+            let count = item_ratings
+                .get(self.item_ids[c] as usize)
+                .copied()
+                .unwrap_or(0);
+            let new = (self.numerators[c] / (ridge.weight(count) + self.denominators[c])) as f32;
             let slot = &mut self.factors[c * self.rank + k];
             let new = if new.is_finite() { new } else { 0.0 };
             deltas.push(new - *slot);
@@ -195,6 +335,10 @@ pub struct MfWorker {
     denominators: Vec<f64>,
     pending_w: Vec<(usize, Vec<f32>)>,
     pending_applied: Vec<usize>,
+    /// Training ratings of each of the worker's rows.
+    row_ratings: Vec<u32>,
+    /// Training ratings of every item (global ids), for finalising any block.
+    item_ratings: Vec<u32>,
 }
 
 impl MfWorker {
@@ -218,6 +362,8 @@ impl MfWorker {
             ));
         }
         let mut blocks = vec![Vec::new(); partition.n_buckets];
+        let mut row_ratings = vec![0u32; user_ids.len()];
+        let mut item_ratings = vec![0u32; partition.item_bucket.len()];
         for &(u, i, rating) in &ratings.entries {
             let (u, i) = (u as usize, i as usize);
             if u >= partition.user_bucket.len() || i >= partition.item_bucket.len() {
@@ -225,10 +371,12 @@ impl MfWorker {
                     "rating ({u}, {i}) outside the partition"
                 )));
             }
+            item_ratings[i] += 1;
             if partition.user_bucket[u] as usize != worker {
                 continue;
             }
             let row = partition.user_local[u];
+            row_ratings[row as usize] += 1;
             let b = partition.item_bucket[i] as usize;
             let col = partition.item_local[i];
             let w_row = &w_init[row as usize * rank..(row as usize + 1) * rank];
@@ -251,7 +399,15 @@ impl MfWorker {
             numerators: vec![0.0; n_rows],
             denominators: vec![0.0; n_rows],
             pending_w: Vec::new(),
+            row_ratings,
+            item_ratings,
         })
+    }
+
+    /// Ends an H phase on `block` (its last visit): [`FactorBlock::finalize`] with the item
+    /// counts this worker knows.
+    pub fn finalize_h(&self, block: &mut FactorBlock, k: usize, ridge: MfRidge, n_workers: usize) {
+        block.finalize(k, ridge, &self.item_ratings, n_workers);
     }
 
     /// Users of the worker's rows of W.
@@ -307,11 +463,13 @@ impl MfWorker {
         }
     }
 
-    /// Ends a W phase: `w_ik = sum_j (E_ij + w_ik h_jk) h_jk / (lambda + sum_j h_jk^2)`.
-    pub fn finalize_w(&mut self, k: usize, lambda: f32) {
+    /// Ends a W phase: `w_ik = sum_j (E_ij + w_ik h_jk) h_jk / (lambda_i + sum_j h_jk^2)`
+    /// (`lambda_i` from `ridge`).
+    pub fn finalize_w(&mut self, k: usize, ridge: MfRidge) {
         let mut deltas = Vec::with_capacity(self.user_ids.len());
         for r in 0..self.user_ids.len() {
-            let new = (self.numerators[r] / (f64::from(lambda) + self.denominators[r])) as f32;
+            let l2 = ridge.weight(self.row_ratings[r]);
+            let new = (self.numerators[r] / (l2 + self.denominators[r])) as f32;
             let new = if new.is_finite() { new } else { 0.0 };
             let slot = &mut self.w[r * self.rank + k];
             deltas.push(new - *slot);
@@ -357,14 +515,36 @@ pub struct CcdppConfig {
     pub inner_iterations: usize,
     /// Seed of the initial factors.
     pub seed: u64,
+    /// Fit a bias per user and per item ([`MfLayout`]).
+    pub biases: bool,
+    /// Per-rating L2 weights ([`MfRidge::per_rating`]).
+    pub weighted_lambda: bool,
+}
+
+impl CcdppConfig {
+    /// The column layout.
+    pub fn layout(&self) -> MfLayout {
+        MfLayout {
+            rank: self.rank,
+            biases: self.biases,
+        }
+    }
+
+    /// The L2 weights.
+    pub fn ridge(&self) -> MfRidge {
+        MfRidge {
+            lambda: self.lambda,
+            per_rating: self.weighted_lambda,
+        }
+    }
 }
 
 /// Result of [`run_ccdpp`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct MfRun {
-    /// `n_users x rank`.
+    /// `n_users x width` ([`MfLayout::width`]: with biases the rows end `[b_user, 1]`).
     pub user_factors: Array2<f32>,
-    /// `n_items x rank`.
+    /// `n_items x width` (with biases the rows end `[1, b_item]`).
     pub item_factors: Array2<f32>,
     /// Training RMSE before the first and after every outer iteration.
     pub train_rmse: Vec<f64>,
@@ -380,13 +560,15 @@ pub struct MfCluster {
     pub workers: Vec<MfWorker>,
     /// The H blocks.
     pub blocks: Vec<FactorBlock>,
-    /// L2 weight.
-    pub lambda: f32,
+    /// L2 weights.
+    pub ridge: MfRidge,
+    /// Columns of W and H.
+    pub layout: MfLayout,
 }
 
 impl MfCluster {
     /// W starts uniform in `[0, 1/sqrt(rank))`, H at zero (so the residual is R and the first
-    /// H phase is a ridge fit against W).
+    /// H phase is a ridge fit against W); biases start at zero.
     pub fn new(ratings: &Ratings, config: &CcdppConfig) -> Result<Self, StradsModelError> {
         if config.rank == 0
             || config.n_workers == 0
@@ -398,22 +580,23 @@ impl MfCluster {
             ));
         }
         let p = config.n_workers;
-        let rank = config.rank;
+        let layout = config.layout();
+        let width = layout.width();
         let partition = MfPartition::balanced(ratings, p);
         let blocks: Vec<FactorBlock> = partition
             .bucket_items
             .iter()
             .enumerate()
-            .map(|(b, ids)| FactorBlock::new(b, rank, ids.clone(), vec![0.0; ids.len() * rank]))
+            .map(|(b, ids)| FactorBlock::new(b, width, ids.clone(), layout.initial_h(ids.len())))
             .collect();
         let mut rng = StdRng::seed_from_u64(config.seed);
-        let scale = 1.0 / (rank as f32).sqrt();
+        let scale = 1.0 / (config.rank as f32).sqrt();
         let workers = (0..p)
             .map(|w| {
-                let init = (0..partition.bucket_users[w].len() * rank)
-                    .map(|_| rng.gen_range(0.0..scale))
-                    .collect();
-                MfWorker::new(w, &partition, ratings, rank, init, &blocks)
+                let init = layout.initial_w(partition.bucket_users[w].len(), || {
+                    rng.gen_range(0.0..scale)
+                });
+                MfWorker::new(w, &partition, ratings, width, init, &blocks)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(MfCluster {
@@ -421,7 +604,8 @@ impl MfCluster {
             partition,
             workers,
             blocks,
-            lambda: config.lambda,
+            ridge: config.ridge(),
+            layout,
         })
     }
 
@@ -440,17 +624,23 @@ impl MfCluster {
         }
     }
 
-    /// Updates coordinate k of H then of W (two rotations).
-    pub fn update_coordinate(&mut self, k: usize) {
-        let (lambda, p) = (self.lambda, self.schedule.p);
-        self.rotation(|worker, block| worker.accumulate_h(block, k));
-        self.blocks
-            .iter_mut()
-            .for_each(|b| b.finalize(k, lambda, p));
-        self.rotation(|worker, block| worker.accumulate_w(block, k));
-        self.workers
-            .iter_mut()
-            .for_each(|w| w.finalize_w(k, lambda));
+    /// Runs one sweep step: an H rotation for `h_k` then a W rotation for `w_k` (each only
+    /// when the step updates that side).
+    pub fn update_step(&mut self, step: CoordinateStep) {
+        let (ridge, p, k) = (self.ridge, self.schedule.p, step.k);
+        if step.update_h {
+            self.rotation(|worker, block| worker.accumulate_h(block, k));
+            // The last visitor finalises; any worker knows every item's count.
+            if let Some(worker) = self.workers.first() {
+                self.blocks
+                    .iter_mut()
+                    .for_each(|b| worker.finalize_h(b, k, ridge, p));
+            }
+        }
+        if step.update_w {
+            self.rotation(|worker, block| worker.accumulate_w(block, k));
+            self.workers.iter_mut().for_each(|w| w.finalize_w(k, ridge));
+        }
     }
 
     /// Applies every pending change (one rotation without updates) and returns the RMSE from
@@ -465,9 +655,10 @@ impl MfCluster {
         if n == 0 { 0.0 } else { (sum / n as f64).sqrt() }
     }
 
-    /// Gathers W and H into dense matrices.
+    /// Gathers W and H into dense matrices (full width: [`MfLayout::split_model`] separates
+    /// the biases).
     pub fn factors(&self) -> (Array2<f32>, Array2<f32>) {
-        let rank = self.blocks.first().map_or(0, |b| b.rank);
+        let rank = self.layout.width();
         let mut w = Array2::zeros((self.partition.user_bucket.len(), rank));
         for worker in &self.workers {
             for (r, &u) in worker.user_ids.iter().enumerate() {
@@ -492,10 +683,17 @@ impl MfCluster {
 pub fn run_ccdpp(ratings: &Ratings, config: &CcdppConfig) -> Result<MfRun, StradsModelError> {
     let mut cluster = MfCluster::new(ratings, config)?;
     let mut train_rmse = vec![cluster.train_rmse()];
+    let sweep = config.layout().sweep();
     for _ in 0..config.outer_iterations {
-        for k in 0..config.rank {
-            for _ in 0..config.inner_iterations.max(1) {
-                cluster.update_coordinate(k);
+        for &step in &sweep {
+            // A bias has a closed form: repeating its step would change nothing.
+            let repeats = if step.update_h && step.update_w {
+                config.inner_iterations.max(1)
+            } else {
+                1
+            };
+            for _ in 0..repeats {
+                cluster.update_step(step);
             }
         }
         train_rmse.push(cluster.train_rmse());
@@ -509,7 +707,8 @@ pub fn run_ccdpp(ratings: &Ratings, config: &CcdppConfig) -> Result<MfRun, Strad
     })
 }
 
-/// RMSE of `w_u . h_i` against `ratings` (e.g. a test split).
+/// RMSE of `w_u . h_i` against `ratings` (e.g. a test split; full-width rows include the
+/// biases).
 pub fn rmse(ratings: &Ratings, user_factors: &Array2<f32>, item_factors: &Array2<f32>) -> f64 {
     let mut sum = 0.0;
     let mut n = 0usize;

@@ -80,10 +80,18 @@ pub struct LassoJob {
     /// Absolute lambda (default: --lambda-fraction of lambda_max = max |x_j^T y|). The
     /// objective is `1/2 ||y - Xb||^2 + lambda ||b||_1`, summed over the rows: scikit-learn's
     /// `Lasso(alpha=a, fit_intercept=False)` minimises `1/(2 n) ||y - Xw||^2 + a ||w||_1`,
-    /// the same problem for `lambda = n_samples * a`. No intercept is fitted (centre `y`
-    /// and the features first if the data need one).
+    /// the same problem for `lambda = n_samples * a`. No intercept is fitted unless
+    /// `fit_intercept`.
     #[arg(long)]
     pub lambda: Option<f32>,
+    /// Lasso only: fit an unpenalised intercept (scikit-learn's `fit_intercept=True`). The
+    /// design and `y` are centred when loaded (every node centres the whole design the
+    /// same way), so every transport solves the centred problem exactly, `lambda_max`
+    /// included; the saved model's intercept is `mean(y) - mean(X) . b`. Centring fills in
+    /// every zero of a sparse design, so designs of more than 50 million values
+    /// (`MAX_CENTRED_VALUES`) are refused, and the sparse synthetic design cannot be centred.
+    #[arg(long)]
+    pub fit_intercept: bool,
     /// lambda = fraction * lambda_max when --lambda is unset.
     #[arg(long, default_value_t = 0.2)]
     pub lambda_fraction: f64,
@@ -177,6 +185,7 @@ impl Default for LassoJob {
             test_data: None,
             synthetic: SyntheticLasso::default(),
             lambda: None,
+            fit_intercept: false,
             lambda_fraction: 0.2,
             mode: ScheduleMode::Dynamic,
             block_size: 0,
@@ -260,6 +269,13 @@ impl LassoJob {
         if let Some(l) = self.lambda {
             c.non_negative("lambda", l);
         }
+        c.require(
+            !(self.fit_intercept && self.data.is_none() && self.synthetic.nnz_per_column > 0),
+            "fit_intercept",
+            self.fit_intercept,
+            "needs a data file or the dense synthetic design (the sparse one is generated row \
+             block by row block and cannot be centred)",
+        );
         c.within("lambda_fraction", self.lambda_fraction, 0.0, 1.0);
         // 0 = automatic for block_size, candidate_pool and max_rounds.
         if self.block_size > 0 && self.candidate_pool > 0 {
@@ -292,8 +308,43 @@ impl LassoJob {
         c.finish()
     }
 
-    /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`.
+    /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`, both centred with
+    /// `fit_intercept`.
     pub fn load(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
+        let (x, y) = self.load_uncentred()?;
+        if !self.fit_intercept {
+            return Ok((x, y));
+        }
+        let (means, y_mean) = column_means(&x, &y);
+        let cells = x.n_rows.saturating_mul(x.n_columns());
+        if cells > MAX_CENTRED_VALUES {
+            return Err(StradsModelError::InvalidConfig(format!(
+                "fit_intercept: centring the {} x {} design would store {cells} values (at most {MAX_CENTRED_VALUES})",
+                x.n_rows,
+                x.n_columns()
+            ))
+            .into());
+        }
+        Ok((centred(&x, &means), y.iter().map(|v| v - y_mean).collect()))
+    }
+
+    /// The intercept of coefficients `b` fitted on the centred design:
+    /// `mean(y) - mean(X) . b` (0 without `fit_intercept`).
+    pub fn intercept(&self, b: &[f32]) -> Result<f64, StradsError> {
+        if !self.fit_intercept {
+            return Ok(0.0);
+        }
+        let (x, y) = self.load_uncentred()?;
+        let (means, y_mean) = column_means(&x, &y);
+        let dot: f64 = means
+            .iter()
+            .zip(b)
+            .map(|(m, &b)| f64::from(*m) * f64::from(b))
+            .sum();
+        Ok(f64::from(y_mean) - dot)
+    }
+
+    fn load_uncentred(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         if let (None, Some(params)) = (&self.data, self.sparse_params()) {
             let p = sparse_correlated_lasso(&params, None)?;
             return Ok((p.x, p.y));
@@ -447,6 +498,42 @@ pub fn lambda_max(x: &SparseColumns, y: &[f32]) -> f64 {
                 .abs()
         })
         .fold(0.0, f64::max)
+}
+
+/// The most values a centred design may hold (`fit_intercept`): 50 million, 400 MB.
+pub const MAX_CENTRED_VALUES: usize = 50_000_000;
+
+/// Column means of `x` and the mean of `y` (f64 sums).
+fn column_means(x: &SparseColumns, y: &[f32]) -> (Vec<f32>, f32) {
+    let n = x.n_rows.max(1) as f64;
+    let means = (0..x.n_columns())
+        .map(|j| {
+            let range = x.column_starts[j]..x.column_starts[j + 1];
+            (x.values[range].iter().map(|&v| f64::from(v)).sum::<f64>() / n) as f32
+        })
+        .collect();
+    let y_mean = (y.iter().map(|&v| f64::from(v)).sum::<f64>() / n) as f32;
+    (means, y_mean)
+}
+
+/// `x` minus its column means, every cell stored.
+fn centred(x: &SparseColumns, means: &[f32]) -> SparseColumns {
+    let (n, d) = (x.n_rows, x.n_columns());
+    let mut values = Vec::with_capacity(n * d);
+    let mut column = vec![0f32; n];
+    for (j, &m) in means.iter().enumerate().take(d) {
+        column.iter_mut().for_each(|v| *v = 0.0);
+        for k in x.column_starts[j]..x.column_starts[j + 1] {
+            column[x.row_indices[k] as usize] = x.values[k];
+        }
+        values.extend(column.iter().map(|v| v - m));
+    }
+    SparseColumns {
+        n_rows: n,
+        column_starts: (0..=d).map(|j| j * n).collect(),
+        row_indices: (0..d).flat_map(|_| 0..n as u32).collect(),
+        values,
+    }
 }
 
 #[cfg(test)]

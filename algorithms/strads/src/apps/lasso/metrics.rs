@@ -184,7 +184,7 @@ impl LassoOutcome {
     ) -> Result<(), StradsError> {
         let mut m = self.metrics.run_metrics(job, details);
         m.check_finite(LASSO_ADVICE)?;
-        let saved = linear_model("lasso", job, self.metrics.lambda, &self.coefficients);
+        let saved = linear_model("lasso", job, self.metrics.lambda, &self.coefficients)?;
         saved.add_heldout(&mut m, job.test_data.as_deref(), job.seed)?;
         write_coefficients(dir, &self.coefficients)?;
         crate::kit::write_saved_model(dir, &saved)?;
@@ -252,23 +252,23 @@ pub fn linear_model(
     job: &LassoJob,
     lambda: f32,
     coefficients: &[f32],
-) -> petrel_ml::model::SavedModel {
+) -> Result<petrel_ml::model::SavedModel, StradsError> {
     use petrel_ml::model::{LinearModel, LinearTask, ModelParams, SavedModel};
     let task = if app == "logistic" {
         LinearTask::BinaryClassification
     } else {
         LinearTask::Regression
     };
-    SavedModel::new(
+    Ok(SavedModel::new(
         app,
         job,
         ModelParams::Linear(LinearModel {
             task,
             lambda: f64::from(lambda),
-            intercept: 0.0,
+            intercept: job.intercept(coefficients)?,
             coefficients: coefficients.to_vec(),
         }),
-    )
+    ))
 }
 
 /// Writes `coefficients.tsv`: `feature<TAB>value` for every feature, numbered 1-based like

@@ -34,7 +34,7 @@ pub use scheduling::{MfMetrics, MfScheduling, StradsMfRmsePoint};
 use serde::{Deserialize, Serialize};
 pub use worker::{MfWorkerApp, initial_ring_blocks};
 
-use crate::core::mf::{FactorBlock, MfPartition, rmse};
+use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, rmse};
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
 use petrel_ml::data::{IdMapping, Ratings};
 
@@ -65,6 +65,16 @@ pub struct StradsMfJob {
     /// L2 weight.
     #[arg(long, default_value_t = 0.05)]
     pub lambda: f32,
+    /// Weight the L2 term by rating counts (ALS-WR): `lambda * n_u` for a user's row of W,
+    /// `lambda * n_i` for an item's column of H (and for their biases).
+    #[arg(long)]
+    pub weighted_lambda: bool,
+    /// Fit a bias per user and per item: `rating = mean + b_user + b_item + w_u . h_i`, each
+    /// bias solved in closed form against the residual as one more CCD++ coordinate per
+    /// sweep (regularised by `lambda` too). The biases are in the saved model, not in the
+    /// factor files.
+    #[arg(long)]
+    pub biases: bool,
     /// Sweeps over all rank-one coordinates.
     #[arg(long = "iterations", default_value_t = 5)]
     pub outer_iterations: usize,
@@ -101,6 +111,8 @@ impl Default for StradsMfJob {
             synthetic: LowRankParams::default(),
             rank: 10,
             lambda: 0.05,
+            weighted_lambda: false,
+            biases: false,
             outer_iterations: 5,
             inner_iterations: 1,
             test_fraction: 0.1,
@@ -114,6 +126,22 @@ impl Default for StradsMfJob {
 }
 
 impl StradsMfJob {
+    /// Columns of W and H.
+    pub fn layout(&self) -> MfLayout {
+        MfLayout {
+            rank: self.rank,
+            biases: self.biases,
+        }
+    }
+
+    /// The L2 weights.
+    pub fn ridge(&self) -> MfRidge {
+        MfRidge {
+            lambda: self.lambda,
+            per_rating: self.weighted_lambda,
+        }
+    }
+
     /// Every value in range (keys as in `[app.strads_mf]`), checked before any node starts.
     pub fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
         let mut c = petrel_ml::job::SettingChecks::new();
@@ -271,7 +299,9 @@ impl RingApp for MfApp {
 }
 
 /// Writes `user_factors.tsv`, `item_factors.tsv` (`id<TAB>f_0<TAB>...`, original ids for
-/// triplet files), `history.csv` and `metrics.json`; nothing if a figure diverged.
+/// triplet files; the factor columns only), `petrel-model.json` (with the biases),
+/// `history.csv` and `metrics.json`; nothing if a figure diverged. `w` and `h` are full
+/// width ([`MfLayout::width`]).
 pub fn write_outputs(
     dir: &std::path::Path,
     w: &Array2<f32>,
@@ -284,6 +314,8 @@ pub fn write_outputs(
     run.check_finite("lower lambda's range or check the ratings for extreme values")?;
     let saved = saved_model(w, h, ids, metrics, job);
     saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
+    let (w, h, _, _) = job.layout().split_model(w, h);
+    let (w, h) = (&w, &h);
     let table = |m: &Array2<f32>, ids: Option<&Vec<String>>| {
         let mut s = String::new();
         for (i, row) in m.rows().into_iter().enumerate() {
@@ -312,8 +344,9 @@ pub fn write_outputs(
     crate::kit::write_run_metrics(dir, &run)
 }
 
-/// The saved model: `rating = mean + w_u . h_i` (mean 0 without `global_mean`; CCD++ fits
-/// no biases), ids as in the training file (dense indices for synthetic data).
+/// The saved model: `rating = mean + b_u + b_i + w_u . h_i` (mean 0 without `global_mean`,
+/// no biases without `biases`), ids as in the training file (dense indices for synthetic
+/// data).
 fn saved_model(
     w: &Array2<f32>,
     h: &Array2<f32>,
@@ -324,6 +357,8 @@ fn saved_model(
     use petrel_ml::model::{FactorModel, ModelParams, SavedModel};
     let rows = |m: &Array2<f32>| m.rows().into_iter().map(|r| r.to_vec()).collect();
     let mean = metrics.global_mean;
+    let (w, h, user_bias, item_bias) = job.layout().split_model(w, h);
+    let (w, h) = (&w, &h);
     let labels = |given: Option<&Vec<String>>, n: usize| {
         given
             .cloned()
@@ -338,8 +373,8 @@ fn saved_model(
             item_ids: labels(ids.map(|m| &m.item_ids), h.nrows()),
             user_factors: rows(w),
             item_factors: rows(h),
-            user_bias: Vec::new(),
-            item_bias: Vec::new(),
+            user_bias,
+            item_bias,
         }),
     )
 }
@@ -358,9 +393,13 @@ impl MfMetrics {
         }
         m.finals(&[
             ("train_rmse", self.final_train_rmse),
-            ("test_rmse", self.final_test_rmse),
             ("rounds", self.rounds as f64),
         ]);
+        // No test set (test_fraction 0 without test_data): no test figure, rather than the
+        // RMSE of nothing.
+        if self.test_ratings > 0 {
+            m.finals(&[("test_rmse", self.final_test_rmse)]);
+        }
         m.converged = self.time_to_target_s.is_some();
         m.stop_reason = match (self.target_rmse, self.time_to_target_s) {
             (Some(t), Some(s)) => format!("train RMSE reached target_rmse {t} after {s:.2} s"),
@@ -405,7 +444,7 @@ impl StradsJob for MfApp {
     ) -> Result<RingHalf<MfApp, MfWorkerApp>, StradsError> {
         let (train, _) = job.load()?;
         let partition = MfPartition::balanced(&train, shape.workers);
-        let initial = initial_ring_blocks(index, &partition, job.rank);
+        let initial = initial_ring_blocks(index, &partition, job.layout());
         let worker = MfWorkerApp::new(index, &partition, &train, job)?;
         Ok(RingHalf::new(worker, initial))
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step};
-use crate::core::mf::{FactorBlock, MfPartition, RotationSchedule};
+use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
 use crate::kit::encoded_len;
 use ndarray::Array2;
 use petrel_ml::data::{IdMapping, Ratings};
@@ -90,10 +90,13 @@ enum Stage {
 pub struct MfScheduling {
     schedule: RotationSchedule,
     blocks: Vec<Option<FactorBlock>>,
+    /// Columns of W and H ([`crate::core::mf::MfLayout::width`]).
     rank: usize,
+    /// The steps of one sweep (biases, then the factor coordinates).
+    sweep: Vec<CoordinateStep>,
     inner: usize,
     outer: usize,
-    /// (outer, k, inner) progress.
+    /// Sweep steps done (over all sweeps).
     iteration: usize,
     inner_done: usize,
     stage: Stage,
@@ -120,7 +123,8 @@ impl MfScheduling {
         MfScheduling {
             schedule: RotationSchedule { p },
             blocks: vec![None; p],
-            rank: job.rank,
+            rank: job.layout().width(),
+            sweep: job.layout().sweep(),
             inner: job.inner_iterations.max(1),
             outer: job.outer_iterations,
             iteration: 0,
@@ -190,41 +194,50 @@ impl MfScheduling {
         Some((w, h))
     }
 
+    /// Sweep step number `iteration` (over all sweeps).
+    fn step(&self, iteration: usize) -> CoordinateStep {
+        self.sweep[iteration % self.sweep.len()]
+    }
+
+    /// The first rotation of a step: H, or W for a step that updates only W.
+    fn start(step: CoordinateStep) -> Stage {
+        Stage::Rotate {
+            phase: if step.update_h { Phase::H } else { Phase::W },
+            k: step.k,
+            t: 0,
+        }
+    }
+
     /// The stage after a finished rotation of `phase` for `k`.
     fn after_rotation(&mut self, phase: Phase, k: usize) -> Stage {
-        let total = self.outer * self.rank;
+        let total = self.outer * self.sweep.len();
+        let step = self.step(self.iteration);
         match phase {
-            Phase::Visit if self.iteration < total => Stage::Rotate {
-                phase: Phase::H,
-                k: 0,
-                t: 0,
-            },
+            Phase::Visit if self.iteration < total => Self::start(step),
             Phase::Visit => Stage::Collect,
-            Phase::H => Stage::Rotate {
+            Phase::H if step.update_w => Stage::Rotate {
                 phase: Phase::W,
                 k,
                 t: 0,
             },
-            Phase::W => {
+            Phase::H | Phase::W => {
                 self.coordinate_updates += 1;
                 self.inner_done += 1;
-                if self.inner_done < self.inner {
-                    return Stage::Rotate {
-                        phase: Phase::H,
-                        k,
-                        t: 0,
-                    };
+                // A bias has a closed form: repeating its step would change nothing.
+                let repeats = if step.update_h && step.update_w {
+                    self.inner
+                } else {
+                    1
+                };
+                if self.inner_done < repeats {
+                    return Self::start(step);
                 }
                 self.inner_done = 0;
                 self.iteration += 1;
                 if self.iteration < total {
-                    Stage::Rotate {
-                        phase: Phase::H,
-                        k: self.iteration % self.rank,
-                        t: 0,
-                    }
+                    Self::start(self.step(self.iteration))
                 } else {
-                    // A last Visit rotation folds the final w_k into the residuals.
+                    // A last Visit rotation folds the final change into the residuals.
                     Stage::Rotate {
                         phase: Phase::Visit,
                         k: 0,

@@ -100,7 +100,7 @@ fn scheduler_messages_carry_no_blocks() {
     // Field names and a handful of small numbers.
     assert!(tasks.iter().all(|t| size(t) < 100), "{tasks:?}");
     let mut block = Vec::new();
-    petrel_messages::encode_body(&initial_blocks(&partition, job.rank)[0], &mut block).unwrap();
+    petrel_messages::encode_body(&initial_blocks(&partition, job.layout())[0], &mut block).unwrap();
     assert!(block.len() > 200, "a block is {} bytes", block.len());
 }
 
@@ -137,11 +137,11 @@ fn worker_rejects_a_block_it_was_not_asked_for() {
         report: false,
         finalize_h: false,
     };
-    let other = initial_ring_blocks(1, &partition, job.rank).remove(0).1;
+    let other = initial_ring_blocks(1, &partition, job.layout()).remove(0).1;
     let err = w.push(0, &task, Some(other)).unwrap_err().to_string();
     assert!(err.contains("got block 1"), "{err}");
     assert!(w.push(0, &task, None).is_err());
-    let mine = initial_ring_blocks(0, &partition, job.rank).remove(0).1;
+    let mine = initial_ring_blocks(0, &partition, job.layout()).remove(0).1;
     let out = w.push(0, &task, Some(mine)).unwrap();
     assert!(matches!(out.block, BlockFate::PassTo { worker: 1, .. }));
 }

@@ -4,7 +4,7 @@
 use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
 use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush};
-use crate::core::mf::{FactorBlock, MfPartition, MfWorker, RotationSchedule};
+use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, MfWorker, RotationSchedule};
 use petrel_ml::data::Ratings;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -12,67 +12,69 @@ use rand::{Rng, SeedableRng};
 /// Worker half.
 pub struct MfWorkerApp {
     worker: MfWorker,
-    lambda: f32,
+    ridge: MfRidge,
+    /// Columns of W and H ([`MfLayout::width`]).
     rank: usize,
     n_workers: usize,
 }
 
 impl MfWorkerApp {
     /// Worker `index` of a partition; W starts uniform in `[0, 1/sqrt(rank))` from a seed
-    /// derived from `(seed, index)`, H at zero.
+    /// derived from `(seed, index)`, H at zero, biases at zero ([`MfLayout`]).
     pub fn new(
         index: usize,
         partition: &MfPartition,
         train: &Ratings,
         job: &StradsMfJob,
     ) -> Result<Self, StradsModelError> {
-        let rank = job.rank;
+        let layout = job.layout();
         let users = partition
             .bucket_users
             .get(index)
             .ok_or_else(|| StradsModelError::InvalidConfig(format!("no bucket {index}")))?
             .len();
         let mut rng = StdRng::seed_from_u64(job.seed.wrapping_mul(1_000_003) ^ index as u64);
-        let scale = 1.0 / (rank as f32).sqrt();
-        let init = (0..users * rank)
-            .map(|_| rng.gen_range(0.0..scale))
-            .collect();
+        let scale = 1.0 / (job.rank as f32).sqrt();
+        let init = layout.initial_w(users, || rng.gen_range(0.0..scale));
         let worker = MfWorker::new(
             index,
             partition,
             train,
-            rank,
+            layout.width(),
             init,
-            &initial_blocks(partition, rank),
+            &initial_blocks(partition, layout),
         )?;
         Ok(MfWorkerApp {
             worker,
-            lambda: job.lambda,
-            rank,
+            ridge: job.ridge(),
+            rank: layout.width(),
             n_workers: partition.n_buckets,
         })
     }
 }
 
-pub(super) fn initial_blocks(partition: &MfPartition, rank: usize) -> Vec<FactorBlock> {
+pub(super) fn initial_blocks(partition: &MfPartition, layout: MfLayout) -> Vec<FactorBlock> {
     partition
         .bucket_items
         .iter()
         .enumerate()
-        .map(|(b, ids)| FactorBlock::new(b, rank, ids.clone(), vec![0.0; ids.len() * rank]))
+        .map(|(b, ids)| {
+            FactorBlock::new(b, layout.width(), ids.clone(), layout.initial_h(ids.len()))
+        })
         .collect()
 }
 
-/// The blocks worker `index` holds before the first sub-round: block `index` (H at zero).
+/// The blocks worker `index` holds before the first sub-round: block `index` (H at zero,
+/// the constant column of the user bias at 1).
 pub fn initial_ring_blocks(
     index: usize,
     partition: &MfPartition,
-    rank: usize,
+    layout: MfLayout,
 ) -> Vec<(BlockId, FactorBlock)> {
     let schedule = RotationSchedule {
         p: partition.n_buckets,
     };
-    initial_blocks(partition, rank)
+    initial_blocks(partition, layout)
         .into_iter()
         .filter(|b| schedule.holder(b.block, 0) == index)
         .map(|b| (b.block as BlockId, b))
@@ -124,7 +126,8 @@ impl RingPush<MfApp> for MfWorkerApp {
                     Phase::Visit => {}
                 }
                 if *finalize_h {
-                    block.finalize(*k, self.lambda, self.n_workers);
+                    self.worker
+                        .finalize_h(&mut block, *k, self.ridge, self.n_workers);
                 }
                 let squared_error = report.then(|| {
                     let (s, n) = self.worker.squared_error();
@@ -160,7 +163,7 @@ impl RingPush<MfApp> for MfWorkerApp {
                     self.rank
                 )));
             }
-            self.worker.finalize_w(k, self.lambda);
+            self.worker.finalize_w(k, self.ridge);
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 use super::*;
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
 use proptest::prelude::*;
+use rand::Rng;
 
 #[test]
 fn buckets_balance_by_load() {
@@ -62,6 +63,8 @@ fn ccdpp_fits_low_rank_data() {
         outer_iterations: 15,
         inner_iterations: 1,
         seed: 2,
+        biases: false,
+        weighted_lambda: false,
     };
     let run = run_ccdpp(&train, &config).unwrap();
     let first = run.train_rmse[0];
@@ -92,6 +95,8 @@ fn distributed_matches_single_worker() {
         outer_iterations: 3,
         inner_iterations: 1,
         seed: 0,
+        biases: false,
+        weighted_lambda: false,
     };
     let single = run_ccdpp(&problem.ratings, &config).unwrap();
     config.n_workers = 4;
@@ -102,4 +107,154 @@ fn distributed_matches_single_worker() {
         multi.train_rmse.last().unwrap(),
     );
     assert!((a - b).abs() < 0.05, "{a} vs {b}");
+}
+
+/// User 0 rates items 0 and 1 (2, 4), user 1 rates item 0 (3); rank 1, W = (1, 2), H = 0.
+fn two_user_worker() -> (MfWorker, FactorBlock) {
+    let ratings = Ratings {
+        n_users: 2,
+        n_items: 2,
+        entries: vec![(0, 0, 2.0), (0, 1, 4.0), (1, 0, 3.0)],
+        id_mapping: None,
+    };
+    let partition = MfPartition::balanced(&ratings, 1);
+    let block = FactorBlock::new(0, 1, partition.bucket_items[0].clone(), vec![0.0; 2]);
+    // Local rows follow the bucket's user order.
+    let w_init = partition.bucket_users[0]
+        .iter()
+        .map(|&u| if u == 0 { 1.0 } else { 2.0 })
+        .collect();
+    let worker = MfWorker::new(
+        0,
+        &partition,
+        &ratings,
+        1,
+        w_init,
+        std::slice::from_ref(&block),
+    )
+    .unwrap();
+    (worker, block)
+}
+
+fn value_of(ids: &[u32], values: &[f32], id: u32) -> f64 {
+    let at = ids.iter().position(|&x| x == id).unwrap();
+    f64::from(values[at])
+}
+
+#[test]
+fn weighted_lambda_scales_the_l2_term_by_rating_counts() {
+    for per_rating in [false, true] {
+        let ridge = MfRidge {
+            lambda: 0.5,
+            per_rating,
+        };
+        let l2 = |n: f64| if per_rating { 0.5 * n } else { 0.5 };
+        let (mut worker, mut block) = two_user_worker();
+        worker.begin_visit(&mut block);
+        worker.accumulate_h(&mut block, 0);
+        worker.finalize_h(&mut block, 0, ridge, 1);
+        // h_j = sum_i R_ij w_i / (lambda_j + sum_i w_i^2), item 0 has 2 ratings, item 1 one.
+        let h0 = (2.0 * 1.0 + 3.0 * 2.0) / (l2(2.0) + 1.0 + 4.0);
+        let h1 = (4.0 * 1.0) / (l2(1.0) + 1.0);
+        let got_h0 = value_of(&block.item_ids, &block.factors, 0);
+        let got_h1 = value_of(&block.item_ids, &block.factors, 1);
+        assert!(
+            (got_h0 - h0).abs() < 1e-6,
+            "{per_rating}: h0 {got_h0} vs {h0}"
+        );
+        assert!(
+            (got_h1 - h1).abs() < 1e-6,
+            "{per_rating}: h1 {got_h1} vs {h1}"
+        );
+        worker.begin_visit(&mut block);
+        worker.accumulate_w(&block, 0);
+        worker.finalize_w(0, ridge);
+        // w_u = sum_j R_uj h_j / (lambda_u + sum_j h_j^2): user 0 has 2 ratings, user 1 one.
+        let w0 = (2.0 * h0 + 4.0 * h1) / (l2(2.0) + h0 * h0 + h1 * h1);
+        let w1 = (3.0 * h0) / (l2(1.0) + h0 * h0);
+        let got_w0 = value_of(worker.user_ids(), worker.factors(), 0);
+        let got_w1 = value_of(worker.user_ids(), worker.factors(), 1);
+        assert!(
+            (got_w0 - w0).abs() < 1e-5,
+            "{per_rating}: w0 {got_w0} vs {w0}"
+        );
+        assert!(
+            (got_w1 - w1).abs() < 1e-5,
+            "{per_rating}: w1 {got_w1} vs {w1}"
+        );
+    }
+}
+
+#[test]
+fn bias_steps_fit_additive_ratings_and_keep_the_constant_columns() {
+    // rating = 3 + a_u + c_i + small noise: an additive model the biases fit exactly and a
+    // rank-1 factorisation alone cannot.
+    let (n_users, n_items) = (30u32, 20u32);
+    let mut rng = StdRng::seed_from_u64(5);
+    let a: Vec<f32> = (0..n_users).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let c: Vec<f32> = (0..n_items).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let mut entries = Vec::new();
+    for u in 0..n_users {
+        for i in 0..n_items {
+            if rng.gen_bool(0.5) {
+                let noise: f32 = rng.gen_range(-0.01..0.01);
+                entries.push((u, i, 3.0 + a[u as usize] + c[i as usize] + noise));
+            }
+        }
+    }
+    let ratings = Ratings {
+        n_users: n_users as usize,
+        n_items: n_items as usize,
+        entries,
+        id_mapping: None,
+    };
+    let mut config = CcdppConfig {
+        rank: 1,
+        lambda: 0.01,
+        n_workers: 3,
+        outer_iterations: 10,
+        inner_iterations: 1,
+        seed: 4,
+        biases: false,
+        weighted_lambda: false,
+    };
+    let plain = run_ccdpp(&ratings, &config).unwrap();
+    config.biases = true;
+    let biased = run_ccdpp(&ratings, &config).unwrap();
+    let plain_rmse = *plain.train_rmse.last().unwrap();
+    let biased_rmse = *biased.train_rmse.last().unwrap();
+    assert!(
+        biased_rmse < 0.05 && biased_rmse < 0.5 * plain_rmse,
+        "biases {biased_rmse} vs none {plain_rmse}"
+    );
+    // The residuals the workers keep agree with the gathered full-width model.
+    let direct = rmse(&ratings, &biased.user_factors, &biased.item_factors);
+    assert!(
+        (direct - biased_rmse).abs() < 1e-4,
+        "{direct} vs {biased_rmse}"
+    );
+    assert_eq!(biased.user_factors.ncols(), 3);
+    assert!(biased.user_factors.column(2).iter().all(|&x| x == 1.0));
+    assert!(biased.item_factors.column(1).iter().all(|&x| x == 1.0));
+    let layout = config.layout();
+    let (w, h, bu, bi) = layout.split_model(&biased.user_factors, &biased.item_factors);
+    assert_eq!((w.ncols(), h.ncols(), bu.len(), bi.len()), (1, 1, 30, 20));
+    // Without a mean, the biases and the rank-1 term share the offset; the spread of the
+    // user biases still follows the true offsets.
+    let corr = correlation(&bu, &a);
+    assert!(corr > 0.9, "user bias vs true offset correlation {corr}");
+}
+
+fn correlation(x: &[f32], y: &[f32]) -> f64 {
+    let n = x.len() as f64;
+    let mx = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let my = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (&a, &b) in x.iter().zip(y) {
+        let (a, b) = (f64::from(a) - mx, f64::from(b) - my);
+        sxy += a * b;
+        sxx += a * a;
+        syy += b * b;
+    }
+    sxy / (sxx * syy).sqrt()
 }
