@@ -275,11 +275,26 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             let report_dir = run_dir.clone();
             let dashboard =
                 start_dashboard(dashboard.as_deref(), &cluster.settings().cluster.name)?;
+            // A job file whose `[app.*]` section names a `checkpoint_dir` restarts from
+            // its newest checkpoint (`resume = true`), any other from the start.
+            let checkpoints = petrel::recovery::checkpoint_dirs(&cluster.settings().app);
             let result = petrel::recovery::run_with_restarts(
                 max_restarts,
                 petrel::recovery::launch_failed_by_node_death,
-                || false,
-                |_, _| run_cluster(&cluster, run_dir.clone(), timeout_s, in_process),
+                || {
+                    checkpoints
+                        .iter()
+                        .any(|d| petrel::recovery::has_checkpoint(d))
+                },
+                |resume, _| {
+                    let mut settings = cluster.settings().clone();
+                    if resume {
+                        settings.app = petrel::recovery::resuming(&settings.app);
+                        println!("restarting the cluster from the newest checkpoint");
+                    }
+                    let cluster = cluster.with_settings(settings);
+                    run_cluster(&cluster, run_dir.clone(), timeout_s, in_process)
+                },
             );
             let result = match result {
                 Ok(((), 0)) => Ok(()),

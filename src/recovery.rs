@@ -149,8 +149,49 @@ pub fn launch_failed_by_node_death(e: &crate::launcher::LaunchError) -> bool {
     }
 }
 
+/// The round of the newest checkpoint manifest in `dir` (`<app>-round-<r>.manifest`), what
+/// a resumed run tries first (the scheduler verifies it and falls back to an older one if
+/// it is invalid).
+pub fn newest_checkpoint_round(dir: &Path) -> Option<u64> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stem = name.strip_suffix(".manifest")?;
+            stem.rsplit_once("-round-")?.1.parse::<u64>().ok()
+        })
+        .max()
+}
+
+/// The checkpoint directories a job file's `[app.*]` sections name (`checkpoint_dir`):
+/// where `petrel run` looks for a checkpoint to restart from.
+pub fn checkpoint_dirs(app: &petrel_actors::AppSections) -> Vec<std::path::PathBuf> {
+    app.values()
+        .filter_map(|section| section.get("checkpoint_dir")?.as_str())
+        .map(std::path::PathBuf::from)
+        .collect()
+}
+
+/// The `[app.*]` sections of a restarted job: `resume = true` in every section that names a
+/// `checkpoint_dir`, so each STRADS scheduler continues from its newest valid checkpoint.
+pub fn resuming(app: &petrel_actors::AppSections) -> petrel_actors::AppSections {
+    app.iter()
+        .map(|(name, section)| {
+            let mut section = section.clone();
+            if section.get("checkpoint_dir").is_some_and(|d| d.is_string())
+                && let Some(table) = section.as_object_mut()
+            {
+                table.insert("resume".into(), serde_json::Value::Bool(true));
+            }
+            (name.clone(), section)
+        })
+        .collect()
+}
+
 /// True when `dir` holds at least one checkpoint manifest (a complete checkpoint: the
-/// manifest is written last). The scheduler verifies it fully when it resumes.
+/// manifest is written last), Lasso's or the STRADS kit's. The scheduler verifies it fully
+/// when it resumes.
 pub fn has_checkpoint(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|entries| {
         entries
@@ -162,6 +203,23 @@ pub fn has_checkpoint(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restarted_job_file_resumes_every_section_that_checkpoints() {
+        let mut app = petrel_actors::AppSections::new();
+        app.insert(
+            "strads_mf".into(),
+            serde_json::json!({"rank": 4, "checkpoint_dir": "/tmp/c"}),
+        );
+        app.insert("other".into(), serde_json::json!({"rank": 4}));
+        assert_eq!(
+            checkpoint_dirs(&app),
+            vec![std::path::PathBuf::from("/tmp/c")]
+        );
+        let r = resuming(&app);
+        assert_eq!(r["strads_mf"]["resume"], serde_json::Value::Bool(true));
+        assert!(r["other"].get("resume").is_none());
+    }
 
     #[test]
     fn restarts_resume_from_a_checkpoint_until_the_budget_is_spent() {

@@ -911,14 +911,15 @@ fn bench_chaos_recovers_every_faulted_run() {
     assert!(json["max_recovery_s"].as_f64().is_some(), "{json}");
 }
 
-/// Issue 12, item 6: logistic regression and strads-mf restart automatically too. A
-/// worker process is SIGKILLed mid-run; the cluster is started again (from the start: these
-/// apps do not checkpoint) and the job finishes with a model byte-identical to an
-/// uninterrupted run's.
+/// Issue 12, item 6: logistic regression, strads-mf and LDA checkpoint by default (the
+/// STRADS kit's round checkpoints, in `<out>/checkpoints`) and restart automatically from
+/// the newest one. Worker w1 is SIGKILLed once the first checkpoint is complete (a progress
+/// condition, not a clock); the cluster is started again from that checkpoint and the job
+/// finishes with a model byte-identical to an uninterrupted run's.
 #[test]
-fn logistic_and_strads_mf_restart_after_a_killed_worker_with_the_uninterrupted_model() {
+fn logistic_strads_mf_and_lda_resume_from_a_checkpoint_after_a_killed_worker() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &[&str], &[&str]); 2] = [
+    let cases: [(&str, &[&str], &[&str]); 3] = [
         (
             "logistic",
             &[
@@ -928,6 +929,8 @@ fn logistic_and_strads_mf_restart_after_a_killed_worker_with_the_uninterrupted_m
                 "32",
                 "--max-rounds",
                 "1500",
+                "--checkpoint-every",
+                "200",
                 "--seed",
                 "3",
                 "--synthetic-samples",
@@ -939,8 +942,13 @@ fn logistic_and_strads_mf_restart_after_a_killed_worker_with_the_uninterrupted_m
         ),
         (
             "strads-mf",
-            &["--iterations", "80", "--seed", "1"],
+            &["--iterations", "40", "--seed", "1"],
             &["user_factors.tsv", "item_factors.tsv"],
+        ),
+        (
+            "lda",
+            &["--iterations", "100", "--topics", "5", "--seed", "1"],
+            &["topic_word.tsv", "topics.txt"],
         ),
     ];
     for (app, args, files) in cases {
@@ -961,14 +969,23 @@ fn logistic_and_strads_mf_restart_after_a_killed_worker_with_the_uninterrupted_m
             "{app}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        assert!(
+            petrel::recovery::newest_checkpoint_round(&plain.join("checkpoints")).is_some(),
+            "{app}: checkpoints are on by default"
+        );
 
         let killed = dir.path().join(format!("{app}-killed"));
         let child = train(&killed, "2").spawn().unwrap();
+        let ckpt = killed.join("checkpoints");
+        let started = Instant::now();
+        while petrel::recovery::newest_checkpoint_round(&ckpt).is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "{app}: no checkpoint"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let pid = child_process(child.id(), "w1").expect("the worker's process");
-        // Mid-run: the uninterrupted run takes several seconds after its nodes start (80
-        // strads-mf iterations: 10 could finish before the kill on a fast machine). A
-        // kill that lands earlier (before the cluster formed) is a node death all the same.
-        std::thread::sleep(Duration::from_millis(1500));
         assert!(
             Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
@@ -985,27 +1002,36 @@ fn logistic_and_strads_mf_restart_after_a_killed_worker_with_the_uninterrupted_m
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(stdout.contains("after 1 restart"), "{app}: {stdout}");
+        let resumed_round: u64 = stdout
+            .split_once("resumes from the newest checkpoint (round ")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .and_then(|(round, _)| round.parse().ok())
+            .unwrap_or_else(|| panic!("{app}: the restart did not resume: {stdout}"));
+        assert!(resumed_round > 0, "{app}: {stdout}");
         for file in files {
             assert!(
                 std::fs::read(killed.join(file)).unwrap()
                     == std::fs::read(plain.join(file)).unwrap(),
-                "{app}: {file} of the restarted job differs from the uninterrupted one"
+                "{app}: {file} of the job resumed at round {resumed_round} differs from the uninterrupted one"
             );
         }
     }
 }
 
 /// Issue 12, item 6: `petrel run --max-restarts` launches the cluster again when a node
-/// dies. A strads-mf cluster file; w1 is SIGKILLed mid-run; the run finishes after one
-/// restart with factors byte-identical to an uninterrupted run's. Without restarts left the
-/// same kill fails the run, naming the node.
+/// dies, from the newest checkpoint when the job file names a `checkpoint_dir`. A strads-mf
+/// cluster file; w1 is SIGKILLed once the first checkpoint is complete; the run restarts
+/// from it and finishes with factors byte-identical to an uninterrupted run's. Without
+/// restarts left the same kill fails the run, naming the node.
 #[test]
 fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = |out: &Path| {
         let job = Command::new(PETREL)
-            .args(["train", "strads-mf", "--print-job", "--iterations", "10"])
-            .args(["--seed", "1", "--out"])
+            .args(["train", "strads-mf", "--print-job", "--iterations", "40"])
+            .args(["--seed", "1", "--checkpoint-dir"])
+            .arg(out.join("ckpt"))
+            .arg("--out")
             .arg(out)
             .output()
             .unwrap();
@@ -1029,7 +1055,7 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
         let mut cmd = Command::new(PETREL);
         cmd.arg("run")
             .arg(cfg)
-            .args(["--timeout-s", "120", "--max-restarts", restarts])
+            .args(["--timeout-s", "240", "--max-restarts", restarts])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         cmd
@@ -1045,8 +1071,15 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
     for (restarts, succeeds) in [("2", true), ("0", false)] {
         let killed = dir.path().join(format!("killed-{restarts}"));
         let child = run(&cluster(&killed), restarts).spawn().unwrap();
+        let started = Instant::now();
+        while petrel::recovery::newest_checkpoint_round(&killed.join("ckpt")).is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "no checkpoint"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let pid = child_process(child.id(), "w1").expect("the worker's process");
-        std::thread::sleep(Duration::from_millis(1500));
         assert!(
             Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
@@ -1060,6 +1093,10 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
         if succeeds {
             assert!(out.status.success(), "{stderr}");
             assert!(stdout.contains("after 1 restart"), "{stdout}");
+            assert!(
+                stdout.contains("restarting the cluster from the newest checkpoint"),
+                "{stdout}"
+            );
             for file in ["user_factors.tsv", "item_factors.tsv"] {
                 assert!(
                     std::fs::read(killed.join(file)).unwrap()

@@ -172,8 +172,142 @@ fn cli_flags_checkpoint_and_resume() {
         err.contains("no valid checkpoint") && err.contains("empty"),
         "{err}"
     );
-    // Logistic regression does not checkpoint: a clear error rather than ignored flags.
-    let out = train(&[&["logistic", "--out", b.to_str().unwrap()][..], &ck[..]].concat());
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("lasso only"));
+    // Logistic regression takes the same flags (the kit's round checkpoints): a resumed
+    // run continues from the newest and ends with the same coefficients.
+    let lck = dir.path().join("logistic-ckpt");
+    let lck_flags = [
+        "--checkpoint-dir",
+        lck.to_str().unwrap(),
+        "--checkpoint-every",
+        "120",
+    ];
+    let (c, e) = (dir.path().join("c"), dir.path().join("e"));
+    for (out_dir, resume) in [(&c, false), (&e, true)] {
+        let mut args = vec!["logistic", "--out", out_dir.to_str().unwrap()];
+        args.extend(lck_flags);
+        if resume {
+            args.push("--resume");
+        }
+        let out = train(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(petrel::recovery::newest_checkpoint_round(&lck).is_some_and(|r| r > 0));
+    }
+    assert_eq!(
+        std::fs::read(c.join("coefficients.tsv")).unwrap(),
+        std::fs::read(e.join("coefficients.tsv")).unwrap()
+    );
+}
+
+/// Issue 12, item 6: the STRADS kit's round checkpoints (strads-mf and LDA, ring apps whose
+/// blocks travel worker to worker). A finished run leaves its newest two checkpoints; a run
+/// resumed from them (in another output directory) re-runs only the tail and writes
+/// byte-identical models. When the newest checkpoint is damaged (a worker file truncated),
+/// the resumed run falls back to the older one and still ends identical; with every
+/// checkpoint damaged it fails, naming the files.
+#[test]
+fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
+    use petrel::train::{run_lda_job, run_mf_job};
+    use petrel_strads::apps::lda::LdaJob;
+    use petrel_strads::apps::mf::StradsMfJob;
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mf = |out: &str, resume: bool| StradsMfJob {
+        outer_iterations: 2,
+        rank: 4,
+        seed: 1,
+        checkpoint_dir: Some(d.join("mf-ckpt")),
+        checkpoint_every: 9,
+        resume,
+        out_dir: Some(d.join(out)),
+        ..StradsMfJob::default()
+    };
+    let lda = |out: &str, resume: bool| LdaJob {
+        iterations: 6,
+        n_topics: 5,
+        seed: 1,
+        checkpoint_dir: Some(d.join("lda-ckpt")),
+        checkpoint_every: 3,
+        resume,
+        out_dir: Some(d.join(out)),
+        ..LdaJob::default()
+    };
+    let same = |a: &str, b: &str, files: &[&str]| {
+        for f in files {
+            assert_eq!(
+                std::fs::read(d.join(a).join(f)).unwrap(),
+                std::fs::read(d.join(b).join(f)).unwrap(),
+                "{b}/{f} differs from {a}/{f}"
+            );
+        }
+    };
+    let mf_files = ["user_factors.tsv", "item_factors.tsv"];
+    let lda_files = ["topic_word.tsv", "topics.txt"];
+    let rounds = |ckpt: &str| {
+        let mut r: Vec<u64> = std::fs::read_dir(d.join(ckpt))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.strip_prefix("strads-round-")?
+                    .strip_suffix(".manifest")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        r.sort_unstable();
+        r
+    };
+
+    run_mf_job(&mf("mf-plain", false), 2, JobTransport::Memory).unwrap();
+    run_lda_job(&lda("lda-plain", false), 2, JobTransport::Memory).unwrap();
+    let (mf_rounds, lda_rounds) = (rounds("mf-ckpt"), rounds("lda-ckpt"));
+    assert_eq!(mf_rounds.len(), 2, "the newest two are kept: {mf_rounds:?}");
+    assert_eq!(
+        lda_rounds.len(),
+        2,
+        "the newest two are kept: {lda_rounds:?}"
+    );
+
+    run_mf_job(&mf("mf-resumed", true), 2, JobTransport::Memory).unwrap();
+    same("mf-plain", "mf-resumed", &mf_files);
+    run_lda_job(&lda("lda-resumed", true), 2, JobTransport::Memory).unwrap();
+    same("lda-plain", "lda-resumed", &lda_files);
+
+    // Damage worker 1's file of the newest checkpoint: the older one is used.
+    for (ckpt, newest) in [("mf-ckpt", mf_rounds[1]), ("lda-ckpt", lda_rounds[1])] {
+        let f = d
+            .join(ckpt)
+            .join(format!("strads-round-{newest}-worker-1.bin"));
+        let bytes = std::fs::read(&f).unwrap();
+        std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+    }
+    run_mf_job(&mf("mf-fallback", true), 2, JobTransport::Memory).unwrap();
+    same("mf-plain", "mf-fallback", &mf_files);
+    run_lda_job(&lda("lda-fallback", true), 2, JobTransport::Memory).unwrap();
+    same("lda-plain", "lda-fallback", &lda_files);
+
+    // Every checkpoint damaged (the resumed runs wrote their own since): resuming fails and
+    // says why, naming each refused manifest.
+    let manifests: Vec<_> = std::fs::read_dir(d.join("mf-ckpt"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "manifest"))
+        .collect();
+    assert!(!manifests.is_empty());
+    for m in &manifests {
+        std::fs::write(m, b"garbage").unwrap();
+    }
+    let err = run_mf_job(&mf("mf-none", true), 2, JobTransport::Memory)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("holds no valid checkpoint") && err.contains(".manifest"),
+        "{err}"
+    );
 }

@@ -210,6 +210,11 @@ fn misconfigured_job(
     // A failing role is announced to every node at once; short heartbeats are a backstop.
     settings.cluster.heartbeat_interval_ms = 100;
     settings.cluster.failure_timeout_ms = 1000;
+    // The scheduler fails while validating, often before every node joined. A node that
+    // starts after the coordinator's node has already exited cannot be told and retries its
+    // join until join_timeout_ms (30 s by default): seen under load (several test binaries
+    // at once). Known limitation, noted in RELIABILITY.md; the join timeout bounds it here.
+    settings.cluster.join_timeout_ms = 8000;
     let started = Instant::now();
     let err = petrel::roles::builtin(settings)
         .run_in_process()

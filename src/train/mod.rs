@@ -636,11 +636,21 @@ fn with_restarts<M>(
     checkpoints: Option<&Path>,
     attempt: impl FnMut(bool, u32) -> Result<M, StradsTrainError>,
 ) -> Result<M, StradsTrainError> {
+    let mut attempt = attempt;
     let (m, restarts) = crate::recovery::run_with_restarts(
         max_restarts,
         StradsTrainError::is_node_death,
         || checkpoints.is_some_and(crate::recovery::has_checkpoint),
-        attempt,
+        |resume, number| {
+            match checkpoints.and_then(crate::recovery::newest_checkpoint_round) {
+                Some(round) if resume => println!(
+                    "{app}: restart {number} resumes from the newest checkpoint (round {round})"
+                ),
+                _ if number > 0 => println!("{app}: restart {number} starts from the beginning"),
+                _ => {}
+            }
+            attempt(resume, number)
+        },
     )
     .map_err(|e| match e {
         crate::recovery::RecoveryError::Fatal(e) => e,
@@ -673,18 +683,32 @@ fn with_default_checkpoints(
     mut job: LassoJob,
     out: &Path,
 ) -> Result<(LassoJob, Option<PathBuf>), StradsTrainError> {
-    if job.checkpoint_dir.is_none() && job.schedulers <= 1 {
-        let dir = absolute_dir(out)?.join("checkpoints");
-        if !job.resume && dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|source| StradsTrainError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-        }
-        job.checkpoint_dir = Some(dir);
+    if job.schedulers <= 1 {
+        default_checkpoint_dir(&mut job.checkpoint_dir, job.resume, out)?;
     }
     let dir = job.checkpoint_dir.clone();
     Ok((job, dir))
+}
+
+/// A job's checkpoint directory: the one it names, else `<out>/checkpoints`, which a fresh
+/// run (not `resume`) clears first so that a restart can only roll back to this run's own
+/// checkpoints. Returns the directory to look for checkpoints in.
+fn default_checkpoint_dir(
+    dir: &mut Option<PathBuf>,
+    resume: bool,
+    out: &Path,
+) -> Result<Option<PathBuf>, StradsTrainError> {
+    if dir.is_none() {
+        let default = absolute_dir(out)?.join("checkpoints");
+        if !resume && default.exists() {
+            std::fs::remove_dir_all(&default).map_err(|source| StradsTrainError::Io {
+                path: default.clone(),
+                source,
+            })?;
+        }
+        *dir = Some(default);
+    }
+    Ok(dir.clone())
 }
 
 /// `petrel train logistic`: sparse logistic regression with the Lasso options (labels
@@ -713,16 +737,31 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
     let progress = progress::TrainProgress::start("logistic", None);
     let m: LogisticMetrics = match c.transport.cluster() {
         None => petrel_strads::apps::logistic::run_baseline(&job)?,
-        Some(transport) => with_restarts("logistic", c.max_restarts, None, |_, _| {
-            run_star_job::<LogisticApp, _>(
-                &job,
-                &job.out_dir,
-                job.timeout_s,
-                &one_scheduler::<LogisticApp>(),
-                c.workers,
-                transport,
-            )
-        })?,
+        Some(transport) => {
+            let mut job = job.clone();
+            let checkpoints = default_checkpoint_dir(
+                &mut job.checkpoint_dir,
+                job.resume,
+                &out_path(&job.out_dir),
+            )?;
+            with_restarts(
+                "logistic",
+                c.max_restarts,
+                checkpoints.as_deref(),
+                |resume, _| {
+                    let mut job = job.clone();
+                    job.resume |= resume;
+                    run_star_job::<LogisticApp, _>(
+                        &job,
+                        &job.out_dir,
+                        job.timeout_s,
+                        &one_scheduler::<LogisticApp>(),
+                        c.workers,
+                        transport,
+                    )
+                },
+            )?
+        }
     };
     drop(progress);
     println!(
@@ -755,9 +794,24 @@ pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(),
     }
     let progress = progress::TrainProgress::start("strads-mf", None);
     let m = match c.transport.cluster() {
-        Some(transport) => with_restarts("strads-mf", c.max_restarts, None, |_, _| {
-            run_mf_job(&job, c.workers, transport)
-        })?,
+        Some(transport) => {
+            let mut job = job.clone();
+            let checkpoints = default_checkpoint_dir(
+                &mut job.checkpoint_dir,
+                job.resume,
+                &out_path(&job.out_dir),
+            )?;
+            with_restarts(
+                "strads-mf",
+                c.max_restarts,
+                checkpoints.as_deref(),
+                |resume, _| {
+                    let mut job = job.clone();
+                    job.resume |= resume;
+                    run_mf_job(&job, c.workers, transport)
+                },
+            )?
+        }
         None => {
             petrel_strads::kit::run_serial_and_finish::<MfApp>(&job, c.workers)?;
             read_json(&out_path(&job.out_dir).join("metrics.json"))?
@@ -800,9 +854,24 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
     let passes = job.iterations as u64 + 1;
     let progress = progress::TrainProgress::start("lda", Some(passes));
     let m = match c.transport.cluster() {
-        Some(transport) => with_restarts("lda", c.max_restarts, None, |_, _| {
-            run_lda_job(&job, c.workers, transport)
-        })?,
+        Some(transport) => {
+            let mut job = job.clone();
+            let checkpoints = default_checkpoint_dir(
+                &mut job.checkpoint_dir,
+                job.resume,
+                &out_path(&job.out_dir),
+            )?;
+            with_restarts(
+                "lda",
+                c.max_restarts,
+                checkpoints.as_deref(),
+                |resume, _| {
+                    let mut job = job.clone();
+                    job.resume |= resume;
+                    run_lda_job(&job, c.workers, transport)
+                },
+            )?
+        }
         None => {
             petrel_strads::kit::run_serial_and_finish::<LdaApp>(&job, c.workers)?;
             read_json(&out_path(&job.out_dir).join("metrics.json"))?

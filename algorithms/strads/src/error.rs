@@ -92,14 +92,6 @@ pub enum StradsError {
         /// Workers in the job.
         workers: usize,
     },
-    /// The job asks for something this app does not do.
-    #[error("{app}: {what} is not supported")]
-    Unsupported {
-        /// The app's settings section.
-        app: &'static str,
-        /// What was asked.
-        what: &'static str,
-    },
 }
 
 impl StradsError {

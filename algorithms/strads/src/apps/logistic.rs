@@ -12,16 +12,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::StradsModelError;
-use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
+use crate::core::app::{Plan, Push, Schedule, Step, StradsApp, decode_state, encode_state};
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
-use crate::shells::SchedulerOptions;
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
 use super::lasso::{LassoJob, linear_model, write_coefficients};
 use crate::core::baseline::{CdOutcome, CdStop, CyclicLogistic};
 use crate::core::logistic::{LogisticWorkerState, pull};
-use crate::core::scheduler::LassoScheduler;
+use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
@@ -269,6 +269,31 @@ impl Push<LogisticApp> for LogisticWorker {
         self.applied += 1;
         Ok(())
     }
+
+    /// The margins and the commit count (the rows and labels come from the data).
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        encode_state(&(self.state.margins(), self.applied))
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let (margins, applied): (Vec<f64>, u64) = decode_state(state)?;
+        self.state.restore_margins(margins)?;
+        self.applied = applied;
+        Ok(())
+    }
+}
+
+/// What a round checkpoint holds of a [`LogisticScheduling`] (taken with nothing in flight).
+#[derive(Serialize, Deserialize)]
+struct LogisticSchedulingState {
+    scheduler: SchedulerState,
+    coefficients: Vec<f32>,
+    l1_after: Vec<f64>,
+    updates_after: Vec<u64>,
+    l1: f64,
+    updates: u64,
+    scheduled: u64,
+    metrics: LogisticMetrics,
 }
 
 /// One point of the trace: the state after `updates` coordinate updates.
@@ -486,6 +511,47 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             deltas,
         })
     }
+
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        if !self.in_flight.is_empty() {
+            return Err(StradsModelError::protocol(
+                "checkpoint with rounds in flight",
+            ));
+        }
+        encode_state(&LogisticSchedulingState {
+            scheduler: self.scheduler.export_state(),
+            coefficients: self.coefficients.clone(),
+            l1_after: self.l1_after.clone(),
+            updates_after: self.updates_after.clone(),
+            l1: self.l1,
+            updates: self.updates,
+            scheduled: self.scheduled,
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let s: LogisticSchedulingState = decode_state(state)?;
+        if s.coefficients.len() != self.coefficients.len()
+            || s.l1_after.len() != s.updates_after.len()
+        {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "checkpoint has {} coefficients, this job {}",
+                s.coefficients.len(),
+                self.coefficients.len()
+            )));
+        }
+        self.scheduler.import_state(&s.scheduler)?;
+        self.coefficients = s.coefficients;
+        self.l1_after = s.l1_after;
+        self.updates_after = s.updates_after;
+        self.l1 = s.l1;
+        self.updates = s.updates;
+        self.scheduled = s.scheduled;
+        self.metrics = s.metrics;
+        self.in_flight.clear();
+        Ok(())
+    }
 }
 
 /// Writes `coefficients.tsv` and `metrics.json`.
@@ -545,7 +611,8 @@ impl StradsJob for LogisticApp {
     type Scheduler = LogisticScheduling;
     type Worker = StarHalf<LogisticWorker>;
 
-    /// The Lasso checks, and no Lasso-only setting (several schedulers, checkpoints).
+    /// The Lasso checks, and no Lasso-only setting (several schedulers, the checkpoint
+    /// fault injection).
     fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()?;
         let mut c = petrel_ml::job::SettingChecks::new();
@@ -557,15 +624,17 @@ impl StradsJob for LogisticApp {
             lasso_only,
         );
         c.require(
-            job.checkpoint_dir.is_none(),
-            "checkpoint_dir",
-            job.checkpoint_dir
-                .as_deref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
+            job.fail_after_checkpoints.is_none(),
+            "fail_after_checkpoints",
+            job.fail_after_checkpoints.unwrap_or_default(),
             lasso_only,
         );
-        c.require(!job.resume, "resume", job.resume, lasso_only);
+        c.require(
+            !job.resume || job.checkpoint_dir.is_some(),
+            "resume",
+            job.resume,
+            "needs checkpoint_dir",
+        );
         // Centring the design gives a logistic model no exact intercept.
         c.require(
             !job.fit_intercept,
@@ -576,17 +645,20 @@ impl StradsJob for LogisticApp {
         c.finish()
     }
 
+    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
+    fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
+        Some(RoundCheckpointSettings {
+            dir: job.checkpoint_dir.clone()?,
+            every: job.checkpoint_every,
+            resume: job.resume,
+        })
+    }
+
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
     }
 
     fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LogisticScheduling, StradsError> {
-        if job.checkpoint_dir.is_some() || job.resume {
-            return Err(StradsError::Unsupported {
-                app: "logistic",
-                what: "checkpoint_dir / resume (checkpointing is implemented for lasso only)",
-            });
-        }
         let (x, labels) = load(job)?;
         LogisticScheduling::new(&x, &labels, job, shape.workers)
     }

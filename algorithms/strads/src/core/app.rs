@@ -72,6 +72,21 @@ pub trait Schedule<A: StradsApp> {
         partials: Vec<A::Partial>,
         elapsed: Duration,
     ) -> Result<A::Commit, StradsModelError>;
+
+    /// The scheduler half's state for a round checkpoint ([`crate::core::checkpoint`]),
+    /// taken between rounds with nothing in flight; `Ok(None)`: no checkpoint at this round
+    /// boundary (the default, always: the app does not checkpoint through the kit; or the
+    /// job's work is over).
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        Ok(None)
+    }
+
+    /// Continues from a [`Self::snapshot_state`] of the same job; refuses a state that does
+    /// not fit it.
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let _ = state;
+        Err(no_checkpoints())
+    }
 }
 
 /// Worker half of a star app: holds a data shard and the local model state.
@@ -103,6 +118,18 @@ pub trait Push<A: StradsApp>: Unpin + 'static {
     ) -> Result<(), StradsModelError> {
         let _ = scheduler;
         self.commit(round, commit)
+    }
+
+    /// The worker half's state for a round checkpoint (see [`Schedule::snapshot_state`]);
+    /// `Ok(None)` (the default): this app does not checkpoint through the kit.
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        Ok(None)
+    }
+
+    /// Continues from a [`Self::snapshot_state`] of the same worker of the same job.
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let _ = state;
+        Err(no_checkpoints())
     }
 }
 
@@ -156,4 +183,37 @@ pub trait RingPush<A: RingApp>: Unpin + 'static {
     ) -> Result<RingOutput<A::Partial, A::Block>, StradsModelError>;
     /// Applies the aggregated result of `round`.
     fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), StradsModelError>;
+
+    /// The worker half's state for a round checkpoint (see [`Schedule::snapshot_state`]),
+    /// without the blocks it holds (the shell saves those); `Ok(None)` (the default): this
+    /// app does not checkpoint through the kit.
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        Ok(None)
+    }
+
+    /// Continues from a [`Self::snapshot_state`] of the same worker of the same job.
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let _ = state;
+        Err(no_checkpoints())
+    }
+}
+
+/// What the default `restore_state` answers: the app keeps no kit checkpoints.
+fn no_checkpoints() -> StradsModelError {
+    StradsModelError::InvalidConfig(
+        "this app does not implement snapshot_state/restore_state (no round checkpoints)".into(),
+    )
+}
+
+/// Encodes an app half's state for [`Schedule::snapshot_state`] (MessagePack).
+pub fn encode_state<T: Serialize>(state: &T) -> Result<Option<Vec<u8>>, StradsModelError> {
+    rmp_serde::to_vec(state)
+        .map(Some)
+        .map_err(|e| StradsModelError::InvalidConfig(format!("checkpoint state encode: {e}")))
+}
+
+/// Decodes what [`encode_state`] wrote.
+pub fn decode_state<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StradsModelError> {
+    rmp_serde::from_slice(bytes)
+        .map_err(|e| StradsModelError::InvalidConfig(format!("checkpoint state decode: {e}")))
 }

@@ -16,8 +16,8 @@
 //! `q = sum_{t: n_wt > 0} n_wt (alpha + n_dt) / (beta V + n_t)`; only q is computed per
 //! token, over the word's non-zero topics. The decomposition is exact.
 
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha12Rng;
 use serde::{Deserialize, Serialize};
 
 use super::StradsModelError;
@@ -125,8 +125,30 @@ pub struct LdaWorker {
     tokens_by_block: Vec<Vec<(u32, u32)>>,
     topic_totals: Vec<i64>,
     totals_delta: Vec<i64>,
-    rng: StdRng,
+    /// ChaCha12, the generator rand 0.8's `StdRng` is, used by name so a checkpoint can
+    /// save its exact position.
+    rng: ChaCha12Rng,
     sampler: SparseSampler,
+}
+
+/// The mutable part of an [`LdaWorker`]: what a checkpoint saves (the documents and the
+/// token index come from the data).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LdaWorkerState {
+    /// The worker's index.
+    pub worker: usize,
+    /// Global ids of its documents (to check the checkpoint fits).
+    pub doc_ids: Vec<u32>,
+    /// Topic of every token.
+    pub assignments: Vec<Vec<u32>>,
+    /// Topic counts of every document.
+    pub doc_topic: Vec<TopicCounts>,
+    /// The worker's view of the topic totals.
+    pub topic_totals: Vec<i64>,
+    /// Changes since the last synchronisation.
+    pub totals_delta: Vec<i64>,
+    /// The sampler's generator: seed, stream and word position (low, high 64 bits).
+    pub rng: ([u8; 32], u64, (u64, u64)),
 }
 
 impl LdaWorker {
@@ -146,7 +168,7 @@ impl LdaWorker {
         }
         let vocab_size = vocabulary.word_block.len();
         let mut rng =
-            StdRng::seed_from_u64(config.seed ^ (worker as u64).wrapping_mul(0x9E37_79B9));
+            ChaCha12Rng::seed_from_u64(config.seed ^ (worker as u64).wrapping_mul(0x9E37_79B9));
         let mut tokens_by_block = vec![Vec::new(); vocabulary.block_words.len()];
         let mut doc_ids = Vec::with_capacity(docs.len());
         let mut assignments = Vec::with_capacity(docs.len());
@@ -187,6 +209,60 @@ impl LdaWorker {
             rng,
             sampler: SparseSampler::new(k, vocab_size, config.alpha, config.beta),
         })
+    }
+
+    /// The state a checkpoint saves.
+    pub fn export_state(&self) -> LdaWorkerState {
+        let pos = self.rng.get_word_pos();
+        LdaWorkerState {
+            worker: self.worker,
+            doc_ids: self.doc_ids.clone(),
+            assignments: self.assignments.clone(),
+            doc_topic: self.doc_topic.clone(),
+            topic_totals: self.topic_totals.clone(),
+            totals_delta: self.totals_delta.clone(),
+            rng: (
+                self.rng.get_seed(),
+                self.rng.get_stream(),
+                (pos as u64, (pos >> 64) as u64),
+            ),
+        }
+    }
+
+    /// Continues from a checkpointed state of this worker; refuses another worker, other
+    /// documents, or assignments that do not match the documents' lengths or topics.
+    pub fn import_state(&mut self, state: LdaWorkerState) -> Result<(), StradsModelError> {
+        let fits = state.worker == self.worker
+            && state.doc_ids == self.doc_ids
+            && state.doc_topic.len() == self.docs.len()
+            && state.topic_totals.len() == self.n_topics
+            && state.totals_delta.len() == self.n_topics
+            && state.assignments.len() == self.docs.len()
+            && state.assignments.iter().zip(&self.docs).all(|(a, d)| {
+                a.len() == d.len() && a.iter().all(|&t| (t as usize) < self.n_topics)
+            });
+        if !fits {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "checkpoint of LDA worker {} ({} documents) does not fit worker {} ({} documents, {} topics)",
+                state.worker,
+                state.doc_ids.len(),
+                self.worker,
+                self.doc_ids.len(),
+                self.n_topics
+            )));
+        }
+        check_doc_counts(self.worker, &state.doc_topic, &state.assignments)
+            .map_err(|e| StradsModelError::Invariant(format!("checkpoint: {e}")))?;
+        let (seed, stream, (low, high)) = state.rng;
+        let mut rng = ChaCha12Rng::from_seed(seed);
+        rng.set_stream(stream);
+        rng.set_word_pos(u128::from(low) | (u128::from(high) << 64));
+        self.assignments = state.assignments;
+        self.doc_topic = state.doc_topic;
+        self.topic_totals = state.topic_totals;
+        self.totals_delta = state.totals_delta;
+        self.rng = rng;
+        Ok(())
     }
 
     /// Ids of the worker's documents.

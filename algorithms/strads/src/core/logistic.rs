@@ -66,6 +66,24 @@ impl LogisticWorkerState {
         })
     }
 
+    /// The margins `x_i^T b` of the rows (what a checkpoint saves).
+    pub fn margins(&self) -> &[f64] {
+        &self.margins
+    }
+
+    /// Continues from checkpointed margins; refuses another number of rows.
+    pub fn restore_margins(&mut self, margins: Vec<f64>) -> Result<(), StradsModelError> {
+        if margins.len() != self.margins.len() {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "checkpoint has {} margins, this worker {} rows",
+                margins.len(),
+                self.margins.len()
+            )));
+        }
+        self.margins = margins;
+        Ok(())
+    }
+
     /// Partial gradient `sum_i -y_i x_ij sigmoid(-y_i m_i)` and curvature bound
     /// `sum_i x_ij^2 / 4` for each var.
     pub fn push(&self, vars: &[usize]) -> (Vec<f32>, Vec<f32>) {

@@ -321,8 +321,9 @@ impl MfPartition {
 }
 
 /// Worker state: its rows of W, its ratings grouped by column block with residuals, the W
-/// accumulators and the W changes not yet folded into every block's residuals.
-#[derive(Debug, Clone)]
+/// accumulators and the W changes not yet folded into every block's residuals. All of it
+/// is mutable state (the residuals change with every visit), so a checkpoint saves it whole.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MfWorker {
     /// The worker's index.
     pub worker: usize,
@@ -402,6 +403,33 @@ impl MfWorker {
             row_ratings,
             item_ratings,
         })
+    }
+
+    /// Continues from a checkpointed copy of this worker; refuses another worker, rank or
+    /// set of users, and a copy whose sizes do not agree.
+    pub fn restore_from(&mut self, saved: MfWorker) -> Result<(), StradsModelError> {
+        if saved.worker != self.worker
+            || saved.rank != self.rank
+            || saved.user_ids != self.user_ids
+            || saved.w.len() != self.w.len()
+            || saved.blocks.len() != self.blocks.len()
+            || saved.numerators.len() != self.numerators.len()
+            || saved.denominators.len() != self.denominators.len()
+            || saved.row_ratings != self.row_ratings
+            || saved.item_ratings != self.item_ratings
+        {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "checkpoint of MF worker {} (rank {}, {} users) does not fit worker {} (rank {}, {} users)",
+                saved.worker,
+                saved.rank,
+                saved.user_ids.len(),
+                self.worker,
+                self.rank,
+                self.user_ids.len()
+            )));
+        }
+        *self = saved;
+        Ok(())
     }
 
     /// Ends an H phase on `block` (its last visit): [`FactorBlock::finalize`] with the item

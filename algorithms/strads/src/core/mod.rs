@@ -16,6 +16,7 @@
 
 pub mod app;
 pub mod baseline;
+pub mod checkpoint;
 pub mod lasso;
 pub mod lda;
 pub mod logistic;

@@ -271,6 +271,37 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
         self.held.iter().map(|(id, h)| (*id, &h.block))
     }
 
+    /// The blocks held now with the round that produced each version (`None`: initial),
+    /// what a checkpoint saves.
+    pub fn held_versions(&self) -> impl Iterator<Item = (BlockId, Option<u64>, &B)> {
+        self.held.iter().map(|(id, h)| (*id, h.produced, &h.block))
+    }
+
+    /// Replaces the blocks held by those of a checkpoint (before any dispatch of the
+    /// resumed run). Refused with messages queued, on a failed worker, or with a duplicate.
+    pub fn restore_held(
+        &mut self,
+        blocks: impl IntoIterator<Item = (BlockId, Option<u64>, B)>,
+    ) -> Result<(), RingError> {
+        if let Some(first) = &self.failed {
+            return Err(RingError::FailedEarlier {
+                worker: self.worker,
+                first: Box::new(first.clone()),
+            });
+        }
+        let mut held = BTreeMap::new();
+        for (id, produced, block) in blocks {
+            if held.insert(id, Held { block, produced }).is_some() {
+                return Err(RingError::DuplicateInitialBlock {
+                    worker: self.worker,
+                    block: id,
+                });
+            }
+        }
+        self.held = held;
+        Ok(())
+    }
+
     /// Scheduler messages not yet applied.
     pub fn queued(&self) -> usize {
         self.queue.len()

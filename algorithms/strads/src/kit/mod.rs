@@ -21,8 +21,9 @@ pub mod serial;
 use crate::core::app::{BlockId, Push, RingApp, RingPush, Schedule, StradsApp};
 use crate::error::StradsError;
 use crate::shells::{
-    RunStats, SchedulerOptions, StradsRunError, WorkerSet, ring_members, run_scheduler,
-    start_ring_worker, start_worker,
+    RoundCheckpointSettings, RoundCheckpointer, RunStats, SchedulerOptions, StradsRunError,
+    WorkerSet, ring_members, run_scheduler, run_scheduler_checkpointed, start_ring_worker,
+    start_worker,
 };
 use petrel_actors::{Cluster, Node, NodeContext};
 use serde::Serialize;
@@ -83,6 +84,14 @@ pub trait StradsJob: StradsApp + Sized {
     fn scheduler_options(config: &Self::Config) -> SchedulerOptions {
         let _ = config;
         SchedulerOptions::default()
+    }
+
+    /// Round checkpoints of this job ([`crate::shells::checkpoint`]), `None` (the default):
+    /// none. An app that returns `Some` implements `snapshot_state` and `restore_state` on
+    /// its scheduler and worker halves.
+    fn round_checkpoints(config: &Self::Config) -> Option<RoundCheckpointSettings> {
+        let _ = config;
+        None
     }
 
     /// Checks the settings' values (ranges, finiteness) before any node starts: run by
@@ -230,7 +239,14 @@ pub async fn scheduler_role<J: StradsJob>(ctx: NodeContext) -> Result<(), Strads
     ctx.barrier(&ready_barrier::<J>()).await?;
     let set = WorkerSet::<J>::resolve(&ctx.node, &workers, J::WORKER_ROLE)?;
     let before = ctx.node.net_stats();
-    let stats = run_scheduler(&mut scheduler, &set, &J::scheduler_options(&config)).await?;
+    let opts = J::scheduler_options(&config);
+    let stats = match J::round_checkpoints(&config) {
+        Some(settings) => {
+            let mut checkpoints = RoundCheckpointer::new(J::SECTION, settings);
+            run_scheduler_checkpointed(&mut scheduler, &set, &opts, &mut checkpoints).await?
+        }
+        None => run_scheduler(&mut scheduler, &set, &opts).await?,
+    };
     let after = ctx.node.net_stats();
     let scheduler_bytes = (after.sent_bytes + after.received_bytes)
         .saturating_sub(before.sent_bytes + before.received_bytes);

@@ -15,7 +15,11 @@
 use petrel_messages::RemoteMessage;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
+use crate::core::checkpoint::RoundFileEntry;
+
+pub mod checkpoint;
 pub mod ring;
 pub mod star;
 
@@ -23,10 +27,11 @@ pub use crate::core::app::{
     BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
 };
 pub use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
+pub use checkpoint::{RoundCheckpointError, RoundCheckpointSettings, RoundCheckpointer};
 pub use ring::{RingWorker, ring_members, start_ring_worker};
 pub use star::{
     RunStats, SchedulerOptions, StradsRunError, StradsWorker, WorkerSet, run_scheduler,
-    run_scheduler_from, start_worker,
+    run_scheduler_checkpointed, run_scheduler_from, start_worker,
 };
 
 /// Scheduler -> worker: the work of one round.
@@ -103,5 +108,56 @@ pub struct Handoff<A: RingApp> {
 
 impl<A: RingApp> RemoteMessage for Handoff<A> {
     const TYPE_NAME: &'static str = A::HANDOFF_NAME;
+    type Reply = ();
+}
+
+/// Scheduler -> every worker at a drain point: write your state for the checkpoint of
+/// round boundary `round` into `dir` ([`checkpoint`]). Sent again while ring blocks are in
+/// transit; each answer replaces the worker's file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SaveRoundState {
+    /// The app's settings section.
+    pub app: String,
+    /// The first round after the checkpoint.
+    pub round: u64,
+    /// The checkpoint directory.
+    pub dir: PathBuf,
+}
+
+/// Worker -> scheduler: the file written, and the handoffs this worker sent to and received
+/// from each ring worker so far (empty for star workers).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SavedRoundState {
+    /// The answering worker's index.
+    pub worker: u32,
+    /// Its file, for the manifest.
+    pub file: RoundFileEntry,
+    /// Handoffs sent, per receiving worker.
+    pub sent: Vec<u64>,
+    /// Handoffs received, per sending worker.
+    pub received: Vec<u64>,
+}
+
+impl RemoteMessage for SaveRoundState {
+    const TYPE_NAME: &'static str = "strads.save_round_state";
+    type Reply = SavedRoundState;
+}
+
+/// Scheduler -> every worker before the first dispatch of a resumed run: continue from
+/// your file of the checkpoint of `round`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RestoreRoundState {
+    /// The app's settings section.
+    pub app: String,
+    /// The checkpoint's round.
+    pub round: u64,
+    /// The checkpoint directory.
+    pub dir: PathBuf,
+    /// This worker's file as the manifest lists it.
+    pub file: RoundFileEntry,
+}
+
+impl RemoteMessage for RestoreRoundState {
+    const TYPE_NAME: &'static str = "strads.restore_round_state";
     type Reply = ();
 }

@@ -21,8 +21,12 @@
 //! asks through oneshots completed later (the actor never blocks). The scheduler side is
 //! the star loop ([`super::run_scheduler`]) unchanged.
 
-use super::{Commit, Dispatch, Handoff, PartialResult};
+use super::checkpoint::{read_worker_round_file, write_worker_round_file};
+use super::{
+    Commit, Dispatch, Handoff, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState,
+};
 use crate::core::app::{BlockId, RingApp, RingPush, StradsApp};
+use crate::core::checkpoint::{HeldBlockRecord, ROUND_CHECKPOINT_VERSION, WorkerRoundFile};
 use crate::core::ring::{Poisoned, Ready, RingCore, RingError, settle};
 use actix::prelude::*;
 use futures::channel::oneshot;
@@ -55,6 +59,10 @@ pub struct RingWorker<A: RingApp, W: RingPush<A>> {
     resolved: Vec<Option<ActorRef<Handoff<A>>>>,
     /// Boxed: the app's types need not be `Unpin` (actors must be).
     core: Box<WorkerCore<A>>,
+    /// Handoffs sent to each ring worker (a checkpoint's consistency check).
+    sent: Vec<u64>,
+    /// Handoffs received from each ring worker.
+    received: Vec<u64>,
     _app: PhantomData<fn() -> A>,
 }
 
@@ -80,6 +88,8 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
             logic,
             node,
             resolved: (0..ring.len()).map(|_| None).collect(),
+            sent: vec![0; ring.len()],
+            received: vec![0; ring.len()],
             ring,
             core,
             _app: PhantomData,
@@ -191,6 +201,9 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
             let peer = self.peer(to).map_err(failed)?;
             peer.tell(msg, priority)
                 .map_err(|e| failed(e.to_string()))?;
+            if let Some(n) = self.sent.get_mut(to as usize) {
+                *n += 1;
+            }
         }
         Ok(out.partial)
     }
@@ -248,6 +261,9 @@ impl<A: RingApp, W: RingPush<A>> Handler<Msg<Handoff<A>>> for RingWorker<A, W> {
             from,
             block,
         } = msg.body;
+        if let Some(n) = self.received.get_mut(from as usize) {
+            *n += 1;
+        }
         if let Err(p) = self.core.handoff(block_id, block, round, from) {
             let reason = p.reason.to_string();
             self.fail(p);
@@ -255,6 +271,88 @@ impl<A: RingApp, W: RingPush<A>> Handler<Msg<Handoff<A>>> for RingWorker<A, W> {
         }
         self.drain();
         Ok(())
+    }
+}
+
+impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
+    fn save(&self, msg: &SaveRoundState) -> Result<SavedRoundState, String> {
+        if let Some(e) = self.core.failed() {
+            return Err(format!("failed earlier: {e}"));
+        }
+        if self.core.queued() > 0 {
+            return Err(format!(
+                "{} scheduler messages still queued at a drain point",
+                self.core.queued()
+            ));
+        }
+        let state = self
+            .logic
+            .snapshot_state()
+            .map_err(|e| e.to_string())?
+            .ok_or("this app does not implement snapshot_state")?;
+        let blocks = self
+            .core
+            .held_versions()
+            .map(|(id, produced, block)| {
+                rmp_serde::to_vec(block)
+                    .map(|block| HeldBlockRecord {
+                        id,
+                        produced,
+                        block,
+                    })
+                    .map_err(|e| format!("block {id}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let file = WorkerRoundFile {
+            version: ROUND_CHECKPOINT_VERSION,
+            app: msg.app.clone(),
+            round: msg.round,
+            worker: self.index,
+            state,
+            blocks,
+        };
+        let file = write_worker_round_file(msg, &file).map_err(|e| e.to_string())?;
+        Ok(SavedRoundState {
+            worker: self.index,
+            file,
+            sent: self.sent.clone(),
+            received: self.received.clone(),
+        })
+    }
+
+    fn restore(&mut self, msg: &RestoreRoundState) -> Result<(), String> {
+        let file = read_worker_round_file(msg, self.index).map_err(|e| e.to_string())?;
+        let blocks = file
+            .blocks
+            .into_iter()
+            .map(|r| {
+                rmp_serde::from_slice::<A::Block>(&r.block)
+                    .map(|b| (r.id, r.produced, b))
+                    .map_err(|e| format!("block {}: {e}", r.id))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.core.restore_held(blocks).map_err(|e| e.to_string())?;
+        self.logic
+            .restore_state(&file.state)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl<A: RingApp, W: RingPush<A>> Handler<Msg<SaveRoundState>> for RingWorker<A, W> {
+    type Result = Result<SavedRoundState, HandlerError>;
+
+    fn handle(&mut self, msg: Msg<SaveRoundState>, _ctx: &mut Context<Self>) -> Self::Result {
+        self.save(&msg.body)
+            .map_err(|e| HandlerError::new(format!("ring worker {} checkpoint: {e}", self.index)))
+    }
+}
+
+impl<A: RingApp, W: RingPush<A>> Handler<Msg<RestoreRoundState>> for RingWorker<A, W> {
+    type Result = Result<(), HandlerError>;
+
+    fn handle(&mut self, msg: Msg<RestoreRoundState>, _ctx: &mut Context<Self>) -> Self::Result {
+        self.restore(&msg.body)
+            .map_err(|e| HandlerError::new(format!("ring worker {} restore: {e}", self.index)))
     }
 }
 
@@ -294,6 +392,8 @@ pub fn start_ring_worker<A: RingApp, W: RingPush<A>>(
     node.register(name, addr.clone())?
         .accept::<Dispatch<A>>()
         .accept::<Commit<A>>()
-        .accept::<Handoff<A>>();
+        .accept::<Handoff<A>>()
+        .accept::<SaveRoundState>()
+        .accept::<RestoreRoundState>();
     Ok(addr)
 }

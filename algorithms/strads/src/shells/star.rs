@@ -2,9 +2,13 @@
 //! to every worker and their partials come back to it; [`StradsWorker`] is the worker
 //! actor. The decisions are the [`PipelineCore`]'s; this file only moves messages.
 
-use super::{Commit, Dispatch, PartialResult};
+use super::checkpoint::{
+    RoundCheckpointError, RoundCheckpointer, read_worker_round_file, write_worker_round_file,
+};
+use super::{Commit, Dispatch, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
+use crate::core::checkpoint::{ROUND_CHECKPOINT_VERSION, WorkerRoundFile};
 use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
 use crate::core::ring::RingError;
 use actix::prelude::*;
@@ -60,6 +64,10 @@ pub struct WorkerSet<A: StradsApp> {
     pub dispatch: Vec<ActorRef<Dispatch<A>>>,
     /// Where commits go.
     pub commit: Vec<ActorRef<Commit<A>>>,
+    /// Where checkpoint saves go.
+    pub save: Vec<ActorRef<SaveRoundState>>,
+    /// Where checkpoint restores go.
+    pub restore: Vec<ActorRef<RestoreRoundState>>,
 }
 
 impl<A: StradsApp> WorkerSet<A> {
@@ -77,7 +85,20 @@ impl<A: StradsApp> WorkerSet<A> {
             .iter()
             .map(|n| node.actor_at::<Commit<A>>(n, actor))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(WorkerSet { dispatch, commit })
+        let save = nodes
+            .iter()
+            .map(|n| node.actor_at::<SaveRoundState>(n, actor))
+            .collect::<Result<Vec<_>, _>>()?;
+        let restore = nodes
+            .iter()
+            .map(|n| node.actor_at::<RestoreRoundState>(n, actor))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(WorkerSet {
+            dispatch,
+            commit,
+            save,
+            restore,
+        })
     }
 
     /// The number of workers.
@@ -151,6 +172,9 @@ pub enum StradsRunError {
     /// Registering or resolving an actor failed.
     #[error(transparent)]
     Node(#[from] NodeError),
+    /// A round checkpoint could not be written or restored.
+    #[error(transparent)]
+    Checkpoint(#[from] RoundCheckpointError),
 }
 
 /// What a finished scheduler reports.
@@ -264,10 +288,49 @@ pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
     opts: &SchedulerOptions,
     first_round: u64,
 ) -> Result<RunStats, StradsRunError> {
+    run_rounds(app, workers, opts, first_round, None).await
+}
+
+/// [`run_scheduler`] with round checkpoints ([`super::checkpoint`]): first restores the
+/// newest valid checkpoint when `checkpoints` resumes, then writes one at the first drain
+/// point after every `every` committed rounds. To reach a drain point the scheduler stops
+/// dispatching until the rounds in flight committed, which with `depth > 1` can change the
+/// schedule (deterministically); with `depth = 1` every round boundary is one.
+pub async fn run_scheduler_checkpointed<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    workers: &WorkerSet<A>,
+    opts: &SchedulerOptions,
+    checkpoints: &mut RoundCheckpointer,
+) -> Result<RunStats, StradsRunError> {
     if workers.is_empty() {
         return Err(StradsRunError::NoWorkers);
     }
+    let first_round = if checkpoints.resumes() {
+        checkpoints.resume(app, workers, opts).await?
+    } else {
+        checkpoints.clear_stale()?;
+        0
+    };
+    run_rounds(app, workers, opts, first_round, Some(checkpoints)).await
+}
+
+async fn run_rounds<A: StradsApp, S: Schedule<A>>(
+    app: &mut S,
+    workers: &WorkerSet<A>,
+    opts: &SchedulerOptions,
+    first_round: u64,
+    mut checkpoints: Option<&mut RoundCheckpointer>,
+) -> Result<RunStats, StradsRunError> {
+    if workers.is_empty() {
+        return Err(StradsRunError::NoWorkers);
+    }
+    // A resumed run's clock continues from its checkpoint.
+    let clock_start = checkpoints
+        .as_ref()
+        .map(|c| c.elapsed_before())
+        .unwrap_or_default();
     let started = Instant::now();
+    let elapsed = || clock_start + started.elapsed();
     let mut core = PipelineCore::starting_at(opts.depth, first_round);
     let mut in_flight: FuturesOrdered<RoundFuture<A>> = FuturesOrdered::new();
     // Dispatch times of the rounds in flight, oldest first (rounds commit in order).
@@ -278,8 +341,13 @@ pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
     );
     let mut waiting = false;
     loop {
-        match core.next_action_after(waiting) {
+        let checkpoint_due = checkpoints.as_ref().is_some_and(|c| c.due());
+        match core.next_action_after(waiting || checkpoint_due) {
             PipelineAction::Schedule(round) => {
+                if let Some(c) = checkpoints.as_deref_mut().filter(|c| c.due()) {
+                    // A drain point: nothing in flight, every earlier round committed.
+                    c.save(app, workers, opts, round, elapsed()).await?;
+                }
                 let step = app.schedule(round, core.in_flight());
                 waiting = matches!(step, Step::Wait);
                 core.scheduled(&step)?;
@@ -296,9 +364,12 @@ pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
                 };
                 let (round, partials) = result?;
                 let commit = app
-                    .pull(round, partials, started.elapsed())
+                    .pull(round, partials, elapsed())
                     .map_err(StradsRunError::App)?;
                 core.committed(round)?;
+                if let Some(c) = checkpoints.as_deref_mut() {
+                    c.round_committed();
+                }
                 if let Some(t) = dispatched.pop_front() {
                     metrics.round_committed(&node, t.elapsed());
                 }
@@ -321,7 +392,7 @@ pub async fn run_scheduler_from<A: StradsApp, S: Schedule<A>>(
     }
     Ok(RunStats {
         rounds: core.next_round(),
-        elapsed: started.elapsed(),
+        elapsed: elapsed(),
     })
 }
 
@@ -400,7 +471,57 @@ impl<A: StradsApp, W: Push<A>> Handler<Msg<Commit<A>>> for StradsWorker<A, W> {
     }
 }
 
-/// Starts a worker actor and registers it under `name` for both message types.
+impl<A: StradsApp, W: Push<A>> Handler<Msg<SaveRoundState>> for StradsWorker<A, W> {
+    type Result = Result<SavedRoundState, HandlerError>;
+
+    fn handle(&mut self, msg: Msg<SaveRoundState>, _ctx: &mut Context<Self>) -> Self::Result {
+        let index = self.index;
+        let fail = |e: String| HandlerError::new(format!("worker {index} checkpoint: {e}"));
+        if let Some(e) = &self.failed {
+            return Err(fail(format!("failed earlier: {e}")));
+        }
+        let msg = msg.body;
+        let state = self
+            .logic
+            .snapshot_state()
+            .map_err(|e| fail(e.to_string()))?
+            .ok_or_else(|| fail("this app does not implement snapshot_state".into()))?;
+        let file = WorkerRoundFile {
+            version: ROUND_CHECKPOINT_VERSION,
+            app: msg.app.clone(),
+            round: msg.round,
+            worker: index,
+            state,
+            blocks: Vec::new(),
+        };
+        let file = write_worker_round_file(&msg, &file).map_err(|e| fail(e.to_string()))?;
+        Ok(SavedRoundState {
+            worker: index,
+            file,
+            sent: Vec::new(),
+            received: Vec::new(),
+        })
+    }
+}
+
+impl<A: StradsApp, W: Push<A>> Handler<Msg<RestoreRoundState>> for StradsWorker<A, W> {
+    type Result = Result<(), HandlerError>;
+
+    fn handle(&mut self, msg: Msg<RestoreRoundState>, _ctx: &mut Context<Self>) -> Self::Result {
+        let index = self.index;
+        let fail = |e: String| HandlerError::new(format!("worker {index} restore: {e}"));
+        if let Some(e) = &self.failed {
+            return Err(fail(format!("failed earlier: {e}")));
+        }
+        let file = read_worker_round_file(&msg.body, index).map_err(|e| fail(e.to_string()))?;
+        self.logic
+            .restore_state(&file.state)
+            .map_err(|e| fail(e.to_string()))
+    }
+}
+
+/// Starts a worker actor and registers it under `name` for its message types (rounds and
+/// checkpoints).
 pub fn start_worker<A: StradsApp, W: Push<A>>(
     node: &petrel_actors::Node,
     name: &str,
@@ -410,6 +531,8 @@ pub fn start_worker<A: StradsApp, W: Push<A>>(
     let addr = StradsWorker::<A, W>::new(index, logic).start();
     node.register(name, addr.clone())?
         .accept::<Dispatch<A>>()
-        .accept::<Commit<A>>();
+        .accept::<Commit<A>>()
+        .accept::<SaveRoundState>()
+        .accept::<RestoreRoundState>();
     Ok(addr)
 }

@@ -163,7 +163,8 @@ pub struct LassoJob {
     /// Schedulers splitting the coefficients (contiguous column ranges of equal weight).
     #[arg(long, default_value_t = 1)]
     pub schedulers: usize,
-    /// Lasso only: write checkpoints to this directory (shared by all nodes).
+    /// Write checkpoints to this directory (shared by all nodes; `petrel train` defaults
+    /// it to `<out>/checkpoints`).
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
     /// Update rounds between two checkpoints (0 = never write, `resume` may still read).

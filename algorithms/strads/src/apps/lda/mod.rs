@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use crate::core::app::{BlockId, RingApp, StradsApp};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob};
-use crate::shells::SchedulerOptions;
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::core::lda::{TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
@@ -86,6 +86,16 @@ pub struct LdaJob {
     /// Timeout of one round's requests, in seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout_s: u64,
+    /// Write round checkpoints to this directory (shared by all nodes; `petrel train`
+    /// defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Rounds (sub-rounds of the rotation) between two checkpoints (0 = never write).
+    #[arg(long, default_value_t = 8)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in --checkpoint-dir.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 impl Default for LdaJob {
@@ -103,6 +113,9 @@ impl Default for LdaJob {
             top_words: 10,
             out_dir: None,
             timeout_s: 120,
+            checkpoint_dir: None,
+            checkpoint_every: 8,
+            resume: false,
         }
     }
 }
@@ -120,6 +133,12 @@ impl LdaJob {
         c.at_least("iterations", self.iterations, 1);
         c.at_least("top_words", self.top_words, 1);
         c.at_least("timeout_s", self.timeout_s, 1);
+        c.require(
+            !self.resume || self.checkpoint_dir.is_some(),
+            "resume",
+            self.resume,
+            "needs checkpoint_dir",
+        );
         c.finish()
     }
 
@@ -316,6 +335,15 @@ impl StradsJob for LdaApp {
 
     fn validate_config(job: &LdaJob) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()
+    }
+
+    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
+    fn round_checkpoints(job: &LdaJob) -> Option<RoundCheckpointSettings> {
+        Some(RoundCheckpointSettings {
+            dir: job.checkpoint_dir.clone()?,
+            every: job.checkpoint_every,
+            resume: job.resume,
+        })
     }
 
     fn scheduler_options(job: &LdaJob) -> SchedulerOptions {

@@ -5,12 +5,24 @@ use std::time::Duration;
 
 use super::{LdaApp, LdaCommit, LdaJob, LdaLayout, LdaPartial, LdaTask};
 use crate::core::StradsModelError;
-use crate::core::app::{Plan, Schedule, Step};
+use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::lda::WordTopicBlock;
 use crate::core::mf::RotationSchedule;
 use crate::kit::encoded_len;
 use petrel_ml::data::Corpus;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint, joint_log_likelihood, topic_word_matrix};
+use serde::{Deserialize, Serialize};
+
+/// What a round checkpoint holds of an [`LdaScheduling`]: where the rotation is, the topic
+/// totals and the metrics so far (the blocks come back only in the final Collect round).
+#[derive(Serialize, Deserialize)]
+struct LdaSchedulingState {
+    topic_totals: Vec<i64>,
+    pass: usize,
+    t: usize,
+    init_end_s: f64,
+    metrics: LdaMetrics,
+}
 
 /// Scheduler half: the rotation plan and the topic totals. The word-topic blocks stay
 /// with the workers and come back only in the final Collect round.
@@ -253,5 +265,47 @@ impl Schedule<LdaApp> for LdaScheduling {
         Ok(LdaCommit {
             topic_totals: Some(self.topic_totals.clone()),
         })
+    }
+
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        if self.collected {
+            // Nothing is left to run, so nothing to checkpoint.
+            return Ok(None);
+        }
+        encode_state(&LdaSchedulingState {
+            topic_totals: self.topic_totals.clone(),
+            pass: self.pass,
+            t: self.t,
+            init_end_s: self.init_end_s,
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let s: LdaSchedulingState = decode_state(state)?;
+        let m = &self.metrics;
+        if s.topic_totals.len() != self.topic_totals.len()
+            || (s.metrics.n_docs, s.metrics.n_tokens, s.metrics.workers)
+                != (m.n_docs, m.n_tokens, m.workers)
+            || s.t >= self.schedule.p
+        {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "checkpoint of {} documents, {} tokens, {} topics, {} workers does not fit this job ({}, {}, {}, {})",
+                s.metrics.n_docs,
+                s.metrics.n_tokens,
+                s.topic_totals.len(),
+                s.metrics.workers,
+                m.n_docs,
+                m.n_tokens,
+                self.topic_totals.len(),
+                m.workers
+            )));
+        }
+        self.topic_totals = s.topic_totals;
+        self.pass = s.pass;
+        self.t = s.t;
+        self.init_end_s = s.init_end_s;
+        self.metrics = s.metrics;
+        Ok(())
     }
 }

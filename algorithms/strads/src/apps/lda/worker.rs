@@ -3,7 +3,7 @@
 
 use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaTask};
 use crate::core::StradsModelError;
-use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush};
+use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
 use crate::core::lda::{LdaWorker, TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use crate::core::mf::RotationSchedule;
 use petrel_ml::data::Corpus;
@@ -149,5 +149,15 @@ impl RingPush<LdaApp> for LdaWorkerApp {
             self.worker.set_topic_totals(totals);
         }
         Ok(())
+    }
+
+    /// The topic assignments, counts, totals and the sampler's exact generator position;
+    /// the word-topic blocks it holds are saved by the ring shell.
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        encode_state(&self.worker.export_state())
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        self.worker.import_state(decode_state(state)?)
     }
 }

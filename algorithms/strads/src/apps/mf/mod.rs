@@ -23,7 +23,7 @@ use crate::core::StradsModelError;
 use crate::core::app::{BlockId, RingApp, StradsApp};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_output};
-use crate::shells::SchedulerOptions;
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use ndarray::Array2;
 
 mod scheduling;
@@ -101,6 +101,16 @@ pub struct StradsMfJob {
     /// Timeout of one round's requests, in seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout_s: u64,
+    /// Write round checkpoints to this directory (shared by all nodes; `petrel train`
+    /// defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Rounds (sub-rounds of the rotation) between two checkpoints (0 = never write).
+    #[arg(long, default_value_t = 50)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in --checkpoint-dir.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 impl Default for StradsMfJob {
@@ -121,6 +131,9 @@ impl Default for StradsMfJob {
             global_mean: false,
             out_dir: None,
             timeout_s: 60,
+            checkpoint_dir: None,
+            checkpoint_every: 50,
+            resume: false,
         }
     }
 }
@@ -157,6 +170,12 @@ impl StradsMfJob {
             c.non_negative("target_rmse", t);
         }
         c.at_least("timeout_s", self.timeout_s, 1);
+        c.require(
+            !self.resume || self.checkpoint_dir.is_some(),
+            "resume",
+            self.resume,
+            "needs checkpoint_dir",
+        );
         c.finish()
     }
 
@@ -423,6 +442,15 @@ impl StradsJob for MfApp {
 
     fn validate_config(job: &StradsMfJob) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()
+    }
+
+    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
+    fn round_checkpoints(job: &StradsMfJob) -> Option<RoundCheckpointSettings> {
+        Some(RoundCheckpointSettings {
+            dir: job.checkpoint_dir.clone()?,
+            every: job.checkpoint_every,
+            resume: job.resume,
+        })
     }
 
     fn scheduler_options(job: &StradsMfJob) -> SchedulerOptions {

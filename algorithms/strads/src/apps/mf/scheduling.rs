@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
 use crate::core::StradsModelError;
-use crate::core::app::{Plan, Schedule, Step};
+use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
 use crate::kit::encoded_len;
 use ndarray::Array2;
@@ -73,7 +73,7 @@ pub struct MfMetrics {
     pub collect_bytes: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 enum Stage {
     /// Rotation of `phase` for coordinate `k`, sub-round `t`.
     Rotate {
@@ -83,6 +83,17 @@ enum Stage {
     },
     Collect,
     Finished,
+}
+
+/// What a round checkpoint holds of an [`MfScheduling`]: where the rotation sequence is
+/// and the metrics so far (the blocks and W come back only in the final Collect round).
+#[derive(Serialize, Deserialize)]
+struct MfSchedulingState {
+    iteration: usize,
+    inner_done: usize,
+    stage: Stage,
+    coordinate_updates: u64,
+    metrics: MfMetrics,
 }
 
 /// Scheduler half: the rotation sequence. The blocks stay with the workers and come back
@@ -395,5 +406,49 @@ impl Schedule<MfApp> for MfScheduling {
             }
             Stage::Finished => Err(StradsModelError::protocol("pull after the job finished")),
         }
+    }
+
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        if self.stage == Stage::Finished {
+            // Collected: nothing is left to run, so nothing to checkpoint.
+            return Ok(None);
+        }
+        encode_state(&MfSchedulingState {
+            iteration: self.iteration,
+            inner_done: self.inner_done,
+            stage: self.stage,
+            coordinate_updates: self.coordinate_updates,
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let s: MfSchedulingState = decode_state(state)?;
+        let m = &self.metrics;
+        if (
+            s.metrics.n_users,
+            s.metrics.n_items,
+            s.metrics.rank,
+            s.metrics.workers,
+        ) != (m.n_users, m.n_items, m.rank, m.workers)
+        {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "checkpoint of {} users x {} items, rank {}, {} workers does not fit this job ({} x {}, rank {}, {} workers)",
+                s.metrics.n_users,
+                s.metrics.n_items,
+                s.metrics.rank,
+                s.metrics.workers,
+                m.n_users,
+                m.n_items,
+                m.rank,
+                m.workers
+            )));
+        }
+        self.iteration = s.iteration;
+        self.inner_done = s.inner_done;
+        self.stage = s.stage;
+        self.coordinate_updates = s.coordinate_updates;
+        self.metrics = s.metrics;
+        Ok(())
     }
 }

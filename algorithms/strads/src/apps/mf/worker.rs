@@ -3,7 +3,7 @@
 
 use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
 use crate::core::StradsModelError;
-use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush};
+use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
 use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, MfWorker, RotationSchedule};
 use petrel_ml::data::Ratings;
 use rand::rngs::StdRng;
@@ -166,5 +166,15 @@ impl RingPush<MfApp> for MfWorkerApp {
             self.worker.finalize_w(k, self.ridge);
         }
         Ok(())
+    }
+
+    /// The whole [`MfWorker`] (rows of W, residuals, accumulators); the H blocks it holds
+    /// are saved by the ring shell.
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        encode_state(&self.worker)
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        self.worker.restore_from(decode_state(state)?)
     }
 }
