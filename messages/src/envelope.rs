@@ -194,12 +194,21 @@ impl Frame {
 
     /// Encodes a header with an already-encoded body.
     pub fn encode_raw(header: &EnvelopeHeader, body: &[u8]) -> Result<Bytes, CodecError> {
-        let mut buf = Vec::with_capacity(FRAME_PREFIX_LEN + 128 + body.len());
+        Self::encode_raw_pieces(header, &[body])
+    }
+
+    /// Encodes a header with an already-encoded body given in pieces (written one after
+    /// the other): one allocation, each piece copied once.
+    pub fn encode_raw_pieces(header: &EnvelopeHeader, body: &[&[u8]]) -> Result<Bytes, CodecError> {
+        let body_len: usize = body.iter().map(|p| p.len()).sum();
+        let mut buf = Vec::with_capacity(FRAME_PREFIX_LEN + 128 + body_len);
         buf.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
         crate::encode_body(header, &mut buf)?;
         let header_len = buf.len() - FRAME_PREFIX_LEN;
-        buf.extend_from_slice(body);
-        Self::write_prefix(&mut buf, header_len, body.len())?;
+        for piece in body {
+            buf.extend_from_slice(piece);
+        }
+        Self::write_prefix(&mut buf, header_len, body_len)?;
         Ok(Bytes::from(buf))
     }
 

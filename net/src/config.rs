@@ -107,6 +107,17 @@ pub struct NetConfig {
     /// Threads of the transport's own tokio runtime (QUIC crypto and I/O). 0 = run on the
     /// caller's runtime.
     pub threads: usize,
+    /// QUIC connections per peer and direction. quinn drives each connection from one
+    /// task, so one connection's crypto and packet work use one core at most; with more
+    /// connections (and `threads` > 1) a frame of at least `stripe_min_bytes` is striped:
+    /// cut into parts ([`crate::reassembly`]) that travel on different connections at once
+    /// and are joined, in lane order, by the receiver. 1 = one connection, no striping.
+    /// Ignored with a `shaper`: on a bottleneck link the wire, not a core, is the limit,
+    /// and QUIC's stream priorities must see all of a peer's traffic on one connection.
+    pub stripe_connections: usize,
+    /// Smallest frame striped over `stripe_connections` (smaller ones gain nothing from a
+    /// second core and would only pay the part headers).
+    pub stripe_min_bytes: usize,
     /// Optional bandwidth shaper for this node's traffic.
     pub shaper: Option<ShaperConfig>,
     /// QUIC fair queuing among streams of equal priority (quinn's default, `true`): equal-
@@ -141,6 +152,8 @@ impl Default for NetConfig {
             frame_timeout_ms: 30_000,
             reorder_timeout_ms: 5_000,
             threads: 1,
+            stripe_connections: 1,
+            stripe_min_bytes: 1 << 20,
             shaper: None,
             send_fairness: true,
         }

@@ -3,7 +3,8 @@
 //! Invariant: no single peer, and no data stream, can stop this node from reading control
 //! traffic (heartbeats, joins, barriers, failure notices) from anyone.
 //!
-//! - Each connection has its own share ([`peer_share`]: half the node's
+//! - Each peer (the node names its certificate binds, over all its connections) has its
+//!   own share ([`peer_share`]: half the node's
 //!   `inbound_buffer_bytes` but at least one largest message). A data frame takes bytes
 //!   from its peer's share first, then from the node's budget, so one peer announcing big
 //!   frames and never sending them can pin at most its share; the rest stays free for the
@@ -114,6 +115,15 @@ pub struct PeerBudget {
 }
 
 impl PeerBudget {
+    /// The same peer's share for another of its connections, with its own stall strikes
+    /// (a peer that stripes over several connections still pins at most one share).
+    pub fn another_connection(&self) -> PeerBudget {
+        PeerBudget {
+            share: self.share.clone(),
+            stalls: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
     /// Records a stalled frame; true when the peer has now stalled [`STALL_STRIKES`]
     /// frames and must be disconnected.
     pub fn strike(&self) -> bool {

@@ -16,6 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 
+/// Smallest payload of a striped part: below it the part headers and per-stream work
+/// cost more than a second connection gains.
+pub const STRIPE_MIN_PART: usize = 256 << 10;
+/// Room for a part frame's envelope header and part head on top of its payload.
+const STRIPE_PART_OVERHEAD: usize = 512;
+
 /// The underlying failure of a connect or send (a quinn error, or a plain reason).
 pub type LinkCause = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -277,7 +283,7 @@ impl Net {
             return Err(NetError::Closed);
         }
         let max = self.shared.cfg.max_message_bytes;
-        if frame.len() > max {
+        let (part_max, counter) = if frame.len() > max {
             // Split: the parts leave consecutively on one lane, the receiver joins them.
             let limit = self.max_send_bytes();
             if frame.len() > limit {
@@ -286,25 +292,57 @@ impl Net {
                     max: limit,
                 });
             }
-            let parts = crate::reassembly::split(&frame, self.shared.node, to, priority, max)
-                .map_err(|_| NetError::Oversize {
-                    len: frame.len(),
-                    max,
-                })?;
-            NetStats::bump(&self.shared.stats.split_messages, 1);
+            (Some(max), &self.shared.stats.split_messages)
+        } else {
+            (
+                self.stripe_part_bytes(frame.len()),
+                &self.shared.stats.striped_messages,
+            )
+        };
+        let Some(part_max) = part_max else {
             if let Ok(mut q) = self.shared.outbox.lock() {
-                for part in parts {
-                    q.push(to, priority, part);
-                }
+                q.push(to, priority, frame);
             }
             self.shared.wake.notify_one();
             return Ok(());
-        }
+        };
+        let parts = crate::reassembly::split(&frame, self.shared.node, to, priority, part_max)
+            .map_err(|_| NetError::Oversize {
+                len: frame.len(),
+                max,
+            })?;
+        NetStats::bump(counter, 1);
         if let Ok(mut q) = self.shared.outbox.lock() {
-            q.push(to, priority, frame);
+            for part in parts {
+                q.push(to, priority, part);
+            }
         }
         self.shared.wake.notify_one();
         Ok(())
+    }
+
+    /// The largest part frame of a striped `len`-byte frame, or `None` when it is not
+    /// striped. A frame goes in one part per connection, but parts are no larger than a
+    /// connection's share of the peer's in-flight window (so that every connection has
+    /// one in flight) and no smaller than [`STRIPE_MIN_PART`].
+    fn stripe_part_bytes(&self, len: usize) -> Option<usize> {
+        let stripes = self.stripes();
+        let cfg = &self.shared.cfg;
+        if stripes < 2 || len < cfg.stripe_min_bytes.max(2 * STRIPE_MIN_PART) {
+            return None;
+        }
+        let window_share = cfg.outbox_inflight_bytes / stripes;
+        let payload = len.div_ceil(stripes).min(window_share).max(STRIPE_MIN_PART);
+        Some((payload + STRIPE_PART_OVERHEAD).min(cfg.max_message_bytes))
+    }
+
+    /// Connections a frame to a peer may be striped over (1 on memory links and shaped
+    /// ones, see [`NetConfig::stripe_connections`]).
+    fn stripes(&self) -> usize {
+        match &self.shared.link {
+            Link::Quic(q) => q.stripes(),
+            Link::Memory(_) => 1,
+        }
     }
 
     /// The largest frame [`Self::send`] takes: frames above `max_message_bytes` are split

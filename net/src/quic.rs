@@ -1,5 +1,7 @@
-//! QUIC link: one endpoint per node (client and server), one connection per peer and
-//! direction, one unidirectional stream per message with the message's priority.
+//! QUIC link: one endpoint per node (client and server), `stripe_connections` connections
+//! per peer and direction (frames go round-robin over them by lane position, so a striped
+//! message's parts travel at once), one unidirectional stream per message with the
+//! message's priority.
 
 use crate::config::NetConfig;
 use crate::datagram::{SegmentCappedSocket, endpoint_config};
@@ -52,9 +54,12 @@ pub(crate) struct QuicLink {
     endpoint: Endpoint,
     peer_configs: Arc<PeerConfigs>,
     addrs: Mutex<HashMap<NodeId, SocketAddr>>,
-    conns: Mutex<HashMap<NodeId, PeerSlot>>,
+    /// Connections by (peer, stripe index).
+    conns: Mutex<HashMap<(NodeId, usize), PeerSlot>>,
     directory: Arc<PeerDirectory>,
     connect_timeout: Duration,
+    stripes: usize,
+    stats: Arc<NetStats>,
 }
 
 impl QuicLink {
@@ -101,13 +106,14 @@ impl QuicLink {
             budgets: InboundBudgets::new(cfg.inbound_buffer_bytes, cfg.max_message_bytes),
             stall: Duration::from_millis(cfg.frame_timeout_ms.max(1)),
             directory: directory.clone(),
+            peers: Arc::default(),
         };
         tokio::spawn(accept_loop(
             node,
             endpoint.clone(),
             peer_configs.clone(),
             limits,
-            stats,
+            stats.clone(),
             tx,
         ));
         Ok(Self {
@@ -117,7 +123,18 @@ impl QuicLink {
             conns: Mutex::new(HashMap::new()),
             directory,
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
+            stripes: if cfg.shaper.is_some() {
+                1
+            } else {
+                cfg.stripe_connections.max(1)
+            },
+            stats,
         })
+    }
+
+    /// Connections per peer that frames are spread over.
+    pub(crate) fn stripes(&self) -> usize {
+        self.stripes
     }
 
     pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
@@ -132,12 +149,21 @@ impl QuicLink {
     }
 
     pub(crate) fn disconnect(&self, node: NodeId) {
-        let slot = self.conns.lock().ok().and_then(|mut c| c.remove(&node));
-        if let Some(slot) = slot
-            && let Ok(guard) = slot.try_lock()
-            && let Some(conn) = guard.as_ref()
-        {
-            conn.close(VarInt::from_u32(CODE_SHUTDOWN), b"peer left");
+        let slots: Vec<PeerSlot> = self
+            .conns
+            .lock()
+            .map(|mut c| {
+                (0..self.stripes)
+                    .filter_map(|i| c.remove(&(node, i)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for slot in slots {
+            if let Ok(guard) = slot.try_lock()
+                && let Some(conn) = guard.as_ref()
+            {
+                conn.close(VarInt::from_u32(CODE_SHUTDOWN), b"peer left");
+            }
         }
     }
 
@@ -146,10 +172,10 @@ impl QuicLink {
             .close(VarInt::from_u32(CODE_SHUTDOWN), b"shutdown");
     }
 
-    async fn connection(&self, to: NodeId) -> Result<Connection, NetError> {
+    async fn connection(&self, to: NodeId, stripe: usize) -> Result<Connection, NetError> {
         let slot = {
             let mut conns = self.conns.lock().map_err(|_| NetError::Closed)?;
-            conns.entry(to).or_default().clone()
+            conns.entry((to, stripe)).or_default().clone()
         };
         let mut guard = slot.lock().await;
         if let Some(conn) = guard.as_ref()
@@ -185,12 +211,15 @@ impl QuicLink {
             .await
             .map_err(|_| connect_err("timed out".into()))?
             .map_err(|e| connect_err(e.into()))?;
+        NetStats::bump(&self.stats.opened_connections, 1);
         *guard = Some(conn.clone());
         Ok(conn)
     }
 
     /// Sends one frame on its own stream and waits until the peer has acknowledged all of
     /// it, so the outbox's in-flight accounting reflects bytes really on the wire.
+    /// Consecutive frames of a lane (a striped message's parts) take consecutive
+    /// connections.
     pub(crate) async fn deliver(
         &self,
         to: NodeId,
@@ -198,7 +227,8 @@ impl QuicLink {
         lane: LaneHeader,
         frame: Bytes,
     ) -> Result<(), NetError> {
-        let conn = self.connection(to).await?;
+        let stripe = (lane.seq % self.stripes as u64) as usize;
+        let conn = self.connection(to, stripe).await?;
         let send_err = |source: LinkCause| NetError::Send { peer: to, source };
         let mut stream = conn.open_uni().await.map_err(|e| send_err(e.into()))?;
         stream
@@ -233,6 +263,22 @@ struct ReadLimits {
     stall: Duration,
     /// Node names by id: whom a frame's claimed sender must be.
     directory: Arc<PeerDirectory>,
+    /// Inbound shares by the node names a peer's certificate binds: all connections of a
+    /// peer draw on one share.
+    peers: Arc<Mutex<HashMap<Arc<[String]>, PeerBudget>>>,
+}
+
+impl ReadLimits {
+    /// The budget of a new connection from the peer whose certificate binds `certified`.
+    fn connection_budget(&self, certified: &Arc<[String]>) -> PeerBudget {
+        match self.peers.lock() {
+            Ok(mut peers) => peers
+                .entry(certified.clone())
+                .or_insert_with(|| self.budgets.peer())
+                .another_connection(),
+            Err(_) => self.budgets.peer(),
+        }
+    }
 }
 
 async fn accept_loop(
@@ -273,7 +319,7 @@ async fn accept_loop(
                 return;
             }
             tracing::debug!(%node, %remote, peer = ?certified, "peer connected");
-            let peer = limits.budgets.peer();
+            let peer = limits.connection_budget(&certified);
             while let Ok(recv) = conn.accept_uni().await {
                 tokio::spawn(read_frame(
                     node,

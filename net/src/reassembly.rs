@@ -66,12 +66,13 @@ pub fn split(
         .chunks(chunk)
         .enumerate()
         .map(|(index, bytes)| {
-            let mut body = Vec::with_capacity(PART_HEAD + bytes.len());
-            body.put_u32_le(index as u32);
-            body.put_u32_le(count32);
-            body.put_u64_le(frame.len() as u64);
-            body.extend_from_slice(bytes);
-            Frame::encode_raw(&header, &body)
+            let mut head = [0u8; PART_HEAD];
+            let mut w = &mut head[..];
+            w.put_u32_le(index as u32);
+            w.put_u32_le(count32);
+            w.put_u64_le(frame.len() as u64);
+            // One copy of the payload, straight into the part frame.
+            Frame::encode_raw_pieces(&header, &[&head, bytes])
         })
         .collect()
 }
@@ -157,7 +158,8 @@ impl Reassembler {
                     count,
                     next: 0,
                     total,
-                    buf: BytesMut::new(),
+                    // The whole message's size up front: no regrowth copies.
+                    buf: BytesMut::with_capacity(total),
                     started: now,
                 },
             );

@@ -41,6 +41,10 @@ pub struct NetStats {
     pub impostor_frames: AtomicU64,
     /// Messages above `max_message_bytes` sent split into parts.
     pub split_messages: AtomicU64,
+    /// Messages striped over several connections (`stripe_connections`).
+    pub striped_messages: AtomicU64,
+    /// QUIC connections this node opened to peers (`stripe_connections` per peer).
+    pub opened_connections: AtomicU64,
     /// When a complete frame last arrived from each peer, stamped on the transport's own
     /// runtime: liveness that application compute on the node's thread cannot delay.
     heard: Mutex<HashMap<NodeId, Instant>>,
@@ -68,6 +72,8 @@ impl Default for NetStats {
             disconnected_peers: AtomicU64::default(),
             impostor_frames: AtomicU64::default(),
             split_messages: AtomicU64::default(),
+            striped_messages: AtomicU64::default(),
+            opened_connections: AtomicU64::default(),
             heard: Mutex::default(),
         }
     }
@@ -116,6 +122,12 @@ pub struct NetStatsSnapshot {
     /// Messages above `max_message_bytes` sent split into parts.
     #[serde(default)]
     pub split_messages: u64,
+    /// Messages striped over several connections (`stripe_connections`).
+    #[serde(default)]
+    pub striped_messages: u64,
+    /// QUIC connections this node opened to peers.
+    #[serde(default)]
+    pub opened_connections: u64,
 }
 
 impl NetStats {
@@ -190,6 +202,8 @@ impl NetStats {
             disconnected_peers: g(&self.disconnected_peers),
             impostor_frames: g(&self.impostor_frames),
             split_messages: g(&self.split_messages),
+            striped_messages: g(&self.striped_messages),
+            opened_connections: g(&self.opened_connections),
         }
     }
 }
