@@ -57,6 +57,23 @@ pub fn parse_round_file(name: &str) -> Option<(u64, bool)> {
     r.parse().ok().map(|r| (r, false))
 }
 
+/// The rounds among the file `names` that `parse` reads as manifests (`Some((round,
+/// true))`), ascending and distinct. Shared by every checkpoint scheme's file names.
+pub fn manifest_rounds_among(
+    names: &[String],
+    parse: impl Fn(&str) -> Option<(u64, bool)>,
+) -> Vec<u64> {
+    let mut rounds: Vec<u64> = names
+        .iter()
+        .filter_map(|n| parse(n))
+        .filter(|&(_, manifest)| manifest)
+        .map(|(r, _)| r)
+        .collect();
+    rounds.sort_unstable();
+    rounds.dedup();
+    rounds
+}
+
 /// Our files to delete once the checkpoint of round `newest` is complete: all but the
 /// `keep` newest manifests at or below `newest` and their data files. Manifests come first,
 /// so a crash while pruning never leaves a manifest whose files are gone.

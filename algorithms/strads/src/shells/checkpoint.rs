@@ -15,8 +15,8 @@ use crate::core::app::{Schedule, StradsApp};
 use crate::core::checkpoint::{
     ROUND_CHECKPOINT_VERSION, ROUND_CHECKPOINTS_KEPT, RoundCheckpointPolicy, RoundFileEntry,
     RoundManifest, SchedulerRoundFile, WorkerRoundFile, handoffs_settled, manifest_mismatch,
-    parse_round_file, round_manifest_name, round_prune_plan, round_scheduler_file,
-    round_worker_file,
+    manifest_rounds_among, parse_round_file, round_manifest_name, round_prune_plan,
+    round_scheduler_file, round_worker_file,
 };
 use petrel_actors::durable::{self, DurableError, FileDigest};
 use petrel_actors::error::AskError;
@@ -178,15 +178,10 @@ pub fn round_manifest_rounds(dir: &Path) -> Result<Vec<u64>, RoundCheckpointErro
     if !dir.exists() {
         return Ok(Vec::new());
     }
-    let mut rounds: Vec<u64> = durable::list_names(dir)?
-        .iter()
-        .filter_map(|n| parse_round_file(n))
-        .filter(|&(_, manifest)| manifest)
-        .map(|(r, _)| r)
-        .collect();
-    rounds.sort_unstable();
-    rounds.dedup();
-    Ok(rounds)
+    Ok(manifest_rounds_among(
+        &durable::list_names(dir)?,
+        parse_round_file,
+    ))
 }
 
 /// Where and how often a scheduler checkpoints, and whether it starts from the newest

@@ -269,15 +269,10 @@ pub fn manifest_rounds(dir: &Path) -> Result<Vec<u64>, CheckpointError> {
     if !dir.exists() {
         return Ok(Vec::new());
     }
-    let mut rounds: Vec<u64> = durable::list_names(dir)?
-        .iter()
-        .filter_map(|n| parse_name(n))
-        .filter(|&(_, manifest)| manifest)
-        .map(|(r, _)| r)
-        .collect();
-    rounds.sort_unstable();
-    rounds.dedup();
-    Ok(rounds)
+    Ok(crate::core::checkpoint::manifest_rounds_among(
+        &durable::list_names(dir)?,
+        parse_name,
+    ))
 }
 
 /// Tries `rounds` newest first; returns the first that `validate` accepts and the reasons
