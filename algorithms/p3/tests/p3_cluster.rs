@@ -135,8 +135,8 @@ fn emulated_compute_takes_the_profiled_time() {
 /// last layers are still on the wire when the first layer's gradient is produced. In `p3`
 /// mode that gradient jumps the queue, so the first layer's parameters come back before
 /// the biggest layer's; in `fifo` mode they come back after it. The test checks this order
-/// rather than times (the speed-up itself is `petrel bench p3`'s job), so machine load
-/// cannot flip it.
+/// in most rounds rather than times (the speed-up itself is `petrel bench p3`'s job), so a
+/// stall on a loaded machine cannot flip it.
 #[test]
 fn p3_returns_the_first_layer_first_on_a_shaped_link() {
     let full = ModelProfile::vgg19();
@@ -191,15 +191,20 @@ fn p3_returns_the_first_layer_first_on_a_shaped_link() {
     };
     let fifo = run(Mode::Fifo);
     let p3 = run(Mode::P3);
+    // Both directions are judged over most rounds, not all: on a loaded machine a round
+    // can stall (a worker's backward pass outlasts the backlog, or one worker falls far
+    // behind the other while its two shard connections drain independently), and then
+    // the order in that round says nothing about priorities. CI saw one such fifo round
+    // out of twelve. Broken priorities would make p3 look like fifo in every round.
+    let fifo_first = fifo.iter().filter(|&&f| f).count();
     assert!(
-        fifo.iter().all(|&first| !first),
-        "fifo sends in backprop order, so layer 0 returns after the biggest layer: {fifo:?}"
+        4 * fifo_first <= fifo.len(),
+        "fifo sends in backprop order, so layer 0 returns after the biggest layer \
+         in most rounds: {fifo:?}"
     );
-    // A round whose backlog drained before layer 0's gradient existed (a stall on a
-    // loaded machine) has nothing to jump; without priorities no round would be `true`.
-    let first = p3.iter().filter(|&&f| f).count();
+    let p3_first = p3.iter().filter(|&&f| f).count();
     assert!(
-        4 * first >= 3 * p3.len(),
+        4 * p3_first >= 3 * p3.len(),
         "p3 must return layer 0 before the biggest layer in most rounds: {p3:?}"
     );
 }
