@@ -118,6 +118,14 @@ pub struct NetConfig {
     /// Smallest frame striped over `stripe_connections` (smaller ones gain nothing from a
     /// second core and would only pay the part headers).
     pub stripe_min_bytes: usize,
+    /// Shared memory for co-located nodes (off when unset): a frame of at least
+    /// `shared_memory_min_bytes` to a peer on a loopback address is written into a file in
+    /// this directory (use a tmpfs, e.g. `/dev/shm`) and only a small control frame goes
+    /// over QUIC ([`crate::shm`]). Every node of the host must set the same directory.
+    /// Ignored with a `shaper` (an emulated link must carry the bytes).
+    pub shared_memory_dir: Option<std::path::PathBuf>,
+    /// Smallest frame sent through `shared_memory_dir` (smaller ones are cheap over QUIC).
+    pub shared_memory_min_bytes: usize,
     /// Optional bandwidth shaper for this node's traffic.
     pub shaper: Option<ShaperConfig>,
     /// QUIC fair queuing among streams of equal priority (quinn's default, `true`): equal-
@@ -154,6 +162,8 @@ impl Default for NetConfig {
             threads: 1,
             stripe_connections: 1,
             stripe_min_bytes: 1 << 20,
+            shared_memory_dir: None,
+            shared_memory_min_bytes: 256 << 10,
             shaper: None,
             send_fairness: true,
         }

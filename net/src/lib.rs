@@ -11,6 +11,9 @@
 //! - Identity: the node name in a peer's certificate must be the sender every frame
 //!   claims (see [`Net::add_peer`]); an impostor is refused and disconnected.
 //! - Order: frames between two nodes at one priority arrive in order ([`sequencer`]).
+//! - Size: messages above `max_message_bytes` are split and joined ([`reassembly`]);
+//!   with `shared_memory_dir`, large frames between nodes of one host go through files
+//!   and only a control frame crosses QUIC ([`shm`]).
 //! - Knobs: [`NetConfig`] (`[net]` in the settings; unknown keys are rejected),
 //!   [`Congestion`], and the optional link emulation [`ShaperConfig`].
 //! - Counters: [`NetStats`] / [`NetStatsSnapshot`]. Errors: [`NetError`], [`TlsError`].
@@ -31,6 +34,7 @@ mod quic;
 pub mod reassembly;
 pub mod sequencer;
 mod shaper;
+pub mod shm;
 mod stats;
 pub mod tls;
 

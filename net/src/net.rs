@@ -6,6 +6,7 @@ use crate::outbox::OutboxQueue;
 use crate::quic::QuicLink;
 use crate::reassembly::{Assembled, PART_MSG_TYPE, Reassembler};
 use crate::sequencer::{LaneHeader, LaneNumbering, Sequencer};
+use crate::shm::{SHM_MSG_TYPE, ShmSender};
 use crate::stats::{NetStats, NetStatsSnapshot};
 use crate::tls::{ClusterCredentials, TlsError};
 use bytes::Bytes;
@@ -74,6 +75,15 @@ pub enum NetError {
     /// The transport's runtime or socket could not be set up.
     #[error("transport runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// `shared_memory_dir` is set but is not a directory this node can use.
+    #[error("[net] shared_memory_dir = {path}: {source}")]
+    SharedMemoryDir {
+        /// The configured directory.
+        path: std::path::PathBuf,
+        /// Why it cannot be used.
+        #[source]
+        source: std::io::Error,
+    },
     /// Certificates or TLS configuration.
     #[error(transparent)]
     Tls(#[from] TlsError),
@@ -151,6 +161,8 @@ pub(crate) struct Shared {
     /// there is expected to fail.
     membership_changing: AtomicBool,
     pub(crate) link: Link,
+    /// Large frames to co-located peers go through files ([`crate::shm`]), when set.
+    shm: Option<ShmSender>,
     pub(crate) handle: tokio::runtime::Handle,
     _runtime: OwnedRuntime,
 }
@@ -193,9 +205,12 @@ impl Net {
         creds: &ClusterCredentials,
         cfg: NetConfig,
     ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
+        if let Some(dir) = &cfg.shared_memory_dir {
+            check_shared_memory_dir(dir)?;
+        }
         let (handle, runtime) = make_runtime(&cfg)?;
         let stats = Arc::new(NetStats::default());
-        let (tx, rx) = sequenced_inbound(&cfg, &handle, stats.clone());
+        let (tx, rx) = sequenced_inbound(node, &cfg, &handle, stats.clone());
         let link = {
             let _guard = handle.enter();
             QuicLink::start(node, bind, creds, &cfg, stats.clone(), tx)?
@@ -214,7 +229,7 @@ impl Net {
     ) -> Result<(Net, mpsc::Receiver<Inbound>), NetError> {
         let (handle, runtime) = make_runtime(&cfg)?;
         let stats = Arc::new(NetStats::default());
-        let (tx, rx) = sequenced_inbound(&cfg, &handle, stats.clone());
+        let (tx, rx) = sequenced_inbound(node, &cfg, &handle, stats.clone());
         let link = MemoryLink::join(hub, node, &cfg, stats.clone(), tx);
         Ok((
             Self::assemble(node, cfg, stats, Link::Memory(link), handle, runtime),
@@ -230,16 +245,31 @@ impl Net {
         handle: tokio::runtime::Handle,
         runtime: OwnedRuntime,
     ) -> Net {
+        let epoch = epoch_now();
+        let shm = match (&link, &cfg.shared_memory_dir, &cfg.shaper) {
+            (Link::Quic(_), Some(dir), None) => Some(ShmSender::new(
+                dir.clone(),
+                node,
+                epoch,
+                cfg.shared_memory_min_bytes,
+                crate::reassembly::max_split_message(
+                    cfg.inbound_buffer_bytes,
+                    cfg.max_message_bytes,
+                ),
+            )),
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             node,
             outbox: Mutex::new(OutboxQueue::new(cfg.outbox_inflight_bytes)),
-            lanes: Mutex::new(LaneNumbering::new(node.0, epoch_now())),
+            lanes: Mutex::new(LaneNumbering::new(node.0, epoch)),
             cfg,
             stats,
             wake: Notify::new(),
             closed: AtomicBool::new(false),
             membership_changing: AtomicBool::new(false),
             link,
+            shm,
             handle: handle.clone(),
             _runtime: runtime,
         });
@@ -282,6 +312,14 @@ impl Net {
         if self.shared.closed.load(Ordering::Acquire) {
             return Err(NetError::Closed);
         }
+        if let Some(control) = self.through_shared_memory(to, priority, &frame) {
+            NetStats::bump(&self.shared.stats.shared_memory_messages, 1);
+            if let Ok(mut q) = self.shared.outbox.lock() {
+                q.push(to, priority, control);
+            }
+            self.shared.wake.notify_one();
+            return Ok(());
+        }
         let max = self.shared.cfg.max_message_bytes;
         let (part_max, counter) = if frame.len() > max {
             // Split: the parts leave consecutively on one lane, the receiver joins them.
@@ -319,6 +357,19 @@ impl Net {
         }
         self.shared.wake.notify_one();
         Ok(())
+    }
+
+    /// The control frame of `frame` written into a shared-memory file, when the node uses
+    /// shared memory, `to` is on this host (a loopback address) and the frame qualifies.
+    fn through_shared_memory(&self, to: NodeId, priority: Priority, frame: &[u8]) -> Option<Bytes> {
+        let shm = self.shared.shm.as_ref()?;
+        let Link::Quic(q) = &self.shared.link else {
+            return None;
+        };
+        if frame.len() > self.max_send_bytes() || !q.peer_addr(to)?.ip().is_loopback() {
+            return None;
+        }
+        shm.try_send(to, priority, frame)
     }
 
     /// The largest part frame of a striped `len`-byte frame, or `None` when it is not
@@ -474,6 +525,21 @@ async fn dispatch(s: Arc<Shared>) {
     }
 }
 
+/// Refuses a `shared_memory_dir` that is not a directory (a typo would otherwise only show
+/// as every large frame falling back to QUIC).
+fn check_shared_memory_dir(dir: &std::path::Path) -> Result<(), NetError> {
+    let error = |source| NetError::SharedMemoryDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(dir).map_err(error)?;
+    if meta.is_dir() {
+        Ok(())
+    } else {
+        Err(error(std::io::Error::other("not a directory")))
+    }
+}
+
 /// A process-unique epoch so that receivers can tell a restarted sender from a late frame.
 fn epoch_now() -> u64 {
     let nanos = std::time::SystemTime::now()
@@ -486,6 +552,7 @@ fn epoch_now() -> u64 {
 /// The channel links push arrivals into, and the task that releases them to the node in
 /// lane order.
 fn sequenced_inbound(
+    me: NodeId,
     cfg: &NetConfig,
     handle: &tokio::runtime::Handle,
     stats: Arc<NetStats>,
@@ -495,10 +562,10 @@ fn sequenced_inbound(
     let max_pending = cfg.inbound_queue.max(1) * 4;
     let hole_timeout = Duration::from_millis(cfg.reorder_timeout_ms.max(1));
     let part_timeout = Duration::from_millis(cfg.frame_timeout_ms.max(1));
-    let mut assembler = Reassembler::new(crate::reassembly::max_split_message(
-        cfg.inbound_buffer_bytes,
-        cfg.max_message_bytes,
-    ));
+    let max_message =
+        crate::reassembly::max_split_message(cfg.inbound_buffer_bytes, cfg.max_message_bytes);
+    let mut assembler = Reassembler::new(max_message);
+    let shm_dir = cfg.shared_memory_dir.clone();
     handle.spawn(async move {
         let mut sequencer = Sequencer::new(max_pending, hole_timeout);
         let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -519,7 +586,20 @@ fn sequenced_inbound(
                 }
             };
             for inbound in ready {
-                let inbound = if inbound.frame.header.msg_type == PART_MSG_TYPE {
+                let inbound = if inbound.frame.header.msg_type == SHM_MSG_TYPE {
+                    match crate::shm::receive(shm_dir.as_deref(), &inbound.frame, me, max_message) {
+                        Ok(frame) => Inbound {
+                            len: frame.body.len(),
+                            frame,
+                            _budget: [None, None],
+                        },
+                        Err(error) => {
+                            NetStats::bump(&stats.malformed_frames, 1);
+                            tracing::warn!(from = %inbound.frame.header.from, %error, "shared-memory message dropped");
+                            continue;
+                        }
+                    }
+                } else if inbound.frame.header.msg_type == PART_MSG_TYPE {
                     match assembler.accept(inbound.frame, std::time::Instant::now()) {
                         Assembled::Whole(frame) => Inbound {
                             len: frame.body.len(),

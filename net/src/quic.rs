@@ -141,6 +141,11 @@ impl QuicLink {
         self.endpoint.local_addr().ok()
     }
 
+    /// Where `node` is reached, if known.
+    pub(crate) fn peer_addr(&self, node: NodeId) -> Option<SocketAddr> {
+        self.addrs.lock().ok()?.get(&node).copied()
+    }
+
     pub(crate) fn add_peer(&self, node: NodeId, name: &str, addr: SocketAddr) {
         if let Ok(mut a) = self.addrs.lock() {
             a.insert(node, addr);

@@ -43,6 +43,8 @@ pub struct NetStats {
     pub split_messages: AtomicU64,
     /// Messages striped over several connections (`stripe_connections`).
     pub striped_messages: AtomicU64,
+    /// Messages sent through a shared-memory file (`shared_memory_dir`).
+    pub shared_memory_messages: AtomicU64,
     /// QUIC connections this node opened to peers (`stripe_connections` per peer).
     pub opened_connections: AtomicU64,
     /// When a complete frame last arrived from each peer, stamped on the transport's own
@@ -73,6 +75,7 @@ impl Default for NetStats {
             impostor_frames: AtomicU64::default(),
             split_messages: AtomicU64::default(),
             striped_messages: AtomicU64::default(),
+            shared_memory_messages: AtomicU64::default(),
             opened_connections: AtomicU64::default(),
             heard: Mutex::default(),
         }
@@ -125,6 +128,9 @@ pub struct NetStatsSnapshot {
     /// Messages striped over several connections (`stripe_connections`).
     #[serde(default)]
     pub striped_messages: u64,
+    /// Messages sent through a shared-memory file.
+    #[serde(default)]
+    pub shared_memory_messages: u64,
     /// QUIC connections this node opened to peers.
     #[serde(default)]
     pub opened_connections: u64,
@@ -203,6 +209,7 @@ impl NetStats {
             impostor_frames: g(&self.impostor_frames),
             split_messages: g(&self.split_messages),
             striped_messages: g(&self.striped_messages),
+            shared_memory_messages: g(&self.shared_memory_messages),
             opened_connections: g(&self.opened_connections),
         }
     }

@@ -771,3 +771,88 @@ async fn high_priority_passes_a_striped_backlog() {
     );
     assert_eq!(a.stats().striped_messages, backlog as u64);
 }
+
+/// Issue 17 item 4: between two nodes of one host with `shared_memory_dir` set, a large
+/// frame travels through a file and a small control frame, arrives whole and in lane order
+/// with the QUIC frames around it (both ways), and leaves no file behind. Frames below
+/// `shared_memory_min_bytes` stay on QUIC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_frames_between_co_located_nodes_go_through_shared_memory_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = NetConfig {
+        shared_memory_dir: Some(dir.path().to_path_buf()),
+        shared_memory_min_bytes: 1 << 20,
+        ..NetConfig::default()
+    };
+    let ((a, mut a_rx), (b, mut b_rx)) = pair(cfg);
+    let body: Vec<u8> = (0..3usize << 20).map(|i| (i % 251) as u8).collect();
+    let big = frame(1, 2, "big", Priority::NORMAL, &body);
+    for f in [
+        frame(1, 2, "before", Priority::NORMAL, b"x"),
+        big.clone(),
+        frame(1, 2, "after", Priority::NORMAL, b"y"),
+        big.clone(),
+    ] {
+        a.send(NodeId(2), Priority::NORMAL, f).unwrap();
+    }
+    assert_eq!(recv(&mut b_rx).await.frame.header.msg_type, "before");
+    let got = recv(&mut b_rx).await;
+    assert_eq!(got.frame.header.msg_type, "big");
+    assert_eq!(got.frame.header.from, NodeId(1));
+    assert_eq!(
+        got.frame.body,
+        Frame::decode(big.clone(), 4 << 20).unwrap().body
+    );
+    assert_eq!(recv(&mut b_rx).await.frame.header.msg_type, "after");
+    let second = recv(&mut b_rx).await;
+    assert_eq!(second.frame.body, got.frame.body);
+    assert_eq!(a.stats().shared_memory_messages, 2);
+    // The other way, and a frame under the threshold stays on QUIC.
+    let reply = frame(2, 1, "reply", Priority::HIGH, &body);
+    b.send(NodeId(1), Priority::HIGH, reply).unwrap();
+    let small = frame(2, 1, "small", Priority::NORMAL, &[5u8; 1000]);
+    b.send(NodeId(1), Priority::NORMAL, small).unwrap();
+    let mut seen = vec![
+        recv(&mut a_rx).await.frame.header.msg_type,
+        recv(&mut a_rx).await.frame.header.msg_type,
+    ];
+    seen.sort();
+    assert_eq!(seen, ["reply", "small"]);
+    assert_eq!(b.stats().shared_memory_messages, 1);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// With a shaper the emulated link must carry the bytes: shared memory is not used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shaped_link_never_uses_shared_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = NetConfig {
+        shared_memory_dir: Some(dir.path().to_path_buf()),
+        shared_memory_min_bytes: 1024,
+        shaper: Some(petrel_net::ShaperConfig::mbit(1000.0)),
+        ..NetConfig::default()
+    };
+    let ((a, _a_rx), (_b, mut b_rx)) = pair(cfg);
+    let big = frame(1, 2, "big", Priority::NORMAL, &vec![1u8; 256 << 10]);
+    a.send(NodeId(2), Priority::NORMAL, big).unwrap();
+    assert_eq!(recv(&mut b_rx).await.frame.header.msg_type, "big");
+    assert_eq!(a.stats().shared_memory_messages, 0);
+}
+
+/// A `shared_memory_dir` that does not exist is refused when the transport starts, naming it.
+#[tokio::test]
+async fn a_missing_shared_memory_dir_is_refused_at_start() {
+    let creds = ClusterCredentials::generate_cluster(&["a"]).unwrap();
+    let cfg = NetConfig {
+        shared_memory_dir: Some("/nonexistent/petrel-shm".into()),
+        ..NetConfig::default()
+    };
+    let err = Net::quic(NodeId(1), localhost(), &creds[0], cfg)
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string()
+            .contains("shared_memory_dir = /nonexistent/petrel-shm"),
+        "{err}"
+    );
+}

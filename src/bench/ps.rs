@@ -98,6 +98,12 @@ pub struct PsBenchArgs {
     /// Stop a launched cluster after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout_s: u64,
+    /// Also run every size with `shared_memory_dir` set to DIR (a tmpfs such as
+    /// `/dev/shm`), alternating with the QUIC run: large rows then travel between the
+    /// co-located processes through files, QUIC carries only control frames. Reported in
+    /// its own columns (`shm MB/s`, `shm/quic`).
+    #[arg(long, value_name = "DIR")]
+    pub shared_memory: Option<PathBuf>,
 }
 
 /// What the launched nodes read from `[app.ps_bench]`.
@@ -243,6 +249,9 @@ struct NodeReport {
     ps_total_s: f64,
     /// Workers only: time in `push` + `clock()` (incl. encoding) per iteration.
     push_iter_s: Vec<f64>,
+    /// Messages this node sent through shared memory (`--shared-memory`).
+    #[serde(default)]
+    shm_messages: u64,
 }
 
 /// Peak resident memory of this process in MB (`VmHWM`), 0 where /proc has none.
@@ -332,6 +341,7 @@ async fn shard_role(ctx: NodeContext) -> Result<(), PsBenchError> {
         &NodeReport {
             node: ctx.spec.name.clone(),
             peak_rss_mb: peak_rss_mb(),
+            shm_messages: ctx.node.net_stats().shared_memory_messages,
             ..NodeReport::default()
         },
     )
@@ -442,6 +452,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), PsBenchError> {
     report.ps_total_s = started.elapsed().as_secs_f64();
     client.leave()?;
     report.peak_rss_mb = peak_rss_mb();
+    report.shm_messages = ctx.node.net_stats().shared_memory_messages;
     write_report(&cfg, &report)
 }
 
@@ -487,6 +498,7 @@ struct RunFigures {
     transport_mbps: f64,
     transport_p50_ms: f64,
     rss_mb: f64,
+    shm_messages: u64,
 }
 
 async fn petrel_run(
@@ -495,6 +507,7 @@ async fn petrel_run(
     shards: u32,
     iters: u32,
     args: &PsBenchArgs,
+    shared_memory: Option<&Path>,
 ) -> Result<RunFigures, BenchError> {
     let dir = std::env::temp_dir().join(format!(
         "petrel-bench-ps-{}-{bytes}-{workers}x{shards}",
@@ -504,6 +517,9 @@ async fn petrel_run(
     let mut settings = Settings::default();
     settings.cluster.name = "ps-bench".into();
     settings.net = super::net_config(&args.net)?;
+    if let Some(shm) = shared_memory {
+        settings.net.shared_memory_dir = Some(shm.to_path_buf());
+    }
     for s in 0..shards {
         settings.nodes.push(NodeSpec {
             name: format!("shard{s}"),
@@ -578,6 +594,7 @@ async fn petrel_run(
             .sum(),
         transport_p50_ms: percentile(&echo, 0.5) * 1e3,
         rss_mb: reports.iter().map(|r| r.peak_rss_mb).fold(0.0, f64::max),
+        shm_messages: reports.iter().map(|r| r.shm_messages).sum(),
     })
 }
 
@@ -790,6 +807,17 @@ struct SizeFigures {
     peer_p99_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ps_over_peer: Option<f64>,
+    /// With `--shared-memory`: push+pull throughput and p50 with large frames through
+    /// shared memory, and that throughput over the QUIC run's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shm_mbps: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shm_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shm_over_quic: Option<f64>,
+    /// Messages the shared-memory runs sent through files (all nodes, all rounds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shm_messages: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     breakdown: Option<IterationBreakdown>,
     /// p50 minus the in-process breakdown: sending, receiving and scheduling.
@@ -811,6 +839,9 @@ struct Figures {
 /// Runs the benchmark, prints the table and the JSON line.
 pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
     super::net_config(&args.net)?;
+    if let Some(dir) = &args.shared_memory {
+        std::fs::read_dir(dir).map_err(BenchError::io(dir.display().to_string()))?;
+    }
     let topologies = args
         .topologies
         .iter()
@@ -827,13 +858,24 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
             let iters = ((args.bytes_per_phase / bytes.max(1)) as u32)
                 .clamp(args.min_iters.max(1), args.max_iters.max(1));
             let mut runs = Vec::new();
+            let mut shm_runs = Vec::new();
             let mut peers = Vec::new();
             for round in 0..args.rounds.max(1) {
                 eprintln!(
                     "ps bench: {workers} worker(s) x {shards} shard(s), {bytes} bytes, {iters} iterations, round {} ...",
                     round + 1
                 );
-                runs.push(rt.block_on(petrel_run(bytes, workers, shards, iters, &args))?);
+                runs.push(rt.block_on(petrel_run(bytes, workers, shards, iters, &args, None))?);
+                if let Some(dir) = &args.shared_memory {
+                    shm_runs.push(rt.block_on(petrel_run(
+                        bytes,
+                        workers,
+                        shards,
+                        iters,
+                        &args,
+                        Some(dir),
+                    ))?);
+                }
                 if let Some(cmd) = &args.peer_cmd {
                     match rt.block_on(peer_run(cmd, bytes, iters, workers, shards)) {
                         Ok(p) => peers.push(p),
@@ -848,6 +890,10 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
             };
             let (ps_mbps, transport_mbps) = (m(|r| r.ps_mbps), m(|r| r.transport_mbps));
             let peer_mbps = pm(|p| p.mbps);
+            let sm = |f: fn(&RunFigures) -> f64| {
+                (!shm_runs.is_empty()).then(|| median(shm_runs.iter().map(f).collect()))
+            };
+            let shm_mbps = sm(|r| r.ps_mbps);
             let p50_ms = m(|r| r.p50_ms);
             let bd = if (workers, shards) == (1, 1) {
                 Some(breakdown(bytes, iters.min(50), !args.no_read_my_writes)?)
@@ -871,6 +917,11 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
                 peer_p50_ms: pm(|p| p.p50_ms),
                 peer_p99_ms: pm(|p| p.p99_ms),
                 ps_over_peer: peer_mbps.map(|p| ps_mbps / p.max(1e-9)),
+                shm_mbps,
+                shm_p50_ms: sm(|r| r.p50_ms),
+                shm_over_quic: shm_mbps.map(|s| s / ps_mbps.max(1e-9)),
+                shm_messages: (!shm_runs.is_empty())
+                    .then(|| shm_runs.iter().map(|r| r.shm_messages).sum()),
                 wire_ms: bd.as_ref().map(|b| (p50_ms - b.total_ms).max(0.0)),
                 breakdown: bd,
             });
@@ -886,6 +937,8 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
         "ps/transport",
         "peer MB/s",
         "ps/peer",
+        "shm MB/s",
+        "shm/quic",
         "rss MB",
     ]);
     for s in &out {
@@ -899,6 +952,8 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
             fmt(s.ps_over_transport),
             s.peer_mbps.map_or("-".into(), fmt),
             s.ps_over_peer.map_or("-".into(), fmt),
+            s.shm_mbps.map_or("-".into(), fmt),
+            s.shm_over_quic.map_or("-".into(), fmt),
             fmt(s.rss_mb),
         ]);
     }
