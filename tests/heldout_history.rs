@@ -148,3 +148,51 @@ fn lasso_and_logistic_histories_carry_heldout_figures_from_step_0() {
         assert!(close(f(last, k), f(&m["final"], k), 1e-9), "{k}: {last}");
     }
 }
+
+#[test]
+fn strads_mf_history_carries_the_test_rmse_of_every_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    for transport in ["memory", "processes"] {
+        let out = dir.path().join(transport);
+        train(
+            "strads-mf",
+            &out,
+            &[
+                "--data",
+                data("ratings.base").to_str().unwrap(),
+                "--test-data",
+                data("ratings.test").to_str().unwrap(),
+                "--global-mean",
+                "--biases",
+                "--iterations",
+                "2",
+                "--workers",
+                "2",
+                "--transport",
+                transport,
+            ],
+        );
+        let m = metrics(&out);
+        let h = history(&m, &["train_rmse", "test_rmse"]);
+        let (first, last) = (&h[0], &h[h.len() - 1]);
+        // Step 0: the global mean, zero biases and H at zero: the test ratings' RMSE about
+        // their training mean, close to the one of their own mean.
+        let baseline = f(&m["final"], "heldout_baseline_rmse");
+        assert!(
+            close(f(first, "test_rmse"), baseline, 0.05),
+            "{first} vs {baseline}"
+        );
+        assert!(f(last, "test_rmse") < 0.9 * f(first, "test_rmse"), "{last}");
+        // The workers' sum over a rotation is the final model's RMSE on the test set
+        // (every test pair has a training user and item here, so the file's too), to
+        // f32 rounding of the predictions summed in another order (1e-6 relative).
+        assert_eq!(f(&m["final"], "heldout_unknown_pairs"), 0.0);
+        for fin in ["test_rmse", "heldout_rmse"] {
+            assert!(
+                close(f(last, "test_rmse"), f(&m["final"], fin), 1e-6),
+                "{fin}: {last} vs {}",
+                m["final"]
+            );
+        }
+    }
+}
