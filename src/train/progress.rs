@@ -180,8 +180,9 @@ fn info_line(app: &str, passes: Option<u64>, pos: u64, p: &Point, elapsed: Durat
 
 /// The history figures `--plot` draws (the ones that say how training goes; counters and
 /// accuracies are left to `history.csv`).
-const PLOTTED: [&str; 5] = [
+const PLOTTED: [&str; 6] = [
     "objective",
+    "heldout_objective",
     "train_rmse",
     "test_rmse",
     "log_loss",
@@ -189,8 +190,10 @@ const PLOTTED: [&str; 5] = [
 ];
 
 /// `--plot FILE.svg`: draws the run's `history` (from `out/metrics.json`) against seconds,
-/// one line per figure among objective, train_rmse, test_rmse (held out), log_loss (held
-/// out) and loglik_per_token. Returns the figures drawn.
+/// one line per figure among objective, heldout_objective (lasso and logistic with
+/// `--test-data`: the training objective's formula on the test rows), train_rmse,
+/// test_rmse (held out), log_loss (held out) and loglik_per_token. Returns the figures
+/// drawn.
 pub fn plot_history(
     out: &std::path::Path,
     svg: &std::path::Path,

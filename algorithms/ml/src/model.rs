@@ -415,11 +415,7 @@ impl SavedModel {
             return Ok(());
         };
         let figures = self.evaluate_file(path, HELDOUT_FOLD_IN_SWEEPS, seed)?;
-        let named: Vec<(String, f64)> = figures
-            .into_iter()
-            .filter(|(_, v)| v.is_finite())
-            .map(|(k, v)| (format!("heldout_{k}"), v))
-            .collect();
+        let named = heldout_names(figures, &[]);
         let refs: Vec<(&str, f64)> = named.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         metrics.finals(&refs);
         Ok(())
@@ -458,53 +454,78 @@ impl LinearModel {
     /// scaling); for classification `accuracy`, `log_loss` (mean) and `objective`
     /// (summed log-loss + lambda ||w||_1). Labels > 0 are the positive class.
     pub fn evaluate(&self, data: &SparseDataset) -> Figures {
-        let n = data.rows.len().max(1) as f64;
-        let l1 = self.lambda
-            * self
-                .coefficients
+        let l1 = self
+            .coefficients
+            .iter()
+            .map(|w| f64::from(w.abs()))
+            .sum::<f64>();
+        linear_figures(self.task, self.lambda, l1, data, |x| self.score(x))
+    }
+}
+
+/// The held-out figures of [`LinearModel::evaluate`] for a model given by its L1 norm
+/// `l1` and its scores `score(x) = intercept + x . w`: what a trainer evaluates during
+/// the run (on coefficients it holds in another form) with the same formulas as the
+/// final evaluation.
+pub fn linear_figures(
+    task: LinearTask,
+    lambda: f64,
+    l1: f64,
+    data: &SparseDataset,
+    score: impl Fn(&SparseRow) -> f64,
+) -> Figures {
+    let n = data.rows.len().max(1) as f64;
+    let l1 = lambda * l1;
+    match task {
+        LinearTask::Regression => {
+            let sse: f64 = data
+                .rows
                 .iter()
-                .map(|w| f64::from(w.abs()))
-                .sum::<f64>();
-        match self.task {
-            LinearTask::Regression => {
-                let sse: f64 = data
-                    .rows
-                    .iter()
-                    .zip(&data.labels)
-                    .map(|(x, &y)| (f64::from(y) - self.score(x)).powi(2))
-                    .sum();
-                let mean = data.labels.iter().map(|&y| f64::from(y)).sum::<f64>() / n;
-                let sst: f64 = data
-                    .labels
-                    .iter()
-                    .map(|&y| (f64::from(y) - mean).powi(2))
-                    .sum();
-                let r2 = if sst > 0.0 { 1.0 - sse / sst } else { f64::NAN };
-                vec![
-                    ("mse", sse / n),
-                    ("rmse", (sse / n).sqrt()),
-                    ("r2", r2),
-                    ("objective", 0.5 * sse + l1),
-                    ("rows", data.rows.len() as f64),
-                ]
+                .zip(&data.labels)
+                .map(|(x, &y)| (f64::from(y) - score(x)).powi(2))
+                .sum();
+            let mean = data.labels.iter().map(|&y| f64::from(y)).sum::<f64>() / n;
+            let sst: f64 = data
+                .labels
+                .iter()
+                .map(|&y| (f64::from(y) - mean).powi(2))
+                .sum();
+            let r2 = if sst > 0.0 { 1.0 - sse / sst } else { f64::NAN };
+            vec![
+                ("mse", sse / n),
+                ("rmse", (sse / n).sqrt()),
+                ("r2", r2),
+                ("objective", 0.5 * sse + l1),
+                ("rows", data.rows.len() as f64),
+            ]
+        }
+        LinearTask::BinaryClassification => {
+            let (mut correct, mut loss) = (0usize, 0.0f64);
+            for (x, &y) in data.rows.iter().zip(&data.labels) {
+                let p = sigmoid(score(x));
+                let positive = y > 0.0;
+                correct += usize::from((p >= 0.5) == positive);
+                loss -= if positive { p } else { 1.0 - p }.max(1e-12).ln();
             }
-            LinearTask::BinaryClassification => {
-                let (mut correct, mut loss) = (0usize, 0.0f64);
-                for (x, &y) in data.rows.iter().zip(&data.labels) {
-                    let p = self.predict(x);
-                    let positive = y > 0.0;
-                    correct += usize::from((p >= 0.5) == positive);
-                    loss -= if positive { p } else { 1.0 - p }.max(1e-12).ln();
-                }
-                vec![
-                    ("accuracy", correct as f64 / n),
-                    ("log_loss", loss / n),
-                    ("objective", loss + l1),
-                    ("rows", data.rows.len() as f64),
-                ]
-            }
+            vec![
+                ("accuracy", correct as f64 / n),
+                ("log_loss", loss / n),
+                ("objective", loss + l1),
+                ("rows", data.rows.len() as f64),
+            ]
         }
     }
+}
+
+/// Held-out figures named as in the final figures (`heldout_<figure>`), leaving out what
+/// is not a number (R^2 of constant labels) and `skip` (figures that are not a curve,
+/// such as the row count).
+pub fn heldout_names(figures: Figures, skip: &[&str]) -> Vec<(String, f64)> {
+    figures
+        .into_iter()
+        .filter(|(k, v)| v.is_finite() && !skip.contains(k))
+        .map(|(k, v)| (format!("heldout_{k}"), v))
+        .collect()
 }
 
 fn sigmoid(z: f64) -> f64 {

@@ -18,6 +18,7 @@ use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
+use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
 use super::lasso::{LassoJob, linear_model, write_coefficients};
 use crate::core::baseline::{CdOutcome, CdStop, CyclicLogistic};
 use crate::core::logistic::{LogisticWorkerState, pull};
@@ -130,6 +131,8 @@ pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
             elapsed_s,
             objective: report.objective,
             training_accuracy: accuracy,
+            // The final figures hold the baseline's held-out figures.
+            heldout: HeldoutFigures::new(),
         }],
     };
     if let Some(dir) = &job.out_dir {
@@ -309,6 +312,10 @@ pub struct LogisticPoint {
     pub objective: f64,
     /// Fraction of rows classified right.
     pub training_accuracy: f64,
+    /// Held-out figures of the same state (with `test_data`): `heldout_accuracy`,
+    /// `heldout_log_loss`, `heldout_objective`.
+    #[serde(default)]
+    pub heldout: HeldoutFigures,
 }
 
 /// `metrics.json`.
@@ -353,6 +360,10 @@ pub struct LogisticScheduling {
     updates: u64,
     scheduled: u64,
     metrics: LogisticMetrics,
+    /// The test set (`test_data`): held-out figures at every point of the trace.
+    heldout: Option<LinearHeldout>,
+    /// Old values of the commits a partial may not reflect yet (with `heldout` only).
+    commit_log: CommitLog,
 }
 
 impl LogisticScheduling {
@@ -366,6 +377,11 @@ impl LogisticScheduling {
     ) -> Result<Self, StradsError> {
         let job = &job.resolved_for(x, workers);
         let lambda = logistic_lambda(x, labels, job);
+        let heldout = LinearHeldout::of(
+            job,
+            petrel_ml::model::LinearTask::BinaryClassification,
+            lambda,
+        )?;
         let shared = Arc::new(x.clone());
         Ok(LogisticScheduling {
             scheduler: job.coordinate_scheduler(shared)?,
@@ -392,6 +408,8 @@ impl LogisticScheduling {
                 nonzeros: 0,
                 trace: Vec::new(),
             },
+            heldout,
+            commit_log: CommitLog::default(),
         })
     }
 
@@ -473,6 +491,15 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         if let Some(&l1) = self.l1_after.get(a as usize) {
             let objective = loss + f64::from(self.lambda) * l1;
             let accuracy = correct as f64 / rows.max(1) as f64;
+            // The partials describe the state after `a` commits: the held-out figures of
+            // that same state.
+            let heldout = match &self.heldout {
+                Some(h) => {
+                    let at = self.commit_log.values_at(a);
+                    h.figures(&self.coefficients, &at, l1)
+                }
+                None => HeldoutFigures::new(),
+            };
             let node = petrel_observe::thread_node();
             petrel_observe::metrics()
                 .job
@@ -483,6 +510,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
                 elapsed_s: elapsed.as_secs_f64(),
                 objective,
                 training_accuracy: accuracy,
+                heldout,
             });
             self.metrics.final_objective = objective;
             self.metrics.final_training_accuracy = accuracy;
@@ -491,12 +519,19 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         let new_values = pull(&values, &g, &h, self.lambda);
         let mut deltas = Vec::with_capacity(vars.len());
         let mut changes = Vec::with_capacity(vars.len());
+        let mut old_values = Vec::new();
         for (&j, &value) in vars.iter().zip(&new_values) {
             let old = self.coefficients[j];
             self.l1 += f64::from(value.abs()) - f64::from(old.abs());
             self.coefficients[j] = value;
             deltas.push(value - old);
             changes.push((j, value - old));
+            if self.heldout.is_some() && value != old {
+                old_values.push((j, old));
+            }
+        }
+        if self.heldout.is_some() {
+            self.commit_log.push(old_values);
         }
         self.scheduler.commit(&changes);
         self.updates += vars.len() as u64;
@@ -550,6 +585,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         self.scheduled = s.scheduled;
         self.metrics = s.metrics;
         self.in_flight.clear();
+        self.commit_log.reset(self.l1_after.len() as u64 - 1);
         Ok(())
     }
 }
@@ -575,14 +611,12 @@ impl LogisticMetrics {
     pub fn run_metrics(&self, job: &LassoJob) -> petrel_ml::job::RunMetrics {
         let mut m = petrel_ml::job::RunMetrics::new("logistic", job, self, self.elapsed_s);
         for p in &self.trace {
-            m.record(
-                p.round,
-                p.elapsed_s,
-                &[
-                    ("objective", p.objective),
-                    ("training_accuracy", p.training_accuracy),
-                ],
-            );
+            let mut values = vec![
+                ("objective", p.objective),
+                ("training_accuracy", p.training_accuracy),
+            ];
+            values.extend(p.heldout.iter().map(|(k, v)| (k.as_str(), *v)));
+            m.record(p.round, p.elapsed_s, &values);
         }
         m.finals(&[
             ("objective", self.final_objective),

@@ -340,6 +340,13 @@ pub struct MfWorker {
     row_ratings: Vec<u32>,
     /// Training ratings of every item (global ids), for finalising any block.
     item_ratings: Vec<u32>,
+    /// Test ratings of the worker's rows by column block, `(row, col, rating)`: data, not
+    /// state (a restored worker keeps its own).
+    #[serde(skip)]
+    test_blocks: Vec<Vec<(u32, u32, f32)>>,
+    /// Squared test error and test ratings scored since the last [`Self::take_test_error`].
+    #[serde(default)]
+    test_error: (f64, u64),
 }
 
 impl MfWorker {
@@ -402,7 +409,56 @@ impl MfWorker {
             pending_w: Vec::new(),
             row_ratings,
             item_ratings,
+            test_blocks: Vec::new(),
+            test_error: (0.0, 0),
         })
+    }
+
+    /// Keeps the test ratings of this worker's users (by column block) for
+    /// [`Self::score_test`]; ratings outside the partition are left out (as by [`rmse`]).
+    pub fn with_test(mut self, partition: &MfPartition, test: &Ratings) -> Self {
+        let mut blocks = vec![Vec::new(); partition.n_buckets];
+        for &(u, i, rating) in &test.entries {
+            let (u, i) = (u as usize, i as usize);
+            if u >= partition.user_bucket.len()
+                || i >= partition.item_bucket.len()
+                || partition.user_bucket[u] as usize != self.worker
+            {
+                continue;
+            }
+            let b = partition.item_bucket[i] as usize;
+            blocks[b].push((partition.user_local[u], partition.item_local[i], rating));
+        }
+        self.test_blocks = blocks;
+        self
+    }
+
+    /// Adds the squared errors of this worker's test ratings in `block` under the current
+    /// rows of W and the block's H: over a rotation in which neither changes (a W or Visit
+    /// rotation), every test rating of the worker is scored once against one model.
+    pub fn score_test(&mut self, block: &FactorBlock) {
+        let rank = self.rank;
+        let Some(ratings) = self.test_blocks.get(block.block) else {
+            return;
+        };
+        for &(row, col, rating) in ratings {
+            let (row, col) = (row as usize * rank, col as usize * rank);
+            let (Some(w), Some(h)) = (
+                self.w.get(row..row + rank),
+                block.factors.get(col..col + rank),
+            ) else {
+                continue;
+            };
+            // As `rmse` computes a prediction (f32 dot product).
+            let prediction: f32 = w.iter().zip(h).map(|(a, b)| a * b).sum();
+            self.test_error.0 += f64::from(rating - prediction).powi(2);
+            self.test_error.1 += 1;
+        }
+    }
+
+    /// `(sum of squared test errors, test ratings)` scored since the last call.
+    pub fn take_test_error(&mut self) -> (f64, u64) {
+        std::mem::take(&mut self.test_error)
     }
 
     /// Continues from a checkpointed copy of this worker; refuses another worker, rank or
@@ -428,7 +484,9 @@ impl MfWorker {
                 self.user_ids.len()
             )));
         }
+        let test_blocks = std::mem::take(&mut self.test_blocks);
         *self = saved;
+        self.test_blocks = test_blocks;
         Ok(())
     }
 

@@ -94,6 +94,9 @@ pub fn solve_baseline(
             kkt_violation: kkt,
             duality_gap: gap,
             nonzeros,
+            // The baseline has one point, at the end: the final figures hold its
+            // held-out figures.
+            heldout: Default::default(),
         }],
         checkpoints: Vec::new(),
         resumed_from_round: None,

@@ -70,8 +70,10 @@ pub struct LassoJob {
     /// LIBSVM file (the label is the response y). Without it: a synthetic design.
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Held-out LIBSVM file: when training ends, the model's figures on it (Lasso:
-    /// MSE, R^2, objective; logistic: accuracy, log-loss) go to metrics.json as `heldout_*`.
+    /// Held-out LIBSVM file, read once before the start: the model's figures on it (Lasso:
+    /// MSE, RMSE, R^2, objective; logistic: accuracy, log-loss, objective) go to every
+    /// history record (Lasso: each evaluation, the first at round 0 before any update;
+    /// logistic: each round) and to the final figures, as `heldout_*`.
     #[arg(long)]
     pub test_data: Option<PathBuf>,
     /// The synthetic design used without a data file.
@@ -343,17 +345,18 @@ impl LassoJob {
     /// The intercept of coefficients `b` fitted on the centred design:
     /// `mean(y) - mean(X) . b` (0 without `fit_intercept`).
     pub fn intercept(&self, b: &[f32]) -> Result<f64, StradsError> {
+        Ok(self.intercept_terms()?.map_or(0.0, |t| t.intercept(b)))
+    }
+
+    /// What the intercept of any coefficients depends on (the training data's column
+    /// means and mean label), read once; `None` without `fit_intercept`.
+    pub fn intercept_terms(&self) -> Result<Option<InterceptTerms>, StradsError> {
         if !self.fit_intercept {
-            return Ok(0.0);
+            return Ok(None);
         }
         let (x, y) = self.load_uncentred()?;
         let (means, y_mean) = column_means(&x, &y);
-        let dot: f64 = means
-            .iter()
-            .zip(b)
-            .map(|(m, &b)| f64::from(*m) * f64::from(b))
-            .sum();
-        Ok(f64::from(y_mean) - dot)
+        Ok(Some(InterceptTerms { means, y_mean }))
     }
 
     fn load_uncentred(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
@@ -564,6 +567,27 @@ pub fn lambda_max(x: &SparseColumns, y: &[f32]) -> f64 {
 pub const MAX_CENTRED_VALUES: usize = 50_000_000;
 
 /// Column means of `x` and the mean of `y` (f64 sums).
+/// The training data's column means and mean label: the intercept of coefficients `b`
+/// fitted on the centred design is `mean(y) - mean(X) . b`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterceptTerms {
+    means: Vec<f32>,
+    y_mean: f32,
+}
+
+impl InterceptTerms {
+    /// `mean(y) - mean(X) . b`.
+    pub fn intercept(&self, b: &[f32]) -> f64 {
+        let dot: f64 = self
+            .means
+            .iter()
+            .zip(b)
+            .map(|(m, &b)| f64::from(*m) * f64::from(b))
+            .sum();
+        f64::from(self.y_mean) - dot
+    }
+}
+
 fn column_means(x: &SparseColumns, y: &[f32]) -> (Vec<f32>, f32) {
     let n = x.n_rows.max(1) as f64;
     let means = (0..x.n_columns())

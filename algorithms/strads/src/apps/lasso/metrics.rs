@@ -41,6 +41,10 @@ pub struct Evaluation {
     pub duality_gap: f64,
     /// Non-zero coefficients.
     pub nonzeros: usize,
+    /// Held-out figures of these coefficients (with `test_data`): `heldout_mse`,
+    /// `heldout_r2`, ... as in the final figures.
+    #[serde(default)]
+    pub heldout: std::collections::BTreeMap<String, f64>,
 }
 
 /// `metrics.json`.
@@ -207,17 +211,15 @@ impl LassoMetrics {
         let mut m = RunMetrics::new("lasso", job, details, self.elapsed_s);
         for e in &self.evaluations {
             let rel = e.duality_gap / e.objective.abs().max(f64::MIN_POSITIVE);
-            m.record(
-                e.round,
-                e.elapsed_s,
-                &[
-                    ("objective", e.objective),
-                    ("kkt_violation", e.kkt_violation),
-                    ("duality_gap", e.duality_gap),
-                    ("relative_gap", rel),
-                    ("nonzeros", e.nonzeros as f64),
-                ],
-            );
+            let mut values = vec![
+                ("objective", e.objective),
+                ("kkt_violation", e.kkt_violation),
+                ("duality_gap", e.duality_gap),
+                ("relative_gap", rel),
+                ("nonzeros", e.nonzeros as f64),
+            ];
+            values.extend(e.heldout.iter().map(|(k, v)| (k.as_str(), *v)));
+            m.record(e.round, e.elapsed_s, &values);
         }
         let rel = self.relative_gap();
         m.finals(&[

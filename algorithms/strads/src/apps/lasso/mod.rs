@@ -5,6 +5,7 @@
 //! - [`config`]: `[app.lasso]` / the flags of `petrel train lasso` ([`LassoJob`]).
 //! - [`wire`]: the round protocol's messages.
 //! - [`worker`]: the worker half, a row block with its residual ([`LassoWorker`]).
+//! - [`heldout`]: held-out figures at every history point (`test_data`).
 //! - [`metrics`]: the objective trace, exact evaluations and outputs.
 //! - [`scheduling`]: the scheduler half ([`LassoScheduling`]: priority sampling, dependency
 //!   filter, soft-threshold pull, exact evaluations, metrics).
@@ -18,6 +19,7 @@
 pub mod baseline;
 pub mod checkpoint;
 pub mod config;
+pub mod heldout;
 pub mod metrics;
 pub mod multi;
 pub mod scheduling;

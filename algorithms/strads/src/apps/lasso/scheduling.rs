@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::LassoJob;
+use super::heldout::LinearHeldout;
 use super::metrics::{
     EvalNumbers, Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile,
     combine_evaluation, common_applied,
@@ -29,6 +30,7 @@ use crate::core::lasso::pull;
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
+use petrel_ml::model::LinearTask;
 
 /// What an in-flight round is.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +63,9 @@ pub struct LassoScheduling {
     work_since_eval: f64,
     /// Work of one evaluation (one pass over X plus one value per feature).
     eval_work: f64,
+    /// The test set (`test_data`): held-out figures at every evaluation, the first one
+    /// at round 0 before any update.
+    heldout: Option<LinearHeldout>,
 }
 
 impl LassoScheduling {
@@ -87,6 +92,7 @@ impl LassoScheduling {
             .map(|w| (w[1] - w[0]) as u32)
             .collect();
         let eval_work = (x.values.len() + x.n_columns()) as f64;
+        let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let x = Arc::new(x.clone());
         let scheduler = job.coordinate_scheduler(x.clone())?;
         Ok(LassoScheduling {
@@ -131,6 +137,7 @@ impl LassoScheduling {
             column_nnz,
             work_since_eval: 0.0,
             eval_work,
+            heldout,
         })
     }
 
@@ -233,6 +240,10 @@ impl Schedule<LassoApp> for LassoScheduling {
             } else {
                 Step::Done
             };
+        }
+        // With a test set, the held-out curve starts at the untrained model.
+        if self.heldout.is_some() && self.rounds_scheduled == 0 {
+            return self.evaluate(round);
         }
         if self.evaluation_due() {
             return if in_flight > 0 {
@@ -366,6 +377,12 @@ impl Schedule<LassoApp> for LassoScheduling {
                     nonzeros,
                 } = numbers;
                 self.l1 = l1;
+                let no_overrides = std::collections::HashMap::new();
+                let heldout = self
+                    .heldout
+                    .as_ref()
+                    .map(|h| h.figures(&self.coefficients, &no_overrides, l1))
+                    .unwrap_or_default();
                 let eval = Evaluation {
                     round,
                     updates: self.updates,
@@ -374,6 +391,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                     kkt_violation: kkt,
                     duality_gap: gap,
                     nonzeros,
+                    heldout,
                 };
                 tracing::info!(
                     round,

@@ -8,9 +8,10 @@
 //! worker-to-worker `Handoff`, so no two workers update the same block at once and the
 //! blocks never pass through the scheduler. The scheduler's tasks carry only the block id,
 //! the next holder and flags; partials carry the block id and, at the end of a W or Visit
-//! rotation, the worker's squared error. One rank-one coordinate `k` is an H rotation
-//! (every worker adds its sums into each block; the last visitor finalises `h_k` in the
-//! block) followed by a W rotation (every worker sums over each block; the commit tells the
+//! rotation, the worker's squared errors on its training ratings and on its test ratings
+//! (scored block by block during the rotation, against the one model it reports). One
+//! rank-one coordinate `k` is an H rotation (every worker adds its sums into each block;
+//! the last visitor finalises `h_k` in the block) followed by a W rotation (every worker sums over each block; the commit tells the
 //! workers to finalise `w_k`). A final Collect round moves W and the blocks to the
 //! scheduler for the outputs.
 //!
@@ -52,8 +53,10 @@ pub struct StradsMfJob {
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// Held-out ratings file (MovieLens `u1.test` beside `u1.base`): replaces the
-    /// `test_fraction` split as the test set (pairs whose user or item has no training
-    /// rating are left to the final evaluation, `heldout_*` in metrics.json).
+    /// `test_fraction` split as the test set, whose RMSE every history record carries
+    /// (`test_rmse`, scored by the workers over each reporting rotation; pairs whose user
+    /// or item has no training rating are left to the final evaluation, `heldout_*` in
+    /// metrics.json).
     #[arg(long)]
     pub test_data: Option<PathBuf>,
     /// The synthetic ratings used without a data file (TOML only).
@@ -278,6 +281,10 @@ pub enum MfPartial {
         block: usize,
         /// `(sum of squared errors, ratings)` when asked to report.
         squared_error: Option<(f64, u64)>,
+        /// With the report: `(sum of squared errors, ratings)` of the worker's test
+        /// ratings, scored block by block over the rotation just ended.
+        #[serde(default)]
+        test_error: Option<(f64, u64)>,
     },
     /// The worker's factors and its block (Collect).
     Factors {
@@ -400,15 +407,16 @@ fn saved_model(
 
 impl MfMetrics {
     /// The one metrics format: a record per training-RMSE point (step: coordinate
-    /// updates); `converged` when `target_rmse` was reached.
+    /// updates) with the test RMSE of the same model when there is a test set;
+    /// `converged` when `target_rmse` was reached.
     pub fn run_metrics(&self, job: &StradsMfJob) -> petrel_ml::job::RunMetrics {
         let mut m = petrel_ml::job::RunMetrics::new("strads-mf", job, self, self.elapsed_s);
         for p in &self.train_rmse {
-            m.record(
-                p.coordinate_updates,
-                p.elapsed_s,
-                &[("train_rmse", p.train_rmse)],
-            );
+            let mut values = vec![("train_rmse", p.train_rmse)];
+            if let Some(test) = p.test_rmse {
+                values.push(("test_rmse", test));
+            }
+            m.record(p.coordinate_updates, p.elapsed_s, &values);
         }
         m.finals(&[
             ("train_rmse", self.final_train_rmse),
@@ -470,10 +478,10 @@ impl StradsJob for MfApp {
         index: usize,
         shape: &JobShape,
     ) -> Result<RingHalf<MfApp, MfWorkerApp>, StradsError> {
-        let (train, _) = job.load()?;
+        let (train, test) = job.load()?;
         let partition = MfPartition::balanced(&train, shape.workers);
         let initial = initial_ring_blocks(index, &partition, job.layout());
-        let worker = MfWorkerApp::new(index, &partition, &train, job)?;
+        let worker = MfWorkerApp::new(index, &partition, &train, job)?.with_test(&partition, &test);
         Ok(RingHalf::new(worker, initial))
     }
 

@@ -21,6 +21,10 @@ pub struct StradsMfRmsePoint {
     pub elapsed_s: f64,
     /// Train RMSE.
     pub train_rmse: f64,
+    /// RMSE on the test set (`test_data` or the `test_fraction` split) of the same model,
+    /// scored by the workers over the rotation (none without a test set).
+    #[serde(default)]
+    pub test_rmse: Option<f64>,
 }
 
 /// `metrics.json`.
@@ -307,12 +311,14 @@ impl Schedule<MfApp> for MfScheduling {
             Stage::Rotate { phase, k, t } => {
                 let mut sq = 0.0;
                 let mut n = 0u64;
+                let (mut test_sq, mut test_n) = (0.0, 0u64);
                 let mut reported = false;
                 let mut per_worker = Vec::new();
                 for (w, partial) in partials.into_iter().enumerate() {
                     let MfPartial::Visited {
                         block,
                         squared_error,
+                        test_error,
                     } = partial
                     else {
                         return Err(StradsModelError::protocol(format!(
@@ -331,6 +337,10 @@ impl Schedule<MfApp> for MfScheduling {
                         reported = true;
                         per_worker.push(c);
                     }
+                    if let Some((s, c)) = test_error {
+                        test_sq += s;
+                        test_n += c;
+                    }
                 }
                 if reported && n > 0 {
                     let train_rmse = (sq / n as f64).sqrt();
@@ -344,6 +354,7 @@ impl Schedule<MfApp> for MfScheduling {
                         coordinate_updates: self.coordinate_updates,
                         elapsed_s: elapsed.as_secs_f64(),
                         train_rmse,
+                        test_rmse: (test_n > 0).then(|| (test_sq / test_n as f64).sqrt()),
                     });
                     if let Some(target) = self.metrics.target_rmse
                         && train_rmse <= target

@@ -51,6 +51,13 @@ impl MfWorkerApp {
             n_workers: partition.n_buckets,
         })
     }
+
+    /// Scores `test` (this worker's users' ratings of it) during every W and Visit
+    /// rotation, reported with the training error ([`MfPartial::Visited`]'s `test_error`).
+    pub fn with_test(mut self, partition: &MfPartition, test: &Ratings) -> Self {
+        self.worker = self.worker.with_test(partition, test);
+        self
+    }
 }
 
 pub(super) fn initial_blocks(partition: &MfPartition, layout: MfLayout) -> Vec<FactorBlock> {
@@ -125,6 +132,12 @@ impl RingPush<MfApp> for MfWorkerApp {
                     Phase::W => self.worker.accumulate_w(&block, *k),
                     Phase::Visit => {}
                 }
+                // W and H do not change during a W or Visit rotation (w_k is finalised by
+                // the commit after it): its visits score the test ratings of one model,
+                // the one whose training error the rotation reports.
+                if *phase != Phase::H {
+                    self.worker.score_test(&block);
+                }
                 if *finalize_h {
                     self.worker
                         .finalize_h(&mut block, *k, self.ridge, self.n_workers);
@@ -133,10 +146,12 @@ impl RingPush<MfApp> for MfWorkerApp {
                     let (s, n) = self.worker.squared_error();
                     (s, n as u64)
                 });
+                let test_error = report.then(|| self.worker.take_test_error());
                 Ok(RingOutput {
                     partial: MfPartial::Visited {
                         block: expected,
                         squared_error,
+                        test_error,
                     },
                     block: BlockFate::PassTo {
                         worker: *pass_to,

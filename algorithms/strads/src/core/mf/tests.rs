@@ -258,3 +258,55 @@ fn correlation(x: &[f32], y: &[f32]) -> f64 {
     }
     sxy / (sxx * syy).sqrt()
 }
+
+#[test]
+fn a_rotation_of_test_scores_is_the_rmse_of_the_gathered_factors() {
+    let problem = low_rank_ratings(&LowRankParams {
+        n_users: 30,
+        n_items: 20,
+        rank: 2,
+        observed_fraction: 0.5,
+        noise_std: 0.1,
+        seed: 4,
+    })
+    .unwrap();
+    let (train, test) = problem.ratings.train_test_split(0.2, 3).unwrap();
+    let config = CcdppConfig {
+        rank: 2,
+        lambda: 0.1,
+        n_workers: 3,
+        outer_iterations: 1,
+        inner_iterations: 1,
+        seed: 1,
+        biases: true,
+        weighted_lambda: false,
+    };
+    let mut cluster = MfCluster::new(&train, &config).unwrap();
+    let partition = cluster.partition.clone();
+    cluster.workers = std::mem::take(&mut cluster.workers)
+        .into_iter()
+        .map(|w| w.with_test(&partition, &test))
+        .collect();
+    for step in config.layout().sweep() {
+        cluster.update_step(step);
+    }
+    // One rotation: every worker meets every block once, so every test rating is scored
+    // once against the current W and H.
+    cluster.rotation(|w, b| w.score_test(b));
+    let (mut sq, mut n) = (0.0, 0u64);
+    for w in &mut cluster.workers {
+        let (s, c) = w.take_test_error();
+        sq += s;
+        n += c;
+    }
+    assert_eq!(n as usize, test.entries.len());
+    let (user_factors, item_factors) = cluster.factors();
+    let direct = rmse(&test, &user_factors, &item_factors);
+    let scored = (sq / n as f64).sqrt();
+    assert!(
+        (scored - direct).abs() < 1e-6 * direct,
+        "{scored} vs {direct}"
+    );
+    // Taken: the next rotation starts from nothing.
+    assert_eq!(cluster.workers[0].take_test_error(), (0.0, 0));
+}

@@ -88,6 +88,8 @@ impl SliceScheduling {
             gap_tolerance: None,
             target_objective: None,
             out_dir: None,
+            // A slice holds some of the coefficients: no held-out figures of its own.
+            test_data: None,
             seed: job.seed.wrapping_add(index as u64),
             schedulers: 1,
             ..job.clone()

@@ -306,6 +306,8 @@ impl LeadBook {
             kkt_violation: eval.kkt_violation,
             duality_gap: eval.duality_gap,
             nonzeros: eval.nonzeros,
+            // Held-out figures of a multi-scheduler run are only the final ones.
+            heldout: Default::default(),
         });
         lead.apply_decision(&d);
         Ok(d)

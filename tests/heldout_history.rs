@@ -1,0 +1,198 @@
+//! Held-out curves during training for the STRADS apps, through the CLI: with
+//! `--test-data`, every record of `metrics.json`'s history (step 0, before any update,
+//! included) carries the held-out figures, they improve from step 0 to the end, the last
+//! record's agree with the final figures, and `history.csv` / `--plot` have them too.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/data")
+        .join(name)
+}
+
+/// Runs `petrel train <app> --out <out> <args>`; returns its standard output.
+fn train(app: &str, out: &Path, args: &[&str]) -> String {
+    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", app, "--out"])
+        .arg(out)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run petrel");
+    assert!(
+        run.status.success(),
+        "petrel train {app} {args:?} failed: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    String::from_utf8(run.stdout).unwrap()
+}
+
+fn metrics(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap()
+}
+
+fn f(v: &serde_json::Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// The history's records, after checking that every one has each of `keys` and that the
+/// first is step 0.
+fn history<'a>(m: &'a serde_json::Value, keys: &[&str]) -> &'a [serde_json::Value] {
+    let h = m["history"].as_array().unwrap();
+    assert!(h.len() >= 2, "{h:?}");
+    assert_eq!(h[0]["step"], 0, "the first record is before any update");
+    for r in h {
+        for k in keys {
+            assert!(r[*k].as_f64().is_some_and(f64::is_finite), "{k} in {r}");
+        }
+    }
+    h
+}
+
+/// `a` and `b` agree to `rel` of their size.
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-12)
+}
+
+#[test]
+fn lasso_and_logistic_histories_carry_heldout_figures_from_step_0() {
+    let dir = tempfile::tempdir().unwrap();
+    // Lasso with its nodes as processes: the scheduler's process scores the test file.
+    let out = dir.path().join("lasso");
+    let svg = dir.path().join("lasso.svg");
+    let stdout = train(
+        "lasso",
+        &out,
+        &[
+            "--data",
+            data("regression.train").to_str().unwrap(),
+            "--test-data",
+            data("regression.test").to_str().unwrap(),
+            "--transport",
+            "processes",
+            "--workers",
+            "2",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    let m = metrics(&out);
+    let keys = [
+        "heldout_mse",
+        "heldout_rmse",
+        "heldout_r2",
+        "heldout_objective",
+    ];
+    let h = history(&m, &keys);
+    let (first, last) = (&h[0], &h[h.len() - 1]);
+    // Step 0 is the untrained model: the intercept alone (the training mean), so R^2 near 0.
+    assert!(f(first, "heldout_r2").abs() < 0.1, "{first}");
+    assert!(
+        f(last, "heldout_mse") < 0.5 * f(first, "heldout_mse"),
+        "{first} {last}"
+    );
+    assert!(f(last, "heldout_r2") > 0.8, "{last}");
+    // The last record is the final model: the final figures, to rounding (1e-9 relative).
+    for k in keys {
+        assert!(close(f(last, k), f(&m["final"], k), 1e-9), "{k}: {last}");
+    }
+    let csv = std::fs::read_to_string(out.join("history.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert!(
+        header.contains("heldout_mse") && header.contains("heldout_r2"),
+        "{header}"
+    );
+    assert!(
+        stdout.contains("plotted objective, heldout_objective to"),
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("heldout_objective"));
+
+    // Logistic: a record per round, the first with zero weights (log-loss ln 2).
+    let out = dir.path().join("logistic");
+    train(
+        "logistic",
+        &out,
+        &[
+            "--data",
+            data("classes.train").to_str().unwrap(),
+            "--test-data",
+            data("classes.test").to_str().unwrap(),
+            "--transport",
+            "memory",
+            "--workers",
+            "2",
+        ],
+    );
+    let m = metrics(&out);
+    let keys = ["heldout_accuracy", "heldout_log_loss", "heldout_objective"];
+    let h = history(&m, &keys);
+    let (first, last) = (&h[0], &h[h.len() - 1]);
+    assert!(
+        (f(first, "heldout_log_loss") - std::f64::consts::LN_2).abs() < 1e-9,
+        "{first}"
+    );
+    assert!(
+        f(last, "heldout_log_loss") < 0.8 * std::f64::consts::LN_2,
+        "{last}"
+    );
+    assert!(f(last, "heldout_accuracy") > 0.8, "{last}");
+    // Accuracy and log-loss are computed exactly as the final ones; the objective's L1
+    // term is the scheduler's running norm (1e-9 relative).
+    for k in keys {
+        assert!(close(f(last, k), f(&m["final"], k), 1e-9), "{k}: {last}");
+    }
+}
+
+#[test]
+fn strads_mf_history_carries_the_test_rmse_of_every_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    for transport in ["memory", "processes"] {
+        let out = dir.path().join(transport);
+        train(
+            "strads-mf",
+            &out,
+            &[
+                "--data",
+                data("ratings.base").to_str().unwrap(),
+                "--test-data",
+                data("ratings.test").to_str().unwrap(),
+                "--global-mean",
+                "--biases",
+                "--iterations",
+                "2",
+                "--workers",
+                "2",
+                "--transport",
+                transport,
+            ],
+        );
+        let m = metrics(&out);
+        let h = history(&m, &["train_rmse", "test_rmse"]);
+        let (first, last) = (&h[0], &h[h.len() - 1]);
+        // Step 0: the global mean, zero biases and H at zero: the test ratings' RMSE about
+        // their training mean, close to the one of their own mean.
+        let baseline = f(&m["final"], "heldout_baseline_rmse");
+        assert!(
+            close(f(first, "test_rmse"), baseline, 0.05),
+            "{first} vs {baseline}"
+        );
+        assert!(f(last, "test_rmse") < 0.9 * f(first, "test_rmse"), "{last}");
+        // The workers' sum over a rotation is the final model's RMSE on the test set
+        // (every test pair has a training user and item here, so the file's too), to
+        // f32 rounding of the predictions summed in another order (1e-6 relative).
+        assert_eq!(f(&m["final"], "heldout_unknown_pairs"), 0.0);
+        for fin in ["test_rmse", "heldout_rmse"] {
+            assert!(
+                close(f(last, "test_rmse"), f(&m["final"], fin), 1e-6),
+                "{fin}: {last} vs {}",
+                m["final"]
+            );
+        }
+    }
+}
