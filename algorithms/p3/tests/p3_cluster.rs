@@ -39,6 +39,7 @@ fn job(mode: Mode, initial: &[Vec<f32>]) -> P3Job {
         net: NetConfig::default(),
         transport: petrel_actors::Transport::Quic,
         ask_timeout: Duration::from_secs(20),
+        checkpoint: None,
     }
 }
 
@@ -169,6 +170,7 @@ fn p3_returns_the_first_layer_first_on_a_shaped_link() {
             },
             transport: petrel_actors::Transport::Quic,
             ask_timeout: Duration::from_secs(60),
+            checkpoint: None,
         };
         let p = profile.clone();
         let factory = move |_| Ok(EmulatedModel::new(&p, device, 8));

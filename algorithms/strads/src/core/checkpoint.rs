@@ -57,44 +57,13 @@ pub fn parse_round_file(name: &str) -> Option<(u64, bool)> {
     r.parse().ok().map(|r| (r, false))
 }
 
-/// The rounds among the file `names` that `parse` reads as manifests (`Some((round,
-/// true))`), ascending and distinct. Shared by every checkpoint scheme's file names.
-pub fn manifest_rounds_among(
-    names: &[String],
-    parse: impl Fn(&str) -> Option<(u64, bool)>,
-) -> Vec<u64> {
-    let mut rounds: Vec<u64> = names
-        .iter()
-        .filter_map(|n| parse(n))
-        .filter(|&(_, manifest)| manifest)
-        .map(|(r, _)| r)
-        .collect();
-    rounds.sort_unstable();
-    rounds.dedup();
-    rounds
-}
+pub use petrel_actors::durable::manifest_rounds_among;
 
 /// Our files to delete once the checkpoint of round `newest` is complete: all but the
-/// `keep` newest manifests at or below `newest` and their data files. Manifests come first,
-/// so a crash while pruning never leaves a manifest whose files are gone.
+/// `keep` newest manifests at or below `newest` and their data files
+/// ([`petrel_actors::durable::prune_plan`] over [`parse_round_file`]).
 pub fn round_prune_plan(names: &[String], newest: u64, keep: usize) -> Vec<String> {
-    let mut kept: Vec<u64> = names
-        .iter()
-        .filter_map(|n| parse_round_file(n))
-        .filter(|&(r, manifest)| manifest && r <= newest)
-        .map(|(r, _)| r)
-        .collect();
-    kept.sort_unstable_by(|a, b| b.cmp(a));
-    kept.dedup();
-    kept.truncate(keep);
-    let mut doomed: Vec<(bool, &String)> = names
-        .iter()
-        .filter_map(|n| parse_round_file(n).map(|(r, m)| (r, m, n)))
-        .filter(|(r, _, _)| !kept.contains(r))
-        .map(|(_, m, n)| (m, n))
-        .collect();
-    doomed.sort_by_key(|(manifest, _)| !manifest);
-    doomed.into_iter().map(|(_, n)| n.clone()).collect()
+    petrel_actors::durable::prune_plan(names, parse_round_file, newest, keep)
 }
 
 /// When to checkpoint: once `every` rounds committed since the last checkpoint (0 = never),
