@@ -93,6 +93,50 @@ fn three_modes_train_to_identical_parameters() {
     }
 }
 
+/// Checkpoints every 2 iterations (one, at round 2, of a 4-iteration job) change nothing;
+/// a job resumed from it ends with the reference parameters and the same statistics;
+/// a damaged checkpoint is refused and, with none valid, resuming fails naming why.
+#[test]
+fn a_job_resumed_from_its_checkpoint_ends_with_the_reference_parameters() {
+    let (_, initial) = mlp().init(5).unwrap();
+    let expected = reference(&initial);
+    let dir = tempfile::tempdir().unwrap();
+    let with_checkpoints = |resume: bool| P3Job {
+        checkpoint: Some(petrel_p3::checkpoint::CheckpointConfig {
+            dir: dir.path().to_path_buf(),
+            every: 2,
+            resume,
+            tag: "mlp seed 5".into(),
+        }),
+        ..job(Mode::P3, &initial)
+    };
+    let run = |job: &P3Job| {
+        let init = initial.clone();
+        let factory = move |w| CandleStageModel::new(mlp(), &init, data(), BATCH, w, 2);
+        run_cluster(job, factory, None)
+    };
+    let full = run(&with_checkpoints(false)).unwrap();
+    assert_eq!(
+        petrel_p3::checkpoint::manifest_rounds(dir.path()).unwrap(),
+        vec![2]
+    );
+    let resumed = run(&with_checkpoints(true)).unwrap();
+    for (a, b) in full.iter().zip(&resumed) {
+        assert_eq!(a.params, expected, "worker {}", a.worker);
+        assert_eq!(b.params, expected, "resumed worker {}", b.worker);
+        assert_eq!(a.stats, b.stats, "worker {}", a.worker);
+        // The resumed run trained iterations 2 and 3 only.
+        assert_eq!(b.marks.len(), 3);
+    }
+    let manifest = dir.path().join("p3-round-2.manifest");
+    let mut bytes = std::fs::read(&manifest).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&manifest, bytes).unwrap();
+    let err = run(&with_checkpoints(true)).unwrap_err().to_string();
+    assert!(err.contains("no valid P3 checkpoint"), "{err}");
+}
+
 #[test]
 fn emulated_compute_takes_the_profiled_time() {
     // 2 layers, 10 ms forward + 20 ms backward each at 1 GFLOP/s and batch 1.
