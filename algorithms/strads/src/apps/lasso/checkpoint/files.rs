@@ -269,7 +269,7 @@ pub fn manifest_rounds(dir: &Path) -> Result<Vec<u64>, CheckpointError> {
     if !dir.exists() {
         return Ok(Vec::new());
     }
-    Ok(crate::core::checkpoint::manifest_rounds_among(
+    Ok(durable::manifest_rounds_among(
         &durable::list_names(dir)?,
         parse_name,
     ))
