@@ -129,6 +129,7 @@ fn main() -> Result<(), BoxError> {
         net: NetConfig::default(),
         transport: petrel::actors::Transport::Quic,
         ask_timeout: Duration::from_secs(60),
+        checkpoint: None,
     };
 
     let bar = ProgressBar::new(iterations);

@@ -1076,6 +1076,111 @@ fn logistic_strads_mf_and_lda_resume_from_a_checkpoint_after_a_killed_worker() {
     }
 }
 
+/// Issue 12 for P3: `petrel train p3` (an MLP, 2 worker + 2 shard processes) checkpoints
+/// every 4 iterations; worker w1 is SIGKILLed once the first checkpoint's manifest exists
+/// (a progress condition, not a clock); the cluster restarts from the newest checkpoint
+/// and the job ends with exactly the parameters, training-loss table and test figures of
+/// an uninterrupted run. The saved model files differ only in the settings they record
+/// (paths, `resume`), so their parameters are compared, bit for bit.
+#[test]
+fn train_p3_restarts_after_a_killed_worker_and_saves_the_uninterrupted_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = |name: &str, restarts: &str| {
+        let mut cmd = Command::new(PETREL);
+        cmd.args([
+            "train", "p3", "--net", "mlp", "--mode", "p3", "--epochs", "3",
+        ])
+        .args([
+            "--width", "2", "--batch", "8", "--lr", "0.05", "--seed", "2",
+        ])
+        .args([
+            "--train-data",
+            "synthetic:256",
+            "--test-data",
+            "synthetic:64",
+        ])
+        // Shaped links keep the run going long enough to be killed mid-way; they
+        // change no value.
+        .args(["--bandwidth-mbit", "40", "--checkpoint-every", "4"])
+        .args(["--max-restarts", restarts, "--out"])
+        .arg(dir.path().join(name).join("model.json"))
+        .arg("--run-dir")
+        .arg(dir.path().join(name).join("run"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        cmd
+    };
+    let params = |name: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(dir.path().join(name).join("model.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["params"].clone()
+    };
+    // The per-epoch table's rows and the test line (not the lines with wall times).
+    let figures = |stdout: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter(|l| {
+                (l.starts_with(|c: char| c.is_ascii_digit()) && !l.contains(" iterations in "))
+                    || l.starts_with("test loss")
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    let plain = train("plain", "0").output().unwrap();
+    let plain_out = String::from_utf8_lossy(&plain.stdout).into_owned();
+    assert!(
+        plain.status.success(),
+        "{plain_out}{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let ckpt = dir.path().join("plain").join("checkpoints");
+    assert!(
+        petrel::recovery::newest_checkpoint_round(&ckpt).is_some(),
+        "a fresh run checkpoints"
+    );
+
+    let child = train("killed", "2").spawn().unwrap();
+    let ckpt = dir.path().join("killed").join("checkpoints");
+    let started = Instant::now();
+    while petrel::recovery::newest_checkpoint_round(&ckpt).is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = child_process(child.id(), "w1").expect("the worker's process");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success(),
+        "w1 was gone before the kill"
+    );
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("after 1 restart"), "{stdout}");
+    let resumed_round: u64 = stdout
+        .split_once("resumes from the newest checkpoint (round ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .and_then(|(round, _)| round.parse().ok())
+        .unwrap_or_else(|| panic!("the restart did not resume: {stdout}"));
+    assert!(
+        resumed_round >= 4 && resumed_round.is_multiple_of(4),
+        "{stdout}"
+    );
+    assert!(!params("plain").is_null());
+    assert!(params("killed") == params("plain"), "the parameters differ");
+    assert_eq!(figures(&stdout), figures(&plain_out));
+    assert!(!figures(&plain_out).is_empty(), "{plain_out}");
+}
+
 /// Issue 12, item 6: `petrel run --max-restarts` launches the cluster again when a node
 /// dies, from the newest checkpoint when the job file names a `checkpoint_dir`. A strads-mf
 /// cluster file; w1 is SIGKILLed once the first checkpoint is complete; the run restarts

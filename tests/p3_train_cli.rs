@@ -167,6 +167,26 @@ fn train_p3_runs_processes_and_saves_a_loadable_model() {
     assert_eq!(saved.net, "mlp");
     assert_eq!(net.n_stages(), 2);
 
+    // Checkpoints are on by default, next to the model; --resume without one is refused.
+    assert!(petrel::recovery::has_checkpoint(
+        &dir.path().join("checkpoints")
+    ));
+    let none = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args([
+            "train",
+            "p3",
+            "--net",
+            "mlp",
+            "--resume",
+            "--checkpoint-dir",
+        ])
+        .arg(dir.path().join("empty"))
+        .output()
+        .unwrap();
+    assert!(!none.status.success());
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(err.contains("no valid P3 checkpoint"), "{err}");
+
     // A bad data spec is refused before any process starts, naming the flag's setting.
     let bad = Command::new(env!("CARGO_BIN_EXE_petrel"))
         .args(["train", "p3", "--train-data", "csv:x"])

@@ -123,6 +123,23 @@ pub enum P3BenchError {
     /// The JSON figures could not be printed.
     #[error("JSON output")]
     Json(#[from] serde_json::Error),
+    /// A training job failed more often than `--max-restarts` allows.
+    #[error(transparent)]
+    Restarts(Box<crate::recovery::RecoveryError<P3BenchError>>),
+}
+
+impl P3BenchError {
+    /// True when a node process died (killed by a signal, or a peer declared dead by
+    /// heartbeats) rather than failing on its own: only then can a restart help.
+    pub fn is_node_death(&self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        match self {
+            P3BenchError::NodeFailed { status, tail, .. } => {
+                status.signal().is_some() || tail.contains("no heartbeat")
+            }
+            _ => false,
+        }
+    }
 }
 
 /// `petrel bench p3` flags.
@@ -400,6 +417,7 @@ fn run_mode(
         net,
         transport: petrel_actors::Transport::Quic,
         ask_timeout: Duration::from_secs(120),
+        checkpoint: None,
     };
     let profile = setup.profile.clone();
     let (device, batch) = (setup.device_flops, setup.batch);

@@ -159,6 +159,24 @@ fn kill_all(children: &mut [(String, Child, PathBuf)]) {
     }
 }
 
+/// The failure of a node process that a signal ended, if one did.
+fn killed_node(children: &mut [(String, Child, PathBuf)], done: &[bool]) -> Option<P3BenchError> {
+    use std::os::unix::process::ExitStatusExt;
+    children
+        .iter_mut()
+        .zip(done)
+        .filter(|(_, done)| !**done)
+        .find_map(|((name, child, log), _)| match child.try_wait() {
+            Ok(Some(status)) if status.signal().is_some() => Some(P3BenchError::NodeFailed {
+                name: name.clone(),
+                status,
+                log: log.clone(),
+                tail: log_tail(log),
+            }),
+            _ => None,
+        })
+}
+
 /// Runs one job: `cfg.workers + cfg.shards` node processes placed by `hosts` (node i in
 /// host i). Returns the workers' reports (worker order) and the CPU cores the
 /// node processes used on average.
@@ -235,7 +253,8 @@ pub fn run_job(
             }
         }
         if let Some(f) = failed {
-            break Err(f);
+            // A node killed by a signal is the cause, not the peers that then lost it.
+            break Err(killed_node(&mut children, &done).unwrap_or(f));
         }
         if done.iter().all(|d| *d) {
             break Ok(());

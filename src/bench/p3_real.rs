@@ -119,6 +119,20 @@ pub struct P3TrainArgs {
     /// Where to save the trained model (JSON).
     #[arg(long, default_value = "p3-model.json")]
     pub out: PathBuf,
+    /// Iterations between checkpoints (default: one per epoch; 0 = none).
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Checkpoint directory (default: `checkpoints` next to `--out`). A fresh run deletes
+    /// the P3 checkpoints in it first.
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Start from the newest valid checkpoint in the checkpoint directory.
+    #[arg(long)]
+    pub resume: bool,
+    /// Restart the cluster this many times when a node dies, from the newest complete
+    /// checkpoint (from the start without one; 0 = stop at the first failure).
+    #[arg(long, default_value_t = 2)]
+    pub max_restarts: u32,
     /// Cluster, data and optimiser flags.
     #[command(flatten)]
     pub job: RealJobArgs,
@@ -160,8 +174,63 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3BenchError> {
         net = %args.net, mode = %args.mode.name(), iterations, per_epoch,
         "training on {} worker and {} shard processes", cfg.workers, cfg.shards
     );
+    let ckpt_dir = match &args.checkpoint_dir {
+        Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
+        None => cfg
+            .model_out
+            .parent()
+            .map_or_else(|| PathBuf::from("checkpoints"), |p| p.join("checkpoints")),
+    };
+    cfg.checkpoint_every = args.checkpoint_every.unwrap_or(per_epoch);
+    if !args.resume {
+        // A restart may only roll back to this run's own checkpoints.
+        petrel_p3::checkpoint::clear(&ckpt_dir).map_err(petrel_p3::P3Error::from)?;
+    } else if petrel_p3::checkpoint::manifest_rounds(&ckpt_dir)
+        .map_err(petrel_p3::P3Error::from)?
+        .is_empty()
+    {
+        // Refused before any process starts (the nodes verify the files themselves).
+        return Err(
+            petrel_p3::P3Error::from(petrel_p3::checkpoint::P3CheckpointError::NoValid {
+                dir: ckpt_dir,
+                reasons: Vec::new(),
+            })
+            .into(),
+        );
+    }
+    cfg.checkpoint_dir = ckpt_dir.clone();
     let t0 = Instant::now();
-    let reports = run_processes(&cfg, &net, &dir, Duration::from_secs(args.job.timeout_s))?;
+    let newest = || {
+        petrel_p3::checkpoint::manifest_rounds(&ckpt_dir)
+            .ok()
+            .and_then(|r| r.last().copied())
+    };
+    let (reports, restarts) = crate::recovery::run_with_restarts(
+        args.max_restarts,
+        P3BenchError::is_node_death,
+        || newest().is_some(),
+        |resume, number| {
+            match newest() {
+                Some(round) if resume => println!(
+                    "p3: restart {number} resumes from the newest checkpoint (round {round})"
+                ),
+                _ if number > 0 => println!("p3: restart {number} starts from the beginning"),
+                _ => {}
+            }
+            let cfg = P3NodeConfig {
+                resume: resume || args.resume,
+                ..cfg.clone()
+            };
+            run_processes(&cfg, &net, &dir, Duration::from_secs(args.job.timeout_s))
+        },
+    )
+    .map_err(|e| match e {
+        crate::recovery::RecoveryError::Fatal(e) => e,
+        exhausted => P3BenchError::Restarts(Box::new(exhausted)),
+    })?;
+    if restarts > 0 {
+        println!("p3 finished after {restarts} restart(s) of the cluster");
+    }
     let wall = t0.elapsed().as_secs_f64();
     let r0 = reports.first().ok_or(P3BenchError::NoMeasuredIterations)?;
     let mut table = Table::new(&["epoch", "train loss", "train accuracy"]);

@@ -12,6 +12,17 @@ use crate::core::{EngineError, PlanError, ProfileError};
 /// Any error of a P3 job.
 #[derive(Debug, thiserror::Error)]
 pub enum P3Error {
+    /// A checkpoint could not be written, or none could be resumed.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::P3CheckpointError),
+    /// A checkpoint round did not complete (a shard or worker did not save).
+    #[error("checkpoint of round {round}: {detail}")]
+    CheckpointRound {
+        /// The checkpoint's round.
+        round: u64,
+        /// What went wrong.
+        detail: String,
+    },
     /// Planning or simulation.
     #[error(transparent)]
     Plan(#[from] PlanError),

@@ -162,6 +162,8 @@ pub struct P3Job {
     pub transport: Transport,
     /// How long a push waits for its slice's new values.
     pub ask_timeout: Duration,
+    /// Checkpoints of the job, and whether it resumes from one (`None`: neither).
+    pub checkpoint: Option<crate::checkpoint::CheckpointConfig>,
 }
 
 impl P3Job {
@@ -180,6 +182,32 @@ impl P3Job {
             net: NetConfig::default(),
             transport: Transport::default(),
             ask_timeout: Duration::from_secs(60),
+            checkpoint: None,
+        }
+    }
+
+    /// What a checkpoint of this job records about it ([`crate::core::checkpoint::JobShape`]),
+    /// given the model and data `tag`.
+    pub fn shape(&self, tag: &str) -> crate::core::checkpoint::JobShape {
+        crate::core::checkpoint::JobShape {
+            tag: tag.to_string(),
+            mode: self.mode.name().to_string(),
+            slice_size: self.slice_size,
+            workers: self.n_workers,
+            shards: self.n_shards,
+            tensors: self.unit_counts(),
+            opt_bits: (self.opt.lr.to_bits(), self.opt.momentum.to_bits()),
+        }
+    }
+
+    /// The checkpoint this job resumes from (verified), if it resumes.
+    pub fn resume_point(&self) -> Result<Option<crate::checkpoint::LoadedCheckpoint>, P3Error> {
+        match &self.checkpoint {
+            Some(c) if c.resume => Ok(Some(crate::checkpoint::newest_valid(
+                &c.dir,
+                &self.shape(&c.tag),
+            )?)),
+            _ => Ok(None),
         }
     }
 

@@ -31,6 +31,7 @@
 
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod core;
 pub mod error;
 pub mod kit;

@@ -76,6 +76,12 @@ pub struct P3NodeConfig {
     /// Where worker 0 saves the trained real model ([`SavedStagedModel`] JSON); empty:
     /// not saved.
     pub model_out: PathBuf,
+    /// Checkpoint directory every node sees ([`crate::checkpoint`]); empty: no checkpoints.
+    pub checkpoint_dir: PathBuf,
+    /// Iterations between checkpoints (0 = none written).
+    pub checkpoint_every: u64,
+    /// Start from the newest valid checkpoint in `checkpoint_dir` (an error if none is).
+    pub resume: bool,
 }
 
 impl Default for P3NodeConfig {
@@ -100,6 +106,9 @@ impl Default for P3NodeConfig {
             train_data: "synthetic:2048".into(),
             test_data: String::new(),
             model_out: PathBuf::new(),
+            checkpoint_dir: PathBuf::new(),
+            checkpoint_every: 0,
+            resume: false,
         }
     }
 }
@@ -156,9 +165,38 @@ impl P3NodeConfig {
             net: settings.net.clone(),
             transport: settings.cluster.transport,
             ask_timeout: Duration::from_millis(self.ask_timeout_ms.max(1)),
+            checkpoint: self.checkpoint(),
         };
         job.plan()?;
         Ok((job, profile))
+    }
+}
+
+impl P3NodeConfig {
+    /// The job's checkpoint settings (`None` without a `checkpoint_dir`). The tag names
+    /// what a checkpoint must share with a job resuming it besides the cluster and
+    /// optimiser: the model and its data.
+    pub fn checkpoint(&self) -> Option<crate::checkpoint::CheckpointConfig> {
+        if self.checkpoint_dir.as_os_str().is_empty() {
+            return None;
+        }
+        let tag = if self.net.is_empty() {
+            format!(
+                "emulated {} scale {} batch {}",
+                self.model, self.scale, self.batch
+            )
+        } else {
+            format!(
+                "net {} width {} seed {} batch {} train {}",
+                self.net, self.width, self.seed, self.batch, self.train_data
+            )
+        };
+        Some(crate::checkpoint::CheckpointConfig {
+            dir: self.checkpoint_dir.clone(),
+            every: self.checkpoint_every,
+            resume: self.resume,
+            tag,
+        })
     }
 }
 

@@ -112,6 +112,7 @@ fn job(mode: Mode, initial: &[Vec<f32>], opt: FlatSgdMomentum) -> P3Job {
         net: NetConfig::default(),
         transport: petrel_actors::Transport::Quic,
         ask_timeout: Duration::from_secs(30),
+        checkpoint: None,
     }
 }
 

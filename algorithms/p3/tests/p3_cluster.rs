@@ -39,6 +39,7 @@ fn job(mode: Mode, initial: &[Vec<f32>]) -> P3Job {
         net: NetConfig::default(),
         transport: petrel_actors::Transport::Quic,
         ask_timeout: Duration::from_secs(20),
+        checkpoint: None,
     }
 }
 
@@ -90,6 +91,50 @@ fn three_modes_train_to_identical_parameters() {
             assert_eq!(r.bytes_pushed, total * 4 * ITERS);
         }
     }
+}
+
+/// Checkpoints every 2 iterations (one, at round 2, of a 4-iteration job) change nothing;
+/// a job resumed from it ends with the reference parameters and the same statistics;
+/// a damaged checkpoint is refused and, with none valid, resuming fails naming why.
+#[test]
+fn a_job_resumed_from_its_checkpoint_ends_with_the_reference_parameters() {
+    let (_, initial) = mlp().init(5).unwrap();
+    let expected = reference(&initial);
+    let dir = tempfile::tempdir().unwrap();
+    let with_checkpoints = |resume: bool| P3Job {
+        checkpoint: Some(petrel_p3::checkpoint::CheckpointConfig {
+            dir: dir.path().to_path_buf(),
+            every: 2,
+            resume,
+            tag: "mlp seed 5".into(),
+        }),
+        ..job(Mode::P3, &initial)
+    };
+    let run = |job: &P3Job| {
+        let init = initial.clone();
+        let factory = move |w| CandleStageModel::new(mlp(), &init, data(), BATCH, w, 2);
+        run_cluster(job, factory, None)
+    };
+    let full = run(&with_checkpoints(false)).unwrap();
+    assert_eq!(
+        petrel_p3::checkpoint::manifest_rounds(dir.path()).unwrap(),
+        vec![2]
+    );
+    let resumed = run(&with_checkpoints(true)).unwrap();
+    for (a, b) in full.iter().zip(&resumed) {
+        assert_eq!(a.params, expected, "worker {}", a.worker);
+        assert_eq!(b.params, expected, "resumed worker {}", b.worker);
+        assert_eq!(a.stats, b.stats, "worker {}", a.worker);
+        // The resumed run trained iterations 2 and 3 only.
+        assert_eq!(b.marks.len(), 3);
+    }
+    let manifest = dir.path().join("p3-round-2.manifest");
+    let mut bytes = std::fs::read(&manifest).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&manifest, bytes).unwrap();
+    let err = run(&with_checkpoints(true)).unwrap_err().to_string();
+    assert!(err.contains("no valid P3 checkpoint"), "{err}");
 }
 
 #[test]
@@ -169,6 +214,7 @@ fn p3_returns_the_first_layer_first_on_a_shaped_link() {
             },
             transport: petrel_actors::Transport::Quic,
             ask_timeout: Duration::from_secs(60),
+            checkpoint: None,
         };
         let p = profile.clone();
         let factory = move |_| Ok(EmulatedModel::new(&p, device, 8));

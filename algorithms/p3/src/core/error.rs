@@ -103,6 +103,14 @@ pub enum EngineError {
         /// Tensors given.
         got: usize,
     },
+    /// A checkpoint holds a different number of slices than this shard owns.
+    #[error("a checkpoint of {got} slices for a shard of {expected}")]
+    SliceCount {
+        /// Slices this shard owns.
+        expected: usize,
+        /// Slices in the checkpoint.
+        got: usize,
+    },
     /// A gradient or reply for another iteration than the one being collected.
     #[error("slice {slice}: iteration {got}, expected iteration {expected}")]
     WrongIteration {

@@ -14,8 +14,10 @@
 //!   discrete-event [`simulate`] of the three modes with [`auto_slice_size`].
 //! - [`profile`]: [`ModelProfile`]s of real architectures (VGG-19, ResNet-50, a
 //!   Sockeye-style seq2seq) and user profiles from TOML/JSON.
+//! - [`checkpoint`]: when a checkpoint is due, its files and what a resumable one matches.
 //! - [`error`]: [`PlanError`], [`EngineError`], [`ProfileError`].
 
+pub mod checkpoint;
 pub mod cost;
 pub mod error;
 pub mod mode;

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use petrel_ml::dnn::FlatSgdMomentum;
 
+use crate::core::checkpoint::SliceState;
 use crate::core::error::{EngineError, PlanError};
 use crate::core::slicing::SlicePlan;
 
@@ -131,6 +132,67 @@ impl SliceShardCore {
     /// Iteration a slice is collecting gradients for.
     pub fn iteration(&self, slice: usize) -> Option<u64> {
         self.slices.get(&slice).map(|s| s.iter)
+    }
+
+    /// Every owned slice's parameters and momentum (by id), for a checkpoint of round
+    /// `round`: fails unless every slice is initialised and collecting the gradients of
+    /// iteration `round` (all of `round - 1` applied, none of `round`). Gradients already
+    /// received for `round` are not part of it: a resumed run recomputes them.
+    pub fn snapshot(&self, round: u64) -> Result<Vec<SliceState>, EngineError> {
+        let mut ids: Vec<usize> = self.slices.keys().copied().collect();
+        ids.sort_unstable();
+        ids.into_iter()
+            .map(|id| {
+                let s = &self.slices[&id];
+                if !s.initialised {
+                    return Err(EngineError::NotInitialised { slice: id });
+                }
+                if s.iter != round {
+                    return Err(EngineError::WrongIteration {
+                        slice: id,
+                        expected: round,
+                        got: s.iter,
+                    });
+                }
+                Ok(SliceState {
+                    id,
+                    params: s.params.clone(),
+                    velocity: s.velocity.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Restores every owned slice from a checkpoint of round `round` (see
+    /// [`SliceShardCore::snapshot`]); the shard then collects the gradients of `round`.
+    /// Fails unless `slices` holds exactly this shard's slices with their lengths.
+    pub fn restore(&mut self, round: u64, slices: Vec<SliceState>) -> Result<(), EngineError> {
+        if slices.len() != self.slices.len() {
+            return Err(EngineError::SliceCount {
+                expected: self.slices.len(),
+                got: slices.len(),
+            });
+        }
+        for state in &slices {
+            let s = self.slice_mut(state.id)?;
+            if state.params.len() != s.params.len() || state.velocity.len() != s.params.len() {
+                return Err(EngineError::Length {
+                    slice: state.id,
+                    expected: s.params.len(),
+                    got: state.params.len().min(state.velocity.len()),
+                });
+            }
+        }
+        for state in slices {
+            let s = self.slice_mut(state.id)?;
+            s.params = state.params;
+            s.velocity = state.velocity;
+            s.initialised = true;
+            s.iter = round;
+            s.grads.iter_mut().for_each(|g| *g = None);
+            s.received = 0;
+        }
+        Ok(())
     }
 
     /// Adds worker `worker`'s gradient for `slice` at iteration `iter`. When it was the last
@@ -259,6 +321,37 @@ mod tests {
         let out = core.contribute(1, 1, 0, vec![0.0; 3]).unwrap().unwrap();
         assert!(out.iter().all(|&x| (x - (0.8 - 0.18)).abs() < 1e-6));
         assert_eq!(core.updates(), 2);
+    }
+
+    #[test]
+    fn a_restored_shard_continues_exactly_as_the_original() {
+        let plan = SlicePlan::new(&[5], 3, 1).unwrap();
+        let mut a = SliceShardCore::new(&plan, 0, 2, opt()).unwrap();
+        a.init_slice(0, vec![1.0; 3]).unwrap();
+        a.init_slice(1, vec![2.0; 2]).unwrap();
+        for (slice, n) in [(0, 3), (1, 2)] {
+            a.contribute(0, 0, slice, vec![0.5; n]).unwrap();
+            a.contribute(0, 1, slice, vec![1.5; n]).unwrap();
+        }
+        assert!(matches!(
+            a.snapshot(0),
+            Err(EngineError::WrongIteration { .. })
+        ));
+        let snap = a.snapshot(1).unwrap();
+        // A gradient of round 1 already in is not part of the checkpoint.
+        a.contribute(1, 1, 0, vec![1.0; 3]).unwrap();
+        let mut b = SliceShardCore::new(&plan, 0, 2, opt()).unwrap();
+        b.restore(1, snap.clone()).unwrap();
+        assert!(b.all_initialised());
+        b.contribute(1, 1, 0, vec![1.0; 3]).unwrap();
+        let from_a = a.contribute(1, 0, 0, vec![0.25; 3]).unwrap();
+        let from_b = b.contribute(1, 0, 0, vec![0.25; 3]).unwrap();
+        assert_eq!(from_a, from_b);
+        assert!(from_a.is_some());
+        assert!(matches!(
+            b.restore(1, snap[..1].to_vec()),
+            Err(EngineError::SliceCount { .. })
+        ));
     }
 
     #[test]

@@ -44,3 +44,39 @@ pub struct InitSlice {
 }
 
 remote_message!(InitSlice => u32, "petrel.p3.init");
+
+/// One checkpoint file as its writer reports it: name, length and checksum.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct SavedFile {
+    /// The file's name in the checkpoint directory.
+    pub name: String,
+    /// Its length in bytes.
+    pub len: u64,
+    /// FNV-1a 64 of its content.
+    pub fnv64: u64,
+}
+
+/// Worker 0 asks a shard to write its checkpoint file of round `round` (every slice at
+/// iteration `round`) into `dir`. Reply: the file.
+#[derive(Serialize, Deserialize)]
+pub struct SaveShard {
+    /// The checkpoint's round (the first iteration after it).
+    pub round: u64,
+    /// The checkpoint directory.
+    pub dir: String,
+}
+
+remote_message!(SaveShard => SavedFile, "petrel.p3.save-shard");
+
+/// A worker tells worker 0 it wrote its checkpoint file of round `round`. Reply: the round.
+#[derive(Serialize, Deserialize)]
+pub struct WorkerSaved {
+    /// The checkpoint's round.
+    pub round: u64,
+    /// The worker.
+    pub worker: u32,
+    /// Its file.
+    pub file: SavedFile,
+}
+
+remote_message!(WorkerSaved => u64, "petrel.p3.worker-saved");

@@ -11,7 +11,7 @@ use crate::core::SliceShardCore;
 use crate::error::P3Error;
 use crate::kit::P3Job;
 use crate::shells::index_in;
-use crate::shells::messages::{InitSlice, PushGrad, SliceValues};
+use crate::shells::messages::{InitSlice, PushGrad, SaveShard, SavedFile, SliceValues};
 
 /// The role of a server shard.
 pub const SHARD_ROLE: &str = "p3-shard";
@@ -118,18 +118,58 @@ impl Handler<Msg<InitSlice>> for ShardActor {
     }
 }
 
+impl Handler<Msg<SaveShard>> for ShardActor {
+    type Result = Result<SavedFile, HandlerError>;
+
+    /// Writes this shard's checkpoint file: asked by worker 0 once every slice of round
+    /// `round - 1` came back to it, so every slice is at iteration `round` (checked).
+    fn handle(&mut self, msg: Msg<SaveShard>, _: &mut Context<Self>) -> Self::Result {
+        let shard = self.core.shard();
+        let fail = |e: &dyn std::fmt::Display| HandlerError::new(format!("shard {shard}: {e}"));
+        let round = msg.body.round;
+        let file = crate::core::checkpoint::ShardFile {
+            version: crate::core::checkpoint::P3_CHECKPOINT_VERSION,
+            round,
+            shard,
+            slices: self.core.snapshot(round).map_err(|e| fail(&e))?,
+        };
+        let dir = std::path::PathBuf::from(msg.body.dir);
+        let entry = crate::checkpoint::write_shard_file(&dir, &file).map_err(|e| fail(&e))?;
+        tracing::debug!(shard, round, file = %entry.name, "p3 shard checkpoint written");
+        Ok(SavedFile {
+            name: entry.name,
+            len: entry.len,
+            fnv64: entry.fnv64,
+        })
+    }
+}
+
 /// The `p3-shard` role for `job` (also run by the built-in roles of the `petrel` binary):
 /// starts the shard actor, then waits at the `p3.ready` and `p3.init` barriers.
 pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error> {
     let me = index_in(&ctx, SHARD_ROLE)?;
     let plan = job.plan()?;
-    let core = SliceShardCore::new(&plan, me, job.n_workers, job.opt)?;
+    let mut core = SliceShardCore::new(&plan, me, job.n_workers, job.opt)?;
+    if let Some(ck) = job.resume_point()? {
+        let round = ck.manifest.round;
+        let file = ck
+            .shards
+            .into_iter()
+            .nth(me)
+            .ok_or(P3Error::CheckpointRound {
+                round,
+                detail: format!("no file of shard {me}"),
+            })?;
+        core.restore(round, file.slices)?;
+        tracing::info!(shard = me, round, "p3 shard resumed from its checkpoint");
+    }
     tracing::debug!(shard = me, slices = core.n_slices(), "p3 shard ready");
     let addr = ShardActor::new(core).start();
     ctx.node
         .register(SHARD_ACTOR, addr)?
         .accept::<PushGrad>()
-        .accept::<InitSlice>();
+        .accept::<InitSlice>()
+        .accept::<SaveShard>();
     ctx.barrier("p3.ready").await?;
     ctx.barrier("p3.init").await?;
     Ok(())

@@ -7,12 +7,156 @@ use std::time::{Duration, Instant};
 use petrel_actors::{ActorRef, AskError, NodeContext};
 use petrel_messages::Priority;
 
+use crate::checkpoint::CheckpointConfig;
 use crate::core::SliceWorkerCore;
+use crate::core::checkpoint::{
+    CheckpointPolicy, FileEntry, P3_CHECKPOINT_VERSION, P3Manifest, WorkerFile, assemble_params,
+};
 use crate::error::P3Error;
-use crate::kit::{P3Job, P3WorkerReport, Progress, StageLayout, StageModel};
+use crate::kit::{P3Job, P3WorkerReport, Progress, StageLayout, StageModel, StepStats};
 use crate::shells::index_in;
-use crate::shells::messages::{InitSlice, PushGrad, SliceValues};
+use crate::shells::messages::{
+    InitSlice, PushGrad, SaveShard, SavedFile, SliceValues, WorkerSaved,
+};
 use crate::shells::shard::{SHARD_ACTOR, SHARD_ROLE};
+
+/// The actor on worker 0 that hears which checkpoint files the other workers wrote.
+pub const CHECKPOINT_ACTOR: &str = "p3-checkpoint";
+
+/// Worker 0's [`CHECKPOINT_ACTOR`]: hands every [`WorkerSaved`] to the worker loop.
+struct SavedCollector {
+    tx: tokio::sync::mpsc::UnboundedSender<WorkerSaved>,
+}
+
+impl actix::Actor for SavedCollector {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<petrel_actors::Msg<WorkerSaved>> for SavedCollector {
+    type Result = Result<u64, petrel_actors::HandlerError>;
+
+    fn handle(
+        &mut self,
+        msg: petrel_actors::Msg<WorkerSaved>,
+        _: &mut actix::Context<Self>,
+    ) -> Self::Result {
+        let round = msg.body.round;
+        self.tx
+            .send(msg.body)
+            .map_err(|_| petrel_actors::HandlerError::new("worker 0 stopped training"))?;
+        Ok(round)
+    }
+}
+
+fn entry(f: SavedFile) -> FileEntry {
+    FileEntry {
+        name: f.name,
+        len: f.len,
+        fnv64: f.fnv64,
+    }
+}
+
+/// One worker's part of the checkpoint of round `round`, taken once this worker has every
+/// parameter of `round` back (so every shard applied every gradient of `round - 1`):
+/// writes its file; worker 0 then asks every shard to write its own, waits for the other
+/// workers' reports and writes the manifest LAST.
+#[allow(clippy::too_many_arguments)]
+async fn save_checkpoint(
+    ctx: &NodeContext,
+    job: &P3Job,
+    c: &CheckpointConfig,
+    me: usize,
+    round: u64,
+    stats: &[Option<StepStats>],
+    saved: &mut tokio::sync::mpsc::UnboundedReceiver<WorkerSaved>,
+    shard_nodes: &[String],
+) -> Result<(), P3Error> {
+    let fail = |detail: String| P3Error::CheckpointRound { round, detail };
+    let mine = crate::checkpoint::write_worker_file(
+        &c.dir,
+        &WorkerFile {
+            version: P3_CHECKPOINT_VERSION,
+            round,
+            worker: me,
+            stats: stats.to_vec(),
+        },
+    )?;
+    if me != 0 {
+        let w0 = ctx
+            .nodes_with_role(WORKER_ROLE)
+            .into_iter()
+            .next()
+            .ok_or_else(|| fail("no worker 0".into()))?;
+        let file = SavedFile {
+            name: mine.name,
+            len: mine.len,
+            fnv64: mine.fnv64,
+        };
+        ctx.node
+            .actor_at::<WorkerSaved>(&w0, CHECKPOINT_ACTOR)?
+            .ask(
+                WorkerSaved {
+                    round,
+                    worker: me as u32,
+                    file,
+                },
+                Priority::NORMAL,
+                job.ask_timeout,
+            )
+            .await
+            .map_err(|e| fail(format!("telling worker 0: {e}")))?;
+        return Ok(());
+    }
+    let dir = c
+        .dir
+        .to_str()
+        .ok_or_else(|| fail(format!("{} is not UTF-8", c.dir.display())))?
+        .to_string();
+    let asks = shard_nodes.iter().enumerate().map(|(i, n)| {
+        let target = ctx.node.actor_at::<SaveShard>(n, SHARD_ACTOR);
+        let (dir, timeout) = (dir.clone(), job.ask_timeout);
+        async move {
+            target?
+                .ask(SaveShard { round, dir }, Priority::NORMAL, timeout)
+                .await
+                .map(entry)
+                .map_err(|e| P3Error::CheckpointRound {
+                    round,
+                    detail: format!("shard {i}: {e}"),
+                })
+        }
+    });
+    let shards = futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut workers: Vec<Option<FileEntry>> = vec![None; job.n_workers];
+    workers[0] = Some(mine);
+    while workers.iter().any(Option::is_none) {
+        let m = tokio::time::timeout(job.ask_timeout, saved.recv())
+            .await
+            .map_err(|_| fail("a worker did not report its file in time".into()))?
+            .ok_or_else(|| fail("the report channel closed".into()))?;
+        let w = m.worker as usize;
+        if m.round != round || workers.get(w).is_none_or(Option::is_some) {
+            return Err(fail(format!(
+                "unexpected report of worker {w} for round {}",
+                m.round
+            )));
+        }
+        workers[w] = Some(entry(m.file));
+    }
+    let manifest = P3Manifest {
+        version: P3_CHECKPOINT_VERSION,
+        round,
+        shape: job.shape(&c.tag),
+        shards,
+        workers: workers.into_iter().flatten().collect(),
+    };
+    crate::checkpoint::write_manifest(&c.dir, &manifest)?;
+    tracing::info!(round, dir = %c.dir.display(), "p3 checkpoint complete");
+    Ok(())
+}
 
 /// The role of a data-parallel worker.
 pub const WORKER_ROLE: &str = "p3-worker";
@@ -242,16 +386,48 @@ pub async fn worker_role<M: StageModel>(
         model,
         ready_order: vec![Vec::new(); job.iterations as usize],
     };
-    let mut core = SliceWorkerCore::new(plan, job.initial.to_vec())?;
-    for (u, v) in job.initial.iter().enumerate() {
+    // A resumed worker starts at the checkpoint's round from the shards' parameters.
+    let resume = job.resume_point()?;
+    let (start, params, mut stats) = match resume {
+        Some(ck) => {
+            let round = ck.manifest.round;
+            let params = assemble_params(&plan, &ck.shards)?;
+            let mine = ck
+                .workers
+                .into_iter()
+                .nth(me)
+                .ok_or(P3Error::CheckpointRound {
+                    round,
+                    detail: format!("no file of worker {me}"),
+                })?;
+            tracing::info!(worker = me, round, "p3 worker resumes from its checkpoint");
+            (round, params, mine.stats)
+        }
+        None => (
+            0,
+            job.initial.to_vec(),
+            Vec::with_capacity(job.iterations as usize),
+        ),
+    };
+    let mut core = SliceWorkerCore::new(plan, params)?;
+    for (u, v) in core.params().iter().enumerate() {
         w.set_tensor(u, v)?;
+    }
+    let saving = job.checkpoint.clone().filter(|c| c.every > 0);
+    let policy = CheckpointPolicy::new(saving.as_ref().map_or(0, |c| c.every), job.iterations);
+    let (saved_tx, mut saved_rx) = tokio::sync::mpsc::unbounded_channel::<WorkerSaved>();
+    if me == 0 && saving.is_some() {
+        let addr = actix::Actor::start(SavedCollector { tx: saved_tx });
+        ctx.node
+            .register(CHECKPOINT_ACTOR, addr)?
+            .accept::<WorkerSaved>();
     }
     ctx.barrier("p3.ready").await?;
     let shards: Vec<ActorRef<PushGrad>> = shard_nodes
         .iter()
         .map(|n| ctx.node.actor_at::<PushGrad>(n, SHARD_ACTOR))
         .collect::<Result<_, _>>()?;
-    if me == 0 {
+    if me == 0 && start == 0 {
         init_shards(&ctx, &job, &shard_nodes).await?;
     }
     ctx.barrier("p3.init").await?;
@@ -270,11 +446,10 @@ pub async fn worker_role<M: StageModel>(
     };
     let n_stages = layout.n_stages();
     let mut marks = Vec::with_capacity(job.iterations as usize + 1);
-    let mut stats = Vec::with_capacity(job.iterations as usize);
     // Emulated-device clock: compute of a stage ends at vt; waiting for parameters moves
     // it to the arrival time, so timer lag does not accumulate.
     let mut vt = Instant::now();
-    for iter in 0..job.iterations {
+    for iter in start..job.iterations {
         for stage in 0..n_stages {
             let units = layout.stage(stage);
             let wait_start = Instant::now();
@@ -291,7 +466,7 @@ pub async fn worker_role<M: StageModel>(
                     "forward waited for parameters"
                 );
             }
-            if waited || (iter == 0 && stage == 0) {
+            if waited || (iter == start && stage == 0) {
                 vt = vt.max(Instant::now());
             }
             if stage == 0 {
@@ -356,6 +531,22 @@ pub async fn worker_role<M: StageModel>(
         }
         if let Some(p) = &progress {
             p(me, iter, w.model.stats());
+        }
+        if let Some(c) = &saving
+            && policy.due_after(iter)
+        {
+            w.wait_for(&mut rx, &mut core, |c| c.all_ready()).await?;
+            save_checkpoint(
+                &ctx,
+                &job,
+                c,
+                me,
+                iter + 1,
+                &stats,
+                &mut saved_rx,
+                &shard_nodes,
+            )
+            .await?;
         }
     }
     w.wait_for(&mut rx, &mut core, |c| c.all_ready()).await?;

@@ -1,6 +1,6 @@
 //! Round checkpoints of any STRADS app, sans-I/O: when one is due, what its files are
-//! called and hold, whether the workers' answers form a consistent cut, and which old files
-//! to delete. The shells ([`crate::shells::checkpoint`]) do the I/O.
+//! called and hold and whether the workers' answers form a consistent cut. The shells
+//! ([`crate::shells::checkpoint`]) do the I/O, and choose which old files to delete.
 //!
 //! A checkpoint is taken at a round boundary `r` with nothing in flight (a *drain point*):
 //! every round below `r` committed, none at or above `r` dispatched. It holds the scheduler
@@ -55,46 +55,6 @@ pub fn parse_round_file(name: &str) -> Option<(u64, bool)> {
         return None;
     }
     r.parse().ok().map(|r| (r, false))
-}
-
-/// The rounds among the file `names` that `parse` reads as manifests (`Some((round,
-/// true))`), ascending and distinct. Shared by every checkpoint scheme's file names.
-pub fn manifest_rounds_among(
-    names: &[String],
-    parse: impl Fn(&str) -> Option<(u64, bool)>,
-) -> Vec<u64> {
-    let mut rounds: Vec<u64> = names
-        .iter()
-        .filter_map(|n| parse(n))
-        .filter(|&(_, manifest)| manifest)
-        .map(|(r, _)| r)
-        .collect();
-    rounds.sort_unstable();
-    rounds.dedup();
-    rounds
-}
-
-/// Our files to delete once the checkpoint of round `newest` is complete: all but the
-/// `keep` newest manifests at or below `newest` and their data files. Manifests come first,
-/// so a crash while pruning never leaves a manifest whose files are gone.
-pub fn round_prune_plan(names: &[String], newest: u64, keep: usize) -> Vec<String> {
-    let mut kept: Vec<u64> = names
-        .iter()
-        .filter_map(|n| parse_round_file(n))
-        .filter(|&(r, manifest)| manifest && r <= newest)
-        .map(|(r, _)| r)
-        .collect();
-    kept.sort_unstable_by(|a, b| b.cmp(a));
-    kept.dedup();
-    kept.truncate(keep);
-    let mut doomed: Vec<(bool, &String)> = names
-        .iter()
-        .filter_map(|n| parse_round_file(n).map(|(r, m)| (r, m, n)))
-        .filter(|(r, _, _)| !kept.contains(r))
-        .map(|(_, m, n)| (m, n))
-        .collect();
-    doomed.sort_by_key(|(manifest, _)| !manifest);
-    doomed.into_iter().map(|(_, n)| n.clone()).collect()
 }
 
 /// When to checkpoint: once `every` rounds committed since the last checkpoint (0 = never),
@@ -264,29 +224,6 @@ mod tests {
         ] {
             assert_eq!(parse_round_file(other), None, "{other}");
         }
-    }
-
-    #[test]
-    fn pruning_keeps_the_newest_complete_checkpoints_and_deletes_manifests_first() {
-        let mut names: Vec<String> = Vec::new();
-        for r in [10, 20, 30] {
-            names.push(round_worker_file(r, 0));
-            names.push(round_scheduler_file(r));
-            names.push(round_manifest_name(r));
-        }
-        // Round 40 has no manifest (a save that crashed): its files are orphans, deleted.
-        names.push(round_worker_file(40, 0));
-        names.push("unrelated.txt".into());
-        let doomed = round_prune_plan(&names, 30, 2);
-        assert_eq!(
-            doomed,
-            vec![
-                round_manifest_name(10),
-                round_worker_file(10, 0),
-                round_scheduler_file(10),
-                round_worker_file(40, 0)
-            ]
-        );
     }
 
     #[test]

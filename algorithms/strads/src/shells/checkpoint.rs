@@ -15,8 +15,7 @@ use crate::core::app::{Schedule, StradsApp};
 use crate::core::checkpoint::{
     ROUND_CHECKPOINT_VERSION, ROUND_CHECKPOINTS_KEPT, RoundCheckpointPolicy, RoundFileEntry,
     RoundManifest, SchedulerRoundFile, WorkerRoundFile, handoffs_settled, manifest_mismatch,
-    manifest_rounds_among, parse_round_file, round_manifest_name, round_prune_plan,
-    round_scheduler_file, round_worker_file,
+    parse_round_file, round_manifest_name, round_scheduler_file, round_worker_file,
 };
 use petrel_actors::durable::{self, DurableError, FileDigest};
 use petrel_actors::error::AskError;
@@ -172,13 +171,20 @@ pub fn read_worker_round_file(
     Ok(file)
 }
 
+/// Our files to delete once the checkpoint of round `newest` is complete: all but the
+/// `keep` newest manifests at or below `newest` and their data files, manifests first
+/// ([`durable::prune_plan`] over [`parse_round_file`]).
+pub fn round_prune_plan(names: &[String], newest: u64, keep: usize) -> Vec<String> {
+    durable::prune_plan(names, parse_round_file, newest, keep)
+}
+
 /// Rounds that have a manifest in `dir`, ascending (not verified; none when `dir` is
 /// missing).
 pub fn round_manifest_rounds(dir: &Path) -> Result<Vec<u64>, RoundCheckpointError> {
     if !dir.exists() {
         return Ok(Vec::new());
     }
-    Ok(manifest_rounds_among(
+    Ok(durable::manifest_rounds_among(
         &durable::list_names(dir)?,
         parse_round_file,
     ))
@@ -474,4 +480,32 @@ async fn ask_all(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_keeps_the_newest_complete_checkpoints_and_deletes_manifests_first() {
+        let mut names: Vec<String> = Vec::new();
+        for r in [10, 20, 30] {
+            names.push(round_worker_file(r, 0));
+            names.push(round_scheduler_file(r));
+            names.push(round_manifest_name(r));
+        }
+        // Round 40 has no manifest (a save that crashed): its files are orphans, deleted.
+        names.push(round_worker_file(40, 0));
+        names.push("unrelated.txt".into());
+        let doomed = round_prune_plan(&names, 30, 2);
+        assert_eq!(
+            doomed,
+            vec![
+                round_manifest_name(10),
+                round_worker_file(10, 0),
+                round_scheduler_file(10),
+                round_worker_file(40, 0)
+            ]
+        );
+    }
 }

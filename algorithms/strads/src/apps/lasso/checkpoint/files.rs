@@ -269,27 +269,13 @@ pub fn manifest_rounds(dir: &Path) -> Result<Vec<u64>, CheckpointError> {
     if !dir.exists() {
         return Ok(Vec::new());
     }
-    Ok(crate::core::checkpoint::manifest_rounds_among(
+    Ok(durable::manifest_rounds_among(
         &durable::list_names(dir)?,
         parse_name,
     ))
 }
 
-/// Tries `rounds` newest first; returns the first that `validate` accepts and the reasons
-/// the newer ones were refused, or every reason if none is valid.
-pub fn choose_newest_valid<T>(
-    rounds: &[u64],
-    mut validate: impl FnMut(u64) -> Result<T, CheckpointError>,
-) -> Result<(T, Vec<String>), Vec<String>> {
-    let mut refused = Vec::new();
-    for &r in rounds.iter().rev() {
-        match validate(r) {
-            Ok(t) => return Ok((t, refused)),
-            Err(e) => refused.push(e.to_string()),
-        }
-    }
-    Err(refused)
-}
+pub use petrel_actors::durable::choose_newest_valid;
 
 /// The checkpoint `resume = true` continues from (see the module docs for the policy).
 pub fn resume_from(dir: &Path, shape: &ClusterShape) -> Result<ValidCheckpoint, CheckpointError> {
@@ -309,26 +295,10 @@ pub fn resume_from(dir: &Path, shape: &ClusterShape) -> Result<ValidCheckpoint, 
 }
 
 /// Files to delete after the checkpoint of round `newest` is complete: everything of ours
-/// except the `keep` newest manifests at or below `newest` and their data files. Manifests
-/// come first, so a crash while pruning never leaves a manifest without its files.
+/// except the `keep` newest manifests at or below `newest` and their data files
+/// ([`durable::prune_plan`] over [`parse_name`]).
 pub fn prune_plan(names: &[String], newest: u64, keep: usize) -> Vec<String> {
-    let mut manifests: Vec<u64> = names
-        .iter()
-        .filter_map(|n| parse_name(n))
-        .filter(|&(r, m)| m && r <= newest)
-        .map(|(r, _)| r)
-        .collect();
-    manifests.sort_unstable_by(|a, b| b.cmp(a));
-    manifests.dedup();
-    manifests.truncate(keep);
-    let mut doomed: Vec<(bool, &String)> = names
-        .iter()
-        .filter_map(|n| parse_name(n).map(|(r, m)| (r, m, n)))
-        .filter(|(r, _, _)| !manifests.contains(r))
-        .map(|(_, m, n)| (m, n))
-        .collect();
-    doomed.sort_by_key(|(m, _)| !m);
-    doomed.into_iter().map(|(_, n)| n.clone()).collect()
+    durable::prune_plan(names, parse_name, newest, keep)
 }
 
 pub(super) fn prune(dir: &Path, newest: u64) -> Result<(), CheckpointError> {

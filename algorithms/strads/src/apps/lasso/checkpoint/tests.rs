@@ -206,14 +206,14 @@ fn choose_falls_back_to_older_and_reports_all_reasons() {
     .unwrap();
     assert_eq!(pick.0, 2);
     assert_eq!(pick.1.len(), 1);
-    let none = choose_newest_valid::<u64>(&[1, 2], |r| {
+    let none = choose_newest_valid::<u64, CheckpointError>(&[1, 2], |r| {
         Err(CheckpointError::FaultInjection { round: r, limit: 0 })
     })
     .unwrap_err();
     assert_eq!(none.len(), 2);
     assert!(none[0].contains("round 2") && none[1].contains("round 1"));
     assert!(
-        choose_newest_valid::<u64>(&[], |_| unreachable!())
+        choose_newest_valid::<u64, CheckpointError>(&[], |_| unreachable!())
             .unwrap_err()
             .is_empty()
     );

@@ -1,0 +1,363 @@
+//! P3 checkpoints, sans I/O: when one is due, what its files are called and hold, and
+//! whether a manifest belongs to this job. The I/O is in [`crate::checkpoint`].
+//!
+//! Training is synchronous: a worker's parameters of iteration `t + 1` are all back only
+//! once every shard applied every worker's gradients of iteration `t`. A checkpoint of
+//! round `t + 1` (the first iteration a resumed run trains) is taken at that point: each
+//! shard saves its slices (parameters and momentum) at iteration `t + 1`, each worker its
+//! training statistics so far (its data cursor is a pure function of the iteration, and
+//! its parameters are the shards'), and worker 0 writes LAST the manifest listing every
+//! file with its length and checksum.
+//!
+//! Files (all nodes must see the directory: one machine or a shared file system):
+//! `p3-round-<r>-shard-<i>.bin`, `p3-round-<r>-worker-<i>.bin`, `p3-round-<r>.manifest`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::error::EngineError;
+use crate::core::slicing::SlicePlan;
+use crate::kit::StepStats;
+
+/// Version of the file formats below.
+pub const P3_CHECKPOINT_VERSION: u32 = 1;
+
+/// Complete checkpoints kept on disk.
+pub const P3_CHECKPOINTS_KEPT: usize = 2;
+
+/// Magic of a P3 manifest.
+pub const P3_MANIFEST_MAGIC: &[u8; 8] = b"PETRP3M1";
+
+const PREFIX: &str = "p3-round-";
+
+/// `p3-round-<r>.manifest`.
+pub fn manifest_name(round: u64) -> String {
+    format!("{PREFIX}{round}.manifest")
+}
+
+/// `p3-round-<r>-shard-<i>.bin`.
+pub fn shard_file(round: u64, shard: usize) -> String {
+    format!("{PREFIX}{round}-shard-{shard}.bin")
+}
+
+/// `p3-round-<r>-worker-<i>.bin`.
+pub fn worker_file(round: u64, worker: usize) -> String {
+    format!("{PREFIX}{round}-worker-{worker}.bin")
+}
+
+/// `(round, is_manifest)` of one of our file names, `None` for anything else.
+pub fn parse_name(name: &str) -> Option<(u64, bool)> {
+    let rest = name.strip_prefix(PREFIX)?;
+    if let Some(r) = rest.strip_suffix(".manifest") {
+        return r.parse().ok().map(|r| (r, true));
+    }
+    let (r, tail) = rest.split_once('-')?;
+    let index = tail
+        .strip_prefix("shard-")
+        .or_else(|| tail.strip_prefix("worker-"))?
+        .strip_suffix(".bin")?;
+    index.parse::<usize>().ok()?;
+    r.parse().ok().map(|r| (r, false))
+}
+
+/// When to checkpoint: after iteration `t` when `t + 1` is a multiple of `every` (0 =
+/// never) and iterations remain (a checkpoint after the last one would never be resumed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointPolicy {
+    every: u64,
+    iterations: u64,
+}
+
+impl CheckpointPolicy {
+    /// Every `every` iterations of a job of `iterations`.
+    pub fn new(every: u64, iterations: u64) -> Self {
+        CheckpointPolicy { every, iterations }
+    }
+
+    /// Whether a checkpoint (of round `iter + 1`) follows iteration `iter`.
+    pub fn due_after(&self, iter: u64) -> bool {
+        let next = iter + 1;
+        self.every > 0 && next.is_multiple_of(self.every) && next < self.iterations
+    }
+}
+
+/// What a checkpoint must match to be resumed by a job: the same model and data (`tag`),
+/// the same optimiser, cluster and slicing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobShape {
+    /// The model and data as the roles describe them (net, width, seed, batch, data).
+    pub tag: String,
+    /// The plan's mode (the slicing depends on it).
+    pub mode: String,
+    /// Parameters per slice.
+    pub slice_size: u64,
+    /// Data-parallel workers.
+    pub workers: usize,
+    /// Server shards.
+    pub shards: usize,
+    /// Parameters of every tensor.
+    pub tensors: Vec<u64>,
+    /// Learning rate and momentum, as bits (exact).
+    pub opt_bits: (u32, u32),
+}
+
+impl JobShape {
+    /// What differs between a checkpoint's shape (`self`) and the job's, if anything.
+    pub fn mismatch(&self, job: &JobShape) -> Option<String> {
+        let diff = |what: &str, a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| {
+            Some(format!(
+                "{what} is {a:?} in the checkpoint but {b:?} in this job"
+            ))
+        };
+        if self.tag != job.tag {
+            return diff("the model and data", &self.tag, &job.tag);
+        }
+        if self.mode != job.mode {
+            return diff("mode", &self.mode, &job.mode);
+        }
+        if self.slice_size != job.slice_size {
+            return diff("slice_size", &self.slice_size, &job.slice_size);
+        }
+        if self.workers != job.workers {
+            return diff("workers", &self.workers, &job.workers);
+        }
+        if self.shards != job.shards {
+            return diff("shards", &self.shards, &job.shards);
+        }
+        if self.tensors != job.tensors {
+            return diff("the tensor sizes", &self.tensors, &job.tensors);
+        }
+        if self.opt_bits != job.opt_bits {
+            return Some("the learning rate or momentum differs".into());
+        }
+        None
+    }
+}
+
+/// One file as a manifest lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// File name in the checkpoint directory.
+    pub name: String,
+    /// Its length in bytes.
+    pub len: u64,
+    /// FNV-1a 64 of its content.
+    pub fnv64: u64,
+}
+
+/// `p3-round-<r>.manifest`: what a complete checkpoint consists of.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct P3Manifest {
+    /// [`P3_CHECKPOINT_VERSION`].
+    pub version: u32,
+    /// The first iteration after the checkpoint.
+    pub round: u64,
+    /// The job it belongs to.
+    pub shape: JobShape,
+    /// One per shard, in shard order.
+    pub shards: Vec<FileEntry>,
+    /// One per worker, in worker order.
+    pub workers: Vec<FileEntry>,
+}
+
+impl P3Manifest {
+    /// Why this manifest cannot be resumed by `job` as the checkpoint of `round`, if it
+    /// cannot.
+    pub fn mismatch(&self, round: u64, job: &JobShape) -> Option<String> {
+        if self.version != P3_CHECKPOINT_VERSION {
+            return Some(format!("format version {} is not supported", self.version));
+        }
+        if self.round != round {
+            return Some(format!("the manifest names round {}", self.round));
+        }
+        if let Some(d) = self.shape.mismatch(job) {
+            return Some(d);
+        }
+        if self.shards.len() != job.shards || self.workers.len() != job.workers {
+            return Some("it does not list one file per shard and per worker".into());
+        }
+        let expected = (0..job.shards)
+            .map(|s| shard_file(round, s))
+            .chain((0..job.workers).map(|w| worker_file(round, w)));
+        for (entry, name) in self.shards.iter().chain(&self.workers).zip(expected) {
+            if entry.name != name {
+                return Some(format!("it lists {:?} where {name:?} belongs", entry.name));
+            }
+        }
+        None
+    }
+}
+
+/// One slice's state in a shard file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SliceState {
+    /// The slice id in the plan.
+    pub id: usize,
+    /// Its parameters.
+    pub params: Vec<f32>,
+    /// Its momentum.
+    pub velocity: Vec<f32>,
+}
+
+/// `p3-round-<r>-shard-<i>.bin`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardFile {
+    /// [`P3_CHECKPOINT_VERSION`].
+    pub version: u32,
+    /// The first iteration after the checkpoint.
+    pub round: u64,
+    /// The shard's index.
+    pub shard: usize,
+    /// Every slice the shard owns, by id.
+    pub slices: Vec<SliceState>,
+}
+
+/// `p3-round-<r>-worker-<i>.bin`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerFile {
+    /// [`P3_CHECKPOINT_VERSION`].
+    pub version: u32,
+    /// The first iteration after the checkpoint.
+    pub round: u64,
+    /// The worker's index.
+    pub worker: usize,
+    /// Its mini-batch loss and accuracy of every iteration before `round`.
+    pub stats: Vec<Option<StepStats>>,
+}
+
+/// Every tensor's parameters, assembled from the shards' slices of `plan`: what a resumed
+/// worker starts from. Fails naming the first slice that is missing or of the wrong length.
+pub fn assemble_params(
+    plan: &SlicePlan,
+    shards: &[ShardFile],
+) -> Result<Vec<Vec<f32>>, EngineError> {
+    let mut params: Vec<Vec<f32>> = (0..plan.n_layers())
+        .map(|l| {
+            let n: u64 = plan.layer_slices(l).iter().map(|s| s.len).sum();
+            vec![0.0; n as usize]
+        })
+        .collect();
+    let mut seen = vec![false; plan.slices().len()];
+    for state in shards.iter().flat_map(|f| &f.slices) {
+        let s = plan
+            .slice(state.id)
+            .ok_or(crate::core::error::PlanError::UnknownSlice {
+                id: state.id,
+                n_slices: plan.slices().len(),
+            })?;
+        if state.params.len() as u64 != s.len {
+            return Err(EngineError::Length {
+                slice: s.id,
+                expected: s.len as usize,
+                got: state.params.len(),
+            });
+        }
+        let a = s.offset as usize;
+        params[s.layer][a..a + state.params.len()].copy_from_slice(&state.params);
+        seen[s.id] = true;
+    }
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        return Err(EngineError::NotInitialised { slice: missing });
+    }
+    Ok(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::mode::Mode;
+
+    #[test]
+    fn names_round_trip_and_foreign_files_are_ignored() {
+        assert_eq!(parse_name(&manifest_name(12)), Some((12, true)));
+        assert_eq!(parse_name(&shard_file(3, 1)), Some((3, false)));
+        assert_eq!(parse_name(&worker_file(7, 0)), Some((7, false)));
+        for other in [
+            "strads-round-3.manifest",
+            "p3-round-x.manifest",
+            "p3-round-3-worker-x.bin",
+            "p3-round-3-scheduler.bin",
+            ".p3-round-3.manifest.tmp",
+        ] {
+            assert_eq!(parse_name(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn checkpoints_follow_every_n_iterations_but_not_the_last() {
+        let p = CheckpointPolicy::new(4, 10);
+        let due: Vec<u64> = (0..10).filter(|&i| p.due_after(i)).collect();
+        assert_eq!(due, vec![3, 7]);
+        assert!(!CheckpointPolicy::new(5, 10).due_after(9));
+        assert!((0..100).all(|i| !CheckpointPolicy::new(0, 100).due_after(i)));
+    }
+
+    fn shape() -> JobShape {
+        JobShape {
+            tag: "mlp".into(),
+            mode: "p3".into(),
+            slice_size: 4,
+            workers: 2,
+            shards: 2,
+            tensors: vec![5, 3],
+            opt_bits: (1, 2),
+        }
+    }
+
+    #[test]
+    fn a_manifest_of_another_job_is_refused_with_the_reason() {
+        let entry = |name: String| FileEntry {
+            name,
+            len: 1,
+            fnv64: 2,
+        };
+        let m = P3Manifest {
+            version: P3_CHECKPOINT_VERSION,
+            round: 8,
+            shape: shape(),
+            shards: vec![entry(shard_file(8, 0)), entry(shard_file(8, 1))],
+            workers: vec![entry(worker_file(8, 0)), entry(worker_file(8, 1))],
+        };
+        assert_eq!(m.mismatch(8, &shape()), None);
+        assert!(m.mismatch(4, &shape()).unwrap().contains("round 8"));
+        let three = JobShape {
+            workers: 3,
+            ..shape()
+        };
+        let why = m.mismatch(8, &three).unwrap();
+        assert!(
+            why.contains("workers is 2 in the checkpoint but 3"),
+            "{why}"
+        );
+        let mut swapped = m.clone();
+        swapped.shards.swap(0, 1);
+        assert!(swapped.mismatch(8, &shape()).unwrap().contains("belongs"));
+    }
+
+    #[test]
+    fn parameters_assemble_from_every_shard_and_a_missing_slice_is_refused() {
+        let plan = SlicePlan::layerwise_split(Mode::P3, &[5, 3], 4, 2).unwrap();
+        let files: Vec<ShardFile> = (0..2)
+            .map(|shard| ShardFile {
+                version: P3_CHECKPOINT_VERSION,
+                round: 1,
+                shard,
+                slices: plan
+                    .shard_slices(shard)
+                    .map(|s| SliceState {
+                        id: s.id,
+                        params: (0..s.len)
+                            .map(|i| (s.layer * 10) as f32 + (s.offset + i) as f32)
+                            .collect(),
+                        velocity: vec![0.0; s.len as usize],
+                    })
+                    .collect(),
+            })
+            .collect();
+        let p = assemble_params(&plan, &files).unwrap();
+        assert_eq!(p, vec![vec![0., 1., 2., 3., 4.], vec![10., 11., 12.]]);
+        assert!(matches!(
+            assemble_params(&plan, &files[..1]),
+            Err(EngineError::NotInitialised { .. })
+        ));
+    }
+}
