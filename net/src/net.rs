@@ -481,6 +481,11 @@ impl Shared {
             Link::Quic(q) => q.close(),
             Link::Memory(m) => m.leave(),
         }
+        // Processes often exit without dropping their transport: delete the slot files
+        // now (a peer that mapped a slot keeps its mapping).
+        if let Some(shm) = &self.shm {
+            shm.clean_up();
+        }
     }
 }
 
@@ -565,7 +570,7 @@ fn sequenced_inbound(
     let max_message =
         crate::reassembly::max_split_message(cfg.inbound_buffer_bytes, cfg.max_message_bytes);
     let mut assembler = Reassembler::new(max_message);
-    let shm_dir = cfg.shared_memory_dir.clone();
+    let mut shm = crate::shm::ShmReceiver::new(cfg.shared_memory_dir.clone(), me);
     handle.spawn(async move {
         let mut sequencer = Sequencer::new(max_pending, hole_timeout);
         let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -587,7 +592,7 @@ fn sequenced_inbound(
             };
             for inbound in ready {
                 let inbound = if inbound.frame.header.msg_type == SHM_MSG_TYPE {
-                    match crate::shm::receive(shm_dir.as_deref(), &inbound.frame, me, max_message) {
+                    match shm.receive(&inbound.frame, max_message) {
                         Ok(frame) => Inbound {
                             len: frame.body.len(),
                             frame,

@@ -1,89 +1,104 @@
-//! Large frames between two nodes of one host through shared memory: the sender writes the
-//! encoded frame into a file in `shared_memory_dir` (a tmpfs such as `/dev/shm`) and sends
-//! a small control frame over QUIC (wire name [`SHM_MSG_TYPE`], body
-//! `epoch u64 | id u64 | len u64`, little endian); the receiver reads the file, deletes
-//! it and hands the original frame on, in lane order like any other frame. This is what
-//! ps-lite's IPC mode and BytePS do for co-located processes: the bytes skip QUIC's
-//! per-packet encryption and the loopback's packet path.
+//! Large frames between two nodes of one host through shared memory. Each sender keeps, per
+//! peer, a few **slots**: files in `shared_memory_dir` (a tmpfs such as `/dev/shm`) that it
+//! maps and reuses. To send, it copies the encoded frame into a free slot, marks the slot
+//! full and sends a small control frame over QUIC (wire name [`SHM_MSG_TYPE`], body
+//! `epoch u64 | slot u64 | len u64 | file_len u64`, little endian). The receiver maps the
+//! slot's file once (again when it grew), hands the frame on in lane order as bytes that
+//! point into the mapping (no copy), and marks the slot free when the last of those bytes is
+//! dropped (after the message was decoded). This is what ps-lite's IPC mode and BytePS do
+//! for co-located processes: the bytes skip QUIC's per-packet encryption and the loopback's
+//! packet path. Reusing slots matters: on this kind of machine a fresh tmpfs file costs
+//! more (page allocation and zeroing on write, freeing on unlink) than QUIC on loopback.
 //!
-//! Safety: the control frame arrives on the authenticated connection, and the receiver
-//! builds the file name itself from numbers only (the sender's verified node id, its
-//! own id, the epoch and id in the body), so no path from the wire is ever opened. Files
-//! are created exclusively with mode 0600. Bounds: a file is read only if its length is
-//! the announced one and at most a peer's share of the inbound budget (the same bound as
-//! split messages); a sender keeps at most that many bytes of unread files per peer and
-//! sends over QUIC when it would exceed it, so a slow receiver cannot fill the tmpfs.
-//! Files a receiver never read (it died) are deleted by their sender when it shuts down.
+//! Each slot starts with a 64-byte header whose first word is its state (0 free, 1 full;
+//! release/acquire), so the two processes hand the slot back and forth without messages.
+//!
+//! Safety and trust: the control frame arrives on the authenticated connection and the
+//! receiver builds the file name itself from numbers only (the sender's verified node id,
+//! its own id, the epoch and slot), so no path from the wire is opened. Files are created
+//! exclusively with mode 0600, and a sender only ever grows them. The receiver checks the
+//! announced length against a peer's share of the inbound budget and against the file's
+//! size, and refuses a slot that is not marked full. A co-located member is trusted not to
+//! write into a slot it handed over or to shrink its file (either would corrupt that
+//! message or stop the receiver with SIGBUS): only nodes that share a host and a user, and
+//! set the directory, use this path. Bounds: at most [`MAX_SLOTS`] slots and a peer's share
+//! of `inbound_buffer_bytes` of slot capacity per peer; beyond that, or while every slot is
+//! still being read, frames go over QUIC. A sender deletes its files when its transport
+//! closes (the receiver's mappings stay valid until it drops them).
 //!
 //! When it is used (see [`crate::NetConfig::shared_memory_dir`]): only when the node sets
 //! the directory, the frame has at least `shared_memory_min_bytes`, the peer's address is
 //! a loopback address (so both processes are in one network namespace of one host) and no
-//! shaper emulates a link (a shaped link must carry the bytes). Every node of a cluster
+//! shaper emulates a link (a shaped link must carry the bytes). Every node of the host
 //! must see the same directory.
 
 use bytes::{Buf, BufMut, Bytes};
+use memmap2::{MmapOptions, MmapRaw};
 use petrel_messages::{CodecError, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority};
 use std::collections::HashMap;
-use std::io::Write;
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
-/// Wire name (and actor name) of a control frame whose payload is in a shared-memory file.
+/// Wire name (and actor name) of a control frame whose payload is in a shared-memory slot.
 pub const SHM_MSG_TYPE: &str = "petrel.shm";
+/// Slots a sender keeps per peer.
+pub const MAX_SLOTS: usize = 8;
 /// Bytes of a control frame's body.
-const SHM_BODY: usize = 24;
+const SHM_BODY: usize = 32;
+/// Bytes before a slot's data: the state word, padded to a cache line.
+const SLOT_HEADER: usize = 64;
+const FREE: u32 = 0;
+const FULL: u32 = 1;
 
 /// Why a shared-memory frame could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ShmError {
-    /// The control frame's body is not `epoch | id | len`.
+    /// The control frame's body is not `epoch | slot | len | file_len`.
     #[error("shared-memory control frame has a {0}-byte body, expected {SHM_BODY}")]
     BadBody(usize),
-    /// The announced length is over the bound.
-    #[error("shared-memory frame of {len} bytes is over the limit of {max}")]
-    TooBig {
-        /// Announced length.
-        len: u64,
-        /// The bound.
-        max: usize,
-    },
+    /// The announced length or slot is out of bounds.
+    #[error("shared-memory frame: {0}")]
+    OutOfBounds(String),
     /// This node has no `shared_memory_dir`, but a peer sent through one.
     #[error(
         "a peer sent a frame through shared memory but this node has no `shared_memory_dir`; \
          set the same [net] shared_memory_dir on every node of the host"
     )]
     NotEnabled,
-    /// The file is missing, unreadable or of the wrong length.
+    /// The slot file is missing, unreadable, too small or not marked full.
     #[error(
-        "shared-memory file {path}: {reason} (do all nodes of this host see the same \
+        "shared-memory slot {path}: {reason} (do all nodes of this host see the same \
          `shared_memory_dir`?)"
     )]
-    File {
-        /// The file.
+    Slot {
+        /// The slot's file.
         path: PathBuf,
         /// What went wrong.
         reason: String,
     },
-    /// The file's bytes are not a frame.
-    #[error("shared-memory file {path}: {source}")]
+    /// The slot's bytes are not a frame.
+    #[error("shared-memory slot {path}: {source}")]
     Decode {
-        /// The file.
+        /// The slot's file.
         path: PathBuf,
         /// The codec's complaint.
         source: CodecError,
     },
 }
 
-/// What a control frame names: the sender's epoch, the file's id and its length.
+/// What a control frame names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShmRef {
-    /// The sending transport's epoch (tells a restarted sender's files apart).
+    /// The sending transport's epoch (tells a restarted sender's slots apart).
     pub epoch: u64,
-    /// Per-sender file number.
-    pub id: u64,
-    /// Bytes in the file (the encoded frame).
+    /// The slot, below [`MAX_SLOTS`].
+    pub slot: u64,
+    /// Bytes of the frame in the slot.
     pub len: u64,
+    /// The slot file's size when the frame was written (the receiver maps at least this).
+    pub file_len: u64,
 }
 
 impl ShmRef {
@@ -91,78 +106,112 @@ impl ShmRef {
         let mut body = [0u8; SHM_BODY];
         let mut w = &mut body[..];
         w.put_u64_le(self.epoch);
-        w.put_u64_le(self.id);
+        w.put_u64_le(self.slot);
         w.put_u64_le(self.len);
+        w.put_u64_le(self.file_len);
         body
     }
 
-    /// Reads a control frame's body.
-    pub fn parse(mut body: &[u8]) -> Result<Self, ShmError> {
+    /// Reads a control frame's body and checks it against the bounds: a slot below
+    /// [`MAX_SLOTS`], a frame of at most `max` bytes that fits the file.
+    pub fn parse(mut body: &[u8], max: usize) -> Result<Self, ShmError> {
         if body.len() != SHM_BODY {
             return Err(ShmError::BadBody(body.len()));
         }
-        Ok(Self {
+        let r = Self {
             epoch: body.get_u64_le(),
-            id: body.get_u64_le(),
+            slot: body.get_u64_le(),
             len: body.get_u64_le(),
-        })
-    }
-
-    /// The file's name: numbers only, so a receiver never opens a path a peer chose.
-    pub fn file_name(&self, from: NodeId, to: NodeId) -> String {
-        format!(
-            "petrel-shm-{}-{}-{:016x}-{}",
-            from.0, to.0, self.epoch, self.id
-        )
-    }
-}
-
-/// Bytes of unread files per peer, against a bound (sans-I/O: the caller says which files
-/// are gone).
-#[derive(Debug, Default)]
-pub struct ShmLedger {
-    live: HashMap<NodeId, Vec<(PathBuf, u64)>>,
-}
-
-impl ShmLedger {
-    /// Forgets the files of `to` for which `gone` says the receiver deleted them, and
-    /// returns the bytes still unread.
-    pub fn unread(&mut self, to: NodeId, mut gone: impl FnMut(&Path) -> bool) -> u64 {
-        let files = self.live.entry(to).or_default();
-        files.retain(|(path, _)| !gone(path));
-        files.iter().map(|(_, len)| len).sum()
-    }
-
-    /// Records a written file.
-    pub fn add(&mut self, to: NodeId, path: PathBuf, len: u64) {
-        self.live.entry(to).or_default().push((path, len));
-    }
-
-    /// Forgets a file (its control frame could not be queued, so it was deleted).
-    pub fn remove(&mut self, to: NodeId, path: &Path) {
-        if let Some(files) = self.live.get_mut(&to) {
-            files.retain(|(p, _)| p != path);
+            file_len: body.get_u64_le(),
+        };
+        if r.slot >= MAX_SLOTS as u64 {
+            return Err(ShmError::OutOfBounds(format!(
+                "slot {} of at most {MAX_SLOTS}",
+                r.slot
+            )));
         }
-    }
-
-    /// Every file still recorded (deleted at shutdown).
-    pub fn drain(&mut self) -> Vec<PathBuf> {
-        self.live
-            .drain()
-            .flat_map(|(_, files)| files.into_iter().map(|(p, _)| p))
-            .collect()
+        if r.len > max as u64 {
+            return Err(ShmError::OutOfBounds(format!(
+                "{} bytes over the limit of {max}",
+                r.len
+            )));
+        }
+        if r.file_len < SLOT_HEADER as u64 + r.len || r.file_len > (SLOT_HEADER + max) as u64 {
+            return Err(ShmError::OutOfBounds(format!(
+                "a {}-byte frame in a {}-byte slot file",
+                r.len, r.file_len
+            )));
+        }
+        Ok(r)
     }
 }
 
-/// The sending half: writes frames into files and makes their control frames.
+/// A slot file's name: numbers only, so a receiver never opens a path a peer chose.
+pub fn slot_file_name(from: NodeId, to: NodeId, epoch: u64, slot: u64) -> String {
+    format!("petrel-shm-{}-{}-{epoch:016x}-{slot}", from.0, to.0)
+}
+
+/// The state word at the start of a mapped slot.
+fn state(map: &MmapRaw) -> &AtomicU32 {
+    // SAFETY: the mapping is page-aligned and at least SLOT_HEADER bytes long (checked when
+    // mapped), and both processes access the word only atomically.
+    unsafe { &*(map.as_mut_ptr() as *const AtomicU32) }
+}
+
+/// Which slot a sender uses for a frame of `need` bytes (sans-I/O): a free one that is
+/// large enough, else a new one, else a free one grown, within the slot count and the
+/// capacity budget. `slots` are (capacity, free) pairs; capacities are data bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotChoice {
+    /// Reuse slot `i` as it is.
+    Reuse(usize),
+    /// Create a new slot with this capacity.
+    Create(usize),
+    /// Grow free slot `i` to this capacity.
+    Grow(usize, usize),
+    /// No slot: send over QUIC.
+    None,
+}
+
+/// See [`SlotChoice`]. New capacities are rounded up to a power of two (at least 1 MiB) so
+/// that a slot serves frames of similar sizes.
+pub fn choose_slot(slots: &[(usize, bool)], need: usize, budget: usize) -> SlotChoice {
+    if let Some(i) = slots.iter().position(|&(cap, free)| free && cap >= need) {
+        return SlotChoice::Reuse(i);
+    }
+    let cap = need.next_power_of_two().max(1 << 20);
+    let total: usize = slots.iter().map(|&(c, _)| c).sum();
+    if slots.len() < MAX_SLOTS && total + cap <= budget {
+        return SlotChoice::Create(cap);
+    }
+    slots
+        .iter()
+        .position(|&(_, free)| free)
+        .filter(|&i| total - slots[i].0 + cap <= budget)
+        .map_or(SlotChoice::None, |i| SlotChoice::Grow(i, cap))
+}
+
+struct SenderSlot {
+    file: File,
+    path: PathBuf,
+    map: MmapRaw,
+    cap: usize,
+}
+
+impl SenderSlot {
+    fn free(&self) -> bool {
+        state(&self.map).load(Ordering::Acquire) == FREE
+    }
+}
+
+/// The sending half: copies frames into slots and makes their control frames.
 pub(crate) struct ShmSender {
     dir: PathBuf,
     node: NodeId,
     epoch: u64,
     min_bytes: usize,
-    max_unread: u64,
-    next_id: AtomicU64,
-    ledger: Mutex<ShmLedger>,
+    budget: usize,
+    peers: Mutex<HashMap<NodeId, Vec<SenderSlot>>>,
 }
 
 impl ShmSender {
@@ -171,42 +220,73 @@ impl ShmSender {
         node: NodeId,
         epoch: u64,
         min_bytes: usize,
-        max_unread: usize,
+        budget: usize,
     ) -> Self {
         Self {
             dir,
             node,
             epoch,
             min_bytes: min_bytes.max(1),
-            max_unread: max_unread as u64,
-            next_id: AtomicU64::new(0),
-            ledger: Mutex::new(ShmLedger::default()),
+            budget,
+            peers: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Writes `frame` for `to` into a new file and returns its control frame, or `None`
-    /// when the frame is too small, the peer already has its share of unread files, or
-    /// the file cannot be written (the caller then sends over QUIC: nothing is lost).
+    /// Copies `frame` for `to` into a slot and returns its control frame, or `None` when
+    /// the frame is too small, no slot is free within the bounds, or a slot cannot be made
+    /// (the caller then sends over QUIC: nothing is lost).
     pub(crate) fn try_send(&self, to: NodeId, priority: Priority, frame: &[u8]) -> Option<Bytes> {
         if frame.len() < self.min_bytes {
             return None;
         }
-        let len = frame.len() as u64;
+        let mut peers = self.peers.lock().ok()?;
+        let slots = peers.entry(to).or_default();
+        let view: Vec<(usize, bool)> = slots.iter().map(|s| (s.cap, s.free())).collect();
+        let i = match choose_slot(&view, frame.len(), self.budget) {
+            SlotChoice::Reuse(i) => i,
+            SlotChoice::Create(cap) => {
+                let path = self.dir.join(slot_file_name(
+                    self.node,
+                    to,
+                    self.epoch,
+                    slots.len() as u64,
+                ));
+                match create_slot(&path, cap) {
+                    Ok(slot) => slots.push(slot),
+                    Err(error) => {
+                        tracing::debug!(path = %path.display(), %error, "no shared-memory slot; sending over QUIC");
+                        let _ = std::fs::remove_file(&path);
+                        return None;
+                    }
+                }
+                slots.len() - 1
+            }
+            SlotChoice::Grow(i, cap) => {
+                if let Err(error) = grow_slot(&mut slots[i], cap) {
+                    tracing::debug!(path = %slots[i].path.display(), %error, "shared-memory slot not grown; sending over QUIC");
+                    return None;
+                }
+                i
+            }
+            SlotChoice::None => return None,
+        };
+        let slot = &slots[i];
+        // SAFETY: the slot is free (the receiver dropped every view of it) and holds at
+        // least `SLOT_HEADER + frame.len()` bytes; only this sender writes into it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                frame.as_ptr(),
+                slot.map.as_mut_ptr().add(SLOT_HEADER),
+                frame.len(),
+            );
+        }
+        state(&slot.map).store(FULL, Ordering::Release);
         let r = ShmRef {
             epoch: self.epoch,
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            len,
+            slot: i as u64,
+            len: frame.len() as u64,
+            file_len: (SLOT_HEADER + slot.cap) as u64,
         };
-        let path = self.dir.join(r.file_name(self.node, to));
-        {
-            let mut ledger = self.ledger.lock().ok()?;
-            if ledger.unread(to, |p| !p.exists()) + len > self.max_unread {
-                return None;
-            }
-            // Recorded before writing, so that a shutdown racing this send deletes it.
-            ledger.add(to, path.clone(), len);
-        }
-        let written = write_new(&path, frame);
         let header = EnvelopeHeader {
             from: self.node,
             to,
@@ -215,29 +295,21 @@ impl ShmSender {
             priority,
             kind: EnvelopeKind::Tell,
         };
-        match written
-            .and_then(|()| Frame::encode_raw(&header, &r.encode()).map_err(std::io::Error::other))
-        {
+        match Frame::encode_raw(&header, &r.encode()) {
             Ok(control) => Some(control),
-            Err(error) => {
-                tracing::debug!(path = %path.display(), %error, "shared-memory write failed; sending over QUIC");
-                let _ = std::fs::remove_file(&path);
-                if let Ok(mut ledger) = self.ledger.lock() {
-                    ledger.remove(to, &path);
-                }
+            Err(_) => {
+                state(&slot.map).store(FREE, Ordering::Release);
                 None
             }
         }
     }
 
-    /// Deletes every file no receiver has read yet (called when the transport closes).
+    /// Deletes every slot file (called when the transport closes).
     pub(crate) fn clean_up(&self) {
-        let paths = match self.ledger.lock() {
-            Ok(mut ledger) => ledger.drain(),
-            Err(_) => return,
-        };
-        for path in paths {
-            let _ = std::fs::remove_file(path);
+        if let Ok(mut peers) = self.peers.lock() {
+            for slot in peers.drain().flat_map(|(_, slots)| slots) {
+                let _ = std::fs::remove_file(&slot.path);
+            }
         }
     }
 }
@@ -248,59 +320,128 @@ impl Drop for ShmSender {
     }
 }
 
-/// Creates `path` exclusively (mode 0600) and writes `bytes` into it.
-fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn map(file: &File) -> std::io::Result<MmapRaw> {
+    MmapOptions::new().map_raw(file)
+}
+
+/// Creates a slot file exclusively (mode 0600) with room for `cap` data bytes, mapped.
+fn create_slot(path: &Path, cap: usize) -> std::io::Result<SenderSlot> {
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
+    options.read(true).write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options.open(path)?;
-    file.write_all(bytes)
+    let file = options.open(path)?;
+    file.set_len((SLOT_HEADER + cap) as u64)?;
+    let map = map(&file)?;
+    Ok(SenderSlot {
+        file,
+        path: path.to_path_buf(),
+        map,
+        cap,
+    })
 }
 
-/// The receiving half: reads the frame a control frame names (from `frame.header.from` to
-/// `me`), deletes its file and decodes it.
-pub(crate) fn receive(
-    dir: Option<&Path>,
-    control: &Frame,
+fn grow_slot(slot: &mut SenderSlot, cap: usize) -> std::io::Result<()> {
+    slot.file.set_len((SLOT_HEADER + cap) as u64)?;
+    slot.map = map(&slot.file)?;
+    slot.cap = cap;
+    Ok(())
+}
+
+/// Bytes of a full slot as the receiver hands them on; the slot is free again when the
+/// last clone of these bytes is dropped.
+struct SlotView {
+    map: Arc<MmapRaw>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for SlotView {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: checked when the view was made: the mapping holds SLOT_HEADER + len
+        // bytes, and the slot is marked full, so its sender does not write into it until
+        // this view is dropped.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(SLOT_HEADER), self.len) }
+    }
+}
+
+impl Drop for SlotView {
+    fn drop(&mut self) {
+        state(&self.map).store(FREE, Ordering::Release);
+    }
+}
+
+/// The receiving half: the slots it has mapped, by (sender, epoch, slot).
+pub(crate) struct ShmReceiver {
+    dir: Option<PathBuf>,
     me: NodeId,
-    max: usize,
-) -> Result<Frame, ShmError> {
-    let dir = dir.ok_or(ShmError::NotEnabled)?;
-    let r = ShmRef::parse(&control.body)?;
-    if r.len > max as u64 {
-        return Err(ShmError::TooBig { len: r.len, max });
-    }
-    let path = dir.join(r.file_name(control.header.from, me));
-    let read = read_exact_len(&path, r.len);
-    // Deleted whatever happened: a wrong file must not linger in memory.
-    let _ = std::fs::remove_file(&path);
-    let bytes = read.map_err(|reason| ShmError::File {
-        path: path.clone(),
-        reason,
-    })?;
-    Frame::decode(bytes, max).map_err(|source| ShmError::Decode { path, source })
+    maps: HashMap<(NodeId, u64, u64), Arc<MmapRaw>>,
 }
 
-/// The file's bytes if it holds exactly `len` of them.
-fn read_exact_len(path: &Path, len: u64) -> Result<Bytes, String> {
-    let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let actual = file.metadata().map_err(|e| e.to_string())?.len();
-    if actual != len {
-        return Err(format!("{actual} bytes, the control frame announced {len}"));
+impl ShmReceiver {
+    pub(crate) fn new(dir: Option<PathBuf>, me: NodeId) -> Self {
+        Self {
+            dir,
+            me,
+            maps: HashMap::new(),
+        }
     }
-    let mut buf = Vec::with_capacity(len as usize);
-    std::io::Read::read_to_end(&mut file, &mut buf).map_err(|e| e.to_string())?;
-    if buf.len() as u64 != len {
-        return Err(format!(
-            "read {} bytes, the control frame announced {len}",
-            buf.len()
-        ));
+
+    /// The frame a control frame names, as bytes pointing into the slot.
+    pub(crate) fn receive(&mut self, control: &Frame, max: usize) -> Result<Frame, ShmError> {
+        let dir = self.dir.as_deref().ok_or(ShmError::NotEnabled)?;
+        let r = ShmRef::parse(&control.body, max)?;
+        let from = control.header.from;
+        let path = dir.join(slot_file_name(from, self.me, r.epoch, r.slot));
+        let slot_error = |reason: String| ShmError::Slot {
+            path: path.clone(),
+            reason,
+        };
+        let key = (from, r.epoch, r.slot);
+        let mapped = self
+            .maps
+            .get(&key)
+            .filter(|m| m.len() as u64 >= r.file_len)
+            .cloned();
+        let map = match mapped {
+            Some(m) => m,
+            None => {
+                // Read and write: the receiver marks the slot free in its header.
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| slot_error(e.to_string()))?;
+                let size = file
+                    .metadata()
+                    .map_err(|e| slot_error(e.to_string()))?
+                    .len();
+                if size < r.file_len {
+                    return Err(slot_error(format!(
+                        "{size} bytes, the control frame announced {}",
+                        r.file_len
+                    )));
+                }
+                let m = Arc::new(map(&file).map_err(|e| slot_error(e.to_string()))?);
+                // A restarted sender's old slots are gone for good.
+                self.maps.retain(|&(f, e, _), _| f != from || e == r.epoch);
+                self.maps.insert(key, m.clone());
+                m
+            }
+        };
+        if state(&map).load(Ordering::Acquire) != FULL {
+            return Err(slot_error(
+                "not marked full (a replayed control frame?)".into(),
+            ));
+        }
+        let bytes = Bytes::from_owner(SlotView {
+            map,
+            len: r.len as usize,
+        });
+        Frame::decode(bytes, max).map_err(|source| ShmError::Decode { path, source })
     }
-    Ok(Bytes::from(buf))
 }
 
 #[cfg(test)]
@@ -324,88 +465,148 @@ mod tests {
         Frame::decode(bytes, 1 << 20).unwrap()
     }
 
+    const MAX: usize = 64 << 20;
+
     #[test]
-    fn a_frame_goes_through_a_file_and_the_file_is_gone_after() {
+    fn a_frame_goes_through_a_slot_that_is_reused_once_read() {
         let dir = tempfile::tempdir().unwrap();
-        let tx = ShmSender::new(dir.path().into(), NodeId(3), 7, 1000, 1 << 30);
-        let original = frame(100_000);
+        let tx = ShmSender::new(dir.path().into(), NodeId(3), 7, 1000, MAX);
+        let mut rx = ShmReceiver::new(Some(dir.path().into()), NodeId(5));
         assert!(
             tx.try_send(NodeId(5), Priority::default(), &frame(10))
                 .is_none()
         );
+        let original = frame(100_000);
         let c = control(
             tx.try_send(NodeId(5), Priority::default(), &original)
                 .unwrap(),
         );
         assert_eq!(c.header.msg_type, SHM_MSG_TYPE);
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-        let got = receive(Some(dir.path()), &c, NodeId(5), 1 << 20).unwrap();
-        assert_eq!(got.body.len(), 100_000);
+        let got = rx.receive(&c, MAX).unwrap();
         assert_eq!(got.header.from, NodeId(3));
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-    }
-
-    #[test]
-    fn unread_files_bound_what_goes_through_memory() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = frame(50_000);
-        let tx = ShmSender::new(dir.path().into(), NodeId(3), 1, 1, 2 * f.len());
-        let a = tx.try_send(NodeId(5), Priority::default(), &f).unwrap();
-        assert!(tx.try_send(NodeId(5), Priority::default(), &f).is_some());
-        // Two unread files: the third goes over QUIC; another peer has its own share.
-        assert!(tx.try_send(NodeId(5), Priority::default(), &f).is_none());
-        assert!(tx.try_send(NodeId(6), Priority::default(), &f).is_some());
-        receive(Some(dir.path()), &control(a), NodeId(5), 1 << 20).unwrap();
-        assert!(tx.try_send(NodeId(5), Priority::default(), &f).is_some());
-        // Shutdown deletes what nobody read.
+        assert_eq!(got.body, Frame::decode(original.clone(), MAX).unwrap().body);
+        // While the frame is held, its slot is busy: the next frame takes a second slot.
+        let c2 = control(
+            tx.try_send(NodeId(5), Priority::default(), &original)
+                .unwrap(),
+        );
+        assert_eq!(ShmRef::parse(&c2.body, MAX).unwrap().slot, 1);
+        drop(got);
+        drop(rx.receive(&c2, MAX).unwrap());
+        // Both read and dropped: slot 0 is reused, no third file.
+        let c3 = control(
+            tx.try_send(NodeId(5), Priority::default(), &original)
+                .unwrap(),
+        );
+        assert_eq!(ShmRef::parse(&c3.body, MAX).unwrap().slot, 0);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        // A replayed control frame finds its slot free again once read.
+        drop(rx.receive(&c3, MAX).unwrap());
+        assert!(matches!(rx.receive(&c3, MAX), Err(ShmError::Slot { .. })));
+        // Shutdown deletes the sender's files.
         tx.clean_up();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]
-    fn bad_control_frames_and_files_are_refused_and_deleted() {
+    fn a_slot_grows_and_the_receiver_maps_it_again() {
         let dir = tempfile::tempdir().unwrap();
-        let tx = ShmSender::new(dir.path().into(), NodeId(3), 1, 1, 1 << 30);
+        let tx = ShmSender::new(dir.path().into(), NodeId(3), 1, 1, MAX);
+        let mut rx = ShmReceiver::new(Some(dir.path().into()), NodeId(5));
+        let small = frame(1000);
+        // Every slot made and held, then slot 0 read: the big frame has to grow slot 0.
+        let mut held: Vec<Frame> = (0..MAX_SLOTS)
+            .map(|_| {
+                let c = control(tx.try_send(NodeId(5), Priority::default(), &small).unwrap());
+                rx.receive(&c, MAX).unwrap()
+            })
+            .collect();
+        drop(held.remove(0));
+        let big = frame(3 << 20);
+        let c = control(tx.try_send(NodeId(5), Priority::default(), &big).unwrap());
+        let r = ShmRef::parse(&c.body, MAX).unwrap();
+        assert_eq!((r.slot, r.file_len), (0, (SLOT_HEADER + (4 << 20)) as u64));
+        let got = rx.receive(&c, MAX).unwrap();
+        assert_eq!(got.body, Frame::decode(big.clone(), MAX).unwrap().body);
+        // Every slot busy: QUIC.
+        assert!(
+            tx.try_send(NodeId(5), Priority::default(), &small)
+                .is_none()
+        );
+        drop(held);
+        assert!(
+            tx.try_send(NodeId(5), Priority::default(), &small)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn bad_control_frames_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let tx = ShmSender::new(dir.path().into(), NodeId(3), 1, 1, MAX);
         let c = control(
             tx.try_send(NodeId(5), Priority::default(), &frame(5000))
                 .unwrap(),
         );
-        // Not enabled here.
         assert!(matches!(
-            receive(None, &c, NodeId(5), 1 << 20),
+            ShmReceiver::new(None, NodeId(5)).receive(&c, MAX),
             Err(ShmError::NotEnabled)
         ));
-        // Over the bound: refused before any read.
-        assert!(matches!(
-            receive(Some(dir.path()), &c, NodeId(5), 100),
-            Err(ShmError::TooBig { .. })
-        ));
-        // A truncated file is refused, named, and deleted.
-        let r = ShmRef::parse(&c.body).unwrap();
-        let path = dir.path().join(r.file_name(NodeId(3), NodeId(5)));
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        f.set_len(100).unwrap();
-        let err = receive(Some(dir.path()), &c, NodeId(5), 1 << 20).unwrap_err();
-        assert!(err.to_string().contains("petrel-shm-3-5-"), "{err}");
-        assert!(!path.exists());
-        // Read twice (a replayed control frame): the file is gone.
-        assert!(matches!(
-            receive(Some(dir.path()), &c, NodeId(5), 1 << 20),
-            Err(ShmError::File { .. })
-        ));
-        // A control frame for someone else's file names a file this node cannot have.
-        assert!(ShmRef::parse(&[0u8; 7]).is_err());
+        // Over the bound: refused before any file is opened.
+        let mut rx = ShmReceiver::new(Some(dir.path().into()), NodeId(5));
+        assert!(matches!(rx.receive(&c, 100), Err(ShmError::OutOfBounds(_))));
+        // A control frame that names another node's slot (this node is 6) finds no file.
+        let mut other = ShmReceiver::new(Some(dir.path().into()), NodeId(6));
+        let err = other.receive(&c, MAX).unwrap_err();
+        assert!(err.to_string().contains("petrel-shm-3-6-"), "{err}");
+        // Bodies that break the bounds.
+        let r = ShmRef {
+            epoch: 1,
+            slot: MAX_SLOTS as u64,
+            len: 10,
+            file_len: 100,
+        };
+        assert!(ShmRef::parse(&r.encode(), MAX).is_err());
+        let r = ShmRef {
+            slot: 0,
+            file_len: 20,
+            ..r
+        };
+        assert!(ShmRef::parse(&r.encode(), MAX).is_err());
+        assert!(ShmRef::parse(&[0u8; 7], MAX).is_err());
+        // The real one still reads.
+        assert!(rx.receive(&c, MAX).is_ok());
+    }
+
+    #[test]
+    fn slot_choice_reuses_creates_grows_or_gives_up() {
+        let mib = 1 << 20;
+        assert_eq!(choose_slot(&[], 10, 8 * mib), SlotChoice::Create(mib));
+        assert_eq!(
+            choose_slot(&[(mib, false), (mib, true)], 10, 8 * mib),
+            SlotChoice::Reuse(1)
+        );
+        assert_eq!(
+            choose_slot(&[(mib, true)], 3 * mib, 8 * mib),
+            SlotChoice::Create(4 * mib)
+        );
+        // Over the budget with a new slot: grow the free one instead.
+        assert_eq!(
+            choose_slot(&[(mib, true)], 3 * mib, 4 * mib + mib / 2),
+            SlotChoice::Grow(0, 4 * mib)
+        );
+        // Nothing free and no room: QUIC.
+        assert_eq!(
+            choose_slot(&[(4 * mib, false)], mib, 4 * mib),
+            SlotChoice::None
+        );
+        let full = vec![(mib, false); MAX_SLOTS];
+        assert_eq!(choose_slot(&full, 10, usize::MAX), SlotChoice::None);
     }
 
     #[test]
     fn file_names_hold_numbers_only() {
-        let r = ShmRef {
-            epoch: u64::MAX,
-            id: 12,
-            len: 1,
-        };
-        let name = r.file_name(NodeId(1), NodeId(2));
-        assert_eq!(name, "petrel-shm-1-2-ffffffffffffffff-12");
-        assert!(!name.contains('/') && !name.contains(".."));
+        let name = slot_file_name(NodeId(1), NodeId(2), u64::MAX, 7);
+        assert_eq!(name, "petrel-shm-1-2-ffffffffffffffff-7");
     }
 }
