@@ -119,9 +119,10 @@ pub struct NetConfig {
     /// second core and would only pay the part headers).
     pub stripe_min_bytes: usize,
     /// Shared memory for co-located nodes (off when unset): a frame of at least
-    /// `shared_memory_min_bytes` to a peer on a loopback address is written into a file in
-    /// this directory (use a tmpfs, e.g. `/dev/shm`) and only a small control frame goes
-    /// over QUIC ([`crate::shm`]). Every node of the host must set the same directory.
+    /// `shared_memory_min_bytes` to a peer on a loopback address is copied into a reusable
+    /// slot (a mapped file in this directory; use a tmpfs, e.g. `/dev/shm`) and only a small
+    /// control frame goes over QUIC ([`crate::shm`]). Every node of the host must set the
+    /// same directory.
     /// Ignored with a `shaper` (an emulated link must carry the bytes).
     pub shared_memory_dir: Option<std::path::PathBuf>,
     /// Smallest frame sent through `shared_memory_dir` (smaller ones are cheap over QUIC).
