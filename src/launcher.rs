@@ -608,8 +608,9 @@ fn reserve_metrics_ports(settings: &mut Settings) -> Result<(), LaunchError> {
             NodeError::Config(format!("node {}: bad metrics_addr {addr:?}", n.name))
         })?;
         if parsed.port() == 0 {
-            // Bound and released: the window for a race is tiny and only on this host.
-            parsed.set_port(std::net::TcpListener::bind(parsed)?.local_addr()?.port());
+            // Outside the kernel's ephemeral range: a port bound and released there was
+            // taken by another program's bind(0) before the node listened (seen in CI).
+            parsed.set_port(petrel_net::ports::pick_free_tcp(parsed.ip())?.port());
         }
         n.metrics_addr = Some(parsed.to_string());
     }

@@ -1,4 +1,4 @@
-//! Free UDP ports for nodes whose configured port is 0.
+//! Free UDP ports for nodes whose configured port is 0 (and TCP ports for their `/metrics`).
 //!
 //! Two races made "bind port 0, note the port, release it, bind it again later" flaky when
 //! many clusters start at once on one host (parallel tests, several jobs): the kernel hands
@@ -23,7 +23,7 @@ const PICK_ATTEMPTS: usize = 64;
 /// that address (its endpoint takes the held socket) or it is [`release`]d. Use it for nodes started in this
 /// process; a node in another process cannot bind the address while it is held.
 pub fn reserve_held(ip: IpAddr) -> io::Result<SocketAddr> {
-    let socket = bind_outside_ephemeral_range(ip)?;
+    let socket = bind_outside_ephemeral_range(ip, UdpSocket::bind)?;
     let addr = socket.local_addr()?;
     if let Ok(mut held) = HELD.lock() {
         held.insert(addr, socket);
@@ -35,7 +35,13 @@ pub fn reserve_held(ip: IpAddr) -> io::Result<SocketAddr> {
 /// processes will start. Picked outside the ephemeral range, so no `bind(0)` of another
 /// program can take it in the meantime.
 pub fn pick_free(ip: IpAddr) -> io::Result<SocketAddr> {
-    bind_outside_ephemeral_range(ip)?.local_addr()
+    bind_outside_ephemeral_range(ip, UdpSocket::bind)?.local_addr()
+}
+
+/// A TCP port on `ip` that was free a moment ago, released at once (a node's `/metrics`
+/// listener in another process): picked outside the ephemeral range like [`pick_free`].
+pub fn pick_free_tcp(ip: IpAddr) -> io::Result<SocketAddr> {
+    bind_outside_ephemeral_range(ip, std::net::TcpListener::bind)?.local_addr()
 }
 
 /// Whether this process holds `addr` for one of its nodes.
@@ -55,7 +61,10 @@ pub(crate) fn take_held(addr: SocketAddr) -> Option<UdpSocket> {
     HELD.lock().ok()?.remove(&addr)
 }
 
-fn bind_outside_ephemeral_range(ip: IpAddr) -> io::Result<UdpSocket> {
+fn bind_outside_ephemeral_range<S>(
+    ip: IpAddr,
+    bind: impl Fn(SocketAddr) -> io::Result<S>,
+) -> io::Result<S> {
     let (ephemeral_low, ephemeral_high) = ephemeral_range();
     let mut candidates = Vec::new();
     if ephemeral_low > LOWEST_PICKED_PORT {
@@ -70,12 +79,12 @@ fn bind_outside_ephemeral_range(ip: IpAddr) -> io::Result<UdpSocket> {
         };
         let span = u64::from(high - low) + 1;
         let port = low + (random_u64() % span) as u16;
-        if let Ok(socket) = UdpSocket::bind(SocketAddr::new(ip, port)) {
+        if let Ok(socket) = bind(SocketAddr::new(ip, port)) {
             return Ok(socket);
         }
     }
     // Every pick was taken (or the range is empty): let the kernel choose.
-    UdpSocket::bind(SocketAddr::new(ip, 0))
+    bind(SocketAddr::new(ip, 0))
 }
 
 /// The kernel's range for `bind(0)`; Linux's default where it cannot be read.
@@ -135,5 +144,13 @@ mod tests {
         let held = reserve_held(LOOPBACK).unwrap();
         release(held);
         assert!(UdpSocket::bind(held).is_ok());
+    }
+
+    #[test]
+    fn picked_tcp_port_is_outside_the_ephemeral_range_and_free() {
+        let addr = pick_free_tcp(LOOPBACK).unwrap();
+        let (low, high) = ephemeral_range();
+        assert!(!(low..=high).contains(&addr.port()), "{addr}");
+        assert!(std::net::TcpListener::bind(addr).is_ok());
     }
 }
