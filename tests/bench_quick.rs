@@ -231,6 +231,9 @@ fn mf_scale_reaches_the_target_at_every_size_and_worker_count() {
         let per_core = r.ratings_per_s_per_core.unwrap();
         let expected = r.train_ratings as f64 * sweeps / s / r.workers as f64;
         assert!(per_core.is_finite() && (per_core - expected).abs() <= 1e-6 * expected);
+        let all = r.ratings_per_s_per_core_all_sweeps.unwrap();
+        let expected = r.train_ratings as f64 * 10.0 / r.train_s / r.workers as f64;
+        assert!(all.is_finite() && (all - expected).abs() <= 1e-6 * expected);
         assert!(r.final_rmse.is_finite() && r.final_rmse <= 0.3, "{r:?}");
         assert!(r.final_test_rmse.is_finite() && r.final_test_rmse > 0.0);
         assert!(r.rss_mb.is_none_or(|m| m > 0.0));

@@ -10,7 +10,9 @@
 //! size and worker count: `seconds_to_target` (the scheduler's first train RMSE at or below
 //! `--target-rmse`), `sweeps_to_target` (rank-one coordinate updates done by then over the
 //! rank), `ratings_per_s_per_core` (train ratings x sweeps to target / seconds to target /
-//! workers), `speedup_over_1` (one worker's seconds to target over this count's), the final
+//! workers), `ratings_per_s_per_core_all_sweeps` (the same over the whole run: train ratings
+//! x sweeps / train seconds / workers, which does not depend on where the RMSE curve
+//! crosses the target), `speedup_over_1` (one worker's seconds to target over this count's), the final
 //! train and test RMSE and `rss_mb` (peak resident memory of this process during the run,
 //! all nodes included; none with `--transport processes`). Across sizes: each worker
 //! count's `per_core_spread` (fastest over slowest ratings/s per core; 1 is flat) and
@@ -92,6 +94,9 @@ pub struct MfScaleRun {
     pub sweeps_to_target: Option<f64>,
     /// Train ratings x sweeps to target / seconds to target / workers.
     pub ratings_per_s_per_core: Option<f64>,
+    /// Train ratings x all sweeps / seconds of the scheduler's rounds / workers (the final
+    /// Collect round included).
+    pub ratings_per_s_per_core_all_sweeps: Option<f64>,
     /// One worker's seconds to target over this run's (when both reached it).
     pub speedup_over_1: Option<f64>,
     /// Train RMSE at the end.
@@ -197,6 +202,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
         "s to target",
         "sweeps to target",
         "ratings/s per core",
+        "all sweeps",
         "speed-up over 1",
         "train s",
         "wall s",
@@ -243,6 +249,9 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 .zip(sweeps)
                 .filter(|(s, _)| *s > 0.0)
                 .map(|(s, n)| m.train_ratings as f64 * n / s / workers as f64);
+            let all_sweeps = (m.elapsed_s > 0.0).then(|| {
+                m.train_ratings as f64 * args.iterations as f64 / m.elapsed_s / workers as f64
+            });
             if workers == 1 {
                 one_worker_s = seconds;
             }
@@ -260,6 +269,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 seconds.map_or("not reached".into(), |s| format!("{s:.2}")),
                 fmt(sweeps, 1),
                 fmt(per_core, 0),
+                fmt(all_sweeps, 0),
                 fmt(speedup, 2),
                 format!("{:.2}", m.elapsed_s),
                 format!("{wall_s:.1}"),
@@ -276,6 +286,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 seconds_to_target: seconds,
                 sweeps_to_target: sweeps,
                 ratings_per_s_per_core: per_core,
+                ratings_per_s_per_core_all_sweeps: all_sweeps,
                 speedup_over_1: speedup,
                 final_rmse: m.final_train_rmse,
                 final_test_rmse: m.final_test_rmse,
