@@ -197,6 +197,9 @@ enum BenchCommand {
     Lda(petrel::bench::lda::LdaBenchArgs),
     /// STRADS LDA: tokens/s per core against corpus size, for 1, 2, 4 workers.
     LdaScale(petrel::bench::lda_scale::LdaScaleBenchArgs),
+    /// STRADS MF (CCD++): seconds to a target RMSE and ratings/s per core against data
+    /// size, for 1, 2, 4 workers.
+    MfScale(petrel::bench::mf_scale::MfScaleBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -382,6 +385,9 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             BenchCommand::Lda(args) => petrel::bench::lda::run(args).map_err(CliError::command),
             BenchCommand::LdaScale(args) => {
                 petrel::bench::lda_scale::run(args).map_err(CliError::command)
+            }
+            BenchCommand::MfScale(args) => {
+                petrel::bench::mf_scale::run(args).map_err(CliError::command)
             }
         },
         // commands dispatch: applications add their arms below this line; each maps its own

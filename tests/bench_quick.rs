@@ -176,3 +176,96 @@ fn lda_scale_runs_every_size_and_worker_count() {
     assert!(f.per_core_spread.values().all(|&s| s >= 1.0));
     assert!(std::path::Path::new(&f.plot).exists());
 }
+
+#[derive(Parser)]
+struct MfScale {
+    #[command(flatten)]
+    args: petrel::bench::mf_scale::MfScaleBenchArgs,
+}
+
+#[test]
+fn mf_scale_reaches_the_target_at_every_size_and_worker_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let a = MfScale::parse_from([
+        "bench",
+        "--ratings",
+        "8000,20000",
+        "--workers",
+        "1,2",
+        "--rank",
+        "3",
+        "--observed-fraction",
+        "0.2",
+        "--iterations",
+        "16",
+        "--target-rmse",
+        "0.3",
+        "--transport",
+        "memory",
+        "--out",
+        &out,
+    ])
+    .args;
+    let f = petrel::bench::mf_scale::measure(&a).unwrap();
+    assert_eq!(f.bench, "mf-scale");
+    assert_eq!(
+        f.sizes
+            .iter()
+            .map(|r| (r.users, r.items, r.workers))
+            .collect::<Vec<_>>(),
+        vec![(282, 141, 1), (282, 141, 2), (448, 224, 1), (448, 224, 2)]
+    );
+    for r in &f.sizes {
+        // About users x items x fraction ratings, 10% of them held out.
+        let expected = (r.users * r.items) as f64 * 0.2;
+        assert!(
+            (r.ratings as f64 - expected).abs() < 0.05 * expected,
+            "{r:?}"
+        );
+        assert!(r.train_ratings < r.ratings && r.train_ratings > r.ratings * 8 / 10);
+        let s = r.seconds_to_target.expect("target reached");
+        assert!(s > 0.0 && s <= r.train_s, "{r:?}");
+        let sweeps = r.sweeps_to_target.unwrap();
+        assert!(sweeps > 0.0 && sweeps <= 16.0, "{r:?}");
+        let per_core = r.ratings_per_s_per_core.unwrap();
+        let expected = r.train_ratings as f64 * sweeps / s / r.workers as f64;
+        assert!(per_core.is_finite() && (per_core - expected).abs() <= 1e-6 * expected);
+        let all = r.ratings_per_s_per_core_all_sweeps.unwrap();
+        let expected = r.train_ratings as f64 * 16.0 / r.train_s / r.workers as f64;
+        assert!(all.is_finite() && (all - expected).abs() <= 1e-6 * expected);
+        assert!(r.final_rmse.is_finite() && r.final_rmse <= 0.3, "{r:?}");
+        assert!(r.final_test_rmse.is_finite() && r.final_test_rmse > 0.0);
+        assert!(r.rss_mb.is_none_or(|m| m > 0.0));
+        if r.workers == 1 {
+            assert!((r.speedup_over_1.unwrap() - 1.0).abs() < 1e-12);
+        } else {
+            assert!(r.speedup_over_1.is_some_and(|x| x > 0.0 && x.is_finite()));
+        }
+    }
+    assert_eq!(
+        f.per_core_spread.keys().copied().collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert!(f.per_core_spread.values().all(|s| *s >= 1.0));
+    assert_eq!(f.per_core_trend.len(), 2);
+    assert!(f.speedup_2_at_largest.is_some());
+    // The JSON line has the keys the issue asks for and no NaN (serde would write null).
+    let json = serde_json::to_value(&f).unwrap();
+    for key in [
+        "ratings",
+        "users",
+        "items",
+        "workers",
+        "seconds_to_target",
+        "sweeps_to_target",
+        "ratings_per_s_per_core",
+        "speedup_over_1",
+        "final_rmse",
+        "rss_mb",
+    ] {
+        assert!(json["sizes"][0].get(key).is_some(), "{key}");
+    }
+    assert!(json["speedup_2_at_largest"].is_f64());
+    assert!(std::path::Path::new(&f.plot).exists());
+}

@@ -22,6 +22,7 @@ pub mod lda_scale;
 pub mod managed;
 #[allow(missing_docs)]
 pub mod mf;
+pub mod mf_scale;
 #[allow(missing_docs)]
 pub mod p3;
 #[allow(missing_docs)]

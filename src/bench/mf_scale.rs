@@ -1,0 +1,377 @@
+//! `petrel bench mf-scale`: STRADS matrix factorisation (CCD++ with block rotation) on
+//! ratings of growing size, for several worker counts side by side in one run: seconds to
+//! a fixed training RMSE, ratings/s per core against the data size, and the speed-up of
+//! more workers over one.
+//!
+//! Each size is drawn by the synthetic low-rank generator of `petrel bench mf`
+//! ([`LowRankParams`]) with a fixed rank, noise and observed fraction and twice as many users
+//! as items, so users and items grow with the square root of the ratings: the work per
+//! rating and coordinate stays the same and ratings/s per core should stay flat. Figures per
+//! size and worker count: `seconds_to_target` (the scheduler's first train RMSE at or below
+//! `--target-rmse`), `sweeps_to_target` (rank-one coordinate updates done by then over the
+//! rank), `ratings_per_s_per_core` (train ratings x sweeps to target / seconds to target /
+//! workers), `ratings_per_s_per_core_all_sweeps` (the same over the whole run: train ratings
+//! x sweeps / train seconds / workers, which does not depend on where the RMSE curve
+//! crosses the target), `speedup_over_1` (one worker's seconds to target over this count's), the final
+//! train and test RMSE and `rss_mb` (peak resident memory of this process during the run,
+//! all nodes included; none with `--transport processes`). Across sizes: each worker
+//! count's `per_core_spread` (fastest over slowest ratings/s per core; 1 is flat) and
+//! `per_core_trend` (largest size's ratings/s per core over the smallest's; below 1 it
+//! fell), and the 2-worker speed-up at the largest size.
+
+use crate::bench::strads_plot::{Series, absolute, line_plot};
+use crate::report::{Table, print_json};
+use crate::train::{StradsTrainError, run_mf_job};
+use petrel_actors::JobTransport;
+use petrel_ml::data::synthetic::LowRankParams;
+use petrel_strads::apps::lasso::metrics::peak_rss_mb;
+use petrel_strads::apps::mf::{MfMetrics, StradsMfJob};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// `petrel bench mf-scale` flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MfScaleBenchArgs {
+    /// Data sizes in ratings (train and test together, before the random draw), smallest
+    /// first.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000000,4000000,16000000"
+    )]
+    pub ratings: Vec<usize>,
+    /// STRADS worker counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub workers: Vec<usize>,
+    /// Rank of the generating factors and of the model.
+    #[arg(long, default_value_t = 10)]
+    pub rank: usize,
+    /// Probability that a (user, item) cell is rated (fixed across sizes).
+    #[arg(long, default_value_t = 0.02)]
+    pub observed_fraction: f64,
+    /// Standard deviation of the ratings' noise.
+    #[arg(long, default_value_t = 0.1)]
+    pub noise_std: f32,
+    /// L2 weight.
+    #[arg(long, default_value_t = 0.05)]
+    pub lambda: f32,
+    /// Sweeps over the rank-one coordinates (the run does them all; the target only
+    /// stops the clock).
+    #[arg(long, default_value_t = 12)]
+    pub iterations: usize,
+    /// Train RMSE whose first crossing stops the clock (1.5x the default noise level).
+    #[arg(long, default_value_t = 0.15)]
+    pub target_rmse: f64,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
+    /// Timeout of one round, seconds.
+    #[arg(long, default_value_t = 1200)]
+    pub timeout_s: u64,
+    /// Output directory (each run's files and the plot).
+    #[arg(long, default_value = "target/bench-mf-scale")]
+    pub out: PathBuf,
+}
+
+/// One run: a data size and a worker count (one entry of the JSON's `sizes`).
+#[derive(Debug, Clone, Serialize)]
+pub struct MfScaleRun {
+    /// Ratings drawn (train and test).
+    pub ratings: usize,
+    /// Train ratings.
+    pub train_ratings: usize,
+    /// Users.
+    pub users: usize,
+    /// Items.
+    pub items: usize,
+    /// Worker count.
+    pub workers: usize,
+    /// Seconds until the train RMSE first reached the target (none: not reached).
+    pub seconds_to_target: Option<f64>,
+    /// Sweeps over the rank-one coordinates done by then (fractional).
+    pub sweeps_to_target: Option<f64>,
+    /// Train ratings x sweeps to target / seconds to target / workers.
+    pub ratings_per_s_per_core: Option<f64>,
+    /// Train ratings x all sweeps / seconds of the scheduler's rounds / workers (the final
+    /// Collect round included).
+    pub ratings_per_s_per_core_all_sweeps: Option<f64>,
+    /// One worker's seconds to target over this run's (when both reached it).
+    pub speedup_over_1: Option<f64>,
+    /// Train RMSE at the end.
+    pub final_rmse: f64,
+    /// Test RMSE at the end.
+    pub final_test_rmse: f64,
+    /// Seconds of the scheduler's rounds (all sweeps).
+    pub train_s: f64,
+    /// Wall seconds of the whole run (cluster start and data generation included).
+    pub wall_s: f64,
+    /// Peak resident memory of this process during the run, MB (every node is a thread
+    /// of it; none with `--transport processes`).
+    pub rss_mb: Option<f64>,
+}
+
+/// The bench's figures (its JSON line).
+#[derive(Debug, Serialize)]
+pub struct MfScaleFigures {
+    /// `"mf-scale"`.
+    pub bench: &'static str,
+    /// Rank.
+    pub rank: usize,
+    /// Observed fraction of the (user, item) cells.
+    pub observed_fraction: f64,
+    /// Noise of the ratings.
+    pub noise_std: f32,
+    /// Sweeps of each run.
+    pub iterations: usize,
+    /// The target train RMSE.
+    pub target_rmse: f64,
+    /// How the nodes ran.
+    pub transport: String,
+    /// One entry per size and worker count, sizes in the order given.
+    pub sizes: Vec<MfScaleRun>,
+    /// Per worker count: fastest over slowest ratings/s per core across the sizes.
+    pub per_core_spread: BTreeMap<usize, f64>,
+    /// Per worker count: ratings/s per core at the largest size over the smallest's.
+    pub per_core_trend: BTreeMap<usize, f64>,
+    /// The 2-worker speed-up over one at the largest size (when both reached the target).
+    pub speedup_2_at_largest: Option<f64>,
+    /// The SVG plot's path.
+    pub plot: String,
+}
+
+/// Users and items for about `ratings` ratings at `observed_fraction`, twice as many users
+/// as items (at least one of each).
+pub fn dimensions(ratings: usize, observed_fraction: f64) -> (usize, usize) {
+    let items = (ratings as f64 / (2.0 * observed_fraction)).sqrt().round() as usize;
+    let items = items.max(1);
+    (2 * items, items)
+}
+
+/// Sweeps done when the train RMSE first reached `target`: the first trace point at or
+/// below it carries the coordinate updates finished before the one it reports on.
+fn sweeps_to_target(
+    m: &MfMetrics,
+    target: f64,
+    steps_per_sweep: usize,
+    total: usize,
+) -> Option<f64> {
+    let point = m.train_rmse.iter().find(|p| p.train_rmse <= target)?;
+    let updates = (point.coordinate_updates + 1).min(total as u64);
+    Some(updates as f64 / steps_per_sweep.max(1) as f64)
+}
+
+/// Resets this process's peak resident memory (`VmHWM`) so that the next reading covers
+/// one run only; false where the kernel does not allow it.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// Runs the bench, prints its table and JSON line.
+pub fn run(args: MfScaleBenchArgs) -> Result<(), StradsTrainError> {
+    let figures = measure(&args)?;
+    print_json(&figures).map_err(|source| StradsTrainError::Json {
+        path: PathBuf::new(),
+        source,
+    })
+}
+
+/// Runs every size and worker count, prints the table and writes the plot.
+pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainError> {
+    if args.ratings.is_empty() || args.workers.is_empty() {
+        return Err(StradsTrainError::Usage(
+            "need at least one data size and one worker count",
+        ));
+    }
+    if args.workers.contains(&0) || args.ratings.contains(&0) {
+        return Err(StradsTrainError::Usage(
+            "--ratings and --workers must be positive",
+        ));
+    }
+    if !(args.observed_fraction > 0.0 && args.observed_fraction <= 1.0) {
+        return Err(StradsTrainError::Usage(
+            "--observed-fraction must be in (0, 1]",
+        ));
+    }
+    let out = absolute(&args.out)?;
+    let mut table = Table::new(&[
+        "ratings",
+        "users x items",
+        "workers",
+        "s to target",
+        "sweeps to target",
+        "ratings/s per core",
+        "all sweeps",
+        "speed-up over 1",
+        "train s",
+        "wall s",
+        "final train RMSE",
+        "test RMSE",
+        "rss MB",
+    ]);
+    let mut sizes: Vec<MfScaleRun> = Vec::new();
+    for &requested in &args.ratings {
+        let (users, items) = dimensions(requested, args.observed_fraction);
+        let mut one_worker_s: Option<f64> = None;
+        for &workers in &args.workers {
+            let job = StradsMfJob {
+                synthetic: LowRankParams {
+                    n_users: users,
+                    n_items: items,
+                    rank: args.rank,
+                    observed_fraction: args.observed_fraction,
+                    noise_std: args.noise_std,
+                    seed: 42,
+                },
+                rank: args.rank,
+                lambda: args.lambda,
+                outer_iterations: args.iterations,
+                target_rmse: Some(args.target_rmse),
+                out_dir: Some(out.join(format!("r{requested}-p{workers}"))),
+                timeout_s: args.timeout_s,
+                ..StradsMfJob::default()
+            };
+            let steps_per_sweep = job.layout().width();
+            let rss_tracked = args.transport != JobTransport::Processes && reset_peak_rss();
+            let started = Instant::now();
+            let m = run_mf_job(&job, workers, args.transport)?;
+            let wall_s = started.elapsed().as_secs_f64();
+            let rss_mb = rss_tracked.then(peak_rss_mb);
+            let seconds = m.time_to_target_s;
+            let sweeps = sweeps_to_target(
+                &m,
+                args.target_rmse,
+                steps_per_sweep,
+                args.iterations * steps_per_sweep,
+            );
+            let per_core = seconds
+                .zip(sweeps)
+                .filter(|(s, _)| *s > 0.0)
+                .map(|(s, n)| m.train_ratings as f64 * n / s / workers as f64);
+            let all_sweeps = (m.elapsed_s > 0.0).then(|| {
+                m.train_ratings as f64 * args.iterations as f64 / m.elapsed_s / workers as f64
+            });
+            if workers == 1 {
+                one_worker_s = seconds;
+            }
+            let speedup = one_worker_s
+                .zip(seconds)
+                .filter(|(_, s)| *s > 0.0)
+                .map(|(one, s)| one / s);
+            let fmt = |v: Option<f64>, digits: usize| {
+                v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
+            };
+            table.row(vec![
+                (m.train_ratings + m.test_ratings).to_string(),
+                format!("{} x {}", m.n_users, m.n_items),
+                workers.to_string(),
+                seconds.map_or("not reached".into(), |s| format!("{s:.2}")),
+                fmt(sweeps, 1),
+                fmt(per_core, 0),
+                fmt(all_sweeps, 0),
+                fmt(speedup, 2),
+                format!("{:.2}", m.elapsed_s),
+                format!("{wall_s:.1}"),
+                format!("{:.4}", m.final_train_rmse),
+                format!("{:.4}", m.final_test_rmse),
+                fmt(rss_mb, 0),
+            ]);
+            sizes.push(MfScaleRun {
+                ratings: m.train_ratings + m.test_ratings,
+                train_ratings: m.train_ratings,
+                users: m.n_users,
+                items: m.n_items,
+                workers,
+                seconds_to_target: seconds,
+                sweeps_to_target: sweeps,
+                ratings_per_s_per_core: per_core,
+                ratings_per_s_per_core_all_sweeps: all_sweeps,
+                speedup_over_1: speedup,
+                final_rmse: m.final_train_rmse,
+                final_test_rmse: m.final_test_rmse,
+                train_s: m.elapsed_s,
+                wall_s,
+                rss_mb,
+            });
+        }
+    }
+    table.print();
+    let mut per_core_spread = BTreeMap::new();
+    let mut per_core_trend = BTreeMap::new();
+    let mut series = Vec::new();
+    for &workers in &args.workers {
+        let points: Vec<(f64, f64)> = sizes
+            .iter()
+            .filter(|r| r.workers == workers)
+            .filter_map(|r| Some((r.ratings as f64, r.ratings_per_s_per_core?)))
+            .collect();
+        let (lo, hi) = points
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
+        if !points.is_empty() && lo > 0.0 {
+            per_core_spread.insert(workers, hi / lo);
+        }
+        if let (Some(first), Some(last)) = (points.first(), points.last())
+            && points.len() > 1
+            && first.1 > 0.0
+        {
+            per_core_trend.insert(workers, last.1 / first.1);
+        }
+        series.push(Series {
+            name: format!("{workers} worker(s)"),
+            points,
+        });
+    }
+    let largest = sizes.iter().map(|r| r.ratings).max();
+    let speedup_2_at_largest = sizes
+        .iter()
+        .find(|r| Some(r.ratings) == largest && r.workers == 2)
+        .and_then(|r| r.speedup_over_1);
+    for (workers, trend) in &per_core_trend {
+        println!(
+            "{workers} worker(s): ratings/s per core at the largest size {trend:.2}x the smallest's"
+        );
+    }
+    if let Some(s) = speedup_2_at_largest {
+        println!("2 workers at the largest size: {s:.2}x one worker (target >= 1.7x)");
+    }
+    let plot = out.join("mf_scale_ratings_per_s_per_core.svg");
+    line_plot(
+        &plot,
+        "MF (CCD++, block rotation): ratings/s per core to the target RMSE against data size",
+        "ratings",
+        "ratings x sweeps / s / worker",
+        &series,
+        false,
+    )?;
+    println!("plot: {}", plot.display());
+    Ok(MfScaleFigures {
+        bench: "mf-scale",
+        rank: args.rank,
+        observed_fraction: args.observed_fraction,
+        noise_std: args.noise_std,
+        iterations: args.iterations,
+        target_rmse: args.target_rmse,
+        transport: format!("{:?}", args.transport).to_lowercase(),
+        sizes,
+        per_core_spread,
+        per_core_trend,
+        speedup_2_at_largest,
+        plot: plot.display().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dimensions_keep_the_fraction_and_two_users_per_item() {
+        let (users, items) = dimensions(1_000_000, 0.02);
+        assert_eq!(users, 2 * items);
+        let expected = users as f64 * items as f64 * 0.02;
+        assert!((expected - 1e6).abs() / 1e6 < 0.01, "{expected}");
+        assert_eq!(dimensions(0, 0.5), (2, 1));
+    }
+}
