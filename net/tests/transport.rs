@@ -822,12 +822,18 @@ async fn large_frames_between_co_located_nodes_go_through_shared_memory_in_order
     // Slots are reused: a's two big frames were read one after the other, so one slot
     // each way may suffice, never more than the slot bound.
     let files = std::fs::read_dir(dir.path()).unwrap().count();
-    assert!((2..=2 * petrel_net::shm::MAX_SLOTS).contains(&files), "{files}");
+    assert!(
+        (2..=2 * petrel_net::shm::MAX_SLOTS).contains(&files),
+        "{files}"
+    );
     // Closed transports delete their slot files.
     drop((a, a_rx, b, b_rx));
     let closed = std::time::Instant::now();
     while std::fs::read_dir(dir.path()).unwrap().count() > 0 {
-        assert!(closed.elapsed() < Duration::from_secs(30), "slot files left behind");
+        assert!(
+            closed.elapsed() < Duration::from_secs(30),
+            "slot files left behind"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
