@@ -7,7 +7,9 @@
 //!   and one certificate per node (the CA key is never written), reserves ports, writes the
 //!   resolved settings, and starts every child in its own process group with a parent-death
 //!   signal, so no child outlives it however it ends. Children's logs (stderr) are prefixed
-//!   with `[node]`; their standard output is passed through unchanged. The first failure is
+//!   with `[node]`; their standard output is passed through unchanged. On a terminal the
+//!   launcher draws a bar of the job's progress, which the nodes report on their stderr
+//!   ([`ProgressReport`] lines, not printed; see [`crate::train::progress`]). The first failure is
 //!   reported once, naming the node, its roles and the cause; the others are stopped.
 //! - `--node NAME --config FILE`: one node of a multi-host cluster. `FILE` holds the
 //!   addresses and `certs_dir` (see `petrel certs --bundle`); without `--node` the name comes
@@ -236,7 +238,7 @@ pub struct LaunchOptions {
     /// Stop everything after this long.
     pub timeout: Option<Duration>,
     /// Show a progress bar (on a terminal): the job's progress as the nodes report it
-    /// (their [`ProgressReport`](crate::train::progress::ProgressReport) lines, not
+    /// (their [`ProgressReport`] lines, not
     /// printed) and the nodes finished. Without it the nodes log INFO lines, relayed.
     pub progress: bool,
     /// The points a full run of the job records, when known: the bar's length and the
@@ -718,7 +720,7 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
         Some(job) => {
             let b = ProgressBar::new_spinner();
             b.set_style(
-                ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
+                ProgressStyle::with_template("{spinner} {elapsed_precise} {wide_msg}")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
             b.set_message(lock(job).message(Duration::ZERO));

@@ -58,8 +58,8 @@ fn newest() -> Option<Point> {
         })
 }
 
-/// How often a node process started by a launcher looks at its registry (it only
-/// writes lines, at most every [`LINE_EVERY`], or a [`ProgressReport`] per new point).
+/// How often a node process started by a launcher looks at its registry when it writes
+/// INFO lines (at most every [`LINE_EVERY`]); for [`ProgressReport`]s, as often as a bar.
 const NODE_POLL: Duration = Duration::from_secs(1);
 
 /// Set to `1` by a launcher that draws the job's progress bar (its standard error is a
@@ -164,7 +164,7 @@ pub struct JobProgress {
 }
 
 /// The width of the bar drawn in [`JobProgress::message`].
-const BAR_WIDTH: usize = 24;
+const BAR_WIDTH: usize = 16;
 
 impl JobProgress {
     /// A job of `nodes` nodes whose full run records `total` points, when known.
@@ -210,9 +210,10 @@ impl JobProgress {
 
     /// The bar's text `elapsed` after the launch: the point shown (with a bar, its
     /// position of the total and the time left at the pace so far when the total is
-    /// known), then the nodes finished.
+    /// known), the nodes finished, and who publishes the point (most important first, as
+    /// a narrow terminal cuts the end).
     pub fn message(&self, elapsed: Duration) -> String {
-        let nodes = format!("nodes finished {}/{}", self.finished, self.nodes);
+        let nodes = format!("{}/{} nodes finished", self.finished, self.nodes);
         let Some((node, r)) = self.current() else {
             return nodes;
         };
@@ -232,9 +233,9 @@ impl JobProgress {
                 } else {
                     String::new()
                 };
-                format!("{label} [{bar}] {pos}/{total} {figure}{left}; {nodes}")
+                format!("[{bar}] {pos}/{total} {figure}{left}; {nodes} ({label})")
             }
-            None => format!("{label} point {}, {figure}; {nodes}", r.points),
+            None => format!("point {}, {figure}; {nodes} ({label})", r.points),
         }
     }
 }
@@ -279,12 +280,11 @@ impl TrainProgress {
     /// other nodes have none and stay silent), labelled `label`; or, when the launcher
     /// set [`REPORTS_ENV`], a [`ProgressReport`] line per new point.
     pub fn for_launched_node(label: String) -> TrainProgress {
-        let output = if std::env::var_os(REPORTS_ENV).is_some_and(|v| v == "1") {
-            Output::Reports
+        if std::env::var_os(REPORTS_ENV).is_some_and(|v| v == "1") {
+            Self::spawn(label, None, Output::Reports, POLL)
         } else {
-            Output::Lines
-        };
-        Self::spawn(label, None, output, NODE_POLL)
+            Self::spawn(label, None, Output::Lines, NODE_POLL)
+        }
     }
 
     fn spawn(label: String, passes: Option<u64>, output: Output, poll: Duration) -> Self {
@@ -326,7 +326,7 @@ fn show(
     poll: Duration,
 ) {
     let started = Instant::now();
-    let bar = (output == Output::Bar).then(|| {
+    let make_bar = || {
         let bar = match passes {
             Some(n) => ProgressBar::new(n).with_style(
                 ProgressStyle::with_template(
@@ -341,7 +341,10 @@ fn show(
         };
         bar.set_prefix(app.to_string());
         bar
-    });
+    };
+    // Drawn from the first point on: a process that only launches the nodes (which
+    // publish the points, and report them to the launcher's bar) never draws one.
+    let mut bar: Option<ProgressBar> = None;
     // Without a terminal: the first point, then at most one line per LINE_EVERY, and
     // the last point when the run ends.
     let mut shown: Option<Point> = None;
@@ -350,12 +353,13 @@ fn show(
         let done = stop.load(Ordering::Relaxed);
         if let Some(p) = newest().filter(|p| p.points > before) {
             let pos = p.points - before;
-            match &bar {
-                Some(bar) => {
+            match output {
+                Output::Bar => {
+                    let bar = bar.get_or_insert_with(make_bar);
                     bar.set_position(pos);
                     bar.set_message(format!("{} {:.6}", p.metric, p.value));
                 }
-                None if output == Output::Reports => {
+                Output::Reports => {
                     if shown.as_ref() != Some(&p) {
                         let report = ProgressReport {
                             label: app.to_string(),
@@ -369,7 +373,7 @@ fn show(
                         shown = Some(p);
                     }
                 }
-                None => {
+                Output::Lines => {
                     let due = shown.is_none() || done || last_line.elapsed() >= LINE_EVERY;
                     if due && shown.as_ref() != Some(&p) {
                         info_line(app, passes, pos, &p, started.elapsed());
@@ -472,7 +476,14 @@ mod tests {
 
     #[test]
     fn a_report_reads_back_from_its_line() {
-        for value in [-3.8712345678901234, 0.0, 1e-300, f64::MAX, -0.1] {
+        for value in [
+            -3.871_234_567_890_123,
+            1.0 / 3.0,
+            0.0,
+            1e-300,
+            f64::MAX,
+            -0.1,
+        ] {
             let r = report("strads-lda-scheduler", 31, value);
             let line = r.to_line();
             assert!(line.starts_with("petrel-progress v1 "), "{line}");
@@ -522,7 +533,7 @@ mod tests {
     #[test]
     fn the_launcher_bar_shows_the_node_with_the_most_points() {
         let mut job = JobProgress::new(3, Some(31));
-        assert_eq!(job.message(Duration::ZERO), "nodes finished 0/3");
+        assert_eq!(job.message(Duration::ZERO), "0/3 nodes finished");
         // Log lines are left to be printed.
         assert!(!job.offer("w1", "INFO worker started"));
         assert!(job.current().is_none());
@@ -542,8 +553,8 @@ mod tests {
         // 11 of 31 points in 22 s: 2 s a point, 20 points left.
         assert_eq!(
             job.message(Duration::from_secs(22)),
-            "strads-lda-scheduler [########----------------] 11/31 loglik_per_token -3.900000, \
-             about 40 s left; nodes finished 1/3"
+            "[#####-----------] 11/31 loglik_per_token -3.900000, about 40 s left; \
+             1/3 nodes finished (strads-lda-scheduler)"
         );
         // A tie goes to the newest report.
         assert!(job.offer("w2", &report("other", 11, 1.0).to_line()));
@@ -558,8 +569,8 @@ mod tests {
         }
         assert_eq!(
             job.message(Duration::from_secs(60)),
-            "strads-lda-scheduler [########################] 31/31 loglik_per_token -3.800000; \
-             nodes finished 3/3"
+            "[################] 31/31 loglik_per_token -3.800000; 3/3 nodes finished \
+             (strads-lda-scheduler)"
         );
     }
 
@@ -572,7 +583,7 @@ mod tests {
         // No label: the node's name.
         assert_eq!(
             job.message(Duration::from_secs(3)),
-            "monitor point 4, objective 0.250000; nodes finished 0/2"
+            "point 4, objective 0.250000; 0/2 nodes finished (monitor)"
         );
         // More points than the total announced: the bar stays full.
         let mut job = JobProgress::new(1, Some(2));
