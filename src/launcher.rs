@@ -7,7 +7,9 @@
 //!   and one certificate per node (the CA key is never written), reserves ports, writes the
 //!   resolved settings, and starts every child in its own process group with a parent-death
 //!   signal, so no child outlives it however it ends. Children's logs (stderr) are prefixed
-//!   with `[node]`; their standard output is passed through unchanged. The first failure is
+//!   with `[node]`; their standard output is passed through unchanged. On a terminal the
+//!   launcher draws a bar of the job's progress, which the nodes report on their stderr
+//!   ([`ProgressReport`] lines, not printed; see [`crate::train::progress`]). The first failure is
 //!   reported once, naming the node, its roles and the cause; the others are stopped.
 //! - `--node NAME --config FILE`: one node of a multi-host cluster. `FILE` holds the
 //!   addresses and `certs_dir` (see `petrel certs --bundle`); without `--node` the name comes
@@ -21,6 +23,7 @@
 //! children (SIGTERM to each process group, SIGKILL after the grace period) and fails with
 //! [`LaunchError::Interrupted`].
 
+use crate::train::progress::{JobProgress, ProgressReport, REPORTS_ENV};
 use indicatif::{ProgressBar, ProgressStyle};
 use petrel_actors::topology::{Wiring, pick_ports};
 use petrel_actors::{Cluster, NodeError, Settings, Transport, error_chain, validate_node_name};
@@ -234,8 +237,14 @@ pub struct LaunchOptions {
     pub run_dir: Option<PathBuf>,
     /// Stop everything after this long.
     pub timeout: Option<Duration>,
-    /// Show a progress bar (on a terminal).
+    /// Show a progress bar (on a terminal): the job's progress as the nodes report it
+    /// (their [`ProgressReport`] lines, not
+    /// printed) and the nodes finished. Without it the nodes log INFO lines, relayed.
     pub progress: bool,
+    /// The points a full run of the job records, when known: the bar's length and the
+    /// time left (default: [`expected_points`](crate::train::progress::expected_points)
+    /// of a `petrel train` run in this process).
+    pub progress_points: Option<u64>,
 }
 
 impl LaunchOptions {
@@ -248,6 +257,7 @@ impl LaunchOptions {
             run_dir: None,
             timeout: None,
             progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            progress_points: crate::train::progress::expected_points(),
         })
     }
 }
@@ -259,6 +269,8 @@ pub struct LaunchReport {
     pub nodes: Vec<(String, Duration)>,
     /// Where the certificates and resolved settings were (removed if it was temporary).
     pub run_dir: PathBuf,
+    /// With [`LaunchOptions::progress`]: the last point the bar showed, and its node.
+    pub progress: Option<(String, ProgressReport)>,
 }
 
 /// What [`launch`] did in this process.
@@ -646,6 +658,17 @@ pub struct Running {
     /// The temporary run directory, removed when the run ends.
     _temp: Option<tempfile::TempDir>,
     bar: ProgressBar,
+    /// The tasks relaying the children's output (awaited once they all exited).
+    relays: Vec<tokio::task::JoinHandle<()>>,
+    /// What the bar shows (with `progress`), fed by the nodes' progress reports.
+    job: Option<SharedProgress>,
+}
+
+type SharedProgress = std::sync::Arc<std::sync::Mutex<JobProgress>>;
+
+/// The job's progress, even if a thread panicked while holding it.
+fn lock(job: &SharedProgress) -> std::sync::MutexGuard<'_, JobProgress> {
+    job.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Launches one process per node of `settings` (built-in roles) and returns at once.
@@ -688,24 +711,36 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
             .collect(),
     );
     let names: Vec<String> = settings.nodes.iter().map(|n| n.name.clone()).collect();
-    let bar = if opts.progress {
-        let b = ProgressBar::new(names.len() as u64);
-        b.set_style(
-            ProgressStyle::with_template(
-                "{spinner} {elapsed_precise} nodes finished {pos}/{len} {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        b.enable_steady_tick(Duration::from_millis(200));
-        b
-    } else {
-        ProgressBar::hidden()
+    let job = opts.progress.then(|| {
+        std::sync::Arc::new(std::sync::Mutex::new(JobProgress::new(
+            names.len(),
+            opts.progress_points,
+        )))
+    });
+    let bar = match &job {
+        Some(job) => {
+            let b = ProgressBar::new_spinner();
+            b.set_style(
+                ProgressStyle::with_template("{spinner} {elapsed_precise} {wide_msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            b.set_message(lock(job).message(Duration::ZERO));
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        }
+        None => ProgressBar::hidden(),
     };
     let mut children: Vec<(String, Child)> = Vec::new();
+    let mut relays = Vec::new();
     for name in &names {
         let mut cmd = opts.child.command(name, &resolved);
-        cmd.env(LAUNCH_DIR_ENV, &run_dir)
-            .stdin(Stdio::null())
+        cmd.env(LAUNCH_DIR_ENV, &run_dir);
+        // Nodes report their points for the bar only when there is one.
+        match job {
+            Some(_) => cmd.env(REPORTS_ENV, "1"),
+            None => cmd.env_remove(REPORTS_ENV),
+        };
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -717,8 +752,20 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
                 return Err(e.into());
             }
         };
-        forward(name, child.stdout.take(), bar.clone(), Stream::Out);
-        forward(name, child.stderr.take(), bar.clone(), Stream::Err);
+        relays.extend(forward(
+            name,
+            child.stdout.take(),
+            bar.clone(),
+            Stream::Out,
+            None,
+        ));
+        relays.extend(forward(
+            name,
+            child.stderr.take(),
+            bar.clone(),
+            Stream::Err,
+            job.clone(),
+        ));
         children.push((name.clone(), child));
     }
     tracing::debug!(nodes = names.len(), dir = %run_dir.display(), "cluster launched");
@@ -735,6 +782,8 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
         run_dir,
         _temp: temp,
         bar,
+        relays,
+        job,
     })
 }
 
@@ -811,7 +860,9 @@ impl Running {
                 if let Some(status) = child.try_wait()? {
                     if status.success() {
                         finished.push((name.clone(), self.started.elapsed()));
-                        self.bar.inc(1);
+                        if let Some(job) = &self.job {
+                            lock(job).node_finished();
+                        }
                     } else {
                         let follower = status.code() == Some(i32::from(STOPPED_BY_PEER));
                         failed.push((name.clone(), status.to_string(), follower));
@@ -840,18 +891,36 @@ impl Running {
             if deadline.is_some_and(|d| Instant::now() > d) {
                 break Err(LaunchError::Timeout(timeout.unwrap_or_default()));
             }
+            if let Some(job) = &self.job {
+                self.bar
+                    .set_message(lock(job).message(self.started.elapsed()));
+            }
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 cause = &mut signal => break Err(LaunchError::Interrupted(cause)),
             }
         };
+        if outcome.is_ok() {
+            // Every node exited: their last lines (and progress reports) are still in
+            // the pipes until the relays reach the end of each.
+            let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+            for relay in self.relays.drain(..) {
+                let _ = tokio::time::timeout_at(deadline, relay).await;
+            }
+        }
         self.bar.finish_and_clear();
         if outcome.is_err() {
             stop_all(&mut self.children).await;
         }
+        let progress = self.job.as_ref().and_then(|job| {
+            lock(job)
+                .current()
+                .map(|(node, r)| (node.to_string(), r.clone()))
+        });
         outcome.map(|()| LaunchReport {
             nodes: finished,
             run_dir: self.run_dir.clone(),
+            progress,
         })
     }
 }
@@ -905,16 +974,27 @@ enum Stream {
 }
 
 /// Forwards a child's output line by line: stdout unchanged (the program's output), stderr
-/// (its logs) prefixed with `[node]`. A closed terminal or pipe is ignored, never a panic.
-fn forward<R>(name: &str, stream: Option<R>, bar: ProgressBar, which: Stream)
+/// (its logs) prefixed with `[node]`, except the progress reports `job` takes for the bar.
+/// A closed terminal or pipe is ignored, never a panic.
+fn forward<R>(
+    name: &str,
+    stream: Option<R>,
+    bar: ProgressBar,
+    which: Stream,
+    job: Option<SharedProgress>,
+) -> Option<tokio::task::JoinHandle<()>>
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
-    let Some(stream) = stream else { return };
+    let stream = stream?;
     let prefix = format!("[{name}]");
-    tokio::spawn(async move {
+    let node = name.to_string();
+    Some(tokio::spawn(async move {
         let mut lines = BufReader::new(stream).lines();
         while let Ok(Some(line)) = lines.next_line().await {
+            if job.as_ref().is_some_and(|j| lock(j).offer(&node, &line)) {
+                continue;
+            }
             let text = match which {
                 Stream::Out => line,
                 Stream::Err => format!("{prefix} {line}"),
@@ -926,7 +1006,7 @@ where
                 };
             });
         }
-    });
+    }))
 }
 
 #[cfg(test)]

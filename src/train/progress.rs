@@ -5,11 +5,14 @@
 //! [`LINE_EVERY`] otherwise. Runs whose nodes are processes (`--transport processes`,
 //! `petrel run --processes`) publish in those processes: there every node started by a
 //! launcher runs [`TrainProgress::for_launched_node`], whose INFO lines the launcher
-//! relays with the node's name in front.
+//! relays with the node's name in front. When the launcher's standard error is a terminal
+//! it sets [`REPORTS_ENV`] in its nodes' environment: they then write [`ProgressReport`]
+//! lines instead, which the launcher reads into a [`JobProgress`] and shows as its bar
+//! (not printed).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -55,47 +58,258 @@ fn newest() -> Option<Point> {
         })
 }
 
-/// How often a node process started by a launcher looks at its registry (it only
-/// writes lines, at most every [`LINE_EVERY`]).
+/// How often a node process started by a launcher looks at its registry when it writes
+/// INFO lines (at most every [`LINE_EVERY`]); for [`ProgressReport`]s, as often as a bar.
 const NODE_POLL: Duration = Duration::from_secs(1);
+
+/// Set to `1` by a launcher that draws the job's progress bar (its standard error is a
+/// terminal) in the environment of every node it starts: such a node writes a
+/// [`ProgressReport`] line on standard error for each new point, instead of INFO lines.
+pub const REPORTS_ENV: &str = "PETREL_PROGRESS_REPORTS";
+
+/// The points a full run of the job shown by a live [`TrainProgress`] of this process
+/// records (0: unknown). A launcher started by that run reads it
+/// ([`expected_points`]) for its bar's length and estimate of the time left.
+static EXPECTED_POINTS: AtomicU64 = AtomicU64::new(0);
+
+/// The number of points a full run of the job this process shows records, when a
+/// [`TrainProgress`] started with a known number of passes is live.
+pub fn expected_points() -> Option<u64> {
+    Some(EXPECTED_POINTS.load(Ordering::Relaxed)).filter(|&n| n > 0)
+}
+
+/// The start of a progress report line.
+const REPORT_PREFIX: &str = "petrel-progress v1";
+
+/// One point of a node's curve as a node started by a launcher reports it on standard
+/// error: `petrel-progress v1 points=N metric=NAME value=X label=LABEL`, fields separated
+/// by spaces, in any order; unknown fields are ignored, so fields can be added.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressReport {
+    /// Who publishes the point (the node's roles, e.g. `strads-lda-scheduler`).
+    pub label: String,
+    /// Points of the curve so far.
+    pub points: u64,
+    /// The figure (`objective`, `loglik_per_token`, ...).
+    pub metric: String,
+    /// Its newest value.
+    pub value: f64,
+}
+
+/// A field's text with no blank in it (a blank would end the field).
+fn field(text: &str) -> String {
+    let t: String = text
+        .chars()
+        .map(|c| if c.is_whitespace() { '_' } else { c })
+        .collect();
+    if t.is_empty() { "-".into() } else { t }
+}
+
+impl ProgressReport {
+    /// The line (without a newline); [`ProgressReport::parse`] reads it back (blanks in
+    /// the label or metric become `_`; an empty label is left out).
+    pub fn to_line(&self) -> String {
+        let mut line = format!(
+            "{REPORT_PREFIX} points={} metric={} value={}",
+            self.points,
+            field(&self.metric),
+            self.value,
+        );
+        if !self.label.is_empty() {
+            line.push_str(" label=");
+            line.push_str(&field(&self.label));
+        }
+        line
+    }
+
+    /// The report on `line`, or `None` when the line is not one (any other log line, a
+    /// report with a missing or malformed field).
+    pub fn parse(line: &str) -> Option<ProgressReport> {
+        let rest = line.trim_end().strip_prefix(REPORT_PREFIX)?;
+        if !rest.is_empty() && !rest.starts_with(' ') {
+            return None;
+        }
+        let (mut points, mut metric, mut value, mut label) = (None, None, None, None);
+        for token in rest.split_whitespace() {
+            let (key, val) = token.split_once('=')?;
+            match key {
+                "points" => points = Some(val.parse::<u64>().ok()?),
+                "metric" => metric = Some(val.to_string()),
+                "value" => value = Some(val.parse::<f64>().ok()?),
+                "label" => label = Some(val.to_string()),
+                _ => {}
+            }
+        }
+        Some(ProgressReport {
+            label: label.unwrap_or_default(),
+            points: points?,
+            metric: metric.filter(|m| !m.is_empty())?,
+            value: value?,
+        })
+    }
+}
+
+/// What a launcher that draws a bar knows of its job: each node's newest
+/// [`ProgressReport`] and how many nodes finished. Sans-I/O: fed the nodes' standard
+/// error lines, it answers whether a line was a report (then not printed) and the bar's
+/// text.
+#[derive(Debug, Clone)]
+pub struct JobProgress {
+    nodes: usize,
+    finished: usize,
+    total: Option<u64>,
+    /// Each node's newest report, with the order it arrived in.
+    reports: Vec<(String, ProgressReport, u64)>,
+    arrivals: u64,
+}
+
+/// The width of the bar drawn in [`JobProgress::message`].
+const BAR_WIDTH: usize = 16;
+
+impl JobProgress {
+    /// A job of `nodes` nodes whose full run records `total` points, when known.
+    pub fn new(nodes: usize, total: Option<u64>) -> JobProgress {
+        JobProgress {
+            nodes,
+            finished: 0,
+            total: total.filter(|&n| n > 0),
+            reports: Vec::new(),
+            arrivals: 0,
+        }
+    }
+
+    /// A line of `node`'s standard error: `true` when it was a report (now taken into
+    /// account, and not to be printed), `false` for any other line.
+    pub fn offer(&mut self, node: &str, line: &str) -> bool {
+        let Some(report) = ProgressReport::parse(line) else {
+            return false;
+        };
+        self.arrivals += 1;
+        let seq = self.arrivals;
+        match self.reports.iter_mut().find(|(n, _, _)| n == node) {
+            Some(slot) => *slot = (node.to_string(), report, seq),
+            None => self.reports.push((node.to_string(), report, seq)),
+        }
+        true
+    }
+
+    /// One more node exited successfully.
+    pub fn node_finished(&mut self) {
+        self.finished = (self.finished + 1).min(self.nodes);
+    }
+
+    /// The point shown, with its node: the node with the most points (the one that
+    /// publishes the job's curve, a STRADS scheduler or a PS monitor), the newest
+    /// report on a tie.
+    pub fn current(&self) -> Option<(&str, &ProgressReport)> {
+        self.reports
+            .iter()
+            .max_by_key(|(_, r, seq)| (r.points, *seq))
+            .map(|(n, r, _)| (n.as_str(), r))
+    }
+
+    /// The bar's text `elapsed` after the launch: the point shown (with a bar, its
+    /// position of the total and the time left at the pace so far when the total is
+    /// known), the nodes finished, and who publishes the point (most important first, as
+    /// a narrow terminal cuts the end).
+    pub fn message(&self, elapsed: Duration) -> String {
+        let nodes = format!("{}/{} nodes finished", self.finished, self.nodes);
+        let Some((node, r)) = self.current() else {
+            return nodes;
+        };
+        let label = if r.label.is_empty() { node } else { &r.label };
+        let figure = format!("{} {:.6}", r.metric, r.value);
+        match self.total {
+            Some(total) => {
+                let pos = r.points.min(total);
+                let filled = (pos as usize * BAR_WIDTH) / total as usize;
+                let bar = format!("{}{}", "#".repeat(filled), "-".repeat(BAR_WIDTH - filled));
+                let secs = elapsed.as_secs_f64();
+                let left = if pos > 0 && pos < total {
+                    format!(
+                        ", about {:.0} s left",
+                        secs / pos as f64 * (total - pos) as f64
+                    )
+                } else {
+                    String::new()
+                };
+                format!("[{bar}] {pos}/{total} {figure}{left}; {nodes} ({label})")
+            }
+            None => format!("point {}, {figure}; {nodes} ({label})", r.points),
+        }
+    }
+}
+
+/// Where a progress thread shows the points.
+#[derive(Clone, Copy, PartialEq)]
+enum Output {
+    /// An indicatif bar (standard error is a terminal).
+    Bar,
+    /// INFO lines.
+    Lines,
+    /// [`ProgressReport`] lines on standard error, for the launcher's bar.
+    Reports,
+}
 
 /// Shows a run's progress until dropped (then one last line).
 pub struct TrainProgress {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Whether this one set [`EXPECTED_POINTS`] (cleared when dropped).
+    expects: bool,
 }
 
 impl TrainProgress {
     /// Starts showing `app`'s progress; `passes` is the number of curve points a full run
     /// records, when known (a bar with an estimate of the time left), else a spinner.
+    /// While it is live, [`expected_points`] is `passes` (for a launcher this run starts).
     pub fn start(app: &str, passes: Option<u64>) -> TrainProgress {
-        let lines_only = !std::io::stderr().is_terminal();
-        Self::spawn(app.to_string(), passes, lines_only, POLL)
+        let output = if std::io::stderr().is_terminal() {
+            Output::Bar
+        } else {
+            Output::Lines
+        };
+        EXPECTED_POINTS.store(passes.unwrap_or(0), Ordering::Relaxed);
+        let mut p = Self::spawn(app.to_string(), passes, output, POLL);
+        p.expects = true;
+        p
     }
 
     /// In a node process started by a launcher (whose standard error the launcher relays):
     /// INFO lines of the points this node publishes (a STRADS scheduler, a PS monitor;
-    /// other nodes have none and stay silent), labelled `label`.
+    /// other nodes have none and stay silent), labelled `label`; or, when the launcher
+    /// set [`REPORTS_ENV`], a [`ProgressReport`] line per new point.
     pub fn for_launched_node(label: String) -> TrainProgress {
-        Self::spawn(label, None, true, NODE_POLL)
+        if std::env::var_os(REPORTS_ENV).is_some_and(|v| v == "1") {
+            Self::spawn(label, None, Output::Reports, POLL)
+        } else {
+            Self::spawn(label, None, Output::Lines, NODE_POLL)
+        }
     }
 
-    fn spawn(label: String, passes: Option<u64>, lines_only: bool, poll: Duration) -> Self {
+    fn spawn(label: String, passes: Option<u64>, output: Output, poll: Duration) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         // Points of an earlier run in this process are not this run's.
         let before = newest().map_or(0, |p| p.points);
         let thread = std::thread::Builder::new()
             .name("train-progress".into())
-            .spawn(move || show(&label, passes, before, &flag, lines_only, poll))
+            .spawn(move || show(&label, passes, before, &flag, output, poll))
             .ok();
-        TrainProgress { stop, thread }
+        TrainProgress {
+            stop,
+            thread,
+            expects: false,
+        }
     }
 }
 
 impl Drop for TrainProgress {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        if self.expects {
+            EXPECTED_POINTS.store(0, Ordering::Relaxed);
+        }
         if let Some(t) = self.thread.take() {
             t.thread().unpark();
             let _ = t.join();
@@ -108,11 +322,11 @@ fn show(
     passes: Option<u64>,
     before: u64,
     stop: &AtomicBool,
-    lines_only: bool,
+    output: Output,
     poll: Duration,
 ) {
     let started = Instant::now();
-    let bar = (!lines_only).then(|| {
+    let make_bar = || {
         let bar = match passes {
             Some(n) => ProgressBar::new(n).with_style(
                 ProgressStyle::with_template(
@@ -127,7 +341,10 @@ fn show(
         };
         bar.set_prefix(app.to_string());
         bar
-    });
+    };
+    // Drawn from the first point on: a process that only launches the nodes (which
+    // publish the points, and report them to the launcher's bar) never draws one.
+    let mut bar: Option<ProgressBar> = None;
     // Without a terminal: the first point, then at most one line per LINE_EVERY, and
     // the last point when the run ends.
     let mut shown: Option<Point> = None;
@@ -136,12 +353,27 @@ fn show(
         let done = stop.load(Ordering::Relaxed);
         if let Some(p) = newest().filter(|p| p.points > before) {
             let pos = p.points - before;
-            match &bar {
-                Some(bar) => {
+            match output {
+                Output::Bar => {
+                    let bar = bar.get_or_insert_with(make_bar);
                     bar.set_position(pos);
                     bar.set_message(format!("{} {:.6}", p.metric, p.value));
                 }
-                None => {
+                Output::Reports => {
+                    if shown.as_ref() != Some(&p) {
+                        let report = ProgressReport {
+                            label: app.to_string(),
+                            points: pos,
+                            metric: p.metric.clone(),
+                            value: p.value,
+                        };
+                        // A line for the launcher to read, not a log record (so not
+                        // `tracing`, whose filter could drop it).
+                        let _ = writeln!(std::io::stderr().lock(), "{}", report.to_line());
+                        shown = Some(p);
+                    }
+                }
+                Output::Lines => {
                     let due = shown.is_none() || done || last_line.elapsed() >= LINE_EVERY;
                     if due && shown.as_ref() != Some(&p) {
                         info_line(app, passes, pos, &p, started.elapsed());
@@ -227,4 +459,135 @@ pub fn plot_history(
         false,
     )?;
     Ok(series.into_iter().map(|s| s.name).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(label: &str, points: u64, value: f64) -> ProgressReport {
+        ProgressReport {
+            label: label.into(),
+            points,
+            metric: "loglik_per_token".into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn a_report_reads_back_from_its_line() {
+        for value in [
+            -3.871_234_567_890_123,
+            1.0 / 3.0,
+            0.0,
+            1e-300,
+            f64::MAX,
+            -0.1,
+        ] {
+            let r = report("strads-lda-scheduler", 31, value);
+            let line = r.to_line();
+            assert!(line.starts_with("petrel-progress v1 "), "{line}");
+            assert_eq!(ProgressReport::parse(&line), Some(r));
+        }
+        // Blanks in a label or metric cannot split the fields.
+        let mut r = report("a b", 2, 1.5);
+        r.metric = "test rmse".into();
+        let back = ProgressReport::parse(&r.to_line()).unwrap();
+        assert_eq!(
+            (back.label.as_str(), back.metric.as_str()),
+            ("a_b", "test_rmse")
+        );
+        // Fields in any order, unknown ones ignored, a trailing \r tolerated.
+        let r = ProgressReport::parse(
+            "petrel-progress v1 value=2.5 future=x metric=objective points=7\r",
+        )
+        .unwrap();
+        assert_eq!(
+            (r.points, r.metric.as_str(), r.value),
+            (7, "objective", 2.5)
+        );
+        assert_eq!(r.label, "");
+    }
+
+    #[test]
+    fn other_lines_are_not_reports() {
+        for line in [
+            "",
+            "2026-12-04T11:00:00Z  INFO lda progress: point 3, loglik_per_token -4.1",
+            "petrel-progress v1",
+            "petrel-progress v2 points=1 metric=m value=1",
+            "petrel-progress v1x points=1 metric=m value=1",
+            "petrel-progress v1 points=-1 metric=m value=1",
+            "petrel-progress v1 points=1 metric=m value=abc",
+            "petrel-progress v1 points=1 metric= value=1",
+            "petrel-progress v1 points=1 value=1",
+            "petrel-progress v1 points=1 metric=m",
+            "petrel-progress v1 points=1 metric=m value=1 garbage",
+            " petrel-progress v1 points=1 metric=m value=1",
+            "[w1] petrel-progress v1 points=1 metric=m value=1",
+        ] {
+            assert_eq!(ProgressReport::parse(line), None, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn the_launcher_bar_shows_the_node_with_the_most_points() {
+        let mut job = JobProgress::new(3, Some(31));
+        assert_eq!(job.message(Duration::ZERO), "0/3 nodes finished");
+        // Log lines are left to be printed.
+        assert!(!job.offer("w1", "INFO worker started"));
+        assert!(job.current().is_none());
+        assert!(job.offer(
+            "scheduler",
+            &report("strads-lda-scheduler", 10, -4.0).to_line()
+        ));
+        assert!(job.offer("w1", &report("worker", 2, 9.0).to_line()));
+        let (node, r) = job.current().unwrap();
+        assert_eq!((node, r.points), ("scheduler", 10));
+        assert!(job.offer(
+            "scheduler",
+            &report("strads-lda-scheduler", 11, -3.9).to_line()
+        ));
+        assert_eq!(job.current().unwrap().1.value, -3.9);
+        job.node_finished();
+        // 11 of 31 points in 22 s: 2 s a point, 20 points left.
+        assert_eq!(
+            job.message(Duration::from_secs(22)),
+            "[#####-----------] 11/31 loglik_per_token -3.900000, about 40 s left; \
+             1/3 nodes finished (strads-lda-scheduler)"
+        );
+        // A tie goes to the newest report.
+        assert!(job.offer("w2", &report("other", 11, 1.0).to_line()));
+        assert_eq!(job.current().unwrap().0, "w2");
+        // The end: a full bar, no time left; finished never exceeds the nodes.
+        assert!(job.offer(
+            "scheduler",
+            &report("strads-lda-scheduler", 31, -3.8).to_line()
+        ));
+        for _ in 0..5 {
+            job.node_finished();
+        }
+        assert_eq!(
+            job.message(Duration::from_secs(60)),
+            "[################] 31/31 loglik_per_token -3.800000; 3/3 nodes finished \
+             (strads-lda-scheduler)"
+        );
+    }
+
+    #[test]
+    fn without_a_total_the_bar_counts_points() {
+        let mut job = JobProgress::new(2, None);
+        let mut r = report("", 4, 0.25);
+        r.metric = "objective".into();
+        assert!(job.offer("monitor", &r.to_line()));
+        // No label: the node's name.
+        assert_eq!(
+            job.message(Duration::from_secs(3)),
+            "point 4, objective 0.250000; 0/2 nodes finished (monitor)"
+        );
+        // More points than the total announced: the bar stays full.
+        let mut job = JobProgress::new(1, Some(2));
+        assert!(job.offer("s", &report("s", 5, 1.0).to_line()));
+        assert!(job.message(Duration::from_secs(1)).contains("2/2"));
+    }
 }

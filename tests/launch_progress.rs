@@ -1,0 +1,109 @@
+//! The launcher's progress bar fed by its nodes: with `LaunchOptions::progress` the nodes
+//! report their points on standard error (`petrel-progress v1 ...` lines) and the launcher
+//! takes them for its bar; the last point shown is in the launch report. (Standard error
+//! is not a terminal here, so indicatif draws nothing; the channel and state are real.)
+
+use petrel::launcher::{self, ChildCommand, LaunchOptions};
+use petrel_actors::Settings;
+use std::time::Duration;
+
+const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+
+fn lasso_settings(out: &std::path::Path) -> Settings {
+    let text = format!(
+        r#"
+[cluster]
+name = "launch-progress"
+failure_timeout_ms = 10000
+
+[[nodes]]
+name = "scheduler"
+addr = "127.0.0.1:0"
+roles = ["strads-lasso-scheduler"]
+
+[[nodes]]
+name = "w0"
+addr = "127.0.0.1:0"
+roles = ["strads-lasso-worker"]
+
+[[nodes]]
+name = "w1"
+addr = "127.0.0.1:0"
+roles = ["strads-lasso-worker"]
+
+[app.lasso]
+block_size = 8
+candidate_pool = 32
+rho = 0.3
+depth = 2
+max_rounds = 300
+eval_every = 50
+gap_tolerance = 1e-12
+out_dir = "{out}/lasso"
+
+[app.lasso.synthetic]
+n_samples = 100
+n_features = 200
+seed = 3
+"#,
+        out = out.display()
+    );
+    Settings::from_toml(&text).unwrap()
+}
+
+fn run(dir: &std::path::Path, progress: bool) -> launcher::LaunchReport {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut opts = LaunchOptions::new().unwrap();
+        opts.child = ChildCommand::PetrelNode {
+            program: PETREL.into(),
+        };
+        opts.run_dir = Some(dir.join(if progress { "run-bar" } else { "run-lines" }));
+        opts.progress = progress;
+        opts.progress_points = None;
+        launcher::start(lasso_settings(dir), opts)
+            .await
+            .unwrap()
+            .wait(Some(Duration::from_secs(120)))
+            .await
+            .unwrap()
+    })
+}
+
+#[test]
+fn the_launcher_bar_takes_the_schedulers_progress_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(dir.path(), true);
+    let (node, point) = report
+        .progress
+        .expect("no progress report reached the launcher");
+    assert_eq!(node, "scheduler");
+    assert_eq!(point.label, "strads-lasso-scheduler");
+    assert!(point.points >= 2, "{point:?}");
+    assert!(
+        !point.metric.is_empty() && point.value.is_finite(),
+        "{point:?}"
+    );
+    // The point shown is the scheduler's last one.
+    let metrics: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("lasso/metrics.json")).unwrap(),
+    )
+    .unwrap();
+    // (Lasso publishes the objective after every round.) The relays are drained before
+    // the launcher returns, so the final report is never lost.
+    let curve = metrics["objective"].as_array().unwrap();
+    assert_eq!(point.points, curve.len() as u64, "{point:?}");
+    assert_eq!(point.metric, "objective");
+    assert_eq!(
+        Some(point.value),
+        curve.last().and_then(|r| r["objective"].as_f64())
+    );
+
+    // Without the bar the nodes log INFO lines (relayed as before), and report nothing.
+    let report = run(dir.path(), false);
+    assert!(report.progress.is_none());
+}
