@@ -1,9 +1,10 @@
-//! `petrel bench chaos`: a multi-process STRADS Lasso job (`petrel train lasso --transport
-//! processes`, with its default checkpoints and `--max-restarts`) run again and again while
-//! a seeded schedule kills (SIGKILL) or pauses (SIGSTOP past the failure timeout, then
-//! SIGCONT) one random node per run: a worker or the scheduler, which is also the
-//! coordinator. Every run must finish with the model of an uninterrupted run, leave no
-//! process behind and never hang.
+//! `petrel bench chaos`: multi-process jobs of every app that recovers by itself
+//! (`petrel train lasso | logistic | strads-mf | lda | p3` as node processes, with their
+//! default checkpoints and `--max-restarts`) run again and again while a seeded schedule
+//! kills (SIGKILL) or pauses (SIGSTOP past the failure timeout, then SIGCONT) one random
+//! node per run: a worker, a P3 shard, or a STRADS scheduler, which is also the
+//! coordinator. Every run must finish with the model of an uninterrupted run of the same
+//! app, leave no process behind and never hang.
 //!
 //! Not injected here (yet): link cuts in network namespaces (needs root) and hostile
 //! streams (covered by `net/tests/transport.rs`).
@@ -12,6 +13,7 @@ use super::BenchError;
 use crate::report::{Table, fmt, print_json};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,16 +21,20 @@ use std::time::{Duration, Instant};
 /// `petrel bench chaos` flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ChaosBenchArgs {
-    /// Faulted runs (after one uninterrupted reference run).
+    /// Faulted runs (after one uninterrupted reference run of each app); run `i` runs
+    /// the app `i mod len(apps)`.
     #[arg(long, default_value_t = 4)]
     pub runs: usize,
+    /// The apps the runs cycle through.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "lasso")]
+    pub apps: Vec<ChaosApp>,
     /// Seed of the fault schedule (which fault, which node, when).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Worker processes (plus one scheduler).
+    /// Worker processes (plus one STRADS scheduler, or two P3 shards).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// Rounds of the Lasso job.
+    /// Rounds of the Lasso job (the other apps' jobs have fixed sizes).
     #[arg(long, default_value_t = 3000)]
     pub max_rounds: u64,
     /// A run not finished after this long counts as a hang (and is killed).
@@ -43,7 +49,149 @@ pub struct ChaosBenchArgs {
     pub dir: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, Serialize)]
+/// An app whose multi-process `petrel train` job checkpoints and restarts by itself.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChaosApp {
+    /// STRADS Lasso (scheduler + workers).
+    Lasso,
+    /// STRADS sparse logistic regression (scheduler + workers).
+    Logistic,
+    /// STRADS CCD++ matrix factorization (scheduler + workers).
+    StradsMf,
+    /// STRADS LDA (scheduler + workers).
+    Lda,
+    /// P3 data-parallel training of an MLP (workers + two shards, shaped links).
+    P3,
+}
+
+impl ChaosApp {
+    fn name(self) -> &'static str {
+        match self {
+            ChaosApp::Lasso => "lasso",
+            ChaosApp::Logistic => "logistic",
+            ChaosApp::StradsMf => "strads-mf",
+            ChaosApp::Lda => "lda",
+            ChaosApp::P3 => "p3",
+        }
+    }
+
+    /// The job's flags besides the worker count, restarts and output (small jobs that
+    /// still write several checkpoints).
+    fn job_flags(self, args: &ChaosBenchArgs) -> Vec<String> {
+        let flags: Vec<String> = match self {
+            ChaosApp::Lasso => vec![
+                "--max-rounds".into(),
+                args.max_rounds.to_string(),
+                "--block-size".into(),
+                "8".into(),
+                "--candidate-pool".into(),
+                "32".into(),
+                "--eval-every".into(),
+                "500".into(),
+                "--gap-tolerance".into(),
+                "0".into(),
+                "--seed".into(),
+                "3".into(),
+                "--checkpoint-every".into(),
+                "150".into(),
+                "--synthetic-samples".into(),
+                "150".into(),
+                "--synthetic-features".into(),
+                "300".into(),
+            ],
+            ChaosApp::Logistic => [
+                "--block-size",
+                "8",
+                "--candidate-pool",
+                "32",
+                "--max-rounds",
+                "3000",
+                "--checkpoint-every",
+                "200",
+                "--seed",
+                "3",
+                "--synthetic-samples",
+                "150",
+                "--synthetic-features",
+                "300",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ChaosApp::StradsMf => ["--iterations", "80", "--seed", "1"]
+                .map(String::from)
+                .to_vec(),
+            ChaosApp::Lda => ["--iterations", "200", "--topics", "5", "--seed", "1"]
+                .map(String::from)
+                .to_vec(),
+            // Shaped links keep the job going long enough to be hit mid-way; they change
+            // no value.
+            ChaosApp::P3 => [
+                "--net",
+                "mlp",
+                "--mode",
+                "p3",
+                "--epochs",
+                "4",
+                "--width",
+                "2",
+                "--batch",
+                "8",
+                "--lr",
+                "0.05",
+                "--seed",
+                "2",
+                "--train-data",
+                "synthetic:256",
+                "--test-data",
+                "synthetic:64",
+                "--bandwidth-mbit",
+                "40",
+                "--checkpoint-every",
+                "4",
+                "--shards",
+                "2",
+            ]
+            .map(String::from)
+            .to_vec(),
+        };
+        flags
+    }
+
+    /// The node names of a job with `workers` workers.
+    fn nodes(self, workers: usize) -> Vec<String> {
+        let workers = (0..workers).map(|w| format!("w{w}"));
+        match self {
+            ChaosApp::P3 => workers.chain(["s0".into(), "s1".into()]).collect(),
+            _ => std::iter::once("scheduler".to_string())
+                .chain(workers)
+                .collect(),
+        }
+    }
+
+    /// The trained model a run in `out` wrote, as bytes to compare: the output files of a
+    /// STRADS app, the parameters of a P3 model (its file also holds wall times).
+    fn model(self, out: &Path) -> Result<Vec<u8>, BenchError> {
+        let files: &[&str] = match self {
+            ChaosApp::Lasso | ChaosApp::Logistic => &["coefficients.tsv"],
+            ChaosApp::StradsMf => &["user_factors.tsv", "item_factors.tsv"],
+            ChaosApp::Lda => &["topic_word.tsv", "topics.txt"],
+            ChaosApp::P3 => {
+                let text =
+                    std::fs::read_to_string(out.join("model.json")).map_err(io("the P3 model"))?;
+                let model: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| BenchError::Incomplete(format!("the P3 model: {e}")))?;
+                return Ok(model["params"].to_string().into_bytes());
+            }
+        };
+        let mut bytes = Vec::new();
+        for file in files {
+            bytes.extend(std::fs::read(out.join(file)).map_err(io("the model"))?);
+        }
+        Ok(bytes)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
 enum Fault {
     Kill,
@@ -59,7 +207,10 @@ struct Figures {
     max_recovery_s: f64,
     orphans: usize,
     hangs: usize,
-    reference_s: f64,
+    /// Cluster restarts over all faulted runs (each fault should cost at least one).
+    restarts: u32,
+    /// Wall time of each app's uninterrupted run.
+    reference_s: BTreeMap<&'static str, f64>,
     seed: u64,
 }
 
@@ -70,36 +221,59 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
     }
 }
 
-/// The `petrel train lasso` command of every run.
-fn train(args: &ChaosBenchArgs, out: &Path, max_restarts: u32) -> Result<Child, BenchError> {
-    Command::new(std::env::current_exe().map_err(io("current exe"))?)
-        .args(["train", "lasso", "--transport", "processes"])
-        .args(["--workers", &args.workers.to_string()])
-        .args(["--max-rounds", &args.max_rounds.to_string()])
-        .args([
-            "--block-size",
-            "8",
-            "--candidate-pool",
-            "32",
-            "--eval-every",
-            "500",
-        ])
-        .args([
-            "--gap-tolerance",
-            "0",
-            "--seed",
-            "3",
-            "--checkpoint-every",
-            "150",
-        ])
-        .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
-        .args(["--max-restarts", &max_restarts.to_string(), "--out"])
-        .arg(out)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
+/// The `petrel train` command of one run of `app`, writing into `out`.
+fn train(
+    app: ChaosApp,
+    args: &ChaosBenchArgs,
+    out: &Path,
+    max_restarts: u32,
+) -> Result<Child, BenchError> {
+    let mut cmd = Command::new(std::env::current_exe().map_err(io("current exe"))?);
+    cmd.args(["train", app.name()]);
+    if app != ChaosApp::P3 {
+        cmd.args(["--transport", "processes"]);
+    }
+    cmd.args(["--workers", &args.workers.to_string()])
+        .args(app.job_flags(args))
+        .args(["--max-restarts", &max_restarts.to_string()]);
+    match app {
+        // The run directory (node configs) inside `out`, so the nodes' command lines
+        // name it and the checkpoints land in `out/checkpoints`.
+        ChaosApp::P3 => cmd
+            .arg("--out")
+            .arg(out.join("model.json"))
+            .arg("--run-dir")
+            .arg(out.join("run")),
+        _ => cmd.arg("--out").arg(out),
+    };
+    // stdout says how many restarts the job needed (`finished after N restart(s)`).
+    let log = std::fs::File::create(stdout_file(out)).map_err(io("the run's stdout file"))?;
+    cmd.env("RUST_LOG", "error")
+        .stdout(log)
         .stderr(Stdio::null())
         .spawn()
         .map_err(io("spawn petrel train"))
+}
+
+/// Where a run's stdout goes: beside its output directory.
+fn stdout_file(out: &Path) -> PathBuf {
+    out.with_extension("stdout")
+}
+
+/// The restarts a finished job reports on its stdout (0 when it reports none).
+fn restarts_reported(stdout: &str) -> u32 {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            l.split_once(" finished after ")?
+                .1
+                .split_once(" restart")?
+                .0
+                .parse()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Process ids of every process whose command line mentions `needle`.
@@ -159,6 +333,41 @@ fn wait_for(child: &mut Child, limit: Duration) -> Result<Option<bool>, BenchErr
     }
 }
 
+/// One faulted run of the seeded schedule.
+#[derive(Debug, Clone, PartialEq)]
+struct Planned {
+    app: ChaosApp,
+    fault: Fault,
+    victim: String,
+    /// How long after the first checkpoint the fault strikes.
+    delay: Duration,
+}
+
+/// The seeded fault schedule: run `i` runs app `i mod len(apps)` and hits one of its
+/// nodes, chosen at random, with a kill or a pause.
+fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    (0..args.runs)
+        .map(|run| {
+            let fault = if rng.gen_bool(0.5) {
+                Fault::Kill
+            } else {
+                Fault::Pause
+            };
+            let app = args.apps[run % args.apps.len()];
+            let nodes = app.nodes(args.workers);
+            let victim = nodes[rng.gen_range(0..nodes.len())].clone();
+            let delay = Duration::from_millis(rng.gen_range(0..400));
+            Planned {
+                app,
+                fault,
+                victim,
+                delay,
+            }
+        })
+        .collect()
+}
+
 /// Runs the benchmark: prints one row per run and the JSON line.
 pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     let temp = tempfile::tempdir().map_err(io("temporary directory"))?;
@@ -169,28 +378,40 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     std::fs::create_dir_all(&root).map_err(io("bench directory"))?;
     let limit = Duration::from_secs(args.run_timeout_s);
 
-    let reference_out = root.join("reference");
-    let started = Instant::now();
-    let mut child = train(&args, &reference_out, 0)?;
-    if wait_for(&mut child, limit)? != Some(true) {
-        return Err(BenchError::Incomplete(
-            "the uninterrupted reference run failed".into(),
-        ));
+    if args.apps.is_empty() {
+        return Err(BenchError::Incomplete("--apps: no app given".into()));
     }
-    let reference_s = started.elapsed().as_secs_f64();
-    let expected = std::fs::read(reference_out.join("coefficients.tsv"))
-        .map_err(io("reference coefficients"))?;
+    // One uninterrupted reference run per app: its model is what every faulted run of
+    // that app must end with, and its wall time is the base of the recovery time.
+    let mut references: BTreeMap<&'static str, (f64, Vec<u8>)> = BTreeMap::new();
+    for &app in &args.apps {
+        if references.contains_key(app.name()) {
+            continue;
+        }
+        let out = root.join(format!("reference-{}", app.name()));
+        let started = Instant::now();
+        let mut child = train(app, &args, &out, 0)?;
+        if wait_for(&mut child, limit)? != Some(true) {
+            return Err(BenchError::Incomplete(format!(
+                "the uninterrupted {} reference run failed (its output: {})",
+                app.name(),
+                out.display()
+            )));
+        }
+        references.insert(
+            app.name(),
+            (started.elapsed().as_secs_f64(), app.model(&out)?),
+        );
+    }
 
-    let nodes: Vec<String> = std::iter::once("scheduler".to_string())
-        .chain((0..args.workers).map(|w| format!("w{w}")))
-        .collect();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let mut table = Table::new(&[
         "run",
+        "app",
         "fault",
         "node",
         "finished",
         "identical",
+        "restarts",
         "wall s",
         "recovery s",
         "orphans",
@@ -203,20 +424,21 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         max_recovery_s: 0.0,
         orphans: 0,
         hangs: 0,
-        reference_s,
+        restarts: 0,
+        reference_s: references.iter().map(|(a, (s, _))| (*a, *s)).collect(),
         seed: args.seed,
     };
-    for run in 0..args.runs {
-        let fault = if rng.gen_bool(0.5) {
-            Fault::Kill
-        } else {
-            Fault::Pause
-        };
-        let victim = nodes[rng.gen_range(0..nodes.len())].clone();
-        let delay = Duration::from_millis(rng.gen_range(0..400));
-        let out = root.join(format!("run-{run}"));
+    for (run, planned) in schedule(&args).into_iter().enumerate() {
+        let Planned {
+            app,
+            fault,
+            victim,
+            delay,
+        } = planned;
+        let (reference_s, expected) = &references[app.name()];
+        let out = root.join(format!("run-{run}-{}", app.name()));
         let started = Instant::now();
-        let mut child = train(&args, &out, 2)?;
+        let mut child = train(app, &args, &out, 2)?;
         // The fault strikes at a random moment after the first checkpoint.
         let mut injected = false;
         while started.elapsed() < limit {
@@ -248,8 +470,11 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         for pid in &left {
             signal(*pid, libc::SIGKILL);
         }
-        let identical = finished == Some(true)
-            && std::fs::read(out.join("coefficients.tsv")).is_ok_and(|c| c == expected);
+        let identical = finished == Some(true) && app.model(&out).is_ok_and(|m| m == *expected);
+        let restarts = std::fs::read_to_string(stdout_file(&out))
+            .map(|s| restarts_reported(&s))
+            .unwrap_or(0);
+        figures.restarts += restarts;
         let recovery_s = (wall_s - reference_s).max(0.0);
         figures.faults_injected += usize::from(injected);
         figures.jobs_completed += usize::from(finished == Some(true));
@@ -261,6 +486,7 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         }
         table.row(vec![
             run.to_string(),
+            app.name().to_string(),
             if injected {
                 format!("{fault:?}").to_lowercase()
             } else {
@@ -273,16 +499,95 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
                 None => "HUNG".into(),
             },
             identical.to_string(),
+            restarts.to_string(),
             fmt(wall_s),
             fmt(recovery_s),
             left.len().to_string(),
         ]);
     }
     table.print();
+    let references: Vec<String> = references
+        .iter()
+        .map(|(app, (s, _))| format!("{app} {} s", fmt(*s)))
+        .collect();
     println!(
-        "reference (uninterrupted) run: {} s; recovery s = a faulted run's wall time minus the reference's",
-        fmt(reference_s)
+        "uninterrupted reference runs: {}; recovery s = a faulted run's wall time minus its app's reference",
+        references.join(", ")
     );
     print_json(&figures)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_are_read_from_any_apps_final_line() {
+        assert_eq!(
+            restarts_reported("lasso finished after 1 restart(s) of the cluster\n"),
+            1
+        );
+        assert_eq!(
+            restarts_reported("x\np3 finished after 2 restart(s) of the cluster"),
+            2
+        );
+        assert_eq!(restarts_reported("lasso 300 features: objective 1.0\n"), 0);
+    }
+
+    fn args(apps: &[ChaosApp], runs: usize, seed: u64) -> ChaosBenchArgs {
+        ChaosBenchArgs {
+            runs,
+            apps: apps.to_vec(),
+            seed,
+            workers: 2,
+            max_rounds: 3000,
+            run_timeout_s: 300,
+            pause_s: 12.0,
+            dir: None,
+        }
+    }
+
+    #[test]
+    fn the_schedule_is_seeded_and_cycles_through_the_apps() {
+        let apps = [ChaosApp::Lasso, ChaosApp::P3];
+        let plan = schedule(&args(&apps, 4, 5));
+        assert_eq!(
+            plan,
+            schedule(&args(&apps, 4, 5)),
+            "same seed, same schedule"
+        );
+        let order: Vec<ChaosApp> = plan.iter().map(|p| p.app).collect();
+        assert_eq!(
+            order,
+            [ChaosApp::Lasso, ChaosApp::P3, ChaosApp::Lasso, ChaosApp::P3]
+        );
+        for p in &plan {
+            assert!(p.app.nodes(2).contains(&p.victim), "{p:?}");
+            assert!(p.delay < Duration::from_millis(400));
+        }
+    }
+
+    /// `tests/cli.rs::bench_chaos_recovers_every_faulted_run` relies on this schedule: a
+    /// Lasso run whose scheduler (the coordinator) is killed, then a P3 run whose shard
+    /// is killed.
+    #[test]
+    fn seed_10_kills_the_lasso_coordinator_then_a_p3_shard() {
+        let plan = schedule(&args(&[ChaosApp::Lasso, ChaosApp::P3], 2, 10));
+        assert_eq!(
+            (plan[0].fault, plan[0].victim.as_str()),
+            (Fault::Kill, "scheduler")
+        );
+        assert_eq!(plan[1].app, ChaosApp::P3);
+        assert_eq!(
+            (plan[1].fault, plan[1].victim.as_str()),
+            (Fault::Kill, "s0")
+        );
+    }
+
+    #[test]
+    fn p3_faults_reach_shards_and_strads_faults_reach_the_scheduler() {
+        assert_eq!(ChaosApp::P3.nodes(2), ["w0", "w1", "s0", "s1"]);
+        assert_eq!(ChaosApp::Lda.nodes(2), ["scheduler", "w0", "w1"]);
+    }
 }
