@@ -874,14 +874,16 @@ fn train_lasso_restarts_after_a_killed_node_and_writes_the_uninterrupted_model()
 }
 
 /// `petrel bench chaos` ends with one JSON line whose figures say every faulted run
-/// finished with the uninterrupted model after a restart, left no process behind and did
-/// not hang. Seed 10 kills the Lasso scheduler (the coordinator), then a P3 shard
-/// (`bench::chaos::tests::seed_10_kills_the_lasso_coordinator_then_a_p3_shard`).
+/// finished with the uninterrupted model, left no process behind and did not hang. Seed 10
+/// kills the Lasso scheduler (the coordinator), then a P3 shard (each costs a restart),
+/// then attacks a Lasso worker with stalled 60 MiB frames from a member's certificate
+/// (which must cost nothing):
+/// `bench::chaos::tests::seed_10_kills_the_coordinator_then_a_p3_shard_then_sends_a_hostile_member`.
 #[test]
 fn bench_chaos_recovers_every_faulted_run() {
     let out = Command::new(PETREL)
         .args([
-            "bench", "chaos", "--apps", "lasso,p3", "--runs", "2", "--seed", "10",
+            "bench", "chaos", "--apps", "lasso,p3", "--runs", "3", "--seed", "10",
         ])
         .output()
         .unwrap();
@@ -894,19 +896,25 @@ fn bench_chaos_recovers_every_faulted_run() {
     let json: serde_json::Value =
         serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
     for (key, want) in [
-        ("runs", 2),
-        ("faults_injected", 2),
-        ("jobs_completed", 2),
-        ("outputs_identical", 2),
+        ("runs", 3),
+        ("faults_injected", 3),
+        ("jobs_completed", 3),
+        ("outputs_identical", 3),
+        ("hostile_connections", 1),
         ("orphans", 0),
         ("hangs", 0),
     ] {
         assert_eq!(json[key].as_u64(), Some(want), "{key}: {json}");
     }
     assert!(json["max_recovery_s"].as_f64().is_some(), "{json}");
-    // A kill that lands after the first checkpoint always costs a restart; the job can
-    // end before the kill only if it is faster than 400 ms, and then no fault counts.
-    assert!(json["restarts"].as_u64() >= Some(2), "{json}");
+    // Each kill lands after the first checkpoint and costs a restart; the hostile member
+    // must cost none.
+    let restarts: Vec<u64> = (0..3)
+        .map(|i| json["per_run"][i]["restarts"].as_u64().unwrap_or(u64::MAX))
+        .collect();
+    assert!(restarts[0] >= 1 && restarts[1] >= 1, "{json}");
+    assert_eq!(json["per_run"][2]["fault"], "hostile", "{json}");
+    assert_eq!(restarts[2], 0, "{json}");
 }
 
 /// Issue 17 item 4: `petrel bench ps --shared-memory DIR` runs the push+pull loop twice per

@@ -24,6 +24,7 @@
 
 pub mod config;
 pub mod datagram;
+pub mod hostile;
 mod identity;
 pub mod inbound_budget;
 mod memory;

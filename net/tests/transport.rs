@@ -440,25 +440,13 @@ async fn failed_send_does_not_stall_the_lane() {
 
 /// Five streams from `conn`, each announcing a 60 MiB frame and sending 300 bytes of it.
 async fn open_stalled_60_mib_frames(conn: &quinn::Connection) -> Vec<quinn::SendStream> {
-    let mut hoarding = Vec::new();
-    for seq in 0..5u64 {
-        let mut s = conn.open_uni().await.unwrap();
-        let mut bytes = petrel_net::sequencer::LaneHeader {
-            from: 2,
-            priority: Priority::NORMAL,
-            epoch: 1,
-            seq,
-        }
-        .encode()
-        .to_vec();
-        bytes.extend_from_slice(b"PTR1");
-        bytes.extend_from_slice(&64u32.to_le_bytes());
-        bytes.extend_from_slice(&(60u32 << 20).to_le_bytes());
-        bytes.extend_from_slice(&[7u8; 300]);
-        s.write_all(&bytes).await.unwrap();
-        hoarding.push(s); // never finished: the frames stall
-    }
-    hoarding
+    petrel_net::hostile::open_stalled_frames(
+        conn,
+        2,
+        petrel_net::hostile::StalledFrames::FIVE_OF_60_MIB,
+    )
+    .await
+    .unwrap()
 }
 
 async fn rogue_connection(
@@ -466,14 +454,9 @@ async fn rogue_connection(
     cfg: &NetConfig,
     to: SocketAddr,
 ) -> (quinn::Endpoint, quinn::Connection) {
-    let mut raw = quinn::Endpoint::client(localhost()).unwrap();
-    raw.set_default_client_config(creds.client_config(cfg).unwrap());
-    let conn = raw
-        .connect(to, petrel_net::tls::CLUSTER_SERVER_NAME)
-        .unwrap()
+    petrel_net::hostile::connect_as_member(creds, cfg, to)
         .await
-        .unwrap();
-    (raw, conn)
+        .unwrap()
 }
 
 /// Issue 12: a member opened five streams that each announced a 60 MiB frame and sent a

@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// `petrel bench chaos` flags.
@@ -25,6 +25,17 @@ pub struct ChaosBenchArgs {
     /// the app `i mod len(apps)`.
     #[arg(long, default_value_t = 4)]
     pub runs: usize,
+    /// The faults the schedule picks from: `kill` (SIGKILL), `pause` (SIGSTOP for
+    /// `--pause-s`, then SIGCONT), `hostile` (another member's certificate opens five
+    /// streams to the victim that each announce a 60 MiB frame and stall, held until the
+    /// job ends).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "kill,pause,hostile"
+    )]
+    pub faults: Vec<Fault>,
     /// The apps the runs cycle through.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "lasso")]
     pub apps: Vec<ChaosApp>,
@@ -168,6 +179,18 @@ impl ChaosApp {
         }
     }
 
+    /// Nodes that send each other no data in a job with `workers` workers (STRADS
+    /// workers talk only to the scheduler, P3 shards only to workers): a hostile member
+    /// attacks one with the certificate of the next, so the job depends on no traffic the
+    /// attack can hold up. (With the key of a node the victim reads data from, the
+    /// attacker shares that node's inbound budget and can delay its traffic; RELIABILITY.md.)
+    fn unrelated_peers(self, workers: usize) -> Vec<String> {
+        match self {
+            ChaosApp::P3 => vec!["s0".into(), "s1".into()],
+            _ => (0..workers.max(2)).map(|w| format!("w{w}")).collect(),
+        }
+    }
+
     /// The trained model a run in `out` wrote, as bytes to compare: the output files of a
     /// STRADS app, the parameters of a P3 model (its file also holds wall times).
     fn model(self, out: &Path) -> Result<Vec<u8>, BenchError> {
@@ -191,11 +214,31 @@ impl ChaosApp {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+/// What a run does to its victim.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-enum Fault {
+pub enum Fault {
+    /// SIGKILL: the job must restart from its newest checkpoint.
     Kill,
+    /// SIGSTOP past the failure timeout, then SIGCONT: detected as a death.
     Pause,
+    /// Stalled 60 MiB frames from a member's certificate: the job must go on unharmed.
+    Hostile,
+}
+
+/// What happened in one faulted run.
+#[derive(Serialize)]
+struct RunRecord {
+    app: &'static str,
+    fault: Fault,
+    victim: String,
+    /// Whose certificate a hostile member used.
+    impostor: Option<String>,
+    injected: bool,
+    finished: bool,
+    identical: bool,
+    restarts: u32,
+    wall_s: f64,
 }
 
 #[derive(Serialize)]
@@ -207,8 +250,15 @@ struct Figures {
     max_recovery_s: f64,
     orphans: usize,
     hangs: usize,
-    /// Cluster restarts over all faulted runs (each fault should cost at least one).
+    /// Cluster restarts over all faulted runs (a kill or a pause costs one; a hostile
+    /// member should cost none).
     restarts: u32,
+    /// Hostile members that connected and opened their stalled frames.
+    hostile_connections: usize,
+    /// Hostile members the victim disconnected before the job ended.
+    hostile_disconnected: usize,
+    /// One record per faulted run, in order.
+    per_run: Vec<RunRecord>,
     /// Wall time of each app's uninterrupted run.
     reference_s: BTreeMap<&'static str, f64>,
     seed: u64,
@@ -247,15 +297,18 @@ fn train(
         _ => cmd.arg("--out").arg(out),
     };
     // stdout says how many restarts the job needed (`finished after N restart(s)`).
+    // stderr holds the cause when a run fails.
     let log = std::fs::File::create(stdout_file(out)).map_err(io("the run's stdout file"))?;
+    let errors =
+        std::fs::File::create(out.with_extension("stderr")).map_err(io("the run's stderr file"))?;
     cmd.env("RUST_LOG", "error")
         .stdout(log)
-        .stderr(Stdio::null())
+        .stderr(errors)
         .spawn()
         .map_err(io("spawn petrel train"))
 }
 
-/// Where a run's stdout goes: beside its output directory.
+/// Where a run's stdout goes: beside its output directory (stderr beside it too).
 fn stdout_file(out: &Path) -> PathBuf {
     out.with_extension("stdout")
 }
@@ -333,12 +386,115 @@ fn wait_for(child: &mut Child, limit: Duration) -> Result<Option<bool>, BenchErr
     }
 }
 
+/// A hostile member attached to a running job: a thread that holds stalled frames open
+/// to the victim until [`HostileMember::stop`].
+struct HostileMember {
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<HostileOutcome>,
+}
+
+/// What became of a hostile member.
+#[derive(Debug, Default)]
+struct HostileOutcome {
+    /// It connected and opened its frames.
+    connected: bool,
+    /// The victim closed its connection before it was stopped.
+    disconnected: bool,
+    /// Why it could not attack.
+    error: Option<String>,
+}
+
+impl HostileMember {
+    /// Reads the run's `cluster.toml` (in `out/run`), takes the certificate of member
+    /// `impostor` and attacks `victim` with it.
+    fn start(out: &Path, victim: &str, impostor: &str) -> Result<HostileMember, BenchError> {
+        let settings = petrel_actors::Settings::load(&out.join("run").join("cluster.toml"))
+            .map_err(|e| BenchError::Incomplete(format!("the run's cluster.toml: {e}")))?;
+        let nodes = &settings.nodes;
+        let at = nodes
+            .iter()
+            .position(|n| n.name == victim)
+            .ok_or_else(|| BenchError::Incomplete(format!("no node {victim} in the run")))?;
+        let to: std::net::SocketAddr = nodes[at]
+            .addr
+            .parse()
+            .map_err(|e| BenchError::Incomplete(format!("{victim}'s address: {e}")))?;
+        let impostor = nodes
+            .iter()
+            .position(|n| n.name == impostor)
+            .ok_or_else(|| BenchError::Incomplete(format!("no node {impostor} in the run")))?;
+        let certs = settings
+            .cluster
+            .certs_dir
+            .clone()
+            .ok_or_else(|| BenchError::Incomplete("the run has no certs_dir".into()))?;
+        let creds = petrel_net::ClusterCredentials::load(&certs, &nodes[impostor].name)
+            .map_err(|e| BenchError::Incomplete(format!("a member's certificate: {e}")))?;
+        let net = settings.net.clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let thread = std::thread::spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    return HostileOutcome {
+                        error: Some(e.to_string()),
+                        ..HostileOutcome::default()
+                    };
+                }
+            };
+            runtime.block_on(async move {
+                use petrel_net::hostile::{StalledFrames, connect_as_member, open_stalled_frames};
+                let attack = async {
+                    let (endpoint, conn) = connect_as_member(&creds, &net, to).await?;
+                    let frames =
+                        open_stalled_frames(&conn, impostor as u32, StalledFrames::FIVE_OF_60_MIB)
+                            .await?;
+                    Ok::<_, petrel_net::NetError>((endpoint, conn, frames))
+                };
+                match attack.await {
+                    Err(e) => HostileOutcome {
+                        error: Some(e.to_string()),
+                        ..HostileOutcome::default()
+                    },
+                    Ok((_endpoint, conn, frames)) => {
+                        let disconnected = tokio::select! {
+                            _ = conn.closed() => true,
+                            _ = stopped => false,
+                        };
+                        drop(frames);
+                        HostileOutcome {
+                            connected: true,
+                            disconnected,
+                            error: None,
+                        }
+                    }
+                }
+            })
+        });
+        Ok(HostileMember { stop, thread })
+    }
+
+    /// Ends the attack and says what became of it.
+    fn stop(self) -> HostileOutcome {
+        let _ = self.stop.send(());
+        self.thread.join().unwrap_or_else(|_| HostileOutcome {
+            error: Some("the hostile member's thread panicked".into()),
+            ..HostileOutcome::default()
+        })
+    }
+}
+
 /// One faulted run of the seeded schedule.
 #[derive(Debug, Clone, PartialEq)]
 struct Planned {
     app: ChaosApp,
     fault: Fault,
     victim: String,
+    /// Whose certificate a hostile member uses.
+    impostor: Option<String>,
     /// How long after the first checkpoint the fault strikes.
     delay: Duration,
 }
@@ -349,19 +505,25 @@ fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     (0..args.runs)
         .map(|run| {
-            let fault = if rng.gen_bool(0.5) {
-                Fault::Kill
-            } else {
-                Fault::Pause
-            };
+            let fault = args.faults[rng.gen_range(0..args.faults.len())];
             let app = args.apps[run % args.apps.len()];
-            let nodes = app.nodes(args.workers);
-            let victim = nodes[rng.gen_range(0..nodes.len())].clone();
+            let (victim, impostor) = if fault == Fault::Hostile {
+                let peers = app.unrelated_peers(args.workers);
+                let at = rng.gen_range(0..peers.len());
+                (
+                    peers[at].clone(),
+                    Some(peers[(at + 1) % peers.len()].clone()),
+                )
+            } else {
+                let nodes = app.nodes(args.workers);
+                (nodes[rng.gen_range(0..nodes.len())].clone(), None)
+            };
             let delay = Duration::from_millis(rng.gen_range(0..400));
             Planned {
                 app,
                 fault,
                 victim,
+                impostor,
                 delay,
             }
         })
@@ -378,8 +540,10 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     std::fs::create_dir_all(&root).map_err(io("bench directory"))?;
     let limit = Duration::from_secs(args.run_timeout_s);
 
-    if args.apps.is_empty() {
-        return Err(BenchError::Incomplete("--apps: no app given".into()));
+    if args.apps.is_empty() || args.faults.is_empty() {
+        return Err(BenchError::Incomplete(
+            "--apps and --faults need at least one value each".into(),
+        ));
     }
     // One uninterrupted reference run per app: its model is what every faulted run of
     // that app must end with, and its wall time is the base of the recovery time.
@@ -425,6 +589,9 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         orphans: 0,
         hangs: 0,
         restarts: 0,
+        hostile_connections: 0,
+        hostile_disconnected: 0,
+        per_run: Vec::new(),
         reference_s: references.iter().map(|(a, (s, _))| (*a, *s)).collect(),
         seed: args.seed,
     };
@@ -433,6 +600,7 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
             app,
             fault,
             victim,
+            impostor,
             delay,
         } = planned;
         let (reference_s, expected) = &references[app.name()];
@@ -441,11 +609,16 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         let mut child = train(app, &args, &out, 2)?;
         // The fault strikes at a random moment after the first checkpoint.
         let mut injected = false;
+        let mut hostile = None;
         while started.elapsed() < limit {
             if has_checkpoint(&out) {
                 std::thread::sleep(delay);
-                if let Some(pid) = node_pid(&out, &victim) {
+                if let Some(impostor) = &impostor {
+                    hostile = Some(HostileMember::start(&out, &victim, impostor)?);
+                    injected = true;
+                } else if let Some(pid) = node_pid(&out, &victim) {
                     match fault {
+                        Fault::Hostile => {}
                         Fault::Kill => signal(pid, libc::SIGKILL),
                         Fault::Pause => {
                             signal(pid, libc::SIGSTOP);
@@ -464,6 +637,23 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         }
         let finished = wait_for(&mut child, limit.saturating_sub(started.elapsed()))?;
         let wall_s = started.elapsed().as_secs_f64();
+        let mut fault_label = format!("{fault:?}").to_lowercase();
+        if let Some(impostor) = &impostor {
+            fault_label.push_str(&format!(" with {impostor}'s certificate"));
+        }
+        if let Some(member) = hostile {
+            let outcome = member.stop();
+            if outcome.connected {
+                figures.hostile_connections += 1;
+            }
+            if outcome.disconnected {
+                figures.hostile_disconnected += 1;
+                fault_label.push_str(" (disconnected)");
+            }
+            if let Some(e) = outcome.error {
+                fault_label.push_str(&format!(" ({e})"));
+            }
+        }
         // Give the children of an exited launcher a moment, then look for stragglers.
         std::thread::sleep(Duration::from_secs(2));
         let left = processes_mentioning(&out.to_string_lossy());
@@ -484,11 +674,22 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         if injected && finished == Some(true) {
             figures.max_recovery_s = figures.max_recovery_s.max(recovery_s);
         }
+        figures.per_run.push(RunRecord {
+            app: app.name(),
+            fault,
+            victim: victim.clone(),
+            impostor: impostor.clone(),
+            injected,
+            finished: finished == Some(true),
+            identical,
+            restarts,
+            wall_s,
+        });
         table.row(vec![
             run.to_string(),
             app.name().to_string(),
             if injected {
-                format!("{fault:?}").to_lowercase()
+                fault_label
             } else {
                 "none (job ended first)".into()
             },
@@ -540,6 +741,7 @@ mod tests {
             runs,
             apps: apps.to_vec(),
             seed,
+            faults: vec![Fault::Kill, Fault::Pause, Fault::Hostile],
             workers: 2,
             max_rounds: 3000,
             run_timeout_s: 300,
@@ -568,20 +770,23 @@ mod tests {
         }
     }
 
-    /// `tests/cli.rs::bench_chaos_recovers_every_faulted_run` relies on this schedule: a
-    /// Lasso run whose scheduler (the coordinator) is killed, then a P3 run whose shard
-    /// is killed.
+    /// `tests/cli.rs::bench_chaos_recovers_every_faulted_run` relies on this schedule: the
+    /// Lasso scheduler (the coordinator) killed, then a P3 shard killed, then a Lasso
+    /// worker attacked with the other worker's certificate.
     #[test]
-    fn seed_10_kills_the_lasso_coordinator_then_a_p3_shard() {
-        let plan = schedule(&args(&[ChaosApp::Lasso, ChaosApp::P3], 2, 10));
+    fn seed_10_kills_the_coordinator_then_a_p3_shard_then_sends_a_hostile_member() {
+        let plan = schedule(&args(&[ChaosApp::Lasso, ChaosApp::P3], 3, 10));
+        let got: Vec<(ChaosApp, Fault, &str, Option<&str>)> = plan
+            .iter()
+            .map(|p| (p.app, p.fault, p.victim.as_str(), p.impostor.as_deref()))
+            .collect();
         assert_eq!(
-            (plan[0].fault, plan[0].victim.as_str()),
-            (Fault::Kill, "scheduler")
-        );
-        assert_eq!(plan[1].app, ChaosApp::P3);
-        assert_eq!(
-            (plan[1].fault, plan[1].victim.as_str()),
-            (Fault::Kill, "s0")
+            got,
+            [
+                (ChaosApp::Lasso, Fault::Kill, "scheduler", None),
+                (ChaosApp::P3, Fault::Kill, "s0", None),
+                (ChaosApp::Lasso, Fault::Hostile, "w0", Some("w1")),
+            ]
         );
     }
 
