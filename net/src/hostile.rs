@@ -108,6 +108,13 @@ pub async fn open_stalled_frames(
     Ok(hoarding)
 }
 
+/// True when `closed` (what `quinn::Connection::closed` returned) says the node closed
+/// the connection because its peer kept stalling frames, not because it shut down.
+pub fn closed_for_hoarding(closed: &quinn::ConnectionError) -> bool {
+    matches!(closed, quinn::ConnectionError::ApplicationClosed(c)
+        if c.error_code == quinn::VarInt::from_u32(crate::quic::CODE_HOARDING))
+}
+
 /// What went wrong on the hostile connection.
 #[derive(Debug, thiserror::Error)]
 enum LinkError {

@@ -27,7 +27,7 @@ const CODE_OVERSIZE: u32 = 1;
 const CODE_MALFORMED: u32 = 2;
 const CODE_SHUTDOWN: u32 = 3;
 const CODE_STALLED: u32 = 4;
-const CODE_HOARDING: u32 = 5;
+pub(crate) const CODE_HOARDING: u32 = 5;
 const CODE_IMPOSTOR: u32 = 6;
 
 type PeerSlot = Arc<tokio::sync::Mutex<Option<Connection>>>;

@@ -179,12 +179,13 @@ impl ChaosApp {
         }
     }
 
-    /// Nodes that send each other no data in a job with `workers` workers (STRADS
-    /// workers talk only to the scheduler, P3 shards only to workers): a hostile member
-    /// attacks one with the certificate of the next, so the job depends on no traffic the
-    /// attack can hold up. (With the key of a node the victim reads data from, the
-    /// attacker shares that node's inbound budget and can delay its traffic; RELIABILITY.md.)
-    fn unrelated_peers(self, workers: usize) -> Vec<String> {
+    /// The nodes a hostile member attacks, each with the certificate of the next: Lasso
+    /// and logistic workers talk only to the scheduler and P3 shards only to workers, so
+    /// there the job depends on no traffic the attack can hold up. Ring apps (strads-mf,
+    /// lda) pass blocks from worker to worker, so there the attacker holds the share of a
+    /// node the victim reads data from and delays its traffic by up to two
+    /// `frame_timeout_ms` (RELIABILITY.md, "Resource bounds").
+    fn hostile_pairs(self, workers: usize) -> Vec<String> {
         match self {
             ChaosApp::P3 => vec!["s0".into(), "s1".into()],
             _ => (0..workers.max(2)).map(|w| format!("w{w}")).collect(),
@@ -255,7 +256,7 @@ struct Figures {
     restarts: u32,
     /// Hostile members that connected and opened their stalled frames.
     hostile_connections: usize,
-    /// Hostile members the victim disconnected before the job ended.
+    /// Hostile members the victim disconnected for stalling frames before the job ended.
     hostile_disconnected: usize,
     /// One record per faulted run, in order.
     per_run: Vec<RunRecord>,
@@ -461,7 +462,9 @@ impl HostileMember {
                     },
                     Ok((_endpoint, conn, frames)) => {
                         let disconnected = tokio::select! {
-                            _ = conn.closed() => true,
+                            closed = conn.closed() => {
+                                petrel_net::hostile::closed_for_hoarding(&closed)
+                            }
                             _ = stopped => false,
                         };
                         drop(frames);
@@ -508,7 +511,7 @@ fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
             let fault = args.faults[rng.gen_range(0..args.faults.len())];
             let app = args.apps[run % args.apps.len()];
             let (victim, impostor) = if fault == Fault::Hostile {
-                let peers = app.unrelated_peers(args.workers);
+                let peers = app.hostile_pairs(args.workers);
                 let at = rng.gen_range(0..peers.len());
                 (
                     peers[at].clone(),
