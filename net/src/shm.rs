@@ -51,6 +51,8 @@ const SHM_BODY: usize = 32;
 const SLOT_HEADER: usize = 64;
 const FREE: u32 = 0;
 const FULL: u32 = 1;
+/// Claimed by the sender, which is copying a frame into it outside its lock.
+const WRITING: u32 = 2;
 
 /// Why a shared-memory frame could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -194,7 +196,9 @@ pub fn choose_slot(slots: &[(usize, bool)], need: usize, budget: usize) -> SlotC
 struct SenderSlot {
     file: File,
     path: PathBuf,
-    map: MmapRaw,
+    /// Shared so that a copy in progress keeps the mapping alive after the lock is
+    /// released (a concurrent [`ShmSender::clean_up`] only drops its own reference).
+    map: Arc<MmapRaw>,
     cap: usize,
 }
 
@@ -270,22 +274,28 @@ impl ShmSender {
             }
             SlotChoice::None => return None,
         };
+        // Claim the slot, then copy outside the lock: a large copy to one peer does not
+        // hold up sends to the others.
         let slot = &slots[i];
-        // SAFETY: the slot is free (the receiver dropped every view of it) and holds at
-        // least `SLOT_HEADER + frame.len()` bytes; only this sender writes into it.
+        state(&slot.map).store(WRITING, Ordering::Release);
+        let (map, cap) = (slot.map.clone(), slot.cap);
+        drop(peers);
+        // SAFETY: the slot was free (the receiver dropped every view of it) and is now
+        // claimed, so neither the receiver nor another send touches its data; the mapping
+        // holds at least `SLOT_HEADER + frame.len()` bytes and `map` keeps it alive.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 frame.as_ptr(),
-                slot.map.as_mut_ptr().add(SLOT_HEADER),
+                map.as_mut_ptr().add(SLOT_HEADER),
                 frame.len(),
             );
         }
-        state(&slot.map).store(FULL, Ordering::Release);
+        state(&map).store(FULL, Ordering::Release);
         let r = ShmRef {
             epoch: self.epoch,
             slot: i as u64,
             len: frame.len() as u64,
-            file_len: (SLOT_HEADER + slot.cap) as u64,
+            file_len: (SLOT_HEADER + cap) as u64,
         };
         let header = EnvelopeHeader {
             from: self.node,
@@ -298,7 +308,7 @@ impl ShmSender {
         match Frame::encode_raw(&header, &r.encode()) {
             Ok(control) => Some(control),
             Err(_) => {
-                state(&slot.map).store(FREE, Ordering::Release);
+                state(&map).store(FREE, Ordering::Release);
                 None
             }
         }
@@ -335,7 +345,7 @@ fn create_slot(path: &Path, cap: usize) -> std::io::Result<SenderSlot> {
     }
     let file = options.open(path)?;
     file.set_len((SLOT_HEADER + cap) as u64)?;
-    let map = map(&file)?;
+    let map = Arc::new(map(&file)?);
     Ok(SenderSlot {
         file,
         path: path.to_path_buf(),
@@ -346,7 +356,7 @@ fn create_slot(path: &Path, cap: usize) -> std::io::Result<SenderSlot> {
 
 fn grow_slot(slot: &mut SenderSlot, cap: usize) -> std::io::Result<()> {
     slot.file.set_len((SLOT_HEADER + cap) as u64)?;
-    slot.map = map(&slot.file)?;
+    slot.map = Arc::new(map(&slot.file)?);
     slot.cap = cap;
     Ok(())
 }
@@ -506,6 +516,51 @@ mod tests {
         // Shutdown deletes the sender's files.
         tx.clean_up();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// Copies run outside the sender's lock: four threads sending to two peers at once
+    /// (two per peer) each get a slot of their own, every frame arrives intact, and a slot
+    /// being written is never handed to another send.
+    #[test]
+    fn four_threads_sending_to_two_peers_each_get_their_own_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let tx = Arc::new(ShmSender::new(dir.path().into(), NodeId(3), 1, 1, MAX));
+        let original = frame(2 << 20);
+        let sent: Vec<Vec<(NodeId, Frame)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = [NodeId(5), NodeId(5), NodeId(6), NodeId(6)]
+                .into_iter()
+                .map(|to| {
+                    let (tx, original) = (tx.clone(), original.clone());
+                    scope.spawn(move || {
+                        (0..4)
+                            .map(|_| {
+                                let c = tx.try_send(to, Priority::default(), &original).unwrap();
+                                (to, control(c))
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let want = Frame::decode(original.clone(), MAX).unwrap().body;
+        for (to, controls) in sent.iter().flatten().fold(
+            std::collections::BTreeMap::<u32, Vec<&Frame>>::new(),
+            |mut by_peer, (to, c)| {
+                by_peer.entry(to.0).or_default().push(c);
+                by_peer
+            },
+        ) {
+            let slots: std::collections::BTreeSet<u64> = controls
+                .iter()
+                .map(|c| ShmRef::parse(&c.body, MAX).unwrap().slot)
+                .collect();
+            assert_eq!(slots.len(), 8, "peer {to}: eight frames held, eight slots");
+            let mut rx = ShmReceiver::new(Some(dir.path().into()), NodeId(to));
+            for c in controls {
+                assert_eq!(rx.receive(c, MAX).unwrap().body, want);
+            }
+        }
     }
 
     #[test]
