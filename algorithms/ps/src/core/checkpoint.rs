@@ -94,6 +94,9 @@ impl JobShape {
     }
 }
 
+/// A durable piece: whose, its file name, its digest.
+pub type PieceFile<D> = (Piece, String, D);
+
 /// The monitor's view of checkpoints in progress: which pieces of which clock are durable
 /// (each shard and worker reports its file, with a digest `D`). A clock is complete once
 /// every shard and every worker reported it; then the monitor writes its own piece and the
@@ -128,7 +131,7 @@ impl<D> CheckpointTracker<D> {
         piece: Piece,
         name: String,
         digest: D,
-    ) -> Option<(Clock, Vec<(Piece, String, D)>)> {
+    ) -> Option<(Clock, Vec<PieceFile<D>>)> {
         if self.completed.is_some_and(|c| clock <= c) || piece == Piece::Monitor {
             return None;
         }
