@@ -1277,39 +1277,46 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
     }
 }
 
-/// Issue 12, item 6, for the parameter server: `petrel train ps-mf --transport processes`
-/// checkpoints by default (tables as of a clock boundary, worker clocks and state, the
-/// monitor's history; manifest last) and restarts the cluster when a node dies. Worker
-/// `worker-1` of a BSP job is SIGKILLed once the first manifest exists (a progress
+/// Issue 12, item 6, for the parameter server: `petrel train ps-mf|ps-lr --transport
+/// processes` checkpoints by default (tables as of a clock boundary, worker clocks and
+/// state, the monitor's history; manifest last) and restarts the cluster when a node dies.
+/// Worker `worker-1` of a BSP job is SIGKILLed once the first manifest exists (a progress
 /// condition, not a clock): the job resumes from a checkpoint at a clock C > 0 and ends
-/// with the model of an uninterrupted run.
+/// with the model of an uninterrupted run, every worker having run every clock once.
 ///
-/// Tolerance, not byte equality: a shard sums the two workers' deltas to an item row in the
+/// Tolerance, not byte equality: a shard sums the two workers' deltas to a row in the
 /// order they arrive (float addition is not associative), so two uninterrupted BSP runs
-/// already differ in the last bits (measured: 3e-7 at most, factors of order 0.1-1); 1e-4
-/// leaves a wide margin while any lost or doubled clock of updates (a step of order
-/// learning_rate * gradient) would exceed it by far. Every row's reads are otherwise the
-/// same: under BSP a worker reads at the start of clock c, before any clock-c update exists.
-#[test]
-fn train_ps_mf_restarts_after_a_killed_worker_and_ends_with_the_uninterrupted_model() {
+/// already differ in the last bits (measured: at most 3e-7 for ps-mf, 2e-7 for ps-lr, on
+/// values of order 0.1-1); 1e-4 leaves a wide margin while a lost or doubled clock of
+/// updates (a step of order learning_rate * gradient) would exceed it by far. The reads are
+/// otherwise the same: under BSP a worker reads at the start of clock c, before any clock-c
+/// update exists.
+fn ps_job_restarts_after_a_killed_worker(app: &str, args: &[&str], model_keys: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let train = |name: &str, restarts: &str| {
         let mut cmd = Command::new(PETREL);
-        cmd.args(["train", "ps-mf", "--transport", "processes"])
-            .args(["--consistency", "bsp", "--max-clocks", "80"])
-            // Emulated compute keeps the run going long enough to be killed mid-way; it
-            // changes no value.
-            .args(["--clock-ms", "40", "--checkpoint-every", "10"])
-            .args(["--max-restarts", restarts, "--out"])
-            .arg(dir.path().join(name))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.args([
+            "train",
+            app,
+            "--transport",
+            "processes",
+            "--consistency",
+            "bsp",
+        ])
+        .args(args)
+        // Emulated compute keeps the run going long enough to be killed mid-way; it
+        // changes no value.
+        .args(["--clock-ms", "40", "--checkpoint-every", "10"])
+        .args(["--max-restarts", restarts, "--out"])
+        .arg(dir.path().join(name))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         cmd
     };
-    let factors = |name: &str| -> Vec<f64> {
+    let params = |name: &str| -> Vec<f64> {
         let text = std::fs::read_to_string(dir.path().join(name).join("model.json")).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        ["users", "items"]
+        model_keys
             .iter()
             .flat_map(|k| v[*k].as_array().unwrap().clone())
             .flat_map(|row| row.as_array().unwrap().clone())
@@ -1359,12 +1366,14 @@ fn train_ps_mf_restarts_after_a_killed_worker_and_ends_with_the_uninterrupted_mo
     );
     assert!(stdout.contains("after 1 restart"), "{stdout}");
     let clock: u64 = stdout
-        .split_once("ps-mf: restart 1 resumes from the newest checkpoint (clock ")
+        .split_once(&format!(
+            "{app}: restart 1 resumes from the newest checkpoint (clock "
+        ))
         .and_then(|(_, rest)| rest.split_once(')'))
         .and_then(|(c, _)| c.parse().ok())
         .unwrap_or_else(|| panic!("the restart did not resume: {stdout}"));
     assert!(clock >= 10 && clock.is_multiple_of(10), "{stdout}");
-    let (a, b) = (factors("plain"), factors("killed"));
+    let (a, b) = (params("plain"), params("killed"));
     assert_eq!(a.len(), b.len());
     assert!(!a.is_empty());
     let worst = a
@@ -1374,22 +1383,17 @@ fn train_ps_mf_restarts_after_a_killed_worker_and_ends_with_the_uninterrupted_mo
         .fold(0.0, f64::max);
     assert!(worst < 1e-4, "the models differ by up to {worst}");
     // Every clock ran exactly once per worker.
-    let metrics = |name: &str| -> serde_json::Value {
+    let clocks = |name: &str| -> serde_json::Value {
         let text = std::fs::read_to_string(dir.path().join(name).join("metrics.json")).unwrap();
-        serde_json::from_str(&text).unwrap()
+        let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+        m["worker_clocks"].clone()
     };
-    assert_eq!(
-        metrics("killed")["worker_clocks"],
-        serde_json::json!([80, 80])
-    );
-    assert_eq!(
-        metrics("plain")["worker_clocks"],
-        serde_json::json!([80, 80])
-    );
+    assert_eq!(clocks("killed"), clocks("plain"));
+    assert_eq!(clocks("plain"), serde_json::json!([80, 80]));
 
     // Resuming without a checkpoint is refused at once, naming the directory.
     let none = Command::new(PETREL)
-        .args(["train", "ps-mf", "--resume", "--out"])
+        .args(["train", app, "--resume", "--out"])
         .arg(dir.path().join("fresh"))
         .output()
         .unwrap();
@@ -1399,4 +1403,14 @@ fn train_ps_mf_restarts_after_a_killed_worker_and_ends_with_the_uninterrupted_mo
         stderr.contains("no checkpoint to resume from") && stderr.contains("checkpoints"),
         "{stderr}"
     );
+}
+
+#[test]
+fn train_ps_mf_restarts_after_a_killed_worker_and_ends_with_the_uninterrupted_model() {
+    ps_job_restarts_after_a_killed_worker("ps-mf", &["--max-clocks", "80"], &["users", "items"]);
+}
+
+#[test]
+fn train_ps_lr_restarts_after_a_killed_worker_and_ends_with_the_uninterrupted_model() {
+    ps_job_restarts_after_a_killed_worker("ps-lr", &["--clocks", "80"], &["weights"]);
 }

@@ -169,6 +169,13 @@ impl TrainApp for PsLr {
     fn inputs(job: &mut PsLrConfig) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
+    fn ps_checkpoints(job: &mut PsLrConfig) -> Option<(&mut Option<PathBuf>, bool)> {
+        let wanted = job.checkpoint_dir.is_some()
+            || job.resume
+            || (job.checkpoint_every > 0 && job.checkpoints_possible());
+        let resume = job.resume;
+        wanted.then_some((&mut job.checkpoint_dir, resume))
+    }
     fn check_data(job: &PsLrConfig, workers: usize) -> Result<(), TrainError> {
         let data = petrel_ps::apps::lr::PsLrData::load(job)
             .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
