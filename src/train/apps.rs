@@ -201,6 +201,11 @@ impl TrainApp for PsLda {
     fn inputs(job: &mut PsLdaConfig) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
     }
+    fn ps_checkpoints(job: &mut PsLdaConfig) -> Option<(&mut Option<PathBuf>, bool)> {
+        let wanted = job.checkpoint_dir.is_some() || job.resume || job.checkpoint_every > 0;
+        let resume = job.resume;
+        wanted.then_some((&mut job.checkpoint_dir, resume))
+    }
     fn check_data(job: &PsLdaConfig, workers: usize) -> Result<(), TrainError> {
         let corpus = job
             .load()
