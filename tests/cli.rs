@@ -1453,3 +1453,82 @@ fn train_ps_lda_restarts_after_a_killed_worker_and_ends_with_the_uninterrupted_m
         final_within("loglik_per_token", 0.01),
     );
 }
+
+/// `petrel run` of a PS cluster whose `[app.mf]` names a `checkpoint_dir`: worker-1 is
+/// SIGKILLed once the first checkpoint is complete; the cluster restarts from it (every
+/// role resumes at its clock) and the job finishes with every worker at its last clock.
+#[test]
+fn petrel_run_resumes_a_ps_cluster_whose_worker_was_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let ckpt = dir.path().join("ckpt");
+    let job = Command::new(PETREL)
+        .args(["train", "ps-mf", "--print-job", "--consistency", "bsp"])
+        .args([
+            "--max-clocks",
+            "60",
+            "--clock-ms",
+            "40",
+            "--checkpoint-every",
+            "10",
+        ])
+        .arg("--checkpoint-dir")
+        .arg(&ckpt)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(job.status.success());
+    let mut text = String::from("[cluster]\nname = \"ps-restart\"\n");
+    for (node, roles) in [
+        ("shard-0", "\"ps-shard\", \"ps-monitor\""),
+        ("worker-0", "\"ps-worker\""),
+        ("worker-1", "\"ps-worker\""),
+    ] {
+        text.push_str(&format!(
+            "[[nodes]]\nname = \"{node}\"\naddr = \"127.0.0.1:0\"\nroles = [{roles}]\n"
+        ));
+    }
+    text.push_str(&String::from_utf8_lossy(&job.stdout));
+    let cfg = dir.path().join("cluster.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let child = Command::new(PETREL)
+        .arg("run")
+        .arg(&cfg)
+        .args(["--timeout-s", "240", "--max-restarts", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while petrel::ps::checkpoint::job_manifest_clocks(&ckpt).map_or(true, |c| c.is_empty()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = child_process(child.id(), "worker-1").expect("the worker's process");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let done = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr),
+    );
+    assert!(done.status.success(), "{stderr}");
+    assert!(stdout.contains("after 1 restart"), "{stdout}");
+    assert!(
+        stdout.contains("restarting the cluster from the newest checkpoint"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("resuming from a checkpoint"), "{stderr}");
+    let text = std::fs::read_to_string(out.join("metrics.json")).unwrap();
+    let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(m["worker_clocks"], serde_json::json!([60, 60]));
+}
