@@ -1361,6 +1361,32 @@ fn ps_job_restarts_after_a_killed_worker(
         .unwrap_or_else(|| panic!("the restart did not resume: {stdout}"));
     assert!(clock >= every && clock.is_multiple_of(every), "{stdout}");
     same_model(&dir.path().join("plain"), &dir.path().join("killed"));
+    if app == "ps-mf" {
+        // Without restarts left the same kill stops the job at once, naming the node.
+        let child = train("budget", "0").spawn().unwrap();
+        let ckpt = dir.path().join("budget").join("checkpoints");
+        while petrel::ps::checkpoint::job_manifest_clocks(&ckpt).map_or(true, |c| c.is_empty()) {
+            assert!(
+                started.elapsed() < Duration::from_secs(240),
+                "no checkpoint"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pid = child_process(child.id(), "worker-1").expect("the worker's process");
+        let killed = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            stderr.contains("node worker-1 failed")
+                && stderr.contains("gave up after 0 restart(s)"),
+            "{stderr}"
+        );
+    }
     let clocks = |name: &str| -> serde_json::Value {
         let text = std::fs::read_to_string(dir.path().join(name).join("metrics.json")).unwrap();
         let m: serde_json::Value = serde_json::from_str(&text).unwrap();

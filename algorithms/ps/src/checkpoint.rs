@@ -77,7 +77,10 @@ impl From<DurableError> for PsCoreError {
         match e {
             DurableError::Invalid { path, reason } => bad(&path, reason),
             DurableError::Manifest { path, source } => bad(&path, source.to_string()),
-            DurableError::Io { source, .. } => PsCoreError::Io(source),
+            DurableError::Io { path, source } => PsCoreError::CheckpointIo {
+                path: path.display().to_string(),
+                source,
+            },
         }
     }
 }

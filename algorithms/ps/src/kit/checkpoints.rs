@@ -78,10 +78,10 @@ impl<A: PsApp> PsJob<A> {
         let Some(c) = self.checkpointing.as_ref().filter(|c| c.resume) else {
             return Ok(None);
         };
-        let mut slot = self
-            .resumed
-            .lock()
-            .map_err(|_| PsError::NoResult { app: A::NAME })?;
+        let mut slot = self.resumed.lock().map_err(|_| PsError::InvalidConfig {
+            app: A::NAME,
+            reason: "a role panicked while loading the checkpoint".into(),
+        })?;
         if let Some(ck) = slot.as_ref() {
             return Ok(Some(ck.clone()));
         }

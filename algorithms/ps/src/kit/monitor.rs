@@ -177,7 +177,7 @@ pub(crate) async fn monitor_role<A: PsApp>(
     let resumed = job.resumed()?;
     let mut checkpoints = match (&job.checkpointing, job.writing()) {
         (Some(c), writing) => {
-            if !c.resume {
+            if !c.resume && writing.is_some() {
                 // Older runs' checkpoints are obsolete; only this monitor writes manifests,
                 // so none of this run's can be lost.
                 crate::checkpoint::clear_job_checkpoints(&c.dir)?;
