@@ -899,8 +899,8 @@ mod tests {
             for s in 0..2 {
                 for snap in ck.shard_tables(s).unwrap() {
                     for (row, data) in snap.rows {
-                        for t in 0..cfg.n_topics {
-                            from_shards[row.0 as usize][t] += data.get(t as u32) as i64;
+                        for (t, count) in from_shards[row.0 as usize].iter_mut().enumerate() {
+                            *count += data.get(t as u32) as i64;
                         }
                     }
                 }
