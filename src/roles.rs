@@ -13,6 +13,7 @@ pub fn builtin(settings: Settings) -> Cluster {
     // roles: parameter server (issue 3) -- add `let cluster = ...::register(cluster);` below
     let cluster = petrel_ps::register_builtin::<petrel_ps::PsMf>(cluster);
     let cluster = petrel_ps::register_builtin::<petrel_ps::PsLda>(cluster);
+    let cluster = petrel_ps::register_builtin::<petrel_ps::PsLr>(cluster);
     // roles: p3 (issue 4)
     let cluster = petrel_p3::roles::register(cluster);
     // roles: strads (issue 5)

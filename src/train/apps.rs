@@ -32,6 +32,13 @@ pub trait TrainApp {
     fn inputs(job: &mut Self::Job) -> Vec<&mut Option<PathBuf>>;
     /// Loads the data once and checks it fits: labels, rows versus `workers`.
     fn check_data(job: &Self::Job, workers: usize) -> Result<(), TrainError>;
+    /// A parameter-server app that checkpoints: its `checkpoint_dir` setting (which
+    /// `petrel train` defaults to `<out>/checkpoints`) and whether it resumes; `None` when
+    /// it does not checkpoint (or cannot with these settings, and names no directory).
+    fn ps_checkpoints(job: &mut Self::Job) -> Option<(&mut Option<PathBuf>, bool)> {
+        let _ = job;
+        None
+    }
 }
 
 /// The settings of `petrel train A`: the job file's `[app.<section>]`, the environment, the
@@ -117,6 +124,13 @@ impl TrainApp for PsMf {
     fn inputs(job: &mut PsMfConfig) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
+    fn ps_checkpoints(job: &mut PsMfConfig) -> Option<(&mut Option<PathBuf>, bool)> {
+        let wanted = job.checkpoint_dir.is_some()
+            || job.resume
+            || (job.checkpoint_every > 0 && job.checkpoints_possible());
+        let resume = job.resume;
+        wanted.then_some((&mut job.checkpoint_dir, resume))
+    }
     fn check_data(job: &PsMfConfig, workers: usize) -> Result<(), TrainError> {
         if let Some(s) = job.straggler
             && s as usize >= workers
@@ -155,6 +169,13 @@ impl TrainApp for PsLr {
     fn inputs(job: &mut PsLrConfig) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
+    fn ps_checkpoints(job: &mut PsLrConfig) -> Option<(&mut Option<PathBuf>, bool)> {
+        let wanted = job.checkpoint_dir.is_some()
+            || job.resume
+            || (job.checkpoint_every > 0 && job.checkpoints_possible());
+        let resume = job.resume;
+        wanted.then_some((&mut job.checkpoint_dir, resume))
+    }
     fn check_data(job: &PsLrConfig, workers: usize) -> Result<(), TrainError> {
         let data = petrel_ps::apps::lr::PsLrData::load(job)
             .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
@@ -179,6 +200,11 @@ impl TrainApp for PsLda {
     }
     fn inputs(job: &mut PsLdaConfig) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
+    }
+    fn ps_checkpoints(job: &mut PsLdaConfig) -> Option<(&mut Option<PathBuf>, bool)> {
+        let wanted = job.checkpoint_dir.is_some() || job.resume || job.checkpoint_every > 0;
+        let resume = job.resume;
+        wanted.then_some((&mut job.checkpoint_dir, resume))
     }
     fn check_data(job: &PsLdaConfig, workers: usize) -> Result<(), TrainError> {
         let corpus = job

@@ -151,6 +151,9 @@ pub enum TrainError {
     /// A parameter-server run failed.
     #[error(transparent)]
     Ps(#[from] petrel_ps::PsError),
+    /// A parameter-server job failed more often than `--max-restarts` allows.
+    #[error(transparent)]
+    PsRestarts(#[from] Box<crate::recovery::RecoveryError<TrainError>>),
 }
 
 impl From<StradsError> for TrainError {
@@ -893,7 +896,11 @@ pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), Tra
 }
 
 /// `petrel train ps-mf | ps-lr | ps-lda`: the settings ([`prepare_job`]), then the app on
-/// an in-process cluster; returns the summary line to print.
+/// a localhost cluster (nodes as threads of this process, or as processes with
+/// `--transport processes`); returns the summary line to print. Apps that checkpoint
+/// (ps-mf) do so by default in `<out>/checkpoints` (cleared when a fresh run starts), and a
+/// node that dies restarts the whole cluster from the newest complete checkpoint, up to
+/// `--max-restarts` times.
 pub fn train_ps<A>(
     mut args: petrel_ps::PsTrainArgs<A::Config>,
     given: &BTreeSet<String>,
@@ -902,9 +909,10 @@ where
     A: PsApp + TrainApp<Job = <A as PsApp>::Config>,
     <A as PsApp>::Config: serde::Serialize,
 {
+    let name = <A as PsApp>::NAME;
     if args.shards == 0 {
         return Err(TrainError::Setting {
-            app: <A as PsApp>::NAME,
+            app: name,
             source: petrel_ml::job::InvalidSetting::new("shards", 0, "must be >= 1"),
         });
     }
@@ -919,8 +927,148 @@ where
         return job_toml(<A as PsApp>::SECTION, &args.config);
     }
     let out = <A as TrainApp>::out(&mut args.config).clone();
-    let progress = progress::TrainProgress::start(<A as PsApp>::NAME, None);
-    let summary = petrel_ps::train::<A>(args)?;
+    let out_dir = out_path(&out);
+    let checkpoints = match <A as TrainApp>::ps_checkpoints(&mut args.config) {
+        Some((dir, resume)) => {
+            let dir = default_checkpoint_dir(dir, resume, &out_dir)?;
+            // Pre-flight: fail at once rather than after the cluster's failure timeout (the
+            // nodes still verify the checkpoint fully, and say why one is refused).
+            if let Some(d) = dir.as_ref().filter(|_| resume)
+                && petrel_ps::checkpoint::job_manifest_clocks(d)
+                    .map_err(petrel_ps::PsError::from)?
+                    .is_empty()
+            {
+                return Err(
+                    petrel_ps::PsError::from(petrel_ps::PsCoreError::Checkpoint {
+                        path: d.display().to_string(),
+                        reason: "no checkpoint to resume from".into(),
+                    })
+                    .into(),
+                );
+            }
+            dir
+        }
+        None => None,
+    };
+    let progress = progress::TrainProgress::start(name, None);
+    let newest = |dir: &Path| {
+        petrel_ps::checkpoint::job_manifest_clocks(dir)
+            .ok()
+            .and_then(|c| c.last().copied())
+    };
+    let (summary, restarts) = crate::recovery::run_with_restarts(
+        args.max_restarts,
+        ps_failed_by_node_death,
+        || checkpoints.as_deref().and_then(newest).is_some(),
+        |resume, number| {
+            match checkpoints.as_deref().and_then(newest) {
+                Some(clock) if resume => println!(
+                    "{name}: restart {number} resumes from the newest checkpoint (clock {clock})"
+                ),
+                _ if number > 0 => println!("{name}: restart {number} starts from the beginning"),
+                _ => {}
+            }
+            let mut args = args.clone();
+            if resume {
+                set_resume::<A>(&mut args.config)?;
+            }
+            match args.transport {
+                JobTransport::Processes => run_ps_processes::<A>(&args, &out_dir),
+                _ => Ok(petrel_ps::train::<A>(args)?),
+            }
+        },
+    )
+    .map_err(|e| match e {
+        crate::recovery::RecoveryError::Fatal(e) => e,
+        exhausted => TrainError::PsRestarts(Box::new(exhausted)),
+    })?;
     drop(progress);
-    Ok(format!("{summary}\n{}", stop_line(out.as_deref())?))
+    let mut text = summary;
+    if restarts > 0 {
+        text.push_str(&format!(
+            "\n{name} finished after {restarts} restart(s) of the cluster"
+        ));
+    }
+    Ok(format!("{text}\n{}", stop_line(out.as_deref())?))
+}
+
+/// Sets `resume = true` in a PS app's settings (through their JSON form: the key is the
+/// same in every app that checkpoints).
+fn set_resume<A>(cfg: &mut <A as PsApp>::Config) -> Result<(), TrainError>
+where
+    A: PsApp,
+    <A as PsApp>::Config: serde::Serialize,
+{
+    let mut json = serde_json::to_value(&*cfg)
+        .map_err(|e| TrainError::Job(jobfile::JobFileError::Flags(e)))?;
+    if let Some(map) = json.as_object_mut() {
+        map.insert("resume".into(), serde_json::Value::Bool(true));
+    }
+    *cfg = serde_json::from_value(json)
+        .map_err(|e| TrainError::Job(jobfile::JobFileError::Flags(e)))?;
+    Ok(())
+}
+
+/// True when a PS run failed because a node died (a killed node process, a peer silent past
+/// its heartbeats), not because of its own error: only then can a restart help.
+fn ps_failed_by_node_death(e: &TrainError) -> bool {
+    match e {
+        TrainError::Strads(s) => s.is_node_death(),
+        TrainError::Ps(petrel_ps::PsError::Node(NodeError::PeerFailed { .. })) => true,
+        _ => false,
+    }
+}
+
+/// Runs a PS app with one `petrel node` process per node (run files in `<out>/run`) and
+/// returns the summary line, read from the `metrics.json` its monitor wrote.
+fn run_ps_processes<A>(
+    args: &petrel_ps::PsTrainArgs<<A as PsApp>::Config>,
+    out: &Path,
+) -> Result<String, TrainError>
+where
+    A: PsApp,
+    <A as PsApp>::Config: serde::Serialize,
+{
+    let json = serde_json::to_value(&args.config).map_err(|source| StradsTrainError::Json {
+        path: PathBuf::new(),
+        source,
+    })?;
+    let value = strip_nulls(json);
+    let timeout_s = args.request_timeout_s.or(A::TRAIN_REQUEST_TIMEOUT_S);
+    let settings = petrel_ps::kit::local_topology_with(
+        A::BUILTIN_ROLES,
+        A::NAME,
+        args.shards,
+        args.workers,
+        petrel_actors::Transport::Quic,
+    )
+    .with(|s| {
+        A::tune_local(s);
+        s.app.insert(A::SECTION.into(), value);
+        if let Some(t) = timeout_s {
+            s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
+        }
+    })
+    .build()
+    .map_err(StradsTrainError::from)?;
+    run_cluster(
+        settings,
+        JobTransport::Processes,
+        &absolute_dir(out)?.join("run"),
+    )?;
+    let m: petrel_ml::job::RunMetrics = read_json(&out.join("metrics.json"))?;
+    let figures: Vec<String> = m
+        .final_figures
+        .iter()
+        .map(|(k, v)| format!("{k} {}", saved::short_figure(*v)))
+        .collect();
+    Ok(format!(
+        "{} ({} shards, {} workers, processes): {} in {:.1}s; wrote {}",
+        m.app,
+        args.shards,
+        args.workers,
+        figures.join(", "),
+        m.seconds,
+        out.display()
+    ))
 }

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::core::checkpoint::{self as plan, JobShape, Piece, parse_name, piece_name};
 use crate::core::error::PsCoreError;
 use crate::core::shard::{PsShardCore, TableSnapshot};
 use crate::core::types::{Clock, TableId};
@@ -76,7 +77,10 @@ impl From<DurableError> for PsCoreError {
         match e {
             DurableError::Invalid { path, reason } => bad(&path, reason),
             DurableError::Manifest { path, source } => bad(&path, source.to_string()),
-            DurableError::Io { source, .. } => PsCoreError::Io(source),
+            DurableError::Io { path, source } => PsCoreError::CheckpointIo {
+                path: path.display().to_string(),
+                source,
+            },
         }
     }
 }
@@ -189,6 +193,200 @@ pub fn list_checkpoints(dir: &Path, shard: u32) -> Result<Vec<Clock>, PsCoreErro
     }
     out.sort_unstable();
     Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// Job checkpoints: every shard, every worker and the monitor at one clock, one manifest.
+// ---------------------------------------------------------------------------------------
+
+const JOB_MANIFEST_MAGIC: &[u8; 8] = b"PSJOBCK1";
+/// Checkpoints kept: the newest complete one and the one before.
+pub const KEEP: usize = 2;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct JobManifest {
+    version: u32,
+    clock: Clock,
+    shape: JobShape,
+    files: Vec<(Piece, String, FileDigest)>,
+}
+
+/// A job checkpoint loaded and verified: its clock and every piece's bytes.
+#[derive(Debug, Clone)]
+pub struct JobCheckpoint {
+    /// The clock every worker resumes at.
+    pub clock: Clock,
+    /// Every file's content, by piece.
+    pub pieces: std::collections::BTreeMap<Piece, Vec<u8>>,
+}
+
+impl JobCheckpoint {
+    /// The bytes of `piece`, or an error naming the checkpoint.
+    pub fn piece(&self, piece: Piece) -> Result<&[u8], PsCoreError> {
+        self.pieces.get(&piece).map(Vec::as_slice).ok_or_else(|| {
+            bad(
+                Path::new(&plan::manifest_name(self.clock)),
+                format!("no file for {piece:?}"),
+            )
+        })
+    }
+
+    /// Shard `s`'s tables.
+    pub fn shard_tables(&self, shard: u32) -> Result<Vec<TableSnapshot>, PsCoreError> {
+        let bytes = self.piece(Piece::Shard(shard))?;
+        rmp_serde::from_slice(bytes).map_err(|e| {
+            bad(
+                Path::new(&piece_name(self.clock, Piece::Shard(shard))),
+                format!("decode: {e}"),
+            )
+        })
+    }
+}
+
+/// Writes `bytes` as `piece` of the checkpoint of `clock` in `dir` (created if needed),
+/// durably; returns the file's name and digest for the manifest.
+pub fn write_piece(
+    dir: &Path,
+    clock: Clock,
+    piece: Piece,
+    bytes: &[u8],
+) -> Result<(String, FileDigest), PsCoreError> {
+    durable::create_dir(dir)?;
+    let name = piece_name(clock, piece);
+    durable::write_atomic(dir, &name, bytes)?;
+    durable::sync_dir(dir)?;
+    Ok((name, FileDigest::of(bytes)))
+}
+
+/// Shard `shard`'s piece: its tables, msgpack.
+pub fn write_shard_piece(
+    dir: &Path,
+    clock: Clock,
+    shard: u32,
+    tables: &[TableSnapshot],
+) -> Result<(String, FileDigest), PsCoreError> {
+    let bytes = rmp_serde::to_vec(tables).map_err(|e| PsCoreError::Encode(e.to_string()))?;
+    write_piece(dir, clock, Piece::Shard(shard), &bytes)
+}
+
+/// Writes the manifest of `clock` LAST (every listed file is already durable), then
+/// deletes all but the newest [`KEEP`] checkpoints at or below `clock` (files of newer
+/// checkpoints still in progress are left alone). Returns the manifest's path.
+pub fn write_job_manifest(
+    dir: &Path,
+    clock: Clock,
+    shape: &JobShape,
+    files: Vec<(Piece, String, FileDigest)>,
+) -> Result<PathBuf, PsCoreError> {
+    let manifest = JobManifest {
+        version: FORMAT_VERSION,
+        clock,
+        shape: shape.clone(),
+        files,
+    };
+    let body = rmp_serde::to_vec(&manifest).map_err(|e| PsCoreError::Encode(e.to_string()))?;
+    let name = plan::manifest_name(clock);
+    durable::write_atomic(dir, &name, &durable::frame(JOB_MANIFEST_MAGIC, &body))?;
+    durable::sync_dir(dir)?;
+    let names: Vec<String> = durable::list_names(dir)?
+        .into_iter()
+        .filter(|n| parse_name(n).is_some_and(|(c, _)| c <= clock))
+        .collect();
+    for doomed in durable::prune_plan(&names, parse_name, clock, KEEP) {
+        durable::remove_if_exists(dir, &doomed)?;
+    }
+    tracing::info!(clock, dir = %dir.display(), "ps checkpoint complete");
+    Ok(dir.join(name))
+}
+
+/// The clocks with a job manifest in `dir`, ascending (none when `dir` does not exist).
+pub fn job_manifest_clocks(dir: &Path) -> Result<Vec<Clock>, PsCoreError> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    Ok(durable::manifest_rounds_among(
+        &durable::list_names(dir)?,
+        parse_name,
+    ))
+}
+
+/// A fresh run makes older runs' checkpoints obsolete: deletes every file of this scheme
+/// in `dir` (manifests first). Called by the monitor before it can complete a checkpoint.
+pub fn clear_job_checkpoints(dir: &Path) -> Result<(), PsCoreError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let names = durable::list_names(dir)?;
+    // Manifests only: shards may already be writing this run's data files.
+    for name in names
+        .iter()
+        .filter(|n| parse_name(n).is_some_and(|(_, manifest)| manifest))
+    {
+        durable::remove_if_exists(dir, name)?;
+    }
+    Ok(())
+}
+
+/// Loads and verifies the checkpoint of `clock`: its manifest, the job's shape and every
+/// file (each node verifies them all, so every node chooses the same checkpoint).
+pub fn load_job_checkpoint(
+    dir: &Path,
+    clock: Clock,
+    shape: &JobShape,
+) -> Result<JobCheckpoint, PsCoreError> {
+    let mpath = dir.join(plan::manifest_name(clock));
+    let body = durable::read_framed(&mpath, JOB_MANIFEST_MAGIC)?;
+    let m: JobManifest =
+        rmp_serde::from_slice(&body).map_err(|e| bad(&mpath, format!("manifest decode: {e}")))?;
+    if m.version != FORMAT_VERSION {
+        return Err(bad(&mpath, format!("unsupported version {}", m.version)));
+    }
+    if m.clock != clock {
+        return Err(bad(&mpath, format!("manifest is for clock {}", m.clock)));
+    }
+    if let Some(why) = shape.difference(&m.shape) {
+        return Err(bad(&mpath, why));
+    }
+    let mut pieces = std::collections::BTreeMap::new();
+    for (piece, name, digest) in m.files {
+        if name != piece_name(clock, piece) {
+            return Err(bad(&mpath, format!("unexpected file name {name:?}")));
+        }
+        pieces.insert(piece, durable::read_verified(dir, &name, digest)?);
+    }
+    let expected = (shape.shards + shape.workers + 1) as usize;
+    if pieces.len() != expected {
+        return Err(bad(
+            &mpath,
+            format!("{} files listed, {expected} expected", pieces.len()),
+        ));
+    }
+    Ok(JobCheckpoint { clock, pieces })
+}
+
+/// The newest valid checkpoint in `dir` (invalid newer ones are warned about and skipped);
+/// an error listing every refusal when none is valid.
+pub fn load_newest_job_checkpoint(
+    dir: &Path,
+    shape: &JobShape,
+) -> Result<JobCheckpoint, PsCoreError> {
+    let clocks = job_manifest_clocks(dir)?;
+    match durable::choose_newest_valid(&clocks, |c| load_job_checkpoint(dir, c, shape)) {
+        Ok((ck, refused)) => {
+            for reason in refused {
+                tracing::warn!(%reason, "skipping an invalid ps checkpoint");
+            }
+            Ok(ck)
+        }
+        Err(reasons) => Err(bad(
+            dir,
+            if reasons.is_empty() {
+                "no checkpoint to resume from".to_string()
+            } else {
+                format!("no valid checkpoint to resume from: {}", reasons.join("; "))
+            },
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -325,6 +523,110 @@ mod tests {
         bytes.extend_from_slice(&fnv1a64(&body).to_le_bytes());
         fs::write(dir.path().join(manifest_name(0, 0)), bytes).unwrap();
         assert_invalid(load_checkpoint(dir.path(), 0, 0), "invalid file name");
+    }
+
+    fn job_shape() -> JobShape {
+        JobShape {
+            app: "test".into(),
+            shards: 1,
+            workers: 2,
+            every: 5,
+            tables: specs(),
+        }
+    }
+
+    /// A complete checkpoint of `clock` (shard 0's tables, two workers, the monitor).
+    fn write_job(dir: &Path, clock: Clock) {
+        let s = shard();
+        let mut files = vec![];
+        let (n, d) = write_shard_piece(dir, clock, 0, &s.snapshot()).unwrap();
+        files.push((Piece::Shard(0), n, d));
+        for piece in [Piece::Worker(0), Piece::Worker(1), Piece::Monitor] {
+            let bytes = format!("{piece:?} at {clock}");
+            let (n, d) = write_piece(dir, clock, piece, bytes.as_bytes()).unwrap();
+            files.push((piece, n, d));
+        }
+        write_job_manifest(dir, clock, &job_shape(), files).unwrap();
+    }
+
+    #[test]
+    fn job_checkpoints_load_the_newest_valid_and_prune_to_two() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert!(load_newest_job_checkpoint(d, &job_shape()).is_err());
+        for clock in [5, 10, 15] {
+            write_job(d, clock);
+        }
+        // A newer checkpoint in progress (a shard's file, no manifest) survives pruning.
+        write_piece(d, 20, Piece::Worker(0), b"early").unwrap();
+        write_job(d, 15);
+        assert_eq!(job_manifest_clocks(d).unwrap(), vec![10, 15]);
+        assert!(d.join(piece_name(20, Piece::Worker(0))).exists());
+        assert!(!d.join(piece_name(5, Piece::Shard(0))).exists());
+        let ck = load_newest_job_checkpoint(d, &job_shape()).unwrap();
+        assert_eq!(ck.clock, 15);
+        assert_eq!(ck.piece(Piece::Worker(1)).unwrap(), b"Worker(1) at 15");
+        assert_eq!(ck.shard_tables(0).unwrap(), shard().snapshot());
+
+        // Truncated, flipped or missing files of clock 15: never loaded, 10 is used.
+        let worker = d.join(piece_name(15, Piece::Worker(1)));
+        let orig = fs::read(&worker).unwrap();
+        fs::write(&worker, &orig[..orig.len() - 1]).unwrap();
+        assert!(
+            load_job_checkpoint(d, 15, &job_shape())
+                .unwrap_err()
+                .to_string()
+                .contains("truncated")
+        );
+        assert_eq!(
+            load_newest_job_checkpoint(d, &job_shape()).unwrap().clock,
+            10
+        );
+        let mut flipped = orig.clone();
+        flipped[0] ^= 1;
+        fs::write(&worker, &flipped).unwrap();
+        assert!(
+            load_job_checkpoint(d, 15, &job_shape())
+                .unwrap_err()
+                .to_string()
+                .contains("checksum")
+        );
+        fs::remove_file(&worker).unwrap();
+        assert!(
+            load_job_checkpoint(d, 15, &job_shape())
+                .unwrap_err()
+                .to_string()
+                .contains("missing")
+        );
+        assert_eq!(
+            load_newest_job_checkpoint(d, &job_shape()).unwrap().clock,
+            10
+        );
+        // A damaged manifest, or another job's shape: refused, naming why; none valid.
+        let m10 = d.join(plan::manifest_name(10));
+        let mut bytes = fs::read(&m10).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        fs::write(&m10, &bytes).unwrap();
+        let e = load_newest_job_checkpoint(d, &job_shape())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no valid checkpoint") && e.contains("checksum"),
+            "{e}"
+        );
+        write_job(d, 25);
+        let other = JobShape {
+            workers: 3,
+            ..job_shape()
+        };
+        let e = load_newest_job_checkpoint(d, &other)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workers 2 in the checkpoint, 3 now"), "{e}");
+        // A fresh run clears the manifests: nothing to resume.
+        clear_job_checkpoints(d).unwrap();
+        assert!(job_manifest_clocks(d).unwrap().is_empty());
     }
 
     #[test]

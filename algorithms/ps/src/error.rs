@@ -93,6 +93,15 @@ pub enum PsError {
         #[source]
         source: AskError,
     },
+    /// A checkpoint's piece could not be reported to the monitor.
+    #[error("{what}: report to the monitor")]
+    Checkpoint {
+        /// Which piece.
+        what: String,
+        /// The failed send.
+        #[source]
+        source: AskError,
+    },
     /// The job's nodes do not carry the roles it needs.
     #[error("a {app} job needs nodes with roles {shard} and {worker}")]
     MissingRoles {

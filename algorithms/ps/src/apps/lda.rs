@@ -36,6 +36,7 @@
 //! Counts are integers kept in `f32`: exact up to 2^24 per entry, so corpora beyond 2^24
 //! tokens are refused (see `crate::core::lda`).
 
+use crate::core::error::PsCoreError;
 use crate::core::lda::{
     FinalTable, PsLdaWorker, WORD_TOPIC, check_corpus, snapshot_word_log_likelihood,
 };
@@ -109,6 +110,18 @@ pub struct PsLdaConfig {
     /// train`; settings without it write no files).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write a checkpoint of the whole job (the word-topic table, every worker's topic
+    /// assignments and generator, the curve) into this directory every `checkpoint_every`
+    /// clocks (every node must see it; `petrel train` defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Clocks between two checkpoints (0 = never write). Clock 0 holds the initial counts,
+    /// then `clocks_per_iteration` clocks per pass.
+    #[arg(long, default_value_t = 5)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 impl Default for PsLdaConfig {
@@ -129,6 +142,9 @@ impl Default for PsLdaConfig {
             clocks_per_iteration: 1,
             chunk_tokens: 20_000,
             out: None,
+            checkpoint_dir: None,
+            checkpoint_every: 5,
+            resume: false,
         }
     }
 }
@@ -328,14 +344,36 @@ pub struct PsLdaWorkerState {
     clamped: u64,
     wait_s: f64,
     sweep_s: f64,
+    /// Every pass report sent so far (a resumed worker sends them again: the monitor's
+    /// checkpoint may predate some; it ignores repeats).
+    sent: Vec<PsLdaIteration>,
+}
+
+/// What a ps-lda worker saves at a checkpoint (between clocks).
+#[derive(Serialize, Deserialize)]
+struct PsLdaWorkerSaved {
+    core: crate::core::lda::PsLdaWorkerSaved,
+    started: bool,
+    iteration: usize,
+    part: usize,
+    report_due: Option<usize>,
+    start_elapsed_s: f64,
+    tokens: u64,
+    clamped: u64,
+    wait_s: f64,
+    sweep_s: f64,
+    sent: Vec<PsLdaIteration>,
 }
 
 /// The ps-lda monitor: reports per pass not yet complete, the final reports, the curve.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub struct PsLdaMonitor {
     pending: BTreeMap<usize, Vec<PsLdaIteration>>,
+    #[serde(skip)]
     done: Vec<PsLdaDone>,
     curve: Vec<LoglikPoint>,
+    /// The newest worker clock among the reports of each curve point.
+    point_clocks: Vec<u64>,
     next: usize,
 }
 
@@ -361,6 +399,12 @@ impl PsApp for PsLda {
     }
 
     fn new(cfg: PsLdaConfig, layout: &PsLayout) -> Result<Self, PsError> {
+        if cfg.resume && cfg.checkpoint_dir.is_none() {
+            return Err(PsError::InvalidConfig {
+                app: Self::NAME,
+                reason: "resume needs checkpoint_dir".into(),
+            });
+        }
         if cfg.n_topics == 0 || !(cfg.alpha > 0.0 && cfg.beta > 0.0) {
             return Err(PsError::InvalidConfig {
                 app: Self::NAME,
@@ -387,6 +431,98 @@ impl PsApp for PsLda {
         settings.cluster.failure_timeout_ms = settings.cluster.failure_timeout_ms.max(10_000);
     }
 
+    fn checkpointing(&self) -> Option<crate::kit::PsCheckpointing> {
+        Some(crate::kit::PsCheckpointing {
+            dir: self.cfg.checkpoint_dir.clone()?,
+            every: self.cfg.checkpoint_every,
+            resume: self.cfg.resume,
+        })
+    }
+
+    fn save_worker(
+        &self,
+        st: &PsLdaWorkerState,
+        _ctx: &WorkerCtx<'_, PsLdaReport>,
+    ) -> Result<Vec<u8>, PsError> {
+        let saved = PsLdaWorkerSaved {
+            core: st.core.export_state()?,
+            started: st.started,
+            iteration: st.iteration,
+            part: st.part,
+            report_due: st.report_due,
+            start_elapsed_s: st.start.elapsed().as_secs_f64(),
+            tokens: st.tokens,
+            clamped: st.clamped,
+            wait_s: st.wait_s,
+            sweep_s: st.sweep_s,
+            sent: st.sent.clone(),
+        };
+        rmp_serde::to_vec(&saved).map_err(|e| PsCoreError::Encode(e.to_string()).into())
+    }
+
+    fn resume_worker(
+        &self,
+        saved: &[u8],
+        ctx: &WorkerCtx<'_, PsLdaReport>,
+    ) -> Result<PsLdaWorkerState, PsError> {
+        let saved: PsLdaWorkerSaved =
+            rmp_serde::from_slice(saved).map_err(|e| PsCoreError::Checkpoint {
+                path: "ps-lda worker checkpoint".into(),
+                reason: format!("decode: {e}"),
+            })?;
+        let mut st = self.start_worker(ctx)?;
+        st.core.import_state(saved.core)?;
+        st.started = saved.started;
+        st.iteration = saved.iteration;
+        st.part = saved.part;
+        st.report_due = saved.report_due;
+        let elapsed = Duration::from_secs_f64(saved.start_elapsed_s.max(0.0));
+        st.start = Instant::now()
+            .checked_sub(elapsed)
+            .unwrap_or_else(Instant::now);
+        st.tokens = saved.tokens;
+        st.clamped = saved.clamped;
+        st.wait_s = saved.wait_s;
+        st.sweep_s = saved.sweep_s;
+        for report in &saved.sent {
+            ctx.report(PsLdaReport::Iteration(report.clone()))?;
+        }
+        st.sent = saved.sent;
+        Ok(st)
+    }
+
+    fn save_monitor(&self, m: &PsLdaMonitor, clock: u64) -> Result<Vec<u8>, PsError> {
+        // What the workers had sent before they saved their state at `clock`: the resumed
+        // run makes (and reports) everything later again.
+        let kept = m.point_clocks.iter().take_while(|&&c| c < clock).count();
+        let saved = PsLdaMonitor {
+            pending: m
+                .pending
+                .iter()
+                .filter(|(pass, _)| **pass >= kept)
+                .map(|(&pass, reps)| {
+                    let reps = reps.iter().filter(|r| r.clock < clock).cloned().collect();
+                    (pass, reps)
+                })
+                .collect(),
+            done: Vec::new(),
+            curve: m.curve[..kept].to_vec(),
+            point_clocks: m.point_clocks[..kept].to_vec(),
+            next: kept,
+        };
+        rmp_serde::to_vec(&saved).map_err(|e| PsCoreError::Encode(e.to_string()).into())
+    }
+
+    fn resume_monitor(&self, saved: &[u8]) -> Result<PsLdaMonitor, PsError> {
+        rmp_serde::from_slice(saved).map_err(|e| {
+            PsCoreError::Checkpoint {
+                path: "ps-lda monitor checkpoint".into(),
+                reason: format!("decode: {e}"),
+            }
+            .into()
+        })
+    }
+
     fn start_worker(&self, ctx: &WorkerCtx<'_, PsLdaReport>) -> Result<PsLdaWorkerState, PsError> {
         let w = ctx.worker() as usize;
         let docs = self.docs.docs_of(&self.corpus, w);
@@ -404,6 +540,7 @@ impl PsApp for PsLda {
             clamped: 0,
             wait_s: 0.0,
             sweep_s: 0.0,
+            sent: Vec::new(),
         })
     }
 
@@ -424,7 +561,7 @@ impl PsApp for PsLda {
             return Ok(PsStep::Barrier);
         }
         if let Some(iteration) = st.report_due.take() {
-            ctx.report(PsLdaReport::Iteration(PsLdaIteration {
+            let report = PsLdaIteration {
                 worker: ctx.worker(),
                 iteration,
                 clock: client.current_clock(),
@@ -435,7 +572,11 @@ impl PsApp for PsLda {
                 } else {
                     st.start.elapsed().as_secs_f64()
                 },
-            }))?;
+            };
+            if self.cfg.checkpoint_dir.is_some() {
+                st.sent.push(report.clone());
+            }
+            ctx.report(PsLdaReport::Iteration(report))?;
             if iteration == 0 {
                 st.start = Instant::now();
             }
@@ -527,7 +668,14 @@ impl PsApp for PsLda {
     ) -> Result<Option<String>, PsError> {
         for r in reports {
             match r {
-                PsLdaReport::Iteration(it) => m.pending.entry(it.iteration).or_default().push(it),
+                // A resumed worker sends its reports again: keep one per worker and pass.
+                PsLdaReport::Iteration(it) if it.iteration >= m.next => {
+                    let pass = m.pending.entry(it.iteration).or_default();
+                    if pass.iter().all(|r| r.worker != it.worker) {
+                        pass.push(it);
+                    }
+                }
+                PsLdaReport::Iteration(_) => {}
                 PsLdaReport::Done(d) => m.done.push(d),
             }
         }
@@ -556,6 +704,7 @@ impl PsApp for PsLda {
             );
             ctx.progress("loglik_per_token", point.loglik_per_token);
             m.curve.push(point);
+            m.point_clocks.push(clock);
             m.next += 1;
         }
         Ok(None)
@@ -689,6 +838,79 @@ impl PsApp for PsLda {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint taken while SSP lets workers run ahead is still one cut: the word-topic
+    /// table in the shards' files equals, count for count, the sum of the topic
+    /// assignments every worker saved at the same clock (a shard copy with a faster
+    /// worker's later moves, or without a slower one's earlier ones, would not). An
+    /// in-process cluster (memory transport), 3 workers, 2 shards, staleness 3,
+    /// checkpoints every 2 clocks; every complete checkpoint left (the newest 2) is checked.
+    /// Whether a worker is ahead at those clocks depends on scheduling: with the cut turned
+    /// off this test failed 3 runs of 5 (`core/shard.rs` tests the cut deterministically).
+    #[test]
+    fn ssp_checkpoints_are_consistent_cuts_of_table_and_workers() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = PsLdaConfig {
+            synthetic: LdaCorpusParams {
+                n_docs: 120,
+                vocab_size: 200,
+                doc_length: 40,
+                ..LdaCorpusParams::default()
+            },
+            n_topics: 6,
+            iterations: 15,
+            staleness: 3,
+            checkpoint_dir: Some(dir.path().to_path_buf()),
+            checkpoint_every: 2,
+            ..PsLdaConfig::default()
+        };
+        crate::kit::run_local::<PsLda>(cfg.clone(), 2, 3, petrel_actors::Transport::Memory)
+            .unwrap();
+        let layout = PsLayout {
+            shard_nodes: vec!["s0".into(), "s1".into()],
+            worker_nodes: vec!["w0".into(), "w1".into(), "w2".into()],
+        };
+        let app = PsLda::new(cfg.clone(), &layout).unwrap();
+        let shape = crate::core::checkpoint::JobShape {
+            app: PsLda::NAME.into(),
+            shards: 2,
+            workers: 3,
+            every: 2,
+            tables: app.tables(),
+        };
+        let clocks = crate::checkpoint::job_manifest_clocks(dir.path()).unwrap();
+        assert_eq!(clocks.len(), 2, "{clocks:?}");
+        let v = app.corpus.vocab_size;
+        for clock in clocks {
+            let ck = crate::checkpoint::load_job_checkpoint(dir.path(), clock, &shape).unwrap();
+            let mut from_workers = vec![vec![0i64; cfg.n_topics]; v + 1];
+            for w in 0..3 {
+                use crate::core::checkpoint::Piece;
+                let saved: PsLdaWorkerSaved =
+                    rmp_serde::from_slice(ck.piece(Piece::Worker(w)).unwrap()).unwrap();
+                for (doc, topics) in saved.core.doc_ids.iter().zip(&saved.core.assignments) {
+                    for (&word, &t) in app.corpus.docs[*doc as usize].iter().zip(topics) {
+                        from_workers[word as usize][t as usize] += 1;
+                        from_workers[v][t as usize] += 1;
+                    }
+                }
+            }
+            let mut from_shards = vec![vec![0i64; cfg.n_topics]; v + 1];
+            for s in 0..2 {
+                for snap in ck.shard_tables(s).unwrap() {
+                    for (row, data) in snap.rows {
+                        for (t, count) in from_shards[row.0 as usize].iter_mut().enumerate() {
+                            *count += data.get(t as u32) as i64;
+                        }
+                    }
+                }
+            }
+            assert!(
+                from_workers == from_shards,
+                "clock {clock}: table and workers differ"
+            );
+        }
+    }
 
     #[derive(clap::Parser)]
     struct Flags {

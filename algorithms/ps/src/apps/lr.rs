@@ -21,7 +21,9 @@ use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
-use crate::kit::{MonitorCtx, PsApp, PsStep, WorkerCtx, WorkerDone, write_model_and_metrics};
+use crate::kit::{
+    MonitorCtx, PsApp, PsRoles, PsStep, WorkerCtx, WorkerDone, write_model_and_metrics,
+};
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
 use petrel_ml::data::libsvm::{SparseDataset, SparseRow, load_libsvm};
@@ -113,9 +115,27 @@ pub struct PsLrConfig {
     /// settings without it write no files).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write a checkpoint of the whole job (the weights, worker clocks, the history) into
+    /// this directory every `checkpoint_every` clocks (every node must see it; `petrel
+    /// train` defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Clocks between two checkpoints (0 = never write; needs `rule = sgd`: adagrad and
+    /// adarevision keep state on the shards).
+    #[arg(long, default_value_t = 50)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 impl PsLrConfig {
+    /// Whether the weights can be checkpointed: the shards' rule keeps no state besides the
+    /// rows (`sgd`).
+    pub fn checkpoints_possible(&self) -> bool {
+        self.rule == ServerRule::Sgd
+    }
+
     /// The emulated compute time of every clock of every worker.
     pub fn straggler_model(&self) -> StragglerModel {
         StragglerModel {
@@ -154,6 +174,9 @@ impl Default for PsLrConfig {
             transient_probability: 0.0,
             transient_factor: 1.0,
             out: None,
+            checkpoint_dir: None,
+            checkpoint_every: 50,
+            resume: false,
         }
     }
 }
@@ -179,6 +202,13 @@ impl PsLrConfig {
         c.at_least("batch_size", self.batch_size, 1);
         c.at_least("max_clocks", self.max_clocks, 1);
         c.at_least("eval_ms", self.eval_ms, 1);
+        c.require(
+            !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
+                || self.checkpoints_possible(),
+            "checkpoint_every",
+            self.checkpoint_every,
+            "checkpoints need rule sgd (adagrad and adarevision keep state on the shards); set 0",
+        );
         c.finish()
     }
 }
@@ -464,12 +494,15 @@ pub struct PsLr {
     stragglers: StragglerModel,
 }
 
-/// The ps-lr monitor between evaluations.
-#[derive(Default)]
+/// The ps-lr monitor between evaluations (a checkpoint keeps the curve; the weights are
+/// read again at the next evaluation).
+#[derive(Default, Serialize, Deserialize)]
 pub struct PsLrMonitor {
     curve: Vec<PsLrPoint>,
     reached: Option<(f64, u64)>,
+    #[serde(skip)]
     weights: HashMap<u32, Vec<f32>>,
+    #[serde(skip)]
     reports: Vec<WorkerDone>,
 }
 
@@ -489,6 +522,11 @@ impl PsApp for PsLr {
 
     const NAME: &'static str = "ps-lr";
     const SECTION: &'static str = "lr";
+    const BUILTIN_ROLES: PsRoles = PsRoles {
+        shard: "ps-lr-shard",
+        worker: "ps-lr-worker",
+        monitor: "ps-lr-monitor",
+    };
     const MONITOR_ACTOR: &'static str = "ps-lr-monitor";
 
     fn validate_config(cfg: &PsLrConfig) -> Result<(), InvalidSetting> {
@@ -496,6 +534,12 @@ impl PsApp for PsLr {
     }
 
     fn new(cfg: PsLrConfig, _layout: &PsLayout) -> Result<Self, PsError> {
+        if cfg.resume && cfg.checkpoint_dir.is_none() {
+            return Err(PsError::InvalidConfig {
+                app: PsLr::NAME,
+                reason: "resume needs checkpoint_dir".into(),
+            });
+        }
         let data = PsLrData::load(&cfg)?;
         let k = data.n_classes() as u32;
         let tables = TablesBuilder::new()
@@ -521,6 +565,42 @@ impl PsApp for PsLr {
 
     fn tune_local(settings: &mut Settings) {
         settings.cluster.failure_timeout_ms = 10_000;
+    }
+
+    /// A worker's samples and batch follow from its id and clock: nothing to save but the
+    /// weights (the shards') and the clock (the kit's).
+    fn checkpointing(&self) -> Option<crate::kit::PsCheckpointing> {
+        Some(crate::kit::PsCheckpointing {
+            dir: self.cfg.checkpoint_dir.clone()?,
+            every: self.cfg.checkpoint_every,
+            resume: self.cfg.resume,
+        })
+    }
+
+    fn save_monitor(&self, m: &PsLrMonitor, clock: u64) -> Result<Vec<u8>, PsError> {
+        // The curve up to the checkpoint: the resumed run evaluates later clocks again.
+        let kept = PsLrMonitor {
+            curve: m
+                .curve
+                .iter()
+                .copied()
+                .filter(|p| p.clock <= clock)
+                .collect(),
+            reached: m.reached.filter(|r| r.1 <= clock),
+            ..PsLrMonitor::default()
+        };
+        rmp_serde::to_vec(&kept)
+            .map_err(|e| crate::core::error::PsCoreError::Encode(e.to_string()).into())
+    }
+
+    fn resume_monitor(&self, saved: &[u8]) -> Result<PsLrMonitor, PsError> {
+        rmp_serde::from_slice(saved).map_err(|e| {
+            crate::core::error::PsCoreError::Checkpoint {
+                path: "ps-lr monitor checkpoint".into(),
+                reason: format!("decode: {e}"),
+            }
+            .into()
+        })
     }
 
     fn start_worker(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> Result<Vec<usize>, PsError> {

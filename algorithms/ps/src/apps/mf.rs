@@ -168,6 +168,17 @@ pub struct PsMfConfig {
     /// settings without it write no files).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Write a checkpoint of the whole job (tables, worker clocks and state, the history)
+    /// into this directory every `checkpoint_every` clocks (every node must see it;
+    /// `petrel train` defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Clocks between two checkpoints (0 = never write; needs no `rule` or `rule = sgd`).
+    #[arg(long, default_value_t = 20)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
+    #[arg(long)]
+    pub resume: bool,
     /// Test hook: worker `w` fails at clock `c` (`[w, c]`).
     #[arg(skip)]
     pub fail_worker_at: Option<(u32, u64)>,
@@ -208,6 +219,9 @@ impl Default for PsMfConfig {
             compute_slices: 4,
             managed_bytes_per_s: 1_000_000,
             out: None,
+            checkpoint_dir: None,
+            checkpoint_every: 20,
+            resume: false,
             fail_worker_at: None,
         }
     }
@@ -252,12 +266,25 @@ impl PsMfConfig {
         c.at_least("eval_ms", self.eval_ms, 1);
         c.non_negative("clock_ms", self.clock_ms);
         c.require(
+            !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
+                || self.checkpoints_possible(),
+            "checkpoint_every",
+            self.checkpoint_every,
+            "checkpoints need no rule or rule sgd (adagrad and adarevision keep state on the shards); set 0",
+        );
+        c.require(
             self.straggler_factor.is_finite() && self.straggler_factor >= 1.0,
             "straggler_factor",
             self.straggler_factor,
             "must be a finite number >= 1",
         );
         c.finish()
+    }
+
+    /// Whether the tables can be checkpointed: their shard rules keep no state besides
+    /// the rows (no `rule`, or `sgd`).
+    pub fn checkpoints_possible(&self) -> bool {
+        matches!(self.rule, None | Some(ServerRule::Sgd))
     }
 
     /// The items table's consistency.
@@ -666,12 +693,36 @@ pub struct PsMfWorker {
 }
 
 /// The ps-mf monitor between evaluations.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 pub struct PsMfMonitor {
     curve: Vec<RmsePoint>,
     reached: Option<(f64, u64)>,
     initial: Option<f64>,
+    #[serde(skip)]
     reports: Vec<WorkerDone>,
+}
+
+/// What a ps-mf worker saves at a checkpoint: its batches, straggler model and bandwidth
+/// manager follow from the seed and its clock, so only its timings.
+#[derive(Serialize, Deserialize)]
+struct PsMfWorkerSaved {
+    compute_s: f64,
+    wait_s: f64,
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, PsError> {
+    rmp_serde::to_vec(value)
+        .map_err(|e| crate::core::error::PsCoreError::Encode(e.to_string()).into())
+}
+
+fn decode<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, PsError> {
+    rmp_serde::from_slice(bytes).map_err(|e| {
+        crate::core::error::PsCoreError::Checkpoint {
+            path: what.to_string(),
+            reason: format!("decode: {e}"),
+        }
+        .into()
+    })
 }
 
 impl PsMf {
@@ -767,6 +818,12 @@ impl PsApp for PsMf {
     }
 
     fn new(cfg: PsMfConfig, _layout: &PsLayout) -> Result<Self, PsError> {
+        if cfg.resume && cfg.checkpoint_dir.is_none() {
+            return Err(PsError::InvalidConfig {
+                app: PsMf::NAME,
+                reason: "resume needs checkpoint_dir".into(),
+            });
+        }
         let tables = cfg.tables()?;
         let data = PsMfData::load(&cfg)?;
         Ok(PsMf { cfg, data, tables })
@@ -940,6 +997,57 @@ impl PsApp for PsMf {
             "mf worker done"
         );
         Ok(done)
+    }
+
+    fn checkpointing(&self) -> Option<crate::kit::PsCheckpointing> {
+        Some(crate::kit::PsCheckpointing {
+            dir: self.cfg.checkpoint_dir.clone()?,
+            every: self.cfg.checkpoint_every,
+            resume: self.cfg.resume,
+        })
+    }
+
+    fn save_worker(
+        &self,
+        st: &PsMfWorker,
+        _ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<Vec<u8>, PsError> {
+        encode(&PsMfWorkerSaved {
+            compute_s: st.compute_s,
+            wait_s: st.wait_s,
+        })
+    }
+
+    fn resume_worker(
+        &self,
+        saved: &[u8],
+        ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<PsMfWorker, PsError> {
+        let saved: PsMfWorkerSaved = decode("ps-mf worker checkpoint", saved)?;
+        let mut st = self.start_worker(ctx)?;
+        st.compute_s = saved.compute_s;
+        st.wait_s = saved.wait_s;
+        Ok(st)
+    }
+
+    fn save_monitor(&self, m: &PsMfMonitor, clock: u64) -> Result<Vec<u8>, PsError> {
+        // The curve up to the checkpoint: the resumed run evaluates later clocks again.
+        let kept = PsMfMonitor {
+            curve: m
+                .curve
+                .iter()
+                .copied()
+                .filter(|p| p.clock <= clock)
+                .collect(),
+            reached: m.reached.filter(|r| r.1 <= clock),
+            initial: m.initial,
+            reports: Vec::new(),
+        };
+        encode(&kept)
+    }
+
+    fn resume_monitor(&self, saved: &[u8]) -> Result<PsMfMonitor, PsError> {
+        decode("ps-mf monitor checkpoint", saved)
     }
 
     fn eval_interval(&self) -> Duration {

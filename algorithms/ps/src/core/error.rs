@@ -64,6 +64,15 @@ pub enum PsCoreError {
     /// Reading or writing a checkpoint failed.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// Reading or writing a checkpoint file failed (the file is named).
+    #[error("checkpoint file {path}: {source}")]
+    CheckpointIo {
+        /// The file or directory.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Shorthand for results of the core.

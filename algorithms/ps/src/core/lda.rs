@@ -33,8 +33,8 @@
 use std::ops::Range;
 
 use crate::core::types::{Row, RowId, TableId};
-use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha12Rng;
 
 use petrel_ml::topic::{
     LdaConfig, SparseSampler, TopicCounts, check_doc_counts, doc_log_likelihood_part,
@@ -344,9 +344,28 @@ pub struct PsLdaWorker {
     docs: Vec<Vec<u32>>,
     assignments: Vec<Vec<u32>>,
     doc_topic: Vec<TopicCounts>,
-    rng: StdRng,
+    /// ChaCha12 (the generator of `StdRng`, whose position a checkpoint can save).
+    rng: ChaCha12Rng,
     sampler: SparseSampler,
     deltas: OwnDeltas,
+}
+
+/// What a checkpoint saves of a [`PsLdaWorker`] between clocks: its topic assignments and
+/// the exact position of its generator (seed, stream, word position); the rest follows from
+/// its documents.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PsLdaWorkerSaved {
+    /// The worker.
+    pub worker: usize,
+    /// Its documents' global ids.
+    pub doc_ids: Vec<u32>,
+    /// The topic of every token, per document.
+    pub assignments: Vec<Vec<u32>>,
+    /// Each document's topic counts, entries in the worker's order (the sampler's sums
+    /// follow it, so it is saved rather than recounted).
+    pub doc_topic: Vec<TopicCounts>,
+    /// The generator: seed, stream, word position (low, high).
+    pub rng: ([u8; 32], u64, (u64, u64)),
 }
 
 impl PsLdaWorker {
@@ -381,7 +400,7 @@ impl PsLdaWorker {
         for (i, &w) in words.iter().enumerate() {
             local[w as usize] = i as u32;
         }
-        let mut rng = StdRng::seed_from_u64(
+        let mut rng = ChaCha12Rng::seed_from_u64(
             config.seed ^ (worker as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F),
         );
         let mut deltas = OwnDeltas::new(words.len(), k);
@@ -418,6 +437,69 @@ impl PsLdaWorker {
             sampler: SparseSampler::new(k, vocab_size, config.alpha, config.beta),
             deltas,
         })
+    }
+
+    /// The state a checkpoint saves, between clocks (no count change may be pending: the
+    /// clock's deltas were taken).
+    pub fn export_state(&self) -> Result<PsLdaWorkerSaved, PsLdaError> {
+        if !self.deltas.touched.is_empty() || self.deltas.totals.iter().any(|&d| d != 0) {
+            return Err(PsLdaError::InvalidConfig(
+                "a worker with count changes not yet sent cannot be checkpointed".into(),
+            ));
+        }
+        let pos = self.rng.get_word_pos();
+        Ok(PsLdaWorkerSaved {
+            worker: self.worker,
+            doc_ids: self.doc_ids.clone(),
+            assignments: self.assignments.clone(),
+            doc_topic: self.doc_topic.clone(),
+            rng: (
+                self.rng.get_seed(),
+                self.rng.get_stream(),
+                (pos as u64, (pos >> 64) as u64),
+            ),
+        })
+    }
+
+    /// Continues from a checkpointed state of this worker (built by [`PsLdaWorker::new`]
+    /// from the same documents); refuses another worker's, other documents, or
+    /// assignments that do not fit them. Its initial counts are not sent again: the
+    /// shards' tables already hold them.
+    pub fn import_state(&mut self, saved: PsLdaWorkerSaved) -> Result<(), PsLdaError> {
+        let k = self.n_topics;
+        let fits = saved.worker == self.worker
+            && saved.doc_ids == self.doc_ids
+            && saved.assignments.len() == self.docs.len()
+            && saved
+                .assignments
+                .iter()
+                .zip(&self.docs)
+                .all(|(a, d)| a.len() == d.len() && a.iter().all(|&t| (t as usize) < k));
+        if !fits {
+            return Err(PsLdaError::InvalidConfig(format!(
+                "checkpoint of ps-lda worker {} ({} documents) does not fit worker {} ({} documents, {k} topics)",
+                saved.worker,
+                saved.doc_ids.len(),
+                self.worker,
+                self.doc_ids.len(),
+            )));
+        }
+        if saved.doc_topic.len() != saved.assignments.len() {
+            return Err(PsLdaError::InvalidConfig(
+                "checkpoint of a ps-lda worker: doc-topic counts do not fit the documents".into(),
+            ));
+        }
+        check_doc_counts(self.worker, &saved.doc_topic, &saved.assignments)
+            .map_err(|e| PsLdaError::DocCounts(format!("checkpoint: {e}")))?;
+        self.doc_topic = saved.doc_topic;
+        self.assignments = saved.assignments;
+        let (seed, stream, (low, high)) = saved.rng;
+        let mut rng = ChaCha12Rng::from_seed(seed);
+        rng.set_stream(stream);
+        rng.set_word_pos(u128::from(low) | (u128::from(high) << 64));
+        self.rng = rng;
+        self.deltas = OwnDeltas::new(self.words.len(), k);
+        Ok(())
     }
 
     /// Documents of this worker.
@@ -903,6 +985,50 @@ mod tests {
         assert!(
             w.take_initial_deltas().is_empty(),
             "nothing pending after a take"
+        );
+    }
+
+    #[test]
+    fn a_worker_restored_from_its_saved_state_samples_exactly_as_the_original() {
+        let c = corpus();
+        let docs = split(&c, 2).swap_remove(1);
+        let mut a = PsLdaWorker::new(1, docs.clone(), c.vocab_size, &config(0)).unwrap();
+        let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); c.vocab_size + 1];
+        for (r, d) in a.take_initial_deltas() {
+            table[r.0 as usize].add(&d);
+        }
+        let read = |w: &PsLdaWorker, table: &[Row]| -> Vec<Row> {
+            w.row_ids()
+                .iter()
+                .map(|r| table[r.0 as usize].clone())
+                .collect()
+        };
+        let mut view = a.view(&read(&a, &table)).unwrap();
+        a.sweep(0..a.n_docs(), &mut view);
+        for (r, d) in a.take_deltas(&mut view) {
+            table[r.0 as usize].add(&d);
+        }
+        let saved = a.export_state().unwrap();
+        let mut b = PsLdaWorker::new(1, docs.clone(), c.vocab_size, &config(0)).unwrap();
+        b.import_state(saved.clone()).unwrap();
+        assert!(
+            b.take_initial_deltas().is_empty(),
+            "the shards hold them already"
+        );
+        for w in [&mut a, &mut b] {
+            let mut view = w.view(&read(w, &table)).unwrap();
+            w.sweep(0..w.n_docs(), &mut view);
+            let _ = w.take_deltas(&mut view);
+        }
+        assert_eq!(a.export_state().unwrap(), b.export_state().unwrap());
+        assert_eq!(a.doc_log_likelihood(), b.doc_log_likelihood());
+        // Another worker's state, or pending changes, are refused.
+        let mut other =
+            PsLdaWorker::new(0, split(&c, 2).swap_remove(0), c.vocab_size, &config(0)).unwrap();
+        assert!(other.import_state(saved).is_err());
+        assert!(
+            other.export_state().is_err(),
+            "initial counts not taken yet"
         );
     }
 

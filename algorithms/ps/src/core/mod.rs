@@ -21,6 +21,7 @@
 //!   push still tells the client its rows from that shard are current as of the new clock).
 //! * FIFO delivery per (client, shard) pair in each direction is assumed (QUIC streams).
 
+pub mod checkpoint;
 pub mod client;
 pub mod error;
 pub mod lda;

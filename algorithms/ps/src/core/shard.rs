@@ -142,6 +142,33 @@ pub struct PsShardCore {
     /// Queued reads keyed by the min clock they wait for.
     pending: BTreeMap<Clock, Vec<PendingRead>>,
     next_stamp: u64,
+    cuts: ClockCuts,
+}
+
+/// The rows of every table as of one clock boundary (a consistent cut, see
+/// [`PsShardCore::enable_checkpoints`]).
+type CutRows = BTreeMap<TableId, HashMap<RowId, SharedRow>>;
+
+/// Consistent cuts at checkpoint clocks: for each checkpoint clock `c` that some worker has
+/// already passed while the min clock is still below it, the rows with every update of
+/// clocks `< c` applied and none of `>= c`.
+#[derive(Default)]
+struct ClockCuts {
+    /// 0 = no checkpoints.
+    every: Clock,
+    /// The smallest checkpoint clock not yet emitted (`> min_clock` once emitted).
+    next: Clock,
+    /// Cuts in progress, by clock.
+    open: BTreeMap<Clock, CutRows>,
+    /// Complete cuts waiting for [`PsShardCore::take_checkpoints`].
+    ready: Vec<(Clock, Vec<TableSnapshot>)>,
+}
+
+impl ClockCuts {
+    /// The first checkpoint clock after `clock`.
+    fn after(every: Clock, clock: Clock) -> Clock {
+        (clock / every + 1) * every
+    }
 }
 
 impl std::fmt::Debug for PsShardCore {
@@ -202,6 +229,7 @@ impl PsShardCore {
             min_clock: 0,
             pending: BTreeMap::new(),
             next_stamp: 1,
+            cuts: ClockCuts::default(),
         })
     }
 
@@ -236,6 +264,96 @@ impl PsShardCore {
         }
         core.min_clock = clock;
         Ok(core)
+    }
+
+    /// Checkpoints at every clock `c` that is a multiple of `every` (0: none) and above the
+    /// current min clock: once the min clock reaches `c`, [`Self::take_checkpoints`] returns
+    /// the rows as of exactly "every update of clocks `< c` applied, none of `>= c`", even
+    /// when faster workers (SSP, ESSP, async, or BSP workers that write before they read)
+    /// already sent updates of clock `c` or later. How: the first update of a clock
+    /// `>= c` to arrive copies the rows (shared buffers, so only rows written later are
+    /// copied), and every later update of a clock `< c` is applied to that copy as well.
+    ///
+    /// Applying one delta twice (live rows and cut) is only right for rules whose whole
+    /// state is the row: `sum` and `sgd`. Tables with a rule that keeps per-row state on the
+    /// shard (momentum, adagrad, adarevision, custom rules) are refused.
+    pub fn enable_checkpoints(&mut self, every: Clock) -> Result<(), PsCoreError> {
+        if every > 0
+            && let Some(t) = self
+                .tables
+                .values()
+                .find(|t| !t.spec.update_rule.state_in_row())
+        {
+            return Err(PsCoreError::InvalidConfig(format!(
+                "table {:?} uses a server rule that keeps state outside its rows ({:?}): \
+                 checkpoints need sum or sgd (set checkpoint_every = 0)",
+                t.spec.name, t.spec.update_rule
+            )));
+        }
+        self.cuts = ClockCuts {
+            every,
+            next: if every > 0 {
+                ClockCuts::after(every, self.min_clock)
+            } else {
+                0
+            },
+            ..ClockCuts::default()
+        };
+        Ok(())
+    }
+
+    /// The checkpoints completed since the last call: `(clock, every table's rows as of
+    /// that clock)`, in clock order (see [`Self::enable_checkpoints`]).
+    pub fn take_checkpoints(&mut self) -> Vec<(Clock, Vec<TableSnapshot>)> {
+        std::mem::take(&mut self.cuts.ready)
+    }
+
+    /// Opens a cut at every checkpoint clock in `(min_clock, clock]` that has none: the
+    /// first update of clock `clock` is about to be applied, so the rows hold only updates
+    /// of clocks below each of those.
+    fn open_cuts_up_to(&mut self, clock: Clock) {
+        let every = self.cuts.every;
+        if every == 0 {
+            return;
+        }
+        let mut c = self.cuts.next;
+        while c <= clock {
+            if !self.cuts.open.contains_key(&c) {
+                let rows: CutRows = self
+                    .tables
+                    .iter()
+                    .map(|(&id, t)| {
+                        let rows = t.rows.iter().map(|(&r, s)| (r, s.data.clone())).collect();
+                        (id, rows)
+                    })
+                    .collect();
+                self.cuts.open.insert(c, rows);
+            }
+            c += every;
+        }
+    }
+
+    /// Emits every checkpoint clock the min clock has reached.
+    fn close_cuts(&mut self) {
+        let every = self.cuts.every;
+        while every > 0 && self.cuts.next <= self.min_clock {
+            let c = self.cuts.next;
+            let snapshot = match self.cuts.open.remove(&c) {
+                Some(cut) => cut
+                    .into_iter()
+                    .map(|(table, rows)| {
+                        let mut rows: Vec<(RowId, Row)> =
+                            rows.into_iter().map(|(k, v)| (k, (*v).clone())).collect();
+                        rows.sort_by_key(|r| r.0);
+                        TableSnapshot { table, rows }
+                    })
+                    .collect(),
+                // No update of clock >= c arrived: the live rows are the cut.
+                None => self.snapshot(),
+            };
+            self.cuts.ready.push((c, snapshot));
+            self.cuts.next = c + every;
+        }
     }
 
     /// Minimum completed-clock count over live workers.
@@ -324,6 +442,7 @@ impl PsShardCore {
                 .ok_or(PsCoreError::UnknownTable(u.table))?;
             t.spec.check_delta(u.row, &u.delta)?;
         }
+        self.open_cuts_up_to(clock);
         for u in &batch.updates {
             let stamp = self.next_stamp;
             self.next_stamp += 1;
@@ -336,6 +455,13 @@ impl PsShardCore {
             });
             t.rule.apply_row(u.row, stored.data.make_mut(), &u.delta);
             stored.stamp = stamp;
+            // Cuts of later checkpoint clocks take this update too (the rule is stateless).
+            for cut in self.cuts.open.range_mut(clock + 1..).map(|(_, c)| c) {
+                let zero = t.spec.zero_row();
+                let row = cut.entry(u.table).or_default().entry(u.row);
+                let row = row.or_insert_with(|| SharedRow::new(zero));
+                t.rule.apply_row(u.row, row.make_mut(), &u.delta);
+            }
             if t.spec.consistency.is_essp() {
                 t.dirty.insert(u.row);
             }
@@ -522,6 +648,7 @@ impl PsShardCore {
         }
         self.min_clock = new_min;
         tracing::trace!(min_clock = new_min, "shard min clock advanced");
+        self.close_cuts();
         let mut out = Vec::new();
         // Release reads: keys <= new_min.
         let still_waiting = self.pending.split_off(&(new_min + 1));
@@ -572,7 +699,7 @@ impl PsShardCore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::types::{RowUpdate, TableKind};
+    use crate::core::types::{RowUpdate, TableKind, UpdateRuleSpec};
 
     const T: TableId = TableId(1);
 
@@ -600,6 +727,100 @@ mod tests {
             } => ((**row_data).clone(), *row_clock),
             other => panic!("expected reply, got {other:?}"),
         }
+    }
+
+    /// Sum of `delta` per clock for row 3, worker `w`: clock c adds `[c + 1, w]`.
+    fn step(s: &mut PsShardCore, w: u32, clock: Clock, seq: u64) {
+        let d = [clock as f32 + 1.0, w as f32 + 1.0];
+        s.apply_updates(WorkerId(w), clock, &batch(seq, 3, d))
+            .unwrap();
+        s.clock(WorkerId(w), clock).unwrap();
+    }
+
+    #[test]
+    fn checkpoint_cut_excludes_updates_of_fast_workers() {
+        let mut s = PsShardCore::new(2, vec![spec(Consistency::Ssp { staleness: 5 })]).unwrap();
+        s.enable_checkpoints(2).unwrap();
+        // Worker 0 runs ahead through clocks 0..5; worker 1 is still at clock 0.
+        for c in 0..5 {
+            step(&mut s, 0, c, c + 1);
+        }
+        assert!(s.take_checkpoints().is_empty());
+        step(&mut s, 1, 0, 1);
+        assert!(
+            s.take_checkpoints().is_empty(),
+            "min clock 1: no checkpoint yet"
+        );
+        step(&mut s, 1, 1, 2);
+        // Min clock 2: the cut has clocks 0 and 1 of both workers, nothing of clock >= 2.
+        let ready = s.take_checkpoints();
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].0, 2);
+        let row = &ready[0].1[0].rows;
+        assert_eq!(
+            row,
+            &vec![(
+                RowId(3),
+                Row::Dense(vec![1.0 + 2.0 + 1.0 + 2.0, 2.0 * 1.0 + 2.0 * 2.0])
+            )]
+        );
+        // The live row has every update.
+        assert_eq!(
+            s.row(T, RowId(3)),
+            Some(&Row::Dense(vec![15.0 + 3.0, 5.0 * 1.0 + 2.0 * 2.0]))
+        );
+        step(&mut s, 1, 2, 3);
+        step(&mut s, 1, 3, 4);
+        let ready = s.take_checkpoints();
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].0, 4);
+        // Clocks 0..3 of both: 2 * (1 + 2 + 3 + 4), 4 * 1 + 4 * 2.
+        assert_eq!(
+            ready[0].1[0].rows,
+            vec![(RowId(3), Row::Dense(vec![20.0, 12.0]))]
+        );
+    }
+
+    #[test]
+    fn checkpoint_without_fast_workers_is_the_live_table_and_restores_on_schedule() {
+        let mut s = PsShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
+        s.enable_checkpoints(3).unwrap();
+        for c in 0..3 {
+            step(&mut s, 0, c, c + 1);
+            step(&mut s, 1, c, c + 1);
+        }
+        let ready = s.take_checkpoints();
+        assert_eq!(ready.len(), 1);
+        assert_eq!((ready[0].0, &ready[0].1), (3, &s.snapshot()));
+        let mut r = PsShardCore::restore(
+            2,
+            vec![spec(Consistency::Bsp)],
+            &RuleRegistry::new(),
+            ready[0].1.clone(),
+            3,
+        )
+        .unwrap();
+        r.enable_checkpoints(3).unwrap();
+        for c in 3..6 {
+            step(&mut r, 0, c, c - 2);
+            step(&mut r, 1, c, c - 2);
+            step(&mut s, 0, c, c + 1);
+            step(&mut s, 1, c, c + 1);
+        }
+        assert_eq!(r.take_checkpoints(), s.take_checkpoints());
+        assert_eq!(r.snapshot(), s.snapshot());
+    }
+
+    #[test]
+    fn checkpoints_refuse_rules_with_state_on_the_shard() {
+        let t = spec(Consistency::Bsp).with_rule(UpdateRuleSpec::Adagrad {
+            learning_rate: 0.1,
+            eps: 1e-3,
+        });
+        let mut s = PsShardCore::new(1, vec![t]).unwrap();
+        let e = s.enable_checkpoints(2).unwrap_err().to_string();
+        assert!(e.contains("checkpoint"), "{e}");
+        s.enable_checkpoints(0).unwrap();
     }
 
     #[test]

@@ -187,6 +187,13 @@ pub enum UpdateRuleSpec {
 }
 
 impl UpdateRuleSpec {
+    /// Whether the rule keeps no state on the shard besides the row itself (`sum`, `sgd`):
+    /// only then is a checkpoint of the rows all there is to restore, and may a delta be
+    /// applied to a checkpoint's copy of a row as well.
+    pub fn state_in_row(&self) -> bool {
+        matches!(self, UpdateRuleSpec::Sum | UpdateRuleSpec::Sgd { .. })
+    }
+
     /// Scale with which a client applies its *own* deltas to its cached rows ("read my writes").
     ///
     /// Why: the client does not run the shard's rule. For `Sum` (1) and `Sgd` (`-lr`) this is

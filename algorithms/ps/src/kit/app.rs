@@ -8,7 +8,7 @@ use petrel_messages::RemoteMessage;
 use crate::core::rules::RuleRegistry;
 use crate::core::types::TableSpec;
 use crate::error::PsError;
-use crate::kit::{MonitorCtx, WorkerCtx};
+use crate::kit::{MonitorCtx, PsCheckpointing, WorkerCtx};
 use crate::shells::PsLayout;
 
 /// The role names of a job: which nodes host shards, workers and the monitor.
@@ -149,6 +149,48 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     fn write_outputs(&self, output: &Self::Output) -> Result<(), PsError> {
         let _ = output;
         Ok(())
+    }
+
+    /// Where and how often the job checkpoints (see [`crate::kit::checkpoints`]); `None`
+    /// (the default): never, and it cannot resume.
+    fn checkpointing(&self) -> Option<PsCheckpointing> {
+        None
+    }
+
+    /// What a worker that completed clock `c - 1` needs to start clock `c` besides the
+    /// shards' tables and its clock (a data cursor, an RNG, local state, timings). Apps
+    /// that checkpoint implement it with [`PsApp::resume_worker`].
+    fn save_worker(
+        &self,
+        worker: &Self::Worker,
+        ctx: &WorkerCtx<'_, Self::Report>,
+    ) -> Result<Vec<u8>, PsError> {
+        let _ = (worker, ctx);
+        Ok(Vec::new())
+    }
+
+    /// A worker's state from [`PsApp::save_worker`]'s bytes; its client is at the
+    /// checkpoint's clock.
+    fn resume_worker(
+        &self,
+        saved: &[u8],
+        ctx: &WorkerCtx<'_, Self::Report>,
+    ) -> Result<Self::Worker, PsError> {
+        let _ = saved;
+        self.start_worker(ctx)
+    }
+
+    /// The monitor's history as of checkpoint clock `clock` (evaluations of later clocks
+    /// are left out: the resumed run makes them again).
+    fn save_monitor(&self, monitor: &Self::Monitor, clock: u64) -> Result<Vec<u8>, PsError> {
+        let _ = (monitor, clock);
+        Ok(Vec::new())
+    }
+
+    /// The monitor's state from [`PsApp::save_monitor`]'s bytes.
+    fn resume_monitor(&self, saved: &[u8]) -> Result<Self::Monitor, PsError> {
+        let _ = saved;
+        Ok(Self::Monitor::default())
     }
 
     /// One line for `petrel train` to print.

@@ -5,11 +5,14 @@ use std::time::Duration;
 
 use petrel_actors::{Cluster, NodeContext, Settings};
 
+use crate::core::checkpoint::Piece;
 use crate::core::rules::RuleRegistry;
+use crate::core::shard::PsShardCore;
 use crate::core::types::TableSpec;
 use crate::error::PsError;
-use crate::kit::{PsApp, PsRoles, monitor, worker};
+use crate::kit::{PsApp, PsCheckpointing, PsRoles, PsSaved, checkpoints, monitor, worker};
 use crate::shells::{self, PsLayout};
+use petrel_messages::Priority;
 
 /// How long workers and the monitor wait for every shard to answer at start-up.
 pub(crate) const SHARDS_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -24,6 +27,10 @@ pub struct PsJob<A: PsApp> {
     pub monitor_node: String,
     /// The role names the job's nodes carry.
     pub roles: PsRoles,
+    /// Where and how often it checkpoints ([`PsApp::checkpointing`]).
+    pub checkpointing: Option<PsCheckpointing>,
+    /// The checkpoint it resumes from, once loaded.
+    pub(crate) resumed: Mutex<Option<Arc<crate::checkpoint::JobCheckpoint>>>,
     /// Filled by the monitor when the run ends (in-process callers read it).
     result: Mutex<Option<A::Output>>,
 }
@@ -63,11 +70,25 @@ impl<A: PsApp> PsJob<A> {
             });
         };
         let app = A::new(cfg, &layout)?;
+        let checkpointing = app.checkpointing();
+        if checkpointing.as_ref().is_some_and(|c| c.every > 0)
+            && let Some(t) = app.tables().iter().find(|t| !t.update_rule.state_in_row())
+        {
+            return Err(PsError::InvalidConfig {
+                app: A::NAME,
+                reason: format!(
+                    "checkpoint_every > 0 needs update rules without state on the shards (sum, sgd); table {:?} uses {:?} (set checkpoint_every = 0)",
+                    t.name, t.update_rule
+                ),
+            });
+        }
         Ok(PsJob {
             app,
             layout,
             monitor_node: monitor_node.clone(),
             roles,
+            checkpointing,
+            resumed: Mutex::new(None),
             result: Mutex::new(None),
         })
     }
@@ -115,7 +136,60 @@ pub async fn serve_shards(
 }
 
 async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<(), PsError> {
-    serve_shards(&ctx, &job.layout, job.app.tables(), &job.app.rules()).await
+    if job.checkpointing.is_none() {
+        return serve_shards(&ctx, &job.layout, job.app.tables(), &job.app.rules()).await;
+    }
+    let resumed = job.resumed()?;
+    let (tables, rules, n_workers) = (job.app.tables(), job.app.rules(), job.layout.n_workers());
+    let mut handles = Vec::new();
+    for s in job.layout.shards_on(&ctx.spec.name) {
+        let mut core = match &resumed {
+            Some(ck) => PsShardCore::restore(
+                n_workers,
+                tables.clone(),
+                &rules,
+                ck.shard_tables(s)?,
+                ck.clock,
+            )?,
+            None => PsShardCore::with_registry(n_workers, tables.clone(), &rules)?,
+        };
+        let mut on_checkpoint: Option<shells::OnCheckpoint> = None;
+        if let Some((dir, every)) = job.writing() {
+            core.enable_checkpoints(every)?;
+            let dir = dir.to_path_buf();
+            // Resolved when used: the monitor may be on this node, registered later.
+            let (node, monitor_node) = (ctx.node.clone(), job.monitor_node.clone());
+            on_checkpoint = Some(Box::new(move |shard, clock, tables| {
+                let monitor =
+                    node.actor_at::<PsSaved>(&monitor_node, &checkpoints::saved_actor::<A>())?;
+                let (name, digest) =
+                    crate::checkpoint::write_shard_piece(&dir, clock, shard, tables)?;
+                let saved = PsSaved {
+                    clock,
+                    piece: Piece::Shard(shard),
+                    name,
+                    digest,
+                };
+                monitor
+                    .tell(saved, Priority::HIGH)
+                    .map_err(|source| PsError::Checkpoint {
+                        what: format!("shard {shard}'s checkpoint of clock {clock}"),
+                        source,
+                    })
+            }));
+        }
+        handles.push(shells::start_shard_core(
+            &ctx.node,
+            &job.layout,
+            s,
+            core,
+            on_checkpoint,
+        )?);
+    }
+    for r in futures::future::join_all(handles.into_iter().map(|h| h.wait())).await {
+        r?;
+    }
+    Ok(())
 }
 
 /// Registers the shard, worker and monitor roles of `job` (named by `job.roles`).

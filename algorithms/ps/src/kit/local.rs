@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use petrel_actors::{Cluster, Settings, Topology, Transport};
+use petrel_actors::{Cluster, JobTransport, Settings, Topology, Transport};
 
 use crate::error::PsError;
 use crate::kit::{PsApp, PsJob, PsRoles, register};
@@ -10,7 +10,18 @@ use crate::kit::{PsApp, PsJob, PsRoles, register};
 /// The in-process layout of the PS apps: nodes `shard-0..` (the first also runs the
 /// monitor) and `worker-0..`, with the roles `ps-shard`, `ps-monitor` and `ps-worker`.
 pub fn local_topology(name: &str, shards: usize, workers: usize, transport: Transport) -> Topology {
-    let roles = PsRoles::GENERIC;
+    local_topology_with(PsRoles::GENERIC, name, shards, workers, transport)
+}
+
+/// [`local_topology`] with the nodes carrying `roles` (an app's
+/// [`PsApp::BUILTIN_ROLES`] when its nodes run as `petrel node` processes).
+pub fn local_topology_with(
+    roles: PsRoles,
+    name: &str,
+    shards: usize,
+    workers: usize,
+    transport: Transport,
+) -> Topology {
     let mut topo = Topology::builder(name).transport(transport);
     for s in 0..shards.max(1) {
         let on: &[&str] = if s == 0 {
@@ -75,9 +86,16 @@ pub struct PsTrainArgs<C: clap::Args> {
     /// Shard nodes (the first also runs the monitor).
     #[arg(long, default_value_t = 2)]
     pub shards: usize,
-    /// quic (127.0.0.1) or memory.
-    #[arg(long, value_enum, default_value_t = Transport::Quic)]
-    pub transport: Transport,
+    /// How the nodes run: threads of this process connected by QUIC on 127.0.0.1 (quic) or
+    /// by channels (memory), or one process per node (processes; launched by the `petrel`
+    /// CLI, which restarts a node that dies).
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
+    /// Restart the cluster this many times when a node dies (killed, crashed, silent): from
+    /// the newest complete checkpoint when there is one, else from the start (0 = stop at
+    /// the first failure). A role's own error (bad input, bad setting) is never retried.
+    #[arg(long, default_value_t = 2)]
+    pub max_restarts: u32,
     /// Seconds a row read may wait for slower workers (default: 300 for ps-lda, whose
     /// clocks on a large corpus are long; the cluster default otherwise).
     #[arg(long)]
@@ -88,16 +106,20 @@ pub struct PsTrainArgs<C: clap::Args> {
 pub fn train<A: PsApp>(args: PsTrainArgs<A::Config>) -> Result<String, PsError> {
     let timeout_s = args.request_timeout_s.or(A::TRAIN_REQUEST_TIMEOUT_S);
     let cfg = args.config.clone();
-    let out = run_local_with::<A>(
-        args.config,
-        args.shards,
-        args.workers,
-        args.transport,
-        |s| {
-            if let Some(t) = timeout_s {
-                s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
-            }
-        },
-    )?;
+    let transport = match args.transport {
+        JobTransport::Memory => Transport::Memory,
+        JobTransport::Quic => Transport::Quic,
+        JobTransport::Processes => {
+            return Err(PsError::InvalidConfig {
+                app: A::NAME,
+                reason: "--transport processes is launched by the petrel CLI (petrel train)".into(),
+            });
+        }
+    };
+    let out = run_local_with::<A>(args.config, args.shards, args.workers, transport, |s| {
+        if let Some(t) = timeout_s {
+            s.cluster.request_timeout_ms = t.max(1).saturating_mul(1000);
+        }
+    })?;
     Ok(A::summary(&cfg, &out))
 }

@@ -24,14 +24,18 @@
 //! `write_outputs`.
 
 mod app;
+pub mod checkpoints;
 mod job;
 mod local;
 mod monitor;
 mod worker;
 
 pub use app::{PsApp, PsRoles, PsStep};
+pub use checkpoints::{PsCheckpointing, PsSaved};
 pub use job::{PsJob, register, register_builtin, serve_shards};
-pub use local::{PsTrainArgs, local_topology, run_local, run_local_with, train};
+pub use local::{
+    PsTrainArgs, local_topology, local_topology_with, run_local, run_local_with, train,
+};
 pub use monitor::{
     MonitorCtx, MonitorReports, WorkerDone, open_monitor, write_json, write_model_and_metrics,
 };

@@ -13,14 +13,17 @@ use petrel_messages::{Priority, RemoteMessage, remote_message};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
+use crate::core::checkpoint::{CheckpointTracker, Piece};
 use crate::core::stats::StalenessStats;
 use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
+use crate::kit::checkpoints::{self, MonitorPiece};
 use crate::kit::job::SHARDS_READY_TIMEOUT;
-use crate::kit::{PsApp, PsJob};
+use crate::kit::{PsApp, PsJob, PsSaved};
 use crate::shells::{
     self, PsClient, PsLayout, ShardQuery, ShardState, ToClient, client_actor_name,
 };
+use petrel_actors::durable::FileDigest;
 
 /// The usual final report of a worker (ps-mf, ps-lr).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,6 +109,8 @@ pub struct MonitorCtx<'a> {
     /// Where shards and workers run.
     pub layout: &'a PsLayout,
     start: Instant,
+    /// Seconds the job had run before the checkpoint it resumed from.
+    offset_s: f64,
 }
 
 impl MonitorCtx<'_> {
@@ -116,9 +121,10 @@ impl MonitorCtx<'_> {
             .point(self.node.name(), metric, self.start.elapsed(), value);
     }
 
-    /// Seconds since the monitor started (after every shard answered).
+    /// Seconds since the monitor started (after every shard answered), plus the run time
+    /// before the checkpoint a resumed job started from.
     pub fn elapsed_s(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
+        self.offset_s + self.start.elapsed().as_secs_f64()
     }
 
     /// Every shard's tables and min clock, in shard order.
@@ -168,13 +174,48 @@ pub(crate) async fn monitor_role<A: PsApp>(
     job: Arc<PsJob<A>>,
 ) -> Result<(), PsError> {
     let inbox = open_monitor::<A::Report>(&ctx.node, A::MONITOR_ACTOR)?;
+    let resumed = job.resumed()?;
+    let mut checkpoints = match (&job.checkpointing, job.writing()) {
+        (Some(c), writing) => {
+            if !c.resume && writing.is_some() {
+                // Older runs' checkpoints are obsolete; only this monitor writes manifests,
+                // so none of this run's can be lost.
+                crate::checkpoint::clear_job_checkpoints(&c.dir)?;
+            }
+            match writing {
+                Some(_) => Some(MonitorCheckpoints {
+                    saved: open_monitor::<PsSaved>(&ctx.node, &checkpoints::saved_actor::<A>())?,
+                    tracker: CheckpointTracker::new(
+                        job.layout.n_shards(),
+                        job.layout.n_workers(),
+                        resumed.as_ref().map(|ck| ck.clock),
+                    ),
+                }),
+                None => None,
+            }
+        }
+        (None, _) => None,
+    };
     shells::wait_for_shards(&ctx.node, &job.layout, SHARDS_READY_TIMEOUT).await?;
+    let (mut state, offset_s) = match &resumed {
+        Some(ck) => {
+            let bytes = ck.piece(Piece::Monitor)?;
+            let piece: MonitorPiece = rmp_serde::from_slice(bytes).map_err(|e| {
+                crate::core::error::PsCoreError::Checkpoint {
+                    path: crate::core::checkpoint::piece_name(ck.clock, Piece::Monitor),
+                    reason: format!("decode: {e}"),
+                }
+            })?;
+            (job.app.resume_monitor(&piece.app)?, piece.elapsed_s)
+        }
+        None => (A::Monitor::default(), 0.0),
+    };
     let m = MonitorCtx {
         node: &ctx.node,
         layout: &job.layout,
         start: Instant::now(),
+        offset_s,
     };
-    let mut state = A::Monitor::default();
     let n_workers = job.layout.n_workers() as usize;
     let mut finished = 0usize;
     // When the stop was last sent: it is a one-way message, so it is sent again every
@@ -192,6 +233,9 @@ pub(crate) async fn monitor_role<A: PsApp>(
             shells::wait_for_all_left(m.node, m.layout).await?;
         }
         let stop = job.app.observe(&mut state, &m, new, all_done).await?;
+        if let Some(ck) = checkpoints.as_mut() {
+            ck.complete(&job, &state, &m)?;
+        }
         if all_done {
             break;
         }
@@ -216,6 +260,47 @@ pub(crate) async fn monitor_role<A: PsApp>(
     job.app.write_outputs(&output)?;
     job.set_result(output);
     Ok(())
+}
+
+/// The monitor's side of checkpoints: the shards' and workers' reports, and which clock is
+/// complete.
+struct MonitorCheckpoints {
+    saved: MonitorReports<PsSaved>,
+    tracker: CheckpointTracker<FileDigest>,
+}
+
+impl MonitorCheckpoints {
+    /// Writes the monitor's piece and then the manifest of every clock whose other pieces
+    /// are all durable.
+    fn complete<A: PsApp>(
+        &mut self,
+        job: &PsJob<A>,
+        state: &A::Monitor,
+        m: &MonitorCtx<'_>,
+    ) -> Result<(), PsError> {
+        let Some((dir, _)) = job.writing() else {
+            return Ok(());
+        };
+        let notes: Vec<PsSaved> = self.saved.reports.borrow_mut().drain(..).collect();
+        for n in notes {
+            let Some((clock, files)) = self.tracker.record(n.clock, n.piece, n.name, n.digest)
+            else {
+                continue;
+            };
+            let piece = MonitorPiece {
+                elapsed_s: m.elapsed_s(),
+                app: job.app.save_monitor(state, clock)?,
+            };
+            let bytes = rmp_serde::to_vec(&piece)
+                .map_err(|e| crate::core::error::PsCoreError::Encode(e.to_string()))?;
+            let (name, digest) =
+                crate::checkpoint::write_piece(dir, clock, Piece::Monitor, &bytes)?;
+            let mut files = files;
+            files.push((Piece::Monitor, name, digest));
+            crate::checkpoint::write_job_manifest(dir, clock, &job.shape(), files)?;
+        }
+        Ok(())
+    }
 }
 
 /// Writes `value` as JSON to `dir/name` (pretty or compact) atomically (a temporary name,

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use petrel_actors::{ActorRef, Node, NodeContext};
 use petrel_messages::Priority;
 
+use crate::core::checkpoint::{Piece, is_checkpoint_clock};
 use crate::error::PsError;
 use crate::kit::job::SHARDS_READY_TIMEOUT;
-use crate::kit::{PsApp, PsJob, PsStep};
+use crate::kit::{PsApp, PsJob, PsSaved, PsStep, checkpoints};
 use crate::shells::{self, PsClient, PsLayout};
 
 /// What a worker's code sees: its client, the job layout and the monitor's inbox.
@@ -48,10 +49,16 @@ pub(crate) async fn worker_role<A: PsApp>(
     job: Arc<PsJob<A>>,
 ) -> Result<(), PsError> {
     shells::wait_for_shards(&ctx.node, &job.layout, SHARDS_READY_TIMEOUT).await?;
+    let resumed = job.resumed()?;
     let mut workers = Vec::new();
     for w in job.layout.workers_on(&ctx.spec.name) {
-        let client = PsClient::start(&ctx.node, &job.layout, w, job.app.tables())?;
-        workers.push(run_worker(&ctx.node, &job, client));
+        let clock = resumed.as_ref().map_or(0, |ck| ck.clock);
+        let client = PsClient::start_at(&ctx.node, &job.layout, w, job.app.tables(), clock)?;
+        let saved = match &resumed {
+            Some(ck) => Some(ck.piece(Piece::Worker(w))?.to_vec()),
+            None => None,
+        };
+        workers.push(run_worker(&ctx.node, &job, client, saved));
     }
     for r in futures::future::join_all(workers).await {
         r?;
@@ -63,6 +70,7 @@ async fn run_worker<A: PsApp>(
     node: &Node,
     job: &PsJob<A>,
     client: PsClient,
+    saved: Option<Vec<u8>>,
 ) -> Result<(), PsError> {
     let ctx = WorkerCtx {
         node,
@@ -70,12 +78,38 @@ async fn run_worker<A: PsApp>(
         layout: &job.layout,
         monitor: node.actor_at::<A::Report>(&job.monitor_node, A::MONITOR_ACTOR)?,
     };
-    let mut state = job.app.start_worker(&ctx)?;
+    let mut state = match saved {
+        Some(bytes) => job.app.resume_worker(&bytes, &ctx)?,
+        None => job.app.start_worker(&ctx)?,
+    };
+    let checkpoints = job.writing();
     while client.stop_requested().is_none() {
         match job.app.step(&mut state, &ctx).await? {
             PsStep::Clock => client.clock()?,
             PsStep::Barrier => client.barrier().await?,
             PsStep::Done => break,
+        }
+        let clock = client.current_clock();
+        if let Some((dir, every)) = checkpoints
+            && is_checkpoint_clock(every, clock)
+        {
+            // What this worker needs to start `clock`; the shards write their tables as
+            // of the same clock boundary.
+            let bytes = job.app.save_worker(&state, &ctx)?;
+            let piece = Piece::Worker(client.worker());
+            let (name, digest) = crate::checkpoint::write_piece(dir, clock, piece, &bytes)?;
+            let saved = PsSaved {
+                clock,
+                piece,
+                name,
+                digest,
+            };
+            node.actor_at::<PsSaved>(&job.monitor_node, &checkpoints::saved_actor::<A>())?
+                .tell(saved, Priority::HIGH)
+                .map_err(|source| PsError::Checkpoint {
+                    what: format!("worker {}'s checkpoint of clock {clock}", client.worker()),
+                    source,
+                })?;
         }
         // Cache hits complete without yielding: let the node's actors (heartbeats,
         // replies) run between clocks.

@@ -35,4 +35,4 @@ pub use messages::{
 pub use query::{
     merge_tables, snapshot_all, wait_for_all_left, wait_for_min_clock, wait_for_shards,
 };
-pub use shard::{ServerShard, ShardHandle, start_shard};
+pub use shard::{OnCheckpoint, ServerShard, ShardHandle, start_shard, start_shard_core};

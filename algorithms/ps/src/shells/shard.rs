@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use crate::checkpoint;
 use crate::core::error::PsCoreError;
 use crate::core::rules::RuleRegistry;
-use crate::core::shard::{PsShardCore, ShardAction};
+use crate::core::shard::{PsShardCore, ShardAction, TableSnapshot};
 use crate::core::types::{Clock, TableSpec, WorkerId};
 use crate::error::PsError;
 use crate::shells::layout::PsLayout;
@@ -36,7 +36,12 @@ pub struct ServerShard {
     clients: HashMap<WorkerId, ActorRef<ToClient>>,
     left: usize,
     events: mpsc::UnboundedSender<ShardEvent>,
+    on_checkpoint: Option<OnCheckpoint>,
 }
+
+/// What a shard does with each checkpoint its core completes (see
+/// [`PsShardCore::enable_checkpoints`]): `(shard, clock, tables)`; an error fails the shard.
+pub type OnCheckpoint = Box<dyn FnMut(u32, Clock, &[TableSnapshot]) -> Result<(), PsError>>;
 
 impl Actor for ServerShard {
     type Context = Context<Self>;
@@ -92,6 +97,20 @@ impl ServerShard {
                     }
                 }
                 Err(e) => self.fail(e),
+            }
+        }
+    }
+
+    /// Hands every checkpoint the core completed to `on_checkpoint`.
+    fn save_checkpoints(&mut self) {
+        let ready = self.core.take_checkpoints();
+        let Some(save) = self.on_checkpoint.as_mut() else {
+            return;
+        };
+        for (clock, tables) in ready {
+            if let Err(e) = save(self.shard, clock, &tables) {
+                self.fail(e);
+                return;
             }
         }
     }
@@ -161,6 +180,7 @@ impl Handler<Msg<ToShard>> for ServerShard {
             self.fail(e.into());
             return Err(HandlerError::new(text));
         }
+        self.save_checkpoints();
         Ok(())
     }
 }
@@ -235,6 +255,18 @@ pub fn start_shard(
             PsShardCore::restore(n_workers, tables, registry, ck.tables, ck.clock)?
         }
     };
+    start_shard_core(node, layout, shard, core, None)
+}
+
+/// Starts shard `shard` on this node around `core` (fresh or restored); `on_checkpoint`
+/// receives the checkpoints the core completes (when enabled on it).
+pub fn start_shard_core(
+    node: &Node,
+    layout: &PsLayout,
+    shard: u32,
+    core: PsShardCore,
+    on_checkpoint: Option<OnCheckpoint>,
+) -> Result<ShardHandle, PsError> {
     let (tx, rx) = mpsc::unbounded_channel();
     let addr = ServerShard {
         shard,
@@ -244,6 +276,7 @@ pub fn start_shard(
         clients: HashMap::new(),
         left: 0,
         events: tx,
+        on_checkpoint,
     }
     .start();
     node.register(&shard_actor_name(shard), addr.clone())?

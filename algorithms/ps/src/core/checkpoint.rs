@@ -1,0 +1,250 @@
+//! Decisions of a job's checkpoints (sans-I/O): file names, the job's shape, and which
+//! checkpoint clock is complete ([`CheckpointTracker`]). The files themselves are written
+//! and verified by [`crate::checkpoint`].
+//!
+//! A checkpoint at clock `c` is one file per shard (its tables as of "every update of clocks
+//! `< c` applied, none of `>= c`", [`crate::core::shard::PsShardCore::enable_checkpoints`]),
+//! one per worker (what it needs to start clock `c`), one of the monitor (the history so
+//! far), and a manifest written last by the monitor once every other piece is durable.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::types::{Clock, TableSpec};
+
+/// One file of a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Piece {
+    /// Shard `s`'s tables.
+    Shard(u32),
+    /// Worker `w`'s state.
+    Worker(u32),
+    /// The monitor's history.
+    Monitor,
+}
+
+const PREFIX: &str = "ps-clock-";
+
+/// The file of `piece` in the checkpoint of `clock`.
+pub fn piece_name(clock: Clock, piece: Piece) -> String {
+    match piece {
+        Piece::Shard(s) => format!("{PREFIX}{clock}-shard-{s}.bin"),
+        Piece::Worker(w) => format!("{PREFIX}{clock}-worker-{w}.bin"),
+        Piece::Monitor => format!("{PREFIX}{clock}-monitor.bin"),
+    }
+}
+
+/// The manifest of the checkpoint of `clock`.
+pub fn manifest_name(clock: Clock) -> String {
+    format!("{PREFIX}{clock}.manifest")
+}
+
+/// `Some((clock, is_manifest))` for a file of this scheme, `None` for any other name.
+pub fn parse_name(name: &str) -> Option<(Clock, bool)> {
+    let rest = name.strip_prefix(PREFIX)?;
+    if let Some(c) = rest.strip_suffix(".manifest") {
+        return Some((c.parse().ok()?, true));
+    }
+    let (c, tail) = rest.split_once('-')?;
+    let clock = c.parse().ok()?;
+    let known = tail == "monitor.bin"
+        || ["shard-", "worker-"].iter().any(|p| {
+            tail.strip_prefix(p)
+                .and_then(|t| t.strip_suffix(".bin"))
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        });
+    known.then_some((clock, false))
+}
+
+/// What a checkpoint must match to be resumed: the app, the cluster's shape and the tables.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobShape {
+    /// The app's name.
+    pub app: String,
+    /// Shards.
+    pub shards: u32,
+    /// Workers.
+    pub workers: u32,
+    /// Clocks between checkpoints.
+    pub every: Clock,
+    /// The tables (names, shapes, consistency, rules).
+    pub tables: Vec<TableSpec>,
+}
+
+impl JobShape {
+    /// `None` when `saved` is this shape, else what differs (for the refusal).
+    pub fn difference(&self, saved: &JobShape) -> Option<String> {
+        let field = |what: &str, a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| {
+            format!("checkpoint of another job: {what} {b:?} in the checkpoint, {a:?} now")
+        };
+        if self.app != saved.app {
+            Some(field("app", &self.app, &saved.app))
+        } else if self.shards != saved.shards {
+            Some(field("shards", &self.shards, &saved.shards))
+        } else if self.workers != saved.workers {
+            Some(field("workers", &self.workers, &saved.workers))
+        } else if self.every != saved.every {
+            Some(field("checkpoint_every", &self.every, &saved.every))
+        } else if self.tables != saved.tables {
+            Some(field("tables", &self.tables, &saved.tables))
+        } else {
+            None
+        }
+    }
+}
+
+/// A durable piece: whose, its file name, its digest.
+pub type PieceFile<D> = (Piece, String, D);
+
+/// The monitor's view of checkpoints in progress: which pieces of which clock are durable
+/// (each shard and worker reports its file, with a digest `D`). A clock is complete once
+/// every shard and every worker reported it; then the monitor writes its own piece and the
+/// manifest.
+#[derive(Debug)]
+pub struct CheckpointTracker<D> {
+    shards: u32,
+    workers: u32,
+    pending: BTreeMap<Clock, BTreeMap<Piece, (String, D)>>,
+    /// The newest clock completed so far.
+    completed: Option<Clock>,
+}
+
+impl<D> CheckpointTracker<D> {
+    /// A tracker for `shards` shards and `workers` workers; `resumed_at` is the clock of
+    /// the checkpoint the job resumed from (older reports are ignored).
+    pub fn new(shards: u32, workers: u32, resumed_at: Option<Clock>) -> Self {
+        CheckpointTracker {
+            shards,
+            workers,
+            pending: BTreeMap::new(),
+            completed: resumed_at,
+        }
+    }
+
+    /// Records that `piece` of `clock` is durable as file `name`. Returns the clock and
+    /// every shard's and worker's file once that clock is complete (once per clock; older
+    /// incomplete clocks are dropped then: they can no longer complete first).
+    pub fn record(
+        &mut self,
+        clock: Clock,
+        piece: Piece,
+        name: String,
+        digest: D,
+    ) -> Option<(Clock, Vec<PieceFile<D>>)> {
+        if self.completed.is_some_and(|c| clock <= c) || piece == Piece::Monitor {
+            return None;
+        }
+        let in_range = match piece {
+            Piece::Shard(s) => s < self.shards,
+            Piece::Worker(w) => w < self.workers,
+            Piece::Monitor => false,
+        };
+        if !in_range {
+            return None;
+        }
+        let entry = self.pending.entry(clock).or_default();
+        entry.insert(piece, (name, digest));
+        if entry.len() < (self.shards + self.workers) as usize {
+            return None;
+        }
+        let pieces = self.pending.remove(&clock)?;
+        self.pending.retain(|&c, _| c > clock);
+        self.completed = Some(clock);
+        Some((
+            clock,
+            pieces.into_iter().map(|(p, (n, d))| (p, n, d)).collect(),
+        ))
+    }
+
+    /// The newest complete clock.
+    pub fn completed(&self) -> Option<Clock> {
+        self.completed
+    }
+}
+
+/// Whether a worker that has just completed `clock - 1` (and is about to start `clock`)
+/// writes its piece of a checkpoint: `clock` is a positive multiple of `every` (0: never).
+pub fn is_checkpoint_clock(every: Clock, clock: Clock) -> bool {
+    every > 0 && clock > 0 && clock.is_multiple_of(every)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::types::{Consistency, TableKind};
+
+    #[test]
+    fn names_round_trip_and_other_files_are_not_ours() {
+        for piece in [Piece::Shard(3), Piece::Worker(12), Piece::Monitor] {
+            assert_eq!(parse_name(&piece_name(40, piece)), Some((40, false)));
+        }
+        assert_eq!(parse_name(&manifest_name(7)), Some((7, true)));
+        for other in [
+            "lasso-round-3.manifest",
+            "ps-clock-x.manifest",
+            "ps-clock-3-shard-x.bin",
+            "ps-clock-3-other.bin",
+            ".ps-clock-3.manifest.tmp",
+            "shard-0-clock-3.manifest",
+        ] {
+            assert_eq!(parse_name(other), None, "{other}");
+        }
+        assert!(is_checkpoint_clock(5, 10));
+        assert!(!is_checkpoint_clock(5, 0) && !is_checkpoint_clock(5, 7));
+        assert!(!is_checkpoint_clock(0, 10));
+    }
+
+    #[test]
+    fn a_clock_completes_once_every_shard_and_worker_reported() {
+        let mut t = CheckpointTracker::new(2, 2, None);
+        let mut rec = |c, p| t.record(c, p, piece_name(c, p), 0u64);
+        assert!(rec(5, Piece::Shard(0)).is_none());
+        assert!(rec(5, Piece::Worker(0)).is_none());
+        assert!(rec(5, Piece::Worker(1)).is_none());
+        // A later clock's reports (fast workers) do not complete clock 5.
+        assert!(rec(10, Piece::Worker(0)).is_none());
+        assert!(rec(5, Piece::Worker(9)).is_none(), "no such worker");
+        assert!(rec(5, Piece::Monitor).is_none());
+        let (clock, pieces) = rec(5, Piece::Shard(1)).unwrap();
+        assert_eq!(clock, 5);
+        assert_eq!(pieces.len(), 4);
+        // Once complete, a repeat or an older clock is ignored.
+        assert!(rec(5, Piece::Shard(1)).is_none());
+        assert!(rec(3, Piece::Shard(1)).is_none());
+        for p in [Piece::Shard(0), Piece::Shard(1), Piece::Worker(1)] {
+            assert!(rec(10, p).is_none() || p == Piece::Worker(1));
+        }
+        assert_eq!(t.completed(), Some(10));
+        // A resumed job ignores reports up to its checkpoint.
+        let mut r = CheckpointTracker::new(1, 1, Some(10));
+        assert!(r.record(10, Piece::Shard(0), String::new(), ()).is_none());
+        assert!(r.record(10, Piece::Worker(0), String::new(), ()).is_none());
+    }
+
+    #[test]
+    fn another_jobs_shape_is_named() {
+        let table = TableSpec::new(0, "w", TableKind::Dense { width: 2 }, Consistency::Bsp);
+        let a = JobShape {
+            app: "ps-mf".into(),
+            shards: 2,
+            workers: 2,
+            every: 5,
+            tables: vec![table.clone()],
+        };
+        assert_eq!(a.difference(&a.clone()), None);
+        let more = JobShape {
+            workers: 3,
+            ..a.clone()
+        };
+        let why = a.difference(&more).unwrap();
+        assert!(why.contains("workers 3 in the checkpoint, 2 now"), "{why}");
+        let other = JobShape {
+            tables: vec![
+                table.with_rule(crate::core::types::UpdateRuleSpec::Sgd { learning_rate: 0.1 }),
+            ],
+            ..a.clone()
+        };
+        assert!(a.difference(&other).unwrap().contains("tables"));
+    }
+}

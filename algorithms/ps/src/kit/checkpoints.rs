@@ -1,0 +1,113 @@
+//! Automatic checkpoints of a PS job, and resuming from them.
+//!
+//! Every `every` clocks (clock `c`, a multiple of `every`):
+//! * each shard writes its tables as of "every update of clocks `< c` applied, none of
+//!   `>= c`" once its min clock reaches `c`
+//!   ([`PsShardCore::enable_checkpoints`](crate::core::shard::PsShardCore::enable_checkpoints):
+//!   updates of faster workers are kept out of that copy, so SSP, ESSP and async runs get a
+//!   consistent cut too);
+//! * each worker, having completed clock `c - 1`, writes what it needs to start clock `c`
+//!   ([`PsApp::save_worker`]);
+//! * each tells the monitor ([`PsSaved`]); once every shard and worker did, the monitor
+//!   writes its history ([`PsApp::save_monitor`]) and then the manifest, LAST
+//!   ([`crate::checkpoint::write_job_manifest`], which keeps the newest two).
+//!
+//! Resuming (`resume`): every node loads the newest checkpoint whose manifest and files all
+//! verify and whose job shape matches; shards restore their tables, workers start at clock
+//! `c` with their saved state, the monitor continues its history.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use petrel_actors::durable::FileDigest;
+use petrel_messages::remote_message;
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::JobCheckpoint;
+use crate::core::checkpoint::{JobShape, Piece};
+use crate::core::types::Clock;
+use crate::error::PsError;
+use crate::kit::{PsApp, PsJob};
+
+/// Where and how often a job checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PsCheckpointing {
+    /// The checkpoint directory (every node must see it: one machine or a shared file
+    /// system).
+    pub dir: PathBuf,
+    /// Clocks between two checkpoints (0: none are written, though `resume` still reads).
+    pub every: Clock,
+    /// Continue from the newest valid checkpoint in `dir`.
+    pub resume: bool,
+}
+
+/// A shard or worker tells the monitor that its piece of a checkpoint is durable.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PsSaved {
+    /// The checkpoint's clock.
+    pub clock: Clock,
+    /// Whose file.
+    pub piece: Piece,
+    /// The file's name in the checkpoint directory.
+    pub name: String,
+    /// Its length and checksum.
+    pub digest: FileDigest,
+}
+remote_message!(PsSaved => (), "petrel.ps.saved");
+
+/// The registry name of the monitor's checkpoint inbox of app `A`.
+pub(crate) fn saved_actor<A: PsApp>() -> String {
+    format!("{}-checkpoints", A::MONITOR_ACTOR)
+}
+
+impl<A: PsApp> PsJob<A> {
+    /// What a checkpoint of this job must match.
+    pub fn shape(&self) -> JobShape {
+        JobShape {
+            app: A::NAME.to_string(),
+            shards: self.layout.n_shards(),
+            workers: self.layout.n_workers(),
+            every: self.checkpointing.as_ref().map_or(0, |c| c.every),
+            tables: self.app.tables(),
+        }
+    }
+
+    /// The checkpoint this run resumes from (`None` unless `resume`), loaded and verified
+    /// once per process.
+    pub fn resumed(&self) -> Result<Option<Arc<JobCheckpoint>>, PsError> {
+        let Some(c) = self.checkpointing.as_ref().filter(|c| c.resume) else {
+            return Ok(None);
+        };
+        let mut slot = self.resumed.lock().map_err(|_| PsError::InvalidConfig {
+            app: A::NAME,
+            reason: "a role panicked while loading the checkpoint".into(),
+        })?;
+        if let Some(ck) = slot.as_ref() {
+            return Ok(Some(ck.clone()));
+        }
+        let ck = Arc::new(crate::checkpoint::load_newest_job_checkpoint(
+            &c.dir,
+            &self.shape(),
+        )?);
+        tracing::info!(app = A::NAME, clock = ck.clock, dir = %c.dir.display(), "resuming from a checkpoint");
+        *slot = Some(ck.clone());
+        Ok(Some(ck))
+    }
+
+    /// Checkpoints written (`every > 0`): the directory and the interval.
+    pub(crate) fn writing(&self) -> Option<(&std::path::Path, Clock)> {
+        self.checkpointing
+            .as_ref()
+            .filter(|c| c.every > 0)
+            .map(|c| (c.dir.as_path(), c.every))
+    }
+}
+
+/// The monitor's piece: its elapsed time and the app's history.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct MonitorPiece {
+    /// Seconds the job had run at the checkpoint.
+    pub elapsed_s: f64,
+    /// [`PsApp::save_monitor`]'s bytes.
+    pub app: Vec<u8>,
+}
