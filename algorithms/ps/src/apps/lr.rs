@@ -17,7 +17,7 @@
 //! classes) or synthetic separable classes.
 
 use crate::core::rules::{ServerRule, adarevision_delta};
-use crate::core::stats::{StalenessReport, StalenessStats};
+use crate::core::stats::{ReadStats, StalenessReport, StalenessStats};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
@@ -407,6 +407,9 @@ pub struct PsLrResult {
     pub worker_clocks: Vec<u64>,
     /// Observed staleness of the weight reads.
     pub staleness: StalenessReport,
+    /// What each worker's reads cost (round trips, time blocked).
+    #[serde(default)]
+    pub per_worker_reads: Vec<ReadStats>,
     /// The convergence curve.
     pub curve: Vec<PsLrPoint>,
 }
@@ -673,6 +676,7 @@ impl PsApp for PsLr {
             wall_s: ctx.elapsed_s(),
             worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
             staleness: st.report(),
+            per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
             curve: m.curve,
         };
         // The weights of the last evaluation, taken after every worker was done.

@@ -30,7 +30,7 @@
 
 use crate::core::managed::{BandwidthManager, SendPolicy};
 use crate::core::rules::{ServerRule, adarevision_delta};
-use crate::core::stats::{StalenessReport, StalenessStats};
+use crate::core::stats::{ReadStats, StalenessReport, StalenessStats};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
@@ -561,6 +561,15 @@ pub struct PsMfResult {
     /// Bytes each worker's node sent over the whole run.
     #[serde(default)]
     pub per_worker_sent_bytes: Vec<u64>,
+    /// Seconds each worker spent in a clock's compute (emulated time included).
+    #[serde(default)]
+    pub per_worker_compute_s: Vec<f64>,
+    /// What each worker's reads cost (round trips, time blocked).
+    #[serde(default)]
+    pub per_worker_reads: Vec<ReadStats>,
+    /// Seconds each worker ran (first step to its report).
+    #[serde(default)]
+    pub per_worker_run_s: Vec<f64>,
     /// The convergence curve.
     pub curve: Vec<RmsePoint>,
 }
@@ -663,6 +672,7 @@ pub struct PsMfWorker {
     manager: Option<BandwidthManager>,
     compute_s: f64,
     wait_s: f64,
+    started: Instant,
 }
 
 /// The ps-mf monitor between evaluations.
@@ -796,6 +806,7 @@ impl PsApp for PsMf {
             }),
             compute_s: 0.0,
             wait_s: 0.0,
+            started: Instant::now(),
         })
     }
 
@@ -931,6 +942,8 @@ impl PsApp for PsMf {
             compute_s: st.compute_s,
             wait_s: st.wait_s,
             sent_bytes: ctx.node.net_stats().sent_bytes,
+            reads: ctx.client.read_stats(),
+            run_s: st.started.elapsed().as_secs_f64(),
         };
         tracing::info!(
             worker = done.worker,
@@ -1025,6 +1038,9 @@ impl PsApp for PsMf {
             staleness: st.report(),
             per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
             per_worker_sent_bytes: m.reports.iter().map(|r| r.sent_bytes).collect(),
+            per_worker_compute_s: m.reports.iter().map(|r| r.compute_s).collect(),
+            per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
+            per_worker_run_s: m.reports.iter().map(|r| r.run_s).collect(),
             curve: m.curve,
         };
         tracing::info!(

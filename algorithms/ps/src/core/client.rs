@@ -95,6 +95,8 @@ pub struct ClientCore {
     syncs: HashMap<u64, bool>,
     /// Highest own batch `seq` each shard said it applied (replies, pushes, acks).
     acked: HashMap<u32, u64>,
+    /// Highest min clock each shard reported (row clocks of replies, push clocks).
+    seen_min: HashMap<u32, Clock>,
 }
 
 impl ClientCore {
@@ -131,6 +133,7 @@ impl ClientCore {
             observed: HashMap::new(),
             syncs: HashMap::new(),
             acked: HashMap::new(),
+            seen_min: HashMap::new(),
         })
     }
 
@@ -230,6 +233,13 @@ impl ClientCore {
         } else {
             false
         }
+    }
+
+    /// The highest min clock `shard` has reported to this worker (in a reply's row clock or
+    /// a push): the shard's min clock is at least this. A read needing more may wait for
+    /// slower workers, not only for the link.
+    pub fn seen_min_clock(&self, shard: u32) -> Clock {
+        self.seen_min.get(&shard).copied().unwrap_or(0)
     }
 
     /// Number of rows with unflushed deltas.
@@ -568,6 +578,7 @@ impl ClientCore {
             } => {
                 self.check_origin(worker, from_shard, table, row)?;
                 self.note_acked(from_shard, ack_seq);
+                self.note_min(from_shard, row_clock);
                 if let Some(done) = self.syncs.get_mut(&request_id) {
                     *done = true;
                     return Ok(());
@@ -595,6 +606,7 @@ impl ClientCore {
                     self.check_origin(worker, from_shard, table, *row)?;
                 }
                 self.note_acked(from_shard, ack_seq);
+                self.note_min(from_shard, clock);
                 for (row, data) in rows {
                     self.install(table, row, data, clock, ack_seq, false)?;
                 }
@@ -613,6 +625,11 @@ impl ClientCore {
     fn note_acked(&mut self, shard: u32, ack_seq: u64) {
         let e = self.acked.entry(shard).or_insert(0);
         *e = (*e).max(ack_seq);
+    }
+
+    fn note_min(&mut self, shard: u32, clock: Clock) {
+        let e = self.seen_min.entry(shard).or_insert(0);
+        *e = (*e).max(clock);
     }
 
     fn bump_push_clock(
