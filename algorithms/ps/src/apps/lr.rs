@@ -480,6 +480,28 @@ impl PsLr {
     fn bias(&self) -> u32 {
         self.data.n_features as u32
     }
+
+    /// The mini-batch of clock `clock` of the worker owning samples `mine`, and the sorted
+    /// weight rows it reads (its features and the bias row).
+    fn batch_of<'a>(
+        &'a self,
+        mine: &[usize],
+        clock: u64,
+    ) -> (Vec<&'a (SparseRow, usize)>, Vec<u32>) {
+        let b = self.cfg.batch_size.max(1);
+        let start = (clock as usize * b) % mine.len().max(1);
+        let batch: Vec<&(SparseRow, usize)> = (0..b.min(mine.len()))
+            .map(|i| &self.data.train[mine[(start + i) % mine.len()]])
+            .collect();
+        let feats: Vec<u32> = batch
+            .iter()
+            .flat_map(|s| s.0.indices.iter().copied())
+            .chain(std::iter::once(self.bias()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        (batch, feats)
+    }
 }
 
 impl PsApp for PsLr {
@@ -540,22 +562,8 @@ impl PsApp for PsLr {
         if c.current_clock() >= self.cfg.max_clocks || mine.is_empty() {
             return Ok(PsStep::Done);
         }
-        let (k, bias, b) = (
-            self.data.n_classes(),
-            self.bias(),
-            self.cfg.batch_size.max(1),
-        );
-        let start = (c.current_clock() as usize * b) % mine.len();
-        let batch: Vec<&(SparseRow, usize)> = (0..b.min(mine.len()))
-            .map(|i| &self.data.train[mine[(start + i) % mine.len()]])
-            .collect();
-        let feats: Vec<u32> = batch
-            .iter()
-            .flat_map(|s| s.0.indices.iter().copied())
-            .chain(std::iter::once(bias))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let (k, bias, clock) = (self.data.n_classes(), self.bias(), c.current_clock());
+        let (batch, feats) = self.batch_of(mine, clock);
         let ids: Vec<RowId> = feats.iter().map(|&j| RowId(u64::from(j))).collect();
         if self.cfg.consistency == ConsistencyModel::Async {
             // An async table's cached rows never expire: without a refresh every later
@@ -563,6 +571,12 @@ impl PsApp for PsLr {
             c.prefetch(WEIGHTS, &ids)?;
         }
         let got = c.get_many(WEIGHTS, &ids).await?;
+        if clock + 1 < self.cfg.max_clocks {
+            // The next clock's rows, requested now: their round trip overlaps this compute.
+            let (_, next) = self.batch_of(mine, clock + 1);
+            let next: Vec<RowId> = next.into_iter().map(|j| RowId(u64::from(j))).collect();
+            c.prefetch_next_clock(WEIGHTS, &next)?;
+        }
         let t0 = Instant::now();
         let rows: HashMap<u32, Vec<f32>> = feats
             .iter()

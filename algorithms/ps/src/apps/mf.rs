@@ -838,6 +838,18 @@ impl PsApp for PsMf {
         let item_rows = client.get_many(ITEMS, &item_ids).await?;
         let user_rows = client.get_many(USERS, &user_ids).await?;
         st.wait_s += t_wait.elapsed().as_secs_f64();
+        if c + 1 < cfg.clocks() {
+            // The next clock's items, requested now: their round trip overlaps this compute.
+            let next = st
+                .batches
+                .get((c as usize + 1) % n_batches)
+                .map_or(&[][..], |b| b);
+            let next_items: Vec<RowId> = distinct(next, |e| e.1)
+                .into_iter()
+                .map(|i| RowId(u64::from(i)))
+                .collect();
+            client.prefetch_next_clock(ITEMS, &next_items)?;
+        }
         let t0 = Instant::now();
         let (rank, scale, biases) = (cfg.rank, cfg.init_scale, cfg.biases);
         let local = |table, ids: &[u32], rows: &[Row]| -> HashMap<u32, Vec<f32>> {

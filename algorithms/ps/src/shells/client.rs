@@ -333,11 +333,15 @@ impl PsClient {
                     match get(&mut s.core, table, rows[i])? {
                         GetOutcome::Hit(r) => out[i] = Some(r),
                         GetOutcome::Fetch(req) => {
-                            beyond_seen |= req.min_clock > s.core.seen_min_clock(req.shard);
                             fetch.push(req);
                             still.push(i);
                         }
                         GetOutcome::Wait => still.push(i),
+                    }
+                }
+                if blocked.is_none() && !still.is_empty() {
+                    for &i in &still {
+                        beyond_seen |= s.core.needs_beyond_seen(table, rows[i])?;
                     }
                 }
             }
@@ -468,6 +472,26 @@ impl PsClient {
                 }
             }
         }
+        self.send_reads(reqs, false)
+    }
+
+    /// Bösen's per-clock prefetch: requests now, in one message per shard, every row of
+    /// `rows` that the *next* clock could not read from the cache (see
+    /// `ClientCore::prefetch_next_clock`). Call it during a clock's compute with the rows
+    /// the next clock will read: the round trip (and under SSP the wait for slower workers)
+    /// then overlaps the compute instead of following it. Returns at once.
+    pub fn prefetch_next_clock(&self, table: TableId, rows: &[RowId]) -> Result<(), ClientError> {
+        self.check()?;
+        let mut reqs = Vec::new();
+        {
+            let mut s = self.shared.borrow_mut();
+            for &r in rows {
+                if let Some(q) = s.core.prefetch_next_clock(table, r)? {
+                    reqs.push(q);
+                }
+            }
+        }
+        self.count_reads(|c| c.rows_ahead += reqs.len() as u64);
         self.send_reads(reqs, false)
     }
 
