@@ -149,8 +149,8 @@ pub struct ConsistencyBenchArgs {
     /// quic (127.0.0.1, shaped latency and jitter) or memory.
     #[arg(long, value_enum, default_value_t = Transport::Quic)]
     pub transport: Transport,
-    /// Small data, staleness 0 and 2 only, short limits: for tests (checks shapes, not
-    /// speed).
+    /// Small data (LR: 1000 samples, 40 features, 4 classes, step 1), staleness 0 and 2
+    /// only, short limits: for tests (checks shapes, not speed).
     #[arg(long)]
     pub quick: bool,
     /// Directory of the plots (`consistency-<app>.svg`).
@@ -349,11 +349,16 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
 
 fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsLrConfig {
     PsLrConfig {
+        // Quick: small, easy data (a few clocks to the target).
         synthetic_samples: if args.quick { 1000 } else { args.lr_samples },
-        synthetic_features: args.lr_features,
-        synthetic_classes: args.lr_classes,
+        synthetic_features: if args.quick { 40 } else { args.lr_features },
+        synthetic_classes: if args.quick { 4 } else { args.lr_classes },
         seed: args.seed,
-        learning_rate: args.lr_learning_rate,
+        learning_rate: if args.quick {
+            1.0
+        } else {
+            args.lr_learning_rate
+        },
         batch_size: args.lr_batch,
         consistency: model,
         staleness: s,

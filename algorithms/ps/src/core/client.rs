@@ -10,8 +10,8 @@
 //! `seq`; shards echo the last applied `seq` (`ack_seq`) in replies and pushes, so on fresh
 //! data the client drops the acknowledged own deltas and re-applies the rest. This needs FIFO
 //! delivery per (client, shard) pair in both directions, which QUIC streams give.
-// Long (about 700 lines before its tests): cache, oplog, read decision and the push/pull
-// tickets all act on one worker's clock and rows; the tests are the other 500 lines.
+// Long (about 780 lines before its tests): cache, oplog, read decision and the push/pull
+// tickets all act on one worker's clock and rows; the tests are the other 590 lines.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
