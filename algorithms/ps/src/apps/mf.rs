@@ -164,6 +164,11 @@ pub struct PsMfConfig {
     /// Bandwidth budget of managed communication, bytes per second per worker.
     #[arg(long, default_value_t = 1_000_000)]
     pub managed_bytes_per_s: u64,
+    /// Do not request the next clock's item rows during a clock (`prefetch_next_clock`). The
+    /// prefetch hides the read round trip behind the compute but refreshes rows a little more
+    /// often: on a bandwidth-bound link the extra replies can cost more than it saves.
+    #[arg(long)]
+    pub no_prefetch: bool,
     /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
     /// settings without it write no files).
     #[arg(long)]
@@ -207,6 +212,7 @@ impl Default for PsMfConfig {
             managed: None,
             compute_slices: 4,
             managed_bytes_per_s: 1_000_000,
+            no_prefetch: false,
             out: None,
             fail_worker_at: None,
         }
@@ -838,7 +844,7 @@ impl PsApp for PsMf {
         let item_rows = client.get_many(ITEMS, &item_ids).await?;
         let user_rows = client.get_many(USERS, &user_ids).await?;
         st.wait_s += t_wait.elapsed().as_secs_f64();
-        if c + 1 < cfg.clocks() {
+        if !cfg.no_prefetch && c + 1 < cfg.clocks() {
             // The next clock's items, requested now: their round trip overlaps this compute.
             let next = st
                 .batches
