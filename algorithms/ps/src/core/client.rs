@@ -1340,6 +1340,37 @@ mod tests {
     }
 
     #[test]
+    fn seen_min_clock_follows_replies_and_pushes_and_tells_reads_that_may_wait() {
+        let t = spec(Consistency::Ssp { staleness: 1 });
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        assert_eq!(c.seen_min_clock(0), 0);
+        assert!(
+            !c.needs_beyond_seen(T, RowId(0)).unwrap(),
+            "clock 0 needs row clock 0"
+        );
+        c.clock();
+        c.clock();
+        // Clock 2 needs row clock 1; the shard was last seen at 0.
+        assert!(c.needs_beyond_seen(T, RowId(0)).unwrap());
+        c.handle(0, reply(0, vec![0.0, 0.0], 1, 0, 9)).unwrap();
+        assert_eq!(c.seen_min_clock(0), 1);
+        assert!(!c.needs_beyond_seen(T, RowId(0)).unwrap());
+        // An older reply does not lower it.
+        c.handle(0, reply(0, vec![0.0, 0.0], 0, 0, 10)).unwrap();
+        assert_eq!(c.seen_min_clock(0), 1);
+        let push = ShardAction::Push {
+            worker: WorkerId(0),
+            table: T,
+            rows: vec![],
+            clock: 3,
+            ack_seq: 0,
+        };
+        c.handle(0, push).unwrap();
+        assert_eq!(c.seen_min_clock(0), 3);
+        assert!(c.needs_beyond_seen(TableId(9), RowId(0)).is_err());
+    }
+
+    #[test]
     fn pull_request_fetches_only_what_the_cache_cannot_serve() {
         let t = spec(Consistency::Bsp);
         let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();

@@ -148,6 +148,27 @@ mod tests {
     }
 
     #[test]
+    fn read_stats_merge_adds_every_figure() {
+        let a = ReadStats {
+            rows_requested: 10,
+            rows_ahead: 4,
+            request_messages: 2,
+            blocking_rounds: 1,
+            bound_rounds: 1,
+            blocked_s: 0.5,
+            bound_blocked_s: 0.25,
+        };
+        let mut m = a;
+        m.merge(&a);
+        assert_eq!(
+            (m.rows_requested, m.rows_ahead, m.request_messages),
+            (20, 8, 4)
+        );
+        assert_eq!((m.blocking_rounds, m.bound_rounds), (2, 2));
+        assert_eq!((m.blocked_s, m.bound_blocked_s), (1.0, 0.5));
+    }
+
+    #[test]
     fn merge_equals_single_stream() {
         let (mut a, mut b, mut all) = (
             StalenessStats::new(),
