@@ -11,7 +11,7 @@
 //! data the client drops the acknowledged own deltas and re-applies the rest. This needs FIFO
 //! delivery per (client, shard) pair in both directions, which QUIC streams give.
 // Long (about 780 lines before its tests): cache, oplog, read decision and the push/pull
-// tickets all act on one worker's clock and rows; the tests are the other 590 lines.
+// tickets all act on one worker's clock and rows; the tests are the other 620 lines.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
