@@ -62,6 +62,16 @@ fn consistency_quick_runs_every_model_and_respects_the_bounds() {
                 assert!(r.max_staleness <= u64::from(s), "{app} {r:?}");
             }
             assert_eq!(r.reached_target, r.time_to_target_s.is_some());
+            // The per-clock breakdown is filled in: the workers asked shards for rows.
+            let b = r.per_clock.expect("breakdown");
+            assert!(
+                b.rows_requested > 0.0 && b.request_messages > 0.0,
+                "{app} {b:?}"
+            );
+            assert!(b.blocked_ms >= b.bound_blocked_ms, "{app} {b:?}");
+            if app == "mf" {
+                assert!(b.compute_ms.is_some_and(|c| c > 0.0), "{b:?}");
+            }
         }
         assert!(std::path::Path::new(&fig.plot).exists(), "{}", fig.plot);
     }

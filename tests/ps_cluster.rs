@@ -4,7 +4,7 @@
 use petrel::actors::{Cluster, NodeContext, Topology};
 use petrel::actors::{Transport, error_chain};
 use petrel::ps::core::rules::RuleRegistry;
-use petrel::ps::core::types::{Consistency, Row, RowId, TableId, TableSpec};
+use petrel::ps::core::types::{Consistency, Row, RowId, TableId, TableSpec, shard_of};
 use petrel::ps::shells::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
 use petrel::ps::{PsMf, PsMfConfig, PsMfResult};
 use std::sync::{Arc, Mutex};
@@ -326,6 +326,110 @@ fn push_or_pull(consistency: Consistency) -> (u64, f64) {
     let table = run(tables, 1, 2, "quic", program).unwrap();
     assert_eq!(table[&RowId(3)].get(0), 2.0 * clocks as f32);
     seen.lock().map(|g| *g).unwrap()
+}
+
+/// The shards `rows` of `table` live on (of 2).
+fn shards_of(table: TableId, rows: &[RowId]) -> u64 {
+    let set: std::collections::BTreeSet<u32> =
+        rows.iter().map(|&r| shard_of(table, r, 2)).collect();
+    set.len() as u64
+}
+
+#[test]
+fn stale_rows_cost_one_request_per_shard_and_a_next_clock_prefetch_none() {
+    const B: TableId = TableId(1);
+    let tables = TablesBuilder::new()
+        .dense("ssp", 1, Consistency::Ssp { staleness: 1 })
+        .dense("bsp", 1, Consistency::Bsp)
+        .build()
+        .unwrap();
+    let rows: Vec<RowId> = (0..16).map(RowId).collect();
+    let (per_t, per_b) = (shards_of(T, &rows), shards_of(B, &rows));
+    assert_eq!((per_t, per_b), (2, 2), "the rows span both shards");
+    let program: Program = Arc::new(move |c: PsClient| {
+        let rows = rows.clone();
+        Box::pin(async move {
+            let e = |e: petrel::ps::shells::ClientError| e.to_string();
+            let check = |what: &str, got: u64, want: u64| {
+                if got == want {
+                    Ok(())
+                } else {
+                    Err(format!("worker {}: {what}: {got}, want {want}", c.worker()))
+                }
+            };
+            c.barrier().await.map_err(e)?; // clock 1
+            let s0 = c.read_stats();
+            c.get_many(T, &rows).await.map_err(e)?;
+            let s1 = c.read_stats();
+            check(
+                "rows of the first read",
+                s1.rows_requested - s0.rows_requested,
+                16,
+            )?;
+            check(
+                "its messages",
+                s1.request_messages - s0.request_messages,
+                per_t,
+            )?;
+            check(
+                "its round trips",
+                s1.blocking_rounds - s0.blocking_rounds,
+                1,
+            )?;
+            for &r in &rows {
+                c.inc(T, r, 0, 1.0).map_err(e)?;
+            }
+            c.barrier().await.map_err(e)?;
+            c.barrier().await.map_err(e)?; // clock 3: every cached row (clock 1) is stale
+            let got = c.get_many(T, &rows).await.map_err(e)?;
+            let s2 = c.read_stats();
+            if got.iter().any(|v| v.get(0) != 2.0) {
+                return Err(format!("stale read {got:?}, want both clock-1 updates"));
+            }
+            check(
+                "stale rows refetched",
+                s2.rows_requested - s1.rows_requested,
+                16,
+            )?;
+            check(
+                "in one message per shard",
+                s2.request_messages - s1.request_messages,
+                per_t,
+            )?;
+            check(
+                "and one round trip",
+                s2.blocking_rounds - s1.blocking_rounds,
+                1,
+            )?;
+            // BSP: the next clock's rows asked during this clock, one message per shard...
+            for &r in &rows {
+                c.inc(B, r, 0, 1.0).map_err(e)?;
+            }
+            c.prefetch_next_clock(B, &rows).map_err(e)?;
+            let s3 = c.read_stats();
+            check("rows asked ahead", s3.rows_ahead - s2.rows_ahead, 16)?;
+            check(
+                "their messages",
+                s3.request_messages - s2.request_messages,
+                per_b,
+            )?;
+            c.clock().map_err(e)?; // clock 4
+            // ...so the read at clock 4 sends nothing, and sees both workers' clock 3.
+            let got = c.get_many(B, &rows).await.map_err(e)?;
+            if got.iter().any(|v| v.get(0) != 2.0) {
+                return Err(format!("bsp read {got:?}, want both clock-3 updates"));
+            }
+            check(
+                "requests at clock 4",
+                c.read_stats().request_messages,
+                s3.request_messages,
+            )?;
+            c.barrier().await.map_err(e)?;
+            c.leave().map_err(|e| e.to_string())
+        })
+    });
+    let table = run(tables, 2, 2, "memory", program).unwrap();
+    assert_eq!(table[&RowId(5)].get(0), 2.0);
 }
 
 #[test]

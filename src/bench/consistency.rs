@@ -17,7 +17,7 @@
 
 use crate::report::{Table, fmt, print_json, save_json};
 use petrel_actors::{Settings, Transport};
-use petrel_ps::core::stats::StalenessReport;
+use petrel_ps::core::stats::{ReadStats, StalenessReport};
 use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrConfig, PsMf, PsMfConfig};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -117,9 +117,24 @@ pub struct ConsistencyBenchArgs {
     /// MF: target held-out RMSE.
     #[arg(long, default_value_t = 0.4)]
     pub target_rmse: f64,
-    /// LR: target held-out log-loss.
-    #[arg(long, default_value_t = 0.25)]
+    /// LR: target held-out log-loss (about 50 BSP clocks with the default data and step).
+    #[arg(long, default_value_t = 0.2)]
     pub target_log_loss: f64,
+    /// LR: synthetic features.
+    #[arg(long, default_value_t = 200)]
+    pub lr_features: usize,
+    /// LR: synthetic classes.
+    #[arg(long, default_value_t = 10)]
+    pub lr_classes: usize,
+    /// LR: synthetic samples.
+    #[arg(long, default_value_t = 8000)]
+    pub lr_samples: usize,
+    /// LR: the shards' SGD step.
+    #[arg(long, default_value_t = 0.5)]
+    pub lr_learning_rate: f32,
+    /// LR: samples per clock and worker.
+    #[arg(long, default_value_t = 20)]
+    pub lr_batch: usize,
     /// Per-run time limit (s).
     #[arg(long, default_value_t = 30.0)]
     pub max_seconds: f64,
@@ -134,8 +149,8 @@ pub struct ConsistencyBenchArgs {
     /// quic (127.0.0.1, shaped latency and jitter) or memory.
     #[arg(long, value_enum, default_value_t = Transport::Quic)]
     pub transport: Transport,
-    /// Small data, staleness 0 and 2 only, short limits: for tests (checks shapes, not
-    /// speed).
+    /// Small data (LR: 1000 samples, 40 features, 4 classes, step 1), staleness 0 and 2
+    /// only, short limits: for tests (checks shapes, not speed).
     #[arg(long)]
     pub quick: bool,
     /// Directory of the plots (`consistency-<app>.svg`).
@@ -167,6 +182,71 @@ pub struct ConsistencyRun {
     pub max_staleness: u64,
     /// Seconds of the whole run.
     pub wall_s: f64,
+    /// Where a worker's clock went, averaged over every clock of every worker.
+    #[serde(default)]
+    pub per_clock: Option<ClockBreakdown>,
+}
+
+/// Where a worker's clock went: its run time, compute (emulated time included) and time
+/// blocked in reads per clock, and the read requests behind them.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct ClockBreakdown {
+    /// Milliseconds per clock (run time over clocks; `None` when the app does not time its
+    /// workers).
+    pub ms: Option<f64>,
+    /// Compute per clock (ms; `None` when not timed).
+    pub compute_ms: Option<f64>,
+    /// Blocked in reads per clock (ms).
+    pub blocked_ms: f64,
+    /// Of that, in reads that needed a clock above the shard's min clock last seen (may
+    /// have waited for slower workers).
+    pub bound_blocked_ms: f64,
+    /// The rest: sending updates, loop and runtime overhead (ms; `None` when not timed).
+    pub other_ms: Option<f64>,
+    /// Blocking read round trips per clock.
+    pub round_trips: f64,
+    /// Read request messages per clock.
+    pub request_messages: f64,
+    /// Rows requested per clock.
+    pub rows_requested: f64,
+    /// Of those, requested ahead of the clock that needs them.
+    pub rows_ahead: f64,
+}
+
+impl ClockBreakdown {
+    /// The breakdown from per-worker clocks, read figures, compute and run seconds (empty
+    /// or all-zero `compute_s`/`run_s`: not timed).
+    pub fn of(
+        clocks: &[u64],
+        reads: &[ReadStats],
+        compute_s: &[f64],
+        run_s: &[f64],
+    ) -> Option<Self> {
+        let n: u64 = clocks.iter().sum();
+        if n == 0 || reads.is_empty() {
+            return None;
+        }
+        let mut r = ReadStats::default();
+        reads.iter().for_each(|x| r.merge(x));
+        let per = |x: f64| x / n as f64;
+        let timed = |xs: &[f64]| {
+            let s: f64 = xs.iter().sum();
+            (s > 0.0).then(|| per(s) * 1e3)
+        };
+        let (ms, compute_ms) = (timed(run_s), timed(compute_s));
+        let blocked_ms = per(r.blocked_s) * 1e3;
+        Some(ClockBreakdown {
+            ms,
+            compute_ms,
+            blocked_ms,
+            bound_blocked_ms: per(r.bound_blocked_s) * 1e3,
+            other_ms: ms.zip(compute_ms).map(|(m, c)| m - c - blocked_ms),
+            round_trips: per(r.blocking_rounds as f64),
+            request_messages: per(r.request_messages as f64),
+            rows_requested: per(r.rows_requested as f64),
+            rows_ahead: per(r.rows_ahead as f64),
+        })
+    }
 }
 
 /// The figures of one app.
@@ -269,16 +349,21 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
 
 fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsLrConfig {
     PsLrConfig {
-        synthetic_samples: if args.quick { 1000 } else { 4000 },
-        synthetic_features: 40,
-        synthetic_classes: 4,
+        // Quick: small, easy data (a few clocks to the target).
+        synthetic_samples: if args.quick { 1000 } else { args.lr_samples },
+        synthetic_features: if args.quick { 40 } else { args.lr_features },
+        synthetic_classes: if args.quick { 4 } else { args.lr_classes },
         seed: args.seed,
-        learning_rate: 1.0,
-        batch_size: 20,
+        learning_rate: if args.quick {
+            1.0
+        } else {
+            args.lr_learning_rate
+        },
+        batch_size: args.lr_batch,
         consistency: model,
         staleness: s,
         max_clocks: u64::MAX,
-        eval_ms: if args.quick { 50 } else { 100 },
+        eval_ms: 50,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
         clock_ms: args.clock_ms,
@@ -326,6 +411,12 @@ fn run_one(
                 staleness_variance: var,
                 max_staleness: max,
                 wall_s: r.wall_s,
+                per_clock: ClockBreakdown::of(
+                    &r.worker_clocks,
+                    &r.per_worker_reads,
+                    &r.per_worker_compute_s,
+                    &r.per_worker_run_s,
+                ),
             }
         }
         ConsistencyApp::Lr => {
@@ -345,6 +436,7 @@ fn run_one(
                 staleness_variance: var,
                 max_staleness: max,
                 wall_s: r.wall_s,
+                per_clock: ClockBreakdown::of(&r.worker_clocks, &r.per_worker_reads, &[], &[]),
             }
         }
     };
@@ -512,7 +604,47 @@ fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
         ]);
     }
     table.print();
+    println!(
+        "per clock (ms): the job's pace (time to target over min-clock iterations), then per \
+         worker-clock averaged over every clock of every worker:"
+    );
+    let mut table = Table::new(&[
+        "model",
+        "bound",
+        "pace",
+        "ms/clock",
+        "compute",
+        "blocked in reads",
+        "of which past seen min",
+        "other",
+        "round trips",
+        "read msgs",
+        "rows",
+        "rows ahead",
+    ]);
     let o = |x: Option<f64>| x.map_or("-".into(), fmt);
+    for r in &f.runs {
+        let Some(b) = r.per_clock else { continue };
+        let pace = r
+            .time_to_target_s
+            .filter(|_| r.iterations > 0)
+            .map(|t| t * 1e3 / r.iterations as f64);
+        table.row(vec![
+            r.model.to_string(),
+            r.staleness.map_or("none".into(), |b| b.to_string()),
+            o(pace),
+            o(b.ms),
+            o(b.compute_ms),
+            fmt(b.blocked_ms),
+            fmt(b.bound_blocked_ms),
+            o(b.other_ms),
+            fmt(b.round_trips),
+            fmt(b.request_messages),
+            fmt(b.rows_requested),
+            fmt(b.rows_ahead),
+        ]);
+    }
+    table.print();
     println!(
         "bsp / best ssp (s={}): {}x; best ssp / best essp: {}x; essp/ssp mean staleness {}, \
          variance {}; plot {}\n",

@@ -17,7 +17,7 @@
 //! classes) or synthetic separable classes.
 
 use crate::core::rules::{ServerRule, adarevision_delta};
-use crate::core::stats::{StalenessReport, StalenessStats};
+use crate::core::stats::{ReadStats, StalenessReport, StalenessStats};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
@@ -437,6 +437,9 @@ pub struct PsLrResult {
     pub worker_clocks: Vec<u64>,
     /// Observed staleness of the weight reads.
     pub staleness: StalenessReport,
+    /// What each worker's reads cost (round trips, time blocked).
+    #[serde(default)]
+    pub per_worker_reads: Vec<ReadStats>,
     /// The convergence curve.
     pub curve: Vec<PsLrPoint>,
 }
@@ -509,6 +512,28 @@ pub struct PsLrMonitor {
 impl PsLr {
     fn bias(&self) -> u32 {
         self.data.n_features as u32
+    }
+
+    /// The mini-batch of clock `clock` of the worker owning samples `mine`, and the sorted
+    /// weight rows it reads (its features and the bias row).
+    fn batch_of<'a>(
+        &'a self,
+        mine: &[usize],
+        clock: u64,
+    ) -> (Vec<&'a (SparseRow, usize)>, Vec<u32>) {
+        let b = self.cfg.batch_size.max(1);
+        let start = (clock as usize * b) % mine.len().max(1);
+        let batch: Vec<&(SparseRow, usize)> = (0..b.min(mine.len()))
+            .map(|i| &self.data.train[mine[(start + i) % mine.len()]])
+            .collect();
+        let feats: Vec<u32> = batch
+            .iter()
+            .flat_map(|s| s.0.indices.iter().copied())
+            .chain(std::iter::once(self.bias()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        (batch, feats)
     }
 }
 
@@ -617,22 +642,8 @@ impl PsApp for PsLr {
         if c.current_clock() >= self.cfg.max_clocks || mine.is_empty() {
             return Ok(PsStep::Done);
         }
-        let (k, bias, b) = (
-            self.data.n_classes(),
-            self.bias(),
-            self.cfg.batch_size.max(1),
-        );
-        let start = (c.current_clock() as usize * b) % mine.len();
-        let batch: Vec<&(SparseRow, usize)> = (0..b.min(mine.len()))
-            .map(|i| &self.data.train[mine[(start + i) % mine.len()]])
-            .collect();
-        let feats: Vec<u32> = batch
-            .iter()
-            .flat_map(|s| s.0.indices.iter().copied())
-            .chain(std::iter::once(bias))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let (k, bias, clock) = (self.data.n_classes(), self.bias(), c.current_clock());
+        let (batch, feats) = self.batch_of(mine, clock);
         let ids: Vec<RowId> = feats.iter().map(|&j| RowId(u64::from(j))).collect();
         if self.cfg.consistency == ConsistencyModel::Async {
             // An async table's cached rows never expire: without a refresh every later
@@ -640,6 +651,12 @@ impl PsApp for PsLr {
             c.prefetch(WEIGHTS, &ids)?;
         }
         let got = c.get_many(WEIGHTS, &ids).await?;
+        if clock + 1 < self.cfg.max_clocks {
+            // The next clock's rows, requested now: their round trip overlaps this compute.
+            let (_, next) = self.batch_of(mine, clock + 1);
+            let next: Vec<RowId> = next.into_iter().map(|j| RowId(u64::from(j))).collect();
+            c.prefetch_next_clock(WEIGHTS, &next)?;
+        }
         let t0 = Instant::now();
         let rows: HashMap<u32, Vec<f32>> = feats
             .iter()
@@ -753,6 +770,7 @@ impl PsApp for PsLr {
             wall_s: ctx.elapsed_s(),
             worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
             staleness: st.report(),
+            per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
             curve: m.curve,
         };
         // The weights of the last evaluation, taken after every worker was done.

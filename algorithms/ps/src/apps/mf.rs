@@ -30,7 +30,7 @@
 
 use crate::core::managed::{BandwidthManager, SendPolicy};
 use crate::core::rules::{ServerRule, adarevision_delta};
-use crate::core::stats::{StalenessReport, StalenessStats};
+use crate::core::stats::{ReadStats, StalenessReport, StalenessStats};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
@@ -164,6 +164,11 @@ pub struct PsMfConfig {
     /// Bandwidth budget of managed communication, bytes per second per worker.
     #[arg(long, default_value_t = 1_000_000)]
     pub managed_bytes_per_s: u64,
+    /// Do not request the next clock's item rows during a clock (`prefetch_next_clock`). The
+    /// prefetch hides the read round trip behind the compute but refreshes rows a little more
+    /// often: on a bandwidth-bound link the extra replies can cost more than it saves.
+    #[arg(long)]
+    pub no_prefetch: bool,
     /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
     /// settings without it write no files).
     #[arg(long)]
@@ -218,6 +223,7 @@ impl Default for PsMfConfig {
             managed: None,
             compute_slices: 4,
             managed_bytes_per_s: 1_000_000,
+            no_prefetch: false,
             out: None,
             checkpoint_dir: None,
             checkpoint_every: 20,
@@ -588,6 +594,15 @@ pub struct PsMfResult {
     /// Bytes each worker's node sent over the whole run.
     #[serde(default)]
     pub per_worker_sent_bytes: Vec<u64>,
+    /// Seconds each worker spent in a clock's compute (emulated time included).
+    #[serde(default)]
+    pub per_worker_compute_s: Vec<f64>,
+    /// What each worker's reads cost (round trips, time blocked).
+    #[serde(default)]
+    pub per_worker_reads: Vec<ReadStats>,
+    /// Seconds each worker ran (first step to its report).
+    #[serde(default)]
+    pub per_worker_run_s: Vec<f64>,
     /// The convergence curve.
     pub curve: Vec<RmsePoint>,
 }
@@ -690,6 +705,7 @@ pub struct PsMfWorker {
     manager: Option<BandwidthManager>,
     compute_s: f64,
     wait_s: f64,
+    started: Instant,
 }
 
 /// The ps-mf monitor between evaluations.
@@ -853,6 +869,7 @@ impl PsApp for PsMf {
             }),
             compute_s: 0.0,
             wait_s: 0.0,
+            started: Instant::now(),
         })
     }
 
@@ -884,6 +901,18 @@ impl PsApp for PsMf {
         let item_rows = client.get_many(ITEMS, &item_ids).await?;
         let user_rows = client.get_many(USERS, &user_ids).await?;
         st.wait_s += t_wait.elapsed().as_secs_f64();
+        if !cfg.no_prefetch && c + 1 < cfg.clocks() {
+            // The next clock's items, requested now: their round trip overlaps this compute.
+            let next = st
+                .batches
+                .get((c as usize + 1) % n_batches)
+                .map_or(&[][..], |b| b);
+            let next_items: Vec<RowId> = distinct(next, |e| e.1)
+                .into_iter()
+                .map(|i| RowId(u64::from(i)))
+                .collect();
+            client.prefetch_next_clock(ITEMS, &next_items)?;
+        }
         let t0 = Instant::now();
         let (rank, scale, biases) = (cfg.rank, cfg.init_scale, cfg.biases);
         let local = |table, ids: &[u32], rows: &[Row]| -> HashMap<u32, Vec<f32>> {
@@ -988,6 +1017,8 @@ impl PsApp for PsMf {
             compute_s: st.compute_s,
             wait_s: st.wait_s,
             sent_bytes: ctx.node.net_stats().sent_bytes,
+            reads: ctx.client.read_stats(),
+            run_s: st.started.elapsed().as_secs_f64(),
         };
         tracing::info!(
             worker = done.worker,
@@ -1133,6 +1164,9 @@ impl PsApp for PsMf {
             staleness: st.report(),
             per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
             per_worker_sent_bytes: m.reports.iter().map(|r| r.sent_bytes).collect(),
+            per_worker_compute_s: m.reports.iter().map(|r| r.compute_s).collect(),
+            per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
+            per_worker_run_s: m.reports.iter().map(|r| r.run_s).collect(),
             curve: m.curve,
         };
         tracing::info!(

@@ -10,8 +10,8 @@
 //! `seq`; shards echo the last applied `seq` (`ack_seq`) in replies and pushes, so on fresh
 //! data the client drops the acknowledged own deltas and re-applies the rest. This needs FIFO
 //! delivery per (client, shard) pair in both directions, which QUIC streams give.
-// Long (about 700 lines before its tests): cache, oplog, read decision and the push/pull
-// tickets all act on one worker's clock and rows; the tests are the other 500 lines.
+// Long (about 780 lines before its tests): cache, oplog, read decision and the push/pull
+// tickets all act on one worker's clock and rows; the tests are the other 620 lines.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -95,6 +95,8 @@ pub struct ClientCore {
     syncs: HashMap<u64, bool>,
     /// Highest own batch `seq` each shard said it applied (replies, pushes, acks).
     acked: HashMap<u32, u64>,
+    /// Highest min clock each shard reported (row clocks of replies, push clocks).
+    seen_min: HashMap<u32, Clock>,
 }
 
 impl ClientCore {
@@ -131,6 +133,7 @@ impl ClientCore {
             observed: HashMap::new(),
             syncs: HashMap::new(),
             acked: HashMap::new(),
+            seen_min: HashMap::new(),
         })
     }
 
@@ -196,6 +199,50 @@ impl ClientCore {
         }))
     }
 
+    /// Bösen's per-clock prefetch: a read that makes `(table, row)` servable at the *next*
+    /// clock (`current_clock() + 1`) without a round trip there, or `None` if nothing is
+    /// needed. Sent during the current clock's compute, it overlaps the round trip (and, under
+    /// SSP, the wait for slower workers) with that compute; the next clock's `get` then finds
+    /// the row cached, or waits for this request instead of sending its own.
+    ///
+    /// Needed, and asked with `min_clock` = the next clock's required row clock, when the
+    /// cached copy will fall out of the bound at the next clock (always under BSP) and no
+    /// fetch that suffices is in flight. `None` for `Async` tables (their copies never
+    /// expire; see [`prefetch`](Self::prefetch)) and for cached rows of ESSP tables (the
+    /// shard pushes them at every min-clock advance). Records no staleness.
+    pub fn prefetch_next_clock(
+        &mut self,
+        table: TableId,
+        row: RowId,
+    ) -> Result<Option<ReadRequest>, PsCoreError> {
+        let consistency = self.table(table)?.consistency;
+        let Some(required) = consistency.required_row_clock(self.clock + 1) else {
+            return Ok(None);
+        };
+        if let Some(e) = self.cache.get(&(table, row))
+            && (consistency.is_essp() || self.effective_clock(table, row, e) >= required)
+        {
+            return Ok(None);
+        }
+        if let Some(&(_, m)) = self.outstanding.get(&(table, row))
+            && m >= required
+        {
+            return Ok(None);
+        }
+        let request_id = self.next_request;
+        self.next_request += 1;
+        self.outstanding
+            .insert((table, row), (request_id, required));
+        Ok(Some(ReadRequest {
+            shard: shard_of(table, row, self.n_shards),
+            worker: self.worker,
+            request_id,
+            table,
+            row,
+            min_clock: required,
+        }))
+    }
+
     /// A barrier probe for `shard`: a request (to be sent as a *sync* read, see
     /// `PsShardCore::sync`) answered once every worker completed the current clock on that
     /// shard. Its reply is not cached; `sync_done` tells whether it arrived.
@@ -230,6 +277,25 @@ impl ClientCore {
         } else {
             false
         }
+    }
+
+    /// The highest min clock `shard` has reported to this worker (in a reply's row clock or
+    /// a push): the shard's min clock is at least this. A read needing more may wait for
+    /// slower workers, not only for the link.
+    pub fn seen_min_clock(&self, shard: u32) -> Clock {
+        self.seen_min.get(&shard).copied().unwrap_or(0)
+    }
+
+    /// Whether a read of `(table, row)` at the current clock needs a row clock above the
+    /// shard's min clock last seen ([`seen_min_clock`](Self::seen_min_clock)): if so it may
+    /// have to wait for slower workers, not only for the link.
+    pub fn needs_beyond_seen(&self, table: TableId, row: RowId) -> Result<bool, PsCoreError> {
+        let required = self
+            .table(table)?
+            .consistency
+            .required_row_clock(self.clock);
+        let shard = shard_of(table, row, self.n_shards);
+        Ok(required.is_some_and(|r| r > self.seen_min_clock(shard)))
     }
 
     /// Number of rows with unflushed deltas.
@@ -454,8 +520,12 @@ impl ClientCore {
             }
         }
         let min_clock = required.unwrap_or(0);
+        // An in-flight fetch suffices if its row will be fresh enough and the shard can
+        // serve it without this worker's own clock advancing (a fetch for the next clock,
+        // `prefetch_next_clock`, may need it: waiting for that one here would never end).
         if let Some(&(_, m)) = self.outstanding.get(&(table, row))
             && m >= min_clock
+            && m <= self.clock
         {
             return Ok(GetOutcome::Wait);
         }
@@ -568,6 +638,7 @@ impl ClientCore {
             } => {
                 self.check_origin(worker, from_shard, table, row)?;
                 self.note_acked(from_shard, ack_seq);
+                self.note_min(from_shard, row_clock);
                 if let Some(done) = self.syncs.get_mut(&request_id) {
                     *done = true;
                     return Ok(());
@@ -595,6 +666,7 @@ impl ClientCore {
                     self.check_origin(worker, from_shard, table, *row)?;
                 }
                 self.note_acked(from_shard, ack_seq);
+                self.note_min(from_shard, clock);
                 for (row, data) in rows {
                     self.install(table, row, data, clock, ack_seq, false)?;
                 }
@@ -613,6 +685,11 @@ impl ClientCore {
     fn note_acked(&mut self, shard: u32, ack_seq: u64) {
         let e = self.acked.entry(shard).or_insert(0);
         *e = (*e).max(ack_seq);
+    }
+
+    fn note_min(&mut self, shard: u32, clock: Clock) {
+        let e = self.seen_min.entry(shard).or_insert(0);
+        *e = (*e).max(clock);
     }
 
     fn bump_push_clock(
@@ -1158,6 +1235,139 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn prefetch_next_clock_overlaps_the_bsp_round_trip_with_the_clock() {
+        let t = spec(Consistency::Bsp);
+        let mut shard = PsShardCore::new(2, vec![t.clone()]).unwrap();
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        // At clock 0 the next clock needs row clock 1: asked now, once.
+        let ahead = c.prefetch_next_clock(T, RowId(3)).unwrap().expect("needed");
+        assert_eq!(ahead.min_clock, 1);
+        assert!(
+            c.prefetch_next_clock(T, RowId(3)).unwrap().is_none(),
+            "in flight"
+        );
+        assert!(
+            shard.handle_read(&ahead).unwrap().is_empty(),
+            "held for clock 1"
+        );
+        // A read at clock 0 does not wait for it (that would need this worker's own clock):
+        // it fetches for clock 0.
+        let GetOutcome::Fetch(now) = c.get(T, RowId(3)).unwrap() else {
+            panic!("a read at clock 0 must not wait for the clock-1 fetch")
+        };
+        assert_eq!(now.min_clock, 0);
+        for a in shard.handle_read(&now).unwrap() {
+            c.handle(0, a).unwrap();
+        }
+        assert!(matches!(c.get(T, RowId(3)).unwrap(), GetOutcome::Hit(_)));
+        c.inc(T, RowId(3), 0, 1.0).unwrap();
+        for b in c.clock() {
+            assert!(
+                shard.handle_batch(&b).unwrap().is_empty(),
+                "worker 1 is behind"
+            );
+        }
+        // Worker 1 completes clock 0: the held read is answered, before this worker asks.
+        let released = shard.clock(WorkerId(1), 0).unwrap();
+        assert_eq!(released.len(), 1);
+        for a in released {
+            c.handle(0, a).unwrap();
+        }
+        let sent_before = c.next_request;
+        assert_eq!(
+            c.get(T, RowId(3)).unwrap(),
+            GetOutcome::Hit(Row::Dense(vec![1.0, 0.0])),
+            "clock 1 reads the prefetched row, own update included"
+        );
+        assert_eq!(c.next_request, sent_before, "no request at clock 1");
+    }
+
+    #[test]
+    fn prefetch_next_clock_asks_only_for_rows_the_next_clock_cannot_read() {
+        let t = spec(Consistency::Ssp { staleness: 2 });
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        c.handle(0, reply(0, vec![1.0, 1.0], 0, 0, 1)).unwrap();
+        // Clocks 1 and 2 accept row clock 0: nothing to ask at clocks 0 and 1.
+        assert!(c.prefetch_next_clock(T, RowId(0)).unwrap().is_none());
+        c.clock();
+        assert!(c.prefetch_next_clock(T, RowId(0)).unwrap().is_none());
+        c.clock();
+        // At clock 2, clock 3 needs row clock 1; an uncached row is asked for too.
+        let q = c
+            .prefetch_next_clock(T, RowId(0))
+            .unwrap()
+            .expect("stale at clock 3");
+        assert_eq!((q.min_clock, q.row), (1, RowId(0)));
+        let u = c
+            .prefetch_next_clock(T, RowId(7))
+            .unwrap()
+            .expect("uncached");
+        assert_eq!(u.min_clock, 1);
+        // Clock 2 still reads the cached copy; clock 3 waits for the request in flight.
+        assert!(matches!(c.get(T, RowId(0)).unwrap(), GetOutcome::Hit(_)));
+        c.clock();
+        assert_eq!(c.get(T, RowId(0)).unwrap(), GetOutcome::Wait);
+        c.handle(0, reply(0, vec![2.0, 2.0], 1, 0, q.request_id))
+            .unwrap();
+        assert_eq!(
+            c.get(T, RowId(0)).unwrap(),
+            GetOutcome::Hit(Row::Dense(vec![2.0, 2.0]))
+        );
+    }
+
+    #[test]
+    fn prefetch_next_clock_leaves_async_and_cached_essp_rows_alone() {
+        let mut a = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Async)]).unwrap();
+        assert!(a.prefetch_next_clock(T, RowId(0)).unwrap().is_none());
+        assert!(a.prefetch_next_clock(TableId(9), RowId(0)).is_err());
+        let t = spec(Consistency::Essp { staleness: 0 });
+        let mut e = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        let q = e
+            .prefetch_next_clock(T, RowId(0))
+            .unwrap()
+            .expect("uncached");
+        assert_eq!(q.min_clock, 1);
+        e.handle(0, reply(0, vec![0.0, 0.0], 1, 0, q.request_id))
+            .unwrap();
+        e.clock();
+        assert!(
+            e.prefetch_next_clock(T, RowId(0)).unwrap().is_none(),
+            "a cached ESSP row is pushed at the next advance"
+        );
+    }
+
+    #[test]
+    fn seen_min_clock_follows_replies_and_pushes_and_tells_reads_that_may_wait() {
+        let t = spec(Consistency::Ssp { staleness: 1 });
+        let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+        assert_eq!(c.seen_min_clock(0), 0);
+        assert!(
+            !c.needs_beyond_seen(T, RowId(0)).unwrap(),
+            "clock 0 needs row clock 0"
+        );
+        c.clock();
+        c.clock();
+        // Clock 2 needs row clock 1; the shard was last seen at 0.
+        assert!(c.needs_beyond_seen(T, RowId(0)).unwrap());
+        c.handle(0, reply(0, vec![0.0, 0.0], 1, 0, 9)).unwrap();
+        assert_eq!(c.seen_min_clock(0), 1);
+        assert!(!c.needs_beyond_seen(T, RowId(0)).unwrap());
+        // An older reply does not lower it.
+        c.handle(0, reply(0, vec![0.0, 0.0], 0, 0, 10)).unwrap();
+        assert_eq!(c.seen_min_clock(0), 1);
+        let push = ShardAction::Push {
+            worker: WorkerId(0),
+            table: T,
+            rows: vec![],
+            clock: 3,
+            ack_seq: 0,
+        };
+        c.handle(0, push).unwrap();
+        assert_eq!(c.seen_min_clock(0), 3);
+        assert!(c.needs_beyond_seen(TableId(9), RowId(0)).is_err());
     }
 
     #[test]

@@ -93,6 +93,41 @@ impl StalenessStats {
     }
 }
 
+/// What a worker's reads of rows cost it: requests sent, and how often and how long it
+/// blocked waiting for replies (the part of a clock that is neither compute nor sending).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReadStats {
+    /// Row reads sent to shards (misses, refreshes ahead, prefetches; not barrier probes).
+    pub rows_requested: u64,
+    /// Of those, rows requested ahead of the clock that needs them (refresh ahead).
+    pub rows_ahead: u64,
+    /// `Reads` messages sent (rows to one shard go in one message per round).
+    pub request_messages: u64,
+    /// Reads that had to wait for replies: round trips on the worker's critical path
+    /// (the rows of one `get_many` to every shard at once count once).
+    pub blocking_rounds: u64,
+    /// Of those, rounds that needed a row clock above the shard's min clock the worker had
+    /// last seen: they may have waited for slower workers, not only for the link.
+    pub bound_rounds: u64,
+    /// Seconds blocked in all rounds.
+    pub blocked_s: f64,
+    /// Seconds blocked in the bound rounds.
+    pub bound_blocked_s: f64,
+}
+
+impl ReadStats {
+    /// Adds another worker's (or period's) figures.
+    pub fn merge(&mut self, o: &ReadStats) {
+        self.rows_requested += o.rows_requested;
+        self.rows_ahead += o.rows_ahead;
+        self.request_messages += o.request_messages;
+        self.blocking_rounds += o.blocking_rounds;
+        self.bound_rounds += o.bound_rounds;
+        self.blocked_s += o.blocked_s;
+        self.bound_blocked_s += o.bound_blocked_s;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +145,27 @@ mod tests {
         assert!((r.mean - mean).abs() < 1e-12);
         assert!((r.variance - var).abs() < 1e-12);
         assert_eq!(r.max, 5);
+    }
+
+    #[test]
+    fn read_stats_merge_adds_every_figure() {
+        let a = ReadStats {
+            rows_requested: 10,
+            rows_ahead: 4,
+            request_messages: 2,
+            blocking_rounds: 1,
+            bound_rounds: 1,
+            blocked_s: 0.5,
+            bound_blocked_s: 0.25,
+        };
+        let mut m = a;
+        m.merge(&a);
+        assert_eq!(
+            (m.rows_requested, m.rows_ahead, m.request_messages),
+            (20, 8, 4)
+        );
+        assert_eq!((m.blocking_rounds, m.bound_rounds), (2, 2));
+        assert_eq!((m.blocked_s, m.bound_blocked_s), (1.0, 0.5));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use crate::core::checkpoint::{CheckpointTracker, Piece};
-use crate::core::stats::StalenessStats;
+use crate::core::stats::{ReadStats, StalenessStats};
 use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
 use crate::kit::checkpoints::{self, MonitorPiece};
@@ -41,6 +41,12 @@ pub struct WorkerDone {
     /// Bytes its node sent (0 when the app does not measure them).
     #[serde(default)]
     pub sent_bytes: u64,
+    /// What its reads cost (requests, blocking round trips, time blocked).
+    #[serde(default)]
+    pub reads: ReadStats,
+    /// Seconds from its first step to this report (0 when the app does not measure it).
+    #[serde(default)]
+    pub run_s: f64,
 }
 remote_message!(WorkerDone => (), "petrel.ps.mf.worker_done");
 
@@ -55,6 +61,8 @@ impl WorkerDone {
             compute_s: 0.0,
             wait_s: 0.0,
             sent_bytes: 0,
+            reads: client.read_stats(),
+            run_s: 0.0,
         }
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use crate::core::client::{ClientCore, GetOutcome, PushTicket};
 use crate::core::error::PsCoreError;
 use crate::core::managed::BandwidthManager;
-use crate::core::stats::StalenessStats;
+use crate::core::stats::{ReadStats, StalenessStats};
 use crate::core::types::{Clock, ReadRequest, Row, RowId, SharedRow, TableId, TableSpec, WorkerId};
 use crate::error::PsError;
 use crate::shells::layout::PsLayout;
@@ -110,7 +110,7 @@ pub struct PsClient {
     shards: Vec<ActorRef<ToShard>>,
     layout: PsLayout,
     timeout: Duration,
-    reads_sent: std::cell::Cell<u64>,
+    reads: std::cell::Cell<ReadStats>,
     /// The node's name, for `/metrics`.
     node_name: String,
 }
@@ -166,7 +166,7 @@ impl PsClient {
             shards,
             layout: layout.clone(),
             timeout: node.default_timeout(),
-            reads_sent: std::cell::Cell::new(0),
+            reads: std::cell::Cell::new(ReadStats::default()),
             node_name: node.name().to_string(),
         })
     }
@@ -236,17 +236,30 @@ impl PsClient {
     /// Number of row reads sent to shards so far (cache misses and prefetches; not barrier
     /// probes): with ESSP, pushes keep cached rows fresh and this stays low.
     pub fn reads_sent(&self) -> u64 {
-        self.reads_sent.get()
+        self.reads.get().rows_requested
+    }
+
+    /// What this worker's reads cost so far: requests, blocking round trips, time blocked.
+    pub fn read_stats(&self) -> ReadStats {
+        self.reads.get()
+    }
+
+    fn count_reads(&self, f: impl FnOnce(&mut ReadStats)) {
+        let mut r = self.reads.get();
+        f(&mut r);
+        self.reads.set(r);
     }
 
     fn send_reads(&self, reqs: Vec<ReadRequest>, sync: bool) -> Result<(), ClientError> {
-        if !sync {
-            self.reads_sent
-                .set(self.reads_sent.get() + reqs.len() as u64);
-        }
         let mut per: HashMap<u32, Vec<ReadRequest>> = HashMap::new();
         for r in reqs {
             per.entry(r.shard).or_default().push(r);
+        }
+        if !sync {
+            self.count_reads(|c| {
+                c.rows_requested += per.values().map(|v| v.len() as u64).sum::<u64>();
+                c.request_messages += per.len() as u64;
+            });
         }
         for (s, v) in per {
             let msg = if sync {
@@ -291,15 +304,33 @@ impl PsClient {
     /// round trips overlap. Rows come back in the order asked.
     pub async fn get_many(&self, table: TableId, rows: &[RowId]) -> Result<Vec<Row>, ClientError> {
         self.check()?;
-        let mut out: Vec<Option<Row>> = vec![None; rows.len()];
+        let out = self.read_rows(table, rows, ClientCore::get).await?;
+        Ok(out
+            .into_iter()
+            .map(|r| r.unwrap_or(Row::Sparse(Vec::new())))
+            .collect())
+    }
+
+    /// The read loop of `get_many` and `wait_pull`: asks `get` for every row, sends the
+    /// fetches it returns (one message per shard), waits for replies and asks again for the
+    /// rows not yet served, counting the round trips and the time blocked.
+    async fn read_rows<R>(
+        &self,
+        table: TableId,
+        rows: &[RowId],
+        get: impl Fn(&mut ClientCore, TableId, RowId) -> Result<GetOutcome<R>, PsCoreError>,
+    ) -> Result<Vec<Option<R>>, ClientError> {
+        let mut out: Vec<Option<R>> = (0..rows.len()).map(|_| None).collect();
         let mut missing: Vec<usize> = (0..rows.len()).collect();
+        let mut blocked: Option<(std::time::Instant, bool)> = None;
         loop {
             let mut fetch = Vec::new();
             let mut still = Vec::new();
+            let mut beyond_seen = false;
             {
                 let mut s = self.shared.borrow_mut();
                 for i in missing {
-                    match s.core.get(table, rows[i])? {
+                    match get(&mut s.core, table, rows[i])? {
                         GetOutcome::Hit(r) => out[i] = Some(r),
                         GetOutcome::Fetch(req) => {
                             fetch.push(req);
@@ -308,20 +339,40 @@ impl PsClient {
                         GetOutcome::Wait => still.push(i),
                     }
                 }
+                if blocked.is_none() && !still.is_empty() {
+                    for &i in &still {
+                        beyond_seen |= s.core.needs_beyond_seen(table, rows[i])?;
+                    }
+                }
             }
             if still.is_empty() {
                 break;
             }
+            // A new round trip: the first wait of this read, or new fetches after a wake-up.
+            if blocked.is_none() || !fetch.is_empty() {
+                self.count_reads(|c| {
+                    c.blocking_rounds += 1;
+                    c.bound_rounds += u64::from(beyond_seen);
+                });
+            }
+            let (_, bound) = blocked.get_or_insert((std::time::Instant::now(), false));
+            *bound |= beyond_seen;
             let hint = crate::core::types::shard_of(table, rows[still[0]], self.layout.n_shards());
             self.send_reads(fetch, false)?;
             // Replies are handled on this thread, so none can slip in before we wait.
             self.wait_notified(hint).await?;
             missing = still;
         }
-        Ok(out
-            .into_iter()
-            .map(|r| r.unwrap_or(Row::Sparse(Vec::new())))
-            .collect())
+        if let Some((since, bound)) = blocked {
+            let s = since.elapsed().as_secs_f64();
+            self.count_reads(|c| {
+                c.blocked_s += s;
+                if bound {
+                    c.bound_blocked_s += s;
+                }
+            });
+        }
+        Ok(out)
     }
 
     /// `get_many` without copies: the rows are the cached ones, shared (see
@@ -361,33 +412,7 @@ impl PsClient {
     /// Waits for a pull's rows (in the order asked), shared with the cache.
     pub async fn wait_pull(&self, ticket: PullTicket) -> Result<Vec<SharedRow>, ClientError> {
         let PullTicket { table, rows } = ticket;
-        let mut out: Vec<Option<SharedRow>> = vec![None; rows.len()];
-        let mut missing: Vec<usize> = (0..rows.len()).collect();
-        loop {
-            let mut fetch = Vec::new();
-            let mut still = Vec::new();
-            {
-                let mut s = self.shared.borrow_mut();
-                for i in missing {
-                    match s.core.get_shared(table, rows[i])? {
-                        GetOutcome::Hit(r) => out[i] = Some(r),
-                        GetOutcome::Fetch(req) => {
-                            fetch.push(req);
-                            still.push(i);
-                        }
-                        GetOutcome::Wait => still.push(i),
-                    }
-                }
-            }
-            if still.is_empty() {
-                break;
-            }
-            let hint = crate::core::types::shard_of(table, rows[still[0]], self.layout.n_shards());
-            self.send_reads(fetch, false)?;
-            // Replies are handled on this thread, so none can slip in before we wait.
-            self.wait_notified(hint).await?;
-            missing = still;
-        }
+        let out = self.read_rows(table, &rows, ClientCore::get_shared).await?;
         Ok(out
             .into_iter()
             .map(|r| r.unwrap_or_else(|| SharedRow::new(Row::Sparse(Vec::new()))))
@@ -447,6 +472,26 @@ impl PsClient {
                 }
             }
         }
+        self.send_reads(reqs, false)
+    }
+
+    /// Bösen's per-clock prefetch: requests now, in one message per shard, every row of
+    /// `rows` that the *next* clock could not read from the cache (see
+    /// `ClientCore::prefetch_next_clock`). Call it during a clock's compute with the rows
+    /// the next clock will read: the round trip (and under SSP the wait for slower workers)
+    /// then overlaps the compute instead of following it. Returns at once.
+    pub fn prefetch_next_clock(&self, table: TableId, rows: &[RowId]) -> Result<(), ClientError> {
+        self.check()?;
+        let mut reqs = Vec::new();
+        {
+            let mut s = self.shared.borrow_mut();
+            for &r in rows {
+                if let Some(q) = s.core.prefetch_next_clock(table, r)? {
+                    reqs.push(q);
+                }
+            }
+        }
+        self.count_reads(|c| c.rows_ahead += reqs.len() as u64);
         self.send_reads(reqs, false)
     }
 
