@@ -99,6 +99,12 @@ fn check_shape(x: &SparseColumns, n: usize, what: &str) -> Result<(), StradsMode
     Ok(())
 }
 
+/// A certified state: `(objective, duality gap, max KKT violation)`.
+pub type Certified = (f64, f64, f64);
+
+/// What [`CyclicLasso::solve_observed`] shows its states and certifications to.
+pub type LassoObserver<'o, 'a> = dyn FnMut(&CyclicLasso<'a>, Certified) + 'o;
+
 /// Cyclic coordinate descent for `min 1/2 ||y - X b||^2 + lambda ||b||_1`.
 #[derive(Debug, Clone)]
 pub struct CyclicLasso<'a> {
@@ -231,6 +237,21 @@ impl<'a> CyclicLasso<'a> {
 
     /// Runs to the stop rule (see the module doc for the strategy).
     pub fn solve(&mut self, stop: &CdStop) -> CdReport {
+        self.solve_observed(stop, None)
+    }
+
+    /// [`CyclicLasso::solve`], showing `observe` the state and its certified
+    /// `(objective, duality gap, KKT violation)` at the start (one extra `O(nnz)`
+    /// certification) and after every full sweep.
+    pub fn solve_observed(
+        &mut self,
+        stop: &CdStop,
+        mut observe: Option<&mut LassoObserver<'_, 'a>>,
+    ) -> CdReport {
+        if let Some(f) = observe.as_mut() {
+            let certified = self.certify();
+            f(self, certified);
+        }
         let d = self.x.n_columns();
         let mut report = CdReport {
             outcome: CdOutcome::SweepLimit,
@@ -255,9 +276,12 @@ impl<'a> CyclicLasso<'a> {
                 }
             }
             report.full_sweeps += 1;
-            let (objective, gap, _) = self.certify();
+            let (objective, gap, kkt) = self.certify();
             report.gap = gap;
             report.trace.push((self.updates, objective));
+            if let Some(f) = observe.as_mut() {
+                f(self, (objective, gap, kkt));
+            }
             if gap <= stop.tolerance * objective.abs().max(f64::MIN_POSITIVE) {
                 report.outcome = CdOutcome::Converged;
                 break;
@@ -411,6 +435,11 @@ impl<'a> CyclicLogistic<'a> {
         loss + self.lambda * self.coefficients.iter().map(|b| b.abs()).sum::<f64>()
     }
 
+    /// Coordinate updates so far.
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
     /// Training accuracy (margin sign equals the label).
     pub fn training_accuracy(&self) -> f64 {
         let correct = self
@@ -431,6 +460,19 @@ impl<'a> CyclicLogistic<'a> {
     /// objective by at most `tolerance` relative, or the target is met (checked after every
     /// sweep: the logistic objective costs O(rows)).
     pub fn solve(&mut self, stop: &CdStop) -> CdReport {
+        self.solve_observed(stop, None)
+    }
+
+    /// [`CyclicLogistic::solve`], showing `observe` the state at the start and after every
+    /// full sweep.
+    pub fn solve_observed(
+        &mut self,
+        stop: &CdStop,
+        mut observe: Option<&mut dyn FnMut(&Self)>,
+    ) -> CdReport {
+        if let Some(f) = observe.as_mut() {
+            f(self);
+        }
         let d = self.x.n_columns();
         let mut objective = self.objective();
         let mut report = CdReport {
@@ -452,6 +494,9 @@ impl<'a> CyclicLogistic<'a> {
             report.gap = (objective - after) / after.abs().max(f64::MIN_POSITIVE);
             objective = after;
             report.trace.push((self.updates, objective));
+            if let Some(f) = observe.as_mut() {
+                f(self);
+            }
             if report.gap <= stop.tolerance {
                 report.outcome = CdOutcome::Converged;
                 break;
