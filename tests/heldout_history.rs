@@ -304,3 +304,58 @@ fn logistic_without_a_cluster_has_a_heldout_history_from_step_0() {
         assert!(close(f(last, k), f(&m["final"], k), 1e-9), "{k}: {last}");
     }
 }
+
+#[test]
+fn lda_history_carries_the_heldout_perplexity_of_every_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = ["heldout_perplexity", "heldout_loglik_per_token"];
+    let mut histories = Vec::new();
+    for transport in ["memory", "none"] {
+        let out = dir.path().join(transport);
+        train(
+            "lda",
+            &out,
+            &[
+                "--docword",
+                data("docs.train").to_str().unwrap(),
+                "--vocab",
+                data("vocab.txt").to_str().unwrap(),
+                "--test-data",
+                data("docs.test").to_str().unwrap(),
+                "--topics",
+                "4",
+                "--iterations",
+                "8",
+                "--workers",
+                "2",
+                "--transport",
+                transport,
+            ],
+        );
+        let m = metrics(&out);
+        let h = history(&m, &keys);
+        // Step 0 (the random initial assignments) and one record per pass.
+        assert_eq!(h.len(), 9, "{transport}");
+        let (first, last) = (&h[0], &h[h.len() - 1]);
+        assert!(
+            f(last, "heldout_perplexity") < 0.9 * f(first, "heldout_perplexity"),
+            "{transport}: {first} {last}"
+        );
+        // The estimator of the final figures (same sweeps, same seed) on the same counts.
+        for k in keys {
+            assert!(
+                close(f(last, k), f(&m["final"], k), 1e-9),
+                "{transport} {k}: {last} vs {}",
+                m["final"]
+            );
+        }
+        assert!(f(&m["final"], "test_set_scoring_s") >= 0.0);
+        let curve: Vec<(f64, f64)> = h
+            .iter()
+            .map(|r| (f(r, "heldout_perplexity"), f(r, "heldout_loglik_per_token")))
+            .collect();
+        histories.push(curve);
+    }
+    // Deterministic for a seed: the cluster and the serial driver sample the same counts.
+    assert_eq!(histories[0], histories[1]);
+}
