@@ -44,7 +44,13 @@ pub fn solve_baseline(
     let lambda = job.resolve_lambda(x, y);
     let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
     let started = Instant::now();
-    let mut cd = CyclicLasso::new(x, y, lambda)?;
+    // With fit_intercept, `x` is the design as stored and `y` centred
+    // ([`LassoJob::load_sparse`]): the solver centres the columns implicitly.
+    let mut cd = if job.fit_intercept {
+        CyclicLasso::centred(x, y, lambda)?
+    } else {
+        CyclicLasso::new(x, y, lambda)?
+    };
     // A history record at the start and after every full sweep (the certification is
     // the sweep's own; the held-out figures cost O(test non-zeros)).
     let mut evaluations = Vec::new();
@@ -155,7 +161,7 @@ fn evaluation(
 
 /// Loads the job's data, solves it and writes the outputs to `out_dir` (when set).
 pub fn run_baseline(job: &LassoJob) -> Result<LassoOutcome, StradsError> {
-    let (x, y) = job.load()?;
+    let (x, y) = job.load_sparse()?;
     let (outcome, _) = solve_baseline(&x, &y, job)?;
     if let Some(dir) = &job.out_dir {
         outcome.write(dir, job)?;
