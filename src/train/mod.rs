@@ -590,11 +590,6 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
         );
         return Ok(());
     };
-    if job.fit_intercept {
-        // Pre-flight: a cluster centres the design explicitly (and refuses a huge one).
-        let (x, _) = job.load_sparse()?;
-        job.check_centring_fits(&x)?;
-    }
     let out = out_path(&job.out_dir);
     let (job, checkpoints) = with_default_checkpoints(job, &out)?;
     let progress = progress::TrainProgress::start("lasso", None);

@@ -89,11 +89,13 @@ pub struct LassoJob {
     /// Lasso only: fit an unpenalised intercept (scikit-learn's `fit_intercept=True`):
     /// every transport solves the problem of the centred design and `y` exactly,
     /// `lambda_max` included; the saved model's intercept is `mean(y) - mean(X) . b`.
-    /// `--transport none` centres implicitly (the sparse design is kept, the residual is a
-    /// sparse part plus an offset, an update costs its column's non-zeros), so any shape
-    /// runs. The cluster transports still centre the design explicitly when loaded, which
-    /// fills in every zero: there designs of more than 50 million values
-    /// (`MAX_CENTRED_VALUES`) are refused. The sparse synthetic design cannot be centred.
+    /// The centring is implicit: the sparse design is kept as stored, the residual is a
+    /// sparse part plus an offset and an update costs its column's non-zeros (the
+    /// baseline's [`CyclicLasso::centred`](crate::core::baseline::CyclicLasso::centred),
+    /// the workers' [`LassoWorkerState::centred`](crate::core::lasso::LassoWorkerState::centred),
+    /// the scheduler's centred norms), so any shape runs. The scheduler's dependency check
+    /// looks at the stored non-zeros (not the centring's rank-one part). The sparse
+    /// synthetic design cannot be centred.
     #[arg(long)]
     pub fit_intercept: bool,
     /// lambda = fraction * lambda_max when --lambda is unset.
@@ -324,31 +326,17 @@ impl LassoJob {
         c.finish()
     }
 
-    /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`, both centred with
-    /// `fit_intercept`.
+    /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`; with
+    /// `fit_intercept` `y` is centred and `X` is returned as stored, every solver centring
+    /// its columns implicitly (nothing is densified).
     pub fn load(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
-        let (x, y) = self.load_uncentred()?;
-        if !self.fit_intercept {
-            return Ok((x, y));
-        }
-        self.check_centring_fits(&x)?;
-        let (means, y_mean) = column_means(&x, &y);
-        Ok((centred(&x, &means), y.iter().map(|v| v - y_mean).collect()))
+        self.load_sparse()
     }
 
-    /// With `fit_intercept`, refuses a design whose explicit centring ([`LassoJob::load`],
-    /// the cluster transports) would store more than [`MAX_CENTRED_VALUES`] values.
-    pub fn check_centring_fits(&self, x: &SparseColumns) -> Result<(), StradsError> {
-        let cells = x.n_rows.saturating_mul(x.n_columns());
-        if self.fit_intercept && cells > MAX_CENTRED_VALUES {
-            return Err(StradsModelError::InvalidConfig(format!(
-                "fit_intercept: on a cluster, centring the {} x {} design would store {cells} values (at most {MAX_CENTRED_VALUES}); --transport none centres it implicitly, without this limit",
-                x.n_rows,
-                x.n_columns()
-            ))
-            .into());
-        }
-        Ok(())
+    /// The column means of the whole design `x` when `fit_intercept` (what a worker's
+    /// implicit centring needs besides its row block).
+    pub fn design_means(&self, x: &SparseColumns) -> Option<Vec<f64>> {
+        self.fit_intercept.then(|| column_means(x, &[]).0)
     }
 
     /// The design as stored (never densified) and `y`, centred with `fit_intercept`: what
@@ -605,8 +593,23 @@ pub fn centred_lambda_max(x: &SparseColumns, y: &[f32]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The most values a centred design may hold (`fit_intercept`): 50 million, 400 MB.
-pub const MAX_CENTRED_VALUES: usize = 50_000_000;
+/// `||x_j||^2` for every column of `x`, of the centred column `x_j - mean(x_j)` with
+/// `centred` (computed from the stored non-zeros: `sum (x_ij - mu_j)^2` over them plus
+/// `mu_j^2` for every other row).
+pub fn design_sq_norms(x: &SparseColumns, centred: bool) -> Vec<f64> {
+    if !centred {
+        return x.column_sq_norms();
+    }
+    let n = x.n_rows.max(1) as f64;
+    (0..x.n_columns())
+        .map(|j| {
+            let vals = x.column(j).1;
+            let mu = vals.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+            let stored: f64 = vals.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
+            stored + (x.n_rows - vals.len()) as f64 * mu * mu
+        })
+        .collect()
+}
 
 /// Column means of `x` and the mean of `y` (f64 sums).
 /// The training data's column means and mean label: the intercept of coefficients `b`
@@ -642,8 +645,10 @@ fn column_means(x: &SparseColumns, y: &[f32]) -> (Vec<f64>, f32) {
     (means, y_mean)
 }
 
-/// `x` minus its column means, every cell stored.
-fn centred(x: &SparseColumns, means: &[f64]) -> SparseColumns {
+/// `x` minus its column means, every cell stored: the old explicit centring, kept as the
+/// reference of the tests.
+#[cfg(test)]
+pub(crate) fn centred(x: &SparseColumns, means: &[f64]) -> SparseColumns {
     let (n, d) = (x.n_rows, x.n_columns());
     let mut values = Vec::with_capacity(n * d);
     let mut column = vec![0f32; n];

@@ -248,7 +248,7 @@ impl CheckpointingWorker {
             n_features: slot.n_features as u64,
             block_fnv64: slot.block_fnv64,
             applied,
-            residual: self.inner.state().residual().to_vec(),
+            residual: self.inner.state().residual(),
             sq_residual: Some(self.inner.state().squared_residual()),
         };
         let bytes = rmp_serde::to_vec(&snap)?;

@@ -22,11 +22,16 @@ pub fn run_multi_without_actors(
     let (x, y) = job.load()?;
     let all: Vec<usize> = (0..job.schedulers).collect();
     let (ranges, mut apps) = build_schedulers(&x, &y, job, workers, &all)?;
+    let means = job.design_means(&x);
     let mut ws = crate::core::split_evenly(x.n_rows, workers)
         .into_iter()
         .map(|r| {
-            LassoWorkerState::new(x.row_block(r.clone()), y[r].to_vec())
-                .map(|st| LassoWorker::with_schedulers(st, job.schedulers))
+            let (block, y_block) = (x.row_block(r.clone()), y[r].to_vec());
+            match &means {
+                Some(m) => LassoWorkerState::centred(block, y_block, m.clone()),
+                None => LassoWorkerState::new(block, y_block),
+            }
+            .map(|st| LassoWorker::with_schedulers(st, job.schedulers))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let (heldout, zero) = lead_start(&x, &y, job, &all)?;

@@ -280,15 +280,21 @@ pub(super) fn zero_model_evaluation(
     x: &SparseColumns,
     y: &[f32],
     lambda: f32,
+    centred: bool,
 ) -> Result<EvalNumbers, StradsModelError> {
     let yy: f64 = y.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let y_sum: f64 = y.iter().map(|&v| f64::from(v)).sum();
+    let n = x.n_rows.max(1) as f64;
     let x_t_residual = (0..x.n_columns())
         .map(|j| {
             let (rows, vals) = x.column(j);
-            rows.iter()
-                .zip(vals)
-                .map(|(&i, &v)| f64::from(v) * f64::from(y[i as usize]))
-                .sum()
+            let (mut dot, mut sum) = (0.0f64, 0.0f64);
+            for (&i, &v) in rows.iter().zip(vals) {
+                dot += f64::from(v) * f64::from(y[i as usize]);
+                sum += f64::from(v);
+            }
+            // The centred column's: (x_j - mu_j 1)^T y.
+            if centred { dot - sum / n * y_sum } else { dot }
         })
         .collect();
     let partial = LassoPartial::Eval {
@@ -318,7 +324,10 @@ pub(super) fn lead_start(
     }
     let lambda = job.resolve_lambda(x, y);
     let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
-    Ok((heldout, Some(zero_model_evaluation(x, y, lambda)?)))
+    Ok((
+        heldout,
+        Some(zero_model_evaluation(x, y, lambda, job.fit_intercept)?),
+    ))
 }
 
 impl LeadBook {
