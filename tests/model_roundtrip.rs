@@ -711,8 +711,8 @@ fn lasso_fit_intercept_matches_the_closed_form_of_one_centred_feature() {
 
 #[test]
 fn lasso_fit_intercept_keeps_a_wide_sparse_design_sparse() {
-    // 10,000 rows x 6,000 features with 3 non-zeros a row: 60 million cells, more than
-    // the 50 million an explicitly centred design may hold, 30,000 stored values.
+    // 10,000 rows x 6,000 features with 3 non-zeros a row: 60 million cells, more than the
+    // 50 million the old explicit centring accepted, and 30,000 stored values.
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("wide.libsvm");
     let (n, d) = (10_000usize, 6_000usize);
