@@ -205,17 +205,27 @@ impl LassoWorkerState {
             .collect()
     }
 
-    /// The residual `y - X b` on this worker's rows (what a checkpoint saves; with
-    /// implicit centring, the stored part plus the offset).
-    pub fn residual(&self) -> Vec<f64> {
-        match &self.centring {
-            Some(c) => self.residual.iter().map(|r| r + c.offset).collect(),
-            None => self.residual.clone(),
-        }
+    /// The stored residual on this worker's rows (what a checkpoint saves): `y - X b`,
+    /// or with implicit centring its sparse part `s` (the residual is `s + c 1`, `c` in
+    /// [`Self::centring_state`]).
+    pub fn residual(&self) -> &[f64] {
+        &self.residual
     }
 
-    /// Continues from a checkpointed residual (same rows).
-    pub fn restore_residual(&mut self, residual: Vec<f64>) -> Result<(), StradsModelError> {
+    /// With implicit centring, the running `[offset c, sum(s), ||s||^2]` (what a
+    /// checkpoint saves beside [`Self::residual`]).
+    pub fn centring_state(&self) -> Option<[f64; 3]> {
+        self.centring.as_ref().map(|c| [c.offset, c.sum_s, c.sq_s])
+    }
+
+    /// Continues from a checkpointed residual (same rows) and, with implicit centring, its
+    /// saved [`Self::centring_state`] (without it, `residual` is taken as the whole
+    /// residual, offset 0).
+    pub fn restore_residual(
+        &mut self,
+        residual: Vec<f64>,
+        centring: Option<[f64; 3]>,
+    ) -> Result<(), StradsModelError> {
         if residual.len() != self.residual.len() {
             return Err(StradsModelError::DimensionMismatch(format!(
                 "checkpointed residual has {} rows, this block {}",
@@ -228,6 +238,12 @@ impl LassoWorkerState {
             c.offset = 0.0;
         }
         self.resync_squared_residual();
+        if let (Some(c), Some([offset, sum_s, sq_s])) = (&mut self.centring, centring) {
+            c.offset = offset;
+            c.sum_s = sum_s;
+            c.sq_s = sq_s;
+            self.sq_residual = c.sq_residual(self.y.len() as f64);
+        }
         Ok(())
     }
 
@@ -235,11 +251,6 @@ impl LassoWorkerState {
     /// objective trace continues bit for bit).
     pub fn set_squared_residual(&mut self, sq_residual: f64) {
         self.sq_residual = sq_residual;
-        if let Some(c) = &mut self.centring {
-            // Right after a restore (offset 0): the stored part is the residual.
-            c.sq_s =
-                sq_residual - 2.0 * c.offset * c.sum_s - self.y.len() as f64 * c.offset * c.offset;
-        }
     }
 
     /// Recomputes `||r||^2` from the residual (the running sum's rounding drift is gone).
