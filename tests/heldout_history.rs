@@ -196,3 +196,166 @@ fn strads_mf_history_carries_the_test_rmse_of_every_rotation() {
         }
     }
 }
+
+/// The held-out figures a Lasso history must carry.
+const LASSO_HELDOUT: [&str; 4] = [
+    "heldout_mse",
+    "heldout_rmse",
+    "heldout_r2",
+    "heldout_objective",
+];
+
+#[test]
+fn lasso_with_several_schedulers_or_no_cluster_has_the_same_heldout_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let train_file = data("regression.train");
+    let test_file = data("regression.test");
+    let runs: [(&str, &[&str]); 3] = [
+        (
+            "two-schedulers",
+            &[
+                "--schedulers",
+                "2",
+                "--transport",
+                "memory",
+                "--workers",
+                "2",
+            ],
+        ),
+        (
+            "two-schedulers-processes",
+            &[
+                "--schedulers",
+                "2",
+                "--transport",
+                "processes",
+                "--workers",
+                "2",
+            ],
+        ),
+        ("none", &["--transport", "none"]),
+    ];
+    for (name, extra) in runs {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "--data",
+            train_file.to_str().unwrap(),
+            "--test-data",
+            test_file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        train("lasso", &out, &args);
+        let m = metrics(&out);
+        let h = history(&m, &LASSO_HELDOUT);
+        let (first, last) = (&h[0], &h[h.len() - 1]);
+        // Step 0 is the untrained model, as on the single-scheduler path.
+        assert_eq!(f(first, "nonzeros"), 0.0, "{name}: {first}");
+        assert!(f(first, "heldout_r2").abs() < 0.1, "{name}: {first}");
+        assert!(
+            f(last, "heldout_mse") < 0.5 * f(first, "heldout_mse"),
+            "{name}: {first} {last}"
+        );
+        assert!(f(last, "heldout_r2") > 0.8, "{name}: {last}");
+        for k in LASSO_HELDOUT {
+            assert!(
+                close(f(last, k), f(&m["final"], k), 1e-9),
+                "{name} {k}: {last} vs {}",
+                m["final"]
+            );
+        }
+        // The objective of the records is the run's own (the training objective).
+        assert!(
+            close(f(last, "objective"), f(&m["final"], "objective"), 1e-9),
+            "{name}: {last}"
+        );
+    }
+}
+
+#[test]
+fn logistic_without_a_cluster_has_a_heldout_history_from_step_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("logistic-none");
+    train(
+        "logistic",
+        &out,
+        &[
+            "--data",
+            data("classes.train").to_str().unwrap(),
+            "--test-data",
+            data("classes.test").to_str().unwrap(),
+            "--transport",
+            "none",
+        ],
+    );
+    let m = metrics(&out);
+    let keys = ["heldout_accuracy", "heldout_log_loss", "heldout_objective"];
+    let h = history(&m, &keys);
+    let (first, last) = (&h[0], &h[h.len() - 1]);
+    assert!(
+        (f(first, "heldout_log_loss") - std::f64::consts::LN_2).abs() < 1e-9,
+        "{first}"
+    );
+    assert!(
+        f(last, "heldout_log_loss") < 0.8 * std::f64::consts::LN_2,
+        "{last}"
+    );
+    assert!(f(last, "heldout_accuracy") > 0.8, "{last}");
+    for k in keys {
+        assert!(close(f(last, k), f(&m["final"], k), 1e-9), "{k}: {last}");
+    }
+}
+
+#[test]
+fn lda_history_carries_the_heldout_perplexity_of_every_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = ["heldout_perplexity", "heldout_loglik_per_token"];
+    let mut histories = Vec::new();
+    for transport in ["memory", "none"] {
+        let out = dir.path().join(transport);
+        train(
+            "lda",
+            &out,
+            &[
+                "--docword",
+                data("docs.train").to_str().unwrap(),
+                "--vocab",
+                data("vocab.txt").to_str().unwrap(),
+                "--test-data",
+                data("docs.test").to_str().unwrap(),
+                "--topics",
+                "4",
+                "--iterations",
+                "8",
+                "--workers",
+                "2",
+                "--transport",
+                transport,
+            ],
+        );
+        let m = metrics(&out);
+        let h = history(&m, &keys);
+        // Step 0 (the random initial assignments) and one record per pass.
+        assert_eq!(h.len(), 9, "{transport}");
+        let (first, last) = (&h[0], &h[h.len() - 1]);
+        assert!(
+            f(last, "heldout_perplexity") < 0.9 * f(first, "heldout_perplexity"),
+            "{transport}: {first} {last}"
+        );
+        // The estimator of the final figures (same sweeps, same seed) on the same counts.
+        for k in keys {
+            assert!(
+                close(f(last, k), f(&m["final"], k), 1e-9),
+                "{transport} {k}: {last} vs {}",
+                m["final"]
+            );
+        }
+        assert!(f(&m["final"], "test_set_scoring_s") >= 0.0);
+        let curve: Vec<(f64, f64)> = h
+            .iter()
+            .map(|r| (f(r, "heldout_perplexity"), f(r, "heldout_loglik_per_token")))
+            .collect();
+        histories.push(curve);
+    }
+    // Deterministic for a seed: the cluster and the serial driver sample the same counts.
+    assert_eq!(histories[0], histories[1]);
+}

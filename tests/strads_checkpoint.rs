@@ -48,7 +48,19 @@ fn job(out: &Path) -> LassoJob {
 
 #[test]
 fn failed_run_resumed_from_its_checkpoint_matches_the_uninterrupted_run() {
+    // Also with an implicitly centred design: the workers save the residual's stored part
+    // and the centring's running sums, and continue bit for bit.
+    for fit_intercept in [false, true] {
+        resume_matches_the_uninterrupted_run(fit_intercept);
+    }
+}
+
+fn resume_matches_the_uninterrupted_run(fit_intercept: bool) {
     let dir = tempfile::tempdir().unwrap();
+    let job = |out: &Path| LassoJob {
+        fit_intercept,
+        ..job(out)
+    };
     let plain_out = dir.path().join("plain");
     let plain = run_lasso_job(&job(&plain_out), 3, JobTransport::Memory).unwrap();
     assert!(plain.checkpoints.is_empty() && plain.resumed_from_round.is_none());

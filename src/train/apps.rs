@@ -233,8 +233,9 @@ impl TrainApp for LassoApp {
         vec![&mut job.data, &mut job.test_data]
     }
     fn check_data(job: &LassoJob, workers: usize) -> Result<(), TrainError> {
+        // The design as stored (a cluster's explicit centring is checked before launch).
         let (x, _) = job
-            .load()
+            .load_sparse()
             .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
         // Workers split the rows.
         fits(<Self as TrainApp>::NAME, workers, x.n_rows, "rows")

@@ -411,10 +411,22 @@ impl SavedModel {
         test_data: Option<&Path>,
         seed: u64,
     ) -> Result<(), crate::data::DataError> {
+        self.add_heldout_with(metrics, test_data, HELDOUT_FOLD_IN_SWEEPS, seed)
+    }
+
+    /// [`SavedModel::add_heldout`] with `sweeps` fold-in sweeps for a topic model (the
+    /// LDA app's `heldout_sweeps`, so that its history and final figures agree).
+    pub fn add_heldout_with(
+        &self,
+        metrics: &mut crate::job::RunMetrics,
+        test_data: Option<&Path>,
+        sweeps: usize,
+        seed: u64,
+    ) -> Result<(), crate::data::DataError> {
         let Some(path) = test_data else {
             return Ok(());
         };
-        let figures = self.evaluate_file(path, HELDOUT_FOLD_IN_SWEEPS, seed)?;
+        let figures = self.evaluate_file(path, sweeps, seed)?;
         let named = heldout_names(figures, &[]);
         let refs: Vec<(&str, f64)> = named.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         metrics.finals(&refs);
@@ -781,13 +793,18 @@ impl TopicModel {
         let iterations = iterations.max(1);
         let burn_in = iterations / 2;
         let denominator = doc.len() as f64 + k as f64 * self.alpha;
+        // Each token's column of phi, contiguous (the sweeps read it K at a time).
+        let columns: Vec<f64> = doc
+            .iter()
+            .flat_map(|&w| self.topic_word.iter().map(move |row| row[w as usize]))
+            .collect();
         for sweep in 0..iterations {
-            for (token, &w) in doc.iter().enumerate() {
+            for (token, column) in columns.chunks_exact(k.max(1)).enumerate() {
                 counts[z[token]] -= 1;
                 let mut total = 0.0;
-                for t in 0..k {
-                    total += (counts[t] as f64 + self.alpha) * self.topic_word[t][w as usize];
-                    weights[t] = total;
+                for (t, (&phi, weight)) in column.iter().zip(weights.iter_mut()).enumerate() {
+                    total += (counts[t] as f64 + self.alpha) * phi;
+                    *weight = total;
                 }
                 let u = rng.r#gen::<f64>() * total;
                 let t = weights.iter().position(|&c| c > u).unwrap_or(k - 1);

@@ -99,6 +99,12 @@ fn check_shape(x: &SparseColumns, n: usize, what: &str) -> Result<(), StradsMode
     Ok(())
 }
 
+/// A certified state: `(objective, duality gap, max KKT violation)`.
+pub type Certified = (f64, f64, f64);
+
+/// What [`CyclicLasso::solve_observed`] shows its states and certifications to.
+pub type LassoObserver<'o, 'a> = dyn FnMut(&CyclicLasso<'a>, Certified) + 'o;
+
 /// Cyclic coordinate descent for `min 1/2 ||y - X b||^2 + lambda ||b||_1`.
 #[derive(Debug, Clone)]
 pub struct CyclicLasso<'a> {
@@ -111,9 +117,77 @@ pub struct CyclicLasso<'a> {
     sq_residual: f64,
     l1: f64,
     updates: u64,
+    /// Implicit centring ([`CyclicLasso::centred`]), `None` for the design as given.
+    centring: Option<Centring>,
+}
+
+/// Implicit column centring of a sparse design: column `j` stands for `x_j - mu_j 1`
+/// while only `x_j`'s non-zeros are stored. The residual is kept as `s + c 1` (`s` the
+/// stored vector, `c` a scalar offset), so that a coordinate update touches `x_j`'s
+/// non-zeros only: `s -= delta x_j`, `c += delta mu_j`.
+#[derive(Debug, Clone)]
+struct Centring {
+    /// `mu_j = sum_i x_ij / n`.
+    means: Vec<f64>,
+    /// `sum_i x_ij = n mu_j`.
+    sums: Vec<f64>,
+    /// The residual's offset `c`.
+    offset: f64,
+    /// `sum_i s_i`.
+    sum_s: f64,
+    /// `||s||^2`.
+    sq_s: f64,
+}
+
+impl Centring {
+    /// `(x_j - mu_j 1)^T (s + c 1)` from `x_j^T s`: O(1).
+    fn dot(&self, j: usize, x_dot_s: f64, n: f64) -> f64 {
+        x_dot_s + self.offset * self.sums[j] - self.means[j] * (self.sum_s + n * self.offset)
+    }
+
+    /// `||s + c 1||^2`.
+    fn sq_residual(&self, n: f64) -> f64 {
+        self.sq_s + 2.0 * self.offset * self.sum_s + n * self.offset * self.offset
+    }
 }
 
 impl<'a> CyclicLasso<'a> {
+    /// Starts at `b = 0` on the design `x` centred implicitly (column `j` is
+    /// `x_j - mean(x_j)`; nothing is densified: memory and an update's cost stay
+    /// proportional to the non-zeros) with labels `y` (the caller centres them). Solves
+    /// the problem of the explicitly centred design, the intercept
+    /// `mean(y) - mean(X) . b` left to the caller.
+    pub fn centred(
+        x: &'a SparseColumns,
+        y: &'a [f32],
+        lambda: f32,
+    ) -> Result<Self, StradsModelError> {
+        let mut cd = CyclicLasso::new(x, y, lambda)?;
+        let n = x.n_rows as f64;
+        let sums: Vec<f64> = (0..x.n_columns())
+            .map(|j| x.column(j).1.iter().map(|&v| f64::from(v)).sum())
+            .collect();
+        let means: Vec<f64> = sums.iter().map(|s| s / n.max(1.0)).collect();
+        // ||x_j - mu_j||^2 over the non-zeros plus mu_j^2 on each of the other rows.
+        cd.sq_norms = (0..x.n_columns())
+            .map(|j| {
+                let vals = x.column(j).1;
+                let mu = means[j];
+                let stored: f64 = vals.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
+                stored + (x.n_rows - vals.len()) as f64 * mu * mu
+            })
+            .collect();
+        let sum_s = cd.residual.iter().sum();
+        cd.centring = Some(Centring {
+            means,
+            sums,
+            offset: 0.0,
+            sum_s,
+            sq_s: cd.sq_residual,
+        });
+        Ok(cd)
+    }
+
     /// Starts at `b = 0` (residual = y).
     pub fn new(x: &'a SparseColumns, y: &'a [f32], lambda: f32) -> Result<Self, StradsModelError> {
         check_shape(x, y.len(), "y")?;
@@ -133,6 +207,7 @@ impl<'a> CyclicLasso<'a> {
             lambda: f64::from(lambda),
             l1: 0.0,
             updates: 0,
+            centring: None,
         })
     }
 
@@ -150,8 +225,31 @@ impl<'a> CyclicLasso<'a> {
         for (&i, &v) in rows.iter().zip(vals) {
             dot += f64::from(v) * self.residual[i as usize];
         }
+        let n = self.x.n_rows as f64;
+        if let Some(c) = &self.centring {
+            dot = c.dot(j, dot, n);
+        }
         let new = soft_threshold(dot + norm * old, self.lambda) / norm;
         let delta = new - old;
+        if let Some(c) = &mut self.centring {
+            if delta != 0.0 {
+                // s -= delta x_j on its non-zeros, c += delta mu_j.
+                let mut sq_change = 0.0f64;
+                for (&i, &v) in rows.iter().zip(vals) {
+                    let r = &mut self.residual[i as usize];
+                    let before = *r;
+                    *r -= f64::from(v) * delta;
+                    sq_change += *r * *r - before * before;
+                }
+                c.sq_s += sq_change;
+                c.sum_s -= delta * c.sums[j];
+                c.offset += delta * c.means[j];
+                self.sq_residual = c.sq_residual(n);
+                self.l1 += new.abs() - old.abs();
+                self.coefficients[j] = new;
+            }
+            return delta;
+        }
         if delta != 0.0 {
             let mut sq_change = 0.0f64;
             for (&i, &v) in rows.iter().zip(vals) {
@@ -185,15 +283,26 @@ impl<'a> CyclicLasso<'a> {
     /// Recomputes `||r||^2` and `||b||_1` exactly (drift of the running sums), then
     /// returns `(objective, duality gap, max KKT violation)`: `O(nnz)`.
     pub fn certify(&mut self) -> (f64, f64, f64) {
+        if let Some(c) = &mut self.centring {
+            // Fold the offset into the stored residual (O(rows), like the sums below),
+            // so that the running sums restart exact.
+            let offset = std::mem::take(&mut c.offset);
+            self.residual.iter_mut().for_each(|r| *r += offset);
+            c.sum_s = self.residual.iter().sum();
+            c.sq_s = self.residual.iter().map(|r| r * r).sum();
+        }
         self.sq_residual = self.residual.iter().map(|r| r * r).sum();
         self.l1 = self.coefficients.iter().map(|b| b.abs()).sum();
+        let n = self.x.n_rows as f64;
         let xtr: Vec<f64> = (0..self.x.n_columns())
             .map(|j| {
                 let (rows, vals) = self.x.column(j);
-                rows.iter()
+                let dot = rows
+                    .iter()
                     .zip(vals)
                     .map(|(&i, &v)| f64::from(v) * self.residual[i as usize])
-                    .sum()
+                    .sum();
+                self.centring.as_ref().map_or(dot, |c| c.dot(j, dot, n))
             })
             .collect();
         let lambda = self.lambda;
@@ -231,6 +340,21 @@ impl<'a> CyclicLasso<'a> {
 
     /// Runs to the stop rule (see the module doc for the strategy).
     pub fn solve(&mut self, stop: &CdStop) -> CdReport {
+        self.solve_observed(stop, None)
+    }
+
+    /// [`CyclicLasso::solve`], showing `observe` the state and its certified
+    /// `(objective, duality gap, KKT violation)` at the start (one extra `O(nnz)`
+    /// certification) and after every full sweep.
+    pub fn solve_observed(
+        &mut self,
+        stop: &CdStop,
+        mut observe: Option<&mut LassoObserver<'_, 'a>>,
+    ) -> CdReport {
+        if let Some(f) = observe.as_mut() {
+            let certified = self.certify();
+            f(self, certified);
+        }
         let d = self.x.n_columns();
         let mut report = CdReport {
             outcome: CdOutcome::SweepLimit,
@@ -255,9 +379,12 @@ impl<'a> CyclicLasso<'a> {
                 }
             }
             report.full_sweeps += 1;
-            let (objective, gap, _) = self.certify();
+            let (objective, gap, kkt) = self.certify();
             report.gap = gap;
             report.trace.push((self.updates, objective));
+            if let Some(f) = observe.as_mut() {
+                f(self, (objective, gap, kkt));
+            }
             if gap <= stop.tolerance * objective.abs().max(f64::MIN_POSITIVE) {
                 report.outcome = CdOutcome::Converged;
                 break;
@@ -411,6 +538,11 @@ impl<'a> CyclicLogistic<'a> {
         loss + self.lambda * self.coefficients.iter().map(|b| b.abs()).sum::<f64>()
     }
 
+    /// Coordinate updates so far.
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
     /// Training accuracy (margin sign equals the label).
     pub fn training_accuracy(&self) -> f64 {
         let correct = self
@@ -431,6 +563,19 @@ impl<'a> CyclicLogistic<'a> {
     /// objective by at most `tolerance` relative, or the target is met (checked after every
     /// sweep: the logistic objective costs O(rows)).
     pub fn solve(&mut self, stop: &CdStop) -> CdReport {
+        self.solve_observed(stop, None)
+    }
+
+    /// [`CyclicLogistic::solve`], showing `observe` the state at the start and after every
+    /// full sweep.
+    pub fn solve_observed(
+        &mut self,
+        stop: &CdStop,
+        mut observe: Option<&mut dyn FnMut(&Self)>,
+    ) -> CdReport {
+        if let Some(f) = observe.as_mut() {
+            f(self);
+        }
         let d = self.x.n_columns();
         let mut objective = self.objective();
         let mut report = CdReport {
@@ -452,6 +597,9 @@ impl<'a> CyclicLogistic<'a> {
             report.gap = (objective - after) / after.abs().max(f64::MIN_POSITIVE);
             objective = after;
             report.trace.push((self.updates, objective));
+            if let Some(f) = observe.as_mut() {
+                f(self);
+            }
             if report.gap <= stop.tolerance {
                 report.outcome = CdOutcome::Converged;
                 break;

@@ -59,6 +59,44 @@ pub struct LassoWorkerState {
     /// `||r||^2`, kept current by [`Self::apply_deltas`] (O(changed non-zeros) instead of
     /// O(rows) per round) and recomputed exactly by [`Self::resync_squared_residual`].
     sq_residual: f64,
+    /// Implicit centring ([`Self::centred`]); `None` for the design as given.
+    centring: Option<BlockCentring>,
+}
+
+/// A row block of an implicitly centred design: column `j` stands for `x_j - mu_j 1`
+/// (`mu_j` the whole design's mean) and the residual is `s + c 1`, `s` the stored vector,
+/// so that a committed change touches the column's non-zeros only.
+#[derive(Debug, Clone)]
+struct BlockCentring {
+    /// The whole design's column means.
+    means: Vec<f64>,
+    /// Column sums over this block's rows.
+    sums: Vec<f64>,
+    /// The residual's offset `c`.
+    offset: f64,
+    /// `sum_i s_i` over the block.
+    sum_s: f64,
+    /// `||s||^2` over the block.
+    sq_s: f64,
+}
+
+impl BlockCentring {
+    /// `(x_j - mu_j 1)^T (s + c 1)` over the block, from `x_j^T s`.
+    fn dot(&self, j: usize, x_dot_s: f64, rows: f64) -> f64 {
+        x_dot_s + self.offset * self.sums[j] - self.means[j] * (self.sum_s + rows * self.offset)
+    }
+
+    /// `||x_j - mu_j 1||^2` over the block, from the column's stored values.
+    fn sq_norm(&self, j: usize, values: &[f32], rows: usize) -> f64 {
+        let mu = self.means[j];
+        let stored: f64 = values.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
+        stored + (rows - values.len()) as f64 * mu * mu
+    }
+
+    /// `||s + c 1||^2` over the block.
+    fn sq_residual(&self, rows: f64) -> f64 {
+        self.sq_s + 2.0 * self.offset * self.sum_s + rows * self.offset * self.offset
+    }
 }
 
 impl LassoWorkerState {
@@ -77,7 +115,48 @@ impl LassoWorkerState {
             x: x_block,
             y: y_block,
             residual,
+            centring: None,
         })
+    }
+
+    /// A worker of the implicitly centred design (`fit_intercept` without densifying): its
+    /// row block as stored, its share of the centred labels, and the whole design's column
+    /// `means`. Memory and the cost of a change stay proportional to the non-zeros.
+    pub fn centred(
+        x_block: SparseColumns,
+        y_block: Vec<f32>,
+        means: Vec<f64>,
+    ) -> Result<Self, StradsModelError> {
+        if means.len() != x_block.n_columns() {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "{} column means for {} columns",
+                means.len(),
+                x_block.n_columns()
+            )));
+        }
+        let mut state = LassoWorkerState::new(x_block, y_block)?;
+        let sums = (0..state.x.n_columns())
+            .map(|j| state.x.column(j).1.iter().map(|&v| f64::from(v)).sum())
+            .collect();
+        state.centring = Some(BlockCentring {
+            means,
+            sums,
+            offset: 0.0,
+            sum_s: state.residual.iter().sum(),
+            sq_s: state.sq_residual,
+        });
+        Ok(state)
+    }
+
+    /// Folds the centring's offset into the stored residual and recomputes its sums
+    /// exactly (O(rows)).
+    fn fold_offset(&mut self) {
+        if let Some(c) = &mut self.centring {
+            let offset = std::mem::take(&mut c.offset);
+            self.residual.iter_mut().for_each(|r| *r += offset);
+            c.sum_s = self.residual.iter().sum();
+            c.sq_s = self.residual.iter().map(|r| r * r).sum();
+        }
     }
 
     /// Rows of the block.
@@ -93,6 +172,23 @@ impl LassoWorkerState {
     /// `z_jp = sum_i x_ij (r_i + x_ij b_j)` for each var, where `values[k]` is the current
     /// value of `vars[k]`: the partial of the exact one-coordinate minimiser's numerator.
     pub fn push(&self, vars: &[usize], values: &[f32]) -> Vec<f32> {
+        if let Some(c) = &self.centring {
+            let n = self.n_rows();
+            return vars
+                .iter()
+                .zip(values)
+                .map(|(&j, &b_j)| {
+                    let (rows, vals) = self.x.column(j);
+                    let dot: f64 = rows
+                        .iter()
+                        .zip(vals)
+                        .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
+                        .sum();
+                    let z = c.dot(j, dot, n as f64) + c.sq_norm(j, vals, n) * f64::from(b_j);
+                    z as f32
+                })
+                .collect();
+        }
         vars.iter()
             .zip(values)
             .map(|(&j, &b_j)| {
@@ -109,13 +205,27 @@ impl LassoWorkerState {
             .collect()
     }
 
-    /// The residual `y - X b` on this worker's rows (what a checkpoint saves).
+    /// The stored residual on this worker's rows (what a checkpoint saves): `y - X b`,
+    /// or with implicit centring its sparse part `s` (the residual is `s + c 1`, `c` in
+    /// [`Self::centring_state`]).
     pub fn residual(&self) -> &[f64] {
         &self.residual
     }
 
-    /// Continues from a checkpointed residual (same rows).
-    pub fn restore_residual(&mut self, residual: Vec<f64>) -> Result<(), StradsModelError> {
+    /// With implicit centring, the running `[offset c, sum(s), ||s||^2]` (what a
+    /// checkpoint saves beside [`Self::residual`]).
+    pub fn centring_state(&self) -> Option<[f64; 3]> {
+        self.centring.as_ref().map(|c| [c.offset, c.sum_s, c.sq_s])
+    }
+
+    /// Continues from a checkpointed residual (same rows) and, with implicit centring, its
+    /// saved [`Self::centring_state`] (without it, `residual` is taken as the whole
+    /// residual, offset 0).
+    pub fn restore_residual(
+        &mut self,
+        residual: Vec<f64>,
+        centring: Option<[f64; 3]>,
+    ) -> Result<(), StradsModelError> {
         if residual.len() != self.residual.len() {
             return Err(StradsModelError::DimensionMismatch(format!(
                 "checkpointed residual has {} rows, this block {}",
@@ -124,7 +234,16 @@ impl LassoWorkerState {
             )));
         }
         self.residual = residual;
+        if let Some(c) = &mut self.centring {
+            c.offset = 0.0;
+        }
         self.resync_squared_residual();
+        if let (Some(c), Some([offset, sum_s, sq_s])) = (&mut self.centring, centring) {
+            c.offset = offset;
+            c.sum_s = sum_s;
+            c.sq_s = sq_s;
+            self.sq_residual = c.sq_residual(self.y.len() as f64);
+        }
         Ok(())
     }
 
@@ -136,12 +255,32 @@ impl LassoWorkerState {
 
     /// Recomputes `||r||^2` from the residual (the running sum's rounding drift is gone).
     pub fn resync_squared_residual(&mut self) -> f64 {
+        self.fold_offset();
         self.sq_residual = self.residual.iter().map(|r| r * r).sum();
         self.sq_residual
     }
 
     /// `r -= x_j * delta` for every committed change (and `||r||^2` with it).
     pub fn apply_deltas(&mut self, changes: &[(usize, f32)]) {
+        if let Some(c) = &mut self.centring {
+            // s -= delta x_j on the non-zeros, c += delta mu_j.
+            let mut sq_change = 0.0f64;
+            for &(j, delta) in changes.iter().filter(|c| c.1 != 0.0) {
+                let delta = f64::from(delta);
+                let (rows, vals) = self.x.column(j);
+                for (&i, &x) in rows.iter().zip(vals) {
+                    let r = &mut self.residual[i as usize];
+                    let before = *r;
+                    *r -= f64::from(x) * delta;
+                    sq_change += *r * *r - before * before;
+                }
+                c.sum_s -= delta * c.sums[j];
+                c.offset += delta * c.means[j];
+            }
+            c.sq_s += sq_change;
+            self.sq_residual = c.sq_residual(self.y.len() as f64);
+            return;
+        }
         let mut sq_change = 0.0f64;
         for &(j, delta) in changes.iter().filter(|c| c.1 != 0.0) {
             let (rows, vals) = self.x.column(j);
@@ -157,27 +296,43 @@ impl LassoWorkerState {
 
     /// Partial `||x_j||^2` over this worker's rows, for every column.
     pub fn column_sq_norm_partials(&self) -> Vec<f64> {
-        self.x.column_sq_norms()
+        match &self.centring {
+            Some(c) => (0..self.x.n_columns())
+                .map(|j| c.sq_norm(j, self.x.column(j).1, self.n_rows()))
+                .collect(),
+            None => self.x.column_sq_norms(),
+        }
     }
 
     /// Partial `x_j^T r` for each var (gradient of the smooth part is `-x_j^T r`).
     pub fn correlation_with_residual(&self, vars: &[usize]) -> Vec<f64> {
+        let n = self.n_rows() as f64;
         vars.iter()
             .map(|&j| {
                 let (rows, vals) = self.x.column(j);
-                rows.iter()
+                let dot = rows
+                    .iter()
                     .zip(vals)
                     .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
-                    .sum()
+                    .sum();
+                self.centring.as_ref().map_or(dot, |c| c.dot(j, dot, n))
             })
             .collect()
     }
 
-    /// Partial `x_j^T x_k`, for a correlation oracle that does not hold X.
+    /// Partial `x_j^T x_k` (of the centred columns with implicit centring), for a
+    /// correlation oracle that does not hold X.
     pub fn column_dot_partials(&self, pairs: &[(usize, usize)]) -> Vec<f64> {
+        let n = self.n_rows() as f64;
         pairs
             .iter()
-            .map(|&(j, k)| self.x.column_dot(j, k))
+            .map(|&(j, k)| {
+                let dot = self.x.column_dot(j, k);
+                self.centring.as_ref().map_or(dot, |c| {
+                    dot - c.means[k] * c.sums[j] - c.means[j] * c.sums[k]
+                        + n * c.means[j] * c.means[k]
+                })
+            })
             .collect()
     }
 
@@ -189,22 +344,24 @@ impl LassoWorkerState {
     /// Partials `(y.y, y.r, r.r)`: enough for the duality gap with any dual scale `s`, since
     /// `||y - s r||^2 = y.y - 2 s y.r + s^2 r.r`.
     pub fn dot_partials(&self) -> (f64, f64, f64) {
+        let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
         self.y
             .iter()
             .zip(&self.residual)
             .fold((0.0, 0.0, 0.0), |(yy, yr, rr), (&y, &r)| {
-                let y = f64::from(y);
+                let (y, r) = (f64::from(y), r + offset);
                 (yy + y * y, yr + y * r, rr + r * r)
             })
     }
 
     /// Partials `(||y||^2, ||y - s r||^2)` for the duality gap with dual point `s r`.
     pub fn dual_partials(&self, scale: f64) -> (f64, f64) {
+        let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
         self.y
             .iter()
             .zip(&self.residual)
             .fold((0.0, 0.0), |(yy, d), (&y, &r)| {
-                let y = f64::from(y);
+                let (y, r) = (f64::from(y), r + offset);
                 (yy + y * y, d + (y - scale * r).powi(2))
             })
     }

@@ -8,10 +8,12 @@
 //! [`BASELINE_MAX_SWEEPS`] full sweeps.
 
 use super::config::LassoJob;
+use super::heldout::LinearHeldout;
 use super::metrics::{Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint};
 use crate::core::baseline::{CdReport, CdStop, CyclicLasso};
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
+use petrel_ml::model::LinearTask;
 use std::time::Instant;
 
 /// Full sweeps a baseline run may take.
@@ -31,22 +33,54 @@ pub fn baseline_stop(job: &LassoJob) -> CdStop {
 }
 
 /// Solves `(x, y)` with the job's lambda and stop rule; the metrics carry the time the
-/// solve took (loading excluded; the trace's times are pro rata of the updates) and one
-/// evaluation (objective, KKT violation, duality gap)
-/// of the final state.
+/// solve took (loading excluded; the trace's times are pro rata of the updates) and an
+/// evaluation (objective, KKT violation, duality gap; held-out figures with `test_data`)
+/// of the untrained model (step 0), after every full sweep, and of the final state.
 pub fn solve_baseline(
     x: &SparseColumns,
     y: &[f32],
     job: &LassoJob,
 ) -> Result<(LassoOutcome, CdReport), StradsError> {
     let lambda = job.resolve_lambda(x, y);
+    let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
     let started = Instant::now();
-    let mut cd = CyclicLasso::new(x, y, lambda)?;
-    let report = cd.solve(&baseline_stop(job));
+    // With fit_intercept, `x` is the design as stored and `y` centred
+    // ([`LassoJob::load_sparse`]): the solver centres the columns implicitly.
+    let mut cd = if job.fit_intercept {
+        CyclicLasso::centred(x, y, lambda)?
+    } else {
+        CyclicLasso::new(x, y, lambda)?
+    };
+    // A history record at the start and after every full sweep (the certification is
+    // the sweep's own; the held-out figures cost O(test non-zeros)).
+    let mut evaluations = Vec::new();
+    let mut record = |cd: &CyclicLasso<'_>, (objective, gap, kkt): (f64, f64, f64)| {
+        evaluations.push(evaluation(
+            cd.updates(),
+            started.elapsed().as_secs_f64(),
+            (objective, gap, kkt),
+            &cd.coefficients(),
+            heldout.as_ref(),
+        ));
+    };
+    let report = cd.solve_observed(&baseline_stop(job), Some(&mut record));
     let solve_s = started.elapsed().as_secs_f64();
     let (objective, gap, kkt) = cd.certify();
     let coefficients = cd.coefficients();
-    let nonzeros = coefficients.iter().filter(|b| **b != 0.0).count();
+    // The last record is the final state, with the final certification.
+    if evaluations
+        .last()
+        .is_some_and(|e| e.updates == report.updates)
+    {
+        evaluations.pop();
+    }
+    evaluations.push(evaluation(
+        report.updates,
+        solve_s,
+        (objective, gap, kkt),
+        &coefficients,
+        heldout.as_ref(),
+    ));
     let reached = job.target_objective.filter(|t| report.objective <= *t);
     tracing::info!(
         updates = report.updates,
@@ -86,18 +120,7 @@ pub fn solve_baseline(
                 objective,
             })
             .collect(),
-        evaluations: vec![Evaluation {
-            round: report.updates,
-            updates: report.updates,
-            elapsed_s: solve_s,
-            objective,
-            kkt_violation: kkt,
-            duality_gap: gap,
-            nonzeros,
-            // The baseline has one point, at the end: the final figures hold its
-            // held-out figures.
-            heldout: Default::default(),
-        }],
+        evaluations,
         checkpoints: Vec::new(),
         resumed_from_round: None,
         profile: Default::default(),
@@ -111,9 +134,34 @@ pub fn solve_baseline(
     ))
 }
 
+/// The history record of the state after `updates` updates with `coefficients` and
+/// certified `(objective, duality gap, KKT violation)`, scored on `heldout` when given
+/// (the formulas of the final figures).
+fn evaluation(
+    updates: u64,
+    elapsed_s: f64,
+    (objective, gap, kkt): (f64, f64, f64),
+    coefficients: &[f32],
+    heldout: Option<&LinearHeldout>,
+) -> Evaluation {
+    let l1: f64 = coefficients.iter().map(|b| f64::from(b.abs())).sum();
+    Evaluation {
+        round: updates,
+        updates,
+        elapsed_s,
+        objective,
+        kkt_violation: kkt,
+        duality_gap: gap,
+        nonzeros: coefficients.iter().filter(|b| **b != 0.0).count(),
+        heldout: heldout
+            .map(|h| h.figures(coefficients, &Default::default(), l1))
+            .unwrap_or_default(),
+    }
+}
+
 /// Loads the job's data, solves it and writes the outputs to `out_dir` (when set).
 pub fn run_baseline(job: &LassoJob) -> Result<LassoOutcome, StradsError> {
-    let (x, y) = job.load()?;
+    let (x, y) = job.load_sparse()?;
     let (outcome, _) = solve_baseline(&x, &y, job)?;
     if let Some(dir) = &job.out_dir {
         outcome.write(dir, job)?;

@@ -86,12 +86,16 @@ pub struct LassoJob {
     /// `fit_intercept`.
     #[arg(long)]
     pub lambda: Option<f32>,
-    /// Lasso only: fit an unpenalised intercept (scikit-learn's `fit_intercept=True`). The
-    /// design and `y` are centred when loaded (every node centres the whole design the
-    /// same way), so every transport solves the centred problem exactly, `lambda_max`
-    /// included; the saved model's intercept is `mean(y) - mean(X) . b`. Centring fills in
-    /// every zero of a sparse design, so designs of more than 50 million values
-    /// (`MAX_CENTRED_VALUES`) are refused, and the sparse synthetic design cannot be centred.
+    /// Lasso only: fit an unpenalised intercept (scikit-learn's `fit_intercept=True`):
+    /// every transport solves the problem of the centred design and `y` exactly,
+    /// `lambda_max` included; the saved model's intercept is `mean(y) - mean(X) . b`.
+    /// The centring is implicit: the sparse design is kept as stored, the residual is a
+    /// sparse part plus an offset and an update costs its column's non-zeros (the
+    /// baseline's [`CyclicLasso::centred`](crate::core::baseline::CyclicLasso::centred),
+    /// the workers' [`LassoWorkerState::centred`](crate::core::lasso::LassoWorkerState::centred),
+    /// the scheduler's centred norms), so any shape runs. The scheduler's dependency check
+    /// looks at the stored non-zeros (not the centring's rank-one part). The sparse
+    /// synthetic design cannot be centred.
     #[arg(long)]
     pub fit_intercept: bool,
     /// lambda = fraction * lambda_max when --lambda is unset.
@@ -322,24 +326,30 @@ impl LassoJob {
         c.finish()
     }
 
-    /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`, both centred with
-    /// `fit_intercept`.
+    /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`; with
+    /// `fit_intercept` `y` is centred and `X` is returned as stored, every solver centring
+    /// its columns implicitly (nothing is densified).
     pub fn load(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
+        self.load_sparse()
+    }
+
+    /// The column means of the whole design `x` when `fit_intercept` (what a worker's
+    /// implicit centring needs besides its row block).
+    pub fn design_means(&self, x: &SparseColumns) -> Option<Vec<f64>> {
+        self.fit_intercept.then(|| column_means(x, &[]).0)
+    }
+
+    /// The design as stored (never densified) and `y`, centred with `fit_intercept`: what
+    /// an implicitly centring solver ([`CyclicLasso::centred`](crate::core::baseline::CyclicLasso::centred))
+    /// takes. Memory stays proportional to the non-zeros whatever the design's shape.
+    pub fn load_sparse(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         let (x, y) = self.load_uncentred()?;
         if !self.fit_intercept {
             return Ok((x, y));
         }
-        let (means, y_mean) = column_means(&x, &y);
-        let cells = x.n_rows.saturating_mul(x.n_columns());
-        if cells > MAX_CENTRED_VALUES {
-            return Err(StradsModelError::InvalidConfig(format!(
-                "fit_intercept: centring the {} x {} design would store {cells} values (at most {MAX_CENTRED_VALUES})",
-                x.n_rows,
-                x.n_columns()
-            ))
-            .into());
-        }
-        Ok((centred(&x, &means), y.iter().map(|v| v - y_mean).collect()))
+        let (_, y_mean) = column_means(&x, &y);
+        let y = y.iter().map(|v| v - y_mean).collect();
+        Ok((x, y))
     }
 
     /// The intercept of coefficients `b` fitted on the centred design:
@@ -396,6 +406,7 @@ impl LassoJob {
     pub fn resolve_lambda(&self, x: &SparseColumns, y: &[f32]) -> f32 {
         match self.lambda {
             Some(l) => l,
+            None if self.fit_intercept => (self.lambda_fraction * centred_lambda_max(x, y)) as f32,
             None => (self.lambda_fraction * lambda_max(x, y)) as f32,
         }
     }
@@ -563,15 +574,49 @@ pub fn lambda_max(x: &SparseColumns, y: &[f32]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The most values a centred design may hold (`fit_intercept`): 50 million, 400 MB.
-pub const MAX_CENTRED_VALUES: usize = 50_000_000;
+/// `max_j |(x_j - mean(x_j))^T y|` from the sparse columns: the smallest lambda with an
+/// all-zero solution of the centred problem (the same figure on a design that is already
+/// centred, whose means are zero).
+pub fn centred_lambda_max(x: &SparseColumns, y: &[f32]) -> f64 {
+    let n = x.n_rows.max(1) as f64;
+    let y_sum: f64 = y.iter().map(|&v| f64::from(v)).sum();
+    (0..x.n_columns())
+        .map(|j| {
+            let (rows, vals) = x.column(j);
+            let (mut dot, mut sum) = (0.0f64, 0.0f64);
+            for (&i, &v) in rows.iter().zip(vals) {
+                dot += f64::from(v) * f64::from(y[i as usize]);
+                sum += f64::from(v);
+            }
+            (dot - sum / n * y_sum).abs()
+        })
+        .fold(0.0, f64::max)
+}
+
+/// `||x_j||^2` for every column of `x`, of the centred column `x_j - mean(x_j)` with
+/// `centred` (computed from the stored non-zeros: `sum (x_ij - mu_j)^2` over them plus
+/// `mu_j^2` for every other row).
+pub fn design_sq_norms(x: &SparseColumns, centred: bool) -> Vec<f64> {
+    if !centred {
+        return x.column_sq_norms();
+    }
+    let n = x.n_rows.max(1) as f64;
+    (0..x.n_columns())
+        .map(|j| {
+            let vals = x.column(j).1;
+            let mu = vals.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+            let stored: f64 = vals.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
+            stored + (x.n_rows - vals.len()) as f64 * mu * mu
+        })
+        .collect()
+}
 
 /// Column means of `x` and the mean of `y` (f64 sums).
 /// The training data's column means and mean label: the intercept of coefficients `b`
 /// fitted on the centred design is `mean(y) - mean(X) . b`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InterceptTerms {
-    means: Vec<f32>,
+    means: Vec<f64>,
     y_mean: f32,
 }
 
@@ -582,26 +627,28 @@ impl InterceptTerms {
             .means
             .iter()
             .zip(b)
-            .map(|(m, &b)| f64::from(*m) * f64::from(b))
+            .map(|(m, &b)| m * f64::from(b))
             .sum();
         f64::from(self.y_mean) - dot
     }
 }
 
-fn column_means(x: &SparseColumns, y: &[f32]) -> (Vec<f32>, f32) {
+fn column_means(x: &SparseColumns, y: &[f32]) -> (Vec<f64>, f32) {
     let n = x.n_rows.max(1) as f64;
     let means = (0..x.n_columns())
         .map(|j| {
             let range = x.column_starts[j]..x.column_starts[j + 1];
-            (x.values[range].iter().map(|&v| f64::from(v)).sum::<f64>() / n) as f32
+            x.values[range].iter().map(|&v| f64::from(v)).sum::<f64>() / n
         })
         .collect();
     let y_mean = (y.iter().map(|&v| f64::from(v)).sum::<f64>() / n) as f32;
     (means, y_mean)
 }
 
-/// `x` minus its column means, every cell stored.
-fn centred(x: &SparseColumns, means: &[f32]) -> SparseColumns {
+/// `x` minus its column means, every cell stored: the old explicit centring, kept as the
+/// reference of the tests.
+#[cfg(test)]
+pub(crate) fn centred(x: &SparseColumns, means: &[f64]) -> SparseColumns {
     let (n, d) = (x.n_rows, x.n_columns());
     let mut values = Vec::with_capacity(n * d);
     let mut column = vec![0f32; n];
@@ -610,7 +657,7 @@ fn centred(x: &SparseColumns, means: &[f32]) -> SparseColumns {
         for k in x.column_starts[j]..x.column_starts[j + 1] {
             column[x.row_indices[k] as usize] = x.values[k];
         }
-        values.extend(column.iter().map(|v| v - m));
+        values.extend(column.iter().map(|&v| (f64::from(v) - m) as f32));
     }
     SparseColumns {
         n_rows: n,

@@ -87,10 +87,19 @@ impl StradsJob for LassoApp {
         shape: &JobShape,
     ) -> Result<StarHalf<CheckpointingWorker>, StradsError> {
         let mut rows = 0..0;
-        let (block, y_block) = job.load_rows(|n| {
-            rows = shape.share(n, index)?;
-            Ok(rows.clone())
-        })?;
+        let mut means = None;
+        let (block, y_block) = if job.fit_intercept {
+            // Implicit centring needs the whole design's column means.
+            let (x, y) = job.load()?;
+            rows = shape.share(x.n_rows, index)?;
+            means = job.design_means(&x);
+            (x.row_block(rows.clone()), y[rows.clone()].to_vec())
+        } else {
+            job.load_rows(|n| {
+                rows = shape.share(n, index)?;
+                Ok(rows.clone())
+            })?
+        };
         let slot = job.checkpoint_dir.clone().map(|dir| WorkerSlot {
             dir,
             index: index as u32,
@@ -99,7 +108,10 @@ impl StradsJob for LassoApp {
             n_features: block.n_columns(),
             block_fnv64: checkpoint::data_fingerprint(&block, &y_block),
         });
-        let state = LassoWorkerState::new(block, y_block)?;
+        let state = match means {
+            Some(means) => LassoWorkerState::centred(block, y_block, means)?,
+            None => LassoWorkerState::new(block, y_block)?,
+        };
         let worker = LassoWorker::with_schedulers(state, job.schedulers);
         tracing::debug!(worker = index, rows = ?rows, "lasso worker loaded");
         Ok(StarHalf(CheckpointingWorker::new(worker, slot)))

@@ -98,7 +98,7 @@ impl LassoScheduling {
         Ok(LassoScheduling {
             scheduler,
             coefficients: vec![0.0; x.n_columns()],
-            col_sq_norms: x.column_sq_norms(),
+            col_sq_norms: super::config::design_sq_norms(&x, job.fit_intercept),
             lambda,
             in_flight: VecDeque::new(),
             l1_after: vec![0.0],

@@ -157,3 +157,77 @@ fn libsvm_input_and_outputs() {
     let err = job.load().unwrap_err().to_string();
     assert!(err.contains(":2"), "{err}");
 }
+
+#[test]
+fn fit_intercept_on_a_cluster_centres_implicitly_and_matches_the_explicit_centring() {
+    // A sparse design with non-zero column means and labels far from zero.
+    let (n, d) = (60usize, 10usize);
+    let mut text = String::new();
+    let mut nnz = 0;
+    for i in 0..n {
+        let mut line = String::new();
+        let mut y = 20.0 + ((i * 5 % 7) as f64 - 3.0) * 0.3;
+        for j in 0..d {
+            if (i * 7 + j * 13 + i * j) % 3 == 0 {
+                let v = ((i * 3 + j * 5 + i * j) % 7 + 1) as f64;
+                line.push_str(&format!(" {}:{v}", j + 1));
+                y += [1.5, 0.0, 0.0, -2.0, 0.0, 0.7, 0.0, 0.0, 0.0, 0.0][j] * v;
+                nnz += 1;
+            }
+        }
+        text.push_str(&format!("{y}{line}\n"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("means.libsvm");
+    std::fs::write(&data, text).unwrap();
+    let job = LassoJob {
+        data: Some(data),
+        lambda: Some(5.0),
+        fit_intercept: true,
+        rho: None,
+        block_size: 2,
+        mode: ScheduleMode::Cyclic,
+        eval_every: 50,
+        max_rounds: 20_000,
+        // About what f32 coefficients can certify.
+        gap_tolerance: Some(1e-5),
+        ..LassoJob::default()
+    };
+    // Every node loads the design as stored: its non-zeros, nothing densified.
+    let (x, y_c) = job.load().unwrap();
+    assert_eq!(x.values.len(), nnz);
+    // The reference: the old path, the design centred explicitly (every cell stored).
+    let means = job.design_means(&x).unwrap();
+    let dense = super::config::centred(&x, &means);
+    assert_eq!(dense.values.len(), n * d);
+    let mut cd = crate::core::baseline::CyclicLasso::new(&dense, &y_c, 5.0).unwrap();
+    cd.solve(&crate::core::baseline::CdStop {
+        tolerance: 1e-14,
+        max_sweeps: 100_000,
+        target_objective: None,
+        active_set: true,
+    });
+    let reference = cd.coefficients();
+    let scale = reference.iter().fold(0.0f32, |m, b| m.max(b.abs()));
+    assert!(scale > 0.1, "{reference:?}");
+    let close = |b: &[f32], what: &str| {
+        for (got, want) in b.iter().zip(&reference) {
+            // f32 coefficients and an f32 explicitly centred design: 1e-5 of the largest.
+            assert!(
+                (got - want).abs() <= 1e-5 * scale,
+                "{what}: {b:?} vs {reference:?}"
+            );
+        }
+    };
+    let (b, m) = drive(&job, 2);
+    assert!(m.relative_gap() <= 1e-5, "{}", m.relative_gap());
+    close(&b, "one scheduler");
+    let multi = LassoJob {
+        schedulers: 2,
+        ..job.clone()
+    };
+    let (b, _) = multi::run_multi_without_actors(&multi, 2).unwrap();
+    close(&b, "two schedulers");
+    let baseline = baseline::run_baseline(&job).unwrap();
+    close(&baseline.coefficients, "baseline");
+}

@@ -50,14 +50,16 @@ impl LassoWorker {
     }
 
     /// Replaces the residual and scheduler 0's commit count (a restored checkpoint).
-    /// `sq_residual` is the saved running `||r||^2` (recomputed when absent).
+    /// `sq_residual` is the saved running `||r||^2` (recomputed when absent); `centring`
+    /// the saved running state of an implicitly centred worker.
     pub fn restore(
         &mut self,
         residual: Vec<f64>,
         applied: u64,
         sq_residual: Option<f64>,
+        centring: Option<[f64; 3]>,
     ) -> Result<(), StradsModelError> {
-        self.state.restore_residual(residual)?;
+        self.state.restore_residual(residual, centring)?;
         if let Some(sq) = sq_residual.filter(|sq| sq.is_finite() && *sq >= 0.0) {
             self.state.set_squared_residual(sq);
         }

@@ -35,8 +35,11 @@ use petrel_ml::topic::{DocumentPartition, LdaConfig, load_corpus, write_topic_fi
 mod scheduling;
 mod worker;
 
-pub use scheduling::LdaScheduling;
+pub use scheduling::{HeldoutFigures, LdaHeldout, LdaScheduling};
 pub use worker::{LdaWorkerApp, initial_ring_blocks};
+
+/// Fold-in sweeps of the held-out evaluation unless `heldout_sweeps` says otherwise.
+pub const DEFAULT_HELDOUT_SWEEPS: usize = 5;
 
 /// The scheduler's role.
 pub const SCHEDULER_ROLE: &str = "strads-lda-scheduler";
@@ -51,10 +54,18 @@ pub struct LdaJob {
     /// Without it: a corpus sampled from the LDA generative model.
     #[arg(long)]
     pub docword: Option<PathBuf>,
-    /// Held-out docword file (same vocabulary): when training ends, its perplexity by
-    /// document completion goes to metrics.json as `heldout_*`.
+    /// Held-out docword file (same vocabulary): its perplexity by document completion
+    /// ([`TopicModel::evaluate`](petrel_ml::model::TopicModel::evaluate)) goes to every
+    /// history record (step 0, the random initial assignments, then every pass) and to the
+    /// final figures as `heldout_*`.
     #[arg(long)]
     pub test_data: Option<PathBuf>,
+    /// Fold-in Gibbs sweeps per test document of the held-out evaluation (history and
+    /// final figures alike; the first half burns in). 5 by default, so that scoring a test
+    /// set a tenth the size of the training set costs about a fifth of a training pass;
+    /// `petrel eval` uses 50 (raise this for a lower-variance figure).
+    #[arg(long, default_value_t = DEFAULT_HELDOUT_SWEEPS)]
+    pub heldout_sweeps: usize,
     /// UCI vocab file (one word per line) for readable topics.
     #[arg(long)]
     pub vocab: Option<PathBuf>,
@@ -103,6 +114,7 @@ impl Default for LdaJob {
         LdaJob {
             docword: None,
             test_data: None,
+            heldout_sweeps: DEFAULT_HELDOUT_SWEEPS,
             vocab: None,
             synthetic: LdaCorpusParams::default(),
             n_topics: 20,
@@ -131,6 +143,7 @@ impl LdaJob {
         c.positive("alpha", self.alpha);
         c.positive("beta", self.beta);
         c.at_least("iterations", self.iterations, 1);
+        c.at_least("heldout_sweeps", self.heldout_sweeps, 1);
         c.at_least("top_words", self.top_words, 1);
         c.at_least("timeout_s", self.timeout_s, 1);
         c.require(
@@ -227,6 +240,9 @@ pub enum LdaPartial {
         /// With `report` (the block's last visit of a pass): the block's share of the word
         /// half of the log-likelihood.
         word_log_likelihood: Option<f64>,
+        /// With `report` and a test set: a copy of the block as the pass leaves it, for the
+        /// scheduler's held-out evaluation.
+        snapshot: Option<WordTopicBlock>,
         /// Tokens sampled.
         tokens: u64,
     },
@@ -269,8 +285,18 @@ pub fn write_outputs(
     sched: &LdaScheduling,
     job: &LdaJob,
 ) -> Result<(), StradsError> {
-    let mut run = lda_run_metrics("lda", sched.metrics(), job, sched.metrics());
+    let mut run = lda_run_metrics(
+        "lda",
+        sched.metrics(),
+        sched.heldout_trace(),
+        job,
+        sched.metrics(),
+    );
     run.check_finite("check alpha and beta")?;
+    if job.test_data.is_some() {
+        // What the held-out history cost (every pass end, the scheduler's thread).
+        run.finals(&[("test_set_scoring_s", sched.heldout_seconds())]);
+    }
     let top = job.top_words;
     // Only the vocabulary is read from the corpus here.
     let words = Corpus {
@@ -289,29 +315,37 @@ pub fn write_outputs(
         job.beta,
         sched.vocab.clone(),
     );
-    saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
+    // The history's estimator (same sweeps and seed): the last record is these figures.
+    saved.add_heldout_with(
+        &mut run,
+        job.test_data.as_deref(),
+        job.heldout_sweeps,
+        job.seed,
+    )?;
     crate::kit::write_saved_model(dir, &saved)?;
     crate::kit::write_run_metrics(dir, &run)
 }
 
-/// The one metrics format of an LDA run: a record per pass (log-likelihood per token);
-/// a Gibbs sampler runs its `iterations` passes (no convergence test).
+/// The one metrics format of an LDA run: a record per pass (log-likelihood per token,
+/// and the held-out figures `heldout` has for that pass); a Gibbs sampler runs its
+/// `iterations` passes (no convergence test).
 pub fn lda_run_metrics(
     app: &str,
     lda: &petrel_ml::topic::LdaMetrics,
+    heldout: &std::collections::BTreeMap<usize, HeldoutFigures>,
     settings: &impl Serialize,
     details: &impl Serialize,
 ) -> petrel_ml::job::RunMetrics {
     let mut m = petrel_ml::job::RunMetrics::new(app, settings, details, lda.elapsed_s);
     for p in &lda.loglik {
-        m.record(
-            p.iteration as u64,
-            p.elapsed_s,
-            &[
-                ("loglik_per_token", p.loglik_per_token),
-                ("tokens_sampled", p.tokens_sampled as f64),
-            ],
-        );
+        let mut values = vec![
+            ("loglik_per_token", p.loglik_per_token),
+            ("tokens_sampled", p.tokens_sampled as f64),
+        ];
+        if let Some(h) = heldout.get(&p.iteration) {
+            values.extend(h.iter().map(|(k, v)| (k.as_str(), *v)));
+        }
+        m.record(p.iteration as u64, p.elapsed_s, &values);
     }
     m.finals(&[
         ("loglik_per_token", lda.final_loglik_per_token),
@@ -353,7 +387,8 @@ impl StradsJob for LdaApp {
     fn scheduler(job: &LdaJob, shape: &JobShape) -> Result<LdaScheduling, StradsError> {
         let corpus = job.load()?;
         let layout = LdaLayout::new(&corpus, shape.workers);
-        Ok(LdaScheduling::new(&corpus, &layout, job, shape.workers))
+        let heldout = LdaHeldout::of(job, corpus.vocab_size)?;
+        Ok(LdaScheduling::new(&corpus, &layout, job, shape.workers).with_heldout(heldout))
     }
 
     fn worker(
@@ -363,7 +398,8 @@ impl StradsJob for LdaApp {
     ) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
         let corpus = job.load()?;
         let layout = LdaLayout::new(&corpus, shape.workers);
-        let worker = LdaWorkerApp::new(index, &corpus, &layout, &job.config(shape.workers))?;
+        let worker = LdaWorkerApp::new(index, &corpus, &layout, &job.config(shape.workers))?
+            .with_snapshots(job.test_data.is_some());
         Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)))
     }
 

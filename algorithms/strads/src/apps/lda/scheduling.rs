@@ -12,6 +12,67 @@ use crate::kit::encoded_len;
 use petrel_ml::data::Corpus;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint, joint_log_likelihood, topic_word_matrix};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Held-out figures by name (`heldout_perplexity`, `heldout_loglik_per_token`).
+pub type HeldoutFigures = BTreeMap<String, f64>;
+
+/// The test corpus of an LDA job and how it is scored: document completion
+/// ([`TopicModel::evaluate`](petrel_ml::model::TopicModel::evaluate)) with
+/// `heldout_sweeps` fold-in sweeps and the job's seed, the estimator of the final figures.
+#[derive(Debug, Clone)]
+pub struct LdaHeldout {
+    corpus: Corpus,
+    sweeps: usize,
+    seed: u64,
+    alpha: f64,
+}
+
+impl LdaHeldout {
+    /// The job's test corpus (`None` without `test_data`), read once and checked against
+    /// the training vocabulary of `vocab_size` words (the final evaluation's check).
+    pub fn of(
+        job: &LdaJob,
+        vocab_size: usize,
+    ) -> Result<Option<LdaHeldout>, crate::error::StradsError> {
+        let Some(path) = &job.test_data else {
+            return Ok(None);
+        };
+        let corpus = petrel_ml::data::load_bow(path, None)?;
+        let shape = petrel_ml::model::TopicModel {
+            alpha: job.alpha,
+            beta: job.beta,
+            topic_word: vec![vec![0.0; vocab_size]],
+            vocab: None,
+        };
+        shape
+            .check_corpus(&corpus, path)
+            .map_err(petrel_ml::data::DataError::from)?;
+        Ok(Some(LdaHeldout {
+            corpus,
+            sweeps: job.heldout_sweeps,
+            seed: job.seed,
+            alpha: job.alpha,
+        }))
+    }
+
+    /// The figures of the topic-word distributions `phi` (`K x V`).
+    pub fn figures(&self, phi: &ndarray::Array2<f64>, beta: f64) -> HeldoutFigures {
+        let model = petrel_ml::model::TopicModel {
+            alpha: self.alpha,
+            beta,
+            topic_word: phi.rows().into_iter().map(|r| r.to_vec()).collect(),
+            vocab: None,
+        };
+        let figures = model.evaluate(&self.corpus, self.sweeps, self.seed);
+        petrel_ml::model::heldout_names(
+            figures,
+            &["uniform_perplexity", "documents", "scored_tokens"],
+        )
+        .into_iter()
+        .collect()
+    }
+}
 
 /// What a round checkpoint holds of an [`LdaScheduling`]: where the rotation is, the topic
 /// totals and the metrics so far (the blocks come back only in the final Collect round).
@@ -22,6 +83,10 @@ struct LdaSchedulingState {
     t: usize,
     init_end_s: f64,
     metrics: LdaMetrics,
+    #[serde(default)]
+    heldout_trace: BTreeMap<usize, HeldoutFigures>,
+    #[serde(default)]
+    heldout_s: f64,
 }
 
 /// Scheduler half: the rotation plan and the topic totals. The word-topic blocks stay
@@ -41,6 +106,12 @@ pub struct LdaScheduling {
     metrics: LdaMetrics,
     /// The words (when a vocabulary was read), for `topics.txt`.
     pub(super) vocab: Option<Vec<String>>,
+    /// The test set scored at the end of every pass (with `test_data`).
+    heldout: Option<LdaHeldout>,
+    /// Held-out figures by pass (0 = the initial assignments).
+    heldout_trace: BTreeMap<usize, HeldoutFigures>,
+    /// Seconds spent scoring the test set.
+    heldout_s: f64,
 }
 
 impl LdaScheduling {
@@ -76,7 +147,27 @@ impl LdaScheduling {
                 rounds: 0,
             },
             vocab: corpus.vocab.clone(),
+            heldout: None,
+            heldout_trace: BTreeMap::new(),
+            heldout_s: 0.0,
         }
+    }
+
+    /// Scores `heldout` at the end of every pass (the workers must send block snapshots:
+    /// [`LdaWorkerApp::with_snapshots`](super::LdaWorkerApp::with_snapshots)).
+    pub fn with_heldout(mut self, heldout: Option<LdaHeldout>) -> Self {
+        self.heldout = heldout;
+        self
+    }
+
+    /// Held-out figures by pass (0 = the random initial assignments).
+    pub fn heldout_trace(&self) -> &BTreeMap<usize, HeldoutFigures> {
+        &self.heldout_trace
+    }
+
+    /// Seconds spent scoring the test set so far.
+    pub fn heldout_seconds(&self) -> f64 {
+        self.heldout_s
     }
 
     /// Records the bytes the scheduler node moved during the run.
@@ -190,6 +281,7 @@ impl Schedule<LdaApp> for LdaScheduling {
         let mut doc_ll = 0.0;
         let mut word_ll = vec![0.0; p];
         let mut reported = 0;
+        let mut snapshots = Vec::new();
         for (w, partial) in partials.into_iter().enumerate() {
             let expected = self.schedule.block_held(w, self.t);
             let LdaPartial::Visited {
@@ -198,6 +290,7 @@ impl Schedule<LdaApp> for LdaScheduling {
                 doc_log_likelihood,
                 word_log_likelihood,
                 tokens,
+                snapshot,
             } = partial
             else {
                 return Err(StradsModelError::protocol(format!(
@@ -224,6 +317,14 @@ impl Schedule<LdaApp> for LdaScheduling {
                 reported += 1;
             }
             self.metrics.tokens_sampled += tokens;
+            if let Some(b) = snapshot {
+                if b.block != expected || b.word_ids.len() != b.rows.len() {
+                    return Err(StradsModelError::protocol(format!(
+                        "worker {w}: malformed snapshot of block {expected}"
+                    )));
+                }
+                snapshots.push(b);
+            }
         }
         let now = elapsed.as_secs_f64();
         self.metrics.elapsed_s = now;
@@ -250,6 +351,27 @@ impl Schedule<LdaApp> for LdaScheduling {
             });
             self.metrics.final_loglik_per_token = ll;
             tracing::debug!(iteration = self.pass, ll, "lda pass");
+            if let Some(h) = &self.heldout {
+                if snapshots.len() != p {
+                    return Err(StradsModelError::protocol(format!(
+                        "{} of {p} workers sent their block for the held-out evaluation",
+                        snapshots.len()
+                    )));
+                }
+                let started = std::time::Instant::now();
+                let phi = topic_word_matrix(
+                    snapshots
+                        .iter()
+                        .flat_map(|b| b.word_ids.iter().copied().zip(&b.rows)),
+                    &self.topic_totals,
+                    self.vocab_size,
+                    self.beta,
+                );
+                let figures = h.figures(&phi, self.beta);
+                self.heldout_s += started.elapsed().as_secs_f64();
+                tracing::debug!(iteration = self.pass, ?figures, "lda held-out");
+                self.heldout_trace.insert(self.pass, figures);
+            }
         }
         self.metrics.sampling_s = (now - self.init_end_s).max(0.0);
         if self.metrics.sampling_s > 0.0 {
@@ -278,6 +400,8 @@ impl Schedule<LdaApp> for LdaScheduling {
             t: self.t,
             init_end_s: self.init_end_s,
             metrics: self.metrics.clone(),
+            heldout_trace: self.heldout_trace.clone(),
+            heldout_s: self.heldout_s,
         })
     }
 
@@ -306,6 +430,8 @@ impl Schedule<LdaApp> for LdaScheduling {
         self.t = s.t;
         self.init_end_s = s.init_end_s;
         self.metrics = s.metrics;
+        self.heldout_trace = s.heldout_trace;
+        self.heldout_s = s.heldout_s;
         Ok(())
     }
 }

@@ -16,6 +16,8 @@ pub struct LdaWorkerApp {
     n_topics: usize,
     beta: f64,
     tokens_per_block: Vec<u64>,
+    /// Attach a copy of the block to every report (the scheduler scores a test set).
+    snapshots: bool,
 }
 
 impl LdaWorkerApp {
@@ -39,7 +41,16 @@ impl LdaWorkerApp {
             n_topics: config.n_topics,
             beta: config.beta,
             tokens_per_block,
+            snapshots: false,
         })
+    }
+
+    /// With `on`, every report (a block's last visit of a pass) carries a copy of the
+    /// block as the pass leaves it: the scheduler's held-out evaluation needs the whole
+    /// word-topic table at every pass end.
+    pub fn with_snapshots(mut self, on: bool) -> Self {
+        self.snapshots = on;
+        self
     }
 }
 
@@ -122,6 +133,7 @@ impl RingPush<LdaApp> for LdaWorkerApp {
             // driver's initial tables.
             block.canonicalize();
         }
+        let snapshot = (report && self.snapshots).then(|| block.clone());
         Ok(RingOutput {
             partial: LdaPartial::Visited {
                 block: expected,
@@ -129,6 +141,7 @@ impl RingPush<LdaApp> for LdaWorkerApp {
                 doc_log_likelihood: report.then(|| self.worker.log_likelihood_part()),
                 word_log_likelihood,
                 tokens,
+                snapshot,
             },
             block: BlockFate::PassTo {
                 worker: pass_to,

@@ -245,3 +245,125 @@ fn logistic_reaches_the_optimality_conditions_and_beats_the_bound_steps() {
     let strads_final = strads.objective_per_round.last().copied().unwrap();
     assert!(report.objective <= strads_final + 1e-9 * strads_final.abs());
 }
+
+/// A sparse design whose columns have non-zero means (values 1..7 on about a third of the
+/// rows; no two columns alike, so the solution is unique), and labels far from zero.
+fn sparse_with_means() -> (SparseColumns, Vec<f32>) {
+    let (n, d) = (60usize, 10usize);
+    let mut dense = ndarray::Array2::<f32>::zeros((n, d));
+    for i in 0..n {
+        for j in 0..d {
+            if (i * 7 + j * 13 + i * j) % 3 == 0 {
+                dense[[i, j]] = ((i * 3 + j * 5 + i * j) % 7 + 1) as f32;
+            }
+        }
+    }
+    let y: Vec<f32> = (0..n)
+        .map(|i| {
+            20.0 + 1.5 * dense[[i, 0]] - 2.0 * dense[[i, 3]] + ((i * 5 % 7) as f32 - 3.0) * 0.3
+        })
+        .collect();
+    (SparseColumns::from_dense(&dense), y)
+}
+
+/// The old path, kept as the reference: the design centred explicitly (every cell stored,
+/// in f64) and solved by plain cyclic coordinate descent to machine precision.
+fn explicitly_centred_reference(x: &SparseColumns, y: &[f32], lambda: f64) -> Vec<f64> {
+    let (n, d) = (x.n_rows, x.n_columns());
+    let mut columns = vec![vec![0.0f64; n]; d];
+    for (j, column) in columns.iter_mut().enumerate() {
+        let (rows, vals) = x.column(j);
+        for (&i, &v) in rows.iter().zip(vals) {
+            column[i as usize] = f64::from(v);
+        }
+        let mean = column.iter().sum::<f64>() / n as f64;
+        column.iter_mut().for_each(|v| *v -= mean);
+    }
+    let y_mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;
+    let mut r: Vec<f64> = y.iter().map(|&v| f64::from(v) - y_mean).collect();
+    let mut b = vec![0.0f64; d];
+    for _ in 0..100_000 {
+        let mut largest = 0.0f64;
+        for j in 0..d {
+            let norm: f64 = columns[j].iter().map(|v| v * v).sum();
+            if norm <= 0.0 {
+                continue; // an empty column stays at zero
+            }
+            let dot: f64 = columns[j].iter().zip(&r).map(|(a, b)| a * b).sum();
+            let new = soft_threshold(dot + norm * b[j], lambda) / norm;
+            let delta = new - b[j];
+            columns[j]
+                .iter()
+                .zip(r.iter_mut())
+                .for_each(|(a, r)| *r -= a * delta);
+            b[j] = new;
+            largest = largest.max(delta.abs());
+        }
+        if largest < 1e-15 {
+            break;
+        }
+    }
+    b
+}
+
+#[test]
+fn implicit_centring_solves_the_explicitly_centred_problem_without_densifying() {
+    let (x, y) = sparse_with_means();
+    let n = x.n_rows as f64;
+    let y_mean = (y.iter().map(|&v| f64::from(v)).sum::<f64>() / n) as f32;
+    let y_c: Vec<f32> = y.iter().map(|v| v - y_mean).collect();
+    for lambda in [0.5f32, 5.0, 40.0] {
+        let mut cd = CyclicLasso::centred(&x, &y_c, lambda).unwrap();
+        let stop = CdStop {
+            tolerance: 1e-15,
+            max_sweeps: 100_000,
+            target_objective: None,
+            active_set: true,
+        };
+        cd.solve(&stop);
+        // The solver holds the design as given: the stored non-zeros, nothing more.
+        assert_eq!(cd.x.values.len(), x.values.len());
+        assert_eq!(cd.residual.len(), x.n_rows);
+        let reference = explicitly_centred_reference(&x, &y_c, f64::from(lambda));
+        let scale = reference.iter().fold(0.0f64, |m, b| m.max(b.abs()));
+        assert!(scale > 0.1, "lambda {lambda}: {reference:?}");
+        for (got, want) in cd.coefficients.iter().zip(&reference) {
+            assert!(
+                (got - want).abs() <= 1e-9 * scale,
+                "lambda {lambda}: {:?} vs {reference:?}",
+                cd.coefficients
+            );
+        }
+        // scikit-learn's conditions for fit_intercept=True on the original design: with
+        // b0 = mean(y) - mean(X) . b the residual y - X b - b0 sums to zero, and
+        // |x_j^T r| <= lambda, with equality and the sign of b_j where b_j != 0.
+        let b = &cd.coefficients;
+        let means: Vec<f64> = (0..x.n_columns())
+            .map(|j| x.column(j).1.iter().map(|&v| f64::from(v)).sum::<f64>() / n)
+            .collect();
+        let y_mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+        let b0 = y_mean - means.iter().zip(b).map(|(m, b)| m * b).sum::<f64>();
+        let mut r: Vec<f64> = y.iter().map(|&v| f64::from(v) - b0).collect();
+        for (j, bj) in b.iter().enumerate() {
+            let (rows, vals) = x.column(j);
+            for (&i, &v) in rows.iter().zip(vals) {
+                r[i as usize] -= f64::from(v) * bj;
+            }
+        }
+        assert!(r.iter().sum::<f64>().abs() < 1e-8, "lambda {lambda}");
+        let lambda = f64::from(lambda);
+        for (j, bj) in b.iter().enumerate() {
+            let (rows, vals) = x.column(j);
+            let g: f64 = rows
+                .iter()
+                .zip(vals)
+                .map(|(&i, &v)| f64::from(v) * r[i as usize])
+                .sum();
+            if *bj != 0.0 {
+                assert!((g - lambda * bj.signum()).abs() < 1e-7, "{j}: {g} {bj}");
+            } else {
+                assert!(g.abs() <= lambda + 1e-7, "{j}: {g}");
+            }
+        }
+    }
+}

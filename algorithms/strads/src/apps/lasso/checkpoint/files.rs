@@ -407,4 +407,8 @@ pub(super) struct WorkerSnapshot {
     /// absent in older files, then recomputed from the residual.
     #[serde(default)]
     pub(super) sq_residual: Option<f64>,
+    /// With implicit centring (`fit_intercept`), the running `[offset, sum(s), ||s||^2]`
+    /// beside the stored part `residual` (so a resumed run continues bit for bit).
+    #[serde(default)]
+    pub(super) centring: Option<[f64; 3]>,
 }

@@ -250,6 +250,7 @@ impl CheckpointingWorker {
             applied,
             residual: self.inner.state().residual().to_vec(),
             sq_residual: Some(self.inner.state().squared_residual()),
+            centring: self.inner.state().centring_state(),
         };
         let bytes = rmp_serde::to_vec(&snap)?;
         durable::create_dir(&slot.dir)?;
@@ -300,7 +301,7 @@ impl CheckpointingWorker {
             ));
         }
         self.inner
-            .restore(snap.residual, snap.applied, snap.sq_residual)
+            .restore(snap.residual, snap.applied, snap.sq_residual, snap.centring)
             .map_err(|e| invalid(&path, e.to_string()))?;
         Ok(ControlReply::Restored {
             round,

@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use super::slice::SliceScheduling;
-use super::sync::{LeadBook, SyncCore, SyncDecision, SyncReport};
+use super::sync::{LeadBook, LeadStart, SyncDecision, SyncReport, lead_start};
 use super::{MultiSchedulerError, assign_schedulers, build_schedulers};
 use crate::apps::lasso::WORKER_ROLE;
 use crate::apps::lasso::config::LassoJob;
@@ -104,10 +104,11 @@ async fn run_node_schedulers(
     let n_workers = workers.len();
     let loader = job.clone();
     let indices = mine.clone();
-    let (n_samples, ranges, apps) = crate::kit::off_loop(move || {
+    let (n_samples, ranges, apps, start) = crate::kit::off_loop(move || {
         let (x, y) = loader.load()?;
         let (ranges, apps) = build_schedulers(&x, &y, &loader, n_workers, &indices)?;
-        Ok((x.n_rows, ranges, apps))
+        let start = lead_start(&x, &y, &loader, &indices)?;
+        Ok((x.n_rows, ranges, apps, start))
     })
     .await?;
     for app in &apps {
@@ -129,17 +130,22 @@ async fn run_node_schedulers(
     ctx.barrier(&ready_barrier::<LassoApp>()).await?;
     let set = WorkerSet::<LassoApp>::resolve(&ctx.node, &workers, WORKER_ROLE)?;
     let mut inbox = inbox;
+    let mut start = Some(start);
     let set = &set;
     let runs = apps.into_iter().map(|app| {
         let job = job.clone();
         let ctx = ctx.clone();
         let lead_node = owners[0].clone();
         let rx = if app.index() == 0 { inbox.take() } else { None };
+        let start = if app.index() == 0 { start.take() } else { None };
         let ranges = ranges.clone();
         async move {
             let s = app.index();
             let r = match rx {
-                Some(rx) => lead_loop(app, set, job, rx, ranges, n_workers, n_samples).await,
+                Some(rx) => {
+                    let book = (ranges, n_workers, n_samples, start.unwrap_or((None, None)));
+                    lead_loop(app, set, job, rx, book).await
+                }
                 None => follower_loop(app, set, job, &ctx, &lead_node).await,
             };
             if let Err(e) = &r {
@@ -167,20 +173,13 @@ async fn lead_loop(
     set: &WorkerSet<LassoApp>,
     job: LassoJob,
     mut rx: mpsc::UnboundedReceiver<(SyncReport, oneshot::Sender<SyncDecision>)>,
-    ranges: Vec<Range<usize>>,
-    workers: usize,
-    n_samples: usize,
+    (ranges, workers, n_samples, start): (Vec<Range<usize>>, usize, usize, LeadStart),
 ) -> Result<(), StradsError> {
     let opts = options(&job, 0);
     let started = Instant::now();
     let wait = sync_timeout(&job);
-    let mut book = LeadBook {
-        core: SyncCore::new(ranges),
-        evaluations: Vec::new(),
-        job: job.clone(),
-        workers,
-        n_samples,
-    };
+    let (heldout, zero) = start;
+    let mut book = LeadBook::new(ranges, &job, workers, n_samples, heldout, zero);
     let mut next = 0u64;
     loop {
         app.begin_segment();

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::build_schedulers;
-use super::sync::{LeadBook, MultiLassoMetrics, SyncCore};
+use super::sync::{LeadBook, MultiLassoMetrics, lead_start};
 use crate::apps::lasso::config::LassoJob;
 use crate::apps::lasso::worker::LassoWorker;
 use crate::core::lasso::LassoWorkerState;
@@ -22,20 +22,20 @@ pub fn run_multi_without_actors(
     let (x, y) = job.load()?;
     let all: Vec<usize> = (0..job.schedulers).collect();
     let (ranges, mut apps) = build_schedulers(&x, &y, job, workers, &all)?;
+    let means = job.design_means(&x);
     let mut ws = crate::core::split_evenly(x.n_rows, workers)
         .into_iter()
         .map(|r| {
-            LassoWorkerState::new(x.row_block(r.clone()), y[r].to_vec())
-                .map(|st| LassoWorker::with_schedulers(st, job.schedulers))
+            let (block, y_block) = (x.row_block(r.clone()), y[r].to_vec());
+            match &means {
+                Some(m) => LassoWorkerState::centred(block, y_block, m.clone()),
+                None => LassoWorkerState::new(block, y_block),
+            }
+            .map(|st| LassoWorker::with_schedulers(st, job.schedulers))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut book = LeadBook {
-        core: SyncCore::new(ranges),
-        evaluations: Vec::new(),
-        job: job.clone(),
-        workers,
-        n_samples: x.n_rows,
-    };
+    let (heldout, zero) = lead_start(&x, &y, job, &all)?;
+    let mut book = LeadBook::new(ranges, job, workers, x.n_rows, heldout, zero);
     let mut next = vec![0u64; apps.len()];
     loop {
         for (app, next) in apps.iter_mut().zip(next.iter_mut()) {

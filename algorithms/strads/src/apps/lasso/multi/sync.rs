@@ -7,8 +7,14 @@ use std::time::Duration;
 use super::MultiSchedulerError;
 use super::slice::SliceScheduling;
 use crate::apps::lasso::config::LassoJob;
-use crate::apps::lasso::metrics::{EvalNumbers, Evaluation, LassoMetrics};
+use crate::apps::lasso::heldout::LinearHeldout;
+use crate::apps::lasso::metrics::{EvalNumbers, Evaluation, LassoMetrics, combine_evaluation};
+use crate::apps::lasso::wire::LassoPartial;
+use crate::core::StradsModelError;
+use crate::error::StradsError;
 use petrel_messages::tensor::f32_bytes;
+use petrel_ml::data::SparseColumns;
+use petrel_ml::model::LinearTask;
 use serde::{Deserialize, Serialize};
 
 /// Follower -> lead at the end of an epoch (follower drained and flushed).
@@ -264,9 +270,101 @@ pub(super) struct LeadBook {
     pub(super) job: LassoJob,
     pub(super) workers: usize,
     pub(super) n_samples: usize,
+    /// The test set scored at every evaluation (with `test_data`).
+    pub(super) heldout: Option<LinearHeldout>,
+}
+
+/// The evaluation of the all-zero model on `(x, y)` (residual `y`), computed from the data
+/// by the formulas of the workers' evaluation: the step-0 record of a multi-scheduler run.
+pub(super) fn zero_model_evaluation(
+    x: &SparseColumns,
+    y: &[f32],
+    lambda: f32,
+    centred: bool,
+) -> Result<EvalNumbers, StradsModelError> {
+    let yy: f64 = y.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let y_sum: f64 = y.iter().map(|&v| f64::from(v)).sum();
+    let n = x.n_rows.max(1) as f64;
+    let x_t_residual = (0..x.n_columns())
+        .map(|j| {
+            let (rows, vals) = x.column(j);
+            let (mut dot, mut sum) = (0.0f64, 0.0f64);
+            for (&i, &v) in rows.iter().zip(vals) {
+                dot += f64::from(v) * f64::from(y[i as usize]);
+                sum += f64::from(v);
+            }
+            // The centred column's: (x_j - mu_j 1)^T y.
+            if centred { dot - sum / n * y_sum } else { dot }
+        })
+        .collect();
+    let partial = LassoPartial::Eval {
+        x_t_residual,
+        yy,
+        yr: yy,
+        rr: yy,
+        applied: 0,
+    };
+    let zero = vec![0.0f32; x.n_columns()];
+    Ok(combine_evaluation(&[partial], &zero, lambda)?.0)
+}
+
+/// What the lead scores its history with: the test set and the step-0 evaluation (both
+/// `None` without `test_data`, or on a node without the lead).
+pub(super) type LeadStart = (Option<LinearHeldout>, Option<EvalNumbers>);
+
+/// The [`LeadStart`] of the schedulers `indices` of `job` on `(x, y)`.
+pub(super) fn lead_start(
+    x: &SparseColumns,
+    y: &[f32],
+    job: &LassoJob,
+    indices: &[usize],
+) -> Result<LeadStart, StradsError> {
+    if !indices.contains(&0) || job.test_data.is_none() {
+        return Ok((None, None));
+    }
+    let lambda = job.resolve_lambda(x, y);
+    let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
+    Ok((
+        heldout,
+        Some(zero_model_evaluation(x, y, lambda, job.fit_intercept)?),
+    ))
 }
 
 impl LeadBook {
+    /// The lead's book; with a test set, its history starts with the untrained model
+    /// (`start`, the [`zero_model_evaluation`]) at step 0.
+    pub(super) fn new(
+        ranges: Vec<Range<usize>>,
+        job: &LassoJob,
+        workers: usize,
+        n_samples: usize,
+        heldout: Option<LinearHeldout>,
+        start: Option<EvalNumbers>,
+    ) -> Self {
+        let mut evaluations = Vec::new();
+        if let (Some(h), Some(e)) = (&heldout, start) {
+            let zero = vec![0.0f32; ranges.last().map_or(0, |r| r.end)];
+            evaluations.push(Evaluation {
+                round: 0,
+                updates: 0,
+                elapsed_s: 0.0,
+                objective: e.objective,
+                kkt_violation: e.kkt_violation,
+                duality_gap: e.duality_gap,
+                nonzeros: 0,
+                heldout: h.figures(&zero, &Default::default(), 0.0),
+            });
+        }
+        LeadBook {
+            core: SyncCore::new(ranges),
+            evaluations,
+            job: job.clone(),
+            workers,
+            n_samples,
+            heldout,
+        }
+    }
+
     /// The model to evaluate: the lead's own slice plus the reports.
     pub(super) fn assemble(&self, lead: &SliceScheduling) -> Vec<f32> {
         let mut b = vec![0.0f32; lead.n_features];
@@ -306,8 +404,11 @@ impl LeadBook {
             kkt_violation: eval.kkt_violation,
             duality_gap: eval.duality_gap,
             nonzeros: eval.nonzeros,
-            // Held-out figures of a multi-scheduler run are only the final ones.
-            heldout: Default::default(),
+            heldout: self
+                .heldout
+                .as_ref()
+                .map(|h| h.figures(lead.evaluated_model(), &Default::default(), eval.l1))
+                .unwrap_or_default(),
         });
         lead.apply_decision(&d);
         Ok(d)
