@@ -493,6 +493,50 @@ fn child_process(parent: u32, name: &str) -> Option<u32> {
     None
 }
 
+/// Waits (up to `limit`) until `checkpointed()` holds, then SIGKILLs the node process
+/// `node` of the job `child` and returns the job's output once it has exited.
+fn kill_node_after_a_checkpoint(
+    child: std::process::Child,
+    node: &str,
+    limit: Duration,
+    checkpointed: impl Fn() -> bool,
+) -> std::process::Output {
+    let started = Instant::now();
+    while !checkpointed() {
+        assert!(started.elapsed() < limit, "no checkpoint before the kill");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = child_process(child.id(), node).expect("the node's process");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success(),
+        "{node} was gone before the kill"
+    );
+    child.wait_with_output().unwrap()
+}
+
+/// Asserts that a job finished after one restart that resumed from a checkpoint, and
+/// returns the checkpoint's `unit` number (stdout: `… resumes from the newest checkpoint
+/// (<unit> N)`) with the stdout.
+fn resumed_after_one_restart(out: &std::process::Output, unit: &str) -> (u64, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("after 1 restart"), "{stdout}");
+    let at = stdout
+        .split_once(&format!("resumes from the newest checkpoint ({unit} "))
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("the restart did not resume: {stdout}"));
+    (at, stdout)
+}
+
 /// A bad `[app.*]` value or a misspelt section fails `petrel run` before any node starts,
 /// with one error line that names the section and the valid values.
 #[test]
@@ -1039,38 +1083,14 @@ fn logistic_strads_mf_and_lda_resume_from_a_checkpoint_after_a_killed_worker() {
         );
 
         let killed = dir.path().join(format!("{app}-killed"));
-        let child = train(&killed, "2").spawn().unwrap();
         let ckpt = killed.join("checkpoints");
-        let started = Instant::now();
-        while petrel::recovery::newest_checkpoint_round(&ckpt).is_none() {
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "{app}: no checkpoint"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let pid = child_process(child.id(), "w1").expect("the worker's process");
-        assert!(
-            Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status()
-                .unwrap()
-                .success(),
-            "{app}: w1 was gone before the kill"
+        let out = kill_node_after_a_checkpoint(
+            train(&killed, "2").spawn().unwrap(),
+            "w1",
+            Duration::from_secs(120),
+            || petrel::recovery::newest_checkpoint_round(&ckpt).is_some(),
         );
-        let out = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{app}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(stdout.contains("after 1 restart"), "{app}: {stdout}");
-        let resumed_round: u64 = stdout
-            .split_once("resumes from the newest checkpoint (round ")
-            .and_then(|(_, rest)| rest.split_once(')'))
-            .and_then(|(round, _)| round.parse().ok())
-            .unwrap_or_else(|| panic!("{app}: the restart did not resume: {stdout}"));
+        let (resumed_round, stdout) = resumed_after_one_restart(&out, "round");
         assert!(resumed_round > 0, "{app}: {stdout}");
         for file in files {
             assert!(
@@ -1145,38 +1165,14 @@ fn train_p3_restarts_after_a_killed_worker_and_saves_the_uninterrupted_model() {
         "a fresh run checkpoints"
     );
 
-    let child = train("killed", "2").spawn().unwrap();
     let ckpt = dir.path().join("killed").join("checkpoints");
-    let started = Instant::now();
-    while petrel::recovery::newest_checkpoint_round(&ckpt).is_none() {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let pid = child_process(child.id(), "w1").expect("the worker's process");
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success(),
-        "w1 was gone before the kill"
+    let out = kill_node_after_a_checkpoint(
+        train("killed", "2").spawn().unwrap(),
+        "w1",
+        Duration::from_secs(120),
+        || petrel::recovery::newest_checkpoint_round(&ckpt).is_some(),
     );
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("after 1 restart"), "{stdout}");
-    let resumed_round: u64 = stdout
-        .split_once("resumes from the newest checkpoint (round ")
-        .and_then(|(_, rest)| rest.split_once(')'))
-        .and_then(|(round, _)| round.parse().ok())
-        .unwrap_or_else(|| panic!("the restart did not resume: {stdout}"));
+    let (resumed_round, stdout) = resumed_after_one_restart(&out, "round");
     assert!(
         resumed_round >= 4 && resumed_round.is_multiple_of(4),
         "{stdout}"
@@ -1331,60 +1327,28 @@ fn ps_job_restarts_after_a_killed_worker(
         "a fresh run checkpoints"
     );
 
-    let child = train("killed", "2").spawn().unwrap();
     let ckpt = dir.path().join("killed").join("checkpoints");
-    let started = Instant::now();
-    while petrel::ps::checkpoint::job_manifest_clocks(&ckpt).map_or(true, |c| c.is_empty()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let pid = child_process(child.id(), "worker-1").expect("the worker's process");
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success(),
-        "worker-1 was gone before the kill"
+    let manifest = |ckpt: &Path| {
+        petrel::ps::checkpoint::job_manifest_clocks(ckpt).is_ok_and(|c| !c.is_empty())
+    };
+    let out = kill_node_after_a_checkpoint(
+        train("killed", "2").spawn().unwrap(),
+        "worker-1",
+        Duration::from_secs(120),
+        || manifest(&ckpt),
     );
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("after 1 restart"), "{stdout}");
-    let clock: u64 = stdout
-        .split_once(&format!(
-            "{app}: restart 1 resumes from the newest checkpoint (clock "
-        ))
-        .and_then(|(_, rest)| rest.split_once(')'))
-        .and_then(|(c, _)| c.parse().ok())
-        .unwrap_or_else(|| panic!("the restart did not resume: {stdout}"));
+    let (clock, stdout) = resumed_after_one_restart(&out, "clock");
     assert!(clock >= every && clock.is_multiple_of(every), "{stdout}");
     same_model(&dir.path().join("plain"), &dir.path().join("killed"));
     if app == "ps-mf" {
         // Without restarts left the same kill stops the job at once, naming the node.
-        let child = train("budget", "0").spawn().unwrap();
         let ckpt = dir.path().join("budget").join("checkpoints");
-        while petrel::ps::checkpoint::job_manifest_clocks(&ckpt).map_or(true, |c| c.is_empty()) {
-            assert!(
-                started.elapsed() < Duration::from_secs(240),
-                "no checkpoint"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let pid = child_process(child.id(), "worker-1").expect("the worker's process");
-        let killed = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        let out = child.wait_with_output().unwrap();
+        let out = kill_node_after_a_checkpoint(
+            train("budget", "0").spawn().unwrap(),
+            "worker-1",
+            Duration::from_secs(120),
+            || manifest(&ckpt),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success());
         assert!(
