@@ -1,6 +1,10 @@
 //! Data-parallel LDA on the parameter server ([`PsLda`]; the YahooLDA / Bösen design), the
 //! comparison the STRADS paper made against its word-rotation LDA.
 //!
+//! One file per app on purpose (about 840 lines; tests in `lda/tests.rs`): settings,
+//! metrics, worker and monitor state and the [`PsApp`] impl share private
+//! types; the sampler is `core::lda`.
+//!
 //! This file is about 620 lines before its tests: the config documents every flag and
 //! setting, and the worker's sweep and the monitor's log-likelihood curve belong together.
 //!
@@ -836,100 +840,4 @@ impl PsApp for PsLda {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A checkpoint taken while SSP lets workers run ahead is still one cut: the word-topic
-    /// table in the shards' files equals, count for count, the sum of the topic
-    /// assignments every worker saved at the same clock (a shard copy with a faster
-    /// worker's later moves, or without a slower one's earlier ones, would not). An
-    /// in-process cluster (memory transport), 3 workers, 2 shards, staleness 3,
-    /// checkpoints every 2 clocks; every complete checkpoint left (the newest 2) is checked.
-    /// Whether a worker is ahead at those clocks depends on scheduling: with the cut turned
-    /// off this test failed 3 runs of 5 (`core/shard.rs` tests the cut deterministically).
-    #[test]
-    fn ssp_checkpoints_are_consistent_cuts_of_table_and_workers() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = PsLdaConfig {
-            synthetic: LdaCorpusParams {
-                n_docs: 120,
-                vocab_size: 200,
-                doc_length: 40,
-                ..LdaCorpusParams::default()
-            },
-            n_topics: 6,
-            iterations: 15,
-            staleness: 3,
-            checkpoint_dir: Some(dir.path().to_path_buf()),
-            checkpoint_every: 2,
-            ..PsLdaConfig::default()
-        };
-        crate::kit::run_local::<PsLda>(cfg.clone(), 2, 3, petrel_actors::Transport::Memory)
-            .unwrap();
-        let layout = PsLayout {
-            shard_nodes: vec!["s0".into(), "s1".into()],
-            worker_nodes: vec!["w0".into(), "w1".into(), "w2".into()],
-        };
-        let app = PsLda::new(cfg.clone(), &layout).unwrap();
-        let shape = crate::core::checkpoint::JobShape {
-            app: PsLda::NAME.into(),
-            shards: 2,
-            workers: 3,
-            every: 2,
-            tables: app.tables(),
-        };
-        let clocks = crate::checkpoint::job_manifest_clocks(dir.path()).unwrap();
-        assert_eq!(clocks.len(), 2, "{clocks:?}");
-        let v = app.corpus.vocab_size;
-        for clock in clocks {
-            let ck = crate::checkpoint::load_job_checkpoint(dir.path(), clock, &shape).unwrap();
-            let mut from_workers = vec![vec![0i64; cfg.n_topics]; v + 1];
-            for w in 0..3 {
-                use crate::core::checkpoint::Piece;
-                let saved: PsLdaWorkerSaved =
-                    rmp_serde::from_slice(ck.piece(Piece::Worker(w)).unwrap()).unwrap();
-                for (doc, topics) in saved.core.doc_ids.iter().zip(&saved.core.assignments) {
-                    for (&word, &t) in app.corpus.docs[*doc as usize].iter().zip(topics) {
-                        from_workers[word as usize][t as usize] += 1;
-                        from_workers[v][t as usize] += 1;
-                    }
-                }
-            }
-            let mut from_shards = vec![vec![0i64; cfg.n_topics]; v + 1];
-            for s in 0..2 {
-                for snap in ck.shard_tables(s).unwrap() {
-                    for (row, data) in snap.rows {
-                        for (t, count) in from_shards[row.0 as usize].iter_mut().enumerate() {
-                            *count += data.get(t as u32) as i64;
-                        }
-                    }
-                }
-            }
-            assert!(
-                from_workers == from_shards,
-                "clock {clock}: table and workers differ"
-            );
-        }
-    }
-
-    #[derive(clap::Parser)]
-    struct Flags {
-        #[command(flatten)]
-        cfg: PsLdaConfig,
-    }
-
-    #[test]
-    fn flags_and_settings_share_their_defaults() {
-        use clap::Parser;
-        let flags = Flags::parse_from(["train", "--out", "x"]).cfg;
-        assert_eq!(PsLdaConfig { out: None, ..flags }, PsLdaConfig::default());
-        // `petrel train` requires --out (or `out` in the job file), after the merge.
-        assert_eq!(Flags::parse_from(["train"]).cfg, PsLdaConfig::default());
-        let toml: PsLdaConfig = serde_json::from_value(serde_json::json!({
-            "n_topics": 5, "consistency": "bsp", "synthetic": {"n_docs": 10}
-        }))
-        .unwrap();
-        assert_eq!(toml.n_topics, 5);
-        assert_eq!(toml.consistency, ConsistencyModel::Bsp);
-    }
-}
+mod tests;

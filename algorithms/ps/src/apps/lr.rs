@@ -1,6 +1,9 @@
 //! Multinomial logistic regression by mini-batch SGD on the parameter server ([`PsLr`],
 //! `petrel train ps-lr`).
 //!
+//! One file per app on purpose (about 820 lines): settings, data, gradient, monitor and
+//! checkpoint state and the [`PsApp`] impl share private types.
+//!
 //! One PS table `weights` (id 0): row `j` holds the `n_classes` weights of feature `j`, row
 //! `n_features` the biases. The optimizer lives on the shards: the table uses a server-side
 //! rule (`--rule`: fixed-step `Sgd`, `Adagrad` or `AdaRevision`), so workers send raw

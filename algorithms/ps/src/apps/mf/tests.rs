@@ -1,0 +1,124 @@
+use super::*;
+
+#[test]
+fn l2_term_is_weighted_by_rating_counts() {
+    // Ratings the factors predict exactly: the gradient is the L2 term alone. User 0
+    // has three ratings, user 1 one; item 0 has both users.
+    let (p, q) = (vec![0.5f32, -1.0], vec![2.0f32, 1.0]);
+    let exact = 3.0 + 0.5 * 2.0 - 1.0;
+    let batch = [(0, 0, exact), (0, 1, exact), (0, 2, exact), (1, 0, exact)];
+    let users: HashMap<u32, Vec<f32>> = [(0, p.clone()), (1, p.clone())].into();
+    let items: HashMap<u32, Vec<f32>> = (0..3).map(|i| (i, q.clone())).collect();
+    let (gu, gi) = batch_gradient(&batch, &users, &items, 3.0, 0.1, None);
+    for (grad, count, v) in [
+        (&gu[&0], 3.0, &p),
+        (&gu[&1], 1.0, &p),
+        (&gi[&0], 2.0, &q),
+        (&gi[&1], 1.0, &q),
+    ] {
+        for (g, x) in grad.iter().zip(v) {
+            assert!(
+                (g - 0.1 * count * x).abs() < 1e-6,
+                "{g} vs {}",
+                0.1 * count * x
+            );
+        }
+    }
+}
+
+#[test]
+fn init_is_deterministic_and_bounded() {
+    for r in 0..100 {
+        for c in 0..8 {
+            let a = init_value(ITEMS, r, c, 0.3);
+            assert_eq!(a, init_value(ITEMS, r, c, 0.3));
+            assert!(a.abs() <= 0.3);
+        }
+    }
+    assert_ne!(init_value(ITEMS, 1, 0, 1.0), init_value(USERS, 1, 0, 1.0));
+}
+
+#[test]
+fn serial_sgd_fits_low_rank_data() {
+    let cfg = PsMfConfig {
+        rank: 8,
+        init_scale: 0.3,
+        ..PsMfConfig::default()
+    };
+    let data = PsMfData::load(&cfg).unwrap();
+    let mut users: HashMap<u32, Vec<f32>> = (0..data.train.n_users as u32)
+        .map(|u| {
+            (
+                u,
+                factor(USERS, u64::from(u), None, cfg.rank, cfg.init_scale),
+            )
+        })
+        .collect();
+    let mut items: HashMap<u32, Vec<f32>> = (0..data.train.n_items as u32)
+        .map(|i| {
+            (
+                i,
+                factor(ITEMS, u64::from(i), None, cfg.rank, cfg.init_scale),
+            )
+        })
+        .collect();
+    let eval = |u: &HashMap<u32, Vec<f32>>, i: &HashMap<u32, Vec<f32>>| {
+        rmse(
+            &data.test.entries,
+            |x| u[&x].clone(),
+            |x| i[&x].clone(),
+            data.mean,
+        )
+    };
+    let before = eval(&users, &items);
+    for _ in 0..30 {
+        sgd_pass(
+            &data.train.entries,
+            &mut users,
+            &mut items,
+            data.mean,
+            0.05,
+            0.02,
+            None,
+        );
+    }
+    let after = eval(&users, &items);
+    assert!(after < 0.6 * before, "rmse {before} -> {after}");
+}
+
+#[derive(clap::Parser)]
+struct Flags {
+    #[command(flatten)]
+    cfg: PsMfConfig,
+}
+
+#[test]
+fn flags_and_settings_share_their_defaults() {
+    use clap::Parser;
+    let flags = Flags::parse_from(["train"]).cfg;
+    assert_eq!(
+        flags,
+        PsMfConfig::default(),
+        "the flag defaults are the settings defaults (`petrel train` requires --out)"
+    );
+    let from_toml: PsMfConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+    assert_eq!(from_toml, PsMfConfig::default());
+    assert_eq!(PsMfConfig::default().clocks(), 80);
+}
+
+#[test]
+fn a_bad_consistency_or_field_is_refused_when_read() {
+    let bad: Result<PsMfConfig, _> =
+        serde_json::from_value(serde_json::json!({"consistency": "eventual"}));
+    let e = bad.unwrap_err().to_string();
+    assert!(e.contains("bsp, ssp, essp or async"), "{e}");
+    let typo: Result<PsMfConfig, _> = serde_json::from_value(serde_json::json!({"rnak": 3}));
+    assert!(typo.unwrap_err().to_string().contains("rnak"));
+    let upper: PsMfConfig =
+        serde_json::from_value(serde_json::json!({"consistency": "ESSP"})).unwrap();
+    assert_eq!(upper.consistency, ConsistencyModel::Essp);
+    use clap::Parser;
+    assert!(Flags::try_parse_from(["train", "--consistency", "x"]).is_err());
+    let f = Flags::try_parse_from(["train", "--consistency", "BSP"]).unwrap();
+    assert_eq!(f.cfg.consistency, ConsistencyModel::Bsp);
+}

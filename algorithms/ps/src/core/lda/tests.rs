@@ -1,0 +1,230 @@
+use super::*;
+use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
+
+fn config(iterations: usize) -> LdaConfig {
+    LdaConfig {
+        n_topics: 5,
+        alpha: 0.1,
+        beta: 0.1,
+        n_workers: 2,
+        iterations,
+        seed: 4,
+    }
+}
+
+fn corpus() -> petrel_ml::data::Corpus {
+    lda_corpus(&LdaCorpusParams {
+        n_topics: 5,
+        vocab_size: 120,
+        n_docs: 120,
+        doc_length: 60,
+        alpha: 0.1,
+        beta: 0.05,
+        seed: 17,
+    })
+    .unwrap()
+    .corpus
+}
+
+fn split(c: &petrel_ml::data::Corpus, p: usize) -> Vec<Vec<(u32, Vec<u32>)>> {
+    let mut out = vec![Vec::new(); p];
+    for (d, doc) in c.docs.iter().enumerate() {
+        out[d % p].push((d as u32, doc.clone()));
+    }
+    out
+}
+
+#[test]
+fn stale_data_parallel_sampling_improves_log_likelihood() {
+    let c = corpus();
+    for staleness in [0, 2] {
+        let (trace, table) = simulate(split(&c, 2), c.vocab_size, &config(20), staleness).unwrap();
+        let (first, last) = (trace[0], *trace.last().unwrap());
+        assert!(
+            last > first + 0.5,
+            "staleness {staleness}: ll/token {first} -> {last}"
+        );
+        // simulate checks the invariants after every clock; check the end once more.
+        let t = FinalTable::check(|r| table.get(r as usize), &c.word_frequencies(), 5).unwrap();
+        assert_eq!(t.topic_totals.iter().sum::<i64>(), c.n_tokens() as i64);
+    }
+}
+
+#[test]
+fn deltas_are_exact_even_against_an_empty_view() {
+    let c = corpus();
+    let docs = split(&c, 1).pop().unwrap();
+    let mut w = PsLdaWorker::new(0, docs, c.vocab_size, &config(0)).unwrap();
+    let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); c.vocab_size + 1];
+    let mut apply = |deltas: Vec<(RowId, Row)>| {
+        for (r, d) in deltas {
+            table[r.0 as usize].add(&d);
+        }
+    };
+    let init = w.take_initial_deltas();
+    let sum: f32 = init.iter().map(|(_, d)| d.l1_norm()).sum();
+    assert_eq!(sum as usize, 2 * c.n_tokens(), "words + totals");
+    apply(init);
+    // A view with every count zero (maximally stale): the sampler clamps, the deltas
+    // still describe the worker's true changes.
+    let zeros = vec![Row::Sparse(Vec::new()); w.words().len() + 1];
+    for _ in 0..3 {
+        // Two takes from one view: the second must report only the later changes.
+        let mut view = w.view(&zeros).unwrap();
+        let half = w.n_docs() / 2;
+        let first = w.sweep(0..half, &mut view);
+        apply(w.take_deltas(&mut view));
+        let second = w.sweep(half..w.n_docs(), &mut view);
+        apply(w.take_deltas(&mut view));
+        assert_eq!(first + second, c.n_tokens() as u64);
+    }
+    w.check_doc_counts().unwrap();
+    let t = FinalTable::check(|r| table.get(r as usize), &c.word_frequencies(), 5).unwrap();
+    for (word, counts) in w.own_word_counts() {
+        let mut a = counts.entries.clone();
+        let mut b = t.word_topic[word as usize].entries.clone();
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b, "word {word}");
+    }
+    assert!(
+        w.take_initial_deltas().is_empty(),
+        "nothing pending after a take"
+    );
+}
+
+#[test]
+fn a_worker_restored_from_its_saved_state_samples_exactly_as_the_original() {
+    let c = corpus();
+    let docs = split(&c, 2).swap_remove(1);
+    let mut a = PsLdaWorker::new(1, docs.clone(), c.vocab_size, &config(0)).unwrap();
+    let mut table: Vec<Row> = vec![Row::Sparse(Vec::new()); c.vocab_size + 1];
+    for (r, d) in a.take_initial_deltas() {
+        table[r.0 as usize].add(&d);
+    }
+    let read = |w: &PsLdaWorker, table: &[Row]| -> Vec<Row> {
+        w.row_ids()
+            .iter()
+            .map(|r| table[r.0 as usize].clone())
+            .collect()
+    };
+    let mut view = a.view(&read(&a, &table)).unwrap();
+    a.sweep(0..a.n_docs(), &mut view);
+    for (r, d) in a.take_deltas(&mut view) {
+        table[r.0 as usize].add(&d);
+    }
+    let saved = a.export_state().unwrap();
+    let mut b = PsLdaWorker::new(1, docs.clone(), c.vocab_size, &config(0)).unwrap();
+    b.import_state(saved.clone()).unwrap();
+    assert!(
+        b.take_initial_deltas().is_empty(),
+        "the shards hold them already"
+    );
+    for w in [&mut a, &mut b] {
+        let mut view = w.view(&read(w, &table)).unwrap();
+        w.sweep(0..w.n_docs(), &mut view);
+        let _ = w.take_deltas(&mut view);
+    }
+    assert_eq!(a.export_state().unwrap(), b.export_state().unwrap());
+    assert_eq!(a.doc_log_likelihood(), b.doc_log_likelihood());
+    // Another worker's state, or pending changes, are refused.
+    let mut other =
+        PsLdaWorker::new(0, split(&c, 2).swap_remove(0), c.vocab_size, &config(0)).unwrap();
+    assert!(other.import_state(saved).is_err());
+    assert!(
+        other.export_state().is_err(),
+        "initial counts not taken yet"
+    );
+}
+
+#[test]
+fn view_clamps_negative_and_fractional_counts() {
+    let rows = vec![
+        Row::Sparse(vec![(0, -2.0), (1, 3.0)]),
+        Row::Dense(vec![0.0, 1.4, 2.0]),
+        Row::Sparse(vec![(0, 5.0), (2, -1.0)]),
+    ];
+    let v = WordTopicView::from_rows(&rows, 2, 3).unwrap();
+    assert_eq!(v.rows[0].entries, vec![(1, 3)]);
+    assert_eq!(v.rows[1].entries, vec![(1, 1), (2, 2)]);
+    assert_eq!(v.totals, vec![5, 0, 0]);
+    assert_eq!(v.clamped, 3);
+    let bad = vec![Row::Sparse(vec![(7, 1.0)]), Row::Sparse(vec![])];
+    assert!(matches!(
+        WordTopicView::from_rows(&bad, 1, 3),
+        Err(PsLdaError::BadRow { row: 0, .. })
+    ));
+    assert!(matches!(
+        WordTopicView::from_rows(&bad[..1], 1, 3),
+        Err(PsLdaError::RowCount(1, 1))
+    ));
+}
+
+#[test]
+fn final_check_rejects_broken_tables() {
+    // Two words with 2 and 1 tokens, K = 2.
+    let freq = [2usize, 1];
+    let good = [
+        Row::Sparse(vec![(0, 1.0), (1, 1.0)]),
+        Row::Sparse(vec![(1, 1.0)]),
+        Row::Sparse(vec![(0, 1.0), (1, 2.0)]),
+    ];
+    let t = FinalTable::check(|r| good.get(r as usize), &freq, 2).unwrap();
+    assert_eq!(t.topic_totals, vec![1, 2]);
+    let mut negative = good.clone();
+    negative[0] = Row::Sparse(vec![(0, 3.0), (1, -1.0)]);
+    let e = FinalTable::check(|r| negative.get(r as usize), &freq, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a non-negative integer"), "{e}");
+    let mut fractional = good.clone();
+    fractional[1] = Row::Sparse(vec![(1, 0.5), (0, 0.5)]);
+    assert!(FinalTable::check(|r| fractional.get(r as usize), &freq, 2).is_err());
+    let mut totals = good.clone();
+    totals[2] = Row::Sparse(vec![(0, 2.0), (1, 1.0)]);
+    let e = FinalTable::check(|r| totals.get(r as usize), &freq, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("column sums"), "{e}");
+    let mut lost = good.clone();
+    lost[1] = Row::Sparse(vec![]);
+    let e = FinalTable::check(|r| lost.get(r as usize), &freq, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("word 1"), "{e}");
+}
+
+#[test]
+fn refuses_corpora_beyond_exact_f32_counts() {
+    // Why 2^24: the next integer is not representable, so a count would stop moving.
+    let max = MAX_TOKENS as f32;
+    assert_eq!(max + 1.0, max);
+    assert_eq!((max - 1.0) + 1.0, max);
+    assert!(check_corpus(MAX_TOKENS as usize, 3, &[vec![0, 2]]).is_ok());
+    let e = check_corpus(MAX_TOKENS as usize + 1, 3, &[]).unwrap_err();
+    assert!(matches!(e, PsLdaError::TooManyTokens { .. }));
+    assert!(e.to_string().contains("2^24"), "{e}");
+    assert_eq!(
+        check_corpus(2, 3, &[vec![0, 3]]),
+        Err(PsLdaError::WordOutOfRange {
+            word: 3,
+            vocab_size: 3
+        })
+    );
+}
+
+#[test]
+fn parts_and_chunks_cover_the_documents() {
+    let c = corpus();
+    let docs = split(&c, 1).pop().unwrap();
+    let w = PsLdaWorker::new(0, docs, c.vocab_size, &config(0)).unwrap();
+    let parts: Vec<_> = (0..3).map(|p| w.part(p, 3)).collect();
+    assert_eq!(parts[0].start, 0);
+    assert_eq!(parts[2].end, w.n_docs());
+    assert!(parts.windows(2).all(|p| p[0].end == p[1].start));
+    let chunks = w.doc_chunks(parts[1].clone(), 200);
+    assert_eq!(chunks.first().unwrap().start, parts[1].start);
+    assert_eq!(chunks.last().unwrap().end, parts[1].end);
+    assert!(chunks.windows(2).all(|p| p[0].end == p[1].start));
+    assert!(chunks.len() >= 10, "{} chunks", chunks.len());
+}
