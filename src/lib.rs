@@ -105,6 +105,41 @@ pub mod prelude {
     pub use petrel_actors::prelude::*;
 }
 
+/// Keeps freed large buffers in the process instead of handing them back to the kernel.
+///
+/// glibc serves every allocation above its mmap threshold (128 KiB at first) with a fresh
+/// `mmap` and unmaps it again on free, so a node that receives a 16 MiB row per iteration
+/// pays a page fault and the zeroing of each of its 4,096 pages for every message: about
+/// 15 % of a `bench ps` node's CPU at 16 MiB (perf), and on this loopback the push+pull
+/// figure rose by 1.2-1.5x with the thresholds below (BENCHMARKS.md, issue 17). With the
+/// mmap threshold at 256 MiB and the trim threshold at 1 GiB the heap reuses those pages.
+/// The cost: up to 1 GiB that a node freed stays mapped to it (its peak is unchanged).
+/// `petrel node` and the other commands of the binary call this first;
+/// `PETREL_KEEP_LARGE_BUFFERS=0` leaves glibc's defaults. Does nothing outside glibc.
+/// Returns whether the thresholds were set.
+pub fn keep_large_buffers() -> bool {
+    if std::env::var("PETREL_KEEP_LARGE_BUFFERS").is_ok_and(|v| v.trim() == "0") {
+        return false;
+    }
+    set_allocator_thresholds()
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn set_allocator_thresholds() -> bool {
+    const MMAP_THRESHOLD: libc::c_int = 256 << 20;
+    const TRIM_THRESHOLD: libc::c_int = 1 << 30;
+    // SAFETY: mallopt only changes allocator parameters; it takes no pointers.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+            && libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn set_allocator_thresholds() -> bool {
+    false
+}
+
 /// Sets up `tracing` output to stderr, filtered by `RUST_LOG` (default `info`). A closed
 /// stderr (a launcher that died, a closed pipe) drops log lines silently instead of
 /// panicking the thread that logged.

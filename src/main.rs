@@ -203,6 +203,7 @@ enum BenchCommand {
 }
 
 fn main() -> ExitCode {
+    petrel::keep_large_buffers();
     petrel::init_tracing();
     let matches = Cli::command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
