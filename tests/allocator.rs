@@ -4,7 +4,10 @@
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[test]
 fn a_freed_16_mib_buffer_stays_in_the_heap() {
-    assert!(petrel::keep_large_buffers(), "mallopt refused the thresholds");
+    assert!(
+        petrel::keep_large_buffers(),
+        "mallopt refused the thresholds"
+    );
     let size = 16 << 20;
     let buffer = vec![1u8; size];
     std::hint::black_box(&buffer);

@@ -142,12 +142,16 @@ impl MfLayout {
         steps
     }
 
-    /// Initial rows of W for `users` users: `rank` draws of `draw` per user (in the order
-    /// of the layout without biases), then `[0, 1]` with biases.
-    pub fn initial_w(&self, users: usize, mut draw: impl FnMut() -> f32) -> Vec<f32> {
-        let mut w = Vec::with_capacity(users * self.width());
-        for _ in 0..users {
-            w.extend((0..self.rank).map(|_| draw()));
+    /// Initial rows of W for the users `user_ids` (global ids): each user's factors are
+    /// drawn uniform in `[0, 1/sqrt(rank))` from a generator seeded by `(seed, user id)`, so
+    /// a user starts from the same row whichever worker holds it and however many workers
+    /// there are (runs with 1, 2 or 4 workers start from one model and their curves compare).
+    pub fn initial_w_of_users(&self, user_ids: &[u32], seed: u64) -> Vec<f32> {
+        let scale = 1.0 / (self.rank.max(1) as f32).sqrt();
+        let mut w = Vec::with_capacity(user_ids.len() * self.width());
+        for &user in user_ids {
+            let mut rng = StdRng::seed_from_u64(user_seed(seed, user));
+            w.extend((0..self.rank).map(|_| rng.gen_range(0.0..scale)));
             if self.biases {
                 w.extend([0.0, 1.0]);
             }
@@ -322,6 +326,15 @@ impl MfPartition {
             bucket_items,
         }
     }
+}
+
+/// The seed of one user's initial row: SplitMix64's finaliser over the job seed and the id,
+/// so neighbouring ids get unrelated streams.
+fn user_seed(seed: u64, user: u32) -> u64 {
+    let mut z = seed ^ (u64::from(user) + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Worker state: its rows of W, its ratings grouped by column block with residuals, the W
@@ -679,13 +692,9 @@ impl MfCluster {
             .enumerate()
             .map(|(b, ids)| FactorBlock::new(b, width, ids.clone(), layout.initial_h(ids.len())))
             .collect();
-        let mut rng = StdRng::seed_from_u64(config.seed);
-        let scale = 1.0 / (config.rank as f32).sqrt();
         let workers = (0..p)
             .map(|w| {
-                let init = layout.initial_w(partition.bucket_users[w].len(), || {
-                    rng.gen_range(0.0..scale)
-                });
+                let init = layout.initial_w_of_users(&partition.bucket_users[w], config.seed);
                 MfWorker::new(w, &partition, ratings, width, init, &blocks)
             })
             .collect::<Result<Vec<_>, _>>()?;

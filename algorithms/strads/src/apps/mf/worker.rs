@@ -6,8 +6,6 @@ use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
 use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, MfWorker, RotationSchedule};
 use petrel_ml::data::Ratings;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 /// Worker half.
 pub struct MfWorkerApp {
@@ -19,8 +17,10 @@ pub struct MfWorkerApp {
 }
 
 impl MfWorkerApp {
-    /// Worker `index` of a partition; W starts uniform in `[0, 1/sqrt(rank))` from a seed
-    /// derived from `(seed, index)`, H at zero, biases at zero ([`MfLayout`]).
+    /// Worker `index` of a partition; each user's row of W starts uniform in
+    /// `[0, 1/sqrt(rank))` from a seed derived from `(seed, user id)`
+    /// ([`MfLayout::initial_w_of_users`]), so every worker count starts from the same W; H
+    /// at zero, biases at zero ([`MfLayout`]).
     pub fn new(
         index: usize,
         partition: &MfPartition,
@@ -31,11 +31,8 @@ impl MfWorkerApp {
         let users = partition
             .bucket_users
             .get(index)
-            .ok_or_else(|| StradsModelError::InvalidConfig(format!("no bucket {index}")))?
-            .len();
-        let mut rng = StdRng::seed_from_u64(job.seed.wrapping_mul(1_000_003) ^ index as u64);
-        let scale = 1.0 / (job.rank as f32).sqrt();
-        let init = layout.initial_w(users, || rng.gen_range(0.0..scale));
+            .ok_or_else(|| StradsModelError::InvalidConfig(format!("no bucket {index}")))?;
+        let init = layout.initial_w_of_users(users, job.seed);
         let worker = MfWorker::new(
             index,
             partition,
