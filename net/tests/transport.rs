@@ -639,6 +639,34 @@ async fn a_stolen_key_cannot_hold_up_its_owners_traffic() {
     assert_eq!(st.received_messages, 1 + 2 * HONEST as u64, "{st:?}");
 }
 
+/// The address binding admits a node that listens on the unspecified address (`0.0.0.0`):
+/// its connections come from whichever local IP routes to the peer, from its own port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_bound_to_the_unspecified_address_is_admitted_from_its_port() {
+    let cfg = NetConfig::default();
+    let creds = ClusterCredentials::generate_cluster(&["victim", "w0"]).unwrap();
+    let (victim, mut victim_rx) =
+        Net::quic(NodeId(0), localhost(), &creds[0], cfg.clone()).unwrap();
+    let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let (w0, _w0_rx) = Net::quic(NodeId(1), any, &creds[1], cfg).unwrap();
+    let w0_addr = w0.local_addr().unwrap();
+    assert!(w0_addr.ip().is_unspecified() && w0_addr.port() != 0);
+    victim.add_peer(NodeId(1), "w0", PeerAddr::Quic(w0_addr));
+    w0.add_peer(
+        NodeId(0),
+        "victim",
+        PeerAddr::Quic(victim.local_addr().unwrap()),
+    );
+    w0.send(
+        NodeId(0),
+        Priority::NORMAL,
+        frame(1, 0, "from-any", Priority::NORMAL, b"ok"),
+    )
+    .unwrap();
+    assert_eq!(recv(&mut victim_rx).await.frame.header.msg_type, "from-any");
+    assert_eq!(victim.stats().refused_connections, 0);
+}
+
 /// Issue 12, item 5: a member holding a valid certificate for `a` claims to be `b`, once in
 /// every header and once only in the envelope. Both forged frames are refused and counted,
 /// and the honest `a` and `b` are still served.
