@@ -5,7 +5,8 @@
 //! opens streams that each announce a large frame, send a few bytes of it and stall. A
 //! node must keep serving its other peers, heartbeats included, while such a peer holds
 //! its share of the inbound budget, and must disconnect it when it keeps stalling
-//! (RELIABILITY.md, issue 12).
+//! (RELIABILITY.md, issue 12). Used with the key of another node, the connection comes
+//! from another address than that node's and is refused at once ([`Refusal::StolenKey`]).
 
 use crate::NetConfig;
 use crate::net::NetError;
@@ -108,11 +109,50 @@ pub async fn open_stalled_frames(
     Ok(hoarding)
 }
 
-/// True when `closed` (what `quinn::Connection::closed` returned) says the node closed
-/// the connection because its peer kept stalling frames, not because it shut down.
+/// Why a node closed a hostile member's connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// It kept stalling frames that held inbound budget (QUIC code 5).
+    Hoarding,
+    /// Its certificate's node is registered at another address: a stolen key (code 7).
+    StolenKey,
+    /// A frame claimed another node than its certificate names (code 6).
+    Impostor,
+}
+
+/// What `closed` (what `quinn::Connection::closed` returned) says about why the node
+/// closed the connection; `None` when it was not refused (it shut down, or the link broke).
+pub fn refusal(closed: &quinn::ConnectionError) -> Option<Refusal> {
+    let quinn::ConnectionError::ApplicationClosed(c) = closed else {
+        return None;
+    };
+    [
+        (crate::quic::CODE_HOARDING, Refusal::Hoarding),
+        (crate::quic::CODE_ELSEWHERE, Refusal::StolenKey),
+        (crate::quic::CODE_IMPOSTOR, Refusal::Impostor),
+    ]
+    .into_iter()
+    .find(|(code, _)| c.error_code == quinn::VarInt::from_u32(*code))
+    .map(|(_, why)| why)
+}
+
+/// What an error of [`connect_as_member`] or [`open_stalled_frames`] says about why the
+/// node refused the connection (`None`: another failure, e.g. nobody listening).
+pub fn refusal_of(error: &NetError) -> Option<Refusal> {
+    let (NetError::Connect { source, .. } | NetError::Send { source, .. }) = error else {
+        return None;
+    };
+    match source.downcast_ref::<LinkError>()? {
+        LinkError::Connection(closed) => refusal(closed),
+        LinkError::Write(quinn::WriteError::ConnectionLost(closed)) => refusal(closed),
+        _ => None,
+    }
+}
+
+/// True when `closed` says the node closed the connection because its peer kept stalling
+/// frames, not because it shut down.
 pub fn closed_for_hoarding(closed: &quinn::ConnectionError) -> bool {
-    matches!(closed, quinn::ConnectionError::ApplicationClosed(c)
-        if c.error_code == quinn::VarInt::from_u32(crate::quic::CODE_HOARDING))
+    refusal(closed) == Some(Refusal::Hoarding)
 }
 
 /// What went wrong on the hostile connection.

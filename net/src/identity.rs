@@ -6,9 +6,17 @@
 //! to the node name registered with [`crate::Net::add_peer`] and refuses the frame unless
 //! the connection's certificate names that node. A member holding the certificate of `a`
 //! therefore cannot speak as `b` (join as `b`, heartbeat for `b`, answer asks sent to `b`).
+//!
+//! A certificate is also bound to its node's address. A node sends from the socket it
+//! listens on, at the address the cluster's settings give it, so a connection whose
+//! certificate names `a` must come from `a`'s registered address ([`check_origin`]); a
+//! member holding `a`'s stolen key elsewhere is refused at the handshake, however many
+//! connections it opens, and can never draw on the inbound share of the real `a`
+//! (RELIABILITY.md, "Resource bounds").
 
 use petrel_messages::NodeId;
 use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -17,6 +25,8 @@ use tokio::sync::Notify;
 #[derive(Default)]
 pub(crate) struct PeerDirectory {
     names: RwLock<HashMap<NodeId, String>>,
+    /// Where each node name sends from (its registered address), by name.
+    homes: RwLock<HashMap<String, SocketAddr>>,
     /// Woken when a name is added (a frame may race its sender's registration at start-up).
     added: Notify,
     /// (certificate name, claimed sender) pairs already logged: each impersonation is
@@ -47,11 +57,42 @@ impl SenderRefusal {
 }
 
 impl PeerDirectory {
-    pub(crate) fn insert(&self, node: NodeId, name: &str) {
+    /// Registers `node` as `name`, reached at (and sending from) `home` when known.
+    pub(crate) fn insert(&self, node: NodeId, name: &str, home: Option<SocketAddr>) {
         if let Ok(mut names) = self.names.write() {
             names.insert(node, name.to_string());
         }
+        if let Some(home) = home
+            && let Ok(mut homes) = self.homes.write()
+        {
+            homes.insert(name.to_string(), home);
+        }
         self.added.notify_waiters();
+    }
+
+    /// Whether a connection from `remote` whose certificate names `certified` comes from
+    /// where its node sends from, waiting up to `wait` while none of the names is
+    /// registered yet (a peer may connect before this node has read its settings).
+    pub(crate) async fn origin(
+        &self,
+        certified: &[String],
+        remote: SocketAddr,
+        wait: Duration,
+    ) -> Origin {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let added = self.added.notified();
+            tokio::pin!(added);
+            added.as_mut().enable();
+            let known = self
+                .names
+                .read()
+                .is_ok_and(|names| names.values().any(|n| certified.iter().any(|c| c == n)));
+            if known || tokio::time::timeout_at(deadline, added).await.is_err() {
+                let homes = self.homes.read().map(|h| h.clone()).unwrap_or_default();
+                return check_origin(certified, &homes, remote);
+            }
+        }
     }
 
     /// The name registered for `node`, if any.
@@ -90,6 +131,15 @@ impl PeerDirectory {
         }
     }
 
+    /// True the first time a connection with this certificate comes from this IP address
+    /// instead of its node's.
+    pub(crate) fn first_misplaced(&self, certified: &[String], remote: SocketAddr) -> bool {
+        self.reported
+            .lock()
+            .map(|mut r| r.insert((certified.join(","), format!("from {}", remote.ip()))))
+            .unwrap_or(true)
+    }
+
     /// True the first time this certificate is caught claiming this sender.
     pub(crate) fn first_report(&self, certified: &[String], refusal: &SenderRefusal) -> bool {
         self.reported
@@ -97,6 +147,62 @@ impl PeerDirectory {
             .map(|mut r| r.insert((certified.join(","), refusal.claimed())))
             .unwrap_or(true)
     }
+}
+
+/// Where a connection comes from, compared with where its certificate's node sends from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// From the registered address of a node its certificate names.
+    Home,
+    /// None of its names has a known address (unregistered, or registered with port 0):
+    /// nothing to compare; its frames are still checked one by one.
+    Unbound,
+    /// From another address than that of the node its certificate names: refused.
+    Elsewhere {
+        /// The node the certificate names.
+        name: String,
+        /// Where that node sends from.
+        home: SocketAddr,
+    },
+}
+
+/// Decides [`Origin`] for a connection from `remote` whose certificate names `certified`,
+/// given each node's registered address. A node's endpoint sends from the socket it binds
+/// at its registered address, so the port must match, and the IP too unless the node
+/// binds the unspecified address (`0.0.0.0` or `::`), which sends from whichever of its
+/// addresses routes to this node. IPv4-mapped IPv6 addresses count as their IPv4 address.
+pub(crate) fn check_origin(
+    certified: &[String],
+    homes: &HashMap<String, SocketAddr>,
+    remote: SocketAddr,
+) -> Origin {
+    let bound: Vec<(&String, SocketAddr)> = certified
+        .iter()
+        .filter_map(|name| homes.get(name).map(|home| (name, *home)))
+        .filter(|(_, home)| home.port() != 0)
+        .collect();
+    if bound.iter().any(|(_, home)| same_origin(*home, remote)) {
+        return Origin::Home;
+    }
+    match bound.first() {
+        Some((name, home)) => Origin::Elsewhere {
+            name: (*name).clone(),
+            home: *home,
+        },
+        None => Origin::Unbound,
+    }
+}
+
+fn same_origin(home: SocketAddr, remote: SocketAddr) -> bool {
+    let canonical = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    };
+    home.port() == remote.port()
+        && (home.ip().is_unspecified() || canonical(home.ip()) == canonical(remote.ip()))
 }
 
 #[cfg(test)]
@@ -110,8 +216,8 @@ mod tests {
     #[tokio::test]
     async fn a_certificate_may_send_only_as_its_own_node() {
         let dir = PeerDirectory::default();
-        dir.insert(NodeId(0), "a");
-        dir.insert(NodeId(1), "b");
+        dir.insert(NodeId(0), "a", None);
+        dir.insert(NodeId(1), "b", None);
         let a = names(&["a"]);
         let wait = Duration::from_millis(10);
         assert_eq!(dir.check_sender(&a, NodeId(0), wait).await, Ok(()));
@@ -137,13 +243,103 @@ mod tests {
         let later = dir.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            later.insert(NodeId(3), "c");
+            later.insert(NodeId(3), "c", None);
         });
         let c = names(&["c"]);
         assert_eq!(
             dir.check_sender(&c, NodeId(3), Duration::from_secs(30))
                 .await,
             Ok(())
+        );
+    }
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_certificate_is_admitted_only_from_its_nodes_address() {
+        let homes: HashMap<String, SocketAddr> = [
+            ("w0".to_string(), addr("127.0.0.1:7001")),
+            ("w1".to_string(), addr("10.0.0.2:7002")),
+            ("any".to_string(), addr("0.0.0.0:7003")),
+            ("unset".to_string(), addr("127.0.0.1:0")),
+        ]
+        .into_iter()
+        .collect();
+        let w0 = names(&["w0"]);
+        assert_eq!(
+            check_origin(&w0, &homes, addr("127.0.0.1:7001")),
+            Origin::Home
+        );
+        // The same IP on another port (a second process on w0's host) or w0's port on
+        // another host: the key is stolen.
+        for remote in ["127.0.0.1:40000", "127.0.0.2:7001", "[::1]:7001"] {
+            assert_eq!(
+                check_origin(&w0, &homes, addr(remote)),
+                Origin::Elsewhere {
+                    name: "w0".into(),
+                    home: addr("127.0.0.1:7001")
+                },
+                "{remote}"
+            );
+        }
+        // IPv4-mapped IPv6 is the IPv4 address.
+        assert_eq!(
+            check_origin(&names(&["w1"]), &homes, addr("[::ffff:10.0.0.2]:7002")),
+            Origin::Home
+        );
+        // A node bound to 0.0.0.0 sends from any of its IPs, but from its port.
+        let any = names(&["any"]);
+        assert_eq!(
+            check_origin(&any, &homes, addr("192.168.1.5:7003")),
+            Origin::Home
+        );
+        assert!(matches!(
+            check_origin(&any, &homes, addr("192.168.1.5:7004")),
+            Origin::Elsewhere { .. }
+        ));
+        // Port 0 or no registration: no address to hold it to.
+        for cert in [names(&["unset"]), names(&["stranger"])] {
+            assert_eq!(
+                check_origin(&cert, &homes, addr("127.0.0.1:5")),
+                Origin::Unbound
+            );
+        }
+        // A certificate naming two nodes is at home at either's address.
+        let both = names(&["w0", "w1"]);
+        assert_eq!(
+            check_origin(&both, &homes, addr("10.0.0.2:7002")),
+            Origin::Home
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_racing_its_nodes_registration_waits_for_it() {
+        let dir = std::sync::Arc::new(PeerDirectory::default());
+        let later = dir.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            later.insert(NodeId(3), "c", Some(addr("127.0.0.1:7003")));
+        });
+        let c = names(&["c"]);
+        assert_eq!(
+            dir.origin(&c, addr("127.0.0.1:9999"), Duration::from_secs(30))
+                .await,
+            Origin::Elsewhere {
+                name: "c".into(),
+                home: addr("127.0.0.1:7003")
+            }
+        );
+        // An unknown name waits out `wait` and is left to the per-frame checks.
+        assert_eq!(
+            dir.origin(
+                &names(&["x"]),
+                addr("127.0.0.1:9999"),
+                Duration::from_millis(20)
+            )
+            .await,
+            Origin::Unbound
         );
     }
 }

@@ -8,7 +8,9 @@
 //!   `inbound_buffer_bytes` but at least one largest message). A data frame takes bytes
 //!   from its peer's share first, then from the node's budget, so one peer announcing big
 //!   frames and never sending them can pin at most its share; the rest stays free for the
-//!   others.
+//!   others. All connections of one name come from that node's own address (a certificate
+//!   used from elsewhere is refused at the handshake, `identity::check_origin`), so no one
+//!   else can draw on a node's share.
 //! - Control frames (lane priority at least [`Priority::CONTROL`] and at most
 //!   [`CONTROL_FRAME_MAX`] bytes) take bytes from a separate reserve that data never
 //!   touches, so they are read even while data budgets are exhausted.

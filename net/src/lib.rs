@@ -9,7 +9,9 @@
 //!   [`PriorityQueue`](petrel_messages::PriorityQueue) and admits them per peer within an
 //!   in-flight window; each QUIC stream gets the frame's priority.
 //! - Identity: the node name in a peer's certificate must be the sender every frame
-//!   claims (see [`Net::add_peer`]); an impostor is refused and disconnected.
+//!   claims (see [`Net::add_peer`]); an impostor is refused and disconnected. A certificate
+//!   is accepted only from its node's registered address, so a stolen key used elsewhere
+//!   is refused at the handshake.
 //! - Order: frames between two nodes at one priority arrive in order ([`sequencer`]).
 //! - Size: messages above `max_message_bytes` are split and joined ([`reassembly`]);
 //!   with `shared_memory_dir`, large frames between nodes of one host go through files

@@ -300,7 +300,10 @@ impl Net {
 
     /// Records a peer's node name and where it is reached. Over QUIC, frames claiming to
     /// come from `node` are accepted only on a connection whose certificate names `name`,
-    /// and a connection to `node` must reach the holder of that certificate.
+    /// and a connection to `node` must reach the holder of that certificate. A node sends
+    /// from the address it listens on, so a connection with `name`'s certificate is
+    /// accepted only from `addr` (its port, and its IP unless `addr`'s IP is unspecified);
+    /// a port of 0 means the address is not known and binds nothing.
     pub fn add_peer(&self, node: NodeId, name: &str, addr: PeerAddr) {
         if let (Link::Quic(q), PeerAddr::Quic(a)) = (&self.shared.link, addr) {
             q.add_peer(node, name, a);

@@ -5,7 +5,7 @@
 
 use crate::config::NetConfig;
 use crate::datagram::{SegmentCappedSocket, endpoint_config};
-use crate::identity::{PeerDirectory, SenderRefusal};
+use crate::identity::{Origin, PeerDirectory, SenderRefusal};
 use crate::inbound_budget::{InboundBudgets, PeerBudget};
 use crate::net::{Arrival, Inbound, LinkCause, NetError};
 use crate::sequencer::{LANE_HEADER_LEN, LaneHeader};
@@ -28,7 +28,8 @@ const CODE_MALFORMED: u32 = 2;
 const CODE_SHUTDOWN: u32 = 3;
 const CODE_STALLED: u32 = 4;
 pub(crate) const CODE_HOARDING: u32 = 5;
-const CODE_IMPOSTOR: u32 = 6;
+pub(crate) const CODE_IMPOSTOR: u32 = 6;
+pub(crate) const CODE_ELSEWHERE: u32 = 7;
 
 type PeerSlot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 
@@ -150,7 +151,7 @@ impl QuicLink {
         if let Ok(mut a) = self.addrs.lock() {
             a.insert(node, addr);
         }
-        self.directory.insert(node, name);
+        self.directory.insert(node, name, Some(addr));
     }
 
     pub(crate) fn disconnect(&self, node: NodeId) {
@@ -321,6 +322,28 @@ async fn accept_loop(
                     VarInt::from_u32(CODE_IMPOSTOR),
                     b"certificate names no node",
                 );
+                return;
+            }
+            // A node sends from the address it is registered at: its certificate used
+            // from anywhere else is a stolen key, refused before it can take any budget.
+            if let Origin::Elsewhere { name, home } = limits
+                .directory
+                .origin(&certified, remote, limits.stall)
+                .await
+            {
+                NetStats::bump(&stats.refused_connections, 1);
+                if limits.directory.first_misplaced(&certified, remote) {
+                    tracing::warn!(
+                        %node,
+                        peer = %name,
+                        %remote,
+                        %home,
+                        "refused a connection with {name}'s certificate from another address than {name}'s (a stolen key?)"
+                    );
+                }
+                let reason =
+                    format!("{name}'s certificate used from another address than {name}'s");
+                conn.close(VarInt::from_u32(CODE_ELSEWHERE), reason.as_bytes());
                 return;
             }
             tracing::debug!(%node, %remote, peer = ?certified, "peer connected");

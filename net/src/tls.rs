@@ -347,6 +347,9 @@ impl ClusterCredentials {
             .map_err(|e| TlsError::Config(e.to_string()))?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(Arc::new(transport_config(cfg)));
+        // A connection stays at the address it was admitted from (see
+        // `identity::check_origin`): a peer's packets from another address are dropped.
+        server.migration(false);
         Ok(server)
     }
 

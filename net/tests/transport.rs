@@ -531,6 +531,142 @@ async fn a_member_that_keeps_stalling_frames_is_disconnected() {
     drop(hoarding);
 }
 
+/// Issue 12, the stolen key: a member holding w0's key connects to the victim as w0, from
+/// its own address, over connection after connection, each opening five streams that
+/// announce a 60 MiB frame and stall, while the real w0 sends the victim a stream of
+/// messages. Before, all connections of one certified name drew on one share and frames
+/// waited for budget in arrival order, so the real w0's messages waited behind the stalled
+/// frames until two `frame_timeout_ms` had passed (a minute each here: `recv` timed out).
+/// Now a certificate is accepted only from its node's registered address: every
+/// connection of the stolen key is refused at once, with a reason naming w0, and every
+/// honest message arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stolen_key_cannot_hold_up_its_owners_traffic() {
+    use petrel_net::hostile::{
+        Refusal, StalledFrames, connect_as_member, open_stalled_frames, refusal,
+    };
+    let cfg = NetConfig {
+        max_message_bytes: 64 << 20,
+        inbound_buffer_bytes: 256 << 20,
+        frame_timeout_ms: 60_000,
+        ..NetConfig::default()
+    };
+    let creds = ClusterCredentials::generate_cluster(&["victim", "w0"]).unwrap();
+    let (victim, mut victim_rx) =
+        Net::quic(NodeId(0), localhost(), &creds[0], cfg.clone()).unwrap();
+    let (w0, _w0_rx) = Net::quic(NodeId(1), localhost(), &creds[1], cfg.clone()).unwrap();
+    let victim_addr = victim.local_addr().unwrap();
+    victim.add_peer(NodeId(1), "w0", PeerAddr::Quic(w0.local_addr().unwrap()));
+    w0.add_peer(NodeId(0), "victim", PeerAddr::Quic(victim_addr));
+    let data = |i: usize| {
+        frame(
+            1,
+            0,
+            &format!("data{i}"),
+            Priority::NORMAL,
+            &[3u8; 256 << 10],
+        )
+    };
+    w0.send(NodeId(0), Priority::NORMAL, data(0)).unwrap();
+    assert_eq!(recv(&mut victim_rx).await.frame.header.msg_type, "data0");
+
+    // The attacker keeps coming back with new connections while w0 sends.
+    const ATTEMPTS: usize = 6;
+    let (stolen, attack_cfg) = (creds[1].clone(), cfg.clone());
+    let attacker = tokio::spawn(async move {
+        let mut outcomes = Vec::new();
+        for _ in 0..ATTEMPTS {
+            let (endpoint, conn) = match connect_as_member(&stolen, &attack_cfg, victim_addr).await
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    outcomes.push((None, e.to_string()));
+                    continue;
+                }
+            };
+            let frames = open_stalled_frames(&conn, 1, StalledFrames::FIVE_OF_60_MIB).await;
+            let closed = tokio::time::timeout(Duration::from_secs(30), conn.closed())
+                .await
+                .expect("the stolen key's connection was never refused");
+            outcomes.push((refusal(&closed), closed.to_string()));
+            drop((frames, endpoint));
+        }
+        outcomes
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while victim.stats().refused_connections == 0 {
+        assert!(Instant::now() < deadline, "{:?}", victim.stats());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    const HONEST: usize = 40;
+    for i in 1..=HONEST {
+        w0.send(NodeId(0), Priority::NORMAL, data(i)).unwrap();
+        let beat = frame(1, 0, &format!("beat{i}"), Priority::CONTROL, b"hb");
+        w0.send(NodeId(0), Priority::CONTROL, beat).unwrap();
+    }
+    // Every honest message arrives, each well within the minute a stalled frame holds its
+    // budget (`recv` gives each 10 s), and those of one lane in order.
+    let mut data_seen = Vec::new();
+    let mut beats = 0;
+    for _ in 0..2 * HONEST {
+        let inbound = recv(&mut victim_rx).await;
+        assert_eq!(inbound.frame.header.from, NodeId(1));
+        let tag = inbound.frame.header.msg_type.clone();
+        match tag.strip_prefix("data") {
+            Some(i) => data_seen.push(i.parse::<usize>().unwrap()),
+            None => beats += 1,
+        }
+    }
+    assert_eq!(data_seen, (1..=HONEST).collect::<Vec<_>>());
+    assert_eq!(beats, HONEST);
+
+    let outcomes = attacker.await.unwrap();
+    assert_eq!(outcomes.len(), ATTEMPTS);
+    for (why, text) in &outcomes {
+        // Refused at the handshake or just after, the reason naming whose key it is.
+        assert!(why.is_none_or(|w| w == Refusal::StolenKey), "{outcomes:?}");
+        assert!(
+            text.contains("w0's certificate used from another address"),
+            "{outcomes:?}"
+        );
+    }
+    let st = victim.stats();
+    assert!(st.refused_connections >= ATTEMPTS as u64, "{st:?}");
+    assert_eq!(
+        st.disconnected_peers, 0,
+        "the real w0 was never cut off: {st:?}"
+    );
+    assert_eq!(st.received_messages, 1 + 2 * HONEST as u64, "{st:?}");
+}
+
+/// The address binding admits a node that listens on the unspecified address (`0.0.0.0`):
+/// its connections come from whichever local IP routes to the peer, from its own port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_bound_to_the_unspecified_address_is_admitted_from_its_port() {
+    let cfg = NetConfig::default();
+    let creds = ClusterCredentials::generate_cluster(&["victim", "w0"]).unwrap();
+    let (victim, mut victim_rx) =
+        Net::quic(NodeId(0), localhost(), &creds[0], cfg.clone()).unwrap();
+    let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let (w0, _w0_rx) = Net::quic(NodeId(1), any, &creds[1], cfg).unwrap();
+    let w0_addr = w0.local_addr().unwrap();
+    assert!(w0_addr.ip().is_unspecified() && w0_addr.port() != 0);
+    victim.add_peer(NodeId(1), "w0", PeerAddr::Quic(w0_addr));
+    w0.add_peer(
+        NodeId(0),
+        "victim",
+        PeerAddr::Quic(victim.local_addr().unwrap()),
+    );
+    w0.send(
+        NodeId(0),
+        Priority::NORMAL,
+        frame(1, 0, "from-any", Priority::NORMAL, b"ok"),
+    )
+    .unwrap();
+    assert_eq!(recv(&mut victim_rx).await.frame.header.msg_type, "from-any");
+    assert_eq!(victim.stats().refused_connections, 0);
+}
+
 /// Issue 12, item 5: a member holding a valid certificate for `a` claims to be `b`, once in
 /// every header and once only in the envelope. Both forged frames are refused and counted,
 /// and the honest `a` and `b` are still served.

@@ -2,7 +2,8 @@
 //! (`petrel train lasso | logistic | strads-mf | lda | p3 | ps-mf | ps-lr` as node
 //! processes, with their default checkpoints and `--max-restarts`) run again and again while
 //! a seeded schedule kills (SIGKILL), pauses (SIGSTOP past the failure timeout, then
-//! SIGCONT) or attacks (stalled 60 MiB frames from another member's certificate) one random
+//! SIGCONT) or attacks (stalled 60 MiB frames from the certificate of a member that sends the
+//! victim data, as a thief of that key would) one random
 //! node per run: a worker, a P3 or PS shard, or a STRADS scheduler, which is also the
 //! coordinator. Every run must finish with the model of an uninterrupted run of the same
 //! app (byte for byte; for the PS apps, which are not deterministic, the final figure
@@ -27,9 +28,9 @@ pub struct ChaosBenchArgs {
     #[arg(long, default_value_t = 4)]
     pub runs: usize,
     /// The faults the schedule picks from: `kill` (SIGKILL), `pause` (SIGSTOP for
-    /// `--pause-s`, then SIGCONT), `hostile` (another member's certificate opens five
-    /// streams to the victim that each announce a 60 MiB frame and stall, held until the
-    /// job ends).
+    /// `--pause-s`, then SIGCONT), `hostile` (the certificate of a member that sends the
+    /// victim data opens five streams to the victim that each announce a 60 MiB frame and
+    /// stall, held until the job ends, and connects again whenever it is refused).
     #[arg(
         long,
         value_enum,
@@ -251,21 +252,39 @@ impl ChaosApp {
         }
     }
 
-    /// The nodes a hostile member attacks, each with the certificate of the next: Lasso
-    /// and logistic workers talk only to the scheduler and P3 shards only to workers, so
-    /// there the job depends on no traffic the attack can hold up. Ring apps (strads-mf,
-    /// lda) pass blocks from worker to worker, so there the attacker holds the share of a
-    /// node the victim reads data from and delays its traffic by up to two
-    /// `frame_timeout_ms` (RELIABILITY.md, "Resource bounds").
-    fn hostile_pairs(self, workers: usize) -> Vec<String> {
-        match self {
-            ChaosApp::P3 => vec!["s0".into(), "s1".into()],
-            // PS workers talk to the shards only.
-            ChaosApp::PsMf | ChaosApp::PsLr => {
-                (0..workers.max(2)).map(|w| format!("worker-{w}")).collect()
+    /// (victim, impostor) pairs a hostile member may play: it attacks the victim with the
+    /// certificate of a node that sends the victim data, so that, were the stolen key
+    /// admitted, the attack would hold up traffic the job needs: a STRADS scheduler with
+    /// a worker's key and a worker with the scheduler's, a ring app's (strads-mf, lda)
+    /// worker with the key of the worker that passes it blocks, a P3 or PS shard with a
+    /// worker's key and a worker with a shard's.
+    fn hostile_pairs(self, workers: usize) -> Vec<(String, String)> {
+        let n = workers.max(2);
+        let (workers, servers): (Vec<String>, Vec<String>) = match self {
+            ChaosApp::P3 => (
+                (0..n).map(|w| format!("w{w}")).collect(),
+                vec!["s0".into(), "s1".into()],
+            ),
+            ChaosApp::PsMf | ChaosApp::PsLr => (
+                (0..n).map(|w| format!("worker-{w}")).collect(),
+                vec!["shard-0".into(), "shard-1".into()],
+            ),
+            _ => (
+                (0..n).map(|w| format!("w{w}")).collect(),
+                vec!["scheduler".into()],
+            ),
+        };
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for (i, w) in workers.iter().enumerate() {
+            let server = &servers[i % servers.len()];
+            pairs.push((server.clone(), w.clone()));
+            pairs.push((w.clone(), server.clone()));
+            if matches!(self, ChaosApp::StradsMf | ChaosApp::Lda) {
+                // Ring: worker i passes its blocks on to worker i + 1.
+                pairs.push((workers[(i + 1) % n].clone(), w.clone()));
             }
-            _ => (0..workers.max(2)).map(|w| format!("w{w}")).collect(),
         }
+        pairs
     }
 
     /// The trained model a run in `out` wrote: the output files of a STRADS app, the
@@ -348,10 +367,18 @@ struct Figures {
     /// Cluster restarts over all faulted runs (a kill or a pause costs one; a hostile
     /// member should cost none).
     restarts: u32,
-    /// Hostile members that connected and opened their stalled frames.
+    /// Connections the hostile members tried (each comes back 200 ms after the victim
+    /// closes its connection).
+    hostile_attempts: usize,
+    /// Those that got through the TLS handshake (a stolen key is refused right after it).
     hostile_connections: usize,
-    /// Hostile members the victim disconnected for stalling frames before the job ended.
+    /// Those the victim refused because the certificate's node is at another address.
+    hostile_refused: usize,
+    /// Those the victim closed for stalling frames.
     hostile_disconnected: usize,
+    /// Hostile members that still held stalled frames open on the victim when the job
+    /// ended (must be 0: a stolen key is never admitted).
+    hostile_held: usize,
     /// One record per faulted run, in order.
     per_run: Vec<RunRecord>,
     /// Wall time of each app's uninterrupted run.
@@ -396,7 +423,8 @@ fn train(
     let log = std::fs::File::create(stdout_file(out)).map_err(io("the run's stdout file"))?;
     let errors =
         std::fs::File::create(out.with_extension("stderr")).map_err(io("the run's stderr file"))?;
-    cmd.env("RUST_LOG", "error")
+    // The transport's warnings name refused and disconnected hostile members.
+    cmd.env("RUST_LOG", "error,petrel_net::quic=warn")
         .stdout(log)
         .stderr(errors)
         .spawn()
@@ -481,8 +509,9 @@ fn wait_for(child: &mut Child, limit: Duration) -> Result<Option<bool>, BenchErr
     }
 }
 
-/// A hostile member attached to a running job: a thread that holds stalled frames open
-/// to the victim until [`HostileMember::stop`].
+/// A hostile member attached to a running job: a thread that connects to the victim with
+/// a stolen certificate, opens stalled frames and holds them, and connects again whenever
+/// the victim closes the connection, until [`HostileMember::stop`].
 struct HostileMember {
     stop: tokio::sync::oneshot::Sender<()>,
     thread: std::thread::JoinHandle<HostileOutcome>,
@@ -491,12 +520,44 @@ struct HostileMember {
 /// What became of a hostile member.
 #[derive(Debug, Default)]
 struct HostileOutcome {
-    /// It connected and opened its frames.
-    connected: bool,
-    /// The victim closed its connection before it was stopped.
-    disconnected: bool,
-    /// Why it could not attack.
+    /// Connections it tried.
+    attempts: usize,
+    /// Those that got through the handshake.
+    connected: usize,
+    /// Those the victim refused because the certificate's node is at another address.
+    refused: usize,
+    /// Those the victim closed for stalling frames.
+    disconnected: usize,
+    /// A connection still open (holding stalled frames) when the job ended.
+    held: bool,
+    /// The last failure that was not a refusal (e.g. the victim restarting).
     error: Option<String>,
+}
+
+impl HostileOutcome {
+    fn record(&mut self, why: Option<petrel_net::hostile::Refusal>) {
+        use petrel_net::hostile::Refusal;
+        match why {
+            Some(Refusal::StolenKey) => self.refused += 1,
+            Some(Refusal::Hoarding) => self.disconnected += 1,
+            Some(Refusal::Impostor) | None => {}
+        }
+    }
+
+    /// How the table names the attack's fate.
+    fn label(&self) -> String {
+        let mut parts = vec![format!("refused {}/{}", self.refused, self.attempts)];
+        if self.disconnected > 0 {
+            parts.push(format!("disconnected {}", self.disconnected));
+        }
+        if self.held {
+            parts.push("held to the end".into());
+        }
+        if let Some(e) = &self.error {
+            parts.push(e.clone());
+        }
+        format!(" ({})", parts.join(", "))
+    }
 }
 
 impl HostileMember {
@@ -540,36 +601,7 @@ impl HostileMember {
                     };
                 }
             };
-            runtime.block_on(async move {
-                use petrel_net::hostile::{StalledFrames, connect_as_member, open_stalled_frames};
-                let attack = async {
-                    let (endpoint, conn) = connect_as_member(&creds, &net, to).await?;
-                    let frames =
-                        open_stalled_frames(&conn, impostor as u32, StalledFrames::FIVE_OF_60_MIB)
-                            .await?;
-                    Ok::<_, petrel_net::NetError>((endpoint, conn, frames))
-                };
-                match attack.await {
-                    Err(e) => HostileOutcome {
-                        error: Some(e.to_string()),
-                        ..HostileOutcome::default()
-                    },
-                    Ok((_endpoint, conn, frames)) => {
-                        let disconnected = tokio::select! {
-                            closed = conn.closed() => {
-                                petrel_net::hostile::closed_for_hoarding(&closed)
-                            }
-                            _ = stopped => false,
-                        };
-                        drop(frames);
-                        HostileOutcome {
-                            connected: true,
-                            disconnected,
-                            error: None,
-                        }
-                    }
-                }
-            })
+            runtime.block_on(attack(creds, net, to, impostor as u32, stopped))
         });
         Ok(HostileMember { stop, thread })
     }
@@ -581,6 +613,57 @@ impl HostileMember {
             error: Some("the hostile member's thread panicked".into()),
             ..HostileOutcome::default()
         })
+    }
+}
+
+/// The hostile member's loop: connect as `from` with `creds`, open five stalled 60 MiB
+/// frames, hold them until the victim closes the connection, and come back 200 ms later,
+/// until `stopped`.
+async fn attack(
+    creds: petrel_net::ClusterCredentials,
+    net: petrel_net::NetConfig,
+    to: std::net::SocketAddr,
+    from: u32,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+) -> HostileOutcome {
+    use petrel_net::hostile::{
+        StalledFrames, connect_as_member, open_stalled_frames, refusal, refusal_of,
+    };
+    let mut outcome = HostileOutcome::default();
+    loop {
+        let connected = tokio::select! {
+            c = connect_as_member(&creds, &net, to) => c,
+            _ = &mut stopped => return outcome,
+        };
+        // An attempt counts once it has an outcome (not one cut short by the job's end).
+        outcome.attempts += 1;
+        match connected {
+            Err(e) => match refusal_of(&e) {
+                Some(why) => outcome.record(Some(why)),
+                None => outcome.error = Some(e.to_string()),
+            },
+            Ok((_endpoint, conn)) => {
+                outcome.connected += 1;
+                let frames = tokio::select! {
+                    f = open_stalled_frames(&conn, from, StalledFrames::FIVE_OF_60_MIB) => f,
+                    _ = &mut stopped => {
+                        outcome.held = conn.close_reason().is_none();
+                        return outcome;
+                    }
+                };
+                tokio::select! {
+                    closed = conn.closed() => outcome.record(refusal(&closed)),
+                    _ = &mut stopped => {
+                        outcome.held = frames.is_ok() && conn.close_reason().is_none();
+                        return outcome;
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = &mut stopped => return outcome,
+        }
     }
 }
 
@@ -605,12 +688,9 @@ fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
             let fault = args.faults[rng.gen_range(0..args.faults.len())];
             let app = args.apps[run % args.apps.len()];
             let (victim, impostor) = if fault == Fault::Hostile {
-                let peers = app.hostile_pairs(args.workers);
-                let at = rng.gen_range(0..peers.len());
-                (
-                    peers[at].clone(),
-                    Some(peers[(at + 1) % peers.len()].clone()),
-                )
+                let pairs = app.hostile_pairs(args.workers);
+                let (victim, impostor) = pairs[rng.gen_range(0..pairs.len())].clone();
+                (victim, Some(impostor))
             } else {
                 let nodes = app.nodes(args.workers);
                 (nodes[rng.gen_range(0..nodes.len())].clone(), None)
@@ -687,8 +767,11 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         orphans: 0,
         hangs: 0,
         restarts: 0,
+        hostile_attempts: 0,
         hostile_connections: 0,
+        hostile_refused: 0,
         hostile_disconnected: 0,
+        hostile_held: 0,
         per_run: Vec::new(),
         reference_s: references.iter().map(|(a, (s, _))| (*a, *s)).collect(),
         seed: args.seed,
@@ -741,16 +824,12 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         }
         if let Some(member) = hostile {
             let outcome = member.stop();
-            if outcome.connected {
-                figures.hostile_connections += 1;
-            }
-            if outcome.disconnected {
-                figures.hostile_disconnected += 1;
-                fault_label.push_str(" (disconnected)");
-            }
-            if let Some(e) = outcome.error {
-                fault_label.push_str(&format!(" ({e})"));
-            }
+            figures.hostile_attempts += outcome.attempts;
+            figures.hostile_connections += outcome.connected;
+            figures.hostile_refused += outcome.refused;
+            figures.hostile_disconnected += outcome.disconnected;
+            figures.hostile_held += usize::from(outcome.held);
+            fault_label.push_str(&outcome.label());
         }
         // Give the children of an exited launcher a moment, then look for stragglers.
         std::thread::sleep(Duration::from_secs(2));
@@ -881,8 +960,9 @@ mod tests {
     }
 
     /// `tests/cli.rs::bench_chaos_recovers_every_faulted_run` relies on this schedule: the
-    /// Lasso scheduler (the coordinator) killed, then a P3 shard killed, then a Lasso
-    /// worker attacked with the other worker's certificate.
+    /// Lasso scheduler (the coordinator) killed, then a P3 shard killed, then the Lasso
+    /// scheduler attacked with worker w0's certificate (the case that failed the job before
+    /// certificates were bound to addresses).
     #[test]
     fn seed_10_kills_the_coordinator_then_a_p3_shard_then_sends_a_hostile_member() {
         let plan = schedule(&args(&[ChaosApp::Lasso, ChaosApp::P3], 3, 10));
@@ -895,9 +975,47 @@ mod tests {
             [
                 (ChaosApp::Lasso, Fault::Kill, "scheduler", None),
                 (ChaosApp::P3, Fault::Kill, "s0", None),
-                (ChaosApp::Lasso, Fault::Hostile, "w0", Some("w1")),
+                (ChaosApp::Lasso, Fault::Hostile, "scheduler", Some("w0")),
             ]
         );
+    }
+
+    /// A hostile member steals the key of a node the victim reads data from: admitted,
+    /// it would hold up traffic the job needs (the Lasso scheduler failed the job before
+    /// the address binding, RELIABILITY.md).
+    #[test]
+    fn hostile_members_hold_the_key_of_a_node_that_sends_the_victim_data() {
+        let has = |app: ChaosApp, victim: &str, impostor: &str| {
+            app.hostile_pairs(2)
+                .contains(&(victim.to_string(), impostor.to_string()))
+        };
+        assert!(has(ChaosApp::Lasso, "scheduler", "w0"));
+        assert!(has(ChaosApp::Logistic, "w1", "scheduler"));
+        assert!(has(ChaosApp::Lda, "w1", "w0"));
+        assert!(has(ChaosApp::StradsMf, "w0", "w1"));
+        assert!(has(ChaosApp::P3, "s0", "w0"));
+        assert!(has(ChaosApp::PsLr, "shard-0", "worker-0"));
+        // Never two nodes that exchange nothing.
+        assert!(!has(ChaosApp::Lasso, "w0", "w1"));
+        assert!(!has(ChaosApp::P3, "s0", "s1"));
+        assert!(!has(ChaosApp::PsMf, "worker-0", "worker-1"));
+        for app in [
+            ChaosApp::Lasso,
+            ChaosApp::Logistic,
+            ChaosApp::StradsMf,
+            ChaosApp::Lda,
+            ChaosApp::P3,
+            ChaosApp::PsMf,
+            ChaosApp::PsLr,
+        ] {
+            for (victim, impostor) in app.hostile_pairs(2) {
+                let nodes = app.nodes(2);
+                assert!(
+                    victim != impostor && nodes.contains(&victim) && nodes.contains(&impostor),
+                    "{app:?}: {victim} with {impostor}'s key"
+                );
+            }
+        }
     }
 
     #[test]
