@@ -62,9 +62,13 @@ pub struct ManagedBenchArgs {
     pub workers: usize,
     #[arg(long, default_value_t = 2)]
     pub shards: usize,
-    /// Egress rate of every node's link (Mbit/s); also the managed budget per worker.
+    /// Egress rate of every node's link (Mbit/s).
     #[arg(long, default_value_t = 8.0)]
     pub mbit: f64,
+    /// The managed budget (per worker, and per shard for server push) as a fraction of the
+    /// link rate: Bösen spends the bandwidth that reads and clock flushes leave over.
+    #[arg(long, default_value_t = 1.0)]
+    pub budget_fraction: f64,
     /// Consistency model of the items table.
     #[arg(long, value_enum, default_value_t = ConsistencyModel::Ssp)]
     pub consistency: ConsistencyModel,
@@ -136,8 +140,11 @@ pub struct ManagedRun {
 /// The JSON line.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ManagedFigures {
-    /// Link rate (Mbit/s) = managed budget per worker.
+    /// Link rate (Mbit/s).
     pub mbit: f64,
+    /// Managed budget as a fraction of the link rate.
+    #[serde(default)]
+    pub budget_fraction: f64,
     /// Consistency of the items table.
     pub consistency: ConsistencyModel,
     /// Its bound.
@@ -186,7 +193,7 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
         server_push: managed.filter(|_| !args.no_server_push),
         server_push_tick_ms: args.server_push_tick_ms,
         compute_slices: args.compute_slices,
-        managed_bytes_per_s: (args.mbit * 1e6 / 8.0) as u64,
+        managed_bytes_per_s: (args.mbit * 1e6 / 8.0 * args.budget_fraction.max(0.0)) as u64,
         // The comparison is of when updates leave; the per-clock read prefetch (on by
         // default) spends this tight link's bandwidth on earlier refreshes, so it is off.
         no_prefetch: true,
@@ -244,7 +251,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
     let mbit = args.mbit;
     eprintln!(
         "mf on the ps, {} workers, {} shards, links {mbit} Mbit/s egress, {} s={}, {} ms/clock \
-         in {} slices, managed variants {}",
+         in {} slices, managed variants {} within {} of the link",
         args.workers,
         args.shards,
         args.consistency,
@@ -258,7 +265,8 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
                 "both ways (server push every {} ms)",
                 args.server_push_tick_ms
             )
-        }
+        },
+        args.budget_fraction
     );
     let mut runs = Vec::new();
     for policy in [
@@ -300,6 +308,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
     plot(&bytes_plot, &runs, args.target_rmse, true)?;
     let figures = ManagedFigures {
         mbit,
+        budget_fraction: args.budget_fraction,
         consistency: args.consistency,
         staleness: args.staleness,
         target_rmse: args.target_rmse,

@@ -218,7 +218,7 @@ pub struct P3BenchArgs {
     /// kernel's default. It must stay below the `tbf` queue: a larger one (the transport's
     /// default is 4 MiB) lets QUIC overfill the qdisc, which then drops instead of making the
     /// sender wait (see BENCHMARKS.md, "P3 across namespaces").
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 128)]
     pub netns_send_buffer_kib: usize,
     /// With --netns: the `tbf` queue of every link in ms of its rate (`latency`).
     #[arg(long, default_value_t = 50.0)]
