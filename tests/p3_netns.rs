@@ -63,7 +63,10 @@ fn p3_bench_across_network_namespaces() {
         assert!(m["qdisc_drops"].is_u64(), "{m}");
     }
     let probe = &v["sweep"][0];
-    assert!(probe["probe_s"].as_f64().is_some_and(|t| t > 0.0), "{probe}");
+    assert!(
+        probe["probe_s"].as_f64().is_some_and(|t| t > 0.0),
+        "{probe}"
+    );
     assert!(probe["probe_qdisc_drops"].is_u64(), "{probe}");
     let seq = v["sequential_s"].as_f64().unwrap();
     let p3 = v["p3_s"].as_f64().unwrap();
