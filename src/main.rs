@@ -336,6 +336,7 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
                     &LinkShape {
                         rate_mbit,
                         delay_ms,
+                        queue_ms: None,
                     },
                 )?;
                 for i in 0..h.count {

@@ -44,6 +44,9 @@ pub struct LinkShape {
     pub rate_mbit: Option<f64>,
     /// Added one-way delay in ms (none if unset).
     pub delay_ms: Option<f64>,
+    /// With a rate and no delay: how long a packet may wait in the `tbf` queue, ms (its
+    /// `latency`, which sizes the queue: rate x latency + burst). Default 50.
+    pub queue_ms: Option<f64>,
 }
 
 fn run(args: &[&str]) -> Result<String, NetnsError> {
@@ -152,6 +155,23 @@ impl Hosts {
         c
     }
 
+    /// Packets the `tc` qdiscs of this set's links have dropped so far: every host's
+    /// `eth0` (its egress) and every bridge port (the hosts' ingress). A shaped link drops
+    /// when its queue is full; each drop costs QUIC a loss recovery.
+    pub fn qdisc_drops(&self) -> Result<u64, NetnsError> {
+        let mut total = 0;
+        for i in 0..self.count {
+            let ns = self.host_ns(i);
+            let text = run(&[
+                "ip", "netns", "exec", &ns, "tc", "-s", "qdisc", "show", "dev", "eth0",
+            ])?;
+            total += parse_qdisc_drops(&text);
+        }
+        let sw = self.switch_ns();
+        let text = run(&["ip", "netns", "exec", &sw, "tc", "-s", "qdisc", "show"])?;
+        Ok(total + parse_qdisc_drops(&text))
+    }
+
     /// Removes every namespace of this set (ignores the ones that do not exist).
     pub fn down(&self) {
         for i in 0..self.count.max(1) {
@@ -161,7 +181,19 @@ impl Hosts {
     }
 }
 
+/// The sum of the `(dropped N, ...` counters in `tc -s qdisc show` output.
+pub fn parse_qdisc_drops(text: &str) -> u64 {
+    text.split("(dropped ")
+        .skip(1)
+        .filter_map(|rest| {
+            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse::<u64>().ok()
+        })
+        .sum()
+}
+
 fn shape_link(ns: &str, dev: &str, shape: &LinkShape) -> Result<(), NetnsError> {
+    let queue_ms = shape.queue_ms.unwrap_or(50.0);
     match (shape.rate_mbit, shape.delay_ms) {
         (None, None) => Ok(()),
         (Some(rate), None) => {
@@ -183,7 +215,7 @@ fn shape_link(ns: &str, dev: &str, shape: &LinkShape) -> Result<(), NetnsError> 
                 "burst",
                 &burst.to_string(),
                 "latency",
-                "50ms",
+                &format!("{queue_ms}ms"),
             ])
             .map(|_| ())
         }
@@ -205,5 +237,21 @@ fn shape_link(ns: &str, dev: &str, shape: &LinkShape) -> Result<(), NetnsError> 
             let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
             run(&refs).map(|_| ())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_the_drop_counters_of_every_qdisc() {
+        let text = "qdisc tbf 8001: root refcnt 2 rate 80Mbit burst 40000b lat 50ms\n \
+                    Sent 40499128 bytes 28092 pkt (dropped 401196, overlimits 485207 requeues 0)\n \
+                    backlog 220626b 153p requeues 0\n\
+                    qdisc noqueue 0: dev br0 root refcnt 2\n \
+                    Sent 0 bytes 0 pkt (dropped 4, overlimits 0 requeues 0)\n";
+        assert_eq!(parse_qdisc_drops(text), 401_200);
+        assert_eq!(parse_qdisc_drops("qdisc noqueue 0: dev lo root"), 0);
     }
 }

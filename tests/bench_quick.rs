@@ -96,8 +96,10 @@ fn managed_quick_compares_the_three_variants_on_shaped_links() {
     let f = managed::measure(&a).unwrap();
     let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
     assert_eq!(names, ["clock", "fifo", "relative-magnitude"]);
+    assert!(f.server_push);
     for r in &f.runs {
         assert!(r.sent_bytes > 0, "{r:?}");
+        assert!(r.received_bytes > 0, "{r:?}");
         assert!(!r.curve.is_empty());
         assert_eq!(r.reached_target, r.bytes_to_target.is_some());
     }

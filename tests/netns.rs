@@ -119,6 +119,7 @@ fn three_node_cluster_across_network_namespaces() {
     let shape = LinkShape {
         rate_mbit: Some(200.0),
         delay_ms: None,
+        queue_ms: None,
     };
     let hosts = Hosts::up(&prefix, 3, &shape).expect("create namespaces");
     let _teardown = Teardown(hosts.clone());

@@ -36,6 +36,8 @@ fn p3_bench_across_network_namespaces() {
             "1",
             "--netns-timeout-s",
             "60",
+            "--probe-iterations",
+            "3",
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -57,7 +59,15 @@ fn p3_bench_across_network_namespaces() {
     for m in modes {
         let t = m["secs_per_iter"].as_f64().unwrap();
         assert!(t.is_finite() && t > 0.0, "{m}");
+        // The links' tbf drop counters were read before and after the mode.
+        assert!(m["qdisc_drops"].is_u64(), "{m}");
     }
+    let probe = &v["sweep"][0];
+    assert!(
+        probe["probe_s"].as_f64().is_some_and(|t| t > 0.0),
+        "{probe}"
+    );
+    assert!(probe["probe_qdisc_drops"].is_u64(), "{probe}");
     let seq = v["sequential_s"].as_f64().unwrap();
     let p3 = v["p3_s"].as_f64().unwrap();
     // One iteration's compute alone is 0.1 s: a mode below it did not really run.

@@ -67,6 +67,13 @@ pub struct NetConfig {
     /// every datagram beyond it is dropped and resent after a loss timeout; the kernel caps
     /// the request at `net.core.rmem_max`/`wmem_max`. 0 = leave the kernel's default.
     pub socket_buffer_bytes: usize,
+    /// Overrides the send half of [`NetConfig::socket_buffer_bytes`] (`SO_SNDBUF`), bytes;
+    /// unset = the same as the receive buffer, 0 = leave the kernel's default. A UDP
+    /// socket's send buffer is its only back-pressure from the kernel: behind a slow
+    /// interface whose queue (qdisc) holds less than the send buffer, the qdisc drops the
+    /// excess instead of making the sender wait, and QUIC pays each drop with a loss
+    /// recovery. Loopback has no such queue, so only the receive side needs the 4 MiB.
+    pub socket_send_buffer_bytes: Option<usize>,
     /// UDP segmentation offload (GSO): one `sendmsg` hands the kernel many packets of a
     /// connection at once, where the kernel offers it (Linux); quinn falls back to one
     /// packet per call elsewhere. A batch holds at most 10 datagrams and never more than
@@ -149,6 +156,7 @@ impl Default for NetConfig {
             loopback_udp_payload: 65_000,
             mtu_discovery: true,
             socket_buffer_bytes: 4 << 20,
+            socket_send_buffer_bytes: None,
             segmentation_offload: true,
             ack_eliciting_threshold: 0,
             congestion: Congestion::Cubic,

@@ -71,22 +71,27 @@ pub fn endpoint_config(cfg: &NetConfig) -> quinn::EndpointConfig {
     endpoint
 }
 
-/// Asks the kernel for [`NetConfig::socket_buffer_bytes`] of receive and send buffer on
-/// `socket`; what it grants (at most `net.core.rmem_max`/`wmem_max`) is logged.
+/// Asks the kernel for [`NetConfig::socket_buffer_bytes`] of receive buffer and
+/// [`NetConfig::socket_send_buffer_bytes`] (default: the same) of send buffer on `socket`;
+/// what it grants (at most `net.core.rmem_max`/`wmem_max`) is logged. 0 leaves the
+/// kernel's default.
 pub fn size_socket_buffers(cfg: &NetConfig, socket: &std::net::UdpSocket) {
-    if cfg.socket_buffer_bytes == 0 {
-        return;
-    }
     let sock = socket2::SockRef::from(socket);
-    let want = cfg.socket_buffer_bytes;
-    if let Err(e) = sock.set_recv_buffer_size(want) {
-        tracing::warn!(error = %e, want, "could not size the UDP receive buffer");
+    let recv = cfg.socket_buffer_bytes;
+    let send = cfg.socket_send_buffer_bytes.unwrap_or(recv);
+    if recv > 0
+        && let Err(e) = sock.set_recv_buffer_size(recv)
+    {
+        tracing::warn!(error = %e, want = recv, "could not size the UDP receive buffer");
     }
-    if let Err(e) = sock.set_send_buffer_size(want) {
-        tracing::warn!(error = %e, want, "could not size the UDP send buffer");
+    if send > 0
+        && let Err(e) = sock.set_send_buffer_size(send)
+    {
+        tracing::warn!(error = %e, want = send, "could not size the UDP send buffer");
     }
     tracing::debug!(
-        want,
+        want_recv = recv,
+        want_send = send,
         recv = ?sock.recv_buffer_size().ok(),
         send = ?sock.send_buffer_size().ok(),
         "UDP socket buffers (capped by net.core.rmem_max / wmem_max)"
@@ -232,5 +237,23 @@ mod tests {
         let after = socket2::SockRef::from(&socket).recv_buffer_size().unwrap();
         // Linux doubles the request and caps it at rmem_max; either way it does not shrink.
         assert!(after >= before, "{before} -> {after}");
+    }
+
+    #[test]
+    fn send_buffer_override_sizes_only_the_send_half() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let cfg = NetConfig {
+            socket_send_buffer_bytes: Some(8 << 10),
+            ..NetConfig::default()
+        };
+        size_socket_buffers(&cfg, &socket);
+        let sock = socket2::SockRef::from(&socket);
+        let (recv, send) = (
+            sock.recv_buffer_size().unwrap(),
+            sock.send_buffer_size().unwrap(),
+        );
+        // Linux doubles a request (for its bookkeeping); the receive half keeps its size.
+        assert!(send <= 4 * (8 << 10), "send buffer {send}");
+        assert!(recv > send, "recv {recv} send {send}");
     }
 }

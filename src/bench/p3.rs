@@ -14,7 +14,7 @@ use petrel_actors::NodeError;
 use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_net::tls::TlsError;
 use petrel_net::{NetConfig, ShaperConfig};
-use petrel_p3::roles::{P3NodeConfig, load_profile};
+use petrel_p3::roles::{P3NodeConfig, WorkerReportFile, load_profile};
 use petrel_p3::{
     Bounds, CostModel, EmulatedModel, Mode, ModelProfile, P3Error, P3Job, PlanError, ProfileError,
     auto_slice_size, ideal_iteration_s, run_cluster,
@@ -214,6 +214,19 @@ pub struct P3BenchArgs {
     /// directions of every link).
     #[arg(long)]
     pub netns: bool,
+    /// With --netns: the nodes' UDP send buffer (`socket_send_buffer_bytes`) in KiB; 0 = the
+    /// kernel's default. It must stay below the `tbf` queue: a larger one (the transport's
+    /// default is 4 MiB) lets QUIC overfill the qdisc, which then drops instead of making the
+    /// sender wait (see BENCHMARKS.md, "P3 across namespaces").
+    #[arg(long, default_value_t = 128)]
+    pub netns_send_buffer_kib: usize,
+    /// With --netns: the `tbf` queue of every link in ms of its rate (`latency`).
+    #[arg(long, default_value_t = 50.0)]
+    pub netns_queue_ms: f64,
+    /// Measured iterations of the transfer probe (compute taken out) that measures the
+    /// link's goodput; the probe's figure is the slowest worker's median iteration.
+    #[arg(long, default_value_t = 16)]
+    pub probe_iterations: u64,
     /// With --netns: stop a mode's cluster after this many seconds.
     #[arg(long, default_value_t = 600)]
     pub netns_timeout_s: u64,
@@ -232,6 +245,9 @@ struct ModeResult {
     samples_per_s: f64,
     efficiency: f64,
     cpu_cores: f64,
+    /// With --netns: packets the links' `tbf` qdiscs dropped during this mode's run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    qdisc_drops: Option<u64>,
 }
 
 #[derive(Serialize, Clone)]
@@ -243,8 +259,13 @@ struct Point {
     bound_s: f64,
     /// The link's goodput measured in this run (see [`probe_goodput`]), Mbit/s.
     goodput_mbit: f64,
-    /// "sequential" (measured) or "nominal" (no sequential run to measure it from).
+    /// How the goodput was measured.
     goodput_source: &'static str,
+    /// The transfer probe's iteration times (slowest worker's median per probe).
+    probe_s: f64,
+    /// With --netns: packets the qdiscs dropped during the probe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probe_qdisc_drops: Option<u64>,
     /// The ideal pipeline's iteration time at the goodput ([`ideal_iteration_s`]).
     ideal_s: f64,
     /// The same at the nominal rate.
@@ -256,21 +277,30 @@ struct Point {
 /// same cluster, job and link with compute taken out (device at 10^18 FLOP/s), p3 mode,
 /// so an iteration is one model's push and pull with slices pipelined through the shards,
 /// and nothing else. (Not fifo: it sends whole layers, so a shard returns a big layer only
-/// after all of it arrived, and that store-and-forward is not the link's doing.) The model's wire time at the nominal rate over the probe's iteration time
-/// scales the nominal rate to what the link delivered (protocol overhead, round trips and
-/// shaper losses included). Capped at the nominal rate (a higher figure is noise).
+/// after all of it arrived, and that store-and-forward is not the link's doing.) The probe
+/// runs `--probe-iterations` iterations after the warm-up and takes the slowest worker's
+/// *median* iteration, so one loss recovery or scheduling hiccup does not move the figure.
+/// The model's wire time at the nominal rate over that iteration time scales the nominal
+/// rate to what the link delivered (protocol overhead, round trips and shaper losses
+/// included). Capped at the nominal rate (a higher figure is noise). Returns the goodput
+/// in bytes/s and the probe's run.
 fn probe_goodput(
     args: &P3BenchArgs,
     setup: &Setup,
     bandwidth_mbit: f64,
     hosts: Option<&Hosts>,
-) -> Result<(f64, f64), P3BenchError> {
+) -> Result<(f64, f64, ModeRun), P3BenchError> {
     let transfer_only = Setup {
         profile: setup.profile.clone(),
         device_flops: 1e18,
         ..*setup
     };
-    let (probe_s, _) = run_mode(args, &transfer_only, Mode::P3, bandwidth_mbit, hosts)?;
+    let probe_args = P3BenchArgs {
+        iterations: args.probe_iterations.max(1),
+        ..args.clone()
+    };
+    let run = run_mode(&probe_args, &transfer_only, Mode::P3, bandwidth_mbit, hosts)?;
+    let probe_s = run.slowest(args.warmup as usize, median_iteration_s)?;
     let cost = setup.cost(bandwidth_mbit, args.workers);
     let nominal_wire_s = cost.wire_seconds(setup.profile.total_params());
     let goodput = if probe_s.is_finite() && probe_s > 0.0 {
@@ -278,7 +308,57 @@ fn probe_goodput(
     } else {
         cost.bandwidth_bytes_per_s
     };
-    Ok((goodput, probe_s))
+    Ok((goodput, probe_s, run))
+}
+
+/// The median duration of iterations `skip..` from a worker's iteration marks (seconds
+/// since its first iteration; the last mark ends the last iteration).
+pub fn median_iteration_s(marks_s: &[f64], skip: usize) -> Option<f64> {
+    let mut d: Vec<f64> = marks_s.windows(2).skip(skip).map(|w| w[1] - w[0]).collect();
+    if d.is_empty() {
+        return None;
+    }
+    d.sort_by(f64::total_cmp);
+    let n = d.len();
+    Some(if n % 2 == 1 {
+        d[n / 2]
+    } else {
+        (d[n / 2 - 1] + d[n / 2]) / 2.0
+    })
+}
+
+/// The mean duration of iterations `skip..` (what the modes report: a mode's iteration
+/// time includes its occasional slow iterations).
+pub fn mean_iteration_s(marks_s: &[f64], skip: usize) -> Option<f64> {
+    let n = marks_s.len().checked_sub(1)?;
+    if skip >= n {
+        return None;
+    }
+    Some((marks_s[n] - marks_s[skip]) / (n - skip) as f64)
+}
+
+/// What one mode's cluster measured.
+struct ModeRun {
+    reports: Vec<WorkerReportFile>,
+    cpu: f64,
+    /// With --netns: packets the qdiscs dropped during the run.
+    qdisc_drops: Option<u64>,
+}
+
+impl ModeRun {
+    /// The slowest worker's figure by `stat` over iterations `skip..`.
+    fn slowest(
+        &self,
+        skip: usize,
+        stat: fn(&[f64], usize) -> Option<f64>,
+    ) -> Result<f64, P3BenchError> {
+        let mut worst: f64 = 0.0;
+        for r in &self.reports {
+            let t = stat(&r.marks_s, skip).ok_or(P3BenchError::NoMeasuredIterations)?;
+            worst = worst.max(t);
+        }
+        Ok(worst)
+    }
 }
 
 #[derive(Serialize)]
@@ -301,6 +381,7 @@ struct Figures {
     bound_s: f64,
     goodput_mbit: f64,
     goodput_source: &'static str,
+    probe_s: f64,
     ideal_s: f64,
     ideal_nominal_s: f64,
     sequential_s: f64,
@@ -357,7 +438,7 @@ fn run_mode(
     mode: Mode,
     bandwidth_mbit: f64,
     hosts: Option<&Hosts>,
-) -> Result<(f64, f64), P3BenchError> {
+) -> Result<ModeRun, P3BenchError> {
     let counts: Vec<u64> = setup.profile.layers.iter().map(|l| l.params).collect();
     let mut shaper = ShaperConfig::mbit(bandwidth_mbit);
     if !args.shape_ingress {
@@ -393,18 +474,24 @@ fn run_mode(
             report_dir: dir.join("reports"),
             ..P3NodeConfig::default()
         };
+        let net = NetConfig {
+            socket_send_buffer_bytes: Some(args.netns_send_buffer_kib * 1024),
+            ..net
+        };
         let limit = Duration::from_secs(args.netns_timeout_s);
+        let drops0 = hosts.qdisc_drops().ok();
         let (reports, cpu) =
             p3_netns::run_job(p3_netns::Placement::Netns(hosts), &cfg, &net, &dir, limit)?;
-        let mut worst: f64 = 0.0;
-        for r in &reports {
-            let t = r
-                .secs_per_iter(args.warmup as usize)
-                .ok_or(P3BenchError::NoMeasuredIterations)?;
-            worst = worst.max(t);
-        }
+        let drops = match (drops0, hosts.qdisc_drops().ok()) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
         let _ = std::fs::remove_dir_all(&dir);
-        return Ok((worst, cpu));
+        return Ok(ModeRun {
+            reports,
+            cpu,
+            qdisc_drops: drops,
+        });
     }
     let job = P3Job {
         mode,
@@ -430,14 +517,14 @@ fn run_mode(
         (Some(a), Some(b)) => (b - a) / wall.max(1e-9),
         _ => f64::NAN,
     };
-    let mut worst: f64 = 0.0;
-    for r in &reports {
-        let t = r
-            .secs_per_iter(args.warmup as usize)
-            .ok_or(P3BenchError::NoMeasuredIterations)?;
-        worst = worst.max(t);
-    }
-    Ok((worst, cpu))
+    Ok(ModeRun {
+        reports: reports
+            .iter()
+            .map(|r| WorkerReportFile::new(r, mode))
+            .collect(),
+        cpu,
+        qdisc_drops: None,
+    })
 }
 
 /// Where `--netns` runs keep configs, certificates, node logs and reports (a mode's
@@ -503,6 +590,12 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
     let bad = |m: String| Err(P3BenchError::Args(m));
     if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
         return bad("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
+    }
+    if !(args.netns_queue_ms.is_finite() && args.netns_queue_ms > 0.0) {
+        return bad(format!(
+            "--netns-queue-ms must be positive, got {}",
+            args.netns_queue_ms
+        ));
     }
     if args.netns {
         crate::netns::available().map_err(P3BenchError::NetnsUnavailable)?;
@@ -597,6 +690,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
             let shape = LinkShape {
                 rate_mbit: Some(bw),
                 delay_ms: None,
+                queue_ms: Some(args.netns_queue_ms),
             };
             let hosts = Hosts::up(&p3_netns::prefix(), args.workers + args.shards, &shape)
                 .map_err(P3BenchError::Namespaces)?;
@@ -606,7 +700,8 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
         };
         let mut modes = Vec::new();
         for mode in Mode::ALL.into_iter().filter(|m| args.modes.contains(m)) {
-            let (t, cpu) = run_mode(&args, &setup, mode, bw, hosts.as_ref().map(|h| &h.0))?;
+            let run = run_mode(&args, &setup, mode, bw, hosts.as_ref().map(|h| &h.0))?;
+            let t = run.slowest(args.warmup as usize, mean_iteration_s)?;
             tracing::info!(
                 mode = mode.name(),
                 bandwidth_mbit = bw,
@@ -618,12 +713,14 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
                 secs_per_iter: t,
                 samples_per_s: (args.workers * args.batch) as f64 / t,
                 efficiency: b.efficiency(t),
-                cpu_cores: cpu,
+                cpu_cores: run.cpu,
+                qdisc_drops: run.qdisc_drops,
             });
         }
         let cost = setup.cost(bw, args.workers);
-        let (goodput, probe_s) = probe_goodput(&args, &setup, bw, hosts.as_ref().map(|h| &h.0))?;
-        let goodput_source = "transfer probe";
+        let (goodput, probe_s, probe) =
+            probe_goodput(&args, &setup, bw, hosts.as_ref().map(|h| &h.0))?;
+        let goodput_source = "transfer probe (median iteration)";
         tracing::info!(bandwidth_mbit = bw, probe_s, "p3 bench transfer probe");
         let ideal_nominal_s = ideal_iteration_s(&setup.profile, &cost);
         let ideal_s = ideal_iteration_s(
@@ -642,6 +739,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
             "/ ideal",
             "efficiency",
             "CPU cores",
+            "qdisc drops",
         ]);
         for m in &modes {
             table.row(vec![
@@ -653,6 +751,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
                 fmt(m.secs_per_iter / ideal_s),
                 fmt(m.efficiency),
                 fmt(m.cpu_cores),
+                m.qdisc_drops.map_or("-".into(), |d| d.to_string()),
             ]);
         }
         println!(
@@ -668,9 +767,15 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
             fmt(b.wait_free_s)
         );
         println!(
-            "goodput {:.1} Mbit/s ({goodput_source}); ideal pipeline (fluid, infinitely fine \
-             slices) at the goodput: {} s, at the nominal rate: {} s",
+            "goodput {:.1} Mbit/s ({goodput_source}: {} s over {} iterations{}); ideal \
+             pipeline (fluid, infinitely fine slices) at the goodput: {} s, at the nominal \
+             rate: {} s",
             goodput * 8.0 / 1e6,
+            fmt(probe_s),
+            args.probe_iterations,
+            probe
+                .qdisc_drops
+                .map_or(String::new(), |d| format!(", {d} qdisc drops")),
             fmt(ideal_s),
             fmt(ideal_nominal_s)
         );
@@ -683,6 +788,8 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
             bound_s: b.optimal_s,
             goodput_mbit: goodput * 8.0 / 1e6,
             goodput_source,
+            probe_s,
+            probe_qdisc_drops: probe.qdisc_drops,
             ideal_s,
             ideal_nominal_s,
             modes,
@@ -750,6 +857,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
         bound_s: first.bound_s,
         goodput_mbit: first.goodput_mbit,
         goodput_source: first.goodput_source,
+        probe_s: first.probe_s,
         ideal_s: first.ideal_s,
         ideal_nominal_s: first.ideal_nominal_s,
         sequential_s: seq,
@@ -780,5 +888,20 @@ mod tests {
         assert_eq!(parse_cpu_seconds(s), Some(3.0));
         assert_eq!(parse_cpu_seconds("garbage"), None);
         assert!(process_cpu_seconds().is_some());
+    }
+
+    #[test]
+    fn median_iteration_ignores_one_slow_iteration() {
+        // Warm-up 1 s, then 0.3 s iterations with one 1.3 s loss recovery.
+        let marks = [0.0, 1.0, 1.3, 1.6, 2.9, 3.2, 3.5];
+        let med = median_iteration_s(&marks, 1).unwrap();
+        assert!((med - 0.3).abs() < 1e-9, "{med}");
+        let mean = mean_iteration_s(&marks, 1).unwrap();
+        assert!((mean - 0.5).abs() < 1e-9, "{mean}");
+        // Even count: the middle two's mean.
+        let m = median_iteration_s(&[0.0, 0.2, 0.6, 0.9, 1.0], 0).unwrap();
+        assert!((m - 0.25).abs() < 1e-9, "{m}");
+        assert_eq!(median_iteration_s(&marks, 6), None);
+        assert_eq!(mean_iteration_s(&marks, 6), None);
     }
 }

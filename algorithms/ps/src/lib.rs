@@ -49,6 +49,7 @@ pub use core::error::PsCoreError;
 pub use core::lda::PsLdaError;
 pub use core::managed::BandwidthManager;
 pub use core::rules::{RuleRegistry, ServerRule, UpdateRule};
+pub use core::server_push::{ServerPushConfig, ServerPushStats};
 pub use core::shard::PsShardCore;
 pub use core::types::{
     Consistency, ConsistencyModel, Row, RowId, SharedRow, TableId, TableKind, TableSpec,

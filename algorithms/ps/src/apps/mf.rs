@@ -31,6 +31,7 @@
 
 use crate::core::managed::{BandwidthManager, SendPolicy};
 use crate::core::rules::{ServerRule, adarevision_delta};
+use crate::core::server_push::ServerPushConfig;
 use crate::core::stats::{ReadStats, StalenessReport, StalenessStats};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
@@ -162,9 +163,19 @@ pub struct PsMfConfig {
     /// communication gets one tick per slice).
     #[arg(long, default_value_t = 4)]
     pub compute_slices: u32,
-    /// Bandwidth budget of managed communication, bytes per second per worker.
+    /// Bandwidth budget of managed communication, bytes per second per worker (and, for
+    /// `server_push`, per shard).
     #[arg(long, default_value_t = 1_000_000)]
     pub managed_bytes_per_s: u64,
+    /// Server push (Bösen's managed communication from shards to workers): every
+    /// `server_push_tick_ms` each shard pushes the changed rows the workers hold, in this
+    /// order (fifo, random, relative-magnitude), within `managed_bytes_per_s`. Unset: a
+    /// worker sees others' updates only on a miss.
+    #[arg(long, value_enum)]
+    pub server_push: Option<SendPolicy>,
+    /// Time between two server-push ticks of a shard, ms.
+    #[arg(long, default_value_t = 10)]
+    pub server_push_tick_ms: u64,
     /// Do not request the next clock's item rows during a clock (`prefetch_next_clock`). The
     /// prefetch hides the read round trip behind the compute but refreshes rows a little more
     /// often: on a bandwidth-bound link the extra replies can cost more than it saves.
@@ -224,6 +235,8 @@ impl Default for PsMfConfig {
             managed: None,
             compute_slices: 4,
             managed_bytes_per_s: 1_000_000,
+            server_push: None,
+            server_push_tick_ms: 10,
             no_prefetch: false,
             out: None,
             checkpoint_dir: None,
@@ -272,6 +285,7 @@ impl PsMfConfig {
         }
         c.at_least("eval_ms", self.eval_ms, 1);
         c.non_negative("clock_ms", self.clock_ms);
+        c.at_least("server_push_tick_ms", self.server_push_tick_ms, 1);
         c.require(
             !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
                 || self.checkpoints_possible(),
@@ -595,6 +609,9 @@ pub struct PsMfResult {
     /// Bytes each worker's node sent over the whole run.
     #[serde(default)]
     pub per_worker_sent_bytes: Vec<u64>,
+    /// Bytes each worker's node received over the whole run (replies, server pushes).
+    #[serde(default)]
+    pub per_worker_received_bytes: Vec<u64>,
     /// Seconds each worker spent in a clock's compute (emulated time included).
     #[serde(default)]
     pub per_worker_compute_s: Vec<f64>,
@@ -850,6 +867,18 @@ impl PsApp for PsMf {
         self.tables.clone()
     }
 
+    fn server_push(&self) -> Option<ServerPushConfig> {
+        let cfg = &self.cfg;
+        cfg.server_push.map(|policy| {
+            ServerPushConfig::at_rate(
+                policy,
+                cfg.managed_bytes_per_s,
+                cfg.server_push_tick_ms,
+                cfg.seed,
+            )
+        })
+    }
+
     fn start_worker(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> Result<PsMfWorker, PsError> {
         let (w, n_workers) = (ctx.worker(), ctx.n_workers());
         let mut mine: Vec<(u32, u32, f32)> = (self.data.train.entries.iter())
@@ -1018,6 +1047,7 @@ impl PsApp for PsMf {
             compute_s: st.compute_s,
             wait_s: st.wait_s,
             sent_bytes: ctx.node.net_stats().sent_bytes,
+            received_bytes: ctx.node.net_stats().received_bytes,
             reads: ctx.client.read_stats(),
             run_s: st.started.elapsed().as_secs_f64(),
         };
@@ -1165,6 +1195,7 @@ impl PsApp for PsMf {
             staleness: st.report(),
             per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
             per_worker_sent_bytes: m.reports.iter().map(|r| r.sent_bytes).collect(),
+            per_worker_received_bytes: m.reports.iter().map(|r| r.received_bytes).collect(),
             per_worker_compute_s: m.reports.iter().map(|r| r.compute_s).collect(),
             per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
             per_worker_run_s: m.reports.iter().map(|r| r.run_s).collect(),

@@ -27,6 +27,7 @@ pub mod error;
 pub mod lda;
 pub mod managed;
 pub mod rules;
+pub mod server_push;
 pub mod shard;
 pub mod stats;
 pub mod straggler;

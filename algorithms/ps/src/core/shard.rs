@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::core::error::PsCoreError;
+use crate::core::managed::Candidate;
 use crate::core::rules::{RuleRegistry, UpdateRule};
+use crate::core::server_push::{PushPending, ServerPush, ServerPushConfig, ServerPushStats};
 use crate::core::types::{
     Clock, Consistency, ReadRequest, Row, RowId, ShardBatch, SharedRow, TableId, TableSpec,
     UpdateBatch, WorkerId,
@@ -98,6 +100,8 @@ struct TableState {
     sub_workers: BTreeSet<WorkerId>,
     /// ESSP: rows modified since the last min-clock advance.
     dirty: HashSet<RowId>,
+    /// Server push: rows modified since they were last pushed, with their accumulated change.
+    changed: HashMap<RowId, PushPending>,
 }
 
 impl TableState {
@@ -143,6 +147,8 @@ pub struct PsShardCore {
     pending: BTreeMap<Clock, Vec<PendingRead>>,
     next_stamp: u64,
     cuts: ClockCuts,
+    /// Managed communication from server to clients, when enabled.
+    push: Option<ServerPush>,
 }
 
 /// The rows of every table as of one clock boundary (a consistent cut, see
@@ -211,6 +217,7 @@ impl PsShardCore {
                 subs: HashMap::new(),
                 sub_workers: BTreeSet::new(),
                 dirty: HashSet::new(),
+                changed: HashMap::new(),
             };
             if map.insert(id, st).is_some() {
                 return Err(PsCoreError::DuplicateTable(id));
@@ -230,6 +237,7 @@ impl PsShardCore {
             pending: BTreeMap::new(),
             next_stamp: 1,
             cuts: ClockCuts::default(),
+            push: None,
         })
     }
 
@@ -443,6 +451,7 @@ impl PsShardCore {
             t.spec.check_delta(u.row, &u.delta)?;
         }
         self.open_cuts_up_to(clock);
+        let tracking = self.push.is_some();
         for u in &batch.updates {
             let stamp = self.next_stamp;
             self.next_stamp += 1;
@@ -464,6 +473,13 @@ impl PsShardCore {
             }
             if t.spec.consistency.is_essp() {
                 t.dirty.insert(u.row);
+            }
+            if tracking {
+                let p = t.changed.entry(u.row).or_insert(PushPending {
+                    order: stamp,
+                    magnitude: 0.0,
+                });
+                p.magnitude += u.delta.l1_norm();
             }
         }
         self.workers[worker.0 as usize].applied_seq = batch.seq;
@@ -554,7 +570,8 @@ impl PsShardCore {
             .get(&table)
             .ok_or(PsCoreError::UnknownTable(table))?;
         let consistency = t.spec.consistency;
-        if consistency.is_essp() && !sync {
+        // Server push needs the holders of every row, as ESSP does.
+        if (consistency.is_essp() || self.push.is_some()) && !sync {
             let t = self
                 .tables
                 .get_mut(&table)
@@ -580,6 +597,100 @@ impl PsShardCore {
             self.pending.entry(min_clock).or_default().push(read);
             Ok(Vec::new())
         }
+    }
+
+    /// Turns on managed communication from this shard to its clients (Bösen's server push):
+    /// from now on the shard remembers which workers hold which rows (as ESSP does) and what
+    /// changed since it last sent them, and every [`server_push_tick`](Self::server_push_tick)
+    /// pushes the most significant changed rows to their holders within the byte budget.
+    pub fn enable_server_push(&mut self, cfg: ServerPushConfig) {
+        self.push = Some(ServerPush::new(cfg));
+    }
+
+    /// The server-push settings, when enabled.
+    pub fn server_push_config(&self) -> Option<&ServerPushConfig> {
+        self.push.as_ref().map(|p| &p.cfg)
+    }
+
+    /// What server push has sent so far (all zero when disabled).
+    pub fn server_push_stats(&self) -> ServerPushStats {
+        self.push
+            .as_ref()
+            .map_or_else(ServerPushStats::default, |p| p.stats)
+    }
+
+    /// One server-push tick: among the rows changed since they were last sent to a holder
+    /// (a worker that read them), in the policy's order (relative magnitude: accumulated
+    /// `|delta|_1 / |row|_1` first), picks rows whose pushes to all their stale holders fit
+    /// the budget (a row that does not fit is skipped, later smaller ones may use the rest)
+    /// and returns one [`ShardAction::Push`] per (worker, table) at the current min clock.
+    /// The cost of a row is its encoded size times its stale holders. Rows left out keep
+    /// accumulating for later ticks. Empty when server push is off.
+    pub fn server_push_tick(&mut self) -> Vec<ShardAction> {
+        let Some(push) = self.push.as_mut() else {
+            return Vec::new();
+        };
+        let eps = push.manager.eps;
+        let mut cands = Vec::new();
+        for (&table, t) in self.tables.iter_mut() {
+            let (rows, subs) = (&t.rows, &t.subs);
+            t.changed.retain(|row, pending| {
+                let Some(stored) = rows.get(row) else {
+                    return false;
+                };
+                let stale = subs.get(row).map_or(0, |s| {
+                    s.values()
+                        .filter(|&&sent| sent != u64::MAX && sent < stored.stamp)
+                        .count()
+                });
+                if stale == 0 {
+                    return false;
+                }
+                cands.push(Candidate {
+                    table,
+                    row: *row,
+                    bytes: stored.data.wire_size() * stale,
+                    relative_magnitude: pending.magnitude / (stored.data.l1_norm() + eps),
+                    order: pending.order,
+                });
+                true
+            });
+        }
+        let chosen = push.manager.select(cands);
+        let mut per: BTreeMap<(WorkerId, TableId), Vec<(RowId, SharedRow)>> = BTreeMap::new();
+        let (mut bytes, mut rows_sent) = (0u64, 0u64);
+        for (table, row) in chosen {
+            let Some(t) = self.tables.get_mut(&table) else {
+                continue;
+            };
+            t.changed.remove(&row);
+            let (Some(stored), Some(subs)) = (t.rows.get(&row), t.subs.get_mut(&row)) else {
+                continue;
+            };
+            for (w, sent) in subs.iter_mut() {
+                if *sent != u64::MAX && *sent < stored.stamp {
+                    *sent = stored.stamp;
+                    bytes += stored.data.wire_size() as u64;
+                    rows_sent += 1;
+                    per.entry((*w, table))
+                        .or_default()
+                        .push((row, stored.data.clone()));
+                }
+            }
+        }
+        push.stats.ticks += 1;
+        push.stats.bytes += bytes;
+        push.stats.rows += rows_sent;
+        push.stats.max_tick_bytes = push.stats.max_tick_bytes.max(bytes);
+        per.into_iter()
+            .map(|((worker, table), rows)| ShardAction::Push {
+                worker,
+                table,
+                rows,
+                clock: self.min_clock,
+                ack_seq: self.workers[worker.0 as usize].applied_seq,
+            })
+            .collect()
     }
 
     /// Tells `worker` which of its update batches are applied. Batches and this request

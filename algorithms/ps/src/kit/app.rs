@@ -6,6 +6,7 @@ use petrel_actors::Settings;
 use petrel_messages::RemoteMessage;
 
 use crate::core::rules::RuleRegistry;
+use crate::core::server_push::ServerPushConfig;
 use crate::core::types::TableSpec;
 use crate::error::PsError;
 use crate::kit::{MonitorCtx, PsCheckpointing, WorkerCtx};
@@ -91,6 +92,12 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     /// Custom update rules the tables name (`UpdateRuleSpec::Custom`).
     fn rules(&self) -> RuleRegistry {
         RuleRegistry::new()
+    }
+
+    /// Managed communication from the shards to the workers ([`crate::core::server_push`]):
+    /// `None` (the default) keeps rows flowing only on reads, replies and ESSP pushes.
+    fn server_push(&self) -> Option<ServerPushConfig> {
+        None
     }
 
     /// Adjusts the settings of in-process runs (failure timeouts of busy apps).

@@ -7,6 +7,7 @@ use petrel_actors::{Cluster, NodeContext, Settings};
 
 use crate::core::checkpoint::Piece;
 use crate::core::rules::RuleRegistry;
+use crate::core::server_push::ServerPushConfig;
 use crate::core::shard::PsShardCore;
 use crate::core::types::TableSpec;
 use crate::error::PsError;
@@ -136,7 +137,8 @@ pub async fn serve_shards(
 }
 
 async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<(), PsError> {
-    if job.checkpointing.is_none() {
+    let server_push = job.app.server_push();
+    if job.checkpointing.is_none() && server_push.is_none() {
         return serve_shards(&ctx, &job.layout, job.app.tables(), &job.app.rules()).await;
     }
     let resumed = job.resumed()?;
@@ -153,6 +155,12 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
             )?,
             None => PsShardCore::with_registry(n_workers, tables.clone(), &rules)?,
         };
+        if let Some(cfg) = server_push {
+            core.enable_server_push(ServerPushConfig {
+                seed: cfg.seed + u64::from(s),
+                ..cfg
+            });
+        }
         let mut on_checkpoint: Option<shells::OnCheckpoint> = None;
         if let Some((dir, every)) = job.writing() {
             core.enable_checkpoints(every)?;

@@ -41,6 +41,10 @@ pub struct WorkerDone {
     /// Bytes its node sent (0 when the app does not measure them).
     #[serde(default)]
     pub sent_bytes: u64,
+    /// Bytes its node received (replies and server pushes; 0 when the app does not
+    /// measure them).
+    #[serde(default)]
+    pub received_bytes: u64,
     /// What its reads cost (requests, blocking round trips, time blocked).
     #[serde(default)]
     pub reads: ReadStats,
@@ -61,6 +65,7 @@ impl WorkerDone {
             compute_s: 0.0,
             wait_s: 0.0,
             sent_bytes: 0,
+            received_bytes: 0,
             reads: client.read_stats(),
             run_s: 0.0,
         }

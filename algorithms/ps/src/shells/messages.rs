@@ -3,6 +3,7 @@
 use petrel_messages::{Priority, remote_message};
 use serde::{Deserialize, Serialize};
 
+use crate::core::server_push::ServerPushStats;
 use crate::core::shard::{ShardAction, TableSnapshot};
 use crate::core::types::{Clock, ReadRequest, ShardBatch, WorkerId};
 
@@ -90,5 +91,8 @@ pub struct ShardState {
     /// (a worker's updates and its `Leave` travel on one FIFO lane).
     #[serde(default)]
     pub workers_left: u32,
+    /// What this shard's server push has sent (all zero when it is off).
+    #[serde(default)]
+    pub server_push: ServerPushStats,
 }
 remote_message!(ShardQuery => ShardState, "petrel.ps.shard_query");

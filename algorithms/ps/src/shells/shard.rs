@@ -45,6 +45,18 @@ pub type OnCheckpoint = Box<dyn FnMut(u32, Clock, &[TableSnapshot]) -> Result<()
 
 impl Actor for ServerShard {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Server push (when the core has it on): one tick of the core per period; the core
+        // decides what fits the budget, this shell only sends it.
+        if let Some(cfg) = self.core.server_push_config() {
+            let period = std::time::Duration::from_millis(cfg.tick_ms.max(1));
+            ctx.run_interval(period, |shard, _| {
+                let actions = shard.core.server_push_tick();
+                shard.route(actions);
+            });
+        }
+    }
 }
 
 impl ServerShard {
@@ -197,6 +209,7 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
                     tables: Vec::new(),
                     checkpoint_clock: None,
                     workers_left: self.left as u32,
+                    server_push: self.core.server_push_stats(),
                 });
             }
             ShardQuery::Snapshot => None,
@@ -213,6 +226,7 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
             tables: self.core.snapshot(),
             checkpoint_clock,
             workers_left: self.left as u32,
+            server_push: self.core.server_push_stats(),
         })
     }
 }

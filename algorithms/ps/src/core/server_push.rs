@@ -1,0 +1,250 @@
+//! Managed communication from server to clients (Bösen, Wei et al., SoCC 2015): a shard
+//! spends a per-tick byte budget on pushing the rows that changed most to the workers that
+//! hold them, between clock boundaries, so their cached reads get fresher before their
+//! next miss.
+//!
+//! The decision lives in [`PsShardCore::server_push_tick`](crate::core::shard::PsShardCore::server_push_tick)
+//! (which rows, to whom, in which order, under the budget); the shard actor only calls it
+//! on a timer. A push is a [`ShardAction::Push`](crate::core::shard::ShardAction::Push) at
+//! the shard's current min clock, as ESSP's: the row holds every update of clocks below
+//! that clock (and some newer ones), so installing it never weakens a cached row's
+//! guarantee, and its `ack_seq` keeps the receiver's own in-flight writes visible.
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::managed::{BandwidthManager, SendPolicy};
+
+/// Server-push settings of one shard.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ServerPushConfig {
+    /// Which changed rows go first.
+    pub policy: SendPolicy,
+    /// Row bytes (`Row::wire_size` per row and holder) one tick may push.
+    pub budget_bytes_per_tick: usize,
+    /// Time between two ticks, ms (the shard actor's timer).
+    pub tick_ms: u64,
+    /// Seeds the `Random` order.
+    pub seed: u64,
+}
+
+impl ServerPushConfig {
+    /// A tick of `tick_ms` at `bytes_per_s`: the budget is the bytes the link carries in one
+    /// tick.
+    pub fn at_rate(policy: SendPolicy, bytes_per_s: u64, tick_ms: u64, seed: u64) -> Self {
+        ServerPushConfig {
+            policy,
+            budget_bytes_per_tick: (bytes_per_s as f64 * tick_ms as f64 / 1000.0) as usize,
+            tick_ms: tick_ms.max(1),
+            seed,
+        }
+    }
+}
+
+/// What server push has sent (counters, for benches and tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerPushStats {
+    /// Ticks run.
+    pub ticks: u64,
+    /// Row bytes pushed (encoded row sizes, one per row and holder).
+    pub bytes: u64,
+    /// Rows pushed (one per row and holder).
+    pub rows: u64,
+    /// The most row bytes one tick pushed (never above the budget).
+    pub max_tick_bytes: u64,
+}
+
+/// A row changed since it was last pushed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct PushPending {
+    /// Stamp of its first change since then (FIFO order).
+    pub(crate) order: u64,
+    /// Accumulated `|delta|_1` since then.
+    pub(crate) magnitude: f32,
+}
+
+/// A shard's server-push state.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerPush {
+    pub(crate) cfg: ServerPushConfig,
+    pub(crate) manager: BandwidthManager,
+    pub(crate) stats: ServerPushStats,
+}
+
+impl ServerPush {
+    pub(crate) fn new(cfg: ServerPushConfig) -> Self {
+        ServerPush {
+            manager: BandwidthManager::new(cfg.budget_bytes_per_tick, cfg.policy, cfg.seed),
+            cfg,
+            stats: ServerPushStats::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::client::{ClientCore, GetOutcome};
+    use crate::core::shard::{PsShardCore, ShardAction};
+    use crate::core::types::{
+        Consistency, Row, RowId, RowUpdate, ShardBatch, TableId, TableKind, TableSpec, UpdateBatch,
+        WorkerId,
+    };
+
+    const T: TableId = TableId(0);
+
+    fn spec() -> TableSpec {
+        TableSpec::new(
+            0,
+            "t",
+            TableKind::Dense { width: 1 },
+            Consistency::Ssp { staleness: 2 },
+        )
+    }
+
+    fn row_bytes() -> usize {
+        Row::Dense(vec![0.0]).wire_size()
+    }
+
+    fn batch(worker: u32, seq: u64, updates: &[(u64, f32)]) -> ShardBatch {
+        ShardBatch {
+            shard: 0,
+            worker: WorkerId(worker),
+            clock: 0,
+            end_of_clock: false,
+            batch: UpdateBatch {
+                seq,
+                updates: updates
+                    .iter()
+                    .map(|&(r, v)| RowUpdate {
+                        table: T,
+                        row: RowId(r),
+                        delta: Row::Dense(vec![v]).into(),
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    /// A shard where rows 0..3 hold 100, 1, 10 and worker 1 has read rows 0, 1, 2.
+    fn shard(policy: SendPolicy, budget_rows: usize) -> PsShardCore {
+        let mut s = PsShardCore::new(2, vec![spec()]).unwrap();
+        s.enable_server_push(ServerPushConfig {
+            policy,
+            budget_bytes_per_tick: budget_rows * row_bytes(),
+            tick_ms: 10,
+            seed: 1,
+        });
+        s.handle_batch(&batch(0, 1, &[(0, 100.0), (1, 1.0), (2, 10.0)]))
+            .unwrap();
+        for r in 0..3 {
+            assert_eq!(s.read(WorkerId(1), r, T, RowId(r), 0).unwrap().len(), 1);
+        }
+        // Nothing changed since the replies: nothing to push.
+        assert!(s.server_push_tick().is_empty());
+        s
+    }
+
+    fn pushed_rows(actions: &[ShardAction]) -> Vec<(u32, u64)> {
+        actions
+            .iter()
+            .flat_map(|a| match a {
+                ShardAction::Push { worker, rows, .. } => rows
+                    .iter()
+                    .map(|(r, _)| (worker.0, r.0))
+                    .collect::<Vec<_>>(),
+                _ => Vec::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn relative_magnitude_first_within_the_budget_and_the_rest_later() {
+        let mut s = shard(SendPolicy::RelativeMagnitude, 2);
+        // Changes (insertion order): row0 += 5 (rel 5/105), row1 += .5 (.5/1.5), row2 += 4 (4/14).
+        s.handle_batch(&batch(0, 2, &[(0, 5.0), (1, 0.5), (2, 4.0)]))
+            .unwrap();
+        // Row 3 changed too but nobody holds it: never pushed.
+        s.handle_batch(&batch(0, 3, &[(3, 50.0)])).unwrap();
+        let first = s.server_push_tick();
+        assert_eq!(pushed_rows(&first), vec![(1, 1), (1, 2)]);
+        match &first[0] {
+            ShardAction::Push { rows, clock, .. } => {
+                assert_eq!(*clock, 0);
+                assert_eq!(&*rows[0].1, &Row::Dense(vec![1.5]));
+            }
+            a => panic!("not a push: {a:?}"),
+        }
+        let stats = s.server_push_stats();
+        assert_eq!(stats.bytes, 2 * row_bytes() as u64);
+        assert!(stats.max_tick_bytes <= 2 * row_bytes() as u64);
+        // Row 0 was left out; it goes next tick, and nothing twice.
+        assert_eq!(pushed_rows(&s.server_push_tick()), vec![(1, 0)]);
+        assert!(s.server_push_tick().is_empty());
+        assert_eq!(s.server_push_stats().ticks, 4);
+        assert_eq!(s.server_push_stats().rows, 3);
+    }
+
+    #[test]
+    fn fifo_order_cost_per_holder_and_zero_budget() {
+        let mut s = shard(SendPolicy::Fifo, 1);
+        // Worker 0 holds row 2 too: pushing row 2 now costs two rows, more than the budget.
+        s.read(WorkerId(0), 9, T, RowId(2), 0).unwrap();
+        s.handle_batch(&batch(0, 2, &[(2, 1.0), (0, 1.0), (1, 1.0)]))
+            .unwrap();
+        assert_eq!(pushed_rows(&s.server_push_tick()), vec![(1, 0)]);
+        assert_eq!(pushed_rows(&s.server_push_tick()), vec![(1, 1)]);
+        assert!(s.server_push_stats().max_tick_bytes <= row_bytes() as u64);
+        let mut z = shard(SendPolicy::Fifo, 0);
+        z.handle_batch(&batch(0, 2, &[(0, 1.0)])).unwrap();
+        assert!(z.server_push_tick().is_empty());
+        assert_eq!(z.server_push_stats().bytes, 0);
+        // Off: no ticks, no holders tracked.
+        let mut off = PsShardCore::new(1, vec![spec()]).unwrap();
+        assert!(off.server_push_tick().is_empty());
+        assert_eq!(off.server_push_stats(), ServerPushStats::default());
+    }
+
+    #[test]
+    fn a_pushed_row_refreshes_the_cache_and_keeps_own_writes() {
+        let mut s = PsShardCore::new(2, vec![spec()]).unwrap();
+        s.enable_server_push(ServerPushConfig::at_rate(
+            SendPolicy::RelativeMagnitude,
+            1_000_000,
+            10,
+            1,
+        ));
+        let mut c1 = ClientCore::new(WorkerId(1), 1, vec![spec()]).unwrap();
+        // Worker 1 reads row 0 (a miss, served at once) and caches 0.
+        let req = match c1.get(T, RowId(0)).unwrap() {
+            GetOutcome::Fetch(r) => r,
+            o => panic!("{o:?}"),
+        };
+        for a in s.handle_read(&req).unwrap() {
+            c1.handle(0, a).unwrap();
+        }
+        // Worker 1 writes 1 (flushed early, in flight: the shard has not applied it).
+        c1.inc(T, RowId(0), 0, 1.0).unwrap();
+        let own = c1.take_early(&[(T, RowId(0))]);
+        // Worker 0 adds 5; the shard pushes the row to worker 1 before its next miss.
+        s.handle_batch(&batch(0, 1, &[(0, 5.0)])).unwrap();
+        let pushes = s.server_push_tick();
+        assert_eq!(pushed_rows(&pushes), vec![(1, 0)]);
+        for a in pushes {
+            c1.handle(0, a).unwrap();
+        }
+        // Fresh value (5) plus its own write still in flight (1); still a hit, same clock.
+        assert_eq!(c1.cached(T, RowId(0)).unwrap(), (&Row::Dense(vec![6.0]), 0));
+        assert_eq!(
+            c1.get(T, RowId(0)).unwrap(),
+            GetOutcome::Hit(Row::Dense(vec![6.0]))
+        );
+        // Once the shard applies the own write, the next push does not count it twice.
+        for b in own {
+            s.handle_batch(&b).unwrap();
+        }
+        for a in s.server_push_tick() {
+            c1.handle(0, a).unwrap();
+        }
+        assert_eq!(c1.cached(T, RowId(0)).unwrap().0, &Row::Dense(vec![6.0]));
+    }
+}
