@@ -18,7 +18,7 @@ use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
 use crate::train::{StradsTrainError, TrainTransport, run_lasso_job};
 use petrel_strads::apps::lasso::baseline::solve_baseline;
-use petrel_strads::apps::lasso::{LassoJob, RoundProfile, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -97,9 +97,15 @@ pub struct LassoScaleBenchArgs {
     /// `petrel train lasso --help`.
     #[arg(long, default_value_t = petrel_strads::apps::lasso::RECOMMENDED_SPARSE_INTERFERENCE_BOUND)]
     pub interference_bound: f32,
-    /// STRADS: rounds in flight.
+    /// STRADS: rounds in flight (`scheduled` only).
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
+    /// STRADS solver: `gauss-seidel` (column-holding workers) or `scheduled`.
+    #[arg(long, value_enum, default_value_t = LassoSolver::GaussSeidel)]
+    pub solver: LassoSolver,
+    /// `gauss-seidel`: columns per worker and round of a full sweep (0 = automatic).
+    #[arg(long, default_value_t = 0)]
+    pub gs_chunk: usize,
     /// Relative objective gap to reach: f <= f* (1 + tolerance).
     #[arg(long, default_value_t = 1e-3)]
     pub tolerance: f64,
@@ -153,6 +159,7 @@ struct SizeFigures {
 #[derive(Serialize)]
 struct Figures {
     bench: &'static str,
+    solver: String,
     tolerance: f64,
     interference_bound: f32,
     depth: usize,
@@ -179,6 +186,8 @@ fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
         timeout_s: args.timeout_s,
         interference_bound: args.interference_bound,
         depth: args.depth,
+        solver: args.solver,
+        gs_chunk: args.gs_chunk,
         ..LassoJob::default()
     }
 }
@@ -366,6 +375,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
     println!("plot: {}", plot.display());
     print_json(&Figures {
         bench: "lasso-scale",
+        solver: args.solver.to_string(),
         tolerance: args.tolerance,
         interference_bound: args.interference_bound,
         depth: args.depth,
