@@ -134,3 +134,34 @@ fn a_resumed_gauss_seidel_run_ends_with_the_uninterrupted_model() {
         "the resumed run ends elsewhere"
     );
 }
+
+#[test]
+fn gauss_seidel_keeps_a_heldout_history_from_step_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data");
+    let out = dir.path().join("gs");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", "lasso", "--out", out.to_str().unwrap()])
+        .args(["--solver", "gauss-seidel", "--workers", "2"])
+        .args(["--transport", "memory", "--data"])
+        .arg(data.join("regression.train"))
+        .arg("--test-data")
+        .arg(data.join("regression.test"))
+        .env("RUST_LOG", "warn")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let h = m["history"].as_array().unwrap();
+    assert!(h.len() >= 3, "{h:?}");
+    assert_eq!(h[0]["step"], 0, "the first record is before any update");
+    let mse = |r: &serde_json::Value| r["heldout_mse"].as_f64().unwrap();
+    let last = &h[h.len() - 1];
+    assert!(mse(last) < 0.5 * mse(&h[0]), "{} -> {}", h[0], last);
+    assert!(
+        (mse(last) - m["final"]["heldout_mse"].as_f64().unwrap()).abs() <= 1e-9 * mse(last),
+        "the last record is the final model"
+    );
+    assert_eq!(m["converged"], true);
+}
