@@ -319,12 +319,22 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
             );
         }
         let headline = per_workers.get(&args.headline_workers);
-        // A worker holds its rows' share of X (8 bytes a non-zero), its y and residual.
+        // A scheduled worker holds its rows' share of X (8 bytes a non-zero), its y and
+        // residual; a Gauss-Seidel worker its columns' share, their coefficients, y and a
+        // full residual (plus the round's start copy).
         let share = args.headline_workers.max(1) as f64;
-        let data_mb_per_worker = (nnz as f64 * 8.0 / share
-            + size.n_features as f64 * 8.0
-            + size.n_samples as f64 * 12.0 / share)
-            / 1e6;
+        let data_mb_per_worker = match args.solver {
+            LassoSolver::Scheduled => {
+                nnz as f64 * 8.0 / share
+                    + size.n_features as f64 * 8.0
+                    + size.n_samples as f64 * 12.0 / share
+            }
+            LassoSolver::GaussSeidel => {
+                nnz as f64 * 8.0 / share
+                    + size.n_features as f64 * 16.0 / share
+                    + size.n_samples as f64 * 20.0
+            }
+        } / 1e6;
         sizes.push(SizeFigures {
             n_samples: size.n_samples,
             n_features: size.n_features,
