@@ -106,6 +106,9 @@ pub struct LassoScaleBenchArgs {
     /// `gauss-seidel`: columns per worker and round of a full sweep (0 = automatic).
     #[arg(long, default_value_t = 0)]
     pub gs_chunk: usize,
+    /// `gauss-seidel`: active-set passes per round (0 = automatic).
+    #[arg(long, default_value_t = 0)]
+    pub gs_active_passes: u32,
     /// Relative objective gap to reach: f <= f* (1 + tolerance).
     #[arg(long, default_value_t = 1e-3)]
     pub tolerance: f64,
@@ -188,6 +191,7 @@ fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
         depth: args.depth,
         solver: args.solver,
         gs_chunk: args.gs_chunk,
+        gs_active_passes: args.gs_active_passes,
         ..LassoJob::default()
     }
 }

@@ -136,6 +136,11 @@ pub struct LassoJob {
     /// sweep per round with one worker).
     #[arg(long, default_value_t = 0)]
     pub gs_chunk: usize,
+    /// `gauss-seidel`: passes over its active set a worker makes per round between two
+    /// full sweeps (each stops early once its largest step is small) (0 = automatic:
+    /// until settled with one worker, 1 with several).
+    #[arg(long, default_value_t = 0)]
+    pub gs_active_passes: u32,
     /// How coordinates are chosen.
     #[arg(long, value_enum, default_value_t = ScheduleMode::Dynamic)]
     pub mode: ScheduleMode,
@@ -240,6 +245,7 @@ impl Default for LassoJob {
             lambda_fraction: 0.2,
             solver: LassoSolver::Scheduled,
             gs_chunk: 0,
+            gs_active_passes: 0,
             mode: ScheduleMode::Dynamic,
             block_size: 0,
             candidate_pool: 0,

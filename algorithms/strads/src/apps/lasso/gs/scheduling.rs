@@ -25,8 +25,7 @@ use serde::{Deserialize, Serialize};
 /// The mode name written into `metrics.json`.
 pub const GS_MODE: &str = "gauss-seidel";
 
-/// Active-set rounds (several workers) or passes (one worker) between two full sweeps at
-/// most: the baseline's limit.
+/// Active-set passes between two full sweeps at most: the baseline's limit.
 const MAX_ACTIVE_PASSES: u32 = 1000;
 
 /// Where the schedule is.
@@ -53,7 +52,7 @@ struct GsState {
     /// Per worker: the next local column of the full sweep.
     next: Vec<usize>,
     full_sweeps: u64,
-    active_rounds: u32,
+    active_passes: u32,
     settle: f64,
     /// `||r||^2` (running; resynced at every certification).
     sq_residual: f64,
@@ -139,7 +138,7 @@ impl GsScheduling {
                 phase: Phase::Start,
                 next: vec![0; workers],
                 full_sweeps: 0,
-                active_rounds: 0,
+                active_passes: 0,
                 settle: 0.0,
                 sq_residual,
                 l1: 0.0,
@@ -233,10 +232,10 @@ impl GsScheduling {
     }
 
     fn active_sweep(&mut self, round: u64, fresh: bool) -> Step<GsTask> {
-        let passes = if self.workers() == 1 {
-            MAX_ACTIVE_PASSES
-        } else {
-            1
+        let passes = match self.job.gs_active_passes {
+            0 if self.workers() == 1 => MAX_ACTIVE_PASSES,
+            0 => 1,
+            n => n.min(MAX_ACTIVE_PASSES),
         };
         let order = SweepOrder {
             coords: Coords::Active { fresh },
@@ -251,7 +250,7 @@ impl GsScheduling {
     fn start_full_sweep(&mut self) {
         self.s.phase = Phase::Full;
         self.s.next.iter_mut().for_each(|n| *n = 0);
-        self.s.active_rounds = 0;
+        self.s.active_passes = 0;
     }
 
     fn stop(&mut self) {
@@ -375,9 +374,9 @@ impl GsScheduling {
             self.stop();
         }
         if let Phase::Active { .. } = self.s.phase {
-            self.s.active_rounds += 1;
+            self.s.active_passes += results.iter().map(|r| r.passes).max().unwrap_or(1);
             let settled = results.iter().all(|r| r.largest <= self.s.settle);
-            if self.workers() == 1 || settled || self.s.active_rounds >= MAX_ACTIVE_PASSES {
+            if settled || self.s.active_passes >= MAX_ACTIVE_PASSES {
                 self.start_full_sweep();
             }
         }
@@ -507,7 +506,7 @@ impl GsScheduling {
                 } else {
                     self.s.settle = (0.1 * gap / nonzeros as f64).max(f64::MIN_POSITIVE);
                     self.s.phase = Phase::Active { fresh: true };
-                    self.s.active_rounds = 0;
+                    self.s.active_passes = 0;
                 }
             }
             Phase::Full | Phase::Active { .. } => {}

@@ -98,3 +98,24 @@ fn more_workers_than_features_is_refused_with_the_reason() {
     let err = run_without_actors(&job, 4).err().unwrap().to_string();
     assert!(err.contains("gauss-seidel"), "{err}");
 }
+
+#[test]
+fn settings_the_solver_cannot_honour_are_refused_naming_the_key() {
+    let mut several = job();
+    several.schedulers = 2;
+    let err = several.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("schedulers") && err.contains("gauss-seidel"),
+        "{err}"
+    );
+    let mut centred = job();
+    centred.fit_intercept = true;
+    centred.data = Some("x.libsvm".into());
+    let err = centred.validate().unwrap_err().to_string();
+    assert!(err.contains("fit_intercept"), "{err}");
+    // Logistic regression has no Gauss-Seidel solver.
+    let err = <crate::apps::logistic::LogisticApp as StradsJob>::validate_config(&job())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("solver"), "{err}");
+}
