@@ -209,7 +209,8 @@ pub struct SweepResult {
     /// Their net changes `d_p`.
     #[serde(with = "petrel_messages::tensor::f64_bytes")]
     pub deltas: Vec<f64>,
-    /// `u_p = r_start - r_end` (zero with one worker: nobody needs it).
+    /// `u_p = X d_p = r_start - r_end`, summed from the steps (zero with one worker:
+    /// nobody needs it).
     pub residual_delta: RowVector,
     /// `r_start . u_p`.
     pub r_dot_u: f64,
@@ -359,6 +360,14 @@ impl GsWorkerCore {
             }
         };
         let start = self.shared.then(|| self.residual.clone());
+        // `u_p` is summed from the steps themselves, not taken as `start - r`: near the
+        // optimum the steps are far below the residual's size and the difference would
+        // keep only a few digits of them (the step weights then see noise and stall).
+        let mut u = if self.shared {
+            vec![0.0; self.residual.len()]
+        } else {
+            Vec::new()
+        };
         let before: Vec<f64> = list.iter().map(|&j| self.coefficients[j]).collect();
         let mut result = SweepResult {
             updates: 0,
@@ -387,6 +396,11 @@ impl GsWorkerCore {
                     &mut self.l1,
                 );
                 result.updates += 1;
+                if delta != 0.0 && !u.is_empty() {
+                    for (&i, &v) in rows.iter().zip(vals) {
+                        u[i as usize] += f64::from(v) * delta;
+                    }
+                }
                 largest = largest.max(delta * delta * self.sq_norms[j]);
                 if order
                     .target
@@ -418,11 +432,6 @@ impl GsWorkerCore {
             .map(|&(j, old)| self.coefficients[j] - old)
             .collect();
         if let Some(start) = &start {
-            let u: Vec<f64> = start
-                .iter()
-                .zip(&self.residual)
-                .map(|(s, r)| s - r)
-                .collect();
             result.r_dot_u = start.iter().zip(&u).map(|(s, u)| s * u).sum();
             result.residual_delta = RowVector::from_dense(u);
         }

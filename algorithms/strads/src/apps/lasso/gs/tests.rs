@@ -119,3 +119,15 @@ fn settings_the_solver_cannot_honour_are_refused_naming_the_key() {
         .to_string();
     assert!(err.contains("solver"), "{err}");
 }
+
+#[test]
+fn two_workers_reach_a_tight_duality_gap_without_stalling() {
+    // Residual deltas taken as `r_start - r_end` kept only a few digits of the steps near
+    // the optimum, and the step weights then stalled above a relative gap of 1e-9.
+    let mut job = job();
+    job.gap_tolerance = Some(1e-11);
+    job.max_rounds = 5000;
+    let m = run_without_actors(&job, 2).unwrap().metrics;
+    assert!(m.relative_gap() <= 1e-11, "stalled at {}", m.relative_gap());
+    assert!(m.rounds < 5000);
+}
