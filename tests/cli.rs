@@ -917,6 +917,54 @@ fn train_lasso_restarts_after_a_killed_node_and_writes_the_uninterrupted_model()
     }
 }
 
+/// `--solver gauss-seidel` keeps the kit's round checkpoints: a killed worker costs one
+/// restart from the newest one, and the job still writes the uninterrupted model.
+#[test]
+fn gauss_seidel_lasso_restarts_after_a_killed_worker_with_the_uninterrupted_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = |out: &Path, restarts: &str| {
+        let mut cmd = Command::new(PETREL);
+        cmd.args(["train", "lasso", "--solver", "gauss-seidel"])
+            .args(["--transport", "processes", "--workers", "2"])
+            .args(["--synthetic-samples", "400", "--synthetic-features", "4000"])
+            .args([
+                "--synthetic-nnz-per-column",
+                "10",
+                "--synthetic-nonzero",
+                "40",
+            ])
+            .args(["--gap-tolerance", "1e-8", "--checkpoint-every", "20"])
+            .args(["--max-restarts", restarts, "--out"])
+            .arg(out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let plain = dir.path().join("plain");
+    let out = train(&plain, "0").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected = std::fs::read(plain.join("coefficients.tsv")).unwrap();
+    let killed = dir.path().join("killed");
+    let ckpt = killed.join("checkpoints");
+    let child = train(&killed, "2").spawn().unwrap();
+    let out = kill_node_after_a_checkpoint(child, "w1", Duration::from_secs(60), || {
+        std::fs::read_dir(&ckpt).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
+        })
+    });
+    let (round, _) = resumed_after_one_restart(&out, "round");
+    assert!(round > 0);
+    assert!(
+        std::fs::read(killed.join("coefficients.tsv")).unwrap() == expected,
+        "the restarted job's model differs from the uninterrupted one"
+    );
+}
+
 /// `petrel bench chaos` ends with one JSON line whose figures say every faulted run
 /// finished with the uninterrupted model, left no process behind and did not hang. Seed 10
 /// kills the Lasso scheduler (the coordinator), then a P3 shard (each costs a restart),

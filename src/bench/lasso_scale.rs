@@ -18,7 +18,7 @@ use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
 use crate::train::{StradsTrainError, TrainTransport, run_lasso_job};
 use petrel_strads::apps::lasso::baseline::solve_baseline;
-use petrel_strads::apps::lasso::{LassoJob, RoundProfile, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -97,9 +97,18 @@ pub struct LassoScaleBenchArgs {
     /// `petrel train lasso --help`.
     #[arg(long, default_value_t = petrel_strads::apps::lasso::RECOMMENDED_SPARSE_INTERFERENCE_BOUND)]
     pub interference_bound: f32,
-    /// STRADS: rounds in flight.
+    /// STRADS: rounds in flight (`scheduled` only).
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
+    /// STRADS solver: `gauss-seidel` (column-holding workers) or `scheduled`.
+    #[arg(long, value_enum, default_value_t = LassoSolver::GaussSeidel)]
+    pub solver: LassoSolver,
+    /// `gauss-seidel`: columns per worker and round of a full sweep (0 = automatic).
+    #[arg(long, default_value_t = 0)]
+    pub gs_chunk: usize,
+    /// `gauss-seidel`: active-set passes per round (0 = automatic).
+    #[arg(long, default_value_t = 0)]
+    pub gs_active_passes: u32,
     /// Relative objective gap to reach: f <= f* (1 + tolerance).
     #[arg(long, default_value_t = 1e-3)]
     pub tolerance: f64,
@@ -153,6 +162,7 @@ struct SizeFigures {
 #[derive(Serialize)]
 struct Figures {
     bench: &'static str,
+    solver: String,
     tolerance: f64,
     interference_bound: f32,
     depth: usize,
@@ -179,6 +189,9 @@ fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
         timeout_s: args.timeout_s,
         interference_bound: args.interference_bound,
         depth: args.depth,
+        solver: args.solver,
+        gs_chunk: args.gs_chunk,
+        gs_active_passes: args.gs_active_passes,
         ..LassoJob::default()
     }
 }
@@ -310,12 +323,22 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
             );
         }
         let headline = per_workers.get(&args.headline_workers);
-        // A worker holds its rows' share of X (8 bytes a non-zero), its y and residual.
+        // A scheduled worker holds its rows' share of X (8 bytes a non-zero), its y and
+        // residual; a Gauss-Seidel worker its columns' share, their coefficients, y and a
+        // full residual (plus the round's start copy).
         let share = args.headline_workers.max(1) as f64;
-        let data_mb_per_worker = (nnz as f64 * 8.0 / share
-            + size.n_features as f64 * 8.0
-            + size.n_samples as f64 * 12.0 / share)
-            / 1e6;
+        let data_mb_per_worker = match args.solver {
+            LassoSolver::Scheduled => {
+                nnz as f64 * 8.0 / share
+                    + size.n_features as f64 * 8.0
+                    + size.n_samples as f64 * 12.0 / share
+            }
+            LassoSolver::GaussSeidel => {
+                nnz as f64 * 8.0 / share
+                    + size.n_features as f64 * 16.0 / share
+                    + size.n_samples as f64 * 20.0
+            }
+        } / 1e6;
         sizes.push(SizeFigures {
             n_samples: size.n_samples,
             n_features: size.n_features,
@@ -366,6 +389,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
     println!("plot: {}", plot.display());
     print_json(&Figures {
         bench: "lasso-scale",
+        solver: args.solver.to_string(),
         tolerance: args.tolerance,
         interference_bound: args.interference_bound,
         depth: args.depth,

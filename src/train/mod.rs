@@ -562,7 +562,12 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
     }
     // Pre-flight: fail at once rather than after the cluster's failure timeout. (The
     // scheduler still verifies the checkpoint fully, and says why one is refused.)
-    if let Some(dir) = job.checkpoint_dir.as_ref().filter(|_| job.resume) {
+    // (The Gauss-Seidel solver keeps the kit's round checkpoints; its scheduler checks them.)
+    if let Some(dir) = job
+        .checkpoint_dir
+        .as_ref()
+        .filter(|_| job.resume && job.solver == lasso::LassoSolver::Scheduled)
+    {
         let rounds = checkpoint::manifest_rounds(dir).map_err(StradsError::from)?;
         if rounds.is_empty() {
             let none = checkpoint::CheckpointError::NoValid {

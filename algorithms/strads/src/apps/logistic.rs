@@ -683,6 +683,12 @@ impl StradsJob for LogisticApp {
             lasso_only,
         );
         c.require(
+            job.solver == super::lasso::LassoSolver::Scheduled,
+            "solver",
+            job.solver,
+            lasso_only,
+        );
+        c.require(
             job.fail_after_checkpoints.is_none(),
             "fail_after_checkpoints",
             job.fail_after_checkpoints.unwrap_or_default(),

@@ -20,6 +20,7 @@
 //! Plain data, no clock: callers time [`CyclicLasso::solve`] themselves.
 
 use super::StradsModelError;
+use super::gauss_seidel::lasso_cd_step;
 use super::lasso::soft_threshold;
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
@@ -219,38 +220,32 @@ impl<'a> CyclicLasso<'a> {
         if norm <= 0.0 {
             return 0.0;
         }
-        let (rows, vals) = self.x.column(j);
+        let x = self.x;
+        let (rows, vals) = x.column(j);
+        let Some(c) = &mut self.centring else {
+            // The step the Gauss-Seidel workers run too.
+            return lasso_cd_step(
+                rows,
+                vals,
+                norm,
+                self.lambda,
+                &mut self.coefficients[j],
+                &mut self.residual,
+                &mut self.sq_residual,
+                &mut self.l1,
+            );
+        };
         let old = self.coefficients[j];
         let mut dot = 0.0f64;
         for (&i, &v) in rows.iter().zip(vals) {
             dot += f64::from(v) * self.residual[i as usize];
         }
-        let n = self.x.n_rows as f64;
-        if let Some(c) = &self.centring {
-            dot = c.dot(j, dot, n);
-        }
+        let n = x.n_rows as f64;
+        dot = c.dot(j, dot, n);
         let new = soft_threshold(dot + norm * old, self.lambda) / norm;
         let delta = new - old;
-        if let Some(c) = &mut self.centring {
-            if delta != 0.0 {
-                // s -= delta x_j on its non-zeros, c += delta mu_j.
-                let mut sq_change = 0.0f64;
-                for (&i, &v) in rows.iter().zip(vals) {
-                    let r = &mut self.residual[i as usize];
-                    let before = *r;
-                    *r -= f64::from(v) * delta;
-                    sq_change += *r * *r - before * before;
-                }
-                c.sq_s += sq_change;
-                c.sum_s -= delta * c.sums[j];
-                c.offset += delta * c.means[j];
-                self.sq_residual = c.sq_residual(n);
-                self.l1 += new.abs() - old.abs();
-                self.coefficients[j] = new;
-            }
-            return delta;
-        }
         if delta != 0.0 {
+            // s -= delta x_j on its non-zeros, c += delta mu_j.
             let mut sq_change = 0.0f64;
             for (&i, &v) in rows.iter().zip(vals) {
                 let r = &mut self.residual[i as usize];
@@ -258,7 +253,10 @@ impl<'a> CyclicLasso<'a> {
                 *r -= f64::from(v) * delta;
                 sq_change += *r * *r - before * before;
             }
-            self.sq_residual += sq_change;
+            c.sq_s += sq_change;
+            c.sum_s -= delta * c.sums[j];
+            c.offset += delta * c.means[j];
+            self.sq_residual = c.sq_residual(n);
             self.l1 += new.abs() - old.abs();
             self.coefficients[j] = new;
         }

@@ -9,6 +9,8 @@
 //! - [`pipeline`]: which round a scheduler may dispatch and in which order commits happen.
 //! - [`ring`]: a ring worker's queue of scheduler messages and the blocks it holds.
 //! - [`scheduler`]: priority sampling and the dependency filter for coordinate descent.
+//! - [`gauss_seidel`]: column-holding Gauss-Seidel Lasso workers and the step weights
+//!   that combine their sweeps (`solver = "gauss-seidel"`).
 //! - [`baseline`]: tight single-threaded cyclic coordinate descent (Lasso, L1 logistic),
 //!   the yardstick STRADS is measured against and `--transport none`.
 //! - the models: [`lasso`], [`logistic`], [`mf`] (CCD++), [`lda`] (SparseLDA), each with
@@ -17,6 +19,7 @@
 pub mod app;
 pub mod baseline;
 pub mod checkpoint;
+pub mod gauss_seidel;
 pub mod lasso;
 pub mod lda;
 pub mod logistic;

@@ -15,6 +15,28 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// How `petrel train lasso` solves the problem over a cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LassoSolver {
+    /// Scheduled parallel coordinate descent: row-holding workers, blocks of coordinates
+    /// chosen by priority and the dependency check.
+    #[default]
+    Scheduled,
+    /// Column-holding workers running Gauss-Seidel sweeps against a full local residual
+    /// (`apps::lasso::gs`).
+    GaussSeidel,
+}
+
+impl std::fmt::Display for LassoSolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LassoSolver::Scheduled => "scheduled",
+            LassoSolver::GaussSeidel => "gauss-seidel",
+        })
+    }
+}
+
 /// Synthetic correlated design (see [`correlated_lasso`]), used when no data file is given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
@@ -101,6 +123,24 @@ pub struct LassoJob {
     /// lambda = fraction * lambda_max when --lambda is unset.
     #[arg(long, default_value_t = 0.2)]
     pub lambda_fraction: f64,
+    /// Lasso only: `scheduled` (the scheduler picks blocks of coordinates and the workers,
+    /// holding rows, return partial sums) or `gauss-seidel` (each worker holds a share of
+    /// the columns and the full residual, sweeps its coordinates sequentially and returns
+    /// one residual delta per round; the baseline's active-set schedule; see
+    /// `apps::lasso::gs`). The scheduling knobs (mode, block size, candidate pool, rho,
+    /// interference bound, eta, priorities, depth) apply to `scheduled` only.
+    #[arg(long, value_enum, default_value_t = LassoSolver::Scheduled)]
+    pub solver: LassoSolver,
+    /// `gauss-seidel`: columns a worker sweeps per round in a full sweep (0 = automatic:
+    /// enough non-zeros to cover --round-latency-ms at [`NS_PER_NONZERO`], and a whole
+    /// sweep per round with one worker).
+    #[arg(long, default_value_t = 0)]
+    pub gs_chunk: usize,
+    /// `gauss-seidel`: passes over its active set a worker makes per round between two
+    /// full sweeps (each stops early once its largest step is small) (0 = automatic:
+    /// until settled with one worker, 1 with several).
+    #[arg(long, default_value_t = 0)]
+    pub gs_active_passes: u32,
     /// How coordinates are chosen.
     #[arg(long, value_enum, default_value_t = ScheduleMode::Dynamic)]
     pub mode: ScheduleMode,
@@ -203,6 +243,9 @@ impl Default for LassoJob {
             lambda: None,
             fit_intercept: false,
             lambda_fraction: 0.2,
+            solver: LassoSolver::Scheduled,
+            gs_chunk: 0,
+            gs_active_passes: 0,
             mode: ScheduleMode::Dynamic,
             block_size: 0,
             candidate_pool: 0,
@@ -317,6 +360,17 @@ impl LassoJob {
         }
         c.at_least("timeout_s", self.timeout_s, 1);
         c.at_least("schedulers", self.schedulers, 1);
+        if self.solver == LassoSolver::GaussSeidel {
+            let gs = "is not supported with solver = \"gauss-seidel\"";
+            c.require(self.schedulers == 1, "schedulers", self.schedulers, gs);
+            c.require(!self.fit_intercept, "fit_intercept", self.fit_intercept, gs);
+            c.require(
+                self.fail_after_checkpoints.is_none(),
+                "fail_after_checkpoints",
+                self.fail_after_checkpoints.unwrap_or_default(),
+                gs,
+            );
+        }
         c.at_most(
             "schedulers",
             self.schedulers,

@@ -12,6 +12,8 @@
 //! - [`checkpoint`]: save and restore rounds around the two halves ([`Resumable`],
 //!   [`CheckpointingWorker`]).
 //! - [`multi`]: the coefficients split over several schedulers.
+//! - [`gs`]: `solver = "gauss-seidel"`, column-holding workers running Gauss-Seidel sweeps
+//!   against a full residual (same roles; the roles pick by `solver`).
 //!
 //! Roles: `strads-lasso-scheduler` (plus `strads-lasso-scheduler-<s>` for further
 //! schedulers) and `strads-lasso-worker`; outputs `coefficients.tsv` and `metrics.json`.
@@ -19,6 +21,7 @@
 pub mod baseline;
 pub mod checkpoint;
 pub mod config;
+pub mod gs;
 pub mod heldout;
 pub mod metrics;
 pub mod multi;
@@ -27,7 +30,9 @@ pub mod wire;
 pub mod worker;
 
 pub use checkpoint::Resumable;
-pub use config::{LassoJob, RECOMMENDED_SPARSE_INTERFERENCE_BOUND, SyntheticLasso, lambda_max};
+pub use config::{
+    LassoJob, LassoSolver, RECOMMENDED_SPARSE_INTERFERENCE_BOUND, SyntheticLasso, lambda_max,
+};
 pub use metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, linear_model,
     write_coefficients,
@@ -145,7 +150,17 @@ pub fn register(cluster: Cluster) -> Cluster {
     });
     cluster
         .app_section_checked::<LassoJob, _>(LassoApp::SECTION, LassoJob::validate)
-        .role(WORKER_ROLE, crate::kit::worker_role::<LassoApp>)
+        .role(WORKER_ROLE, worker_entry)
+}
+
+/// The worker role: the scheduled Lasso's row-holding worker or, with `solver =
+/// "gauss-seidel"`, a column-holding one ([`gs`]).
+async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
+    let job: LassoJob = ctx.settings.app(LassoApp::SECTION)?;
+    match job.solver {
+        LassoSolver::GaussSeidel => crate::kit::worker_role::<gs::LassoGsApp>(ctx).await,
+        LassoSolver::Scheduled => crate::kit::worker_role::<LassoApp>(ctx).await,
+    }
 }
 
 #[cfg(test)]

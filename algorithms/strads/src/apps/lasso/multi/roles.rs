@@ -77,7 +77,14 @@ pub(in crate::apps::lasso) async fn scheduler_entry(
         .collect();
     let owners = assign_schedulers(&nodes, job.schedulers)?;
     if job.schedulers == 1 {
-        return crate::kit::scheduler_role::<LassoApp>(ctx).await;
+        return match job.solver {
+            crate::apps::lasso::LassoSolver::GaussSeidel => {
+                crate::kit::scheduler_role::<crate::apps::lasso::gs::LassoGsApp>(ctx).await
+            }
+            crate::apps::lasso::LassoSolver::Scheduled => {
+                crate::kit::scheduler_role::<LassoApp>(ctx).await
+            }
+        };
     }
     if job.checkpoint_dir.is_some() || job.resume {
         return Err(MultiSchedulerError::CheckpointUnsupported.into());

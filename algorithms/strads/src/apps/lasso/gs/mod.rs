@@ -1,0 +1,271 @@
+//! `solver = "gauss-seidel"`: Lasso with column-holding workers that run Gauss-Seidel
+//! sweeps against a full local residual ([`crate::core::gauss_seidel`] has the decision
+//! logic and the convergence argument).
+//!
+//! Message flow (star topology, depth 1, one scheduler):
+//!
+//! ```text
+//! start: scheduler and worker p cut the columns into W ranges of equal non-zeros
+//!        (the same cut on every node); worker p keeps its range (CSC), y and r = y
+//! round: scheduler -> worker p  Sweep{its local columns start..end | its active set,
+//!                                     passes, settle, target}
+//!        worker p sweeps them sequentially (the baseline's update), replies once:
+//!                               {changed coordinates, their deltas d_p,
+//!                                residual delta u_p (sparse or dense), r . u_p}
+//!        scheduler: step weights w (1 without shared rows), coefficients += w_p d_p,
+//!                   objective, stop test; -> every worker  Commit{w, V = sum w_p u_p}
+//!        worker p: r = r_start - V, b_own = b_start + w_p d_p
+//! certify: after every full sweep (and at the start and the end) every worker returns
+//!        max |x_j^T r| and the KKT violation over its columns, ||b_own||_1 and
+//!        (y.y, y.r, r.r): the scheduler's duality gap is the baseline's.
+//! ```
+//!
+//! The schedule is the baseline's (`core::baseline::CyclicLasso::solve`): a full sweep
+//! (in chunks of `gs_chunk` columns per worker and round), a certification, then sweeps of
+//! the active set (the non-zeros) until the largest step is small against the gap, then
+//! the next full sweep. With one worker the chunks are whole sweeps and the active phase is
+//! one round, so the run makes exactly the baseline's updates. Checkpoints are the kit's
+//! round checkpoints ([`crate::shells::checkpoint`]).
+
+pub mod scheduling;
+
+pub use scheduling::GsScheduling;
+
+use super::config::LassoJob;
+use super::metrics::LassoOutcome;
+use super::multi::{MAX_SCHEDULERS, column_range, column_weights, partition_columns};
+use super::wire::WorkerBusy;
+use crate::core::StradsModelError;
+use crate::core::app::{Push, StradsApp, decode_state, encode_state};
+use crate::core::gauss_seidel::{Certificate, GsWorkerCore, RowVector, SweepOrder, SweepResult};
+use crate::error::StradsError;
+use crate::kit::serial::Delivery;
+use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
+use petrel_ml::data::SparseColumns;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::time::Instant;
+
+/// Marker type of the Gauss-Seidel Lasso's wire types and job (same roles and settings
+/// section as the scheduled Lasso; the roles pick by `solver`).
+pub struct LassoGsApp;
+
+/// What a worker is asked to do in a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum GsTask {
+    /// Sweep these coordinates.
+    Sweep(SweepOrder),
+    /// Report its share of the certificate.
+    Certify,
+}
+
+/// A worker's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum GsPartial {
+    /// Answer to a sweep.
+    Swept {
+        /// The sweep's changes and residual delta.
+        result: SweepResult,
+        /// The worker's compute so far.
+        busy: WorkerBusy,
+    },
+    /// Answer to a certification.
+    Certified {
+        /// Its share of the certificate.
+        certificate: Certificate,
+        /// The worker's compute so far.
+        busy: WorkerBusy,
+    },
+}
+
+/// Every worker's step weight and the combined residual delta `V = sum_p w_p u_p` (no
+/// weights after a certification round).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GsCommit {
+    /// `w_p` by worker.
+    pub weights: Vec<f64>,
+    /// `V`.
+    pub combined: RowVector,
+}
+
+impl StradsApp for LassoGsApp {
+    const DISPATCH_NAME: &'static str = "petrel.strads.lasso-gs.dispatch";
+    const COMMIT_NAME: &'static str = "petrel.strads.lasso-gs.commit";
+    type Task = GsTask;
+    type Partial = GsPartial;
+    type Commit = GsCommit;
+}
+
+/// The column ranges of `workers` workers: contiguous, of about equal non-zeros (the same
+/// on every node, so nobody sends the cut).
+pub fn column_ranges(x: &SparseColumns, workers: usize) -> Result<Vec<Range<usize>>, StradsError> {
+    if workers == 0 || workers > x.n_columns() || workers > MAX_SCHEDULERS {
+        return Err(StradsModelError::InvalidConfig(format!(
+            "solver = \"gauss-seidel\" splits the {} features over the workers: {workers} \
+             workers is not within 1..={}",
+            x.n_columns(),
+            x.n_columns().min(MAX_SCHEDULERS)
+        ))
+        .into());
+    }
+    Ok(partition_columns(&column_weights(x), workers)?)
+}
+
+/// Worker half: its columns, the residual and its compute time.
+pub struct GsWorker {
+    core: GsWorkerCore,
+    index: usize,
+    busy: WorkerBusy,
+}
+
+impl GsWorker {
+    /// Worker `index` holding `core`.
+    pub fn new(core: GsWorkerCore, index: usize) -> Self {
+        GsWorker {
+            core,
+            index,
+            busy: WorkerBusy::default(),
+        }
+    }
+}
+
+impl Push<LassoGsApp> for GsWorker {
+    fn push(&mut self, _round: u64, task: &GsTask) -> Result<GsPartial, StradsModelError> {
+        let started = Instant::now();
+        let partial = match task {
+            GsTask::Sweep(order) => {
+                let result = self.core.sweep(order)?;
+                self.busy.push_s += started.elapsed().as_secs_f64();
+                if self.busy.peak_rss_mb == 0.0 {
+                    self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
+                }
+                GsPartial::Swept {
+                    result,
+                    busy: self.busy,
+                }
+            }
+            GsTask::Certify => {
+                let certificate = self.core.certify();
+                self.busy.eval_s += started.elapsed().as_secs_f64();
+                self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
+                GsPartial::Certified {
+                    certificate,
+                    busy: self.busy,
+                }
+            }
+        };
+        Ok(partial)
+    }
+
+    fn commit(&mut self, _round: u64, commit: &GsCommit) -> Result<(), StradsModelError> {
+        if commit.weights.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let weight = *commit.weights.get(self.index).ok_or_else(|| {
+            StradsModelError::protocol(format!(
+                "commit has {} weights, this is worker {}",
+                commit.weights.len(),
+                self.index
+            ))
+        })?;
+        self.core.commit(weight, &commit.combined)?;
+        self.busy.commit_s += started.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        encode_state(&self.core.snapshot()?)
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        self.core.restore(decode_state(state)?)
+    }
+}
+
+impl StradsJob for LassoGsApp {
+    const SECTION: &'static str = super::LassoApp::SECTION;
+    const SCHEDULER_ROLE: &'static str = super::SCHEDULER_ROLE;
+    const WORKER_ROLE: &'static str = super::WORKER_ROLE;
+    type Config = LassoJob;
+    type Scheduler = GsScheduling;
+    type Worker = StarHalf<GsWorker>;
+
+    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+        job.validate()
+    }
+
+    /// Depth 1: a sweep must see every earlier commit.
+    fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
+        SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
+    }
+
+    fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
+        Some(RoundCheckpointSettings {
+            dir: job.checkpoint_dir.clone()?,
+            every: job.checkpoint_every,
+            resume: job.resume,
+        })
+    }
+
+    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<GsScheduling, StradsError> {
+        let (x, y) = job.load()?;
+        let half = GsScheduling::new(&x, &y, job, shape.workers)?;
+        tracing::info!(
+            rows = x.n_rows,
+            features = x.n_columns(),
+            workers = shape.workers,
+            lambda = half.lambda(),
+            "lasso gauss-seidel scheduler ready"
+        );
+        Ok(half)
+    }
+
+    fn worker(
+        job: &LassoJob,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<StarHalf<GsWorker>, StradsError> {
+        let (x, y) = job.load()?;
+        let lambda = job.resolve_lambda(&x, &y);
+        let range = column_ranges(&x, shape.workers)?
+            .into_iter()
+            .nth(index)
+            .ok_or(StradsError::NoShare {
+                index,
+                workers: shape.workers,
+            })?;
+        let own = column_range(&x, range.clone());
+        drop(x);
+        tracing::debug!(worker = index, columns = ?range, "lasso gauss-seidel worker loaded");
+        let core = GsWorkerCore::new(own, y, f64::from(lambda), shape.workers > 1)?;
+        Ok(StarHalf(GsWorker::new(core, index)))
+    }
+
+    fn finish(
+        job: &LassoJob,
+        scheduler: GsScheduling,
+        _run: &FinishedRun,
+    ) -> Result<(), StradsError> {
+        let outcome = scheduler.outcome();
+        tracing::info!(
+            objective = outcome.metrics.final_objective,
+            "lasso gauss-seidel finished"
+        );
+        if let Some(dir) = &job.out_dir {
+            outcome.write(dir, job)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs a Gauss-Seidel job with both halves in this thread and no actors, in the message
+/// order of the cluster run.
+pub fn run_without_actors(job: &LassoJob, workers: usize) -> Result<LassoOutcome, StradsError> {
+    let (scheduler, _) = crate::kit::run_serial::<LassoGsApp>(job, workers, Delivery::Late)?;
+    Ok(scheduler.outcome())
+}
+
+#[cfg(test)]
+mod tests;

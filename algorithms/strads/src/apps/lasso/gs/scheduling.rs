@@ -1,0 +1,644 @@
+//! The Gauss-Seidel Lasso's scheduler half: the baseline's schedule (full sweeps in chunks,
+//! certification, active-set sweeps), the step weights that combine the workers' sweeps,
+//! the objective, the stop rules and the metrics.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use super::{GsCommit, GsPartial, GsTask, LassoGsApp, column_ranges};
+use crate::apps::lasso::baseline::BASELINE_MAX_SWEEPS;
+use crate::apps::lasso::config::{LassoJob, NS_PER_NONZERO};
+use crate::apps::lasso::heldout::LinearHeldout;
+use crate::apps::lasso::metrics::{
+    Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, peak_rss_mb,
+};
+use crate::apps::lasso::wire::WorkerBusy;
+use crate::core::StradsModelError;
+use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
+use crate::core::gauss_seidel::{Coords, RowVector, SweepOrder, SweepResult, jacobi_weights};
+use crate::error::StradsError;
+use petrel_ml::data::SparseColumns;
+use petrel_ml::model::LinearTask;
+use serde::{Deserialize, Serialize};
+
+/// The mode name written into `metrics.json`.
+pub const GS_MODE: &str = "gauss-seidel";
+
+/// Active-set passes between two full sweeps at most: the baseline's limit.
+const MAX_ACTIVE_PASSES: u32 = 1000;
+
+/// Where the schedule is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+enum Phase {
+    /// Certify the starting point.
+    Start,
+    /// A full sweep in chunks.
+    Full,
+    /// The full sweep is done: certify it.
+    AfterFull,
+    /// Sweeps of the active set (`fresh`: take the set anew).
+    Active {
+        /// Take the active set anew.
+        fresh: bool,
+    },
+}
+
+/// Everything the scheduler changes while running (what a checkpoint saves).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct GsState {
+    coefficients: Vec<f64>,
+    phase: Phase,
+    /// Per worker: the next local column of the full sweep.
+    next: Vec<usize>,
+    full_sweeps: u64,
+    active_passes: u32,
+    settle: f64,
+    /// `||r||^2` (running; resynced at every certification).
+    sq_residual: f64,
+    /// `||b||_1` (running; resynced at every certification).
+    l1: f64,
+    updates: u64,
+    rounds: u64,
+    /// Updates reflected by the last certification.
+    certified_at: Option<u64>,
+    stopping: bool,
+    done: bool,
+    metrics: LassoMetrics,
+}
+
+/// Scheduler half of `solver = "gauss-seidel"`.
+pub struct GsScheduling {
+    job: LassoJob,
+    lambda: f32,
+    n_rows: usize,
+    /// Global column range of each worker.
+    ranges: Vec<Range<usize>>,
+    /// Columns per worker and round in a full sweep.
+    chunks: Vec<usize>,
+    heldout: Option<LinearHeldout>,
+    s: GsState,
+    in_flight: Option<(u64, bool)>,
+}
+
+impl GsScheduling {
+    /// `x` is the full design, `workers` the worker count.
+    pub fn new(
+        x: &SparseColumns,
+        y: &[f32],
+        job: &LassoJob,
+        workers: usize,
+    ) -> Result<Self, StradsError> {
+        if x.n_rows != y.len() {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "X has {} rows, y has {}",
+                x.n_rows,
+                y.len()
+            ))
+            .into());
+        }
+        let ranges = column_ranges(x, workers)?;
+        let chunks = ranges
+            .iter()
+            .map(|r| chunk_for(x, r.clone(), workers, job))
+            .collect::<Vec<_>>();
+        let lambda = job.resolve_lambda(x, y);
+        let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
+        let sq_residual = y.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        let metrics = LassoMetrics {
+            mode: GS_MODE.into(),
+            lambda,
+            n_samples: x.n_rows,
+            n_features: x.n_columns(),
+            workers,
+            block_size: chunks.iter().copied().max().unwrap_or(0),
+            rho: None,
+            depth: 1,
+            rounds: 0,
+            updates: 0,
+            elapsed_s: 0.0,
+            final_objective: f64::NAN,
+            final_kkt_violation: f64::NAN,
+            final_duality_gap: f64::NAN,
+            target_objective: job.target_objective,
+            target_updates: None,
+            target_s: None,
+            objective: Vec::new(),
+            evaluations: Vec::new(),
+            checkpoints: Vec::new(),
+            resumed_from_round: None,
+            profile: RoundProfile::default(),
+        };
+        Ok(GsScheduling {
+            job: job.clone(),
+            lambda,
+            n_rows: x.n_rows,
+            s: GsState {
+                coefficients: vec![0.0; x.n_columns()],
+                phase: Phase::Start,
+                next: vec![0; workers],
+                full_sweeps: 0,
+                active_passes: 0,
+                settle: 0.0,
+                sq_residual,
+                l1: 0.0,
+                updates: 0,
+                rounds: 0,
+                certified_at: None,
+                stopping: false,
+                done: false,
+                metrics,
+            },
+            ranges,
+            chunks,
+            heldout,
+            in_flight: None,
+        })
+    }
+
+    /// The job's lambda.
+    pub fn lambda(&self) -> f32 {
+        self.lambda
+    }
+
+    /// The metrics so far.
+    pub fn metrics(&self) -> &LassoMetrics {
+        &self.s.metrics
+    }
+
+    /// The model and metrics as they are now.
+    pub fn outcome(&self) -> LassoOutcome {
+        LassoOutcome {
+            coefficients: self.coefficients_f32(),
+            metrics: self.s.metrics.clone(),
+        }
+    }
+
+    fn coefficients_f32(&self) -> Vec<f32> {
+        self.s.coefficients.iter().map(|&b| b as f32).collect()
+    }
+
+    fn workers(&self) -> usize {
+        self.ranges.len()
+    }
+
+    fn objective(&self) -> f64 {
+        0.5 * self.s.sq_residual + f64::from(self.lambda) * self.s.l1
+    }
+
+    /// The target is only handed to a lone worker, whose view is the whole objective.
+    fn worker_target(&self) -> Option<f64> {
+        (self.workers() == 1)
+            .then_some(self.job.target_objective)
+            .flatten()
+    }
+
+    fn certify(&mut self, round: u64) -> Step<GsTask> {
+        self.in_flight = Some((round, false));
+        self.s.rounds += 1;
+        Step::Run(Plan::All(GsTask::Certify))
+    }
+
+    fn sweep(&mut self, round: u64, orders: Vec<SweepOrder>) -> Step<GsTask> {
+        self.in_flight = Some((round, true));
+        self.s.rounds += 1;
+        Step::Run(Plan::PerWorker(
+            orders.into_iter().map(GsTask::Sweep).collect(),
+        ))
+    }
+
+    fn full_sweep_chunk(&mut self, round: u64) -> Step<GsTask> {
+        let target = self.worker_target();
+        let mut orders = Vec::with_capacity(self.workers());
+        for p in 0..self.workers() {
+            let n = self.ranges[p].len();
+            let start = self.s.next[p].min(n);
+            let end = (start + self.chunks[p]).min(n);
+            self.s.next[p] = end;
+            orders.push(SweepOrder {
+                coords: Coords::Range {
+                    start: start as u32,
+                    end: end as u32,
+                },
+                max_passes: 1,
+                settle: 0.0,
+                target,
+            });
+        }
+        if (0..self.workers()).all(|p| self.s.next[p] >= self.ranges[p].len()) {
+            self.s.phase = Phase::AfterFull;
+        }
+        self.sweep(round, orders)
+    }
+
+    fn active_sweep(&mut self, round: u64, fresh: bool) -> Step<GsTask> {
+        let passes = match self.job.gs_active_passes {
+            0 if self.workers() == 1 => MAX_ACTIVE_PASSES,
+            0 => 1,
+            n => n.min(MAX_ACTIVE_PASSES),
+        };
+        let order = SweepOrder {
+            coords: Coords::Active { fresh },
+            max_passes: passes,
+            settle: self.s.settle,
+            target: self.worker_target(),
+        };
+        self.s.phase = Phase::Active { fresh: false };
+        self.sweep(round, vec![order; self.workers()])
+    }
+
+    fn start_full_sweep(&mut self) {
+        self.s.phase = Phase::Full;
+        self.s.next.iter_mut().for_each(|n| *n = 0);
+        self.s.active_passes = 0;
+    }
+
+    fn stop(&mut self) {
+        self.s.stopping = true;
+    }
+
+    fn reached_target(&mut self, objective: f64, elapsed: Duration) {
+        if let Some(target) = self.job.target_objective
+            && objective <= target
+            && self.s.metrics.target_updates.is_none()
+        {
+            self.s.metrics.target_updates = Some(self.s.updates);
+            self.s.metrics.target_s = Some(elapsed.as_secs_f64());
+            self.stop();
+        }
+    }
+
+    fn pull_sweep(
+        &mut self,
+        round: u64,
+        partials: Vec<GsPartial>,
+        elapsed: Duration,
+    ) -> Result<GsCommit, StradsModelError> {
+        let started = Instant::now();
+        let mut results: Vec<SweepResult> = Vec::with_capacity(partials.len());
+        let mut slowest = WorkerBusy::default();
+        for p in partials {
+            let GsPartial::Swept { result, busy } = p else {
+                return Err(StradsModelError::protocol(format!(
+                    "round {round}: certificate answer to a sweep"
+                )));
+            };
+            slowest = slowest_of(slowest, busy);
+            results.push(result);
+        }
+        if results.len() != self.workers() {
+            return Err(StradsModelError::protocol(format!(
+                "round {round}: {} answers from {} workers",
+                results.len(),
+                self.workers()
+            )));
+        }
+        for (p, r) in results.iter().enumerate() {
+            let n = self.ranges[p].len();
+            if r.changed.len() != r.deltas.len() || r.changed.iter().any(|&j| j as usize >= n) {
+                return Err(StradsModelError::protocol(format!(
+                    "round {round}: worker {p} reports changes outside its {n} columns"
+                )));
+            }
+        }
+        let lambda = f64::from(self.lambda);
+        let commit = if self.workers() == 1 {
+            let r = &results[0];
+            self.apply(0, r, 1.0);
+            // A lone worker's running figures are the objective, exactly as the baseline
+            // keeps them.
+            self.s.sq_residual = r.sq_residual;
+            self.s.l1 = r.l1;
+            GsCommit {
+                weights: vec![1.0],
+                combined: RowVector::zero(),
+            }
+        } else {
+            let u = results
+                .iter()
+                .map(|r| r.residual_delta.to_dense(self.n_rows))
+                .collect::<Result<Vec<_>, _>>()?;
+            let w = u.len();
+            let gram: Vec<Vec<f64>> = (0..w)
+                .map(|p| {
+                    (0..w)
+                        .map(|q| u[p].iter().zip(&u[q]).map(|(a, b)| a * b).sum())
+                        .collect()
+                })
+                .collect();
+            let omega = (0..self.n_rows)
+                .map(|i| u.iter().filter(|u| u[i] != 0.0).count())
+                .max()
+                .unwrap_or(0);
+            let c: Vec<f64> = results
+                .iter()
+                .enumerate()
+                .map(|(p, r)| r.r_dot_u - lambda * self.l1_change(p, r))
+                .collect();
+            let weights = jacobi_weights(&c, &gram, omega);
+            let mut quadratic = 0.0;
+            let mut combined = vec![0.0; self.n_rows];
+            for p in 0..w {
+                quadratic -= weights[p] * results[p].r_dot_u;
+                for q in 0..w {
+                    quadratic += 0.5 * weights[p] * gram[p][q] * weights[q];
+                }
+                combined
+                    .iter_mut()
+                    .zip(&u[p])
+                    .for_each(|(s, v)| *s += weights[p] * v);
+            }
+            self.s.sq_residual += 2.0 * quadratic;
+            for (p, r) in results.iter().enumerate() {
+                self.apply(p, r, weights[p]);
+            }
+            GsCommit {
+                weights,
+                combined: RowVector::from_dense(combined),
+            }
+        };
+        self.s.updates += results.iter().map(|r| r.updates).sum::<u64>();
+        let objective = self.objective();
+        self.s.metrics.objective.push(ObjectivePoint {
+            round,
+            updates: self.s.updates,
+            elapsed_s: elapsed.as_secs_f64(),
+            objective,
+        });
+        if results.iter().any(|r| r.reached_target) {
+            self.reached_target(f64::NEG_INFINITY, elapsed);
+        }
+        self.reached_target(objective, elapsed);
+        if !objective.is_finite() {
+            tracing::warn!(round, "objective is not finite: diverged");
+            self.stop();
+        }
+        if let Phase::Active { .. } = self.s.phase {
+            self.s.active_passes += results.iter().map(|r| r.passes).max().unwrap_or(1);
+            let settled = results.iter().all(|r| r.largest <= self.s.settle);
+            if settled || self.s.active_passes >= MAX_ACTIVE_PASSES {
+                self.start_full_sweep();
+            }
+        }
+        let profile = &mut self.s.metrics.profile;
+        profile.update_rounds += 1;
+        profile.pull_s += started.elapsed().as_secs_f64();
+        absorb_busy(profile, slowest);
+        Ok(commit)
+    }
+
+    /// `||b + d||_1 - ||b||_1` of worker `p`'s full step.
+    fn l1_change(&self, p: usize, r: &SweepResult) -> f64 {
+        let offset = self.ranges[p].start;
+        r.changed
+            .iter()
+            .zip(&r.deltas)
+            .map(|(&j, &d)| {
+                let old = self.s.coefficients[offset + j as usize];
+                (old + d).abs() - old.abs()
+            })
+            .sum()
+    }
+
+    /// Applies worker `p`'s changes with step weight `weight` (and the L1 norm's change).
+    fn apply(&mut self, p: usize, r: &SweepResult, weight: f64) {
+        let offset = self.ranges[p].start;
+        for (&j, &d) in r.changed.iter().zip(&r.deltas) {
+            let b = &mut self.s.coefficients[offset + j as usize];
+            let new = if weight == 1.0 {
+                *b + d
+            } else {
+                *b + weight * d
+            };
+            self.s.l1 += new.abs() - b.abs();
+            *b = new;
+        }
+    }
+
+    fn pull_certify(
+        &mut self,
+        round: u64,
+        partials: Vec<GsPartial>,
+        elapsed: Duration,
+    ) -> Result<GsCommit, StradsModelError> {
+        let started = Instant::now();
+        let mut slowest = WorkerBusy::default();
+        let mut certificates = Vec::with_capacity(partials.len());
+        for p in partials {
+            let GsPartial::Certified { certificate, busy } = p else {
+                return Err(StradsModelError::protocol(format!(
+                    "round {round}: sweep answer to a certification"
+                )));
+            };
+            slowest = slowest_of(slowest, busy);
+            certificates.push(certificate);
+        }
+        let Some(first) = certificates.first().copied() else {
+            return Err(StradsModelError::protocol(format!(
+                "round {round}: no certificate"
+            )));
+        };
+        let lambda = f64::from(self.lambda);
+        let max_corr = certificates
+            .iter()
+            .fold(0.0f64, |m, c| m.max(c.max_abs_corr));
+        let kkt = certificates.iter().fold(0.0f64, |m, c| m.max(c.kkt));
+        let l1: f64 = certificates.iter().map(|c| c.l1).sum();
+        let nonzeros: u64 = certificates.iter().map(|c| c.nonzeros).sum();
+        // Every worker holds the same residual: y.r and r.r are the first one's.
+        let (yr, rr) = (first.yr, first.rr);
+        self.s.sq_residual = rr;
+        self.s.l1 = l1;
+        let objective = self.objective();
+        let scale = if max_corr > lambda {
+            lambda / max_corr
+        } else {
+            1.0
+        };
+        // P(b) - D(scale r), D(theta) = 1/2 ||y||^2 - 1/2 ||y - theta||^2.
+        let gap = objective - (scale * yr - 0.5 * scale * scale * rr);
+        let coefficients = self.coefficients_f32();
+        let heldout = self
+            .heldout
+            .as_ref()
+            .map(|h| h.figures(&coefficients, &HashMap::new(), l1))
+            .unwrap_or_default();
+        tracing::info!(
+            round,
+            updates = self.s.updates,
+            objective = format!("{objective:.6}"),
+            kkt = format!("{kkt:.3e}"),
+            gap = format!("{gap:.3e}"),
+            nonzeros,
+            "lasso gauss-seidel certificate"
+        );
+        let m = &mut self.s.metrics;
+        m.final_objective = objective;
+        m.final_kkt_violation = kkt;
+        m.final_duality_gap = gap;
+        m.evaluations.push(Evaluation {
+            round,
+            updates: self.s.updates,
+            elapsed_s: elapsed.as_secs_f64(),
+            objective,
+            kkt_violation: kkt,
+            duality_gap: gap,
+            nonzeros: nonzeros as usize,
+            heldout,
+        });
+        self.s.certified_at = Some(self.s.updates);
+        self.reached_target(objective, elapsed);
+        if !objective.is_finite() {
+            self.stop();
+        }
+        match self.s.phase {
+            _ if self.s.stopping => {}
+            Phase::Start => self.start_full_sweep(),
+            Phase::AfterFull => {
+                self.s.full_sweeps += 1;
+                let tolerance = self.job.gap_tolerance.filter(|t| *t > 0.0);
+                if tolerance.is_some_and(|t| gap <= t * objective.abs().max(f64::MIN_POSITIVE))
+                    || self.s.full_sweeps >= BASELINE_MAX_SWEEPS as u64
+                {
+                    self.stop();
+                } else if nonzeros == 0 {
+                    self.start_full_sweep();
+                } else {
+                    self.s.settle = (0.1 * gap / nonzeros as f64).max(f64::MIN_POSITIVE);
+                    self.s.phase = Phase::Active { fresh: true };
+                    self.s.active_passes = 0;
+                }
+            }
+            Phase::Full | Phase::Active { .. } => {}
+        }
+        if self.s.stopping {
+            self.s.done = true;
+        }
+        let profile = &mut self.s.metrics.profile;
+        profile.eval_rounds += 1;
+        profile.scheduler_peak_rss_mb = peak_rss_mb();
+        profile.eval_pull_s += started.elapsed().as_secs_f64();
+        absorb_busy(profile, slowest);
+        Ok(GsCommit {
+            weights: Vec::new(),
+            combined: RowVector::zero(),
+        })
+    }
+}
+
+/// Columns worker `range` sweeps per round in a full sweep: `gs_chunk`, else (one worker)
+/// the whole range, else enough non-zeros to cover the assumed round latency.
+fn chunk_for(x: &SparseColumns, range: Range<usize>, workers: usize, job: &LassoJob) -> usize {
+    let n = range.len().max(1);
+    if job.gs_chunk > 0 {
+        return job.gs_chunk.min(n);
+    }
+    if workers == 1 {
+        return n;
+    }
+    let nnz = (x.column_starts[range.end] - x.column_starts[range.start]) as f64;
+    let per_column = (nnz / n as f64).max(1.0);
+    let columns = job.round_latency_ms * 1e6 / (NS_PER_NONZERO * per_column);
+    (columns.ceil() as usize).clamp(1, n)
+}
+
+fn slowest_of(a: WorkerBusy, b: WorkerBusy) -> WorkerBusy {
+    WorkerBusy {
+        push_s: a.push_s.max(b.push_s),
+        commit_s: a.commit_s.max(b.commit_s),
+        eval_s: a.eval_s.max(b.eval_s),
+        peak_rss_mb: a.peak_rss_mb.max(b.peak_rss_mb),
+    }
+}
+
+fn absorb_busy(profile: &mut RoundProfile, slowest: WorkerBusy) {
+    profile.worker_push_s = profile.worker_push_s.max(slowest.push_s);
+    profile.worker_commit_s = profile.worker_commit_s.max(slowest.commit_s);
+    profile.worker_eval_s = profile.worker_eval_s.max(slowest.eval_s);
+    profile.worker_peak_rss_mb = profile.worker_peak_rss_mb.max(slowest.peak_rss_mb);
+}
+
+impl Schedule<LassoGsApp> for GsScheduling {
+    fn schedule(&mut self, round: u64, in_flight: usize) -> Step<GsTask> {
+        if in_flight > 0 {
+            return Step::Wait;
+        }
+        if self.s.done {
+            return Step::Done;
+        }
+        if !self.s.stopping && self.job.max_rounds > 0 && self.s.rounds >= self.job.max_rounds {
+            self.stop();
+        }
+        if self.s.stopping {
+            if self.s.certified_at == Some(self.s.updates) {
+                self.s.done = true;
+                return Step::Done;
+            }
+            return self.certify(round);
+        }
+        match self.s.phase {
+            Phase::Start | Phase::AfterFull => self.certify(round),
+            Phase::Full => self.full_sweep_chunk(round),
+            Phase::Active { fresh } => self.active_sweep(round, fresh),
+        }
+    }
+
+    fn pull(
+        &mut self,
+        round: u64,
+        partials: Vec<GsPartial>,
+        elapsed: Duration,
+    ) -> Result<GsCommit, StradsModelError> {
+        let sweep = match self.in_flight.take() {
+            Some((r, sweep)) if r == round => sweep,
+            Some((r, _)) => {
+                return Err(StradsModelError::protocol(format!(
+                    "pull of round {round}, expected {r}"
+                )));
+            }
+            None => {
+                return Err(StradsModelError::protocol(format!(
+                    "pull of round {round} with nothing in flight"
+                )));
+            }
+        };
+        self.s.metrics.rounds = round + 1;
+        self.s.metrics.elapsed_s = elapsed.as_secs_f64();
+        let commit = if sweep {
+            self.pull_sweep(round, partials, elapsed)?
+        } else {
+            self.pull_certify(round, partials, elapsed)?
+        };
+        self.s.metrics.updates = self.s.updates;
+        self.s.metrics.profile.finish(elapsed.as_secs_f64());
+        Ok(commit)
+    }
+
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        if self.in_flight.is_some() {
+            return Err(StradsModelError::protocol(
+                "checkpoint with a round in flight",
+            ));
+        }
+        if self.s.done {
+            return Ok(None);
+        }
+        encode_state(&self.s)
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let s: GsState = decode_state(state)?;
+        if s.coefficients.len() != self.s.coefficients.len() || s.next.len() != self.workers() {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "checkpoint has {} coefficients and {} workers, this job {} and {}",
+                s.coefficients.len(),
+                s.next.len(),
+                self.s.coefficients.len(),
+                self.workers()
+            )));
+        }
+        self.s = s;
+        self.in_flight = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,605 @@
+//! Column-holding Gauss-Seidel Lasso, sans-I/O: the decision logic of `solver =
+//! "gauss-seidel"` (`apps::lasso::gs` runs it on the STRADS runtime).
+//!
+//! The features are cut once into contiguous column ranges of about equal non-zeros, one
+//! per worker. A worker holds its columns (all rows, CSC) and a full residual
+//! `r = y - X b` (f64, `n_samples` long). In a round it sweeps a list of its own
+//! coordinates **sequentially** against its residual ([`GsWorkerCore::sweep`]: exactly the
+//! baseline's update, [`lasso_cd_step`]) and returns its coefficient changes `d_p` and its
+//! residual delta `u_p = X d_p` (one message). The scheduler combines the workers' sweeps
+//! with step weights `w_p` ([`jacobi_weights`]) and sends back `V = sum_p w_p u_p`; every
+//! worker sets `r = r_start - V`, so all residuals stay equal (bit for bit).
+//!
+//! **Why the weights, and why they converge to the baseline's optimum.** Inside a worker
+//! the sweep is Gauss-Seidel (each update sees the previous ones), so worker `p` alone
+//! lowers the objective: `Delta_p = F(b + d_p) - F(b) <= 0`. Across workers the sweeps run
+//! at once against the same start (block Jacobi), and their sum can overshoot when columns
+//! of different workers share rows. With `omega` the largest number of workers whose
+//! `u_p` touch one row, `||sum_p u_p||^2 <= omega sum_p ||u_p||^2` (Cauchy-Schwarz per row),
+//! and with the L1 term's convexity this gives, for `w_p = 1 / omega`,
+//! `F(b + sum_p d_p / omega) - F(b) <= (1 / omega) sum_p Delta_p <= 0` (the standard
+//! ESO / block-Jacobi safeguard). The scheduler knows the exact quadratic part of the
+//! objective along any weights (`r . u_p` comes with each sweep, `u_p . u_q` it computes)
+//! and an upper bound of the L1 part (linear interpolation), so it takes whichever of
+//! `1 / omega`, all ones and the box-constrained minimiser of that bound is lowest: never
+//! worse than the safeguard. Every round therefore lowers `F` by at least
+//! `(1 / W) sum_p |Delta_p|`; a full sweep that no worker can improve is a coordinate-wise
+//! minimum, which for the Lasso (smooth plus separable) is the optimum; and the run stops
+//! only on a certified duality gap, as the baseline does. With disjoint row supports
+//! (`omega = 1`, in particular with one worker) the weights are exactly 1 and the run is
+//! the baseline's sequential coordinate descent.
+//!
+//! The pairwise dependency check of the scheduled mode was the other option; it is not
+//! used here because it bounds pairs, not the aggregate (BENCHMARKS.md, third pass), and a
+//! per-round column subset small enough to avoid shared rows covers only
+//! `n_samples / nnz_per_column` columns per round.
+
+use super::StradsModelError;
+use super::lasso::soft_threshold;
+use petrel_ml::data::SparseColumns;
+use serde::{Deserialize, Serialize};
+
+/// One exact coordinate minimisation of `1/2 ||r||^2 + lambda |b|` along a column given by
+/// its `rows` and `vals` (squared norm `norm`), against the maintained residual: the
+/// baseline's update ([`CyclicLasso::update`](super::baseline::CyclicLasso::update)) and
+/// the Gauss-Seidel worker's. Keeps `sq_residual` (`||r||^2`) and `l1` current; returns
+/// `new - old`.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn lasso_cd_step(
+    rows: &[u32],
+    vals: &[f32],
+    norm: f64,
+    lambda: f64,
+    b: &mut f64,
+    residual: &mut [f64],
+    sq_residual: &mut f64,
+    l1: &mut f64,
+) -> f64 {
+    if norm <= 0.0 {
+        return 0.0;
+    }
+    let old = *b;
+    let mut dot = 0.0f64;
+    for (&i, &v) in rows.iter().zip(vals) {
+        dot += f64::from(v) * residual[i as usize];
+    }
+    let new = soft_threshold(dot + norm * old, lambda) / norm;
+    let delta = new - old;
+    if delta != 0.0 {
+        let mut sq_change = 0.0f64;
+        for (&i, &v) in rows.iter().zip(vals) {
+            let r = &mut residual[i as usize];
+            let before = *r;
+            *r -= f64::from(v) * delta;
+            sq_change += *r * *r - before * before;
+        }
+        *sq_residual += sq_change;
+        *l1 += new.abs() - old.abs();
+        *b = new;
+    }
+    delta
+}
+
+/// A vector over the rows, sent sparse or dense, whichever is smaller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RowVector {
+    /// `(row, value)` pairs.
+    Sparse {
+        /// Rows, increasing.
+        rows: Vec<u32>,
+        /// Values.
+        #[serde(with = "petrel_messages::tensor::f64_bytes")]
+        values: Vec<f64>,
+    },
+    /// Every row.
+    Dense(#[serde(with = "petrel_messages::tensor::f64_bytes")] Vec<f64>),
+}
+
+impl RowVector {
+    /// Nothing (all zeros).
+    pub fn zero() -> Self {
+        RowVector::Sparse {
+            rows: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// `dense` as the smaller encoding (a sparse entry costs 12 bytes, a dense one 8).
+    pub fn from_dense(dense: Vec<f64>) -> Self {
+        let nnz = dense.iter().filter(|v| **v != 0.0).count();
+        if nnz * 12 < dense.len() * 8 {
+            let (rows, values) = dense
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| **v != 0.0)
+                .map(|(i, &v)| (i as u32, v))
+                .unzip();
+            RowVector::Sparse { rows, values }
+        } else {
+            RowVector::Dense(dense)
+        }
+    }
+
+    /// Adds `scale * self` into `out` (of `n` rows); refuses rows out of range.
+    pub fn add_scaled_to(&self, scale: f64, out: &mut [f64]) -> Result<(), StradsModelError> {
+        match self {
+            RowVector::Dense(v) => {
+                if v.len() != out.len() {
+                    return Err(StradsModelError::DimensionMismatch(format!(
+                        "dense row vector of {} rows for {}",
+                        v.len(),
+                        out.len()
+                    )));
+                }
+                out.iter_mut().zip(v).for_each(|(o, x)| *o += scale * x);
+            }
+            RowVector::Sparse { rows, values } => {
+                if rows.len() != values.len() {
+                    return Err(StradsModelError::DimensionMismatch(format!(
+                        "{} rows but {} values",
+                        rows.len(),
+                        values.len()
+                    )));
+                }
+                for (&i, &x) in rows.iter().zip(values) {
+                    let o = out.get_mut(i as usize).ok_or_else(|| {
+                        StradsModelError::protocol(format!("row {i} out of range"))
+                    })?;
+                    *o += scale * x;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// As a dense vector of `n` rows.
+    pub fn to_dense(&self, n: usize) -> Result<Vec<f64>, StradsModelError> {
+        let mut out = vec![0.0; n];
+        self.add_scaled_to(1.0, &mut out)?;
+        Ok(out)
+    }
+}
+
+/// Which of its coordinates a worker sweeps in a round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Coords {
+    /// Its local columns `start..end`, in order (a chunk of a full sweep).
+    Range {
+        /// First local column.
+        start: u32,
+        /// One past the last.
+        end: u32,
+    },
+    /// Its non-zero coefficients (the active set), taken afresh when `fresh`, else the
+    /// list taken last time (the baseline keeps the active set fixed between full sweeps).
+    Active {
+        /// Take the list afresh.
+        fresh: bool,
+    },
+}
+
+/// A round's sweep order for one worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepOrder {
+    /// The coordinates.
+    pub coords: Coords,
+    /// Passes over them at most.
+    pub max_passes: u32,
+    /// Stop passing once a pass's largest step `delta^2 ||x_j||^2` is at most this.
+    pub settle: f64,
+    /// Stop as soon as `1/2 ||r||^2 + lambda ||b_own||_1` is at or below this (only sent
+    /// to a single worker, whose view is the whole objective).
+    pub target: Option<f64>,
+}
+
+/// What a worker's sweep returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepResult {
+    /// Coordinate visits.
+    pub updates: u64,
+    /// Passes run.
+    pub passes: u32,
+    /// Largest step `delta^2 ||x_j||^2` of the last pass.
+    pub largest: f64,
+    /// The target was reached (the sweep stopped there).
+    pub reached_target: bool,
+    /// Local columns whose coefficient changed, increasing.
+    pub changed: Vec<u32>,
+    /// Their net changes `d_p`.
+    #[serde(with = "petrel_messages::tensor::f64_bytes")]
+    pub deltas: Vec<f64>,
+    /// `u_p = X d_p = r_start - r_end`, summed from the steps (zero with one worker:
+    /// nobody needs it).
+    pub residual_delta: RowVector,
+    /// `r_start . u_p`.
+    pub r_dot_u: f64,
+    /// `||r||^2` after the sweep (the worker's running value).
+    pub sq_residual: f64,
+    /// `||b_own||_1` after the sweep (running).
+    pub l1: f64,
+}
+
+/// A worker's share of an exact evaluation (its columns; the residual is everyone's).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Certificate {
+    /// `max |x_j^T r|` over its columns.
+    pub max_abs_corr: f64,
+    /// Largest KKT violation over its columns.
+    pub kkt: f64,
+    /// `||b_own||_1`, recomputed.
+    pub l1: f64,
+    /// Non-zero coefficients.
+    pub nonzeros: u64,
+    /// `y . y`.
+    pub yy: f64,
+    /// `y . r`.
+    pub yr: f64,
+    /// `r . r`, recomputed.
+    pub rr: f64,
+}
+
+/// The state a worker checkpoints (its data comes from the job).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GsWorkerSnapshot {
+    /// Its coefficients.
+    pub coefficients: Vec<f64>,
+    /// The residual.
+    pub residual: Vec<f64>,
+    /// `||r||^2` (running).
+    pub sq_residual: f64,
+    /// `||b_own||_1` (running).
+    pub l1: f64,
+    /// The active list.
+    pub active: Vec<u32>,
+}
+
+/// The round in progress between a sweep and its commit.
+#[derive(Debug, Clone)]
+struct Pending {
+    /// The residual at the start of the round (several workers only).
+    start: Option<Vec<f64>>,
+    /// `(local column, value before the round)` of the changed coordinates.
+    changed: Vec<(usize, f64)>,
+}
+
+/// One worker's columns, its coefficients and the full residual.
+#[derive(Debug, Clone)]
+pub struct GsWorkerCore {
+    x: SparseColumns,
+    sq_norms: Vec<f64>,
+    y: Vec<f32>,
+    lambda: f64,
+    coefficients: Vec<f64>,
+    residual: Vec<f64>,
+    sq_residual: f64,
+    l1: f64,
+    active: Vec<usize>,
+    /// Residual deltas are exchanged (more than one worker).
+    shared: bool,
+    pending: Option<Pending>,
+}
+
+impl GsWorkerCore {
+    /// A worker holding columns `x` (all rows) at `b = 0`; `shared`: there are other
+    /// workers (it then keeps the round's start residual and reports `u_p`).
+    pub fn new(
+        x: SparseColumns,
+        y: Vec<f32>,
+        lambda: f64,
+        shared: bool,
+    ) -> Result<Self, StradsModelError> {
+        if x.n_rows != y.len() {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "columns have {} rows, y has {}",
+                x.n_rows,
+                y.len()
+            )));
+        }
+        if !(lambda >= 0.0 && lambda.is_finite()) {
+            return Err(StradsModelError::InvalidConfig(format!(
+                "lambda {lambda} must be finite and >= 0"
+            )));
+        }
+        let residual: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
+        Ok(GsWorkerCore {
+            sq_norms: x.column_sq_norms(),
+            sq_residual: residual.iter().map(|r| r * r).sum(),
+            coefficients: vec![0.0; x.n_columns()],
+            residual,
+            x,
+            y,
+            lambda,
+            l1: 0.0,
+            active: Vec::new(),
+            shared,
+            pending: None,
+        })
+    }
+
+    /// Columns held.
+    pub fn n_columns(&self) -> usize {
+        self.x.n_columns()
+    }
+
+    /// Its coefficients.
+    pub fn coefficients(&self) -> &[f64] {
+        &self.coefficients
+    }
+
+    /// The residual.
+    pub fn residual(&self) -> &[f64] {
+        &self.residual
+    }
+
+    /// Sweeps `order`'s coordinates Gauss-Seidel against the residual.
+    pub fn sweep(&mut self, order: &SweepOrder) -> Result<SweepResult, StradsModelError> {
+        if self.pending.is_some() {
+            return Err(StradsModelError::protocol(
+                "sweep before the previous round's commit",
+            ));
+        }
+        let list: Vec<usize> = match order.coords {
+            Coords::Range { start, end } => {
+                let (start, end) = (start as usize, end as usize);
+                if start > end || end > self.n_columns() {
+                    return Err(StradsModelError::protocol(format!(
+                        "columns {start}..{end} out of range ({} held)",
+                        self.n_columns()
+                    )));
+                }
+                (start..end).collect()
+            }
+            Coords::Active { fresh } => {
+                if fresh {
+                    self.active.clear();
+                    self.active
+                        .extend((0..self.n_columns()).filter(|&j| self.coefficients[j] != 0.0));
+                }
+                self.active.clone()
+            }
+        };
+        let start = self.shared.then(|| self.residual.clone());
+        // `u_p` is summed from the steps themselves, not taken as `start - r`: near the
+        // optimum the steps are far below the residual's size and the difference would
+        // keep only a few digits of them (the step weights then see noise and stall).
+        let mut u = if self.shared {
+            vec![0.0; self.residual.len()]
+        } else {
+            Vec::new()
+        };
+        let before: Vec<f64> = list.iter().map(|&j| self.coefficients[j]).collect();
+        let mut result = SweepResult {
+            updates: 0,
+            passes: 0,
+            largest: 0.0,
+            reached_target: false,
+            changed: Vec::new(),
+            deltas: Vec::new(),
+            residual_delta: RowVector::zero(),
+            r_dot_u: 0.0,
+            sq_residual: 0.0,
+            l1: 0.0,
+        };
+        'passes: while result.passes < order.max_passes.max(1) {
+            let mut largest = 0.0f64;
+            for &j in &list {
+                let (rows, vals) = self.x.column(j);
+                let delta = lasso_cd_step(
+                    rows,
+                    vals,
+                    self.sq_norms[j],
+                    self.lambda,
+                    &mut self.coefficients[j],
+                    &mut self.residual,
+                    &mut self.sq_residual,
+                    &mut self.l1,
+                );
+                result.updates += 1;
+                if delta != 0.0 && !u.is_empty() {
+                    for (&i, &v) in rows.iter().zip(vals) {
+                        u[i as usize] += f64::from(v) * delta;
+                    }
+                }
+                largest = largest.max(delta * delta * self.sq_norms[j]);
+                if order
+                    .target
+                    .is_some_and(|t| 0.5 * self.sq_residual + self.lambda * self.l1 <= t)
+                {
+                    result.reached_target = true;
+                    result.largest = largest;
+                    result.passes += 1;
+                    break 'passes;
+                }
+            }
+            result.passes += 1;
+            result.largest = largest;
+            if largest <= order.settle {
+                break;
+            }
+        }
+        let mut changed: Vec<(usize, f64)> = list
+            .iter()
+            .zip(&before)
+            .filter(|&(&j, &old)| self.coefficients[j] != old)
+            .map(|(&j, &old)| (j, old))
+            .collect();
+        changed.sort_unstable_by_key(|c| c.0);
+        changed.dedup_by_key(|c| c.0);
+        result.changed = changed.iter().map(|&(j, _)| j as u32).collect();
+        result.deltas = changed
+            .iter()
+            .map(|&(j, old)| self.coefficients[j] - old)
+            .collect();
+        if let Some(start) = &start {
+            result.r_dot_u = start.iter().zip(&u).map(|(s, u)| s * u).sum();
+            result.residual_delta = RowVector::from_dense(u);
+        }
+        result.sq_residual = self.sq_residual;
+        result.l1 = self.l1;
+        self.pending = Some(Pending { start, changed });
+        Ok(result)
+    }
+
+    /// Applies a round's commit: this worker's step weight `weight` and the combined
+    /// residual delta `combined = sum_q w_q u_q` (ignored by a lone worker, whose weight is
+    /// 1 and whose residual is already exact).
+    pub fn commit(&mut self, weight: f64, combined: &RowVector) -> Result<(), StradsModelError> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(());
+        };
+        if !(weight.is_finite() && (0.0..=1.0).contains(&weight)) {
+            return Err(StradsModelError::protocol(format!(
+                "step weight {weight} outside [0, 1]"
+            )));
+        }
+        if weight != 1.0 {
+            for &(j, old) in &pending.changed {
+                let b = &mut self.coefficients[j];
+                let new = old + weight * (*b - old);
+                self.l1 += new.abs() - b.abs();
+                *b = new;
+            }
+        }
+        if let Some(mut start) = pending.start {
+            combined.add_scaled_to(-1.0, &mut start)?;
+            self.residual = start;
+            self.sq_residual = self.residual.iter().map(|r| r * r).sum();
+        }
+        Ok(())
+    }
+
+    /// Recomputes `||r||^2` and `||b_own||_1` exactly and returns this worker's share of
+    /// the certificate (`O(its non-zeros + rows)`).
+    pub fn certify(&mut self) -> Certificate {
+        self.sq_residual = self.residual.iter().map(|r| r * r).sum();
+        self.l1 = self.coefficients.iter().map(|b| b.abs()).sum();
+        let (mut max_abs_corr, mut kkt) = (0.0f64, 0.0f64);
+        for (j, &b) in self.coefficients.iter().enumerate() {
+            let (rows, vals) = self.x.column(j);
+            let g: f64 = rows
+                .iter()
+                .zip(vals)
+                .map(|(&i, &v)| f64::from(v) * self.residual[i as usize])
+                .sum();
+            max_abs_corr = max_abs_corr.max(g.abs());
+            let violation = if b != 0.0 {
+                (g - self.lambda * b.signum()).abs()
+            } else {
+                (g.abs() - self.lambda).max(0.0)
+            };
+            kkt = kkt.max(violation);
+        }
+        let (mut yy, mut yr) = (0.0, 0.0);
+        for (&y, &r) in self.y.iter().zip(&self.residual) {
+            let y = f64::from(y);
+            yy += y * y;
+            yr += y * r;
+        }
+        Certificate {
+            max_abs_corr,
+            kkt,
+            l1: self.l1,
+            nonzeros: self.coefficients.iter().filter(|b| **b != 0.0).count() as u64,
+            yy,
+            yr,
+            rr: self.sq_residual,
+        }
+    }
+
+    /// The state to checkpoint (between rounds).
+    pub fn snapshot(&self) -> Result<GsWorkerSnapshot, StradsModelError> {
+        if self.pending.is_some() {
+            return Err(StradsModelError::protocol("checkpoint inside a round"));
+        }
+        Ok(GsWorkerSnapshot {
+            coefficients: self.coefficients.clone(),
+            residual: self.residual.clone(),
+            sq_residual: self.sq_residual,
+            l1: self.l1,
+            active: self.active.iter().map(|&j| j as u32).collect(),
+        })
+    }
+
+    /// Continues from a [`Self::snapshot`] of the same worker of the same job.
+    pub fn restore(&mut self, s: GsWorkerSnapshot) -> Result<(), StradsModelError> {
+        if s.coefficients.len() != self.coefficients.len()
+            || s.residual.len() != self.residual.len()
+            || s.active
+                .iter()
+                .any(|&j| j as usize >= self.coefficients.len())
+        {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "checkpoint holds {} coefficients and {} rows, this worker {} and {}",
+                s.coefficients.len(),
+                s.residual.len(),
+                self.coefficients.len(),
+                self.residual.len()
+            )));
+        }
+        self.coefficients = s.coefficients;
+        self.residual = s.residual;
+        self.sq_residual = s.sq_residual;
+        self.l1 = s.l1;
+        self.active = s.active.into_iter().map(|j| j as usize).collect();
+        self.pending = None;
+        Ok(())
+    }
+}
+
+/// The quadratic-plus-linear bound `G(w) = -sum_p w_p c_p + 1/2 w^T M w` of the objective
+/// change for step weights `w`, where `c_p = r . u_p - l1_p` (`l1_p` the L1 change of
+/// worker `p`'s full step, so the L1 part is bounded by linear interpolation) and
+/// `M_pq = u_p . u_q`. Exact at `w = 1` and wherever the L1 part is linear.
+pub fn weights_bound(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
+    let mut g = 0.0;
+    for p in 0..w.len() {
+        g -= w[p] * c[p];
+        for q in 0..w.len() {
+            g += 0.5 * w[p] * gram[p][q] * w[q];
+        }
+    }
+    g
+}
+
+/// The step weights of one round (see the module doc): `c` and `gram` as in
+/// [`weights_bound`], `omega` the largest number of workers whose residual deltas touch
+/// one row. Returns 1 for every worker when `omega <= 1` (no shared row: the sweeps do not
+/// interfere); otherwise the lowest bound among `1 / omega` for all, 1 for all, and the
+/// box-constrained minimiser of the bound (projected coordinate descent, `[0, 1]^W`).
+pub fn jacobi_weights(c: &[f64], gram: &[Vec<f64>], omega: usize) -> Vec<f64> {
+    let w = c.len();
+    if omega <= 1 {
+        return vec![1.0; w];
+    }
+    let safe = vec![1.0 / omega as f64; w];
+    let ones = vec![1.0; w];
+    let mut best = safe.clone();
+    for _ in 0..100 {
+        let mut moved = 0.0f64;
+        for p in 0..w {
+            if gram[p][p] <= 0.0 {
+                best[p] = 1.0;
+                continue;
+            }
+            let others: f64 = (0..w)
+                .filter(|&q| q != p)
+                .map(|q| gram[p][q] * best[q])
+                .sum();
+            let next = ((c[p] - others) / gram[p][p]).clamp(0.0, 1.0);
+            moved = moved.max((next - best[p]).abs());
+            best[p] = next;
+        }
+        if moved < 1e-12 {
+            break;
+        }
+    }
+    [best, ones, safe]
+        .into_iter()
+        .filter(|v| v.iter().all(|x| x.is_finite()))
+        .min_by(|a, b| weights_bound(c, gram, a).total_cmp(&weights_bound(c, gram, b)))
+        .unwrap_or_else(|| vec![1.0 / omega as f64; w])
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,297 @@
+use super::*;
+use crate::apps::lasso::lambda_max;
+use crate::core::baseline::CyclicLasso;
+
+/// A tiny sparse design with correlated neighbours (columns `j` and `j + 1` share rows).
+fn tiny(n: usize, d: usize) -> (SparseColumns, Vec<f32>) {
+    let mut starts = vec![0usize];
+    let (mut rows, mut values) = (Vec::new(), Vec::new());
+    for j in 0..d {
+        let mut col: Vec<(u32, f32)> = (0..4)
+            .map(|k| {
+                let i = (j * 3 + k * 7 + (j * j) % 5) % n;
+                (
+                    i as u32,
+                    1.0 + ((j + k) % 3) as f32 * 0.5 - (k % 2) as f32 * 1.7,
+                )
+            })
+            .collect();
+        col.sort_by_key(|c| c.0);
+        col.dedup_by_key(|c| c.0);
+        for (i, v) in col {
+            rows.push(i);
+            values.push(v);
+        }
+        starts.push(rows.len());
+    }
+    let x = SparseColumns {
+        n_rows: n,
+        column_starts: starts,
+        row_indices: rows,
+        values,
+    };
+    let y = (0..n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.3).collect();
+    (x, y)
+}
+
+fn columns(x: &SparseColumns, range: std::ops::Range<usize>) -> SparseColumns {
+    let lo = x.column_starts[range.start];
+    let hi = x.column_starts[range.end];
+    SparseColumns {
+        n_rows: x.n_rows,
+        column_starts: x.column_starts[range.start..=range.end]
+            .iter()
+            .map(|s| s - lo)
+            .collect(),
+        row_indices: x.row_indices[lo..hi].to_vec(),
+        values: x.values[lo..hi].to_vec(),
+    }
+}
+
+fn objective(x: &SparseColumns, y: &[f32], b: &[f64], lambda: f64) -> f64 {
+    let mut r: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
+    for (j, &bj) in b.iter().enumerate() {
+        let (rows, vals) = x.column(j);
+        for (&i, &v) in rows.iter().zip(vals) {
+            r[i as usize] -= f64::from(v) * bj;
+        }
+    }
+    0.5 * r.iter().map(|v| v * v).sum::<f64>() + lambda * b.iter().map(|v| v.abs()).sum::<f64>()
+}
+
+fn full(end: usize) -> SweepOrder {
+    SweepOrder {
+        coords: Coords::Range {
+            start: 0,
+            end: end as u32,
+        },
+        max_passes: 1,
+        settle: 0.0,
+        target: None,
+    }
+}
+
+#[test]
+fn a_lone_worker_sweep_is_the_baselines_update_bit_for_bit() {
+    let (x, y) = tiny(30, 40);
+    let lambda = 0.1 * lambda_max(&x, &y) as f32;
+    let mut base = CyclicLasso::new(&x, &y, lambda).unwrap();
+    let mut worker = GsWorkerCore::new(x.clone(), y.clone(), f64::from(lambda), false).unwrap();
+    for _ in 0..5 {
+        for j in 0..x.n_columns() {
+            base.update(j);
+        }
+        let r = worker.sweep(&full(x.n_columns())).unwrap();
+        assert_eq!(r.updates, x.n_columns() as u64);
+        assert_eq!(
+            r.residual_delta,
+            RowVector::zero(),
+            "a lone worker sends no delta"
+        );
+        worker.commit(1.0, &RowVector::zero()).unwrap();
+        assert_eq!(
+            0.5 * r.sq_residual + f64::from(lambda) * r.l1,
+            base.objective(),
+            "the running objective is the baseline's, bit for bit"
+        );
+    }
+    let ours: Vec<f32> = worker.coefficients().iter().map(|&b| b as f32).collect();
+    assert_eq!(ours, base.coefficients());
+    assert!(ours.iter().any(|b| *b != 0.0));
+    // Active-set passes settle like the baseline's.
+    let active: Vec<usize> = (0..x.n_columns())
+        .filter(|&j| worker.coefficients()[j] != 0.0)
+        .collect();
+    let r = worker
+        .sweep(&SweepOrder {
+            coords: Coords::Active { fresh: true },
+            max_passes: 3,
+            settle: 0.0,
+            target: None,
+        })
+        .unwrap();
+    assert_eq!(r.updates, 3 * active.len() as u64);
+    for _ in 0..3 {
+        for &j in &active {
+            base.update(j);
+        }
+    }
+    worker.commit(1.0, &RowVector::zero()).unwrap();
+    let ours: Vec<f32> = worker.coefficients().iter().map(|&b| b as f32).collect();
+    assert_eq!(ours, base.coefficients());
+}
+
+#[test]
+fn a_lone_worker_stops_at_the_target_after_the_same_update_as_the_baseline() {
+    let (x, y) = tiny(30, 40);
+    let lambda = 0.1 * lambda_max(&x, &y) as f32;
+    let mut base = CyclicLasso::new(&x, &y, lambda).unwrap();
+    let start = base.objective();
+    let target = start * 0.6;
+    let mut base_updates = 0;
+    'outer: for _ in 0..50 {
+        for j in 0..x.n_columns() {
+            base.update(j);
+            base_updates += 1;
+            if base.objective() <= target {
+                break 'outer;
+            }
+        }
+    }
+    let mut worker = GsWorkerCore::new(x.clone(), y, f64::from(lambda), false).unwrap();
+    let mut updates = 0;
+    for _ in 0..50 {
+        let mut order = full(x.n_columns());
+        order.target = Some(target);
+        let r = worker.sweep(&order).unwrap();
+        worker.commit(1.0, &RowVector::zero()).unwrap();
+        updates += r.updates;
+        if r.reached_target {
+            break;
+        }
+    }
+    assert_eq!(updates, base_updates);
+}
+
+#[test]
+fn two_workers_keep_equal_exact_residuals_and_never_raise_the_objective() {
+    const N: usize = 90;
+    let (x, y) = tiny(N, 60);
+    let lambda = f64::from(0.05 * lambda_max(&x, &y) as f32);
+    let cut = 30;
+    let mut w = [
+        GsWorkerCore::new(columns(&x, 0..cut), y.clone(), lambda, true).unwrap(),
+        GsWorkerCore::new(columns(&x, cut..60), y.clone(), lambda, true).unwrap(),
+    ];
+    let all = |w: &[GsWorkerCore; 2]| -> Vec<f64> {
+        w[0].coefficients()
+            .iter()
+            .chain(w[1].coefficients())
+            .copied()
+            .collect()
+    };
+    let mut f = objective(&x, &y, &all(&w), lambda);
+    let mut shrunk = false;
+    for _ in 0..400 {
+        let before: Vec<f64> = all(&w);
+        let r = [
+            w[0].sweep(&full(cut)).unwrap(),
+            w[1].sweep(&full(30)).unwrap(),
+        ];
+        let u: Vec<Vec<f64>> = r
+            .iter()
+            .map(|r| r.residual_delta.to_dense(N).unwrap())
+            .collect();
+        let gram: Vec<Vec<f64>> = (0..2)
+            .map(|p| {
+                (0..2)
+                    .map(|q| u[p].iter().zip(&u[q]).map(|(a, b)| a * b).sum())
+                    .collect()
+            })
+            .collect();
+        let omega = (0..N)
+            .map(|i| u.iter().filter(|u| u[i] != 0.0).count())
+            .max()
+            .unwrap();
+        let c: Vec<f64> = (0..2)
+            .map(|p| {
+                let offset = if p == 0 { 0 } else { cut };
+                let l1: f64 = r[p]
+                    .changed
+                    .iter()
+                    .zip(&r[p].deltas)
+                    .map(|(&j, &d)| {
+                        let old = before[offset + j as usize];
+                        (old + d).abs() - old.abs()
+                    })
+                    .sum();
+                r[p].r_dot_u - lambda * l1
+            })
+            .collect();
+        let weights = jacobi_weights(&c, &gram, omega);
+        shrunk |= weights.iter().any(|&v| v < 1.0);
+        let mut combined = vec![0.0; N];
+        for p in 0..2 {
+            combined
+                .iter_mut()
+                .zip(&u[p])
+                .for_each(|(s, v)| *s += weights[p] * v);
+        }
+        let combined = RowVector::from_dense(combined);
+        for p in 0..2 {
+            w[p].commit(weights[p], &combined).unwrap();
+        }
+        assert_eq!(w[0].residual(), w[1].residual(), "residuals stay equal");
+        let b = all(&w);
+        let exact = objective(&x, &y, &b, lambda);
+        let sq: f64 = w[0].residual().iter().map(|v| v * v).sum();
+        let l1: f64 = b.iter().map(|v| v.abs()).sum();
+        assert!((0.5 * sq + lambda * l1 - exact).abs() <= 1e-9 * exact.abs().max(1.0));
+        assert!(
+            exact <= f + 1e-12 * f.abs(),
+            "objective rose: {f} -> {exact}"
+        );
+        f = exact;
+    }
+    assert!(
+        shrunk,
+        "the design makes the workers interfere at least once"
+    );
+    // The certificate of the combined state: the optimum is certified by its gap.
+    let (c0, c1) = (w[0].certify(), w[1].certify());
+    let max_corr = c0.max_abs_corr.max(c1.max_abs_corr);
+    let scale = if max_corr > lambda {
+        lambda / max_corr
+    } else {
+        1.0
+    };
+    let obj = 0.5 * c0.rr + lambda * (c0.l1 + c1.l1);
+    let gap = obj - (scale * c0.yr - 0.5 * scale * scale * c0.rr);
+    assert!(gap >= -1e-9 && gap <= 1e-6 * obj, "gap {gap} of {obj}");
+}
+
+#[test]
+fn weights_are_one_without_shared_rows_and_never_worse_than_the_safeguard() {
+    let gram = vec![vec![4.0, 3.9], vec![3.9, 4.0]];
+    let c = vec![3.0, 3.0];
+    assert_eq!(jacobi_weights(&c, &gram, 1), vec![1.0, 1.0]);
+    let w = jacobi_weights(&c, &gram, 2);
+    let safe = weights_bound(&c, &gram, &[0.5, 0.5]);
+    let ones = weights_bound(&c, &gram, &[1.0, 1.0]);
+    assert!(ones > safe, "the full step overshoots on aligned deltas");
+    assert!(weights_bound(&c, &gram, &w) <= safe);
+    assert!(w.iter().all(|v| (0.0..=1.0).contains(v)));
+    // Orthogonal deltas: the full step is best.
+    let gram = vec![vec![4.0, 0.0], vec![0.0, 4.0]];
+    assert_eq!(jacobi_weights(&[4.0, 4.0], &gram, 2), vec![1.0, 1.0]);
+}
+
+#[test]
+fn row_vectors_pick_the_smaller_encoding_and_refuse_rows_out_of_range() {
+    let sparse = RowVector::from_dense(vec![0.0, 2.0, 0.0, 0.0, 0.0, 0.0]);
+    assert!(matches!(sparse, RowVector::Sparse { .. }));
+    assert_eq!(
+        sparse.to_dense(6).unwrap(),
+        vec![0.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    );
+    assert!(matches!(
+        RowVector::from_dense(vec![1.0, 2.0, 3.0]),
+        RowVector::Dense(_)
+    ));
+    let bad = RowVector::Sparse {
+        rows: vec![9],
+        values: vec![1.0],
+    };
+    assert!(bad.to_dense(3).is_err());
+    assert!(RowVector::Dense(vec![1.0]).to_dense(3).is_err());
+}
+
+#[test]
+fn sweeps_refuse_columns_out_of_range_and_a_second_sweep_before_the_commit() {
+    let (x, y) = tiny(10, 5);
+    let mut w = GsWorkerCore::new(x, y, 0.1, true).unwrap();
+    assert!(w.sweep(&full(6)).is_err());
+    w.sweep(&full(5)).unwrap();
+    assert!(w.sweep(&full(5)).is_err());
+    assert!(w.commit(1.5, &RowVector::zero()).is_err());
+}
