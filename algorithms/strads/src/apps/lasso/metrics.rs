@@ -99,6 +99,44 @@ pub struct LassoMetrics {
     pub profile: RoundProfile,
 }
 
+impl LassoMetrics {
+    /// The figures of a run that has not started: the problem's shape and settings, no
+    /// rounds, NaN final figures, empty traces. Callers set the schedule's own fields
+    /// (`block_size`, `rho`, `depth`) with struct-update syntax.
+    pub fn at_start(
+        mode: String,
+        lambda: f32,
+        shape: (usize, usize),
+        workers: usize,
+        target_objective: Option<f64>,
+    ) -> Self {
+        LassoMetrics {
+            mode,
+            lambda,
+            n_samples: shape.0,
+            n_features: shape.1,
+            workers,
+            block_size: 0,
+            rho: None,
+            depth: 1,
+            rounds: 0,
+            updates: 0,
+            elapsed_s: 0.0,
+            final_objective: f64::NAN,
+            final_kkt_violation: f64::NAN,
+            final_duality_gap: f64::NAN,
+            target_objective,
+            target_updates: None,
+            target_s: None,
+            objective: Vec::new(),
+            evaluations: Vec::new(),
+            checkpoints: Vec::new(),
+            resumed_from_round: None,
+            profile: RoundProfile::default(),
+        }
+    }
+}
+
 /// Where a run's time went, in seconds (BENCHMARKS.md explains the breakdown). Scheduler
 /// parts are timed by the scheduler half; worker parts are the slowest worker's cumulative
 /// compute as it reported it with its last update answer; `wall_s` is the run's time, and

@@ -11,7 +11,7 @@
 //!
 //! The half times its own parts (sampling, dependency check, pull, evaluation) and keeps
 //! the workers' reported compute, so `metrics.json` says where a round's time went
-//! ([`RoundProfile`]).
+//! ([`RoundProfile`](super::metrics::RoundProfile)).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use super::config::LassoJob;
 use super::heldout::LinearHeldout;
 use super::metrics::{
-    EvalNumbers, Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile,
-    combine_evaluation, common_applied,
+    EvalNumbers, Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation,
+    common_applied,
 };
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
 use crate::core::StradsModelError;
@@ -110,28 +110,16 @@ impl LassoScheduling {
             stopping: false,
             final_eval_sent: false,
             metrics: LassoMetrics {
-                mode: job.mode.to_string(),
-                lambda,
-                n_samples: x.n_rows,
-                n_features: x.n_columns(),
-                workers,
                 block_size: job.block_size,
                 rho: job.rho,
                 depth: job.depth,
-                rounds: 0,
-                updates: 0,
-                elapsed_s: 0.0,
-                final_objective: f64::NAN,
-                final_kkt_violation: f64::NAN,
-                final_duality_gap: f64::NAN,
-                target_objective: job.target_objective,
-                target_updates: None,
-                target_s: None,
-                objective: Vec::new(),
-                evaluations: Vec::new(),
-                checkpoints: Vec::new(),
-                resumed_from_round: None,
-                profile: RoundProfile::default(),
+                ..LassoMetrics::at_start(
+                    job.mode.to_string(),
+                    lambda,
+                    (x.n_rows, x.n_columns()),
+                    workers,
+                    job.target_objective,
+                )
             },
             job: job.clone(),
             column_nnz,

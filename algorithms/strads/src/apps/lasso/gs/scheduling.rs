@@ -106,28 +106,14 @@ impl GsScheduling {
         let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let sq_residual = y.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
         let metrics = LassoMetrics {
-            mode: GS_MODE.into(),
-            lambda,
-            n_samples: x.n_rows,
-            n_features: x.n_columns(),
-            workers,
             block_size: chunks.iter().copied().max().unwrap_or(0),
-            rho: None,
-            depth: 1,
-            rounds: 0,
-            updates: 0,
-            elapsed_s: 0.0,
-            final_objective: f64::NAN,
-            final_kkt_violation: f64::NAN,
-            final_duality_gap: f64::NAN,
-            target_objective: job.target_objective,
-            target_updates: None,
-            target_s: None,
-            objective: Vec::new(),
-            evaluations: Vec::new(),
-            checkpoints: Vec::new(),
-            resumed_from_round: None,
-            profile: RoundProfile::default(),
+            ..LassoMetrics::at_start(
+                GS_MODE.into(),
+                lambda,
+                (x.n_rows, x.n_columns()),
+                workers,
+                job.target_objective,
+            )
         };
         Ok(GsScheduling {
             job: job.clone(),
