@@ -55,6 +55,22 @@ pub struct SparseColumns {
 }
 
 impl SparseColumns {
+    /// The columns `range` (all rows), renumbered from 0: one worker's or one scheduler's
+    /// share of the design.
+    pub fn columns(&self, range: std::ops::Range<usize>) -> SparseColumns {
+        let lo = self.column_starts[range.start];
+        let hi = self.column_starts[range.end];
+        SparseColumns {
+            n_rows: self.n_rows,
+            column_starts: self.column_starts[range.start..=range.end]
+                .iter()
+                .map(|s| s - lo)
+                .collect(),
+            row_indices: self.row_indices[lo..hi].to_vec(),
+            values: self.values[lo..hi].to_vec(),
+        }
+    }
+
     /// Number of columns (features).
     pub fn n_columns(&self) -> usize {
         self.column_starts.len().saturating_sub(1)

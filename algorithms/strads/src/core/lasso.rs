@@ -463,13 +463,7 @@ impl LassoCluster {
         lambda: f32,
         n_workers: usize,
     ) -> Result<Self, StradsModelError> {
-        if x.n_rows != y.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "X has {} rows, y has {}",
-                x.n_rows,
-                y.len()
-            )));
-        }
+        check_design_shape(x, y)?;
         if n_workers == 0 || lambda.is_nan() || lambda < 0.0 {
             return Err(StradsModelError::InvalidConfig(
                 "need n_workers >= 1 and lambda >= 0".into(),
@@ -701,6 +695,19 @@ pub fn lasso_config(
         rounds,
         scheduler,
         filter_rho,
+    }
+}
+
+/// The design and the targets describe the same samples: one target per row of X.
+pub fn check_design_shape(x: &SparseColumns, y: &[f32]) -> Result<(), StradsModelError> {
+    if x.n_rows == y.len() {
+        Ok(())
+    } else {
+        Err(StradsModelError::DimensionMismatch(format!(
+            "X has {} rows, y has {}",
+            x.n_rows,
+            y.len()
+        )))
     }
 }
 

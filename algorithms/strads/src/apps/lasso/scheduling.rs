@@ -76,14 +76,7 @@ impl LassoScheduling {
         job: &LassoJob,
         workers: usize,
     ) -> Result<Self, StradsError> {
-        if x.n_rows != y.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "X has {} rows, y has {}",
-                x.n_rows,
-                y.len()
-            ))
-            .into());
-        }
+        crate::core::lasso::check_design_shape(x, y)?;
         let job = &job.resolved_for(x, workers);
         let lambda = job.resolve_lambda(x, y);
         let column_nnz = x

@@ -34,20 +34,6 @@ fn tiny(n: usize, d: usize) -> (SparseColumns, Vec<f32>) {
     (x, y)
 }
 
-fn columns(x: &SparseColumns, range: std::ops::Range<usize>) -> SparseColumns {
-    let lo = x.column_starts[range.start];
-    let hi = x.column_starts[range.end];
-    SparseColumns {
-        n_rows: x.n_rows,
-        column_starts: x.column_starts[range.start..=range.end]
-            .iter()
-            .map(|s| s - lo)
-            .collect(),
-        row_indices: x.row_indices[lo..hi].to_vec(),
-        values: x.values[lo..hi].to_vec(),
-    }
-}
-
 fn objective(x: &SparseColumns, y: &[f32], b: &[f64], lambda: f64) -> f64 {
     let mut r: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
     for (j, &bj) in b.iter().enumerate() {
@@ -160,8 +146,8 @@ fn two_workers_keep_equal_exact_residuals_and_never_raise_the_objective() {
     let lambda = f64::from(0.05 * lambda_max(&x, &y) as f32);
     let cut = 30;
     let mut w = [
-        GsWorkerCore::new(columns(&x, 0..cut), y.clone(), lambda, true).unwrap(),
-        GsWorkerCore::new(columns(&x, cut..60), y.clone(), lambda, true).unwrap(),
+        GsWorkerCore::new(x.columns(0..cut), y.clone(), lambda, true).unwrap(),
+        GsWorkerCore::new(x.columns(cut..60), y.clone(), lambda, true).unwrap(),
     ];
     let all = |w: &[GsWorkerCore; 2]| -> Vec<f64> {
         w[0].coefficients()

@@ -33,7 +33,7 @@ pub use scheduling::GsScheduling;
 
 use super::config::LassoJob;
 use super::metrics::LassoOutcome;
-use super::multi::{MAX_SCHEDULERS, column_range, column_weights, partition_columns};
+use super::multi::{MAX_SCHEDULERS, column_weights, partition_columns};
 use super::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Push, StradsApp, decode_state, encode_state};
@@ -236,7 +236,7 @@ impl StradsJob for LassoGsApp {
                 index,
                 workers: shape.workers,
             })?;
-        let own = column_range(&x, range.clone());
+        let own = x.columns(range.clone());
         drop(x);
         tracing::debug!(worker = index, columns = ?range, "lasso gauss-seidel worker loaded");
         let core = GsWorkerCore::new(own, y, f64::from(lambda), shape.workers > 1)?;

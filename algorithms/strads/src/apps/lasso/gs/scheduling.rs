@@ -89,14 +89,7 @@ impl GsScheduling {
         job: &LassoJob,
         workers: usize,
     ) -> Result<Self, StradsError> {
-        if x.n_rows != y.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "X has {} rows, y has {}",
-                x.n_rows,
-                y.len()
-            ))
-            .into());
-        }
+        crate::core::lasso::check_design_shape(x, y)?;
         let ranges = column_ranges(x, workers)?;
         let chunks = ranges
             .iter()

@@ -54,18 +54,3 @@ pub fn partition_columns(
     bounds.push(d);
     Ok(bounds.windows(2).map(|w| w[0]..w[1]).collect())
 }
-
-/// The columns `range` of `x` (all rows), renumbered from 0.
-pub fn column_range(x: &SparseColumns, range: Range<usize>) -> SparseColumns {
-    let lo = x.column_starts[range.start];
-    let hi = x.column_starts[range.end];
-    SparseColumns {
-        n_rows: x.n_rows,
-        column_starts: x.column_starts[range.start..=range.end]
-            .iter()
-            .map(|s| s - lo)
-            .collect(),
-        row_indices: x.row_indices[lo..hi].to_vec(),
-        values: x.values[lo..hi].to_vec(),
-    }
-}

@@ -5,7 +5,6 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Duration;
 
-use super::partition::column_range;
 use super::sync::{LeadStatus, SyncDecision, SyncReport};
 use crate::apps::lasso::config::LassoJob;
 use crate::apps::lasso::metrics::LassoMetrics;
@@ -94,7 +93,7 @@ impl SliceScheduling {
             schedulers: 1,
             ..job.clone()
         };
-        let inner = LassoScheduling::new(&column_range(x, range.clone()), y, &local_job, workers)?;
+        let inner = LassoScheduling::new(&x.columns(range.clone()), y, &local_job, workers)?;
         Ok(SliceScheduling {
             index: index as u32,
             range,
