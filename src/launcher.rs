@@ -84,6 +84,9 @@ pub enum LaunchError {
     /// The `--timeout-s` passed.
     #[error("cluster did not finish within {0:?}; all nodes stopped")]
     Timeout(Duration),
+    /// `--netns`: the emulated hosts are missing or unusable.
+    #[error("--netns: {0}")]
+    Netns(#[from] crate::netns::NetnsError),
 }
 
 /// How a program that composes a cluster runs it; flatten into your own `clap` parser or
@@ -204,28 +207,80 @@ pub enum ChildCommand {
 }
 
 impl ChildCommand {
-    fn command(&self, node: &str, config: &Path) -> Command {
+    /// The program and arguments of node `node`'s process.
+    fn argv(&self, node: &str, config: &Path) -> (OsString, Vec<OsString>) {
         match self {
             ChildCommand::ReExec { program, args } => {
-                let mut c = Command::new(program);
-                c.args(args)
-                    .arg("--node")
-                    .arg(node)
-                    .arg("--config")
-                    .arg(config);
+                let mut a = args.clone();
+                a.extend([
+                    "--node".into(),
+                    node.into(),
+                    "--config".into(),
+                    config.into(),
+                ]);
+                (program.into(), a)
+            }
+            ChildCommand::PetrelNode { program } => (
+                program.into(),
+                vec![
+                    "node".into(),
+                    "--config".into(),
+                    config.into(),
+                    "--name".into(),
+                    node.into(),
+                ],
+            ),
+        }
+    }
+
+    /// Node `node`'s process, in namespace `netns` when given (`ip netns exec NS`, which
+    /// enters the namespace and executes the program in the same process, so the launcher
+    /// still holds the node's own process id).
+    fn command(&self, node: &str, config: &Path, netns: Option<&str>) -> Command {
+        let (program, args) = self.argv(node, config);
+        match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(program).args(args);
                 c
             }
-            ChildCommand::PetrelNode { program } => {
+            None => {
                 let mut c = Command::new(program);
-                c.arg("node")
-                    .arg("--config")
-                    .arg(config)
-                    .arg("--name")
-                    .arg(node);
+                c.args(args);
                 c
             }
         }
     }
+}
+
+/// The prefix `petrel train --netns` sets for every launch of this process.
+static DEFAULT_NETNS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Makes [`LaunchOptions::new`] place nodes on the emulated hosts `prefix` (what `petrel
+/// train --netns PREFIX` does before its app launches its cluster, possibly several times
+/// over its restarts). The first call wins.
+pub fn set_default_netns(prefix: &str) {
+    let _ = DEFAULT_NETNS.set(prefix.to_string());
+}
+
+/// Gives node `i` of `settings` the address of host `i` ([`Hosts::node_addr`](crate::netns::Hosts::node_addr)):
+/// one emulated host per node.
+pub fn place_on_hosts(
+    settings: &mut Settings,
+    hosts: &crate::netns::Hosts,
+) -> Result<(), LaunchError> {
+    if settings.nodes.len() > hosts.count {
+        return Err(LaunchError::Usage(format!(
+            "--netns {}: {} nodes but {} hosts",
+            hosts.prefix,
+            settings.nodes.len(),
+            hosts.count
+        )));
+    }
+    for (i, n) in settings.nodes.iter_mut().enumerate() {
+        n.addr = hosts.node_addr(i);
+    }
+    Ok(())
 }
 
 /// How [`start`] launches the nodes.
@@ -245,6 +300,11 @@ pub struct LaunchOptions {
     /// time left (default: [`expected_points`](crate::train::progress::expected_points)
     /// of a `petrel train` run in this process).
     pub progress_points: Option<u64>,
+    /// Run node `i` (in the order of the settings' `[[nodes]]`) in network namespace
+    /// `PREFIX-h{i}` at `198.18.0.{i+1}:7000`: one emulated host per node
+    /// ([`crate::netns::Hosts`], made by `petrel netns up --prefix PREFIX`; needs root).
+    /// Default: what [`set_default_netns`] set, else none (every node on 127.0.0.1).
+    pub netns: Option<String>,
 }
 
 impl LaunchOptions {
@@ -258,6 +318,7 @@ impl LaunchOptions {
             timeout: None,
             progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
             progress_points: crate::train::progress::expected_points(),
+            netns: DEFAULT_NETNS.get().cloned(),
         })
     }
 }
@@ -680,7 +741,15 @@ pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, L
 /// before a process starts is: unregistered roles, bad `[app.*]` sections, names, ports.
 pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Running, LaunchError> {
     cluster.check_settings()?;
-    let settings = cluster.settings().clone();
+    let mut settings = cluster.settings().clone();
+    let hosts = match &opts.netns {
+        Some(prefix) => {
+            let hosts = crate::netns::Hosts::existing(prefix, settings.nodes.len())?;
+            place_on_hosts(&mut settings, &hosts)?;
+            Some(hosts)
+        }
+        None => None,
+    };
     let (run_dir, temp) = match &opts.run_dir {
         Some(d) => (d.clone(), None),
         None => {
@@ -732,8 +801,9 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
     };
     let mut children: Vec<(String, Child)> = Vec::new();
     let mut relays = Vec::new();
-    for name in &names {
-        let mut cmd = opts.child.command(name, &resolved);
+    for (i, name) in names.iter().enumerate() {
+        let netns = hosts.as_ref().map(|h| h.host_ns(i));
+        let mut cmd = opts.child.command(name, &resolved, netns.as_deref());
         cmd.env(LAUNCH_DIR_ENV, &run_dir);
         // Nodes report their points for the bar only when there is one.
         match job {
@@ -1030,6 +1100,51 @@ mod tests {
             strip_launch_flags(args.into_iter()),
             ["--rounds", "5", "--verbose"].map(OsString::from)
         );
+    }
+
+    #[test]
+    fn nodes_on_emulated_hosts_get_one_host_each_and_run_inside_it() {
+        let mut s = topo();
+        let hosts = crate::netns::Hosts {
+            prefix: "pc7".into(),
+            count: 2,
+        };
+        place_on_hosts(&mut s, &hosts).unwrap();
+        let addrs: Vec<&str> = s.nodes.iter().map(|n| n.addr.as_str()).collect();
+        assert_eq!(addrs, ["198.18.0.1:7000", "198.18.0.2:7000"]);
+        let e = place_on_hosts(
+            &mut s,
+            &crate::netns::Hosts {
+                prefix: "pc7".into(),
+                count: 1,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("2 nodes but 1 hosts"), "{e}");
+        let child = ChildCommand::PetrelNode {
+            program: "/bin/petrel".into(),
+        };
+        let cmd = child.command("b", Path::new("/r/cluster.toml"), Some("pc7-h1"));
+        let std = cmd.as_std();
+        assert_eq!(std.get_program(), "ip");
+        let args: Vec<&std::ffi::OsStr> = std.get_args().collect();
+        assert_eq!(
+            args,
+            [
+                "netns",
+                "exec",
+                "pc7-h1",
+                "/bin/petrel",
+                "node",
+                "--config",
+                "/r/cluster.toml",
+                "--name",
+                "b"
+            ]
+        );
+        let plain = child.command("b", Path::new("/r/cluster.toml"), None);
+        assert_eq!(plain.as_std().get_program(), "/bin/petrel");
     }
 
     #[test]

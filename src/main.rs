@@ -46,6 +46,11 @@ enum Command {
         /// never retried). 0 = stop at the first failure.
         #[arg(long, default_value_t = 2)]
         max_restarts: u32,
+        /// Run node i (in the order of the file's [[nodes]]) in network namespace
+        /// PREFIX-h{i} at 198.18.0.{i+1}:7000, one emulated host per node (made by `petrel
+        /// netns up --prefix PREFIX --hosts N`; needs root).
+        #[arg(long, value_name = "PREFIX", conflicts_with = "in_process")]
+        netns: Option<String>,
     },
     /// Run one node of a cluster (multi-host: start one on every host).
     Node {
@@ -101,6 +106,11 @@ enum Command {
         /// seconds) into this SVG file when it ends (needs --out).
         #[arg(long, global = true, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
+        /// With `--transport processes`: run node i in network namespace PREFIX-h{i} at
+        /// 198.18.0.{i+1}:7000, one emulated host per node (made by `petrel netns up
+        /// --prefix PREFIX --hosts N`; needs root). Not for `train p3`.
+        #[arg(long, global = true, value_name = "PREFIX")]
+        netns: Option<String>,
         #[command(subcommand)]
         app: Box<TrainCommand>,
     },
@@ -276,6 +286,7 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             in_process,
             dashboard,
             max_restarts,
+            netns,
         } => {
             let cluster = petrel::roles::builtin(Settings::load(&config)?);
             let report_dir = run_dir.clone();
@@ -299,7 +310,13 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
                         println!("restarting the cluster from the newest checkpoint");
                     }
                     let cluster = cluster.with_settings(settings);
-                    run_cluster(&cluster, run_dir.clone(), timeout_s, in_process)
+                    run_cluster(
+                        &cluster,
+                        run_dir.clone(),
+                        timeout_s,
+                        in_process,
+                        netns.clone(),
+                    )
                 },
             );
             let result = match result {
@@ -397,8 +414,13 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
         Command::Train {
             dashboard,
             plot,
+            netns,
             app,
         } => {
+            if let Some(prefix) = &netns {
+                runs_node_processes(&app)?;
+                petrel::launcher::set_default_netns(prefix);
+            }
             let report_dir = train_out_dir(&app);
             if plot.is_some() && report_dir.is_none() {
                 return Err(CliError::Usage(
@@ -433,6 +455,33 @@ fn train_out_dir(app: &TrainCommand) -> Option<PathBuf> {
         TrainCommand::StradsMf(a) => a.cluster.out.clone(),
         TrainCommand::Lda(a) => a.cluster.out.clone(),
         TrainCommand::P3(a) => Some(a.out.clone()),
+    }
+}
+
+/// `--netns` places node processes: the app must run them (`--transport processes`).
+fn runs_node_processes(app: &TrainCommand) -> Result<(), CliError> {
+    use petrel::train::TrainTransport;
+    let processes = match app {
+        TrainCommand::PsMf(a) => a.transport == petrel_actors::JobTransport::Processes,
+        TrainCommand::PsLr(a) => a.transport == petrel_actors::JobTransport::Processes,
+        TrainCommand::PsLda(a) => a.transport == petrel_actors::JobTransport::Processes,
+        TrainCommand::Lasso(a) | TrainCommand::Logistic(a) => {
+            a.cluster.transport == TrainTransport::Processes
+        }
+        TrainCommand::StradsMf(a) => a.cluster.transport == TrainTransport::Processes,
+        TrainCommand::Lda(a) => a.cluster.transport == TrainTransport::Processes,
+        TrainCommand::P3(_) => {
+            return Err(CliError::Usage(
+                "--netns: `petrel train p3` places its own node processes; see `petrel bench p3 --netns`".into(),
+            ));
+        }
+    };
+    if processes {
+        Ok(())
+    } else {
+        Err(CliError::Usage(
+            "--netns places node processes: add --transport processes".into(),
+        ))
     }
 }
 
@@ -476,6 +525,7 @@ fn run_cluster(
     run_dir: Option<PathBuf>,
     timeout_s: Option<u64>,
     in_process: bool,
+    netns: Option<String>,
 ) -> Result<(), LaunchError> {
     let mode = if in_process {
         LaunchMode::InProcess
@@ -485,6 +535,9 @@ fn run_cluster(
     let mut opts = LaunchOptions::new()?;
     opts.run_dir = run_dir;
     opts.timeout = timeout_s.map(Duration::from_secs);
+    if netns.is_some() {
+        opts.netns = netns;
+    }
     let Some(report) = launcher::launch_with(cluster, mode, opts)?.report else {
         return Ok(());
     };

@@ -18,6 +18,18 @@ pub enum NetnsError {
     /// iproute2 or tc is missing or unusable.
     #[error("`ip netns` is unavailable: {0}")]
     NoIproute(String),
+    /// A host of a set that should exist (`petrel netns up`) does not.
+    #[error(
+        "network namespace {namespace} does not exist; create the hosts with `petrel netns up --prefix {prefix} --hosts {count}`"
+    )]
+    Missing {
+        /// The missing namespace.
+        namespace: String,
+        /// The set's prefix.
+        prefix: String,
+        /// How many hosts the set needs.
+        count: usize,
+    },
     /// A command failed.
     #[error("`{cmd}` failed: {stderr}")]
     Command {
@@ -77,7 +89,59 @@ pub fn available() -> Result<(), NetnsError> {
     Ok(())
 }
 
+/// The UDP port a node listens on in its own host (one node per host, so every node can
+/// use the same one).
+pub const NODE_PORT: u16 = 7000;
+
 impl Hosts {
+    /// The set `prefix` of `count` hosts made earlier (by `petrel netns up` or
+    /// [`Hosts::up`]); fails naming the first host that does not exist.
+    pub fn existing(prefix: &str, count: usize) -> Result<Hosts, NetnsError> {
+        available()?;
+        let hosts = Hosts {
+            prefix: prefix.to_string(),
+            count,
+        };
+        let listed = run(&["ip", "netns", "list"])?;
+        match hosts.missing_in(&listed).into_iter().next() {
+            Some(namespace) => Err(NetnsError::Missing {
+                namespace,
+                prefix: prefix.to_string(),
+                count,
+            }),
+            None => Ok(hosts),
+        }
+    }
+
+    /// The namespaces of this set that `ip netns list` output does not name.
+    pub fn missing_in(&self, listed: &str) -> Vec<String> {
+        let names: Vec<&str> = listed
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        (0..self.count)
+            .map(|i| self.host_ns(i))
+            .filter(|ns| !names.contains(&ns.as_str()))
+            .collect()
+    }
+
+    /// Whether any namespace of this set (a host or the switch) still exists.
+    pub fn any_left(&self) -> bool {
+        let Ok(listed) = run(&["ip", "netns", "list"]) else {
+            return false;
+        };
+        self.missing_in(&listed).len() < self.count
+            || listed
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .any(|n| n == self.switch_ns())
+    }
+
+    /// The address a node placed on host `i` listens at.
+    pub fn node_addr(&self, i: usize) -> String {
+        format!("{}:{NODE_PORT}", self.host_ip(i))
+    }
+
     /// The namespace of host `i`.
     pub fn host_ns(&self, i: usize) -> String {
         format!("{}-h{i}", self.prefix)
@@ -253,5 +317,17 @@ mod tests {
                     Sent 0 bytes 0 pkt (dropped 4, overlimits 0 requeues 0)\n";
         assert_eq!(parse_qdisc_drops(text), 401_200);
         assert_eq!(parse_qdisc_drops("qdisc noqueue 0: dev lo root"), 0);
+    }
+
+    #[test]
+    fn missing_hosts_are_found_in_the_namespace_list() {
+        let hosts = Hosts {
+            prefix: "pc1".into(),
+            count: 3,
+        };
+        let listed = "pc1-h2 (id: 7)\npc1-sw (id: 4)\npc1-h0\npc1-h10 (id: 9)\n";
+        assert_eq!(hosts.missing_in(listed), ["pc1-h1"]);
+        assert_eq!(hosts.missing_in(""), ["pc1-h0", "pc1-h1", "pc1-h2"]);
+        assert_eq!(hosts.node_addr(2), "198.18.0.3:7000");
     }
 }
