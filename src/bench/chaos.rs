@@ -5,13 +5,20 @@
 //! SIGCONT) or attacks (stalled 60 MiB frames from the certificate of a member that sends the
 //! victim data, as a thief of that key would) one random
 //! node per run: a worker, a P3 or PS shard, or a STRADS scheduler, which is also the
-//! coordinator. Every run must finish with the model of an uninterrupted run of the same
+//! coordinator. With root it also cuts links (`link-cut`): the run's nodes are placed one
+//! per emulated host (`petrel train --netns`, [`crate::netns::Hosts`]) and the victim's
+//! host link goes down (`ip link set eth0 down` in its namespace) for a seeded share of the
+//! job's failure timeout, then up again: link cuts alternate between short ones (a tenth to
+//! four tenths of the timeout: the job must go on, no restart) and long ones (1.2 to 1.5
+//! times the timeout, and held until the job has restarted: a death, the cluster restarts
+//! from its newest checkpoint). Without root the link cuts are skipped, and the JSON says
+//! why. Every run must finish with the model of an uninterrupted run of the same
 //! app (byte for byte; for the PS apps, which are not deterministic, the final figure
 //! within a tolerance), leave no process behind and never hang.
-//!
-//! Not injected here (yet): link cuts in network namespaces (needs root).
 
 use super::BenchError;
+use crate::bench::p3_netns::Teardown;
+use crate::netns::{Hosts, LinkShape};
 use crate::report::{Table, fmt, print_json};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -30,7 +37,9 @@ pub struct ChaosBenchArgs {
     /// The faults the schedule picks from: `kill` (SIGKILL), `pause` (SIGSTOP for
     /// `--pause-s`, then SIGCONT), `hostile` (the certificate of a member that sends the
     /// victim data opens five streams to the victim that each announce a 60 MiB frame and
-    /// stall, held until the job ends, and connects again whenever it is refused).
+    /// stall, held until the job ends, and connects again whenever it is refused),
+    /// `link-cut` (the nodes on emulated hosts, the victim's link down for a while: needs
+    /// root; not for p3).
     #[arg(
         long,
         value_enum,
@@ -333,6 +342,69 @@ pub enum Fault {
     Pause,
     /// Stalled 60 MiB frames from a member's certificate: the job must go on unharmed.
     Hostile,
+    /// The victim's host link cut (nodes in network namespaces), shorter or longer than
+    /// the failure timeout ([`CutCase`]).
+    #[serde(rename = "link-cut")]
+    LinkCut,
+}
+
+/// Whether a link cut should be survived or detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CutCase {
+    /// Shorter than the failure timeout: nobody is declared dead, the job goes on and
+    /// needs no restart.
+    Short,
+    /// Longer than the failure timeout: a death; the cluster restarts from its newest
+    /// checkpoint.
+    Long,
+}
+
+/// One planned link cut: its case and its length as a share of the job's failure timeout
+/// (read from the run's `cluster.toml` when it strikes, so it fits every app).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkCut {
+    /// Short or long.
+    pub case: CutCase,
+    /// Length / failure timeout: in [0.1, 0.4] when short, [1.2, 1.5] when long.
+    pub share: f64,
+}
+
+impl LinkCut {
+    /// The `k`-th link cut of a schedule (from 0): short, long, short, …, so any two
+    /// consecutive ones cover both cases; its length is drawn from `rng`.
+    fn nth(k: usize, rng: &mut impl Rng) -> LinkCut {
+        if k.is_multiple_of(2) {
+            LinkCut {
+                case: CutCase::Short,
+                share: rng.gen_range(0.1..0.4),
+            }
+        } else {
+            LinkCut {
+                case: CutCase::Long,
+                share: rng.gen_range(1.2..1.5),
+            }
+        }
+    }
+
+    /// How long the link stays down at least, for a job with this failure timeout.
+    fn length(&self, failure_timeout: Duration) -> Duration {
+        failure_timeout.mul_f64(self.share)
+    }
+
+    /// Whether the link may come back now: after its length, and a long cut only once the
+    /// job has also restarted (`restarted`), so a failure detected late on a loaded machine
+    /// still meets a cut link, and the restarted cluster never waits long for it. Either
+    /// way it comes back when the job has ended (`ended`).
+    fn may_restore(
+        &self,
+        down_for: Duration,
+        length: Duration,
+        restarted: bool,
+        ended: bool,
+    ) -> bool {
+        ended || (down_for >= length && (self.case == CutCase::Short || restarted))
+    }
 }
 
 /// What happened in one faulted run.
@@ -350,6 +422,23 @@ struct RunRecord {
     within_tolerance: bool,
     restarts: u32,
     wall_s: f64,
+    /// A link cut: its case and how long the link was down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cut: Option<CutRecord>,
+    /// Why this run did not run (a link cut without root, or on an app that places its
+    /// own processes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped: Option<String>,
+}
+
+/// What a link cut did.
+#[derive(Serialize, Clone, Copy)]
+struct CutRecord {
+    case: CutCase,
+    /// The job's failure timeout.
+    failure_timeout_s: f64,
+    /// How long the link was down.
+    down_s: f64,
 }
 
 #[derive(Serialize)]
@@ -384,6 +473,14 @@ struct Figures {
     /// Wall time of each app's uninterrupted run.
     reference_s: BTreeMap<&'static str, f64>,
     seed: u64,
+    /// Planned runs that did not run (`per_run` says why): link cuts without root.
+    runs_skipped: usize,
+    /// With link cuts: `netns <prefix>` (their emulated hosts, removed at the end), or
+    /// why they were skipped.
+    link_cuts: Option<String>,
+    /// Namespaces of the link cuts' hosts still present after the bench removed them
+    /// (must be false).
+    netns_left: bool,
 }
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
@@ -399,11 +496,15 @@ fn train(
     args: &ChaosBenchArgs,
     out: &Path,
     max_restarts: u32,
+    netns: Option<&str>,
 ) -> Result<Child, BenchError> {
     let mut cmd = Command::new(std::env::current_exe().map_err(io("current exe"))?);
     cmd.args(["train", app.name()]);
     if app != ChaosApp::P3 {
         cmd.args(["--transport", "processes"]);
+    }
+    if let Some(prefix) = netns {
+        cmd.args(["--netns", prefix]);
     }
     cmd.args(["--workers", &args.workers.to_string()])
         .args(app.job_flags(args))
@@ -667,6 +768,126 @@ async fn attack(
     }
 }
 
+impl Fault {
+    /// Its name on the command line and in the JSON.
+    fn label(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Pause => "pause",
+            Fault::Hostile => "hostile",
+            Fault::LinkCut => "link-cut",
+        }
+    }
+}
+
+/// Where a run's nodes go: on 127.0.0.1 (`Ok(None)`), one per emulated host for a link
+/// cut (`Ok(Some(hosts))`), or nowhere: the run is skipped, and `Err` says why (the link
+/// cuts' hosts could not be made, `link_cuts` says why; or the app places its own
+/// processes).
+fn placement<'a>(
+    app: ChaosApp,
+    link_cut: bool,
+    hosts: Option<&'a Hosts>,
+    link_cuts: Option<&str>,
+) -> Result<Option<&'a Hosts>, String> {
+    if !link_cut {
+        return Ok(None);
+    }
+    if app == ChaosApp::P3 {
+        return Err("train p3 places its own processes (no --netns)".into());
+    }
+    hosts.map(Some).ok_or_else(|| {
+        link_cuts
+            .and_then(|l| l.strip_prefix("skipped: "))
+            .unwrap_or("no emulated hosts")
+            .to_string()
+    })
+}
+
+/// The emulated hosts of the schedule's link cuts, one per node of the largest job
+/// (removed when dropped), and what the JSON says of them: `netns <prefix>`, or
+/// `skipped: <why>` without root. `None`, `None` when no link cut is planned.
+fn link_cut_hosts(
+    args: &ChaosBenchArgs,
+    plan: &[Planned],
+) -> Result<(Option<Teardown>, Option<String>), BenchError> {
+    if !plan.iter().any(|p| p.fault == Fault::LinkCut) {
+        return Ok((None, None));
+    }
+    if let Err(why) = crate::netns::available() {
+        return Ok((None, Some(format!("skipped: {why}"))));
+    }
+    let count = args
+        .apps
+        .iter()
+        .map(|a| a.nodes(args.workers).len())
+        .max()
+        .unwrap_or(1);
+    // Unique to this process; interface names (`<prefix><i>a`) stay within 15 bytes.
+    let prefix = format!("pc{}", std::process::id() % 100_000);
+    let hosts = Hosts::up(&prefix, count, &LinkShape::default())
+        .map_err(|e| BenchError::Incomplete(format!("the link cuts' hosts: {e}")))?;
+    Ok((Some(Teardown(hosts)), Some(format!("netns {prefix}"))))
+}
+
+/// Brings a cut link back up when dropped (also on error).
+struct LinkGuard<'a> {
+    hosts: &'a Hosts,
+    host: usize,
+}
+
+impl Drop for LinkGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.hosts.set_link(self.host, true) {
+            tracing::warn!(error = %e, host = self.host, "could not restore a cut link");
+        }
+    }
+}
+
+/// Whether a job's stdout says its first restart has begun (`<app>: restart 1 …`).
+fn restart_begun(stdout: &str) -> bool {
+    stdout.lines().any(|l| l.contains(": restart 1 "))
+}
+
+/// Cuts the link of `victim`'s host (node `i` of the run's `cluster.toml` is on host `i`)
+/// and restores it when `cut` allows ([`LinkCut::may_restore`]) or at `deadline`. `None`
+/// when the run has no such node.
+fn cut_link(
+    hosts: &Hosts,
+    out: &Path,
+    victim: &str,
+    cut: LinkCut,
+    child: &mut Child,
+    deadline: Instant,
+) -> Result<Option<CutRecord>, BenchError> {
+    let settings = petrel_actors::Settings::load(&out.join("run").join("cluster.toml"))
+        .map_err(|e| BenchError::Incomplete(format!("the run's cluster.toml: {e}")))?;
+    let Some(host) = settings.nodes.iter().position(|n| n.name == victim) else {
+        return Ok(None);
+    };
+    let timeout = Duration::from_millis(settings.cluster.failure_timeout_ms);
+    let length = cut.length(timeout);
+    hosts
+        .set_link(host, false)
+        .map_err(|e| BenchError::Incomplete(format!("cutting {victim}'s link: {e}")))?;
+    let guard = LinkGuard { hosts, host };
+    let down = Instant::now();
+    loop {
+        let ended = child.try_wait().map_err(io("wait"))?.is_some() || Instant::now() > deadline;
+        let restarted = std::fs::read_to_string(stdout_file(out)).is_ok_and(|s| restart_begun(&s));
+        if cut.may_restore(down.elapsed(), length, restarted, ended) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(guard);
+    Ok(Some(CutRecord {
+        case: cut.case,
+        failure_timeout_s: timeout.as_secs_f64(),
+        down_s: down.elapsed().as_secs_f64(),
+    }))
+}
+
 /// One faulted run of the seeded schedule.
 #[derive(Debug, Clone, PartialEq)]
 struct Planned {
@@ -677,12 +898,16 @@ struct Planned {
     impostor: Option<String>,
     /// How long after the first checkpoint the fault strikes.
     delay: Duration,
+    /// A link cut's case and length.
+    cut: Option<LinkCut>,
 }
 
 /// The seeded fault schedule: run `i` runs app `i mod len(apps)` and hits one of its
-/// nodes, chosen at random, with a kill or a pause.
+/// nodes, chosen at random, with a fault chosen at random from `--faults` (link cuts
+/// alternate short and long, [`LinkCut::nth`]).
 fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let mut cuts = 0;
     (0..args.runs)
         .map(|run| {
             let fault = args.faults[rng.gen_range(0..args.faults.len())];
@@ -696,12 +921,18 @@ fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
                 (nodes[rng.gen_range(0..nodes.len())].clone(), None)
             };
             let delay = Duration::from_millis(rng.gen_range(0..400));
+            // Drawn only for link cuts, so the schedules of the other faults stay as they were.
+            let cut = (fault == Fault::LinkCut).then(|| {
+                cuts += 1;
+                LinkCut::nth(cuts - 1, &mut rng)
+            });
             Planned {
                 app,
                 fault,
                 victim,
                 impostor,
                 delay,
+                cut,
             }
         })
         .collect()
@@ -731,7 +962,7 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         }
         let out = root.join(format!("reference-{}", app.name()));
         let started = Instant::now();
-        let mut child = train(app, &args, &out, 0)?;
+        let mut child = train(app, &args, &out, 0, None)?;
         if wait_for(&mut child, limit)? != Some(true) {
             return Err(BenchError::Incomplete(format!(
                 "the uninterrupted {} reference run failed (its output: {})",
@@ -775,31 +1006,85 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         per_run: Vec::new(),
         reference_s: references.iter().map(|(a, (s, _))| (*a, *s)).collect(),
         seed: args.seed,
+        runs_skipped: 0,
+        link_cuts: None,
+        netns_left: false,
     };
-    for (run, planned) in schedule(&args).into_iter().enumerate() {
+    let plan = schedule(&args);
+    let (hosts, link_cuts) = link_cut_hosts(&args, &plan)?;
+    if let Some(why) = link_cuts
+        .as_deref()
+        .and_then(|l| l.strip_prefix("skipped: "))
+    {
+        eprintln!("link-cut faults skipped: {why}");
+    }
+    figures.link_cuts = link_cuts;
+    for (run, planned) in plan.into_iter().enumerate() {
         let Planned {
             app,
             fault,
             victim,
             impostor,
             delay,
+            cut,
         } = planned;
         let (reference_s, expected) = &references[app.name()];
+        let netns = placement(
+            app,
+            cut.is_some(),
+            hosts.as_ref().map(|t| &t.0),
+            figures.link_cuts.as_deref(),
+        );
+        if let Err(why) = &netns {
+            figures.runs_skipped += 1;
+            table.row(vec![
+                run.to_string(),
+                app.name().to_string(),
+                format!("link-cut skipped: {why}"),
+                victim.clone(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+            figures.per_run.push(RunRecord {
+                app: app.name(),
+                fault,
+                victim,
+                impostor,
+                injected: false,
+                finished: false,
+                identical: false,
+                within_tolerance: false,
+                restarts: 0,
+                wall_s: 0.0,
+                cut: None,
+                skipped: Some(why.clone()),
+            });
+            continue;
+        }
+        let netns = netns.ok().flatten();
         let out = root.join(format!("run-{run}-{}", app.name()));
         let started = Instant::now();
-        let mut child = train(app, &args, &out, 2)?;
+        let mut child = train(app, &args, &out, 2, netns.map(|h| h.prefix.as_str()))?;
         // The fault strikes at a random moment after the first checkpoint.
         let mut injected = false;
         let mut hostile = None;
+        let mut cut_record = None;
         while started.elapsed() < limit {
             if has_checkpoint(&out) {
                 std::thread::sleep(delay);
-                if let Some(impostor) = &impostor {
+                if let (Some(cut), Some(hosts)) = (cut, netns) {
+                    cut_record = cut_link(hosts, &out, &victim, cut, &mut child, started + limit)?;
+                    injected = cut_record.is_some();
+                } else if let Some(impostor) = &impostor {
                     hostile = Some(HostileMember::start(&out, &victim, impostor)?);
                     injected = true;
                 } else if let Some(pid) = node_pid(&out, &victim) {
                     match fault {
-                        Fault::Hostile => {}
+                        Fault::Hostile | Fault::LinkCut => {}
                         Fault::Kill => signal(pid, libc::SIGKILL),
                         Fault::Pause => {
                             signal(pid, libc::SIGSTOP);
@@ -818,7 +1103,18 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         }
         let finished = wait_for(&mut child, limit.saturating_sub(started.elapsed()))?;
         let wall_s = started.elapsed().as_secs_f64();
-        let mut fault_label = format!("{fault:?}").to_lowercase();
+        let mut fault_label = fault.label().to_string();
+        if let Some(c) = &cut_record {
+            fault_label.push_str(&format!(
+                " {} ({} s down, failure timeout {} s)",
+                match c.case {
+                    CutCase::Short => "short",
+                    CutCase::Long => "long",
+                },
+                fmt(c.down_s),
+                fmt(c.failure_timeout_s)
+            ));
+        }
         if let Some(impostor) = &impostor {
             fault_label.push_str(&format!(" with {impostor}'s certificate"));
         }
@@ -869,6 +1165,8 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
             within_tolerance,
             restarts,
             wall_s,
+            cut: cut_record,
+            skipped: None,
         });
         table.row(vec![
             run.to_string(),
@@ -896,6 +1194,11 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         ]);
     }
     table.print();
+    if let Some(hosts) = hosts {
+        let set = hosts.0.clone();
+        drop(hosts);
+        figures.netns_left = set.any_left();
+    }
     let references: Vec<String> = references
         .iter()
         .map(|(app, (s, _))| format!("{app} {} s", fmt(*s)))
@@ -1016,6 +1319,115 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn link_cuts_alternate_short_and_long_around_the_failure_timeout() {
+        let mut a = args(&[ChaosApp::Lasso], 5, 3);
+        a.faults = vec![Fault::LinkCut];
+        let plan = schedule(&a);
+        let cases: Vec<CutCase> = plan.iter().filter_map(|p| p.cut.map(|c| c.case)).collect();
+        assert_eq!(
+            cases,
+            [
+                CutCase::Short,
+                CutCase::Long,
+                CutCase::Short,
+                CutCase::Long,
+                CutCase::Short
+            ]
+        );
+        let timeout = Duration::from_secs(10);
+        for p in &plan {
+            let cut = p.cut.expect("every run is a link cut");
+            let length = cut.length(timeout);
+            match cut.case {
+                CutCase::Short => assert!(
+                    length >= Duration::from_secs(1) && length <= Duration::from_secs(4),
+                    "{cut:?}"
+                ),
+                CutCase::Long => assert!(
+                    length >= Duration::from_secs(12) && length <= Duration::from_secs(15),
+                    "{cut:?}"
+                ),
+            }
+            assert!(
+                p.app.nodes(2).contains(&p.victim) && p.impostor.is_none(),
+                "{p:?}"
+            );
+        }
+        // Other faults draw no cut, so their schedules stay what they were.
+        assert!(
+            schedule(&args(&[ChaosApp::Lasso], 5, 3))
+                .iter()
+                .all(|p| p.cut.is_none())
+        );
+    }
+
+    #[test]
+    fn a_long_cut_lasts_until_the_job_restarted_and_a_short_one_its_length() {
+        let s = Duration::from_secs;
+        let short = LinkCut {
+            case: CutCase::Short,
+            share: 0.2,
+        };
+        let long = LinkCut {
+            case: CutCase::Long,
+            share: 1.3,
+        };
+        assert!(!short.may_restore(s(1), s(2), false, false));
+        assert!(short.may_restore(s(2), s(2), false, false));
+        assert!(
+            !long.may_restore(s(14), s(13), false, false),
+            "not restarted yet"
+        );
+        assert!(
+            !long.may_restore(s(5), s(13), true, false),
+            "not long enough yet"
+        );
+        assert!(long.may_restore(s(14), s(13), true, false));
+        assert!(long.may_restore(s(1), s(13), false, true), "the job ended");
+        assert!(restart_begun(
+            "x\nlasso: restart 1 resumes from the newest checkpoint (round 450)\n"
+        ));
+        assert!(restart_begun("ps-mf: restart 1 starts from the beginning"));
+        assert!(!restart_begun("lasso dynamic: 3020 rounds"));
+    }
+
+    #[test]
+    fn link_cuts_run_on_emulated_hosts_or_are_skipped_saying_why() {
+        let hosts = Hosts {
+            prefix: "pc1".into(),
+            count: 3,
+        };
+        assert!(matches!(
+            placement(ChaosApp::Lasso, false, None, None),
+            Ok(None)
+        ));
+        assert!(matches!(
+            placement(ChaosApp::Lasso, true, Some(&hosts), Some("netns pc1")),
+            Ok(Some(_))
+        ));
+        assert_eq!(
+            placement(
+                ChaosApp::Lasso,
+                true,
+                None,
+                Some("skipped: network namespaces need root")
+            )
+            .unwrap_err(),
+            "network namespaces need root"
+        );
+        assert!(
+            placement(ChaosApp::P3, true, Some(&hosts), None)
+                .unwrap_err()
+                .contains("p3")
+        );
+        assert_eq!(Fault::LinkCut.label(), "link-cut");
+        assert_eq!(
+            serde_json::to_string(&Fault::LinkCut).unwrap(),
+            "\"link-cut\""
+        );
     }
 
     #[test]
