@@ -51,6 +51,13 @@ enum Command {
         /// netns up --prefix PREFIX --hosts N`; needs root).
         #[arg(long, value_name = "PREFIX", conflicts_with = "in_process")]
         netns: Option<String>,
+        /// Give no default checkpoints: by default every `[app.*]` section of an app that
+        /// checkpoints (lasso, logistic, strads_mf, lda, mf, lr, ps_lda) and names no
+        /// `checkpoint_dir` writes them to RUN_DIR/checkpoints/<section>, so a restart
+        /// rolls back to the newest one. (`checkpoint_every = 0` in a section turns them
+        /// off for that section.)
+        #[arg(long)]
+        no_checkpoints: bool,
     },
     /// Run one node of a cluster (multi-host: start one on every host).
     Node {
@@ -287,13 +294,52 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             dashboard,
             max_restarts,
             netns,
+            no_checkpoints,
         } => {
-            let cluster = petrel::roles::builtin(Settings::load(&config)?);
+            let mut settings = Settings::load(&config)?;
             let report_dir = run_dir.clone();
+            // Checkpoints by default, in the job's run directory (kept across restarts: a
+            // temporary one for the whole job when --run-dir is not given).
+            let mut temp_run_dir = None;
+            let wants = |name: &str, section: &serde_json::Value| {
+                !no_checkpoints && petrel::train::apps::checkpoints_by_default(name, section)
+            };
+            let run_dir = match run_dir {
+                None if settings.app.iter().any(|(n, s)| wants(n, s)) => {
+                    let t = tempfile::Builder::new()
+                        .prefix(&format!("petrel-run-{}-", settings.cluster.name))
+                        .tempdir()
+                        .map_err(|source| CliError::Write {
+                            path: std::env::temp_dir(),
+                            source,
+                        })?;
+                    let path = t.path().to_path_buf();
+                    temp_run_dir = Some(t);
+                    Some(path)
+                }
+                other => other,
+            };
+            if let Some(dir) = &run_dir {
+                let root = default_checkpoint_root(dir)?;
+                let (app, given) =
+                    petrel::recovery::with_default_checkpoint_dirs(&settings.app, &root, wants);
+                // A fresh job never rolls back to an earlier job's checkpoints.
+                for d in &given {
+                    if d.exists() {
+                        std::fs::remove_dir_all(d).map_err(|source| CliError::Write {
+                            path: d.clone(),
+                            source,
+                        })?;
+                    }
+                    tracing::info!(dir = %d.display(), "checkpoints by default");
+                }
+                settings.app = app;
+            }
+            let cluster = petrel::roles::builtin(settings);
             let dashboard =
                 start_dashboard(dashboard.as_deref(), &cluster.settings().cluster.name)?;
-            // A job file whose `[app.*]` section names a `checkpoint_dir` restarts from
-            // its newest checkpoint (`resume = true`), any other from the start.
+            // A section with a `checkpoint_dir` (its own or the default) restarts from its
+            // newest checkpoint (`resume = true`), any other from the start.
             let checkpoints = petrel::recovery::checkpoint_dirs(&cluster.settings().app);
             let result = petrel::recovery::run_with_restarts(
                 max_restarts,
@@ -329,6 +375,7 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
                 Err(exhausted) => Err(CliError::command(exhausted)),
             };
             finish_dashboard(dashboard, report_dir)?;
+            drop(temp_run_dir);
             result
         }
         // main() runs `petrel node` through node_command for its exit codes.
@@ -443,6 +490,14 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             petrel::train::saved::predict_command(args).map_err(CliError::command)
         }
     }
+}
+
+/// `<run_dir>/checkpoints`, created, as an absolute path (the nodes may run elsewhere).
+fn default_checkpoint_root(run_dir: &std::path::Path) -> Result<PathBuf, CliError> {
+    let root = run_dir.join("checkpoints");
+    std::fs::create_dir_all(&root)
+        .and_then(|()| std::fs::canonicalize(&root))
+        .map_err(|source| CliError::Write { path: root, source })
 }
 
 /// The output directory of a `petrel train` command, if it has one.

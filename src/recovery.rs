@@ -173,6 +173,36 @@ pub fn checkpoint_dirs(app: &petrel_actors::AppSections) -> Vec<std::path::PathB
         .collect()
 }
 
+/// `petrel run`'s default checkpoints: every `[app.<section>]` that `wants` one (an app
+/// that checkpoints and names no `checkpoint_dir`,
+/// [`checkpoints_by_default`](crate::train::apps::checkpoints_by_default)) gets
+/// `checkpoint_dir = <dir>/<section>`. Returns the sections and the directories given.
+pub fn with_default_checkpoint_dirs(
+    app: &petrel_actors::AppSections,
+    dir: &Path,
+    wants: impl Fn(&str, &serde_json::Value) -> bool,
+) -> (petrel_actors::AppSections, Vec<std::path::PathBuf>) {
+    let mut given = Vec::new();
+    let sections = app
+        .iter()
+        .map(|(name, section)| {
+            let mut section = section.clone();
+            if wants(name, &section)
+                && let Some(table) = section.as_object_mut()
+            {
+                let path = dir.join(name);
+                table.insert(
+                    "checkpoint_dir".into(),
+                    serde_json::Value::String(path.to_string_lossy().into_owned()),
+                );
+                given.push(path);
+            }
+            (name.clone(), section)
+        })
+        .collect();
+    (sections, given)
+}
+
 /// The `[app.*]` sections of a restarted job: `resume = true` in every section that names a
 /// `checkpoint_dir`, so each STRADS scheduler continues from its newest valid checkpoint.
 pub fn resuming(app: &petrel_actors::AppSections) -> petrel_actors::AppSections {
@@ -219,6 +249,27 @@ mod tests {
         let r = resuming(&app);
         assert_eq!(r["strads_mf"]["resume"], serde_json::Value::Bool(true));
         assert!(r["other"].get("resume").is_none());
+    }
+
+    #[test]
+    fn sections_that_want_checkpoints_get_a_directory_of_their_own() {
+        let mut app = petrel_actors::AppSections::new();
+        app.insert("lasso".into(), serde_json::json!({"seed": 3}));
+        app.insert("demo".into(), serde_json::json!({"rounds": 4}));
+        let (sections, given) =
+            with_default_checkpoint_dirs(&app, Path::new("/run/checkpoints"), |name, _| {
+                name == "lasso"
+            });
+        assert_eq!(given, [Path::new("/run/checkpoints/lasso")]);
+        assert_eq!(
+            sections["lasso"]["checkpoint_dir"],
+            "/run/checkpoints/lasso"
+        );
+        assert_eq!(sections["lasso"]["seed"], 3);
+        assert!(sections["demo"].get("checkpoint_dir").is_none());
+        // A restart then resumes them.
+        assert_eq!(checkpoint_dirs(&sections), given);
+        assert_eq!(resuming(&sections)["lasso"]["resume"], true);
     }
 
     #[test]

@@ -1581,3 +1581,98 @@ fn petrel_run_resumes_a_ps_cluster_whose_worker_was_killed() {
     let m: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(m["worker_clocks"], serde_json::json!([60, 60]));
 }
+
+/// Issue 12, item 6: `petrel run` checkpoints by default. A Lasso job file that names no
+/// `checkpoint_dir` writes its checkpoints to `<run_dir>/checkpoints/lasso`; w1 is
+/// SIGKILLed once the first one is complete, and the cluster restarts from it (not from
+/// the start: the resumed run reports the round it resumed from) and writes the
+/// coefficients of an uninterrupted run, byte for byte. `--no-checkpoints` turns the
+/// default off.
+#[test]
+fn petrel_run_checkpoints_by_default_and_a_killed_node_rolls_back_to_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |name: &str| {
+        let mut text = "[cluster]\nname = \"ckpt-default\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 3000\n".to_string();
+        for (node, role) in [
+            ("scheduler", "strads-lasso-scheduler"),
+            ("w0", "strads-lasso-worker"),
+            ("w1", "strads-lasso-worker"),
+        ] {
+            text.push_str(&format!(
+                "[[nodes]]\nname = \"{node}\"\nroles = [\"{role}\"]\n"
+            ));
+        }
+        text.push_str(&format!(
+            "[app.lasso]\nblock_size = 8\ncandidate_pool = 32\nmax_rounds = 2000\neval_every = 400\ngap_tolerance = 0.0\nseed = 3\ncheckpoint_every = 150\nout_dir = \"{}\"\n[app.lasso.synthetic]\nn_samples = 150\nn_features = 300\nn_nonzero = 6\nseed = 7\n",
+            dir.path().join(name).display()
+        ));
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let run = |name: &str, extra: &[&str]| {
+        let mut cmd = Command::new(PETREL);
+        cmd.arg("run")
+            .arg(config(name))
+            .args(["--timeout-s", "120", "--run-dir"])
+            .arg(dir.path().join(format!("run-{name}")))
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+
+    // Uninterrupted, with the default turned off.
+    let plain = run("plain", &["--no-checkpoints"]).output().unwrap();
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    assert!(
+        !dir.path().join("run-plain/checkpoints/lasso").exists(),
+        "--no-checkpoints wrote checkpoints"
+    );
+    let expected = std::fs::read(dir.path().join("plain/coefficients.tsv")).unwrap();
+
+    // Default checkpoints; w1 killed after the first one.
+    let ckpt = dir.path().join("run-killed/checkpoints/lasso");
+    let child = run("killed", &[]).spawn().unwrap();
+    let started = Instant::now();
+    while petrel::recovery::newest_checkpoint_round(&ckpt).is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no checkpoint in {}",
+            ckpt.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = child_process(child.id(), "w1").expect("the worker's process");
+    assert!(
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let done = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{stderr}");
+    assert!(stdout.contains("after 1 restart"), "{stdout}");
+    assert!(
+        stdout.contains("restarting the cluster from the newest checkpoint"),
+        "{stdout}"
+    );
+    let out = dir.path().join("killed");
+    assert!(
+        std::fs::read(out.join("coefficients.tsv")).unwrap() == expected,
+        "the restarted run's coefficients differ from the uninterrupted run's"
+    );
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
+    assert!(
+        metrics["resumed_from_round"].as_u64() > Some(0),
+        "rolled back to the start, not to a checkpoint: {metrics}"
+    );
+}

@@ -317,3 +317,70 @@ impl TrainApp for LdaApp {
         )
     }
 }
+
+/// Whether `[app.<section>]` (`value`, its JSON form) is the job of an app that checkpoints,
+/// can with these settings (Lasso with one scheduler; a PS rule that keeps no state on the
+/// shards), writes checkpoints (`checkpoint_every` > 0) and names no `checkpoint_dir`:
+/// `petrel run` then gives it one in its run directory. A section that does not parse
+/// gets none (its role reports the error).
+pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool {
+    fn job<A: TrainApp>(value: &serde_json::Value) -> Option<A::Job> {
+        serde_json::from_value(value.clone()).ok()
+    }
+    fn ps<A: TrainApp>(value: &serde_json::Value, dir: fn(&A::Job) -> bool) -> bool {
+        job::<A>(value).is_some_and(|mut j| !dir(&j) && A::ps_checkpoints(&mut j).is_some())
+    }
+    let lasso =
+        |j: LassoJob| j.checkpoint_dir.is_none() && j.checkpoint_every > 0 && j.schedulers <= 1;
+    match section {
+        s if s == <LassoApp as TrainApp>::SECTION => job::<LassoApp>(value).is_some_and(lasso),
+        s if s == <LogisticApp as TrainApp>::SECTION => {
+            job::<LogisticApp>(value).is_some_and(lasso)
+        }
+        s if s == <MfApp as TrainApp>::SECTION => job::<MfApp>(value)
+            .is_some_and(|j| j.checkpoint_dir.is_none() && j.checkpoint_every > 0),
+        s if s == <LdaApp as TrainApp>::SECTION => job::<LdaApp>(value)
+            .is_some_and(|j| j.checkpoint_dir.is_none() && j.checkpoint_every > 0),
+        s if s == <PsMf as TrainApp>::SECTION => ps::<PsMf>(value, |j| j.checkpoint_dir.is_some()),
+        s if s == <PsLr as TrainApp>::SECTION => ps::<PsLr>(value, |j| j.checkpoint_dir.is_some()),
+        s if s == <PsLda as TrainApp>::SECTION => {
+            ps::<PsLda>(value, |j| j.checkpoint_dir.is_some())
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod default_checkpoint_tests {
+    use super::checkpoints_by_default;
+    use serde_json::json;
+
+    #[test]
+    fn apps_that_checkpoint_get_a_default_directory_unless_they_cannot_or_name_one() {
+        for section in [
+            "lasso",
+            "logistic",
+            "strads_mf",
+            "lda",
+            "mf",
+            "lr",
+            "ps_lda",
+        ] {
+            assert!(checkpoints_by_default(section, &json!({})), "{section}");
+            assert!(
+                !checkpoints_by_default(section, &json!({"checkpoint_every": 0})),
+                "{section}: checkpoint_every = 0 turns them off"
+            );
+            assert!(
+                !checkpoints_by_default(section, &json!({"checkpoint_dir": "/c"})),
+                "{section}: names its own"
+            );
+        }
+        // Several Lasso schedulers do not checkpoint; nor does a PS rule with shard state.
+        assert!(!checkpoints_by_default("lasso", &json!({"schedulers": 2})));
+        assert!(!checkpoints_by_default("mf", &json!({"rule": "adagrad"})));
+        // Apps without checkpoints, and a section that does not parse.
+        assert!(!checkpoints_by_default("demo", &json!({"rounds": 3})));
+        assert!(!checkpoints_by_default("lasso", &json!({"no_such_key": 1})));
+    }
+}
