@@ -326,3 +326,58 @@ fn hosts_run_from_one_config_and_their_bundles() {
         }
     }
 }
+
+/// `petrel run --netns PREFIX`: node i of the job file runs inside host `PREFIX-hi` at
+/// `198.18.0.{i+1}:7000` (the demo job across four emulated hosts finishes and every
+/// node's result is checked by the job); hosts that do not exist are named at once with
+/// the command that makes them, before any node starts.
+#[test]
+fn petrel_run_places_each_node_on_its_own_emulated_host() {
+    if skip("petrel_run_places_each_node_on_its_own_emulated_host") {
+        return;
+    }
+    let prefix = format!("rn{}", std::process::id() % 10_000);
+    let _hosts = Teardown(Hosts::up(&prefix, 4, &LinkShape::default()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let job = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cluster.toml");
+    let run_dir = dir.path().join("run");
+    let out = Command::new(PETREL)
+        .args([
+            "run",
+            job,
+            "--timeout-s",
+            "120",
+            "--netns",
+            &prefix,
+            "--run-dir",
+        ])
+        .arg(&run_dir)
+        .env("PETREL_APP__DEMO__ROUNDS", "3")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resolved = std::fs::read_to_string(run_dir.join("cluster.toml")).unwrap();
+    for i in 1..=4 {
+        assert!(
+            resolved.contains(&format!("addr = \"198.18.0.{i}:7000\"")),
+            "{resolved}"
+        );
+    }
+
+    let missing = format!("{prefix}x");
+    let out = Command::new(PETREL)
+        .args(["run", job, "--netns", &missing])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!("network namespace {missing}-h0 does not exist"))
+            && stderr.contains(&format!("petrel netns up --prefix {missing} --hosts 4")),
+        "{stderr}"
+    );
+}
