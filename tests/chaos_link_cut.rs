@@ -78,3 +78,31 @@ fn bench_chaos_link_cuts_short_and_long_finish_identical() {
         "namespaces {prefix}-* left behind:\n{list}"
     );
 }
+
+/// `petrel train --netns` places node processes, so it needs `--transport processes` (and
+/// `train p3`, which places its own, refuses it); either is refused before anything runs.
+#[test]
+fn train_netns_needs_node_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, want) in [
+        (
+            vec!["train", "lasso", "--netns", "nohosts"],
+            "--netns places node processes: add --transport processes",
+        ),
+        (
+            vec!["train", "p3", "--netns", "nohosts"],
+            "`petrel train p3` places its own node processes",
+        ),
+    ] {
+        let out = Command::new(PETREL)
+            .args(&args)
+            .arg("--out")
+            .arg(dir.path().join("o"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+    assert!(!dir.path().join("o").exists(), "nothing may run");
+}
