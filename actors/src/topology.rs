@@ -387,10 +387,14 @@ impl Cluster {
             ctx.node.net().set_membership_changing(true);
             ctx.barrier("petrel.finish").await
         };
-        let result = tokio::select! {
-            r = run_roles => r,
-            e = first_failure(&mut events) => Err(e),
-            cause = stop => Err(NodeError::Interrupted { node: name.to_string(), cause }),
+        let result = match node.peer_failure() {
+            // Announced while this node was joining (before `events` existed).
+            Some(e @ NodeError::RunFailed { .. }) => Err(e),
+            _ => tokio::select! {
+                r = run_roles => r,
+                e = first_failure(&mut events) => Err(e),
+                cause = stop => Err(NodeError::Interrupted { node: name.to_string(), cause }),
+            },
         };
         // A local error after a failure elsewhere (an ask or barrier to a dead peer) is
         // reported as that failure, so the root cause is named once, where it happened.
@@ -431,12 +435,22 @@ impl Cluster {
                     Some((failed, reason)) => (reason, Some(failed)),
                     None => ("run finished".to_string(), None),
                 };
-                c.do_send(BroadcastShutdown {
+                // After a failure, every live peer must have the notice before this node
+                // (and the coordinator with it) leaves: a peer whose join reply or notice
+                // is still on its way would otherwise wait out its join timeout and never
+                // learn the cause. Each peer is asked, bounded by the failure timeout (at
+                // most 5 s). A finished run has nobody waiting for the coordinator.
+                let acknowledged_within = failed_node.as_ref().map(|_| {
+                    Duration::from_millis(self.settings.cluster.failure_timeout_ms)
+                        .min(Duration::from_secs(5))
+                });
+                let delivered = c.send(BroadcastShutdown {
                     reason,
                     failed_node,
+                    acknowledged_within,
                 });
                 // Give peers a moment to hear the last message before the coordinator leaves.
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = tokio::join!(delivered, tokio::time::sleep(Duration::from_millis(200)));
             }
             (None, Some((failed, reason))) => {
                 let shutdown = Shutdown {
@@ -452,7 +466,13 @@ impl Cluster {
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            (None, None) => {}
+            (None, None) => {
+                // Stopped by the coordinator's notice: a moment for this node's answer to
+                // it to leave (the coordinator's node waits for it before it exits).
+                if matches!(result, Err(NodeError::RunFailed { .. })) {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
         }
         node.shutdown();
         result
@@ -612,7 +632,13 @@ async fn join(
         name: spec.name.clone(),
         roles: spec.roles.clone(),
     };
+    let mut events = node.subscribe();
     loop {
+        // A failure the coordinator announced while this node was still joining (its
+        // join reply may be lost with the coordinator's node) ends the join with it.
+        if let Some(e @ NodeError::RunFailed { .. }) = node.peer_failure() {
+            return Err(e);
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(NodeError::JoinTimeout {
@@ -620,14 +646,21 @@ async fn join(
                 coordinator: node.peer_name(coordinator),
             });
         }
-        match c
-            .ask(
-                msg.clone(),
-                Priority::CONTROL,
-                left.min(Duration::from_secs(2)),
-            )
-            .await
-        {
+        let attempt = c.ask(
+            msg.clone(),
+            Priority::CONTROL,
+            left.min(Duration::from_secs(2)),
+        );
+        let answer = tokio::select! {
+            a = attempt => a,
+            e = first_failure(&mut events) => match e {
+                e @ NodeError::RunFailed { .. } => return Err(e),
+                // A peer declared down while joining: keep joining (the coordinator
+                // decides; it refuses the join if the run failed).
+                _ => continue,
+            },
+        };
+        match answer {
             Ok(_) => return Ok(()),
             Err(crate::AskError::Remote { ref error, .. })
                 if let Some((name, reason)) =

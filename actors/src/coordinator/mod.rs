@@ -46,6 +46,8 @@ pub struct Coordinator {
     heartbeat_interval: Duration,
     /// The live members, as the heartbeat task on the transport's runtime reads them.
     beat_to: std::sync::Arc<std::sync::Mutex<Vec<NodeId>>>,
+    /// Members that reported their own failure: they are leaving and need no notice.
+    leaving: std::collections::BTreeSet<NodeId>,
 }
 
 /// Join and barrier waiters share the core's waiter type.
@@ -70,6 +72,7 @@ impl Coordinator {
             core: ClusterCore::new(expected, failure_timeout),
             heartbeat_interval,
             beat_to: Default::default(),
+            leaving: Default::default(),
         }
     }
 
@@ -281,15 +284,52 @@ pub struct BroadcastShutdown {
     pub reason: String,
     /// The node whose failure ends the run, if it failed.
     pub failed_node: Option<String>,
+    /// Resolve only once every live member but this node and the failed one has the notice
+    /// (each asked, and bounded by this), so that the coordinator's node leaves only after
+    /// its last messages (join replies included) were delivered. `None`: resolve at once.
+    pub acknowledged_within: Option<Duration>,
 }
 
 impl Handler<BroadcastShutdown> for Coordinator {
-    type Result = ();
-    fn handle(&mut self, msg: BroadcastShutdown, _: &mut Context<Self>) {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, msg: BroadcastShutdown, _: &mut Context<Self>) -> Self::Result {
         if let Some(failed) = &msg.failed_node {
             Self::settle_join(self.core.fail_run(failed, &msg.reason));
         }
         self.broadcast_shutdown(&msg.reason, msg.failed_node.as_deref());
+        let Some(within) = msg.acknowledged_within else {
+            return Box::pin(async {});
+        };
+        let me = self.node.id();
+        let asks: Vec<_> = self
+            .core
+            .alive()
+            .into_iter()
+            .filter(|&peer| {
+                peer != me
+                    && !self.leaving.contains(&peer)
+                    && msg.failed_node.as_deref() != Some(self.core.name(peer).as_str())
+            })
+            .filter_map(|peer| {
+                self.node
+                    .actor::<Shutdown>(&ActorId::new(peer, AGENT_ACTOR))
+                    .ok()
+            })
+            .map(|agent| {
+                let notice = Shutdown {
+                    reason: msg.reason.clone(),
+                    failed_node: msg.failed_node.clone(),
+                };
+                async move {
+                    if let Err(e) = agent.ask(notice, Priority::CONTROL, within).await {
+                        tracing::debug!(error = %e, "shutdown notice not acknowledged");
+                    }
+                }
+            })
+            .collect();
+        Box::pin(async move {
+            futures::future::join_all(asks).await;
+        })
     }
 }
 
@@ -300,6 +340,9 @@ impl Handler<Msg<Shutdown>> for Coordinator {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<Shutdown>, _: &mut Context<Self>) -> Self::Result {
         if let Some(failed) = &msg.body.failed_node {
+            if let Some(from) = msg.from.filter(|&n| self.core.name(n) == *failed) {
+                self.leaving.insert(from);
+            }
             Self::settle_join(self.core.fail_run(failed, &msg.body.reason));
             self.broadcast_shutdown(&msg.body.reason, Some(failed));
         }
