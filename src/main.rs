@@ -182,7 +182,8 @@ enum BenchCommand {
     Transport(petrel::bench::transport::TransportBenchArgs),
     /// A multi-process cluster under sustained load, sampling every node's memory.
     Soak(petrel::bench::soak::SoakBenchArgs),
-    /// Kill and pause random nodes of a multi-process Lasso job; every run must recover.
+    /// Kill, pause, attack and (as root) cut the links of random nodes of multi-process
+    /// jobs; every run must recover.
     Chaos(petrel::bench::chaos::ChaosBenchArgs),
     // bench: systems add their benchmarks below this line
     /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
