@@ -263,6 +263,12 @@ pub fn set_default_netns(prefix: &str) {
     let _ = DEFAULT_NETNS.set(prefix.to_string());
 }
 
+/// The prefix [`set_default_netns`] set, if any (for launchers of their own, such as
+/// `petrel train p3`'s).
+pub fn default_netns() -> Option<String> {
+    DEFAULT_NETNS.get().cloned()
+}
+
 /// Gives node `i` of `settings` the address of host `i` ([`Hosts::node_addr`](crate::netns::Hosts::node_addr)):
 /// one emulated host per node.
 pub fn place_on_hosts(

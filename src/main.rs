@@ -113,9 +113,9 @@ enum Command {
         /// seconds) into this SVG file when it ends (needs --out).
         #[arg(long, global = true, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
-        /// With `--transport processes`: run node i in network namespace PREFIX-h{i} at
-        /// 198.18.0.{i+1}:7000, one emulated host per node (made by `petrel netns up
-        /// --prefix PREFIX --hosts N`; needs root). Not for `train p3`.
+        /// With `--transport processes` (always for p3): run node i in network namespace
+        /// PREFIX-h{i} at 198.18.0.{i+1}:7000, one emulated host per node (made by `petrel
+        /// netns up --prefix PREFIX --hosts N`; needs root).
         #[arg(long, global = true, value_name = "PREFIX")]
         netns: Option<String>,
         #[command(subcommand)]
@@ -526,11 +526,8 @@ fn runs_node_processes(app: &TrainCommand) -> Result<(), CliError> {
         }
         TrainCommand::StradsMf(a) => a.cluster.transport == TrainTransport::Processes,
         TrainCommand::Lda(a) => a.cluster.transport == TrainTransport::Processes,
-        TrainCommand::P3(_) => {
-            return Err(CliError::Usage(
-                "--netns: `petrel train p3` places its own node processes; see `petrel bench p3 --netns`".into(),
-            ));
-        }
+        // Always node processes.
+        TrainCommand::P3(_) => true,
     };
     if processes {
         Ok(())

@@ -39,7 +39,7 @@ pub struct ChaosBenchArgs {
     /// victim data opens five streams to the victim that each announce a 60 MiB frame and
     /// stall, held until the job ends, and connects again whenever it is refused),
     /// `link-cut` (the nodes on emulated hosts, the victim's link down for a while: needs
-    /// root; not for p3).
+    /// root).
     #[arg(
         long,
         value_enum,
@@ -782,19 +782,14 @@ impl Fault {
 
 /// Where a run's nodes go: on 127.0.0.1 (`Ok(None)`), one per emulated host for a link
 /// cut (`Ok(Some(hosts))`), or nowhere: the run is skipped, and `Err` says why (the link
-/// cuts' hosts could not be made, `link_cuts` says why; or the app places its own
-/// processes).
+/// cuts' hosts could not be made; `link_cuts` says why).
 fn placement<'a>(
-    app: ChaosApp,
     link_cut: bool,
     hosts: Option<&'a Hosts>,
     link_cuts: Option<&str>,
 ) -> Result<Option<&'a Hosts>, String> {
     if !link_cut {
         return Ok(None);
-    }
-    if app == ChaosApp::P3 {
-        return Err("train p3 places its own processes (no --netns)".into());
     }
     hosts.map(Some).ok_or_else(|| {
         link_cuts
@@ -1030,7 +1025,6 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         } = planned;
         let (reference_s, expected) = &references[app.name()];
         let netns = placement(
-            app,
             cut.is_some(),
             hosts.as_ref().map(|t| &t.0),
             figures.link_cuts.as_deref(),
@@ -1400,29 +1394,16 @@ mod tests {
             prefix: "pc1".into(),
             count: 3,
         };
+        assert!(matches!(placement(false, None, None), Ok(None)));
         assert!(matches!(
-            placement(ChaosApp::Lasso, false, None, None),
-            Ok(None)
-        ));
-        assert!(matches!(
-            placement(ChaosApp::Lasso, true, Some(&hosts), Some("netns pc1")),
+            placement(true, Some(&hosts), Some("netns pc1")),
             Ok(Some(_))
         ));
         assert_eq!(
-            placement(
-                ChaosApp::Lasso,
-                true,
-                None,
-                Some("skipped: network namespaces need root")
-            )
-            .unwrap_err(),
+            placement(true, None, Some("skipped: network namespaces need root")).unwrap_err(),
             "network namespaces need root"
         );
-        assert!(
-            placement(ChaosApp::P3, true, Some(&hosts), None)
-                .unwrap_err()
-                .contains("p3")
-        );
+        assert!(matches!(placement(true, Some(&hosts), None), Ok(Some(_))));
         assert_eq!(Fault::LinkCut.label(), "link-cut");
         assert_eq!(
             serde_json::to_string(&Fault::LinkCut).unwrap(),

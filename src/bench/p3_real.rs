@@ -92,15 +92,27 @@ impl RealJobArgs {
     }
 }
 
-/// Runs one real-model job as `workers + shards` processes on 127.0.0.1.
+/// Runs one real-model job as `workers + shards` processes on 127.0.0.1, or one per
+/// emulated host with `petrel train --netns PREFIX` (node i in `PREFIX-hi`; the links are
+/// then the namespaces', unshaped).
 fn run_processes(
     cfg: &P3NodeConfig,
     net: &NetConfig,
     dir: &Path,
     limit: Duration,
 ) -> Result<Vec<WorkerReportFile>, P3BenchError> {
-    let ports = free_loopback_ports(cfg.workers + cfg.shards)?;
-    let (reports, _cpu) = run_job(Placement::Loopback(&ports), cfg, net, dir, limit)?;
+    let nodes = cfg.workers + cfg.shards;
+    let (reports, _cpu) = match crate::launcher::default_netns() {
+        Some(prefix) => {
+            let hosts = crate::netns::Hosts::existing(&prefix, nodes)
+                .map_err(P3BenchError::NetnsUnavailable)?;
+            run_job(Placement::Netns(&hosts), cfg, net, dir, limit)?
+        }
+        None => {
+            let ports = free_loopback_ports(nodes)?;
+            run_job(Placement::Loopback(&ports), cfg, net, dir, limit)?
+        }
+    };
     Ok(reports)
 }
 
