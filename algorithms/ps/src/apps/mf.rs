@@ -388,6 +388,26 @@ pub struct PsMfData {
 }
 
 impl PsMfData {
+    /// The typical size of one coordinate of a rank-`rank` model of these ratings: `sqrt(sd)
+    /// * rank^(-1/4)`, `sd` the standard deviation of the training ratings around their mean.
+    /// Two factor vectors whose `rank` coordinates have that size and random signs have dot
+    /// products spread like the ratings (`sqrt(rank) * size^2 = sd`). It is the scale of the
+    /// solution that AdaRevision's and Adagrad's `alpha` refers to
+    /// ([`alpha_for_radius`](crate::core::rules::alpha_for_radius)), taken from the data, not
+    /// tuned.
+    pub fn factor_scale(&self, rank: u32) -> f64 {
+        let n = self.train.entries.len().max(1) as f64;
+        let mean = f64::from(self.mean);
+        let var = self
+            .train
+            .entries
+            .iter()
+            .map(|e| (f64::from(e.2) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        var.sqrt().sqrt() * f64::from(rank.max(1)).powf(-0.25)
+    }
+
     /// Loads (or generates) the ratings and splits them.
     pub fn load(cfg: &PsMfConfig) -> Result<PsMfData, PsError> {
         let all = match &cfg.data {
@@ -927,6 +947,11 @@ impl PsApp for PsMf {
         let t_wait = Instant::now();
         if cfg.consistency == ConsistencyModel::Async {
             client.prefetch(ITEMS, &item_ids)?;
+        }
+        if cfg.rule.is_some_and(|r| !r.local_view_exact()) {
+            // `users` is async: a copy never expires, and under these rules the cache does
+            // not follow the shard's steps (see `ServerRule::local_view_exact`).
+            client.prefetch(USERS, &user_ids)?;
         }
         let item_rows = client.get_many(ITEMS, &item_ids).await?;
         let user_rows = client.get_many(USERS, &user_ids).await?;
