@@ -624,6 +624,9 @@ pub struct PsMfResult {
     pub worker_clocks: Vec<u64>,
     /// Observed staleness of the items reads.
     pub staleness: StalenessReport,
+    /// The same per worker (in worker order).
+    #[serde(default)]
+    pub per_worker_staleness: Vec<StalenessReport>,
     /// Seconds each worker waited for rows.
     pub per_worker_wait_s: Vec<f64>,
     /// Bytes each worker's node sent over the whole run.
@@ -1218,6 +1221,7 @@ impl PsApp for PsMf {
             wall_s: wall,
             worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
             staleness: st.report(),
+            per_worker_staleness: m.reports.iter().map(|r| r.staleness.report()).collect(),
             per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
             per_worker_sent_bytes: m.reports.iter().map(|r| r.sent_bytes).collect(),
             per_worker_received_bytes: m.reports.iter().map(|r| r.received_bytes).collect(),
