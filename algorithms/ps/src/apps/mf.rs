@@ -388,8 +388,9 @@ pub struct PsMfData {
 }
 
 impl PsMfData {
-    /// The typical size of one coordinate of a rank-`rank` model of these ratings: `sqrt(sd)
-    /// * rank^(-1/4)`, `sd` the standard deviation of the training ratings around their mean.
+    /// The typical size of one coordinate of a rank-`rank` model of these ratings,
+    /// `sqrt(sd) * rank^(-1/4)` with `sd` the standard deviation of the training ratings
+    /// around their mean.
     /// Two factor vectors whose `rank` coordinates have that size and random signs have dot
     /// products spread like the ratings (`sqrt(rank) * size^2 = sd`). It is the scale of the
     /// solution that AdaRevision's and Adagrad's `alpha` refers to
