@@ -265,12 +265,19 @@ impl PsMfConfig {
         }
         c.fraction("test_fraction", self.test_fraction);
         c.at_least("rank", self.rank, 1);
-        // SGD on unit-scale ratings diverges long before a step of 1.
+        // SGD on unit-scale ratings diverges long before a step of 1; Adagrad's and
+        // AdaRevision's alpha is a length (the first step of a coordinate), not a rate.
+        let (max_step, range) = match self.rule {
+            Some(ServerRule::Adagrad | ServerRule::AdaRevision) => (100.0, "must be in (0, 100]"),
+            _ => (1.0, "must be in (0, 1]"),
+        };
         c.require(
-            self.learning_rate.is_finite() && self.learning_rate > 0.0 && self.learning_rate <= 1.0,
+            self.learning_rate.is_finite()
+                && self.learning_rate > 0.0
+                && self.learning_rate <= max_step,
             "learning_rate",
             self.learning_rate,
-            "must be in (0, 1]",
+            range,
         );
         c.non_negative("regularization", self.regularization);
         c.non_negative("init_scale", self.init_scale);

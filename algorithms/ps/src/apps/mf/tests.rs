@@ -142,3 +142,24 @@ fn factor_scale_recovers_the_generators_factor_size() {
     // A larger model rank spreads the same ratings over more coordinates.
     assert!(data.factor_scale(16) < got);
 }
+
+#[test]
+fn an_adaptive_rules_alpha_may_exceed_one() {
+    let sgd = PsMfConfig {
+        learning_rate: 3.0,
+        ..PsMfConfig::default()
+    };
+    assert!(sgd.validate().is_err(), "local SGD keeps its (0, 1] range");
+    for rule in [ServerRule::Adagrad, ServerRule::AdaRevision] {
+        let cfg = PsMfConfig {
+            rule: Some(rule),
+            ..sgd.clone()
+        };
+        assert!(cfg.validate().is_ok(), "{rule:?}");
+    }
+    let sgd_rule = PsMfConfig {
+        rule: Some(ServerRule::Sgd),
+        ..sgd
+    };
+    assert!(sgd_rule.validate().is_err());
+}
