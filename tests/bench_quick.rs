@@ -128,8 +128,15 @@ fn adarevision_quick_runs_each_rule_of_the_grid() {
     assert_eq!(lr.runs.len(), 7);
     assert_eq!(lr.best.len(), 3);
     for r in &lr.runs {
-        assert!(r.final_loss.is_finite() && r.final_loss > 0.0, "{r:?}");
+        assert!(
+            r.diverged || r.final_loss.is_some_and(|l| l.is_finite() && l > 0.0),
+            "{r:?}"
+        );
     }
+    // Untuned: alpha = sqrt(2) * the solution's scale (1 for LR), not a grid point.
+    assert!((lr.adarevision_default.0 - std::f32::consts::SQRT_2).abs() < 1e-6);
+    assert!(lr.default_alpha_from.contains("sqrt(2)"));
+    assert!(lr.lowest_final_loss.is_some());
 }
 
 #[derive(Parser)]

@@ -6,10 +6,16 @@
 //! they read). The table is read without a bound (`async` by default) with transient
 //! stragglers, so gradients are computed on stale weights: the case AdaRevision was made
 //! for. For each rule the grid of step sizes runs; the figures are each rule's best time to
-//! the target, and AdaRevision's at its default step (`--default-alpha`, not tuned).
+//! the target, and AdaRevision's at its default step, which is not tuned but derived from the
+//! scale of the solution ([`alpha_for_radius`]): `sqrt(2)` for LR (unit-scale features,
+//! weights of order one) and `sqrt(2) * PsMfData::factor_scale(rank)` for MF (the size of a
+//! factor coordinate that reproduces the ratings' spread). `--default-alpha` overrides it.
+//! A run that diverges is kept as a run that did not reach the target.
 
 use crate::report::{Table, fmt, print_json, save_json};
 use petrel_actors::{Settings, Transport};
+use petrel_ps::apps::mf::PsMfData;
+use petrel_ps::core::rules::alpha_for_radius;
 use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrConfig, PsMf, PsMfConfig, ServerRule};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -68,25 +74,35 @@ pub struct AdaRevisionBenchArgs {
     pub transient_probability: f64,
     #[arg(long, default_value_t = 4.0)]
     pub transient_factor: f64,
+    /// LR data: synthetic samples, features, classes, and samples per clock and worker.
+    #[arg(long, default_value_t = 8000)]
+    pub lr_samples: usize,
+    #[arg(long, default_value_t = 200)]
+    pub lr_features: usize,
+    #[arg(long, default_value_t = 10)]
+    pub lr_classes: usize,
+    #[arg(long, default_value_t = 20)]
+    pub lr_batch: usize,
     /// Step sizes of the fixed-step SGD grid, per app `lr`.
-    #[arg(long, value_delimiter = ',', default_value = "0.1,0.3,1,3")]
+    #[arg(long, value_delimiter = ',', default_value = "0.1,0.3,1,3,10")]
     pub lr_sgd_grid: Vec<f32>,
     /// Step sizes (alpha) of the Adagrad and AdaRevision grid, `lr`.
-    #[arg(long, value_delimiter = ',', default_value = "0.03,0.1,0.3,1")]
+    #[arg(long, value_delimiter = ',', default_value = "0.03,0.1,0.3,1,3")]
     pub lr_ada_grid: Vec<f32>,
     /// Fixed-step grid, `mf`.
-    #[arg(long, value_delimiter = ',', default_value = "0.01,0.03,0.1")]
+    #[arg(long, value_delimiter = ',', default_value = "0.01,0.03,0.1,0.3")]
     pub mf_sgd_grid: Vec<f32>,
     /// Adagrad/AdaRevision grid, `mf`.
-    #[arg(long, value_delimiter = ',', default_value = "0.01,0.03,0.1")]
+    #[arg(long, value_delimiter = ',', default_value = "0.03,0.1,0.3,1,3")]
     pub mf_ada_grid: Vec<f32>,
-    /// AdaRevision's untuned step, per app (lr, mf).
-    #[arg(long, value_delimiter = ',', default_value = "0.3,0.03")]
+    /// AdaRevision's untuned step per app (lr, mf); unset: derived from the solution's
+    /// scale (see the module docs).
+    #[arg(long, value_delimiter = ',')]
     pub default_alpha: Vec<f32>,
     /// Targets: LR log-loss, MF RMSE.
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, default_value_t = 0.1)]
     pub target_log_loss: f64,
-    #[arg(long, default_value_t = 0.45)]
+    #[arg(long, default_value_t = 0.4)]
     pub target_rmse: f64,
     /// Per-run time limit (s).
     #[arg(long, default_value_t = 15.0)]
@@ -110,8 +126,11 @@ pub struct RuleRun {
     pub time_to_target_s: Option<f64>,
     /// Min clock at the target (or the end).
     pub iterations: u64,
-    /// Final loss (LR log-loss, MF RMSE).
-    pub final_loss: f64,
+    /// Final loss (LR log-loss, MF RMSE); `None` if the run diverged.
+    pub final_loss: Option<f64>,
+    /// The run diverged (a loss became NaN or infinite).
+    #[serde(default)]
+    pub diverged: bool,
 }
 
 /// One app's figures.
@@ -125,6 +144,17 @@ pub struct AdaRevisionAppFigures {
     pub best: BTreeMap<String, Option<(f32, f64)>>,
     /// AdaRevision's untuned step and its time.
     pub adarevision_default: (f32, Option<f64>),
+    /// How the untuned step was set.
+    #[serde(default)]
+    pub default_alpha_from: String,
+    /// The rules whose best step is at an end of their grid (the grid may miss a better
+    /// step).
+    #[serde(default)]
+    pub best_at_grid_edge: Vec<String>,
+    /// The lowest final loss of any run (how close the target is to what the time limit
+    /// allows).
+    #[serde(default)]
+    pub lowest_final_loss: Option<f64>,
     /// AdaRevision at its default step over the best tuned fixed or Adagrad time (<= 1:
     /// no worse than the best tuned schedule).
     pub default_adarevision_over_best_tuned: Option<f64>,
@@ -158,71 +188,45 @@ fn run_one(
         source,
     };
     let (w, sh) = (args.workers, args.shards);
+    let diverged_run = || RuleRun {
+        rule,
+        alpha,
+        time_to_target_s: None,
+        iterations: 0,
+        final_loss: None,
+        diverged: true,
+    };
     Ok(Some(match app {
         "lr" => {
-            let cfg = PsLrConfig {
-                synthetic_samples: if args.quick { 1000 } else { 4000 },
-                synthetic_features: 40,
-                synthetic_classes: 4,
-                learning_rate: alpha,
-                rule,
-                batch_size: 20,
-                consistency: args.consistency,
-                staleness: args.staleness,
-                max_clocks: u64::MAX,
-                eval_ms: 50,
-                target_log_loss: Some(args.target_log_loss),
-                max_seconds: args.max_seconds,
-                clock_ms: args.clock_ms,
-                transient_probability: args.transient_probability,
-                transient_factor: args.transient_factor,
-                out: None,
-                ..PsLrConfig::default()
+            let cfg = lr_config(args, rule, alpha);
+            let r = match petrel_ps::run_local_with::<PsLr>(cfg, sh, w, Transport::Quic, tweak) {
+                Ok(o) => o.metrics,
+                Err(e) if diverged(&e) => return Ok(Some(diverged_run())),
+                Err(e) => return Err(fail(e)),
             };
-            let r = petrel_ps::run_local_with::<PsLr>(cfg, sh, w, Transport::Quic, tweak)
-                .map_err(fail)?
-                .metrics;
             RuleRun {
                 rule,
                 alpha,
                 time_to_target_s: r.time_to_target_s,
                 iterations: r.iterations,
-                final_loss: r.final_log_loss,
+                final_loss: Some(r.final_log_loss),
+                diverged: false,
             }
         }
         "mf" => {
-            let (users, items) = if args.quick { (400, 200) } else { (2000, 1000) };
-            let cfg = PsMfConfig {
-                synthetic_users: users,
-                synthetic_items: items,
-                synthetic_observed: if args.quick { 0.05 } else { 0.02 },
-                rank: 8,
-                learning_rate: alpha,
-                rule: Some(rule),
-                consistency: args.consistency,
-                staleness: args.staleness,
-                batches_per_epoch: 4,
-                max_clocks: Some(u64::MAX),
-                max_seconds: args.max_seconds,
-                target_rmse: Some(args.target_rmse),
-                eval_ms: 50,
-                clock_ms: args.clock_ms,
-                transient_probability: args.transient_probability,
-                transient_factor: args.transient_factor,
-                init_scale: 0.3,
-                regularization: 0.02,
-                out: None,
-                ..PsMfConfig::default()
+            let cfg = mf_config(args, rule, alpha);
+            let r = match petrel_ps::run_local_with::<PsMf>(cfg, sh, w, Transport::Quic, tweak) {
+                Ok(o) => o.metrics,
+                Err(e) if diverged(&e) => return Ok(Some(diverged_run())),
+                Err(e) => return Err(fail(e)),
             };
-            let r = petrel_ps::run_local_with::<PsMf>(cfg, sh, w, Transport::Quic, tweak)
-                .map_err(fail)?
-                .metrics;
             RuleRun {
                 rule,
                 alpha,
                 time_to_target_s: r.time_to_target_s,
                 iterations: r.iterations,
-                final_loss: r.final_rmse,
+                final_loss: Some(r.final_rmse),
+                diverged: false,
             }
         }
         other => {
@@ -230,6 +234,106 @@ fn run_one(
             return Ok(None);
         }
     }))
+}
+
+/// Whether a run failed because its loss became NaN or infinite (the monitor's check, also
+/// when it reached us through a role's error text).
+fn diverged(e: &PsError) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(x) = cur {
+        if x.downcast_ref::<petrel_ml::job::Diverged>().is_some() {
+            return true;
+        }
+        cur = x.source();
+    }
+    petrel_actors::error_chain(e).contains("the run diverged")
+}
+
+fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrConfig {
+    PsLrConfig {
+        synthetic_samples: if args.quick { 1000 } else { args.lr_samples },
+        synthetic_features: if args.quick { 40 } else { args.lr_features },
+        synthetic_classes: if args.quick { 4 } else { args.lr_classes },
+        learning_rate: alpha,
+        rule,
+        batch_size: args.lr_batch,
+        consistency: args.consistency,
+        staleness: args.staleness,
+        max_clocks: u64::MAX,
+        eval_ms: 50,
+        target_log_loss: Some(args.target_log_loss),
+        max_seconds: args.max_seconds,
+        clock_ms: args.clock_ms,
+        transient_probability: args.transient_probability,
+        transient_factor: args.transient_factor,
+        out: None,
+        ..PsLrConfig::default()
+    }
+}
+
+fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfConfig {
+    let (users, items) = if args.quick { (400, 200) } else { (2000, 1000) };
+    PsMfConfig {
+        synthetic_users: users,
+        synthetic_items: items,
+        synthetic_observed: if args.quick { 0.05 } else { 0.02 },
+        rank: 8,
+        learning_rate: alpha,
+        rule: Some(rule),
+        consistency: args.consistency,
+        staleness: args.staleness,
+        batches_per_epoch: 4,
+        max_clocks: Some(u64::MAX),
+        max_seconds: args.max_seconds,
+        target_rmse: Some(args.target_rmse),
+        eval_ms: 50,
+        clock_ms: args.clock_ms,
+        transient_probability: args.transient_probability,
+        transient_factor: args.transient_factor,
+        init_scale: 0.3,
+        regularization: 0.02,
+        out: None,
+        ..PsMfConfig::default()
+    }
+}
+
+/// AdaRevision's untuned step for `app` and how it was set (`--default-alpha` wins).
+fn default_alpha(
+    args: &AdaRevisionBenchArgs,
+    k: usize,
+    app: &str,
+) -> Result<(f32, String), AdaRevisionBenchError> {
+    if let Some(a) = args
+        .default_alpha
+        .get(k)
+        .or(args.default_alpha.first())
+        .copied()
+    {
+        return Ok((a, "--default-alpha".into()));
+    }
+    Ok(match app {
+        "mf" => {
+            let cfg = mf_config(args, ServerRule::AdaRevision, 1.0);
+            let data = PsMfData::load(&cfg).map_err(|source| AdaRevisionBenchError::Run {
+                app: app.into(),
+                rule: ServerRule::AdaRevision,
+                alpha: 1.0,
+                source,
+            })?;
+            let r = data.factor_scale(cfg.rank);
+            (
+                alpha_for_radius(r),
+                format!(
+                    "sqrt(2) * factor scale {r:.3} (ratings' sd, rank {})",
+                    cfg.rank
+                ),
+            )
+        }
+        _ => (
+            alpha_for_radius(1.0),
+            "sqrt(2) * 1 (unit-scale features, weights of order one)".into(),
+        ),
+    })
 }
 
 fn rule_name(r: ServerRule) -> &'static str {
@@ -255,12 +359,7 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, AdaRev
                 g.clone()
             }
         };
-        let default_alpha = args
-            .default_alpha
-            .get(k)
-            .copied()
-            .or(args.default_alpha.first().copied())
-            .unwrap_or(0.1);
+        let (default_alpha, default_alpha_from) = default_alpha(args, k, app)?;
         let mut plan: Vec<(ServerRule, f32)> = Vec::new();
         plan.extend(pick(sgd).into_iter().map(|a| (ServerRule::Sgd, a)));
         plan.extend(pick(ada).into_iter().map(|a| (ServerRule::Adagrad, a)));
@@ -293,6 +392,26 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, AdaRev
             .iter()
             .find(|r| r.rule == ServerRule::AdaRevision && r.alpha == default_alpha)
             .and_then(|r| r.time_to_target_s);
+        let mut best_at_grid_edge = Vec::new();
+        for (rule, grid) in [
+            (ServerRule::Sgd, pick(sgd)),
+            (ServerRule::Adagrad, pick(ada)),
+            (ServerRule::AdaRevision, pick(ada)),
+        ] {
+            let (lo, hi) = (
+                grid.iter().copied().fold(f32::INFINITY, f32::min),
+                grid.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+            );
+            if let Some(Some((a, _))) = best.get(rule_name(rule))
+                && (*a <= lo || *a >= hi)
+            {
+                best_at_grid_edge.push(rule_name(rule).to_string());
+            }
+        }
+        let lowest_final_loss = runs
+            .iter()
+            .filter_map(|r| r.final_loss)
+            .min_by(f64::total_cmp);
         let best_tuned = ["sgd", "adagrad"]
             .iter()
             .filter_map(|n| best.get(*n).copied().flatten().map(|b| b.1))
@@ -304,6 +423,9 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, AdaRev
                 _ => None,
             },
             adarevision_default: (default_alpha, default_time),
+            default_alpha_from,
+            best_at_grid_edge,
+            lowest_final_loss,
             best,
             runs,
         };
@@ -315,16 +437,18 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, AdaRev
                 r.alpha.to_string(),
                 r.time_to_target_s.map_or("-".into(), fmt),
                 r.iterations.to_string(),
-                fmt(r.final_loss),
+                r.final_loss.map_or("diverged".into(), fmt),
             ]);
         }
         table.print();
         println!(
-            "adarevision at its default alpha {} / best tuned sgd or adagrad: {}x\n",
+            "adarevision at its default alpha {} ({}) / best tuned sgd or adagrad: {}x; best at a grid edge: {:?}\n",
             default_alpha,
+            figures.default_alpha_from,
             figures
                 .default_adarevision_over_best_tuned
-                .map_or("-".into(), fmt)
+                .map_or("-".into(), fmt),
+            figures.best_at_grid_edge,
         );
         apps.insert(app.clone(), figures);
     }

@@ -180,6 +180,13 @@ pub struct ConsistencyRun {
     pub staleness_variance: f64,
     /// Largest observed staleness.
     pub max_staleness: u64,
+    /// The part of `staleness_variance` between workers (the spread of their mean
+    /// staleness; `StalenessReport::between_variance`), MF only.
+    #[serde(default)]
+    pub staleness_variance_between_workers: Option<f64>,
+    /// Mean observed staleness per worker, MF only.
+    #[serde(default)]
+    pub per_worker_mean_staleness: Vec<f64>,
     /// Seconds of the whole run.
     pub wall_s: f64,
     /// Where a worker's clock went, averaged over every clock of every worker.
@@ -410,6 +417,10 @@ fn run_one(
                 mean_staleness: mean,
                 staleness_variance: var,
                 max_staleness: max,
+                staleness_variance_between_workers: Some(StalenessReport::between_variance(
+                    &r.per_worker_staleness,
+                )),
+                per_worker_mean_staleness: r.per_worker_staleness.iter().map(|p| p.mean).collect(),
                 wall_s: r.wall_s,
                 per_clock: ClockBreakdown::of(
                     &r.worker_clocks,
@@ -435,6 +446,8 @@ fn run_one(
                 mean_staleness: mean,
                 staleness_variance: var,
                 max_staleness: max,
+                staleness_variance_between_workers: None,
+                per_worker_mean_staleness: Vec::new(),
                 wall_s: r.wall_s,
                 per_clock: ClockBreakdown::of(&r.worker_clocks, &r.per_worker_reads, &[], &[]),
             }
@@ -587,6 +600,7 @@ fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
         "iterations",
         "mean staleness",
         "var",
+        "of it between workers",
         "max",
         "wall (s)",
     ]);
@@ -599,6 +613,7 @@ fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
             r.iterations.to_string(),
             fmt(r.mean_staleness),
             fmt(r.staleness_variance),
+            r.staleness_variance_between_workers.map_or("-".into(), fmt),
             r.max_staleness.to_string(),
             fmt(r.wall_s),
         ]);

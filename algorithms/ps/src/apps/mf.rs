@@ -265,12 +265,19 @@ impl PsMfConfig {
         }
         c.fraction("test_fraction", self.test_fraction);
         c.at_least("rank", self.rank, 1);
-        // SGD on unit-scale ratings diverges long before a step of 1.
+        // SGD on unit-scale ratings diverges long before a step of 1; Adagrad's and
+        // AdaRevision's alpha is a length (the first step of a coordinate), not a rate.
+        let (max_step, range) = match self.rule {
+            Some(ServerRule::Adagrad | ServerRule::AdaRevision) => (100.0, "must be in (0, 100]"),
+            _ => (1.0, "must be in (0, 1]"),
+        };
         c.require(
-            self.learning_rate.is_finite() && self.learning_rate > 0.0 && self.learning_rate <= 1.0,
+            self.learning_rate.is_finite()
+                && self.learning_rate > 0.0
+                && self.learning_rate <= max_step,
             "learning_rate",
             self.learning_rate,
-            "must be in (0, 1]",
+            range,
         );
         c.non_negative("regularization", self.regularization);
         c.non_negative("init_scale", self.init_scale);
@@ -388,6 +395,27 @@ pub struct PsMfData {
 }
 
 impl PsMfData {
+    /// The typical size of one coordinate of a rank-`rank` model of these ratings,
+    /// `sqrt(sd) * rank^(-1/4)` with `sd` the standard deviation of the training ratings
+    /// around their mean.
+    /// Two factor vectors whose `rank` coordinates have that size and random signs have dot
+    /// products spread like the ratings (`sqrt(rank) * size^2 = sd`). It is the scale of the
+    /// solution that AdaRevision's and Adagrad's `alpha` refers to
+    /// ([`alpha_for_radius`](crate::core::rules::alpha_for_radius)), taken from the data, not
+    /// tuned.
+    pub fn factor_scale(&self, rank: u32) -> f64 {
+        let n = self.train.entries.len().max(1) as f64;
+        let mean = f64::from(self.mean);
+        let var = self
+            .train
+            .entries
+            .iter()
+            .map(|e| (f64::from(e.2) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        var.sqrt().sqrt() * f64::from(rank.max(1)).powf(-0.25)
+    }
+
     /// Loads (or generates) the ratings and splits them.
     pub fn load(cfg: &PsMfConfig) -> Result<PsMfData, PsError> {
         let all = match &cfg.data {
@@ -604,6 +632,9 @@ pub struct PsMfResult {
     pub worker_clocks: Vec<u64>,
     /// Observed staleness of the items reads.
     pub staleness: StalenessReport,
+    /// The same per worker (in worker order).
+    #[serde(default)]
+    pub per_worker_staleness: Vec<StalenessReport>,
     /// Seconds each worker waited for rows.
     pub per_worker_wait_s: Vec<f64>,
     /// Bytes each worker's node sent over the whole run.
@@ -928,6 +959,11 @@ impl PsApp for PsMf {
         if cfg.consistency == ConsistencyModel::Async {
             client.prefetch(ITEMS, &item_ids)?;
         }
+        if cfg.rule.is_some_and(|r| !r.local_view_exact()) {
+            // `users` is async: a copy never expires, and under these rules the cache does
+            // not follow the shard's steps (see `ServerRule::local_view_exact`).
+            client.prefetch(USERS, &user_ids)?;
+        }
         let item_rows = client.get_many(ITEMS, &item_ids).await?;
         let user_rows = client.get_many(USERS, &user_ids).await?;
         st.wait_s += t_wait.elapsed().as_secs_f64();
@@ -1193,6 +1229,7 @@ impl PsApp for PsMf {
             wall_s: wall,
             worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
             staleness: st.report(),
+            per_worker_staleness: m.reports.iter().map(|r| r.staleness.report()).collect(),
             per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
             per_worker_sent_bytes: m.reports.iter().map(|r| r.sent_bytes).collect(),
             per_worker_received_bytes: m.reports.iter().map(|r| r.received_bytes).collect(),

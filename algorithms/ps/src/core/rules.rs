@@ -277,6 +277,16 @@ impl ServerRule {
         }
     }
 
+    /// Whether a worker's cached row, with its own deltas applied at the table's local
+    /// scale, equals the shard's row when no other worker writes it: exact for `sgd`, a
+    /// not for `adagrad` and `adarevision`, whose clients leave the cached row as read (see
+    /// `UpdateRuleSpec::local_scale`). A row only this
+    /// worker writes, in an async table (whose cached copies never expire), must therefore
+    /// be refreshed under the inexact rules, or every gradient is taken at stale values.
+    pub fn local_view_exact(self) -> bool {
+        matches!(self, ServerRule::Sgd)
+    }
+
     /// Stored columns per row for `width` values (AdaRevision keeps `z` beside them).
     pub fn row_width(self, width: u32) -> u32 {
         match self {
@@ -284,6 +294,19 @@ impl ServerRule {
             ServerRule::Sgd | ServerRule::Adagrad => width,
         }
     }
+}
+
+/// The step `alpha` of [`AdaRevision`] (and [`Adagrad`]) for a solution whose coordinates
+/// lie within `[-radius, radius]`: `sqrt(2) * radius`.
+///
+/// In these rules `alpha` is not a learning rate to tune but a length: the per-coordinate
+/// step is `alpha / sqrt(sum of squared gradients)`, so the first step of a coordinate is
+/// `alpha` whatever the gradients' units, and the regret analysis (Duchi et al.'s Adagrad,
+/// `eta = D_inf / sqrt(2)` with the diameter `D_inf = 2 * radius`; McMahan & Streeter carry
+/// the same constant over to AdaRevision) sets it from the size of the comparator set.
+/// Bösen's AdaRevision ships a fixed `init_step_size` of 0.1 with accumulators starting at 1.
+pub fn alpha_for_radius(radius: f64) -> f32 {
+    (std::f64::consts::SQRT_2 * radius.abs()) as f32
 }
 
 /// Client-side bookkeeping of [`AdaRevision`]: the values of a row as read (its first
@@ -490,6 +513,27 @@ mod tests {
             .local_scale(),
             0.0
         );
+        // Adagrad's cache is left as read too: `-alpha * g` is not its step.
+        assert_eq!(
+            UpdateRuleSpec::Adagrad {
+                learning_rate: 0.1,
+                eps: 1e-3
+            }
+            .local_scale(),
+            0.0
+        );
+        assert!(ServerRule::Sgd.local_view_exact());
+        assert!(!ServerRule::Adagrad.local_view_exact());
+        assert!(!ServerRule::AdaRevision.local_view_exact());
+    }
+
+    #[test]
+    fn alpha_is_the_comparator_radius_times_sqrt2() {
+        assert!(close(alpha_for_radius(1.0), std::f32::consts::SQRT_2));
+        assert!(close(
+            alpha_for_radius(-0.5),
+            0.5 * std::f32::consts::SQRT_2
+        ));
     }
 
     struct Max;

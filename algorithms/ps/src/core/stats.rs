@@ -25,6 +25,28 @@ pub struct StalenessReport {
     pub max: u64,
 }
 
+impl StalenessReport {
+    /// The part of the pooled variance of `parts` (e.g. one report per worker) that lies
+    /// *between* them: the read-weighted variance of their means around the pooled mean
+    /// (the law of total variance: pooled = between + the weighted mean of the variances).
+    /// Under ESSP a worker's observed staleness is its lead over the slowest worker, so a
+    /// persistently faster worker reads staler rows than a slower one: that spread shows
+    /// here, not in the per-worker variances.
+    pub fn between_variance(parts: &[StalenessReport]) -> f64 {
+        let n: u64 = parts.iter().map(|p| p.count).sum();
+        if n == 0 {
+            return 0.0;
+        }
+        let n = n as f64;
+        let mean = parts.iter().map(|p| p.count as f64 * p.mean).sum::<f64>() / n;
+        parts
+            .iter()
+            .map(|p| p.count as f64 * (p.mean - mean).powi(2))
+            .sum::<f64>()
+            / n
+    }
+}
+
 impl StalenessStats {
     /// No reads yet.
     pub fn new() -> Self {
@@ -131,6 +153,30 @@ impl ReadStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn between_variance_splits_the_pooled_variance() {
+        // A worker always at staleness 0 and one alternating 2 and 4: pooled variance over
+        // the six reads = between (the means 0 and 3) + within (0 and 1, weighted).
+        let mut a = StalenessStats::new();
+        let mut b = StalenessStats::new();
+        for _ in 0..2 {
+            a.record(0);
+        }
+        for x in [2, 4, 2, 4] {
+            b.record(x);
+        }
+        let (ra, rb) = (a.report(), b.report());
+        let mut all = a.clone();
+        all.merge(&b);
+        let between = StalenessReport::between_variance(&[ra, rb]);
+        // Pooled mean 2: between = (2 * 4 + 4 * 1) / 6 = 2; within = 4 * 1 / 6.
+        assert!((between - 2.0).abs() < 1e-12, "{between}");
+        let within = (ra.count as f64 * ra.variance + rb.count as f64 * rb.variance) / 6.0;
+        assert!((all.variance() - (between + within)).abs() < 1e-12);
+        assert_eq!(StalenessReport::between_variance(&[]), 0.0);
+        assert_eq!(StalenessReport::between_variance(&[rb]), 0.0);
+    }
 
     #[test]
     fn welford_matches_direct_formula() {

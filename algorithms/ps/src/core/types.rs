@@ -197,17 +197,19 @@ impl UpdateRuleSpec {
     /// Scale with which a client applies its *own* deltas to its cached rows ("read my writes").
     ///
     /// Why: the client does not run the shard's rule. For `Sum` (1) and `Sgd` (`-lr`) this is
-    /// exact; for momentum/Adagrad it is the first-order approximation `-lr * g`, corrected by
-    /// the next fetched row; custom rules are assumed additive (1), as Bösen's client assumes.
-    /// AdaRevision's deltas carry the read `z` beside the gradient, so the client leaves its
-    /// cached row as read (0): that row's `z` is the one the next gradient must send.
+    /// exact; for momentum it is the first-order approximation `-lr * g`, corrected by the
+    /// next fetched row; custom rules are assumed additive (1), as Bösen's client assumes.
+    /// Adagrad's real step `lr * g / sqrt(G)` can be far smaller than `lr * g` (ps-mf sums a
+    /// batch's gradients per row: with that guess in the cache a worker took its next
+    /// gradient at a point the shard never reached, which fed back and diverged at step
+    /// sizes the shard's Adagrad handles), so Adagrad leaves the cached row as read (0), as
+    /// AdaRevision must: its deltas carry the read `z`, the one the next gradient must send.
     pub fn local_scale(&self) -> f32 {
         match self {
-            UpdateRuleSpec::AdaRevision { .. } => 0.0,
+            UpdateRuleSpec::AdaRevision { .. } | UpdateRuleSpec::Adagrad { .. } => 0.0,
             UpdateRuleSpec::Sum | UpdateRuleSpec::Custom { .. } => 1.0,
             UpdateRuleSpec::Sgd { learning_rate }
-            | UpdateRuleSpec::SgdMomentum { learning_rate, .. }
-            | UpdateRuleSpec::Adagrad { learning_rate, .. } => -*learning_rate,
+            | UpdateRuleSpec::SgdMomentum { learning_rate, .. } => -*learning_rate,
         }
     }
 }

@@ -122,3 +122,44 @@ fn a_bad_consistency_or_field_is_refused_when_read() {
     let f = Flags::try_parse_from(["train", "--consistency", "BSP"]).unwrap();
     assert_eq!(f.cfg.consistency, ConsistencyModel::Bsp);
 }
+
+#[test]
+fn factor_scale_recovers_the_generators_factor_size() {
+    // The synthetic generator draws rank-5 factors with coordinates of size 5^(-1/4): the
+    // scale read back from the ratings alone (no noise) is that size, within sampling error.
+    let cfg = PsMfConfig {
+        synthetic_users: 300,
+        synthetic_items: 200,
+        synthetic_rank: 5,
+        synthetic_observed: 0.2,
+        synthetic_noise: 0.0,
+        ..PsMfConfig::default()
+    };
+    let data = PsMfData::load(&cfg).unwrap();
+    let want = 5f64.powf(-0.25);
+    let got = data.factor_scale(5);
+    assert!((got / want - 1.0).abs() < 0.15, "{got} vs {want}");
+    // A larger model rank spreads the same ratings over more coordinates.
+    assert!(data.factor_scale(16) < got);
+}
+
+#[test]
+fn an_adaptive_rules_alpha_may_exceed_one() {
+    let sgd = PsMfConfig {
+        learning_rate: 3.0,
+        ..PsMfConfig::default()
+    };
+    assert!(sgd.validate().is_err(), "local SGD keeps its (0, 1] range");
+    for rule in [ServerRule::Adagrad, ServerRule::AdaRevision] {
+        let cfg = PsMfConfig {
+            rule: Some(rule),
+            ..sgd.clone()
+        };
+        assert!(cfg.validate().is_ok(), "{rule:?}");
+    }
+    let sgd_rule = PsMfConfig {
+        rule: Some(ServerRule::Sgd),
+        ..sgd
+    };
+    assert!(sgd_rule.validate().is_err());
+}
