@@ -278,11 +278,11 @@ impl ServerRule {
     }
 
     /// Whether a worker's cached row, with its own deltas applied at the table's local
-    /// scale, equals the shard's row when no other worker writes it: exact for `sgd`, a
-    /// not for `adagrad` and `adarevision`, whose clients leave the cached row as read (see
-    /// `UpdateRuleSpec::local_scale`). A row only this
-    /// worker writes, in an async table (whose cached copies never expire), must therefore
-    /// be refreshed under the inexact rules, or every gradient is taken at stale values.
+    /// scale, equals the shard's row when no other worker writes it: exact for `sgd`, not
+    /// for `adagrad` and `adarevision`, whose clients leave the cached row as read (see
+    /// `UpdateRuleSpec::local_scale`). A row only this worker writes, in an async table
+    /// (whose cached copies never expire), must therefore be refreshed under the inexact
+    /// rules, or every gradient is taken at stale values.
     pub fn local_view_exact(self) -> bool {
         matches!(self, ServerRule::Sgd)
     }
