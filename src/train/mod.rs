@@ -566,7 +566,7 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
     if let Some(dir) = job
         .checkpoint_dir
         .as_ref()
-        .filter(|_| job.resume && job.solver == lasso::LassoSolver::Scheduled)
+        .filter(|_| job.resume && job.resolved_solver() == lasso::LassoSolver::Scheduled)
     {
         let rounds = checkpoint::manifest_rounds(dir).map_err(StradsError::from)?;
         if rounds.is_empty() {

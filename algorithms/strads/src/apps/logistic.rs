@@ -683,7 +683,7 @@ impl StradsJob for LogisticApp {
             lasso_only,
         );
         c.require(
-            job.solver == super::lasso::LassoSolver::Scheduled,
+            job.solver != super::lasso::LassoSolver::GaussSeidel,
             "solver",
             job.solver,
             lasso_only,
@@ -716,6 +716,7 @@ impl StradsJob for LogisticApp {
             dir: job.checkpoint_dir.clone()?,
             every: job.checkpoint_every,
             resume: job.resume,
+            fail_after: None,
         })
     }
 

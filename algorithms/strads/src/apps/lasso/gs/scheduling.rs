@@ -291,6 +291,7 @@ impl GsScheduling {
             GsCommit {
                 weights: vec![1.0],
                 combined: RowVector::zero(),
+                combined_offset: 0.0,
             }
         } else {
             let u = results
@@ -298,15 +299,40 @@ impl GsScheduling {
                 .map(|r| r.residual_delta.to_dense(self.n_rows))
                 .collect::<Result<Vec<_>, _>>()?;
             let w = u.len();
+            // With implicit centring u_p = u_s + c_p 1: c_p touches every row.
+            let offsets: Vec<f64> = results.iter().map(|r| r.residual_offset).collect();
+            let centred = offsets.iter().any(|c| *c != 0.0);
+            let sums: Vec<f64> = if centred {
+                u.iter().map(|u| u.iter().sum()).collect()
+            } else {
+                vec![0.0; w]
+            };
+            let n = self.n_rows as f64;
             let gram: Vec<Vec<f64>> = (0..w)
                 .map(|p| {
                     (0..w)
-                        .map(|q| u[p].iter().zip(&u[q]).map(|(a, b)| a * b).sum())
+                        .map(|q| {
+                            let stored: f64 = u[p].iter().zip(&u[q]).map(|(a, b)| a * b).sum();
+                            if centred {
+                                stored
+                                    + offsets[q] * sums[p]
+                                    + offsets[p] * sums[q]
+                                    + n * offsets[p] * offsets[q]
+                            } else {
+                                stored
+                            }
+                        })
                         .collect()
                 })
                 .collect();
+            let everywhere = offsets.iter().filter(|c| **c != 0.0).count();
             let omega = (0..self.n_rows)
-                .map(|i| u.iter().filter(|u| u[i] != 0.0).count())
+                .map(|i| {
+                    everywhere
+                        + (0..w)
+                            .filter(|&p| offsets[p] == 0.0 && u[p][i] != 0.0)
+                            .count()
+                })
                 .max()
                 .unwrap_or(0);
             let c: Vec<f64> = results
@@ -331,9 +357,11 @@ impl GsScheduling {
             for (p, r) in results.iter().enumerate() {
                 self.apply(p, r, weights[p]);
             }
+            let combined_offset = (0..w).map(|p| weights[p] * offsets[p]).sum();
             GsCommit {
                 weights,
                 combined: RowVector::from_dense(combined),
+                combined_offset,
             }
         };
         self.s.updates += results.iter().map(|r| r.updates).sum::<u64>();
@@ -440,7 +468,11 @@ impl GsScheduling {
         let heldout = self
             .heldout
             .as_ref()
-            .map(|h| h.figures(&coefficients, &HashMap::new(), l1))
+            .map(|h| {
+                // The model's own (f32) L1 norm, as the final figures compute it.
+                let l1_f32: f64 = coefficients.iter().map(|b| f64::from(b.abs())).sum();
+                h.figures(&coefficients, &HashMap::new(), l1_f32)
+            })
             .unwrap_or_default();
         tracing::info!(
             round,
@@ -501,6 +533,7 @@ impl GsScheduling {
         Ok(GsCommit {
             weights: Vec::new(),
             combined: RowVector::zero(),
+            combined_offset: 0.0,
         })
     }
 }
