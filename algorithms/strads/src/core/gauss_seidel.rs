@@ -350,7 +350,7 @@ pub struct SweepResult {
     /// Their net changes `d_p`.
     #[serde(with = "petrel_messages::tensor::f64_bytes")]
     pub deltas: Vec<f64>,
-    /// `u_p = X d_p = r_start - r_end`, summed from the steps (zero with one worker:
+    /// `u_p = X d_p = r_start - r_end`, from the net changes `d_p` (zero with one worker:
     /// nobody needs it); with implicit centring its stored part `X_stored d_p`.
     pub residual_delta: RowVector,
     /// With implicit centring, `u_p`'s constant part `-(mu . d_p)` (`u_p` is
@@ -541,15 +541,6 @@ impl GsWorkerCore {
         };
         let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
         let start = self.shared.then(|| (self.residual.clone(), offset));
-        let mut u_offset = 0.0f64;
-        // `u_p` is summed from the steps themselves, not taken as `start - r`: near the
-        // optimum the steps are far below the residual's size and the difference would
-        // keep only a few digits of them (the step weights then see noise and stall).
-        let mut u = if self.shared {
-            vec![0.0; self.residual.len()]
-        } else {
-            Vec::new()
-        };
         let before: Vec<f64> = list.iter().map(|&j| self.coefficients[j]).collect();
         let mut result = SweepResult {
             updates: 0,
@@ -579,28 +570,19 @@ impl GsWorkerCore {
                         &mut self.sq_residual,
                         &mut self.l1,
                     ),
-                    Some(c) => {
-                        let delta = c.step(
-                            j,
-                            rows,
-                            vals,
-                            self.sq_norms[j],
-                            self.lambda,
-                            &mut self.coefficients[j],
-                            &mut self.residual,
-                            &mut self.sq_residual,
-                            &mut self.l1,
-                        );
-                        u_offset -= delta * c.mean(j);
-                        delta
-                    }
+                    Some(c) => c.step(
+                        j,
+                        rows,
+                        vals,
+                        self.sq_norms[j],
+                        self.lambda,
+                        &mut self.coefficients[j],
+                        &mut self.residual,
+                        &mut self.sq_residual,
+                        &mut self.l1,
+                    ),
                 };
                 result.updates += 1;
-                if delta != 0.0 && !u.is_empty() {
-                    for (&i, &v) in rows.iter().zip(vals) {
-                        u[i as usize] += f64::from(v) * delta;
-                    }
-                }
                 largest = largest.max(delta * delta * self.sq_norms[j]);
                 if order
                     .target
@@ -632,6 +614,21 @@ impl GsWorkerCore {
             .map(|&(j, old)| self.coefficients[j] - old)
             .collect();
         if let Some((start, c)) = &start {
+            // `u_p = X d_p` from the net changes (one scatter per changed column however
+            // many passes ran), not taken as `start - r`: near the optimum the steps are
+            // far below the residual's size and the difference would keep only a few
+            // digits of them (the step weights then see noise and stall).
+            let mut u = vec![0.0; self.residual.len()];
+            let mut u_offset = 0.0f64;
+            for (&j, &d) in result.changed.iter().zip(&result.deltas) {
+                let (rows, vals) = self.x.column(j as usize);
+                for (&i, &v) in rows.iter().zip(vals) {
+                    u[i as usize] += f64::from(v) * d;
+                }
+                if let Some(c) = &self.centring {
+                    u_offset -= d * c.mean(j as usize);
+                }
+            }
             result.r_dot_u = start.iter().zip(&u).map(|(s, u)| s * u).sum();
             if self.centring.is_some() {
                 // (s + c 1) . (u_s + u_c 1)
