@@ -688,6 +688,13 @@ impl StradsJob for LogisticApp {
             job.solver,
             lasso_only,
         );
+        c.require(job.gs_chunk == 0, "gs_chunk", job.gs_chunk, lasso_only);
+        c.require(
+            job.gs_active_passes == 0,
+            "gs_active_passes",
+            job.gs_active_passes,
+            lasso_only,
+        );
         c.require(
             job.fail_after_checkpoints.is_none(),
             "fail_after_checkpoints",
