@@ -223,6 +223,52 @@ fn fit_intercept_as_separate_processes_reaches_the_baselines_objective() {
 }
 
 #[test]
+fn the_cli_picks_the_solver_from_the_settings_and_refuses_mixed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/regression.train");
+    let run = |name: &str, extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+            .args(["train", "lasso", "--transport", "memory", "--workers", "2"])
+            .arg("--out")
+            .arg(dir.path().join(name))
+            .arg("--data")
+            .arg(&data)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let mode = |name: &str| -> String {
+        let m: LassoMetrics = read_json(&dir.path().join(name).join("metrics.json")).unwrap();
+        m.mode
+    };
+    assert!(run("default", &[]).status.success());
+    assert_eq!(mode("default"), "gauss-seidel");
+    // A scheduling knob: auto runs the scheduled mode, which honours it.
+    assert!(run("knob", &["--block-size", "4"]).status.success());
+    assert_eq!(mode("knob"), "dynamic");
+    // Gauss-Seidel asked for with a scheduling knob, or the other way round: refused,
+    // naming the key, before any node starts.
+    for (extra, key) in [
+        (
+            &["--solver", "gauss-seidel", "--block-size", "4"][..],
+            "block_size",
+        ),
+        (
+            &["--solver", "scheduled", "--gs-chunk", "10"][..],
+            "gs_chunk",
+        ),
+    ] {
+        let out = run("refused", extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(key),
+            "{extra:?}: {err}"
+        );
+    }
+}
+
+#[test]
 fn gauss_seidel_keeps_a_heldout_history_from_step_0() {
     let dir = tempfile::tempdir().unwrap();
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data");
