@@ -506,6 +506,12 @@ fn lasso_job_of<A: TrainApp<Job = LassoJob>>(
         .transpose()?;
     if args.no_filter {
         job.rho = None;
+        // rho is a scheduled-only setting: check the job again (an explicit
+        // `--solver gauss-seidel` refuses it; `auto` now resolves to `scheduled`).
+        A::validate(&job).map_err(|source| TrainError::Setting {
+            app: A::NAME,
+            source,
+        })?;
     }
     Ok(job)
 }

@@ -159,8 +159,11 @@ pub struct LassoJob {
     /// U': candidates before the dependency check (0 = automatic: 2 U).
     #[arg(long, default_value_t = 0)]
     pub candidate_pool: usize,
-    /// Dependency-check threshold on |corr(x_j, x_k)|; unset disables the check.
+    /// Dependency-check threshold on |corr(x_j, x_k)|; unset disables the check (in a
+    /// job file `rho = false`, which is how `--no-filter` reaches the nodes: TOML has no
+    /// null).
     #[arg(long, default_value = "0.3")]
+    #[serde(with = "rho_setting")]
     pub rho: Option<f32>,
     /// Bound on a block's aggregate interference, applied with the dependency check: a
     /// candidate joins the block only while every row it shares with the block (and the
@@ -650,6 +653,35 @@ impl LassoJob {
     }
 }
 
+/// `rho` in a job file: a number, or `false` for no dependency check (`None`).
+mod rho_setting {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(rho: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+        match rho {
+            Some(v) => s.serialize_f32(*v),
+            None => s.serialize_bool(false),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Rho {
+        Value(f32),
+        Flag(bool),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f32>, D::Error> {
+        match Rho::deserialize(d)? {
+            Rho::Value(v) => Ok(Some(v)),
+            Rho::Flag(false) => Ok(None),
+            Rho::Flag(true) => Err(serde::de::Error::custom(
+                "rho = true: give the threshold (a number in [0, 1]) or false for no dependency check",
+            )),
+        }
+    }
+}
+
 /// Worker compute per non-zero of a coordinate's column (gather of the push, scatter of
 /// the commit), in nanoseconds: measured on the benchmark machine (BENCHMARKS.md).
 pub const NS_PER_NONZERO: f64 = 4.0;
@@ -831,6 +863,26 @@ mod tests {
     fn flag_defaults_are_the_toml_defaults() {
         let flags = Flags::try_parse_from(["lasso"]).unwrap();
         assert_eq!(flags.job, LassoJob::default());
+    }
+
+    #[test]
+    fn no_dependency_check_survives_a_job_file() {
+        // `--no-filter` (rho unset) must reach the nodes, whose settings are TOML.
+        let job = LassoJob {
+            rho: None,
+            ..LassoJob::default()
+        };
+        let text = toml::to_string(&job).unwrap();
+        assert!(text.contains("rho = false"), "{text}");
+        let back: LassoJob = toml::from_str(&text).unwrap();
+        assert_eq!(back.rho, None);
+        let set: LassoJob = toml::from_str("rho = 0.5").unwrap();
+        assert_eq!(set.rho, Some(0.5));
+        let err = toml::from_str::<LassoJob>("rho = true")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rho"), "{err}");
+        assert_eq!(LassoJob::default().rho, Some(0.3));
     }
 
     #[test]
