@@ -1,7 +1,9 @@
 //! `petrel train lasso --solver gauss-seidel`: column-holding workers running Gauss-Seidel
 //! sweeps reach the single-threaded baseline's objective (1e-6 relative) over the memory
 //! transport and as separate processes over QUIC, one worker makes the baseline's updates,
-//! and a run resumed from a round checkpoint ends with the uninterrupted run's model.
+//! a run resumed from a round checkpoint (also after the `fail_after_checkpoints` fault)
+//! ends with the uninterrupted run's model, and `fit_intercept` reaches the centred
+//! baseline's objective.
 
 use petrel::train::{read_json, run_lasso_job};
 use petrel_actors::JobTransport;
@@ -133,6 +135,137 @@ fn a_resumed_gauss_seidel_run_ends_with_the_uninterrupted_model() {
         std::fs::read_to_string(dir.path().join("resumed/coefficients.tsv")).unwrap(),
         "the resumed run ends elsewhere"
     );
+}
+
+#[test]
+fn a_gauss_seidel_run_failed_by_fault_injection_resumes_to_the_uninterrupted_model() {
+    // `fail_after_checkpoints`, the hook the kill/restart tests and `bench chaos` use: the
+    // scheduler fails right after its second checkpoint; resumed, the run ends with the
+    // uninterrupted run's model. Also with fit_intercept (the centring offset is saved).
+    let dir = tempfile::tempdir().unwrap();
+    for fit_intercept in [false, true] {
+        let case = dir.path().join(format!("centred-{fit_intercept}"));
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/regression.train");
+        let base = LassoJob {
+            data: Some(data),
+            fit_intercept,
+            solver: LassoSolver::Auto,
+            gap_tolerance: Some(1e-9),
+            ..LassoJob::default()
+        };
+        let plain = LassoJob {
+            out_dir: Some(case.join("plain")),
+            ..base.clone()
+        };
+        let full = run_lasso_job(&plain, 2, JobTransport::Memory, false).unwrap();
+        assert_eq!(full.mode, "gauss-seidel", "auto runs gauss-seidel");
+        let mut failing = LassoJob {
+            out_dir: Some(case.join("failing")),
+            checkpoint_dir: Some(case.join("ckpt")),
+            checkpoint_every: 2,
+            fail_after_checkpoints: Some(2),
+            ..base.clone()
+        };
+        let err = run_lasso_job(&failing, 2, JobTransport::Memory, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fault injection"), "{err}");
+        assert!(!case.join("failing/coefficients.tsv").exists());
+        failing.fail_after_checkpoints = None;
+        failing.resume = true;
+        let resumed = run_lasso_job(&failing, 2, JobTransport::Memory, false).unwrap();
+        assert_eq!(resumed.updates, full.updates);
+        assert_eq!(
+            std::fs::read_to_string(case.join("plain/coefficients.tsv")).unwrap(),
+            std::fs::read_to_string(case.join("failing/coefficients.tsv")).unwrap(),
+            "fit_intercept {fit_intercept}: the resumed run ends elsewhere"
+        );
+    }
+}
+
+#[test]
+fn fit_intercept_as_separate_processes_reaches_the_baselines_objective() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/regression.train");
+    let run = |name: &str, extra: &[&str]| -> LassoMetrics {
+        let out = dir.path().join(name);
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+            .args(["train", "lasso", "--out", out.to_str().unwrap(), "--data"])
+            .arg(&data)
+            .args(["--fit-intercept", "--gap-tolerance", "1e-9"])
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .status()
+            .unwrap();
+        assert!(status.success(), "{name}: {status}");
+        read_json(&out.join("metrics.json")).unwrap()
+    };
+    let base = run("base", &["--transport", "none"]);
+    // The default solver, 2 workers as processes over QUIC.
+    let gs = run("gs", &["--transport", "processes", "--workers", "2"]);
+    assert_eq!(gs.mode, "gauss-seidel");
+    assert!(
+        relative(gs.final_objective, base.final_objective) <= 1e-6,
+        "{} vs {}",
+        gs.final_objective,
+        base.final_objective
+    );
+    assert!(gs.relative_gap() <= 1e-9);
+    let intercept = |name: &str| -> f64 {
+        let m: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(name).join("petrel-model.json")).unwrap(),
+        )
+        .unwrap();
+        m["params"]["intercept"].as_f64().unwrap()
+    };
+    let (a, b) = (intercept("base"), intercept("gs"));
+    assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{a} vs {b}");
+}
+
+#[test]
+fn the_cli_picks_the_solver_from_the_settings_and_refuses_mixed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/regression.train");
+    let run = |name: &str, extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
+            .args(["train", "lasso", "--transport", "memory", "--workers", "2"])
+            .arg("--out")
+            .arg(dir.path().join(name))
+            .arg("--data")
+            .arg(&data)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let mode = |name: &str| -> String {
+        let m: LassoMetrics = read_json(&dir.path().join(name).join("metrics.json")).unwrap();
+        m.mode
+    };
+    assert!(run("default", &[]).status.success());
+    assert_eq!(mode("default"), "gauss-seidel");
+    // A scheduling knob: auto runs the scheduled mode, which honours it.
+    assert!(run("knob", &["--block-size", "4"]).status.success());
+    assert_eq!(mode("knob"), "dynamic");
+    // Gauss-Seidel asked for with a scheduling knob, or the other way round: refused,
+    // naming the key, before any node starts.
+    for (extra, key) in [
+        (
+            &["--solver", "gauss-seidel", "--block-size", "4"][..],
+            "block_size",
+        ),
+        (
+            &["--solver", "scheduled", "--gs-chunk", "10"][..],
+            "gs_chunk",
+        ),
+    ] {
+        let out = run("refused", extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(key),
+            "{extra:?}: {err}"
+        );
+    }
 }
 
 #[test]

@@ -247,9 +247,22 @@ fn every_invalid_value_is_refused_before_any_node_starts() {
         (vec!["logistic", "--schedulers", "2"], "schedulers = 2"),
         (vec!["logistic", "--data", "three.libsvm"], "label 2"),
         (vec!["logistic", "--data", "regression.libsvm"], "label 1.5"),
+        // The scheduled mode's workers split the rows, Gauss-Seidel's the columns.
+        (
+            vec![
+                "lasso",
+                "--data",
+                "tiny.libsvm",
+                "--workers",
+                "3",
+                "--solver",
+                "scheduled",
+            ],
+            "3 workers but only 2 rows",
+        ),
         (
             vec!["lasso", "--data", "tiny.libsvm", "--workers", "3"],
-            "3 workers but only 2 rows",
+            "3 workers but only 1 features",
         ),
         (
             vec!["ps-mf", "--learning-rate", "100"],

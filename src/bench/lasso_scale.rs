@@ -173,6 +173,9 @@ struct Figures {
 }
 
 fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
+    // Each solver gets its own knobs only (`gauss-seidel` refuses the scheduled mode's).
+    let scheduled = args.solver == LassoSolver::Scheduled;
+    let d = LassoJob::default();
     LassoJob {
         synthetic: SyntheticLasso {
             n_samples: size.n_samples,
@@ -187,12 +190,20 @@ fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
         },
         lambda_fraction: args.lambda_fraction,
         timeout_s: args.timeout_s,
-        interference_bound: args.interference_bound,
-        depth: args.depth,
+        interference_bound: if scheduled {
+            args.interference_bound
+        } else {
+            d.interference_bound
+        },
+        depth: if scheduled { args.depth } else { d.depth },
         solver: args.solver,
-        gs_chunk: args.gs_chunk,
-        gs_active_passes: args.gs_active_passes,
-        ..LassoJob::default()
+        gs_chunk: if scheduled { d.gs_chunk } else { args.gs_chunk },
+        gs_active_passes: if scheduled {
+            d.gs_active_passes
+        } else {
+            args.gs_active_passes
+        },
+        ..d
     }
 }
 
@@ -333,7 +344,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
                     + size.n_features as f64 * 8.0
                     + size.n_samples as f64 * 12.0 / share
             }
-            LassoSolver::GaussSeidel => {
+            LassoSolver::GaussSeidel | LassoSolver::Auto => {
                 nnz as f64 * 8.0 / share
                     + size.n_features as f64 * 16.0 / share
                     + size.n_samples as f64 * 20.0

@@ -237,7 +237,11 @@ impl TrainApp for LassoApp {
         let (x, _) = job
             .load_sparse()
             .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
-        // Workers split the rows.
+        if job.resolved_solver() == petrel_strads::apps::lasso::LassoSolver::GaussSeidel {
+            // Gauss-Seidel workers split the columns.
+            return fits(<Self as TrainApp>::NAME, workers, x.n_columns(), "features");
+        }
+        // Scheduled workers split the rows.
         fits(<Self as TrainApp>::NAME, workers, x.n_rows, "rows")
     }
 }

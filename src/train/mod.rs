@@ -506,6 +506,12 @@ fn lasso_job_of<A: TrainApp<Job = LassoJob>>(
         .transpose()?;
     if args.no_filter {
         job.rho = None;
+        // rho is a scheduled-only setting: check the job again (an explicit
+        // `--solver gauss-seidel` refuses it; `auto` now resolves to `scheduled`).
+        A::validate(&job).map_err(|source| TrainError::Setting {
+            app: A::NAME,
+            source,
+        })?;
     }
     Ok(job)
 }
@@ -566,7 +572,7 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
     if let Some(dir) = job
         .checkpoint_dir
         .as_ref()
-        .filter(|_| job.resume && job.solver == lasso::LassoSolver::Scheduled)
+        .filter(|_| job.resume && job.resolved_solver() == lasso::LassoSolver::Scheduled)
     {
         let rounds = checkpoint::manifest_rounds(dir).map_err(StradsError::from)?;
         if rounds.is_empty() {

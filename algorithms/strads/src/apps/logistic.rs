@@ -683,9 +683,16 @@ impl StradsJob for LogisticApp {
             lasso_only,
         );
         c.require(
-            job.solver == super::lasso::LassoSolver::Scheduled,
+            job.solver != super::lasso::LassoSolver::GaussSeidel,
             "solver",
             job.solver,
+            lasso_only,
+        );
+        c.require(job.gs_chunk == 0, "gs_chunk", job.gs_chunk, lasso_only);
+        c.require(
+            job.gs_active_passes == 0,
+            "gs_active_passes",
+            job.gs_active_passes,
             lasso_only,
         );
         c.require(
@@ -716,6 +723,7 @@ impl StradsJob for LogisticApp {
             dir: job.checkpoint_dir.clone()?,
             every: job.checkpoint_every,
             resume: job.resume,
+            fail_after: None,
         })
     }
 

@@ -20,7 +20,7 @@
 //! Plain data, no clock: callers time [`CyclicLasso::solve`] themselves.
 
 use super::StradsModelError;
-use super::gauss_seidel::lasso_cd_step;
+use super::gauss_seidel::{Centring, lasso_cd_step};
 use super::lasso::soft_threshold;
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
@@ -122,36 +122,6 @@ pub struct CyclicLasso<'a> {
     centring: Option<Centring>,
 }
 
-/// Implicit column centring of a sparse design: column `j` stands for `x_j - mu_j 1`
-/// while only `x_j`'s non-zeros are stored. The residual is kept as `s + c 1` (`s` the
-/// stored vector, `c` a scalar offset), so that a coordinate update touches `x_j`'s
-/// non-zeros only: `s -= delta x_j`, `c += delta mu_j`.
-#[derive(Debug, Clone)]
-struct Centring {
-    /// `mu_j = sum_i x_ij / n`.
-    means: Vec<f64>,
-    /// `sum_i x_ij = n mu_j`.
-    sums: Vec<f64>,
-    /// The residual's offset `c`.
-    offset: f64,
-    /// `sum_i s_i`.
-    sum_s: f64,
-    /// `||s||^2`.
-    sq_s: f64,
-}
-
-impl Centring {
-    /// `(x_j - mu_j 1)^T (s + c 1)` from `x_j^T s`: O(1).
-    fn dot(&self, j: usize, x_dot_s: f64, n: f64) -> f64 {
-        x_dot_s + self.offset * self.sums[j] - self.means[j] * (self.sum_s + n * self.offset)
-    }
-
-    /// `||s + c 1||^2`.
-    fn sq_residual(&self, n: f64) -> f64 {
-        self.sq_s + 2.0 * self.offset * self.sum_s + n * self.offset * self.offset
-    }
-}
-
 impl<'a> CyclicLasso<'a> {
     /// Starts at `b = 0` on the design `x` centred implicitly (column `j` is
     /// `x_j - mean(x_j)`; nothing is densified: memory and an update's cost stay
@@ -164,28 +134,9 @@ impl<'a> CyclicLasso<'a> {
         lambda: f32,
     ) -> Result<Self, StradsModelError> {
         let mut cd = CyclicLasso::new(x, y, lambda)?;
-        let n = x.n_rows as f64;
-        let sums: Vec<f64> = (0..x.n_columns())
-            .map(|j| x.column(j).1.iter().map(|&v| f64::from(v)).sum())
-            .collect();
-        let means: Vec<f64> = sums.iter().map(|s| s / n.max(1.0)).collect();
-        // ||x_j - mu_j||^2 over the non-zeros plus mu_j^2 on each of the other rows.
-        cd.sq_norms = (0..x.n_columns())
-            .map(|j| {
-                let vals = x.column(j).1;
-                let mu = means[j];
-                let stored: f64 = vals.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
-                stored + (x.n_rows - vals.len()) as f64 * mu * mu
-            })
-            .collect();
-        let sum_s = cd.residual.iter().sum();
-        cd.centring = Some(Centring {
-            means,
-            sums,
-            offset: 0.0,
-            sum_s,
-            sq_s: cd.sq_residual,
-        });
+        let (centring, sq_norms) = Centring::of(x, &cd.residual);
+        cd.sq_norms = sq_norms;
+        cd.centring = Some(centring);
         Ok(cd)
     }
 
@@ -235,32 +186,17 @@ impl<'a> CyclicLasso<'a> {
                 &mut self.l1,
             );
         };
-        let old = self.coefficients[j];
-        let mut dot = 0.0f64;
-        for (&i, &v) in rows.iter().zip(vals) {
-            dot += f64::from(v) * self.residual[i as usize];
-        }
-        let n = x.n_rows as f64;
-        dot = c.dot(j, dot, n);
-        let new = soft_threshold(dot + norm * old, self.lambda) / norm;
-        let delta = new - old;
-        if delta != 0.0 {
-            // s -= delta x_j on its non-zeros, c += delta mu_j.
-            let mut sq_change = 0.0f64;
-            for (&i, &v) in rows.iter().zip(vals) {
-                let r = &mut self.residual[i as usize];
-                let before = *r;
-                *r -= f64::from(v) * delta;
-                sq_change += *r * *r - before * before;
-            }
-            c.sq_s += sq_change;
-            c.sum_s -= delta * c.sums[j];
-            c.offset += delta * c.means[j];
-            self.sq_residual = c.sq_residual(n);
-            self.l1 += new.abs() - old.abs();
-            self.coefficients[j] = new;
-        }
-        delta
+        c.step(
+            j,
+            rows,
+            vals,
+            norm,
+            self.lambda,
+            &mut self.coefficients[j],
+            &mut self.residual,
+            &mut self.sq_residual,
+            &mut self.l1,
+        )
     }
 
     /// `1/2 ||r||^2 + lambda ||b||_1` from the maintained sums (O(1)).
@@ -284,14 +220,10 @@ impl<'a> CyclicLasso<'a> {
         if let Some(c) = &mut self.centring {
             // Fold the offset into the stored residual (O(rows), like the sums below),
             // so that the running sums restart exact.
-            let offset = std::mem::take(&mut c.offset);
-            self.residual.iter_mut().for_each(|r| *r += offset);
-            c.sum_s = self.residual.iter().sum();
-            c.sq_s = self.residual.iter().map(|r| r * r).sum();
+            c.fold(&mut self.residual);
         }
         self.sq_residual = self.residual.iter().map(|r| r * r).sum();
         self.l1 = self.coefficients.iter().map(|b| b.abs()).sum();
-        let n = self.x.n_rows as f64;
         let xtr: Vec<f64> = (0..self.x.n_columns())
             .map(|j| {
                 let (rows, vals) = self.x.column(j);
@@ -300,7 +232,7 @@ impl<'a> CyclicLasso<'a> {
                     .zip(vals)
                     .map(|(&i, &v)| f64::from(v) * self.residual[i as usize])
                     .sum();
-                self.centring.as_ref().map_or(dot, |c| c.dot(j, dot, n))
+                self.centring.as_ref().map_or(dot, |c| c.dot(j, dot))
             })
             .collect();
         let lambda = self.lambda;

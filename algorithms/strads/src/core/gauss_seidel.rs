@@ -81,6 +81,147 @@ pub fn lasso_cd_step(
     delta
 }
 
+/// Implicit column centring of a sparse design (`fit_intercept`): column `j` stands for
+/// `x_j - mu_j 1` while only `x_j`'s non-zeros are stored. The residual is kept as
+/// `s + c 1` (`s` the stored vector, `c` a scalar offset), so that a coordinate update
+/// touches `x_j`'s non-zeros only: `s -= delta x_j`, `c += delta mu_j`. The baseline
+/// ([`CyclicLasso::centred`](super::baseline::CyclicLasso::centred)) and the
+/// Gauss-Seidel workers share it.
+#[derive(Debug, Clone)]
+pub(crate) struct Centring {
+    /// `mu_j = sum_i x_ij / n`.
+    means: Vec<f64>,
+    /// `sum_i x_ij = n mu_j`.
+    sums: Vec<f64>,
+    /// The residual's offset `c`.
+    pub(crate) offset: f64,
+    /// `sum_i s_i`.
+    pub(crate) sum_s: f64,
+    /// `||s||^2`.
+    pub(crate) sq_s: f64,
+    /// Rows.
+    n: f64,
+}
+
+impl Centring {
+    /// The centring of columns `x` (all rows) for the stored residual `s` (offset 0), and
+    /// the centred columns' squared norms `||x_j - mu_j 1||^2` (over the non-zeros plus
+    /// `mu_j^2` on each of the other rows).
+    pub(crate) fn of(x: &SparseColumns, s: &[f64]) -> (Self, Vec<f64>) {
+        let n = x.n_rows as f64;
+        let sums: Vec<f64> = (0..x.n_columns())
+            .map(|j| x.column(j).1.iter().map(|&v| f64::from(v)).sum())
+            .collect();
+        let means: Vec<f64> = sums.iter().map(|s| s / n.max(1.0)).collect();
+        let sq_norms = (0..x.n_columns())
+            .map(|j| {
+                let vals = x.column(j).1;
+                let mu = means[j];
+                let stored: f64 = vals.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
+                stored + (x.n_rows - vals.len()) as f64 * mu * mu
+            })
+            .collect();
+        let centring = Centring {
+            means,
+            sums,
+            offset: 0.0,
+            sum_s: s.iter().sum(),
+            sq_s: s.iter().map(|r| r * r).sum(),
+            n,
+        };
+        (centring, sq_norms)
+    }
+
+    /// `mu_j`.
+    pub(crate) fn mean(&self, j: usize) -> f64 {
+        self.means[j]
+    }
+
+    /// `(x_j - mu_j 1)^T (s + c 1)` from `x_j^T s`: O(1).
+    pub(crate) fn dot(&self, j: usize, x_dot_s: f64) -> f64 {
+        x_dot_s + self.offset * self.sums[j] - self.means[j] * (self.sum_s + self.n * self.offset)
+    }
+
+    /// `||s + c 1||^2`.
+    pub(crate) fn sq_residual(&self) -> f64 {
+        self.sq_s + 2.0 * self.offset * self.sum_s + self.n * self.offset * self.offset
+    }
+
+    /// Folds the offset into the stored residual `s` (O(rows)) and recomputes the running
+    /// sums exactly; returns `||r||^2`.
+    pub(crate) fn fold(&mut self, s: &mut [f64]) -> f64 {
+        let offset = std::mem::take(&mut self.offset);
+        s.iter_mut().for_each(|r| *r += offset);
+        self.resync(s)
+    }
+
+    /// Recomputes `sum(s)` and `||s||^2` exactly; returns `||r||^2`.
+    pub(crate) fn resync(&mut self, s: &[f64]) -> f64 {
+        self.sum_s = s.iter().sum();
+        self.sq_s = s.iter().map(|r| r * r).sum();
+        self.sq_residual()
+    }
+
+    /// `[offset c, sum(s), ||s||^2]`, what a checkpoint keeps.
+    pub(crate) fn state(&self) -> [f64; 3] {
+        [self.offset, self.sum_s, self.sq_s]
+    }
+
+    /// Continues from a [`Self::state`].
+    pub(crate) fn restore(&mut self, [offset, sum_s, sq_s]: [f64; 3]) {
+        self.offset = offset;
+        self.sum_s = sum_s;
+        self.sq_s = sq_s;
+    }
+
+    /// [`lasso_cd_step`] on the centred column `j` (stored part `rows`, `vals`; centred
+    /// squared norm `norm`): the gather and the scatter touch the non-zeros only, the
+    /// centring costs O(1). Keeps `sq_residual` (`||s + c 1||^2`) and `l1` current.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn step(
+        &mut self,
+        j: usize,
+        rows: &[u32],
+        vals: &[f32],
+        norm: f64,
+        lambda: f64,
+        b: &mut f64,
+        s: &mut [f64],
+        sq_residual: &mut f64,
+        l1: &mut f64,
+    ) -> f64 {
+        if norm <= 0.0 {
+            return 0.0;
+        }
+        let old = *b;
+        let mut dot = 0.0f64;
+        for (&i, &v) in rows.iter().zip(vals) {
+            dot += f64::from(v) * s[i as usize];
+        }
+        dot = self.dot(j, dot);
+        let new = soft_threshold(dot + norm * old, lambda) / norm;
+        let delta = new - old;
+        if delta != 0.0 {
+            // s -= delta x_j on its non-zeros, c += delta mu_j.
+            let mut sq_change = 0.0f64;
+            for (&i, &v) in rows.iter().zip(vals) {
+                let r = &mut s[i as usize];
+                let before = *r;
+                *r -= f64::from(v) * delta;
+                sq_change += *r * *r - before * before;
+            }
+            self.sq_s += sq_change;
+            self.sum_s -= delta * self.sums[j];
+            self.offset += delta * self.means[j];
+            *sq_residual = self.sq_residual();
+            *l1 += new.abs() - old.abs();
+            *b = new;
+        }
+        delta
+    }
+}
+
 /// A vector over the rows, sent sparse or dense, whichever is smaller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum RowVector {
@@ -209,9 +350,12 @@ pub struct SweepResult {
     /// Their net changes `d_p`.
     #[serde(with = "petrel_messages::tensor::f64_bytes")]
     pub deltas: Vec<f64>,
-    /// `u_p = X d_p = r_start - r_end`, summed from the steps (zero with one worker:
-    /// nobody needs it).
+    /// `u_p = X d_p = r_start - r_end`, from the net changes `d_p` (zero with one worker:
+    /// nobody needs it); with implicit centring its stored part `X_stored d_p`.
     pub residual_delta: RowVector,
+    /// With implicit centring, `u_p`'s constant part `-(mu . d_p)` (`u_p` is
+    /// `residual_delta + residual_offset 1`); 0 otherwise.
+    pub residual_offset: f64,
     /// `r_start . u_p`.
     pub r_dot_u: f64,
     /// `||r||^2` after the sweep (the worker's running value).
@@ -252,13 +396,16 @@ pub struct GsWorkerSnapshot {
     pub l1: f64,
     /// The active list.
     pub active: Vec<u32>,
+    /// With implicit centring, `[offset c, sum(s), ||s||^2]` (the residual is `s + c 1`).
+    pub centring: Option<[f64; 3]>,
 }
 
 /// The round in progress between a sweep and its commit.
 #[derive(Debug, Clone)]
 struct Pending {
-    /// The residual at the start of the round (several workers only).
-    start: Option<Vec<f64>>,
+    /// The residual at the start of the round and its centring offset (several workers
+    /// only).
+    start: Option<(Vec<f64>, f64)>,
     /// `(local column, value before the round)` of the changed coordinates.
     changed: Vec<(usize, f64)>,
 }
@@ -275,6 +422,8 @@ pub struct GsWorkerCore {
     sq_residual: f64,
     l1: f64,
     active: Vec<usize>,
+    /// Implicit centring (`fit_intercept`): the residual is `residual + offset 1`.
+    centring: Option<Centring>,
     /// Residual deltas are exchanged (more than one worker).
     shared: bool,
     pending: Option<Pending>,
@@ -289,6 +438,30 @@ impl GsWorkerCore {
         lambda: f64,
         shared: bool,
     ) -> Result<Self, StradsModelError> {
+        Self::build(x, y, lambda, shared, false)
+    }
+
+    /// [`Self::new`] on the columns `x` centred implicitly (column `j` stands for
+    /// `x_j - mean(x_j)`, nothing densified; `y` centred by the caller): the problem of
+    /// `fit_intercept`, with the baseline's
+    /// [`CyclicLasso::centred`](super::baseline::CyclicLasso::centred) update. A worker
+    /// holds every row of its columns, so their means are its own.
+    pub fn centred(
+        x: SparseColumns,
+        y: Vec<f32>,
+        lambda: f64,
+        shared: bool,
+    ) -> Result<Self, StradsModelError> {
+        Self::build(x, y, lambda, shared, true)
+    }
+
+    fn build(
+        x: SparseColumns,
+        y: Vec<f32>,
+        lambda: f64,
+        shared: bool,
+        centred: bool,
+    ) -> Result<Self, StradsModelError> {
         if x.n_rows != y.len() {
             return Err(StradsModelError::DimensionMismatch(format!(
                 "columns have {} rows, y has {}",
@@ -302,8 +475,15 @@ impl GsWorkerCore {
             )));
         }
         let residual: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
+        let (centring, sq_norms) = if centred {
+            let (c, norms) = Centring::of(&x, &residual);
+            (Some(c), norms)
+        } else {
+            (None, x.column_sq_norms())
+        };
         Ok(GsWorkerCore {
-            sq_norms: x.column_sq_norms(),
+            sq_norms,
+            centring,
             sq_residual: residual.iter().map(|r| r * r).sum(),
             coefficients: vec![0.0; x.n_columns()],
             residual,
@@ -359,15 +539,8 @@ impl GsWorkerCore {
                 self.active.clone()
             }
         };
-        let start = self.shared.then(|| self.residual.clone());
-        // `u_p` is summed from the steps themselves, not taken as `start - r`: near the
-        // optimum the steps are far below the residual's size and the difference would
-        // keep only a few digits of them (the step weights then see noise and stall).
-        let mut u = if self.shared {
-            vec![0.0; self.residual.len()]
-        } else {
-            Vec::new()
-        };
+        let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
+        let start = self.shared.then(|| (self.residual.clone(), offset));
         let before: Vec<f64> = list.iter().map(|&j| self.coefficients[j]).collect();
         let mut result = SweepResult {
             updates: 0,
@@ -377,6 +550,7 @@ impl GsWorkerCore {
             changed: Vec::new(),
             deltas: Vec::new(),
             residual_delta: RowVector::zero(),
+            residual_offset: 0.0,
             r_dot_u: 0.0,
             sq_residual: 0.0,
             l1: 0.0,
@@ -385,22 +559,30 @@ impl GsWorkerCore {
             let mut largest = 0.0f64;
             for &j in &list {
                 let (rows, vals) = self.x.column(j);
-                let delta = lasso_cd_step(
-                    rows,
-                    vals,
-                    self.sq_norms[j],
-                    self.lambda,
-                    &mut self.coefficients[j],
-                    &mut self.residual,
-                    &mut self.sq_residual,
-                    &mut self.l1,
-                );
+                let delta = match &mut self.centring {
+                    None => lasso_cd_step(
+                        rows,
+                        vals,
+                        self.sq_norms[j],
+                        self.lambda,
+                        &mut self.coefficients[j],
+                        &mut self.residual,
+                        &mut self.sq_residual,
+                        &mut self.l1,
+                    ),
+                    Some(c) => c.step(
+                        j,
+                        rows,
+                        vals,
+                        self.sq_norms[j],
+                        self.lambda,
+                        &mut self.coefficients[j],
+                        &mut self.residual,
+                        &mut self.sq_residual,
+                        &mut self.l1,
+                    ),
+                };
                 result.updates += 1;
-                if delta != 0.0 && !u.is_empty() {
-                    for (&i, &v) in rows.iter().zip(vals) {
-                        u[i as usize] += f64::from(v) * delta;
-                    }
-                }
                 largest = largest.max(delta * delta * self.sq_norms[j]);
                 if order
                     .target
@@ -431,8 +613,30 @@ impl GsWorkerCore {
             .iter()
             .map(|&(j, old)| self.coefficients[j] - old)
             .collect();
-        if let Some(start) = &start {
+        if let Some((start, c)) = &start {
+            // `u_p = X d_p` from the net changes (one scatter per changed column however
+            // many passes ran), not taken as `start - r`: near the optimum the steps are
+            // far below the residual's size and the difference would keep only a few
+            // digits of them (the step weights then see noise and stall).
+            let mut u = vec![0.0; self.residual.len()];
+            let mut u_offset = 0.0f64;
+            for (&j, &d) in result.changed.iter().zip(&result.deltas) {
+                let (rows, vals) = self.x.column(j as usize);
+                for (&i, &v) in rows.iter().zip(vals) {
+                    u[i as usize] += f64::from(v) * d;
+                }
+                if let Some(c) = &self.centring {
+                    u_offset -= d * c.mean(j as usize);
+                }
+            }
             result.r_dot_u = start.iter().zip(&u).map(|(s, u)| s * u).sum();
+            if self.centring.is_some() {
+                // (s + c 1) . (u_s + u_c 1)
+                let n = self.residual.len() as f64;
+                let (sum_s, sum_u): (f64, f64) = (start.iter().sum(), u.iter().sum());
+                result.r_dot_u += c * sum_u + u_offset * sum_s + n * c * u_offset;
+                result.residual_offset = u_offset;
+            }
             result.residual_delta = RowVector::from_dense(u);
         }
         result.sq_residual = self.sq_residual;
@@ -442,9 +646,15 @@ impl GsWorkerCore {
     }
 
     /// Applies a round's commit: this worker's step weight `weight` and the combined
-    /// residual delta `combined = sum_q w_q u_q` (ignored by a lone worker, whose weight is
-    /// 1 and whose residual is already exact).
-    pub fn commit(&mut self, weight: f64, combined: &RowVector) -> Result<(), StradsModelError> {
+    /// residual delta `combined + combined_offset 1 = sum_q w_q u_q` (ignored by a lone
+    /// worker, whose weight is 1 and whose residual is already exact; the offset is 0
+    /// without centring).
+    pub fn commit(
+        &mut self,
+        weight: f64,
+        combined: &RowVector,
+        combined_offset: f64,
+    ) -> Result<(), StradsModelError> {
         let Some(pending) = self.pending.take() else {
             return Ok(());
         };
@@ -461,10 +671,16 @@ impl GsWorkerCore {
                 *b = new;
             }
         }
-        if let Some(mut start) = pending.start {
+        if let Some((mut start, offset)) = pending.start {
             combined.add_scaled_to(-1.0, &mut start)?;
             self.residual = start;
-            self.sq_residual = self.residual.iter().map(|r| r * r).sum();
+            self.sq_residual = match &mut self.centring {
+                Some(c) => {
+                    c.offset = offset - combined_offset;
+                    c.resync(&self.residual)
+                }
+                None => self.residual.iter().map(|r| r * r).sum(),
+            };
         }
         Ok(())
     }
@@ -472,6 +688,10 @@ impl GsWorkerCore {
     /// Recomputes `||r||^2` and `||b_own||_1` exactly and returns this worker's share of
     /// the certificate (`O(its non-zeros + rows)`).
     pub fn certify(&mut self) -> Certificate {
+        if let Some(c) = &mut self.centring {
+            // As the baseline: every worker folds the same offset into the same residual.
+            c.fold(&mut self.residual);
+        }
         self.sq_residual = self.residual.iter().map(|r| r * r).sum();
         self.l1 = self.coefficients.iter().map(|b| b.abs()).sum();
         let (mut max_abs_corr, mut kkt) = (0.0f64, 0.0f64);
@@ -482,6 +702,7 @@ impl GsWorkerCore {
                 .zip(vals)
                 .map(|(&i, &v)| f64::from(v) * self.residual[i as usize])
                 .sum();
+            let g = self.centring.as_ref().map_or(g, |c| c.dot(j, g));
             max_abs_corr = max_abs_corr.max(g.abs());
             let violation = if b != 0.0 {
                 (g - self.lambda * b.signum()).abs()
@@ -518,6 +739,7 @@ impl GsWorkerCore {
             sq_residual: self.sq_residual,
             l1: self.l1,
             active: self.active.iter().map(|&j| j as u32).collect(),
+            centring: self.centring.as_ref().map(Centring::state),
         })
     }
 
@@ -536,6 +758,21 @@ impl GsWorkerCore {
                 self.coefficients.len(),
                 self.residual.len()
             )));
+        }
+        match (&mut self.centring, s.centring) {
+            (Some(c), Some(state)) => c.restore(state),
+            (None, None) => {}
+            (mine, theirs) => {
+                return Err(StradsModelError::protocol(format!(
+                    "checkpoint {} the implicit centring, this worker {}",
+                    if theirs.is_some() { "has" } else { "lacks" },
+                    if mine.is_some() {
+                        "centres"
+                    } else {
+                        "does not"
+                    }
+                )));
+            }
         }
         self.coefficients = s.coefficients;
         self.residual = s.residual;

@@ -94,6 +94,14 @@ pub enum RoundCheckpointError {
         #[source]
         source: StradsModelError,
     },
+    /// The `fail_after` fault injection fired (a test hook).
+    #[error("fault injection: stopping after checkpoint of round {round} (fail_after = {limit})")]
+    FaultInjection {
+        /// The last checkpoint's round.
+        round: u64,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 fn reasons_list(reasons: &[String]) -> String {
@@ -200,6 +208,9 @@ pub struct RoundCheckpointSettings {
     pub every: u64,
     /// Continue from the newest valid checkpoint in `dir`.
     pub resume: bool,
+    /// Fault injection for tests: the scheduler fails right after writing this many
+    /// checkpoints in this run ([`RoundCheckpointError::FaultInjection`]).
+    pub fail_after: Option<u64>,
 }
 
 /// The scheduler side of round checkpoints of app `app` (its settings section).
@@ -358,6 +369,11 @@ impl RoundCheckpointer {
         self.policy.reset();
         self.written += 1;
         tracing::info!(app = %self.app, round, dir = %dir.display(), "checkpoint written");
+        if let Some(limit) = self.settings.fail_after
+            && self.written >= limit
+        {
+            return Err(RoundCheckpointError::FaultInjection { round, limit });
+        }
         Ok(())
     }
 

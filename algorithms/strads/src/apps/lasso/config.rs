@@ -19,9 +19,13 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum LassoSolver {
+    /// `gauss-seidel`, unless the job sets something only the scheduled mode has
+    /// ([`LassoJob::scheduled_only_settings`]: several schedulers, or a scheduling knob
+    /// away from its default), then `scheduled`: no setting is ever ignored.
+    #[default]
+    Auto,
     /// Scheduled parallel coordinate descent: row-holding workers, blocks of coordinates
     /// chosen by priority and the dependency check.
-    #[default]
     Scheduled,
     /// Column-holding workers running Gauss-Seidel sweeps against a full local residual
     /// (`apps::lasso::gs`).
@@ -31,6 +35,7 @@ pub enum LassoSolver {
 impl std::fmt::Display for LassoSolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
+            LassoSolver::Auto => "auto",
             LassoSolver::Scheduled => "scheduled",
             LassoSolver::GaussSeidel => "gauss-seidel",
         })
@@ -123,13 +128,16 @@ pub struct LassoJob {
     /// lambda = fraction * lambda_max when --lambda is unset.
     #[arg(long, default_value_t = 0.2)]
     pub lambda_fraction: f64,
-    /// Lasso only: `scheduled` (the scheduler picks blocks of coordinates and the workers,
-    /// holding rows, return partial sums) or `gauss-seidel` (each worker holds a share of
-    /// the columns and the full residual, sweeps its coordinates sequentially and returns
-    /// one residual delta per round; the baseline's active-set schedule; see
-    /// `apps::lasso::gs`). The scheduling knobs (mode, block size, candidate pool, rho,
-    /// interference bound, eta, priorities, depth) apply to `scheduled` only.
-    #[arg(long, value_enum, default_value_t = LassoSolver::Scheduled)]
+    /// Lasso only: `gauss-seidel` (each worker holds a share of the columns and the full
+    /// residual, sweeps its coordinates sequentially and returns one residual delta per
+    /// round; the baseline's active-set schedule; see `apps::lasso::gs`), `scheduled` (the
+    /// scheduler picks blocks of coordinates and the workers, holding rows, return
+    /// partial sums) or `auto` (the default): `gauss-seidel` unless the job sets something
+    /// only `scheduled` has, i.e. schedulers > 1 or a scheduling knob (mode, block size,
+    /// candidate pool, rho / --no-filter, interference bound, eta, priority exponent,
+    /// initial priority, seed, depth, eval every, eval work ratio) away from its default;
+    /// then `scheduled`. `gauss-seidel` given explicitly refuses those knobs.
+    #[arg(long, value_enum, default_value_t = LassoSolver::Auto)]
     pub solver: LassoSolver,
     /// `gauss-seidel`: columns a worker sweeps per round in a full sweep (0 = automatic:
     /// enough non-zeros to cover --round-latency-ms at [`NS_PER_NONZERO`], and a whole
@@ -138,7 +146,7 @@ pub struct LassoJob {
     pub gs_chunk: usize,
     /// `gauss-seidel`: passes over its active set a worker makes per round between two
     /// full sweeps (each stops early once its largest step is small) (0 = automatic:
-    /// until settled with one worker, 1 with several).
+    /// until settled with one worker, `SHARED_ACTIVE_PASSES` (4) with several).
     #[arg(long, default_value_t = 0)]
     pub gs_active_passes: u32,
     /// How coordinates are chosen.
@@ -151,8 +159,11 @@ pub struct LassoJob {
     /// U': candidates before the dependency check (0 = automatic: 2 U).
     #[arg(long, default_value_t = 0)]
     pub candidate_pool: usize,
-    /// Dependency-check threshold on |corr(x_j, x_k)|; unset disables the check.
+    /// Dependency-check threshold on |corr(x_j, x_k)|; unset disables the check (in a
+    /// job file `rho = false`, which is how `--no-filter` reaches the nodes: TOML has no
+    /// null).
     #[arg(long, default_value = "0.3")]
+    #[serde(with = "rho_setting")]
     pub rho: Option<f32>,
     /// Bound on a block's aggregate interference, applied with the dependency check: a
     /// candidate joins the block only while every row it shares with the block (and the
@@ -243,7 +254,7 @@ impl Default for LassoJob {
             lambda: None,
             fit_intercept: false,
             lambda_fraction: 0.2,
-            solver: LassoSolver::Scheduled,
+            solver: LassoSolver::Auto,
             gs_chunk: 0,
             gs_active_passes: 0,
             mode: ScheduleMode::Dynamic,
@@ -274,6 +285,76 @@ impl Default for LassoJob {
 }
 
 impl LassoJob {
+    /// The settings only `solver = "scheduled"` has that this job sets away from their
+    /// defaults, as `(key, value)`: what makes `solver = "auto"` choose the scheduled mode
+    /// (and what `solver = "gauss-seidel"` refuses).
+    pub fn scheduled_only_settings(&self) -> Vec<(&'static str, String)> {
+        let d = LassoJob::default();
+        let mut set = Vec::new();
+        let mut check = |key: &'static str, differs: bool, value: String| {
+            if differs {
+                set.push((key, value));
+            }
+        };
+        check(
+            "schedulers",
+            self.schedulers != d.schedulers,
+            self.schedulers.to_string(),
+        );
+        check("mode", self.mode != d.mode, format!("{:?}", self.mode));
+        check(
+            "block_size",
+            self.block_size != d.block_size,
+            self.block_size.to_string(),
+        );
+        check(
+            "candidate_pool",
+            self.candidate_pool != d.candidate_pool,
+            self.candidate_pool.to_string(),
+        );
+        check("rho", self.rho != d.rho, format!("{:?}", self.rho));
+        check(
+            "interference_bound",
+            self.interference_bound != d.interference_bound,
+            self.interference_bound.to_string(),
+        );
+        check("eta", self.eta != d.eta, self.eta.to_string());
+        check(
+            "priority_exponent",
+            self.priority_exponent != d.priority_exponent,
+            self.priority_exponent.to_string(),
+        );
+        check(
+            "initial_priority",
+            self.initial_priority != d.initial_priority,
+            self.initial_priority.to_string(),
+        );
+        check("seed", self.seed != d.seed, self.seed.to_string());
+        check("depth", self.depth != d.depth, self.depth.to_string());
+        check(
+            "eval_every",
+            self.eval_every != d.eval_every,
+            self.eval_every.to_string(),
+        );
+        check(
+            "eval_work_ratio",
+            self.eval_work_ratio != d.eval_work_ratio,
+            self.eval_work_ratio.to_string(),
+        );
+        set
+    }
+
+    /// The solver this job runs: `solver`, with `auto` resolved (see [`LassoSolver::Auto`]).
+    pub fn resolved_solver(&self) -> LassoSolver {
+        match self.solver {
+            LassoSolver::Auto if self.scheduled_only_settings().is_empty() => {
+                LassoSolver::GaussSeidel
+            }
+            LassoSolver::Auto => LassoSolver::Scheduled,
+            chosen => chosen,
+        }
+    }
+
     /// The rows `rows` of the design, renumbered from 0, with their `y`. A sparse synthetic
     /// design generates only those rows; anything else loads the whole design first.
     pub fn load_rows(
@@ -360,15 +441,32 @@ impl LassoJob {
         }
         c.at_least("timeout_s", self.timeout_s, 1);
         c.at_least("schedulers", self.schedulers, 1);
-        if self.solver == LassoSolver::GaussSeidel {
-            let gs = "is not supported with solver = \"gauss-seidel\"";
-            c.require(self.schedulers == 1, "schedulers", self.schedulers, gs);
-            c.require(!self.fit_intercept, "fit_intercept", self.fit_intercept, gs);
+        let scheduled_only = self.scheduled_only_settings();
+        if self.solver == LassoSolver::GaussSeidel
+            && let Some((key, value)) = scheduled_only.first()
+        {
             c.require(
-                self.fail_after_checkpoints.is_none(),
-                "fail_after_checkpoints",
-                self.fail_after_checkpoints.unwrap_or_default(),
-                gs,
+                false,
+                key,
+                value,
+                "applies to solver = \"scheduled\" only (solver = \"gauss-seidel\" was \
+                 asked for; leave the solver unset or \"auto\" to run the scheduled mode)",
+            );
+        }
+        if self.resolved_solver() == LassoSolver::Scheduled {
+            let gs = match scheduled_only.first() {
+                Some((key, _)) if self.solver == LassoSolver::Auto => format!(
+                    "applies to solver = \"gauss-seidel\" only (solver = \"auto\" runs the \
+                     scheduled mode because {key} is set)"
+                ),
+                _ => "applies to solver = \"gauss-seidel\" only".to_string(),
+            };
+            c.require(self.gs_chunk == 0, "gs_chunk", self.gs_chunk, &gs);
+            c.require(
+                self.gs_active_passes == 0,
+                "gs_active_passes",
+                self.gs_active_passes,
+                &gs,
             );
         }
         c.at_most(
@@ -555,6 +653,35 @@ impl LassoJob {
     }
 }
 
+/// `rho` in a job file: a number, or `false` for no dependency check (`None`).
+mod rho_setting {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(rho: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+        match rho {
+            Some(v) => s.serialize_f32(*v),
+            None => s.serialize_bool(false),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Rho {
+        Value(f32),
+        Flag(bool),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f32>, D::Error> {
+        match Rho::deserialize(d)? {
+            Rho::Value(v) => Ok(Some(v)),
+            Rho::Flag(false) => Ok(None),
+            Rho::Flag(true) => Err(serde::de::Error::custom(
+                "rho = true: give the threshold (a number in [0, 1]) or false for no dependency check",
+            )),
+        }
+    }
+}
+
 /// Worker compute per non-zero of a coordinate's column (gather of the push, scatter of
 /// the commit), in nanoseconds: measured on the benchmark machine (BENCHMARKS.md).
 pub const NS_PER_NONZERO: f64 = 4.0;
@@ -736,6 +863,26 @@ mod tests {
     fn flag_defaults_are_the_toml_defaults() {
         let flags = Flags::try_parse_from(["lasso"]).unwrap();
         assert_eq!(flags.job, LassoJob::default());
+    }
+
+    #[test]
+    fn no_dependency_check_survives_a_job_file() {
+        // `--no-filter` (rho unset) must reach the nodes, whose settings are TOML.
+        let job = LassoJob {
+            rho: None,
+            ..LassoJob::default()
+        };
+        let text = toml::to_string(&job).unwrap();
+        assert!(text.contains("rho = false"), "{text}");
+        let back: LassoJob = toml::from_str(&text).unwrap();
+        assert_eq!(back.rho, None);
+        let set: LassoJob = toml::from_str("rho = 0.5").unwrap();
+        assert_eq!(set.rho, Some(0.5));
+        let err = toml::from_str::<LassoJob>("rho = true")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rho"), "{err}");
+        assert_eq!(LassoJob::default().rho, Some(0.3));
     }
 
     #[test]

@@ -157,9 +157,11 @@ pub fn register(cluster: Cluster) -> Cluster {
 /// "gauss-seidel"`, a column-holding one ([`gs`]).
 async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
     let job: LassoJob = ctx.settings.app(LassoApp::SECTION)?;
-    match job.solver {
+    match job.resolved_solver() {
         LassoSolver::GaussSeidel => crate::kit::worker_role::<gs::LassoGsApp>(ctx).await,
-        LassoSolver::Scheduled => crate::kit::worker_role::<LassoApp>(ctx).await,
+        LassoSolver::Scheduled | LassoSolver::Auto => {
+            crate::kit::worker_role::<LassoApp>(ctx).await
+        }
     }
 }
 

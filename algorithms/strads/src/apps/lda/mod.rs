@@ -377,6 +377,7 @@ impl StradsJob for LdaApp {
             dir: job.checkpoint_dir.clone()?,
             every: job.checkpoint_every,
             resume: job.resume,
+            fail_after: None,
         })
     }
 

@@ -458,6 +458,7 @@ impl StradsJob for MfApp {
             dir: job.checkpoint_dir.clone()?,
             every: job.checkpoint_every,
             resume: job.resume,
+            fail_after: None,
         })
     }
 

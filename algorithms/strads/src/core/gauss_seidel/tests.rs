@@ -74,7 +74,7 @@ fn a_lone_worker_sweep_is_the_baselines_update_bit_for_bit() {
             RowVector::zero(),
             "a lone worker sends no delta"
         );
-        worker.commit(1.0, &RowVector::zero()).unwrap();
+        worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
         assert_eq!(
             0.5 * r.sq_residual + f64::from(lambda) * r.l1,
             base.objective(),
@@ -102,9 +102,94 @@ fn a_lone_worker_sweep_is_the_baselines_update_bit_for_bit() {
             base.update(j);
         }
     }
-    worker.commit(1.0, &RowVector::zero()).unwrap();
+    worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
     let ours: Vec<f32> = worker.coefficients().iter().map(|&b| b as f32).collect();
     assert_eq!(ours, base.coefficients());
+}
+
+#[test]
+fn a_lone_centring_worker_is_the_centred_baseline_bit_for_bit() {
+    let (x, y) = tiny(30, 40);
+    let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / y.len() as f64;
+    let y: Vec<f32> = y.iter().map(|&v| v - mean as f32).collect();
+    let lambda = 0.1 * crate::apps::lasso::config::centred_lambda_max(&x, &y) as f32;
+    let mut base = CyclicLasso::centred(&x, &y, lambda).unwrap();
+    let mut worker = GsWorkerCore::centred(x.clone(), y.clone(), f64::from(lambda), false).unwrap();
+    for sweep in 0..5 {
+        for j in 0..x.n_columns() {
+            base.update(j);
+        }
+        let r = worker.sweep(&full(x.n_columns())).unwrap();
+        worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
+        assert_eq!(
+            0.5 * r.sq_residual + f64::from(lambda) * r.l1,
+            base.objective(),
+            "sweep {sweep}: the running objective is the centred baseline's, bit for bit"
+        );
+        if sweep == 2 {
+            // Both fold the offset into the residual at a certification.
+            let (f, _, kkt) = base.certify();
+            let c = worker.certify();
+            assert_eq!(0.5 * c.rr + f64::from(lambda) * c.l1, f);
+            assert_eq!(c.kkt, kkt);
+        }
+    }
+    let ours: Vec<f32> = worker.coefficients().iter().map(|&b| b as f32).collect();
+    assert_eq!(ours, base.coefficients());
+    assert!(ours.iter().any(|b| *b != 0.0));
+}
+
+#[test]
+fn two_centring_workers_keep_equal_residuals_and_report_the_exact_delta() {
+    // u_p = r_start - r_end, with r = s + c 1 dense: the stored part plus the offset.
+    const N: usize = 90;
+    let (x, y) = tiny(N, 60);
+    let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / N as f64;
+    let y: Vec<f32> = y.iter().map(|&v| v - mean as f32).collect();
+    let lambda = 0.05 * crate::apps::lasso::config::centred_lambda_max(&x, &y);
+    let cut = 30;
+    let mut w = [
+        GsWorkerCore::centred(x.columns(0..cut), y.clone(), lambda, true).unwrap(),
+        GsWorkerCore::centred(x.columns(cut..60), y.clone(), lambda, true).unwrap(),
+    ];
+    let dense = |w: &GsWorkerCore| -> Vec<f64> {
+        let c = w.centring.as_ref().map_or(0.0, |c| c.offset);
+        w.residual().iter().map(|s| s + c).collect()
+    };
+    for _ in 0..5 {
+        let start = dense(&w[0]);
+        let r = [
+            w[0].sweep(&full(cut)).unwrap(),
+            w[1].sweep(&full(30)).unwrap(),
+        ];
+        for p in 0..2 {
+            let u: Vec<f64> = r[p]
+                .residual_delta
+                .to_dense(N)
+                .unwrap()
+                .iter()
+                .map(|v| v + r[p].residual_offset)
+                .collect();
+            let end = dense(&w[p]);
+            for i in 0..N {
+                assert!((start[i] - end[i] - u[i]).abs() <= 1e-9, "row {i}");
+            }
+            let r_dot_u: f64 = start.iter().zip(&u).map(|(a, b)| a * b).sum();
+            assert!((r_dot_u - r[p].r_dot_u).abs() <= 1e-9 * r_dot_u.abs().max(1.0));
+        }
+        // Commit with weights 1/2 each: every worker ends at start - V.
+        let mut combined = vec![0.0; N];
+        let mut offset = 0.0;
+        for r in &r {
+            r.residual_delta.add_scaled_to(0.5, &mut combined).unwrap();
+            offset += 0.5 * r.residual_offset;
+        }
+        let combined = RowVector::from_dense(combined);
+        for w in &mut w {
+            w.commit(0.5, &combined, offset).unwrap();
+        }
+        assert_eq!(dense(&w[0]), dense(&w[1]), "residuals stay equal");
+    }
 }
 
 #[test]
@@ -130,7 +215,7 @@ fn a_lone_worker_stops_at_the_target_after_the_same_update_as_the_baseline() {
         let mut order = full(x.n_columns());
         order.target = Some(target);
         let r = worker.sweep(&order).unwrap();
-        worker.commit(1.0, &RowVector::zero()).unwrap();
+        worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
         updates += r.updates;
         if r.reached_target {
             break;
@@ -205,7 +290,7 @@ fn two_workers_keep_equal_exact_residuals_and_never_raise_the_objective() {
         }
         let combined = RowVector::from_dense(combined);
         for p in 0..2 {
-            w[p].commit(weights[p], &combined).unwrap();
+            w[p].commit(weights[p], &combined, 0.0).unwrap();
         }
         assert_eq!(w[0].residual(), w[1].residual(), "residuals stay equal");
         let b = all(&w);
@@ -279,5 +364,5 @@ fn sweeps_refuse_columns_out_of_range_and_a_second_sweep_before_the_commit() {
     assert!(w.sweep(&full(6)).is_err());
     w.sweep(&full(5)).unwrap();
     assert!(w.sweep(&full(5)).is_err());
-    assert!(w.commit(1.5, &RowVector::zero()).is_err());
+    assert!(w.commit(1.5, &RowVector::zero(), 0.0).is_err());
 }

@@ -85,8 +85,10 @@ pub enum GsPartial {
 pub struct GsCommit {
     /// `w_p` by worker.
     pub weights: Vec<f64>,
-    /// `V`.
+    /// `V` (with implicit centring its stored part).
     pub combined: RowVector,
+    /// With implicit centring, `V`'s constant part (`V = combined + combined_offset 1`).
+    pub combined_offset: f64,
 }
 
 impl StradsApp for LassoGsApp {
@@ -170,7 +172,8 @@ impl Push<LassoGsApp> for GsWorker {
                 self.index
             ))
         })?;
-        self.core.commit(weight, &commit.combined)?;
+        self.core
+            .commit(weight, &commit.combined, commit.combined_offset)?;
         self.busy.commit_s += started.elapsed().as_secs_f64();
         Ok(())
     }
@@ -206,6 +209,7 @@ impl StradsJob for LassoGsApp {
             dir: job.checkpoint_dir.clone()?,
             every: job.checkpoint_every,
             resume: job.resume,
+            fail_after: job.fail_after_checkpoints,
         })
     }
 
@@ -239,7 +243,12 @@ impl StradsJob for LassoGsApp {
         let own = x.columns(range.clone());
         drop(x);
         tracing::debug!(worker = index, columns = ?range, "lasso gauss-seidel worker loaded");
-        let core = GsWorkerCore::new(own, y, f64::from(lambda), shape.workers > 1)?;
+        let (lambda, shared) = (f64::from(lambda), shape.workers > 1);
+        let core = if job.fit_intercept {
+            GsWorkerCore::centred(own, y, lambda, shared)?
+        } else {
+            GsWorkerCore::new(own, y, lambda, shared)?
+        };
         Ok(StarHalf(GsWorker::new(core, index)))
     }
 

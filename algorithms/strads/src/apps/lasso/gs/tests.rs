@@ -1,6 +1,6 @@
 use super::*;
-use crate::apps::lasso::SyntheticLasso;
 use crate::apps::lasso::baseline::solve_baseline;
+use crate::apps::lasso::{LassoSolver, SyntheticLasso};
 
 fn job() -> LassoJob {
     LassoJob {
@@ -13,7 +13,7 @@ fn job() -> LassoJob {
         },
         lambda_fraction: 0.1,
         gap_tolerance: Some(1e-8),
-        solver: crate::apps::lasso::LassoSolver::GaussSeidel,
+        solver: LassoSolver::GaussSeidel,
         ..LassoJob::default()
     }
 }
@@ -108,16 +108,125 @@ fn settings_the_solver_cannot_honour_are_refused_naming_the_key() {
         err.contains("schedulers") && err.contains("gauss-seidel"),
         "{err}"
     );
-    let mut centred = job();
-    centred.fit_intercept = true;
-    centred.data = Some("x.libsvm".into());
-    let err = centred.validate().unwrap_err().to_string();
-    assert!(err.contains("fit_intercept"), "{err}");
-    // Logistic regression has no Gauss-Seidel solver.
+    // A scheduling knob with gauss-seidel asked for explicitly.
+    let mut knob = job();
+    knob.block_size = 64;
+    let err = knob.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("block_size") && err.contains("scheduled"),
+        "{err}"
+    );
+    // And a gauss-seidel knob with the scheduled mode.
+    let mut chunk = job();
+    chunk.solver = LassoSolver::Scheduled;
+    chunk.gs_chunk = 100;
+    let err = chunk.validate().unwrap_err().to_string();
+    assert!(err.contains("gs_chunk"), "{err}");
+    // Logistic regression has no Gauss-Seidel solver, nor its knobs.
     let err = <crate::apps::logistic::LogisticApp as StradsJob>::validate_config(&job())
         .unwrap_err()
         .to_string();
     assert!(err.contains("solver"), "{err}");
+    let logistic_chunk = LassoJob {
+        gs_chunk: 10,
+        ..LassoJob::default()
+    };
+    let err = <crate::apps::logistic::LogisticApp as StradsJob>::validate_config(&logistic_chunk)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("gs_chunk"), "{err}");
+}
+
+#[test]
+fn auto_is_gauss_seidel_unless_a_scheduled_setting_is_given() {
+    let auto = LassoJob::default();
+    assert_eq!(auto.solver, LassoSolver::Auto);
+    assert_eq!(auto.resolved_solver(), LassoSolver::GaussSeidel);
+    auto.validate().unwrap();
+    for (key, job) in [
+        (
+            "schedulers",
+            LassoJob {
+                schedulers: 2,
+                ..LassoJob::default()
+            },
+        ),
+        (
+            "block_size",
+            LassoJob {
+                block_size: 8,
+                ..LassoJob::default()
+            },
+        ),
+        (
+            "rho",
+            LassoJob {
+                rho: None,
+                ..LassoJob::default()
+            },
+        ),
+        (
+            "depth",
+            LassoJob {
+                depth: 2,
+                ..LassoJob::default()
+            },
+        ),
+    ] {
+        assert_eq!(job.resolved_solver(), LassoSolver::Scheduled, "{key}");
+        assert_eq!(job.scheduled_only_settings()[0].0, key);
+        job.validate().unwrap();
+    }
+    // A gauss-seidel knob beside a scheduled one under auto: refused, saying why.
+    let both = LassoJob {
+        block_size: 8,
+        gs_chunk: 10,
+        ..LassoJob::default()
+    };
+    let err = both.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("gs_chunk") && err.contains("block_size"),
+        "{err}"
+    );
+}
+
+#[test]
+fn fit_intercept_reaches_the_centred_baselines_objective_with_any_worker_count() {
+    // A dense synthetic design (the sparse one cannot be centred) with a shifted mean.
+    let job = LassoJob {
+        synthetic: SyntheticLasso {
+            n_samples: 120,
+            n_features: 600,
+            ..SyntheticLasso::default()
+        },
+        fit_intercept: true,
+        lambda_fraction: 0.1,
+        gap_tolerance: Some(1e-9),
+        solver: LassoSolver::GaussSeidel,
+        ..LassoJob::default()
+    };
+    let (f_base, base_updates) = baseline(&job);
+    for workers in [1, 2, 3] {
+        let out = run_without_actors(&job, workers).unwrap();
+        let m = &out.metrics;
+        assert!(
+            relative(m.final_objective, f_base) <= 1e-6,
+            "{workers} workers: {} vs {f_base}",
+            m.final_objective
+        );
+        assert!(m.relative_gap() <= 1e-9, "{workers}: {}", m.relative_gap());
+        if workers == 1 {
+            assert_eq!(m.updates, base_updates, "one worker: the baseline's sweeps");
+        }
+        for pair in m.objective.windows(2) {
+            assert!(
+                pair[1].objective <= pair[0].objective * (1.0 + 1e-9),
+                "{workers} workers: objective rose {} -> {}",
+                pair[0].objective,
+                pair[1].objective
+            );
+        }
+    }
 }
 
 #[test]
