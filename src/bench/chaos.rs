@@ -118,19 +118,13 @@ impl ChaosApp {
     /// still write several checkpoints).
     fn job_flags(self, args: &ChaosBenchArgs) -> Vec<String> {
         let flags: Vec<String> = match self {
+            // The default solver (Gauss-Seidel): no scheduled-mode knob, or `auto` would
+            // pick the scheduled mode.
             ChaosApp::Lasso => vec![
                 "--max-rounds".into(),
                 args.max_rounds.to_string(),
-                "--block-size".into(),
-                "8".into(),
-                "--candidate-pool".into(),
-                "32".into(),
-                "--eval-every".into(),
-                "500".into(),
                 "--gap-tolerance".into(),
                 "0".into(),
-                "--seed".into(),
-                "3".into(),
                 "--checkpoint-every".into(),
                 "150".into(),
                 "--synthetic-samples".into(),
