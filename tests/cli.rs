@@ -291,6 +291,36 @@ fn paused_follower_scheduler_stops_the_lasso_naming_it() {
     chaos(c, Fault::Pause);
 }
 
+/// The scheduled-mode knobs of the small Lasso jobs below (2,000 rounds of 8 coordinates,
+/// run to the round limit).
+const SMALL_SCHEDULED_LASSO: &str = "block_size = 8\ncandidate_pool = 32\nmax_rounds = 2000\neval_every = 400\ngap_tolerance = 0.0\nseed = 3\n";
+
+/// Writes `<dir>/<name>.toml`: a Lasso job (a scheduler and `workers`) on a 150 x 300
+/// synthetic design with `app_lines` in `[app.lasso]`, writing into `<dir>/<name>`.
+fn small_lasso_job(
+    dir: &Path,
+    name: &str,
+    cluster: &str,
+    workers: &[&str],
+    app_lines: &str,
+) -> std::path::PathBuf {
+    let mut text = format!(
+        "[cluster]\nname = \"{cluster}\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 3000\n[[nodes]]\nname = \"scheduler\"\nroles = [\"strads-lasso-scheduler\"]\n"
+    );
+    for w in workers {
+        text.push_str(&format!(
+            "[[nodes]]\nname = \"{w}\"\nroles = [\"strads-lasso-worker\"]\n"
+        ));
+    }
+    text.push_str(&format!(
+        "[app.lasso]\n{app_lines}out_dir = \"{}\"\n[app.lasso.synthetic]\nn_samples = 150\nn_features = 300\nn_nonzero = 6\nseed = 7\n",
+        dir.join(name).display()
+    ));
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 fn free_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -333,26 +363,8 @@ fn wait_with_deadline(mut child: std::process::Child, limit: Duration) -> std::p
 fn killed_lasso_node_then_resume_gives_the_uninterrupted_model() {
     let dir = tempfile::tempdir().unwrap();
     let config = |name: &str, extra: &str| {
-        let mut text =
-            "[cluster]\nname = \"ckpt\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 3000\n"
-                .to_string();
-        for (node, role) in [
-            ("scheduler", "strads-lasso-scheduler"),
-            ("w0", "strads-lasso-worker"),
-            ("w1", "strads-lasso-worker"),
-            ("w2", "strads-lasso-worker"),
-        ] {
-            text.push_str(&format!(
-                "[[nodes]]\nname = \"{node}\"\nroles = [\"{role}\"]\n"
-            ));
-        }
-        text.push_str(&format!(
-            "[app.lasso]\nmode = \"dynamic\"\nblock_size = 8\ncandidate_pool = 32\nmax_rounds = 2000\neval_every = 400\ngap_tolerance = 0.0\nseed = 3\nout_dir = \"{}\"\n{extra}\n[app.lasso.synthetic]\nn_samples = 150\nn_features = 300\nn_nonzero = 6\nseed = 7\n",
-            dir.path().join(name).display()
-        ));
-        let path = dir.path().join(format!("{name}.toml"));
-        std::fs::write(&path, text).unwrap();
-        path
+        let lines = format!("mode = \"dynamic\"\n{SMALL_SCHEDULED_LASSO}{extra}");
+        small_lasso_job(dir.path(), name, "ckpt", &["w0", "w1", "w2"], &lines)
     };
     let launch = |cfg: &Path, name: &str| {
         drain(
@@ -1592,23 +1604,8 @@ fn petrel_run_resumes_a_ps_cluster_whose_worker_was_killed() {
 fn petrel_run_checkpoints_by_default_and_a_killed_node_rolls_back_to_the_newest() {
     let dir = tempfile::tempdir().unwrap();
     let config = |name: &str| {
-        let mut text = "[cluster]\nname = \"ckpt-default\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 3000\n".to_string();
-        for (node, role) in [
-            ("scheduler", "strads-lasso-scheduler"),
-            ("w0", "strads-lasso-worker"),
-            ("w1", "strads-lasso-worker"),
-        ] {
-            text.push_str(&format!(
-                "[[nodes]]\nname = \"{node}\"\nroles = [\"{role}\"]\n"
-            ));
-        }
-        text.push_str(&format!(
-            "[app.lasso]\nblock_size = 8\ncandidate_pool = 32\nmax_rounds = 2000\neval_every = 400\ngap_tolerance = 0.0\nseed = 3\ncheckpoint_every = 150\nout_dir = \"{}\"\n[app.lasso.synthetic]\nn_samples = 150\nn_features = 300\nn_nonzero = 6\nseed = 7\n",
-            dir.path().join(name).display()
-        ));
-        let path = dir.path().join(format!("{name}.toml"));
-        std::fs::write(&path, text).unwrap();
-        path
+        let lines = format!("{SMALL_SCHEDULED_LASSO}checkpoint_every = 150\n");
+        small_lasso_job(dir.path(), name, "ckpt-default", &["w0", "w1"], &lines)
     };
     let run = |name: &str, extra: &[&str]| {
         let mut cmd = Command::new(PETREL);
