@@ -1,12 +1,12 @@
 //! Data-parallel LDA on the parameter server ([`PsLda`]; the YahooLDA / Bösen design), the
 //! comparison the STRADS paper made against its word-rotation LDA.
 //!
-//! One file per app on purpose (about 840 lines; tests in `lda/tests.rs`): settings,
+//! One file per app on purpose (about 930 lines; tests in `lda/tests.rs`): settings,
 //! metrics, worker and monitor state and the [`PsApp`] impl share private
 //! types; the sampler is `core::lda`.
 //!
-//! This file is about 620 lines before its tests: the config documents every flag and
-//! setting, and the worker's sweep and the monitor's log-likelihood curve belong together.
+//! Much of it is the config, which documents every flag and setting; the worker's sweep
+//! and the monitor's log-likelihood curve belong together.
 //!
 //! One sparse PS table `word_topic` ([`WORD_TOPIC`]): row `w < V` = the topic counts of word
 //! `w`, row `V` = the topic totals, spread over the shards by the PS's row placement, under
