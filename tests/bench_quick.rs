@@ -108,6 +108,45 @@ fn managed_quick_compares_the_three_variants_on_shaped_links() {
 }
 
 #[test]
+fn managed_quick_on_lda_compares_the_three_variants() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().display().to_string();
+    let json = dir.path().join("m.json").display().to_string();
+    let a = Managed::parse_from([
+        "bench",
+        "--app",
+        "lda",
+        "--quick",
+        "--workers",
+        "2",
+        "--shards",
+        "1",
+        "--plot-dir",
+        &plots,
+        "--json-out",
+        &json,
+    ])
+    .args;
+    let f = managed::measure(&a).unwrap();
+    assert_eq!(
+        (f.app.as_str(), f.metric.as_str()),
+        ("lda", "loglik_per_token")
+    );
+    let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
+    assert_eq!(names, ["clock", "fifo", "relative-magnitude"]);
+    assert!(!f.server_push);
+    // The target is 90 % of the clock run's gain: that run reaches it.
+    assert!(f.runs[0].reached_target, "{:?}", f.runs[0]);
+    for r in &f.runs {
+        assert!(r.sent_bytes > 0 && r.received_bytes > 0, "{r:?}");
+        assert_eq!(r.curve.len(), 7, "the initial point and one per pass");
+        assert_eq!(r.reached_target, r.bytes_to_target.is_some());
+        assert_eq!(r.managed_rows > 0, r.variant != "clock", "{r:?}");
+    }
+    assert!(f.plots.iter().all(|p| std::path::Path::new(p).exists()));
+}
+
+#[test]
 fn adarevision_quick_runs_each_rule_of_the_grid() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("a.json").display().to_string();

@@ -1,4 +1,5 @@
-//! `petrel bench managed`: Bösen's managed communication in use, on MF over shaped links.
+//! `petrel bench managed`: Bösen's managed communication in use, on MF (default) or LDA
+//! (`--app lda`) over shaped links.
 //!
 //! Three variants at the same bandwidth budget, each on its own in-process cluster whose
 //! every node's egress is shaped to `mbit` (QUIC, token bucket under QUIC):
@@ -12,11 +13,21 @@
 //! time and iterations to the target RMSE, the bytes the workers' nodes sent, and the RMSE
 //! against time and against bytes (bytes at a point = the run's bytes per clock times the
 //! clock of that point), with one SVG plot of each.
+//!
+//! `--app lda` runs ps-lda the same way (no server push: that is ps-mf's only): its sweep
+//! takes real sampling time, so a clock's documents are cut into `compute_slices` slices and
+//! a tick's budget is the link share times the slice's measured sampling time. Convergence
+//! is the log-likelihood per token against time; the target (`--target-loglik`, else 90 %
+//! of the way from the clock run's initial to its final log-likelihood) is reached at the
+//! first pass at or above it.
 
 use crate::report::{Table, fmt, print_json, save_json};
 use petrel_actors::{Settings, Transport};
+use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;
-use petrel_ps::{ConsistencyModel, PsError, PsMf, PsMfConfig, PsMfResult};
+use petrel_ps::{
+    ConsistencyModel, PsError, PsLda, PsLdaConfig, PsLdaMetrics, PsMf, PsMfConfig, PsMfResult,
+};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -55,9 +66,30 @@ pub enum ManagedBenchError {
     Json(#[from] serde_json::Error),
 }
 
+/// The app the bench runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ManagedApp {
+    /// Matrix factorization (target: held-out RMSE).
+    Mf,
+    /// Data-parallel LDA (target: log-likelihood per token).
+    Lda,
+}
+
+fn default_app() -> String {
+    "mf".into()
+}
+
+fn default_metric() -> String {
+    "rmse".into()
+}
+
 /// `petrel bench managed`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ManagedBenchArgs {
+    /// The app: ps-mf or ps-lda.
+    #[arg(long, value_enum, default_value_t = ManagedApp::Mf)]
+    pub app: ManagedApp,
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
     #[arg(long, default_value_t = 2)]
@@ -88,6 +120,16 @@ pub struct ManagedBenchArgs {
     pub compute_slices: u32,
     #[arg(long, default_value_t = 0.4)]
     pub target_rmse: f64,
+    /// LDA: the target log-likelihood per token (unset: 90 % of the way from the clock
+    /// run's initial to its final value).
+    #[arg(long, allow_hyphen_values = true)]
+    pub target_loglik: Option<f64>,
+    /// LDA: passes over the corpus.
+    #[arg(long, default_value_t = 30)]
+    pub iterations: usize,
+    /// LDA: documents of the synthetic corpus (100 tokens each, 5000 words, 20 topics).
+    #[arg(long, default_value_t = 2000)]
+    pub docs: usize,
     /// Per-run time limit (s).
     #[arg(long, default_value_t = 40.0)]
     pub max_seconds: f64,
@@ -100,12 +142,14 @@ pub struct ManagedBenchArgs {
     /// Time between two server-push ticks of a shard (ms).
     #[arg(long, default_value_t = 10)]
     pub server_push_tick_ms: u64,
-    /// Directory of the plots (`managed-time.svg`, `managed-bytes.svg`).
+    /// Directory of the plots (`managed-time.svg`, `managed-bytes.svg`; `managed-lda-*` for
+    /// LDA).
     #[arg(long, default_value = "target/bench")]
     pub plot_dir: PathBuf,
-    /// Where the JSON figures are also written.
-    #[arg(long, default_value = "target/bench/managed.json")]
-    pub json_out: PathBuf,
+    /// Where the JSON figures are also written (default `target/bench/managed.json`, or
+    /// `managed-lda.json` for LDA).
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
 }
 
 /// One variant's figures.
@@ -117,7 +161,8 @@ pub struct ManagedRun {
     pub reached_target: bool,
     /// Seconds to the target.
     pub time_to_target_s: Option<f64>,
-    /// Min clock at the target (or at the end).
+    /// MF: min clock at the target (or at the end); LDA: the pass at the target (or the
+    /// passes run).
     pub iterations: u64,
     /// Bytes all workers' nodes sent in the run.
     pub sent_bytes: u64,
@@ -132,19 +177,30 @@ pub struct ManagedRun {
     pub both_ways_per_clock: f64,
     /// Estimated bytes on the links until the target (`both_ways_per_clock * iterations`).
     pub bytes_to_target: Option<f64>,
-    /// Final held-out RMSE.
-    pub final_rmse: f64,
+    /// Final held-out RMSE (MF) or log-likelihood per token (LDA).
+    #[serde(alias = "final_rmse")]
+    pub final_value: f64,
+    /// LDA: rows the workers sent before a clock boundary (0 for MF, whose result has no
+    /// such count).
+    #[serde(default)]
+    pub managed_rows: u64,
     /// Mean observed staleness.
     pub mean_staleness: f64,
     /// Seconds of the run.
     pub wall_s: f64,
-    /// `(seconds, clock, rmse)` points.
+    /// `(seconds, clock, value)` points (value: RMSE or log-likelihood per token).
     pub curve: Vec<(f64, u64, f64)>,
 }
 
 /// The JSON line.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ManagedFigures {
+    /// `mf` or `lda`.
+    #[serde(default = "default_app")]
+    pub app: String,
+    /// `rmse` (lower is better) or `loglik_per_token` (higher is better).
+    #[serde(default = "default_metric")]
+    pub metric: String,
     /// Link rate (Mbit/s).
     pub mbit: f64,
     /// Managed budget as a fraction of the link rate.
@@ -154,8 +210,9 @@ pub struct ManagedFigures {
     pub consistency: ConsistencyModel,
     /// Its bound.
     pub staleness: u32,
-    /// The target RMSE.
-    pub target_rmse: f64,
+    /// The target RMSE (MF) or log-likelihood per token (LDA).
+    #[serde(alias = "target_rmse")]
+    pub target: f64,
     /// Quick mode.
     pub quick: bool,
     /// Whether the managed variants also push server to client.
@@ -169,6 +226,90 @@ pub struct ManagedFigures {
     pub fifo_over_relative_magnitude: Option<f64>,
     /// The plots.
     pub plots: Vec<String>,
+}
+
+fn lda_config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsLdaConfig {
+    let (n_docs, vocab_size, doc_length, iterations) = if args.quick {
+        (200, 500, 40, 6)
+    } else {
+        (args.docs, 5000, 100, args.iterations)
+    };
+    PsLdaConfig {
+        synthetic: LdaCorpusParams {
+            n_docs,
+            vocab_size,
+            doc_length,
+            ..LdaCorpusParams::default()
+        },
+        n_topics: 20,
+        iterations,
+        consistency: args.consistency,
+        staleness: args.staleness,
+        managed,
+        compute_slices: args.compute_slices,
+        managed_bytes_per_s: (args.mbit * 1e6 / 8.0 * args.budget_fraction.max(0.0)) as u64,
+        ..PsLdaConfig::default()
+    }
+}
+
+/// An LDA run's figures; the target is filled in by [`lda_targets`].
+fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
+    let sent: u64 = m.per_worker_sent_bytes.iter().sum();
+    let received: u64 = m.per_worker_received_bytes.iter().sum();
+    let clocks = m.worker_clocks.iter().sum::<u64>() as f64 / m.worker_clocks.len().max(1) as f64;
+    let per_clock = |bytes: u64| {
+        if clocks > 0.0 {
+            bytes as f64 / clocks
+        } else {
+            0.0
+        }
+    };
+    let cpi = u64::from(m.clocks_per_iteration.max(1));
+    ManagedRun {
+        variant: name.to_string(),
+        reached_target: false,
+        time_to_target_s: None,
+        iterations: m.lda.iterations as u64,
+        sent_bytes: sent,
+        received_bytes: received,
+        bytes_per_clock: per_clock(sent),
+        both_ways_per_clock: per_clock(sent + received),
+        bytes_to_target: None,
+        final_value: m.lda.final_loglik_per_token,
+        managed_rows: m.managed_rows_sent,
+        mean_staleness: m.read_staleness.mean,
+        wall_s: m.lda.elapsed_s,
+        // Clock 0 holds the initial counts; pass `i` ends at clock `1 + i * cpi`.
+        curve: m
+            .lda
+            .loglik
+            .iter()
+            .map(|p| {
+                let clock = 1 + p.iteration as u64 * cpi;
+                (p.elapsed_s, clock, p.loglik_per_token)
+            })
+            .collect(),
+    }
+}
+
+/// The LDA target (given, or 90 % of the clock run's gain) and each run's first pass at
+/// or above it.
+fn lda_targets(args: &ManagedBenchArgs, runs: &mut [ManagedRun]) -> f64 {
+    let target = args.target_loglik.unwrap_or_else(|| {
+        let clock = runs.iter().find(|r| r.variant == "clock");
+        let first = clock.and_then(|r| r.curve.first()).map_or(0.0, |p| p.2);
+        let last = clock.map_or(0.0, |r| r.final_value);
+        first + 0.9 * (last - first)
+    });
+    for r in runs.iter_mut() {
+        if let Some(p) = r.curve.iter().find(|p| p.2 >= target) {
+            r.reached_target = true;
+            r.time_to_target_s = Some(p.0);
+            r.iterations = (r.curve.iter().position(|q| q == p).unwrap_or(0)) as u64;
+            r.bytes_to_target = Some(r.both_ways_per_clock * p.1 as f64);
+        }
+    }
+    target
 }
 
 fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
@@ -240,7 +381,8 @@ fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
         bytes_per_clock: per_clock,
         both_ways_per_clock: both_ways,
         bytes_to_target: r.reached_target.then_some(both_ways * r.iterations as f64),
-        final_rmse: r.final_rmse,
+        final_value: r.final_rmse,
+        managed_rows: 0,
         mean_staleness: r.staleness.mean,
         wall_s: r.wall_s,
         curve: r
@@ -254,16 +396,22 @@ fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
 /// Runs the three variants and returns the figures (the table is printed).
 pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchError> {
     let mbit = args.mbit;
+    let lda = args.app == ManagedApp::Lda;
+    let compute = if lda {
+        "sampling (real time)".to_string()
+    } else {
+        format!("{} ms/clock", args.clock_ms)
+    };
     eprintln!(
-        "mf on the ps, {} workers, {} shards, links {mbit} Mbit/s egress, {} s={}, {} ms/clock \
+        "{} on the ps, {} workers, {} shards, links {mbit} Mbit/s egress, {} s={}, {compute} \
          in {} slices, managed variants {} within {} of the link",
+        if lda { "lda" } else { "mf" },
         args.workers,
         args.shards,
         args.consistency,
         args.staleness,
-        args.clock_ms,
         args.compute_slices,
-        if args.no_server_push {
+        if lda || args.no_server_push {
             "worker to server only".to_string()
         } else {
             format!(
@@ -285,19 +433,29 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
             s.cluster.failure_timeout_ms = 10_000;
             s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(mbit));
         };
-        let r = petrel_ps::run_local_with::<PsMf>(
-            config(args, policy),
-            args.shards,
-            args.workers,
-            Transport::Quic,
-            tweak,
-        )
-        .map_err(|source| ManagedBenchError::Run {
+        let err = |source| ManagedBenchError::Run {
             variant: name.into(),
             source,
-        })?;
-        runs.push(summarise(name, &r.metrics));
+        };
+        let (shards, workers) = (args.shards, args.workers);
+        if lda {
+            let cfg = lda_config(args, policy);
+            let r =
+                petrel_ps::run_local_with::<PsLda>(cfg, shards, workers, Transport::Quic, tweak)
+                    .map_err(err)?;
+            runs.push(summarise_lda(name, &r.metrics));
+        } else {
+            let cfg = config(args, policy);
+            let r = petrel_ps::run_local_with::<PsMf>(cfg, shards, workers, Transport::Quic, tweak)
+                .map_err(err)?;
+            runs.push(summarise(name, &r.metrics));
+        }
     }
+    let target = if lda {
+        lda_targets(args, &mut runs)
+    } else {
+        args.target_rmse
+    };
     let t = |v: &str| {
         runs.iter()
             .find(|r| r.variant == v)
@@ -307,18 +465,21 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     };
-    let time_plot = args.plot_dir.join("managed-time.svg");
-    let bytes_plot = args.plot_dir.join("managed-bytes.svg");
-    plot(&time_plot, &runs, args.target_rmse, false)?;
-    plot(&bytes_plot, &runs, args.target_rmse, true)?;
+    let stem = if lda { "managed-lda" } else { "managed" };
+    let time_plot = args.plot_dir.join(format!("{stem}-time.svg"));
+    let bytes_plot = args.plot_dir.join(format!("{stem}-bytes.svg"));
+    plot(&time_plot, &runs, target, false, args.app)?;
+    plot(&bytes_plot, &runs, target, true, args.app)?;
     let figures = ManagedFigures {
+        app: if lda { "lda" } else { "mf" }.into(),
+        metric: if lda { "loglik_per_token" } else { "rmse" }.into(),
         mbit,
         budget_fraction: args.budget_fraction,
         consistency: args.consistency,
         staleness: args.staleness,
-        target_rmse: args.target_rmse,
+        target,
         quick: args.quick,
-        server_push: !args.no_server_push,
+        server_push: !lda && !args.no_server_push,
         clock_over_relative_magnitude: ratio(t("clock"), t("relative-magnitude")),
         fifo_over_relative_magnitude: ratio(t("fifo"), t("relative-magnitude")),
         runs,
@@ -336,8 +497,9 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
         "MB received",
         "kB/clock both ways",
         "MB to target",
-        "final rmse",
+        if lda { "final ll/token" } else { "final rmse" },
         "mean staleness",
+        "early rows",
     ]);
     for r in &figures.runs {
         table.row(vec![
@@ -349,8 +511,13 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
             fmt(r.received_bytes as f64 / 1e6),
             fmt(r.both_ways_per_clock / 1e3),
             r.bytes_to_target.map_or("-".into(), |b| fmt(b / 1e6)),
-            fmt(r.final_rmse),
+            fmt(r.final_value),
             fmt(r.mean_staleness),
+            if lda {
+                r.managed_rows.to_string()
+            } else {
+                "-".into()
+            },
         ]);
     }
     table.print();
@@ -367,8 +534,14 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
 /// Runs the benchmark: table, plots and one JSON line (also written to `--json-out`).
 pub fn run(args: ManagedBenchArgs) -> Result<(), ManagedBenchError> {
     let figures = measure(&args)?;
-    save_json(&args.json_out, &figures).map_err(|source| ManagedBenchError::Io {
-        path: args.json_out.clone(),
+    let json_out = args.json_out.clone().unwrap_or_else(|| {
+        PathBuf::from(match args.app {
+            ManagedApp::Mf => "target/bench/managed.json",
+            ManagedApp::Lda => "target/bench/managed-lda.json",
+        })
+    });
+    save_json(&json_out, &figures).map_err(|source| ManagedBenchError::Io {
+        path: json_out,
         source,
     })?;
     Ok(print_json(&figures)?)
@@ -379,6 +552,7 @@ fn plot(
     runs: &[ManagedRun],
     target: f64,
     by_bytes: bool,
+    app: ManagedApp,
 ) -> Result<(), ManagedBenchError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|source| ManagedBenchError::Io {
@@ -401,22 +575,33 @@ fn plot(
         .iter()
         .flat_map(|r| r.curve.iter().map(move |p| x_of(r, p)))
         .fold(1e-3f64, f64::max);
-    let max_y = runs
-        .iter()
-        .flat_map(|r| r.curve.iter().map(|p| p.2))
-        .fold(target, f64::max)
-        * 1.05;
+    let values = || runs.iter().flat_map(|r| r.curve.iter().map(|p| p.2));
+    let (min_y, max_y) = match app {
+        ManagedApp::Mf => (0.0, values().fold(target, f64::max) * 1.05),
+        ManagedApp::Lda => {
+            let (lo, hi) = (
+                values().fold(target, f64::min),
+                values().fold(target, f64::max),
+            );
+            let pad = (hi - lo).max(1e-3) * 0.05;
+            (lo - pad, hi + pad)
+        }
+    };
+    let (app_name, y_desc) = match app {
+        ManagedApp::Mf => ("MF", "test RMSE"),
+        ManagedApp::Lda => ("LDA", "log-likelihood per token"),
+    };
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "MF on the PS over shaped links: managed communication",
+            format!("{app_name} on the PS over shaped links: managed communication"),
             ("sans-serif", 22),
         )
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(55)
-        .build_cartesian_2d(0.0..max_x, 0.0..max_y)
+        .build_cartesian_2d(0.0..max_x, min_y..max_y)
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
@@ -425,7 +610,7 @@ fn plot(
         } else {
             "seconds"
         })
-        .y_desc("test RMSE")
+        .y_desc(y_desc)
         .draw()
         .map_err(|x| e(&x))?;
     let colors = [BLACK, BLUE, RED, GREEN];

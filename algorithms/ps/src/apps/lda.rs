@@ -1,12 +1,12 @@
 //! Data-parallel LDA on the parameter server ([`PsLda`]; the YahooLDA / Bösen design), the
 //! comparison the STRADS paper made against its word-rotation LDA.
 //!
-//! One file per app on purpose (about 840 lines; tests in `lda/tests.rs`): settings,
+//! One file per app on purpose (about 930 lines; tests in `lda/tests.rs`): settings,
 //! metrics, worker and monitor state and the [`PsApp`] impl share private
 //! types; the sampler is `core::lda`.
 //!
-//! This file is about 620 lines before its tests: the config documents every flag and
-//! setting, and the worker's sweep and the monitor's log-likelihood curve belong together.
+//! Much of it is the config, which documents every flag and setting; the worker's sweep
+//! and the monitor's log-likelihood curve belong together.
 //!
 //! One sparse PS table `word_topic` ([`WORD_TOPIC`]): row `w < V` = the topic counts of word
 //! `w`, row `V` = the topic totals, spread over the shards by the PS's row placement, under
@@ -23,6 +23,12 @@
 //!    per touched row and calls `clock()`; it yields to the node's event loop every
 //!    `chunk_tokens` tokens. The last clock is a `barrier()`, so the table is final when the
 //!    workers report.
+//!
+//! With `managed` (Bösen's managed communication, as in ps-mf) a clock's documents are cut
+//! into `compute_slices` slices; after each, its deltas go into the oplog and
+//! `managed_tick` sends the first pending rows in the policy's order within
+//! `managed_bytes_per_s` times the slice's sampling time; the rest leaves at `clock()`.
+//! `managed_rows_sent` in the metrics counts the early rows.
 //!
 //! The monitor collects per-iteration reports (the document half of the log-likelihood,
 //! tokens, sampling time). Once every worker finished iteration `i` and every shard's min
@@ -44,6 +50,7 @@ use crate::core::error::PsCoreError;
 use crate::core::lda::{
     FinalTable, PsLdaWorker, WORD_TOPIC, check_corpus, snapshot_word_log_likelihood,
 };
+use crate::core::managed::{BandwidthManager, ManagedSettings, SendPolicy, slice_ranges};
 use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
@@ -110,6 +117,19 @@ pub struct PsLdaConfig {
     /// Tokens sampled between yields to the node's event loop.
     #[arg(long, default_value_t = 20_000)]
     pub chunk_tokens: usize,
+    /// Managed communication (Bösen): while a clock samples, send the pending count deltas
+    /// early in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`.
+    /// Unset: updates leave only at the clock boundary.
+    #[arg(long, value_enum)]
+    pub managed: Option<SendPolicy>,
+    /// Slices a clock's document sweep is cut into under `managed` (a slice's deltas become
+    /// pending when it ends; managed communication gets one tick per slice).
+    #[arg(long, default_value_t = 4)]
+    pub compute_slices: u32,
+    /// Bandwidth budget of managed communication, bytes per second per worker: a tick may
+    /// send what the budget allows in the slice's measured sampling time.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub managed_bytes_per_s: u64,
     /// Output directory: topics.txt, topic_word.tsv, metrics.json (required by `petrel
     /// train`; settings without it write no files).
     #[arg(long)]
@@ -145,6 +165,9 @@ impl Default for PsLdaConfig {
             staleness: 1,
             clocks_per_iteration: 1,
             chunk_tokens: 20_000,
+            managed: None,
+            compute_slices: 4,
+            managed_bytes_per_s: 1_000_000,
             out: None,
             checkpoint_dir: None,
             checkpoint_every: 5,
@@ -167,12 +190,22 @@ impl PsLdaConfig {
         c.at_least("top_words", self.top_words, 1);
         c.at_least("clocks_per_iteration", self.clocks_per_iteration, 1);
         c.at_least("chunk_tokens", self.chunk_tokens, 1);
+        self.managed_settings().check(&mut c);
         c.finish()
     }
 
     /// The word-topic table's consistency.
     pub fn consistency(&self) -> Consistency {
         Consistency::new(self.consistency, self.staleness)
+    }
+
+    /// `managed`, `managed_bytes_per_s` and `compute_slices`.
+    pub fn managed_settings(&self) -> ManagedSettings {
+        ManagedSettings {
+            policy: self.managed,
+            bytes_per_s: self.managed_bytes_per_s,
+            compute_slices: self.compute_slices,
+        }
     }
 
     /// The one sparse table `word_topic`.
@@ -271,6 +304,15 @@ pub struct PsLdaDone {
     pub clamped: u64,
     /// Rows it fetched from the shards.
     pub rows_fetched: u64,
+    /// Rows it sent before a clock boundary (managed communication).
+    #[serde(default)]
+    pub managed_rows: u64,
+    /// Bytes its node sent.
+    #[serde(default)]
+    pub sent_bytes: u64,
+    /// Bytes its node received.
+    #[serde(default)]
+    pub received_bytes: u64,
 }
 
 /// Worker -> monitor.
@@ -309,6 +351,18 @@ pub struct PsLdaMetrics {
     pub rows_fetched: u64,
     /// View entries clamped (negative or non-integer counts in a read row).
     pub clamped_entries: u64,
+    /// The managed-communication order (`None`: updates only at clock boundaries).
+    #[serde(default)]
+    pub managed: Option<SendPolicy>,
+    /// Rows the workers sent before a clock boundary (managed communication).
+    #[serde(default)]
+    pub managed_rows_sent: u64,
+    /// Bytes each worker's node sent.
+    #[serde(default)]
+    pub per_worker_sent_bytes: Vec<u64>,
+    /// Bytes each worker's node received.
+    #[serde(default)]
+    pub per_worker_received_bytes: Vec<u64>,
 }
 
 /// What an in-process run returns: the metrics and the checked final table.
@@ -348,6 +402,10 @@ pub struct PsLdaWorkerState {
     clamped: u64,
     wait_s: f64,
     sweep_s: f64,
+    /// Managed communication's manager (`managed` set).
+    manager: Option<BandwidthManager>,
+    /// Rows sent before a clock boundary.
+    managed_rows: u64,
     /// Every pass report sent so far (a resumed worker sends them again: the monitor's
     /// checkpoint may predate some; it ignores repeats).
     sent: Vec<PsLdaIteration>,
@@ -367,6 +425,8 @@ struct PsLdaWorkerSaved {
     wait_s: f64,
     sweep_s: f64,
     sent: Vec<PsLdaIteration>,
+    #[serde(default)]
+    managed_rows: u64,
 }
 
 /// The ps-lda monitor: reports per pass not yet complete, the final reports, the curve.
@@ -460,6 +520,7 @@ impl PsApp for PsLda {
             wait_s: st.wait_s,
             sweep_s: st.sweep_s,
             sent: st.sent.clone(),
+            managed_rows: st.managed_rows,
         };
         rmp_serde::to_vec(&saved).map_err(|e| PsCoreError::Encode(e.to_string()).into())
     }
@@ -488,6 +549,7 @@ impl PsApp for PsLda {
         st.clamped = saved.clamped;
         st.wait_s = saved.wait_s;
         st.sweep_s = saved.sweep_s;
+        st.managed_rows = saved.managed_rows;
         for report in &saved.sent {
             ctx.report(PsLdaReport::Iteration(report.clone()))?;
         }
@@ -544,6 +606,12 @@ impl PsApp for PsLda {
             clamped: 0,
             wait_s: 0.0,
             sweep_s: 0.0,
+            // Tick budgets follow the measured slices (`set_tick_seconds`).
+            manager: self
+                .cfg
+                .managed_settings()
+                .manager(0.0, self.cfg.seed + w as u64),
+            managed_rows: 0,
             sent: Vec::new(),
         })
     }
@@ -600,15 +668,28 @@ impl PsApp for PsLda {
         let mut view = st.core.view(&got)?;
         st.clamped += view.clamped;
         let range = st.core.part(st.part, parts);
-        for chunk in st.core.doc_chunks(range, cfg.chunk_tokens) {
-            let t = Instant::now();
-            st.tokens += st.core.sweep(chunk, &mut view);
-            st.sweep_s += t.elapsed().as_secs_f64();
-            // Let the node's actors (replies, heartbeats) run between chunks.
-            tokio::task::yield_now().await;
-        }
-        for (row, delta) in st.core.take_deltas(&mut view) {
-            client.batch_inc(WORD_TOPIC, row, &delta)?;
+        // The clock's documents in slices: each slice's count changes become pending
+        // updates (oplog) when it ends, and managed communication may send some of them at
+        // once, within the budget of the slice's sampling time. Without it: one slice.
+        let slices = cfg.managed_settings().slices();
+        for slice in slice_ranges(range.len(), slices) {
+            let docs = range.start + slice.start..range.start + slice.end;
+            let mut slice_s = 0.0;
+            for chunk in st.core.doc_chunks(docs, cfg.chunk_tokens) {
+                let t = Instant::now();
+                st.tokens += st.core.sweep(chunk, &mut view);
+                slice_s += t.elapsed().as_secs_f64();
+                // Let the node's actors (replies, heartbeats) run between chunks.
+                tokio::task::yield_now().await;
+            }
+            st.sweep_s += slice_s;
+            for (row, delta) in st.core.take_deltas(&mut view) {
+                client.batch_inc(WORD_TOPIC, row, &delta)?;
+            }
+            if let Some(manager) = st.manager.as_mut() {
+                manager.set_tick_seconds(cfg.managed_bytes_per_s, slice_s);
+                st.managed_rows += client.managed_tick(manager)? as u64;
+            }
         }
         st.part += 1;
         if st.part < parts {
@@ -652,6 +733,9 @@ impl PsApp for PsLda {
             staleness: client.table_stats(WORD_TOPIC),
             clamped: st.clamped,
             rows_fetched: client.reads_sent(),
+            managed_rows: st.managed_rows,
+            sent_bytes: ctx.node.net_stats().sent_bytes,
+            received_bytes: ctx.node.net_stats().received_bytes,
         }))
     }
 
@@ -733,8 +817,8 @@ impl PsApp for PsLda {
             k,
         )?;
         let mut stats = StalenessStats::new();
-        let (mut tokens, mut sampling_s, mut doc_ll, mut clamped, mut fetched) =
-            (0u64, 0.0f64, 0.0f64, 0u64, 0u64);
+        let (mut tokens, mut sampling_s, mut doc_ll, mut clamped, mut fetched, mut early) =
+            (0u64, 0.0f64, 0.0f64, 0u64, 0u64, 0u64);
         m.done.sort_by_key(|d| d.worker);
         for d in &m.done {
             tokens += d.tokens;
@@ -742,6 +826,7 @@ impl PsApp for PsLda {
             doc_ll += d.doc_loglik;
             clamped += d.clamped;
             fetched += d.rows_fetched;
+            early += d.managed_rows;
             stats.merge(&d.staleness);
         }
         let final_ll = (table.word_log_likelihood(beta) + doc_ll) / n_tokens.max(1) as f64;
@@ -784,6 +869,10 @@ impl PsApp for PsLda {
             read_staleness: stats.report(),
             rows_fetched: fetched,
             clamped_entries: clamped,
+            managed: cfg.managed,
+            managed_rows_sent: early,
+            per_worker_sent_bytes: m.done.iter().map(|d| d.sent_bytes).collect(),
+            per_worker_received_bytes: m.done.iter().map(|d| d.received_bytes).collect(),
         };
         tracing::info!(
             loglik_per_token = final_ll,

@@ -29,7 +29,7 @@
 // managed-communication slicing and monitor share the same row layout; splitting them would
 // spread one app over files that each need all of it.
 
-use crate::core::managed::{BandwidthManager, SendPolicy};
+use crate::core::managed::{BandwidthManager, ManagedSettings, SendPolicy, slice_ranges};
 use crate::core::rules::{ServerRule, adarevision_delta};
 use crate::core::server_push::ServerPushConfig;
 use crate::core::stats::{ReadStats, StalenessReport, StalenessStats};
@@ -293,6 +293,7 @@ impl PsMfConfig {
         c.at_least("eval_ms", self.eval_ms, 1);
         c.non_negative("clock_ms", self.clock_ms);
         c.at_least("server_push_tick_ms", self.server_push_tick_ms, 1);
+        self.managed_settings().check(&mut c);
         c.require(
             !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
                 || self.checkpoints_possible(),
@@ -318,6 +319,15 @@ impl PsMfConfig {
     /// The items table's consistency.
     pub fn consistency(&self) -> Consistency {
         Consistency::new(self.consistency, self.staleness)
+    }
+
+    /// `managed`, `managed_bytes_per_s` and `compute_slices`.
+    pub fn managed_settings(&self) -> ManagedSettings {
+        ManagedSettings {
+            policy: self.managed,
+            bytes_per_s: self.managed_bytes_per_s,
+            compute_slices: self.compute_slices,
+        }
     }
 
     /// The emulated compute time of every clock of every worker.
@@ -922,12 +932,11 @@ impl PsApp for PsMf {
         Ok(PsMfWorker {
             batches: mine.chunks(chunk).map(<[_]>::to_vec).collect(),
             stragglers: self.cfg.straggler_model(),
-            manager: self.cfg.managed.map(|policy| {
-                // The budget of one tick: the bandwidth times a compute slice.
-                let tick_s = self.cfg.clock_ms / 1000.0 / f64::from(self.cfg.compute_slices.max(1));
-                let budget = (self.cfg.managed_bytes_per_s as f64 * tick_s) as usize;
-                BandwidthManager::new(budget, policy, self.cfg.seed + u64::from(w))
-            }),
+            // The budget of one tick: the bandwidth times an emulated compute slice.
+            manager: self.cfg.managed_settings().manager(
+                self.cfg.clock_ms / 1000.0 / f64::from(self.cfg.compute_slices.max(1)),
+                self.cfg.seed + u64::from(w),
+            ),
             compute_s: 0.0,
             wait_s: 0.0,
             started: Instant::now(),
@@ -1028,14 +1037,10 @@ impl PsApp for PsMf {
         let per_clock = st.stragglers.clock_time(w, c);
         // Without managed communication nothing leaves before the clock: one slice (and the
         // same float sums as ever).
-        let slices = if st.manager.is_some() {
-            cfg.compute_slices.max(1) as usize
-        } else {
-            1
-        };
-        let slice_len = batch.len().div_ceil(slices).max(1);
+        let slices = cfg.managed_settings().slices();
         let per_slice = per_clock / slices as u32;
-        for (k, part) in batch.chunks(slice_len).enumerate() {
+        for (k, range) in slice_ranges(batch.len(), slices).into_iter().enumerate() {
+            let part = &batch[range];
             let (old_u, old_i) = (pu.clone(), qi.clone());
             sgd_pass(
                 part,

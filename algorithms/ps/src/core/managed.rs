@@ -6,13 +6,17 @@
 //! and the rest of the oplog still goes out at `Clock()`. Sending early never weakens the SSP
 //! guarantee (updates only arrive sooner); it makes other workers' reads fresher.
 
+use petrel_ml::job::SettingChecks;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 use crate::core::client::ClientCore;
 use crate::core::types::{RowId, ShardBatch, TableId};
 
-/// Order in which pending rows are considered.
+/// Order in which pending rows are considered (`fifo`, `random`, `relative-magnitude` in
+/// settings, as the flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
 pub enum SendPolicy {
     /// Oldest first (first `Inc` into the oplog).
     Fifo,
@@ -20,6 +24,67 @@ pub enum SendPolicy {
     Random,
     /// Largest `|delta|_1 / (|value|_1 + eps)` first, ties oldest first.
     RelativeMagnitude,
+}
+
+/// The client-side managed-communication settings an app shares (`managed`,
+/// `managed_bytes_per_s`, `compute_slices` in ps-mf's and ps-lda's configs): one place for
+/// their checks, the manager a worker builds from them and how a clock is sliced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ManagedSettings {
+    /// The order of early sends; `None`: updates leave only at the clock boundary.
+    pub policy: Option<SendPolicy>,
+    /// The budget, bytes per second per worker.
+    pub bytes_per_s: u64,
+    /// Slices a clock's compute is cut into (one managed tick after each).
+    pub compute_slices: u32,
+}
+
+impl ManagedSettings {
+    /// Range checks under the apps' keys: `compute_slices >= 1`, and a positive
+    /// `managed_bytes_per_s` when `managed` is set (a zero budget would never send early).
+    pub fn check(&self, c: &mut SettingChecks) {
+        c.at_least("compute_slices", self.compute_slices, 1);
+        if self.policy.is_some() {
+            c.at_least("managed_bytes_per_s", self.bytes_per_s, 1);
+        }
+    }
+
+    /// Slices a clock is cut into: `compute_slices` under managed communication; without it
+    /// one, since nothing may leave before the clock (and the sums stay as ever).
+    pub fn slices(&self) -> usize {
+        if self.policy.is_some() {
+            self.compute_slices.max(1) as usize
+        } else {
+            1
+        }
+    }
+
+    /// The worker's manager (`None` without `managed`), whose ticks are `tick_s` seconds
+    /// long (a worker measuring its slices resets the budget per tick, see
+    /// [`BandwidthManager::set_tick_seconds`]).
+    pub fn manager(&self, tick_s: f64, seed: u64) -> Option<BandwidthManager> {
+        self.policy
+            .map(|policy| BandwidthManager::new(budget_for(self.bytes_per_s, tick_s), policy, seed))
+    }
+}
+
+/// Bytes `bytes_per_s` allows in `seconds` (0 for a negative or non-finite time).
+pub fn budget_for(bytes_per_s: u64, seconds: f64) -> usize {
+    if seconds.is_finite() && seconds > 0.0 {
+        (bytes_per_s as f64 * seconds) as usize
+    } else {
+        0
+    }
+}
+
+/// `0..len` cut into at most `slices` consecutive ranges of `ceil(len / slices)` items (the
+/// last shorter); none for `len = 0`.
+pub fn slice_ranges(len: usize, slices: usize) -> Vec<Range<usize>> {
+    let step = len.div_ceil(slices.max(1)).max(1);
+    (0..len)
+        .step_by(step)
+        .map(|s| s..(s + step).min(len))
+        .collect()
 }
 
 /// A pending oplog row offered for early sending.
@@ -79,6 +144,12 @@ impl BandwidthManager {
             eps: 1e-6,
             rng: seed | 1,
         }
+    }
+
+    /// The next tick's budget from its length: `bytes_per_s` times `seconds` (for workers
+    /// whose slices take real, measured compute time).
+    pub fn set_tick_seconds(&mut self, bytes_per_s: u64, seconds: f64) {
+        self.budget_bytes_per_tick = budget_for(bytes_per_s, seconds);
     }
 
     /// xorshift64*: no `rand` dependency in the library.
@@ -169,6 +240,44 @@ mod tests {
         c.inc(T, RowId(1), 0, 0.5).unwrap();
         c.inc(T, RowId(2), 0, 4.0).unwrap();
         c
+    }
+
+    #[test]
+    fn settings_slices_budget_and_checks() {
+        assert_eq!(slice_ranges(10, 4), vec![0..3, 3..6, 6..9, 9..10]);
+        assert_eq!(slice_ranges(3, 8), vec![0..1, 1..2, 2..3]);
+        assert!(slice_ranges(0, 4).is_empty());
+        assert_eq!(slice_ranges(5, 1), vec![0..5]);
+        let mut s = ManagedSettings {
+            policy: None,
+            bytes_per_s: 1000,
+            compute_slices: 4,
+        };
+        assert_eq!(s.slices(), 1);
+        assert!(s.manager(0.5, 1).is_none());
+        s.policy = Some(SendPolicy::Fifo);
+        assert_eq!(s.slices(), 4);
+        let mut m = s.manager(0.5, 1).unwrap();
+        assert_eq!(m.budget_bytes_per_tick, 500);
+        m.set_tick_seconds(1000, 0.25);
+        assert_eq!(m.budget_bytes_per_tick, 250);
+        m.set_tick_seconds(1000, f64::NAN);
+        assert_eq!(m.budget_bytes_per_tick, 0);
+        let mut c = SettingChecks::new();
+        s.check(&mut c);
+        assert!(c.finish().is_ok());
+        s.bytes_per_s = 0;
+        let mut c = SettingChecks::new();
+        s.check(&mut c);
+        assert_eq!(c.finish().unwrap_err().key, "managed_bytes_per_s");
+        s.policy = None; // an unused budget may be 0
+        let mut c = SettingChecks::new();
+        s.check(&mut c);
+        assert!(c.finish().is_ok());
+        s.compute_slices = 0;
+        let mut c = SettingChecks::new();
+        s.check(&mut c);
+        assert_eq!(c.finish().unwrap_err().key, "compute_slices");
     }
 
     #[test]
