@@ -19,10 +19,14 @@ use crate::core::types::{RowId, ShardBatch, TableId};
 #[serde(rename_all = "kebab-case")]
 pub enum SendPolicy {
     /// Oldest first (first `Inc` into the oplog).
+    // The aliases read settings files written before the kebab-case spelling.
+    #[serde(alias = "Fifo")]
     Fifo,
     /// Uniformly shuffled (seeded, reproducible).
+    #[serde(alias = "Random")]
     Random,
     /// Largest `|delta|_1 / (|value|_1 + eps)` first, ties oldest first.
+    #[serde(alias = "RelativeMagnitude")]
     RelativeMagnitude,
 }
 
@@ -240,6 +244,30 @@ mod tests {
         c.inc(T, RowId(1), 0, 0.5).unwrap();
         c.inc(T, RowId(2), 0, 4.0).unwrap();
         c
+    }
+
+    #[test]
+    fn a_policy_reads_in_both_spellings() {
+        #[derive(serde::Deserialize)]
+        struct S {
+            managed: SendPolicy,
+        }
+        for (text, want) in [
+            (
+                "managed = \"relative-magnitude\"",
+                SendPolicy::RelativeMagnitude,
+            ),
+            (
+                "managed = \"RelativeMagnitude\"",
+                SendPolicy::RelativeMagnitude,
+            ),
+            ("managed = \"fifo\"", SendPolicy::Fifo),
+            ("managed = \"Random\"", SendPolicy::Random),
+        ] {
+            let s: S = toml::from_str(text).unwrap();
+            assert_eq!(s.managed, want, "{text}");
+        }
+        assert!(toml::from_str::<S>("managed = \"magnitude\"").is_err());
     }
 
     #[test]
