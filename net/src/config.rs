@@ -59,6 +59,8 @@ pub struct NetConfig {
     /// accordingly. 65000 fits both IPv4 (65507) and IPv6 loopback (65488). Such
     /// connections send without segmentation offload (one datagram is already as large as
     /// an offloaded batch may be). 0 = loopback peers get `max_udp_payload` like others.
+    /// A node with a `shaper` emulates an Ethernet link instead: datagrams of at most
+    /// [`SHAPED_LINK_PAYLOAD`](crate::datagram::SHAPED_LINK_PAYLOAD) bytes, 10 per send.
     pub loopback_udp_payload: u16,
     /// Path-MTU discovery on (`true`, default) or off (stay at `initial_mtu`).
     pub mtu_discovery: bool,

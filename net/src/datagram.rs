@@ -22,10 +22,35 @@ use std::task::{Context, Poll};
 /// The most bytes one UDP send (or one GRO receive) carries on Linux.
 const MAX_UDP_SEND: usize = 65_535;
 
+/// The largest datagram on a shaped (emulated) link: Ethernet's 1500-byte MTU less the IP
+/// and UDP headers. The shaper charges a whole send at once, so a 64 KB loopback datagram
+/// or batch would hold a 100 Mbit/s link for 5 ms and a high-priority message would wait
+/// behind it (the probe of `bench transport` waited 20 ms instead of 8 behind a backlog).
+pub const SHAPED_LINK_PAYLOAD: u16 = 1472;
+
+/// Datagrams per offloaded send on a shaped link: 10 x 1472 bytes fit the shaper's
+/// default burst ([`crate::shaper::DEFAULT_BURST_BYTES`]).
+const SHAPED_LINK_BATCH: usize = 10;
+
 impl NetConfig {
     /// Whether `peer` gets the loopback datagram size ([`NetConfig::loopback_udp_payload`]).
+    /// Never on a shaped link, which emulates Ethernet whatever the address.
     pub fn is_loopback_peer(&self, peer: SocketAddr) -> bool {
-        self.loopback_udp_payload > 0 && self.mtu_discovery && peer.ip().is_loopback()
+        self.loopback_udp_payload > 0
+            && self.mtu_discovery
+            && self.shaper.is_none()
+            && peer.ip().is_loopback()
+    }
+
+    /// The upper bound of MTU discovery for a connection with these settings:
+    /// `max_udp_payload`, and at most [`SHAPED_LINK_PAYLOAD`] on a shaped link.
+    pub fn udp_payload_bound(&self) -> u16 {
+        let bound = self.max_udp_payload.max(self.initial_mtu);
+        if self.shaper.is_some() {
+            bound.min(SHAPED_LINK_PAYLOAD.max(self.initial_mtu))
+        } else {
+            bound
+        }
     }
 
     /// The settings of a connection with `peer`: a loopback peer gets MTU discovery up to
@@ -44,19 +69,27 @@ impl NetConfig {
 
     /// The largest UDP payload any connection of this node may use.
     pub fn largest_udp_payload(&self) -> u16 {
-        let bound = if self.mtu_discovery {
-            self.max_udp_payload.max(self.loopback_udp_payload)
-        } else {
+        let bound = if !self.mtu_discovery {
             0
+        } else if self.shaper.is_some() {
+            self.udp_payload_bound()
+        } else {
+            self.max_udp_payload.max(self.loopback_udp_payload)
         };
         bound.max(self.initial_mtu).clamp(1200, 65_527)
     }
 
     /// Datagrams per segmentation-offload batch for connections that use it (those not to
-    /// loopback peers): a batch of `max_udp_payload`-byte datagrams must fit one send.
+    /// loopback peers): a batch of the largest datagrams must fit one send, and on a shaped
+    /// link the shaper's default burst.
     pub fn offload_batch(&self) -> usize {
-        let datagram = usize::from(self.max_udp_payload.max(self.initial_mtu).max(1200));
-        (MAX_UDP_SEND / datagram).max(1)
+        let datagram = usize::from(self.udp_payload_bound().max(1200));
+        let batch = (MAX_UDP_SEND / datagram).max(1);
+        if self.shaper.is_some() {
+            batch.min(SHAPED_LINK_BATCH)
+        } else {
+            batch
+        }
     }
 }
 
@@ -223,6 +256,27 @@ mod tests {
             ..NetConfig::default()
         };
         assert_eq!(cfg.largest_udp_payload(), cfg.max_udp_payload);
+    }
+
+    #[test]
+    fn a_shaped_link_keeps_ethernet_datagrams_and_small_batches() {
+        let cfg = NetConfig {
+            shaper: Some(crate::ShaperConfig::egress_mbit(100.0)),
+            ..NetConfig::default()
+        };
+        assert!(!cfg.is_loopback_peer(addr("127.0.0.1:9000")));
+        assert_eq!(cfg.for_peer(addr("127.0.0.1:9000")), cfg);
+        assert_eq!(cfg.udp_payload_bound(), SHAPED_LINK_PAYLOAD);
+        assert_eq!(cfg.largest_udp_payload(), SHAPED_LINK_PAYLOAD);
+        let batch = cfg.offload_batch() * usize::from(SHAPED_LINK_PAYLOAD);
+        assert!(
+            batch as u64 <= crate::shaper::DEFAULT_BURST_BYTES,
+            "{batch}"
+        );
+        // Unshaped, the same settings keep the large bounds.
+        let plain = NetConfig::default();
+        assert_eq!(plain.udp_payload_bound(), plain.max_udp_payload);
+        assert!(plain.largest_udp_payload() >= 65_000);
     }
 
     #[test]

@@ -386,7 +386,7 @@ pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
     t.min_mtu(1200);
     if cfg.mtu_discovery {
         let mut mtu = quinn::MtuDiscoveryConfig::default();
-        mtu.upper_bound(cfg.max_udp_payload.max(cfg.initial_mtu));
+        mtu.upper_bound(cfg.udp_payload_bound());
         t.mtu_discovery_config(Some(mtu));
     } else {
         t.mtu_discovery_config(None);
