@@ -89,8 +89,16 @@ fn total(series: &[Series], name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// The two tests launch clusters of the same shape and node names (`hub`, `w0`, `w1`),
+/// each picking its `/metrics` ports as it starts; run side by side, one test's scrape of
+/// `w0` could reach the other's. They take turns.
+static ONE_CLUSTER_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn every_node_serves_metrics_that_move_during_a_run() {
+    let _turn = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let settings = three_system_settings(dir.path());
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -252,6 +260,9 @@ fn curve_points(dom: &str) -> u64 {
 
 #[test]
 fn the_dashboard_shows_every_node_live_and_leaves_a_static_report() {
+    let _turn = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let Some(browser) = chromium() else {
         eprintln!(
             "SKIPPED: no chromium on PATH (apt-get install chromium) -- dashboard not loaded"
