@@ -193,8 +193,9 @@ pub struct P3BenchArgs {
     #[arg(long)]
     pub fair_queuing: bool,
     /// Credit: bytes a node may have in flight (sent, not yet acknowledged) per peer, in
-    /// KiB; the rest waits in the node's priority outbox (ByteScheduler's credit). 0 = the
-    /// transport default (8 MiB).
+    /// KiB; the rest waits in the node's priority outbox (ByteScheduler's credit). 0 =
+    /// automatic: two slices in process, the transport default (8 MiB) with --netns (see
+    /// `default_credit_bytes`).
     #[arg(long, default_value_t = 0)]
     pub credit_kib: usize,
     /// QUIC congestion controller: cubic, bbr or newreno.
@@ -373,6 +374,8 @@ struct Figures {
     shards: usize,
     batch: usize,
     slice_size: u64,
+    /// Per-peer credit in bytes (see [`default_credit_bytes`]).
+    credit_bytes: usize,
     device_gflops: f64,
     bandwidth_mbit: f64,
     compute_s: f64,
@@ -449,11 +452,7 @@ fn run_mode(
         shaper: Some(shaper),
         send_fairness: args.fair_queuing,
         congestion: args.congestion,
-        outbox_inflight_bytes: if args.credit_kib == 0 {
-            NetConfig::default().outbox_inflight_bytes
-        } else {
-            args.credit_kib * 1024
-        },
+        outbox_inflight_bytes: credit_bytes(args),
         ..NetConfig::default()
     };
     if let Some(hosts) = hosts {
@@ -525,6 +524,32 @@ fn run_mode(
         cpu,
         qdisc_drops: None,
     })
+}
+
+/// The per-peer credit a run uses: `--credit-kib`, or [`default_credit_bytes`].
+fn credit_bytes(args: &P3BenchArgs) -> usize {
+    match args.credit_kib {
+        0 => default_credit_bytes(args.slice_size, args.netns),
+        kib => kib * 1024,
+    }
+}
+
+/// The credit when none is given. In process: two slices per peer (one on the wire, one
+/// behind it), at least 16 KiB. The user-space shaper makes the socket unwritable until it
+/// has tokens, so QUIC's congestion window never fills and never limits what a connection
+/// holds: with a large credit each connection takes its whole backlog, and connections to
+/// different peers share the link round-robin whatever their streams' priorities (a
+/// shard's pulls to two workers, a worker's pushes to two shards). A small credit keeps the
+/// order in the node's priority outbox, across peers (ResNet-50 at M = C: p3 over the ideal
+/// 1.10-1.14 with 8 MiB, 1.04-1.07 with 64 KiB; BENCHMARKS.md). Across namespaces the
+/// kernel queue's delay makes congestion control bound what is in flight, and a small
+/// credit only adds round trips (64 KiB there: 4 % slower), so the transport default stays.
+pub fn default_credit_bytes(slice_params: u64, netns: bool) -> usize {
+    if netns {
+        return NetConfig::default().outbox_inflight_bytes;
+    }
+    let slice_bytes = usize::try_from(slice_params.saturating_mul(4)).unwrap_or(usize::MAX);
+    slice_bytes.saturating_mul(2).max(16 * 1024)
 }
 
 /// Where `--netns` runs keep configs, certificates, node logs and reports (a mode's
@@ -654,7 +679,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
     println!(
         "P3 bench: {} scaled x{:.5} -> {} params ({:.2} MB), {} layers{}; {} workers + {} shards \
          {}{}; batch {}/worker, \
-         emulated device {:.1} GFLOP/s (= {:.1} TFLOP/s on the full model), slice {} params",
+         emulated device {:.1} GFLOP/s (= {:.1} TFLOP/s on the full model), slice {} params, credit {} KiB per peer",
         full.name,
         scale,
         params,
@@ -681,6 +706,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
         device_flops / 1e9,
         device_flops / scale / 1e12,
         args.slice_size,
+        credit_bytes(&args) / 1024,
     );
     println!("balanced bandwidth (M = C): {:.1} Mbit/s", balanced_mbit);
     let mut points = Vec::new();
@@ -849,6 +875,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
         shards: args.shards,
         batch: args.batch,
         slice_size: args.slice_size,
+        credit_bytes: credit_bytes(&args),
         device_gflops: device_flops / 1e9,
         bandwidth_mbit: first.bandwidth_mbit,
         compute_s: first.compute_s,
@@ -903,5 +930,19 @@ mod tests {
         assert!((m - 0.25).abs() < 1e-9, "{m}");
         assert_eq!(median_iteration_s(&marks, 6), None);
         assert_eq!(mean_iteration_s(&marks, 6), None);
+    }
+
+    #[test]
+    fn the_default_credit_is_two_slices_in_process_and_the_transports_across_namespaces() {
+        // 8192 f32 parameters per slice: 64 KiB for two.
+        assert_eq!(default_credit_bytes(8192, false), 64 * 1024);
+        // Tiny slices still leave a few packets in flight.
+        assert_eq!(default_credit_bytes(16, false), 16 * 1024);
+        assert_eq!(
+            default_credit_bytes(8192, true),
+            NetConfig::default().outbox_inflight_bytes
+        );
+        // Absurd slice sizes saturate instead of overflowing.
+        assert_eq!(default_credit_bytes(u64::MAX, false), usize::MAX);
     }
 }

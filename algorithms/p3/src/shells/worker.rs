@@ -240,6 +240,7 @@ impl Pusher {
             tracing::trace!(slice = s.id, iter, at = ?Instant::now(), "slice pushed");
             actix::spawn(async move {
                 let r = target.ask(msg, priority, timeout).await;
+                tracing::trace!(slice = s.id, iter, at = ?Instant::now(), "slice arrived");
                 wire.borrow_mut().back();
                 if let Ok(v) = &r {
                     let back = v.values.len() as u64 * 4;
