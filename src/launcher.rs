@@ -29,6 +29,8 @@ use petrel_actors::topology::{Wiring, pick_ports};
 use petrel_actors::{Cluster, NodeError, Settings, Transport, error_chain, validate_node_name};
 use petrel_net::ClusterCredentials;
 use petrel_net::tls::ClusterCa;
+use petrel_observe::process;
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -338,6 +340,10 @@ pub struct LaunchReport {
     pub run_dir: PathBuf,
     /// With [`LaunchOptions::progress`]: the last point the bar showed, and its node.
     pub progress: Option<(String, ProgressReport)>,
+    /// Each node process's peak resident memory (`VmHWM`), MB, as last read while it ran
+    /// (sampled every 50 ms, so growth in a node's last 50 ms may be missed; absent where
+    /// `/proc` has no figure).
+    pub peak_rss_mb: BTreeMap<String, f64>,
 }
 
 /// What [`launch`] did in this process.
@@ -926,12 +932,19 @@ impl Running {
         // Nodes that exited non-zero: (name, status, stopped only because of a peer).
         let mut failed: Vec<(String, String, bool)> = Vec::new();
         let mut first_failure_at: Option<Instant> = None;
+        let mut peak_rss_mb: BTreeMap<String, f64> = BTreeMap::new();
         let signal = wait_for_signal();
         tokio::pin!(signal);
         let outcome = loop {
             for (name, child) in &mut self.children {
                 if finished.iter().any(|(n, _)| n == name) || failed.iter().any(|f| &f.0 == name) {
                     continue;
+                }
+                // The peak so far: VmHWM only grows, so the last reading before the exit is
+                // the node's peak but for its last 50 ms.
+                if let Some(mb) = child.id().and_then(|pid| process::peak_rss_mb(Some(pid))) {
+                    let peak = peak_rss_mb.entry(name.clone()).or_insert(0.0);
+                    *peak = peak.max(mb);
                 }
                 if let Some(status) = child.try_wait()? {
                     if status.success() {
@@ -997,6 +1010,7 @@ impl Running {
             nodes: finished,
             run_dir: self.run_dir.clone(),
             progress,
+            peak_rss_mb,
         })
     }
 }

@@ -595,7 +595,13 @@ fn run_cluster(
         return Ok(());
     };
     for (name, t) in &report.nodes {
-        tracing::info!(node = %name, seconds = format!("{:.2}", t.as_secs_f64()), "node finished");
+        let peak = report.peak_rss_mb.get(name).copied().unwrap_or(f64::NAN);
+        tracing::info!(
+            node = %name,
+            seconds = format!("{:.2}", t.as_secs_f64()),
+            peak_rss_mb = format!("{peak:.0}"),
+            "node finished"
+        );
     }
     tracing::debug!(
         "cluster finished; run directory {}",

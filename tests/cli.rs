@@ -1673,3 +1673,92 @@ fn petrel_run_checkpoints_by_default_and_a_killed_node_rolls_back_to_the_newest(
         "rolled back to the start, not to a checkpoint: {metrics}"
     );
 }
+
+/// `bench mf-scale` and `bench lda-scale` over node processes report the largest worker's
+/// and the scheduler's peak memory (the launcher reads each node's `VmHWM` while it runs)
+/// beside what one worker holds, and the run directory keeps every node's peak.
+#[test]
+fn scale_benches_over_processes_report_every_nodes_peak_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let benches: [(&str, &[&str], &str); 2] = [
+        (
+            "mf-scale",
+            &[
+                "--ratings",
+                "8000",
+                "--rank",
+                "3",
+                "--observed-fraction",
+                "0.2",
+                "--iterations",
+                "16",
+                "--target-rmse",
+                "0.3",
+            ],
+            "r8000-p2",
+        ),
+        (
+            "lda-scale",
+            &[
+                "--tokens",
+                "3000",
+                "--topics",
+                "5",
+                "--vocab",
+                "200",
+                "--doc-length",
+                "50",
+                "--iterations",
+                "2",
+            ],
+            "t3000-p2",
+        ),
+    ];
+    for (bench, flags, run_name) in benches {
+        let out = dir.path().join(bench);
+        let run = Command::new(PETREL)
+            .args(["bench", bench, "--workers", "2", "--transport", "processes"])
+            .args(flags)
+            .arg("--out")
+            .arg(&out)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{bench}: {stdout}{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+        let figures = match bench {
+            "mf-scale" => json["sizes"][0].clone(),
+            _ => json["sizes"][0]["per_workers"]["2"].clone(),
+        };
+        let worker = figures["worker_rss_mb"].as_f64().unwrap_or(0.0);
+        let scheduler = figures["scheduler_rss_mb"].as_f64().unwrap_or(0.0);
+        let holds = figures["worker_holds_mb"].as_f64().unwrap_or(0.0);
+        let ratio = figures["worker_rss_over_holds"].as_f64().unwrap_or(0.0);
+        // A petrel node process is several MB before it holds any data.
+        assert!(worker > 1.0 && scheduler > 1.0, "{bench}: {figures}");
+        assert!(
+            holds > 0.0 && (ratio - worker / holds).abs() < 1e-9,
+            "{figures}"
+        );
+        let nodes: std::collections::BTreeMap<String, f64> = serde_json::from_slice(
+            &std::fs::read(out.join(run_name).join("run").join("node_memory.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            nodes.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["scheduler", "w0", "w1"],
+            "{bench}"
+        );
+        assert!(nodes.values().all(|&mb| mb > 1.0), "{nodes:?}");
+        assert_eq!(
+            nodes.values().copied().fold(0.0, f64::max),
+            worker.max(scheduler)
+        );
+    }
+}

@@ -40,6 +40,23 @@ pub fn read() -> Option<ProcessStats> {
     })
 }
 
+/// The peak resident memory (`VmHWM`) of process `pid`, or of this process with `None`, in
+/// MB; `None` where `/proc` has no such process (it exited, or this is not Linux).
+pub fn peak_rss_mb(pid: Option<u32>) -> Option<f64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".to_string(),
+    };
+    parse_vm_hwm_mb(&std::fs::read_to_string(path).ok()?)
+}
+
+/// `VmHWM` from the text of a `/proc/<pid>/status` file, in MB (the kernel writes kB).
+pub fn parse_vm_hwm_mb(status: &str) -> Option<f64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
 #[derive(Debug)]
 pub(crate) struct ProcessCollector;
 
@@ -83,5 +100,19 @@ mod tests {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
         }
+    }
+
+    #[test]
+    fn peak_memory_of_this_process_and_of_a_status_text() {
+        let me = super::peak_rss_mb(None).expect("linux /proc");
+        assert!(me > 1.0, "{me}");
+        let by_pid = super::peak_rss_mb(Some(std::process::id())).expect("linux /proc");
+        assert!(by_pid >= me, "{by_pid} < {me}");
+        let text = "Name:\tpetrel\nVmPeak:\t  9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
+        assert_eq!(super::parse_vm_hwm_mb(text), Some(2.0));
+        assert_eq!(super::parse_vm_hwm_mb("VmHWM: lots"), None);
+        assert_eq!(super::parse_vm_hwm_mb(""), None);
+        // A pid that cannot exist.
+        assert_eq!(super::peak_rss_mb(Some(u32::MAX)), None);
     }
 }

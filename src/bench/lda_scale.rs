@@ -76,6 +76,31 @@ pub struct LdaScaleRun {
     pub wall_s: f64,
     /// Log-likelihood per token at the end.
     pub final_loglik_per_token: f64,
+    /// With `--transport processes`: the largest peak resident memory of a worker node, MB.
+    pub worker_rss_mb: Option<f64>,
+    /// With `--transport processes`: the scheduler node's peak resident memory, MB.
+    pub scheduler_rss_mb: Option<f64>,
+    /// What one worker holds, MB (see [`worker_holds_mb`]).
+    pub worker_holds_mb: f64,
+    /// `worker_rss_mb / worker_holds_mb` (target: <= 2 where the data outweighs a node's
+    /// fixed cost).
+    pub worker_rss_over_holds: Option<f64>,
+}
+
+/// What one of `workers` workers holds, MB: its share of the tokens (word and topic, 4
+/// bytes each) and of the document-topic counts, and the word-topic counts (4 bytes per
+/// count).
+pub fn worker_holds_mb(
+    tokens: usize,
+    docs: usize,
+    vocab: usize,
+    topics: usize,
+    workers: usize,
+) -> f64 {
+    let w = workers.max(1) as f64;
+    let token_bytes = tokens as f64 / w * 8.0;
+    let count_bytes = (docs as f64 / w + vocab as f64) * topics as f64 * 4.0;
+    (token_bytes + count_bytes) / (1024.0 * 1024.0)
 }
 
 /// One corpus size.
@@ -145,6 +170,10 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         "sampling s",
         "wall s",
         "final ll/token",
+        "worker peak MB",
+        "worker holds MB",
+        "peak / holds",
+        "scheduler peak MB",
     ]);
     let mut sizes = Vec::new();
     for &tokens in &args.tokens {
@@ -170,6 +199,18 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
             let started = Instant::now();
             let m = run_lda_job(&job, workers, args.transport)?;
             let wall_s = started.elapsed().as_secs_f64();
+            // A processes run leaves its nodes' peaks in its run directory.
+            let nodes = match (&job.out_dir, args.transport) {
+                (Some(dir), JobTransport::Processes) => crate::train::node_memory(&dir.join("run")),
+                _ => BTreeMap::new(),
+            };
+            let worker_rss_mb = nodes
+                .iter()
+                .filter(|(name, _)| name.as_str() != "scheduler")
+                .map(|(_, &mb)| mb)
+                .reduce(f64::max);
+            let scheduler_rss_mb = nodes.get("scheduler").copied();
+            let holds = worker_holds_mb(m.n_tokens, docs, args.vocab, args.topics, workers);
             let tokens_per_s = m.tokens_per_s_per_worker * workers as f64;
             let ns_per_token_per_core = if m.tokens_sampled > 0 {
                 1e9 * m.sampling_s * workers as f64 / m.tokens_sampled as f64
@@ -185,6 +226,10 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
                 format!("{:.2}", m.sampling_s),
                 format!("{wall_s:.1}"),
                 format!("{:.4}", m.final_loglik_per_token),
+                worker_rss_mb.map_or("-".into(), |r| format!("{r:.0}")),
+                format!("{holds:.1}"),
+                worker_rss_mb.map_or("-".into(), |r| format!("{:.2}", r / holds)),
+                scheduler_rss_mb.map_or("-".into(), |r| format!("{r:.0}")),
             ]);
             per_workers.insert(
                 workers,
@@ -196,6 +241,10 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
                     sampling_s: m.sampling_s,
                     wall_s,
                     final_loglik_per_token: m.final_loglik_per_token,
+                    worker_rss_mb,
+                    scheduler_rss_mb,
+                    worker_holds_mb: holds,
+                    worker_rss_over_holds: worker_rss_mb.map(|r| r / holds),
                 },
             );
         }

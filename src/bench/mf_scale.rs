@@ -110,6 +110,30 @@ pub struct MfScaleRun {
     /// Peak resident memory of this process during the run, MB (every node is a thread
     /// of it; none with `--transport processes`).
     pub rss_mb: Option<f64>,
+    /// With `--transport processes`: the largest peak resident memory of a worker node, MB.
+    pub worker_rss_mb: Option<f64>,
+    /// With `--transport processes`: the scheduler node's peak resident memory, MB.
+    pub scheduler_rss_mb: Option<f64>,
+    /// What one worker holds, MB: its share of the train and test ratings (12 bytes each)
+    /// and of W, and all of H (rank x 4 bytes per row).
+    pub worker_holds_mb: f64,
+    /// `worker_rss_mb / worker_holds_mb` (target: <= 2 where the data outweighs a node's
+    /// fixed cost).
+    pub worker_rss_over_holds: Option<f64>,
+}
+
+/// What one of `workers` workers holds, MB: its share of the ratings and of W, and H.
+pub fn worker_holds_mb(
+    ratings: usize,
+    users: usize,
+    items: usize,
+    rank: usize,
+    workers: usize,
+) -> f64 {
+    let w = workers.max(1) as f64;
+    let ratings_bytes = ratings as f64 / w * 12.0;
+    let factor_bytes = (users as f64 / w + items as f64) * rank as f64 * 4.0;
+    (ratings_bytes + factor_bytes) / (1024.0 * 1024.0)
 }
 
 /// The bench's figures (its JSON line).
@@ -209,6 +233,10 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
         "final train RMSE",
         "test RMSE",
         "rss MB",
+        "worker peak MB",
+        "worker holds MB",
+        "peak / holds",
+        "scheduler peak MB",
     ]);
     let mut sizes: Vec<MfScaleRun> = Vec::new();
     for &requested in &args.ratings {
@@ -238,6 +266,17 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
             let m = run_mf_job(&job, workers, args.transport)?;
             let wall_s = started.elapsed().as_secs_f64();
             let rss_mb = rss_tracked.then(peak_rss_mb);
+            // A processes run leaves its nodes' peaks in its run directory.
+            let nodes = match (&job.out_dir, args.transport) {
+                (Some(dir), JobTransport::Processes) => crate::train::node_memory(&dir.join("run")),
+                _ => BTreeMap::new(),
+            };
+            let worker_rss_mb = nodes
+                .iter()
+                .filter(|(name, _)| name.as_str() != "scheduler")
+                .map(|(_, &mb)| mb)
+                .reduce(f64::max);
+            let scheduler_rss_mb = nodes.get("scheduler").copied();
             let seconds = m.time_to_target_s;
             let sweeps = sweeps_to_target(
                 &m,
@@ -259,6 +298,13 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 .zip(seconds)
                 .filter(|(_, s)| *s > 0.0)
                 .map(|(one, s)| one / s);
+            let holds = worker_holds_mb(
+                m.train_ratings + m.test_ratings,
+                m.n_users,
+                m.n_items,
+                args.rank,
+                workers,
+            );
             let fmt = |v: Option<f64>, digits: usize| {
                 v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
             };
@@ -276,6 +322,10 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 format!("{:.4}", m.final_train_rmse),
                 format!("{:.4}", m.final_test_rmse),
                 fmt(rss_mb, 0),
+                fmt(worker_rss_mb, 0),
+                format!("{holds:.1}"),
+                fmt(worker_rss_mb.map(|r| r / holds), 2),
+                fmt(scheduler_rss_mb, 0),
             ]);
             sizes.push(MfScaleRun {
                 ratings: m.train_ratings + m.test_ratings,
@@ -293,6 +343,10 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 train_s: m.elapsed_s,
                 wall_s,
                 rss_mb,
+                worker_rss_mb,
+                scheduler_rss_mb,
+                worker_holds_mb: holds,
+                worker_rss_over_holds: worker_rss_mb.map(|r| r / holds),
             });
         }
     }

@@ -25,7 +25,7 @@ use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
 use petrel_strads::{StradsError, StradsJob, StradsModelError};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 pub use apps::{TrainApp, prepare_job};
@@ -321,6 +321,19 @@ pub fn star_settings_with<T: serde::Serialize>(
 
 /// Runs a cluster: nodes as threads of this process (memory or quic) or as separate
 /// processes (run files go to `run_dir`).
+/// The file in a run directory of `--transport processes` that holds every node's peak
+/// resident memory in MB (`{"scheduler": 120.5, "w0": 80.2, ...}`).
+pub const NODE_MEMORY_FILE: &str = "node_memory.json";
+
+/// The peak resident memory of the nodes of a `--transport processes` run in `run_dir`, MB
+/// by node name (empty where the run left no record).
+pub fn node_memory(run_dir: &Path) -> BTreeMap<String, f64> {
+    std::fs::read(run_dir.join(NODE_MEMORY_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
 pub fn run_cluster(
     settings: Settings,
     transport: JobTransport,
@@ -334,12 +347,21 @@ pub fn run_cluster(
             let config = crate::launcher::prepare(settings, run_dir)?;
             let mut opts = crate::launcher::LaunchOptions::new()?;
             opts.run_dir = Some(run_dir.to_path_buf());
-            tokio::runtime::Builder::new_multi_thread()
+            let report = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .enable_all()
                 .build()
                 .map_err(StradsTrainError::Runtime)?
                 .block_on(crate::launcher::run(&config, opts))?;
+            // Each node's peak memory, for the scale benches (and anyone reading the run).
+            let path = run_dir.join(NODE_MEMORY_FILE);
+            let json = serde_json::to_vec_pretty(&report.peak_rss_mb).map_err(|source| {
+                StradsTrainError::Json {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            std::fs::write(&path, json).map_err(|source| StradsTrainError::Io { path, source })?;
             Ok(())
         }
     }

@@ -178,14 +178,7 @@ pub struct RoundProfile {
 
 /// This process's peak resident memory (`VmHWM`) in MB; 0 where `/proc` has none.
 pub fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-            let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb / 1024.0)
-        })
-        .unwrap_or(0.0)
+    petrel_observe::process::peak_rss_mb(None).unwrap_or(0.0)
 }
 
 impl RoundProfile {
