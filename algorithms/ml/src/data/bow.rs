@@ -40,6 +40,50 @@ impl Corpus {
     }
 }
 
+/// What the partitions of a corpus need without its tokens: every document's length and
+/// every word's frequency (one streaming pass over the source).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CorpusStats {
+    /// Number of documents.
+    pub n_docs: usize,
+    /// Number of distinct words.
+    pub vocab_size: usize,
+    /// Tokens of every document.
+    pub doc_lengths: Vec<usize>,
+    /// Tokens of every word.
+    pub word_frequencies: Vec<usize>,
+}
+
+impl CorpusStats {
+    /// The statistics of a corpus held in memory.
+    pub fn of(corpus: &Corpus) -> Self {
+        CorpusStats {
+            n_docs: corpus.n_docs,
+            vocab_size: corpus.vocab_size,
+            doc_lengths: corpus.docs.iter().map(Vec::len).collect(),
+            word_frequencies: corpus.word_frequencies(),
+        }
+    }
+
+    /// Tokens over all documents.
+    pub fn n_tokens(&self) -> usize {
+        self.doc_lengths.iter().sum()
+    }
+
+    /// Counts `count` occurrences of `word` in document `doc` (grown as entries name them,
+    /// so a header alone allocates nothing).
+    fn add(&mut self, doc: usize, word: usize, count: usize) {
+        if self.doc_lengths.len() <= doc {
+            self.doc_lengths.resize(doc + 1, 0);
+        }
+        if self.word_frequencies.len() <= word {
+            self.word_frequencies.resize(word + 1, 0);
+        }
+        self.doc_lengths[doc] += count;
+        self.word_frequencies[word] += count;
+    }
+}
+
 /// Loads `docword` and, if given, `vocab` (whose length must equal the header's W).
 pub fn load_bow(
     docword_path: impl AsRef<Path>,
@@ -107,9 +151,23 @@ pub fn parse_docword_with_limits(
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
 ) -> Result<Corpus, DataError> {
+    Ok(parse_docword_part(reader, name_for_errors, limits, &|_| true)?.0)
+}
+
+/// [`parse_docword_with_limits`] keeping only the tokens of the documents `keep` accepts
+/// (the others stay empty in the returned corpus), with the statistics of every document:
+/// a worker reads its share without ever holding the whole corpus. Every check applies to
+/// every line, kept or not.
+pub fn parse_docword_part(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+    limits: &DataLimits,
+    keep: &dyn Fn(usize) -> bool,
+) -> Result<(Corpus, CorpusStats), DataError> {
     let name = name_for_errors.as_ref();
     let mut header: Vec<usize> = Vec::with_capacity(3);
     let mut docs: Vec<Vec<u32>> = Vec::new();
+    let mut stats = CorpusStats::default();
     let mut entries = 0usize;
     let mut total_tokens = 0u64;
     let mut last_line = 0;
@@ -170,6 +228,10 @@ pub fn parse_docword_with_limits(
             return Err(bad(format!("more entries than NNZ = {nnz}")));
         }
         let doc = (doc - 1) as usize;
+        stats.add(doc, (word - 1) as usize, count as usize);
+        if !keep(doc) {
+            continue;
+        }
         if docs.len() <= doc {
             docs.resize_with(doc + 1, Vec::new);
         }
@@ -194,12 +256,17 @@ pub fn parse_docword_with_limits(
         ));
     }
     docs.resize_with(header[0], Vec::new);
-    Ok(Corpus {
+    stats.n_docs = header[0];
+    stats.vocab_size = header[1];
+    stats.doc_lengths.resize(header[0], 0);
+    stats.word_frequencies.resize(header[1], 0);
+    let corpus = Corpus {
         n_docs: header[0],
         vocab_size: header[1],
         docs,
         vocab: None,
-    })
+    };
+    Ok((corpus, stats))
 }
 
 #[cfg(test)]

@@ -12,7 +12,10 @@ pub mod synthetic;
 
 use std::path::{Path, PathBuf};
 
-pub use bow::{Corpus, load_bow, parse_docword, parse_docword_with_limits, parse_vocab};
+pub use bow::{
+    Corpus, CorpusStats, load_bow, parse_docword, parse_docword_part, parse_docword_with_limits,
+    parse_vocab,
+};
 pub use libsvm::{
     SparseColumns, SparseDataset, SparseRow, load_libsvm, parse_libsvm, parse_libsvm_with_limits,
 };

@@ -450,49 +450,99 @@ fn dirichlet(rng: &mut StdRng, gamma: &Gamma<f64>, len: usize) -> Vec<f64> {
     draws
 }
 
+/// The documents of [`lda_corpus`], drawn one at a time from the same random stream in the
+/// same order: the same corpus, for a reader that keeps only some of it (a worker's share)
+/// or none (the partition's statistics).
+pub struct LdaDocs {
+    rng: StdRng,
+    word_samplers: Vec<WeightedIndex<f64>>,
+    alpha_gamma: Gamma<f64>,
+    n_topics: usize,
+    n_docs: usize,
+    doc_length: usize,
+    next: usize,
+}
+
+impl LdaDocs {
+    /// The generator of `params`'s corpus and its topics' word distributions
+    /// (`n_topics x vocab_size`, rows sum to 1).
+    pub fn new(params: &LdaCorpusParams) -> Result<(LdaDocs, Array2<f64>), DataError> {
+        let LdaCorpusParams {
+            n_topics,
+            vocab_size,
+            n_docs,
+            doc_length,
+            alpha,
+            beta,
+            seed,
+        } = *params;
+        if n_topics == 0 || vocab_size == 0 || vocab_size > u32::MAX as usize {
+            return Err(invalid(
+                "n_topics and vocab_size must be positive (vocab fits u32)",
+            ));
+        }
+        let alpha_gamma = Gamma::new(alpha, 1.0).map_err(|e| invalid(format!("alpha: {e}")))?;
+        let beta_gamma = Gamma::new(beta, 1.0).map_err(|e| invalid(format!("beta: {e}")))?;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut topic_word = Array2::zeros((n_topics, vocab_size));
+        let mut word_samplers = Vec::with_capacity(n_topics);
+        for k in 0..n_topics {
+            let phi = dirichlet(&mut rng, &beta_gamma, vocab_size);
+            word_samplers
+                .push(WeightedIndex::new(&phi).map_err(|e| invalid(format!("topic {k}: {e}")))?);
+            topic_word.row_mut(k).assign(&ndarray::Array1::from(phi));
+        }
+        let docs = LdaDocs {
+            rng,
+            word_samplers,
+            alpha_gamma,
+            n_topics,
+            n_docs,
+            doc_length,
+            next: 0,
+        };
+        Ok((docs, topic_word))
+    }
+}
+
+impl Iterator for LdaDocs {
+    /// A document's topic mixture `theta_d` and its tokens.
+    type Item = Result<(Vec<f64>, Vec<u32>), DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.n_docs {
+            return None;
+        }
+        let d = self.next;
+        self.next += 1;
+        let theta = dirichlet(&mut self.rng, &self.alpha_gamma, self.n_topics);
+        let topic_sampler = match WeightedIndex::new(&theta) {
+            Ok(s) => s,
+            Err(e) => return Some(Err(invalid(format!("doc {d}: {e}")))),
+        };
+        let doc: Vec<u32> = (0..self.doc_length)
+            .map(|_| {
+                self.word_samplers[topic_sampler.sample(&mut self.rng)].sample(&mut self.rng) as u32
+            })
+            .collect();
+        Some(Ok((theta, doc)))
+    }
+}
+
 /// phi_k ~ Dir(beta), theta_d ~ Dir(alpha), z ~ Cat(theta_d), w ~ Cat(phi_z).
 pub fn lda_corpus(params: &LdaCorpusParams) -> Result<LdaCorpusProblem, DataError> {
-    let LdaCorpusParams {
-        n_topics,
-        vocab_size,
-        n_docs,
-        doc_length,
-        alpha,
-        beta,
-        seed,
-    } = *params;
-    if n_topics == 0 || vocab_size == 0 || vocab_size > u32::MAX as usize {
-        return Err(invalid(
-            "n_topics and vocab_size must be positive (vocab fits u32)",
-        ));
-    }
-    let alpha_gamma = Gamma::new(alpha, 1.0).map_err(|e| invalid(format!("alpha: {e}")))?;
-    let beta_gamma = Gamma::new(beta, 1.0).map_err(|e| invalid(format!("beta: {e}")))?;
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut topic_word = Array2::zeros((n_topics, vocab_size));
-    let mut word_samplers = Vec::with_capacity(n_topics);
-    for k in 0..n_topics {
-        let phi = dirichlet(&mut rng, &beta_gamma, vocab_size);
-        word_samplers
-            .push(WeightedIndex::new(&phi).map_err(|e| invalid(format!("topic {k}: {e}")))?);
-        topic_word.row_mut(k).assign(&ndarray::Array1::from(phi));
-    }
-    let mut doc_topic = Array2::zeros((n_docs, n_topics));
-    let mut docs = Vec::with_capacity(n_docs);
-    for d in 0..n_docs {
-        let theta = dirichlet(&mut rng, &alpha_gamma, n_topics);
-        let topic_sampler =
-            WeightedIndex::new(&theta).map_err(|e| invalid(format!("doc {d}: {e}")))?;
-        let doc: Vec<u32> = (0..doc_length)
-            .map(|_| word_samplers[topic_sampler.sample(&mut rng)].sample(&mut rng) as u32)
-            .collect();
+    let (generator, topic_word) = LdaDocs::new(params)?;
+    let mut doc_topic = Array2::zeros((params.n_docs, params.n_topics));
+    let mut docs = Vec::with_capacity(params.n_docs);
+    for (d, drawn) in generator.enumerate() {
+        let (theta, doc) = drawn?;
         doc_topic.row_mut(d).assign(&ndarray::Array1::from(theta));
         docs.push(doc);
     }
     Ok(LdaCorpusProblem {
         corpus: Corpus {
-            n_docs,
-            vocab_size,
+            n_docs: params.n_docs,
+            vocab_size: params.vocab_size,
             docs,
             vocab: None,
         },

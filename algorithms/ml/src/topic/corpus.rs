@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use super::balanced_buckets;
-use crate::data::synthetic::{LdaCorpusParams, lda_corpus};
-use crate::data::{Corpus, DataError};
+use crate::data::synthetic::{LdaCorpusParams, LdaDocs, lda_corpus};
+use crate::data::{Corpus, CorpusStats, DataError, parse_docword_part};
 
 /// One point of the log-likelihood trace (after a full pass over the corpus).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,6 +130,91 @@ pub fn load_corpus(
     Ok(corpus)
 }
 
+/// One worker's share of an LDA job's corpus, read without holding the whole corpus.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorpusShare {
+    /// The whole corpus's document lengths and word frequencies.
+    pub stats: CorpusStats,
+    /// Which worker samples each document ([`DocumentPartition::balanced`] of the corpus).
+    pub partition: DocumentPartition,
+    /// The worker's documents, `(global id, tokens)` in id order: what
+    /// [`DocumentPartition::docs_of`] gives for the whole corpus.
+    pub docs: Vec<(u32, Vec<u32>)>,
+}
+
+/// Worker `worker`'s share of [`load_corpus`]'s corpus among `workers`, in streaming passes
+/// so that the worker never holds the whole corpus: a file is read twice (its statistics,
+/// which fix the partition, then the worker's documents); a synthetic corpus, whose
+/// documents all have one length, is drawn once.
+pub fn load_corpus_share(
+    docword: Option<&Path>,
+    synthetic: &LdaCorpusParams,
+    workers: usize,
+    worker: usize,
+) -> Result<CorpusShare, DataError> {
+    let share = match docword {
+        Some(path) => {
+            let limits = crate::data::DataLimits::from_env()?;
+            let open = || crate::data::open_buffered(path);
+            let (_, stats) = parse_docword_part(open()?, path, &limits, &|_| false)?;
+            let partition = DocumentPartition::from_lengths(&stats.doc_lengths, workers);
+            let mine = |d: usize| partition.doc_worker.get(d) == Some(&(worker as u32));
+            let (corpus, _) = parse_docword_part(open()?, path, &limits, &mine)?;
+            let docs = own_docs(corpus.docs, &partition, worker);
+            CorpusShare {
+                stats,
+                partition,
+                docs,
+            }
+        }
+        None => {
+            let lengths = vec![synthetic.doc_length; synthetic.n_docs];
+            let partition = DocumentPartition::from_lengths(&lengths, workers);
+            let (generator, _) = LdaDocs::new(synthetic)?;
+            let mut word_frequencies = vec![0usize; synthetic.vocab_size];
+            let mut docs = Vec::new();
+            for (d, drawn) in generator.enumerate() {
+                let (_, doc) = drawn?;
+                for &w in &doc {
+                    word_frequencies[w as usize] += 1;
+                }
+                if partition.doc_worker[d] as usize == worker {
+                    docs.push((d as u32, doc));
+                }
+            }
+            CorpusShare {
+                stats: CorpusStats {
+                    n_docs: synthetic.n_docs,
+                    vocab_size: synthetic.vocab_size,
+                    doc_lengths: lengths,
+                    word_frequencies,
+                },
+                partition,
+                docs,
+            }
+        }
+    };
+    if share.stats.n_tokens() == 0 {
+        return Err(DataError::InvalidParameter(
+            "the corpus has no tokens".into(),
+        ));
+    }
+    Ok(share)
+}
+
+/// The documents of `worker` out of a corpus whose other documents are empty, by value.
+fn own_docs(
+    docs: Vec<Vec<u32>>,
+    partition: &DocumentPartition,
+    worker: usize,
+) -> Vec<(u32, Vec<u32>)> {
+    docs.into_iter()
+        .enumerate()
+        .filter(|(d, _)| partition.doc_worker.get(*d) == Some(&(worker as u32)))
+        .map(|(d, doc)| (d as u32, doc))
+        .collect()
+}
+
 /// Which worker samples each document: balanced by token count, identical on every node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DocumentPartition {
@@ -141,8 +226,13 @@ impl DocumentPartition {
     /// Splits `corpus` over `workers` by token count ([`balanced_buckets`]).
     pub fn balanced(corpus: &Corpus, workers: usize) -> Self {
         let lengths: Vec<usize> = corpus.docs.iter().map(Vec::len).collect();
+        Self::from_lengths(&lengths, workers)
+    }
+
+    /// The same split from the documents' lengths alone.
+    pub fn from_lengths(lengths: &[usize], workers: usize) -> Self {
         DocumentPartition {
-            doc_worker: balanced_buckets(&lengths, workers),
+            doc_worker: balanced_buckets(lengths, workers),
         }
     }
 
@@ -155,5 +245,79 @@ impl DocumentPartition {
             .filter(|(d, _)| self.doc_worker[*d] as usize == w)
             .map(|(d, doc)| (d as u32, doc.clone()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> LdaCorpusParams {
+        LdaCorpusParams {
+            n_topics: 4,
+            vocab_size: 60,
+            n_docs: 37,
+            doc_length: 11,
+            alpha: 0.2,
+            beta: 0.1,
+            seed: 9,
+        }
+    }
+
+    /// Every worker's share is exactly its documents of the whole corpus, and the share's
+    /// statistics are the whole corpus's, from a synthetic source and from a file.
+    #[test]
+    fn a_share_is_the_workers_documents_of_the_whole_corpus() {
+        let synthetic = params();
+        let whole = load_corpus(None, None, &synthetic).unwrap();
+        // The same corpus as a UCI file, with uneven document lengths (doc 2 empty).
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docword.txt");
+        let mut entries = Vec::new();
+        for (d, doc) in whole.docs.iter().enumerate() {
+            let mut counts = std::collections::BTreeMap::new();
+            for &w in doc.iter().take(if d == 2 { 0 } else { 1 + d % doc.len() }) {
+                *counts.entry(w).or_insert(0) += 1;
+            }
+            for (w, c) in counts {
+                entries.push(format!("{} {} {c}", d + 1, w + 1));
+            }
+        }
+        let text = format!(
+            "{}\n{}\n{}\n{}\n",
+            whole.n_docs,
+            whole.vocab_size,
+            entries.len(),
+            entries.join("\n")
+        );
+        std::fs::write(&path, text).unwrap();
+        let from_file = load_corpus(Some(&path), None, &synthetic).unwrap();
+        for (source, corpus) in [(None, &whole), (Some(path.as_path()), &from_file)] {
+            for workers in [1, 3] {
+                let partition = DocumentPartition::balanced(corpus, workers);
+                for w in 0..workers {
+                    let share = load_corpus_share(source, &synthetic, workers, w).unwrap();
+                    assert_eq!(share.stats, CorpusStats::of(corpus));
+                    assert_eq!(share.partition, partition);
+                    assert_eq!(share.docs, partition.docs_of(corpus, w), "worker {w}");
+                }
+            }
+        }
+    }
+
+    /// Reading a share checks every line as reading the whole file does.
+    #[test]
+    fn a_share_of_a_bad_file_is_refused_with_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docword.txt");
+        std::fs::write(&path, "2\n3\n2\n1 1 2\n2 4 1\n").unwrap();
+        let err = load_corpus_share(Some(&path), &params(), 2, 0).unwrap_err();
+        assert!(
+            matches!(err, DataError::Malformed { line: 5, .. }),
+            "{err:?}"
+        );
+        std::fs::write(&path, "2\n3\n0\n").unwrap();
+        let err = load_corpus_share(Some(&path), &params(), 2, 1).unwrap_err();
+        assert!(err.to_string().contains("no tokens"), "{err}");
     }
 }

@@ -17,7 +17,8 @@ use std::collections::BinaryHeap;
 mod corpus;
 
 pub use corpus::{
-    DocumentPartition, LdaMetrics, LoglikPoint, load_corpus, write_file, write_topic_files,
+    CorpusShare, DocumentPartition, LdaMetrics, LoglikPoint, load_corpus, load_corpus_share,
+    write_file, write_topic_files,
 };
 
 /// Sparse topic-count vector: `(topic, count)` pairs with count > 0, unordered.

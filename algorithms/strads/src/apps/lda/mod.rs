@@ -30,7 +30,9 @@ use serde::{Deserialize, Serialize};
 use crate::core::lda::{TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
 use petrel_ml::data::Corpus;
 use petrel_ml::data::synthetic::LdaCorpusParams;
-use petrel_ml::topic::{DocumentPartition, LdaConfig, load_corpus, write_topic_files};
+use petrel_ml::topic::{
+    CorpusShare, DocumentPartition, LdaConfig, load_corpus, load_corpus_share, write_topic_files,
+};
 
 mod scheduling;
 mod worker;
@@ -164,6 +166,17 @@ impl LdaJob {
         )?)
     }
 
+    /// Worker `worker`'s documents and the layout's statistics, read without holding the
+    /// whole corpus ([`load_corpus_share`]).
+    pub fn load_share(&self, workers: usize, worker: usize) -> Result<CorpusShare, StradsError> {
+        Ok(load_corpus_share(
+            self.docword.as_deref(),
+            &self.synthetic,
+            workers,
+            worker,
+        )?)
+    }
+
     /// The sampler's parameters for `workers` workers.
     pub fn config(&self, workers: usize) -> LdaConfig {
         LdaConfig {
@@ -191,6 +204,14 @@ impl LdaLayout {
         LdaLayout {
             vocabulary: VocabularyPartition::balanced(&corpus.word_frequencies(), workers),
             docs: DocumentPartition::balanced(corpus, workers),
+        }
+    }
+
+    /// The same layout from a worker's share (its statistics are the whole corpus's).
+    pub fn of_share(share: &CorpusShare, workers: usize) -> Self {
+        LdaLayout {
+            vocabulary: VocabularyPartition::balanced(&share.stats.word_frequencies, workers),
+            docs: share.partition.clone(),
         }
     }
 }
@@ -397,9 +418,11 @@ impl StradsJob for LdaApp {
         index: usize,
         shape: &JobShape,
     ) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
-        let corpus = job.load()?;
-        let layout = LdaLayout::new(&corpus, shape.workers);
-        let worker = LdaWorkerApp::new(index, &corpus, &layout, &job.config(shape.workers))?
+        // Only this worker's documents: a worker never holds the whole corpus.
+        let share = job.load_share(shape.workers, index)?;
+        let layout = LdaLayout::of_share(&share, shape.workers);
+        let config = job.config(shape.workers);
+        let worker = LdaWorkerApp::with_docs(index, share.docs, &layout, &config)?
             .with_snapshots(job.test_data.is_some());
         Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)))
     }

@@ -28,7 +28,19 @@ impl LdaWorkerApp {
         layout: &LdaLayout,
         config: &LdaConfig,
     ) -> Result<Self, StradsModelError> {
-        let docs = layout.docs.docs_of(corpus, index);
+        Self::with_docs(index, layout.docs.docs_of(corpus, index), layout, config)
+    }
+
+    /// The worker of its own documents `(global id, tokens)` (a [`CorpusShare`]'s), without
+    /// the rest of the corpus.
+    ///
+    /// [`CorpusShare`]: petrel_ml::topic::CorpusShare
+    pub fn with_docs(
+        index: usize,
+        docs: Vec<(u32, Vec<u32>)>,
+        layout: &LdaLayout,
+        config: &LdaConfig,
+    ) -> Result<Self, StradsModelError> {
         let mut tokens_per_block = vec![0u64; layout.vocabulary.block_words.len()];
         for (_, doc) in &docs {
             for &w in doc {
