@@ -338,6 +338,25 @@ fn weights_are_one_without_shared_rows_and_never_worse_than_the_safeguard() {
 }
 
 #[test]
+fn a_commit_with_weight_zero_puts_a_worker_back_on_its_state_before_the_sweep() {
+    let (x, y) = tiny(60, 40);
+    let lambda = f64::from(0.05 * lambda_max(&x, &y) as f32);
+    let mut w = GsWorkerCore::new(x.columns(0..20), y, lambda, true).unwrap();
+    // Move it off b = 0 first, committing its own sweep in full.
+    let first = w.sweep(&full(20)).unwrap();
+    w.commit(1.0, &first.residual_delta, 0.0).unwrap();
+    let (b, r) = (w.coefficients().to_vec(), w.residual().to_vec());
+    let second = w.sweep(&full(20)).unwrap();
+    assert!(
+        !second.changed.is_empty(),
+        "the second sweep moves something"
+    );
+    w.commit(0.0, &RowVector::zero(), 0.0).unwrap();
+    assert_eq!(w.coefficients(), &b[..]);
+    assert_eq!(w.residual(), &r[..]);
+}
+
+#[test]
 fn the_kept_share_is_one_without_interference_and_half_for_identical_deltas() {
     // Orthogonal deltas, full steps: the combination keeps every worker's own progress.
     let gram = vec![vec![4.0, 0.0], vec![0.0, 4.0]];

@@ -98,6 +98,9 @@ enum RoundKind {
     Certify,
     Chunk,
     Active,
+    /// The certification after a full sweep and the first active-set round (several
+    /// workers).
+    CertifyActive,
 }
 
 impl GsScheduling {
@@ -259,15 +262,33 @@ impl GsScheduling {
         }
     }
 
-    fn active_sweep(&mut self, round: u64, fresh: bool) -> Step<GsTask> {
-        let passes = match self.job.gs_active_passes {
+    fn active_passes_per_round(&self) -> u32 {
+        match self.job.gs_active_passes {
             0 if self.workers() == 1 => MAX_ACTIVE_PASSES,
             0 => SHARED_ACTIVE_PASSES,
             n => n.min(MAX_ACTIVE_PASSES),
+        }
+    }
+
+    /// Several workers, after a full sweep: the certification and, in the same round, a
+    /// first sweep of the active set taken afresh (at most the round's passes; its settle
+    /// threshold needs the certificate's gap, so this one passes until nothing moves).
+    fn certify_then_sweep(&mut self, round: u64) -> Step<GsTask> {
+        self.in_flight = Some((round, RoundKind::CertifyActive));
+        self.s.rounds += 1;
+        let order = SweepOrder {
+            coords: Coords::Active { fresh: true },
+            max_passes: self.active_passes_per_round(),
+            settle: 0.0,
+            target: None,
         };
+        Step::Run(Plan::All(GsTask::CertifyThenSweep(order)))
+    }
+
+    fn active_sweep(&mut self, round: u64, fresh: bool) -> Step<GsTask> {
         let order = SweepOrder {
             coords: Coords::Active { fresh },
-            max_passes: passes,
+            max_passes: self.active_passes_per_round(),
             settle: self.s.settle,
             target: self.worker_target(),
         };
@@ -546,6 +567,49 @@ impl GsScheduling {
         (objective, gap)
     }
 
+    /// The certificate first (the stop tests and the settle threshold, as after a plain
+    /// certification), then the sweep: committed as an active-set round, or discarded
+    /// with weights 0 (every worker back on the certified state) when the certificate
+    /// ended the run or left nothing to sweep. A discarded sweep's updates still count
+    /// (work done).
+    fn pull_certify_then_sweep(
+        &mut self,
+        round: u64,
+        partials: Vec<GsPartial>,
+        elapsed: Duration,
+    ) -> Result<GsCommit, StradsModelError> {
+        let mut certified = Vec::with_capacity(partials.len());
+        let mut swept = Vec::with_capacity(partials.len());
+        let mut discarded = 0u64;
+        for p in partials {
+            let GsPartial::CertifiedAndSwept {
+                certificate,
+                result,
+                busy,
+            } = p
+            else {
+                return Err(StradsModelError::protocol(format!(
+                    "round {round}: expected a certificate and a sweep"
+                )));
+            };
+            discarded += result.updates;
+            certified.push(GsPartial::Certified { certificate, busy });
+            swept.push(GsPartial::Swept { result, busy });
+        }
+        self.pull_certify(round, certified, elapsed)?;
+        if !self.s.stopping && self.s.phase == (Phase::Active { fresh: true }) {
+            self.s.phase = Phase::Active { fresh: false };
+            return self.pull_sweep(round, RoundKind::Active, swept, elapsed);
+        }
+        self.s.updates += discarded;
+        self.s.certified_at = Some(self.s.updates);
+        Ok(GsCommit {
+            weights: vec![0.0; self.workers()],
+            combined: RowVector::zero(),
+            combined_offset: 0.0,
+        })
+    }
+
     fn pull_certify(
         &mut self,
         round: u64,
@@ -668,6 +732,7 @@ impl Schedule<LassoGsApp> for GsScheduling {
             return self.certify(round);
         }
         match self.s.phase {
+            Phase::AfterFull if self.workers() > 1 => self.certify_then_sweep(round),
             Phase::AfterFull => self.certify(round),
             Phase::Full => self.full_sweep_chunk(round),
             Phase::Active { fresh } => self.active_sweep(round, fresh),
@@ -697,6 +762,7 @@ impl Schedule<LassoGsApp> for GsScheduling {
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
         let commit = match kind {
             RoundKind::Certify => self.pull_certify(round, partials, elapsed)?,
+            RoundKind::CertifyActive => self.pull_certify_then_sweep(round, partials, elapsed)?,
             kind => self.pull_sweep(round, kind, partials, elapsed)?,
         };
         self.s.metrics.updates = self.s.updates;

@@ -104,6 +104,27 @@ fn full_sweep_chunks_grow_while_the_workers_sweeps_do_not_interfere() {
 }
 
 #[test]
+fn with_several_workers_a_certificate_rides_with_an_active_round() {
+    let job = job();
+    for workers in [1, 2] {
+        let m = run_without_actors(&job, workers).unwrap().metrics;
+        let swept: Vec<u64> = m.objective.iter().map(|o| o.round).collect();
+        // Certifications after a full sweep (not the start's, not the last).
+        let inner = &m.evaluations[1..m.evaluations.len() - 1];
+        assert!(!inner.is_empty());
+        for e in inner {
+            assert_eq!(
+                swept.contains(&e.round),
+                workers > 1,
+                "{workers} workers: certificate of round {} shares a sweep round",
+                e.round
+            );
+        }
+        assert!(m.relative_gap() <= 1e-8);
+    }
+}
+
+#[test]
 fn two_and_three_workers_reach_the_baselines_objective_with_a_descending_trace() {
     let job = job();
     let (f_base, _) = baseline(&job);
