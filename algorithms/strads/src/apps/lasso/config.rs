@@ -144,8 +144,8 @@ pub struct LassoJob {
     #[arg(long, value_enum, default_value_t = LassoSolver::Auto)]
     pub solver: LassoSolver,
     /// `gauss-seidel`: columns a worker sweeps per round in a full sweep (0 = automatic:
-    /// enough non-zeros to cover --round-latency-ms at [`NS_PER_NONZERO`], and a whole
-    /// sweep per round with one worker).
+    /// enough non-zeros to cover --round-latency-ms at [`NS_PER_NONZERO`], doubled while
+    /// the workers' sweeps do not interfere, and a whole sweep per round with one worker).
     #[arg(long, default_value_t = 0)]
     pub gs_chunk: usize,
     /// `gauss-seidel`: passes over its active set a worker makes per round between two

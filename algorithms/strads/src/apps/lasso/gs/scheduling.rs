@@ -682,7 +682,8 @@ impl GsScheduling {
 }
 
 /// Columns worker `range` sweeps per round in a full sweep: `gs_chunk`, else (one worker)
-/// the whole range, else enough non-zeros to cover the assumed round latency.
+/// the whole range, else enough non-zeros to cover the assumed round latency (the base that
+/// [`ChunkGrowth`] multiplies).
 fn chunk_for(x: &SparseColumns, range: Range<usize>, workers: usize, job: &LassoJob) -> usize {
     let n = range.len().max(1);
     if job.gs_chunk > 0 {
