@@ -846,8 +846,9 @@ pub fn jacobi_weights(c: &[f64], gram: &[Vec<f64>], omega: usize) -> Vec<f64> {
 /// `G(w) / sum_p G_p`, with `G` the bound of [`weights_bound`] and
 /// `G_p = 1/2 M_pp - c_p` worker `p`'s own objective change (exact: its sweep alone).
 /// 1 when the sweeps did not interfere (orthogonal `u_p`, all weights 1), lower as their
-/// residual deltas overlap (at least `1 / omega` with [`jacobi_weights`]), and 1 when the
-/// workers made no progress at all (nothing was lost).
+/// residual deltas overlap (at least `1 / omega` with [`jacobi_weights`]), above 1 when
+/// they partly cancel (seen in active-set rounds), and 1 when the workers made no
+/// progress at all (nothing was lost).
 pub fn kept_share(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
     let own: f64 = (0..c.len()).map(|p| 0.5 * gram[p][p] - c[p]).sum();
     let kept = weights_bound(c, gram, w) / own;
