@@ -144,8 +144,8 @@ pub struct LassoJob {
     #[arg(long, value_enum, default_value_t = LassoSolver::Auto)]
     pub solver: LassoSolver,
     /// `gauss-seidel`: columns a worker sweeps per round in a full sweep (0 = automatic:
-    /// enough non-zeros to cover --round-latency-ms at [`NS_PER_NONZERO`], and a whole
-    /// sweep per round with one worker).
+    /// enough non-zeros to cover --round-latency-ms at [`NS_PER_NONZERO`], doubled while
+    /// the workers' sweeps do not interfere, and a whole sweep per round with one worker).
     #[arg(long, default_value_t = 0)]
     pub gs_chunk: usize,
     /// `gauss-seidel`: passes over its active set a worker makes per round between two
@@ -562,9 +562,24 @@ impl LassoJob {
     pub fn resolve_lambda(&self, x: &SparseColumns, y: &[f32]) -> f32 {
         match self.lambda {
             Some(l) => l,
-            None if self.fit_intercept => (self.lambda_fraction * centred_lambda_max(x, y)) as f32,
-            None => (self.lambda_fraction * lambda_max(x, y)) as f32,
+            None => self.lambda_from_max(self.lambda_max(x, y)),
         }
+    }
+
+    /// `max_j |x_j^T y|` of this job's problem ([`centred_lambda_max`] with
+    /// `fit_intercept`, else [`lambda_max`]): also the largest correlation at `b = 0`.
+    pub fn lambda_max(&self, x: &SparseColumns, y: &[f32]) -> f64 {
+        if self.fit_intercept {
+            centred_lambda_max(x, y)
+        } else {
+            lambda_max(x, y)
+        }
+    }
+
+    /// [`Self::resolve_lambda`] given the problem's [`Self::lambda_max`].
+    pub fn lambda_from_max(&self, lambda_max: f64) -> f32 {
+        self.lambda
+            .unwrap_or((self.lambda_fraction * lambda_max) as f32)
     }
 
     /// This job with every automatic (0) schedule knob chosen for the design `x` run by

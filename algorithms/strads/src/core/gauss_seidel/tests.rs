@@ -338,6 +338,70 @@ fn weights_are_one_without_shared_rows_and_never_worse_than_the_safeguard() {
 }
 
 #[test]
+fn a_commit_with_weight_zero_puts_a_worker_back_on_its_state_before_the_sweep() {
+    let (x, y) = tiny(60, 40);
+    let lambda = f64::from(0.05 * lambda_max(&x, &y) as f32);
+    let mut w = GsWorkerCore::new(x.columns(0..20), y, lambda, true).unwrap();
+    // Move it off b = 0 first, committing its own sweep in full.
+    let first = w.sweep(&full(20)).unwrap();
+    w.commit(1.0, &first.residual_delta, 0.0).unwrap();
+    let (b, r) = (w.coefficients().to_vec(), w.residual().to_vec());
+    let second = w.sweep(&full(20)).unwrap();
+    assert!(
+        !second.changed.is_empty(),
+        "the second sweep moves something"
+    );
+    w.commit(0.0, &RowVector::zero(), 0.0).unwrap();
+    assert_eq!(w.coefficients(), &b[..]);
+    assert_eq!(w.residual(), &r[..]);
+}
+
+#[test]
+fn the_kept_share_is_one_without_interference_and_half_for_identical_deltas() {
+    // Orthogonal deltas, full steps: the combination keeps every worker's own progress.
+    let gram = vec![vec![4.0, 0.0], vec![0.0, 4.0]];
+    let w = jacobi_weights(&[4.0, 4.0], &gram, 2);
+    assert_eq!(kept_share(&[4.0, 4.0], &gram, &w), 1.0);
+    // Two workers found the same step: together they may take it once, half of the sum
+    // of what each would have gained alone.
+    let gram = vec![vec![1.0, 1.0], vec![1.0, 1.0]];
+    let w = jacobi_weights(&[1.0, 1.0], &gram, 2);
+    let kept = kept_share(&[1.0, 1.0], &gram, &w);
+    assert!((kept - 0.5).abs() < 1e-9, "{kept}");
+    // Partly aligned deltas lose part of it.
+    let gram = vec![vec![4.0, 2.0], vec![2.0, 4.0]];
+    let w = jacobi_weights(&[4.0, 4.0], &gram, 2);
+    let kept = kept_share(&[4.0, 4.0], &gram, &w);
+    assert!(kept > 0.5 && kept < 0.95, "{kept}");
+    // No progress at all: nothing was lost.
+    let zero = vec![vec![0.0, 0.0], vec![0.0, 0.0]];
+    assert_eq!(kept_share(&[0.0, 0.0], &zero, &[1.0, 1.0]), 1.0);
+}
+
+#[test]
+fn the_chunk_grows_while_nothing_is_lost_and_shrinks_back_on_interference() {
+    let mut g = ChunkGrowth::default();
+    assert_eq!(g.factor(), 1);
+    for want in [2, 4, 8, 8] {
+        g.observe(1.0, 8);
+        assert_eq!(g.factor(), want, "grows up to what covers the range");
+    }
+    g.observe(0.9, 8);
+    assert_eq!(g.factor(), 8, "a small loss holds it");
+    for want in [4, 2, 1, 1] {
+        g.observe(0.5, 8);
+        assert_eq!(
+            g.factor(),
+            want,
+            "interference halves it down to the latency chunk"
+        );
+    }
+    // A range shorter than one latency chunk never grows it.
+    g.observe(1.0, 1);
+    assert_eq!(g.factor(), 1);
+}
+
+#[test]
 fn row_vectors_pick_the_smaller_encoding_and_refuse_rows_out_of_range() {
     let sparse = RowVector::from_dense(vec![0.0, 2.0, 0.0, 0.0, 0.0, 0.0]);
     assert!(matches!(sparse, RowVector::Sparse { .. }));

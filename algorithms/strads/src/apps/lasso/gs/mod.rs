@@ -15,9 +15,13 @@
 //!        scheduler: step weights w (1 without shared rows), coefficients += w_p d_p,
 //!                   objective, stop test; -> every worker  Commit{w, V = sum w_p u_p}
 //!        worker p: r = r_start - V, b_own = b_start + w_p d_p
-//! certify: after every full sweep (and at the start and the end) every worker returns
+//! certify: after every full sweep (and at the end) every worker returns
 //!        max |x_j^T r| and the KKT violation over its columns, ||b_own||_1 and
-//!        (y.y, y.r, r.r): the scheduler's duality gap is the baseline's.
+//!        (y.y, y.r, r.r): the scheduler's duality gap is the baseline's. With several
+//!        workers the certification after a full sweep rides with the first active-set
+//!        round (CertifyThenSweep: certify, then sweep; the scheduler commits the
+//!        sweep, or discards it with weights 0 when the certificate ends the run). The
+//!        start (b = 0) needs no round: its certificate is lambda_max and y.y.
 //! ```
 //!
 //! The schedule is the baseline's (`core::baseline::CyclicLasso::solve`): a full sweep
@@ -58,6 +62,10 @@ pub enum GsTask {
     Sweep(SweepOrder),
     /// Report its share of the certificate.
     Certify,
+    /// Report its share of the certificate, then sweep (several workers: the
+    /// certification after a full sweep rides with the first active-set round, which the
+    /// scheduler discards with weights 0 if the certificate ends the run).
+    CertifyThenSweep(SweepOrder),
 }
 
 /// A worker's answer.
@@ -74,6 +82,15 @@ pub enum GsPartial {
     Certified {
         /// Its share of the certificate.
         certificate: Certificate,
+        /// The worker's compute so far.
+        busy: WorkerBusy,
+    },
+    /// Answer to [`GsTask::CertifyThenSweep`].
+    CertifiedAndSwept {
+        /// Its share of the certificate of the state before the sweep.
+        certificate: Certificate,
+        /// The sweep's changes and residual delta.
+        result: SweepResult,
         /// The worker's compute so far.
         busy: WorkerBusy,
     },
@@ -153,6 +170,19 @@ impl Push<LassoGsApp> for GsWorker {
                 self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
                 GsPartial::Certified {
                     certificate,
+                    busy: self.busy,
+                }
+            }
+            GsTask::CertifyThenSweep(order) => {
+                let certificate = self.core.certify();
+                let certified = Instant::now();
+                self.busy.eval_s += (certified - started).as_secs_f64();
+                let result = self.core.sweep(order)?;
+                self.busy.push_s += certified.elapsed().as_secs_f64();
+                self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
+                GsPartial::CertifiedAndSwept {
+                    certificate,
+                    result,
                     busy: self.busy,
                 }
             }

@@ -16,7 +16,10 @@ use crate::apps::lasso::metrics::{
 use crate::apps::lasso::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
-use crate::core::gauss_seidel::{Coords, RowVector, SweepOrder, SweepResult, jacobi_weights};
+use crate::core::gauss_seidel::{
+    Certificate, ChunkGrowth, Coords, RowVector, SweepOrder, SweepResult, jacobi_weights,
+    kept_share,
+};
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
 use petrel_ml::model::LinearTask;
@@ -34,11 +37,10 @@ const MAX_ACTIVE_PASSES: u32 = 1000;
 /// updates; 15 cost 33% more updates at the smallest size.
 pub const SHARED_ACTIVE_PASSES: u32 = 4;
 
-/// Where the schedule is.
+/// Where the schedule is (the starting point's certificate needs no round: see
+/// [`GsScheduling::new`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 enum Phase {
-    /// Certify the starting point.
-    Start,
     /// A full sweep in chunks.
     Full,
     /// The full sweep is done: certify it.
@@ -57,6 +59,9 @@ struct GsState {
     phase: Phase,
     /// Per worker: the next local column of the full sweep.
     next: Vec<usize>,
+    /// The full-sweep chunk as a multiple of the latency-covering one (several workers,
+    /// automatic chunk).
+    growth: ChunkGrowth,
     full_sweeps: u64,
     active_passes: u32,
     settle: f64,
@@ -84,7 +89,18 @@ pub struct GsScheduling {
     chunks: Vec<usize>,
     heldout: Option<LinearHeldout>,
     s: GsState,
-    in_flight: Option<(u64, bool)>,
+    in_flight: Option<(u64, RoundKind)>,
+}
+
+/// What the round in flight does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RoundKind {
+    Certify,
+    Chunk,
+    Active,
+    /// The certification after a full sweep and the first active-set round (several
+    /// workers).
+    CertifyActive,
 }
 
 impl GsScheduling {
@@ -101,7 +117,10 @@ impl GsScheduling {
             .iter()
             .map(|r| chunk_for(x, r.clone(), workers, job))
             .collect::<Vec<_>>();
-        let lambda = job.resolve_lambda(x, y);
+        // At b = 0 the largest correlation is lambda_max: the start's certificate comes
+        // with the lambda, no round needed.
+        let lambda_max = job.lambda_max(x, y);
+        let lambda = job.lambda_from_max(lambda_max);
         let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let sq_residual = y.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
         let metrics = LassoMetrics {
@@ -114,14 +133,15 @@ impl GsScheduling {
                 job.target_objective,
             )
         };
-        Ok(GsScheduling {
+        let mut scheduling = GsScheduling {
             job: job.clone(),
             lambda,
             n_rows: x.n_rows,
             s: GsState {
                 coefficients: vec![0.0; x.n_columns()],
-                phase: Phase::Start,
+                phase: Phase::Full,
                 next: vec![0; workers],
+                growth: ChunkGrowth::default(),
                 full_sweeps: 0,
                 active_passes: 0,
                 settle: 0.0,
@@ -138,7 +158,24 @@ impl GsScheduling {
             chunks,
             heldout,
             in_flight: None,
-        })
+        };
+        // The starting point (b = 0, r = y), certified from what every node knows: what
+        // the workers' certificate round would return, without the round.
+        let yy = sq_residual;
+        let start = Certificate {
+            max_abs_corr: lambda_max,
+            kkt: (lambda_max - f64::from(lambda)).max(0.0),
+            l1: 0.0,
+            nonzeros: 0,
+            yy,
+            yr: yy,
+            rr: yy,
+        };
+        scheduling.record_certificate(0, &start, Duration::ZERO);
+        if scheduling.s.stopping {
+            scheduling.s.done = true;
+        }
+        Ok(scheduling)
     }
 
     /// The job's lambda.
@@ -179,13 +216,13 @@ impl GsScheduling {
     }
 
     fn certify(&mut self, round: u64) -> Step<GsTask> {
-        self.in_flight = Some((round, false));
+        self.in_flight = Some((round, RoundKind::Certify));
         self.s.rounds += 1;
         Step::Run(Plan::All(GsTask::Certify))
     }
 
-    fn sweep(&mut self, round: u64, orders: Vec<SweepOrder>) -> Step<GsTask> {
-        self.in_flight = Some((round, true));
+    fn sweep(&mut self, round: u64, kind: RoundKind, orders: Vec<SweepOrder>) -> Step<GsTask> {
+        self.in_flight = Some((round, kind));
         self.s.rounds += 1;
         Step::Run(Plan::PerWorker(
             orders.into_iter().map(GsTask::Sweep).collect(),
@@ -198,7 +235,7 @@ impl GsScheduling {
         for p in 0..self.workers() {
             let n = self.ranges[p].len();
             let start = self.s.next[p].min(n);
-            let end = (start + self.chunks[p]).min(n);
+            let end = (start + self.chunks[p].saturating_mul(self.chunk_factor())).min(n);
             self.s.next[p] = end;
             orders.push(SweepOrder {
                 coords: Coords::Range {
@@ -213,23 +250,50 @@ impl GsScheduling {
         if (0..self.workers()).all(|p| self.s.next[p] >= self.ranges[p].len()) {
             self.s.phase = Phase::AfterFull;
         }
-        self.sweep(round, orders)
+        self.sweep(round, RoundKind::Chunk, orders)
     }
 
-    fn active_sweep(&mut self, round: u64, fresh: bool) -> Step<GsTask> {
-        let passes = match self.job.gs_active_passes {
+    /// The growth factor of the full-sweep chunk: 1 with one worker or a fixed `gs_chunk`.
+    fn chunk_factor(&self) -> usize {
+        if self.workers() > 1 && self.job.gs_chunk == 0 {
+            self.s.growth.factor() as usize
+        } else {
+            1
+        }
+    }
+
+    fn active_passes_per_round(&self) -> u32 {
+        match self.job.gs_active_passes {
             0 if self.workers() == 1 => MAX_ACTIVE_PASSES,
             0 => SHARED_ACTIVE_PASSES,
             n => n.min(MAX_ACTIVE_PASSES),
+        }
+    }
+
+    /// Several workers, after a full sweep: the certification and, in the same round, a
+    /// first sweep of the active set taken afresh (at most the round's passes; its settle
+    /// threshold needs the certificate's gap, so this one passes until nothing moves).
+    fn certify_then_sweep(&mut self, round: u64) -> Step<GsTask> {
+        self.in_flight = Some((round, RoundKind::CertifyActive));
+        self.s.rounds += 1;
+        let order = SweepOrder {
+            coords: Coords::Active { fresh: true },
+            max_passes: self.active_passes_per_round(),
+            settle: 0.0,
+            target: None,
         };
+        Step::Run(Plan::All(GsTask::CertifyThenSweep(order)))
+    }
+
+    fn active_sweep(&mut self, round: u64, fresh: bool) -> Step<GsTask> {
         let order = SweepOrder {
             coords: Coords::Active { fresh },
-            max_passes: passes,
+            max_passes: self.active_passes_per_round(),
             settle: self.s.settle,
             target: self.worker_target(),
         };
         self.s.phase = Phase::Active { fresh: false };
-        self.sweep(round, vec![order; self.workers()])
+        self.sweep(round, RoundKind::Active, vec![order; self.workers()])
     }
 
     fn start_full_sweep(&mut self) {
@@ -256,6 +320,7 @@ impl GsScheduling {
     fn pull_sweep(
         &mut self,
         round: u64,
+        kind: RoundKind,
         partials: Vec<GsPartial>,
         elapsed: Duration,
     ) -> Result<GsCommit, StradsModelError> {
@@ -347,6 +412,23 @@ impl GsScheduling {
                 .map(|(p, r)| r.r_dot_u - lambda * self.l1_change(p, r))
                 .collect();
             let weights = jacobi_weights(&c, &gram, omega);
+            let kept = kept_share(&c, &gram, &weights);
+            if kind == RoundKind::Chunk && self.job.gs_chunk == 0 {
+                let most = (0..w)
+                    .map(|p| self.ranges[p].len().div_ceil(self.chunks[p].max(1)))
+                    .max()
+                    .unwrap_or(1);
+                self.s.growth.observe(kept, most);
+            }
+            tracing::debug!(
+                round,
+                ?kind,
+                kept,
+                omega,
+                ?weights,
+                factor = self.s.growth.factor(),
+                "lasso gauss-seidel combination"
+            );
             let mut quadratic = 0.0;
             let mut combined = vec![0.0; self.n_rows];
             for p in 0..w {
@@ -428,40 +510,14 @@ impl GsScheduling {
         }
     }
 
-    fn pull_certify(
-        &mut self,
-        round: u64,
-        partials: Vec<GsPartial>,
-        elapsed: Duration,
-    ) -> Result<GsCommit, StradsModelError> {
-        let started = Instant::now();
-        let mut slowest = WorkerBusy::default();
-        let mut certificates = Vec::with_capacity(partials.len());
-        for p in partials {
-            let GsPartial::Certified { certificate, busy } = p else {
-                return Err(StradsModelError::protocol(format!(
-                    "round {round}: sweep answer to a certification"
-                )));
-            };
-            slowest = slowest_of(slowest, busy);
-            certificates.push(certificate);
-        }
-        let Some(first) = certificates.first().copied() else {
-            return Err(StradsModelError::protocol(format!(
-                "round {round}: no certificate"
-            )));
-        };
+    /// Records the certificate `c` (every worker's share summed) of the state after
+    /// `round`: the objective, the duality gap, the evaluation and the target; returns
+    /// `(objective, gap)`.
+    fn record_certificate(&mut self, round: u64, c: &Certificate, elapsed: Duration) -> (f64, f64) {
         let lambda = f64::from(self.lambda);
-        let max_corr = certificates
-            .iter()
-            .fold(0.0f64, |m, c| m.max(c.max_abs_corr));
-        let kkt = certificates.iter().fold(0.0f64, |m, c| m.max(c.kkt));
-        let l1: f64 = certificates.iter().map(|c| c.l1).sum();
-        let nonzeros: u64 = certificates.iter().map(|c| c.nonzeros).sum();
-        // Every worker holds the same residual: y.r and r.r are the first one's.
-        let (yr, rr) = (first.yr, first.rr);
+        let (max_corr, kkt, nonzeros, yr, rr) = (c.max_abs_corr, c.kkt, c.nonzeros, c.yr, c.rr);
         self.s.sq_residual = rr;
-        self.s.l1 = l1;
+        self.s.l1 = c.l1;
         let objective = self.objective();
         let scale = if max_corr > lambda {
             lambda / max_corr
@@ -508,9 +564,90 @@ impl GsScheduling {
         if !objective.is_finite() {
             self.stop();
         }
+        (objective, gap)
+    }
+
+    /// The certificate first (the stop tests and the settle threshold, as after a plain
+    /// certification), then the sweep: committed as an active-set round, or discarded
+    /// with weights 0 (every worker back on the certified state) when the certificate
+    /// ended the run or left nothing to sweep. A discarded sweep's updates still count
+    /// (work done).
+    fn pull_certify_then_sweep(
+        &mut self,
+        round: u64,
+        partials: Vec<GsPartial>,
+        elapsed: Duration,
+    ) -> Result<GsCommit, StradsModelError> {
+        let mut certified = Vec::with_capacity(partials.len());
+        let mut swept = Vec::with_capacity(partials.len());
+        let mut discarded = 0u64;
+        for p in partials {
+            let GsPartial::CertifiedAndSwept {
+                certificate,
+                result,
+                busy,
+            } = p
+            else {
+                return Err(StradsModelError::protocol(format!(
+                    "round {round}: expected a certificate and a sweep"
+                )));
+            };
+            discarded += result.updates;
+            certified.push(GsPartial::Certified { certificate, busy });
+            swept.push(GsPartial::Swept { result, busy });
+        }
+        self.pull_certify(round, certified, elapsed)?;
+        if !self.s.stopping && self.s.phase == (Phase::Active { fresh: true }) {
+            self.s.phase = Phase::Active { fresh: false };
+            return self.pull_sweep(round, RoundKind::Active, swept, elapsed);
+        }
+        self.s.updates += discarded;
+        self.s.certified_at = Some(self.s.updates);
+        Ok(GsCommit {
+            weights: vec![0.0; self.workers()],
+            combined: RowVector::zero(),
+            combined_offset: 0.0,
+        })
+    }
+
+    fn pull_certify(
+        &mut self,
+        round: u64,
+        partials: Vec<GsPartial>,
+        elapsed: Duration,
+    ) -> Result<GsCommit, StradsModelError> {
+        let started = Instant::now();
+        let mut slowest = WorkerBusy::default();
+        let mut certificates = Vec::with_capacity(partials.len());
+        for p in partials {
+            let GsPartial::Certified { certificate, busy } = p else {
+                return Err(StradsModelError::protocol(format!(
+                    "round {round}: sweep answer to a certification"
+                )));
+            };
+            slowest = slowest_of(slowest, busy);
+            certificates.push(certificate);
+        }
+        let Some(first) = certificates.first().copied() else {
+            return Err(StradsModelError::protocol(format!(
+                "round {round}: no certificate"
+            )));
+        };
+        let max_corr = certificates
+            .iter()
+            .fold(0.0f64, |m, c| m.max(c.max_abs_corr));
+        // Every worker holds the same residual: y.y, y.r and r.r are the first one's.
+        let total = Certificate {
+            max_abs_corr: max_corr,
+            kkt: certificates.iter().fold(0.0f64, |m, c| m.max(c.kkt)),
+            l1: certificates.iter().map(|c| c.l1).sum(),
+            nonzeros: certificates.iter().map(|c| c.nonzeros).sum(),
+            ..first
+        };
+        let (objective, gap) = self.record_certificate(round, &total, elapsed);
+        let nonzeros = total.nonzeros;
         match self.s.phase {
             _ if self.s.stopping => {}
-            Phase::Start => self.start_full_sweep(),
             Phase::AfterFull => {
                 self.s.full_sweeps += 1;
                 let tolerance = self.job.gap_tolerance.filter(|t| *t > 0.0);
@@ -545,7 +682,8 @@ impl GsScheduling {
 }
 
 /// Columns worker `range` sweeps per round in a full sweep: `gs_chunk`, else (one worker)
-/// the whole range, else enough non-zeros to cover the assumed round latency.
+/// the whole range, else enough non-zeros to cover the assumed round latency (the base that
+/// [`ChunkGrowth`] multiplies).
 fn chunk_for(x: &SparseColumns, range: Range<usize>, workers: usize, job: &LassoJob) -> usize {
     let n = range.len().max(1);
     if job.gs_chunk > 0 {
@@ -595,7 +733,8 @@ impl Schedule<LassoGsApp> for GsScheduling {
             return self.certify(round);
         }
         match self.s.phase {
-            Phase::Start | Phase::AfterFull => self.certify(round),
+            Phase::AfterFull if self.workers() > 1 => self.certify_then_sweep(round),
+            Phase::AfterFull => self.certify(round),
             Phase::Full => self.full_sweep_chunk(round),
             Phase::Active { fresh } => self.active_sweep(round, fresh),
         }
@@ -607,8 +746,8 @@ impl Schedule<LassoGsApp> for GsScheduling {
         partials: Vec<GsPartial>,
         elapsed: Duration,
     ) -> Result<GsCommit, StradsModelError> {
-        let sweep = match self.in_flight.take() {
-            Some((r, sweep)) if r == round => sweep,
+        let kind = match self.in_flight.take() {
+            Some((r, kind)) if r == round => kind,
             Some((r, _)) => {
                 return Err(StradsModelError::protocol(format!(
                     "pull of round {round}, expected {r}"
@@ -622,10 +761,10 @@ impl Schedule<LassoGsApp> for GsScheduling {
         };
         self.s.metrics.rounds = round + 1;
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
-        let commit = if sweep {
-            self.pull_sweep(round, partials, elapsed)?
-        } else {
-            self.pull_certify(round, partials, elapsed)?
+        let commit = match kind {
+            RoundKind::Certify => self.pull_certify(round, partials, elapsed)?,
+            RoundKind::CertifyActive => self.pull_certify_then_sweep(round, partials, elapsed)?,
+            kind => self.pull_sweep(round, kind, partials, elapsed)?,
         };
         self.s.metrics.updates = self.s.updates;
         self.s.metrics.profile.finish(elapsed.as_secs_f64());

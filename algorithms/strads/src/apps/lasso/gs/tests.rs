@@ -53,6 +53,78 @@ fn one_worker_makes_the_baselines_updates_and_reaches_its_objective() {
 }
 
 #[test]
+fn the_start_is_certified_without_a_round_as_the_baseline_certifies_it() {
+    let job = job();
+    let (x, y) = job.load().unwrap();
+    let (base, _) = solve_baseline(&x, &y, &job).unwrap();
+    let start = &base.metrics.evaluations[0];
+    assert_eq!(start.updates, 0);
+    for workers in [1, 2] {
+        let m = run_without_actors(&job, workers).unwrap().metrics;
+        let first = &m.evaluations[0];
+        assert_eq!((first.round, first.updates), (0, 0), "{workers} workers");
+        assert!(relative(first.objective, start.objective) <= 1e-12);
+        assert!(relative(first.duality_gap, start.duality_gap) <= 1e-9);
+        assert!(relative(first.kkt_violation, start.kkt_violation) <= 1e-9);
+        // Round 0 is already a sweep.
+        assert_eq!(m.objective[0].round, 0, "{workers} workers");
+    }
+}
+
+#[test]
+fn full_sweep_chunks_grow_while_the_workers_sweeps_do_not_interfere() {
+    // A round latency that asks for ~50 columns per worker and round; the same chunk
+    // held fixed (`gs_chunk`) for comparison.
+    let mut job = job();
+    job.round_latency_ms = 0.002;
+    let (f_base, _) = baseline(&job);
+    let grown = run_without_actors(&job, 2).unwrap().metrics;
+    let fixed_job = LassoJob {
+        gs_chunk: grown.block_size,
+        ..job.clone()
+    };
+    let fixed = run_without_actors(&fixed_job, 2).unwrap().metrics;
+    assert!(grown.block_size <= 60, "base chunk {}", grown.block_size);
+    for m in [&grown, &fixed] {
+        assert!(relative(m.final_objective, f_base) <= 1e-6);
+        assert!(m.relative_gap() <= 1e-8);
+    }
+    assert!(
+        grown.rounds * 2 < fixed.rounds,
+        "{} rounds against {} with a fixed chunk",
+        grown.rounds,
+        fixed.rounds
+    );
+    assert!(
+        (grown.updates as f64) <= 1.1 * fixed.updates as f64,
+        "{} updates against {}",
+        grown.updates,
+        fixed.updates
+    );
+}
+
+#[test]
+fn with_several_workers_a_certificate_rides_with_an_active_round() {
+    let job = job();
+    for workers in [1, 2] {
+        let m = run_without_actors(&job, workers).unwrap().metrics;
+        let swept: Vec<u64> = m.objective.iter().map(|o| o.round).collect();
+        // Certifications after a full sweep (not the start's, not the last).
+        let inner = &m.evaluations[1..m.evaluations.len() - 1];
+        assert!(!inner.is_empty());
+        for e in inner {
+            assert_eq!(
+                swept.contains(&e.round),
+                workers > 1,
+                "{workers} workers: certificate of round {} shares a sweep round",
+                e.round
+            );
+        }
+        assert!(m.relative_gap() <= 1e-8);
+    }
+}
+
+#[test]
 fn two_and_three_workers_reach_the_baselines_objective_with_a_descending_trace() {
     let job = job();
     let (f_base, _) = baseline(&job);
