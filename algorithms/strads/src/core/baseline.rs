@@ -285,6 +285,17 @@ impl<'a> CyclicLasso<'a> {
             let certified = self.certify();
             f(self, certified);
         }
+        self.solve_after_start(stop, observe)
+    }
+
+    /// [`CyclicLasso::solve_observed`] without the start's certification: for a caller
+    /// that has it already (at `b = 0` it is the largest correlation, which resolving a
+    /// relative lambda computes).
+    pub fn solve_after_start(
+        &mut self,
+        stop: &CdStop,
+        mut observe: Option<&mut LassoObserver<'_, 'a>>,
+    ) -> CdReport {
         let d = self.x.n_columns();
         let mut report = CdReport {
             outcome: CdOutcome::SweepLimit,
