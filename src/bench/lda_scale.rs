@@ -14,7 +14,7 @@
 
 use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
-use crate::train::{StradsTrainError, run_lda_job};
+use crate::train::{NodePeaks, StradsTrainError, run_lda_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_strads::apps::lda::LdaJob;
@@ -199,17 +199,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
             let started = Instant::now();
             let m = run_lda_job(&job, workers, args.transport)?;
             let wall_s = started.elapsed().as_secs_f64();
-            // A processes run leaves its nodes' peaks in its run directory.
-            let nodes = match (&job.out_dir, args.transport) {
-                (Some(dir), JobTransport::Processes) => crate::train::node_memory(&dir.join("run")),
-                _ => BTreeMap::new(),
-            };
-            let worker_rss_mb = nodes
-                .iter()
-                .filter(|(name, _)| name.as_str() != "scheduler")
-                .map(|(_, &mb)| mb)
-                .reduce(f64::max);
-            let scheduler_rss_mb = nodes.get("scheduler").copied();
+            let peaks = NodePeaks::of_run(job.out_dir.as_deref(), args.transport);
             let holds = worker_holds_mb(m.n_tokens, docs, args.vocab, args.topics, workers);
             let tokens_per_s = m.tokens_per_s_per_worker * workers as f64;
             let ns_per_token_per_core = if m.tokens_sampled > 0 {
@@ -226,10 +216,16 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
                 format!("{:.2}", m.sampling_s),
                 format!("{wall_s:.1}"),
                 format!("{:.4}", m.final_loglik_per_token),
-                worker_rss_mb.map_or("-".into(), |r| format!("{r:.0}")),
+                peaks
+                    .worker_rss_mb
+                    .map_or("-".into(), |r| format!("{r:.0}")),
                 format!("{holds:.1}"),
-                worker_rss_mb.map_or("-".into(), |r| format!("{:.2}", r / holds)),
-                scheduler_rss_mb.map_or("-".into(), |r| format!("{r:.0}")),
+                peaks
+                    .worker_over(holds)
+                    .map_or("-".into(), |r| format!("{r:.2}")),
+                peaks
+                    .scheduler_rss_mb
+                    .map_or("-".into(), |r| format!("{r:.0}")),
             ]);
             per_workers.insert(
                 workers,
@@ -241,10 +237,10 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
                     sampling_s: m.sampling_s,
                     wall_s,
                     final_loglik_per_token: m.final_loglik_per_token,
-                    worker_rss_mb,
-                    scheduler_rss_mb,
+                    worker_rss_mb: peaks.worker_rss_mb,
+                    scheduler_rss_mb: peaks.scheduler_rss_mb,
                     worker_holds_mb: holds,
-                    worker_rss_over_holds: worker_rss_mb.map(|r| r / holds),
+                    worker_rss_over_holds: peaks.worker_over(holds),
                 },
             );
         }

@@ -21,7 +21,7 @@
 
 use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
-use crate::train::{StradsTrainError, run_mf_job};
+use crate::train::{NodePeaks, StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::apps::lasso::metrics::peak_rss_mb;
@@ -266,17 +266,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
             let m = run_mf_job(&job, workers, args.transport)?;
             let wall_s = started.elapsed().as_secs_f64();
             let rss_mb = rss_tracked.then(peak_rss_mb);
-            // A processes run leaves its nodes' peaks in its run directory.
-            let nodes = match (&job.out_dir, args.transport) {
-                (Some(dir), JobTransport::Processes) => crate::train::node_memory(&dir.join("run")),
-                _ => BTreeMap::new(),
-            };
-            let worker_rss_mb = nodes
-                .iter()
-                .filter(|(name, _)| name.as_str() != "scheduler")
-                .map(|(_, &mb)| mb)
-                .reduce(f64::max);
-            let scheduler_rss_mb = nodes.get("scheduler").copied();
+            let peaks = NodePeaks::of_run(job.out_dir.as_deref(), args.transport);
             let seconds = m.time_to_target_s;
             let sweeps = sweeps_to_target(
                 &m,
@@ -322,10 +312,10 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 format!("{:.4}", m.final_train_rmse),
                 format!("{:.4}", m.final_test_rmse),
                 fmt(rss_mb, 0),
-                fmt(worker_rss_mb, 0),
+                fmt(peaks.worker_rss_mb, 0),
                 format!("{holds:.1}"),
-                fmt(worker_rss_mb.map(|r| r / holds), 2),
-                fmt(scheduler_rss_mb, 0),
+                fmt(peaks.worker_over(holds), 2),
+                fmt(peaks.scheduler_rss_mb, 0),
             ]);
             sizes.push(MfScaleRun {
                 ratings: m.train_ratings + m.test_ratings,
@@ -343,10 +333,10 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 train_s: m.elapsed_s,
                 wall_s,
                 rss_mb,
-                worker_rss_mb,
-                scheduler_rss_mb,
+                worker_rss_mb: peaks.worker_rss_mb,
+                scheduler_rss_mb: peaks.scheduler_rss_mb,
                 worker_holds_mb: holds,
-                worker_rss_over_holds: worker_rss_mb.map(|r| r / holds),
+                worker_rss_over_holds: peaks.worker_over(holds),
             });
         }
     }
