@@ -9,6 +9,7 @@
 //! The header is small and decoded first, so a receiver knows the target and the type
 //! before it touches the body, and the body can be handed over as a zero-copy `Bytes` slice.
 
+use crate::body::Body;
 use crate::ids::{NodeId, Priority};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
@@ -113,8 +114,9 @@ pub struct EnvelopeHeader {
 pub struct Frame {
     /// The routing header, decoded.
     pub header: EnvelopeHeader,
-    /// The msgpack body, still encoded (a zero-copy slice of the received bytes).
-    pub body: Bytes,
+    /// The msgpack body, still encoded: zero-copy slices of the received bytes (the
+    /// chunks a stream delivered, or one slice of a whole frame).
+    pub body: Body,
 }
 
 /// Lengths announced by a frame prefix.
@@ -246,7 +248,45 @@ impl Frame {
             .map_err(|e| CodecError::Header(e.to_string()))?;
         Ok(Frame {
             header,
-            body: bytes.slice(header_end..),
+            body: Body::from(bytes.slice(header_end..)),
+        })
+    }
+
+    /// Decodes a frame whose prefix was parsed already from the chunks that follow the
+    /// prefix (header and body, exactly `prefix.header_len + prefix.body_len` bytes, as a
+    /// stream delivered them). Only the small header is gathered; the body keeps the
+    /// chunks, no copy.
+    pub fn from_chunks(prefix: FramePrefix, chunks: Vec<Bytes>) -> Result<Frame, CodecError> {
+        let have: usize = chunks.iter().map(Bytes::len).sum();
+        let want = prefix.header_len + prefix.body_len;
+        if have < want {
+            return Err(CodecError::Truncated {
+                need: FRAME_PREFIX_LEN + want,
+                have: FRAME_PREFIX_LEN + have,
+            });
+        }
+        if have > want {
+            return Err(CodecError::Header(format!(
+                "{} trailing bytes after frame",
+                have - want
+            )));
+        }
+        let mut head = Vec::with_capacity(prefix.header_len);
+        let mut body = Vec::with_capacity(chunks.len());
+        for mut c in chunks {
+            let take = (prefix.header_len - head.len()).min(c.len());
+            if take > 0 {
+                head.extend_from_slice(&c.split_to(take));
+            }
+            if !c.is_empty() {
+                body.push(c);
+            }
+        }
+        let header: EnvelopeHeader =
+            rmp_serde::from_slice(&head).map_err(|e| CodecError::Header(e.to_string()))?;
+        Ok(Frame {
+            header,
+            body: Body::from_chunks(body),
         })
     }
 }
@@ -272,7 +312,7 @@ mod tests {
         let bytes = Frame::encode(&header(), &vec![1u32, 2, 3]).unwrap();
         let f = Frame::decode(bytes, 1 << 20).unwrap();
         assert_eq!(f.header, header());
-        let v: Vec<u32> = crate::decode_body("t", &f.body).unwrap();
+        let v: Vec<u32> = f.body.decode("t").unwrap();
         assert_eq!(v, vec![1, 2, 3]);
     }
 
@@ -283,7 +323,7 @@ mod tests {
         let prefix = FramePrefix::parse(&bytes, usize::MAX).unwrap();
         assert_eq!(prefix.total_len(), bytes.len());
         let f = Frame::decode(bytes, usize::MAX).unwrap();
-        let back: crate::Tensor = crate::decode_body("t", &f.body).unwrap();
+        let back: crate::Tensor = f.body.decode("t").unwrap();
         assert_eq!(back, body);
         assert_eq!(crate::encoded_len(&body).unwrap(), f.body.len());
     }
@@ -308,6 +348,36 @@ mod tests {
         assert!(matches!(
             Frame::decode(Bytes::from(bad), 1 << 20),
             Err(CodecError::BadMagic(_))
+        ));
+    }
+
+    #[test]
+    fn a_frame_from_odd_sized_chunks_decodes_like_a_whole_one() {
+        let body = crate::Tensor::from_vec((0..100_000).map(|i| i as f32 * 0.5).collect());
+        let bytes = Frame::encode(&header(), &body).unwrap();
+        let prefix = FramePrefix::parse(&bytes, usize::MAX).unwrap();
+        let whole = Frame::decode(bytes.clone(), usize::MAX).unwrap();
+        for step in [1usize, 3, 1451, 65_521] {
+            let chunks: Vec<Bytes> = bytes[FRAME_PREFIX_LEN..]
+                .chunks(step)
+                .map(Bytes::copy_from_slice)
+                .collect();
+            let f = Frame::from_chunks(prefix, chunks).unwrap();
+            assert_eq!(f.header, whole.header);
+            assert_eq!(f.body, whole.body);
+            let back: crate::Tensor = f.body.decode("t").unwrap();
+            assert_eq!(back, body);
+        }
+        let rest = bytes.slice(FRAME_PREFIX_LEN..);
+        let cut = vec![rest.slice(..rest.len() - 1)];
+        assert!(matches!(
+            Frame::from_chunks(prefix, cut),
+            Err(CodecError::Truncated { .. })
+        ));
+        let long = vec![rest.clone(), Bytes::from_static(b"x")];
+        assert!(matches!(
+            Frame::from_chunks(prefix, long),
+            Err(CodecError::Header(_))
         ));
     }
 

@@ -6,7 +6,8 @@
 //! - [`PriorityQueue`]: the one queue that orders work by [`Priority`], FIFO within a
 //!   priority; the mailbox, the outbox and P3's slice queue all use it.
 //! - Frames: an [`EnvelopeHeader`] (route, type name, priority, [`EnvelopeKind`]) and a
-//!   msgpack body make a [`Frame`]; a bad frame is a [`CodecError`].
+//!   msgpack body make a [`Frame`]; a bad frame is a [`CodecError`]. A received body is a
+//!   [`Body`]: the chunks it arrived in, decoded without gathering a large tensor first.
 //! - Your own messages: implement [`RemoteMessage`] (or use [`remote_message!`]); bodies
 //!   are encoded with [`encode_body`] and decoded with [`decode_body`].
 //! - Tensors: [`Tensor`], and [`tensor::f32_bytes`] / [`tensor::f64_bytes`] to carry a
@@ -17,12 +18,14 @@
 
 #![warn(missing_docs)]
 
+pub mod body;
 pub mod envelope;
 mod ids;
 pub mod priority_queue;
 pub mod runtime;
 pub mod tensor;
 
+pub use body::Body;
 pub use envelope::{CodecError, EnvelopeHeader, EnvelopeKind, FRAME_PREFIX_LEN, Frame};
 pub use ids::{ActorId, NodeId, Priority};
 pub use priority_queue::{PriorityQueue, Rank};

@@ -96,11 +96,16 @@ pub mod f32_bytes {
         }
 
         fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<f32>, E> {
+            // A token for a payload still in a received body's chunks (see `crate::body`):
+            // copied from the chunks into the vector, not through a gathered buffer.
+            if let Some(taken) = crate::body::take_f32_payload(v) {
+                return taken.map_err(E::custom);
+            }
             from_le_bytes(v).map_err(E::custom)
         }
 
         fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<f32>, E> {
-            from_le_bytes(&v).map_err(E::custom)
+            self.visit_bytes(&v)
         }
 
         fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {

@@ -12,7 +12,7 @@ use crate::sequencer::{LANE_HEADER_LEN, LaneHeader};
 use crate::shaper::ShapedSocket;
 use crate::stats::NetStats;
 use crate::tls::{ClusterCredentials, node_names_in_certificate, node_server_name};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use petrel_messages::envelope::FramePrefix;
 use petrel_messages::{CodecError, FRAME_PREFIX_LEN, Frame, NodeId, Priority};
 use quinn::{Connection, Endpoint, RecvStream, VarInt};
@@ -506,20 +506,26 @@ async fn read_frame(
     let Some(permit) = limits.budgets.acquire(&peer.budget, lane_kind, need).await else {
         return;
     };
-    let mut buf = BytesMut::with_capacity(total);
-    buf.extend_from_slice(&prefix);
-    while buf.len() < total {
-        let want = (total - buf.len()).min(1 << 20);
+    // The stream's chunks are kept as quinn hands them over (zero-copy slices of the
+    // received datagrams), not gathered: the body is decoded from them (see
+    // `petrel_messages::body`), so a large tensor is copied once, into its final vector.
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut got = FRAME_PREFIX_LEN;
+    while got < total {
+        let want = total - got;
         match tokio::time::timeout(limits.stall, recv.read_chunk(want, true)).await {
-            Ok(Ok(Some(chunk))) => buf.extend_from_slice(&chunk.bytes),
+            Ok(Ok(Some(chunk))) => {
+                got += chunk.bytes.len();
+                chunks.push(chunk.bytes);
+            }
             Ok(Ok(None)) | Ok(Err(_)) => {
                 NetStats::bump(&stats.truncated_streams, 1);
-                tracing::warn!(%node, got = buf.len(), expected = total, "truncated frame");
+                tracing::warn!(%node, got, expected = total, "truncated frame");
                 return;
             }
             Err(_) => {
                 NetStats::bump(&stats.truncated_streams, 1);
-                tracing::warn!(%node, peer = %NodeId(lane.from), got = buf.len(), expected = total, stall = ?limits.stall, "frame stalled; abandoned");
+                tracing::warn!(%node, peer = %NodeId(lane.from), got, expected = total, stall = ?limits.stall, "frame stalled; abandoned");
                 let _ = recv.stop(VarInt::from_u32(CODE_STALLED));
                 drop(permit);
                 peer.stalled(node, lane.from, &stats);
@@ -546,8 +552,8 @@ async fn read_frame(
             return;
         }
     }
-    let len = buf.len();
-    match Frame::decode(buf.freeze(), max) {
+    let len = total;
+    match Frame::from_chunks(parsed, chunks) {
         Ok(frame) if frame.header.from.0 != lane.from => {
             let claimed = limits
                 .directory

@@ -65,7 +65,7 @@ async fn frames_cross_quic_both_ways() {
     .unwrap();
     let got = recv(&mut a_rx).await;
     assert_eq!(got.frame.header.msg_type, "back");
-    let body: serde_bytes::ByteBuf = petrel_messages::decode_body("back", &got.frame.body).unwrap();
+    let body: serde_bytes::ByteBuf = got.frame.body.decode("back").unwrap();
     assert_eq!(body.len(), 3 << 20);
     assert!(body.iter().all(|&x| x == 7));
 }
@@ -89,8 +89,7 @@ async fn frames_cross_memory_hub() {
     }
     for i in 0..10u8 {
         let got = recv(&mut b_rx).await;
-        let body: serde_bytes::ByteBuf =
-            petrel_messages::decode_body("m", &got.frame.body).unwrap();
+        let body: serde_bytes::ByteBuf = got.frame.body.decode("m").unwrap();
         assert_eq!(body.as_slice(), &[i]);
     }
 }

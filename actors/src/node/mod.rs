@@ -12,9 +12,8 @@ pub use inbound::Registration;
 use crate::address::{ActorRef, Msg};
 use crate::error::{AskError, NodeError};
 use actix::prelude::*;
-use bytes::Bytes;
 use petrel_messages::{
-    ActorId, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage, decode_body,
+    ActorId, Body, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage,
 };
 use petrel_net::{Inbound, Net, NetStatsSnapshot, PeerAddr};
 use std::any::Any;
@@ -54,7 +53,7 @@ struct ActorEntry {
 struct Pending {
     peer: NodeId,
     actor: String,
-    tx: oneshot::Sender<Result<Bytes, AskError>>,
+    tx: oneshot::Sender<Result<Body, AskError>>,
 }
 
 struct NodeInner {
@@ -434,7 +433,7 @@ impl Node {
             Ok(Err(_)) => return Err(AskError::Stopped { actor }),
             Ok(Ok(result)) => result?,
         };
-        Ok(decode_body::<M::Reply>(M::TYPE_NAME, &body)?)
+        Ok(body.decode::<M::Reply>(M::TYPE_NAME)?)
     }
 
     fn forget(&self, request_id: u64) {
