@@ -194,6 +194,89 @@ impl Frame {
         Ok(Bytes::from(buf))
     }
 
+    /// Encodes a header and a message as the pieces of one frame, in order: a large `f32`
+    /// vector the message names ([`crate::RemoteMessage::large_payload`], at least
+    /// [`crate::body::LARGE_BIN`] bytes) becomes a piece of its own that owns the vector's
+    /// allocation, never copied; the bytes around it are small pieces. Joined, the pieces
+    /// are byte for byte what [`Frame::encode`] makes. Without such a vector (or on a
+    /// big-endian machine) the result is one piece from [`Frame::encode`].
+    pub fn encode_chunks<M: crate::RemoteMessage>(
+        header: &EnvelopeHeader,
+        mut msg: M,
+    ) -> Result<Vec<Bytes>, CodecError> {
+        let free = TAKEN.with(|t| t.try_borrow().map(|t| t.is_none()).unwrap_or(false));
+        let slot = match msg.large_payload() {
+            Some(slot)
+                if cfg!(target_endian = "little")
+                    && free
+                    && slot.len() * 4 >= crate::body::LARGE_BIN =>
+            {
+                slot
+            }
+            _ => return Ok(vec![Frame::encode(header, &msg)?]),
+        };
+        let payload = std::mem::take(slot);
+        let slot = slot as *const Vec<f32> as usize;
+        let gap = (payload.as_ptr() as usize, payload.len() * 4);
+        TAKEN.with(|t| {
+            *t.borrow_mut() = Some(Taken {
+                slot,
+                payload,
+                hits: 0,
+            })
+        });
+        let mut w = CaptureWriter {
+            pieces: vec![Piece::Owned(vec![0u8; FRAME_PREFIX_LEN])],
+            gap,
+            captured: false,
+        };
+        let encoded = (|| {
+            if let Some(Piece::Owned(first)) = w.pieces.last_mut() {
+                crate::encode_body(header, first)?;
+            }
+            let header_len = w.len() - FRAME_PREFIX_LEN;
+            msg.serialize(&mut rmp_serde::Serializer::new(&mut w).with_struct_map())
+                .map_err(|e| CodecError::Encode(e.to_string()))?;
+            Ok::<_, CodecError>(header_len)
+        })();
+        let taken = TAKEN.with(|t| t.borrow_mut().take());
+        let Some(Taken { payload, hits, .. }) = taken else {
+            return Err(CodecError::Encode("taken payload vanished".into()));
+        };
+        let header_len = match encoded {
+            Ok(h) if w.captured && hits > 0 => h,
+            other => {
+                // Not serialized where it was taken from: put it back, encode as usual.
+                other?;
+                if let Some(slot) = msg.large_payload() {
+                    *slot = payload;
+                }
+                return Ok(vec![Frame::encode(header, &msg)?]);
+            }
+        };
+        let body_len = w.len() - FRAME_PREFIX_LEN - header_len;
+        let mut payload = Some(payload);
+        let mut out = Vec::with_capacity(w.pieces.len());
+        for (i, piece) in w.pieces.into_iter().enumerate() {
+            match piece {
+                Piece::Owned(mut bytes) => {
+                    if i == 0 {
+                        Self::write_prefix(&mut bytes, header_len, body_len)?;
+                    }
+                    if !bytes.is_empty() {
+                        out.push(Bytes::from(bytes));
+                    }
+                }
+                Piece::Payload => {
+                    if let Some(p) = payload.take() {
+                        out.push(Bytes::from_owner(F32Bytes(p)));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Encodes a header with an already-encoded body.
     pub fn encode_raw(header: &EnvelopeHeader, body: &[u8]) -> Result<Bytes, CodecError> {
         Self::encode_raw_pieces(header, &[body])
@@ -291,6 +374,94 @@ impl Frame {
     }
 }
 
+/// A vector [`Frame::encode_chunks`] moved out of the message being serialized.
+struct Taken {
+    /// Address of the (now empty) field it was taken from.
+    slot: usize,
+    payload: Vec<f32>,
+    /// Times the field was serialized.
+    hits: usize,
+}
+
+thread_local! {
+    static TAKEN: std::cell::RefCell<Option<Taken>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Whether `field` is the field whose values [`Frame::encode_chunks`] took (then counted).
+pub(crate) fn is_taken_slot(field: &Vec<f32>) -> bool {
+    TAKEN.with(|t| {
+        let Ok(mut t) = t.try_borrow_mut() else {
+            return false;
+        };
+        match t.as_mut() {
+            Some(taken) if taken.slot == field as *const Vec<f32> as usize => {
+                taken.hits += 1;
+                true
+            }
+            _ => false,
+        }
+    })
+}
+
+/// Runs `f` on the taken values (empty when there are none).
+pub(crate) fn with_taken<R>(f: impl FnOnce(&[f32]) -> R) -> R {
+    TAKEN.with(|t| match t.try_borrow() {
+        Ok(t) => f(t.as_ref().map(|t| &t.payload[..]).unwrap_or(&[])),
+        Err(_) => f(&[]),
+    })
+}
+
+/// A vector of f32 as the little-endian bytes it holds (little-endian targets only use it).
+struct F32Bytes(Vec<f32>);
+
+impl AsRef<[u8]> for F32Bytes {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+enum Piece {
+    Owned(Vec<u8>),
+    Payload,
+}
+
+/// Collects what the serializer writes, leaving out the one write of the taken payload
+/// (recognised by its address and length) as a [`Piece::Payload`].
+struct CaptureWriter {
+    pieces: Vec<Piece>,
+    gap: (usize, usize),
+    captured: bool,
+}
+
+impl CaptureWriter {
+    fn len(&self) -> usize {
+        self.pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Owned(b) => b.len(),
+                Piece::Payload => self.gap.1,
+            })
+            .sum()
+    }
+}
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.captured && (buf.as_ptr() as usize, buf.len()) == self.gap {
+            self.captured = true;
+            self.pieces.push(Piece::Payload);
+            self.pieces.push(Piece::Owned(Vec::with_capacity(64)));
+        } else if let Some(Piece::Owned(last)) = self.pieces.last_mut() {
+            last.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,6 +520,87 @@ mod tests {
             Frame::decode(Bytes::from(bad), 1 << 20),
             Err(CodecError::BadMagic(_))
         ));
+    }
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+    struct Blob {
+        step: u64,
+        tensor: crate::Tensor,
+        note: String,
+    }
+
+    impl crate::RemoteMessage for Blob {
+        const TYPE_NAME: &'static str = "test.blob";
+        type Reply = ();
+        fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+            Some(&mut self.tensor.data)
+        }
+    }
+
+    /// Names a vector that is not serialized: the encoder must notice and copy as usual.
+    #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+    struct Liar {
+        #[serde(skip)]
+        hidden: Vec<f32>,
+        #[serde(with = "crate::tensor::f32_bytes")]
+        shown: Vec<f32>,
+    }
+
+    impl crate::RemoteMessage for Liar {
+        const TYPE_NAME: &'static str = "test.liar";
+        type Reply = ();
+        fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+            Some(&mut self.hidden)
+        }
+    }
+
+    fn joined(pieces: &[Bytes]) -> Vec<u8> {
+        pieces.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+
+    #[test]
+    fn chunked_encoding_is_byte_identical_and_keeps_the_tensors_own_buffer() {
+        let values: Vec<f32> = (0..=u16::MAX)
+            .map(|i| f32::from_bits(u32::from(i) << 16 | 0x1234))
+            .collect();
+        let blob = Blob {
+            step: 42,
+            tensor: crate::Tensor::from_vec(values),
+            note: "after the payload".into(),
+        };
+        let whole = Frame::encode(&header(), &blob).unwrap();
+        let sent = blob.clone();
+        let buffer = sent.tensor.data.as_ptr() as usize;
+        let pieces = Frame::encode_chunks(&header(), sent).unwrap();
+        assert_eq!(joined(&pieces), whole.to_vec());
+        // Head, the tensor's own allocation (not a copy), the rest.
+        assert_eq!(pieces.len(), 3);
+        assert_eq!(pieces[1].as_ptr() as usize, buffer);
+        assert_eq!(pieces[1].len(), blob.tensor.data.len() * 4);
+        let f = Frame::decode(Bytes::from(joined(&pieces)), usize::MAX).unwrap();
+        let back: Blob = f.body.decode("blob").unwrap();
+        let bits = |t: &crate::Tensor| t.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&back.tensor) == bits(&blob.tensor));
+        assert_eq!((back.step, back.note), (blob.step, blob.note));
+    }
+
+    #[test]
+    fn chunked_encoding_falls_back_to_one_buffer_when_it_cannot_take_the_payload() {
+        let small = Blob {
+            step: 1,
+            tensor: crate::Tensor::from_vec(vec![1.0; 100]),
+            note: String::new(),
+        };
+        let pieces = Frame::encode_chunks(&header(), small.clone()).unwrap();
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(pieces[0], Frame::encode(&header(), &small).unwrap());
+        let liar = Liar {
+            hidden: vec![2.0; 100_000],
+            shown: vec![3.0; 100_000],
+        };
+        let pieces = Frame::encode_chunks(&header(), liar.clone()).unwrap();
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(pieces[0], Frame::encode(&header(), &liar).unwrap());
     }
 
     #[test]

@@ -52,6 +52,16 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     const TYPE_NAME: &'static str;
     /// What an `ask` of this message returns (`()` for fire-and-forget messages).
     type Reply: Serialize + DeserializeOwned + Send + 'static;
+
+    /// The message's large `f32` vector, if it has one serialized with
+    /// [`tensor::f32_bytes`] (a [`Tensor`]'s `data`, say): a remote `tell` then moves it
+    /// out and hands its bytes to the transport as they are, instead of copying them into
+    /// the frame (see [`Frame::encode_chunks`]). The bytes on the wire are the same. While
+    /// the message is serialized the vector is empty, so nothing else the message writes
+    /// may depend on it. The default is `None`: the message is serialized into one buffer.
+    fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+        None
+    }
 }
 
 /// Declares a type as a [`RemoteMessage`].

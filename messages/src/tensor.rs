@@ -67,9 +67,17 @@ pub mod f32_bytes {
     use super::*;
 
     /// Writes the values as one msgpack `bin` of little-endian bytes.
-    pub fn serialize<S: Serializer>(data: &[f32], s: S) -> Result<S::Ok, S::Error> {
+    #[allow(clippy::ptr_arg)] // the vector's address names the field a payload was taken from
+    pub fn serialize<S: Serializer>(data: &Vec<f32>, s: S) -> Result<S::Ok, S::Error> {
         #[cfg(target_endian = "little")]
         {
+            // The field whose values `Frame::encode_chunks` moved out: write the moved
+            // values (the same bytes), from where they are now.
+            if data.is_empty() && crate::envelope::is_taken_slot(data) {
+                return crate::envelope::with_taken(|taken| {
+                    s.serialize_bytes(bytemuck::cast_slice(taken))
+                });
+            }
             s.serialize_bytes(bytemuck::cast_slice(data))
         }
         #[cfg(target_endian = "big")]

@@ -232,6 +232,7 @@ impl QuicLink {
         priority: Priority,
         lane: LaneHeader,
         frame: Bytes,
+        tail: Vec<Bytes>,
     ) -> Result<(), NetError> {
         let stripe = (lane.seq % self.stripes as u64) as usize;
         let conn = self.connection(to, stripe).await?;
@@ -240,7 +241,10 @@ impl QuicLink {
         stream
             .set_priority(priority.0)
             .map_err(|e| send_err(e.into()))?;
-        let mut chunks = [Bytes::copy_from_slice(&lane.encode()), frame];
+        let mut chunks = Vec::with_capacity(2 + tail.len());
+        chunks.push(Bytes::copy_from_slice(&lane.encode()));
+        chunks.push(frame);
+        chunks.extend(tail);
         stream
             .write_all_chunks(&mut chunks)
             .await

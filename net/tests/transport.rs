@@ -77,6 +77,49 @@ async fn a_large_tensor_arrives_in_chunks_and_decodes_bit_for_bit() {
     assert!(bits(&back) == bits(&tensor));
 }
 
+/// A frame given in pieces (a head and a tensor's own bytes) crosses QUIC as the same
+/// bytes as the frame encoded into one buffer.
+#[tokio::test]
+async fn a_frame_sent_in_pieces_arrives_as_the_same_bytes() {
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Blob {
+        tensor: petrel_messages::Tensor,
+        tag: String,
+    }
+    impl petrel_messages::RemoteMessage for Blob {
+        const TYPE_NAME: &'static str = "test.blob";
+        type Reply = ();
+        fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+            Some(&mut self.tensor.data)
+        }
+    }
+    let ((a, _a_rx), (_b, mut b_rx)) = pair(NetConfig::default());
+    let header = EnvelopeHeader {
+        from: NodeId(1),
+        to: NodeId(2),
+        actor: "sink".into(),
+        msg_type: "test.blob".into(),
+        priority: Priority::NORMAL,
+        kind: EnvelopeKind::Tell,
+    };
+    let blob = || Blob {
+        tensor: petrel_messages::Tensor::from_vec((0..300_000).map(|i| i as f32).collect()),
+        tag: "end".into(),
+    };
+    let whole = Frame::encode(&header, &blob()).unwrap();
+    let pieces = Frame::encode_chunks(&header, blob()).unwrap();
+    assert_eq!(pieces.len(), 3);
+    a.send_chunks(NodeId(2), Priority::NORMAL, pieces).unwrap();
+    let got = recv(&mut b_rx).await;
+    assert_eq!(got.len, whole.len());
+    assert_eq!(
+        got.frame.body,
+        Frame::decode(whole, usize::MAX).unwrap().body
+    );
+    let back: Blob = got.frame.body.decode("test.blob").unwrap();
+    assert_eq!((back.tensor, back.tag), (blob().tensor, blob().tag));
+}
+
 #[tokio::test]
 async fn frames_cross_quic_both_ways() {
     let ((a, mut a_rx), (b, mut b_rx)) = pair(NetConfig::default());

@@ -365,7 +365,7 @@ impl Node {
     pub(crate) fn tell_remote<M: RemoteMessage>(
         &self,
         target: &ActorId,
-        body: &M,
+        body: M,
         priority: Priority,
     ) -> Result<(), AskError> {
         if self.is_down(target.node) {
@@ -374,13 +374,14 @@ impl Node {
                 actor: target.to_string(),
             });
         }
-        let frame = Frame::encode(
+        // The message is ours: a large tensor in it leaves as its own bytes, not copied.
+        let frame = Frame::encode_chunks(
             &self.header(target, M::TYPE_NAME, priority, EnvelopeKind::Tell),
             body,
         )?;
         self.inner
             .net
-            .send(target.node, priority, frame)
+            .send_chunks(target.node, priority, frame)
             .map_err(|e| send_error(target.to_string(), M::TYPE_NAME, e))
     }
 
