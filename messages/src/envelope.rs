@@ -225,6 +225,9 @@ impl Frame {
                 hits: 0,
             })
         });
+        // Cleared however this returns (a panicking `Serialize` included), so that a
+        // later message at the same address never meets a stale payload.
+        let _clear = ClearTaken;
         let mut w = CaptureWriter {
             pieces: vec![Piece::Owned(vec![0u8; FRAME_PREFIX_LEN])],
             gap,
@@ -385,6 +388,18 @@ struct Taken {
 
 thread_local! {
     static TAKEN: std::cell::RefCell<Option<Taken>> = const { std::cell::RefCell::new(None) };
+}
+
+struct ClearTaken;
+
+impl Drop for ClearTaken {
+    fn drop(&mut self) {
+        TAKEN.with(|t| {
+            if let Ok(mut t) = t.try_borrow_mut() {
+                *t = None;
+            }
+        });
+    }
 }
 
 /// Whether `field` is the field whose values [`Frame::encode_chunks`] took (then counted).
@@ -601,6 +616,42 @@ mod tests {
         let pieces = Frame::encode_chunks(&header(), liar.clone()).unwrap();
         assert_eq!(pieces.len(), 1);
         assert_eq!(pieces[0], Frame::encode(&header(), &liar).unwrap());
+    }
+
+    /// Serializes its vector, then panics.
+    #[derive(Deserialize)]
+    struct Boom {
+        data: Vec<f32>,
+    }
+
+    impl Serialize for Boom {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let _ = crate::tensor::f32_bytes::serialize(&self.data, s);
+            panic!("boom");
+        }
+    }
+
+    impl crate::RemoteMessage for Boom {
+        const TYPE_NAME: &'static str = "test.boom";
+        type Reply = ();
+        fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+            Some(&mut self.data)
+        }
+    }
+
+    #[test]
+    fn a_panicking_serializer_leaves_no_payload_behind() {
+        let boom = Boom {
+            data: vec![9.0; 50_000],
+        };
+        assert!(std::panic::catch_unwind(|| Frame::encode_chunks(&header(), boom)).is_err());
+        // The next frame (an empty vector, possibly at the same address) is its own.
+        let empty = crate::Tensor::from_vec(vec![]);
+        let whole = Frame::encode(&header(), &empty).unwrap();
+        let f = Frame::decode(whole, usize::MAX).unwrap();
+        let back: crate::Tensor = f.body.decode("t").unwrap();
+        assert!(back.data.is_empty());
+        assert!(TAKEN.with(|t| t.borrow().is_none()));
     }
 
     #[test]
