@@ -557,6 +557,18 @@ async fn read_frame(
         }
     }
     let len = total;
+    // A chunk is a slice of the datagram it came in and keeps all of it alive: a small
+    // frame is copied out (cheap), so that a queued small message holds its own bytes,
+    // not a 64 KB datagram; a large one fills its datagrams and keeps them.
+    let chunks = if total < petrel_messages::body::LARGE_BIN {
+        let mut one = bytes::BytesMut::with_capacity(total - FRAME_PREFIX_LEN);
+        for c in &chunks {
+            one.extend_from_slice(c);
+        }
+        vec![one.freeze()]
+    } else {
+        chunks
+    };
     match Frame::from_chunks(parsed, chunks) {
         Ok(frame) if frame.header.from.0 != lane.from => {
             let claimed = limits
