@@ -50,6 +50,11 @@ pub fn wire_messages(data: &[u8]) {
     if let Ok(t) = decode_body::<Tensor>("tensor", data) {
         let _ = t.validate();
     }
+    // As a stream delivers it: in chunks, decoded without gathering.
+    let chunks = data.chunks(7).map(bytes::Bytes::copy_from_slice).collect();
+    if let Ok(t) = petrel_messages::Body::from_chunks(chunks).decode::<Tensor>("tensor") {
+        let _ = t.validate();
+    }
 }
 
 fn text(data: &[u8]) -> &[u8] {

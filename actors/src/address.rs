@@ -108,7 +108,7 @@ impl<M: RemoteMessage> ActorRef<M> {
                         actor: self.id.to_string(),
                     }),
                 }),
-            Target::Remote { node, target } => node.tell_remote(target, &body, priority),
+            Target::Remote { node, target } => node.tell_remote(target, body, priority),
         }
     }
 

@@ -9,6 +9,7 @@
 //! The header is small and decoded first, so a receiver knows the target and the type
 //! before it touches the body, and the body can be handed over as a zero-copy `Bytes` slice.
 
+use crate::body::Body;
 use crate::ids::{NodeId, Priority};
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
@@ -113,8 +114,9 @@ pub struct EnvelopeHeader {
 pub struct Frame {
     /// The routing header, decoded.
     pub header: EnvelopeHeader,
-    /// The msgpack body, still encoded (a zero-copy slice of the received bytes).
-    pub body: Bytes,
+    /// The msgpack body, still encoded: zero-copy slices of the received bytes (the
+    /// chunks a stream delivered, or one slice of a whole frame).
+    pub body: Body,
 }
 
 /// Lengths announced by a frame prefix.
@@ -192,6 +194,92 @@ impl Frame {
         Ok(Bytes::from(buf))
     }
 
+    /// Encodes a header and a message as the pieces of one frame, in order: a large `f32`
+    /// vector the message names ([`crate::RemoteMessage::large_payload`], at least
+    /// [`crate::body::LARGE_BIN`] bytes) becomes a piece of its own that owns the vector's
+    /// allocation, never copied; the bytes around it are small pieces. Joined, the pieces
+    /// are byte for byte what [`Frame::encode`] makes. Without such a vector (or on a
+    /// big-endian machine) the result is one piece from [`Frame::encode`].
+    pub fn encode_chunks<M: crate::RemoteMessage>(
+        header: &EnvelopeHeader,
+        mut msg: M,
+    ) -> Result<Vec<Bytes>, CodecError> {
+        let free = TAKEN.with(|t| t.try_borrow().map(|t| t.is_none()).unwrap_or(false));
+        let slot = match msg.large_payload() {
+            Some(slot)
+                if cfg!(target_endian = "little")
+                    && free
+                    && slot.len() * 4 >= crate::body::LARGE_BIN =>
+            {
+                slot
+            }
+            _ => return Ok(vec![Frame::encode(header, &msg)?]),
+        };
+        let payload = std::mem::take(slot);
+        let slot = slot as *const Vec<f32> as usize;
+        let gap = (payload.as_ptr() as usize, payload.len() * 4);
+        TAKEN.with(|t| {
+            *t.borrow_mut() = Some(Taken {
+                slot,
+                payload,
+                hits: 0,
+            })
+        });
+        // Cleared however this returns (a panicking `Serialize` included), so that a
+        // later message at the same address never meets a stale payload.
+        let _clear = ClearTaken;
+        let mut w = CaptureWriter {
+            pieces: vec![Piece::Owned(vec![0u8; FRAME_PREFIX_LEN])],
+            gap,
+            captured: false,
+        };
+        let encoded = (|| {
+            if let Some(Piece::Owned(first)) = w.pieces.last_mut() {
+                crate::encode_body(header, first)?;
+            }
+            let header_len = w.len() - FRAME_PREFIX_LEN;
+            msg.serialize(&mut rmp_serde::Serializer::new(&mut w).with_struct_map())
+                .map_err(|e| CodecError::Encode(e.to_string()))?;
+            Ok::<_, CodecError>(header_len)
+        })();
+        let taken = TAKEN.with(|t| t.borrow_mut().take());
+        let Some(Taken { payload, hits, .. }) = taken else {
+            return Err(CodecError::Encode("taken payload vanished".into()));
+        };
+        let header_len = match encoded {
+            Ok(h) if w.captured && hits > 0 => h,
+            other => {
+                // Not serialized where it was taken from: put it back, encode as usual.
+                other?;
+                if let Some(slot) = msg.large_payload() {
+                    *slot = payload;
+                }
+                return Ok(vec![Frame::encode(header, &msg)?]);
+            }
+        };
+        let body_len = w.len() - FRAME_PREFIX_LEN - header_len;
+        let mut payload = Some(payload);
+        let mut out = Vec::with_capacity(w.pieces.len());
+        for (i, piece) in w.pieces.into_iter().enumerate() {
+            match piece {
+                Piece::Owned(mut bytes) => {
+                    if i == 0 {
+                        Self::write_prefix(&mut bytes, header_len, body_len)?;
+                    }
+                    if !bytes.is_empty() {
+                        out.push(Bytes::from(bytes));
+                    }
+                }
+                Piece::Payload => {
+                    if let Some(p) = payload.take() {
+                        out.push(Bytes::from_owner(F32Bytes(p)));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Encodes a header with an already-encoded body.
     pub fn encode_raw(header: &EnvelopeHeader, body: &[u8]) -> Result<Bytes, CodecError> {
         Self::encode_raw_pieces(header, &[body])
@@ -246,8 +334,146 @@ impl Frame {
             .map_err(|e| CodecError::Header(e.to_string()))?;
         Ok(Frame {
             header,
-            body: bytes.slice(header_end..),
+            body: Body::from(bytes.slice(header_end..)),
         })
+    }
+
+    /// Decodes a frame whose prefix was parsed already from the chunks that follow the
+    /// prefix (header and body, exactly `prefix.header_len + prefix.body_len` bytes, as a
+    /// stream delivered them). Only the small header is gathered; the body keeps the
+    /// chunks, no copy.
+    pub fn from_chunks(prefix: FramePrefix, chunks: Vec<Bytes>) -> Result<Frame, CodecError> {
+        let have: usize = chunks.iter().map(Bytes::len).sum();
+        let want = prefix.header_len + prefix.body_len;
+        if have < want {
+            return Err(CodecError::Truncated {
+                need: FRAME_PREFIX_LEN + want,
+                have: FRAME_PREFIX_LEN + have,
+            });
+        }
+        if have > want {
+            return Err(CodecError::Header(format!(
+                "{} trailing bytes after frame",
+                have - want
+            )));
+        }
+        let mut head = Vec::with_capacity(prefix.header_len);
+        let mut body = Vec::with_capacity(chunks.len());
+        for mut c in chunks {
+            let take = (prefix.header_len - head.len()).min(c.len());
+            if take > 0 {
+                head.extend_from_slice(&c.split_to(take));
+            }
+            if !c.is_empty() {
+                body.push(c);
+            }
+        }
+        let header: EnvelopeHeader =
+            rmp_serde::from_slice(&head).map_err(|e| CodecError::Header(e.to_string()))?;
+        Ok(Frame {
+            header,
+            body: Body::from_chunks(body),
+        })
+    }
+}
+
+/// A vector [`Frame::encode_chunks`] moved out of the message being serialized.
+struct Taken {
+    /// Address of the (now empty) field it was taken from.
+    slot: usize,
+    payload: Vec<f32>,
+    /// Times the field was serialized.
+    hits: usize,
+}
+
+thread_local! {
+    static TAKEN: std::cell::RefCell<Option<Taken>> = const { std::cell::RefCell::new(None) };
+}
+
+struct ClearTaken;
+
+impl Drop for ClearTaken {
+    fn drop(&mut self) {
+        TAKEN.with(|t| {
+            if let Ok(mut t) = t.try_borrow_mut() {
+                *t = None;
+            }
+        });
+    }
+}
+
+/// Whether `field` is the field whose values [`Frame::encode_chunks`] took (then counted).
+pub(crate) fn is_taken_slot(field: &Vec<f32>) -> bool {
+    TAKEN.with(|t| {
+        let Ok(mut t) = t.try_borrow_mut() else {
+            return false;
+        };
+        match t.as_mut() {
+            Some(taken) if taken.slot == field as *const Vec<f32> as usize => {
+                taken.hits += 1;
+                true
+            }
+            _ => false,
+        }
+    })
+}
+
+/// Runs `f` on the taken values (empty when there are none).
+pub(crate) fn with_taken<R>(f: impl FnOnce(&[f32]) -> R) -> R {
+    TAKEN.with(|t| match t.try_borrow() {
+        Ok(t) => f(t.as_ref().map(|t| &t.payload[..]).unwrap_or(&[])),
+        Err(_) => f(&[]),
+    })
+}
+
+/// A vector of f32 as the little-endian bytes it holds (little-endian targets only use it).
+struct F32Bytes(Vec<f32>);
+
+impl AsRef<[u8]> for F32Bytes {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+enum Piece {
+    Owned(Vec<u8>),
+    Payload,
+}
+
+/// Collects what the serializer writes, leaving out the one write of the taken payload
+/// (recognised by its address and length) as a [`Piece::Payload`].
+struct CaptureWriter {
+    pieces: Vec<Piece>,
+    gap: (usize, usize),
+    captured: bool,
+}
+
+impl CaptureWriter {
+    fn len(&self) -> usize {
+        self.pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Owned(b) => b.len(),
+                Piece::Payload => self.gap.1,
+            })
+            .sum()
+    }
+}
+
+impl std::io::Write for CaptureWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.captured && (buf.as_ptr() as usize, buf.len()) == self.gap {
+            self.captured = true;
+            self.pieces.push(Piece::Payload);
+            self.pieces.push(Piece::Owned(Vec::with_capacity(64)));
+        } else if let Some(Piece::Owned(last)) = self.pieces.last_mut() {
+            last.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -272,7 +498,7 @@ mod tests {
         let bytes = Frame::encode(&header(), &vec![1u32, 2, 3]).unwrap();
         let f = Frame::decode(bytes, 1 << 20).unwrap();
         assert_eq!(f.header, header());
-        let v: Vec<u32> = crate::decode_body("t", &f.body).unwrap();
+        let v: Vec<u32> = f.body.decode("t").unwrap();
         assert_eq!(v, vec![1, 2, 3]);
     }
 
@@ -283,7 +509,7 @@ mod tests {
         let prefix = FramePrefix::parse(&bytes, usize::MAX).unwrap();
         assert_eq!(prefix.total_len(), bytes.len());
         let f = Frame::decode(bytes, usize::MAX).unwrap();
-        let back: crate::Tensor = crate::decode_body("t", &f.body).unwrap();
+        let back: crate::Tensor = f.body.decode("t").unwrap();
         assert_eq!(back, body);
         assert_eq!(crate::encoded_len(&body).unwrap(), f.body.len());
     }
@@ -308,6 +534,153 @@ mod tests {
         assert!(matches!(
             Frame::decode(Bytes::from(bad), 1 << 20),
             Err(CodecError::BadMagic(_))
+        ));
+    }
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+    struct Blob {
+        step: u64,
+        tensor: crate::Tensor,
+        note: String,
+    }
+
+    impl crate::RemoteMessage for Blob {
+        const TYPE_NAME: &'static str = "test.blob";
+        type Reply = ();
+        fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+            Some(&mut self.tensor.data)
+        }
+    }
+
+    /// Names a vector that is not serialized: the encoder must notice and copy as usual.
+    #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
+    struct Liar {
+        #[serde(skip)]
+        hidden: Vec<f32>,
+        #[serde(with = "crate::tensor::f32_bytes")]
+        shown: Vec<f32>,
+    }
+
+    impl crate::RemoteMessage for Liar {
+        const TYPE_NAME: &'static str = "test.liar";
+        type Reply = ();
+        fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+            Some(&mut self.hidden)
+        }
+    }
+
+    fn joined(pieces: &[Bytes]) -> Vec<u8> {
+        pieces.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+
+    #[test]
+    fn chunked_encoding_is_byte_identical_and_keeps_the_tensors_own_buffer() {
+        let values: Vec<f32> = (0..=u16::MAX)
+            .map(|i| f32::from_bits(u32::from(i) << 16 | 0x1234))
+            .collect();
+        let blob = Blob {
+            step: 42,
+            tensor: crate::Tensor::from_vec(values),
+            note: "after the payload".into(),
+        };
+        let whole = Frame::encode(&header(), &blob).unwrap();
+        let sent = blob.clone();
+        let buffer = sent.tensor.data.as_ptr() as usize;
+        let pieces = Frame::encode_chunks(&header(), sent).unwrap();
+        assert_eq!(joined(&pieces), whole.to_vec());
+        // Head, the tensor's own allocation (not a copy), the rest.
+        assert_eq!(pieces.len(), 3);
+        assert_eq!(pieces[1].as_ptr() as usize, buffer);
+        assert_eq!(pieces[1].len(), blob.tensor.data.len() * 4);
+        let f = Frame::decode(Bytes::from(joined(&pieces)), usize::MAX).unwrap();
+        let back: Blob = f.body.decode("blob").unwrap();
+        let bits = |t: &crate::Tensor| t.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&back.tensor) == bits(&blob.tensor));
+        assert_eq!((back.step, back.note), (blob.step, blob.note));
+    }
+
+    #[test]
+    fn chunked_encoding_falls_back_to_one_buffer_when_it_cannot_take_the_payload() {
+        let small = Blob {
+            step: 1,
+            tensor: crate::Tensor::from_vec(vec![1.0; 100]),
+            note: String::new(),
+        };
+        let pieces = Frame::encode_chunks(&header(), small.clone()).unwrap();
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(pieces[0], Frame::encode(&header(), &small).unwrap());
+        let liar = Liar {
+            hidden: vec![2.0; 100_000],
+            shown: vec![3.0; 100_000],
+        };
+        let pieces = Frame::encode_chunks(&header(), liar.clone()).unwrap();
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(pieces[0], Frame::encode(&header(), &liar).unwrap());
+    }
+
+    /// Serializes its vector, then panics.
+    #[derive(Deserialize)]
+    struct Boom {
+        data: Vec<f32>,
+    }
+
+    impl Serialize for Boom {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let _ = crate::tensor::f32_bytes::serialize(&self.data, s);
+            panic!("boom");
+        }
+    }
+
+    impl crate::RemoteMessage for Boom {
+        const TYPE_NAME: &'static str = "test.boom";
+        type Reply = ();
+        fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+            Some(&mut self.data)
+        }
+    }
+
+    #[test]
+    fn a_panicking_serializer_leaves_no_payload_behind() {
+        let boom = Boom {
+            data: vec![9.0; 50_000],
+        };
+        assert!(std::panic::catch_unwind(|| Frame::encode_chunks(&header(), boom)).is_err());
+        // The next frame (an empty vector, possibly at the same address) is its own.
+        let empty = crate::Tensor::from_vec(vec![]);
+        let whole = Frame::encode(&header(), &empty).unwrap();
+        let f = Frame::decode(whole, usize::MAX).unwrap();
+        let back: crate::Tensor = f.body.decode("t").unwrap();
+        assert!(back.data.is_empty());
+        assert!(TAKEN.with(|t| t.borrow().is_none()));
+    }
+
+    #[test]
+    fn a_frame_from_odd_sized_chunks_decodes_like_a_whole_one() {
+        let body = crate::Tensor::from_vec((0..100_000).map(|i| i as f32 * 0.5).collect());
+        let bytes = Frame::encode(&header(), &body).unwrap();
+        let prefix = FramePrefix::parse(&bytes, usize::MAX).unwrap();
+        let whole = Frame::decode(bytes.clone(), usize::MAX).unwrap();
+        for step in [1usize, 3, 1451, 65_521] {
+            let chunks: Vec<Bytes> = bytes[FRAME_PREFIX_LEN..]
+                .chunks(step)
+                .map(Bytes::copy_from_slice)
+                .collect();
+            let f = Frame::from_chunks(prefix, chunks).unwrap();
+            assert_eq!(f.header, whole.header);
+            assert_eq!(f.body, whole.body);
+            let back: crate::Tensor = f.body.decode("t").unwrap();
+            assert_eq!(back, body);
+        }
+        let rest = bytes.slice(FRAME_PREFIX_LEN..);
+        let cut = vec![rest.slice(..rest.len() - 1)];
+        assert!(matches!(
+            Frame::from_chunks(prefix, cut),
+            Err(CodecError::Truncated { .. })
+        ));
+        let long = vec![rest.clone(), Bytes::from_static(b"x")];
+        assert!(matches!(
+            Frame::from_chunks(prefix, long),
+            Err(CodecError::Header(_))
         ));
     }
 

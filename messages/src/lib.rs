@@ -6,7 +6,8 @@
 //! - [`PriorityQueue`]: the one queue that orders work by [`Priority`], FIFO within a
 //!   priority; the mailbox, the outbox and P3's slice queue all use it.
 //! - Frames: an [`EnvelopeHeader`] (route, type name, priority, [`EnvelopeKind`]) and a
-//!   msgpack body make a [`Frame`]; a bad frame is a [`CodecError`].
+//!   msgpack body make a [`Frame`]; a bad frame is a [`CodecError`]. A received body is a
+//!   [`Body`]: the chunks it arrived in, decoded without gathering a large tensor first.
 //! - Your own messages: implement [`RemoteMessage`] (or use [`remote_message!`]); bodies
 //!   are encoded with [`encode_body`] and decoded with [`decode_body`].
 //! - Tensors: [`Tensor`], and [`tensor::f32_bytes`] / [`tensor::f64_bytes`] to carry a
@@ -17,12 +18,14 @@
 
 #![warn(missing_docs)]
 
+pub mod body;
 pub mod envelope;
 mod ids;
 pub mod priority_queue;
 pub mod runtime;
 pub mod tensor;
 
+pub use body::Body;
 pub use envelope::{CodecError, EnvelopeHeader, EnvelopeKind, FRAME_PREFIX_LEN, Frame};
 pub use ids::{ActorId, NodeId, Priority};
 pub use priority_queue::{PriorityQueue, Rank};
@@ -49,6 +52,16 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     const TYPE_NAME: &'static str;
     /// What an `ask` of this message returns (`()` for fire-and-forget messages).
     type Reply: Serialize + DeserializeOwned + Send + 'static;
+
+    /// The message's large `f32` vector, if it has one serialized with
+    /// [`tensor::f32_bytes`] (a [`Tensor`]'s `data`, say): a remote `tell` then moves it
+    /// out and hands its bytes to the transport as they are, instead of copying them into
+    /// the frame (see [`Frame::encode_chunks`]). The bytes on the wire are the same. While
+    /// the message is serialized the vector is empty, so nothing else the message writes
+    /// may depend on it. The default is `None`: the message is serialized into one buffer.
+    fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+        None
+    }
 }
 
 /// Declares a type as a [`RemoteMessage`].

@@ -67,9 +67,17 @@ pub mod f32_bytes {
     use super::*;
 
     /// Writes the values as one msgpack `bin` of little-endian bytes.
-    pub fn serialize<S: Serializer>(data: &[f32], s: S) -> Result<S::Ok, S::Error> {
+    #[allow(clippy::ptr_arg)] // the vector's address names the field a payload was taken from
+    pub fn serialize<S: Serializer>(data: &Vec<f32>, s: S) -> Result<S::Ok, S::Error> {
         #[cfg(target_endian = "little")]
         {
+            // The field whose values `Frame::encode_chunks` moved out: write the moved
+            // values (the same bytes), from where they are now.
+            if data.is_empty() && crate::envelope::is_taken_slot(data) {
+                return crate::envelope::with_taken(|taken| {
+                    s.serialize_bytes(bytemuck::cast_slice(taken))
+                });
+            }
             s.serialize_bytes(bytemuck::cast_slice(data))
         }
         #[cfg(target_endian = "big")]
@@ -96,11 +104,16 @@ pub mod f32_bytes {
         }
 
         fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<f32>, E> {
+            // A token for a payload still in a received body's chunks (see `crate::body`):
+            // copied from the chunks into the vector, not through a gathered buffer.
+            if let Some(taken) = crate::body::take_f32_payload(v) {
+                return taken.map_err(E::custom);
+            }
             from_le_bytes(v).map_err(E::custom)
         }
 
         fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<f32>, E> {
-            from_le_bytes(&v).map_err(E::custom)
+            self.visit_bytes(&v)
         }
 
         fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {

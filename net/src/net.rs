@@ -128,10 +128,11 @@ impl Link {
         priority: Priority,
         lane: LaneHeader,
         frame: Bytes,
+        tail: Vec<Bytes>,
     ) -> Result<(), NetError> {
         match self {
-            Link::Quic(q) => q.deliver(to, priority, lane, frame).await,
-            Link::Memory(m) => m.deliver(to, lane, frame).await,
+            Link::Quic(q) => q.deliver(to, priority, lane, frame, tail).await,
+            Link::Memory(m) => m.deliver(to, lane, gather(frame, tail)).await,
         }
     }
 }
@@ -362,6 +363,41 @@ impl Net {
         Ok(())
     }
 
+    /// Queues a frame given in pieces (as [`Frame::encode_chunks`] makes it: a small head
+    /// and a large tensor's own bytes), written to the stream one after the other without
+    /// being joined. A frame that is split, striped, goes through shared memory or over
+    /// the memory transport is joined first and takes [`Self::send`]'s path.
+    ///
+    /// [`Frame::encode_chunks`]: petrel_messages::Frame::encode_chunks
+    pub fn send_chunks(
+        &self,
+        to: NodeId,
+        priority: Priority,
+        mut chunks: Vec<Bytes>,
+    ) -> Result<(), NetError> {
+        if chunks.len() < 2 {
+            return self.send(to, priority, chunks.pop().unwrap_or_default());
+        }
+        let len: usize = chunks.iter().map(Bytes::len).sum();
+        let whole_path = self.shared.shm.is_some()
+            || matches!(self.shared.link, Link::Memory(_))
+            || len > self.shared.cfg.max_message_bytes
+            || self.stripe_part_bytes(len).is_some();
+        if whole_path {
+            let first = chunks.remove(0);
+            return self.send(to, priority, gather(first, chunks));
+        }
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(NetError::Closed);
+        }
+        let first = chunks.remove(0);
+        if let Ok(mut q) = self.shared.outbox.lock() {
+            q.push_chunks(to, priority, first, chunks);
+        }
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
     /// The control frame of `frame` written into a shared-memory file, when the node uses
     /// shared memory, `to` is on this host (a loopback address) and the frame qualifies.
     fn through_shared_memory(&self, to: NodeId, priority: Priority, frame: &[u8]) -> Option<Bytes> {
@@ -508,8 +544,12 @@ async fn dispatch(s: Arc<Shared>) {
         };
         let task_shared = s.clone();
         s.handle.spawn(async move {
-            let len = msg.frame.len() as u64;
-            match task_shared.link.deliver(msg.to, msg.priority, lane, msg.frame).await {
+            let len = msg.len() as u64;
+            match task_shared
+                .link
+                .deliver(msg.to, msg.priority, lane, msg.frame, msg.tail)
+                .await
+            {
                 Ok(()) => task_shared.stats.sent(msg.to, msg.priority, len),
                 Err(e) => {
                     NetStats::bump(&task_shared.stats.send_failures, 1);
@@ -631,4 +671,18 @@ fn sequenced_inbound(
         }
     });
     (arrive_tx, rx)
+}
+
+/// `frame` and `tail` joined into one buffer (free when `tail` is empty).
+fn gather(frame: Bytes, tail: Vec<Bytes>) -> Bytes {
+    if tail.is_empty() {
+        return frame;
+    }
+    let len = frame.len() + tail.iter().map(Bytes::len).sum::<usize>();
+    let mut buf = bytes::BytesMut::with_capacity(len);
+    buf.extend_from_slice(&frame);
+    for piece in &tail {
+        buf.extend_from_slice(piece);
+    }
+    buf.freeze()
 }

@@ -17,8 +17,23 @@ pub struct Outgoing {
     pub to: NodeId,
     /// The priority it was queued at (and its QUIC stream gets).
     pub priority: Priority,
-    /// The encoded frame.
+    /// The encoded frame (its first piece when `tail` is not empty).
     pub frame: Bytes,
+    /// The rest of the frame, written after `frame` without being copied into it (a large
+    /// tensor's own bytes, see `Frame::encode_chunks`).
+    pub tail: Vec<Bytes>,
+}
+
+impl Outgoing {
+    /// The frame's length in bytes.
+    pub fn len(&self) -> usize {
+        self.frame.len() + self.tail.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    /// True for an empty frame.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[derive(Debug, Default)]
@@ -68,15 +83,19 @@ impl OutboxQueue {
 
     /// Queues `frame` for `to` at `priority`.
     pub fn push(&mut self, to: NodeId, priority: Priority, frame: Bytes) {
-        self.queued_bytes += frame.len();
-        self.queue.push(
+        self.push_chunks(to, priority, frame, Vec::new());
+    }
+
+    /// Queues a frame given as `frame` followed by the pieces of `tail`.
+    pub fn push_chunks(&mut self, to: NodeId, priority: Priority, frame: Bytes, tail: Vec<Bytes>) {
+        let msg = Outgoing {
+            to,
             priority,
-            Outgoing {
-                to,
-                priority,
-                frame,
-            },
-        );
+            frame,
+            tail,
+        };
+        self.queued_bytes += msg.len();
+        self.queue.push(priority, msg);
     }
 
     /// Bytes queued and not yet handed to the wire.
@@ -134,14 +153,14 @@ impl OutboxQueue {
             None => self.queue.pop()?,
             Some(peer) => self.parked.get_mut(&peer)?.pop()?,
         };
-        self.queued_bytes -= msg.frame.len();
+        self.queued_bytes -= msg.len();
         let flight = self.flights.entry(msg.to).or_default();
-        flight.bytes += msg.frame.len();
+        flight.bytes += msg.len();
         *flight.by_priority.entry(msg.priority).or_default() += 1;
         let token = InFlight {
             to: msg.to,
             priority: msg.priority,
-            len: msg.frame.len(),
+            len: msg.len(),
         };
         Some((msg, token))
     }
@@ -168,12 +187,12 @@ impl OutboxQueue {
         let mut dropped_bytes = 0;
         if let Some(parked) = self.parked.remove(&peer) {
             dropped += parked.len();
-            dropped_bytes += parked.iter().map(|(_, m)| m.frame.len()).sum::<usize>();
+            dropped_bytes += parked.iter().map(|(_, m)| m.len()).sum::<usize>();
         }
         self.queue.retain(|_, m| {
             if m.to == peer {
                 dropped += 1;
-                dropped_bytes += m.frame.len();
+                dropped_bytes += m.len();
                 false
             } else {
                 true
@@ -200,7 +219,7 @@ mod tests {
         q.push(NodeId(1), Priority(1), frame(3));
         q.push(NodeId(1), Priority(5), frame(4));
         let order: Vec<usize> =
-            std::iter::from_fn(|| q.pop_ready().map(|(m, _)| m.frame.len())).collect();
+            std::iter::from_fn(|| q.pop_ready().map(|(m, _)| m.len())).collect();
         assert_eq!(order, vec![2, 4, 1, 3]);
     }
 
@@ -244,7 +263,7 @@ mod tests {
         q.complete(t1);
         q.complete(t2);
         let order: Vec<usize> =
-            std::iter::from_fn(|| q.pop_ready().map(|(m, _)| m.frame.len())).collect();
+            std::iter::from_fn(|| q.pop_ready().map(|(m, _)| m.len())).collect();
         assert_eq!(order, vec![3, 4], "the parked, older message goes first");
     }
 

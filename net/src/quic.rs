@@ -12,7 +12,7 @@ use crate::sequencer::{LANE_HEADER_LEN, LaneHeader};
 use crate::shaper::ShapedSocket;
 use crate::stats::NetStats;
 use crate::tls::{ClusterCredentials, node_names_in_certificate, node_server_name};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use petrel_messages::envelope::FramePrefix;
 use petrel_messages::{CodecError, FRAME_PREFIX_LEN, Frame, NodeId, Priority};
 use quinn::{Connection, Endpoint, RecvStream, VarInt};
@@ -232,6 +232,7 @@ impl QuicLink {
         priority: Priority,
         lane: LaneHeader,
         frame: Bytes,
+        tail: Vec<Bytes>,
     ) -> Result<(), NetError> {
         let stripe = (lane.seq % self.stripes as u64) as usize;
         let conn = self.connection(to, stripe).await?;
@@ -240,7 +241,10 @@ impl QuicLink {
         stream
             .set_priority(priority.0)
             .map_err(|e| send_err(e.into()))?;
-        let mut chunks = [Bytes::copy_from_slice(&lane.encode()), frame];
+        let mut chunks = Vec::with_capacity(2 + tail.len());
+        chunks.push(Bytes::copy_from_slice(&lane.encode()));
+        chunks.push(frame);
+        chunks.extend(tail);
         stream
             .write_all_chunks(&mut chunks)
             .await
@@ -506,20 +510,26 @@ async fn read_frame(
     let Some(permit) = limits.budgets.acquire(&peer.budget, lane_kind, need).await else {
         return;
     };
-    let mut buf = BytesMut::with_capacity(total);
-    buf.extend_from_slice(&prefix);
-    while buf.len() < total {
-        let want = (total - buf.len()).min(1 << 20);
+    // The stream's chunks are kept as quinn hands them over (zero-copy slices of the
+    // received datagrams), not gathered: the body is decoded from them (see
+    // `petrel_messages::body`), so a large tensor is copied once, into its final vector.
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut got = FRAME_PREFIX_LEN;
+    while got < total {
+        let want = total - got;
         match tokio::time::timeout(limits.stall, recv.read_chunk(want, true)).await {
-            Ok(Ok(Some(chunk))) => buf.extend_from_slice(&chunk.bytes),
+            Ok(Ok(Some(chunk))) => {
+                got += chunk.bytes.len();
+                chunks.push(chunk.bytes);
+            }
             Ok(Ok(None)) | Ok(Err(_)) => {
                 NetStats::bump(&stats.truncated_streams, 1);
-                tracing::warn!(%node, got = buf.len(), expected = total, "truncated frame");
+                tracing::warn!(%node, got, expected = total, "truncated frame");
                 return;
             }
             Err(_) => {
                 NetStats::bump(&stats.truncated_streams, 1);
-                tracing::warn!(%node, peer = %NodeId(lane.from), got = buf.len(), expected = total, stall = ?limits.stall, "frame stalled; abandoned");
+                tracing::warn!(%node, peer = %NodeId(lane.from), got, expected = total, stall = ?limits.stall, "frame stalled; abandoned");
                 let _ = recv.stop(VarInt::from_u32(CODE_STALLED));
                 drop(permit);
                 peer.stalled(node, lane.from, &stats);
@@ -546,8 +556,20 @@ async fn read_frame(
             return;
         }
     }
-    let len = buf.len();
-    match Frame::decode(buf.freeze(), max) {
+    let len = total;
+    // A chunk is a slice of the datagram it came in and keeps all of it alive: a small
+    // frame is copied out (cheap), so that a queued small message holds its own bytes,
+    // not a 64 KB datagram; a large one fills its datagrams and keeps them.
+    let chunks = if total < petrel_messages::body::LARGE_BIN {
+        let mut one = bytes::BytesMut::with_capacity(total - FRAME_PREFIX_LEN);
+        for c in &chunks {
+            one.extend_from_slice(c);
+        }
+        vec![one.freeze()]
+    } else {
+        chunks
+    };
+    match Frame::from_chunks(parsed, chunks) {
         Ok(frame) if frame.header.from.0 != lane.from => {
             let claimed = limits
                 .directory

@@ -133,14 +133,21 @@ impl Reassembler {
         let from = frame.header.from;
         let key = (from, frame.header.priority);
         let dropped = |reason: String| Assembled::Dropped { from, reason };
-        let mut body = frame.body;
-        if body.len() < PART_HEAD {
+        let whole_body = frame.body;
+        if whole_body.len() < PART_HEAD {
             self.partial.remove(&key);
             return dropped("part shorter than its header".into());
         }
-        let index = body.get_u32_le();
-        let count = body.get_u32_le();
-        let total = usize::try_from(body.get_u64_le()).unwrap_or(usize::MAX);
+        // The part's bytes stay in the chunks they arrived in until copied into the whole.
+        let mut head = [0u8; PART_HEAD];
+        for (piece, out) in whole_body.slices(0).flatten().zip(head.iter_mut()) {
+            *out = *piece;
+        }
+        let mut head = &head[..];
+        let index = head.get_u32_le();
+        let count = head.get_u32_le();
+        let total = usize::try_from(head.get_u64_le()).unwrap_or(usize::MAX);
+        let body_len = whole_body.len() - PART_HEAD;
         if index == 0 {
             let replaced = self.partial.remove(&key).is_some();
             if count < 2 || total > self.allowance {
@@ -175,13 +182,15 @@ impl Reassembler {
                 "part {index} of {count} arrived where part {expected} was expected; message dropped"
             ));
         }
-        if p.buf.len() + body.len() > p.total || held + body.len() > self.allowance {
+        if p.buf.len() + body_len > p.total || held + body_len > self.allowance {
             self.partial.remove(&key);
             return dropped(
                 "split message larger than announced or than its sender's allowance".into(),
             );
         }
-        p.buf.extend_from_slice(&body);
+        for piece in whole_body.slices(PART_HEAD) {
+            p.buf.extend_from_slice(piece);
+        }
         p.next += 1;
         if p.next < p.count {
             return Assembled::Pending;

@@ -402,7 +402,7 @@ impl ShmReceiver {
     /// The frame a control frame names, as bytes pointing into the slot.
     pub(crate) fn receive(&mut self, control: &Frame, max: usize) -> Result<Frame, ShmError> {
         let dir = self.dir.as_deref().ok_or(ShmError::NotEnabled)?;
-        let r = ShmRef::parse(&control.body, max)?;
+        let r = ShmRef::parse(&control.body.to_bytes(), max)?;
         let from = control.header.from;
         let path = dir.join(slot_file_name(from, self.me, r.epoch, r.slot));
         let slot_error = |reason: String| ShmError::Slot {
@@ -500,7 +500,7 @@ mod tests {
             tx.try_send(NodeId(5), Priority::default(), &original)
                 .unwrap(),
         );
-        assert_eq!(ShmRef::parse(&c2.body, MAX).unwrap().slot, 1);
+        assert_eq!(ShmRef::parse(&c2.body.to_bytes(), MAX).unwrap().slot, 1);
         drop(got);
         drop(rx.receive(&c2, MAX).unwrap());
         // Both read and dropped: slot 0 is reused, no third file.
@@ -508,7 +508,7 @@ mod tests {
             tx.try_send(NodeId(5), Priority::default(), &original)
                 .unwrap(),
         );
-        assert_eq!(ShmRef::parse(&c3.body, MAX).unwrap().slot, 0);
+        assert_eq!(ShmRef::parse(&c3.body.to_bytes(), MAX).unwrap().slot, 0);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
         // A replayed control frame finds its slot free again once read.
         drop(rx.receive(&c3, MAX).unwrap());
@@ -553,7 +553,7 @@ mod tests {
         ) {
             let slots: std::collections::BTreeSet<u64> = controls
                 .iter()
-                .map(|c| ShmRef::parse(&c.body, MAX).unwrap().slot)
+                .map(|c| ShmRef::parse(&c.body.to_bytes(), MAX).unwrap().slot)
                 .collect();
             assert_eq!(slots.len(), 8, "peer {to}: eight frames held, eight slots");
             let mut rx = ShmReceiver::new(Some(dir.path().into()), NodeId(to));
@@ -579,7 +579,7 @@ mod tests {
         drop(held.remove(0));
         let big = frame(3 << 20);
         let c = control(tx.try_send(NodeId(5), Priority::default(), &big).unwrap());
-        let r = ShmRef::parse(&c.body, MAX).unwrap();
+        let r = ShmRef::parse(&c.body.to_bytes(), MAX).unwrap();
         assert_eq!((r.slot, r.file_len), (0, (SLOT_HEADER + (4 << 20)) as u64));
         let got = rx.receive(&c, MAX).unwrap();
         assert_eq!(got.body, Frame::decode(big.clone(), MAX).unwrap().body);

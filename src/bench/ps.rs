@@ -739,8 +739,7 @@ pub fn breakdown(
             .map_err(|e| bad(&e))?;
         let t2 = Instant::now();
         let f = Frame::decode(frame, max).map_err(|e| bad(&e))?;
-        let msg: ToShard =
-            petrel_messages::decode_body("to_shard", &f.body).map_err(|e| bad(&e))?;
+        let msg: ToShard = f.body.decode("to_shard").map_err(|e| bad(&e))?;
         drop(f);
         let t3 = Instant::now();
         let ToShard::Batch(b) = msg else {
@@ -760,8 +759,7 @@ pub fn breakdown(
         .map_err(|e| bad(&e))?;
         let t5 = Instant::now();
         let f = Frame::decode(reply, max).map_err(|e| bad(&e))?;
-        let msg: ToClient =
-            petrel_messages::decode_body("to_client", &f.body).map_err(|e| bad(&e))?;
+        let msg: ToClient = f.body.decode("to_client").map_err(|e| bad(&e))?;
         drop(f);
         let ToClient::Actions { actions, .. } = msg else {
             return Err(bad(&"not actions"));

@@ -48,7 +48,14 @@ pub struct Blob {
     /// Its payload.
     pub tensor: Tensor,
 }
-remote_message!(Blob, "petrel.bench.blob");
+impl petrel_messages::RemoteMessage for Blob {
+    const TYPE_NAME: &'static str = "petrel.bench.blob";
+    type Reply = ();
+    /// The tensor's bytes leave as they are, not copied into the frame.
+    fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+        Some(&mut self.tensor.data)
+    }
+}
 
 /// A small urgent message whose latency is measured.
 #[derive(Serialize, Deserialize)]

@@ -7,11 +7,10 @@ use crate::address::Msg;
 use crate::error::{AskError, HandlerError};
 use actix::dev::ToEnvelope;
 use actix::prelude::*;
-use bytes::Bytes;
 use futures::future::LocalBoxFuture;
 use petrel_messages::{
-    ActorId, CodecError, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage, decode_body,
-    encode_body, encoded_len,
+    ActorId, Body, CodecError, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage, encode_body,
+    encoded_len,
 };
 use petrel_net::Inbound;
 use std::sync::Arc;
@@ -53,7 +52,7 @@ pub(super) enum Dispatched {
 
 /// Decodes a body and delivers it to a local actor.
 pub(super) type DispatchFn =
-    dyn Fn(&[u8], NodeId, Priority, bool) -> Result<Dispatched, DeliveryError> + Send + Sync;
+    dyn Fn(&Body, NodeId, Priority, bool) -> Result<Dispatched, DeliveryError> + Send + Sync;
 
 /// Asks from other nodes being handled at once; more wait in the transport.
 const MAX_INBOUND_ASKS: usize = 4096;
@@ -74,12 +73,12 @@ impl<A: Actor> Registration<'_, A> {
     {
         let recipient: Recipient<Msg<M>> = self.addr.clone().recipient();
         let remote_recipient = recipient.clone();
-        let dispatch = move |body: &[u8],
+        let dispatch = move |body: &Body,
                              from: NodeId,
                              priority: Priority,
                              is_ask: bool|
               -> Result<Dispatched, DeliveryError> {
-            let msg: M = decode_body(M::TYPE_NAME, body)?;
+            let msg: M = body.decode(M::TYPE_NAME)?;
             let wrapped = Msg {
                 body: msg,
                 priority,
@@ -295,7 +294,7 @@ impl Node {
             .unwrap_or_default()
     }
 
-    fn complete(&self, request_id: u64, result: Result<Bytes, AskError>) {
+    fn complete(&self, request_id: u64, result: Result<Body, AskError>) {
         let pending = self
             .inner
             .pending

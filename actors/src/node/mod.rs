@@ -12,9 +12,8 @@ pub use inbound::Registration;
 use crate::address::{ActorRef, Msg};
 use crate::error::{AskError, NodeError};
 use actix::prelude::*;
-use bytes::Bytes;
 use petrel_messages::{
-    ActorId, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage, decode_body,
+    ActorId, Body, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage,
 };
 use petrel_net::{Inbound, Net, NetStatsSnapshot, PeerAddr};
 use std::any::Any;
@@ -54,7 +53,7 @@ struct ActorEntry {
 struct Pending {
     peer: NodeId,
     actor: String,
-    tx: oneshot::Sender<Result<Bytes, AskError>>,
+    tx: oneshot::Sender<Result<Body, AskError>>,
 }
 
 struct NodeInner {
@@ -366,7 +365,7 @@ impl Node {
     pub(crate) fn tell_remote<M: RemoteMessage>(
         &self,
         target: &ActorId,
-        body: &M,
+        body: M,
         priority: Priority,
     ) -> Result<(), AskError> {
         if self.is_down(target.node) {
@@ -375,13 +374,14 @@ impl Node {
                 actor: target.to_string(),
             });
         }
-        let frame = Frame::encode(
+        // The message is ours: a large tensor in it leaves as its own bytes, not copied.
+        let frame = Frame::encode_chunks(
             &self.header(target, M::TYPE_NAME, priority, EnvelopeKind::Tell),
             body,
         )?;
         self.inner
             .net
-            .send(target.node, priority, frame)
+            .send_chunks(target.node, priority, frame)
             .map_err(|e| send_error(target.to_string(), M::TYPE_NAME, e))
     }
 
@@ -434,7 +434,7 @@ impl Node {
             Ok(Err(_)) => return Err(AskError::Stopped { actor }),
             Ok(Ok(result)) => result?,
         };
-        Ok(decode_body::<M::Reply>(M::TYPE_NAME, &body)?)
+        Ok(body.decode::<M::Reply>(M::TYPE_NAME)?)
     }
 
     fn forget(&self, request_id: u64) {

@@ -1,0 +1,665 @@
+//! A received frame's body: the stream's chunks as the transport handed them over, never
+//! gathered unless a reader needs one contiguous slice.
+//!
+//! A 4 MiB tensor arrives over QUIC as a few hundred chunks. Gathering them into one buffer
+//! and then copying the tensor's bytes out of it into its aligned `Vec<f32>` costs two
+//! copies; [`Body::decode`] copies each large `bin` straight from the chunks into the
+//! aligned vector of the `f32` field that takes it ([`crate::tensor::f32_bytes`]), one
+//! copy:
+//!
+//! 1. a scan of the msgpack value (lengths only, no payload read) builds a small
+//!    *skeleton*: every byte of the body except the payloads of `bin`s of
+//!    [`LARGE_BIN`] bytes or more, each replaced by a token `bin` that names it (a
+//!    per-decode random nonce and its index);
+//! 2. rmp-serde decodes the skeleton; an `f32_bytes` field that meets a token copies the
+//!    payload from the chunks into its vector and marks the token taken;
+//! 3. unless every token was taken by an `f32_bytes` field (another field, e.g. a
+//!    `serde_bytes` one, would have seen the token instead of the bytes), the result is
+//!    thrown away and the body is gathered and decoded as one slice, exactly as before.
+//!
+//! So the outcome, including every error, is that of decoding the gathered bytes.
+
+use bytes::{Bytes, BytesMut};
+use serde::de::DeserializeOwned;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A `bin` payload of at least this many bytes in a chunked body is copied straight into
+/// its final place by [`Body::decode`].
+pub const LARGE_BIN: usize = 64 * 1024;
+
+/// Bytes of a token that stands for an elided payload in a skeleton.
+pub(crate) const TOKEN_LEN: usize = 24;
+const TOKEN_MAGIC: [u8; 8] = *b"PTRLbin\0";
+
+/// A frame's body, still encoded: one slice or the chunks it arrived in.
+#[derive(Clone, Default)]
+pub struct Body {
+    repr: Repr,
+}
+
+#[derive(Clone)]
+enum Repr {
+    One(Bytes),
+    Many { chunks: Vec<Bytes>, len: usize },
+}
+
+impl Default for Repr {
+    fn default() -> Self {
+        Repr::One(Bytes::new())
+    }
+}
+
+impl From<Bytes> for Body {
+    fn from(b: Bytes) -> Self {
+        Body { repr: Repr::One(b) }
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(v: Vec<u8>) -> Self {
+        Body::from(Bytes::from(v))
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Body")
+            .field("len", &self.len())
+            .field("chunks", &self.chunks().len())
+            .finish()
+    }
+}
+
+/// Equal when the bytes are equal, however they are chunked.
+impl PartialEq for Body {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.to_bytes() == other.to_bytes()
+    }
+}
+
+impl Eq for Body {}
+
+impl Body {
+    /// A body made of `chunks`, in order (empty chunks are dropped).
+    pub fn from_chunks(chunks: Vec<Bytes>) -> Self {
+        let mut chunks: Vec<Bytes> = chunks.into_iter().filter(|c| !c.is_empty()).collect();
+        match chunks.len() {
+            0 => Body::default(),
+            1 => Body::from(chunks.swap_remove(0)),
+            _ => {
+                let len = chunks.iter().map(Bytes::len).sum();
+                Body {
+                    repr: Repr::Many { chunks, len },
+                }
+            }
+        }
+    }
+
+    /// Bytes in the body.
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            Repr::One(b) => b.len(),
+            Repr::Many { len, .. } => *len,
+        }
+    }
+
+    /// True when the body holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The chunks, in order (one for a contiguous body).
+    pub fn chunks(&self) -> &[Bytes] {
+        match &self.repr {
+            Repr::One(b) => std::slice::from_ref(b),
+            Repr::Many { chunks, .. } => chunks,
+        }
+    }
+
+    /// The body's bytes from offset `skip` on, as slices of its chunks, in order.
+    pub fn slices(&self, skip: usize) -> impl Iterator<Item = &[u8]> {
+        let mut skip = skip;
+        self.chunks().iter().filter_map(move |c| {
+            if skip >= c.len() {
+                skip -= c.len();
+                return None;
+            }
+            let piece = &c[skip..];
+            skip = 0;
+            Some(piece)
+        })
+    }
+
+    /// The body as one slice: free when it is one already, a gathering copy otherwise.
+    pub fn to_bytes(&self) -> Bytes {
+        match &self.repr {
+            Repr::One(b) => b.clone(),
+            Repr::Many { chunks, len } => gather(chunks, *len),
+        }
+    }
+
+    /// The body as one slice, consuming it.
+    pub fn into_bytes(self) -> Bytes {
+        match self.repr {
+            Repr::One(b) => b,
+            Repr::Many { chunks, len } => gather(&chunks, len),
+        }
+    }
+
+    /// Decodes the body as `M` (see the module docs): a large `f32` payload spread over
+    /// chunks is copied once, into its final aligned vector. Errors name `type_name`.
+    pub fn decode<M: DeserializeOwned>(&self, type_name: &str) -> Result<M, crate::CodecError> {
+        match &self.repr {
+            Repr::One(b) => crate::decode_body(type_name, b),
+            Repr::Many { chunks, len } => {
+                if cfg!(target_endian = "little")
+                    && *len >= LARGE_BIN
+                    && let Some(skeleton) = Skeleton::scan(chunks, *len)
+                    && !skeleton.elided.is_empty()
+                    && let Some(value) = skeleton.decode::<M>(chunks)
+                {
+                    return Ok(value);
+                }
+                crate::decode_body(type_name, &gather(chunks, *len))
+            }
+        }
+    }
+}
+
+fn gather(chunks: &[Bytes], len: usize) -> Bytes {
+    let mut buf = BytesMut::with_capacity(len);
+    for c in chunks {
+        buf.extend_from_slice(c);
+    }
+    buf.freeze()
+}
+
+/// A position in a chunk list.
+struct Cursor<'a> {
+    chunks: &'a [Bytes],
+    /// Index of the current chunk and offset inside it.
+    chunk: usize,
+    at: usize,
+    /// Bytes left from here to the end.
+    left: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(chunks: &'a [Bytes], len: usize) -> Self {
+        Cursor {
+            chunks,
+            chunk: 0,
+            at: 0,
+            left: len,
+        }
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        let mut b = [0u8; 1];
+        self.copy_to(&mut b)?;
+        Some(b[0])
+    }
+
+    /// Copies the next `out.len()` bytes into `out`.
+    fn copy_to(&mut self, out: &mut [u8]) -> Option<()> {
+        if out.len() > self.left {
+            return None;
+        }
+        let mut done = 0;
+        while done < out.len() {
+            let c = self.chunks.get(self.chunk)?;
+            let n = (c.len() - self.at).min(out.len() - done);
+            out[done..done + n].copy_from_slice(&c[self.at..self.at + n]);
+            done += n;
+            self.advance_in_chunk(n);
+        }
+        Some(())
+    }
+
+    /// Appends the next `n` bytes to `out`.
+    fn append(&mut self, n: usize, out: &mut Vec<u8>) -> Option<()> {
+        if n > self.left {
+            return None;
+        }
+        let start = out.len();
+        out.resize(start + n, 0);
+        self.copy_to(&mut out[start..])
+    }
+
+    /// Skips `n` bytes.
+    fn skip(&mut self, mut n: usize) -> Option<()> {
+        if n > self.left {
+            return None;
+        }
+        while n > 0 {
+            let c = self.chunks.get(self.chunk)?;
+            let k = (c.len() - self.at).min(n);
+            self.advance_in_chunk(k);
+            n -= k;
+        }
+        Some(())
+    }
+
+    fn advance_in_chunk(&mut self, n: usize) {
+        self.at += n;
+        self.left -= n;
+        if let Some(c) = self.chunks.get(self.chunk)
+            && self.at == c.len()
+        {
+            self.chunk += 1;
+            self.at = 0;
+        }
+    }
+
+    fn be(&mut self, width: usize) -> Option<u64> {
+        let mut b = [0u8; 8];
+        self.copy_to(&mut b[8 - width..])?;
+        Some(u64::from_be_bytes(b))
+    }
+}
+
+/// A body with its large `bin` payloads replaced by tokens.
+struct Skeleton {
+    bytes: Vec<u8>,
+    nonce: u64,
+    /// (chunk index, offset in that chunk, length) of each elided payload, by token index.
+    elided: Vec<(usize, usize, usize)>,
+}
+
+fn next_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let base = *BASE.get_or_init(|| {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    });
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(base ^ COUNT.fetch_add(1, Ordering::Relaxed));
+    h.finish()
+}
+
+impl Skeleton {
+    /// Walks one msgpack value (and copies what follows it verbatim). `None` when the body
+    /// is not well-formed msgpack: the caller then decodes the gathered bytes, which
+    /// reports the error.
+    fn scan(chunks: &[Bytes], len: usize) -> Option<Skeleton> {
+        let mut cur = Cursor::new(chunks, len);
+        let mut out = Vec::with_capacity(256);
+        let nonce = next_nonce();
+        let mut elided = Vec::new();
+        // Values still to walk: msgpack is prefix-encoded, so a count is all the state.
+        let mut pending: u64 = 1;
+        while pending > 0 {
+            pending -= 1;
+            let m = cur.u8()?;
+            // (length-field width, extra bytes after it) of the variable-size kinds.
+            let payload = match m {
+                0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => 0,
+                0x80..=0x8f => {
+                    pending += 2 * u64::from(m & 0x0f);
+                    0
+                }
+                0x90..=0x9f => {
+                    pending += u64::from(m & 0x0f);
+                    0
+                }
+                0xa0..=0xbf => usize::from(m & 0x1f),
+                0xc4..=0xc6 => {
+                    let width = 1 << (m - 0xc4);
+                    let n = usize::try_from(cur.be(width)?).ok()?;
+                    if n > cur.left {
+                        return None;
+                    }
+                    if n >= LARGE_BIN {
+                        let index = elided.len() as u64;
+                        elided.push((cur.chunk, cur.at, n));
+                        cur.skip(n)?;
+                        out.push(0xc4);
+                        out.push(TOKEN_LEN as u8);
+                        out.extend_from_slice(&TOKEN_MAGIC);
+                        out.extend_from_slice(&nonce.to_le_bytes());
+                        out.extend_from_slice(&index.to_le_bytes());
+                        continue;
+                    }
+                    out.push(m);
+                    out.extend_from_slice(&(n as u64).to_be_bytes()[8 - width..]);
+                    cur.append(n, &mut out)?;
+                    continue;
+                }
+                0xc7..=0xc9 => {
+                    let width = 1 << (m - 0xc7);
+                    out.push(m);
+                    let n = usize::try_from(cur.be(width)?).ok()?;
+                    out.extend_from_slice(&(n as u64).to_be_bytes()[8 - width..]);
+                    n.checked_add(1)?
+                }
+                0xca => 4,
+                0xcb => 8,
+                0xcc..=0xcf => 1 << (m - 0xcc),
+                0xd0..=0xd3 => 1 << (m - 0xd0),
+                0xd4..=0xd8 => 1 + (1 << (m - 0xd4)),
+                0xd9..=0xdb => {
+                    let width = 1 << (m - 0xd9);
+                    out.push(m);
+                    let n = usize::try_from(cur.be(width)?).ok()?;
+                    out.extend_from_slice(&(n as u64).to_be_bytes()[8 - width..]);
+                    n
+                }
+                0xdc..=0xdf => {
+                    let width = if m == 0xdc || m == 0xde { 2 } else { 4 };
+                    out.push(m);
+                    let n = cur.be(width)?;
+                    out.extend_from_slice(&n.to_be_bytes()[8 - width..]);
+                    pending += if m >= 0xde { 2 * n } else { n };
+                    0
+                }
+                // 0xc1 is never used.
+                _ => return None,
+            };
+            // Lengths were written with their marker above; plain markers here.
+            if !matches!(m, 0xc7..=0xc9 | 0xd9..=0xdb | 0xdc..=0xdf) {
+                out.push(m);
+            }
+            cur.append(payload, &mut out)?;
+            // Each value takes at least one byte: more values than bytes is a lie.
+            if pending > cur.left as u64 {
+                return None;
+            }
+        }
+        // Whatever follows the value stays as it was (the decoder decides about it).
+        let rest = cur.left;
+        cur.append(rest, &mut out)?;
+        Some(Skeleton {
+            bytes: out,
+            nonce,
+            elided,
+        })
+    }
+
+    /// Decodes the skeleton with the elided payloads on offer to `f32_bytes` fields;
+    /// `None` unless every payload was taken by one (or on any error).
+    fn decode<M: DeserializeOwned>(&self, chunks: &[Bytes]) -> Option<M> {
+        let offer = Offer {
+            nonce: self.nonce,
+            chunks: chunks.to_vec(),
+            elided: self.elided.iter().map(|&e| Some(e)).collect(),
+        };
+        let outer = OFFER.with(|o| o.replace(Some(offer)));
+        let value = rmp_serde::from_slice::<M>(&self.bytes);
+        let offer = OFFER.with(|o| o.replace(outer));
+        let all_taken = offer.is_some_and(|o| o.elided.iter().all(Option::is_none));
+        match value {
+            Ok(v) if all_taken => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// Elided payloads on offer during one [`Skeleton::decode`] on this thread.
+struct Offer {
+    nonce: u64,
+    chunks: Vec<Bytes>,
+    elided: Vec<Option<(usize, usize, usize)>>,
+}
+
+thread_local! {
+    static OFFER: RefCell<Option<Offer>> = const { RefCell::new(None) };
+}
+
+/// If `token` names a payload on offer, copies that payload from its chunks into an aligned
+/// vector of f32 (one copy) and takes it off the offer. `None` for any other bytes.
+pub(crate) fn take_f32_payload(token: &[u8]) -> Option<Result<Vec<f32>, crate::CodecError>> {
+    if token.len() != TOKEN_LEN || token[..8] != TOKEN_MAGIC {
+        return None;
+    }
+    let nonce = u64::from_le_bytes(token[8..16].try_into().ok()?);
+    let index = usize::try_from(u64::from_le_bytes(token[16..24].try_into().ok()?)).ok()?;
+    OFFER.with(|o| {
+        let mut o = o.try_borrow_mut().ok()?;
+        let offer = o.as_mut()?;
+        if offer.nonce != nonce {
+            return None;
+        }
+        let (chunk, at, len) = offer.elided.get_mut(index)?.take()?;
+        Some(copy_f32(&offer.chunks, chunk, at, len))
+    })
+}
+
+/// Copies `len` bytes starting at `chunks[chunk][at..]` into a fresh `Vec<f32>`.
+#[cfg(target_endian = "little")]
+fn copy_f32(
+    chunks: &[Bytes],
+    chunk: usize,
+    at: usize,
+    len: usize,
+) -> Result<Vec<f32>, crate::CodecError> {
+    if !len.is_multiple_of(4) {
+        return Err(crate::CodecError::Tensor(format!(
+            "f32 payload of {len} bytes is not a multiple of 4"
+        )));
+    }
+    let mut out: Vec<f32> = Vec::with_capacity(len / 4);
+    let dst = out.as_mut_ptr().cast::<u8>();
+    let mut done = 0;
+    let mut at = at;
+    for c in chunks.get(chunk..).unwrap_or_default() {
+        if done == len {
+            break;
+        }
+        let piece = &c[at.min(c.len())..];
+        let n = piece.len().min(len - done);
+        // SAFETY: `done + n <= len`, the capacity is `len` bytes, and a fresh allocation
+        // cannot overlap the chunks.
+        unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), dst.add(done), n) };
+        done += n;
+        at = 0;
+    }
+    if done != len {
+        return Err(crate::CodecError::Tensor(format!(
+            "f32 payload of {len} bytes ran past the body ({done} bytes)"
+        )));
+    }
+    // SAFETY: all `len / 4` values were written above, and every bit pattern is an f32.
+    unsafe { out.set_len(len / 4) };
+    Ok(out)
+}
+
+#[cfg(target_endian = "big")]
+fn copy_f32(
+    chunks: &[Bytes],
+    chunk: usize,
+    at: usize,
+    len: usize,
+) -> Result<Vec<f32>, crate::CodecError> {
+    let mut bytes = Vec::with_capacity(len);
+    let mut cur = Cursor {
+        chunks,
+        chunk,
+        at,
+        left: len,
+    };
+    cur.append(len, &mut bytes)
+        .ok_or_else(|| crate::CodecError::Tensor("f32 payload ran past the body".into()))?;
+    crate::tensor::from_le_bytes(&bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Tensor;
+    use proptest::prelude::*;
+    use serde::{Deserialize, Serialize};
+
+    /// `bytes` cut into chunks of the given sizes, cycled (the last chunk takes the rest).
+    fn chunked(bytes: &[u8], sizes: &[usize]) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        let mut i = 0;
+        while at < bytes.len() {
+            let n = sizes[i % sizes.len()].max(1).min(bytes.len() - at);
+            out.push(Bytes::copy_from_slice(&bytes[at..at + n]));
+            at += n;
+            i += 1;
+        }
+        out
+    }
+
+    fn encode<M: Serialize>(m: &M) -> Vec<u8> {
+        let mut v = Vec::new();
+        crate::encode_body(m, &mut v).unwrap();
+        v
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Bit patterns over every sign, every exponent (zeros, subnormals, infinities, NaNs
+    /// with payloads) and mantissas from 0 to all ones.
+    fn patterns() -> Vec<f32> {
+        let mut v: Vec<f32> = (0..=u16::MAX)
+            .flat_map(|hi| {
+                let hi = u32::from(hi) << 16;
+                [hi, hi | 0xffff, hi | 0x8001]
+            })
+            .map(f32::from_bits)
+            .collect();
+        v.extend([
+            0.0,
+            -0.0,
+            f32::MIN_POSITIVE,
+            f32::MAX,
+            f32::from_bits(0x7fc0_0001),
+        ]);
+        v
+    }
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Blob {
+        tensor: Tensor,
+        step: u64,
+    }
+
+    #[test]
+    fn a_chunked_tensor_keeps_every_bit_pattern_and_is_copied_straight_out() {
+        let t = Tensor::from_vec(patterns());
+        let bytes = encode(&Blob {
+            tensor: t.clone(),
+            step: 7,
+        });
+        for sizes in [&[1usize][..], &[1200, 7, 1, 4093], &[65_537], &[3, 1452]] {
+            let chunks = chunked(&bytes, sizes);
+            // The scan elides the tensor's bytes, and the fast path takes them.
+            let skeleton = Skeleton::scan(&chunks, bytes.len()).unwrap();
+            assert_eq!(skeleton.elided.len(), 1);
+            assert!(skeleton.bytes.len() < 100, "{}", skeleton.bytes.len());
+            let fast: Blob = skeleton.decode(&chunks).unwrap();
+            assert_eq!(bits(&fast.tensor.data), bits(&t.data));
+            let body = Body::from_chunks(chunks);
+            let back: Blob = body.decode("blob").unwrap();
+            assert_eq!(bits(&back.tensor.data), bits(&t.data));
+            assert_eq!((back.tensor.shape, back.step), (t.shape.clone(), 7));
+        }
+    }
+
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Mixed {
+        #[serde(with = "serde_bytes")]
+        raw: Vec<u8>,
+        a: Tensor,
+        b: Option<Tensor>,
+        name: String,
+    }
+
+    #[test]
+    fn a_large_byte_field_falls_back_to_the_gathered_decode() {
+        let m = Mixed {
+            raw: (0..200_000u32).map(|i| (i % 251) as u8).collect(),
+            a: Tensor::from_vec((0..70_000).map(|i| i as f32).collect()),
+            b: Some(Tensor::from_vec(vec![-1.5; 40_000])),
+            name: "x".repeat(100_000),
+        };
+        let bytes = encode(&m);
+        let chunks = chunked(&bytes, &[1452, 999]);
+        let skeleton = Skeleton::scan(&chunks, bytes.len()).unwrap();
+        assert_eq!(skeleton.elided.len(), 3);
+        // `raw` saw a token, not its bytes: the fast path refuses its own result.
+        assert!(skeleton.decode::<Mixed>(&chunks).is_none());
+        let back: Mixed = Body::from_chunks(chunks).decode("mixed").unwrap();
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn bad_bodies_are_the_same_errors_as_gathered() {
+        let bytes = encode(&Blob {
+            tensor: Tensor::from_vec(vec![1.0; 50_000]),
+            step: 1,
+        });
+        // Cut short, and one byte of payload too many (not a multiple of 4).
+        let cut = &bytes[..bytes.len() - 9];
+        let chunked_err = Body::from_chunks(chunked(cut, &[1000]))
+            .decode::<Blob>("blob")
+            .unwrap_err();
+        let whole_err = crate::decode_body::<Blob>("blob", cut).unwrap_err();
+        assert_eq!(chunked_err, whole_err);
+        let mut odd = encode(&Blob {
+            tensor: Tensor::from_vec(vec![]),
+            step: 1,
+        });
+        // Rewrite `data` as a bin32 of 4 * 20_000 + 1 bytes.
+        let at = odd.windows(4).position(|w| w == b"data").unwrap() + 4;
+        odd.truncate(at);
+        odd.push(0xc6);
+        odd.extend_from_slice(&80_001u32.to_be_bytes());
+        odd.extend(std::iter::repeat_n(0u8, 80_001));
+        odd.extend(encode(&"step"));
+        odd.push(1);
+        let chunked_err = Body::from_chunks(chunked(&odd, &[4096, 13]))
+            .decode::<Blob>("blob")
+            .unwrap_err();
+        assert_eq!(
+            chunked_err,
+            crate::decode_body::<Blob>("blob", &odd).unwrap_err()
+        );
+    }
+
+    #[test]
+    fn bodies_compare_by_bytes_and_slice_from_an_offset() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let a = Body::from_chunks(chunked(&bytes, &[5, 1, 77]));
+        let b = Body::from(bytes.clone());
+        assert_eq!(a, b);
+        assert_eq!(a.to_bytes(), b.to_bytes());
+        let tail: Vec<u8> = a.slices(100).flatten().copied().collect();
+        assert_eq!(tail, bytes[100..]);
+        assert!(Body::from_chunks(vec![Bytes::new()]).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn random_values_and_chunkings_round_trip(
+            values in proptest::collection::vec(any::<u32>(), 16_384..20_000),
+            sizes in proptest::collection::vec(1usize..5000, 1..8),
+            step in any::<u64>(),
+        ) {
+            let t = Tensor::from_vec(values.iter().map(|&b| f32::from_bits(b)).collect());
+            let bytes = encode(&Blob { tensor: t, step });
+            let back: Blob = Body::from_chunks(chunked(&bytes, &sizes)).decode("blob").unwrap();
+            prop_assert_eq!(bits(&back.tensor.data), values);
+            prop_assert_eq!(back.step, step);
+        }
+
+        #[test]
+        fn garbage_never_panics(
+            data in proptest::collection::vec(any::<u8>(), 0..70_000),
+            sizes in proptest::collection::vec(1usize..3000, 1..5),
+        ) {
+            let body = Body::from_chunks(chunked(&data, &sizes));
+            let chunked_result = body.decode::<Blob>("blob");
+            prop_assert_eq!(chunked_result.ok(), crate::decode_body::<Blob>("blob", &data).ok());
+        }
+    }
+}
