@@ -87,9 +87,11 @@ pub struct LdaScaleRun {
     pub worker_rss_over_holds: Option<f64>,
 }
 
-/// What one of `workers` workers holds, MB: its share of the tokens (word and topic, 4
-/// bytes each) and of the document-topic counts, and the word-topic counts (4 bytes per
-/// count).
+/// What one of `workers` workers holds, MB, counted from the sampler's own structures
+/// (`petrel_strads::core::lda::LdaWorker`): per token of its share 16 bytes (the word id,
+/// its topic, and the block index's `(document, position)` pair); per document at most
+/// `min(topics, length)` sparse `(topic, count)` pairs of 8 bytes; and the word-topic counts
+/// (4 bytes each, the whole table as an upper bound of the blocks it holds at once).
 pub fn worker_holds_mb(
     tokens: usize,
     docs: usize,
@@ -98,9 +100,11 @@ pub fn worker_holds_mb(
     workers: usize,
 ) -> f64 {
     let w = workers.max(1) as f64;
-    let token_bytes = tokens as f64 / w * 8.0;
-    let count_bytes = (docs as f64 / w + vocab as f64) * topics as f64 * 4.0;
-    (token_bytes + count_bytes) / (1024.0 * 1024.0)
+    let token_bytes = tokens as f64 / w * 16.0;
+    let doc_length = tokens as f64 / docs.max(1) as f64;
+    let doc_topic_bytes = docs as f64 / w * (topics as f64).min(doc_length) * 8.0;
+    let word_topic_bytes = vocab as f64 * topics as f64 * 4.0;
+    (token_bytes + doc_topic_bytes + word_topic_bytes) / (1024.0 * 1024.0)
 }
 
 /// One corpus size.
