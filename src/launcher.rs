@@ -340,9 +340,9 @@ pub struct LaunchReport {
     pub run_dir: PathBuf,
     /// With [`LaunchOptions::progress`]: the last point the bar showed, and its node.
     pub progress: Option<(String, ProgressReport)>,
-    /// Each node process's peak resident memory (`VmHWM`), MB, as last read while it ran
-    /// (sampled every 50 ms, so growth in a node's last 50 ms may be missed; absent where
-    /// `/proc` has no figure).
+    /// Each node process's peak resident memory (`VmHWM`), MB: what the node recorded when
+    /// it ended, else the launcher's last reading while it ran (every 50 ms; a killed
+    /// node's last 50 ms may be missed); absent where `/proc` has no figure.
     pub peak_rss_mb: BTreeMap<String, f64>,
 }
 
@@ -414,7 +414,17 @@ pub fn launch_with(
         }
         LaunchMode::Node { name, config } => {
             let launched = std::env::var_os(LAUNCH_DIR_ENV).map(PathBuf::from);
-            match run_one_node(cluster, name.as_deref(), &config) {
+            let ran = run_one_node(cluster, name.as_deref(), &config);
+            if let Some(dir) = &launched {
+                let node = match &ran {
+                    Ok(name) => Some(name.as_str()),
+                    Err((node, _)) => node.as_deref(),
+                };
+                if let Some(node) = node {
+                    record_peak(dir, node);
+                }
+            }
+            match ran {
                 Ok(name) => Ok(Launched {
                     hosted: vec![name],
                     report: None,
@@ -429,6 +439,36 @@ pub fn launch_with(
             }
         }
     }
+}
+
+/// Where a node under a launcher leaves its peak resident memory when it ends, MB: the
+/// launcher's own readings every 50 ms can miss the last moments of a short-lived node.
+fn peak_file(dir: &Path, node: &str) -> PathBuf {
+    dir.join("peaks").join(node)
+}
+
+/// Best effort: a node that cannot write its peak leaves the launcher's sampled one.
+fn record_peak(dir: &Path, node: &str) {
+    let Some(mb) = process::peak_rss_mb(None) else {
+        return;
+    };
+    let path = peak_file(dir, node);
+    let written = path
+        .parent()
+        .is_some_and(|p| std::fs::create_dir_all(p).is_ok())
+        && std::fs::write(&path, mb.to_string()).is_ok();
+    if !written {
+        tracing::debug!(path = %path.display(), "could not record this node's peak memory");
+    }
+}
+
+/// The peak a node recorded when it ended ([`record_peak`]), if any.
+fn recorded_peak(dir: &Path, node: &str) -> Option<f64> {
+    std::fs::read_to_string(peak_file(dir, node))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// A node under a launcher leaves its error in the run directory for the launcher to print
@@ -947,6 +987,10 @@ impl Running {
                     *peak = peak.max(mb);
                 }
                 if let Some(status) = child.try_wait()? {
+                    if let Some(mb) = recorded_peak(&self.run_dir, name) {
+                        let peak = peak_rss_mb.entry(name.clone()).or_insert(0.0);
+                        *peak = peak.max(mb);
+                    }
                     if status.success() {
                         finished.push((name.clone(), self.started.elapsed()));
                         if let Some(job) = &self.job {
