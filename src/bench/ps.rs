@@ -258,15 +258,7 @@ struct NodeReport {
 
 /// Peak resident memory of this process in MB (`VmHWM`), 0 where /proc has none.
 fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    petrel_observe::process::peak_rss_mb(None).unwrap_or(0.0)
 }
 
 fn layout_of(ctx: &NodeContext) -> PsLayout {
