@@ -14,7 +14,7 @@
 
 use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
-use crate::train::{NodePeaks, StradsTrainError, run_lda_job};
+use crate::train::{NodeMemory, StradsTrainError, run_lda_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_strads::apps::lda::LdaJob;
@@ -76,15 +76,10 @@ pub struct LdaScaleRun {
     pub wall_s: f64,
     /// Log-likelihood per token at the end.
     pub final_loglik_per_token: f64,
-    /// With `--transport processes`: the largest peak resident memory of a worker node, MB.
-    pub worker_rss_mb: Option<f64>,
-    /// With `--transport processes`: the scheduler node's peak resident memory, MB.
-    pub scheduler_rss_mb: Option<f64>,
-    /// What one worker holds, MB (see [`worker_holds_mb`]).
-    pub worker_holds_mb: f64,
-    /// `worker_rss_mb / worker_holds_mb` (target: <= 2 where the data outweighs a node's
-    /// fixed cost).
-    pub worker_rss_over_holds: Option<f64>,
+    /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
+    /// `worker_holds_mb`, `worker_rss_over_holds`).
+    #[serde(flatten)]
+    pub memory: NodeMemory,
 }
 
 /// What one of `workers` workers holds, MB, counted from the sampler's own structures
@@ -203,8 +198,11 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
             let started = Instant::now();
             let m = run_lda_job(&job, workers, args.transport)?;
             let wall_s = started.elapsed().as_secs_f64();
-            let peaks = NodePeaks::of_run(job.out_dir.as_deref(), args.transport);
             let holds = worker_holds_mb(m.n_tokens, docs, args.vocab, args.topics, workers);
+            let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
+            let mb = |v: Option<f64>, digits: usize| {
+                v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
+            };
             let tokens_per_s = m.tokens_per_s_per_worker * workers as f64;
             let ns_per_token_per_core = if m.tokens_sampled > 0 {
                 1e9 * m.sampling_s * workers as f64 / m.tokens_sampled as f64
@@ -220,16 +218,10 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
                 format!("{:.2}", m.sampling_s),
                 format!("{wall_s:.1}"),
                 format!("{:.4}", m.final_loglik_per_token),
-                peaks
-                    .worker_rss_mb
-                    .map_or("-".into(), |r| format!("{r:.0}")),
+                mb(memory.worker_rss_mb, 0),
                 format!("{holds:.1}"),
-                peaks
-                    .worker_over(holds)
-                    .map_or("-".into(), |r| format!("{r:.2}")),
-                peaks
-                    .scheduler_rss_mb
-                    .map_or("-".into(), |r| format!("{r:.0}")),
+                mb(memory.worker_rss_over_holds, 2),
+                mb(memory.scheduler_rss_mb, 0),
             ]);
             per_workers.insert(
                 workers,
@@ -241,10 +233,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
                     sampling_s: m.sampling_s,
                     wall_s,
                     final_loglik_per_token: m.final_loglik_per_token,
-                    worker_rss_mb: peaks.worker_rss_mb,
-                    scheduler_rss_mb: peaks.scheduler_rss_mb,
-                    worker_holds_mb: holds,
-                    worker_rss_over_holds: peaks.worker_over(holds),
+                    memory,
                 },
             );
         }

@@ -21,7 +21,7 @@
 
 use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
-use crate::train::{NodePeaks, StradsTrainError, run_mf_job};
+use crate::train::{NodeMemory, StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::apps::lasso::metrics::peak_rss_mb;
@@ -110,16 +110,10 @@ pub struct MfScaleRun {
     /// Peak resident memory of this process during the run, MB (every node is a thread
     /// of it; none with `--transport processes`).
     pub rss_mb: Option<f64>,
-    /// With `--transport processes`: the largest peak resident memory of a worker node, MB.
-    pub worker_rss_mb: Option<f64>,
-    /// With `--transport processes`: the scheduler node's peak resident memory, MB.
-    pub scheduler_rss_mb: Option<f64>,
-    /// What one worker holds, MB: its share of the train and test ratings (12 bytes each)
-    /// and of W, and all of H (rank x 4 bytes per row).
-    pub worker_holds_mb: f64,
-    /// `worker_rss_mb / worker_holds_mb` (target: <= 2 where the data outweighs a node's
-    /// fixed cost).
-    pub worker_rss_over_holds: Option<f64>,
+    /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
+    /// `worker_holds_mb`, `worker_rss_over_holds`).
+    #[serde(flatten)]
+    pub memory: NodeMemory,
 }
 
 /// What one of `workers` workers holds, MB: its share of the ratings and of W, and H.
@@ -266,7 +260,6 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
             let m = run_mf_job(&job, workers, args.transport)?;
             let wall_s = started.elapsed().as_secs_f64();
             let rss_mb = rss_tracked.then(peak_rss_mb);
-            let peaks = NodePeaks::of_run(job.out_dir.as_deref(), args.transport);
             let seconds = m.time_to_target_s;
             let sweeps = sweeps_to_target(
                 &m,
@@ -295,6 +288,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 args.rank,
                 workers,
             );
+            let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
             let fmt = |v: Option<f64>, digits: usize| {
                 v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
             };
@@ -312,10 +306,10 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 format!("{:.4}", m.final_train_rmse),
                 format!("{:.4}", m.final_test_rmse),
                 fmt(rss_mb, 0),
-                fmt(peaks.worker_rss_mb, 0),
+                fmt(memory.worker_rss_mb, 0),
                 format!("{holds:.1}"),
-                fmt(peaks.worker_over(holds), 2),
-                fmt(peaks.scheduler_rss_mb, 0),
+                fmt(memory.worker_rss_over_holds, 2),
+                fmt(memory.scheduler_rss_mb, 0),
             ]);
             sizes.push(MfScaleRun {
                 ratings: m.train_ratings + m.test_ratings,
@@ -333,10 +327,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 train_s: m.elapsed_s,
                 wall_s,
                 rss_mb,
-                worker_rss_mb: peaks.worker_rss_mb,
-                scheduler_rss_mb: peaks.scheduler_rss_mb,
-                worker_holds_mb: holds,
-                worker_rss_over_holds: peaks.worker_over(holds),
+                memory,
             });
         }
     }

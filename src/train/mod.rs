@@ -334,36 +334,40 @@ pub fn node_memory(run_dir: &Path) -> BTreeMap<String, f64> {
         .unwrap_or_default()
 }
 
-/// The peaks of a STRADS job's nodes, MB: the largest worker's and the scheduler's.
+/// The memory of a STRADS job's nodes against what one worker holds, MB (the scale
+/// benches' JSON keys).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct NodePeaks {
-    /// The largest peak resident memory of a worker node.
+pub struct NodeMemory {
+    /// With `--transport processes`: the largest peak resident memory of a worker node.
     pub worker_rss_mb: Option<f64>,
-    /// The scheduler node's peak resident memory.
+    /// With `--transport processes`: the scheduler node's peak resident memory.
     pub scheduler_rss_mb: Option<f64>,
+    /// What one worker holds (each bench's own estimate).
+    pub worker_holds_mb: f64,
+    /// `worker_rss_mb / worker_holds_mb` (target: <= 2 where the data outweighs a node's
+    /// fixed cost).
+    pub worker_rss_over_holds: Option<f64>,
 }
 
-impl NodePeaks {
-    /// What a job with output directory `out_dir` left: only a `--transport processes`
-    /// run has separate nodes to measure (others: none).
-    pub fn of_run(out_dir: Option<&Path>, transport: JobTransport) -> Self {
+impl NodeMemory {
+    /// What a job with output directory `out_dir` left, against `worker_holds_mb`: only a
+    /// `--transport processes` run has separate nodes to measure (others: no peaks).
+    pub fn of_run(out_dir: Option<&Path>, transport: JobTransport, worker_holds_mb: f64) -> Self {
         let nodes = match (out_dir, transport) {
             (Some(dir), JobTransport::Processes) => node_memory(&dir.join("run")),
             _ => BTreeMap::new(),
         };
-        NodePeaks {
-            worker_rss_mb: nodes
-                .iter()
-                .filter(|(name, _)| name.as_str() != "scheduler")
-                .map(|(_, &mb)| mb)
-                .reduce(f64::max),
+        let worker_rss_mb = nodes
+            .iter()
+            .filter(|(name, _)| name.as_str() != "scheduler")
+            .map(|(_, &mb)| mb)
+            .reduce(f64::max);
+        NodeMemory {
+            worker_rss_mb,
             scheduler_rss_mb: nodes.get("scheduler").copied(),
+            worker_holds_mb,
+            worker_rss_over_holds: worker_rss_mb.map(|r| r / worker_holds_mb),
         }
-    }
-
-    /// `worker_rss_mb / holds_mb`.
-    pub fn worker_over(&self, holds_mb: f64) -> Option<f64> {
-        self.worker_rss_mb.map(|r| r / holds_mb)
     }
 }
 
