@@ -160,7 +160,7 @@ pub fn load_corpus_share(
             let partition = DocumentPartition::from_lengths(&stats.doc_lengths, workers);
             let mine = |d: usize| partition.doc_worker.get(d) == Some(&(worker as u32));
             let (corpus, _) = parse_docword_part(open()?, path, &limits, &mine)?;
-            let docs = own_docs(corpus.docs, &partition, worker);
+            let docs = partition.take_docs_of(corpus.docs, worker);
             CorpusShare {
                 stats,
                 partition,
@@ -202,19 +202,6 @@ pub fn load_corpus_share(
     Ok(share)
 }
 
-/// The documents of `worker` out of a corpus whose other documents are empty, by value.
-fn own_docs(
-    docs: Vec<Vec<u32>>,
-    partition: &DocumentPartition,
-    worker: usize,
-) -> Vec<(u32, Vec<u32>)> {
-    docs.into_iter()
-        .enumerate()
-        .filter(|(d, _)| partition.doc_worker.get(*d) == Some(&(worker as u32)))
-        .map(|(d, doc)| (d as u32, doc))
-        .collect()
-}
-
 /// Which worker samples each document: balanced by token count, identical on every node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DocumentPartition {
@@ -234,6 +221,16 @@ impl DocumentPartition {
         DocumentPartition {
             doc_worker: balanced_buckets(lengths, workers),
         }
+    }
+
+    /// [`DocumentPartition::docs_of`] by value: worker `w`'s documents moved out of `docs`
+    /// (a share whose other documents are empty), without copying their tokens.
+    pub fn take_docs_of(&self, docs: Vec<Vec<u32>>, w: usize) -> Vec<(u32, Vec<u32>)> {
+        docs.into_iter()
+            .enumerate()
+            .filter(|(d, _)| self.doc_worker.get(*d) == Some(&(w as u32)))
+            .map(|(d, doc)| (d as u32, doc))
+            .collect()
     }
 
     /// Documents `(global id, tokens)` of worker `w`.
