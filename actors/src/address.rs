@@ -143,7 +143,7 @@ impl<M: RemoteMessage> ActorRef<M> {
                 }
             }
             Target::Remote { node, target } => {
-                node.ask_remote::<M>(target, &body, priority, timeout).await
+                node.ask_remote::<M>(target, body, priority, timeout).await
             }
         }
     }

@@ -25,7 +25,8 @@ struct Scaled {
     tensor: Tensor,
     seen_from_remote: bool,
 }
-remote_message!(Scale => Scaled, "test.scale");
+// The request's tensor leaves as its own bytes (and so does the large reply body).
+remote_message!(Scale => Scaled, "test.scale", payload = tensor.data);
 
 /// Claims the wire name of `Scale` with a different shape: the receiver cannot decode it.
 #[derive(Serialize, Deserialize, Debug, Clone)]

@@ -285,6 +285,24 @@ impl Frame {
         Self::encode_raw_pieces(header, &[body])
     }
 
+    /// Encodes a header with an already-encoded body, keeping a body of at least
+    /// [`crate::body::LARGE_BIN`] bytes as a piece of its own (its allocation, not a copy)
+    /// after a small head; joined, the pieces are byte for byte [`Frame::encode_raw`]'s.
+    pub fn encode_raw_chunks(
+        header: &EnvelopeHeader,
+        body: Vec<u8>,
+    ) -> Result<Vec<Bytes>, CodecError> {
+        if body.len() < crate::body::LARGE_BIN {
+            return Ok(vec![Self::encode_raw(header, &body)?]);
+        }
+        let mut head = Vec::with_capacity(FRAME_PREFIX_LEN + 128);
+        head.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
+        crate::encode_body(header, &mut head)?;
+        let header_len = head.len() - FRAME_PREFIX_LEN;
+        Self::write_prefix(&mut head, header_len, body.len())?;
+        Ok(vec![Bytes::from(head), Bytes::from(body)])
+    }
+
     /// Encodes a header with an already-encoded body given in pieces (written one after
     /// the other): one allocation, each piece copied once.
     pub fn encode_raw_pieces(header: &EnvelopeHeader, body: &[&[u8]]) -> Result<Bytes, CodecError> {
@@ -544,13 +562,7 @@ mod tests {
         note: String,
     }
 
-    impl crate::RemoteMessage for Blob {
-        const TYPE_NAME: &'static str = "test.blob";
-        type Reply = ();
-        fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
-            Some(&mut self.tensor.data)
-        }
-    }
+    crate::remote_message!(Blob => (), "test.blob", payload = tensor.data);
 
     /// Names a vector that is not serialized: the encoder must notice and copy as usual.
     #[derive(Serialize, Deserialize, Debug, PartialEq, Clone)]
@@ -597,6 +609,20 @@ mod tests {
         let bits = |t: &crate::Tensor| t.data.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert!(bits(&back.tensor) == bits(&blob.tensor));
         assert_eq!((back.step, back.note), (blob.step, blob.note));
+    }
+
+    #[test]
+    fn a_large_raw_body_is_a_piece_of_its_own_and_a_small_one_is_joined() {
+        let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let whole = Frame::encode_raw(&header(), &body).unwrap();
+        let buffer = body.as_ptr() as usize;
+        let pieces = Frame::encode_raw_chunks(&header(), body).unwrap();
+        assert_eq!(joined(&pieces), whole.to_vec());
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(pieces[1].as_ptr() as usize, buffer);
+        let small = vec![7u8; 100];
+        let pieces = Frame::encode_raw_chunks(&header(), small.clone()).unwrap();
+        assert_eq!(pieces, vec![Frame::encode_raw(&header(), &small).unwrap()]);
     }
 
     #[test]

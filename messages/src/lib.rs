@@ -74,8 +74,29 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
 /// struct Pong { n: u32 }
 /// petrel_messages::remote_message!(Ping => Pong, "example.ping");
 /// ```
+///
+/// A message carrying a large `f32` vector names it after `payload =`, so that a remote
+/// `tell` or `ask` hands the vector's bytes to the transport without copying them
+/// ([`RemoteMessage::large_payload`]):
+///
+/// ```
+/// use petrel_messages::Tensor;
+/// use serde::{Deserialize, Serialize};
+/// #[derive(Serialize, Deserialize)]
+/// struct Gradient { step: u64, tensor: Tensor }
+/// petrel_messages::remote_message!(Gradient => (), "example.gradient", payload = tensor.data);
+/// ```
 #[macro_export]
 macro_rules! remote_message {
+    ($msg:ty => $reply:ty, $name:expr, payload = $($field:ident).+) => {
+        impl $crate::RemoteMessage for $msg {
+            const TYPE_NAME: &'static str = $name;
+            type Reply = $reply;
+            fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
+                Some(&mut self.$($field).+)
+            }
+        }
+    };
     ($msg:ty => $reply:ty, $name:expr) => {
         impl $crate::RemoteMessage for $msg {
             const TYPE_NAME: &'static str = $name;

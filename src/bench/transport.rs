@@ -48,14 +48,8 @@ pub struct Blob {
     /// Its payload.
     pub tensor: Tensor,
 }
-impl petrel_messages::RemoteMessage for Blob {
-    const TYPE_NAME: &'static str = "petrel.bench.blob";
-    type Reply = ();
-    /// The tensor's bytes leave as they are, not copied into the frame.
-    fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
-        Some(&mut self.tensor.data)
-    }
-}
+// The tensor's bytes leave as they are, not copied into the frame.
+remote_message!(Blob => (), "petrel.bench.blob", payload = tensor.data);
 
 /// A small urgent message whose latency is measured.
 #[derive(Serialize, Deserialize)]

@@ -254,15 +254,16 @@ impl Node {
                 Vec::new(),
             ),
         };
-        let frame = match Frame::encode_raw(&self.header(&target, msg_type, priority, kind), &body)
-        {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot encode reply");
-                return;
-            }
-        };
-        match self.inner.net.send(to, priority, frame) {
+        // A large reply body leaves as its own allocation, not copied into the frame.
+        let frame =
+            match Frame::encode_raw_chunks(&self.header(&target, msg_type, priority, kind), body) {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot encode reply");
+                    return;
+                }
+            };
+        match self.inner.net.send_chunks(to, priority, frame) {
             Ok(()) => {}
             // The asker must not wait out its timeout for a reply that can never leave:
             // it gets a failure naming the type, the size and the knob, right now.

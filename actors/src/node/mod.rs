@@ -388,13 +388,14 @@ impl Node {
     pub(crate) async fn ask_remote<M: RemoteMessage>(
         &self,
         target: &ActorId,
-        body: &M,
+        body: M,
         priority: Priority,
         timeout: Duration,
     ) -> Result<M::Reply, AskError> {
         let actor = target.to_string();
         let request_id = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
-        let frame = Frame::encode(
+        // The request is ours, as in a tell: a large tensor in it leaves as its own bytes.
+        let frame = Frame::encode_chunks(
             &self.header(
                 target,
                 M::TYPE_NAME,
@@ -422,7 +423,7 @@ impl Node {
                 actor,
             });
         }
-        if let Err(e) = self.inner.net.send(target.node, priority, frame) {
+        if let Err(e) = self.inner.net.send_chunks(target.node, priority, frame) {
             self.forget(request_id);
             return Err(send_error(actor, M::TYPE_NAME, e));
         }

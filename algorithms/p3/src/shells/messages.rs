@@ -31,7 +31,7 @@ pub struct SliceValues {
     pub values: Vec<f32>,
 }
 
-remote_message!(PushGrad => SliceValues, "petrel.p3.push");
+remote_message!(PushGrad => SliceValues, "petrel.p3.push", payload = grad);
 
 /// Initial values of a slice (sent once by worker 0 before training). Reply: the slice id.
 #[derive(Serialize, Deserialize)]
@@ -43,7 +43,7 @@ pub struct InitSlice {
     pub values: Vec<f32>,
 }
 
-remote_message!(InitSlice => u32, "petrel.p3.init");
+remote_message!(InitSlice => u32, "petrel.p3.init", payload = values);
 
 /// One checkpoint file as its writer reports it: name, length and checksum.
 #[derive(Serialize, Deserialize, Debug, Clone)]
