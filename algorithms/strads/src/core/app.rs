@@ -209,11 +209,56 @@ fn no_checkpoints() -> StradsModelError {
 pub fn encode_state<T: Serialize>(state: &T) -> Result<Option<Vec<u8>>, StradsModelError> {
     rmp_serde::to_vec(state)
         .map(Some)
-        .map_err(|e| StradsModelError::InvalidConfig(format!("checkpoint state encode: {e}")))
+        .map_err(|e| StradsModelError::CheckpointState(format!("cannot encode it: {e}")))
 }
 
-/// Decodes what [`encode_state`] wrote.
+/// Decodes what [`encode_state`] wrote. A state that does not decode was most likely
+/// written by another petrel version (an app's saved state changes with its algorithm),
+/// so the error says that and how to go on.
 pub fn decode_state<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StradsModelError> {
-    rmp_serde::from_slice(bytes)
-        .map_err(|e| StradsModelError::InvalidConfig(format!("checkpoint state decode: {e}")))
+    rmp_serde::from_slice(bytes).map_err(|e| {
+        StradsModelError::CheckpointState(format!(
+            "it does not read as this version's ({e}): it was written by another petrel \
+             version or another app; resume from a checkpoint this version wrote, or start \
+             afresh without `resume` (or with an empty checkpoint_dir)"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Serialize)]
+    struct OlderState {
+        coefficients: Vec<f64>,
+    }
+
+    #[derive(Debug, Serialize, Deserialize, PartialEq)]
+    struct NewerState {
+        coefficients: Vec<f64>,
+        growth: u32,
+    }
+
+    #[test]
+    fn a_state_of_another_layout_is_refused_saying_what_to_do() {
+        let newer = NewerState {
+            coefficients: vec![1.5, -2.0],
+            growth: 3,
+        };
+        let bytes = encode_state(&newer).unwrap().unwrap();
+        assert_eq!(decode_state::<NewerState>(&bytes).unwrap(), newer);
+        let older = encode_state(&OlderState {
+            coefficients: vec![1.0],
+        })
+        .unwrap()
+        .unwrap();
+        let err = decode_state::<NewerState>(&older).unwrap_err();
+        assert!(matches!(err, StradsModelError::CheckpointState(_)), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("another petrel version"), "{text}");
+        assert!(text.contains("without `resume`"), "{text}");
+        assert!(decode_state::<NewerState>(b"\xc1 not msgpack").is_err());
+    }
 }

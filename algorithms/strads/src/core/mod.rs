@@ -49,6 +49,9 @@ pub enum StradsModelError {
     /// A count invariant of the model does not hold.
     #[error("invariant: {0}")]
     Invariant(String),
+    /// A checkpoint's saved state cannot be written, or does not read as this version's.
+    #[error("checkpoint state: {0}")]
+    CheckpointState(String),
     /// An app-specific failure, with its cause chain.
     #[error(transparent)]
     App(Arc<dyn std::error::Error + Send + Sync + 'static>),
@@ -62,7 +65,8 @@ impl PartialEq for StradsModelError {
             (DimensionMismatch(a), DimensionMismatch(b))
             | (InvalidConfig(a), InvalidConfig(b))
             | (Protocol(a), Protocol(b))
-            | (Invariant(a), Invariant(b)) => a == b,
+            | (Invariant(a), Invariant(b))
+            | (CheckpointState(a), CheckpointState(b)) => a == b,
             (App(a), App(b)) => a.to_string() == b.to_string(),
             _ => false,
         }
