@@ -515,13 +515,13 @@ impl LassoJob {
     }
 
     /// What the intercept of any coefficients depends on (the training data's column
-    /// means and mean label), read once; `None` without `fit_intercept`.
+    /// means and mean label), read once without holding the design (see
+    /// [`Self::load_column_share`]); `None` without `fit_intercept`.
     pub fn intercept_terms(&self) -> Result<Option<InterceptTerms>, StradsError> {
         if !self.fit_intercept {
             return Ok(None);
         }
-        let (x, y) = self.load_uncentred()?;
-        let (means, y_mean) = column_means(&x, &y);
+        let (means, y_mean) = self.streamed_column_means()?;
         Ok(Some(InterceptTerms { means, y_mean }))
     }
 

@@ -5,7 +5,7 @@
 //! non-zero count for the cut). Every figure is bit for bit the one computed on the whole
 //! design ([`LassoJob::load`], [`LassoJob::lambda_max`], [`SparseColumns::columns`]).
 
-use super::{LassoJob, column_correlation, label_mean};
+use super::{LassoJob, column_correlation, column_means, label_mean};
 use crate::core::StradsModelError;
 use crate::error::StradsError;
 use petrel_ml::data::synthetic::{SparseLassoColumns, SparseLassoParams};
@@ -287,5 +287,54 @@ impl LassoJob {
             y,
             lambda_max,
         })
+    }
+}
+
+impl LassoJob {
+    /// The column means of the whole design and its mean label, as the whole design's
+    /// `column_means` computes them, in one pass that keeps only the means.
+    pub(super) fn streamed_column_means(&self) -> Result<(Vec<f64>, f32), StradsError> {
+        if let (None, Some(params)) = (&self.data, self.sparse_params()) {
+            let mut generator = SparseLassoColumns::new(&params)?;
+            let n = params.n_samples.max(1) as f64;
+            let y_mean = label_mean(&generator.labels(), params.n_samples);
+            let means = (0..params.n_features)
+                .map(|j| {
+                    let values = generator.column(j).1;
+                    values.iter().map(|&v| f64::from(v)).sum::<f64>() / n
+                })
+                .collect();
+            return Ok((means, y_mean));
+        }
+        let Some(path) = &self.data else {
+            let (x, y) = self.load_uncentred()?;
+            return Ok(column_means(&x, &y));
+        };
+        // Sums start at -0.0, as `Iterator::sum` of floats does, so that an empty column's
+        // mean is the whole design's bit for bit.
+        let (mut rows, mut y_sum, mut sums) = (0usize, -0.0f64, Vec::<f64>::new());
+        visit_libsvm(path, |label, row| {
+            rows += 1;
+            y_sum += f64::from(label);
+            if let Some(&last) = row.indices.last()
+                && last as usize >= sums.len()
+            {
+                sums.resize(last as usize + 1, -0.0);
+            }
+            for (&j, &v) in row.indices.iter().zip(&row.values) {
+                sums[j as usize] += f64::from(v);
+            }
+            Ok(())
+        })?;
+        if rows == 0 || sums.is_empty() {
+            return Err(StradsModelError::InvalidConfig(format!(
+                "{}: no rows or no features",
+                path.display()
+            ))
+            .into());
+        }
+        let n = rows as f64;
+        let means = sums.iter().map(|s| s / n).collect();
+        Ok((means, (y_sum / n) as f32))
     }
 }

@@ -112,6 +112,19 @@ fn assert_shares_are_the_whole_designs(job: &LassoJob) {
             assert_eq!(share.shape, whole);
         }
     }
+    // The intercept's terms, read without the design, are the whole design's.
+    let (xu, yu) = job.load_uncentred().unwrap();
+    let (means, y_mean) = column_means(&xu, &yu);
+    let terms = job.intercept_terms().unwrap();
+    if job.fit_intercept {
+        let terms = terms.unwrap();
+        assert_eq!(terms, InterceptTerms { means, y_mean });
+        let bits = |m: &[f64]| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(terms.y_mean.to_bits(), y_mean.to_bits());
+        assert_eq!(bits(&terms.means), bits(&column_means(&xu, &yu).0));
+    } else {
+        assert_eq!(terms, None);
+    }
     let scheduler = job.load_column_share(|_| Ok(0..0)).unwrap();
     assert_eq!(scheduler.x.n_columns(), 0);
     assert!(scheduler.x.values.is_empty());
