@@ -11,12 +11,15 @@
 //!
 //! Figures per size: `baseline_s`, `petrel_s`, `ratio` (petrel / baseline), the updates of
 //! each, `rss_mb` (largest peak RSS of a node) for `--headline-workers`, and every worker
-//! count under `per_workers`, with the time per coordinate update and the round breakdown
-//! (`RoundProfile`). An SVG plots the time per update against the design's non-zeros.
+//! count under `per_workers`, with the time per coordinate update, the round breakdown
+//! (`RoundProfile`) and, over `--transport processes`, each node's peak against what a
+//! worker holds ([`NodeMemory`]: `worker_rss_mb`, `scheduler_rss_mb`, `worker_holds_mb`,
+//! `worker_rss_over_holds`). An SVG plots the time per update against the design's
+//! non-zeros.
 
 use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
-use crate::train::{StradsTrainError, TrainTransport, run_lasso_job};
+use crate::train::{NodeMemory, StradsTrainError, TrainTransport, run_lasso_job};
 use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
 use serde::Serialize;
@@ -138,6 +141,10 @@ struct PetrelFigures {
     rss_mb: f64,
     final_objective: f64,
     profile: RoundProfile,
+    /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
+    /// `worker_holds_mb`, `worker_rss_over_holds`).
+    #[serde(flatten)]
+    memory: NodeMemory,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -170,6 +177,25 @@ struct Figures {
     transport: String,
     sizes: Vec<SizeFigures>,
     plot: String,
+}
+
+/// What one of `workers` workers holds, MB, counted from the solvers' own structures.
+/// A scheduled worker (`core::lasso`): its rows' share of X (8 bytes a non-zero: row
+/// index and value), the coefficients (8 bytes a feature), its rows' y and residual (12
+/// bytes a row). A Gauss-Seidel worker (`core::gauss_seidel::GsWorkerCore`): its
+/// columns' share of X (8 bytes a non-zero), per column of its share the column start,
+/// squared norm and coefficient (24 bytes), and per row of the design y, the residual and
+/// the round's start residual (20 bytes).
+pub fn worker_holds_mb(solver: LassoSolver, nnz: usize, size: &DesignSize, workers: usize) -> f64 {
+    let share = workers.max(1) as f64;
+    let (nnz, d, n) = (nnz as f64, size.n_features as f64, size.n_samples as f64);
+    let bytes = match solver {
+        LassoSolver::Scheduled => nnz * 8.0 / share + d * 8.0 + n * 12.0 / share,
+        LassoSolver::GaussSeidel | LassoSolver::Auto => {
+            nnz * 8.0 / share + d * 24.0 / share + n * 20.0
+        }
+    };
+    bytes / 1e6
 }
 
 fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
@@ -226,6 +252,10 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
         "wall s",
         "U",
         "rss MB",
+        "worker MB",
+        "holds MB",
+        "peak / holds",
+        "sched. MB",
         "round ms",
         "messaging s",
     ]);
@@ -271,6 +301,10 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
             "-".into(),
             "-".into(),
             "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
         ]);
         let lambda = optimum_run.metrics.lambda;
         drop((x, y));
@@ -283,24 +317,32 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
                 ..base.clone()
             };
             let started = Instant::now();
-            let m = match args.transport.cluster() {
-                Some(transport) => run_lasso_job(&job, workers, transport, false)?,
-                None => {
-                    return Err(StradsTrainError::Usage(
-                        "lasso-scale compares STRADS runs: --transport memory, quic or processes",
-                    ));
-                }
+            let Some(transport) = args.transport.cluster() else {
+                return Err(StradsTrainError::Usage(
+                    "lasso-scale compares STRADS runs: --transport memory, quic or processes",
+                ));
             };
+            let m = run_lasso_job(&job, workers, transport, false)?;
             let wall_s = started.elapsed().as_secs_f64();
             let ratio = m.target_s.map(|s| s / baseline_s);
             let us = m
                 .target_s
                 .zip(m.target_updates)
                 .map(|(s, u)| 1e6 * s / u.max(1) as f64);
-            let rss = m
-                .profile
-                .scheduler_peak_rss_mb
-                .max(m.profile.worker_peak_rss_mb);
+            let holds = worker_holds_mb(args.solver, nnz, size, workers);
+            let memory = NodeMemory::of_run(job.out_dir.as_deref(), transport, holds);
+            // The launcher's peak of every node process when there are processes, else
+            // what the nodes sampled during their rounds.
+            let rss = match (memory.worker_rss_mb, memory.scheduler_rss_mb) {
+                (Some(w), Some(s)) => w.max(s),
+                _ => m
+                    .profile
+                    .scheduler_peak_rss_mb
+                    .max(m.profile.worker_peak_rss_mb),
+            };
+            let mb = |v: Option<f64>, digits: usize| {
+                v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
+            };
             table.row(vec![
                 label.clone(),
                 nnz.to_string(),
@@ -313,6 +355,10 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
                 format!("{wall_s:.1}"),
                 m.block_size.to_string(),
                 format!("{rss:.0}"),
+                mb(memory.worker_rss_mb, 0),
+                format!("{holds:.1}"),
+                mb(memory.worker_rss_over_holds, 2),
+                mb(memory.scheduler_rss_mb, 0),
                 format!("{:.2}", m.profile.round_latency_ms),
                 format!("{:.2}", m.profile.messaging_s),
             ]);
@@ -330,26 +376,12 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
                     rss_mb: rss,
                     final_objective: m.final_objective,
                     profile: m.profile.clone(),
+                    memory,
                 },
             );
         }
         let headline = per_workers.get(&args.headline_workers);
-        // A scheduled worker holds its rows' share of X (8 bytes a non-zero), its y and
-        // residual; a Gauss-Seidel worker its columns' share, their coefficients, y and a
-        // full residual (plus the round's start copy).
-        let share = args.headline_workers.max(1) as f64;
-        let data_mb_per_worker = match args.solver {
-            LassoSolver::Scheduled => {
-                nnz as f64 * 8.0 / share
-                    + size.n_features as f64 * 8.0
-                    + size.n_samples as f64 * 12.0 / share
-            }
-            LassoSolver::GaussSeidel | LassoSolver::Auto => {
-                nnz as f64 * 8.0 / share
-                    + size.n_features as f64 * 16.0 / share
-                    + size.n_samples as f64 * 20.0
-            }
-        } / 1e6;
+        let data_mb_per_worker = worker_holds_mb(args.solver, nnz, size, args.headline_workers);
         sizes.push(SizeFigures {
             n_samples: size.n_samples,
             n_features: size.n_features,

@@ -220,8 +220,39 @@ pub fn parse_libsvm_with_limits(
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
 ) -> Result<SparseDataset, DataError> {
-    let name = name_for_errors.as_ref();
     let mut dataset = SparseDataset::default();
+    for_each_libsvm_row(reader, name_for_errors, limits, |label, row| {
+        if let Some(&last) = row.indices.last() {
+            dataset.n_features = dataset.n_features.max(last as usize + 1);
+        }
+        dataset.labels.push(label);
+        dataset.rows.push(row.clone());
+        Ok(())
+    })?;
+    Ok(dataset)
+}
+
+/// Reads the LIBSVM file `path` row by row under the [`DataLimits::from_env`] limits
+/// without keeping it (see [`for_each_libsvm_row`]): what a node that keeps only a share
+/// of the file, or only statistics, reads it with.
+pub fn visit_libsvm(
+    path: impl AsRef<Path>,
+    visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    let path = path.as_ref();
+    for_each_libsvm_row(open_buffered(path)?, path, &DataLimits::from_env()?, visit)
+}
+
+/// Calls `visit(label, row)` for every example of LIBSVM text, in order, with the checks
+/// of [`parse_libsvm_with_limits`] (one row buffer, reused: memory stays one row's).
+pub fn for_each_libsvm_row(
+    reader: impl BufRead,
+    name_for_errors: impl AsRef<Path>,
+    limits: &DataLimits,
+    mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    let name = name_for_errors.as_ref();
+    let mut row = SparseRow::default();
     for item in numbered_lines(reader, name) {
         let (line_no, line) = item?;
         let content = line.split('#').next().unwrap_or("").trim();
@@ -237,7 +268,8 @@ pub fn parse_libsvm_with_limits(
         if !label.is_finite() {
             return Err(bad(format!("label {label_text:?} is not finite")));
         }
-        let mut row = SparseRow::default();
+        row.indices.clear();
+        row.values.clear();
         for token in tokens {
             if token.starts_with("qid:") {
                 continue;
@@ -273,13 +305,9 @@ pub fn parse_libsvm_with_limits(
             row.indices.push(zero_based);
             row.values.push(value);
         }
-        if let Some(&last) = row.indices.last() {
-            dataset.n_features = dataset.n_features.max(last as usize + 1);
-        }
-        dataset.labels.push(label);
-        dataset.rows.push(row);
+        visit(label, &row)?;
     }
-    Ok(dataset)
+    Ok(())
 }
 
 #[cfg(test)]

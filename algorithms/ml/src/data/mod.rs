@@ -17,7 +17,8 @@ pub use bow::{
     parse_vocab,
 };
 pub use libsvm::{
-    SparseColumns, SparseDataset, SparseRow, load_libsvm, parse_libsvm, parse_libsvm_with_limits,
+    SparseColumns, SparseDataset, SparseRow, for_each_libsvm_row, load_libsvm, parse_libsvm,
+    parse_libsvm_with_limits, visit_libsvm,
 };
 pub use limits::DataLimits;
 pub use ratings::{

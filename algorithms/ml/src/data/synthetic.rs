@@ -167,96 +167,31 @@ fn stream_rng(seed: u64, stream: u64, index: u64) -> StdRng {
 ///
 /// Every group and column has its own seeded stream, so `rows` (a row block) yields
 /// exactly the rows of the whole design, renumbered from 0, without building the rest:
-/// a worker generates only its share. Cost `O(nnz + n_samples)`.
+/// a worker generates only its share. Cost `O(nnz + n_samples)`. For a column share (or any
+/// single pass over the columns) see [`SparseLassoColumns`], which this is built on.
 pub fn sparse_correlated_lasso(
     params: &SparseLassoParams,
     rows: Option<std::ops::Range<usize>>,
 ) -> Result<SparseLassoProblem, DataError> {
-    let SparseLassoParams {
-        n_samples: n,
-        n_features: d,
-        group_size,
-        nnz_per_column: k,
-        correlation,
-        n_nonzero,
-        noise_std,
-        seed,
-    } = *params;
-    if n == 0 || d == 0 || group_size == 0 || k == 0 {
-        return Err(invalid(
-            "n_samples, n_features, group_size and nnz_per_column must be positive",
-        ));
-    }
-    if k > n || n > u32::MAX as usize {
-        return Err(invalid(format!(
-            "nnz_per_column {k} must be at most n_samples {n} (and n_samples below 2^32)"
-        )));
-    }
-    if !(0.0..1.0).contains(&correlation) {
-        return Err(invalid(format!("correlation {correlation} outside [0, 1)")));
-    }
-    if n_nonzero > d {
-        return Err(invalid(format!("n_nonzero {n_nonzero} > n_features {d}")));
-    }
+    let mut generator = SparseLassoColumns::new(params)?;
+    let n = params.n_samples;
     let rows = rows.unwrap_or(0..n);
     if rows.start > rows.end || rows.end > n {
         return Err(invalid(format!("row block {rows:?} outside 0..{n}")));
     }
-    let noise =
-        Normal::new(0.0f32, noise_std.max(0.0)).map_err(|e| invalid(format!("noise_std: {e}")))?;
-    let shared_weight = f64::from(correlation).sqrt();
-    let own_weight = (1.0 - f64::from(correlation)).sqrt();
-    let mut b_true = vec![0.0f32; d];
-    let mut rng = stream_rng(seed, 1, 0);
-    for j in sample(&mut rng, d, n_nonzero) {
-        let magnitude = rng.gen_range(1.0f32..2.0);
-        b_true[j] = if rng.gen_bool(0.5) {
-            magnitude
-        } else {
-            -magnitude
-        };
-    }
-    let mut y_full: Vec<f64> = vec![0.0; n];
-    let mut column_starts = Vec::with_capacity(d + 1);
+    let y = generator.labels();
+    let mut column_starts = Vec::with_capacity(params.n_features + 1);
     column_starts.push(0usize);
     let mut row_indices = Vec::new();
     let mut values = Vec::new();
-    let (mut group, mut support, mut shared) = (usize::MAX, Vec::<u32>::new(), Vec::<f64>::new());
-    let mut column = vec![0.0f64; k];
-    for (j, &b_j) in b_true.iter().enumerate() {
-        if j / group_size != group {
-            group = j / group_size;
-            let mut g = stream_rng(seed, 2, group as u64);
-            let mut rows_of_group: Vec<u32> =
-                sample(&mut g, n, k).into_iter().map(|i| i as u32).collect();
-            rows_of_group.sort_unstable();
-            support = rows_of_group;
-            shared = (0..k).map(|_| g.sample::<f64, _>(StandardNormal)).collect();
-        }
-        let mut c = stream_rng(seed, 3, j as u64);
-        for (v, z) in column.iter_mut().zip(&shared) {
-            *v = shared_weight * z + own_weight * c.sample::<f64, _>(StandardNormal);
-        }
-        let norm = column.iter().map(|v| v * v).sum::<f64>().sqrt();
-        let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+    for j in 0..params.n_features {
+        let (support, column) = generator.column(j);
         let lo = support.partition_point(|&i| (i as usize) < rows.start);
         let hi = support.partition_point(|&i| (i as usize) < rows.end);
-        for t in lo..hi {
-            row_indices.push(support[t] - rows.start as u32);
-            values.push((column[t] * scale) as f32);
-        }
+        row_indices.extend(support[lo..hi].iter().map(|&i| i - rows.start as u32));
+        values.extend_from_slice(&column[lo..hi]);
         column_starts.push(row_indices.len());
-        if b_j != 0.0 {
-            for (t, &i) in support.iter().enumerate() {
-                y_full[i as usize] += f64::from((column[t] * scale) as f32) * f64::from(b_j);
-            }
-        }
     }
-    let mut noise_rng = stream_rng(seed, 4, 0);
-    let y: Vec<f32> = y_full
-        .iter()
-        .map(|&signal| (signal + f64::from(noise.sample(&mut noise_rng))) as f32)
-        .collect();
     Ok(SparseLassoProblem {
         x: SparseColumns {
             n_rows: rows.len(),
@@ -265,8 +200,141 @@ pub fn sparse_correlated_lasso(
             values,
         },
         y: y[rows].to_vec(),
-        b_true,
+        b_true: generator.b_true,
     })
+}
+
+/// The design of [`sparse_correlated_lasso`] one column at a time, over all rows, in
+/// `O(nnz_per_column)` memory: a node that keeps only some columns (a column share) still
+/// sees every column once, for what needs the whole design (`max_j |x_j^T y|`), without
+/// holding it. Column `j` and the labels are bit for bit those of the whole problem.
+#[derive(Debug, Clone)]
+pub struct SparseLassoColumns {
+    params: SparseLassoParams,
+    noise: Normal<f32>,
+    b_true: Vec<f32>,
+    /// The group whose support and shared factor are cached (`usize::MAX`: none).
+    group: usize,
+    support: Vec<u32>,
+    shared: Vec<f64>,
+    raw: Vec<f64>,
+    column: Vec<f32>,
+}
+
+impl SparseLassoColumns {
+    /// The generator of `params`' design (checked as [`sparse_correlated_lasso`] does).
+    pub fn new(params: &SparseLassoParams) -> Result<Self, DataError> {
+        let SparseLassoParams {
+            n_samples: n,
+            n_features: d,
+            group_size,
+            nnz_per_column: k,
+            correlation,
+            n_nonzero,
+            noise_std,
+            seed,
+        } = *params;
+        if n == 0 || d == 0 || group_size == 0 || k == 0 {
+            return Err(invalid(
+                "n_samples, n_features, group_size and nnz_per_column must be positive",
+            ));
+        }
+        if k > n || n > u32::MAX as usize {
+            return Err(invalid(format!(
+                "nnz_per_column {k} must be at most n_samples {n} (and n_samples below 2^32)"
+            )));
+        }
+        if !(0.0..1.0).contains(&correlation) {
+            return Err(invalid(format!("correlation {correlation} outside [0, 1)")));
+        }
+        if n_nonzero > d {
+            return Err(invalid(format!("n_nonzero {n_nonzero} > n_features {d}")));
+        }
+        let noise = Normal::new(0.0f32, noise_std.max(0.0))
+            .map_err(|e| invalid(format!("noise_std: {e}")))?;
+        let mut b_true = vec![0.0f32; d];
+        let mut rng = stream_rng(seed, 1, 0);
+        for j in sample(&mut rng, d, n_nonzero) {
+            let magnitude = rng.gen_range(1.0f32..2.0);
+            b_true[j] = if rng.gen_bool(0.5) {
+                magnitude
+            } else {
+                -magnitude
+            };
+        }
+        Ok(SparseLassoColumns {
+            params: params.clone(),
+            noise,
+            b_true,
+            group: usize::MAX,
+            support: Vec::new(),
+            shared: Vec::new(),
+            raw: vec![0.0; k],
+            column: vec![0.0; k],
+        })
+    }
+
+    /// The true coefficients.
+    pub fn b_true(&self) -> &[f32] {
+        &self.b_true
+    }
+
+    /// Every column holds exactly `nnz_per_column` non-zeros (its group's support).
+    pub fn nnz_per_column(&self) -> usize {
+        self.params.nnz_per_column
+    }
+
+    /// Column `j < n_features` over all rows: its rows (increasing) and values. Cheapest
+    /// in increasing `j` (a group's support and shared factor are drawn once per visit).
+    pub fn column(&mut self, j: usize) -> (&[u32], &[f32]) {
+        let p = &self.params;
+        if j / p.group_size != self.group {
+            self.group = j / p.group_size;
+            let mut g = stream_rng(p.seed, 2, self.group as u64);
+            let mut rows_of_group: Vec<u32> = sample(&mut g, p.n_samples, p.nnz_per_column)
+                .into_iter()
+                .map(|i| i as u32)
+                .collect();
+            rows_of_group.sort_unstable();
+            self.support = rows_of_group;
+            self.shared = (0..p.nnz_per_column)
+                .map(|_| g.sample::<f64, _>(StandardNormal))
+                .collect();
+        }
+        let shared_weight = f64::from(p.correlation).sqrt();
+        let own_weight = (1.0 - f64::from(p.correlation)).sqrt();
+        let mut c = stream_rng(p.seed, 3, j as u64);
+        for (v, z) in self.raw.iter_mut().zip(&self.shared) {
+            *v = shared_weight * z + own_weight * c.sample::<f64, _>(StandardNormal);
+        }
+        let norm = self.raw.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let scale = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+        for (stored, v) in self.column.iter_mut().zip(&self.raw) {
+            *stored = (v * scale) as f32;
+        }
+        (&self.support, &self.column)
+    }
+
+    /// The labels of all rows, `X b_true + noise`: only the columns of `b_true`'s support
+    /// are generated (in increasing order, so every sum is the whole design's).
+    pub fn labels(&mut self) -> Vec<f32> {
+        let mut y_full: Vec<f64> = vec![0.0; self.params.n_samples];
+        for j in 0..self.b_true.len() {
+            let b_j = self.b_true[j];
+            if b_j == 0.0 {
+                continue;
+            }
+            let (support, column) = self.column(j);
+            for (&i, &v) in support.iter().zip(column) {
+                y_full[i as usize] += f64::from(v) * f64::from(b_j);
+            }
+        }
+        let mut noise_rng = stream_rng(self.params.seed, 4, 0);
+        y_full
+            .iter()
+            .map(|&signal| (signal + f64::from(self.noise.sample(&mut noise_rng))) as f32)
+            .collect()
+    }
 }
 
 /// Parameters of [`low_rank_ratings`]; also the `synthetic` settings table of STRADS MF
@@ -710,6 +778,15 @@ mod tests {
         assert_eq!(block.x, whole.x.row_block(100..350));
         assert_eq!(block.y, whole.y[100..350].to_vec());
         assert_eq!(sparse_correlated_lasso(&params, None).unwrap(), whole);
+        // Column by column (in any order), the generator gives the whole design's columns
+        // and labels.
+        let mut columns = SparseLassoColumns::new(&params).unwrap();
+        assert_eq!(columns.labels(), whole.y);
+        assert_eq!(columns.b_true(), &whole.b_true[..]);
+        for j in [59, 0, 1, 13, 12, 58, 30] {
+            let (rows, values) = columns.column(j);
+            assert_eq!((rows, values), whole.x.column(j), "column {j}");
+        }
         let bad = SparseLassoParams {
             nnz_per_column: 501,
             ..params.clone()

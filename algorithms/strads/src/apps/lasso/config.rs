@@ -515,13 +515,13 @@ impl LassoJob {
     }
 
     /// What the intercept of any coefficients depends on (the training data's column
-    /// means and mean label), read once; `None` without `fit_intercept`.
+    /// means and mean label), read once without holding the design (see
+    /// [`Self::load_column_share`]); `None` without `fit_intercept`.
     pub fn intercept_terms(&self) -> Result<Option<InterceptTerms>, StradsError> {
         if !self.fit_intercept {
             return Ok(None);
         }
-        let (x, y) = self.load_uncentred()?;
-        let (means, y_mean) = column_means(&x, &y);
+        let (means, y_mean) = self.streamed_column_means()?;
         Ok(Some(InterceptTerms { means, y_mean }))
     }
 
@@ -765,11 +765,7 @@ pub fn lambda_max(x: &SparseColumns, y: &[f32]) -> f64 {
     (0..x.n_columns())
         .map(|j| {
             let (rows, vals) = x.column(j);
-            rows.iter()
-                .zip(vals)
-                .map(|(&i, &v)| f64::from(v) * f64::from(y[i as usize]))
-                .sum::<f64>()
-                .abs()
+            column_correlation(rows, vals, y, None)
         })
         .fold(0.0, f64::max)
 }
@@ -783,14 +779,34 @@ pub fn centred_lambda_max(x: &SparseColumns, y: &[f32]) -> f64 {
     (0..x.n_columns())
         .map(|j| {
             let (rows, vals) = x.column(j);
-            let (mut dot, mut sum) = (0.0f64, 0.0f64);
-            for (&i, &v) in rows.iter().zip(vals) {
-                dot += f64::from(v) * f64::from(y[i as usize]);
-                sum += f64::from(v);
-            }
-            (dot - sum / n * y_sum).abs()
+            column_correlation(rows, vals, y, Some((n, y_sum)))
         })
         .fold(0.0, f64::max)
+}
+
+/// `|x_j^T y|` of one column (`rows`, `vals`), or with `centring = Some((n, sum y))` the
+/// centred column's `|x_j^T y - sum(x_j) / n * sum y|`: one term of [`lambda_max`] and
+/// [`centred_lambda_max`], for a node that sees the columns one at a time.
+pub(crate) fn column_correlation(
+    rows: &[u32],
+    vals: &[f32],
+    y: &[f32],
+    centring: Option<(f64, f64)>,
+) -> f64 {
+    let (mut dot, mut sum) = (0.0f64, 0.0f64);
+    for (&i, &v) in rows.iter().zip(vals) {
+        dot += f64::from(v) * f64::from(y[i as usize]);
+        sum += f64::from(v);
+    }
+    finish_correlation(dot, sum, centring)
+}
+
+/// [`column_correlation`] from the column's `x_j . y` and sum (summed in row order).
+pub(crate) fn finish_correlation(dot: f64, sum: f64, centring: Option<(f64, f64)>) -> f64 {
+    match centring {
+        None => dot.abs(),
+        Some((n, y_sum)) => (dot - sum / n * y_sum).abs(),
+    }
 }
 
 /// `||x_j||^2` for every column of `x`, of the centred column `x_j - mean(x_j)` with
@@ -841,8 +857,12 @@ fn column_means(x: &SparseColumns, y: &[f32]) -> (Vec<f64>, f32) {
             x.values[range].iter().map(|&v| f64::from(v)).sum::<f64>() / n
         })
         .collect();
-    let y_mean = (y.iter().map(|&v| f64::from(v)).sum::<f64>() / n) as f32;
-    (means, y_mean)
+    (means, label_mean(y, x.n_rows))
+}
+
+/// The mean label of `n_rows` rows (an f64 sum).
+fn label_mean(y: &[f32], n_rows: usize) -> f32 {
+    (y.iter().map(|&v| f64::from(v)).sum::<f64>() / n_rows.max(1) as f64) as f32
 }
 
 /// `x` minus its column means, every cell stored: the old explicit centring, kept as the
@@ -866,6 +886,10 @@ pub(crate) fn centred(x: &SparseColumns, means: &[f64]) -> SparseColumns {
         values,
     }
 }
+
+mod share;
+
+pub use share::{ColumnShare, DesignShape};
 
 #[cfg(test)]
 mod tests;

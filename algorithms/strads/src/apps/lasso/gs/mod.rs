@@ -35,9 +35,9 @@ pub mod scheduling;
 
 pub use scheduling::GsScheduling;
 
-use super::config::LassoJob;
+use super::config::{DesignShape, LassoJob};
 use super::metrics::LassoOutcome;
-use super::multi::{MAX_SCHEDULERS, column_weights, partition_columns};
+use super::multi::{MAX_SCHEDULERS, column_weight, partition_columns};
 use super::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Push, StradsApp, decode_state, encode_state};
@@ -119,16 +119,30 @@ impl StradsApp for LassoGsApp {
 /// The column ranges of `workers` workers: contiguous, of about equal non-zeros (the same
 /// on every node, so nobody sends the cut).
 pub fn column_ranges(x: &SparseColumns, workers: usize) -> Result<Vec<Range<usize>>, StradsError> {
-    if workers == 0 || workers > x.n_columns() || workers > MAX_SCHEDULERS {
+    column_ranges_of(&DesignShape::of(x), workers)
+}
+
+/// [`column_ranges`] from the design's shape alone (what a node knows before it keeps
+/// any column).
+pub fn column_ranges_of(
+    shape: &DesignShape,
+    workers: usize,
+) -> Result<Vec<Range<usize>>, StradsError> {
+    let d = shape.n_columns();
+    if workers == 0 || workers > d || workers > MAX_SCHEDULERS {
         return Err(StradsModelError::InvalidConfig(format!(
-            "solver = \"gauss-seidel\" splits the {} features over the workers: {workers} \
+            "solver = \"gauss-seidel\" splits the {d} features over the workers: {workers} \
              workers is not within 1..={}",
-            x.n_columns(),
-            x.n_columns().min(MAX_SCHEDULERS)
+            d.min(MAX_SCHEDULERS)
         ))
         .into());
     }
-    Ok(partition_columns(&column_weights(x), workers)?)
+    let weights: Vec<u64> = shape
+        .column_nnz
+        .iter()
+        .map(|&c| column_weight(u64::from(c)))
+        .collect();
+    Ok(partition_columns(&weights, workers)?)
 }
 
 /// Worker half: its columns, the residual and its compute time.
@@ -243,12 +257,20 @@ impl StradsJob for LassoGsApp {
         })
     }
 
+    /// The scheduler keeps no column: the design's shape, `y` and `lambda_max`
+    /// ([`LassoJob::load_column_share`] of no columns).
     fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<GsScheduling, StradsError> {
-        let (x, y) = job.load()?;
-        let half = GsScheduling::new(&x, &y, job, shape.workers)?;
+        let design = job.load_column_share(|_| Ok(0..0))?;
+        let half = GsScheduling::of_design(
+            &design.shape,
+            &design.y,
+            design.lambda_max,
+            job,
+            shape.workers,
+        )?;
         tracing::info!(
-            rows = x.n_rows,
-            features = x.n_columns(),
+            rows = design.shape.n_rows,
+            features = design.shape.n_columns(),
             workers = shape.workers,
             lambda = half.lambda(),
             "lasso gauss-seidel scheduler ready"
@@ -256,28 +278,28 @@ impl StradsJob for LassoGsApp {
         Ok(half)
     }
 
+    /// Worker `index` keeps only its range of columns ([`LassoJob::load_column_share`]).
     fn worker(
         job: &LassoJob,
         index: usize,
         shape: &JobShape,
     ) -> Result<StarHalf<GsWorker>, StradsError> {
-        let (x, y) = job.load()?;
-        let lambda = job.resolve_lambda(&x, &y);
-        let range = column_ranges(&x, shape.workers)?
-            .into_iter()
-            .nth(index)
-            .ok_or(StradsError::NoShare {
-                index,
-                workers: shape.workers,
-            })?;
-        let own = x.columns(range.clone());
-        drop(x);
-        tracing::debug!(worker = index, columns = ?range, "lasso gauss-seidel worker loaded");
-        let (lambda, shared) = (f64::from(lambda), shape.workers > 1);
+        let share = job.load_column_share(|design| {
+            column_ranges_of(design, shape.workers)?
+                .into_iter()
+                .nth(index)
+                .ok_or(StradsError::NoShare {
+                    index,
+                    workers: shape.workers,
+                })
+        })?;
+        tracing::debug!(worker = index, columns = ?share.columns, "lasso gauss-seidel worker loaded");
+        let lambda = f64::from(job.lambda_from_max(share.lambda_max));
+        let shared = shape.workers > 1;
         let core = if job.fit_intercept {
-            GsWorkerCore::centred(own, y, lambda, shared)?
+            GsWorkerCore::centred(share.x, share.y, lambda, shared)?
         } else {
-            GsWorkerCore::new(own, y, lambda, shared)?
+            GsWorkerCore::new(share.x, share.y, lambda, shared)?
         };
         Ok(StarHalf(GsWorker::new(core, index)))
     }

@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use super::{GsCommit, GsPartial, GsTask, LassoGsApp, column_ranges};
+use super::{GsCommit, GsPartial, GsTask, LassoGsApp, column_ranges_of};
 use crate::apps::lasso::baseline::BASELINE_MAX_SWEEPS;
-use crate::apps::lasso::config::{LassoJob, NS_PER_NONZERO};
+use crate::apps::lasso::config::{DesignShape, LassoJob, NS_PER_NONZERO};
 use crate::apps::lasso::heldout::LinearHeldout;
 use crate::apps::lasso::metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, peak_rss_mb,
@@ -116,14 +116,33 @@ impl GsScheduling {
         workers: usize,
     ) -> Result<Self, StradsError> {
         crate::core::lasso::check_design_shape(x, y)?;
-        let ranges = column_ranges(x, workers)?;
+        Self::of_design(&DesignShape::of(x), y, job.lambda_max(x, y), job, workers)
+    }
+
+    /// [`Self::new`] from what the scheduler needs of the design: its shape (the column
+    /// cut and chunks), `y` and `lambda_max` (the start's certificate).
+    pub fn of_design(
+        shape: &DesignShape,
+        y: &[f32],
+        lambda_max: f64,
+        job: &LassoJob,
+        workers: usize,
+    ) -> Result<Self, StradsError> {
+        if shape.n_rows != y.len() {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "X has {} rows, y has {}",
+                shape.n_rows,
+                y.len()
+            ))
+            .into());
+        }
+        let ranges = column_ranges_of(shape, workers)?;
         let chunks = ranges
             .iter()
-            .map(|r| chunk_for(x, r.clone(), workers, job))
+            .map(|r| chunk_for(shape, r.clone(), workers, job))
             .collect::<Vec<_>>();
         // At b = 0 the largest correlation is lambda_max: the start's certificate comes
         // with the lambda, no round needed.
-        let lambda_max = job.lambda_max(x, y);
         let lambda = job.lambda_from_max(lambda_max);
         let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let sq_residual = y.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
@@ -132,7 +151,7 @@ impl GsScheduling {
             ..LassoMetrics::at_start(
                 GS_MODE.into(),
                 lambda,
-                (x.n_rows, x.n_columns()),
+                (shape.n_rows, shape.n_columns()),
                 workers,
                 job.target_objective,
             )
@@ -140,9 +159,9 @@ impl GsScheduling {
         let mut scheduling = GsScheduling {
             job: job.clone(),
             lambda,
-            n_rows: x.n_rows,
+            n_rows: shape.n_rows,
             s: GsState {
-                coefficients: vec![0.0; x.n_columns()],
+                coefficients: vec![0.0; shape.n_columns()],
                 phase: Phase::Full,
                 next: vec![0; workers],
                 growth: ChunkGrowth::default(),
@@ -688,7 +707,7 @@ impl GsScheduling {
 /// Columns worker `range` sweeps per round in a full sweep: `gs_chunk`, else (one worker)
 /// the whole range, else enough non-zeros to cover the assumed round latency (the base that
 /// [`ChunkGrowth`] multiplies).
-fn chunk_for(x: &SparseColumns, range: Range<usize>, workers: usize, job: &LassoJob) -> usize {
+fn chunk_for(shape: &DesignShape, range: Range<usize>, workers: usize, job: &LassoJob) -> usize {
     let n = range.len().max(1);
     if job.gs_chunk > 0 {
         return job.gs_chunk.min(n);
@@ -696,7 +715,7 @@ fn chunk_for(x: &SparseColumns, range: Range<usize>, workers: usize, job: &Lasso
     if workers == 1 {
         return n;
     }
-    let nnz = (x.column_starts[range.end] - x.column_starts[range.start]) as f64;
+    let nnz = shape.nnz(range.clone()) as f64;
     let per_column = (nnz / n as f64).max(1.0);
     let columns = job.round_latency_ms * 1e6 / (NS_PER_NONZERO * per_column);
     (columns.ceil() as usize).clamp(1, n)

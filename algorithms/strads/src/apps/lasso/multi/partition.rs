@@ -10,8 +10,13 @@ use std::ops::Range;
 pub fn column_weights(x: &SparseColumns) -> Vec<u64> {
     x.column_starts
         .windows(2)
-        .map(|w| (w[1] - w[0]) as u64 + 1)
+        .map(|w| column_weight((w[1] - w[0]) as u64))
         .collect()
+}
+
+/// The weight of a column of `nnz` non-zeros (see [`column_weights`]).
+pub fn column_weight(nnz: u64) -> u64 {
+    nnz + 1
 }
 
 /// Cuts columns `0..weights.len()` into `schedulers` non-empty contiguous ranges of about
