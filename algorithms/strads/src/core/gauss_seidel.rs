@@ -559,9 +559,13 @@ impl GsWorkerCore {
             sq_residual: 0.0,
             l1: 0.0,
         };
+        // Active-set passes shrink their list as the baseline's do: a coordinate a pass
+        // left at zero is not swept again until the set is taken afresh.
+        let shrinks = matches!(order.coords, Coords::Active { .. });
+        let mut sweep_list = list.clone();
         'passes: while result.passes < order.max_passes.max(1) {
             let mut largest = 0.0f64;
-            for &j in &list {
+            for &j in &sweep_list {
                 let (rows, vals) = self.x.column(j);
                 let delta = match &mut self.centring {
                     None => lasso_cd_step(
@@ -603,6 +607,13 @@ impl GsWorkerCore {
             if largest <= order.settle {
                 break;
             }
+            if shrinks {
+                sweep_list.retain(|&j| self.coefficients[j] != 0.0);
+            }
+        }
+        if shrinks {
+            sweep_list.retain(|&j| self.coefficients[j] != 0.0);
+            self.active = sweep_list;
         }
         let mut changed: Vec<(usize, f64)> = list
             .iter()

@@ -96,15 +96,53 @@ fn a_lone_worker_sweep_is_the_baselines_update_bit_for_bit() {
             target: None,
         })
         .unwrap();
-    assert_eq!(r.updates, 3 * active.len() as u64);
+    // The baseline's passes, shrinking as it does: a coordinate left at zero drops out.
+    let mut list = active.clone();
+    let mut updates = 0;
     for _ in 0..3 {
-        for &j in &active {
+        for &j in &list {
             base.update(j);
         }
+        updates += list.len() as u64;
+        list.retain(|&j| base.coefficients()[j] != 0.0);
     }
+    assert_eq!(r.updates, updates);
     worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
     let ours: Vec<f32> = worker.coefficients().iter().map(|&b| b as f32).collect();
     assert_eq!(ours, base.coefficients());
+}
+
+#[test]
+fn active_passes_drop_the_coordinates_they_leave_at_zero_until_the_set_is_taken_afresh() {
+    let (x, y) = tiny(30, 60);
+    let lambda = 0.05 * lambda_max(&x, &y);
+    let nonzero = |w: &GsWorkerCore| -> Vec<usize> {
+        (0..x.n_columns())
+            .filter(|&j| w.coefficients()[j] != 0.0)
+            .collect()
+    };
+    let active = |fresh| SweepOrder {
+        coords: Coords::Active { fresh },
+        max_passes: 1,
+        settle: 0.0,
+        target: None,
+    };
+    let mut worker = GsWorkerCore::new(x.clone(), y.clone(), lambda, false).unwrap();
+    worker.sweep(&full(x.n_columns())).unwrap();
+    worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
+    let mut before = nonzero(&worker);
+    let mut dropped = 0;
+    // One pass a round: each round sweeps exactly what the rounds before left non-zero.
+    for round in 0..30 {
+        let r = worker.sweep(&active(round == 0)).unwrap();
+        worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
+        assert_eq!(r.updates, before.len() as u64, "round {round}");
+        let after = nonzero(&worker);
+        assert!(after.iter().all(|j| before.contains(j)), "round {round}");
+        dropped += before.len() - after.len();
+        before = after;
+    }
+    assert!(dropped > 0, "no coordinate went back to zero: the test shows nothing");
 }
 
 #[test]
