@@ -99,15 +99,7 @@ pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, 
             column.mapv_inplace(|v| v / norm);
         }
     }
-    let mut b_true = vec![0.0f32; d];
-    for j in sample(&mut rng, d, n_nonzero) {
-        let magnitude = rng.gen_range(1.0f32..2.0);
-        b_true[j] = if rng.gen_bool(0.5) {
-            magnitude
-        } else {
-            -magnitude
-        };
-    }
+    let b_true = true_coefficients(&mut rng, d, n_nonzero);
     let y = (0..n)
         .map(|i| {
             let signal: f32 = x.row(i).iter().zip(&b_true).map(|(a, b)| a * b).sum();
@@ -115,6 +107,21 @@ pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, 
         })
         .collect();
     Ok(LassoProblem { x, y, b_true })
+}
+
+/// `d` true coefficients, `n_nonzero` of them (at sampled places) of magnitude in
+/// `[1, 2)` and random sign, drawn from `rng` in that order.
+fn true_coefficients(rng: &mut StdRng, d: usize, n_nonzero: usize) -> Vec<f32> {
+    let mut b_true = vec![0.0f32; d];
+    for j in sample(rng, d, n_nonzero) {
+        let magnitude = rng.gen_range(1.0f32..2.0);
+        b_true[j] = if rng.gen_bool(0.5) {
+            magnitude
+        } else {
+            -magnitude
+        };
+    }
+    b_true
 }
 
 /// Parameters of [`sparse_correlated_lasso`].
@@ -252,16 +259,7 @@ impl SparseLassoColumns {
         }
         let noise = Normal::new(0.0f32, noise_std.max(0.0))
             .map_err(|e| invalid(format!("noise_std: {e}")))?;
-        let mut b_true = vec![0.0f32; d];
-        let mut rng = stream_rng(seed, 1, 0);
-        for j in sample(&mut rng, d, n_nonzero) {
-            let magnitude = rng.gen_range(1.0f32..2.0);
-            b_true[j] = if rng.gen_bool(0.5) {
-                magnitude
-            } else {
-                -magnitude
-            };
-        }
+        let b_true = true_coefficients(&mut stream_rng(seed, 1, 0), d, n_nonzero);
         Ok(SparseLassoColumns {
             params: params.clone(),
             noise,
