@@ -142,7 +142,10 @@ fn active_passes_drop_the_coordinates_they_leave_at_zero_until_the_set_is_taken_
         dropped += before.len() - after.len();
         before = after;
     }
-    assert!(dropped > 0, "no coordinate went back to zero: the test shows nothing");
+    assert!(
+        dropped > 0,
+        "no coordinate went back to zero: the test shows nothing"
+    );
 }
 
 #[test]
