@@ -446,6 +446,18 @@ impl MfWorker {
         })
     }
 
+    /// Reserves room for `train[b]` training and `test[b]` test ratings in block `b` before
+    /// [`MfWorker::add_rating`] and [`MfWorker::add_test_rating`] add them (upper bounds:
+    /// room never written is never touched).
+    pub fn reserve(&mut self, train: &[usize], test: &[usize]) {
+        for (block, &n) in self.blocks.iter_mut().zip(train) {
+            block.reserve_exact(n);
+        }
+        for (block, &n) in self.test_blocks.iter_mut().zip(test) {
+            block.reserve_exact(n);
+        }
+    }
+
     /// Adds training rating `(u, i, rating)` if user `u` is in this worker's bucket (other
     /// workers' ratings are skipped), its residual against the initial factors (`h_blocks`
     /// as given to [`MfWorker::without_ratings`]). Refuses a rating outside the partition.

@@ -48,6 +48,10 @@ pub struct MfRatingsSummary {
     pub user_train_counts: Vec<usize>,
     /// Training ratings of each item (index = item).
     pub item_train_counts: Vec<usize>,
+    /// Test ratings of each user with the `test_fraction` split (zeros with `test_data`).
+    pub user_test_counts: Vec<usize>,
+    /// Test ratings of each item with the `test_fraction` split (zeros with `test_data`).
+    pub item_test_counts: Vec<usize>,
     /// The mean taken off the ratings (`global_mean`; 0 otherwise).
     pub mean: f32,
     held: Held,
@@ -58,6 +62,33 @@ impl MfRatingsSummary {
     /// the whole training set).
     pub fn partition(&self, workers: usize) -> MfPartition {
         MfPartition::from_counts(&self.user_train_counts, &self.item_train_counts, workers)
+    }
+
+    /// Per block of `partition`, at most how many of worker `worker`'s ratings can fall in
+    /// it: the fewer of its users' ratings and the block's items' ratings (`test`: the test
+    /// ratings, else the training ones). Reserving this much never moves a block's ratings
+    /// while they are read (a vector that grows by doubling would briefly hold them twice)
+    /// and costs no memory beyond what is written.
+    pub fn block_bounds(&self, partition: &MfPartition, worker: usize, test: bool) -> Vec<usize> {
+        let (users, items) = if test {
+            (&self.user_test_counts, &self.item_test_counts)
+        } else {
+            (&self.user_train_counts, &self.item_train_counts)
+        };
+        let sum = |counts: &[usize], ids: &[u32]| -> usize {
+            ids.iter()
+                .map(|&id| counts.get(id as usize).copied().unwrap_or(0))
+                .sum()
+        };
+        let mine = partition
+            .bucket_users
+            .get(worker)
+            .map_or(0, |ids| sum(users, ids));
+        partition
+            .bucket_items
+            .iter()
+            .map(|ids| sum(items, ids).min(mine))
+            .collect()
     }
 
     /// Every item's training rating count as an MF worker keeps it.
@@ -107,6 +138,8 @@ impl StradsMfJob {
         };
         let mut user_train_counts = vec![0usize; shape.n_users];
         let mut item_train_counts = vec![0usize; shape.n_items];
+        let mut user_test_counts = vec![0usize; shape.n_users];
+        let mut item_test_counts = vec![0usize; shape.n_items];
         // As `Iterator::sum` adds, in the same order: the mean of the whole load, bit for bit.
         let mut sum: f64 = std::iter::empty::<f64>().sum();
         let (mut train_ratings, mut k, mut outside) = (0usize, 0usize, false);
@@ -114,27 +147,29 @@ impl StradsMfJob {
             entries: Vec::new(),
             ..shape.clone()
         };
+        if let (Held::Mask(mask), true) = (&held, keep_test) {
+            test.entries.reserve_exact(mask.n_test());
+        }
         self.scan(|u, i, r| {
             let held_out = matches!(&held, Held::Mask(mask) if mask.is_test(k));
             k += 1;
-            if held_out {
+            let (users, items) = if held_out {
                 if keep_test {
                     test.entries.push((u, i, r));
                 }
-                return;
-            }
-            match (
-                user_train_counts.get_mut(u as usize),
-                item_train_counts.get_mut(i as usize),
-            ) {
+                (&mut user_test_counts, &mut item_test_counts)
+            } else {
+                train_ratings += 1;
+                sum += f64::from(r);
+                (&mut user_train_counts, &mut item_train_counts)
+            };
+            match (users.get_mut(u as usize), items.get_mut(i as usize)) {
                 (Some(cu), Some(ci)) => {
                     *cu += 1;
                     *ci += 1;
                 }
                 _ => outside = true,
             }
-            train_ratings += 1;
-            sum += f64::from(r);
         })?;
         if k != ratings || outside {
             return Err(changed(self.data.as_deref()));
@@ -156,6 +191,8 @@ impl StradsMfJob {
             train_ratings,
             user_train_counts,
             item_train_counts,
+            user_test_counts,
+            item_test_counts,
             mean,
             held,
         };

@@ -69,6 +69,10 @@ impl MfWorkerApp {
             &blocks,
             Some(summary.item_counts_u32()),
         )?;
+        worker.reserve(
+            &summary.block_bounds(partition, index, false),
+            &summary.block_bounds(partition, index, true),
+        );
         let mut failed = None;
         job.visit_split(summary, |side, u, i, r| match side {
             Side::Train => {
