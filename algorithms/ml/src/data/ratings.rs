@@ -181,11 +181,13 @@ impl HeldOutMask {
                 let mut order: Vec<u32> = (0..n).collect();
                 order.shuffle(&mut rng);
                 order[..n_test].iter().for_each(|&i| mark(i as usize));
+                release_pages(order);
             }
             Err(_) => {
                 let mut order: Vec<usize> = (0..len).collect();
                 order.shuffle(&mut rng);
                 order[..n_test].iter().for_each(|&i| mark(i));
+                release_pages(order);
             }
         }
         Ok(HeldOutMask { words, len, n_test })
@@ -211,6 +213,36 @@ impl HeldOutMask {
     pub fn n_test(&self) -> usize {
         self.n_test
     }
+}
+
+/// Frees `buf` after handing its whole pages back to the kernel. The binary keeps freed
+/// buffers (`petrel::keep_large_buffers`), and a buffer that fits a thread's malloc heap
+/// stays resident after `free` even through `malloc_trim`: the shuffle index of 16M
+/// ratings (61 MiB) stayed beside everything an MF worker loaded after it.
+fn release_pages<T: Copy>(buf: Vec<T>) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf only reads a configuration value.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let bytes = buf.capacity() * std::mem::size_of::<T>();
+        let start = buf.as_ptr() as usize;
+        if let Ok(page) = usize::try_from(page)
+            && page > 0
+        {
+            let first = start.next_multiple_of(page);
+            let end = (start + bytes) / page * page;
+            if end > first {
+                // SAFETY: [first, end) lies inside `buf`'s allocation, which is freed right
+                // after and never read again; MADV_DONTNEED on private anonymous memory only
+                // makes those pages zero-filled on their next touch, and the allocator's
+                // own words lie outside the range.
+                unsafe {
+                    libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED);
+                }
+            }
+        }
+    }
+    drop(buf);
 }
 
 /// Loads a ratings file, choosing MatrixMarket when the first line starts with
