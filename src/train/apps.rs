@@ -280,12 +280,24 @@ impl TrainApp for MfApp {
         vec![&mut job.data, &mut job.test_data]
     }
     fn check_data(job: &StradsMfJob, workers: usize) -> Result<(), TrainError> {
-        let (train, _) = job
-            .load()
+        // Counted in streaming passes, as the nodes do: the launcher holds the test
+        // ratings only (reading them checks a `test_data` file).
+        let (summary, _) = job
+            .summary_and_test()
             .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
         // Block rotation gives every worker a bucket of users and a block of items.
-        fits(<Self as TrainApp>::NAME, workers, train.n_users, "users")?;
-        fits(<Self as TrainApp>::NAME, workers, train.n_items, "items")
+        fits(
+            <Self as TrainApp>::NAME,
+            workers,
+            summary.shape.n_users,
+            "users",
+        )?;
+        fits(
+            <Self as TrainApp>::NAME,
+            workers,
+            summary.shape.n_items,
+            "items",
+        )
     }
 }
 

@@ -38,37 +38,55 @@ pub struct Ratings {
 
 impl Ratings {
     /// Splits the entries into (train, test) with `round(test_fraction * len)` test entries
-    /// chosen by a seeded shuffle; both keep the original entry order, dimensions and mapping.
+    /// chosen by a seeded shuffle ([`HeldOutMask`]); both keep the original entry order,
+    /// dimensions and mapping.
     pub fn train_test_split(
         &self,
         test_fraction: f64,
         seed: u64,
     ) -> Result<(Ratings, Ratings), DataError> {
-        if !(0.0..=1.0).contains(&test_fraction) {
-            return Err(DataError::InvalidParameter(format!(
-                "test_fraction {test_fraction} is outside [0, 1]"
-            )));
-        }
-        let n_test = (test_fraction * self.entries.len() as f64).round() as usize;
-        let mut order: Vec<usize> = (0..self.entries.len()).collect();
-        order.shuffle(&mut StdRng::seed_from_u64(seed));
-        let mut is_test = vec![false; self.entries.len()];
-        for &i in &order[..n_test] {
-            is_test[i] = true;
-        }
+        let mask = HeldOutMask::new(self.entries.len(), test_fraction, seed)?;
         let pick = |want_test: bool| Ratings {
             n_users: self.n_users,
             n_items: self.n_items,
             entries: self
                 .entries
                 .iter()
-                .zip(&is_test)
-                .filter(|&(_, &t)| t == want_test)
-                .map(|(e, _)| *e)
+                .enumerate()
+                .filter(|&(k, _)| mask.is_test(k) == want_test)
+                .map(|(_, e)| *e)
                 .collect(),
             id_mapping: self.id_mapping.clone(),
         };
         Ok((pick(false), pick(true)))
+    }
+
+    /// [`Ratings::train_test_split`] by value: the training entries stay in this matrix's
+    /// vector (no second copy of the whole set), the test entries are moved out.
+    pub fn into_train_test_split(
+        mut self,
+        test_fraction: f64,
+        seed: u64,
+    ) -> Result<(Ratings, Ratings), DataError> {
+        let mask = HeldOutMask::new(self.entries.len(), test_fraction, seed)?;
+        let mut test = Vec::with_capacity(mask.n_test());
+        let mut k = 0;
+        self.entries.retain(|e| {
+            let held_out = mask.is_test(k);
+            k += 1;
+            if held_out {
+                test.push(*e);
+            }
+            !held_out
+        });
+        self.entries.shrink_to_fit();
+        let test = Ratings {
+            n_users: self.n_users,
+            n_items: self.n_items,
+            entries: test,
+            id_mapping: self.id_mapping.clone(),
+        };
+        Ok((self, test))
     }
 
     /// The ratings of the file at `path` (ids as this matrix's file wrote them; 0-based
@@ -132,9 +150,115 @@ impl Ratings {
     }
 }
 
+/// Which of `len` entries [`Ratings::train_test_split`] holds out: the
+/// `round(test_fraction * len)` indices a seeded shuffle of `0..len` puts first, kept as one
+/// bit per entry. It depends only on `len`, `test_fraction` and `seed`, so a node that
+/// streams the ratings (counting them in a first pass) splits them as a node that holds
+/// them all. The shuffle runs over `u32` indices (4 bytes per entry while it runs, then 1
+/// bit): `shuffle` draws one `gen_range` per position whatever the element type, so the
+/// permutation is the one of a `usize` shuffle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldOutMask {
+    words: Vec<u64>,
+    len: usize,
+    n_test: usize,
+}
+
+impl HeldOutMask {
+    /// The mask of `len` entries; refuses a `test_fraction` outside `[0, 1]`.
+    pub fn new(len: usize, test_fraction: f64, seed: u64) -> Result<Self, DataError> {
+        if !(0.0..=1.0).contains(&test_fraction) {
+            return Err(DataError::InvalidParameter(format!(
+                "test_fraction {test_fraction} is outside [0, 1]"
+            )));
+        }
+        let n_test = ((test_fraction * len as f64).round() as usize).min(len);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut words = vec![0u64; len.div_ceil(64)];
+        let mut mark = |i: usize| words[i / 64] |= 1 << (i % 64);
+        match u32::try_from(len) {
+            Ok(n) => {
+                let mut order: Vec<u32> = (0..n).collect();
+                order.shuffle(&mut rng);
+                order[..n_test].iter().for_each(|&i| mark(i as usize));
+                release_pages(order);
+            }
+            Err(_) => {
+                let mut order: Vec<usize> = (0..len).collect();
+                order.shuffle(&mut rng);
+                order[..n_test].iter().for_each(|&i| mark(i));
+                release_pages(order);
+            }
+        }
+        Ok(HeldOutMask { words, len, n_test })
+    }
+
+    /// Whether entry `k` (0-based, in the order the ratings are read) is held out; false
+    /// past the end.
+    pub fn is_test(&self, k: usize) -> bool {
+        k < self.len && self.words[k / 64] & (1 << (k % 64)) != 0
+    }
+
+    /// Entries the mask covers.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it covers no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Entries held out.
+    pub fn n_test(&self) -> usize {
+        self.n_test
+    }
+}
+
+/// Frees `buf` after handing its whole pages back to the kernel. The binary keeps freed
+/// buffers (`petrel::keep_large_buffers`), and a buffer that fits a thread's malloc heap
+/// stays resident after `free` even through `malloc_trim`: the shuffle index of 16M
+/// ratings (61 MiB) stayed beside everything an MF worker loaded after it.
+fn release_pages<T: Copy>(buf: Vec<T>) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf only reads a configuration value.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let bytes = buf.capacity() * std::mem::size_of::<T>();
+        let start = buf.as_ptr() as usize;
+        if let Ok(page) = usize::try_from(page)
+            && page > 0
+        {
+            let first = start.next_multiple_of(page);
+            let end = (start + bytes) / page * page;
+            if end > first {
+                // SAFETY: [first, end) lies inside `buf`'s allocation, which is freed right
+                // after and never read again; MADV_DONTNEED on private anonymous memory only
+                // makes those pages zero-filled on their next touch, and the allocator's
+                // own words lie outside the range.
+                unsafe {
+                    libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED);
+                }
+            }
+        }
+    }
+    drop(buf);
+}
+
 /// Loads a ratings file, choosing MatrixMarket when the first line starts with
 /// `%%MatrixMarket` and triplets otherwise.
 pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
+    collected(|visit| scan_ratings(path, visit))
+}
+
+/// [`load_ratings`] without holding the entries: hands each `(user, item, rating)` to
+/// `visit` in file order, as it is read, and returns the matrix without entries (its
+/// dimensions and id mapping). The same checks and errors as [`load_ratings`]; a caller
+/// that reads the file again gets the same indices in the same order.
+pub fn scan_ratings(
+    path: impl AsRef<Path>,
+    mut visit: impl FnMut(u32, u32, f32),
+) -> Result<Ratings, DataError> {
     let path = path.as_ref();
     let mut reader = open_buffered(path)?;
     let is_matrix_market = reader
@@ -142,10 +266,20 @@ pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
         .map_err(|e| DataError::io(path, e))?
         .starts_with(b"%%MatrixMarket");
     if is_matrix_market {
-        parse_matrix_market(reader, path)
+        scan_matrix_market(reader, path, &DataLimits::from_env()?, &mut visit)
     } else {
-        parse_triplets(reader, path)
+        scan_triplets(reader, path, &mut visit)
     }
+}
+
+/// Collects what a `scan_*` function visits into the returned matrix.
+fn collected(
+    scan: impl FnOnce(&mut dyn FnMut(u32, u32, f32)) -> Result<Ratings, DataError>,
+) -> Result<Ratings, DataError> {
+    let mut entries = Vec::new();
+    let mut ratings = scan(&mut |user, item, rating| entries.push((user, item, rating)))?;
+    ratings.entries = entries;
+    Ok(ratings)
 }
 
 /// Loads a triplet file; see [`parse_triplets`].
@@ -179,10 +313,18 @@ pub fn parse_triplets(
     name_for_errors: impl AsRef<Path>,
 ) -> Result<Ratings, DataError> {
     let name = name_for_errors.as_ref();
+    collected(|visit| scan_triplets(reader, name, visit))
+}
+
+/// [`parse_triplets`] handing the entries to `visit` (the returned matrix has none).
+fn scan_triplets(
+    reader: impl BufRead,
+    name: &Path,
+    visit: &mut dyn FnMut(u32, u32, f32),
+) -> Result<Ratings, DataError> {
     let mut users = HashMap::new();
     let mut items = HashMap::new();
     let mut mapping = IdMapping::default();
-    let mut entries = Vec::new();
     let mut seen_data_line = false;
     for item in numbered_lines(reader, name) {
         let (line_no, line) = item?;
@@ -210,12 +352,12 @@ pub fn parse_triplets(
         }
         let user = dense_id(&mut users, &mut mapping.user_ids, fields[0]);
         let item = dense_id(&mut items, &mut mapping.item_ids, fields[1]);
-        entries.push((user, item, rating));
+        visit(user, item, rating);
     }
     Ok(Ratings {
         n_users: mapping.user_ids.len(),
         n_items: mapping.item_ids.len(),
-        entries,
+        entries: Vec::new(),
         id_mapping: Some(mapping),
     })
 }
@@ -239,8 +381,19 @@ pub fn parse_matrix_market_with_limits(
     limits: &DataLimits,
 ) -> Result<Ratings, DataError> {
     let name = name_for_errors.as_ref();
+    collected(|visit| scan_matrix_market(reader, name, limits, visit))
+}
+
+/// [`parse_matrix_market_with_limits`] handing the entries to `visit` (the returned matrix
+/// has none).
+fn scan_matrix_market(
+    reader: impl BufRead,
+    name: &Path,
+    limits: &DataLimits,
+    visit: &mut dyn FnMut(u32, u32, f32),
+) -> Result<Ratings, DataError> {
     let mut size: Option<(usize, usize, usize)> = None;
-    let mut entries = Vec::new();
+    let mut read = 0usize;
     let mut last_line = 0;
     for item in numbered_lines(reader, name) {
         let (line_no, line) = item?;
@@ -305,21 +458,22 @@ pub fn parse_matrix_market_with_limits(
                 if !value.is_finite() {
                     return Err(bad(format!("value {:?} is not finite", fields[2])));
                 }
-                if entries.len() == nnz {
+                if read == nnz {
                     return Err(bad(format!("more entries than the declared {nnz}")));
                 }
-                entries.push(((row - 1) as u32, (col - 1) as u32, value));
+                read += 1;
+                visit((row - 1) as u32, (col - 1) as u32, value);
             }
         }
     }
     let Some((n_users, n_items, nnz)) = size else {
         return Err(DataError::malformed(name, last_line, "missing size line"));
     };
-    if entries.len() != nnz {
+    if read != nnz {
         return Err(DataError::malformed(
             name,
             last_line,
-            format!("declared {nnz} entries, found {}", entries.len()),
+            format!("declared {nnz} entries, found {read}"),
         ));
     }
     // The ids are the file's own 1-based row and column numbers, as a user reads them.
@@ -327,7 +481,7 @@ pub fn parse_matrix_market_with_limits(
     Ok(Ratings {
         n_users,
         n_items,
-        entries,
+        entries: Vec::new(),
         id_mapping: Some(IdMapping {
             user_ids: numbered(n_users),
             item_ids: numbered(n_items),
@@ -597,5 +751,74 @@ mod tests {
         assert_eq!(all, (0..100).collect::<Vec<_>>());
         assert!(r.train_test_split(1.5, 0).is_err());
         assert_ne!(r.train_test_split(0.2, 8).unwrap().1, test);
+    }
+
+    /// The split the mask gives is the one of the `usize` shuffle `train_test_split` used
+    /// before (the permutation does not depend on the element type), and the by-value
+    /// split is the same as the borrowing one.
+    #[test]
+    fn held_out_mask_is_the_split_of_a_usize_shuffle() {
+        for (len, fraction, seed) in [
+            (0, 0.1, 0),
+            (1, 1.0, 3),
+            (100, 0.2, 7),
+            (1000, 0.1, 0),
+            (4097, 0.37, 11),
+            (50_000, 0.1, 42),
+        ] {
+            let n_test = (fraction * len as f64).round() as usize;
+            let mut order: Vec<usize> = (0..len).collect();
+            order.shuffle(&mut StdRng::seed_from_u64(seed));
+            let mut expected = vec![false; len];
+            for &i in &order[..n_test] {
+                expected[i] = true;
+            }
+            let mask = HeldOutMask::new(len, fraction, seed).unwrap();
+            let got: Vec<bool> = (0..len).map(|k| mask.is_test(k)).collect();
+            assert_eq!(got, expected, "len {len} seed {seed}");
+            assert_eq!((mask.len(), mask.n_test()), (len, n_test));
+            assert!(!mask.is_test(len));
+            let r = Ratings {
+                n_users: 7,
+                n_items: 5,
+                entries: (0..len as u32).map(|k| (k % 7, k % 5, k as f32)).collect(),
+                id_mapping: None,
+            };
+            assert_eq!(
+                r.clone().into_train_test_split(fraction, seed).unwrap(),
+                r.train_test_split(fraction, seed).unwrap()
+            );
+        }
+        assert!(HeldOutMask::new(10, -0.1, 0).is_err());
+    }
+
+    /// Scanning a file visits, in order, the entries loading it gives, and returns its
+    /// dimensions and ids; a bad line is refused with its number either way.
+    #[test]
+    fn scanning_visits_what_loading_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let tr = dir.path().join("r.tsv");
+        std::fs::write(&tr, "u1\ti1\t3\nu2\ti1\t4.5\nu1\ti2\t1\n").unwrap();
+        let mm = dir.path().join("r.mtx");
+        std::fs::write(
+            &mm,
+            "%%MatrixMarket matrix coordinate real general\n3 2 2\n1 2 4\n3 1 5\n",
+        )
+        .unwrap();
+        for path in [&tr, &mm] {
+            let loaded = load_ratings(path).unwrap();
+            let mut seen = Vec::new();
+            let shape = scan_ratings(path, |u, i, r| seen.push((u, i, r))).unwrap();
+            assert_eq!(seen, loaded.entries);
+            assert_eq!(
+                shape,
+                Ratings {
+                    entries: Vec::new(),
+                    ..loaded
+                }
+            );
+        }
+        std::fs::write(&tr, "u1\ti1\t3\nu2\ti1\n").unwrap();
+        assert_eq!(line_of(scan_ratings(&tr, |_, _, _| {}).unwrap_err()), 2);
     }
 }

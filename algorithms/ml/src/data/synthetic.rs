@@ -400,6 +400,21 @@ pub struct LowRankProblem {
 /// Factors have i.i.d. `N(0, 1/sqrt(rank))` entries so a rating has unit variance before
 /// noise. Every cell is observed independently with `observed_fraction`.
 pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataError> {
+    let mut entries = Vec::new();
+    let mut problem = stream_low_rank_ratings(params, |user, item, rating| {
+        entries.push((user, item, rating))
+    })?;
+    problem.ratings.entries = entries;
+    Ok(problem)
+}
+
+/// [`low_rank_ratings`] without holding the ratings: hands each `(user, item, rating)` to
+/// `visit` as it is drawn (users in order, then items) and returns the problem without
+/// entries. Drawing again with the same parameters visits the same ratings.
+pub fn stream_low_rank_ratings(
+    params: &LowRankParams,
+    mut visit: impl FnMut(u32, u32, f32),
+) -> Result<LowRankProblem, DataError> {
     let LowRankParams {
         n_users,
         n_items,
@@ -423,12 +438,11 @@ pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataEr
     let mut rng = StdRng::seed_from_u64(seed);
     let user_factors = Array2::from_shape_fn((n_users, rank), |_| factor.sample(&mut rng));
     let item_factors = Array2::from_shape_fn((n_items, rank), |_| factor.sample(&mut rng));
-    let mut entries = Vec::new();
     for u in 0..n_users {
         for i in 0..n_items {
             if rng.gen_bool(observed_fraction) {
                 let clean = user_factors.row(u).dot(&item_factors.row(i));
-                entries.push((u as u32, i as u32, clean + noise.sample(&mut rng)));
+                visit(u as u32, i as u32, clean + noise.sample(&mut rng));
             }
         }
     }
@@ -436,7 +450,7 @@ pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataEr
         ratings: Ratings {
             n_users,
             n_items,
-            entries,
+            entries: Vec::new(),
             id_mapping: None,
         },
         user_factors,
@@ -814,6 +828,11 @@ mod tests {
             assert!((expected - r).abs() < 1e-5);
         }
         assert_eq!(low_rank_ratings(&params).unwrap(), p);
+        let mut streamed = Vec::new();
+        let shape = stream_low_rank_ratings(&params, |u, i, r| streamed.push((u, i, r))).unwrap();
+        assert_eq!(streamed, p.ratings.entries);
+        assert!(shape.ratings.entries.is_empty());
+        assert_eq!(shape.user_factors, p.user_factors);
     }
 
     #[test]

@@ -302,6 +302,12 @@ pub struct MfPartition {
 impl MfPartition {
     /// Buckets users and items balanced by rating counts.
     pub fn balanced(ratings: &Ratings, n_buckets: usize) -> Self {
+        Self::from_counts(&ratings.user_counts(), &ratings.item_counts(), n_buckets)
+    }
+
+    /// [`MfPartition::balanced`] from the ratings per user and per item alone (index =
+    /// user or item), which a node can count without holding the ratings.
+    pub fn from_counts(user_counts: &[usize], item_counts: &[usize], n_buckets: usize) -> Self {
         let n_buckets = n_buckets.max(1);
         let locate = |bucket_of: &[u32]| {
             let mut members = vec![Vec::new(); n_buckets];
@@ -312,8 +318,8 @@ impl MfPartition {
             }
             (local, members)
         };
-        let user_bucket = balanced_buckets(&ratings.user_counts(), n_buckets);
-        let item_bucket = balanced_buckets(&ratings.item_counts(), n_buckets);
+        let user_bucket = balanced_buckets(user_counts, n_buckets);
+        let item_bucket = balanced_buckets(item_counts, n_buckets);
         let (user_local, bucket_users) = locate(&user_bucket);
         let (item_local, bucket_items) = locate(&item_bucket);
         MfPartition {
@@ -340,7 +346,7 @@ fn user_seed(seed: u64, user: u32) -> u64 {
 /// Worker state: its rows of W, its ratings grouped by column block with residuals, the W
 /// accumulators and the W changes not yet folded into every block's residuals. All of it
 /// is mutable state (the residuals change with every visit), so a checkpoint saves it whole.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MfWorker {
     /// The worker's index.
     pub worker: usize,
@@ -378,75 +384,153 @@ impl MfWorker {
         w_init: Vec<f32>,
         h_blocks: &[FactorBlock],
     ) -> Result<Self, StradsModelError> {
+        let mut this = Self::without_ratings(worker, partition, rank, w_init, h_blocks, None)?;
+        for &(u, i, _) in &ratings.entries {
+            match this.item_ratings.get_mut(i as usize) {
+                Some(count) if (u as usize) < partition.user_bucket.len() => *count += 1,
+                _ => {
+                    return Err(StradsModelError::DimensionMismatch(format!(
+                        "rating ({u}, {i}) outside the partition"
+                    )));
+                }
+            }
+        }
+        for &(u, i, rating) in &ratings.entries {
+            this.add_rating(partition, h_blocks, u, i, rating)?;
+        }
+        Ok(this)
+    }
+
+    /// Worker `worker` before its ratings: [`MfWorker::add_rating`] and
+    /// [`MfWorker::add_test_rating`] then add them one by one as they are read (in the
+    /// order [`MfWorker::new`] would take them from a whole set, the result is the same), so
+    /// a worker never holds more ratings than its own. `item_ratings`: every item's training
+    /// rating count (by global id, all workers' ratings; zeros when `None`).
+    pub fn without_ratings(
+        worker: usize,
+        partition: &MfPartition,
+        rank: usize,
+        w_init: Vec<f32>,
+        h_blocks: &[FactorBlock],
+        item_ratings: Option<Vec<u32>>,
+    ) -> Result<Self, StradsModelError> {
         let user_ids = partition.bucket_users.get(worker).cloned().ok_or_else(|| {
             StradsModelError::InvalidConfig(format!("no bucket {worker} in the partition"))
         })?;
-        if w_init.len() != user_ids.len() * rank || h_blocks.len() != partition.n_buckets {
+        let n_items = partition.item_bucket.len();
+        let item_ratings = item_ratings.unwrap_or_else(|| vec![0; n_items]);
+        if w_init.len() != user_ids.len() * rank
+            || h_blocks.len() != partition.n_buckets
+            || item_ratings.len() != n_items
+        {
             return Err(StradsModelError::DimensionMismatch(
                 "initial factors do not match the partition".into(),
             ));
         }
-        let mut blocks = vec![Vec::new(); partition.n_buckets];
-        let mut row_ratings = vec![0u32; user_ids.len()];
-        let mut item_ratings = vec![0u32; partition.item_bucket.len()];
-        for &(u, i, rating) in &ratings.entries {
-            let (u, i) = (u as usize, i as usize);
-            if u >= partition.user_bucket.len() || i >= partition.item_bucket.len() {
-                return Err(StradsModelError::DimensionMismatch(format!(
-                    "rating ({u}, {i}) outside the partition"
-                )));
-            }
-            item_ratings[i] += 1;
-            if partition.user_bucket[u] as usize != worker {
-                continue;
-            }
-            let row = partition.user_local[u];
-            row_ratings[row as usize] += 1;
-            let b = partition.item_bucket[i] as usize;
-            let col = partition.item_local[i];
-            let w_row = &w_init[row as usize * rank..(row as usize + 1) * rank];
-            let h_row = &h_blocks[b].factors[col as usize * rank..(col as usize + 1) * rank];
-            let prediction: f32 = w_row.iter().zip(h_row).map(|(a, b)| a * b).sum();
-            blocks[b].push(LocalRating {
-                row,
-                col,
-                residual: rating - prediction,
-            });
-        }
         let n_rows = user_ids.len();
+        let blocks = vec![Vec::new(); partition.n_buckets];
         Ok(MfWorker {
             worker,
             rank,
             user_ids,
             w: w_init,
             pending_applied: vec![0; blocks.len()],
+            test_blocks: vec![Vec::new(); blocks.len()],
             blocks,
             numerators: vec![0.0; n_rows],
             denominators: vec![0.0; n_rows],
             pending_w: Vec::new(),
-            row_ratings,
+            row_ratings: vec![0; n_rows],
             item_ratings,
-            test_blocks: Vec::new(),
             test_error: (0.0, 0),
         })
+    }
+
+    /// Reserves room for `train[b]` training and `test[b]` test ratings in block `b` before
+    /// [`MfWorker::add_rating`] and [`MfWorker::add_test_rating`] add them (upper bounds:
+    /// room never written is never touched).
+    pub fn reserve(&mut self, train: &[usize], test: &[usize]) {
+        for (block, &n) in self.blocks.iter_mut().zip(train) {
+            block.reserve_exact(n);
+        }
+        for (block, &n) in self.test_blocks.iter_mut().zip(test) {
+            block.reserve_exact(n);
+        }
+    }
+
+    /// Adds training rating `(u, i, rating)` if user `u` is in this worker's bucket (other
+    /// workers' ratings are skipped), its residual against the initial factors (`h_blocks`
+    /// as given to [`MfWorker::without_ratings`]). Refuses a rating outside the partition.
+    pub fn add_rating(
+        &mut self,
+        partition: &MfPartition,
+        h_blocks: &[FactorBlock],
+        u: u32,
+        i: u32,
+        rating: f32,
+    ) -> Result<(), StradsModelError> {
+        let (u, i) = (u as usize, i as usize);
+        let (Some(&bucket), Some(&b)) =
+            (partition.user_bucket.get(u), partition.item_bucket.get(i))
+        else {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "rating ({u}, {i}) outside the partition"
+            )));
+        };
+        if bucket as usize != self.worker {
+            return Ok(());
+        }
+        let rank = self.rank;
+        let row = partition.user_local[u];
+        let col = partition.item_local[i];
+        let b = b as usize;
+        let (Some(w_row), Some(h_row), Some(count), Some(block)) = (
+            self.w.get(row as usize * rank..(row as usize + 1) * rank),
+            h_blocks.get(b).and_then(|h| {
+                h.factors
+                    .get(col as usize * rank..(col as usize + 1) * rank)
+            }),
+            self.row_ratings.get_mut(row as usize),
+            self.blocks.get_mut(b),
+        ) else {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "rating ({u}, {i}) outside the initial factors"
+            )));
+        };
+        *count += 1;
+        let prediction: f32 = w_row.iter().zip(h_row).map(|(a, b)| a * b).sum();
+        block.push(LocalRating {
+            row,
+            col,
+            residual: rating - prediction,
+        });
+        Ok(())
+    }
+
+    /// Keeps test rating `(u, i, rating)` for [`Self::score_test`] if user `u` is in this
+    /// worker's bucket; other workers' ratings and ratings outside the partition are left
+    /// out (as by [`rmse`]).
+    pub fn add_test_rating(&mut self, partition: &MfPartition, u: u32, i: u32, rating: f32) {
+        let (u, i) = (u as usize, i as usize);
+        if u >= partition.user_bucket.len()
+            || i >= partition.item_bucket.len()
+            || partition.user_bucket[u] as usize != self.worker
+        {
+            return;
+        }
+        let b = partition.item_bucket[i] as usize;
+        if let Some(block) = self.test_blocks.get_mut(b) {
+            block.push((partition.user_local[u], partition.item_local[i], rating));
+        }
     }
 
     /// Keeps the test ratings of this worker's users (by column block) for
     /// [`Self::score_test`]; ratings outside the partition are left out (as by [`rmse`]).
     pub fn with_test(mut self, partition: &MfPartition, test: &Ratings) -> Self {
-        let mut blocks = vec![Vec::new(); partition.n_buckets];
+        self.test_blocks = vec![Vec::new(); partition.n_buckets];
         for &(u, i, rating) in &test.entries {
-            let (u, i) = (u as usize, i as usize);
-            if u >= partition.user_bucket.len()
-                || i >= partition.item_bucket.len()
-                || partition.user_bucket[u] as usize != self.worker
-            {
-                continue;
-            }
-            let b = partition.item_bucket[i] as usize;
-            blocks[b].push((partition.user_local[u], partition.item_local[i], rating));
+            self.add_test_rating(partition, u, i, rating);
         }
-        self.test_blocks = blocks;
         self
     }
 

@@ -1,7 +1,7 @@
 //! Matrix factorisation by CCD++ with block rotation on the STRADS actor runtime.
 //!
 //! Users and items are bucketed over the P workers, balanced by rating counts
-//! ([`MfPartition::balanced`]). Worker `w` owns user bucket `w` (its rows of W and their
+//! ([`crate::core::mf::MfPartition::balanced`]). Worker `w` owns user bucket `w` (its rows of W and their
 //! ratings with residuals). The P column blocks of H rotate around the ring of workers
 //! ([`crate::shells::ring`]): in sub-round `t` of a rotation worker `w` holds block
 //! `(w + t) mod P` ([`RotationSchedule`](crate::core::mf::RotationSchedule)) and afterwards hands it to worker `w - 1` in a
@@ -27,15 +27,17 @@ use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_output};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use ndarray::Array2;
 
+mod data;
 mod scheduling;
 mod worker;
 
+pub use data::{MfRatingsSummary, Side};
 use petrel_messages::tensor::f32_bytes;
 pub use scheduling::{MfMetrics, MfScheduling, StradsMfRmsePoint};
 use serde::{Deserialize, Serialize};
 pub use worker::{MfWorkerApp, initial_ring_blocks};
 
-use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, rmse};
+use crate::core::mf::{FactorBlock, MfLayout, MfRidge, rmse};
 use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
 use petrel_ml::data::{IdMapping, Ratings};
 
@@ -182,8 +184,9 @@ impl StradsMfJob {
         c.finish()
     }
 
-    /// `(train, test)` ratings, identical on every node (minus the training mean with
-    /// `global_mean`).
+    /// `(train, test)` ratings (minus the training mean with `global_mean`), whole: the
+    /// nodes read only what they keep ([`StradsMfJob::summary`],
+    /// [`StradsMfJob::visit_split`]), which is the same.
     pub fn load(&self) -> Result<(Ratings, Ratings), StradsError> {
         let (train, test, _) = self.load_centred()?;
         Ok((train, test))
@@ -225,7 +228,7 @@ impl StradsMfJob {
                 }
                 Ok((all, test))
             }
-            None => Ok(all.train_test_split(self.test_fraction, self.seed)?),
+            None => Ok(all.into_train_test_split(self.test_fraction, self.seed)?),
         }
     }
 }
@@ -466,23 +469,26 @@ impl StradsJob for MfApp {
         SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
     }
 
+    /// The scheduler keeps the test ratings (for the final test RMSE), never the training
+    /// ones: it counts them.
     fn scheduler(job: &StradsMfJob, shape: &JobShape) -> Result<MfScheduling, StradsError> {
-        let (train, test, mean) = job.load_centred()?;
-        let partition = MfPartition::balanced(&train, shape.workers);
-        let mut scheduling = MfScheduling::new(&partition, &train, &test, job);
-        scheduling.set_global_mean(mean);
+        let (summary, test) = job.summary_and_test()?;
+        let mut scheduling = MfScheduling::from_summary(shape.workers, &summary, test, job);
+        scheduling.set_global_mean(summary.mean);
         Ok(scheduling)
     }
 
+    /// A worker reads the ratings three times and keeps only its users'
+    /// ([`StradsMfJob::visit_split`]).
     fn worker(
         job: &StradsMfJob,
         index: usize,
         shape: &JobShape,
     ) -> Result<RingHalf<MfApp, MfWorkerApp>, StradsError> {
-        let (train, test) = job.load()?;
-        let partition = MfPartition::balanced(&train, shape.workers);
+        let summary = job.summary()?;
+        let partition = summary.partition(shape.workers);
         let initial = initial_ring_blocks(index, &partition, job.layout());
-        let worker = MfWorkerApp::new(index, &partition, &train, job)?.with_test(&partition, &test);
+        let worker = MfWorkerApp::from_split(index, &partition, &summary, job)?;
         Ok(RingHalf::new(worker, initial))
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
+use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, StradsMfJob};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
@@ -100,6 +100,14 @@ struct MfSchedulingState {
     metrics: MfMetrics,
 }
 
+/// What the scheduler needs of the training ratings: their shape, not the ratings.
+struct RatingsShape {
+    n_users: usize,
+    n_items: usize,
+    train_ratings: usize,
+    ids: Option<IdMapping>,
+}
+
 /// Scheduler half: the rotation sequence. The blocks stay with the workers and come back
 /// only in the final Collect round.
 pub struct MfScheduling {
@@ -134,7 +142,39 @@ impl MfScheduling {
         test: &Ratings,
         job: &StradsMfJob,
     ) -> Self {
-        let p = partition.n_buckets;
+        let shape = RatingsShape {
+            n_users: train.n_users,
+            n_items: train.n_items,
+            train_ratings: train.entries.len(),
+            ids: train.id_mapping.clone(),
+        };
+        Self::with_shape(partition.n_buckets, shape, test.clone(), job)
+    }
+
+    /// The rotation over `workers` buckets for the ratings `summary` describes, keeping
+    /// `test` (moved) for the final test RMSE: all the scheduler holds of the ratings.
+    pub fn from_summary(
+        workers: usize,
+        summary: &MfRatingsSummary,
+        test: Ratings,
+        job: &StradsMfJob,
+    ) -> Self {
+        let shape = RatingsShape {
+            n_users: summary.shape.n_users,
+            n_items: summary.shape.n_items,
+            train_ratings: summary.train_ratings,
+            ids: summary.shape.id_mapping.clone(),
+        };
+        Self::with_shape(workers.max(1), shape, test, job)
+    }
+
+    fn with_shape(p: usize, shape: RatingsShape, test: Ratings, job: &StradsMfJob) -> Self {
+        let RatingsShape {
+            n_users,
+            n_items,
+            train_ratings,
+            ids,
+        } = shape;
         MfScheduling {
             schedule: RotationSchedule { p },
             blocks: vec![None; p],
@@ -151,13 +191,13 @@ impl MfScheduling {
                 t: 0,
             },
             coordinate_updates: 0,
-            n_users: train.n_users,
+            n_users,
             w: None,
             metrics: MfMetrics {
                 global_mean: 0.0,
-                n_users: train.n_users,
-                n_items: train.n_items,
-                train_ratings: train.entries.len(),
+                n_users,
+                n_items,
+                train_ratings,
                 test_ratings: test.entries.len(),
                 rank: job.rank,
                 lambda: job.lambda,
@@ -174,8 +214,8 @@ impl MfScheduling {
                 block_bytes: 0,
                 collect_bytes: 0,
             },
-            test: test.clone(),
-            ids: train.id_mapping.clone(),
+            test,
+            ids,
         }
     }
 

@@ -1,6 +1,7 @@
 use super::worker::initial_blocks;
 use super::*;
 use crate::core::app::{BlockFate, Plan, RingPush, Schedule, Step};
+use crate::core::mf::MfPartition;
 use crate::kit::serial::Delivery;
 use proptest::prelude::*;
 
@@ -161,4 +162,132 @@ fn worker_rejects_a_bad_coordinate() {
         )
         .is_err()
     );
+}
+
+/// `small_job`'s ratings as a triplet file with text ids (users and items named in an order
+/// of first appearance that differs from the generator's indices), and every fourth one as
+/// a held-out file for `test_data`.
+fn ratings_files(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (all, _, _) = StradsMfJob {
+        test_fraction: 0.0,
+        ..small_job()
+    }
+    .load_centred()
+    .unwrap();
+    let line = |&(u, i, r): &(u32, u32, f32)| format!("user{}\titem{}\t{r}\n", 7 * u + 3, i);
+    let mut text = String::from("# user item rating\n");
+    let mut held = String::new();
+    for (k, e) in all.entries.iter().rev().enumerate() {
+        if k % 4 == 3 {
+            held.push_str(&line(e));
+        } else {
+            text.push_str(&line(e));
+        }
+    }
+    held.push_str("nobody\titem0\t1\n");
+    let (data, test) = (dir.join("ratings.tsv"), dir.join("held.tsv"));
+    std::fs::write(&data, text).unwrap();
+    std::fs::write(&test, held).unwrap();
+    (data, test)
+}
+
+/// A worker that reads only its share (three streaming passes) is the worker built from the
+/// whole load: same partition, mean, ratings, residuals, test ratings and their order; and
+/// the scheduler's test ratings are the whole load's. Synthetic ratings and a file, with the
+/// `test_fraction` split and with a `test_data` file, with and without the global mean, 1
+/// and 3 workers.
+#[test]
+fn a_workers_share_is_its_users_ratings_of_the_whole_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, held) = ratings_files(dir.path());
+    let jobs = [
+        small_job(),
+        StradsMfJob {
+            global_mean: true,
+            biases: true,
+            seed: 5,
+            ..small_job()
+        },
+        StradsMfJob {
+            data: Some(data.clone()),
+            global_mean: true,
+            ..small_job()
+        },
+        StradsMfJob {
+            data: Some(data.clone()),
+            test_data: Some(held.clone()),
+            global_mean: true,
+            ..small_job()
+        },
+    ];
+    for job in &jobs {
+        let (train, test, mean) = job.load_centred().unwrap();
+        assert!(!train.entries.is_empty() && !test.entries.is_empty());
+        let (summary, scheduler_test) = job.summary_and_test().unwrap();
+        assert_eq!(scheduler_test, test, "{:?}", job.data);
+        assert_eq!(job.summary().unwrap(), summary);
+        assert_eq!(summary.mean.to_bits(), mean.to_bits());
+        assert_eq!(summary.train_ratings, train.entries.len());
+        assert_eq!(
+            (summary.shape.n_users, summary.shape.n_items),
+            (train.n_users, train.n_items)
+        );
+        assert_eq!(summary.shape.id_mapping, train.id_mapping);
+        for workers in [1, 3] {
+            let partition = MfPartition::balanced(&train, workers);
+            assert_eq!(summary.partition(workers), partition);
+            for w in 0..workers {
+                let whole = MfWorkerApp::new(w, &partition, &train, job)
+                    .unwrap()
+                    .with_test(&partition, &test);
+                let share = MfWorkerApp::from_split(w, &partition, &summary, job).unwrap();
+                assert_eq!(share.core(), whole.core(), "{:?}, worker {w}", job.data);
+            }
+        }
+    }
+}
+
+/// Reading a share checks every line as reading the whole file does, and names it.
+#[test]
+fn a_share_of_a_bad_file_is_refused_with_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.tsv");
+    std::fs::write(&path, "a\tx\t3\nb\tx\t4\nb\ty\tfive\n").unwrap();
+    let job = StradsMfJob {
+        data: Some(path.clone()),
+        ..small_job()
+    };
+    let line_3 = |e: StradsError| {
+        assert!(
+            matches!(
+                &e,
+                StradsError::Data(petrel_ml::data::DataError::Malformed { line: 3, .. })
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("r.tsv:3"), "{e}");
+    };
+    line_3(job.summary().unwrap_err());
+    line_3(job.summary_and_test().unwrap_err());
+    line_3(job.load_centred().unwrap_err());
+    // A bad held-out file, as the worker reads it after the summary.
+    std::fs::write(&path, "a\tx\t3\nb\tx\t4\nb\ty\t5\n").unwrap();
+    let held = dir.path().join("h.tsv");
+    std::fs::write(&held, "a\ty\t1\nb\n").unwrap();
+    let job = StradsMfJob {
+        test_data: Some(held),
+        ..job
+    };
+    let err = job.summary_and_test().unwrap_err().to_string();
+    assert!(err.contains("h.tsv:2"), "{err}");
+    let summary = job.summary().unwrap();
+    let partition = summary.partition(2);
+    let err = MfWorkerApp::from_split(0, &partition, &summary, &job)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("h.tsv:2"), "{err}");
+    std::fs::write(&path, "").unwrap();
+    let err = job.summary().unwrap_err().to_string();
+    assert!(err.contains("no ratings"), "{err}");
 }

@@ -1,10 +1,11 @@
 //! STRADS MF's worker half: a bucket of users with their ratings and rows of W; the H
 //! blocks pass through it.
 
-use super::{MfApp, MfCommit, MfPartial, MfTask, Phase, StradsMfJob};
+use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, Side, StradsMfJob};
 use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
 use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, MfWorker, RotationSchedule};
+use crate::error::StradsError;
 use petrel_ml::data::Ratings;
 
 /// Worker half.
@@ -41,12 +42,64 @@ impl MfWorkerApp {
             init,
             &initial_blocks(partition, layout),
         )?;
-        Ok(MfWorkerApp {
+        Ok(Self::of(worker, job, partition))
+    }
+
+    /// Worker `index` from its users' training and test ratings alone, read one by one in
+    /// [`StradsMfJob::visit_split`]'s pass: the same worker as [`MfWorkerApp::new`] and
+    /// [`MfWorkerApp::with_test`] build from the whole sets, without holding them.
+    pub fn from_split(
+        index: usize,
+        partition: &MfPartition,
+        summary: &MfRatingsSummary,
+        job: &StradsMfJob,
+    ) -> Result<Self, StradsError> {
+        let layout = job.layout();
+        let users = partition
+            .bucket_users
+            .get(index)
+            .ok_or_else(|| StradsModelError::InvalidConfig(format!("no bucket {index}")))?;
+        let init = layout.initial_w_of_users(users, job.seed);
+        let blocks = initial_blocks(partition, layout);
+        let mut worker = MfWorker::without_ratings(
+            index,
+            partition,
+            layout.width(),
+            init,
+            &blocks,
+            Some(summary.item_counts_u32()),
+        )?;
+        worker.reserve(
+            &summary.block_bounds(partition, index, false),
+            &summary.block_bounds(partition, index, true),
+        );
+        let mut failed = None;
+        job.visit_split(summary, |side, u, i, r| match side {
+            Side::Train => {
+                if let Err(e) = worker.add_rating(partition, &blocks, u, i, r) {
+                    failed.get_or_insert(e);
+                }
+            }
+            Side::Test => worker.add_test_rating(partition, u, i, r),
+        })?;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        Ok(Self::of(worker, job, partition))
+    }
+
+    fn of(worker: MfWorker, job: &StradsMfJob, partition: &MfPartition) -> Self {
+        MfWorkerApp {
             worker,
             ridge: job.ridge(),
-            rank: layout.width(),
+            rank: job.layout().width(),
             n_workers: partition.n_buckets,
-        })
+        }
+    }
+
+    /// The core worker (its ratings, residuals and rows of W).
+    pub fn core(&self) -> &MfWorker {
+        &self.worker
     }
 
     /// Scores `test` (this worker's users' ratings of it) during every W and Visit
