@@ -178,16 +178,19 @@ impl HeldOutMask {
         let mut mark = |i: usize| words[i / 64] |= 1 << (i % 64);
         match u32::try_from(len) {
             Ok(n) => {
-                let mut order: Vec<u32> = (0..n).collect();
-                order.shuffle(&mut rng);
-                order[..n_test].iter().for_each(|&i| mark(i as usize));
-                release_pages(order);
+                let mut held_out = |order: &[u32]| {
+                    order[..n_test].iter().for_each(|&i| mark(i as usize));
+                };
+                if !shuffle_in_own_mapping(n, &mut rng, &mut held_out) {
+                    let mut order: Vec<u32> = (0..n).collect();
+                    order.shuffle(&mut rng);
+                    held_out(&order);
+                }
             }
             Err(_) => {
                 let mut order: Vec<usize> = (0..len).collect();
                 order.shuffle(&mut rng);
                 order[..n_test].iter().for_each(|&i| mark(i));
-                release_pages(order);
             }
         }
         Ok(HeldOutMask { words, len, n_test })
@@ -215,34 +218,24 @@ impl HeldOutMask {
     }
 }
 
-/// Frees `buf` after handing its whole pages back to the kernel. The binary keeps freed
-/// buffers (`petrel::keep_large_buffers`), and a buffer that fits a thread's malloc heap
-/// stays resident after `free` even through `malloc_trim`: the shuffle index of 16M
+/// Shuffles `0..n` in an anonymous mapping of its own, hands the result to `take`, and
+/// unmaps it; `false` (nothing drawn from `rng`) when no mapping could be made. A heap
+/// buffer of this size would stay resident after it is freed with the binary's allocator
+/// settings (`petrel::keep_large_buffers`), even through `malloc_trim`: the index of 16M
 /// ratings (61 MiB) stayed beside everything an MF worker loaded after it.
-fn release_pages<T: Copy>(buf: Vec<T>) {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: sysconf only reads a configuration value.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let bytes = buf.capacity() * std::mem::size_of::<T>();
-        let start = buf.as_ptr() as usize;
-        if let Ok(page) = usize::try_from(page)
-            && page > 0
-        {
-            let first = start.next_multiple_of(page);
-            let end = (start + bytes) / page * page;
-            if end > first {
-                // SAFETY: [first, end) lies inside `buf`'s allocation, which is freed right
-                // after and never read again; MADV_DONTNEED on private anonymous memory only
-                // makes those pages zero-filled on their next touch, and the allocator's
-                // own words lie outside the range.
-                unsafe {
-                    libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED);
-                }
-            }
-        }
-    }
-    drop(buf);
+fn shuffle_in_own_mapping(n: u32, rng: &mut StdRng, take: impl FnOnce(&[u32])) -> bool {
+    let bytes = (n as usize).max(1) * std::mem::size_of::<u32>();
+    let Ok(mut map) = memmap2::MmapMut::map_anon(bytes) else {
+        return false;
+    };
+    let Ok(all) = bytemuck::try_cast_slice_mut::<u8, u32>(&mut map[..]) else {
+        return false;
+    };
+    let order = &mut all[..n as usize];
+    order.iter_mut().zip(0..n).for_each(|(slot, i)| *slot = i);
+    order.shuffle(rng);
+    take(order);
+    true
 }
 
 /// Loads a ratings file, choosing MatrixMarket when the first line starts with
