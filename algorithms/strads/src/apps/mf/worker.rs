@@ -28,12 +28,7 @@ impl MfWorkerApp {
         train: &Ratings,
         job: &StradsMfJob,
     ) -> Result<Self, StradsModelError> {
-        let layout = job.layout();
-        let users = partition
-            .bucket_users
-            .get(index)
-            .ok_or_else(|| StradsModelError::InvalidConfig(format!("no bucket {index}")))?;
-        let init = layout.initial_w_of_users(users, job.seed);
+        let (layout, init) = Self::start_of(index, partition, job)?;
         let worker = MfWorker::new(
             index,
             partition,
@@ -45,6 +40,21 @@ impl MfWorkerApp {
         Ok(Self::of(worker, job, partition))
     }
 
+    /// The layout and worker `index`'s starting rows of W (see [`MfWorkerApp::new`]).
+    fn start_of(
+        index: usize,
+        partition: &MfPartition,
+        job: &StradsMfJob,
+    ) -> Result<(MfLayout, Vec<f32>), StradsModelError> {
+        let layout = job.layout();
+        let users = partition
+            .bucket_users
+            .get(index)
+            .ok_or_else(|| StradsModelError::InvalidConfig(format!("no bucket {index}")))?;
+        let init = layout.initial_w_of_users(users, job.seed);
+        Ok((layout, init))
+    }
+
     /// Worker `index` from its users' training and test ratings alone, read one by one in
     /// [`StradsMfJob::visit_split`]'s pass: the same worker as [`MfWorkerApp::new`] and
     /// [`MfWorkerApp::with_test`] build from the whole sets, without holding them.
@@ -54,12 +64,7 @@ impl MfWorkerApp {
         summary: &MfRatingsSummary,
         job: &StradsMfJob,
     ) -> Result<Self, StradsError> {
-        let layout = job.layout();
-        let users = partition
-            .bucket_users
-            .get(index)
-            .ok_or_else(|| StradsModelError::InvalidConfig(format!("no bucket {index}")))?;
-        let init = layout.initial_w_of_users(users, job.seed);
+        let (layout, init) = Self::start_of(index, partition, job)?;
         let blocks = initial_blocks(partition, layout);
         let mut worker = MfWorker::without_ratings(
             index,
