@@ -1,6 +1,6 @@
 //! CCD++ matrix factorisation `R ~ W H^T` with STRADS block rotation.
 //!
-//! One file on purpose (about 800 lines, tests in `mf/tests.rs`): the worker's rating
+//! One file on purpose (about 900 lines, tests in `mf/tests.rs`): the worker's rating
 //! blocks, residuals, bias columns, held-out scoring and checkpoint state all share the
 //! private fields of [`MfWorker`]; splitting them would widen its visibility.
 //!
