@@ -53,8 +53,8 @@ pub struct NetConfig {
     /// default stays below 9000-byte jumbo frames. Set `mtu_discovery = false` to pin
     /// `initial_mtu`.
     pub max_udp_payload: u16,
-    /// Upper bound for path-MTU discovery towards a peer on a loopback address (a node on
-    /// the same host): loopback's MTU is 64 KiB, so one datagram carries ~45 times what an
+    /// The UDP payload towards a peer on a loopback address (a node on the same host),
+    /// where connections start instead of discovering it: loopback's MTU is 64 KiB, so one datagram carries ~45 times what an
     /// Ethernet one does and the per-packet cost (crypto calls, syscalls, acks) falls
     /// accordingly. 65000 fits both IPv4 (65507) and IPv6 loopback (65488). Such
     /// connections send without segmentation offload (one datagram is already as large as
@@ -86,6 +86,24 @@ pub struct NetConfig {
     /// instead of every second one, which saves the receiver and the sender work per
     /// packet on a bulk transfer. 0 leaves QUIC's default (every second packet).
     pub ack_eliciting_threshold: u32,
+    /// The longest the peer may hold back an acknowledgement, in microseconds (QUIC ack
+    /// frequency, asked of the peer at the handshake; quinn does not go below 1 ms). A
+    /// receiver acknowledges every second packet at once, but a lone packet only when this
+    /// delay runs out, and a sender whose congestion window is full waits for that
+    /// acknowledgement: with QUIC's 25 ms default, a fresh connection's first large message
+    /// stalled 25 ms after its first datagram (BENCHMARKS.md, Lasso's first rounds). 0
+    /// leaves the peer's own (25 ms).
+    pub max_ack_delay_us: u64,
+    /// The congestion window a connection starts with, in bytes; slow start grows it from
+    /// there. 0 = QUIC's default (quinn's: ten 1,200-byte datagrams, 12,000 bytes), right
+    /// where the path is unknown.
+    pub initial_window: u64,
+    /// `initial_window` towards a peer on a loopback address (see `loopback_udp_payload`).
+    /// QUIC's default is a fifth of one 65 KB loopback datagram, so a fresh connection
+    /// sent a 400 KB message one datagram per acknowledgement; loopback has no bottleneck to
+    /// probe, and 1 MiB fits the receiving socket's buffer (`socket_buffer_bytes`). 0 =
+    /// `initial_window`.
+    pub loopback_initial_window: u64,
     /// Congestion controller: `cubic` (default), `bbr` or `newreno`; any other value is
     /// rejected when the settings are read.
     pub congestion: Congestion,
@@ -161,6 +179,9 @@ impl Default for NetConfig {
             socket_send_buffer_bytes: None,
             segmentation_offload: true,
             ack_eliciting_threshold: 0,
+            max_ack_delay_us: 1000,
+            initial_window: 0,
+            loopback_initial_window: 1 << 20,
             congestion: Congestion::Cubic,
             keep_alive_ms: 1000,
             idle_timeout_ms: 30_000,

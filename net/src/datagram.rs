@@ -54,15 +54,25 @@ impl NetConfig {
     }
 
     /// The settings of a connection with `peer`: a loopback peer gets MTU discovery up to
-    /// [`NetConfig::loopback_udp_payload`], without segmentation offload (a datagram of
-    /// ~64 KB is already as large as one offloaded batch may be).
+    /// [`NetConfig::loopback_udp_payload`], starting there, without segmentation offload (a
+    /// datagram of ~64 KB is already as large as one offloaded batch may be), and with
+    /// [`NetConfig::loopback_initial_window`].
     pub fn for_peer(&self, peer: SocketAddr) -> NetConfig {
         if !self.is_loopback_peer(peer) {
             return self.clone();
         }
         NetConfig {
             max_udp_payload: self.loopback_udp_payload,
+            // Loopback's MTU is known: start there instead of discovering it, which sent a
+            // burst of padded probes of up to 64 KB per connection just as the first
+            // messages of a job went out.
+            initial_mtu: self.loopback_udp_payload.max(self.initial_mtu),
             segmentation_offload: false,
+            initial_window: if self.loopback_initial_window > 0 {
+                self.loopback_initial_window
+            } else {
+                self.initial_window
+            },
             ..self.clone()
         }
     }
@@ -220,6 +230,8 @@ mod tests {
         let lo = cfg.for_peer(addr("127.0.0.1:9000"));
         assert_eq!(lo.max_udp_payload, cfg.loopback_udp_payload);
         assert!(!lo.segmentation_offload);
+        assert_eq!(lo.initial_window, cfg.loopback_initial_window);
+        assert_eq!(lo.initial_mtu, cfg.loopback_udp_payload);
         let lo6 = cfg.for_peer(addr("[::1]:9000"));
         assert_eq!(lo6.max_udp_payload, cfg.loopback_udp_payload);
         let lan = cfg.for_peer(addr("10.0.0.7:9000"));

@@ -392,9 +392,14 @@ pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
         t.mtu_discovery_config(None);
     }
     t.enable_segmentation_offload(cfg.segmentation_offload);
-    if cfg.ack_eliciting_threshold > 0 {
+    if cfg.ack_eliciting_threshold > 0 || cfg.max_ack_delay_us > 0 {
         let mut ack = quinn::AckFrequencyConfig::default();
-        ack.ack_eliciting_threshold(quinn::VarInt::from_u32(cfg.ack_eliciting_threshold));
+        if cfg.ack_eliciting_threshold > 0 {
+            ack.ack_eliciting_threshold(quinn::VarInt::from_u32(cfg.ack_eliciting_threshold));
+        }
+        if cfg.max_ack_delay_us > 0 {
+            ack.max_ack_delay(Some(Duration::from_micros(cfg.max_ack_delay_us)));
+        }
         t.ack_frequency_config(Some(ack));
     }
     if cfg.keep_alive_ms > 0 {
@@ -402,23 +407,44 @@ pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
     }
     let idle = quinn::IdleTimeout::try_from(Duration::from_millis(cfg.idle_timeout_ms.max(1)));
     t.max_idle_timeout(idle.ok());
+    t.congestion_controller_factory(congestion_controller(cfg));
+    t
+}
+
+/// The congestion controller `cfg` names, starting from `cfg.initial_window` when set.
+pub fn congestion_controller(
+    cfg: &NetConfig,
+) -> Arc<dyn quinn::congestion::ControllerFactory + Send + Sync> {
+    let window = (cfg.initial_window > 0).then_some(cfg.initial_window);
     match cfg.congestion {
         Congestion::Bbr => {
-            t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+            let mut c = quinn::congestion::BbrConfig::default();
+            if let Some(w) = window {
+                c.initial_window(w);
+            }
+            Arc::new(c)
         }
         Congestion::NewReno => {
-            t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default()));
+            let mut c = quinn::congestion::NewRenoConfig::default();
+            if let Some(w) = window {
+                c.initial_window(w);
+            }
+            Arc::new(c)
         }
         Congestion::Cubic => {
-            t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()));
+            let mut c = quinn::congestion::CubicConfig::default();
+            if let Some(w) = window {
+                c.initial_window(w);
+            }
+            Arc::new(c)
         }
     }
-    t
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
     #[test]
     fn credentials_round_trip_through_files() {
@@ -434,6 +460,35 @@ mod tests {
         let ca2 = ClusterCa::load(dir.path()).unwrap();
         let more = ca2.issue("n2").unwrap();
         assert!(more.server_config(&NetConfig::default()).is_ok());
+    }
+
+    #[test]
+    fn connections_start_with_the_configured_window_and_ask_for_prompt_acks() {
+        let start = |cfg: &NetConfig| {
+            congestion_controller(cfg)
+                .build(std::time::Instant::now(), 1452)
+                .window()
+        };
+        let quic_default = start(&NetConfig::default());
+        assert_eq!(quic_default, 12_000);
+        let lo = NetConfig::default().for_peer(SocketAddr::from(([127, 0, 0, 1], 9000)));
+        for congestion in [Congestion::Cubic, Congestion::NewReno, Congestion::Bbr] {
+            let cfg = NetConfig {
+                congestion,
+                ..lo.clone()
+            };
+            assert_eq!(start(&cfg), 1 << 20, "{congestion}");
+        }
+        let lan = NetConfig::default().for_peer(SocketAddr::from(([10, 0, 0, 7], 9000)));
+        assert_eq!(start(&lan), quic_default);
+        let shown = format!("{:?}", transport_config(&NetConfig::default()));
+        assert!(shown.contains("max_ack_delay: Some(1ms)"), "{shown}");
+        let peers_own = NetConfig {
+            max_ack_delay_us: 0,
+            ..NetConfig::default()
+        };
+        let shown = format!("{:?}", transport_config(&peers_own));
+        assert!(shown.contains("ack_frequency_config: None"), "{shown}");
     }
 
     #[test]

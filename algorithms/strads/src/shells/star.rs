@@ -234,6 +234,7 @@ fn dispatch_round<A: StradsApp>(
                         source,
                     }
                 })?;
+                tracing::trace!(round, worker, "strads partial arrived");
                 if reply.round != round {
                     return Err(StradsRunError::WrongRound {
                         round,
@@ -363,9 +364,11 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
                     return Err(PipelineError::Empty.into());
                 };
                 let (round, partials) = result?;
+                tracing::trace!(round, "strads pull starts");
                 let commit = app
                     .pull(round, partials, elapsed())
                     .map_err(StradsRunError::App)?;
+                tracing::trace!(round, "strads pull done");
                 core.committed(round)?;
                 if let Some(c) = checkpoints.as_deref_mut() {
                     c.round_committed();
@@ -437,10 +440,12 @@ impl<A: StradsApp, W: Push<A>> Handler<Msg<Dispatch<A>>> for StradsWorker<A, W> 
             round,
             task,
         } = msg.body;
+        tracing::trace!(round, worker = self.index, "strads dispatch arrived");
         let partial = self
             .logic
             .push_from(scheduler, round, &task)
             .map_err(|e| HandlerError::new(format!("worker {} push: {e}", self.index)))?;
+        tracing::trace!(round, worker = self.index, "strads push done");
         Ok(PartialResult {
             round,
             worker: self.index,
@@ -461,6 +466,7 @@ impl<A: StradsApp, W: Push<A>> Handler<Msg<Commit<A>>> for StradsWorker<A, W> {
             round,
             commit,
         } = msg.body;
+        tracing::trace!(round, worker = self.index, "strads commit arrived");
         if let Err(e) = self.logic.commit_from(scheduler, round, &commit) {
             tracing::error!(worker = self.index, scheduler, round, error = %e, "commit failed");
             self.failed = Some(format!(
