@@ -388,9 +388,16 @@ impl GsScheduling {
                 combined_offset: 0.0,
             }
         } else {
+            // A dense delta (the common case on large designs) is read where it was
+            // decoded; only a sparse one is spread out.
             let u = results
                 .iter()
-                .map(|r| r.residual_delta.to_dense(self.n_rows))
+                .map(|r| match &r.residual_delta {
+                    RowVector::Dense(v) if v.len() == self.n_rows => {
+                        Ok(std::borrow::Cow::Borrowed(v.as_slice()))
+                    }
+                    other => other.to_dense(self.n_rows).map(std::borrow::Cow::Owned),
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             let w = u.len();
             // With implicit centring u_p = u_s + c_p 1: c_p touches every row.
@@ -402,33 +409,37 @@ impl GsScheduling {
                 vec![0.0; w]
             };
             let n = self.n_rows as f64;
-            let gram: Vec<Vec<f64>> = (0..w)
-                .map(|p| {
-                    (0..w)
-                        .map(|q| {
-                            let stored: f64 = u[p].iter().zip(&u[q]).map(|(a, b)| a * b).sum();
-                            if centred {
-                                stored
-                                    + offsets[q] * sums[p]
-                                    + offsets[p] * sums[q]
-                                    + n * offsets[p] * offsets[q]
-                            } else {
-                                stored
-                            }
-                        })
-                        .collect()
-                })
-                .collect();
+            // Symmetric: each pair once.
+            let mut gram = vec![vec![0.0; w]; w];
+            for p in 0..w {
+                for q in p..w {
+                    let stored: f64 = u[p].iter().zip(u[q].iter()).map(|(a, b)| a * b).sum();
+                    let entry = if centred {
+                        stored
+                            + offsets[q] * sums[p]
+                            + offsets[p] * sums[q]
+                            + n * offsets[p] * offsets[q]
+                    } else {
+                        stored
+                    };
+                    gram[p][q] = entry;
+                    gram[q][p] = entry;
+                }
+            }
             let everywhere = offsets.iter().filter(|c| **c != 0.0).count();
-            let omega = (0..self.n_rows)
-                .map(|i| {
-                    everywhere
-                        + (0..w)
-                            .filter(|&p| offsets[p] == 0.0 && u[p][i] != 0.0)
-                            .count()
-                })
-                .max()
-                .unwrap_or(0);
+            // The most workers touching one row; no row can exceed all of them, so the
+            // scan stops at the first row they all touch (the first row of dense deltas).
+            let mut omega = 0;
+            for i in 0..self.n_rows {
+                let here = everywhere
+                    + (0..w)
+                        .filter(|&p| offsets[p] == 0.0 && u[p][i] != 0.0)
+                        .count();
+                omega = omega.max(here);
+                if omega == w {
+                    break;
+                }
+            }
             let c: Vec<f64> = results
                 .iter()
                 .enumerate()
@@ -461,7 +472,7 @@ impl GsScheduling {
                 }
                 combined
                     .iter_mut()
-                    .zip(&u[p])
+                    .zip(u[p].iter())
                     .for_each(|(s, v)| *s += weights[p] * v);
             }
             self.s.sq_residual += 2.0 * quadratic;
