@@ -429,12 +429,14 @@ impl GsScheduling {
             let everywhere = offsets.iter().filter(|c| **c != 0.0).count();
             // The most workers touching one row; no row can exceed all of them, so the
             // scan stops at the first row they all touch (the first row of dense deltas).
-            let mut omega = 0;
-            for i in 0..self.n_rows {
-                let here = everywhere
+            let touching = (0..self.n_rows).map(|i| {
+                everywhere
                     + (0..w)
                         .filter(|&p| offsets[p] == 0.0 && u[p][i] != 0.0)
-                        .count();
+                        .count()
+            });
+            let mut omega = 0;
+            for here in touching {
                 omega = omega.max(here);
                 if omega == w {
                     break;
