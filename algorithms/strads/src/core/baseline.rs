@@ -550,7 +550,8 @@ impl<'a> CyclicLogistic<'a> {
                 break;
             }
             if stop.active_set {
-                let active: Vec<usize> = (0..d).filter(|&j| self.coefficients[j] != 0.0).collect();
+                let mut active: Vec<usize> =
+                    (0..d).filter(|&j| self.coefficients[j] != 0.0).collect();
                 let mut previous = objective;
                 for _ in 0..1000 {
                     for &j in &active {
@@ -563,6 +564,9 @@ impl<'a> CyclicLogistic<'a> {
                     if settled || reached(now) {
                         break;
                     }
+                    // Shrinking, as in the Lasso's active passes: a coordinate a pass left
+                    // at zero waits for the next full sweep, which checks every one.
+                    active.retain(|&j| self.coefficients[j] != 0.0);
                 }
                 objective = previous;
             }

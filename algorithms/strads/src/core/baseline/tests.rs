@@ -246,6 +246,72 @@ fn logistic_reaches_the_optimality_conditions_and_beats_the_bound_steps() {
     assert!(report.objective <= strads_final + 1e-9 * strads_final.abs());
 }
 
+#[test]
+fn logistic_active_passes_shrink_to_the_same_optimum_in_fewer_updates() {
+    // A design where the active set changes between passes: more features than rows.
+    let p = petrel_ml::data::synthetic::separable_classification(
+        &petrel_ml::data::synthetic::ClassificationParams {
+            n_samples: 200,
+            n_features: 400,
+            n_classes: 2,
+            margin: 0.1,
+            seed: 21,
+        },
+    )
+    .unwrap();
+    let (x, labels) = (p.dataset.to_columns(), p.dataset.labels);
+    let lambda = 0.5f32;
+    let stop = CdStop {
+        tolerance: 1e-9,
+        ..CdStop::default()
+    };
+    let mut shrinking = CyclicLogistic::new(&x, &labels, lambda).unwrap();
+    let report = shrinking.solve(&stop);
+    assert_eq!(report.outcome, CdOutcome::Converged, "{report:?}");
+    // The same schedule with the active set fixed between full sweeps.
+    let mut fixed = CyclicLogistic::new(&x, &labels, lambda).unwrap();
+    let d = x.n_columns();
+    let mut objective = fixed.objective();
+    for _ in 0..stop.max_sweeps {
+        (0..d).for_each(|j| {
+            fixed.update(j);
+        });
+        let after = fixed.objective();
+        let gap = (objective - after) / after.abs();
+        objective = after;
+        if gap <= stop.tolerance {
+            break;
+        }
+        let active: Vec<usize> = (0..d).filter(|&j| fixed.coefficients[j] != 0.0).collect();
+        let mut previous = objective;
+        for _ in 0..1000 {
+            active.iter().for_each(|&j| {
+                fixed.update(j);
+            });
+            let now = fixed.objective();
+            let settled = previous - now <= 0.1 * stop.tolerance * now.abs();
+            previous = now;
+            if settled {
+                break;
+            }
+        }
+        objective = previous;
+    }
+    let kkt = logistic_kkt(&x, &labels, &shrinking.coefficients(), f64::from(lambda));
+    assert!(kkt < 1e-3 * f64::from(lambda), "kkt {kkt}");
+    assert!(
+        (report.objective - objective).abs() <= 1e-6 * objective,
+        "{} vs {objective}",
+        report.objective
+    );
+    assert!(
+        report.updates < fixed.updates(),
+        "{} updates shrinking, {} fixed",
+        report.updates,
+        fixed.updates()
+    );
+}
+
 /// A sparse design whose columns have non-zero means (values 1..7 on about a third of the
 /// rows; no two columns alike, so the solution is unique), and labels far from zero.
 fn sparse_with_means() -> (SparseColumns, Vec<f32>) {
