@@ -2,7 +2,8 @@
 //! the Lasso machinery (same [`LassoJob`] settings under `[app.logistic]`, same scheduler and
 //! dependency filter) with the logistic core's push (partial gradient and curvature bound)
 //! and pull (`b_j <- S(h b_j - g, lambda) / h`). Labels `> 0` are the positive class.
-//! Without a data file, a linearly separable two-class problem is generated.
+//! Without a data file, a synthetic two-class problem is generated: the Lasso's sparse
+//! correlated design labelled by its response's sign, or (dense) a separable one.
 //!
 //! Roles `strads-logistic-scheduler` / `strads-logistic-worker`; outputs
 //! `coefficients.tsv` (LIBSVM 1-based feature numbers) and `metrics.json`.
@@ -32,8 +33,10 @@ pub const SCHEDULER_ROLE: &str = "strads-logistic-scheduler";
 /// The workers' role (and actor).
 pub const WORKER_ROLE: &str = "strads-logistic-worker";
 
-/// `(X by columns, labels)` from the job's LIBSVM file or a separable synthetic problem
-/// (`synthetic.n_samples x synthetic.n_features`, seed `synthetic.seed`).
+/// `(X by columns, labels)` from the job's LIBSVM file or a synthetic problem: with
+/// `synthetic.nnz_per_column > 0` the Lasso's sparse correlated design with labels `y > 0`,
+/// otherwise a dense separable one (`synthetic.n_samples x synthetic.n_features`, seed
+/// `synthetic.seed`).
 pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
     if let Some(path) = &job.data {
         let (x, labels) = job.load()?;
@@ -41,6 +44,13 @@ pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         return Ok((x, labels));
     }
     let s = &job.synthetic;
+    if s.nnz_per_column > 0 {
+        // The Lasso's sparse correlated design (any size), labelled by the sign of its
+        // response: a sparse linear model's classes.
+        let (x, y) = job.load_uncentred()?;
+        let labels = y.iter().map(|&v| if v > 0.0 { 1.0 } else { 0.0 }).collect();
+        return Ok((x, labels));
+    }
     let p = separable_classification(&ClassificationParams {
         n_samples: s.n_samples,
         n_features: s.n_features,

@@ -92,6 +92,10 @@ impl Default for SyntheticLasso {
     }
 }
 
+/// The most values a dense synthetic design may have (`synthetic.nnz_per_column = 0`): 2^28,
+/// a 1 GiB matrix of f32 before its column copy. Larger designs are sparse ones.
+pub const MAX_DENSE_SYNTHETIC_VALUES: usize = 1 << 28;
+
 /// The whole job's settings (every node reads the same section). Field docs are the
 /// flags' help.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
@@ -388,6 +392,9 @@ impl LassoJob {
     }
 
     /// Every value in range (keys as in `[app.lasso]`), checked before any node starts.
+    /// Refuses settings that cannot run (a named key and why), a dense synthetic design of
+    /// more than [`MAX_DENSE_SYNTHETIC_VALUES`] values among them: it would be built whole
+    /// and exhaust the memory long before training.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         let mut c = SettingChecks::new();
         if self.data.is_none() {
@@ -408,6 +415,18 @@ impl LassoJob {
                 s.nnz_per_column,
                 s.n_samples,
                 "synthetic.n_samples",
+            );
+            let values = s.n_samples.saturating_mul(s.n_features);
+            c.require(
+                s.nnz_per_column > 0 || values <= MAX_DENSE_SYNTHETIC_VALUES,
+                "synthetic.nnz_per_column",
+                s.nnz_per_column,
+                &format!(
+                    "0 asks for a dense design of {} x {} = {values} values, over the {} a \
+                     dense design may have (it is built whole, several bytes per value); set \
+                     synthetic.nnz_per_column > 0 for a sparse design of any size",
+                    s.n_samples, s.n_features, MAX_DENSE_SYNTHETIC_VALUES
+                ),
             );
         }
         if let Some(l) = self.lambda {
@@ -524,7 +543,7 @@ impl LassoJob {
         Ok(Some(InterceptTerms { means, y_mean }))
     }
 
-    fn load_uncentred(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
+    pub(crate) fn load_uncentred(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         if let (None, Some(params)) = (&self.data, self.sparse_params()) {
             let p = sparse_correlated_lasso(&params, None)?;
             return Ok((p.x, p.y));

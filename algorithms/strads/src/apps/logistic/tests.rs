@@ -33,3 +33,54 @@ fn sparse_logistic_fits_separable_data() {
     );
     assert!(m.nonzeros > 0);
 }
+
+#[test]
+fn a_sparse_synthetic_problem_is_the_lasso_design_labelled_by_its_response() {
+    let synthetic = SyntheticLasso {
+        n_samples: 300,
+        n_features: 2_000,
+        nnz_per_column: 6,
+        n_nonzero: 20,
+        seed: 4,
+        ..SyntheticLasso::default()
+    };
+    let job = LassoJob {
+        synthetic: synthetic.clone(),
+        lambda_fraction: 0.05,
+        ..LassoJob::default()
+    };
+    job.validate().unwrap();
+    let (x, labels) = load(&job).unwrap();
+    let (lasso_x, y) = job.load_sparse().unwrap();
+    assert_eq!(x, lasso_x);
+    assert_eq!(x.row_indices.len(), 2_000 * 6);
+    let positive = labels.iter().filter(|&&l| l == 1.0).count();
+    assert!(
+        labels
+            .iter()
+            .zip(&y)
+            .all(|(&l, &v)| l == if v > 0.0 { 1.0 } else { 0.0 })
+    );
+    assert!((60..240).contains(&positive), "{positive} positive of 300");
+    // The baseline fits it.
+    let metrics = run_baseline(&job).unwrap();
+    assert!(
+        metrics.final_training_accuracy > 0.8,
+        "accuracy {}",
+        metrics.final_training_accuracy
+    );
+    // The same size as a dense design is refused before anything is built, naming the
+    // key that makes it sparse.
+    let dense = LassoJob {
+        synthetic: SyntheticLasso {
+            n_samples: 20_000,
+            n_features: 20_000,
+            nnz_per_column: 0,
+            ..synthetic
+        },
+        ..LassoJob::default()
+    };
+    let err = dense.validate().unwrap_err().to_string();
+    assert!(err.contains("synthetic.nnz_per_column"), "{err}");
+    assert!(err.contains("400000000 values"), "{err}");
+}
