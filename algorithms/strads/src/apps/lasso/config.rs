@@ -129,7 +129,8 @@ pub struct LassoJob {
     /// the workers' [`LassoWorkerState::centred`](crate::core::lasso::LassoWorkerState::centred),
     /// the scheduler's centred norms), so any shape runs. The scheduler's dependency check
     /// looks at the stored non-zeros (not the centring's rank-one part). The sparse
-    /// synthetic design cannot be centred.
+    /// synthetic design is centred like a file's (its column means come from generating
+    /// it).
     #[arg(long)]
     pub fit_intercept: bool,
     /// lambda = fraction * lambda_max when --lambda is unset.
@@ -432,13 +433,6 @@ impl LassoJob {
         if let Some(l) = self.lambda {
             c.non_negative("lambda", l);
         }
-        c.require(
-            !(self.fit_intercept && self.data.is_none() && self.synthetic.nnz_per_column > 0),
-            "fit_intercept",
-            self.fit_intercept,
-            "needs a data file or the dense synthetic design (the sparse one is generated row \
-             block by row block and cannot be centred)",
-        );
         c.within("lambda_fraction", self.lambda_fraction, 0.0, 1.0);
         // 0 = automatic for block_size, candidate_pool and max_rounds.
         if self.block_size > 0 && self.candidate_pool > 0 {
