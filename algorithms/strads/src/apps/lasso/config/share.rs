@@ -208,6 +208,8 @@ impl LassoJob {
         };
         let columns = pick(&shape)?;
         check_pick(&shape, &columns)?;
+        // The second read must see the same labels (its columns are checked by the counts).
+        let first_labels = labels.clone();
         let y = self.centred_labels(labels);
         let centring = self.centring(&y);
         let d = shape.n_columns();
@@ -236,11 +238,15 @@ impl LassoJob {
         };
         let mut i = 0usize;
         let mut inconsistent = false;
-        visit_libsvm(path, |_, row| {
-            let Some(&y_i) = y.get(i) else {
+        visit_libsvm(path, |label, row| {
+            let (Some(&y_i), Some(&first)) = (y.get(i), first_labels.get(i)) else {
                 inconsistent = true;
                 return Ok(());
             };
+            if label.to_bits() != first.to_bits() {
+                inconsistent = true;
+                return Ok(());
+            }
             let y_i = f64::from(y_i);
             for (&j, &v) in row.indices.iter().zip(&row.values) {
                 let j = j as usize;

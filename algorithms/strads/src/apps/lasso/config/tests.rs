@@ -177,14 +177,21 @@ fn a_share_outside_the_design_or_a_file_changed_between_reads_is_an_error() {
         data: Some(path.clone()),
         ..LassoJob::default()
     };
-    // A row appended (or a column grown) between the count and the read.
-    for extra in ["1.5 1:0.25\n", "1.5 100000:0.25\n"] {
+    // A row appended, a column grown or a label changed between the count and the read.
+    let edits: [&dyn Fn(String) -> String; 3] = [
+        &|text| text + "1.5 1:0.25\n",
+        &|text| text + "1.5 100000:0.25\n",
+        &|text| {
+            let (label, rest) = text.split_once(' ').unwrap();
+            format!("{} {rest}", label.parse::<f32>().unwrap() + 1.0)
+        },
+    ];
+    for edit in edits {
         write_libsvm(&sparse_job(), &path);
         let err = file
             .load_column_share(|_| {
-                let mut text = std::fs::read_to_string(&path).unwrap();
-                text.push_str(extra);
-                std::fs::write(&path, text).unwrap();
+                let text = std::fs::read_to_string(&path).unwrap();
+                std::fs::write(&path, edit(text)).unwrap();
                 Ok(0..10)
             })
             .unwrap_err()
