@@ -151,13 +151,23 @@ fn lasso_rejects_bad_shapes_and_lambda() {
 }
 
 fn classification() -> (SparseColumns, Vec<f32>) {
+    two_classes(300, 40, 0.2, 9)
+}
+
+/// A separable two-class problem of `n_samples x n_features`, by columns.
+fn two_classes(
+    n_samples: usize,
+    n_features: usize,
+    margin: f32,
+    seed: u64,
+) -> (SparseColumns, Vec<f32>) {
     let p = petrel_ml::data::synthetic::separable_classification(
         &petrel_ml::data::synthetic::ClassificationParams {
-            n_samples: 300,
-            n_features: 40,
+            n_samples,
+            n_features,
             n_classes: 2,
-            margin: 0.2,
-            seed: 9,
+            margin,
+            seed,
         },
     )
     .unwrap();
@@ -249,17 +259,7 @@ fn logistic_reaches_the_optimality_conditions_and_beats_the_bound_steps() {
 #[test]
 fn logistic_active_passes_shrink_to_the_same_optimum_in_fewer_updates() {
     // A design where the active set changes between passes: more features than rows.
-    let p = petrel_ml::data::synthetic::separable_classification(
-        &petrel_ml::data::synthetic::ClassificationParams {
-            n_samples: 200,
-            n_features: 400,
-            n_classes: 2,
-            margin: 0.1,
-            seed: 21,
-        },
-    )
-    .unwrap();
-    let (x, labels) = (p.dataset.to_columns(), p.dataset.labels);
+    let (x, labels) = two_classes(200, 400, 0.1, 21);
     let lambda = 0.5f32;
     let stop = CdStop {
         tolerance: 1e-9,
