@@ -336,6 +336,12 @@ pub struct SweepOrder {
     /// Stop as soon as `1/2 ||r||^2 + lambda ||b_own||_1` is at or below this (only sent
     /// to a single worker, whose view is the whole objective).
     pub target: Option<f64>,
+    /// Stop as soon as this sweep has lowered the worker's own view of the objective
+    /// (`1/2 ||r||^2 + lambda ||b_own||_1`, its residual holding only its own steps) by this
+    /// much: with several workers, each one's share of what the target still needs, so the
+    /// round that reaches it does not run its remaining passes as well.
+    #[serde(default)]
+    pub decrease: Option<f64>,
 }
 
 /// What a worker's sweep returns.
@@ -347,7 +353,8 @@ pub struct SweepResult {
     pub passes: u32,
     /// Largest step `delta^2 ||x_j||^2` of the last pass.
     pub largest: f64,
-    /// The target was reached (the sweep stopped there).
+    /// The target, or the order's `decrease`, was reached (the sweep stopped there, maybe
+    /// mid-pass).
     pub reached_target: bool,
     /// Local columns whose coefficient changed, increasing.
     pub changed: Vec<u32>,
@@ -563,6 +570,14 @@ impl GsWorkerCore {
         // left at zero is not swept again until the set is taken afresh.
         let shrinks = matches!(order.coords, Coords::Active { .. });
         let mut sweep_list = list.clone();
+        let view = |s: &Self| 0.5 * s.sq_residual + s.lambda * s.l1;
+        // The view this sweep must reach: the target, or its start less the decrease.
+        let stop_at = match (order.target, order.decrease) {
+            (Some(t), Some(d)) => Some(t.max(view(self) - d)),
+            (Some(t), None) => Some(t),
+            (None, Some(d)) => Some(view(self) - d),
+            (None, None) => None,
+        };
         'passes: while result.passes < order.max_passes.max(1) {
             let mut largest = 0.0f64;
             for &j in &sweep_list {
@@ -592,10 +607,7 @@ impl GsWorkerCore {
                 };
                 result.updates += 1;
                 largest = largest.max(delta * delta * self.sq_norms[j]);
-                if order
-                    .target
-                    .is_some_and(|t| 0.5 * self.sq_residual + self.lambda * self.l1 <= t)
-                {
+                if stop_at.is_some_and(|t| view(self) <= t) {
                     result.reached_target = true;
                     result.largest = largest;
                     result.passes += 1;

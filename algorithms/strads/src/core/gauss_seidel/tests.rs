@@ -54,6 +54,7 @@ fn full(end: usize) -> SweepOrder {
         max_passes: 1,
         settle: 0.0,
         target: None,
+        decrease: None,
     }
 }
 
@@ -94,6 +95,7 @@ fn a_lone_worker_sweep_is_the_baselines_update_bit_for_bit() {
             max_passes: 3,
             settle: 0.0,
             target: None,
+            decrease: None,
         })
         .unwrap();
     // The baseline's passes, shrinking as it does: a coordinate left at zero drops out.
@@ -126,6 +128,7 @@ fn active_passes_drop_the_coordinates_they_leave_at_zero_until_the_set_is_taken_
         max_passes: 1,
         settle: 0.0,
         target: None,
+        decrease: None,
     };
     let mut worker = GsWorkerCore::new(x.clone(), y.clone(), lambda, false).unwrap();
     worker.sweep(&full(x.n_columns())).unwrap();
@@ -263,6 +266,46 @@ fn a_lone_worker_stops_at_the_target_after_the_same_update_as_the_baseline() {
         }
     }
     assert_eq!(updates, base_updates);
+}
+
+#[test]
+fn a_sweep_asked_for_a_decrease_stops_at_the_update_that_makes_it_mid_pass() {
+    // One worker with several coordinates' worth of progress to make: asked for a
+    // decrease of its own view, it stops after the same update as when asked for the
+    // target that decrease reaches, in the middle of a pass, and says so.
+    let (x, y) = tiny(30, 40);
+    let lambda = 0.1 * lambda_max(&x, &y) as f32;
+    let mut by_target = GsWorkerCore::new(x.clone(), y.clone(), f64::from(lambda), true).unwrap();
+    let mut by_decrease = by_target.clone();
+    let start = 0.5 * y.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
+    let decrease = 0.3 * start;
+    let mut order = full(x.n_columns());
+    order.max_passes = 50;
+    let reached = by_decrease
+        .sweep(&SweepOrder {
+            decrease: Some(decrease),
+            ..order.clone()
+        })
+        .unwrap();
+    let target = by_target
+        .sweep(&SweepOrder {
+            target: Some(start - decrease),
+            ..order.clone()
+        })
+        .unwrap();
+    assert!(reached.reached_target);
+    assert_eq!(reached.updates, target.updates);
+    assert_eq!(by_decrease.coefficients(), by_target.coefficients());
+    assert!(
+        !reached.updates.is_multiple_of(x.n_columns() as u64),
+        "{}",
+        reached.updates
+    );
+    // Without it the same order runs its passes out.
+    let mut free = GsWorkerCore::new(x.clone(), y, f64::from(lambda), true).unwrap();
+    let all = free.sweep(&order).unwrap();
+    assert!(!all.reached_target);
+    assert!(all.updates > reached.updates);
 }
 
 #[test]

@@ -231,6 +231,18 @@ impl GsScheduling {
         0.5 * self.s.sq_residual + f64::from(self.lambda) * self.s.l1
     }
 
+    /// With several workers and a target, each worker's share of the decrease the target
+    /// still needs: its active passes stop there instead of running the round's passes
+    /// out. In active rounds the combined step keeps about the sum of the workers' own
+    /// decreases (their step weights are 1, `kept_share` near or above 1), so the round
+    /// that reaches the target stops close to it, as the baseline stops at the update that
+    /// reaches it; if it falls short, the next round goes on.
+    fn share_of_target(&self) -> Option<f64> {
+        let target = self.job.target_objective?;
+        let missing = self.objective() - target;
+        (self.workers() > 1 && missing > 0.0).then(|| missing / self.workers() as f64)
+    }
+
     /// The target is only handed to a lone worker, whose view is the whole objective.
     fn worker_target(&self) -> Option<f64> {
         (self.workers() == 1)
@@ -268,6 +280,7 @@ impl GsScheduling {
                 max_passes: 1,
                 settle: 0.0,
                 target,
+                decrease: None,
             });
         }
         if (0..self.workers()).all(|p| self.s.next[p] >= self.ranges[p].len()) {
@@ -304,6 +317,7 @@ impl GsScheduling {
             max_passes: self.active_passes_per_round(),
             settle: 0.0,
             target: None,
+            decrease: self.share_of_target(),
         };
         Step::Run(Plan::All(GsTask::CertifyThenSweep(order)))
     }
@@ -314,6 +328,7 @@ impl GsScheduling {
             max_passes: self.active_passes_per_round(),
             settle: self.s.settle,
             target: self.worker_target(),
+            decrease: self.share_of_target(),
         };
         self.s.phase = Phase::Active { fresh: false };
         self.sweep(round, RoundKind::Active, vec![order; self.workers()])
@@ -496,7 +511,8 @@ impl GsScheduling {
             elapsed_s: elapsed.as_secs_f64(),
             objective,
         });
-        if results.iter().any(|r| r.reached_target) {
+        // A lone worker's flag is the target; several workers' flags are their shares.
+        if self.workers() == 1 && results.iter().any(|r| r.reached_target) {
             self.reached_target(f64::NEG_INFINITY, elapsed);
         }
         self.reached_target(objective, elapsed);
@@ -506,7 +522,10 @@ impl GsScheduling {
         }
         if let Phase::Active { .. } = self.s.phase {
             self.s.active_passes += results.iter().map(|r| r.passes).max().unwrap_or(1);
-            let settled = results.iter().all(|r| r.largest <= self.s.settle);
+            // A sweep stopped at its share of the target ended mid-pass: not settled.
+            let settled = results
+                .iter()
+                .all(|r| r.largest <= self.s.settle && !r.reached_target);
             if settled || self.s.active_passes >= MAX_ACTIVE_PASSES {
                 self.start_full_sweep();
             }

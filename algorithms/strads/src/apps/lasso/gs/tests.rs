@@ -155,7 +155,9 @@ fn a_target_objective_stops_the_run_and_is_recorded() {
     let mut job = job();
     let (f_base, _) = baseline(&job);
     job.target_objective = Some(f_base * 1.001);
-    for workers in [1, 2] {
+    // Several workers stop their passes at their shares of what the target still needs;
+    // the run still ends at the target (a round that falls short is followed by another).
+    for workers in [1, 2, 3] {
         let m = run_without_actors(&job, workers).unwrap().metrics;
         assert!(m.target_updates.is_some(), "{workers} workers");
         assert!(m.final_objective <= f_base * 1.001 * (1.0 + 1e-9));
