@@ -724,6 +724,11 @@ pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchErro
 /// Gives every node without a `metrics_addr` a free loopback port for `/metrics` (and a
 /// port of 0 a free port), so the launcher knows where to scrape each node.
 fn reserve_metrics_ports(settings: &mut Settings) -> Result<(), LaunchError> {
+    let mut taken: Vec<std::net::SocketAddr> = settings
+        .nodes
+        .iter()
+        .filter_map(|n| n.metrics_addr.as_deref()?.parse().ok())
+        .collect();
     for n in &mut settings.nodes {
         let addr = n
             .metrics_addr
@@ -735,7 +740,12 @@ fn reserve_metrics_ports(settings: &mut Settings) -> Result<(), LaunchError> {
         if parsed.port() == 0 {
             // Outside the kernel's ephemeral range: a port bound and released there was
             // taken by another program's bind(0) before the node listened (seen in CI).
-            parsed.set_port(petrel_net::ports::pick_free_tcp(parsed.ip())?.port());
+            // Released at once, so the next node's pick could land on it: picks differ.
+            let ip = parsed.ip();
+            let picked =
+                petrel_net::ports::pick_distinct(&taken, || petrel_net::ports::pick_free_tcp(ip))?;
+            parsed.set_port(picked.port());
+            taken.push(parsed);
         }
         n.metrics_addr = Some(parsed.to_string());
     }
@@ -1230,6 +1240,29 @@ mod tests {
             .node("b", &["y"])
             .build()
             .unwrap()
+    }
+
+    #[test]
+    fn every_node_gets_a_port_and_a_metrics_port_of_its_own() {
+        // Ports are picked and released at once; with 400 nodes two random picks of the
+        // same port were likely (and a restarted job once failed on one).
+        let mut builder = Topology::builder("many");
+        let names: Vec<String> = (0..400).map(|i| format!("n{i}")).collect();
+        for name in &names {
+            builder = builder.node(name, &["x"]);
+        }
+        let mut settings = builder.build().unwrap();
+        pick_ports(&mut settings).unwrap();
+        reserve_metrics_ports(&mut settings).unwrap();
+        let addrs: std::collections::HashSet<_> =
+            settings.nodes.iter().map(|n| n.addr.clone()).collect();
+        let metrics: std::collections::HashSet<_> = settings
+            .nodes
+            .iter()
+            .map(|n| n.metrics_addr.clone().unwrap())
+            .collect();
+        assert_eq!(addrs.len(), 400);
+        assert_eq!(metrics.len(), 400);
     }
 
     #[test]

@@ -590,10 +590,18 @@ fn assign_ports(
     settings: &mut Settings,
     pick: impl Fn(std::net::IpAddr) -> std::io::Result<SocketAddr>,
 ) -> Result<(), NodeError> {
+    let mut taken: Vec<SocketAddr> = settings
+        .nodes
+        .iter()
+        .filter_map(|n| parse_addr(n).ok())
+        .filter(|a| a.port() != 0)
+        .collect();
     for n in &mut settings.nodes {
         let addr = parse_addr(n)?;
         if addr.port() == 0 {
-            n.addr = pick(addr.ip())?.to_string();
+            let picked = petrel_net::ports::pick_distinct(&taken, || pick(addr.ip()))?;
+            taken.push(picked);
+            n.addr = picked.to_string();
         }
     }
     Ok(())

@@ -44,6 +44,28 @@ pub fn pick_free_tcp(ip: IpAddr) -> io::Result<SocketAddr> {
     bind_outside_ephemeral_range(ip, std::net::TcpListener::bind)?.local_addr()
 }
 
+/// A `pick` that is none of `taken`: ports picked and released at once for several nodes
+/// of one cluster could otherwise repeat (two nodes of a restarted job were both given one
+/// metrics port, and the second failed to listen). Gives up after a few tries.
+pub fn pick_distinct(
+    taken: &[SocketAddr],
+    mut pick: impl FnMut() -> io::Result<SocketAddr>,
+) -> io::Result<SocketAddr> {
+    for _ in 0..PICK_ATTEMPTS {
+        let addr = pick()?;
+        if !taken.contains(&addr) {
+            return Ok(addr);
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!(
+            "no free port outside the {} already picked after {PICK_ATTEMPTS} tries",
+            taken.len()
+        ),
+    ))
+}
+
 /// Whether this process holds `addr` for one of its nodes.
 pub fn is_held(addr: SocketAddr) -> bool {
     HELD.lock().map(|h| h.contains_key(&addr)).unwrap_or(false)
@@ -144,6 +166,19 @@ mod tests {
         let held = reserve_held(LOOPBACK).unwrap();
         release(held);
         assert!(UdpSocket::bind(held).is_ok());
+    }
+
+    #[test]
+    fn distinct_picks_skip_the_ports_already_taken() {
+        let a: SocketAddr = "127.0.0.1:20001".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:20002".parse().unwrap();
+        let mut picks = [a, a, b].into_iter();
+        assert_eq!(
+            pick_distinct(&[a], || Ok(picks.next().unwrap())).unwrap(),
+            b
+        );
+        let err = pick_distinct(&[a], || Ok(a)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
     }
 
     #[test]
