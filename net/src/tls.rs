@@ -415,29 +415,20 @@ pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
 pub fn congestion_controller(
     cfg: &NetConfig,
 ) -> Arc<dyn quinn::congestion::ControllerFactory + Send + Sync> {
-    let window = (cfg.initial_window > 0).then_some(cfg.initial_window);
+    // The three configs share `initial_window` but no trait that has it.
+    macro_rules! starting_at_the_window {
+        ($config:ty) => {{
+            let mut c = <$config>::default();
+            if cfg.initial_window > 0 {
+                c.initial_window(cfg.initial_window);
+            }
+            Arc::new(c)
+        }};
+    }
     match cfg.congestion {
-        Congestion::Bbr => {
-            let mut c = quinn::congestion::BbrConfig::default();
-            if let Some(w) = window {
-                c.initial_window(w);
-            }
-            Arc::new(c)
-        }
-        Congestion::NewReno => {
-            let mut c = quinn::congestion::NewRenoConfig::default();
-            if let Some(w) = window {
-                c.initial_window(w);
-            }
-            Arc::new(c)
-        }
-        Congestion::Cubic => {
-            let mut c = quinn::congestion::CubicConfig::default();
-            if let Some(w) = window {
-                c.initial_window(w);
-            }
-            Arc::new(c)
-        }
+        Congestion::Bbr => starting_at_the_window!(quinn::congestion::BbrConfig),
+        Congestion::NewReno => starting_at_the_window!(quinn::congestion::NewRenoConfig),
+        Congestion::Cubic => starting_at_the_window!(quinn::congestion::CubicConfig),
     }
 }
 

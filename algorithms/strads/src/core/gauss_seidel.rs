@@ -1,7 +1,7 @@
 //! Column-holding Gauss-Seidel Lasso, sans-I/O: the decision logic of `solver =
 //! "gauss-seidel"` (`apps::lasso::gs` runs it on the STRADS runtime).
 //!
-//! One file on purpose (about 910 lines, tests in `gauss_seidel/tests.rs`): the worker's
+//! One file on purpose (about 930 lines, tests in `gauss_seidel/tests.rs`): the worker's
 //! sweep, the centring it shares with the baseline, the scheduler's step weights and the
 //! chunk growth that reads them are one convergence argument (below); each part's correctness depends on the others' invariants.
 //!
@@ -572,11 +572,9 @@ impl GsWorkerCore {
         let mut sweep_list = list.clone();
         let view = |s: &Self| 0.5 * s.sq_residual + s.lambda * s.l1;
         // The view this sweep must reach: the target, or its start less the decrease.
-        let stop_at = match (order.target, order.decrease) {
-            (Some(t), Some(d)) => Some(t.max(view(self) - d)),
-            (Some(t), None) => Some(t),
-            (None, Some(d)) => Some(view(self) - d),
-            (None, None) => None,
+        let stop_at = match (order.target, order.decrease.map(|d| view(self) - d)) {
+            (Some(t), Some(d)) => Some(t.max(d)),
+            (t, d) => t.or(d),
         };
         'passes: while result.passes < order.max_passes.max(1) {
             let mut largest = 0.0f64;
