@@ -344,6 +344,8 @@ pub struct LaunchReport {
     /// it ended, else the launcher's last reading while it ran (every 50 ms; a killed
     /// node's last 50 ms may be missed); absent where `/proc` has no figure.
     pub peak_rss_mb: BTreeMap<String, f64>,
+    /// Each node's [`NodePeak::private_mb`], where the node recorded it when it ended.
+    pub peak_private_mb: BTreeMap<String, f64>,
 }
 
 /// What [`launch`] did in this process.
@@ -414,6 +416,8 @@ pub fn launch_with(
         }
         LaunchMode::Node { name, config } => {
             let launched = std::env::var_os(LAUNCH_DIR_ENV).map(PathBuf::from);
+            // Read before the node loads anything: what is file-backed now is the binary.
+            let startup_file_mb = process::resident_file_mb(None);
             let ran = run_one_node(cluster, name.as_deref(), &config);
             if let Some(dir) = &launched {
                 let node = match &ran {
@@ -421,7 +425,7 @@ pub fn launch_with(
                     Err((node, _)) => node.as_deref(),
                 };
                 if let Some(node) = node {
-                    record_peak(dir, node);
+                    record_peak(dir, node, startup_file_mb);
                 }
             }
             match ran {
@@ -441,34 +445,46 @@ pub fn launch_with(
     }
 }
 
-/// Where a node under a launcher leaves its peak resident memory when it ends, MB: the
+/// Where a node under a launcher leaves its peak memory when it ends ([`NodePeak`]): the
 /// launcher's own readings every 50 ms can miss the last moments of a short-lived node.
 fn peak_file(dir: &Path, node: &str) -> PathBuf {
     dir.join("peaks").join(node)
 }
 
+/// A node process's peak memory, MB.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NodePeak {
+    /// Peak resident memory (`VmHWM`).
+    pub rss_mb: f64,
+    /// The peak less the file-backed pages resident when the node started (the binary's
+    /// code, shared through the page cache by every node on the host, about 10-20 MB):
+    /// the memory this node adds. An upper bound of its private memory at the peak, as
+    /// file pages only accumulate. `None` where the node recorded no start.
+    pub private_mb: Option<f64>,
+}
+
 /// Best effort: a node that cannot write its peak leaves the launcher's sampled one.
-fn record_peak(dir: &Path, node: &str) {
-    let Some(mb) = process::peak_rss_mb(None) else {
+fn record_peak(dir: &Path, node: &str, startup_file_mb: Option<f64>) {
+    let Some(rss_mb) = process::peak_rss_mb(None) else {
         return;
+    };
+    let peak = NodePeak {
+        rss_mb,
+        private_mb: startup_file_mb.map(|f| (rss_mb - f).max(0.0)),
     };
     let path = peak_file(dir, node);
     let written = path
         .parent()
         .is_some_and(|p| std::fs::create_dir_all(p).is_ok())
-        && std::fs::write(&path, mb.to_string()).is_ok();
+        && serde_json::to_vec(&peak).is_ok_and(|json| std::fs::write(&path, json).is_ok());
     if !written {
         tracing::debug!(path = %path.display(), "could not record this node's peak memory");
     }
 }
 
 /// The peak a node recorded when it ended ([`record_peak`]), if any.
-fn recorded_peak(dir: &Path, node: &str) -> Option<f64> {
-    std::fs::read_to_string(peak_file(dir, node))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+fn recorded_peak(dir: &Path, node: &str) -> Option<NodePeak> {
+    serde_json::from_slice(&std::fs::read(peak_file(dir, node)).ok()?).ok()
 }
 
 /// A node under a launcher leaves its error in the run directory for the launcher to print
@@ -983,6 +999,7 @@ impl Running {
         let mut failed: Vec<(String, String, bool)> = Vec::new();
         let mut first_failure_at: Option<Instant> = None;
         let mut peak_rss_mb: BTreeMap<String, f64> = BTreeMap::new();
+        let mut peak_private_mb: BTreeMap<String, f64> = BTreeMap::new();
         let signal = wait_for_signal();
         tokio::pin!(signal);
         let outcome = loop {
@@ -997,9 +1014,12 @@ impl Running {
                     *peak = peak.max(mb);
                 }
                 if let Some(status) = child.try_wait()? {
-                    if let Some(mb) = recorded_peak(&self.run_dir, name) {
+                    if let Some(recorded) = recorded_peak(&self.run_dir, name) {
                         let peak = peak_rss_mb.entry(name.clone()).or_insert(0.0);
-                        *peak = peak.max(mb);
+                        *peak = peak.max(recorded.rss_mb);
+                        if let Some(mb) = recorded.private_mb {
+                            peak_private_mb.insert(name.clone(), mb);
+                        }
                     }
                     if status.success() {
                         finished.push((name.clone(), self.started.elapsed()));
@@ -1065,6 +1085,7 @@ impl Running {
             run_dir: self.run_dir.clone(),
             progress,
             peak_rss_mb,
+            peak_private_mb,
         })
     }
 }

@@ -1746,7 +1746,7 @@ fn scale_benches_over_processes_report_every_nodes_peak_memory() {
             holds > 0.0 && (ratio - worker / holds).abs() < 1e-9,
             "{figures}"
         );
-        let nodes: std::collections::BTreeMap<String, f64> = serde_json::from_slice(
+        let nodes: std::collections::BTreeMap<String, serde_json::Value> = serde_json::from_slice(
             &std::fs::read(out.join(run_name).join("run").join("node_memory.json")).unwrap(),
         )
         .unwrap();
@@ -1755,17 +1755,37 @@ fn scale_benches_over_processes_report_every_nodes_peak_memory() {
             ["scheduler", "w0", "w1"],
             "{bench}"
         );
+        let f = |v: &serde_json::Value, key: &str| v[key].as_f64().unwrap_or(f64::NAN);
+        let rss: Vec<f64> = nodes.values().map(|p| f(p, "rss_mb")).collect();
         // Every node recorded its own peak when it ended: a started node process holds
         // more than a few MB (a reading before it grew, the launcher's only one for a
         // node that ends within 50 ms, was 8.7 MB in a release build).
-        assert!(nodes.values().all(|&mb| mb > 10.0), "{nodes:?}");
+        assert!(rss.iter().all(|&mb| mb > 10.0), "{nodes:?}");
+        // And what it adds to the binary's code pages: less than its peak, more than
+        // nothing.
+        for peak in nodes.values() {
+            let private = f(peak, "private_mb");
+            assert!(private > 0.5 && private < f(peak, "rss_mb"), "{peak}");
+        }
         let recorded = std::fs::read_dir(out.join(run_name).join("run").join("peaks"))
             .unwrap()
             .count();
         assert_eq!(recorded, 3, "{bench}: one peak file per node");
         assert_eq!(
-            nodes.values().copied().fold(0.0, f64::max),
+            rss.iter().copied().fold(0.0, f64::max),
             worker.max(scheduler)
+        );
+        let workers_private = ["w0", "w1"].map(|w| f(&nodes[w], "private_mb"));
+        assert_eq!(
+            figures["worker_private_mb"].as_f64(),
+            Some(workers_private[0].max(workers_private[1])),
+            "{figures}"
+        );
+        let private_ratio = figures["worker_private_over_holds"].as_f64().unwrap_or(0.0);
+        assert!(
+            (private_ratio - workers_private[0].max(workers_private[1]) / holds).abs() < 1e-9
+                && private_ratio < ratio,
+            "{figures}"
         );
     }
 }

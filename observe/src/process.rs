@@ -43,16 +43,35 @@ pub fn read() -> Option<ProcessStats> {
 /// The peak resident memory (`VmHWM`) of process `pid`, or of this process with `None`, in
 /// MB; `None` where `/proc` has no such process (it exited, or this is not Linux).
 pub fn peak_rss_mb(pid: Option<u32>) -> Option<f64> {
+    parse_status_mb(&status_text(pid)?, "VmHWM")
+}
+
+/// The resident pages of process `pid` (or of this process) that are file-backed
+/// (`RssFile`), MB: above all the binary's code, whose pages every process of that binary
+/// on the host shares through the page cache.
+pub fn resident_file_mb(pid: Option<u32>) -> Option<f64> {
+    parse_status_mb(&status_text(pid)?, "RssFile")
+}
+
+fn status_text(pid: Option<u32>) -> Option<String> {
     let path = match pid {
         Some(pid) => format!("/proc/{pid}/status"),
         None => "/proc/self/status".to_string(),
     };
-    parse_vm_hwm_mb(&std::fs::read_to_string(path).ok()?)
+    std::fs::read_to_string(path).ok()
 }
 
 /// `VmHWM` from the text of a `/proc/<pid>/status` file, in MB (the kernel writes kB).
 pub fn parse_vm_hwm_mb(status: &str) -> Option<f64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    parse_status_mb(status, "VmHWM")
+}
+
+/// Field `key` (in kB) of the text of a `/proc/<pid>/status` file, in MB.
+fn parse_status_mb(status: &str, key: &str) -> Option<f64> {
+    let line = status.lines().find(|l| {
+        l.strip_prefix(key)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
 }
@@ -112,6 +131,12 @@ mod tests {
         assert_eq!(super::parse_vm_hwm_mb(text), Some(2.0));
         assert_eq!(super::parse_vm_hwm_mb("VmHWM: lots"), None);
         assert_eq!(super::parse_vm_hwm_mb(""), None);
+        let text = "VmHWM:\t 4096 kB\nRssAnon:\t 1024 kB\nRssFile:\t 3072 kB\n";
+        assert_eq!(super::parse_status_mb(text, "RssFile"), Some(3.0));
+        assert_eq!(super::parse_status_mb(text, "Rss"), None);
+        // A running binary has its code resident.
+        let file = super::resident_file_mb(None).expect("linux /proc");
+        assert!(file > 0.0 && file <= me, "{file} of {me}");
         // A pid that cannot exist.
         assert_eq!(super::peak_rss_mb(Some(u32::MAX)), None);
     }

@@ -14,7 +14,7 @@
 //! count under `per_workers`, with the time per coordinate update, the round breakdown
 //! (`RoundProfile`) and, over `--transport processes`, each node's peak against what a
 //! worker holds ([`NodeMemory`]: `worker_rss_mb`, `scheduler_rss_mb`, `worker_holds_mb`,
-//! `worker_rss_over_holds`). An SVG plots the time per update against the design's
+//! `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`). An SVG plots the time per update against the design's
 //! non-zeros.
 
 use crate::bench::strads_plot::{Series, absolute, line_plot};
@@ -142,7 +142,7 @@ struct PetrelFigures {
     final_objective: f64,
     profile: RoundProfile,
     /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
-    /// `worker_holds_mb`, `worker_rss_over_holds`).
+    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`).
     #[serde(flatten)]
     memory: NodeMemory,
 }
@@ -255,6 +255,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
         "worker MB",
         "holds MB",
         "peak / holds",
+        "private / holds",
         "sched. MB",
         "round ms",
         "messaging s",
@@ -298,6 +299,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
             "1".into(),
             "-".into(),
             "1".into(),
+            "-".into(),
             "-".into(),
             "-".into(),
             "-".into(),
@@ -358,6 +360,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
                 mb(memory.worker_rss_mb, 0),
                 format!("{holds:.1}"),
                 mb(memory.worker_rss_over_holds, 2),
+                mb(memory.worker_private_over_holds, 2),
                 mb(memory.scheduler_rss_mb, 0),
                 format!("{:.2}", m.profile.round_latency_ms),
                 format!("{:.2}", m.profile.messaging_s),

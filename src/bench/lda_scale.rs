@@ -77,7 +77,7 @@ pub struct LdaScaleRun {
     /// Log-likelihood per token at the end.
     pub final_loglik_per_token: f64,
     /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
-    /// `worker_holds_mb`, `worker_rss_over_holds`).
+    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`).
     #[serde(flatten)]
     pub memory: NodeMemory,
 }
@@ -172,6 +172,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         "worker peak MB",
         "worker holds MB",
         "peak / holds",
+        "private / holds",
         "scheduler peak MB",
     ]);
     let mut sizes = Vec::new();
@@ -221,6 +222,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
                 mb(memory.worker_rss_mb, 0),
                 format!("{holds:.1}"),
                 mb(memory.worker_rss_over_holds, 2),
+                mb(memory.worker_private_over_holds, 2),
                 mb(memory.scheduler_rss_mb, 0),
             ]);
             per_workers.insert(

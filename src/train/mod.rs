@@ -15,6 +15,7 @@ pub mod jobfile;
 pub mod progress;
 pub mod saved;
 
+use crate::launcher::NodePeak;
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ml::topic::LdaMetrics;
 use petrel_ps::PsApp;
@@ -322,12 +323,13 @@ pub fn star_settings_with<T: serde::Serialize>(
 /// Runs a cluster: nodes as threads of this process (memory or quic) or as separate
 /// processes (run files go to `run_dir`).
 /// The file in a run directory of `--transport processes` that holds every node's peak
-/// resident memory in MB (`{"scheduler": 120.5, "w0": 80.2, ...}`).
+/// memory in MB ([`NodePeak`] by node name: `{"w0": {"rss_mb": 80.2, "private_mb": 62.0},
+/// ...}`).
 pub const NODE_MEMORY_FILE: &str = "node_memory.json";
 
-/// The peak resident memory of the nodes of a `--transport processes` run in `run_dir`, MB
-/// by node name (empty where the run left no record).
-pub fn node_memory(run_dir: &Path) -> BTreeMap<String, f64> {
+/// The peak memory of the nodes of a `--transport processes` run in `run_dir`, by node
+/// name (empty where the run left no record).
+pub fn node_memory(run_dir: &Path) -> BTreeMap<String, NodePeak> {
     std::fs::read(run_dir.join(NODE_MEMORY_FILE))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -340,6 +342,9 @@ pub fn node_memory(run_dir: &Path) -> BTreeMap<String, f64> {
 pub struct NodeMemory {
     /// With `--transport processes`: the largest peak resident memory of a worker node.
     pub worker_rss_mb: Option<f64>,
+    /// With `--transport processes`: the largest [`NodePeak::private_mb`] of a worker node
+    /// (its peak less the binary's shared code pages).
+    pub worker_private_mb: Option<f64>,
     /// With `--transport processes`: the scheduler node's peak resident memory.
     pub scheduler_rss_mb: Option<f64>,
     /// What one worker holds (each bench's own estimate).
@@ -347,6 +352,9 @@ pub struct NodeMemory {
     /// `worker_rss_mb / worker_holds_mb` (target: <= 2 where the data outweighs a node's
     /// fixed cost).
     pub worker_rss_over_holds: Option<f64>,
+    /// `worker_private_mb / worker_holds_mb`: the same without the code pages that all
+    /// nodes of a host share.
+    pub worker_private_over_holds: Option<f64>,
 }
 
 impl NodeMemory {
@@ -357,16 +365,21 @@ impl NodeMemory {
             (Some(dir), JobTransport::Processes) => node_memory(&dir.join("run")),
             _ => BTreeMap::new(),
         };
-        let worker_rss_mb = nodes
-            .iter()
-            .filter(|(name, _)| name.as_str() != "scheduler")
-            .map(|(_, &mb)| mb)
-            .reduce(f64::max);
+        let workers = || {
+            nodes
+                .iter()
+                .filter(|(name, _)| name.as_str() != "scheduler")
+                .map(|(_, peak)| peak)
+        };
+        let worker_rss_mb = workers().map(|p| p.rss_mb).reduce(f64::max);
+        let worker_private_mb = workers().filter_map(|p| p.private_mb).reduce(f64::max);
         NodeMemory {
             worker_rss_mb,
-            scheduler_rss_mb: nodes.get("scheduler").copied(),
+            worker_private_mb,
+            scheduler_rss_mb: nodes.get("scheduler").map(|p| p.rss_mb),
             worker_holds_mb,
             worker_rss_over_holds: worker_rss_mb.map(|r| r / worker_holds_mb),
+            worker_private_over_holds: worker_private_mb.map(|r| r / worker_holds_mb),
         }
     }
 }
@@ -391,13 +404,20 @@ pub fn run_cluster(
                 .map_err(StradsTrainError::Runtime)?
                 .block_on(crate::launcher::run(&config, opts))?;
             // Each node's peak memory, for the scale benches (and anyone reading the run).
+            let peaks: BTreeMap<&String, NodePeak> = report
+                .peak_rss_mb
+                .iter()
+                .map(|(name, &rss_mb)| {
+                    let private_mb = report.peak_private_mb.get(name).copied();
+                    (name, NodePeak { rss_mb, private_mb })
+                })
+                .collect();
             let path = run_dir.join(NODE_MEMORY_FILE);
-            let json = serde_json::to_vec_pretty(&report.peak_rss_mb).map_err(|source| {
-                StradsTrainError::Json {
+            let json =
+                serde_json::to_vec_pretty(&peaks).map_err(|source| StradsTrainError::Json {
                     path: path.clone(),
                     source,
-                }
-            })?;
+                })?;
             std::fs::write(&path, json).map_err(|source| StradsTrainError::Io { path, source })?;
             Ok(())
         }
