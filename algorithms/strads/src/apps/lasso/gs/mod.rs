@@ -37,7 +37,7 @@ pub use scheduling::GsScheduling;
 
 use super::config::{DesignShape, LassoJob};
 use super::metrics::LassoOutcome;
-use super::multi::{MAX_SCHEDULERS, column_weight, partition_columns};
+use super::multi::{MAX_SCHEDULERS, column_weight, partition_weighted};
 use super::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Push, StradsApp, decode_state, encode_state};
@@ -137,12 +137,11 @@ pub fn column_ranges_of(
         ))
         .into());
     }
-    let weights: Vec<u64> = shape
+    let weights = shape
         .column_nnz
         .iter()
-        .map(|&c| column_weight(u64::from(c)))
-        .collect();
-    Ok(partition_columns(&weights, workers)?)
+        .map(|&c| column_weight(u64::from(c)));
+    Ok(partition_weighted(weights, workers)?)
 }
 
 /// Worker half: its columns, the residual and its compute time.

@@ -53,7 +53,7 @@ mod slice;
 mod sync;
 
 pub use crate::apps::lasso::metrics::{EvalNumbers, combine_evaluation};
-pub use partition::{column_weight, column_weights, partition_columns};
+pub use partition::{column_weight, column_weights, partition_columns, partition_weighted};
 pub use roles::SYNC_ACTOR;
 pub(super) use roles::scheduler_entry;
 pub use serial::run_multi_without_actors;

@@ -37,6 +37,36 @@ fn partition_is_contiguous_balanced_and_non_empty() {
     assert_eq!(parts, vec![0..1, 1..2, 2..3]);
 }
 
+/// The cut as first written: a prefix-sum array and a binary search per boundary.
+fn partition_by_prefix_array(weights: &[u64], parts: usize) -> Vec<std::ops::Range<usize>> {
+    let d = weights.len();
+    let mut prefix = vec![0u128];
+    for &w in weights {
+        prefix.push(prefix[prefix.len() - 1] + u128::from(w));
+    }
+    let total = prefix[d];
+    let mut bounds = vec![0usize];
+    for k in 1..parts {
+        let b = prefix.partition_point(|&p| p < total * k as u128 / parts as u128);
+        bounds.push(b.clamp(bounds[k - 1] + 1, d - (parts - k)));
+    }
+    bounds.push(d);
+    bounds.windows(2).map(|w| w[0]..w[1]).collect()
+}
+
+proptest::proptest! {
+    #[test]
+    fn the_one_walk_cut_is_the_prefix_array_cut(
+        weights in proptest::collection::vec(
+            proptest::prop_oneof![proptest::strategy::Just(0u64), 1u64..5, 1u64..100_000], 1..300),
+        parts in 1usize..=MAX_SCHEDULERS,
+    ) {
+        proptest::prop_assume!(parts <= weights.len());
+        let walked = partition_weighted(weights.iter().copied(), parts).unwrap();
+        proptest::prop_assert_eq!(walked, partition_by_prefix_array(&weights, parts));
+    }
+}
+
 #[test]
 fn partition_rejects_bad_counts() {
     assert_eq!(
