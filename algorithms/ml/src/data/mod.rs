@@ -5,6 +5,7 @@
 //! and bounds what it allocates by what the input holds and by [`DataLimits`].
 
 pub mod bow;
+pub mod digest;
 pub mod libsvm;
 pub mod limits;
 pub mod ratings;
@@ -16,6 +17,7 @@ pub use bow::{
     Corpus, CorpusStats, load_bow, parse_docword, parse_docword_part, parse_docword_with_limits,
     parse_vocab,
 };
+pub use digest::ReadDigest;
 pub use libsvm::{
     SparseColumns, SparseDataset, SparseRow, for_each_libsvm_row, load_libsvm, parse_libsvm,
     parse_libsvm_with_limits, visit_libsvm,

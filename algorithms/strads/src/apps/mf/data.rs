@@ -5,7 +5,8 @@
 //! a worker its users' ratings one by one ([`StradsMfJob::visit_split`]). A file is read
 //! three times, synthetic ratings are drawn three times; the split, the partition, the
 //! mean and every worker's ratings and their order are those of the whole load
-//! ([`StradsMfJob::load_centred`]).
+//! ([`StradsMfJob::load_centred`]). Every pass digests what it read ([`ReadDigest`]) and
+//! a pass that read something else than the first (a file edited meanwhile) is an error.
 
 use std::path::Path;
 
@@ -14,7 +15,7 @@ use crate::core::StradsModelError;
 use crate::core::mf::MfPartition;
 use crate::error::StradsError;
 use petrel_ml::data::synthetic::stream_low_rank_ratings;
-use petrel_ml::data::{HeldOutMask, Ratings, scan_ratings};
+use petrel_ml::data::{HeldOutMask, Ratings, ReadDigest, scan_ratings};
 
 /// Which side of the split a rating is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,9 @@ pub struct MfRatingsSummary {
     /// The mean taken off the ratings (`global_mean`; 0 otherwise).
     pub mean: f32,
     held: Held,
+    /// What the first pass read ([`ReadDigest::finish`]): every later pass must read the
+    /// same, or the split, partition and mean would describe another rating set.
+    read: (u64, u64),
 }
 
 impl MfRatingsSummary {
@@ -124,8 +128,11 @@ impl StradsMfJob {
     }
 
     fn summarise(&self, keep_test: bool) -> Result<(MfRatingsSummary, Ratings), StradsError> {
-        let mut ratings = 0usize;
-        let shape = self.scan(|_, _, _| ratings += 1)?;
+        let (mut ratings, mut first) = (0usize, ReadDigest::default());
+        let shape = self.scan(|u, i, r| {
+            ratings += 1;
+            first.add_triplet(u, i, r);
+        })?;
         if ratings == 0 {
             return Err(StradsModelError::InvalidConfig("no ratings".into()).into());
         }
@@ -143,6 +150,7 @@ impl StradsMfJob {
         // As `Iterator::sum` adds, in the same order: the mean of the whole load, bit for bit.
         let mut sum: f64 = std::iter::empty::<f64>().sum();
         let (mut train_ratings, mut k, mut outside) = (0usize, 0usize, false);
+        let mut second = ReadDigest::default();
         let mut test = Ratings {
             entries: Vec::new(),
             ..shape.clone()
@@ -151,6 +159,7 @@ impl StradsMfJob {
             test.entries.reserve_exact(mask.n_test());
         }
         self.scan(|u, i, r| {
+            second.add_triplet(u, i, r);
             let held_out = matches!(&held, Held::Mask(mask) if mask.is_test(k));
             k += 1;
             let (users, items) = if held_out {
@@ -171,7 +180,8 @@ impl StradsMfJob {
                 _ => outside = true,
             }
         })?;
-        if k != ratings || outside {
+        let read = first.finish();
+        if k != ratings || outside || second.finish() != read {
             return Err(changed(self.data.as_deref()));
         }
         let mean = if self.global_mean && train_ratings > 0 {
@@ -195,6 +205,7 @@ impl StradsMfJob {
             item_test_counts,
             mean,
             held,
+            read,
         };
         Ok((summary, test))
     }
@@ -227,8 +238,9 @@ impl StradsMfJob {
                 r
             }
         };
-        let mut k = 0usize;
+        let (mut k, mut again) = (0usize, ReadDigest::default());
         self.scan(|u, i, r| {
+            again.add_triplet(u, i, r);
             let side = match &summary.held {
                 Held::Mask(mask) if mask.is_test(k) => Side::Test,
                 _ => Side::Train,
@@ -236,7 +248,7 @@ impl StradsMfJob {
             k += 1;
             visit(side, u, i, centre(r));
         })?;
-        if k != summary.ratings {
+        if k != summary.ratings || again.finish() != summary.read {
             return Err(changed(self.data.as_deref()));
         }
         if let Held::File(path) = &summary.held {

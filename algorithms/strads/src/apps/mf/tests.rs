@@ -291,3 +291,39 @@ fn a_share_of_a_bad_file_is_refused_with_the_line() {
     let err = job.summary().unwrap_err().to_string();
     assert!(err.contains("no ratings"), "{err}");
 }
+
+/// A file that changes after the summary (same count of ratings, same users and items) is
+/// refused when a worker reads its share: a changed value would leave the mean of another
+/// rating set, a rating moved to another user a partition counted for another one.
+#[test]
+fn a_file_changed_after_its_summary_is_refused_when_a_share_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.tsv");
+    let original = "a\tx\t3\na\ty\t4\nb\tx\t4\nb\ty\t5\nc\tx\t2\n";
+    let edits = [
+        // One value.
+        "a\tx\t3\na\ty\t4\nb\tx\t4\nb\ty\t5.5\nc\tx\t2\n",
+        // One rating moved from user b to user c (same ids seen, same count).
+        "a\tx\t3\na\ty\t4\nb\tx\t4\nc\ty\t5\nc\tx\t2\n",
+    ];
+    for edited in edits {
+        std::fs::write(&path, original).unwrap();
+        let job = StradsMfJob {
+            data: Some(path.clone()),
+            test_fraction: 0.0,
+            ..small_job()
+        };
+        let summary = job.summary().unwrap();
+        let partition = summary.partition(2);
+        assert!(MfWorkerApp::from_split(0, &partition, &summary, &job).is_ok());
+        std::fs::write(&path, edited).unwrap();
+        let err = MfWorkerApp::from_split(0, &partition, &summary, &job)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("changed while it was read"),
+            "{edited:?}: {err}"
+        );
+    }
+}
