@@ -340,12 +340,11 @@ pub struct LaunchReport {
     pub run_dir: PathBuf,
     /// With [`LaunchOptions::progress`]: the last point the bar showed, and its node.
     pub progress: Option<(String, ProgressReport)>,
-    /// Each node process's peak resident memory (`VmHWM`), MB: what the node recorded when
-    /// it ended, else the launcher's last reading while it ran (every 50 ms; a killed
-    /// node's last 50 ms may be missed); absent where `/proc` has no figure.
-    pub peak_rss_mb: BTreeMap<String, f64>,
-    /// Each node's [`NodePeak::private_mb`], where the node recorded it when it ended.
-    pub peak_private_mb: BTreeMap<String, f64>,
+    /// Each node process's peak memory: its peak resident memory (`VmHWM`) as the node
+    /// recorded it when it ended, else the launcher's last reading while it ran (every 50
+    /// ms; a killed node's last 50 ms may be missed), with [`NodePeak::private_mb`] where
+    /// the node recorded it; absent where `/proc` has no figure.
+    pub peaks: BTreeMap<String, NodePeak>,
 }
 
 /// What [`launch`] did in this process.
@@ -461,6 +460,14 @@ pub struct NodePeak {
     /// the memory this node adds. An upper bound of its private memory at the peak, as
     /// file pages only accumulate. `None` where the node recorded no start.
     pub private_mb: Option<f64>,
+}
+
+impl NodePeak {
+    /// Nothing read yet.
+    const NONE: NodePeak = NodePeak {
+        rss_mb: 0.0,
+        private_mb: None,
+    };
 }
 
 /// Best effort: a node that cannot write its peak leaves the launcher's sampled one.
@@ -998,8 +1005,7 @@ impl Running {
         // Nodes that exited non-zero: (name, status, stopped only because of a peer).
         let mut failed: Vec<(String, String, bool)> = Vec::new();
         let mut first_failure_at: Option<Instant> = None;
-        let mut peak_rss_mb: BTreeMap<String, f64> = BTreeMap::new();
-        let mut peak_private_mb: BTreeMap<String, f64> = BTreeMap::new();
+        let mut peaks: BTreeMap<String, NodePeak> = BTreeMap::new();
         let signal = wait_for_signal();
         tokio::pin!(signal);
         let outcome = loop {
@@ -1010,16 +1016,14 @@ impl Running {
                 // The peak so far: VmHWM only grows, so the last reading before the exit is
                 // the node's peak but for its last 50 ms.
                 if let Some(mb) = child.id().and_then(|pid| process::peak_rss_mb(Some(pid))) {
-                    let peak = peak_rss_mb.entry(name.clone()).or_insert(0.0);
-                    *peak = peak.max(mb);
+                    let peak = peaks.entry(name.clone()).or_insert(NodePeak::NONE);
+                    peak.rss_mb = peak.rss_mb.max(mb);
                 }
                 if let Some(status) = child.try_wait()? {
                     if let Some(recorded) = recorded_peak(&self.run_dir, name) {
-                        let peak = peak_rss_mb.entry(name.clone()).or_insert(0.0);
-                        *peak = peak.max(recorded.rss_mb);
-                        if let Some(mb) = recorded.private_mb {
-                            peak_private_mb.insert(name.clone(), mb);
-                        }
+                        let peak = peaks.entry(name.clone()).or_insert(NodePeak::NONE);
+                        peak.rss_mb = peak.rss_mb.max(recorded.rss_mb);
+                        peak.private_mb = recorded.private_mb;
                     }
                     if status.success() {
                         finished.push((name.clone(), self.started.elapsed()));
@@ -1084,8 +1088,7 @@ impl Running {
             nodes: finished,
             run_dir: self.run_dir.clone(),
             progress,
-            peak_rss_mb,
-            peak_private_mb,
+            peaks,
         })
     }
 }

@@ -595,7 +595,7 @@ fn run_cluster(
         return Ok(());
     };
     for (name, t) in &report.nodes {
-        let peak = report.peak_rss_mb.get(name).copied().unwrap_or(f64::NAN);
+        let peak = report.peaks.get(name).map_or(f64::NAN, |p| p.rss_mb);
         tracing::info!(
             node = %name,
             seconds = format!("{:.2}", t.as_secs_f64()),

@@ -404,20 +404,13 @@ pub fn run_cluster(
                 .map_err(StradsTrainError::Runtime)?
                 .block_on(crate::launcher::run(&config, opts))?;
             // Each node's peak memory, for the scale benches (and anyone reading the run).
-            let peaks: BTreeMap<&String, NodePeak> = report
-                .peak_rss_mb
-                .iter()
-                .map(|(name, &rss_mb)| {
-                    let private_mb = report.peak_private_mb.get(name).copied();
-                    (name, NodePeak { rss_mb, private_mb })
-                })
-                .collect();
             let path = run_dir.join(NODE_MEMORY_FILE);
-            let json =
-                serde_json::to_vec_pretty(&peaks).map_err(|source| StradsTrainError::Json {
+            let json = serde_json::to_vec_pretty(&report.peaks).map_err(|source| {
+                StradsTrainError::Json {
                     path: path.clone(),
                     source,
-                })?;
+                }
+            })?;
             std::fs::write(&path, json).map_err(|source| StradsTrainError::Io { path, source })?;
             Ok(())
         }
