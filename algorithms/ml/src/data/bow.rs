@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DataError, DataLimits, numbered_lines, open_buffered};
+use super::{DataError, DataLimits, ReadDigest, numbered_lines, open_buffered};
 
 /// A tokenised corpus: each document is its list of 0-based word ids, with every
 /// `(doc, word, count)` entry expanded into `count` tokens (what a Gibbs sampler iterates).
@@ -157,14 +157,16 @@ pub fn parse_docword_with_limits(
 /// [`parse_docword_with_limits`] keeping only the tokens of the documents `keep` accepts
 /// (the others stay empty in the returned corpus), with the statistics of every document:
 /// a worker reads its share without ever holding the whole corpus. Every check applies to
-/// every line, kept or not.
+/// every line, kept or not. The digest of every value read lets a caller that reads the
+/// file again tell whether it changed.
 pub fn parse_docword_part(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
     keep: &dyn Fn(usize) -> bool,
-) -> Result<(Corpus, CorpusStats), DataError> {
+) -> Result<(Corpus, CorpusStats, ReadDigest), DataError> {
     let name = name_for_errors.as_ref();
+    let mut read = ReadDigest::default();
     let mut header: Vec<usize> = Vec::with_capacity(3);
     let mut docs: Vec<Vec<u32>> = Vec::new();
     let mut stats = CorpusStats::default();
@@ -193,6 +195,7 @@ pub fn parse_docword_part(
                 _ => {}
             }
             header.push(value);
+            read.add(value as u64);
             continue;
         }
         let (n_docs, vocab_size, nnz) = (header[0], header[1], header[2]);
@@ -227,6 +230,8 @@ pub fn parse_docword_part(
         if entries > nnz {
             return Err(bad(format!("more entries than NNZ = {nnz}")));
         }
+        read.add(doc << 32 | word);
+        read.add(count);
         let doc = (doc - 1) as usize;
         stats.add(doc, (word - 1) as usize, count as usize);
         if !keep(doc) {
@@ -266,7 +271,7 @@ pub fn parse_docword_part(
         docs,
         vocab: None,
     };
-    Ok((corpus, stats))
+    Ok((corpus, stats, read))
 }
 
 #[cfg(test)]

@@ -78,6 +78,13 @@ pub enum DataError {
     /// A caller-supplied parameter is out of range (e.g. a test fraction of 1.5).
     #[error("invalid parameter: {0}")]
     InvalidParameter(String),
+    /// A loader that reads its source more than once (to keep only a share of it) read
+    /// something else the second time ([`ReadDigest`]): the file changed meanwhile.
+    #[error("{path} changed while it was read")]
+    ChangedWhileRead {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
 impl DataError {

@@ -153,20 +153,12 @@ pub fn load_corpus_share(
     worker: usize,
 ) -> Result<CorpusShare, DataError> {
     let share = match docword {
-        Some(path) => {
-            let limits = crate::data::DataLimits::from_env()?;
-            let open = || crate::data::open_buffered(path);
-            let (_, stats) = parse_docword_part(open()?, path, &limits, &|_| false)?;
-            let partition = DocumentPartition::from_lengths(&stats.doc_lengths, workers);
-            let mine = |d: usize| partition.doc_worker.get(d) == Some(&(worker as u32));
-            let (corpus, _) = parse_docword_part(open()?, path, &limits, &mine)?;
-            let docs = partition.take_docs_of(corpus.docs, worker);
-            CorpusShare {
-                stats,
-                partition,
-                docs,
-            }
-        }
+        Some(path) => file_share(
+            &mut || Ok(Box::new(crate::data::open_buffered(path)?)),
+            path,
+            workers,
+            worker,
+        )?,
         None => {
             let lengths = vec![synthetic.doc_length; synthetic.n_docs];
             let partition = DocumentPartition::from_lengths(&lengths, workers);
@@ -200,6 +192,33 @@ pub fn load_corpus_share(
         ));
     }
     Ok(share)
+}
+
+/// A docword file read twice through `open`: the statistics and the partition, then this
+/// worker's documents.
+fn file_share(
+    open: &mut dyn FnMut() -> Result<Box<dyn std::io::BufRead>, DataError>,
+    path: &Path,
+    workers: usize,
+    worker: usize,
+) -> Result<CorpusShare, DataError> {
+    let limits = crate::data::DataLimits::from_env()?;
+    let (_, stats, first) = parse_docword_part(open()?, path, &limits, &|_| false)?;
+    let partition = DocumentPartition::from_lengths(&stats.doc_lengths, workers);
+    let mine = |d: usize| partition.doc_worker.get(d) == Some(&(worker as u32));
+    let (corpus, _, second) = parse_docword_part(open()?, path, &limits, &mine)?;
+    // The partition and statistics are the first read's: the documents must be too.
+    if second.finish() != first.finish() {
+        return Err(DataError::ChangedWhileRead {
+            path: path.to_path_buf(),
+        });
+    }
+    let docs = partition.take_docs_of(corpus.docs, worker);
+    Ok(CorpusShare {
+        stats,
+        partition,
+        docs,
+    })
 }
 
 /// Which worker samples each document: balanced by token count, identical on every node.
@@ -316,5 +335,30 @@ mod tests {
         std::fs::write(&path, "2\n3\n0\n").unwrap();
         let err = load_corpus_share(Some(&path), &params(), 2, 1).unwrap_err();
         assert!(err.to_string().contains("no tokens"), "{err}");
+    }
+
+    /// A file that reads differently the second time is refused, even when every document
+    /// keeps its length and every word its frequency (two occurrences swapped between
+    /// documents); one that reads the same is not.
+    #[test]
+    fn a_share_of_a_file_that_changed_between_its_reads_is_refused() {
+        let first = "2\n3\n3\n1 1 2\n1 2 1\n2 3 1\n";
+        let swapped = "2\n3\n3\n1 1 2\n1 3 1\n2 2 1\n";
+        let path = Path::new("docword.txt");
+        for (second, same) in [(first, true), (swapped, false)] {
+            let mut reads = [first, second].into_iter();
+            let mut open = || -> Result<Box<dyn std::io::BufRead>, DataError> {
+                let text = reads.next().unwrap_or_default();
+                Ok(Box::new(std::io::Cursor::new(text.as_bytes().to_vec())))
+            };
+            match file_share(&mut open, path, 2, 0) {
+                Ok(share) => assert!(same, "a changed file was read as {:?}", share.stats),
+                Err(e) => {
+                    assert!(!same, "{e}");
+                    assert!(matches!(e, DataError::ChangedWhileRead { .. }), "{e:?}");
+                    assert!(e.to_string().contains("changed while it was read"), "{e}");
+                }
+            }
+        }
     }
 }
