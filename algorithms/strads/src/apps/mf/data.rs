@@ -15,7 +15,7 @@ use crate::core::StradsModelError;
 use crate::core::mf::MfPartition;
 use crate::error::StradsError;
 use petrel_ml::data::synthetic::stream_low_rank_ratings;
-use petrel_ml::data::{HeldOutMask, Ratings, ReadDigest, scan_ratings};
+use petrel_ml::data::{DataError, HeldOutMask, Ratings, ReadDigest, scan_ratings};
 
 /// Which side of the split a rating is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,8 +262,15 @@ impl StradsMfJob {
 
 /// A second read of the ratings disagreed with the first.
 fn changed(data: Option<&Path>) -> StradsError {
-    let source = data.map_or("the synthetic ratings".to_string(), |p| {
-        p.display().to_string()
-    });
-    StradsModelError::InvalidConfig(format!("{source} changed while it was read")).into()
+    match data {
+        Some(path) => DataError::ChangedWhileRead {
+            path: path.to_path_buf(),
+        }
+        .into(),
+        // Drawn from a seed: only a bug could make two draws differ.
+        None => StradsModelError::InvalidConfig(
+            "the synthetic ratings changed while they were drawn".into(),
+        )
+        .into(),
+    }
 }

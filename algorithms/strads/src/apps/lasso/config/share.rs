@@ -9,7 +9,7 @@ use super::{LassoJob, column_correlation, column_means, label_mean};
 use crate::core::StradsModelError;
 use crate::error::StradsError;
 use petrel_ml::data::synthetic::{SparseLassoColumns, SparseLassoParams};
-use petrel_ml::data::{SparseColumns, visit_libsvm};
+use petrel_ml::data::{DataError, SparseColumns, visit_libsvm};
 use std::ops::Range;
 use std::path::Path;
 
@@ -231,10 +231,9 @@ impl LassoJob {
             values: vec![0.0; nnz],
         };
         let changed = || {
-            StradsError::from(StradsModelError::InvalidConfig(format!(
-                "{}: the file changed between its two reads",
-                path.display()
-            )))
+            StradsError::from(DataError::ChangedWhileRead {
+                path: path.to_path_buf(),
+            })
         };
         let mut i = 0usize;
         let mut inconsistent = false;

@@ -197,7 +197,7 @@ fn a_share_outside_the_design_or_a_file_changed_between_reads_is_an_error() {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("design.svm") && err.contains("changed between"),
+            err.contains("design.svm") && err.contains("changed while it was read"),
             "{err}"
         );
     }
