@@ -1789,3 +1789,101 @@ fn scale_benches_over_processes_report_every_nodes_peak_memory() {
         );
     }
 }
+
+/// Nodes that loaded different data stop before the first round, every one of them, naming
+/// who read what, instead of training on a mix: here w1's copy of the design differs from
+/// the others' in one value (a stale copy on another host, a file edited between reads).
+/// The same copies everywhere run to the end.
+#[test]
+fn nodes_that_loaded_different_data_stop_before_the_first_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows = String::new();
+    for i in 0..60u32 {
+        rows.push_str(&format!(
+            "{} 1:{} 2:{} 3:{} 4:{}\n",
+            f64::from(i % 7) * 0.5 - 1.0,
+            f64::from(i % 5) + 1.0,
+            f64::from(i % 3),
+            f64::from((i * 7) % 11) * 0.1,
+            f64::from(i % 2) * 2.0 - 1.0,
+        ));
+    }
+    let same = dir.path().join("design.svm");
+    std::fs::write(&same, &rows).unwrap();
+    let stale = dir.path().join("stale.svm");
+    std::fs::write(&stale, rows.replacen("1:1 ", "1:1.25 ", 1)).unwrap();
+    assert_ne!(
+        std::fs::read(&same).unwrap(),
+        std::fs::read(&stale).unwrap()
+    );
+    let mut nodes = String::new();
+    for (name, role) in [
+        ("scheduler", "strads-lasso-scheduler"),
+        ("w0", "strads-lasso-worker"),
+        ("w1", "strads-lasso-worker"),
+    ] {
+        nodes.push_str(&format!(
+            "[[nodes]]\nname = \"{name}\"\naddr = \"127.0.0.1:{}\"\nroles = [\"{role}\"]\n",
+            free_port()
+        ));
+    }
+    let config = |file: &str, data: &Path| {
+        let text = format!(
+            "[cluster]\nname = \"digest\"\ncerts_dir = \"certs\"\nheartbeat_interval_ms = 100\n\
+             failure_timeout_ms = 3000\njoin_timeout_ms = 20000\n{nodes}[app.lasso]\n\
+             data = \"{}\"\nmax_rounds = 50\n",
+            data.display()
+        );
+        let path = dir.path().join(file);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let (cfg, cfg_stale) = (config("cluster.toml", &same), config("stale.toml", &stale));
+    let st = Command::new(PETREL)
+        .args(["certs", "--dir"])
+        .arg(dir.path().join("certs"))
+        .arg("--config")
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let run = |w1_config: &Path| {
+        let spawn = |name: &str, config: &Path| {
+            drain(
+                Command::new(PETREL)
+                    .args(["node", "--name", name, "--config"])
+                    .arg(config)
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            )
+        };
+        let children = [
+            ("scheduler", spawn("scheduler", &cfg)),
+            ("w0", spawn("w0", &cfg)),
+            ("w1", spawn("w1", w1_config)),
+        ];
+        children.map(|(name, (child, log))| {
+            let status = wait_with_deadline(child, Duration::from_secs(60));
+            (name, status.success(), log.join().unwrap())
+        })
+    };
+    for (name, ok, log) in run(&cfg) {
+        assert!(ok, "{name} failed with the same data everywhere: {log}");
+    }
+    for (name, ok, log) in run(&cfg_stale) {
+        assert!(!ok, "{name} went on with different data: {log}");
+        if name == "scheduler" {
+            // The coordinator's node names the barrier, the digests and who had which.
+            assert!(
+                log.contains("disagree on what they must share")
+                    && log.contains("from scheduler, w0")
+                    && log.contains("from w1"),
+                "{log}"
+            );
+        }
+    }
+}

@@ -46,6 +46,15 @@ impl NodeContext {
         self.node.barrier(name, self.coordinator).await.map(|_| ())
     }
 
+    /// [`NodeContext::barrier`] where every node entering with a value must bring the same
+    /// one ([`Node::barrier_agreeing`]).
+    pub async fn barrier_agreeing(&self, name: &str, value: Option<u64>) -> Result<(), NodeError> {
+        self.node
+            .barrier_agreeing(name, self.coordinator, value)
+            .await
+            .map(|_| ())
+    }
+
     /// Names of the nodes that run `role`, in cluster order.
     pub fn nodes_with_role(&self, role: &str) -> Vec<String> {
         self.settings

@@ -77,6 +77,11 @@ pub struct BarrierEnter {
     pub name: String,
     /// The entering node.
     pub node: NodeId,
+    /// A value every node that enters with one must share (a digest of the data it
+    /// loaded): if two differ the barrier fails for every node, naming them. `None`:
+    /// nothing to agree on.
+    #[serde(default)]
+    pub agree_on: Option<u64>,
 }
 
 /// Why the coordinator refused or failed a barrier (a member died, the caller is not a

@@ -33,6 +33,18 @@ pub enum MembershipError {
         /// The dead node's name.
         node: String,
     },
+    /// Nodes entered a barrier with different values to agree on (see
+    /// `BarrierEnter::agree_on`): typically they loaded different data.
+    #[error(
+        "barrier {barrier}: the nodes disagree on what they must share, a digest of the data each loaded ({values})"
+    )]
+    Disagreement {
+        /// The barrier.
+        barrier: String,
+        /// Each value and the nodes that entered with it, e.g.
+        /// `0x1f.. from scheduler, w0; 0x7a.. from w1`.
+        values: String,
+    },
     /// A node that is not a live member entered a barrier.
     #[error("{0} is not a live member")]
     NotLive(NodeId),
@@ -86,6 +98,8 @@ pub type Outcome<W, T> = Vec<(W, Result<T, MembershipError>)>;
 struct BarrierState<W> {
     entered: BTreeSet<NodeId>,
     waiters: Vec<W>,
+    /// The values entered to agree on, by node (a node with two roles may enter twice).
+    values: Vec<(NodeId, u64)>,
 }
 
 /// The coordinator's decisions, free of I/O. `W` is whatever identifies a waiting caller
@@ -249,12 +263,14 @@ impl<W> ClusterCore<W> {
         failed
     }
 
-    /// `node` enters barrier `name`; when every live member has entered, all waiters are
-    /// released with the participant count.
+    /// `node` enters barrier `name`, with a value to agree on or none; when every live
+    /// member has entered, all waiters are released with the participant count, or all
+    /// fail with [`MembershipError::Disagreement`] if the values entered differ.
     pub fn enter_barrier(
         &mut self,
         name: &str,
         node: NodeId,
+        agree_on: Option<u64>,
         waiter: W,
     ) -> Outcome<W, BarrierReleased> {
         if self.dead.contains(&node) || !self.joined.contains_key(&node) {
@@ -267,15 +283,42 @@ impl<W> ClusterCore<W> {
             .or_insert_with(|| BarrierState {
                 entered: BTreeSet::new(),
                 waiters: Vec::new(),
+                values: Vec::new(),
             });
         state.entered.insert(node);
         state.waiters.push(waiter);
+        if let Some(value) = agree_on {
+            state.values.push((node, value));
+        }
         if !alive.is_subset(&state.entered) {
             return Vec::new();
         }
         let Some(state) = self.barriers.remove(name) else {
             return Vec::new();
         };
+        let mut by_value: BTreeMap<u64, BTreeSet<NodeId>> = BTreeMap::new();
+        for &(node, value) in &state.values {
+            by_value.entry(value).or_default().insert(node);
+        }
+        if by_value.len() > 1 {
+            let values = by_value
+                .iter()
+                .map(|(value, nodes)| {
+                    let names: Vec<String> = nodes.iter().map(|&n| self.name(n)).collect();
+                    format!("{value:#018x} from {}", names.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            let failed = MembershipError::Disagreement {
+                barrier: name.to_string(),
+                values,
+            };
+            return state
+                .waiters
+                .into_iter()
+                .map(|w| (w, Err(failed.clone())))
+                .collect();
+        }
         let released = BarrierReleased {
             name: name.to_string(),
             participants: state.entered.len() as u32,
@@ -428,7 +471,7 @@ mod tests {
         for i in 0..3 {
             c.join(join(i), i, t0);
         }
-        assert!(c.enter_barrier("b", NodeId(0), 10).is_empty());
+        assert!(c.enter_barrier("b", NodeId(0), None, 10).is_empty());
         let t1 = t0 + Duration::from_millis(80);
         c.heartbeat(NodeId(0), t1);
         c.heartbeat(NodeId(1), t1);
@@ -446,13 +489,48 @@ mod tests {
                 .contains("n2 died")
         );
         // A barrier among the survivors still works.
-        assert!(c.enter_barrier("c", NodeId(0), 11).is_empty());
-        let out = c.enter_barrier("c", NodeId(1), 12);
+        assert!(c.enter_barrier("c", NodeId(0), None, 11).is_empty());
+        let out = c.enter_barrier("c", NodeId(1), None, 12);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].1.as_ref().unwrap().participants, 2);
         assert!(
             c.join(join(2), 2, t2)[0].1.is_err(),
             "dead nodes do not rejoin"
+        );
+    }
+
+    /// Nodes that enter with the same value (or none) pass; one value apart fails the
+    /// barrier for every waiter, naming each value's nodes; the next barrier is unaffected.
+    #[test]
+    fn a_barrier_fails_for_all_when_the_values_to_agree_on_differ() {
+        let mut c = core3();
+        let t0 = Instant::now();
+        for i in 0..3 {
+            c.join(join(i), i, t0);
+        }
+        assert!(c.enter_barrier("same", NodeId(0), Some(7), 0).is_empty());
+        assert!(c.enter_barrier("same", NodeId(1), None, 1).is_empty());
+        let out = c.enter_barrier("same", NodeId(2), Some(7), 2);
+        assert!(out.iter().all(|(_, r)| r.is_ok()), "{:?}", out.len());
+        assert!(c.enter_barrier("data", NodeId(0), Some(7), 0).is_empty());
+        assert!(c.enter_barrier("data", NodeId(1), Some(9), 1).is_empty());
+        let out = c.enter_barrier("data", NodeId(2), Some(7), 2);
+        assert_eq!(out.len(), 3);
+        for (_, r) in &out {
+            let e = r.as_ref().unwrap_err();
+            assert!(matches!(e, MembershipError::Disagreement { .. }), "{e}");
+            let text = e.to_string();
+            assert!(
+                text.contains("0x0000000000000007 from n0, n2")
+                    && text.contains("0x0000000000000009 from n1"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            c.enter_barrier("next", NodeId(0), Some(1), 0).len()
+                + c.enter_barrier("next", NodeId(1), Some(1), 1).len()
+                + c.enter_barrier("next", NodeId(2), Some(1), 2).len(),
+            3
         );
     }
 }

@@ -265,6 +265,7 @@ impl Handler<Msg<BarrierEnter>> for Coordinator {
         Self::settle_barrier(self.core.enter_barrier(
             &msg.body.name,
             msg.body.node,
+            msg.body.agree_on,
             WaiterSlot::Barrier(tx),
         ));
         Box::pin(async move {
@@ -481,12 +482,25 @@ impl Node {
         name: &str,
         coordinator: NodeId,
     ) -> Result<BarrierReleased, NodeError> {
+        self.barrier_agreeing(name, coordinator, None).await
+    }
+
+    /// [`Node::barrier`], and every node that enters with a value must have entered with
+    /// the same one (a digest of the data it loaded): otherwise the barrier fails on every
+    /// node, naming who had which.
+    pub async fn barrier_agreeing(
+        &self,
+        name: &str,
+        coordinator: NodeId,
+        agree_on: Option<u64>,
+    ) -> Result<BarrierReleased, NodeError> {
         let c = self.actor::<BarrierEnter>(&ActorId::new(coordinator, COORDINATOR_ACTOR))?;
         let reply = c
             .ask(
                 BarrierEnter {
                     name: name.to_string(),
                     node: self.id(),
+                    agree_on,
                 },
                 Priority::CONTROL,
                 Duration::from_secs(24 * 3600),

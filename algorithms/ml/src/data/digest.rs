@@ -39,6 +39,13 @@ impl ReadDigest {
     pub fn finish(&self) -> (u64, u64) {
         (self.words, self.hash.finish())
     }
+
+    /// [`Self::finish`] folded into one word (what nodes compare with each other).
+    pub fn value(&self) -> u64 {
+        let mut hash = self.hash.clone();
+        hash.write_u64(self.words);
+        hash.finish()
+    }
 }
 
 #[cfg(test)]

@@ -112,6 +112,23 @@ pub trait StradsJob: StradsApp + Sized {
         shape: &JobShape,
     ) -> Result<Self::Worker, StradsError>;
 
+    /// A digest of what scheduler half `scheduler` loaded that every node of the job must
+    /// share (the design's shape and labels, the ratings, the corpus's statistics): the
+    /// nodes compare their digests at the ready barrier, so a job whose nodes read
+    /// different data (a file edited between their reads, a stale copy on another host)
+    /// fails there on every node, naming who read what, instead of training on a mix.
+    /// `None` (the default): nothing compared.
+    fn scheduler_digest(scheduler: &Self::Scheduler) -> Option<u64> {
+        let _ = scheduler;
+        None
+    }
+
+    /// The same digest from worker half `worker` (before it starts).
+    fn worker_digest(worker: &Self::Worker) -> Option<u64> {
+        let _ = worker;
+        None
+    }
+
     /// Writes the outputs once every round committed.
     fn finish(
         config: &Self::Config,
@@ -236,7 +253,8 @@ pub async fn scheduler_role<J: StradsJob>(ctx: NodeContext) -> Result<(), Strads
     let loader = config.clone();
     let mut scheduler = off_loop(move || J::scheduler(&loader, &shape)).await?;
     tracing::info!(app = J::SECTION, workers = shape.workers, "scheduler ready");
-    ctx.barrier(&ready_barrier::<J>()).await?;
+    ctx.barrier_agreeing(&ready_barrier::<J>(), J::scheduler_digest(&scheduler))
+        .await?;
     let set = WorkerSet::<J>::resolve(&ctx.node, &workers, J::WORKER_ROLE)?;
     let before = ctx.node.net_stats();
     let opts = J::scheduler_options(&config);
@@ -280,9 +298,10 @@ pub async fn worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsErr
         schedulers: ctx.nodes_with_role(J::SCHEDULER_ROLE).len(),
     };
     let half = off_loop(move || J::worker(&config, index, &shape)).await?;
+    let digest = J::worker_digest(&half);
     half.start(&ctx.node, J::WORKER_ROLE, index as u32, &workers)?;
     tracing::info!(app = J::SECTION, worker = index, "worker ready");
-    Ok(ctx.barrier(&ready_barrier::<J>()).await?)
+    Ok(ctx.barrier_agreeing(&ready_barrier::<J>(), digest).await?)
 }
 
 /// Registers job `J`'s scheduler and worker roles.

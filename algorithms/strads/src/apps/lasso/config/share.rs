@@ -9,7 +9,7 @@ use super::{LassoJob, column_correlation, column_means, label_mean};
 use crate::core::StradsModelError;
 use crate::error::StradsError;
 use petrel_ml::data::synthetic::{SparseLassoColumns, SparseLassoParams};
-use petrel_ml::data::{DataError, SparseColumns, visit_libsvm};
+use petrel_ml::data::{DataError, ReadDigest, SparseColumns, visit_libsvm};
 use std::ops::Range;
 use std::path::Path;
 
@@ -60,6 +60,24 @@ pub struct ColumnShare {
     pub y: Vec<f32>,
     /// [`LassoJob::lambda_max`] of the whole design.
     pub lambda_max: f64,
+}
+
+impl ColumnShare {
+    /// What every node's share of one design has in common, digested: the shape, `y` and
+    /// `lambda_max` (which every value of the design enters). Nodes compare it before the
+    /// first round ([`crate::kit::StradsJob::worker_digest`]).
+    pub fn digest(&self) -> u64 {
+        let mut d = ReadDigest::default();
+        d.add(self.shape.n_rows as u64);
+        d.add(self.shape.column_nnz.len() as u64);
+        self.shape
+            .column_nnz
+            .iter()
+            .for_each(|&c| d.add(u64::from(c)));
+        self.y.iter().for_each(|v| d.add(u64::from(v.to_bits())));
+        d.add(self.lambda_max.to_bits());
+        d.value()
+    }
 }
 
 /// Builds a share's CSC column by column.

@@ -149,6 +149,9 @@ pub struct GsWorker {
     core: GsWorkerCore,
     index: usize,
     busy: WorkerBusy,
+    /// The digest of the data it loaded (compared with every node's before the first
+    /// round).
+    data_digest: Option<u64>,
 }
 
 impl GsWorker {
@@ -158,7 +161,14 @@ impl GsWorker {
             core,
             index,
             busy: WorkerBusy::default(),
+            data_digest: None,
         }
+    }
+
+    /// This worker with the digest of the data it loaded.
+    pub fn with_data_digest(mut self, digest: u64) -> Self {
+        self.data_digest = Some(digest);
+        self
     }
 }
 
@@ -266,7 +276,8 @@ impl StradsJob for LassoGsApp {
             design.lambda_max,
             job,
             shape.workers,
-        )?;
+        )?
+        .with_data_digest(design.digest());
         tracing::info!(
             rows = design.shape.n_rows,
             features = design.shape.n_columns(),
@@ -293,6 +304,7 @@ impl StradsJob for LassoGsApp {
                 })
         })?;
         tracing::debug!(worker = index, columns = ?share.columns, "lasso gauss-seidel worker loaded");
+        let digest = share.digest();
         let lambda = f64::from(job.lambda_from_max(share.lambda_max));
         let shared = shape.workers > 1;
         let core = if job.fit_intercept {
@@ -300,7 +312,17 @@ impl StradsJob for LassoGsApp {
         } else {
             GsWorkerCore::new(share.x, share.y, lambda, shared)?
         };
-        Ok(StarHalf(GsWorker::new(core, index)))
+        Ok(StarHalf(
+            GsWorker::new(core, index).with_data_digest(digest),
+        ))
+    }
+
+    fn scheduler_digest(scheduler: &GsScheduling) -> Option<u64> {
+        scheduler.data_digest()
+    }
+
+    fn worker_digest(worker: &StarHalf<GsWorker>) -> Option<u64> {
+        worker.0.data_digest
     }
 
     fn finish(
