@@ -55,6 +55,17 @@ pub struct CorpusStats {
 }
 
 impl CorpusStats {
+    /// The statistics digested ([`ReadDigest::value`]): what nodes that each read the same
+    /// corpus (whole or a share) all have in common, to compare before they work on it.
+    pub fn digest(&self) -> u64 {
+        let mut d = ReadDigest::default();
+        d.add(self.n_docs as u64);
+        d.add(self.vocab_size as u64);
+        self.doc_lengths.iter().for_each(|&n| d.add(n as u64));
+        self.word_frequencies.iter().for_each(|&n| d.add(n as u64));
+        d.value()
+    }
+
     /// The statistics of a corpus held in memory.
     pub fn of(corpus: &Corpus) -> Self {
         CorpusStats {

@@ -189,6 +189,8 @@ pub struct RingHalf<A: RingApp, W> {
     pub logic: W,
     /// The blocks held at the start.
     pub initial: Vec<(BlockId, A::Block)>,
+    /// The digest of the data it loaded ([`StradsJob::worker_digest`]), if the app keeps one.
+    pub data_digest: Option<u64>,
     _app: PhantomData<fn() -> A>,
 }
 
@@ -198,8 +200,15 @@ impl<A: RingApp, W> RingHalf<A, W> {
         RingHalf {
             logic,
             initial,
+            data_digest: None,
             _app: PhantomData,
         }
+    }
+
+    /// This half with the digest of the data it loaded.
+    pub fn with_data_digest(mut self, digest: u64) -> Self {
+        self.data_digest = Some(digest);
+        self
     }
 }
 

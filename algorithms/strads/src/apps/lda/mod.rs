@@ -406,11 +406,22 @@ impl StradsJob for LdaApp {
         SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
     }
 
+    fn scheduler_digest(scheduler: &LdaScheduling) -> Option<u64> {
+        scheduler.data_digest()
+    }
+
+    fn worker_digest(worker: &RingHalf<LdaApp, LdaWorkerApp>) -> Option<u64> {
+        worker.data_digest
+    }
+
     fn scheduler(job: &LdaJob, shape: &JobShape) -> Result<LdaScheduling, StradsError> {
         let corpus = job.load()?;
         let layout = LdaLayout::new(&corpus, shape.workers);
         let heldout = LdaHeldout::of(job, corpus.vocab_size)?;
-        Ok(LdaScheduling::new(&corpus, &layout, job, shape.workers).with_heldout(heldout))
+        let digest = petrel_ml::data::CorpusStats::of(&corpus).digest();
+        Ok(LdaScheduling::new(&corpus, &layout, job, shape.workers)
+            .with_heldout(heldout)
+            .with_data_digest(digest))
     }
 
     fn worker(
@@ -422,9 +433,10 @@ impl StradsJob for LdaApp {
         let share = job.load_share(shape.workers, index)?;
         let layout = LdaLayout::of_share(&share, shape.workers);
         let config = job.config(shape.workers);
+        let digest = share.stats.digest();
         let worker = LdaWorkerApp::with_docs(index, share.docs, &layout, &config)?
             .with_snapshots(job.test_data.is_some());
-        Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)))
+        Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)).with_data_digest(digest))
     }
 
     fn finish(

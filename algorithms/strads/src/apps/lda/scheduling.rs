@@ -110,6 +110,8 @@ pub struct LdaScheduling {
     heldout: Option<LdaHeldout>,
     /// Held-out figures by pass (0 = the initial assignments).
     heldout_trace: BTreeMap<usize, HeldoutFigures>,
+    /// The digest of the corpus it was built from (`CorpusStats::digest`).
+    data_digest: Option<u64>,
     /// Seconds spent scoring the test set.
     heldout_s: f64,
 }
@@ -150,7 +152,20 @@ impl LdaScheduling {
             heldout: None,
             heldout_trace: BTreeMap::new(),
             heldout_s: 0.0,
+            data_digest: None,
         }
+    }
+
+    /// This half with the digest of the corpus it was built from (compared with the
+    /// workers' before the first round).
+    pub fn with_data_digest(mut self, digest: u64) -> Self {
+        self.data_digest = Some(digest);
+        self
+    }
+
+    /// The digest of [`Self::with_data_digest`].
+    pub fn data_digest(&self) -> Option<u64> {
+        self.data_digest
     }
 
     /// Scores `heldout` at the end of every pass (the workers must send block snapshots:

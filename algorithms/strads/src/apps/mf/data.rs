@@ -95,6 +95,15 @@ impl MfRatingsSummary {
             .collect()
     }
 
+    /// What every node's summary of one rating set has in common, digested: the first
+    /// pass's digest of every rating read. Nodes compare it before the first round.
+    pub fn digest(&self) -> u64 {
+        let mut d = ReadDigest::default();
+        d.add(self.read.0);
+        d.add(self.read.1);
+        d.value()
+    }
+
     /// Every item's training rating count as an MF worker keeps it.
     pub fn item_counts_u32(&self) -> Vec<u32> {
         self.item_train_counts

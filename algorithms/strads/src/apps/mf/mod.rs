@@ -471,6 +471,14 @@ impl StradsJob for MfApp {
 
     /// The scheduler keeps the test ratings (for the final test RMSE), never the training
     /// ones: it counts them.
+    fn scheduler_digest(scheduler: &MfScheduling) -> Option<u64> {
+        scheduler.data_digest
+    }
+
+    fn worker_digest(worker: &RingHalf<MfApp, MfWorkerApp>) -> Option<u64> {
+        worker.data_digest
+    }
+
     fn scheduler(job: &StradsMfJob, shape: &JobShape) -> Result<MfScheduling, StradsError> {
         let (summary, test) = job.summary_and_test()?;
         let mut scheduling = MfScheduling::from_summary(shape.workers, &summary, test, job);
@@ -489,7 +497,7 @@ impl StradsJob for MfApp {
         let partition = summary.partition(shape.workers);
         let initial = initial_ring_blocks(index, &partition, job.layout());
         let worker = MfWorkerApp::from_split(index, &partition, &summary, job)?;
-        Ok(RingHalf::new(worker, initial))
+        Ok(RingHalf::new(worker, initial).with_data_digest(summary.digest()))
     }
 
     fn finish(

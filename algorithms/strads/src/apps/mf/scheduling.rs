@@ -131,6 +131,8 @@ pub struct MfScheduling {
     pub(super) test: Ratings,
     /// Original user and item ids (triplet files), for the outputs.
     pub(super) ids: Option<IdMapping>,
+    /// The digest of the ratings it was built from ([`MfRatingsSummary::digest`]).
+    pub(super) data_digest: Option<u64>,
 }
 
 impl MfScheduling {
@@ -165,7 +167,9 @@ impl MfScheduling {
             train_ratings: summary.train_ratings,
             ids: summary.shape.id_mapping.clone(),
         };
-        Self::with_shape(workers.max(1), shape, test, job)
+        let mut scheduling = Self::with_shape(workers.max(1), shape, test, job);
+        scheduling.data_digest = Some(summary.digest());
+        scheduling
     }
 
     fn with_shape(p: usize, shape: RatingsShape, test: Ratings, job: &StradsMfJob) -> Self {
@@ -216,6 +220,7 @@ impl MfScheduling {
             },
             test,
             ids,
+            data_digest: None,
         }
     }
 

@@ -327,3 +327,37 @@ fn a_file_changed_after_its_summary_is_refused_when_a_share_is_read() {
         );
     }
 }
+
+/// The scheduler and every worker digest one rating set alike; an edited file digests
+/// differently (the nodes compare these before the first round).
+#[test]
+fn scheduler_and_workers_digest_one_rating_set_alike() {
+    use crate::kit::{JobShape, StradsJob};
+    let shape = JobShape {
+        workers: 2,
+        schedulers: 1,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.tsv");
+    let job = StradsMfJob {
+        data: Some(path.clone()),
+        test_fraction: 0.0,
+        ..small_job()
+    };
+    let mut digests = Vec::new();
+    for text in [
+        "a\tx\t3\na\ty\t4\nb\tx\t4\nb\ty\t5\n",
+        "a\tx\t3\na\ty\t4\nb\tx\t4\nb\ty\t5.5\n",
+    ] {
+        std::fs::write(&path, text).unwrap();
+        let scheduler = MfApp::scheduler(&job, &shape).unwrap();
+        let digest = MfApp::scheduler_digest(&scheduler);
+        assert!(digest.is_some());
+        for w in 0..shape.workers {
+            let worker = MfApp::worker(&job, w, &shape).unwrap();
+            assert_eq!(MfApp::worker_digest(&worker), digest, "worker {w}");
+        }
+        digests.push(digest);
+    }
+    assert_ne!(digests[0], digests[1]);
+}
