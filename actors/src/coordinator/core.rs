@@ -380,6 +380,15 @@ mod tests {
         ClusterCore::new(expected, Duration::from_millis(100))
     }
 
+    /// [`core3`] with all three nodes joined at `t0`.
+    fn joined3(t0: Instant) -> ClusterCore<u32> {
+        let mut c = core3();
+        for i in 0..3 {
+            c.join(join(i), i, t0);
+        }
+        c
+    }
+
     fn join(i: u32) -> Join {
         Join {
             node: NodeId(i),
@@ -466,11 +475,8 @@ mod tests {
 
     #[test]
     fn silent_node_is_found_dead_and_fails_barriers() {
-        let mut c = core3();
         let t0 = Instant::now();
-        for i in 0..3 {
-            c.join(join(i), i, t0);
-        }
+        let mut c = joined3(t0);
         assert!(c.enter_barrier("b", NodeId(0), None, 10).is_empty());
         let t1 = t0 + Duration::from_millis(80);
         c.heartbeat(NodeId(0), t1);
@@ -503,11 +509,7 @@ mod tests {
     /// barrier for every waiter, naming each value's nodes; the next barrier is unaffected.
     #[test]
     fn a_barrier_fails_for_all_when_the_values_to_agree_on_differ() {
-        let mut c = core3();
-        let t0 = Instant::now();
-        for i in 0..3 {
-            c.join(join(i), i, t0);
-        }
+        let mut c = joined3(Instant::now());
         assert!(c.enter_barrier("same", NodeId(0), Some(7), 0).is_empty());
         assert!(c.enter_barrier("same", NodeId(1), None, 1).is_empty());
         let out = c.enter_barrier("same", NodeId(2), Some(7), 2);

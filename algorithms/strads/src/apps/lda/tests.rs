@@ -133,11 +133,7 @@ fn outputs_list_top_words() {
 /// from a synthetic draw and from a file; another corpus digests differently.
 #[test]
 fn scheduler_and_workers_digest_one_corpus_alike() {
-    use crate::kit::{JobShape, StradsJob};
-    let shape = JobShape {
-        workers: 3,
-        schedulers: 1,
-    };
+    use crate::kit::common_digest;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("docword.txt");
     std::fs::write(&file, "3\n4\n5\n1 1 2\n1 2 1\n2 3 4\n3 1 1\n3 4 2\n").unwrap();
@@ -145,16 +141,7 @@ fn scheduler_and_workers_digest_one_corpus_alike() {
         docword: Some(file.clone()),
         ..small_job()
     };
-    let mut digests = Vec::new();
-    for job in [small_job(), from_file] {
-        let scheduler = LdaApp::scheduler(&job, &shape).unwrap();
-        let digest = LdaApp::scheduler_digest(&scheduler);
-        assert!(digest.is_some());
-        for w in 0..shape.workers {
-            let worker = LdaApp::worker(&job, w, &shape).unwrap();
-            assert_eq!(LdaApp::worker_digest(&worker), digest, "worker {w}");
-        }
-        digests.push(digest);
-    }
+    let digests = [small_job(), from_file].map(|job| common_digest::<LdaApp>(&job, 3));
+    assert!(digests.iter().all(Option::is_some));
     assert_ne!(digests[0], digests[1]);
 }

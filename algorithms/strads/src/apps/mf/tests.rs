@@ -332,11 +332,7 @@ fn a_file_changed_after_its_summary_is_refused_when_a_share_is_read() {
 /// differently (the nodes compare these before the first round).
 #[test]
 fn scheduler_and_workers_digest_one_rating_set_alike() {
-    use crate::kit::{JobShape, StradsJob};
-    let shape = JobShape {
-        workers: 2,
-        schedulers: 1,
-    };
+    use crate::kit::common_digest;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.tsv");
     let job = StradsMfJob {
@@ -344,20 +340,14 @@ fn scheduler_and_workers_digest_one_rating_set_alike() {
         test_fraction: 0.0,
         ..small_job()
     };
-    let mut digests = Vec::new();
-    for text in [
+    let digests = [
         "a\tx\t3\na\ty\t4\nb\tx\t4\nb\ty\t5\n",
         "a\tx\t3\na\ty\t4\nb\tx\t4\nb\ty\t5.5\n",
-    ] {
+    ]
+    .map(|text| {
         std::fs::write(&path, text).unwrap();
-        let scheduler = MfApp::scheduler(&job, &shape).unwrap();
-        let digest = MfApp::scheduler_digest(&scheduler);
-        assert!(digest.is_some());
-        for w in 0..shape.workers {
-            let worker = MfApp::worker(&job, w, &shape).unwrap();
-            assert_eq!(MfApp::worker_digest(&worker), digest, "worker {w}");
-        }
-        digests.push(digest);
-    }
+        common_digest::<MfApp>(&job, 2)
+    });
+    assert!(digests.iter().all(Option::is_some));
     assert_ne!(digests[0], digests[1]);
 }
