@@ -19,6 +19,7 @@ use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
+use super::lasso::checkpoint::data_fingerprint;
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
 use super::lasso::{LassoJob, linear_model, write_coefficients};
 use crate::core::baseline::{CdOutcome, CdStop, CyclicLogistic};
@@ -251,6 +252,8 @@ pub struct LogisticWorker {
     n_features: usize,
     rows: u64,
     applied: u64,
+    /// The digest of the whole data set it read (compared with every node's).
+    data_digest: Option<u64>,
 }
 
 impl LogisticWorker {
@@ -262,7 +265,14 @@ impl LogisticWorker {
             n_features,
             rows,
             applied: 0,
+            data_digest: None,
         })
+    }
+
+    /// This worker with the digest of the whole data set it read.
+    pub fn with_data_digest(mut self, digest: u64) -> Self {
+        self.data_digest = Some(digest);
+        self
     }
 }
 
@@ -399,6 +409,9 @@ pub struct LogisticScheduling {
     heldout: Option<LinearHeldout>,
     /// Old values of the commits a partial may not reflect yet (with `heldout` only).
     commit_log: CommitLog,
+    /// The digest of the data it was built from (compared with the workers' before the
+    /// first round).
+    data_digest: Option<u64>,
 }
 
 impl LogisticScheduling {
@@ -445,7 +458,14 @@ impl LogisticScheduling {
             },
             heldout,
             commit_log: CommitLog::default(),
+            data_digest: None,
         })
+    }
+
+    /// This half with the digest of the data it was built from.
+    pub fn with_data_digest(mut self, digest: u64) -> Self {
+        self.data_digest = Some(digest);
+        self
     }
 
     /// The coefficients so far.
@@ -743,7 +763,16 @@ impl StradsJob for LogisticApp {
 
     fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LogisticScheduling, StradsError> {
         let (x, labels) = load(job)?;
-        LogisticScheduling::new(&x, &labels, job, shape.workers)
+        let digest = data_fingerprint(&x, &labels);
+        Ok(LogisticScheduling::new(&x, &labels, job, shape.workers)?.with_data_digest(digest))
+    }
+
+    fn scheduler_digest(scheduler: &LogisticScheduling) -> Option<u64> {
+        scheduler.data_digest
+    }
+
+    fn worker_digest(worker: &StarHalf<LogisticWorker>) -> Option<u64> {
+        worker.0.data_digest
     }
 
     fn worker(
@@ -752,11 +781,11 @@ impl StradsJob for LogisticApp {
         shape: &JobShape,
     ) -> Result<StarHalf<LogisticWorker>, StradsError> {
         let (x, labels) = load(job)?;
+        let digest = data_fingerprint(&x, &labels);
         let rows = shape.share(x.n_rows, index)?;
-        Ok(StarHalf(LogisticWorker::new(
-            x.row_block(rows.clone()),
-            &labels[rows],
-        )?))
+        Ok(StarHalf(
+            LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])?.with_data_digest(digest),
+        ))
     }
 
     fn finish(

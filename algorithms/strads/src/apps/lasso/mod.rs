@@ -84,7 +84,21 @@ impl StradsJob for LassoApp {
             "lasso scheduler ready"
         );
         let cluster = ClusterShape::of(&x, &y, half.lambda(), job.seed, shape.workers);
-        Ok(Resumable::new(half, settings, cluster)?)
+        let mut resumable = Resumable::new(half, settings, cluster)?;
+        // A file is read whole by every node (workers too), so every node can digest it.
+        resumable.data_digest = job
+            .data
+            .is_some()
+            .then(|| checkpoint::data_fingerprint(&x, &y));
+        Ok(resumable)
+    }
+
+    fn scheduler_digest(scheduler: &Resumable) -> Option<u64> {
+        scheduler.data_digest
+    }
+
+    fn worker_digest(worker: &StarHalf<CheckpointingWorker>) -> Option<u64> {
+        worker.0.data_digest
     }
 
     fn worker(
@@ -94,11 +108,17 @@ impl StradsJob for LassoApp {
     ) -> Result<StarHalf<CheckpointingWorker>, StradsError> {
         let mut rows = 0..0;
         let mut means = None;
-        let (block, y_block) = if job.fit_intercept {
-            // Implicit centring needs the whole design's column means.
+        let mut digest = None;
+        let (block, y_block) = if job.fit_intercept || job.data.is_some() {
+            // Implicit centring needs the whole design's column means; a file is read
+            // whole anyway (and digested, as the scheduler does).
             let (x, y) = job.load()?;
             rows = shape.share(x.n_rows, index)?;
             means = job.design_means(&x);
+            digest = job
+                .data
+                .is_some()
+                .then(|| checkpoint::data_fingerprint(&x, &y));
             (x.row_block(rows.clone()), y[rows.clone()].to_vec())
         } else {
             job.load_rows(|n| {
@@ -120,7 +140,9 @@ impl StradsJob for LassoApp {
         };
         let worker = LassoWorker::with_schedulers(state, job.schedulers);
         tracing::debug!(worker = index, rows = ?rows, "lasso worker loaded");
-        Ok(StarHalf(CheckpointingWorker::new(worker, slot)))
+        let mut half = CheckpointingWorker::new(worker, slot);
+        half.data_digest = digest;
+        Ok(StarHalf(half))
     }
 
     fn finish(job: &LassoJob, scheduler: Resumable, _run: &FinishedRun) -> Result<(), StradsError> {

@@ -231,3 +231,46 @@ fn fit_intercept_on_a_cluster_centres_implicitly_and_matches_the_explicit_centri
     let baseline = baseline::run_baseline(&job).unwrap();
     close(&baseline.coefficients, "baseline");
 }
+
+/// Every solver on a LIBSVM file (Gauss-Seidel, scheduled, logistic): the scheduler and
+/// every worker digest the file alike, an edited file differently, so nodes holding
+/// different copies stop at the ready barrier.
+#[test]
+fn every_solver_digests_one_file_alike_on_every_node() {
+    use crate::apps::logistic::LogisticApp;
+    use crate::kit::common_digest;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.svm");
+    let mut text = String::new();
+    for i in 0..24u32 {
+        let label = if i % 3 == 0 { 1.0 } else { -1.0 };
+        let (a, b) = (f64::from(i % 5) + 0.5, f64::from(i % 4) - 1.5);
+        text.push_str(&format!("{label} 1:{a} 2:{b} 3:{}\n", f64::from(i) * 0.1));
+    }
+    let edited = text.replacen("1:0.5 ", "1:0.75 ", 1);
+    assert_ne!(edited, text);
+    let job = LassoJob {
+        data: Some(path.clone()),
+        ..LassoJob::default()
+    };
+    let scheduled = LassoJob {
+        solver: LassoSolver::Scheduled,
+        ..job.clone()
+    };
+    let mut per_file = Vec::new();
+    for content in [&text, &edited] {
+        std::fs::write(&path, content).unwrap();
+        per_file.push([
+            common_digest::<gs::LassoGsApp>(&job, 2),
+            common_digest::<LassoApp>(&scheduled, 2),
+            common_digest::<LogisticApp>(&scheduled, 2),
+        ]);
+    }
+    for (solver, (a, b)) in ["gauss-seidel", "scheduled", "logistic"]
+        .iter()
+        .zip(per_file[0].iter().zip(&per_file[1]))
+    {
+        assert!(a.is_some() && b.is_some(), "{solver}");
+        assert_ne!(a, b, "{solver}");
+    }
+}

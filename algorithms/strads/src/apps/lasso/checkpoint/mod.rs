@@ -228,12 +228,19 @@ pub struct WorkerSlot {
 pub struct CheckpointingWorker {
     inner: LassoWorker,
     slot: Option<WorkerSlot>,
+    /// The digest of the whole data set it read, when it read one (compared with every
+    /// node's before the first round).
+    pub data_digest: Option<u64>,
 }
 
 impl CheckpointingWorker {
     /// `inner`, saving and restoring in `slot` (`None`: control tasks are refused).
     pub fn new(inner: LassoWorker, slot: Option<WorkerSlot>) -> Self {
-        CheckpointingWorker { inner, slot }
+        CheckpointingWorker {
+            inner,
+            slot,
+            data_digest: None,
+        }
     }
 
     fn save(&self, slot: &WorkerSlot, round: u64) -> Result<ControlReply, CheckpointError> {
@@ -376,6 +383,9 @@ pub struct Resumable {
     pending_restore: Option<Manifest>,
     control: Option<Control>,
     written: u64,
+    /// The digest of the data it was built from, when read from a file (compared with the
+    /// workers' before the first round).
+    pub data_digest: Option<u64>,
 }
 
 impl Resumable {
@@ -396,6 +406,7 @@ impl Resumable {
             pending_restore: None,
             control: None,
             written: 0,
+            data_digest: None,
         };
         if let Some(s) = me.settings.clone().filter(|s| s.resume) {
             let ck = resume_from(&s.dir, &me.shape)?;
