@@ -595,11 +595,13 @@ fn run_cluster(
         return Ok(());
     };
     for (name, t) in &report.nodes {
-        let peak = report.peaks.get(name).map_or(f64::NAN, |p| p.rss_mb);
+        let peak = report.peaks.get(name);
+        let mb = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
         tracing::info!(
             node = %name,
             seconds = format!("{:.2}", t.as_secs_f64()),
-            peak_rss_mb = format!("{peak:.0}"),
+            peak_rss_mb = mb(peak.map(|p| p.rss_mb)),
+            private_mb = mb(peak.and_then(|p| p.private_mb)),
             "node finished"
         );
     }
