@@ -140,6 +140,20 @@ pub struct CorpusShare {
     /// The worker's documents, `(global id, tokens)` in id order: what
     /// [`DocumentPartition::docs_of`] gives for the whole corpus.
     pub docs: Vec<(u32, Vec<u32>)>,
+    /// A file's digest of every value read ([`docword_digest`]); `None` for a synthetic
+    /// corpus.
+    pub read: Option<u64>,
+}
+
+/// The digest of every value of a docword file (`ReadDigest::value`, as
+/// [`load_corpus_share`] reads it), holding none of its documents: what a node that
+/// loaded the file whole compares with the workers' shares.
+pub fn docword_digest(path: &Path) -> Result<u64, DataError> {
+    let limits = crate::data::DataLimits::from_env()?;
+    let open = crate::data::open_buffered(path)?;
+    Ok(parse_docword_part(open, path, &limits, &|_| false)?
+        .2
+        .value())
 }
 
 /// Worker `worker`'s share of [`load_corpus`]'s corpus among `workers`, in streaming passes
@@ -183,6 +197,7 @@ pub fn load_corpus_share(
                 },
                 partition,
                 docs,
+                read: None,
             }
         }
     };
@@ -218,6 +233,7 @@ fn file_share(
         stats,
         partition,
         docs,
+        read: Some(first.value()),
     })
 }
 

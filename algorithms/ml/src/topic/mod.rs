@@ -17,8 +17,8 @@ use std::collections::BinaryHeap;
 mod corpus;
 
 pub use corpus::{
-    CorpusShare, DocumentPartition, LdaMetrics, LoglikPoint, load_corpus, load_corpus_share,
-    write_file, write_topic_files,
+    CorpusShare, DocumentPartition, LdaMetrics, LoglikPoint, docword_digest, load_corpus,
+    load_corpus_share, write_file, write_topic_files,
 };
 
 /// Sparse topic-count vector: `(topic, count)` pairs with count > 0, unordered.

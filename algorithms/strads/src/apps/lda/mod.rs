@@ -418,7 +418,12 @@ impl StradsJob for LdaApp {
         let corpus = job.load()?;
         let layout = LdaLayout::new(&corpus, shape.workers);
         let heldout = LdaHeldout::of(job, corpus.vocab_size)?;
-        let digest = petrel_ml::data::CorpusStats::of(&corpus).digest();
+        // A file: every value, as each worker's first pass digests it; a synthetic corpus
+        // (drawn from the settings): its statistics.
+        let digest = match job.docword.as_deref() {
+            Some(path) => petrel_ml::topic::docword_digest(path)?,
+            None => petrel_ml::data::CorpusStats::of(&corpus).digest(),
+        };
         Ok(LdaScheduling::new(&corpus, &layout, job, shape.workers)
             .with_heldout(heldout)
             .with_data_digest(digest))
@@ -433,7 +438,7 @@ impl StradsJob for LdaApp {
         let share = job.load_share(shape.workers, index)?;
         let layout = LdaLayout::of_share(&share, shape.workers);
         let config = job.config(shape.workers);
-        let digest = share.stats.digest();
+        let digest = share.read.unwrap_or_else(|| share.stats.digest());
         let worker = LdaWorkerApp::with_docs(index, share.docs, &layout, &config)?
             .with_snapshots(job.test_data.is_some());
         Ok(RingHalf::new(worker, initial_ring_blocks(index, &layout)).with_data_digest(digest))

@@ -130,18 +130,35 @@ fn outputs_list_top_words() {
 }
 
 /// The scheduler (whole corpus) and every worker (its share) digest the same corpus alike,
-/// from a synthetic draw and from a file; another corpus digests differently.
+/// from a synthetic draw and from a file; another corpus digests differently, even one
+/// that keeps every count (two word occurrences swapped between documents).
 #[test]
 fn scheduler_and_workers_digest_one_corpus_alike() {
     use crate::kit::common_digest;
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("docword.txt");
-    std::fs::write(&file, "3\n4\n5\n1 1 2\n1 2 1\n2 3 4\n3 1 1\n3 4 2\n").unwrap();
-    let from_file = LdaJob {
-        docword: Some(file.clone()),
-        ..small_job()
+    let file_job = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        LdaJob {
+            docword: Some(path),
+            ..small_job()
+        }
     };
-    let digests = [small_job(), from_file].map(|job| common_digest::<LdaApp>(&job, 3));
+    let jobs = [
+        small_job(),
+        file_job("a.txt", "3\n4\n5\n1 1 2\n1 2 1\n2 3 4\n3 1 1\n3 4 2\n"),
+        file_job(
+            "b.txt",
+            "3\n4\n6\n1 1 2\n1 3 1\n2 2 1\n2 3 3\n3 1 1\n3 4 2\n",
+        ),
+    ];
+    let stats = |job: &LdaJob| petrel_ml::data::CorpusStats::of(&job.load().unwrap());
+    assert_eq!(
+        stats(&jobs[1]),
+        stats(&jobs[2]),
+        "the swap keeps every count"
+    );
+    let digests = jobs.map(|job| common_digest::<LdaApp>(&job, 3));
     assert!(digests.iter().all(Option::is_some));
-    assert_ne!(digests[0], digests[1]);
+    assert!(digests[0] != digests[1] && digests[1] != digests[2] && digests[0] != digests[2]);
 }
