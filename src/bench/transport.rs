@@ -323,6 +323,7 @@ struct Figures {
     petrel_mbps: f64,
     /// Median over the interleaved pairs of petrel/raw.
     ratio: f64,
+    /// Each pair's petrel/raw, in the order the pairs ran.
     pair_ratios: Vec<f64>,
     local_mbps: f64,
     idle_latency_ms: f64,
@@ -363,6 +364,13 @@ pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
             let pr = petrel_throughput(&p, false, size, args.messages).await?;
             remote = remote.max(pr);
             ratios.push(pr / r.max(1e-9));
+            eprintln!(
+                "  pair {}: raw {} Mbit/s, petrel {} Mbit/s, ratio {:.3}",
+                ratios.len(),
+                fmt(r),
+                fmt(pr),
+                pr / r.max(1e-9)
+            );
             local = local.max(petrel_throughput(&p, true, size, args.messages).await?);
         }
         p.a.shutdown();
@@ -397,7 +405,7 @@ pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
         Ok::<_, BenchError>(Figures {
             raw_quinn_mbps: raw,
             petrel_mbps: remote,
-            ratio: median(&mut ratios),
+            ratio: median(&mut ratios.clone()),
             pair_ratios: ratios,
             local_mbps: local,
             idle_latency_ms: idle.as_secs_f64() * 1e3,
