@@ -22,179 +22,21 @@ use serde::{Deserialize, Serialize};
 use super::lasso::checkpoint::data_fingerprint;
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
 use super::lasso::{LassoJob, linear_model, write_coefficients};
-use crate::core::baseline::{CdOutcome, CdStop, CyclicLogistic};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
-use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
 
 /// The scheduler's role.
 pub const SCHEDULER_ROLE: &str = "strads-logistic-scheduler";
 /// The workers' role (and actor).
 pub const WORKER_ROLE: &str = "strads-logistic-worker";
 
-/// `(X by columns, labels)` from the job's LIBSVM file or a synthetic problem: with
-/// `synthetic.nnz_per_column > 0` the Lasso's sparse correlated design with labels `y > 0`,
-/// otherwise a dense separable one (`synthetic.n_samples x synthetic.n_features`, seed
-/// `synthetic.seed`).
-pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
-    if let Some(path) = &job.data {
-        let (x, labels) = job.load()?;
-        check_binary_labels(path, &labels)?;
-        return Ok((x, labels));
-    }
-    let s = &job.synthetic;
-    if s.nnz_per_column > 0 {
-        // The Lasso's sparse correlated design (any size), labelled by the sign of its
-        // response: a sparse linear model's classes.
-        let (x, y) = job.load_uncentred()?;
-        let labels = y.iter().map(|&v| if v > 0.0 { 1.0 } else { 0.0 }).collect();
-        return Ok((x, labels));
-    }
-    let p = separable_classification(&ClassificationParams {
-        n_samples: s.n_samples,
-        n_features: s.n_features,
-        n_classes: 2,
-        margin: 0.5,
-        seed: s.seed,
-    })?;
-    Ok((p.dataset.to_columns(), p.dataset.labels))
-}
+mod baseline;
+mod data;
 
-/// Logistic regression needs two classes written `0`/`1` or `-1`/`+1`; anything else
-/// (regression targets, several classes) is refused instead of thresholded at 0.
-pub fn check_binary_labels(path: &std::path::Path, labels: &[f32]) -> Result<(), StradsError> {
-    let refuse = |reason: String| {
-        StradsModelError::InvalidConfig(format!("{}: {reason}", path.display())).into()
-    };
-    if let Some((row, l)) = labels
-        .iter()
-        .enumerate()
-        .find(|(_, l)| ![-1.0f32, 0.0, 1.0].contains(*l))
-    {
-        return Err(refuse(format!(
-            "row {}: label {l} is not a binary class; logistic regression needs labels 0/1 or -1/+1 (use lasso for regression targets, ps-lr for several classes)",
-            row + 1
-        )));
-    }
-    let has = |v: f32| labels.contains(&v);
-    if has(0.0) && has(-1.0) {
-        return Err(refuse(
-            "labels mix 0 and -1; write the negative class one way (0/1 or -1/+1)".into(),
-        ));
-    }
-    if !has(1.0) || !(has(0.0) || has(-1.0)) {
-        return Err(refuse(
-            "all labels are of one class; logistic regression needs both".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// The job's `lambda`, or `lambda_fraction` of `max_j |x_j^T y| / 2` (the smallest lambda
-/// with an all-zero solution for +-1 labels).
-pub fn logistic_lambda(x: &SparseColumns, labels: &[f32], job: &LassoJob) -> f32 {
-    let signs: Vec<f32> = labels
-        .iter()
-        .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
-        .collect();
-    job.lambda
-        .unwrap_or((job.lambda_fraction * super::lasso::lambda_max(x, &signs) / 2.0) as f32)
-}
-
-/// `--transport none`: the job's data solved by single-threaded cyclic coordinate descent
-/// ([`CyclicLogistic`]: proximal Newton steps with a bound-step fallback), no scheduler and
-/// no workers. It stops once a full sweep lowers the objective by less than
-/// `gap_tolerance / 100` relative (1e-7 when unset) or after
-/// [`BASELINE_MAX_SWEEPS`](super::lasso::baseline::BASELINE_MAX_SWEEPS) sweeps, and
-/// writes the outputs of a STRADS run (when `out_dir` is set).
-pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
-    let (x, labels) = load(job)?;
-    let lambda = logistic_lambda(&x, &labels, job);
-    let heldout = LinearHeldout::of(
-        job,
-        petrel_ml::model::LinearTask::BinaryClassification,
-        lambda,
-    )?;
-    let started = std::time::Instant::now();
-    let mut cd = CyclicLogistic::new(&x, &labels, lambda)?;
-    // A point at the start and after every full sweep (O(rows) for the objective and
-    // accuracy, O(test non-zeros) for the held-out figures: small against a sweep).
-    let point = |cd: &CyclicLogistic<'_>, elapsed_s: f64| {
-        let coefficients = cd.coefficients();
-        let l1: f64 = coefficients.iter().map(|b| f64::from(b.abs())).sum();
-        LogisticPoint {
-            round: cd.updates(),
-            updates: cd.updates(),
-            elapsed_s,
-            objective: cd.objective(),
-            training_accuracy: cd.training_accuracy(),
-            heldout: heldout
-                .as_ref()
-                .map(|h| h.figures(&coefficients, &Default::default(), l1))
-                .unwrap_or_default(),
-        }
-    };
-    let mut trace = Vec::new();
-    let mut observe = |cd: &CyclicLogistic<'_>| {
-        trace.push(point(cd, started.elapsed().as_secs_f64()));
-    };
-    let report = cd.solve_observed(
-        &CdStop {
-            tolerance: job.gap_tolerance.map_or(1e-7, |t| t / 100.0),
-            max_sweeps: super::lasso::baseline::BASELINE_MAX_SWEEPS,
-            target_objective: job.target_objective,
-            active_set: true,
-        },
-        Some(&mut observe),
-    );
-    let elapsed_s = started.elapsed().as_secs_f64();
-    let coefficients = cd.coefficients();
-    let accuracy = cd.training_accuracy();
-    // The last point is the final state (the final figures' model).
-    if trace.last().is_some_and(|p| p.updates == report.updates) {
-        trace.pop();
-    }
-    trace.push(point(&cd, elapsed_s));
-    let metrics = LogisticMetrics {
-        mode: super::lasso::baseline::BASELINE_MODE.into(),
-        lambda,
-        n_samples: x.n_rows,
-        n_features: x.n_columns(),
-        workers: 0,
-        rounds: report.updates,
-        updates: report.updates,
-        elapsed_s,
-        final_objective: report.objective,
-        final_training_accuracy: accuracy,
-        nonzeros: coefficients.iter().filter(|b| **b != 0.0).count(),
-        trace,
-    };
-    if let Some(dir) = &job.out_dir {
-        let mut run = metrics.run_metrics(job);
-        // The baseline has a stopping rule of its own.
-        run.converged = report.outcome != CdOutcome::SweepLimit;
-        run.stop_reason = match report.outcome {
-            CdOutcome::Converged => format!(
-                "a full sweep lowered the objective by at most {:e} (relative) after {} sweeps",
-                report.gap, report.full_sweeps
-            ),
-            CdOutcome::ReachedTarget => "reached target_objective".to_string(),
-            CdOutcome::SweepLimit => format!(
-                "stopped at the sweep limit ({} full sweeps) before the objective settled",
-                report.full_sweeps
-            ),
-        };
-        run.check_finite("check the data for extreme or non-finite values")?;
-        let saved = linear_model("logistic", job, lambda, &coefficients)?;
-        saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
-        write_coefficients(dir, &coefficients)?;
-        crate::kit::write_saved_model(dir, &saved)?;
-        crate::kit::write_run_metrics(dir, &run)?;
-    }
-    Ok(metrics)
-}
+pub use baseline::run_baseline;
+pub use data::{check_binary_labels, load, logistic_lambda};
 
 /// Marker type of the logistic wire types.
 pub struct LogisticApp;
