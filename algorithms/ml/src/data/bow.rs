@@ -100,8 +100,21 @@ pub fn load_bow(
     docword_path: impl AsRef<Path>,
     vocab_path: Option<&Path>,
 ) -> Result<Corpus, DataError> {
+    Ok(load_bow_digested(docword_path, vocab_path)?.0)
+}
+
+/// [`load_bow`] and the digest of every value of the docword file, in the same single
+/// read ([`parse_docword_part`]'s, which a share load compares against).
+pub fn load_bow_digested(
+    docword_path: impl AsRef<Path>,
+    vocab_path: Option<&Path>,
+) -> Result<(Corpus, ReadDigest), DataError> {
     let docword_path = docword_path.as_ref();
-    let mut corpus = parse_docword(open_buffered(docword_path)?, docword_path)?;
+    let limits = DataLimits::from_env()?;
+    let (mut corpus, _, read) =
+        parse_docword_part(open_buffered(docword_path)?, docword_path, &limits, &|_| {
+            true
+        })?;
     if let Some(vocab_path) = vocab_path {
         let vocab = parse_vocab(open_buffered(vocab_path)?, vocab_path)?;
         if vocab.len() != corpus.vocab_size {
@@ -117,7 +130,7 @@ pub fn load_bow(
         }
         corpus.vocab = Some(vocab);
     }
-    Ok(corpus)
+    Ok((corpus, read))
 }
 
 /// Parses vocabulary text: one word per line, surrounding whitespace trimmed. Blank lines

@@ -14,8 +14,8 @@ pub mod synthetic;
 use std::path::{Path, PathBuf};
 
 pub use bow::{
-    Corpus, CorpusStats, load_bow, parse_docword, parse_docword_part, parse_docword_with_limits,
-    parse_vocab,
+    Corpus, CorpusStats, load_bow, load_bow_digested, parse_docword, parse_docword_part,
+    parse_docword_with_limits, parse_vocab,
 };
 pub use digest::ReadDigest;
 pub use libsvm::{

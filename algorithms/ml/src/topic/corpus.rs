@@ -118,16 +118,30 @@ pub fn load_corpus(
     vocab: Option<&Path>,
     synthetic: &LdaCorpusParams,
 ) -> Result<Corpus, DataError> {
-    let corpus = match docword {
-        Some(path) => crate::data::load_bow(path, vocab)?,
-        None => lda_corpus(synthetic)?.corpus,
+    Ok(load_corpus_digested(docword, vocab, synthetic)?.0)
+}
+
+/// [`load_corpus`] and, for a file, the digest of every value read in that same read
+/// (what [`load_corpus_share`] puts in [`CorpusShare::read`]); `None` for a synthetic
+/// corpus.
+pub fn load_corpus_digested(
+    docword: Option<&Path>,
+    vocab: Option<&Path>,
+    synthetic: &LdaCorpusParams,
+) -> Result<(Corpus, Option<u64>), DataError> {
+    let (corpus, read) = match docword {
+        Some(path) => {
+            let (corpus, read) = crate::data::load_bow_digested(path, vocab)?;
+            (corpus, Some(read.value()))
+        }
+        None => (lda_corpus(synthetic)?.corpus, None),
     };
     if corpus.n_tokens() == 0 {
         return Err(DataError::InvalidParameter(
             "the corpus has no tokens".into(),
         ));
     }
-    Ok(corpus)
+    Ok((corpus, read))
 }
 
 /// One worker's share of an LDA job's corpus, read without holding the whole corpus.
@@ -140,20 +154,9 @@ pub struct CorpusShare {
     /// The worker's documents, `(global id, tokens)` in id order: what
     /// [`DocumentPartition::docs_of`] gives for the whole corpus.
     pub docs: Vec<(u32, Vec<u32>)>,
-    /// A file's digest of every value read ([`docword_digest`]); `None` for a synthetic
-    /// corpus.
+    /// A file's digest of every value read (`ReadDigest::value` of its first read); `None`
+    /// for a synthetic corpus.
     pub read: Option<u64>,
-}
-
-/// The digest of every value of a docword file (`ReadDigest::value`, as
-/// [`load_corpus_share`] reads it), holding none of its documents: what a node that
-/// loaded the file whole compares with the workers' shares.
-pub fn docword_digest(path: &Path) -> Result<u64, DataError> {
-    let limits = crate::data::DataLimits::from_env()?;
-    let open = crate::data::open_buffered(path)?;
-    Ok(parse_docword_part(open, path, &limits, &|_| false)?
-        .2
-        .value())
 }
 
 /// Worker `worker`'s share of [`load_corpus`]'s corpus among `workers`, in streaming passes

@@ -17,7 +17,7 @@ use std::collections::BinaryHeap;
 mod corpus;
 
 pub use corpus::{
-    CorpusShare, DocumentPartition, LdaMetrics, LoglikPoint, docword_digest, load_corpus,
+    CorpusShare, DocumentPartition, LdaMetrics, LoglikPoint, load_corpus, load_corpus_digested,
     load_corpus_share, write_file, write_topic_files,
 };
 

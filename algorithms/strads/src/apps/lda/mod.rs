@@ -415,15 +415,16 @@ impl StradsJob for LdaApp {
     }
 
     fn scheduler(job: &LdaJob, shape: &JobShape) -> Result<LdaScheduling, StradsError> {
-        let corpus = job.load()?;
+        let (corpus, read) = petrel_ml::topic::load_corpus_digested(
+            job.docword.as_deref(),
+            job.vocab.as_deref(),
+            &job.synthetic,
+        )?;
         let layout = LdaLayout::new(&corpus, shape.workers);
         let heldout = LdaHeldout::of(job, corpus.vocab_size)?;
         // A file: every value, as each worker's first pass digests it; a synthetic corpus
         // (drawn from the settings): its statistics.
-        let digest = match job.docword.as_deref() {
-            Some(path) => petrel_ml::topic::docword_digest(path)?,
-            None => petrel_ml::data::CorpusStats::of(&corpus).digest(),
-        };
+        let digest = read.unwrap_or_else(|| petrel_ml::data::CorpusStats::of(&corpus).digest());
         Ok(LdaScheduling::new(&corpus, &layout, job, shape.workers)
             .with_heldout(heldout)
             .with_data_digest(digest))
