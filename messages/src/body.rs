@@ -4,21 +4,22 @@
 //! A 4 MiB tensor arrives over QUIC as a few hundred chunks. Gathering them into one buffer
 //! and then copying the tensor's bytes out of it into its aligned `Vec<f32>` costs two
 //! copies; [`Body::decode`] copies each large `bin` straight from the chunks into the
-//! aligned vector of the `f32` field that takes it ([`crate::tensor::f32_bytes`]), one
-//! copy:
+//! aligned vector of the `f32` field that takes it ([`crate::tensor::f32_bytes`]; the same
+//! for [`crate::tensor::f64_bytes`] and [`crate::tensor::u32_bytes`] fields), one copy:
 //!
 //! 1. a scan of the msgpack value (lengths only, no payload read) builds a small
 //!    *skeleton*: every byte of the body except the payloads of `bin`s of
 //!    [`LARGE_BIN`] bytes or more, each replaced by a token `bin` that names it (a
 //!    per-decode random nonce and its index);
-//! 2. rmp-serde decodes the skeleton; an `f32_bytes` field that meets a token copies the
+//! 2. rmp-serde decodes the skeleton; a `*_bytes` field that meets a token copies the
 //!    payload from the chunks into its vector and marks the token taken;
-//! 3. unless every token was taken by an `f32_bytes` field (another field, e.g. a
+//! 3. unless every token was taken by a `*_bytes` field (another field, e.g. a
 //!    `serde_bytes` one, would have seen the token instead of the bytes), the result is
 //!    thrown away and the body is gathered and decoded as one slice, exactly as before.
 //!
 //! So the outcome, including every error, is that of decoding the gathered bytes.
 
+use crate::tensor::LeValue;
 use bytes::{Bytes, BytesMut};
 use serde::de::DeserializeOwned;
 use std::cell::RefCell;
@@ -379,7 +380,7 @@ impl Skeleton {
         })
     }
 
-    /// Decodes the skeleton with the elided payloads on offer to `f32_bytes` fields;
+    /// Decodes the skeleton with the elided payloads on offer to `*_bytes` fields;
     /// `None` unless every payload was taken by one (or on any error).
     fn decode<M: DeserializeOwned>(&self, chunks: &[Bytes]) -> Option<M> {
         let offer = Offer {
@@ -410,8 +411,8 @@ thread_local! {
 }
 
 /// If `token` names a payload on offer, copies that payload from its chunks into an aligned
-/// vector of f32 (one copy) and takes it off the offer. `None` for any other bytes.
-pub(crate) fn take_f32_payload(token: &[u8]) -> Option<Result<Vec<f32>, crate::CodecError>> {
+/// vector of `T` (one copy) and takes it off the offer. `None` for any other bytes.
+pub(crate) fn take_payload<T: LeValue>(token: &[u8]) -> Option<Result<Vec<T>, crate::CodecError>> {
     if token.len() != TOKEN_LEN || token[..8] != TOKEN_MAGIC {
         return None;
     }
@@ -424,24 +425,26 @@ pub(crate) fn take_f32_payload(token: &[u8]) -> Option<Result<Vec<f32>, crate::C
             return None;
         }
         let (chunk, at, len) = offer.elided.get_mut(index)?.take()?;
-        Some(copy_f32(&offer.chunks, chunk, at, len))
+        Some(copy_values(&offer.chunks, chunk, at, len))
     })
 }
 
-/// Copies `len` bytes starting at `chunks[chunk][at..]` into a fresh `Vec<f32>`.
+/// Copies `len` bytes starting at `chunks[chunk][at..]` into a fresh `Vec<T>`.
 #[cfg(target_endian = "little")]
-fn copy_f32(
+fn copy_values<T: LeValue>(
     chunks: &[Bytes],
     chunk: usize,
     at: usize,
     len: usize,
-) -> Result<Vec<f32>, crate::CodecError> {
-    if !len.is_multiple_of(4) {
+) -> Result<Vec<T>, crate::CodecError> {
+    let width = std::mem::size_of::<T>();
+    if !len.is_multiple_of(width) {
         return Err(crate::CodecError::Tensor(format!(
-            "f32 payload of {len} bytes is not a multiple of 4"
+            "{} payload of {len} bytes is not a multiple of {width}",
+            T::NAME
         )));
     }
-    let mut out: Vec<f32> = Vec::with_capacity(len / 4);
+    let mut out: Vec<T> = Vec::with_capacity(len / width);
     let dst = out.as_mut_ptr().cast::<u8>();
     let mut done = 0;
     let mut at = at;
@@ -459,21 +462,23 @@ fn copy_f32(
     }
     if done != len {
         return Err(crate::CodecError::Tensor(format!(
-            "f32 payload of {len} bytes ran past the body ({done} bytes)"
+            "{} payload of {len} bytes ran past the body ({done} bytes)",
+            T::NAME
         )));
     }
-    // SAFETY: all `len / 4` values were written above, and every bit pattern is an f32.
-    unsafe { out.set_len(len / 4) };
+    // SAFETY: all `len / width` values were written above, and every bit pattern is a
+    // valid `T` (`Pod`).
+    unsafe { out.set_len(len / width) };
     Ok(out)
 }
 
 #[cfg(target_endian = "big")]
-fn copy_f32(
+fn copy_values<T: LeValue>(
     chunks: &[Bytes],
     chunk: usize,
     at: usize,
     len: usize,
-) -> Result<Vec<f32>, crate::CodecError> {
+) -> Result<Vec<T>, crate::CodecError> {
     let mut bytes = Vec::with_capacity(len);
     let mut cur = Cursor {
         chunks,
@@ -481,9 +486,10 @@ fn copy_f32(
         at,
         left: len,
     };
-    cur.append(len, &mut bytes)
-        .ok_or_else(|| crate::CodecError::Tensor("f32 payload ran past the body".into()))?;
-    crate::tensor::from_le_bytes(&bytes)
+    cur.append(len, &mut bytes).ok_or_else(|| {
+        crate::CodecError::Tensor(format!("{} payload ran past the body", T::NAME))
+    })?;
+    crate::tensor::values_from_le_bytes(&bytes)
 }
 
 #[cfg(test)]
@@ -563,6 +569,69 @@ mod tests {
             assert_eq!(bits(&back.tensor.data), bits(&t.data));
             assert_eq!((back.tensor.shape, back.step), (t.shape.clone(), 7));
         }
+    }
+
+    /// A residual delta as the STRADS Gauss-Seidel messages carry one: f64 values and u32
+    /// indices, each a raw little-endian `bin`.
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Delta {
+        #[serde(with = "crate::tensor::u32_bytes")]
+        rows: Vec<u32>,
+        #[serde(with = "crate::tensor::f64_bytes")]
+        values: Vec<f64>,
+        #[serde(with = "crate::tensor::u32_bytes")]
+        few: Vec<u32>,
+    }
+
+    #[test]
+    fn chunked_f64_and_u32_fields_keep_every_bit_and_are_copied_straight_out() {
+        let values: Vec<f64> = (0..40_000u64)
+            .map(|i| f64::from_bits(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+            .chain([0.0, -0.0, f64::NAN, f64::from_bits(0x7ff8_0000_0000_0001)])
+            .collect();
+        let d = Delta {
+            rows: (0..40_004u32)
+                .map(|i| i.wrapping_mul(2_654_435_761))
+                .collect(),
+            values,
+            few: vec![3, 1, 4],
+        };
+        let bytes = encode(&d);
+        // 4 and 8 bytes a value plus small headers: no per-value msgpack markers.
+        assert!(bytes.len() < 40_004 * 12 + 64, "{}", bytes.len());
+        for sizes in [&[1usize][..], &[1200, 7, 1, 4093], &[65_537]] {
+            let chunks = chunked(&bytes, sizes);
+            let skeleton = Skeleton::scan(&chunks, bytes.len()).unwrap();
+            // Both large fields are elided and taken; the short one stays inline.
+            assert_eq!(skeleton.elided.len(), 2);
+            let fast: Delta = skeleton.decode(&chunks).unwrap();
+            let back: Delta = Body::from_chunks(chunks).decode("delta").unwrap();
+            for got in [&fast, &back] {
+                assert_eq!(got.rows, d.rows);
+                assert_eq!(got.few, d.few);
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got.values), bits(&d.values));
+            }
+        }
+        // A payload that is not whole values is an error, chunked or not.
+        let mut odd = encode(&Delta {
+            rows: Vec::new(),
+            values: Vec::new(),
+            few: Vec::new(),
+        });
+        let at = odd.windows(6).position(|w| w == b"values").unwrap() + 6;
+        odd.truncate(at);
+        odd.push(0xc6);
+        odd.extend_from_slice(&80_004u32.to_be_bytes());
+        odd.extend(std::iter::repeat_n(0u8, 80_004));
+        odd.extend(encode(&"few"));
+        odd.extend(encode(&serde_bytes::Bytes::new(&[])));
+        let whole = crate::decode_body::<Delta>("delta", &odd).unwrap_err();
+        assert!(whole.to_string().contains("not a multiple of 8"), "{whole}");
+        let chunked_err = Body::from_chunks(chunked(&odd, &[4096, 13]))
+            .decode::<Delta>("delta")
+            .unwrap_err();
+        assert_eq!(chunked_err, whole);
     }
 
     #[derive(Serialize, Deserialize, Debug, PartialEq)]

@@ -91,47 +91,102 @@ pub mod f32_bytes {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
         // Straight from the decoder's bytes into the aligned vector: no intermediate
         // byte buffer (one copy of a large tensor instead of two).
-        d.deserialize_bytes(F32Visitor)
+        d.deserialize_bytes(LeVisitor::<f32>::new())
+    }
+}
+
+/// A plain number that travels as raw little-endian bytes in a msgpack `bin`
+/// ([`f32_bytes`], [`f64_bytes`], [`u32_bytes`]).
+pub trait LeValue: bytemuck::Pod {
+    /// The type's name, for errors.
+    const NAME: &'static str;
+    /// The value of `bytes` (exactly `size_of::<Self>()` of them, little-endian).
+    fn from_le(bytes: &[u8]) -> Self;
+}
+
+macro_rules! le_value {
+    ($t:ty) => {
+        impl LeValue for $t {
+            const NAME: &'static str = stringify!($t);
+            fn from_le(bytes: &[u8]) -> Self {
+                let mut raw = [0u8; std::mem::size_of::<$t>()];
+                raw.copy_from_slice(bytes);
+                <$t>::from_le_bytes(raw)
+            }
+        }
+    };
+}
+le_value!(f32);
+le_value!(f64);
+le_value!(u32);
+
+/// Writes `data` as one msgpack `bin` of little-endian bytes, straight from the slice.
+fn serialize_le<T: LeValue, S: Serializer>(data: &[T], s: S) -> Result<S::Ok, S::Error> {
+    #[cfg(target_endian = "little")]
+    {
+        s.serialize_bytes(bytemuck::cast_slice(data))
+    }
+    #[cfg(target_endian = "big")]
+    {
+        let bytes: Vec<u8> = bytemuck::cast_slice::<T, u8>(data)
+            .chunks_exact(std::mem::size_of::<T>())
+            .flat_map(|c| c.iter().rev().copied())
+            .collect();
+        s.serialize_bytes(&bytes)
+    }
+}
+
+/// Reads a `bin` of little-endian values into an aligned `Vec<T>`.
+struct LeVisitor<T>(std::marker::PhantomData<T>);
+
+impl<T> LeVisitor<T> {
+    fn new() -> Self {
+        LeVisitor(std::marker::PhantomData)
+    }
+}
+
+impl<'de, T: LeValue> serde::de::Visitor<'de> for LeVisitor<T> {
+    type Value = Vec<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "little-endian {} bytes", T::NAME)
     }
 
-    struct F32Visitor;
-
-    impl<'de> serde::de::Visitor<'de> for F32Visitor {
-        type Value = Vec<f32>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("little-endian f32 bytes")
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<T>, E> {
+        // A token for a payload still in a received body's chunks (see `crate::body`):
+        // copied from the chunks into the vector, not through a gathered buffer.
+        if let Some(taken) = crate::body::take_payload::<T>(v) {
+            return taken.map_err(E::custom);
         }
+        values_from_le_bytes(v).map_err(E::custom)
+    }
 
-        fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Vec<f32>, E> {
-            // A token for a payload still in a received body's chunks (see `crate::body`):
-            // copied from the chunks into the vector, not through a gathered buffer.
-            if let Some(taken) = crate::body::take_f32_payload(v) {
-                return taken.map_err(E::custom);
-            }
-            from_le_bytes(v).map_err(E::custom)
-        }
+    fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<T>, E> {
+        self.visit_bytes(&v)
+    }
 
-        fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Vec<f32>, E> {
-            self.visit_bytes(&v)
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+        // Some encoders write bytes as an array of integers.
+        let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
+        while let Some(b) = seq.next_element::<u8>()? {
+            bytes.push(b);
         }
-
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f32>, A::Error> {
-            // Some encoders write bytes as an array of integers.
-            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 20));
-            while let Some(b) = seq.next_element::<u8>()? {
-                bytes.push(b);
-            }
-            from_le_bytes(&bytes).map_err(serde::de::Error::custom)
-        }
+        values_from_le_bytes(&bytes).map_err(serde::de::Error::custom)
     }
 }
 
 /// Decodes little-endian f32 bytes into an aligned vector.
 pub fn from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, crate::CodecError> {
-    if !bytes.len().is_multiple_of(4) {
+    values_from_le_bytes(bytes)
+}
+
+/// Decodes little-endian bytes into an aligned `Vec<T>` (one copy).
+pub fn values_from_le_bytes<T: LeValue>(bytes: &[u8]) -> Result<Vec<T>, crate::CodecError> {
+    let width = std::mem::size_of::<T>();
+    if !bytes.len().is_multiple_of(width) {
         return Err(crate::CodecError::Tensor(format!(
-            "f32 payload of {} bytes is not a multiple of 4",
+            "{} payload of {} bytes is not a multiple of {width}",
+            T::NAME,
             bytes.len()
         )));
     }
@@ -139,11 +194,11 @@ pub fn from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, crate::CodecError> {
     {
         // One copy into uninitialised capacity: `pod_collect_to_vec` zeroes the vector
         // first, which cost as much as the copy itself for a 16 MiB row (perf, issue 17).
-        let len = bytes.len() / 4;
-        let mut out: Vec<f32> = Vec::with_capacity(len);
-        // SAFETY: the capacity holds `len * 4 == bytes.len()` bytes, a fresh allocation
-        // cannot overlap `bytes`, and every bit pattern is a valid f32, so all `len`
-        // elements are initialised before `set_len`.
+        let len = bytes.len() / width;
+        let mut out: Vec<T> = Vec::with_capacity(len);
+        // SAFETY: the capacity holds `len * width == bytes.len()` bytes, a fresh allocation
+        // cannot overlap `bytes`, and every bit pattern is a valid `T` (`Pod`), so all
+        // `len` elements are initialised before `set_len`.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
@@ -156,10 +211,7 @@ pub fn from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, crate::CodecError> {
     }
     #[cfg(target_endian = "big")]
     {
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        Ok(bytes.chunks_exact(width).map(T::from_le).collect())
     }
 }
 
@@ -211,28 +263,38 @@ mod tests {
     }
 }
 
-/// `#[serde(with = "petrel_messages::tensor::f64_bytes")]` for a `Vec<f64>`: raw little-endian bytes on the wire.
+/// `#[serde(with = "petrel_messages::tensor::f64_bytes")]` for a `Vec<f64>`: raw
+/// little-endian bytes on the wire, written straight from the slice and read with one copy
+/// (a large payload straight from a received body's chunks, as for [`f32_bytes`]).
 pub mod f64_bytes {
-    use serde::{Deserialize, Deserializer, Serializer};
+    use super::{LeVisitor, serialize_le};
+    use serde::{Deserializer, Serializer};
 
     /// Writes the values as little-endian bytes.
     pub fn serialize<S: Serializer>(data: &[f64], s: S) -> Result<S::Ok, S::Error> {
-        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        s.serialize_bytes(&bytes)
+        serialize_le(data, s)
     }
 
     /// Reads little-endian bytes; fails unless the length is a multiple of 8.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-        let bytes = serde_bytes::ByteBuf::deserialize(d)?;
-        if bytes.len() % 8 != 0 {
-            return Err(serde::de::Error::custom(format!(
-                "f64 payload of {} bytes is not a multiple of 8",
-                bytes.len()
-            )));
-        }
-        Ok(bytes
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect())
+        d.deserialize_bytes(LeVisitor::<f64>::new())
+    }
+}
+
+/// `#[serde(with = "petrel_messages::tensor::u32_bytes")]` for a `Vec<u32>` (indices):
+/// raw little-endian bytes on the wire, 4 bytes a value and a copy to read, where a
+/// msgpack array costs up to 5 bytes and a decoding branch per value.
+pub mod u32_bytes {
+    use super::{LeVisitor, serialize_le};
+    use serde::{Deserializer, Serializer};
+
+    /// Writes the values as little-endian bytes.
+    pub fn serialize<S: Serializer>(data: &[u32], s: S) -> Result<S::Ok, S::Error> {
+        serialize_le(data, s)
+    }
+
+    /// Reads little-endian bytes; fails unless the length is a multiple of 4.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+        d.deserialize_bytes(LeVisitor::<u32>::new())
     }
 }

@@ -14,9 +14,15 @@
 //! count under `per_workers`, with the time per coordinate update, the round breakdown
 //! (`RoundProfile`) and, over `--transport processes`, each node's peak against what a
 //! worker holds ([`NodeMemory`]: `worker_rss_mb`, `scheduler_rss_mb`, `worker_holds_mb`,
-//! `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`). An SVG plots the time per update against the design's
-//! non-zeros.
+//! `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`), and
+//! `compute_ratio`: the compute on the rounds' critical path up to the target (the slowest
+//! worker's per round plus the scheduler's) over `baseline_s`, the ratio's floor if
+//! messages and waits cost nothing. After the table a probe prints how fast one thread and
+//! two threads stream memory here (`memory_bandwidth`), the ceiling of what a second
+//! worker on this host gains in passes that only read. An SVG plots the time per update
+//! against the design's non-zeros.
 
+use crate::bench::memory_bandwidth::{self, StreamBandwidth};
 use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
 use crate::train::{NodeMemory, StradsTrainError, TrainTransport, run_lasso_job};
@@ -126,6 +132,9 @@ pub struct LassoScaleBenchArgs {
     pub timeout_s: u64,
     #[arg(long, default_value = "target/bench-lasso-scale")]
     pub out: PathBuf,
+    /// Buffer of the memory-bandwidth probe (one thread against two), MB; 0 skips it.
+    #[arg(long, default_value_t = 256)]
+    pub bandwidth_mb: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -140,6 +149,11 @@ struct PetrelFigures {
     block_size: usize,
     rss_mb: f64,
     final_objective: f64,
+    /// The compute on the critical path up to the target (the slowest worker's per round
+    /// plus the scheduler's): petrel's time if messages and waits cost nothing.
+    compute_to_target_s: Option<f64>,
+    /// `compute_to_target_s / baseline_s`: the ratio's floor on this host.
+    compute_ratio: Option<f64>,
     profile: RoundProfile,
     /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
     /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`).
@@ -177,6 +191,8 @@ struct Figures {
     transport: String,
     sizes: Vec<SizeFigures>,
     plot: String,
+    /// One thread's streaming read bandwidth against two threads' (`--bandwidth-mb`).
+    memory_bandwidth: Option<StreamBandwidth>,
 }
 
 /// What one of `workers` workers holds, MB, counted from the solvers' own structures.
@@ -259,6 +275,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
         "sched. MB",
         "round ms",
         "messaging s",
+        "compute / base",
     ]);
     for size in &args.sizes {
         let base = job_for(size, &args);
@@ -307,6 +324,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
             "-".into(),
             "-".into(),
             "-".into(),
+            "-".into(),
         ]);
         let lambda = optimum_run.metrics.lambda;
         drop((x, y));
@@ -342,6 +360,8 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
                     .scheduler_peak_rss_mb
                     .max(m.profile.worker_peak_rss_mb),
             };
+            let compute_to_target_s = m.profile.critical_compute_to_target_s;
+            let compute_ratio = compute_to_target_s.map(|s| s / baseline_s);
             let mb = |v: Option<f64>, digits: usize| {
                 v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
             };
@@ -364,6 +384,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
                 mb(memory.scheduler_rss_mb, 0),
                 format!("{:.2}", m.profile.round_latency_ms),
                 format!("{:.2}", m.profile.messaging_s),
+                mb(compute_ratio, 2),
             ]);
             per_workers.insert(
                 workers,
@@ -378,6 +399,8 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
                     block_size: m.block_size,
                     rss_mb: rss,
                     final_objective: m.final_objective,
+                    compute_to_target_s,
+                    compute_ratio,
                     profile: m.profile.clone(),
                     memory,
                 },
@@ -404,6 +427,17 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
         });
     }
     table.print();
+    let bandwidth =
+        (args.bandwidth_mb > 0).then(|| memory_bandwidth::measure(args.bandwidth_mb << 20, 5));
+    if let Some(b) = &bandwidth {
+        println!(
+            "memory bandwidth (streaming read of {} MB): 1 thread {:.1} GB/s, 2 threads {:.1} GB/s (x{:.2})",
+            b.bytes >> 20,
+            b.one_thread_gbps,
+            b.two_threads_gbps,
+            b.two_over_one()
+        );
+    }
     let mut series = vec![Series {
         name: "baseline (1 thread)".into(),
         points: sizes
@@ -443,6 +477,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
         transport: format!("{:?}", args.transport).to_lowercase(),
         sizes,
         plot: plot.display().to_string(),
+        memory_bandwidth: bandwidth,
     })
     .map_err(|source| StradsTrainError::Json {
         path: PathBuf::new(),

@@ -20,6 +20,7 @@ pub mod lda;
 pub mod lda_scale;
 #[allow(missing_docs)]
 pub mod managed;
+pub mod memory_bandwidth;
 #[allow(missing_docs)]
 pub mod mf;
 pub mod mf_scale;

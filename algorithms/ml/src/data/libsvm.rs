@@ -76,7 +76,9 @@ impl SparseColumns {
         self.column_starts.len().saturating_sub(1)
     }
 
-    /// Row indices and values of column `j` (rows increasing).
+    /// Row indices and values of column `j` (rows increasing). Inlined across crates: the
+    /// coordinate-descent loops call it once per update.
+    #[inline]
     pub fn column(&self, j: usize) -> (&[u32], &[f32]) {
         let range = self.column_starts[j]..self.column_starts[j + 1];
         (&self.row_indices[range.clone()], &self.values[range])

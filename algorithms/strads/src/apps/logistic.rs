@@ -45,6 +45,7 @@ pub struct LogisticApp;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogisticTask {
     /// Coordinates.
+    #[serde(with = "petrel_messages::tensor::u32_bytes")]
     pub vars: Vec<u32>,
     /// Their current values.
     #[serde(with = "f32_bytes")]
@@ -74,6 +75,7 @@ pub struct LogisticPartial {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogisticCommit {
     /// Coordinates.
+    #[serde(with = "petrel_messages::tensor::u32_bytes")]
     pub vars: Vec<u32>,
     /// Their changes.
     #[serde(with = "f32_bytes")]

@@ -42,6 +42,7 @@ use super::StradsModelError;
 use super::lasso::soft_threshold;
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 /// One exact coordinate minimisation of `1/2 ||r||^2 + lambda |b|` along a column given by
 /// its `rows` and `vals` (squared norm `norm`), against the maintained residual: the
@@ -232,6 +233,7 @@ pub enum RowVector {
     /// `(row, value)` pairs.
     Sparse {
         /// Rows, increasing.
+        #[serde(with = "petrel_messages::tensor::u32_bytes")]
         rows: Vec<u32>,
         /// Values.
         #[serde(with = "petrel_messages::tensor::f64_bytes")]
@@ -357,6 +359,7 @@ pub struct SweepResult {
     /// mid-pass).
     pub reached_target: bool,
     /// Local columns whose coefficient changed, increasing.
+    #[serde(with = "petrel_messages::tensor::u32_bytes")]
     pub changed: Vec<u32>,
     /// Their net changes `d_p`.
     #[serde(with = "petrel_messages::tensor::f64_bytes")]
@@ -523,6 +526,36 @@ impl GsWorkerCore {
         &self.residual
     }
 
+    /// The baseline's exact update of local column `j` against the residual (centred or
+    /// not); returns `new - old`.
+    #[inline]
+    fn step(&mut self, j: usize) -> f64 {
+        let (rows, vals) = self.x.column(j);
+        match &mut self.centring {
+            None => lasso_cd_step(
+                rows,
+                vals,
+                self.sq_norms[j],
+                self.lambda,
+                &mut self.coefficients[j],
+                &mut self.residual,
+                &mut self.sq_residual,
+                &mut self.l1,
+            ),
+            Some(c) => c.step(
+                j,
+                rows,
+                vals,
+                self.sq_norms[j],
+                self.lambda,
+                &mut self.coefficients[j],
+                &mut self.residual,
+                &mut self.sq_residual,
+                &mut self.l1,
+            ),
+        }
+    }
+
     /// Sweeps `order`'s coordinates Gauss-Seidel against the residual.
     pub fn sweep(&mut self, order: &SweepOrder) -> Result<SweepResult, StradsModelError> {
         if self.pending.is_some() {
@@ -530,7 +563,10 @@ impl GsWorkerCore {
                 "sweep before the previous round's commit",
             ));
         }
-        let list: Vec<usize> = match order.coords {
+        // A full-sweep chunk is walked as a range (no list of its columns, which at a
+        // million columns cost more memory than the worker's residual and several passes
+        // over it); active-set passes walk a list that shrinks.
+        let (range, mut sweep_list): (Option<Range<usize>>, Vec<usize>) = match order.coords {
             Coords::Range { start, end } => {
                 let (start, end) = (start as usize, end as usize);
                 if start > end || end > self.n_columns() {
@@ -539,7 +575,7 @@ impl GsWorkerCore {
                         self.n_columns()
                     )));
                 }
-                (start..end).collect()
+                (Some(start..end), Vec::new())
             }
             Coords::Active { fresh } => {
                 if fresh {
@@ -547,12 +583,11 @@ impl GsWorkerCore {
                     self.active
                         .extend((0..self.n_columns()).filter(|&j| self.coefficients[j] != 0.0));
                 }
-                self.active.clone()
+                (None, self.active.clone())
             }
         };
         let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
         let start = self.shared.then(|| (self.residual.clone(), offset));
-        let before: Vec<f64> = list.iter().map(|&j| self.coefficients[j]).collect();
         let mut result = SweepResult {
             updates: 0,
             passes: 0,
@@ -566,10 +601,12 @@ impl GsWorkerCore {
             sq_residual: 0.0,
             l1: 0.0,
         };
+        // `(column, value before)` of every step that moved a coefficient; the first
+        // entry of a column holds its value at the round's start.
+        let mut moved: Vec<(usize, f64)> = Vec::new();
         // Active-set passes shrink their list as the baseline's do: a coordinate a pass
         // left at zero is not swept again until the set is taken afresh.
-        let shrinks = matches!(order.coords, Coords::Active { .. });
-        let mut sweep_list = list.clone();
+        let shrinks = range.is_none();
         let view = |s: &Self| 0.5 * s.sq_residual + s.lambda * s.l1;
         // The view this sweep must reach: the target, or its start less the decrease.
         let stop_at = match (order.target, order.decrease.map(|d| view(self) - d)) {
@@ -578,31 +615,14 @@ impl GsWorkerCore {
         };
         'passes: while result.passes < order.max_passes.max(1) {
             let mut largest = 0.0f64;
-            for &j in &sweep_list {
-                let (rows, vals) = self.x.column(j);
-                let delta = match &mut self.centring {
-                    None => lasso_cd_step(
-                        rows,
-                        vals,
-                        self.sq_norms[j],
-                        self.lambda,
-                        &mut self.coefficients[j],
-                        &mut self.residual,
-                        &mut self.sq_residual,
-                        &mut self.l1,
-                    ),
-                    Some(c) => c.step(
-                        j,
-                        rows,
-                        vals,
-                        self.sq_norms[j],
-                        self.lambda,
-                        &mut self.coefficients[j],
-                        &mut self.residual,
-                        &mut self.sq_residual,
-                        &mut self.l1,
-                    ),
-                };
+            // One of the two is empty.
+            let chunk = range.clone().unwrap_or_default();
+            for j in chunk.chain(sweep_list.iter().copied()) {
+                let old = self.coefficients[j];
+                let delta = self.step(j);
+                if delta != 0.0 {
+                    moved.push((j, old));
+                }
                 result.updates += 1;
                 largest = largest.max(delta * delta * self.sq_norms[j]);
                 if stop_at.is_some_and(|t| view(self) <= t) {
@@ -625,14 +645,12 @@ impl GsWorkerCore {
             sweep_list.retain(|&j| self.coefficients[j] != 0.0);
             self.active = sweep_list;
         }
-        let mut changed: Vec<(usize, f64)> = list
-            .iter()
-            .zip(&before)
-            .filter(|&(&j, &old)| self.coefficients[j] != old)
-            .map(|(&j, &old)| (j, old))
-            .collect();
-        changed.sort_unstable_by_key(|c| c.0);
-        changed.dedup_by_key(|c| c.0);
+        // Each column once (its first entry: the value before the round), and only if it
+        // ended elsewhere than it started.
+        moved.sort_by_key(|m| m.0);
+        moved.dedup_by_key(|m| m.0);
+        moved.retain(|&(j, old)| self.coefficients[j] != old);
+        let changed = moved;
         result.changed = changed.iter().map(|&(j, _)| j as u32).collect();
         result.deltas = changed
             .iter()

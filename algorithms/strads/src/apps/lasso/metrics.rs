@@ -174,6 +174,14 @@ pub struct RoundProfile {
     /// Largest peak resident memory a worker process reported, in MB.
     #[serde(default)]
     pub worker_peak_rss_mb: f64,
+    /// The compute on the rounds' critical path: per round, the slowest worker's compute
+    /// since its previous answer plus the scheduler's pull, summed. What the run would
+    /// take if messages and waiting cost nothing (Gauss-Seidel solver; 0 elsewhere).
+    #[serde(default)]
+    pub critical_compute_s: f64,
+    /// [`Self::critical_compute_s`] up to the round that reached the target objective.
+    #[serde(default)]
+    pub critical_compute_to_target_s: Option<f64>,
 }
 
 /// This process's peak resident memory (`VmHWM`) in MB; 0 where `/proc` has none.

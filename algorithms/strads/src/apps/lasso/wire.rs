@@ -15,6 +15,7 @@ pub enum LassoTask {
     /// Push `z_jp` for these coordinates at these (current) values.
     Update {
         /// Coordinates.
+        #[serde(with = "petrel_messages::tensor::u32_bytes")]
         vars: Vec<u32>,
         /// Their current values.
         #[serde(with = "f32_bytes")]
@@ -79,6 +80,7 @@ pub struct WorkerBusy {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LassoCommit {
     /// Coordinates.
+    #[serde(with = "petrel_messages::tensor::u32_bytes")]
     pub vars: Vec<u32>,
     /// Their changes.
     #[serde(with = "f32_bytes")]

@@ -96,6 +96,17 @@ pub enum GsPartial {
     },
 }
 
+impl GsPartial {
+    /// The worker's compute so far, whatever the answer.
+    pub fn busy(&self) -> WorkerBusy {
+        match self {
+            GsPartial::Swept { busy, .. }
+            | GsPartial::Certified { busy, .. }
+            | GsPartial::CertifiedAndSwept { busy, .. } => *busy,
+        }
+    }
+}
+
 /// Every worker's step weight and the combined residual delta `V = sum_p w_p u_p` (no
 /// weights after a certification round).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

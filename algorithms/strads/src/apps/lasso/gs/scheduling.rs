@@ -80,6 +80,10 @@ struct GsState {
     stopping: bool,
     done: bool,
     metrics: LassoMetrics,
+    /// Per worker: its cumulative compute as of its last answer (the critical path's
+    /// per-round figure is the difference).
+    #[serde(default)]
+    worker_compute_s: Vec<f64>,
 }
 
 /// Scheduler half of `solver = "gauss-seidel"`.
@@ -178,6 +182,7 @@ impl GsScheduling {
                 stopping: false,
                 done: false,
                 metrics,
+                worker_compute_s: Vec::new(),
             },
             ranges,
             chunks,
@@ -357,6 +362,23 @@ impl GsScheduling {
 
     fn stop(&mut self) {
         self.s.stopping = true;
+    }
+
+    /// The largest compute any worker spent on this round (since its previous answer;
+    /// partials come in worker order), remembering each worker's cumulative figure.
+    fn slowest_round_compute(&mut self, partials: &[GsPartial]) -> f64 {
+        self.s.worker_compute_s.resize(partials.len(), 0.0);
+        partials
+            .iter()
+            .zip(&mut self.s.worker_compute_s)
+            .map(|(p, before)| {
+                let busy = p.busy();
+                let now = busy.push_s + busy.commit_s + busy.eval_s;
+                let spent = (now - *before).max(0.0);
+                *before = now;
+                spent
+            })
+            .fold(0.0, f64::max)
     }
 
     fn reached_target(&mut self, objective: f64, elapsed: Duration) {
@@ -831,12 +853,19 @@ impl Schedule<LassoGsApp> for GsScheduling {
         };
         self.s.metrics.rounds = round + 1;
         self.s.metrics.elapsed_s = elapsed.as_secs_f64();
+        let slowest_compute = self.slowest_round_compute(&partials);
+        let started = Instant::now();
         let commit = match kind {
             RoundKind::Certify => self.pull_certify(round, partials, elapsed)?,
             RoundKind::CertifyActive => self.pull_certify_then_sweep(round, partials, elapsed)?,
             kind => self.pull_sweep(round, kind, partials, elapsed)?,
         };
         self.s.metrics.updates = self.s.updates;
+        let metrics = &mut self.s.metrics;
+        metrics.profile.critical_compute_s += slowest_compute + started.elapsed().as_secs_f64();
+        if metrics.target_s.is_some() && metrics.profile.critical_compute_to_target_s.is_none() {
+            metrics.profile.critical_compute_to_target_s = Some(metrics.profile.critical_compute_s);
+        }
         self.s.metrics.profile.finish(elapsed.as_secs_f64());
         Ok(commit)
     }

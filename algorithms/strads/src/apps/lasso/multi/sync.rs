@@ -31,6 +31,7 @@ pub struct SyncReport {
     /// It reached `max_rounds` or diverged.
     pub wants_stop: bool,
     /// Its non-zero coefficients (global indices).
+    #[serde(with = "petrel_messages::tensor::u32_bytes")]
     pub vars: Vec<u32>,
     /// Their values.
     #[serde(with = "f32_bytes")]
