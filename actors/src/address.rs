@@ -112,6 +112,33 @@ impl<M: RemoteMessage> ActorRef<M> {
         }
     }
 
+    /// Tells every one of `refs` the same message (fire and forget, in order). Local
+    /// targets get their own clone; remote ones share one encoding of it, so a large
+    /// message fanned out to `n` nodes is serialized once, not `n` times. One result per
+    /// target.
+    pub fn tell_each(refs: &[ActorRef<M>], body: M, priority: Priority) -> Vec<Result<(), AskError>>
+    where
+        M: Clone,
+    {
+        let mut encoded: Option<Result<bytes::Bytes, petrel_messages::CodecError>> = None;
+        refs.iter()
+            .map(|r| match &r.target {
+                Target::Local(_) => r.tell(body.clone(), priority),
+                Target::Remote { node, target } => {
+                    let bytes = encoded.get_or_insert_with(|| {
+                        let mut out = Vec::with_capacity(petrel_messages::encoded_len(&body)?);
+                        petrel_messages::encode_body(&body, &mut out)?;
+                        Ok(bytes::Bytes::from(out))
+                    });
+                    match bytes {
+                        Ok(b) => node.tell_remote_encoded(target, M::TYPE_NAME, b, priority),
+                        Err(e) => Err(e.clone().into()),
+                    }
+                }
+            })
+            .collect()
+    }
+
     /// Request/response with a timeout. A remote peer that dies while the request is
     /// pending makes this fail with [`AskError::PeerDown`] as soon as the death is known.
     pub async fn ask(

@@ -811,3 +811,84 @@ fn blocking_compute_cluster(transport: Transport) {
 fn a_role_computing_10s_without_yielding_is_not_declared_dead_over_quic() {
     blocking_compute_cluster(Transport::Quic);
 }
+
+// ---- one message to several actors ----
+
+/// `ActorRef::tell_each` reaches two remote actors (one encoding shared by both frames)
+/// and a local one (a clone), each exactly once.
+#[test]
+fn tell_each_reaches_remote_and_local_actors_once() {
+    let settings = Topology::builder("fanout")
+        .node("s1", &["scaler"])
+        .node("s2", &["scaler"])
+        .node("client", &["caller"])
+        .transport(Transport::Quic)
+        .build()
+        .unwrap();
+    let notes = Arc::new(Mutex::new(Vec::new()));
+    let (server_notes, client_notes) = (notes.clone(), notes.clone());
+    let cluster = Cluster::new(settings)
+        .role("scaler", move |ctx: NodeContext| {
+            let notes = server_notes.clone();
+            Box::pin(async move {
+                let addr = Scaler { notes }.start();
+                ctx.node
+                    .register("scaler", addr)
+                    .map_err(|e| e.to_string())?
+                    .accept::<Note>();
+                ctx.barrier("scalers-ready")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // Stay up until the caller has seen every note arrive.
+                ctx.barrier("notes-seen").await.map_err(|e| e.to_string())
+            })
+        })
+        .role("caller", move |ctx: NodeContext| {
+            let notes = client_notes.clone();
+            Box::pin(async move {
+                let local = Scaler {
+                    notes: notes.clone(),
+                }
+                .start();
+                ctx.node
+                    .register("local", local)
+                    .map_err(|e| e.to_string())?
+                    .accept::<Note>();
+                ctx.barrier("scalers-ready")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut refs = Vec::new();
+                for (node, actor) in [("s1", "scaler"), ("s2", "scaler"), ("client", "local")] {
+                    refs.push(
+                        ctx.node
+                            .actor_at::<Note>(node, actor)
+                            .map_err(|e| e.to_string())?,
+                    );
+                }
+                assert_eq!(
+                    refs.iter().map(|r| r.is_local()).collect::<Vec<_>>(),
+                    [false, false, true]
+                );
+                let note = Note("x".repeat(100_000));
+                for sent in petrel_actors::ActorRef::tell_each(&refs, note, Priority::NORMAL) {
+                    sent.map_err(|e| e.to_string())?;
+                }
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while notes.lock().map_err(|e| e.to_string())?.len() < 3 {
+                    if Instant::now() > deadline {
+                        return Err("not every note arrived within 10 s".to_string());
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                ctx.barrier("notes-seen").await.map_err(|e| e.to_string())
+            })
+        });
+    cluster.run_in_process().unwrap();
+    let notes = notes.lock().unwrap();
+    assert_eq!(notes.len(), 3);
+    assert!(
+        notes
+            .iter()
+            .all(|n| n.len() == 100_000 && n.bytes().all(|b| b == b'x'))
+    );
+}

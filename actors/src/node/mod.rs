@@ -385,6 +385,30 @@ impl Node {
             .map_err(|e| send_error(target.to_string(), M::TYPE_NAME, e))
     }
 
+    /// [`Self::tell_remote`] of a body encoded already (shared by several sends).
+    pub(crate) fn tell_remote_encoded(
+        &self,
+        target: &ActorId,
+        msg_type: &'static str,
+        body: &bytes::Bytes,
+        priority: Priority,
+    ) -> Result<(), AskError> {
+        if self.is_down(target.node) {
+            return Err(AskError::PeerDown {
+                node: target.node,
+                actor: target.to_string(),
+            });
+        }
+        let frame = Frame::with_encoded_body(
+            &self.header(target, msg_type, priority, EnvelopeKind::Tell),
+            body,
+        )?;
+        self.inner
+            .net
+            .send_chunks(target.node, priority, frame)
+            .map_err(|e| send_error(target.to_string(), msg_type, e))
+    }
+
     pub(crate) async fn ask_remote<M: RemoteMessage>(
         &self,
         target: &ActorId,

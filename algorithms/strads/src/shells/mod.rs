@@ -79,6 +79,17 @@ pub struct Commit<A: StradsApp> {
     pub commit: A::Commit,
 }
 
+// By hand: a derive would ask `A` itself (a marker type) to be `Clone`.
+impl<A: StradsApp> Clone for Commit<A> {
+    fn clone(&self) -> Self {
+        Commit {
+            scheduler: self.scheduler,
+            round: self.round,
+            commit: self.commit.clone(),
+        }
+    }
+}
+
 impl<A: StradsApp> RemoteMessage for Dispatch<A> {
     const TYPE_NAME: &'static str = A::DISPATCH_NAME;
     type Reply = PartialResult<A>;

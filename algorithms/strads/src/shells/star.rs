@@ -376,18 +376,21 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
                 if let Some(t) = dispatched.pop_front() {
                     metrics.round_committed(&node, t.elapsed());
                 }
-                for (worker, addr) in workers.commit.iter().enumerate() {
-                    let msg = Commit::<A> {
-                        scheduler: opts.scheduler,
+                // Every worker gets the same commit: encoded once for all of them.
+                let msg = Commit::<A> {
+                    scheduler: opts.scheduler,
+                    round,
+                    commit,
+                };
+                for (worker, sent) in ActorRef::tell_each(&workers.commit, msg, opts.priority)
+                    .into_iter()
+                    .enumerate()
+                {
+                    sent.map_err(|source| StradsRunError::Commit {
                         round,
-                        commit: commit.clone(),
-                    };
-                    addr.tell(msg, opts.priority)
-                        .map_err(|source| StradsRunError::Commit {
-                            round,
-                            worker,
-                            source,
-                        })?;
+                        worker,
+                        source,
+                    })?;
                 }
             }
             PipelineAction::Stop => break,
