@@ -13,7 +13,7 @@ use crate::address::{ActorRef, Msg};
 use crate::error::{AskError, NodeError};
 use actix::prelude::*;
 use petrel_messages::{
-    ActorId, Body, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage,
+    ActorId, Body, CodecError, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage,
 };
 use petrel_net::{Inbound, Net, NetStatsSnapshot, PeerAddr};
 use std::any::Any;
@@ -368,21 +368,10 @@ impl Node {
         body: M,
         priority: Priority,
     ) -> Result<(), AskError> {
-        if self.is_down(target.node) {
-            return Err(AskError::PeerDown {
-                node: target.node,
-                actor: target.to_string(),
-            });
-        }
         // The message is ours: a large tensor in it leaves as its own bytes, not copied.
-        let frame = Frame::encode_chunks(
-            &self.header(target, M::TYPE_NAME, priority, EnvelopeKind::Tell),
-            body,
-        )?;
-        self.inner
-            .net
-            .send_chunks(target.node, priority, frame)
-            .map_err(|e| send_error(target.to_string(), M::TYPE_NAME, e))
+        self.send_tell(target, M::TYPE_NAME, priority, |header| {
+            Frame::encode_chunks(header, body)
+        })
     }
 
     /// [`Self::tell_remote`] of a body encoded already (shared by several sends).
@@ -393,16 +382,27 @@ impl Node {
         body: &bytes::Bytes,
         priority: Priority,
     ) -> Result<(), AskError> {
+        self.send_tell(target, msg_type, priority, |header| {
+            Frame::with_encoded_body(header, body)
+        })
+    }
+
+    /// A tell's frame, made by `frame` from its header, queued for `target` (unless its
+    /// node is known to be down).
+    fn send_tell(
+        &self,
+        target: &ActorId,
+        msg_type: &'static str,
+        priority: Priority,
+        frame: impl FnOnce(&EnvelopeHeader) -> Result<Vec<bytes::Bytes>, CodecError>,
+    ) -> Result<(), AskError> {
         if self.is_down(target.node) {
             return Err(AskError::PeerDown {
                 node: target.node,
                 actor: target.to_string(),
             });
         }
-        let frame = Frame::with_encoded_body(
-            &self.header(target, msg_type, priority, EnvelopeKind::Tell),
-            body,
-        )?;
+        let frame = frame(&self.header(target, msg_type, priority, EnvelopeKind::Tell))?;
         self.inner
             .net
             .send_chunks(target.node, priority, frame)

@@ -20,7 +20,7 @@
 //! Plain data, no clock: callers time [`CyclicLasso::solve`] themselves.
 
 use super::StradsModelError;
-use super::gauss_seidel::{Centring, lasso_cd_step};
+use super::gauss_seidel::{Centring, column_step};
 use super::lasso::soft_threshold;
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
@@ -171,22 +171,10 @@ impl<'a> CyclicLasso<'a> {
         if norm <= 0.0 {
             return 0.0;
         }
-        let x = self.x;
-        let (rows, vals) = x.column(j);
-        let Some(c) = &mut self.centring else {
-            // The step the Gauss-Seidel workers run too.
-            return lasso_cd_step(
-                rows,
-                vals,
-                norm,
-                self.lambda,
-                &mut self.coefficients[j],
-                &mut self.residual,
-                &mut self.sq_residual,
-                &mut self.l1,
-            );
-        };
-        c.step(
+        let (rows, vals) = self.x.column(j);
+        // The step the Gauss-Seidel workers run too.
+        column_step(
+            self.centring.as_mut(),
             j,
             rows,
             vals,

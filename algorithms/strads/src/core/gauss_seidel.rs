@@ -86,6 +86,29 @@ pub fn lasso_cd_step(
     delta
 }
 
+/// [`lasso_cd_step`] on column `j` (stored part `rows`, `vals`), through the implicit
+/// centring when there is one ([`Centring::step`]): the update the baseline and the
+/// Gauss-Seidel workers share.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn column_step(
+    centring: Option<&mut Centring>,
+    j: usize,
+    rows: &[u32],
+    vals: &[f32],
+    norm: f64,
+    lambda: f64,
+    b: &mut f64,
+    residual: &mut [f64],
+    sq_residual: &mut f64,
+    l1: &mut f64,
+) -> f64 {
+    match centring {
+        None => lasso_cd_step(rows, vals, norm, lambda, b, residual, sq_residual, l1),
+        Some(c) => c.step(j, rows, vals, norm, lambda, b, residual, sq_residual, l1),
+    }
+}
+
 /// Implicit column centring of a sparse design (`fit_intercept`): column `j` stands for
 /// `x_j - mu_j 1` while only `x_j`'s non-zeros are stored. The residual is kept as
 /// `s + c 1` (`s` the stored vector, `c` a scalar offset), so that a coordinate update
@@ -531,29 +554,18 @@ impl GsWorkerCore {
     #[inline]
     fn step(&mut self, j: usize) -> f64 {
         let (rows, vals) = self.x.column(j);
-        match &mut self.centring {
-            None => lasso_cd_step(
-                rows,
-                vals,
-                self.sq_norms[j],
-                self.lambda,
-                &mut self.coefficients[j],
-                &mut self.residual,
-                &mut self.sq_residual,
-                &mut self.l1,
-            ),
-            Some(c) => c.step(
-                j,
-                rows,
-                vals,
-                self.sq_norms[j],
-                self.lambda,
-                &mut self.coefficients[j],
-                &mut self.residual,
-                &mut self.sq_residual,
-                &mut self.l1,
-            ),
-        }
+        column_step(
+            self.centring.as_mut(),
+            j,
+            rows,
+            vals,
+            self.sq_norms[j],
+            self.lambda,
+            &mut self.coefficients[j],
+            &mut self.residual,
+            &mut self.sq_residual,
+            &mut self.l1,
+        )
     }
 
     /// Sweeps `order`'s coordinates Gauss-Seidel against the residual.
