@@ -69,6 +69,21 @@ impl Handler<Msg<Note>> for Scaler {
     }
 }
 
+/// Starts a `Scaler` recording notes in `notes` and registers it on `ctx`'s node as `name`.
+fn register_scaler(
+    ctx: &NodeContext,
+    name: &str,
+    notes: Arc<Mutex<Vec<String>>>,
+) -> Result<(), String> {
+    let addr = Scaler { notes }.start();
+    ctx.node
+        .register(name, addr)
+        .map_err(|e| e.to_string())?
+        .accept::<Scale>()
+        .accept::<Note>();
+    Ok(())
+}
+
 fn typed_cluster(transport: Transport) -> (Cluster, Arc<Mutex<Vec<String>>>) {
     let settings = Topology::builder("typed")
         .node("server", &["scaler"])
@@ -82,12 +97,7 @@ fn typed_cluster(transport: Transport) -> (Cluster, Arc<Mutex<Vec<String>>>) {
         .role("scaler", move |ctx: NodeContext| {
             let notes = server_notes.clone();
             Box::pin(async move {
-                let addr = Scaler { notes }.start();
-                ctx.node
-                    .register("scaler", addr)
-                    .map_err(|e| e.to_string())?
-                    .accept::<Scale>()
-                    .accept::<Note>();
+                register_scaler(&ctx, "scaler", notes)?;
                 // The caller may only start once the actor exists.
                 ctx.barrier("scaler-ready").await.map_err(|e| e.to_string())
             })
@@ -831,11 +841,7 @@ fn tell_each_reaches_remote_and_local_actors_once() {
         .role("scaler", move |ctx: NodeContext| {
             let notes = server_notes.clone();
             Box::pin(async move {
-                let addr = Scaler { notes }.start();
-                ctx.node
-                    .register("scaler", addr)
-                    .map_err(|e| e.to_string())?
-                    .accept::<Note>();
+                register_scaler(&ctx, "scaler", notes)?;
                 ctx.barrier("scalers-ready")
                     .await
                     .map_err(|e| e.to_string())?;
@@ -846,14 +852,7 @@ fn tell_each_reaches_remote_and_local_actors_once() {
         .role("caller", move |ctx: NodeContext| {
             let notes = client_notes.clone();
             Box::pin(async move {
-                let local = Scaler {
-                    notes: notes.clone(),
-                }
-                .start();
-                ctx.node
-                    .register("local", local)
-                    .map_err(|e| e.to_string())?
-                    .accept::<Note>();
+                register_scaler(&ctx, "local", notes.clone())?;
                 ctx.barrier("scalers-ready")
                     .await
                     .map_err(|e| e.to_string())?;
