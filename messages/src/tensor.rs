@@ -69,22 +69,13 @@ pub mod f32_bytes {
     /// Writes the values as one msgpack `bin` of little-endian bytes.
     #[allow(clippy::ptr_arg)] // the vector's address names the field a payload was taken from
     pub fn serialize<S: Serializer>(data: &Vec<f32>, s: S) -> Result<S::Ok, S::Error> {
-        #[cfg(target_endian = "little")]
+        // The field whose values `Frame::encode_chunks` moved out (little-endian machines
+        // only): write the moved values (the same bytes), from where they are now.
+        if cfg!(target_endian = "little") && data.is_empty() && crate::envelope::is_taken_slot(data)
         {
-            // The field whose values `Frame::encode_chunks` moved out: write the moved
-            // values (the same bytes), from where they are now.
-            if data.is_empty() && crate::envelope::is_taken_slot(data) {
-                return crate::envelope::with_taken(|taken| {
-                    s.serialize_bytes(bytemuck::cast_slice(taken))
-                });
-            }
-            s.serialize_bytes(bytemuck::cast_slice(data))
+            return crate::envelope::with_taken(|taken| serialize_le(taken, s));
         }
-        #[cfg(target_endian = "big")]
-        {
-            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-            s.serialize_bytes(&bytes)
-        }
+        serialize_le(data, s)
     }
 
     /// Reads little-endian bytes into an aligned vector.

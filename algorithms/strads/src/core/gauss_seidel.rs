@@ -1,7 +1,7 @@
 //! Column-holding Gauss-Seidel Lasso, sans-I/O: the decision logic of `solver =
 //! "gauss-seidel"` (`apps::lasso::gs` runs it on the STRADS runtime).
 //!
-//! One file on purpose (about 930 lines, tests in `gauss_seidel/tests.rs`): the worker's
+//! One file on purpose (about 960 lines, tests in `gauss_seidel/tests.rs`): the worker's
 //! sweep, the centring it shares with the baseline, the scheduler's step weights and the
 //! chunk growth that reads them are one convergence argument (below); each part's correctness depends on the others' invariants.
 //!
