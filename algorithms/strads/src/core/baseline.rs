@@ -202,6 +202,11 @@ impl<'a> CyclicLasso<'a> {
         self.coefficients.iter().map(|&b| b as f32).collect()
     }
 
+    /// The coefficients as the solver keeps them (f64), without a copy.
+    pub fn coefficients_f64(&self) -> &[f64] {
+        &self.coefficients
+    }
+
     /// Recomputes `||r||^2` and `||b||_1` exactly (drift of the running sums), then
     /// returns `(objective, duality gap, max KKT violation)`: `O(nnz)`.
     pub fn certify(&mut self) -> (f64, f64, f64) {
@@ -490,6 +495,11 @@ impl<'a> CyclicLogistic<'a> {
     /// The coefficients (as f32).
     pub fn coefficients(&self) -> Vec<f32> {
         self.coefficients.iter().map(|&b| b as f32).collect()
+    }
+
+    /// The coefficients as the solver keeps them (f64), without a copy.
+    pub fn coefficients_f64(&self) -> &[f64] {
+        &self.coefficients
     }
 
     /// Runs full sweeps (each followed by active-set sweeps) until a full sweep lowers the

@@ -86,6 +86,39 @@ pub fn lasso_cd_step(
     delta
 }
 
+/// `a . b` over four independent partial sums, so that the adds pipeline instead of each
+/// waiting for the one before (a single running sum is bound by the add's latency). The
+/// scheduler combines the workers' residual deltas with it every round.
+pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len());
+    let (a, b) = (a[..n].chunks_exact(4), b[..n].chunks_exact(4));
+    let tail: f64 = a
+        .remainder()
+        .iter()
+        .zip(b.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    let mut lanes = [0.0f64; 4];
+    for (x, y) in a.zip(b) {
+        for k in 0..4 {
+            lanes[k] += x[k] * y[k];
+        }
+    }
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
+}
+
+/// `n` zeros with every page already written. A table a scheduler keeps for the whole run
+/// takes its page faults when it starts rather than in its first rounds, where they are
+/// on every worker's critical path (about 2,000 of them at a million coefficients).
+pub(crate) fn resident_zeros(n: usize) -> Vec<f64> {
+    let mut v = vec![0.0f64; n];
+    // A zero the compiler cannot see through: writing a known zero into memory that
+    // came zeroed would be removed as a no-op, leaving the pages unmapped.
+    let zero = std::hint::black_box(0.0);
+    v.iter_mut().step_by(512).for_each(|x| *x = zero);
+    v
+}
+
 /// [`lasso_cd_step`] on column `j` (stored part `rows`, `vals`), through the implicit
 /// centring when there is one ([`Centring::step`]): the update the baseline and the
 /// Gauss-Seidel workers share.
@@ -684,7 +717,7 @@ impl GsWorkerCore {
                     u_offset -= d * c.mean(j as usize);
                 }
             }
-            result.r_dot_u = start.iter().zip(&u).map(|(s, u)| s * u).sum();
+            result.r_dot_u = dot(start, &u);
             if self.centring.is_some() {
                 // (s + c 1) . (u_s + u_c 1)
                 let n = self.residual.len() as f64;

@@ -51,6 +51,15 @@ impl LinearHeldout {
         self.data.rows.len()
     }
 
+    /// The figures of a solver's f64 coefficients as the model files store them (f32),
+    /// with that f32 model's own L1 norm, as the final figures compute it. The f32 copy is
+    /// made here, so an evaluation without held-out data never pays for it.
+    pub fn figures_of_solver(&self, coefficients: &[f64]) -> HeldoutFigures {
+        let model: Vec<f32> = coefficients.iter().map(|&b| b as f32).collect();
+        let l1: f64 = model.iter().map(|b| f64::from(b.abs())).sum();
+        self.figures(&model, &HashMap::new(), l1)
+    }
+
     /// The figures of the model with coefficients `b` (L1 norm `l1`), except where
     /// `overrides` gives a coefficient another value.
     pub fn figures(&self, b: &[f32], overrides: &HashMap<usize, f32>, l1: f64) -> HeldoutFigures {
@@ -175,6 +184,22 @@ mod tests {
                 LinearTask::BinaryClassification => "heldout_log_loss",
             };
             assert!(at.contains_key(key) && !at.contains_key("heldout_rows"));
+        }
+    }
+
+    #[test]
+    fn a_solver_s_f64_coefficients_are_scored_as_the_f32_model_it_writes() {
+        for task in [LinearTask::Regression, LinearTask::BinaryClassification] {
+            let h = heldout(task);
+            // 1e-50 is a non-zero f64 that the f32 model stores as zero.
+            let solver = [2.0f64, 1e-50, -1.000_000_000_1];
+            let model: Vec<f32> = solver.iter().map(|&b| b as f32).collect();
+            assert_eq!(model[1], 0.0);
+            let l1: f64 = model.iter().map(|b| f64::from(b.abs())).sum();
+            assert_eq!(
+                h.figures_of_solver(&solver),
+                h.figures(&model, &HashMap::new(), l1)
+            );
         }
     }
 

@@ -25,20 +25,16 @@ pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
     let mut cd = CyclicLogistic::new(&x, &labels, lambda)?;
     // A point at the start and after every full sweep (O(rows) for the objective and
     // accuracy, O(test non-zeros) for the held-out figures: small against a sweep).
-    let point = |cd: &CyclicLogistic<'_>, elapsed_s: f64| {
-        let coefficients = cd.coefficients();
-        let l1: f64 = coefficients.iter().map(|b| f64::from(b.abs())).sum();
-        LogisticPoint {
-            round: cd.updates(),
-            updates: cd.updates(),
-            elapsed_s,
-            objective: cd.objective(),
-            training_accuracy: cd.training_accuracy(),
-            heldout: heldout
-                .as_ref()
-                .map(|h| h.figures(&coefficients, &Default::default(), l1))
-                .unwrap_or_default(),
-        }
+    let point = |cd: &CyclicLogistic<'_>, elapsed_s: f64| LogisticPoint {
+        round: cd.updates(),
+        updates: cd.updates(),
+        elapsed_s,
+        objective: cd.objective(),
+        training_accuracy: cd.training_accuracy(),
+        heldout: heldout
+            .as_ref()
+            .map(|h| h.figures_of_solver(cd.coefficients_f64()))
+            .unwrap_or_default(),
     };
     let mut trace = Vec::new();
     let mut observe = |cd: &CyclicLogistic<'_>| {

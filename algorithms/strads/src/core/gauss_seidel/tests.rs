@@ -514,3 +514,25 @@ fn sweeps_refuse_columns_out_of_range_and_a_second_sweep_before_the_commit() {
     assert!(w.sweep(&full(5)).is_err());
     assert!(w.commit(1.5, &RowVector::zero(), 0.0).is_err());
 }
+
+#[test]
+fn the_four_lane_dot_product_matches_a_running_sum_at_every_length() {
+    for n in 0..=11 {
+        let a: Vec<f64> = (0..n).map(|i| 1.0 + i as f64 * 0.25).collect();
+        let b: Vec<f64> = (0..n).map(|i| (i % 3) as f64 - 0.5).collect();
+        let running: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        // Small integers and quarters: every partial sum is exact in either order.
+        assert_eq!(dot(&a, &b), running, "length {n}");
+        // The shorter slice bounds it.
+        assert_eq!(dot(&a, &b[..n / 2]), dot(&a[..n / 2], &b[..n / 2]));
+    }
+}
+
+#[test]
+fn resident_zeros_are_zeros_of_the_asked_length() {
+    for n in [0, 1, 511, 512, 513, 100_000] {
+        let v = resident_zeros(n);
+        assert_eq!(v.len(), n);
+        assert!(v.iter().all(|x| x.to_bits() == 0), "length {n}");
+    }
+}

@@ -6,7 +6,6 @@
 //! advances the one `GsState` (the phase, the next chunk, the certificate, the stop), and
 //! splitting the phases would spread that state's invariants over several files.
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -21,8 +20,8 @@ use crate::apps::lasso::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::gauss_seidel::{
-    Certificate, ChunkGrowth, Coords, RowVector, SweepOrder, SweepResult, jacobi_weights,
-    kept_share,
+    Certificate, ChunkGrowth, Coords, RowVector, SweepOrder, SweepResult, dot, jacobi_weights,
+    kept_share, resident_zeros,
 };
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
@@ -167,7 +166,7 @@ impl GsScheduling {
             lambda,
             n_rows: shape.n_rows,
             s: GsState {
-                coefficients: vec![0.0; shape.n_columns()],
+                coefficients: resident_zeros(shape.n_columns()),
                 phase: Phase::Full,
                 next: vec![0; workers],
                 growth: ChunkGrowth::default(),
@@ -465,7 +464,7 @@ impl GsScheduling {
             let mut gram = vec![vec![0.0; w]; w];
             for p in 0..w {
                 for q in p..w {
-                    let stored: f64 = u[p].iter().zip(u[q].iter()).map(|(a, b)| a * b).sum();
+                    let stored = dot(&u[p], &u[q]);
                     let entry = if centred {
                         stored
                             + offsets[q] * sums[p]
@@ -618,15 +617,10 @@ impl GsScheduling {
         };
         // P(b) - D(scale r), D(theta) = 1/2 ||y||^2 - 1/2 ||y - theta||^2.
         let gap = objective - (scale * yr - 0.5 * scale * scale * rr);
-        let coefficients = self.coefficients_f32();
         let heldout = self
             .heldout
             .as_ref()
-            .map(|h| {
-                // The model's own (f32) L1 norm, as the final figures compute it.
-                let l1_f32: f64 = coefficients.iter().map(|b| f64::from(b.abs())).sum();
-                h.figures(&coefficients, &HashMap::new(), l1_f32)
-            })
+            .map(|h| h.figures_of_solver(&self.s.coefficients))
             .unwrap_or_default();
         tracing::info!(
             round,
