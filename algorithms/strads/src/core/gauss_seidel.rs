@@ -44,6 +44,26 @@ use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
+/// `x_j^T r` over a column's stored non-zeros (`rows`, `vals`), in four independent
+/// partial sums: with one running sum every add waits for the one before, and that chain,
+/// not the gathers, bounds a coordinate update.
+#[inline]
+pub(crate) fn gather_dot(rows: &[u32], vals: &[f32], r: &[f64]) -> f64 {
+    let n = rows.len().min(vals.len());
+    let (rows, vals) = (rows[..n].chunks_exact(4), vals[..n].chunks_exact(4));
+    let mut tail = 0.0f64;
+    for (&i, &v) in rows.remainder().iter().zip(vals.remainder()) {
+        tail += f64::from(v) * r[i as usize];
+    }
+    let mut lanes = [0.0f64; 4];
+    for (i, v) in rows.zip(vals) {
+        for k in 0..4 {
+            lanes[k] += f64::from(v[k]) * r[i[k] as usize];
+        }
+    }
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
+}
+
 /// One exact coordinate minimisation of `1/2 ||r||^2 + lambda |b|` along a column given by
 /// its `rows` and `vals` (squared norm `norm`), against the maintained residual: the
 /// baseline's update ([`CyclicLasso::update`](super::baseline::CyclicLasso::update)) and
@@ -65,10 +85,7 @@ pub fn lasso_cd_step(
         return 0.0;
     }
     let old = *b;
-    let mut dot = 0.0f64;
-    for (&i, &v) in rows.iter().zip(vals) {
-        dot += f64::from(v) * residual[i as usize];
-    }
+    let dot = gather_dot(rows, vals, residual);
     let new = soft_threshold(dot + norm * old, lambda) / norm;
     let delta = new - old;
     if delta != 0.0 {
@@ -256,11 +273,7 @@ impl Centring {
             return 0.0;
         }
         let old = *b;
-        let mut dot = 0.0f64;
-        for (&i, &v) in rows.iter().zip(vals) {
-            dot += f64::from(v) * s[i as usize];
-        }
-        dot = self.dot(j, dot);
+        let dot = self.dot(j, gather_dot(rows, vals, s));
         let new = soft_threshold(dot + norm * old, lambda) / norm;
         let delta = new - old;
         if delta != 0.0 {
