@@ -327,3 +327,63 @@ fn mf_scale_reaches_the_target_at_every_size_and_worker_count() {
     assert!(json["speedup_2_at_largest"].is_f64());
     assert!(std::path::Path::new(&f.plot).exists());
 }
+
+#[derive(Parser)]
+struct LassoScale {
+    #[command(flatten)]
+    args: petrel::bench::lasso_scale::LassoScaleBenchArgs,
+}
+
+#[test]
+fn lasso_scale_interleaves_its_repeats_and_reports_each_runner_s_median() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let a = LassoScale::parse_from([
+        "bench",
+        "--sizes",
+        "200x400x5,400x1000x5",
+        "--workers",
+        "1,2",
+        "--repeats",
+        "3",
+        "--transport",
+        "memory",
+        "--bandwidth-mb",
+        "0",
+        "--out",
+        &out,
+    ])
+    .args;
+    let f = petrel::bench::lasso_scale::measure(&a).unwrap();
+    assert_eq!(f.repeats, 3);
+    assert_eq!(f.sizes.len(), 2);
+    for size in &f.sizes {
+        assert_eq!(size.baseline_runs_s.len(), 3);
+        let mut sorted = size.baseline_runs_s.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(size.baseline_s, sorted[1]);
+        assert_eq!(
+            size.per_workers.keys().copied().collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        for run in size.per_workers.values() {
+            assert_eq!(run.ratios.len(), 3);
+            assert_eq!(run.runs_s.len(), 3);
+            // Every repeat reached the target: each ratio is its run against the baseline
+            // of the same repeat, and the runner's ratio is their median.
+            let ratios: Vec<f64> = run.ratios.iter().map(|r| r.unwrap()).collect();
+            for ((r, s), b) in ratios.iter().zip(&run.runs_s).zip(&size.baseline_runs_s) {
+                assert!((r - s.unwrap() / b).abs() <= 1e-12 * r, "{r} {s:?} {b}");
+            }
+            let mut sorted = ratios.clone();
+            sorted.sort_by(f64::total_cmp);
+            assert_eq!(run.ratio, Some(sorted[1]));
+            // The figures are the median run's.
+            let mut times: Vec<f64> = run.runs_s.iter().map(|s| s.unwrap()).collect();
+            times.sort_by(f64::total_cmp);
+            assert_eq!(run.petrel_s, Some(times[1]));
+        }
+        assert_eq!(size.ratio, size.per_workers[&2].ratio);
+    }
+    assert!(std::path::Path::new(&f.plot).exists());
+}

@@ -7,7 +7,11 @@
 //! STRADS run per worker count (`--transport processes` by default: a scheduler process and
 //! one process per worker over QUIC; every process generates only its rows). STRADS time is
 //! the scheduler's time to the target (data generation and cluster start excluded, as for
-//! the baseline); the wall time of the whole command is reported beside it.
+//! the baseline); the wall time of the whole command is reported beside it. The timed runs
+//! are repeated `--repeats` times, interleaved (baseline, every worker count, again), and
+//! each runner reports its median run, `ratio` the median of the repeats' ratios (each
+//! against its own repeat's baseline), with their spread in the table: the host is shared,
+//! and single runs of the largest size were seen anywhere from 0.9 to 1.4.
 //!
 //! Figures per size: `baseline_s`, `petrel_s`, `ratio` (petrel / baseline), the updates of
 //! each, `rss_mb` (largest peak RSS of a node) for `--headline-workers`, and every worker
@@ -26,6 +30,7 @@ use crate::bench::memory_bandwidth::{self, StreamBandwidth};
 use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
 use crate::train::{NodeMemory, StradsTrainError, TrainTransport, run_lasso_job};
+use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
 use serde::Serialize;
@@ -118,6 +123,10 @@ pub struct LassoScaleBenchArgs {
     /// `gauss-seidel`: active-set passes per round (0 = automatic).
     #[arg(long, default_value_t = 0)]
     pub gs_active_passes: u32,
+    /// Per-round latency the automatic chunk and block sizes assume, in milliseconds; see
+    /// `petrel train lasso --help`.
+    #[arg(long, default_value_t = LassoJob::default().round_latency_ms)]
+    pub round_latency_ms: f64,
     /// Relative objective gap to reach: f <= f* (1 + tolerance).
     #[arg(long, default_value_t = 1e-3)]
     pub tolerance: f64,
@@ -135,64 +144,84 @@ pub struct LassoScaleBenchArgs {
     /// Buffer of the memory-bandwidth probe (one thread against two), MB; 0 skips it.
     #[arg(long, default_value_t = 256)]
     pub bandwidth_mb: usize,
+    /// Interleaved repeats of the timed runs at each size (the baseline, then every worker
+    /// count, then again): each runner's figures are those of its median run, and `ratio`
+    /// is the median of the repeats' ratios (each petrel run against the baseline run of
+    /// its own repeat), so one slow episode of a shared host moves neither.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
 }
 
+/// One worker count's figures at one size: its median run's.
 #[derive(Debug, Clone, Serialize)]
-struct PetrelFigures {
-    workers: usize,
-    petrel_s: Option<f64>,
-    petrel_updates: Option<u64>,
-    ratio: Option<f64>,
-    us_per_update: Option<f64>,
-    wall_s: f64,
-    rounds: u64,
-    block_size: usize,
-    rss_mb: f64,
-    final_objective: f64,
+pub struct PetrelFigures {
+    pub workers: usize,
+    pub petrel_s: Option<f64>,
+    pub petrel_updates: Option<u64>,
+    /// The median of `ratios`.
+    pub ratio: Option<f64>,
+    /// Every repeat's petrel / baseline, in run order (`null`: the target not reached).
+    pub ratios: Vec<Option<f64>>,
+    /// Every repeat's seconds to the target, in run order.
+    pub runs_s: Vec<Option<f64>>,
+    pub us_per_update: Option<f64>,
+    pub wall_s: f64,
+    pub rounds: u64,
+    pub block_size: usize,
+    pub rss_mb: f64,
+    pub final_objective: f64,
     /// The compute on the critical path up to the target (the slowest worker's per round
     /// plus the scheduler's): petrel's time if messages and waits cost nothing.
-    compute_to_target_s: Option<f64>,
+    pub compute_to_target_s: Option<f64>,
     /// `compute_to_target_s / baseline_s`: the ratio's floor on this host.
-    compute_ratio: Option<f64>,
-    profile: RoundProfile,
+    pub compute_ratio: Option<f64>,
+    pub profile: RoundProfile,
     /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
     /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`).
     #[serde(flatten)]
-    memory: NodeMemory,
+    pub memory: NodeMemory,
 }
 
+/// One design size: the baseline, and the headline worker count's keys beside every
+/// worker count's figures.
 #[derive(Debug, Clone, Serialize)]
-struct SizeFigures {
-    n_samples: usize,
-    n_features: usize,
-    nnz: usize,
-    lambda: f32,
-    optimum: f64,
-    baseline_s: f64,
-    baseline_updates: u64,
-    baseline_us_per_update: f64,
-    optimum_s: f64,
-    petrel_s: Option<f64>,
-    petrel_updates: Option<u64>,
-    ratio: Option<f64>,
-    rss_mb: Option<f64>,
-    data_mb_per_worker: f64,
-    per_workers: BTreeMap<usize, PetrelFigures>,
+pub struct SizeFigures {
+    pub n_samples: usize,
+    pub n_features: usize,
+    pub nnz: usize,
+    pub lambda: f32,
+    pub optimum: f64,
+    /// The median of `baseline_runs_s`.
+    pub baseline_s: f64,
+    /// Every repeat's baseline seconds, in run order.
+    pub baseline_runs_s: Vec<f64>,
+    pub baseline_updates: u64,
+    pub baseline_us_per_update: f64,
+    pub optimum_s: f64,
+    pub petrel_s: Option<f64>,
+    pub petrel_updates: Option<u64>,
+    pub ratio: Option<f64>,
+    pub rss_mb: Option<f64>,
+    pub data_mb_per_worker: f64,
+    pub per_workers: BTreeMap<usize, PetrelFigures>,
 }
 
+/// The figures of a run (its JSON line).
 #[derive(Serialize)]
-struct Figures {
-    bench: &'static str,
-    solver: String,
-    tolerance: f64,
-    interference_bound: f32,
-    depth: usize,
-    headline_workers: usize,
-    transport: String,
-    sizes: Vec<SizeFigures>,
-    plot: String,
+pub struct LassoScaleFigures {
+    pub bench: &'static str,
+    pub solver: String,
+    pub tolerance: f64,
+    pub interference_bound: f32,
+    pub depth: usize,
+    pub round_latency_ms: f64,
+    pub headline_workers: usize,
+    pub transport: String,
+    pub repeats: usize,
+    pub sizes: Vec<SizeFigures>,
+    pub plot: String,
     /// One thread's streaming read bandwidth against two threads' (`--bandwidth-mb`).
-    memory_bandwidth: Option<StreamBandwidth>,
+    pub memory_bandwidth: Option<StreamBandwidth>,
 }
 
 /// What one of `workers` workers holds, MB, counted from the solvers' own structures.
@@ -232,6 +261,7 @@ fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
         },
         lambda_fraction: args.lambda_fraction,
         timeout_s: args.timeout_s,
+        round_latency_ms: args.round_latency_ms,
         interference_bound: if scheduled {
             args.interference_bound
         } else {
@@ -249,36 +279,172 @@ fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
     }
 }
 
+/// The table's columns (every row has them all).
+const COLUMNS: [&str; 19] = [
+    "design",
+    "nnz",
+    "runner",
+    "seconds to tol",
+    "updates",
+    "us / update",
+    "ratio",
+    "ratio min-max",
+    "wall s",
+    "U",
+    "rss MB",
+    "worker MB",
+    "holds MB",
+    "peak / holds",
+    "private / holds",
+    "sched. MB",
+    "round ms",
+    "messaging s",
+    "compute / base",
+];
+
+/// One STRADS run of `job` on `workers` workers, against the baseline's `baseline_s`.
+fn run_petrel(
+    job: &LassoJob,
+    workers: usize,
+    transport: JobTransport,
+    baseline_s: f64,
+    args: &LassoScaleBenchArgs,
+    nnz: usize,
+    size: &DesignSize,
+) -> Result<PetrelFigures, StradsTrainError> {
+    let started = Instant::now();
+    let m = run_lasso_job(job, workers, transport, false)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let ratio = m.target_s.map(|s| s / baseline_s);
+    let us_per_update = m
+        .target_s
+        .zip(m.target_updates)
+        .map(|(s, u)| 1e6 * s / u.max(1) as f64);
+    let holds = worker_holds_mb(args.solver, nnz, size, workers);
+    let memory = NodeMemory::of_run(job.out_dir.as_deref(), transport, holds);
+    // The launcher's peak of every node process when there are processes, else what the
+    // nodes sampled during their rounds.
+    let rss_mb = match (memory.worker_rss_mb, memory.scheduler_rss_mb) {
+        (Some(w), Some(s)) => w.max(s),
+        _ => m
+            .profile
+            .scheduler_peak_rss_mb
+            .max(m.profile.worker_peak_rss_mb),
+    };
+    let compute_to_target_s = m.profile.critical_compute_to_target_s;
+    Ok(PetrelFigures {
+        workers,
+        petrel_s: m.target_s,
+        petrel_updates: m.target_updates,
+        ratio,
+        ratios: vec![ratio],
+        runs_s: vec![m.target_s],
+        us_per_update,
+        wall_s,
+        rounds: m.rounds,
+        block_size: m.block_size,
+        rss_mb,
+        final_objective: m.final_objective,
+        compute_to_target_s,
+        compute_ratio: compute_to_target_s.map(|s| s / baseline_s),
+        profile: m.profile.clone(),
+        memory,
+    })
+}
+
+/// The run of median time among a runner's repeats (a run that missed the target counts
+/// as the slowest), with `ratio` the median of every repeat's ratio and the repeats'
+/// ratios and times in run order.
+fn median_run(runs: Vec<PetrelFigures>) -> PetrelFigures {
+    let ratios: Vec<Option<f64>> = runs.iter().map(|r| r.ratio).collect();
+    let runs_s: Vec<Option<f64>> = runs.iter().map(|r| r.petrel_s).collect();
+    let slowest_last = |v: Option<f64>| v.unwrap_or(f64::INFINITY);
+    let ratio = median(&ratios.iter().map(|&r| slowest_last(r)).collect::<Vec<_>>())
+        .filter(|r| r.is_finite());
+    let mut order: Vec<PetrelFigures> = runs;
+    order.sort_by(|a, b| slowest_last(a.petrel_s).total_cmp(&slowest_last(b.petrel_s)));
+    let middle = order.len().saturating_sub(1) / 2;
+    let mut figures = order.swap_remove(middle);
+    figures.ratio = ratio;
+    figures.ratios = ratios;
+    figures.runs_s = runs_s;
+    figures
+}
+
+/// The median (the mean of the two middle values of an even count); `None` when empty.
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some(0.5 * (sorted[n / 2 - 1] + sorted[n / 2])),
+    }
+}
+
+fn min_of(values: &[f64]) -> Option<f64> {
+    values.iter().copied().min_by(f64::total_cmp)
+}
+
+fn max_of(values: &[f64]) -> Option<f64> {
+    values.iter().copied().max_by(f64::total_cmp)
+}
+
+/// A runner's table row.
+fn petrel_row(label: &str, nnz: usize, f: &PetrelFigures, ratio_spread: String) -> Vec<String> {
+    let m = &f.memory;
+    let mb = |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    vec![
+        label.to_string(),
+        nnz.to_string(),
+        format!("petrel {}w", f.workers),
+        f.petrel_s
+            .map_or("not reached".into(), |s| format!("{s:.3}")),
+        f.petrel_updates.map_or("-".into(), |u| u.to_string()),
+        f.us_per_update.map_or("-".into(), |u| format!("{u:.3}")),
+        f.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+        ratio_spread,
+        format!("{:.1}", f.wall_s),
+        f.block_size.to_string(),
+        format!("{:.0}", f.rss_mb),
+        mb(m.worker_rss_mb, 0),
+        format!("{:.1}", m.worker_holds_mb),
+        mb(m.worker_rss_over_holds, 2),
+        mb(m.worker_private_over_holds, 2),
+        mb(m.scheduler_rss_mb, 0),
+        format!("{:.2}", f.profile.round_latency_ms),
+        format!("{:.2}", f.profile.messaging_s),
+        mb(f.compute_ratio, 2),
+    ]
+}
+
+/// Runs the bench, prints its table and JSON line.
 pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
-    if args.sizes.is_empty() || args.workers.is_empty() {
+    let figures = measure(&args)?;
+    print_json(&figures).map_err(|source| StradsTrainError::Json {
+        path: PathBuf::new(),
+        source,
+    })
+}
+
+/// Runs every size, repeat and worker count, prints the table and writes the plot.
+pub fn measure(args: &LassoScaleBenchArgs) -> Result<LassoScaleFigures, StradsTrainError> {
+    if args.sizes.is_empty() || args.workers.is_empty() || args.repeats == 0 {
         return Err(StradsTrainError::Usage(
-            "need at least one size and one worker count",
+            "need at least one size, one worker count and one repeat",
         ));
     }
+    let Some(transport) = args.transport.cluster() else {
+        return Err(StradsTrainError::Usage(
+            "lasso-scale compares STRADS runs: --transport memory, quic or processes",
+        ));
+    };
     let out = absolute(&args.out)?;
     let mut sizes = Vec::new();
-    let mut table = Table::new(&[
-        "design",
-        "nnz",
-        "runner",
-        "seconds to tol",
-        "updates",
-        "us / update",
-        "ratio",
-        "wall s",
-        "U",
-        "rss MB",
-        "worker MB",
-        "holds MB",
-        "peak / holds",
-        "private / holds",
-        "sched. MB",
-        "round ms",
-        "messaging s",
-        "compute / base",
-    ]);
+    let mut table = Table::new(&COLUMNS);
     for size in &args.sizes {
-        let base = job_for(size, &args);
+        let base = job_for(size, args);
         let generated = Instant::now();
         let (x, y) = base.load()?;
         let nnz = x.values.len();
@@ -297,16 +463,55 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
         let (optimum_run, _) = solve_baseline(&x, &y, &optimum_job)?;
         let optimum = optimum_run.metrics.final_objective;
         let target = optimum * (1.0 + args.tolerance);
+        let lambda = optimum_run.metrics.lambda;
         // The timed baseline: the same solver, stopped at the target.
         let timed_job = LassoJob {
             target_objective: Some(target),
             ..base.clone()
         };
-        let (timed, report) = solve_baseline(&x, &y, &timed_job)?;
-        let baseline_s = timed.metrics.elapsed_s;
-        let baseline_updates = report.updates;
         let label = format!("{}x{}", size.n_samples, size.n_features);
-        table.row(vec![
+        let mut design = Some((x, y));
+        let mut baseline_runs_s = Vec::with_capacity(args.repeats);
+        let mut baseline_updates = 0;
+        let mut runs: BTreeMap<usize, Vec<PetrelFigures>> = BTreeMap::new();
+        for repeat in 0..args.repeats {
+            let Some((x, y)) = design.as_ref() else {
+                break;
+            };
+            let (timed, report) = solve_baseline(x, y, &timed_job)?;
+            let baseline_s = timed.metrics.elapsed_s;
+            baseline_runs_s.push(baseline_s);
+            baseline_updates = report.updates;
+            if repeat + 1 == args.repeats {
+                // The last repeat's STRADS runs start without this process's copy of
+                // the design (what in-process transports measure as their peak).
+                design = None;
+            }
+            for &workers in &args.workers {
+                let dir = out.join(format!("{label}-p{workers}"));
+                let job = LassoJob {
+                    target_objective: Some(target),
+                    out_dir: Some(dir),
+                    ..base.clone()
+                };
+                let run = run_petrel(&job, workers, transport, baseline_s, args, nnz, size)?;
+                tracing::info!(
+                    size = %label,
+                    workers,
+                    repeat,
+                    ratio = run.ratio,
+                    "lasso-scale run"
+                );
+                runs.entry(workers).or_default().push(run);
+            }
+        }
+        drop(design);
+        let baseline_s = median(&baseline_runs_s).unwrap_or(f64::NAN);
+        let spread = |values: &[f64]| match (min_of(values), max_of(values)) {
+            (Some(lo), Some(hi)) => format!("{lo:.2}-{hi:.2}"),
+            _ => "-".into(),
+        };
+        let mut row = vec![
             label.clone(),
             nnz.to_string(),
             "baseline".into(),
@@ -314,97 +519,15 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
             baseline_updates.to_string(),
             format!("{:.3}", 1e6 * baseline_s / baseline_updates.max(1) as f64),
             "1".into(),
-            "-".into(),
-            "1".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-        ]);
-        let lambda = optimum_run.metrics.lambda;
-        drop((x, y));
+        ];
+        row.resize(COLUMNS.len(), "-".into());
+        table.row(row);
         let mut per_workers = BTreeMap::new();
-        for &workers in &args.workers {
-            let dir = out.join(format!("{label}-p{workers}"));
-            let job = LassoJob {
-                target_objective: Some(target),
-                out_dir: Some(dir.clone()),
-                ..base.clone()
-            };
-            let started = Instant::now();
-            let Some(transport) = args.transport.cluster() else {
-                return Err(StradsTrainError::Usage(
-                    "lasso-scale compares STRADS runs: --transport memory, quic or processes",
-                ));
-            };
-            let m = run_lasso_job(&job, workers, transport, false)?;
-            let wall_s = started.elapsed().as_secs_f64();
-            let ratio = m.target_s.map(|s| s / baseline_s);
-            let us = m
-                .target_s
-                .zip(m.target_updates)
-                .map(|(s, u)| 1e6 * s / u.max(1) as f64);
-            let holds = worker_holds_mb(args.solver, nnz, size, workers);
-            let memory = NodeMemory::of_run(job.out_dir.as_deref(), transport, holds);
-            // The launcher's peak of every node process when there are processes, else
-            // what the nodes sampled during their rounds.
-            let rss = match (memory.worker_rss_mb, memory.scheduler_rss_mb) {
-                (Some(w), Some(s)) => w.max(s),
-                _ => m
-                    .profile
-                    .scheduler_peak_rss_mb
-                    .max(m.profile.worker_peak_rss_mb),
-            };
-            let compute_to_target_s = m.profile.critical_compute_to_target_s;
-            let compute_ratio = compute_to_target_s.map(|s| s / baseline_s);
-            let mb = |v: Option<f64>, digits: usize| {
-                v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
-            };
-            table.row(vec![
-                label.clone(),
-                nnz.to_string(),
-                format!("petrel {workers}w"),
-                m.target_s
-                    .map_or("not reached".into(), |s| format!("{s:.3}")),
-                m.target_updates.map_or("-".into(), |u| u.to_string()),
-                us.map_or("-".into(), |u| format!("{u:.3}")),
-                ratio.map_or("-".into(), |r| format!("{r:.2}")),
-                format!("{wall_s:.1}"),
-                m.block_size.to_string(),
-                format!("{rss:.0}"),
-                mb(memory.worker_rss_mb, 0),
-                format!("{holds:.1}"),
-                mb(memory.worker_rss_over_holds, 2),
-                mb(memory.worker_private_over_holds, 2),
-                mb(memory.scheduler_rss_mb, 0),
-                format!("{:.2}", m.profile.round_latency_ms),
-                format!("{:.2}", m.profile.messaging_s),
-                mb(compute_ratio, 2),
-            ]);
-            per_workers.insert(
-                workers,
-                PetrelFigures {
-                    workers,
-                    petrel_s: m.target_s,
-                    petrel_updates: m.target_updates,
-                    ratio,
-                    us_per_update: us,
-                    wall_s,
-                    rounds: m.rounds,
-                    block_size: m.block_size,
-                    rss_mb: rss,
-                    final_objective: m.final_objective,
-                    compute_to_target_s,
-                    compute_ratio,
-                    profile: m.profile.clone(),
-                    memory,
-                },
-            );
+        for (workers, runs) in runs {
+            let figures = median_run(runs);
+            let reached: Vec<f64> = figures.ratios.iter().flatten().copied().collect();
+            table.row(petrel_row(&label, nnz, &figures, spread(&reached)));
+            per_workers.insert(workers, figures);
         }
         let headline = per_workers.get(&args.headline_workers);
         let data_mb_per_worker = worker_holds_mb(args.solver, nnz, size, args.headline_workers);
@@ -415,6 +538,7 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
             lambda,
             optimum,
             baseline_s,
+            baseline_runs_s,
             baseline_updates,
             baseline_us_per_update: 1e6 * baseline_s / baseline_updates.max(1) as f64,
             optimum_s: optimum_run.metrics.elapsed_s,
@@ -467,27 +591,86 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
         true,
     )?;
     println!("plot: {}", plot.display());
-    print_json(&Figures {
+    Ok(LassoScaleFigures {
         bench: "lasso-scale",
         solver: args.solver.to_string(),
         tolerance: args.tolerance,
         interference_bound: args.interference_bound,
         depth: args.depth,
+        round_latency_ms: args.round_latency_ms,
         headline_workers: args.headline_workers,
         transport: format!("{:?}", args.transport).to_lowercase(),
+        repeats: args.repeats,
         sizes,
         plot: plot.display().to_string(),
         memory_bandwidth: bandwidth,
-    })
-    .map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run(petrel_s: Option<f64>, baseline_s: f64, rounds: u64) -> PetrelFigures {
+        let ratio = petrel_s.map(|s| s / baseline_s);
+        PetrelFigures {
+            workers: 2,
+            petrel_s,
+            petrel_updates: petrel_s.map(|_| 100),
+            ratio,
+            ratios: vec![ratio],
+            runs_s: vec![petrel_s],
+            us_per_update: None,
+            wall_s: 1.0,
+            rounds,
+            block_size: 1,
+            rss_mb: 1.0,
+            final_objective: 1.0,
+            compute_to_target_s: None,
+            compute_ratio: None,
+            profile: RoundProfile::default(),
+            memory: NodeMemory::default(),
+        }
+    }
+
+    #[test]
+    fn the_median_of_odd_and_even_counts_and_of_nothing() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn a_runner_reports_its_median_run_and_the_median_of_its_repeats_ratios() {
+        // Ratios 1.2, 0.9 and 1.0 against three different baselines; times 0.12, 0.09,
+        // 0.11: the median run (0.11 s, the third) is not the run of the median ratio.
+        let f = median_run(vec![
+            run(Some(0.12), 0.10, 1),
+            run(Some(0.09), 0.10, 2),
+            run(Some(0.11), 0.11, 3),
+        ]);
+        assert_eq!(f.rounds, 3);
+        assert_eq!(f.petrel_s, Some(0.11));
+        assert!((f.ratio.unwrap() - 1.0).abs() < 1e-12, "{:?}", f.ratio);
+        assert_eq!(f.runs_s, vec![Some(0.12), Some(0.09), Some(0.11)]);
+        assert_eq!(f.ratios.len(), 3);
+        // A run that missed the target is the slowest, and a median that lands on one
+        // is no ratio at all.
+        let missed = median_run(vec![
+            run(None, 0.1, 1),
+            run(Some(0.2), 0.1, 2),
+            run(None, 0.1, 3),
+        ]);
+        assert_eq!(missed.ratio, None);
+        assert_eq!(missed.petrel_s, None);
+        let one_missed = median_run(vec![
+            run(None, 0.1, 1),
+            run(Some(0.2), 0.1, 2),
+            run(Some(0.1), 0.1, 3),
+        ]);
+        assert_eq!(one_missed.petrel_s, Some(0.2));
+        assert!((one_missed.ratio.unwrap() - 2.0).abs() < 1e-12);
+    }
 
     #[test]
     fn sizes_parse_and_bad_ones_name_the_format() {
