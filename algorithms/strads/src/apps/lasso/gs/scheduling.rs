@@ -517,12 +517,15 @@ impl GsScheduling {
                 "lasso gauss-seidel combination"
             );
             let mut quadratic = 0.0;
-            let mut combined = vec![0.0; self.n_rows];
             for p in 0..w {
                 quadratic -= weights[p] * results[p].r_dot_u;
                 for q in 0..w {
                     quadratic += 0.5 * weights[p] * gram[p][q] * weights[q];
                 }
+            }
+            // sum_p w_p u_p, the first term written straight in (no zeroed buffer).
+            let mut combined: Vec<f64> = u[0].iter().map(|v| weights[0] * v).collect();
+            for p in 1..w {
                 combined
                     .iter_mut()
                     .zip(u[p].iter())
