@@ -536,3 +536,31 @@ fn resident_zeros_are_zeros_of_the_asked_length() {
         assert!(v.iter().all(|x| x.to_bits() == 0), "length {n}");
     }
 }
+
+#[test]
+fn a_sparse_row_vector_keeps_every_non_zero_in_order_wherever_the_zeros_fall() {
+    // Zeros at the start, the end, in runs and alone; a non-zero last and first.
+    let patterns: [&[f64]; 5] = [
+        &[0.0, 0.0, 0.0, 5.0],
+        &[7.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        &[0.0, 1.5, 0.0, 0.0, -2.5, 0.0, 0.0, 0.0, 3.0, 0.0],
+        &[0.0; 8],
+        &[-0.0, 4.0, 0.0, 0.0, 0.0, f64::NAN],
+    ];
+    for dense in patterns {
+        let v = RowVector::from_dense(dense.to_vec());
+        let RowVector::Sparse { rows, values } = &v else {
+            panic!("{dense:?} should be sparse");
+        };
+        let expected: Vec<(u32, f64)> = dense
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| **x != 0.0)
+            .map(|(i, &x)| (i as u32, x))
+            .collect();
+        assert_eq!(rows.len(), expected.len());
+        for ((&r, &x), &(er, ex)) in rows.iter().zip(values).zip(&expected) {
+            assert_eq!((r, x.to_bits()), (er, ex.to_bits()), "{dense:?}");
+        }
+    }
+}
