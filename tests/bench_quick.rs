@@ -387,3 +387,25 @@ fn lasso_scale_interleaves_its_repeats_and_reports_each_runner_s_median() {
     }
     assert!(std::path::Path::new(&f.plot).exists());
 }
+
+#[test]
+fn lasso_scale_refuses_a_round_latency_that_is_not_a_number_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let a = LassoScale::parse_from([
+        "bench",
+        "--sizes",
+        "200x400x5",
+        "--round-latency-ms",
+        "NaN",
+        "--out",
+        &out,
+    ])
+    .args;
+    let e = petrel::bench::lasso_scale::measure(&a)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("round_latency_ms"), "{e}");
+    // Nothing ran: no run directory was made.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -31,6 +31,7 @@ use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
 use crate::train::{NodeMemory, StradsTrainError, TrainTransport, run_lasso_job};
 use petrel_actors::JobTransport;
+use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
 use serde::Serialize;
@@ -445,6 +446,8 @@ pub fn measure(args: &LassoScaleBenchArgs) -> Result<LassoScaleFigures, StradsTr
     let mut table = Table::new(&COLUMNS);
     for size in &args.sizes {
         let base = job_for(size, args);
+        // The flags checked as `train lasso` checks its settings, before any work.
+        base.validate().map_err(StradsError::from)?;
         let generated = Instant::now();
         let (x, y) = base.load()?;
         let nnz = x.values.len();
