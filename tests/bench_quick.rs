@@ -409,3 +409,25 @@ fn lasso_scale_refuses_a_round_latency_that_is_not_a_number_before_any_work() {
     // Nothing ran: no run directory was made.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn mf_scale_refuses_a_negative_lambda_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let a = MfScale::parse_from([
+        "bench",
+        "--ratings",
+        "8000",
+        "--workers",
+        "1",
+        "--lambda=-1",
+        "--transport",
+        "memory",
+        "--out",
+        &out,
+    ])
+    .args;
+    let e = petrel::bench::mf_scale::measure(&a).err().expect("refused");
+    assert!(e.to_string().contains("lambda"), "{e}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -17,6 +17,7 @@ use crate::report::{Table, print_json};
 use crate::train::{NodeMemory, StradsTrainError, run_lda_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
+use petrel_strads::StradsError;
 use petrel_strads::apps::lda::LdaJob;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -196,6 +197,8 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
                 out_dir: Some(out.join(format!("t{tokens}-p{workers}"))),
                 ..LdaJob::default()
             };
+            // The flags checked as `train lda` checks its settings.
+            job.validate().map_err(StradsError::from)?;
             let started = Instant::now();
             let m = run_lda_job(&job, workers, args.transport)?;
             let wall_s = started.elapsed().as_secs_f64();

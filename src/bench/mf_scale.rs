@@ -24,6 +24,7 @@ use crate::report::{Table, print_json};
 use crate::train::{NodeMemory, StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
+use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::metrics::peak_rss_mb;
 use petrel_strads::apps::mf::{MfMetrics, StradsMfJob};
 use serde::Serialize;
@@ -255,6 +256,8 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 timeout_s: args.timeout_s,
                 ..StradsMfJob::default()
             };
+            // The flags checked as `train mf` checks its settings.
+            job.validate().map_err(StradsError::from)?;
             let steps_per_sweep = job.layout().width();
             let rss_tracked = args.transport != JobTransport::Processes && reset_peak_rss();
             let started = Instant::now();
