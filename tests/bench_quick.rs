@@ -427,7 +427,9 @@ fn mf_scale_refuses_a_negative_lambda_before_any_work() {
         &out,
     ])
     .args;
-    let e = petrel::bench::mf_scale::measure(&a).err().expect("refused");
+    let Err(e) = petrel::bench::mf_scale::measure(&a) else {
+        panic!("a negative lambda ran");
+    };
     assert!(e.to_string().contains("lambda"), "{e}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
