@@ -148,7 +148,9 @@ pub struct LassoScaleBenchArgs {
     /// Interleaved repeats of the timed runs at each size (the baseline, then every worker
     /// count, then again): each runner's figures are those of its median run, and `ratio`
     /// is the median of the repeats' ratios (each petrel run against the baseline run of
-    /// its own repeat), so one slow episode of a shared host moves neither.
+    /// its own repeat), so one slow episode of a shared host moves neither. Over an
+    /// in-process transport the runs before the last repeat's share this process with its
+    /// copy of the design, so their peak memory includes it (`--repeats 1` for those peaks).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
 }
