@@ -1,9 +1,10 @@
 //! Column-holding Gauss-Seidel Lasso, sans-I/O: the decision logic of `solver =
 //! "gauss-seidel"` (`apps::lasso::gs` runs it on the STRADS runtime).
 //!
-//! One file on purpose (about 960 lines, tests in `gauss_seidel/tests.rs`): the worker's
+//! One file on purpose (about 1010 lines, tests in `gauss_seidel/tests.rs`): the worker's
 //! sweep, the centring it shares with the baseline, the scheduler's step weights and the
-//! chunk growth that reads them are one convergence argument (below); each part's correctness depends on the others' invariants.
+//! chunk growth that reads them are one convergence argument (below); each part's
+//! correctness depends on the others' invariants.
 //!
 //! The features are cut once into contiguous column ranges of about equal non-zeros, one
 //! per worker. A worker holds its columns (all rows, CSC) and a full residual
@@ -44,25 +45,32 @@ use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
-/// `x_j^T r` over a column's stored non-zeros (`rows`, `vals`), in four independent
-/// partial sums, so that the adds need not wait for each other as one running sum's do.
+/// `sum_k term(a[k], b[k])` over the shorter slice, in four independent partial sums, so
+/// that the adds need not wait for each other as one running sum's do (`dot`,
+/// `gather_dot`).
+#[inline]
+fn four_lane_sum<A: Copy, B: Copy>(a: &[A], b: &[B], term: impl Fn(A, B) -> f64) -> f64 {
+    let n = a.len().min(b.len());
+    let (a, b) = (a[..n].chunks_exact(4), b[..n].chunks_exact(4));
+    let mut tail = 0.0f64;
+    for (&x, &y) in a.remainder().iter().zip(b.remainder()) {
+        tail += term(x, y);
+    }
+    let mut lanes = [0.0f64; 4];
+    for (x, y) in a.zip(b) {
+        for k in 0..4 {
+            lanes[k] += term(x[k], y[k]);
+        }
+    }
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
+}
+
+/// `x_j^T r` over a column's stored non-zeros (`rows`, `vals`) in four partial sums.
 /// Measured (BENCHMARKS.md, eleventh pass): no change for the baseline, a few percent for
 /// the Gauss-Seidel workers.
 #[inline]
 pub(crate) fn gather_dot(rows: &[u32], vals: &[f32], r: &[f64]) -> f64 {
-    let n = rows.len().min(vals.len());
-    let (rows, vals) = (rows[..n].chunks_exact(4), vals[..n].chunks_exact(4));
-    let mut tail = 0.0f64;
-    for (&i, &v) in rows.remainder().iter().zip(vals.remainder()) {
-        tail += f64::from(v) * r[i as usize];
-    }
-    let mut lanes = [0.0f64; 4];
-    for (i, v) in rows.zip(vals) {
-        for k in 0..4 {
-            lanes[k] += f64::from(v[k]) * r[i[k] as usize];
-        }
-    }
-    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
+    four_lane_sum(rows, vals, |i, v| f64::from(v) * r[i as usize])
 }
 
 /// One exact coordinate minimisation of `1/2 ||r||^2 + lambda |b|` along a column given by
@@ -104,25 +112,10 @@ pub fn lasso_cd_step(
     delta
 }
 
-/// `a . b` over four independent partial sums, so that the adds pipeline instead of each
-/// waiting for the one before (a single running sum is bound by the add's latency). The
-/// scheduler combines the workers' residual deltas with it every round.
+/// `a . b` in four partial sums: the scheduler combines the workers' residual deltas with
+/// it every round.
 pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
-    let n = a.len().min(b.len());
-    let (a, b) = (a[..n].chunks_exact(4), b[..n].chunks_exact(4));
-    let tail: f64 = a
-        .remainder()
-        .iter()
-        .zip(b.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    let mut lanes = [0.0f64; 4];
-    for (x, y) in a.zip(b) {
-        for k in 0..4 {
-            lanes[k] += x[k] * y[k];
-        }
-    }
-    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
+    four_lane_sum(a, b, |x, y| x * y)
 }
 
 /// `n` zeros with every page already written. A table a scheduler keeps for the whole run
