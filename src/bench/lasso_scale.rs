@@ -386,14 +386,6 @@ fn median(values: &[f64]) -> Option<f64> {
     }
 }
 
-fn min_of(values: &[f64]) -> Option<f64> {
-    values.iter().copied().min_by(f64::total_cmp)
-}
-
-fn max_of(values: &[f64]) -> Option<f64> {
-    values.iter().copied().max_by(f64::total_cmp)
-}
-
 /// A runner's table row.
 fn petrel_row(label: &str, nnz: usize, f: &PetrelFigures, ratio_spread: String) -> Vec<String> {
     let m = &f.memory;
@@ -512,9 +504,11 @@ pub fn measure(args: &LassoScaleBenchArgs) -> Result<LassoScaleFigures, StradsTr
         }
         drop(design);
         let baseline_s = median(&baseline_runs_s).unwrap_or(f64::NAN);
-        let spread = |values: &[f64]| match (min_of(values), max_of(values)) {
-            (Some(lo), Some(hi)) => format!("{lo:.2}-{hi:.2}"),
-            _ => "-".into(),
+        let spread = |values: &[f64]| {
+            let lo = values.iter().copied().min_by(f64::total_cmp);
+            let hi = values.iter().copied().max_by(f64::total_cmp);
+            lo.zip(hi)
+                .map_or("-".into(), |(lo, hi)| format!("{lo:.2}-{hi:.2}"))
         };
         let mut row = vec![
             label.clone(),
