@@ -14,8 +14,14 @@ use std::time::{Duration, Instant};
 const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
 
 /// One cluster, three jobs: `hub` runs the PS shard and monitor, the STRADS scheduler and
-/// the P3 shard; `w0` and `w1` run a worker of each.
-pub fn three_system_settings(out: &Path) -> Settings {
+/// the P3 shard; `w0` and `w1` run a worker of each. With `held_open_s`, the MF job runs
+/// until that many seconds have passed (a curve point every 100 ms) instead of stopping
+/// after 150 clocks, so the run lasts at least that long however fast the machine is.
+pub fn three_system_settings(out: &Path, held_open_s: Option<u32>) -> Settings {
+    let (max_clocks, max_seconds) = match held_open_s {
+        Some(s) => (1_000_000_000, s),
+        None => (150, 60),
+    };
     let hub = r#"["ps-shard", "ps-monitor", "strads-lasso-scheduler", "p3-shard"]"#;
     let worker = r#"["ps-worker", "strads-lasso-worker", "p3-worker"]"#;
     let text = format!(
@@ -43,8 +49,8 @@ roles = {worker}
 consistency = "ssp"
 staleness = 2
 rank = 4
-max_clocks = 150
-max_seconds = 60
+max_clocks = {max_clocks}
+max_seconds = {max_seconds}
 eval_ms = 100
 out = "{out}/ps-mf"
 
@@ -100,7 +106,7 @@ fn every_node_serves_metrics_that_move_during_a_run() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
-    let settings = three_system_settings(dir.path());
+    let settings = three_system_settings(dir.path(), None);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -271,7 +277,13 @@ fn the_dashboard_shows_every_node_live_and_leaves_a_static_report() {
     };
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("cluster.toml");
-    std::fs::write(&cfg, three_system_settings(dir.path()).to_toml().unwrap()).unwrap();
+    std::fs::write(
+        &cfg,
+        three_system_settings(dir.path(), Some(25))
+            .to_toml()
+            .unwrap(),
+    )
+    .unwrap();
     let run_dir = dir.path().join("run");
     let mut child = Command::new(PETREL)
         .args([
