@@ -460,6 +460,11 @@ pub struct NodePeak {
     /// the memory this node adds. An upper bound of its private memory at the peak, as
     /// file pages only accumulate. `None` where the node recorded no start.
     pub private_mb: Option<f64>,
+    /// The most the node had allocated at once ([`petrel_observe::heap`]): its data, model,
+    /// buffers and runtime, without the code pages and the allocator's own overhead.
+    /// `None` for a node that recorded none (an older binary's record reads as `None`).
+    #[serde(default)]
+    pub heap_mb: Option<f64>,
 }
 
 impl NodePeak {
@@ -467,6 +472,7 @@ impl NodePeak {
     const NONE: NodePeak = NodePeak {
         rss_mb: 0.0,
         private_mb: None,
+        heap_mb: None,
     };
 }
 
@@ -478,6 +484,7 @@ fn record_peak(dir: &Path, node: &str, startup_file_mb: Option<f64>) {
     let peak = NodePeak {
         rss_mb,
         private_mb: startup_file_mb.map(|f| (rss_mb - f).max(0.0)),
+        heap_mb: petrel_observe::heap::peak_mb(),
     };
     let path = peak_file(dir, node);
     let written = path
@@ -1024,6 +1031,7 @@ impl Running {
                         let peak = peaks.entry(name.clone()).or_insert(NodePeak::NONE);
                         peak.rss_mb = peak.rss_mb.max(recorded.rss_mb);
                         peak.private_mb = recorded.private_mb;
+                        peak.heap_mb = recorded.heap_mb;
                     }
                     if status.success() {
                         finished.push((name.clone(), self.started.elapsed()));

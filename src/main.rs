@@ -4,12 +4,18 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use petrel::CliError;
 use petrel::launcher::{self, LaunchError, LaunchMode, LaunchOptions};
 use petrel::netns::{Hosts, LinkShape};
+use petrel::observe::heap::CountingAllocator;
 use petrel_actors::{NodeError, Settings, error_chain, validate_node_name};
 use petrel_net::tls::ClusterCa;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+
+/// The system allocator, counted: every node records its heap's peak beside its RSS
+/// (`petrel_observe::heap`).
+#[global_allocator]
+static HEAP: CountingAllocator = CountingAllocator;
 
 #[derive(Parser)]
 #[command(
@@ -221,6 +227,7 @@ enum BenchCommand {
 }
 
 fn main() -> ExitCode {
+    petrel::observe::heap::mark_installed();
     petrel::keep_large_buffers();
     petrel::init_tracing();
     let matches = Cli::command().get_matches();
@@ -602,6 +609,7 @@ fn run_cluster(
             seconds = format!("{:.2}", t.as_secs_f64()),
             peak_rss_mb = mb(peak.map(|p| p.rss_mb)),
             private_mb = mb(peak.and_then(|p| p.private_mb)),
+            heap_mb = mb(peak.and_then(|p| p.heap_mb)),
             "node finished"
         );
     }

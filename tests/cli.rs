@@ -1787,6 +1787,21 @@ fn scale_benches_over_processes_report_every_nodes_peak_memory() {
                 && private_ratio < ratio,
             "{figures}"
         );
+        // Every node counted its heap: a worker allocated at least what the bench says it
+        // holds (its share of the data and model), and the figures carry the larger
+        // worker's peak.
+        let workers_heap = ["w0", "w1"].map(|w| f(&nodes[w], "heap_mb"));
+        assert!(f(&nodes["scheduler"], "heap_mb") > 0.1, "{nodes:?}");
+        assert!(
+            workers_heap.iter().all(|&h| h >= holds),
+            "{bench}: {nodes:?} holds {holds}"
+        );
+        let heap = workers_heap[0].max(workers_heap[1]);
+        assert_eq!(figures["worker_heap_mb"].as_f64(), Some(heap), "{figures}");
+        assert!(
+            (figures["worker_heap_over_holds"].as_f64().unwrap_or(0.0) - heap / holds).abs() < 1e-9,
+            "{figures}"
+        );
     }
 }
 

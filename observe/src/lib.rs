@@ -8,7 +8,8 @@
 //!   priority, outbox and mailbox depths, shaper waits, refused connections, malformed
 //!   frames, failure-detector state) is not copied: a node registers a sampler with
 //!   [`register_node`] and the registry reads it at every scrape ([`NodeSample`]). Process
-//!   RSS and CPU come from `/proc` at scrape time too ([`process`]).
+//!   RSS and CPU come from `/proc` at scrape time too ([`process`]); a binary that installs
+//!   [`heap::CountingAllocator`] also knows its heap's peak.
 //! - [`MetricsServer`] serves the registry as OpenMetrics text at `GET /metrics` (axum on a
 //!   thread and tokio runtime of its own, so a busy actor thread does not stall scrapes).
 //! - [`scrape`] fetches and parses that text; [`dashboard`] turns scrapes of every node into
@@ -22,6 +23,7 @@ pub mod dashboard;
 mod error;
 mod exporter;
 mod families;
+pub mod heap;
 mod node;
 pub mod process;
 pub mod scrape;

@@ -18,7 +18,8 @@
 //! count under `per_workers`, with the time per coordinate update, the round breakdown
 //! (`RoundProfile`) and, over `--transport processes`, each node's peak against what a
 //! worker holds ([`NodeMemory`]: `worker_rss_mb`, `scheduler_rss_mb`, `worker_holds_mb`,
-//! `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`), and
+//! `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`,
+//! `worker_heap_mb`, `worker_heap_over_holds`), and
 //! `compute_ratio`: the compute on the rounds' critical path up to the target (the slowest
 //! worker's per round plus the scheduler's) over `baseline_s`, the ratio's floor if
 //! messages and waits cost nothing. After the table a probe prints how fast one thread and
@@ -180,7 +181,8 @@ pub struct PetrelFigures {
     pub compute_ratio: Option<f64>,
     pub profile: RoundProfile,
     /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
-    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`).
+    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`,
+    /// `worker_heap_mb`, `worker_heap_over_holds`).
     #[serde(flatten)]
     pub memory: NodeMemory,
 }
@@ -298,7 +300,7 @@ const COLUMNS: [&str; 19] = [
     "worker MB",
     "holds MB",
     "peak / holds",
-    "private / holds",
+    "heap / holds",
     "sched. MB",
     "round ms",
     "messaging s",
@@ -406,7 +408,7 @@ fn petrel_row(label: &str, nnz: usize, f: &PetrelFigures, ratio_spread: String) 
         mb(m.worker_rss_mb, 0),
         format!("{:.1}", m.worker_holds_mb),
         mb(m.worker_rss_over_holds, 2),
-        mb(m.worker_private_over_holds, 2),
+        mb(m.worker_heap_over_holds, 2),
         mb(m.scheduler_rss_mb, 0),
         format!("{:.2}", f.profile.round_latency_ms),
         format!("{:.2}", f.profile.messaging_s),

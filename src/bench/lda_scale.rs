@@ -78,7 +78,8 @@ pub struct LdaScaleRun {
     /// Log-likelihood per token at the end.
     pub final_loglik_per_token: f64,
     /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
-    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`).
+    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`,
+    /// `worker_heap_mb`, `worker_heap_over_holds`).
     #[serde(flatten)]
     pub memory: NodeMemory,
 }
@@ -173,7 +174,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         "worker peak MB",
         "worker holds MB",
         "peak / holds",
-        "private / holds",
+        "heap / holds",
         "scheduler peak MB",
     ]);
     let mut sizes = Vec::new();
@@ -225,7 +226,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
                 mb(memory.worker_rss_mb, 0),
                 format!("{holds:.1}"),
                 mb(memory.worker_rss_over_holds, 2),
-                mb(memory.worker_private_over_holds, 2),
+                mb(memory.worker_heap_over_holds, 2),
                 mb(memory.scheduler_rss_mb, 0),
             ]);
             per_workers.insert(

@@ -112,7 +112,8 @@ pub struct MfScaleRun {
     /// of it; none with `--transport processes`).
     pub rss_mb: Option<f64>,
     /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
-    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`).
+    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`,
+    /// `worker_heap_mb`, `worker_heap_over_holds`).
     #[serde(flatten)]
     pub memory: NodeMemory,
 }
@@ -231,7 +232,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
         "worker peak MB",
         "worker holds MB",
         "peak / holds",
-        "private / holds",
+        "heap / holds",
         "scheduler peak MB",
     ]);
     let mut sizes: Vec<MfScaleRun> = Vec::new();
@@ -313,7 +314,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
                 fmt(memory.worker_rss_mb, 0),
                 format!("{holds:.1}"),
                 fmt(memory.worker_rss_over_holds, 2),
-                fmt(memory.worker_private_over_holds, 2),
+                fmt(memory.worker_heap_over_holds, 2),
                 fmt(memory.scheduler_rss_mb, 0),
             ]);
             sizes.push(MfScaleRun {

@@ -323,7 +323,7 @@ pub fn star_settings_with<T: serde::Serialize>(
 /// Runs a cluster: nodes as threads of this process (memory or quic) or as separate
 /// processes (run files go to `run_dir`).
 /// The file in a run directory of `--transport processes` that holds every node's peak
-/// memory in MB ([`NodePeak`] by node name: `{"w0": {"rss_mb": 80.2, "private_mb": 62.0},
+/// memory in MB ([`NodePeak`] by node name: `{"w0": {"rss_mb": 80.2, "private_mb": 62.0, "heap_mb": 41.3},
 /// ...}`).
 pub const NODE_MEMORY_FILE: &str = "node_memory.json";
 
@@ -355,6 +355,12 @@ pub struct NodeMemory {
     /// `worker_private_mb / worker_holds_mb`: the same without the code pages that all
     /// nodes of a host share.
     pub worker_private_over_holds: Option<f64>,
+    /// With `--transport processes`: the largest [`NodePeak::heap_mb`] of a worker node
+    /// (the most it had allocated at once).
+    pub worker_heap_mb: Option<f64>,
+    /// `worker_heap_mb / worker_holds_mb`: what a worker allocated against what it holds
+    /// (the target's figure: the code pages and the allocator's slack are in the RSS).
+    pub worker_heap_over_holds: Option<f64>,
 }
 
 impl NodeMemory {
@@ -373,6 +379,7 @@ impl NodeMemory {
         };
         let worker_rss_mb = workers().map(|p| p.rss_mb).reduce(f64::max);
         let worker_private_mb = workers().filter_map(|p| p.private_mb).reduce(f64::max);
+        let worker_heap_mb = workers().filter_map(|p| p.heap_mb).reduce(f64::max);
         NodeMemory {
             worker_rss_mb,
             worker_private_mb,
@@ -380,6 +387,8 @@ impl NodeMemory {
             worker_holds_mb,
             worker_rss_over_holds: worker_rss_mb.map(|r| r / worker_holds_mb),
             worker_private_over_holds: worker_private_mb.map(|r| r / worker_holds_mb),
+            worker_heap_mb,
+            worker_heap_over_holds: worker_heap_mb.map(|h| h / worker_holds_mb),
         }
     }
 }

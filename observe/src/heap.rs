@@ -1,0 +1,153 @@
+//! What a process has allocated, counted at the allocator: [`CountingAllocator`] wraps the
+//! system allocator and keeps the bytes live and their peak.
+//!
+//! Why not the resident set alone: a node's peak RSS (`VmHWM`) includes the pages of the
+//! binary's code it touched, which the kernel maps in 64 KB blocks around every fault:
+//! about 20 MB for `petrel node`, whatever the data. The heap peak is the memory the node
+//! itself asked for (its data, model, buffers and runtime), which is what "within 2x of
+//! what it holds" is about. Allocator overhead and fragmentation are not in it; the RSS
+//! figures beside it bound those. Capacity reserved and never written is in it, though it
+//! costs no resident memory (an MF worker reserves each block's upper bound of ratings, so
+//! its heap peak is above its RSS); read the two figures together.
+//!
+//! Why not the `peak_alloc` crate: its `alloc_zeroed` writes every byte (a calloc of fresh
+//! pages becomes resident at once) and its `realloc` always copies (glibc grows a large
+//! block in place with `mremap`). This one forwards all four calls to the system allocator
+//! and only counts.
+//!
+//! A binary installs it with
+//! `#[global_allocator] static HEAP: CountingAllocator = CountingAllocator;`; in a process
+//! that did not, [`peak_mb`] is `None`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The system allocator, counting the bytes live and their peak (see the module doc).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CountingAllocator;
+
+fn grew(bytes: usize) {
+    let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    // Most allocations do not raise the peak: a plain load keeps them off the
+    // read-modify-write that every thread would contend on.
+    if live > PEAK.load(Ordering::Relaxed) {
+        PEAK.fetch_max(live, Ordering::Relaxed);
+    }
+}
+
+fn shrank(bytes: usize) {
+    LIVE.fetch_sub(bytes, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded unchanged to `System`, which upholds the contract; the
+// counters are updated only after a successful allocation and never touch the memory.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is System's.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as above; System's calloc leaves fresh pages untouched.
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            grew(layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) };
+        shrank(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as above; System may resize in place.
+        let moved = unsafe { System.realloc(ptr, layout, new_size) };
+        if !moved.is_null() {
+            let old = layout.size();
+            if new_size >= old {
+                grew(new_size - old);
+            } else {
+                shrank(old - new_size);
+            }
+        }
+        moved
+    }
+}
+
+/// Marks the counting allocator as this process's global allocator: call once from `main`
+/// of a binary that installed it (nothing else can tell an uninstalled counter from an
+/// idle one).
+pub fn mark_installed() {
+    INSTALLED.store(true, Ordering::Relaxed);
+}
+
+/// The most bytes this process had allocated at once, MB; `None` unless the binary
+/// installed [`CountingAllocator`] and called [`mark_installed`].
+pub fn peak_mb() -> Option<f64> {
+    INSTALLED
+        .load(Ordering::Relaxed)
+        .then(|| PEAK.load(Ordering::Relaxed) as f64 / 1e6)
+}
+
+/// The bytes allocated now, MB (`None` as for [`peak_mb`]).
+pub fn live_mb() -> Option<f64> {
+    INSTALLED
+        .load(Ordering::Relaxed)
+        .then(|| LIVE.load(Ordering::Relaxed) as f64 / 1e6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The unit tests of this crate run under it: the counters see every allocation.
+    #[global_allocator]
+    static HEAP: CountingAllocator = CountingAllocator;
+
+    // The counters are process-wide and the test harness runs tests on threads beside
+    // each other: every assertion leaves room for what other threads allocate meanwhile.
+    const SLACK_MB: f64 = 4.0;
+
+    #[test]
+    fn the_peak_counts_a_block_while_it_lives_and_the_live_bytes_fall_when_it_goes() {
+        mark_installed();
+        let before = live_mb().unwrap_or(f64::NAN);
+        let block = vec![1u8; 64_000_000];
+        let during = live_mb().unwrap_or(f64::NAN);
+        assert!(during - before > 64.0 - SLACK_MB, "{before} -> {during}");
+        assert!(peak_mb().unwrap_or(0.0) >= during - SLACK_MB);
+        drop(block);
+        let after = live_mb().unwrap_or(f64::NAN);
+        assert!(during - after > 64.0 - SLACK_MB, "{during} -> {after}");
+        assert!(peak_mb().unwrap_or(0.0) > after + 64.0 - SLACK_MB);
+    }
+
+    #[test]
+    fn zeroed_blocks_and_resized_blocks_are_counted_at_their_new_size() {
+        mark_installed();
+        let before = live_mb().unwrap_or(f64::NAN);
+        let mut zeros = vec![0u64; 8_000_000];
+        assert!(zeros.iter().all(|&z| z == 0));
+        let zeroed = live_mb().unwrap_or(f64::NAN);
+        assert!(zeroed - before > 64.0 - SLACK_MB, "{before} -> {zeroed}");
+        zeros.truncate(1_000_000);
+        zeros.shrink_to_fit();
+        let shrunk = live_mb().unwrap_or(f64::NAN);
+        assert!(zeroed - shrunk > 56.0 - SLACK_MB, "{zeroed} -> {shrunk}");
+        zeros.reserve_exact(15_000_000);
+        let grown = live_mb().unwrap_or(f64::NAN);
+        assert!(grown - shrunk > 120.0 - SLACK_MB, "{shrunk} -> {grown}");
+        assert_eq!(zeros.len(), 1_000_000);
+    }
+}
