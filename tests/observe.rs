@@ -17,6 +17,8 @@ const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
 /// the P3 shard; `w0` and `w1` run a worker of each. With `held_open_s`, the MF job runs
 /// until that many seconds have passed (a curve point every 100 ms) instead of stopping
 /// after 150 clocks, so the run lasts at least that long however fast the machine is.
+/// P3 runs 30 iterations (about 5 s here), so that the first scrape, which a loaded machine
+/// can delay, still comes before its slices stop.
 pub fn three_system_settings(out: &Path, held_open_s: Option<u32>) -> Settings {
     let (max_clocks, max_seconds) = match held_open_s {
         Some(s) => (1_000_000_000, s),
@@ -78,7 +80,7 @@ batch = 4
 slice_size = 4096
 workers = 2
 shards = 1
-iterations = 12
+iterations = 30
 report_dir = "{out}/p3"
 "#,
         out = out.display()
