@@ -378,6 +378,76 @@ impl RowVector {
     }
 }
 
+/// An active set's columns copied next to each other, with their squared norms: what the
+/// active-set passes of the baseline and of a worker walk instead of the whole design.
+/// The active columns lie a few KB apart in the design, so a pass over them in place
+/// waited on memory for every column (its start, its rows, its values, its norm): about
+/// 200 ns a coordinate, against 30-45 ns in a full sweep (BENCHMARKS.md, twelfth pass).
+/// Packed, a pass streams. The steps are the same, in the same order, bit for bit.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PackedColumns {
+    /// The design's column index of each slot.
+    index: Vec<usize>,
+    /// `starts[s]..starts[s + 1]` is slot `s`'s range of `rows` and `vals`.
+    starts: Vec<usize>,
+    rows: Vec<u32>,
+    vals: Vec<f32>,
+    norms: Vec<f64>,
+}
+
+impl PackedColumns {
+    /// The columns `list` of `x` (squared norms `norms`), in the list's order.
+    pub(crate) fn of(
+        x: &SparseColumns,
+        norms: &[f64],
+        list: impl IntoIterator<Item = usize>,
+    ) -> Self {
+        let index: Vec<usize> = list.into_iter().collect();
+        let nnz = index
+            .iter()
+            .map(|&j| x.column_starts[j + 1] - x.column_starts[j])
+            .sum();
+        let mut packed = PackedColumns {
+            starts: Vec::with_capacity(index.len() + 1),
+            rows: Vec::with_capacity(nnz),
+            vals: Vec::with_capacity(nnz),
+            norms: index.iter().map(|&j| norms[j]).collect(),
+            index,
+        };
+        packed.starts.push(0);
+        for &j in &packed.index {
+            let (rows, vals) = x.column(j);
+            packed.rows.extend_from_slice(rows);
+            packed.vals.extend_from_slice(vals);
+            packed.starts.push(packed.rows.len());
+        }
+        packed
+    }
+
+    /// Slots held.
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// The design's column index of slot `s`.
+    #[inline]
+    pub(crate) fn column_of(&self, s: usize) -> usize {
+        self.index[s]
+    }
+
+    /// Slot `s`: its column index, rows, values and squared norm.
+    #[inline]
+    pub(crate) fn slot(&self, s: usize) -> (usize, &[u32], &[f32], f64) {
+        let range = self.starts[s]..self.starts[s + 1];
+        (
+            self.index[s],
+            &self.rows[range.clone()],
+            &self.vals[range],
+            self.norms[s],
+        )
+    }
+}
+
 /// Which of its coordinates a worker sweeps in a round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Coords {
@@ -505,7 +575,9 @@ pub struct GsWorkerCore {
     residual: Vec<f64>,
     sq_residual: f64,
     l1: f64,
-    active: Vec<usize>,
+    /// The active set taken last (packed) and the slots of it still swept.
+    active: PackedColumns,
+    active_slots: Vec<usize>,
     /// Implicit centring (`fit_intercept`): the residual is `residual + offset 1`.
     centring: Option<Centring>,
     /// Residual deltas are exchanged (more than one worker).
@@ -575,7 +647,8 @@ impl GsWorkerCore {
             y,
             lambda,
             l1: 0.0,
-            active: Vec::new(),
+            active: PackedColumns::default(),
+            active_slots: Vec::new(),
             shared,
             pending: None,
         })
@@ -615,6 +688,26 @@ impl GsWorkerCore {
         )
     }
 
+    /// [`Self::step`] of the active set's slot `s`; returns `new - old` and the column's
+    /// squared norm.
+    #[inline]
+    fn step_slot(&mut self, s: usize) -> (f64, f64) {
+        let (j, rows, vals, norm) = self.active.slot(s);
+        let delta = column_step(
+            self.centring.as_mut(),
+            j,
+            rows,
+            vals,
+            norm,
+            self.lambda,
+            &mut self.coefficients[j],
+            &mut self.residual,
+            &mut self.sq_residual,
+            &mut self.l1,
+        );
+        (delta, norm)
+    }
+
     /// Sweeps `order`'s coordinates Gauss-Seidel against the residual.
     pub fn sweep(&mut self, order: &SweepOrder) -> Result<SweepResult, StradsModelError> {
         if self.pending.is_some() {
@@ -638,11 +731,15 @@ impl GsWorkerCore {
             }
             Coords::Active { fresh } => {
                 if fresh {
-                    self.active.clear();
-                    self.active
-                        .extend((0..self.n_columns()).filter(|&j| self.coefficients[j] != 0.0));
+                    let coefficients = &self.coefficients;
+                    self.active = PackedColumns::of(
+                        &self.x,
+                        &self.sq_norms,
+                        (0..coefficients.len()).filter(|&j| coefficients[j] != 0.0),
+                    );
+                    self.active_slots = (0..self.active.len()).collect();
                 }
-                (None, self.active.clone())
+                (None, self.active_slots.clone())
             }
         };
         let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
@@ -660,8 +757,8 @@ impl GsWorkerCore {
             sq_residual: 0.0,
             l1: 0.0,
         };
-        // `(column, value before)` of every step that moved a coefficient; the first
-        // entry of a column holds its value at the round's start.
+        // `(column or active slot, value before)` of every step that moved a coefficient;
+        // the first entry of a coordinate holds its value at the round's start.
         let mut moved: Vec<(usize, f64)> = Vec::new();
         // Active-set passes shrink their list as the baseline's do: a coordinate a pass
         // left at zero is not swept again until the set is taken afresh.
@@ -674,16 +771,22 @@ impl GsWorkerCore {
         };
         'passes: while result.passes < order.max_passes.max(1) {
             let mut largest = 0.0f64;
-            // One of the two is empty.
+            // One of the two is empty: a chunk's columns, or the active set's slots.
             let chunk = range.clone().unwrap_or_default();
-            for j in chunk.chain(sweep_list.iter().copied()) {
-                let old = self.coefficients[j];
-                let delta = self.step(j);
+            for k in chunk.chain(sweep_list.iter().copied()) {
+                let (old, delta, norm) = if shrinks {
+                    let old = self.coefficients[self.active.column_of(k)];
+                    let (delta, norm) = self.step_slot(k);
+                    (old, delta, norm)
+                } else {
+                    (self.coefficients[k], self.step(k), self.sq_norms[k])
+                };
                 if delta != 0.0 {
-                    moved.push((j, old));
+                    // The slot in an active pass (slots run in column order).
+                    moved.push((k, old));
                 }
                 result.updates += 1;
-                largest = largest.max(delta * delta * self.sq_norms[j]);
+                largest = largest.max(delta * delta * norm);
                 if stop_at.is_some_and(|t| view(self) <= t) {
                     result.reached_target = true;
                     result.largest = largest;
@@ -697,23 +800,24 @@ impl GsWorkerCore {
                 break;
             }
             if shrinks {
-                sweep_list.retain(|&j| self.coefficients[j] != 0.0);
+                sweep_list.retain(|&s| self.coefficients[self.active.column_of(s)] != 0.0);
             }
         }
         if shrinks {
-            sweep_list.retain(|&j| self.coefficients[j] != 0.0);
-            self.active = sweep_list;
+            sweep_list.retain(|&s| self.coefficients[self.active.column_of(s)] != 0.0);
+            self.active_slots = sweep_list;
         }
         // Each column once (its first entry: the value before the round), and only if it
         // ended elsewhere than it started.
+        let active = &self.active;
+        let column_of = |k: usize| if shrinks { active.column_of(k) } else { k };
         moved.sort_by_key(|m| m.0);
         moved.dedup_by_key(|m| m.0);
-        moved.retain(|&(j, old)| self.coefficients[j] != old);
-        let changed = moved;
-        result.changed = changed.iter().map(|&(j, _)| j as u32).collect();
-        result.deltas = changed
+        moved.retain(|&(k, old)| self.coefficients[column_of(k)] != old);
+        result.changed = moved.iter().map(|&(k, _)| column_of(k) as u32).collect();
+        result.deltas = moved
             .iter()
-            .map(|&(j, old)| self.coefficients[j] - old)
+            .map(|&(k, old)| self.coefficients[column_of(k)] - old)
             .collect();
         if let Some((start, c)) = &start {
             // `u_p = X d_p` from the net changes (one scatter per changed column however
@@ -722,13 +826,21 @@ impl GsWorkerCore {
             // digits of them (the step weights then see noise and stall).
             let mut u = vec![0.0; self.residual.len()];
             let mut u_offset = 0.0f64;
-            for (&j, &d) in result.changed.iter().zip(&result.deltas) {
-                let (rows, vals) = self.x.column(j as usize);
+            for (&(k, _), &d) in moved.iter().zip(&result.deltas) {
+                // An active pass's columns from the packed copy (in place, every column
+                // waited on memory here too).
+                let (j, rows, vals) = if shrinks {
+                    let (j, rows, vals, _) = active.slot(k);
+                    (j, rows, vals)
+                } else {
+                    let (rows, vals) = self.x.column(k);
+                    (k, rows, vals)
+                };
                 for (&i, &v) in rows.iter().zip(vals) {
                     u[i as usize] += f64::from(v) * d;
                 }
                 if let Some(c) = &self.centring {
-                    u_offset -= d * c.mean(j as usize);
+                    u_offset -= d * c.mean(j);
                 }
             }
             result.r_dot_u = dot(start, &u);
@@ -743,6 +855,10 @@ impl GsWorkerCore {
         }
         result.sq_residual = self.sq_residual;
         result.l1 = self.l1;
+        let changed = moved
+            .into_iter()
+            .map(|(k, old)| (column_of(k), old))
+            .collect();
         self.pending = Some(Pending { start, changed });
         Ok(result)
     }
@@ -840,7 +956,11 @@ impl GsWorkerCore {
             residual: self.residual.clone(),
             sq_residual: self.sq_residual,
             l1: self.l1,
-            active: self.active.iter().map(|&j| j as u32).collect(),
+            active: self
+                .active_slots
+                .iter()
+                .map(|&s| self.active.column_of(s) as u32)
+                .collect(),
             centring: self.centring.as_ref().map(Centring::state),
         })
     }
@@ -880,7 +1000,12 @@ impl GsWorkerCore {
         self.residual = s.residual;
         self.sq_residual = s.sq_residual;
         self.l1 = s.l1;
-        self.active = s.active.into_iter().map(|j| j as usize).collect();
+        self.active = PackedColumns::of(
+            &self.x,
+            &self.sq_norms,
+            s.active.into_iter().map(|j| j as usize),
+        );
+        self.active_slots = (0..self.active.len()).collect();
         self.pending = None;
         Ok(())
     }
