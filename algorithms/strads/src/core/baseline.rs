@@ -171,8 +171,24 @@ impl<'a> CyclicLasso<'a> {
         if norm <= 0.0 {
             return 0.0;
         }
-        let (rows, vals) = self.x.column(j);
-        // The step the Gauss-Seidel workers run too.
+        let x = self.x;
+        let (rows, vals) = x.column(j);
+        self.step_on(j, rows, vals, norm)
+    }
+
+    /// [`Self::update`] of the active set's slot `s` (its column packed in `active`);
+    /// returns `new - old` and the column's squared norm.
+    #[inline]
+    fn update_packed(&mut self, active: &PackedColumns, s: usize) -> (f64, f64) {
+        self.updates += 1;
+        let (j, rows, vals, norm) = active.slot(s);
+        (self.step_on(j, rows, vals, norm), norm)
+    }
+
+    /// The exact minimisation along column `j` (`rows`, `vals`, squared norm `norm`): the
+    /// step the Gauss-Seidel workers run too.
+    #[inline]
+    fn step_on(&mut self, j: usize, rows: &[u32], vals: &[f32], norm: f64) -> f64 {
         column_step(
             self.centring.as_mut(),
             j,
@@ -185,27 +201,6 @@ impl<'a> CyclicLasso<'a> {
             &mut self.sq_residual,
             &mut self.l1,
         )
-    }
-
-    /// [`Self::update`] of the active set's slot `s` (its column packed in `active`);
-    /// returns `new - old` and the column's squared norm.
-    #[inline]
-    fn update_packed(&mut self, active: &PackedColumns, s: usize) -> (f64, f64) {
-        self.updates += 1;
-        let (j, rows, vals, norm) = active.slot(s);
-        let delta = column_step(
-            self.centring.as_mut(),
-            j,
-            rows,
-            vals,
-            norm,
-            self.lambda,
-            &mut self.coefficients[j],
-            &mut self.residual,
-            &mut self.sq_residual,
-            &mut self.l1,
-        );
-        (delta, norm)
     }
 
     /// `1/2 ||r||^2 + lambda ||b||_1` from the maintained sums (O(1)).

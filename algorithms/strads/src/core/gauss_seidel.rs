@@ -669,30 +669,17 @@ impl GsWorkerCore {
         &self.residual
     }
 
-    /// The baseline's exact update of local column `j` against the residual (centred or
-    /// not); returns `new - old`.
+    /// The baseline's exact update of one coordinate against the residual (centred or
+    /// not): local column `k`, or with `packed` the active set's slot `k` (its column
+    /// copied into [`PackedColumns`]). Returns `new - old` and the column's squared norm.
     #[inline]
-    fn step(&mut self, j: usize) -> f64 {
-        let (rows, vals) = self.x.column(j);
-        column_step(
-            self.centring.as_mut(),
-            j,
-            rows,
-            vals,
-            self.sq_norms[j],
-            self.lambda,
-            &mut self.coefficients[j],
-            &mut self.residual,
-            &mut self.sq_residual,
-            &mut self.l1,
-        )
-    }
-
-    /// [`Self::step`] of the active set's slot `s`; returns `new - old` and the column's
-    /// squared norm.
-    #[inline]
-    fn step_slot(&mut self, s: usize) -> (f64, f64) {
-        let (j, rows, vals, norm) = self.active.slot(s);
+    fn step_at(&mut self, k: usize, packed: bool) -> (f64, f64) {
+        let (j, rows, vals, norm) = if packed {
+            self.active.slot(k)
+        } else {
+            let (rows, vals) = self.x.column(k);
+            (k, rows, vals, self.sq_norms[k])
+        };
         let delta = column_step(
             self.centring.as_mut(),
             j,
@@ -774,13 +761,12 @@ impl GsWorkerCore {
             // One of the two is empty: a chunk's columns, or the active set's slots.
             let chunk = range.clone().unwrap_or_default();
             for k in chunk.chain(sweep_list.iter().copied()) {
-                let (old, delta, norm) = if shrinks {
-                    let old = self.coefficients[self.active.column_of(k)];
-                    let (delta, norm) = self.step_slot(k);
-                    (old, delta, norm)
+                let old = if shrinks {
+                    self.coefficients[self.active.column_of(k)]
                 } else {
-                    (self.coefficients[k], self.step(k), self.sq_norms[k])
+                    self.coefficients[k]
                 };
+                let (delta, norm) = self.step_at(k, shrinks);
                 if delta != 0.0 {
                     // The slot in an active pass (slots run in column order).
                     moved.push((k, old));

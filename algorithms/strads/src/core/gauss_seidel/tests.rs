@@ -45,6 +45,17 @@ fn objective(x: &SparseColumns, y: &[f32], b: &[f64], lambda: f64) -> f64 {
     0.5 * r.iter().map(|v| v * v).sum::<f64>() + lambda * b.iter().map(|v| v.abs()).sum::<f64>()
 }
 
+/// One pass over the active set (taken afresh with `fresh`), no settle threshold or target.
+fn one_active_pass(fresh: bool) -> SweepOrder {
+    SweepOrder {
+        coords: Coords::Active { fresh },
+        max_passes: 1,
+        settle: 0.0,
+        target: None,
+        decrease: None,
+    }
+}
+
 fn full(end: usize) -> SweepOrder {
     SweepOrder {
         coords: Coords::Range {
@@ -123,13 +134,6 @@ fn active_passes_drop_the_coordinates_they_leave_at_zero_until_the_set_is_taken_
             .filter(|&j| w.coefficients()[j] != 0.0)
             .collect()
     };
-    let active = |fresh| SweepOrder {
-        coords: Coords::Active { fresh },
-        max_passes: 1,
-        settle: 0.0,
-        target: None,
-        decrease: None,
-    };
     let mut worker = GsWorkerCore::new(x.clone(), y.clone(), lambda, false).unwrap();
     worker.sweep(&full(x.n_columns())).unwrap();
     worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
@@ -137,7 +141,7 @@ fn active_passes_drop_the_coordinates_they_leave_at_zero_until_the_set_is_taken_
     let mut dropped = 0;
     // One pass a round: each round sweeps exactly what the rounds before left non-zero.
     for round in 0..30 {
-        let r = worker.sweep(&active(round == 0)).unwrap();
+        let r = worker.sweep(&one_active_pass(round == 0)).unwrap();
         worker.commit(1.0, &RowVector::zero(), 0.0).unwrap();
         assert_eq!(r.updates, before.len() as u64, "round {round}");
         let after = nonzero(&worker);
@@ -588,17 +592,10 @@ fn packed_columns_hold_each_listed_column_s_rows_values_and_norm_in_list_order()
 fn a_worker_restored_between_active_rounds_continues_bit_for_bit() {
     let (x, y) = tiny(30, 60);
     let lambda = 0.05 * lambda_max(&x, &y);
-    let active = |fresh| SweepOrder {
-        coords: Coords::Active { fresh },
-        max_passes: 1,
-        settle: 0.0,
-        target: None,
-        decrease: None,
-    };
     let mut running = GsWorkerCore::new(x.clone(), y.clone(), lambda, true).unwrap();
     let r = running.sweep(&full(x.n_columns())).unwrap();
     running.commit(1.0, &r.residual_delta, 0.0).unwrap();
-    let r = running.sweep(&active(true)).unwrap();
+    let r = running.sweep(&one_active_pass(true)).unwrap();
     running.commit(1.0, &r.residual_delta, 0.0).unwrap();
     let saved = running.snapshot().unwrap();
     let mut restored = GsWorkerCore::new(x.clone(), y.clone(), lambda, true).unwrap();
@@ -606,8 +603,8 @@ fn a_worker_restored_between_active_rounds_continues_bit_for_bit() {
     let mut swept = 0;
     for round in 0..5 {
         let (a, b) = (
-            running.sweep(&active(false)).unwrap(),
-            restored.sweep(&active(false)).unwrap(),
+            running.sweep(&one_active_pass(false)).unwrap(),
+            restored.sweep(&one_active_pass(false)).unwrap(),
         );
         assert_eq!(a, b, "round {round}");
         swept += a.updates;
