@@ -160,6 +160,12 @@ fn every_node_serves_metrics_that_move_during_a_run() {
                 .any(|x| x.name == "petrel_net_sent_bytes_total" && x.label("priority").is_some())
         );
         assert!(total(last, "process_resident_memory_bytes", &[]) > 1e6);
+        // The petrel binary counts its heap: a node holds at least its transport's buffers.
+        let heap = total(last, "process_heap_bytes", &[]);
+        assert!(
+            heap > 1e6 && total(last, "process_heap_peak_bytes", &[]) >= heap,
+            "{node}: heap {heap}"
+        );
         assert!(
             total(last, "process_cpu_seconds_total", &[])
                 > total(first, "process_cpu_seconds_total", &[])

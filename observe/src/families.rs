@@ -524,6 +524,14 @@ mod tests {
         assert!(text.contains(r#"petrel_strads_rounds_total{node="unit-a"} 1"#));
         assert!(text.contains(r#"petrel_job_progress{node="unit-a",metric="objective"} 2.5"#));
         assert!(text.contains("process_resident_memory_bytes"));
+        // This test binary counts its heap (`heap`'s tests install the allocator).
+        crate::heap::mark_installed();
+        let text = encode_text();
+        let heap = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_heap_peak_bytes{} "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        assert!(heap.is_some_and(|b| b > 0.0), "{text}");
         assert_eq!(m.ps.staleness_of("unit-a", "0").count(), 5);
     }
 }

@@ -92,19 +92,31 @@ pub fn mark_installed() {
     INSTALLED.store(true, Ordering::Relaxed);
 }
 
-/// The most bytes this process had allocated at once, MB; `None` unless the binary
-/// installed [`CountingAllocator`] and called [`mark_installed`].
-pub fn peak_mb() -> Option<f64> {
+/// The most bytes this process had allocated at once; `None` unless the binary installed
+/// [`CountingAllocator`] and called [`mark_installed`].
+pub fn peak_bytes() -> Option<usize> {
+    // An allocation raises the live count before the peak: between the two, the live
+    // count is the peak.
     INSTALLED
         .load(Ordering::Relaxed)
-        .then(|| PEAK.load(Ordering::Relaxed) as f64 / 1e6)
+        .then(|| PEAK.load(Ordering::Relaxed).max(LIVE.load(Ordering::Relaxed)))
 }
 
-/// The bytes allocated now, MB (`None` as for [`peak_mb`]).
-pub fn live_mb() -> Option<f64> {
+/// The bytes allocated now (`None` as for [`peak_bytes`]).
+pub fn live_bytes() -> Option<usize> {
     INSTALLED
         .load(Ordering::Relaxed)
-        .then(|| LIVE.load(Ordering::Relaxed) as f64 / 1e6)
+        .then(|| LIVE.load(Ordering::Relaxed))
+}
+
+/// [`peak_bytes`] in MB.
+pub fn peak_mb() -> Option<f64> {
+    peak_bytes().map(|b| b as f64 / 1e6)
+}
+
+/// [`live_bytes`] in MB.
+pub fn live_mb() -> Option<f64> {
+    live_bytes().map(|b| b as f64 / 1e6)
 }
 
 #[cfg(test)]
@@ -116,11 +128,16 @@ mod tests {
     static HEAP: CountingAllocator = CountingAllocator;
 
     // The counters are process-wide and the test harness runs tests on threads beside
-    // each other: every assertion leaves room for what other threads allocate meanwhile.
+    // each other: every assertion leaves room for what other threads allocate meanwhile,
+    // and the tests of this module, which allocate tens of MB, take turns.
     const SLACK_MB: f64 = 4.0;
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     #[test]
     fn the_peak_counts_a_block_while_it_lives_and_the_live_bytes_fall_when_it_goes() {
+        let _turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         mark_installed();
         let before = live_mb().unwrap_or(f64::NAN);
         let block = vec![1u8; 64_000_000];
@@ -135,6 +152,9 @@ mod tests {
 
     #[test]
     fn zeroed_blocks_and_resized_blocks_are_counted_at_their_new_size() {
+        let _turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         mark_installed();
         let before = live_mb().unwrap_or(f64::NAN);
         let mut zeros = vec![0u64; 8_000_000];

@@ -95,8 +95,24 @@ impl Collector for ProcessCollector {
             &mut enc,
             "process_cpu_seconds",
             "User and system CPU time of this process",
-            &[(none, ConstCounter::new(p.cpu_s))],
-        )
+            &[(none.clone(), ConstCounter::new(p.cpu_s))],
+        )?;
+        // Only in a binary that counts its heap (`heap::CountingAllocator`).
+        if let (Some(live), Some(peak)) = (crate::heap::live_bytes(), crate::heap::peak_bytes()) {
+            encode_rows(
+                &mut enc,
+                "process_heap_bytes",
+                "Bytes this process has allocated now (the petrel binary's counting allocator)",
+                &[(none.clone(), ConstGauge::new(live as i64))],
+            )?;
+            encode_rows(
+                &mut enc,
+                "process_heap_peak_bytes",
+                "The most bytes this process had allocated at once",
+                &[(none, ConstGauge::new(peak.max(live) as i64))],
+            )?;
+        }
+        Ok(())
     }
 }
 
