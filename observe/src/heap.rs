@@ -97,9 +97,10 @@ pub fn mark_installed() {
 pub fn peak_bytes() -> Option<usize> {
     // An allocation raises the live count before the peak: between the two, the live
     // count is the peak.
-    INSTALLED
-        .load(Ordering::Relaxed)
-        .then(|| PEAK.load(Ordering::Relaxed).max(LIVE.load(Ordering::Relaxed)))
+    INSTALLED.load(Ordering::Relaxed).then(|| {
+        PEAK.load(Ordering::Relaxed)
+            .max(LIVE.load(Ordering::Relaxed))
+    })
 }
 
 /// The bytes allocated now (`None` as for [`peak_bytes`]).

@@ -953,6 +953,13 @@ impl GsWorkerCore {
 
     /// Continues from a [`Self::snapshot`] of the same worker of the same job.
     pub fn restore(&mut self, s: GsWorkerSnapshot) -> Result<(), StradsModelError> {
+        // The active list is in column order, each column once: a pass's slots then run in
+        // column order, which the round's list of changes relies on.
+        if s.active.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(StradsModelError::protocol(
+                "checkpoint's active list is not in increasing column order",
+            ));
+        }
         if s.coefficients.len() != self.coefficients.len()
             || s.residual.len() != self.residual.len()
             || s.active

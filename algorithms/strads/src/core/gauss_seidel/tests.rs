@@ -619,4 +619,10 @@ fn a_worker_restored_between_active_rounds_continues_bit_for_bit() {
         swept > 0,
         "the active set was empty: the test shows nothing"
     );
+    // A checkpoint whose active list is out of order (edited, or from something else) is
+    // refused, not swept in an order the round's list of changes does not expect.
+    let mut shuffled = running.snapshot().unwrap();
+    shuffled.active = vec![5, 3];
+    let mut fresh = GsWorkerCore::new(x.clone(), y.clone(), lambda, true).unwrap();
+    assert!(fresh.restore(shuffled).is_err());
 }
