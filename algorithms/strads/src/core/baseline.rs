@@ -446,11 +446,25 @@ impl<'a> CyclicLogistic<'a> {
     /// One coordinate step on `j`; returns `new - old`.
     pub fn update(&mut self, j: usize) -> f64 {
         self.updates += 1;
-        let bound = self.bound[j];
+        let x = self.x;
+        let (rows, vals) = x.column(j);
+        self.step_on(j, rows, vals, self.bound[j])
+    }
+
+    /// [`Self::update`] of the active set's slot `s` (its column and curvature bound packed
+    /// in `active`, as the Lasso's active passes walk theirs).
+    fn update_packed(&mut self, active: &PackedColumns, s: usize) -> f64 {
+        self.updates += 1;
+        let (j, rows, vals, bound) = active.slot(s);
+        self.step_on(j, rows, vals, bound)
+    }
+
+    /// The step on column `j` (`rows`, `vals`, curvature bound `bound`).
+    #[inline]
+    fn step_on(&mut self, j: usize, rows: &[u32], vals: &[f32], bound: f64) -> f64 {
         if bound <= 0.0 {
             return 0.0;
         }
-        let (rows, vals) = self.x.column(j);
         let (mut g, mut h) = (0.0f64, 0.0f64);
         for (&i, &v) in rows.iter().zip(vals) {
             let (x, y) = (f64::from(v), self.labels[i as usize]);
@@ -573,12 +587,17 @@ impl<'a> CyclicLogistic<'a> {
                 break;
             }
             if stop.active_set {
-                let mut active: Vec<usize> =
-                    (0..d).filter(|&j| self.coefficients[j] != 0.0).collect();
+                let coefficients = &self.coefficients;
+                let packed = PackedColumns::of(
+                    self.x,
+                    &self.bound,
+                    (0..d).filter(|&j| coefficients[j] != 0.0),
+                );
+                let mut slots: Vec<usize> = (0..packed.len()).collect();
                 let mut previous = objective;
                 for _ in 0..1000 {
-                    for &j in &active {
-                        self.update(j);
+                    for &s in &slots {
+                        self.update_packed(&packed, s);
                     }
                     report.active_sweeps += 1;
                     let now = self.objective();
@@ -589,7 +608,7 @@ impl<'a> CyclicLogistic<'a> {
                     }
                     // Shrinking, as in the Lasso's active passes: a coordinate a pass left
                     // at zero waits for the next full sweep, which checks every one.
-                    active.retain(|&j| self.coefficients[j] != 0.0);
+                    slots.retain(|&s| self.coefficients[packed.column_of(s)] != 0.0);
                 }
                 objective = previous;
             }

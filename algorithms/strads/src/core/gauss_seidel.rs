@@ -378,8 +378,10 @@ impl RowVector {
     }
 }
 
-/// An active set's columns copied next to each other, with their squared norms: what the
-/// active-set passes of the baseline and of a worker walk instead of the whole design.
+/// An active set's columns copied next to each other, with a number per column (the
+/// squared norm for the Lasso, the curvature bound for the logistic baseline): what the
+/// active-set passes of the baselines and of a Gauss-Seidel worker walk instead of the
+/// whole design.
 /// The active columns lie a few KB apart in the design, so a pass over them in place
 /// waited on memory for every column (its start, its rows, its values, its norm): about
 /// 200 ns a coordinate, against 30-45 ns in a full sweep (BENCHMARKS.md, twelfth pass).
@@ -396,7 +398,7 @@ pub(crate) struct PackedColumns {
 }
 
 impl PackedColumns {
-    /// The columns `list` of `x` (squared norms `norms`), in the list's order.
+    /// The columns `list` of `x` with their numbers `norms[j]`, in the list's order.
     pub(crate) fn of(
         x: &SparseColumns,
         norms: &[f64],
@@ -435,7 +437,7 @@ impl PackedColumns {
         self.index[s]
     }
 
-    /// Slot `s`: its column index, rows, values and squared norm.
+    /// Slot `s`: its column index, rows, values and number (the squared norm).
     #[inline]
     pub(crate) fn slot(&self, s: usize) -> (usize, &[u32], &[f32], f64) {
         let range = self.starts[s]..self.starts[s + 1];
