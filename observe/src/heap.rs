@@ -92,22 +92,24 @@ pub fn mark_installed() {
     INSTALLED.store(true, Ordering::Relaxed);
 }
 
-/// The most bytes this process had allocated at once; `None` unless the binary installed
-/// [`CountingAllocator`] and called [`mark_installed`].
-pub fn peak_bytes() -> Option<usize> {
-    // An allocation raises the live count before the peak: between the two, the live
-    // count is the peak.
+/// The bytes allocated now and the most allocated at once, read together; `None` unless
+/// the binary installed [`CountingAllocator`] and called [`mark_installed`]. An allocation
+/// raises the live count before the peak: between the two, the live count is the peak.
+pub fn counts() -> Option<(usize, usize)> {
     INSTALLED.load(Ordering::Relaxed).then(|| {
-        PEAK.load(Ordering::Relaxed)
-            .max(LIVE.load(Ordering::Relaxed))
+        let live = LIVE.load(Ordering::Relaxed);
+        (live, PEAK.load(Ordering::Relaxed).max(live))
     })
 }
 
-/// The bytes allocated now (`None` as for [`peak_bytes`]).
+/// The most bytes this process had allocated at once ([`counts`]).
+pub fn peak_bytes() -> Option<usize> {
+    counts().map(|(_, peak)| peak)
+}
+
+/// The bytes allocated now ([`counts`]).
 pub fn live_bytes() -> Option<usize> {
-    INSTALLED
-        .load(Ordering::Relaxed)
-        .then(|| LIVE.load(Ordering::Relaxed))
+    counts().map(|(live, _)| live)
 }
 
 /// [`peak_bytes`] in MB.

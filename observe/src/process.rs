@@ -98,7 +98,7 @@ impl Collector for ProcessCollector {
             &[(none.clone(), ConstCounter::new(p.cpu_s))],
         )?;
         // Only in a binary that counts its heap (`heap::CountingAllocator`).
-        if let (Some(live), Some(peak)) = (crate::heap::live_bytes(), crate::heap::peak_bytes()) {
+        if let Some((live, peak)) = crate::heap::counts() {
             encode_rows(
                 &mut enc,
                 "process_heap_bytes",
@@ -109,7 +109,7 @@ impl Collector for ProcessCollector {
                 &mut enc,
                 "process_heap_peak_bytes",
                 "The most bytes this process had allocated at once",
-                &[(none, ConstGauge::new(peak.max(live) as i64))],
+                &[(none, ConstGauge::new(peak as i64))],
             )?;
         }
         Ok(())

@@ -323,8 +323,8 @@ pub fn star_settings_with<T: serde::Serialize>(
 /// Runs a cluster: nodes as threads of this process (memory or quic) or as separate
 /// processes (run files go to `run_dir`).
 /// The file in a run directory of `--transport processes` that holds every node's peak
-/// memory in MB ([`NodePeak`] by node name: `{"w0": {"rss_mb": 80.2, "private_mb": 62.0, "heap_mb": 41.3},
-/// ...}`).
+/// memory in MB ([`NodePeak`] by node name:
+/// `{"w0": {"rss_mb": 80.2, "private_mb": 62.0, "heap_mb": 41.3}, ...}`).
 pub const NODE_MEMORY_FILE: &str = "node_memory.json";
 
 /// The peak memory of the nodes of a `--transport processes` run in `run_dir`, by node

@@ -1,10 +1,10 @@
 //! Column-holding Gauss-Seidel Lasso, sans-I/O: the decision logic of `solver =
 //! "gauss-seidel"` (`apps::lasso::gs` runs it on the STRADS runtime).
 //!
-//! One file on purpose (about 1010 lines, tests in `gauss_seidel/tests.rs`): the worker's
-//! sweep, the centring it shares with the baseline, the scheduler's step weights and the
-//! chunk growth that reads them are one convergence argument (below); each part's
-//! correctness depends on the others' invariants.
+//! One file on purpose (about 1130 lines, tests in `gauss_seidel/tests.rs`): the worker's
+//! sweep, the centring and packed active columns it shares with the baseline, the
+//! scheduler's step weights and the chunk growth that reads them are one convergence
+//! argument (below); each part's correctness depends on the others' invariants.
 //!
 //! The features are cut once into contiguous column ranges of about equal non-zeros, one
 //! per worker. A worker holds its columns (all rows, CSC) and a full residual
