@@ -6,19 +6,21 @@
 //!
 //! 1. **[`core`]**, sans-I/O decision logic (no actix, tokio or transport; `.ci/check-cores`
 //!    checks it). The app contract: [`StradsApp`] (wire types), [`Schedule`] (scheduler
-//!    half), [`Push`] / [`RingPush`] (worker halves), answered with [`Step`] and [`Plan`].
-//!    The round protocol's cores: [`PipelineCore`] (rounds in flight, commits in order)
-//!    and [`RingCore`] (a ring worker's queue and blocks). The models: Lasso, sparse
+//!    half), [`Push`] / [`RingPush`] / [`ExchangePush`] (worker halves), answered with
+//!    [`Step`] and [`Plan`]. The round protocol's cores: [`PipelineCore`] (rounds in
+//!    flight, commits in order), [`RingCore`] (a ring worker's queue and blocks) and
+//!    [`core::exchange::ShareBoard`] (an exchange worker's shares per round). The models: Lasso, sparse
 //!    logistic regression, CCD++ matrix factorisation, SparseLDA, and the priority
 //!    scheduler with its dependency filter ([`core::scheduler`]).
 //! 2. **[`shells`]**, the actor runtime around the cores: [`run_scheduler`] (the
 //!    scheduler's event loop) and the worker actors for star routing
-//!    ([`shells::StradsWorker`]) and ring routing ([`shells::RingWorker`], blocks travel
-//!    worker to worker).
+//!    ([`shells::StradsWorker`]), exchange routing ([`shells::ExchangeWorker`], each
+//!    round's large shares travel worker to worker, the scheduler sees small partials)
+//!    and ring routing ([`shells::RingWorker`], blocks travel worker to worker).
 //! 3. **[`kit`]**, what an app implements and gets: the [`StradsJob`] trait (settings
-//!    section, scheduler half, worker halves as [`StarHalf`] or [`RingHalf`], outputs),
-//!    the roles it produces ([`kit::register`]), and the one serial driver
-//!    ([`kit::serial`], star and ring) that tests run.
+//!    section, scheduler half, worker halves as [`StarHalf`], [`ExchangeHalf`] or
+//!    [`RingHalf`], outputs), the roles it produces ([`kit::register`]), and the one
+//!    serial driver ([`kit::serial`], star, exchange and ring) that tests run.
 //! 4. **[`apps`]**, the built-in jobs, each one [`StradsJob`] impl:
 //!    [`apps::lasso`] (with checkpoints and several schedulers), [`apps::logistic`],
 //!    [`apps::mf`] (STRADS MF) and [`apps::lda`]. `petrel train` runs them.
@@ -40,12 +42,13 @@ pub mod shells;
 
 pub use crate::core::StradsModelError;
 pub use crate::core::app::{
-    BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
+    BlockFate, BlockId, ExchangeApp, ExchangePush, Plan, Push, Pushed, RingApp, RingOutput,
+    RingPush, Schedule, Step, StradsApp,
 };
 pub use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
 pub use crate::core::ring::{RingCore, RingError};
 pub use error::StradsError;
-pub use kit::{FinishedRun, JobShape, RingHalf, StarHalf, StradsJob, WorkerHalf};
+pub use kit::{ExchangeHalf, FinishedRun, JobShape, RingHalf, StarHalf, StradsJob, WorkerHalf};
 pub use shells::{RunStats, SchedulerOptions, StradsRunError, run_scheduler};
 
 /// What an app needs in scope: the contract, the kit and the errors.

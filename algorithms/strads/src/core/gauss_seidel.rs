@@ -666,6 +666,11 @@ impl GsWorkerCore {
         &self.coefficients
     }
 
+    /// Other workers sweep beside this one (its sweeps report residual deltas).
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
     /// The residual.
     pub fn residual(&self) -> &[f64] {
         &self.residual
@@ -1019,6 +1024,134 @@ pub fn weights_bound(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
         }
     }
     g
+}
+
+/// What a worker sends every other worker after a sweep (several workers): its residual
+/// delta `u_p`. The workers combine these themselves, so the scheduler never holds one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GsShare {
+    /// [`SweepResult::residual_delta`].
+    pub residual_delta: RowVector,
+    /// [`SweepResult::residual_offset`].
+    pub residual_offset: f64,
+}
+
+impl GsShare {
+    /// Moves the residual delta out of `result` (which keeps a zero one).
+    pub fn take_from(result: &mut SweepResult) -> Self {
+        GsShare {
+            residual_delta: std::mem::replace(&mut result.residual_delta, RowVector::zero()),
+            residual_offset: result.residual_offset,
+        }
+    }
+}
+
+/// What the step weights need from a round's residual deltas, as worker `p` computes it
+/// from every worker's share: its row of the Gram matrix and `omega`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CombinationTerms {
+    /// `u_p . u_q` for `q >= p` (entries below `p` are 0: worker `q` sends `u_q . u_p`).
+    pub gram_row: Vec<f64>,
+    /// The most workers whose deltas touch one row.
+    pub omega: usize,
+}
+
+/// The deltas of `shares` as dense vectors of `n_rows` (a dense one is read in place).
+fn dense_deltas(
+    shares: &[GsShare],
+    n_rows: usize,
+) -> Result<Vec<std::borrow::Cow<'_, [f64]>>, StradsModelError> {
+    shares
+        .iter()
+        .map(|s| match &s.residual_delta {
+            RowVector::Dense(v) if v.len() == n_rows => {
+                Ok(std::borrow::Cow::Borrowed(v.as_slice()))
+            }
+            other => other.to_dense(n_rows).map(std::borrow::Cow::Owned),
+        })
+        .collect()
+}
+
+/// Worker `me`'s [`CombinationTerms`] from every worker's share (in worker order), over
+/// `n_rows` rows. With implicit centring `u_p = u_s + c_p 1`, and the offset `c_p` touches
+/// every row.
+pub fn combination_terms(
+    me: usize,
+    shares: &[GsShare],
+    n_rows: usize,
+) -> Result<CombinationTerms, StradsModelError> {
+    let w = shares.len();
+    if me >= w {
+        return Err(StradsModelError::protocol(format!(
+            "worker {me} with {w} shares"
+        )));
+    }
+    let u = dense_deltas(shares, n_rows)?;
+    let offsets: Vec<f64> = shares.iter().map(|s| s.residual_offset).collect();
+    let centred = offsets.iter().any(|c| *c != 0.0);
+    let sum = |p: usize| -> f64 { if centred { u[p].iter().sum() } else { 0.0 } };
+    let n = n_rows as f64;
+    let mut gram_row = vec![0.0; w];
+    let sum_me = sum(me);
+    for q in me..w {
+        let stored = dot(&u[me], &u[q]);
+        gram_row[q] = if centred {
+            stored + offsets[q] * sum_me + offsets[me] * sum(q) + n * offsets[me] * offsets[q]
+        } else {
+            stored
+        };
+    }
+    let everywhere = offsets.iter().filter(|c| **c != 0.0).count();
+    // The scan stops at the first row every worker touches (the first row of dense
+    // deltas): no row can exceed all of them.
+    let touching = (0..n_rows).map(|i| {
+        everywhere
+            + (0..w)
+                .filter(|&p| offsets[p] == 0.0 && u[p][i] != 0.0)
+                .count()
+    });
+    let mut omega = 0;
+    for here in touching {
+        omega = omega.max(here);
+        if omega == w {
+            break;
+        }
+    }
+    Ok(CombinationTerms { gram_row, omega })
+}
+
+/// The combined residual delta `V = sum_q w_q u_q` of every worker's share with step
+/// weights `weights`: its stored part (dense, `n_rows`) and its constant part.
+pub fn combine_shares(
+    weights: &[f64],
+    shares: &[GsShare],
+    n_rows: usize,
+) -> Result<(RowVector, f64), StradsModelError> {
+    if weights.len() != shares.len() {
+        return Err(StradsModelError::protocol(format!(
+            "{} step weights for {} shares",
+            weights.len(),
+            shares.len()
+        )));
+    }
+    let u = dense_deltas(shares, n_rows)?;
+    let Some(first) = u.first() else {
+        return Ok((RowVector::zero(), 0.0));
+    };
+    // The first term written straight in (no zeroed buffer).
+    let mut combined: Vec<f64> = first.iter().map(|v| weights[0] * v).collect();
+    for p in 1..u.len() {
+        combined
+            .iter_mut()
+            .zip(u[p].iter())
+            .for_each(|(s, v)| *s += weights[p] * v);
+    }
+    let offset = weights
+        .iter()
+        .zip(shares)
+        .map(|(w, s)| w * s.residual_offset)
+        .sum();
+    Ok((RowVector::Dense(combined), offset))
 }
 
 /// The step weights of one round (see the module doc): `c` and `gram` as in

@@ -4,10 +4,13 @@
 //!
 //! - [`app`]: the contract an app implements ([`StradsApp`](app::StradsApp) wire types,
 //!   the scheduler half [`Schedule`](app::Schedule), the worker halves
-//!   [`Push`](app::Push) / [`RingPush`](app::RingPush)) and the round protocol's words
+//!   [`Push`](app::Push) / [`RingPush`](app::RingPush) /
+//!   [`ExchangePush`](app::ExchangePush)) and the round protocol's words
 //!   ([`Step`](app::Step), [`Plan`](app::Plan), [`BlockFate`](app::BlockFate)).
 //! - [`pipeline`]: which round a scheduler may dispatch and in which order commits happen.
 //! - [`ring`]: a ring worker's queue of scheduler messages and the blocks it holds.
+//! - [`exchange`]: the shares an exchange worker holds per round, and when a round is
+//!   complete.
 //! - [`scheduler`]: priority sampling and the dependency filter for coordinate descent.
 //! - [`gauss_seidel`]: column-holding Gauss-Seidel Lasso workers and the step weights
 //!   that combine their sweeps (`solver = "gauss-seidel"`).
@@ -19,6 +22,7 @@
 pub mod app;
 pub mod baseline;
 pub mod checkpoint;
+pub mod exchange;
 pub mod gauss_seidel;
 pub mod lasso;
 pub mod lda;

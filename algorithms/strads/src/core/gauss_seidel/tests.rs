@@ -626,3 +626,88 @@ fn a_worker_restored_between_active_rounds_continues_bit_for_bit() {
     let mut fresh = GsWorkerCore::new(x.clone(), y.clone(), lambda, true).unwrap();
     assert!(fresh.restore(shuffled).is_err());
 }
+
+#[test]
+fn every_workers_terms_assemble_the_gram_matrix_and_the_shares_combine_to_sum_w_u() {
+    // Centred workers: each delta is a stored part plus an offset on every row.
+    const N: usize = 90;
+    let (x, y) = tiny(N, 60);
+    let mean = y.iter().map(|&v| f64::from(v)).sum::<f64>() / N as f64;
+    let y: Vec<f32> = y.iter().map(|&v| v - mean as f32).collect();
+    let lambda = 0.05 * crate::apps::lasso::config::centred_lambda_max(&x, &y);
+    let mut w = [
+        GsWorkerCore::centred(x.columns(0..30), y.clone(), lambda, true).unwrap(),
+        GsWorkerCore::centred(x.columns(30..60), y.clone(), lambda, true).unwrap(),
+    ];
+    let mut results = [
+        w[0].sweep(&full(30)).unwrap(),
+        w[1].sweep(&full(30)).unwrap(),
+    ];
+    let shares: Vec<GsShare> = results.iter_mut().map(GsShare::take_from).collect();
+    assert!(
+        results
+            .iter()
+            .all(|r| r.residual_delta == RowVector::zero())
+    );
+    let dense: Vec<Vec<f64>> = shares
+        .iter()
+        .map(|s| {
+            let stored = s.residual_delta.to_dense(N).unwrap();
+            stored.iter().map(|v| v + s.residual_offset).collect()
+        })
+        .collect();
+    assert!(shares.iter().all(|s| s.residual_offset != 0.0));
+    let terms: Vec<CombinationTerms> = (0..2)
+        .map(|p| combination_terms(p, &shares, N).unwrap())
+        .collect();
+    for p in 0..2 {
+        assert_eq!(terms[p].omega, 2, "offsets touch every row");
+        assert_eq!(terms[p].gram_row.len(), 2);
+        for q in 0..2 {
+            let naive: f64 = dense[p].iter().zip(&dense[q]).map(|(a, b)| a * b).sum();
+            let got = if q >= p {
+                terms[p].gram_row[q]
+            } else {
+                assert_eq!(
+                    terms[p].gram_row[q], 0.0,
+                    "below the diagonal is the other's"
+                );
+                terms[q].gram_row[p]
+            };
+            assert!(
+                (got - naive).abs() <= 1e-9 * naive.abs().max(1.0),
+                "({p}, {q})"
+            );
+        }
+    }
+    let weights = [0.25, 0.75];
+    let (stored, offset) = combine_shares(&weights, &shares, N).unwrap();
+    let stored = stored.to_dense(N).unwrap();
+    for i in 0..N {
+        let naive = weights[0] * dense[0][i] + weights[1] * dense[1][i];
+        assert!((stored[i] + offset - naive).abs() <= 1e-12 * naive.abs().max(1.0));
+    }
+    assert!(combine_shares(&[1.0], &shares, N).is_err());
+    assert!(combination_terms(2, &shares, N).is_err());
+
+    // Deltas on disjoint rows, no offsets: nobody shares a row.
+    let apart = [
+        GsShare {
+            residual_delta: RowVector::Sparse {
+                rows: vec![1, 4],
+                values: vec![1.0, -2.0],
+            },
+            residual_offset: 0.0,
+        },
+        GsShare {
+            residual_delta: RowVector::Sparse {
+                rows: vec![2],
+                values: vec![3.0],
+            },
+            residual_offset: 0.0,
+        },
+    ];
+    let t = combination_terms(0, &apart, 6).unwrap();
+    assert_eq!(t.omega, 1);
+    assert_eq!(t.gram_row, vec![5.0, 0.0]);
+}

@@ -2,19 +2,30 @@
 //! sweeps against a full local residual ([`crate::core::gauss_seidel`] has the decision
 //! logic and the convergence argument).
 //!
-//! Message flow (star topology, depth 1, one scheduler):
+//! Message flow (exchange routing, depth 1, one scheduler: [`crate::shells::exchange`]):
 //!
 //! ```text
 //! start: scheduler and worker p cut the columns into W ranges of equal non-zeros
 //!        (the same cut on every node); worker p keeps its range (CSC), y and r = y
 //! round: scheduler -> worker p  Sweep{its local columns start..end | its active set,
 //!                                     passes, settle, target}
-//!        worker p sweeps them sequentially (the baseline's update), replies once:
-//!                               {changed coordinates, their deltas d_p,
-//!                                residual delta u_p (sparse or dense), r . u_p}
+//!        worker p sweeps them sequentially (the baseline's update), then
+//!        worker p -> every other worker  Share{residual delta u_p (sparse or dense)}
+//!        worker p, holding every u_q: its row of the Gram matrix u_p . u_q (q >= p)
+//!                  and omega; replies once (small):
+//!                               {changed coordinates, their deltas d_p, r . u_p,
+//!                                Gram row, omega}
 //!        scheduler: step weights w (1 without shared rows), coefficients += w_p d_p,
-//!                   objective, stop test; -> every worker  Commit{w, V = sum w_p u_p}
-//!        worker p: r = r_start - V, b_own = b_start + w_p d_p
+//!                   objective, stop test; -> every worker  Commit{w}
+//!        worker p: r = r_start - sum_q w_q u_q, b_own = b_start + w_p d_p
+//! ```
+//!
+//! The residual deltas (one value per row, 400 KB at 50,000 rows) cross one link once,
+//! worker to worker, instead of worker -> scheduler -> worker one leg after the other; the
+//! scheduler's legs carry a few hundred bytes. One worker shares nothing and answers at
+//! once.
+//!
+//! ```text
 //! certify: after every full sweep (and at the end) every worker returns
 //!        max |x_j^T r| and the KKT violation over its columns, ||b_own||_1 and
 //!        (y.y, y.r, r.r): the scheduler's duality gap is the baseline's. With several
@@ -40,11 +51,14 @@ use super::metrics::LassoOutcome;
 use super::multi::{MAX_SCHEDULERS, column_weight, partition_weighted};
 use super::wire::WorkerBusy;
 use crate::core::StradsModelError;
-use crate::core::app::{Push, StradsApp, decode_state, encode_state};
-use crate::core::gauss_seidel::{Certificate, GsWorkerCore, RowVector, SweepOrder, SweepResult};
+use crate::core::app::{ExchangeApp, ExchangePush, Pushed, StradsApp, decode_state, encode_state};
+use crate::core::gauss_seidel::{
+    Certificate, CombinationTerms, GsShare, GsWorkerCore, RowVector, SweepOrder, SweepResult,
+    combination_terms, combine_shares,
+};
 use crate::error::StradsError;
 use crate::kit::serial::Delivery;
-use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
+use crate::kit::{ExchangeHalf, FinishedRun, JobShape, StradsJob};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
@@ -73,8 +87,11 @@ pub enum GsTask {
 pub enum GsPartial {
     /// Answer to a sweep.
     Swept {
-        /// The sweep's changes and residual delta.
+        /// The sweep's changes (with several workers its residual delta went to the
+        /// other workers, not here).
         result: SweepResult,
+        /// With several workers: this worker's terms of the step weights.
+        terms: Option<CombinationTerms>,
         /// The worker's compute so far.
         busy: WorkerBusy,
     },
@@ -89,8 +106,10 @@ pub enum GsPartial {
     CertifiedAndSwept {
         /// Its share of the certificate of the state before the sweep.
         certificate: Certificate,
-        /// The sweep's changes and residual delta.
+        /// The sweep's changes (as in [`GsPartial::Swept`]).
         result: SweepResult,
+        /// With several workers: this worker's terms of the step weights.
+        terms: Option<CombinationTerms>,
         /// The worker's compute so far.
         busy: WorkerBusy,
     },
@@ -107,16 +126,12 @@ impl GsPartial {
     }
 }
 
-/// Every worker's step weight and the combined residual delta `V = sum_p w_p u_p` (no
-/// weights after a certification round).
+/// Every worker's step weight (none after a certification round): each worker combines
+/// `V = sum_p w_p u_p` from the shares it holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GsCommit {
     /// `w_p` by worker.
     pub weights: Vec<f64>,
-    /// `V` (with implicit centring its stored part).
-    pub combined: RowVector,
-    /// With implicit centring, `V`'s constant part (`V = combined + combined_offset 1`).
-    pub combined_offset: f64,
 }
 
 impl StradsApp for LassoGsApp {
@@ -125,6 +140,11 @@ impl StradsApp for LassoGsApp {
     type Task = GsTask;
     type Partial = GsPartial;
     type Commit = GsCommit;
+}
+
+impl ExchangeApp for LassoGsApp {
+    const SHARE_NAME: &'static str = "petrel.strads.lasso-gs.share";
+    type Share = GsShare;
 }
 
 /// The column ranges of `workers` workers: contiguous, of about equal non-zeros (the same
@@ -160,6 +180,11 @@ pub struct GsWorker {
     core: GsWorkerCore,
     index: usize,
     busy: WorkerBusy,
+    /// A sweep's answer while its share is exchanged: the certificate taken before it
+    /// (`CertifyThenSweep`) and the sweep's changes.
+    exchanging: Option<(Option<Certificate>, SweepResult)>,
+    /// Every worker's share of the round awaiting its commit.
+    shares: Vec<GsShare>,
     /// The digest of the data it loaded (compared with every node's before the first
     /// round).
     data_digest: Option<u64>,
@@ -172,6 +197,8 @@ impl GsWorker {
             core,
             index,
             busy: WorkerBusy::default(),
+            exchanging: None,
+            shares: Vec::new(),
             data_digest: None,
         }
     }
@@ -183,29 +210,69 @@ impl GsWorker {
     }
 }
 
-impl Push<LassoGsApp> for GsWorker {
-    fn push(&mut self, _round: u64, task: &GsTask) -> Result<GsPartial, StradsModelError> {
+impl GsWorker {
+    /// Several workers: the sweep's residual delta goes to the others as a share and the
+    /// answer waits for theirs ([`ExchangePush::complete`]); one worker answers at once.
+    fn swept(
+        &mut self,
+        certificate: Option<Certificate>,
+        mut result: SweepResult,
+    ) -> Pushed<GsPartial, GsShare> {
+        if self.core.is_shared() {
+            let share = GsShare::take_from(&mut result);
+            self.exchanging = Some((certificate, result));
+            return Pushed::Share(share);
+        }
+        Pushed::Done(self.answer(certificate, result, None))
+    }
+
+    fn answer(
+        &self,
+        certificate: Option<Certificate>,
+        result: SweepResult,
+        terms: Option<CombinationTerms>,
+    ) -> GsPartial {
+        let busy = self.busy;
+        match certificate {
+            Some(certificate) => GsPartial::CertifiedAndSwept {
+                certificate,
+                result,
+                terms,
+                busy,
+            },
+            None => GsPartial::Swept {
+                result,
+                terms,
+                busy,
+            },
+        }
+    }
+}
+
+impl ExchangePush<LassoGsApp> for GsWorker {
+    fn push(
+        &mut self,
+        _round: u64,
+        task: &GsTask,
+    ) -> Result<Pushed<GsPartial, GsShare>, StradsModelError> {
         let started = Instant::now();
-        let partial = match task {
+        let pushed = match task {
             GsTask::Sweep(order) => {
                 let result = self.core.sweep(order)?;
                 self.busy.push_s += started.elapsed().as_secs_f64();
                 if self.busy.peak_rss_mb == 0.0 {
                     self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
                 }
-                GsPartial::Swept {
-                    result,
-                    busy: self.busy,
-                }
+                self.swept(None, result)
             }
             GsTask::Certify => {
                 let certificate = self.core.certify();
                 self.busy.eval_s += started.elapsed().as_secs_f64();
                 self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
-                GsPartial::Certified {
+                Pushed::Done(GsPartial::Certified {
                     certificate,
                     busy: self.busy,
-                }
+                })
             }
             GsTask::CertifyThenSweep(order) => {
                 let certificate = self.core.certify();
@@ -214,30 +281,46 @@ impl Push<LassoGsApp> for GsWorker {
                 let result = self.core.sweep(order)?;
                 self.busy.push_s += certified.elapsed().as_secs_f64();
                 self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
-                GsPartial::CertifiedAndSwept {
-                    certificate,
-                    result,
-                    busy: self.busy,
-                }
+                self.swept(Some(certificate), result)
             }
         };
-        Ok(partial)
+        Ok(pushed)
     }
 
-    fn commit(&mut self, _round: u64, commit: &GsCommit) -> Result<(), StradsModelError> {
+    fn complete(
+        &mut self,
+        round: u64,
+        shares: Vec<GsShare>,
+    ) -> Result<GsPartial, StradsModelError> {
+        let started = Instant::now();
+        let (certificate, result) = self.exchanging.take().ok_or_else(|| {
+            StradsModelError::protocol(format!("round {round}: shares but no sweep to answer"))
+        })?;
+        let terms = combination_terms(self.index, &shares, self.core.residual().len())?;
+        self.shares = shares;
+        self.busy.commit_s += started.elapsed().as_secs_f64();
+        Ok(self.answer(certificate, result, Some(terms)))
+    }
+
+    fn commit(&mut self, round: u64, commit: &GsCommit) -> Result<(), StradsModelError> {
         if commit.weights.is_empty() {
             return Ok(());
         }
         let started = Instant::now();
         let weight = *commit.weights.get(self.index).ok_or_else(|| {
             StradsModelError::protocol(format!(
-                "commit has {} weights, this is worker {}",
+                "round {round}: commit has {} weights, this is worker {}",
                 commit.weights.len(),
                 self.index
             ))
         })?;
-        self.core
-            .commit(weight, &commit.combined, commit.combined_offset)?;
+        let shares = std::mem::take(&mut self.shares);
+        let (combined, offset) = if self.core.is_shared() {
+            combine_shares(&commit.weights, &shares, self.core.residual().len())?
+        } else {
+            (RowVector::zero(), 0.0)
+        };
+        self.core.commit(weight, &combined, offset)?;
         self.busy.commit_s += started.elapsed().as_secs_f64();
         Ok(())
     }
@@ -247,6 +330,8 @@ impl Push<LassoGsApp> for GsWorker {
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        self.exchanging = None;
+        self.shares.clear();
         self.core.restore(decode_state(state)?)
     }
 }
@@ -257,7 +342,7 @@ impl StradsJob for LassoGsApp {
     const WORKER_ROLE: &'static str = super::WORKER_ROLE;
     type Config = LassoJob;
     type Scheduler = GsScheduling;
-    type Worker = StarHalf<GsWorker>;
+    type Worker = ExchangeHalf<GsWorker>;
 
     fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()
@@ -304,7 +389,7 @@ impl StradsJob for LassoGsApp {
         job: &LassoJob,
         index: usize,
         shape: &JobShape,
-    ) -> Result<StarHalf<GsWorker>, StradsError> {
+    ) -> Result<ExchangeHalf<GsWorker>, StradsError> {
         let share = job.load_column_share(|design| {
             column_ranges_of(design, shape.workers)?
                 .into_iter()
@@ -323,7 +408,7 @@ impl StradsJob for LassoGsApp {
         } else {
             GsWorkerCore::new(share.x, share.y, lambda, shared)?
         };
-        Ok(StarHalf(
+        Ok(ExchangeHalf(
             GsWorker::new(core, index).with_data_digest(digest),
         ))
     }
@@ -332,7 +417,7 @@ impl StradsJob for LassoGsApp {
         scheduler.data_digest()
     }
 
-    fn worker_digest(worker: &StarHalf<GsWorker>) -> Option<u64> {
+    fn worker_digest(worker: &ExchangeHalf<GsWorker>) -> Option<u64> {
         worker.0.data_digest
     }
 

@@ -20,7 +20,7 @@ use crate::apps::lasso::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::gauss_seidel::{
-    Certificate, ChunkGrowth, Coords, RowVector, SweepOrder, SweepResult, dot, jacobi_weights,
+    Certificate, ChunkGrowth, CombinationTerms, Coords, SweepOrder, SweepResult, jacobi_weights,
     kept_share, resident_zeros,
 };
 use crate::error::StradsError;
@@ -89,7 +89,6 @@ struct GsState {
 pub struct GsScheduling {
     job: LassoJob,
     lambda: f32,
-    n_rows: usize,
     /// Global column range of each worker.
     ranges: Vec<Range<usize>>,
     /// Columns per worker and round in a full sweep.
@@ -164,7 +163,6 @@ impl GsScheduling {
         let mut scheduling = GsScheduling {
             job: job.clone(),
             lambda,
-            n_rows: shape.n_rows,
             s: GsState {
                 coefficients: resident_zeros(shape.n_columns()),
                 phase: Phase::Full,
@@ -400,15 +398,22 @@ impl GsScheduling {
     ) -> Result<GsCommit, StradsModelError> {
         let started = Instant::now();
         let mut results: Vec<SweepResult> = Vec::with_capacity(partials.len());
+        let mut terms: Vec<Option<CombinationTerms>> = Vec::with_capacity(partials.len());
         let mut slowest = WorkerBusy::default();
         for p in partials {
-            let GsPartial::Swept { result, busy } = p else {
+            let GsPartial::Swept {
+                result,
+                terms: t,
+                busy,
+            } = p
+            else {
                 return Err(StradsModelError::protocol(format!(
                     "round {round}: certificate answer to a sweep"
                 )));
             };
             slowest = slowest_of(slowest, busy);
             results.push(result);
+            terms.push(t);
         }
         if results.len() != self.workers() {
             return Err(StradsModelError::protocol(format!(
@@ -433,65 +438,27 @@ impl GsScheduling {
             // keeps them.
             self.s.sq_residual = r.sq_residual;
             self.s.l1 = r.l1;
-            GsCommit {
-                weights: vec![1.0],
-                combined: RowVector::zero(),
-                combined_offset: 0.0,
-            }
+            GsCommit { weights: vec![1.0] }
         } else {
-            // A dense delta (the common case on large designs) is read where it was
-            // decoded; only a sparse one is spread out.
-            let u = results
-                .iter()
-                .map(|r| match &r.residual_delta {
-                    RowVector::Dense(v) if v.len() == self.n_rows => {
-                        Ok(std::borrow::Cow::Borrowed(v.as_slice()))
-                    }
-                    other => other.to_dense(self.n_rows).map(std::borrow::Cow::Owned),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let w = u.len();
-            // With implicit centring u_p = u_s + c_p 1: c_p touches every row.
-            let offsets: Vec<f64> = results.iter().map(|r| r.residual_offset).collect();
-            let centred = offsets.iter().any(|c| *c != 0.0);
-            let sums: Vec<f64> = if centred {
-                u.iter().map(|u| u.iter().sum()).collect()
-            } else {
-                vec![0.0; w]
-            };
-            let n = self.n_rows as f64;
-            // Symmetric: each pair once.
+            // The workers exchanged their residual deltas; each sent its row of the Gram
+            // matrix (entries from its own index on) and omega.
+            let w = results.len();
             let mut gram = vec![vec![0.0; w]; w];
-            for p in 0..w {
-                for q in p..w {
-                    let stored = dot(&u[p], &u[q]);
-                    let entry = if centred {
-                        stored
-                            + offsets[q] * sums[p]
-                            + offsets[p] * sums[q]
-                            + n * offsets[p] * offsets[q]
-                    } else {
-                        stored
-                    };
+            let mut omega = 0;
+            for (p, t) in terms.iter().enumerate() {
+                let t = t
+                    .as_ref()
+                    .filter(|t| t.gram_row.len() == w)
+                    .ok_or_else(|| {
+                        StradsModelError::protocol(format!(
+                            "round {round}: worker {p} sent no row of {w} Gram entries"
+                        ))
+                    })?;
+                for (q, &entry) in t.gram_row.iter().enumerate().skip(p) {
                     gram[p][q] = entry;
                     gram[q][p] = entry;
                 }
-            }
-            let everywhere = offsets.iter().filter(|c| **c != 0.0).count();
-            // The most workers touching one row; no row can exceed all of them, so the
-            // scan stops at the first row they all touch (the first row of dense deltas).
-            let touching = (0..self.n_rows).map(|i| {
-                everywhere
-                    + (0..w)
-                        .filter(|&p| offsets[p] == 0.0 && u[p][i] != 0.0)
-                        .count()
-            });
-            let mut omega = 0;
-            for here in touching {
-                omega = omega.max(here);
-                if omega == w {
-                    break;
-                }
+                omega = omega.max(t.omega.min(w));
             }
             let c: Vec<f64> = results
                 .iter()
@@ -523,24 +490,11 @@ impl GsScheduling {
                     quadratic += 0.5 * weights[p] * gram[p][q] * weights[q];
                 }
             }
-            // sum_p w_p u_p, the first term written straight in (no zeroed buffer).
-            let mut combined: Vec<f64> = u[0].iter().map(|v| weights[0] * v).collect();
-            for p in 1..w {
-                combined
-                    .iter_mut()
-                    .zip(u[p].iter())
-                    .for_each(|(s, v)| *s += weights[p] * v);
-            }
             self.s.sq_residual += 2.0 * quadratic;
             for (p, r) in results.iter().enumerate() {
                 self.apply(p, r, weights[p]);
             }
-            let combined_offset = (0..w).map(|p| weights[p] * offsets[p]).sum();
-            GsCommit {
-                weights,
-                combined: RowVector::from_dense(combined),
-                combined_offset,
-            }
+            GsCommit { weights }
         };
         self.s.updates += results.iter().map(|r| r.updates).sum::<u64>();
         let objective = self.objective();
@@ -674,6 +628,7 @@ impl GsScheduling {
             let GsPartial::CertifiedAndSwept {
                 certificate,
                 result,
+                terms,
                 busy,
             } = p
             else {
@@ -683,7 +638,11 @@ impl GsScheduling {
             };
             discarded += result.updates;
             certified.push(GsPartial::Certified { certificate, busy });
-            swept.push(GsPartial::Swept { result, busy });
+            swept.push(GsPartial::Swept {
+                result,
+                terms,
+                busy,
+            });
         }
         self.pull_certify(round, certified, elapsed)?;
         if !self.s.stopping && self.s.phase == (Phase::Active { fresh: true }) {
@@ -694,8 +653,6 @@ impl GsScheduling {
         self.s.certified_at = Some(self.s.updates);
         Ok(GsCommit {
             weights: vec![0.0; self.workers()],
-            combined: RowVector::zero(),
-            combined_offset: 0.0,
         })
     }
 
@@ -764,8 +721,6 @@ impl GsScheduling {
         absorb_busy(profile, slowest);
         Ok(GsCommit {
             weights: Vec::new(),
-            combined: RowVector::zero(),
-            combined_offset: 0.0,
         })
     }
 }
