@@ -107,6 +107,28 @@ fn gauss_seidel_reaches_the_baselines_objective_in_memory_and_as_processes() {
         std::fs::read_to_string(procs.join("coefficients.tsv")).unwrap(),
         "one process and separate processes differ"
     );
+    // The deltas worker to worker (400 rows: `auto` sends them through the scheduler):
+    // the same combination in the same order, so the same model bit for bit.
+    let peers = dir.path().join("peers2");
+    let q = train(
+        &peers,
+        &[
+            "--solver",
+            "gauss-seidel",
+            "--workers",
+            "2",
+            "--transport",
+            "processes",
+            "--gs-exchange",
+            "peers",
+        ],
+    );
+    assert_eq!((q.updates, q.rounds), (p.updates, p.rounds));
+    assert_eq!(
+        std::fs::read_to_string(procs.join("coefficients.tsv")).unwrap(),
+        std::fs::read_to_string(peers.join("coefficients.tsv")).unwrap(),
+        "the exchange changed the model"
+    );
 }
 
 #[test]
@@ -257,6 +279,10 @@ fn the_cli_picks_the_solver_from_the_settings_and_refuses_mixed_ones() {
         (
             &["--solver", "scheduled", "--gs-chunk", "10"][..],
             "gs_chunk",
+        ),
+        (
+            &["--solver", "scheduled", "--gs-exchange", "peers"][..],
+            "gs_exchange",
         ),
     ] {
         let out = run("refused", extra);

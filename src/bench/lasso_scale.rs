@@ -34,7 +34,7 @@ use crate::train::{NodeMemory, StradsTrainError, TrainTransport, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
-use petrel_strads::apps::lasso::{LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
+use petrel_strads::apps::lasso::{GsExchange, LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -125,6 +125,10 @@ pub struct LassoScaleBenchArgs {
     /// `gauss-seidel`: active-set passes per round (0 = automatic).
     #[arg(long, default_value_t = 0)]
     pub gs_active_passes: u32,
+    /// `gauss-seidel`: residual deltas worker to worker (`peers`), through the scheduler
+    /// (`scheduler`) or `auto`; see `petrel train lasso --help`.
+    #[arg(long, value_enum, default_value_t = GsExchange::Auto)]
+    pub gs_exchange: GsExchange,
     /// Per-round latency the automatic chunk and block sizes assume, in milliseconds; see
     /// `petrel train lasso --help`.
     #[arg(long, default_value_t = LassoJob::default().round_latency_ms)]
@@ -279,6 +283,11 @@ fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
             d.gs_active_passes
         } else {
             args.gs_active_passes
+        },
+        gs_exchange: if scheduled {
+            d.gs_exchange
+        } else {
+            args.gs_exchange
         },
         ..d
     }

@@ -570,6 +570,12 @@ impl StradsJob for LogisticApp {
             lasso_only,
         );
         c.require(
+            job.gs_exchange == super::lasso::GsExchange::Auto,
+            "gs_exchange",
+            job.gs_exchange,
+            lasso_only,
+        );
+        c.require(
             job.fail_after_checkpoints.is_none(),
             "fail_after_checkpoints",
             job.fail_after_checkpoints.unwrap_or_default(),

@@ -1026,6 +1026,22 @@ pub fn weights_bound(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
     g
 }
 
+/// Smallest dense residual delta worth sending worker to worker (see [`exchange_pays`]).
+pub const EXCHANGE_MIN_BYTES: usize = 256 * 1024;
+
+/// Whether `workers` workers over `n_rows` rows should send their residual deltas to each
+/// other rather than through the scheduler. Through the scheduler a delta crosses two
+/// links one after the other (the scheduler sums them in between) and the scheduler's
+/// node moves `2 W` deltas; worker to worker it crosses one link, but `W (W - 1)` deltas
+/// move in all, and a round gains a hop (share, then a small answer to the scheduler).
+/// So the exchange pays when a delta's transfer outweighs a hop's latency (at least
+/// [`EXCHANGE_MIN_BYTES`] dense) and it moves no more bytes than the star (`W <= 3`).
+/// Measured on one 2-core host (BENCHMARKS.md, thirteenth pass): 2 workers at 50,000 rows
+/// gain, 2 workers at 2,000 rows and 4 workers at any size lose.
+pub fn exchange_pays(workers: usize, n_rows: usize) -> bool {
+    (2..=3).contains(&workers) && n_rows.saturating_mul(8) >= EXCHANGE_MIN_BYTES
+}
+
 /// What a worker sends every other worker after a sweep (several workers): its residual
 /// delta `u_p`. The workers combine these themselves, so the scheduler never holds one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -35,12 +35,37 @@ pub enum LassoSolver {
     GaussSeidel,
 }
 
+/// How the Gauss-Seidel Lasso's workers combine their residual deltas (several workers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum GsExchange {
+    /// `peers` where it pays ([`crate::core::gauss_seidel::exchange_pays`]: 2 or 3
+    /// workers and a dense delta of at least 256 KiB), else `scheduler`.
+    #[default]
+    Auto,
+    /// Every worker sends its delta to every other worker, and the scheduler's legs carry
+    /// only the Gram row and the step weights (exchange routing).
+    Peers,
+    /// Every worker sends its delta to the scheduler, which sends back their weighted sum.
+    Scheduler,
+}
+
 impl std::fmt::Display for LassoSolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             LassoSolver::Auto => "auto",
             LassoSolver::Scheduled => "scheduled",
             LassoSolver::GaussSeidel => "gauss-seidel",
+        })
+    }
+}
+
+impl std::fmt::Display for GsExchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GsExchange::Auto => "auto",
+            GsExchange::Peers => "peers",
+            GsExchange::Scheduler => "scheduler",
         })
     }
 }
@@ -157,6 +182,11 @@ pub struct LassoJob {
     /// until settled with one worker, `SHARED_ACTIVE_PASSES` (4) with several).
     #[arg(long, default_value_t = 0)]
     pub gs_active_passes: u32,
+    /// `gauss-seidel`: how several workers combine their residual deltas: `peers` (worker
+    /// to worker), `scheduler` (through the scheduler) or `auto` (the default: `peers`
+    /// with 2 or 3 workers and at least 32,768 rows, where it is faster on one host).
+    #[arg(long, value_enum, default_value_t = GsExchange::Auto)]
+    pub gs_exchange: GsExchange,
     /// How coordinates are chosen.
     #[arg(long, value_enum, default_value_t = ScheduleMode::Dynamic)]
     pub mode: ScheduleMode,
@@ -265,6 +295,7 @@ impl Default for LassoJob {
             solver: LassoSolver::Auto,
             gs_chunk: 0,
             gs_active_passes: 0,
+            gs_exchange: GsExchange::Auto,
             mode: ScheduleMode::Dynamic,
             block_size: 0,
             candidate_pool: 0,
@@ -350,6 +381,18 @@ impl LassoJob {
             self.eval_work_ratio.to_string(),
         );
         set
+    }
+
+    /// Whether `workers` Gauss-Seidel workers over `n_rows` rows send their residual
+    /// deltas to each other (`gs_exchange`, with `auto` resolved, see [`GsExchange::Auto`]).
+    /// One worker never does: nobody needs its delta.
+    pub fn exchanges_deltas(&self, workers: usize, n_rows: usize) -> bool {
+        workers > 1
+            && match self.gs_exchange {
+                GsExchange::Auto => crate::core::gauss_seidel::exchange_pays(workers, n_rows),
+                GsExchange::Peers => true,
+                GsExchange::Scheduler => false,
+            }
     }
 
     /// The solver this job runs: `solver`, with `auto` resolved (see [`LassoSolver::Auto`]).
@@ -482,6 +525,12 @@ impl LassoJob {
                 self.gs_active_passes == 0,
                 "gs_active_passes",
                 self.gs_active_passes,
+                &gs,
+            );
+            c.require(
+                self.gs_exchange == GsExchange::Auto,
+                "gs_exchange",
+                self.gs_exchange,
                 &gs,
             );
         }

@@ -31,8 +31,8 @@ pub mod worker;
 
 pub use checkpoint::Resumable;
 pub use config::{
-    ColumnShare, DesignShape, LassoJob, LassoSolver, RECOMMENDED_SPARSE_INTERFERENCE_BOUND,
-    SyntheticLasso, lambda_max,
+    ColumnShare, DesignShape, GsExchange, LassoJob, LassoSolver,
+    RECOMMENDED_SPARSE_INTERFERENCE_BOUND, SyntheticLasso, lambda_max,
 };
 pub use metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, linear_model,

@@ -126,12 +126,24 @@ impl GsPartial {
     }
 }
 
-/// Every worker's step weight (none after a certification round): each worker combines
+/// Every worker's step weight (none after a certification round) and, when the deltas
+/// went through the scheduler, their weighted sum; after an exchange each worker combines
 /// `V = sum_p w_p u_p` from the shares it holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GsCommit {
     /// `w_p` by worker.
     pub weights: Vec<f64>,
+    /// `V`, when the workers sent their deltas to the scheduler (`gs_exchange`).
+    pub combined: Option<GsCombined>,
+}
+
+/// The combined residual delta `V = sum_p w_p u_p` the scheduler sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GsCombined {
+    /// `V` (with implicit centring its stored part).
+    pub stored: RowVector,
+    /// With implicit centring, `V`'s constant part (`V = stored + offset 1`).
+    pub offset: f64,
 }
 
 impl StradsApp for LassoGsApp {
@@ -179,6 +191,8 @@ pub fn column_ranges_of(
 pub struct GsWorker {
     core: GsWorkerCore,
     index: usize,
+    /// Its residual deltas go to the other workers, not to the scheduler.
+    exchange: bool,
     busy: WorkerBusy,
     /// A sweep's answer while its share is exchanged: the certificate taken before it
     /// (`CertifyThenSweep`) and the sweep's changes.
@@ -191,9 +205,11 @@ pub struct GsWorker {
 }
 
 impl GsWorker {
-    /// Worker `index` holding `core`.
-    pub fn new(core: GsWorkerCore, index: usize) -> Self {
+    /// Worker `index` holding `core`; `exchange`: it sends its residual deltas to the
+    /// other workers ([`LassoJob::exchanges_deltas`]), else to the scheduler.
+    pub fn new(core: GsWorkerCore, index: usize, exchange: bool) -> Self {
         GsWorker {
+            exchange: exchange && core.is_shared(),
             core,
             index,
             busy: WorkerBusy::default(),
@@ -211,14 +227,15 @@ impl GsWorker {
 }
 
 impl GsWorker {
-    /// Several workers: the sweep's residual delta goes to the others as a share and the
-    /// answer waits for theirs ([`ExchangePush::complete`]); one worker answers at once.
+    /// With the exchange the sweep's residual delta goes to the other workers as a share
+    /// and the answer waits for theirs ([`ExchangePush::complete`]); else it answers at
+    /// once, with its delta for the scheduler (one worker: a zero delta).
     fn swept(
         &mut self,
         certificate: Option<Certificate>,
         mut result: SweepResult,
     ) -> Pushed<GsPartial, GsShare> {
-        if self.core.is_shared() {
+        if self.exchange {
             let share = GsShare::take_from(&mut result);
             self.exchanging = Some((certificate, result));
             return Pushed::Share(share);
@@ -315,12 +332,21 @@ impl ExchangePush<LassoGsApp> for GsWorker {
             ))
         })?;
         let shares = std::mem::take(&mut self.shares);
-        let (combined, offset) = if self.core.is_shared() {
-            combine_shares(&commit.weights, &shares, self.core.residual().len())?
+        let combined_here;
+        let (combined, offset) = if !shares.is_empty() {
+            combined_here = combine_shares(&commit.weights, &shares, self.core.residual().len())?;
+            (&combined_here.0, combined_here.1)
+        } else if let Some(c) = &commit.combined {
+            (&c.stored, c.offset)
+        } else if self.core.is_shared() && commit.weights.iter().any(|w| *w != 0.0) {
+            return Err(StradsModelError::protocol(format!(
+                "round {round}: a commit without the combined delta or the shares it needs"
+            )));
         } else {
-            (RowVector::zero(), 0.0)
+            combined_here = (RowVector::zero(), 0.0);
+            (&combined_here.0, combined_here.1)
         };
-        self.core.commit(weight, &combined, offset)?;
+        self.core.commit(weight, combined, offset)?;
         self.busy.commit_s += started.elapsed().as_secs_f64();
         Ok(())
     }
@@ -403,13 +429,14 @@ impl StradsJob for LassoGsApp {
         let digest = share.digest();
         let lambda = f64::from(job.lambda_from_max(share.lambda_max));
         let shared = shape.workers > 1;
+        let exchange = job.exchanges_deltas(shape.workers, share.shape.n_rows);
         let core = if job.fit_intercept {
             GsWorkerCore::centred(share.x, share.y, lambda, shared)?
         } else {
             GsWorkerCore::new(share.x, share.y, lambda, shared)?
         };
         Ok(ExchangeHalf(
-            GsWorker::new(core, index).with_data_digest(digest),
+            GsWorker::new(core, index, exchange).with_data_digest(digest),
         ))
     }
 

@@ -9,7 +9,7 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use super::{GsCommit, GsPartial, GsTask, LassoGsApp, column_ranges_of};
+use super::{GsCombined, GsCommit, GsPartial, GsTask, LassoGsApp, column_ranges_of};
 use crate::apps::lasso::baseline::BASELINE_MAX_SWEEPS;
 use crate::apps::lasso::config::{DesignShape, LassoJob, NS_PER_NONZERO};
 use crate::apps::lasso::heldout::LinearHeldout;
@@ -20,8 +20,8 @@ use crate::apps::lasso::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::gauss_seidel::{
-    Certificate, ChunkGrowth, CombinationTerms, Coords, SweepOrder, SweepResult, jacobi_weights,
-    kept_share, resident_zeros,
+    Certificate, ChunkGrowth, CombinationTerms, Coords, GsShare, SweepOrder, SweepResult,
+    combination_terms, combine_shares, jacobi_weights, kept_share, resident_zeros,
 };
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
@@ -89,6 +89,7 @@ struct GsState {
 pub struct GsScheduling {
     job: LassoJob,
     lambda: f32,
+    n_rows: usize,
     /// Global column range of each worker.
     ranges: Vec<Range<usize>>,
     /// Columns per worker and round in a full sweep.
@@ -163,6 +164,7 @@ impl GsScheduling {
         let mut scheduling = GsScheduling {
             job: job.clone(),
             lambda,
+            n_rows: shape.n_rows,
             s: GsState {
                 coefficients: resident_zeros(shape.n_columns()),
                 phase: Phase::Full,
@@ -438,11 +440,29 @@ impl GsScheduling {
             // keeps them.
             self.s.sq_residual = r.sq_residual;
             self.s.l1 = r.l1;
-            GsCommit { weights: vec![1.0] }
+            GsCommit {
+                weights: vec![1.0],
+                combined: None,
+            }
         } else {
-            // The workers exchanged their residual deltas; each sent its row of the Gram
-            // matrix (entries from its own index on) and omega.
+            // Exchange routing: each worker sent its row of the Gram matrix (entries from
+            // its own index on) and omega, and combines V itself. Through the scheduler:
+            // the same terms from the deltas here, and V goes back in the commit.
             let w = results.len();
+            let routed = if terms.iter().all(Option::is_some) {
+                None
+            } else if terms.iter().all(Option::is_none) {
+                let shares: Vec<GsShare> = results.iter_mut().map(GsShare::take_from).collect();
+                let terms = (0..w)
+                    .map(|p| combination_terms(p, &shares, self.n_rows).map(Some))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some((shares, terms))
+            } else {
+                return Err(StradsModelError::protocol(format!(
+                    "round {round}: some workers exchanged their deltas and some did not"
+                )));
+            };
+            let terms = routed.as_ref().map_or(&terms, |(_, t)| t);
             let mut gram = vec![vec![0.0; w]; w];
             let mut omega = 0;
             for (p, t) in terms.iter().enumerate() {
@@ -494,7 +514,14 @@ impl GsScheduling {
             for (p, r) in results.iter().enumerate() {
                 self.apply(p, r, weights[p]);
             }
-            GsCommit { weights }
+            let combined = match routed {
+                Some((shares, _)) => {
+                    let (stored, offset) = combine_shares(&weights, &shares, self.n_rows)?;
+                    Some(GsCombined { stored, offset })
+                }
+                None => None,
+            };
+            GsCommit { weights, combined }
         };
         self.s.updates += results.iter().map(|r| r.updates).sum::<u64>();
         let objective = self.objective();
@@ -653,6 +680,7 @@ impl GsScheduling {
         self.s.certified_at = Some(self.s.updates);
         Ok(GsCommit {
             weights: vec![0.0; self.workers()],
+            combined: None,
         })
     }
 
@@ -721,6 +749,7 @@ impl GsScheduling {
         absorb_busy(profile, slowest);
         Ok(GsCommit {
             weights: Vec::new(),
+            combined: None,
         })
     }
 }

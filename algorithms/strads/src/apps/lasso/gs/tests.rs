@@ -385,3 +385,39 @@ fn a_run_on_a_libsvm_file_is_the_run_on_the_same_synthetic_design() {
         assert_eq!(a.metrics.updates, b.metrics.updates);
     }
 }
+
+#[test]
+fn deltas_worker_to_worker_or_through_the_scheduler_give_the_same_run_bit_for_bit() {
+    use crate::apps::lasso::GsExchange;
+    for fit_intercept in [false, true] {
+        for workers in [2, 3] {
+            let run = |route: GsExchange| {
+                let job = LassoJob {
+                    gs_exchange: route,
+                    fit_intercept,
+                    ..job()
+                };
+                run_without_actors(&job, workers).unwrap().metrics
+            };
+            let (peers, star) = (run(GsExchange::Peers), run(GsExchange::Scheduler));
+            assert_eq!(peers.updates, star.updates);
+            assert_eq!(peers.objective, star.objective, "{workers} workers");
+            assert_eq!(peers.final_objective, star.final_objective);
+        }
+    }
+    // `auto`: worker to worker only where it pays.
+    let job = job();
+    assert!(
+        !job.exchanges_deltas(1, 1 << 20),
+        "one worker has nobody to send to"
+    );
+    assert!(job.exchanges_deltas(2, 50_000));
+    assert!(
+        !job.exchanges_deltas(2, 2_000),
+        "a small delta: the hop costs more"
+    );
+    assert!(
+        !job.exchanges_deltas(4, 50_000),
+        "four workers move more bytes"
+    );
+}
