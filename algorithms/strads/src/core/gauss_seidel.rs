@@ -1035,11 +1035,11 @@ pub const EXCHANGE_MIN_BYTES: usize = 256 * 1024;
 /// node moves `2 W` deltas; worker to worker it crosses one link, but `W (W - 1)` deltas
 /// move in all, and a round gains a hop (share, then a small answer to the scheduler).
 /// So the exchange pays when a delta's transfer outweighs a hop's latency (at least
-/// [`EXCHANGE_MIN_BYTES`] dense) and it moves no more bytes than the star (`W <= 3`).
+/// [`EXCHANGE_MIN_BYTES`] dense) and it moves fewer bytes than the star (`W = 2`).
 /// Measured on one 2-core host (BENCHMARKS.md, thirteenth pass): 2 workers at 50,000 rows
-/// gain, 2 workers at 2,000 rows and 4 workers at any size lose.
+/// gain; 2 workers at 2,000 rows, and 3 or 4 workers at any size, lose.
 pub fn exchange_pays(workers: usize, n_rows: usize) -> bool {
-    (2..=3).contains(&workers) && n_rows.saturating_mul(8) >= EXCHANGE_MIN_BYTES
+    workers == 2 && n_rows.saturating_mul(8) >= EXCHANGE_MIN_BYTES
 }
 
 /// What a worker sends every other worker after a sweep (several workers): its residual

@@ -39,8 +39,8 @@ pub enum LassoSolver {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum GsExchange {
-    /// `peers` where it pays ([`crate::core::gauss_seidel::exchange_pays`]: 2 or 3
-    /// workers and a dense delta of at least 256 KiB), else `scheduler`.
+    /// `peers` where it pays ([`crate::core::gauss_seidel::exchange_pays`]: 2 workers
+    /// and a dense delta of at least 256 KiB), else `scheduler`.
     #[default]
     Auto,
     /// Every worker sends its delta to every other worker, and the scheduler's legs carry
@@ -184,7 +184,7 @@ pub struct LassoJob {
     pub gs_active_passes: u32,
     /// `gauss-seidel`: how several workers combine their residual deltas: `peers` (worker
     /// to worker), `scheduler` (through the scheduler) or `auto` (the default: `peers`
-    /// with 2 or 3 workers and at least 32,768 rows, where it is faster on one host).
+    /// with 2 workers and at least 32,768 rows, where it is faster on one host).
     #[arg(long, value_enum, default_value_t = GsExchange::Auto)]
     pub gs_exchange: GsExchange,
     /// How coordinates are chosen.
