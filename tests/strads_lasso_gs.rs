@@ -2,12 +2,13 @@
 //! sweeps reach the single-threaded baseline's objective (1e-6 relative) over the memory
 //! transport and as separate processes over QUIC, one worker makes the baseline's updates,
 //! a run resumed from a round checkpoint (also after the `fail_after_checkpoints` fault)
-//! ends with the uninterrupted run's model, and `fit_intercept` reaches the centred
-//! baseline's objective.
+//! ends with the uninterrupted run's model, the residual deltas sent worker to worker give
+//! the model of the deltas sent through the scheduler, and `fit_intercept` reaches the
+//! centred baseline's objective.
 
 use petrel::train::{read_json, run_lasso_job};
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, LassoSolver, SyntheticLasso};
+use petrel_strads::apps::lasso::{GsExchange, LassoJob, LassoMetrics, LassoSolver, SyntheticLasso};
 use std::path::Path;
 
 const SIZE: [&str; 8] = [
@@ -138,6 +139,9 @@ fn a_resumed_gauss_seidel_run_ends_with_the_uninterrupted_model() {
     let mut first = job(&dir.path().join("first"));
     first.checkpoint_dir = Some(checkpoints.clone());
     first.checkpoint_every = 3;
+    // The workers exchange their deltas: a checkpoint finds no share waiting, and a
+    // restored worker takes shares again from the checkpoint's round on.
+    first.gs_exchange = GsExchange::Peers;
     let full = run_lasso_job(&first, 2, JobTransport::Memory, false).unwrap();
     let saved: Vec<String> = std::fs::read_dir(&checkpoints)
         .unwrap()
