@@ -2,13 +2,15 @@
 //! other while the scheduler on a fourth node sees only the small partials, and every
 //! worker answers with every worker's share in worker order, as the serial driver does. A
 //! round in which one worker does not share fails at the scheduler with the worker's name
-//! instead of hanging, and the serial driver refuses it outright.
+//! instead of hanging, and the serial driver refuses it outright. A share that another node
+//! forges in a worker's name poisons the receiver, and the scheduler learns why.
 
 use petrel_actors::{Cluster, NodeContext, Topology};
+use petrel_messages::Priority;
 use petrel_strads::StradsModelError;
 use petrel_strads::kit::serial::{SerialOptions, SerialRunError, run_exchange};
 use petrel_strads::shells::{
-    ExchangeApp, ExchangePush, Plan, Pushed, Schedule, SchedulerOptions, Step, StradsApp,
+    ExchangeApp, ExchangePush, Plan, Pushed, Schedule, SchedulerOptions, Share, Step, StradsApp,
     WorkerSet, run_scheduler, start_exchange_worker,
 };
 use std::sync::{Arc, Mutex};
@@ -139,6 +141,7 @@ fn expected() -> Vec<Vec<Seen>> {
 fn exchange_cluster(
     transport: petrel_actors::Transport,
     skip: Option<(u64, u32)>,
+    spoof: bool,
     seen: Arc<Mutex<Vec<Vec<Seen>>>>,
     outcome: Arc<Mutex<Option<Result<u64, String>>>>,
 ) -> Cluster {
@@ -174,6 +177,20 @@ fn exchange_cluster(
                 let workers = ctx.nodes_with_role("x-worker");
                 let set = WorkerSet::<Gossip>::resolve(&ctx.node, &workers, "x")
                     .map_err(|e| e.to_string())?;
+                if spoof {
+                    // The scheduler's node poses as worker 1 towards worker 0.
+                    let w0 = ctx
+                        .node
+                        .actor_at::<Share<Gossip>>(&workers[0], "x")
+                        .map_err(|e| e.to_string())?;
+                    let forged = Share::<Gossip> {
+                        round: 0,
+                        from: 1,
+                        share: (1, 0, 0, vec![1.0; PAYLOAD]),
+                    };
+                    w0.tell(forged, Priority::NORMAL)
+                        .map_err(|e| e.to_string())?;
+                }
                 let mut app = Rounds {
                     rounds: ROUNDS,
                     skip,
@@ -210,6 +227,7 @@ fn three_workers_exchange_shares_over_quic_as_the_serial_driver_does() {
     exchange_cluster(
         petrel_actors::Transport::Quic,
         None,
+        false,
         seen.clone(),
         outcome.clone(),
     )
@@ -237,6 +255,7 @@ fn a_worker_that_does_not_share_fails_the_round_by_name_instead_of_hanging() {
     exchange_cluster(
         petrel_actors::Transport::Memory,
         Some((2, 1)),
+        false,
         seen.clone(),
         outcome.clone(),
     )
@@ -260,4 +279,25 @@ fn a_worker_that_does_not_share_fails_the_round_by_name_instead_of_hanging() {
             && err.to_string().contains("2 workers shared and 1 did not"),
         "{err}"
     );
+}
+
+#[test]
+fn a_share_forged_by_another_node_poisons_the_receiver_with_the_reason() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let outcome = Arc::new(Mutex::new(None));
+    exchange_cluster(
+        petrel_actors::Transport::Memory,
+        None,
+        true,
+        seen.clone(),
+        outcome.clone(),
+    )
+    .run_in_process()
+    .unwrap();
+    let err = outcome.lock().unwrap().clone().unwrap().unwrap_err();
+    assert!(
+        err.contains("round 0: worker 0") && err.contains("claims worker 1"),
+        "{err}"
+    );
+    assert!(seen.lock().unwrap().is_empty(), "no round committed");
 }

@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Which shares are here and when a round is complete is the sans-I/O
-//! [`ShareBoard`]'s; the actor answers the scheduler's ask through a oneshot completed
+//! [`ShareBoard`]'s (a share must also come from the node of the worker it names); the actor answers the scheduler's ask through a oneshot completed
 //! when the last share arrives (it never blocks). A push that needs no exchange
 //! ([`Pushed::Done`]) answers at once. The scheduler side is the star loop
 //! ([`super::run_scheduler`]) unchanged. One scheduler drives exchange workers (rounds
@@ -204,7 +204,17 @@ impl<A: ExchangeApp, W: ExchangePush<A>> Handler<Msg<Share<A>>> for ExchangeWork
         }
         let Share { round, from, share } = msg.body;
         tracing::trace!(round, worker = self.index, from, "strads share arrived");
-        let shares = match self.board.offer(round, from as usize, share) {
+        // The transport authenticated the sending node: it must be the worker it names.
+        let claimed = self.peers.iter().find(|(i, _)| *i == from);
+        let offered = match (msg.from, claimed) {
+            (Some(node), Some((_, peer))) if peer.id().node != node => {
+                Err(StradsModelError::protocol(format!(
+                    "a share of round {round} from node {node} claims worker {from}"
+                )))
+            }
+            _ => self.board.offer(round, from as usize, share),
+        };
+        let shares = match offered {
             Ok(Some(shares)) => shares,
             Ok(None) => return Ok(()),
             Err(e) => {
