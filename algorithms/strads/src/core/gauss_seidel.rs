@@ -866,6 +866,56 @@ impl GsWorkerCore {
         combined: &RowVector,
         combined_offset: f64,
     ) -> Result<(), StradsModelError> {
+        self.commit_with(weight, combined_offset, |start| {
+            combined.add_scaled_to(-1.0, start)
+        })
+    }
+
+    /// [`Self::commit`] with every worker's share and step weight `weights` (this
+    /// worker's among them as `weight`): `r = r_start - sum_q w_q u_q` in one pass, with
+    /// the same operations per row as [`combine_shares`] followed by [`Self::commit`], so
+    /// the same residual bit for bit.
+    pub fn commit_shares(
+        &mut self,
+        weight: f64,
+        weights: &[f64],
+        shares: &[GsShare],
+    ) -> Result<(), StradsModelError> {
+        if weights.len() != shares.len() {
+            return Err(StradsModelError::protocol(format!(
+                "{} step weights for {} shares",
+                weights.len(),
+                shares.len()
+            )));
+        }
+        let u = dense_deltas(shares, self.residual.len())?;
+        let offset = weights
+            .iter()
+            .zip(shares)
+            .map(|(w, s)| w * s.residual_offset)
+            .sum();
+        self.commit_with(weight, offset, |start| {
+            if let Some((first, rest)) = u.split_first() {
+                for (i, r) in start.iter_mut().enumerate() {
+                    let mut v = weights[0] * first[i];
+                    for (w, u) in weights[1..].iter().zip(rest) {
+                        v += w * u[i];
+                    }
+                    *r -= v;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The commit's common part: the coefficients' step weight, then `subtract` takes the
+    /// combined delta off the residual saved at the sweep's start.
+    fn commit_with(
+        &mut self,
+        weight: f64,
+        combined_offset: f64,
+        subtract: impl FnOnce(&mut [f64]) -> Result<(), StradsModelError>,
+    ) -> Result<(), StradsModelError> {
         let Some(pending) = self.pending.take() else {
             return Ok(());
         };
@@ -883,7 +933,7 @@ impl GsWorkerCore {
             }
         }
         if let Some((mut start, offset)) = pending.start {
-            combined.add_scaled_to(-1.0, &mut start)?;
+            subtract(&mut start)?;
             self.residual = start;
             self.sq_residual = match &mut self.centring {
                 Some(c) => {

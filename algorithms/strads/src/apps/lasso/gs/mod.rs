@@ -54,7 +54,7 @@ use crate::core::StradsModelError;
 use crate::core::app::{ExchangeApp, ExchangePush, Pushed, StradsApp, decode_state, encode_state};
 use crate::core::gauss_seidel::{
     Certificate, CombinationTerms, GsShare, GsWorkerCore, RowVector, SweepOrder, SweepResult,
-    combination_terms, combine_shares,
+    combination_terms,
 };
 use crate::error::StradsError;
 use crate::kit::serial::Delivery;
@@ -332,21 +332,17 @@ impl ExchangePush<LassoGsApp> for GsWorker {
             ))
         })?;
         let shares = std::mem::take(&mut self.shares);
-        let combined_here;
-        let (combined, offset) = if !shares.is_empty() {
-            combined_here = combine_shares(&commit.weights, &shares, self.core.residual().len())?;
-            (&combined_here.0, combined_here.1)
+        if !shares.is_empty() {
+            self.core.commit_shares(weight, &commit.weights, &shares)?;
         } else if let Some(c) = &commit.combined {
-            (&c.stored, c.offset)
+            self.core.commit(weight, &c.stored, c.offset)?;
         } else if self.core.is_shared() && commit.weights.iter().any(|w| *w != 0.0) {
             return Err(StradsModelError::protocol(format!(
                 "round {round}: a commit without the combined delta or the shares it needs"
             )));
         } else {
-            combined_here = (RowVector::zero(), 0.0);
-            (&combined_here.0, combined_here.1)
-        };
-        self.core.commit(weight, combined, offset)?;
+            self.core.commit(weight, &RowVector::zero(), 0.0)?;
+        }
         self.busy.commit_s += started.elapsed().as_secs_f64();
         Ok(())
     }
