@@ -88,18 +88,16 @@ fn gauss_seidel_reaches_the_baselines_objective_in_memory_and_as_processes() {
     let two = run_lasso_job(&job(&mem), 2, JobTransport::Memory, false).unwrap();
     assert!(relative(two.final_objective, base.final_objective) <= 1e-6);
     assert!(two.relative_gap() <= 1e-8);
+    let two_processes = [
+        "--solver",
+        "gauss-seidel",
+        "--workers",
+        "2",
+        "--transport",
+        "processes",
+    ];
     let procs = dir.path().join("procs2");
-    let p = train(
-        &procs,
-        &[
-            "--solver",
-            "gauss-seidel",
-            "--workers",
-            "2",
-            "--transport",
-            "processes",
-        ],
-    );
+    let p = train(&procs, &two_processes);
     assert_eq!(p.mode, "gauss-seidel");
     assert!(relative(p.final_objective, base.final_objective) <= 1e-6);
     assert_eq!(p.updates, two.updates);
@@ -113,16 +111,7 @@ fn gauss_seidel_reaches_the_baselines_objective_in_memory_and_as_processes() {
     let peers = dir.path().join("peers2");
     let q = train(
         &peers,
-        &[
-            "--solver",
-            "gauss-seidel",
-            "--workers",
-            "2",
-            "--transport",
-            "processes",
-            "--gs-exchange",
-            "peers",
-        ],
+        &[&two_processes[..], &["--gs-exchange", "peers"]].concat(),
     );
     assert_eq!((q.updates, q.rounds), (p.updates, p.rounds));
     assert_eq!(
