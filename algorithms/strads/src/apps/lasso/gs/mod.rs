@@ -22,8 +22,11 @@
 //!
 //! The residual deltas (one value per row, 400 KB at 50,000 rows) cross one link once,
 //! worker to worker, instead of worker -> scheduler -> worker one leg after the other; the
-//! scheduler's legs carry a few hundred bytes. One worker shares nothing and answers at
-//! once.
+//! scheduler's legs carry a few hundred bytes. That pays only for large deltas and 2
+//! workers (`gs_exchange = "auto"`, [`crate::core::gauss_seidel::exchange_pays`]);
+//! otherwise (or with `gs_exchange = "scheduler"`) each worker answers at once with its
+//! delta, the scheduler computes the same terms and commits `Commit{w, V}`, and the
+//! workers set `r = r_start - V`: the same model bit for bit. One worker shares nothing.
 //!
 //! ```text
 //! certify: after every full sweep (and at the end) every worker returns
