@@ -90,10 +90,10 @@ pub enum GsTask {
 pub enum GsPartial {
     /// Answer to a sweep.
     Swept {
-        /// The sweep's changes (with several workers its residual delta went to the
-        /// other workers, not here).
+        /// The sweep's changes and, unless it went to the other workers (an exchange),
+        /// its residual delta.
         result: SweepResult,
-        /// With several workers: this worker's terms of the step weights.
+        /// After an exchange: this worker's terms of the step weights.
         terms: Option<CombinationTerms>,
         /// The worker's compute so far.
         busy: WorkerBusy,
@@ -111,7 +111,7 @@ pub enum GsPartial {
         certificate: Certificate,
         /// The sweep's changes (as in [`GsPartial::Swept`]).
         result: SweepResult,
-        /// With several workers: this worker's terms of the step weights.
+        /// After an exchange: this worker's terms of the step weights.
         terms: Option<CombinationTerms>,
         /// The worker's compute so far.
         busy: WorkerBusy,
