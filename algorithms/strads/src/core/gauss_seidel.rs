@@ -1152,38 +1152,94 @@ pub fn combination_terms(
             "worker {me} with {w} shares"
         )));
     }
-    let u = dense_deltas(shares, n_rows)?;
-    let offsets: Vec<f64> = shares.iter().map(|s| s.residual_offset).collect();
-    let centred = offsets.iter().any(|c| *c != 0.0);
-    let sum = |p: usize| -> f64 { if centred { u[p].iter().sum() } else { 0.0 } };
-    let n = n_rows as f64;
-    let mut gram_row = vec![0.0; w];
-    let sum_me = sum(me);
-    for q in me..w {
-        let stored = dot(&u[me], &u[q]);
-        gram_row[q] = if centred {
-            stored + offsets[q] * sum_me + offsets[me] * sum(q) + n * offsets[me] * offsets[q]
+    let deltas = Deltas::of(shares, n_rows)?;
+    Ok(CombinationTerms {
+        gram_row: deltas.gram_row(me),
+        omega: deltas.omega(),
+    })
+}
+
+/// Every worker's [`CombinationTerms`] (what the scheduler computes when the deltas came
+/// to it): the deltas are spread out and scanned once.
+pub fn all_combination_terms(
+    shares: &[GsShare],
+    n_rows: usize,
+) -> Result<Vec<CombinationTerms>, StradsModelError> {
+    let deltas = Deltas::of(shares, n_rows)?;
+    let omega = deltas.omega();
+    Ok((0..shares.len())
+        .map(|p| CombinationTerms {
+            gram_row: deltas.gram_row(p),
+            omega,
+        })
+        .collect())
+}
+
+/// A round's deltas as dense rows, with their offsets and (centred) sums.
+struct Deltas<'a> {
+    u: Vec<std::borrow::Cow<'a, [f64]>>,
+    offsets: Vec<f64>,
+    /// `sum_i u_p[i]`, only with centring (0 otherwise: unused).
+    sums: Vec<f64>,
+    centred: bool,
+    n_rows: usize,
+}
+
+impl<'a> Deltas<'a> {
+    fn of(shares: &'a [GsShare], n_rows: usize) -> Result<Self, StradsModelError> {
+        let u = dense_deltas(shares, n_rows)?;
+        let offsets: Vec<f64> = shares.iter().map(|s| s.residual_offset).collect();
+        let centred = offsets.iter().any(|c| *c != 0.0);
+        let sums = if centred {
+            u.iter().map(|u| u.iter().sum()).collect()
         } else {
-            stored
+            vec![0.0; u.len()]
         };
+        Ok(Deltas {
+            u,
+            offsets,
+            sums,
+            centred,
+            n_rows,
+        })
     }
-    let everywhere = offsets.iter().filter(|c| **c != 0.0).count();
-    // The scan stops at the first row every worker touches (the first row of dense
-    // deltas): no row can exceed all of them.
-    let touching = (0..n_rows).map(|i| {
-        everywhere
-            + (0..w)
-                .filter(|&p| offsets[p] == 0.0 && u[p][i] != 0.0)
-                .count()
-    });
-    let mut omega = 0;
-    for here in touching {
-        omega = omega.max(here);
-        if omega == w {
-            break;
+
+    /// `u_p . u_q` for `q >= p` (0 below `p`).
+    fn gram_row(&self, p: usize) -> Vec<f64> {
+        let (u, c, sums) = (&self.u, &self.offsets, &self.sums);
+        let n = self.n_rows as f64;
+        let mut row = vec![0.0; u.len()];
+        for q in p..u.len() {
+            let stored = dot(&u[p], &u[q]);
+            row[q] = if self.centred {
+                stored + c[q] * sums[p] + c[p] * sums[q] + n * c[p] * c[q]
+            } else {
+                stored
+            };
         }
+        row
     }
-    Ok(CombinationTerms { gram_row, omega })
+
+    /// The most workers whose deltas touch one row. The scan stops at the first row every
+    /// worker touches (the first row of dense deltas): no row can exceed all of them.
+    fn omega(&self) -> usize {
+        let w = self.u.len();
+        let everywhere = self.offsets.iter().filter(|c| **c != 0.0).count();
+        let touching = (0..self.n_rows).map(|i| {
+            everywhere
+                + (0..w)
+                    .filter(|&p| self.offsets[p] == 0.0 && self.u[p][i] != 0.0)
+                    .count()
+        });
+        let mut omega = 0;
+        for here in touching {
+            omega = omega.max(here);
+            if omega == w {
+                break;
+            }
+        }
+        omega
+    }
 }
 
 /// The combined residual delta `V = sum_q w_q u_q` of every worker's share with step

@@ -660,6 +660,8 @@ fn every_workers_terms_assemble_the_gram_matrix_and_the_shares_combine_to_sum_w_
     let terms: Vec<CombinationTerms> = (0..2)
         .map(|p| combination_terms(p, &shares, N).unwrap())
         .collect();
+    // The scheduler's all-at-once terms are each worker's own, bit for bit.
+    assert_eq!(all_combination_terms(&shares, N).unwrap(), terms);
     for p in 0..2 {
         assert_eq!(terms[p].omega, 2, "offsets touch every row");
         assert_eq!(terms[p].gram_row.len(), 2);

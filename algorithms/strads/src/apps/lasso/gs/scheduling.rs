@@ -21,7 +21,7 @@ use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::gauss_seidel::{
     Certificate, ChunkGrowth, CombinationTerms, Coords, GsShare, SweepOrder, SweepResult,
-    combination_terms, combine_shares, jacobi_weights, kept_share, resident_zeros,
+    all_combination_terms, combine_shares, jacobi_weights, kept_share, resident_zeros,
 };
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
@@ -453,9 +453,10 @@ impl GsScheduling {
                 None
             } else if terms.iter().all(Option::is_none) {
                 let shares: Vec<GsShare> = results.iter_mut().map(GsShare::take_from).collect();
-                let terms = (0..w)
-                    .map(|p| combination_terms(p, &shares, self.n_rows).map(Some))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let terms = all_combination_terms(&shares, self.n_rows)?
+                    .into_iter()
+                    .map(Some)
+                    .collect::<Vec<_>>();
                 Some((shares, terms))
             } else {
                 return Err(StradsModelError::protocol(format!(
