@@ -381,3 +381,61 @@ fn petrel_run_places_each_node_on_its_own_emulated_host() {
         "{stderr}"
     );
 }
+
+#[test]
+fn gauss_seidel_workers_exchange_their_deltas_across_hosts_with_the_loopback_model() {
+    // Worker to worker (`gs_exchange = "peers"`): each worker on its own emulated host
+    // reaches the other's, and the model is the one the same job makes on 127.0.0.1.
+    if skip("gauss_seidel_workers_exchange_their_deltas_across_hosts_with_the_loopback_model") {
+        return;
+    }
+    let prefix = format!("gx{}", std::process::id() % 10_000);
+    let _hosts = Teardown(Hosts::up(&prefix, 3, &LinkShape::default()).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let job = |out: &std::path::Path| {
+        let mut cfg = String::from("[cluster]\nname = \"gs-exchange\"\n");
+        for (name, role) in [
+            ("scheduler", "strads-lasso-scheduler"),
+            ("w0", "strads-lasso-worker"),
+            ("w1", "strads-lasso-worker"),
+        ] {
+            cfg.push_str(&format!(
+                "[[nodes]]\nname = \"{name}\"\naddr = \"127.0.0.1:0\"\nroles = [\"{role}\"]\n"
+            ));
+        }
+        cfg.push_str(&format!(
+            "[app.lasso]\nsolver = \"gauss-seidel\"\ngs_exchange = \"peers\"\n\
+             gap_tolerance = 1e-8\nout_dir = \"{}\"\n[app.lasso.synthetic]\n\
+             n_samples = 400\nn_features = 4000\nnnz_per_column = 10\nn_nonzero = 40\n",
+            out.display()
+        ));
+        let path = out.with_extension("toml");
+        std::fs::write(&path, cfg).unwrap();
+        path
+    };
+    let run = |name: &str, netns: Option<&str>| -> String {
+        let out = dir.path().join(name);
+        let cfg = job(&out);
+        let mut cmd = Command::new(PETREL);
+        cmd.arg("run")
+            .arg(&cfg)
+            .args(["--timeout-s", "120", "--run-dir"]);
+        cmd.arg(dir.path().join(format!("{name}-run")));
+        if let Some(prefix) = netns {
+            cmd.args(["--netns", prefix]);
+        }
+        let done = cmd.output().unwrap();
+        assert!(
+            done.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        let metrics = std::fs::read_to_string(out.join("metrics.json")).unwrap();
+        assert!(metrics.contains("\"gauss-seidel\""), "{metrics}");
+        std::fs::read_to_string(out.join("coefficients.tsv")).unwrap()
+    };
+    let across = run("hosts", Some(&prefix));
+    let resolved = std::fs::read_to_string(dir.path().join("hosts-run/cluster.toml")).unwrap();
+    assert!(resolved.contains("198.18.0.3"), "{resolved}");
+    assert_eq!(across, run("loopback", None), "the hosts' model differs");
+}
