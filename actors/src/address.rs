@@ -114,9 +114,13 @@ impl<M: RemoteMessage> ActorRef<M> {
 
     /// Tells every one of `refs` the same message (fire and forget, in order). Local
     /// targets get their own clone; remote ones share one encoding of it, so a large
-    /// message fanned out to `n` nodes is serialized once, not `n` times. One result per
-    /// target.
-    pub fn tell_each(refs: &[ActorRef<M>], body: M, priority: Priority) -> Vec<Result<(), AskError>>
+    /// message fanned out to `n` nodes is serialized once, not `n` times, and the caller
+    /// keeps `body` (nothing is copied for remote targets). One result per target.
+    pub fn tell_each(
+        refs: &[ActorRef<M>],
+        body: &M,
+        priority: Priority,
+    ) -> Vec<Result<(), AskError>>
     where
         M: Clone,
     {
@@ -126,8 +130,8 @@ impl<M: RemoteMessage> ActorRef<M> {
                 Target::Local(_) => r.tell(body.clone(), priority),
                 Target::Remote { node, target } => {
                     let bytes = encoded.get_or_insert_with(|| {
-                        let mut out = Vec::with_capacity(petrel_messages::encoded_len(&body)?);
-                        petrel_messages::encode_body(&body, &mut out)?;
+                        let mut out = Vec::with_capacity(petrel_messages::encoded_len(body)?);
+                        petrel_messages::encode_body(body, &mut out)?;
                         Ok(bytes::Bytes::from(out))
                     });
                     match bytes {

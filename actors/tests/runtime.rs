@@ -869,7 +869,7 @@ fn tell_each_reaches_remote_and_local_actors_once() {
                     [false, false, true]
                 );
                 let note = Note("x".repeat(100_000));
-                for sent in petrel_actors::ActorRef::tell_each(&refs, note, Priority::NORMAL) {
+                for sent in petrel_actors::ActorRef::tell_each(&refs, &note, Priority::NORMAL) {
                     sent.map_err(|e| e.to_string())?;
                 }
                 let deadline = Instant::now() + Duration::from_secs(10);

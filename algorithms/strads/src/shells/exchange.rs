@@ -43,8 +43,9 @@ type ReplySender<A> = oneshot::Sender<Result<PartialResult<A>, HandlerError>>;
 pub struct ExchangeWorker<A: ExchangeApp, W: ExchangePush<A>> {
     index: u32,
     logic: W,
-    /// The other workers' share addresses, with their indices.
-    peers: Vec<(u32, ActorRef<Share<A>>)>,
+    /// The other workers' indices and, in the same order, their share addresses.
+    peer_indices: Vec<u32>,
+    peer_refs: Vec<ActorRef<Share<A>>>,
     /// Boxed: the app's types need not be `Unpin` (actors must be).
     board: Box<ShareBoard<A::Share>>,
     /// Asks of rounds whose shares are not all here yet.
@@ -69,10 +70,12 @@ impl<A: ExchangeApp, W: ExchangePush<A>> ExchangeWorker<A, W> {
                 peers.len()
             )));
         }
+        let (peer_indices, peer_refs) = peers.into_iter().unzip();
         Ok(ExchangeWorker {
             index,
             logic,
-            peers,
+            peer_indices,
+            peer_refs,
             board,
             waiting: BTreeMap::new(),
             failed: None,
@@ -133,19 +136,20 @@ impl<A: ExchangeApp, W: ExchangePush<A>> ExchangeWorker<A, W> {
             }
             Pushed::Share(share) => share,
         };
-        let refs: Vec<_> = self.peers.iter().map(|(_, r)| r.clone()).collect();
+        // The share is encoded once for every peer and kept, not copied.
         let msg = Share::<A> {
             round,
             from: index,
-            share: share.clone(),
+            share,
         };
-        for ((peer, _), sent) in self
-            .peers
-            .iter()
-            .zip(ActorRef::tell_each(&refs, msg, priority))
+        for (peer, sent) in
+            self.peer_indices
+                .iter()
+                .zip(ActorRef::tell_each(&self.peer_refs, &msg, priority))
         {
             sent.map_err(|e| failed(&format!("share of round {round} to worker {peer}"), &e))?;
         }
+        let share = msg.share;
         tracing::trace!(round, worker = index, "strads share sent");
         match self
             .board
@@ -205,9 +209,9 @@ impl<A: ExchangeApp, W: ExchangePush<A>> Handler<Msg<Share<A>>> for ExchangeWork
         let Share { round, from, share } = msg.body;
         tracing::trace!(round, worker = self.index, from, "strads share arrived");
         // The transport authenticated the sending node: it must be the worker it names.
-        let claimed = self.peers.iter().find(|(i, _)| *i == from);
+        let claimed = self.peer_indices.iter().position(|i| *i == from);
         let offered = match (msg.from, claimed) {
-            (Some(node), Some((_, peer))) if peer.id().node != node => {
+            (Some(node), Some(k)) if self.peer_refs[k].id().node != node => {
                 Err(StradsModelError::protocol(format!(
                     "a share of round {round} from node {node} claims worker {from}"
                 )))

@@ -382,7 +382,7 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
                     round,
                     commit,
                 };
-                for (worker, sent) in ActorRef::tell_each(&workers.commit, msg, opts.priority)
+                for (worker, sent) in ActorRef::tell_each(&workers.commit, &msg, opts.priority)
                     .into_iter()
                     .enumerate()
                 {

@@ -20,8 +20,8 @@ use crate::apps::lasso::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::gauss_seidel::{
-    Certificate, ChunkGrowth, CombinationTerms, Coords, GsShare, SweepOrder, SweepResult,
-    all_combination_terms, combine_shares, jacobi_weights, kept_share, resident_zeros,
+    Certificate, ChunkGrowth, CombinationTerms, Coords, GsShare, RoundDeltas, SweepOrder,
+    SweepResult, jacobi_weights, kept_share, resident_zeros,
 };
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
@@ -449,15 +449,14 @@ impl GsScheduling {
             // its own index on) and omega, and combines V itself. Through the scheduler:
             // the same terms from the deltas here, and V goes back in the commit.
             let w = results.len();
+            let shares: Vec<GsShare>;
             let routed = if terms.iter().all(Option::is_some) {
                 None
             } else if terms.iter().all(Option::is_none) {
-                let shares: Vec<GsShare> = results.iter_mut().map(GsShare::take_from).collect();
-                let terms = all_combination_terms(&shares, self.n_rows)?
-                    .into_iter()
-                    .map(Some)
-                    .collect::<Vec<_>>();
-                Some((shares, terms))
+                shares = results.iter_mut().map(GsShare::take_from).collect();
+                let deltas = RoundDeltas::of(&shares, self.n_rows)?;
+                let terms = deltas.all_terms().into_iter().map(Some).collect::<Vec<_>>();
+                Some((deltas, terms))
             } else {
                 return Err(StradsModelError::protocol(format!(
                     "round {round}: some workers exchanged their deltas and some did not"
@@ -516,8 +515,8 @@ impl GsScheduling {
                 self.apply(p, r, weights[p]);
             }
             let combined = match routed {
-                Some((shares, _)) => {
-                    let (stored, offset) = combine_shares(&weights, &shares, self.n_rows)?;
+                Some((deltas, _)) => {
+                    let (stored, offset) = deltas.combine(&weights)?;
                     Some(GsCombined { stored, offset })
                 }
                 None => None,

@@ -1,0 +1,335 @@
+//! How a round's sweeps combine (see the parent module's convergence argument): the
+//! workers' residual deltas as shares ([`GsShare`]), their Gram terms and `omega`
+//! ([`combination_terms`]), the step weights that never raise the objective
+//! ([`jacobi_weights`]), their sum ([`combine_shares`]), the share of progress they keep
+//! ([`kept_share`]) and the full-sweep chunk that grows with it ([`ChunkGrowth`]).
+
+use super::{RowVector, SweepResult, dot};
+use crate::core::StradsModelError;
+use serde::{Deserialize, Serialize};
+
+/// The quadratic-plus-linear bound `G(w) = -sum_p w_p c_p + 1/2 w^T M w` of the objective
+/// change for step weights `w`, where `c_p = r . u_p - l1_p` (`l1_p` the L1 change of
+/// worker `p`'s full step, so the L1 part is bounded by linear interpolation) and
+/// `M_pq = u_p . u_q`. Exact at `w = 1` and wherever the L1 part is linear.
+pub fn weights_bound(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
+    let mut g = 0.0;
+    for p in 0..w.len() {
+        g -= w[p] * c[p];
+        for q in 0..w.len() {
+            g += 0.5 * w[p] * gram[p][q] * w[q];
+        }
+    }
+    g
+}
+
+/// Smallest dense residual delta worth sending worker to worker (see [`exchange_pays`]).
+pub const EXCHANGE_MIN_BYTES: usize = 256 * 1024;
+
+/// Whether `workers` workers over `n_rows` rows should send their residual deltas to each
+/// other rather than through the scheduler. Through the scheduler a delta crosses two
+/// links one after the other (the scheduler sums them in between) and the scheduler's
+/// node moves `2 W` deltas; worker to worker it crosses one link, but `W (W - 1)` deltas
+/// move in all, and a round gains a hop (share, then a small answer to the scheduler).
+/// So the exchange pays when a delta's transfer outweighs a hop's latency (at least
+/// [`EXCHANGE_MIN_BYTES`] dense) and it moves fewer bytes than the star (`W = 2`).
+/// Measured on one 2-core host (BENCHMARKS.md, thirteenth pass): 2 workers at 50,000 rows
+/// gain; 2 workers at 2,000 rows, and 3 or 4 workers at any size, lose.
+pub fn exchange_pays(workers: usize, n_rows: usize) -> bool {
+    workers == 2 && n_rows.saturating_mul(8) >= EXCHANGE_MIN_BYTES
+}
+
+/// What a worker sends every other worker after a sweep (several workers): its residual
+/// delta `u_p`. The workers combine these themselves, so the scheduler never holds one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GsShare {
+    /// [`SweepResult::residual_delta`].
+    pub residual_delta: RowVector,
+    /// [`SweepResult::residual_offset`].
+    pub residual_offset: f64,
+}
+
+impl GsShare {
+    /// Moves the residual delta out of `result` (which keeps a zero one).
+    pub fn take_from(result: &mut SweepResult) -> Self {
+        GsShare {
+            residual_delta: std::mem::replace(&mut result.residual_delta, RowVector::zero()),
+            residual_offset: result.residual_offset,
+        }
+    }
+}
+
+/// What the step weights need from a round's residual deltas, as worker `p` computes it
+/// from every worker's share: its row of the Gram matrix and `omega`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CombinationTerms {
+    /// `u_p . u_q` for `q >= p` (entries below `p` are 0: worker `q` sends `u_q . u_p`).
+    pub gram_row: Vec<f64>,
+    /// The most workers whose deltas touch one row.
+    pub omega: usize,
+}
+
+/// The deltas of `shares` as dense vectors of `n_rows` (a dense one is read in place).
+pub(super) fn dense_deltas(
+    shares: &[GsShare],
+    n_rows: usize,
+) -> Result<Vec<std::borrow::Cow<'_, [f64]>>, StradsModelError> {
+    shares
+        .iter()
+        .map(|s| match &s.residual_delta {
+            RowVector::Dense(v) if v.len() == n_rows => {
+                Ok(std::borrow::Cow::Borrowed(v.as_slice()))
+            }
+            other => other.to_dense(n_rows).map(std::borrow::Cow::Owned),
+        })
+        .collect()
+}
+
+/// Worker `me`'s [`CombinationTerms`] from every worker's share (in worker order), over
+/// `n_rows` rows. With implicit centring `u_p = u_s + c_p 1`, and the offset `c_p` touches
+/// every row.
+pub fn combination_terms(
+    me: usize,
+    shares: &[GsShare],
+    n_rows: usize,
+) -> Result<CombinationTerms, StradsModelError> {
+    let w = shares.len();
+    if me >= w {
+        return Err(StradsModelError::protocol(format!(
+            "worker {me} with {w} shares"
+        )));
+    }
+    let deltas = RoundDeltas::of(shares, n_rows)?;
+    Ok(CombinationTerms {
+        gram_row: deltas.gram_row(me),
+        omega: deltas.omega(),
+    })
+}
+
+/// Every worker's [`CombinationTerms`] (what the scheduler computes when the deltas came
+/// to it): the deltas are spread out and scanned once.
+pub fn all_combination_terms(
+    shares: &[GsShare],
+    n_rows: usize,
+) -> Result<Vec<CombinationTerms>, StradsModelError> {
+    Ok(RoundDeltas::of(shares, n_rows)?.all_terms())
+}
+
+/// A round's deltas as dense rows, with their offsets and (centred) sums: spread out once
+/// for every worker's terms and their weighted sum (the scheduler's side when the deltas
+/// came to it).
+pub struct RoundDeltas<'a> {
+    u: Vec<std::borrow::Cow<'a, [f64]>>,
+    offsets: Vec<f64>,
+    /// `sum_i u_p[i]`, only with centring (0 otherwise: unused).
+    sums: Vec<f64>,
+    centred: bool,
+    n_rows: usize,
+}
+
+impl<'a> RoundDeltas<'a> {
+    /// The deltas of `shares` over `n_rows` rows.
+    pub fn of(shares: &'a [GsShare], n_rows: usize) -> Result<Self, StradsModelError> {
+        let u = dense_deltas(shares, n_rows)?;
+        let offsets: Vec<f64> = shares.iter().map(|s| s.residual_offset).collect();
+        let centred = offsets.iter().any(|c| *c != 0.0);
+        let sums = if centred {
+            u.iter().map(|u| u.iter().sum()).collect()
+        } else {
+            vec![0.0; u.len()]
+        };
+        Ok(RoundDeltas {
+            u,
+            offsets,
+            sums,
+            centred,
+            n_rows,
+        })
+    }
+
+    /// Every worker's [`CombinationTerms`].
+    pub fn all_terms(&self) -> Vec<CombinationTerms> {
+        let omega = self.omega();
+        (0..self.u.len())
+            .map(|p| CombinationTerms {
+                gram_row: self.gram_row(p),
+                omega,
+            })
+            .collect()
+    }
+
+    /// `V = sum_q w_q u_q` with step weights `weights`: its stored part (dense) and its
+    /// constant part.
+    pub fn combine(&self, weights: &[f64]) -> Result<(RowVector, f64), StradsModelError> {
+        let u = &self.u;
+        if weights.len() != u.len() {
+            return Err(StradsModelError::protocol(format!(
+                "{} step weights for {} shares",
+                weights.len(),
+                u.len()
+            )));
+        }
+        let Some(first) = u.first() else {
+            return Ok((RowVector::zero(), 0.0));
+        };
+        // The first term written straight in (no zeroed buffer).
+        let mut combined: Vec<f64> = first.iter().map(|v| weights[0] * v).collect();
+        for p in 1..u.len() {
+            combined
+                .iter_mut()
+                .zip(u[p].iter())
+                .for_each(|(s, v)| *s += weights[p] * v);
+        }
+        let offset = weights.iter().zip(&self.offsets).map(|(w, c)| w * c).sum();
+        Ok((RowVector::Dense(combined), offset))
+    }
+
+    /// `u_p . u_q` for `q >= p` (0 below `p`).
+    fn gram_row(&self, p: usize) -> Vec<f64> {
+        let (u, c, sums) = (&self.u, &self.offsets, &self.sums);
+        let n = self.n_rows as f64;
+        let mut row = vec![0.0; u.len()];
+        for q in p..u.len() {
+            let stored = dot(&u[p], &u[q]);
+            row[q] = if self.centred {
+                stored + c[q] * sums[p] + c[p] * sums[q] + n * c[p] * c[q]
+            } else {
+                stored
+            };
+        }
+        row
+    }
+
+    /// The most workers whose deltas touch one row. The scan stops at the first row every
+    /// worker touches (the first row of dense deltas): no row can exceed all of them.
+    fn omega(&self) -> usize {
+        let w = self.u.len();
+        let everywhere = self.offsets.iter().filter(|c| **c != 0.0).count();
+        let touching = (0..self.n_rows).map(|i| {
+            everywhere
+                + (0..w)
+                    .filter(|&p| self.offsets[p] == 0.0 && self.u[p][i] != 0.0)
+                    .count()
+        });
+        let mut omega = 0;
+        for here in touching {
+            omega = omega.max(here);
+            if omega == w {
+                break;
+            }
+        }
+        omega
+    }
+}
+
+/// The combined residual delta `V = sum_q w_q u_q` of every worker's share with step
+/// weights `weights`: its stored part (dense, `n_rows`) and its constant part.
+pub fn combine_shares(
+    weights: &[f64],
+    shares: &[GsShare],
+    n_rows: usize,
+) -> Result<(RowVector, f64), StradsModelError> {
+    RoundDeltas::of(shares, n_rows)?.combine(weights)
+}
+
+/// The step weights of one round (see the module doc): `c` and `gram` as in
+/// [`weights_bound`], `omega` the largest number of workers whose residual deltas touch
+/// one row. Returns 1 for every worker when `omega <= 1` (no shared row: the sweeps do not
+/// interfere); otherwise the lowest bound among `1 / omega` for all, 1 for all, and the
+/// box-constrained minimiser of the bound (projected coordinate descent, `[0, 1]^W`).
+pub fn jacobi_weights(c: &[f64], gram: &[Vec<f64>], omega: usize) -> Vec<f64> {
+    let w = c.len();
+    if omega <= 1 {
+        return vec![1.0; w];
+    }
+    let safe = vec![1.0 / omega as f64; w];
+    let ones = vec![1.0; w];
+    let mut best = safe.clone();
+    for _ in 0..100 {
+        let mut moved = 0.0f64;
+        for p in 0..w {
+            if gram[p][p] <= 0.0 {
+                best[p] = 1.0;
+                continue;
+            }
+            let others: f64 = (0..w)
+                .filter(|&q| q != p)
+                .map(|q| gram[p][q] * best[q])
+                .sum();
+            let next = ((c[p] - others) / gram[p][p]).clamp(0.0, 1.0);
+            moved = moved.max((next - best[p]).abs());
+            best[p] = next;
+        }
+        if moved < 1e-12 {
+            break;
+        }
+    }
+    [best, ones, safe]
+        .into_iter()
+        .filter(|v| v.iter().all(|x| x.is_finite()))
+        .min_by(|a, b| weights_bound(c, gram, a).total_cmp(&weights_bound(c, gram, b)))
+        .unwrap_or_else(|| vec![1.0 / omega as f64; w])
+}
+
+/// The share of the workers' own progress a round's step weights `w` keep:
+/// `G(w) / sum_p G_p`, with `G` the bound of [`weights_bound`] and
+/// `G_p = 1/2 M_pp - c_p` worker `p`'s own objective change (exact: its sweep alone).
+/// 1 when the sweeps did not interfere (orthogonal `u_p`, all weights 1), lower as their
+/// residual deltas overlap (at least `1 / omega` with [`jacobi_weights`]), above 1 when
+/// they partly cancel (seen in active-set rounds), and 1 when the workers made no
+/// progress at all (nothing was lost).
+pub fn kept_share(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
+    let own: f64 = (0..c.len()).map(|p| 0.5 * gram[p][p] - c[p]).sum();
+    let kept = weights_bound(c, gram, w) / own;
+    if own < 0.0 && kept.is_finite() {
+        kept
+    } else {
+        1.0
+    }
+}
+
+/// How many latency-covering chunks a worker sweeps per round of a full sweep (several
+/// workers): the chunk doubles after a round whose combination kept at least
+/// [`Self::GROW_AT`] of the workers' own progress ([`kept_share`]) and halves (not below
+/// one) after one that kept less than [`Self::SHRINK_BELOW`]. Where the workers' columns
+/// barely interact (late sweeps, when few coefficients still move) a full sweep then takes
+/// a few rounds instead of one per latency-sized chunk; where the blend loses objective
+/// the chunk shrinks back towards the latency floor. Rounds cost their latency whatever
+/// their size (which is what growing saves); the kept share does
+/// not see every cost of a bigger blend, though: at 50,000 x 1,000,000 the first sweep
+/// grew (kept 0.91-1.02 with weights 0.62-0.77), left 10% more non-zeros and the run made
+/// 5.7% more updates in 18 rounds instead of 93 (BENCHMARKS.md, sixth pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkGrowth {
+    factor: u32,
+}
+
+impl Default for ChunkGrowth {
+    fn default() -> Self {
+        ChunkGrowth { factor: 1 }
+    }
+}
+
+impl ChunkGrowth {
+    /// Kept share at or above which the chunk doubles.
+    pub const GROW_AT: f64 = 0.95;
+    /// Kept share below which the chunk halves.
+    pub const SHRINK_BELOW: f64 = 0.8;
+
+    /// The chunk as a multiple of the latency-covering one.
+    pub fn factor(&self) -> u32 {
+        self.factor
+    }
+
+    /// After a full-sweep round that kept `kept` of the workers' own progress; `most` is
+    /// the factor that covers the longest column range in one round (no use growing past
+    /// it).
+    pub fn observe(&mut self, kept: f64, most: usize) {
+        let most = u32::try_from(most.max(1)).unwrap_or(u32::MAX);
+        if kept >= Self::GROW_AT {
+            self.factor = self.factor.saturating_mul(2).min(most).max(1);
+        } else if kept < Self::SHRINK_BELOW {
+            self.factor = (self.factor / 2).max(1);
+        }
+    }
+}
