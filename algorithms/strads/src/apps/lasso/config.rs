@@ -18,58 +18,6 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// How `petrel train lasso` solves the problem over a cluster.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum LassoSolver {
-    /// `gauss-seidel`, unless the job sets something only the scheduled mode has
-    /// ([`LassoJob::scheduled_only_settings`]: several schedulers, or a scheduling knob
-    /// away from its default), then `scheduled`: no setting is ever ignored.
-    #[default]
-    Auto,
-    /// Scheduled parallel coordinate descent: row-holding workers, blocks of coordinates
-    /// chosen by priority and the dependency check.
-    Scheduled,
-    /// Column-holding workers running Gauss-Seidel sweeps against a full local residual
-    /// (`apps::lasso::gs`).
-    GaussSeidel,
-}
-
-/// How the Gauss-Seidel Lasso's workers combine their residual deltas (several workers).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum GsExchange {
-    /// `peers` where it pays ([`crate::core::gauss_seidel::exchange_pays`]: 2 workers
-    /// and a dense delta of at least 256 KiB), else `scheduler`.
-    #[default]
-    Auto,
-    /// Every worker sends its delta to every other worker, and the scheduler's legs carry
-    /// only the Gram row and the step weights (exchange routing).
-    Peers,
-    /// Every worker sends its delta to the scheduler, which sends back their weighted sum.
-    Scheduler,
-}
-
-impl std::fmt::Display for LassoSolver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            LassoSolver::Auto => "auto",
-            LassoSolver::Scheduled => "scheduled",
-            LassoSolver::GaussSeidel => "gauss-seidel",
-        })
-    }
-}
-
-impl std::fmt::Display for GsExchange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            GsExchange::Auto => "auto",
-            GsExchange::Peers => "peers",
-            GsExchange::Scheduler => "scheduler",
-        })
-    }
-}
-
 /// Synthetic correlated design (see [`correlated_lasso`]), used when no data file is given.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
@@ -830,8 +778,10 @@ pub(crate) use stats::{column_correlation, finish_correlation};
 use stats::{column_means, label_mean};
 
 mod share;
+mod solver;
 
 pub use share::{ColumnShare, DesignShape};
+pub use solver::{GsExchange, LassoSolver};
 
 #[cfg(test)]
 mod tests;
