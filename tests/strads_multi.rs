@@ -5,7 +5,7 @@
 use petrel::train::{lasso_scheduler_nodes, read_json, run_lasso_job, star_settings_with};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::multi::MultiLassoMetrics;
-use petrel_strads::apps::lasso::{LassoJob, SyntheticLasso, WORKER_ROLE, run_without_actors};
+use petrel_strads::apps::lasso::{LassoApp, LassoJob, SyntheticLasso, run_without_actors};
 use petrel_strads::core::scheduler::ScheduleMode;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -206,7 +206,7 @@ fn misconfigured_job(
     j.synthetic.n_nonzero = 1;
     tweak(&mut j);
     let mut settings =
-        star_settings_with("lasso", &j, nodes, WORKER_ROLE, 2, JobTransport::Quic, 30).unwrap();
+        star_settings_with::<LassoApp, _>(&j, nodes, 2, JobTransport::Quic, 30).unwrap();
     // A failing role is announced to every node at once; short heartbeats are a backstop.
     settings.cluster.heartbeat_interval_ms = 100;
     settings.cluster.failure_timeout_ms = 1000;

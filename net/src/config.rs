@@ -132,7 +132,8 @@ pub struct NetConfig {
     /// for this long (its stream failed), the ones behind it are delivered anyway.
     pub reorder_timeout_ms: u64,
     /// Threads of the transport's own tokio runtime (QUIC crypto and I/O). 0 = run on the
-    /// caller's runtime.
+    /// caller's runtime (a node's own thread): no thread is woken between a frame and its
+    /// handler, but the node's heartbeats then wait while one of its handlers computes.
     pub threads: usize,
     /// QUIC connections per peer and direction. quinn drives each connection from one
     /// task, so one connection's crypto and packet work use one core at most; with more

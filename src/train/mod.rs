@@ -20,7 +20,7 @@ use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ml::topic::LdaMetrics;
 use petrel_ps::PsApp;
 use petrel_strads::apps::lasso::{
-    self as lasso, LassoApp, LassoJob, LassoMetrics, WORKER_ROLE, checkpoint, multi,
+    self as lasso, LassoApp, LassoJob, LassoMetrics, checkpoint, multi,
 };
 use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
@@ -281,13 +281,13 @@ fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
     }
 }
 
-/// A star cluster: the scheduler nodes (`(name, roles)`, in order), then workers
-/// `w0..w{n-1}` running `worker_role`, with `[app.<section>] = job`.
-pub fn star_settings_with<T: serde::Serialize>(
-    section: &str,
+/// A star cluster of job `J`: the scheduler nodes (`(name, roles)`, in order), then workers
+/// `w0..w{n-1}` running `J::WORKER_ROLE`, with `[app.<J::SECTION>] = job`. A latency-bound
+/// job ([`StradsJob::LATENCY_BOUND`]) runs each node's transport on the node's own thread
+/// (`[net] threads = 0`); `PETREL_NET__THREADS` still overrides it for node processes.
+pub fn star_settings_with<J: StradsJob, T: serde::Serialize>(
     job: &T,
     scheduler_nodes: &[(String, Vec<String>)],
-    worker_role: &str,
     workers: usize,
     transport: JobTransport,
     timeout_s: u64,
@@ -295,14 +295,14 @@ pub fn star_settings_with<T: serde::Serialize>(
     if workers == 0 {
         return Err(StradsTrainError::NoWorkers);
     }
-    let mut topo =
-        Topology::builder(&format!("strads-{section}")).transport(transport.cluster_transport());
+    let mut topo = Topology::builder(&format!("strads-{}", J::SECTION))
+        .transport(transport.cluster_transport());
     for (name, roles) in scheduler_nodes {
         let roles: Vec<&str> = roles.iter().map(String::as_str).collect();
         topo = topo.node(name, &roles);
     }
     for w in 0..workers {
-        topo = topo.node(&format!("w{w}"), &[worker_role]);
+        topo = topo.node(&format!("w{w}"), &[J::WORKER_ROLE]);
     }
     let json = serde_json::to_value(job).map_err(|source| StradsTrainError::Json {
         path: PathBuf::new(),
@@ -311,11 +311,14 @@ pub fn star_settings_with<T: serde::Serialize>(
     let value = strip_nulls(json);
     Ok(topo
         .with(|s| {
-            s.app.insert(section.into(), value);
+            s.app.insert(J::SECTION.into(), value);
             s.cluster.request_timeout_ms = timeout_s.max(1) * 1000;
             // Workers compute between messages; on a loaded 2-core machine a 2 s silence
             // is not a failure.
             s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
+            if J::LATENCY_BOUND {
+                s.net.threads = 0;
+            }
         })
         .build()?)
 }
@@ -452,11 +455,9 @@ pub fn lasso_settings(
     transport: JobTransport,
     colocate: bool,
 ) -> Result<Settings, StradsTrainError> {
-    star_settings_with(
-        <LassoApp as StradsJob>::SECTION,
+    star_settings_with::<LassoApp, _>(
         job,
         &lasso_scheduler_nodes(job.schedulers, colocate),
-        WORKER_ROLE,
         workers,
         transport,
         job.timeout_s,
@@ -479,15 +480,8 @@ where
     M: serde::de::DeserializeOwned,
 {
     let out = out_dir.clone().ok_or(StradsTrainError::NoOutputDir)?;
-    let settings = star_settings_with(
-        J::SECTION,
-        config,
-        scheduler_nodes,
-        J::WORKER_ROLE,
-        workers,
-        transport,
-        timeout_s,
-    )?;
+    let settings =
+        star_settings_with::<J, _>(config, scheduler_nodes, workers, transport, timeout_s)?;
     run_cluster(settings, transport, &out.join("run"))?;
     read_json(&out.join("metrics.json"))
 }
@@ -1163,4 +1157,30 @@ where
         m.seconds,
         out.display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lasso_cluster_runs_its_transport_on_the_node_threads_and_mf_keeps_its_own() {
+        let lasso = lasso_settings(&LassoJob::default(), 2, JobTransport::Processes, false)
+            .expect("lasso settings");
+        assert_eq!(lasso.net.threads, 0);
+        let mf = star_settings_with::<MfApp, _>(
+            &StradsMfJob::default(),
+            &one_scheduler::<MfApp>(),
+            2,
+            JobTransport::Processes,
+            60,
+        )
+        .expect("mf settings");
+        assert_eq!(mf.net.threads, petrel_net::NetConfig::default().threads);
+        assert!(mf.net.threads > 0);
+        // What a node process reads back keeps the choice.
+        let text = toml::to_string(&lasso).expect("toml");
+        let read = Settings::from_toml(&text).expect("read back");
+        assert_eq!(read.net.threads, 0);
+    }
 }

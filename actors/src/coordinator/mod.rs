@@ -14,7 +14,8 @@
 //! are sent by tasks on the transport's runtime, and any frame that arrives from a peer
 //! (stamped there, [`petrel_net::Net::last_heard`]) counts as a sign of life. A role that
 //! computes for longer than the failure timeout without yielding does not make its node
-//! look dead, nor make it think the others are.
+//! look dead, nor make it think the others are. With `[net] threads = 0` the transport
+//! runs on the node's own thread, and this holds only for handlers that return in time.
 
 mod core;
 
