@@ -34,15 +34,18 @@
 //!        (y.y, y.r, r.r): the scheduler's duality gap is the baseline's. With several
 //!        workers the certification after a full sweep rides with the first active-set
 //!        round (CertifyThenSweep: certify, then sweep; the scheduler commits the
-//!        sweep, or discards it with weights 0 when the certificate ends the run). The
-//!        start (b = 0) needs no round: its certificate is lambda_max and y.y.
+//!        sweep, or discards it with weights 0 when the certificate ends the run). One
+//!        worker's sweep commits as it is, so it certifies in the round of its full
+//!        sweep (SweepThenCertify). The start (b = 0) needs no round: its certificate
+//!        is lambda_max and y.y.
 //! ```
 //!
 //! The schedule is the baseline's (`core::baseline::CyclicLasso::solve`): a full sweep
 //! (in chunks of `gs_chunk` columns per worker and round), a certification, then sweeps of
 //! the active set (the non-zeros) until the largest step is small against the gap, then
-//! the next full sweep. With one worker the chunks are whole sweeps and the active phase is
-//! one round, so the run makes exactly the baseline's updates. Checkpoints are the kit's
+//! the next full sweep. With one worker the chunks are whole sweeps, each certified in its own
+//! round, and the active phase is one round, so the run makes exactly the baseline's
+//! updates in two rounds per full sweep. Checkpoints are the kit's
 //! round checkpoints ([`crate::shells::checkpoint`]).
 
 pub mod scheduling;
@@ -83,6 +86,10 @@ pub enum GsTask {
     /// certification after a full sweep rides with the first active-set round, which the
     /// scheduler discards with weights 0 if the certificate ends the run).
     CertifyThenSweep(SweepOrder),
+    /// Sweep, then report the certificate of the state the sweep left (a lone worker's
+    /// last full-sweep chunk: with one worker the sweep commits as it is, so the
+    /// certification needs no round of its own).
+    SweepThenCertify(SweepOrder),
 }
 
 /// A worker's answer.
@@ -116,6 +123,15 @@ pub enum GsPartial {
         /// The worker's compute so far.
         busy: WorkerBusy,
     },
+    /// Answer to [`GsTask::SweepThenCertify`].
+    SweptThenCertified {
+        /// The sweep's changes.
+        result: SweepResult,
+        /// The certificate of the state after the sweep.
+        certificate: Certificate,
+        /// The worker's compute so far.
+        busy: WorkerBusy,
+    },
 }
 
 impl GsPartial {
@@ -124,7 +140,8 @@ impl GsPartial {
         match self {
             GsPartial::Swept { busy, .. }
             | GsPartial::Certified { busy, .. }
-            | GsPartial::CertifiedAndSwept { busy, .. } => *busy,
+            | GsPartial::CertifiedAndSwept { busy, .. }
+            | GsPartial::SweptThenCertified { busy, .. } => *busy,
         }
     }
 }
@@ -302,6 +319,26 @@ impl ExchangePush<LassoGsApp> for GsWorker {
                 self.busy.push_s += certified.elapsed().as_secs_f64();
                 self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
                 self.swept(Some(certificate), result)
+            }
+            GsTask::SweepThenCertify(order) => {
+                // Several workers' sweeps are combined at the commit: the state after
+                // one sweep is not the one to certify.
+                if self.exchange || self.core.is_shared() {
+                    return Err(StradsModelError::protocol(
+                        "a sweep then certification is a lone worker's round",
+                    ));
+                }
+                let result = self.core.sweep(order)?;
+                let swept = Instant::now();
+                self.busy.push_s += (swept - started).as_secs_f64();
+                let certificate = self.core.certify();
+                self.busy.eval_s += swept.elapsed().as_secs_f64();
+                self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
+                Pushed::Done(GsPartial::SweptThenCertified {
+                    result,
+                    certificate,
+                    busy: self.busy,
+                })
             }
         };
         Ok(pushed)

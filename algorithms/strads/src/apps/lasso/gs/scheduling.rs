@@ -110,6 +110,8 @@ enum RoundKind {
     /// The certification after a full sweep and the first active-set round (several
     /// workers).
     CertifyActive,
+    /// A lone worker's last full-sweep chunk and the certification of the state it left.
+    ChunkCertify,
 }
 
 impl GsScheduling {
@@ -304,6 +306,13 @@ impl GsScheduling {
         }
         if (0..self.workers()).all(|p| self.s.next[p] >= self.ranges[p].len()) {
             self.s.phase = Phase::AfterFull;
+            if let [order] = orders.as_slice() {
+                // One worker commits its sweep as it is, so it certifies the state it
+                // left in the same round: a round less per full sweep.
+                self.in_flight = Some((round, RoundKind::ChunkCertify));
+                self.s.rounds += 1;
+                return Step::Run(Plan::All(GsTask::SweepThenCertify(order.clone())));
+            }
         }
         self.sweep(round, RoundKind::Chunk, orders)
     }
@@ -684,6 +693,45 @@ impl GsScheduling {
         })
     }
 
+    /// A lone worker's last full-sweep chunk, committed as any chunk, then the
+    /// certification of the state it left, recorded as after a certification round.
+    fn pull_sweep_then_certify(
+        &mut self,
+        round: u64,
+        partials: Vec<GsPartial>,
+        elapsed: Duration,
+    ) -> Result<GsCommit, StradsModelError> {
+        let [
+            GsPartial::SweptThenCertified {
+                result,
+                certificate,
+                busy,
+            },
+        ] = <[GsPartial; 1]>::try_from(partials).map_err(|p| {
+            StradsModelError::protocol(format!(
+                "round {round}: {} answers to a lone worker's sweep and certification",
+                p.len()
+            ))
+        })?
+        else {
+            return Err(StradsModelError::protocol(format!(
+                "round {round}: expected a sweep and its certificate"
+            )));
+        };
+        let swept = GsPartial::Swept {
+            result,
+            terms: None,
+            busy,
+        };
+        let commit = self.pull_sweep(round, RoundKind::Chunk, vec![swept], elapsed)?;
+        self.pull_certify(
+            round,
+            vec![GsPartial::Certified { certificate, busy }],
+            elapsed,
+        )?;
+        Ok(commit)
+    }
+
     fn pull_certify(
         &mut self,
         round: u64,
@@ -839,6 +887,7 @@ impl Schedule<LassoGsApp> for GsScheduling {
         let commit = match kind {
             RoundKind::Certify => self.pull_certify(round, partials, elapsed)?,
             RoundKind::CertifyActive => self.pull_certify_then_sweep(round, partials, elapsed)?,
+            RoundKind::ChunkCertify => self.pull_sweep_then_certify(round, partials, elapsed)?,
             kind => self.pull_sweep(round, kind, partials, elapsed)?,
         };
         self.s.metrics.updates = self.s.updates;

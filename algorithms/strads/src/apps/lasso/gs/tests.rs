@@ -1,6 +1,7 @@
 use super::*;
 use crate::apps::lasso::baseline::solve_baseline;
 use crate::apps::lasso::{LassoSolver, SyntheticLasso};
+use crate::core::gauss_seidel::Coords;
 
 fn job() -> LassoJob {
     LassoJob {
@@ -104,23 +105,31 @@ fn full_sweep_chunks_grow_while_the_workers_sweeps_do_not_interfere() {
 }
 
 #[test]
-fn with_several_workers_a_certificate_rides_with_an_active_round() {
+fn every_certificate_after_a_full_sweep_rides_with_a_sweep_round() {
     let job = job();
+    let (_, base_updates) = baseline(&job);
     for workers in [1, 2] {
         let m = run_without_actors(&job, workers).unwrap().metrics;
         let swept: Vec<u64> = m.objective.iter().map(|o| o.round).collect();
-        // Certifications after a full sweep (not the start's, not the last).
+        // Certifications after a full sweep (not the start's, not the last): one
+        // worker's in the round of its last chunk, several workers' in the first
+        // active-set round.
         let inner = &m.evaluations[1..m.evaluations.len() - 1];
         assert!(!inner.is_empty());
         for e in inner {
-            assert_eq!(
+            assert!(
                 swept.contains(&e.round),
-                workers > 1,
-                "{workers} workers: certificate of round {} shares a sweep round",
+                "{workers} workers: certificate of round {} has a round of its own",
                 e.round
             );
         }
         assert!(m.relative_gap() <= 1e-8);
+        if workers == 1 {
+            // The run stops at a full sweep's certificate, so the last one rides too:
+            // every round swept, and the sweeps are the baseline's.
+            assert_eq!(m.rounds as usize, swept.len());
+            assert_eq!(m.updates, base_updates);
+        }
     }
 }
 
@@ -420,4 +429,29 @@ fn deltas_worker_to_worker_or_through_the_scheduler_give_the_same_run_bit_for_bi
         !job.exchanges_deltas(4, 50_000),
         "four workers move more bytes"
     );
+}
+
+#[test]
+fn a_worker_that_shares_the_residual_refuses_to_certify_its_own_sweep() {
+    let (x, y) = job().load().unwrap();
+    let order = SweepOrder {
+        coords: Coords::Range { start: 0, end: 10 },
+        max_passes: 1,
+        settle: 0.0,
+        target: None,
+        decrease: None,
+    };
+    let task = GsTask::SweepThenCertify(order);
+    let shared = GsWorkerCore::new(x.clone(), y.clone(), 0.1, true).unwrap();
+    let err = GsWorker::new(shared, 0, false)
+        .push(0, &task)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(err.to_string().contains("lone worker"), "{err}");
+    let alone = GsWorkerCore::new(x, y, 0.1, false).unwrap();
+    let answer = GsWorker::new(alone, 0, false).push(0, &task).unwrap();
+    assert!(matches!(
+        answer,
+        Pushed::Done(GsPartial::SweptThenCertified { .. })
+    ));
 }
