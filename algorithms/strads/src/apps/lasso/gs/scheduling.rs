@@ -2,7 +2,7 @@
 //! certification, active-set sweeps), the step weights that combine the workers' sweeps,
 //! the objective, the stop rules and the metrics.
 //!
-//! One file on purpose (about 900 lines, tests in `gs/tests.rs`): every phase reads and
+//! One file on purpose (about 930 lines, tests in `gs/tests.rs`): every phase reads and
 //! advances the one `GsState` (the phase, the next chunk, the certificate, the stop), and
 //! splitting the phases would spread that state's invariants over several files.
 
