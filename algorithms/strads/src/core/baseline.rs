@@ -386,18 +386,7 @@ impl<'a> CyclicLasso<'a> {
     }
 }
 
-fn log_one_plus_exp_neg(z: f64) -> f64 {
-    (-z).max(0.0) + (-z.abs()).exp().ln_1p()
-}
-
-fn sigmoid(z: f64) -> f64 {
-    if z >= 0.0 {
-        1.0 / (1.0 + (-z).exp())
-    } else {
-        let e = z.exp();
-        e / (1.0 + e)
-    }
-}
+use super::logistic::{log_one_plus_exp_neg, sigmoid};
 
 /// Cyclic coordinate descent for `min sum_i log(1 + exp(-y_i x_i^T b)) + lambda ||b||_1`
 /// (labels `> 0` are +1, others -1). Each coordinate takes the proximal Newton step with
@@ -405,15 +394,37 @@ fn sigmoid(z: f64) -> f64 {
 /// the model's predicted decrease (one extra pass over the column); otherwise it takes the
 /// step under the curvature bound `||x_j||^2 / 4` (what STRADS' logistic pull uses), which
 /// never increases the objective. So every update is a descent step, and most are Newton's.
+///
+/// The same solver sweeps a Gauss-Seidel worker's block of columns
+/// ([`crate::core::logistic::gauss_seidel`]): it then owns its block ([`Self::owning`]),
+/// and the objective counts the other blocks' `||b||_1` ([`Self::set_l1_others`]), so
+/// one worker's round is the baseline's full sweep and active phase, step for step.
 #[derive(Debug, Clone)]
 pub struct CyclicLogistic<'a> {
-    x: &'a SparseColumns,
+    x: std::borrow::Cow<'a, SparseColumns>,
     labels: Vec<f64>,
     lambda: f64,
     bound: Vec<f64>,
     coefficients: Vec<f64>,
     margins: Vec<f64>,
+    /// `||b||_1` of the coordinates this solver does not hold (0 for the baseline).
+    l1_others: f64,
     updates: u64,
+}
+
+/// What one full sweep and the active phase after it did ([`CyclicLogistic::full_then_active`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LogisticPhase {
+    /// The objective after the full sweep.
+    pub after_full: f64,
+    /// The full sweep's relative objective decrease.
+    pub gap: f64,
+    /// The decrease met the tolerance: no active phase ran.
+    pub converged: bool,
+    /// Active-set sweeps run.
+    pub active_sweeps: usize,
+    /// The objective at the end.
+    pub objective: f64,
 }
 
 impl<'a> CyclicLogistic<'a> {
@@ -423,7 +434,15 @@ impl<'a> CyclicLogistic<'a> {
         labels: &[f32],
         lambda: f32,
     ) -> Result<Self, StradsModelError> {
-        check_shape(x, labels.len(), "labels")?;
+        Self::of(std::borrow::Cow::Borrowed(x), labels, lambda)
+    }
+
+    fn of(
+        x: std::borrow::Cow<'a, SparseColumns>,
+        labels: &[f32],
+        lambda: f32,
+    ) -> Result<Self, StradsModelError> {
+        check_shape(&x, labels.len(), "labels")?;
         if !(lambda >= 0.0 && lambda.is_finite()) {
             return Err(StradsModelError::InvalidConfig(format!(
                 "lambda {lambda} must be finite and >= 0"
@@ -439,6 +458,7 @@ impl<'a> CyclicLogistic<'a> {
             margins: vec![0.0; labels.len()],
             x,
             lambda: f64::from(lambda),
+            l1_others: 0.0,
             updates: 0,
         })
     }
@@ -446,9 +466,16 @@ impl<'a> CyclicLogistic<'a> {
     /// One coordinate step on `j`; returns `new - old`.
     pub fn update(&mut self, j: usize) -> f64 {
         self.updates += 1;
-        let x = self.x;
-        let (rows, vals) = x.column(j);
-        self.step_on(j, rows, vals, self.bound[j])
+        let (rows, vals) = self.x.column(j);
+        logistic_step(
+            rows,
+            vals,
+            &self.labels,
+            &mut self.margins,
+            &mut self.coefficients[j],
+            self.lambda,
+            self.bound[j],
+        )
     }
 
     /// [`Self::update`] of the active set's slot `s` (its column and curvature bound packed
@@ -456,55 +483,19 @@ impl<'a> CyclicLogistic<'a> {
     fn update_packed(&mut self, active: &PackedColumns, s: usize) -> f64 {
         self.updates += 1;
         let (j, rows, vals, bound) = active.slot(s);
-        self.step_on(j, rows, vals, bound)
+        logistic_step(
+            rows,
+            vals,
+            &self.labels,
+            &mut self.margins,
+            &mut self.coefficients[j],
+            self.lambda,
+            bound,
+        )
     }
 
-    /// The step on column `j` (`rows`, `vals`, curvature bound `bound`).
-    #[inline]
-    fn step_on(&mut self, j: usize, rows: &[u32], vals: &[f32], bound: f64) -> f64 {
-        if bound <= 0.0 {
-            return 0.0;
-        }
-        let (mut g, mut h) = (0.0f64, 0.0f64);
-        for (&i, &v) in rows.iter().zip(vals) {
-            let (x, y) = (f64::from(v), self.labels[i as usize]);
-            let p = sigmoid(-y * self.margins[i as usize]);
-            g -= y * x * p;
-            h += x * x * p * (1.0 - p);
-        }
-        let b = self.coefficients[j];
-        let lambda = self.lambda;
-        let step = |curvature: f64| soft_threshold(curvature * b - g, lambda) / curvature - b;
-        let mut delta = 0.0;
-        if h > 1e-12 * bound {
-            let newton = step(h);
-            if newton != 0.0 {
-                let mut loss_change = 0.0f64;
-                for (&i, &v) in rows.iter().zip(vals) {
-                    let (m, y) = (self.margins[i as usize], self.labels[i as usize]);
-                    loss_change += log_one_plus_exp_neg(y * (m + f64::from(v) * newton))
-                        - log_one_plus_exp_neg(y * m);
-                }
-                let l1_change = lambda * ((b + newton).abs() - b.abs());
-                let predicted = g * newton + l1_change;
-                if loss_change + l1_change <= 0.01 * predicted {
-                    delta = newton;
-                }
-            }
-        }
-        if delta == 0.0 {
-            delta = step(bound);
-        }
-        if delta != 0.0 {
-            for (&i, &v) in rows.iter().zip(vals) {
-                self.margins[i as usize] += f64::from(v) * delta;
-            }
-            self.coefficients[j] = b + delta;
-        }
-        delta
-    }
-
-    /// Loss plus `lambda ||b||_1` (O(rows + features)).
+    /// Loss plus `lambda ||b||_1` (O(rows + features)), the other blocks' `||b||_1`
+    /// included.
     pub fn objective(&self) -> f64 {
         let loss: f64 = self
             .labels
@@ -512,7 +503,12 @@ impl<'a> CyclicLogistic<'a> {
             .zip(&self.margins)
             .map(|(&y, &m)| log_one_plus_exp_neg(y * m))
             .sum();
-        loss + self.lambda * self.coefficients.iter().map(|b| b.abs()).sum::<f64>()
+        loss + self.lambda * (self.l1_others + self.l1())
+    }
+
+    /// `||b||_1` of the coordinates held.
+    pub fn l1(&self) -> f64 {
+        self.coefficients.iter().map(|b| b.abs()).sum::<f64>()
     }
 
     /// Coordinate updates so far.
@@ -522,13 +518,16 @@ impl<'a> CyclicLogistic<'a> {
 
     /// Training accuracy (margin sign equals the label).
     pub fn training_accuracy(&self) -> f64 {
-        let correct = self
-            .labels
+        self.correct() as f64 / self.labels.len().max(1) as f64
+    }
+
+    /// Rows whose margin has the label's sign.
+    pub fn correct(&self) -> usize {
+        self.labels
             .iter()
             .zip(&self.margins)
             .filter(|&(&y, &m)| y * m > 0.0)
-            .count();
-        correct as f64 / self.labels.len().max(1) as f64
+            .count()
     }
 
     /// The coefficients (as f32).
@@ -558,7 +557,6 @@ impl<'a> CyclicLogistic<'a> {
         if let Some(f) = observe.as_mut() {
             f(self);
         }
-        let d = self.x.n_columns();
         let mut objective = self.objective();
         let mut report = CdReport {
             outcome: CdOutcome::SweepLimit,
@@ -571,46 +569,15 @@ impl<'a> CyclicLogistic<'a> {
         };
         let reached = |f: f64| stop.target_objective.is_some_and(|t| f <= t);
         while report.full_sweeps < stop.max_sweeps && !reached(objective) {
-            for j in 0..d {
-                self.update(j);
-            }
+            let phase = self.full_then_active(stop, objective, observe.as_deref_mut());
             report.full_sweeps += 1;
-            let after = self.objective();
-            report.gap = (objective - after) / after.abs().max(f64::MIN_POSITIVE);
-            objective = after;
-            report.trace.push((self.updates, objective));
-            if let Some(f) = observe.as_mut() {
-                f(self);
-            }
-            if report.gap <= stop.tolerance {
+            report.active_sweeps += phase.active_sweeps;
+            report.gap = phase.gap;
+            report.trace.push((self.updates, phase.after_full));
+            objective = phase.objective;
+            if phase.converged {
                 report.outcome = CdOutcome::Converged;
                 break;
-            }
-            if stop.active_set {
-                let coefficients = &self.coefficients;
-                let packed = PackedColumns::of(
-                    self.x,
-                    &self.bound,
-                    (0..d).filter(|&j| coefficients[j] != 0.0),
-                );
-                let mut slots: Vec<usize> = (0..packed.len()).collect();
-                let mut previous = objective;
-                for _ in 0..1000 {
-                    for &s in &slots {
-                        self.update_packed(&packed, s);
-                    }
-                    report.active_sweeps += 1;
-                    let now = self.objective();
-                    let settled = previous - now <= 0.1 * stop.tolerance * now.abs();
-                    previous = now;
-                    if settled || reached(now) {
-                        break;
-                    }
-                    // Shrinking, as in the Lasso's active passes: a coordinate a pass left
-                    // at zero waits for the next full sweep, which checks every one.
-                    slots.retain(|&s| self.coefficients[packed.column_of(s)] != 0.0);
-                }
-                objective = previous;
             }
         }
         if reached(objective) {
@@ -620,6 +587,160 @@ impl<'a> CyclicLogistic<'a> {
         report.objective = objective;
         report
     }
+
+    /// One full sweep from a state of objective `objective`; unless it lowered the
+    /// objective by at most `stop.tolerance` (relative), the active phase follows (with
+    /// `stop.active_set`): sweeps of the non-zero coordinates until one lowers the
+    /// objective by at most a tenth of the tolerance or the target is met. `observe` sees
+    /// the state after the full sweep.
+    pub fn full_then_active<'o>(
+        &mut self,
+        stop: &CdStop,
+        objective: f64,
+        observe: Option<&mut (dyn FnMut(&Self) + 'o)>,
+    ) -> LogisticPhase {
+        let d = self.x.n_columns();
+        for j in 0..d {
+            self.update(j);
+        }
+        let after_full = self.objective();
+        let gap = (objective - after_full) / after_full.abs().max(f64::MIN_POSITIVE);
+        if let Some(f) = observe {
+            f(self);
+        }
+        let mut phase = LogisticPhase {
+            after_full,
+            gap,
+            converged: gap <= stop.tolerance,
+            active_sweeps: 0,
+            objective: after_full,
+        };
+        if phase.converged || !stop.active_set {
+            return phase;
+        }
+        let reached = |f: f64| stop.target_objective.is_some_and(|t| f <= t);
+        let coefficients = &self.coefficients;
+        let packed = PackedColumns::of(
+            &self.x,
+            &self.bound,
+            (0..d).filter(|&j| coefficients[j] != 0.0),
+        );
+        let mut slots: Vec<usize> = (0..packed.len()).collect();
+        let mut previous = after_full;
+        for _ in 0..1000 {
+            for &s in &slots {
+                self.update_packed(&packed, s);
+            }
+            phase.active_sweeps += 1;
+            let now = self.objective();
+            let settled = previous - now <= 0.1 * stop.tolerance * now.abs();
+            previous = now;
+            if settled || reached(now) {
+                break;
+            }
+            // Shrinking, as in the Lasso's active passes: a coordinate a pass left at
+            // zero waits for the next full sweep, which checks every one.
+            slots.retain(|&s| self.coefficients[packed.column_of(s)] != 0.0);
+        }
+        phase.objective = previous;
+        phase
+    }
+}
+
+impl CyclicLogistic<'static> {
+    /// A solver that owns its columns (a Gauss-Seidel worker's block, all rows).
+    pub fn owning(x: SparseColumns, labels: &[f32], lambda: f32) -> Result<Self, StradsModelError> {
+        Self::of(std::borrow::Cow::Owned(x), labels, lambda)
+    }
+
+    /// The margins `X b` (every row; with blocks, of the whole model).
+    pub fn margins(&self) -> &[f64] {
+        &self.margins
+    }
+
+    /// Counts `l1` as the other blocks' `||b||_1` in [`Self::objective`].
+    pub fn set_l1_others(&mut self, l1: f64) {
+        self.l1_others = l1;
+    }
+
+    /// Replaces the coefficients and the margins (a commit or a checkpoint); refuses other
+    /// lengths.
+    pub fn set_state(
+        &mut self,
+        coefficients: Vec<f64>,
+        margins: Vec<f64>,
+    ) -> Result<(), StradsModelError> {
+        if coefficients.len() != self.coefficients.len() || margins.len() != self.margins.len() {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "a state of {} coefficients and {} margins for a block of {} columns and {} rows",
+                coefficients.len(),
+                margins.len(),
+                self.coefficients.len(),
+                self.margins.len()
+            )));
+        }
+        self.coefficients = coefficients;
+        self.margins = margins;
+        Ok(())
+    }
+
+    /// Restores the update count (a checkpoint).
+    pub fn set_updates(&mut self, updates: u64) {
+        self.updates = updates;
+    }
+}
+
+/// The step on the column `rows`, `vals` of coefficient `b` and curvature bound `bound`
+/// ([`CyclicLogistic`]'s rule); updates `b` and the margins, returns the change.
+#[inline]
+fn logistic_step(
+    rows: &[u32],
+    vals: &[f32],
+    labels: &[f64],
+    margins: &mut [f64],
+    b: &mut f64,
+    lambda: f64,
+    bound: f64,
+) -> f64 {
+    if bound <= 0.0 {
+        return 0.0;
+    }
+    let (mut g, mut h) = (0.0f64, 0.0f64);
+    for (&i, &v) in rows.iter().zip(vals) {
+        let (x, y) = (f64::from(v), labels[i as usize]);
+        let p = sigmoid(-y * margins[i as usize]);
+        g -= y * x * p;
+        h += x * x * p * (1.0 - p);
+    }
+    let start = *b;
+    let step = |curvature: f64| soft_threshold(curvature * start - g, lambda) / curvature - start;
+    let mut delta = 0.0;
+    if h > 1e-12 * bound {
+        let newton = step(h);
+        if newton != 0.0 {
+            let mut loss_change = 0.0f64;
+            for (&i, &v) in rows.iter().zip(vals) {
+                let (m, y) = (margins[i as usize], labels[i as usize]);
+                loss_change += log_one_plus_exp_neg(y * (m + f64::from(v) * newton))
+                    - log_one_plus_exp_neg(y * m);
+            }
+            let l1_change = lambda * ((start + newton).abs() - start.abs());
+            let predicted = g * newton + l1_change;
+            if loss_change + l1_change <= 0.01 * predicted {
+                delta = newton;
+            }
+        }
+    }
+    if delta == 0.0 {
+        delta = step(bound);
+    }
+    if delta != 0.0 {
+        for (&i, &v) in rows.iter().zip(vals) {
+            margins[i as usize] += f64::from(v) * delta;
+        }
+        *b = start + delta;
+    }
+    delta
 }
 
 #[cfg(test)]

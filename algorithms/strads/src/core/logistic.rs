@@ -25,11 +25,12 @@ pub struct LogisticPartials {
 }
 
 /// `log(1 + exp(-z))` without overflow.
-fn log_one_plus_exp_neg(z: f64) -> f64 {
+pub(crate) fn log_one_plus_exp_neg(z: f64) -> f64 {
     (-z).max(0.0) + (-z.abs()).exp().ln_1p()
 }
 
-fn sigmoid(z: f64) -> f64 {
+/// The logistic function, without overflow.
+pub(crate) fn sigmoid(z: f64) -> f64 {
     if z >= 0.0 {
         1.0 / (1.0 + (-z).exp())
     } else {
@@ -214,6 +215,8 @@ pub fn run_sparse_logistic(
         training_accuracy: correct as f64 / labels.len().max(1) as f64,
     })
 }
+
+pub mod gauss_seidel;
 
 #[cfg(test)]
 mod tests;

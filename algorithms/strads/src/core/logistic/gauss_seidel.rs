@@ -1,0 +1,334 @@
+//! Column-holding Gauss-Seidel logistic regression, sans-I/O: the decision logic of the
+//! logistic job's `solver = "gauss-seidel"` (`apps::logistic::gs` runs it on the STRADS
+//! runtime).
+//!
+//! The features are cut once into contiguous column ranges of about equal non-zeros, one
+//! per worker (the Lasso's cut). A worker holds its columns (all rows), the labels and the
+//! margins `m = X b` of the whole model (f64). In a round every worker runs, from the same
+//! start, the baseline's full sweep of its own columns and, unless that sweep lowered the
+//! objective by at most the tolerance, the baseline's active phase
+//! ([`CyclicLogistic::full_then_active`]: the same steps, in the same order). It answers
+//! with its new coefficient values and its margin delta `u_p`.
+//!
+//! **Why the combination converges.** Worker `p` alone lowers the objective:
+//! `Delta_p = F(b + d_p) - F(b) <= 0`. The loss is a sum over rows of convex functions of
+//! one margin each, so with `omega` the largest number of workers whose `u_p` touch one
+//! row, the new margin of a row under `b + t sum_p d_p` with `t = 1 / omega` is a convex
+//! combination of `m_i`, and `m_i + u_{p,i}` for the workers that touch it, and the L1
+//! term is convex per coordinate; so `F(b + sum_p d_p / omega) - F(b) <= (1 / omega)
+//! sum_p Delta_p <= 0`. The scheduler holds the labels and the margins too, so it
+//! evaluates the objective along `t` exactly ([`combined_objective`]) and takes the best
+//! of `1 / omega`, `1` and a golden-section search on `[0, 1]` ([`combination_step`]):
+//! never worse than the safeguard, so every round lowers `F` by at least
+//! `(1 / W) sum_p |Delta_p|`. A round whose sweeps no worker can improve (every full sweep
+//! within the tolerance) ends the run, the baseline's stop rule per block. With one
+//! worker `t = 1`, nothing is combined, and the run is the baseline's, update for update.
+
+use super::super::StradsModelError;
+use super::super::baseline::{CdStop, CyclicLogistic, LogisticPhase};
+use super::super::gauss_seidel::RowVector;
+use super::log_one_plus_exp_neg;
+use petrel_ml::data::SparseColumns;
+use serde::{Deserialize, Serialize};
+
+/// What every worker is asked to do in a round: a full sweep and the active phase from the
+/// state the scheduler describes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogisticSweepOrder {
+    /// The objective of the round's start state.
+    pub objective: f64,
+    /// `||b||_1` of the whole model at the start.
+    pub l1: f64,
+    /// Relative decrease of a full sweep at or below which a block has settled.
+    pub tolerance: f64,
+    /// Stop the active phase once the objective is at or below this.
+    pub target: Option<f64>,
+}
+
+/// A worker's answer to a [`LogisticSweepOrder`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogisticSwept {
+    /// The coordinates that changed (the design's numbering).
+    #[serde(with = "petrel_messages::tensor::u32_bytes")]
+    pub changed: Vec<u32>,
+    /// Their new values (before the combination).
+    #[serde(with = "petrel_messages::tensor::f64_bytes")]
+    pub values: Vec<f64>,
+    /// The margin delta `u_p` (several workers only: one worker's sweep commits as it is).
+    pub margin_delta: Option<RowVector>,
+    /// The worker's own trajectory: objective after its full sweep, the sweep's decrease,
+    /// whether it settled, its active sweeps, its objective at the end.
+    pub phase: LogisticPhase,
+    /// The worker's coordinate updates so far.
+    pub updates: u64,
+    /// Rows its margins classify right (the whole model's with one worker).
+    pub correct: u64,
+}
+
+/// Worker half: a [`CyclicLogistic`] over its block of columns and every row.
+pub struct LogisticGsWorkerCore {
+    cd: CyclicLogistic<'static>,
+    /// The design's number of the block's first column.
+    first: usize,
+    /// Other workers sweep other blocks: the round's result is combined at the commit.
+    shared: bool,
+    /// The round's start state (coefficients, margins) until its commit.
+    start: Option<(Vec<f64>, Vec<f64>)>,
+    /// The block's coordinates the round's sweep changed.
+    changed: Vec<usize>,
+}
+
+impl LogisticGsWorkerCore {
+    /// The worker of the columns `x` (every row), the first being the design's `first`;
+    /// `shared`: other workers hold other columns.
+    pub fn new(
+        x: SparseColumns,
+        labels: &[f32],
+        lambda: f32,
+        first: usize,
+        shared: bool,
+    ) -> Result<Self, StradsModelError> {
+        Ok(LogisticGsWorkerCore {
+            cd: CyclicLogistic::owning(x, labels, lambda)?,
+            first,
+            shared,
+            start: None,
+            changed: Vec::new(),
+        })
+    }
+
+    /// The block's solver (its coefficients, margins and counts).
+    pub fn solver(&self) -> &CyclicLogistic<'static> {
+        &self.cd
+    }
+
+    /// Runs the round: the full sweep and the active phase of the block.
+    pub fn sweep(&mut self, order: &LogisticSweepOrder) -> Result<LogisticSwept, StradsModelError> {
+        if !(order.objective.is_finite() && order.l1.is_finite() && order.tolerance >= 0.0) {
+            return Err(StradsModelError::protocol(format!(
+                "a sweep order with objective {}, l1 {}, tolerance {}",
+                order.objective, order.l1, order.tolerance
+            )));
+        }
+        if self.start.is_some() {
+            return Err(StradsModelError::protocol(
+                "a sweep order before the previous round's commit",
+            ));
+        }
+        // With one worker the scheduler's l1 is this block's, bit for bit: no other term.
+        let others = if self.shared {
+            (order.l1 - self.cd.l1()).max(0.0)
+        } else {
+            0.0
+        };
+        self.cd.set_l1_others(others);
+        let before = self.cd.coefficients_f64().to_vec();
+        let start_margins = self.shared.then(|| self.cd.margins().to_vec());
+        let stop = CdStop {
+            tolerance: order.tolerance,
+            max_sweeps: 1,
+            target_objective: order.target,
+            active_set: true,
+        };
+        let phase = self.cd.full_then_active(&stop, order.objective, None);
+        let now = self.cd.coefficients_f64();
+        self.changed = (0..now.len()).filter(|&j| now[j] != before[j]).collect();
+        let margin_delta = start_margins.as_ref().map(|start| {
+            RowVector::from_dense(
+                self.cd
+                    .margins()
+                    .iter()
+                    .zip(start)
+                    .map(|(m, s)| m - s)
+                    .collect(),
+            )
+        });
+        let swept = LogisticSwept {
+            changed: self
+                .changed
+                .iter()
+                .map(|&j| (self.first + j) as u32)
+                .collect(),
+            values: self.changed.iter().map(|&j| now[j]).collect(),
+            margin_delta,
+            phase,
+            updates: self.cd.updates(),
+            correct: self.cd.correct() as u64,
+        };
+        self.start = Some((before, start_margins.unwrap_or_default()));
+        Ok(swept)
+    }
+
+    /// Commits the round: with one worker the sweep as it is (`t = 1`, no delta); with
+    /// several, `b = b_start + t (b_swept - b_start)` on the changed coordinates and
+    /// `m = m_start + t U`, `U` the sum of every worker's margin delta (what the scheduler
+    /// computes, the same arithmetic).
+    pub fn commit(&mut self, t: f64, combined: Option<&RowVector>) -> Result<(), StradsModelError> {
+        let (before, start_margins) = self.start.take().ok_or_else(|| {
+            StradsModelError::protocol("a commit without a swept round to commit")
+        })?;
+        if !self.shared {
+            if t != 1.0 || combined.is_some() {
+                return Err(StradsModelError::protocol(format!(
+                    "a lone worker's sweep commits as it is, not with step {t} and a combined delta"
+                )));
+            }
+            return Ok(());
+        }
+        let combined = combined.ok_or_else(|| {
+            StradsModelError::protocol("a commit of several workers' sweeps without their sum")
+        })?;
+        if !(0.0..=1.0).contains(&t) {
+            return Err(StradsModelError::protocol(format!(
+                "step {t} is not within [0, 1]"
+            )));
+        }
+        let mut coefficients = before.clone();
+        let swept = self.cd.coefficients_f64();
+        for &j in &self.changed {
+            coefficients[j] = step_value(before[j], swept[j], t);
+        }
+        let mut margins = start_margins;
+        combined.add_scaled_to(t, &mut margins)?;
+        self.cd.set_state(coefficients, margins)
+    }
+
+    /// The block's coefficients, margins and updates (between rounds).
+    pub fn snapshot(&self) -> Result<(Vec<f64>, Vec<f64>, u64), StradsModelError> {
+        if self.start.is_some() {
+            return Err(StradsModelError::protocol(
+                "checkpoint with a round in flight",
+            ));
+        }
+        Ok((
+            self.cd.coefficients_f64().to_vec(),
+            self.cd.margins().to_vec(),
+            self.cd.updates(),
+        ))
+    }
+
+    /// Continues from a [`Self::snapshot`].
+    pub fn restore(
+        &mut self,
+        (coefficients, margins, updates): (Vec<f64>, Vec<f64>, u64),
+    ) -> Result<(), StradsModelError> {
+        self.start = None;
+        self.cd.set_state(coefficients, margins)?;
+        self.cd.set_updates(updates);
+        Ok(())
+    }
+}
+
+/// A coordinate's value after a combined step `t` from `start` towards `swept` (worker and
+/// scheduler compute it the same way, so they agree bit for bit).
+#[inline]
+pub fn step_value(start: f64, swept: f64, t: f64) -> f64 {
+    if t == 1.0 {
+        swept
+    } else {
+        start + t * (swept - start)
+    }
+}
+
+/// The combination's inputs at the scheduler: labels (+-1), the start margins, the sum `U`
+/// of the workers' margin deltas, and the changed coordinates as `(start, swept)` values.
+pub struct Combination<'a> {
+    /// Labels, +-1.
+    pub labels: &'a [f64],
+    /// The start margins.
+    pub margins: &'a [f64],
+    /// `U = sum_p u_p`.
+    pub sum: &'a [f64],
+    /// `(start, swept)` of every changed coordinate.
+    pub moved: &'a [(f64, f64)],
+    /// `lambda`.
+    pub lambda: f64,
+    /// `||b||_1` at the start.
+    pub l1: f64,
+}
+
+/// The objective and `||b||_1` after step `t`: `sum_i log(1 + exp(-y_i (m_i + t U_i)))
+/// + lambda ||b(t)||_1`, exactly (the margins the commit will produce).
+pub fn combined_objective(c: &Combination<'_>, t: f64) -> (f64, f64) {
+    let loss: f64 = c
+        .labels
+        .iter()
+        .zip(c.margins.iter().zip(c.sum))
+        .map(|(&y, (&m, &u))| log_one_plus_exp_neg(y * (m + t * u)))
+        .sum();
+    let l1 = c.l1
+        + c.moved
+            .iter()
+            .map(|&(start, swept)| step_value(start, swept, t).abs() - start.abs())
+            .sum::<f64>();
+    (loss + c.lambda * l1, l1)
+}
+
+/// The largest number of workers whose margin deltas touch one row.
+pub fn overlap(deltas: &[&RowVector], n_rows: usize) -> Result<usize, StradsModelError> {
+    let mut count = vec![0u32; n_rows];
+    for d in deltas {
+        match d {
+            RowVector::Dense(v) => {
+                if v.len() != n_rows {
+                    return Err(StradsModelError::DimensionMismatch(format!(
+                        "a margin delta of {} rows for {n_rows}",
+                        v.len()
+                    )));
+                }
+                v.iter()
+                    .zip(&mut count)
+                    .for_each(|(x, c)| *c += u32::from(*x != 0.0));
+            }
+            RowVector::Sparse { rows, values } => {
+                for (&i, x) in rows.iter().zip(values) {
+                    let c = count.get_mut(i as usize).ok_or_else(|| {
+                        StradsModelError::protocol(format!("margin delta row {i} of {n_rows}"))
+                    })?;
+                    *c += u32::from(*x != 0.0);
+                }
+            }
+        }
+    }
+    Ok(count.into_iter().max().unwrap_or(0) as usize)
+}
+
+/// The combined step `t` and the objective and `||b||_1` it gives: the lowest of
+/// `1 / omega` (the safeguard), `1`, and a golden-section search of the convex objective
+/// on `[0, 1]`. `omega <= 1` (no row shared): `t = 1`.
+pub fn combination_step(c: &Combination<'_>, omega: usize) -> (f64, f64, f64) {
+    let mut best = (1.0, combined_objective(c, 1.0));
+    if omega <= 1 {
+        return (best.0, best.1.0, best.1.1);
+    }
+    let consider = |t: f64, best: &mut (f64, (f64, f64))| {
+        let f = combined_objective(c, t);
+        if f.0 < best.1.0 {
+            *best = (t, f);
+        }
+        f.0
+    };
+    consider(1.0 / omega as f64, &mut best);
+    // Golden section: the objective is convex in t, so the bracket keeps its minimum.
+    let ratio = (5f64.sqrt() - 1.0) / 2.0;
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    let (mut a, mut b) = (hi - ratio * (hi - lo), lo + ratio * (hi - lo));
+    let (mut fa, mut fb) = (consider(a, &mut best), consider(b, &mut best));
+    for _ in 0..24 {
+        if fa <= fb {
+            hi = b;
+            (b, fb) = (a, fa);
+            a = hi - ratio * (hi - lo);
+            fa = consider(a, &mut best);
+        } else {
+            lo = a;
+            (a, fa) = (b, fb);
+            b = lo + ratio * (hi - lo);
+            fb = consider(b, &mut best);
+        }
+    }
+    (best.0, best.1.0, best.1.1)
+}
+
+#[cfg(test)]
+mod tests;
