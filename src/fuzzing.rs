@@ -156,6 +156,7 @@ pub fn system_messages(data: &[u8]) {
     body::<petrel_ps::WorkerDone>(data);
     strads::<LassoApp>(data);
     strads::<LogisticApp>(data);
+    strads::<petrel_strads::apps::logistic::gs::LogisticGsApp>(data);
     strads::<MfApp>(data);
     strads::<LdaApp>(data);
     body::<petrel_strads::shells::Handoff<MfApp>>(data);

@@ -151,18 +151,83 @@ fn separate_processes_give_the_same_coefficients() {
 }
 
 fn train_none(app: &str, out: &Path, extra: &[&str]) {
+    train_on(app, out, &["--transport", "none"], extra);
+}
+
+/// `petrel train <app>` on a small correlated sparse design, to a tight tolerance.
+fn train_on(app: &str, out: &Path, cluster: &[&str], extra: &[&str]) {
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
         .args(["train", app, "--out", out.to_str().unwrap()])
-        .args(["--transport", "none", "--gap-tolerance", "1e-9"])
+        .args(cluster)
+        .args(["--gap-tolerance", "1e-9"])
         .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
         .args(["--synthetic-nonzero", "6", "--synthetic-seed", "7"])
         .args(extra)
         .env("RUST_LOG", "warn")
         .status()
         .unwrap();
-    assert!(
-        status.success(),
-        "petrel train {app} --transport none: {status}"
+    assert!(status.success(), "petrel train {app} {cluster:?}: {status}");
+}
+
+/// Issue 13: logistic regression's default solver is the Gauss-Seidel one. One worker
+/// makes the baseline's model byte for byte; two worker processes reach its optimum and
+/// stop on the baseline's rule (converged), not on a round limit.
+#[test]
+fn logistic_gauss_seidel_makes_the_baselines_model_and_reaches_its_optimum_over_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let metrics = |out: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap()
+    };
+    train_none("logistic", &d.join("none"), &[]);
+    train_on(
+        "logistic",
+        &d.join("one"),
+        &["--transport", "memory", "--workers", "1"],
+        &[],
+    );
+    assert_eq!(
+        std::fs::read(d.join("one/coefficients.tsv")).unwrap(),
+        std::fs::read(d.join("none/coefficients.tsv")).unwrap()
+    );
+    let (none, one) = (metrics(&d.join("none")), metrics(&d.join("one")));
+    assert_eq!(one["mode"], "gauss-seidel", "{one}");
+    assert_eq!(one["updates"], none["updates"]);
+    train_on(
+        "logistic",
+        &d.join("two"),
+        &["--transport", "processes", "--workers", "2"],
+        &[],
+    );
+    let two = metrics(&d.join("two"));
+    assert_eq!(two["converged"], true, "{two}");
+    let (a, b) = (
+        two["final_objective"].as_f64().unwrap(),
+        none["final_objective"].as_f64().unwrap(),
+    );
+    assert!((a - b).abs() <= 1e-6 * b, "{a} against {b}");
+    // Round checkpoints: a run resumed from the newest ends with the same model.
+    let ckpt = d.join("ckpt");
+    let flags = [
+        "--checkpoint-dir",
+        ckpt.to_str().unwrap(),
+        "--checkpoint-every",
+        "2",
+    ];
+    let memory = ["--transport", "memory", "--workers", "2"];
+    train_on("logistic", &d.join("plain"), &memory, &flags);
+    let round = petrel::recovery::newest_checkpoint_round(&ckpt);
+    assert!(round.is_some_and(|r| r > 0), "{round:?}");
+    let resumed: Vec<&str> = flags.iter().copied().chain(["--resume"]).collect();
+    train_on("logistic", &d.join("resumed"), &memory, &resumed);
+    assert_eq!(
+        std::fs::read(d.join("plain/coefficients.tsv")).unwrap(),
+        std::fs::read(d.join("resumed/coefficients.tsv")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read(d.join("plain/coefficients.tsv")).unwrap(),
+        std::fs::read(d.join("two/coefficients.tsv")).unwrap(),
+        "two workers as threads and as processes"
     );
 }
 

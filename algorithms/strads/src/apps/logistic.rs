@@ -34,6 +34,7 @@ pub const WORKER_ROLE: &str = "strads-logistic-worker";
 
 mod baseline;
 mod data;
+pub mod gs;
 
 pub use baseline::run_baseline;
 pub use data::{check_binary_labels, load, logistic_lambda};
@@ -495,13 +496,25 @@ pub fn write_outputs(
     sched: &LogisticScheduling,
     job: &LassoJob,
 ) -> Result<(), StradsError> {
-    let mut m = sched.metrics().run_metrics(job);
-    m.check_finite("check the data for extreme or non-finite values")?;
-    let saved = linear_model("logistic", job, sched.lambda, sched.coefficients())?;
-    saved.add_heldout(&mut m, job.test_data.as_deref(), job.seed)?;
-    write_coefficients(dir, sched.coefficients())?;
+    let m = sched.metrics().run_metrics(job);
+    write_model(dir, job, sched.lambda, sched.coefficients(), m)
+}
+
+/// Writes a logistic model's outputs (every solver's): `coefficients.tsv`, the saved model
+/// and `metrics.json` (`run`, with the held-out figures of the test set when set).
+pub(crate) fn write_model(
+    dir: &std::path::Path,
+    job: &LassoJob,
+    lambda: f32,
+    coefficients: &[f32],
+    mut run: petrel_ml::job::RunMetrics,
+) -> Result<(), StradsError> {
+    run.check_finite("check the data for extreme or non-finite values")?;
+    let saved = linear_model("logistic", job, lambda, coefficients)?;
+    saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
+    write_coefficients(dir, coefficients)?;
     crate::kit::write_saved_model(dir, &saved)?;
-    crate::kit::write_run_metrics(dir, &m)
+    crate::kit::write_run_metrics(dir, &run)
 }
 
 impl LogisticMetrics {
@@ -554,12 +567,6 @@ impl StradsJob for LogisticApp {
             job.schedulers == 1,
             "schedulers",
             job.schedulers,
-            lasso_only,
-        );
-        c.require(
-            job.solver != super::lasso::LassoSolver::GaussSeidel,
-            "solver",
-            job.solver,
             lasso_only,
         );
         c.require(job.gs_chunk == 0, "gs_chunk", job.gs_chunk, lasso_only);
@@ -650,9 +657,38 @@ impl StradsJob for LogisticApp {
     }
 }
 
-/// Registers the logistic-regression roles.
+/// Registers the logistic-regression roles: the scheduled solver's or, with `solver =
+/// "gauss-seidel"` (the default unless a scheduling knob is set), the column-holding one
+/// ([`gs`]).
 pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
-    crate::kit::register::<LogisticApp>(cluster)
+    cluster
+        .app_section_checked::<LassoJob, _>(
+            <LogisticApp as StradsJob>::SECTION,
+            <LogisticApp as StradsJob>::validate_config,
+        )
+        .role(SCHEDULER_ROLE, scheduler_entry)
+        .role(WORKER_ROLE, worker_entry)
+}
+
+fn gauss_seidel(ctx: &petrel_actors::NodeContext) -> Result<bool, StradsError> {
+    let job: LassoJob = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
+    Ok(job.resolved_solver() == super::lasso::LassoSolver::GaussSeidel)
+}
+
+async fn scheduler_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
+    if gauss_seidel(&ctx)? {
+        crate::kit::scheduler_role::<gs::LogisticGsApp>(ctx).await
+    } else {
+        crate::kit::scheduler_role::<LogisticApp>(ctx).await
+    }
+}
+
+async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
+    if gauss_seidel(&ctx)? {
+        crate::kit::worker_role::<gs::LogisticGsApp>(ctx).await
+    } else {
+        crate::kit::worker_role::<LogisticApp>(ctx).await
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! `--transport none` for logistic regression: the single-threaded yardstick, writing the
 //! outputs of a STRADS run.
 
+use super::super::lasso::LassoJob;
 use super::super::lasso::heldout::LinearHeldout;
-use super::super::lasso::{LassoJob, linear_model, write_coefficients};
 use super::{LogisticMetrics, LogisticPoint, load, logistic_lambda};
 use crate::core::baseline::{CdOutcome, CdStop, CyclicLogistic};
 use crate::error::StradsError;
@@ -75,23 +75,22 @@ pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
         let mut run = metrics.run_metrics(job);
         // The baseline has a stopping rule of its own.
         run.converged = report.outcome != CdOutcome::SweepLimit;
-        run.stop_reason = match report.outcome {
-            CdOutcome::Converged => format!(
-                "a full sweep lowered the objective by at most {:e} (relative) after {} sweeps",
-                report.gap, report.full_sweeps
-            ),
-            CdOutcome::ReachedTarget => "reached target_objective".to_string(),
-            CdOutcome::SweepLimit => format!(
-                "stopped at the sweep limit ({} full sweeps) before the objective settled",
-                report.full_sweeps
-            ),
-        };
-        run.check_finite("check the data for extreme or non-finite values")?;
-        let saved = linear_model("logistic", job, lambda, &coefficients)?;
-        saved.add_heldout(&mut run, job.test_data.as_deref(), job.seed)?;
-        write_coefficients(dir, &coefficients)?;
-        crate::kit::write_saved_model(dir, &saved)?;
-        crate::kit::write_run_metrics(dir, &run)?;
+        run.stop_reason = stop_reason(report.outcome, report.gap, report.full_sweeps);
+        super::write_model(dir, job, lambda, &coefficients, run)?;
     }
     Ok(metrics)
+}
+
+/// Why a run of the baseline's stopping rule stopped (the baseline's and the
+/// Gauss-Seidel solver's `stop_reason`).
+pub(super) fn stop_reason(outcome: CdOutcome, gap: f64, full_sweeps: usize) -> String {
+    match outcome {
+        CdOutcome::Converged => format!(
+            "a full sweep lowered the objective by at most {gap:e} (relative) after {full_sweeps} sweeps"
+        ),
+        CdOutcome::ReachedTarget => "reached target_objective".to_string(),
+        CdOutcome::SweepLimit => format!(
+            "stopped at the sweep limit ({full_sweeps} full sweeps) before the objective settled"
+        ),
+    }
 }

@@ -1,0 +1,563 @@
+//! `solver = "gauss-seidel"` for sparse logistic regression: column-holding workers run
+//! the baseline's full sweep and active phase on their block of features
+//! ([`crate::core::logistic::gauss_seidel`] has the decision logic and the convergence
+//! argument).
+//!
+//! Message flow (star, depth 1, one scheduler):
+//!
+//! ```text
+//! start: scheduler and worker p cut the features into W ranges of equal non-zeros (the
+//!        Lasso's cut, the same on every node); worker p keeps its columns, the labels
+//!        and m = X b = 0; the scheduler keeps the labels (and, with W > 1, m)
+//! round: scheduler -> every worker  Sweep{objective, ||b||_1, tolerance, target}
+//!        worker p: the baseline's full sweep of its columns, then (unless it settled)
+//!                  its active phase
+//!        worker p -> scheduler  {changed coordinates, new values, margin delta u_p
+//!                                (W > 1), its trajectory's objectives}
+//!        scheduler: W = 1: take the sweep as it is; W > 1: U = sum_p u_p, the step t
+//!                   minimising the exact objective along t (never worse than 1 / omega),
+//!                   b += t d, m += t U; stop test
+//!        scheduler -> every worker  Commit{t, U (W > 1)}
+//! ```
+//!
+//! With one worker a round is the baseline's full sweep and active phase and its commit
+//! carries nothing: the run makes the baseline's updates and model, bit for bit.
+
+use super::super::lasso::checkpoint::data_fingerprint;
+use super::super::lasso::heldout::{HeldoutFigures, LinearHeldout};
+use super::super::lasso::{LassoJob, baseline::BASELINE_MAX_SWEEPS};
+use super::{LogisticApp, LogisticMetrics, LogisticPoint, load, logistic_lambda};
+use crate::core::StradsModelError;
+use crate::core::app::{Plan, Push, Schedule, Step, StradsApp, decode_state, encode_state};
+use crate::core::baseline::CdOutcome;
+use crate::core::gauss_seidel::RowVector;
+use crate::core::logistic::gauss_seidel::{
+    Combination, LogisticGsWorkerCore, LogisticSweepOrder, LogisticSwept, combination_step,
+    overlap, step_value,
+};
+use crate::core::logistic::log_one_plus_exp_neg;
+use crate::error::StradsError;
+use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Marker type of the Gauss-Seidel logistic job (same roles and settings section as the
+/// scheduled one; the roles pick by `solver`).
+pub struct LogisticGsApp;
+
+/// The step every worker commits and, with several workers, the sum of their margin
+/// deltas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogisticGsCommit {
+    /// `t`: `b = b_start + t d`, `m = m_start + t U`.
+    pub step: f64,
+    /// `U = sum_p u_p` (several workers).
+    pub combined: Option<RowVector>,
+}
+
+impl StradsApp for LogisticGsApp {
+    const DISPATCH_NAME: &'static str = "petrel.strads.logistic-gs.dispatch";
+    const COMMIT_NAME: &'static str = "petrel.strads.logistic-gs.commit";
+    type Task = LogisticSweepOrder;
+    type Partial = LogisticSwept;
+    type Commit = LogisticGsCommit;
+}
+
+/// Worker half: its block's solver.
+pub struct LogisticGsWorker {
+    core: LogisticGsWorkerCore,
+    data_digest: Option<u64>,
+}
+
+impl Push<LogisticGsApp> for LogisticGsWorker {
+    fn push(
+        &mut self,
+        _round: u64,
+        order: &LogisticSweepOrder,
+    ) -> Result<LogisticSwept, StradsModelError> {
+        self.core.sweep(order)
+    }
+
+    fn commit(&mut self, _round: u64, c: &LogisticGsCommit) -> Result<(), StradsModelError> {
+        self.core.commit(c.step, c.combined.as_ref())
+    }
+
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        encode_state(&self.core.snapshot()?)
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        self.core.restore(decode_state(state)?)
+    }
+}
+
+/// What a round checkpoint holds of a [`LogisticGsScheduling`].
+#[derive(Serialize, Deserialize)]
+struct GsSchedulingState {
+    coefficients: Vec<f64>,
+    margins: Vec<f64>,
+    l1: f64,
+    objective: f64,
+    correct: u64,
+    rounds: u64,
+    metrics: LogisticMetrics,
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum GsStop {
+    /// A baseline outcome: every block settled, the target, or the sweep limit.
+    Baseline(CdOutcome, f64),
+    /// `max_rounds` rounds ran.
+    RoundLimit,
+}
+
+/// Scheduler half: the labels, the model and (several workers) the margins.
+pub struct LogisticGsScheduling {
+    labels: Vec<f64>,
+    /// `m = X b` (kept with several workers only: one worker's objective is exact).
+    margins: Vec<f64>,
+    coefficients: Vec<f64>,
+    lambda: f32,
+    workers: usize,
+    l1: f64,
+    objective: f64,
+    correct: u64,
+    tolerance: f64,
+    target: Option<f64>,
+    max_rounds: u64,
+    rounds: u64,
+    in_flight: bool,
+    stop: Option<GsStop>,
+    metrics: LogisticMetrics,
+    heldout: Option<LinearHeldout>,
+    data_digest: Option<u64>,
+}
+
+impl LogisticGsScheduling {
+    /// The scheduler of `workers` workers on the data `(x, labels)`.
+    pub fn new(
+        x: &petrel_ml::data::SparseColumns,
+        labels: &[f32],
+        job: &LassoJob,
+        workers: usize,
+    ) -> Result<Self, StradsError> {
+        if workers == 0 || workers > x.n_columns() {
+            return Err(StradsModelError::InvalidConfig(format!(
+                "solver = \"gauss-seidel\" splits the {} features over the workers: {workers} workers is not within 1..={}",
+                x.n_columns(),
+                x.n_columns()
+            ))
+            .into());
+        }
+        let lambda = logistic_lambda(x, labels, job);
+        let heldout = LinearHeldout::of(
+            job,
+            petrel_ml::model::LinearTask::BinaryClassification,
+            lambda,
+        )?;
+        let labels: Vec<f64> = labels
+            .iter()
+            .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
+            .collect();
+        // The baseline's start, computed the same way: b = 0.
+        let loss: f64 = labels.iter().map(|&y| log_one_plus_exp_neg(y * 0.0)).sum();
+        let objective = loss + f64::from(lambda) * 0.0;
+        let mut s = LogisticGsScheduling {
+            margins: if workers > 1 {
+                vec![0.0; labels.len()]
+            } else {
+                Vec::new()
+            },
+            labels,
+            coefficients: vec![0.0; x.n_columns()],
+            lambda,
+            workers,
+            l1: 0.0,
+            objective,
+            correct: 0,
+            tolerance: job.gap_tolerance.map_or(1e-7, |t| t / 100.0),
+            target: job.target_objective,
+            max_rounds: job.max_rounds,
+            rounds: 0,
+            in_flight: false,
+            stop: None,
+            metrics: LogisticMetrics {
+                mode: "gauss-seidel".into(),
+                lambda,
+                n_samples: x.n_rows,
+                n_features: x.n_columns(),
+                workers,
+                rounds: 0,
+                updates: 0,
+                elapsed_s: 0.0,
+                final_objective: objective,
+                final_training_accuracy: 0.0,
+                nonzeros: 0,
+                trace: Vec::new(),
+            },
+            heldout,
+            data_digest: None,
+        };
+        s.record(0, Duration::ZERO);
+        Ok(s)
+    }
+
+    /// This half with the digest of the data it was built from.
+    pub fn with_data_digest(mut self, digest: u64) -> Self {
+        self.data_digest = Some(digest);
+        self
+    }
+
+    /// The metrics so far.
+    pub fn metrics(&self) -> &LogisticMetrics {
+        &self.metrics
+    }
+
+    /// The coefficients so far.
+    pub fn coefficients(&self) -> &[f64] {
+        &self.coefficients
+    }
+
+    /// The run's figures in the one metrics format, with why it stopped.
+    pub fn run_metrics(&self, job: &LassoJob) -> petrel_ml::job::RunMetrics {
+        let mut m = self.metrics.run_metrics(job);
+        match self.stop {
+            Some(GsStop::Baseline(outcome, gap)) => {
+                m.converged = outcome != CdOutcome::SweepLimit;
+                m.stop_reason = super::baseline::stop_reason(outcome, gap, self.rounds as usize);
+            }
+            Some(GsStop::RoundLimit) | None => {
+                m.converged = false;
+                m.stop_reason = format!(
+                    "ran {} rounds, the round limit (max_rounds = {}), before every block's full sweep settled",
+                    self.rounds, self.max_rounds
+                );
+            }
+        }
+        m
+    }
+
+    /// A point of the trace (and the final figures) for the current state.
+    fn record(&mut self, round: u64, elapsed: Duration) {
+        let n = self.labels.len().max(1) as f64;
+        let accuracy = if self.workers > 1 {
+            self.labels
+                .iter()
+                .zip(&self.margins)
+                .filter(|&(&y, &m)| y * m > 0.0)
+                .count() as f64
+                / n
+        } else {
+            self.correct as f64 / n
+        };
+        let heldout = self
+            .heldout
+            .as_ref()
+            .map(|h| h.figures_of_solver(&self.coefficients))
+            .unwrap_or_else(HeldoutFigures::new);
+        self.metrics.trace.push(LogisticPoint {
+            round,
+            updates: self.metrics.updates,
+            elapsed_s: elapsed.as_secs_f64(),
+            objective: self.objective,
+            training_accuracy: accuracy,
+            heldout,
+        });
+        self.metrics.rounds = self.rounds;
+        self.metrics.elapsed_s = elapsed.as_secs_f64();
+        self.metrics.final_objective = self.objective;
+        self.metrics.final_training_accuracy = accuracy;
+        self.metrics.nonzeros = self.coefficients.iter().filter(|v| **v != 0.0).count();
+    }
+
+    /// Checks a worker's answer against the design.
+    fn check(&self, round: u64, s: &LogisticSwept) -> Result<(), StradsModelError> {
+        let d = self.coefficients.len();
+        if s.changed.len() != s.values.len()
+            || s.changed.iter().any(|&j| j as usize >= d)
+            || s.values.iter().any(|v| !v.is_finite())
+            || !s.phase.objective.is_finite()
+        {
+            return Err(StradsModelError::protocol(format!(
+                "round {round}: a sweep's answer of {} coordinates and {} values does not fit {d} features (or is not finite)",
+                s.changed.len(),
+                s.values.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Several workers: the step along the sum of their sweeps.
+    fn combine(&mut self, swept: &[LogisticSwept]) -> Result<LogisticGsCommit, StradsModelError> {
+        let deltas: Vec<&RowVector> = swept
+            .iter()
+            .map(|s| {
+                s.margin_delta.as_ref().ok_or_else(|| {
+                    StradsModelError::protocol("a shared worker's sweep without its margin delta")
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let n = self.labels.len();
+        let omega = overlap(&deltas, n)?;
+        let mut sum = vec![0.0; n];
+        for u in &deltas {
+            u.add_scaled_to(1.0, &mut sum)?;
+        }
+        let moved: Vec<(f64, f64)> = swept
+            .iter()
+            .flat_map(|s| s.changed.iter().zip(&s.values))
+            .map(|(&j, &v)| (self.coefficients[j as usize], v))
+            .collect();
+        let (step, objective, l1) = combination_step(
+            &Combination {
+                labels: &self.labels,
+                margins: &self.margins,
+                sum: &sum,
+                moved: &moved,
+                lambda: f64::from(self.lambda),
+                l1: self.l1,
+            },
+            omega,
+        );
+        for s in swept {
+            for (&j, &v) in s.changed.iter().zip(&s.values) {
+                let b = &mut self.coefficients[j as usize];
+                *b = step_value(*b, v, step);
+            }
+        }
+        let combined = RowVector::from_dense(sum);
+        combined.add_scaled_to(step, &mut self.margins)?;
+        self.objective = objective;
+        self.l1 = l1;
+        tracing::debug!(
+            step,
+            omega,
+            objective,
+            "logistic gauss-seidel round combined"
+        );
+        Ok(LogisticGsCommit {
+            step,
+            combined: Some(combined),
+        })
+    }
+}
+
+impl Schedule<LogisticGsApp> for LogisticGsScheduling {
+    fn schedule(&mut self, _round: u64, in_flight: usize) -> Step<LogisticSweepOrder> {
+        if self.stop.is_some() {
+            return Step::Done;
+        }
+        if in_flight > 0 || self.in_flight {
+            return Step::Wait;
+        }
+        self.in_flight = true;
+        Step::Run(Plan::All(LogisticSweepOrder {
+            objective: self.objective,
+            l1: self.l1,
+            tolerance: self.tolerance,
+            target: self.target,
+        }))
+    }
+
+    fn pull(
+        &mut self,
+        round: u64,
+        swept: Vec<LogisticSwept>,
+        elapsed: Duration,
+    ) -> Result<LogisticGsCommit, StradsModelError> {
+        if swept.len() != self.workers {
+            return Err(StradsModelError::protocol(format!(
+                "round {round}: {} answers from {} workers",
+                swept.len(),
+                self.workers
+            )));
+        }
+        for s in &swept {
+            self.check(round, s)?;
+        }
+        self.in_flight = false;
+        self.rounds += 1;
+        let commit = if self.workers == 1 {
+            let s = &swept[0];
+            for (&j, &v) in s.changed.iter().zip(&s.values) {
+                let b = &mut self.coefficients[j as usize];
+                self.l1 += v.abs() - b.abs();
+                *b = v;
+            }
+            self.objective = s.phase.objective;
+            self.correct = s.correct;
+            LogisticGsCommit {
+                step: 1.0,
+                combined: None,
+            }
+        } else {
+            self.combine(&swept)?
+        };
+        self.metrics.updates = swept.iter().map(|s| s.updates).sum();
+        let gap = swept
+            .iter()
+            .map(|s| s.phase.gap)
+            .fold(f64::NEG_INFINITY, f64::max);
+        self.stop = if swept.iter().all(|s| s.phase.converged) {
+            Some(GsStop::Baseline(CdOutcome::Converged, gap))
+        } else if self.target.is_some_and(|t| self.objective <= t) {
+            Some(GsStop::Baseline(CdOutcome::ReachedTarget, gap))
+        } else if self.rounds >= BASELINE_MAX_SWEEPS as u64 {
+            Some(GsStop::Baseline(CdOutcome::SweepLimit, gap))
+        } else if self.max_rounds > 0 && self.rounds >= self.max_rounds {
+            Some(GsStop::RoundLimit)
+        } else {
+            None
+        };
+        self.record(round, elapsed);
+        petrel_observe::metrics().job.point(
+            &petrel_observe::thread_node(),
+            "objective",
+            elapsed,
+            self.objective,
+        );
+        Ok(commit)
+    }
+
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        if self.stop.is_some() {
+            return Ok(None);
+        }
+        if self.in_flight {
+            return Err(StradsModelError::protocol(
+                "checkpoint with a round in flight",
+            ));
+        }
+        encode_state(&GsSchedulingState {
+            coefficients: self.coefficients.clone(),
+            margins: self.margins.clone(),
+            l1: self.l1,
+            objective: self.objective,
+            correct: self.correct,
+            rounds: self.rounds,
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let s: GsSchedulingState = decode_state(state)?;
+        if s.coefficients.len() != self.coefficients.len() || s.margins.len() != self.margins.len()
+        {
+            return Err(StradsModelError::DimensionMismatch(format!(
+                "checkpoint has {} coefficients and {} margins, this job {} and {}",
+                s.coefficients.len(),
+                s.margins.len(),
+                self.coefficients.len(),
+                self.margins.len()
+            )));
+        }
+        self.coefficients = s.coefficients;
+        self.margins = s.margins;
+        self.l1 = s.l1;
+        self.objective = s.objective;
+        self.correct = s.correct;
+        self.rounds = s.rounds;
+        self.metrics = s.metrics;
+        self.in_flight = false;
+        self.stop = None;
+        Ok(())
+    }
+}
+
+impl StradsJob for LogisticGsApp {
+    const SECTION: &'static str = <LogisticApp as StradsJob>::SECTION;
+    const SCHEDULER_ROLE: &'static str = super::SCHEDULER_ROLE;
+    const WORKER_ROLE: &'static str = super::WORKER_ROLE;
+    type Config = LassoJob;
+    type Scheduler = LogisticGsScheduling;
+    type Worker = StarHalf<LogisticGsWorker>;
+
+    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+        <LogisticApp as StradsJob>::validate_config(job)
+    }
+
+    /// Depth 1: a sweep must start from every earlier commit.
+    fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
+        SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
+    }
+
+    fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
+        <LogisticApp as StradsJob>::round_checkpoints(job)
+    }
+
+    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LogisticGsScheduling, StradsError> {
+        let (x, labels) = load(job)?;
+        let digest = data_fingerprint(&x, &labels);
+        let half = LogisticGsScheduling::new(&x, &labels, job, shape.workers)?;
+        tracing::info!(
+            rows = x.n_rows,
+            features = x.n_columns(),
+            workers = shape.workers,
+            lambda = half.lambda,
+            "logistic gauss-seidel scheduler ready"
+        );
+        Ok(half.with_data_digest(digest))
+    }
+
+    /// Worker `index` keeps its range of columns (every row) and the labels.
+    fn worker(
+        job: &LassoJob,
+        index: usize,
+        shape: &JobShape,
+    ) -> Result<StarHalf<LogisticGsWorker>, StradsError> {
+        let (x, labels) = load(job)?;
+        let digest = data_fingerprint(&x, &labels);
+        let lambda = logistic_lambda(&x, &labels, job);
+        let range = super::super::lasso::gs::column_ranges(&x, shape.workers)?
+            .into_iter()
+            .nth(index)
+            .ok_or(StradsError::NoShare {
+                index,
+                workers: shape.workers,
+            })?;
+        tracing::debug!(worker = index, columns = ?range, "logistic gauss-seidel worker loaded");
+        let first = range.start;
+        let core =
+            LogisticGsWorkerCore::new(x.columns(range), &labels, lambda, first, shape.workers > 1)?;
+        Ok(StarHalf(LogisticGsWorker {
+            core,
+            data_digest: Some(digest),
+        }))
+    }
+
+    fn scheduler_digest(scheduler: &LogisticGsScheduling) -> Option<u64> {
+        scheduler.data_digest
+    }
+
+    fn worker_digest(worker: &StarHalf<LogisticGsWorker>) -> Option<u64> {
+        worker.0.data_digest
+    }
+
+    fn finish(
+        job: &LassoJob,
+        scheduler: LogisticGsScheduling,
+        _run: &FinishedRun,
+    ) -> Result<(), StradsError> {
+        tracing::info!(
+            objective = scheduler.objective,
+            rounds = scheduler.rounds,
+            "logistic gauss-seidel finished"
+        );
+        if let Some(dir) = &job.out_dir {
+            let coefficients: Vec<f32> = scheduler.coefficients.iter().map(|&b| b as f32).collect();
+            super::write_model(
+                dir,
+                job,
+                scheduler.lambda,
+                &coefficients,
+                scheduler.run_metrics(job),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
