@@ -24,7 +24,7 @@
 //! carries nothing: the run makes the baseline's updates and model, bit for bit.
 
 use super::super::lasso::checkpoint::data_fingerprint;
-use super::super::lasso::heldout::{HeldoutFigures, LinearHeldout};
+use super::super::lasso::heldout::LinearHeldout;
 use super::super::lasso::{LassoJob, baseline::BASELINE_MAX_SWEEPS};
 use super::{LogisticApp, LogisticMetrics, LogisticPoint, load, logistic_lambda};
 use crate::core::StradsModelError;
@@ -256,7 +256,7 @@ impl LogisticGsScheduling {
             .heldout
             .as_ref()
             .map(|h| h.figures_of_solver(&self.coefficients))
-            .unwrap_or_else(HeldoutFigures::new);
+            .unwrap_or_default();
         self.metrics.trace.push(LogisticPoint {
             round,
             updates: self.metrics.updates,
