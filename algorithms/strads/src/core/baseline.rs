@@ -388,6 +388,9 @@ impl<'a> CyclicLasso<'a> {
 
 use super::logistic::{log_one_plus_exp_neg, sigmoid};
 
+/// The most active-set sweeps after one full sweep (the baseline's active phase).
+pub const ACTIVE_SWEEPS: usize = 1000;
+
 /// Cyclic coordinate descent for `min sum_i log(1 + exp(-y_i x_i^T b)) + lambda ||b||_1`
 /// (labels `> 0` are +1, others -1). Each coordinate takes the proximal Newton step with
 /// the exact second derivative and keeps it if it lowers the objective by at least 1% of
@@ -569,7 +572,8 @@ impl<'a> CyclicLogistic<'a> {
         };
         let reached = |f: f64| stop.target_objective.is_some_and(|t| f <= t);
         while report.full_sweeps < stop.max_sweeps && !reached(objective) {
-            let phase = self.full_then_active(stop, objective, observe.as_deref_mut());
+            let phase =
+                self.full_then_active(stop, objective, ACTIVE_SWEEPS, observe.as_deref_mut());
             report.full_sweeps += 1;
             report.active_sweeps += phase.active_sweeps;
             report.gap = phase.gap;
@@ -590,13 +594,14 @@ impl<'a> CyclicLogistic<'a> {
 
     /// One full sweep from a state of objective `objective`; unless it lowered the
     /// objective by at most `stop.tolerance` (relative), the active phase follows (with
-    /// `stop.active_set`): sweeps of the non-zero coordinates until one lowers the
-    /// objective by at most a tenth of the tolerance or the target is met. `observe` sees
-    /// the state after the full sweep.
+    /// `stop.active_set`): at most `max_active` sweeps of the non-zero coordinates, until
+    /// one lowers the objective by at most a tenth of the tolerance or the target is met
+    /// ([`Self::active_phase`]). `observe` sees the state after the full sweep.
     pub fn full_then_active<'o>(
         &mut self,
         stop: &CdStop,
         objective: f64,
+        max_active: usize,
         observe: Option<&mut (dyn FnMut(&Self) + 'o)>,
     ) -> LogisticPhase {
         let d = self.x.n_columns();
@@ -618,20 +623,34 @@ impl<'a> CyclicLogistic<'a> {
         if phase.converged || !stop.active_set {
             return phase;
         }
+        (phase.active_sweeps, phase.objective) = self.active_phase(stop, after_full, max_active);
+        phase
+    }
+
+    /// Sweeps of the non-zero coordinates from a state of objective `objective` until one
+    /// lowers the objective by at most a tenth of `stop.tolerance` (relative), the target
+    /// is met, or `max_sweeps` sweeps ran; returns the sweeps and the objective.
+    pub fn active_phase(
+        &mut self,
+        stop: &CdStop,
+        objective: f64,
+        max_sweeps: usize,
+    ) -> (usize, f64) {
         let reached = |f: f64| stop.target_objective.is_some_and(|t| f <= t);
         let coefficients = &self.coefficients;
         let packed = PackedColumns::of(
             &self.x,
             &self.bound,
-            (0..d).filter(|&j| coefficients[j] != 0.0),
+            (0..self.x.n_columns()).filter(|&j| coefficients[j] != 0.0),
         );
         let mut slots: Vec<usize> = (0..packed.len()).collect();
-        let mut previous = after_full;
-        for _ in 0..1000 {
+        let mut previous = objective;
+        let mut sweeps = 0;
+        for _ in 0..max_sweeps {
             for &s in &slots {
                 self.update_packed(&packed, s);
             }
-            phase.active_sweeps += 1;
+            sweeps += 1;
             let now = self.objective();
             let settled = previous - now <= 0.1 * stop.tolerance * now.abs();
             previous = now;
@@ -642,8 +661,7 @@ impl<'a> CyclicLogistic<'a> {
             // zero waits for the next full sweep, which checks every one.
             slots.retain(|&s| self.coefficients[packed.column_of(s)] != 0.0);
         }
-        phase.objective = previous;
-        phase
+        (sweeps, previous)
     }
 }
 

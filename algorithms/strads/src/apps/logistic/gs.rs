@@ -9,14 +9,18 @@
 //! start: scheduler and worker p cut the features into W ranges of equal non-zeros (the
 //!        Lasso's cut, the same on every node); worker p keeps its columns, the labels
 //!        and m = X b = 0; the scheduler keeps the labels (and, with W > 1, m)
-//! round: scheduler -> every worker  Sweep{objective, ||b||_1, tolerance, target}
-//!        worker p: the baseline's full sweep of its columns, then (unless it settled)
-//!                  its active phase
+//! round: scheduler -> every worker  Sweep{full, active sweeps, objective, ||b||_1,
+//!                                        tolerance, target}
+//!        worker p: W = 1: the baseline's full sweep, then (unless it settled) its
+//!                  active phase; W > 1: a full sweep of its columns, or one sweep of its
+//!                  non-zeros
 //!        worker p -> scheduler  {changed coordinates, new values, margin delta u_p
 //!                                (W > 1), its trajectory's objectives}
 //!        scheduler: W = 1: take the sweep as it is; W > 1: U = sum_p u_p, the step t
 //!                   minimising the exact objective along t (never worse than 1 / omega),
-//!                   b += t d, m += t U; stop test
+//!                   b += t d, m += t U; stop test after a full round (the sum of
+//!                   the blocks' relative decreases within the tolerance); W > 1:
+//!                   active rounds until one settles, then the next full round
 //!        scheduler -> every worker  Commit{t, U (W > 1)}
 //! ```
 //!
@@ -29,7 +33,7 @@ use super::super::lasso::{LassoJob, baseline::BASELINE_MAX_SWEEPS};
 use super::{LogisticApp, LogisticMetrics, LogisticPoint, load, logistic_lambda};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp, decode_state, encode_state};
-use crate::core::baseline::CdOutcome;
+use crate::core::baseline::{ACTIVE_SWEEPS, CdOutcome};
 use crate::core::gauss_seidel::RowVector;
 use crate::core::logistic::gauss_seidel::{
     Combination, LogisticGsWorkerCore, LogisticSweepOrder, LogisticSwept, combination_step,
@@ -101,6 +105,9 @@ struct GsSchedulingState {
     objective: f64,
     correct: u64,
     rounds: u64,
+    full_sweeps: u64,
+    next_full: bool,
+    active_rounds: u64,
     metrics: LogisticMetrics,
 }
 
@@ -128,6 +135,14 @@ pub struct LogisticGsScheduling {
     target: Option<f64>,
     max_rounds: u64,
     rounds: u64,
+    /// Full rounds run.
+    full_sweeps: u64,
+    /// The next round is a full one (always with one worker).
+    next_full: bool,
+    /// Active rounds since the last full one.
+    active_rounds: u64,
+    /// The round in flight is a full one.
+    in_flight_full: bool,
     in_flight: bool,
     stop: Option<GsStop>,
     metrics: LogisticMetrics,
@@ -181,6 +196,10 @@ impl LogisticGsScheduling {
             target: job.target_objective,
             max_rounds: job.max_rounds,
             rounds: 0,
+            full_sweeps: 0,
+            next_full: true,
+            active_rounds: 0,
+            in_flight_full: true,
             in_flight: false,
             stop: None,
             metrics: LogisticMetrics {
@@ -226,7 +245,8 @@ impl LogisticGsScheduling {
         match self.stop {
             Some(GsStop::Baseline(outcome, gap)) => {
                 m.converged = outcome != CdOutcome::SweepLimit;
-                m.stop_reason = super::baseline::stop_reason(outcome, gap, self.rounds as usize);
+                m.stop_reason =
+                    super::baseline::stop_reason(outcome, gap, self.full_sweeps as usize);
             }
             Some(GsStop::RoundLimit) | None => {
                 m.converged = false;
@@ -353,7 +373,17 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
             return Step::Wait;
         }
         self.in_flight = true;
+        self.in_flight_full = self.next_full;
+        // One worker: the baseline's full sweep and active phase in one round; several:
+        // one sweep a round.
+        let active_sweeps = match (self.workers, self.next_full) {
+            (1, _) => ACTIVE_SWEEPS as u32,
+            (_, true) => 0,
+            (_, false) => 1,
+        };
         Step::Run(Plan::All(LogisticSweepOrder {
+            full: self.next_full,
+            active_sweeps,
             objective: self.objective,
             l1: self.l1,
             tolerance: self.tolerance,
@@ -379,6 +409,7 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
         }
         self.in_flight = false;
         self.rounds += 1;
+        let before = self.objective;
         let commit = if self.workers == 1 {
             let s = &swept[0];
             for (&j, &v) in s.changed.iter().zip(&s.values) {
@@ -396,15 +427,25 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
             self.combine(&swept)?
         };
         self.metrics.updates = swept.iter().map(|s| s.updates).sum();
-        let gap = swept
-            .iter()
-            .map(|s| s.phase.gap)
-            .fold(f64::NEG_INFINITY, f64::max);
-        self.stop = if swept.iter().all(|s| s.phase.converged) {
+        let full = self.in_flight_full;
+        // The blocks' full sweeps together: the sum of their relative decreases (one
+        // worker: the baseline's figure).
+        let gap: f64 = swept.iter().map(|s| s.phase.gap).sum();
+        if full {
+            self.full_sweeps += 1;
+            self.active_rounds = 0;
+            self.next_full = self.workers == 1;
+        } else {
+            // The baseline's settle rule for an active pass, for an active round.
+            self.active_rounds += 1;
+            let decrease = (before - self.objective) / self.objective.abs().max(f64::MIN_POSITIVE);
+            self.next_full = decrease <= 0.1 * self.tolerance || self.active_rounds >= 1000;
+        }
+        self.stop = if full && gap <= self.tolerance {
             Some(GsStop::Baseline(CdOutcome::Converged, gap))
         } else if self.target.is_some_and(|t| self.objective <= t) {
             Some(GsStop::Baseline(CdOutcome::ReachedTarget, gap))
-        } else if self.rounds >= BASELINE_MAX_SWEEPS as u64 {
+        } else if self.full_sweeps >= BASELINE_MAX_SWEEPS as u64 {
             Some(GsStop::Baseline(CdOutcome::SweepLimit, gap))
         } else if self.max_rounds > 0 && self.rounds >= self.max_rounds {
             Some(GsStop::RoundLimit)
@@ -437,6 +478,9 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
             objective: self.objective,
             correct: self.correct,
             rounds: self.rounds,
+            full_sweeps: self.full_sweeps,
+            next_full: self.next_full,
+            active_rounds: self.active_rounds,
             metrics: self.metrics.clone(),
         })
     }
@@ -459,6 +503,9 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
         self.objective = s.objective;
         self.correct = s.correct;
         self.rounds = s.rounds;
+        self.full_sweeps = s.full_sweeps;
+        self.next_full = s.next_full;
+        self.active_rounds = s.active_rounds;
         self.metrics = s.metrics;
         self.in_flight = false;
         self.stop = None;

@@ -4,11 +4,18 @@
 //!
 //! The features are cut once into contiguous column ranges of about equal non-zeros, one
 //! per worker (the Lasso's cut). A worker holds its columns (all rows), the labels and the
-//! margins `m = X b` of the whole model (f64). In a round every worker runs, from the same
-//! start, the baseline's full sweep of its own columns and, unless that sweep lowered the
-//! objective by at most the tolerance, the baseline's active phase
+//! margins `m = X b` of the whole model (f64). In a full round every worker runs, from the
+//! same start, the baseline's full sweep of its own columns and, unless that sweep lowered
+//! the objective by at most the tolerance, the baseline's active phase
 //! ([`CyclicLogistic::full_then_active`]: the same steps, in the same order). It answers
-//! with its new coefficient values and its margin delta `u_p`.
+//! with its new coefficient values and its margin delta `u_p`. With several workers every
+//! sweep of the baseline becomes a round: a full round is every block's full sweep alone,
+//! then active rounds (one sweep of each block's non-zeros) until one lowers the objective
+//! by at most a tenth of the tolerance (the baseline's active-phase rule), then the next
+//! full round. Each round combines the blocks' sweeps as below, so the coupling between
+//! blocks is settled a sweep at a time, as the baseline settles it a coordinate at a
+//! time; a block's own active phase between combinations would run ahead of the others'
+//! and be partly undone.
 //!
 //! **Why the combination converges.** Worker `p` alone lowers the objective:
 //! `Delta_p = F(b + d_p) - F(b) <= 0`. The loss is a sum over rows of convex functions of
@@ -17,17 +24,18 @@
 //! combination of `m_i`, and `m_i + u_{p,i}` for the workers that touch it, and the L1
 //! term is convex per coordinate; so `F(b + sum_p d_p / omega) - F(b) <= (1 / omega)
 //! sum_p Delta_p <= 0`. The scheduler holds the labels and the margins too, so it
-//! evaluates the objective along `t` exactly ([`combined_objective`]) and takes the best
-//! of `1 / omega`, `1` and a golden-section search on `[0, 1]` ([`combination_step`]):
-//! never worse than the safeguard, so every round lowers `F` by at least
-//! `(1 / W) sum_p |Delta_p|`. A round whose sweeps no worker can improve (every full sweep
-//! within the tolerance) ends the run, the baseline's stop rule per block. With one
-//! worker `t = 1`, nothing is combined, and the run is the baseline's, update for update.
+//! evaluates the objective along `t` exactly ([`combined_objective`]) and takes `1` where
+//! the objective still falls there, else the best of `1 / omega` and a golden-section
+//! search on `[0, 1]` ([`combination_step`]): never worse than the safeguard, so every round lowers `F` by at least
+//! `(1 / W) sum_p |Delta_p|`. A full round whose blocks' full sweeps lowered the objective
+//! by at most the tolerance together (the sum of their relative decreases) ends the run:
+//! the baseline's stop rule, summed over the blocks. With one worker `t = 1`, nothing is
+//! combined, every round is full, and the run is the baseline's, update for update.
 
 use super::super::StradsModelError;
 use super::super::baseline::{CdStop, CyclicLogistic, LogisticPhase};
 use super::super::gauss_seidel::RowVector;
-use super::log_one_plus_exp_neg;
+use super::{log_one_plus_exp_neg, sigmoid};
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +43,13 @@ use serde::{Deserialize, Serialize};
 /// state the scheduler describes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogisticSweepOrder {
+    /// A full sweep first; `false`: active sweeps only (several workers, between full
+    /// sweeps).
+    pub full: bool,
+    /// At most this many sweeps of the block's non-zeros (after the full sweep, unless it
+    /// settled the block): the baseline's active phase ([`crate::core::baseline::ACTIVE_SWEEPS`]) with one
+    /// worker; with several, none in a full round and one in an active round.
+    pub active_sweeps: u32,
     /// The objective of the round's start state.
     pub objective: f64,
     /// `||b||_1` of the whole model at the start.
@@ -130,7 +145,22 @@ impl LogisticGsWorkerCore {
             target_objective: order.target,
             active_set: true,
         };
-        let phase = self.cd.full_then_active(&stop, order.objective, None);
+        let phase = if order.full {
+            let max_active = order.active_sweeps as usize;
+            self.cd
+                .full_then_active(&stop, order.objective, max_active, None)
+        } else {
+            let (active_sweeps, objective) =
+                self.cd
+                    .active_phase(&stop, order.objective, order.active_sweeps as usize);
+            LogisticPhase {
+                after_full: order.objective,
+                gap: 0.0,
+                converged: false,
+                active_sweeps,
+                objective,
+            }
+        };
         let now = self.cd.coefficients_f64();
         self.changed = (0..now.len()).filter(|&j| now[j] != before[j]).collect();
         let margin_delta = start_margins.as_ref().map(|start| {
@@ -293,14 +323,42 @@ pub fn overlap(deltas: &[&RowVector], n_rows: usize) -> Result<usize, StradsMode
     Ok(count.into_iter().max().unwrap_or(0) as usize)
 }
 
-/// The combined step `t` and the objective and `||b||_1` it gives: the lowest of
-/// `1 / omega` (the safeguard), `1`, and a golden-section search of the convex objective
-/// on `[0, 1]`. `omega <= 1` (no row shared): `t = 1`.
+/// The left derivative of [`combined_objective`] in `t` at `t = 1`: the smooth part's
+/// derivative plus the L1 term's left derivative (at a coordinate the step sets to zero,
+/// `-|d_j|`). At most 0 means the convex objective falls all the way to `t = 1`.
+pub fn slope_at_one(c: &Combination<'_>) -> f64 {
+    let smooth: f64 = c
+        .labels
+        .iter()
+        .zip(c.margins.iter().zip(c.sum))
+        .map(|(&y, (&m, &u))| -y * u * sigmoid(-y * (m + u)))
+        .sum();
+    let l1: f64 = c
+        .moved
+        .iter()
+        .map(|&(start, swept)| {
+            let d = swept - start;
+            if swept == 0.0 {
+                -d.abs()
+            } else {
+                d * swept.signum()
+            }
+        })
+        .sum();
+    smooth + c.lambda * l1
+}
+
+/// The combined step `t` and the objective and `||b||_1` it gives. `omega <= 1` (no row
+/// shared): `t = 1`. Otherwise `t = 1` when the objective still falls at 1
+/// ([`slope_at_one`]: then 1 is the minimum on `[0, 1]`, the objective being convex; one
+/// pass over the rows, the usual case), else the lowest of `1 / omega` (the safeguard) and
+/// a golden-section search on `[0, 1]`.
 pub fn combination_step(c: &Combination<'_>, omega: usize) -> (f64, f64, f64) {
-    let mut best = (1.0, combined_objective(c, 1.0));
-    if omega <= 1 {
-        return (best.0, best.1.0, best.1.1);
+    let at_one = combined_objective(c, 1.0);
+    if omega <= 1 || slope_at_one(c) <= 0.0 {
+        return (1.0, at_one.0, at_one.1);
     }
+    let mut best = (1.0, at_one);
     let consider = |t: f64, best: &mut (f64, (f64, f64))| {
         let f = combined_objective(c, t);
         if f.0 < best.1.0 {
@@ -309,12 +367,13 @@ pub fn combination_step(c: &Combination<'_>, omega: usize) -> (f64, f64, f64) {
         f.0
     };
     consider(1.0 / omega as f64, &mut best);
-    // Golden section: the objective is convex in t, so the bracket keeps its minimum.
+    // Golden section: the objective is convex in t, so the bracket keeps its minimum
+    // (16 steps: within 0.001 of it).
     let ratio = (5f64.sqrt() - 1.0) / 2.0;
     let (mut lo, mut hi) = (0.0f64, 1.0f64);
     let (mut a, mut b) = (hi - ratio * (hi - lo), lo + ratio * (hi - lo));
     let (mut fa, mut fb) = (consider(a, &mut best), consider(b, &mut best));
-    for _ in 0..24 {
+    for _ in 0..16 {
         if fa <= fb {
             hi = b;
             (b, fb) = (a, fa);

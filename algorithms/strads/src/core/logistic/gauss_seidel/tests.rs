@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::baseline::CdOutcome;
+use crate::core::baseline::{ACTIVE_SWEEPS, CdOutcome};
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
 
 fn problem(n: usize, d: usize, seed: u64) -> (SparseColumns, Vec<f32>) {
@@ -49,6 +49,8 @@ fn run_blocks(
     let mut trace = vec![objective];
     for _ in 0..200 {
         let order = LogisticSweepOrder {
+            full: true,
+            active_sweeps: ACTIVE_SWEEPS as u32,
             objective,
             l1,
             tolerance,
@@ -193,6 +195,31 @@ fn the_step_is_one_without_shared_rows_and_the_best_of_the_line_otherwise() {
     for probe in [0.0, 0.25, 0.5, 0.75, 1.0] {
         assert!(f <= combined_objective(&c, probe).0, "{probe}");
     }
+    assert!(slope_at_one(&c) > 0.0);
+}
+
+#[test]
+fn the_slope_at_one_is_the_objectives_left_derivative() {
+    let y = [1.0, -1.0, 1.0, -1.0];
+    let margins = [0.3, -0.2, 1.0, 0.5];
+    let sum = [0.7, -1.1, 0.4, 0.9];
+    // One coordinate moves away from zero, one onto zero (a kink at t = 1).
+    let moved = [(0.2, 0.9), (-0.5, 0.0)];
+    let c = Combination {
+        labels: &y,
+        margins: &margins,
+        sum: &sum,
+        moved: &moved,
+        lambda: 0.7,
+        l1: 0.7,
+    };
+    let h = 1e-6;
+    let numeric = (combined_objective(&c, 1.0).0 - combined_objective(&c, 1.0 - h).0) / h;
+    assert!(
+        (numeric - slope_at_one(&c)).abs() < 1e-4,
+        "{numeric} {}",
+        slope_at_one(&c)
+    );
 }
 
 #[test]
@@ -217,6 +244,8 @@ fn a_lone_worker_refuses_a_combined_commit_and_a_commit_without_a_round() {
     let mut core = LogisticGsWorkerCore::new(x, &labels, 0.1, 0, false).unwrap();
     assert!(core.commit(1.0, None).is_err());
     let order = LogisticSweepOrder {
+        full: true,
+        active_sweeps: ACTIVE_SWEEPS as u32,
         objective: 40.0 * 2f64.ln(),
         l1: 0.0,
         tolerance: 1e-7,
