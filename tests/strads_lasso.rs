@@ -224,6 +224,11 @@ fn logistic_gauss_seidel_makes_the_baselines_model_and_reaches_its_optimum_over_
         std::fs::read(d.join("plain/coefficients.tsv")).unwrap(),
         std::fs::read(d.join("resumed/coefficients.tsv")).unwrap()
     );
+    // It resumed rather than ran again: the trace up to the checkpoint is the plain run's,
+    // wall-clock times included.
+    let (plain, resumed) = (metrics(&d.join("plain")), metrics(&d.join("resumed")));
+    assert_eq!(plain["trace"][1], resumed["trace"][1]);
+    assert!(plain["trace"][1]["elapsed_s"].as_f64().unwrap() > 0.0);
     assert_eq!(
         std::fs::read(d.join("plain/coefficients.tsv")).unwrap(),
         std::fs::read(d.join("two/coefficients.tsv")).unwrap(),

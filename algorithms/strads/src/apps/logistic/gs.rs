@@ -247,6 +247,14 @@ impl LogisticGsScheduling {
                 m.converged = outcome != CdOutcome::SweepLimit;
                 m.stop_reason =
                     super::baseline::stop_reason(outcome, gap, self.full_sweeps as usize);
+                if self.workers > 1 && outcome == CdOutcome::Converged {
+                    m.stop_reason = format!(
+                        "the {} blocks' {}",
+                        self.workers,
+                        m.stop_reason
+                            .replacen("a full sweep", "full sweeps together", 1)
+                    );
+                }
             }
             Some(GsStop::RoundLimit) | None => {
                 m.converged = false;
@@ -452,7 +460,7 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
         } else {
             None
         };
-        self.record(round, elapsed);
+        self.record(self.rounds, elapsed);
         petrel_observe::metrics().job.point(
             &petrel_observe::thread_node(),
             "objective",
