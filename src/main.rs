@@ -213,6 +213,9 @@ enum BenchCommand {
     Lasso(petrel::bench::lasso::LassoBenchArgs),
     /// STRADS Lasso (1, 2, 4 workers) against single-threaded coordinate descent, by size.
     LassoScale(petrel::bench::lasso_scale::LassoScaleBenchArgs),
+    /// STRADS sparse logistic regression (Gauss-Seidel, 1, 2, 4 workers) against
+    /// single-threaded coordinate descent, by size.
+    LogisticScale(petrel::bench::logistic_scale::LogisticScaleBenchArgs),
     /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).
     LassoSchedulers(petrel::bench::lasso_schedulers::LassoSchedulersBenchArgs),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
@@ -451,6 +454,9 @@ fn dispatch(command: Command, given: &BTreeSet<String>) -> Result<(), CliError> 
             BenchCommand::Lasso(args) => petrel::bench::lasso::run(args).map_err(CliError::command),
             BenchCommand::LassoScale(args) => {
                 petrel::bench::lasso_scale::run(args).map_err(CliError::command)
+            }
+            BenchCommand::LogisticScale(args) => {
+                petrel::bench::logistic_scale::run(args).map_err(CliError::command)
             }
             BenchCommand::LassoSchedulers(args) => {
                 petrel::bench::lasso_schedulers::run(args).map_err(CliError::command)

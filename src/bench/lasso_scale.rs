@@ -386,7 +386,7 @@ fn median_run(runs: Vec<PetrelFigures>) -> PetrelFigures {
 }
 
 /// The median (the mean of the two middle values of an even count); `None` when empty.
-fn median(values: &[f64]) -> Option<f64> {
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     let n = sorted.len();

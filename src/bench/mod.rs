@@ -18,6 +18,7 @@ pub mod lasso_schedulers;
 #[allow(missing_docs)]
 pub mod lda;
 pub mod lda_scale;
+pub mod logistic_scale;
 #[allow(missing_docs)]
 pub mod managed;
 pub mod memory_bandwidth;

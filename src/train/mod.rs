@@ -498,6 +498,17 @@ pub fn run_lasso_job(
     run_star_job::<LassoApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
 }
 
+/// Runs a logistic-regression job on a cluster (its `solver` picks the roles) and returns
+/// the metrics the scheduler wrote.
+pub fn run_logistic_job(
+    job: &LassoJob,
+    workers: usize,
+    transport: JobTransport,
+) -> Result<LogisticMetrics, StradsTrainError> {
+    let nodes = one_scheduler::<LogisticApp>();
+    run_star_job::<LogisticApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
+}
+
 /// Runs an MF job on a cluster and returns the metrics the scheduler wrote.
 pub fn run_mf_job(
     job: &StradsMfJob,
