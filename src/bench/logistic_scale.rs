@@ -166,13 +166,13 @@ const COLUMNS: [&str; 11] = [
 ];
 
 /// What one of `workers` Gauss-Seidel workers holds, MB: its columns' share of X (8 bytes
-/// a non-zero), per column of its share the column start, curvature bound and coefficient
-/// (24 bytes), and per row of the design the label, the margin and the round's start
-/// margin (24 bytes).
+/// a non-zero), per column of its share the column start, curvature bound, coefficient
+/// and the round's start coefficient (32 bytes), and per row of the design the label, the
+/// margin, the round's start margin and its margin delta (32 bytes).
 pub fn worker_holds_mb(nnz: usize, size: &DesignSize, workers: usize) -> f64 {
     let share = workers.max(1) as f64;
     let (nnz, d, n) = (nnz as f64, size.n_features as f64, size.n_samples as f64);
-    (nnz * 8.0 / share + d * 24.0 / share + n * 24.0) / 1e6
+    (nnz * 8.0 / share + d * 32.0 / share + n * 32.0) / 1e6
 }
 
 fn job_for(size: &DesignSize, args: &LogisticScaleBenchArgs) -> LassoJob {

@@ -37,7 +37,7 @@ mod data;
 pub mod gs;
 
 pub use baseline::run_baseline;
-pub use data::{check_binary_labels, load, logistic_lambda};
+pub use data::{check_binary_labels, load, load_share, logistic_lambda, logistic_lambda_from_max};
 
 /// Marker type of the logistic wire types.
 pub struct LogisticApp;

@@ -109,9 +109,10 @@ pub struct LassoJob {
     /// lambda = fraction * lambda_max when --lambda is unset.
     #[arg(long, default_value_t = 0.2)]
     pub lambda_fraction: f64,
-    /// Lasso only: `gauss-seidel` (each worker holds a share of the columns and the full
-    /// residual, sweeps its coordinates sequentially and returns one residual delta per
-    /// round; the baseline's active-set schedule; see `apps::lasso::gs`), `scheduled` (the
+    /// `gauss-seidel` (each worker holds a share of the columns and the full residual, or
+    /// for logistic the margins, sweeps its coordinates sequentially and returns one
+    /// delta per round; the baseline's active-set schedule; see `apps::lasso::gs` and
+    /// `apps::logistic::gs`), `scheduled` (the
     /// scheduler picks blocks of coordinates and the workers, holding rows, return
     /// partial sums) or `auto` (the default): `gauss-seidel` unless the job sets something
     /// only `scheduled` has, i.e. schedulers > 1 or a scheduling knob (mode, block size,
@@ -780,6 +781,7 @@ use stats::{column_means, label_mean};
 mod share;
 mod solver;
 
+pub(crate) use share::check_pick;
 pub use share::{ColumnShare, DesignShape};
 pub use solver::{GsExchange, LassoSolver};
 

@@ -1,11 +1,13 @@
 //! The logistic job's data: a LIBSVM file with binary labels, or a synthetic problem, and
 //! the default `lambda`.
 
-use super::super::lasso::LassoJob;
+use super::super::lasso::config::check_pick;
+use super::super::lasso::{ColumnShare, DesignShape, LassoJob};
 use crate::core::StradsModelError;
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
+use std::ops::Range;
 
 /// `(X by columns, labels)` from the job's LIBSVM file or a synthetic problem: with
 /// `synthetic.nnz_per_column > 0` the Lasso's sparse correlated design with labels `y > 0`,
@@ -68,10 +70,50 @@ pub fn check_binary_labels(path: &std::path::Path, labels: &[f32]) -> Result<(),
 /// The job's `lambda`, or `lambda_fraction` of `max_j |x_j^T y| / 2` (the smallest lambda
 /// with an all-zero solution for +-1 labels).
 pub fn logistic_lambda(x: &SparseColumns, labels: &[f32], job: &LassoJob) -> f32 {
-    let signs: Vec<f32> = labels
+    logistic_lambda_from_max(job, super::super::lasso::lambda_max(x, &signs(labels)))
+}
+
+/// [`logistic_lambda`] given `max_j |x_j^T y|` with `y` the labels' signs.
+pub fn logistic_lambda_from_max(job: &LassoJob, lambda_max: f64) -> f32 {
+    job.lambda
+        .unwrap_or((job.lambda_fraction * lambda_max / 2.0) as f32)
+}
+
+/// Labels `> 0` as +1, the others as -1.
+fn signs(labels: &[f32]) -> Vec<f32> {
+    labels
         .iter()
         .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
-        .collect();
-    job.lambda
-        .unwrap_or((job.lambda_fraction * super::super::lasso::lambda_max(x, &signs) / 2.0) as f32)
+        .collect()
+}
+
+/// This node's columns of the job's data, `pick`ed from the design's shape, with the
+/// labels as +-1 and `lambda_max` against them (the Gauss-Seidel solver's share). A
+/// LIBSVM file and the sparse synthetic design never exist whole on the node; the dense
+/// synthetic problem is built whole first. The labels, `lambda_max` and columns are bit
+/// for bit those of [`load`] and [`logistic_lambda`].
+pub fn load_share(
+    job: &LassoJob,
+    pick: impl FnOnce(&DesignShape) -> Result<Range<usize>, StradsError>,
+) -> Result<ColumnShare, StradsError> {
+    if job.data.is_some() || job.synthetic.nnz_per_column > 0 {
+        return job.load_column_share_labelled(pick, |raw| {
+            if let Some(path) = &job.data {
+                check_binary_labels(path, &raw)?;
+            }
+            Ok(signs(&raw))
+        });
+    }
+    let (x, labels) = load(job)?;
+    let shape = DesignShape::of(&x);
+    let columns = pick(&shape)?;
+    check_pick(&shape, &columns)?;
+    let y = signs(&labels);
+    Ok(ColumnShare {
+        lambda_max: super::super::lasso::lambda_max(&x, &y),
+        x: x.columns(columns.clone()),
+        shape,
+        columns,
+        y,
+    })
 }

@@ -27,10 +27,11 @@
 //! With one worker a round is the baseline's full sweep and active phase and its commit
 //! carries nothing: the run makes the baseline's updates and model, bit for bit.
 
-use super::super::lasso::checkpoint::data_fingerprint;
+use super::super::lasso::ColumnShare;
+use super::super::lasso::gs::column_ranges_of;
 use super::super::lasso::heldout::LinearHeldout;
 use super::super::lasso::{LassoJob, baseline::BASELINE_MAX_SWEEPS};
-use super::{LogisticApp, LogisticMetrics, LogisticPoint, load, logistic_lambda};
+use super::{LogisticApp, LogisticMetrics, LogisticPoint, load_share, logistic_lambda_from_max};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp, decode_state, encode_state};
 use crate::core::baseline::{ACTIVE_SWEEPS, CdOutcome};
@@ -151,31 +152,23 @@ pub struct LogisticGsScheduling {
 }
 
 impl LogisticGsScheduling {
-    /// The scheduler of `workers` workers on the data `(x, labels)`.
-    pub fn new(
-        x: &petrel_ml::data::SparseColumns,
-        labels: &[f32],
-        job: &LassoJob,
-        workers: usize,
-    ) -> Result<Self, StradsError> {
-        if workers == 0 || workers > x.n_columns() {
+    /// The scheduler of `workers` workers on the design `design` (its shape, labels and
+    /// `lambda_max`: [`load_share`] of no columns).
+    pub fn new(design: &ColumnShare, job: &LassoJob, workers: usize) -> Result<Self, StradsError> {
+        let (n_rows, n_features) = (design.shape.n_rows, design.shape.n_columns());
+        if workers == 0 || workers > n_features {
             return Err(StradsModelError::InvalidConfig(format!(
-                "solver = \"gauss-seidel\" splits the {} features over the workers: {workers} workers is not within 1..={}",
-                x.n_columns(),
-                x.n_columns()
+                "solver = \"gauss-seidel\" splits the {n_features} features over the workers: {workers} workers is not within 1..={n_features}"
             ))
             .into());
         }
-        let lambda = logistic_lambda(x, labels, job);
+        let lambda = logistic_lambda_from_max(job, design.lambda_max);
         let heldout = LinearHeldout::of(
             job,
             petrel_ml::model::LinearTask::BinaryClassification,
             lambda,
         )?;
-        let labels: Vec<f64> = labels
-            .iter()
-            .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
-            .collect();
+        let labels: Vec<f64> = design.y.iter().map(|&l| f64::from(l)).collect();
         // The baseline's start, computed the same way: b = 0.
         let loss: f64 = labels.iter().map(|&y| log_one_plus_exp_neg(y * 0.0)).sum();
         let objective = loss + f64::from(lambda) * 0.0;
@@ -186,7 +179,7 @@ impl LogisticGsScheduling {
                 Vec::new()
             },
             labels,
-            coefficients: vec![0.0; x.n_columns()],
+            coefficients: vec![0.0; n_features],
             lambda,
             workers,
             l1: 0.0,
@@ -205,8 +198,8 @@ impl LogisticGsScheduling {
             metrics: LogisticMetrics {
                 mode: "gauss-seidel".into(),
                 lambda,
-                n_samples: x.n_rows,
-                n_features: x.n_columns(),
+                n_samples: n_rows,
+                n_features,
                 workers,
                 rounds: 0,
                 updates: 0,
@@ -542,40 +535,46 @@ impl StradsJob for LogisticGsApp {
         <LogisticApp as StradsJob>::round_checkpoints(job)
     }
 
+    /// The scheduler keeps no column: the design's shape, the labels and `lambda_max`.
     fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LogisticGsScheduling, StradsError> {
-        let (x, labels) = load(job)?;
-        let digest = data_fingerprint(&x, &labels);
-        let half = LogisticGsScheduling::new(&x, &labels, job, shape.workers)?;
+        let design = load_share(job, |_| Ok(0..0))?;
+        let half = LogisticGsScheduling::new(&design, job, shape.workers)?;
         tracing::info!(
-            rows = x.n_rows,
-            features = x.n_columns(),
+            rows = design.shape.n_rows,
+            features = design.shape.n_columns(),
             workers = shape.workers,
             lambda = half.lambda,
             "logistic gauss-seidel scheduler ready"
         );
-        Ok(half.with_data_digest(digest))
+        Ok(half.with_data_digest(design.digest()))
     }
 
-    /// Worker `index` keeps its range of columns (every row) and the labels.
+    /// Worker `index` keeps only its range of columns (every row) and the labels
+    /// ([`load_share`]: the Lasso's cut of equal non-zeros).
     fn worker(
         job: &LassoJob,
         index: usize,
         shape: &JobShape,
     ) -> Result<StarHalf<LogisticGsWorker>, StradsError> {
-        let (x, labels) = load(job)?;
-        let digest = data_fingerprint(&x, &labels);
-        let lambda = logistic_lambda(&x, &labels, job);
-        let range = super::super::lasso::gs::column_ranges(&x, shape.workers)?
-            .into_iter()
-            .nth(index)
-            .ok_or(StradsError::NoShare {
-                index,
-                workers: shape.workers,
-            })?;
-        tracing::debug!(worker = index, columns = ?range, "logistic gauss-seidel worker loaded");
-        let first = range.start;
-        let core =
-            LogisticGsWorkerCore::new(x.columns(range), &labels, lambda, first, shape.workers > 1)?;
+        let share = load_share(job, |design| {
+            column_ranges_of(design, shape.workers)?
+                .into_iter()
+                .nth(index)
+                .ok_or(StradsError::NoShare {
+                    index,
+                    workers: shape.workers,
+                })
+        })?;
+        tracing::debug!(worker = index, columns = ?share.columns, "logistic gauss-seidel worker loaded");
+        let digest = share.digest();
+        let lambda = logistic_lambda_from_max(job, share.lambda_max);
+        let core = LogisticGsWorkerCore::new(
+            share.x,
+            &share.y,
+            lambda,
+            share.columns.start,
+            shape.workers > 1,
+        )?;
         Ok(StarHalf(LogisticGsWorker {
             core,
             data_digest: Some(digest),

@@ -84,3 +84,64 @@ fn a_sparse_synthetic_problem_is_the_lasso_design_labelled_by_its_response() {
     assert!(err.contains("synthetic.nnz_per_column"), "{err}");
     assert!(err.contains("400000000 values"), "{err}");
 }
+
+#[test]
+fn a_share_is_the_whole_designs_columns_signs_and_lambda_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("classes.libsvm");
+    std::fs::write(
+        &path,
+        "1 1:0.5 3:1.25\n0 2:2 3:-1\n1 1:-0.75 4:3\n0 2:0.1 4:0.2\n1 3:0.3\n",
+    )
+    .unwrap();
+    let sparse = LassoJob {
+        synthetic: SyntheticLasso {
+            n_samples: 200,
+            n_features: 500,
+            nnz_per_column: 5,
+            n_nonzero: 10,
+            seed: 2,
+            ..SyntheticLasso::default()
+        },
+        ..LassoJob::default()
+    };
+    let dense = LassoJob {
+        synthetic: SyntheticLasso {
+            n_samples: 60,
+            n_features: 40,
+            ..SyntheticLasso::default()
+        },
+        ..LassoJob::default()
+    };
+    let file = LassoJob {
+        data: Some(path.clone()),
+        ..LassoJob::default()
+    };
+    for job in [sparse, dense, file] {
+        let (x, labels) = load(&job).unwrap();
+        let d = x.n_columns();
+        let share = load_share(&job, |_| Ok(1..d)).unwrap();
+        assert_eq!(share.x, x.columns(1..d));
+        let signs: Vec<f32> = labels
+            .iter()
+            .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
+            .collect();
+        assert_eq!(share.y, signs);
+        assert_eq!(
+            logistic_lambda_from_max(&job, share.lambda_max).to_bits(),
+            logistic_lambda(&x, &labels, &job).to_bits()
+        );
+    }
+    // A file with a regression target is refused, naming the row.
+    std::fs::write(&path, "1 1:0.5\n2.5 2:1\n").unwrap();
+    let err = load_share(
+        &LassoJob {
+            data: Some(path),
+            ..LassoJob::default()
+        },
+        |_| Ok(0..1),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("row 2"), "{err}");
+}

@@ -103,7 +103,8 @@ impl ShareBuilder {
     }
 }
 
-fn check_pick(shape: &DesignShape, columns: &Range<usize>) -> Result<(), StradsError> {
+/// Refuses a pick outside the design's columns.
+pub(crate) fn check_pick(shape: &DesignShape, columns: &Range<usize>) -> Result<(), StradsError> {
     if columns.start > columns.end || columns.end > shape.n_columns() {
         return Err(StradsModelError::InvalidConfig(format!(
             "column share {columns:?} outside the design's 0..{} columns",
@@ -123,11 +124,8 @@ impl LassoJob {
         &self,
         pick: impl FnOnce(&DesignShape) -> Result<Range<usize>, StradsError>,
     ) -> Result<ColumnShare, StradsError> {
-        if let (None, Some(params)) = (&self.data, self.sparse_params()) {
-            return self.synthetic_share(&params, pick);
-        }
-        if let Some(path) = &self.data {
-            return self.file_share(path, pick);
+        if self.data.is_some() || self.sparse_params().is_some() {
+            return self.load_column_share_labelled(pick, |y| Ok(self.centred_labels(y)));
         }
         let (x, y) = self.load()?;
         let shape = DesignShape::of(&x);
@@ -141,6 +139,28 @@ impl LassoJob {
             y,
             lambda_max,
         })
+    }
+
+    /// [`Self::load_column_share`] of a LIBSVM file or the sparse synthetic design, with
+    /// its labels made by `labels` from the file's labels or the design's response
+    /// (`lambda_max` is computed against them): the Lasso centres them with
+    /// `fit_intercept`, logistic regression checks them and takes their signs. `None`
+    /// (the dense synthetic design) is refused: it is built whole.
+    pub fn load_column_share_labelled(
+        &self,
+        pick: impl FnOnce(&DesignShape) -> Result<Range<usize>, StradsError>,
+        labels: impl FnOnce(Vec<f32>) -> Result<Vec<f32>, StradsError>,
+    ) -> Result<ColumnShare, StradsError> {
+        if let (None, Some(params)) = (&self.data, self.sparse_params()) {
+            return self.synthetic_share(&params, pick, labels);
+        }
+        if let Some(path) = &self.data {
+            return self.file_share(path, pick, labels);
+        }
+        Err(StradsModelError::InvalidConfig(
+            "a column share is read from a LIBSVM file or the sparse synthetic design".into(),
+        )
+        .into())
     }
 
     /// `y` centred with `fit_intercept`, as [`LassoJob::load`] does.
@@ -162,6 +182,7 @@ impl LassoJob {
         &self,
         params: &SparseLassoParams,
         pick: impl FnOnce(&DesignShape) -> Result<Range<usize>, StradsError>,
+        labels: impl FnOnce(Vec<f32>) -> Result<Vec<f32>, StradsError>,
     ) -> Result<ColumnShare, StradsError> {
         let mut generator = SparseLassoColumns::new(params)?;
         let shape = DesignShape {
@@ -170,7 +191,7 @@ impl LassoJob {
         };
         let columns = pick(&shape)?;
         check_pick(&shape, &columns)?;
-        let y = self.centred_labels(generator.labels());
+        let y = labels(generator.labels())?;
         let centring = self.centring(&y);
         let mut share = ShareBuilder::new(&shape, columns);
         let mut lambda_max = 0.0f64;
@@ -199,6 +220,7 @@ impl LassoJob {
         &self,
         path: &Path,
         pick: impl FnOnce(&DesignShape) -> Result<Range<usize>, StradsError>,
+        make_y: impl FnOnce(Vec<f32>) -> Result<Vec<f32>, StradsError>,
     ) -> Result<ColumnShare, StradsError> {
         let (mut labels, mut column_nnz) = (Vec::new(), Vec::<u32>::new());
         visit_libsvm(path, |label, row| {
@@ -228,7 +250,7 @@ impl LassoJob {
         check_pick(&shape, &columns)?;
         // The second read must see the same labels (its columns are checked by the counts).
         let first_labels = labels.clone();
-        let y = self.centred_labels(labels);
+        let y = make_y(labels)?;
         let centring = self.centring(&y);
         let d = shape.n_columns();
         let mut dots = vec![0.0f64; d];

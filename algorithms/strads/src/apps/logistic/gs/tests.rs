@@ -1,3 +1,4 @@
+use super::super::{load, logistic_lambda};
 use super::*;
 use crate::apps::lasso::SyntheticLasso;
 use crate::core::baseline::{CdStop, CyclicLogistic};
@@ -111,8 +112,8 @@ fn the_round_limit_stops_a_run_and_says_it_did_not_converge() {
 #[test]
 fn a_scheduler_refuses_answers_that_do_not_fit_the_design() {
     let job = job(6);
-    let (x, labels) = load(&job).unwrap();
-    let mut sched = LogisticGsScheduling::new(&x, &labels, &job, 1).unwrap();
+    let design = load_share(&job, |_| Ok(0..0)).unwrap();
+    let mut sched = LogisticGsScheduling::new(&design, &job, 1).unwrap();
     assert!(matches!(sched.schedule(1, 0), Step::Run(_)));
     let phase = crate::core::baseline::LogisticPhase {
         after_full: 1.0,
