@@ -412,6 +412,8 @@ pub struct CyclicLogistic<'a> {
     margins: Vec<f64>,
     /// `||b||_1` of the coordinates this solver does not hold (0 for the baseline).
     l1_others: f64,
+    /// While recording: `(coordinate, value before)` of every step that moved one.
+    journal: Option<Vec<(usize, f64)>>,
     updates: u64,
 }
 
@@ -462,6 +464,7 @@ impl<'a> CyclicLogistic<'a> {
             x,
             lambda: f64::from(lambda),
             l1_others: 0.0,
+            journal: None,
             updates: 0,
         })
     }
@@ -470,7 +473,8 @@ impl<'a> CyclicLogistic<'a> {
     pub fn update(&mut self, j: usize) -> f64 {
         self.updates += 1;
         let (rows, vals) = self.x.column(j);
-        logistic_step(
+        let before = self.coefficients[j];
+        let delta = logistic_step(
             rows,
             vals,
             &self.labels,
@@ -478,7 +482,19 @@ impl<'a> CyclicLogistic<'a> {
             &mut self.coefficients[j],
             self.lambda,
             self.bound[j],
-        )
+        );
+        self.note(j, before, delta);
+        delta
+    }
+
+    /// Records a step that moved coordinate `j` from `before`, while recording.
+    #[inline]
+    fn note(&mut self, j: usize, before: f64, delta: f64) {
+        if delta != 0.0
+            && let Some(journal) = &mut self.journal
+        {
+            journal.push((j, before));
+        }
     }
 
     /// [`Self::update`] of the active set's slot `s` (its column and curvature bound packed
@@ -486,7 +502,8 @@ impl<'a> CyclicLogistic<'a> {
     fn update_packed(&mut self, active: &PackedColumns, s: usize) -> f64 {
         self.updates += 1;
         let (j, rows, vals, bound) = active.slot(s);
-        logistic_step(
+        let before = self.coefficients[j];
+        let delta = logistic_step(
             rows,
             vals,
             &self.labels,
@@ -494,7 +511,9 @@ impl<'a> CyclicLogistic<'a> {
             &mut self.coefficients[j],
             self.lambda,
             bound,
-        )
+        );
+        self.note(j, before, delta);
+        delta
     }
 
     /// Loss plus `lambda ||b||_1` (O(rows + features)), the other blocks' `||b||_1`
@@ -705,6 +724,41 @@ impl CyclicLogistic<'static> {
     /// Restores the update count (a checkpoint).
     pub fn set_updates(&mut self, updates: u64) {
         self.updates = updates;
+    }
+
+    /// Starts recording the coordinates the steps move ([`Self::moved_since`]).
+    pub fn record_moves(&mut self) {
+        self.journal = Some(Vec::new());
+    }
+
+    /// Stops recording: every coordinate whose value differs from when recording started,
+    /// as `(coordinate, value then, value now)`, in increasing order.
+    pub fn moved_since(&mut self) -> Vec<(usize, f64, f64)> {
+        let mut journal = self.journal.take().unwrap_or_default();
+        // A stable sort keeps each coordinate's first entry, its value at the start, first.
+        journal.sort_by_key(|&(j, _)| j);
+        journal.dedup_by_key(|&mut (j, _)| j);
+        journal
+            .into_iter()
+            .map(|(j, then)| (j, then, self.coefficients[j]))
+            .filter(|&(_, then, now)| then != now)
+            .collect()
+    }
+
+    /// Sets the given coordinates (a commit); refuses a coordinate out of range.
+    pub fn set_coefficients(&mut self, values: &[(usize, f64)]) -> Result<(), StradsModelError> {
+        let d = self.coefficients.len();
+        for &(j, v) in values {
+            *self.coefficients.get_mut(j).ok_or_else(|| {
+                StradsModelError::protocol(format!("coordinate {j} of a block of {d}"))
+            })? = v;
+        }
+        Ok(())
+    }
+
+    /// The margins, to replace (a commit).
+    pub fn margins_mut(&mut self) -> &mut [f64] {
+        &mut self.margins
     }
 }
 

@@ -47,6 +47,9 @@ use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// Active-set sweeps per active round with several workers (`gs_active_passes = 0`).
+pub const SHARED_ACTIVE_PASSES: u32 = 1;
+
 /// Marker type of the Gauss-Seidel logistic job (same roles and settings section as the
 /// scheduled one; the roles pick by `solver`).
 pub struct LogisticGsApp;
@@ -142,6 +145,10 @@ pub struct LogisticGsScheduling {
     next_full: bool,
     /// Active rounds since the last full one.
     active_rounds: u64,
+    /// Non-zero coefficients.
+    nonzeros: usize,
+    /// Active-set sweeps per round ([`LassoJob::gs_active_passes`], or automatic).
+    active_passes: u32,
     /// The round in flight is a full one.
     in_flight_full: bool,
     in_flight: bool,
@@ -192,6 +199,12 @@ impl LogisticGsScheduling {
             full_sweeps: 0,
             next_full: true,
             active_rounds: 0,
+            nonzeros: 0,
+            active_passes: match (job.gs_active_passes, workers) {
+                (0, 1) => ACTIVE_SWEEPS as u32,
+                (0, _) => SHARED_ACTIVE_PASSES,
+                (passes, _) => passes,
+            },
             in_flight_full: true,
             in_flight: false,
             stop: None,
@@ -290,7 +303,14 @@ impl LogisticGsScheduling {
         self.metrics.elapsed_s = elapsed.as_secs_f64();
         self.metrics.final_objective = self.objective;
         self.metrics.final_training_accuracy = accuracy;
-        self.metrics.nonzeros = self.coefficients.iter().filter(|v| **v != 0.0).count();
+        self.metrics.nonzeros = self.nonzeros;
+    }
+
+    /// Sets coordinate `j` (checked by [`Self::check`]), counting the non-zeros.
+    fn set(&mut self, j: usize, value: f64) {
+        let b = &mut self.coefficients[j];
+        self.nonzeros = self.nonzeros + usize::from(value != 0.0) - usize::from(*b != 0.0);
+        *b = value;
     }
 
     /// Checks a worker's answer against the design.
@@ -321,7 +341,6 @@ impl LogisticGsScheduling {
             })
             .collect::<Result<_, _>>()?;
         let n = self.labels.len();
-        let omega = overlap(&deltas, n)?;
         let mut sum = vec![0.0; n];
         for u in &deltas {
             u.add_scaled_to(1.0, &mut sum)?;
@@ -340,24 +359,20 @@ impl LogisticGsScheduling {
                 lambda: f64::from(self.lambda),
                 l1: self.l1,
             },
-            omega,
+            // Every delta's rows were checked by the sum: at most every worker shares a row.
+            || overlap(&deltas, n).unwrap_or(deltas.len()),
         );
         for s in swept {
             for (&j, &v) in s.changed.iter().zip(&s.values) {
-                let b = &mut self.coefficients[j as usize];
-                *b = step_value(*b, v, step);
+                let b = self.coefficients[j as usize];
+                self.set(j as usize, step_value(b, v, step));
             }
         }
         let combined = RowVector::from_dense(sum);
         combined.add_scaled_to(step, &mut self.margins)?;
         self.objective = objective;
         self.l1 = l1;
-        tracing::debug!(
-            step,
-            omega,
-            objective,
-            "logistic gauss-seidel round combined"
-        );
+        tracing::debug!(step, objective, "logistic gauss-seidel round combined");
         Ok(LogisticGsCommit {
             step,
             combined: Some(combined),
@@ -376,11 +391,11 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
         self.in_flight = true;
         self.in_flight_full = self.next_full;
         // One worker: the baseline's full sweep and active phase in one round; several:
-        // one sweep a round.
+        // a full sweep, or `active_passes` active-set sweeps, a round.
         let active_sweeps = match (self.workers, self.next_full) {
-            (1, _) => ACTIVE_SWEEPS as u32,
+            (1, _) => self.active_passes,
             (_, true) => 0,
-            (_, false) => 1,
+            (_, false) => self.active_passes,
         };
         Step::Run(Plan::All(LogisticSweepOrder {
             full: self.next_full,
@@ -414,9 +429,8 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
         let commit = if self.workers == 1 {
             let s = &swept[0];
             for (&j, &v) in s.changed.iter().zip(&s.values) {
-                let b = &mut self.coefficients[j as usize];
-                self.l1 += v.abs() - b.abs();
-                *b = v;
+                self.l1 += v.abs() - self.coefficients[j as usize].abs();
+                self.set(j as usize, v);
             }
             self.objective = s.phase.objective;
             self.correct = s.correct;
@@ -498,6 +512,7 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
                 self.margins.len()
             )));
         }
+        self.nonzeros = s.coefficients.iter().filter(|v| **v != 0.0).count();
         self.coefficients = s.coefficients;
         self.margins = s.margins;
         self.l1 = s.l1;

@@ -35,7 +35,7 @@
 use super::super::StradsModelError;
 use super::super::baseline::{CdStop, CyclicLogistic, LogisticPhase};
 use super::super::gauss_seidel::RowVector;
-use super::{log_one_plus_exp_neg, sigmoid};
+use super::log_one_plus_exp_neg;
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 
@@ -87,10 +87,10 @@ pub struct LogisticGsWorkerCore {
     first: usize,
     /// Other workers sweep other blocks: the round's result is combined at the commit.
     shared: bool,
-    /// The round's start state (coefficients, margins) until its commit.
-    start: Option<(Vec<f64>, Vec<f64>)>,
-    /// The block's coordinates the round's sweep changed.
-    changed: Vec<usize>,
+    /// The round's start margins (several workers) until its commit.
+    start: Option<Vec<f64>>,
+    /// The block's coordinates the round's sweep moved: `(coordinate, start, swept)`.
+    moved: Vec<(usize, f64, f64)>,
 }
 
 impl LogisticGsWorkerCore {
@@ -108,7 +108,7 @@ impl LogisticGsWorkerCore {
             first,
             shared,
             start: None,
-            changed: Vec::new(),
+            moved: Vec::new(),
         })
     }
 
@@ -137,7 +137,7 @@ impl LogisticGsWorkerCore {
             0.0
         };
         self.cd.set_l1_others(others);
-        let before = self.cd.coefficients_f64().to_vec();
+        self.cd.record_moves();
         let start_margins = self.shared.then(|| self.cd.margins().to_vec());
         let stop = CdStop {
             tolerance: order.tolerance,
@@ -161,8 +161,7 @@ impl LogisticGsWorkerCore {
                 objective,
             }
         };
-        let now = self.cd.coefficients_f64();
-        self.changed = (0..now.len()).filter(|&j| now[j] != before[j]).collect();
+        self.moved = self.cd.moved_since();
         let margin_delta = start_margins.as_ref().map(|start| {
             RowVector::from_dense(
                 self.cd
@@ -175,17 +174,17 @@ impl LogisticGsWorkerCore {
         });
         let swept = LogisticSwept {
             changed: self
-                .changed
+                .moved
                 .iter()
-                .map(|&j| (self.first + j) as u32)
+                .map(|&(j, _, _)| (self.first + j) as u32)
                 .collect(),
-            values: self.changed.iter().map(|&j| now[j]).collect(),
+            values: self.moved.iter().map(|&(_, _, now)| now).collect(),
             margin_delta,
             phase,
             updates: self.cd.updates(),
             correct: self.cd.correct() as u64,
         };
-        self.start = Some((before, start_margins.unwrap_or_default()));
+        self.start = Some(start_margins.unwrap_or_default());
         Ok(swept)
     }
 
@@ -194,7 +193,7 @@ impl LogisticGsWorkerCore {
     /// `m = m_start + t U`, `U` the sum of every worker's margin delta (what the scheduler
     /// computes, the same arithmetic).
     pub fn commit(&mut self, t: f64, combined: Option<&RowVector>) -> Result<(), StradsModelError> {
-        let (before, start_margins) = self.start.take().ok_or_else(|| {
+        let start_margins = self.start.take().ok_or_else(|| {
             StradsModelError::protocol("a commit without a swept round to commit")
         })?;
         if !self.shared {
@@ -213,14 +212,16 @@ impl LogisticGsWorkerCore {
                 "step {t} is not within [0, 1]"
             )));
         }
-        let mut coefficients = before.clone();
-        let swept = self.cd.coefficients_f64();
-        for &j in &self.changed {
-            coefficients[j] = step_value(before[j], swept[j], t);
-        }
+        let values: Vec<(usize, f64)> = self
+            .moved
+            .iter()
+            .map(|&(j, start, swept)| (j, step_value(start, swept, t)))
+            .collect();
+        self.cd.set_coefficients(&values)?;
         let mut margins = start_margins;
         combined.add_scaled_to(t, &mut margins)?;
-        self.cd.set_state(coefficients, margins)
+        self.cd.margins_mut().copy_from_slice(&margins);
+        Ok(())
     }
 
     /// The block's coefficients, margins and updates (between rounds).
@@ -323,40 +324,51 @@ pub fn overlap(deltas: &[&RowVector], n_rows: usize) -> Result<usize, StradsMode
     Ok(count.into_iter().max().unwrap_or(0) as usize)
 }
 
-/// The left derivative of [`combined_objective`] in `t` at `t = 1`: the smooth part's
-/// derivative plus the L1 term's left derivative (at a coordinate the step sets to zero,
-/// `-|d_j|`). At most 0 means the convex objective falls all the way to `t = 1`.
-pub fn slope_at_one(c: &Combination<'_>) -> f64 {
-    let smooth: f64 = c
-        .labels
-        .iter()
-        .zip(c.margins.iter().zip(c.sum))
-        .map(|(&y, (&m, &u))| -y * u * sigmoid(-y * (m + u)))
-        .sum();
-    let l1: f64 = c
-        .moved
-        .iter()
-        .map(|&(start, swept)| {
-            let d = swept - start;
-            if swept == 0.0 {
-                -d.abs()
-            } else {
-                d * swept.signum()
-            }
-        })
-        .sum();
-    smooth + c.lambda * l1
+/// [`combined_objective`] at `t = 1` and its left derivative there, in one pass over the
+/// rows: the smooth part's derivative plus the L1 term's left derivative (at a coordinate
+/// the step sets to zero, `-|d_j|`). A derivative of at most 0 means the convex objective
+/// falls all the way to `t = 1`.
+pub fn objective_and_slope_at_one(c: &Combination<'_>) -> (f64, f64, f64) {
+    let (mut loss, mut smooth) = (0.0f64, 0.0f64);
+    for (&y, (&m, &u)) in c.labels.iter().zip(c.margins.iter().zip(c.sum)) {
+        // One exp for both terms, as `log_one_plus_exp_neg` and `sigmoid` compute them.
+        let z = y * (m + 1.0 * u);
+        let e = (-z.abs()).exp();
+        loss += (-z).max(0.0) + e.ln_1p();
+        let p = if z <= 0.0 {
+            1.0 / (1.0 + e)
+        } else {
+            e / (1.0 + e)
+        };
+        smooth -= y * u * p;
+    }
+    let (mut l1, mut l1_slope) = (c.l1, 0.0f64);
+    for &(start, swept) in c.moved {
+        l1 += swept.abs() - start.abs();
+        let d = swept - start;
+        l1_slope += if swept == 0.0 {
+            -d.abs()
+        } else {
+            d * swept.signum()
+        };
+    }
+    (loss + c.lambda * l1, l1, smooth + c.lambda * l1_slope)
 }
 
-/// The combined step `t` and the objective and `||b||_1` it gives. `omega <= 1` (no row
-/// shared): `t = 1`. Otherwise `t = 1` when the objective still falls at 1
-/// ([`slope_at_one`]: then 1 is the minimum on `[0, 1]`, the objective being convex; one
-/// pass over the rows, the usual case), else the lowest of `1 / omega` (the safeguard) and
-/// a golden-section search on `[0, 1]`.
-pub fn combination_step(c: &Combination<'_>, omega: usize) -> (f64, f64, f64) {
-    let at_one = combined_objective(c, 1.0);
-    if omega <= 1 || slope_at_one(c) <= 0.0 {
-        return (1.0, at_one.0, at_one.1);
+/// The combined step `t` and the objective and `||b||_1` it gives. `t = 1` when the
+/// objective still falls there ([`objective_and_slope_at_one`]: then 1 is the minimum on
+/// `[0, 1]`, the objective being convex; one pass over the rows, the usual case) or when
+/// no row is shared (`omega() <= 1`, asked only then); otherwise the lowest of
+/// `1 / omega` (the safeguard) and a golden-section search on `[0, 1]`.
+pub fn combination_step(c: &Combination<'_>, omega: impl FnOnce() -> usize) -> (f64, f64, f64) {
+    let (f, l1, slope) = objective_and_slope_at_one(c);
+    let at_one = (f, l1);
+    if slope <= 0.0 {
+        return (1.0, f, l1);
+    }
+    let omega = omega();
+    if omega <= 1 {
+        return (1.0, f, l1);
     }
     let mut best = (1.0, at_one);
     let consider = |t: f64, best: &mut (f64, (f64, f64))| {

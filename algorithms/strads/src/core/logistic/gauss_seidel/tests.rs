@@ -73,6 +73,7 @@ fn run_blocks(
                 .map(|s| s.margin_delta.as_ref().unwrap())
                 .collect();
             let omega = overlap(&deltas, x.n_rows).unwrap();
+            assert!(omega <= workers);
             let mut sum = vec![0.0; x.n_rows];
             deltas
                 .iter()
@@ -91,7 +92,7 @@ fn run_blocks(
                     lambda: f64::from(lambda),
                     l1,
                 },
-                omega,
+                || omega,
             );
             // Never worse than the safeguard's guarantee.
             let own: f64 = swept.iter().map(|s| s.phase.objective - objective).sum();
@@ -182,20 +183,22 @@ fn the_step_is_one_without_shared_rows_and_the_best_of_the_line_otherwise() {
         lambda: 0.1,
         l1: 0.0,
     };
-    assert_eq!(combination_step(&c, 1).0, 1.0);
-    let (t, f, l1) = combination_step(&c, 2);
+    assert_eq!(combination_step(&c, || 1).0, 1.0);
+    let (t, f, l1) = combination_step(&c, || 2);
     // Large margins lower the loss: the longest step is the best, and nothing beats it.
     assert_eq!(t, 1.0);
     assert_eq!((f, l1), combined_objective(&c, 1.0));
+    let at_one = objective_and_slope_at_one(&c);
+    assert_eq!((at_one.0, at_one.1), combined_objective(&c, 1.0));
     // A step that overshoots: the loss along t has its minimum inside (0, 1).
     let over = [4.0, 4.0, 4.0];
     let c = Combination { sum: &over, ..c };
-    let (t, f, _) = combination_step(&c, 2);
+    let (t, f, _) = combination_step(&c, || 2);
     assert!(t > 0.0 && t < 1.0, "{t}");
     for probe in [0.0, 0.25, 0.5, 0.75, 1.0] {
         assert!(f <= combined_objective(&c, probe).0, "{probe}");
     }
-    assert!(slope_at_one(&c) > 0.0);
+    assert!(objective_and_slope_at_one(&c).2 > 0.0);
 }
 
 #[test]
@@ -215,11 +218,8 @@ fn the_slope_at_one_is_the_objectives_left_derivative() {
     };
     let h = 1e-6;
     let numeric = (combined_objective(&c, 1.0).0 - combined_objective(&c, 1.0 - h).0) / h;
-    assert!(
-        (numeric - slope_at_one(&c)).abs() < 1e-4,
-        "{numeric} {}",
-        slope_at_one(&c)
-    );
+    let slope = objective_and_slope_at_one(&c).2;
+    assert!((numeric - slope).abs() < 1e-4, "{numeric} {slope}");
 }
 
 #[test]
