@@ -128,7 +128,8 @@ pub struct LassoJob {
     pub gs_chunk: usize,
     /// `gauss-seidel`: passes over its active set a worker makes per round between two
     /// full sweeps (each stops early once its largest step is small) (0 = automatic:
-    /// until settled with one worker, `SHARED_ACTIVE_PASSES` (4) with several).
+    /// until settled with one worker; with several `SHARED_ACTIVE_PASSES`, 4 for the Lasso
+    /// and 1 for logistic regression).
     #[arg(long, default_value_t = 0)]
     pub gs_active_passes: u32,
     /// `gauss-seidel`: how several workers combine their residual deltas: `peers` (worker
