@@ -126,12 +126,32 @@ fn linear_models_round_trip_through_eval_and_predict() {
             "memory",
         ],
     );
-    let metrics: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(logistic.join("metrics.json")).unwrap())
-            .unwrap();
-    // The automatic round limit is named as such, with the rounds actually run.
-    let reason = metrics["stop_reason"].as_str().unwrap();
-    let rounds = f(&metrics["final"], "rounds");
+    let metrics = |dir: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("metrics.json")).unwrap()).unwrap()
+    };
+    // The default solver (Gauss-Seidel) stops on the baseline's rule and says so.
+    let m = metrics(&logistic);
+    let reason = m["stop_reason"].as_str().unwrap();
+    assert_eq!(m["converged"], true, "{reason}");
+    assert!(reason.contains("full sweeps together lowered"), "{reason}");
+    // The scheduled solver's automatic round limit is named as such, with the rounds
+    // actually run.
+    let scheduled = dir.path().join("logistic-scheduled");
+    train(
+        "logistic",
+        &scheduled,
+        &[
+            "--data",
+            train_file.to_str().unwrap(),
+            "--transport",
+            "memory",
+            "--solver",
+            "scheduled",
+        ],
+    );
+    let m = metrics(&scheduled);
+    let reason = m["stop_reason"].as_str().unwrap();
+    let rounds = f(&m["final"], "rounds");
     assert!(
         reason.contains(&format!("ran {rounds} rounds")) && reason.contains("automatic"),
         "{reason}"
