@@ -414,6 +414,10 @@ pub struct CyclicLogistic<'a> {
     l1_others: f64,
     /// While recording: `(coordinate, value before)` of every step that moved one.
     journal: Option<Vec<(usize, f64)>>,
+    /// The non-zeros after the last full sweep, packed by the first active phase after it
+    /// (every coordinate an active sweep moves is in it, so every non-zero is, until the
+    /// next full sweep or a new state).
+    active: Option<PackedColumns>,
     updates: u64,
 }
 
@@ -465,6 +469,7 @@ impl<'a> CyclicLogistic<'a> {
             lambda: f64::from(lambda),
             l1_others: 0.0,
             journal: None,
+            active: None,
             updates: 0,
         })
     }
@@ -519,13 +524,18 @@ impl<'a> CyclicLogistic<'a> {
     /// Loss plus `lambda ||b||_1` (O(rows + features)), the other blocks' `||b||_1`
     /// included.
     pub fn objective(&self) -> f64 {
+        self.objective_with_l1(self.l1())
+    }
+
+    /// [`Self::objective`] given this block's `||b||_1`.
+    fn objective_with_l1(&self, l1: f64) -> f64 {
         let loss: f64 = self
             .labels
             .iter()
             .zip(&self.margins)
             .map(|(&y, &m)| log_one_plus_exp_neg(y * m))
             .sum();
-        loss + self.lambda * (self.l1_others + self.l1())
+        loss + self.lambda * (self.l1_others + l1)
     }
 
     /// `||b||_1` of the coordinates held.
@@ -624,6 +634,7 @@ impl<'a> CyclicLogistic<'a> {
         observe: Option<&mut (dyn FnMut(&Self) + 'o)>,
     ) -> LogisticPhase {
         let d = self.x.n_columns();
+        self.active = None;
         for j in 0..d {
             self.update(j);
         }
@@ -639,7 +650,8 @@ impl<'a> CyclicLogistic<'a> {
             active_sweeps: 0,
             objective: after_full,
         };
-        if phase.converged || !stop.active_set {
+        // No active sweep: nothing to pack yet (a commit may still change the non-zeros).
+        if phase.converged || !stop.active_set || max_active == 0 {
             return phase;
         }
         (phase.active_sweeps, phase.objective) = self.active_phase(stop, after_full, max_active);
@@ -656,13 +668,22 @@ impl<'a> CyclicLogistic<'a> {
         max_sweeps: usize,
     ) -> (usize, f64) {
         let reached = |f: f64| stop.target_objective.is_some_and(|t| f <= t);
-        let coefficients = &self.coefficients;
-        let packed = PackedColumns::of(
-            &self.x,
-            &self.bound,
-            (0..self.x.n_columns()).filter(|&j| coefficients[j] != 0.0),
-        );
-        let mut slots: Vec<usize> = (0..packed.len()).collect();
+        // The non-zeros packed once after a full sweep: an active sweep moves only them,
+        // so later phases before the next full sweep start from the same pack.
+        let packed = match self.active.take() {
+            Some(packed) => packed,
+            None => {
+                let coefficients = &self.coefficients;
+                PackedColumns::of(
+                    &self.x,
+                    &self.bound,
+                    (0..self.x.n_columns()).filter(|&j| coefficients[j] != 0.0),
+                )
+            }
+        };
+        let mut slots: Vec<usize> = (0..packed.len())
+            .filter(|&s| self.coefficients[packed.column_of(s)] != 0.0)
+            .collect();
         let mut previous = objective;
         let mut sweeps = 0;
         for _ in 0..max_sweeps {
@@ -670,7 +691,11 @@ impl<'a> CyclicLogistic<'a> {
                 self.update_packed(&packed, s);
             }
             sweeps += 1;
-            let now = self.objective();
+            // Every non-zero is packed, in increasing order: the same sum as `l1`'s.
+            let l1: f64 = (0..packed.len())
+                .map(|s| self.coefficients[packed.column_of(s)].abs())
+                .sum();
+            let now = self.objective_with_l1(l1);
             let settled = previous - now <= 0.1 * stop.tolerance * now.abs();
             previous = now;
             if settled || reached(now) {
@@ -680,6 +705,7 @@ impl<'a> CyclicLogistic<'a> {
             // zero waits for the next full sweep, which checks every one.
             slots.retain(|&s| self.coefficients[packed.column_of(s)] != 0.0);
         }
+        self.active = Some(packed);
         (sweeps, previous)
     }
 }
@@ -718,6 +744,7 @@ impl CyclicLogistic<'static> {
         }
         self.coefficients = coefficients;
         self.margins = margins;
+        self.active = None;
         Ok(())
     }
 
