@@ -477,29 +477,9 @@ impl<'a> CyclicLogistic<'a> {
     /// One coordinate step on `j`; returns `new - old`.
     pub fn update(&mut self, j: usize) -> f64 {
         self.updates += 1;
-        let (rows, vals) = self.x.column(j);
-        let before = self.coefficients[j];
-        let delta = logistic_step(
-            rows,
-            vals,
-            &self.labels,
-            &mut self.margins,
-            &mut self.coefficients[j],
-            self.lambda,
-            self.bound[j],
-        );
-        self.note(j, before, delta);
-        delta
-    }
-
-    /// Records a step that moved coordinate `j` from `before`, while recording.
-    #[inline]
-    fn note(&mut self, j: usize, before: f64, delta: f64) {
-        if delta != 0.0
-            && let Some(journal) = &mut self.journal
-        {
-            journal.push((j, before));
-        }
+        let (x, bound, mut steps) = self.parts();
+        let (rows, vals) = x.column(j);
+        steps.step(j, rows, vals, bound[j])
     }
 
     /// [`Self::update`] of the active set's slot `s` (its column and curvature bound packed
@@ -507,18 +487,22 @@ impl<'a> CyclicLogistic<'a> {
     fn update_packed(&mut self, active: &PackedColumns, s: usize) -> f64 {
         self.updates += 1;
         let (j, rows, vals, bound) = active.slot(s);
-        let before = self.coefficients[j];
-        let delta = logistic_step(
-            rows,
-            vals,
-            &self.labels,
-            &mut self.margins,
-            &mut self.coefficients[j],
-            self.lambda,
-            bound,
-        );
-        self.note(j, before, delta);
-        delta
+        self.parts().2.step(j, rows, vals, bound)
+    }
+
+    /// The columns and bounds beside what a step changes (borrowed apart).
+    fn parts(&mut self) -> (&SparseColumns, &[f64], Steps<'_>) {
+        (
+            &self.x,
+            &self.bound,
+            Steps {
+                labels: &self.labels,
+                margins: &mut self.margins,
+                coefficients: &mut self.coefficients,
+                journal: &mut self.journal,
+                lambda: self.lambda,
+            },
+        )
     }
 
     /// Loss plus `lambda ||b||_1` (O(rows + features)), the other blocks' `||b||_1`
@@ -786,6 +770,39 @@ impl CyclicLogistic<'static> {
     /// The margins, to replace (a commit).
     pub fn margins_mut(&mut self) -> &mut [f64] {
         &mut self.margins
+    }
+}
+
+/// What a [`CyclicLogistic`] step changes.
+struct Steps<'s> {
+    labels: &'s [f64],
+    margins: &'s mut [f64],
+    coefficients: &'s mut [f64],
+    journal: &'s mut Option<Vec<(usize, f64)>>,
+    lambda: f64,
+}
+
+impl Steps<'_> {
+    /// The step on coordinate `j` (column `rows`, `vals`, curvature bound `bound`),
+    /// journalled when it moves while recording.
+    #[inline]
+    fn step(&mut self, j: usize, rows: &[u32], vals: &[f32], bound: f64) -> f64 {
+        let before = self.coefficients[j];
+        let delta = logistic_step(
+            rows,
+            vals,
+            self.labels,
+            self.margins,
+            &mut self.coefficients[j],
+            self.lambda,
+            bound,
+        );
+        if delta != 0.0
+            && let Some(journal) = self.journal
+        {
+            journal.push((j, before));
+        }
+        delta
     }
 }
 

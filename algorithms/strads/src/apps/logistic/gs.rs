@@ -28,7 +28,7 @@
 //! carries nothing: the run makes the baseline's updates and model, bit for bit.
 
 use super::super::lasso::ColumnShare;
-use super::super::lasso::gs::column_ranges_of;
+use super::super::lasso::gs::worker_columns;
 use super::super::lasso::heldout::LinearHeldout;
 use super::super::lasso::{LassoJob, baseline::BASELINE_MAX_SWEEPS};
 use super::{LogisticApp, LogisticMetrics, LogisticPoint, load_share, logistic_lambda_from_max};
@@ -571,15 +571,7 @@ impl StradsJob for LogisticGsApp {
         index: usize,
         shape: &JobShape,
     ) -> Result<StarHalf<LogisticGsWorker>, StradsError> {
-        let share = load_share(job, |design| {
-            column_ranges_of(design, shape.workers)?
-                .into_iter()
-                .nth(index)
-                .ok_or(StradsError::NoShare {
-                    index,
-                    workers: shape.workers,
-                })
-        })?;
+        let share = load_share(job, worker_columns(index, shape.workers))?;
         tracing::debug!(worker = index, columns = ?share.columns, "logistic gauss-seidel worker loaded");
         let digest = share.digest();
         let lambda = logistic_lambda_from_max(job, share.lambda_max);

@@ -207,6 +207,19 @@ pub fn column_ranges_of(
     Ok(partition_weighted(weights, workers)?)
 }
 
+/// Worker `index`'s range of [`column_ranges_of`] among `workers`, as a share's pick.
+pub fn worker_columns(
+    index: usize,
+    workers: usize,
+) -> impl FnOnce(&DesignShape) -> Result<Range<usize>, StradsError> {
+    move |design| {
+        column_ranges_of(design, workers)?
+            .into_iter()
+            .nth(index)
+            .ok_or(StradsError::NoShare { index, workers })
+    }
+}
+
 /// Worker half: its columns, the residual and its compute time.
 pub struct GsWorker {
     core: GsWorkerCore,
@@ -453,15 +466,7 @@ impl StradsJob for LassoGsApp {
         index: usize,
         shape: &JobShape,
     ) -> Result<ExchangeHalf<GsWorker>, StradsError> {
-        let share = job.load_column_share(|design| {
-            column_ranges_of(design, shape.workers)?
-                .into_iter()
-                .nth(index)
-                .ok_or(StradsError::NoShare {
-                    index,
-                    workers: shape.workers,
-                })
-        })?;
+        let share = job.load_column_share(worker_columns(index, shape.workers))?;
         tracing::debug!(worker = index, columns = ?share.columns, "lasso gauss-seidel worker loaded");
         let digest = share.digest();
         let lambda = f64::from(job.lambda_from_max(share.lambda_max));
