@@ -369,20 +369,46 @@ fn run_petrel(
 /// The run of median time among a runner's repeats (a run that missed the target counts
 /// as the slowest), with `ratio` the median of every repeat's ratio and the repeats'
 /// ratios and times in run order.
-fn median_run(runs: Vec<PetrelFigures>) -> PetrelFigures {
-    let ratios: Vec<Option<f64>> = runs.iter().map(|r| r.ratio).collect();
+/// `None` without runs.
+fn median_run(runs: Vec<PetrelFigures>) -> Option<PetrelFigures> {
     let runs_s: Vec<Option<f64>> = runs.iter().map(|r| r.petrel_s).collect();
-    let slowest_last = |v: Option<f64>| v.unwrap_or(f64::INFINITY);
-    let ratio = median(&ratios.iter().map(|&r| slowest_last(r)).collect::<Vec<_>>())
-        .filter(|r| r.is_finite());
-    let mut order: Vec<PetrelFigures> = runs;
-    order.sort_by(|a, b| slowest_last(a.petrel_s).total_cmp(&slowest_last(b.petrel_s)));
-    let middle = order.len().saturating_sub(1) / 2;
-    let mut figures = order.swap_remove(middle);
-    figures.ratio = ratio;
-    figures.ratios = ratios;
+    let median = median_repeat(runs, |r| r.petrel_s, |r| r.ratio)?;
+    let mut figures = median.run;
+    figures.ratio = median.ratio;
+    figures.ratios = median.ratios;
     figures.runs_s = runs_s;
-    figures
+    Some(figures)
+}
+
+/// A runner's median repeat ([`median_repeat`]).
+pub(crate) struct MedianRepeat<T> {
+    /// The run of median time.
+    pub run: T,
+    /// The median of the repeats' ratios (`None`: it fell on a run that missed the target).
+    pub ratio: Option<f64>,
+    /// Every repeat's ratio, in run order.
+    pub ratios: Vec<Option<f64>>,
+}
+
+/// The run of median time among `runs` (`seconds`; a run that missed the target, `None`,
+/// counts as the slowest) and the median of their `ratio`s; `None` without runs.
+pub(crate) fn median_repeat<T>(
+    runs: Vec<T>,
+    seconds: impl Fn(&T) -> Option<f64>,
+    ratio: impl Fn(&T) -> Option<f64>,
+) -> Option<MedianRepeat<T>> {
+    let ratios: Vec<Option<f64>> = runs.iter().map(&ratio).collect();
+    let slowest_last = |v: Option<f64>| v.unwrap_or(f64::INFINITY);
+    let median_ratio = median(&ratios.iter().map(|&r| slowest_last(r)).collect::<Vec<_>>())
+        .filter(|r| r.is_finite());
+    let mut order = runs;
+    order.sort_by(|a, b| slowest_last(seconds(a)).total_cmp(&slowest_last(seconds(b))));
+    let middle = order.len().checked_sub(1)? / 2;
+    Some(MedianRepeat {
+        run: order.swap_remove(middle),
+        ratio: median_ratio,
+        ratios,
+    })
 }
 
 /// The median (the mean of the two middle values of an even count); `None` when empty.
@@ -534,7 +560,9 @@ pub fn measure(args: &LassoScaleBenchArgs) -> Result<LassoScaleFigures, StradsTr
         table.row(row);
         let mut per_workers = BTreeMap::new();
         for (workers, runs) in runs {
-            let figures = median_run(runs);
+            let Some(figures) = median_run(runs) else {
+                continue;
+            };
             let reached: Vec<f64> = figures.ratios.iter().flatten().copied().collect();
             table.row(petrel_row(&label, nnz, &figures, spread(&reached)));
             per_workers.insert(workers, figures);
@@ -658,7 +686,8 @@ mod tests {
             run(Some(0.12), 0.10, 1),
             run(Some(0.09), 0.10, 2),
             run(Some(0.11), 0.11, 3),
-        ]);
+        ])
+        .unwrap();
         assert_eq!(f.rounds, 3);
         assert_eq!(f.petrel_s, Some(0.11));
         assert!((f.ratio.unwrap() - 1.0).abs() < 1e-12, "{:?}", f.ratio);
@@ -670,16 +699,19 @@ mod tests {
             run(None, 0.1, 1),
             run(Some(0.2), 0.1, 2),
             run(None, 0.1, 3),
-        ]);
+        ])
+        .unwrap();
         assert_eq!(missed.ratio, None);
         assert_eq!(missed.petrel_s, None);
         let one_missed = median_run(vec![
             run(None, 0.1, 1),
             run(Some(0.2), 0.1, 2),
             run(Some(0.1), 0.1, 3),
-        ]);
+        ])
+        .unwrap();
         assert_eq!(one_missed.petrel_s, Some(0.2));
         assert!((one_missed.ratio.unwrap() - 2.0).abs() < 1e-12);
+        assert!(median_run(Vec::new()).is_none());
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! repeat's baseline). An SVG plots the time per coordinate update against the design's
 //! non-zeros.
 
-use crate::bench::lasso_scale::{DesignSize, median};
+use crate::bench::lasso_scale::{DesignSize, median, median_repeat};
 use crate::bench::strads_plot::{Series, absolute, line_plot};
 use crate::report::{Table, print_json};
 use crate::train::{NodeMemory, StradsTrainError, TrainTransport, run_logistic_job};
@@ -204,16 +204,10 @@ pub fn run(args: LogisticScaleBenchArgs) -> Result<(), StradsTrainError> {
 /// The median run of a runner's repeats (a run that missed the target counts as the
 /// slowest), with `ratio` the median of every repeat's ratio.
 fn median_run(runs: Vec<LogisticRunFigures>) -> Option<LogisticRunFigures> {
-    let ratios: Vec<Option<f64>> = runs.iter().map(|r| r.ratio).collect();
-    let slowest_last = |v: Option<f64>| v.unwrap_or(f64::INFINITY);
-    let ratio = median(&ratios.iter().map(|&r| slowest_last(r)).collect::<Vec<_>>())
-        .filter(|r| r.is_finite());
-    let mut order = runs;
-    order.sort_by(|a, b| slowest_last(a.petrel_s).total_cmp(&slowest_last(b.petrel_s)));
-    let middle = order.len().checked_sub(1)? / 2;
-    let mut figures = order.swap_remove(middle);
-    figures.ratio = ratio;
-    figures.ratios = ratios;
+    let median = median_repeat(runs, |r| r.petrel_s, |r| r.ratio)?;
+    let mut figures = median.run;
+    figures.ratio = median.ratio;
+    figures.ratios = median.ratios;
     Some(figures)
 }
 
