@@ -16,7 +16,7 @@ pub enum LassoSolver {
     /// chosen by priority and the dependency check.
     Scheduled,
     /// Column-holding workers running Gauss-Seidel sweeps against a full local residual
-    /// (`apps::lasso::gs`).
+    /// (Lasso, `apps::lasso::gs`) or the full margins (logistic, `apps::logistic::gs`).
     GaussSeidel,
 }
 
