@@ -206,7 +206,7 @@ fn misconfigured_job(
     j.synthetic.n_nonzero = 1;
     tweak(&mut j);
     let mut settings =
-        star_settings_with::<LassoApp, _>(&j, nodes, 2, JobTransport::Quic, 30).unwrap();
+        star_settings_with::<LassoApp>(&j, nodes, 2, JobTransport::Quic, 30).unwrap();
     // A failing role is announced to every node at once; short heartbeats are a backstop.
     settings.cluster.heartbeat_interval_ms = 100;
     settings.cluster.failure_timeout_ms = 1000;

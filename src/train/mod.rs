@@ -283,15 +283,19 @@ fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
 
 /// A star cluster of job `J`: the scheduler nodes (`(name, roles)`, in order), then workers
 /// `w0..w{n-1}` running `J::WORKER_ROLE`, with `[app.<J::SECTION>] = job`. A latency-bound
-/// job ([`StradsJob::LATENCY_BOUND`]) runs each node's transport on the node's own thread
+/// job ([`StradsJob::latency_bound`]) runs each node's transport on the node's own thread
 /// (`[net] threads = 0`); `PETREL_NET__THREADS` still overrides it for node processes.
-pub fn star_settings_with<J: StradsJob, T: serde::Serialize>(
-    job: &T,
+pub fn star_settings_with<J>(
+    job: &J::Config,
     scheduler_nodes: &[(String, Vec<String>)],
     workers: usize,
     transport: JobTransport,
     timeout_s: u64,
-) -> Result<Settings, StradsTrainError> {
+) -> Result<Settings, StradsTrainError>
+where
+    J: StradsJob,
+    J::Config: serde::Serialize,
+{
     if workers == 0 {
         return Err(StradsTrainError::NoWorkers);
     }
@@ -316,7 +320,7 @@ pub fn star_settings_with<J: StradsJob, T: serde::Serialize>(
             // Workers compute between messages; on a loaded 2-core machine a 2 s silence
             // is not a failure.
             s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
-            if J::LATENCY_BOUND {
+            if J::latency_bound(job) {
                 s.net.threads = 0;
             }
         })
@@ -455,7 +459,7 @@ pub fn lasso_settings(
     transport: JobTransport,
     colocate: bool,
 ) -> Result<Settings, StradsTrainError> {
-    star_settings_with::<LassoApp, _>(
+    star_settings_with::<LassoApp>(
         job,
         &lasso_scheduler_nodes(job.schedulers, colocate),
         workers,
@@ -480,8 +484,7 @@ where
     M: serde::de::DeserializeOwned,
 {
     let out = out_dir.clone().ok_or(StradsTrainError::NoOutputDir)?;
-    let settings =
-        star_settings_with::<J, _>(config, scheduler_nodes, workers, transport, timeout_s)?;
+    let settings = star_settings_with::<J>(config, scheduler_nodes, workers, transport, timeout_s)?;
     run_cluster(settings, transport, &out.join("run"))?;
     read_json(&out.join("metrics.json"))
 }
@@ -1175,11 +1178,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lasso_cluster_runs_its_transport_on_the_node_threads_and_mf_keeps_its_own() {
+    fn lasso_and_gauss_seidel_logistic_clusters_run_their_transport_on_the_node_threads_and_mf_keeps_its_own()
+     {
         let lasso = lasso_settings(&LassoJob::default(), 2, JobTransport::Processes, false)
             .expect("lasso settings");
         assert_eq!(lasso.net.threads, 0);
-        let mf = star_settings_with::<MfApp, _>(
+        let mf = star_settings_with::<MfApp>(
             &StradsMfJob::default(),
             &one_scheduler::<MfApp>(),
             2,
@@ -1189,6 +1193,26 @@ mod tests {
         .expect("mf settings");
         assert_eq!(mf.net.threads, petrel_net::NetConfig::default().threads);
         assert!(mf.net.threads > 0);
+        // Logistic: on the node's thread with the Gauss-Seidel solver (the default), on a
+        // thread of its own with the scheduled one.
+        let logistic = |job: &LassoJob| {
+            star_settings_with::<LogisticApp>(
+                job,
+                &one_scheduler::<LogisticApp>(),
+                2,
+                JobTransport::Processes,
+                60,
+            )
+            .expect("logistic settings")
+            .net
+            .threads
+        };
+        assert_eq!(logistic(&LassoJob::default()), 0);
+        let scheduled = LassoJob {
+            block_size: 8,
+            ..LassoJob::default()
+        };
+        assert!(logistic(&scheduled) > 0);
         // What a node process reads back keeps the choice.
         let text = toml::to_string(&lasso).expect("toml");
         let read = Settings::from_toml(&text).expect("read back");

@@ -84,14 +84,17 @@ pub trait StradsJob: StradsApp + Sized {
     type Worker: WorkerHalf<Self>;
 
     /// Whether the job's handlers return within milliseconds (rounds sized to the measured
-    /// round latency), so that its nodes can run the transport on their own thread
-    /// (`[net] threads = 0`, set by `petrel train` and the benches). A message then
-    /// reaches its handler, and a reply the wire, without waking another thread, which is
-    /// most of a small message's hop on a busy host. The price: heartbeats share the
-    /// node's thread, so a handler computing for longer than the failure timeout would
-    /// make its node look dead. Jobs whose rounds compute for long (the default, `false`)
-    /// keep the transport on a thread of its own.
-    const LATENCY_BOUND: bool = false;
+    /// round latency, or one sweep a round), so that its nodes can run the transport on
+    /// their own thread (`[net] threads = 0`, set by `petrel train` and the benches). A
+    /// message then reaches its handler, and a reply the wire, without waking another
+    /// thread, which is most of a small message's hop on a busy host. The price:
+    /// heartbeats share the node's thread, so a handler computing for longer than the
+    /// failure timeout would make its node look dead. Jobs whose rounds compute for long
+    /// (the default, `false`) keep the transport on a thread of its own.
+    fn latency_bound(config: &Self::Config) -> bool {
+        let _ = config;
+        false
+    }
 
     /// Depth, timeout and priority of the scheduler (default: [`SchedulerOptions::default`]).
     fn scheduler_options(config: &Self::Config) -> SchedulerOptions {

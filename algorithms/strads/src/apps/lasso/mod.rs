@@ -59,9 +59,11 @@ impl StradsJob for LassoApp {
     const SECTION: &'static str = "lasso";
     const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
     const WORKER_ROLE: &'static str = WORKER_ROLE;
-    // A round's block (or a Gauss-Seidel chunk) is sized from the measured round latency,
-    // so handlers return in milliseconds and a run is a chain of short hops.
-    const LATENCY_BOUND: bool = true;
+    /// A round's block (or a Gauss-Seidel chunk) is sized from the measured round
+    /// latency, so handlers return in milliseconds and a run is a chain of short hops.
+    fn latency_bound(_: &LassoJob) -> bool {
+        true
+    }
     type Config = LassoJob;
     type Scheduler = Resumable;
     type Worker = StarHalf<CheckpointingWorker>;

@@ -541,6 +541,10 @@ impl StradsJob for LogisticGsApp {
         <LogisticApp as StradsJob>::validate_config(job)
     }
 
+    fn latency_bound(job: &LassoJob) -> bool {
+        <LogisticApp as StradsJob>::latency_bound(job)
+    }
+
     /// Depth 1: a sweep must start from every earlier commit.
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)

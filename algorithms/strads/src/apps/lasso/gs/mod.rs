@@ -415,7 +415,9 @@ impl StradsJob for LassoGsApp {
     const SECTION: &'static str = super::LassoApp::SECTION;
     const SCHEDULER_ROLE: &'static str = super::SCHEDULER_ROLE;
     const WORKER_ROLE: &'static str = super::WORKER_ROLE;
-    const LATENCY_BOUND: bool = super::LassoApp::LATENCY_BOUND;
+    fn latency_bound(job: &LassoJob) -> bool {
+        <super::LassoApp as StradsJob>::latency_bound(job)
+    }
     type Config = LassoJob;
     type Scheduler = GsScheduling;
     type Worker = ExchangeHalf<GsWorker>;
