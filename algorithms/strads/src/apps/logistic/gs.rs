@@ -149,8 +149,6 @@ pub struct LogisticGsScheduling {
     nonzeros: usize,
     /// Active-set sweeps per round ([`LassoJob::gs_active_passes`], or automatic).
     active_passes: u32,
-    /// The round in flight is a full one.
-    in_flight_full: bool,
     in_flight: bool,
     stop: Option<GsStop>,
     metrics: LogisticMetrics,
@@ -205,7 +203,6 @@ impl LogisticGsScheduling {
                 (0, _) => SHARED_ACTIVE_PASSES,
                 (passes, _) => passes,
             },
-            in_flight_full: true,
             in_flight: false,
             stop: None,
             metrics: LogisticMetrics {
@@ -389,7 +386,6 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
             return Step::Wait;
         }
         self.in_flight = true;
-        self.in_flight_full = self.next_full;
         // One worker: the baseline's full sweep and active phase in one round; several:
         // a full sweep, or `active_passes` active-set sweeps, a round.
         let active_sweeps = match (self.workers, self.next_full) {
@@ -442,7 +438,8 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
             self.combine(&swept)?
         };
         self.metrics.updates = swept.iter().map(|s| s.updates).sum();
-        let full = self.in_flight_full;
+        // `next_full` changes only here: it is what the round in flight was dispatched as.
+        let full = self.next_full;
         // The blocks' full sweeps together: the sum of their relative decreases (one
         // worker: the baseline's figure).
         let gap: f64 = swept.iter().map(|s| s.phase.gap).sum();

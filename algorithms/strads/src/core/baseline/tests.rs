@@ -1,5 +1,7 @@
 use super::*;
+use crate::core::lasso::soft_threshold;
 use crate::core::lasso::{LassoCluster, reference_optimum};
+use crate::core::logistic::sigmoid;
 use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
 
 fn correlated(seed: u64) -> (SparseColumns, Vec<f32>) {
@@ -282,7 +284,9 @@ fn logistic_active_passes_shrink_to_the_same_optimum_in_fewer_updates() {
         if gap <= stop.tolerance {
             break;
         }
-        let active: Vec<usize> = (0..d).filter(|&j| fixed.coefficients[j] != 0.0).collect();
+        let active: Vec<usize> = (0..d)
+            .filter(|&j| fixed.coefficients_f64()[j] != 0.0)
+            .collect();
         let mut previous = objective;
         for _ in 0..1000 {
             active.iter().for_each(|&j| {
