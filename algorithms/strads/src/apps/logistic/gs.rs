@@ -451,7 +451,8 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
             // The baseline's settle rule for an active pass, for an active round.
             self.active_rounds += 1;
             let decrease = (before - self.objective) / self.objective.abs().max(f64::MIN_POSITIVE);
-            self.next_full = decrease <= 0.1 * self.tolerance || self.active_rounds >= 1000;
+            self.next_full =
+                decrease <= 0.1 * self.tolerance || self.active_rounds >= ACTIVE_SWEEPS as u64;
         }
         self.stop = if full && gap <= self.tolerance {
             Some(GsStop::Baseline(CdOutcome::Converged, gap))
