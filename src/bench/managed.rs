@@ -102,7 +102,7 @@ pub struct ManagedBenchArgs {
     /// The managed budget (per worker, and per shard for server push) as a fraction of the
     /// link rate: Bösen spends the bandwidth that reads and clock flushes leave over.
     /// (A full link's budget made both managed variants about 2x slower than clock-boundary
-    /// updates: their early rows crowded out the reads and flushes; see BENCHMARKS.md.)
+    /// updates: their early rows crowded out the reads and flushes.)
     #[arg(long, default_value_t = 0.25)]
     pub budget_fraction: f64,
     /// Consistency model of the items table.

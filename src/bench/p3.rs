@@ -185,7 +185,7 @@ pub struct P3BenchArgs {
     pub iterations: u64,
     #[arg(long, default_value_t = 2)]
     pub warmup: u64,
-    /// Also limit every node's ingress (default: egress only; see BENCHMARKS.md).
+    /// Also limit every node's ingress (default: egress only).
     #[arg(long)]
     pub shape_ingress: bool,
     /// Keep QUIC's round-robin among equal-priority streams (default: FIFO on the wire, so
@@ -218,7 +218,7 @@ pub struct P3BenchArgs {
     /// With --netns: the nodes' UDP send buffer (`socket_send_buffer_bytes`) in KiB; 0 = the
     /// kernel's default. It must stay below the `tbf` queue: a larger one (the transport's
     /// default is 4 MiB) lets QUIC overfill the qdisc, which then drops instead of making the
-    /// sender wait (see BENCHMARKS.md, "P3 across namespaces").
+    /// sender wait.
     #[arg(long, default_value_t = 128)]
     pub netns_send_buffer_kib: usize,
     /// With --netns: the `tbf` queue of every link in ms of its rate (`latency`).
@@ -541,7 +541,7 @@ fn credit_bytes(args: &P3BenchArgs) -> usize {
 /// different peers share the link round-robin whatever their streams' priorities (a
 /// shard's pulls to two workers, a worker's pushes to two shards). A small credit keeps the
 /// order in the node's priority outbox, across peers (ResNet-50 at M = C: p3 over the ideal
-/// 1.10-1.14 with 8 MiB, 1.04-1.07 with 64 KiB; BENCHMARKS.md). Across namespaces the
+/// 1.10-1.14 with 8 MiB, 1.04-1.07 with 64 KiB). Across namespaces the
 /// kernel queue's delay makes congestion control bound what is in flight, and a small
 /// credit only adds round trips (64 KiB there: 4 % slower), so the transport default stays.
 pub fn default_credit_bytes(slice_params: u64, netns: bool) -> usize {

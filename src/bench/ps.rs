@@ -87,8 +87,9 @@ pub struct PsBenchArgs {
     #[arg(long)]
     pub no_read_my_writes: bool,
     /// An already-built external benchmark run as `CMD BYTES ITERS WORKERS SHARDS`, printing
-    /// one JSON line per worker with `mbps`, `p50_ms` and `p99_ms` (see BENCHMARKS.md for
-    /// the ps-lite peer). Run alternately with petrel; ratios are printed per size.
+    /// one JSON line per worker with `mbps`, `p50_ms` and `p99_ms` (the ps-lite peer is in
+    /// bench/pslite; see docs/PERFORMANCE.md). Run alternately with petrel; ratios are printed
+    /// per size.
     #[arg(long)]
     pub peer_cmd: Option<PathBuf>,
     /// A transport knob for every node, as `KEY=VALUE` of `[net]` (repeatable), e.g.

@@ -178,8 +178,8 @@ pub struct LassoJob {
     /// round while the previous one is out, and the dependency check keeps the new round
     /// away from the in-flight coordinates as from each other. Pipelined runs are
     /// bit-reproducible (dispatches leave eagerly, so a worker always sees round r+1's
-    /// dispatch before round r's commit), and depth 2 was faster on the issue-13 design
-    /// (BENCHMARKS.md), but the default stays 1: a run resumed from a checkpoint at depth 2
+    /// dispatch before round r's commit), and depth 2 was faster on the issue-13 design,
+    /// but the default stays 1: a run resumed from a checkpoint at depth 2
     /// does not yet continue bit for bit (tests/strads_checkpoint.rs).
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
@@ -713,13 +713,13 @@ mod rho_setting {
 }
 
 /// Worker compute per non-zero of a coordinate's column (gather of the push, scatter of
-/// the commit), in nanoseconds: measured on the benchmark machine (BENCHMARKS.md).
+/// the commit), in nanoseconds: measured on the benchmark machine.
 pub const NS_PER_NONZERO: f64 = 4.0;
 /// Scheduler work per coordinate (sampling, dependency check, pull, bytes), in ns.
 pub const NS_PER_COORDINATE: f64 = 300.0;
 /// The default `interference_bound`: off. On sparse designs a bound pays (on the issue's
-/// 2,000 x 20,000 design, 1 worker, BENCHMARKS.md "Lasso: a block bounded by its row
-/// loads", bounds of 1.5, 2, 2.5, 3, 4, 6 and none needed 313k, 230k, 176k, 125k, 166k,
+/// 2,000 x 20,000 design with 1 worker, measured in the third pass of issue 13, the
+/// bounds 1.5, 2, 2.5, 3, 4, 6 and none needed 313k, 230k, 176k, 125k, 166k,
 /// 238k and 588k updates to 1e-3; [`RECOMMENDED_SPARSE_INTERFERENCE_BOUND`] is what
 /// `bench lasso-scale` uses). On dense designs every column loads every row, so a block
 /// could hold only about `bound` columns whatever their correlations: the Schur bound is

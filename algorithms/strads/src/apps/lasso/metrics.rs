@@ -137,7 +137,7 @@ impl LassoMetrics {
     }
 }
 
-/// Where a run's time went, in seconds (BENCHMARKS.md explains the breakdown). Scheduler
+/// Where a run's time went, in seconds. Scheduler
 /// parts are timed by the scheduler half; worker parts are the slowest worker's cumulative
 /// compute as it reported it with its last update answer; `wall_s` is the run's time, and
 /// what the parts do not explain is messaging and waiting (with `depth > 1` the parts

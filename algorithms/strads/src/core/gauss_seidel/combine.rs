@@ -33,7 +33,7 @@ pub const EXCHANGE_MIN_BYTES: usize = 256 * 1024;
 /// move in all, and a round gains a hop (share, then a small answer to the scheduler).
 /// So the exchange pays when a delta's transfer outweighs a hop's latency (at least
 /// [`EXCHANGE_MIN_BYTES`] dense) and it moves fewer bytes than the star (`W = 2`).
-/// Measured on one 2-core host (BENCHMARKS.md, thirteenth pass): 2 workers at 50,000 rows
+/// Measured on one 2-core host (issue 13, thirteenth pass): 2 workers at 50,000 rows
 /// gain; 2 workers at 2,000 rows, and 3 or 4 workers at any size, lose.
 pub fn exchange_pays(workers: usize, n_rows: usize) -> bool {
     workers == 2 && n_rows.saturating_mul(8) >= EXCHANGE_MIN_BYTES
@@ -298,7 +298,7 @@ pub fn kept_share(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
 /// their size (which is what growing saves); the kept share does
 /// not see every cost of a bigger blend, though: at 50,000 x 1,000,000 the first sweep
 /// grew (kept 0.91-1.02 with weights 0.62-0.77), left 10% more non-zeros and the run made
-/// 5.7% more updates in 18 rounds instead of 93 (BENCHMARKS.md, sixth pass).
+/// 5.7% more updates in 18 rounds instead of 93 (issue 13, sixth pass).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkGrowth {
     factor: u32,

@@ -35,7 +35,7 @@ pub const GS_MODE: &str = "gauss-seidel";
 const MAX_ACTIVE_PASSES: u32 = 1000;
 
 /// Active-set passes per round with several workers (`gs_active_passes = 0`). Measured
-/// (BENCHMARKS.md, fifth pass): against one pass per round, 4 cut the rounds from 26 to 12
+/// (issue 13, fifth pass): against one pass per round, 4 cut the rounds from 26 to 12
 /// at 2,000 x 20,000 and from 113 to 93 at 50,000 x 1,000,000 for 2.2% / 1.6% more
 /// updates; 15 cost 33% more updates at the smallest size.
 pub const SHARED_ACTIVE_PASSES: u32 = 4;
