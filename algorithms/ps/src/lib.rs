@@ -19,6 +19,23 @@
 //! 4. [`apps`]: the built-in apps, each a [`PsApp`]: [`PsMf`] (matrix factorization),
 //!    [`PsLr`] (logistic regression) and [`PsLda`] (data-parallel LDA).
 //!
+//! # A read and a write
+//!
+//! - Read: `get(row)` is served from the client's cache when the cached row is fresh
+//!   enough for the table's consistency model (under SSP(s), a row clock of at least
+//!   `c - s` at the worker's clock `c`); otherwise the client sends one read request per
+//!   shard and waits for the reply, which the shard holds until its min clock allows it.
+//!   `prefetch_next_clock` sends the next clock's reads during the current one.
+//! - Write: `inc` / `batch_inc` go into the client's coalescing oplog and its cache;
+//!   `clock()` flushes the oplog as one batch per shard. The shard applies the batch with
+//!   the table's update rule and advances that worker's clock; when its min clock moves it
+//!   releases held reads and (ESSP) pushes the changed rows the workers subscribed to.
+//! - Order: all data between a client and a shard travels at one priority, so it stays on
+//!   one FIFO lane of the transport; read-my-writes relies on that order. A worker that
+//!   finishes sends a leave message, which takes it out of every shard's min clock.
+//! - Copies: rows are reference-counted and copied on write, so a shard's stored row, the
+//!   replies that carry it and a client's cached row share one buffer until written.
+//!
 //! [`checkpoint`] persists shard state with the runtime's durable files. Every fallible
 //! call of the shells, the kit and the apps returns [`PsError`], which wraps the cores'
 //! [`PsCoreError`] and [`PsLdaError`] with their source chains.
