@@ -24,6 +24,22 @@
 //! 5. [`roles`]: the built-in `p3-worker`/`p3-shard` roles of `petrel node`, configured by
 //!    `[app.p3]` ([`P3NodeConfig`]).
 //!
+//! # One iteration
+//!
+//! Backward runs the stages in reverse. In `p3` mode each stage's gradients are cut into
+//! slices at once, spread round-robin over the shards, and each slice is pushed as an ask
+//! at its layer's priority, through the node's priority outbox onto a QUIC stream of that
+//! priority; `fifo` pushes whole layers as they appear, `sequential` everything after the
+//! last stage. A shard handles its backlog highest priority first; once every worker's
+//! gradient of a slice is in, it sums them in worker order (arrival order cannot change the
+//! result), applies SGD with momentum and replies to every worker at the request's
+//! priority. A worker installs a tensor when its last slice is back, and forward stage `k`
+//! waits only for its own tensors.
+//!
+//! The P3 benchmark turns off QUIC's round-robin among streams of one priority
+//! (`send_fairness = false` in `[net]`), so slices of one layer leave in the order they
+//! were written and a shard can answer the first while the rest arrive.
+//!
 //! Every failure is a [`P3Error`], with the cores' [`PlanError`], [`EngineError`] and
 //! [`ProfileError`] as its sources.
 //!
