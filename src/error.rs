@@ -16,9 +16,6 @@ pub enum CliError {
     /// Network namespaces could not be set up.
     #[error(transparent)]
     Netns(#[from] crate::netns::NetnsError),
-    /// A runtime benchmark failed.
-    #[error(transparent)]
-    Bench(#[from] crate::bench::BenchError),
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
@@ -34,13 +31,13 @@ pub enum CliError {
     /// The runtime of a command could not start.
     #[error("tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),
-    /// A training app or an application benchmark failed.
+    /// A training app or a benchmark failed.
     #[error(transparent)]
     Command(petrel_actors::RoleError),
 }
 
 impl CliError {
-    /// Wraps the error of an application command (`petrel train …`, an app benchmark),
+    /// Wraps the error of an application command (`petrel train …`, a benchmark),
     /// whatever its type.
     pub fn command(error: impl Into<petrel_actors::RoleError>) -> Self {
         CliError::Command(error.into())

@@ -69,9 +69,10 @@
 //!
 //! ## The command line
 //!
-//! [`roles::builtin`] is a [`actors::Cluster`] with every built-in role; `petrel run`,
-//! `petrel node`, `petrel train …` and `petrel bench …` ([`mod@bench`]) are built on it, the
-//! [`launcher`] and [`netns`] (emulated hosts). [`demo`] is the runtime's own check job.
+//! [`cli`] is the `petrel` command line. [`roles::builtin`] is a [`actors::Cluster`] with
+//! every built-in role; `petrel run`, `petrel node` and `petrel train …` are built on it,
+//! the [`launcher`] and [`netns`] (emulated hosts). `petrel bench …` runs the benchmarks'
+//! own crate (`bench/`, the `petrel-bench` binary). [`demo`] is the runtime's own check job.
 //! Commands fail with a [`CliError`].
 
 #![warn(missing_docs)]
@@ -85,7 +86,7 @@ pub use petrel_p3 as p3;
 pub use petrel_ps as ps;
 pub use petrel_strads as strads;
 
-pub mod bench;
+pub mod cli;
 pub mod demo;
 mod error;
 pub mod fuzzing;

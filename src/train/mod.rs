@@ -12,6 +12,8 @@
 
 pub mod apps;
 pub mod jobfile;
+pub mod p3;
+pub mod plot;
 pub mod progress;
 pub mod saved;
 

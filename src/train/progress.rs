@@ -431,7 +431,7 @@ pub fn plot_history(
     svg: &std::path::Path,
 ) -> Result<Vec<String>, super::StradsTrainError> {
     let m: petrel_ml::job::RunMetrics = super::read_json(&out.join("metrics.json"))?;
-    let series: Vec<crate::bench::strads_plot::Series> = PLOTTED
+    let series: Vec<crate::train::plot::Series> = PLOTTED
         .iter()
         .filter_map(|name| {
             let points: Vec<(f64, f64)> = m
@@ -439,7 +439,7 @@ pub fn plot_history(
                 .iter()
                 .filter_map(|r| r.values.get(*name).map(|v| (r.seconds, *v)))
                 .collect();
-            (!points.is_empty()).then(|| crate::bench::strads_plot::Series {
+            (!points.is_empty()).then(|| crate::train::plot::Series {
                 name: (*name).to_string(),
                 points,
             })
@@ -450,7 +450,7 @@ pub fn plot_history(
             "--plot: the run's history has no figure to draw",
         ));
     }
-    crate::bench::strads_plot::line_plot(
+    crate::train::plot::line_plot(
         svg,
         &format!("petrel train {}", m.app),
         "seconds",

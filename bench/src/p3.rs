@@ -5,142 +5,22 @@
 //! every layer at a configurable device speed); gradients and parameters are real buffers
 //! that the shards really aggregate and update, so real bytes cross the shaped links.
 //! (Long because one bench is its flags, its error type, the JSON figures' schema, the
-//! runner, the table and the plot; the `--netns` runner lives in `p3_netns`.)
+//! runner, the table and the plot; the `--netns` runner is `petrel::train::p3::processes`.)
 
-use crate::bench::p3_netns;
-use crate::netns::{Hosts, LinkShape, NetnsError};
-use crate::report::{Table, fmt, print_json, save_json};
-use petrel_actors::NodeError;
+use petrel::netns::{Hosts, LinkShape};
+use petrel::report::{Table, fmt, print_json, save_json};
+use petrel::train::p3::{P3JobError, processes};
 use petrel_ml::dnn::FlatSgdMomentum;
-use petrel_net::tls::TlsError;
 use petrel_net::{NetConfig, ShaperConfig};
 use petrel_p3::roles::{P3NodeConfig, WorkerReportFile, load_profile};
 use petrel_p3::{
-    Bounds, CostModel, EmulatedModel, Mode, ModelProfile, P3Error, P3Job, PlanError, ProfileError,
-    auto_slice_size, ideal_iteration_s, run_cluster,
+    Bounds, CostModel, EmulatedModel, Mode, ModelProfile, P3Job, auto_slice_size,
+    ideal_iteration_s, run_cluster,
 };
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Why `petrel bench p3` failed.
-#[derive(Debug, thiserror::Error)]
-pub enum P3BenchError {
-    /// A flag out of its range.
-    #[error("invalid arguments: {0}")]
-    Args(String),
-    /// `--netns` on a machine without network namespaces (or without root).
-    #[error("--netns needs network namespaces")]
-    NetnsUnavailable(#[source] NetnsError),
-    /// The namespaces could not be created.
-    #[error("cannot create network namespaces")]
-    Namespaces(#[source] NetnsError),
-    /// The P3 job failed.
-    #[error(transparent)]
-    P3(#[from] P3Error),
-    /// The model profile could not be read.
-    #[error(transparent)]
-    Profile(#[from] ProfileError),
-    /// The automatic slice size failed.
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    /// The cluster settings could not be built or written.
-    #[error(transparent)]
-    Node(#[from] NodeError),
-    /// The cluster's certificates could not be made.
-    #[error("certificates")]
-    Tls(#[from] TlsError),
-    /// A file or directory of a `--netns` run.
-    #[error("{}", .path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The executable or config path cannot be passed on a command line.
-    #[error("{what} path is not UTF-8")]
-    NotUtf8 {
-        /// Which path.
-        what: &'static str,
-    },
-    /// A node process could not be started.
-    #[error("cannot start node {name}")]
-    Spawn {
-        /// The node.
-        name: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A node process exited with an error.
-    #[error("node {name} failed ({status}); last lines of {}:\n{tail}", .log.display())]
-    NodeFailed {
-        /// The node.
-        name: String,
-        /// Its exit status.
-        status: std::process::ExitStatus,
-        /// Its log file.
-        log: PathBuf,
-        /// The log's last lines.
-        tail: String,
-    },
-    /// A node process could not be waited for.
-    #[error("node {name}")]
-    Wait {
-        /// The node.
-        name: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A mode's cluster ran past `--netns-timeout-s`.
-    #[error("{mode} mode did not finish within {limit:?}; logs in {}", .dir.display())]
-    Timeout {
-        /// The mode.
-        mode: Mode,
-        /// The limit.
-        limit: Duration,
-        /// Where the logs are.
-        dir: PathBuf,
-    },
-    /// More nodes than namespaces.
-    #[error("{nodes} nodes but {hosts} namespaces")]
-    TooFewHosts {
-        /// Nodes of the job.
-        nodes: usize,
-        /// Namespaces available.
-        hosts: usize,
-    },
-    /// A worker reported no measured iteration.
-    #[error("no measured iterations")]
-    NoMeasuredIterations,
-    /// The sweep produced no point.
-    #[error("no bandwidth point")]
-    NoBandwidthPoint,
-    /// The JSON figures could not be printed.
-    #[error("JSON output")]
-    Json(#[from] serde_json::Error),
-    /// A training job failed more often than `--max-restarts` allows.
-    #[error(transparent)]
-    Restarts(Box<crate::recovery::RecoveryError<P3BenchError>>),
-}
-
-impl P3BenchError {
-    /// True when a node process died (killed by a signal, or a peer declared dead by
-    /// heartbeats) rather than failing on its own: only then can a restart help.
-    pub fn is_node_death(&self) -> bool {
-        use std::os::unix::process::ExitStatusExt;
-        match self {
-            P3BenchError::NodeFailed { status, tail, .. } => {
-                status.signal().is_some() || tail.contains("no heartbeat")
-            }
-            _ => false,
-        }
-    }
-}
 
 /// `petrel bench p3` flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -290,7 +170,7 @@ fn probe_goodput(
     setup: &Setup,
     bandwidth_mbit: f64,
     hosts: Option<&Hosts>,
-) -> Result<(f64, f64, ModeRun), P3BenchError> {
+) -> Result<(f64, f64, ModeRun), P3JobError> {
     let transfer_only = Setup {
         profile: setup.profile.clone(),
         device_flops: 1e18,
@@ -352,10 +232,10 @@ impl ModeRun {
         &self,
         skip: usize,
         stat: fn(&[f64], usize) -> Option<f64>,
-    ) -> Result<f64, P3BenchError> {
+    ) -> Result<f64, P3JobError> {
         let mut worst: f64 = 0.0;
         for r in &self.reports {
-            let t = stat(&r.marks_s, skip).ok_or(P3BenchError::NoMeasuredIterations)?;
+            let t = stat(&r.marks_s, skip).ok_or(P3JobError::NoMeasuredIterations)?;
             worst = worst.max(t);
         }
         Ok(worst)
@@ -441,7 +321,7 @@ fn run_mode(
     mode: Mode,
     bandwidth_mbit: f64,
     hosts: Option<&Hosts>,
-) -> Result<ModeRun, P3BenchError> {
+) -> Result<ModeRun, P3JobError> {
     let counts: Vec<u64> = setup.profile.layers.iter().map(|l| l.params).collect();
     let mut shaper = ShaperConfig::mbit(bandwidth_mbit);
     if !args.shape_ingress {
@@ -480,7 +360,7 @@ fn run_mode(
         let limit = Duration::from_secs(args.netns_timeout_s);
         let drops0 = hosts.qdisc_drops().ok();
         let (reports, cpu) =
-            p3_netns::run_job(p3_netns::Placement::Netns(hosts), &cfg, &net, &dir, limit)?;
+            processes::run_job(processes::Placement::Netns(hosts), &cfg, &net, &dir, limit)?;
         let drops = match (drops0, hosts.qdisc_drops().ok()) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
             _ => None,
@@ -611,8 +491,8 @@ fn plot(path: &Path, points: &[Point]) -> Result<(), Box<dyn std::error::Error>>
 }
 
 /// Runs the bench and prints its table, plot and JSON figures.
-pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
-    let bad = |m: String| Err(P3BenchError::Args(m));
+pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
+    let bad = |m: String| Err(P3JobError::Args(m));
     if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
         return bad("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
     }
@@ -623,7 +503,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
         ));
     }
     if args.netns {
-        crate::netns::available().map_err(P3BenchError::NetnsUnavailable)?;
+        petrel::netns::available().map_err(P3JobError::NetnsUnavailable)?;
     }
     let full = load_profile(&args.model)?;
     let full_params = full.total_params();
@@ -718,9 +598,9 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
                 delay_ms: None,
                 queue_ms: Some(args.netns_queue_ms),
             };
-            let hosts = Hosts::up(&p3_netns::prefix(), args.workers + args.shards, &shape)
-                .map_err(P3BenchError::Namespaces)?;
-            Some(p3_netns::Teardown(hosts))
+            let hosts = Hosts::up(&processes::prefix(), args.workers + args.shards, &shape)
+                .map_err(P3JobError::Namespaces)?;
+            Some(processes::Teardown(hosts))
         } else {
             None
         };
@@ -847,7 +727,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3BenchError> {
         Ok(()) => println!("plot: {}", args.plot.display()),
         Err(e) => tracing::warn!(error = %e, path = %args.plot.display(), "cannot write plot"),
     }
-    let first = points.first().ok_or(P3BenchError::NoBandwidthPoint)?;
+    let first = points.first().ok_or(P3JobError::NoBandwidthPoint)?;
     let get = |name: &str| {
         first
             .modes

@@ -4,10 +4,10 @@
 //! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
 //! 127.0.0.1); the table shows medians over `--repeats` runs.
 
-use crate::bench::strads_plot::absolute;
-use crate::bench::strads_plot::{Series, line_plot};
-use crate::report::{Table, print_json};
-use crate::train::{StradsTrainError, run_lasso_job};
+use petrel::report::{Table, print_json};
+use petrel::train::plot::absolute;
+use petrel::train::plot::{Series, line_plot};
+use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
 use petrel_strads::core::lasso::LassoCluster;

@@ -4,9 +4,9 @@
 //! Every variant runs on the actor runtime (one scheduler node and `--workers` worker
 //! nodes, as threads of this process talking QUIC over 127.0.0.1 by default).
 
-use crate::bench::strads_plot::{Series, line_plot};
-use crate::report::{Table, fmt, print_json};
-use crate::train::{StradsTrainError, run_lasso_job};
+use petrel::report::{Table, fmt, print_json};
+use petrel::train::plot::{Series, line_plot};
+use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
 use petrel_strads::core::lasso::LassoCluster;
@@ -153,7 +153,7 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
         started.elapsed().as_secs_f64()
     );
     let target = optimum * (1.0 + args.tolerance);
-    let out = crate::bench::strads_plot::absolute(&args.out)?;
+    let out = petrel::train::plot::absolute(&args.out)?;
     let variants: [(ScheduleMode, Option<f32>); 3] = [
         (ScheduleMode::Dynamic, Some(args.rho)),
         (ScheduleMode::Random, args.random_filter.then_some(args.rho)),

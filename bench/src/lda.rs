@@ -5,10 +5,10 @@
 //! corpus, topics and iterations: sampling throughput and log-likelihood per token against
 //! time (both measured from the end of initialisation).
 
-use crate::bench::strads_plot::absolute;
-use crate::bench::strads_plot::{Series, line_plot};
-use crate::report::{Table, print_json};
-use crate::train::{StradsTrainError, run_lda_job};
+use petrel::report::{Table, print_json};
+use petrel::train::plot::absolute;
+use petrel::train::plot::{Series, line_plot};
+use petrel::train::{StradsTrainError, run_lda_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint};

@@ -42,8 +42,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::BenchError;
-use crate::launcher::{self, LaunchOptions};
-use crate::report::{Table, fmt, print_json};
+use petrel::launcher::{self, LaunchOptions};
+use petrel::report::{Table, fmt, print_json};
 
 /// Role of a node that serves shards (and the transport-ceiling echo).
 pub const SHARD_ROLE: &str = "ps-bench-shard";

@@ -2,7 +2,7 @@
 //! timings, which depend on the machine).
 
 use clap::Parser;
-use petrel::bench::{adarevision, consistency, managed};
+use petrel_bench::{adarevision, consistency, managed};
 use petrel_ps::ConsistencyModel;
 
 #[derive(Parser)]
@@ -181,7 +181,7 @@ fn adarevision_quick_runs_each_rule_of_the_grid() {
 #[derive(Parser)]
 struct LdaScale {
     #[command(flatten)]
-    args: petrel::bench::lda_scale::LdaScaleBenchArgs,
+    args: petrel_bench::lda_scale::LdaScaleBenchArgs,
 }
 
 #[test]
@@ -208,7 +208,7 @@ fn lda_scale_runs_every_size_and_worker_count() {
         &out,
     ])
     .args;
-    let f = petrel::bench::lda_scale::measure(&a).unwrap();
+    let f = petrel_bench::lda_scale::measure(&a).unwrap();
     assert_eq!(
         f.sizes
             .iter()
@@ -238,7 +238,7 @@ fn lda_scale_runs_every_size_and_worker_count() {
 #[derive(Parser)]
 struct MfScale {
     #[command(flatten)]
-    args: petrel::bench::mf_scale::MfScaleBenchArgs,
+    args: petrel_bench::mf_scale::MfScaleBenchArgs,
 }
 
 #[test]
@@ -265,7 +265,7 @@ fn mf_scale_reaches_the_target_at_every_size_and_worker_count() {
         &out,
     ])
     .args;
-    let f = petrel::bench::mf_scale::measure(&a).unwrap();
+    let f = petrel_bench::mf_scale::measure(&a).unwrap();
     assert_eq!(f.bench, "mf-scale");
     assert_eq!(
         f.sizes
@@ -331,7 +331,7 @@ fn mf_scale_reaches_the_target_at_every_size_and_worker_count() {
 #[derive(Parser)]
 struct LassoScale {
     #[command(flatten)]
-    args: petrel::bench::lasso_scale::LassoScaleBenchArgs,
+    args: petrel_bench::lasso_scale::LassoScaleBenchArgs,
 }
 
 #[test]
@@ -354,7 +354,7 @@ fn lasso_scale_interleaves_its_repeats_and_reports_each_runner_s_median() {
         &out,
     ])
     .args;
-    let f = petrel::bench::lasso_scale::measure(&a).unwrap();
+    let f = petrel_bench::lasso_scale::measure(&a).unwrap();
     assert_eq!(f.repeats, 3);
     assert_eq!(f.sizes.len(), 2);
     for size in &f.sizes {
@@ -402,7 +402,7 @@ fn lasso_scale_refuses_a_round_latency_that_is_not_a_number_before_any_work() {
         &out,
     ])
     .args;
-    let e = petrel::bench::lasso_scale::measure(&a)
+    let e = petrel_bench::lasso_scale::measure(&a)
         .err()
         .expect("refused");
     assert!(e.to_string().contains("round_latency_ms"), "{e}");
@@ -427,7 +427,7 @@ fn mf_scale_refuses_a_negative_lambda_before_any_work() {
         &out,
     ])
     .args;
-    let Err(e) = petrel::bench::mf_scale::measure(&a) else {
+    let Err(e) = petrel_bench::mf_scale::measure(&a) else {
         panic!("a negative lambda ran");
     };
     assert!(e.to_string().contains("lambda"), "{e}");

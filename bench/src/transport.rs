@@ -2,9 +2,9 @@
 //! long a high-priority message waits behind a low-priority backlog on a shaped link.
 
 use super::BenchError;
-use crate::report::{Table, fmt, print_json};
 use actix::prelude::*;
 use bytes::Bytes;
+use petrel::report::{Table, fmt, print_json};
 use petrel_actors::{HandlerError, Msg, Node};
 use petrel_messages::{NodeId, Priority, Tensor, remote_message};
 use petrel_net::{ClusterCredentials, Net, NetConfig, PeerAddr, ShaperConfig};

@@ -6,7 +6,7 @@
 //! victim data, as a thief of that key would) one random
 //! node per run: a worker, a P3 or PS shard, or a STRADS scheduler, which is also the
 //! coordinator. With root it also cuts links (`link-cut`): the run's nodes are placed one
-//! per emulated host (`petrel train --netns`, [`crate::netns::Hosts`]) and the victim's
+//! per emulated host (`petrel train --netns`, [`petrel::netns::Hosts`]) and the victim's
 //! host link goes down (`ip link set eth0 down` in its namespace) for a seeded share of the
 //! job's failure timeout, then up again: link cuts alternate between short ones (a tenth to
 //! four tenths of the timeout: the job must go on, no restart) and long ones (1.2 to 1.5
@@ -17,9 +17,9 @@
 //! within a tolerance), leave no process behind and never hang.
 
 use super::BenchError;
-use crate::bench::p3_netns::Teardown;
-use crate::netns::{Hosts, LinkShape};
-use crate::report::{Table, fmt, print_json};
+use petrel::netns::{Hosts, LinkShape};
+use petrel::report::{Table, fmt, print_json};
+use petrel::train::p3::processes::Teardown;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -585,7 +585,7 @@ fn signal(pid: u32, sig: i32) {
 }
 
 fn has_checkpoint(out: &Path) -> bool {
-    crate::recovery::has_checkpoint(&out.join("checkpoints"))
+    petrel::recovery::has_checkpoint(&out.join("checkpoints"))
 }
 
 /// Waits for `child` until `limit`; kills it and returns `None` when it did not exit.
@@ -803,7 +803,7 @@ fn link_cut_hosts(
     if !plan.iter().any(|p| p.fault == Fault::LinkCut) {
         return Ok((None, None));
     }
-    if let Err(why) = crate::netns::available() {
+    if let Err(why) = petrel::netns::available() {
         return Ok((None, Some(format!("skipped: {why}"))));
     }
     let count = args

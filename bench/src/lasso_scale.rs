@@ -27,10 +27,10 @@
 //! worker on this host gains in passes that only read. An SVG plots the time per update
 //! against the design's non-zeros.
 
-use crate::bench::memory_bandwidth::{self, StreamBandwidth};
-use crate::bench::strads_plot::{Series, absolute, line_plot};
-use crate::report::{Table, print_json};
-use crate::train::{NodeMemory, StradsTrainError, TrainTransport, run_lasso_job};
+use crate::memory_bandwidth::{self, StreamBandwidth};
+use petrel::report::{Table, print_json};
+use petrel::train::plot::{Series, absolute, line_plot};
+use petrel::train::{NodeMemory, StradsTrainError, TrainTransport, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::baseline::solve_baseline;

@@ -12,7 +12,7 @@
 //! factor coordinate that reproduces the ratings' spread). `--default-alpha` overrides it.
 //! A run that diverges is kept as a run that did not reach the target.
 
-use crate::report::{Table, fmt, print_json, save_json};
+use petrel::report::{Table, fmt, print_json, save_json};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::apps::mf::PsMfData;
 use petrel_ps::core::rules::alpha_for_radius;

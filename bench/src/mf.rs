@@ -3,10 +3,10 @@
 //! RMSE against time, time to a target RMSE, final train and test RMSE, and the bytes per
 //! round through the scheduler (the H blocks rotate worker to worker).
 
-use crate::bench::strads_plot::absolute;
-use crate::bench::strads_plot::{Series, line_plot};
-use crate::report::{Table, print_json};
-use crate::train::{StradsTrainError, run_mf_job};
+use petrel::report::{Table, print_json};
+use petrel::train::plot::absolute;
+use petrel::train::plot::{Series, line_plot};
+use petrel::train::{StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::apps::mf::{MfMetrics, StradsMfJob};

@@ -12,9 +12,9 @@
 //! core; 1 is flat) and `speedup` (tokens/s of the largest worker count over one worker's,
 //! at each size). An SVG plots the time per token per core against the corpus size.
 
-use crate::bench::strads_plot::{Series, absolute, line_plot};
-use crate::report::{Table, print_json};
-use crate::train::{NodeMemory, StradsTrainError, run_lda_job};
+use petrel::report::{Table, print_json};
+use petrel::train::plot::{Series, absolute, line_plot};
+use petrel::train::{NodeMemory, StradsTrainError, run_lda_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_strads::StradsError;

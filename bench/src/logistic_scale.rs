@@ -15,10 +15,10 @@
 //! repeat's baseline). An SVG plots the time per coordinate update against the design's
 //! non-zeros.
 
-use crate::bench::lasso_scale::{DesignSize, median, median_repeat};
-use crate::bench::strads_plot::{Series, absolute, line_plot};
-use crate::report::{Table, print_json};
-use crate::train::{NodeMemory, StradsTrainError, TrainTransport, run_logistic_job};
+use crate::lasso_scale::{DesignSize, median, median_repeat};
+use petrel::report::{Table, print_json};
+use petrel::train::plot::{Series, absolute, line_plot};
+use petrel::train::{NodeMemory, StradsTrainError, TrainTransport, run_logistic_job};
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::{LassoJob, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::logistic::{load, logistic_lambda};

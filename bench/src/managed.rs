@@ -21,7 +21,7 @@
 //! of the way from the clock run's initial to its final log-likelihood) is reached at the
 //! first pass at or above it.
 
-use crate::report::{Table, fmt, print_json, save_json};
+use petrel::report::{Table, fmt, print_json, save_json};
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;

@@ -19,9 +19,9 @@
 //! `per_core_trend` (largest size's ratings/s per core over the smallest's; below 1 it
 //! fell), and the 2-worker speed-up at the largest size.
 
-use crate::bench::strads_plot::{Series, absolute, line_plot};
-use crate::report::{Table, print_json};
-use crate::train::{NodeMemory, StradsTrainError, run_mf_job};
+use petrel::report::{Table, print_json};
+use petrel::train::plot::{Series, absolute, line_plot};
+use petrel::train::{NodeMemory, StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::StradsError;

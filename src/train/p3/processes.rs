@@ -1,10 +1,10 @@
-//! `petrel bench p3 --netns`: one P3 job as separate `petrel node` processes, one per
-//! network namespace ([`crate::netns::Hosts`]), joined by veth links that `tc tbf` limits
-//! in the kernel. The user-space shaper is off; the workers' JSON reports
-//! ([`petrel_p3::roles::WorkerReportFile`]) are the measurements.
+//! One P3 job as separate `petrel node` processes (`petrel train p3`, `bench p3-real`,
+//! `bench p3 --netns`): on 127.0.0.1 ports, or one per network namespace
+//! ([`crate::netns::Hosts`]) joined by veth links that `tc tbf` limits in the kernel. The
+//! workers' JSON reports ([`petrel_p3::roles::WorkerReportFile`]) are the measurements.
 
-use crate::bench::p3::P3BenchError;
 use crate::netns::Hosts;
+use crate::train::p3::P3JobError;
 use petrel_actors::Topology;
 use petrel_net::NetConfig;
 use petrel_net::tls::ClusterCa;
@@ -74,12 +74,12 @@ impl Placement<'_> {
 }
 
 /// `n` UDP ports on 127.0.0.1 that were free a moment ago (the OS picks them).
-pub fn free_loopback_ports(n: usize) -> Result<Vec<u16>, P3BenchError> {
+pub fn free_loopback_ports(n: usize) -> Result<Vec<u16>, P3JobError> {
     let sockets = (0..n)
         .map(|_| std::net::UdpSocket::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
         .and_then(|s| s.iter().map(|s| Ok(s.local_addr()?.port())).collect());
-    sockets.map_err(|source| P3BenchError::Io {
+    sockets.map_err(|source| P3JobError::Io {
         path: PathBuf::from("127.0.0.1 UDP ports"),
         source,
     })
@@ -98,10 +98,10 @@ fn write_config(
     cfg: &P3NodeConfig,
     net: &NetConfig,
     dir: &Path,
-) -> Result<PathBuf, P3BenchError> {
+) -> Result<PathBuf, P3JobError> {
     let names = node_names(cfg);
     if names.len() > hosts.capacity() {
-        return Err(P3BenchError::TooFewHosts {
+        return Err(P3JobError::TooFewHosts {
             nodes: names.len(),
             hosts: hosts.capacity(),
         });
@@ -137,7 +137,7 @@ fn write_config(
         .build()?;
     let path = dir.join("cluster.toml");
     let text = settings.to_toml()?;
-    std::fs::write(&path, text).map_err(|source| P3BenchError::Io {
+    std::fs::write(&path, text).map_err(|source| P3JobError::Io {
         path: path.clone(),
         source,
     })?;
@@ -160,14 +160,14 @@ fn kill_all(children: &mut [(String, Child, PathBuf)]) {
 }
 
 /// The failure of a node process that a signal ended, if one did.
-fn killed_node(children: &mut [(String, Child, PathBuf)], done: &[bool]) -> Option<P3BenchError> {
+fn killed_node(children: &mut [(String, Child, PathBuf)], done: &[bool]) -> Option<P3JobError> {
     use std::os::unix::process::ExitStatusExt;
     children
         .iter_mut()
         .zip(done)
         .filter(|(_, done)| !**done)
         .find_map(|((name, child, log), _)| match child.try_wait() {
-            Ok(Some(status)) if status.signal().is_some() => Some(P3BenchError::NodeFailed {
+            Ok(Some(status)) if status.signal().is_some() => Some(P3JobError::NodeFailed {
                 name: name.clone(),
                 status,
                 log: log.clone(),
@@ -186,21 +186,21 @@ pub fn run_job(
     net: &NetConfig,
     dir: &Path,
     limit: Duration,
-) -> Result<(Vec<WorkerReportFile>, f64), P3BenchError> {
+) -> Result<(Vec<WorkerReportFile>, f64), P3JobError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| P3BenchError::Io { path, source }
+        move |source| P3JobError::Io { path, source }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let config = write_config(hosts, cfg, net, dir)?;
     let exe = std::env::current_exe().map_err(io(Path::new("current executable")))?;
     let exe = exe
         .to_str()
-        .ok_or(P3BenchError::NotUtf8 { what: "executable" })?
+        .ok_or(P3JobError::NotUtf8 { what: "executable" })?
         .to_string();
     let config_s = config
         .to_str()
-        .ok_or(P3BenchError::NotUtf8 { what: "config" })?
+        .ok_or(P3JobError::NotUtf8 { what: "config" })?
         .to_string();
     let cpu0 = children_cpu_seconds();
     let t0 = Instant::now();
@@ -220,7 +220,7 @@ pub fn run_job(
             Ok(c) => children.push((name, c, log)),
             Err(source) => {
                 kill_all(&mut children);
-                return Err(P3BenchError::Spawn { name, source });
+                return Err(P3JobError::Spawn { name, source });
             }
         }
     }
@@ -234,7 +234,7 @@ pub fn run_job(
             match child.try_wait() {
                 Ok(Some(st)) if st.success() => done[k] = true,
                 Ok(Some(status)) => {
-                    failed = Some(P3BenchError::NodeFailed {
+                    failed = Some(P3JobError::NodeFailed {
                         name: name.clone(),
                         status,
                         log: log.clone(),
@@ -244,7 +244,7 @@ pub fn run_job(
                 }
                 Ok(None) => {}
                 Err(source) => {
-                    failed = Some(P3BenchError::Wait {
+                    failed = Some(P3JobError::Wait {
                         name: name.clone(),
                         source,
                     });
@@ -260,7 +260,7 @@ pub fn run_job(
             break Ok(());
         }
         if t0.elapsed() > limit {
-            break Err(P3BenchError::Timeout {
+            break Err(P3JobError::Timeout {
                 mode: cfg.mode,
                 limit,
                 dir: dir.to_path_buf(),

@@ -4,9 +4,9 @@
 //! end to end and checks every result.
 
 use super::BenchError;
-use crate::launcher::{self, LaunchOptions};
-use crate::report::{Table, fmt, print_json};
 use indicatif::{ProgressBar, ProgressStyle};
+use petrel::launcher::{self, LaunchOptions};
+use petrel::report::{Table, fmt, print_json};
 use petrel_actors::{NodeSpec, Settings};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -151,7 +151,7 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
         let path = run_dir.join(format!("w{i}.json"));
         match std::fs::read_to_string(&path)
             .ok()
-            .and_then(|t| serde_json::from_str::<crate::demo::DemoWorkerReport>(&t).ok())
+            .and_then(|t| serde_json::from_str::<petrel::demo::DemoWorkerReport>(&t).ok())
         {
             Some(r) => {
                 // Each round is one contribution and its reply.

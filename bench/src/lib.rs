@@ -1,0 +1,254 @@
+//! petrel's benchmarks: `petrel bench <name>` (or the `petrel-bench` binary itself). Each
+//! prints a human table and ends with one JSON line of figures; [`BenchCommand`] lists
+//! them. The `petrel-bench` binary is also the whole `petrel` command line, so the node
+//! processes a bench launches run its roles ([`register_roles`]) as well as the built-in
+//! ones.
+//!
+//! [`BenchError`] is the error of the runtime benchmarks ([`transport`], [`soak`],
+//! [`chaos`]).
+
+// The P3 benches return the facade's `P3JobError` (the job they run is `petrel train p3`'s);
+// clippy measures that foreign type above its threshold, where the facade's own lint does not.
+#![allow(clippy::result_large_err)]
+
+use petrel::CliError;
+
+pub mod chaos;
+// The application benchmarks document their own items.
+#[allow(missing_docs)]
+pub mod adarevision;
+#[allow(missing_docs)]
+pub mod consistency;
+#[allow(missing_docs)]
+pub mod lasso;
+#[allow(missing_docs)]
+pub mod lasso_scale;
+#[allow(missing_docs)]
+pub mod lasso_schedulers;
+#[allow(missing_docs)]
+pub mod lda;
+pub mod lda_scale;
+pub mod logistic_scale;
+#[allow(missing_docs)]
+pub mod managed;
+pub mod memory_bandwidth;
+#[allow(missing_docs)]
+pub mod mf;
+pub mod mf_scale;
+#[allow(missing_docs)]
+pub mod p3;
+pub mod p3_real;
+pub mod ps;
+pub mod reproduce;
+pub mod soak;
+pub mod transport;
+
+/// Why a runtime benchmark failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Setting up a node or an actor failed.
+    #[error(transparent)]
+    Node(#[from] petrel_actors::NodeError),
+    /// A transport could not start.
+    #[error(transparent)]
+    Net(#[from] petrel_net::NetError),
+    /// Certificates could not be made.
+    #[error(transparent)]
+    Tls(#[from] petrel_net::TlsError),
+    /// A message could not be sent.
+    #[error(transparent)]
+    Ask(#[from] petrel_actors::AskError),
+    /// The launched cluster failed.
+    #[error(transparent)]
+    Launch(#[from] petrel::launcher::LaunchError),
+    /// A raw quinn connection or stream failed.
+    #[error("raw quinn: {0}")]
+    Quinn(#[source] petrel_net::LinkCause),
+    /// A file or runtime could not be made.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A measurement did not complete.
+    #[error("{0}")]
+    Incomplete(String),
+    /// The figures could not be printed as JSON.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A `--net KEY=VALUE` override does not name a `[net]` knob or has a bad value.
+    #[error("--net {given}: {reason}")]
+    NetOverride {
+        /// The override as given.
+        given: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// The transport knobs with `--net KEY=VALUE` overrides applied (the `[net]` keys of the
+/// settings; a value is read as JSON when it parses, as a string otherwise), so a benchmark
+/// can measure one knob against the defaults.
+pub fn net_config(overrides: &[String]) -> Result<petrel_net::NetConfig, BenchError> {
+    let mut value = serde_json::to_value(petrel_net::NetConfig::default())?;
+    for given in overrides {
+        let bad = |reason: String| BenchError::NetOverride {
+            given: given.clone(),
+            reason,
+        };
+        let (key, raw) = given
+            .split_once('=')
+            .ok_or_else(|| bad("expected KEY=VALUE".into()))?;
+        let parsed = serde_json::from_str(raw.trim())
+            .unwrap_or_else(|_| serde_json::Value::String(raw.trim().to_string()));
+        match value.as_object_mut() {
+            Some(map) => {
+                map.insert(key.trim().to_string(), parsed);
+            }
+            None => return Err(bad("the [net] knobs are not a table".into())),
+        }
+        serde_json::from_value::<petrel_net::NetConfig>(value.clone())
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(serde_json::from_value(value)?)
+}
+
+impl BenchError {
+    fn quinn(e: impl Into<petrel_net::LinkCause>) -> Self {
+        BenchError::Quinn(e.into())
+    }
+
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let what = what.into();
+        move |source| BenchError::Io { what, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn net_overrides_apply_and_bad_ones_name_the_key() {
+        let cfg = net_config(&[
+            "max_udp_payload=65527".into(),
+            "congestion=bbr".into(),
+            "segmentation_offload=false".into(),
+        ])
+        .unwrap();
+        assert_eq!(cfg.max_udp_payload, 65527);
+        assert_eq!(cfg.congestion, petrel_net::Congestion::Bbr);
+        assert!(!cfg.segmentation_offload);
+        let err = net_config(&["max_udp_paylod=1".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_udp_paylod"), "{err}");
+        assert!(net_config(&["threads".into()]).is_err());
+        assert!(net_config(&["threads=many".into()]).is_err());
+    }
+}
+
+/// `petrel bench <name>`: one variant a bench.
+#[derive(clap::Subcommand)]
+#[allow(missing_docs)]
+pub enum BenchCommand {
+    /// Raw quinn vs petrel messaging vs local sends, and priority under a backlog.
+    Transport(crate::transport::TransportBenchArgs),
+    /// A multi-process cluster under sustained load, sampling every node's memory.
+    Soak(crate::soak::SoakBenchArgs),
+    /// Kill, pause, attack and (as root) cut the links of random nodes of multi-process
+    /// jobs; every run must recover.
+    Chaos(crate::chaos::ChaosBenchArgs),
+    /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
+    /// transport ceiling (and a peer such as ps-lite).
+    Ps(crate::ps::PsBenchArgs),
+    /// Parameter server: MF and LR under BSP, SSP(s), ESSP(s) and async with stragglers.
+    Consistency(crate::consistency::ConsistencyBenchArgs),
+    /// Parameter server: clock-boundary vs managed (fifo, relative-magnitude) communication.
+    Managed(crate::managed::ManagedBenchArgs),
+    /// Parameter server: AdaRevision vs the best fixed and Adagrad step of a grid.
+    Adarevision(crate::adarevision::AdaRevisionBenchArgs),
+    /// Writes docs/REPRODUCING.md from the benches' JSON figures.
+    Report(crate::reproduce::ReportArgs),
+    /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
+    P3(crate::p3::P3BenchArgs),
+    /// P3 on real compute: candle ResNet-18/VGG-11 layouts, 2 workers + 2 shards as
+    /// processes, sequential vs fifo vs p3 images/s and test accuracy side by side.
+    #[command(name = "p3-real")]
+    P3Real(crate::p3_real::P3RealBenchArgs),
+    /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
+    Lasso(crate::lasso::LassoBenchArgs),
+    /// STRADS Lasso (1, 2, 4 workers) against single-threaded coordinate descent, by size.
+    LassoScale(crate::lasso_scale::LassoScaleBenchArgs),
+    /// STRADS sparse logistic regression (Gauss-Seidel, 1, 2, 4 workers) against
+    /// single-threaded coordinate descent, by size.
+    LogisticScale(crate::logistic_scale::LogisticScaleBenchArgs),
+    /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).
+    LassoSchedulers(crate::lasso_schedulers::LassoSchedulersBenchArgs),
+    /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
+    Mf(crate::mf::StradsMfBenchArgs),
+    /// STRADS LDA (SparseLDA with word rotation): tokens/s and log-likelihood against time.
+    Lda(crate::lda::LdaBenchArgs),
+    /// STRADS LDA: tokens/s per core against corpus size, for 1, 2, 4 workers.
+    LdaScale(crate::lda_scale::LdaScaleBenchArgs),
+    /// STRADS MF (CCD++): seconds to a target RMSE and ratings/s per core against data
+    /// size, for 1, 2, 4 workers.
+    MfScale(crate::mf_scale::MfScaleBenchArgs),
+}
+
+/// `petrel bench ARGS…` (ARGS without the program name): parses them as a [`BenchCommand`]
+/// (help and bad flags print and exit, as clap does) and runs it.
+pub fn run_args(args: Vec<std::ffi::OsString>) -> Result<(), CliError> {
+    #[derive(clap::Parser)]
+    #[command(
+        name = "petrel bench",
+        about = "petrel's benchmarks: each prints a table and ends with one JSON line"
+    )]
+    struct BenchCli {
+        #[command(subcommand)]
+        command: BenchCommand,
+    }
+    let cli = <BenchCli as clap::Parser>::try_parse_from(
+        std::iter::once(std::ffi::OsString::from("petrel bench")).chain(args),
+    )
+    .unwrap_or_else(|e| e.exit());
+    run(cli.command)
+}
+
+/// Runs one bench.
+pub fn run(command: BenchCommand) -> Result<(), CliError> {
+    match command {
+        BenchCommand::Transport(args) => crate::transport::run(args).map_err(CliError::command),
+        BenchCommand::Soak(args) => crate::soak::run(args).map_err(CliError::command),
+        BenchCommand::Chaos(args) => crate::chaos::run(args).map_err(CliError::command),
+        // bench dispatch: systems add their arms below this line; each maps its own error
+        // type with `CliError::command`.
+        BenchCommand::Ps(args) => crate::ps::run(args).map_err(CliError::command),
+        BenchCommand::Consistency(args) => crate::consistency::run(args).map_err(CliError::command),
+        BenchCommand::Managed(args) => crate::managed::run(args).map_err(CliError::command),
+        BenchCommand::Adarevision(args) => crate::adarevision::run(args).map_err(CliError::command),
+        BenchCommand::Report(args) => crate::reproduce::run(args).map_err(CliError::command),
+        BenchCommand::P3(args) => crate::p3::run(args).map_err(CliError::command),
+        BenchCommand::P3Real(args) => crate::p3_real::run(args).map_err(CliError::command),
+        BenchCommand::Lasso(args) => crate::lasso::run(args).map_err(CliError::command),
+        BenchCommand::LassoScale(args) => crate::lasso_scale::run(args).map_err(CliError::command),
+        BenchCommand::LogisticScale(args) => {
+            crate::logistic_scale::run(args).map_err(CliError::command)
+        }
+        BenchCommand::LassoSchedulers(args) => {
+            crate::lasso_schedulers::run(args).map_err(CliError::command)
+        }
+        BenchCommand::Mf(args) => crate::mf::run(args).map_err(CliError::command),
+        BenchCommand::Lda(args) => crate::lda::run(args).map_err(CliError::command),
+        BenchCommand::LdaScale(args) => crate::lda_scale::run(args).map_err(CliError::command),
+        BenchCommand::MfScale(args) => crate::mf_scale::run(args).map_err(CliError::command),
+    }
+}
+
+/// Adds the roles the benches' clusters run (the parameter-server bench's shard and worker).
+pub fn register_roles(cluster: petrel::actors::Cluster) -> petrel::actors::Cluster {
+    ps::register(cluster)
+}

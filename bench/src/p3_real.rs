@@ -1,0 +1,282 @@
+//! `petrel bench p3-real`: P3 on real compute (the job of `petrel train p3`). A candle model
+//! ([`petrel_p3::models::nets`]) is trained data-parallel by 2 workers and 2 shards, each
+//! its own `petrel node` process on 127.0.0.1, every node's link limited by the
+//! transport's shaper. The bench runs sequential, fifo and p3 side by side and reports
+//! images/s and the test accuracy reached by each mode after the same iterations, plus
+//! the adapter's own overhead (stage-wise against candle's whole-model backward, in this
+//! process, no network).
+
+use petrel::report::{Table, fmt, print_json};
+use petrel::train::p3::{P3JobError, RealJobArgs, absolute_run_dir, run_processes};
+use petrel_p3::{CandleStageModel, Mode, StageModel, StagedNet};
+use serde::Serialize;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `petrel bench p3-real`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct P3RealBenchArgs {
+    /// Models to run (resnet18, vgg11, lenet, mlp).
+    #[arg(long, value_delimiter = ',', default_values_t = ["resnet18".to_string(), "vgg11".to_string()])]
+    pub models: Vec<String>,
+    /// Measured iterations per mode (after the warm-up).
+    #[arg(long, default_value_t = 16)]
+    pub iterations: u64,
+    /// Warm-up iterations per mode (not measured).
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u64,
+    /// Iterations of the adapter-overhead measurement (stage-wise vs whole-model; medians).
+    #[arg(long, default_value_t = 9)]
+    pub overhead_iterations: u64,
+    /// Measure only the adapter's overhead (no cluster runs).
+    #[arg(long)]
+    pub overhead_only: bool,
+    /// Cluster, data and optimiser flags.
+    #[command(flatten)]
+    pub job: RealJobArgs,
+}
+
+/// The adapter's cost per iteration, in this process, no network.
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct AdapterOverhead {
+    /// Stage-wise forward (module rebuilds and input copies included).
+    pub stagewise_forward_ms: f64,
+    /// Stage-wise backward (seeded per stage, gradients copied out).
+    pub stagewise_backward_ms: f64,
+    /// Installing every tensor once (`set_tensor`, the one copy of pulled values); paid
+    /// before both ways, counted once on each side.
+    pub set_tensors_ms: f64,
+    /// candle's own forward through the same modules (rebuilt from the installed tensors).
+    pub whole_forward_ms: f64,
+    /// candle's own whole-model backward, gradients copied out.
+    pub whole_backward_ms: f64,
+    /// candle's own forward + whole-model backward on the same batch.
+    pub whole_model_ms: f64,
+    /// Median over iterations of (stage-wise forward + backward) / (whole-model forward +
+    /// backward), minus 1.
+    pub overhead: f64,
+}
+
+/// Measures [`AdapterOverhead`] for `net` with batch `batch`, alternating the two ways
+/// `iters` times after one warm-up each. Both ways start from freshly installed tensors
+/// (modules rebuilt), as every P3 iteration does. Times are medians over the iterations.
+pub fn adapter_overhead(
+    net: &StagedNet,
+    batch: usize,
+    iters: u64,
+) -> Result<(AdapterOverhead, usize), P3JobError> {
+    let real = |source| petrel_p3::P3Error::RealModel {
+        name: net.name().to_string(),
+        source: Box::new(source),
+    };
+    let (_, initial) = net.init(1).map_err(real)?;
+    let data = Arc::new(
+        petrel_ml::dnn::cifar::synthetic_cifar(4 * batch, 10, 0.3, 1)
+            .map_err(petrel_p3::P3Error::Data)?,
+    );
+    let mut m = CandleStageModel::new(net.clone(), &initial, data, batch, 0, 1).map_err(real)?;
+    let n = m.stage_tensors().len();
+    let install = |m: &mut CandleStageModel| -> Result<f64, P3JobError> {
+        let t = Instant::now();
+        for (k, v) in initial.iter().enumerate() {
+            m.set_tensor(k, v).map_err(real)?;
+        }
+        Ok(t.elapsed().as_secs_f64())
+    };
+    // Per iteration: (stage-wise fwd, bwd, set, whole fwd, whole bwd) seconds. The two ways
+    // alternate which goes first, and the overhead is the median of the per-iteration
+    // ratios, so a burst of load from other processes hits one pair, not the figure.
+    let mut samples: Vec<[f64; 5]> = Vec::new();
+    for i in 0..=iters {
+        let stagewise = |m: &mut CandleStageModel| -> Result<[f64; 3], P3JobError> {
+            let t_set = install(m)?;
+            let t = Instant::now();
+            for s in 0..n {
+                m.forward_stage(i, s).map_err(real)?;
+            }
+            let t_fwd = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            for s in (0..n).rev() {
+                m.backward_stage(s).map_err(real)?;
+            }
+            Ok([t_fwd, t.elapsed().as_secs_f64(), t_set])
+        };
+        let whole = |m: &mut CandleStageModel| -> Result<[f64; 2], P3JobError> {
+            install(m)?;
+            let (_, w_fwd, w_bwd) = m.whole_model_pass(i).map_err(real)?;
+            Ok([w_fwd.as_secs_f64(), w_bwd.as_secs_f64()])
+        };
+        let (st, wh) = if i % 2 == 0 {
+            let st = stagewise(&mut m)?;
+            (st, whole(&mut m)?)
+        } else {
+            let wh = whole(&mut m)?;
+            (stagewise(&mut m)?, wh)
+        };
+        if i > 0 {
+            samples.push([st[0], st[1], st[2], wh[0], wh[1]]);
+        }
+    }
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let column = |c: usize| median(samples.iter().map(|s| s[c] * 1e3).collect());
+    let ratio = median(
+        samples
+            .iter()
+            .map(|s| (s[0] + s[1]) / (s[3] + s[4]).max(1e-12))
+            .collect(),
+    );
+    let params: usize = initial.iter().map(Vec::len).sum();
+    let (whole_fwd, whole_bwd) = (column(3), column(4));
+    Ok((
+        AdapterOverhead {
+            stagewise_forward_ms: column(0),
+            stagewise_backward_ms: column(1),
+            set_tensors_ms: column(2),
+            whole_forward_ms: whole_fwd,
+            whole_backward_ms: whole_bwd,
+            whole_model_ms: whole_fwd + whole_bwd,
+            overhead: ratio - 1.0,
+        },
+        params,
+    ))
+}
+
+#[derive(Serialize)]
+struct ModelFigures {
+    sequential_ips: f64,
+    fifo_ips: f64,
+    p3_ips: f64,
+    p3_over_sequential: f64,
+    p3_over_fifo: f64,
+    accuracy: serde_json::Map<String, serde_json::Value>,
+    bandwidth_mbit: f64,
+    compute_ms_per_iter: f64,
+    params: usize,
+    width: usize,
+    batch: usize,
+    adapter: AdapterOverhead,
+}
+
+/// `petrel bench p3-real`.
+pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3JobError> {
+    args.job.run_dir = absolute_run_dir(&args.job.run_dir)?;
+    if args.iterations == 0 || args.job.workers == 0 || args.job.batch == 0 {
+        return Err(P3JobError::Args(
+            "--iterations, --workers and --batch must be >= 1".into(),
+        ));
+    }
+    let mut figures = serde_json::Map::new();
+    let mut table = Table::new(&["model", "mode", "Mbit/s", "images/s", "vs seq", "test acc"]);
+    let mut overheads = Table::new(&[
+        "model",
+        "params",
+        "fwd ms",
+        "bwd ms",
+        "whole fwd ms",
+        "whole bwd ms",
+        "set ms",
+        "overhead",
+    ]);
+    for model in &args.models {
+        let probe = args.job.node_config(model, Mode::P3, 1, &args.job.run_dir);
+        let net = probe
+            .real_net(&probe.input_shape()?)?
+            .ok_or_else(|| P3JobError::Args("--models: empty name".into()))?;
+        let (overhead, params) = adapter_overhead(&net, args.job.batch, args.overhead_iterations)?;
+        overheads.row(vec![
+            model.clone(),
+            params.to_string(),
+            fmt(overhead.stagewise_forward_ms),
+            fmt(overhead.stagewise_backward_ms),
+            fmt(overhead.whole_forward_ms),
+            fmt(overhead.whole_backward_ms),
+            fmt(overhead.set_tensors_ms),
+            format!("{:+.1}%", overhead.overhead * 100.0),
+        ]);
+        if args.overhead_only {
+            figures.insert(
+                model.clone(),
+                serde_json::json!({ "params": params, "batch": args.job.batch, "adapter": overhead }),
+            );
+            continue;
+        }
+        // The workers share this machine's cores, so each computes about `workers` times
+        // slower than the measurement above (which had every core). One full model
+        // transfer over a link then takes as long as one iteration's compute: M = C.
+        let compute_s = overhead.whole_model_ms / 1e3 * args.job.workers as f64;
+        let bandwidth = args
+            .job
+            .bandwidth_mbit
+            .unwrap_or_else(|| (params as f64 * 4.0 * 8.0 / 1e6) / compute_s.max(1e-3));
+        let net_cfg = args.job.net_config(bandwidth);
+        let mut ips = [0.0f64; 3];
+        let mut accuracy = serde_json::Map::new();
+        for (i, mode) in Mode::ALL.into_iter().enumerate() {
+            let dir = args.job.run_dir.join(format!("{model}-{}", mode.name()));
+            let cfg = args
+                .job
+                .node_config(model, mode, args.warmup + args.iterations, &dir);
+            let reports = run_processes(
+                &cfg,
+                &net_cfg,
+                &dir,
+                Duration::from_secs(args.job.timeout_s),
+            )?;
+            let mut worst: f64 = 0.0;
+            for r in &reports {
+                let t = r
+                    .secs_per_iter(args.warmup as usize)
+                    .ok_or(P3JobError::NoMeasuredIterations)?;
+                worst = worst.max(t);
+            }
+            ips[i] = (args.job.workers * args.job.batch) as f64 / worst.max(1e-12);
+            let acc = reports.first().and_then(|r| r.test).map(|t| t.accuracy);
+            accuracy.insert(mode.name().into(), serde_json::json!(acc));
+            table.row(vec![
+                model.clone(),
+                mode.name().into(),
+                fmt(bandwidth),
+                fmt(ips[i]),
+                format!("{:.2}x", ips[i] / ips[0].max(1e-12)),
+                acc.map_or("-".into(), |a| fmt(f64::from(a))),
+            ]);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        figures.insert(
+            model.clone(),
+            serde_json::to_value(ModelFigures {
+                sequential_ips: ips[0],
+                fifo_ips: ips[1],
+                p3_ips: ips[2],
+                p3_over_sequential: ips[2] / ips[0].max(1e-12),
+                p3_over_fifo: ips[2] / ips[1].max(1e-12),
+                accuracy,
+                bandwidth_mbit: bandwidth,
+                compute_ms_per_iter: compute_s * 1e3,
+                params,
+                width: args.job.width,
+                batch: args.job.batch,
+                adapter: overhead,
+            })?,
+        );
+    }
+    if !args.overhead_only {
+        println!(
+            "P3 on real compute (candle): {} workers + {} shards as processes on 127.0.0.1, \
+             links shaped so that one model transfer ~ one iteration's compute",
+            args.job.workers, args.job.shards
+        );
+        table.print();
+    }
+    println!(
+        "adapter overhead per iteration (batch {}, this process, no network):",
+        args.job.batch
+    );
+    overheads.print();
+    print_json(&serde_json::Value::Object(figures))?;
+    Ok(())
+}

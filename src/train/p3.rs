@@ -1,0 +1,395 @@
+//! `petrel train p3`: a candle model ([`petrel_p3::models::nets`]) trained data-parallel
+//! by worker and shard processes on 127.0.0.1 (or one per emulated host with `--netns`),
+//! every node's link limited by the transport's shaper; per-epoch loss and accuracy, the
+//! test accuracy and the saved model. [`processes`] starts and watches the node processes.
+
+pub mod processes;
+
+use crate::netns::NetnsError;
+use crate::report::{Table, fmt, print_json};
+use petrel_actors::NodeError;
+use petrel_net::tls::TlsError;
+use petrel_net::{NetConfig, ShaperConfig};
+use petrel_p3::roles::{P3NodeConfig, WorkerReportFile};
+use petrel_p3::{Mode, P3Error, PlanError, ProfileError};
+use processes::{Placement, free_loopback_ports, run_job};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Why a P3 job on node processes (`petrel train p3`, `petrel bench p3`) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum P3JobError {
+    /// A flag out of its range.
+    #[error("invalid arguments: {0}")]
+    Args(String),
+    /// `--netns` on a machine without network namespaces (or without root).
+    #[error("--netns needs network namespaces")]
+    NetnsUnavailable(#[source] NetnsError),
+    /// The namespaces could not be created.
+    #[error("cannot create network namespaces")]
+    Namespaces(#[source] NetnsError),
+    /// The P3 job failed.
+    #[error(transparent)]
+    P3(#[from] P3Error),
+    /// The model profile could not be read.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// The automatic slice size failed.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The cluster settings could not be built or written.
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    /// The cluster's certificates could not be made.
+    #[error("certificates")]
+    Tls(#[from] TlsError),
+    /// A file or directory of a `--netns` run.
+    #[error("{}", .path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The executable or config path cannot be passed on a command line.
+    #[error("{what} path is not UTF-8")]
+    NotUtf8 {
+        /// Which path.
+        what: &'static str,
+    },
+    /// A node process could not be started.
+    #[error("cannot start node {name}")]
+    Spawn {
+        /// The node.
+        name: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A node process exited with an error.
+    #[error("node {name} failed ({status}); last lines of {}:\n{tail}", .log.display())]
+    NodeFailed {
+        /// The node.
+        name: String,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// Its log file.
+        log: PathBuf,
+        /// The log's last lines.
+        tail: String,
+    },
+    /// A node process could not be waited for.
+    #[error("node {name}")]
+    Wait {
+        /// The node.
+        name: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A mode's cluster ran past `--netns-timeout-s`.
+    #[error("{mode} mode did not finish within {limit:?}; logs in {}", .dir.display())]
+    Timeout {
+        /// The mode.
+        mode: Mode,
+        /// The limit.
+        limit: Duration,
+        /// Where the logs are.
+        dir: PathBuf,
+    },
+    /// More nodes than namespaces.
+    #[error("{nodes} nodes but {hosts} namespaces")]
+    TooFewHosts {
+        /// Nodes of the job.
+        nodes: usize,
+        /// Namespaces available.
+        hosts: usize,
+    },
+    /// A worker reported no measured iteration.
+    #[error("no measured iterations")]
+    NoMeasuredIterations,
+    /// The sweep produced no point.
+    #[error("no bandwidth point")]
+    NoBandwidthPoint,
+    /// The JSON figures could not be printed.
+    #[error("JSON output")]
+    Json(#[from] serde_json::Error),
+    /// A training job failed more often than `--max-restarts` allows.
+    #[error(transparent)]
+    Restarts(Box<crate::recovery::RecoveryError<P3JobError>>),
+}
+
+impl P3JobError {
+    /// True when a node process died (killed by a signal, or a peer declared dead by
+    /// heartbeats) rather than failing on its own: only then can a restart help.
+    pub fn is_node_death(&self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        match self {
+            P3JobError::NodeFailed { status, tail, .. } => {
+                status.signal().is_some() || tail.contains("no heartbeat")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Flags shared by `train p3` and `bench p3-real`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RealJobArgs {
+    /// Channel width of resnet18/vgg11 (64 = the published layout).
+    #[arg(long, default_value_t = 8)]
+    pub width: usize,
+    /// Images per worker per iteration.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Data-parallel workers (one process each).
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Server shards (one process each).
+    #[arg(long, default_value_t = 2)]
+    pub shards: usize,
+    /// SGD learning rate.
+    #[arg(long, default_value_t = 0.02)]
+    pub lr: f32,
+    /// SGD momentum.
+    #[arg(long, default_value_t = 0.9)]
+    pub momentum: f32,
+    /// Parameters per slice in p3 mode.
+    #[arg(long, default_value_t = 16384)]
+    pub slice_size: u64,
+    /// Seed of the initial parameters and of synthetic data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Training data: synthetic:N, cifar:FILE[,FILE...] or idx:IMAGES,LABELS.
+    #[arg(long, default_value = "synthetic:2048")]
+    pub train_data: String,
+    /// Test data, same syntax (synthetic:N shares the training classes).
+    #[arg(long, default_value = "synthetic:512")]
+    pub test_data: String,
+    /// Link bandwidth of every node in Mbit/s (0 = unshaped; the bench picks one when
+    /// not given).
+    #[arg(long)]
+    pub bandwidth_mbit: Option<f64>,
+    /// Stop a mode's cluster after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    pub timeout_s: u64,
+    /// Where node configs, logs and reports go (removed after a successful run).
+    #[arg(long, default_value = "p3-real-run")]
+    pub run_dir: PathBuf,
+}
+
+impl RealJobArgs {
+    pub fn node_config(&self, net: &str, mode: Mode, iterations: u64, dir: &Path) -> P3NodeConfig {
+        P3NodeConfig {
+            mode,
+            batch: self.batch,
+            slice_size: self.slice_size,
+            workers: self.workers,
+            shards: self.shards,
+            iterations,
+            lr: self.lr,
+            momentum: self.momentum,
+            ask_timeout_ms: 300_000,
+            report_dir: dir.join("reports"),
+            net: net.into(),
+            width: self.width,
+            seed: self.seed,
+            train_data: self.train_data.clone(),
+            test_data: self.test_data.clone(),
+            ..P3NodeConfig::default()
+        }
+    }
+
+    pub fn net_config(&self, bandwidth_mbit: f64) -> NetConfig {
+        NetConfig {
+            shaper: (bandwidth_mbit > 0.0).then(|| ShaperConfig::mbit(bandwidth_mbit)),
+            ..NetConfig::default()
+        }
+    }
+}
+
+/// Runs one real-model job as `workers + shards` processes on 127.0.0.1, or one per
+/// emulated host with `petrel train --netns PREFIX` (node i in `PREFIX-hi`; the links are
+/// then the namespaces', unshaped).
+pub fn run_processes(
+    cfg: &P3NodeConfig,
+    net: &NetConfig,
+    dir: &Path,
+    limit: Duration,
+) -> Result<Vec<WorkerReportFile>, P3JobError> {
+    let nodes = cfg.workers + cfg.shards;
+    let (reports, _cpu) = match crate::launcher::default_netns() {
+        Some(prefix) => {
+            let hosts = crate::netns::Hosts::existing(&prefix, nodes)
+                .map_err(P3JobError::NetnsUnavailable)?;
+            run_job(Placement::Netns(&hosts), cfg, net, dir, limit)?
+        }
+        None => {
+            let ports = free_loopback_ports(nodes)?;
+            run_job(Placement::Loopback(&ports), cfg, net, dir, limit)?
+        }
+    };
+    Ok(reports)
+}
+
+/// `petrel train p3`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct P3TrainArgs {
+    /// mlp, lenet, resnet18 or vgg11.
+    #[arg(long, default_value = "lenet")]
+    pub net: String,
+    /// sequential, fifo or p3.
+    #[arg(long, value_enum, default_value = "p3")]
+    pub mode: Mode,
+    /// Passes over the training data.
+    #[arg(long, default_value_t = 2)]
+    pub epochs: u64,
+    /// Where to save the trained model (JSON).
+    #[arg(long, default_value = "p3-model.json")]
+    pub out: PathBuf,
+    /// Iterations between checkpoints (default: one per epoch; 0 = none).
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Checkpoint directory (default: `checkpoints` next to `--out`). A fresh run deletes
+    /// the P3 checkpoints in it first.
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Start from the newest valid checkpoint in the checkpoint directory.
+    #[arg(long)]
+    pub resume: bool,
+    /// Restart the cluster this many times when a node dies, from the newest complete
+    /// checkpoint (from the start without one; 0 = stop at the first failure).
+    #[arg(long, default_value_t = 2)]
+    pub max_restarts: u32,
+    /// Cluster, data and optimiser flags.
+    #[command(flatten)]
+    pub job: RealJobArgs,
+}
+
+/// The run directory as an absolute path: the node configs written into it name their
+/// certificates and report directories by path, and a config's relative paths are read
+/// relative to the config file, not to where the user started.
+pub fn absolute_run_dir(dir: &std::path::Path) -> Result<PathBuf, P3JobError> {
+    std::path::absolute(dir).map_err(|source| P3JobError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// `petrel train p3`: trains on a localhost cluster, prints per-epoch training loss and
+/// accuracy (worker 0's batches), the test accuracy, and saves the model.
+pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
+    args.job.run_dir = absolute_run_dir(&args.job.run_dir)?;
+    let probe = P3NodeConfig {
+        net: args.net.clone(),
+        train_data: args.job.train_data.clone(),
+        width: args.job.width,
+        ..P3NodeConfig::default()
+    };
+    probe.real_net(&probe.input_shape()?)?;
+    let (train, _) = P3NodeConfig {
+        test_data: String::new(),
+        ..probe.clone()
+    }
+    .data()?;
+    let per_epoch = (train.len() / (args.job.workers * args.job.batch).max(1)).max(1) as u64;
+    let iterations = per_epoch * args.epochs.max(1);
+    let dir = args.job.run_dir.clone();
+    let mut cfg = args.job.node_config(&args.net, args.mode, iterations, &dir);
+    cfg.model_out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
+    let net = args.job.net_config(args.job.bandwidth_mbit.unwrap_or(0.0));
+    tracing::info!(
+        net = %args.net, mode = %args.mode.name(), iterations, per_epoch,
+        "training on {} worker and {} shard processes", cfg.workers, cfg.shards
+    );
+    let ckpt_dir = match &args.checkpoint_dir {
+        Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
+        None => cfg
+            .model_out
+            .parent()
+            .map_or_else(|| PathBuf::from("checkpoints"), |p| p.join("checkpoints")),
+    };
+    cfg.checkpoint_every = args.checkpoint_every.unwrap_or(per_epoch);
+    if !args.resume {
+        // A restart may only roll back to this run's own checkpoints.
+        petrel_p3::checkpoint::clear(&ckpt_dir).map_err(petrel_p3::P3Error::from)?;
+    } else if petrel_p3::checkpoint::manifest_rounds(&ckpt_dir)
+        .map_err(petrel_p3::P3Error::from)?
+        .is_empty()
+    {
+        // Refused before any process starts (the nodes verify the files themselves).
+        return Err(
+            petrel_p3::P3Error::from(petrel_p3::checkpoint::P3CheckpointError::NoValid {
+                dir: ckpt_dir,
+                reasons: Vec::new(),
+            })
+            .into(),
+        );
+    }
+    cfg.checkpoint_dir = ckpt_dir.clone();
+    let t0 = Instant::now();
+    let newest = || {
+        petrel_p3::checkpoint::manifest_rounds(&ckpt_dir)
+            .ok()
+            .and_then(|r| r.last().copied())
+    };
+    let (reports, restarts) = crate::recovery::run_with_restarts(
+        args.max_restarts,
+        P3JobError::is_node_death,
+        || newest().is_some(),
+        |resume, number| {
+            match newest() {
+                Some(round) if resume => println!(
+                    "p3: restart {number} resumes from the newest checkpoint (round {round})"
+                ),
+                _ if number > 0 => println!("p3: restart {number} starts from the beginning"),
+                _ => {}
+            }
+            let cfg = P3NodeConfig {
+                resume: resume || args.resume,
+                ..cfg.clone()
+            };
+            run_processes(&cfg, &net, &dir, Duration::from_secs(args.job.timeout_s))
+        },
+    )
+    .map_err(|e| match e {
+        crate::recovery::RecoveryError::Fatal(e) => e,
+        exhausted => P3JobError::Restarts(Box::new(exhausted)),
+    })?;
+    if restarts > 0 {
+        println!("p3 finished after {restarts} restart(s) of the cluster");
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let r0 = reports.first().ok_or(P3JobError::NoMeasuredIterations)?;
+    let mut table = Table::new(&["epoch", "train loss", "train accuracy"]);
+    for (e, chunk) in r0.stats.chunks(per_epoch as usize).enumerate() {
+        let s: Vec<_> = chunk.iter().flatten().collect();
+        let n = s.len().max(1) as f32;
+        table.row(vec![
+            (e + 1).to_string(),
+            fmt(f64::from(s.iter().map(|s| s.loss).sum::<f32>() / n)),
+            fmt(f64::from(s.iter().map(|s| s.accuracy).sum::<f32>() / n)),
+        ]);
+    }
+    table.print();
+    let test = r0.test;
+    if let Some(t) = test {
+        println!("test loss {:.4}, test accuracy {:.3}", t.loss, t.accuracy);
+    }
+    println!(
+        "{} iterations in {wall:.1} s; model saved to {}",
+        iterations,
+        cfg.model_out.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    print_json(&serde_json::json!({
+        "net": args.net,
+        "mode": args.mode.name(),
+        "iterations": iterations,
+        "wall_s": wall,
+        "test_accuracy": test.map(|t| t.accuracy),
+        "model": cfg.model_out,
+    }))?;
+    Ok(())
+}
