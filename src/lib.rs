@@ -75,8 +75,6 @@
 //! own crate (`bench/`, the `petrel-bench` binary). [`demo`] is the runtime's own check job.
 //! Commands fail with a [`CliError`].
 
-#![warn(missing_docs)]
-
 pub use petrel_actors as actors;
 pub use petrel_messages as messages;
 pub use petrel_ml as ml;

@@ -22,8 +22,6 @@
 //!
 //! Start with `use petrel_actors::prelude::*;`.
 
-#![warn(missing_docs)]
-
 // `address`, `error` and `node` stay public for existing paths; their types are re-exported
 // below, which is the way to name them.
 pub mod address;

@@ -16,8 +16,6 @@
 //!
 //! Start with `use petrel_messages::prelude::*;`.
 
-#![warn(missing_docs)]
-
 pub mod body;
 pub mod envelope;
 mod ids;

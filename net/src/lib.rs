@@ -22,8 +22,6 @@
 //!
 //! Start with `use petrel_net::prelude::*;`.
 
-#![warn(missing_docs)]
-
 pub mod config;
 pub mod datagram;
 pub mod hostile;

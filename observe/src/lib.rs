@@ -17,8 +17,6 @@
 //!
 //! Series names are listed in the README ("Watching a run").
 
-#![warn(missing_docs)]
-
 pub mod dashboard;
 mod error;
 mod exporter;

@@ -16,7 +16,7 @@
 //!
 //! Start with `use petrel_ml::prelude::*;`.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod data;
 pub mod dnn;

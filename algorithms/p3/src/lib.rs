@@ -45,7 +45,7 @@
 //!
 //! Start with `use petrel_p3::prelude::*;`.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod checkpoint;
 pub mod core;

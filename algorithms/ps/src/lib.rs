@@ -49,7 +49,7 @@
 //! # Ok::<(), PsError>(())
 //! ```
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod apps;
 pub mod checkpoint;

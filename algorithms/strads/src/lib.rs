@@ -32,7 +32,8 @@
 //! A new app is a marker type with [`StradsApp`] and [`StradsJob`] impls plus its two
 //! halves; `examples/strads_custom.rs` is one in about 150 lines.
 
-#![warn(missing_docs)]
+// deny, not forbid: ndarray's `s!` macro allows unsafe code inside its own expansion.
+#![deny(unsafe_code)]
 
 pub mod apps;
 pub mod core;

@@ -7,8 +7,6 @@
 //! CIFAR-10 binary reader. Loaders fail with a [`data::DnnDataError`] naming the file;
 //! the optimiser with a [`DnnError`].
 
-#![warn(missing_docs)]
-
 pub mod cifar;
 pub mod data;
 pub mod optim;
