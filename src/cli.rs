@@ -27,40 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Launch a whole cluster on this machine, one process per node.
-    Run {
-        /// Cluster settings (TOML).
-        config: PathBuf,
-        /// Directory for certificates and resolved settings (default: a temporary one).
-        #[arg(long)]
-        run_dir: Option<PathBuf>,
-        /// Stop all nodes and fail after this many seconds.
-        #[arg(long)]
-        timeout_s: Option<u64>,
-        /// Run every node as a thread of this process instead of separate processes.
-        #[arg(long)]
-        in_process: bool,
-        /// Serve a live dashboard at ADDR (default 127.0.0.1 on a free port; the URL is
-        /// printed) and leave it as dashboard.html in --run-dir (else the current directory).
-        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
-        dashboard: Option<String>,
-        /// Launch the whole cluster again, from the start, this many times when a node dies
-        /// (killed by a signal or silent past the failure timeout; a role's own error is
-        /// never retried). 0 = stop at the first failure.
-        #[arg(long, default_value_t = 2)]
-        max_restarts: u32,
-        /// Run node i (in the order of the file's [[nodes]]) in network namespace
-        /// PREFIX-h{i} at 198.18.0.{i+1}:7000, one emulated host per node (made by `petrel
-        /// netns up --prefix PREFIX --hosts N`; needs root).
-        #[arg(long, value_name = "PREFIX", conflicts_with = "in_process")]
-        netns: Option<String>,
-        /// Give no default checkpoints: by default every `[app.*]` section of an app that
-        /// checkpoints (lasso, logistic, strads_mf, lda, mf, lr, ps_lda) and names no
-        /// `checkpoint_dir` writes them to RUN_DIR/checkpoints/<section>, so a restart
-        /// rolls back to the newest one. (`checkpoint_every = 0` in a section turns them
-        /// off for that section.)
-        #[arg(long)]
-        no_checkpoints: bool,
-    },
+    Run(RunArgs),
     /// Run one node of a cluster (multi-host: start one on every host).
     Node {
         /// Cluster settings (TOML); `cluster.certs_dir` (relative to this file) must hold
@@ -134,6 +101,43 @@ enum Command {
     Predict(crate::train::saved::PredictArgs),
 }
 
+/// `petrel run`.
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Cluster settings (TOML).
+    config: PathBuf,
+    /// Directory for certificates and resolved settings (default: a temporary one).
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Stop all nodes and fail after this many seconds.
+    #[arg(long)]
+    timeout_s: Option<u64>,
+    /// Run every node as a thread of this process instead of separate processes.
+    #[arg(long)]
+    in_process: bool,
+    /// Serve a live dashboard at ADDR (default 127.0.0.1 on a free port; the URL is
+    /// printed) and leave it as dashboard.html in --run-dir (else the current directory).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+    dashboard: Option<String>,
+    /// Launch the whole cluster again, from the start, this many times when a node dies
+    /// (killed by a signal or silent past the failure timeout; a role's own error is
+    /// never retried). 0 = stop at the first failure.
+    #[arg(long, default_value_t = 2)]
+    max_restarts: u32,
+    /// Run node i (in the order of the file's [[nodes]]) in network namespace
+    /// PREFIX-h{i} at 198.18.0.{i+1}:7000, one emulated host per node (made by `petrel
+    /// netns up --prefix PREFIX --hosts N`; needs root).
+    #[arg(long, value_name = "PREFIX", conflicts_with = "in_process")]
+    netns: Option<String>,
+    /// Give no default checkpoints: by default every `[app.*]` section of an app that
+    /// checkpoints (lasso, logistic, strads_mf, lda, mf, lr, ps_lda) and names no
+    /// `checkpoint_dir` writes them to RUN_DIR/checkpoints/<section>, so a restart
+    /// rolls back to the newest one. (`checkpoint_every = 0` in a section turns them
+    /// off for that section.)
+    #[arg(long)]
+    no_checkpoints: bool,
+}
+
 #[derive(Subcommand)]
 enum NetnsCommand {
     /// Create N hosts (namespaces PREFIX-h0..) on a bridge, optionally rate-limited.
@@ -171,9 +175,9 @@ enum TrainCommand {
     Lasso(crate::train::LassoTrainArgs),
     /// Matrix factorisation by CCD++ with block rotation (STRADS): factors + metrics.json.
     #[command(name = "strads-mf")]
-    StradsMf(crate::train::StradsMfTrainArgs),
+    StradsMf(crate::train::StradsTrainArgs<crate::strads::apps::mf::StradsMfJob>),
     /// LDA by collapsed Gibbs sampling with word rotation (STRADS): topics + metrics.json.
-    Lda(crate::train::LdaTrainArgs),
+    Lda(crate::train::StradsTrainArgs<crate::strads::apps::lda::LdaJob>),
     /// Sparse logistic regression by scheduled coordinate descent (Lasso options).
     Logistic(crate::train::LassoTrainArgs),
     /// P3: a candle model (mlp, lenet, resnet18, vgg11) data-parallel on worker and shard
@@ -269,98 +273,7 @@ fn dispatch(
     bench: BenchRunner,
 ) -> Result<(), CliError> {
     match command {
-        Command::Run {
-            config,
-            run_dir,
-            timeout_s,
-            in_process,
-            dashboard,
-            max_restarts,
-            netns,
-            no_checkpoints,
-        } => {
-            let mut settings = Settings::load(&config)?;
-            let report_dir = run_dir.clone();
-            // Checkpoints by default, in the job's run directory (kept across restarts: a
-            // temporary one for the whole job when --run-dir is not given).
-            let mut temp_run_dir = None;
-            let wants = |name: &str, section: &serde_json::Value| {
-                !no_checkpoints && crate::train::apps::checkpoints_by_default(name, section)
-            };
-            let run_dir = match run_dir {
-                None if settings.app.iter().any(|(n, s)| wants(n, s)) => {
-                    let t = tempfile::Builder::new()
-                        .prefix(&format!("petrel-run-{}-", settings.cluster.name))
-                        .tempdir()
-                        .map_err(|source| CliError::Write {
-                            path: std::env::temp_dir(),
-                            source,
-                        })?;
-                    let path = t.path().to_path_buf();
-                    temp_run_dir = Some(t);
-                    Some(path)
-                }
-                other => other,
-            };
-            if let Some(dir) = &run_dir {
-                let root = default_checkpoint_root(dir)?;
-                let (app, given) =
-                    crate::recovery::with_default_checkpoint_dirs(&settings.app, &root, wants);
-                // A fresh job never rolls back to an earlier job's checkpoints.
-                for d in &given {
-                    if d.exists() {
-                        std::fs::remove_dir_all(d).map_err(|source| CliError::Write {
-                            path: d.clone(),
-                            source,
-                        })?;
-                    }
-                    tracing::info!(dir = %d.display(), "checkpoints by default");
-                }
-                settings.app = app;
-            }
-            let cluster = crate::roles::builtin(settings);
-            let dashboard =
-                start_dashboard(dashboard.as_deref(), &cluster.settings().cluster.name)?;
-            // A section with a `checkpoint_dir` (its own or the default) restarts from its
-            // newest checkpoint (`resume = true`), any other from the start.
-            let checkpoints = crate::recovery::checkpoint_dirs(&cluster.settings().app);
-            let result = crate::recovery::run_with_restarts(
-                max_restarts,
-                crate::recovery::launch_failed_by_node_death,
-                || {
-                    checkpoints
-                        .iter()
-                        .any(|d| crate::recovery::has_checkpoint(d))
-                },
-                |resume, _| {
-                    let mut settings = cluster.settings().clone();
-                    if resume {
-                        settings.app = crate::recovery::resuming(&settings.app);
-                        println!("restarting the cluster from the newest checkpoint");
-                    }
-                    let cluster = cluster.with_settings(settings);
-                    run_cluster(
-                        &cluster,
-                        run_dir.clone(),
-                        timeout_s,
-                        in_process,
-                        netns.clone(),
-                    )
-                },
-            );
-            let result = match result {
-                Ok(((), 0)) => Ok(()),
-                Ok(((), restarts)) => {
-                    println!("cluster finished after {restarts} restart(s)");
-                    Ok(())
-                }
-                Err(crate::recovery::RecoveryError::Fatal(e)) => Err(e.into()),
-                Err(exhausted) => Err(CliError::command(exhausted)),
-            };
-            finish_dashboard(dashboard, report_dir)?;
-            drop(temp_run_dir);
-            result
-        }
+        Command::Run(args) => run_command(args),
         // main() runs `petrel node` through node_command for its exit codes.
         Command::Node { .. } => Err(CliError::Usage("`petrel node` runs in main".into())),
 
@@ -409,17 +322,21 @@ fn dispatch(
             netns,
             app,
         } => {
+            let (title, report_dir, processes) = app.plan();
             if let Some(prefix) = &netns {
-                runs_node_processes(&app)?;
+                if !processes {
+                    return Err(CliError::Usage(
+                        "--netns places node processes: add --transport processes".into(),
+                    ));
+                }
                 crate::launcher::set_default_netns(prefix);
             }
-            let report_dir = train_out_dir(&app);
             if plot.is_some() && report_dir.is_none() {
                 return Err(CliError::Usage(
                     "--plot needs the output directory on the command line (--out)".into(),
                 ));
             }
-            let dashboard = start_dashboard(dashboard.as_deref(), train_title(&app))?;
+            let dashboard = start_dashboard(dashboard.as_deref(), title)?;
             let result = train(*app, given);
             finish_dashboard(dashboard, report_dir.clone())?;
             result?;
@@ -437,6 +354,100 @@ fn dispatch(
     }
 }
 
+/// `petrel run`: checkpoints by default, restarts on a node's death, the dashboard.
+fn run_command(args: RunArgs) -> Result<(), CliError> {
+    let RunArgs {
+        config,
+        run_dir,
+        timeout_s,
+        in_process,
+        dashboard,
+        max_restarts,
+        netns,
+        no_checkpoints,
+    } = args;
+    let mut settings = Settings::load(&config)?;
+    let report_dir = run_dir.clone();
+    // Checkpoints by default, in the job's run directory (kept across restarts: a
+    // temporary one for the whole job when --run-dir is not given).
+    let mut temp_run_dir = None;
+    let wants = |name: &str, section: &serde_json::Value| {
+        !no_checkpoints && crate::train::apps::checkpoints_by_default(name, section)
+    };
+    let run_dir = match run_dir {
+        None if settings.app.iter().any(|(n, s)| wants(n, s)) => {
+            let t = tempfile::Builder::new()
+                .prefix(&format!("petrel-run-{}-", settings.cluster.name))
+                .tempdir()
+                .map_err(|source| CliError::Write {
+                    path: std::env::temp_dir(),
+                    source,
+                })?;
+            let path = t.path().to_path_buf();
+            temp_run_dir = Some(t);
+            Some(path)
+        }
+        other => other,
+    };
+    if let Some(dir) = &run_dir {
+        let root = default_checkpoint_root(dir)?;
+        let (app, given) =
+            crate::recovery::with_default_checkpoint_dirs(&settings.app, &root, wants);
+        // A fresh job never rolls back to an earlier job's checkpoints.
+        for d in &given {
+            if d.exists() {
+                std::fs::remove_dir_all(d).map_err(|source| CliError::Write {
+                    path: d.clone(),
+                    source,
+                })?;
+            }
+            tracing::info!(dir = %d.display(), "checkpoints by default");
+        }
+        settings.app = app;
+    }
+    let cluster = crate::roles::builtin(settings);
+    let dashboard = start_dashboard(dashboard.as_deref(), &cluster.settings().cluster.name)?;
+    // A section with a `checkpoint_dir` (its own or the default) restarts from its
+    // newest checkpoint (`resume = true`), any other from the start.
+    let checkpoints = crate::recovery::checkpoint_dirs(&cluster.settings().app);
+    let result = crate::recovery::run_with_restarts(
+        max_restarts,
+        crate::recovery::launch_failed_by_node_death,
+        || {
+            checkpoints
+                .iter()
+                .any(|d| crate::recovery::has_checkpoint(d))
+        },
+        |resume, _| {
+            let mut settings = cluster.settings().clone();
+            if resume {
+                settings.app = crate::recovery::resuming(&settings.app);
+                println!("restarting the cluster from the newest checkpoint");
+            }
+            let cluster = cluster.with_settings(settings);
+            run_cluster(
+                &cluster,
+                run_dir.clone(),
+                timeout_s,
+                in_process,
+                netns.clone(),
+            )
+        },
+    );
+    let result = match result {
+        Ok(((), 0)) => Ok(()),
+        Ok(((), restarts)) => {
+            println!("cluster finished after {restarts} restart(s)");
+            Ok(())
+        }
+        Err(crate::recovery::RecoveryError::Fatal(e)) => Err(e.into()),
+        Err(exhausted) => Err(CliError::command(exhausted)),
+    };
+    finish_dashboard(dashboard, report_dir)?;
+    drop(temp_run_dir);
+    result
+}
+
 /// `<run_dir>/checkpoints`, created, as an absolute path (the nodes may run elsewhere).
 fn default_checkpoint_root(run_dir: &std::path::Path) -> Result<PathBuf, CliError> {
     let root = run_dir.join("checkpoints");
@@ -445,54 +456,26 @@ fn default_checkpoint_root(run_dir: &std::path::Path) -> Result<PathBuf, CliErro
         .map_err(|source| CliError::Write { path: root, source })
 }
 
-/// The output directory of a `petrel train` command, if it has one.
-fn train_out_dir(app: &TrainCommand) -> Option<PathBuf> {
-    match app {
-        TrainCommand::PsMf(a) => a.config.out.clone(),
-        TrainCommand::PsLr(a) => a.config.out.clone(),
-        TrainCommand::PsLda(a) => a.config.out.clone(),
-        TrainCommand::Lasso(a) | TrainCommand::Logistic(a) => a.cluster.out.clone(),
-        TrainCommand::StradsMf(a) => a.cluster.out.clone(),
-        TrainCommand::Lda(a) => a.cluster.out.clone(),
-        TrainCommand::P3(a) => Some(a.out.clone()),
-    }
-}
-
-/// `--netns` places node processes: the app must run them (`--transport processes`).
-fn runs_node_processes(app: &TrainCommand) -> Result<(), CliError> {
-    use crate::train::TrainTransport;
-    let processes = match app {
-        TrainCommand::PsMf(a) => a.transport == petrel_actors::JobTransport::Processes,
-        TrainCommand::PsLr(a) => a.transport == petrel_actors::JobTransport::Processes,
-        TrainCommand::PsLda(a) => a.transport == petrel_actors::JobTransport::Processes,
-        TrainCommand::Lasso(a) | TrainCommand::Logistic(a) => {
-            a.cluster.transport == TrainTransport::Processes
-        }
-        TrainCommand::StradsMf(a) => a.cluster.transport == TrainTransport::Processes,
-        TrainCommand::Lda(a) => a.cluster.transport == TrainTransport::Processes,
-        // Always node processes.
-        TrainCommand::P3(_) => true,
-    };
-    if processes {
-        Ok(())
-    } else {
-        Err(CliError::Usage(
-            "--netns places node processes: add --transport processes".into(),
-        ))
-    }
-}
-
-/// The dashboard's title for a `petrel train` command.
-fn train_title(app: &TrainCommand) -> &'static str {
-    match app {
-        TrainCommand::PsMf(_) => "train ps-mf",
-        TrainCommand::PsLr(_) => "train ps-lr",
-        TrainCommand::PsLda(_) => "train ps-lda",
-        TrainCommand::Lasso(_) => "train lasso",
-        TrainCommand::StradsMf(_) => "train strads-mf",
-        TrainCommand::Lda(_) => "train lda",
-        TrainCommand::Logistic(_) => "train logistic",
-        TrainCommand::P3(_) => "train p3",
+impl TrainCommand {
+    /// The command's name (the dashboard's title), its output directory if it has one,
+    /// and whether it runs node processes (`--transport processes`; always for p3).
+    fn plan(&self) -> (&'static str, Option<PathBuf>, bool) {
+        use crate::train::TrainTransport::Processes;
+        let ps = |out: &Option<PathBuf>, t: petrel_actors::JobTransport| {
+            (out.clone(), t == petrel_actors::JobTransport::Processes)
+        };
+        let strads = |c: &crate::train::ClusterArgs| (c.out.clone(), c.transport == Processes);
+        let (name, (out, processes)) = match self {
+            TrainCommand::PsMf(a) => ("train ps-mf", ps(&a.config.out, a.transport)),
+            TrainCommand::PsLr(a) => ("train ps-lr", ps(&a.config.out, a.transport)),
+            TrainCommand::PsLda(a) => ("train ps-lda", ps(&a.config.out, a.transport)),
+            TrainCommand::Lasso(a) => ("train lasso", strads(&a.cluster)),
+            TrainCommand::Logistic(a) => ("train logistic", strads(&a.cluster)),
+            TrainCommand::StradsMf(a) => ("train strads-mf", strads(&a.cluster)),
+            TrainCommand::Lda(a) => ("train lda", strads(&a.cluster)),
+            TrainCommand::P3(a) => ("train p3", (Some(a.out.clone()), true)),
+        };
+        (name, out, processes)
     }
 }
 
@@ -506,9 +489,13 @@ fn train(app: TrainCommand, given: &BTreeSet<String>) -> Result<(), CliError> {
             crate::train::train_lasso(args, given).map_err(CliError::command)
         }
         TrainCommand::StradsMf(args) => {
-            crate::train::train_mf(args, given).map_err(CliError::command)
+            crate::train::train_strads::<crate::strads::apps::mf::MfApp>(args, given)
+                .map_err(CliError::command)
         }
-        TrainCommand::Lda(args) => crate::train::train_lda(args, given).map_err(CliError::command),
+        TrainCommand::Lda(args) => {
+            crate::train::train_strads::<crate::strads::apps::lda::LdaApp>(args, given)
+                .map_err(CliError::command)
+        }
         TrainCommand::P3(args) => crate::train::p3::train(args).map_err(CliError::command),
         TrainCommand::Logistic(args) => {
             crate::train::train_logistic(args, given).map_err(CliError::command)

@@ -6,12 +6,13 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use petrel_ml::job::InvalidSetting;
+use petrel_ml::topic::LdaMetrics;
 use petrel_ps::{PsApp, PsError, PsLda, PsLdaConfig, PsLr, PsLrConfig, PsMf, PsMfConfig};
 use petrel_strads::StradsJob;
 use petrel_strads::apps::lasso::{LassoApp, LassoJob};
 use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use petrel_strads::apps::logistic::LogisticApp;
-use petrel_strads::apps::mf::{MfApp, StradsMfJob};
+use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
 
 use super::TrainError;
 use super::jobfile::{OutDirError, prepare_out_dir, resolve_job};
@@ -363,6 +364,89 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
             ps::<PsLda>(value, |j| j.checkpoint_dir.is_some())
         }
         _ => false,
+    }
+}
+
+/// A STRADS job's round timeout (`timeout_s`), which its cluster's settings carry.
+pub trait JobTimeout: TrainApp {
+    /// Seconds a round may take.
+    fn timeout_s(job: &Self::Job) -> u64;
+}
+
+impl JobTimeout for LogisticApp {
+    fn timeout_s(job: &LassoJob) -> u64 {
+        job.timeout_s
+    }
+}
+
+/// A STRADS app that `petrel train` runs generically ([`super::train_strads`]): one
+/// scheduler node and the workers, round checkpoints and restarts, or the serial driver
+/// with `--transport none`.
+pub trait StradsTrainApp:
+    StradsJob<Config = <Self as TrainApp>::Job> + TrainApp<Job: clap::Args> + JobTimeout
+{
+    /// What its scheduler writes to `metrics.json`.
+    type Metrics: serde::de::DeserializeOwned;
+    /// Its checkpoint directory and resume settings.
+    fn checkpoints(job: &mut Self::Job) -> (&mut Option<PathBuf>, &mut bool);
+    /// The progress points a full run records (the progress bar's length), if known.
+    fn progress_points(job: &Self::Job) -> Option<u64> {
+        let _ = job;
+        None
+    }
+    /// The line printed when the run ends (`out`: the output directory).
+    fn summary(m: &Self::Metrics, out: &str) -> String;
+}
+
+impl JobTimeout for MfApp {
+    fn timeout_s(job: &StradsMfJob) -> u64 {
+        job.timeout_s
+    }
+}
+
+impl StradsTrainApp for MfApp {
+    type Metrics = MfMetrics;
+    fn checkpoints(job: &mut StradsMfJob) -> (&mut Option<PathBuf>, &mut bool) {
+        (&mut job.checkpoint_dir, &mut job.resume)
+    }
+    fn summary(m: &MfMetrics, out: &str) -> String {
+        let test = if m.test_ratings > 0 {
+            format!(", test RMSE {:.4}", m.final_test_rmse)
+        } else {
+            String::new()
+        };
+        format!(
+            "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}{test}, {:.2} s; wrote {out}",
+            m.rank, m.n_users, m.n_items, m.train_ratings, m.final_train_rmse, m.elapsed_s,
+        )
+    }
+}
+
+impl JobTimeout for LdaApp {
+    fn timeout_s(job: &LdaJob) -> u64 {
+        job.timeout_s
+    }
+}
+
+impl StradsTrainApp for LdaApp {
+    type Metrics = LdaMetrics;
+    fn checkpoints(job: &mut LdaJob) -> (&mut Option<PathBuf>, &mut bool) {
+        (&mut job.checkpoint_dir, &mut job.resume)
+    }
+    // One point at the start, then one per pass.
+    fn progress_points(job: &LdaJob) -> Option<u64> {
+        Some(job.iterations as u64 + 1)
+    }
+    fn summary(m: &LdaMetrics, out: &str) -> String {
+        format!(
+            "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {out}",
+            m.n_topics,
+            m.n_docs,
+            m.vocab_size,
+            m.n_tokens,
+            m.final_loglik_per_token,
+            m.tokens_per_s_per_worker,
+        )
     }
 }
 

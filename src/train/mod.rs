@@ -238,26 +238,16 @@ pub struct LassoTrainArgs {
     pub job: LassoJob,
 }
 
-/// `petrel train strads-mf`: the [`StradsMfJob`] flags plus output, workers, transport.
+/// `petrel train strads-mf | lda`: the job's flags ([`StradsMfJob`], [`LdaJob`]) plus
+/// output, workers and transport.
 #[derive(clap::Args, Debug, Clone)]
-pub struct StradsMfTrainArgs {
+pub struct StradsTrainArgs<J: clap::Args> {
     /// Output, workers and transport.
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// The job.
     #[command(flatten)]
-    pub job: StradsMfJob,
-}
-
-/// `petrel train lda`: the [`LdaJob`] flags plus output, workers, transport.
-#[derive(clap::Args, Debug, Clone)]
-pub struct LdaTrainArgs {
-    /// Output, workers and transport.
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
-    /// The job.
-    #[command(flatten)]
-    pub job: LdaJob,
+    pub job: J,
 }
 
 /// `path`, created, as an absolute path (child processes run elsewhere).
@@ -503,35 +493,56 @@ pub fn run_lasso_job(
     run_star_job::<LassoApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
 }
 
-/// Runs a logistic-regression job on a cluster (its `solver` picks the roles) and returns
-/// the metrics the scheduler wrote.
+/// Runs job `A` (one scheduler node, `workers` worker nodes) on a cluster and returns the
+/// metrics its scheduler wrote (logistic regression's `solver` picks its roles).
+pub fn run_job<A, M>(
+    job: &A::Config,
+    workers: usize,
+    transport: JobTransport,
+) -> Result<M, StradsTrainError>
+where
+    A: StradsJob + TrainApp<Job = <A as StradsJob>::Config> + apps::JobTimeout,
+    A::Config: serde::Serialize,
+    M: serde::de::DeserializeOwned,
+{
+    let mut job = job.clone();
+    let out = A::out(&mut job).clone();
+    let timeout_s = A::timeout_s(&job);
+    run_star_job::<A, M>(
+        &job,
+        &out,
+        timeout_s,
+        &one_scheduler::<A>(),
+        workers,
+        transport,
+    )
+}
+
+/// Runs a logistic-regression job on a cluster ([`run_job`]).
 pub fn run_logistic_job(
     job: &LassoJob,
     workers: usize,
     transport: JobTransport,
 ) -> Result<LogisticMetrics, StradsTrainError> {
-    let nodes = one_scheduler::<LogisticApp>();
-    run_star_job::<LogisticApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
+    run_job::<LogisticApp, _>(job, workers, transport)
 }
 
-/// Runs an MF job on a cluster and returns the metrics the scheduler wrote.
+/// Runs an MF job on a cluster ([`run_job`]).
 pub fn run_mf_job(
     job: &StradsMfJob,
     workers: usize,
     transport: JobTransport,
 ) -> Result<MfMetrics, StradsTrainError> {
-    let nodes = one_scheduler::<MfApp>();
-    run_star_job::<MfApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
+    run_job::<MfApp, _>(job, workers, transport)
 }
 
-/// Runs an LDA job on a cluster and returns the metrics the scheduler wrote.
+/// Runs an LDA job on a cluster ([`run_job`]).
 pub fn run_lda_job(
     job: &LdaJob,
     workers: usize,
     transport: JobTransport,
 ) -> Result<LdaMetrics, StradsTrainError> {
-    let nodes = one_scheduler::<LdaApp>();
-    run_star_job::<LdaApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
+    run_job::<LdaApp, _>(job, workers, transport)
 }
 
 /// Why a finished run stopped, from its `metrics.json`: plainly "did not converge" when it
@@ -884,116 +895,49 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
     Ok(())
 }
 
-/// `petrel train strads-mf`.
-pub fn train_mf(args: StradsMfTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
+/// `petrel train strads-mf | lda`: the settings ([`prepare_job`]), then the job on a
+/// localhost cluster with checkpoints and restarts, or on the serial driver with
+/// `--transport none`; prints the app's summary and why the run stopped.
+pub fn train_strads<A: apps::StradsTrainApp>(
+    args: StradsTrainArgs<A::Job>,
+    given: &BTreeSet<String>,
+) -> Result<(), TrainError> {
     let c = &args.cluster;
-    let job = prepare_job::<MfApp>(
+    let mut job = prepare_job::<A>(
         &args.job,
         c.job_file.as_deref(),
         c.out.as_deref(),
         given,
         c.workers,
     )?;
-    if printed(c.print_job, <MfApp as StradsJob>::SECTION, &job)? {
+    if printed(c.print_job, <A as TrainApp>::SECTION, &job)? {
         return Ok(());
     }
-    let progress = progress::TrainProgress::start("strads-mf", None);
-    let m = match c.transport.cluster() {
+    let out = out_path(A::out(&mut job));
+    let progress = progress::TrainProgress::start(A::NAME, A::progress_points(&job));
+    let m: A::Metrics = match c.transport.cluster() {
         Some(transport) => {
-            let mut job = job.clone();
-            let checkpoints = default_checkpoint_dir(
-                &mut job.checkpoint_dir,
-                job.resume,
-                &out_path(&job.out_dir),
-            )?;
+            let (dir, resume) = A::checkpoints(&mut job);
+            let checkpoints = default_checkpoint_dir(dir, *resume, &out)?;
             with_restarts(
-                "strads-mf",
+                A::NAME,
                 c.max_restarts,
                 checkpoints.as_deref(),
                 |resume, _| {
                     let mut job = job.clone();
-                    job.resume |= resume;
-                    run_mf_job(&job, c.workers, transport)
+                    *A::checkpoints(&mut job).1 |= resume;
+                    run_job::<A, _>(&job, c.workers, transport)
                 },
             )?
         }
         None => {
-            petrel_strads::kit::run_serial_and_finish::<MfApp>(&job, c.workers)?;
-            read_json(&out_path(&job.out_dir).join("metrics.json"))?
+            petrel_strads::kit::run_serial_and_finish::<A>(&job, c.workers)?;
+            read_json(&out.join("metrics.json"))?
         }
     };
     drop(progress);
-    let test = if m.test_ratings > 0 {
-        format!(", test RMSE {:.4}", m.final_test_rmse)
-    } else {
-        String::new()
-    };
-    println!(
-        "mf rank {}: {} users x {} items, {} train ratings; train RMSE {:.4}{test}, {:.2} s; wrote {}",
-        m.rank,
-        m.n_users,
-        m.n_items,
-        m.train_ratings,
-        m.final_train_rmse,
-        m.elapsed_s,
-        out_of(&job.out_dir)
-    );
-    println!("{}", stop_line(job.out_dir.as_deref())?);
-    Ok(())
-}
-
-/// `petrel train lda`.
-pub fn train_lda(args: LdaTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
-    let c = &args.cluster;
-    let job = prepare_job::<LdaApp>(
-        &args.job,
-        c.job_file.as_deref(),
-        c.out.as_deref(),
-        given,
-        c.workers,
-    )?;
-    if printed(c.print_job, <LdaApp as StradsJob>::SECTION, &job)? {
-        return Ok(());
-    }
-    // One point at the start, then one per pass.
-    let passes = job.iterations as u64 + 1;
-    let progress = progress::TrainProgress::start("lda", Some(passes));
-    let m = match c.transport.cluster() {
-        Some(transport) => {
-            let mut job = job.clone();
-            let checkpoints = default_checkpoint_dir(
-                &mut job.checkpoint_dir,
-                job.resume,
-                &out_path(&job.out_dir),
-            )?;
-            with_restarts(
-                "lda",
-                c.max_restarts,
-                checkpoints.as_deref(),
-                |resume, _| {
-                    let mut job = job.clone();
-                    job.resume |= resume;
-                    run_lda_job(&job, c.workers, transport)
-                },
-            )?
-        }
-        None => {
-            petrel_strads::kit::run_serial_and_finish::<LdaApp>(&job, c.workers)?;
-            read_json(&out_path(&job.out_dir).join("metrics.json"))?
-        }
-    };
-    drop(progress);
-    println!(
-        "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
-        m.n_topics,
-        m.n_docs,
-        m.vocab_size,
-        m.n_tokens,
-        m.final_loglik_per_token,
-        m.tokens_per_s_per_worker,
-        out_of(&job.out_dir)
-    );
-    println!("{}", stop_line(job.out_dir.as_deref())?);
+    println!("{}", A::summary(&m, &out.display().to_string()));
+    println!("{}", stop_line(Some(&out))?);
     Ok(())
 }
 
