@@ -751,10 +751,10 @@ fn bundles_run_a_cluster_with_ranks() {
     }
 }
 
-/// Issue 12: one line of input must not decide how much a node allocates. A LIBSVM feature
-/// index of 4e9 aborted lasso ("memory allocation of 32000000008 bytes failed", exit 134)
-/// and a bag-of-words W of 10^9 sized the word tables; both now fail at once with an error
-/// naming the file, the line, the limit and the knob that raises it.
+/// One line of input must not decide how much a node allocates. A LIBSVM feature index of
+/// 4e9 (which would abort lasso: "memory allocation of 32000000008 bytes failed", exit 134)
+/// and a bag-of-words W of 10^9 (which would size the word tables) both fail at once with
+/// an error naming the file, the line, the limit and the knob that raises it.
 #[test]
 fn huge_ids_in_input_files_fail_naming_file_line_and_limit() {
     let dir = tempfile::tempdir().unwrap();
@@ -802,7 +802,7 @@ fn huge_ids_in_input_files_fail_naming_file_line_and_limit() {
     }
 }
 
-/// Issue 11: a clean run prints no WARN or ERROR (at shutdown peers leave and sends to them
+/// A clean run prints no WARN or ERROR (at shutdown peers leave and sends to them
 /// fail, an ask can reach a node before its actor registered: neither is news), as
 /// separate processes and in one process. The demo and the PS matrix factorisation example
 /// configurations (the others take a minute each on a loaded machine; the custom examples
@@ -838,7 +838,7 @@ fn clean_runs_print_no_warning_or_error() {
     }
 }
 
-/// Issue 12 item 6: recovery needs no person. `petrel train lasso` checkpoints by default
+/// Recovery needs no person. `petrel train lasso` checkpoints by default
 /// (in `<out>/checkpoints`); when a node is SIGKILLed mid-run the cluster is restarted
 /// from the newest complete checkpoint (`--max-restarts`, default 2) and the job finishes
 /// with exactly the model of an uninterrupted run. A job without restarts left fails,
@@ -1026,7 +1026,7 @@ fn bench_chaos_recovers_every_faulted_run() {
     assert!(json["hostile_refused"].as_u64() >= Some(1), "{json}");
 }
 
-/// Issue 17 item 4: `petrel bench ps --shared-memory DIR` runs the push+pull loop twice per
+/// `petrel bench ps --shared-memory DIR` runs the push+pull loop twice per
 /// size, over QUIC and with large rows through files in DIR between the co-located node
 /// processes. Every pull is checked inside the bench (the pulled row must hold exactly
 /// every push so far), so a lost or mangled row fails the run; the figures say the rows
@@ -1084,7 +1084,7 @@ fn bench_ps_moves_large_rows_through_shared_memory_between_processes() {
     );
 }
 
-/// Issue 12, item 6: logistic regression, strads-mf and LDA checkpoint by default (the
+/// Logistic regression, strads-mf and LDA checkpoint by default (the
 /// STRADS kit's round checkpoints, in `<out>/checkpoints`) and restart automatically from
 /// the newest one. Worker w1 is SIGKILLed once the first checkpoint is complete (a progress
 /// condition, not a clock); the cluster is started again from that checkpoint and the job
@@ -1167,7 +1167,7 @@ fn logistic_strads_mf_and_lda_resume_from_a_checkpoint_after_a_killed_worker() {
     }
 }
 
-/// Issue 12 for P3: `petrel train p3` (an MLP, 2 worker + 2 shard processes) checkpoints
+/// P3 recovery: `petrel train p3` (an MLP, 2 worker + 2 shard processes) checkpoints
 /// every 4 iterations; worker w1 is SIGKILLed once the first checkpoint's manifest exists
 /// (a progress condition, not a clock); the cluster restarts from the newest checkpoint
 /// and the job ends with exactly the parameters, training-loss table and test figures of
@@ -1248,7 +1248,7 @@ fn train_p3_restarts_after_a_killed_worker_and_saves_the_uninterrupted_model() {
     assert!(!figures(&plain_out).is_empty(), "{plain_out}");
 }
 
-/// Issue 12, item 6: `petrel run --max-restarts` launches the cluster again when a node
+/// `petrel run --max-restarts` launches the cluster again when a node
 /// dies, from the newest checkpoint when the job file names a `checkpoint_dir`. A strads-mf
 /// cluster file; w1 is SIGKILLed once the first checkpoint is complete; the run restarts
 /// from it and finishes with factors byte-identical to an uninterrupted run's. Without
@@ -1344,7 +1344,7 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
     }
 }
 
-/// Issue 12, item 6, for the parameter server: `petrel train ps-mf|ps-lr|ps-lda --transport
+/// Recovery for the parameter server: `petrel train ps-mf|ps-lr|ps-lda --transport
 /// processes` checkpoints by default (tables as of a clock boundary, worker clocks and
 /// state, the monitor's history; manifest last) and restarts the cluster when a node dies.
 /// Worker `worker-1` of a BSP job is SIGKILLed once the first manifest exists (a progress
@@ -1594,7 +1594,7 @@ fn petrel_run_resumes_a_ps_cluster_whose_worker_was_killed() {
     assert_eq!(m["worker_clocks"], serde_json::json!([60, 60]));
 }
 
-/// Issue 12, item 6: `petrel run` checkpoints by default. A Lasso job file that names no
+/// `petrel run` checkpoints by default. A Lasso job file that names no
 /// `checkpoint_dir` writes its checkpoints to `<run_dir>/checkpoints/lasso`; w1 is
 /// SIGKILLed once the first one is complete, and the cluster restarts from it (not from
 /// the start: the resumed run reports the round it resumed from) and writes the

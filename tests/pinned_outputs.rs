@@ -101,8 +101,8 @@ fn strads_apps_write_the_pinned_models() {
             "1",
         ],
     );
-    // Changed deliberately (issue 13): W is now seeded per user, not per worker, so runs
-    // with any worker count start from the same model.
+    // W is seeded per user, not per worker, so runs with any worker count start from the
+    // same model.
     check(
         &d.join("strads-mf"),
         &[

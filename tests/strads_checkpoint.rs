@@ -214,7 +214,7 @@ fn cli_flags_checkpoint_and_resume() {
     );
 }
 
-/// Issue 12, item 6: the STRADS kit's round checkpoints (strads-mf and LDA, ring apps whose
+/// The STRADS kit's round checkpoints (strads-mf and LDA, ring apps whose
 /// blocks travel worker to worker). A finished run leaves its newest two checkpoints; a run
 /// resumed from them (in another output directory) re-runs only the tail and writes
 /// byte-identical models. When the newest checkpoint is damaged (a worker file truncated),

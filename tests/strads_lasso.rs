@@ -169,7 +169,7 @@ fn train_on(app: &str, out: &Path, cluster: &[&str], extra: &[&str]) {
     assert!(status.success(), "petrel train {app} {cluster:?}: {status}");
 }
 
-/// Issue 13: logistic regression's default solver is the Gauss-Seidel one. One worker
+/// Logistic regression's default solver is the Gauss-Seidel one. One worker
 /// makes the baseline's model byte for byte; two worker processes reach its optimum and
 /// stop on the baseline's rule (converged), not on a round limit.
 #[test]

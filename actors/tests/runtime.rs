@@ -426,7 +426,7 @@ async fn barrier_waits_for_every_node() {
     }
 }
 
-/// Issue 12, item 5: a process holding the valid member certificate of `alice` claims to
+/// A process holding the valid member certificate of `alice` claims to
 /// be `bob` (bob's id in every header, `Join { name: "bob" }`). The coordinator's transport
 /// refuses it: its certificate names `alice`, and it connects from another address than
 /// alice's, so the connection is refused at the handshake (a frame claiming another name
@@ -649,7 +649,7 @@ fn a_failing_role_stops_every_node_at_once_naming_it() {
     }
 }
 
-// ---- oversize messages fail at once, at both ends (issue 12) ----
+// ---- oversize messages fail at once, at both ends ----
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
 struct Expand {
@@ -669,11 +669,11 @@ impl Handler<Msg<Expand>> for Expander {
     }
 }
 
-/// Issue 12, item 4. Messages above `max_message_bytes` are split by the transport and
-/// joined again: a request and a reply of a tensor three times the limit cross. Beyond what
-/// a peer takes even split (its share of `inbound_buffer_bytes`) a reply, which used to be
-/// dropped at the replier while the asker waited out its timeout, fails the ask at once
-/// naming the type, the size and the knob; a request fails before it is sent.
+/// Messages above `max_message_bytes` are split by the transport and joined again: a
+/// request and a reply of a tensor three times the limit cross. Beyond what a peer takes
+/// even split (its share of `inbound_buffer_bytes`) a reply fails the ask at once (rather
+/// than being dropped at the replier while the asker waits out its timeout), naming the
+/// type, the size and the knob; a request fails before it is sent.
 #[test]
 fn big_messages_are_split_and_joined_and_too_big_ones_fail_at_once_naming_the_knob() {
     use petrel_messages::NodeId;
@@ -758,9 +758,9 @@ fn big_messages_are_split_and_joined_and_too_big_ones_fail_at_once_naming_the_kn
     });
 }
 
-/// Issue 12: with every node in one process, a node whose port is taken used to surface as
-/// "cluster did not form within 30s" from the coordinator. The run now fails at once with
-/// the bind error naming the address and the node.
+/// With every node in one process, a node whose port is taken fails the run at once with
+/// the bind error naming the address and the node, not as "cluster did not form within
+/// 30s" from the coordinator.
 #[test]
 fn port_in_use_in_process_is_reported_as_such() {
     let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -784,11 +784,11 @@ fn port_in_use_in_process_is_reported_as_such() {
     }
 }
 
-/// Issue 12: a role that computes without yielding delayed its node's heartbeats (they
-/// were sent from the node's own thread), so a long synchronous step looked like a dead
-/// node. Heartbeats now leave from the transport's runtime and any arriving frame counts
-/// as life: a role on a worker and one on the coordinator each block their thread for
-/// 10 s under a 2 s failure timeout, and the run completes with nobody declared dead.
+/// A role that computes without yielding must not delay its node's heartbeats, or a long
+/// synchronous step looks like a dead node. Heartbeats leave from the transport's runtime
+/// and any arriving frame counts as life: a role on a worker and one on the coordinator
+/// each block their thread for 10 s under a 2 s failure timeout, and the run completes
+/// with nobody declared dead.
 fn blocking_compute_cluster(transport: Transport) {
     let mut settings = Topology::builder("busy")
         .node("coord", &["computes"])

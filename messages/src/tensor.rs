@@ -184,7 +184,7 @@ pub fn values_from_le_bytes<T: LeValue>(bytes: &[u8]) -> Result<Vec<T>, crate::C
     #[cfg(target_endian = "little")]
     {
         // One copy into uninitialised capacity: `pod_collect_to_vec` zeroes the vector
-        // first, which cost as much as the copy itself for a 16 MiB row (perf, issue 17).
+        // first, which costs as much as the copy itself for a 16 MiB row.
         let len = bytes.len() / width;
         let mut out: Vec<T> = Vec::with_capacity(len);
         // SAFETY: the capacity holds `len * width == bytes.len()` bytes, a fresh allocation

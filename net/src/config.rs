@@ -91,7 +91,7 @@ pub struct NetConfig {
     /// receiver acknowledges every second packet at once, but a lone packet only when this
     /// delay runs out, and a sender whose congestion window is full waits for that
     /// acknowledgement: with QUIC's 25 ms default, a fresh connection's first large message
-    /// stalled 25 ms after its first datagram (the Lasso's first rounds, issue 13). 0
+    /// stalls 25 ms after its first datagram (the Lasso's first rounds). 0
     /// leaves the peer's own (25 ms).
     pub max_ack_delay_us: u64,
     /// The congestion window a connection starts with, in bytes; slow start grows it from

@@ -5,7 +5,7 @@
 //! opens streams that each announce a large frame, send a few bytes of it and stall. A
 //! node must keep serving its other peers, heartbeats included, while such a peer holds
 //! its share of the inbound budget, and must disconnect it when it keeps stalling
-//! (RELIABILITY.md, issue 12). Used with the key of another node, the connection comes
+//! (RELIABILITY.md). Used with the key of another node, the connection comes
 //! from another address than that node's and is refused at once ([`Refusal::StolenKey`]).
 
 use crate::NetConfig;
@@ -29,7 +29,7 @@ pub struct StalledFrames {
 }
 
 impl StalledFrames {
-    /// The attack issue 12 reproduced: five frames of 60 MiB, 300 bytes sent of each.
+    /// The stalled-frames attack: five frames of 60 MiB, 300 bytes sent of each.
     pub const FIVE_OF_60_MIB: StalledFrames = StalledFrames {
         streams: 5,
         announced_bytes: 60 << 20,

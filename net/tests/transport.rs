@@ -533,12 +533,12 @@ async fn rogue_connection(
         .unwrap()
 }
 
-/// Issue 12: a member opened five streams that each announced a 60 MiB frame and sent a
-/// few hundred bytes. They pinned the node's whole 256 MiB inbound budget, every read
-/// stopped (heartbeats included), and the cluster died of "no heartbeat". Now the hoarder
-/// pins at most its own share, and another peer's data and control frames are read. The
-/// stall timeout is a minute, so nothing the hoarder holds is released during the test:
-/// before the fix, `recv` below timed out.
+/// A member opens five streams that each announce a 60 MiB frame and send a few hundred
+/// bytes. Were they to pin the node's whole 256 MiB inbound budget, every read would stop
+/// (heartbeats included) and the cluster would die of "no heartbeat". The hoarder pins at
+/// most its own share, and another peer's data and control frames are read. The stall
+/// timeout is a minute, so nothing the hoarder holds is released during the test: without
+/// per-peer shares, `recv` below times out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_stalled_60_mib_frames_from_a_member_block_nobody_else() {
     let cfg = NetConfig {
@@ -605,15 +605,14 @@ async fn a_member_that_keeps_stalling_frames_is_disconnected() {
     drop(hoarding);
 }
 
-/// Issue 12, the stolen key: a member holding w0's key connects to the victim as w0, from
-/// its own address, over connection after connection, each opening five streams that
-/// announce a 60 MiB frame and stall, while the real w0 sends the victim a stream of
-/// messages. Before, all connections of one certified name drew on one share and frames
-/// waited for budget in arrival order, so the real w0's messages waited behind the stalled
-/// frames until two `frame_timeout_ms` had passed (a minute each here: `recv` timed out).
-/// Now a certificate is accepted only from its node's registered address: every
-/// connection of the stolen key is refused at once, with a reason naming w0, and every
-/// honest message arrives.
+/// The stolen key: a member holding w0's key connects to the victim as w0, from its own
+/// address, over connection after connection, each opening five streams that announce a
+/// 60 MiB frame and stall, while the real w0 sends the victim a stream of messages. All
+/// connections of one certified name draw on one share, so were they accepted the real
+/// w0's messages would wait behind the stalled frames for two `frame_timeout_ms` (a minute
+/// each here: `recv` would time out). A certificate is accepted only from its node's
+/// registered address: every connection of the stolen key is refused at once, with a
+/// reason naming w0, and every honest message arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stolen_key_cannot_hold_up_its_owners_traffic() {
     use petrel_net::hostile::{
@@ -741,7 +740,7 @@ async fn a_node_bound_to_the_unspecified_address_is_admitted_from_its_port() {
     assert_eq!(victim.stats().refused_connections, 0);
 }
 
-/// Issue 12, item 5: a member holding a valid certificate for `a` claims to be `b`, once in
+/// A member holding a valid certificate for `a` claims to be `b`, once in
 /// every header and once only in the envelope. Both forged frames are refused and counted,
 /// and the honest `a` and `b` are still served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -850,7 +849,7 @@ async fn a_connection_to_a_node_reaches_only_that_nodes_certificate() {
     );
 }
 
-/// Issue 12, item 4: a frame three times `max_message_bytes` is split by the sender's
+/// A frame three times `max_message_bytes` is split by the sender's
 /// transport and joined by the receiver's, over QUIC; a frame beyond a peer's share of the
 /// inbound budget is refused at send, naming that limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -885,7 +884,7 @@ async fn a_frame_three_times_the_limit_crosses_quic_in_parts() {
     ));
 }
 
-/// Issue 17: a frame above `stripe_min_bytes` is cut into parts that travel over several
+/// A frame above `stripe_min_bytes` is cut into parts that travel over several
 /// connections at once and is delivered whole, in lane order with the frames around it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_frame_is_striped_over_three_connections_and_arrives_whole_in_order() {
@@ -925,7 +924,7 @@ async fn a_large_frame_is_striped_over_three_connections_and_arrives_whole_in_or
     assert_eq!(a.stats().striped_messages, 1);
 }
 
-/// Issue 17: a small high-priority message sent behind 64 MiB of striped low-priority
+/// A small high-priority message sent behind 64 MiB of striped low-priority
 /// messages is delivered before that backlog is through (the outbox admits it at once
 /// and QUIC's stream priority lets it overtake on its connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -965,7 +964,7 @@ async fn high_priority_passes_a_striped_backlog() {
     assert_eq!(a.stats().striped_messages, backlog as u64);
 }
 
-/// Issue 17 item 4: between two nodes of one host with `shared_memory_dir` set, a large
+/// Between two nodes of one host with `shared_memory_dir` set, a large
 /// frame travels through a file and a small control frame, arrives whole and in lane order
 /// with the QUIC frames around it (both ways), and leaves no file behind. Frames below
 /// `shared_memory_min_bytes` stay on QUIC.

@@ -399,8 +399,8 @@ mod tests {
 
     #[test]
     fn a_run_failure_refuses_waiting_and_later_joins_at_once() {
-        // Issue 12: a node joining just after a failure was broadcast waited out the
-        // whole failure timeout before it heard of it.
+        // A node joining just after a failure was broadcast must hear of it at once, not
+        // after the whole failure timeout.
         let mut c = core3();
         let now = Instant::now();
         assert!(c.join(join(0), 10, now).is_empty());

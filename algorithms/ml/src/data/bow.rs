@@ -343,8 +343,8 @@ mod tests {
 
     #[test]
     fn huge_header_sizes_are_refused_naming_file_line_and_limit() {
-        // Issue 12: a header with W = 10^9 was accepted, and every word table downstream
-        // was sized by it.
+        // A header with W = 10^9 must be refused: every word table downstream is sized by
+        // it.
         let limits = DataLimits {
             max_dimension: 1_000,
             max_documents: 1_000,

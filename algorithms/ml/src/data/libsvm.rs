@@ -358,8 +358,8 @@ mod tests {
 
     #[test]
     fn huge_feature_index_is_refused_naming_file_line_and_limit() {
-        // Issue 12: `0.5 4000000000:0.1` parsed, then `to_columns` asked for 32 GB and
-        // aborted the process without naming the file.
+        // `0.5 4000000000:0.1` must be refused at parse: `to_columns` would ask for 32 GB
+        // and abort the process without naming the file.
         let limits = DataLimits {
             max_dimension: 1000,
             ..DataLimits::default()
