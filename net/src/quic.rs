@@ -2,6 +2,7 @@
 //! per peer and direction (frames go round-robin over them by lane position, so a striped
 //! message's parts travel at once), one unidirectional stream per message with the
 //! message's priority.
+// Long because the link, its accept loop and the per-peer frame reader share the read limits.
 
 use crate::config::NetConfig;
 use crate::datagram::{SegmentCappedSocket, endpoint_config};

@@ -1,5 +1,6 @@
 //! Data-parallel LDA on the parameter server ([`PsLda`]; the YahooLDA / Bösen design), the
 //! comparison the STRADS paper made against its word-rotation LDA.
+// Long because one file per app: settings, state and the `PsApp` impl share private types.
 //!
 //! One file per app on purpose (about 930 lines; tests in `lda/tests.rs`): settings,
 //! metrics, worker and monitor state and the [`PsApp`] impl share private

@@ -1,5 +1,6 @@
 //! Multinomial logistic regression by mini-batch SGD on the parameter server ([`PsLr`],
 //! `petrel train ps-lr`).
+// Long because one file per app: settings, state and the `PsApp` impl share private types.
 //!
 //! One file per app on purpose (about 820 lines): settings, data, gradient, monitor and
 //! checkpoint state and the [`PsApp`] impl share private types.

@@ -1,5 +1,6 @@
 //! Matrix factorization by SGD on the parameter server ([`PsMf`], `petrel train ps-mf`,
 //! roles `ps-shard`/`ps-worker`/`ps-monitor` with `[app.mf]`).
+// Long because one file per app: settings, state and the `PsApp` impl share private types.
 //!
 //! One file per app on purpose (about 1200 lines; tests in `mf/tests.rs`): the job's
 //! settings and their validation, the data, the SGD math, the worker, monitor and checkpoint

@@ -1,5 +1,6 @@
 //! Data-parallel LDA on the parameter server (the YahooLDA / Bösen design): the sans-I/O
 //! worker core and the table layout.
+// Long because the worker core, table view and final check share the exact-count invariant.
 //!
 //! One file on purpose (about 890 lines; tests in `lda/tests.rs`): the worker core, its
 //! view of the table and the final-table check share one invariant (exact `f32` counts,

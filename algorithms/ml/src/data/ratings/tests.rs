@@ -1,0 +1,266 @@
+use super::*;
+
+fn line_of(err: DataError) -> usize {
+    match err {
+        DataError::Malformed { line, .. } => line,
+        other => panic!("expected Malformed, got {other:?}"),
+    }
+}
+
+#[test]
+fn parses_movielens_udata_with_timestamps() {
+    let text = "196\t242\t3\t881250949\n186\t302\t3\t891717742\n196\t302\t1\t1\n";
+    let r = parse_triplets(text.as_bytes(), "u.data").unwrap();
+    assert_eq!((r.n_users, r.n_items), (2, 2));
+    assert_eq!(r.entries, vec![(0, 0, 3.0), (1, 1, 3.0), (0, 1, 1.0)]);
+    let mapping = r.id_mapping.unwrap();
+    assert_eq!(mapping.user_ids, vec!["196", "186"]);
+    assert_eq!(mapping.item_ids, vec!["242", "302"]);
+}
+
+#[test]
+fn parses_movielens_1m_double_colons() {
+    let text = "1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n";
+    let r = parse_triplets(text.as_bytes(), "ratings.dat").unwrap();
+    assert_eq!(r.entries, vec![(0, 0, 5.0), (0, 1, 3.0), (1, 0, 4.0)]);
+    assert_eq!(r.id_mapping.unwrap().item_ids, vec!["1193", "661"]);
+}
+
+#[test]
+fn labelled_ratings_keep_the_files_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let mm = dir.path().join("r.mtx");
+    std::fs::write(
+        &mm,
+        "%%MatrixMarket matrix coordinate real general\n3 2 2\n1 2 4\n3 1 5\n",
+    )
+    .unwrap();
+    let r = load_labelled_ratings(&mm).unwrap();
+    assert_eq!(r[1], ("3".into(), "1".into(), Some(5.0)));
+    // The training loader names MatrixMarket rows and columns the same way.
+    let m = load_ratings(&mm).unwrap().id_mapping.unwrap();
+    assert_eq!((m.user_ids[2].as_str(), m.item_ids[0].as_str()), ("3", "1"));
+    let pairs = dir.path().join("p.dat");
+    std::fs::write(&pairs, "7::42\n8::43::2.5\n9\n").unwrap();
+    let e = load_labelled_ratings(&pairs).unwrap_err().to_string();
+    assert!(e.contains("p.dat:3"), "{e}");
+    std::fs::write(&pairs, "7::42\n8::43::2.5\n").unwrap();
+    let r = load_labelled_ratings(&pairs).unwrap();
+    assert_eq!(r[0], ("7".into(), "42".into(), None));
+    assert_eq!(r[1].2, Some(2.5));
+}
+
+#[test]
+fn held_out_ratings_take_the_training_files_indices() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("u1.base");
+    std::fs::write(&base, "7\t1\t5\n9\t2\t3\n").unwrap();
+    let test = dir.path().join("u1.test");
+    std::fs::write(&test, "9\t1\t4\n8\t1\t2\n").unwrap();
+    let train = load_ratings(&base).unwrap();
+    let (held, left_out) = train.held_out_from(&test).unwrap();
+    assert_eq!(held.entries, vec![(1, 0, 4.0)]);
+    assert_eq!(left_out, 1);
+}
+
+#[test]
+fn parses_csv_with_header_and_spaces() {
+    let text = "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n% c\n2 31 4\n";
+    let r = parse_triplets(text.as_bytes(), "r.csv").unwrap();
+    assert_eq!(r.entries, vec![(0, 0, 2.5), (1, 0, 4.0)]);
+}
+
+#[test]
+fn triplet_errors_carry_line() {
+    assert_eq!(
+        line_of(parse_triplets("1 2 3\n1 2\n".as_bytes(), "x").unwrap_err()),
+        2
+    );
+    assert_eq!(
+        line_of(parse_triplets("1 2 3\n1 2 z\n".as_bytes(), "x").unwrap_err()),
+        2
+    );
+    assert_eq!(
+        line_of(parse_triplets("1 2 NaN\n".as_bytes(), "x").unwrap_err()),
+        1
+    );
+}
+
+#[test]
+fn parses_matrix_market() {
+    let text = "%%MatrixMarket matrix coordinate real general\n% comment\n3 4 2\n1 1 5\n3 4 -1.5\n";
+    let r = parse_matrix_market(text.as_bytes(), "m.mtx").unwrap();
+    assert_eq!((r.n_users, r.n_items), (3, 4));
+    assert_eq!(r.entries, vec![(0, 0, 5.0), (2, 3, -1.5)]);
+    assert_eq!(r.id_mapping.unwrap().item_ids, vec!["1", "2", "3", "4"]);
+}
+
+#[test]
+fn matrix_market_errors() {
+    let h = "%%MatrixMarket matrix coordinate real general\n";
+    let cases = [
+        (
+            "%%MatrixMarket matrix array real general\n2 2\n".to_string(),
+            1,
+        ),
+        (format!("{h}2 2 1\n3 1 1\n"), 3),
+        (format!("{h}2 2 1\n0 1 1\n"), 3),
+        (format!("{h}2 2 2\n1 1 1\n"), 3),
+        (format!("{h}2 2 1\n1 1 1\n2 2 2\n"), 4),
+        (format!("{h}2 2\n"), 2),
+        (h.to_string(), 1),
+        (format!("{h}2 2 1\n1 1 inf\n"), 3),
+    ];
+    for (text, line) in cases {
+        assert_eq!(
+            line_of(parse_matrix_market(text.as_bytes(), "m").unwrap_err()),
+            line,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn matrix_market_sizes_above_the_limit_are_refused() {
+    let limits = DataLimits {
+        max_dimension: 100,
+        ..DataLimits::default()
+    };
+    let text = "%%MatrixMarket matrix coordinate real general\n% c\n3 4000000000 1\n1 1 1\n";
+    let err = parse_matrix_market_with_limits(text.as_bytes(), "big.mtx", &limits).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DataError::LimitExceeded {
+                line: 3,
+                limit: 100,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("big.mtx:3: column count 4000000000")
+    );
+    assert!(matches!(
+        parse_matrix_market(text.as_bytes(), "big.mtx"),
+        Err(DataError::LimitExceeded { line: 3, .. })
+    ));
+}
+
+#[test]
+fn load_ratings_detects_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let mm = dir.path().join("a.mtx");
+    std::fs::write(
+        &mm,
+        "%%MatrixMarket matrix coordinate integer general\n1 1 1\n1 1 2\n",
+    )
+    .unwrap();
+    assert_eq!(
+        load_ratings(&mm).unwrap().id_mapping.unwrap().user_ids,
+        vec!["1"]
+    );
+    let tr = dir.path().join("a.tsv");
+    std::fs::write(&tr, "a\tb\t1\n").unwrap();
+    assert!(load_ratings(&tr).unwrap().id_mapping.is_some());
+    assert!(matches!(
+        load_ratings(dir.path().join("none")),
+        Err(DataError::Io { .. })
+    ));
+}
+
+#[test]
+fn split_is_deterministic_and_partitions() {
+    let r = Ratings {
+        n_users: 10,
+        n_items: 10,
+        entries: (0..100).map(|i| (i % 10, i / 10, i as f32)).collect(),
+        id_mapping: None,
+    };
+    let (train, test) = r.train_test_split(0.2, 7).unwrap();
+    assert_eq!(test.entries.len(), 20);
+    assert_eq!(train.entries.len(), 80);
+    let (train2, test2) = r.train_test_split(0.2, 7).unwrap();
+    assert_eq!((train.clone(), test.clone()), (train2, test2));
+    let mut all: Vec<_> = train
+        .entries
+        .iter()
+        .chain(&test.entries)
+        .map(|e| e.2 as i32)
+        .collect();
+    all.sort();
+    assert_eq!(all, (0..100).collect::<Vec<_>>());
+    assert!(r.train_test_split(1.5, 0).is_err());
+    assert_ne!(r.train_test_split(0.2, 8).unwrap().1, test);
+}
+
+/// The split the mask gives is the one of the `usize` shuffle `train_test_split` used
+/// before (the permutation does not depend on the element type), and the by-value
+/// split is the same as the borrowing one.
+#[test]
+fn held_out_mask_is_the_split_of_a_usize_shuffle() {
+    for (len, fraction, seed) in [
+        (0, 0.1, 0),
+        (1, 1.0, 3),
+        (100, 0.2, 7),
+        (1000, 0.1, 0),
+        (4097, 0.37, 11),
+        (50_000, 0.1, 42),
+    ] {
+        let n_test = (fraction * len as f64).round() as usize;
+        let mut order: Vec<usize> = (0..len).collect();
+        order.shuffle(&mut StdRng::seed_from_u64(seed));
+        let mut expected = vec![false; len];
+        for &i in &order[..n_test] {
+            expected[i] = true;
+        }
+        let mask = HeldOutMask::new(len, fraction, seed).unwrap();
+        let got: Vec<bool> = (0..len).map(|k| mask.is_test(k)).collect();
+        assert_eq!(got, expected, "len {len} seed {seed}");
+        assert_eq!((mask.len(), mask.n_test()), (len, n_test));
+        assert!(!mask.is_test(len));
+        let r = Ratings {
+            n_users: 7,
+            n_items: 5,
+            entries: (0..len as u32).map(|k| (k % 7, k % 5, k as f32)).collect(),
+            id_mapping: None,
+        };
+        assert_eq!(
+            r.clone().into_train_test_split(fraction, seed).unwrap(),
+            r.train_test_split(fraction, seed).unwrap()
+        );
+    }
+    assert!(HeldOutMask::new(10, -0.1, 0).is_err());
+}
+
+/// Scanning a file visits, in order, the entries loading it gives, and returns its
+/// dimensions and ids; a bad line is refused with its number either way.
+#[test]
+fn scanning_visits_what_loading_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let tr = dir.path().join("r.tsv");
+    std::fs::write(&tr, "u1\ti1\t3\nu2\ti1\t4.5\nu1\ti2\t1\n").unwrap();
+    let mm = dir.path().join("r.mtx");
+    std::fs::write(
+        &mm,
+        "%%MatrixMarket matrix coordinate real general\n3 2 2\n1 2 4\n3 1 5\n",
+    )
+    .unwrap();
+    for path in [&tr, &mm] {
+        let loaded = load_ratings(path).unwrap();
+        let mut seen = Vec::new();
+        let shape = scan_ratings(path, |u, i, r| seen.push((u, i, r))).unwrap();
+        assert_eq!(seen, loaded.entries);
+        assert_eq!(
+            shape,
+            Ratings {
+                entries: Vec::new(),
+                ..loaded
+            }
+        );
+    }
+    std::fs::write(&tr, "u1\ti1\t3\nu2\ti1\n").unwrap();
+    assert_eq!(line_of(scan_ratings(&tr, |_, _, _| {}).unwrap_err()), 2);
+}

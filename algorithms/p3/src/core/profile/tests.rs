@@ -1,0 +1,158 @@
+use super::*;
+
+fn within(actual: f64, expected: f64, rel: f64) -> bool {
+    (actual - expected).abs() <= rel * expected
+}
+
+#[test]
+fn vgg19_matches_known_figures() {
+    let m = ModelProfile::vgg19();
+    assert_eq!(m.layers.len(), 19);
+    assert_eq!(m.total_params(), 143_667_240);
+    assert!(within(m.total_params() as f64, 143.7e6, 0.01));
+    // ~19.6 GMACs
+    assert!(
+        within(m.total_fwd_flops(), 39.0e9, 0.02),
+        "{}",
+        m.total_fwd_flops()
+    );
+    // 86% of the parameters in the FC layers (REFERENCE.md section 3)
+    let fc: u64 = m.layers[16..].iter().map(|l| l.params).sum();
+    assert!(within(fc as f64 / m.total_params() as f64, 0.86, 0.01));
+    assert!(within(m.total_bwd_flops(), 2.0 * m.total_fwd_flops(), 1e-9));
+}
+
+#[test]
+fn resnet50_matches_known_figures() {
+    let m = ModelProfile::resnet50();
+    assert_eq!(m.layers.len(), 54);
+    assert_eq!(m.total_params(), 25_557_032);
+    assert!(within(m.total_params() as f64, 25.6e6, 0.01));
+    // ~4.1 GMACs
+    assert!(
+        within(m.total_fwd_flops(), 8.2e9, 0.03),
+        "{}",
+        m.total_fwd_flops()
+    );
+}
+
+#[test]
+fn sockeye_matches_its_documented_config() {
+    let m = ModelProfile::sockeye(&SockeyeConfig::default());
+    // hand count: 2 embeddings 16,384,000 each; bi-LSTM 2 x 2,101,248; state init
+    // 2,099,200; decoder LSTM 10,493,952; attention 2,098,176; attention hidden
+    // 2,098,176; output 32,800,000.
+    assert_eq!(m.total_params(), 86_560_000);
+    assert!(within(m.total_params() as f64, 86.56e6, 0.01));
+    assert_eq!(m.layers.last().map(|l| l.params), Some(32_800_000));
+    assert!(m.total_fwd_flops() > 4e9 && m.total_fwd_flops() < 6e9);
+}
+
+#[test]
+fn builtin_names() {
+    assert_eq!(ModelProfile::builtin("VGG-19").unwrap().name, "vgg19");
+    assert_eq!(ModelProfile::builtin("resnet_50").unwrap().name, "resnet50");
+    assert!(ModelProfile::builtin("sockeye").is_ok());
+    assert!(matches!(
+        ModelProfile::builtin("bert"),
+        Err(ProfileError::UnknownModel(_))
+    ));
+}
+
+#[test]
+fn scaled_keeps_ratios() {
+    let m = ModelProfile::vgg19();
+    let s = m.scaled(0.01);
+    assert!(within(s.total_params() as f64, 1_436_672.4, 0.001));
+    assert!(within(
+        s.total_fwd_flops(),
+        m.total_fwd_flops() * 0.01,
+        1e-9
+    ));
+    assert_eq!(s.layers.len(), m.layers.len());
+    let tiny = m.scaled(1e-9);
+    assert!(tiny.layers.iter().all(|l| l.params >= 1));
+}
+
+#[test]
+fn toml_and_json_roundtrip() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = ModelProfile::resnet50();
+    m.layers[0].measured = Some(MeasuredTime {
+        fwd_s: 0.002,
+        bwd_s: 0.005,
+    });
+    for ext in ["toml", "json"] {
+        let p = dir.path().join(format!("r50.{ext}"));
+        m.save(&p).unwrap();
+        let back = ModelProfile::load(&p).unwrap();
+        assert_eq!(back.name, m.name);
+        assert_eq!(back.param_counts(), m.param_counts());
+        let (a, b) = (
+            back.layers[0].measured.unwrap(),
+            m.layers[0].measured.unwrap(),
+        );
+        assert!((a.fwd_s - b.fwd_s).abs() < 1e-12 && (a.bwd_s - b.bwd_s).abs() < 1e-12);
+        assert_eq!(back.layers[5].fwd_flops, m.layers[5].fwd_flops);
+    }
+    let text = m.to_toml_string().unwrap();
+    assert!(text.contains("[[layer]]"));
+}
+
+#[test]
+fn documented_example_parses() {
+    let text = r#"
+            name = "my-model"
+            [[layer]]
+            name = "conv1"
+            params = 1792
+            fwd_flops = 1.73e8
+            [[layer]]
+            name = "fc"
+            params = 4097000
+            fwd_ms = 0.8
+            bwd_ms = 1.6
+        "#;
+    let m = ModelProfile::from_toml_str(text, "<doc>").unwrap();
+    assert_eq!(m.layers[0].bwd_flops, 3.46e8);
+    assert_eq!(m.layers[1].fwd_seconds(1e12, 32), 0.0008);
+    assert_eq!(m.layers[1].bwd_seconds(1e12, 32), 0.0016);
+    assert_eq!(m.layers[0].fwd_seconds(1e12, 10), 1.73e-3);
+}
+
+#[test]
+fn clear_errors() {
+    let err = |t: &str| {
+        ModelProfile::from_toml_str(t, "bad.toml")
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("name = \"x\"\n");
+    assert!(e.contains("bad.toml") && e.contains("no [[layer]]"), "{e}");
+    let e = err("name = \"x\"\n[[layer]]\nname = \"a\"\nparams = 3\n");
+    assert!(
+        e.contains("layer 0") && e.contains("missing compute cost"),
+        "{e}"
+    );
+    let e =
+        err("name = \"x\"\n[[layer]]\nname = \"a\"\nparams = 3\nfwd_flops = 1.0\nfwd_ms = 2.0\n");
+    assert!(e.contains("not both"), "{e}");
+    let e = err("name = \"x\"\n[[layer]]\nname = \"a\"\nparams = 3\nfwd_flops = -1.0\n");
+    assert!(e.contains("fwd_flops") && e.contains(">= 0"), "{e}");
+    let e = err("name = \"x\"\n[[layer]]\nname = \"a\"\nparams = 3\nfwd_flop = 1.0\n");
+    assert!(e.contains("unknown field"), "{e}");
+    let e = err("name = \"x\"\n[[layer]]\nname = \"a\"\nparams = -3\nfwd_flops = 1.0\n");
+    assert!(e.contains("bad.toml"), "{e}");
+    let e = ModelProfile::from_json_str("{\"name\": 1}", "p.json")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("p.json") && e.contains("JSON"), "{e}");
+    assert!(matches!(
+        ModelProfile::load("/nonexistent/x.yaml"),
+        Err(ProfileError::UnknownFormat { .. })
+    ));
+    assert!(matches!(
+        ModelProfile::load("/nonexistent/x.toml"),
+        Err(ProfileError::Io { .. })
+    ));
+}

@@ -1,0 +1,324 @@
+use super::*;
+use crate::core::types::{RowUpdate, TableKind, UpdateRuleSpec};
+
+const T: TableId = TableId(1);
+
+fn spec(c: Consistency) -> TableSpec {
+    TableSpec::new(1, "w", TableKind::Dense { width: 2 }, c)
+}
+
+fn batch(seq: u64, row: u64, vals: [f32; 2]) -> UpdateBatch {
+    UpdateBatch {
+        seq,
+        updates: vec![RowUpdate {
+            table: T,
+            row: RowId(row),
+            delta: Row::Dense(vals.to_vec()).into(),
+        }],
+    }
+}
+
+fn reply_data(a: &ShardAction) -> (Row, Clock) {
+    match a {
+        ShardAction::Reply {
+            row_data,
+            row_clock,
+            ..
+        } => ((**row_data).clone(), *row_clock),
+        other => panic!("expected reply, got {other:?}"),
+    }
+}
+
+/// Sum of `delta` per clock for row 3, worker `w`: clock c adds `[c + 1, w]`.
+fn step(s: &mut PsShardCore, w: u32, clock: Clock, seq: u64) {
+    let d = [clock as f32 + 1.0, w as f32 + 1.0];
+    s.apply_updates(WorkerId(w), clock, &batch(seq, 3, d))
+        .unwrap();
+    s.clock(WorkerId(w), clock).unwrap();
+}
+
+#[test]
+fn checkpoint_cut_excludes_updates_of_fast_workers() {
+    let mut s = PsShardCore::new(2, vec![spec(Consistency::Ssp { staleness: 5 })]).unwrap();
+    s.enable_checkpoints(2).unwrap();
+    // Worker 0 runs ahead through clocks 0..5; worker 1 is still at clock 0.
+    for c in 0..5 {
+        step(&mut s, 0, c, c + 1);
+    }
+    assert!(s.take_checkpoints().is_empty());
+    step(&mut s, 1, 0, 1);
+    assert!(
+        s.take_checkpoints().is_empty(),
+        "min clock 1: no checkpoint yet"
+    );
+    step(&mut s, 1, 1, 2);
+    // Min clock 2: the cut has clocks 0 and 1 of both workers, nothing of clock >= 2.
+    let ready = s.take_checkpoints();
+    assert_eq!(ready.len(), 1);
+    assert_eq!(ready[0].0, 2);
+    let row = &ready[0].1[0].rows;
+    assert_eq!(
+        row,
+        &vec![(
+            RowId(3),
+            Row::Dense(vec![1.0 + 2.0 + 1.0 + 2.0, 2.0 * 1.0 + 2.0 * 2.0])
+        )]
+    );
+    // The live row has every update.
+    assert_eq!(
+        s.row(T, RowId(3)),
+        Some(&Row::Dense(vec![15.0 + 3.0, 5.0 * 1.0 + 2.0 * 2.0]))
+    );
+    step(&mut s, 1, 2, 3);
+    step(&mut s, 1, 3, 4);
+    let ready = s.take_checkpoints();
+    assert_eq!(ready.len(), 1);
+    assert_eq!(ready[0].0, 4);
+    // Clocks 0..3 of both: 2 * (1 + 2 + 3 + 4), 4 * 1 + 4 * 2.
+    assert_eq!(
+        ready[0].1[0].rows,
+        vec![(RowId(3), Row::Dense(vec![20.0, 12.0]))]
+    );
+}
+
+#[test]
+fn checkpoint_without_fast_workers_is_the_live_table_and_restores_on_schedule() {
+    let mut s = PsShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
+    s.enable_checkpoints(3).unwrap();
+    for c in 0..3 {
+        step(&mut s, 0, c, c + 1);
+        step(&mut s, 1, c, c + 1);
+    }
+    let ready = s.take_checkpoints();
+    assert_eq!(ready.len(), 1);
+    assert_eq!((ready[0].0, &ready[0].1), (3, &s.snapshot()));
+    let mut r = PsShardCore::restore(
+        2,
+        vec![spec(Consistency::Bsp)],
+        &RuleRegistry::new(),
+        ready[0].1.clone(),
+        3,
+    )
+    .unwrap();
+    r.enable_checkpoints(3).unwrap();
+    for c in 3..6 {
+        step(&mut r, 0, c, c - 2);
+        step(&mut r, 1, c, c - 2);
+        step(&mut s, 0, c, c + 1);
+        step(&mut s, 1, c, c + 1);
+    }
+    assert_eq!(r.take_checkpoints(), s.take_checkpoints());
+    assert_eq!(r.snapshot(), s.snapshot());
+}
+
+#[test]
+fn checkpoints_refuse_rules_with_state_on_the_shard() {
+    let t = spec(Consistency::Bsp).with_rule(UpdateRuleSpec::Adagrad {
+        learning_rate: 0.1,
+        eps: 1e-3,
+    });
+    let mut s = PsShardCore::new(1, vec![t]).unwrap();
+    let e = s.enable_checkpoints(2).unwrap_err().to_string();
+    assert!(e.contains("checkpoint"), "{e}");
+    s.enable_checkpoints(0).unwrap();
+}
+
+#[test]
+fn read_served_immediately_when_clock_suffices() {
+    let mut s = PsShardCore::new(2, vec![spec(Consistency::Ssp { staleness: 1 })]).unwrap();
+    let out = s.read(WorkerId(0), 7, T, RowId(3), 0).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(reply_data(&out[0]), (Row::Dense(vec![0.0, 0.0]), 0));
+}
+
+#[test]
+fn held_read_released_when_min_clock_advances() {
+    let mut s = PsShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
+    s.apply_updates(WorkerId(0), 0, &batch(1, 3, [1.0, 0.0]))
+        .unwrap();
+    assert!(s.clock(WorkerId(0), 0).unwrap().is_empty());
+    assert!(s.read(WorkerId(0), 9, T, RowId(3), 1).unwrap().is_empty());
+    assert_eq!(s.pending_reads(), 1);
+    s.apply_updates(WorkerId(1), 0, &batch(1, 3, [0.0, 2.0]))
+        .unwrap();
+    let out = s.clock(WorkerId(1), 0).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(reply_data(&out[0]), (Row::Dense(vec![1.0, 2.0]), 1));
+    match &out[0] {
+        ShardAction::Reply {
+            request_id,
+            ack_seq,
+            worker,
+            ..
+        } => assert_eq!((*request_id, *ack_seq, *worker), (9, 1, WorkerId(0))),
+        _ => unreachable!(),
+    }
+    assert_eq!(s.pending_reads(), 0);
+    assert_eq!(s.min_clock(), 1);
+}
+
+#[test]
+fn clock_and_seq_validation() {
+    let mut s = PsShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
+    assert!(matches!(
+        s.clock(WorkerId(0), 1),
+        Err(PsCoreError::ClockMismatch { expected: 0, .. })
+    ));
+    assert!(matches!(
+        s.apply_updates(WorkerId(5), 0, &batch(1, 0, [1.0, 1.0])),
+        Err(PsCoreError::UnknownWorker(_))
+    ));
+    s.apply_updates(WorkerId(0), 0, &batch(2, 0, [1.0, 1.0]))
+        .unwrap();
+    assert!(
+        s.apply_updates(WorkerId(0), 0, &batch(2, 0, [1.0, 1.0]))
+            .is_err()
+    );
+    // Invalid shape: whole batch rejected, nothing applied.
+    let mut b = batch(3, 1, [1.0, 1.0]);
+    b.updates.push(RowUpdate {
+        table: T,
+        row: RowId(2),
+        delta: Row::Dense(vec![1.0]).into(),
+    });
+    assert!(matches!(
+        s.apply_updates(WorkerId(0), 0, &b),
+        Err(PsCoreError::RowMismatch { .. })
+    ));
+    assert!(s.row(T, RowId(1)).is_none());
+    assert!(PsShardCore::new(0, vec![]).is_err());
+    assert!(PsShardCore::new(1, vec![spec(Consistency::Bsp), spec(Consistency::Bsp)]).is_err());
+}
+
+#[test]
+fn early_partial_updates_do_not_advance_clock() {
+    let mut s = PsShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
+    s.apply_updates(WorkerId(0), 0, &batch(1, 0, [1.0, 0.0]))
+        .unwrap();
+    s.apply_updates(WorkerId(0), 0, &batch(2, 0, [1.0, 0.0]))
+        .unwrap();
+    assert_eq!(s.worker_clock(WorkerId(0)).unwrap(), 0);
+    assert_eq!(s.min_clock(), 0);
+    let msg = ShardBatch {
+        shard: 0,
+        worker: WorkerId(0),
+        clock: 0,
+        end_of_clock: true,
+        batch: batch(3, 0, [1.0, 0.0]),
+    };
+    s.handle_batch(&msg).unwrap();
+    assert_eq!(s.row(T, RowId(0)), Some(&Row::Dense(vec![3.0, 0.0])));
+    assert_eq!(s.min_clock(), 1);
+}
+
+#[test]
+fn dead_worker_no_longer_holds_back_min_clock() {
+    let mut s = PsShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
+    s.clock(WorkerId(0), 0).unwrap();
+    s.read(WorkerId(0), 1, T, RowId(0), 1).unwrap();
+    s.read(WorkerId(1), 2, T, RowId(0), 1).unwrap();
+    let out = s.remove_worker(WorkerId(1)).unwrap();
+    assert_eq!(out.len(), 1, "only the live worker's read is served");
+    assert_eq!(out[0].worker(), WorkerId(0));
+    assert_eq!(s.min_clock(), 1);
+    assert!(matches!(
+        s.clock(WorkerId(1), 0),
+        Err(PsCoreError::DeadWorker(_))
+    ));
+    // Last worker gone: min clock stays.
+    s.remove_worker(WorkerId(0)).unwrap();
+    assert_eq!(s.min_clock(), 1);
+}
+
+#[test]
+fn async_reads_never_wait() {
+    let mut s = PsShardCore::new(2, vec![spec(Consistency::Async)]).unwrap();
+    let out = s.read(WorkerId(0), 1, T, RowId(0), 100).unwrap();
+    assert_eq!(out.len(), 1);
+}
+
+#[test]
+fn essp_pushes_only_changed_subscribed_rows() {
+    let mut s = PsShardCore::new(2, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
+    // Worker 0 subscribes rows 1 and 2; worker 1 subscribes row 2.
+    s.read(WorkerId(0), 1, T, RowId(1), 0).unwrap();
+    s.read(WorkerId(0), 2, T, RowId(2), 0).unwrap();
+    s.read(WorkerId(1), 3, T, RowId(2), 0).unwrap();
+    s.apply_updates(WorkerId(0), 0, &batch(1, 1, [1.0, 0.0]))
+        .unwrap();
+    s.apply_updates(WorkerId(1), 0, &batch(1, 3, [1.0, 0.0]))
+        .unwrap();
+    s.clock(WorkerId(0), 0).unwrap();
+    let out = s.clock(WorkerId(1), 0).unwrap();
+    let mut pushes: Vec<_> = out
+        .iter()
+        .map(|a| match a {
+            ShardAction::Push {
+                worker,
+                rows,
+                clock,
+                ..
+            } => (
+                worker.0,
+                rows.iter().map(|r| r.0.0).collect::<Vec<_>>(),
+                *clock,
+            ),
+            _ => panic!("unexpected {a:?}"),
+        })
+        .collect();
+    pushes.sort();
+    assert_eq!(pushes, vec![(0, vec![1], 1), (1, vec![], 1)]);
+    // Next advance with no changes: empty pushes (clock bumps) only.
+    s.clock(WorkerId(0), 1).unwrap();
+    let out = s.clock(WorkerId(1), 1).unwrap();
+    assert!(
+        out.iter()
+            .all(|a| matches!(a, ShardAction::Push { rows, clock: 2, .. } if rows.is_empty()))
+    );
+    assert_eq!(out.len(), 2);
+}
+
+#[test]
+fn essp_reply_and_push_in_same_advance_not_duplicated() {
+    let mut s = PsShardCore::new(1, vec![spec(Consistency::Essp { staleness: 0 })]).unwrap();
+    s.apply_updates(WorkerId(0), 0, &batch(1, 4, [1.0, 1.0]))
+        .unwrap();
+    assert!(s.read(WorkerId(0), 1, T, RowId(4), 1).unwrap().is_empty());
+    let out = s.clock(WorkerId(0), 0).unwrap();
+    assert_eq!(out.len(), 2);
+    assert!(matches!(out[0], ShardAction::Reply { row_clock: 1, .. }));
+    assert!(matches!(&out[1], ShardAction::Push { rows, .. } if rows.is_empty()));
+}
+
+#[test]
+fn snapshot_restore_round_trip() {
+    let mut s = PsShardCore::new(1, vec![spec(Consistency::Bsp)]).unwrap();
+    s.apply_updates(WorkerId(0), 0, &batch(1, 4, [1.0, 1.0]))
+        .unwrap();
+    s.clock(WorkerId(0), 0).unwrap();
+    let snap = s.snapshot();
+    let r = PsShardCore::restore(
+        1,
+        vec![spec(Consistency::Bsp)],
+        &RuleRegistry::new(),
+        snap.clone(),
+        1,
+    )
+    .unwrap();
+    assert_eq!(r.snapshot(), snap);
+    assert_eq!(r.min_clock(), 1);
+    assert_eq!(r.worker_clock(WorkerId(0)).unwrap(), 1);
+}
+
+#[test]
+fn shard_action_round_trips_through_msgpack() {
+    let a = ShardAction::Push {
+        worker: WorkerId(1),
+        table: T,
+        rows: vec![(RowId(3), Row::Dense(vec![1.0, 2.0]).into())],
+        clock: 4,
+        ack_seq: 2,
+    };
+    let b = rmp_serde::to_vec(&a).unwrap();
+    assert_eq!(rmp_serde::from_slice::<ShardAction>(&b).unwrap(), a);
+}
