@@ -110,7 +110,7 @@ pub mod prelude {
 /// `mmap` and unmaps it again on free, so a node that receives a 16 MiB row per iteration
 /// pays a page fault and the zeroing of each of its 4,096 pages for every message: about
 /// 15 % of a `bench ps` node's CPU at 16 MiB (perf), and on this loopback the push+pull
-/// figure rose by 1.2-1.5x with the thresholds below (issue 17). With the
+/// figure rose by 1.2-1.5x with the thresholds below. With the
 /// mmap threshold at 256 MiB and the trim threshold at 1 GiB the heap reuses those pages.
 /// The cost: up to 1 GiB that a node freed stays mapped to it (its peak is unchanged).
 /// `petrel node` and the other commands of the binary call this first;

@@ -42,6 +42,22 @@ impl JobTransport {
     }
 }
 
+/// The value of `T` when no flag is given: the defaults its clap attributes name. A
+/// settings struct that is also a flag block derives its `Default` from this, so each
+/// default is written once, on its flag.
+///
+/// # Panics
+///
+/// If `T` has a required flag (a programming error: settings always have defaults).
+pub fn flag_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let command = T::augment_args(clap::Command::new("defaults").no_binary_name(true));
+    let no_flags: [&str; 0] = [];
+    command
+        .try_get_matches_from(no_flags)
+        .and_then(|matches| T::from_arg_matches(&matches))
+        .unwrap_or_else(|e| panic!("a flag block without defaults: {e}"))
+}
+
 macro_rules! choice_text {
     ($ty:ty, $kind:expr) => {
         impl std::fmt::Display for $ty {
@@ -392,5 +408,34 @@ mod tests {
         }
         let e = Settings::from_toml("[cluster]\ntransport='tcp'\n[[nodes]]\nname='a'").unwrap_err();
         assert!(crate::error_chain(&e).contains("memory"), "{e}");
+    }
+
+    #[derive(clap::Args, Debug, PartialEq)]
+    struct Knobs {
+        #[arg(long, default_value_t = 7)]
+        rounds: u32,
+        #[arg(long, default_value = "fifo")]
+        order: String,
+        #[arg(long)]
+        resume: bool,
+        #[arg(long)]
+        data: Option<PathBuf>,
+        #[arg(skip = 0.5)]
+        hidden: f64,
+    }
+
+    #[test]
+    fn flag_defaults_are_the_flags_defaults() {
+        let knobs: Knobs = super::flag_defaults();
+        assert_eq!(
+            knobs,
+            Knobs {
+                rounds: 7,
+                order: "fifo".into(),
+                resume: false,
+                data: None,
+                hidden: 0.5,
+            }
+        );
     }
 }

@@ -111,26 +111,10 @@ pub struct LdaJob {
     pub resume: bool,
 }
 
+// Every default is written once, on its flag.
 impl Default for LdaJob {
     fn default() -> Self {
-        LdaJob {
-            docword: None,
-            test_data: None,
-            heldout_sweeps: DEFAULT_HELDOUT_SWEEPS,
-            vocab: None,
-            synthetic: LdaCorpusParams::default(),
-            n_topics: 20,
-            alpha: 0.1,
-            beta: 0.1,
-            iterations: 20,
-            seed: 0,
-            top_words: 10,
-            out_dir: None,
-            timeout_s: 120,
-            checkpoint_dir: None,
-            checkpoint_every: 8,
-            resume: false,
-        }
+        petrel_actors::flag_defaults()
     }
 }
 

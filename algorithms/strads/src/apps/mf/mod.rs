@@ -118,28 +118,10 @@ pub struct StradsMfJob {
     pub resume: bool,
 }
 
+// Every default is written once, on its flag.
 impl Default for StradsMfJob {
     fn default() -> Self {
-        StradsMfJob {
-            data: None,
-            test_data: None,
-            synthetic: LowRankParams::default(),
-            rank: 10,
-            lambda: 0.05,
-            weighted_lambda: false,
-            biases: false,
-            outer_iterations: 5,
-            inner_iterations: 1,
-            test_fraction: 0.1,
-            target_rmse: None,
-            seed: 0,
-            global_mean: false,
-            out_dir: None,
-            timeout_s: 60,
-            checkpoint_dir: None,
-            checkpoint_every: 50,
-            resume: false,
-        }
+        petrel_actors::flag_defaults()
     }
 }
 
