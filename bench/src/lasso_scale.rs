@@ -28,8 +28,9 @@
 //! against the design's non-zeros.
 
 use crate::memory_bandwidth::{self, StreamBandwidth};
+use crate::scale::{baseline_row, range_cell, write_plot};
 use petrel::report::{Table, print_json};
-use petrel::train::plot::{Series, absolute, line_plot};
+use petrel::train::plot::{Series, absolute};
 use petrel::train::{NodeMemory, StradsTrainError, TrainTransport, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::StradsError;
@@ -37,7 +38,7 @@ use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{GsExchange, LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// One design size: `rows x features`, non-zeros per column.
@@ -462,131 +463,12 @@ pub fn run(args: LassoScaleBenchArgs) -> Result<(), StradsTrainError> {
 
 /// Runs every size, repeat and worker count, prints the table and writes the plot.
 pub fn measure(args: &LassoScaleBenchArgs) -> Result<LassoScaleFigures, StradsTrainError> {
-    if args.sizes.is_empty() || args.workers.is_empty() || args.repeats == 0 {
-        return Err(StradsTrainError::Usage(
-            "need at least one size, one worker count and one repeat",
-        ));
-    }
-    let Some(transport) = args.transport.cluster() else {
-        return Err(StradsTrainError::Usage(
-            "lasso-scale compares STRADS runs: --transport memory, quic or processes",
-        ));
-    };
+    let transport = validate(args)?;
     let out = absolute(&args.out)?;
     let mut sizes = Vec::new();
     let mut table = Table::new(&COLUMNS);
     for size in &args.sizes {
-        let base = job_for(size, args);
-        // The flags checked as `train lasso` checks its settings, before any work.
-        base.validate().map_err(StradsError::from)?;
-        let generated = Instant::now();
-        let (x, y) = base.load()?;
-        let nnz = x.values.len();
-        tracing::info!(
-            rows = size.n_samples,
-            features = size.n_features,
-            nnz,
-            seconds = generated.elapsed().as_secs_f64(),
-            "lasso-scale design generated"
-        );
-        // f*: the baseline to a tight duality gap.
-        let optimum_job = LassoJob {
-            gap_tolerance: Some(args.optimum_gap),
-            ..base.clone()
-        };
-        let (optimum_run, _) = solve_baseline(&x, &y, &optimum_job)?;
-        let optimum = optimum_run.metrics.final_objective;
-        let target = optimum * (1.0 + args.tolerance);
-        let lambda = optimum_run.metrics.lambda;
-        // The timed baseline: the same solver, stopped at the target.
-        let timed_job = LassoJob {
-            target_objective: Some(target),
-            ..base.clone()
-        };
-        let label = format!("{}x{}", size.n_samples, size.n_features);
-        let mut design = Some((x, y));
-        let mut baseline_runs_s = Vec::with_capacity(args.repeats);
-        let mut baseline_updates = 0;
-        let mut runs: BTreeMap<usize, Vec<PetrelFigures>> = BTreeMap::new();
-        for repeat in 0..args.repeats {
-            let Some((x, y)) = design.as_ref() else {
-                break;
-            };
-            let (timed, report) = solve_baseline(x, y, &timed_job)?;
-            let baseline_s = timed.metrics.elapsed_s;
-            baseline_runs_s.push(baseline_s);
-            baseline_updates = report.updates;
-            if repeat + 1 == args.repeats {
-                // The last repeat's STRADS runs start without this process's copy of
-                // the design (what in-process transports measure as their peak).
-                design = None;
-            }
-            for &workers in &args.workers {
-                let dir = out.join(format!("{label}-p{workers}"));
-                let job = LassoJob {
-                    target_objective: Some(target),
-                    out_dir: Some(dir),
-                    ..base.clone()
-                };
-                let run = run_petrel(&job, workers, transport, baseline_s, args, nnz, size)?;
-                tracing::info!(
-                    size = %label,
-                    workers,
-                    repeat,
-                    ratio = run.ratio,
-                    "lasso-scale run"
-                );
-                runs.entry(workers).or_default().push(run);
-            }
-        }
-        drop(design);
-        let baseline_s = median(&baseline_runs_s).unwrap_or(f64::NAN);
-        let spread = |values: &[f64]| {
-            let lo = values.iter().copied().min_by(f64::total_cmp);
-            let hi = values.iter().copied().max_by(f64::total_cmp);
-            lo.zip(hi)
-                .map_or("-".into(), |(lo, hi)| format!("{lo:.2}-{hi:.2}"))
-        };
-        let mut row = vec![
-            label.clone(),
-            nnz.to_string(),
-            "baseline".into(),
-            format!("{baseline_s:.3}"),
-            baseline_updates.to_string(),
-            format!("{:.3}", 1e6 * baseline_s / baseline_updates.max(1) as f64),
-            "1".into(),
-        ];
-        row.resize(COLUMNS.len(), "-".into());
-        table.row(row);
-        let mut per_workers = BTreeMap::new();
-        for (workers, runs) in runs {
-            let Some(figures) = median_run(runs) else {
-                continue;
-            };
-            let reached: Vec<f64> = figures.ratios.iter().flatten().copied().collect();
-            table.row(petrel_row(&label, nnz, &figures, spread(&reached)));
-            per_workers.insert(workers, figures);
-        }
-        let headline = per_workers.get(&args.headline_workers);
-        let data_mb_per_worker = worker_holds_mb(args.solver, nnz, size, args.headline_workers);
-        sizes.push(SizeFigures {
-            n_samples: size.n_samples,
-            n_features: size.n_features,
-            nnz,
-            lambda,
-            optimum,
-            baseline_s,
-            baseline_runs_s,
-            baseline_updates,
-            baseline_us_per_update: 1e6 * baseline_s / baseline_updates.max(1) as f64,
-            optimum_s: optimum_run.metrics.elapsed_s,
-            petrel_s: headline.and_then(|h| h.petrel_s),
-            petrel_updates: headline.and_then(|h| h.petrel_updates),
-            ratio: headline.and_then(|h| h.ratio),
-            rss_mb: headline.map(|h| h.rss_mb),
-            data_mb_per_worker,
-            per_workers,
-        });
+        sizes.push(measure_size(args, size, transport, &out, &mut table)?);
     }
     table.print();
     let bandwidth =
@@ -619,16 +501,14 @@ pub fn measure(args: &LassoScaleBenchArgs) -> Result<LassoScaleFigures, StradsTr
                 .collect(),
         });
     }
-    let plot = out.join("lasso_scale_us_per_update.svg");
-    line_plot(
-        &plot,
+    let plot = write_plot(
+        &out.join("lasso_scale_us_per_update.svg"),
         "Lasso: time per coordinate update against design size",
         "non-zeros of X",
         "microseconds per coordinate update (to 1e-3)",
         &series,
         true,
     )?;
-    println!("plot: {}", plot.display());
     Ok(LassoScaleFigures {
         bench: "lasso-scale",
         solver: args.solver.to_string(),
@@ -640,90 +520,135 @@ pub fn measure(args: &LassoScaleBenchArgs) -> Result<LassoScaleFigures, StradsTr
         transport: format!("{:?}", args.transport).to_lowercase(),
         repeats: args.repeats,
         sizes,
-        plot: plot.display().to_string(),
+        plot,
         memory_bandwidth: bandwidth,
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(petrel_s: Option<f64>, baseline_s: f64, rounds: u64) -> PetrelFigures {
-        let ratio = petrel_s.map(|s| s / baseline_s);
-        PetrelFigures {
-            workers: 2,
-            petrel_s,
-            petrel_updates: petrel_s.map(|_| 100),
-            ratio,
-            ratios: vec![ratio],
-            runs_s: vec![petrel_s],
-            us_per_update: None,
-            wall_s: 1.0,
-            rounds,
-            block_size: 1,
-            rss_mb: 1.0,
-            final_objective: 1.0,
-            compute_to_target_s: None,
-            compute_ratio: None,
-            profile: RoundProfile::default(),
-            memory: NodeMemory::default(),
-        }
+/// Refuses empty size or worker lists, no repeats and a transport without a cluster;
+/// returns the cluster's transport.
+fn validate(args: &LassoScaleBenchArgs) -> Result<JobTransport, StradsTrainError> {
+    if args.sizes.is_empty() || args.workers.is_empty() || args.repeats == 0 {
+        return Err(StradsTrainError::Usage(
+            "need at least one size, one worker count and one repeat",
+        ));
     }
-
-    #[test]
-    fn the_median_of_odd_and_even_counts_and_of_nothing() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
-    }
-
-    #[test]
-    fn a_runner_reports_its_median_run_and_the_median_of_its_repeats_ratios() {
-        // Ratios 1.2, 0.9 and 1.0 against three different baselines; times 0.12, 0.09,
-        // 0.11: the median run (0.11 s, the third) is not the run of the median ratio.
-        let f = median_run(vec![
-            run(Some(0.12), 0.10, 1),
-            run(Some(0.09), 0.10, 2),
-            run(Some(0.11), 0.11, 3),
-        ])
-        .unwrap();
-        assert_eq!(f.rounds, 3);
-        assert_eq!(f.petrel_s, Some(0.11));
-        assert!((f.ratio.unwrap() - 1.0).abs() < 1e-12, "{:?}", f.ratio);
-        assert_eq!(f.runs_s, vec![Some(0.12), Some(0.09), Some(0.11)]);
-        assert_eq!(f.ratios.len(), 3);
-        // A run that missed the target is the slowest, and a median that lands on one
-        // is no ratio at all.
-        let missed = median_run(vec![
-            run(None, 0.1, 1),
-            run(Some(0.2), 0.1, 2),
-            run(None, 0.1, 3),
-        ])
-        .unwrap();
-        assert_eq!(missed.ratio, None);
-        assert_eq!(missed.petrel_s, None);
-        let one_missed = median_run(vec![
-            run(None, 0.1, 1),
-            run(Some(0.2), 0.1, 2),
-            run(Some(0.1), 0.1, 3),
-        ])
-        .unwrap();
-        assert_eq!(one_missed.petrel_s, Some(0.2));
-        assert!((one_missed.ratio.unwrap() - 2.0).abs() < 1e-12);
-        assert!(median_run(Vec::new()).is_none());
-    }
-
-    #[test]
-    fn sizes_parse_and_bad_ones_name_the_format() {
-        let s: DesignSize = "2000x20000x20".parse().unwrap();
-        assert_eq!(
-            (s.n_samples, s.n_features, s.nnz_per_column),
-            (2000, 20000, 20)
-        );
-        for bad in ["2000x20000", "0x10x1", "axbxc", "1x2x3x4"] {
-            let e = bad.parse::<DesignSize>().unwrap_err().to_string();
-            assert!(e.contains("ROWSxFEATURESxNNZ"), "{e}");
-        }
-    }
+    args.transport.cluster().ok_or(StradsTrainError::Usage(
+        "lasso-scale compares STRADS runs: --transport memory, quic or processes",
+    ))
 }
+
+/// One design size: its optimum, the repeated baseline and STRADS runs, and their table
+/// rows (the baseline's, then one per worker count).
+fn measure_size(
+    args: &LassoScaleBenchArgs,
+    size: &DesignSize,
+    transport: JobTransport,
+    out: &Path,
+    table: &mut Table,
+) -> Result<SizeFigures, StradsTrainError> {
+    let base = job_for(size, args);
+    // The flags checked as `train lasso` checks its settings, before any work.
+    base.validate().map_err(StradsError::from)?;
+    let generated = Instant::now();
+    let (x, y) = base.load()?;
+    let nnz = x.values.len();
+    tracing::info!(
+        rows = size.n_samples,
+        features = size.n_features,
+        nnz,
+        seconds = generated.elapsed().as_secs_f64(),
+        "lasso-scale design generated"
+    );
+    // f*: the baseline to a tight duality gap.
+    let optimum_job = LassoJob {
+        gap_tolerance: Some(args.optimum_gap),
+        ..base.clone()
+    };
+    let (optimum_run, _) = solve_baseline(&x, &y, &optimum_job)?;
+    let optimum = optimum_run.metrics.final_objective;
+    let target = optimum * (1.0 + args.tolerance);
+    let lambda = optimum_run.metrics.lambda;
+    // The timed baseline: the same solver, stopped at the target.
+    let timed_job = LassoJob {
+        target_objective: Some(target),
+        ..base.clone()
+    };
+    let label = format!("{}x{}", size.n_samples, size.n_features);
+    let mut design = Some((x, y));
+    let mut baseline_runs_s = Vec::with_capacity(args.repeats);
+    let mut baseline_updates = 0;
+    let mut runs: BTreeMap<usize, Vec<PetrelFigures>> = BTreeMap::new();
+    for repeat in 0..args.repeats {
+        let Some((x, y)) = design.as_ref() else {
+            break;
+        };
+        let (timed, report) = solve_baseline(x, y, &timed_job)?;
+        let baseline_s = timed.metrics.elapsed_s;
+        baseline_runs_s.push(baseline_s);
+        baseline_updates = report.updates;
+        if repeat + 1 == args.repeats {
+            // The last repeat's STRADS runs start without this process's copy of
+            // the design (what in-process transports measure as their peak).
+            design = None;
+        }
+        for &workers in &args.workers {
+            let dir = out.join(format!("{label}-p{workers}"));
+            let job = LassoJob {
+                target_objective: Some(target),
+                out_dir: Some(dir),
+                ..base.clone()
+            };
+            let run = run_petrel(&job, workers, transport, baseline_s, args, nnz, size)?;
+            tracing::info!(
+                size = %label,
+                workers,
+                repeat,
+                ratio = run.ratio,
+                "lasso-scale run"
+            );
+            runs.entry(workers).or_default().push(run);
+        }
+    }
+    drop(design);
+    let baseline_s = median(&baseline_runs_s).unwrap_or(f64::NAN);
+    table.row(baseline_row(
+        &label,
+        nnz,
+        baseline_s,
+        baseline_updates,
+        COLUMNS.len(),
+    ));
+    let mut per_workers = BTreeMap::new();
+    for (workers, runs) in runs {
+        let Some(figures) = median_run(runs) else {
+            continue;
+        };
+        let reached: Vec<f64> = figures.ratios.iter().flatten().copied().collect();
+        table.row(petrel_row(&label, nnz, &figures, range_cell(&reached)));
+        per_workers.insert(workers, figures);
+    }
+    let headline = per_workers.get(&args.headline_workers);
+    let data_mb_per_worker = worker_holds_mb(args.solver, nnz, size, args.headline_workers);
+    Ok(SizeFigures {
+        n_samples: size.n_samples,
+        n_features: size.n_features,
+        nnz,
+        lambda,
+        optimum,
+        baseline_s,
+        baseline_runs_s,
+        baseline_updates,
+        baseline_us_per_update: 1e6 * baseline_s / baseline_updates.max(1) as f64,
+        optimum_s: optimum_run.metrics.elapsed_s,
+        petrel_s: headline.and_then(|h| h.petrel_s),
+        petrel_updates: headline.and_then(|h| h.petrel_updates),
+        ratio: headline.and_then(|h| h.ratio),
+        rss_mb: headline.map(|h| h.rss_mb),
+        data_mb_per_worker,
+        per_workers,
+    })
+}
+
+#[cfg(test)]
+mod tests;

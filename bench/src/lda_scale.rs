@@ -12,8 +12,9 @@
 //! core; 1 is flat) and `speedup` (tokens/s of the largest worker count over one worker's,
 //! at each size). An SVG plots the time per token per core against the corpus size.
 
+use crate::scale::{cell, spread, write_plot};
 use petrel::report::{Table, print_json};
-use petrel::train::plot::{Series, absolute, line_plot};
+use petrel::train::plot::{Series, absolute};
 use petrel::train::{NodeMemory, StradsTrainError, run_lda_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
@@ -21,7 +22,7 @@ use petrel_strads::StradsError;
 use petrel_strads::apps::lda::LdaJob;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// `petrel bench lda-scale` flags.
@@ -151,97 +152,16 @@ pub fn run(args: LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
 
 /// Runs every size and worker count, prints the table and writes the plot.
 pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainError> {
-    if args.tokens.is_empty() || args.workers.is_empty() {
-        return Err(StradsTrainError::Usage(
-            "need at least one corpus size and one worker count",
-        ));
-    }
-    if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
-        return Err(StradsTrainError::Usage(
-            "--doc-length must be positive and every --tokens size at least one document",
-        ));
-    }
+    validate(args)?;
     let out = absolute(&args.out)?;
-    let mut table = Table::new(&[
-        "tokens",
-        "workers",
-        "tokens/s",
-        "tokens/s per core",
-        "ns / token / core",
-        "sampling s",
-        "wall s",
-        "final ll/token",
-        "worker peak MB",
-        "worker holds MB",
-        "peak / holds",
-        "heap / holds",
-        "scheduler peak MB",
-    ]);
+    let mut table = Table::new(&COLUMNS);
     let mut sizes = Vec::new();
     for &tokens in &args.tokens {
         let docs = tokens / args.doc_length;
         let mut per_workers = BTreeMap::new();
         for &workers in &args.workers {
-            let job = LdaJob {
-                synthetic: LdaCorpusParams {
-                    n_topics: args.topics,
-                    vocab_size: args.vocab,
-                    n_docs: docs,
-                    doc_length: args.doc_length,
-                    alpha: 0.1,
-                    beta: 0.1,
-                    seed: 42,
-                },
-                n_topics: args.topics,
-                iterations: args.iterations,
-                timeout_s: args.timeout_s,
-                out_dir: Some(out.join(format!("t{tokens}-p{workers}"))),
-                ..LdaJob::default()
-            };
-            // The flags checked as `train lda` checks its settings.
-            job.validate().map_err(StradsError::from)?;
-            let started = Instant::now();
-            let m = run_lda_job(&job, workers, args.transport)?;
-            let wall_s = started.elapsed().as_secs_f64();
-            let holds = worker_holds_mb(m.n_tokens, docs, args.vocab, args.topics, workers);
-            let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
-            let mb = |v: Option<f64>, digits: usize| {
-                v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
-            };
-            let tokens_per_s = m.tokens_per_s_per_worker * workers as f64;
-            let ns_per_token_per_core = if m.tokens_sampled > 0 {
-                1e9 * m.sampling_s * workers as f64 / m.tokens_sampled as f64
-            } else {
-                f64::NAN
-            };
-            table.row(vec![
-                m.n_tokens.to_string(),
-                workers.to_string(),
-                format!("{tokens_per_s:.0}"),
-                format!("{:.0}", m.tokens_per_s_per_worker),
-                format!("{ns_per_token_per_core:.1}"),
-                format!("{:.2}", m.sampling_s),
-                format!("{wall_s:.1}"),
-                format!("{:.4}", m.final_loglik_per_token),
-                mb(memory.worker_rss_mb, 0),
-                format!("{holds:.1}"),
-                mb(memory.worker_rss_over_holds, 2),
-                mb(memory.worker_heap_over_holds, 2),
-                mb(memory.scheduler_rss_mb, 0),
-            ]);
-            per_workers.insert(
-                workers,
-                LdaScaleRun {
-                    workers,
-                    tokens_per_s,
-                    tokens_per_s_per_core: m.tokens_per_s_per_worker,
-                    ns_per_token_per_core,
-                    sampling_s: m.sampling_s,
-                    wall_s,
-                    final_loglik_per_token: m.final_loglik_per_token,
-                    memory,
-                },
-            );
+            let run = run_one(args, &out, tokens, workers, &mut table)?;
+            per_workers.insert(workers, run);
         }
         let speedup = match (
             per_workers.get(&1),
@@ -260,28 +180,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         });
     }
     table.print();
-    let mut per_core_spread = BTreeMap::new();
-    let mut series = Vec::new();
-    for &workers in &args.workers {
-        let points: Vec<(f64, f64)> = sizes
-            .iter()
-            .filter_map(|s| {
-                let f = s.per_workers.get(&workers)?;
-                Some((s.tokens as f64, f.ns_per_token_per_core))
-            })
-            .filter(|p| p.1.is_finite())
-            .collect();
-        let (lo, hi) = points
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
-        if !points.is_empty() && lo > 0.0 {
-            per_core_spread.insert(workers, hi / lo);
-        }
-        series.push(Series {
-            name: format!("{workers} worker(s)"),
-            points,
-        });
-    }
+    let (per_core_spread, series) = per_core_figures(&sizes, &args.workers);
     for s in &sizes {
         if let Some(speedup) = s.speedup {
             println!(
@@ -290,16 +189,14 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
             );
         }
     }
-    let plot = out.join("lda_scale_ns_per_token.svg");
-    line_plot(
-        &plot,
+    let plot = write_plot(
+        &out.join("lda_scale_ns_per_token.svg"),
         "LDA (word rotation): sampling time per token per core against corpus size",
         "tokens",
         "ns per token per core",
         &series,
         false,
     )?;
-    println!("plot: {}", plot.display());
     Ok(LdaScaleFigures {
         bench: "lda-scale",
         topics: args.topics,
@@ -309,6 +206,131 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         transport: format!("{:?}", args.transport).to_lowercase(),
         sizes,
         per_core_spread,
-        plot: plot.display().to_string(),
+        plot,
     })
+}
+
+/// The table's columns, one row per corpus size and worker count.
+const COLUMNS: [&str; 13] = [
+    "tokens",
+    "workers",
+    "tokens/s",
+    "tokens/s per core",
+    "ns / token / core",
+    "sampling s",
+    "wall s",
+    "final ll/token",
+    "worker peak MB",
+    "worker holds MB",
+    "peak / holds",
+    "heap / holds",
+    "scheduler peak MB",
+];
+
+/// Refuses empty size or worker lists and a document longer than a corpus.
+fn validate(args: &LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
+    if args.tokens.is_empty() || args.workers.is_empty() {
+        return Err(StradsTrainError::Usage(
+            "need at least one corpus size and one worker count",
+        ));
+    }
+    if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
+        return Err(StradsTrainError::Usage(
+            "--doc-length must be positive and every --tokens size at least one document",
+        ));
+    }
+    Ok(())
+}
+
+/// One run: a corpus of about `tokens` tokens on `workers` workers; adds its table row.
+fn run_one(
+    args: &LdaScaleBenchArgs,
+    out: &Path,
+    tokens: usize,
+    workers: usize,
+    table: &mut Table,
+) -> Result<LdaScaleRun, StradsTrainError> {
+    let docs = tokens / args.doc_length;
+    let job = LdaJob {
+        synthetic: LdaCorpusParams {
+            n_topics: args.topics,
+            vocab_size: args.vocab,
+            n_docs: docs,
+            doc_length: args.doc_length,
+            alpha: 0.1,
+            beta: 0.1,
+            seed: 42,
+        },
+        n_topics: args.topics,
+        iterations: args.iterations,
+        timeout_s: args.timeout_s,
+        out_dir: Some(out.join(format!("t{tokens}-p{workers}"))),
+        ..LdaJob::default()
+    };
+    // The flags checked as `train lda` checks its settings.
+    job.validate().map_err(StradsError::from)?;
+    let started = Instant::now();
+    let m = run_lda_job(&job, workers, args.transport)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let holds = worker_holds_mb(m.n_tokens, docs, args.vocab, args.topics, workers);
+    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
+    let tokens_per_s = m.tokens_per_s_per_worker * workers as f64;
+    let ns_per_token_per_core = if m.tokens_sampled > 0 {
+        1e9 * m.sampling_s * workers as f64 / m.tokens_sampled as f64
+    } else {
+        f64::NAN
+    };
+    table.row(vec![
+        m.n_tokens.to_string(),
+        workers.to_string(),
+        format!("{tokens_per_s:.0}"),
+        format!("{:.0}", m.tokens_per_s_per_worker),
+        format!("{ns_per_token_per_core:.1}"),
+        format!("{:.2}", m.sampling_s),
+        format!("{wall_s:.1}"),
+        format!("{:.4}", m.final_loglik_per_token),
+        cell(memory.worker_rss_mb, 0),
+        format!("{holds:.1}"),
+        cell(memory.worker_rss_over_holds, 2),
+        cell(memory.worker_heap_over_holds, 2),
+        cell(memory.scheduler_rss_mb, 0),
+    ]);
+    Ok(LdaScaleRun {
+        workers,
+        tokens_per_s,
+        tokens_per_s_per_core: m.tokens_per_s_per_worker,
+        ns_per_token_per_core,
+        sampling_s: m.sampling_s,
+        wall_s,
+        final_loglik_per_token: m.final_loglik_per_token,
+        memory,
+    })
+}
+
+/// Per worker count across the sizes: the spread of the time per token per core, and its
+/// plot series.
+fn per_core_figures(
+    sizes: &[LdaScaleSize],
+    worker_counts: &[usize],
+) -> (BTreeMap<usize, f64>, Vec<Series>) {
+    let mut per_core_spread = BTreeMap::new();
+    let mut series = Vec::new();
+    for &workers in worker_counts {
+        let points: Vec<(f64, f64)> = sizes
+            .iter()
+            .filter_map(|s| {
+                let f = s.per_workers.get(&workers)?;
+                Some((s.tokens as f64, f.ns_per_token_per_core))
+            })
+            .filter(|p| p.1.is_finite())
+            .collect();
+        if let Some(s) = spread(&points) {
+            per_core_spread.insert(workers, s);
+        }
+        series.push(Series {
+            name: format!("{workers} worker(s)"),
+            points,
+        });
+    }
+    (per_core_spread, series)
 }

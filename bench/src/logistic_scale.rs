@@ -16,16 +16,18 @@
 //! non-zeros.
 
 use crate::lasso_scale::{DesignSize, median, median_repeat};
+use crate::scale::{baseline_row, cell, range_cell, write_plot};
 use petrel::report::{Table, print_json};
-use petrel::train::plot::{Series, absolute, line_plot};
+use petrel::train::plot::{Series, absolute};
 use petrel::train::{NodeMemory, StradsTrainError, TrainTransport, run_logistic_job};
+use petrel_actors::JobTransport;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::{LassoJob, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::logistic::{load, logistic_lambda};
 use petrel_strads::core::baseline::{CdStop, CyclicLogistic};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -213,138 +215,12 @@ fn median_run(runs: Vec<LogisticRunFigures>) -> Option<LogisticRunFigures> {
 
 /// Runs every size, repeat and worker count, prints the table and writes the plot.
 pub fn measure(args: &LogisticScaleBenchArgs) -> Result<LogisticScaleFigures, StradsTrainError> {
-    if args.sizes.is_empty() || args.workers.is_empty() || args.repeats == 0 {
-        return Err(StradsTrainError::Usage(
-            "need at least one size, one worker count and one repeat",
-        ));
-    }
-    let Some(transport) = args.transport.cluster() else {
-        return Err(StradsTrainError::Usage(
-            "logistic-scale compares STRADS runs: --transport memory, quic or processes",
-        ));
-    };
+    let transport = validate(args)?;
     let out = absolute(&args.out)?;
     let mut sizes = Vec::new();
     let mut table = Table::new(&COLUMNS);
     for size in &args.sizes {
-        let base = job_for(size, args);
-        base.validate().map_err(StradsError::from)?;
-        let (x, labels) = load(&base)?;
-        let nnz = x.values.len();
-        let lambda = logistic_lambda(&x, &labels, &base);
-        // f*: the baseline to a tight tolerance.
-        let optimum = CyclicLogistic::new(&x, &labels, lambda)
-            .map_err(StradsError::from)?
-            .solve(&CdStop {
-                tolerance: args.optimum_tolerance,
-                ..CdStop::default()
-            })
-            .objective;
-        let target = optimum * (1.0 + args.tolerance);
-        let label = format!("{}x{}", size.n_samples, size.n_features);
-        tracing::info!(size = %label, nnz, optimum, "logistic-scale design solved");
-        let mut baseline_runs_s = Vec::with_capacity(args.repeats);
-        let mut baseline_updates = 0;
-        let mut runs: BTreeMap<usize, Vec<LogisticRunFigures>> = BTreeMap::new();
-        for repeat in 0..args.repeats {
-            let started = Instant::now();
-            let mut cd = CyclicLogistic::new(&x, &labels, lambda).map_err(StradsError::from)?;
-            let report = cd.solve(&CdStop {
-                target_objective: Some(target),
-                ..CdStop::default()
-            });
-            let baseline_s = started.elapsed().as_secs_f64();
-            baseline_runs_s.push(baseline_s);
-            baseline_updates = report.updates;
-            for &workers in &args.workers {
-                let dir = out.join(format!("{label}-p{workers}"));
-                let job = LassoJob {
-                    target_objective: Some(target),
-                    out_dir: Some(dir.clone()),
-                    ..base.clone()
-                };
-                let started = Instant::now();
-                let m = run_logistic_job(&job, workers, transport)?;
-                let wall_s = started.elapsed().as_secs_f64();
-                let petrel_s = (m.final_objective <= target).then_some(m.elapsed_s);
-                let memory =
-                    NodeMemory::of_run(Some(&dir), transport, worker_holds_mb(nnz, size, workers));
-                let rss_mb = match (memory.worker_rss_mb, memory.scheduler_rss_mb) {
-                    (Some(w), Some(s)) => Some(w.max(s)),
-                    _ => None,
-                };
-                let ratio = petrel_s.map(|s| s / baseline_s);
-                tracing::info!(size = %label, workers, repeat, ratio, "logistic-scale run");
-                runs.entry(workers).or_default().push(LogisticRunFigures {
-                    workers,
-                    petrel_s,
-                    petrel_updates: m.updates,
-                    ratio,
-                    ratios: vec![ratio],
-                    us_per_update: petrel_s.map(|s| 1e6 * s / m.updates.max(1) as f64),
-                    wall_s,
-                    rounds: m.rounds,
-                    final_objective: m.final_objective,
-                    rss_mb,
-                    memory,
-                });
-            }
-        }
-        let baseline_s = median(&baseline_runs_s).unwrap_or(f64::NAN);
-        let baseline_us = 1e6 * baseline_s / baseline_updates.max(1) as f64;
-        let mut row = vec![
-            label.clone(),
-            nnz.to_string(),
-            "baseline".into(),
-            format!("{baseline_s:.3}"),
-            baseline_updates.to_string(),
-            format!("{baseline_us:.3}"),
-            "1".into(),
-        ];
-        row.resize(COLUMNS.len(), "-".into());
-        table.row(row);
-        let mut per_workers = BTreeMap::new();
-        for (workers, runs) in runs {
-            let Some(f) = median_run(runs) else {
-                continue;
-            };
-            let reached: Vec<f64> = f.ratios.iter().flatten().copied().collect();
-            let lo = reached.iter().copied().min_by(f64::total_cmp);
-            let hi = reached.iter().copied().max_by(f64::total_cmp);
-            table.row(vec![
-                label.clone(),
-                nnz.to_string(),
-                format!("petrel {workers}w"),
-                f.petrel_s
-                    .map_or("not reached".into(), |s| format!("{s:.3}")),
-                f.petrel_updates.to_string(),
-                f.us_per_update.map_or("-".into(), |u| format!("{u:.3}")),
-                f.ratio.map_or("-".into(), |r| format!("{r:.2}")),
-                lo.zip(hi)
-                    .map_or("-".into(), |(lo, hi)| format!("{lo:.2}-{hi:.2}")),
-                format!("{:.1}", f.wall_s),
-                f.rounds.to_string(),
-                f.rss_mb.map_or("-".into(), |v| format!("{v:.0}")),
-            ]);
-            per_workers.insert(workers, f);
-        }
-        let headline = per_workers.get(&args.headline_workers);
-        sizes.push(LogisticSizeFigures {
-            n_samples: size.n_samples,
-            n_features: size.n_features,
-            nnz,
-            lambda,
-            optimum,
-            baseline_s,
-            baseline_runs_s,
-            baseline_updates,
-            baseline_us_per_update: baseline_us,
-            petrel_s: headline.and_then(|h| h.petrel_s),
-            petrel_updates: headline.map(|h| h.petrel_updates),
-            ratio: headline.and_then(|h| h.ratio),
-            rss_mb: headline.and_then(|h| h.rss_mb),
-            per_workers,
-        });
+        sizes.push(measure_size(args, size, transport, &out, &mut table)?);
     }
     table.print();
     let mut series = vec![Series {
@@ -363,16 +239,14 @@ pub fn measure(args: &LogisticScaleBenchArgs) -> Result<LogisticScaleFigures, St
                 .collect(),
         });
     }
-    let plot = out.join("logistic_scale_us_per_update.svg");
-    line_plot(
-        &plot,
+    let plot = write_plot(
+        &out.join("logistic_scale_us_per_update.svg"),
         "Sparse logistic regression: time per coordinate update against design size",
         "non-zeros of X",
         "microseconds per coordinate update (to the target)",
         &series,
         true,
     )?;
-    println!("plot: {}", plot.display());
     Ok(LogisticScaleFigures {
         bench: "logistic-scale",
         solver: "gauss-seidel",
@@ -381,7 +255,160 @@ pub fn measure(args: &LogisticScaleBenchArgs) -> Result<LogisticScaleFigures, St
         transport: format!("{:?}", args.transport).to_lowercase(),
         repeats: args.repeats,
         sizes,
-        plot: plot.display().to_string(),
+        plot,
+    })
+}
+
+/// Refuses empty size or worker lists, no repeats and a transport without a cluster;
+/// returns the cluster's transport.
+fn validate(args: &LogisticScaleBenchArgs) -> Result<JobTransport, StradsTrainError> {
+    if args.sizes.is_empty() || args.workers.is_empty() || args.repeats == 0 {
+        return Err(StradsTrainError::Usage(
+            "need at least one size, one worker count and one repeat",
+        ));
+    }
+    args.transport.cluster().ok_or(StradsTrainError::Usage(
+        "logistic-scale compares STRADS runs: --transport memory, quic or processes",
+    ))
+}
+
+/// One design size: its optimum, the repeated baseline and STRADS runs, and their table
+/// rows (the baseline's, then one per worker count).
+fn measure_size(
+    args: &LogisticScaleBenchArgs,
+    size: &DesignSize,
+    transport: JobTransport,
+    out: &Path,
+    table: &mut Table,
+) -> Result<LogisticSizeFigures, StradsTrainError> {
+    let base = job_for(size, args);
+    base.validate().map_err(StradsError::from)?;
+    let (x, labels) = load(&base)?;
+    let nnz = x.values.len();
+    let lambda = logistic_lambda(&x, &labels, &base);
+    // f*: the baseline to a tight tolerance.
+    let optimum = CyclicLogistic::new(&x, &labels, lambda)
+        .map_err(StradsError::from)?
+        .solve(&CdStop {
+            tolerance: args.optimum_tolerance,
+            ..CdStop::default()
+        })
+        .objective;
+    let target = optimum * (1.0 + args.tolerance);
+    let label = format!("{}x{}", size.n_samples, size.n_features);
+    tracing::info!(size = %label, nnz, optimum, "logistic-scale design solved");
+    let mut baseline_runs_s = Vec::with_capacity(args.repeats);
+    let mut baseline_updates = 0;
+    let mut runs: BTreeMap<usize, Vec<LogisticRunFigures>> = BTreeMap::new();
+    for repeat in 0..args.repeats {
+        let started = Instant::now();
+        let mut cd = CyclicLogistic::new(&x, &labels, lambda).map_err(StradsError::from)?;
+        let report = cd.solve(&CdStop {
+            target_objective: Some(target),
+            ..CdStop::default()
+        });
+        let baseline_s = started.elapsed().as_secs_f64();
+        baseline_runs_s.push(baseline_s);
+        baseline_updates = report.updates;
+        for &workers in &args.workers {
+            let dir = out.join(format!("{label}-p{workers}"));
+            let run = run_petrel(&base, target, dir, nnz, size, workers, transport)?;
+            let ratio = run.petrel_s.map(|s| s / baseline_s);
+            tracing::info!(size = %label, workers, repeat, ratio, "logistic-scale run");
+            runs.entry(workers).or_default().push(LogisticRunFigures {
+                ratio,
+                ratios: vec![ratio],
+                ..run
+            });
+        }
+    }
+    let baseline_s = median(&baseline_runs_s).unwrap_or(f64::NAN);
+    let baseline_us = 1e6 * baseline_s / baseline_updates.max(1) as f64;
+    table.row(baseline_row(
+        &label,
+        nnz,
+        baseline_s,
+        baseline_updates,
+        COLUMNS.len(),
+    ));
+    let mut per_workers = BTreeMap::new();
+    for (workers, runs) in runs {
+        let Some(f) = median_run(runs) else {
+            continue;
+        };
+        let reached: Vec<f64> = f.ratios.iter().flatten().copied().collect();
+        table.row(vec![
+            label.clone(),
+            nnz.to_string(),
+            format!("petrel {workers}w"),
+            f.petrel_s
+                .map_or("not reached".into(), |s| format!("{s:.3}")),
+            f.petrel_updates.to_string(),
+            cell(f.us_per_update, 3),
+            cell(f.ratio, 2),
+            range_cell(&reached),
+            format!("{:.1}", f.wall_s),
+            f.rounds.to_string(),
+            cell(f.rss_mb, 0),
+        ]);
+        per_workers.insert(workers, f);
+    }
+    let headline = per_workers.get(&args.headline_workers);
+    Ok(LogisticSizeFigures {
+        n_samples: size.n_samples,
+        n_features: size.n_features,
+        nnz,
+        lambda,
+        optimum,
+        baseline_s,
+        baseline_runs_s,
+        baseline_updates,
+        baseline_us_per_update: baseline_us,
+        petrel_s: headline.and_then(|h| h.petrel_s),
+        petrel_updates: headline.map(|h| h.petrel_updates),
+        ratio: headline.and_then(|h| h.ratio),
+        rss_mb: headline.and_then(|h| h.rss_mb),
+        per_workers,
+    })
+}
+
+/// One STRADS run of `base` on `workers` workers into `dir`, stopped at `target` (its
+/// ratio to the baseline left for the caller).
+fn run_petrel(
+    base: &LassoJob,
+    target: f64,
+    dir: PathBuf,
+    nnz: usize,
+    size: &DesignSize,
+    workers: usize,
+    transport: JobTransport,
+) -> Result<LogisticRunFigures, StradsTrainError> {
+    let job = LassoJob {
+        target_objective: Some(target),
+        out_dir: Some(dir.clone()),
+        ..base.clone()
+    };
+    let started = Instant::now();
+    let m = run_logistic_job(&job, workers, transport)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let petrel_s = (m.final_objective <= target).then_some(m.elapsed_s);
+    let memory = NodeMemory::of_run(Some(&dir), transport, worker_holds_mb(nnz, size, workers));
+    let rss_mb = match (memory.worker_rss_mb, memory.scheduler_rss_mb) {
+        (Some(w), Some(s)) => Some(w.max(s)),
+        _ => None,
+    };
+    Ok(LogisticRunFigures {
+        workers,
+        petrel_s,
+        petrel_updates: m.updates,
+        ratio: None,
+        ratios: Vec::new(),
+        us_per_update: petrel_s.map(|s| 1e6 * s / m.updates.max(1) as f64),
+        wall_s,
+        rounds: m.rounds,
+        final_objective: m.final_objective,
+        rss_mb,
+        memory,
     })
 }
 

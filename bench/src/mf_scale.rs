@@ -19,8 +19,9 @@
 //! `per_core_trend` (largest size's ratings/s per core over the smallest's; below 1 it
 //! fell), and the 2-worker speed-up at the largest size.
 
+use crate::scale::{cell, spread, write_plot};
 use petrel::report::{Table, print_json};
-use petrel::train::plot::{Series, absolute, line_plot};
+use petrel::train::plot::{Series, absolute};
 use petrel::train::{NodeMemory, StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
@@ -29,7 +30,7 @@ use petrel_strads::apps::lasso::metrics::peak_rss_mb;
 use petrel_strads::apps::mf::{MfMetrics, StradsMfJob};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// `petrel bench mf-scale` flags.
@@ -199,6 +200,84 @@ pub fn run(args: MfScaleBenchArgs) -> Result<(), StradsTrainError> {
 
 /// Runs every size and worker count, prints the table and writes the plot.
 pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainError> {
+    validate(args)?;
+    let out = absolute(&args.out)?;
+    let mut table = Table::new(&COLUMNS);
+    let mut sizes: Vec<MfScaleRun> = Vec::new();
+    for &requested in &args.ratings {
+        let mut one_worker_s: Option<f64> = None;
+        for &workers in &args.workers {
+            let run = run_one(args, &out, requested, workers, one_worker_s)?;
+            if workers == 1 {
+                one_worker_s = run.seconds_to_target;
+            }
+            table.row(row(&run));
+            sizes.push(run);
+        }
+    }
+    table.print();
+    let (per_core_spread, per_core_trend, series) = per_core_figures(&sizes, &args.workers);
+    let largest = sizes.iter().map(|r| r.ratings).max();
+    let speedup_2_at_largest = sizes
+        .iter()
+        .find(|r| Some(r.ratings) == largest && r.workers == 2)
+        .and_then(|r| r.speedup_over_1);
+    for (workers, trend) in &per_core_trend {
+        println!(
+            "{workers} worker(s): ratings/s per core at the largest size {trend:.2}x the smallest's"
+        );
+    }
+    if let Some(s) = speedup_2_at_largest {
+        println!("2 workers at the largest size: {s:.2}x one worker (target >= 1.7x)");
+    }
+    let plot = write_plot(
+        &out.join("mf_scale_ratings_per_s_per_core.svg"),
+        "MF (CCD++, block rotation): ratings/s per core to the target RMSE against data size",
+        "ratings",
+        "ratings x sweeps / s / worker",
+        &series,
+        false,
+    )?;
+    Ok(MfScaleFigures {
+        bench: "mf-scale",
+        rank: args.rank,
+        observed_fraction: args.observed_fraction,
+        noise_std: args.noise_std,
+        iterations: args.iterations,
+        target_rmse: args.target_rmse,
+        transport: format!("{:?}", args.transport).to_lowercase(),
+        sizes,
+        per_core_spread,
+        per_core_trend,
+        speedup_2_at_largest,
+        plot,
+    })
+}
+
+/// The table's columns, one row per size and worker count.
+const COLUMNS: [&str; 18] = [
+    "ratings",
+    "users x items",
+    "workers",
+    "s to target",
+    "sweeps to target",
+    "ratings/s per core",
+    "all sweeps",
+    "speed-up over 1",
+    "train s",
+    "wall s",
+    "final train RMSE",
+    "test RMSE",
+    "rss MB",
+    "worker peak MB",
+    "worker holds MB",
+    "peak / holds",
+    "heap / holds",
+    "scheduler peak MB",
+];
+
+/// Refuses empty or zero sizes and worker counts and an observed fraction outside (0, 1].
+fn validate(args: &MfScaleBenchArgs) -> Result<(), StradsTrainError> {
     if args.ratings.is_empty() || args.workers.is_empty() {
         return Err(StradsTrainError::Usage(
             "need at least one data size and one worker count",
@@ -214,144 +293,133 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
             "--observed-fraction must be in (0, 1]",
         ));
     }
-    let out = absolute(&args.out)?;
-    let mut table = Table::new(&[
-        "ratings",
-        "users x items",
-        "workers",
-        "s to target",
-        "sweeps to target",
-        "ratings/s per core",
-        "all sweeps",
-        "speed-up over 1",
-        "train s",
-        "wall s",
-        "final train RMSE",
-        "test RMSE",
-        "rss MB",
-        "worker peak MB",
-        "worker holds MB",
-        "peak / holds",
-        "heap / holds",
-        "scheduler peak MB",
-    ]);
-    let mut sizes: Vec<MfScaleRun> = Vec::new();
-    for &requested in &args.ratings {
-        let (users, items) = dimensions(requested, args.observed_fraction);
-        let mut one_worker_s: Option<f64> = None;
-        for &workers in &args.workers {
-            let job = StradsMfJob {
-                synthetic: LowRankParams {
-                    n_users: users,
-                    n_items: items,
-                    rank: args.rank,
-                    observed_fraction: args.observed_fraction,
-                    noise_std: args.noise_std,
-                    seed: 42,
-                },
-                rank: args.rank,
-                lambda: args.lambda,
-                outer_iterations: args.iterations,
-                target_rmse: Some(args.target_rmse),
-                out_dir: Some(out.join(format!("r{requested}-p{workers}"))),
-                timeout_s: args.timeout_s,
-                ..StradsMfJob::default()
-            };
-            // The flags checked as `train mf` checks its settings.
-            job.validate().map_err(StradsError::from)?;
-            let steps_per_sweep = job.layout().width();
-            let rss_tracked = args.transport != JobTransport::Processes && reset_peak_rss();
-            let started = Instant::now();
-            let m = run_mf_job(&job, workers, args.transport)?;
-            let wall_s = started.elapsed().as_secs_f64();
-            let rss_mb = rss_tracked.then(peak_rss_mb);
-            let seconds = m.time_to_target_s;
-            let sweeps = sweeps_to_target(
-                &m,
-                args.target_rmse,
-                steps_per_sweep,
-                args.iterations * steps_per_sweep,
-            );
-            let per_core = seconds
-                .zip(sweeps)
-                .filter(|(s, _)| *s > 0.0)
-                .map(|(s, n)| m.train_ratings as f64 * n / s / workers as f64);
-            let all_sweeps = (m.elapsed_s > 0.0).then(|| {
-                m.train_ratings as f64 * args.iterations as f64 / m.elapsed_s / workers as f64
-            });
-            if workers == 1 {
-                one_worker_s = seconds;
-            }
-            let speedup = one_worker_s
-                .zip(seconds)
-                .filter(|(_, s)| *s > 0.0)
-                .map(|(one, s)| one / s);
-            let holds = worker_holds_mb(
-                m.train_ratings + m.test_ratings,
-                m.n_users,
-                m.n_items,
-                args.rank,
-                workers,
-            );
-            let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
-            let fmt = |v: Option<f64>, digits: usize| {
-                v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
-            };
-            table.row(vec![
-                (m.train_ratings + m.test_ratings).to_string(),
-                format!("{} x {}", m.n_users, m.n_items),
-                workers.to_string(),
-                seconds.map_or("not reached".into(), |s| format!("{s:.2}")),
-                fmt(sweeps, 1),
-                fmt(per_core, 0),
-                fmt(all_sweeps, 0),
-                fmt(speedup, 2),
-                format!("{:.2}", m.elapsed_s),
-                format!("{wall_s:.1}"),
-                format!("{:.4}", m.final_train_rmse),
-                format!("{:.4}", m.final_test_rmse),
-                fmt(rss_mb, 0),
-                fmt(memory.worker_rss_mb, 0),
-                format!("{holds:.1}"),
-                fmt(memory.worker_rss_over_holds, 2),
-                fmt(memory.worker_heap_over_holds, 2),
-                fmt(memory.scheduler_rss_mb, 0),
-            ]);
-            sizes.push(MfScaleRun {
-                ratings: m.train_ratings + m.test_ratings,
-                train_ratings: m.train_ratings,
-                users: m.n_users,
-                items: m.n_items,
-                workers,
-                seconds_to_target: seconds,
-                sweeps_to_target: sweeps,
-                ratings_per_s_per_core: per_core,
-                ratings_per_s_per_core_all_sweeps: all_sweeps,
-                speedup_over_1: speedup,
-                final_rmse: m.final_train_rmse,
-                final_test_rmse: m.final_test_rmse,
-                train_s: m.elapsed_s,
-                wall_s,
-                rss_mb,
-                memory,
-            });
-        }
-    }
-    table.print();
+    Ok(())
+}
+
+/// One run: about `requested` ratings on `workers` workers (`one_worker_s`: one worker's
+/// seconds to target at this size, for the speed-up).
+fn run_one(
+    args: &MfScaleBenchArgs,
+    out: &Path,
+    requested: usize,
+    workers: usize,
+    one_worker_s: Option<f64>,
+) -> Result<MfScaleRun, StradsTrainError> {
+    let (users, items) = dimensions(requested, args.observed_fraction);
+    let job = StradsMfJob {
+        synthetic: LowRankParams {
+            n_users: users,
+            n_items: items,
+            rank: args.rank,
+            observed_fraction: args.observed_fraction,
+            noise_std: args.noise_std,
+            seed: 42,
+        },
+        rank: args.rank,
+        lambda: args.lambda,
+        outer_iterations: args.iterations,
+        target_rmse: Some(args.target_rmse),
+        out_dir: Some(out.join(format!("r{requested}-p{workers}"))),
+        timeout_s: args.timeout_s,
+        ..StradsMfJob::default()
+    };
+    // The flags checked as `train mf` checks its settings.
+    job.validate().map_err(StradsError::from)?;
+    let steps_per_sweep = job.layout().width();
+    let rss_tracked = args.transport != JobTransport::Processes && reset_peak_rss();
+    let started = Instant::now();
+    let m = run_mf_job(&job, workers, args.transport)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let rss_mb = rss_tracked.then(peak_rss_mb);
+    let seconds = m.time_to_target_s;
+    let sweeps = sweeps_to_target(
+        &m,
+        args.target_rmse,
+        steps_per_sweep,
+        args.iterations * steps_per_sweep,
+    );
+    let per_core = seconds
+        .zip(sweeps)
+        .filter(|(s, _)| *s > 0.0)
+        .map(|(s, n)| m.train_ratings as f64 * n / s / workers as f64);
+    let all_sweeps = (m.elapsed_s > 0.0)
+        .then(|| m.train_ratings as f64 * args.iterations as f64 / m.elapsed_s / workers as f64);
+    let one_worker_s = if workers == 1 { seconds } else { one_worker_s };
+    let speedup = one_worker_s
+        .zip(seconds)
+        .filter(|(_, s)| *s > 0.0)
+        .map(|(one, s)| one / s);
+    let holds = worker_holds_mb(
+        m.train_ratings + m.test_ratings,
+        m.n_users,
+        m.n_items,
+        args.rank,
+        workers,
+    );
+    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
+    Ok(MfScaleRun {
+        ratings: m.train_ratings + m.test_ratings,
+        train_ratings: m.train_ratings,
+        users: m.n_users,
+        items: m.n_items,
+        workers,
+        seconds_to_target: seconds,
+        sweeps_to_target: sweeps,
+        ratings_per_s_per_core: per_core,
+        ratings_per_s_per_core_all_sweeps: all_sweeps,
+        speedup_over_1: speedup,
+        final_rmse: m.final_train_rmse,
+        final_test_rmse: m.final_test_rmse,
+        train_s: m.elapsed_s,
+        wall_s,
+        rss_mb,
+        memory,
+    })
+}
+
+/// A run's table row.
+fn row(r: &MfScaleRun) -> Vec<String> {
+    vec![
+        r.ratings.to_string(),
+        format!("{} x {}", r.users, r.items),
+        r.workers.to_string(),
+        r.seconds_to_target
+            .map_or("not reached".into(), |s| format!("{s:.2}")),
+        cell(r.sweeps_to_target, 1),
+        cell(r.ratings_per_s_per_core, 0),
+        cell(r.ratings_per_s_per_core_all_sweeps, 0),
+        cell(r.speedup_over_1, 2),
+        format!("{:.2}", r.train_s),
+        format!("{:.1}", r.wall_s),
+        format!("{:.4}", r.final_rmse),
+        format!("{:.4}", r.final_test_rmse),
+        cell(r.rss_mb, 0),
+        cell(r.memory.worker_rss_mb, 0),
+        format!("{:.1}", r.memory.worker_holds_mb),
+        cell(r.memory.worker_rss_over_holds, 2),
+        cell(r.memory.worker_heap_over_holds, 2),
+        cell(r.memory.scheduler_rss_mb, 0),
+    ]
+}
+
+/// Per worker count across the sizes: the spread and trend of ratings/s per core, and
+/// its plot series.
+#[allow(clippy::type_complexity)]
+fn per_core_figures(
+    sizes: &[MfScaleRun],
+    worker_counts: &[usize],
+) -> (BTreeMap<usize, f64>, BTreeMap<usize, f64>, Vec<Series>) {
     let mut per_core_spread = BTreeMap::new();
     let mut per_core_trend = BTreeMap::new();
     let mut series = Vec::new();
-    for &workers in &args.workers {
+    for &workers in worker_counts {
         let points: Vec<(f64, f64)> = sizes
             .iter()
             .filter(|r| r.workers == workers)
             .filter_map(|r| Some((r.ratings as f64, r.ratings_per_s_per_core?)))
             .collect();
-        let (lo, hi) = points
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
-        if !points.is_empty() && lo > 0.0 {
-            per_core_spread.insert(workers, hi / lo);
+        if let Some(s) = spread(&points) {
+            per_core_spread.insert(workers, s);
         }
         if let (Some(first), Some(last)) = (points.first(), points.last())
             && points.len() > 1
@@ -364,43 +432,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
             points,
         });
     }
-    let largest = sizes.iter().map(|r| r.ratings).max();
-    let speedup_2_at_largest = sizes
-        .iter()
-        .find(|r| Some(r.ratings) == largest && r.workers == 2)
-        .and_then(|r| r.speedup_over_1);
-    for (workers, trend) in &per_core_trend {
-        println!(
-            "{workers} worker(s): ratings/s per core at the largest size {trend:.2}x the smallest's"
-        );
-    }
-    if let Some(s) = speedup_2_at_largest {
-        println!("2 workers at the largest size: {s:.2}x one worker (target >= 1.7x)");
-    }
-    let plot = out.join("mf_scale_ratings_per_s_per_core.svg");
-    line_plot(
-        &plot,
-        "MF (CCD++, block rotation): ratings/s per core to the target RMSE against data size",
-        "ratings",
-        "ratings x sweeps / s / worker",
-        &series,
-        false,
-    )?;
-    println!("plot: {}", plot.display());
-    Ok(MfScaleFigures {
-        bench: "mf-scale",
-        rank: args.rank,
-        observed_fraction: args.observed_fraction,
-        noise_std: args.noise_std,
-        iterations: args.iterations,
-        target_rmse: args.target_rmse,
-        transport: format!("{:?}", args.transport).to_lowercase(),
-        sizes,
-        per_core_spread,
-        per_core_trend,
-        speedup_2_at_largest,
-        plot: plot.display().to_string(),
-    })
+    (per_core_spread, per_core_trend, series)
 }
 
 #[cfg(test)]
