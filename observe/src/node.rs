@@ -140,200 +140,254 @@ impl Collector for NodesCollector {
             Err(_) => return Ok(()),
         };
         let samples: Vec<(String, NodeSample)> = list.into_iter().map(|(n, f)| (n, f())).collect();
-        let node = |n: &str| -> Labels { vec![("node", n.to_string())] };
-        let info: Vec<(Labels, ConstGauge)> = samples
-            .iter()
-            .map(|(n, s)| {
-                let mut l = node(n);
-                l.push(("roles", s.roles.join(",")));
-                (l, ConstGauge::new(1))
-            })
-            .collect();
-        encode_rows(
-            &mut enc,
-            "petrel_node_info",
-            "A node of this process and its roles",
-            &info,
-        )?;
-        type LinkField = fn(&LinkSample) -> u64;
-        let link_series: [(&str, &str, LinkField); 4] = [
-            (
-                "petrel_net_sent_bytes",
-                "Bytes sent, per peer and priority",
-                |l| l.sent_bytes,
-            ),
-            (
-                "petrel_net_sent_messages",
-                "Frames sent, per peer and priority",
-                |l| l.sent_messages,
-            ),
-            (
-                "petrel_net_received_bytes",
-                "Bytes received, per peer and priority",
-                |l| l.received_bytes,
-            ),
-            (
-                "petrel_net_received_messages",
-                "Frames received, per peer and priority",
-                |l| l.received_messages,
-            ),
-        ];
-        for (name, help, field) in link_series {
-            let rows: Vec<(Labels, ConstCounter)> = samples
-                .iter()
-                .flat_map(|(n, s)| {
-                    s.links.iter().map(move |l| {
-                        let mut labels = node(n);
-                        labels.push(("peer", l.peer.clone()));
-                        labels.push(("priority", l.priority.to_string()));
-                        (labels, ConstCounter::new(field(l)))
-                    })
-                })
-                .collect();
-            encode_rows(&mut enc, name, help, &rows)?;
-        }
-        type NodeField = fn(&NodeSample) -> u64;
-        let counters: [(&str, &str, NodeField); 8] = [
-            (
-                "petrel_net_malformed_frames",
-                "Frames that did not decode (dropped)",
-                |s| s.malformed_frames,
-            ),
-            (
-                "petrel_net_oversize_frames",
-                "Frames refused for their size",
-                |s| s.oversize_frames,
-            ),
-            (
-                "petrel_net_truncated_streams",
-                "Streams that ended before their frame",
-                |s| s.truncated_streams,
-            ),
-            (
-                "petrel_net_refused_connections",
-                "Connections refused (authentication or handshake)",
-                |s| s.refused_connections,
-            ),
-            (
-                "petrel_net_send_failures",
-                "Frames that could not be delivered",
-                |s| s.send_failures,
-            ),
-            (
-                "petrel_net_impostor_frames",
-                "Frames refused for claiming another node than their certificate names",
-                |s| s.impostor_frames,
-            ),
-            (
-                "petrel_shaper_egress_waits",
-                "Times the egress shaper made the socket wait for tokens",
-                |s| s.shaper_egress_waits,
-            ),
-            (
-                "petrel_shaper_ingress_waits",
-                "Times the ingress shaper paused reading for tokens",
-                |s| s.shaper_ingress_waits,
-            ),
-        ];
-        for (name, help, field) in counters {
-            let rows: Vec<(Labels, ConstCounter)> = samples
-                .iter()
-                .map(|(n, s)| (node(n), ConstCounter::new(field(s))))
-                .collect();
-            encode_rows(&mut enc, name, help, &rows)?;
-        }
-        let wait_s: Vec<(Labels, ConstCounter<f64>)> = samples
-            .iter()
-            .map(|(n, s)| (node(n), ConstCounter::new(s.shaper_egress_wait_s)))
-            .collect();
-        encode_rows(
-            &mut enc,
-            "petrel_shaper_egress_wait_seconds",
-            "Time the egress shaper made the socket wait for tokens",
-            &wait_s,
-        )?;
-        let tokens: Vec<(Labels, ConstGauge<f64>)> = samples
-            .iter()
-            .filter_map(|(n, s)| {
-                s.shaper_egress_tokens
-                    .map(|t| (node(n), ConstGauge::new(t)))
-            })
-            .collect();
-        encode_rows(
-            &mut enc,
-            "petrel_shaper_egress_tokens_bytes",
-            "Egress token balance (negative: in debt for the last send)",
-            &tokens,
-        )?;
-        let rate: Vec<(Labels, ConstGauge)> = samples
-            .iter()
-            .map(|(n, s)| (node(n), ConstGauge::new(s.shaper_egress_rate as i64)))
-            .collect();
-        encode_rows(
-            &mut enc,
-            "petrel_shaper_egress_rate_bytes_per_second",
-            "Configured egress rate (0: unshaped)",
-            &rate,
-        )?;
-        let outbox: Vec<(Labels, ConstGauge)> = samples
-            .iter()
-            .map(|(n, s)| (node(n), ConstGauge::new(s.outbox_bytes as i64)))
-            .collect();
-        encode_rows(
-            &mut enc,
-            "petrel_outbox_queued_bytes",
-            "Bytes waiting in the priority outbox",
-            &outbox,
-        )?;
-        let mailboxes: Vec<(Labels, ConstGauge)> = samples
-            .iter()
-            .flat_map(|(n, s)| {
-                s.mailboxes.iter().map(move |(m, d)| {
-                    let mut l = node(n);
-                    l.push(("mailbox", m.clone()));
-                    (l, ConstGauge::new(*d as i64))
-                })
-            })
-            .collect();
-        encode_rows(
-            &mut enc,
-            "petrel_mailbox_depth",
-            "Items waiting in a mailbox (inbound frames, actors' priority inboxes)",
-            &mailboxes,
-        )?;
-        let peer_labels = |n: &str, p: &PeerSample| {
-            let mut l = node(n);
-            l.push(("peer", p.peer.clone()));
-            l
-        };
-        let up: Vec<(Labels, ConstGauge)> = samples
-            .iter()
-            .flat_map(|(n, s)| {
-                s.peers
-                    .iter()
-                    .map(move |p| (peer_labels(n, p), ConstGauge::new(i64::from(p.up))))
-            })
-            .collect();
-        encode_rows(
-            &mut enc,
-            "petrel_peer_up",
-            "The failure detector's state of a peer (1 up, 0 declared down)",
-            &up,
-        )?;
-        let age: Vec<(Labels, ConstGauge<f64>)> = samples
-            .iter()
-            .flat_map(|(n, s)| {
-                s.peers.iter().filter_map(move |p| {
-                    p.heartbeat_age_s
-                        .map(|a| (peer_labels(n, p), ConstGauge::new(a)))
-                })
-            })
-            .collect();
-        encode_rows(
-            &mut enc,
-            "petrel_heartbeat_age_seconds",
-            "Seconds since a heartbeat was last heard from a peer",
-            &age,
-        )
+        encode_info(&mut enc, &samples)?;
+        encode_links(&mut enc, &samples)?;
+        encode_counters(&mut enc, &samples)?;
+        encode_shaper(&mut enc, &samples)?;
+        encode_queues(&mut enc, &samples)?;
+        encode_peers(&mut enc, &samples)
     }
+}
+
+/// The labels of node `n`'s rows.
+fn node(n: &str) -> Labels {
+    vec![("node", n.to_string())]
+}
+
+/// `petrel_node_info`: one row per node, with its roles.
+fn encode_info(
+    enc: &mut DescriptorEncoder,
+    samples: &[(String, NodeSample)],
+) -> Result<(), std::fmt::Error> {
+    let info: Vec<(Labels, ConstGauge)> = samples
+        .iter()
+        .map(|(n, s)| {
+            let mut l = node(n);
+            l.push(("roles", s.roles.join(",")));
+            (l, ConstGauge::new(1))
+        })
+        .collect();
+    encode_rows(
+        enc,
+        "petrel_node_info",
+        "A node of this process and its roles",
+        &info,
+    )
+}
+
+/// The transport's traffic per peer and priority.
+fn encode_links(
+    enc: &mut DescriptorEncoder,
+    samples: &[(String, NodeSample)],
+) -> Result<(), std::fmt::Error> {
+    type LinkField = fn(&LinkSample) -> u64;
+    let link_series: [(&str, &str, LinkField); 4] = [
+        (
+            "petrel_net_sent_bytes",
+            "Bytes sent, per peer and priority",
+            |l| l.sent_bytes,
+        ),
+        (
+            "petrel_net_sent_messages",
+            "Frames sent, per peer and priority",
+            |l| l.sent_messages,
+        ),
+        (
+            "petrel_net_received_bytes",
+            "Bytes received, per peer and priority",
+            |l| l.received_bytes,
+        ),
+        (
+            "petrel_net_received_messages",
+            "Frames received, per peer and priority",
+            |l| l.received_messages,
+        ),
+    ];
+    for (name, help, field) in link_series {
+        let rows: Vec<(Labels, ConstCounter)> = samples
+            .iter()
+            .flat_map(|(n, s)| {
+                s.links.iter().map(move |l| {
+                    let mut labels = node(n);
+                    labels.push(("peer", l.peer.clone()));
+                    labels.push(("priority", l.priority.to_string()));
+                    (labels, ConstCounter::new(field(l)))
+                })
+            })
+            .collect();
+        encode_rows(enc, name, help, &rows)?;
+    }
+    Ok(())
+}
+
+/// The per-node event counters: refused and failed frames, shaper waits.
+fn encode_counters(
+    enc: &mut DescriptorEncoder,
+    samples: &[(String, NodeSample)],
+) -> Result<(), std::fmt::Error> {
+    type NodeField = fn(&NodeSample) -> u64;
+    let counters: [(&str, &str, NodeField); 8] = [
+        (
+            "petrel_net_malformed_frames",
+            "Frames that did not decode (dropped)",
+            |s| s.malformed_frames,
+        ),
+        (
+            "petrel_net_oversize_frames",
+            "Frames refused for their size",
+            |s| s.oversize_frames,
+        ),
+        (
+            "petrel_net_truncated_streams",
+            "Streams that ended before their frame",
+            |s| s.truncated_streams,
+        ),
+        (
+            "petrel_net_refused_connections",
+            "Connections refused (authentication or handshake)",
+            |s| s.refused_connections,
+        ),
+        (
+            "petrel_net_send_failures",
+            "Frames that could not be delivered",
+            |s| s.send_failures,
+        ),
+        (
+            "petrel_net_impostor_frames",
+            "Frames refused for claiming another node than their certificate names",
+            |s| s.impostor_frames,
+        ),
+        (
+            "petrel_shaper_egress_waits",
+            "Times the egress shaper made the socket wait for tokens",
+            |s| s.shaper_egress_waits,
+        ),
+        (
+            "petrel_shaper_ingress_waits",
+            "Times the ingress shaper paused reading for tokens",
+            |s| s.shaper_ingress_waits,
+        ),
+    ];
+    for (name, help, field) in counters {
+        let rows: Vec<(Labels, ConstCounter)> = samples
+            .iter()
+            .map(|(n, s)| (node(n), ConstCounter::new(field(s))))
+            .collect();
+        encode_rows(enc, name, help, &rows)?;
+    }
+    Ok(())
+}
+
+/// The egress shaper: time waited, token balance and configured rate.
+fn encode_shaper(
+    enc: &mut DescriptorEncoder,
+    samples: &[(String, NodeSample)],
+) -> Result<(), std::fmt::Error> {
+    let wait_s: Vec<(Labels, ConstCounter<f64>)> = samples
+        .iter()
+        .map(|(n, s)| (node(n), ConstCounter::new(s.shaper_egress_wait_s)))
+        .collect();
+    encode_rows(
+        enc,
+        "petrel_shaper_egress_wait_seconds",
+        "Time the egress shaper made the socket wait for tokens",
+        &wait_s,
+    )?;
+    let tokens: Vec<(Labels, ConstGauge<f64>)> = samples
+        .iter()
+        .filter_map(|(n, s)| {
+            s.shaper_egress_tokens
+                .map(|t| (node(n), ConstGauge::new(t)))
+        })
+        .collect();
+    encode_rows(
+        enc,
+        "petrel_shaper_egress_tokens_bytes",
+        "Egress token balance (negative: in debt for the last send)",
+        &tokens,
+    )?;
+    let rate: Vec<(Labels, ConstGauge)> = samples
+        .iter()
+        .map(|(n, s)| (node(n), ConstGauge::new(s.shaper_egress_rate as i64)))
+        .collect();
+    encode_rows(
+        enc,
+        "petrel_shaper_egress_rate_bytes_per_second",
+        "Configured egress rate (0: unshaped)",
+        &rate,
+    )
+}
+
+/// What waits: the outbox's bytes and each mailbox's depth.
+fn encode_queues(
+    enc: &mut DescriptorEncoder,
+    samples: &[(String, NodeSample)],
+) -> Result<(), std::fmt::Error> {
+    let outbox: Vec<(Labels, ConstGauge)> = samples
+        .iter()
+        .map(|(n, s)| (node(n), ConstGauge::new(s.outbox_bytes as i64)))
+        .collect();
+    encode_rows(
+        enc,
+        "petrel_outbox_queued_bytes",
+        "Bytes waiting in the priority outbox",
+        &outbox,
+    )?;
+    let mailboxes: Vec<(Labels, ConstGauge)> = samples
+        .iter()
+        .flat_map(|(n, s)| {
+            s.mailboxes.iter().map(move |(m, d)| {
+                let mut l = node(n);
+                l.push(("mailbox", m.clone()));
+                (l, ConstGauge::new(*d as i64))
+            })
+        })
+        .collect();
+    encode_rows(
+        enc,
+        "petrel_mailbox_depth",
+        "Items waiting in a mailbox (inbound frames, actors' priority inboxes)",
+        &mailboxes,
+    )
+}
+
+/// The failure detector's view of each peer: up or down, and the heartbeat's age.
+fn encode_peers(
+    enc: &mut DescriptorEncoder,
+    samples: &[(String, NodeSample)],
+) -> Result<(), std::fmt::Error> {
+    let peer_labels = |n: &str, p: &PeerSample| {
+        let mut l = node(n);
+        l.push(("peer", p.peer.clone()));
+        l
+    };
+    let up: Vec<(Labels, ConstGauge)> = samples
+        .iter()
+        .flat_map(|(n, s)| {
+            s.peers
+                .iter()
+                .map(move |p| (peer_labels(n, p), ConstGauge::new(i64::from(p.up))))
+        })
+        .collect();
+    encode_rows(
+        enc,
+        "petrel_peer_up",
+        "The failure detector's state of a peer (1 up, 0 declared down)",
+        &up,
+    )?;
+    let age: Vec<(Labels, ConstGauge<f64>)> = samples
+        .iter()
+        .flat_map(|(n, s)| {
+            s.peers.iter().filter_map(move |p| {
+                p.heartbeat_age_s
+                    .map(|a| (peer_labels(n, p), ConstGauge::new(a)))
+            })
+        })
+        .collect();
+    encode_rows(
+        enc,
+        "petrel_heartbeat_age_seconds",
+        "Seconds since a heartbeat was last heard from a peer",
+        &age,
+    )
 }

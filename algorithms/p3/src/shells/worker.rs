@@ -8,10 +8,10 @@ use petrel_actors::{ActorRef, AskError, NodeContext};
 use petrel_messages::Priority;
 
 use crate::checkpoint::CheckpointConfig;
-use crate::core::SliceWorkerCore;
 use crate::core::checkpoint::{
     CheckpointPolicy, FileEntry, P3_CHECKPOINT_VERSION, P3Manifest, WorkerFile, assemble_params,
 };
+use crate::core::{SlicePlan, SliceWorkerCore};
 use crate::error::P3Error;
 use crate::kit::{P3Job, P3WorkerReport, Progress, StageLayout, StageModel, StepStats};
 use crate::shells::index_in;
@@ -387,29 +387,7 @@ pub async fn worker_role<M: StageModel>(
         model,
         ready_order: vec![Vec::new(); job.iterations as usize],
     };
-    // A resumed worker starts at the checkpoint's round from the shards' parameters.
-    let resume = job.resume_point()?;
-    let (start, params, mut stats) = match resume {
-        Some(ck) => {
-            let round = ck.manifest.round;
-            let params = assemble_params(&plan, &ck.shards)?;
-            let mine = ck
-                .workers
-                .into_iter()
-                .nth(me)
-                .ok_or(P3Error::CheckpointRound {
-                    round,
-                    detail: format!("no file of worker {me}"),
-                })?;
-            tracing::info!(worker = me, round, "p3 worker resumes from its checkpoint");
-            (round, params, mine.stats)
-        }
-        None => (
-            0,
-            job.initial.to_vec(),
-            Vec::with_capacity(job.iterations as usize),
-        ),
-    };
+    let (start, params, mut stats) = resume_state(&job, &plan, me)?;
     let mut core = SliceWorkerCore::new(plan, params)?;
     for (u, v) in core.params().iter().enumerate() {
         w.set_tensor(u, v)?;
@@ -445,43 +423,14 @@ pub async fn worker_role<M: StageModel>(
             ..WireBusy::default()
         })),
     };
-    let n_stages = layout.n_stages();
     let mut marks = Vec::with_capacity(job.iterations as usize + 1);
     // Emulated-device clock: compute of a stage ends at vt; waiting for parameters moves
     // it to the arrival time, so timer lag does not accumulate.
     let mut vt = Instant::now();
     for iter in start..job.iterations {
-        for stage in 0..n_stages {
-            let units = layout.stage(stage);
-            let wait_start = Instant::now();
-            let waited = w
-                .wait_for(&mut rx, &mut core, |c| units.clone().all(|u| c.is_ready(u)))
-                .await?;
-            if waited {
-                tracing::debug!(
-                    worker = me,
-                    iter,
-                    stage,
-                    waited_ms = wait_start.elapsed().as_secs_f64() * 1e3,
-                    lag_ms = (Instant::now() - vt.min(Instant::now())).as_secs_f64() * 1e3,
-                    "forward waited for parameters"
-                );
-            }
-            if waited || (iter == start && stage == 0) {
-                vt = vt.max(Instant::now());
-            }
-            if stage == 0 {
-                marks.push(Instant::now());
-            }
-            let d = w
-                .model
-                .forward_stage(iter, stage)
-                .map_err(|e| P3Error::model(me, e))?;
-            if !d.is_zero() {
-                vt += d;
-                sleep_to(vt).await;
-            }
-        }
+        let first = iter == start;
+        let mark = forward(&mut w, &mut rx, &mut core, &layout, iter, first, &mut vt).await?;
+        marks.extend(mark);
         let step = w.model.stats();
         if let Some(s) = &step {
             let elapsed = marks
@@ -497,39 +446,7 @@ pub async fn worker_role<M: StageModel>(
         }
         stats.push(step);
         core.begin_round(iter + 1);
-        let mut stash = Vec::new();
-        for stage in (0..n_stages).rev() {
-            let out = w
-                .model
-                .backward_stage(stage)
-                .map_err(|e| P3Error::model(me, e))?;
-            if !out.compute.is_zero() {
-                vt += out.compute;
-                sleep_to(vt).await;
-            }
-            let units = layout.stage(stage);
-            if out.grads.len() != units.len() {
-                return Err(P3Error::Layout {
-                    job: job.unit_counts(),
-                    model: out.grads.iter().map(|g| g.len() as u64).collect(),
-                });
-            }
-            // Last tensor of the stage first, as backprop produces them.
-            for (u, g) in units.zip(out.grads).rev() {
-                if job.mode.pushes_during_backward() {
-                    pusher.push(&core, iter, u, &g)?;
-                } else {
-                    stash.push((u, g));
-                }
-            }
-            if job.mode.pushes_during_backward() {
-                // Let the spawned pushes hand their frames to the outbox now.
-                tokio::task::yield_now().await;
-            }
-        }
-        for (u, g) in stash {
-            pusher.push(&core, iter, u, &g)?;
-        }
+        backward(&mut w, &core, &layout, &job, &mut pusher, iter, &mut vt).await?;
         if let Some(p) = &progress {
             p(me, iter, w.model.stats());
         }
@@ -560,4 +477,130 @@ pub async fn worker_role<M: StageModel>(
         bytes_pushed: pusher.bytes,
         ready_order: w.ready_order,
     })
+}
+
+/// Where worker `me` starts: round 0 from the job's initial parameters, or a resumed
+/// worker at the checkpoint's round from the shards' parameters and its own statistics.
+#[allow(clippy::type_complexity)]
+fn resume_state(
+    job: &P3Job,
+    plan: &SlicePlan,
+    me: usize,
+) -> Result<(u64, Vec<Vec<f32>>, Vec<Option<StepStats>>), P3Error> {
+    Ok(match job.resume_point()? {
+        Some(ck) => {
+            let round = ck.manifest.round;
+            let params = assemble_params(plan, &ck.shards)?;
+            let mine = ck
+                .workers
+                .into_iter()
+                .nth(me)
+                .ok_or(P3Error::CheckpointRound {
+                    round,
+                    detail: format!("no file of worker {me}"),
+                })?;
+            tracing::info!(worker = me, round, "p3 worker resumes from its checkpoint");
+            (round, params, mine.stats)
+        }
+        None => (
+            0,
+            job.initial.to_vec(),
+            Vec::with_capacity(job.iterations as usize),
+        ),
+    })
+}
+
+/// Iteration `iter`'s forward pass, stage by stage, each once its parameters are ready
+/// (`first`: the run's first iteration, which starts the device clock `vt`). Returns the
+/// iteration's start mark (when stage 0 began).
+async fn forward<M: StageModel>(
+    w: &mut Worker<M>,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Arrival>,
+    core: &mut SliceWorkerCore,
+    layout: &StageLayout,
+    iter: u64,
+    first: bool,
+    vt: &mut Instant,
+) -> Result<Option<Instant>, P3Error> {
+    let me = w.me;
+    let mut mark = None;
+    for stage in 0..layout.n_stages() {
+        let units = layout.stage(stage);
+        let wait_start = Instant::now();
+        let waited = w
+            .wait_for(rx, core, |c| units.clone().all(|u| c.is_ready(u)))
+            .await?;
+        if waited {
+            tracing::debug!(
+                worker = me,
+                iter,
+                stage,
+                waited_ms = wait_start.elapsed().as_secs_f64() * 1e3,
+                lag_ms = (Instant::now() - (*vt).min(Instant::now())).as_secs_f64() * 1e3,
+                "forward waited for parameters"
+            );
+        }
+        if waited || (first && stage == 0) {
+            *vt = (*vt).max(Instant::now());
+        }
+        if stage == 0 {
+            mark = Some(Instant::now());
+        }
+        let d = w
+            .model
+            .forward_stage(iter, stage)
+            .map_err(|e| P3Error::model(me, e))?;
+        if !d.is_zero() {
+            *vt += d;
+            sleep_to(*vt).await;
+        }
+    }
+    Ok(mark)
+}
+
+/// Iteration `iter`'s backward pass, last stage first, pushing each gradient during
+/// backprop or after it, as the job's mode says.
+async fn backward<M: StageModel>(
+    w: &mut Worker<M>,
+    core: &SliceWorkerCore,
+    layout: &StageLayout,
+    job: &P3Job,
+    pusher: &mut Pusher,
+    iter: u64,
+    vt: &mut Instant,
+) -> Result<(), P3Error> {
+    let mut stash = Vec::new();
+    for stage in (0..layout.n_stages()).rev() {
+        let out = w
+            .model
+            .backward_stage(stage)
+            .map_err(|e| P3Error::model(w.me, e))?;
+        if !out.compute.is_zero() {
+            *vt += out.compute;
+            sleep_to(*vt).await;
+        }
+        let units = layout.stage(stage);
+        if out.grads.len() != units.len() {
+            return Err(P3Error::Layout {
+                job: job.unit_counts(),
+                model: out.grads.iter().map(|g| g.len() as u64).collect(),
+            });
+        }
+        // Last tensor of the stage first, as backprop produces them.
+        for (u, g) in units.zip(out.grads).rev() {
+            if job.mode.pushes_during_backward() {
+                pusher.push(core, iter, u, &g)?;
+            } else {
+                stash.push((u, g));
+            }
+        }
+        if job.mode.pushes_during_backward() {
+            // Let the spawned pushes hand their frames to the outbox now.
+            tokio::task::yield_now().await;
+        }
+    }
+    for (u, g) in stash {
+        pusher.push(core, iter, u, &g)?;
+    }
+    Ok(())
 }
