@@ -149,31 +149,10 @@ pub struct PsLdaConfig {
     pub resume: bool,
 }
 
+// Every default is written once, on its flag.
 impl Default for PsLdaConfig {
     fn default() -> Self {
-        PsLdaConfig {
-            docword: None,
-            test_data: None,
-            vocab: None,
-            synthetic: LdaCorpusParams::default(),
-            n_topics: 20,
-            alpha: 0.1,
-            beta: 0.1,
-            iterations: 20,
-            seed: 0,
-            top_words: 10,
-            consistency: ConsistencyModel::Ssp,
-            staleness: 1,
-            clocks_per_iteration: 1,
-            chunk_tokens: 20_000,
-            managed: None,
-            compute_slices: 4,
-            managed_bytes_per_s: 1_000_000,
-            out: None,
-            checkpoint_dir: None,
-            checkpoint_every: 5,
-            resume: false,
-        }
+        petrel_actors::flag_defaults()
     }
 }
 

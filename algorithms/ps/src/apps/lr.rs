@@ -153,35 +153,10 @@ impl PsLrConfig {
     }
 }
 
+// Every default is written once, on its flag.
 impl Default for PsLrConfig {
     fn default() -> Self {
-        Self {
-            data: None,
-            test_data: None,
-            synthetic_samples: 2000,
-            synthetic_features: 20,
-            synthetic_classes: 3,
-            seed: 11,
-            test_fraction: 0.2,
-            learning_rate: 0.5,
-            rule: ServerRule::Sgd,
-            batch_size: 50,
-            consistency: ConsistencyModel::Ssp,
-            staleness: 2,
-            max_clocks: 200,
-            eval_ms: 250,
-            target_log_loss: None,
-            max_seconds: 600.0,
-            clock_ms: 0.0,
-            straggler: None,
-            straggler_factor: 1.0,
-            transient_probability: 0.0,
-            transient_factor: 1.0,
-            out: None,
-            checkpoint_dir: None,
-            checkpoint_every: 50,
-            resume: false,
-        }
+        petrel_actors::flag_defaults()
     }
 }
 

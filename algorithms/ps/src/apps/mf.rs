@@ -202,49 +202,10 @@ pub struct PsMfConfig {
     pub fail_worker_at: Option<(u32, u64)>,
 }
 
+// Every default is written once, on its flag.
 impl Default for PsMfConfig {
     fn default() -> Self {
-        Self {
-            data: None,
-            test_data: None,
-            synthetic_users: 600,
-            synthetic_items: 300,
-            synthetic_rank: 5,
-            synthetic_observed: 0.1,
-            synthetic_noise: 0.1,
-            seed: 7,
-            test_fraction: 0.1,
-            rank: 16,
-            biases: false,
-            learning_rate: 0.02,
-            rule: None,
-            regularization: 0.05,
-            init_scale: 0.1,
-            consistency: ConsistencyModel::Ssp,
-            staleness: 3,
-            batches_per_epoch: 4,
-            epochs: 20,
-            max_clocks: None,
-            max_seconds: 600.0,
-            target_rmse: None,
-            eval_ms: 250,
-            clock_ms: 0.0,
-            straggler: None,
-            straggler_factor: 1.0,
-            transient_probability: 0.0,
-            transient_factor: 1.0,
-            managed: None,
-            compute_slices: 4,
-            managed_bytes_per_s: 1_000_000,
-            server_push: None,
-            server_push_tick_ms: 10,
-            no_prefetch: false,
-            out: None,
-            checkpoint_dir: None,
-            checkpoint_every: 20,
-            resume: false,
-            fail_worker_at: None,
-        }
+        petrel_actors::flag_defaults()
     }
 }
 
