@@ -942,41 +942,8 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
             "--apps and --faults need at least one value each".into(),
         ));
     }
-    // One uninterrupted reference run per app: its model is what every faulted run of
-    // that app must end with, and its wall time is the base of the recovery time.
-    let mut references: BTreeMap<&'static str, (f64, Outcome)> = BTreeMap::new();
-    for &app in &args.apps {
-        if references.contains_key(app.name()) {
-            continue;
-        }
-        let out = root.join(format!("reference-{}", app.name()));
-        let started = Instant::now();
-        let mut child = train(app, &args, &out, 0, None)?;
-        if wait_for(&mut child, limit)? != Some(true) {
-            return Err(BenchError::Incomplete(format!(
-                "the uninterrupted {} reference run failed (its output: {})",
-                app.name(),
-                out.display()
-            )));
-        }
-        references.insert(
-            app.name(),
-            (started.elapsed().as_secs_f64(), app.model(&out)?),
-        );
-    }
-
-    let mut table = Table::new(&[
-        "run",
-        "app",
-        "fault",
-        "node",
-        "finished",
-        "identical",
-        "restarts",
-        "wall s",
-        "recovery s",
-        "orphans",
-    ]);
+    let references = reference_runs(&args, &root, limit)?;
+    let mut table = Table::new(&COLUMNS);
     let mut figures = Figures {
         runs: args.runs,
         faults_injected: 0,
@@ -1009,177 +976,19 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     }
     figures.link_cuts = link_cuts;
     for (run, planned) in plan.into_iter().enumerate() {
-        let Planned {
-            app,
-            fault,
-            victim,
-            impostor,
-            delay,
-            cut,
-        } = planned;
-        let (reference_s, expected) = &references[app.name()];
         let netns = placement(
-            cut.is_some(),
+            planned.cut.is_some(),
             hosts.as_ref().map(|t| &t.0),
             figures.link_cuts.as_deref(),
         );
-        if let Err(why) = &netns {
-            figures.runs_skipped += 1;
-            table.row(vec![
-                run.to_string(),
-                app.name().to_string(),
-                format!("link-cut skipped: {why}"),
-                victim.clone(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ]);
-            figures.per_run.push(RunRecord {
-                app: app.name(),
-                fault,
-                victim,
-                impostor,
-                injected: false,
-                finished: false,
-                identical: false,
-                within_tolerance: false,
-                restarts: 0,
-                wall_s: 0.0,
-                cut: None,
-                skipped: Some(why.clone()),
-            });
-            continue;
-        }
-        let netns = netns.ok().flatten();
-        let out = root.join(format!("run-{run}-{}", app.name()));
-        let started = Instant::now();
-        let mut child = train(app, &args, &out, 2, netns.map(|h| h.prefix.as_str()))?;
-        // The fault strikes at a random moment after the first checkpoint.
-        let mut injected = false;
-        let mut hostile = None;
-        let mut cut_record = None;
-        while started.elapsed() < limit {
-            if has_checkpoint(&out) {
-                std::thread::sleep(delay);
-                if let (Some(cut), Some(hosts)) = (cut, netns) {
-                    cut_record = cut_link(hosts, &out, &victim, cut, &mut child, started + limit)?;
-                    injected = cut_record.is_some();
-                } else if let Some(impostor) = &impostor {
-                    hostile = Some(HostileMember::start(&out, &victim, impostor)?);
-                    injected = true;
-                } else if let Some(pid) = node_pid(&out, &victim) {
-                    match fault {
-                        Fault::Hostile | Fault::LinkCut => {}
-                        Fault::Kill => signal(pid, libc::SIGKILL),
-                        Fault::Pause => {
-                            signal(pid, libc::SIGSTOP);
-                            std::thread::sleep(Duration::from_secs_f64(args.pause_s));
-                            signal(pid, libc::SIGCONT);
-                        }
-                    }
-                    injected = true;
-                }
-                break;
+        match netns {
+            Err(why) => skip_run(run, planned, why, &mut figures, &mut table),
+            Ok(netns) => {
+                let out = root.join(format!("run-{run}-{}", planned.app.name()));
+                let ran = faulted_run(&args, &out, limit, &planned, netns, &mut figures)?;
+                record_run(run, planned, ran, &references, &mut figures, &mut table);
             }
-            if child.try_wait().map_err(io("wait"))?.is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
         }
-        let finished = wait_for(&mut child, limit.saturating_sub(started.elapsed()))?;
-        let wall_s = started.elapsed().as_secs_f64();
-        let mut fault_label = fault.label().to_string();
-        if let Some(c) = &cut_record {
-            fault_label.push_str(&format!(
-                " {} ({} s down, failure timeout {} s)",
-                match c.case {
-                    CutCase::Short => "short",
-                    CutCase::Long => "long",
-                },
-                fmt(c.down_s),
-                fmt(c.failure_timeout_s)
-            ));
-        }
-        if let Some(impostor) = &impostor {
-            fault_label.push_str(&format!(" with {impostor}'s certificate"));
-        }
-        if let Some(member) = hostile {
-            let outcome = member.stop();
-            figures.hostile_attempts += outcome.attempts;
-            figures.hostile_connections += outcome.connected;
-            figures.hostile_refused += outcome.refused;
-            figures.hostile_disconnected += outcome.disconnected;
-            figures.hostile_held += usize::from(outcome.held);
-            fault_label.push_str(&outcome.label());
-        }
-        // Give the children of an exited launcher a moment, then look for stragglers.
-        std::thread::sleep(Duration::from_secs(2));
-        let left = processes_mentioning(&out.to_string_lossy());
-        for pid in &left {
-            signal(*pid, libc::SIGKILL);
-        }
-        let matched = if finished == Some(true) {
-            app.model(&out).ok().and_then(|m| app.matches(expected, &m))
-        } else {
-            None
-        };
-        let identical = matched == Some(true);
-        let within_tolerance = matched == Some(false);
-        let restarts = std::fs::read_to_string(stdout_file(&out))
-            .map(|s| restarts_reported(&s))
-            .unwrap_or(0);
-        figures.restarts += restarts;
-        let recovery_s = (wall_s - reference_s).max(0.0);
-        figures.faults_injected += usize::from(injected);
-        figures.jobs_completed += usize::from(finished == Some(true));
-        figures.outputs_identical += usize::from(identical);
-        figures.outputs_within_tolerance += usize::from(within_tolerance);
-        figures.hangs += usize::from(finished.is_none());
-        figures.orphans += left.len();
-        if injected && finished == Some(true) {
-            figures.max_recovery_s = figures.max_recovery_s.max(recovery_s);
-        }
-        figures.per_run.push(RunRecord {
-            app: app.name(),
-            fault,
-            victim: victim.clone(),
-            impostor: impostor.clone(),
-            injected,
-            finished: finished == Some(true),
-            identical,
-            within_tolerance,
-            restarts,
-            wall_s,
-            cut: cut_record,
-            skipped: None,
-        });
-        table.row(vec![
-            run.to_string(),
-            app.name().to_string(),
-            if injected {
-                fault_label
-            } else {
-                "none (job ended first)".into()
-            },
-            victim,
-            match finished {
-                Some(true) => "yes".into(),
-                Some(false) => "failed".into(),
-                None => "HUNG".into(),
-            },
-            match (identical, within_tolerance, app.figure()) {
-                (true, _, _) => "true".into(),
-                (_, true, Some((figure, t))) => format!("{figure} within {}%", t * 100.0),
-                _ => "false".into(),
-            },
-            restarts.to_string(),
-            fmt(wall_s),
-            fmt(recovery_s),
-            left.len().to_string(),
-        ]);
     }
     table.print();
     if let Some(hosts) = hosts {
@@ -1197,6 +1006,283 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     );
     print_json(&figures)?;
     Ok(())
+}
+
+/// The table's columns, one row per planned run.
+const COLUMNS: [&str; 10] = [
+    "run",
+    "app",
+    "fault",
+    "node",
+    "finished",
+    "identical",
+    "restarts",
+    "wall s",
+    "recovery s",
+    "orphans",
+];
+
+/// Each app's uninterrupted reference run, by app name: its wall seconds and its model.
+type References = BTreeMap<&'static str, (f64, Outcome)>;
+
+/// One uninterrupted reference run per app: its model is what every faulted run of that
+/// app must end with, and its wall time is the base of the recovery time.
+fn reference_runs(
+    args: &ChaosBenchArgs,
+    root: &Path,
+    limit: Duration,
+) -> Result<References, BenchError> {
+    let mut references = References::new();
+    for &app in &args.apps {
+        if references.contains_key(app.name()) {
+            continue;
+        }
+        let out = root.join(format!("reference-{}", app.name()));
+        let started = Instant::now();
+        let mut child = train(app, args, &out, 0, None)?;
+        if wait_for(&mut child, limit)? != Some(true) {
+            return Err(BenchError::Incomplete(format!(
+                "the uninterrupted {} reference run failed (its output: {})",
+                app.name(),
+                out.display()
+            )));
+        }
+        references.insert(
+            app.name(),
+            (started.elapsed().as_secs_f64(), app.model(&out)?),
+        );
+    }
+    Ok(references)
+}
+
+/// A planned run that cannot run (a link cut without its network namespaces): its row
+/// and record say why.
+fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Table) {
+    figures.runs_skipped += 1;
+    table.row(vec![
+        run.to_string(),
+        planned.app.name().to_string(),
+        format!("link-cut skipped: {why}"),
+        planned.victim.clone(),
+        "-".into(),
+        "-".into(),
+        "-".into(),
+        "-".into(),
+        "-".into(),
+        "-".into(),
+    ]);
+    figures.per_run.push(RunRecord {
+        app: planned.app.name(),
+        fault: planned.fault,
+        victim: planned.victim,
+        impostor: planned.impostor,
+        injected: false,
+        finished: false,
+        identical: false,
+        within_tolerance: false,
+        restarts: 0,
+        wall_s: 0.0,
+        cut: None,
+        skipped: Some(why),
+    });
+}
+
+/// What one faulted run did, before its output is compared with the reference.
+struct Ran {
+    out: PathBuf,
+    injected: bool,
+    /// `Some(true)` finished, `Some(false)` failed, `None` hung.
+    finished: Option<bool>,
+    wall_s: f64,
+    fault_label: String,
+    cut: Option<CutRecord>,
+    /// The run's processes still alive after it ended (killed since).
+    left: Vec<u32>,
+}
+
+/// Runs `planned` into `out` with up to two restarts, strikes its fault, waits for the end
+/// and kills stragglers; a hostile member's counts go to `figures`.
+fn faulted_run(
+    args: &ChaosBenchArgs,
+    out: &Path,
+    limit: Duration,
+    planned: &Planned,
+    netns: Option<&Hosts>,
+    figures: &mut Figures,
+) -> Result<Ran, BenchError> {
+    let started = Instant::now();
+    let mut child = train(planned.app, args, out, 2, netns.map(|h| h.prefix.as_str()))?;
+    let (injected, hostile, cut_record) =
+        inject(args, out, &mut child, started, limit, planned, netns)?;
+    let finished = wait_for(&mut child, limit.saturating_sub(started.elapsed()))?;
+    let wall_s = started.elapsed().as_secs_f64();
+    let mut fault_label = planned.fault.label().to_string();
+    if let Some(c) = &cut_record {
+        fault_label.push_str(&format!(
+            " {} ({} s down, failure timeout {} s)",
+            match c.case {
+                CutCase::Short => "short",
+                CutCase::Long => "long",
+            },
+            fmt(c.down_s),
+            fmt(c.failure_timeout_s)
+        ));
+    }
+    if let Some(impostor) = &planned.impostor {
+        fault_label.push_str(&format!(" with {impostor}'s certificate"));
+    }
+    if let Some(member) = hostile {
+        let outcome = member.stop();
+        figures.hostile_attempts += outcome.attempts;
+        figures.hostile_connections += outcome.connected;
+        figures.hostile_refused += outcome.refused;
+        figures.hostile_disconnected += outcome.disconnected;
+        figures.hostile_held += usize::from(outcome.held);
+        fault_label.push_str(&outcome.label());
+    }
+    // Give the children of an exited launcher a moment, then look for stragglers.
+    std::thread::sleep(Duration::from_secs(2));
+    let left = processes_mentioning(&out.to_string_lossy());
+    for pid in &left {
+        signal(*pid, libc::SIGKILL);
+    }
+    Ok(Ran {
+        out: out.to_path_buf(),
+        injected,
+        finished,
+        wall_s,
+        fault_label,
+        cut: cut_record,
+        left,
+    })
+}
+
+/// Strikes `planned`'s fault at a random moment after the run's first checkpoint (none
+/// when the job ends or the limit passes first): whether it struck, the hostile member
+/// it started and what a link cut did.
+fn inject(
+    args: &ChaosBenchArgs,
+    out: &Path,
+    child: &mut Child,
+    started: Instant,
+    limit: Duration,
+    planned: &Planned,
+    netns: Option<&Hosts>,
+) -> Result<(bool, Option<HostileMember>, Option<CutRecord>), BenchError> {
+    let mut injected = false;
+    let mut hostile = None;
+    let mut cut_record = None;
+    while started.elapsed() < limit {
+        if has_checkpoint(out) {
+            std::thread::sleep(planned.delay);
+            if let (Some(cut), Some(hosts)) = (planned.cut, netns) {
+                cut_record = cut_link(hosts, out, &planned.victim, cut, child, started + limit)?;
+                injected = cut_record.is_some();
+            } else if let Some(impostor) = &planned.impostor {
+                hostile = Some(HostileMember::start(out, &planned.victim, impostor)?);
+                injected = true;
+            } else if let Some(pid) = node_pid(out, &planned.victim) {
+                match planned.fault {
+                    Fault::Hostile | Fault::LinkCut => {}
+                    Fault::Kill => signal(pid, libc::SIGKILL),
+                    Fault::Pause => {
+                        signal(pid, libc::SIGSTOP);
+                        std::thread::sleep(Duration::from_secs_f64(args.pause_s));
+                        signal(pid, libc::SIGCONT);
+                    }
+                }
+                injected = true;
+            }
+            break;
+        }
+        if child.try_wait().map_err(io("wait"))?.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok((injected, hostile, cut_record))
+}
+
+/// Compares a faulted run's model with its app's reference, adds the run to `figures`
+/// and its row to `table`.
+fn record_run(
+    run: usize,
+    planned: Planned,
+    ran: Ran,
+    references: &References,
+    figures: &mut Figures,
+    table: &mut Table,
+) {
+    let Planned {
+        app,
+        fault,
+        victim,
+        impostor,
+        ..
+    } = planned;
+    let (reference_s, expected) = &references[app.name()];
+    let finished = ran.finished;
+    let matched = if finished == Some(true) {
+        app.model(&ran.out)
+            .ok()
+            .and_then(|m| app.matches(expected, &m))
+    } else {
+        None
+    };
+    let identical = matched == Some(true);
+    let within_tolerance = matched == Some(false);
+    let restarts = std::fs::read_to_string(stdout_file(&ran.out))
+        .map(|s| restarts_reported(&s))
+        .unwrap_or(0);
+    figures.restarts += restarts;
+    let recovery_s = (ran.wall_s - reference_s).max(0.0);
+    figures.faults_injected += usize::from(ran.injected);
+    figures.jobs_completed += usize::from(finished == Some(true));
+    figures.outputs_identical += usize::from(identical);
+    figures.outputs_within_tolerance += usize::from(within_tolerance);
+    figures.hangs += usize::from(finished.is_none());
+    figures.orphans += ran.left.len();
+    if ran.injected && finished == Some(true) {
+        figures.max_recovery_s = figures.max_recovery_s.max(recovery_s);
+    }
+    figures.per_run.push(RunRecord {
+        app: app.name(),
+        fault,
+        victim: victim.clone(),
+        impostor,
+        injected: ran.injected,
+        finished: finished == Some(true),
+        identical,
+        within_tolerance,
+        restarts,
+        wall_s: ran.wall_s,
+        cut: ran.cut,
+        skipped: None,
+    });
+    table.row(vec![
+        run.to_string(),
+        app.name().to_string(),
+        if ran.injected {
+            ran.fault_label
+        } else {
+            "none (job ended first)".into()
+        },
+        victim,
+        match finished {
+            Some(true) => "yes".into(),
+            Some(false) => "failed".into(),
+            None => "HUNG".into(),
+        },
+        match (identical, within_tolerance, app.figure()) {
+            (true, _, _) => "true".into(),
+            (_, true, Some((figure, t))) => format!("{figure} within {}%", t * 100.0),
+            _ => "false".into(),
+        },
+        restarts.to_string(),
+        fmt(ran.wall_s),
+        fmt(recovery_s),
+        ran.left.len().to_string(),
+    ]);
 }
 
 #[cfg(test)]

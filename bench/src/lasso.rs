@@ -8,11 +8,12 @@ use petrel::report::{Table, fmt, print_json};
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
+use petrel_ml::data::SparseColumns;
 use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
 use petrel_strads::core::lasso::LassoCluster;
 use petrel_strads::core::scheduler::ScheduleMode;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -102,47 +103,11 @@ fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
 }
 
 pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
-    let synthetic = SyntheticLasso {
-        n_samples: args.n_samples,
-        n_features: args.n_features,
-        group_size: args.group_size,
-        correlation: args.correlation,
-        n_nonzero: args.n_nonzero,
-        noise_std: 0.1,
-        nnz_per_column: 0,
-        seed: 42,
-    };
-    let base = LassoJob {
-        synthetic,
-        lambda_fraction: args.lambda_fraction,
-        block_size: args.block_size,
-        candidate_pool: args.candidate_pool,
-        eta: args.eta,
-        priority_exponent: args.priority_exponent,
-        depth: args.depth,
-        max_rounds: args.max_rounds,
-        eval_every: 0,
-        gap_tolerance: None,
-        ..LassoJob::default()
-    };
+    let base = base_job(&args);
     let (x, y) = base.load()?;
     let lambda = base.resolve_lambda(&x, &y);
-    // Reference: serial cyclic coordinate descent, one coordinate at a time, until the KKT
-    // violation is below 1e-6 lambda (far tighter than the 1e-3 objective target).
     let started = Instant::now();
-    let mut reference = LassoCluster::new(&x, &y, lambda, 1)?;
-    let mut sweeps = 0;
-    while sweeps < 20_000 {
-        for j in 0..x.n_columns() {
-            reference.round(&[j]);
-        }
-        sweeps += 1;
-        if sweeps % 5 == 0 && reference.kkt_violation() < 1e-6 * f64::from(lambda) {
-            break;
-        }
-    }
-    let optimum = reference.objective();
-    let ref_kkt = reference.kkt_violation();
+    let (optimum, ref_kkt, sweeps) = reference_optimum(&x, &y, lambda)?;
     println!(
         "design {}x{} (groups of {} at corr {}), lambda {lambda:.4}; reference optimum {optimum:.8} \
          after {sweeps} serial sweeps ({:.1} s, KKT {ref_kkt:.1e})",
@@ -177,21 +142,7 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     let mut medians = std::collections::HashMap::new();
     for (mode, rho) in variants {
         let mode_name = mode.to_string();
-        let mode_name = mode_name.as_str();
-        let mut runs = Vec::new();
-        for seed in 0..args.repeats.max(1) {
-            let job = LassoJob {
-                mode,
-                rho,
-                seed,
-                target_objective: Some(target),
-                out_dir: Some(out.join(format!("{mode_name}-{seed}"))),
-                ..base.clone()
-            };
-            let m = run_lasso_job(&job, args.workers, args.transport, false)?;
-            tracing::info!(mode = mode_name, seed, updates = ?m.target_updates, seconds = ?m.target_s, "lasso bench run");
-            runs.push(m);
-        }
+        let runs = run_mode(&args, &base, &out, target, mode, rho)?;
         let reached: Vec<&LassoMetrics> =
             runs.iter().filter(|m| m.target_updates.is_some()).collect();
         let upd = if reached.len() == runs.len() {
@@ -215,7 +166,7 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
         .unwrap_or(f64::NAN);
         let kkt = median(runs.iter().map(|m| m.final_kkt_violation).collect()).unwrap_or(f64::NAN);
         table.row(vec![
-            mode_name.into(),
+            mode_name.clone(),
             rho.map_or("-".into(), |r| r.to_string()),
             upd.map_or("not reached".into(), |u| u.to_string()),
             secs.map_or("-".into(), |s| format!("{s:.2}")),
@@ -227,10 +178,128 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
             format!("{}/{}", reached.len(), runs.len()),
         ]);
         medians.insert(mode, (upd, secs, kkt));
-        results.push((mode_name.to_string(), runs));
+        results.push((mode_name, runs));
     }
     table.print();
-    // Plot the first run of each mode: relative objective gap against time and updates.
+    let plot = write_plots(&out, &results, optimum)?;
+    let get = |m| medians.get(&m).copied().unwrap_or((None, None, f64::NAN));
+    let (du, ds, dk) = get(ScheduleMode::Dynamic);
+    let (ru, rs, _) = get(ScheduleMode::Random);
+    let (cu, cs, _) = get(ScheduleMode::Cyclic);
+    let figures = Figures {
+        bench: "lasso",
+        n_samples: args.n_samples,
+        n_features: args.n_features,
+        lambda,
+        optimum,
+        block_size: args.block_size,
+        workers: args.workers,
+        repeats: args.repeats,
+        dynamic_updates: du,
+        random_updates: ru,
+        cyclic_updates: cu,
+        dynamic_s: ds,
+        random_s: rs,
+        cyclic_s: cs,
+        updates_ratio: du.zip(ru).map(|(d, r)| r as f64 / d as f64),
+        time_ratio: ds.zip(rs).map(|(d, r)| r / d),
+        objective_gap: worst_gap,
+        dynamic_kkt: dk,
+        plot: plot.display().to_string(),
+    };
+    if let Some(r) = figures.updates_ratio {
+        println!("updates ratio random/dynamic: {}", fmt(r));
+    }
+    print_json(&figures).map_err(|source| StradsTrainError::Json {
+        path: std::path::PathBuf::new(),
+        source,
+    })
+}
+
+/// The job every variant runs: the bench's design and scheduler flags, no evaluation.
+fn base_job(args: &LassoBenchArgs) -> LassoJob {
+    let synthetic = SyntheticLasso {
+        n_samples: args.n_samples,
+        n_features: args.n_features,
+        group_size: args.group_size,
+        correlation: args.correlation,
+        n_nonzero: args.n_nonzero,
+        noise_std: 0.1,
+        nnz_per_column: 0,
+        seed: 42,
+    };
+    LassoJob {
+        synthetic,
+        lambda_fraction: args.lambda_fraction,
+        block_size: args.block_size,
+        candidate_pool: args.candidate_pool,
+        eta: args.eta,
+        priority_exponent: args.priority_exponent,
+        depth: args.depth,
+        max_rounds: args.max_rounds,
+        eval_every: 0,
+        gap_tolerance: None,
+        ..LassoJob::default()
+    }
+}
+
+/// The reference: serial cyclic coordinate descent, one coordinate at a time, until the
+/// KKT violation is below 1e-6 lambda (far tighter than the 1e-3 objective target).
+/// Returns the optimum, its KKT violation and the sweeps it took.
+fn reference_optimum(
+    x: &SparseColumns,
+    y: &[f32],
+    lambda: f32,
+) -> Result<(f64, f64, usize), StradsTrainError> {
+    let mut reference = LassoCluster::new(x, y, lambda, 1)?;
+    let mut sweeps = 0;
+    while sweeps < 20_000 {
+        for j in 0..x.n_columns() {
+            reference.round(&[j]);
+        }
+        sweeps += 1;
+        if sweeps % 5 == 0 && reference.kkt_violation() < 1e-6 * f64::from(lambda) {
+            break;
+        }
+    }
+    Ok((reference.objective(), reference.kkt_violation(), sweeps))
+}
+
+/// `--repeats` runs of one scheduler variant (seeds 0, 1, ...) to `target`.
+fn run_mode(
+    args: &LassoBenchArgs,
+    base: &LassoJob,
+    out: &Path,
+    target: f64,
+    mode: ScheduleMode,
+    rho: Option<f32>,
+) -> Result<Vec<LassoMetrics>, StradsTrainError> {
+    let mode_name = mode.to_string();
+    let mode_name = mode_name.as_str();
+    let mut runs = Vec::new();
+    for seed in 0..args.repeats.max(1) {
+        let job = LassoJob {
+            mode,
+            rho,
+            seed,
+            target_objective: Some(target),
+            out_dir: Some(out.join(format!("{mode_name}-{seed}"))),
+            ..base.clone()
+        };
+        let m = run_lasso_job(&job, args.workers, args.transport, false)?;
+        tracing::info!(mode = mode_name, seed, updates = ?m.target_updates, seconds = ?m.target_s, "lasso bench run");
+        runs.push(m);
+    }
+    Ok(runs)
+}
+
+/// Plots the first run of each mode: relative objective gap against time and against
+/// updates. Returns the time plot's path.
+fn write_plots(
+    out: &Path,
+    results: &[(String, Vec<LassoMetrics>)],
+    optimum: f64,
+) -> Result<PathBuf, StradsTrainError> {
     let series_of = |f: &dyn Fn(&petrel_strads::apps::lasso::ObjectivePoint) -> f64| {
         results
             .iter()
@@ -267,36 +336,5 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
         true,
     )?;
     println!("plots: {} and {}", plot.display(), plot_updates.display());
-    let get = |m| medians.get(&m).copied().unwrap_or((None, None, f64::NAN));
-    let (du, ds, dk) = get(ScheduleMode::Dynamic);
-    let (ru, rs, _) = get(ScheduleMode::Random);
-    let (cu, cs, _) = get(ScheduleMode::Cyclic);
-    let figures = Figures {
-        bench: "lasso",
-        n_samples: args.n_samples,
-        n_features: args.n_features,
-        lambda,
-        optimum,
-        block_size: args.block_size,
-        workers: args.workers,
-        repeats: args.repeats,
-        dynamic_updates: du,
-        random_updates: ru,
-        cyclic_updates: cu,
-        dynamic_s: ds,
-        random_s: rs,
-        cyclic_s: cs,
-        updates_ratio: du.zip(ru).map(|(d, r)| r as f64 / d as f64),
-        time_ratio: ds.zip(rs).map(|(d, r)| r / d),
-        objective_gap: worst_gap,
-        dynamic_kkt: dk,
-        plot: plot.display().to_string(),
-    };
-    if let Some(r) = figures.updates_ratio {
-        println!("updates ratio random/dynamic: {}", fmt(r));
-    }
-    print_json(&figures).map_err(|source| StradsTrainError::Json {
-        path: std::path::PathBuf::new(),
-        source,
-    })
+    Ok(plot)
 }

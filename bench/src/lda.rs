@@ -15,7 +15,7 @@ use petrel_ml::topic::{LdaMetrics, LoglikPoint};
 use petrel_ps::apps::lda::{PsLdaConfig, PsLdaMetrics};
 use petrel_strads::apps::lda::LdaJob;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LdaBenchArgs {
@@ -136,18 +136,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
             ..LdaJob::default()
         };
         let m = run_lda_job(&job, p, args.transport)?;
-        table.row(vec![
-            "rotation".into(),
-            p.to_string(),
-            format!("{:.0}", m.tokens_per_s_per_worker * p as f64),
-            format!("{:.0}", m.tokens_per_s_per_worker),
-            format!("{:.2}", m.sampling_s),
-            format!(
-                "{:.4}",
-                m.loglik.first().map_or(f64::NAN, |l| l.loglik_per_token)
-            ),
-            format!("{:.4}", m.final_loglik_per_token),
-        ]);
+        table.row(row("rotation".into(), p, &m));
         runs.push((p, m));
     }
     let ps = if args.no_ps {
@@ -155,93 +144,17 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     } else {
         let &(p, _) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
         let m = run_ps(&args, p, &out)?;
-        let l = &m.lda;
-        table.row(vec![
-            format!("ps ssp s={}", args.staleness),
-            p.to_string(),
-            format!("{:.0}", l.tokens_per_s_per_worker * p as f64),
-            format!("{:.0}", l.tokens_per_s_per_worker),
-            format!("{:.2}", l.sampling_s),
-            format!(
-                "{:.4}",
-                l.loglik.first().map_or(f64::NAN, |l| l.loglik_per_token)
-            ),
-            format!("{:.4}", l.final_loglik_per_token),
-        ]);
+        table.row(row(format!("ps ssp s={}", args.staleness), p, &m.lda));
         Some(m)
     };
     table.print();
-    let plot = out.join("lda_loglik_vs_time.svg");
-    let curve = |points: &[LoglikPoint]| -> Vec<(f64, f64)> {
-        let t0 = points.first().map_or(0.0, |p| p.elapsed_s);
-        points
-            .iter()
-            .map(|l| (l.elapsed_s - t0, l.loglik_per_token))
-            .collect()
-    };
-    let mut series: Vec<Series> = runs
-        .iter()
-        .map(|(p, m)| Series {
-            name: format!("rotation, {p} worker(s)"),
-            points: curve(&m.loglik),
-        })
-        .collect();
-    if let Some(m) = &ps {
-        series.push(Series {
-            name: format!(
-                "parameter server (SSP s={}), {} workers",
-                args.staleness, m.lda.workers
-            ),
-            points: curve(&m.lda.loglik),
-        });
-    }
-    line_plot(
-        &plot,
-        "LDA: word rotation (STRADS) vs data-parallel PS: log-likelihood per token against time",
-        "seconds",
-        "log-likelihood per token",
-        &series,
-        false,
-    )?;
-    println!("plot: {}", plot.display());
+    let plot = write_plot(&args, &out, &runs, ps.as_ref())?;
     let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
     let single = runs
         .iter()
         .find(|(p, _)| *p == 1)
         .map(|(_, m)| m.tokens_per_s_per_worker);
-    let ps = ps.map(|m| {
-        let target = m
-            .lda
-            .final_loglik_per_token
-            .min(last.final_loglik_per_token);
-        let (rot_t, ps_t) = (
-            time_to(&last.loglik, target),
-            time_to(&m.lda.loglik, target),
-        );
-        PsFigures {
-            ps_tokens_per_s_per_core: m.lda.tokens_per_s_per_worker,
-            ps_final_loglik_per_token: m.lda.final_loglik_per_token,
-            ps_initial_loglik_per_token: m
-                .lda
-                .loglik
-                .first()
-                .map_or(f64::NAN, |l| l.loglik_per_token),
-            ps_sampling_s: m.lda.sampling_s,
-            ps_staleness: m.staleness,
-            ps_shards: m.shards,
-            ps_clocks_per_iteration: m.clocks_per_iteration,
-            ps_mean_read_staleness: m.read_staleness.mean,
-            rotation_vs_ps_loglik_gap: last.final_loglik_per_token - m.lda.final_loglik_per_token,
-            rotation_vs_ps_throughput: last.tokens_per_s_per_worker / m.lda.tokens_per_s_per_worker,
-            target_loglik_per_token: target,
-            rotation_time_to_target_s: rot_t,
-            ps_time_to_target_s: ps_t,
-            rotation_vs_ps_time_to_target: match (rot_t, ps_t) {
-                (Some(r), Some(p)) if r > 0.0 => Some(p / r),
-                _ => None,
-            },
-        }
-    });
+    let ps = ps.map(|m| ps_figures(&m, last));
     print_json(&Figures {
         bench: "lda",
         docs: last.n_docs,
@@ -262,6 +175,102 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
         path: PathBuf::new(),
         source,
     })
+}
+
+/// A run's table row: `system` on `p` workers.
+fn row(system: String, p: usize, m: &LdaMetrics) -> Vec<String> {
+    vec![
+        system,
+        p.to_string(),
+        format!("{:.0}", m.tokens_per_s_per_worker * p as f64),
+        format!("{:.0}", m.tokens_per_s_per_worker),
+        format!("{:.2}", m.sampling_s),
+        format!(
+            "{:.4}",
+            m.loglik.first().map_or(f64::NAN, |l| l.loglik_per_token)
+        ),
+        format!("{:.4}", m.final_loglik_per_token),
+    ]
+}
+
+/// Plots every run's log-likelihood per token against time (each curve from its own
+/// first point). Returns the plot's path.
+fn write_plot(
+    args: &LdaBenchArgs,
+    out: &Path,
+    runs: &[(usize, LdaMetrics)],
+    ps: Option<&PsLdaMetrics>,
+) -> Result<PathBuf, StradsTrainError> {
+    let plot = out.join("lda_loglik_vs_time.svg");
+    let curve = |points: &[LoglikPoint]| -> Vec<(f64, f64)> {
+        let t0 = points.first().map_or(0.0, |p| p.elapsed_s);
+        points
+            .iter()
+            .map(|l| (l.elapsed_s - t0, l.loglik_per_token))
+            .collect()
+    };
+    let mut series: Vec<Series> = runs
+        .iter()
+        .map(|(p, m)| Series {
+            name: format!("rotation, {p} worker(s)"),
+            points: curve(&m.loglik),
+        })
+        .collect();
+    if let Some(m) = ps {
+        series.push(Series {
+            name: format!(
+                "parameter server (SSP s={}), {} workers",
+                args.staleness, m.lda.workers
+            ),
+            points: curve(&m.lda.loglik),
+        });
+    }
+    line_plot(
+        &plot,
+        "LDA: word rotation (STRADS) vs data-parallel PS: log-likelihood per token against time",
+        "seconds",
+        "log-likelihood per token",
+        &series,
+        false,
+    )?;
+    println!("plot: {}", plot.display());
+    Ok(plot)
+}
+
+/// The PS run's figures against the largest rotation run `last`: throughput, final
+/// log-likelihood and the time each took to the worse of the two final values.
+fn ps_figures(m: &PsLdaMetrics, last: &LdaMetrics) -> PsFigures {
+    let target = m
+        .lda
+        .final_loglik_per_token
+        .min(last.final_loglik_per_token);
+    let (rot_t, ps_t) = (
+        time_to(&last.loglik, target),
+        time_to(&m.lda.loglik, target),
+    );
+    PsFigures {
+        ps_tokens_per_s_per_core: m.lda.tokens_per_s_per_worker,
+        ps_final_loglik_per_token: m.lda.final_loglik_per_token,
+        ps_initial_loglik_per_token: m
+            .lda
+            .loglik
+            .first()
+            .map_or(f64::NAN, |l| l.loglik_per_token),
+        ps_sampling_s: m.lda.sampling_s,
+        ps_staleness: m.staleness,
+        ps_shards: m.shards,
+        ps_clocks_per_iteration: m.clocks_per_iteration,
+        ps_mean_read_staleness: m.read_staleness.mean,
+        rotation_vs_ps_loglik_gap: last.final_loglik_per_token - m.lda.final_loglik_per_token,
+        rotation_vs_ps_throughput: last.tokens_per_s_per_worker / m.lda.tokens_per_s_per_worker,
+        target_loglik_per_token: target,
+        rotation_time_to_target_s: rot_t,
+        ps_time_to_target_s: ps_t,
+        rotation_vs_ps_time_to_target: match (rot_t, ps_t) {
+            (Some(r), Some(p)) if r > 0.0 => Some(p / r),
+            _ => None,
+        },
+    }
 }
 
 /// PS-LDA on the same corpus, topics and iterations as the rotation runs.

@@ -492,45 +492,10 @@ fn plot(path: &Path, points: &[Point]) -> Result<(), Box<dyn std::error::Error>>
 
 /// Runs the bench and prints its table, plot and JSON figures.
 pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
-    let bad = |m: String| Err(P3JobError::Args(m));
-    if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
-        return bad("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
-    }
-    if !(args.netns_queue_ms.is_finite() && args.netns_queue_ms > 0.0) {
-        return bad(format!(
-            "--netns-queue-ms must be positive, got {}",
-            args.netns_queue_ms
-        ));
-    }
-    if args.netns {
-        petrel::netns::available().map_err(P3JobError::NetnsUnavailable)?;
-    }
+    validate(&args)?;
     let full = load_profile(&args.model)?;
-    let full_params = full.total_params();
-    if full_params == 0 {
-        return bad(format!("model {} has no parameters", args.model));
-    }
-    let scale = match args.scale {
-        Some(s) if s.is_finite() && s > 0.0 => s,
-        Some(s) => return bad(format!("--scale must be positive, got {s}")),
-        None => (args.model_mb * 1e6 / 4.0 / full_params as f64).min(1.0),
-    };
-    let profile = full.scaled(scale);
-    let flops_per_iter =
-        (profile.total_fwd_flops() + profile.total_bwd_flops()) * args.batch as f64;
-    let has_measured = profile.layers.iter().any(|l| l.measured.is_some());
-    let device_flops = match args.device_gflops {
-        Some(g) if g > 0.0 => g * 1e9,
-        Some(g) => return bad(format!("--device-gflops must be positive, got {g}")),
-        None if flops_per_iter > 0.0 => flops_per_iter / (args.compute_ms / 1e3),
-        None => 1e12,
-    };
-    let setup = Setup {
-        profile,
-        scale,
-        device_flops,
-        batch: args.batch,
-    };
+    let setup = setup_for(&args, &full)?;
+    let has_measured = setup.profile.layers.iter().any(|l| l.measured.is_some());
     let probe = setup.cost(1000.0, args.workers);
     let balanced_mbit = Bounds::balanced_bandwidth(&setup.profile, &probe) * 8.0 / 1e6;
     let bandwidths = if args.bandwidth.is_empty() {
@@ -542,164 +507,13 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
         return bad("--bandwidth values must be positive".into());
     }
     if args.slice_size == 0 {
-        let mut cost = setup.cost(bandwidths[0], args.workers);
-        cost.per_slice_overhead_s = args.slice_overhead_us.max(0.0) * 1e-6;
-        let candidates: Vec<u64> = (10..=17).map(|k| 1u64 << k).collect();
-        let (size, t) = auto_slice_size(&setup.profile, &cost, &candidates, 4)?;
-        println!(
-            "automatic slice size: {size} params (simulated {} s/iteration at {:.1} Mbit/s, \
-             {} us per slice)",
-            fmt(t),
-            bandwidths[0],
-            args.slice_overhead_us
-        );
-        args.slice_size = size;
+        args.slice_size = auto_slice(&args, &setup, bandwidths[0])?;
     }
-    let params = setup.profile.total_params();
-    println!(
-        "P3 bench: {} scaled x{:.5} -> {} params ({:.2} MB), {} layers{}; {} workers + {} shards \
-         {}{}; batch {}/worker, \
-         emulated device {:.1} GFLOP/s (= {:.1} TFLOP/s on the full model), slice {} params, credit {} KiB per peer",
-        full.name,
-        scale,
-        params,
-        params as f64 * 4e-6,
-        setup.profile.layers.len(),
-        if has_measured {
-            " (measured layer times, scaled)"
-        } else {
-            ""
-        },
-        args.workers,
-        args.shards,
-        if args.netns {
-            "as node processes in network namespaces, each link limited by tc tbf both ways"
-        } else {
-            "in-process over QUIC on 127.0.0.1, per-node egress shaper"
-        },
-        if args.shape_ingress && !args.netns {
-            " + ingress"
-        } else {
-            ""
-        },
-        args.batch,
-        device_flops / 1e9,
-        device_flops / scale / 1e12,
-        args.slice_size,
-        credit_bytes(&args) / 1024,
-    );
+    print_setup(&args, &full, &setup, has_measured);
     println!("balanced bandwidth (M = C): {:.1} Mbit/s", balanced_mbit);
     let mut points = Vec::new();
     for &bw in &bandwidths {
-        let b = Bounds::compute(&setup.profile, &setup.cost(bw, args.workers));
-        let hosts = if args.netns {
-            let shape = LinkShape {
-                rate_mbit: Some(bw),
-                delay_ms: None,
-                queue_ms: Some(args.netns_queue_ms),
-            };
-            let hosts = Hosts::up(&processes::prefix(), args.workers + args.shards, &shape)
-                .map_err(P3JobError::Namespaces)?;
-            Some(processes::Teardown(hosts))
-        } else {
-            None
-        };
-        let mut modes = Vec::new();
-        for mode in Mode::ALL.into_iter().filter(|m| args.modes.contains(m)) {
-            let run = run_mode(&args, &setup, mode, bw, hosts.as_ref().map(|h| &h.0))?;
-            let t = run.slowest(args.warmup as usize, mean_iteration_s)?;
-            tracing::info!(
-                mode = mode.name(),
-                bandwidth_mbit = bw,
-                secs_per_iter = t,
-                "p3 bench"
-            );
-            modes.push(ModeResult {
-                mode: mode.name(),
-                secs_per_iter: t,
-                samples_per_s: (args.workers * args.batch) as f64 / t,
-                efficiency: b.efficiency(t),
-                cpu_cores: run.cpu,
-                qdisc_drops: run.qdisc_drops,
-            });
-        }
-        let cost = setup.cost(bw, args.workers);
-        let (goodput, probe_s, probe) =
-            probe_goodput(&args, &setup, bw, hosts.as_ref().map(|h| &h.0))?;
-        let goodput_source = "transfer probe (median iteration)";
-        tracing::info!(bandwidth_mbit = bw, probe_s, "p3 bench transfer probe");
-        let ideal_nominal_s = ideal_iteration_s(&setup.profile, &cost);
-        let ideal_s = ideal_iteration_s(
-            &setup.profile,
-            &CostModel {
-                bandwidth_bytes_per_s: goodput,
-                ..cost
-            },
-        );
-        let mut table = Table::new(&[
-            "mode",
-            "s/iter",
-            "samples/s",
-            "/ (C+M)",
-            "/ max(C,M)",
-            "/ ideal",
-            "efficiency",
-            "CPU cores",
-            "qdisc drops",
-        ]);
-        for m in &modes {
-            table.row(vec![
-                m.mode.to_string(),
-                fmt(m.secs_per_iter),
-                fmt(m.samples_per_s),
-                fmt(m.secs_per_iter / b.no_overlap_s),
-                fmt(m.secs_per_iter / b.optimal_s),
-                fmt(m.secs_per_iter / ideal_s),
-                fmt(m.efficiency),
-                fmt(m.cpu_cores),
-                m.qdisc_drops.map_or("-".into(), |d| d.to_string()),
-            ]);
-        }
-        println!(
-            "\nbandwidth {:.1} Mbit/s: C = {} s (fwd {} + bwd {}), M = {} s, C+M = {} s, \
-             max(C,M) = {} s, T_fwd + max(T_bwd, M) = {} s",
-            bw,
-            fmt(b.compute_s),
-            fmt(b.fwd_s),
-            fmt(b.bwd_s),
-            fmt(b.comm_s),
-            fmt(b.no_overlap_s),
-            fmt(b.optimal_s),
-            fmt(b.wait_free_s)
-        );
-        println!(
-            "goodput {:.1} Mbit/s ({goodput_source}: {} s over {} iterations{}); ideal \
-             pipeline (fluid, infinitely fine slices) at the goodput: {} s, at the nominal \
-             rate: {} s",
-            goodput * 8.0 / 1e6,
-            fmt(probe_s),
-            args.probe_iterations,
-            probe
-                .qdisc_drops
-                .map_or(String::new(), |d| format!(", {d} qdisc drops")),
-            fmt(ideal_s),
-            fmt(ideal_nominal_s)
-        );
-        table.print();
-        points.push(Point {
-            bandwidth_mbit: bw,
-            compute_s: b.compute_s,
-            comm_s: b.comm_s,
-            c_plus_m_s: b.no_overlap_s,
-            bound_s: b.optimal_s,
-            goodput_mbit: goodput * 8.0 / 1e6,
-            goodput_source,
-            probe_s,
-            probe_qdisc_drops: probe.qdisc_drops,
-            ideal_s,
-            ideal_nominal_s,
-            modes,
-        });
+        points.push(measure_bandwidth(&args, &setup, bw)?);
     }
     if args.netns {
         // Succeeds only when every mode's directory is gone (all runs succeeded).
@@ -727,6 +541,249 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
         Ok(()) => println!("plot: {}", args.plot.display()),
         Err(e) => tracing::warn!(error = %e, path = %args.plot.display(), "cannot write plot"),
     }
+    let figures = figures(&args, &full, &setup, points, max_cpu, cores)?;
+    if let Err(e) = save_json(&args.json_out, &figures) {
+        tracing::warn!(error = %e, path = %args.json_out.display(), "cannot write the figures");
+    }
+    Ok(print_json(&figures)?)
+}
+
+/// A usage error.
+fn bad<T>(m: String) -> Result<T, P3JobError> {
+    Err(P3JobError::Args(m))
+}
+
+/// Refuses too few nodes, no iterations or batch, a non-positive netns queue, and
+/// `--netns` where namespaces are unavailable.
+fn validate(args: &P3BenchArgs) -> Result<(), P3JobError> {
+    if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
+        return bad("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
+    }
+    if !(args.netns_queue_ms.is_finite() && args.netns_queue_ms > 0.0) {
+        return bad(format!(
+            "--netns-queue-ms must be positive, got {}",
+            args.netns_queue_ms
+        ));
+    }
+    if args.netns {
+        petrel::netns::available().map_err(P3JobError::NetnsUnavailable)?;
+    }
+    Ok(())
+}
+
+/// The model `full` scaled to the bench's size (`--scale`, or `--model-mb`) and the
+/// emulated device's speed (`--device-gflops`, or the FLOPs of one iteration in
+/// `--compute-ms`).
+fn setup_for(args: &P3BenchArgs, full: &ModelProfile) -> Result<Setup, P3JobError> {
+    let full_params = full.total_params();
+    if full_params == 0 {
+        return bad(format!("model {} has no parameters", args.model));
+    }
+    let scale = match args.scale {
+        Some(s) if s.is_finite() && s > 0.0 => s,
+        Some(s) => return bad(format!("--scale must be positive, got {s}")),
+        None => (args.model_mb * 1e6 / 4.0 / full_params as f64).min(1.0),
+    };
+    let profile = full.scaled(scale);
+    let flops_per_iter =
+        (profile.total_fwd_flops() + profile.total_bwd_flops()) * args.batch as f64;
+    let device_flops = match args.device_gflops {
+        Some(g) if g > 0.0 => g * 1e9,
+        Some(g) => return bad(format!("--device-gflops must be positive, got {g}")),
+        None if flops_per_iter > 0.0 => flops_per_iter / (args.compute_ms / 1e3),
+        None => 1e12,
+    };
+    Ok(Setup {
+        profile,
+        scale,
+        device_flops,
+        batch: args.batch,
+    })
+}
+
+/// The slice size the simulator finds fastest at `bandwidth_mbit` (`--slice-size 0`).
+fn auto_slice(args: &P3BenchArgs, setup: &Setup, bandwidth_mbit: f64) -> Result<u64, P3JobError> {
+    let mut cost = setup.cost(bandwidth_mbit, args.workers);
+    cost.per_slice_overhead_s = args.slice_overhead_us.max(0.0) * 1e-6;
+    let candidates: Vec<u64> = (10..=17).map(|k| 1u64 << k).collect();
+    let (size, t) = auto_slice_size(&setup.profile, &cost, &candidates, 4)?;
+    println!(
+        "automatic slice size: {size} params (simulated {} s/iteration at {:.1} Mbit/s, \
+         {} us per slice)",
+        fmt(t),
+        bandwidth_mbit,
+        args.slice_overhead_us
+    );
+    Ok(size)
+}
+
+/// The bench's opening line: the model, the cluster, the links and the device.
+fn print_setup(args: &P3BenchArgs, full: &ModelProfile, setup: &Setup, has_measured: bool) {
+    let params = setup.profile.total_params();
+    println!(
+        "P3 bench: {} scaled x{:.5} -> {} params ({:.2} MB), {} layers{}; {} workers + {} shards \
+         {}{}; batch {}/worker, \
+         emulated device {:.1} GFLOP/s (= {:.1} TFLOP/s on the full model), slice {} params, credit {} KiB per peer",
+        full.name,
+        setup.scale,
+        params,
+        params as f64 * 4e-6,
+        setup.profile.layers.len(),
+        if has_measured {
+            " (measured layer times, scaled)"
+        } else {
+            ""
+        },
+        args.workers,
+        args.shards,
+        if args.netns {
+            "as node processes in network namespaces, each link limited by tc tbf both ways"
+        } else {
+            "in-process over QUIC on 127.0.0.1, per-node egress shaper"
+        },
+        if args.shape_ingress && !args.netns {
+            " + ingress"
+        } else {
+            ""
+        },
+        args.batch,
+        setup.device_flops / 1e9,
+        setup.device_flops / setup.scale / 1e12,
+        args.slice_size,
+        credit_bytes(args) / 1024,
+    );
+}
+
+/// Every chosen mode and the transfer probe at `bw` Mbit/s (in network namespaces with
+/// `--netns`, torn down after); prints the bandwidth's bounds and table.
+fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point, P3JobError> {
+    let b = Bounds::compute(&setup.profile, &setup.cost(bw, args.workers));
+    let hosts = if args.netns {
+        let shape = LinkShape {
+            rate_mbit: Some(bw),
+            delay_ms: None,
+            queue_ms: Some(args.netns_queue_ms),
+        };
+        let hosts = Hosts::up(&processes::prefix(), args.workers + args.shards, &shape)
+            .map_err(P3JobError::Namespaces)?;
+        Some(processes::Teardown(hosts))
+    } else {
+        None
+    };
+    let mut modes = Vec::new();
+    for mode in Mode::ALL.into_iter().filter(|m| args.modes.contains(m)) {
+        let run = run_mode(args, setup, mode, bw, hosts.as_ref().map(|h| &h.0))?;
+        let t = run.slowest(args.warmup as usize, mean_iteration_s)?;
+        tracing::info!(
+            mode = mode.name(),
+            bandwidth_mbit = bw,
+            secs_per_iter = t,
+            "p3 bench"
+        );
+        modes.push(ModeResult {
+            mode: mode.name(),
+            secs_per_iter: t,
+            samples_per_s: (args.workers * args.batch) as f64 / t,
+            efficiency: b.efficiency(t),
+            cpu_cores: run.cpu,
+            qdisc_drops: run.qdisc_drops,
+        });
+    }
+    let cost = setup.cost(bw, args.workers);
+    let (goodput, probe_s, probe) = probe_goodput(args, setup, bw, hosts.as_ref().map(|h| &h.0))?;
+    let goodput_source = "transfer probe (median iteration)";
+    tracing::info!(bandwidth_mbit = bw, probe_s, "p3 bench transfer probe");
+    let ideal_nominal_s = ideal_iteration_s(&setup.profile, &cost);
+    let ideal_s = ideal_iteration_s(
+        &setup.profile,
+        &CostModel {
+            bandwidth_bytes_per_s: goodput,
+            ..cost
+        },
+    );
+    let point = Point {
+        bandwidth_mbit: bw,
+        compute_s: b.compute_s,
+        comm_s: b.comm_s,
+        c_plus_m_s: b.no_overlap_s,
+        bound_s: b.optimal_s,
+        goodput_mbit: goodput * 8.0 / 1e6,
+        goodput_source,
+        probe_s,
+        probe_qdisc_drops: probe.qdisc_drops,
+        ideal_s,
+        ideal_nominal_s,
+        modes,
+    };
+    print_point(args, &b, &point);
+    Ok(point)
+}
+
+/// One bandwidth's bounds, goodput and ideal pipeline, then its table of modes.
+fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
+    let mut table = Table::new(&[
+        "mode",
+        "s/iter",
+        "samples/s",
+        "/ (C+M)",
+        "/ max(C,M)",
+        "/ ideal",
+        "efficiency",
+        "CPU cores",
+        "qdisc drops",
+    ]);
+    for m in &point.modes {
+        table.row(vec![
+            m.mode.to_string(),
+            fmt(m.secs_per_iter),
+            fmt(m.samples_per_s),
+            fmt(m.secs_per_iter / b.no_overlap_s),
+            fmt(m.secs_per_iter / b.optimal_s),
+            fmt(m.secs_per_iter / point.ideal_s),
+            fmt(m.efficiency),
+            fmt(m.cpu_cores),
+            m.qdisc_drops.map_or("-".into(), |d| d.to_string()),
+        ]);
+    }
+    println!(
+        "\nbandwidth {:.1} Mbit/s: C = {} s (fwd {} + bwd {}), M = {} s, C+M = {} s, \
+         max(C,M) = {} s, T_fwd + max(T_bwd, M) = {} s",
+        point.bandwidth_mbit,
+        fmt(b.compute_s),
+        fmt(b.fwd_s),
+        fmt(b.bwd_s),
+        fmt(b.comm_s),
+        fmt(b.no_overlap_s),
+        fmt(b.optimal_s),
+        fmt(b.wait_free_s)
+    );
+    println!(
+        "goodput {:.1} Mbit/s ({}: {} s over {} iterations{}); ideal \
+         pipeline (fluid, infinitely fine slices) at the goodput: {} s, at the nominal \
+         rate: {} s",
+        point.goodput_mbit,
+        point.goodput_source,
+        fmt(point.probe_s),
+        args.probe_iterations,
+        point
+            .probe_qdisc_drops
+            .map_or(String::new(), |d| format!(", {d} qdisc drops")),
+        fmt(point.ideal_s),
+        fmt(point.ideal_nominal_s)
+    );
+    table.print();
+}
+
+/// The JSON figures: the first bandwidth's in full (with each mode's speed-ups), and the
+/// whole sweep.
+fn figures(
+    args: &P3BenchArgs,
+    full: &ModelProfile,
+    setup: &Setup,
+    points: Vec<Point>,
+    max_cpu: f64,
+    cores: usize,
+) -> Result<Figures, P3JobError> {
     let first = points.first().ok_or(P3JobError::NoBandwidthPoint)?;
     let get = |name: &str| {
         first
@@ -741,7 +798,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
         &setup.profile,
         &setup.cost(first.bandwidth_mbit, args.workers),
     );
-    let figures = Figures {
+    Ok(Figures {
         bench: "p3",
         links: if args.netns {
             "netns-tc"
@@ -749,14 +806,14 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
             "user-space-shaper"
         },
         model: full.name.clone(),
-        scale,
-        params,
+        scale: setup.scale,
+        params: setup.profile.total_params(),
         workers: args.workers,
         shards: args.shards,
         batch: args.batch,
         slice_size: args.slice_size,
-        credit_bytes: credit_bytes(&args),
-        device_gflops: device_flops / 1e9,
+        credit_bytes: credit_bytes(args),
+        device_gflops: setup.device_flops / 1e9,
         bandwidth_mbit: first.bandwidth_mbit,
         compute_s: first.compute_s,
         comm_s: first.comm_s,
@@ -778,11 +835,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
         max_cpu_cores: max_cpu,
         available_cores: cores,
         sweep: points.clone(),
-    };
-    if let Err(e) = save_json(&args.json_out, &figures) {
-        tracing::warn!(error = %e, path = %args.json_out.display(), "cannot write the figures");
-    }
-    Ok(print_json(&figures)?)
+    })
 }
 
 #[cfg(test)]

@@ -864,78 +864,109 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
     let mut out = Vec::new();
     for &(workers, shards) in &topologies {
         for &bytes in &args.sizes {
-            let iters = ((args.bytes_per_phase / bytes.max(1)) as u32)
-                .clamp(args.min_iters.max(1), args.max_iters.max(1));
-            let mut runs = Vec::new();
-            let mut shm_runs = Vec::new();
-            let mut peers = Vec::new();
-            for round in 0..args.rounds.max(1) {
-                eprintln!(
-                    "ps bench: {workers} worker(s) x {shards} shard(s), {bytes} bytes, {iters} iterations, round {} ...",
-                    round + 1
-                );
-                runs.push(rt.block_on(petrel_run(bytes, workers, shards, iters, &args, None))?);
-                if let Some(dir) = &args.shared_memory {
-                    shm_runs.push(rt.block_on(petrel_run(
-                        bytes,
-                        workers,
-                        shards,
-                        iters,
-                        &args,
-                        Some(dir),
-                    ))?);
-                }
-                if let Some(cmd) = &args.peer_cmd {
-                    match rt.block_on(peer_run(cmd, bytes, iters, workers, shards)) {
-                        Ok(p) => peers.push(p),
-                        // A failed peer run leaves its figures out; petrel's still count.
-                        Err(e) => eprintln!("ps bench: peer run failed: {e}"),
-                    }
-                }
-            }
-            let m = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
-            let pm = |f: fn(&PeerFigures) -> f64| {
-                (!peers.is_empty()).then(|| median(peers.iter().map(f).collect()))
-            };
-            let (ps_mbps, transport_mbps) = (m(|r| r.ps_mbps), m(|r| r.transport_mbps));
-            let peer_mbps = pm(|p| p.mbps);
-            let sm = |f: fn(&RunFigures) -> f64| {
-                (!shm_runs.is_empty()).then(|| median(shm_runs.iter().map(f).collect()))
-            };
-            let shm_mbps = sm(|r| r.ps_mbps);
-            let p50_ms = m(|r| r.p50_ms);
-            let bd = if (workers, shards) == (1, 1) {
-                Some(breakdown(bytes, iters.min(50), !args.no_read_my_writes)?)
-            } else {
-                None
-            };
-            out.push(SizeFigures {
+            out.push(measure_size(&rt, &args, workers, shards, bytes)?);
+        }
+    }
+    print_tables(&out);
+    let largest = args.sizes.iter().copied().max().unwrap_or(0);
+    let at = |w: u32, s: u32| {
+        out.iter()
+            .find(|f| f.bytes == largest && f.workers == w && f.shards == s)
+            .map(|f| f.ps_mbps)
+    };
+    let scaling = at(2, 2).zip(at(1, 1)).map(|(a, b)| a / b.max(1e-9));
+    print_json(&Figures {
+        bench: "ps",
+        read_my_writes: !args.no_read_my_writes,
+        rounds: args.rounds.max(1),
+        sizes: out,
+        scaling_2x2_over_1x1: scaling,
+    })?;
+    Ok(())
+}
+
+/// One topology and row size: every round's petrel run (and its shared-memory and peer
+/// runs when asked), their medians, and the in-process breakdown for 1x1.
+fn measure_size(
+    rt: &tokio::runtime::Runtime,
+    args: &PsBenchArgs,
+    workers: u32,
+    shards: u32,
+    bytes: usize,
+) -> Result<SizeFigures, BenchError> {
+    let iters = ((args.bytes_per_phase / bytes.max(1)) as u32)
+        .clamp(args.min_iters.max(1), args.max_iters.max(1));
+    let mut runs = Vec::new();
+    let mut shm_runs = Vec::new();
+    let mut peers = Vec::new();
+    for round in 0..args.rounds.max(1) {
+        eprintln!(
+            "ps bench: {workers} worker(s) x {shards} shard(s), {bytes} bytes, {iters} iterations, round {} ...",
+            round + 1
+        );
+        runs.push(rt.block_on(petrel_run(bytes, workers, shards, iters, args, None))?);
+        if let Some(dir) = &args.shared_memory {
+            shm_runs.push(rt.block_on(petrel_run(
                 bytes,
                 workers,
                 shards,
                 iters,
-                ps_mbps,
-                p50_ms,
-                p99_ms: m(|r| r.p99_ms),
-                push_p50_ms: m(|r| r.push_p50_ms),
-                transport_mbps,
-                transport_p50_ms: m(|r| r.transport_p50_ms),
-                ps_over_transport: ps_mbps / transport_mbps.max(1e-9),
-                rss_mb: m(|r| r.rss_mb),
-                peer_mbps,
-                peer_p50_ms: pm(|p| p.p50_ms),
-                peer_p99_ms: pm(|p| p.p99_ms),
-                ps_over_peer: peer_mbps.map(|p| ps_mbps / p.max(1e-9)),
-                shm_mbps,
-                shm_p50_ms: sm(|r| r.p50_ms),
-                shm_over_quic: shm_mbps.map(|s| s / ps_mbps.max(1e-9)),
-                shm_messages: (!shm_runs.is_empty())
-                    .then(|| shm_runs.iter().map(|r| r.shm_messages).sum()),
-                wire_ms: bd.as_ref().map(|b| (p50_ms - b.total_ms).max(0.0)),
-                breakdown: bd,
-            });
+                args,
+                Some(dir),
+            ))?);
+        }
+        if let Some(cmd) = &args.peer_cmd {
+            match rt.block_on(peer_run(cmd, bytes, iters, workers, shards)) {
+                Ok(p) => peers.push(p),
+                // A failed peer run leaves its figures out; petrel's still count.
+                Err(e) => eprintln!("ps bench: peer run failed: {e}"),
+            }
         }
     }
+    let m = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
+    let pm = |f: fn(&PeerFigures) -> f64| {
+        (!peers.is_empty()).then(|| median(peers.iter().map(f).collect()))
+    };
+    let (ps_mbps, transport_mbps) = (m(|r| r.ps_mbps), m(|r| r.transport_mbps));
+    let peer_mbps = pm(|p| p.mbps);
+    let sm = |f: fn(&RunFigures) -> f64| {
+        (!shm_runs.is_empty()).then(|| median(shm_runs.iter().map(f).collect()))
+    };
+    let shm_mbps = sm(|r| r.ps_mbps);
+    let p50_ms = m(|r| r.p50_ms);
+    let bd = if (workers, shards) == (1, 1) {
+        Some(breakdown(bytes, iters.min(50), !args.no_read_my_writes)?)
+    } else {
+        None
+    };
+    Ok(SizeFigures {
+        bytes,
+        workers,
+        shards,
+        iters,
+        ps_mbps,
+        p50_ms,
+        p99_ms: m(|r| r.p99_ms),
+        push_p50_ms: m(|r| r.push_p50_ms),
+        transport_mbps,
+        transport_p50_ms: m(|r| r.transport_p50_ms),
+        ps_over_transport: ps_mbps / transport_mbps.max(1e-9),
+        rss_mb: m(|r| r.rss_mb),
+        peer_mbps,
+        peer_p50_ms: pm(|p| p.p50_ms),
+        peer_p99_ms: pm(|p| p.p99_ms),
+        ps_over_peer: peer_mbps.map(|p| ps_mbps / p.max(1e-9)),
+        shm_mbps,
+        shm_p50_ms: sm(|r| r.p50_ms),
+        shm_over_quic: shm_mbps.map(|s| s / ps_mbps.max(1e-9)),
+        shm_messages: (!shm_runs.is_empty()).then(|| shm_runs.iter().map(|r| r.shm_messages).sum()),
+        wire_ms: bd.as_ref().map(|b| (p50_ms - b.total_ms).max(0.0)),
+        breakdown: bd,
+    })
+}
+
+/// The figures' table, then the 1x1 breakdown's.
+fn print_tables(out: &[SizeFigures]) {
     let mut t = Table::new(&[
         "W x S",
         "bytes",
@@ -950,7 +981,7 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
         "shm/quic",
         "rss MB",
     ]);
-    for s in &out {
+    for s in out {
         t.row(vec![
             format!("{}x{}", s.workers, s.shards),
             s.bytes.to_string(),
@@ -997,21 +1028,6 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
     }
     println!("one 1x1 iteration taken apart (ms, in-process, no network):");
     b.print();
-    let largest = args.sizes.iter().copied().max().unwrap_or(0);
-    let at = |w: u32, s: u32| {
-        out.iter()
-            .find(|f| f.bytes == largest && f.workers == w && f.shards == s)
-            .map(|f| f.ps_mbps)
-    };
-    let scaling = at(2, 2).zip(at(1, 1)).map(|(a, b)| a / b.max(1e-9));
-    print_json(&Figures {
-        bench: "ps",
-        read_my_writes: !args.no_read_my_writes,
-        rounds: args.rounds.max(1),
-        sizes: out,
-        scaling_2x2_over_1x1: scaling,
-    })?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -160,11 +160,18 @@ pub fn claims(dir: &Path) -> Result<Vec<Claim>, ReproduceError> {
     let managed = load(dir, "managed.json")?;
     let ada = load(dir, "adarevision.json")?;
     let mut out = Vec::new();
+    consistency_claims(cons.as_ref(), &mut out);
+    let managed_lda = load(dir, "managed-lda.json")?;
+    managed_claims(managed.as_ref(), managed_lda.as_ref(), &mut out);
+    adarevision_claims(ada.as_ref(), &mut out);
+    p3_claims(dir, &mut out)?;
+    Ok(out)
+}
+
+/// SSP's and ESSP's claims, per app, from `consistency.json`.
+fn consistency_claims(cons: Option<&Value>, out: &mut Vec<Claim>) {
     for app in ["mf", "lr"] {
-        let a = cons
-            .as_ref()
-            .and_then(|c| c.get("apps"))
-            .and_then(|x| x.get(app));
+        let a = cons.and_then(|c| c.get("apps")).and_then(|x| x.get(app));
         let speed = num(a, &["bsp_over_best_ssp"]);
         out.push(Claim {
             paper: "SSP (Ho et al., NIPS 2013)",
@@ -224,20 +231,23 @@ pub fn claims(dir: &Path) -> Result<Vec<Claim>, ReproduceError> {
             verdict: Verdict::of(iters, |v| v > 1.0),
         });
     }
-    let managed_lda = load(dir, "managed-lda.json")?;
+}
+
+/// Managed communication's claim, for MF (`managed.json`) and LDA (`managed-lda.json`).
+fn managed_claims(managed: Option<&Value>, managed_lda: Option<&Value>, out: &mut Vec<Claim>) {
     for (app, figures, command) in [
         (
             "MF",
-            &managed,
+            managed,
             "petrel bench managed --json-out docs/figures/managed.json",
         ),
         (
             "LDA",
-            &managed_lda,
+            managed_lda,
             "petrel bench managed --app lda --json-out docs/figures/managed-lda.json",
         ),
     ] {
-        let ratio = num(figures.as_ref(), &["clock_over_relative_magnitude"]);
+        let ratio = num(figures, &["clock_over_relative_magnitude"]);
         out.push(Claim {
             paper: "Managed communication (Wei et al., SoCC 2015)",
             claim: "relative-magnitude managed communication reaches the target in clearly \
@@ -248,19 +258,17 @@ pub fn claims(dir: &Path) -> Result<Vec<Claim>, ReproduceError> {
             petrel_figure: format!(
                 "{app}: clock / relative-magnitude = {}; fifo / relative-magnitude = {}",
                 show(ratio, "x"),
-                show(
-                    num(figures.as_ref(), &["fifo_over_relative_magnitude"]),
-                    "x"
-                )
+                show(num(figures, &["fifo_over_relative_magnitude"]), "x")
             ),
             verdict: Verdict::of(ratio, |v| v >= 1.5),
         });
     }
+}
+
+/// AdaRevision's claim, per app, from `adarevision.json`.
+fn adarevision_claims(ada: Option<&Value>, out: &mut Vec<Claim>) {
     for app in ["lr", "mf"] {
-        let a = ada
-            .as_ref()
-            .and_then(|x| x.get("apps"))
-            .and_then(|x| x.get(app));
+        let a = ada.and_then(|x| x.get("apps")).and_then(|x| x.get(app));
         let r = num(a, &["default_adarevision_over_best_tuned"]);
         out.push(Claim {
             paper: "AdaRevision (McMahan & Streeter, NIPS 2014; in Bösen)",
@@ -274,6 +282,10 @@ pub fn claims(dir: &Path) -> Result<Vec<Claim>, ReproduceError> {
             verdict: Verdict::of(r, |v| v <= 1.05),
         });
     }
+}
+
+/// P3's claims, per model, from `p3-<model>.json`.
+fn p3_claims(dir: &Path, out: &mut Vec<Claim>) -> Result<(), ReproduceError> {
     for (model, file, paper) in [
         ("VGG-19", "p3-vgg19.json", "+66% throughput"),
         ("ResNet-50", "p3-resnet50.json", "+25% throughput"),
@@ -311,7 +323,7 @@ pub fn claims(dir: &Path) -> Result<Vec<Claim>, ReproduceError> {
             verdict: Verdict::of(ideal, |v| (0.98..=1.10).contains(&v)),
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The page as markdown.

@@ -86,31 +86,7 @@ pub fn run(args: SoakBenchArgs) -> Result<(), BenchError> {
 async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
     let run_dir = std::env::temp_dir().join(format!("petrel-soak-{}", std::process::id()));
     std::fs::create_dir_all(&run_dir).map_err(BenchError::io(run_dir.display().to_string()))?;
-    let mut settings = Settings::default();
-    settings.cluster.name = "soak".into();
-    settings.nodes.push(NodeSpec {
-        name: "hub".into(),
-        addr: "127.0.0.1:0".into(),
-        roles: vec!["demo-aggregator".into()],
-        ..Default::default()
-    });
-    for i in 1..=args.workers.max(1) {
-        settings.nodes.push(NodeSpec {
-            name: format!("w{i}"),
-            addr: "127.0.0.1:0".into(),
-            roles: vec!["demo-worker".into()],
-            ..Default::default()
-        });
-    }
-    settings.app.insert(
-        "demo".into(),
-        serde_json::json!({
-            "rounds": u32::MAX,
-            "tensor_len": args.tensor_len,
-            "duration_s": args.duration_s,
-            "report_dir": run_dir,
-        }),
-    );
+    let settings = settings_for(&args, &run_dir);
     let mut opts = LaunchOptions::new()?;
     opts.run_dir = Some(run_dir.clone());
     opts.progress = false;
@@ -122,7 +98,7 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let started = Instant::now();
-    let mut samples: Vec<(f64, BTreeMap<String, f64>)> = Vec::new();
+    let mut samples: Samples = Vec::new();
     let sample_every = Duration::from_secs_f64(args.sample_s.max(0.1));
     let waiter = tokio::spawn(running.wait(Some(Duration::from_secs_f64(args.duration_s + 120.0))));
     while !waiter.is_finished() {
@@ -146,24 +122,8 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
     if let Err(e) = &outcome {
         tracing::error!(error = %petrel_actors::error_chain(e), "soak cluster failed");
     }
-    let mut messages = 0u64;
-    for i in 1..=args.workers.max(1) {
-        let path = run_dir.join(format!("w{i}.json"));
-        match std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| serde_json::from_str::<petrel::demo::DemoWorkerReport>(&t).ok())
-        {
-            Some(r) => {
-                // Each round is one contribution and its reply.
-                messages += 2 * u64::from(r.rounds);
-                errors += r.net.malformed_frames
-                    + r.net.oversize_frames
-                    + r.net.truncated_streams
-                    + r.net.send_failures;
-            }
-            None => errors += 1,
-        }
-    }
+    let (messages, report_errors) = worker_reports(&args, &run_dir);
+    errors += report_errors;
     let total = |s: &BTreeMap<String, f64>| s.values().sum::<f64>();
     let first = samples.first().map(|(_, s)| total(s)).unwrap_or(0.0);
     let warm = samples
@@ -187,40 +147,8 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
         .collect();
     let slope_mb_per_min = slope(&after_warmup) * 60.0;
     let csv_path = run_dir.join("rss.csv");
-    let mut csv = String::from("seconds,node,rss_mb\n");
-    for (t, per_node) in &samples {
-        for (name, mb) in per_node {
-            csv.push_str(&format!("{t:.1},{name},{mb:.3}\n"));
-        }
-    }
-    std::fs::write(&csv_path, csv).map_err(BenchError::io(csv_path.display().to_string()))?;
-    let mut t = Table::new(&[
-        "node",
-        "rss start MB",
-        "rss after warm-up MB",
-        "rss end MB",
-        "rss max MB",
-    ]);
-    for (name, _) in &pids {
-        let get = |s: Option<&(f64, BTreeMap<String, f64>)>| {
-            s.and_then(|(_, m)| m.get(name))
-                .copied()
-                .map(fmt)
-                .unwrap_or_else(|| "-".into())
-        };
-        let peak = samples
-            .iter()
-            .filter_map(|(_, m)| m.get(name))
-            .copied()
-            .fold(0.0, f64::max);
-        t.row(vec![
-            name.clone(),
-            get(samples.first()),
-            get(samples.iter().find(|(t, _)| *t >= args.warmup_s)),
-            get(samples.iter().rev().find(|(t, _)| *t <= args.duration_s)),
-            fmt(peak),
-        ]);
-    }
+    write_csv(&csv_path, &samples)?;
+    let mut t = node_table(&args, &pids, &samples);
     t.row(vec![
         "all".into(),
         fmt(first),
@@ -248,6 +176,108 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
     })?;
     outcome.map(|_| ())?;
     Ok(())
+}
+
+/// Resident memory samples: seconds since the start, and each node's MB.
+type Samples = Vec<(f64, BTreeMap<String, f64>)>;
+
+/// The soak cluster: a demo aggregator `hub` and `--workers` demo workers that run until
+/// `--duration-s` and report into `run_dir`.
+fn settings_for(args: &SoakBenchArgs, run_dir: &std::path::Path) -> Settings {
+    let mut settings = Settings::default();
+    settings.cluster.name = "soak".into();
+    settings.nodes.push(NodeSpec {
+        name: "hub".into(),
+        addr: "127.0.0.1:0".into(),
+        roles: vec!["demo-aggregator".into()],
+        ..Default::default()
+    });
+    for i in 1..=args.workers.max(1) {
+        settings.nodes.push(NodeSpec {
+            name: format!("w{i}"),
+            addr: "127.0.0.1:0".into(),
+            roles: vec!["demo-worker".into()],
+            ..Default::default()
+        });
+    }
+    settings.app.insert(
+        "demo".into(),
+        serde_json::json!({
+            "rounds": u32::MAX,
+            "tensor_len": args.tensor_len,
+            "duration_s": args.duration_s,
+            "report_dir": run_dir,
+        }),
+    );
+    settings
+}
+
+/// Messages the workers exchanged and the errors they counted, from their reports (a
+/// missing or unreadable report is one error).
+fn worker_reports(args: &SoakBenchArgs, run_dir: &std::path::Path) -> (u64, u64) {
+    let (mut messages, mut errors) = (0u64, 0u64);
+    for i in 1..=args.workers.max(1) {
+        let path = run_dir.join(format!("w{i}.json"));
+        match std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<petrel::demo::DemoWorkerReport>(&t).ok())
+        {
+            Some(r) => {
+                // Each round is one contribution and its reply.
+                messages += 2 * u64::from(r.rounds);
+                errors += r.net.malformed_frames
+                    + r.net.oversize_frames
+                    + r.net.truncated_streams
+                    + r.net.send_failures;
+            }
+            None => errors += 1,
+        }
+    }
+    (messages, errors)
+}
+
+/// Every sample of every node, one CSV line each.
+fn write_csv(path: &std::path::Path, samples: &Samples) -> Result<(), BenchError> {
+    let mut csv = String::from("seconds,node,rss_mb\n");
+    for (t, per_node) in samples {
+        for (name, mb) in per_node {
+            csv.push_str(&format!("{t:.1},{name},{mb:.3}\n"));
+        }
+    }
+    std::fs::write(path, csv).map_err(BenchError::io(path.display().to_string()))
+}
+
+/// The table with one row per node: its memory at the start, after the warm-up, at the
+/// end and at its peak.
+fn node_table(args: &SoakBenchArgs, pids: &[(String, u32)], samples: &Samples) -> Table {
+    let mut t = Table::new(&[
+        "node",
+        "rss start MB",
+        "rss after warm-up MB",
+        "rss end MB",
+        "rss max MB",
+    ]);
+    for (name, _) in pids {
+        let get = |s: Option<&(f64, BTreeMap<String, f64>)>| {
+            s.and_then(|(_, m)| m.get(name))
+                .copied()
+                .map(fmt)
+                .unwrap_or_else(|| "-".into())
+        };
+        let peak = samples
+            .iter()
+            .filter_map(|(_, m)| m.get(name))
+            .copied()
+            .fold(0.0, f64::max);
+        t.row(vec![
+            name.clone(),
+            get(samples.first()),
+            get(samples.iter().find(|(t, _)| *t >= args.warmup_s)),
+            get(samples.iter().rev().find(|(t, _)| *t <= args.duration_s)),
+            fmt(peak),
+        ]);
+    }
+    t
 }
 
 #[cfg(test)]
