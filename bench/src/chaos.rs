@@ -15,6 +15,7 @@
 //! why. Every run must finish with the model of an uninterrupted run of the same
 //! app (byte for byte; for the PS apps, which are not deterministic, the final figure
 //! within a tolerance), leave no process behind and never hang.
+// Long because every app and fault kind (kill, pause, hostile member, link cut) lives here.
 
 use super::BenchError;
 use petrel::netns::{Hosts, LinkShape};

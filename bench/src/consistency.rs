@@ -1,5 +1,6 @@
 //! `petrel bench consistency`: BSP, SSP(s), ESSP(s) and async on the parameter server under
 //! stragglers as they occur, on matrix factorization and logistic regression, side by side.
+// Long because one bench's flags, apps, runner, table and JSON schema share private types.
 //!
 //! Each (app, model, staleness) runs on its own in-process cluster (every node a thread, QUIC
 //! on 127.0.0.1 unless `--transport memory`): `shards` shard nodes (the first also runs the

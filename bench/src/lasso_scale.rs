@@ -1,5 +1,6 @@
 //! `petrel bench lasso-scale`: STRADS Lasso against the single-threaded cyclic coordinate
 //! descent baseline on sparse correlated designs of growing size, side by side in one run.
+// Long because it also holds the design-size helpers logistic-scale reuses.
 //!
 //! For each size the bench generates the design (`sparse_correlated_lasso`), solves it with
 //! the baseline to a duality gap of `--optimum-gap` (the optimum `f*`), then times, to the

@@ -1,5 +1,6 @@
 //! `petrel bench managed`: Bösen's managed communication in use, on MF (default) or LDA
 //! (`--app lda`) over shaped links.
+// Long because one bench's flags, both apps' variants, runner and JSON share private types.
 //!
 //! Three variants at the same bandwidth budget, each on its own in-process cluster whose
 //! every node's egress is shaped to `mbit` (QUIC, token bucket under QUIC):

@@ -1,5 +1,6 @@
 //! The worker: runs any [`StageModel`] stage by stage over a [`SliceWorkerCore`], pushing
 //! gradient slices at their priority and installing parameter tensors as they complete.
+// Long because the worker loop, its pusher and checkpoint saving share private types.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
