@@ -33,7 +33,8 @@
 //! ## Older formats
 //! Manifests of the formats this one replaced (magic `PSMANIF1`, `PSJOBCK1`, `PSTRCKP1`,
 //! `PLASSOM1`, `PETRP3M1`) are refused with [`CheckpointError::OldFormat`], naming the file
-//! and the format, when a run resumes from or starts fresh in their directory.
+//! and the format, when a run resumes from, starts fresh in or commits a checkpoint to
+//! their directory.
 //!
 //! The decisions (names, [`prune_plan`], [`choose_newest_valid`], [`legacy_format`]) are
 //! plain functions, tested without a file system.
@@ -357,7 +358,8 @@ impl CheckpointSet {
     }
 
     /// Completes the checkpoint of `round`: writes its manifest (every part in `parts` must
-    /// be durable already), then prunes ([`prune_plan`]). Returns the manifest's path.
+    /// be durable already), then prunes ([`prune_plan`]). Returns the manifest's path. A
+    /// directory holding an older format is refused, so a run never mixes the two.
     pub fn commit(
         &self,
         round: u64,
@@ -374,6 +376,7 @@ impl CheckpointSet {
         };
         let body = rmp_serde::to_vec(&manifest)
             .map_err(|e| invalid(&path, format!("cannot encode the manifest: {e}")))?;
+        self.check_format()?;
         durable::create_dir(&self.dir)?;
         let name = manifest_name(&self.scheme, round);
         durable::write_atomic(&self.dir, &name, &durable::frame(MAGIC, &body))?;
@@ -407,12 +410,14 @@ impl CheckpointSet {
             if name.ends_with(".manifest") && !name.starts_with('.') {
                 let path = self.dir.join(&name);
                 let mut head = [0u8; 8];
-                let n = std::fs::File::open(&path)
+                let n = match std::fs::File::open(&path)
                     .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-                    .map_err(|source| DurableError::Io {
-                        path: path.clone(),
-                        source,
-                    })?;
+                {
+                    Ok(n) => n,
+                    // Deleted meanwhile (a stale manifest of a round being rewritten).
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(source) => return Err(DurableError::Io { path, source }.into()),
+                };
                 old_format(&path, &head[..n])?;
             }
         }

@@ -251,10 +251,12 @@ fn an_older_format_is_refused_naming_the_file_and_the_format() {
         bytes.extend_from_slice(b"old body and checksum");
         fs::write(&old, bytes).unwrap();
         let magic = std::str::from_utf8(magic).unwrap();
+        let part = set.write_part(4, "worker-0", b"new").unwrap();
         for e in [
             set.newest_valid(Ok).unwrap_err(),
             set.clear().unwrap_err(),
             set.load(5).unwrap_err(),
+            set.commit(4, b"job", vec![part.clone()]).unwrap_err(),
         ] {
             assert!(
                 matches!(&e, CheckpointError::OldFormat { path, .. } if path == &old),
