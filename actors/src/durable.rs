@@ -1,6 +1,5 @@
-//! Durable checkpoint files, shared by every system that checkpoints (the parameter server's
-//! shards in `petrel_ps::checkpoint`, STRADS Lasso and round checkpoints in `petrel_strads`,
-//! P3 in `petrel_p3::checkpoint`).
+//! Durable files under the checkpoint set ([`crate::checkpoint`]), which every system that
+//! checkpoints uses.
 //!
 //! - [`write_atomic`]: temp file in the same directory, `fsync`, `rename` into place; then
 //!   [`sync_dir`] makes the rename itself durable. A reader never sees a half-written file
@@ -9,9 +8,6 @@
 //!   so a truncated or bit-flipped manifest is refused.
 //! - [`FileDigest`] + [`read_verified`]: a manifest lists each data file with its length and
 //!   FNV-1a 64 checksum; loading re-reads and compares both.
-//! - [`manifest_rounds_among`], [`prune_plan`], [`choose_newest_valid`]: which rounds have
-//!   a manifest, which files to delete to keep the newest N, and the resume policy (newest
-//!   valid first, every refusal's reason kept), for any scheme's file names.
 //!
 //! Every error names the file ([`DurableError`]).
 
@@ -202,27 +198,6 @@ pub fn unframe<'a>(magic: &[u8; 8], bytes: &'a [u8]) -> Result<&'a [u8], Manifes
     Ok(body)
 }
 
-/// Reads a framed manifest; a missing file is "missing manifest: checkpoint absent or
-/// incomplete".
-pub fn read_framed(path: &Path, magic: &[u8; 8]) -> Result<Vec<u8>, DurableError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(DurableError::invalid(
-                path,
-                "missing manifest: checkpoint absent or incomplete",
-            ));
-        }
-        Err(e) => return Err(DurableError::io(path, e)),
-    };
-    unframe(magic, &bytes)
-        .map(<[u8]>::to_vec)
-        .map_err(|source| DurableError::Manifest {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
 /// A file name read from a manifest must stay inside the checkpoint directory.
 pub fn check_file_name(name: &str) -> Result<(), ManifestError> {
     if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
@@ -295,96 +270,11 @@ pub fn create_dir(dir: &Path) -> Result<(), DurableError> {
     fs::create_dir_all(dir).map_err(|e| DurableError::io(dir, e))
 }
 
-/// The rounds among the file `names` that `parse` reads as manifests (`Some((round,
-/// true))`; data files are `Some((round, false))`), ascending and distinct. Shared by every
-/// checkpoint scheme's file names.
-pub fn manifest_rounds_among(
-    names: &[String],
-    parse: impl Fn(&str) -> Option<(u64, bool)>,
-) -> Vec<u64> {
-    let mut rounds: Vec<u64> = names
-        .iter()
-        .filter_map(|n| parse(n))
-        .filter(|&(_, manifest)| manifest)
-        .map(|(r, _)| r)
-        .collect();
-    rounds.sort_unstable();
-    rounds.dedup();
-    rounds
-}
-
-/// The files among `names` (read by `parse`, as in [`manifest_rounds_among`]) to delete
-/// once the checkpoint of round `newest` is complete: all but the `keep` newest manifests
-/// at or below `newest` and their data files (orphans of incomplete checkpoints included).
-/// Manifests come first, so a crash while pruning never leaves a manifest whose files are
-/// gone. `keep = 0` and `newest = u64::MAX` name every file of the scheme.
-pub fn prune_plan(
-    names: &[String],
-    parse: impl Fn(&str) -> Option<(u64, bool)>,
-    newest: u64,
-    keep: usize,
-) -> Vec<String> {
-    let mut kept: Vec<u64> = names
-        .iter()
-        .filter_map(|n| parse(n))
-        .filter(|&(r, manifest)| manifest && r <= newest)
-        .map(|(r, _)| r)
-        .collect();
-    kept.sort_unstable_by(|a, b| b.cmp(a));
-    kept.dedup();
-    kept.truncate(keep);
-    let mut doomed: Vec<(bool, &String)> = names
-        .iter()
-        .filter_map(|n| parse(n).map(|(r, m)| (r, m, n)))
-        .filter(|(r, _, _)| !kept.contains(r))
-        .map(|(_, m, n)| (m, n))
-        .collect();
-    doomed.sort_by_key(|(manifest, _)| !manifest);
-    doomed.into_iter().map(|(_, n)| n.clone()).collect()
-}
-
-/// Tries `rounds` (ascending) newest first; returns the first that `validate` accepts and
-/// the reasons the newer ones were refused, or every reason if none is valid.
-pub fn choose_newest_valid<T, E: std::fmt::Display>(
-    rounds: &[u64],
-    mut validate: impl FnMut(u64) -> Result<T, E>,
-) -> Result<(T, Vec<String>), Vec<String>> {
-    let mut refused = Vec::new();
-    for &r in rounds.iter().rev() {
-        match validate(r) {
-            Ok(t) => return Ok((t, refused)),
-            Err(e) => refused.push(e.to_string()),
-        }
-    }
-    Err(refused)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MAGIC: &[u8; 8] = b"TESTMAN1";
-
-    #[test]
-    fn rounds_pruning_and_the_newest_valid_choice_for_any_naming() {
-        // `r<round>.m` manifests, `r<round>.d` data files.
-        let parse = |n: &str| {
-            let (r, ext) = n.strip_prefix('r')?.split_once('.')?;
-            Some((r.parse().ok()?, ext == "m"))
-        };
-        let names: Vec<String> = ["r3.m", "r3.d", "r1.m", "r1.d", "r2.m", "r2.d", "r4.d", "x"]
-            .map(String::from)
-            .to_vec();
-        assert_eq!(manifest_rounds_among(&names, parse), vec![1, 2, 3]);
-        assert_eq!(prune_plan(&names, parse, 3, 2), ["r1.m", "r1.d", "r4.d"]);
-        assert_eq!(prune_plan(&names, parse, u64::MAX, 0).len(), 7);
-        let pick = choose_newest_valid(&[1, 2, 3], |r| if r == 3 { Err("bad") } else { Ok(r) });
-        assert_eq!(pick, Ok((2, vec!["bad".to_string()])));
-        assert_eq!(
-            choose_newest_valid::<u64, &str>(&[1], |_| Err("no")),
-            Err(vec!["no".to_string()])
-        );
-    }
 
     #[test]
     fn fnv_known_values_and_streaming() {

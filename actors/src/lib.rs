@@ -16,7 +16,8 @@
 //!   [`Cluster::run_node`] runs it. A role's error is a [`RoleError`]; [`lazy_job`] builds
 //!   an app's job from its `[app.<section>]` once per process ([`AppJobError`]).
 //! - Choices in the settings are enums checked when read: [`Transport`], [`JobTransport`].
-//! - [`durable`]: atomic, checksummed checkpoint files.
+//! - [`checkpoint`]: the one checkpoint set of every system (manifest, keep the newest N,
+//!   resume from the newest valid one), on the atomic, checksummed files of [`durable`].
 //! - Errors: [`NodeError`], [`AskError`]; print any error with its causes once with
 //!   [`error_chain`].
 //!
@@ -25,6 +26,7 @@
 // `address`, `error` and `node` stay public for existing paths; their types are re-exported
 // below, which is the way to name them.
 pub mod address;
+pub mod checkpoint;
 pub mod coordinator;
 pub mod durable;
 pub mod error;

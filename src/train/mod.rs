@@ -678,11 +678,11 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
     {
         let rounds = checkpoint::manifest_rounds(dir).map_err(StradsError::from)?;
         if rounds.is_empty() {
-            let none = checkpoint::CheckpointError::NoValid {
+            let none = petrel_actors::checkpoint::CheckpointError::NoValid {
                 dir: dir.clone(),
                 reasons: Vec::new(),
             };
-            return Err(StradsError::from(none).into());
+            return Err(StradsError::from(checkpoint::CheckpointError::from(none)).into());
         }
     }
     let c = &args.cluster;

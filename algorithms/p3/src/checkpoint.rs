@@ -1,20 +1,21 @@
-//! P3 checkpoint files on disk: the I/O half of [`crate::core::checkpoint`], with the
-//! durable-file helpers of [`petrel_actors::durable`] (temp file, fsync, rename; the
-//! manifest framed with a checksum and written LAST; every file re-verified on load).
+//! P3 checkpoint files on disk: the I/O half of [`crate::core::checkpoint`], on the
+//! runtime's checkpoint set ([`petrel_actors::checkpoint`], scheme `p3`: parts
+//! `shard-<i>` and `worker-<i>`, the manifest written LAST with the [`JobShape`] as its
+//! meta, the newest two kept).
 //!
-//! Resume policy: [`newest_valid`] tries the manifests newest first, logs a warning for
-//! each invalid one and loads the newest valid one; if none is valid (or there is none)
-//! it fails listing why each was refused: a resumed job never silently starts over.
+//! Resume policy: [`newest_valid`] loads the newest checkpoint whose files all verify and
+//! whose shape is this job's, warning about each invalid newer one; if none is valid (or
+//! there is none) it fails listing why each was refused: a resumed job never silently
+//! starts over.
 
 use std::path::{Path, PathBuf};
 
-use petrel_actors::durable::{self, DurableError, FileDigest};
+use petrel_actors::checkpoint::{self as set, CheckpointError, CheckpointSet, PartEntry};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::core::checkpoint::{
-    FileEntry, JobShape, P3_CHECKPOINT_VERSION, P3_CHECKPOINTS_KEPT, P3_MANIFEST_MAGIC, P3Manifest,
-    ShardFile, WorkerFile, manifest_name, parse_name,
+    JobShape, P3_CHECKPOINT_VERSION, SCHEME, ShardFile, WorkerFile, shard_part, worker_part,
 };
 
 /// Where and how often a P3 job checkpoints, and whether it starts from the newest
@@ -34,17 +35,10 @@ pub struct CheckpointConfig {
 /// A P3 checkpoint could not be written or is not valid; names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum P3CheckpointError {
-    /// A file could not be read or written, or does not match its manifest.
+    /// A file could not be read or written, does not match its manifest or this job, or is
+    /// of an older format.
     #[error(transparent)]
-    Durable(#[from] DurableError),
-    /// A file's content is not what this job expects.
-    #[error("{}: {reason}", path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
+    Set(CheckpointError),
     /// A file could not be encoded.
     #[error("{}: cannot encode: {source}", path.display())]
     Encode {
@@ -64,6 +58,17 @@ pub enum P3CheckpointError {
     },
 }
 
+impl From<CheckpointError> for P3CheckpointError {
+    fn from(e: CheckpointError) -> Self {
+        match e {
+            CheckpointError::NoValid { dir, reasons } => {
+                P3CheckpointError::NoValid { dir, reasons }
+            }
+            other => P3CheckpointError::Set(other),
+        }
+    }
+}
+
 fn reasons_list(reasons: &[String]) -> String {
     if reasons.is_empty() {
         " (there is none)".into()
@@ -72,11 +77,8 @@ fn reasons_list(reasons: &[String]) -> String {
     }
 }
 
-fn invalid(path: &Path, reason: impl Into<String>) -> P3CheckpointError {
-    P3CheckpointError::Invalid {
-        path: path.to_path_buf(),
-        reason: reason.into(),
-    }
+fn checkpoints(dir: &Path) -> CheckpointSet {
+    CheckpointSet::new(dir, SCHEME)
 }
 
 fn encode(path: &Path, value: &impl Serialize) -> Result<Vec<u8>, P3CheckpointError> {
@@ -86,79 +88,95 @@ fn encode(path: &Path, value: &impl Serialize) -> Result<Vec<u8>, P3CheckpointEr
     })
 }
 
-fn decode<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, P3CheckpointError> {
-    rmp_serde::from_slice(bytes).map_err(|e| invalid(path, format!("cannot decode: {e}")))
-}
-
-/// Writes `value` as `dir/name` durably; returns its manifest entry.
-fn write_file(
-    dir: &Path,
-    name: String,
-    value: &impl Serialize,
-) -> Result<FileEntry, P3CheckpointError> {
-    durable::create_dir(dir)?;
-    let bytes = encode(&dir.join(&name), value)?;
-    durable::write_atomic(dir, &name, &bytes)?;
-    durable::sync_dir(dir)?;
-    let d = FileDigest::of(&bytes);
-    Ok(FileEntry {
-        name,
-        len: d.len,
-        fnv64: d.fnv64,
-    })
+fn decode<T: DeserializeOwned>(ck: &set::Checkpoint, part: &str) -> Result<T, CheckpointError> {
+    rmp_serde::from_slice(ck.part(part)?)
+        .map_err(|e| ck.invalid(format!("part {part}: cannot decode: {e}")))
 }
 
 /// Writes a shard's file of its checkpoint round.
-pub fn write_shard_file(dir: &Path, file: &ShardFile) -> Result<FileEntry, P3CheckpointError> {
-    let name = crate::core::checkpoint::shard_file(file.round, file.shard);
-    write_file(dir, name, file)
+pub fn write_shard_file(dir: &Path, file: &ShardFile) -> Result<PartEntry, P3CheckpointError> {
+    let bytes = encode(dir, file)?;
+    Ok(checkpoints(dir).write_part(file.round, &shard_part(file.shard), &bytes)?)
 }
 
 /// Writes a worker's file of its checkpoint round.
-pub fn write_worker_file(dir: &Path, file: &WorkerFile) -> Result<FileEntry, P3CheckpointError> {
-    let name = crate::core::checkpoint::worker_file(file.round, file.worker);
-    write_file(dir, name, file)
+pub fn write_worker_file(dir: &Path, file: &WorkerFile) -> Result<PartEntry, P3CheckpointError> {
+    let bytes = encode(dir, file)?;
+    Ok(checkpoints(dir).write_part(file.round, &worker_part(file.worker), &bytes)?)
 }
 
-/// Writes the manifest LAST (every file it lists must be durable already), then deletes
-/// all but the newest [`P3_CHECKPOINTS_KEPT`] checkpoints.
-pub fn write_manifest(dir: &Path, manifest: &P3Manifest) -> Result<(), P3CheckpointError> {
-    let name = manifest_name(manifest.round);
-    let body = encode(&dir.join(&name), manifest)?;
-    durable::write_atomic(dir, &name, &durable::frame(P3_MANIFEST_MAGIC, &body))?;
-    durable::sync_dir(dir)?;
-    for stale in durable::prune_plan(
-        &durable::list_names(dir)?,
-        parse_name,
-        manifest.round,
-        P3_CHECKPOINTS_KEPT,
-    ) {
-        durable::remove_if_exists(dir, &stale)?;
-    }
+/// Writes the manifest of `round` LAST (every part it lists must be durable already), then
+/// deletes all but the newest two checkpoints.
+pub fn write_manifest(
+    dir: &Path,
+    round: u64,
+    shape: &JobShape,
+    parts: Vec<PartEntry>,
+) -> Result<(), P3CheckpointError> {
+    let meta = encode(dir, shape)?;
+    checkpoints(dir).commit(round, &meta, parts)?;
     Ok(())
 }
 
-/// Deletes every P3 checkpoint file in `dir` (a fresh run starts with none); other files
-/// stay. A missing directory is fine.
+/// Deletes every P3 manifest in `dir` (a fresh run starts with none; their parts go with
+/// the next prune); other files stay. A missing directory is fine.
 pub fn clear(dir: &Path) -> Result<(), P3CheckpointError> {
-    if !dir.exists() {
-        return Ok(());
-    }
-    for name in durable::prune_plan(&durable::list_names(dir)?, parse_name, u64::MAX, 0) {
-        durable::remove_if_exists(dir, &name)?;
-    }
-    Ok(())
+    Ok(checkpoints(dir).clear()?)
 }
 
-/// A verified checkpoint: the manifest and every file it lists.
+/// A verified checkpoint: every file it lists.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadedCheckpoint {
-    /// The manifest.
-    pub manifest: P3Manifest,
+    /// The first iteration after the checkpoint.
+    pub round: u64,
     /// Every shard's file, in shard order.
     pub shards: Vec<ShardFile>,
     /// Every worker's file, in worker order.
     pub workers: Vec<WorkerFile>,
+}
+
+/// Whether `ck` is a checkpoint of a job of `shape`, with files whose content matches.
+fn accept(ck: set::Checkpoint, shape: &JobShape) -> Result<LoadedCheckpoint, CheckpointError> {
+    let saved: JobShape = rmp_serde::from_slice(&ck.meta)
+        .map_err(|e| ck.invalid(format!("job shape: cannot decode: {e}")))?;
+    if let Some(why) = saved.mismatch(shape) {
+        return Err(ck.invalid(why));
+    }
+    let expected: Vec<String> = (0..shape.shards)
+        .map(shard_part)
+        .chain((0..shape.workers).map(worker_part))
+        .collect();
+    if ck.part_names() != expected {
+        return Err(ck.invalid("it does not list one file per shard and per worker"));
+    }
+    let round = ck.round;
+    let mut shards = Vec::new();
+    for i in 0..shape.shards {
+        let f: ShardFile = decode(&ck, &shard_part(i))?;
+        if f.version != P3_CHECKPOINT_VERSION || f.round != round || f.shard != i {
+            return Err(ck.invalid(format!("not shard {i}'s file of this round")));
+        }
+        shards.push(f);
+    }
+    let mut workers = Vec::new();
+    for i in 0..shape.workers {
+        let f: WorkerFile = decode(&ck, &worker_part(i))?;
+        if f.version != P3_CHECKPOINT_VERSION || f.round != round || f.worker != i {
+            return Err(ck.invalid(format!("not worker {i}'s file of this round")));
+        }
+        if f.stats.len() as u64 != round {
+            return Err(ck.invalid(format!(
+                "worker {i}: {} iterations of statistics, expected {round}",
+                f.stats.len()
+            )));
+        }
+        workers.push(f);
+    }
+    Ok(LoadedCheckpoint {
+        round,
+        shards,
+        workers,
+    })
 }
 
 /// Loads the checkpoint of `round` in `dir` for a job of `shape`, verifying the manifest,
@@ -168,88 +186,24 @@ pub fn load(
     round: u64,
     shape: &JobShape,
 ) -> Result<LoadedCheckpoint, P3CheckpointError> {
-    let path = dir.join(manifest_name(round));
-    let manifest: P3Manifest = decode(&path, &durable::read_framed(&path, P3_MANIFEST_MAGIC)?)?;
-    if let Some(why) = manifest.mismatch(round, shape) {
-        return Err(invalid(&path, why));
-    }
-    let read = |e: &FileEntry| -> Result<(PathBuf, Vec<u8>), P3CheckpointError> {
-        let digest = FileDigest {
-            len: e.len,
-            fnv64: e.fnv64,
-        };
-        Ok((
-            dir.join(&e.name),
-            durable::read_verified(dir, &e.name, digest)?,
-        ))
-    };
-    let mut shards = Vec::new();
-    for (i, e) in manifest.shards.iter().enumerate() {
-        let (p, bytes) = read(e)?;
-        let f: ShardFile = decode(&p, &bytes)?;
-        if f.version != P3_CHECKPOINT_VERSION || f.round != round || f.shard != i {
-            return Err(invalid(&p, format!("not shard {i}'s file of this round")));
-        }
-        shards.push(f);
-    }
-    let mut workers = Vec::new();
-    for (i, e) in manifest.workers.iter().enumerate() {
-        let (p, bytes) = read(e)?;
-        let f: WorkerFile = decode(&p, &bytes)?;
-        if f.version != P3_CHECKPOINT_VERSION || f.round != round || f.worker != i {
-            return Err(invalid(&p, format!("not worker {i}'s file of this round")));
-        }
-        if f.stats.len() as u64 != round {
-            return Err(invalid(
-                &p,
-                format!(
-                    "{} iterations of statistics, expected {round}",
-                    f.stats.len()
-                ),
-            ));
-        }
-        workers.push(f);
-    }
-    Ok(LoadedCheckpoint {
-        manifest,
-        shards,
-        workers,
-    })
+    Ok(accept(checkpoints(dir).load(round)?, shape)?)
 }
 
 /// Rounds that have a manifest in `dir`, ascending (not verified; none when `dir` is
 /// missing).
 pub fn manifest_rounds(dir: &Path) -> Result<Vec<u64>, P3CheckpointError> {
-    if !dir.exists() {
-        return Ok(Vec::new());
-    }
-    Ok(durable::manifest_rounds_among(
-        &durable::list_names(dir)?,
-        parse_name,
-    ))
+    Ok(checkpoints(dir).rounds()?)
 }
 
 /// The newest valid checkpoint in `dir` for a job of `shape` (the module's resume policy).
 pub fn newest_valid(dir: &Path, shape: &JobShape) -> Result<LoadedCheckpoint, P3CheckpointError> {
-    let rounds = manifest_rounds(dir)?;
-    match durable::choose_newest_valid(&rounds, |r| load(dir, r, shape)) {
-        Ok((ck, refused)) => {
-            for reason in refused {
-                tracing::warn!(%reason, "skipping an invalid P3 checkpoint");
-            }
-            Ok(ck)
-        }
-        Err(reasons) => Err(P3CheckpointError::NoValid {
-            dir: dir.to_path_buf(),
-            reasons,
-        }),
-    }
+    Ok(checkpoints(dir).newest_valid(|ck| accept(ck, shape))?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::checkpoint::{SliceState, shard_file, worker_file};
+    use crate::core::checkpoint::SliceState;
     use crate::kit::StepStats;
 
     fn shape() -> JobShape {
@@ -292,22 +246,14 @@ mod tests {
                 ],
             })
             .collect();
-        let manifest = P3Manifest {
-            version: P3_CHECKPOINT_VERSION,
-            round,
-            shape: shape(),
-            shards: shards
-                .iter()
-                .map(|f| write_shard_file(dir, f).unwrap())
-                .collect(),
-            workers: workers
-                .iter()
-                .map(|f| write_worker_file(dir, f).unwrap())
-                .collect(),
-        };
-        write_manifest(dir, &manifest).unwrap();
+        let mut parts: Vec<PartEntry> = shards
+            .iter()
+            .map(|f| write_shard_file(dir, f).unwrap())
+            .collect();
+        parts.extend(workers.iter().map(|f| write_worker_file(dir, f).unwrap()));
+        write_manifest(dir, round, &shape(), parts).unwrap();
         LoadedCheckpoint {
-            manifest,
+            round,
             shards,
             workers,
         }
@@ -320,10 +266,10 @@ mod tests {
             save(dir.path(), r);
         }
         assert_eq!(manifest_rounds(dir.path()).unwrap(), vec![8, 12]);
-        assert!(!dir.path().join(shard_file(4, 0)).exists());
         let newest = newest_valid(dir.path(), &shape()).unwrap();
         let again = tempfile::tempdir().unwrap();
         assert_eq!(newest, save(again.path(), 12));
+        assert_eq!(load(dir.path(), 8, &shape()).unwrap().round, 8);
         // Another job's shape never loads.
         let other = JobShape {
             shards: 3,
@@ -333,57 +279,14 @@ mod tests {
         assert!(e.contains("shards is 2 in the checkpoint but 3"), "{e}");
         clear(dir.path()).unwrap();
         assert!(manifest_rounds(dir.path()).unwrap().is_empty());
-        assert!(durable::list_names(dir.path()).unwrap().is_empty());
-    }
-
-    /// A damaged newest checkpoint is skipped for the older one; damaged both, none loads.
-    #[test]
-    fn truncated_flipped_or_missing_files_never_load() {
-        type Damage = fn(&Path);
-        let damages: [(&str, Damage); 5] = [
-            ("truncated shard file", |d| {
-                let p = d.join(shard_file(8, 1));
-                let b = std::fs::read(&p).unwrap();
-                std::fs::write(&p, &b[..b.len() - 3]).unwrap();
-            }),
-            ("flipped byte in a worker file", |d| {
-                let p = d.join(worker_file(8, 0));
-                let mut b = std::fs::read(&p).unwrap();
-                let mid = b.len() / 2;
-                b[mid] ^= 0x20;
-                std::fs::write(&p, b).unwrap();
-            }),
-            ("flipped byte in the manifest", |d| {
-                let p = d.join(manifest_name(8));
-                let mut b = std::fs::read(&p).unwrap();
-                b[10] ^= 0x01;
-                std::fs::write(&p, b).unwrap();
-            }),
-            ("missing manifest", |d| {
-                std::fs::remove_file(d.join(manifest_name(8))).unwrap();
-            }),
-            ("missing shard file", |d| {
-                std::fs::remove_file(d.join(shard_file(8, 0))).unwrap();
-            }),
-        ];
-        for (what, damage) in damages {
-            let dir = tempfile::tempdir().unwrap();
-            save(dir.path(), 4);
-            save(dir.path(), 8);
-            damage(dir.path());
-            assert!(load(dir.path(), 8, &shape()).is_err(), "{what}");
-            let ck = newest_valid(dir.path(), &shape()).unwrap();
-            assert_eq!(ck.manifest.round, 4, "{what}: falls back to the older one");
-            // Damage the older one too (its manifest gone): nothing loads, with a reason.
-            std::fs::remove_file(dir.path().join(manifest_name(4))).unwrap();
-            let e = newest_valid(dir.path(), &shape()).unwrap_err();
-            assert!(
-                matches!(e, P3CheckpointError::NoValid { .. }),
-                "{what}: {e}"
-            );
-        }
-        let empty = tempfile::tempdir().unwrap();
-        let e = newest_valid(&empty.path().join("none"), &shape()).unwrap_err();
+        let e = newest_valid(&dir.path().join("none"), &shape()).unwrap_err();
         assert!(e.to_string().contains("there is none"), "{e}");
+        // A file in P3's older format is refused, naming it and the format.
+        std::fs::write(dir.path().join("p3-round-4.manifest"), b"PETRP3M1 old").unwrap();
+        let e = newest_valid(dir.path(), &shape()).unwrap_err().to_string();
+        assert!(
+            e.contains("p3-round-4.manifest") && e.contains("older format PETRP3M1"),
+            "{e}"
+        );
     }
 }

@@ -9,8 +9,8 @@
 //! its parameters are the shards'), and worker 0 writes LAST the manifest listing every
 //! file with its length and checksum.
 //!
-//! Files (all nodes must see the directory: one machine or a shared file system):
-//! `p3-round-<r>-shard-<i>.bin`, `p3-round-<r>-worker-<i>.bin`, `p3-round-<r>.manifest`.
+//! Parts (all nodes must see the directory: one machine or a shared file system):
+//! `shard-<i>` and `worker-<i>` of the runtime's checkpoint set, scheme [`SCHEME`].
 
 use serde::{Deserialize, Serialize};
 
@@ -21,42 +21,17 @@ use crate::kit::StepStats;
 /// Version of the file formats below.
 pub const P3_CHECKPOINT_VERSION: u32 = 1;
 
-/// Complete checkpoints kept on disk.
-pub const P3_CHECKPOINTS_KEPT: usize = 2;
+/// The checkpoint scheme of P3 (`p3-round-<r>...`).
+pub const SCHEME: &str = "p3";
 
-/// Magic of a P3 manifest.
-pub const P3_MANIFEST_MAGIC: &[u8; 8] = b"PETRP3M1";
-
-const PREFIX: &str = "p3-round-";
-
-/// `p3-round-<r>.manifest`.
-pub fn manifest_name(round: u64) -> String {
-    format!("{PREFIX}{round}.manifest")
+/// Shard `i`'s part.
+pub fn shard_part(shard: usize) -> String {
+    format!("shard-{shard}")
 }
 
-/// `p3-round-<r>-shard-<i>.bin`.
-pub fn shard_file(round: u64, shard: usize) -> String {
-    format!("{PREFIX}{round}-shard-{shard}.bin")
-}
-
-/// `p3-round-<r>-worker-<i>.bin`.
-pub fn worker_file(round: u64, worker: usize) -> String {
-    format!("{PREFIX}{round}-worker-{worker}.bin")
-}
-
-/// `(round, is_manifest)` of one of our file names, `None` for anything else.
-pub fn parse_name(name: &str) -> Option<(u64, bool)> {
-    let rest = name.strip_prefix(PREFIX)?;
-    if let Some(r) = rest.strip_suffix(".manifest") {
-        return r.parse().ok().map(|r| (r, true));
-    }
-    let (r, tail) = rest.split_once('-')?;
-    let index = tail
-        .strip_prefix("shard-")
-        .or_else(|| tail.strip_prefix("worker-"))?
-        .strip_suffix(".bin")?;
-    index.parse::<usize>().ok()?;
-    r.parse().ok().map(|r| (r, false))
+/// Worker `i`'s part.
+pub fn worker_part(worker: usize) -> String {
+    format!("worker-{worker}")
 }
 
 /// When to checkpoint: after iteration `t` when `t + 1` is a multiple of `every` (0 =
@@ -133,60 +108,6 @@ impl JobShape {
     }
 }
 
-/// One file as a manifest lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileEntry {
-    /// File name in the checkpoint directory.
-    pub name: String,
-    /// Its length in bytes.
-    pub len: u64,
-    /// FNV-1a 64 of its content.
-    pub fnv64: u64,
-}
-
-/// `p3-round-<r>.manifest`: what a complete checkpoint consists of.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct P3Manifest {
-    /// [`P3_CHECKPOINT_VERSION`].
-    pub version: u32,
-    /// The first iteration after the checkpoint.
-    pub round: u64,
-    /// The job it belongs to.
-    pub shape: JobShape,
-    /// One per shard, in shard order.
-    pub shards: Vec<FileEntry>,
-    /// One per worker, in worker order.
-    pub workers: Vec<FileEntry>,
-}
-
-impl P3Manifest {
-    /// Why this manifest cannot be resumed by `job` as the checkpoint of `round`, if it
-    /// cannot.
-    pub fn mismatch(&self, round: u64, job: &JobShape) -> Option<String> {
-        if self.version != P3_CHECKPOINT_VERSION {
-            return Some(format!("format version {} is not supported", self.version));
-        }
-        if self.round != round {
-            return Some(format!("the manifest names round {}", self.round));
-        }
-        if let Some(d) = self.shape.mismatch(job) {
-            return Some(d);
-        }
-        if self.shards.len() != job.shards || self.workers.len() != job.workers {
-            return Some("it does not list one file per shard and per worker".into());
-        }
-        let expected = (0..job.shards)
-            .map(|s| shard_file(round, s))
-            .chain((0..job.workers).map(|w| worker_file(round, w)));
-        for (entry, name) in self.shards.iter().chain(&self.workers).zip(expected) {
-            if entry.name != name {
-                return Some(format!("it lists {:?} where {name:?} belongs", entry.name));
-            }
-        }
-        None
-    }
-}
-
 /// One slice's state in a shard file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SliceState {
@@ -198,7 +119,7 @@ pub struct SliceState {
     pub velocity: Vec<f32>,
 }
 
-/// `p3-round-<r>-shard-<i>.bin`.
+/// A shard's part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShardFile {
     /// [`P3_CHECKPOINT_VERSION`].
@@ -211,7 +132,7 @@ pub struct ShardFile {
     pub slices: Vec<SliceState>,
 }
 
-/// `p3-round-<r>-worker-<i>.bin`.
+/// A worker's part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerFile {
     /// [`P3_CHECKPOINT_VERSION`].
@@ -267,22 +188,6 @@ mod tests {
     use crate::core::mode::Mode;
 
     #[test]
-    fn names_round_trip_and_foreign_files_are_ignored() {
-        assert_eq!(parse_name(&manifest_name(12)), Some((12, true)));
-        assert_eq!(parse_name(&shard_file(3, 1)), Some((3, false)));
-        assert_eq!(parse_name(&worker_file(7, 0)), Some((7, false)));
-        for other in [
-            "strads-round-3.manifest",
-            "p3-round-x.manifest",
-            "p3-round-3-worker-x.bin",
-            "p3-round-3-scheduler.bin",
-            ".p3-round-3.manifest.tmp",
-        ] {
-            assert_eq!(parse_name(other), None, "{other}");
-        }
-    }
-
-    #[test]
     fn checkpoints_follow_every_n_iterations_but_not_the_last() {
         let p = CheckpointPolicy::new(4, 10);
         let due: Vec<u64> = (0..10).filter(|&i| p.due_after(i)).collect();
@@ -304,33 +209,22 @@ mod tests {
     }
 
     #[test]
-    fn a_manifest_of_another_job_is_refused_with_the_reason() {
-        let entry = |name: String| FileEntry {
-            name,
-            len: 1,
-            fnv64: 2,
-        };
-        let m = P3Manifest {
-            version: P3_CHECKPOINT_VERSION,
-            round: 8,
-            shape: shape(),
-            shards: vec![entry(shard_file(8, 0)), entry(shard_file(8, 1))],
-            workers: vec![entry(worker_file(8, 0)), entry(worker_file(8, 1))],
-        };
-        assert_eq!(m.mismatch(8, &shape()), None);
-        assert!(m.mismatch(4, &shape()).unwrap().contains("round 8"));
+    fn a_checkpoint_of_another_job_is_refused_with_the_reason() {
+        assert_eq!(shape().mismatch(&shape()), None);
         let three = JobShape {
             workers: 3,
             ..shape()
         };
-        let why = m.mismatch(8, &three).unwrap();
+        let why = shape().mismatch(&three).unwrap();
         assert!(
             why.contains("workers is 2 in the checkpoint but 3"),
             "{why}"
         );
-        let mut swapped = m.clone();
-        swapped.shards.swap(0, 1);
-        assert!(swapped.mismatch(8, &shape()).unwrap().contains("belongs"));
+        let lr = JobShape {
+            opt_bits: (9, 2),
+            ..shape()
+        };
+        assert!(shape().mismatch(&lr).unwrap().contains("learning rate"));
     }
 
     #[test]

@@ -45,16 +45,8 @@ pub struct InitSlice {
 
 remote_message!(InitSlice => u32, "petrel.p3.init", payload = values);
 
-/// One checkpoint file as its writer reports it: name, length and checksum.
-#[derive(Serialize, Deserialize, Debug, Clone)]
-pub struct SavedFile {
-    /// The file's name in the checkpoint directory.
-    pub name: String,
-    /// Its length in bytes.
-    pub len: u64,
-    /// FNV-1a 64 of its content.
-    pub fnv64: u64,
-}
+/// One checkpoint part as its writer reports it: its name, length and checksum.
+pub use petrel_actors::checkpoint::PartEntry as SavedFile;
 
 /// Worker 0 asks a shard to write its checkpoint file of round `round` (every slice at
 /// iteration `round`) into `dir`. Reply: the file.

@@ -135,12 +135,8 @@ impl Handler<Msg<SaveShard>> for ShardActor {
         };
         let dir = std::path::PathBuf::from(msg.body.dir);
         let entry = crate::checkpoint::write_shard_file(&dir, &file).map_err(|e| fail(&e))?;
-        tracing::debug!(shard, round, file = %entry.name, "p3 shard checkpoint written");
-        Ok(SavedFile {
-            name: entry.name,
-            len: entry.len,
-            fnv64: entry.fnv64,
-        })
+        tracing::debug!(shard, round, part = %entry.part, "p3 shard checkpoint written");
+        Ok(entry)
     }
 }
 
@@ -151,7 +147,7 @@ pub async fn shard_role(ctx: NodeContext, job: Arc<P3Job>) -> Result<(), P3Error
     let plan = job.plan()?;
     let mut core = SliceShardCore::new(&plan, me, job.n_workers, job.opt)?;
     if let Some(ck) = job.resume_point()? {
-        let round = ck.manifest.round;
+        let round = ck.round;
         let file = ck
             .shards
             .into_iter()

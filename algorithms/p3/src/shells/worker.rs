@@ -10,7 +10,7 @@ use petrel_messages::Priority;
 
 use crate::checkpoint::CheckpointConfig;
 use crate::core::checkpoint::{
-    CheckpointPolicy, FileEntry, P3_CHECKPOINT_VERSION, P3Manifest, WorkerFile, assemble_params,
+    CheckpointPolicy, P3_CHECKPOINT_VERSION, WorkerFile, assemble_params,
 };
 use crate::core::{SlicePlan, SliceWorkerCore};
 use crate::error::P3Error;
@@ -49,14 +49,6 @@ impl actix::Handler<petrel_actors::Msg<WorkerSaved>> for SavedCollector {
     }
 }
 
-fn entry(f: SavedFile) -> FileEntry {
-    FileEntry {
-        name: f.name,
-        len: f.len,
-        fnv64: f.fnv64,
-    }
-}
-
 /// One worker's part of the checkpoint of round `round`, taken once this worker has every
 /// parameter of `round` back (so every shard applied every gradient of `round - 1`):
 /// writes its file; worker 0 then asks every shard to write its own, waits for the other
@@ -88,18 +80,13 @@ async fn save_checkpoint(
             .into_iter()
             .next()
             .ok_or_else(|| fail("no worker 0".into()))?;
-        let file = SavedFile {
-            name: mine.name,
-            len: mine.len,
-            fnv64: mine.fnv64,
-        };
         ctx.node
             .actor_at::<WorkerSaved>(&w0, CHECKPOINT_ACTOR)?
             .ask(
                 WorkerSaved {
                     round,
                     worker: me as u32,
-                    file,
+                    file: mine,
                 },
                 Priority::NORMAL,
                 job.ask_timeout,
@@ -120,7 +107,6 @@ async fn save_checkpoint(
             target?
                 .ask(SaveShard { round, dir }, Priority::NORMAL, timeout)
                 .await
-                .map(entry)
                 .map_err(|e| P3Error::CheckpointRound {
                     round,
                     detail: format!("shard {i}: {e}"),
@@ -131,7 +117,7 @@ async fn save_checkpoint(
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
-    let mut workers: Vec<Option<FileEntry>> = vec![None; job.n_workers];
+    let mut workers: Vec<Option<SavedFile>> = vec![None; job.n_workers];
     workers[0] = Some(mine);
     while workers.iter().any(Option::is_none) {
         let m = tokio::time::timeout(job.ask_timeout, saved.recv())
@@ -145,16 +131,11 @@ async fn save_checkpoint(
                 m.round
             )));
         }
-        workers[w] = Some(entry(m.file));
+        workers[w] = Some(m.file);
     }
-    let manifest = P3Manifest {
-        version: P3_CHECKPOINT_VERSION,
-        round,
-        shape: job.shape(&c.tag),
-        shards,
-        workers: workers.into_iter().flatten().collect(),
-    };
-    crate::checkpoint::write_manifest(&c.dir, &manifest)?;
+    let mut parts = shards;
+    parts.extend(workers.into_iter().flatten());
+    crate::checkpoint::write_manifest(&c.dir, round, &job.shape(&c.tag), parts)?;
     tracing::info!(round, dir = %c.dir.display(), "p3 checkpoint complete");
     Ok(())
 }
@@ -490,7 +471,7 @@ fn resume_state(
 ) -> Result<(u64, Vec<Vec<f32>>, Vec<Option<StepStats>>), P3Error> {
     Ok(match job.resume_point()? {
         Some(ck) => {
-            let round = ck.manifest.round;
+            let round = ck.round;
             let params = assemble_params(plan, &ck.shards)?;
             let mine = ck
                 .workers

@@ -1,4 +1,4 @@
-//! Decisions of a job's checkpoints (sans-I/O): file names, the job's shape, and which
+//! Decisions of a job's checkpoints (sans-I/O): the pieces, the job's shape, and which
 //! checkpoint clock is complete ([`CheckpointTracker`]). The files themselves are written
 //! and verified by [`crate::checkpoint`].
 //!
@@ -24,37 +24,15 @@ pub enum Piece {
     Monitor,
 }
 
-const PREFIX: &str = "ps-clock-";
-
-/// The file of `piece` in the checkpoint of `clock`.
-pub fn piece_name(clock: Clock, piece: Piece) -> String {
-    match piece {
-        Piece::Shard(s) => format!("{PREFIX}{clock}-shard-{s}.bin"),
-        Piece::Worker(w) => format!("{PREFIX}{clock}-worker-{w}.bin"),
-        Piece::Monitor => format!("{PREFIX}{clock}-monitor.bin"),
+impl Piece {
+    /// Its part name in a checkpoint: `shard-<s>`, `worker-<w>` or `monitor`.
+    pub fn part(&self) -> String {
+        match self {
+            Piece::Shard(s) => format!("shard-{s}"),
+            Piece::Worker(w) => format!("worker-{w}"),
+            Piece::Monitor => "monitor".into(),
+        }
     }
-}
-
-/// The manifest of the checkpoint of `clock`.
-pub fn manifest_name(clock: Clock) -> String {
-    format!("{PREFIX}{clock}.manifest")
-}
-
-/// `Some((clock, is_manifest))` for a file of this scheme, `None` for any other name.
-pub fn parse_name(name: &str) -> Option<(Clock, bool)> {
-    let rest = name.strip_prefix(PREFIX)?;
-    if let Some(c) = rest.strip_suffix(".manifest") {
-        return Some((c.parse().ok()?, true));
-    }
-    let (c, tail) = rest.split_once('-')?;
-    let clock = c.parse().ok()?;
-    let known = tail == "monitor.bin"
-        || ["shard-", "worker-"].iter().any(|p| {
-            tail.strip_prefix(p)
-                .and_then(|t| t.strip_suffix(".bin"))
-                .is_some_and(|n| n.parse::<u32>().is_ok())
-        });
-    known.then_some((clock, false))
 }
 
 /// What a checkpoint must match to be resumed: the app, the cluster's shape and the tables.
@@ -175,21 +153,9 @@ mod tests {
     use crate::core::types::{Consistency, TableKind};
 
     #[test]
-    fn names_round_trip_and_other_files_are_not_ours() {
-        for piece in [Piece::Shard(3), Piece::Worker(12), Piece::Monitor] {
-            assert_eq!(parse_name(&piece_name(40, piece)), Some((40, false)));
-        }
-        assert_eq!(parse_name(&manifest_name(7)), Some((7, true)));
-        for other in [
-            "lasso-round-3.manifest",
-            "ps-clock-x.manifest",
-            "ps-clock-3-shard-x.bin",
-            "ps-clock-3-other.bin",
-            ".ps-clock-3.manifest.tmp",
-            "shard-0-clock-3.manifest",
-        ] {
-            assert_eq!(parse_name(other), None, "{other}");
-        }
+    fn pieces_have_distinct_part_names_and_checkpoint_clocks_are_multiples() {
+        let parts = [Piece::Shard(3), Piece::Worker(3), Piece::Monitor].map(|p| p.part());
+        assert_eq!(parts, ["shard-3", "worker-3", "monitor"]);
         assert!(is_checkpoint_clock(5, 10));
         assert!(!is_checkpoint_clock(5, 0) && !is_checkpoint_clock(5, 7));
         assert!(!is_checkpoint_clock(0, 10));
@@ -198,7 +164,7 @@ mod tests {
     #[test]
     fn a_clock_completes_once_every_shard_and_worker_reported() {
         let mut t = CheckpointTracker::new(2, 2, None);
-        let mut rec = |c, p| t.record(c, p, piece_name(c, p), 0u64);
+        let mut rec = |c, p: Piece| t.record(c, p, p.part(), 0u64);
         assert!(rec(5, Piece::Shard(0)).is_none());
         assert!(rec(5, Piece::Worker(0)).is_none());
         assert!(rec(5, Piece::Worker(1)).is_none());

@@ -48,7 +48,7 @@ pub struct PsSaved {
     pub clock: Clock,
     /// Whose file.
     pub piece: Piece,
-    /// The file's name in the checkpoint directory.
+    /// Its part name in the checkpoint.
     pub name: String,
     /// Its length and checksum.
     pub digest: FileDigest,

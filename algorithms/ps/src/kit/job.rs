@@ -170,13 +170,12 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
             on_checkpoint = Some(Box::new(move |shard, clock, tables| {
                 let monitor =
                     node.actor_at::<PsSaved>(&monitor_node, &checkpoints::saved_actor::<A>())?;
-                let (name, digest) =
-                    crate::checkpoint::write_shard_piece(&dir, clock, shard, tables)?;
+                let entry = crate::checkpoint::write_shard_piece(&dir, clock, shard, tables)?;
                 let saved = PsSaved {
                     clock,
                     piece: Piece::Shard(shard),
-                    name,
-                    digest,
+                    name: entry.part,
+                    digest: entry.digest,
                 };
                 monitor
                     .tell(saved, Priority::HIGH)

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
+use petrel_actors::checkpoint::PartEntry;
 use petrel_actors::{HandlerError, Msg, Node, NodeContext};
 use petrel_messages::{Priority, RemoteMessage, remote_message};
 use serde::{Deserialize, Serialize};
@@ -215,7 +216,7 @@ pub(crate) async fn monitor_role<A: PsApp>(
             let bytes = ck.piece(Piece::Monitor)?;
             let piece: MonitorPiece = rmp_serde::from_slice(bytes).map_err(|e| {
                 crate::core::error::PsCoreError::Checkpoint {
-                    path: crate::core::checkpoint::piece_name(ck.clock, Piece::Monitor),
+                    path: format!("the monitor's piece of clock {}", ck.clock),
                     reason: format!("decode: {e}"),
                 }
             })?;
@@ -306,11 +307,17 @@ impl MonitorCheckpoints {
             };
             let bytes = rmp_serde::to_vec(&piece)
                 .map_err(|e| crate::core::error::PsCoreError::Encode(e.to_string()))?;
-            let (name, digest) =
-                crate::checkpoint::write_piece(dir, clock, Piece::Monitor, &bytes)?;
-            let mut files = files;
-            files.push((Piece::Monitor, name, digest));
-            crate::checkpoint::write_job_manifest(dir, clock, &job.shape(), files)?;
+            let mut parts: Vec<PartEntry> = files
+                .into_iter()
+                .map(|(_, part, digest)| PartEntry { part, digest })
+                .collect();
+            parts.push(crate::checkpoint::write_piece(
+                dir,
+                clock,
+                Piece::Monitor,
+                &bytes,
+            )?);
+            crate::checkpoint::write_job_manifest(dir, clock, &job.shape(), parts)?;
         }
         Ok(())
     }

@@ -97,12 +97,12 @@ async fn run_worker<A: PsApp>(
             // of the same clock boundary.
             let bytes = job.app.save_worker(&state, &ctx)?;
             let piece = Piece::Worker(client.worker());
-            let (name, digest) = crate::checkpoint::write_piece(dir, clock, piece, &bytes)?;
+            let entry = crate::checkpoint::write_piece(dir, clock, piece, &bytes)?;
             let saved = PsSaved {
                 clock,
                 piece,
-                name,
-                digest,
+                name: entry.part,
+                digest: entry.digest,
             };
             node.actor_at::<PsSaved>(&job.monitor_node, &checkpoints::saved_actor::<A>())?
                 .tell(saved, Priority::HIGH)

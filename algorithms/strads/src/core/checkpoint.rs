@@ -1,6 +1,7 @@
-//! Round checkpoints of any STRADS app, sans-I/O: when one is due, what its files are
+//! Round checkpoints of any STRADS app, sans-I/O: when one is due, what its parts are
 //! called and hold and whether the workers' answers form a consistent cut. The shells
-//! ([`crate::shells::checkpoint`]) do the I/O, and choose which old files to delete.
+//! ([`crate::shells::checkpoint`]) do the I/O on the runtime's checkpoint set
+//! ([`petrel_actors::checkpoint`], scheme [`SCHEME`]).
 //!
 //! A checkpoint is taken at a round boundary `r` with nothing in flight (a *drain point*):
 //! every round below `r` committed, none at or above `r` dispatched. It holds the scheduler
@@ -8,53 +9,48 @@
 //! worker half's state and, for ring apps, the blocks each worker holds, so that a cluster
 //! restarted from it continues exactly as the uninterrupted run did after round `r - 1`.
 //!
-//! Files in the checkpoint directory (all nodes must see it: one machine or a shared file
-//! system): `strads-round-<r>-worker-<i>.bin` (written by worker `i`),
-//! `strads-round-<r>-scheduler.bin`, and LAST `strads-round-<r>.manifest`, which lists
-//! every file with its length and checksum. A checkpoint without its manifest, or whose
-//! files do not match it, never loads.
+//! Parts (all nodes must see the directory: one machine or a shared file system):
+//! `worker-<i>` (written by worker `i`) and `scheduler`; the manifest's meta is the app's
+//! settings section, so a checkpoint of another app never loads.
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the file formats below.
-pub const ROUND_CHECKPOINT_VERSION: u32 = 1;
+/// The checkpoint scheme of the kit's apps (`strads-round-<r>...`).
+pub const SCHEME: &str = "strads";
 
-/// Complete checkpoints kept on disk (older ones are deleted once a newer one is complete).
-pub const ROUND_CHECKPOINTS_KEPT: usize = 2;
+/// The scheduler's part.
+pub const SCHEDULER_PART: &str = "scheduler";
 
-const PREFIX: &str = "strads-round-";
-
-/// `strads-round-<r>.manifest`.
-pub fn round_manifest_name(round: u64) -> String {
-    format!("{PREFIX}{round}.manifest")
+/// Worker `i`'s part.
+pub fn worker_part(worker: u32) -> String {
+    format!("worker-{worker}")
 }
 
-/// `strads-round-<r>-scheduler.bin`.
-pub fn round_scheduler_file(round: u64) -> String {
-    format!("{PREFIX}{round}-scheduler.bin")
-}
-
-/// `strads-round-<r>-worker-<i>.bin`.
-pub fn round_worker_file(round: u64, worker: u32) -> String {
-    format!("{PREFIX}{round}-worker-{worker}.bin")
-}
-
-/// `(round, is_manifest)` of one of our file names, `None` for anything else.
-pub fn parse_round_file(name: &str) -> Option<(u64, bool)> {
-    let rest = name.strip_prefix(PREFIX)?;
-    if let Some(r) = rest.strip_suffix(".manifest") {
-        return r.parse().ok().map(|r| (r, true));
+/// What a checkpoint (its meta and part names) does not match in this job, if anything.
+pub fn checkpoint_mismatch(
+    meta: &[u8],
+    parts: &[&str],
+    app: &str,
+    workers: usize,
+) -> Option<String> {
+    if meta != app.as_bytes() {
+        let theirs = String::from_utf8_lossy(meta);
+        return Some(format!("taken by app {theirs:?}, this job is {app:?}"));
     }
-    let (r, tail) = rest.split_once('-')?;
-    let data = tail == "scheduler.bin"
-        || tail
-            .strip_prefix("worker-")
-            .and_then(|w| w.strip_suffix(".bin"))
-            .is_some_and(|w| w.parse::<u32>().is_ok());
-    if !data {
-        return None;
+    if parts.len() != workers + 1 {
+        return Some(format!(
+            "taken with {} workers, this job has {workers}",
+            parts.len().saturating_sub(1)
+        ));
     }
-    r.parse().ok().map(|r| (r, false))
+    let expected =
+        std::iter::once(SCHEDULER_PART.to_string()).chain((0..workers as u32).map(worker_part));
+    for (part, name) in parts.iter().zip(expected) {
+        if *part != name {
+            return Some(format!("lists {part:?} where {name:?} belongs"));
+        }
+    }
+    None
 }
 
 /// When to checkpoint: once `every` rounds committed since the last checkpoint (0 = never),
@@ -99,41 +95,9 @@ pub fn handoffs_settled(sent: &[Vec<u64>], received: &[Vec<u64>]) -> bool {
     })
 }
 
-/// One file as a manifest lists it: name, length and FNV-1a 64 checksum.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RoundFileEntry {
-    /// File name in the checkpoint directory.
-    pub name: String,
-    /// Length in bytes.
-    pub len: u64,
-    /// FNV-1a 64 of the content.
-    pub fnv64: u64,
-}
-
-/// `strads-round-<r>.manifest`: what a complete checkpoint consists of.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RoundManifest {
-    /// [`ROUND_CHECKPOINT_VERSION`].
-    pub version: u32,
-    /// The app's settings section (a checkpoint of another app never loads).
-    pub app: String,
-    /// The first round after the checkpoint.
-    pub round: u64,
-    /// The scheduler's file.
-    pub scheduler: RoundFileEntry,
-    /// One per worker, in worker order.
-    pub workers: Vec<RoundFileEntry>,
-}
-
-/// `strads-round-<r>-scheduler.bin`.
+/// The scheduler's part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SchedulerRoundFile {
-    /// [`ROUND_CHECKPOINT_VERSION`].
-    pub version: u32,
-    /// The app's settings section.
-    pub app: String,
-    /// The first round after the checkpoint.
-    pub round: u64,
     /// Run time up to the checkpoint (a resumed run's clock continues from it).
     pub elapsed_s: f64,
     /// The scheduler half's state ([`Schedule::snapshot_state`](super::app::Schedule::snapshot_state)).
@@ -153,17 +117,9 @@ pub struct HeldBlockRecord {
     pub block: Vec<u8>,
 }
 
-/// `strads-round-<r>-worker-<i>.bin`.
+/// A worker's part.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerRoundFile {
-    /// [`ROUND_CHECKPOINT_VERSION`].
-    pub version: u32,
-    /// The app's settings section.
-    pub app: String,
-    /// The first round after the checkpoint.
-    pub round: u64,
-    /// The worker's index.
-    pub worker: u32,
     /// The worker half's state ([`Push::snapshot_state`](super::app::Push::snapshot_state)).
     #[serde(with = "serde_bytes")]
     pub state: Vec<u8>,
@@ -171,60 +127,9 @@ pub struct WorkerRoundFile {
     pub blocks: Vec<HeldBlockRecord>,
 }
 
-/// What a manifest does not match in this job, if anything.
-pub fn manifest_mismatch(
-    m: &RoundManifest,
-    app: &str,
-    round: u64,
-    workers: usize,
-) -> Option<String> {
-    if m.version != ROUND_CHECKPOINT_VERSION {
-        return Some(format!("format version {} is not supported", m.version));
-    }
-    if m.app != app {
-        return Some(format!("taken by app {:?}, this job is {app:?}", m.app));
-    }
-    if m.round != round {
-        return Some(format!("manifest names round {}", m.round));
-    }
-    if m.workers.len() != workers {
-        return Some(format!(
-            "taken with {} workers, this job has {workers}",
-            m.workers.len()
-        ));
-    }
-    let expected = std::iter::once(round_scheduler_file(round))
-        .chain((0..workers as u32).map(|w| round_worker_file(round, w)));
-    for (entry, name) in std::iter::once(&m.scheduler)
-        .chain(&m.workers)
-        .zip(expected)
-    {
-        if entry.name != name {
-            return Some(format!("lists {:?} where {name:?} belongs", entry.name));
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_round_trip_and_foreign_files_are_ignored() {
-        assert_eq!(parse_round_file(&round_manifest_name(12)), Some((12, true)));
-        assert_eq!(parse_round_file(&round_scheduler_file(3)), Some((3, false)));
-        assert_eq!(parse_round_file(&round_worker_file(7, 2)), Some((7, false)));
-        for other in [
-            "lasso-round-3.manifest",
-            "strads-round-x.manifest",
-            "strads-round-3-worker-x.bin",
-            "strads-round-3-other.bin",
-            ".strads-round-3.manifest.tmp",
-        ] {
-            assert_eq!(parse_round_file(other), None, "{other}");
-        }
-    }
 
     #[test]
     fn a_checkpoint_is_due_after_every_rounds_and_never_with_zero() {
@@ -256,33 +161,25 @@ mod tests {
     }
 
     #[test]
-    fn a_manifest_of_another_job_is_refused_with_the_reason() {
-        let entry = |name: String| RoundFileEntry {
-            name,
-            len: 1,
-            fnv64: 2,
-        };
-        let m = RoundManifest {
-            version: ROUND_CHECKPOINT_VERSION,
-            app: "strads_mf".into(),
-            round: 5,
-            scheduler: entry(round_scheduler_file(5)),
-            workers: vec![
-                entry(round_worker_file(5, 0)),
-                entry(round_worker_file(5, 1)),
-            ],
-        };
-        assert_eq!(manifest_mismatch(&m, "strads_mf", 5, 2), None);
-        assert!(manifest_mismatch(&m, "lda", 5, 2).unwrap().contains("lda"));
+    fn a_checkpoint_of_another_job_is_refused_with_the_reason() {
+        let parts = ["scheduler", "worker-0", "worker-1"];
+        assert_eq!(
+            checkpoint_mismatch(b"strads_mf", &parts, "strads_mf", 2),
+            None
+        );
         assert!(
-            manifest_mismatch(&m, "strads_mf", 5, 3)
+            checkpoint_mismatch(b"strads_mf", &parts, "lda", 2)
+                .unwrap()
+                .contains("lda")
+        );
+        assert!(
+            checkpoint_mismatch(b"strads_mf", &parts, "strads_mf", 3)
                 .unwrap()
                 .contains("2 workers")
         );
-        let mut swapped = m.clone();
-        swapped.workers.swap(0, 1);
+        let swapped = ["scheduler", "worker-1", "worker-0"];
         assert!(
-            manifest_mismatch(&swapped, "strads_mf", 5, 2)
+            checkpoint_mismatch(b"strads_mf", &swapped, "strads_mf", 2)
                 .unwrap()
                 .contains("belongs")
         );

@@ -1,28 +1,22 @@
 //! Round checkpoints' I/O for every kit app (the decisions are in
-//! [`crate::core::checkpoint`]): the worker side writes and reads its own file, the
+//! [`crate::core::checkpoint`]) on the runtime's checkpoint set
+//! ([`petrel_actors::checkpoint`]): the worker side writes and reads its own part, the
 //! scheduler side ([`RoundCheckpointer`]) asks every worker to save at a drain point, then
-//! writes its own file and LAST the manifest, and on resume restores the newest valid
+//! writes its own part and LAST the manifest, and on resume restores the newest valid
 //! checkpoint into itself and every worker before the first dispatch.
-//!
-//! Every file is written atomically (temporary name, fsync, rename, directory fsync) with
-//! the durable-file helpers of `petrel_actors::durable`, and verified against the
-//! manifest's length and checksum before anything is restored from it.
 
 use super::star::{SchedulerOptions, WorkerSet};
 use super::{RestoreRoundState, SaveRoundState, SavedRoundState};
 use crate::core::StradsModelError;
 use crate::core::app::{Schedule, StradsApp};
 use crate::core::checkpoint::{
-    ROUND_CHECKPOINT_VERSION, ROUND_CHECKPOINTS_KEPT, RoundCheckpointPolicy, RoundFileEntry,
-    RoundManifest, SchedulerRoundFile, WorkerRoundFile, handoffs_settled, manifest_mismatch,
-    parse_round_file, round_manifest_name, round_scheduler_file, round_worker_file,
+    RoundCheckpointPolicy, SCHEDULER_PART, SCHEME, SchedulerRoundFile, WorkerRoundFile,
+    checkpoint_mismatch, handoffs_settled, worker_part,
 };
-use petrel_actors::durable::{self, DurableError, FileDigest};
+use petrel_actors::checkpoint::{CheckpointError, CheckpointSet, PartEntry};
 use petrel_actors::error::AskError;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-const MANIFEST_MAGIC: &[u8; 8] = b"PSTRCKP1";
 
 /// How often a save is retried while blocks are still in transit between ring workers.
 const SETTLE_ATTEMPTS: u32 = 50;
@@ -30,25 +24,10 @@ const SETTLE_ATTEMPTS: u32 = 50;
 /// Errors of round checkpoints; each names the file, the round or the worker.
 #[derive(Debug, thiserror::Error)]
 pub enum RoundCheckpointError {
-    /// A file is missing, short, corrupt or could not be written.
+    /// A file is missing, short, corrupt, of an older format or of another job, or none is
+    /// valid to resume from.
     #[error("invalid checkpoint: {0}")]
-    File(#[from] DurableError),
-    /// A file decodes but does not belong to this job or round.
-    #[error("invalid checkpoint: {}: {reason}", path.display())]
-    Invalid {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// Resuming found no checkpoint to continue from.
-    #[error("resume: {} holds no valid checkpoint{}", dir.display(), reasons_list(.reasons))]
-    NoValid {
-        /// The checkpoint directory.
-        dir: PathBuf,
-        /// Why each manifest was refused.
-        reasons: Vec<String>,
-    },
+    Set(#[from] CheckpointError),
     /// A file could not be encoded.
     #[error("checkpoint encode: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
@@ -104,98 +83,50 @@ pub enum RoundCheckpointError {
     },
 }
 
-fn reasons_list(reasons: &[String]) -> String {
-    if reasons.is_empty() {
-        " (no manifest found)".into()
-    } else {
-        format!(": {}", reasons.join("; "))
-    }
+fn set(dir: &Path) -> CheckpointSet {
+    CheckpointSet::new(dir, SCHEME)
 }
 
-fn invalid(path: &Path, reason: impl Into<String>) -> RoundCheckpointError {
-    RoundCheckpointError::Invalid {
-        path: path.to_path_buf(),
-        reason: reason.into(),
-    }
+fn decode<T: serde::de::DeserializeOwned>(
+    path: PathBuf,
+    bytes: &[u8],
+) -> Result<T, RoundCheckpointError> {
+    rmp_serde::from_slice(bytes).map_err(|e| {
+        CheckpointError::Invalid {
+            path,
+            reason: format!("decode: {e}"),
+        }
+        .into()
+    })
 }
 
-fn entry(name: String, bytes: &[u8]) -> RoundFileEntry {
-    let d = FileDigest::of(bytes);
-    RoundFileEntry {
-        name,
-        len: d.len,
-        fnv64: d.fnv64,
-    }
-}
-
-fn read_entry(dir: &Path, e: &RoundFileEntry) -> Result<Vec<u8>, RoundCheckpointError> {
-    let digest = FileDigest {
-        len: e.len,
-        fnv64: e.fnv64,
-    };
-    Ok(durable::read_verified(dir, &e.name, digest)?)
-}
-
-/// Worker side of a save: writes `strads-round-<r>-worker-<i>.bin` atomically and returns
-/// its manifest entry.
+/// Worker side of a save: writes worker `worker`'s part durably and returns its manifest
+/// entry.
 pub fn write_worker_round_file(
     msg: &SaveRoundState,
+    worker: u32,
     file: &WorkerRoundFile,
-) -> Result<RoundFileEntry, RoundCheckpointError> {
-    durable::create_dir(&msg.dir)?;
-    let name = round_worker_file(msg.round, file.worker);
+) -> Result<PartEntry, RoundCheckpointError> {
     let bytes = rmp_serde::to_vec(file)?;
-    durable::write_atomic(&msg.dir, &name, &bytes)?;
-    durable::sync_dir(&msg.dir)?;
-    Ok(entry(name, &bytes))
+    Ok(set(&msg.dir).write_part(msg.round, &worker_part(worker), &bytes)?)
 }
 
-/// Worker side of a restore: reads worker `worker`'s file, verified against the manifest's
-/// entry and checked to be this app's, round's and worker's.
+/// Worker side of a restore: reads worker `worker`'s part, verified against the manifest's
+/// entry.
 pub fn read_worker_round_file(
     msg: &RestoreRoundState,
     worker: u32,
 ) -> Result<WorkerRoundFile, RoundCheckpointError> {
-    let path = msg.dir.join(&msg.file.name);
-    if msg.file.name != round_worker_file(msg.round, worker) {
-        return Err(invalid(&path, format!("is not worker {worker}'s file")));
+    let set = set(&msg.dir);
+    if msg.file.part != worker_part(worker) {
+        return Err(CheckpointError::Invalid {
+            path: set.manifest_path(msg.round),
+            reason: format!("{:?} is not worker {worker}'s part", msg.file.part),
+        }
+        .into());
     }
-    let bytes = read_entry(&msg.dir, &msg.file)?;
-    let file: WorkerRoundFile =
-        rmp_serde::from_slice(&bytes).map_err(|e| invalid(&path, format!("decode: {e}")))?;
-    if file.version != ROUND_CHECKPOINT_VERSION
-        || file.app != msg.app
-        || file.round != msg.round
-        || file.worker != worker
-    {
-        return Err(invalid(
-            &path,
-            format!(
-                "holds version {} of app {:?}, round {}, worker {}",
-                file.version, file.app, file.round, file.worker
-            ),
-        ));
-    }
-    Ok(file)
-}
-
-/// Our files to delete once the checkpoint of round `newest` is complete: all but the
-/// `keep` newest manifests at or below `newest` and their data files, manifests first
-/// ([`durable::prune_plan`] over [`parse_round_file`]).
-pub fn round_prune_plan(names: &[String], newest: u64, keep: usize) -> Vec<String> {
-    durable::prune_plan(names, parse_round_file, newest, keep)
-}
-
-/// Rounds that have a manifest in `dir`, ascending (not verified; none when `dir` is
-/// missing).
-pub fn round_manifest_rounds(dir: &Path) -> Result<Vec<u64>, RoundCheckpointError> {
-    if !dir.exists() {
-        return Ok(Vec::new());
-    }
-    Ok(durable::manifest_rounds_among(
-        &durable::list_names(dir)?,
-        parse_round_file,
-    ))
+    let bytes = set.read_part(msg.round, &msg.file)?;
+    decode(set.manifest_path(msg.round), &bytes)
 }
 
 /// Where and how often a scheduler checkpoints, and whether it starts from the newest
@@ -261,27 +192,10 @@ impl RoundCheckpointer {
     }
 
     /// A fresh run (not resuming) makes the checkpoints already in its directory obsolete:
-    /// deletes them (our files only, manifests first), so that a restart of this run can
-    /// only roll back to its own checkpoints.
+    /// deletes their manifests, so that a restart of this run can only roll back to its own
+    /// checkpoints (a directory of an older format is refused).
     pub fn clear_stale(&self) -> Result<(), RoundCheckpointError> {
-        let dir = &self.settings.dir;
-        if !dir.exists() {
-            return Ok(());
-        }
-        let names = durable::list_names(dir)?;
-        let stale = round_prune_plan(&names, u64::MAX, 0);
-        if !stale.is_empty() {
-            tracing::info!(
-                app = %self.app,
-                dir = %dir.display(),
-                files = stale.len(),
-                "a fresh run deletes the older run's checkpoints"
-            );
-        }
-        for name in stale {
-            durable::remove_if_exists(dir, &name)?;
-        }
-        Ok(())
+        Ok(set(&self.settings.dir).clear()?)
     }
 
     /// Takes the checkpoint of round boundary `round` (nothing in flight): every worker
@@ -304,8 +218,6 @@ impl RoundCheckpointer {
             return Ok(());
         };
         let dir = self.settings.dir.clone();
-        durable::create_dir(&dir)?;
-        durable::remove_if_exists(&dir, &round_manifest_name(round))?;
         let msg = SaveRoundState {
             app: self.app.clone(),
             round,
@@ -339,33 +251,14 @@ impl RoundCheckpointer {
             tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
         };
         let scheduler = SchedulerRoundFile {
-            version: ROUND_CHECKPOINT_VERSION,
-            app: self.app.clone(),
-            round,
             elapsed_s: elapsed.as_secs_f64(),
             state,
         };
-        let bytes = rmp_serde::to_vec(&scheduler)?;
-        let name = round_scheduler_file(round);
-        durable::write_atomic(&dir, &name, &bytes)?;
-        let manifest = RoundManifest {
-            version: ROUND_CHECKPOINT_VERSION,
-            app: self.app.clone(),
-            round,
-            scheduler: entry(name, &bytes),
-            workers: saved.into_iter().map(|s| s.file).collect(),
-        };
-        durable::sync_dir(&dir)?;
-        let body = rmp_serde::to_vec(&manifest)?;
-        durable::write_atomic(
-            &dir,
-            &round_manifest_name(round),
-            &durable::frame(MANIFEST_MAGIC, &body),
-        )?;
-        durable::sync_dir(&dir)?;
-        for name in round_prune_plan(&durable::list_names(&dir)?, round, ROUND_CHECKPOINTS_KEPT) {
-            durable::remove_if_exists(&dir, &name)?;
-        }
+        let set = set(&dir);
+        let mut parts =
+            vec![set.write_part(round, SCHEDULER_PART, &rmp_serde::to_vec(&scheduler)?)?];
+        parts.extend(saved.into_iter().map(|s| s.file));
+        set.commit(round, self.app.as_bytes(), parts)?;
         self.policy.reset();
         self.written += 1;
         tracing::info!(app = %self.app, round, dir = %dir.display(), "checkpoint written");
@@ -388,86 +281,45 @@ impl RoundCheckpointer {
         opts: &SchedulerOptions,
     ) -> Result<u64, RoundCheckpointError> {
         let dir = self.settings.dir.clone();
-        let mut refused = Vec::new();
-        for round in round_manifest_rounds(&dir)?.into_iter().rev() {
-            match self.load_valid(round, workers.len()) {
-                Ok((manifest, scheduler)) => {
-                    for reason in &refused {
-                        tracing::warn!(%reason, "skipping an invalid checkpoint");
-                    }
-                    app.restore_state(&scheduler.state)
-                        .map_err(|source| RoundCheckpointError::App { round, source })?;
-                    let asks = manifest.workers.iter().map(|file| RestoreRoundState {
-                        app: self.app.clone(),
-                        round,
-                        dir: dir.clone(),
-                        file: file.clone(),
-                    });
-                    let replies = futures::future::join_all(
-                        workers
-                            .restore
-                            .iter()
-                            .zip(asks)
-                            .map(|(addr, msg)| addr.ask(msg, opts.priority, opts.timeout)),
-                    )
-                    .await;
-                    for (worker, r) in replies.into_iter().enumerate() {
-                        r.map_err(|source| RoundCheckpointError::Worker {
-                            what: "restore",
-                            round,
-                            worker,
-                            source,
-                        })?;
-                    }
-                    self.policy.reset();
-                    self.elapsed_before =
-                        Duration::try_from_secs_f64(scheduler.elapsed_s).unwrap_or_default();
-                    tracing::info!(app = %self.app, round, dir = %dir.display(), "resumed from checkpoint");
-                    return Ok(round);
-                }
-                Err(e) => refused.push(e.to_string()),
+        let n = workers.len();
+        let (round, files, scheduler) = set(&dir).newest_valid(|ck| {
+            let names = ck.part_names();
+            if let Some(reason) = checkpoint_mismatch(&ck.meta, &names, &self.app, n) {
+                return Err(ck.invalid(reason));
             }
+            let scheduler: SchedulerRoundFile = rmp_serde::from_slice(&ck.parts[0].1)
+                .map_err(|e| ck.invalid(format!("scheduler part: decode: {e}")))?;
+            let files: Vec<PartEntry> = ck.parts.into_iter().skip(1).map(|(e, _)| e).collect();
+            Ok((ck.round, files, scheduler))
+        })?;
+        app.restore_state(&scheduler.state)
+            .map_err(|source| RoundCheckpointError::App { round, source })?;
+        let asks = files.into_iter().map(|file| RestoreRoundState {
+            app: self.app.clone(),
+            round,
+            dir: dir.clone(),
+            file,
+        });
+        let replies = futures::future::join_all(
+            workers
+                .restore
+                .iter()
+                .zip(asks)
+                .map(|(addr, msg)| addr.ask(msg, opts.priority, opts.timeout)),
+        )
+        .await;
+        for (worker, r) in replies.into_iter().enumerate() {
+            r.map_err(|source| RoundCheckpointError::Worker {
+                what: "restore",
+                round,
+                worker,
+                source,
+            })?;
         }
-        Err(RoundCheckpointError::NoValid {
-            dir,
-            reasons: refused,
-        })
-    }
-
-    /// The manifest of `round` and the scheduler's file, with every listed file verified.
-    fn load_valid(
-        &self,
-        round: u64,
-        workers: usize,
-    ) -> Result<(RoundManifest, SchedulerRoundFile), RoundCheckpointError> {
-        let dir = &self.settings.dir;
-        let path = dir.join(round_manifest_name(round));
-        let body = durable::read_framed(&path, MANIFEST_MAGIC)?;
-        let manifest: RoundManifest = rmp_serde::from_slice(&body)
-            .map_err(|e| invalid(&path, format!("manifest decode: {e}")))?;
-        if let Some(reason) = manifest_mismatch(&manifest, &self.app, round, workers) {
-            return Err(invalid(&path, reason));
-        }
-        for file in &manifest.workers {
-            read_entry(dir, file)?;
-        }
-        let bytes = read_entry(dir, &manifest.scheduler)?;
-        let file = dir.join(&manifest.scheduler.name);
-        let scheduler: SchedulerRoundFile =
-            rmp_serde::from_slice(&bytes).map_err(|e| invalid(&file, format!("decode: {e}")))?;
-        if scheduler.version != ROUND_CHECKPOINT_VERSION
-            || scheduler.app != self.app
-            || scheduler.round != round
-        {
-            return Err(invalid(
-                &file,
-                format!(
-                    "holds version {} of app {:?}, round {}",
-                    scheduler.version, scheduler.app, scheduler.round
-                ),
-            ));
-        }
-        Ok((manifest, scheduler))
+        self.policy.reset();
+        self.elapsed_before = Duration::try_from_secs_f64(scheduler.elapsed_s).unwrap_or_default();
+        tracing::info!(app = %self.app, round, dir = %dir.display(), "resumed from checkpoint");
+        Ok(round)
     }
 }
 
@@ -496,32 +348,4 @@ async fn ask_all(
             })
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pruning_keeps_the_newest_complete_checkpoints_and_deletes_manifests_first() {
-        let mut names: Vec<String> = Vec::new();
-        for r in [10, 20, 30] {
-            names.push(round_worker_file(r, 0));
-            names.push(round_scheduler_file(r));
-            names.push(round_manifest_name(r));
-        }
-        // Round 40 has no manifest (a save that crashed): its files are orphans, deleted.
-        names.push(round_worker_file(40, 0));
-        names.push("unrelated.txt".into());
-        let doomed = round_prune_plan(&names, 30, 2);
-        assert_eq!(
-            doomed,
-            vec![
-                round_manifest_name(10),
-                round_worker_file(10, 0),
-                round_scheduler_file(10),
-                round_worker_file(40, 0)
-            ]
-        );
-    }
 }

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-use crate::core::checkpoint::RoundFileEntry;
+use petrel_actors::checkpoint::PartEntry;
 
 pub mod checkpoint;
 pub mod exchange;
@@ -178,7 +178,7 @@ pub struct SavedRoundState {
     /// The answering worker's index.
     pub worker: u32,
     /// Its file, for the manifest.
-    pub file: RoundFileEntry,
+    pub file: PartEntry,
     /// Handoffs sent, per receiving worker.
     pub sent: Vec<u64>,
     /// Handoffs received, per sending worker.
@@ -201,7 +201,7 @@ pub struct RestoreRoundState {
     /// The checkpoint directory.
     pub dir: PathBuf,
     /// This worker's file as the manifest lists it.
-    pub file: RoundFileEntry,
+    pub file: PartEntry,
 }
 
 impl RemoteMessage for RestoreRoundState {

@@ -26,7 +26,7 @@ use super::{
     Commit, Dispatch, Handoff, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState,
 };
 use crate::core::app::{BlockId, RingApp, RingPush, StradsApp};
-use crate::core::checkpoint::{HeldBlockRecord, ROUND_CHECKPOINT_VERSION, WorkerRoundFile};
+use crate::core::checkpoint::{HeldBlockRecord, WorkerRoundFile};
 use crate::core::ring::{Poisoned, Ready, RingCore, RingError, settle};
 use actix::prelude::*;
 use futures::channel::oneshot;
@@ -303,15 +303,8 @@ impl<A: RingApp, W: RingPush<A>> RingWorker<A, W> {
                     .map_err(|e| format!("block {id}: {e}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let file = WorkerRoundFile {
-            version: ROUND_CHECKPOINT_VERSION,
-            app: msg.app.clone(),
-            round: msg.round,
-            worker: self.index,
-            state,
-            blocks,
-        };
-        let file = write_worker_round_file(msg, &file).map_err(|e| e.to_string())?;
+        let file = WorkerRoundFile { state, blocks };
+        let file = write_worker_round_file(msg, self.index, &file).map_err(|e| e.to_string())?;
         Ok(SavedRoundState {
             worker: self.index,
             file,

@@ -8,7 +8,7 @@ use super::checkpoint::{
 use super::{Commit, Dispatch, PartialResult, RestoreRoundState, SaveRoundState, SavedRoundState};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp};
-use crate::core::checkpoint::{ROUND_CHECKPOINT_VERSION, WorkerRoundFile};
+use crate::core::checkpoint::WorkerRoundFile;
 use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
 use crate::core::ring::RingError;
 use actix::prelude::*;
@@ -519,14 +519,10 @@ pub(super) fn save_star_state(
         .map_err(fail)?
         .ok_or_else(|| fail("this app does not implement snapshot_state".into()))?;
     let file = WorkerRoundFile {
-        version: ROUND_CHECKPOINT_VERSION,
-        app: msg.app.clone(),
-        round: msg.round,
-        worker: index,
         state,
         blocks: Vec::new(),
     };
-    let file = write_worker_round_file(msg, &file).map_err(|e| fail(e.to_string()))?;
+    let file = write_worker_round_file(msg, index, &file).map_err(|e| fail(e.to_string()))?;
     Ok(SavedRoundState {
         worker: index,
         file,

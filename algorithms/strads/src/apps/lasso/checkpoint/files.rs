@@ -1,7 +1,7 @@
-//! Checkpoint files: names, the manifest, the cluster shape a checkpoint must match, and
-//! the rules for choosing, verifying and pruning checkpoints (see the parent module's
-//! protocol). Plain functions over a directory; the rounds that write and read them are in
-//! the parent module.
+//! Checkpoint parts and the cluster shape a checkpoint must match (see the parent module's
+//! protocol), on the runtime's checkpoint set ([`petrel_actors::checkpoint`], scheme
+//! [`SCHEME`]: `lasso-round-<r>.manifest`, `lasso-round-<r>-scheduler.bin`,
+//! `lasso-round-<r>-worker-<i>.bin`).
 
 use std::path::{Path, PathBuf};
 
@@ -9,57 +9,33 @@ use super::CheckpointError;
 use crate::apps::lasso::metrics::LassoMetrics;
 use crate::apps::lasso::scheduling::LassoSchedulingState;
 use crate::core::scheduler::SchedulerState;
-use petrel_actors::durable::{self, DurableError, FileDigest, Fnv1a64};
+use petrel_actors::checkpoint::{self as set, CheckpointSet, PartEntry};
+use petrel_actors::durable::Fnv1a64;
 use petrel_messages::tensor::{f32_bytes, f64_bytes};
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 
-/// Checkpoints kept in the directory (older ones are deleted after a new one is complete).
-pub const KEEP: usize = 2;
-const MANIFEST_MAGIC: &[u8; 8] = b"PLASSOM1";
 pub(super) const FORMAT_VERSION: u32 = 1;
-const PREFIX: &str = "lasso-round-";
+/// The checkpoint scheme of the scheduled Lasso.
+pub const SCHEME: &str = "lasso";
+/// The scheduler's part.
+pub const SCHEDULER_PART: &str = "scheduler";
 
-/// `lasso-round-<r>.manifest`.
-pub fn manifest_name(round: u64) -> String {
-    format!("{PREFIX}{round:012}.manifest")
+/// Worker `i`'s part.
+pub fn worker_part(worker: u32) -> String {
+    format!("worker-{worker}")
 }
 
-/// `lasso-round-<r>-scheduler.bin`.
-pub fn scheduler_file(round: u64) -> String {
-    format!("{PREFIX}{round:012}-scheduler.bin")
-}
-
-/// `lasso-round-<r>-worker-<i>.bin`.
-pub fn worker_file(round: u64, worker: u32) -> String {
-    format!("{PREFIX}{round:012}-worker-{worker}.bin")
-}
-
-/// Round of a checkpoint file name (manifest, data file or leftover temp file), and whether
-/// it is a manifest; `None` for files that are not ours.
-pub fn parse_name(name: &str) -> Option<(u64, bool)> {
-    let rest = name
-        .strip_prefix('.')
-        .and_then(|n| n.strip_suffix(".tmp"))
-        .unwrap_or(name)
-        .strip_prefix(PREFIX)?;
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    if digits.len() != 12 {
-        return None;
-    }
-    let round = digits.parse().ok()?;
-    let tail = &rest[12..];
-    let is_manifest = tail == ".manifest" && !name.starts_with('.');
-    let is_data = tail == "-scheduler.bin"
-        || tail
-            .strip_prefix("-worker-")
-            .and_then(|w| w.strip_suffix(".bin"))
-            .is_some_and(|w| w.parse::<u32>().is_ok());
-    (is_manifest || is_data || tail == ".manifest").then_some((round, is_manifest))
+/// The checkpoints in `dir`.
+pub fn checkpoints(dir: &Path) -> CheckpointSet {
+    CheckpointSet::new(dir, SCHEME)
 }
 
 pub(super) fn invalid(path: &Path, reason: impl Into<String>) -> CheckpointError {
-    CheckpointError::File(DurableError::invalid(path, reason))
+    CheckpointError::Set(set::CheckpointError::Invalid {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    })
 }
 
 /// What must match between a checkpoint and a job resuming from it.
@@ -141,172 +117,76 @@ pub fn data_fingerprint(x: &SparseColumns, y: &[f32]) -> u64 {
     h.finish()
 }
 
-/// One file of a checkpoint as the manifest lists it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FileEntry {
-    /// File name in the checkpoint directory.
-    pub name: String,
-    /// Length and checksum.
-    pub digest: FileDigest,
-}
-
-/// `lasso-round-<r>.manifest`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// Format version.
-    pub version: u32,
-    /// The checkpoint's round.
-    pub round: u64,
-    /// The cluster shape it was taken on.
-    pub shape: ClusterShape,
-    /// The scheduler's file.
-    pub scheduler: FileEntry,
-    /// In worker order.
-    pub workers: Vec<FileEntry>,
-}
-
-/// Writes the manifest (atomically, then syncs the directory).
-pub fn write_manifest(dir: &Path, m: &Manifest) -> Result<PathBuf, CheckpointError> {
-    let body = rmp_serde::to_vec(m)?;
-    let path = durable::write_atomic(
-        dir,
-        &manifest_name(m.round),
-        &durable::frame(MANIFEST_MAGIC, &body),
-    )?;
-    durable::sync_dir(dir)?;
-    Ok(path)
-}
-
-/// Reads and decodes a manifest (no file or shape checks).
-pub fn read_manifest(path: &Path) -> Result<Manifest, CheckpointError> {
-    let body = durable::read_framed(path, MANIFEST_MAGIC)?;
-    let m: Manifest =
-        rmp_serde::from_slice(&body).map_err(|e| invalid(path, format!("manifest decode: {e}")))?;
-    if m.version != FORMAT_VERSION {
-        return Err(invalid(path, format!("unsupported version {}", m.version)));
-    }
-    Ok(m)
-}
-
 /// A verified checkpoint, ready to restore.
 #[derive(Debug, Clone)]
 pub struct ValidCheckpoint {
     /// Where the manifest is.
     pub manifest_path: PathBuf,
-    /// The manifest.
-    pub manifest: Manifest,
+    /// Its round.
+    pub round: u64,
+    /// The workers' parts, in worker order.
+    pub workers: Vec<PartEntry>,
     /// The scheduler's state.
     pub scheduler: SchedulerSnapshot,
 }
 
+/// Whether `ck` is a checkpoint of a job of `shape`: its shape, its parts and the scheduler
+/// snapshot's contents.
+fn accept(
+    ck: set::Checkpoint,
+    shape: &ClusterShape,
+) -> Result<ValidCheckpoint, set::CheckpointError> {
+    let saved: ClusterShape = rmp_serde::from_slice(&ck.meta)
+        .map_err(|e| ck.invalid(format!("cluster shape decode: {e}")))?;
+    if let Some((field, checkpoint, job)) = saved.difference(shape) {
+        return Err(ck.invalid(format!(
+            "cluster shape differs: {field} is {checkpoint} in the checkpoint but {job} in this job"
+        )));
+    }
+    let expected: Vec<String> = std::iter::once(SCHEDULER_PART.to_string())
+        .chain((0..saved.workers as u32).map(worker_part))
+        .collect();
+    if ck.part_names() != expected {
+        return Err(ck.invalid(format!(
+            "lists {:?}, expected {expected:?}",
+            ck.part_names()
+        )));
+    }
+    let scheduler: SchedulerSnapshot = rmp_serde::from_slice(ck.part(SCHEDULER_PART)?)
+        .map_err(|e| ck.invalid(format!("scheduler part: decode: {e}")))?;
+    if scheduler.version != FORMAT_VERSION || scheduler.round != ck.round {
+        return Err(ck.invalid(format!(
+            "scheduler snapshot version {} round {}",
+            scheduler.version, scheduler.round
+        )));
+    }
+    Ok(ValidCheckpoint {
+        manifest_path: ck.path,
+        round: ck.round,
+        workers: ck.parts.into_iter().skip(1).map(|(e, _)| e).collect(),
+        scheduler,
+    })
+}
+
 /// Loads the checkpoint of `round` from `dir` and verifies everything: manifest, shape,
-/// every file's name, length and checksum, and the scheduler snapshot's contents.
+/// every part's length and checksum, and the scheduler snapshot's contents.
 pub fn load_valid(
     dir: &Path,
     round: u64,
     shape: &ClusterShape,
 ) -> Result<ValidCheckpoint, CheckpointError> {
-    let path = dir.join(manifest_name(round));
-    let m = read_manifest(&path)?;
-    if m.round != round {
-        return Err(invalid(&path, format!("manifest is for round {}", m.round)));
-    }
-    if let Some((field, checkpoint, job)) = m.shape.difference(shape) {
-        return Err(CheckpointError::Shape {
-            path,
-            field,
-            checkpoint,
-            job,
-        });
-    }
-    if m.workers.len() as u64 != m.shape.workers {
-        return Err(invalid(
-            &path,
-            format!(
-                "{} worker files for {} workers",
-                m.workers.len(),
-                m.shape.workers
-            ),
-        ));
-    }
-    let expected = std::iter::once(scheduler_file(round))
-        .chain((0..m.workers.len() as u32).map(|w| worker_file(round, w)));
-    for (entry, name) in std::iter::once(&m.scheduler)
-        .chain(&m.workers)
-        .zip(expected)
-    {
-        if entry.name != name {
-            return Err(invalid(
-                &path,
-                format!("lists {:?} where {name:?} belongs", entry.name),
-            ));
-        }
-        durable::read_verified(dir, &entry.name, entry.digest)?;
-    }
-    let file = dir.join(&m.scheduler.name);
-    let bytes = durable::read_verified(dir, &m.scheduler.name, m.scheduler.digest)?;
-    let scheduler: SchedulerSnapshot =
-        rmp_serde::from_slice(&bytes).map_err(|e| invalid(&file, format!("decode: {e}")))?;
-    if scheduler.version != FORMAT_VERSION || scheduler.round != round {
-        return Err(invalid(
-            &file,
-            format!(
-                "snapshot version {} round {}",
-                scheduler.version, scheduler.round
-            ),
-        ));
-    }
-    Ok(ValidCheckpoint {
-        manifest_path: path,
-        manifest: m,
-        scheduler,
-    })
+    Ok(accept(checkpoints(dir).load(round)?, shape)?)
 }
 
 /// Rounds that have a manifest in `dir`, ascending (not verified). A missing directory has
 /// none.
 pub fn manifest_rounds(dir: &Path) -> Result<Vec<u64>, CheckpointError> {
-    if !dir.exists() {
-        return Ok(Vec::new());
-    }
-    Ok(durable::manifest_rounds_among(
-        &durable::list_names(dir)?,
-        parse_name,
-    ))
+    Ok(checkpoints(dir).rounds()?)
 }
-
-pub use petrel_actors::durable::choose_newest_valid;
 
 /// The checkpoint `resume = true` continues from (see the module docs for the policy).
 pub fn resume_from(dir: &Path, shape: &ClusterShape) -> Result<ValidCheckpoint, CheckpointError> {
-    let rounds = manifest_rounds(dir)?;
-    match choose_newest_valid(&rounds, |r| load_valid(dir, r, shape)) {
-        Ok((ck, refused)) => {
-            for reason in refused {
-                tracing::warn!(%reason, "skipping an invalid checkpoint");
-            }
-            Ok(ck)
-        }
-        Err(reasons) => Err(CheckpointError::NoValid {
-            dir: dir.to_path_buf(),
-            reasons,
-        }),
-    }
-}
-
-/// Files to delete after the checkpoint of round `newest` is complete: everything of ours
-/// except the `keep` newest manifests at or below `newest` and their data files
-/// ([`durable::prune_plan`] over [`parse_name`]).
-pub fn prune_plan(names: &[String], newest: u64, keep: usize) -> Vec<String> {
-    durable::prune_plan(names, parse_name, newest, keep)
-}
-
-pub(super) fn prune(dir: &Path, newest: u64) -> Result<(), CheckpointError> {
-    let names = durable::list_names(dir)?;
-    for name in prune_plan(&names, newest, KEEP) {
-        durable::remove_if_exists(dir, &name)?;
-    }
-    Ok(())
+    Ok(checkpoints(dir).newest_valid(|ck| accept(ck, shape))?)
 }
 
 /// The scheduler's state at a drain point (`lasso-round-<r>-scheduler.bin`, msgpack).

@@ -7,29 +7,28 @@
 //!
 //! 1. the scheduler snapshots its state ([`SchedulerSnapshot`]: coefficients, the coordinate
 //!    scheduler's priorities, cursor and exact ChaCha12 RNG position, the round counter,
-//!    objective bookkeeping and metrics so far) and removes any stale manifest of round `r`;
-//! 2. it dispatches `Control(Save{r})` to every worker; each writes
-//!    `lasso-round-<r>-worker-<i>.bin` (its residual, commit count and identity) atomically
-//!    (temp file, fsync, rename, directory fsync) and answers with the file's length and
-//!    FNV-1a 64 checksum;
-//! 3. when every worker answered, the scheduler writes `lasso-round-<r>-scheduler.bin`, then
-//!    LAST the manifest `lasso-round-<r>.manifest` (magic, msgpack body, checksum of the body)
-//!    naming every file with its length and checksum, the round and the cluster shape
-//!    ([`ClusterShape`]: workers, rows, features, non-zeros, lambda, seed, a fingerprint of
-//!    the data). Then it deletes all but the newest [`KEEP`] checkpoints.
+//!    objective bookkeeping and metrics so far);
+//! 2. it dispatches `Control(Save{r})` to every worker; each writes its part
+//!    `worker-<i>` (its residual, commit count and identity) and answers with the part's
+//!    length and FNV-1a 64 checksum;
+//! 3. when every worker answered, the scheduler writes its part `scheduler`, then LAST the
+//!    manifest, whose meta is the cluster shape ([`ClusterShape`]: workers, rows, features,
+//!    non-zeros, lambda, seed, a fingerprint of the data). The files, their atomic writes,
+//!    keeping the newest two and the resume policy are the runtime's checkpoint set
+//!    ([`petrel_actors::checkpoint`]; scheme [`SCHEME`]).
 //!
 //! A checkpoint is valid only if its manifest exists and decodes, every listed file has its
 //! length and checksum, and the shape equals the job's. A crash at any point before the
 //! manifest's rename leaves no manifest, so the checkpoint never loads.
 //!
 //! ## Resume
-//! With `resume = true` the scheduler tries the manifests newest first, skipping (with a
-//! warning naming the file and the reason) every invalid one, and restores the newest valid
-//! checkpoint. If there is none it fails with an error listing why each was refused (an
-//! empty or missing directory is an error too: `resume` never silently starts from
-//! scratch). Its first round is then `Control(Restore{r, digest})` to each worker, which
-//! re-verifies its own file against the manifest's digest and its identity (index, rows,
-//! features, data fingerprint) before replacing its residual. The restore round takes the
+//! With `resume = true` the scheduler restores the newest valid checkpoint (invalid ones are
+//! skipped with a warning; with none valid, or an empty or missing directory, it fails
+//! listing why each was refused: `resume` never silently starts from scratch); a fresh run
+//! deletes the directory's manifests first. Its first round is then
+//! `Control(Restore{r, digest})` to each worker, which re-verifies its own file against the
+//! manifest's digest and its identity (index, rows, features, data fingerprint) before
+//! replacing its residual. The restore round takes the
 //! place (and the round number) of the save round, so the resumed run continues exactly as
 //! the uninterrupted run did after round `r`.
 //!
@@ -43,7 +42,7 @@
 //! worker's file before choosing a checkpoint.
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::config::LassoJob;
@@ -52,7 +51,8 @@ use super::wire::{ControlReply, ControlTask, LassoApp, LassoCommit, LassoPartial
 use super::worker::LassoWorker;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step};
-use petrel_actors::durable::{self, DurableError, FileDigest};
+use petrel_actors::checkpoint::{self as set, PartEntry};
+use petrel_actors::durable::FileDigest;
 
 mod files;
 pub use files::*;
@@ -60,32 +60,10 @@ pub use files::*;
 /// Errors of checkpointing and resuming; every one names the file or directory.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
-    /// A file is missing, short, corrupt or could not be written.
+    /// A file is missing, short, corrupt, of an older format or of another cluster shape or
+    /// data, or no checkpoint is valid to resume from.
     #[error("invalid checkpoint: {0}")]
-    File(#[from] DurableError),
-    /// The checkpoint was taken on another cluster shape or data.
-    #[error(
-        "invalid checkpoint: {}: cluster shape differs: {field} is {checkpoint} in the checkpoint but {job} in this job",
-        path.display()
-    )]
-    Shape {
-        /// The manifest.
-        path: PathBuf,
-        /// The first field that differs.
-        field: &'static str,
-        /// Its value in the checkpoint.
-        checkpoint: String,
-        /// Its value in this job.
-        job: String,
-    },
-    /// `resume = true` found nothing to resume from.
-    #[error("resume = true but {} holds no valid checkpoint{}", dir.display(), list(.reasons))]
-    NoValid {
-        /// The checkpoint directory.
-        dir: PathBuf,
-        /// Why each manifest was refused.
-        reasons: Vec<String>,
-    },
+    Set(#[from] set::CheckpointError),
     /// `resume = true` without `checkpoint_dir`.
     #[error("checkpoint settings: resume = true needs checkpoint_dir")]
     ResumeWithoutDir,
@@ -132,14 +110,6 @@ pub enum CheckpointError {
 impl From<CheckpointError> for StradsModelError {
     fn from(e: CheckpointError) -> Self {
         StradsModelError::app(e)
-    }
-}
-
-fn list(reasons: &[String]) -> String {
-    if reasons.is_empty() {
-        " (no manifest found)".into()
-    } else {
-        format!(": {}", reasons.join("; "))
     }
 }
 
@@ -260,12 +230,10 @@ impl CheckpointingWorker {
             centring: self.inner.state().centring_state(),
         };
         let bytes = rmp_serde::to_vec(&snap)?;
-        durable::create_dir(&slot.dir)?;
-        durable::write_atomic(&slot.dir, &worker_file(round, slot.index), &bytes)?;
-        durable::sync_dir(&slot.dir)?;
+        let entry = checkpoints(&slot.dir).write_part(round, &worker_part(slot.index), &bytes)?;
         Ok(ControlReply::Saved {
             round,
-            digest: FileDigest::of(&bytes),
+            digest: entry.digest,
             applied,
         })
     }
@@ -276,9 +244,9 @@ impl CheckpointingWorker {
         round: u64,
         digest: FileDigest,
     ) -> Result<ControlReply, CheckpointError> {
-        let name = worker_file(round, slot.index);
-        let path = slot.dir.join(&name);
-        let bytes = durable::read_verified(&slot.dir, &name, digest)?;
+        let part = worker_part(slot.index);
+        let path = slot.dir.join(set::part_name(SCHEME, round, &part));
+        let bytes = checkpoints(&slot.dir).read_part(round, &PartEntry { part, digest })?;
         let snap: WorkerSnapshot =
             rmp_serde::from_slice(&bytes).map_err(|e| invalid(&path, format!("decode: {e}")))?;
         let mine = (
@@ -380,7 +348,7 @@ pub struct Resumable {
     policy: CheckpointPolicy,
     round_offset: u64,
     elapsed_offset: Duration,
-    pending_restore: Option<Manifest>,
+    pending_restore: Option<(u64, Vec<PartEntry>)>,
     control: Option<Control>,
     written: u64,
     /// The digest of the data it was built from, when read from a file (compared with the
@@ -408,17 +376,20 @@ impl Resumable {
             written: 0,
             data_digest: None,
         };
+        if let Some(s) = me.settings.as_ref().filter(|s| !s.resume) {
+            checkpoints(&s.dir).clear()?;
+        }
         if let Some(s) = me.settings.clone().filter(|s| s.resume) {
             let ck = resume_from(&s.dir, &me.shape)?;
             me.inner
                 .import_state(&ck.scheduler.state())
                 .map_err(|e| invalid(&ck.manifest_path, e.to_string()))?;
-            let round = ck.manifest.round;
+            let round = ck.round;
             me.inner.note_checkpoint(round, true);
             me.round_offset = round;
             me.elapsed_offset = Duration::from_secs_f64(ck.scheduler.metrics.elapsed_s.max(0.0));
             tracing::info!(round, manifest = %ck.manifest_path.display(), "resuming from checkpoint");
-            me.pending_restore = Some(ck.manifest);
+            me.pending_restore = Some((round, ck.workers));
         }
         Ok(me)
     }
@@ -433,14 +404,9 @@ impl Resumable {
         self.inner
     }
 
-    fn start_save(&mut self, round: u64, dir: &Path) -> Step<LassoTask> {
+    fn start_save(&mut self, round: u64) -> Step<LassoTask> {
         let snapshot = rmp_serde::to_vec(&SchedulerSnapshot::of(round, self.inner.export_state()))
-            .map_err(CheckpointError::from)
-            .and_then(|bytes| {
-                durable::create_dir(dir)?;
-                durable::remove_if_exists(dir, &manifest_name(round))?;
-                Ok(bytes)
-            });
+            .map_err(CheckpointError::from);
         self.control = Some(Control::Save { round, snapshot });
         self.policy.reset();
         Step::Run(Plan::All(LassoTask::Control(ControlTask::Save { round })))
@@ -463,8 +429,8 @@ impl Resumable {
                     round: r,
                     digest,
                     applied,
-                }) if r == round && applied == commits => workers.push(FileEntry {
-                    name: worker_file(round, i as u32),
+                }) if r == round && applied == commits => workers.push(PartEntry {
+                    part: worker_part(i as u32),
                     digest,
                 }),
                 other => {
@@ -478,21 +444,10 @@ impl Resumable {
                 }
             }
         }
-        let name = scheduler_file(round);
-        durable::write_atomic(&dir, &name, &snapshot)?;
-        durable::sync_dir(&dir)?;
-        let manifest = Manifest {
-            version: FORMAT_VERSION,
-            round,
-            shape: self.shape.clone(),
-            scheduler: FileEntry {
-                name,
-                digest: FileDigest::of(&snapshot),
-            },
-            workers,
-        };
-        let path = write_manifest(&dir, &manifest)?;
-        prune(&dir, round)?;
+        let set = checkpoints(&dir);
+        let mut parts = vec![set.write_part(round, SCHEDULER_PART, &snapshot)?];
+        parts.extend(workers);
+        let path = set.commit(round, &rmp_serde::to_vec(&self.shape)?, parts)?;
         tracing::info!(round, manifest = %path.display(), "checkpoint written");
         Ok(())
     }
@@ -501,14 +456,13 @@ impl Resumable {
 impl Schedule<LassoApp> for Resumable {
     fn schedule(&mut self, round: u64, in_flight: usize) -> Step<LassoTask> {
         let round = round + self.round_offset;
-        if let Some(m) = self.pending_restore.take() {
+        if let Some((saved, files)) = self.pending_restore.take() {
             // The first round of a resumed run (nothing in flight yet).
-            let tasks = m
-                .workers
+            let tasks = files
                 .iter()
                 .map(|f| {
                     LassoTask::Control(ControlTask::Restore {
-                        round: m.round,
+                        round: saved,
                         digest: f.digest,
                     })
                 })
@@ -520,14 +474,11 @@ impl Schedule<LassoApp> for Resumable {
             self.policy.reset();
             return Step::Run(Plan::PerWorker(tasks));
         }
-        if let Some(dir) = self.settings.as_ref().map(|s| s.dir.clone())
-            && self.policy.due()
-            && !self.inner.stopping()
-        {
+        if self.settings.is_some() && self.policy.due() && !self.inner.stopping() {
             return if in_flight > 0 {
                 Step::Wait
             } else {
-                self.start_save(round, &dir)
+                self.start_save(round)
             };
         }
         let step = self.inner.schedule(round, in_flight);

@@ -3,7 +3,21 @@ use crate::apps::lasso::metrics::LassoMetrics;
 use crate::apps::lasso::{SyntheticLasso, run_without_actors};
 use crate::core::lasso::LassoWorkerState;
 use crate::kit::serial::{SerialOptions, run_star};
+use petrel_actors::checkpoint::{manifest_name as manifest_of, part_name};
 use std::fs;
+use std::path::Path;
+
+fn manifest_name(round: u64) -> String {
+    manifest_of(SCHEME, round)
+}
+
+fn scheduler_file(round: u64) -> String {
+    part_name(SCHEME, round, SCHEDULER_PART)
+}
+
+fn worker_file(round: u64, worker: u32) -> String {
+    part_name(SCHEME, round, &worker_part(worker))
+}
 
 fn job(mode: &str, dir: Option<&Path>) -> LassoJob {
     LassoJob {
@@ -94,29 +108,6 @@ fn resumed(job: &LassoJob) -> LassoJob {
 }
 
 #[test]
-fn names_parse_back() {
-    assert_eq!(parse_name(&manifest_name(7)), Some((7, true)));
-    assert_eq!(parse_name(&scheduler_file(123)), Some((123, false)));
-    assert_eq!(parse_name(&worker_file(5, 2)), Some((5, false)));
-    assert_eq!(
-        parse_name(&format!(".{}.tmp", manifest_name(9))),
-        Some((9, false))
-    );
-    assert_eq!(
-        parse_name(&format!(".{}.tmp", worker_file(9, 1))),
-        Some((9, false))
-    );
-    for other in [
-        "coefficients.tsv",
-        "lasso-round-12.manifest",
-        "shard-0-clock-1.manifest",
-        "lasso-round-000000000001-x.bin",
-    ] {
-        assert_eq!(parse_name(other), None, "{other}");
-    }
-}
-
-#[test]
 fn policy_counts_update_rounds() {
     let mut p = CheckpointPolicy::new(3);
     assert!(!p.due());
@@ -152,70 +143,6 @@ fn settings_are_validated() {
             .unwrap_err()
             .to_string()
             .contains("one scheduler")
-    );
-}
-
-#[test]
-fn prune_keeps_the_two_newest_and_drops_orphans_first_manifests() {
-    let mut names: Vec<String> = Vec::new();
-    for r in [10u64, 20, 30] {
-        names.push(manifest_name(r));
-        names.push(scheduler_file(r));
-        names.push(worker_file(r, 0));
-    }
-    // An orphan of a crashed checkpoint, a stale temp file, a newer manifest of a diverged
-    // run, and files that are not ours.
-    names.push(worker_file(25, 1));
-    names.push(format!(".{}.tmp", scheduler_file(25)));
-    names.push(manifest_name(40));
-    names.push("coefficients.tsv".into());
-    let doomed = prune_plan(&names, 30, 2);
-    let expect_gone = [
-        manifest_name(10),
-        scheduler_file(10),
-        worker_file(10, 0),
-        worker_file(25, 1),
-        format!(".{}.tmp", scheduler_file(25)),
-        manifest_name(40),
-    ];
-    for n in &expect_gone {
-        assert!(doomed.contains(n), "{n} kept: {doomed:?}");
-    }
-    assert_eq!(doomed.len(), expect_gone.len(), "{doomed:?}");
-    // Manifests are deleted before any data file.
-    let first_data = doomed
-        .iter()
-        .position(|n| !n.ends_with(".manifest"))
-        .unwrap();
-    assert!(
-        doomed[first_data..]
-            .iter()
-            .all(|n| !n.ends_with(".manifest"))
-    );
-}
-
-#[test]
-fn choose_falls_back_to_older_and_reports_all_reasons() {
-    let pick = choose_newest_valid(&[1, 2, 3], |r| {
-        if r == 3 {
-            Err(CheckpointError::NoDirectory)
-        } else {
-            Ok(r)
-        }
-    })
-    .unwrap();
-    assert_eq!(pick.0, 2);
-    assert_eq!(pick.1.len(), 1);
-    let none = choose_newest_valid::<u64, CheckpointError>(&[1, 2], |r| {
-        Err(CheckpointError::FaultInjection { round: r, limit: 0 })
-    })
-    .unwrap_err();
-    assert_eq!(none.len(), 2);
-    assert!(none[0].contains("round 2") && none[1].contains("round 1"));
-    assert!(
-        choose_newest_valid::<u64, CheckpointError>(&[], |_| unreachable!())
-            .unwrap_err()
-            .is_empty()
     );
 }
 
@@ -341,7 +268,7 @@ fn corrupted_truncated_or_missing_files_never_load() {
         load_valid(d, new + 1, &shape)
             .unwrap_err()
             .to_string()
-            .contains("manifest is for round")
+            .contains("manifest is for lasso round")
     );
     fs::remove_file(d.join(manifest_name(new + 1))).unwrap();
     // No manifest: the checkpoint does not exist, even with all data files present.
@@ -418,7 +345,7 @@ fn wrong_shape_or_no_checkpoint_is_refused_with_a_clear_error() {
 fn worker_refuses_a_file_that_does_not_match_the_manifest_or_itself() {
     let dir = tempfile::tempdir().unwrap();
     let (j, _, new) = two_checkpoints(dir.path());
-    let m = read_manifest(&dir.path().join(manifest_name(new))).unwrap();
+    let m = load_valid(dir.path(), new, &shape_of(&j, 2)).unwrap();
     let mut ws = workers(&j, 2);
     // Right digest: restores.
     let ok = ws[0]
