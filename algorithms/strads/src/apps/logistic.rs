@@ -571,12 +571,6 @@ impl StradsJob for LogisticApp {
         );
         c.require(job.gs_chunk == 0, "gs_chunk", job.gs_chunk, lasso_only);
         c.require(
-            job.gs_exchange == super::lasso::GsExchange::Auto,
-            "gs_exchange",
-            job.gs_exchange,
-            lasso_only,
-        );
-        c.require(
             job.fail_after_checkpoints.is_none(),
             "fail_after_checkpoints",
             job.fail_after_checkpoints.unwrap_or_default(),
