@@ -94,13 +94,11 @@ impl<'a> RoundDeltas<'a> {
     /// and `omega`, the most workers whose deltas touch one row.
     pub fn gram_and_omega(&self) -> (Vec<Vec<f64>>, usize) {
         let w = self.u.len();
-        let mut gram = vec![vec![0.0; w]; w];
-        for p in 0..w {
-            for (q, entry) in self.gram_row(p).into_iter().enumerate().skip(p) {
-                gram[p][q] = entry;
-                gram[q][p] = entry;
-            }
-        }
+        // Each row holds the entries from the diagonal on; the rest mirror them.
+        let rows: Vec<Vec<f64>> = (0..w).map(|p| self.gram_row(p)).collect();
+        let gram = (0..w)
+            .map(|p| (0..w).map(|q| rows[p.min(q)][p.max(q)]).collect())
+            .collect();
         (gram, self.omega().min(w))
     }
 

@@ -1,8 +1,11 @@
 use super::*;
 
-/// A small design (columns of rows, values) with labels +-1 that no single feature
-/// separates, and its responses for the squared loss.
-fn design() -> (Vec<(Vec<u32>, Vec<f32>)>, Vec<f64>, usize) {
+/// A column's stored rows and values.
+type Column = (Vec<u32>, Vec<f32>);
+
+/// A small design (its columns) with labels +-1 that no single feature separates, and its
+/// row count.
+fn design() -> (Vec<Column>, Vec<f64>, usize) {
     let n = 24;
     let columns = (0..6)
         .map(|j| {
