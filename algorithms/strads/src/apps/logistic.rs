@@ -1,3 +1,4 @@
+// Over 600 lines: the scheduled logistic job's halves and roles, sharing its wire types.
 //! Sparse (L1) logistic regression by scheduled coordinate descent on the STRADS runtime:
 //! the Lasso machinery (same [`LassoJob`] settings under `[app.logistic]`, same scheduler and
 //! dependency filter) with the logistic core's push (partial gradient and curvature bound)

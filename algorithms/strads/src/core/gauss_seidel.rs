@@ -1,3 +1,4 @@
+// Over 600 lines: the Gauss-Seidel worker core, its centring and its sweep bookkeeping.
 //! Column-holding Gauss-Seidel Lasso, sans-I/O: the decision logic of `solver =
 //! "gauss-seidel"` (`apps::lasso::gs` runs it on the STRADS runtime).
 //!

@@ -1,3 +1,4 @@
+// Over 600 lines: the scheduled Lasso's worker state, pull, certificates and serial cluster.
 //! Lasso `min 1/2 ||y - X b||^2 + lambda ||b||_1` by scheduled parallel coordinate descent,
 //! with X split by rows over P workers (STRADS push/pull).
 //!

@@ -41,6 +41,9 @@ pub struct SerialOptions {
     pub first_round: u64,
     /// Handoff order (ring routing).
     pub delivery: Delivery,
+    /// Pulls see the time since the run started (star routing; what a single-threaded
+    /// run reports as its solve time); otherwise zero, so that reruns compare bit for bit.
+    pub timed: bool,
 }
 
 impl Default for SerialOptions {
@@ -50,6 +53,7 @@ impl Default for SerialOptions {
             scheduler: 0,
             first_round: 0,
             delivery: Delivery::Late,
+            timed: false,
         }
     }
 }
@@ -211,6 +215,14 @@ where
             lists: 0,
         });
     }
+    let started = std::time::Instant::now();
+    let elapsed = || {
+        if opts.timed {
+            started.elapsed()
+        } else {
+            Duration::ZERO
+        }
+    };
     let mut core = PipelineCore::starting_at(opts.depth, opts.first_round);
     let mut pending: VecDeque<(u64, Vec<A::Partial>)> = VecDeque::new();
     let mut waiting = false;
@@ -229,7 +241,7 @@ where
                 waiting = false;
                 let (round, partials) = pending.pop_front().ok_or(PipelineError::Empty)?;
                 let aggregated = app
-                    .pull(round, partials, Duration::ZERO)
+                    .pull(round, partials, elapsed())
                     .map_err(|source| SerialRunError::Pull { round, source })?;
                 core.committed(round)?;
                 commit(round, &aggregated)?;

@@ -38,7 +38,11 @@ pub fn solve_baseline(
         GsWorkerCore::new(x.clone(), y.to_vec(), lambda, false)?
     };
     let mut worker = [GsWorker::new(core, 0)];
-    run_star::<LassoGsApp, _, _>(&mut scheduler, &mut worker, &SerialOptions::default())?;
+    let timed = SerialOptions {
+        timed: true,
+        ..SerialOptions::default()
+    };
+    run_star::<LassoGsApp, _, _>(&mut scheduler, &mut worker, &timed)?;
     let mut outcome = scheduler.outcome();
     outcome.metrics.mode = BASELINE_MODE.into();
     outcome.metrics.workers = 0;

@@ -1,3 +1,4 @@
+// Over 600 lines: one settings struct with its checks and loaders (stats, shares split out).
 //! `[app.lasso]` (and `[app.logistic]`): one settings struct, read from TOML by the roles
 //! and from the flags of `petrel train lasso` / `petrel train logistic`.
 //!

@@ -8,7 +8,8 @@ use super::LogisticMetrics;
 use super::gs::LogisticGsApp;
 use crate::core::baseline::CdOutcome;
 use crate::error::StradsError;
-use crate::kit::serial::Delivery;
+use crate::kit::serial::{SerialOptions, run_star};
+use crate::kit::{JobShape, StradsJob};
 
 /// `--transport none`: the job's data solved by single-threaded cyclic coordinate descent
 /// ([`CyclicLogistic`](crate::core::baseline::CyclicLogistic): proximal Newton steps with
@@ -18,7 +19,17 @@ use crate::kit::serial::Delivery;
 /// [`BASELINE_MAX_SWEEPS`](super::super::lasso::baseline::BASELINE_MAX_SWEEPS) sweeps, and
 /// writes the outputs of a STRADS run (when `out_dir` is set).
 pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
-    let (mut scheduler, _) = crate::kit::run_serial::<LogisticGsApp>(job, 1, Delivery::Late)?;
+    let shape = JobShape {
+        workers: 1,
+        schedulers: 1,
+    };
+    let mut scheduler = LogisticGsApp::scheduler(job, &shape)?;
+    let mut worker = [LogisticGsApp::worker(job, 0, &shape)?.0];
+    let timed = SerialOptions {
+        timed: true,
+        ..SerialOptions::default()
+    };
+    run_star::<LogisticGsApp, _, _>(&mut scheduler, &mut worker, &timed)?;
     scheduler.relabel(BASELINE_MODE, 0);
     if let Some(dir) = &job.out_dir {
         scheduler.write(dir, job)?;

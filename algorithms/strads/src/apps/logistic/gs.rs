@@ -1,3 +1,4 @@
+// Over 600 lines: the Gauss-Seidel logistic job's scheduler state machine and its halves.
 //! `solver = "gauss-seidel"` for sparse logistic regression: column-holding workers run
 //! the baseline's full sweep and active phase on their block of features
 //! ([`crate::core::logistic::gauss_seidel`] has the decision logic and the convergence

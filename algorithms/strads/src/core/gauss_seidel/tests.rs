@@ -1,3 +1,4 @@
+// Over 600 lines: the Gauss-Seidel core's unit tests, one per invariant.
 use super::*;
 use crate::apps::lasso::lambda_max;
 

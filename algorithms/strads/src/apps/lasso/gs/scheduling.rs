@@ -1,3 +1,4 @@
+// Over 600 lines: one scheduler state machine whose phases share its state.
 //! The Gauss-Seidel Lasso's scheduler half: the baseline's schedule (full sweeps in chunks,
 //! certification, active-set sweeps), the step weights that combine the workers' sweeps,
 //! the objective, the stop rules and the metrics.
