@@ -8,15 +8,17 @@
 //!    checks it). The app contract: [`StradsApp`] (wire types), [`Schedule`] (scheduler
 //!    half), [`Push`] / [`RingPush`] (worker halves), answered with [`Step`] and
 //!    [`Plan`]. The round protocol's cores: [`PipelineCore`] (rounds in flight, commits
-//!    in order) and [`RingCore`] (a ring worker's queue and blocks). The models: Lasso, sparse
-//!    logistic regression, CCD++ matrix factorisation, SparseLDA, and the priority
+//!    in order) and [`RingCore`] (a ring worker's queue and blocks). The models: Lasso,
+//!    sparse logistic regression, CCD++ matrix factorisation, SparseLDA, and the priority
 //!    scheduler with its dependency filter ([`core::scheduler`]).
 //! 2. **[`shells`]**, the actor runtime around the cores: [`run_scheduler`] (the
 //!    scheduler's event loop) and the worker actors for star routing
-//!    ([`shells::StradsWorker`]) and ring routing ([`shells::RingWorker`], blocks travel worker to worker).
+//!    ([`shells::StradsWorker`]) and ring routing ([`shells::RingWorker`], blocks travel
+//!    worker to worker).
 //! 3. **[`kit`]**, what an app implements and gets: the [`StradsJob`] trait (settings
-//!    section, scheduler half, worker halves as [`StarHalf`] or [`RingHalf`], outputs), the roles it produces ([`kit::register`]), and the one
-//!    serial driver ([`kit::serial`], star and ring) that tests run.
+//!    section, scheduler half, worker halves as [`StarHalf`] or [`RingHalf`], outputs),
+//!    the roles it produces ([`kit::register`]), and the one serial driver
+//!    ([`kit::serial`], star and ring) that tests run.
 //! 4. **[`apps`]**, the built-in jobs, each one [`StradsJob`] impl:
 //!    [`apps::lasso`] (with checkpoints and several schedulers), [`apps::logistic`],
 //!    [`apps::mf`] (STRADS MF) and [`apps::lda`]. `petrel train` runs them.
@@ -41,7 +43,9 @@
 //!   scheduling knob is set.
 //!
 //! The residual deltas of the Gauss-Seidel workers always combine at the scheduler; the
-//! removed `gs_exchange` setting is refused by name.
+//! removed `gs_exchange` setting is refused by name. The linear models' tuning constants
+//! (sweep limits, active passes, chunk growth, the cost model of the automatic sizes) are
+//! in one place, [`core::tuning`].
 //!
 //! Errors: each layer has its enum ([`StradsModelError`], [`StradsRunError`],
 //! [`SerialRunError`](kit::serial::SerialRunError)); [`StradsError`] wraps them all

@@ -12,9 +12,9 @@
 //! The features are cut once into contiguous column ranges of about equal non-zeros, one
 //! per worker. A worker holds its columns (all rows, CSC) and a full residual
 //! `r = y - X b` (f64, `n_samples` long). In a round it sweeps a list of its own
-//! coordinates **sequentially** against its residual ([`GsWorkerCore::sweep`]: exactly the
-//! baseline's update, [`cd_step`](super::loss::cd_step)) and returns its coefficient changes `d_p` and its
-//! residual delta `u_p = X d_p` (one message). The scheduler combines the workers' sweeps
+//! coordinates **sequentially** against its residual ([`GsWorkerCore::sweep`], each update
+//! the squared loss's [`cd_step`](super::loss::cd_step)) and returns its coefficient
+//! changes `d_p` and its residual delta `u_p = X d_p` (one message). The scheduler combines the workers' sweeps
 //! with step weights `w_p` ([`jacobi_weights`]) and sends back `V = sum_p w_p u_p`; every
 //! worker sets `r = r_start - V`, so all residuals stay equal (bit for bit).
 //!
