@@ -102,7 +102,7 @@ fn logistic_reaches_the_optimality_conditions_and_beats_the_bound_steps() {
         None,
         0,
     );
-    let strads = crate::core::logistic::run_sparse_logistic(&x, &labels, &config).unwrap();
+    let strads = crate::core::logistic::tests::run_sparse_logistic(&x, &labels, &config).unwrap();
     let strads_final = strads.objective_per_round.last().copied().unwrap();
     assert!(report.objective <= strads_final + 1e-9 * strads_final.abs());
 }
