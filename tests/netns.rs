@@ -383,17 +383,17 @@ fn petrel_run_places_each_node_on_its_own_emulated_host() {
 }
 
 #[test]
-fn gauss_seidel_workers_exchange_their_deltas_across_hosts_with_the_loopback_model() {
-    // Worker to worker (`gs_exchange = "peers"`): each worker on its own emulated host
-    // reaches the other's, and the model is the one the same job makes on 127.0.0.1.
-    if skip("gauss_seidel_workers_exchange_their_deltas_across_hosts_with_the_loopback_model") {
+fn gauss_seidel_workers_across_hosts_make_the_loopback_model() {
+    // Each worker on its own emulated host, and the model is the one the same job makes
+    // on 127.0.0.1.
+    if skip("gauss_seidel_workers_across_hosts_make_the_loopback_model") {
         return;
     }
     let prefix = format!("gx{}", std::process::id() % 10_000);
     let _hosts = Teardown(Hosts::up(&prefix, 3, &LinkShape::default()).unwrap());
     let dir = tempfile::tempdir().unwrap();
     let job = |out: &std::path::Path| {
-        let mut cfg = String::from("[cluster]\nname = \"gs-exchange\"\n");
+        let mut cfg = String::from("[cluster]\nname = \"gs-hosts\"\n");
         for (name, role) in [
             ("scheduler", "strads-lasso-scheduler"),
             ("w0", "strads-lasso-worker"),
@@ -404,7 +404,7 @@ fn gauss_seidel_workers_exchange_their_deltas_across_hosts_with_the_loopback_mod
             ));
         }
         cfg.push_str(&format!(
-            "[app.lasso]\nsolver = \"gauss-seidel\"\ngs_exchange = \"peers\"\n\
+            "[app.lasso]\nsolver = \"gauss-seidel\"\n\
              gap_tolerance = 1e-8\nout_dir = \"{}\"\n[app.lasso.synthetic]\n\
              n_samples = 400\nn_features = 4000\nnnz_per_column = 10\nn_nonzero = 40\n",
             out.display()

@@ -8,7 +8,7 @@
 
 use petrel::train::{read_json, run_lasso_job};
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{GsExchange, LassoJob, LassoMetrics, LassoSolver, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, LassoSolver, SyntheticLasso};
 use std::path::Path;
 
 const SIZE: [&str; 8] = [
@@ -106,19 +106,6 @@ fn gauss_seidel_reaches_the_baselines_objective_in_memory_and_as_processes() {
         std::fs::read_to_string(procs.join("coefficients.tsv")).unwrap(),
         "one process and separate processes differ"
     );
-    // The deltas worker to worker (400 rows: `auto` sends them through the scheduler):
-    // the same combination in the same order, so the same model bit for bit.
-    let peers = dir.path().join("peers2");
-    let q = train(
-        &peers,
-        &[&two_processes[..], &["--gs-exchange", "peers"]].concat(),
-    );
-    assert_eq!((q.updates, q.rounds), (p.updates, p.rounds));
-    assert_eq!(
-        std::fs::read_to_string(procs.join("coefficients.tsv")).unwrap(),
-        std::fs::read_to_string(peers.join("coefficients.tsv")).unwrap(),
-        "the exchange changed the model"
-    );
 }
 
 #[test]
@@ -128,9 +115,6 @@ fn a_resumed_gauss_seidel_run_ends_with_the_uninterrupted_model() {
     let mut first = job(&dir.path().join("first"));
     first.checkpoint_dir = Some(checkpoints.clone());
     first.checkpoint_every = 3;
-    // The workers exchange their deltas: a checkpoint finds no share waiting, and a
-    // restored worker takes shares again from the checkpoint's round on.
-    first.gs_exchange = GsExchange::Peers;
     let full = run_lasso_job(&first, 2, JobTransport::Memory, false).unwrap();
     let saved: Vec<String> = std::fs::read_dir(&checkpoints)
         .unwrap()
@@ -273,10 +257,8 @@ fn the_cli_picks_the_solver_from_the_settings_and_refuses_mixed_ones() {
             &["--solver", "scheduled", "--gs-chunk", "10"][..],
             "gs_chunk",
         ),
-        (
-            &["--solver", "scheduled", "--gs-exchange", "peers"][..],
-            "gs_exchange",
-        ),
+        // A removed setting: refused, naming it.
+        (&["--gs-exchange", "peers"][..], "gs_exchange"),
     ] {
         let out = run("refused", extra);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -36,7 +36,7 @@ use petrel::train::{NodeMemory, StradsTrainError, TrainTransport, run_lasso_job}
 use petrel_actors::JobTransport;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
-use petrel_strads::apps::lasso::{GsExchange, LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -127,10 +127,6 @@ pub struct LassoScaleBenchArgs {
     /// `gauss-seidel`: active-set passes per round (0 = automatic).
     #[arg(long, default_value_t = 0)]
     pub gs_active_passes: u32,
-    /// `gauss-seidel`: residual deltas worker to worker (`peers`), through the scheduler
-    /// (`scheduler`) or `auto`; see `petrel train lasso --help`.
-    #[arg(long, value_enum, default_value_t = GsExchange::Auto)]
-    pub gs_exchange: GsExchange,
     /// Per-round latency the automatic chunk and block sizes assume, in milliseconds; see
     /// `petrel train lasso --help`.
     #[arg(long, default_value_t = LassoJob::default().round_latency_ms)]
@@ -285,11 +281,6 @@ fn job_for(size: &DesignSize, args: &LassoScaleBenchArgs) -> LassoJob {
             d.gs_active_passes
         } else {
             args.gs_active_passes
-        },
-        gs_exchange: if scheduled {
-            d.gs_exchange
-        } else {
-            args.gs_exchange
         },
         ..d
     }
@@ -566,7 +557,7 @@ fn measure_size(
         gap_tolerance: Some(args.optimum_gap),
         ..base.clone()
     };
-    let (optimum_run, _) = solve_baseline(&x, &y, &optimum_job)?;
+    let optimum_run = solve_baseline(&x, &y, &optimum_job)?;
     let optimum = optimum_run.metrics.final_objective;
     let target = optimum * (1.0 + args.tolerance);
     let lambda = optimum_run.metrics.lambda;
@@ -584,10 +575,10 @@ fn measure_size(
         let Some((x, y)) = design.as_ref() else {
             break;
         };
-        let (timed, report) = solve_baseline(x, y, &timed_job)?;
+        let timed = solve_baseline(x, y, &timed_job)?;
         let baseline_s = timed.metrics.elapsed_s;
         baseline_runs_s.push(baseline_s);
-        baseline_updates = report.updates;
+        baseline_updates = timed.metrics.updates;
         if repeat + 1 == args.repeats {
             // The last repeat's STRADS runs start without this process's copy of
             // the design (what in-process transports measure as their peak).

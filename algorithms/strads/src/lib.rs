@@ -6,24 +6,46 @@
 //!
 //! 1. **[`core`]**, sans-I/O decision logic (no actix, tokio or transport; `.ci/check-cores`
 //!    checks it). The app contract: [`StradsApp`] (wire types), [`Schedule`] (scheduler
-//!    half), [`Push`] / [`RingPush`] / [`ExchangePush`] (worker halves), answered with
-//!    [`Step`] and [`Plan`]. The round protocol's cores: [`PipelineCore`] (rounds in
-//!    flight, commits in order), [`RingCore`] (a ring worker's queue and blocks) and
-//!    [`core::exchange::ShareBoard`] (an exchange worker's shares per round). The models: Lasso, sparse
-//!    logistic regression, CCD++ matrix factorisation, SparseLDA, and the priority
+//!    half), [`Push`] / [`RingPush`] (worker halves), answered with [`Step`] and
+//!    [`Plan`]. The round protocol's cores: [`PipelineCore`] (rounds in flight, commits
+//!    in order) and [`RingCore`] (a ring worker's queue and blocks). The models: Lasso,
+//!    sparse logistic regression, CCD++ matrix factorisation, SparseLDA, and the priority
 //!    scheduler with its dependency filter ([`core::scheduler`]).
 //! 2. **[`shells`]**, the actor runtime around the cores: [`run_scheduler`] (the
 //!    scheduler's event loop) and the worker actors for star routing
-//!    ([`shells::StradsWorker`]), exchange routing ([`shells::ExchangeWorker`], each
-//!    round's large shares travel worker to worker, the scheduler sees small partials)
-//!    and ring routing ([`shells::RingWorker`], blocks travel worker to worker).
+//!    ([`shells::StradsWorker`]) and ring routing ([`shells::RingWorker`], blocks travel
+//!    worker to worker).
 //! 3. **[`kit`]**, what an app implements and gets: the [`StradsJob`] trait (settings
-//!    section, scheduler half, worker halves as [`StarHalf`], [`ExchangeHalf`] or
-//!    [`RingHalf`], outputs), the roles it produces ([`kit::register`]), and the one
-//!    serial driver ([`kit::serial`], star, exchange and ring) that tests run.
+//!    section, scheduler half, worker halves as [`StarHalf`] or [`RingHalf`], outputs),
+//!    the roles it produces ([`kit::register`]), and the one serial driver
+//!    ([`kit::serial`], star and ring) that tests run.
 //! 4. **[`apps`]**, the built-in jobs, each one [`StradsJob`] impl:
 //!    [`apps::lasso`] (with checkpoints and several schedulers), [`apps::logistic`],
 //!    [`apps::mf`] (STRADS MF) and [`apps::lda`]. `petrel train` runs them.
+//!
+//! ## The linear models (Lasso, sparse logistic regression)
+//!
+//! One coordinate-descent step serves every loss ([`core::loss`]: a [`core::loss::Loss`]
+//! is its gradient and curvature along a column; squared, logistic and squared hinge are
+//! implemented), under two solvers:
+//!
+//! - **Gauss-Seidel** (`solver = "gauss-seidel"`, the default through `auto`): workers
+//!   hold column blocks and sweep them sequentially against the full residual or margins;
+//!   the scheduler combines the blocks' sweeps with step weights that never raise the
+//!   objective ([`core::gauss_seidel`], [`core::logistic::gauss_seidel`]). With one worker
+//!   it is single-threaded cyclic coordinate descent with an exact active set, and that
+//!   run in one thread is the baseline (`--transport none`, [`apps::lasso::baseline`],
+//!   [`apps::logistic::run_baseline`]). Its knobs: `gs_chunk`, `gs_active_passes`.
+//! - **Scheduled** (`solver = "scheduled"`): the STRADS paper's algorithm, row-holding
+//!   workers and a scheduler that samples coordinates by priority (dynamic, random or
+//!   cyclic) and filters dependent ones ([`core::scheduler`]); `schedulers > 1` splits the
+//!   coefficients over several schedulers ([`apps::lasso::multi`]). `auto` picks it when a
+//!   scheduling knob is set.
+//!
+//! The residual deltas of the Gauss-Seidel workers always combine at the scheduler; the
+//! removed `gs_exchange` setting is refused by name. The linear models' tuning constants
+//! (sweep limits, active passes, chunk growth, the cost model of the automatic sizes) are
+//! in one place, [`core::tuning`].
 //!
 //! Errors: each layer has its enum ([`StradsModelError`], [`StradsRunError`],
 //! [`SerialRunError`](kit::serial::SerialRunError)); [`StradsError`] wraps them all
@@ -43,13 +65,12 @@ pub mod shells;
 
 pub use crate::core::StradsModelError;
 pub use crate::core::app::{
-    BlockFate, BlockId, ExchangeApp, ExchangePush, Plan, Push, Pushed, RingApp, RingOutput,
-    RingPush, Schedule, Step, StradsApp,
+    BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
 };
 pub use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
 pub use crate::core::ring::{RingCore, RingError};
 pub use error::StradsError;
-pub use kit::{ExchangeHalf, FinishedRun, JobShape, RingHalf, StarHalf, StradsJob, WorkerHalf};
+pub use kit::{FinishedRun, JobShape, RingHalf, StarHalf, StradsJob, WorkerHalf};
 pub use shells::{RunStats, SchedulerOptions, StradsRunError, run_scheduler};
 
 /// What an app needs in scope: the contract, the kit and the errors.

@@ -1,3 +1,4 @@
+// Over 600 lines: the scheduled logistic job's halves and roles, sharing its wire types.
 //! Sparse (L1) logistic regression by scheduled coordinate descent on the STRADS runtime:
 //! the Lasso machinery (same [`LassoJob`] settings under `[app.logistic]`, same scheduler and
 //! dependency filter) with the logistic core's push (partial gradient and curvature bound)
@@ -570,12 +571,6 @@ impl StradsJob for LogisticApp {
             lasso_only,
         );
         c.require(job.gs_chunk == 0, "gs_chunk", job.gs_chunk, lasso_only);
-        c.require(
-            job.gs_exchange == super::lasso::GsExchange::Auto,
-            "gs_exchange",
-            job.gs_exchange,
-            lasso_only,
-        );
         c.require(
             job.fail_after_checkpoints.is_none(),
             "fail_after_checkpoints",

@@ -14,10 +14,7 @@
 //! used by rotation schedules where worker `p` works on block `(p + s) mod P` in step `s`).
 //! Rotation apps whose blocks should travel worker to worker rather than through the
 //! scheduler implement [`RingApp`] and [`RingPush`]: the push gets the block it needs by
-//! value and says where it goes next ([`BlockFate`]). Star apps whose workers combine a
-//! large per-round result among themselves implement [`ExchangeApp`] and
-//! [`ExchangePush`]: after its push a worker sends its share to every other worker, and
-//! answers the scheduler once it holds every worker's share ([`ExchangePush::complete`]).
+//! value and says where it goes next ([`BlockFate`]).
 //!
 //! Who runs these halves: the actor shells ([`crate::shells`]) on a cluster, and the serial
 //! driver ([`crate::kit::serial`]) in one thread with the same message order.
@@ -190,59 +187,6 @@ pub trait RingPush<A: RingApp>: Unpin + 'static {
     /// The worker half's state for a round checkpoint (see [`Schedule::snapshot_state`]),
     /// without the blocks it holds (the shell saves those); `Ok(None)` (the default): this
     /// app does not checkpoint through the kit.
-    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
-        Ok(None)
-    }
-
-    /// Continues from a [`Self::snapshot_state`] of the same worker of the same job.
-    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
-        let _ = state;
-        Err(no_checkpoints())
-    }
-}
-
-/// A star app whose workers also exchange a **share** of every round's work among
-/// themselves (e.g. each one's change of a shared vector), so that the large part of a
-/// round never crosses the scheduler: the partial to the scheduler and its commit stay
-/// small, and each worker combines the shares itself.
-pub trait ExchangeApp: StradsApp {
-    /// Wire name of the app's share message; unique in the cluster.
-    const SHARE_NAME: &'static str;
-    /// What a worker sends every other worker after its push.
-    type Share: Serialize + DeserializeOwned + Send + Clone + 'static;
-}
-
-/// The answer of [`ExchangePush::push`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Pushed<P, S> {
-    /// The partial result: nothing to exchange in this round.
-    Done(P),
-    /// A share for every other worker; the partial comes from [`ExchangePush::complete`]
-    /// once every worker's share of the round is here. Every worker of a round must answer
-    /// alike (all `Done` or all `Share`).
-    Share(S),
-}
-
-/// Worker half of an [`ExchangeApp`]: [`Push`] split around the exchange of shares.
-pub trait ExchangePush<A: ExchangeApp>: Unpin + 'static {
-    /// Works on `task` (dispatched in `round`).
-    fn push(
-        &mut self,
-        round: u64,
-        task: &A::Task,
-    ) -> Result<Pushed<A::Partial, A::Share>, StradsModelError>;
-    /// Every worker's share of `round`, in worker order (this worker's own included):
-    /// returns the partial result for the scheduler.
-    fn complete(
-        &mut self,
-        round: u64,
-        shares: Vec<A::Share>,
-    ) -> Result<A::Partial, StradsModelError>;
-    /// Applies the aggregated result of `round`.
-    fn commit(&mut self, round: u64, commit: &A::Commit) -> Result<(), StradsModelError>;
-
-    /// The worker half's state for a round checkpoint (see [`Schedule::snapshot_state`]);
-    /// `Ok(None)` (the default): this app does not checkpoint through the kit.
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
         Ok(None)
     }

@@ -1,3 +1,4 @@
+// Over 600 lines: the Gauss-Seidel worker core, its centring and its sweep bookkeeping.
 //! Column-holding Gauss-Seidel Lasso, sans-I/O: the decision logic of `solver =
 //! "gauss-seidel"` (`apps::lasso::gs` runs it on the STRADS runtime).
 //!
@@ -11,9 +12,9 @@
 //! The features are cut once into contiguous column ranges of about equal non-zeros, one
 //! per worker. A worker holds its columns (all rows, CSC) and a full residual
 //! `r = y - X b` (f64, `n_samples` long). In a round it sweeps a list of its own
-//! coordinates **sequentially** against its residual ([`GsWorkerCore::sweep`]: exactly the
-//! baseline's update, [`lasso_cd_step`]) and returns its coefficient changes `d_p` and its
-//! residual delta `u_p = X d_p` (one message). The scheduler combines the workers' sweeps
+//! coordinates **sequentially** against its residual ([`GsWorkerCore::sweep`], each update
+//! the squared loss's [`cd_step`](super::loss::cd_step)) and returns its coefficient
+//! changes `d_p` and its residual delta `u_p = X d_p` (one message). The scheduler combines the workers' sweeps
 //! with step weights `w_p` ([`jacobi_weights`]) and sends back `V = sum_p w_p u_p`; every
 //! worker sets `r = r_start - V`, so all residuals stay equal (bit for bit).
 //!
@@ -42,17 +43,13 @@
 //! `n_samples / nnz_per_column` columns per round.
 
 use super::StradsModelError;
-use super::lasso::soft_threshold;
+use super::loss::{CentredSquared, Squared, cd_step};
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
 mod combine;
-use combine::dense_deltas;
-pub use combine::{
-    ChunkGrowth, CombinationTerms, EXCHANGE_MIN_BYTES, GsShare, RoundDeltas, all_combination_terms,
-    combination_terms, combine_shares, exchange_pays, jacobi_weights, kept_share, weights_bound,
-};
+pub use combine::{ChunkGrowth, GsShare, RoundDeltas, jacobi_weights, kept_share, weights_bound};
 
 /// `sum_k term(a[k], b[k])` over the shorter slice, in four independent partial sums, so
 /// that the adds need not wait for each other as one running sum's do (`dot`,
@@ -82,45 +79,6 @@ pub(crate) fn gather_dot(rows: &[u32], vals: &[f32], r: &[f64]) -> f64 {
     four_lane_sum(rows, vals, |i, v| f64::from(v) * r[i as usize])
 }
 
-/// One exact coordinate minimisation of `1/2 ||r||^2 + lambda |b|` along a column given by
-/// its `rows` and `vals` (squared norm `norm`), against the maintained residual: the
-/// baseline's update ([`CyclicLasso::update`](super::baseline::CyclicLasso::update)) and
-/// the Gauss-Seidel worker's. Keeps `sq_residual` (`||r||^2`) and `l1` current; returns
-/// `new - old`.
-#[inline]
-#[allow(clippy::too_many_arguments)]
-pub fn lasso_cd_step(
-    rows: &[u32],
-    vals: &[f32],
-    norm: f64,
-    lambda: f64,
-    b: &mut f64,
-    residual: &mut [f64],
-    sq_residual: &mut f64,
-    l1: &mut f64,
-) -> f64 {
-    if norm <= 0.0 {
-        return 0.0;
-    }
-    let old = *b;
-    let dot = gather_dot(rows, vals, residual);
-    let new = soft_threshold(dot + norm * old, lambda) / norm;
-    let delta = new - old;
-    if delta != 0.0 {
-        let mut sq_change = 0.0f64;
-        for (&i, &v) in rows.iter().zip(vals) {
-            let r = &mut residual[i as usize];
-            let before = *r;
-            *r -= f64::from(v) * delta;
-            sq_change += *r * *r - before * before;
-        }
-        *sq_residual += sq_change;
-        *l1 += new.abs() - old.abs();
-        *b = new;
-    }
-    delta
-}
-
 /// `a . b` in four partial sums: the scheduler combines the workers' residual deltas with
 /// it every round.
 pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -139,9 +97,10 @@ pub(crate) fn resident_zeros(n: usize) -> Vec<f64> {
     v
 }
 
-/// [`lasso_cd_step`] on column `j` (stored part `rows`, `vals`), through the implicit
-/// centring when there is one ([`Centring::step`]): the update the baseline and the
-/// Gauss-Seidel workers share.
+/// The Lasso's coordinate step ([`cd_step`] of the squared loss) on column `j` (stored
+/// part `rows`, `vals`, squared norm `norm`), through the implicit centring when there is
+/// one: the update the baseline and the Gauss-Seidel workers share. Keeps `sq_residual`
+/// (`||r||^2`) and `l1` current; returns `new - old`.
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn column_step(
@@ -156,24 +115,42 @@ pub(crate) fn column_step(
     sq_residual: &mut f64,
     l1: &mut f64,
 ) -> f64 {
-    match centring {
-        None => lasso_cd_step(rows, vals, norm, lambda, b, residual, sq_residual, l1),
-        Some(c) => c.step(j, rows, vals, norm, lambda, b, residual, sq_residual, l1),
+    let old = *b;
+    let delta = match centring {
+        None => cd_step(
+            &mut Squared { sq_residual },
+            rows,
+            vals,
+            norm,
+            lambda,
+            b,
+            residual,
+        ),
+        Some(centring) => {
+            let mut loss = CentredSquared {
+                centring,
+                j,
+                sq_residual,
+            };
+            cd_step(&mut loss, rows, vals, norm, lambda, b, residual)
+        }
+    };
+    if delta != 0.0 {
+        *l1 += b.abs() - old.abs();
     }
+    delta
 }
 
 /// Implicit column centring of a sparse design (`fit_intercept`): column `j` stands for
 /// `x_j - mu_j 1` while only `x_j`'s non-zeros are stored. The residual is kept as
 /// `s + c 1` (`s` the stored vector, `c` a scalar offset), so that a coordinate update
-/// touches `x_j`'s non-zeros only: `s -= delta x_j`, `c += delta mu_j`. The baseline
-/// ([`CyclicLasso::centred`](super::baseline::CyclicLasso::centred)) and the
-/// Gauss-Seidel workers share it.
+/// touches `x_j`'s non-zeros only: `s -= delta x_j`, `c += delta mu_j`.
 #[derive(Debug, Clone)]
 pub(crate) struct Centring {
     /// `mu_j = sum_i x_ij / n`.
-    means: Vec<f64>,
+    pub(crate) means: Vec<f64>,
     /// `sum_i x_ij = n mu_j`.
-    sums: Vec<f64>,
+    pub(crate) sums: Vec<f64>,
     /// The residual's offset `c`.
     pub(crate) offset: f64,
     /// `sum_i s_i`.
@@ -253,49 +230,6 @@ impl Centring {
         self.offset = offset;
         self.sum_s = sum_s;
         self.sq_s = sq_s;
-    }
-
-    /// [`lasso_cd_step`] on the centred column `j` (stored part `rows`, `vals`; centred
-    /// squared norm `norm`): the gather and the scatter touch the non-zeros only, the
-    /// centring costs O(1). Keeps `sq_residual` (`||s + c 1||^2`) and `l1` current.
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn step(
-        &mut self,
-        j: usize,
-        rows: &[u32],
-        vals: &[f32],
-        norm: f64,
-        lambda: f64,
-        b: &mut f64,
-        s: &mut [f64],
-        sq_residual: &mut f64,
-        l1: &mut f64,
-    ) -> f64 {
-        if norm <= 0.0 {
-            return 0.0;
-        }
-        let old = *b;
-        let dot = self.dot(j, gather_dot(rows, vals, s));
-        let new = soft_threshold(dot + norm * old, lambda) / norm;
-        let delta = new - old;
-        if delta != 0.0 {
-            // s -= delta x_j on its non-zeros, c += delta mu_j.
-            let mut sq_change = 0.0f64;
-            for (&i, &v) in rows.iter().zip(vals) {
-                let r = &mut s[i as usize];
-                let before = *r;
-                *r -= f64::from(v) * delta;
-                sq_change += *r * *r - before * before;
-            }
-            self.sq_s += sq_change;
-            self.sum_s -= delta * self.sums[j];
-            self.offset += delta * self.means[j];
-            *sq_residual = self.sq_residual();
-            *l1 += new.abs() - old.abs();
-            *b = new;
-        }
-        delta
     }
 }
 
@@ -591,7 +525,7 @@ pub struct GsWorkerCore {
     active_slots: Vec<usize>,
     /// Implicit centring (`fit_intercept`): the residual is `residual + offset 1`.
     centring: Option<Centring>,
-    /// Residual deltas are exchanged (more than one worker).
+    /// Other workers hold columns too: the residual deltas combine at the commit.
     shared: bool,
     pending: Option<Pending>,
 }
@@ -610,9 +544,8 @@ impl GsWorkerCore {
 
     /// [`Self::new`] on the columns `x` centred implicitly (column `j` stands for
     /// `x_j - mean(x_j)`, nothing densified; `y` centred by the caller): the problem of
-    /// `fit_intercept`, with the baseline's
-    /// [`CyclicLasso::centred`](super::baseline::CyclicLasso::centred) update. A worker
-    /// holds every row of its columns, so their means are its own.
+    /// `fit_intercept`. A worker holds every row of its columns, so their means are its
+    /// own.
     pub fn centred(
         x: SparseColumns,
         y: Vec<f32>,
@@ -629,13 +562,7 @@ impl GsWorkerCore {
         shared: bool,
         centred: bool,
     ) -> Result<Self, StradsModelError> {
-        if x.n_rows != y.len() {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "columns have {} rows, y has {}",
-                x.n_rows,
-                y.len()
-            )));
-        }
+        super::baseline::check_shape(&x, y.len(), "y")?;
         if !(lambda >= 0.0 && lambda.is_finite()) {
             return Err(StradsModelError::InvalidConfig(format!(
                 "lambda {lambda} must be finite and >= 0"
@@ -877,43 +804,6 @@ impl GsWorkerCore {
     ) -> Result<(), StradsModelError> {
         self.commit_with(weight, combined_offset, |start| {
             combined.add_scaled_to(-1.0, start)
-        })
-    }
-
-    /// [`Self::commit`] with every worker's share and step weight `weights` (this
-    /// worker's among them as `weight`): `r = r_start - sum_q w_q u_q` in one pass, with
-    /// the same operations per row as [`combine_shares`] followed by [`Self::commit`], so
-    /// the same residual bit for bit.
-    pub fn commit_shares(
-        &mut self,
-        weight: f64,
-        weights: &[f64],
-        shares: &[GsShare],
-    ) -> Result<(), StradsModelError> {
-        if weights.len() != shares.len() {
-            return Err(StradsModelError::protocol(format!(
-                "{} step weights for {} shares",
-                weights.len(),
-                shares.len()
-            )));
-        }
-        let u = dense_deltas(shares, self.residual.len())?;
-        let offset = weights
-            .iter()
-            .zip(shares)
-            .map(|(w, s)| w * s.residual_offset)
-            .sum();
-        self.commit_with(weight, offset, |start| {
-            if let Some((first, rest)) = u.split_first() {
-                for (i, r) in start.iter_mut().enumerate() {
-                    let mut v = weights[0] * first[i];
-                    for (w, u) in weights[1..].iter().zip(rest) {
-                        v += w * u[i];
-                    }
-                    *r -= v;
-                }
-            }
-            Ok(())
         })
     }
 

@@ -1,20 +1,18 @@
+// Over 600 lines: the scheduled Lasso's worker state, pull, certificates and serial cluster.
 //! Lasso `min 1/2 ||y - X b||^2 + lambda ||b||_1` by scheduled parallel coordinate descent,
 //! with X split by rows over P workers (STRADS push/pull).
 //!
 //! Round: scheduler picks vars -> [`LassoDispatch`] to every worker -> each worker
 //! [`LassoWorkerState::push`]es partial `z_jp` -> [`pull`] sums and soft-thresholds ->
 //! [`CoordinateChanges`] go back to the workers ([`LassoWorkerState::apply_deltas`]) and to
-//! the scheduler ([`LassoScheduler::commit`]).
+//! the scheduler ([`LassoScheduler::commit`](super::scheduler::LassoScheduler::commit)).
 
 use std::ops::Range;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::StradsModelError;
-use super::scheduler::{
-    ColumnCorrelationCache, DependencyFilter, LassoScheduler, ScheduleMode, SchedulerConfig,
-};
+use super::scheduler::{ScheduleMode, SchedulerConfig};
 use petrel_ml::data::SparseColumns;
 
 /// Scheduler -> workers: the variables of this round and their current values (aligned).
@@ -566,65 +564,6 @@ impl LassoCluster {
     }
 }
 
-/// Result of [`run_lasso`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct LassoRun {
-    /// The coefficients.
-    pub coefficients: Vec<f32>,
-    /// Objective after each round.
-    pub objective_per_round: Vec<f64>,
-    /// Cumulative coordinate updates (vars dispatched) after each round.
-    pub updates_per_round: Vec<u64>,
-    /// KKT violation at the end.
-    pub final_kkt_violation: f64,
-    /// Duality gap at the end.
-    pub final_duality_gap: f64,
-}
-
-fn build_scheduler(
-    x: &SparseColumns,
-    config: &LassoConfig,
-) -> Result<LassoScheduler, StradsModelError> {
-    let filter = config.filter_rho.map(|rho| DependencyFilter {
-        rho,
-        oracle: Box::new(ColumnCorrelationCache::new(Arc::new(x.clone()), 1 << 20)),
-    });
-    LassoScheduler::new(x.n_columns(), config.scheduler.clone(), filter)
-}
-
-/// Serial driver: scheduler + P in-process workers for `config.rounds` rounds.
-pub fn run_lasso(
-    x: &SparseColumns,
-    y: &[f32],
-    config: &LassoConfig,
-) -> Result<LassoRun, StradsModelError> {
-    let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
-    let mut scheduler = build_scheduler(x, config)?;
-    let mut objective_per_round = Vec::with_capacity(config.rounds);
-    let mut updates_per_round = Vec::with_capacity(config.rounds);
-    let mut updates = 0u64;
-    for _ in 0..config.rounds {
-        let vars = scheduler.next_round();
-        updates += vars.len() as u64;
-        let committed = cluster.round(&vars);
-        scheduler.commit(&committed.changes);
-        objective_per_round.push(cluster.objective());
-        updates_per_round.push(updates);
-    }
-    tracing::debug!(
-        rounds = config.rounds,
-        objective = objective_per_round.last().copied(),
-        "lasso run finished"
-    );
-    Ok(LassoRun {
-        final_kkt_violation: cluster.kkt_violation(),
-        final_duality_gap: cluster.duality_gap(),
-        coefficients: cluster.coefficients,
-        objective_per_round,
-        updates_per_round,
-    })
-}
-
 /// Reference optimum by serial cyclic coordinate descent (one coordinate per round, one
 /// worker) until the KKT violation is below `kkt_tolerance` or `max_sweeps` full sweeps.
 pub fn reference_optimum(
@@ -645,36 +584,6 @@ pub fn reference_optimum(
         }
     }
     Ok(cluster.objective())
-}
-
-/// Coordinate updates until the objective is within `relative_tolerance` of
-/// `optimum_objective` (i.e. `f <= f* (1 + tol)`), or `None` if `config.rounds` rounds are
-/// not enough (or the run diverges). Used to compare scheduling modes.
-pub fn updates_to_tolerance(
-    x: &SparseColumns,
-    y: &[f32],
-    config: &LassoConfig,
-    optimum_objective: f64,
-    relative_tolerance: f64,
-) -> Result<Option<u64>, StradsModelError> {
-    let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
-    let mut scheduler = build_scheduler(x, config)?;
-    let target = optimum_objective + relative_tolerance * optimum_objective.abs();
-    let mut updates = 0u64;
-    for _ in 0..config.rounds {
-        let vars = scheduler.next_round();
-        updates += vars.len() as u64;
-        let committed = cluster.round(&vars);
-        scheduler.commit(&committed.changes);
-        let f = cluster.objective();
-        if !f.is_finite() {
-            return Ok(None);
-        }
-        if f <= target {
-            return Ok(Some(updates));
-        }
-    }
-    Ok(None)
 }
 
 /// Convenience: a [`LassoConfig`] with the given mode and parallelism.

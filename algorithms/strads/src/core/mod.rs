@@ -4,16 +4,16 @@
 //!
 //! - [`app`]: the contract an app implements ([`StradsApp`](app::StradsApp) wire types,
 //!   the scheduler half [`Schedule`](app::Schedule), the worker halves
-//!   [`Push`](app::Push) / [`RingPush`](app::RingPush) /
-//!   [`ExchangePush`](app::ExchangePush)) and the round protocol's words
+//!   [`Push`](app::Push) / [`RingPush`](app::RingPush)) and the round protocol's words
 //!   ([`Step`](app::Step), [`Plan`](app::Plan), [`BlockFate`](app::BlockFate)).
 //! - [`pipeline`]: which round a scheduler may dispatch and in which order commits happen.
 //! - [`ring`]: a ring worker's queue of scheduler messages and the blocks it holds.
-//! - [`exchange`]: the shares an exchange worker holds per round, and when a round is
-//!   complete.
 //! - [`scheduler`]: priority sampling and the dependency filter for coordinate descent.
 //! - [`gauss_seidel`]: column-holding Gauss-Seidel Lasso workers and the step weights
 //!   that combine their sweeps (`solver = "gauss-seidel"`).
+//! - [`loss`]: the linear models' losses (squared, logistic, squared hinge) and the one
+//!   L1 coordinate-descent step they share.
+//! - [`tuning`]: the linear models' tuning constants, in one place.
 //! - [`baseline`]: tight single-threaded cyclic coordinate descent (Lasso, L1 logistic),
 //!   the yardstick STRADS is measured against and `--transport none`.
 //! - the models: [`lasso`], [`logistic`], [`mf`] (CCD++), [`lda`] (SparseLDA), each with
@@ -22,15 +22,16 @@
 pub mod app;
 pub mod baseline;
 pub mod checkpoint;
-pub mod exchange;
 pub mod gauss_seidel;
 pub mod lasso;
 pub mod lda;
 pub mod logistic;
+pub mod loss;
 pub mod mf;
 pub mod pipeline;
 pub mod ring;
 pub mod scheduler;
+pub mod tuning;
 
 use std::sync::Arc;
 

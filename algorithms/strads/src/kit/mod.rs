@@ -1,5 +1,5 @@
 //! The STRADS kit: a job is one [`StradsJob`] impl, and the kit turns it into cluster roles
-//! (star, exchange or ring routing) and into a serial run for tests.
+//! (star or ring routing) and into a serial run for tests.
 //!
 //! A job names its settings section and roles, builds its scheduler half and each worker
 //! half from its config (off the event loop: loading data is blocking), and writes its
@@ -8,8 +8,8 @@
 //! ```text
 //! [app.<SECTION>] -> J::Config
 //! scheduler node: J::scheduler(config) -> ready barrier -> run_scheduler -> J::finish(config, scheduler)
-//! worker node i:  J::worker(config, i) -> StarHalf(Push), ExchangeHalf(ExchangePush)
-//!                 or RingHalf(RingPush, blocks) -> ready barrier
+//! worker node i:  J::worker(config, i) -> StarHalf(Push) or RingHalf(RingPush, blocks)
+//!                 -> ready barrier
 //! ```
 //!
 //! [`register`] adds both roles to a [`Cluster`]; [`scheduler_role`] and [`worker_role`]
@@ -19,14 +19,12 @@
 
 pub mod serial;
 
-use crate::core::app::{
-    BlockId, ExchangeApp, ExchangePush, Push, RingApp, RingPush, Schedule, StradsApp,
-};
+use crate::core::app::{BlockId, Push, RingApp, RingPush, Schedule, StradsApp};
 use crate::error::StradsError;
 use crate::shells::{
     RoundCheckpointSettings, RoundCheckpointer, RunStats, SchedulerOptions, StradsRunError,
-    WorkerSet, ring_members, run_scheduler, run_scheduler_checkpointed, start_exchange_worker,
-    start_ring_worker, start_worker,
+    WorkerSet, ring_members, run_scheduler, run_scheduler_checkpointed, start_ring_worker,
+    start_worker,
 };
 use petrel_actors::{Cluster, Node, NodeContext};
 use serde::Serialize;
@@ -80,7 +78,7 @@ pub trait StradsJob: StradsApp + Sized {
     type Config: DeserializeOwned + Default + Clone + Send + Sync + 'static;
     /// The scheduler half.
     type Scheduler: Schedule<Self> + Send + 'static;
-    /// The worker half and its routing: [`StarHalf`], [`ExchangeHalf`] or [`RingHalf`].
+    /// The worker half and its routing: [`StarHalf`] or [`RingHalf`].
     type Worker: WorkerHalf<Self>;
 
     /// Whether the job's handlers return within milliseconds (rounds sized to the measured
@@ -195,32 +193,6 @@ impl<A: StradsApp, W: Push<A> + Send> WorkerHalf<A> for StarHalf<W> {
     ) -> Result<SerialRun, SerialRunError> {
         let mut workers: Vec<W> = workers.into_iter().map(|h| h.0).collect();
         serial::run_star(scheduler, &mut workers, opts)
-    }
-}
-
-/// Exchange routing: star rounds whose workers send their shares to each other
-/// ([`ExchangePush`], [`crate::shells::exchange`]).
-pub struct ExchangeHalf<W>(pub W);
-
-impl<A: ExchangeApp, W: ExchangePush<A> + Send> WorkerHalf<A> for ExchangeHalf<W> {
-    fn start(
-        self,
-        node: &Node,
-        actor: &str,
-        index: u32,
-        workers: &[String],
-    ) -> Result<(), StradsRunError> {
-        start_exchange_worker::<A, W>(node, actor, index, workers, self.0)?;
-        Ok(())
-    }
-
-    fn run_serial<S: Schedule<A>>(
-        scheduler: &mut S,
-        workers: Vec<Self>,
-        opts: &SerialOptions,
-    ) -> Result<SerialRun, SerialRunError> {
-        let mut workers: Vec<W> = workers.into_iter().map(|h| h.0).collect();
-        serial::run_exchange(scheduler, &mut workers, opts)
     }
 }
 

@@ -5,8 +5,6 @@
 //! - [`run_star`]: star routing with pipelining (`depth` rounds in flight). A round's
 //!   pushes happen when it is dispatched and its commit when it is pulled, oldest first,
 //!   as [`run_scheduler`](crate::shells::run_scheduler) does.
-//! - [`run_exchange`]: star routing whose workers complete a round with every worker's
-//!   share ([`ExchangePush`]), as the exchange shell does.
 //! - [`run_ring`]: ring routing, one round at a time, through the same
 //!   [`RingCore`]s as the actors, with the blocks' handoffs delivered late or in a shuffled
 //!   order ([`Delivery`]). After every message it checks that no block is in two places; a
@@ -16,10 +14,7 @@
 //! Both ask the one [`PipelineCore`] what to do next.
 
 use crate::core::StradsModelError;
-use crate::core::app::{
-    BlockId, ExchangeApp, ExchangePush, Plan, Push, Pushed, RingApp, RingPush, Schedule, Step,
-    StradsApp,
-};
+use crate::core::app::{BlockId, Plan, Push, RingApp, RingPush, Schedule, Step, StradsApp};
 use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
 use crate::core::ring::{Ready, RingCore, RingError, settle};
 use std::collections::{BTreeMap, VecDeque};
@@ -46,6 +41,9 @@ pub struct SerialOptions {
     pub first_round: u64,
     /// Handoff order (ring routing).
     pub delivery: Delivery,
+    /// Pulls see the time since the run started (star routing; what a single-threaded
+    /// run reports as its solve time); otherwise zero, so that reruns compare bit for bit.
+    pub timed: bool,
 }
 
 impl Default for SerialOptions {
@@ -55,6 +53,7 @@ impl Default for SerialOptions {
             scheduler: 0,
             first_round: 0,
             delivery: Delivery::Late,
+            timed: false,
         }
     }
 }
@@ -196,74 +195,7 @@ where
     )
 }
 
-/// Runs `app` against exchange `workers` until it is done: star routing, and after a
-/// round's pushes every worker completes with every worker's share
-/// ([`ExchangePush::complete`]), as the exchange shell does once the shares arrived.
-pub fn run_exchange<A, S, W>(
-    app: &mut S,
-    workers: &mut [W],
-    opts: &SerialOptions,
-) -> Result<SerialRun, SerialRunError>
-where
-    A: ExchangeApp,
-    S: Schedule<A>,
-    W: ExchangePush<A>,
-{
-    let n = workers.len();
-    let cell = std::cell::RefCell::new(workers);
-    let failed = |round, worker, source| SerialRunError::Worker {
-        round,
-        worker,
-        source,
-    };
-    run_rounds(
-        app,
-        n,
-        opts,
-        |round, tasks| {
-            let mut workers = cell.borrow_mut();
-            let mut done = Vec::with_capacity(n);
-            let mut shares = Vec::with_capacity(n);
-            for (worker, (w, task)) in workers.iter_mut().zip(&tasks).enumerate() {
-                match w.push(round, task).map_err(|e| failed(round, worker, e))? {
-                    Pushed::Done(partial) => done.push(partial),
-                    Pushed::Share(share) => shares.push(share),
-                }
-            }
-            if shares.is_empty() {
-                return Ok(done);
-            }
-            if !done.is_empty() {
-                return Err(failed(
-                    round,
-                    0,
-                    StradsModelError::protocol(format!(
-                        "{} workers shared and {} did not",
-                        shares.len(),
-                        done.len()
-                    )),
-                ));
-            }
-            workers
-                .iter_mut()
-                .enumerate()
-                .map(|(worker, w)| {
-                    w.complete(round, shares.clone())
-                        .map_err(|e| failed(round, worker, e))
-                })
-                .collect()
-        },
-        |round, commit| {
-            for (worker, w) in cell.borrow_mut().iter_mut().enumerate() {
-                w.commit(round, commit)
-                    .map_err(|e| failed(round, worker, e))?;
-            }
-            Ok(())
-        },
-    )
-}
-
-/// The pipeline loop of [`run_star`] and [`run_exchange`]: `push` runs a round's tasks
+/// The pipeline loop of [`run_star`]: `push` runs a round's tasks
 /// (one per worker) when it is dispatched, `commit` hands its commit to every worker
 /// when it is pulled, oldest first.
 fn run_rounds<A, S>(
@@ -283,6 +215,14 @@ where
             lists: 0,
         });
     }
+    let started = std::time::Instant::now();
+    let elapsed = || {
+        if opts.timed {
+            started.elapsed()
+        } else {
+            Duration::ZERO
+        }
+    };
     let mut core = PipelineCore::starting_at(opts.depth, opts.first_round);
     let mut pending: VecDeque<(u64, Vec<A::Partial>)> = VecDeque::new();
     let mut waiting = false;
@@ -301,7 +241,7 @@ where
                 waiting = false;
                 let (round, partials) = pending.pop_front().ok_or(PipelineError::Empty)?;
                 let aggregated = app
-                    .pull(round, partials, Duration::ZERO)
+                    .pull(round, partials, elapsed())
                     .map_err(|source| SerialRunError::Pull { round, source })?;
                 core.committed(round)?;
                 commit(round, &aggregated)?;

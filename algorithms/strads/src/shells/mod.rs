@@ -5,8 +5,6 @@
 //!   that hands dispatches and commits to the app's [`Push`] half).
 //! - [`ring`]: [`RingWorker`], an actor around a [`RingCore`](crate::core::ring::RingCore)
 //!   whose blocks travel worker to worker in [`Handoff`]s.
-//! - [`exchange`]: [`ExchangeWorker`], a star worker that sends its round's [`Share`] to
-//!   every other worker and answers the scheduler once it holds all of them.
 //!
 //! Up to `depth` rounds are in flight at once ([`SchedulerOptions::depth`]); commits are
 //! applied strictly in round order, and every worker sees the same sequence of messages
@@ -22,17 +20,14 @@ use std::path::PathBuf;
 use petrel_actors::checkpoint::PartEntry;
 
 pub mod checkpoint;
-pub mod exchange;
 pub mod ring;
 pub mod star;
 
 pub use crate::core::app::{
-    BlockFate, BlockId, ExchangeApp, ExchangePush, Plan, Push, Pushed, RingApp, RingOutput,
-    RingPush, Schedule, Step, StradsApp,
+    BlockFate, BlockId, Plan, Push, RingApp, RingOutput, RingPush, Schedule, Step, StradsApp,
 };
 pub use crate::core::pipeline::{PipelineAction, PipelineCore, PipelineError};
 pub use checkpoint::{RoundCheckpointError, RoundCheckpointSettings, RoundCheckpointer};
-pub use exchange::{ExchangeWorker, start_exchange_worker};
 pub use ring::{RingWorker, ring_members, start_ring_worker};
 pub use star::{
     RunStats, SchedulerOptions, StradsRunError, StradsWorker, WorkerSet, run_scheduler,
@@ -124,37 +119,6 @@ pub struct Handoff<A: RingApp> {
 
 impl<A: RingApp> RemoteMessage for Handoff<A> {
     const TYPE_NAME: &'static str = A::HANDOFF_NAME;
-    type Reply = ();
-}
-
-/// Worker -> every other worker of an [`ExchangeApp`]: its share of a round.
-#[derive(Serialize, Deserialize)]
-#[serde(bound(
-    serialize = "A::Share: Serialize",
-    deserialize = "A::Share: DeserializeOwned"
-))]
-pub struct Share<A: ExchangeApp> {
-    /// The round whose push produced it.
-    pub round: u64,
-    /// Index of the sending worker.
-    pub from: u32,
-    /// The share.
-    pub share: A::Share,
-}
-
-// By hand: a derive would ask `A` itself (a marker type) to be `Clone`.
-impl<A: ExchangeApp> Clone for Share<A> {
-    fn clone(&self) -> Self {
-        Share {
-            round: self.round,
-            from: self.from,
-            share: self.share.clone(),
-        }
-    }
-}
-
-impl<A: ExchangeApp> RemoteMessage for Share<A> {
-    const TYPE_NAME: &'static str = A::SHARE_NAME;
     type Reply = ();
 }
 

@@ -508,7 +508,7 @@ impl<A: StradsApp, W: Push<A>> Handler<Msg<RestoreRoundState>> for StradsWorker<
 }
 
 /// Writes worker `index`'s file for a checkpoint (`state`: its app half's state, or why
-/// there is none): a star or exchange worker holds no blocks.
+/// there is none): a star worker holds no blocks.
 pub(super) fn save_star_state(
     index: u32,
     state: Result<Option<Vec<u8>>, String>,

@@ -1,3 +1,4 @@
+// Over 600 lines: one settings struct with its checks and loaders (stats, shares split out).
 //! `[app.lasso]` (and `[app.logistic]`): one settings struct, read from TOML by the roles
 //! and from the flags of `petrel train lasso` / `petrel train logistic`.
 //!
@@ -98,8 +99,8 @@ pub struct LassoJob {
     /// `lambda_max` included; the saved model's intercept is `mean(y) - mean(X) . b`.
     /// The centring is implicit: the sparse design is kept as stored, the residual is a
     /// sparse part plus an offset and an update costs its column's non-zeros (the
-    /// baseline's [`CyclicLasso::centred`](crate::core::baseline::CyclicLasso::centred),
-    /// the workers' [`LassoWorkerState::centred`](crate::core::lasso::LassoWorkerState::centred),
+    /// Gauss-Seidel workers' [`GsWorkerCore::centred`](crate::core::gauss_seidel::GsWorkerCore::centred),
+    /// the scheduled workers' [`LassoWorkerState::centred`](crate::core::lasso::LassoWorkerState::centred),
     /// the scheduler's centred norms), so any shape runs. The scheduler's dependency check
     /// looks at the stored non-zeros (not the centring's rank-one part). The sparse
     /// synthetic design is centred like a file's (its column means come from generating
@@ -132,11 +133,11 @@ pub struct LassoJob {
     /// and 1 for logistic regression).
     #[arg(long, default_value_t = 0)]
     pub gs_active_passes: u32,
-    /// `gauss-seidel`: how several workers combine their residual deltas: `peers` (worker
-    /// to worker), `scheduler` (through the scheduler) or `auto` (the default: `peers`
-    /// with 2 workers and at least 32,768 rows, where it is faster on one host).
-    #[arg(long, value_enum, default_value_t = GsExchange::Auto)]
-    pub gs_exchange: GsExchange,
+    /// Removed setting, refused with its name: the Gauss-Seidel workers' residual deltas
+    /// always combine at the scheduler.
+    #[arg(long, hide = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gs_exchange: Option<String>,
     /// How coordinates are chosen.
     #[arg(long, value_enum, default_value_t = ScheduleMode::Dynamic)]
     pub mode: ScheduleMode,
@@ -245,7 +246,7 @@ impl Default for LassoJob {
             solver: LassoSolver::Auto,
             gs_chunk: 0,
             gs_active_passes: 0,
-            gs_exchange: GsExchange::Auto,
+            gs_exchange: None,
             mode: ScheduleMode::Dynamic,
             block_size: 0,
             candidate_pool: 0,
@@ -331,18 +332,6 @@ impl LassoJob {
             self.eval_work_ratio.to_string(),
         );
         set
-    }
-
-    /// Whether `workers` Gauss-Seidel workers over `n_rows` rows send their residual
-    /// deltas to each other (`gs_exchange`, with `auto` resolved, see [`GsExchange::Auto`]).
-    /// One worker never does: nobody needs its delta.
-    pub fn exchanges_deltas(&self, workers: usize, n_rows: usize) -> bool {
-        workers > 1
-            && match self.gs_exchange {
-                GsExchange::Auto => crate::core::gauss_seidel::exchange_pays(workers, n_rows),
-                GsExchange::Peers => true,
-                GsExchange::Scheduler => false,
-            }
     }
 
     /// The solver this job runs: `solver`, with `auto` resolved (see [`LassoSolver::Auto`]).
@@ -450,6 +439,13 @@ impl LassoJob {
         }
         c.at_least("timeout_s", self.timeout_s, 1);
         c.at_least("schedulers", self.schedulers, 1);
+        c.require(
+            self.gs_exchange.is_none(),
+            "gs_exchange",
+            self.gs_exchange.as_deref().unwrap_or_default(),
+            "was removed: the Gauss-Seidel workers' residual deltas always combine at the \
+             scheduler; drop the setting",
+        );
         let scheduled_only = self.scheduled_only_settings();
         if self.solver == LassoSolver::GaussSeidel
             && let Some((key, value)) = scheduled_only.first()
@@ -477,12 +473,6 @@ impl LassoJob {
                 self.gs_active_passes,
                 &gs,
             );
-            c.require(
-                self.gs_exchange == GsExchange::Auto,
-                "gs_exchange",
-                self.gs_exchange,
-                &gs,
-            );
         }
         c.at_most(
             "schedulers",
@@ -507,7 +497,7 @@ impl LassoJob {
     }
 
     /// The design as stored (never densified) and `y`, centred with `fit_intercept`: what
-    /// an implicitly centring solver ([`CyclicLasso::centred`](crate::core::baseline::CyclicLasso::centred))
+    /// an implicitly centring solver ([`GsWorkerCore::centred`](crate::core::gauss_seidel::GsWorkerCore::centred))
     /// takes. Memory stays proportional to the non-zeros whatever the design's shape.
     pub fn load_sparse(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         let (x, y) = self.load_uncentred()?;
@@ -712,24 +702,10 @@ mod rho_setting {
     }
 }
 
-/// Worker compute per non-zero of a coordinate's column (gather of the push, scatter of
-/// the commit), in nanoseconds: measured on the benchmark machine.
-pub const NS_PER_NONZERO: f64 = 4.0;
-/// Scheduler work per coordinate (sampling, dependency check, pull, bytes), in ns.
-pub const NS_PER_COORDINATE: f64 = 300.0;
-/// The default `interference_bound`: off. On sparse designs a bound pays (on the issue's
-/// 2,000 x 20,000 design with 1 worker, measured in the third pass of issue 13, the
-/// bounds 1.5, 2, 2.5, 3, 4, 6 and none needed 313k, 230k, 176k, 125k, 166k,
-/// 238k and 588k updates to 1e-3; [`RECOMMENDED_SPARSE_INTERFERENCE_BOUND`] is what
-/// `bench lasso-scale` uses). On dense designs every column loads every row, so a block
-/// could hold only about `bound` columns whatever their correlations: the Schur bound is
-/// too loose there to be on by default.
-pub const DEFAULT_INTERFERENCE_BOUND: f32 = 0.0;
-
-/// The bound that needed the fewest updates on sparse designs (see
-/// [`DEFAULT_INTERFERENCE_BOUND`]). The Schur bound is loose for mixed-sign columns, so it
-/// is above the worst-case-safe 2.
-pub const RECOMMENDED_SPARSE_INTERFERENCE_BOUND: f32 = 3.0;
+pub use crate::core::tuning::{
+    AUTO_SWEEPS, DEFAULT_INTERFERENCE_BOUND, MIN_AUTO_BLOCK, NS_PER_COORDINATE, NS_PER_NONZERO,
+    RECOMMENDED_SPARSE_INTERFERENCE_BOUND,
+};
 
 /// How many columns a block can hold under the row-load `bound` (at least 1):
 /// `bound * rows / mean_k(||x_k||_1^2 / ||x_k||_2^2)`, the rows' total load capacity over
@@ -751,11 +727,6 @@ pub fn interference_capacity(x: &SparseColumns, bound: f32) -> usize {
         d
     }
 }
-
-/// Smallest automatic block size.
-pub const MIN_AUTO_BLOCK: usize = 16;
-/// Sweeps' worth of coordinate updates the automatic round limit allows.
-pub const AUTO_SWEEPS: u64 = 200;
 
 /// The automatic block size (see [`LassoJob::resolved_for`]).
 pub fn auto_block_size(d: usize, nnz_per_column: f64, workers: usize, latency_ms: f64) -> usize {
@@ -784,7 +755,7 @@ mod solver;
 
 pub(crate) use share::check_pick;
 pub use share::{ColumnShare, DesignShape};
-pub use solver::{GsExchange, LassoSolver};
+pub use solver::LassoSolver;
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,7 @@
 //! Lasso by scheduled coordinate descent, as a [`StradsJob`].
 //!
-//! - [`baseline`]: `--transport none`, the job solved by single-threaded cyclic coordinate
-//!   descent (the yardstick).
+//! - [`baseline`]: `--transport none`, the job solved in one thread by the Gauss-Seidel
+//!   solver with one worker (the yardstick).
 //! - [`config`]: `[app.lasso]` / the flags of `petrel train lasso` ([`LassoJob`]).
 //! - [`wire`]: the round protocol's messages.
 //! - [`worker`]: the worker half, a row block with its residual ([`LassoWorker`]).
@@ -31,8 +31,8 @@ pub mod worker;
 
 pub use checkpoint::Resumable;
 pub use config::{
-    ColumnShare, DesignShape, GsExchange, LassoJob, LassoSolver,
-    RECOMMENDED_SPARSE_INTERFERENCE_BOUND, SyntheticLasso, lambda_max,
+    ColumnShare, DesignShape, LassoJob, LassoSolver, RECOMMENDED_SPARSE_INTERFERENCE_BOUND,
+    SyntheticLasso, lambda_max,
 };
 pub use metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, linear_model,

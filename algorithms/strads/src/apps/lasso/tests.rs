@@ -200,14 +200,15 @@ fn fit_intercept_on_a_cluster_centres_implicitly_and_matches_the_explicit_centri
     let means = job.design_means(&x).unwrap();
     let dense = super::config::centred(&x, &means);
     assert_eq!(dense.values.len(), n * d);
-    let mut cd = crate::core::baseline::CyclicLasso::new(&dense, &y_c, 5.0).unwrap();
-    cd.solve(&crate::core::baseline::CdStop {
-        tolerance: 1e-14,
-        max_sweeps: 100_000,
-        target_objective: None,
-        active_set: true,
-    });
-    let reference = cd.coefficients();
+    let explicit = LassoJob {
+        lambda: Some(5.0),
+        fit_intercept: false,
+        gap_tolerance: Some(1e-14),
+        ..LassoJob::default()
+    };
+    let reference = baseline::solve_baseline(&dense, &y_c, &explicit)
+        .unwrap()
+        .coefficients;
     let scale = reference.iter().fold(0.0f32, |m, b| m.max(b.abs()));
     assert!(scale > 0.1, "{reference:?}");
     let close = |b: &[f32], what: &str| {

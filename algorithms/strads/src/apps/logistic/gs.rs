@@ -1,3 +1,4 @@
+// Over 600 lines: the Gauss-Seidel logistic job's scheduler state machine and its halves.
 //! `solver = "gauss-seidel"` for sparse logistic regression: column-holding workers run
 //! the baseline's full sweep and active phase on their block of features
 //! ([`crate::core::logistic::gauss_seidel`] has the decision logic and the convergence
@@ -28,27 +29,27 @@
 //! carries nothing: the run makes the baseline's updates and model, bit for bit.
 
 use super::super::lasso::ColumnShare;
+use super::super::lasso::LassoJob;
 use super::super::lasso::gs::worker_columns;
 use super::super::lasso::heldout::LinearHeldout;
-use super::super::lasso::{LassoJob, baseline::BASELINE_MAX_SWEEPS};
 use super::{LogisticApp, LogisticMetrics, LogisticPoint, load_share, logistic_lambda_from_max};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp, decode_state, encode_state};
-use crate::core::baseline::{ACTIVE_SWEEPS, CdOutcome};
+use crate::core::baseline::CdOutcome;
 use crate::core::gauss_seidel::RowVector;
 use crate::core::logistic::gauss_seidel::{
     Combination, LogisticGsWorkerCore, LogisticSweepOrder, LogisticSwept, combination_step,
     overlap, step_value,
 };
 use crate::core::logistic::log_one_plus_exp_neg;
+use crate::core::tuning::{MAX_ACTIVE_PASSES, MAX_FULL_SWEEPS};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Active-set sweeps per active round with several workers (`gs_active_passes = 0`).
-pub const SHARED_ACTIVE_PASSES: u32 = 1;
+pub use crate::core::tuning::LOGISTIC_SHARED_ACTIVE_PASSES as SHARED_ACTIVE_PASSES;
 
 /// Marker type of the Gauss-Seidel logistic job (same roles and settings section as the
 /// scheduled one; the roles pick by `solver`).
@@ -199,7 +200,7 @@ impl LogisticGsScheduling {
             active_rounds: 0,
             nonzeros: 0,
             active_passes: match (job.gs_active_passes, workers) {
-                (0, 1) => ACTIVE_SWEEPS as u32,
+                (0, 1) => MAX_ACTIVE_PASSES,
                 (0, _) => SHARED_ACTIVE_PASSES,
                 (passes, _) => passes,
             },
@@ -240,6 +241,19 @@ impl LogisticGsScheduling {
     /// The coefficients so far.
     pub fn coefficients(&self) -> &[f64] {
         &self.coefficients
+    }
+
+    /// Names the run's mode and worker count in the metrics (the single-threaded
+    /// baseline is this solver with one worker).
+    pub fn relabel(&mut self, mode: &str, workers: usize) {
+        self.metrics.mode = mode.into();
+        self.metrics.workers = workers;
+    }
+
+    /// Writes the model and the metrics to `dir`.
+    pub fn write(&self, dir: &std::path::Path, job: &LassoJob) -> Result<(), StradsError> {
+        let coefficients: Vec<f32> = self.coefficients.iter().map(|&b| b as f32).collect();
+        super::write_model(dir, job, self.lambda, &coefficients, self.run_metrics(job))
     }
 
     /// The run's figures in the one metrics format, with why it stopped.
@@ -451,14 +465,14 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
             // The baseline's settle rule for an active pass, for an active round.
             self.active_rounds += 1;
             let decrease = (before - self.objective) / self.objective.abs().max(f64::MIN_POSITIVE);
-            self.next_full =
-                decrease <= 0.1 * self.tolerance || self.active_rounds >= ACTIVE_SWEEPS as u64;
+            self.next_full = decrease <= 0.1 * self.tolerance
+                || self.active_rounds >= u64::from(MAX_ACTIVE_PASSES);
         }
         self.stop = if full && gap <= self.tolerance {
             Some(GsStop::Baseline(CdOutcome::Converged, gap))
         } else if self.target.is_some_and(|t| self.objective <= t) {
             Some(GsStop::Baseline(CdOutcome::ReachedTarget, gap))
-        } else if self.full_sweeps >= BASELINE_MAX_SWEEPS as u64 {
+        } else if self.full_sweeps >= MAX_FULL_SWEEPS as u64 {
             Some(GsStop::Baseline(CdOutcome::SweepLimit, gap))
         } else if self.max_rounds > 0 && self.rounds >= self.max_rounds {
             Some(GsStop::RoundLimit)
@@ -608,17 +622,10 @@ impl StradsJob for LogisticGsApp {
             rounds = scheduler.rounds,
             "logistic gauss-seidel finished"
         );
-        if let Some(dir) = &job.out_dir {
-            let coefficients: Vec<f32> = scheduler.coefficients.iter().map(|&b| b as f32).collect();
-            super::write_model(
-                dir,
-                job,
-                scheduler.lambda,
-                &coefficients,
-                scheduler.run_metrics(job),
-            )?;
+        match &job.out_dir {
+            Some(dir) => scheduler.write(dir, job),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

@@ -5,15 +5,15 @@
 
 use super::super::StradsModelError;
 use super::super::gauss_seidel::PackedColumns;
-use super::super::lasso::soft_threshold;
+use super::super::loss::{Logistic, Loss, cd_step};
 use super::{CdOutcome, CdReport, CdStop, check_shape};
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 
-use super::super::logistic::{log_one_plus_exp_neg, sigmoid};
+use super::super::logistic::log_one_plus_exp_neg;
 
 /// The most active-set sweeps after one full sweep (the baseline's active phase).
-pub const ACTIVE_SWEEPS: usize = 1000;
+pub const ACTIVE_SWEEPS: usize = crate::core::tuning::MAX_ACTIVE_PASSES as usize;
 
 /// Cyclic coordinate descent for `min sum_i log(1 + exp(-y_i x_i^T b)) + lambda ||b||_1`
 /// (labels `> 0` are +1, others -1). Each coordinate takes the proximal Newton step with
@@ -82,7 +82,11 @@ impl<'a> CyclicLogistic<'a> {
             )));
         }
         Ok(CyclicLogistic {
-            bound: x.column_sq_norms().into_iter().map(|s| 0.25 * s).collect(),
+            bound: x
+                .column_sq_norms()
+                .into_iter()
+                .map(|s| Logistic::CURVATURE_BOUND * s)
+                .collect(),
             labels: labels
                 .iter()
                 .map(|&l| if l > 0.0 { 1.0 } else { -1.0 })
@@ -184,19 +188,6 @@ impl<'a> CyclicLogistic<'a> {
     /// objective by at most `tolerance` relative, or the target is met (checked after every
     /// sweep: the logistic objective costs O(rows)).
     pub fn solve(&mut self, stop: &CdStop) -> CdReport {
-        self.solve_observed(stop, None)
-    }
-
-    /// [`CyclicLogistic::solve`], showing `observe` the state at the start and after every
-    /// full sweep.
-    pub fn solve_observed(
-        &mut self,
-        stop: &CdStop,
-        mut observe: Option<&mut dyn FnMut(&Self)>,
-    ) -> CdReport {
-        if let Some(f) = observe.as_mut() {
-            f(self);
-        }
         let mut objective = self.objective();
         let mut report = CdReport {
             outcome: CdOutcome::SweepLimit,
@@ -209,8 +200,7 @@ impl<'a> CyclicLogistic<'a> {
         };
         let reached = |f: f64| stop.target_objective.is_some_and(|t| f <= t);
         while report.full_sweeps < stop.max_sweeps && !reached(objective) {
-            let phase =
-                self.full_then_active(stop, objective, ACTIVE_SWEEPS, observe.as_deref_mut());
+            let phase = self.full_then_active(stop, objective, ACTIVE_SWEEPS);
             report.full_sweeps += 1;
             report.active_sweeps += phase.active_sweeps;
             report.gap = phase.gap;
@@ -233,13 +223,12 @@ impl<'a> CyclicLogistic<'a> {
     /// objective by at most `stop.tolerance` (relative), the active phase follows (with
     /// `stop.active_set`): at most `max_active` sweeps of the non-zero coordinates, until
     /// one lowers the objective by at most a tenth of the tolerance or the target is met
-    /// ([`Self::active_phase`]). `observe` sees the state after the full sweep.
-    pub fn full_then_active<'o>(
+    /// ([`Self::active_phase`]).
+    pub fn full_then_active(
         &mut self,
         stop: &CdStop,
         objective: f64,
         max_active: usize,
-        observe: Option<&mut (dyn FnMut(&Self) + 'o)>,
     ) -> LogisticPhase {
         let d = self.x.n_columns();
         self.active = None;
@@ -248,9 +237,6 @@ impl<'a> CyclicLogistic<'a> {
         }
         let after_full = self.objective();
         let gap = (objective - after_full) / after_full.abs().max(f64::MIN_POSITIVE);
-        if let Some(f) = observe {
-            f(self);
-        }
         let mut phase = LogisticPhase {
             after_full,
             gap,
@@ -412,14 +398,17 @@ impl Steps<'_> {
     #[inline]
     fn step(&mut self, j: usize, rows: &[u32], vals: &[f32], bound: f64) -> f64 {
         let before = self.coefficients[j];
-        let delta = logistic_step(
+        let mut loss = Logistic {
+            labels: self.labels,
+        };
+        let delta = cd_step(
+            &mut loss,
             rows,
             vals,
-            self.labels,
-            self.margins,
-            &mut self.coefficients[j],
-            self.lambda,
             bound,
+            self.lambda,
+            &mut self.coefficients[j],
+            self.margins,
         );
         if delta != 0.0
             && let Some(journal) = self.journal
@@ -428,57 +417,4 @@ impl Steps<'_> {
         }
         delta
     }
-}
-
-/// The step on the column `rows`, `vals` of coefficient `b` and curvature bound `bound`
-/// ([`CyclicLogistic`]'s rule); updates `b` and the margins, returns the change.
-#[inline]
-fn logistic_step(
-    rows: &[u32],
-    vals: &[f32],
-    labels: &[f64],
-    margins: &mut [f64],
-    b: &mut f64,
-    lambda: f64,
-    bound: f64,
-) -> f64 {
-    if bound <= 0.0 {
-        return 0.0;
-    }
-    let (mut g, mut h) = (0.0f64, 0.0f64);
-    for (&i, &v) in rows.iter().zip(vals) {
-        let (x, y) = (f64::from(v), labels[i as usize]);
-        let p = sigmoid(-y * margins[i as usize]);
-        g -= y * x * p;
-        h += x * x * p * (1.0 - p);
-    }
-    let start = *b;
-    let step = |curvature: f64| soft_threshold(curvature * start - g, lambda) / curvature - start;
-    let mut delta = 0.0;
-    if h > 1e-12 * bound {
-        let newton = step(h);
-        if newton != 0.0 {
-            let mut loss_change = 0.0f64;
-            for (&i, &v) in rows.iter().zip(vals) {
-                let (m, y) = (margins[i as usize], labels[i as usize]);
-                loss_change += log_one_plus_exp_neg(y * (m + f64::from(v) * newton))
-                    - log_one_plus_exp_neg(y * m);
-            }
-            let l1_change = lambda * ((start + newton).abs() - start.abs());
-            let predicted = g * newton + l1_change;
-            if loss_change + l1_change <= 0.01 * predicted {
-                delta = newton;
-            }
-        }
-    }
-    if delta == 0.0 {
-        delta = step(bound);
-    }
-    if delta != 0.0 {
-        for (&i, &v) in rows.iter().zip(vals) {
-            margins[i as usize] += f64::from(v) * delta;
-        }
-        *b = start + delta;
-    }
-    delta
 }

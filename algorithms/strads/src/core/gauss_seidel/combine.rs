@@ -1,7 +1,7 @@
-//! How a round's sweeps combine (see the parent module's convergence argument): the
-//! workers' residual deltas as shares ([`GsShare`]), their Gram terms and `omega`
-//! ([`combination_terms`]), the step weights that never raise the objective
-//! ([`jacobi_weights`]), their sum ([`combine_shares`]), the share of progress they keep
+//! How a round's sweeps combine at the scheduler (see the parent module's convergence
+//! argument): the workers' residual deltas ([`GsShare`], [`RoundDeltas`]), their Gram
+//! matrix and `omega`, the step weights that never raise the objective
+//! ([`jacobi_weights`]), their weighted sum, the share of progress they keep
 //! ([`kept_share`]) and the full-sweep chunk that grows with it ([`ChunkGrowth`]).
 
 use super::{RowVector, SweepResult, dot};
@@ -23,24 +23,8 @@ pub fn weights_bound(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
     g
 }
 
-/// Smallest dense residual delta worth sending worker to worker (see [`exchange_pays`]).
-pub const EXCHANGE_MIN_BYTES: usize = 256 * 1024;
-
-/// Whether `workers` workers over `n_rows` rows should send their residual deltas to each
-/// other rather than through the scheduler. Through the scheduler a delta crosses two
-/// links one after the other (the scheduler sums them in between) and the scheduler's
-/// node moves `2 W` deltas; worker to worker it crosses one link, but `W (W - 1)` deltas
-/// move in all, and a round gains a hop (share, then a small answer to the scheduler).
-/// So the exchange pays when a delta's transfer outweighs a hop's latency (at least
-/// [`EXCHANGE_MIN_BYTES`] dense) and it moves fewer bytes than the star (`W = 2`).
-/// Measured on one 2-core host (issue 13, thirteenth pass): 2 workers at 50,000 rows
-/// gain; 2 workers at 2,000 rows, and 3 or 4 workers at any size, lose.
-pub fn exchange_pays(workers: usize, n_rows: usize) -> bool {
-    workers == 2 && n_rows.saturating_mul(8) >= EXCHANGE_MIN_BYTES
-}
-
-/// What a worker sends every other worker after a sweep (several workers): its residual
-/// delta `u_p`. The workers combine these themselves, so the scheduler never holds one.
+/// A worker's residual delta `u_p` after a sweep (several workers), as the scheduler
+/// combines it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GsShare {
     /// [`SweepResult::residual_delta`].
@@ -59,18 +43,8 @@ impl GsShare {
     }
 }
 
-/// What the step weights need from a round's residual deltas, as worker `p` computes it
-/// from every worker's share: its row of the Gram matrix and `omega`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CombinationTerms {
-    /// `u_p . u_q` for `q >= p` (entries below `p` are 0: worker `q` sends `u_q . u_p`).
-    pub gram_row: Vec<f64>,
-    /// The most workers whose deltas touch one row.
-    pub omega: usize,
-}
-
 /// The deltas of `shares` as dense vectors of `n_rows` (a dense one is read in place).
-pub(super) fn dense_deltas(
+fn dense_deltas(
     shares: &[GsShare],
     n_rows: usize,
 ) -> Result<Vec<std::borrow::Cow<'_, [f64]>>, StradsModelError> {
@@ -85,39 +59,8 @@ pub(super) fn dense_deltas(
         .collect()
 }
 
-/// Worker `me`'s [`CombinationTerms`] from every worker's share (in worker order), over
-/// `n_rows` rows. With implicit centring `u_p = u_s + c_p 1`, and the offset `c_p` touches
-/// every row.
-pub fn combination_terms(
-    me: usize,
-    shares: &[GsShare],
-    n_rows: usize,
-) -> Result<CombinationTerms, StradsModelError> {
-    let w = shares.len();
-    if me >= w {
-        return Err(StradsModelError::protocol(format!(
-            "worker {me} with {w} shares"
-        )));
-    }
-    let deltas = RoundDeltas::of(shares, n_rows)?;
-    Ok(CombinationTerms {
-        gram_row: deltas.gram_row(me),
-        omega: deltas.omega(),
-    })
-}
-
-/// Every worker's [`CombinationTerms`] (what the scheduler computes when the deltas came
-/// to it): the deltas are spread out and scanned once.
-pub fn all_combination_terms(
-    shares: &[GsShare],
-    n_rows: usize,
-) -> Result<Vec<CombinationTerms>, StradsModelError> {
-    Ok(RoundDeltas::of(shares, n_rows)?.all_terms())
-}
-
 /// A round's deltas as dense rows, with their offsets and (centred) sums: spread out once
-/// for every worker's terms and their weighted sum (the scheduler's side when the deltas
-/// came to it).
+/// for the Gram matrix and their weighted sum.
 pub struct RoundDeltas<'a> {
     u: Vec<std::borrow::Cow<'a, [f64]>>,
     offsets: Vec<f64>,
@@ -147,15 +90,16 @@ impl<'a> RoundDeltas<'a> {
         })
     }
 
-    /// Every worker's [`CombinationTerms`].
-    pub fn all_terms(&self) -> Vec<CombinationTerms> {
-        let omega = self.omega();
-        (0..self.u.len())
-            .map(|p| CombinationTerms {
-                gram_row: self.gram_row(p),
-                omega,
-            })
-            .collect()
+    /// The Gram matrix `M_pq = u_p . u_q` (with implicit centring `u_p = u_s + c_p 1`)
+    /// and `omega`, the most workers whose deltas touch one row.
+    pub fn gram_and_omega(&self) -> (Vec<Vec<f64>>, usize) {
+        let w = self.u.len();
+        // Each row holds the entries from the diagonal on; the rest mirror them.
+        let rows: Vec<Vec<f64>> = (0..w).map(|p| self.gram_row(p)).collect();
+        let gram = (0..w)
+            .map(|p| (0..w).map(|q| rows[p.min(q)][p.max(q)]).collect())
+            .collect();
+        (gram, self.omega().min(w))
     }
 
     /// `V = sum_q w_q u_q` with step weights `weights`: its stored part (dense) and its
@@ -220,16 +164,6 @@ impl<'a> RoundDeltas<'a> {
         }
         omega
     }
-}
-
-/// The combined residual delta `V = sum_q w_q u_q` of every worker's share with step
-/// weights `weights`: its stored part (dense, `n_rows`) and its constant part.
-pub fn combine_shares(
-    weights: &[f64],
-    shares: &[GsShare],
-    n_rows: usize,
-) -> Result<(RowVector, f64), StradsModelError> {
-    RoundDeltas::of(shares, n_rows)?.combine(weights)
 }
 
 /// The step weights of one round (see the module doc): `c` and `gram` as in
@@ -312,9 +246,9 @@ impl Default for ChunkGrowth {
 
 impl ChunkGrowth {
     /// Kept share at or above which the chunk doubles.
-    pub const GROW_AT: f64 = 0.95;
+    pub const GROW_AT: f64 = crate::core::tuning::CHUNK_GROW_AT;
     /// Kept share below which the chunk halves.
-    pub const SHRINK_BELOW: f64 = 0.8;
+    pub const SHRINK_BELOW: f64 = crate::core::tuning::CHUNK_SHRINK_BELOW;
 
     /// The chunk as a multiple of the latency-covering one.
     pub fn factor(&self) -> u32 {

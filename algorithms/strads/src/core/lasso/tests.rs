@@ -1,5 +1,98 @@
 use super::*;
+use crate::core::scheduler::{ColumnCorrelationCache, DependencyFilter, LassoScheduler};
 use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
+use std::sync::Arc;
+
+// The scheduled solver's serial drivers: a scheduler and in-process workers.
+
+/// Result of [`run_lasso`].
+#[derive(Debug, Clone, PartialEq)]
+struct LassoRun {
+    /// The coefficients.
+    coefficients: Vec<f32>,
+    /// Objective after each round.
+    objective_per_round: Vec<f64>,
+    /// Cumulative coordinate updates (vars dispatched) after each round.
+    updates_per_round: Vec<u64>,
+    /// KKT violation at the end.
+    final_kkt_violation: f64,
+    /// Duality gap at the end.
+    final_duality_gap: f64,
+}
+
+fn build_scheduler(
+    x: &SparseColumns,
+    config: &LassoConfig,
+) -> Result<LassoScheduler, StradsModelError> {
+    let filter = config.filter_rho.map(|rho| DependencyFilter {
+        rho,
+        oracle: Box::new(ColumnCorrelationCache::new(Arc::new(x.clone()), 1 << 20)),
+    });
+    LassoScheduler::new(x.n_columns(), config.scheduler.clone(), filter)
+}
+
+/// Serial driver: scheduler + P in-process workers for `config.rounds` rounds.
+fn run_lasso(
+    x: &SparseColumns,
+    y: &[f32],
+    config: &LassoConfig,
+) -> Result<LassoRun, StradsModelError> {
+    let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
+    let mut scheduler = build_scheduler(x, config)?;
+    let mut objective_per_round = Vec::with_capacity(config.rounds);
+    let mut updates_per_round = Vec::with_capacity(config.rounds);
+    let mut updates = 0u64;
+    for _ in 0..config.rounds {
+        let vars = scheduler.next_round();
+        updates += vars.len() as u64;
+        let committed = cluster.round(&vars);
+        scheduler.commit(&committed.changes);
+        objective_per_round.push(cluster.objective());
+        updates_per_round.push(updates);
+    }
+    tracing::debug!(
+        rounds = config.rounds,
+        objective = objective_per_round.last().copied(),
+        "lasso run finished"
+    );
+    Ok(LassoRun {
+        final_kkt_violation: cluster.kkt_violation(),
+        final_duality_gap: cluster.duality_gap(),
+        coefficients: cluster.coefficients,
+        objective_per_round,
+        updates_per_round,
+    })
+}
+
+/// Coordinate updates until the objective is within `relative_tolerance` of
+/// `optimum_objective` (i.e. `f <= f* (1 + tol)`), or `None` if `config.rounds` rounds are
+/// not enough (or the run diverges). Used to compare scheduling modes.
+fn updates_to_tolerance(
+    x: &SparseColumns,
+    y: &[f32],
+    config: &LassoConfig,
+    optimum_objective: f64,
+    relative_tolerance: f64,
+) -> Result<Option<u64>, StradsModelError> {
+    let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
+    let mut scheduler = build_scheduler(x, config)?;
+    let target = optimum_objective + relative_tolerance * optimum_objective.abs();
+    let mut updates = 0u64;
+    for _ in 0..config.rounds {
+        let vars = scheduler.next_round();
+        updates += vars.len() as u64;
+        let committed = cluster.round(&vars);
+        scheduler.commit(&committed.changes);
+        let f = cluster.objective();
+        if !f.is_finite() {
+            return Ok(None);
+        }
+        if f <= target {
+            return Ok(Some(updates));
+        }
+    }
+    Ok(None)
+}
 
 fn problem(correlation: f32, seed: u64) -> (SparseColumns, Vec<f32>) {
     let p = correlated_lasso(&CorrelatedLassoParams {
@@ -111,6 +204,7 @@ fn parallel_dynamic_with_filter_converges_and_satisfies_kkt() {
 
 #[cfg(test)]
 mod benchmark {
+    use super::updates_to_tolerance;
     use crate::core::lasso::*;
     use crate::core::scheduler::ScheduleMode;
     use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};

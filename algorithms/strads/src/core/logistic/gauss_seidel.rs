@@ -147,8 +147,7 @@ impl LogisticGsWorkerCore {
         };
         let phase = if order.full {
             let max_active = order.active_sweeps as usize;
-            self.cd
-                .full_then_active(&stop, order.objective, max_active, None)
+            self.cd.full_then_active(&stop, order.objective, max_active)
         } else {
             let (active_sweeps, objective) =
                 self.cd

@@ -1,5 +1,4 @@
-//! The choices of solver in `[app.lasso]`: which solver runs the job, and how the
-//! Gauss-Seidel workers combine their residual deltas.
+//! The choice of solver in `[app.lasso]`.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,37 +19,12 @@ pub enum LassoSolver {
     GaussSeidel,
 }
 
-/// How the Gauss-Seidel Lasso's workers combine their residual deltas (several workers).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum GsExchange {
-    /// `peers` where it pays ([`crate::core::gauss_seidel::exchange_pays`]: 2 workers
-    /// and a dense delta of at least 256 KiB), else `scheduler`.
-    #[default]
-    Auto,
-    /// Every worker sends its delta to every other worker, and the scheduler's legs carry
-    /// only the Gram row and the step weights (exchange routing).
-    Peers,
-    /// Every worker sends its delta to the scheduler, which sends back their weighted sum.
-    Scheduler,
-}
-
 impl std::fmt::Display for LassoSolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             LassoSolver::Auto => "auto",
             LassoSolver::Scheduled => "scheduled",
             LassoSolver::GaussSeidel => "gauss-seidel",
-        })
-    }
-}
-
-impl std::fmt::Display for GsExchange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            GsExchange::Auto => "auto",
-            GsExchange::Peers => "peers",
-            GsExchange::Scheduler => "scheduler",
         })
     }
 }

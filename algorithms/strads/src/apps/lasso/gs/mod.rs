@@ -2,31 +2,21 @@
 //! sweeps against a full local residual ([`crate::core::gauss_seidel`] has the decision
 //! logic and the convergence argument).
 //!
-//! Message flow (exchange routing, depth 1, one scheduler: [`crate::shells::exchange`]):
+//! Message flow (star routing, depth 1, one scheduler):
 //!
 //! ```text
 //! start: scheduler and worker p cut the columns into W ranges of equal non-zeros
 //!        (the same cut on every node); worker p keeps its range (CSC), y and r = y
 //! round: scheduler -> worker p  Sweep{its local columns start..end | its active set,
 //!                                     passes, settle, target}
-//!        worker p sweeps them sequentially (the baseline's update), then
-//!        worker p -> every other worker  Share{residual delta u_p (sparse or dense)}
-//!        worker p, holding every u_q: its row of the Gram matrix u_p . u_q (q >= p)
-//!                  and omega; replies once (small):
+//!        worker p sweeps them sequentially (the baseline's update), then replies
 //!                               {changed coordinates, their deltas d_p, r . u_p,
-//!                                Gram row, omega}
-//!        scheduler: step weights w (1 without shared rows), coefficients += w_p d_p,
-//!                   objective, stop test; -> every worker  Commit{w}
-//!        worker p: r = r_start - sum_q w_q u_q, b_own = b_start + w_p d_p
+//!                                residual delta u_p (none with one worker)}
+//!        scheduler: Gram matrix u_p . u_q and omega, step weights w (1 without shared
+//!                   rows), coefficients += w_p d_p, objective, stop test;
+//!                   -> every worker  Commit{w, V = sum_p w_p u_p}
+//!        worker p: r = r_start - V, b_own = b_start + w_p d_p
 //! ```
-//!
-//! The residual deltas (one value per row, 400 KB at 50,000 rows) cross one link once,
-//! worker to worker, instead of worker -> scheduler -> worker one leg after the other; the
-//! scheduler's legs carry a few hundred bytes. That pays only for large deltas and 2
-//! workers (`gs_exchange = "auto"`, [`crate::core::gauss_seidel::exchange_pays`]);
-//! otherwise (or with `gs_exchange = "scheduler"`) each worker answers at once with its
-//! delta, the scheduler computes the same terms and commits `Commit{w, V}`, and the
-//! workers set `r = r_start - V`: the same model bit for bit. One worker shares nothing.
 //!
 //! ```text
 //! certify: after every full sweep (and at the end) every worker returns
@@ -40,12 +30,12 @@
 //!        is lambda_max and y.y.
 //! ```
 //!
-//! The schedule is the baseline's (`core::baseline::CyclicLasso::solve`): a full sweep
-//! (in chunks of `gs_chunk` columns per worker and round), a certification, then sweeps of
-//! the active set (the non-zeros) until the largest step is small against the gap, then
-//! the next full sweep. With one worker the chunks are whole sweeps, each certified in its own
-//! round, and the active phase is one round, so the run makes exactly the baseline's
-//! updates in two rounds per full sweep. Checkpoints are the kit's
+//! The schedule is glmnet's: a full sweep (in chunks of `gs_chunk` columns per worker and
+//! round), a certification, then sweeps of the active set (the non-zeros) until the
+//! largest step is small against the gap, then the next full sweep. With one worker the
+//! chunks are whole sweeps, each certified in its own round, and the active phase is one
+//! round: two rounds per full sweep. That run, in one thread, is the single-threaded
+//! baseline (`--transport none`, [`super::baseline`]). Checkpoints are the kit's
 //! round checkpoints ([`crate::shells::checkpoint`]).
 
 pub mod scheduling;
@@ -57,14 +47,11 @@ use super::metrics::LassoOutcome;
 use super::multi::{MAX_SCHEDULERS, column_weight, partition_weighted};
 use super::wire::WorkerBusy;
 use crate::core::StradsModelError;
-use crate::core::app::{ExchangeApp, ExchangePush, Pushed, StradsApp, decode_state, encode_state};
-use crate::core::gauss_seidel::{
-    Certificate, CombinationTerms, GsShare, GsWorkerCore, RowVector, SweepOrder, SweepResult,
-    combination_terms,
-};
+use crate::core::app::{Push, StradsApp, decode_state, encode_state};
+use crate::core::gauss_seidel::{Certificate, GsWorkerCore, RowVector, SweepOrder, SweepResult};
 use crate::error::StradsError;
 use crate::kit::serial::Delivery;
-use crate::kit::{ExchangeHalf, FinishedRun, JobShape, StradsJob};
+use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
@@ -97,11 +84,8 @@ pub enum GsTask {
 pub enum GsPartial {
     /// Answer to a sweep.
     Swept {
-        /// The sweep's changes and, unless it went to the other workers (an exchange),
-        /// its residual delta.
+        /// The sweep's changes and its residual delta.
         result: SweepResult,
-        /// After an exchange: this worker's terms of the step weights.
-        terms: Option<CombinationTerms>,
         /// The worker's compute so far.
         busy: WorkerBusy,
     },
@@ -118,8 +102,6 @@ pub enum GsPartial {
         certificate: Certificate,
         /// The sweep's changes (as in [`GsPartial::Swept`]).
         result: SweepResult,
-        /// After an exchange: this worker's terms of the step weights.
-        terms: Option<CombinationTerms>,
         /// The worker's compute so far.
         busy: WorkerBusy,
     },
@@ -146,14 +128,13 @@ impl GsPartial {
     }
 }
 
-/// Every worker's step weight (none after a certification round) and, when the deltas
-/// went through the scheduler, their weighted sum; after an exchange each worker combines
-/// `V = sum_p w_p u_p` from the shares it holds.
+/// Every worker's step weight (none after a certification round) and, with several
+/// workers, the weighted sum of their residual deltas.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GsCommit {
     /// `w_p` by worker.
     pub weights: Vec<f64>,
-    /// `V`, when the workers sent their deltas to the scheduler (`gs_exchange`).
+    /// `V` (several workers).
     pub combined: Option<GsCombined>,
 }
 
@@ -172,11 +153,6 @@ impl StradsApp for LassoGsApp {
     type Task = GsTask;
     type Partial = GsPartial;
     type Commit = GsCommit;
-}
-
-impl ExchangeApp for LassoGsApp {
-    const SHARE_NAME: &'static str = "petrel.strads.lasso-gs.share";
-    type Share = GsShare;
 }
 
 /// The column ranges of `workers` workers: contiguous, of about equal non-zeros (the same
@@ -224,30 +200,19 @@ pub fn worker_columns(
 pub struct GsWorker {
     core: GsWorkerCore,
     index: usize,
-    /// Its residual deltas go to the other workers, not to the scheduler.
-    exchange: bool,
     busy: WorkerBusy,
-    /// A sweep's answer while its share is exchanged: the certificate taken before it
-    /// (`CertifyThenSweep`) and the sweep's changes.
-    exchanging: Option<(Option<Certificate>, SweepResult)>,
-    /// Every worker's share of the round awaiting its commit.
-    shares: Vec<GsShare>,
     /// The digest of the data it loaded (compared with every node's before the first
     /// round).
     data_digest: Option<u64>,
 }
 
 impl GsWorker {
-    /// Worker `index` holding `core`; `exchange`: it sends its residual deltas to the
-    /// other workers ([`LassoJob::exchanges_deltas`]), else to the scheduler.
-    pub fn new(core: GsWorkerCore, index: usize, exchange: bool) -> Self {
+    /// Worker `index` holding `core`.
+    pub fn new(core: GsWorkerCore, index: usize) -> Self {
         GsWorker {
-            exchange: exchange && core.is_shared(),
             core,
             index,
             busy: WorkerBusy::default(),
-            exchanging: None,
-            shares: Vec::new(),
             data_digest: None,
         }
     }
@@ -259,70 +224,29 @@ impl GsWorker {
     }
 }
 
-impl GsWorker {
-    /// With the exchange the sweep's residual delta goes to the other workers as a share
-    /// and the answer waits for theirs ([`ExchangePush::complete`]); else it answers at
-    /// once, with its delta for the scheduler (one worker: a zero delta).
-    fn swept(
-        &mut self,
-        certificate: Option<Certificate>,
-        mut result: SweepResult,
-    ) -> Pushed<GsPartial, GsShare> {
-        if self.exchange {
-            let share = GsShare::take_from(&mut result);
-            self.exchanging = Some((certificate, result));
-            return Pushed::Share(share);
-        }
-        Pushed::Done(self.answer(certificate, result, None))
-    }
-
-    fn answer(
-        &self,
-        certificate: Option<Certificate>,
-        result: SweepResult,
-        terms: Option<CombinationTerms>,
-    ) -> GsPartial {
-        let busy = self.busy;
-        match certificate {
-            Some(certificate) => GsPartial::CertifiedAndSwept {
-                certificate,
-                result,
-                terms,
-                busy,
-            },
-            None => GsPartial::Swept {
-                result,
-                terms,
-                busy,
-            },
-        }
-    }
-}
-
-impl ExchangePush<LassoGsApp> for GsWorker {
-    fn push(
-        &mut self,
-        _round: u64,
-        task: &GsTask,
-    ) -> Result<Pushed<GsPartial, GsShare>, StradsModelError> {
+impl Push<LassoGsApp> for GsWorker {
+    fn push(&mut self, _round: u64, task: &GsTask) -> Result<GsPartial, StradsModelError> {
         let started = Instant::now();
-        let pushed = match task {
+        let partial = match task {
             GsTask::Sweep(order) => {
                 let result = self.core.sweep(order)?;
                 self.busy.push_s += started.elapsed().as_secs_f64();
                 if self.busy.peak_rss_mb == 0.0 {
                     self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
                 }
-                self.swept(None, result)
+                GsPartial::Swept {
+                    result,
+                    busy: self.busy,
+                }
             }
             GsTask::Certify => {
                 let certificate = self.core.certify();
                 self.busy.eval_s += started.elapsed().as_secs_f64();
                 self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
-                Pushed::Done(GsPartial::Certified {
+                GsPartial::Certified {
                     certificate,
                     busy: self.busy,
-                })
+                }
             }
             GsTask::CertifyThenSweep(order) => {
                 let certificate = self.core.certify();
@@ -331,12 +255,16 @@ impl ExchangePush<LassoGsApp> for GsWorker {
                 let result = self.core.sweep(order)?;
                 self.busy.push_s += certified.elapsed().as_secs_f64();
                 self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
-                self.swept(Some(certificate), result)
+                GsPartial::CertifiedAndSwept {
+                    certificate,
+                    result,
+                    busy: self.busy,
+                }
             }
             GsTask::SweepThenCertify(order) => {
                 // Several workers' sweeps are combined at the commit: the state after
                 // one sweep is not the one to certify.
-                if self.exchange || self.core.is_shared() {
+                if self.core.is_shared() {
                     return Err(StradsModelError::protocol(
                         "a sweep then certification is a lone worker's round",
                     ));
@@ -347,29 +275,14 @@ impl ExchangePush<LassoGsApp> for GsWorker {
                 let certificate = self.core.certify();
                 self.busy.eval_s += swept.elapsed().as_secs_f64();
                 self.busy.peak_rss_mb = super::metrics::peak_rss_mb();
-                Pushed::Done(GsPartial::SweptThenCertified {
+                GsPartial::SweptThenCertified {
                     result,
                     certificate,
                     busy: self.busy,
-                })
+                }
             }
         };
-        Ok(pushed)
-    }
-
-    fn complete(
-        &mut self,
-        round: u64,
-        shares: Vec<GsShare>,
-    ) -> Result<GsPartial, StradsModelError> {
-        let started = Instant::now();
-        let (certificate, result) = self.exchanging.take().ok_or_else(|| {
-            StradsModelError::protocol(format!("round {round}: shares but no sweep to answer"))
-        })?;
-        let terms = combination_terms(self.index, &shares, self.core.residual().len())?;
-        self.shares = shares;
-        self.busy.commit_s += started.elapsed().as_secs_f64();
-        Ok(self.answer(certificate, result, Some(terms)))
+        Ok(partial)
     }
 
     fn commit(&mut self, round: u64, commit: &GsCommit) -> Result<(), StradsModelError> {
@@ -384,14 +297,11 @@ impl ExchangePush<LassoGsApp> for GsWorker {
                 self.index
             ))
         })?;
-        let shares = std::mem::take(&mut self.shares);
-        if !shares.is_empty() {
-            self.core.commit_shares(weight, &commit.weights, &shares)?;
-        } else if let Some(c) = &commit.combined {
+        if let Some(c) = &commit.combined {
             self.core.commit(weight, &c.stored, c.offset)?;
         } else if self.core.is_shared() && commit.weights.iter().any(|w| *w != 0.0) {
             return Err(StradsModelError::protocol(format!(
-                "round {round}: a commit without the combined delta or the shares it needs"
+                "round {round}: a commit without the combined delta it needs"
             )));
         } else {
             self.core.commit(weight, &RowVector::zero(), 0.0)?;
@@ -405,8 +315,6 @@ impl ExchangePush<LassoGsApp> for GsWorker {
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
-        self.exchanging = None;
-        self.shares.clear();
         self.core.restore(decode_state(state)?)
     }
 }
@@ -420,7 +328,7 @@ impl StradsJob for LassoGsApp {
     }
     type Config = LassoJob;
     type Scheduler = GsScheduling;
-    type Worker = ExchangeHalf<GsWorker>;
+    type Worker = StarHalf<GsWorker>;
 
     fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()
@@ -467,20 +375,19 @@ impl StradsJob for LassoGsApp {
         job: &LassoJob,
         index: usize,
         shape: &JobShape,
-    ) -> Result<ExchangeHalf<GsWorker>, StradsError> {
+    ) -> Result<StarHalf<GsWorker>, StradsError> {
         let share = job.load_column_share(worker_columns(index, shape.workers))?;
         tracing::debug!(worker = index, columns = ?share.columns, "lasso gauss-seidel worker loaded");
         let digest = share.digest();
         let lambda = f64::from(job.lambda_from_max(share.lambda_max));
         let shared = shape.workers > 1;
-        let exchange = job.exchanges_deltas(shape.workers, share.shape.n_rows);
         let core = if job.fit_intercept {
             GsWorkerCore::centred(share.x, share.y, lambda, shared)?
         } else {
             GsWorkerCore::new(share.x, share.y, lambda, shared)?
         };
-        Ok(ExchangeHalf(
-            GsWorker::new(core, index, exchange).with_data_digest(digest),
+        Ok(StarHalf(
+            GsWorker::new(core, index).with_data_digest(digest),
         ))
     }
 
@@ -488,7 +395,7 @@ impl StradsJob for LassoGsApp {
         scheduler.data_digest()
     }
 
-    fn worker_digest(worker: &ExchangeHalf<GsWorker>) -> Option<u64> {
+    fn worker_digest(worker: &StarHalf<GsWorker>) -> Option<u64> {
         worker.0.data_digest
     }
 

@@ -1,3 +1,4 @@
+// Over 600 lines: one scheduler state machine whose phases share its state.
 //! The Gauss-Seidel Lasso's scheduler half: the baseline's schedule (full sweeps in chunks,
 //! certification, active-set sweeps), the step weights that combine the workers' sweeps,
 //! the objective, the stop rules and the metrics.
@@ -10,7 +11,6 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use super::{GsCombined, GsCommit, GsPartial, GsTask, LassoGsApp, column_ranges_of};
-use crate::apps::lasso::baseline::BASELINE_MAX_SWEEPS;
 use crate::apps::lasso::config::{DesignShape, LassoJob, NS_PER_NONZERO};
 use crate::apps::lasso::heldout::LinearHeldout;
 use crate::apps::lasso::metrics::{
@@ -20,8 +20,8 @@ use crate::apps::lasso::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::gauss_seidel::{
-    Certificate, ChunkGrowth, CombinationTerms, Coords, GsShare, RoundDeltas, SweepOrder,
-    SweepResult, jacobi_weights, kept_share, resident_zeros,
+    Certificate, ChunkGrowth, Coords, GsShare, RoundDeltas, SweepOrder, SweepResult,
+    jacobi_weights, kept_share, resident_zeros,
 };
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
@@ -31,14 +31,8 @@ use serde::{Deserialize, Serialize};
 /// The mode name written into `metrics.json`.
 pub const GS_MODE: &str = "gauss-seidel";
 
-/// Active-set passes between two full sweeps at most: the baseline's limit.
-const MAX_ACTIVE_PASSES: u32 = 1000;
-
-/// Active-set passes per round with several workers (`gs_active_passes = 0`). Measured
-/// (issue 13, fifth pass): against one pass per round, 4 cut the rounds from 26 to 12
-/// at 2,000 x 20,000 and from 113 to 93 at 50,000 x 1,000,000 for 2.2% / 1.6% more
-/// updates; 15 cost 33% more updates at the smallest size.
-pub const SHARED_ACTIVE_PASSES: u32 = 4;
+pub use crate::core::tuning::LASSO_SHARED_ACTIVE_PASSES as SHARED_ACTIVE_PASSES;
+use crate::core::tuning::{MAX_ACTIVE_PASSES, MAX_FULL_SWEEPS};
 
 /// Where the schedule is (the starting point's certificate needs no round: see
 /// [`GsScheduling::new`]).
@@ -122,7 +116,7 @@ impl GsScheduling {
         job: &LassoJob,
         workers: usize,
     ) -> Result<Self, StradsError> {
-        crate::core::lasso::check_design_shape(x, y)?;
+        crate::core::baseline::check_shape(x, y.len(), "y")?;
         Self::of_design(&DesignShape::of(x), y, job.lambda_max(x, y), job, workers)
     }
 
@@ -409,22 +403,15 @@ impl GsScheduling {
     ) -> Result<GsCommit, StradsModelError> {
         let started = Instant::now();
         let mut results: Vec<SweepResult> = Vec::with_capacity(partials.len());
-        let mut terms: Vec<Option<CombinationTerms>> = Vec::with_capacity(partials.len());
         let mut slowest = WorkerBusy::default();
         for p in partials {
-            let GsPartial::Swept {
-                result,
-                terms: t,
-                busy,
-            } = p
-            else {
+            let GsPartial::Swept { result, busy } = p else {
                 return Err(StradsModelError::protocol(format!(
                     "round {round}: certificate answer to a sweep"
                 )));
             };
             slowest = slowest_of(slowest, busy);
             results.push(result);
-            terms.push(t);
         }
         if results.len() != self.workers() {
             return Err(StradsModelError::protocol(format!(
@@ -454,41 +441,12 @@ impl GsScheduling {
                 combined: None,
             }
         } else {
-            // Exchange routing: each worker sent its row of the Gram matrix (entries from
-            // its own index on) and omega, and combines V itself. Through the scheduler:
-            // the same terms from the deltas here, and V goes back in the commit.
+            // The scheduler holds every worker's delta: it computes the Gram matrix and
+            // omega, and sends back their weighted sum.
             let w = results.len();
-            let shares: Vec<GsShare>;
-            let routed = if terms.iter().all(Option::is_some) {
-                None
-            } else if terms.iter().all(Option::is_none) {
-                shares = results.iter_mut().map(GsShare::take_from).collect();
-                let deltas = RoundDeltas::of(&shares, self.n_rows)?;
-                let terms = deltas.all_terms().into_iter().map(Some).collect::<Vec<_>>();
-                Some((deltas, terms))
-            } else {
-                return Err(StradsModelError::protocol(format!(
-                    "round {round}: some workers exchanged their deltas and some did not"
-                )));
-            };
-            let terms = routed.as_ref().map_or(&terms, |(_, t)| t);
-            let mut gram = vec![vec![0.0; w]; w];
-            let mut omega = 0;
-            for (p, t) in terms.iter().enumerate() {
-                let t = t
-                    .as_ref()
-                    .filter(|t| t.gram_row.len() == w)
-                    .ok_or_else(|| {
-                        StradsModelError::protocol(format!(
-                            "round {round}: worker {p} sent no row of {w} Gram entries"
-                        ))
-                    })?;
-                for (q, &entry) in t.gram_row.iter().enumerate().skip(p) {
-                    gram[p][q] = entry;
-                    gram[q][p] = entry;
-                }
-                omega = omega.max(t.omega.min(w));
-            }
+            let shares: Vec<GsShare> = results.iter_mut().map(GsShare::take_from).collect();
+            let deltas = RoundDeltas::of(&shares, self.n_rows)?;
+            let (gram, omega) = deltas.gram_and_omega();
             let c: Vec<f64> = results
                 .iter()
                 .enumerate()
@@ -523,14 +481,11 @@ impl GsScheduling {
             for (p, r) in results.iter().enumerate() {
                 self.apply(p, r, weights[p]);
             }
-            let combined = match routed {
-                Some((deltas, _)) => {
-                    let (stored, offset) = deltas.combine(&weights)?;
-                    Some(GsCombined { stored, offset })
-                }
-                None => None,
-            };
-            GsCommit { weights, combined }
+            let (stored, offset) = deltas.combine(&weights)?;
+            GsCommit {
+                weights,
+                combined: Some(GsCombined { stored, offset }),
+            }
         };
         self.s.updates += results.iter().map(|r| r.updates).sum::<u64>();
         let objective = self.objective();
@@ -664,7 +619,6 @@ impl GsScheduling {
             let GsPartial::CertifiedAndSwept {
                 certificate,
                 result,
-                terms,
                 busy,
             } = p
             else {
@@ -674,11 +628,7 @@ impl GsScheduling {
             };
             discarded += result.updates;
             certified.push(GsPartial::Certified { certificate, busy });
-            swept.push(GsPartial::Swept {
-                result,
-                terms,
-                busy,
-            });
+            swept.push(GsPartial::Swept { result, busy });
         }
         self.pull_certify(round, certified, elapsed)?;
         if !self.s.stopping && self.s.phase == (Phase::Active { fresh: true }) {
@@ -718,11 +668,7 @@ impl GsScheduling {
                 "round {round}: expected a sweep and its certificate"
             )));
         };
-        let swept = GsPartial::Swept {
-            result,
-            terms: None,
-            busy,
-        };
+        let swept = GsPartial::Swept { result, busy };
         let commit = self.pull_sweep(round, RoundKind::Chunk, vec![swept], elapsed)?;
         self.pull_certify(
             round,
@@ -774,7 +720,7 @@ impl GsScheduling {
                 self.s.full_sweeps += 1;
                 let tolerance = self.job.gap_tolerance.filter(|t| *t > 0.0);
                 if tolerance.is_some_and(|t| gap <= t * objective.abs().max(f64::MIN_POSITIVE))
-                    || self.s.full_sweeps >= BASELINE_MAX_SWEEPS as u64
+                    || self.s.full_sweeps >= MAX_FULL_SWEEPS as u64
                 {
                     self.stop();
                 } else if nonzeros == 0 {

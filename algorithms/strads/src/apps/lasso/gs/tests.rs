@@ -21,8 +21,8 @@ fn job() -> LassoJob {
 
 fn baseline(job: &LassoJob) -> (f64, u64) {
     let (x, y) = job.load().unwrap();
-    let (outcome, report) = solve_baseline(&x, &y, job).unwrap();
-    (outcome.metrics.final_objective, report.updates)
+    let outcome = solve_baseline(&x, &y, job).unwrap();
+    (outcome.metrics.final_objective, outcome.metrics.updates)
 }
 
 fn relative(a: f64, b: f64) -> f64 {
@@ -57,7 +57,7 @@ fn one_worker_makes_the_baselines_updates_and_reaches_its_objective() {
 fn the_start_is_certified_without_a_round_as_the_baseline_certifies_it() {
     let job = job();
     let (x, y) = job.load().unwrap();
-    let (base, _) = solve_baseline(&x, &y, &job).unwrap();
+    let base = solve_baseline(&x, &y, &job).unwrap();
     let start = &base.metrics.evaluations[0];
     assert_eq!(start.updates, 0);
     for workers in [1, 2] {
@@ -393,39 +393,13 @@ fn a_run_on_a_libsvm_file_is_the_run_on_the_same_synthetic_design() {
 }
 
 #[test]
-fn deltas_worker_to_worker_or_through_the_scheduler_give_the_same_run_bit_for_bit() {
-    use crate::apps::lasso::GsExchange;
-    for fit_intercept in [false, true] {
-        for workers in [2, 3] {
-            let run = |route: GsExchange| {
-                let job = LassoJob {
-                    gs_exchange: route,
-                    fit_intercept,
-                    ..job()
-                };
-                run_without_actors(&job, workers).unwrap().metrics
-            };
-            let (peers, star) = (run(GsExchange::Peers), run(GsExchange::Scheduler));
-            assert_eq!(peers.updates, star.updates);
-            assert_eq!(peers.objective, star.objective, "{workers} workers");
-            assert_eq!(peers.final_objective, star.final_objective);
-        }
-    }
-    // `auto`: worker to worker only where it pays.
-    let job = job();
-    assert!(
-        !job.exchanges_deltas(1, 1 << 20),
-        "one worker has nobody to send to"
-    );
-    assert!(job.exchanges_deltas(2, 50_000));
-    assert!(
-        !job.exchanges_deltas(2, 2_000),
-        "a small delta: the hop costs more"
-    );
-    assert!(
-        !job.exchanges_deltas(4, 50_000),
-        "four workers move more bytes"
-    );
+fn the_removed_gs_exchange_setting_is_refused_by_name() {
+    let job = LassoJob {
+        gs_exchange: Some("peers".into()),
+        ..job()
+    };
+    let err = job.validate().unwrap_err().to_string();
+    assert!(err.contains("gs_exchange"), "{err}");
 }
 
 #[test]
@@ -440,15 +414,12 @@ fn a_worker_that_shares_the_residual_refuses_to_certify_its_own_sweep() {
     };
     let task = GsTask::SweepThenCertify(order);
     let shared = GsWorkerCore::new(x.clone(), y.clone(), 0.1, true).unwrap();
-    let err = GsWorker::new(shared, 0, false)
+    let err = GsWorker::new(shared, 0)
         .push(0, &task)
         .map(|_| ())
         .unwrap_err();
     assert!(err.to_string().contains("lone worker"), "{err}");
     let alone = GsWorkerCore::new(x, y, 0.1, false).unwrap();
-    let answer = GsWorker::new(alone, 0, false).push(0, &task).unwrap();
-    assert!(matches!(
-        answer,
-        Pushed::Done(GsPartial::SweptThenCertified { .. })
-    ));
+    let answer = GsWorker::new(alone, 0).push(0, &task).unwrap();
+    assert!(matches!(answer, GsPartial::SweptThenCertified { .. }));
 }

@@ -1,0 +1,59 @@
+//! The linear models' tuning constants, in one place. Each says what it trades and where it
+//! was measured (BENCHMARKS.md); the settings that override some of them per job are in
+//! `[app.lasso]` ([`LassoJob`](crate::apps::lasso::LassoJob)).
+
+/// Full sweeps a coordinate-descent run (baseline or Gauss-Seidel) may take.
+pub const MAX_FULL_SWEEPS: usize = 10_000;
+
+/// Active-set passes between two full sweeps at most (one worker runs them all in one
+/// round); a pass that barely moves the objective ends the phase long before.
+pub const MAX_ACTIVE_PASSES: u32 = 1000;
+
+/// Active-set passes per round with several Gauss-Seidel Lasso workers
+/// (`gs_active_passes = 0`). Measured: against one pass per round, 4 cut the rounds from
+/// 26 to 12 at 2,000 x 20,000 and from 113 to 93 at 50,000 x 1,000,000 for 2.2% / 1.6%
+/// more updates; 15 cost 33% more updates at the smallest size.
+pub const LASSO_SHARED_ACTIVE_PASSES: u32 = 4;
+
+/// Active-set sweeps per active round with several Gauss-Seidel logistic workers
+/// (`gs_active_passes = 0`): a block's own active phase between combinations runs ahead of
+/// the others' and is partly undone.
+pub const LOGISTIC_SHARED_ACTIVE_PASSES: u32 = 1;
+
+/// Kept share of the workers' own progress at or above which the Gauss-Seidel full-sweep
+/// chunk doubles ([`ChunkGrowth`](crate::core::gauss_seidel::ChunkGrowth)).
+pub const CHUNK_GROW_AT: f64 = 0.95;
+
+/// Kept share below which the Gauss-Seidel full-sweep chunk halves.
+pub const CHUNK_SHRINK_BELOW: f64 = 0.8;
+
+/// A proximal Newton step is kept if it lowers the objective by at least this share of the
+/// model's predicted decrease ([`cd_step`](crate::core::loss::cd_step)); else the step
+/// under the curvature bound is taken.
+pub const NEWTON_ACCEPTANCE: f64 = 0.01;
+
+/// Worker compute per non-zero of a coordinate's column (gather of the push, scatter of
+/// the commit), in nanoseconds: measured on the benchmark machine.
+pub const NS_PER_NONZERO: f64 = 4.0;
+
+/// Scheduler work per coordinate (sampling, dependency check, pull, bytes), in ns.
+pub const NS_PER_COORDINATE: f64 = 300.0;
+
+/// Smallest automatic block size of the scheduled solver.
+pub const MIN_AUTO_BLOCK: usize = 16;
+
+/// Sweeps' worth of coordinate updates the scheduled solver's automatic round limit allows.
+pub const AUTO_SWEEPS: u64 = 200;
+
+/// The default `interference_bound`: off. On sparse designs a bound pays (on a 2,000 x
+/// 20,000 design, 1 worker, bounds of 1.5, 2, 2.5, 3, 4, 6 and none needed 313k, 230k,
+/// 176k, 125k, 166k, 238k and 588k updates to 1e-3; [`RECOMMENDED_SPARSE_INTERFERENCE_BOUND`]
+/// is what `bench lasso-scale` uses). On dense designs every column loads every row, so a
+/// block could hold only about `bound` columns whatever their correlations: the Schur
+/// bound is too loose there to be on by default.
+pub const DEFAULT_INTERFERENCE_BOUND: f32 = 0.0;
+
+/// The bound that needed the fewest updates on sparse designs (see
+/// [`DEFAULT_INTERFERENCE_BOUND`]). The Schur bound is loose for mixed-sign columns, so it
+/// is above the worst-case-safe 2.
+pub const RECOMMENDED_SPARSE_INTERFERENCE_BOUND: f32 = 3.0;
