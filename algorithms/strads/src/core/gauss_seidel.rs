@@ -38,7 +38,7 @@
 //! the baseline's sequential coordinate descent.
 //!
 //! The pairwise dependency check of the scheduled mode was the other option; it is not
-//! used here because it bounds pairs, not the aggregate (issue 13, third pass), and a
+//! used here because it bounds pairs, not the aggregate, and a
 //! per-round column subset small enough to avoid shared rows covers only
 //! `n_samples / nnz_per_column` columns per round.
 
@@ -72,7 +72,7 @@ fn four_lane_sum<A: Copy, B: Copy>(a: &[A], b: &[B], term: impl Fn(A, B) -> f64)
 }
 
 /// `x_j^T r` over a column's stored non-zeros (`rows`, `vals`) in four partial sums.
-/// Measured (issue 13, eleventh pass): no change for the baseline, a few percent for
+/// Measured: no change for the baseline, a few percent for
 /// the Gauss-Seidel workers.
 #[inline]
 pub(crate) fn gather_dot(rows: &[u32], vals: &[f32], r: &[f64]) -> f64 {
@@ -327,7 +327,7 @@ impl RowVector {
 /// whole design.
 /// The active columns lie a few KB apart in the design, so a pass over them in place
 /// waited on memory for every column (its start, its rows, its values, its norm): about
-/// 200 ns a coordinate, against 30-45 ns in a full sweep (issue 13, twelfth pass).
+/// 200 ns a coordinate, against 30-45 ns in a full sweep.
 /// Packed, a pass streams. The steps are the same, in the same order, bit for bit.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PackedColumns {

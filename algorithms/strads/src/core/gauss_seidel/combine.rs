@@ -232,7 +232,7 @@ pub fn kept_share(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
 /// their size (which is what growing saves); the kept share does
 /// not see every cost of a bigger blend, though: at 50,000 x 1,000,000 the first sweep
 /// grew (kept 0.91-1.02 with weights 0.62-0.77), left 10% more non-zeros and the run made
-/// 5.7% more updates in 18 rounds instead of 93 (issue 13, sixth pass).
+/// 5.7% more updates in 18 rounds instead of 93.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkGrowth {
     factor: u32,

@@ -232,7 +232,7 @@ impl OverlapScratch {
 
 /// What one step of the scatter walk costs against one step of building a list: the walk
 /// chases a linked list through scattered entries, a build streams through a row. From
-/// the issue's 2,000 x 20,000 design (issue 13): with the weight 1 about a third of
+/// the 2,000 x 20,000 lasso-scale design: with the weight 1 about a third of
 /// the checks still walked and the check cost 3.3 ms a round.
 const WALK_STEP_WEIGHT: u64 = 4;
 
