@@ -5,8 +5,9 @@
 //! the sum in the same commit and say why).
 //!
 //! Only deterministic settings are pinned: STRADS apps are deterministic by construction
-//! (commits apply in round order); PS apps run one worker under BSP. `metrics.json` holds
-//! wall-clock timings, so it is not pinned.
+//! (commits apply in round order); PS apps run one worker under BSP; P3's shards sum the
+//! workers' slices in a fixed order, so its parameters are pinned (its settings name the
+//! run's paths). `metrics.json` holds wall-clock timings, so it is not pinned.
 
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -201,5 +202,34 @@ fn parameter_server_apps_write_the_pinned_models() {
                 "e20072edc3575ce5518ca576c88d537a8df17f83ff09a2d51419ca882e0594ce",
             ),
         ],
+    );
+}
+
+#[test]
+fn p3_writes_the_pinned_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.json");
+    let status = Command::new(env!("CARGO_BIN_EXE_petrel"))
+        .args(["train", "p3", "--net", "mlp", "--epochs", "1", "--out"])
+        .arg(&model)
+        .arg("--run-dir")
+        .arg(dir.path().join("run"))
+        .env("RUST_LOG", "warn")
+        .status()
+        .expect("run petrel");
+    assert!(status.success(), "petrel train p3 failed: {status}");
+    // The settings name this run's paths; the parameters that follow them are pinned.
+    let bytes = std::fs::read(&model).unwrap();
+    let params = bytes
+        .windows(b"\"params\":".len())
+        .position(|w| w == b"\"params\":")
+        .expect("a params section");
+    let sum: String = Sha256::digest(&bytes[params..])
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        sum, "bff49365b4b2d7173414a6a0fcb380ed17d23e5a71940d03b3b6486715cf4623",
+        "the P3 model's parameters changed"
     );
 }
