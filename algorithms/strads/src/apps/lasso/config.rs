@@ -51,18 +51,10 @@ pub struct SyntheticLasso {
     pub seed: u64,
 }
 
+// Every default is written once, on its flag.
 impl Default for SyntheticLasso {
     fn default() -> Self {
-        SyntheticLasso {
-            n_samples: 400,
-            n_features: 5000,
-            group_size: 10,
-            correlation: 0.8,
-            n_nonzero: 10,
-            noise_std: 0.1,
-            nnz_per_column: 0,
-            seed: 42,
-        }
+        petrel_actors::flag_defaults()
     }
 }
 
@@ -234,43 +226,10 @@ pub struct LassoJob {
     pub fail_after_checkpoints: Option<u64>,
 }
 
+// Every default is written once, on its flag.
 impl Default for LassoJob {
     fn default() -> Self {
-        LassoJob {
-            data: None,
-            test_data: None,
-            synthetic: SyntheticLasso::default(),
-            lambda: None,
-            fit_intercept: false,
-            lambda_fraction: 0.2,
-            solver: LassoSolver::Auto,
-            gs_chunk: 0,
-            gs_active_passes: 0,
-            gs_exchange: None,
-            mode: ScheduleMode::Dynamic,
-            block_size: 0,
-            candidate_pool: 0,
-            rho: Some(0.3),
-            interference_bound: DEFAULT_INTERFERENCE_BOUND,
-            eta: 1e-6,
-            priority_exponent: 1.0,
-            initial_priority: 1.0,
-            seed: 0,
-            depth: 1,
-            max_rounds: 0,
-            eval_every: 0,
-            eval_work_ratio: 4.0,
-            round_latency_ms: 1.0,
-            gap_tolerance: Some(1e-5),
-            target_objective: None,
-            out_dir: None,
-            timeout_s: 60,
-            schedulers: 1,
-            checkpoint_dir: None,
-            checkpoint_every: 500,
-            resume: false,
-            fail_after_checkpoints: None,
-        }
+        petrel_actors::flag_defaults()
     }
 }
 

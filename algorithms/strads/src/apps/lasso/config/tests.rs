@@ -8,9 +8,11 @@ struct Flags {
 }
 
 #[test]
-fn flag_defaults_are_the_toml_defaults() {
-    let flags = Flags::try_parse_from(["lasso"]).unwrap();
-    assert_eq!(flags.job, LassoJob::default());
+fn an_empty_section_reads_the_flag_defaults() {
+    let job: LassoJob = toml::from_str("").unwrap();
+    assert_eq!(job, LassoJob::default());
+    assert_eq!(job.rho, Some(0.3));
+    assert_eq!(job.synthetic.noise_std, 0.1);
 }
 
 #[test]
