@@ -9,6 +9,7 @@
 //! multi-node tests. `--transport none` runs no cluster at all: Lasso and logistic
 //! regression are solved by the single-threaded cyclic coordinate descent baseline, MF and
 //! LDA by the serial driver (both halves in this thread).
+// Long because every app's `petrel train` path (settings, cluster, restarts) lives here.
 
 pub mod apps;
 pub mod jobfile;

@@ -749,38 +749,7 @@ impl GsWorkerCore {
             .map(|&(k, old)| self.coefficients[column_of(k)] - old)
             .collect();
         if let Some((start, c)) = &start {
-            // `u_p = X d_p` from the net changes (one scatter per changed column however
-            // many passes ran), not taken as `start - r`: near the optimum the steps are
-            // far below the residual's size and the difference would keep only a few
-            // digits of them (the step weights then see noise and stall).
-            let mut u = vec![0.0; self.residual.len()];
-            let mut u_offset = 0.0f64;
-            for (&(k, _), &d) in moved.iter().zip(&result.deltas) {
-                // An active pass's columns from the packed copy (in place, every column
-                // waited on memory here too).
-                let (j, rows, vals) = if shrinks {
-                    let (j, rows, vals, _) = active.slot(k);
-                    (j, rows, vals)
-                } else {
-                    let (rows, vals) = self.x.column(k);
-                    (k, rows, vals)
-                };
-                for (&i, &v) in rows.iter().zip(vals) {
-                    u[i as usize] += f64::from(v) * d;
-                }
-                if let Some(c) = &self.centring {
-                    u_offset -= d * c.mean(j);
-                }
-            }
-            result.r_dot_u = dot(start, &u);
-            if self.centring.is_some() {
-                // (s + c 1) . (u_s + u_c 1)
-                let n = self.residual.len() as f64;
-                let (sum_s, sum_u): (f64, f64) = (start.iter().sum(), u.iter().sum());
-                result.r_dot_u += c * sum_u + u_offset * sum_s + n * c * u_offset;
-                result.residual_offset = u_offset;
-            }
-            result.residual_delta = RowVector::from_dense(u);
+            self.fill_residual_delta(start, *c, &moved, shrinks, &mut result);
         }
         result.sq_residual = self.sq_residual;
         result.l1 = self.l1;
@@ -790,6 +759,52 @@ impl GsWorkerCore {
             .collect();
         self.pending = Some(Pending { start, changed });
         Ok(result)
+    }
+
+    /// A shared sweep's residual delta `u_p`, `r . u_p` and the centring's offset, into
+    /// `result` (`start`, `c`: the residual and offset at the round's start; `moved`: each
+    /// changed column or active slot, with `result.deltas` its net change).
+    fn fill_residual_delta(
+        &self,
+        start: &[f64],
+        c: f64,
+        moved: &[(usize, f64)],
+        shrinks: bool,
+        result: &mut SweepResult,
+    ) {
+        let active = &self.active;
+        // `u_p = X d_p` from the net changes (one scatter per changed column however
+        // many passes ran), not taken as `start - r`: near the optimum the steps are
+        // far below the residual's size and the difference would keep only a few
+        // digits of them (the step weights then see noise and stall).
+        let mut u = vec![0.0; self.residual.len()];
+        let mut u_offset = 0.0f64;
+        for (&(k, _), &d) in moved.iter().zip(&result.deltas) {
+            // An active pass's columns from the packed copy (in place, every column
+            // waited on memory here too).
+            let (j, rows, vals) = if shrinks {
+                let (j, rows, vals, _) = active.slot(k);
+                (j, rows, vals)
+            } else {
+                let (rows, vals) = self.x.column(k);
+                (k, rows, vals)
+            };
+            for (&i, &v) in rows.iter().zip(vals) {
+                u[i as usize] += f64::from(v) * d;
+            }
+            if let Some(c) = &self.centring {
+                u_offset -= d * c.mean(j);
+            }
+        }
+        result.r_dot_u = dot(start, &u);
+        if self.centring.is_some() {
+            // (s + c 1) . (u_s + u_c 1)
+            let n = self.residual.len() as f64;
+            let (sum_s, sum_u): (f64, f64) = (start.iter().sum(), u.iter().sum());
+            result.r_dot_u += c * sum_u + u_offset * sum_s + n * c * u_offset;
+            result.residual_offset = u_offset;
+        }
+        result.residual_delta = RowVector::from_dense(u);
     }
 
     /// Applies a round's commit: this worker's step weight `weight` and the combined
