@@ -13,7 +13,7 @@
 //! per worker. A worker holds its columns (all rows, CSC) and a full residual
 //! `r = y - X b` (f64, `n_samples` long). In a round it sweeps a list of its own
 //! coordinates **sequentially** against its residual ([`GsWorkerCore::sweep`], each update
-//! the squared loss's [`cd_step`](super::loss::cd_step)) and returns its coefficient
+//! the squared loss's [`cd_step`]) and returns its coefficient
 //! changes `d_p` and its residual delta `u_p = X d_p` (one message). The scheduler combines the workers' sweeps
 //! with step weights `w_p` ([`jacobi_weights`]) and sends back `V = sum_p w_p u_p`; every
 //! worker sets `r = r_start - V`, so all residuals stay equal (bit for bit).
