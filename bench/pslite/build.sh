@@ -5,7 +5,7 @@
 #   bench/pslite/build.sh [PSLITE_SOURCE_DIR]
 #
 # PSLITE_SOURCE_DIR is a checkout of https://github.com/dmlc/ps-lite (the figures in
-# docs/PERFORMANCE.md used commit 15b8adf); default: bench/pslite/ps-lite. Needs cmake,
+# BENCHMARKS.md used commit 15b8adf); default: bench/pslite/ps-lite. Needs cmake,
 # g++, libzmq3-dev and libprotobuf-dev + protobuf-compiler (Debian: apt-get install cmake
 # g++ libzmq3-dev libprotobuf-dev protobuf-compiler). Then:
 #   petrel bench ps --peer-cmd bench/pslite/run_pslite.sh

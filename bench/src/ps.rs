@@ -89,7 +89,7 @@ pub struct PsBenchArgs {
     pub no_read_my_writes: bool,
     /// An already-built external benchmark run as `CMD BYTES ITERS WORKERS SHARDS`, printing
     /// one JSON line per worker with `mbps`, `p50_ms` and `p99_ms` (the ps-lite peer is in
-    /// bench/pslite; see docs/PERFORMANCE.md). Run alternately with petrel; ratios are printed
+    /// bench/pslite; see BENCHMARKS.md). Run alternately with petrel; ratios are printed
     /// per size.
     #[arg(long)]
     pub peer_cmd: Option<PathBuf>,
