@@ -7,13 +7,14 @@
 
 use std::process::Command;
 
-const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+mod common;
+
+use common::{PETREL, last_json_line, netns_skip};
 
 #[test]
 fn bench_chaos_link_cuts_short_and_long_finish_identical() {
     let test = "bench_chaos_link_cuts_short_and_long_finish_identical";
-    if let Err(why) = petrel::netns::available() {
-        eprintln!("SKIPPED {test}: {why}");
+    if netns_skip(test) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -31,8 +32,7 @@ fn bench_chaos_link_cuts_short_and_long_finish_identical() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let json: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    let json: serde_json::Value = last_json_line(&stdout);
     for (key, want) in [
         ("runs", 2),
         ("faults_injected", 2),

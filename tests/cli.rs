@@ -4,13 +4,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+mod common;
 
-fn write_config(dir: &Path, body: &str) -> std::path::PathBuf {
-    let p = dir.join("cluster.toml");
-    std::fs::write(&p, body).unwrap();
-    p
-}
+use common::{
+    PETREL, child_process, drain, free_port, has_manifest, kill_node_after_a_checkpoint, signal,
+    wait_until, wait_with_deadline, write_config,
+};
 
 const DEMO: &str = r#"
 [cluster]
@@ -186,11 +185,7 @@ fn chaos(c: Chaos, fault: Fault) {
     match fault {
         Fault::Kill => victim.kill().unwrap(),
         Fault::Pause => {
-            let st = Command::new("kill")
-                .args(["-STOP", &victim.id().to_string()])
-                .status()
-                .unwrap();
-            assert!(st.success());
+            assert!(signal(victim.id(), "STOP"));
         }
     }
     for (name, (child, log)) in survivors {
@@ -321,39 +316,6 @@ fn small_lasso_job(
     path
 }
 
-fn free_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Reads a child's stderr on a thread, so a chatty child never blocks on a full pipe.
-fn drain(mut child: std::process::Child) -> (std::process::Child, std::thread::JoinHandle<String>) {
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
-        s
-    });
-    (child, reader)
-}
-
-fn wait_with_deadline(mut child: std::process::Child, limit: Duration) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("process did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Checkpoint/resume under a crash: an uninterrupted STRADS Lasso run; then, for a worker
 /// (`w1`) and for the scheduler (also the coordinator), the same job with checkpointing
 /// whose victim is SIGKILLed once the first checkpoint manifest exists (the run must fail
@@ -406,28 +368,12 @@ fn killed_lasso_node_then_resume_gives_the_uninterrupted_model() {
         );
         let killed_name = format!("killed-{victim}");
         let (child, log) = launch(&config(&killed_name, &ckpt_knobs), &killed_name);
-        let started = Instant::now();
-        loop {
-            let has_manifest = std::fs::read_dir(&ckpt).is_ok_and(|d| {
-                d.flatten()
-                    .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
-            });
-            if has_manifest {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no checkpoint manifest within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(Duration::from_secs(30), "a checkpoint manifest", || {
+            has_manifest(&ckpt)
+        });
         let pid = child_process(child.id(), victim).expect("the launcher's child process");
         let killed = Instant::now();
-        let st = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
+        assert!(signal(pid, "KILL"));
         let status = wait_with_deadline(child, Duration::from_secs(20));
         let detected = killed.elapsed();
         let err = log.join().unwrap();
@@ -470,64 +416,6 @@ fn killed_lasso_node_then_resume_gives_the_uninterrupted_model() {
         let from = metrics["resumed_from_round"].as_u64().unwrap();
         assert!(from > 0, "{metrics}");
     }
-}
-
-/// The pid of the child of `parent` whose command line names node `name` (Linux /proc).
-fn child_process(parent: u32, name: &str) -> Option<u32> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // Fields after the parenthesised command: state, ppid, ...
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse::<u32>().ok());
-            if ppid != Some(parent) {
-                continue;
-            }
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
-            if args
-                .windows(2)
-                .any(|w| w[0] == b"--name" && w[1] == name.as_bytes())
-            {
-                return Some(pid);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
-/// Waits (up to `limit`) until `checkpointed()` holds, then SIGKILLs the node process
-/// `node` of the job `child` and returns the job's output once it has exited.
-fn kill_node_after_a_checkpoint(
-    child: std::process::Child,
-    node: &str,
-    limit: Duration,
-    checkpointed: impl Fn() -> bool,
-) -> std::process::Output {
-    let started = Instant::now();
-    while !checkpointed() {
-        assert!(started.elapsed() < limit, "no checkpoint before the kill");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let pid = child_process(child.id(), node).expect("the node's process");
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success(),
-        "{node} was gone before the kill"
-    );
-    child.wait_with_output().unwrap()
 }
 
 /// Asserts that a job finished after one restart that resumed from a checkpoint, and
@@ -892,23 +780,9 @@ fn train_lasso_restarts_after_a_killed_node_and_writes_the_uninterrupted_model()
             .spawn()
             .unwrap();
         let ckpt = out_dir.join("checkpoints");
-        let started = Instant::now();
-        while !std::fs::read_dir(&ckpt).is_ok_and(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
-        }) {
-            assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let pid = child_process(child.id(), victim).expect("the victim's process");
-        assert!(
-            Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status()
-                .unwrap()
-                .success()
-        );
-        let out = child.wait_with_output().unwrap();
+        let out = kill_node_after_a_checkpoint(child, victim, Duration::from_secs(60), || {
+            has_manifest(&ckpt)
+        });
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         if succeeds {
@@ -963,12 +837,8 @@ fn gauss_seidel_lasso_restarts_after_a_killed_worker_with_the_uninterrupted_mode
     let killed = dir.path().join("killed");
     let ckpt = killed.join("checkpoints");
     let child = train(&killed, "2").spawn().unwrap();
-    let out = kill_node_after_a_checkpoint(child, "w1", Duration::from_secs(60), || {
-        std::fs::read_dir(&ckpt).is_ok_and(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
-        })
-    });
+    let out =
+        kill_node_after_a_checkpoint(child, "w1", Duration::from_secs(60), || has_manifest(&ckpt));
     let (round, _) = resumed_after_one_restart(&out, "round");
     assert!(round > 0);
     assert!(
@@ -1301,23 +1171,9 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
     for (restarts, succeeds) in [("2", true), ("0", false)] {
         let killed = dir.path().join(format!("killed-{restarts}"));
         let child = run(&cluster(&killed), restarts).spawn().unwrap();
-        let started = Instant::now();
-        while petrel::recovery::newest_checkpoint_round(&killed.join("ckpt")).is_none() {
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "no checkpoint"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let pid = child_process(child.id(), "w1").expect("the worker's process");
-        assert!(
-            Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status()
-                .unwrap()
-                .success()
-        );
-        let out = child.wait_with_output().unwrap();
+        let out = kill_node_after_a_checkpoint(child, "w1", Duration::from_secs(120), || {
+            petrel::recovery::newest_checkpoint_round(&killed.join("ckpt")).is_some()
+        });
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         if succeeds {
@@ -1561,23 +1417,9 @@ fn petrel_run_resumes_a_ps_cluster_whose_worker_was_killed() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while petrel::ps::checkpoint::job_manifest_clocks(&ckpt).map_or(true, |c| c.is_empty()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let pid = child_process(child.id(), "worker-1").expect("the worker's process");
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let done = child.wait_with_output().unwrap();
+    let done = kill_node_after_a_checkpoint(child, "worker-1", Duration::from_secs(120), || {
+        petrel::ps::checkpoint::job_manifest_clocks(&ckpt).is_ok_and(|c| !c.is_empty())
+    });
     let (stdout, stderr) = (
         String::from_utf8_lossy(&done.stdout),
         String::from_utf8_lossy(&done.stderr),
@@ -1635,24 +1477,9 @@ fn petrel_run_checkpoints_by_default_and_a_killed_node_rolls_back_to_the_newest(
     // Default checkpoints; w1 killed after the first one.
     let ckpt = dir.path().join("run-killed/checkpoints/lasso");
     let child = run("killed", &[]).spawn().unwrap();
-    let started = Instant::now();
-    while petrel::recovery::newest_checkpoint_round(&ckpt).is_none() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no checkpoint in {}",
-            ckpt.display()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let pid = child_process(child.id(), "w1").expect("the worker's process");
-    assert!(
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let done = child.wait_with_output().unwrap();
+    let done = kill_node_after_a_checkpoint(child, "w1", Duration::from_secs(60), || {
+        petrel::recovery::newest_checkpoint_round(&ckpt).is_some()
+    });
     let stdout = String::from_utf8_lossy(&done.stdout);
     let stderr = String::from_utf8_lossy(&done.stderr);
     assert!(done.status.success(), "{stderr}");

@@ -4,21 +4,11 @@
 //! itself), printing the same results both ways. `cargo test` builds the examples before it
 //! runs any test, so this test starts the built binaries (`target/<profile>/examples/<name>`).
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-fn example_binary(name: &str) -> PathBuf {
-    // target/<profile>/deps/examples_run-<hash> -> target/<profile>/examples/<name>
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test executable lives in target/<profile>/deps");
-    profile_dir
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
-}
+use common::{example_binary, read_all, wait_with_deadline};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// Runs example `name` with `args`; returns its standard output and standard error.
 fn run_example(name: &str, args: &[&str]) -> (String, String) {
@@ -29,7 +19,6 @@ fn run_example(name: &str, args: &[&str]) -> (String, String) {
         bin.display()
     );
     let tmp = tempfile::tempdir().unwrap();
-    let start = Instant::now();
     let mut child = Command::new(&bin)
         .args(args)
         .env("RUST_LOG", "warn")
@@ -39,28 +28,9 @@ fn run_example(name: &str, args: &[&str]) -> (String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut out, &mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut err, &mut s);
-        s
-    });
-    let limit = Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for example") {
-            break status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("example {name} {args:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let out = read_all(child.stdout.take().unwrap());
+    let err = read_all(child.stderr.take().unwrap());
+    let status = wait_with_deadline(&mut child, Duration::from_secs(120));
     let (out, err) = (out.join().unwrap(), err.join().unwrap());
     assert!(
         status.success(),

@@ -3,41 +3,9 @@
 //! included) carries the held-out figures, they improve from step 0 to the end, the last
 //! record's agree with the final figures, and `history.csv` / `--plot` have them too.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/data")
-        .join(name)
-}
-
-/// Runs `petrel train <app> --out <out> <args>`; returns its standard output.
-fn train(app: &str, out: &Path, args: &[&str]) -> String {
-    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
-        .args(["train", app, "--out"])
-        .arg(out)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run petrel");
-    assert!(
-        run.status.success(),
-        "petrel train {app} {args:?} failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    String::from_utf8(run.stdout).unwrap()
-}
-
-fn metrics(out: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap()
-}
-
-fn f(v: &serde_json::Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} missing in {v}"))
-}
+use common::{data, f, metrics, train};
 
 /// The history's records, after checking that every one has each of `keys` and that the
 /// first is step 0.

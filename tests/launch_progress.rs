@@ -7,7 +7,9 @@ use petrel::launcher::{self, ChildCommand, LaunchOptions};
 use petrel_actors::Settings;
 use std::time::Duration;
 
-const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+mod common;
+
+use common::PETREL;
 
 fn lasso_settings(out: &std::path::Path) -> Settings {
     let text = format!(
@@ -89,10 +91,7 @@ fn the_launcher_bar_takes_the_schedulers_progress_reports() {
         "{point:?}"
     );
     // The point shown is the scheduler's last one.
-    let metrics: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("lasso/metrics.json")).unwrap(),
-    )
-    .unwrap();
+    let metrics: serde_json::Value = common::json_file(&dir.path().join("lasso/metrics.json"));
     // (Lasso publishes the objective after every round.) The relays are drained before
     // the launcher returns, so the final report is never lost.
     let curve = metrics["objective"].as_array().unwrap();

@@ -3,38 +3,10 @@
 //! against a baseline), `petrel predict` (its rows checked), and bad model files refused
 //! naming the file.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/data")
-        .join(name)
-}
-
-fn petrel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_petrel"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run petrel")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = petrel(args);
-    assert!(
-        out.status.success(),
-        "petrel {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn failure(args: &[&str]) -> String {
-    let out = petrel(args);
-    assert!(!out.status.success(), "petrel {args:?} succeeded");
-    String::from_utf8(out.stderr).unwrap()
-}
+use common::{data, f, failure, ok, train};
+use std::path::Path;
 
 /// `petrel eval`'s figures (its last stdout line is JSON).
 fn eval(app: &str, model: &Path, data_file: &str) -> serde_json::Value {
@@ -60,22 +32,6 @@ fn predict(app: &str, model: &Path, extra: &[&str]) -> Vec<Vec<String>> {
         .skip(1)
         .map(|l| l.split('\t').map(String::from).collect())
         .collect()
-}
-
-fn f(v: &serde_json::Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} missing in {v}"))
-}
-
-fn train(app: &str, out: &Path, args: &[&str]) {
-    let mut all = vec!["train", app, "--out", out.to_str().unwrap()];
-    all.extend_from_slice(args);
-    ok(&all);
-    assert!(
-        out.join("petrel-model.json").exists(),
-        "{app} wrote no model"
-    );
 }
 
 #[test]
@@ -126,9 +82,8 @@ fn linear_models_round_trip_through_eval_and_predict() {
             "memory",
         ],
     );
-    let metrics = |dir: &Path| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(dir.join("metrics.json")).unwrap()).unwrap()
-    };
+    let metrics =
+        |dir: &Path| -> serde_json::Value { common::json_file(&dir.join("metrics.json")) };
     // The default solver (Gauss-Seidel) stops on the baseline's rule and says so.
     let m = metrics(&logistic);
     let reason = m["stop_reason"].as_str().unwrap();
@@ -327,8 +282,7 @@ fn topic_models_fold_in_new_documents() {
 
 /// `metrics.json`'s final figures.
 fn finals(out: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(out.join("metrics.json")).unwrap();
-    serde_json::from_str::<serde_json::Value>(&text).unwrap()["final"].clone()
+    common::metrics(out)["final"].clone()
 }
 
 #[test]
@@ -418,9 +372,7 @@ fn ps_mf_biases_are_saved_and_lower_the_heldout_rmse() {
             args.push("--biases");
         }
         train("ps-mf", &out, &args);
-        let model: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
-                .unwrap();
+        let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
         let user_bias = model["params"]["user_bias"].as_array().unwrap();
         assert_eq!(user_bias.len(), if biases { 80 } else { 0 });
         if biases {
@@ -470,9 +422,7 @@ fn strads_mf_global_mean_is_saved_and_lowers_the_heldout_rmse() {
             args.push("--global-mean");
         }
         train("strads-mf", &out, &args);
-        let model: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
-                .unwrap();
+        let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
         let saved = model["params"]["global_mean"].as_f64().unwrap();
         assert!((saved - if global_mean { mean } else { 0.0 }).abs() < 1e-4);
         rmse.push(f(&eval("strads-mf", &out, "ratings.test"), "rmse"));
@@ -506,9 +456,7 @@ fn strads_mf_biases_and_weighted_lambda_are_saved_and_lower_the_heldout_rmse() {
         ];
         args.extend_from_slice(extra);
         train("strads-mf", &out, &args);
-        let model: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
-                .unwrap();
+        let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
         let biases = !extra.is_empty();
         let params = &model["params"];
         let user_bias = params["user_bias"].as_array().unwrap();
@@ -528,9 +476,7 @@ fn strads_mf_biases_and_weighted_lambda_are_saved_and_lower_the_heldout_rmse() {
         assert_eq!(params["user_factors"][0].as_array().unwrap().len(), 10);
         let factor_line = std::fs::read_to_string(out.join("user_factors.tsv")).unwrap();
         assert_eq!(factor_line.lines().next().unwrap().split('\t').count(), 11);
-        let metrics: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap())
-                .unwrap();
+        let metrics: serde_json::Value = common::metrics(&out);
         assert_eq!(metrics["settings"]["biases"], biases);
         assert_eq!(metrics["settings"]["weighted_lambda"], extra.len() == 2);
         // test_fraction 0: no test set, so no test figure (not the RMSE of nothing).
@@ -571,8 +517,7 @@ fn ps_histories_start_with_the_untrained_model_at_step_0() {
             "1",
         ],
     );
-    let metrics: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let metrics = common::metrics(&out);
     let first = &metrics["history"][0];
     assert_eq!(first["step"], 0);
     assert_eq!(first["seconds"], 0.0);
@@ -604,8 +549,7 @@ fn ps_histories_start_with_the_untrained_model_at_step_0() {
             "1",
         ],
     );
-    let metrics: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let metrics = common::metrics(&out);
     let first = &metrics["history"][0];
     assert_eq!(first["step"], 0);
     let initial = f(first, "test_log_loss");
@@ -708,9 +652,7 @@ fn lasso_fit_intercept_matches_the_closed_form_of_one_centred_feature() {
                 transport,
             ],
         );
-        let model: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
-                .unwrap();
+        let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
         let got_b = model["params"]["coefficients"][0].as_f64().unwrap();
         let got_b0 = f(&model["params"], "intercept");
         assert!((got_b - b).abs() < 1e-4, "{transport}: b {got_b} vs {b}");
@@ -781,9 +723,7 @@ fn lasso_fit_intercept_keeps_a_wide_sparse_design_sparse() {
     let m: serde_json::Value = serde_json::from_str(&metrics).unwrap();
     assert_eq!(m["converged"], true, "{}", m["stop_reason"]);
     assert!(f(&m["final"], "kkt_violation") < 1e-3, "{}", m["final"]);
-    let model: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
-            .unwrap();
+    let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
     let b: Vec<f64> = model["params"]["coefficients"]
         .as_array()
         .unwrap()
@@ -832,9 +772,7 @@ fn lasso_fit_intercept_keeps_a_wide_sparse_design_sparse() {
     let m: serde_json::Value = serde_json::from_str(&metrics).unwrap();
     let rss = f(&m["profile"], "scheduler_peak_rss_mb");
     assert!(rss < 300.0, "peak RSS {rss} MB");
-    let model: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("petrel-model.json")).unwrap())
-            .unwrap();
+    let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
     let b: Vec<f64> = model["params"]["coefficients"]
         .as_array()
         .unwrap()
@@ -856,7 +794,7 @@ fn train_reports_progress_without_a_terminal_and_plots_its_history() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("lda");
     let svg = dir.path().join("plots/lda.svg");
-    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
+    let run = std::process::Command::new(common::PETREL)
         .args(["train", "lda", "--docword"])
         .arg(data("docs.train"))
         .args([
@@ -886,8 +824,7 @@ fn train_reports_progress_without_a_terminal_and_plots_its_history() {
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg") && text.contains("loglik_per_token"));
     // The history drawn: one record per pass and one before the first.
-    let metrics: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let metrics = common::metrics(&out);
     assert_eq!(metrics["history"].as_array().unwrap().len(), 31);
     let e = failure(&["train", "ps-mf", "--plot", "x.svg", "--config", "job.toml"]);
     assert!(e.contains("--plot needs"), "{e}");
@@ -895,7 +832,7 @@ fn train_reports_progress_without_a_terminal_and_plots_its_history() {
     // Nodes as processes: the scheduler's process logs the lines, the launcher relays them
     // under the node's name (the last one when the scheduler's run ends).
     let out = dir.path().join("lda-processes");
-    let run = Command::new(env!("CARGO_BIN_EXE_petrel"))
+    let run = std::process::Command::new(common::PETREL)
         .args(["train", "lda", "--docword"])
         .arg(data("docs.train"))
         .args(["--topics", "4", "--iterations", "30"])

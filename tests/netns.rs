@@ -2,29 +2,15 @@
 //! runs on one machine. Needs root and iproute2; skips with a message otherwise.
 
 use petrel::netns::{Hosts, LinkShape};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use petrel::train::p3::processes::Teardown;
+use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+mod common;
+
+use common::{PETREL, drain, example_binary, netns_skip, wait_with_deadline};
 const NAMES: [&str; 3] = ["hub", "w1", "w2"];
-
-struct Teardown(Hosts);
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        self.0.down();
-    }
-}
-
-fn skip(test: &str) -> bool {
-    match petrel::netns::available() {
-        Ok(()) => false,
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            true
-        }
-    }
-}
 
 /// Starts the demo job on three hosts; returns each node with a thread reading its stderr.
 fn start(hosts: &Hosts, dir: &std::path::Path, rounds: u64) -> Vec<(Child, JoinHandle<String>)> {
@@ -72,7 +58,7 @@ fn start_with(
     assert!(st.success());
     (0..3)
         .map(|i| {
-            let mut child = hosts
+            let child = hosts
                 .command(i, PETREL)
                 .args([
                     "node",
@@ -85,34 +71,14 @@ fn start_with(
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap();
-            let mut stderr = child.stderr.take().unwrap();
-            let log = std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
-                s
-            });
-            (child, log)
+            drain(child)
         })
         .collect()
 }
 
-fn wait(child: &mut Child, limit: Duration) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("node did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn three_node_cluster_across_network_namespaces() {
-    if skip("three_node_cluster_across_network_namespaces") {
+    if netns_skip("three_node_cluster_across_network_namespaces") {
         return;
     }
     let prefix = format!("pa{}", std::process::id() % 100_000);
@@ -125,7 +91,7 @@ fn three_node_cluster_across_network_namespaces() {
     let _teardown = Teardown(hosts.clone());
     let dir = tempfile::tempdir().unwrap();
     for (i, (mut child, log)) in start(&hosts, dir.path(), 5).into_iter().enumerate() {
-        let st = wait(&mut child, Duration::from_secs(90));
+        let st = wait_with_deadline(&mut child, Duration::from_secs(90));
         let err = log.join().unwrap();
         assert!(st.success(), "{} failed:\n{err}", NAMES[i]);
         if i > 0 {
@@ -138,7 +104,7 @@ fn three_node_cluster_across_network_namespaces() {
 /// timeout and stop; w2 reports the coordinator. Nothing hangs; the link is restored.
 #[test]
 fn cut_link_is_detected_across_namespaces() {
-    if skip("cut_link_is_detected_across_namespaces") {
+    if netns_skip("cut_link_is_detected_across_namespaces") {
         return;
     }
     let prefix = format!("pb{}", std::process::id() % 100_000);
@@ -156,7 +122,7 @@ fn cut_link_is_detected_across_namespaces() {
     let cut = Instant::now();
     hosts.set_link(2, false).expect("cut link");
     for (i, (child, log)) in nodes.iter_mut().enumerate() {
-        let st = wait(child, Duration::from_secs(30));
+        let st = wait_with_deadline(child, Duration::from_secs(30));
         assert!(!st.success(), "{} should fail", NAMES[i]);
         let _ = log;
     }
@@ -181,7 +147,7 @@ fn cut_link_is_detected_across_namespaces() {
 /// (the demo checks each reply against the closed form), so nothing was lost or reordered.
 #[test]
 fn short_link_cut_is_survived_across_namespaces() {
-    if skip("short_link_cut_is_survived_across_namespaces") {
+    if netns_skip("short_link_cut_is_survived_across_namespaces") {
         return;
     }
     let prefix = format!("pc{}", std::process::id() % 100_000);
@@ -200,7 +166,7 @@ fn short_link_cut_is_survived_across_namespaces() {
     std::thread::sleep(Duration::from_millis(1500));
     hosts.set_link(2, true).expect("restore link");
     for (i, (mut child, log)) in nodes.into_iter().enumerate() {
-        let st = wait(&mut child, Duration::from_secs(60));
+        let st = wait_with_deadline(&mut child, Duration::from_secs(60));
         let err = log.join().unwrap();
         assert!(
             st.success(),
@@ -213,13 +179,6 @@ fn short_link_cut_is_survived_across_namespaces() {
     }
 }
 
-/// The built binary of example `name` (`cargo test` builds the examples first).
-fn example_binary(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().and_then(|d| d.parent()).unwrap();
-    profile.join("examples").join(name)
-}
-
 /// Issues 11 and 18, multi-host: one config, `petrel certs --bundle`, one bundle copied to
 /// each host, and every host started the same way with only its rank: `petrel node`
 /// (built-in demo, 3 hosts) and the user program `examples/topology` (its roles composed in
@@ -227,7 +186,7 @@ fn example_binary(name: &str) -> std::path::PathBuf {
 /// relative to the bundle's `cluster.toml`.
 #[test]
 fn hosts_run_from_one_config_and_their_bundles() {
-    if skip("hosts_run_from_one_config_and_their_bundles") {
+    if netns_skip("hosts_run_from_one_config_and_their_bundles") {
         return;
     }
     let prefix = format!("pd{}", std::process::id() % 100_000);
@@ -333,7 +292,7 @@ fn hosts_run_from_one_config_and_their_bundles() {
 /// the command that makes them, before any node starts.
 #[test]
 fn petrel_run_places_each_node_on_its_own_emulated_host() {
-    if skip("petrel_run_places_each_node_on_its_own_emulated_host") {
+    if netns_skip("petrel_run_places_each_node_on_its_own_emulated_host") {
         return;
     }
     let prefix = format!("rn{}", std::process::id() % 10_000);
@@ -386,7 +345,7 @@ fn petrel_run_places_each_node_on_its_own_emulated_host() {
 fn gauss_seidel_workers_across_hosts_make_the_loopback_model() {
     // Each worker on its own emulated host, and the model is the one the same job makes
     // on 127.0.0.1.
-    if skip("gauss_seidel_workers_across_hosts_make_the_loopback_model") {
+    if netns_skip("gauss_seidel_workers_across_hosts_make_the_loopback_model") {
         return;
     }
     let prefix = format!("gx{}", std::process::id() % 10_000);

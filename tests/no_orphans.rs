@@ -6,7 +6,9 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+mod common;
+
+use common::{PETREL, alive, children_of, signal, wait_until, write_config};
 
 /// A demo job that would run for a minute.
 const LONG_DEMO: &str = r#"
@@ -29,86 +31,52 @@ tensor_len = 64
 duration_s = 60.0
 "#;
 
-/// The pids whose parent is `parent`.
-fn children_of(parent: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(parent) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// Whether `pid` still runs (a zombie waiting for its new parent to reap it does not).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next());
-        !matches!(state, Some("Z") | Some("X"))
-    })
-}
-
-fn launcher_dies_and_takes_its_nodes(signal: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("cluster.toml");
-    std::fs::write(&cfg, LONG_DEMO).unwrap();
-    let mut launcher = Command::new(PETREL)
+/// Starts `petrel run` on [`LONG_DEMO`] (run directories in `dir`) and waits for its 3
+/// nodes to have joined and exchanged rounds; returns the launcher and the nodes' pids.
+fn start_long_demo(dir: &std::path::Path, stderr: Stdio) -> (std::process::Child, Vec<u32>) {
+    let cfg = write_config(dir, LONG_DEMO);
+    let launcher = Command::new(PETREL)
         .arg("run")
         .arg(&cfg)
         // A SIGKILLed launcher cannot remove its run directory: keep it in the test's.
-        .env("TMPDIR", dir.path())
+        .env("TMPDIR", dir)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    let nodes = loop {
-        let nodes = children_of(launcher.id());
-        if nodes.len() == 3 {
-            break nodes;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the launcher did not start 3 nodes: {nodes:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // Mid-run: the nodes have joined and exchange rounds.
+    let mut nodes = Vec::new();
+    wait_until(
+        Duration::from_secs(30),
+        "the launcher starts 3 nodes",
+        || {
+            nodes = children_of(launcher.id());
+            nodes.len() == 3
+        },
+    );
     std::thread::sleep(Duration::from_millis(1500));
+    (launcher, nodes)
+}
+
+fn launcher_dies_and_takes_its_nodes(how: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    // Mid-run: the nodes have joined and exchange rounds.
+    let (mut launcher, nodes) = start_long_demo(dir.path(), Stdio::null());
     assert!(
         launcher.try_wait().unwrap().is_none(),
         "the run ended early"
     );
-    let st = Command::new("kill")
-        .args([&format!("-{signal}"), &launcher.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    assert!(signal(launcher.id(), how));
     let signalled = Instant::now();
     while nodes.iter().any(|&p| alive(p)) && signalled.elapsed() < Duration::from_secs(2) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let left: Vec<u32> = nodes.iter().copied().filter(|&p| alive(p)).collect();
     for &p in &left {
-        let _ = Command::new("kill")
-            .args(["-KILL", &p.to_string()])
-            .status();
+        signal(p, "KILL");
     }
     assert!(
         left.is_empty(),
-        "SIGTERM/SIGKILL of the launcher ({signal}) left nodes {left:?} running after 2 s"
+        "SIGTERM/SIGKILL of the launcher ({how}) left nodes {left:?} running after 2 s"
     );
     let status = launcher.wait().unwrap();
     assert!(!status.success(), "{status}");
@@ -134,26 +102,7 @@ fn sigkill_of_the_launcher_kills_every_node() {
 #[test]
 fn sigterm_of_one_node_is_reported_once_by_the_launcher() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("cluster.toml");
-    std::fs::write(&cfg, LONG_DEMO).unwrap();
-    let launcher = Command::new(PETREL)
-        .arg("run")
-        .arg(&cfg)
-        .env("TMPDIR", dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let nodes = loop {
-        let nodes = children_of(launcher.id());
-        if nodes.len() == 3 {
-            break nodes;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30));
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    std::thread::sleep(Duration::from_millis(1500));
+    let (launcher, nodes) = start_long_demo(dir.path(), Stdio::piped());
     // The node whose command line names w1.
     let w1 = nodes
         .iter()
@@ -165,11 +114,7 @@ fn sigterm_of_one_node_is_reported_once_by_the_launcher() {
                 .any(|a| a == b"w1")
         })
         .expect("node w1");
-    let st = Command::new("kill")
-        .args(["-TERM", &w1.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    assert!(signal(w1, "TERM"));
     let out = launcher.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());

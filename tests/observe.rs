@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+mod common;
+
+use common::PETREL;
 
 /// One cluster, three jobs: `hub` runs the PS shard and monitor, the STRADS scheduler and
 /// the P3 shard; `w0` and `w1` run a worker of each. With `held_open_s`, the MF job runs

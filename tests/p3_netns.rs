@@ -4,13 +4,14 @@
 
 use std::process::Command;
 
-const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+mod common;
+
+use common::{PETREL, netns_skip};
 
 #[test]
 fn p3_bench_across_network_namespaces() {
     let test = "p3_bench_across_network_namespaces";
-    if let Err(why) = petrel::netns::available() {
-        eprintln!("SKIPPED {test}: {why}");
+    if netns_skip(test) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -31,11 +31,10 @@ fn write_cifar_pair(dir: &Path, train: usize, test: usize) -> (String, String) {
     )
 }
 
+mod common;
+
 fn petrel(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_petrel"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = Command::new(common::PETREL).args(args).output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -136,7 +135,7 @@ fn trained_p3_model_evaluates_and_predicts_as_training_reported() {
 fn train_p3_runs_processes_and_saves_a_loadable_model() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_petrel"))
+    let out = Command::new(common::PETREL)
         .args([
             "train", "p3", "--net", "mlp", "--mode", "p3", "--epochs", "2",
         ])
@@ -171,7 +170,7 @@ fn train_p3_runs_processes_and_saves_a_loadable_model() {
     assert!(petrel::recovery::has_checkpoint(
         &dir.path().join("checkpoints")
     ));
-    let none = Command::new(env!("CARGO_BIN_EXE_petrel"))
+    let none = Command::new(common::PETREL)
         .args([
             "train",
             "p3",
@@ -188,7 +187,7 @@ fn train_p3_runs_processes_and_saves_a_loadable_model() {
     assert!(err.contains("no valid P3 checkpoint"), "{err}");
 
     // A bad data spec is refused before any process starts, naming the flag's setting.
-    let bad = Command::new(env!("CARGO_BIN_EXE_petrel"))
+    let bad = Command::new(common::PETREL)
         .args(["train", "p3", "--train-data", "csv:x"])
         .output()
         .unwrap();

@@ -6,8 +6,10 @@ use clap::Parser;
 use std::path::Path;
 use std::process::{Command, Output};
 
+mod common;
+
 fn petrel(args: &[&str], env: &[(&str, &str)], dir: &Path) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_petrel"));
+    let mut cmd = Command::new(common::PETREL);
     cmd.args(args).current_dir(dir).env("RUST_LOG", "info");
     for (k, v) in env {
         cmd.env(k, v);

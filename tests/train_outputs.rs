@@ -3,20 +3,19 @@
 //! written last and atomically; a run stopped by its iteration limit says so; a full disk
 //! leaves no file that looks finished.
 
+mod common;
+
+use common::metrics;
 use std::path::Path;
 use std::process::{Command, Output};
 
 fn petrel(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_petrel"))
+    Command::new(common::PETREL)
         .args(args)
         .current_dir(dir)
         .env("RUST_LOG", "warn")
         .output()
         .expect("run petrel")
-}
-
-fn metrics(out: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap()
 }
 
 /// Every app's `metrics.json` has the common fields and a history whose records share

@@ -358,8 +358,7 @@ fn run_mode(
         };
         let limit = Duration::from_secs(args.netns_timeout_s);
         let drops0 = hosts.qdisc_drops().ok();
-        let (reports, cpu) =
-            processes::run_job(processes::Placement::Netns(hosts), &cfg, &net, &dir, limit)?;
+        let (reports, cpu) = processes::run_job(Some(hosts), &cfg, &net, &dir, limit)?;
         let drops = match (drops0, hosts.qdisc_drops().ok()) {
             (Some(a), Some(b)) => Some(b.saturating_sub(a)),
             _ => None,
@@ -431,8 +430,8 @@ pub fn default_credit_bytes(slice_params: u64, netns: bool) -> usize {
     slice_bytes.saturating_mul(2).max(16 * 1024)
 }
 
-/// Where `--netns` runs keep configs, certificates, node logs and reports (a mode's
-/// directory is removed after it succeeded; a failed mode's stays for its logs).
+/// Where `--netns` runs keep configs, certificates and reports (a mode's
+/// directory is removed after it succeeded; a failed mode's stays).
 fn netns_run_dir() -> PathBuf {
     std::env::temp_dir().join(format!("petrel-p3-netns-{}", std::process::id()))
 }

@@ -12,7 +12,7 @@ use petrel_net::tls::TlsError;
 use petrel_net::{NetConfig, ShaperConfig};
 use petrel_p3::roles::{P3NodeConfig, WorkerReportFile};
 use petrel_p3::{Mode, P3Error, PlanError, ProfileError};
-use processes::{Placement, free_loopback_ports, run_job};
+use processes::run_job;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -52,60 +52,9 @@ pub enum P3JobError {
         #[source]
         source: std::io::Error,
     },
-    /// The executable or config path cannot be passed on a command line.
-    #[error("{what} path is not UTF-8")]
-    NotUtf8 {
-        /// Which path.
-        what: &'static str,
-    },
-    /// A node process could not be started.
-    #[error("cannot start node {name}")]
-    Spawn {
-        /// The node.
-        name: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A node process exited with an error.
-    #[error("node {name} failed ({status}); last lines of {}:\n{tail}", .log.display())]
-    NodeFailed {
-        /// The node.
-        name: String,
-        /// Its exit status.
-        status: std::process::ExitStatus,
-        /// Its log file.
-        log: PathBuf,
-        /// The log's last lines.
-        tail: String,
-    },
-    /// A node process could not be waited for.
-    #[error("node {name}")]
-    Wait {
-        /// The node.
-        name: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A mode's cluster ran past `--netns-timeout-s`.
-    #[error("{mode} mode did not finish within {limit:?}; logs in {}", .dir.display())]
-    Timeout {
-        /// The mode.
-        mode: Mode,
-        /// The limit.
-        limit: Duration,
-        /// Where the logs are.
-        dir: PathBuf,
-    },
-    /// More nodes than namespaces.
-    #[error("{nodes} nodes but {hosts} namespaces")]
-    TooFewHosts {
-        /// Nodes of the job.
-        nodes: usize,
-        /// Namespaces available.
-        hosts: usize,
-    },
+    /// The node processes failed, or ran past their time limit.
+    #[error(transparent)]
+    Launch(#[from] crate::launcher::LaunchError),
     /// A worker reported no measured iteration.
     #[error("no measured iterations")]
     NoMeasuredIterations,
@@ -124,11 +73,8 @@ impl P3JobError {
     /// True when a node process died (killed by a signal, or a peer declared dead by
     /// heartbeats) rather than failing on its own: only then can a restart help.
     pub fn is_node_death(&self) -> bool {
-        use std::os::unix::process::ExitStatusExt;
         match self {
-            P3JobError::NodeFailed { status, tail, .. } => {
-                status.signal().is_some() || tail.contains("no heartbeat")
-            }
+            P3JobError::Launch(e) => crate::recovery::launch_failed_by_node_death(e),
             _ => false,
         }
     }
@@ -218,18 +164,14 @@ pub fn run_processes(
     dir: &Path,
     limit: Duration,
 ) -> Result<Vec<WorkerReportFile>, P3JobError> {
-    let nodes = cfg.workers + cfg.shards;
-    let (reports, _cpu) = match crate::launcher::default_netns() {
-        Some(prefix) => {
-            let hosts = crate::netns::Hosts::existing(&prefix, nodes)
-                .map_err(P3JobError::NetnsUnavailable)?;
-            run_job(Placement::Netns(&hosts), cfg, net, dir, limit)?
-        }
-        None => {
-            let ports = free_loopback_ports(nodes)?;
-            run_job(Placement::Loopback(&ports), cfg, net, dir, limit)?
-        }
+    let hosts = match crate::launcher::default_netns() {
+        Some(prefix) => Some(
+            crate::netns::Hosts::existing(&prefix, cfg.workers + cfg.shards)
+                .map_err(P3JobError::NetnsUnavailable)?,
+        ),
+        None => None,
     };
+    let (reports, _cpu) = run_job(hosts.as_ref(), cfg, net, dir, limit)?;
     Ok(reports)
 }
 

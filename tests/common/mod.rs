@@ -1,0 +1,242 @@
+//! What the integration tests share: the `petrel` binary and the shipped data, node
+//! processes (children, kills, deadlines, stderr readers) and small JSON accessors.
+#![allow(dead_code, reason = "every test binary uses a part of the harness")]
+
+use std::borrow::BorrowMut;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The `petrel` binary that cargo built for these tests.
+pub const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
+
+/// A file of the shipped example data (`examples/data`).
+pub fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/data")
+        .join(name)
+}
+
+/// `petrel <args>` run to its end, with warnings and errors logged only.
+pub fn petrel(args: &[&str]) -> Output {
+    Command::new(PETREL)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run petrel")
+}
+
+/// The standard output of `petrel <args>`, which must succeed.
+pub fn ok(args: &[&str]) -> String {
+    let out = petrel(args);
+    assert!(
+        out.status.success(),
+        "petrel {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The standard error of `petrel <args>`, which must fail.
+pub fn failure(args: &[&str]) -> String {
+    let out = petrel(args);
+    assert!(!out.status.success(), "petrel {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `petrel train <app> --out <out> <args>`, which must succeed and save a model; returns
+/// its standard output.
+pub fn train(app: &str, out: &Path, args: &[&str]) -> String {
+    let out_arg = out.to_string_lossy();
+    let mut all = vec!["train", app, "--out", &out_arg];
+    all.extend_from_slice(args);
+    let stdout = ok(&all);
+    assert!(
+        out.join("petrel-model.json").exists(),
+        "{app} wrote no model"
+    );
+    stdout
+}
+
+/// Writes `<dir>/cluster.toml`.
+pub fn write_config(dir: &Path, body: &str) -> PathBuf {
+    let p = dir.join("cluster.toml");
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+/// A JSON file, parsed.
+pub fn json_file(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A training run's `metrics.json`.
+pub fn metrics(out: &Path) -> serde_json::Value {
+    json_file(&out.join("metrics.json"))
+}
+
+/// The last line of a command's output, which the benches and `eval` print as JSON.
+pub fn last_json_line(stdout: &str) -> serde_json::Value {
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {stdout}"))
+}
+
+/// The number `v[key]`.
+pub fn f(v: &serde_json::Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// A UDP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Reads `from` to its end on a thread, so a chatty child never blocks on a full pipe.
+pub fn read_all(mut from: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = from.read_to_string(&mut s);
+        s
+    })
+}
+
+/// A child with its piped standard error read on a thread.
+pub fn drain(mut child: Child) -> (Child, JoinHandle<String>) {
+    let stderr = child.stderr.take().expect("stderr is piped");
+    (child, read_all(stderr))
+}
+
+/// Waits for `child` (owned or borrowed) to exit; kills it and fails the test after `limit`.
+pub fn wait_with_deadline(mut child: impl BorrowMut<Child>, limit: Duration) -> ExitStatus {
+    let child = child.borrow_mut();
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Polls `done` until it holds; fails the test with `what` after `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether `dir` holds a checkpoint manifest (a checkpoint is complete once it does).
+pub fn has_manifest(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".manifest"))
+    })
+}
+
+/// `pid`'s /proc stat fields after the parenthesised command (state, ppid, ...).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(String::from).collect())
+}
+
+/// The pids whose parent is `parent` (Linux /proc).
+pub fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|&pid| {
+            stat_fields(pid).and_then(|f| f.get(1).and_then(|p| p.parse::<u32>().ok()))
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// Whether `pid` still runs (a zombie waiting for its new parent to reap it does not).
+pub fn alive(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| !matches!(f.first().map(String::as_str), Some("Z" | "X")))
+}
+
+/// The pid of the child of `parent` whose command line has `--name <name>`, waiting up to
+/// 5 s for it to start.
+pub fn child_process(parent: u32, name: &str) -> Option<u32> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        for pid in children_of(parent) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            if args
+                .windows(2)
+                .any(|w| w[0] == b"--name" && w[1] == name.as_bytes())
+            {
+                return Some(pid);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Sends `signal` (`KILL`, `TERM`, `STOP`, ...) to `pid`; whether it was delivered.
+pub fn signal(pid: u32, signal: &str) -> bool {
+    Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Waits (up to `limit`) until `checkpointed()` holds, then SIGKILLs the node process
+/// `node` of the job `child` and returns the job's output once it has exited.
+pub fn kill_node_after_a_checkpoint(
+    child: Child,
+    node: &str,
+    limit: Duration,
+    checkpointed: impl Fn() -> bool,
+) -> Output {
+    wait_until(limit, "a checkpoint before the kill", checkpointed);
+    let pid = child_process(child.id(), node).expect("the node's process");
+    assert!(signal(pid, "KILL"), "{node} was gone before the kill");
+    child.wait_with_output().unwrap()
+}
+
+/// The built binary of example `name` (`cargo test` builds the examples first).
+pub fn example_binary(name: &str) -> PathBuf {
+    // target/<profile>/deps/<test>-<hash> -> target/<profile>/examples/<name>
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executable lives in target/<profile>/deps");
+    profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// Whether a test that needs network namespaces (root, iproute2) must skip; says why.
+pub fn netns_skip(test: &str) -> bool {
+    match petrel::netns::available() {
+        Ok(()) => false,
+        Err(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            true
+        }
+    }
+}
