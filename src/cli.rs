@@ -332,6 +332,11 @@ fn dispatch(
                 }
                 crate::launcher::set_default_netns(prefix);
             }
+            if plot.is_some() && !cfg!(feature = "plot") {
+                return Err(CliError::Usage(
+                    "--plot: this petrel was built without its `plot` feature".into(),
+                ));
+            }
             if plot.is_some() && report_dir.is_none() {
                 return Err(CliError::Usage(
                     "--plot needs the output directory on the command line (--out)".into(),
@@ -341,6 +346,7 @@ fn dispatch(
             let result = train(*app, given);
             finish_dashboard(dashboard, report_dir.clone())?;
             result?;
+            #[cfg(feature = "plot")]
             if let (Some(svg), Some(out)) = (plot, report_dir) {
                 let drawn =
                     crate::train::progress::plot_history(&out, &svg).map_err(CliError::command)?;

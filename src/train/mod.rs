@@ -14,6 +14,7 @@
 pub mod apps;
 pub mod jobfile;
 pub mod p3;
+#[cfg(feature = "plot")]
 pub mod plot;
 pub mod progress;
 pub mod saved;

@@ -412,6 +412,7 @@ fn info_line(app: &str, passes: Option<u64>, pos: u64, p: &Point, elapsed: Durat
 
 /// The history figures `--plot` draws (the ones that say how training goes; counters and
 /// accuracies are left to `history.csv`).
+#[cfg(feature = "plot")]
 const PLOTTED: [&str; 6] = [
     "objective",
     "heldout_objective",
@@ -426,6 +427,7 @@ const PLOTTED: [&str; 6] = [
 /// `--test-data`: the training objective's formula on the test rows), train_rmse,
 /// test_rmse (held out), log_loss (held out) and loglik_per_token. Returns the figures
 /// drawn.
+#[cfg(feature = "plot")]
 pub fn plot_history(
     out: &std::path::Path,
     svg: &std::path::Path,
