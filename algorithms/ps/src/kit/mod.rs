@@ -28,6 +28,7 @@ pub mod checkpoints;
 mod job;
 mod local;
 mod monitor;
+mod values;
 mod worker;
 
 pub use app::{PsApp, PsRoles, PsStep};
