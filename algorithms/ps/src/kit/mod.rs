@@ -25,6 +25,7 @@
 
 mod app;
 pub mod checkpoints;
+mod eval;
 mod job;
 mod local;
 mod monitor;
@@ -33,11 +34,14 @@ mod worker;
 
 pub use app::{PsApp, PsRoles, PsStep};
 pub use checkpoints::{PsCheckpointing, PsSaved};
+pub use eval::{EvalMonitor, EvalPoint, Tables, pad_to, write_run};
+pub(crate) use eval::{decode, encode};
 pub use job::{PsJob, register, register_builtin, serve_shards};
 pub use local::{
     PsTrainArgs, local_topology, local_topology_with, run_local, run_local_with, train,
 };
 pub use monitor::{
-    MonitorCtx, MonitorReports, WorkerDone, open_monitor, write_json, write_model_and_metrics,
+    MonitorCtx, MonitorReports, WorkerDone, open_monitor, write_history_and_metrics, write_json,
+    write_model_and_metrics,
 };
 pub use worker::WorkerCtx;
