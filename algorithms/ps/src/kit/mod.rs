@@ -13,6 +13,9 @@
 //!   `petrel node`);
 //! * jobs: a [`PsJob`] is the app plus its [`PsLayout`](crate::shells::PsLayout), found from
 //!   the nodes' roles;
+//! * evaluating monitors: [`EvalMonitor`] is the curve, the target/time stop rule and the
+//!   checkpointed history of an app that evaluates the tables on a timer (ps-mf, ps-lr);
+//!   [`write_run`] writes its model, history and metrics;
 //! * local runs: [`run_local`] / [`run_local_with`] start every node as a thread of this
 //!   process on [`local_topology`]; [`train`] is `petrel train <app>` ([`PsTrainArgs`]).
 //!
