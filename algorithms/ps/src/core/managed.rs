@@ -15,7 +15,7 @@ use crate::core::types::{RowId, ShardBatch, TableId};
 
 /// Order in which pending rows are considered (`fifo`, `random`, `relative-magnitude` in
 /// settings, as the flags).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SendPolicy {
     /// Oldest first (first `Inc` into the oplog).

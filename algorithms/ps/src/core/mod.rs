@@ -34,4 +34,4 @@ pub mod straggler;
 pub mod types;
 
 #[cfg(test)]
-mod sim;
+mod sim_tests;

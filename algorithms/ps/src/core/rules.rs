@@ -242,7 +242,7 @@ impl UpdateRule for AdaRevision {
 
 /// The gradient rules an app offers as one choice (`--rule`): the shards' update rule for a
 /// table whose deltas are gradients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ServerRule {
     /// `x -= alpha g` (fixed step).
@@ -250,7 +250,6 @@ pub enum ServerRule {
     /// `x -= alpha g / sqrt(sum g^2)`.
     Adagrad,
     /// [`AdaRevision`]: Adagrad revised for the updates a stale gradient missed.
-    #[value(name = "adarevision")]
     AdaRevision,
 }
 

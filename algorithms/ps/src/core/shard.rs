@@ -385,11 +385,6 @@ impl PsShardCore {
         self.pending.values().map(Vec::len).sum()
     }
 
-    /// The tables this shard serves.
-    pub fn table_specs(&self) -> impl Iterator<Item = &TableSpec> {
-        self.tables.values().map(|t| &t.spec)
-    }
-
     /// All rows of every table, sorted by row id (for checkpoints and tests).
     pub fn snapshot(&self) -> Vec<TableSnapshot> {
         self.tables

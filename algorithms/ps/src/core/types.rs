@@ -85,7 +85,7 @@ impl Consistency {
 /// command line (`--consistency ssp`): `bsp`, `ssp`, `essp` or `async`, in any case. An
 /// unknown name is refused when the settings or flags are read, naming the valid ones.
 /// [`Consistency::new`] adds the staleness bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ConsistencyModel {
     /// Bulk synchronous parallel.
@@ -107,8 +107,13 @@ pub struct UnknownConsistency(pub String);
 impl std::str::FromStr for ConsistencyModel {
     type Err = UnknownConsistency;
     fn from_str(s: &str) -> Result<Self, UnknownConsistency> {
-        <ConsistencyModel as clap::ValueEnum>::from_str(s, true)
-            .map_err(|_| UnknownConsistency(s.to_string()))
+        match s.to_ascii_lowercase().as_str() {
+            "bsp" => Ok(ConsistencyModel::Bsp),
+            "ssp" => Ok(ConsistencyModel::Ssp),
+            "essp" => Ok(ConsistencyModel::Essp),
+            "async" => Ok(ConsistencyModel::Async),
+            _ => Err(UnknownConsistency(s.to_string())),
+        }
     }
 }
 

@@ -13,6 +13,9 @@
 //!   `petrel node`);
 //! * jobs: a [`PsJob`] is the app plus its [`PsLayout`](crate::shells::PsLayout), found from
 //!   the nodes' roles;
+//! * evaluating monitors: [`EvalMonitor`] is the curve, the target/time stop rule and the
+//!   checkpointed history of an app that evaluates the tables on a timer (ps-mf, ps-lr);
+//!   [`write_run`] writes its model, history and metrics;
 //! * local runs: [`run_local`] / [`run_local_with`] start every node as a thread of this
 //!   process on [`local_topology`]; [`train`] is `petrel train <app>` ([`PsTrainArgs`]).
 //!
@@ -25,18 +28,23 @@
 
 mod app;
 pub mod checkpoints;
+mod eval;
 mod job;
 mod local;
 mod monitor;
+mod values;
 mod worker;
 
 pub use app::{PsApp, PsRoles, PsStep};
 pub use checkpoints::{PsCheckpointing, PsSaved};
+pub use eval::{EvalMonitor, EvalPoint, Tables, pad_to, write_run};
+pub(crate) use eval::{decode, encode};
 pub use job::{PsJob, register, register_builtin, serve_shards};
 pub use local::{
     PsTrainArgs, local_topology, local_topology_with, run_local, run_local_with, train,
 };
 pub use monitor::{
-    MonitorCtx, MonitorReports, WorkerDone, open_monitor, write_json, write_model_and_metrics,
+    MonitorCtx, MonitorReports, WorkerDone, open_monitor, write_history_and_metrics, write_json,
+    write_model_and_metrics,
 };
 pub use worker::WorkerCtx;

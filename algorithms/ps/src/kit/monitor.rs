@@ -20,7 +20,7 @@ use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
 use crate::kit::checkpoints::{self, MonitorPiece};
 use crate::kit::job::SHARDS_READY_TIMEOUT;
-use crate::kit::{PsApp, PsJob, PsSaved};
+use crate::kit::{PsApp, PsJob, PsSaved, decode, encode};
 use crate::shells::{
     self, PsClient, PsLayout, ShardQuery, ShardState, ToClient, client_actor_name,
 };
@@ -214,12 +214,8 @@ pub(crate) async fn monitor_role<A: PsApp>(
     let (mut state, offset_s) = match &resumed {
         Some(ck) => {
             let bytes = ck.piece(Piece::Monitor)?;
-            let piece: MonitorPiece = rmp_serde::from_slice(bytes).map_err(|e| {
-                crate::core::error::PsCoreError::Checkpoint {
-                    path: format!("the monitor's piece of clock {}", ck.clock),
-                    reason: format!("decode: {e}"),
-                }
-            })?;
+            let piece: MonitorPiece =
+                decode(&format!("the monitor's piece of clock {}", ck.clock), bytes)?;
             (job.app.resume_monitor(&piece.app)?, piece.elapsed_s)
         }
         None => (A::Monitor::default(), 0.0),
@@ -305,8 +301,7 @@ impl MonitorCheckpoints {
                 elapsed_s: m.elapsed_s(),
                 app: job.app.save_monitor(state, clock)?,
             };
-            let bytes = rmp_serde::to_vec(&piece)
-                .map_err(|e| crate::core::error::PsCoreError::Encode(e.to_string()))?;
+            let bytes = encode(&piece)?;
             let mut parts: Vec<PartEntry> = files
                 .into_iter()
                 .map(|(_, part, digest)| PartEntry { part, digest })
@@ -354,10 +349,18 @@ pub fn write_model_and_metrics<M: Serialize>(
     metrics.check_finite(advice)?;
     if let Some(dir) = dir {
         write_json(dir, "model.json", model, false)?;
-        let path = dir.join("history.csv");
-        petrel_ml::job::write_atomic(&path, metrics.history_csv().as_bytes())
-            .map_err(|source| PsError::Write { path, source })?;
-        write_json(dir, "metrics.json", metrics, true)?;
+        write_history_and_metrics(dir, metrics)?;
     }
     Ok(())
+}
+
+/// Writes `history.csv` and then `metrics.json` (pretty, the mark of a finished run).
+pub fn write_history_and_metrics(
+    dir: &Path,
+    metrics: &petrel_ml::job::RunMetrics,
+) -> Result<(), PsError> {
+    let path = dir.join("history.csv");
+    petrel_ml::job::write_atomic(&path, metrics.history_csv().as_bytes())
+        .map_err(|source| PsError::Write { path, source })?;
+    write_json(dir, "metrics.json", metrics, true)
 }

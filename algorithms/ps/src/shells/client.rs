@@ -201,11 +201,6 @@ impl PsClient {
         self.shared.borrow().stop.clone()
     }
 
-    /// How long a read or barrier waits for a shard (default: the node's request timeout).
-    pub fn set_timeout(&mut self, timeout: Duration) {
-        self.timeout = timeout;
-    }
-
     fn check(&self) -> Result<(), ClientError> {
         match &self.shared.borrow().error {
             Some(e) => Err(ClientError::Failed {

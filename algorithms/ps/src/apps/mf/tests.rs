@@ -50,7 +50,7 @@ fn serial_sgd_fits_low_rank_data() {
         .map(|u| {
             (
                 u,
-                factor(USERS, u64::from(u), None, cfg.rank, cfg.init_scale),
+                factor_row(USERS, u64::from(u), None, cfg.rank, false, cfg.init_scale),
             )
         })
         .collect();
@@ -58,7 +58,7 @@ fn serial_sgd_fits_low_rank_data() {
         .map(|i| {
             (
                 i,
-                factor(ITEMS, u64::from(i), None, cfg.rank, cfg.init_scale),
+                factor_row(ITEMS, u64::from(i), None, cfg.rank, false, cfg.init_scale),
             )
         })
         .collect();

@@ -1,13 +1,6 @@
 //! Data-parallel LDA on the parameter server ([`PsLda`]; the YahooLDA / Bösen design), the
 //! comparison the STRADS paper made against its word-rotation LDA.
-// Long because one file per app: settings, state and the `PsApp` impl share private types.
-//!
-//! One file per app on purpose (about 930 lines; tests in `lda/tests.rs`): settings,
-//! metrics, worker and monitor state and the [`PsApp`] impl share private
-//! types; the sampler is `core::lda`.
-//!
-//! Much of it is the config, which documents every flag and setting; the worker's sweep
-//! and the monitor's log-likelihood curve belong together.
+// Long because the worker's sweep, its checkpoint state and the monitor's curve share private types.
 //!
 //! One sparse PS table `word_topic` ([`WORD_TOPIC`]): row `w < V` = the topic counts of word
 //! `w`, row `V` = the topic totals, spread over the shards by the PS's row placement, under
@@ -47,7 +40,6 @@
 //! Counts are integers kept in `f32`: exact up to 2^24 per entry, so corpora beyond 2^24
 //! tokens are refused (see `crate::core::lda`).
 
-use crate::core::error::PsCoreError;
 use crate::core::lda::{
     FinalTable, PsLdaWorker, WORD_TOPIC, check_corpus, snapshot_word_log_likelihood,
 };
@@ -55,7 +47,7 @@ use crate::core::managed::{BandwidthManager, ManagedSettings, SendPolicy, slice_
 use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
-use crate::kit::{MonitorCtx, PsApp, PsRoles, PsStep, WorkerCtx};
+use crate::kit::{MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, decode, encode};
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
 use petrel_messages::remote_message;
@@ -70,289 +62,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// The settings of ps-lda: `[app.ps_lda]` in TOML and the flags of `petrel train ps-lda`.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
-#[serde(default, deny_unknown_fields)]
-pub struct PsLdaConfig {
-    /// UCI bag-of-words docword file (`D`, `W`, `NNZ` header, then `doc word count`).
-    /// Without it: a corpus sampled from the LDA generative model (`synthetic`).
-    #[arg(long)]
-    pub docword: Option<PathBuf>,
-    /// Held-out docword file (same vocabulary): when training ends, its perplexity by
-    /// document completion goes to metrics.json as `heldout_*`.
-    #[arg(long)]
-    pub test_data: Option<PathBuf>,
-    /// UCI vocab file (one word per line) for readable topics.
-    #[arg(long)]
-    pub vocab: Option<PathBuf>,
-    /// The synthetic corpus (settings only).
-    #[arg(skip)]
-    pub synthetic: LdaCorpusParams,
-    /// Topics.
-    #[arg(long = "topics", default_value_t = 20)]
-    pub n_topics: usize,
-    /// Document-topic prior.
-    #[arg(long, default_value_t = 0.1)]
-    pub alpha: f64,
-    /// Topic-word prior.
-    #[arg(long, default_value_t = 0.1)]
-    pub beta: f64,
-    /// Passes over the corpus.
-    #[arg(long, default_value_t = 20)]
-    pub iterations: usize,
-    /// Seed of the initial assignments and the sampler.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Words per topic in topics.txt.
-    #[arg(long, default_value_t = 10)]
-    pub top_words: usize,
-    /// Consistency model of the word-topic table.
-    #[arg(long, value_enum, ignore_case = true, default_value_t = ConsistencyModel::Ssp)]
-    pub consistency: ConsistencyModel,
-    /// Staleness bound of SSP and ESSP.
-    #[arg(long, default_value_t = 1)]
-    pub staleness: u32,
-    /// Clocks per pass over a worker's documents (each samples `1 / clocks_per_iteration`).
-    #[arg(long, default_value_t = 1)]
-    pub clocks_per_iteration: u32,
-    /// Tokens sampled between yields to the node's event loop.
-    #[arg(long, default_value_t = 20_000)]
-    pub chunk_tokens: usize,
-    /// Managed communication (Bösen): while a clock samples, send the pending count deltas
-    /// early in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`.
-    /// Unset: updates leave only at the clock boundary.
-    #[arg(long, value_enum)]
-    pub managed: Option<SendPolicy>,
-    /// Slices a clock's document sweep is cut into under `managed` (a slice's deltas become
-    /// pending when it ends; managed communication gets one tick per slice).
-    #[arg(long, default_value_t = 4)]
-    pub compute_slices: u32,
-    /// Bandwidth budget of managed communication, bytes per second per worker: a tick may
-    /// send what the budget allows in the slice's measured sampling time.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub managed_bytes_per_s: u64,
-    /// Output directory: topics.txt, topic_word.tsv, metrics.json (required by `petrel
-    /// train`; settings without it write no files).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Write a checkpoint of the whole job (the word-topic table, every worker's topic
-    /// assignments and generator, the curve) into this directory every `checkpoint_every`
-    /// clocks (every node must see it; `petrel train` defaults it to `<out>/checkpoints`).
-    #[arg(long)]
-    pub checkpoint_dir: Option<PathBuf>,
-    /// Clocks between two checkpoints (0 = never write). Clock 0 holds the initial counts,
-    /// then `clocks_per_iteration` clocks per pass.
-    #[arg(long, default_value_t = 5)]
-    pub checkpoint_every: u64,
-    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
-    #[arg(long)]
-    pub resume: bool,
-}
+mod config;
+mod report;
 
-// Every default is written once, on its flag.
-impl Default for PsLdaConfig {
-    fn default() -> Self {
-        petrel_actors::flag_defaults()
-    }
-}
-
-impl PsLdaConfig {
-    /// Every value in range (keys as in `[app.ps_lda]`), checked before any node starts.
-    pub fn validate(&self) -> Result<(), InvalidSetting> {
-        let mut c = SettingChecks::new();
-        if self.docword.is_none() {
-            self.synthetic.check("synthetic.", &mut c);
-        }
-        c.at_least("n_topics", self.n_topics, 1);
-        c.positive("alpha", self.alpha);
-        c.positive("beta", self.beta);
-        c.at_least("iterations", self.iterations, 1);
-        c.at_least("top_words", self.top_words, 1);
-        c.at_least("clocks_per_iteration", self.clocks_per_iteration, 1);
-        c.at_least("chunk_tokens", self.chunk_tokens, 1);
-        self.managed_settings().check(&mut c);
-        c.finish()
-    }
-
-    /// The word-topic table's consistency.
-    pub fn consistency(&self) -> Consistency {
-        Consistency::new(self.consistency, self.staleness)
-    }
-
-    /// `managed`, `managed_bytes_per_s` and `compute_slices`.
-    pub fn managed_settings(&self) -> ManagedSettings {
-        ManagedSettings {
-            policy: self.managed,
-            bytes_per_s: self.managed_bytes_per_s,
-            compute_slices: self.compute_slices,
-        }
-    }
-
-    /// The one sparse table `word_topic`.
-    pub fn tables(&self) -> Result<Vec<TableSpec>, PsError> {
-        Ok(TablesBuilder::new()
-            .sparse("word_topic", self.consistency())
-            .build()?)
-    }
-
-    /// Loads the corpus and checks it fits exact `f32` counts.
-    pub fn load(&self) -> Result<Corpus, PsError> {
-        let corpus = load_corpus(
-            self.docword.as_deref(),
-            self.vocab.as_deref(),
-            &self.synthetic,
-        )?;
-        check_corpus(corpus.n_tokens(), corpus.vocab_size, &corpus.docs)?;
-        Ok(corpus)
-    }
-
-    fn lda_config(&self, workers: usize) -> LdaConfig {
-        LdaConfig {
-            n_topics: self.n_topics,
-            alpha: self.alpha,
-            beta: self.beta,
-            n_workers: workers,
-            iterations: self.iterations,
-            seed: self.seed,
-        }
-    }
-}
-
-/// The one metrics format of a ps-lda run: a record per pass (log-likelihood per token);
-/// a Gibbs sampler runs its `iterations` passes (no convergence test).
-pub fn ps_lda_run_metrics(metrics: &PsLdaMetrics, cfg: &PsLdaConfig) -> petrel_ml::job::RunMetrics {
-    let lda = &metrics.lda;
-    let mut m = petrel_ml::job::RunMetrics::new(PsLda::NAME, cfg, metrics, lda.elapsed_s);
-    for p in &lda.loglik {
-        m.record(
-            p.iteration as u64,
-            p.elapsed_s,
-            &[
-                ("loglik_per_token", p.loglik_per_token),
-                ("tokens_sampled", p.tokens_sampled as f64),
-            ],
-        );
-    }
-    m.finals(&[
-        ("loglik_per_token", lda.final_loglik_per_token),
-        ("tokens_per_s_per_worker", lda.tokens_per_s_per_worker),
-    ]);
-    m.stop_reason = format!(
-        "ran iterations = {} (a Gibbs sampler has no convergence test)",
-        cfg.iterations
-    );
-    m
-}
-
-/// A worker finished pass `iteration` (0 = the initial assignments) at clock `clock`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PsLdaIteration {
-    /// The worker.
-    pub worker: u32,
-    /// The pass it finished.
-    pub iteration: usize,
-    /// Its clock after the pass.
-    pub clock: u64,
-    /// The document half of the log-likelihood for its documents.
-    pub doc_loglik: f64,
-    /// Tokens sampled so far.
-    pub tokens: u64,
-    /// Seconds since its sampling started (after the initial barrier).
-    pub sampling_s: f64,
-}
-
-/// A worker's final report (after its final barrier).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PsLdaDone {
-    /// The worker.
-    pub worker: u32,
-    /// Clocks it completed.
-    pub clocks: u64,
-    /// Tokens it sampled.
-    pub tokens: u64,
-    /// Seconds from the initial barrier to its end.
-    pub sampling_s: f64,
-    /// Seconds in the sampler (the rest of `sampling_s`: waits and PS client work).
-    pub sweep_s: f64,
-    /// Seconds waiting for rows.
-    pub wait_s: f64,
-    /// The document half of the log-likelihood for its documents.
-    pub doc_loglik: f64,
-    /// Observed staleness of its reads.
-    pub staleness: StalenessStats,
-    /// View entries it clamped.
-    pub clamped: u64,
-    /// Rows it fetched from the shards.
-    pub rows_fetched: u64,
-    /// Rows it sent before a clock boundary (managed communication).
-    #[serde(default)]
-    pub managed_rows: u64,
-    /// Bytes its node sent.
-    #[serde(default)]
-    pub sent_bytes: u64,
-    /// Bytes its node received.
-    #[serde(default)]
-    pub received_bytes: u64,
-}
-
-/// Worker -> monitor.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum PsLdaReport {
-    /// A pass is done.
-    Iteration(PsLdaIteration),
-    /// The worker is done.
-    Done(PsLdaDone),
-}
-remote_message!(PsLdaReport => (), "petrel.ps.lda.report");
-
-/// `metrics.json`: the STRADS app's fields plus the parameter-server ones.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PsLdaMetrics {
-    /// The fields shared with the STRADS app.
-    #[serde(flatten)]
-    pub lda: LdaMetrics,
-    /// The table's consistency model.
-    pub consistency: ConsistencyModel,
-    /// SSP/ESSP bound (0 for BSP, none for async).
-    pub staleness: Option<u32>,
-    /// Shards.
-    pub shards: u32,
-    /// Clocks per pass.
-    pub clocks_per_iteration: u32,
-    /// Clocks each worker completed.
-    pub worker_clocks: Vec<u64>,
-    /// Seconds each worker spent waiting for rows (`get_many`).
-    pub per_worker_wait_s: Vec<f64>,
-    /// Seconds each worker spent sampling (the sweeps alone).
-    pub per_worker_sweep_s: Vec<f64>,
-    /// Observed staleness of the row reads (clocks).
-    pub read_staleness: StalenessReport,
-    /// Row fetches sent to the shards (cache misses).
-    pub rows_fetched: u64,
-    /// View entries clamped (negative or non-integer counts in a read row).
-    pub clamped_entries: u64,
-    /// The managed-communication order (`None`: updates only at clock boundaries).
-    #[serde(default)]
-    pub managed: Option<SendPolicy>,
-    /// Rows the workers sent before a clock boundary (managed communication).
-    #[serde(default)]
-    pub managed_rows_sent: u64,
-    /// Bytes each worker's node sent.
-    #[serde(default)]
-    pub per_worker_sent_bytes: Vec<u64>,
-    /// Bytes each worker's node received.
-    #[serde(default)]
-    pub per_worker_received_bytes: Vec<u64>,
-}
-
-/// What an in-process run returns: the metrics and the checked final table.
-#[derive(Debug, Clone)]
-pub struct PsLdaOutcome {
-    /// `metrics.json`.
-    pub metrics: PsLdaMetrics,
-    /// The final word-topic table.
-    pub table: FinalTable,
-}
+pub use config::*;
+pub use report::*;
 
 /// The ps-lda app: config, corpus and the documents of each worker.
 pub struct PsLda {
@@ -363,6 +77,7 @@ pub struct PsLda {
     /// Which worker samples which documents.
     pub docs: DocumentPartition,
     tables: Vec<TableSpec>,
+    checkpointing: Option<PsCheckpointing>,
 }
 
 /// A ps-lda worker between clocks: its core, where it is in the sweep, its counters.
@@ -443,12 +158,12 @@ impl PsApp for PsLda {
     }
 
     fn new(cfg: PsLdaConfig, layout: &PsLayout) -> Result<Self, PsError> {
-        if cfg.resume && cfg.checkpoint_dir.is_none() {
-            return Err(PsError::InvalidConfig {
-                app: Self::NAME,
-                reason: "resume needs checkpoint_dir".into(),
-            });
-        }
+        let checkpointing = PsCheckpointing::from_settings(
+            Self::NAME,
+            cfg.checkpoint_dir.as_deref(),
+            cfg.checkpoint_every,
+            cfg.resume,
+        )?;
         if cfg.n_topics == 0 || !(cfg.alpha > 0.0 && cfg.beta > 0.0) {
             return Err(PsError::InvalidConfig {
                 app: Self::NAME,
@@ -463,6 +178,7 @@ impl PsApp for PsLda {
             corpus,
             docs,
             tables,
+            checkpointing,
         })
     }
 
@@ -475,12 +191,8 @@ impl PsApp for PsLda {
         settings.cluster.failure_timeout_ms = settings.cluster.failure_timeout_ms.max(10_000);
     }
 
-    fn checkpointing(&self) -> Option<crate::kit::PsCheckpointing> {
-        Some(crate::kit::PsCheckpointing {
-            dir: self.cfg.checkpoint_dir.clone()?,
-            every: self.cfg.checkpoint_every,
-            resume: self.cfg.resume,
-        })
+    fn checkpointing(&self) -> Option<PsCheckpointing> {
+        self.checkpointing.clone()
     }
 
     fn save_worker(
@@ -502,7 +214,7 @@ impl PsApp for PsLda {
             sent: st.sent.clone(),
             managed_rows: st.managed_rows,
         };
-        rmp_serde::to_vec(&saved).map_err(|e| PsCoreError::Encode(e.to_string()).into())
+        encode(&saved)
     }
 
     fn resume_worker(
@@ -510,11 +222,7 @@ impl PsApp for PsLda {
         saved: &[u8],
         ctx: &WorkerCtx<'_, PsLdaReport>,
     ) -> Result<PsLdaWorkerState, PsError> {
-        let saved: PsLdaWorkerSaved =
-            rmp_serde::from_slice(saved).map_err(|e| PsCoreError::Checkpoint {
-                path: "ps-lda worker checkpoint".into(),
-                reason: format!("decode: {e}"),
-            })?;
+        let saved: PsLdaWorkerSaved = decode("ps-lda worker checkpoint", saved)?;
         let mut st = self.start_worker(ctx)?;
         st.core.import_state(saved.core)?;
         st.started = saved.started;
@@ -556,17 +264,11 @@ impl PsApp for PsLda {
             point_clocks: m.point_clocks[..kept].to_vec(),
             next: kept,
         };
-        rmp_serde::to_vec(&saved).map_err(|e| PsCoreError::Encode(e.to_string()).into())
+        encode(&saved)
     }
 
     fn resume_monitor(&self, saved: &[u8]) -> Result<PsLdaMonitor, PsError> {
-        rmp_serde::from_slice(saved).map_err(|e| {
-            PsCoreError::Checkpoint {
-                path: "ps-lda monitor checkpoint".into(),
-                reason: format!("decode: {e}"),
-            }
-            .into()
-        })
+        decode("ps-lda monitor checkpoint", saved)
     }
 
     fn start_worker(&self, ctx: &WorkerCtx<'_, PsLdaReport>) -> Result<PsLdaWorkerState, PsError> {
@@ -880,14 +582,7 @@ impl PsApp for PsLda {
         );
         saved.add_heldout(&mut run, self.cfg.test_data.as_deref(), self.cfg.seed)?;
         crate::kit::write_json(dir, petrel_ml::model::MODEL_FILE, &saved, false)?;
-        let csv = run.history_csv();
-        petrel_ml::topic::write_file(dir, "history.csv", csv.as_bytes())?;
-        let json = serde_json::to_vec_pretty(&run).map_err(|source| PsError::Json {
-            what: "metrics.json",
-            source,
-        })?;
-        petrel_ml::topic::write_file(dir, "metrics.json", &json)?;
-        Ok(())
+        crate::kit::write_history_and_metrics(dir, &run)
     }
 
     fn summary(cfg: &PsLdaConfig, out: &PsLdaOutcome) -> String {

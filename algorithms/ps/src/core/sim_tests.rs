@@ -1,6 +1,6 @@
 //! In-memory simulator: routes `ShardAction`s and client messages over FIFO channels per
 //! (client, shard) pair, with a seeded random schedule; plus the property tests.
-// Long because the simulator and the property tests it drives belong together.
+// Test code only (the module is `#[cfg(test)]`): the simulator and the property tests it drives.
 
 use std::collections::{HashMap, VecDeque};
 

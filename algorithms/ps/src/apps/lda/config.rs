@@ -1,0 +1,177 @@
+//! ps-lda's settings: the flags of `petrel train ps-lda` and `[app.ps_lda]`, their checks and the metrics format.
+
+use super::*;
+
+/// The settings of ps-lda: `[app.ps_lda]` in TOML and the flags of `petrel train ps-lda`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default, deny_unknown_fields)]
+pub struct PsLdaConfig {
+    /// UCI bag-of-words docword file (`D`, `W`, `NNZ` header, then `doc word count`).
+    /// Without it: a corpus sampled from the LDA generative model (`synthetic`).
+    #[arg(long)]
+    pub docword: Option<PathBuf>,
+    /// Held-out docword file (same vocabulary): when training ends, its perplexity by
+    /// document completion goes to metrics.json as `heldout_*`.
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
+    /// UCI vocab file (one word per line) for readable topics.
+    #[arg(long)]
+    pub vocab: Option<PathBuf>,
+    /// The synthetic corpus (settings only).
+    #[arg(skip)]
+    pub synthetic: LdaCorpusParams,
+    /// Topics.
+    #[arg(long = "topics", default_value_t = 20)]
+    pub n_topics: usize,
+    /// Document-topic prior.
+    #[arg(long, default_value_t = 0.1)]
+    pub alpha: f64,
+    /// Topic-word prior.
+    #[arg(long, default_value_t = 0.1)]
+    pub beta: f64,
+    /// Passes over the corpus.
+    #[arg(long, default_value_t = 20)]
+    pub iterations: usize,
+    /// Seed of the initial assignments and the sampler.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Words per topic in topics.txt.
+    #[arg(long, default_value_t = 10)]
+    pub top_words: usize,
+    /// Consistency model of the word-topic table.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ConsistencyModel::Ssp)]
+    pub consistency: ConsistencyModel,
+    /// Staleness bound of SSP and ESSP.
+    #[arg(long, default_value_t = 1)]
+    pub staleness: u32,
+    /// Clocks per pass over a worker's documents (each samples `1 / clocks_per_iteration`).
+    #[arg(long, default_value_t = 1)]
+    pub clocks_per_iteration: u32,
+    /// Tokens sampled between yields to the node's event loop.
+    #[arg(long, default_value_t = 20_000)]
+    pub chunk_tokens: usize,
+    /// Managed communication (Bösen): while a clock samples, send the pending count deltas
+    /// early in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`.
+    /// Unset: updates leave only at the clock boundary.
+    #[arg(long, value_enum)]
+    pub managed: Option<SendPolicy>,
+    /// Slices a clock's document sweep is cut into under `managed` (a slice's deltas become
+    /// pending when it ends; managed communication gets one tick per slice).
+    #[arg(long, default_value_t = 4)]
+    pub compute_slices: u32,
+    /// Bandwidth budget of managed communication, bytes per second per worker: a tick may
+    /// send what the budget allows in the slice's measured sampling time.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub managed_bytes_per_s: u64,
+    /// Output directory: topics.txt, topic_word.tsv, metrics.json (required by `petrel
+    /// train`; settings without it write no files).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write a checkpoint of the whole job (the word-topic table, every worker's topic
+    /// assignments and generator, the curve) into this directory every `checkpoint_every`
+    /// clocks (every node must see it; `petrel train` defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Clocks between two checkpoints (0 = never write). Clock 0 holds the initial counts,
+    /// then `clocks_per_iteration` clocks per pass.
+    #[arg(long, default_value_t = 5)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+// Every default is written once, on its flag.
+impl Default for PsLdaConfig {
+    fn default() -> Self {
+        petrel_actors::flag_defaults()
+    }
+}
+
+impl PsLdaConfig {
+    /// Every value in range (keys as in `[app.ps_lda]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        if self.docword.is_none() {
+            self.synthetic.check("synthetic.", &mut c);
+        }
+        c.at_least("n_topics", self.n_topics, 1);
+        c.positive("alpha", self.alpha);
+        c.positive("beta", self.beta);
+        c.at_least("iterations", self.iterations, 1);
+        c.at_least("top_words", self.top_words, 1);
+        c.at_least("clocks_per_iteration", self.clocks_per_iteration, 1);
+        c.at_least("chunk_tokens", self.chunk_tokens, 1);
+        self.managed_settings().check(&mut c);
+        c.finish()
+    }
+
+    /// The word-topic table's consistency.
+    pub fn consistency(&self) -> Consistency {
+        Consistency::new(self.consistency, self.staleness)
+    }
+
+    /// `managed`, `managed_bytes_per_s` and `compute_slices`.
+    pub fn managed_settings(&self) -> ManagedSettings {
+        ManagedSettings {
+            policy: self.managed,
+            bytes_per_s: self.managed_bytes_per_s,
+            compute_slices: self.compute_slices,
+        }
+    }
+
+    /// The one sparse table `word_topic`.
+    pub fn tables(&self) -> Result<Vec<TableSpec>, PsError> {
+        Ok(TablesBuilder::new()
+            .sparse("word_topic", self.consistency())
+            .build()?)
+    }
+
+    /// Loads the corpus and checks it fits exact `f32` counts.
+    pub fn load(&self) -> Result<Corpus, PsError> {
+        let corpus = load_corpus(
+            self.docword.as_deref(),
+            self.vocab.as_deref(),
+            &self.synthetic,
+        )?;
+        check_corpus(corpus.n_tokens(), corpus.vocab_size, &corpus.docs)?;
+        Ok(corpus)
+    }
+
+    pub(super) fn lda_config(&self, workers: usize) -> LdaConfig {
+        LdaConfig {
+            n_topics: self.n_topics,
+            alpha: self.alpha,
+            beta: self.beta,
+            n_workers: workers,
+            iterations: self.iterations,
+            seed: self.seed,
+        }
+    }
+}
+
+/// The one metrics format of a ps-lda run: a record per pass (log-likelihood per token);
+/// a Gibbs sampler runs its `iterations` passes (no convergence test).
+pub fn ps_lda_run_metrics(metrics: &PsLdaMetrics, cfg: &PsLdaConfig) -> petrel_ml::job::RunMetrics {
+    let lda = &metrics.lda;
+    let mut m = petrel_ml::job::RunMetrics::new(PsLda::NAME, cfg, metrics, lda.elapsed_s);
+    for p in &lda.loglik {
+        m.record(
+            p.iteration as u64,
+            p.elapsed_s,
+            &[
+                ("loglik_per_token", p.loglik_per_token),
+                ("tokens_sampled", p.tokens_sampled as f64),
+            ],
+        );
+    }
+    m.finals(&[
+        ("loglik_per_token", lda.final_loglik_per_token),
+        ("tokens_per_s_per_worker", lda.tokens_per_s_per_worker),
+    ]);
+    m.stop_reason = format!(
+        "ran iterations = {} (a Gibbs sampler has no convergence test)",
+        cfg.iterations
+    );
+    m
+}

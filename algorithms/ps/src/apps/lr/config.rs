@@ -1,0 +1,150 @@
+//! ps-lr's settings: the flags of `petrel train ps-lr` and `[app.lr]`, and their checks.
+
+use super::*;
+
+/// The settings of ps-lr: the flags of `petrel train ps-lr` (serde, so a caller can read
+/// them from TOML).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default, deny_unknown_fields)]
+pub struct PsLrConfig {
+    /// LIBSVM file (`label idx:val ...`); synthetic separable classes when unset.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Held-out LIBSVM file: replaces the `test_fraction` split as the test set of the
+    /// accuracy and log-loss curve; the final figures go to metrics.json as `heldout_*`.
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
+    /// Synthetic data: samples.
+    #[arg(long, default_value_t = 2000)]
+    pub synthetic_samples: usize,
+    /// Synthetic data: features.
+    #[arg(long, default_value_t = 20)]
+    pub synthetic_features: usize,
+    /// Synthetic data: classes.
+    #[arg(long, default_value_t = 3)]
+    pub synthetic_classes: usize,
+    /// Seed of the data and the split.
+    #[arg(long, default_value_t = 11)]
+    pub seed: u64,
+    /// Fraction of the samples held out (unused with `test_data`).
+    #[arg(long, default_value_t = 0.2)]
+    pub test_fraction: f64,
+    /// Step size of the shards' rule (AdaRevision's and Adagrad's `alpha`).
+    #[arg(long, default_value_t = 0.5)]
+    pub learning_rate: f32,
+    /// The shards' update rule: sgd (fixed step), adagrad or adarevision.
+    #[arg(long, value_enum, default_value_t = ServerRule::Sgd)]
+    pub rule: ServerRule,
+    /// Samples per clock and worker.
+    #[arg(long, default_value_t = 50)]
+    pub batch_size: usize,
+    /// Consistency model of the weights table.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ConsistencyModel::Ssp)]
+    pub consistency: ConsistencyModel,
+    /// Staleness bound of SSP and ESSP.
+    #[arg(long, default_value_t = 2)]
+    pub staleness: u32,
+    /// Clocks per worker.
+    #[arg(long = "clocks", default_value_t = 200)]
+    pub max_clocks: u64,
+    /// Milliseconds between evaluations of the monitor.
+    #[arg(long, default_value_t = 250)]
+    pub eval_ms: u64,
+    /// Stop once the held-out log-loss is at or below this.
+    #[arg(long)]
+    pub target_log_loss: Option<f64>,
+    /// The monitor stops the workers after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub max_seconds: f64,
+    /// Emulated compute time per clock (0: just the real compute).
+    #[arg(long, default_value_t = 0.0)]
+    pub clock_ms: f64,
+    /// Worker slowed down by `straggler_factor` on every clock.
+    #[arg(long)]
+    pub straggler: Option<u32>,
+    /// How much slower the persistent straggler's clocks are.
+    #[arg(long, default_value_t = 1.0)]
+    pub straggler_factor: f64,
+    /// Transient stragglers: probability that a clock of a worker is slowed (seeded by
+    /// `seed`).
+    #[arg(long, default_value_t = 0.0)]
+    pub transient_probability: f64,
+    /// How much slower a transiently slowed clock is.
+    #[arg(long, default_value_t = 1.0)]
+    pub transient_factor: f64,
+    /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
+    /// settings without it write no files).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write a checkpoint of the whole job (the weights, worker clocks, the history) into
+    /// this directory every `checkpoint_every` clocks (every node must see it; `petrel
+    /// train` defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Clocks between two checkpoints (0 = never write; needs `rule = sgd`: adagrad and
+    /// adarevision keep state on the shards).
+    #[arg(long, default_value_t = 50)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+impl PsLrConfig {
+    /// Whether the weights can be checkpointed: the shards' rule keeps no state besides the
+    /// rows (`sgd`).
+    pub fn checkpoints_possible(&self) -> bool {
+        self.rule == ServerRule::Sgd
+    }
+
+    /// The emulated compute time of every clock of every worker.
+    pub fn straggler_model(&self) -> StragglerModel {
+        StragglerModel {
+            clock_ms: self.clock_ms,
+            persistent: self.straggler,
+            persistent_factor: self.straggler_factor,
+            transient_probability: self.transient_probability,
+            transient_factor: self.transient_factor,
+            seed: self.seed,
+        }
+    }
+}
+
+// Every default is written once, on its flag.
+impl Default for PsLrConfig {
+    fn default() -> Self {
+        petrel_actors::flag_defaults()
+    }
+}
+
+impl PsLrConfig {
+    /// Every value in range (keys as in `[app.lr]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        if self.data.is_none() {
+            c.at_least("synthetic_samples", self.synthetic_samples, 2);
+            c.at_least("synthetic_features", self.synthetic_features, 1);
+            c.at_least("synthetic_classes", self.synthetic_classes, 2);
+        }
+        c.fraction("test_fraction", self.test_fraction);
+        c.require(
+            self.learning_rate.is_finite()
+                && self.learning_rate > 0.0
+                && self.learning_rate <= 100.0,
+            "learning_rate",
+            self.learning_rate,
+            "must be in (0, 100]",
+        );
+        c.at_least("batch_size", self.batch_size, 1);
+        c.at_least("max_clocks", self.max_clocks, 1);
+        c.at_least("eval_ms", self.eval_ms, 1);
+        c.require(
+            !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
+                || self.checkpoints_possible(),
+            "checkpoint_every",
+            self.checkpoint_every,
+            "checkpoints need rule sgd (adagrad and adarevision keep state on the shards); set 0",
+        );
+        c.finish()
+    }
+}

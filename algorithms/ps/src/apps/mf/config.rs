@@ -1,0 +1,302 @@
+//! ps-mf's settings: flags, `[app.mf]`, their checks and the tables they make.
+
+use super::*;
+
+/// The settings of ps-mf: `[app.mf]` in TOML and the flags of `petrel train ps-mf`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default, deny_unknown_fields)]
+pub struct PsMfConfig {
+    /// Ratings file: `user item rating` triplets (tab/space/comma; MovieLens `u.data` works)
+    /// or a MatrixMarket coordinate file. Synthetic low-rank data when unset.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Held-out ratings file (MovieLens `u1.test` beside `u1.base`): replaces the
+    /// `test_fraction` split as the test set of the RMSE curve (pairs whose user or item
+    /// has no training rating are left to the final evaluation, `heldout_*` in metrics.json).
+    #[arg(long)]
+    pub test_data: Option<PathBuf>,
+    /// Synthetic data: users.
+    #[arg(long, default_value_t = 600)]
+    pub synthetic_users: usize,
+    /// Synthetic data: items.
+    #[arg(long, default_value_t = 300)]
+    pub synthetic_items: usize,
+    /// Synthetic data: rank of the true model.
+    #[arg(long, default_value_t = 5)]
+    pub synthetic_rank: usize,
+    /// Synthetic data: fraction of the matrix observed.
+    #[arg(long, default_value_t = 0.1)]
+    pub synthetic_observed: f64,
+    /// Synthetic data: noise standard deviation.
+    #[arg(long, default_value_t = 0.1)]
+    pub synthetic_noise: f32,
+    /// Seed of the data, the split and the batch order.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Fraction of the ratings held out for the RMSE (unused with `test_data`).
+    #[arg(long, default_value_t = 0.1)]
+    pub test_fraction: f64,
+    /// Factor rank of the model.
+    #[arg(long, default_value_t = 16)]
+    pub rank: u32,
+    /// Fit a bias per user and per item: `rating ~ mean + b_user + b_item + u . v` (the
+    /// biases are regularised by `regularization` too). Rows carry two more columns:
+    /// users `[u, b_user, 1]`, items `[v, 1, b_item]`, the constant 1s never updated.
+    #[arg(long)]
+    pub biases: bool,
+    /// SGD step size (with `rule`: the shards' `alpha`).
+    #[arg(long, default_value_t = 0.02)]
+    pub learning_rate: f32,
+    /// Optimizer on the shards instead of local SGD: workers send the mini-batch gradient at
+    /// the rows they read and the shards apply sgd (fixed step), adagrad or adarevision.
+    /// Unset: sequential SGD on local copies, differences summed on the shards.
+    #[arg(long, value_enum)]
+    pub rule: Option<ServerRule>,
+    /// L2 regularization, applied with every rating's step (SGD and the `rule` gradients
+    /// alike), so a user's row is pulled towards zero `n_u` times per pass: the objective's
+    /// L2 term is already weighted by rating counts, `regularization * n_u` per user and
+    /// `* n_i` per item (ALS-WR's weighted lambda, strads-mf's `weighted_lambda`).
+    #[arg(long, default_value_t = 0.05)]
+    pub regularization: f32,
+    /// Scale of the random initial factors.
+    #[arg(long, default_value_t = 0.1)]
+    pub init_scale: f32,
+    /// Consistency model of the items table.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ConsistencyModel::Ssp)]
+    pub consistency: ConsistencyModel,
+    /// Staleness bound of SSP and ESSP.
+    #[arg(long, default_value_t = 3)]
+    pub staleness: u32,
+    /// Clocks per pass over a worker's ratings.
+    #[arg(long, default_value_t = 4)]
+    pub batches_per_epoch: u32,
+    /// Passes over the data (`epochs * batches_per_epoch` clocks, unless `max_clocks`).
+    #[arg(long, default_value_t = 20)]
+    pub epochs: u64,
+    /// Clocks per worker (overrides `epochs`).
+    #[arg(long)]
+    pub max_clocks: Option<u64>,
+    /// The monitor stops the workers after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub max_seconds: f64,
+    /// Stop once the held-out RMSE is at or below this.
+    #[arg(long)]
+    pub target_rmse: Option<f64>,
+    /// Milliseconds between evaluations of the monitor.
+    #[arg(long, default_value_t = 250)]
+    pub eval_ms: u64,
+    /// Emulated compute time per clock (0: just the real compute).
+    #[arg(long, default_value_t = 0.0)]
+    pub clock_ms: f64,
+    /// Worker slowed down by `straggler_factor` (its clocks take `clock_ms * factor`).
+    #[arg(long)]
+    pub straggler: Option<u32>,
+    /// How much slower the straggler's clocks are.
+    #[arg(long, default_value_t = 1.0)]
+    pub straggler_factor: f64,
+    /// Transient stragglers: probability that a clock of a worker is slowed (seeded by
+    /// `seed`, the same slowdowns for every consistency model).
+    #[arg(long, default_value_t = 0.0)]
+    pub transient_probability: f64,
+    /// How much slower a transiently slowed clock is.
+    #[arg(long, default_value_t = 1.0)]
+    pub transient_factor: f64,
+    /// Managed communication (Bösen): while a clock computes, send the pending updates early
+    /// in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`. Unset:
+    /// updates leave only at the clock boundary.
+    #[arg(long, value_enum)]
+    pub managed: Option<SendPolicy>,
+    /// Slices a clock's compute is cut into (updates become pending slice by slice; managed
+    /// communication gets one tick per slice).
+    #[arg(long, default_value_t = 4)]
+    pub compute_slices: u32,
+    /// Bandwidth budget of managed communication, bytes per second per worker (and, for
+    /// `server_push`, per shard).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub managed_bytes_per_s: u64,
+    /// Server push (Bösen's managed communication from shards to workers): every
+    /// `server_push_tick_ms` each shard pushes the changed rows the workers hold, in this
+    /// order (fifo, random, relative-magnitude), within `managed_bytes_per_s`. Unset: a
+    /// worker sees others' updates only on a miss.
+    #[arg(long, value_enum)]
+    pub server_push: Option<SendPolicy>,
+    /// Time between two server-push ticks of a shard, ms.
+    #[arg(long, default_value_t = 10)]
+    pub server_push_tick_ms: u64,
+    /// Do not request the next clock's item rows during a clock (`prefetch_next_clock`). The
+    /// prefetch hides the read round trip behind the compute but refreshes rows a little more
+    /// often: on a bandwidth-bound link the extra replies can cost more than it saves.
+    #[arg(long)]
+    pub no_prefetch: bool,
+    /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
+    /// settings without it write no files).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write a checkpoint of the whole job (tables, worker clocks and state, the history)
+    /// into this directory every `checkpoint_every` clocks (every node must see it;
+    /// `petrel train` defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Clocks between two checkpoints (0 = never write; needs no `rule` or `rule = sgd`).
+    #[arg(long, default_value_t = 20)]
+    pub checkpoint_every: u64,
+    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
+    #[arg(long)]
+    pub resume: bool,
+    /// Test hook: worker `w` fails at clock `c` (`[w, c]`).
+    #[arg(skip)]
+    pub fail_worker_at: Option<(u32, u64)>,
+}
+
+// Every default is written once, on its flag.
+impl Default for PsMfConfig {
+    fn default() -> Self {
+        petrel_actors::flag_defaults()
+    }
+}
+
+impl PsMfConfig {
+    /// Every value in range (keys as in `[app.mf]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        if self.data.is_none() {
+            c.at_least("synthetic_users", self.synthetic_users, 1);
+            c.at_least("synthetic_items", self.synthetic_items, 1);
+            c.at_least("synthetic_rank", self.synthetic_rank, 1);
+            c.require(
+                self.synthetic_observed > 0.0 && self.synthetic_observed <= 1.0,
+                "synthetic_observed",
+                self.synthetic_observed,
+                "must be in (0, 1]",
+            );
+            c.non_negative("synthetic_noise", self.synthetic_noise);
+        }
+        c.fraction("test_fraction", self.test_fraction);
+        c.at_least("rank", self.rank, 1);
+        // SGD on unit-scale ratings diverges long before a step of 1; Adagrad's and
+        // AdaRevision's alpha is a length (the first step of a coordinate), not a rate.
+        let (max_step, range) = match self.rule {
+            Some(ServerRule::Adagrad | ServerRule::AdaRevision) => (100.0, "must be in (0, 100]"),
+            _ => (1.0, "must be in (0, 1]"),
+        };
+        c.require(
+            self.learning_rate.is_finite()
+                && self.learning_rate > 0.0
+                && self.learning_rate <= max_step,
+            "learning_rate",
+            self.learning_rate,
+            range,
+        );
+        c.non_negative("regularization", self.regularization);
+        c.non_negative("init_scale", self.init_scale);
+        c.at_least("batches_per_epoch", self.batches_per_epoch, 1);
+        c.at_least("epochs", self.epochs, 1);
+        if let Some(m) = self.max_clocks {
+            c.at_least("max_clocks", m, 1);
+        }
+        c.positive("max_seconds", self.max_seconds);
+        if let Some(t) = self.target_rmse {
+            c.non_negative("target_rmse", t);
+        }
+        c.at_least("eval_ms", self.eval_ms, 1);
+        c.non_negative("clock_ms", self.clock_ms);
+        c.at_least("server_push_tick_ms", self.server_push_tick_ms, 1);
+        self.managed_settings().check(&mut c);
+        c.require(
+            !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
+                || self.checkpoints_possible(),
+            "checkpoint_every",
+            self.checkpoint_every,
+            "checkpoints need no rule or rule sgd (adagrad and adarevision keep state on the shards); set 0",
+        );
+        c.require(
+            self.straggler_factor.is_finite() && self.straggler_factor >= 1.0,
+            "straggler_factor",
+            self.straggler_factor,
+            "must be a finite number >= 1",
+        );
+        c.finish()
+    }
+
+    /// Whether the tables can be checkpointed: their shard rules keep no state besides
+    /// the rows (no `rule`, or `sgd`).
+    pub fn checkpoints_possible(&self) -> bool {
+        matches!(self.rule, None | Some(ServerRule::Sgd))
+    }
+
+    /// The items table's consistency.
+    pub fn consistency(&self) -> Consistency {
+        Consistency::new(self.consistency, self.staleness)
+    }
+
+    /// `managed`, `managed_bytes_per_s` and `compute_slices`.
+    pub fn managed_settings(&self) -> ManagedSettings {
+        ManagedSettings {
+            policy: self.managed,
+            bytes_per_s: self.managed_bytes_per_s,
+            compute_slices: self.compute_slices,
+        }
+    }
+
+    /// The emulated compute time of every clock of every worker.
+    pub fn straggler_model(&self) -> StragglerModel {
+        StragglerModel {
+            clock_ms: self.clock_ms,
+            persistent: self.straggler,
+            persistent_factor: self.straggler_factor,
+            transient_probability: self.transient_probability,
+            transient_factor: self.transient_factor,
+            seed: self.seed,
+        }
+    }
+
+    /// Clocks each worker runs: `max_clocks`, else `epochs * batches_per_epoch`.
+    pub fn clocks(&self) -> u64 {
+        self.max_clocks.unwrap_or_else(|| {
+            self.epochs
+                .saturating_mul(u64::from(self.batches_per_epoch.max(1)))
+        })
+    }
+
+    /// Model columns of a row: the rank, plus the bias and constant columns with `biases`.
+    pub fn row_width(&self) -> u32 {
+        if self.biases {
+            self.rank + 2
+        } else {
+            self.rank
+        }
+    }
+
+    /// The columns SGD leaves alone (`(users', items')`): the constant 1s of [`Self::biases`].
+    pub fn fixed_columns(&self) -> Option<(usize, usize)> {
+        self.biases
+            .then(|| (self.rank as usize + 1, self.rank as usize))
+    }
+
+    /// The tables: `users` (async, owned by one worker each) and `items`.
+    pub fn tables(&self) -> Result<Vec<TableSpec>, PsError> {
+        if self.rank == 0 {
+            return Err(PsError::InvalidConfig {
+                app: PsMf::NAME,
+                reason: "rank must be >= 1".into(),
+            });
+        }
+        let model_width = self.row_width();
+        let Some(rule) = self.rule else {
+            return Ok(TablesBuilder::new()
+                .dense("users", model_width, Consistency::Async)
+                .dense("items", model_width, self.consistency())
+                .build()?);
+        };
+        let (width, spec) = (
+            rule.row_width(model_width),
+            rule.spec(self.learning_rate, model_width),
+        );
+        Ok(TablesBuilder::new()
+            .dense("users", width, Consistency::Async)
+            .rule(spec.clone())
+            .dense("items", width, self.consistency())
+            .rule(spec)
+            .build()?)
+    }
+}

@@ -1,0 +1,524 @@
+//! Matrix factorization by SGD on the parameter server ([`PsMf`], `petrel train ps-mf`,
+//! roles `ps-shard`/`ps-worker`/`ps-monitor` with `[app.mf]`).
+//!
+//! Model: `rating ~ mean + u_user . v_item` (with `biases`: `+ b_user + b_item`). Two dense PS tables of width `rank`: `users`
+//! (table 0) and `items` (table 1). A stored row is the *offset* from a deterministic random
+//! initial value (`init_value`), so no initialisation round is needed and every node agrees.
+//! Worker `w` owns the users `u % n_workers == w` (their ratings and their rows: only it writes
+//! them, so the users table is `Async` and read-my-writes gives the exact value); the items
+//! table has the job's consistency model (BSP, SSP, ESSP or async) and is shared by everyone.
+//!
+//! Per clock a worker takes the next mini-batch of its ratings, reads the rows it touches
+//! (`get_many`; under async it also prefetches fresh copies without waiting), runs sequential
+//! SGD on local copies, `batch_inc`s the differences and calls `clock()`. Stragglers are
+//! emulated by stretching a worker's clock to `clock_ms * factor` (sleeping for the difference
+//! between that and the real compute time): a persistent straggler (`straggler`) and transient
+//! ones (`transient_probability`), both a `StragglerModel`.
+//!
+//! The monitor snapshots the shards every `eval_ms`, computes the held-out RMSE of the global
+//! model, records the convergence curve, and tells every worker to stop once the target RMSE
+//! is reached or `max_seconds` passed (workers stop by themselves after `max_clocks`). It
+//! then collects the workers' staleness statistics and writes `model.json` and
+//! `metrics.json`.
+
+use crate::core::managed::{BandwidthManager, ManagedSettings, SendPolicy, slice_ranges};
+use crate::core::rules::{ServerRule, adarevision_delta};
+use crate::core::server_push::ServerPushConfig;
+use crate::core::stats::{ReadStats, StalenessReport};
+use crate::core::straggler::StragglerModel;
+use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
+use crate::error::PsError;
+use crate::kit::{
+    EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsStep, WorkerCtx, WorkerDone,
+    decode, encode, pad_to, write_run,
+};
+use crate::shells::{PsLayout, TablesBuilder};
+use petrel_ml::data::ratings::{Ratings, load_ratings};
+use petrel_ml::data::synthetic::{LowRankParams, low_rank_ratings};
+use petrel_ml::job::{InvalidSetting, SettingChecks};
+use petrel_ml::model::{FactorModel, ModelParams, SavedModel};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The users table.
+pub const USERS: TableId = TableId(0);
+/// The items table.
+pub const ITEMS: TableId = TableId(1);
+
+mod config;
+mod model;
+
+pub use config::PsMfConfig;
+pub use model::*;
+
+/// The ps-mf app: its config and data.
+pub struct PsMf {
+    /// The settings.
+    pub cfg: PsMfConfig,
+    /// The ratings.
+    pub data: PsMfData,
+    tables: Vec<TableSpec>,
+    checkpointing: Option<PsCheckpointing>,
+}
+
+/// A ps-mf worker between clocks.
+pub struct PsMfWorker {
+    batches: Vec<Vec<(u32, u32, f32)>>,
+    stragglers: StragglerModel,
+    manager: Option<BandwidthManager>,
+    compute_s: f64,
+    wait_s: f64,
+    started: Instant,
+}
+
+/// The ps-mf monitor between evaluations.
+pub type PsMfMonitor = EvalMonitor<RmsePoint>;
+
+/// What a ps-mf worker saves at a checkpoint: its batches, straggler model and bandwidth
+/// manager follow from the seed and its clock, so only its timings.
+#[derive(Serialize, Deserialize)]
+struct PsMfWorkerSaved {
+    compute_s: f64,
+    wait_s: f64,
+}
+
+impl PsMf {
+    /// The global model from merged shard tables.
+    fn model_from(&self, tables: &HashMap<TableId, HashMap<RowId, Row>>) -> PsMfModel {
+        let empty = HashMap::new();
+        let (ut, it) = (
+            tables.get(&USERS).unwrap_or(&empty),
+            tables.get(&ITEMS).unwrap_or(&empty),
+        );
+        let (rank, scale, biases) = (self.cfg.rank, self.cfg.init_scale, self.cfg.biases);
+        let ids = self.data.train.id_mapping.as_ref();
+        let rows = |table, stored: &HashMap<RowId, Row>, n: usize| -> Vec<Vec<f32>> {
+            (0..n as u64)
+                .map(|x| factor_row(table, x, stored.get(&RowId(x)), rank, biases, scale))
+                .collect()
+        };
+        let (mut users, mut items) = (
+            rows(USERS, ut, self.data.train.n_users),
+            rows(ITEMS, it, self.data.train.n_items),
+        );
+        let (mut user_bias, mut item_bias) = (Vec::new(), Vec::new());
+        if biases {
+            let r = rank as usize;
+            user_bias = users.iter().map(|v| v[r]).collect();
+            item_bias = items.iter().map(|v| v[r + 1]).collect();
+            users
+                .iter_mut()
+                .chain(items.iter_mut())
+                .for_each(|v| v.truncate(r));
+        }
+        PsMfModel {
+            rank,
+            global_mean: self.data.mean,
+            user_ids: ids.map(|m| m.user_ids.clone()),
+            item_ids: ids.map(|m| m.item_ids.clone()),
+            users,
+            items,
+            user_bias,
+            item_bias,
+        }
+    }
+
+    fn test_rmse(&self, m: &PsMfModel) -> f64 {
+        let zero = vec![0.0; self.cfg.rank as usize];
+        let row = |rows: &[Vec<f32>], x: u32| rows.get(x as usize).cloned();
+        // Biases as the augmented columns: users `[u, b, 1]`, items `[v, 1, b]`.
+        let bias = |b: &[f32], x: u32| b.get(x as usize).copied().unwrap_or(0.0);
+        let with_bias = |mut v: Vec<f32>, pair: [f32; 2]| {
+            if self.cfg.biases {
+                v.extend(pair);
+            }
+            v
+        };
+        rmse(
+            &self.data.test.entries,
+            |u| {
+                let v = row(&m.users, u).unwrap_or_else(|| zero.clone());
+                with_bias(v, [bias(&m.user_bias, u), 1.0])
+            },
+            |i| {
+                let v = row(&m.items, i).unwrap_or_else(|| zero.clone());
+                with_bias(v, [1.0, bias(&m.item_bias, i)])
+            },
+            self.data.mean,
+        )
+    }
+}
+
+/// Sorted distinct ids of one column of `batch`.
+fn distinct(batch: &[(u32, u32, f32)], column: impl Fn(&(u32, u32, f32)) -> u32) -> Vec<u32> {
+    batch
+        .iter()
+        .map(column)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+impl PsApp for PsMf {
+    type Config = PsMfConfig;
+    type Worker = PsMfWorker;
+    type Report = WorkerDone;
+    type Monitor = PsMfMonitor;
+    type Output = PsMfOutcome;
+
+    const NAME: &'static str = "ps-mf";
+    const SECTION: &'static str = "mf";
+    const MONITOR_ACTOR: &'static str = "ps-mf-monitor";
+
+    fn validate_config(cfg: &PsMfConfig) -> Result<(), InvalidSetting> {
+        cfg.validate()
+    }
+
+    fn new(cfg: PsMfConfig, _layout: &PsLayout) -> Result<Self, PsError> {
+        let checkpointing = PsCheckpointing::from_settings(
+            Self::NAME,
+            cfg.checkpoint_dir.as_deref(),
+            cfg.checkpoint_every,
+            cfg.resume,
+        )?;
+        let tables = cfg.tables()?;
+        let data = PsMfData::load(&cfg)?;
+        Ok(PsMf {
+            cfg,
+            data,
+            tables,
+            checkpointing,
+        })
+    }
+
+    fn tables(&self) -> Vec<TableSpec> {
+        self.tables.clone()
+    }
+
+    fn server_push(&self) -> Option<ServerPushConfig> {
+        let cfg = &self.cfg;
+        cfg.server_push.map(|policy| {
+            ServerPushConfig::at_rate(
+                policy,
+                cfg.managed_bytes_per_s,
+                cfg.server_push_tick_ms,
+                cfg.seed,
+            )
+        })
+    }
+
+    fn start_worker(&self, ctx: &WorkerCtx<'_, WorkerDone>) -> Result<PsMfWorker, PsError> {
+        let (w, n_workers) = (ctx.worker(), ctx.n_workers());
+        let mut mine: Vec<(u32, u32, f32)> = (self.data.train.entries.iter())
+            .copied()
+            .filter(|e| e.0 % n_workers == w)
+            .collect();
+        mine.shuffle(&mut StdRng::seed_from_u64(self.cfg.seed + u64::from(w)));
+        let nb = self.cfg.batches_per_epoch.max(1) as usize;
+        let chunk = mine.len().div_ceil(nb).max(1);
+        Ok(PsMfWorker {
+            batches: mine.chunks(chunk).map(<[_]>::to_vec).collect(),
+            stragglers: self.cfg.straggler_model(),
+            // The budget of one tick: the bandwidth times an emulated compute slice.
+            manager: self.cfg.managed_settings().manager(
+                self.cfg.clock_ms / 1000.0 / f64::from(self.cfg.compute_slices.max(1)),
+                self.cfg.seed + u64::from(w),
+            ),
+            compute_s: 0.0,
+            wait_s: 0.0,
+            started: Instant::now(),
+        })
+    }
+
+    async fn step(
+        &self,
+        st: &mut PsMfWorker,
+        ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<PsStep, PsError> {
+        let (cfg, client, w) = (&self.cfg, ctx.client, ctx.worker());
+        let c = client.current_clock();
+        if c >= cfg.clocks() {
+            return Ok(PsStep::Done);
+        }
+        if cfg.fail_worker_at == Some((w, c)) {
+            return Err(PsError::InjectedFailure {
+                worker: w,
+                clock: c,
+            });
+        }
+        let n_batches = st.batches.len().max(1);
+        let batch: &[(u32, u32, f32)] = st.batches.get(c as usize % n_batches).map_or(&[], |b| b);
+        let (users, items) = (distinct(batch, |e| e.0), distinct(batch, |e| e.1));
+        let item_ids: Vec<RowId> = items.iter().map(|&i| RowId(u64::from(i))).collect();
+        let user_ids: Vec<RowId> = users.iter().map(|&u| RowId(u64::from(u))).collect();
+        let t_wait = Instant::now();
+        if cfg.consistency == ConsistencyModel::Async {
+            client.prefetch(ITEMS, &item_ids)?;
+        }
+        if cfg.rule.is_some_and(|r| !r.local_view_exact()) {
+            // `users` is async: a copy never expires, and under these rules the cache does
+            // not follow the shard's steps (see `ServerRule::local_view_exact`).
+            client.prefetch(USERS, &user_ids)?;
+        }
+        let item_rows = client.get_many(ITEMS, &item_ids).await?;
+        let user_rows = client.get_many(USERS, &user_ids).await?;
+        st.wait_s += t_wait.elapsed().as_secs_f64();
+        if !cfg.no_prefetch && c + 1 < cfg.clocks() {
+            // The next clock's items, requested now: their round trip overlaps this compute.
+            let next = st
+                .batches
+                .get((c as usize + 1) % n_batches)
+                .map_or(&[][..], |b| b);
+            let next_items: Vec<RowId> = distinct(next, |e| e.1)
+                .into_iter()
+                .map(|i| RowId(u64::from(i)))
+                .collect();
+            client.prefetch_next_clock(ITEMS, &next_items)?;
+        }
+        let t0 = Instant::now();
+        let (rank, scale, biases) = (cfg.rank, cfg.init_scale, cfg.biases);
+        let local = |table, ids: &[u32], rows: &[Row]| -> HashMap<u32, Vec<f32>> {
+            ids.iter()
+                .zip(rows)
+                .map(|(&x, r)| {
+                    let v = factor_row(table, u64::from(x), Some(r), rank, biases, scale);
+                    (x, v)
+                })
+                .collect()
+        };
+        let mut pu = local(USERS, &users, &user_rows);
+        let mut qi = local(ITEMS, &items, &item_rows);
+        if let Some(rule) = cfg.rule {
+            let (gu, gi) = batch_gradient(
+                batch,
+                &pu,
+                &qi,
+                self.data.mean,
+                cfg.regularization,
+                cfg.fixed_columns(),
+            );
+            for (table, grads, ids, rows) in [
+                (USERS, &gu, &users, &user_rows),
+                (ITEMS, &gi, &items, &item_rows),
+            ] {
+                for (id, read) in ids.iter().zip(rows) {
+                    let Some(g) = grads.get(id) else { continue };
+                    let delta = match rule {
+                        ServerRule::AdaRevision => adarevision_delta(g, read),
+                        ServerRule::Sgd | ServerRule::Adagrad => Row::Dense(g.clone()),
+                    };
+                    client.batch_inc(table, RowId(u64::from(*id)), &delta)?;
+                }
+            }
+            pad_to(t0, st.stragglers.clock_time(w, c)).await;
+            st.compute_s += t0.elapsed().as_secs_f64();
+            return Ok(PsStep::Clock);
+        }
+        let (lr, reg) = (cfg.learning_rate, cfg.regularization);
+        // The clock's compute in slices: each slice's SGD changes become pending updates
+        // (oplog) when it ends, and managed communication may send some of them at once.
+        let per_clock = st.stragglers.clock_time(w, c);
+        // Without managed communication nothing leaves before the clock: one slice (and the
+        // same float sums as ever).
+        let slices = cfg.managed_settings().slices();
+        let per_slice = per_clock / slices as u32;
+        for (k, range) in slice_ranges(batch.len(), slices).into_iter().enumerate() {
+            let part = &batch[range];
+            let (old_u, old_i) = (pu.clone(), qi.clone());
+            sgd_pass(
+                part,
+                &mut pu,
+                &mut qi,
+                self.data.mean,
+                lr,
+                reg,
+                cfg.fixed_columns(),
+            );
+            for (table, new, old) in [(USERS, &pu, &old_u), (ITEMS, &qi, &old_i)] {
+                for (&id, v) in new {
+                    if let Some(o) = old.get(&id) {
+                        let d: Vec<f32> = v.iter().zip(o).map(|(a, b)| a - b).collect();
+                        client.batch_inc(table, RowId(u64::from(id)), &Row::Dense(d))?;
+                    }
+                }
+            }
+            if let Some(manager) = st.manager.as_mut() {
+                client.managed_tick(manager)?;
+            }
+            pad_to(t0, per_slice * (k as u32 + 1)).await;
+        }
+        pad_to(t0, per_clock).await;
+        st.compute_s += t0.elapsed().as_secs_f64();
+        Ok(PsStep::Clock)
+    }
+
+    fn finish_worker(
+        &self,
+        st: PsMfWorker,
+        ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<WorkerDone, PsError> {
+        let done = WorkerDone {
+            worker: ctx.worker(),
+            clocks: ctx.client.current_clock(),
+            staleness: ctx.client.table_stats(ITEMS),
+            compute_s: st.compute_s,
+            wait_s: st.wait_s,
+            sent_bytes: ctx.node.net_stats().sent_bytes,
+            received_bytes: ctx.node.net_stats().received_bytes,
+            reads: ctx.client.read_stats(),
+            run_s: st.started.elapsed().as_secs_f64(),
+        };
+        tracing::info!(
+            worker = done.worker,
+            clocks = done.clocks,
+            mean_staleness = done.staleness.mean(),
+            max_staleness = done.staleness.max(),
+            "mf worker done"
+        );
+        Ok(done)
+    }
+
+    fn checkpointing(&self) -> Option<PsCheckpointing> {
+        self.checkpointing.clone()
+    }
+
+    fn save_worker(
+        &self,
+        st: &PsMfWorker,
+        _ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<Vec<u8>, PsError> {
+        encode(&PsMfWorkerSaved {
+            compute_s: st.compute_s,
+            wait_s: st.wait_s,
+        })
+    }
+
+    fn resume_worker(
+        &self,
+        saved: &[u8],
+        ctx: &WorkerCtx<'_, WorkerDone>,
+    ) -> Result<PsMfWorker, PsError> {
+        let saved: PsMfWorkerSaved = decode("ps-mf worker checkpoint", saved)?;
+        let mut st = self.start_worker(ctx)?;
+        st.compute_s = saved.compute_s;
+        st.wait_s = saved.wait_s;
+        Ok(st)
+    }
+
+    fn save_monitor(&self, m: &PsMfMonitor, clock: u64) -> Result<Vec<u8>, PsError> {
+        m.save(clock)
+    }
+
+    fn resume_monitor(&self, saved: &[u8]) -> Result<PsMfMonitor, PsError> {
+        decode("ps-mf monitor checkpoint", saved)
+    }
+
+    fn eval_interval(&self) -> Duration {
+        Duration::from_millis(self.cfg.eval_ms.max(1))
+    }
+
+    async fn observe(
+        &self,
+        m: &mut PsMfMonitor,
+        ctx: &MonitorCtx<'_>,
+        reports: Vec<WorkerDone>,
+        all_done: bool,
+    ) -> Result<Option<String>, PsError> {
+        let point = |seconds, clock, model: &PsMfModel| RmsePoint {
+            seconds,
+            clock,
+            rmse: self.test_rmse(model),
+        };
+        m.observe(
+            ctx,
+            reports,
+            all_done,
+            self.cfg.max_seconds,
+            // Every stored offset zero: the initial values.
+            || point(0.0, 0, &self.model_from(&HashMap::new())),
+            |tables, t, clock| point(t, clock, &self.model_from(&tables)),
+            |p| self.cfg.target_rmse.is_some_and(|target| p.rmse <= target),
+        )
+        .await
+    }
+
+    async fn finish(
+        &self,
+        mut m: PsMfMonitor,
+        ctx: &MonitorCtx<'_>,
+    ) -> Result<PsMfOutcome, PsError> {
+        let wall = ctx.elapsed_s();
+        let (tables, _) = ctx.tables().await?;
+        let model = self.model_from(&tables);
+        let final_rmse = self.test_rmse(&model);
+        let st = m.sorted_reports();
+        let cfg = &self.cfg;
+        let metrics = PsMfResult {
+            consistency: cfg.consistency,
+            staleness_bound: cfg.consistency().staleness_bound(),
+            n_workers: ctx.layout.n_workers(),
+            n_shards: ctx.layout.n_shards(),
+            train_ratings: self.data.train.entries.len(),
+            test_ratings: self.data.test.entries.len(),
+            initial_rmse: m.curve.first().map_or(final_rmse, |p| p.rmse),
+            final_rmse,
+            target_rmse: cfg.target_rmse,
+            reached_target: m.reached.is_some(),
+            time_to_target_s: m.reached.map(|r| r.0),
+            iterations: m.iterations(),
+            wall_s: wall,
+            worker_clocks: m.reports.iter().map(|r| r.clocks).collect(),
+            staleness: st.report(),
+            per_worker_staleness: m.reports.iter().map(|r| r.staleness.report()).collect(),
+            per_worker_wait_s: m.reports.iter().map(|r| r.wait_s).collect(),
+            per_worker_sent_bytes: m.reports.iter().map(|r| r.sent_bytes).collect(),
+            per_worker_received_bytes: m.reports.iter().map(|r| r.received_bytes).collect(),
+            per_worker_compute_s: m.reports.iter().map(|r| r.compute_s).collect(),
+            per_worker_reads: m.reports.iter().map(|r| r.reads).collect(),
+            per_worker_run_s: m.reports.iter().map(|r| r.run_s).collect(),
+            curve: m.curve,
+        };
+        tracing::info!(
+            consistency = %metrics.consistency,
+            final_rmse,
+            reached = metrics.reached_target,
+            "mf run done"
+        );
+        Ok(PsMfOutcome { metrics, model })
+    }
+
+    fn write_outputs(&self, out: &PsMfOutcome) -> Result<(), PsError> {
+        write_run(
+            self.cfg.out.as_deref(),
+            || out.model.saved(&self.cfg),
+            self.cfg.test_data.as_deref(),
+            self.cfg.seed,
+            &out.model,
+            out.metrics.run_metrics(&self.cfg),
+            "lower learning_rate (or raise regularization)",
+        )
+    }
+
+    fn summary(cfg: &PsMfConfig, out: &PsMfOutcome) -> String {
+        let r = &out.metrics;
+        let dir = cfg.out.as_deref().unwrap_or(std::path::Path::new("-"));
+        format!(
+            "mf ({}): {} train / {} test ratings, test rmse {:.4} -> {:.4} in {:.1}s; wrote {}/model.json and metrics.json",
+            r.consistency,
+            r.train_ratings,
+            r.test_ratings,
+            r.initial_rmse,
+            r.final_rmse,
+            r.wall_s,
+            dir.display()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;
