@@ -4,10 +4,10 @@
 //!
 //! The crate reads in four layers, each using only the ones above it:
 //!
-//! 1. **[`core`]**, sans-I/O decision logic (no actix, tokio or transport; `.ci/check-cores`
-//!    checks it). The app contract: [`StradsApp`] (wire types), [`Schedule`] (scheduler
-//!    half), [`Push`] / [`RingPush`] (worker halves), answered with [`Step`] and
-//!    [`Plan`]. The round protocol's cores: [`PipelineCore`] (rounds in flight, commits
+//! 1. **[`core`]**, sans-I/O decision logic (no actix, tokio, transport or CLI parser;
+//!    `.ci/check-cores` checks the runtime imports; the flags' clap glue is in `apps`).
+//!    The app contract: [`StradsApp`] (wire types), [`Schedule`] (scheduler half),
+//!    [`Push`] / [`RingPush`] (worker halves), answered with [`Step`] and [`Plan`]. The round protocol's cores: [`PipelineCore`] (rounds in flight, commits
 //!    in order) and [`RingCore`] (a ring worker's queue and blocks). The models: Lasso,
 //!    sparse logistic regression, CCD++ matrix factorisation, SparseLDA, and the priority
 //!    scheduler with its dependency filter ([`core::scheduler`]).

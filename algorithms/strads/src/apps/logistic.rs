@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lasso::checkpoint::data_fingerprint;
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
+use super::lasso::wire::check_vars;
 use super::lasso::{LassoJob, linear_model, write_coefficients};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
@@ -120,22 +121,6 @@ impl LogisticWorker {
         self.data_digest = Some(digest);
         self
     }
-}
-
-fn check_vars(vars: &[u32], values: usize, n: usize) -> Result<Vec<usize>, StradsModelError> {
-    if vars.len() != values {
-        return Err(StradsModelError::DimensionMismatch(format!(
-            "{} vars but {values} values",
-            vars.len()
-        )));
-    }
-    vars.iter()
-        .map(|&j| {
-            (j as usize).lt(&n).then_some(j as usize).ok_or_else(|| {
-                StradsModelError::protocol(format!("coordinate {j} out of range ({n} features)"))
-            })
-        })
-        .collect()
 }
 
 impl Push<LogisticApp> for LogisticWorker {
@@ -289,18 +274,15 @@ impl LogisticScheduling {
             updates: 0,
             scheduled: 0,
             metrics: LogisticMetrics {
-                mode: job.mode.to_string(),
-                lambda,
-                n_samples: x.n_rows,
-                n_features: x.n_columns(),
                 workers,
-                rounds: 0,
-                updates: 0,
-                elapsed_s: 0.0,
-                final_objective: f64::NAN,
                 final_training_accuracy: f64::NAN,
-                nonzeros: 0,
-                trace: Vec::new(),
+                ..LogisticMetrics::at_start(
+                    job.mode.name(),
+                    lambda,
+                    x.n_rows,
+                    x.n_columns(),
+                    f64::NAN,
+                )
             },
             heldout,
             commit_log: CommitLog::default(),
@@ -519,6 +501,30 @@ pub(crate) fn write_model(
 }
 
 impl LogisticMetrics {
+    /// The metrics of a run of `mode` that has not started: no round, no trace.
+    pub fn at_start(
+        mode: &str,
+        lambda: f32,
+        n_samples: usize,
+        n_features: usize,
+        objective: f64,
+    ) -> Self {
+        LogisticMetrics {
+            mode: mode.into(),
+            lambda,
+            n_samples,
+            n_features,
+            workers: 0,
+            rounds: 0,
+            updates: 0,
+            elapsed_s: 0.0,
+            final_objective: objective,
+            final_training_accuracy: 0.0,
+            nonzeros: 0,
+            trace: Vec::new(),
+        }
+    }
+
     /// The one metrics format: a record per round of the trace; logistic regression runs
     /// `max_rounds` rounds (it has no convergence test).
     pub fn run_metrics(&self, job: &LassoJob) -> petrel_ml::job::RunMetrics {
@@ -603,12 +609,7 @@ impl StradsJob for LogisticApp {
 
     /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
     fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
-        Some(RoundCheckpointSettings {
-            dir: job.checkpoint_dir.clone()?,
-            every: job.checkpoint_every,
-            resume: job.resume,
-            fail_after: None,
-        })
+        RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)
     }
 
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {

@@ -19,9 +19,7 @@ pub use dependency::{ColumnCorrelationCache, CorrelationOracle, filter_dependent
 
 /// How candidates are chosen before the (optional) dependency filter. Read as `dynamic`,
 /// `random` or `cyclic` from flags and TOML; anything else is rejected naming these.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ScheduleMode {
     /// Sample without replacement with probability proportional to `delta^2 + eta`.
@@ -36,26 +34,43 @@ pub enum ScheduleMode {
     Cyclic,
 }
 
+impl ScheduleMode {
+    /// Every mode, in the order the flags' help lists them.
+    pub const ALL: [ScheduleMode; 3] = [
+        ScheduleMode::Dynamic,
+        ScheduleMode::Random,
+        ScheduleMode::Cyclic,
+    ];
+
+    /// The mode's name in flags and TOML.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleMode::Dynamic => "dynamic",
+            ScheduleMode::Random => "random",
+            ScheduleMode::Cyclic => "cyclic",
+        }
+    }
+}
+
 impl std::str::FromStr for ScheduleMode {
     type Err = StradsModelError;
 
     /// `dynamic`, `random` or `cyclic` (any case); the error names the valid values.
     fn from_str(s: &str) -> Result<Self, StradsModelError> {
-        <ScheduleMode as clap::ValueEnum>::from_str(s, true).map_err(|_| {
-            StradsModelError::InvalidConfig(format!(
-                "mode {s:?}: expected one of dynamic, random, cyclic"
-            ))
-        })
+        ScheduleMode::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                StradsModelError::InvalidConfig(format!(
+                    "mode {s:?}: expected one of dynamic, random, cyclic"
+                ))
+            })
     }
 }
 
 impl std::fmt::Display for ScheduleMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ScheduleMode::Dynamic => "dynamic",
-            ScheduleMode::Random => "random",
-            ScheduleMode::Cyclic => "cyclic",
-        })
+        f.write_str(self.name())
     }
 }
 

@@ -144,6 +144,19 @@ pub struct RoundCheckpointSettings {
     pub fail_after: Option<u64>,
 }
 
+impl RoundCheckpointSettings {
+    /// Checkpoints into `dir` (none without one) every `every` rounds, resuming with
+    /// `resume`; no fault injection.
+    pub fn of(dir: &Option<PathBuf>, every: u64, resume: bool) -> Option<Self> {
+        Some(RoundCheckpointSettings {
+            dir: dir.clone()?,
+            every,
+            resume,
+            fail_after: None,
+        })
+    }
+}
+
 /// The scheduler side of round checkpoints of app `app` (its settings section).
 #[derive(Debug)]
 pub struct RoundCheckpointer {

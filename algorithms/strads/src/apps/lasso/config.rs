@@ -240,55 +240,28 @@ impl LassoJob {
     pub fn scheduled_only_settings(&self) -> Vec<(&'static str, String)> {
         let d = LassoJob::default();
         let mut set = Vec::new();
-        let mut check = |key: &'static str, differs: bool, value: String| {
-            if differs {
-                set.push((key, value));
-            }
-        };
-        check(
-            "schedulers",
-            self.schedulers != d.schedulers,
-            self.schedulers.to_string(),
-        );
-        check("mode", self.mode != d.mode, format!("{:?}", self.mode));
-        check(
-            "block_size",
-            self.block_size != d.block_size,
-            self.block_size.to_string(),
-        );
-        check(
-            "candidate_pool",
-            self.candidate_pool != d.candidate_pool,
-            self.candidate_pool.to_string(),
-        );
-        check("rho", self.rho != d.rho, format!("{:?}", self.rho));
-        check(
-            "interference_bound",
-            self.interference_bound != d.interference_bound,
-            self.interference_bound.to_string(),
-        );
-        check("eta", self.eta != d.eta, self.eta.to_string());
-        check(
-            "priority_exponent",
-            self.priority_exponent != d.priority_exponent,
-            self.priority_exponent.to_string(),
-        );
-        check(
-            "initial_priority",
-            self.initial_priority != d.initial_priority,
-            self.initial_priority.to_string(),
-        );
-        check("seed", self.seed != d.seed, self.seed.to_string());
-        check("depth", self.depth != d.depth, self.depth.to_string());
-        check(
-            "eval_every",
-            self.eval_every != d.eval_every,
-            self.eval_every.to_string(),
-        );
-        check(
-            "eval_work_ratio",
-            self.eval_work_ratio != d.eval_work_ratio,
-            self.eval_work_ratio.to_string(),
+        // `(key, differs from the default, value)` for each scheduling knob.
+        macro_rules! knobs {
+            ($($key:ident: $value:expr),* $(,)?) => {
+                $(if self.$key != d.$key {
+                    set.push((stringify!($key), $value));
+                })*
+            };
+        }
+        knobs!(
+            schedulers: self.schedulers.to_string(),
+            mode: format!("{:?}", self.mode),
+            block_size: self.block_size.to_string(),
+            candidate_pool: self.candidate_pool.to_string(),
+            rho: format!("{:?}", self.rho),
+            interference_bound: self.interference_bound.to_string(),
+            eta: self.eta.to_string(),
+            priority_exponent: self.priority_exponent.to_string(),
+            initial_priority: self.initial_priority.to_string(),
+            seed: self.seed.to_string(),
+            depth: self.depth.to_string(),
+            eval_every: self.eval_every.to_string(),
+            eval_work_ratio: self.eval_work_ratio.to_string(),
         );
         set
     }

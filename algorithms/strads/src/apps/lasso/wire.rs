@@ -1,6 +1,7 @@
 //! The Lasso round protocol's wire types: update, evaluation and checkpoint-control
 //! rounds.
 
+use crate::core::StradsModelError;
 use crate::core::app::StradsApp;
 use petrel_actors::durable::FileDigest;
 use petrel_messages::tensor::{f32_bytes, f64_bytes};
@@ -141,4 +142,26 @@ pub enum ControlReply {
         /// Commits applied after the restore.
         applied: u64,
     },
+}
+
+/// A round's coordinates as indices, refused unless there is one value per coordinate and
+/// each is below `n` (the features).
+pub(crate) fn check_vars(
+    vars: &[u32],
+    values: usize,
+    n: usize,
+) -> Result<Vec<usize>, StradsModelError> {
+    if vars.len() != values {
+        return Err(StradsModelError::DimensionMismatch(format!(
+            "{} vars but {values} values",
+            vars.len()
+        )));
+    }
+    vars.iter()
+        .map(|&j| {
+            (j as usize).lt(&n).then_some(j as usize).ok_or_else(|| {
+                StradsModelError::protocol(format!("coordinate {j} out of range ({n} features)"))
+            })
+        })
+        .collect()
 }

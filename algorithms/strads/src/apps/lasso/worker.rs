@@ -1,6 +1,6 @@
 //! Lasso's worker half: a contiguous row block with its residual.
 
-use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy};
+use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy, check_vars};
 use crate::core::StradsModelError;
 use crate::core::app::Push;
 use crate::core::lasso::LassoWorkerState;
@@ -66,22 +66,6 @@ impl LassoWorker {
         self.applied[0] = applied;
         Ok(())
     }
-
-    fn check_vars(&self, vars: &[u32], values: usize) -> Result<(), StradsModelError> {
-        if vars.len() != values {
-            return Err(StradsModelError::DimensionMismatch(format!(
-                "{} vars but {values} values",
-                vars.len()
-            )));
-        }
-        let n = self.state.n_features();
-        match vars.iter().find(|&&j| j as usize >= n) {
-            Some(bad) => Err(StradsModelError::protocol(format!(
-                "coordinate {bad} out of range ({n} features)"
-            ))),
-            None => Ok(()),
-        }
-    }
 }
 
 impl Push<LassoApp> for LassoWorker {
@@ -103,8 +87,7 @@ impl Push<LassoApp> for LassoWorker {
         match task {
             LassoTask::Update { vars, values } => {
                 let started = Instant::now();
-                self.check_vars(vars, values.len())?;
-                let vars: Vec<usize> = vars.iter().map(|&j| j as usize).collect();
+                let vars = check_vars(vars, values.len(), self.state.n_features())?;
                 let z = self.state.push(&vars, values);
                 self.busy.push_s += started.elapsed().as_secs_f64();
                 if self.busy.peak_rss_mb == 0.0 {
@@ -148,13 +131,8 @@ impl Push<LassoApp> for LassoWorker {
     ) -> Result<(), StradsModelError> {
         let started = Instant::now();
         self.applied(scheduler)?;
-        self.check_vars(&commit.vars, commit.deltas.len())?;
-        let changes: Vec<(usize, f32)> = commit
-            .vars
-            .iter()
-            .zip(&commit.deltas)
-            .map(|(&j, &d)| (j as usize, d))
-            .collect();
+        let vars = check_vars(&commit.vars, commit.deltas.len(), self.state.n_features())?;
+        let changes: Vec<(usize, f32)> = vars.into_iter().zip(commit.deltas.clone()).collect();
         self.state.apply_deltas(&changes);
         self.applied[scheduler as usize] += 1;
         self.busy.commit_s += started.elapsed().as_secs_f64();

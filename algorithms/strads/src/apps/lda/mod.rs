@@ -378,12 +378,7 @@ impl StradsJob for LdaApp {
 
     /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
     fn round_checkpoints(job: &LdaJob) -> Option<RoundCheckpointSettings> {
-        Some(RoundCheckpointSettings {
-            dir: job.checkpoint_dir.clone()?,
-            every: job.checkpoint_every,
-            resume: job.resume,
-            fail_after: None,
-        })
+        RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)
     }
 
     fn scheduler_options(job: &LdaJob) -> SchedulerOptions {

@@ -439,12 +439,7 @@ impl StradsJob for MfApp {
 
     /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
     fn round_checkpoints(job: &StradsMfJob) -> Option<RoundCheckpointSettings> {
-        Some(RoundCheckpointSettings {
-            dir: job.checkpoint_dir.clone()?,
-            every: job.checkpoint_every,
-            resume: job.resume,
-            fail_after: None,
-        })
+        RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)
     }
 
     fn scheduler_options(job: &StradsMfJob) -> SchedulerOptions {

@@ -28,3 +28,22 @@ impl std::fmt::Display for LassoSolver {
         })
     }
 }
+
+/// The `--mode` flag's values: the scheduler's core type stays free of the CLI parser.
+impl clap::ValueEnum for crate::core::scheduler::ScheduleMode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        use crate::core::scheduler::ScheduleMode::*;
+        let help = match self {
+            Dynamic => {
+                "Sample without replacement with probability proportional to `delta^2 + eta`"
+            }
+            Random => "Uniformly random coordinates without replacement (Shotgun-like baseline)",
+            Cyclic => "The next coordinates in index order, wrapping around",
+        };
+        Some(clap::builder::PossibleValue::new(self.name()).help(help))
+    }
+}

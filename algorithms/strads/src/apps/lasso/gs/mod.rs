@@ -340,11 +340,11 @@ impl StradsJob for LassoGsApp {
     }
 
     fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
+        let settings =
+            RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)?;
         Some(RoundCheckpointSettings {
-            dir: job.checkpoint_dir.clone()?,
-            every: job.checkpoint_every,
-            resume: job.resume,
             fail_after: job.fail_after_checkpoints,
+            ..settings
         })
     }
 
