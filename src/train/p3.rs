@@ -319,13 +319,11 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
         .is_empty()
     {
         // Refused before any process starts (the nodes verify the files themselves).
-        return Err(
-            petrel_p3::P3Error::from(petrel_p3::checkpoint::P3CheckpointError::NoValid {
-                dir: ckpt_dir,
-                reasons: Vec::new(),
-            })
-            .into(),
-        );
+        return Err(petrel_p3::P3Error::NoCheckpoint {
+            dir: ckpt_dir,
+            reasons: Vec::new(),
+        }
+        .into());
     }
     cfg.checkpoint_dir = ckpt_dir.clone();
     let t0 = Instant::now();

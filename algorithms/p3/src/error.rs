@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use petrel_actors::checkpoint::CheckpointError;
 use petrel_actors::{AskError, NodeError};
 
 use crate::core::{EngineError, PlanError, ProfileError};
@@ -12,9 +13,27 @@ use crate::core::{EngineError, PlanError, ProfileError};
 /// Any error of a P3 job.
 #[derive(Debug, thiserror::Error)]
 pub enum P3Error {
-    /// A checkpoint could not be written, or none could be resumed.
+    /// A checkpoint file could not be read or written, does not match its manifest or this
+    /// job, or is of an older format.
     #[error(transparent)]
-    Checkpoint(#[from] crate::checkpoint::P3CheckpointError),
+    Checkpoint(petrel_actors::checkpoint::CheckpointError),
+    /// A checkpoint file could not be encoded.
+    #[error("{}: cannot encode: {source}", path.display())]
+    CheckpointEncode {
+        /// The file.
+        path: PathBuf,
+        /// The encoder's error.
+        #[source]
+        source: rmp_serde::encode::Error,
+    },
+    /// Resuming was asked for and no checkpoint in the directory is valid.
+    #[error("no valid P3 checkpoint to resume from in {}{}", dir.display(), reasons_list(reasons))]
+    NoCheckpoint {
+        /// The directory.
+        dir: PathBuf,
+        /// Why each checkpoint was refused, newest first.
+        reasons: Vec<String>,
+    },
     /// A checkpoint round did not complete (a shard or worker did not save).
     #[error("checkpoint of round {round}: {detail}")]
     CheckpointRound {
@@ -174,6 +193,23 @@ pub enum P3Error {
         #[source]
         source: Box<crate::models::ModelError>,
     },
+}
+
+impl From<CheckpointError> for P3Error {
+    fn from(e: CheckpointError) -> Self {
+        match e {
+            CheckpointError::NoValid { dir, reasons } => P3Error::NoCheckpoint { dir, reasons },
+            other => P3Error::Checkpoint(other),
+        }
+    }
+}
+
+fn reasons_list(reasons: &[String]) -> String {
+    if reasons.is_empty() {
+        " (there is none)".into()
+    } else {
+        format!(": {}", reasons.join("; "))
+    }
 }
 
 impl P3Error {
