@@ -133,11 +133,6 @@ impl StagedNet {
         &self.input
     }
 
-    /// Stage names, forward order.
-    pub fn stage_names(&self) -> Vec<&str> {
-        self.stages.iter().map(|(n, _)| n.as_str()).collect()
-    }
-
     /// Number of stages.
     pub fn n_stages(&self) -> usize {
         self.stages.len()
