@@ -12,10 +12,8 @@ use std::path::Path;
 use ndarray::{ArrayD, IxDyn};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use rand_distr::{Distribution, Normal};
 
-use crate::dnn::data::{Dataset, DnnDataError};
+use crate::dnn::data::{Dataset, DnnDataError, noisy_templates};
 
 /// Side of a CIFAR-10 image.
 pub const CIFAR_SIDE: usize = 32;
@@ -177,23 +175,9 @@ pub fn synthetic_cifar(
             img
         })
         .collect();
-    let d = Normal::new(0.0f32, noise).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    let mut y: Vec<usize> = (0..n).map(|i| i % classes).collect();
-    y.shuffle(&mut rng);
-    let mut x = Vec::with_capacity(n * (CIFAR_RECORD - 1));
-    for &label in &y {
-        x.extend(
-            templates[label]
-                .iter()
-                .map(|t| (t + d.sample(&mut rng)).clamp(0.0, 1.0)),
-        );
-    }
-    let x = ArrayD::from_shape_vec(IxDyn(&[n, CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE]), x)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    Ok(Dataset {
-        x,
-        y,
-        n_classes: classes,
+    let shape = [CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE];
+    noisy_templates(&mut rng, &templates, n, noise, &shape, |v| {
+        v.clamp(0.0, 1.0)
     })
 }
 

@@ -186,25 +186,37 @@ pub fn gaussian_clusters(
     let mut rng = StdRng::seed_from_u64(seed);
     let centre_d =
         Normal::new(0.0f32, 3.0).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    let noise =
-        Normal::new(0.0f32, spread).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     let centres: Vec<Vec<f32>> = (0..classes)
         .map(|_| (0..dim).map(|_| centre_d.sample(&mut rng)).collect())
         .collect();
-    let mut y: Vec<usize> = (0..n).map(|i| i % classes).collect();
-    y.shuffle(&mut rng);
-    let mut data = Vec::with_capacity(n * dim);
+    noisy_templates(&mut rng, &centres, n, spread, &[dim], |v| v)
+}
+
+/// `n` examples of the class `templates` (balanced, shuffled with `rng`), each its
+/// template plus N(0, noise^2) noise per value passed through `finish`, of shape `[n,
+/// shape..]`: the tail every template generator shares.
+pub(crate) fn noisy_templates(
+    rng: &mut StdRng,
+    templates: &[Vec<f32>],
+    n: usize,
+    noise: f32,
+    shape: &[usize],
+    finish: impl Fn(f32) -> f32,
+) -> Result<Dataset, DnnDataError> {
+    let bad = |e: String| DnnDataError::InvalidArgument(e);
+    let d = Normal::new(0.0f32, noise).map_err(|e| bad(e.to_string()))?;
+    let mut y: Vec<usize> = (0..n).map(|i| i % templates.len()).collect();
+    y.shuffle(rng);
+    let mut x = Vec::with_capacity(n * shape.iter().product::<usize>());
     for &label in &y {
-        for c in &centres[label] {
-            data.push(c + noise.sample(&mut rng));
-        }
+        x.extend(templates[label].iter().map(|t| finish(t + d.sample(rng))));
     }
-    let x = ArrayD::from_shape_vec(IxDyn(&[n, dim]), data)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
+    let dims: Vec<usize> = std::iter::once(n).chain(shape.iter().copied()).collect();
+    let x = ArrayD::from_shape_vec(IxDyn(&dims), x).map_err(|e| bad(e.to_string()))?;
     Ok(Dataset {
         x,
         y,
-        n_classes: classes,
+        n_classes: templates.len(),
     })
 }
 
@@ -287,20 +299,7 @@ pub fn template_images(
                 .collect()
         })
         .collect();
-    let d = Normal::new(0.0f32, noise).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    let mut y: Vec<usize> = (0..n).map(|i| i % classes).collect();
-    y.shuffle(&mut rng);
-    let mut data = Vec::with_capacity(n * px);
-    for &label in &y {
-        data.extend(templates[label].iter().map(|t| t + d.sample(&mut rng)));
-    }
-    let x = ArrayD::from_shape_vec(IxDyn(&[n, 1, side, side]), data)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    Ok(Dataset {
-        x,
-        y,
-        n_classes: classes,
-    })
+    noisy_templates(&mut rng, &templates, n, noise, &[1, side, side], |v| v)
 }
 
 /// Raw IDX image file contents.
