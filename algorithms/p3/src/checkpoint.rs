@@ -164,19 +164,8 @@ pub fn newest_valid(dir: &Path, shape: &JobShape) -> Result<LoadedCheckpoint, P3
 mod tests {
     use super::*;
     use crate::core::checkpoint::SliceState;
+    use crate::core::checkpoint::tests::shape;
     use crate::kit::StepStats;
-
-    fn shape() -> JobShape {
-        JobShape {
-            tag: "mlp".into(),
-            mode: "p3".into(),
-            slice_size: 4,
-            workers: 2,
-            shards: 2,
-            tensors: vec![3],
-            opt_bits: (1, 2),
-        }
-    }
 
     /// Writes a complete checkpoint of `round` as the nodes do; returns its files.
     fn save(dir: &Path, round: u64) -> LoadedCheckpoint {
