@@ -232,17 +232,6 @@ pub struct RunMetrics {
     pub details: serde_json::Map<String, serde_json::Value>,
 }
 
-/// An output file could not be written.
-#[derive(Debug, thiserror::Error)]
-#[error("writing {}: {source}", path.display())]
-pub struct OutputError {
-    /// The file.
-    pub path: PathBuf,
-    /// The OS or encoder error.
-    #[source]
-    pub source: std::io::Error,
-}
-
 impl RunMetrics {
     /// Metrics of `app` run with `settings`, its own figures `details` (a struct whose
     /// fields sit beside the common ones), no history yet.

@@ -89,7 +89,9 @@ impl JobShape {
             ("the tensor sizes", d(&self.tensors), d(&job.tensors)),
         ];
         if let Some((what, a, b)) = fields.into_iter().find(|(_, a, b)| a != b) {
-            return Some(format!("{what} is {a} in the checkpoint but {b} in this job"));
+            return Some(format!(
+                "{what} is {a} in the checkpoint but {b} in this job"
+            ));
         }
         (self.opt_bits != job.opt_bits).then(|| "the learning rate or momentum differs".into())
     }

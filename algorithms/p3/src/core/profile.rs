@@ -531,6 +531,15 @@ impl ModelProfile {
         }
     }
 
+    /// Every layer's forward and backward seconds per iteration on a device of `flops`
+    /// FLOP/s at `batch` samples.
+    pub fn layer_seconds(&self, flops: f64, batch: usize) -> (Vec<f64>, Vec<f64>) {
+        let times = self.layers.iter();
+        times
+            .map(|l| (l.fwd_seconds(flops, batch), l.bwd_seconds(flops, batch)))
+            .unzip()
+    }
+
     /// Loads a `.toml` or `.json` profile (format chosen by extension).
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let path = path.as_ref();
