@@ -244,6 +244,14 @@ pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
     collected(|visit| scan_ratings(path, visit))
 }
 
+/// `path` opened, and whether it is a MatrixMarket file (by its first bytes).
+fn open_ratings(path: &Path) -> Result<(impl BufRead, bool), DataError> {
+    let mut reader = open_buffered(path)?;
+    let buf = reader.fill_buf().map_err(|e| DataError::io(path, e))?;
+    let is_matrix_market = buf.starts_with(b"%%MatrixMarket");
+    Ok((reader, is_matrix_market))
+}
+
 /// [`load_ratings`] without holding the entries: hands each `(user, item, rating)` to
 /// `visit` in file order, as it is read, and returns the matrix without entries (its
 /// dimensions and id mapping). The same checks and errors as [`load_ratings`]; a caller
@@ -253,11 +261,7 @@ pub fn scan_ratings(
     mut visit: impl FnMut(u32, u32, f32),
 ) -> Result<Ratings, DataError> {
     let path = path.as_ref();
-    let mut reader = open_buffered(path)?;
-    let is_matrix_market = reader
-        .fill_buf()
-        .map_err(|e| DataError::io(path, e))?
-        .starts_with(b"%%MatrixMarket");
+    let (reader, is_matrix_market) = open_ratings(path)?;
     if is_matrix_market {
         scan_matrix_market(reader, path, &DataLimits::from_env()?, &mut visit)
     } else {
@@ -483,11 +487,7 @@ pub fn load_labelled_ratings(
     path: impl AsRef<Path>,
 ) -> Result<Vec<crate::model::LabelledRating>, DataError> {
     let path = path.as_ref();
-    let mut reader = open_buffered(path)?;
-    let is_matrix_market = reader
-        .fill_buf()
-        .map_err(|e| DataError::io(path, e))?
-        .starts_with(b"%%MatrixMarket");
+    let (reader, is_matrix_market) = open_ratings(path)?;
     if is_matrix_market {
         let r = parse_matrix_market(reader, path)?;
         return Ok(r
