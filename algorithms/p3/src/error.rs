@@ -142,20 +142,25 @@ pub enum P3Error {
         /// Workers in the job.
         expected: usize,
     },
-    /// A worker report file could not be read or written.
-    #[error("{}: worker report", .path.display())]
-    ReportIo {
+    /// A file of the job (`what`: a worker report, a model file) could not be read or
+    /// written.
+    #[error("{}: {what}", .path.display())]
+    Io {
         /// The file.
         path: PathBuf,
+        /// What the file is.
+        what: &'static str,
         /// Why.
         #[source]
         source: std::io::Error,
     },
-    /// A worker report file is not valid JSON.
-    #[error("{}: worker report JSON", .path.display())]
-    ReportJson {
+    /// A file of the job (`what`: a worker report, a model file) is not valid JSON.
+    #[error("{}: {what} JSON", .path.display())]
+    Json {
         /// The file.
         path: PathBuf,
+        /// What the file is.
+        what: &'static str,
         /// Why.
         #[source]
         source: serde_json::Error,
@@ -163,24 +168,6 @@ pub enum P3Error {
     /// A data set of a real model could not be read or made.
     #[error(transparent)]
     Data(#[from] petrel_ml::dnn::data::DnnDataError),
-    /// A saved model file could not be read or written.
-    #[error("{}: model file", .path.display())]
-    ModelFileIo {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A saved model file is not a model.
-    #[error("{}: model file JSON", .path.display())]
-    ModelFileJson {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: serde_json::Error,
-    },
     /// A saved model file cannot be used (wrong format, version or app, or bad JSON).
     #[error(transparent)]
     ModelFile(#[from] petrel_ml::model::ModelFileError),
