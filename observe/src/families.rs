@@ -15,42 +15,25 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-/// `{node}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct NodeLabels {
-    node: String,
-}
-
-/// `{node, peer}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PeerLabels {
-    node: String,
-    peer: String,
-}
-
-/// `{node, worker}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct WorkerLabels {
-    node: String,
-    worker: String,
-}
-
-/// `{node, layer}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LayerLabels {
-    node: String,
-    layer: String,
-}
-
-/// `{node, metric}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MetricLabels {
-    node: String,
-    metric: String,
-}
+/// A series' labels: `node` first, then the family's own (`peer`, `worker`, `layer`, ...).
+type Labels<const N: usize> = [(&'static str, String); N];
+type NodeLabels = Labels<1>;
+type PairLabels = Labels<2>;
 
 fn node(n: &str) -> NodeLabels {
-    NodeLabels { node: n.into() }
+    [("node", n.into())]
+}
+
+/// `{node, key}`.
+fn pair(n: &str, key: &'static str, value: impl ToString) -> PairLabels {
+    [("node", n.into()), (key, value.to_string())]
+}
+
+/// Registers every `field: name, help;` of the families in `$s`.
+macro_rules! register {
+    ($registry:expr, $s:expr, $($field:ident: $name:literal, $help:literal;)+) => {
+        $($registry.register($name, $help, $s.$field.clone());)+
+    };
 }
 
 type FloatCounter = Counter<f64, AtomicU64>;
@@ -66,7 +49,7 @@ fn latency_histogram() -> Histogram {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    heartbeat_gap: Family<PeerLabels, Histogram>,
+    heartbeat_gap: Family<PairLabels, Histogram>,
     /// Parameter server: clocks and observed staleness.
     pub ps: PsMetrics,
     /// STRADS: rounds, updates, round latency, dependency-filter rejections.
@@ -96,7 +79,7 @@ pub fn encode_text() -> String {
 impl Metrics {
     fn new() -> Self {
         let mut registry = Registry::default();
-        let heartbeat_gap = Family::<PeerLabels, Histogram>::new_with_constructor(|| {
+        let heartbeat_gap = Family::<PairLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.05, 2.0, 10))
         });
         registry.register(
@@ -123,10 +106,7 @@ impl Metrics {
     /// `node` heard a heartbeat from `peer`, `gap` after the previous one.
     pub fn heartbeat(&self, node: &str, peer: &str, gap: Duration) {
         self.heartbeat_gap
-            .get_or_create(&PeerLabels {
-                node: node.into(),
-                peer: peer.into(),
-            })
+            .get_or_create(&pair(node, "peer", peer))
             .observe(gap.as_secs_f64());
     }
 }
@@ -179,13 +159,13 @@ impl CountHistogram {
 /// Parameter-server series.
 #[derive(Debug)]
 pub struct PsMetrics {
-    worker_clock: Family<WorkerLabels, Gauge>,
+    worker_clock: Family<PairLabels, Gauge>,
     staleness: Arc<Mutex<BTreeMap<(String, String), CountHistogram>>>,
 }
 
 impl PsMetrics {
     fn new(registry: &mut Registry) -> Self {
-        let worker_clock = Family::<WorkerLabels, Gauge>::default();
+        let worker_clock = Family::<PairLabels, Gauge>::default();
         registry.register(
             "petrel_ps_worker_clock",
             "Clocks a parameter-server worker has completed",
@@ -202,10 +182,7 @@ impl PsMetrics {
     /// Worker `worker` on `node` completed `clock` clocks.
     pub fn worker_clock(&self, node: &str, worker: u32, clock: u64) {
         self.worker_clock
-            .get_or_create(&WorkerLabels {
-                node: node.into(),
-                worker: worker.to_string(),
-            })
+            .get_or_create(&pair(node, "worker", worker))
             .set(i64::try_from(clock).unwrap_or(i64::MAX));
     }
 
@@ -284,30 +261,14 @@ impl StradsMetrics {
             filter_rejections: Family::default(),
             in_flight: Family::default(),
         };
-        registry.register(
-            "petrel_strads_rounds",
-            "STRADS rounds committed by this scheduler",
-            s.rounds.clone(),
-        );
-        registry.register(
-            "petrel_strads_updates",
-            "Variables a STRADS scheduler dispatched for update",
-            s.updates.clone(),
-        );
-        registry.register(
-            "petrel_strads_round_seconds",
-            "Time from dispatching a STRADS round to committing it",
-            s.round_seconds.clone(),
-        );
-        registry.register(
-            "petrel_strads_filter_rejections",
-            "Candidates the dependency filter kept out of a round",
-            s.filter_rejections.clone(),
-        );
-        registry.register(
-            "petrel_strads_rounds_in_flight",
-            "Rounds dispatched and not yet committed",
-            s.in_flight.clone(),
+        register!(registry, s,
+            rounds: "petrel_strads_rounds", "STRADS rounds committed by this scheduler";
+            updates: "petrel_strads_updates", "Variables a STRADS scheduler dispatched for update";
+            round_seconds: "petrel_strads_round_seconds",
+                "Time from dispatching a STRADS round to committing it";
+            filter_rejections: "petrel_strads_filter_rejections",
+                "Candidates the dependency filter kept out of a round";
+            in_flight: "petrel_strads_rounds_in_flight", "Rounds dispatched and not yet committed";
         );
         s
     }
@@ -343,10 +304,10 @@ impl StradsMetrics {
 /// P3 series.
 #[derive(Debug)]
 pub struct P3Metrics {
-    slices_sent: Family<LayerLabels, Counter>,
-    slice_bytes_sent: Family<LayerLabels, Counter>,
-    slices_received: Family<LayerLabels, Counter>,
-    slice_bytes_received: Family<LayerLabels, Counter>,
+    slices_sent: Family<PairLabels, Counter>,
+    slice_bytes_sent: Family<PairLabels, Counter>,
+    slices_received: Family<PairLabels, Counter>,
+    slice_bytes_received: Family<PairLabels, Counter>,
     slice_seconds: Family<NodeLabels, Histogram>,
     wire_busy: Family<NodeLabels, FloatCounter>,
 }
@@ -361,49 +322,25 @@ impl P3Metrics {
             slice_seconds: Family::new_with_constructor(latency_histogram),
             wire_busy: Family::default(),
         };
-        registry.register(
-            "petrel_p3_slices_sent",
-            "Gradient slices a P3 worker sent, per layer",
-            s.slices_sent.clone(),
-        );
-        registry.register(
-            "petrel_p3_slice_bytes_sent",
-            "Bytes of gradient slices a P3 worker sent, per layer",
-            s.slice_bytes_sent.clone(),
-        );
-        registry.register(
-            "petrel_p3_slices_received",
-            "Updated parameter slices a P3 worker received, per layer",
-            s.slices_received.clone(),
-        );
-        registry.register(
-            "petrel_p3_slice_bytes_received",
-            "Bytes of updated parameter slices a P3 worker received, per layer",
-            s.slice_bytes_received.clone(),
-        );
-        registry.register(
-            "petrel_p3_slice_seconds",
-            "Time from sending a gradient slice to receiving its updated parameters",
-            s.slice_seconds.clone(),
-        );
-        registry.register(
-            "petrel_p3_wire_busy_seconds",
-            "Time a P3 worker had at least one slice on the wire (link utilisation = rate)",
-            s.wire_busy.clone(),
+        register!(registry, s,
+            slices_sent: "petrel_p3_slices_sent", "Gradient slices a P3 worker sent, per layer";
+            slice_bytes_sent: "petrel_p3_slice_bytes_sent",
+                "Bytes of gradient slices a P3 worker sent, per layer";
+            slices_received: "petrel_p3_slices_received",
+                "Updated parameter slices a P3 worker received, per layer";
+            slice_bytes_received: "petrel_p3_slice_bytes_received",
+                "Bytes of updated parameter slices a P3 worker received, per layer";
+            slice_seconds: "petrel_p3_slice_seconds",
+                "Time from sending a gradient slice to receiving its updated parameters";
+            wire_busy: "petrel_p3_wire_busy_seconds",
+                "Time a P3 worker had at least one slice on the wire (link utilisation = rate)";
         );
         s
     }
 
-    fn layer(node: &str, layer: usize) -> LayerLabels {
-        LayerLabels {
-            node: node.into(),
-            layer: layer.to_string(),
-        }
-    }
-
     /// The worker on `node` sent a slice of `layer` of `bytes` bytes.
     pub fn slice_sent(&self, node: &str, layer: usize, bytes: u64) {
-        let l = Self::layer(node, layer);
+        let l = pair(node, "layer", layer);
         self.slices_sent.get_or_create(&l).inc();
         self.slice_bytes_sent.get_or_create(&l).inc_by(bytes);
     }
@@ -411,7 +348,7 @@ impl P3Metrics {
     /// The worker on `node` received the updated slice of `layer` (`bytes` bytes), `rtt`
     /// after it sent the gradient.
     pub fn slice_received(&self, node: &str, layer: usize, bytes: u64, rtt: Duration) {
-        let l = Self::layer(node, layer);
+        let l = pair(node, "layer", layer);
         self.slices_received.get_or_create(&l).inc();
         self.slice_bytes_received.get_or_create(&l).inc_by(bytes);
         self.slice_seconds
@@ -430,9 +367,9 @@ impl P3Metrics {
 /// The job's history curve.
 #[derive(Debug)]
 pub struct JobMetrics {
-    value: Family<MetricLabels, FloatGauge>,
-    at: Family<MetricLabels, FloatGauge>,
-    points: Family<MetricLabels, Counter>,
+    value: Family<PairLabels, FloatGauge>,
+    at: Family<PairLabels, FloatGauge>,
+    points: Family<PairLabels, Counter>,
 }
 
 impl JobMetrics {
@@ -442,30 +379,18 @@ impl JobMetrics {
             at: Family::default(),
             points: Family::default(),
         };
-        registry.register(
-            "petrel_job_progress",
-            "Latest point of the job's history curve (objective, RMSE, log-likelihood, loss)",
-            s.value.clone(),
-        );
-        registry.register(
-            "petrel_job_progress_at_seconds",
-            "Job time of the latest point of the history curve",
-            s.at.clone(),
-        );
-        registry.register(
-            "petrel_job_progress_points",
-            "Points of the history curve so far",
-            s.points.clone(),
+        register!(registry, s,
+            value: "petrel_job_progress",
+                "Latest point of the job's history curve (objective, RMSE, log-likelihood, loss)";
+            at: "petrel_job_progress_at_seconds", "Job time of the latest point of the history curve";
+            points: "petrel_job_progress_points", "Points of the history curve so far";
         );
         s
     }
 
     /// The job on `node` measured `metric` = `value` at `elapsed` seconds into the run.
     pub fn point(&self, node: &str, metric: &str, elapsed: Duration, value: f64) {
-        let l = MetricLabels {
-            node: node.into(),
-            metric: metric.into(),
-        };
+        let l = pair(node, "metric", metric);
         self.value.get_or_create(&l).set(value);
         self.at.get_or_create(&l).set(elapsed.as_secs_f64());
         self.points.get_or_create(&l).inc();

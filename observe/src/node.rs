@@ -2,7 +2,7 @@
 
 use crate::families::encode_rows;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use std::collections::BTreeMap;
@@ -269,13 +269,26 @@ fn encode_counters(
         ),
     ];
     for (name, help, field) in counters {
-        let rows: Vec<(Labels, ConstCounter)> = samples
-            .iter()
-            .map(|(n, s)| (node(n), ConstCounter::new(field(s))))
-            .collect();
-        encode_rows(enc, name, help, &rows)?;
+        per_node(enc, samples, name, help, |s| {
+            Some(ConstCounter::new(field(s)))
+        })?;
     }
     Ok(())
+}
+
+/// One family with a row per node of `value(sample)`, none where it is `None`.
+fn per_node<M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    samples: &[(String, NodeSample)],
+    name: &str,
+    help: &str,
+    value: impl Fn(&NodeSample) -> Option<M>,
+) -> Result<(), std::fmt::Error> {
+    let rows: Vec<(Labels, M)> = samples
+        .iter()
+        .filter_map(|(n, s)| value(s).map(|m| (node(n), m)))
+        .collect();
+    encode_rows(enc, name, help, &rows)
 }
 
 /// The egress shaper: time waited, token balance and configured rate.
@@ -283,38 +296,26 @@ fn encode_shaper(
     enc: &mut DescriptorEncoder,
     samples: &[(String, NodeSample)],
 ) -> Result<(), std::fmt::Error> {
-    let wait_s: Vec<(Labels, ConstCounter<f64>)> = samples
-        .iter()
-        .map(|(n, s)| (node(n), ConstCounter::new(s.shaper_egress_wait_s)))
-        .collect();
-    encode_rows(
+    per_node(
         enc,
+        samples,
         "petrel_shaper_egress_wait_seconds",
         "Time the egress shaper made the socket wait for tokens",
-        &wait_s,
+        |s| Some(ConstCounter::new(s.shaper_egress_wait_s)),
     )?;
-    let tokens: Vec<(Labels, ConstGauge<f64>)> = samples
-        .iter()
-        .filter_map(|(n, s)| {
-            s.shaper_egress_tokens
-                .map(|t| (node(n), ConstGauge::new(t)))
-        })
-        .collect();
-    encode_rows(
+    per_node(
         enc,
+        samples,
         "petrel_shaper_egress_tokens_bytes",
         "Egress token balance (negative: in debt for the last send)",
-        &tokens,
+        |s| s.shaper_egress_tokens.map(ConstGauge::new),
     )?;
-    let rate: Vec<(Labels, ConstGauge)> = samples
-        .iter()
-        .map(|(n, s)| (node(n), ConstGauge::new(s.shaper_egress_rate as i64)))
-        .collect();
-    encode_rows(
+    per_node(
         enc,
+        samples,
         "petrel_shaper_egress_rate_bytes_per_second",
         "Configured egress rate (0: unshaped)",
-        &rate,
+        |s| Some(ConstGauge::new(s.shaper_egress_rate as i64)),
     )
 }
 
@@ -323,15 +324,12 @@ fn encode_queues(
     enc: &mut DescriptorEncoder,
     samples: &[(String, NodeSample)],
 ) -> Result<(), std::fmt::Error> {
-    let outbox: Vec<(Labels, ConstGauge)> = samples
-        .iter()
-        .map(|(n, s)| (node(n), ConstGauge::new(s.outbox_bytes as i64)))
-        .collect();
-    encode_rows(
+    per_node(
         enc,
+        samples,
         "petrel_outbox_queued_bytes",
         "Bytes waiting in the priority outbox",
-        &outbox,
+        |s| Some(ConstGauge::new(s.outbox_bytes as i64)),
     )?;
     let mailboxes: Vec<(Labels, ConstGauge)> = samples
         .iter()

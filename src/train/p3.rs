@@ -255,19 +255,14 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
     cfg.checkpoint_every = args.checkpoint_every.unwrap_or(per_epoch);
     if !args.resume {
         // A restart may only roll back to this run's own checkpoints.
-        petrel_p3::checkpoint::clear(&ckpt_dir).map_err(petrel_p3::P3Error::from)?;
-    } else if petrel_p3::checkpoint::manifest_rounds(&ckpt_dir)
-        .map_err(petrel_p3::P3Error::from)?
-        .is_empty()
-    {
+        petrel_p3::checkpoint::clear(&ckpt_dir)?;
+    } else if petrel_p3::checkpoint::manifest_rounds(&ckpt_dir)?.is_empty() {
         // Refused before any process starts (the nodes verify the files themselves).
-        return Err(
-            petrel_p3::P3Error::from(petrel_p3::checkpoint::P3CheckpointError::NoValid {
-                dir: ckpt_dir,
-                reasons: Vec::new(),
-            })
-            .into(),
-        );
+        return Err(petrel_p3::P3Error::NoCheckpoint {
+            dir: ckpt_dir,
+            reasons: Vec::new(),
+        }
+        .into());
     }
     cfg.checkpoint_dir = ckpt_dir.clone();
     let t0 = Instant::now();

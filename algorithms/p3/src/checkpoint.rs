@@ -14,6 +14,7 @@ use petrel_actors::checkpoint::{self as set, CheckpointError, CheckpointSet, Par
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::P3Error;
 use crate::core::checkpoint::{
     JobShape, P3_CHECKPOINT_VERSION, SCHEME, ShardFile, WorkerFile, shard_part, worker_part,
 };
@@ -32,57 +33,12 @@ pub struct CheckpointConfig {
     pub tag: String,
 }
 
-/// A P3 checkpoint could not be written or is not valid; names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum P3CheckpointError {
-    /// A file could not be read or written, does not match its manifest or this job, or is
-    /// of an older format.
-    #[error(transparent)]
-    Set(CheckpointError),
-    /// A file could not be encoded.
-    #[error("{}: cannot encode: {source}", path.display())]
-    Encode {
-        /// The file.
-        path: PathBuf,
-        /// The encoder's error.
-        #[source]
-        source: rmp_serde::encode::Error,
-    },
-    /// Resuming was asked for and no checkpoint in the directory is valid.
-    #[error("no valid P3 checkpoint to resume from in {}{}", dir.display(), reasons_list(reasons))]
-    NoValid {
-        /// The directory.
-        dir: PathBuf,
-        /// Why each checkpoint was refused, newest first.
-        reasons: Vec<String>,
-    },
-}
-
-impl From<CheckpointError> for P3CheckpointError {
-    fn from(e: CheckpointError) -> Self {
-        match e {
-            CheckpointError::NoValid { dir, reasons } => {
-                P3CheckpointError::NoValid { dir, reasons }
-            }
-            other => P3CheckpointError::Set(other),
-        }
-    }
-}
-
-fn reasons_list(reasons: &[String]) -> String {
-    if reasons.is_empty() {
-        " (there is none)".into()
-    } else {
-        format!(": {}", reasons.join("; "))
-    }
-}
-
 fn checkpoints(dir: &Path) -> CheckpointSet {
     CheckpointSet::new(dir, SCHEME)
 }
 
-fn encode(path: &Path, value: &impl Serialize) -> Result<Vec<u8>, P3CheckpointError> {
-    rmp_serde::to_vec_named(value).map_err(|source| P3CheckpointError::Encode {
+fn encode(path: &Path, value: &impl Serialize) -> Result<Vec<u8>, P3Error> {
+    rmp_serde::to_vec_named(value).map_err(|source| P3Error::CheckpointEncode {
         path: path.to_path_buf(),
         source,
     })
@@ -94,15 +50,23 @@ fn decode<T: DeserializeOwned>(ck: &set::Checkpoint, part: &str) -> Result<T, Ch
 }
 
 /// Writes a shard's file of its checkpoint round.
-pub fn write_shard_file(dir: &Path, file: &ShardFile) -> Result<PartEntry, P3CheckpointError> {
-    let bytes = encode(dir, file)?;
-    Ok(checkpoints(dir).write_part(file.round, &shard_part(file.shard), &bytes)?)
+pub fn write_shard_file(dir: &Path, file: &ShardFile) -> Result<PartEntry, P3Error> {
+    write_part(dir, file.round, &shard_part(file.shard), file)
 }
 
 /// Writes a worker's file of its checkpoint round.
-pub fn write_worker_file(dir: &Path, file: &WorkerFile) -> Result<PartEntry, P3CheckpointError> {
+pub fn write_worker_file(dir: &Path, file: &WorkerFile) -> Result<PartEntry, P3Error> {
+    write_part(dir, file.round, &worker_part(file.worker), file)
+}
+
+fn write_part(
+    dir: &Path,
+    round: u64,
+    part: &str,
+    file: &impl Serialize,
+) -> Result<PartEntry, P3Error> {
     let bytes = encode(dir, file)?;
-    Ok(checkpoints(dir).write_part(file.round, &worker_part(file.worker), &bytes)?)
+    Ok(checkpoints(dir).write_part(round, part, &bytes)?)
 }
 
 /// Writes the manifest of `round` LAST (every part it lists must be durable already), then
@@ -112,7 +76,7 @@ pub fn write_manifest(
     round: u64,
     shape: &JobShape,
     parts: Vec<PartEntry>,
-) -> Result<(), P3CheckpointError> {
+) -> Result<(), P3Error> {
     let meta = encode(dir, shape)?;
     checkpoints(dir).commit(round, &meta, parts)?;
     Ok(())
@@ -120,7 +84,7 @@ pub fn write_manifest(
 
 /// Deletes every P3 manifest in `dir` (a fresh run starts with none; their parts go with
 /// the next prune); other files stay. A missing directory is fine.
-pub fn clear(dir: &Path) -> Result<(), P3CheckpointError> {
+pub fn clear(dir: &Path) -> Result<(), P3Error> {
     Ok(checkpoints(dir).clear()?)
 }
 
@@ -181,22 +145,18 @@ fn accept(ck: set::Checkpoint, shape: &JobShape) -> Result<LoadedCheckpoint, Che
 
 /// Loads the checkpoint of `round` in `dir` for a job of `shape`, verifying the manifest,
 /// every file's length and checksum, and their content against the manifest.
-pub fn load(
-    dir: &Path,
-    round: u64,
-    shape: &JobShape,
-) -> Result<LoadedCheckpoint, P3CheckpointError> {
+pub fn load(dir: &Path, round: u64, shape: &JobShape) -> Result<LoadedCheckpoint, P3Error> {
     Ok(accept(checkpoints(dir).load(round)?, shape)?)
 }
 
 /// Rounds that have a manifest in `dir`, ascending (not verified; none when `dir` is
 /// missing).
-pub fn manifest_rounds(dir: &Path) -> Result<Vec<u64>, P3CheckpointError> {
+pub fn manifest_rounds(dir: &Path) -> Result<Vec<u64>, P3Error> {
     Ok(checkpoints(dir).rounds()?)
 }
 
 /// The newest valid checkpoint in `dir` for a job of `shape` (the module's resume policy).
-pub fn newest_valid(dir: &Path, shape: &JobShape) -> Result<LoadedCheckpoint, P3CheckpointError> {
+pub fn newest_valid(dir: &Path, shape: &JobShape) -> Result<LoadedCheckpoint, P3Error> {
     Ok(checkpoints(dir).newest_valid(|ck| accept(ck, shape))?)
 }
 
@@ -204,19 +164,8 @@ pub fn newest_valid(dir: &Path, shape: &JobShape) -> Result<LoadedCheckpoint, P3
 mod tests {
     use super::*;
     use crate::core::checkpoint::SliceState;
+    use crate::core::checkpoint::tests::shape;
     use crate::kit::StepStats;
-
-    fn shape() -> JobShape {
-        JobShape {
-            tag: "mlp".into(),
-            mode: "p3".into(),
-            slice_size: 4,
-            workers: 2,
-            shards: 2,
-            tensors: vec![3],
-            opt_bits: (1, 2),
-        }
-    }
 
     /// Writes a complete checkpoint of `round` as the nodes do; returns its files.
     fn save(dir: &Path, round: u64) -> LoadedCheckpoint {

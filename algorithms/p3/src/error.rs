@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use petrel_actors::checkpoint::CheckpointError;
 use petrel_actors::{AskError, NodeError};
 
 use crate::core::{EngineError, PlanError, ProfileError};
@@ -12,9 +13,27 @@ use crate::core::{EngineError, PlanError, ProfileError};
 /// Any error of a P3 job.
 #[derive(Debug, thiserror::Error)]
 pub enum P3Error {
-    /// A checkpoint could not be written, or none could be resumed.
+    /// A checkpoint file could not be read or written, does not match its manifest or this
+    /// job, or is of an older format.
     #[error(transparent)]
-    Checkpoint(#[from] crate::checkpoint::P3CheckpointError),
+    Checkpoint(petrel_actors::checkpoint::CheckpointError),
+    /// A checkpoint file could not be encoded.
+    #[error("{}: cannot encode: {source}", path.display())]
+    CheckpointEncode {
+        /// The file.
+        path: PathBuf,
+        /// The encoder's error.
+        #[source]
+        source: rmp_serde::encode::Error,
+    },
+    /// Resuming was asked for and no checkpoint in the directory is valid.
+    #[error("no valid P3 checkpoint to resume from in {}{}", dir.display(), reasons_list(reasons))]
+    NoCheckpoint {
+        /// The directory.
+        dir: PathBuf,
+        /// Why each checkpoint was refused, newest first.
+        reasons: Vec<String>,
+    },
     /// A checkpoint round did not complete (a shard or worker did not save).
     #[error("checkpoint of round {round}: {detail}")]
     CheckpointRound {
@@ -123,20 +142,25 @@ pub enum P3Error {
         /// Workers in the job.
         expected: usize,
     },
-    /// A worker report file could not be read or written.
-    #[error("{}: worker report", .path.display())]
-    ReportIo {
+    /// A file of the job (`what`: a worker report, a model file) could not be read or
+    /// written.
+    #[error("{}: {what}", .path.display())]
+    Io {
         /// The file.
         path: PathBuf,
+        /// What the file is.
+        what: &'static str,
         /// Why.
         #[source]
         source: std::io::Error,
     },
-    /// A worker report file is not valid JSON.
-    #[error("{}: worker report JSON", .path.display())]
-    ReportJson {
+    /// A file of the job (`what`: a worker report, a model file) is not valid JSON.
+    #[error("{}: {what} JSON", .path.display())]
+    Json {
         /// The file.
         path: PathBuf,
+        /// What the file is.
+        what: &'static str,
         /// Why.
         #[source]
         source: serde_json::Error,
@@ -144,24 +168,6 @@ pub enum P3Error {
     /// A data set of a real model could not be read or made.
     #[error(transparent)]
     Data(#[from] petrel_ml::dnn::data::DnnDataError),
-    /// A saved model file could not be read or written.
-    #[error("{}: model file", .path.display())]
-    ModelFileIo {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A saved model file is not a model.
-    #[error("{}: model file JSON", .path.display())]
-    ModelFileJson {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: serde_json::Error,
-    },
     /// A saved model file cannot be used (wrong format, version or app, or bad JSON).
     #[error(transparent)]
     ModelFile(#[from] petrel_ml::model::ModelFileError),
@@ -174,6 +180,23 @@ pub enum P3Error {
         #[source]
         source: Box<crate::models::ModelError>,
     },
+}
+
+impl From<CheckpointError> for P3Error {
+    fn from(e: CheckpointError) -> Self {
+        match e {
+            CheckpointError::NoValid { dir, reasons } => P3Error::NoCheckpoint { dir, reasons },
+            other => P3Error::Checkpoint(other),
+        }
+    }
+}
+
+fn reasons_list(reasons: &[String]) -> String {
+    if reasons.is_empty() {
+        " (there is none)".into()
+    } else {
+        format!(": {}", reasons.join("; "))
+    }
 }
 
 impl P3Error {

@@ -43,6 +43,21 @@ use crate::core::{Mode, SlicePlan};
 use crate::error::P3Error;
 use crate::shells::{SHARD_ROLE, WORKER_ROLE, shard_role, worker_role};
 
+// The CLI's `--mode` values and help, kept out of the sans-I/O core.
+impl clap::ValueEnum for Mode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Mode::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let value = clap::builder::PossibleValue::new(self.name()).help(self.help());
+        Some(match self {
+            Mode::Sequential => value.alias("seq"),
+            _ => value,
+        })
+    }
+}
+
 /// A model P3 trains stage by stage (see the [module docs](self)).
 ///
 /// P3 guarantees: `set_tensor` gets exactly the tensor's parameter count; `forward_stage`

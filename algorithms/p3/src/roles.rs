@@ -343,12 +343,14 @@ pub fn save_model(
     path: &Path,
 ) -> Result<(), P3Error> {
     let saved = SavedModel::new(MODEL_APP, settings, ModelParams::Network(model.clone()));
-    let bytes = saved.to_json().map_err(|source| P3Error::ModelFileJson {
+    let bytes = saved.to_json().map_err(|source| P3Error::Json {
         path: path.to_path_buf(),
+        what: "model file",
         source,
     })?;
-    petrel_ml::job::write_atomic(path, &bytes).map_err(|source| P3Error::ModelFileIo {
+    petrel_ml::job::write_atomic(path, &bytes).map_err(|source| P3Error::Io {
         path: path.to_path_buf(),
+        what: "model file",
         source,
     })
 }
@@ -426,26 +428,34 @@ impl WorkerReportFile {
     /// Reads worker `worker`'s report from `dir`.
     pub fn read(dir: &Path, worker: usize) -> Result<Self, P3Error> {
         let path = Self::path(dir, worker);
-        let text = std::fs::read_to_string(&path).map_err(|source| P3Error::ReportIo {
+        let text = std::fs::read_to_string(&path).map_err(|source| P3Error::Io {
             path: path.clone(),
+            what: "worker report",
             source,
         })?;
-        serde_json::from_str(&text).map_err(|source| P3Error::ReportJson { path, source })
+        serde_json::from_str(&text).map_err(|source| P3Error::Json {
+            path,
+            what: "worker report",
+            source,
+        })
     }
 
     /// Writes this report into `dir` (created if missing); returns the file's path.
     pub fn write(&self, dir: &Path) -> Result<PathBuf, P3Error> {
         let path = Self::path(dir, self.worker);
-        std::fs::create_dir_all(dir).map_err(|source| P3Error::ReportIo {
+        std::fs::create_dir_all(dir).map_err(|source| P3Error::Io {
             path: dir.to_path_buf(),
+            what: "worker report",
             source,
         })?;
-        let text = serde_json::to_string(self).map_err(|source| P3Error::ReportJson {
+        let text = serde_json::to_string(self).map_err(|source| P3Error::Json {
             path: path.clone(),
+            what: "worker report",
             source,
         })?;
-        std::fs::write(&path, text).map_err(|source| P3Error::ReportIo {
+        std::fs::write(&path, text).map_err(|source| P3Error::Io {
             path: path.clone(),
+            what: "worker report",
             source,
         })?;
         Ok(path)

@@ -240,41 +240,31 @@ impl DashboardModel {
         view.outbox_bytes = sum(s, "petrel_outbox_queued_bytes", node);
         view.mailbox_depth = sum(s, "petrel_mailbox_depth", node);
         if own {
-            let unlabeled = |name: &str| {
+            let unlabeled = |s: &[Series], name: &str| {
                 s.iter()
                     .find(|x| x.name == name && x.labels.is_empty())
                     .map(|x| x.value)
             };
-            view.rss_bytes = unlabeled("process_resident_memory_bytes");
-            let cpu_now = unlabeled("process_cpu_seconds_total");
-            let cpu_then = prev
-                .series
-                .iter()
-                .find(|x| x.name == "process_cpu_seconds_total" && x.labels.is_empty())
-                .map(|x| x.value);
+            view.rss_bytes = unlabeled(s, "process_resident_memory_bytes");
+            let cpu_now = unlabeled(s, "process_cpu_seconds_total");
+            let cpu_then = unlabeled(&prev.series, "process_cpu_seconds_total");
             if let (Some(a), Some(b), true) = (cpu_now, cpu_then, had_prev) {
                 view.cpu = Some(((a - b) / dt).max(0.0));
             }
         }
         // Links: bytes this node sent to each peer, summed over priorities.
-        let mut per_peer: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-        for x in s
-            .iter()
-            .filter(|x| x.name == "petrel_net_sent_bytes_total" && x.label("node") == Some(node))
-        {
-            let peer = x.label("peer").unwrap_or("?").to_string();
-            per_peer.entry(peer).or_default().0 += x.value;
-        }
-        for x in prev
-            .series
-            .iter()
-            .filter(|x| x.name == "petrel_net_sent_bytes_total" && x.label("node") == Some(node))
-        {
-            let peer = x.label("peer").unwrap_or("?").to_string();
-            per_peer.entry(peer).or_default().1 += x.value;
+        let mut per_peer: BTreeMap<String, [f64; 2]> = BTreeMap::new();
+        for (k, series) in [s, &prev.series[..]].into_iter().enumerate() {
+            let sent = |x: &&Series| {
+                x.name == "petrel_net_sent_bytes_total" && x.label("node") == Some(node)
+            };
+            for x in series.iter().filter(sent) {
+                let peer = x.label("peer").unwrap_or("?").to_string();
+                per_peer.entry(peer).or_default()[k] += x.value;
+            }
         }
         self.state.links.retain(|l| l.from != node);
-        for (peer, (now, then)) in per_peer {
+        for (peer, [now, then]) in per_peer {
             self.state.links.push(LinkView {
                 from: node.to_string(),
                 to: peer,

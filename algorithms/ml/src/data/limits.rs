@@ -84,17 +84,8 @@ impl DataLimits {
         what: &str,
         value: u64,
     ) -> Result<(), DataError> {
-        if value > self.max_dimension {
-            return Err(DataError::LimitExceeded {
-                path: path.to_path_buf(),
-                line,
-                what: what.to_owned(),
-                value,
-                limit: self.max_dimension,
-                knob: MAX_DIMENSION_ENV,
-            });
-        }
-        Ok(())
+        let limit = (self.max_dimension, MAX_DIMENSION_ENV);
+        check(path, line, what, value, limit)
     }
 
     /// Checks a bag-of-words document count against [`Self::max_documents`].
@@ -102,38 +93,36 @@ impl DataLimits {
         &self,
         path: &Path,
         line: usize,
-        documents: u64,
+        n: u64,
     ) -> Result<(), DataError> {
-        if documents > self.max_documents {
-            return Err(DataError::LimitExceeded {
-                path: path.to_path_buf(),
-                line,
-                what: "document count D".to_owned(),
-                value: documents,
-                limit: self.max_documents,
-                knob: MAX_DOCUMENTS_ENV,
-            });
-        }
-        Ok(())
+        let limit = (self.max_documents, MAX_DOCUMENTS_ENV);
+        check(path, line, "document count D", n, limit)
     }
 
     /// Checks a running token total against [`Self::max_tokens`].
-    pub(crate) fn check_tokens(
-        &self,
-        path: &Path,
-        line: usize,
-        tokens: u64,
-    ) -> Result<(), DataError> {
-        if tokens > self.max_tokens {
-            return Err(DataError::LimitExceeded {
-                path: path.to_path_buf(),
-                line,
-                what: "corpus size in tokens".to_owned(),
-                value: tokens,
-                limit: self.max_tokens,
-                knob: MAX_TOKENS_ENV,
-            });
-        }
-        Ok(())
+    pub(crate) fn check_tokens(&self, path: &Path, line: usize, n: u64) -> Result<(), DataError> {
+        let limit = (self.max_tokens, MAX_TOKENS_ENV);
+        check(path, line, "corpus size in tokens", n, limit)
     }
+}
+
+/// `value` against `(limit, the variable that sets it)`.
+fn check(
+    path: &Path,
+    line: usize,
+    what: &str,
+    value: u64,
+    (limit, knob): (u64, &'static str),
+) -> Result<(), DataError> {
+    if value > limit {
+        return Err(DataError::LimitExceeded {
+            path: path.to_path_buf(),
+            line,
+            what: what.to_owned(),
+            value,
+            limit,
+            knob,
+        });
+    }
+    Ok(())
 }

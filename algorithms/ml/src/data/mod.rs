@@ -24,9 +24,8 @@ pub use libsvm::{
 };
 pub use limits::DataLimits;
 pub use ratings::{
-    HeldOutMask, IdMapping, Ratings, load_labelled_ratings, load_matrix_market, load_ratings,
-    load_triplets, parse_matrix_market, parse_matrix_market_with_limits, parse_triplets,
-    scan_ratings,
+    HeldOutMask, IdMapping, Ratings, load_labelled_ratings, load_ratings, parse_matrix_market,
+    parse_matrix_market_with_limits, parse_triplets, scan_ratings,
 };
 
 /// Errors of every loader and generator in this module.

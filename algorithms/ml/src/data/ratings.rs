@@ -244,6 +244,14 @@ pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
     collected(|visit| scan_ratings(path, visit))
 }
 
+/// `path` opened, and whether it is a MatrixMarket file (by its first bytes).
+fn open_ratings(path: &Path) -> Result<(impl BufRead, bool), DataError> {
+    let mut reader = open_buffered(path)?;
+    let buf = reader.fill_buf().map_err(|e| DataError::io(path, e))?;
+    let is_matrix_market = buf.starts_with(b"%%MatrixMarket");
+    Ok((reader, is_matrix_market))
+}
+
 /// [`load_ratings`] without holding the entries: hands each `(user, item, rating)` to
 /// `visit` in file order, as it is read, and returns the matrix without entries (its
 /// dimensions and id mapping). The same checks and errors as [`load_ratings`]; a caller
@@ -253,11 +261,7 @@ pub fn scan_ratings(
     mut visit: impl FnMut(u32, u32, f32),
 ) -> Result<Ratings, DataError> {
     let path = path.as_ref();
-    let mut reader = open_buffered(path)?;
-    let is_matrix_market = reader
-        .fill_buf()
-        .map_err(|e| DataError::io(path, e))?
-        .starts_with(b"%%MatrixMarket");
+    let (reader, is_matrix_market) = open_ratings(path)?;
     if is_matrix_market {
         scan_matrix_market(reader, path, &DataLimits::from_env()?, &mut visit)
     } else {
@@ -273,18 +277,6 @@ fn collected(
     let mut ratings = scan(&mut |user, item, rating| entries.push((user, item, rating)))?;
     ratings.entries = entries;
     Ok(ratings)
-}
-
-/// Loads a triplet file; see [`parse_triplets`].
-pub fn load_triplets(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
-    let path = path.as_ref();
-    parse_triplets(open_buffered(path)?, path)
-}
-
-/// Loads a MatrixMarket coordinate file; see [`parse_matrix_market`].
-pub fn load_matrix_market(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
-    let path = path.as_ref();
-    parse_matrix_market(open_buffered(path)?, path)
 }
 
 fn dense_id(map: &mut HashMap<String, u32>, ids: &mut Vec<String>, id: &str) -> u32 {
@@ -318,16 +310,7 @@ fn scan_triplets(
     let mut users = HashMap::new();
     let mut items = HashMap::new();
     let mut mapping = IdMapping::default();
-    let mut seen_data_line = false;
-    for item in numbered_lines(reader, name) {
-        let (line_no, line) = item?;
-        let content = line.trim();
-        if content.is_empty() || content.starts_with('#') || content.starts_with('%') {
-            continue;
-        }
-        let first_data_line = !seen_data_line;
-        seen_data_line = true;
-        let fields = rating_fields(content);
+    rating_lines(reader, name, |line_no, fields, first_data_line| {
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
         if fields.len() < 3 {
             return Err(bad(format!(
@@ -337,7 +320,7 @@ fn scan_triplets(
         }
         let rating: f32 = match fields[2].parse() {
             Ok(r) => r,
-            Err(_) if first_data_line => continue,
+            Err(_) if first_data_line => return Ok(()),
             Err(_) => return Err(bad(format!("rating {:?} is not a number", fields[2]))),
         };
         if !rating.is_finite() {
@@ -346,7 +329,8 @@ fn scan_triplets(
         let user = dense_id(&mut users, &mut mapping.user_ids, fields[0]);
         let item = dense_id(&mut items, &mut mapping.item_ids, fields[1]);
         visit(user, item, rating);
-    }
+        Ok(())
+    })?;
     Ok(Ratings {
         n_users: mapping.user_ids.len(),
         n_items: mapping.item_ids.len(),
@@ -503,11 +487,7 @@ pub fn load_labelled_ratings(
     path: impl AsRef<Path>,
 ) -> Result<Vec<crate::model::LabelledRating>, DataError> {
     let path = path.as_ref();
-    let mut reader = open_buffered(path)?;
-    let is_matrix_market = reader
-        .fill_buf()
-        .map_err(|e| DataError::io(path, e))?
-        .starts_with(b"%%MatrixMarket");
+    let (reader, is_matrix_market) = open_ratings(path)?;
     if is_matrix_market {
         let r = parse_matrix_market(reader, path)?;
         return Ok(r
@@ -517,16 +497,7 @@ pub fn load_labelled_ratings(
             .collect());
     }
     let mut out = Vec::new();
-    let mut seen_data_line = false;
-    for item in numbered_lines(reader, path) {
-        let (line_no, line) = item?;
-        let content = line.trim();
-        if content.is_empty() || content.starts_with('#') || content.starts_with('%') {
-            continue;
-        }
-        let first_data_line = !seen_data_line;
-        seen_data_line = true;
-        let fields = rating_fields(content);
+    rating_lines(reader, path, |line_no, fields, first_data_line| {
         let bad = |msg: String| DataError::malformed(path, line_no, msg);
         if fields.len() < 2 || fields[0].is_empty() || fields[1].is_empty() {
             return Err(bad("expected `user item [rating]`".into()));
@@ -536,13 +507,33 @@ pub fn load_labelled_ratings(
             Some(text) => match text.parse::<f32>() {
                 Ok(r) if r.is_finite() => Some(r),
                 Ok(_) => return Err(bad(format!("rating {text:?} is not finite"))),
-                Err(_) if first_data_line => continue,
+                Err(_) if first_data_line => return Ok(()),
                 Err(_) => return Err(bad(format!("rating {text:?} is not a number"))),
             },
         };
         out.push((fields[0].to_string(), fields[1].to_string(), rating));
-    }
+        Ok(())
+    })?;
     Ok(out)
+}
+
+/// Hands each data line of a ratings text to `each` as `(line number, fields, whether it
+/// is the first data line)`; blank lines and `#`/`%` comments are skipped.
+fn rating_lines(
+    reader: impl BufRead,
+    name: &Path,
+    mut each: impl FnMut(usize, &[&str], bool) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    let mut first = true;
+    for item in numbered_lines(reader, name) {
+        let (line_no, line) = item?;
+        let content = line.trim();
+        if content.is_empty() || content.starts_with('#') || content.starts_with('%') {
+            continue;
+        }
+        each(line_no, &rating_fields(content), std::mem::take(&mut first))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -74,14 +74,7 @@ pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, 
             "n_samples, n_features and group_size must be positive",
         ));
     }
-    if !(0.0..1.0).contains(&correlation) {
-        return Err(invalid(format!("correlation {correlation} outside [0, 1)")));
-    }
-    if n_nonzero > d {
-        return Err(invalid(format!("n_nonzero {n_nonzero} > n_features {d}")));
-    }
-    let noise =
-        Normal::new(0.0f32, noise_std.max(0.0)).map_err(|e| invalid(format!("noise_std: {e}")))?;
+    let noise = lasso_noise(correlation, n_nonzero, d, noise_std)?;
     let mut rng = StdRng::seed_from_u64(seed);
     let n_groups = d.div_ceil(group_size);
     let shared_weight = correlation.sqrt();
@@ -108,6 +101,27 @@ pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, 
         })
         .collect();
     Ok(LassoProblem { x, y, b_true })
+}
+
+/// The checks both Lasso generators share, then their label noise.
+fn lasso_noise(
+    correlation: f32,
+    n_nonzero: usize,
+    d: usize,
+    noise_std: f32,
+) -> Result<Normal<f32>, DataError> {
+    if !(0.0..1.0).contains(&correlation) {
+        return Err(invalid(format!("correlation {correlation} outside [0, 1)")));
+    }
+    if n_nonzero > d {
+        return Err(invalid(format!("n_nonzero {n_nonzero} > n_features {d}")));
+    }
+    noise(noise_std)
+}
+
+/// N(0, noise_std^2) label noise (a negative deviation counts as none).
+fn noise(noise_std: f32) -> Result<Normal<f32>, DataError> {
+    Normal::new(0.0f32, noise_std.max(0.0)).map_err(|e| invalid(format!("noise_std: {e}")))
 }
 
 /// `d` true coefficients, `n_nonzero` of them (at sampled places) of magnitude in
@@ -252,14 +266,7 @@ impl SparseLassoColumns {
                 "nnz_per_column {k} must be at most n_samples {n} (and n_samples below 2^32)"
             )));
         }
-        if !(0.0..1.0).contains(&correlation) {
-            return Err(invalid(format!("correlation {correlation} outside [0, 1)")));
-        }
-        if n_nonzero > d {
-            return Err(invalid(format!("n_nonzero {n_nonzero} > n_features {d}")));
-        }
-        let noise = Normal::new(0.0f32, noise_std.max(0.0))
-            .map_err(|e| invalid(format!("noise_std: {e}")))?;
+        let noise = lasso_noise(correlation, n_nonzero, d, noise_std)?;
         let b_true = true_coefficients(&mut stream_rng(seed, 1, 0), d, n_nonzero);
         Ok(SparseLassoColumns {
             params: params.clone(),
@@ -432,8 +439,7 @@ pub fn stream_low_rank_ratings(
             "observed_fraction {observed_fraction} outside [0, 1]"
         )));
     }
-    let noise =
-        Normal::new(0.0f32, noise_std.max(0.0)).map_err(|e| invalid(format!("noise_std: {e}")))?;
+    let noise = noise(noise_std)?;
     let factor = Normal::new(0.0f32, (rank as f32).powf(-0.25))
         .map_err(|e| invalid(format!("factor scale: {e}")))?;
     let mut rng = StdRng::seed_from_u64(seed);

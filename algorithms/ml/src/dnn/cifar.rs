@@ -12,10 +12,8 @@ use std::path::Path;
 use ndarray::{ArrayD, IxDyn};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
-use rand_distr::{Distribution, Normal};
 
-use crate::dnn::data::{Dataset, DnnDataError};
+use crate::dnn::data::{Dataset, DnnDataError, dimension, noisy_templates, read_file};
 
 /// Side of a CIFAR-10 image.
 pub const CIFAR_SIDE: usize = 32;
@@ -58,10 +56,7 @@ pub fn parse_cifar10(bytes: &[u8], path: &Path) -> Result<Dataset, DnnDataError>
         x.extend(rec[1..].iter().map(|&p| f32::from(p) / 255.0));
     }
     let x = ArrayD::from_shape_vec(IxDyn(&[n, CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE]), x)
-        .map_err(|e| DnnDataError::Dimension {
-            path: path.to_path_buf(),
-            detail: e.to_string(),
-        })?;
+        .map_err(|e| dimension(path, e.to_string()))?;
     Ok(Dataset {
         x,
         y,
@@ -72,10 +67,7 @@ pub fn parse_cifar10(bytes: &[u8], path: &Path) -> Result<Dataset, DnnDataError>
 /// Reads one CIFAR-10 binary file (see [`parse_cifar10`]).
 pub fn read_cifar10(path: impl AsRef<Path>) -> Result<Dataset, DnnDataError> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|source| DnnDataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_file(path)?;
     parse_cifar10(&bytes, path)
 }
 
@@ -109,10 +101,10 @@ pub fn write_cifar10(path: impl AsRef<Path>, data: &Dataset) -> Result<(), DnnDa
     let path = path.as_ref();
     let shape = [CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE];
     if data.example_shape() != shape {
-        return Err(DnnDataError::Dimension {
-            path: path.to_path_buf(),
-            detail: format!("examples are {:?}, not {shape:?}", data.example_shape()),
-        });
+        return Err(dimension(
+            path,
+            format!("examples are {:?}, not {shape:?}", data.example_shape()),
+        ));
     }
     let mut out = Vec::with_capacity(data.len() * CIFAR_RECORD);
     let pixels: Vec<f32> = data.x.iter().copied().collect();
@@ -177,23 +169,9 @@ pub fn synthetic_cifar(
             img
         })
         .collect();
-    let d = Normal::new(0.0f32, noise).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    let mut y: Vec<usize> = (0..n).map(|i| i % classes).collect();
-    y.shuffle(&mut rng);
-    let mut x = Vec::with_capacity(n * (CIFAR_RECORD - 1));
-    for &label in &y {
-        x.extend(
-            templates[label]
-                .iter()
-                .map(|t| (t + d.sample(&mut rng)).clamp(0.0, 1.0)),
-        );
-    }
-    let x = ArrayD::from_shape_vec(IxDyn(&[n, CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE]), x)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    Ok(Dataset {
-        x,
-        y,
-        n_classes: classes,
+    let shape = [CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE];
+    noisy_templates(&mut rng, &templates, n, noise, &shape, |v| {
+        v.clamp(0.0, 1.0)
     })
 }
 

@@ -186,25 +186,37 @@ pub fn gaussian_clusters(
     let mut rng = StdRng::seed_from_u64(seed);
     let centre_d =
         Normal::new(0.0f32, 3.0).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    let noise =
-        Normal::new(0.0f32, spread).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
     let centres: Vec<Vec<f32>> = (0..classes)
         .map(|_| (0..dim).map(|_| centre_d.sample(&mut rng)).collect())
         .collect();
-    let mut y: Vec<usize> = (0..n).map(|i| i % classes).collect();
-    y.shuffle(&mut rng);
-    let mut data = Vec::with_capacity(n * dim);
+    noisy_templates(&mut rng, &centres, n, spread, &[dim], |v| v)
+}
+
+/// `n` examples of the class `templates` (balanced, shuffled with `rng`), each its
+/// template plus N(0, noise^2) noise per value passed through `finish`, of shape `[n,
+/// shape..]`: the tail every template generator shares.
+pub(crate) fn noisy_templates(
+    rng: &mut StdRng,
+    templates: &[Vec<f32>],
+    n: usize,
+    noise: f32,
+    shape: &[usize],
+    finish: impl Fn(f32) -> f32,
+) -> Result<Dataset, DnnDataError> {
+    let bad = |e: String| DnnDataError::InvalidArgument(e);
+    let d = Normal::new(0.0f32, noise).map_err(|e| bad(e.to_string()))?;
+    let mut y: Vec<usize> = (0..n).map(|i| i % templates.len()).collect();
+    y.shuffle(rng);
+    let mut x = Vec::with_capacity(n * shape.iter().product::<usize>());
     for &label in &y {
-        for c in &centres[label] {
-            data.push(c + noise.sample(&mut rng));
-        }
+        x.extend(templates[label].iter().map(|t| finish(t + d.sample(rng))));
     }
-    let x = ArrayD::from_shape_vec(IxDyn(&[n, dim]), data)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
+    let dims: Vec<usize> = std::iter::once(n).chain(shape.iter().copied()).collect();
+    let x = ArrayD::from_shape_vec(IxDyn(&dims), x).map_err(|e| bad(e.to_string()))?;
     Ok(Dataset {
         x,
         y,
-        n_classes: classes,
+        n_classes: templates.len(),
     })
 }
 
@@ -287,20 +299,7 @@ pub fn template_images(
                 .collect()
         })
         .collect();
-    let d = Normal::new(0.0f32, noise).map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    let mut y: Vec<usize> = (0..n).map(|i| i % classes).collect();
-    y.shuffle(&mut rng);
-    let mut data = Vec::with_capacity(n * px);
-    for &label in &y {
-        data.extend(templates[label].iter().map(|t| t + d.sample(&mut rng)));
-    }
-    let x = ArrayD::from_shape_vec(IxDyn(&[n, 1, side, side]), data)
-        .map_err(|e| DnnDataError::InvalidArgument(e.to_string()))?;
-    Ok(Dataset {
-        x,
-        y,
-        n_classes: classes,
-    })
+    noisy_templates(&mut rng, &templates, n, noise, &[1, side, side], |v| v)
 }
 
 /// Raw IDX image file contents.
@@ -316,7 +315,7 @@ pub struct IdxImages {
     pub pixels: Vec<u8>,
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, DnnDataError> {
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, DnnDataError> {
     std::fs::read(path).map_err(|source| DnnDataError::Io {
         path: path.to_path_buf(),
         source,
@@ -335,12 +334,13 @@ fn parse_idx<'a>(
         let b = bytes.get(i..i + 4)?;
         Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
-    let found = be_u32(0).ok_or(DnnDataError::Truncated {
+    let truncated = |what, expected| DnnDataError::Truncated {
         path: path.to_path_buf(),
-        what: "magic number",
-        expected: 4,
+        what,
+        expected,
         found: bytes.len(),
-    })?;
+    };
+    let found = be_u32(0).ok_or(truncated("magic number", 4))?;
     if found != magic {
         return Err(DnnDataError::BadMagic {
             path: path.to_path_buf(),
@@ -349,12 +349,7 @@ fn parse_idx<'a>(
         });
     }
     if bytes.len() < header_len {
-        return Err(DnnDataError::Truncated {
-            path: path.to_path_buf(),
-            what: "header",
-            expected: header_len,
-            found: bytes.len(),
-        });
+        return Err(truncated("header", header_len));
     }
     let dims: Vec<usize> = (0..ndims)
         .filter_map(|d| be_u32(4 + 4 * d))
@@ -363,45 +358,44 @@ fn parse_idx<'a>(
     let data_len = dims
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| DnnDataError::Dimension {
-            path: path.to_path_buf(),
-            detail: format!("dimensions {dims:?} overflow"),
-        })?;
+        .ok_or_else(|| dimension(path, format!("dimensions {dims:?} overflow")))?;
     let data = &bytes[header_len..];
     if data.len() < data_len {
-        return Err(DnnDataError::Truncated {
-            path: path.to_path_buf(),
-            what: "data",
-            expected: header_len + data_len,
-            found: bytes.len(),
-        });
+        return Err(truncated("data", header_len + data_len));
     }
     if data.len() > data_len {
-        return Err(DnnDataError::Dimension {
-            path: path.to_path_buf(),
-            detail: format!(
+        return Err(dimension(
+            path,
+            format!(
                 "dimensions {dims:?} give {data_len} data bytes but the file has {} (trailing bytes)",
                 data.len()
             ),
-        });
+        ));
     }
     Ok((dims, data))
+}
+
+pub(crate) fn dimension(path: &Path, detail: String) -> DnnDataError {
+    DnnDataError::Dimension {
+        path: path.to_path_buf(),
+        detail,
+    }
 }
 
 /// Parses an IDX images file already in memory; `path` is only used in errors.
 pub fn parse_idx_images(bytes: &[u8], path: &Path) -> Result<IdxImages, DnnDataError> {
     let (dims, data) = parse_idx(bytes, path, IDX_IMAGES_MAGIC)?;
     let &[n, rows, cols] = dims.as_slice() else {
-        return Err(DnnDataError::Dimension {
-            path: path.to_path_buf(),
-            detail: format!("expected 3 dimensions, got {dims:?}"),
-        });
+        return Err(dimension(
+            path,
+            format!("expected 3 dimensions, got {dims:?}"),
+        ));
     };
     if rows == 0 || cols == 0 {
-        return Err(DnnDataError::Dimension {
-            path: path.to_path_buf(),
-            detail: format!("image size {rows}x{cols} is empty"),
-        });
+        return Err(dimension(
+            path,
+            format!("image size {rows}x{cols} is empty"),
+        ));
     }
     Ok(IdxImages {
         n,
@@ -439,26 +433,23 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), DnnDataError> {
 fn dim_u32(path: &Path, v: usize) -> Result<[u8; 4], DnnDataError> {
     u32::try_from(v)
         .map(u32::to_be_bytes)
-        .map_err(|_| DnnDataError::Dimension {
-            path: path.to_path_buf(),
-            detail: format!("dimension {v} does not fit in u32"),
-        })
+        .map_err(|_| dimension(path, format!("dimension {v} does not fit in u32")))
 }
 
 /// Writes an IDX images file (inverse of [`read_idx_images`]).
 pub fn write_idx_images(path: impl AsRef<Path>, images: &IdxImages) -> Result<(), DnnDataError> {
     let path = path.as_ref();
     if images.pixels.len() != images.n * images.rows * images.cols {
-        return Err(DnnDataError::Dimension {
-            path: path.to_path_buf(),
-            detail: format!(
+        return Err(dimension(
+            path,
+            format!(
                 "{} pixels for {}x{}x{}",
                 images.pixels.len(),
                 images.n,
                 images.rows,
                 images.cols
             ),
-        });
+        ));
     }
     let mut out = IDX_IMAGES_MAGIC.to_be_bytes().to_vec();
     for d in [images.n, images.rows, images.cols] {
@@ -508,12 +499,8 @@ pub fn load_idx_dataset(
         });
     }
     let data: Vec<f32> = images.pixels.iter().map(|&p| p as f32 / 255.0).collect();
-    let x = ArrayD::from_shape_vec(IxDyn(&[images.n, 1, images.rows, images.cols]), data).map_err(
-        |e| DnnDataError::Dimension {
-            path: ip.to_path_buf(),
-            detail: e.to_string(),
-        },
-    )?;
+    let x = ArrayD::from_shape_vec(IxDyn(&[images.n, 1, images.rows, images.cols]), data)
+        .map_err(|e| dimension(ip, e.to_string()))?;
     Ok(Dataset {
         x,
         y: labels.iter().map(|&l| l as usize).collect(),

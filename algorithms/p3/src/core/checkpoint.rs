@@ -78,33 +78,22 @@ pub struct JobShape {
 impl JobShape {
     /// What differs between a checkpoint's shape (`self`) and the job's, if anything.
     pub fn mismatch(&self, job: &JobShape) -> Option<String> {
-        let diff = |what: &str, a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| {
-            Some(format!(
-                "{what} is {a:?} in the checkpoint but {b:?} in this job"
-            ))
-        };
-        if self.tag != job.tag {
-            return diff("the model and data", &self.tag, &job.tag);
+        // Debug text is equal exactly when these values are.
+        let d = |v: &dyn std::fmt::Debug| format!("{v:?}");
+        let fields = [
+            ("the model and data", d(&self.tag), d(&job.tag)),
+            ("mode", d(&self.mode), d(&job.mode)),
+            ("slice_size", d(&self.slice_size), d(&job.slice_size)),
+            ("workers", d(&self.workers), d(&job.workers)),
+            ("shards", d(&self.shards), d(&job.shards)),
+            ("the tensor sizes", d(&self.tensors), d(&job.tensors)),
+        ];
+        if let Some((what, a, b)) = fields.into_iter().find(|(_, a, b)| a != b) {
+            return Some(format!(
+                "{what} is {a} in the checkpoint but {b} in this job"
+            ));
         }
-        if self.mode != job.mode {
-            return diff("mode", &self.mode, &job.mode);
-        }
-        if self.slice_size != job.slice_size {
-            return diff("slice_size", &self.slice_size, &job.slice_size);
-        }
-        if self.workers != job.workers {
-            return diff("workers", &self.workers, &job.workers);
-        }
-        if self.shards != job.shards {
-            return diff("shards", &self.shards, &job.shards);
-        }
-        if self.tensors != job.tensors {
-            return diff("the tensor sizes", &self.tensors, &job.tensors);
-        }
-        if self.opt_bits != job.opt_bits {
-            return Some("the learning rate or momentum differs".into());
-        }
-        None
+        (self.opt_bits != job.opt_bits).then(|| "the learning rate or momentum differs".into())
     }
 }
 
@@ -183,7 +172,7 @@ pub fn assemble_params(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::core::mode::Mode;
 
@@ -196,7 +185,8 @@ mod tests {
         assert!((0..100).all(|i| !CheckpointPolicy::new(0, 100).due_after(i)));
     }
 
-    fn shape() -> JobShape {
+    /// A job's shape for the checkpoint tests.
+    pub(crate) fn shape() -> JobShape {
         JobShape {
             tag: "mlp".into(),
             mode: "p3".into(),

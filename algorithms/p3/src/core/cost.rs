@@ -105,16 +105,8 @@ pub struct Bounds {
 impl Bounds {
     /// The bounds of `profile` under `cost`.
     pub fn compute(profile: &ModelProfile, cost: &CostModel) -> Bounds {
-        let fwd_s: f64 = profile
-            .layers
-            .iter()
-            .map(|l| l.fwd_seconds(cost.device_flops_per_s, cost.batch))
-            .sum();
-        let bwd_s: f64 = profile
-            .layers
-            .iter()
-            .map(|l| l.bwd_seconds(cost.device_flops_per_s, cost.batch))
-            .sum();
+        let (fwd, bwd) = profile.layer_seconds(cost.device_flops_per_s, cost.batch);
+        let (fwd_s, bwd_s): (f64, f64) = (fwd.iter().sum(), bwd.iter().sum());
         let compute_s = fwd_s + bwd_s;
         let comm_s = cost.wire_seconds(profile.total_params());
         Bounds {
@@ -158,17 +150,7 @@ impl Bounds {
 /// gradients) is needed first. The result is the steady-state period, between `max(C, M)`
 /// and `C + M`.
 pub fn ideal_iteration_s(profile: &ModelProfile, cost: &CostModel) -> f64 {
-    let (flops, batch) = (cost.device_flops_per_s, cost.batch);
-    let fwd: Vec<f64> = profile
-        .layers
-        .iter()
-        .map(|l| l.fwd_seconds(flops, batch))
-        .collect();
-    let bwd: Vec<f64> = profile
-        .layers
-        .iter()
-        .map(|l| l.bwd_seconds(flops, batch))
-        .collect();
+    let (fwd, bwd) = profile.layer_seconds(cost.device_flops_per_s, cost.batch);
     let wire: Vec<f64> = profile
         .layers
         .iter()

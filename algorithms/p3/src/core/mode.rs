@@ -1,26 +1,18 @@
 //! [`Mode`]: how gradients and parameters are scheduled (sequential, fifo or p3). A choice
-//! read from flags (`clap::ValueEnum`) and from TOML/JSON (serde), rejected when read with
-//! the valid values named.
+//! read from flags (the CLI parser's impl is in [`crate::kit`], out of the core) and from
+//! TOML/JSON (serde), rejected when read with the valid values named.
 
 use crate::core::error::PlanError;
 
 /// How gradients and parameters are scheduled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// No overlap: all gradients are sent after the whole backward pass and the next
-    /// forward pass starts after the whole model is back. `T ~= C + M`, plus up to one
-    /// largest-layer transfer: a server can return a layer only after it has received all
-    /// of it (store-and-forward per transfer unit), so the pull of the biggest layer cannot
-    /// overlap its own push.
-    #[value(alias = "seq")]
+    /// No overlap (see [`Mode::help`]); also accepted as `seq`.
     Sequential,
-    /// Whole-layer transfers in the order gradients are produced (MXNet/TF default):
-    /// overlaps communication with backward, but the next forward pass waits for layer 0,
-    /// which is sent last. `T >= T_fwd + max(T_bwd, M)`, plus the same store-and-forward
-    /// penalty as `Sequential`.
+    /// Whole-layer transfers in the order gradients are produced (see [`Mode::help`]).
     Fifo,
-    /// Sliced, layer-priority transfers with preemption at slice boundaries.
+    /// Sliced, layer-priority transfers (see [`Mode::help`]).
     #[default]
     P3,
 }
@@ -32,9 +24,33 @@ impl Mode {
     /// Parses `sequential` (or `seq`), `fifo` or `p3`, case-insensitively; anything else is
     /// [`PlanError::UnknownMode`], which names the valid values.
     pub fn parse(s: &str) -> Result<Mode, PlanError> {
-        <Mode as clap::ValueEnum>::from_str(s, true).map_err(|_| PlanError::UnknownMode {
-            value: s.to_string(),
-        })
+        let lower = s.to_ascii_lowercase();
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == lower || (*m == Mode::Sequential && lower == "seq"))
+            .ok_or_else(|| PlanError::UnknownMode {
+                value: s.to_string(),
+            })
+    }
+
+    /// What the mode does and costs, as `--mode`'s help shows it.
+    pub fn help(self) -> &'static str {
+        match self {
+            Mode::Sequential => {
+                "No overlap: all gradients are sent after the whole backward pass and the next \
+                 forward pass starts after the whole model is back. `T ~= C + M`, plus up to one \
+                 largest-layer transfer: a server can return a layer only after it has received \
+                 all of it (store-and-forward per transfer unit), so the pull of the biggest \
+                 layer cannot overlap its own push"
+            }
+            Mode::Fifo => {
+                "Whole-layer transfers in the order gradients are produced (MXNet/TF default): \
+                 overlaps communication with backward, but the next forward pass waits for layer \
+                 0, which is sent last. `T >= T_fwd + max(T_bwd, M)`, plus the same \
+                 store-and-forward penalty as `Sequential`"
+            }
+            Mode::P3 => "Sliced, layer-priority transfers with preemption at slice boundaries",
+        }
     }
 
     /// Lower-case name, as accepted by [`Mode::parse`].

@@ -481,23 +481,13 @@ impl ModelProfile {
             layers: self
                 .layers
                 .iter()
-                .map(|l| match l.measured {
-                    Some(m) => LayerEntry {
-                        name: l.name.clone(),
-                        params: l.params,
-                        fwd_flops: None,
-                        bwd_flops: None,
-                        fwd_ms: Some(m.fwd_s * 1e3),
-                        bwd_ms: Some(m.bwd_s * 1e3),
-                    },
-                    None => LayerEntry {
-                        name: l.name.clone(),
-                        params: l.params,
-                        fwd_flops: Some(l.fwd_flops),
-                        bwd_flops: Some(l.bwd_flops),
-                        fwd_ms: None,
-                        bwd_ms: None,
-                    },
+                .map(|l| LayerEntry {
+                    name: l.name.clone(),
+                    params: l.params,
+                    fwd_flops: l.measured.is_none().then_some(l.fwd_flops),
+                    bwd_flops: l.measured.is_none().then_some(l.bwd_flops),
+                    fwd_ms: l.measured.map(|m| m.fwd_s * 1e3),
+                    bwd_ms: l.measured.map(|m| m.bwd_s * 1e3),
                 })
                 .collect(),
         }
@@ -539,6 +529,15 @@ impl ModelProfile {
                 path: path.to_path_buf(),
             }),
         }
+    }
+
+    /// Every layer's forward and backward seconds per iteration on a device of `flops`
+    /// FLOP/s at `batch` samples.
+    pub fn layer_seconds(&self, flops: f64, batch: usize) -> (Vec<f64>, Vec<f64>) {
+        let times = self.layers.iter();
+        times
+            .map(|l| (l.fwd_seconds(flops, batch), l.bwd_seconds(flops, batch)))
+            .unzip()
     }
 
     /// Loads a `.toml` or `.json` profile (format chosen by extension).

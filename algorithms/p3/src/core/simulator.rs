@@ -317,20 +317,13 @@ pub fn simulate(profile: &ModelProfile, cfg: &SimConfig) -> Result<SimReport, Pl
         .map(|s| c.wire_seconds(s.len) + c.per_slice_overhead_s)
         .collect();
     let n_layers = profile.layers.len();
+    let (fwd, bwd) = profile.layer_seconds(c.device_flops_per_s, c.batch);
     let mut sim = Sim {
         readiness: LayerReadiness::new(&plan),
         plan,
         cfg,
-        fwd: profile
-            .layers
-            .iter()
-            .map(|l| l.fwd_seconds(c.device_flops_per_s, c.batch))
-            .collect(),
-        bwd: profile
-            .layers
-            .iter()
-            .map(|l| l.bwd_seconds(c.device_flops_per_s, c.batch))
-            .collect(),
+        fwd,
+        bwd,
         slice_time,
         events: BinaryHeap::new(),
         seq: 0,

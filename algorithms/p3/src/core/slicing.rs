@@ -64,44 +64,23 @@ impl SlicePlan {
         slice_size: u64,
         n_shards: usize,
     ) -> Result<Self, PlanError> {
-        if n_shards == 0 {
-            return Err(PlanError::ZeroShards);
-        }
-        if mode == Mode::P3 && slice_size == 0 {
-            return Err(PlanError::ZeroSliceSize);
-        }
         let n_layers = layer_param_counts.len();
-        let mut slices = Vec::new();
-        let mut layer_ranges = Vec::with_capacity(n_layers);
-        for (layer, &count) in layer_param_counts.iter().enumerate() {
-            let start = slices.len();
-            let (size, priority) = match mode {
-                Mode::P3 => (slice_size, Self::p3_priority(n_layers, layer)),
-                Mode::Fifo | Mode::Sequential => (count.max(1), Priority(0)),
-            };
-            let mut offset = 0;
-            while offset < count {
-                let len = size.min(count - offset);
-                let id = slices.len();
-                slices.push(Slice {
-                    id,
-                    layer,
-                    offset,
-                    len,
-                    shard: id % n_shards,
-                    priority,
-                });
-                offset += len;
-            }
-            layer_ranges.push(start..slices.len());
-        }
-        Ok(SlicePlan {
+        Self::build(
             mode,
+            layer_param_counts,
             slice_size,
             n_shards,
-            slices,
-            layer_ranges,
-        })
+            |layer, count| {
+                let (size, priority) = match mode {
+                    Mode::P3 => (slice_size, Self::p3_priority(n_layers, layer)),
+                    Mode::Fifo | Mode::Sequential => (count.max(1), Priority(0)),
+                };
+                let lens = (0..count)
+                    .step_by(size as usize)
+                    .map(|o| size.min(count - o));
+                (priority, lens.collect())
+            },
+        )
     }
 
     /// Like [`SlicePlan::with_mode`], but for `Fifo` and `Sequential` every layer is cut
@@ -119,29 +98,52 @@ impl SlicePlan {
         if mode == Mode::P3 {
             return Self::new(layer_param_counts, slice_size, n_shards);
         }
+        Self::build(
+            mode,
+            layer_param_counts,
+            slice_size,
+            n_shards,
+            |_, count| {
+                let parts = (n_shards as u64).min(count);
+                // Even split: the first `count % parts` parts get one extra parameter.
+                let lens = (0..parts).map(|p| count / parts + u64::from(p < count % parts));
+                (Priority(0), lens.collect())
+            },
+        )
+    }
+
+    /// The plan whose layer `l` is cut into the slice lengths `cut(l, count)` gives, at
+    /// its priority, slice `id` on shard `id % n_shards` (round-robin across layers, so
+    /// small layers do not all land on shard 0).
+    fn build(
+        mode: Mode,
+        layer_param_counts: &[u64],
+        slice_size: u64,
+        n_shards: usize,
+        cut: impl Fn(usize, u64) -> (Priority, Vec<u64>),
+    ) -> Result<Self, PlanError> {
         if n_shards == 0 {
             return Err(PlanError::ZeroShards);
         }
+        if mode == Mode::P3 && slice_size == 0 {
+            return Err(PlanError::ZeroSliceSize);
+        }
         let mut slices = Vec::new();
         let mut layer_ranges = Vec::with_capacity(layer_param_counts.len());
-        let mut next_shard = 0usize;
         for (layer, &count) in layer_param_counts.iter().enumerate() {
             let start = slices.len();
-            let parts = (n_shards as u64).min(count);
+            let (priority, lens) = cut(layer, count);
             let mut offset = 0;
-            for p in 0..parts {
-                // Even split: the first `count % parts` parts get one extra parameter.
-                let len = count / parts + u64::from(p < count % parts);
+            for len in lens {
                 let id = slices.len();
                 slices.push(Slice {
                     id,
                     layer,
                     offset,
                     len,
-                    shard: next_shard % n_shards,
-                    priority: Priority(0),
+                    shard: id % n_shards,
+                    priority,
                 });
-                next_shard += 1;
                 offset += len;
             }
             layer_ranges.push(start..slices.len());

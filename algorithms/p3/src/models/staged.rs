@@ -133,11 +133,6 @@ impl StagedNet {
         &self.input
     }
 
-    /// Stage names, forward order.
-    pub fn stage_names(&self) -> Vec<&str> {
-        self.stages.iter().map(|(n, _)| n.as_str()).collect()
-    }
-
     /// Number of stages.
     pub fn n_stages(&self) -> usize {
         self.stages.len()
@@ -364,6 +359,27 @@ pub fn build_stages(
     Ok(out)
 }
 
+/// Runs `net` with `params` over all of `data` in batches of `batch` (inference mode),
+/// handing each batch's logits, labels and size to `each`.
+fn infer(
+    net: &StagedNet,
+    params: &[Vec<f32>],
+    data: &Dataset,
+    batch: usize,
+    mut each: impl FnMut(&Tensor, &Tensor, usize) -> Result<(), ModelError>,
+) -> Result<(), ModelError> {
+    let stages = build_stages(net, &net.specs()?, params)?;
+    let idx: Vec<usize> = (0..data.len()).collect();
+    for rows in idx.chunks(batch.max(1)) {
+        let (mut x, y) = batch_tensors(data, rows)?;
+        for s in &stages {
+            x = s.forward_t(&x, false)?;
+        }
+        each(&x, &y, rows.len())?;
+    }
+    Ok(())
+}
+
 /// Loss and accuracy of `net` with `params` on all of `data`, in batches of `batch`
 /// (inference mode).
 pub fn evaluate(
@@ -372,20 +388,14 @@ pub fn evaluate(
     data: &Dataset,
     batch: usize,
 ) -> Result<StepStats, ModelError> {
-    let specs = net.specs()?;
-    let stages = build_stages(net, &specs, params)?;
     let (mut loss, mut right, mut seen) = (0.0f64, 0.0f64, 0usize);
-    let idx: Vec<usize> = (0..data.len()).collect();
-    for rows in idx.chunks(batch.max(1)) {
-        let (mut x, y) = batch_tensors(data, rows)?;
-        for s in &stages {
-            x = s.forward_t(&x, false)?;
-        }
-        let l = candle_nn::loss::cross_entropy(&x, &y)?.to_scalar::<f32>()?;
-        loss += f64::from(l) * rows.len() as f64;
-        right += f64::from(accuracy(&x, &y)?) * rows.len() as f64;
-        seen += rows.len();
-    }
+    infer(net, params, data, batch, |x, y, n| {
+        let l = candle_nn::loss::cross_entropy(x, y)?.to_scalar::<f32>()?;
+        loss += f64::from(l) * n as f64;
+        right += f64::from(accuracy(x, y)?) * n as f64;
+        seen += n;
+        Ok(())
+    })?;
     let n = seen.max(1) as f64;
     Ok(StepStats {
         loss: (loss / n) as f32,
@@ -401,17 +411,11 @@ pub fn predict_probabilities(
     data: &Dataset,
     batch: usize,
 ) -> Result<Vec<Vec<f32>>, ModelError> {
-    let specs = net.specs()?;
-    let stages = build_stages(net, &specs, params)?;
-    let idx: Vec<usize> = (0..data.len()).collect();
     let mut out = Vec::with_capacity(data.len());
-    for rows in idx.chunks(batch.max(1)) {
-        let (mut x, _) = batch_tensors(data, rows)?;
-        for s in &stages {
-            x = s.forward_t(&x, false)?;
-        }
-        out.extend(candle_nn::ops::softmax(&x, D::Minus1)?.to_vec2::<f32>()?);
-    }
+    infer(net, params, data, batch, |x, _, _| {
+        out.extend(candle_nn::ops::softmax(x, D::Minus1)?.to_vec2::<f32>()?);
+        Ok(())
+    })?;
     Ok(out)
 }
 

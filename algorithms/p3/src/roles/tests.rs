@@ -20,7 +20,7 @@ fn report_file_measures_iterations_and_round_trips() {
     assert_eq!(WorkerReportFile::read(dir.path(), 0).unwrap(), f);
     assert!(matches!(
         WorkerReportFile::read(dir.path(), 1),
-        Err(P3Error::ReportIo { .. })
+        Err(P3Error::Io { .. })
     ));
 }
 

@@ -7,23 +7,47 @@ fn line_of(err: DataError) -> usize {
     }
 }
 
+/// MovieLens `u.data` (tabs, timestamps), 1M `ratings.dat` (`::`) and `ratings.csv` (a
+/// header, commas, and a space-separated line after a comment); ids remapped in order of
+/// first appearance; errors carry the line.
 #[test]
-fn parses_movielens_udata_with_timestamps() {
-    let text = "196\t242\t3\t881250949\n186\t302\t3\t891717742\n196\t302\t1\t1\n";
-    let r = parse_triplets(text.as_bytes(), "u.data").unwrap();
-    assert_eq!((r.n_users, r.n_items), (2, 2));
-    assert_eq!(r.entries, vec![(0, 0, 3.0), (1, 1, 3.0), (0, 1, 1.0)]);
-    let mapping = r.id_mapping.unwrap();
-    assert_eq!(mapping.user_ids, vec!["196", "186"]);
-    assert_eq!(mapping.item_ids, vec!["242", "302"]);
-}
-
-#[test]
-fn parses_movielens_1m_double_colons() {
-    let text = "1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n";
-    let r = parse_triplets(text.as_bytes(), "ratings.dat").unwrap();
-    assert_eq!(r.entries, vec![(0, 0, 5.0), (0, 1, 3.0), (1, 0, 4.0)]);
-    assert_eq!(r.id_mapping.unwrap().item_ids, vec!["1193", "661"]);
+fn parses_triplets_in_every_separator() {
+    let udata = "196\t242\t3\t881250949\n186\t302\t3\t891717742\n196\t302\t1\t1\n";
+    let dat = "1::1193::5::978300760\n1::661::3::978302109\n2::1193::4::978298413\n";
+    let csv = "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n% c\n2 31 4\n";
+    type Case<'a> = (&'a str, Vec<(u32, u32, f32)>, Vec<&'a str>, Vec<&'a str>);
+    let cases: [Case; 3] = [
+        (
+            udata,
+            vec![(0, 0, 3.0), (1, 1, 3.0), (0, 1, 1.0)],
+            vec!["196", "186"],
+            vec!["242", "302"],
+        ),
+        (
+            dat,
+            vec![(0, 0, 5.0), (0, 1, 3.0), (1, 0, 4.0)],
+            vec!["1", "2"],
+            vec!["1193", "661"],
+        ),
+        (
+            csv,
+            vec![(0, 0, 2.5), (1, 0, 4.0)],
+            vec!["1", "2"],
+            vec!["31"],
+        ),
+    ];
+    for (text, entries, users, items) in cases {
+        let r = parse_triplets(text.as_bytes(), "r").unwrap();
+        assert_eq!(r.entries, entries, "{text}");
+        assert_eq!((r.n_users, r.n_items), (users.len(), items.len()));
+        let m = r.id_mapping.unwrap();
+        assert_eq!(m.user_ids, users);
+        assert_eq!(m.item_ids, items);
+    }
+    for (text, line) in [("1 2 3\n1 2\n", 2), ("1 2 3\n1 2 z\n", 2), ("1 2 NaN\n", 1)] {
+        let e = parse_triplets(text.as_bytes(), "x").unwrap_err();
+        assert_eq!(line_of(e), line, "{text}");
+    }
 }
 
 #[test]
@@ -61,29 +85,6 @@ fn held_out_ratings_take_the_training_files_indices() {
     let (held, left_out) = train.held_out_from(&test).unwrap();
     assert_eq!(held.entries, vec![(1, 0, 4.0)]);
     assert_eq!(left_out, 1);
-}
-
-#[test]
-fn parses_csv_with_header_and_spaces() {
-    let text = "userId,movieId,rating,timestamp\n1,31,2.5,1260759144\n% c\n2 31 4\n";
-    let r = parse_triplets(text.as_bytes(), "r.csv").unwrap();
-    assert_eq!(r.entries, vec![(0, 0, 2.5), (1, 0, 4.0)]);
-}
-
-#[test]
-fn triplet_errors_carry_line() {
-    assert_eq!(
-        line_of(parse_triplets("1 2 3\n1 2\n".as_bytes(), "x").unwrap_err()),
-        2
-    );
-    assert_eq!(
-        line_of(parse_triplets("1 2 3\n1 2 z\n".as_bytes(), "x").unwrap_err()),
-        2
-    );
-    assert_eq!(
-        line_of(parse_triplets("1 2 NaN\n".as_bytes(), "x").unwrap_err()),
-        1
-    );
 }
 
 #[test]

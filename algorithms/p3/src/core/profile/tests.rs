@@ -5,35 +5,43 @@ fn within(actual: f64, expected: f64, rel: f64) -> bool {
 }
 
 #[test]
-fn vgg19_matches_known_figures() {
+fn vgg19_and_resnet50_match_known_figures() {
+    // (model, layers, parameters, published parameters, forward FLOPs, tolerance):
+    // ~19.6 and ~4.1 GMACs.
+    let known = [
+        (
+            ModelProfile::vgg19(),
+            19,
+            143_667_240,
+            143.7e6,
+            39.0e9,
+            0.02,
+        ),
+        (
+            ModelProfile::resnet50(),
+            54,
+            25_557_032,
+            25.6e6,
+            8.2e9,
+            0.03,
+        ),
+    ];
+    for (m, layers, params, published, flops, tol) in known {
+        assert_eq!(
+            (m.layers.len(), m.total_params()),
+            (layers, params),
+            "{}",
+            m.name
+        );
+        assert!(within(m.total_params() as f64, published, 0.01));
+        let fwd = m.total_fwd_flops();
+        assert!(within(fwd, flops, tol), "{}: {fwd}", m.name);
+        assert!(within(m.total_bwd_flops(), 2.0 * fwd, 1e-9));
+    }
+    // 86% of VGG-19's parameters in the FC layers (REFERENCE.md section 3)
     let m = ModelProfile::vgg19();
-    assert_eq!(m.layers.len(), 19);
-    assert_eq!(m.total_params(), 143_667_240);
-    assert!(within(m.total_params() as f64, 143.7e6, 0.01));
-    // ~19.6 GMACs
-    assert!(
-        within(m.total_fwd_flops(), 39.0e9, 0.02),
-        "{}",
-        m.total_fwd_flops()
-    );
-    // 86% of the parameters in the FC layers (REFERENCE.md section 3)
     let fc: u64 = m.layers[16..].iter().map(|l| l.params).sum();
     assert!(within(fc as f64 / m.total_params() as f64, 0.86, 0.01));
-    assert!(within(m.total_bwd_flops(), 2.0 * m.total_fwd_flops(), 1e-9));
-}
-
-#[test]
-fn resnet50_matches_known_figures() {
-    let m = ModelProfile::resnet50();
-    assert_eq!(m.layers.len(), 54);
-    assert_eq!(m.total_params(), 25_557_032);
-    assert!(within(m.total_params() as f64, 25.6e6, 0.01));
-    // ~4.1 GMACs
-    assert!(
-        within(m.total_fwd_flops(), 8.2e9, 0.03),
-        "{}",
-        m.total_fwd_flops()
-    );
 }
 
 #[test]
