@@ -40,7 +40,7 @@ pub mod p3;
 pub mod p3_real;
 pub mod ps;
 pub mod reproduce;
-mod scale;
+pub mod scale;
 pub mod soak;
 pub mod transport;
 

@@ -19,9 +19,8 @@
 //! `per_core_trend` (largest size's ratings/s per core over the smallest's; below 1 it
 //! fell), and the 2-worker speed-up at the largest size.
 
-use crate::scale::{cell, spread, write_plot};
-use petrel::report::{Table, print_json};
-use petrel::train::plot::{Series, absolute};
+use crate::scale::{cell, grid, per_core, write_plot};
+use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
@@ -191,32 +190,47 @@ fn reset_peak_rss() -> bool {
 
 /// Runs the bench, prints its table and JSON line.
 pub fn run(args: MfScaleBenchArgs) -> Result<(), StradsTrainError> {
-    let figures = measure(&args)?;
-    print_json(&figures).map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
-    })
+    crate::scale::print_figures(&measure(&args)?)
 }
 
 /// Runs every size and worker count, prints the table and writes the plot.
 pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainError> {
     validate(args)?;
     let out = absolute(&args.out)?;
-    let mut table = Table::new(&COLUMNS);
-    let mut sizes: Vec<MfScaleRun> = Vec::new();
-    for &requested in &args.ratings {
-        let mut one_worker_s: Option<f64> = None;
-        for &workers in &args.workers {
-            let run = run_one(args, &out, requested, workers, one_worker_s)?;
-            if workers == 1 {
-                one_worker_s = run.seconds_to_target;
-            }
-            table.row(row(&run));
-            sizes.push(run);
+    // One worker's seconds to the target per size, for the others' speed-up.
+    let mut one_worker_s = BTreeMap::new();
+    let sizes: Vec<MfScaleRun> = grid(&args.ratings, &args.workers, &COLUMNS, |&n, workers| {
+        let run = run_one(
+            args,
+            &out,
+            n,
+            workers,
+            one_worker_s.get(&n).copied().flatten(),
+        )?;
+        if workers == 1 {
+            one_worker_s.insert(n, run.seconds_to_target);
         }
-    }
-    table.print();
-    let (per_core_spread, per_core_trend, series) = per_core_figures(&sizes, &args.workers);
+        let row = row(&run);
+        Ok((run, row))
+    })?
+    .into_iter()
+    .flatten()
+    .collect();
+    let (per_core_spread, series) = per_core(&args.workers, |workers| {
+        sizes
+            .iter()
+            .filter(|r| r.workers == workers)
+            .filter_map(|r| Some((r.ratings as f64, r.ratings_per_s_per_core?)))
+            .collect()
+    });
+    let per_core_trend: BTreeMap<usize, f64> = series
+        .iter()
+        .zip(&args.workers)
+        .filter_map(|(s, &w)| {
+            let (first, last) = (s.points.first()?, s.points.last()?);
+            (s.points.len() > 1 && first.1 > 0.0).then(|| (w, last.1 / first.1))
+        })
+        .collect();
     let largest = sizes.iter().map(|r| r.ratings).max();
     let speedup_2_at_largest = sizes
         .iter()
@@ -276,13 +290,8 @@ const COLUMNS: [&str; 18] = [
     "scheduler peak MB",
 ];
 
-/// Refuses empty or zero sizes and worker counts and an observed fraction outside (0, 1].
+/// Refuses zero sizes and worker counts and an observed fraction outside (0, 1].
 fn validate(args: &MfScaleBenchArgs) -> Result<(), StradsTrainError> {
-    if args.ratings.is_empty() || args.workers.is_empty() {
-        return Err(StradsTrainError::Usage(
-            "need at least one data size and one worker count",
-        ));
-    }
     if args.workers.contains(&0) || args.ratings.contains(&0) {
         return Err(StradsTrainError::Usage(
             "--ratings and --workers must be positive",
@@ -400,39 +409,6 @@ fn row(r: &MfScaleRun) -> Vec<String> {
         cell(r.memory.worker_heap_over_holds, 2),
         cell(r.memory.scheduler_rss_mb, 0),
     ]
-}
-
-/// Per worker count across the sizes: the spread and trend of ratings/s per core, and
-/// its plot series.
-#[allow(clippy::type_complexity)]
-fn per_core_figures(
-    sizes: &[MfScaleRun],
-    worker_counts: &[usize],
-) -> (BTreeMap<usize, f64>, BTreeMap<usize, f64>, Vec<Series>) {
-    let mut per_core_spread = BTreeMap::new();
-    let mut per_core_trend = BTreeMap::new();
-    let mut series = Vec::new();
-    for &workers in worker_counts {
-        let points: Vec<(f64, f64)> = sizes
-            .iter()
-            .filter(|r| r.workers == workers)
-            .filter_map(|r| Some((r.ratings as f64, r.ratings_per_s_per_core?)))
-            .collect();
-        if let Some(s) = spread(&points) {
-            per_core_spread.insert(workers, s);
-        }
-        if let (Some(first), Some(last)) = (points.first(), points.last())
-            && points.len() > 1
-            && first.1 > 0.0
-        {
-            per_core_trend.insert(workers, last.1 / first.1);
-        }
-        series.push(Series {
-            name: format!("{workers} worker(s)"),
-            points,
-        });
-    }
-    (per_core_spread, per_core_trend, series)
 }
 
 #[cfg(test)]
