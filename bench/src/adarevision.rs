@@ -12,7 +12,8 @@
 //! factor coordinate that reproduces the ratings' spread). `--default-alpha` overrides it.
 //! A run that diverges is kept as a run that did not reach the target.
 
-use petrel::report::{Table, fmt, print_json, save_json};
+use crate::common::{PsBenchError, save_and_print};
+use petrel::report::{Table, fmt};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::apps::mf::PsMfData;
 use petrel_ps::core::rules::alpha_for_radius;
@@ -20,36 +21,6 @@ use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrConfig, PsMf, PsMfConfig, S
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-/// Why the benchmark failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AdaRevisionBenchError {
-    /// One run failed.
-    #[error("{app} {rule:?} alpha {alpha}")]
-    Run {
-        /// The app.
-        app: String,
-        /// The rule.
-        rule: ServerRule,
-        /// The step.
-        alpha: f32,
-        /// Why.
-        #[source]
-        source: PsError,
-    },
-    /// The figures file could not be written.
-    #[error("{}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The JSON line could not be written.
-    #[error("json figures")]
-    Json(#[from] serde_json::Error),
-}
 
 /// `petrel bench adarevision`.
 #[derive(clap::Args, Debug, Clone)]
@@ -180,13 +151,8 @@ fn run_one(
     app: &str,
     rule: ServerRule,
     alpha: f32,
-) -> Result<Option<RuleRun>, AdaRevisionBenchError> {
-    let fail = |source| AdaRevisionBenchError::Run {
-        app: app.into(),
-        rule,
-        alpha,
-        source,
-    };
+) -> Result<Option<RuleRun>, PsBenchError> {
+    let fail = |source| PsBenchError::run(format!("{app} {rule:?} alpha {alpha}"))(source);
     let (w, sh) = (args.workers, args.shards);
     let diverged_run = || RuleRun {
         rule,
@@ -302,7 +268,7 @@ fn default_alpha(
     args: &AdaRevisionBenchArgs,
     k: usize,
     app: &str,
-) -> Result<(f32, String), AdaRevisionBenchError> {
+) -> Result<(f32, String), PsBenchError> {
     if let Some(a) = args
         .default_alpha
         .get(k)
@@ -314,12 +280,10 @@ fn default_alpha(
     Ok(match app {
         "mf" => {
             let cfg = mf_config(args, ServerRule::AdaRevision, 1.0);
-            let data = PsMfData::load(&cfg).map_err(|source| AdaRevisionBenchError::Run {
-                app: app.into(),
-                rule: ServerRule::AdaRevision,
-                alpha: 1.0,
-                source,
-            })?;
+            let data = PsMfData::load(&cfg).map_err(PsBenchError::run(format!(
+                "{app} {:?} alpha 1",
+                ServerRule::AdaRevision
+            )))?;
             let r = data.factor_scale(cfg.rank);
             (
                 alpha_for_radius(r),
@@ -345,7 +309,7 @@ fn rule_name(r: ServerRule) -> &'static str {
 }
 
 /// Runs the grids and returns the figures (tables printed as it goes).
-pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, AdaRevisionBenchError> {
+pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, PsBenchError> {
     let mut apps = BTreeMap::new();
     for (k, app) in args.apps.iter().enumerate() {
         let (sgd, ada, target) = match app.as_str() {
@@ -460,11 +424,6 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, AdaRev
 }
 
 /// Runs the benchmark: tables and one JSON line (also written to `--json-out`).
-pub fn run(args: AdaRevisionBenchArgs) -> Result<(), AdaRevisionBenchError> {
-    let figures = measure(&args)?;
-    save_json(&args.json_out, &figures).map_err(|source| AdaRevisionBenchError::Io {
-        path: args.json_out.clone(),
-        source,
-    })?;
-    Ok(print_json(&figures)?)
+pub fn run(args: AdaRevisionBenchArgs) -> Result<(), PsBenchError> {
+    save_and_print(&args.json_out, &measure(&args)?)
 }

@@ -16,51 +16,14 @@
 //! of the staleness the workers observed on their reads. One plot per app: time to target
 //! against the staleness bound, one line per model.
 
-use petrel::report::{Table, fmt, print_json, save_json};
+use crate::common::{PsBenchError, save_and_print};
+use petrel::report::{Table, fmt};
+use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::core::stats::{ReadStats, StalenessReport};
-use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrConfig, PsMf, PsMfConfig};
-use plotters::prelude::*;
+use petrel_ps::{ConsistencyModel, PsLr, PsLrConfig, PsMf, PsMfConfig};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// Why the benchmark failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ConsistencyBenchError {
-    /// The run of one consistency model failed.
-    #[error("{app} {model} s={staleness}")]
-    Run {
-        /// The app.
-        app: ConsistencyApp,
-        /// The model.
-        model: ConsistencyModel,
-        /// Its staleness bound.
-        staleness: u32,
-        /// Why.
-        #[source]
-        source: PsError,
-    },
-    /// The plot could not be drawn.
-    #[error("plot {path}: {reason}")]
-    Plot {
-        /// The SVG file.
-        path: String,
-        /// The plotting library's message.
-        reason: String,
-    },
-    /// A file or directory could not be written.
-    #[error("{}", path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The JSON line could not be written.
-    #[error("json figures")]
-    Json(#[from] serde_json::Error),
-}
 
 /// The PS apps the bench runs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -394,13 +357,8 @@ fn run_one(
     app: ConsistencyApp,
     model: ConsistencyModel,
     s: u32,
-) -> Result<ConsistencyRun, ConsistencyBenchError> {
-    let fail = |source| ConsistencyBenchError::Run {
-        app,
-        model,
-        staleness: s,
-        source,
-    };
+) -> Result<ConsistencyRun, PsBenchError> {
+    let fail = PsBenchError::run(format!("{app} {model} s={s}"));
     let (w, sh, t) = (args.workers, args.shards, args.transport);
     let run = match app {
         ConsistencyApp::Mf => {
@@ -534,7 +492,7 @@ fn summarise(target: f64, runs: Vec<ConsistencyRun>, plot: String) -> Consistenc
 }
 
 /// Runs the benchmark and returns its figures (the table is printed as it goes).
-pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, ConsistencyBenchError> {
+pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, PsBenchError> {
     let stragglers = petrel_ps::core::straggler::StragglerModel {
         clock_ms: args.clock_ms,
         persistent: persistent(args),
@@ -674,106 +632,53 @@ fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
 }
 
 /// Runs the benchmark: tables, plots and one JSON line (also written to `--json-out`).
-pub fn run(args: ConsistencyBenchArgs) -> Result<(), ConsistencyBenchError> {
-    let figures = measure(&args)?;
-    save_json(&args.json_out, &figures).map_err(|source| ConsistencyBenchError::Io {
-        path: args.json_out.clone(),
-        source,
-    })?;
-    Ok(print_json(&figures)?)
+pub fn run(args: ConsistencyBenchArgs) -> Result<(), PsBenchError> {
+    save_and_print(&args.json_out, &measure(&args)?)
 }
 
-fn plot(
-    path: &Path,
-    app: ConsistencyApp,
-    runs: &[ConsistencyRun],
-) -> Result<(), ConsistencyBenchError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| ConsistencyBenchError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    let e = |e: &dyn std::fmt::Display| ConsistencyBenchError::Plot {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    };
+/// Time to target (unreached: the whole run) against the staleness bound, one line per
+/// model; BSP and async have no bound to vary, so theirs is flat across the plot.
+fn plot(path: &Path, app: ConsistencyApp, runs: &[ConsistencyRun]) -> Result<(), PsBenchError> {
     let max_s = runs
         .iter()
         .filter_map(|r| r.staleness)
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let max_t = runs
-        .iter()
-        .map(|r| r.time_to_target_s.unwrap_or(r.wall_s))
-        .fold(1.0f64, f64::max)
-        * 1.1;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{app} on the parameter server: time to target vs staleness"),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(55)
-        .build_cartesian_2d(-0.2..max_s + 0.2, 0.0..max_t)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .x_desc("staleness bound s")
-        .y_desc("seconds to target (unreached: whole run)")
-        .draw()
-        .map_err(|x| e(&x))?;
-    let lines = [
-        (ConsistencyModel::Bsp, BLACK),
-        (ConsistencyModel::Ssp, BLUE),
-        (ConsistencyModel::Essp, RED),
-        (ConsistencyModel::Async, GREEN),
-    ];
-    for (m, c) in lines {
-        let pts: Vec<(f64, f64, bool)> = runs
+    let series: Vec<Series> = [
+        ConsistencyModel::Bsp,
+        ConsistencyModel::Ssp,
+        ConsistencyModel::Essp,
+        ConsistencyModel::Async,
+    ]
+    .into_iter()
+    .filter_map(|m| {
+        let pts: Vec<(f64, f64)> = runs
             .iter()
             .filter(|r| r.model == m)
             .map(|r| {
                 let x = r.staleness.map_or(max_s, f64::from);
-                (x, r.time_to_target_s.unwrap_or(r.wall_s), r.reached_target)
+                (x, r.time_to_target_s.unwrap_or(r.wall_s))
             })
             .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        // BSP and async have no bound to vary: a horizontal line across the plot.
-        let line: Vec<(f64, f64)> = if pts.len() == 1 {
-            vec![(0.0, pts[0].1), (max_s, pts[0].1)]
-        } else {
-            pts.iter().map(|p| (p.0, p.1)).collect()
+        let points = match pts[..] {
+            [] => return None,
+            [(_, y)] => vec![(0.0, y), (max_s, y)],
+            _ => pts,
         };
-        let style = c.stroke_width(2);
-        chart
-            .draw_series(LineSeries::new(line, style))
-            .map_err(|x| e(&x))?
-            .label(m.to_string())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-        chart
-            .draw_series(pts.iter().map(|&(x, y, reached)| {
-                let fill = if reached {
-                    c.filled()
-                } else {
-                    c.stroke_width(1)
-                };
-                Circle::new((x, y), 4, fill)
-            }))
-            .map_err(|x| e(&x))?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(())
+        Some(Series {
+            name: m.to_string(),
+            points,
+        })
+    })
+    .collect();
+    line_plot(
+        path,
+        &format!("{app} on the parameter server: time to target vs staleness"),
+        "staleness bound s",
+        "seconds to target (unreached: whole run)",
+        &series,
+        false,
+    )
+    .map_err(PsBenchError::plot(path))
 }

@@ -14,6 +14,7 @@
 use petrel::CliError;
 
 pub mod chaos;
+pub mod common;
 // The application benchmarks document their own items.
 #[allow(missing_docs)]
 pub mod adarevision;

@@ -22,50 +22,15 @@
 //! of the way from the clock run's initial to its final log-likelihood) is reached at the
 //! first pass at or above it.
 
-use petrel::report::{Table, fmt, print_json, save_json};
+use crate::common::{PsBenchError, save_and_print};
+use petrel::report::{Table, fmt};
+use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;
-use petrel_ps::{
-    ConsistencyModel, PsError, PsLda, PsLdaConfig, PsLdaMetrics, PsMf, PsMfConfig, PsMfResult,
-};
-use plotters::prelude::*;
+use petrel_ps::{ConsistencyModel, PsLda, PsLdaConfig, PsLdaMetrics, PsMf, PsMfConfig, PsMfResult};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// Why the benchmark failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ManagedBenchError {
-    /// One variant's run failed.
-    #[error("variant {variant}")]
-    Run {
-        /// The variant.
-        variant: String,
-        /// Why.
-        #[source]
-        source: PsError,
-    },
-    /// The plot could not be drawn.
-    #[error("plot {path}: {reason}")]
-    Plot {
-        /// The SVG file.
-        path: String,
-        /// The plotting library's message.
-        reason: String,
-    },
-    /// A file could not be written.
-    #[error("{}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The JSON line could not be written.
-    #[error("json figures")]
-    Json(#[from] serde_json::Error),
-}
 
 /// The app the bench runs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -395,7 +360,7 @@ fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
 }
 
 /// Runs the three variants and returns the figures (the table is printed).
-pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchError> {
+pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, PsBenchError> {
     let mbit = args.mbit;
     let lda = args.app == ManagedApp::Lda;
     let compute = if lda {
@@ -434,10 +399,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
             s.cluster.failure_timeout_ms = 10_000;
             s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(mbit));
         };
-        let err = |source| ManagedBenchError::Run {
-            variant: name.into(),
-            source,
-        };
+        let err = |source| PsBenchError::run(format!("variant {name}"))(source);
         let (shards, workers) = (args.shards, args.workers);
         if lda {
             let cfg = lda_config(args, policy);
@@ -533,7 +495,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
 }
 
 /// Runs the benchmark: table, plots and one JSON line (also written to `--json-out`).
-pub fn run(args: ManagedBenchArgs) -> Result<(), ManagedBenchError> {
+pub fn run(args: ManagedBenchArgs) -> Result<(), PsBenchError> {
     let figures = measure(&args)?;
     let json_out = args.json_out.clone().unwrap_or_else(|| {
         PathBuf::from(match args.app {
@@ -541,30 +503,17 @@ pub fn run(args: ManagedBenchArgs) -> Result<(), ManagedBenchError> {
             ManagedApp::Lda => "target/bench/managed-lda.json",
         })
     });
-    save_json(&json_out, &figures).map_err(|source| ManagedBenchError::Io {
-        path: json_out,
-        source,
-    })?;
-    Ok(print_json(&figures)?)
+    save_and_print(&json_out, &figures)
 }
 
+/// Each variant's curve against seconds or (`by_bytes`) MB on the links, and the target.
 fn plot(
     path: &Path,
     runs: &[ManagedRun],
     target: f64,
     by_bytes: bool,
     app: ManagedApp,
-) -> Result<(), ManagedBenchError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| ManagedBenchError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    let e = |e: &dyn std::fmt::Display| ManagedBenchError::Plot {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    };
+) -> Result<(), PsBenchError> {
     let x_of = |r: &ManagedRun, p: &(f64, u64, f64)| {
         if by_bytes {
             r.both_ways_per_clock * p.1 as f64 / 1e6
@@ -576,68 +525,32 @@ fn plot(
         .iter()
         .flat_map(|r| r.curve.iter().map(move |p| x_of(r, p)))
         .fold(1e-3f64, f64::max);
-    let values = || runs.iter().flat_map(|r| r.curve.iter().map(|p| p.2));
-    let (min_y, max_y) = match app {
-        ManagedApp::Mf => (0.0, values().fold(target, f64::max) * 1.05),
-        ManagedApp::Lda => {
-            let (lo, hi) = (
-                values().fold(target, f64::min),
-                values().fold(target, f64::max),
-            );
-            let pad = (hi - lo).max(1e-3) * 0.05;
-            (lo - pad, hi + pad)
-        }
-    };
+    let mut series: Vec<Series> = runs
+        .iter()
+        .map(|r| Series {
+            name: r.variant.clone(),
+            points: r.curve.iter().map(|p| (x_of(r, p), p.2)).collect(),
+        })
+        .collect();
+    series.push(Series {
+        name: "target".into(),
+        points: vec![(0.0, target), (max_x, target)],
+    });
     let (app_name, y_desc) = match app {
         ManagedApp::Mf => ("MF", "test RMSE"),
         ManagedApp::Lda => ("LDA", "log-likelihood per token"),
     };
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{app_name} on the PS over shaped links: managed communication"),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..max_x, min_y..max_y)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .x_desc(if by_bytes {
+    line_plot(
+        path,
+        &format!("{app_name} on the PS over shaped links: managed communication"),
+        if by_bytes {
             "MB on the links, both ways (bytes per clock x clock)"
         } else {
             "seconds"
-        })
-        .y_desc(y_desc)
-        .draw()
-        .map_err(|x| e(&x))?;
-    let colors = [BLACK, BLUE, RED, GREEN];
-    for (k, r) in runs.iter().enumerate() {
-        let c = colors[k % colors.len()];
-        chart
-            .draw_series(LineSeries::new(
-                r.curve.iter().map(|p| (x_of(r, p), p.2)),
-                c.stroke_width(2),
-            ))
-            .map_err(|x| e(&x))?
-            .label(r.variant.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-    }
-    chart
-        .draw_series(LineSeries::new(
-            [(0.0, target), (max_x, target)],
-            BLACK.mix(0.4),
-        ))
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(())
+        },
+        y_desc,
+        &series,
+        false,
+    )
+    .map_err(PsBenchError::plot(path))
 }

@@ -437,56 +437,29 @@ fn netns_run_dir() -> PathBuf {
     std::env::temp_dir().join(format!("petrel-p3-netns-{}", std::process::id()))
 }
 
-fn plot(path: &Path, points: &[Point]) -> Result<(), Box<dyn std::error::Error>> {
-    use plotters::prelude::*;
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let xs: Vec<f64> = points.iter().map(|p| p.bandwidth_mbit).collect();
-    let x_max = xs.iter().cloned().fold(0.0, f64::max) * 1.1;
-    let y_max = points
+/// Samples/s against the link bandwidth, one line per mode.
+fn plot(path: &Path, points: &[Point]) -> Result<(), petrel::train::StradsTrainError> {
+    let series: Vec<petrel::train::plot::Series> = Mode::ALL
         .iter()
-        .flat_map(|p| p.modes.iter().map(|m| m.samples_per_s))
-        .fold(0.0, f64::max)
-        * 1.15;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("P3 bench: throughput vs bandwidth", ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max.max(1.0), 0.0..y_max.max(1.0))?;
-    chart
-        .configure_mesh()
-        .x_desc("link bandwidth (Mbit/s)")
-        .y_desc("samples/s (all workers)")
-        .draw()?;
-    let colors = [RED, BLUE, GREEN];
-    for (i, mode) in Mode::ALL.iter().enumerate() {
-        let series: Vec<(f64, f64)> = points
-            .iter()
-            .filter_map(|p| {
-                p.modes
-                    .iter()
-                    .find(|m| m.mode == mode.name())
-                    .map(|m| (p.bandwidth_mbit, m.samples_per_s))
-            })
-            .collect();
-        let color = colors[i % colors.len()];
-        chart
-            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?
-            .label(mode.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart.draw_series(
-            series
+        .map(|mode| petrel::train::plot::Series {
+            name: mode.name().into(),
+            points: points
                 .iter()
-                .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
-        )?;
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()?;
-    Ok(root.present()?)
+                .filter_map(|p| {
+                    let m = p.modes.iter().find(|m| m.mode == mode.name())?;
+                    Some((p.bandwidth_mbit, m.samples_per_s))
+                })
+                .collect(),
+        })
+        .collect();
+    petrel::train::plot::line_plot(
+        path,
+        "P3 bench: throughput vs bandwidth",
+        "link bandwidth (Mbit/s)",
+        "samples/s (all workers)",
+        &series,
+        false,
+    )
 }
 
 /// Runs the bench and prints its table, plot and JSON figures.

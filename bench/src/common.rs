@@ -1,0 +1,72 @@
+//! What the parameter-server benches (`consistency`, `managed`, `adarevision`) share: their
+//! error and the ending every bench has, the JSON figures saved to `--json-out` and printed
+//! as the last line.
+
+use petrel::report::{print_json, save_json};
+use petrel_ps::PsError;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// Why a parameter-server bench failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PsBenchError {
+    /// One run failed (`what`: the app, variant or setting it ran).
+    #[error("{what}")]
+    Run {
+        /// What ran.
+        what: String,
+        /// Why.
+        #[source]
+        source: PsError,
+    },
+    /// The plot could not be drawn.
+    #[error("plot {path}: {reason}")]
+    Plot {
+        /// The SVG file.
+        path: String,
+        /// The plotting library's message.
+        reason: String,
+    },
+    /// A file could not be written.
+    #[error("{}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The JSON line could not be written.
+    #[error("json figures")]
+    Json(#[from] serde_json::Error),
+}
+
+impl PsBenchError {
+    /// A failed run of `what`, for `map_err`.
+    pub(crate) fn run(what: impl std::fmt::Display) -> impl FnOnce(PsError) -> Self {
+        move |source| PsBenchError::Run {
+            what: what.to_string(),
+            source,
+        }
+    }
+
+    /// A plot of `path` that could not be drawn, for `map_err`.
+    pub(crate) fn plot(path: &Path) -> impl FnOnce(petrel::train::StradsTrainError) -> Self {
+        move |e| PsBenchError::Plot {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// Saves `figures` to `json_out` and prints them as the bench's JSON line.
+pub(crate) fn save_and_print<T: Serialize>(
+    json_out: &Path,
+    figures: &T,
+) -> Result<(), PsBenchError> {
+    save_json(json_out, figures).map_err(|source| PsBenchError::Io {
+        path: json_out.to_path_buf(),
+        source,
+    })?;
+    Ok(print_json(figures)?)
+}
