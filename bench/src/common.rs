@@ -1,6 +1,6 @@
-//! What the parameter-server benches (`consistency`, `managed`, `adarevision`) share: their
-//! error and the ending every bench has, the JSON figures saved to `--json-out` and printed
-//! as the last line.
+//! What the benches share: medians, and for the parameter-server benches (`consistency`,
+//! `managed`, `adarevision`) their error and their ending, the JSON figures saved to
+//! `--json-out` and printed as the last line.
 
 use petrel::report::{print_json, save_json};
 use petrel_ps::PsError;
@@ -69,4 +69,22 @@ pub(crate) fn save_and_print<T: Serialize>(
         source,
     })?;
     Ok(print_json(figures)?)
+}
+
+/// The median (the mean of the two middle values of an even count); `None` when empty.
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some(0.5 * (sorted[n / 2 - 1] + sorted[n / 2])),
+    }
+}
+
+/// The upper median (the larger middle value of an even count); `None` when empty.
+pub(crate) fn upper_median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v.get(v.len() / 2).copied()
 }

@@ -30,9 +30,10 @@
 
 use crate::memory_bandwidth::{self, StreamBandwidth};
 pub use crate::scale::DesignSize;
-use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, Prepared, cell};
+use crate::scale::{
+    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, PetrelRun, Prepared, cell,
+};
 use petrel::train::{NodeMemory, StradsTrainError, run_lasso_job};
-use petrel_actors::JobTransport;
 use petrel_ml::data::SparseColumns;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
@@ -299,16 +300,16 @@ impl CdScale for LassoScaleBenchArgs {
         Ok((m.elapsed_s, m.updates))
     }
 
-    fn petrel(
-        &self,
-        size: &DesignSize,
-        nnz: usize,
-        target: f64,
-        workers: usize,
-        transport: JobTransport,
-        dir: PathBuf,
-        baseline_s: f64,
-    ) -> Result<PetrelFigures, StradsTrainError> {
+    fn petrel(&self, r: PetrelRun) -> Result<PetrelFigures, StradsTrainError> {
+        let PetrelRun {
+            size,
+            nnz,
+            target,
+            workers,
+            transport,
+            dir,
+            ..
+        } = r;
         let job = LassoJob {
             target_objective: Some(target),
             out_dir: Some(dir),
@@ -348,7 +349,7 @@ impl CdScale for LassoScaleBenchArgs {
             extra: LassoRun {
                 block_size: m.block_size,
                 compute_to_target_s,
-                compute_ratio: compute_to_target_s.map(|s| s / baseline_s),
+                compute_ratio: compute_to_target_s.map(|s| s / r.baseline_s),
                 profile: m.profile.clone(),
             },
         })

@@ -77,9 +77,8 @@ struct Figures {
     plot: String,
 }
 
-fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v[v.len() / 2]
+fn median<T: Copy + PartialOrd + Default>(v: Vec<T>) -> T {
+    crate::common::upper_median(v).unwrap_or_default()
 }
 
 pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {

@@ -16,10 +16,9 @@
 //! non-zeros.
 
 use crate::scale::{
-    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, Prepared, cell,
+    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, PetrelRun, Prepared, cell,
 };
 use petrel::train::{NodeMemory, StradsTrainError, run_logistic_job};
-use petrel_actors::JobTransport;
 use petrel_ml::data::SparseColumns;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::{LassoJob, LassoSolver, SyntheticLasso};
@@ -156,16 +155,16 @@ impl CdScale for LogisticScaleBenchArgs {
         Ok((started.elapsed().as_secs_f64(), report.updates))
     }
 
-    fn petrel(
-        &self,
-        size: &DesignSize,
-        nnz: usize,
-        target: f64,
-        workers: usize,
-        transport: JobTransport,
-        dir: PathBuf,
-        _baseline_s: f64,
-    ) -> Result<CdRun<()>, StradsTrainError> {
+    fn petrel(&self, r: PetrelRun) -> Result<CdRun<()>, StradsTrainError> {
+        let PetrelRun {
+            size,
+            nnz,
+            target,
+            workers,
+            transport,
+            dir,
+            ..
+        } = r;
         let job = LassoJob {
             target_objective: Some(target),
             out_dir: Some(dir.clone()),

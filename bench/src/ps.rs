@@ -495,9 +495,8 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    percentile(&v, 0.5)
+fn median(v: Vec<f64>) -> f64 {
+    crate::common::upper_median(v).unwrap_or(0.0)
 }
 
 /// Figures of one petrel run.

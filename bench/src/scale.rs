@@ -2,6 +2,7 @@
 //! coordinate-descent benches), then the table, the plot and the JSON line. `lasso-scale`
 //! and `logistic-scale` implement [`CdScale`]; `mf-scale` and `lda-scale` use [`grid`].
 
+use crate::common::median;
 use petrel::report::{Table, print_json};
 use petrel::train::plot::{Series, absolute, line_plot};
 use petrel::train::{NodeMemory, StradsTrainError, TrainTransport};
@@ -30,18 +31,6 @@ pub(crate) fn range_cell(values: &[f64]) -> String {
     let hi = values.iter().copied().max_by(f64::total_cmp);
     lo.zip(hi)
         .map_or("-".into(), |(lo, hi)| format!("{lo:.2}-{hi:.2}"))
-}
-
-/// The median (the mean of the two middle values of an even count); `None` when empty.
-pub(crate) fn median(values: &[f64]) -> Option<f64> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(sorted[n / 2]),
-        _ => Some(0.5 * (sorted[n / 2 - 1] + sorted[n / 2])),
-    }
 }
 
 /// A runner's median repeat ([`median_repeat`]).
@@ -335,6 +324,19 @@ pub(crate) struct Prepared<D, S> {
     pub extra: S,
 }
 
+/// What one STRADS run of a [`CdScale`] bench is asked for.
+pub(crate) struct PetrelRun<'a> {
+    pub size: &'a DesignSize,
+    pub nnz: usize,
+    pub target: f64,
+    pub workers: usize,
+    pub transport: JobTransport,
+    /// The run's output directory.
+    pub dir: PathBuf,
+    /// The baseline's seconds of the same repeat.
+    pub baseline_s: f64,
+}
+
 /// A coordinate-descent scale bench: the single-threaded baseline against STRADS per
 /// worker count, to `f* (1 + tolerance)`, on designs of growing size.
 pub(crate) trait CdScale {
@@ -374,18 +376,8 @@ pub(crate) trait CdScale {
         target: f64,
         last: bool,
     ) -> Result<(f64, u64), StradsTrainError>;
-    /// One STRADS run on `workers` workers to `target` into `dir` (`ratio` left unset).
-    #[allow(clippy::too_many_arguments)]
-    fn petrel(
-        &self,
-        size: &DesignSize,
-        nnz: usize,
-        target: f64,
-        workers: usize,
-        transport: JobTransport,
-        dir: PathBuf,
-        baseline_s: f64,
-    ) -> Result<CdRun<Self::Run>, StradsTrainError>;
+    /// One STRADS run (`ratio` left unset).
+    fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, StradsTrainError>;
     /// A run's cells after `wall s`.
     fn cells(run: &CdRun<Self::Run>) -> Vec<String>;
     /// The top-level keys, after the table.
@@ -496,8 +488,15 @@ fn measure_size<B: CdScale>(
         baseline_runs_s.push(baseline_s);
         baseline_updates = updates;
         for &workers in &c.workers {
-            let dir = out.join(format!("{label}-p{workers}"));
-            let mut run = bench.petrel(size, p.nnz, target, workers, transport, dir, baseline_s)?;
+            let mut run = bench.petrel(PetrelRun {
+                size,
+                nnz: p.nnz,
+                target,
+                workers,
+                transport,
+                dir: out.join(format!("{label}-p{workers}")),
+                baseline_s,
+            })?;
             run.ratio = run.petrel_s.map(|s| s / baseline_s);
             run.ratios = vec![run.ratio];
             run.runs_s = vec![run.petrel_s];

@@ -292,12 +292,7 @@ async fn petrel_throughput(
 
 /// The median (the mean of the middle two for an even count); 0 when empty.
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    crate::common::median(v).unwrap_or(0.0)
 }
 
 async fn probe_latency(p: &Pair, kib: usize) -> Result<Duration, BenchError> {
