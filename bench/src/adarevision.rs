@@ -12,7 +12,7 @@
 //! factor coordinate that reproduces the ratings' spread). `--default-alpha` overrides it.
 //! A run that diverges is kept as a run that did not reach the target.
 
-use crate::common::{PsBenchError, save_and_print};
+use crate::common::{PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
 use petrel::report::{Table, fmt};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::apps::mf::PsMfData;
@@ -28,10 +28,8 @@ pub struct AdaRevisionBenchArgs {
     /// Apps (comma separated): lr, mf.
     #[arg(long, value_delimiter = ',', default_value = "lr,mf")]
     pub apps: Vec<String>,
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
-    #[arg(long, default_value_t = 2)]
-    pub shards: usize,
+    #[command(flatten)]
+    pub cluster: PsClusterArgs,
     /// Consistency of the shared table.
     #[arg(long, value_enum, default_value_t = ConsistencyModel::Async)]
     pub consistency: ConsistencyModel,
@@ -40,11 +38,8 @@ pub struct AdaRevisionBenchArgs {
     /// Emulated compute per clock (ms).
     #[arg(long, default_value_t = 10.0)]
     pub clock_ms: f64,
-    /// Probability that a clock is slowed, and by how much.
-    #[arg(long, default_value_t = 0.1)]
-    pub transient_probability: f64,
-    #[arg(long, default_value_t = 4.0)]
-    pub transient_factor: f64,
+    #[command(flatten)]
+    pub stragglers: TransientArgs,
     /// LR data: synthetic samples, features, classes, and samples per clock and worker.
     #[arg(long, default_value_t = 8000)]
     pub lr_samples: usize,
@@ -153,52 +148,62 @@ fn run_one(
     alpha: f32,
 ) -> Result<Option<RuleRun>, PsBenchError> {
     let fail = |source| PsBenchError::run(format!("{app} {rule:?} alpha {alpha}"))(source);
-    let (w, sh) = (args.workers, args.shards);
-    let diverged_run = || RuleRun {
-        rule,
-        alpha,
-        time_to_target_s: None,
-        iterations: 0,
-        final_loss: None,
-        diverged: true,
+    let (w, sh) = (args.cluster.workers, args.cluster.shards);
+    let fetch = |r: Result<_, PsError>| match r {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if diverged(&e) => Ok(None),
+        Err(e) => Err(fail(e)),
     };
-    Ok(Some(match app {
-        "lr" => {
-            let cfg = lr_config(args, rule, alpha);
-            let r = match petrel_ps::run_local_with::<PsLr>(cfg, sh, w, Transport::Quic, tweak) {
-                Ok(o) => o.metrics,
-                Err(e) if diverged(&e) => return Ok(Some(diverged_run())),
-                Err(e) => return Err(fail(e)),
-            };
-            RuleRun {
-                rule,
-                alpha,
-                time_to_target_s: r.time_to_target_s,
-                iterations: r.iterations,
-                final_loss: Some(r.final_log_loss),
-                diverged: false,
-            }
-        }
-        "mf" => {
-            let cfg = mf_config(args, rule, alpha);
-            let r = match petrel_ps::run_local_with::<PsMf>(cfg, sh, w, Transport::Quic, tweak) {
-                Ok(o) => o.metrics,
-                Err(e) if diverged(&e) => return Ok(Some(diverged_run())),
-                Err(e) => return Err(fail(e)),
-            };
-            RuleRun {
-                rule,
-                alpha,
-                time_to_target_s: r.time_to_target_s,
-                iterations: r.iterations,
-                final_loss: Some(r.final_rmse),
-                diverged: false,
-            }
-        }
+    // (time to target, iterations, final loss); `None`: diverged.
+    let figures = match app {
+        "lr" => fetch(
+            petrel_ps::run_local_with::<PsLr>(
+                lr_config(args, rule, alpha),
+                sh,
+                w,
+                Transport::Quic,
+                tweak,
+            )
+            .map(|o| {
+                (
+                    o.metrics.time_to_target_s,
+                    o.metrics.iterations,
+                    o.metrics.final_log_loss,
+                )
+            }),
+        )?,
+        "mf" => fetch(
+            petrel_ps::run_local_with::<PsMf>(
+                mf_config(args, rule, alpha),
+                sh,
+                w,
+                Transport::Quic,
+                tweak,
+            )
+            .map(|o| {
+                (
+                    o.metrics.time_to_target_s,
+                    o.metrics.iterations,
+                    o.metrics.final_rmse,
+                )
+            }),
+        )?,
         other => {
             tracing::warn!(app = other, "unknown app (lr or mf); skipped");
             return Ok(None);
         }
+    };
+    let (time_to_target_s, iterations, final_loss) = match figures {
+        Some((t, i, l)) => (t, i, Some(l)),
+        None => (None, 0, None),
+    };
+    Ok(Some(RuleRun {
+        rule,
+        alpha,
+        time_to_target_s,
+        iterations,
+        final_loss,
+        diverged: figures.is_none(),
     }))
 }
 
@@ -230,8 +235,8 @@ fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrC
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
         clock_ms: args.clock_ms,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
         out: None,
         ..PsLrConfig::default()
     }
@@ -254,8 +259,8 @@ fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfC
         target_rmse: Some(args.target_rmse),
         eval_ms: 50,
         clock_ms: args.clock_ms,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
         init_scale: 0.3,
         regularization: 0.02,
         out: None,

@@ -7,6 +7,29 @@ use petrel_ps::PsError;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
+/// The nodes of each run of a parameter-server bench.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PsClusterArgs {
+    /// Worker nodes.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Shard nodes.
+    #[arg(long, default_value_t = 2)]
+    pub shards: usize,
+}
+
+/// Transient stragglers: each clock of each worker is slowed `transient_factor` times with
+/// probability `transient_probability`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TransientArgs {
+    /// Probability that a clock of a worker is slowed (transient stragglers).
+    #[arg(long, default_value_t = 0.1)]
+    pub transient_probability: f64,
+    /// How much slower a transiently slowed clock is.
+    #[arg(long, default_value_t = 4.0)]
+    pub transient_factor: f64,
+}
+
 /// Why a parameter-server bench failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PsBenchError {

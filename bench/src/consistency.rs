@@ -16,7 +16,7 @@
 //! of the staleness the workers observed on their reads. One plot per app: time to target
 //! against the staleness bound, one line per model.
 
-use crate::common::{PsBenchError, save_and_print};
+use crate::common::{PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
 use petrel::report::{Table, fmt};
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
@@ -50,19 +50,13 @@ pub struct ConsistencyBenchArgs {
     /// Apps to run (comma separated): mf, lr.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "mf,lr")]
     pub apps: Vec<ConsistencyApp>,
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
-    #[arg(long, default_value_t = 2)]
-    pub shards: usize,
+    #[command(flatten)]
+    pub cluster: PsClusterArgs,
     /// Staleness bounds of SSP and ESSP (comma separated).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8")]
     pub staleness: Vec<u32>,
-    /// Probability that a clock of a worker is slowed (transient stragglers).
-    #[arg(long, default_value_t = 0.1)]
-    pub transient_probability: f64,
-    /// How much slower a transiently slowed clock is.
-    #[arg(long, default_value_t = 4.0)]
-    pub transient_factor: f64,
+    #[command(flatten)]
+    pub stragglers: TransientArgs,
     /// Worker 0 is slower by this factor on every clock (1 = no persistent straggler).
     #[arg(long, default_value_t = 1.0)]
     pub persistent_factor: f64,
@@ -309,8 +303,8 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         clock_ms: args.clock_ms,
         straggler: persistent(args),
         straggler_factor: args.persistent_factor,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
         init_scale: 0.3,
         regularization: 0.02,
         out: None,
@@ -340,15 +334,11 @@ fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         clock_ms: args.clock_ms,
         straggler: persistent(args),
         straggler_factor: args.persistent_factor,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
         out: None,
         ..PsLrConfig::default()
     }
-}
-
-fn from_staleness(r: &StalenessReport) -> (f64, f64, u64) {
-    (r.mean, r.variance, r.max)
 }
 
 /// Runs one (app, model, staleness).
@@ -359,60 +349,69 @@ fn run_one(
     s: u32,
 ) -> Result<ConsistencyRun, PsBenchError> {
     let fail = PsBenchError::run(format!("{app} {model} s={s}"));
-    let (w, sh, t) = (args.workers, args.shards, args.transport);
-    let run = match app {
+    let (w, sh, t) = (args.cluster.workers, args.cluster.shards, args.transport);
+    let bound = petrel_ps::Consistency::new(model, s).staleness_bound();
+    let run = |reached_target, time_to_target_s, iterations, st: &StalenessReport, wall_s| {
+        ConsistencyRun {
+            model,
+            staleness: bound,
+            reached_target,
+            time_to_target_s,
+            iterations,
+            mean_staleness: st.mean,
+            staleness_variance: st.variance,
+            max_staleness: st.max,
+            staleness_variance_between_workers: None,
+            per_worker_mean_staleness: Vec::new(),
+            wall_s,
+            per_clock: None,
+        }
+    };
+    Ok(match app {
         ConsistencyApp::Mf => {
             let r =
                 petrel_ps::run_local_with::<PsMf>(mf_config(args, model, s), sh, w, t, tweak(args))
                     .map_err(fail)?
                     .metrics;
-            let (mean, var, max) = from_staleness(&r.staleness);
+            let per_worker = &r.per_worker_staleness;
             ConsistencyRun {
-                model,
                 staleness: r.staleness_bound,
-                reached_target: r.reached_target,
-                time_to_target_s: r.time_to_target_s,
-                iterations: r.iterations,
-                mean_staleness: mean,
-                staleness_variance: var,
-                max_staleness: max,
                 staleness_variance_between_workers: Some(StalenessReport::between_variance(
-                    &r.per_worker_staleness,
+                    per_worker,
                 )),
-                per_worker_mean_staleness: r.per_worker_staleness.iter().map(|p| p.mean).collect(),
-                wall_s: r.wall_s,
+                per_worker_mean_staleness: per_worker.iter().map(|p| p.mean).collect(),
                 per_clock: ClockBreakdown::of(
                     &r.worker_clocks,
                     &r.per_worker_reads,
                     &r.per_worker_compute_s,
                     &r.per_worker_run_s,
                 ),
+                ..run(
+                    r.reached_target,
+                    r.time_to_target_s,
+                    r.iterations,
+                    &r.staleness,
+                    r.wall_s,
+                )
             }
         }
         ConsistencyApp::Lr => {
-            let cfg = lr_config(args, model, s);
-            let bound = petrel_ps::Consistency::new(model, s).staleness_bound();
-            let r = petrel_ps::run_local_with::<PsLr>(cfg, sh, w, t, tweak(args))
-                .map_err(fail)?
-                .metrics;
-            let (mean, var, max) = from_staleness(&r.staleness);
+            let r =
+                petrel_ps::run_local_with::<PsLr>(lr_config(args, model, s), sh, w, t, tweak(args))
+                    .map_err(fail)?
+                    .metrics;
             ConsistencyRun {
-                model,
-                staleness: bound,
-                reached_target: r.reached_target,
-                time_to_target_s: r.time_to_target_s,
-                iterations: r.iterations,
-                mean_staleness: mean,
-                staleness_variance: var,
-                max_staleness: max,
-                staleness_variance_between_workers: None,
-                per_worker_mean_staleness: Vec::new(),
-                wall_s: r.wall_s,
                 per_clock: ClockBreakdown::of(&r.worker_clocks, &r.per_worker_reads, &[], &[]),
+                ..run(
+                    r.reached_target,
+                    r.time_to_target_s,
+                    r.iterations,
+                    &r.staleness,
+                    r.wall_s,
+                )
             }
         }
-    };
-    Ok(run)
+    })
 }
 
 /// The (model, staleness) pairs of a run: BSP once, SSP and ESSP at every bound, async once.
@@ -497,20 +496,20 @@ pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, PsBenc
         clock_ms: args.clock_ms,
         persistent: persistent(args),
         persistent_factor: args.persistent_factor,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
         seed: args.seed,
     };
-    let (expected, slowest) = stragglers.expected_clock_ms(args.workers as u32);
+    let (expected, slowest) = stragglers.expected_clock_ms(args.cluster.workers as u32);
     eprintln!(
         "{} workers, {} shards ({}), {} ms/clock; each clock slowed x{} with p={}, persistent \
          x{}; links +{} ms +0..{} ms jitter; expected ms/clock: {:.1} per worker, {:.1} slowest",
-        args.workers,
-        args.shards,
+        args.cluster.workers,
+        args.cluster.shards,
         args.transport,
         args.clock_ms,
-        args.transient_factor,
-        args.transient_probability,
+        args.stragglers.transient_factor,
+        args.stragglers.transient_probability,
         args.persistent_factor,
         args.latency_ms,
         args.jitter_ms,
@@ -535,9 +534,9 @@ pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, PsBenc
         apps.insert(app.to_string(), figures);
     }
     Ok(ConsistencyFigures {
-        workers: args.workers,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        workers: args.cluster.workers,
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
         persistent_factor: args.persistent_factor,
         clock_ms: args.clock_ms,
         latency_ms: args.latency_ms,

@@ -12,11 +12,9 @@
 //! core; 1 is flat) and `speedup` (tokens/s of the largest worker count over one worker's,
 //! at each size). An SVG plots the time per token per core against the corpus size.
 
-use crate::scale::{cell, grid, per_core, write_plot};
+use crate::scale::{GridArgs, cell, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_lda_job};
-use petrel_actors::JobTransport;
-use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lda::LdaJob;
 use serde::Serialize;
@@ -34,9 +32,9 @@ pub struct LdaScaleBenchArgs {
         default_value = "1000000,10000000,50000000"
     )]
     pub tokens: Vec<usize>,
-    /// STRADS worker counts.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    pub workers: Vec<usize>,
+    /// The worker counts, transport and round timeout.
+    #[command(flatten)]
+    pub grid: GridArgs,
     /// Topics (of the generating model and of the fit).
     #[arg(long, default_value_t = 20)]
     pub topics: usize,
@@ -49,12 +47,6 @@ pub struct LdaScaleBenchArgs {
     /// Passes over the corpus.
     #[arg(long, default_value_t = 5)]
     pub iterations: usize,
-    /// How the nodes run.
-    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
-    pub transport: JobTransport,
-    /// Timeout of one round, seconds.
-    #[arg(long, default_value_t = 1200)]
-    pub timeout_s: u64,
     /// Output directory (each run's files and the plot).
     #[arg(long, default_value = "target/bench-lda-scale")]
     pub out: PathBuf,
@@ -149,9 +141,12 @@ pub fn run(args: LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
 pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainError> {
     validate(args)?;
     let out = absolute(&args.out)?;
-    let runs = grid(&args.tokens, &args.workers, &COLUMNS, |&tokens, workers| {
-        run_one(args, &out, tokens, workers)
-    })?;
+    let runs = grid(
+        &args.tokens,
+        &args.grid.workers,
+        &COLUMNS,
+        |&tokens, workers| run_one(args, &out, tokens, workers),
+    )?;
     let sizes: Vec<LdaScaleSize> = args
         .tokens
         .iter()
@@ -174,7 +169,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
             }
         })
         .collect();
-    let (per_core_spread, series) = per_core(&args.workers, |workers| {
+    let (per_core_spread, series) = per_core(&args.grid.workers, |workers| {
         sizes
             .iter()
             .filter_map(|s| {
@@ -208,7 +203,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         vocab: args.vocab,
         doc_length: args.doc_length,
         iterations: args.iterations,
-        transport: format!("{:?}", args.transport).to_lowercase(),
+        transport: format!("{:?}", args.grid.transport).to_lowercase(),
         sizes,
         per_core_spread,
         plot,
@@ -251,28 +246,20 @@ fn run_one(
 ) -> Result<(LdaScaleRun, Vec<String>), StradsTrainError> {
     let docs = tokens / args.doc_length;
     let job = LdaJob {
-        synthetic: LdaCorpusParams {
-            n_topics: args.topics,
-            vocab_size: args.vocab,
-            n_docs: docs,
-            doc_length: args.doc_length,
-            alpha: 0.1,
-            beta: 0.1,
-            seed: 42,
-        },
+        synthetic: crate::lda::corpus(args.topics, args.vocab, docs, args.doc_length),
         n_topics: args.topics,
         iterations: args.iterations,
-        timeout_s: args.timeout_s,
+        timeout_s: args.grid.timeout_s,
         out_dir: Some(out.join(format!("t{tokens}-p{workers}"))),
         ..LdaJob::default()
     };
     // The flags checked as `train lda` checks its settings.
     job.validate().map_err(StradsError::from)?;
     let started = Instant::now();
-    let m = run_lda_job(&job, workers, args.transport)?;
+    let m = run_lda_job(&job, workers, args.grid.transport)?;
     let wall_s = started.elapsed().as_secs_f64();
     let holds = worker_holds_mb(m.n_tokens, docs, args.vocab, args.topics, workers);
-    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
+    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.grid.transport, holds);
     let tokens_per_s = m.tokens_per_s_per_worker * workers as f64;
     let ns_per_token_per_core = if m.tokens_sampled > 0 {
         1e9 * m.sampling_s * workers as f64 / m.tokens_sampled as f64

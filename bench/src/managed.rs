@@ -22,7 +22,7 @@
 //! of the way from the clock run's initial to its final log-likelihood) is reached at the
 //! first pass at or above it.
 
-use crate::common::{PsBenchError, save_and_print};
+use crate::common::{PsBenchError, PsClusterArgs, save_and_print};
 use petrel::report::{Table, fmt};
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
@@ -56,10 +56,8 @@ pub struct ManagedBenchArgs {
     /// The app: ps-mf or ps-lda.
     #[arg(long, value_enum, default_value_t = ManagedApp::Mf)]
     pub app: ManagedApp,
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
-    #[arg(long, default_value_t = 2)]
-    pub shards: usize,
+    #[command(flatten)]
+    pub cluster: PsClusterArgs,
     /// Egress rate of every node's link (Mbit/s). At 20 communication matters (a clock's
     /// bytes take longer than its compute) but every variant reaches the target (8 was
     /// hopeless: none did in 15 s).
@@ -372,8 +370,8 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, PsBenchError> 
         "{} on the ps, {} workers, {} shards, links {mbit} Mbit/s egress, {} s={}, {compute} \
          in {} slices, managed variants {} within {} of the link",
         if lda { "lda" } else { "mf" },
-        args.workers,
-        args.shards,
+        args.cluster.workers,
+        args.cluster.shards,
         args.consistency,
         args.staleness,
         args.compute_slices,
@@ -400,7 +398,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, PsBenchError> 
             s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(mbit));
         };
         let err = |source| PsBenchError::run(format!("variant {name}"))(source);
-        let (shards, workers) = (args.shards, args.workers);
+        let (shards, workers) = (args.cluster.shards, args.cluster.workers);
         if lda {
             let cfg = lda_config(args, policy);
             let r =

@@ -19,7 +19,7 @@
 //! `per_core_trend` (largest size's ratings/s per core over the smallest's; below 1 it
 //! fell), and the 2-worker speed-up at the largest size.
 
-use crate::scale::{cell, grid, per_core, write_plot};
+use crate::scale::{GridArgs, cell, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
@@ -43,9 +43,9 @@ pub struct MfScaleBenchArgs {
         default_value = "1000000,4000000,16000000"
     )]
     pub ratings: Vec<usize>,
-    /// STRADS worker counts.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    pub workers: Vec<usize>,
+    /// The worker counts, transport and round timeout.
+    #[command(flatten)]
+    pub grid: GridArgs,
     /// Rank of the generating factors and of the model.
     #[arg(long, default_value_t = 10)]
     pub rank: usize,
@@ -65,12 +65,6 @@ pub struct MfScaleBenchArgs {
     /// Train RMSE whose first crossing stops the clock (1.5x the default noise level).
     #[arg(long, default_value_t = 0.15)]
     pub target_rmse: f64,
-    /// How the nodes run.
-    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
-    pub transport: JobTransport,
-    /// Timeout of one round, seconds.
-    #[arg(long, default_value_t = 1200)]
-    pub timeout_s: u64,
     /// Output directory (each run's files and the plot).
     #[arg(long, default_value = "target/bench-mf-scale")]
     pub out: PathBuf,
@@ -199,24 +193,29 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
     let out = absolute(&args.out)?;
     // One worker's seconds to the target per size, for the others' speed-up.
     let mut one_worker_s = BTreeMap::new();
-    let sizes: Vec<MfScaleRun> = grid(&args.ratings, &args.workers, &COLUMNS, |&n, workers| {
-        let run = run_one(
-            args,
-            &out,
-            n,
-            workers,
-            one_worker_s.get(&n).copied().flatten(),
-        )?;
-        if workers == 1 {
-            one_worker_s.insert(n, run.seconds_to_target);
-        }
-        let row = row(&run);
-        Ok((run, row))
-    })?
+    let sizes: Vec<MfScaleRun> = grid(
+        &args.ratings,
+        &args.grid.workers,
+        &COLUMNS,
+        |&n, workers| {
+            let run = run_one(
+                args,
+                &out,
+                n,
+                workers,
+                one_worker_s.get(&n).copied().flatten(),
+            )?;
+            if workers == 1 {
+                one_worker_s.insert(n, run.seconds_to_target);
+            }
+            let row = row(&run);
+            Ok((run, row))
+        },
+    )?
     .into_iter()
     .flatten()
     .collect();
-    let (per_core_spread, series) = per_core(&args.workers, |workers| {
+    let (per_core_spread, series) = per_core(&args.grid.workers, |workers| {
         sizes
             .iter()
             .filter(|r| r.workers == workers)
@@ -225,7 +224,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
     });
     let per_core_trend: BTreeMap<usize, f64> = series
         .iter()
-        .zip(&args.workers)
+        .zip(&args.grid.workers)
         .filter_map(|(s, &w)| {
             let (first, last) = (s.points.first()?, s.points.last()?);
             (s.points.len() > 1 && first.1 > 0.0).then(|| (w, last.1 / first.1))
@@ -259,7 +258,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
         noise_std: args.noise_std,
         iterations: args.iterations,
         target_rmse: args.target_rmse,
-        transport: format!("{:?}", args.transport).to_lowercase(),
+        transport: format!("{:?}", args.grid.transport).to_lowercase(),
         sizes,
         per_core_spread,
         per_core_trend,
@@ -292,7 +291,7 @@ const COLUMNS: [&str; 18] = [
 
 /// Refuses zero sizes and worker counts and an observed fraction outside (0, 1].
 fn validate(args: &MfScaleBenchArgs) -> Result<(), StradsTrainError> {
-    if args.workers.contains(&0) || args.ratings.contains(&0) {
+    if args.grid.workers.contains(&0) || args.ratings.contains(&0) {
         return Err(StradsTrainError::Usage(
             "--ratings and --workers must be positive",
         ));
@@ -329,15 +328,15 @@ fn run_one(
         outer_iterations: args.iterations,
         target_rmse: Some(args.target_rmse),
         out_dir: Some(out.join(format!("r{requested}-p{workers}"))),
-        timeout_s: args.timeout_s,
+        timeout_s: args.grid.timeout_s,
         ..StradsMfJob::default()
     };
     // The flags checked as `train mf` checks its settings.
     job.validate().map_err(StradsError::from)?;
     let steps_per_sweep = job.layout().width();
-    let rss_tracked = args.transport != JobTransport::Processes && reset_peak_rss();
+    let rss_tracked = args.grid.transport != JobTransport::Processes && reset_peak_rss();
     let started = Instant::now();
-    let m = run_mf_job(&job, workers, args.transport)?;
+    let m = run_mf_job(&job, workers, args.grid.transport)?;
     let wall_s = started.elapsed().as_secs_f64();
     let rss_mb = rss_tracked.then(peak_rss_mb);
     let seconds = m.time_to_target_s;
@@ -365,7 +364,7 @@ fn run_one(
         args.rank,
         workers,
     );
-    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
+    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.grid.transport, holds);
     Ok(MfScaleRun {
         ratings: m.train_ratings + m.test_ratings,
         train_ratings: m.train_ratings,

@@ -114,6 +114,20 @@ pub(crate) fn grid<S, R>(
     Ok(out)
 }
 
+/// The flags of `mf-scale` and `lda-scale` beside their sizes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GridArgs {
+    /// STRADS worker counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub workers: Vec<usize>,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
+    /// Timeout of one round, seconds.
+    #[arg(long, default_value_t = 1200)]
+    pub timeout_s: u64,
+}
+
 /// Per worker count, `points(workers)`' spread across the sizes ([`spread`]) and its plot
 /// series.
 pub(crate) fn per_core(
