@@ -118,6 +118,38 @@ pub fn net_config(overrides: &[String]) -> Result<petrel_net::NetConfig, BenchEr
     Ok(serde_json::from_value(value)?)
 }
 
+/// A cluster `name` on this host: per `(node, role)` one node on 127.0.0.1.
+pub(crate) fn local_settings<'a>(
+    name: &str,
+    nodes: impl IntoIterator<Item = (String, &'a str)>,
+) -> petrel_actors::Settings {
+    let mut settings = petrel_actors::Settings::default();
+    settings.cluster.name = name.into();
+    settings.nodes = nodes
+        .into_iter()
+        .map(|(name, role)| petrel_actors::NodeSpec {
+            name,
+            addr: "127.0.0.1:0".into(),
+            roles: vec![role.into()],
+            ..Default::default()
+        })
+        .collect();
+    settings
+}
+
+/// Starts the node processes of `settings` in the run directory `dir` (made first),
+/// without progress bars.
+pub(crate) async fn launch(
+    settings: petrel_actors::Settings,
+    dir: &std::path::Path,
+) -> Result<petrel::launcher::Running, BenchError> {
+    std::fs::create_dir_all(dir).map_err(BenchError::io(dir.display().to_string()))?;
+    let mut opts = petrel::launcher::LaunchOptions::new()?;
+    opts.run_dir = Some(dir.to_path_buf());
+    opts.progress = false;
+    Ok(petrel::launcher::start(settings, opts).await?)
+}
+
 impl BenchError {
     fn quinn(e: impl Into<petrel_net::LinkCause>) -> Self {
         BenchError::Quinn(e.into())
