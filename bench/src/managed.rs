@@ -216,11 +216,17 @@ fn lda_config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsLdaConf
     }
 }
 
-/// An LDA run's figures; the target is filled in by [`lda_targets`].
-fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
-    let sent: u64 = m.per_worker_sent_bytes.iter().sum();
-    let received: u64 = m.per_worker_received_bytes.iter().sum();
-    let clocks = m.worker_clocks.iter().sum::<u64>() as f64 / m.worker_clocks.len().max(1) as f64;
+/// A run's traffic figures from its workers' bytes and clocks; the rest to be filled in.
+fn traffic(
+    name: &str,
+    sent: &[u64],
+    received: &[u64],
+    clocks: &[u64],
+    mean_staleness: f64,
+    wall_s: f64,
+) -> ManagedRun {
+    let (sent, received) = (sent.iter().sum::<u64>(), received.iter().sum::<u64>());
+    let clocks = clocks.iter().sum::<u64>() as f64 / clocks.len().max(1) as f64;
     let per_clock = |bytes: u64| {
         if clocks > 0.0 {
             bytes as f64 / clocks
@@ -228,21 +234,31 @@ fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
             0.0
         }
     };
-    let cpi = u64::from(m.clocks_per_iteration.max(1));
     ManagedRun {
         variant: name.to_string(),
         reached_target: false,
         time_to_target_s: None,
-        iterations: m.lda.iterations as u64,
+        iterations: 0,
         sent_bytes: sent,
         received_bytes: received,
         bytes_per_clock: per_clock(sent),
         both_ways_per_clock: per_clock(sent + received),
         bytes_to_target: None,
+        final_value: 0.0,
+        managed_rows: 0,
+        mean_staleness,
+        wall_s,
+        curve: Vec::new(),
+    }
+}
+
+/// An LDA run's figures; the target is filled in by [`lda_targets`].
+fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
+    let cpi = u64::from(m.clocks_per_iteration.max(1));
+    ManagedRun {
+        iterations: m.lda.iterations as u64,
         final_value: m.lda.final_loglik_per_token,
         managed_rows: m.managed_rows_sent,
-        mean_staleness: m.read_staleness.mean,
-        wall_s: m.lda.elapsed_s,
         // Clock 0 holds the initial counts; pass `i` ends at clock `1 + i * cpi`.
         curve: m
             .lda
@@ -253,6 +269,14 @@ fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
                 (p.elapsed_s, clock, p.loglik_per_token)
             })
             .collect(),
+        ..traffic(
+            name,
+            &m.per_worker_sent_bytes,
+            &m.per_worker_received_bytes,
+            &m.worker_clocks,
+            m.read_staleness.mean,
+            m.lda.elapsed_s,
+        )
     }
 }
 
@@ -324,36 +348,28 @@ fn variant_name(p: Option<SendPolicy>) -> &'static str {
 }
 
 fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
-    let sent: u64 = r.per_worker_sent_bytes.iter().sum();
-    let received: u64 = r.per_worker_received_bytes.iter().sum();
-    let clocks = r.worker_clocks.iter().sum::<u64>() as f64 / r.worker_clocks.len().max(1) as f64;
-    let per_clock = |bytes: u64| {
-        if clocks > 0.0 {
-            bytes as f64 / clocks
-        } else {
-            0.0
-        }
-    };
-    let (both_ways, per_clock) = (per_clock(sent + received), per_clock(sent));
+    let run = traffic(
+        name,
+        &r.per_worker_sent_bytes,
+        &r.per_worker_received_bytes,
+        &r.worker_clocks,
+        r.staleness.mean,
+        r.wall_s,
+    );
     ManagedRun {
-        variant: name.to_string(),
         reached_target: r.reached_target,
         time_to_target_s: r.time_to_target_s,
         iterations: r.iterations,
-        sent_bytes: sent,
-        received_bytes: received,
-        bytes_per_clock: per_clock,
-        both_ways_per_clock: both_ways,
-        bytes_to_target: r.reached_target.then_some(both_ways * r.iterations as f64),
+        bytes_to_target: r
+            .reached_target
+            .then_some(run.both_ways_per_clock * r.iterations as f64),
         final_value: r.final_rmse,
-        managed_rows: 0,
-        mean_staleness: r.staleness.mean,
-        wall_s: r.wall_s,
         curve: r
             .curve
             .iter()
             .map(|p| (p.seconds, p.clock, p.rmse))
             .collect(),
+        ..run
     }
 }
 
