@@ -194,17 +194,8 @@ fn probe_goodput(
 /// The median duration of iterations `skip..` from a worker's iteration marks (seconds
 /// since its first iteration; the last mark ends the last iteration).
 pub fn median_iteration_s(marks_s: &[f64], skip: usize) -> Option<f64> {
-    let mut d: Vec<f64> = marks_s.windows(2).skip(skip).map(|w| w[1] - w[0]).collect();
-    if d.is_empty() {
-        return None;
-    }
-    d.sort_by(f64::total_cmp);
-    let n = d.len();
-    Some(if n % 2 == 1 {
-        d[n / 2]
-    } else {
-        (d[n / 2 - 1] + d[n / 2]) / 2.0
-    })
+    let d: Vec<f64> = marks_s.windows(2).skip(skip).map(|w| w[1] - w[0]).collect();
+    crate::common::median(&d)
 }
 
 /// The mean duration of iterations `skip..` (what the modes report: a mode's iteration
