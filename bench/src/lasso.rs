@@ -5,7 +5,7 @@
 //! nodes, as threads of this process talking QUIC over 127.0.0.1 by default).
 
 use crate::common::upper_median;
-use petrel::report::{Table, fmt, print_json};
+use petrel::report::{Table, fmt};
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
@@ -207,10 +207,7 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     if let Some(r) = figures.updates_ratio {
         println!("updates ratio random/dynamic: {}", fmt(r));
     }
-    print_json(&figures).map_err(|source| StradsTrainError::Json {
-        path: std::path::PathBuf::new(),
-        source,
-    })
+    crate::scale::print_figures(&figures)
 }
 
 /// The job every variant runs: the bench's design and scheduler flags, no evaluation.
@@ -243,7 +240,7 @@ fn base_job(args: &LassoBenchArgs) -> LassoJob {
 /// The reference: serial cyclic coordinate descent, one coordinate at a time, until the
 /// KKT violation is below 1e-6 lambda (far tighter than the 1e-3 objective target).
 /// Returns the optimum, its KKT violation and the sweeps it took.
-fn reference_optimum(
+pub(crate) fn reference_optimum(
     x: &SparseColumns,
     y: &[f32],
     lambda: f32,

@@ -5,7 +5,7 @@
 //! corpus, topics and iterations: sampling throughput and log-likelihood per token against
 //! time (both measured from the end of initialisation).
 
-use petrel::report::{Table, print_json};
+use petrel::report::Table;
 use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lda_job};
@@ -165,7 +165,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
         .find(|(p, _)| *p == 1)
         .map(|(_, m)| m.tokens_per_s_per_worker);
     let ps = ps.map(|m| ps_figures(&m, last));
-    print_json(&Figures {
+    crate::scale::print_figures(&Figures {
         bench: "lda",
         docs: last.n_docs,
         vocab: last.vocab_size,
@@ -180,10 +180,6 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
         single_worker_tokens_per_s: single,
         plot: plot.display().to_string(),
         ps,
-    })
-    .map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
     })
 }
 
