@@ -360,9 +360,7 @@ fn lasso_scale_refuses_a_round_latency_that_is_not_a_number_before_any_work() {
         "--out",
         &out,
     ]);
-    let e = petrel_bench::lasso_scale::measure(&a)
-        .err()
-        .expect("refused");
+    let e = petrel_bench::lasso_scale::measure(&a).expect_err("refused");
     assert!(e.to_string().contains("round_latency_ms"), "{e}");
     // Nothing ran: no run directory was made.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
