@@ -1,6 +1,6 @@
 //! The scale benches' harness: sizes x worker counts (x a single-threaded baseline for the
 //! coordinate-descent benches), then the table, the plot and the JSON line. `lasso-scale`
-//! and `logistic-scale` implement [`CdScale`]; `mf-scale` and `lda-scale` use [`grid`].
+//! and `logistic-scale` implement `CdScale`; `mf-scale` and `lda-scale` use `grid`.
 
 use crate::common::median;
 use petrel::report::{Table, print_json};
