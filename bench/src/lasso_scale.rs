@@ -1,32 +1,16 @@
 //! `petrel bench lasso-scale`: STRADS Lasso against the single-threaded cyclic coordinate
-//! descent baseline on sparse correlated designs of growing size, side by side in one run.
-// Long because it also holds the design-size helpers logistic-scale reuses.
+//! descent baseline on sparse correlated designs of growing size (`sparse_correlated_lasso`),
+//! through the scale harness (`crate::scale`): f* is the baseline run to a duality gap of
+//! `--optimum-gap`, and every runner is timed to `f* (1 + --tolerance)` in `--repeats`
+//! interleaved repeats. STRADS runs as a scheduler process and one process per worker by
+//! default, each generating only its rows.
 //!
-//! For each size the bench generates the design (`sparse_correlated_lasso`), solves it with
-//! the baseline to a duality gap of `--optimum-gap` (the optimum `f*`), then times, to the
-//! target `f* (1 + --tolerance)`: a fresh baseline run (in this process, one thread) and a
-//! STRADS run per worker count (`--transport processes` by default: a scheduler process and
-//! one process per worker over QUIC; every process generates only its rows). STRADS time is
-//! the scheduler's time to the target (data generation and cluster start excluded, as for
-//! the baseline); the wall time of the whole command is reported beside it. The timed runs
-//! are repeated `--repeats` times, interleaved (baseline, every worker count, again), and
-//! each runner reports its median run, `ratio` the median of the repeats' ratios (each
-//! against its own repeat's baseline), with their spread in the table: the host is shared,
-//! and single runs of the largest size were seen anywhere from 0.9 to 1.4.
-//!
-//! Figures per size: `baseline_s`, `petrel_s`, `ratio` (petrel / baseline), the updates of
-//! each, `rss_mb` (largest peak RSS of a node) for `--headline-workers`, and every worker
-//! count under `per_workers`, with the time per coordinate update, the round breakdown
-//! (`RoundProfile`) and, over `--transport processes`, each node's peak against what a
-//! worker holds ([`NodeMemory`]: `worker_rss_mb`, `scheduler_rss_mb`, `worker_holds_mb`,
-//! `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`,
-//! `worker_heap_mb`, `worker_heap_over_holds`), and
-//! `compute_ratio`: the compute on the rounds' critical path up to the target (the slowest
-//! worker's per round plus the scheduler's) over `baseline_s`, the ratio's floor if
-//! messages and waits cost nothing. After the table a probe prints how fast one thread and
-//! two threads stream memory here (`memory_bandwidth`), the ceiling of what a second
-//! worker on this host gains in passes that only read. An SVG plots the time per update
-//! against the design's non-zeros.
+//! Its own figures: per run the block size (`U`), the round breakdown (`profile`) and
+//! `compute_ratio` (the compute on the rounds' critical path up to the target over
+//! `baseline_s`: the ratio's floor if messages and waits cost nothing); per size
+//! `optimum_s` and `data_mb_per_worker`; and after the table a probe of how fast one and two
+//! threads stream memory here (`memory_bandwidth`), the ceiling of what a second worker on
+//! this host gains in passes that only read.
 
 use crate::memory_bandwidth::{self, StreamBandwidth};
 pub use crate::scale::DesignSize;

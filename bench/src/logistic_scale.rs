@@ -1,19 +1,8 @@
-//! `petrel bench logistic-scale`: STRADS sparse logistic regression (`solver =
-//! "gauss-seidel"`) against the single-threaded cyclic coordinate descent baseline on
-//! sparse correlated designs of growing size, side by side in one run.
-//!
-//! For each size the bench generates the design (the Lasso's `sparse_correlated_lasso`,
-//! labelled by the sign of its response), solves it with the baseline until a full sweep
-//! lowers the objective by at most `--optimum-tolerance` (the optimum `f*`), then times, to
-//! the target `f* (1 + --tolerance)`: a fresh baseline run (in this process, one thread,
-//! stopped at the target) and a STRADS run per worker count (`--transport processes` by
-//! default: a scheduler process and one process per worker over QUIC), stopped at the
-//! target too. STRADS time is the scheduler's time to the target (data generation and
-//! cluster start excluded, as for the baseline); the wall time of the whole command is
-//! beside it. The timed runs are repeated `--repeats` times, interleaved, and each runner
-//! reports its median run, `ratio` the median of the repeats' ratios (each against its own
-//! repeat's baseline). An SVG plots the time per coordinate update against the design's
-//! non-zeros.
+//! `petrel bench logistic-scale`: STRADS sparse logistic regression (Gauss-Seidel) against
+//! the single-threaded cyclic coordinate descent baseline on sparse correlated designs of
+//! growing size (the Lasso's, labelled by the sign of the response), through the scale
+//! harness (`crate::scale`). f* is the baseline run until a full sweep lowers the objective
+//! by at most `--optimum-tolerance`; every runner is timed to `f* (1 + --tolerance)`.
 
 use crate::scale::{
     CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, PetrelRun, Prepared, cell,

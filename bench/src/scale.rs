@@ -1,6 +1,11 @@
 //! The scale benches' harness: sizes x worker counts (x a single-threaded baseline for the
 //! coordinate-descent benches), then the table, the plot and the JSON line. `lasso-scale`
-//! and `logistic-scale` implement `CdScale`; `mf-scale` and `lda-scale` use `grid`.
+//! and `logistic-scale` implement `CdScale`: per size the design is solved to its optimum
+//! f*, then `--repeats` interleaved repeats time the baseline and a STRADS run per worker
+//! count to `f* (1 + tolerance)` (data generation and cluster start excluded; the wall time
+//! is beside it). Each runner reports its median run and `ratio` the median of the repeats'
+//! ratios, each against its own repeat's baseline: the host is shared, and single runs were
+//! seen anywhere from 0.9 to 1.4. `mf-scale` and `lda-scale` use `grid`.
 
 use crate::common::median;
 use petrel::report::{Table, print_json};
