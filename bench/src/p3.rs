@@ -130,8 +130,9 @@ struct ModeResult {
     qdisc_drops: Option<u64>,
 }
 
+/// One bandwidth's bounds, goodput and ideal pipeline.
 #[derive(Serialize, Clone)]
-struct Point {
+struct AtBandwidth {
     bandwidth_mbit: f64,
     compute_s: f64,
     comm_s: f64,
@@ -143,13 +144,19 @@ struct Point {
     goodput_source: &'static str,
     /// The transfer probe's iteration times (slowest worker's median per probe).
     probe_s: f64,
-    /// With --netns: packets the qdiscs dropped during the probe.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    probe_qdisc_drops: Option<u64>,
     /// The ideal pipeline's iteration time at the goodput ([`ideal_iteration_s`]).
     ideal_s: f64,
     /// The same at the nominal rate.
     ideal_nominal_s: f64,
+}
+
+#[derive(Serialize, Clone)]
+struct Point {
+    #[serde(flatten)]
+    at: AtBandwidth,
+    /// With --netns: packets the qdiscs dropped during the probe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probe_qdisc_drops: Option<u64>,
     modes: Vec<ModeResult>,
 }
 
@@ -247,16 +254,9 @@ struct Figures {
     /// Per-peer credit in bytes (see [`default_credit_bytes`]).
     credit_bytes: usize,
     device_gflops: f64,
-    bandwidth_mbit: f64,
-    compute_s: f64,
-    comm_s: f64,
-    c_plus_m_s: f64,
-    bound_s: f64,
-    goodput_mbit: f64,
-    goodput_source: &'static str,
-    probe_s: f64,
-    ideal_s: f64,
-    ideal_nominal_s: f64,
+    /// The first bandwidth's.
+    #[serde(flatten)]
+    first: AtBandwidth,
     sequential_s: f64,
     fifo_s: f64,
     p3_s: f64,
@@ -438,7 +438,7 @@ fn plot(path: &Path, points: &[Point]) -> Result<(), petrel::train::StradsTrainE
                 .iter()
                 .filter_map(|p| {
                     let m = p.modes.iter().find(|m| m.mode == mode.name())?;
-                    Some((p.bandwidth_mbit, m.samples_per_s))
+                    Some((p.at.bandwidth_mbit, m.samples_per_s))
                 })
                 .collect(),
         })
@@ -665,17 +665,19 @@ fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point
         },
     );
     let point = Point {
-        bandwidth_mbit: bw,
-        compute_s: b.compute_s,
-        comm_s: b.comm_s,
-        c_plus_m_s: b.no_overlap_s,
-        bound_s: b.optimal_s,
-        goodput_mbit: goodput * 8.0 / 1e6,
-        goodput_source,
-        probe_s,
+        at: AtBandwidth {
+            bandwidth_mbit: bw,
+            compute_s: b.compute_s,
+            comm_s: b.comm_s,
+            c_plus_m_s: b.no_overlap_s,
+            bound_s: b.optimal_s,
+            goodput_mbit: goodput * 8.0 / 1e6,
+            goodput_source,
+            probe_s,
+            ideal_s,
+            ideal_nominal_s,
+        },
         probe_qdisc_drops: probe.qdisc_drops,
-        ideal_s,
-        ideal_nominal_s,
         modes,
     };
     print_point(args, &b, &point);
@@ -702,7 +704,7 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
             fmt(m.samples_per_s),
             fmt(m.secs_per_iter / b.no_overlap_s),
             fmt(m.secs_per_iter / b.optimal_s),
-            fmt(m.secs_per_iter / point.ideal_s),
+            fmt(m.secs_per_iter / point.at.ideal_s),
             fmt(m.efficiency),
             fmt(m.cpu_cores),
             m.qdisc_drops.map_or("-".into(), |d| d.to_string()),
@@ -711,7 +713,7 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
     println!(
         "\nbandwidth {:.1} Mbit/s: C = {} s (fwd {} + bwd {}), M = {} s, C+M = {} s, \
          max(C,M) = {} s, T_fwd + max(T_bwd, M) = {} s",
-        point.bandwidth_mbit,
+        point.at.bandwidth_mbit,
         fmt(b.compute_s),
         fmt(b.fwd_s),
         fmt(b.bwd_s),
@@ -724,15 +726,15 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
         "goodput {:.1} Mbit/s ({}: {} s over {} iterations{}); ideal \
          pipeline (fluid, infinitely fine slices) at the goodput: {} s, at the nominal \
          rate: {} s",
-        point.goodput_mbit,
-        point.goodput_source,
-        fmt(point.probe_s),
+        point.at.goodput_mbit,
+        point.at.goodput_source,
+        fmt(point.at.probe_s),
         args.probe_iterations,
         point
             .probe_qdisc_drops
             .map_or(String::new(), |d| format!(", {d} qdisc drops")),
-        fmt(point.ideal_s),
-        fmt(point.ideal_nominal_s)
+        fmt(point.at.ideal_s),
+        fmt(point.at.ideal_nominal_s)
     );
     table.print();
 }
@@ -747,9 +749,10 @@ fn figures(
     max_cpu: f64,
     cores: usize,
 ) -> Result<Figures, P3JobError> {
-    let first = points.first().ok_or(P3JobError::NoBandwidthPoint)?;
+    let point = points.first().ok_or(P3JobError::NoBandwidthPoint)?;
+    let first = &point.at;
     let get = |name: &str| {
-        first
+        point
             .modes
             .iter()
             .find(|m| m.mode == name)
@@ -777,16 +780,7 @@ fn figures(
         slice_size: args.slice_size,
         credit_bytes: credit_bytes(args),
         device_gflops: setup.device_flops / 1e9,
-        bandwidth_mbit: first.bandwidth_mbit,
-        compute_s: first.compute_s,
-        comm_s: first.comm_s,
-        c_plus_m_s: first.c_plus_m_s,
-        bound_s: first.bound_s,
-        goodput_mbit: first.goodput_mbit,
-        goodput_source: first.goodput_source,
-        probe_s: first.probe_s,
-        ideal_s: first.ideal_s,
-        ideal_nominal_s: first.ideal_nominal_s,
+        first: first.clone(),
         sequential_s: seq,
         fifo_s: fifo,
         p3_s: p3,
