@@ -12,7 +12,7 @@
 //! factor coordinate that reproduces the ratings' spread). `--default-alpha` overrides it.
 //! A run that diverges is kept as a run that did not reach the target.
 
-use crate::common::{PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
+use crate::common::{LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
 use petrel::report::{Table, fmt};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::apps::mf::PsMfData;
@@ -40,15 +40,8 @@ pub struct AdaRevisionBenchArgs {
     pub clock_ms: f64,
     #[command(flatten)]
     pub stragglers: TransientArgs,
-    /// LR data: synthetic samples, features, classes, and samples per clock and worker.
-    #[arg(long, default_value_t = 8000)]
-    pub lr_samples: usize,
-    #[arg(long, default_value_t = 200)]
-    pub lr_features: usize,
-    #[arg(long, default_value_t = 10)]
-    pub lr_classes: usize,
-    #[arg(long, default_value_t = 20)]
-    pub lr_batch: usize,
+    #[command(flatten)]
+    pub lr: LrDataArgs,
     /// Step sizes of the fixed-step SGD grid, per app `lr`.
     #[arg(long, value_delimiter = ',', default_value = "0.1,0.3,1,3,10")]
     pub lr_sgd_grid: Vec<f32>,
@@ -222,49 +215,32 @@ fn diverged(e: &PsError) -> bool {
 
 fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrConfig {
     PsLrConfig {
-        synthetic_samples: if args.quick { 1000 } else { args.lr_samples },
-        synthetic_features: if args.quick { 40 } else { args.lr_features },
-        synthetic_classes: if args.quick { 4 } else { args.lr_classes },
         learning_rate: alpha,
         rule,
-        batch_size: args.lr_batch,
         consistency: args.consistency,
         staleness: args.staleness,
-        max_clocks: u64::MAX,
-        eval_ms: 50,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
         clock_ms: args.clock_ms,
         transient_probability: args.stragglers.transient_probability,
         transient_factor: args.stragglers.transient_factor,
-        out: None,
-        ..PsLrConfig::default()
+        ..args.lr.config(args.quick)
     }
 }
 
 fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfConfig {
-    let (users, items) = if args.quick { (400, 200) } else { (2000, 1000) };
     PsMfConfig {
-        synthetic_users: users,
-        synthetic_items: items,
-        synthetic_observed: if args.quick { 0.05 } else { 0.02 },
-        rank: 8,
         learning_rate: alpha,
         rule: Some(rule),
         consistency: args.consistency,
         staleness: args.staleness,
-        batches_per_epoch: 4,
-        max_clocks: Some(u64::MAX),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: 50,
         clock_ms: args.clock_ms,
         transient_probability: args.stragglers.transient_probability,
         transient_factor: args.stragglers.transient_factor,
-        init_scale: 0.3,
-        regularization: 0.02,
-        out: None,
-        ..PsMfConfig::default()
+        ..crate::common::ps_mf(args.quick)
     }
 }
 

@@ -3,7 +3,7 @@
 //! `--json-out` and printed as the last line.
 
 use petrel::report::{print_json, save_json};
-use petrel_ps::PsError;
+use petrel_ps::{PsError, PsLrConfig, PsMfConfig};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -16,6 +16,45 @@ pub struct PsClusterArgs {
     /// Shard nodes.
     #[arg(long, default_value_t = 2)]
     pub shards: usize,
+}
+
+/// The synthetic logistic-regression data of the PS benches.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LrDataArgs {
+    /// LR: synthetic samples.
+    #[arg(long, default_value_t = 8000)]
+    pub lr_samples: usize,
+    /// LR: synthetic features.
+    #[arg(long, default_value_t = 200)]
+    pub lr_features: usize,
+    /// LR: synthetic classes.
+    #[arg(long, default_value_t = 10)]
+    pub lr_classes: usize,
+    /// LR: samples per clock and worker.
+    #[arg(long, default_value_t = 20)]
+    pub lr_batch: usize,
+}
+
+impl LrDataArgs {
+    /// The LR job on this data (with `quick`: 1000 samples, 40 features, 4 classes), run
+    /// to the clock limit of each bench's time limit.
+    pub(crate) fn config(&self, quick: bool) -> PsLrConfig {
+        let (samples, features, classes) = if quick {
+            (1000, 40, 4)
+        } else {
+            (self.lr_samples, self.lr_features, self.lr_classes)
+        };
+        PsLrConfig {
+            synthetic_samples: samples,
+            synthetic_features: features,
+            synthetic_classes: classes,
+            batch_size: self.lr_batch,
+            max_clocks: u64::MAX,
+            eval_ms: 50,
+            out: None,
+            ..PsLrConfig::default()
+        }
+    }
 }
 
 /// Transient stragglers: each clock of each worker is slowed `transient_factor` times with
@@ -110,4 +149,29 @@ pub(crate) fn median(values: &[f64]) -> Option<f64> {
 pub(crate) fn upper_median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     v.get(v.len() / 2).copied()
+}
+
+/// The synthetic MF job of the PS benches (smaller with `quick`), which each sets its
+/// consistency, limits and stragglers on.
+pub(crate) fn ps_mf(quick: bool) -> PsMfConfig {
+    let (users, items, observed) = if quick {
+        (400, 200, 0.05)
+    } else {
+        (2000, 1000, 0.02)
+    };
+    PsMfConfig {
+        synthetic_users: users,
+        synthetic_items: items,
+        synthetic_rank: 5,
+        synthetic_observed: observed,
+        synthetic_noise: 0.1,
+        rank: 8,
+        learning_rate: 0.08,
+        batches_per_epoch: 4,
+        max_clocks: Some(u64::MAX),
+        init_scale: 0.3,
+        regularization: 0.02,
+        out: None,
+        ..PsMfConfig::default()
+    }
 }

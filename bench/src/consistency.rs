@@ -16,7 +16,7 @@
 //! of the staleness the workers observed on their reads. One plot per app: time to target
 //! against the staleness bound, one line per model.
 
-use crate::common::{PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
+use crate::common::{LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
 use petrel::report::{Table, fmt};
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
@@ -78,21 +78,11 @@ pub struct ConsistencyBenchArgs {
     /// LR: target held-out log-loss (about 50 BSP clocks with the default data and step).
     #[arg(long, default_value_t = 0.2)]
     pub target_log_loss: f64,
-    /// LR: synthetic features.
-    #[arg(long, default_value_t = 200)]
-    pub lr_features: usize,
-    /// LR: synthetic classes.
-    #[arg(long, default_value_t = 10)]
-    pub lr_classes: usize,
-    /// LR: synthetic samples.
-    #[arg(long, default_value_t = 8000)]
-    pub lr_samples: usize,
+    #[command(flatten)]
+    pub lr: LrDataArgs,
     /// LR: the shards' SGD step.
     #[arg(long, default_value_t = 0.5)]
     pub lr_learning_rate: f32,
-    /// LR: samples per clock and worker.
-    #[arg(long, default_value_t = 20)]
-    pub lr_batch: usize,
     /// Per-run time limit (s).
     #[arg(long, default_value_t = 30.0)]
     pub max_seconds: f64,
@@ -283,20 +273,10 @@ fn persistent(args: &ConsistencyBenchArgs) -> Option<u32> {
 }
 
 fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsMfConfig {
-    let (users, items) = if args.quick { (400, 200) } else { (2000, 1000) };
     PsMfConfig {
-        synthetic_users: users,
-        synthetic_items: items,
-        synthetic_rank: 5,
-        synthetic_observed: if args.quick { 0.05 } else { 0.02 },
-        synthetic_noise: 0.1,
         seed: args.seed,
-        rank: 8,
-        learning_rate: 0.08,
         consistency: model,
         staleness: s,
-        batches_per_epoch: 4,
-        max_clocks: Some(u64::MAX),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: if args.quick { 50 } else { 100 },
@@ -305,30 +285,21 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         straggler_factor: args.persistent_factor,
         transient_probability: args.stragglers.transient_probability,
         transient_factor: args.stragglers.transient_factor,
-        init_scale: 0.3,
-        regularization: 0.02,
-        out: None,
-        ..PsMfConfig::default()
+        ..crate::common::ps_mf(args.quick)
     }
 }
 
 fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsLrConfig {
     PsLrConfig {
-        // Quick: small, easy data (a few clocks to the target).
-        synthetic_samples: if args.quick { 1000 } else { args.lr_samples },
-        synthetic_features: if args.quick { 40 } else { args.lr_features },
-        synthetic_classes: if args.quick { 4 } else { args.lr_classes },
         seed: args.seed,
+        // Quick: small, easy data (a few clocks to the target).
         learning_rate: if args.quick {
             1.0
         } else {
             args.lr_learning_rate
         },
-        batch_size: args.lr_batch,
         consistency: model,
         staleness: s,
-        max_clocks: u64::MAX,
-        eval_ms: 50,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
         clock_ms: args.clock_ms,
@@ -336,8 +307,7 @@ fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         straggler_factor: args.persistent_factor,
         transient_probability: args.stragglers.transient_probability,
         transient_factor: args.stragglers.transient_factor,
-        out: None,
-        ..PsLrConfig::default()
+        ..args.lr.config(args.quick)
     }
 }
 

@@ -301,22 +301,9 @@ fn lda_targets(args: &ManagedBenchArgs, runs: &mut [ManagedRun]) -> f64 {
 }
 
 fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
-    let (users, items, observed) = if args.quick {
-        (400, 200, 0.05)
-    } else {
-        (2000, 1000, 0.02)
-    };
     PsMfConfig {
-        synthetic_users: users,
-        synthetic_items: items,
-        synthetic_rank: 5,
-        synthetic_observed: observed,
-        synthetic_noise: 0.1,
-        rank: 8,
-        learning_rate: 0.08,
         consistency: args.consistency,
         staleness: args.staleness,
-        batches_per_epoch: 4,
         // Quick runs (tests) also end by clocks, so a lost stop cannot keep them going.
         max_clocks: Some(if args.quick { 300 } else { u64::MAX }),
         max_seconds: args.max_seconds,
@@ -331,10 +318,7 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
         // The comparison is of when updates leave; the per-clock read prefetch (on by
         // default) spends this tight link's bandwidth on earlier refreshes, so it is off.
         no_prefetch: true,
-        init_scale: 0.3,
-        regularization: 0.02,
-        out: None,
-        ..PsMfConfig::default()
+        ..crate::common::ps_mf(args.quick)
     }
 }
 
