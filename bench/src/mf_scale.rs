@@ -6,18 +6,10 @@
 //! Each size is drawn by the synthetic low-rank generator of `petrel bench mf`
 //! ([`LowRankParams`]) with a fixed rank, noise and observed fraction and twice as many users
 //! as items, so users and items grow with the square root of the ratings: the work per
-//! rating and coordinate stays the same and ratings/s per core should stay flat. Figures per
-//! size and worker count: `seconds_to_target` (the scheduler's first train RMSE at or below
-//! `--target-rmse`), `sweeps_to_target` (rank-one coordinate updates done by then over the
-//! rank), `ratings_per_s_per_core` (train ratings x sweeps to target / seconds to target /
-//! workers), `ratings_per_s_per_core_all_sweeps` (the same over the whole run: train ratings
-//! x sweeps / train seconds / workers, which does not depend on where the RMSE curve
-//! crosses the target), `speedup_over_1` (one worker's seconds to target over this count's), the final
-//! train and test RMSE and `rss_mb` (peak resident memory of this process during the run,
-//! all nodes included; none with `--transport processes`). Across sizes: each worker
-//! count's `per_core_spread` (fastest over slowest ratings/s per core; 1 is flat) and
-//! `per_core_trend` (largest size's ratings/s per core over the smallest's; below 1 it
-//! fell), and the 2-worker speed-up at the largest size.
+//! rating and coordinate stays the same and ratings/s per core should stay flat. Each run's
+//! keys are [`MfScaleRun`]'s; across sizes each worker count's `per_core_spread` (fastest
+//! over slowest ratings/s per core; 1 is flat) and `per_core_trend` (largest size's over
+//! the smallest's), and the 2-worker speed-up at the largest size.
 
 use crate::scale::{GridArgs, cell, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
