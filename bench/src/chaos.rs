@@ -368,7 +368,7 @@ struct CutRecord {
     down_s: f64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct Figures {
     runs: usize,
     faults_injected: usize,
@@ -877,25 +877,9 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     let mut table = Table::new(&COLUMNS);
     let mut figures = Figures {
         runs: args.runs,
-        faults_injected: 0,
-        jobs_completed: 0,
-        outputs_identical: 0,
-        outputs_within_tolerance: 0,
-        max_recovery_s: 0.0,
-        orphans: 0,
-        hangs: 0,
-        restarts: 0,
-        hostile_attempts: 0,
-        hostile_connections: 0,
-        hostile_refused: 0,
-        hostile_disconnected: 0,
-        hostile_held: 0,
-        per_run: Vec::new(),
         reference_s: references.iter().map(|(a, (s, _))| (*a, *s)).collect(),
         seed: args.seed,
-        runs_skipped: 0,
-        link_cuts: None,
-        netns_left: false,
+        ..Figures::default()
     };
     let plan = schedule(&args);
     let (hosts, link_cuts) = link_cut_hosts(&args, &plan)?;
@@ -990,18 +974,14 @@ fn reference_runs(
 /// and record say why.
 fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Table) {
     figures.runs_skipped += 1;
-    table.row(vec![
+    let mut row = vec![
         run.to_string(),
         planned.app.name().to_string(),
         format!("link-cut skipped: {why}"),
         planned.victim.clone(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-    ]);
+    ];
+    row.resize(COLUMNS.len(), "-".into());
+    table.row(row);
     figures.per_run.push(RunRecord {
         app: planned.app.name(),
         fault: planned.fault,
