@@ -363,10 +363,7 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, PsBenc
             .min_by(f64::total_cmp);
         let figures = AdaRevisionAppFigures {
             target,
-            default_adarevision_over_best_tuned: match (default_time, best_tuned) {
-                (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-                _ => None,
-            },
+            default_adarevision_over_best_tuned: crate::common::ratio(default_time, best_tuned),
             adarevision_default: (default_alpha, default_time),
             default_alpha_from,
             best_at_grid_edge,

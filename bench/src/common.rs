@@ -175,3 +175,8 @@ pub(crate) fn ps_mf(quick: bool) -> PsMfConfig {
         ..PsMfConfig::default()
     }
 }
+
+/// `a / b` when both are known and `b` is positive.
+pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    a.zip(b).filter(|&(_, b)| b > 0.0).map(|(a, b)| a / b)
+}

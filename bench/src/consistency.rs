@@ -16,7 +16,9 @@
 //! of the staleness the workers observed on their reads. One plot per app: time to target
 //! against the staleness bound, one line per model.
 
-use crate::common::{LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
+use crate::common::{
+    LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, ratio, save_and_print,
+};
 use petrel::report::{Table, fmt};
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
@@ -418,10 +420,6 @@ fn summarise(target: f64, runs: Vec<ConsistencyRun>, plot: String) -> Consistenc
         .and_then(|r| r.time_to_target_s);
     let ssp = best(&runs, ConsistencyModel::Ssp);
     let essp = best(&runs, ConsistencyModel::Essp);
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
-    };
     // ESSP/SSP staleness, averaged over the bounds > 0 both ran at.
     let at =
         |m: ConsistencyModel, s: u32| runs.iter().find(|r| r.model == m && r.staleness == Some(s));

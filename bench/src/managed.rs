@@ -22,7 +22,7 @@
 //! of the way from the clock run's initial to its final log-likelihood) is reached at the
 //! first pass at or above it.
 
-use crate::common::{PsBenchError, PsClusterArgs, save_and_print};
+use crate::common::{PsBenchError, PsClusterArgs, ratio, save_and_print};
 use petrel::report::{Table, fmt};
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
@@ -421,10 +421,6 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, PsBenchError> 
         runs.iter()
             .find(|r| r.variant == v)
             .and_then(|r| r.time_to_target_s)
-    };
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
     };
     let stem = if lda { "managed-lda" } else { "managed" };
     let time_plot = args.plot_dir.join(format!("{stem}-time.svg"));
