@@ -148,37 +148,19 @@ fn run_one(
         Err(e) => Err(fail(e)),
     };
     // (time to target, iterations, final loss); `None`: diverged.
+    use petrel_ps::run_local_with as run;
+    let quic = Transport::Quic;
     let figures = match app {
         "lr" => fetch(
-            petrel_ps::run_local_with::<PsLr>(
-                lr_config(args, rule, alpha),
-                sh,
-                w,
-                Transport::Quic,
-                tweak,
-            )
-            .map(|o| {
-                (
-                    o.metrics.time_to_target_s,
-                    o.metrics.iterations,
-                    o.metrics.final_log_loss,
-                )
+            run::<PsLr>(lr_config(args, rule, alpha), sh, w, quic, tweak).map(|o| {
+                let m = o.metrics;
+                (m.time_to_target_s, m.iterations, m.final_log_loss)
             }),
         )?,
         "mf" => fetch(
-            petrel_ps::run_local_with::<PsMf>(
-                mf_config(args, rule, alpha),
-                sh,
-                w,
-                Transport::Quic,
-                tweak,
-            )
-            .map(|o| {
-                (
-                    o.metrics.time_to_target_s,
-                    o.metrics.iterations,
-                    o.metrics.final_rmse,
-                )
+            run::<PsMf>(mf_config(args, rule, alpha), sh, w, quic, tweak).map(|o| {
+                let m = o.metrics;
+                (m.time_to_target_s, m.iterations, m.final_rmse)
             }),
         )?,
         other => {

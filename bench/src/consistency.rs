@@ -323,7 +323,8 @@ fn run_one(
     let fail = PsBenchError::run(format!("{app} {model} s={s}"));
     let (w, sh, t) = (args.cluster.workers, args.cluster.shards, args.transport);
     let bound = petrel_ps::Consistency::new(model, s).staleness_bound();
-    let run = |reached_target, time_to_target_s, iterations, st: &StalenessReport, wall_s| {
+    // The figures both apps have; each adds its own.
+    let of = |reached_target, time_to_target_s, iterations, st: &StalenessReport, wall_s| {
         ConsistencyRun {
             model,
             staleness: bound,
@@ -358,7 +359,7 @@ fn run_one(
                     &r.per_worker_compute_s,
                     &r.per_worker_run_s,
                 ),
-                ..run(
+                ..of(
                     r.reached_target,
                     r.time_to_target_s,
                     r.iterations,
@@ -374,7 +375,7 @@ fn run_one(
                     .metrics;
             ConsistencyRun {
                 per_clock: ClockBreakdown::of(&r.worker_clocks, &r.per_worker_reads, &[], &[]),
-                ..run(
+                ..of(
                     r.reached_target,
                     r.time_to_target_s,
                     r.iterations,
