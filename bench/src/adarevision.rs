@@ -12,7 +12,8 @@
 //! factor coordinate that reproduces the ratings' spread). `--default-alpha` overrides it.
 //! A run that diverges is kept as a run that did not reach the target.
 
-use petrel::report::{Table, fmt, print_json, save_json};
+use crate::common::{LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
+use petrel::report::{Table, fmt};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::apps::mf::PsMfData;
 use petrel_ps::core::rules::alpha_for_radius;
@@ -21,46 +22,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// Why the benchmark failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AdaRevisionBenchError {
-    /// One run failed.
-    #[error("{app} {rule:?} alpha {alpha}")]
-    Run {
-        /// The app.
-        app: String,
-        /// The rule.
-        rule: ServerRule,
-        /// The step.
-        alpha: f32,
-        /// Why.
-        #[source]
-        source: PsError,
-    },
-    /// The figures file could not be written.
-    #[error("{}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The JSON line could not be written.
-    #[error("json figures")]
-    Json(#[from] serde_json::Error),
-}
-
 /// `petrel bench adarevision`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AdaRevisionBenchArgs {
     /// Apps (comma separated): lr, mf.
     #[arg(long, value_delimiter = ',', default_value = "lr,mf")]
     pub apps: Vec<String>,
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
-    #[arg(long, default_value_t = 2)]
-    pub shards: usize,
+    #[command(flatten)]
+    pub cluster: PsClusterArgs,
     /// Consistency of the shared table.
     #[arg(long, value_enum, default_value_t = ConsistencyModel::Async)]
     pub consistency: ConsistencyModel,
@@ -69,20 +38,10 @@ pub struct AdaRevisionBenchArgs {
     /// Emulated compute per clock (ms).
     #[arg(long, default_value_t = 10.0)]
     pub clock_ms: f64,
-    /// Probability that a clock is slowed, and by how much.
-    #[arg(long, default_value_t = 0.1)]
-    pub transient_probability: f64,
-    #[arg(long, default_value_t = 4.0)]
-    pub transient_factor: f64,
-    /// LR data: synthetic samples, features, classes, and samples per clock and worker.
-    #[arg(long, default_value_t = 8000)]
-    pub lr_samples: usize,
-    #[arg(long, default_value_t = 200)]
-    pub lr_features: usize,
-    #[arg(long, default_value_t = 10)]
-    pub lr_classes: usize,
-    #[arg(long, default_value_t = 20)]
-    pub lr_batch: usize,
+    #[command(flatten)]
+    pub stragglers: TransientArgs,
+    #[command(flatten)]
+    pub lr: LrDataArgs,
     /// Step sizes of the fixed-step SGD grid, per app `lr`.
     #[arg(long, value_delimiter = ',', default_value = "0.1,0.3,1,3,10")]
     pub lr_sgd_grid: Vec<f32>,
@@ -180,59 +139,46 @@ fn run_one(
     app: &str,
     rule: ServerRule,
     alpha: f32,
-) -> Result<Option<RuleRun>, AdaRevisionBenchError> {
-    let fail = |source| AdaRevisionBenchError::Run {
-        app: app.into(),
-        rule,
-        alpha,
-        source,
+) -> Result<Option<RuleRun>, PsBenchError> {
+    let fail = |source| PsBenchError::run(format!("{app} {rule:?} alpha {alpha}"))(source);
+    let (w, sh) = (args.cluster.workers, args.cluster.shards);
+    let fetch = |r: Result<_, PsError>| match r {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if diverged(&e) => Ok(None),
+        Err(e) => Err(fail(e)),
     };
-    let (w, sh) = (args.workers, args.shards);
-    let diverged_run = || RuleRun {
-        rule,
-        alpha,
-        time_to_target_s: None,
-        iterations: 0,
-        final_loss: None,
-        diverged: true,
-    };
-    Ok(Some(match app {
-        "lr" => {
-            let cfg = lr_config(args, rule, alpha);
-            let r = match petrel_ps::run_local_with::<PsLr>(cfg, sh, w, Transport::Quic, tweak) {
-                Ok(o) => o.metrics,
-                Err(e) if diverged(&e) => return Ok(Some(diverged_run())),
-                Err(e) => return Err(fail(e)),
-            };
-            RuleRun {
-                rule,
-                alpha,
-                time_to_target_s: r.time_to_target_s,
-                iterations: r.iterations,
-                final_loss: Some(r.final_log_loss),
-                diverged: false,
-            }
-        }
-        "mf" => {
-            let cfg = mf_config(args, rule, alpha);
-            let r = match petrel_ps::run_local_with::<PsMf>(cfg, sh, w, Transport::Quic, tweak) {
-                Ok(o) => o.metrics,
-                Err(e) if diverged(&e) => return Ok(Some(diverged_run())),
-                Err(e) => return Err(fail(e)),
-            };
-            RuleRun {
-                rule,
-                alpha,
-                time_to_target_s: r.time_to_target_s,
-                iterations: r.iterations,
-                final_loss: Some(r.final_rmse),
-                diverged: false,
-            }
-        }
+    // (time to target, iterations, final loss); `None`: diverged.
+    use petrel_ps::run_local_with as run;
+    let quic = Transport::Quic;
+    let figures = match app {
+        "lr" => fetch(
+            run::<PsLr>(lr_config(args, rule, alpha), sh, w, quic, tweak).map(|o| {
+                let m = o.metrics;
+                (m.time_to_target_s, m.iterations, m.final_log_loss)
+            }),
+        )?,
+        "mf" => fetch(
+            run::<PsMf>(mf_config(args, rule, alpha), sh, w, quic, tweak).map(|o| {
+                let m = o.metrics;
+                (m.time_to_target_s, m.iterations, m.final_rmse)
+            }),
+        )?,
         other => {
             tracing::warn!(app = other, "unknown app (lr or mf); skipped");
             return Ok(None);
         }
+    };
+    let (time_to_target_s, iterations, final_loss) = match figures {
+        Some((t, i, l)) => (t, i, Some(l)),
+        None => (None, 0, None),
+    };
+    Ok(Some(RuleRun {
+        rule,
+        alpha,
+        time_to_target_s,
+        iterations,
+        final_loss,
+        diverged: figures.is_none(),
     }))
 }
 
@@ -251,49 +197,32 @@ fn diverged(e: &PsError) -> bool {
 
 fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrConfig {
     PsLrConfig {
-        synthetic_samples: if args.quick { 1000 } else { args.lr_samples },
-        synthetic_features: if args.quick { 40 } else { args.lr_features },
-        synthetic_classes: if args.quick { 4 } else { args.lr_classes },
         learning_rate: alpha,
         rule,
-        batch_size: args.lr_batch,
         consistency: args.consistency,
         staleness: args.staleness,
-        max_clocks: u64::MAX,
-        eval_ms: 50,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
         clock_ms: args.clock_ms,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
-        out: None,
-        ..PsLrConfig::default()
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
+        ..args.lr.config(args.quick)
     }
 }
 
 fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfConfig {
-    let (users, items) = if args.quick { (400, 200) } else { (2000, 1000) };
     PsMfConfig {
-        synthetic_users: users,
-        synthetic_items: items,
-        synthetic_observed: if args.quick { 0.05 } else { 0.02 },
-        rank: 8,
         learning_rate: alpha,
         rule: Some(rule),
         consistency: args.consistency,
         staleness: args.staleness,
-        batches_per_epoch: 4,
-        max_clocks: Some(u64::MAX),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: 50,
         clock_ms: args.clock_ms,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
-        init_scale: 0.3,
-        regularization: 0.02,
-        out: None,
-        ..PsMfConfig::default()
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
+        ..crate::common::ps_mf(args.quick)
     }
 }
 
@@ -302,7 +231,7 @@ fn default_alpha(
     args: &AdaRevisionBenchArgs,
     k: usize,
     app: &str,
-) -> Result<(f32, String), AdaRevisionBenchError> {
+) -> Result<(f32, String), PsBenchError> {
     if let Some(a) = args
         .default_alpha
         .get(k)
@@ -314,12 +243,10 @@ fn default_alpha(
     Ok(match app {
         "mf" => {
             let cfg = mf_config(args, ServerRule::AdaRevision, 1.0);
-            let data = PsMfData::load(&cfg).map_err(|source| AdaRevisionBenchError::Run {
-                app: app.into(),
-                rule: ServerRule::AdaRevision,
-                alpha: 1.0,
-                source,
-            })?;
+            let data = PsMfData::load(&cfg).map_err(PsBenchError::run(format!(
+                "{app} {:?} alpha 1",
+                ServerRule::AdaRevision
+            )))?;
             let r = data.factor_scale(cfg.rank);
             (
                 alpha_for_radius(r),
@@ -345,7 +272,7 @@ fn rule_name(r: ServerRule) -> &'static str {
 }
 
 /// Runs the grids and returns the figures (tables printed as it goes).
-pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, AdaRevisionBenchError> {
+pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, PsBenchError> {
     let mut apps = BTreeMap::new();
     for (k, app) in args.apps.iter().enumerate() {
         let (sgd, ada, target) = match app.as_str() {
@@ -418,10 +345,7 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, AdaRev
             .min_by(f64::total_cmp);
         let figures = AdaRevisionAppFigures {
             target,
-            default_adarevision_over_best_tuned: match (default_time, best_tuned) {
-                (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-                _ => None,
-            },
+            default_adarevision_over_best_tuned: crate::common::ratio(default_time, best_tuned),
             adarevision_default: (default_alpha, default_time),
             default_alpha_from,
             best_at_grid_edge,
@@ -460,11 +384,6 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, AdaRev
 }
 
 /// Runs the benchmark: tables and one JSON line (also written to `--json-out`).
-pub fn run(args: AdaRevisionBenchArgs) -> Result<(), AdaRevisionBenchError> {
-    let figures = measure(&args)?;
-    save_json(&args.json_out, &figures).map_err(|source| AdaRevisionBenchError::Io {
-        path: args.json_out.clone(),
-        source,
-    })?;
-    Ok(print_json(&figures)?)
+pub fn run(args: AdaRevisionBenchArgs) -> Result<(), PsBenchError> {
+    save_and_print(&args.json_out, &measure(&args)?)
 }

@@ -118,102 +118,34 @@ impl ChaosApp {
     /// The job's flags besides the worker count, restarts and output (small jobs that
     /// still write several checkpoints).
     fn job_flags(self, args: &ChaosBenchArgs) -> Vec<String> {
-        let flags: Vec<String> = match self {
+        let flags = match self {
             // The default solver (Gauss-Seidel): no scheduled-mode knob, or `auto` would
             // pick the scheduled mode.
-            ChaosApp::Lasso => vec![
-                "--max-rounds".into(),
-                args.max_rounds.to_string(),
-                "--gap-tolerance".into(),
-                "0".into(),
-                "--checkpoint-every".into(),
-                "150".into(),
-                "--synthetic-samples".into(),
-                "150".into(),
-                "--synthetic-features".into(),
-                "300".into(),
-            ],
-            ChaosApp::Logistic => [
-                "--block-size",
-                "8",
-                "--candidate-pool",
-                "32",
-                "--max-rounds",
-                "3000",
-                "--checkpoint-every",
-                "200",
-                "--seed",
-                "3",
-                "--synthetic-samples",
-                "150",
-                "--synthetic-features",
-                "300",
-            ]
-            .map(String::from)
-            .to_vec(),
-            ChaosApp::StradsMf => ["--iterations", "80", "--seed", "1"]
-                .map(String::from)
-                .to_vec(),
-            ChaosApp::Lda => ["--iterations", "200", "--topics", "5", "--seed", "1"]
-                .map(String::from)
-                .to_vec(),
+            ChaosApp::Lasso => format!(
+                "--max-rounds {} --gap-tolerance 0 --checkpoint-every 150 \
+                 --synthetic-samples 150 --synthetic-features 300",
+                args.max_rounds
+            ),
+            ChaosApp::Logistic => "--block-size 8 --candidate-pool 32 --max-rounds 3000 \
+                --checkpoint-every 200 --seed 3 --synthetic-samples 150 --synthetic-features 300"
+                .into(),
+            ChaosApp::StradsMf => "--iterations 80 --seed 1".into(),
+            ChaosApp::Lda => "--iterations 200 --topics 5 --seed 1".into(),
             // Shaped links keep the job going long enough to be hit mid-way; they change
             // no value.
-            ChaosApp::P3 => [
-                "--net",
-                "mlp",
-                "--mode",
-                "p3",
-                "--epochs",
-                "4",
-                "--width",
-                "2",
-                "--batch",
-                "8",
-                "--lr",
-                "0.05",
-                "--seed",
-                "2",
-                "--train-data",
-                "synthetic:256",
-                "--test-data",
-                "synthetic:64",
-                "--bandwidth-mbit",
-                "40",
-                "--checkpoint-every",
-                "4",
-                "--shards",
-                "2",
-            ]
-            .map(String::from)
-            .to_vec(),
+            ChaosApp::P3 => "--net mlp --mode p3 --epochs 4 --width 2 --batch 8 --lr 0.05 \
+                --seed 2 --train-data synthetic:256 --test-data synthetic:64 \
+                --bandwidth-mbit 40 --checkpoint-every 4 --shards 2"
+                .into(),
             // Emulated compute keeps the job going long enough to be hit mid-way.
-            ChaosApp::PsMf => [
-                "--consistency",
-                "bsp",
-                "--max-clocks",
-                "80",
-                "--clock-ms",
-                "40",
-                "--checkpoint-every",
-                "10",
-            ]
-            .map(String::from)
-            .to_vec(),
-            ChaosApp::PsLr => [
-                "--consistency",
-                "bsp",
-                "--clocks",
-                "80",
-                "--clock-ms",
-                "40",
-                "--checkpoint-every",
-                "10",
-            ]
-            .map(String::from)
-            .to_vec(),
+            ChaosApp::PsMf => {
+                "--consistency bsp --max-clocks 80 --clock-ms 40 --checkpoint-every 10".into()
+            }
+            ChaosApp::PsLr => {
+                "--consistency bsp --clocks 80 --clock-ms 40 --checkpoint-every 10".into()
+            }
         };
-        flags
+        flags.split_whitespace().map(String::from).collect()
     }
 
     /// The final figure a PS run is judged by, and its relative tolerance (those of the
@@ -295,8 +227,8 @@ impl ChaosApp {
     /// parameters of a P3 model (its file also holds wall times), a PS run's final figure.
     fn model(self, out: &Path) -> Result<Outcome, BenchError> {
         if let Some((figure, _)) = self.figure() {
-            let text =
-                std::fs::read_to_string(out.join("metrics.json")).map_err(io("metrics.json"))?;
+            let text = std::fs::read_to_string(out.join("metrics.json"))
+                .map_err(BenchError::io("metrics.json"))?;
             let metrics: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| BenchError::Incomplete(format!("metrics.json: {e}")))?;
             return metrics["final"][figure]
@@ -312,8 +244,8 @@ impl ChaosApp {
             ChaosApp::StradsMf => &["user_factors.tsv", "item_factors.tsv"],
             ChaosApp::Lda => &["topic_word.tsv", "topics.txt"],
             ChaosApp::P3 => {
-                let text =
-                    std::fs::read_to_string(out.join("model.json")).map_err(io("the P3 model"))?;
+                let text = std::fs::read_to_string(out.join("model.json"))
+                    .map_err(BenchError::io("the P3 model"))?;
                 let model: serde_json::Value = serde_json::from_str(&text)
                     .map_err(|e| BenchError::Incomplete(format!("the P3 model: {e}")))?;
                 return Ok(Outcome::Bytes(model["params"].to_string().into_bytes()));
@@ -321,7 +253,7 @@ impl ChaosApp {
         };
         let mut bytes = Vec::new();
         for file in files {
-            bytes.extend(std::fs::read(out.join(file)).map_err(io("the model"))?);
+            bytes.extend(std::fs::read(out.join(file)).map_err(BenchError::io("the model"))?);
         }
         Ok(Outcome::Bytes(bytes))
     }
@@ -436,7 +368,7 @@ struct CutRecord {
     down_s: f64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct Figures {
     runs: usize,
     faults_injected: usize,
@@ -478,13 +410,6 @@ struct Figures {
     netns_left: bool,
 }
 
-fn io(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
-    move |source| BenchError::Io {
-        what: what.to_string(),
-        source,
-    }
-}
-
 /// The `petrel train` command of one run of `app`, writing into `out`.
 fn train(
     app: ChaosApp,
@@ -493,7 +418,7 @@ fn train(
     max_restarts: u32,
     netns: Option<&str>,
 ) -> Result<Child, BenchError> {
-    let mut cmd = Command::new(std::env::current_exe().map_err(io("current exe"))?);
+    let mut cmd = Command::new(std::env::current_exe().map_err(BenchError::io("current exe"))?);
     cmd.args(["train", app.name()]);
     if app != ChaosApp::P3 {
         cmd.args(["--transport", "processes"]);
@@ -516,15 +441,16 @@ fn train(
     };
     // stdout says how many restarts the job needed (`finished after N restart(s)`).
     // stderr holds the cause when a run fails.
-    let log = std::fs::File::create(stdout_file(out)).map_err(io("the run's stdout file"))?;
-    let errors =
-        std::fs::File::create(out.with_extension("stderr")).map_err(io("the run's stderr file"))?;
+    let log =
+        std::fs::File::create(stdout_file(out)).map_err(BenchError::io("the run's stdout file"))?;
+    let errors = std::fs::File::create(out.with_extension("stderr"))
+        .map_err(BenchError::io("the run's stderr file"))?;
     // The transport's warnings name refused and disconnected hostile members.
     cmd.env("RUST_LOG", "error,petrel_net::quic=warn")
         .stdout(log)
         .stderr(errors)
         .spawn()
-        .map_err(io("spawn petrel train"))
+        .map_err(BenchError::io("spawn petrel train"))
 }
 
 /// Where a run's stdout goes: beside its output directory (stderr beside it too).
@@ -593,7 +519,10 @@ fn has_checkpoint(out: &Path) -> bool {
 fn wait_for(child: &mut Child, limit: Duration) -> Result<Option<bool>, BenchError> {
     let deadline = Instant::now() + limit;
     loop {
-        if let Some(status) = child.try_wait().map_err(io("wait for petrel train"))? {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(BenchError::io("wait for petrel train"))?
+        {
             return Ok(Some(status.success()));
         }
         if Instant::now() > deadline {
@@ -863,7 +792,8 @@ fn cut_link(
     let guard = LinkGuard { hosts, host };
     let down = Instant::now();
     loop {
-        let ended = child.try_wait().map_err(io("wait"))?.is_some() || Instant::now() > deadline;
+        let ended = child.try_wait().map_err(BenchError::io("wait"))?.is_some()
+            || Instant::now() > deadline;
         let restarted = std::fs::read_to_string(stdout_file(out)).is_ok_and(|s| restart_begun(&s));
         if cut.may_restore(down.elapsed(), length, restarted, ended) {
             break;
@@ -930,12 +860,12 @@ fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
 
 /// Runs the benchmark: prints one row per run and the JSON line.
 pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
-    let temp = tempfile::tempdir().map_err(io("temporary directory"))?;
+    let temp = tempfile::tempdir().map_err(BenchError::io("temporary directory"))?;
     let root = args
         .dir
         .clone()
         .unwrap_or_else(|| temp.path().to_path_buf());
-    std::fs::create_dir_all(&root).map_err(io("bench directory"))?;
+    std::fs::create_dir_all(&root).map_err(BenchError::io("bench directory"))?;
     let limit = Duration::from_secs(args.run_timeout_s);
 
     if args.apps.is_empty() || args.faults.is_empty() {
@@ -947,25 +877,9 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     let mut table = Table::new(&COLUMNS);
     let mut figures = Figures {
         runs: args.runs,
-        faults_injected: 0,
-        jobs_completed: 0,
-        outputs_identical: 0,
-        outputs_within_tolerance: 0,
-        max_recovery_s: 0.0,
-        orphans: 0,
-        hangs: 0,
-        restarts: 0,
-        hostile_attempts: 0,
-        hostile_connections: 0,
-        hostile_refused: 0,
-        hostile_disconnected: 0,
-        hostile_held: 0,
-        per_run: Vec::new(),
         reference_s: references.iter().map(|(a, (s, _))| (*a, *s)).collect(),
         seed: args.seed,
-        runs_skipped: 0,
-        link_cuts: None,
-        netns_left: false,
+        ..Figures::default()
     };
     let plan = schedule(&args);
     let (hosts, link_cuts) = link_cut_hosts(&args, &plan)?;
@@ -1060,18 +974,14 @@ fn reference_runs(
 /// and record say why.
 fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Table) {
     figures.runs_skipped += 1;
-    table.row(vec![
+    let mut row = vec![
         run.to_string(),
         planned.app.name().to_string(),
         format!("link-cut skipped: {why}"),
         planned.victim.clone(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-    ]);
+    ];
+    row.resize(COLUMNS.len(), "-".into());
+    table.row(row);
     figures.per_run.push(RunRecord {
         app: planned.app.name(),
         fault: planned.fault,
@@ -1196,7 +1106,7 @@ fn inject(
             }
             break;
         }
-        if child.try_wait().map_err(io("wait"))?.is_some() {
+        if child.try_wait().map_err(BenchError::io("wait"))?.is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));

@@ -16,51 +16,16 @@
 //! of the staleness the workers observed on their reads. One plot per app: time to target
 //! against the staleness bound, one line per model.
 
-use petrel::report::{Table, fmt, print_json, save_json};
+use crate::common::{
+    LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, ratio, save_and_print,
+};
+use petrel::report::{Table, fmt};
+use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::core::stats::{ReadStats, StalenessReport};
-use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrConfig, PsMf, PsMfConfig};
-use plotters::prelude::*;
+use petrel_ps::{ConsistencyModel, PsLr, PsLrConfig, PsMf, PsMfConfig};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// Why the benchmark failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ConsistencyBenchError {
-    /// The run of one consistency model failed.
-    #[error("{app} {model} s={staleness}")]
-    Run {
-        /// The app.
-        app: ConsistencyApp,
-        /// The model.
-        model: ConsistencyModel,
-        /// Its staleness bound.
-        staleness: u32,
-        /// Why.
-        #[source]
-        source: PsError,
-    },
-    /// The plot could not be drawn.
-    #[error("plot {path}: {reason}")]
-    Plot {
-        /// The SVG file.
-        path: String,
-        /// The plotting library's message.
-        reason: String,
-    },
-    /// A file or directory could not be written.
-    #[error("{}", path.display())]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The JSON line could not be written.
-    #[error("json figures")]
-    Json(#[from] serde_json::Error),
-}
 
 /// The PS apps the bench runs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,19 +52,13 @@ pub struct ConsistencyBenchArgs {
     /// Apps to run (comma separated): mf, lr.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "mf,lr")]
     pub apps: Vec<ConsistencyApp>,
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
-    #[arg(long, default_value_t = 2)]
-    pub shards: usize,
+    #[command(flatten)]
+    pub cluster: PsClusterArgs,
     /// Staleness bounds of SSP and ESSP (comma separated).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,4,8")]
     pub staleness: Vec<u32>,
-    /// Probability that a clock of a worker is slowed (transient stragglers).
-    #[arg(long, default_value_t = 0.1)]
-    pub transient_probability: f64,
-    /// How much slower a transiently slowed clock is.
-    #[arg(long, default_value_t = 4.0)]
-    pub transient_factor: f64,
+    #[command(flatten)]
+    pub stragglers: TransientArgs,
     /// Worker 0 is slower by this factor on every clock (1 = no persistent straggler).
     #[arg(long, default_value_t = 1.0)]
     pub persistent_factor: f64,
@@ -121,21 +80,11 @@ pub struct ConsistencyBenchArgs {
     /// LR: target held-out log-loss (about 50 BSP clocks with the default data and step).
     #[arg(long, default_value_t = 0.2)]
     pub target_log_loss: f64,
-    /// LR: synthetic features.
-    #[arg(long, default_value_t = 200)]
-    pub lr_features: usize,
-    /// LR: synthetic classes.
-    #[arg(long, default_value_t = 10)]
-    pub lr_classes: usize,
-    /// LR: synthetic samples.
-    #[arg(long, default_value_t = 8000)]
-    pub lr_samples: usize,
+    #[command(flatten)]
+    pub lr: LrDataArgs,
     /// LR: the shards' SGD step.
     #[arg(long, default_value_t = 0.5)]
     pub lr_learning_rate: f32,
-    /// LR: samples per clock and worker.
-    #[arg(long, default_value_t = 20)]
-    pub lr_batch: usize,
     /// Per-run time limit (s).
     #[arg(long, default_value_t = 30.0)]
     pub max_seconds: f64,
@@ -326,66 +275,42 @@ fn persistent(args: &ConsistencyBenchArgs) -> Option<u32> {
 }
 
 fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsMfConfig {
-    let (users, items) = if args.quick { (400, 200) } else { (2000, 1000) };
     PsMfConfig {
-        synthetic_users: users,
-        synthetic_items: items,
-        synthetic_rank: 5,
-        synthetic_observed: if args.quick { 0.05 } else { 0.02 },
-        synthetic_noise: 0.1,
         seed: args.seed,
-        rank: 8,
-        learning_rate: 0.08,
         consistency: model,
         staleness: s,
-        batches_per_epoch: 4,
-        max_clocks: Some(u64::MAX),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: if args.quick { 50 } else { 100 },
         clock_ms: args.clock_ms,
         straggler: persistent(args),
         straggler_factor: args.persistent_factor,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
-        init_scale: 0.3,
-        regularization: 0.02,
-        out: None,
-        ..PsMfConfig::default()
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
+        ..crate::common::ps_mf(args.quick)
     }
 }
 
 fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsLrConfig {
     PsLrConfig {
-        // Quick: small, easy data (a few clocks to the target).
-        synthetic_samples: if args.quick { 1000 } else { args.lr_samples },
-        synthetic_features: if args.quick { 40 } else { args.lr_features },
-        synthetic_classes: if args.quick { 4 } else { args.lr_classes },
         seed: args.seed,
+        // Quick: small, easy data (a few clocks to the target).
         learning_rate: if args.quick {
             1.0
         } else {
             args.lr_learning_rate
         },
-        batch_size: args.lr_batch,
         consistency: model,
         staleness: s,
-        max_clocks: u64::MAX,
-        eval_ms: 50,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
         clock_ms: args.clock_ms,
         straggler: persistent(args),
         straggler_factor: args.persistent_factor,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
-        out: None,
-        ..PsLrConfig::default()
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
+        ..args.lr.config(args.quick)
     }
-}
-
-fn from_staleness(r: &StalenessReport) -> (f64, f64, u64) {
-    (r.mean, r.variance, r.max)
 }
 
 /// Runs one (app, model, staleness).
@@ -394,67 +319,72 @@ fn run_one(
     app: ConsistencyApp,
     model: ConsistencyModel,
     s: u32,
-) -> Result<ConsistencyRun, ConsistencyBenchError> {
-    let fail = |source| ConsistencyBenchError::Run {
-        app,
-        model,
-        staleness: s,
-        source,
+) -> Result<ConsistencyRun, PsBenchError> {
+    let fail = PsBenchError::run(format!("{app} {model} s={s}"));
+    let (w, sh, t) = (args.cluster.workers, args.cluster.shards, args.transport);
+    let bound = petrel_ps::Consistency::new(model, s).staleness_bound();
+    // The figures both apps have; each adds its own.
+    let of = |reached_target, time_to_target_s, iterations, st: &StalenessReport, wall_s| {
+        ConsistencyRun {
+            model,
+            staleness: bound,
+            reached_target,
+            time_to_target_s,
+            iterations,
+            mean_staleness: st.mean,
+            staleness_variance: st.variance,
+            max_staleness: st.max,
+            staleness_variance_between_workers: None,
+            per_worker_mean_staleness: Vec::new(),
+            wall_s,
+            per_clock: None,
+        }
     };
-    let (w, sh, t) = (args.workers, args.shards, args.transport);
-    let run = match app {
+    Ok(match app {
         ConsistencyApp::Mf => {
             let r =
                 petrel_ps::run_local_with::<PsMf>(mf_config(args, model, s), sh, w, t, tweak(args))
                     .map_err(fail)?
                     .metrics;
-            let (mean, var, max) = from_staleness(&r.staleness);
+            let per_worker = &r.per_worker_staleness;
             ConsistencyRun {
-                model,
                 staleness: r.staleness_bound,
-                reached_target: r.reached_target,
-                time_to_target_s: r.time_to_target_s,
-                iterations: r.iterations,
-                mean_staleness: mean,
-                staleness_variance: var,
-                max_staleness: max,
                 staleness_variance_between_workers: Some(StalenessReport::between_variance(
-                    &r.per_worker_staleness,
+                    per_worker,
                 )),
-                per_worker_mean_staleness: r.per_worker_staleness.iter().map(|p| p.mean).collect(),
-                wall_s: r.wall_s,
+                per_worker_mean_staleness: per_worker.iter().map(|p| p.mean).collect(),
                 per_clock: ClockBreakdown::of(
                     &r.worker_clocks,
                     &r.per_worker_reads,
                     &r.per_worker_compute_s,
                     &r.per_worker_run_s,
                 ),
+                ..of(
+                    r.reached_target,
+                    r.time_to_target_s,
+                    r.iterations,
+                    &r.staleness,
+                    r.wall_s,
+                )
             }
         }
         ConsistencyApp::Lr => {
-            let cfg = lr_config(args, model, s);
-            let bound = petrel_ps::Consistency::new(model, s).staleness_bound();
-            let r = petrel_ps::run_local_with::<PsLr>(cfg, sh, w, t, tweak(args))
-                .map_err(fail)?
-                .metrics;
-            let (mean, var, max) = from_staleness(&r.staleness);
+            let r =
+                petrel_ps::run_local_with::<PsLr>(lr_config(args, model, s), sh, w, t, tweak(args))
+                    .map_err(fail)?
+                    .metrics;
             ConsistencyRun {
-                model,
-                staleness: bound,
-                reached_target: r.reached_target,
-                time_to_target_s: r.time_to_target_s,
-                iterations: r.iterations,
-                mean_staleness: mean,
-                staleness_variance: var,
-                max_staleness: max,
-                staleness_variance_between_workers: None,
-                per_worker_mean_staleness: Vec::new(),
-                wall_s: r.wall_s,
                 per_clock: ClockBreakdown::of(&r.worker_clocks, &r.per_worker_reads, &[], &[]),
+                ..of(
+                    r.reached_target,
+                    r.time_to_target_s,
+                    r.iterations,
+                    &r.staleness,
+                    r.wall_s,
+                )
             }
         }
-    };
-    Ok(run)
+    })
 }
 
 /// The (model, staleness) pairs of a run: BSP once, SSP and ESSP at every bound, async once.
@@ -491,10 +421,6 @@ fn summarise(target: f64, runs: Vec<ConsistencyRun>, plot: String) -> Consistenc
         .and_then(|r| r.time_to_target_s);
     let ssp = best(&runs, ConsistencyModel::Ssp);
     let essp = best(&runs, ConsistencyModel::Essp);
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
-    };
     // ESSP/SSP staleness, averaged over the bounds > 0 both ran at.
     let at =
         |m: ConsistencyModel, s: u32| runs.iter().find(|r| r.model == m && r.staleness == Some(s));
@@ -534,25 +460,25 @@ fn summarise(target: f64, runs: Vec<ConsistencyRun>, plot: String) -> Consistenc
 }
 
 /// Runs the benchmark and returns its figures (the table is printed as it goes).
-pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, ConsistencyBenchError> {
+pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, PsBenchError> {
     let stragglers = petrel_ps::core::straggler::StragglerModel {
         clock_ms: args.clock_ms,
         persistent: persistent(args),
         persistent_factor: args.persistent_factor,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
         seed: args.seed,
     };
-    let (expected, slowest) = stragglers.expected_clock_ms(args.workers as u32);
+    let (expected, slowest) = stragglers.expected_clock_ms(args.cluster.workers as u32);
     eprintln!(
         "{} workers, {} shards ({}), {} ms/clock; each clock slowed x{} with p={}, persistent \
          x{}; links +{} ms +0..{} ms jitter; expected ms/clock: {:.1} per worker, {:.1} slowest",
-        args.workers,
-        args.shards,
+        args.cluster.workers,
+        args.cluster.shards,
         args.transport,
         args.clock_ms,
-        args.transient_factor,
-        args.transient_probability,
+        args.stragglers.transient_factor,
+        args.stragglers.transient_probability,
         args.persistent_factor,
         args.latency_ms,
         args.jitter_ms,
@@ -577,9 +503,9 @@ pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, Consis
         apps.insert(app.to_string(), figures);
     }
     Ok(ConsistencyFigures {
-        workers: args.workers,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        workers: args.cluster.workers,
+        transient_probability: args.stragglers.transient_probability,
+        transient_factor: args.stragglers.transient_factor,
         persistent_factor: args.persistent_factor,
         clock_ms: args.clock_ms,
         latency_ms: args.latency_ms,
@@ -674,106 +600,53 @@ fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
 }
 
 /// Runs the benchmark: tables, plots and one JSON line (also written to `--json-out`).
-pub fn run(args: ConsistencyBenchArgs) -> Result<(), ConsistencyBenchError> {
-    let figures = measure(&args)?;
-    save_json(&args.json_out, &figures).map_err(|source| ConsistencyBenchError::Io {
-        path: args.json_out.clone(),
-        source,
-    })?;
-    Ok(print_json(&figures)?)
+pub fn run(args: ConsistencyBenchArgs) -> Result<(), PsBenchError> {
+    save_and_print(&args.json_out, &measure(&args)?)
 }
 
-fn plot(
-    path: &Path,
-    app: ConsistencyApp,
-    runs: &[ConsistencyRun],
-) -> Result<(), ConsistencyBenchError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| ConsistencyBenchError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    let e = |e: &dyn std::fmt::Display| ConsistencyBenchError::Plot {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    };
+/// Time to target (unreached: the whole run) against the staleness bound, one line per
+/// model; BSP and async have no bound to vary, so theirs is flat across the plot.
+fn plot(path: &Path, app: ConsistencyApp, runs: &[ConsistencyRun]) -> Result<(), PsBenchError> {
     let max_s = runs
         .iter()
         .filter_map(|r| r.staleness)
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let max_t = runs
-        .iter()
-        .map(|r| r.time_to_target_s.unwrap_or(r.wall_s))
-        .fold(1.0f64, f64::max)
-        * 1.1;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{app} on the parameter server: time to target vs staleness"),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(55)
-        .build_cartesian_2d(-0.2..max_s + 0.2, 0.0..max_t)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .x_desc("staleness bound s")
-        .y_desc("seconds to target (unreached: whole run)")
-        .draw()
-        .map_err(|x| e(&x))?;
-    let lines = [
-        (ConsistencyModel::Bsp, BLACK),
-        (ConsistencyModel::Ssp, BLUE),
-        (ConsistencyModel::Essp, RED),
-        (ConsistencyModel::Async, GREEN),
-    ];
-    for (m, c) in lines {
-        let pts: Vec<(f64, f64, bool)> = runs
+    let series: Vec<Series> = [
+        ConsistencyModel::Bsp,
+        ConsistencyModel::Ssp,
+        ConsistencyModel::Essp,
+        ConsistencyModel::Async,
+    ]
+    .into_iter()
+    .filter_map(|m| {
+        let pts: Vec<(f64, f64)> = runs
             .iter()
             .filter(|r| r.model == m)
             .map(|r| {
                 let x = r.staleness.map_or(max_s, f64::from);
-                (x, r.time_to_target_s.unwrap_or(r.wall_s), r.reached_target)
+                (x, r.time_to_target_s.unwrap_or(r.wall_s))
             })
             .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        // BSP and async have no bound to vary: a horizontal line across the plot.
-        let line: Vec<(f64, f64)> = if pts.len() == 1 {
-            vec![(0.0, pts[0].1), (max_s, pts[0].1)]
-        } else {
-            pts.iter().map(|p| (p.0, p.1)).collect()
+        let points = match pts[..] {
+            [] => return None,
+            [(_, y)] => vec![(0.0, y), (max_s, y)],
+            _ => pts,
         };
-        let style = c.stroke_width(2);
-        chart
-            .draw_series(LineSeries::new(line, style))
-            .map_err(|x| e(&x))?
-            .label(m.to_string())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-        chart
-            .draw_series(pts.iter().map(|&(x, y, reached)| {
-                let fill = if reached {
-                    c.filled()
-                } else {
-                    c.stroke_width(1)
-                };
-                Circle::new((x, y), 4, fill)
-            }))
-            .map_err(|x| e(&x))?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(())
+        Some(Series {
+            name: m.to_string(),
+            points,
+        })
+    })
+    .collect();
+    line_plot(
+        path,
+        &format!("{app} on the parameter server: time to target vs staleness"),
+        "staleness bound s",
+        "seconds to target (unreached: whole run)",
+        &series,
+        false,
+    )
+    .map_err(PsBenchError::plot(path))
 }

@@ -4,7 +4,8 @@
 //! Every variant runs on the actor runtime (one scheduler node and `--workers` worker
 //! nodes, as threads of this process talking QUIC over 127.0.0.1 by default).
 
-use petrel::report::{Table, fmt, print_json};
+use crate::common::upper_median;
+use petrel::report::{Table, fmt};
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
@@ -97,11 +98,6 @@ struct Figures {
     plot: String,
 }
 
-fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v.get(v.len() / 2).copied()
-}
-
 pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     let base = base_job(&args);
     let (x, y) = base.load()?;
@@ -146,31 +142,32 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
         let reached: Vec<&LassoMetrics> =
             runs.iter().filter(|m| m.target_updates.is_some()).collect();
         let upd = if reached.len() == runs.len() {
-            median(reached.iter().filter_map(|m| m.target_updates).collect())
+            upper_median(reached.iter().filter_map(|m| m.target_updates).collect())
         } else {
             None
         };
         let secs = if reached.len() == runs.len() {
-            median(reached.iter().filter_map(|m| m.target_s).collect())
+            upper_median(reached.iter().filter_map(|m| m.target_s).collect())
         } else {
             None
         };
         for m in &runs {
             worst_gap = worst_gap.max((m.final_objective - optimum) / optimum);
         }
-        let gaps = median(
+        let gaps = upper_median(
             runs.iter()
                 .map(|m| (m.final_objective - optimum) / optimum)
                 .collect(),
         )
         .unwrap_or(f64::NAN);
-        let kkt = median(runs.iter().map(|m| m.final_kkt_violation).collect()).unwrap_or(f64::NAN);
+        let kkt =
+            upper_median(runs.iter().map(|m| m.final_kkt_violation).collect()).unwrap_or(f64::NAN);
         table.row(vec![
             mode_name.clone(),
             rho.map_or("-".into(), |r| r.to_string()),
             upd.map_or("not reached".into(), |u| u.to_string()),
             secs.map_or("-".into(), |s| format!("{s:.2}")),
-            median(runs.iter().map(|m| m.rounds).collect())
+            upper_median(runs.iter().map(|m| m.rounds).collect())
                 .unwrap_or(0)
                 .to_string(),
             format!("{gaps:.2e}"),
@@ -210,10 +207,7 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     if let Some(r) = figures.updates_ratio {
         println!("updates ratio random/dynamic: {}", fmt(r));
     }
-    print_json(&figures).map_err(|source| StradsTrainError::Json {
-        path: std::path::PathBuf::new(),
-        source,
-    })
+    crate::scale::print_figures(&figures)
 }
 
 /// The job every variant runs: the bench's design and scheduler flags, no evaluation.
@@ -246,7 +240,7 @@ fn base_job(args: &LassoBenchArgs) -> LassoJob {
 /// The reference: serial cyclic coordinate descent, one coordinate at a time, until the
 /// KKT violation is below 1e-6 lambda (far tighter than the 1e-3 objective target).
 /// Returns the optimum, its KKT violation and the sweeps it took.
-fn reference_optimum(
+pub(crate) fn reference_optimum(
     x: &SparseColumns,
     y: &[f32],
     lambda: f32,

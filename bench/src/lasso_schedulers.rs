@@ -4,13 +4,12 @@
 //! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
 //! 127.0.0.1); the table shows medians over `--repeats` runs.
 
-use petrel::report::{Table, print_json};
+use petrel::report::Table;
 use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
-use petrel_strads::core::lasso::LassoCluster;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -77,9 +76,8 @@ struct Figures {
     plot: String,
 }
 
-fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v[v.len() / 2]
+fn median<T: Copy + PartialOrd + Default>(v: Vec<T>) -> T {
+    crate::common::upper_median(v).unwrap_or_default()
 }
 
 pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
@@ -102,17 +100,7 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
     };
     let (x, y) = base.load()?;
     let lambda = base.resolve_lambda(&x, &y);
-    // Reference optimum: serial cyclic coordinate descent to KKT 1e-6 lambda.
-    let mut reference = LassoCluster::new(&x, &y, lambda, 1)?;
-    for sweep in 1..=20_000 {
-        for j in 0..x.n_columns() {
-            reference.round(&[j]);
-        }
-        if sweep % 5 == 0 && reference.kkt_violation() < 1e-6 * f64::from(lambda) {
-            break;
-        }
-    }
-    let optimum = reference.objective();
+    let (optimum, _, _) = crate::lasso::reference_optimum(&x, &y, lambda)?;
     println!(
         "design {}x{}, lambda {lambda:.4}, reference optimum {optimum:.8}; stop at duality gap {:e} (relative)",
         args.n_samples, args.n_features, args.gap_tolerance
@@ -207,7 +195,7 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
         true,
     )?;
     println!("plot: {}", plot.display());
-    print_json(&Figures {
+    crate::scale::print_figures(&Figures {
         bench: "lasso_schedulers",
         n_samples: args.n_samples,
         n_features: args.n_features,
@@ -219,9 +207,5 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
         colocate: args.colocate,
         variants,
         plot: plot.display().to_string(),
-    })
-    .map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
     })
 }

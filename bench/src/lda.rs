@@ -5,7 +5,7 @@
 //! corpus, topics and iterations: sampling throughput and log-likelihood per token against
 //! time (both measured from the end of initialisation).
 
-use petrel::report::{Table, print_json};
+use petrel::report::Table;
 use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lda_job};
@@ -102,6 +102,24 @@ fn time_to(points: &[LoglikPoint], target: f64) -> Option<f64> {
         .map(|p| p.elapsed_s - t0)
 }
 
+/// The synthetic corpus of the LDA benches (alpha = beta = 0.1, seed 42).
+pub(crate) fn corpus(
+    topics: usize,
+    vocab: usize,
+    docs: usize,
+    doc_length: usize,
+) -> LdaCorpusParams {
+    LdaCorpusParams {
+        n_topics: topics,
+        vocab_size: vocab,
+        n_docs: docs,
+        doc_length,
+        alpha: 0.1,
+        beta: 0.1,
+        seed: 42,
+    }
+}
+
 pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     if args.workers.is_empty() {
         return Err(StradsTrainError::Usage(
@@ -121,15 +139,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     let mut runs: Vec<(usize, LdaMetrics)> = Vec::new();
     for &p in &args.workers {
         let job = LdaJob {
-            synthetic: LdaCorpusParams {
-                n_topics: args.topics,
-                vocab_size: args.vocab,
-                n_docs: args.docs,
-                doc_length: args.doc_length,
-                alpha: 0.1,
-                beta: 0.1,
-                seed: 42,
-            },
+            synthetic: crate::lda::corpus(args.topics, args.vocab, args.docs, args.doc_length),
             n_topics: args.topics,
             iterations: args.iterations,
             out_dir: Some(out.join(format!("p{p}"))),
@@ -155,7 +165,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
         .find(|(p, _)| *p == 1)
         .map(|(_, m)| m.tokens_per_s_per_worker);
     let ps = ps.map(|m| ps_figures(&m, last));
-    print_json(&Figures {
+    crate::scale::print_figures(&Figures {
         bench: "lda",
         docs: last.n_docs,
         vocab: last.vocab_size,
@@ -170,10 +180,6 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
         single_worker_tokens_per_s: single,
         plot: plot.display().to_string(),
         ps,
-    })
-    .map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
     })
 }
 
@@ -280,15 +286,7 @@ fn run_ps(
     out: &std::path::Path,
 ) -> Result<PsLdaMetrics, StradsTrainError> {
     let cfg = PsLdaConfig {
-        synthetic: LdaCorpusParams {
-            n_topics: args.topics,
-            vocab_size: args.vocab,
-            n_docs: args.docs,
-            doc_length: args.doc_length,
-            alpha: 0.1,
-            beta: 0.1,
-            seed: 42,
-        },
+        synthetic: crate::lda::corpus(args.topics, args.vocab, args.docs, args.doc_length),
         n_topics: args.topics,
         iterations: args.iterations,
         consistency: petrel_ps::ConsistencyModel::Ssp,

@@ -12,12 +12,9 @@
 //! core; 1 is flat) and `speedup` (tokens/s of the largest worker count over one worker's,
 //! at each size). An SVG plots the time per token per core against the corpus size.
 
-use crate::scale::{cell, spread, write_plot};
-use petrel::report::{Table, print_json};
-use petrel::train::plot::{Series, absolute};
+use crate::scale::{GridArgs, cell, grid, per_core, write_plot};
+use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_lda_job};
-use petrel_actors::JobTransport;
-use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lda::LdaJob;
 use serde::Serialize;
@@ -35,9 +32,9 @@ pub struct LdaScaleBenchArgs {
         default_value = "1000000,10000000,50000000"
     )]
     pub tokens: Vec<usize>,
-    /// STRADS worker counts.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    pub workers: Vec<usize>,
+    /// The worker counts, transport and round timeout.
+    #[command(flatten)]
+    pub grid: GridArgs,
     /// Topics (of the generating model and of the fit).
     #[arg(long, default_value_t = 20)]
     pub topics: usize,
@@ -50,12 +47,6 @@ pub struct LdaScaleBenchArgs {
     /// Passes over the corpus.
     #[arg(long, default_value_t = 5)]
     pub iterations: usize,
-    /// How the nodes run.
-    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
-    pub transport: JobTransport,
-    /// Timeout of one round, seconds.
-    #[arg(long, default_value_t = 1200)]
-    pub timeout_s: u64,
     /// Output directory (each run's files and the plot).
     #[arg(long, default_value = "target/bench-lda-scale")]
     pub out: PathBuf,
@@ -143,44 +134,53 @@ pub struct LdaScaleFigures {
 
 /// Runs the bench, prints its table and JSON line.
 pub fn run(args: LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
-    let figures = measure(&args)?;
-    print_json(&figures).map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
-    })
+    crate::scale::print_figures(&measure(&args)?)
 }
 
 /// Runs every size and worker count, prints the table and writes the plot.
 pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainError> {
     validate(args)?;
     let out = absolute(&args.out)?;
-    let mut table = Table::new(&COLUMNS);
-    let mut sizes = Vec::new();
-    for &tokens in &args.tokens {
-        let docs = tokens / args.doc_length;
-        let mut per_workers = BTreeMap::new();
-        for &workers in &args.workers {
-            let run = run_one(args, &out, tokens, workers, &mut table)?;
-            per_workers.insert(workers, run);
-        }
-        let speedup = match (
-            per_workers.get(&1),
-            per_workers.last_key_value().map(|(_, f)| f),
-        ) {
-            (Some(one), Some(most)) if most.workers > 1 && one.tokens_per_s > 0.0 => {
-                Some(most.tokens_per_s / one.tokens_per_s)
+    let runs = grid(
+        &args.tokens,
+        &args.grid.workers,
+        &COLUMNS,
+        |&tokens, workers| run_one(args, &out, tokens, workers),
+    )?;
+    let sizes: Vec<LdaScaleSize> = args
+        .tokens
+        .iter()
+        .zip(runs)
+        .map(|(&tokens, runs)| {
+            let docs = tokens / args.doc_length;
+            let per_workers: BTreeMap<usize, LdaScaleRun> =
+                runs.into_iter().map(|r| (r.workers, r)).collect();
+            let speedup = match (per_workers.get(&1), per_workers.last_key_value()) {
+                (Some(one), Some((_, most))) if most.workers > 1 && one.tokens_per_s > 0.0 => {
+                    Some(most.tokens_per_s / one.tokens_per_s)
+                }
+                _ => None,
+            };
+            LdaScaleSize {
+                tokens: docs * args.doc_length,
+                docs,
+                per_workers,
+                speedup,
             }
-            _ => None,
-        };
-        sizes.push(LdaScaleSize {
-            tokens: docs * args.doc_length,
-            docs,
-            per_workers,
-            speedup,
-        });
-    }
-    table.print();
-    let (per_core_spread, series) = per_core_figures(&sizes, &args.workers);
+        })
+        .collect();
+    let (per_core_spread, series) = per_core(&args.grid.workers, |workers| {
+        sizes
+            .iter()
+            .filter_map(|s| {
+                Some((
+                    s.tokens as f64,
+                    s.per_workers.get(&workers)?.ns_per_token_per_core,
+                ))
+            })
+            .filter(|p| p.1.is_finite())
+            .collect()
+    });
     for s in &sizes {
         if let Some(speedup) = s.speedup {
             println!(
@@ -203,7 +203,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         vocab: args.vocab,
         doc_length: args.doc_length,
         iterations: args.iterations,
-        transport: format!("{:?}", args.transport).to_lowercase(),
+        transport: format!("{:?}", args.grid.transport).to_lowercase(),
         sizes,
         per_core_spread,
         plot,
@@ -227,13 +227,8 @@ const COLUMNS: [&str; 13] = [
     "scheduler peak MB",
 ];
 
-/// Refuses empty size or worker lists and a document longer than a corpus.
+/// Refuses a document longer than a corpus.
 fn validate(args: &LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
-    if args.tokens.is_empty() || args.workers.is_empty() {
-        return Err(StradsTrainError::Usage(
-            "need at least one corpus size and one worker count",
-        ));
-    }
     if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
         return Err(StradsTrainError::Usage(
             "--doc-length must be positive and every --tokens size at least one document",
@@ -242,45 +237,36 @@ fn validate(args: &LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
     Ok(())
 }
 
-/// One run: a corpus of about `tokens` tokens on `workers` workers; adds its table row.
+/// One run: a corpus of about `tokens` tokens on `workers` workers, and its table row.
 fn run_one(
     args: &LdaScaleBenchArgs,
     out: &Path,
     tokens: usize,
     workers: usize,
-    table: &mut Table,
-) -> Result<LdaScaleRun, StradsTrainError> {
+) -> Result<(LdaScaleRun, Vec<String>), StradsTrainError> {
     let docs = tokens / args.doc_length;
     let job = LdaJob {
-        synthetic: LdaCorpusParams {
-            n_topics: args.topics,
-            vocab_size: args.vocab,
-            n_docs: docs,
-            doc_length: args.doc_length,
-            alpha: 0.1,
-            beta: 0.1,
-            seed: 42,
-        },
+        synthetic: crate::lda::corpus(args.topics, args.vocab, docs, args.doc_length),
         n_topics: args.topics,
         iterations: args.iterations,
-        timeout_s: args.timeout_s,
+        timeout_s: args.grid.timeout_s,
         out_dir: Some(out.join(format!("t{tokens}-p{workers}"))),
         ..LdaJob::default()
     };
     // The flags checked as `train lda` checks its settings.
     job.validate().map_err(StradsError::from)?;
     let started = Instant::now();
-    let m = run_lda_job(&job, workers, args.transport)?;
+    let m = run_lda_job(&job, workers, args.grid.transport)?;
     let wall_s = started.elapsed().as_secs_f64();
     let holds = worker_holds_mb(m.n_tokens, docs, args.vocab, args.topics, workers);
-    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
+    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.grid.transport, holds);
     let tokens_per_s = m.tokens_per_s_per_worker * workers as f64;
     let ns_per_token_per_core = if m.tokens_sampled > 0 {
         1e9 * m.sampling_s * workers as f64 / m.tokens_sampled as f64
     } else {
         f64::NAN
     };
-    table.row(vec![
+    let row = vec![
         m.n_tokens.to_string(),
         workers.to_string(),
         format!("{tokens_per_s:.0}"),
@@ -294,8 +280,8 @@ fn run_one(
         cell(memory.worker_rss_over_holds, 2),
         cell(memory.worker_heap_over_holds, 2),
         cell(memory.scheduler_rss_mb, 0),
-    ]);
-    Ok(LdaScaleRun {
+    ];
+    let run = LdaScaleRun {
         workers,
         tokens_per_s,
         tokens_per_s_per_core: m.tokens_per_s_per_worker,
@@ -304,33 +290,6 @@ fn run_one(
         wall_s,
         final_loglik_per_token: m.final_loglik_per_token,
         memory,
-    })
-}
-
-/// Per worker count across the sizes: the spread of the time per token per core, and its
-/// plot series.
-fn per_core_figures(
-    sizes: &[LdaScaleSize],
-    worker_counts: &[usize],
-) -> (BTreeMap<usize, f64>, Vec<Series>) {
-    let mut per_core_spread = BTreeMap::new();
-    let mut series = Vec::new();
-    for &workers in worker_counts {
-        let points: Vec<(f64, f64)> = sizes
-            .iter()
-            .filter_map(|s| {
-                let f = s.per_workers.get(&workers)?;
-                Some((s.tokens as f64, f.ns_per_token_per_core))
-            })
-            .filter(|p| p.1.is_finite())
-            .collect();
-        if let Some(s) = spread(&points) {
-            per_core_spread.insert(workers, s);
-        }
-        series.push(Series {
-            name: format!("{workers} worker(s)"),
-            points,
-        });
-    }
-    (per_core_spread, series)
+    };
+    Ok((run, row))
 }

@@ -14,6 +14,7 @@
 use petrel::CliError;
 
 pub mod chaos;
+pub mod common;
 // The application benchmarks document their own items.
 #[allow(missing_docs)]
 pub mod adarevision;
@@ -40,7 +41,7 @@ pub mod p3;
 pub mod p3_real;
 pub mod ps;
 pub mod reproduce;
-mod scale;
+pub mod scale;
 pub mod soak;
 pub mod transport;
 
@@ -117,6 +118,38 @@ pub fn net_config(overrides: &[String]) -> Result<petrel_net::NetConfig, BenchEr
     Ok(serde_json::from_value(value)?)
 }
 
+/// A cluster `name` on this host: per `(node, role)` one node on 127.0.0.1.
+pub(crate) fn local_settings<'a>(
+    name: &str,
+    nodes: impl IntoIterator<Item = (String, &'a str)>,
+) -> petrel_actors::Settings {
+    let mut settings = petrel_actors::Settings::default();
+    settings.cluster.name = name.into();
+    settings.nodes = nodes
+        .into_iter()
+        .map(|(name, role)| petrel_actors::NodeSpec {
+            name,
+            addr: "127.0.0.1:0".into(),
+            roles: vec![role.into()],
+            ..Default::default()
+        })
+        .collect();
+    settings
+}
+
+/// Starts the node processes of `settings` in the run directory `dir` (made first),
+/// without progress bars.
+pub(crate) async fn launch(
+    settings: petrel_actors::Settings,
+    dir: &std::path::Path,
+) -> Result<petrel::launcher::Running, BenchError> {
+    std::fs::create_dir_all(dir).map_err(BenchError::io(dir.display().to_string()))?;
+    let mut opts = petrel::launcher::LaunchOptions::new()?;
+    opts.run_dir = Some(dir.to_path_buf());
+    opts.progress = false;
+    Ok(petrel::launcher::start(settings, opts).await?)
+}
+
 impl BenchError {
     fn quinn(e: impl Into<petrel_net::LinkCause>) -> Self {
         BenchError::Quinn(e.into())
@@ -152,52 +185,71 @@ mod tests {
     }
 }
 
-/// `petrel bench <name>`: one variant a bench.
-#[derive(clap::Subcommand)]
-#[allow(missing_docs)]
-pub enum BenchCommand {
+/// Declares [`BenchCommand`], one variant a bench, and [`run`], which calls the bench's
+/// module's `run` and maps its error with `CliError::command`.
+macro_rules! benches {
+    ($($(#[$attr:meta])* $variant:ident($module:ident::$args:ident),)*) => {
+        /// `petrel bench <name>`: one variant a bench.
+        #[derive(clap::Subcommand)]
+        #[allow(missing_docs)]
+        pub enum BenchCommand {
+            $($(#[$attr])* $variant(crate::$module::$args),)*
+        }
+
+        /// Runs one bench.
+        pub fn run(command: BenchCommand) -> Result<(), CliError> {
+            match command {
+                $(BenchCommand::$variant(args) => {
+                    crate::$module::run(args).map_err(CliError::command)
+                })*
+            }
+        }
+    };
+}
+
+benches! {
     /// Raw quinn vs petrel messaging vs local sends, and priority under a backlog.
-    Transport(crate::transport::TransportBenchArgs),
+    Transport(transport::TransportBenchArgs),
     /// A multi-process cluster under sustained load, sampling every node's memory.
-    Soak(crate::soak::SoakBenchArgs),
+    Soak(soak::SoakBenchArgs),
     /// Kill, pause, attack and (as root) cut the links of random nodes of multi-process
     /// jobs; every run must recover.
-    Chaos(crate::chaos::ChaosBenchArgs),
+    Chaos(chaos::ChaosBenchArgs),
     /// Parameter-server push+pull per row size over QUIC, separate processes, beside the
     /// transport ceiling (and a peer such as ps-lite).
-    Ps(crate::ps::PsBenchArgs),
+    Ps(ps::PsBenchArgs),
     /// Parameter server: MF and LR under BSP, SSP(s), ESSP(s) and async with stragglers.
-    Consistency(crate::consistency::ConsistencyBenchArgs),
+    Consistency(consistency::ConsistencyBenchArgs),
     /// Parameter server: clock-boundary vs managed (fifo, relative-magnitude) communication.
-    Managed(crate::managed::ManagedBenchArgs),
+    Managed(managed::ManagedBenchArgs),
     /// Parameter server: AdaRevision vs the best fixed and Adagrad step of a grid.
-    Adarevision(crate::adarevision::AdaRevisionBenchArgs),
+    Adarevision(adarevision::AdaRevisionBenchArgs),
     /// Writes docs/REPRODUCING.md from the benches' JSON figures.
-    Report(crate::reproduce::ReportArgs),
+    Report(reproduce::ReportArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
-    P3(crate::p3::P3BenchArgs),
+    P3(p3::P3BenchArgs),
     /// P3 on real compute: candle ResNet-18/VGG-11 layouts, 2 workers + 2 shards as
     /// processes, sequential vs fifo vs p3 images/s and test accuracy side by side.
     #[command(name = "p3-real")]
-    P3Real(crate::p3_real::P3RealBenchArgs),
+    P3Real(p3_real::P3RealBenchArgs),
     /// STRADS Lasso: dynamic vs random vs cyclic scheduling to 1e-3 of the optimum.
-    Lasso(crate::lasso::LassoBenchArgs),
+    Lasso(lasso::LassoBenchArgs),
     /// STRADS Lasso (1, 2, 4 workers) against single-threaded coordinate descent, by size.
-    LassoScale(crate::lasso_scale::LassoScaleBenchArgs),
+    LassoScale(lasso_scale::LassoScaleBenchArgs),
     /// STRADS sparse logistic regression (Gauss-Seidel, 1, 2, 4 workers) against
     /// single-threaded coordinate descent, by size.
-    LogisticScale(crate::logistic_scale::LogisticScaleBenchArgs),
+    LogisticScale(logistic_scale::LogisticScaleBenchArgs),
     /// STRADS Lasso with its coefficients split over 1, 2, 4 schedulers (depth 1 and 2).
-    LassoSchedulers(crate::lasso_schedulers::LassoSchedulersBenchArgs),
+    LassoSchedulers(lasso_schedulers::LassoSchedulersBenchArgs),
     /// STRADS matrix factorisation (CCD++ with block rotation): RMSE against time.
-    Mf(crate::mf::StradsMfBenchArgs),
+    Mf(mf::StradsMfBenchArgs),
     /// STRADS LDA (SparseLDA with word rotation): tokens/s and log-likelihood against time.
-    Lda(crate::lda::LdaBenchArgs),
+    Lda(lda::LdaBenchArgs),
     /// STRADS LDA: tokens/s per core against corpus size, for 1, 2, 4 workers.
-    LdaScale(crate::lda_scale::LdaScaleBenchArgs),
+    LdaScale(lda_scale::LdaScaleBenchArgs),
     /// STRADS MF (CCD++): seconds to a target RMSE and ratings/s per core against data
     /// size, for 1, 2, 4 workers.
-    MfScale(crate::mf_scale::MfScaleBenchArgs),
+    MfScale(mf_scale::MfScaleBenchArgs),
 }
 
 /// `petrel bench ARGS…` (ARGS without the program name): parses them as a [`BenchCommand`]
@@ -217,36 +269,6 @@ pub fn run_args(args: Vec<std::ffi::OsString>) -> Result<(), CliError> {
     )
     .unwrap_or_else(|e| e.exit());
     run(cli.command)
-}
-
-/// Runs one bench.
-pub fn run(command: BenchCommand) -> Result<(), CliError> {
-    match command {
-        BenchCommand::Transport(args) => crate::transport::run(args).map_err(CliError::command),
-        BenchCommand::Soak(args) => crate::soak::run(args).map_err(CliError::command),
-        BenchCommand::Chaos(args) => crate::chaos::run(args).map_err(CliError::command),
-        // bench dispatch: systems add their arms below this line; each maps its own error
-        // type with `CliError::command`.
-        BenchCommand::Ps(args) => crate::ps::run(args).map_err(CliError::command),
-        BenchCommand::Consistency(args) => crate::consistency::run(args).map_err(CliError::command),
-        BenchCommand::Managed(args) => crate::managed::run(args).map_err(CliError::command),
-        BenchCommand::Adarevision(args) => crate::adarevision::run(args).map_err(CliError::command),
-        BenchCommand::Report(args) => crate::reproduce::run(args).map_err(CliError::command),
-        BenchCommand::P3(args) => crate::p3::run(args).map_err(CliError::command),
-        BenchCommand::P3Real(args) => crate::p3_real::run(args).map_err(CliError::command),
-        BenchCommand::Lasso(args) => crate::lasso::run(args).map_err(CliError::command),
-        BenchCommand::LassoScale(args) => crate::lasso_scale::run(args).map_err(CliError::command),
-        BenchCommand::LogisticScale(args) => {
-            crate::logistic_scale::run(args).map_err(CliError::command)
-        }
-        BenchCommand::LassoSchedulers(args) => {
-            crate::lasso_schedulers::run(args).map_err(CliError::command)
-        }
-        BenchCommand::Mf(args) => crate::mf::run(args).map_err(CliError::command),
-        BenchCommand::Lda(args) => crate::lda::run(args).map_err(CliError::command),
-        BenchCommand::LdaScale(args) => crate::lda_scale::run(args).map_err(CliError::command),
-        BenchCommand::MfScale(args) => crate::mf_scale::run(args).map_err(CliError::command),
-    }
 }
 
 /// Adds the roles the benches' clusters run (the parameter-server bench's shard and worker).

@@ -22,50 +22,15 @@
 //! of the way from the clock run's initial to its final log-likelihood) is reached at the
 //! first pass at or above it.
 
-use petrel::report::{Table, fmt, print_json, save_json};
+use crate::common::{PsBenchError, PsClusterArgs, ratio, save_and_print};
+use petrel::report::{Table, fmt};
+use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;
-use petrel_ps::{
-    ConsistencyModel, PsError, PsLda, PsLdaConfig, PsLdaMetrics, PsMf, PsMfConfig, PsMfResult,
-};
-use plotters::prelude::*;
+use petrel_ps::{ConsistencyModel, PsLda, PsLdaConfig, PsLdaMetrics, PsMf, PsMfConfig, PsMfResult};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-
-/// Why the benchmark failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ManagedBenchError {
-    /// One variant's run failed.
-    #[error("variant {variant}")]
-    Run {
-        /// The variant.
-        variant: String,
-        /// Why.
-        #[source]
-        source: PsError,
-    },
-    /// The plot could not be drawn.
-    #[error("plot {path}: {reason}")]
-    Plot {
-        /// The SVG file.
-        path: String,
-        /// The plotting library's message.
-        reason: String,
-    },
-    /// A file could not be written.
-    #[error("{}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The JSON line could not be written.
-    #[error("json figures")]
-    Json(#[from] serde_json::Error),
-}
 
 /// The app the bench runs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,10 +56,8 @@ pub struct ManagedBenchArgs {
     /// The app: ps-mf or ps-lda.
     #[arg(long, value_enum, default_value_t = ManagedApp::Mf)]
     pub app: ManagedApp,
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
-    #[arg(long, default_value_t = 2)]
-    pub shards: usize,
+    #[command(flatten)]
+    pub cluster: PsClusterArgs,
     /// Egress rate of every node's link (Mbit/s). At 20 communication matters (a clock's
     /// bytes take longer than its compute) but every variant reaches the target (8 was
     /// hopeless: none did in 15 s).
@@ -253,11 +216,17 @@ fn lda_config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsLdaConf
     }
 }
 
-/// An LDA run's figures; the target is filled in by [`lda_targets`].
-fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
-    let sent: u64 = m.per_worker_sent_bytes.iter().sum();
-    let received: u64 = m.per_worker_received_bytes.iter().sum();
-    let clocks = m.worker_clocks.iter().sum::<u64>() as f64 / m.worker_clocks.len().max(1) as f64;
+/// A run's traffic figures from its workers' bytes and clocks; the rest to be filled in.
+fn traffic(
+    name: &str,
+    sent: &[u64],
+    received: &[u64],
+    clocks: &[u64],
+    mean_staleness: f64,
+    wall_s: f64,
+) -> ManagedRun {
+    let (sent, received) = (sent.iter().sum::<u64>(), received.iter().sum::<u64>());
+    let clocks = clocks.iter().sum::<u64>() as f64 / clocks.len().max(1) as f64;
     let per_clock = |bytes: u64| {
         if clocks > 0.0 {
             bytes as f64 / clocks
@@ -265,21 +234,31 @@ fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
             0.0
         }
     };
-    let cpi = u64::from(m.clocks_per_iteration.max(1));
     ManagedRun {
         variant: name.to_string(),
         reached_target: false,
         time_to_target_s: None,
-        iterations: m.lda.iterations as u64,
+        iterations: 0,
         sent_bytes: sent,
         received_bytes: received,
         bytes_per_clock: per_clock(sent),
         both_ways_per_clock: per_clock(sent + received),
         bytes_to_target: None,
+        final_value: 0.0,
+        managed_rows: 0,
+        mean_staleness,
+        wall_s,
+        curve: Vec::new(),
+    }
+}
+
+/// An LDA run's figures; the target is filled in by [`lda_targets`].
+fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
+    let cpi = u64::from(m.clocks_per_iteration.max(1));
+    ManagedRun {
+        iterations: m.lda.iterations as u64,
         final_value: m.lda.final_loglik_per_token,
         managed_rows: m.managed_rows_sent,
-        mean_staleness: m.read_staleness.mean,
-        wall_s: m.lda.elapsed_s,
         // Clock 0 holds the initial counts; pass `i` ends at clock `1 + i * cpi`.
         curve: m
             .lda
@@ -290,6 +269,14 @@ fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
                 (p.elapsed_s, clock, p.loglik_per_token)
             })
             .collect(),
+        ..traffic(
+            name,
+            &m.per_worker_sent_bytes,
+            &m.per_worker_received_bytes,
+            &m.worker_clocks,
+            m.read_staleness.mean,
+            m.lda.elapsed_s,
+        )
     }
 }
 
@@ -314,22 +301,9 @@ fn lda_targets(args: &ManagedBenchArgs, runs: &mut [ManagedRun]) -> f64 {
 }
 
 fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
-    let (users, items, observed) = if args.quick {
-        (400, 200, 0.05)
-    } else {
-        (2000, 1000, 0.02)
-    };
     PsMfConfig {
-        synthetic_users: users,
-        synthetic_items: items,
-        synthetic_rank: 5,
-        synthetic_observed: observed,
-        synthetic_noise: 0.1,
-        rank: 8,
-        learning_rate: 0.08,
         consistency: args.consistency,
         staleness: args.staleness,
-        batches_per_epoch: 4,
         // Quick runs (tests) also end by clocks, so a lost stop cannot keep them going.
         max_clocks: Some(if args.quick { 300 } else { u64::MAX }),
         max_seconds: args.max_seconds,
@@ -344,10 +318,7 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
         // The comparison is of when updates leave; the per-clock read prefetch (on by
         // default) spends this tight link's bandwidth on earlier refreshes, so it is off.
         no_prefetch: true,
-        init_scale: 0.3,
-        regularization: 0.02,
-        out: None,
-        ..PsMfConfig::default()
+        ..crate::common::ps_mf(args.quick)
     }
 }
 
@@ -361,41 +332,33 @@ fn variant_name(p: Option<SendPolicy>) -> &'static str {
 }
 
 fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
-    let sent: u64 = r.per_worker_sent_bytes.iter().sum();
-    let received: u64 = r.per_worker_received_bytes.iter().sum();
-    let clocks = r.worker_clocks.iter().sum::<u64>() as f64 / r.worker_clocks.len().max(1) as f64;
-    let per_clock = |bytes: u64| {
-        if clocks > 0.0 {
-            bytes as f64 / clocks
-        } else {
-            0.0
-        }
-    };
-    let (both_ways, per_clock) = (per_clock(sent + received), per_clock(sent));
+    let run = traffic(
+        name,
+        &r.per_worker_sent_bytes,
+        &r.per_worker_received_bytes,
+        &r.worker_clocks,
+        r.staleness.mean,
+        r.wall_s,
+    );
     ManagedRun {
-        variant: name.to_string(),
         reached_target: r.reached_target,
         time_to_target_s: r.time_to_target_s,
         iterations: r.iterations,
-        sent_bytes: sent,
-        received_bytes: received,
-        bytes_per_clock: per_clock,
-        both_ways_per_clock: both_ways,
-        bytes_to_target: r.reached_target.then_some(both_ways * r.iterations as f64),
+        bytes_to_target: r
+            .reached_target
+            .then_some(run.both_ways_per_clock * r.iterations as f64),
         final_value: r.final_rmse,
-        managed_rows: 0,
-        mean_staleness: r.staleness.mean,
-        wall_s: r.wall_s,
         curve: r
             .curve
             .iter()
             .map(|p| (p.seconds, p.clock, p.rmse))
             .collect(),
+        ..run
     }
 }
 
 /// Runs the three variants and returns the figures (the table is printed).
-pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchError> {
+pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, PsBenchError> {
     let mbit = args.mbit;
     let lda = args.app == ManagedApp::Lda;
     let compute = if lda {
@@ -407,8 +370,8 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
         "{} on the ps, {} workers, {} shards, links {mbit} Mbit/s egress, {} s={}, {compute} \
          in {} slices, managed variants {} within {} of the link",
         if lda { "lda" } else { "mf" },
-        args.workers,
-        args.shards,
+        args.cluster.workers,
+        args.cluster.shards,
         args.consistency,
         args.staleness,
         args.compute_slices,
@@ -434,11 +397,8 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
             s.cluster.failure_timeout_ms = 10_000;
             s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(mbit));
         };
-        let err = |source| ManagedBenchError::Run {
-            variant: name.into(),
-            source,
-        };
-        let (shards, workers) = (args.shards, args.workers);
+        let err = |source| PsBenchError::run(format!("variant {name}"))(source);
+        let (shards, workers) = (args.cluster.shards, args.cluster.workers);
         if lda {
             let cfg = lda_config(args, policy);
             let r =
@@ -461,10 +421,6 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
         runs.iter()
             .find(|r| r.variant == v)
             .and_then(|r| r.time_to_target_s)
-    };
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-        _ => None,
     };
     let stem = if lda { "managed-lda" } else { "managed" };
     let time_plot = args.plot_dir.join(format!("{stem}-time.svg"));
@@ -533,7 +489,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, ManagedBenchEr
 }
 
 /// Runs the benchmark: table, plots and one JSON line (also written to `--json-out`).
-pub fn run(args: ManagedBenchArgs) -> Result<(), ManagedBenchError> {
+pub fn run(args: ManagedBenchArgs) -> Result<(), PsBenchError> {
     let figures = measure(&args)?;
     let json_out = args.json_out.clone().unwrap_or_else(|| {
         PathBuf::from(match args.app {
@@ -541,30 +497,17 @@ pub fn run(args: ManagedBenchArgs) -> Result<(), ManagedBenchError> {
             ManagedApp::Lda => "target/bench/managed-lda.json",
         })
     });
-    save_json(&json_out, &figures).map_err(|source| ManagedBenchError::Io {
-        path: json_out,
-        source,
-    })?;
-    Ok(print_json(&figures)?)
+    save_and_print(&json_out, &figures)
 }
 
+/// Each variant's curve against seconds or (`by_bytes`) MB on the links, and the target.
 fn plot(
     path: &Path,
     runs: &[ManagedRun],
     target: f64,
     by_bytes: bool,
     app: ManagedApp,
-) -> Result<(), ManagedBenchError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| ManagedBenchError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    let e = |e: &dyn std::fmt::Display| ManagedBenchError::Plot {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    };
+) -> Result<(), PsBenchError> {
     let x_of = |r: &ManagedRun, p: &(f64, u64, f64)| {
         if by_bytes {
             r.both_ways_per_clock * p.1 as f64 / 1e6
@@ -576,68 +519,32 @@ fn plot(
         .iter()
         .flat_map(|r| r.curve.iter().map(move |p| x_of(r, p)))
         .fold(1e-3f64, f64::max);
-    let values = || runs.iter().flat_map(|r| r.curve.iter().map(|p| p.2));
-    let (min_y, max_y) = match app {
-        ManagedApp::Mf => (0.0, values().fold(target, f64::max) * 1.05),
-        ManagedApp::Lda => {
-            let (lo, hi) = (
-                values().fold(target, f64::min),
-                values().fold(target, f64::max),
-            );
-            let pad = (hi - lo).max(1e-3) * 0.05;
-            (lo - pad, hi + pad)
-        }
-    };
+    let mut series: Vec<Series> = runs
+        .iter()
+        .map(|r| Series {
+            name: r.variant.clone(),
+            points: r.curve.iter().map(|p| (x_of(r, p), p.2)).collect(),
+        })
+        .collect();
+    series.push(Series {
+        name: "target".into(),
+        points: vec![(0.0, target), (max_x, target)],
+    });
     let (app_name, y_desc) = match app {
         ManagedApp::Mf => ("MF", "test RMSE"),
         ManagedApp::Lda => ("LDA", "log-likelihood per token"),
     };
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{app_name} on the PS over shaped links: managed communication"),
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..max_x, min_y..max_y)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .x_desc(if by_bytes {
+    line_plot(
+        path,
+        &format!("{app_name} on the PS over shaped links: managed communication"),
+        if by_bytes {
             "MB on the links, both ways (bytes per clock x clock)"
         } else {
             "seconds"
-        })
-        .y_desc(y_desc)
-        .draw()
-        .map_err(|x| e(&x))?;
-    let colors = [BLACK, BLUE, RED, GREEN];
-    for (k, r) in runs.iter().enumerate() {
-        let c = colors[k % colors.len()];
-        chart
-            .draw_series(LineSeries::new(
-                r.curve.iter().map(|p| (x_of(r, p), p.2)),
-                c.stroke_width(2),
-            ))
-            .map_err(|x| e(&x))?
-            .label(r.variant.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-    }
-    chart
-        .draw_series(LineSeries::new(
-            [(0.0, target), (max_x, target)],
-            BLACK.mix(0.4),
-        ))
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(())
+        },
+        y_desc,
+        &series,
+        false,
+    )
+    .map_err(PsBenchError::plot(path))
 }

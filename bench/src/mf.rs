@@ -3,7 +3,7 @@
 //! RMSE against time, time to a target RMSE, final train and test RMSE, and the bytes per
 //! round through the scheduler (the H blocks rotate worker to worker).
 
-use petrel::report::{Table, print_json};
+use petrel::report::Table;
 use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_mf_job};
@@ -152,7 +152,7 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
         .iter()
         .find(|(p, _)| *p == 1)
         .and_then(|(_, m)| m.time_to_target_s);
-    print_json(&Figures {
+    crate::scale::print_figures(&Figures {
         bench: "mf",
         users: last.n_users,
         items: last.n_items,
@@ -168,9 +168,5 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
         scheduler_bytes_per_round: bytes_per_round(last).0,
         star_bytes_per_round_estimate: bytes_per_round(last).1,
         plot: plot.display().to_string(),
-    })
-    .map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
     })
 }

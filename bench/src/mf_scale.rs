@@ -6,22 +6,13 @@
 //! Each size is drawn by the synthetic low-rank generator of `petrel bench mf`
 //! ([`LowRankParams`]) with a fixed rank, noise and observed fraction and twice as many users
 //! as items, so users and items grow with the square root of the ratings: the work per
-//! rating and coordinate stays the same and ratings/s per core should stay flat. Figures per
-//! size and worker count: `seconds_to_target` (the scheduler's first train RMSE at or below
-//! `--target-rmse`), `sweeps_to_target` (rank-one coordinate updates done by then over the
-//! rank), `ratings_per_s_per_core` (train ratings x sweeps to target / seconds to target /
-//! workers), `ratings_per_s_per_core_all_sweeps` (the same over the whole run: train ratings
-//! x sweeps / train seconds / workers, which does not depend on where the RMSE curve
-//! crosses the target), `speedup_over_1` (one worker's seconds to target over this count's), the final
-//! train and test RMSE and `rss_mb` (peak resident memory of this process during the run,
-//! all nodes included; none with `--transport processes`). Across sizes: each worker
-//! count's `per_core_spread` (fastest over slowest ratings/s per core; 1 is flat) and
-//! `per_core_trend` (largest size's ratings/s per core over the smallest's; below 1 it
-//! fell), and the 2-worker speed-up at the largest size.
+//! rating and coordinate stays the same and ratings/s per core should stay flat. Each run's
+//! keys are [`MfScaleRun`]'s; across sizes each worker count's `per_core_spread` (fastest
+//! over slowest ratings/s per core; 1 is flat) and `per_core_trend` (largest size's over
+//! the smallest's), and the 2-worker speed-up at the largest size.
 
-use crate::scale::{cell, spread, write_plot};
-use petrel::report::{Table, print_json};
-use petrel::train::plot::{Series, absolute};
+use crate::scale::{GridArgs, cell, grid, per_core, write_plot};
+use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_mf_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
@@ -44,9 +35,9 @@ pub struct MfScaleBenchArgs {
         default_value = "1000000,4000000,16000000"
     )]
     pub ratings: Vec<usize>,
-    /// STRADS worker counts.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
-    pub workers: Vec<usize>,
+    /// The worker counts, transport and round timeout.
+    #[command(flatten)]
+    pub grid: GridArgs,
     /// Rank of the generating factors and of the model.
     #[arg(long, default_value_t = 10)]
     pub rank: usize,
@@ -66,12 +57,6 @@ pub struct MfScaleBenchArgs {
     /// Train RMSE whose first crossing stops the clock (1.5x the default noise level).
     #[arg(long, default_value_t = 0.15)]
     pub target_rmse: f64,
-    /// How the nodes run.
-    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
-    pub transport: JobTransport,
-    /// Timeout of one round, seconds.
-    #[arg(long, default_value_t = 1200)]
-    pub timeout_s: u64,
     /// Output directory (each run's files and the plot).
     #[arg(long, default_value = "target/bench-mf-scale")]
     pub out: PathBuf,
@@ -191,32 +176,52 @@ fn reset_peak_rss() -> bool {
 
 /// Runs the bench, prints its table and JSON line.
 pub fn run(args: MfScaleBenchArgs) -> Result<(), StradsTrainError> {
-    let figures = measure(&args)?;
-    print_json(&figures).map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
-    })
+    crate::scale::print_figures(&measure(&args)?)
 }
 
 /// Runs every size and worker count, prints the table and writes the plot.
 pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainError> {
     validate(args)?;
     let out = absolute(&args.out)?;
-    let mut table = Table::new(&COLUMNS);
-    let mut sizes: Vec<MfScaleRun> = Vec::new();
-    for &requested in &args.ratings {
-        let mut one_worker_s: Option<f64> = None;
-        for &workers in &args.workers {
-            let run = run_one(args, &out, requested, workers, one_worker_s)?;
+    // One worker's seconds to the target per size, for the others' speed-up.
+    let mut one_worker_s = BTreeMap::new();
+    let sizes: Vec<MfScaleRun> = grid(
+        &args.ratings,
+        &args.grid.workers,
+        &COLUMNS,
+        |&n, workers| {
+            let run = run_one(
+                args,
+                &out,
+                n,
+                workers,
+                one_worker_s.get(&n).copied().flatten(),
+            )?;
             if workers == 1 {
-                one_worker_s = run.seconds_to_target;
+                one_worker_s.insert(n, run.seconds_to_target);
             }
-            table.row(row(&run));
-            sizes.push(run);
-        }
-    }
-    table.print();
-    let (per_core_spread, per_core_trend, series) = per_core_figures(&sizes, &args.workers);
+            let row = row(&run);
+            Ok((run, row))
+        },
+    )?
+    .into_iter()
+    .flatten()
+    .collect();
+    let (per_core_spread, series) = per_core(&args.grid.workers, |workers| {
+        sizes
+            .iter()
+            .filter(|r| r.workers == workers)
+            .filter_map(|r| Some((r.ratings as f64, r.ratings_per_s_per_core?)))
+            .collect()
+    });
+    let per_core_trend: BTreeMap<usize, f64> = series
+        .iter()
+        .zip(&args.grid.workers)
+        .filter_map(|(s, &w)| {
+            let (first, last) = (s.points.first()?, s.points.last()?);
+            (s.points.len() > 1 && first.1 > 0.0).then(|| (w, last.1 / first.1))
+        })
+        .collect();
     let largest = sizes.iter().map(|r| r.ratings).max();
     let speedup_2_at_largest = sizes
         .iter()
@@ -245,7 +250,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
         noise_std: args.noise_std,
         iterations: args.iterations,
         target_rmse: args.target_rmse,
-        transport: format!("{:?}", args.transport).to_lowercase(),
+        transport: format!("{:?}", args.grid.transport).to_lowercase(),
         sizes,
         per_core_spread,
         per_core_trend,
@@ -276,14 +281,9 @@ const COLUMNS: [&str; 18] = [
     "scheduler peak MB",
 ];
 
-/// Refuses empty or zero sizes and worker counts and an observed fraction outside (0, 1].
+/// Refuses zero sizes and worker counts and an observed fraction outside (0, 1].
 fn validate(args: &MfScaleBenchArgs) -> Result<(), StradsTrainError> {
-    if args.ratings.is_empty() || args.workers.is_empty() {
-        return Err(StradsTrainError::Usage(
-            "need at least one data size and one worker count",
-        ));
-    }
-    if args.workers.contains(&0) || args.ratings.contains(&0) {
+    if args.grid.workers.contains(&0) || args.ratings.contains(&0) {
         return Err(StradsTrainError::Usage(
             "--ratings and --workers must be positive",
         ));
@@ -320,15 +320,15 @@ fn run_one(
         outer_iterations: args.iterations,
         target_rmse: Some(args.target_rmse),
         out_dir: Some(out.join(format!("r{requested}-p{workers}"))),
-        timeout_s: args.timeout_s,
+        timeout_s: args.grid.timeout_s,
         ..StradsMfJob::default()
     };
     // The flags checked as `train mf` checks its settings.
     job.validate().map_err(StradsError::from)?;
     let steps_per_sweep = job.layout().width();
-    let rss_tracked = args.transport != JobTransport::Processes && reset_peak_rss();
+    let rss_tracked = args.grid.transport != JobTransport::Processes && reset_peak_rss();
     let started = Instant::now();
-    let m = run_mf_job(&job, workers, args.transport)?;
+    let m = run_mf_job(&job, workers, args.grid.transport)?;
     let wall_s = started.elapsed().as_secs_f64();
     let rss_mb = rss_tracked.then(peak_rss_mb);
     let seconds = m.time_to_target_s;
@@ -356,7 +356,7 @@ fn run_one(
         args.rank,
         workers,
     );
-    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.transport, holds);
+    let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.grid.transport, holds);
     Ok(MfScaleRun {
         ratings: m.train_ratings + m.test_ratings,
         train_ratings: m.train_ratings,
@@ -400,39 +400,6 @@ fn row(r: &MfScaleRun) -> Vec<String> {
         cell(r.memory.worker_heap_over_holds, 2),
         cell(r.memory.scheduler_rss_mb, 0),
     ]
-}
-
-/// Per worker count across the sizes: the spread and trend of ratings/s per core, and
-/// its plot series.
-#[allow(clippy::type_complexity)]
-fn per_core_figures(
-    sizes: &[MfScaleRun],
-    worker_counts: &[usize],
-) -> (BTreeMap<usize, f64>, BTreeMap<usize, f64>, Vec<Series>) {
-    let mut per_core_spread = BTreeMap::new();
-    let mut per_core_trend = BTreeMap::new();
-    let mut series = Vec::new();
-    for &workers in worker_counts {
-        let points: Vec<(f64, f64)> = sizes
-            .iter()
-            .filter(|r| r.workers == workers)
-            .filter_map(|r| Some((r.ratings as f64, r.ratings_per_s_per_core?)))
-            .collect();
-        if let Some(s) = spread(&points) {
-            per_core_spread.insert(workers, s);
-        }
-        if let (Some(first), Some(last)) = (points.first(), points.last())
-            && points.len() > 1
-            && first.1 > 0.0
-        {
-            per_core_trend.insert(workers, last.1 / first.1);
-        }
-        series.push(Series {
-            name: format!("{workers} worker(s)"),
-            points,
-        });
-    }
-    (per_core_spread, per_core_trend, series)
 }
 
 #[cfg(test)]

@@ -130,8 +130,9 @@ struct ModeResult {
     qdisc_drops: Option<u64>,
 }
 
+/// One bandwidth's bounds, goodput and ideal pipeline.
 #[derive(Serialize, Clone)]
-struct Point {
+struct AtBandwidth {
     bandwidth_mbit: f64,
     compute_s: f64,
     comm_s: f64,
@@ -143,13 +144,19 @@ struct Point {
     goodput_source: &'static str,
     /// The transfer probe's iteration times (slowest worker's median per probe).
     probe_s: f64,
-    /// With --netns: packets the qdiscs dropped during the probe.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    probe_qdisc_drops: Option<u64>,
     /// The ideal pipeline's iteration time at the goodput ([`ideal_iteration_s`]).
     ideal_s: f64,
     /// The same at the nominal rate.
     ideal_nominal_s: f64,
+}
+
+#[derive(Serialize, Clone)]
+struct Point {
+    #[serde(flatten)]
+    at: AtBandwidth,
+    /// With --netns: packets the qdiscs dropped during the probe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probe_qdisc_drops: Option<u64>,
     modes: Vec<ModeResult>,
 }
 
@@ -194,17 +201,8 @@ fn probe_goodput(
 /// The median duration of iterations `skip..` from a worker's iteration marks (seconds
 /// since its first iteration; the last mark ends the last iteration).
 pub fn median_iteration_s(marks_s: &[f64], skip: usize) -> Option<f64> {
-    let mut d: Vec<f64> = marks_s.windows(2).skip(skip).map(|w| w[1] - w[0]).collect();
-    if d.is_empty() {
-        return None;
-    }
-    d.sort_by(f64::total_cmp);
-    let n = d.len();
-    Some(if n % 2 == 1 {
-        d[n / 2]
-    } else {
-        (d[n / 2 - 1] + d[n / 2]) / 2.0
-    })
+    let d: Vec<f64> = marks_s.windows(2).skip(skip).map(|w| w[1] - w[0]).collect();
+    crate::common::median(&d)
 }
 
 /// The mean duration of iterations `skip..` (what the modes report: a mode's iteration
@@ -256,16 +254,9 @@ struct Figures {
     /// Per-peer credit in bytes (see [`default_credit_bytes`]).
     credit_bytes: usize,
     device_gflops: f64,
-    bandwidth_mbit: f64,
-    compute_s: f64,
-    comm_s: f64,
-    c_plus_m_s: f64,
-    bound_s: f64,
-    goodput_mbit: f64,
-    goodput_source: &'static str,
-    probe_s: f64,
-    ideal_s: f64,
-    ideal_nominal_s: f64,
+    /// The first bandwidth's.
+    #[serde(flatten)]
+    first: AtBandwidth,
     sequential_s: f64,
     fifo_s: f64,
     p3_s: f64,
@@ -436,56 +427,29 @@ fn netns_run_dir() -> PathBuf {
     std::env::temp_dir().join(format!("petrel-p3-netns-{}", std::process::id()))
 }
 
-fn plot(path: &Path, points: &[Point]) -> Result<(), Box<dyn std::error::Error>> {
-    use plotters::prelude::*;
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let xs: Vec<f64> = points.iter().map(|p| p.bandwidth_mbit).collect();
-    let x_max = xs.iter().cloned().fold(0.0, f64::max) * 1.1;
-    let y_max = points
+/// Samples/s against the link bandwidth, one line per mode.
+fn plot(path: &Path, points: &[Point]) -> Result<(), petrel::train::StradsTrainError> {
+    let series: Vec<petrel::train::plot::Series> = Mode::ALL
         .iter()
-        .flat_map(|p| p.modes.iter().map(|m| m.samples_per_s))
-        .fold(0.0, f64::max)
-        * 1.15;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("P3 bench: throughput vs bandwidth", ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max.max(1.0), 0.0..y_max.max(1.0))?;
-    chart
-        .configure_mesh()
-        .x_desc("link bandwidth (Mbit/s)")
-        .y_desc("samples/s (all workers)")
-        .draw()?;
-    let colors = [RED, BLUE, GREEN];
-    for (i, mode) in Mode::ALL.iter().enumerate() {
-        let series: Vec<(f64, f64)> = points
-            .iter()
-            .filter_map(|p| {
-                p.modes
-                    .iter()
-                    .find(|m| m.mode == mode.name())
-                    .map(|m| (p.bandwidth_mbit, m.samples_per_s))
-            })
-            .collect();
-        let color = colors[i % colors.len()];
-        chart
-            .draw_series(LineSeries::new(series.clone(), color.stroke_width(2)))?
-            .label(mode.name())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart.draw_series(
-            series
+        .map(|mode| petrel::train::plot::Series {
+            name: mode.name().into(),
+            points: points
                 .iter()
-                .map(|&(x, y)| Circle::new((x, y), 4, color.filled())),
-        )?;
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()?;
-    Ok(root.present()?)
+                .filter_map(|p| {
+                    let m = p.modes.iter().find(|m| m.mode == mode.name())?;
+                    Some((p.at.bandwidth_mbit, m.samples_per_s))
+                })
+                .collect(),
+        })
+        .collect();
+    petrel::train::plot::line_plot(
+        path,
+        "P3 bench: throughput vs bandwidth",
+        "link bandwidth (Mbit/s)",
+        "samples/s (all workers)",
+        &series,
+        false,
+    )
 }
 
 /// Runs the bench and prints its table, plot and JSON figures.
@@ -700,17 +664,19 @@ fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point
         },
     );
     let point = Point {
-        bandwidth_mbit: bw,
-        compute_s: b.compute_s,
-        comm_s: b.comm_s,
-        c_plus_m_s: b.no_overlap_s,
-        bound_s: b.optimal_s,
-        goodput_mbit: goodput * 8.0 / 1e6,
-        goodput_source,
-        probe_s,
+        at: AtBandwidth {
+            bandwidth_mbit: bw,
+            compute_s: b.compute_s,
+            comm_s: b.comm_s,
+            c_plus_m_s: b.no_overlap_s,
+            bound_s: b.optimal_s,
+            goodput_mbit: goodput * 8.0 / 1e6,
+            goodput_source,
+            probe_s,
+            ideal_s,
+            ideal_nominal_s,
+        },
         probe_qdisc_drops: probe.qdisc_drops,
-        ideal_s,
-        ideal_nominal_s,
         modes,
     };
     print_point(args, &b, &point);
@@ -737,7 +703,7 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
             fmt(m.samples_per_s),
             fmt(m.secs_per_iter / b.no_overlap_s),
             fmt(m.secs_per_iter / b.optimal_s),
-            fmt(m.secs_per_iter / point.ideal_s),
+            fmt(m.secs_per_iter / point.at.ideal_s),
             fmt(m.efficiency),
             fmt(m.cpu_cores),
             m.qdisc_drops.map_or("-".into(), |d| d.to_string()),
@@ -746,7 +712,7 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
     println!(
         "\nbandwidth {:.1} Mbit/s: C = {} s (fwd {} + bwd {}), M = {} s, C+M = {} s, \
          max(C,M) = {} s, T_fwd + max(T_bwd, M) = {} s",
-        point.bandwidth_mbit,
+        point.at.bandwidth_mbit,
         fmt(b.compute_s),
         fmt(b.fwd_s),
         fmt(b.bwd_s),
@@ -759,15 +725,15 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
         "goodput {:.1} Mbit/s ({}: {} s over {} iterations{}); ideal \
          pipeline (fluid, infinitely fine slices) at the goodput: {} s, at the nominal \
          rate: {} s",
-        point.goodput_mbit,
-        point.goodput_source,
-        fmt(point.probe_s),
+        point.at.goodput_mbit,
+        point.at.goodput_source,
+        fmt(point.at.probe_s),
         args.probe_iterations,
         point
             .probe_qdisc_drops
             .map_or(String::new(), |d| format!(", {d} qdisc drops")),
-        fmt(point.ideal_s),
-        fmt(point.ideal_nominal_s)
+        fmt(point.at.ideal_s),
+        fmt(point.at.ideal_nominal_s)
     );
     table.print();
 }
@@ -782,9 +748,10 @@ fn figures(
     max_cpu: f64,
     cores: usize,
 ) -> Result<Figures, P3JobError> {
-    let first = points.first().ok_or(P3JobError::NoBandwidthPoint)?;
+    let point = points.first().ok_or(P3JobError::NoBandwidthPoint)?;
+    let first = &point.at;
     let get = |name: &str| {
-        first
+        point
             .modes
             .iter()
             .find(|m| m.mode == name)
@@ -812,16 +779,7 @@ fn figures(
         slice_size: args.slice_size,
         credit_bytes: credit_bytes(args),
         device_gflops: setup.device_flops / 1e9,
-        bandwidth_mbit: first.bandwidth_mbit,
-        compute_s: first.compute_s,
-        comm_s: first.comm_s,
-        c_plus_m_s: first.c_plus_m_s,
-        bound_s: first.bound_s,
-        goodput_mbit: first.goodput_mbit,
-        goodput_source: first.goodput_source,
-        probe_s: first.probe_s,
-        ideal_s: first.ideal_s,
-        ideal_nominal_s: first.ideal_nominal_s,
+        first: first.clone(),
         sequential_s: seq,
         fifo_s: fifo,
         p3_s: p3,

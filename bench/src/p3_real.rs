@@ -118,10 +118,7 @@ pub fn adapter_overhead(
             samples.push([st[0], st[1], st[2], wh[0], wh[1]]);
         }
     }
-    let median = |mut v: Vec<f64>| -> f64 {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
+    let median = |v: Vec<f64>| crate::common::upper_median(v).unwrap_or(0.0);
     let column = |c: usize| median(samples.iter().map(|s| s[c] * 1e3).collect());
     let ratio = median(
         samples

@@ -26,9 +26,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use petrel_actors::{
-    ActorRef, Cluster, HandlerError, Msg, NodeContext, NodeError, NodeSpec, Settings,
-};
+use petrel_actors::{ActorRef, Cluster, HandlerError, Msg, NodeContext, NodeError};
 use petrel_messages::{
     EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, Tensor, remote_message,
 };
@@ -43,7 +41,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::BenchError;
-use petrel::launcher::{self, LaunchOptions};
 use petrel::report::{Table, fmt, print_json};
 
 /// Role of a node that serves shards (and the transport-ceiling echo).
@@ -495,9 +492,8 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    percentile(&v, 0.5)
+fn median(v: Vec<f64>) -> f64 {
+    crate::common::upper_median(v).unwrap_or(0.0)
 }
 
 /// Figures of one petrel run.
@@ -525,28 +521,12 @@ async fn petrel_run(
         "petrel-bench-ps-{}-{bytes}-{workers}x{shards}",
         std::process::id()
     ));
-    std::fs::create_dir_all(&dir).map_err(BenchError::io(dir.display().to_string()))?;
-    let mut settings = Settings::default();
-    settings.cluster.name = "ps-bench".into();
+    let shard_nodes = (0..shards).map(|s| (format!("shard{s}"), SHARD_ROLE));
+    let worker_nodes = (0..workers).map(|w| (format!("worker{w}"), WORKER_ROLE));
+    let mut settings = super::local_settings("ps-bench", shard_nodes.chain(worker_nodes));
     settings.net = super::net_config(&args.net)?;
     if let Some(shm) = shared_memory {
         settings.net.shared_memory_dir = Some(shm.to_path_buf());
-    }
-    for s in 0..shards {
-        settings.nodes.push(NodeSpec {
-            name: format!("shard{s}"),
-            addr: "127.0.0.1:0".into(),
-            roles: vec![SHARD_ROLE.into()],
-            ..Default::default()
-        });
-    }
-    for w in 0..workers {
-        settings.nodes.push(NodeSpec {
-            name: format!("worker{w}"),
-            addr: "127.0.0.1:0".into(),
-            roles: vec![WORKER_ROLE.into()],
-            ..Default::default()
-        });
     }
     let cfg = PsBenchConfig {
         bytes,
@@ -558,10 +538,7 @@ async fn petrel_run(
     settings
         .app
         .insert(SECTION.into(), serde_json::to_value(&cfg)?);
-    let mut opts = LaunchOptions::new()?;
-    opts.run_dir = Some(dir.clone());
-    opts.progress = false;
-    launcher::start(settings, opts)
+    super::launch(settings, &dir)
         .await?
         .wait(Some(Duration::from_secs(args.timeout_s)))
         .await?;

@@ -1,9 +1,20 @@
-//! Steps the scale benches share: table cells of optional figures, the spread of a
-//! series, the baseline's table row and the plot.
+//! The scale benches' harness: sizes x worker counts (x a single-threaded baseline for the
+//! coordinate-descent benches), then the table, the plot and the JSON line. `lasso-scale`
+//! and `logistic-scale` implement `CdScale`: per size the design is solved to its optimum
+//! f*, then `--repeats` interleaved repeats time the baseline and a STRADS run per worker
+//! count to `f* (1 + tolerance)` (data generation and cluster start excluded; the wall time
+//! is beside it). Each runner reports its median run and `ratio` the median of the repeats'
+//! ratios, each against its own repeat's baseline: the host is shared, and single runs were
+//! seen anywhere from 0.9 to 1.4. `mf-scale` and `lda-scale` use `grid`.
 
-use petrel::train::StradsTrainError;
-use petrel::train::plot::{Series, line_plot};
-use std::path::Path;
+use crate::common::median;
+use petrel::report::{Table, print_json};
+use petrel::train::plot::{Series, absolute, line_plot};
+use petrel::train::{NodeMemory, StradsTrainError, TrainTransport};
+use petrel_actors::JobTransport;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// `v` with `digits` decimals, or `-` when there is none.
 pub(crate) fn cell(v: Option<f64>, digits: usize) -> String {
@@ -27,26 +38,35 @@ pub(crate) fn range_cell(values: &[f64]) -> String {
         .map_or("-".into(), |(lo, hi)| format!("{lo:.2}-{hi:.2}"))
 }
 
-/// The single-threaded baseline's row of a coordinate-descent scale table (`columns`
-/// cells, `-` past the ratio).
-pub(crate) fn baseline_row(
-    label: &str,
-    nnz: usize,
-    baseline_s: f64,
-    updates: u64,
-    columns: usize,
-) -> Vec<String> {
-    let mut row = vec![
-        label.to_string(),
-        nnz.to_string(),
-        "baseline".into(),
-        format!("{baseline_s:.3}"),
-        updates.to_string(),
-        format!("{:.3}", 1e6 * baseline_s / updates.max(1) as f64),
-        "1".into(),
-    ];
-    row.resize(columns, "-".into());
-    row
+/// A runner's median repeat ([`median_repeat`]).
+pub(crate) struct MedianRepeat<T> {
+    /// The run of median time.
+    pub run: T,
+    /// The median of the repeats' ratios (`None`: it fell on a run that missed the target).
+    pub ratio: Option<f64>,
+    /// Every repeat's ratio, in run order.
+    pub ratios: Vec<Option<f64>>,
+}
+
+/// The run of median time among `runs` (`seconds`; a run that missed the target, `None`,
+/// counts as the slowest) and the median of their `ratio`s; `None` without runs.
+pub(crate) fn median_repeat<T>(
+    runs: Vec<T>,
+    seconds: impl Fn(&T) -> Option<f64>,
+    ratio: impl Fn(&T) -> Option<f64>,
+) -> Option<MedianRepeat<T>> {
+    let ratios: Vec<Option<f64>> = runs.iter().map(&ratio).collect();
+    let slowest_last = |v: Option<f64>| v.unwrap_or(f64::INFINITY);
+    let median_ratio = median(&ratios.iter().map(|&r| slowest_last(r)).collect::<Vec<_>>())
+        .filter(|r| r.is_finite());
+    let mut order = runs;
+    order.sort_by(|a, b| slowest_last(seconds(a)).total_cmp(&slowest_last(seconds(b))));
+    let middle = order.len().checked_sub(1)? / 2;
+    Some(MedianRepeat {
+        run: order.swap_remove(middle),
+        ratio: median_ratio,
+        ratios,
+    })
 }
 
 /// Writes the line plot to `path`, says where, and returns the path as the JSON gives it.
@@ -62,3 +82,502 @@ pub(crate) fn write_plot(
     println!("plot: {}", path.display());
     Ok(path.display().to_string())
 }
+
+/// Prints a scale bench's JSON line.
+pub(crate) fn print_figures<T: Serialize>(figures: &T) -> Result<(), StradsTrainError> {
+    print_json(figures).map_err(|source| StradsTrainError::Json {
+        path: PathBuf::new(),
+        source,
+    })
+}
+
+/// Runs `run(size, workers)` for every size and worker count in that order, prints the
+/// table of the rows it returns beside each run, and returns the runs size by size.
+pub(crate) fn grid<S, R>(
+    sizes: &[S],
+    workers: &[usize],
+    columns: &[&str],
+    mut run: impl FnMut(&S, usize) -> Result<(R, Vec<String>), StradsTrainError>,
+) -> Result<Vec<Vec<R>>, StradsTrainError> {
+    if sizes.is_empty() || workers.is_empty() {
+        return Err(StradsTrainError::Usage(
+            "need at least one size and one worker count",
+        ));
+    }
+    let mut table = Table::new(columns);
+    let mut out = Vec::new();
+    for size in sizes {
+        let mut runs = Vec::new();
+        for &w in workers {
+            let (r, row) = run(size, w)?;
+            table.row(row);
+            runs.push(r);
+        }
+        out.push(runs);
+    }
+    table.print();
+    Ok(out)
+}
+
+/// The flags of `mf-scale` and `lda-scale` beside their sizes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GridArgs {
+    /// STRADS worker counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub workers: Vec<usize>,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
+    /// Timeout of one round, seconds.
+    #[arg(long, default_value_t = 1200)]
+    pub timeout_s: u64,
+}
+
+/// Per worker count, `points(workers)`' spread across the sizes ([`spread`]) and its plot
+/// series.
+pub(crate) fn per_core(
+    worker_counts: &[usize],
+    points: impl Fn(usize) -> Vec<(f64, f64)>,
+) -> (BTreeMap<usize, f64>, Vec<Series>) {
+    let mut spreads = BTreeMap::new();
+    let mut series = Vec::new();
+    for &workers in worker_counts {
+        let points = points(workers);
+        if let Some(s) = spread(&points) {
+            spreads.insert(workers, s);
+        }
+        series.push(Series {
+            name: format!("{workers} worker(s)"),
+            points,
+        });
+    }
+    (spreads, series)
+}
+
+/// One design size, `ROWSxFEATURESxNNZ_PER_COLUMN`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DesignSize {
+    /// Rows.
+    pub n_samples: usize,
+    /// Features.
+    pub n_features: usize,
+    /// Non-zeros per column.
+    pub nnz_per_column: usize,
+}
+
+/// A `--sizes` entry that is not `ROWSxFEATURESxNNZ_PER_COLUMN`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?}: expected three positive numbers ROWSxFEATURESxNNZ_PER_COLUMN")]
+pub struct DesignSizeError(String);
+
+impl std::str::FromStr for DesignSize {
+    type Err = DesignSizeError;
+
+    /// `ROWSxFEATURESxNNZ` (e.g. `2000x20000x20`).
+    fn from_str(s: &str) -> Result<Self, DesignSizeError> {
+        let parts: Vec<usize> = s.split('x').filter_map(|p| p.trim().parse().ok()).collect();
+        match (s.split('x').count(), &parts[..]) {
+            (3, &[n_samples, n_features, nnz_per_column])
+                if n_samples > 0 && n_features > 0 && nnz_per_column > 0 =>
+            {
+                Ok(DesignSize {
+                    n_samples,
+                    n_features,
+                    nnz_per_column,
+                })
+            }
+            _ => Err(DesignSizeError(s.to_string())),
+        }
+    }
+}
+
+/// The flags of the coordinate-descent scale benches that have the same defaults.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CdScaleArgs {
+    /// STRADS worker counts.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub workers: Vec<usize>,
+    /// The worker count whose figures are the headline keys of each size.
+    #[arg(long, default_value_t = 2)]
+    pub headline_workers: usize,
+    /// How the STRADS nodes run.
+    #[arg(long, value_enum, default_value_t = TrainTransport::Processes)]
+    pub transport: TrainTransport,
+    /// Timeout of one round, seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_s: u64,
+    /// Interleaved repeats of the timed runs at each size (the baseline, then every worker
+    /// count, then again): each runner's figures are those of its median run, and `ratio`
+    /// is the median of the repeats' ratios (each petrel run against the baseline run of
+    /// its own repeat), so one slow episode of a shared host moves neither. Over an
+    /// in-process transport the runs before the last repeat's share this process with its
+    /// copy of the design, so their peak memory includes it (`--repeats 1` for those peaks).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+}
+
+/// One worker count's figures at one size: its median run's (`E`: the bench's own keys).
+#[derive(Debug, Clone, Serialize)]
+pub struct CdRun<E> {
+    /// Workers.
+    pub workers: usize,
+    /// Seconds to the target (`None`: not reached).
+    pub petrel_s: Option<f64>,
+    /// Coordinate updates to the target.
+    pub petrel_updates: Option<u64>,
+    /// The median of `ratios`.
+    pub ratio: Option<f64>,
+    /// Every repeat's petrel / baseline, in run order (`null`: the target not reached).
+    pub ratios: Vec<Option<f64>>,
+    /// Every repeat's seconds to the target, in run order.
+    pub runs_s: Vec<Option<f64>>,
+    /// Microseconds per coordinate update, to the target.
+    pub us_per_update: Option<f64>,
+    /// Seconds of the whole command (data generation and cluster start included).
+    pub wall_s: f64,
+    /// Rounds run.
+    pub rounds: u64,
+    /// The objective at the end.
+    pub final_objective: f64,
+    /// The largest peak of a node.
+    pub rss_mb: Option<f64>,
+    /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
+    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`,
+    /// `worker_private_over_holds`, `worker_heap_mb`, `worker_heap_over_holds`).
+    #[serde(flatten)]
+    pub memory: NodeMemory,
+    /// The bench's own keys.
+    #[serde(flatten)]
+    pub extra: E,
+}
+
+impl<E> CdRun<E> {
+    /// The run of median time among a runner's repeats (a run that missed the target counts
+    /// as the slowest), with `ratio` the median of every repeat's ratio and the repeats'
+    /// ratios and times in run order; `None` without runs.
+    pub(crate) fn median_of(runs: Vec<Self>) -> Option<Self> {
+        let runs_s: Vec<Option<f64>> = runs.iter().map(|r| r.petrel_s).collect();
+        let median = median_repeat(runs, |r| r.petrel_s, |r| r.ratio)?;
+        Some(CdRun {
+            ratio: median.ratio,
+            ratios: median.ratios,
+            runs_s,
+            ..median.run
+        })
+    }
+}
+
+/// One design size: the baseline, and the headline worker count's keys beside every
+/// worker count's figures (`E`: the bench's own keys).
+#[derive(Debug, Clone, Serialize)]
+pub struct CdSize<R, E> {
+    /// Rows.
+    pub n_samples: usize,
+    /// Features.
+    pub n_features: usize,
+    /// Non-zeros of X.
+    pub nnz: usize,
+    /// The L1 weight.
+    pub lambda: f32,
+    /// f*.
+    pub optimum: f64,
+    /// The median of `baseline_runs_s`.
+    pub baseline_s: f64,
+    /// Every repeat's baseline seconds, in run order.
+    pub baseline_runs_s: Vec<f64>,
+    /// The baseline's updates to the target.
+    pub baseline_updates: u64,
+    /// The baseline's microseconds per update.
+    pub baseline_us_per_update: f64,
+    /// The headline worker count's seconds to the target.
+    pub petrel_s: Option<f64>,
+    /// The headline worker count's updates.
+    pub petrel_updates: Option<u64>,
+    /// The headline worker count's ratio.
+    pub ratio: Option<f64>,
+    /// The headline worker count's largest node peak.
+    pub rss_mb: Option<f64>,
+    /// Every worker count's figures.
+    pub per_workers: BTreeMap<usize, CdRun<R>>,
+    /// The bench's own keys.
+    #[serde(flatten)]
+    pub extra: E,
+}
+
+/// The figures of a coordinate-descent scale bench (its JSON line; `E`: the bench's own
+/// keys).
+#[derive(Debug, Serialize)]
+pub struct CdScaleFigures<R, S, E> {
+    /// The bench's name.
+    pub bench: &'static str,
+    /// The STRADS solver.
+    pub solver: String,
+    /// The target's relative gap.
+    pub tolerance: f64,
+    /// The headline worker count.
+    pub headline_workers: usize,
+    /// How the nodes ran.
+    pub transport: String,
+    /// Repeats per runner.
+    pub repeats: usize,
+    /// Every size.
+    pub sizes: Vec<CdSize<R, S>>,
+    /// The SVG.
+    pub plot: String,
+    /// The bench's own keys.
+    #[serde(flatten)]
+    pub extra: E,
+}
+
+/// A size's design, solved to its optimum ([`CdScale::prepare`]).
+pub(crate) struct Prepared<D, S> {
+    /// What the baseline runs on.
+    pub design: D,
+    /// Non-zeros of X.
+    pub nnz: usize,
+    /// The L1 weight.
+    pub lambda: f32,
+    /// f*.
+    pub optimum: f64,
+    /// The size's own keys.
+    pub extra: S,
+}
+
+/// What one STRADS run of a [`CdScale`] bench is asked for.
+pub(crate) struct PetrelRun<'a> {
+    pub size: &'a DesignSize,
+    pub nnz: usize,
+    pub target: f64,
+    pub workers: usize,
+    pub transport: JobTransport,
+    /// The run's output directory.
+    pub dir: PathBuf,
+    /// The baseline's seconds of the same repeat.
+    pub baseline_s: f64,
+}
+
+/// A coordinate-descent scale bench: the single-threaded baseline against STRADS per
+/// worker count, to `f* (1 + tolerance)`, on designs of growing size.
+pub(crate) trait CdScale {
+    /// A run's own keys.
+    type Run: Serialize + Clone;
+    /// A size's own keys.
+    type Size: Serialize;
+    /// The figures' own top-level keys.
+    type Top: Serialize;
+    /// What the baseline runs on.
+    type Design;
+    /// The bench's name.
+    const NAME: &'static str;
+    /// The refusal of a transport without a cluster.
+    const NO_CLUSTER: &'static str;
+    /// The table's columns after `wall s`.
+    const EXTRA_COLUMNS: &'static [&'static str];
+    /// The plot's file name, title and y label.
+    const PLOT: [&'static str; 3];
+
+    /// The shared flags.
+    fn common(&self) -> &CdScaleArgs;
+    /// The sizes, the target's relative gap and the output directory.
+    fn sizes(&self) -> (&[DesignSize], f64, &Path);
+    /// The solver's name.
+    fn solver(&self) -> String;
+    /// Generates the design of `size` and solves it to its optimum.
+    fn prepare(
+        &self,
+        size: &DesignSize,
+    ) -> Result<Prepared<Self::Design, Self::Size>, StradsTrainError>;
+    /// One timed baseline run to `target`: seconds and updates. `last`: the last repeat,
+    /// after which the baseline's data is no longer needed.
+    fn baseline(
+        &self,
+        design: &mut Self::Design,
+        target: f64,
+        last: bool,
+    ) -> Result<(f64, u64), StradsTrainError>;
+    /// One STRADS run (`ratio` left unset).
+    fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, StradsTrainError>;
+    /// A run's cells after `wall s`.
+    fn cells(run: &CdRun<Self::Run>) -> Vec<String>;
+    /// The top-level keys, after the table.
+    fn top(&self) -> Self::Top;
+}
+
+/// The columns every coordinate-descent scale table starts with.
+const CD_COLUMNS: [&str; 9] = [
+    "design",
+    "nnz",
+    "runner",
+    "seconds to tol",
+    "updates",
+    "us / update",
+    "ratio",
+    "ratio min-max",
+    "wall s",
+];
+
+/// Figures of a [`CdScale`] bench.
+pub(crate) type FiguresOf<B> =
+    CdScaleFigures<<B as CdScale>::Run, <B as CdScale>::Size, <B as CdScale>::Top>;
+
+/// Runs every size, repeat and worker count of `bench`, prints the table and writes the
+/// plot.
+pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, StradsTrainError> {
+    let c = bench.common();
+    let (design_sizes, tolerance, out) = bench.sizes();
+    if design_sizes.is_empty() || c.workers.is_empty() || c.repeats == 0 {
+        return Err(StradsTrainError::Usage(
+            "need at least one size, one worker count and one repeat",
+        ));
+    }
+    let transport = c
+        .transport
+        .cluster()
+        .ok_or(StradsTrainError::Usage(B::NO_CLUSTER))?;
+    let out = absolute(out)?;
+    let columns: Vec<&str> = CD_COLUMNS.iter().chain(B::EXTRA_COLUMNS).copied().collect();
+    let mut table = Table::new(&columns);
+    let mut sizes = Vec::new();
+    for size in design_sizes {
+        sizes.push(measure_size(
+            bench, size, tolerance, transport, &out, &mut table,
+        )?);
+    }
+    table.print();
+    let top = bench.top();
+    let mut series = vec![Series {
+        name: "baseline (1 thread)".into(),
+        points: sizes
+            .iter()
+            .map(|s| (s.nnz as f64, s.baseline_us_per_update))
+            .collect(),
+    }];
+    for &workers in &c.workers {
+        series.push(Series {
+            name: format!("petrel, {workers} worker(s)"),
+            points: sizes
+                .iter()
+                .filter_map(|s| Some((s.nnz as f64, s.per_workers.get(&workers)?.us_per_update?)))
+                .collect(),
+        });
+    }
+    let [file, title, y_label] = B::PLOT;
+    let plot = write_plot(
+        &out.join(file),
+        title,
+        "non-zeros of X",
+        y_label,
+        &series,
+        true,
+    )?;
+    Ok(CdScaleFigures {
+        bench: B::NAME,
+        solver: bench.solver(),
+        tolerance,
+        headline_workers: c.headline_workers,
+        transport: format!("{:?}", c.transport).to_lowercase(),
+        repeats: c.repeats,
+        sizes,
+        plot,
+        extra: top,
+    })
+}
+
+/// One design size: its optimum, the repeated baseline and STRADS runs, and their table
+/// rows (the baseline's, then one per worker count).
+fn measure_size<B: CdScale>(
+    bench: &B,
+    size: &DesignSize,
+    tolerance: f64,
+    transport: JobTransport,
+    out: &Path,
+    table: &mut Table,
+) -> Result<CdSize<B::Run, B::Size>, StradsTrainError> {
+    let c = bench.common();
+    let mut p = bench.prepare(size)?;
+    let target = p.optimum * (1.0 + tolerance);
+    let label = format!("{}x{}", size.n_samples, size.n_features);
+    tracing::info!(bench = B::NAME, size = %label, nnz = p.nnz, optimum = p.optimum, "design solved");
+    let mut baseline_runs_s = Vec::with_capacity(c.repeats);
+    let mut baseline_updates = 0;
+    let mut runs: BTreeMap<usize, Vec<CdRun<B::Run>>> = BTreeMap::new();
+    for repeat in 0..c.repeats {
+        let (baseline_s, updates) =
+            bench.baseline(&mut p.design, target, repeat + 1 == c.repeats)?;
+        baseline_runs_s.push(baseline_s);
+        baseline_updates = updates;
+        for &workers in &c.workers {
+            let mut run = bench.petrel(PetrelRun {
+                size,
+                nnz: p.nnz,
+                target,
+                workers,
+                transport,
+                dir: out.join(format!("{label}-p{workers}")),
+                baseline_s,
+            })?;
+            run.ratio = run.petrel_s.map(|s| s / baseline_s);
+            run.ratios = vec![run.ratio];
+            run.runs_s = vec![run.petrel_s];
+            tracing::info!(bench = B::NAME, size = %label, workers, repeat, ratio = run.ratio, "run");
+            runs.entry(workers).or_default().push(run);
+        }
+    }
+    drop(p.design);
+    let baseline_s = median(&baseline_runs_s).unwrap_or(f64::NAN);
+    let baseline_us_per_update = 1e6 * baseline_s / baseline_updates.max(1) as f64;
+    let mut row = vec![
+        label.clone(),
+        p.nnz.to_string(),
+        "baseline".into(),
+        format!("{baseline_s:.3}"),
+        baseline_updates.to_string(),
+        format!("{baseline_us_per_update:.3}"),
+        "1".into(),
+    ];
+    row.resize(CD_COLUMNS.len() + B::EXTRA_COLUMNS.len(), "-".into());
+    table.row(row);
+    let mut per_workers = BTreeMap::new();
+    for (workers, runs) in runs {
+        let Some(f) = CdRun::median_of(runs) else {
+            continue;
+        };
+        let reached: Vec<f64> = f.ratios.iter().flatten().copied().collect();
+        let mut row = vec![
+            label.clone(),
+            p.nnz.to_string(),
+            format!("petrel {workers}w"),
+            f.petrel_s
+                .map_or("not reached".into(), |s| format!("{s:.3}")),
+            cell(f.petrel_updates.map(|u| u as f64), 0),
+            cell(f.us_per_update, 3),
+            cell(f.ratio, 2),
+            range_cell(&reached),
+            format!("{:.1}", f.wall_s),
+        ];
+        row.extend(B::cells(&f));
+        table.row(row);
+        per_workers.insert(workers, f);
+    }
+    let headline = per_workers.get(&c.headline_workers);
+    Ok(CdSize {
+        n_samples: size.n_samples,
+        n_features: size.n_features,
+        nnz: p.nnz,
+        lambda: p.lambda,
+        optimum: p.optimum,
+        baseline_s,
+        baseline_runs_s,
+        baseline_updates,
+        baseline_us_per_update,
+        petrel_s: headline.and_then(|h| h.petrel_s),
+        petrel_updates: headline.and_then(|h| h.petrel_updates),
+        ratio: headline.and_then(|h| h.ratio),
+        rss_mb: headline.and_then(|h| h.rss_mb),
+        per_workers,
+        extra: p.extra,
+    })
+}
+
+#[cfg(test)]
+mod tests;

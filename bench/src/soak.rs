@@ -5,9 +5,8 @@
 
 use super::BenchError;
 use indicatif::{ProgressBar, ProgressStyle};
-use petrel::launcher::{self, LaunchOptions};
 use petrel::report::{Table, fmt, print_json};
-use petrel_actors::{NodeSpec, Settings};
+use petrel_actors::Settings;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -85,12 +84,7 @@ pub fn run(args: SoakBenchArgs) -> Result<(), BenchError> {
 
 async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
     let run_dir = std::env::temp_dir().join(format!("petrel-soak-{}", std::process::id()));
-    std::fs::create_dir_all(&run_dir).map_err(BenchError::io(run_dir.display().to_string()))?;
-    let settings = settings_for(&args, &run_dir);
-    let mut opts = LaunchOptions::new()?;
-    opts.run_dir = Some(run_dir.clone());
-    opts.progress = false;
-    let running = launcher::start(settings, opts).await?;
+    let running = super::launch(settings_for(&args, &run_dir), &run_dir).await?;
     let pids = running.pids();
     let bar = ProgressBar::new(args.duration_s as u64);
     bar.set_style(
@@ -184,22 +178,11 @@ type Samples = Vec<(f64, BTreeMap<String, f64>)>;
 /// The soak cluster: a demo aggregator `hub` and `--workers` demo workers that run until
 /// `--duration-s` and report into `run_dir`.
 fn settings_for(args: &SoakBenchArgs, run_dir: &std::path::Path) -> Settings {
-    let mut settings = Settings::default();
-    settings.cluster.name = "soak".into();
-    settings.nodes.push(NodeSpec {
-        name: "hub".into(),
-        addr: "127.0.0.1:0".into(),
-        roles: vec!["demo-aggregator".into()],
-        ..Default::default()
-    });
-    for i in 1..=args.workers.max(1) {
-        settings.nodes.push(NodeSpec {
-            name: format!("w{i}"),
-            addr: "127.0.0.1:0".into(),
-            roles: vec!["demo-worker".into()],
-            ..Default::default()
-        });
-    }
+    let workers = (1..=args.workers.max(1)).map(|i| (format!("w{i}"), "demo-worker"));
+    let mut settings = super::local_settings(
+        "soak",
+        std::iter::once(("hub".to_string(), "demo-aggregator")).chain(workers),
+    );
     settings.app.insert(
         "demo".into(),
         serde_json::json!({

@@ -292,12 +292,7 @@ async fn petrel_throughput(
 
 /// The median (the mean of the middle two for an even count); 0 when empty.
 fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    crate::common::median(v).unwrap_or(0.0)
 }
 
 async fn probe_latency(p: &Pair, kib: usize) -> Result<Duration, BenchError> {
@@ -418,34 +413,22 @@ pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
         })
     })?;
     let mut t = Table::new(&["measurement", "value"]);
-    t.row(vec![
-        "(a) raw quinn, one stream".into(),
-        format!("{} Mbit/s", fmt(figures.raw_quinn_mbps)),
-    ]);
-    t.row(vec![
-        "(b) petrel, two nodes".into(),
-        format!("{} Mbit/s", fmt(figures.petrel_mbps)),
-    ]);
-    t.row(vec![
-        "    ratio petrel/raw (median of pairs)".into(),
-        fmt(figures.ratio),
-    ]);
-    t.row(vec![
-        "(c) petrel, same node".into(),
-        format!("{} Mbit/s", fmt(figures.local_mbps)),
-    ]);
-    t.row(vec![
-        "(d) probe latency, idle link".into(),
-        format!("{} ms", fmt(figures.idle_latency_ms)),
-    ]);
-    t.row(vec![
-        "    probe latency, backlog".into(),
-        format!("{} ms", fmt(figures.backlog_latency_ms)),
-    ]);
-    t.row(vec![
-        "    priority delay ratio".into(),
-        fmt(figures.priority_delay_ratio),
-    ]);
+    let (f, mbit, ms) = (
+        &figures,
+        |v| format!("{} Mbit/s", fmt(v)),
+        |v| format!("{} ms", fmt(v)),
+    );
+    for (label, value) in [
+        ("(a) raw quinn, one stream", mbit(f.raw_quinn_mbps)),
+        ("(b) petrel, two nodes", mbit(f.petrel_mbps)),
+        ("    ratio petrel/raw (median of pairs)", fmt(f.ratio)),
+        ("(c) petrel, same node", mbit(f.local_mbps)),
+        ("(d) probe latency, idle link", ms(f.idle_latency_ms)),
+        ("    probe latency, backlog", ms(f.backlog_latency_ms)),
+        ("    priority delay ratio", fmt(f.priority_delay_ratio)),
+    ] {
+        t.row(vec![label.into(), value]);
+    }
     t.print();
     Ok(print_json(&figures)?)
 }

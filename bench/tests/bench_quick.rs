@@ -5,22 +5,14 @@ use clap::Parser;
 use petrel_bench::{adarevision, consistency, managed};
 use petrel_ps::ConsistencyModel;
 
-#[derive(Parser)]
-struct Consistency {
-    #[command(flatten)]
-    args: consistency::ConsistencyBenchArgs,
-}
-
-#[derive(Parser)]
-struct Managed {
-    #[command(flatten)]
-    args: managed::ManagedBenchArgs,
-}
-
-#[derive(Parser)]
-struct AdaRevision {
-    #[command(flatten)]
-    args: adarevision::AdaRevisionBenchArgs,
+/// `A` parsed from `flags` (split at whitespace), as `petrel bench <name> FLAGS` parses them.
+fn parse<A: clap::Args>(flags: &str) -> A {
+    #[derive(Parser)]
+    struct Cli<A: clap::Args> {
+        #[command(flatten)]
+        args: A,
+    }
+    Cli::<A>::parse_from(std::iter::once("bench").chain(flags.split_whitespace())).args
 }
 
 #[test]
@@ -28,19 +20,9 @@ fn consistency_quick_runs_every_model_and_respects_the_bounds() {
     let dir = tempfile::tempdir().unwrap();
     let plots = dir.path().display().to_string();
     let json = dir.path().join("c.json").display().to_string();
-    let a = Consistency::parse_from([
-        "bench",
-        "--quick",
-        "--transport",
-        "memory",
-        "--max-seconds",
-        "3",
-        "--plot-dir",
-        &plots,
-        "--json-out",
-        &json,
-    ])
-    .args;
+    let a = parse::<consistency::ConsistencyBenchArgs>(&format!(
+        "--quick --transport memory --max-seconds 3 --plot-dir {plots} --json-out {json}"
+    ));
     let f = consistency::measure(&a).unwrap();
     assert!(f.quick);
     assert_eq!(f.apps.len(), 2, "mf and lr");
@@ -82,17 +64,9 @@ fn managed_quick_compares_the_three_variants_on_shaped_links() {
     let dir = tempfile::tempdir().unwrap();
     let plots = dir.path().display().to_string();
     let json = dir.path().join("m.json").display().to_string();
-    let a = Managed::parse_from([
-        "bench",
-        "--quick",
-        "--max-seconds",
-        "3",
-        "--plot-dir",
-        &plots,
-        "--json-out",
-        &json,
-    ])
-    .args;
+    let a = parse::<managed::ManagedBenchArgs>(&format!(
+        "--quick --max-seconds 3 --plot-dir {plots} --json-out {json}"
+    ));
     let f = managed::measure(&a).unwrap();
     let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
     assert_eq!(names, ["clock", "fifo", "relative-magnitude"]);
@@ -112,21 +86,9 @@ fn managed_quick_on_lda_compares_the_three_variants() {
     let dir = tempfile::tempdir().unwrap();
     let plots = dir.path().display().to_string();
     let json = dir.path().join("m.json").display().to_string();
-    let a = Managed::parse_from([
-        "bench",
-        "--app",
-        "lda",
-        "--quick",
-        "--workers",
-        "2",
-        "--shards",
-        "1",
-        "--plot-dir",
-        &plots,
-        "--json-out",
-        &json,
-    ])
-    .args;
+    let a = parse::<managed::ManagedBenchArgs>(&format!(
+        "--app lda --quick --workers 2 --shards 1 --plot-dir {plots} --json-out {json}"
+    ));
     let f = managed::measure(&a).unwrap();
     assert_eq!(
         (f.app.as_str(), f.metric.as_str()),
@@ -150,17 +112,9 @@ fn managed_quick_on_lda_compares_the_three_variants() {
 fn adarevision_quick_runs_each_rule_of_the_grid() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("a.json").display().to_string();
-    let a = AdaRevision::parse_from([
-        "bench",
-        "--quick",
-        "--apps",
-        "lr",
-        "--max-seconds",
-        "2",
-        "--json-out",
-        &json,
-    ])
-    .args;
+    let a = parse::<adarevision::AdaRevisionBenchArgs>(&format!(
+        "--quick --apps lr --max-seconds 2 --json-out {json}"
+    ));
     let f = adarevision::measure(&a).unwrap();
     let lr = &f.apps["lr"];
     // Two grid points each for sgd and adagrad, and adarevision at two plus its default.
@@ -178,36 +132,13 @@ fn adarevision_quick_runs_each_rule_of_the_grid() {
     assert!(lr.lowest_final_loss.is_some());
 }
 
-#[derive(Parser)]
-struct LdaScale {
-    #[command(flatten)]
-    args: petrel_bench::lda_scale::LdaScaleBenchArgs,
-}
-
 #[test]
 fn lda_scale_runs_every_size_and_worker_count() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
-    let a = LdaScale::parse_from([
-        "bench",
-        "--tokens",
-        "3000,6000",
-        "--workers",
-        "1,2",
-        "--topics",
-        "5",
-        "--vocab",
-        "200",
-        "--doc-length",
-        "50",
-        "--iterations",
-        "2",
-        "--transport",
-        "memory",
-        "--out",
-        &out,
-    ])
-    .args;
+    let a = parse::<petrel_bench::lda_scale::LdaScaleBenchArgs>(&format!(
+        "--tokens 3000,6000 --workers 1,2 --topics 5 --vocab 200 --doc-length 50 --iterations 2 --transport memory --out {out}"
+    ));
     let f = petrel_bench::lda_scale::measure(&a).unwrap();
     assert_eq!(
         f.sizes
@@ -235,36 +166,13 @@ fn lda_scale_runs_every_size_and_worker_count() {
     assert!(std::path::Path::new(&f.plot).exists());
 }
 
-#[derive(Parser)]
-struct MfScale {
-    #[command(flatten)]
-    args: petrel_bench::mf_scale::MfScaleBenchArgs,
-}
-
 #[test]
 fn mf_scale_reaches_the_target_at_every_size_and_worker_count() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
-    let a = MfScale::parse_from([
-        "bench",
-        "--ratings",
-        "8000,20000",
-        "--workers",
-        "1,2",
-        "--rank",
-        "3",
-        "--observed-fraction",
-        "0.2",
-        "--iterations",
-        "16",
-        "--target-rmse",
-        "0.3",
-        "--transport",
-        "memory",
-        "--out",
-        &out,
-    ])
-    .args;
+    let a = parse::<petrel_bench::mf_scale::MfScaleBenchArgs>(&format!(
+        "--ratings 8000,20000 --workers 1,2 --rank 3 --observed-fraction 0.2 --iterations 16 --target-rmse 0.3 --transport memory --out {out}"
+    ));
     let f = petrel_bench::mf_scale::measure(&a).unwrap();
     assert_eq!(f.bench, "mf-scale");
     assert_eq!(
@@ -328,32 +236,13 @@ fn mf_scale_reaches_the_target_at_every_size_and_worker_count() {
     assert!(std::path::Path::new(&f.plot).exists());
 }
 
-#[derive(Parser)]
-struct LassoScale {
-    #[command(flatten)]
-    args: petrel_bench::lasso_scale::LassoScaleBenchArgs,
-}
-
 #[test]
 fn lasso_scale_interleaves_its_repeats_and_reports_each_runner_s_median() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
-    let a = LassoScale::parse_from([
-        "bench",
-        "--sizes",
-        "200x400x5,400x1000x5",
-        "--workers",
-        "1,2",
-        "--repeats",
-        "3",
-        "--transport",
-        "memory",
-        "--bandwidth-mb",
-        "0",
-        "--out",
-        &out,
-    ])
-    .args;
+    let a = parse::<petrel_bench::lasso_scale::LassoScaleBenchArgs>(&format!(
+        "--sizes 200x400x5,400x1000x5 --workers 1,2 --repeats 3 --transport memory --bandwidth-mb 0 --out {out}"
+    ));
     let f = petrel_bench::lasso_scale::measure(&a).unwrap();
     assert_eq!(f.repeats, 3);
     assert_eq!(f.sizes.len(), 2);
@@ -392,19 +281,10 @@ fn lasso_scale_interleaves_its_repeats_and_reports_each_runner_s_median() {
 fn lasso_scale_refuses_a_round_latency_that_is_not_a_number_before_any_work() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
-    let a = LassoScale::parse_from([
-        "bench",
-        "--sizes",
-        "200x400x5",
-        "--round-latency-ms",
-        "NaN",
-        "--out",
-        &out,
-    ])
-    .args;
-    let e = petrel_bench::lasso_scale::measure(&a)
-        .err()
-        .expect("refused");
+    let a = parse::<petrel_bench::lasso_scale::LassoScaleBenchArgs>(&format!(
+        "--sizes 200x400x5 --round-latency-ms NaN --out {out}"
+    ));
+    let e = petrel_bench::lasso_scale::measure(&a).expect_err("refused");
     assert!(e.to_string().contains("round_latency_ms"), "{e}");
     // Nothing ran: no run directory was made.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -414,19 +294,9 @@ fn lasso_scale_refuses_a_round_latency_that_is_not_a_number_before_any_work() {
 fn mf_scale_refuses_a_negative_lambda_before_any_work() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().display().to_string();
-    let a = MfScale::parse_from([
-        "bench",
-        "--ratings",
-        "8000",
-        "--workers",
-        "1",
-        "--lambda=-1",
-        "--transport",
-        "memory",
-        "--out",
-        &out,
-    ])
-    .args;
+    let a = parse::<petrel_bench::mf_scale::MfScaleBenchArgs>(&format!(
+        "--ratings 8000 --workers 1 --lambda=-1 --transport memory --out {out}"
+    ));
     let Err(e) = petrel_bench::mf_scale::measure(&a) else {
         panic!("a negative lambda ran");
     };

@@ -1,8 +1,8 @@
 use super::*;
 
-fn run(petrel_s: Option<f64>, baseline_s: f64, rounds: u64) -> PetrelFigures {
+fn run(petrel_s: Option<f64>, baseline_s: f64, rounds: u64) -> CdRun<()> {
     let ratio = petrel_s.map(|s| s / baseline_s);
-    PetrelFigures {
+    CdRun {
         workers: 2,
         petrel_s,
         petrel_updates: petrel_s.map(|_| 100),
@@ -12,13 +12,10 @@ fn run(petrel_s: Option<f64>, baseline_s: f64, rounds: u64) -> PetrelFigures {
         us_per_update: None,
         wall_s: 1.0,
         rounds,
-        block_size: 1,
-        rss_mb: 1.0,
+        rss_mb: Some(1.0),
         final_objective: 1.0,
-        compute_to_target_s: None,
-        compute_ratio: None,
-        profile: RoundProfile::default(),
         memory: NodeMemory::default(),
+        extra: (),
     }
 }
 
@@ -33,7 +30,7 @@ fn the_median_of_odd_and_even_counts_and_of_nothing() {
 fn a_runner_reports_its_median_run_and_the_median_of_its_repeats_ratios() {
     // Ratios 1.2, 0.9 and 1.0 against three different baselines; times 0.12, 0.09,
     // 0.11: the median run (0.11 s, the third) is not the run of the median ratio.
-    let f = median_run(vec![
+    let f = CdRun::median_of(vec![
         run(Some(0.12), 0.10, 1),
         run(Some(0.09), 0.10, 2),
         run(Some(0.11), 0.11, 3),
@@ -46,7 +43,7 @@ fn a_runner_reports_its_median_run_and_the_median_of_its_repeats_ratios() {
     assert_eq!(f.ratios.len(), 3);
     // A run that missed the target is the slowest, and a median that lands on one
     // is no ratio at all.
-    let missed = median_run(vec![
+    let missed = CdRun::median_of(vec![
         run(None, 0.1, 1),
         run(Some(0.2), 0.1, 2),
         run(None, 0.1, 3),
@@ -54,7 +51,7 @@ fn a_runner_reports_its_median_run_and_the_median_of_its_repeats_ratios() {
     .unwrap();
     assert_eq!(missed.ratio, None);
     assert_eq!(missed.petrel_s, None);
-    let one_missed = median_run(vec![
+    let one_missed = CdRun::median_of(vec![
         run(None, 0.1, 1),
         run(Some(0.2), 0.1, 2),
         run(Some(0.1), 0.1, 3),
@@ -62,7 +59,7 @@ fn a_runner_reports_its_median_run_and_the_median_of_its_repeats_ratios() {
     .unwrap();
     assert_eq!(one_missed.petrel_s, Some(0.2));
     assert!((one_missed.ratio.unwrap() - 2.0).abs() < 1e-12);
-    assert!(median_run(Vec::new()).is_none());
+    assert!(CdRun::<()>::median_of(Vec::new()).is_none());
 }
 
 #[test]

@@ -1,0 +1,182 @@
+//! What the benches share: medians, and for the parameter-server benches (`consistency`,
+//! `managed`, `adarevision`) their error and their ending, the JSON figures saved to
+//! `--json-out` and printed as the last line.
+
+use petrel::report::{print_json, save_json};
+use petrel_ps::{PsError, PsLrConfig, PsMfConfig};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// The nodes of each run of a parameter-server bench.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PsClusterArgs {
+    /// Worker nodes.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Shard nodes.
+    #[arg(long, default_value_t = 2)]
+    pub shards: usize,
+}
+
+/// The synthetic logistic-regression data of the PS benches.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LrDataArgs {
+    /// LR: synthetic samples.
+    #[arg(long, default_value_t = 8000)]
+    pub lr_samples: usize,
+    /// LR: synthetic features.
+    #[arg(long, default_value_t = 200)]
+    pub lr_features: usize,
+    /// LR: synthetic classes.
+    #[arg(long, default_value_t = 10)]
+    pub lr_classes: usize,
+    /// LR: samples per clock and worker.
+    #[arg(long, default_value_t = 20)]
+    pub lr_batch: usize,
+}
+
+impl LrDataArgs {
+    /// The LR job on this data (with `quick`: 1000 samples, 40 features, 4 classes), run
+    /// to the clock limit of each bench's time limit.
+    pub(crate) fn config(&self, quick: bool) -> PsLrConfig {
+        let (samples, features, classes) = if quick {
+            (1000, 40, 4)
+        } else {
+            (self.lr_samples, self.lr_features, self.lr_classes)
+        };
+        PsLrConfig {
+            synthetic_samples: samples,
+            synthetic_features: features,
+            synthetic_classes: classes,
+            batch_size: self.lr_batch,
+            max_clocks: u64::MAX,
+            eval_ms: 50,
+            out: None,
+            ..PsLrConfig::default()
+        }
+    }
+}
+
+/// Transient stragglers: each clock of each worker is slowed `transient_factor` times with
+/// probability `transient_probability`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TransientArgs {
+    /// Probability that a clock of a worker is slowed (transient stragglers).
+    #[arg(long, default_value_t = 0.1)]
+    pub transient_probability: f64,
+    /// How much slower a transiently slowed clock is.
+    #[arg(long, default_value_t = 4.0)]
+    pub transient_factor: f64,
+}
+
+/// Why a parameter-server bench failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PsBenchError {
+    /// One run failed (`what`: the app, variant or setting it ran).
+    #[error("{what}")]
+    Run {
+        /// What ran.
+        what: String,
+        /// Why.
+        #[source]
+        source: PsError,
+    },
+    /// The plot could not be drawn.
+    #[error("plot {path}: {reason}")]
+    Plot {
+        /// The SVG file.
+        path: String,
+        /// The plotting library's message.
+        reason: String,
+    },
+    /// A file could not be written.
+    #[error("{}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The JSON line could not be written.
+    #[error("json figures")]
+    Json(#[from] serde_json::Error),
+}
+
+impl PsBenchError {
+    /// A failed run of `what`, for `map_err`.
+    pub(crate) fn run(what: impl std::fmt::Display) -> impl FnOnce(PsError) -> Self {
+        move |source| PsBenchError::Run {
+            what: what.to_string(),
+            source,
+        }
+    }
+
+    /// A plot of `path` that could not be drawn, for `map_err`.
+    pub(crate) fn plot(path: &Path) -> impl FnOnce(petrel::train::StradsTrainError) -> Self {
+        move |e| PsBenchError::Plot {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// Saves `figures` to `json_out` and prints them as the bench's JSON line.
+pub(crate) fn save_and_print<T: Serialize>(
+    json_out: &Path,
+    figures: &T,
+) -> Result<(), PsBenchError> {
+    save_json(json_out, figures).map_err(|source| PsBenchError::Io {
+        path: json_out.to_path_buf(),
+        source,
+    })?;
+    Ok(print_json(figures)?)
+}
+
+/// The median (the mean of the two middle values of an even count); `None` when empty.
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some(0.5 * (sorted[n / 2 - 1] + sorted[n / 2])),
+    }
+}
+
+/// The upper median (the larger middle value of an even count); `None` when empty.
+pub(crate) fn upper_median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v.get(v.len() / 2).copied()
+}
+
+/// The synthetic MF job of the PS benches (smaller with `quick`), which each sets its
+/// consistency, limits and stragglers on.
+pub(crate) fn ps_mf(quick: bool) -> PsMfConfig {
+    let (users, items, observed) = if quick {
+        (400, 200, 0.05)
+    } else {
+        (2000, 1000, 0.02)
+    };
+    PsMfConfig {
+        synthetic_users: users,
+        synthetic_items: items,
+        synthetic_rank: 5,
+        synthetic_observed: observed,
+        synthetic_noise: 0.1,
+        rank: 8,
+        learning_rate: 0.08,
+        batches_per_epoch: 4,
+        max_clocks: Some(u64::MAX),
+        init_scale: 0.3,
+        regularization: 0.02,
+        out: None,
+        ..PsMfConfig::default()
+    }
+}
+
+/// `a / b` when both are known and `b` is positive.
+pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    a.zip(b).filter(|&(_, b)| b > 0.0).map(|(a, b)| a / b)
+}
