@@ -2,12 +2,12 @@
 //! fits low-rank ratings; word-rotation LDA over QUIC gives exactly the serial driver's
 //! counts and log-likelihood for the same seed.
 
-use petrel::train::{run_lda_job, run_mf_job};
+use petrel::train::run_job;
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::data::synthetic::LowRankParams;
-use petrel_strads::apps::lda::LdaJob;
-use petrel_strads::apps::mf::StradsMfJob;
+use petrel_strads::apps::lda::{LdaApp, LdaJob};
+use petrel_strads::apps::mf::{MfApp, StradsMfJob};
 use petrel_strads::core::lda::LdaCluster;
 
 #[test]
@@ -28,7 +28,7 @@ fn mf_on_actors_fits_and_writes_factors() {
         out_dir: Some(dir.path().to_path_buf()),
         ..StradsMfJob::default()
     };
-    let m = run_mf_job(&job, 3, JobTransport::Quic).unwrap();
+    let m = run_job::<MfApp>(&job, 3, JobTransport::Quic).unwrap();
     assert!(
         m.final_train_rmse < 0.1,
         "train rmse {}",
@@ -60,7 +60,7 @@ fn lda_over_quic_equals_the_serial_driver() {
         out_dir: Some(dir.path().to_path_buf()),
         ..LdaJob::default()
     };
-    let m = run_lda_job(&job, 2, JobTransport::Quic).unwrap();
+    let m = run_job::<LdaApp>(&job, 2, JobTransport::Quic).unwrap();
     let corpus = job.load().unwrap();
     let mut serial = LdaCluster::new(&corpus, &job.config(2)).unwrap();
     for _ in 0..job.iterations {
@@ -90,7 +90,7 @@ fn malformed_inputs_name_file_and_line() {
         out_dir: Some(dir.path().join("mf")),
         ..StradsMfJob::default()
     };
-    let err = run_mf_job(&job, 1, JobTransport::Quic)
+    let err = run_job::<MfApp>(&job, 1, JobTransport::Quic)
         .unwrap_err()
         .to_string();
     assert!(err.contains("r.txt:2"), "{err}");
@@ -101,7 +101,7 @@ fn malformed_inputs_name_file_and_line() {
         out_dir: Some(dir.path().join("lda")),
         ..LdaJob::default()
     };
-    let err = run_lda_job(&job, 1, JobTransport::Quic)
+    let err = run_job::<LdaApp>(&job, 1, JobTransport::Quic)
         .unwrap_err()
         .to_string();
     assert!(err.contains("docword.txt:5"), "{err}");
@@ -180,7 +180,7 @@ fn ring_apps_give_the_same_outputs_across_processes_and_memory() {
         out_dir: Some(mem.clone()),
         ..LdaJob::default()
     };
-    run_lda_job(&job, 3, JobTransport::Memory).unwrap();
+    run_job::<LdaApp>(&job, 3, JobTransport::Memory).unwrap();
     for file in ["topic_word.tsv", "topics.txt"] {
         assert_eq!(
             std::fs::read_to_string(procs.join(file)).unwrap(),
@@ -211,7 +211,7 @@ fn ring_apps_give_the_same_outputs_across_processes_and_memory() {
         out_dir: Some(mem.clone()),
         ..StradsMfJob::default()
     };
-    run_mf_job(&job, 3, JobTransport::Memory).unwrap();
+    run_job::<MfApp>(&job, 3, JobTransport::Memory).unwrap();
     for file in ["user_factors.tsv", "item_factors.tsv"] {
         assert_eq!(
             std::fs::read_to_string(procs.join(file)).unwrap(),

@@ -222,8 +222,10 @@ fn cli_flags_checkpoint_and_resume() {
 /// checkpoint damaged it fails, naming the files.
 #[test]
 fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
-    use petrel::train::{run_lda_job, run_mf_job};
+    use petrel::train::run_job;
+    use petrel_strads::apps::lda::LdaApp;
     use petrel_strads::apps::lda::LdaJob;
+    use petrel_strads::apps::mf::MfApp;
     use petrel_strads::apps::mf::StradsMfJob;
 
     let dir = tempfile::tempdir().unwrap();
@@ -275,8 +277,8 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
         r
     };
 
-    run_mf_job(&mf("mf-plain", false), 2, JobTransport::Memory).unwrap();
-    run_lda_job(&lda("lda-plain", false), 2, JobTransport::Memory).unwrap();
+    run_job::<MfApp>(&mf("mf-plain", false), 2, JobTransport::Memory).unwrap();
+    run_job::<LdaApp>(&lda("lda-plain", false), 2, JobTransport::Memory).unwrap();
     let (mf_rounds, lda_rounds) = (rounds("mf-ckpt"), rounds("lda-ckpt"));
     assert_eq!(mf_rounds.len(), 2, "the newest two are kept: {mf_rounds:?}");
     assert_eq!(
@@ -285,9 +287,9 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
         "the newest two are kept: {lda_rounds:?}"
     );
 
-    run_mf_job(&mf("mf-resumed", true), 2, JobTransport::Memory).unwrap();
+    run_job::<MfApp>(&mf("mf-resumed", true), 2, JobTransport::Memory).unwrap();
     same("mf-plain", "mf-resumed", &mf_files);
-    run_lda_job(&lda("lda-resumed", true), 2, JobTransport::Memory).unwrap();
+    run_job::<LdaApp>(&lda("lda-resumed", true), 2, JobTransport::Memory).unwrap();
     same("lda-plain", "lda-resumed", &lda_files);
 
     // Damage worker 1's file of the newest checkpoint: the older one is used.
@@ -298,9 +300,9 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
         let bytes = std::fs::read(&f).unwrap();
         std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
     }
-    run_mf_job(&mf("mf-fallback", true), 2, JobTransport::Memory).unwrap();
+    run_job::<MfApp>(&mf("mf-fallback", true), 2, JobTransport::Memory).unwrap();
     same("mf-plain", "mf-fallback", &mf_files);
-    run_lda_job(&lda("lda-fallback", true), 2, JobTransport::Memory).unwrap();
+    run_job::<LdaApp>(&lda("lda-fallback", true), 2, JobTransport::Memory).unwrap();
     same("lda-plain", "lda-fallback", &lda_files);
 
     // Every checkpoint damaged (the resumed runs wrote their own since): resuming fails and
@@ -315,7 +317,7 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
     for m in &manifests {
         std::fs::write(m, b"garbage").unwrap();
     }
-    let err = run_mf_job(&mf("mf-none", true), 2, JobTransport::Memory)
+    let err = run_job::<MfApp>(&mf("mf-none", true), 2, JobTransport::Memory)
         .unwrap_err()
         .to_string();
     assert!(

@@ -8,12 +8,12 @@
 use petrel::report::Table;
 use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
-use petrel::train::{StradsTrainError, run_lda_job};
+use petrel::train::{StradsTrainError, run_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint};
 use petrel_ps::apps::lda::{PsLdaConfig, PsLdaMetrics};
-use petrel_strads::apps::lda::LdaJob;
+use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -145,7 +145,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
             out_dir: Some(out.join(format!("p{p}"))),
             ..LdaJob::default()
         };
-        let m = run_lda_job(&job, p, args.transport)?;
+        let m = run_job::<LdaApp>(&job, p, args.transport)?;
         table.row(row("rotation".into(), p, &m));
         runs.push((p, m));
     }

@@ -14,9 +14,9 @@
 
 use crate::scale::{GridArgs, cell, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
-use petrel::train::{NodeMemory, StradsTrainError, run_lda_job};
+use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_strads::StradsError;
-use petrel_strads::apps::lda::LdaJob;
+use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -256,7 +256,7 @@ fn run_one(
     // The flags checked as `train lda` checks its settings.
     job.validate().map_err(StradsError::from)?;
     let started = Instant::now();
-    let m = run_lda_job(&job, workers, args.grid.transport)?;
+    let m = run_job::<LdaApp>(&job, workers, args.grid.transport)?;
     let wall_s = started.elapsed().as_secs_f64();
     let holds = worker_holds_mb(m.n_tokens, docs, args.vocab, args.topics, workers);
     let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.grid.transport, holds);

@@ -7,11 +7,11 @@
 use crate::scale::{
     CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, PetrelRun, Prepared, cell,
 };
-use petrel::train::{NodeMemory, StradsTrainError, run_logistic_job};
+use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_ml::data::SparseColumns;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::{LassoJob, LassoSolver, SyntheticLasso};
-use petrel_strads::apps::logistic::{load, logistic_lambda};
+use petrel_strads::apps::logistic::{LogisticApp, load, logistic_lambda};
 use petrel_strads::core::baseline::{CdStop, CyclicLogistic};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -160,7 +160,7 @@ impl CdScale for LogisticScaleBenchArgs {
             ..self.job_for(size)
         };
         let started = Instant::now();
-        let m = run_logistic_job(&job, workers, transport)?;
+        let m = run_job::<LogisticApp>(&job, workers, transport)?;
         let wall_s = started.elapsed().as_secs_f64();
         let petrel_s = (m.final_objective <= target).then_some(m.elapsed_s);
         let memory = NodeMemory::of_run(Some(&dir), transport, worker_holds_mb(nnz, size, workers));

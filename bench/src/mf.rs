@@ -6,10 +6,10 @@
 use petrel::report::Table;
 use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
-use petrel::train::{StradsTrainError, run_mf_job};
+use petrel::train::{StradsTrainError, run_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
-use petrel_strads::apps::mf::{MfMetrics, StradsMfJob};
+use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -111,7 +111,7 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
             timeout_s: 120,
             ..StradsMfJob::default()
         };
-        let m = run_mf_job(&job, p, args.transport)?;
+        let m = run_job::<MfApp>(&job, p, args.transport)?;
         table.row(vec![
             p.to_string(),
             format!("{:?}", m.worker_ratings),

@@ -13,12 +13,12 @@
 
 use crate::scale::{GridArgs, cell, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
-use petrel::train::{NodeMemory, StradsTrainError, run_mf_job};
+use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::metrics::peak_rss_mb;
-use petrel_strads::apps::mf::{MfMetrics, StradsMfJob};
+use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -328,7 +328,7 @@ fn run_one(
     let steps_per_sweep = job.layout().width();
     let rss_tracked = args.grid.transport != JobTransport::Processes && reset_peak_rss();
     let started = Instant::now();
-    let m = run_mf_job(&job, workers, args.grid.transport)?;
+    let m = run_job::<MfApp>(&job, workers, args.grid.transport)?;
     let wall_s = started.elapsed().as_secs_f64();
     let rss_mb = rss_tracked.then(peak_rss_mb);
     let seconds = m.time_to_target_s;

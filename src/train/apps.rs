@@ -367,13 +367,17 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
     }
 }
 
-/// A STRADS job's round timeout (`timeout_s`), which its cluster's settings carry.
-pub trait JobTimeout: TrainApp {
+/// A STRADS app that runs on a cluster ([`super::run_job`]): what its scheduler writes and
+/// the round timeout (`timeout_s`) its cluster's settings carry.
+pub trait StradsClusterApp: TrainApp {
+    /// What its scheduler writes to `metrics.json`.
+    type Metrics: serde::de::DeserializeOwned;
     /// Seconds a round may take.
     fn timeout_s(job: &Self::Job) -> u64;
 }
 
-impl JobTimeout for LogisticApp {
+impl StradsClusterApp for LogisticApp {
+    type Metrics = petrel_strads::apps::logistic::LogisticMetrics;
     fn timeout_s(job: &LassoJob) -> u64 {
         job.timeout_s
     }
@@ -383,10 +387,8 @@ impl JobTimeout for LogisticApp {
 /// scheduler node and the workers, round checkpoints and restarts, or the serial driver
 /// with `--transport none`.
 pub trait StradsTrainApp:
-    StradsJob<Config = <Self as TrainApp>::Job> + TrainApp<Job: clap::Args> + JobTimeout
+    StradsJob<Config = <Self as TrainApp>::Job> + TrainApp<Job: clap::Args> + StradsClusterApp
 {
-    /// What its scheduler writes to `metrics.json`.
-    type Metrics: serde::de::DeserializeOwned;
     /// Its checkpoint directory and resume settings.
     fn checkpoints(job: &mut Self::Job) -> (&mut Option<PathBuf>, &mut bool);
     /// The progress points a full run records (the progress bar's length), if known.
@@ -398,14 +400,14 @@ pub trait StradsTrainApp:
     fn summary(m: &Self::Metrics, out: &str) -> String;
 }
 
-impl JobTimeout for MfApp {
+impl StradsClusterApp for MfApp {
+    type Metrics = MfMetrics;
     fn timeout_s(job: &StradsMfJob) -> u64 {
         job.timeout_s
     }
 }
 
 impl StradsTrainApp for MfApp {
-    type Metrics = MfMetrics;
     fn checkpoints(job: &mut StradsMfJob) -> (&mut Option<PathBuf>, &mut bool) {
         (&mut job.checkpoint_dir, &mut job.resume)
     }
@@ -422,14 +424,14 @@ impl StradsTrainApp for MfApp {
     }
 }
 
-impl JobTimeout for LdaApp {
+impl StradsClusterApp for LdaApp {
+    type Metrics = LdaMetrics;
     fn timeout_s(job: &LdaJob) -> u64 {
         job.timeout_s
     }
 }
 
 impl StradsTrainApp for LdaApp {
-    type Metrics = LdaMetrics;
     fn checkpoints(job: &mut LdaJob) -> (&mut Option<PathBuf>, &mut bool) {
         (&mut job.checkpoint_dir, &mut job.resume)
     }

@@ -21,14 +21,11 @@ pub mod saved;
 
 use crate::launcher::NodePeak;
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
-use petrel_ml::topic::LdaMetrics;
 use petrel_ps::PsApp;
 use petrel_strads::apps::lasso::{
     self as lasso, LassoApp, LassoJob, LassoMetrics, checkpoint, multi,
 };
-use petrel_strads::apps::lda::{LdaApp, LdaJob};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
-use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
 use petrel_strads::{StradsError, StradsJob, StradsModelError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -497,20 +494,19 @@ pub fn run_lasso_job(
 
 /// Runs job `A` (one scheduler node, `workers` worker nodes) on a cluster and returns the
 /// metrics its scheduler wrote (logistic regression's `solver` picks its roles).
-pub fn run_job<A, M>(
+pub fn run_job<A>(
     job: &A::Config,
     workers: usize,
     transport: JobTransport,
-) -> Result<M, StradsTrainError>
+) -> Result<<A as apps::StradsClusterApp>::Metrics, StradsTrainError>
 where
-    A: StradsJob + TrainApp<Job = <A as StradsJob>::Config> + apps::JobTimeout,
+    A: StradsJob + TrainApp<Job = <A as StradsJob>::Config> + apps::StradsClusterApp,
     A::Config: serde::Serialize,
-    M: serde::de::DeserializeOwned,
 {
     let mut job = job.clone();
     let out = A::out(&mut job).clone();
     let timeout_s = A::timeout_s(&job);
-    run_star_job::<A, M>(
+    run_star_job::<A, _>(
         &job,
         &out,
         timeout_s,
@@ -518,33 +514,6 @@ where
         workers,
         transport,
     )
-}
-
-/// Runs a logistic-regression job on a cluster ([`run_job`]).
-pub fn run_logistic_job(
-    job: &LassoJob,
-    workers: usize,
-    transport: JobTransport,
-) -> Result<LogisticMetrics, StradsTrainError> {
-    run_job::<LogisticApp, _>(job, workers, transport)
-}
-
-/// Runs an MF job on a cluster ([`run_job`]).
-pub fn run_mf_job(
-    job: &StradsMfJob,
-    workers: usize,
-    transport: JobTransport,
-) -> Result<MfMetrics, StradsTrainError> {
-    run_job::<MfApp, _>(job, workers, transport)
-}
-
-/// Runs an LDA job on a cluster ([`run_job`]).
-pub fn run_lda_job(
-    job: &LdaJob,
-    workers: usize,
-    transport: JobTransport,
-) -> Result<LdaMetrics, StradsTrainError> {
-    run_job::<LdaApp, _>(job, workers, transport)
 }
 
 /// Why a finished run stopped, from its `metrics.json`: plainly "did not converge" when it
@@ -928,7 +897,7 @@ pub fn train_strads<A: apps::StradsTrainApp>(
                 |resume, _| {
                     let mut job = job.clone();
                     *A::checkpoints(&mut job).1 |= resume;
-                    run_job::<A, _>(&job, c.workers, transport)
+                    run_job::<A>(&job, c.workers, transport)
                 },
             )?
         }
@@ -1124,6 +1093,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use petrel_strads::apps::mf::{MfApp, StradsMfJob};
 
     #[test]
     fn lasso_and_gauss_seidel_logistic_clusters_run_their_transport_on_the_node_threads_and_mf_keeps_its_own()
