@@ -31,36 +31,46 @@ tensor_len = 64
 duration_s = 60.0
 "#;
 
-/// Starts `petrel run` on [`LONG_DEMO`] (run directories in `dir`) and waits for its 3
-/// nodes to have joined and exchanged rounds; returns the launcher and the nodes' pids.
-fn start_long_demo(dir: &std::path::Path, stderr: Stdio) -> (std::process::Child, Vec<u32>) {
-    let cfg = write_config(dir, LONG_DEMO);
+/// Starts `petrel <args>` (run directories in `dir`) and waits for its `nodes` node
+/// processes to be mid-run; returns the launcher and the nodes' pids.
+fn start_launcher(
+    dir: &std::path::Path,
+    args: &[&str],
+    nodes: usize,
+    stderr: Stdio,
+) -> (std::process::Child, Vec<u32>) {
     let launcher = Command::new(PETREL)
-        .arg("run")
-        .arg(&cfg)
+        .args(args)
+        .current_dir(dir)
         // A SIGKILLed launcher cannot remove its run directory: keep it in the test's.
         .env("TMPDIR", dir)
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
         .unwrap();
-    let mut nodes = Vec::new();
+    let mut pids = Vec::new();
     wait_until(
         Duration::from_secs(30),
-        "the launcher starts 3 nodes",
+        "the launcher starts its nodes",
         || {
-            nodes = children_of(launcher.id());
-            nodes.len() == 3
+            pids = children_of(launcher.id());
+            pids.len() == nodes
         },
     );
+    // Mid-run: the nodes have joined and exchange rounds.
     std::thread::sleep(Duration::from_millis(1500));
-    (launcher, nodes)
+    (launcher, pids)
 }
 
-fn launcher_dies_and_takes_its_nodes(how: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    // Mid-run: the nodes have joined and exchange rounds.
-    let (mut launcher, nodes) = start_long_demo(dir.path(), Stdio::null());
+/// `petrel run` on [`LONG_DEMO`], mid-run.
+fn start_long_demo(dir: &std::path::Path, stderr: Stdio) -> (std::process::Child, Vec<u32>) {
+    let cfg = write_config(dir, LONG_DEMO);
+    let cfg = cfg.to_string_lossy();
+    start_launcher(dir, &["run", &cfg], 3, stderr)
+}
+
+/// Signals the launcher `how`; its `nodes` must all be gone within 2 s.
+fn launcher_dies_and_takes(mut launcher: std::process::Child, nodes: &[u32], how: &str) {
     assert!(
         launcher.try_wait().unwrap().is_none(),
         "the run ended early"
@@ -76,10 +86,27 @@ fn launcher_dies_and_takes_its_nodes(how: &str) {
     }
     assert!(
         left.is_empty(),
-        "SIGTERM/SIGKILL of the launcher ({how}) left nodes {left:?} running after 2 s"
+        "SIG{how} of the launcher left nodes {left:?} running after 2 s"
     );
     let status = launcher.wait().unwrap();
     assert!(!status.success(), "{status}");
+}
+
+fn launcher_dies_and_takes_its_nodes(how: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let (launcher, nodes) = start_long_demo(dir.path(), Stdio::null());
+    launcher_dies_and_takes(launcher, &nodes, how);
+}
+
+/// `petrel train p3` (2 workers and 2 shards as processes) leaves no node behind either.
+#[test]
+fn sigterm_of_train_p3_stops_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "train", "p3", "--net", "mlp", "--epochs", "200", "--out", "m.json",
+    ];
+    let (launcher, nodes) = start_launcher(dir.path(), &args, 4, Stdio::null());
+    launcher_dies_and_takes(launcher, &nodes, "TERM");
 }
 
 #[test]
