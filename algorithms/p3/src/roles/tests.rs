@@ -44,3 +44,34 @@ fn config_rejects_bad_values_when_read() {
         .to_string();
     assert!(err.contains("valid values: sequential, fifo, p3"), "{err}");
 }
+
+#[test]
+fn a_real_network_needs_the_candle_feature_and_an_emulated_profile_does_not() {
+    let settings = petrel_actors::Topology::builder("t")
+        .node("w0", &[WORKER_ROLE])
+        .build()
+        .unwrap();
+    let real = P3NodeConfig {
+        net: "mlp".into(),
+        train_data: "synthetic:64".into(),
+        ..P3NodeConfig::default()
+    };
+    let emulated = P3NodeConfig::default();
+    assert!(emulated.check_net().is_ok());
+    assert!(emulated.job(&settings).is_ok());
+    if cfg!(feature = "candle") {
+        assert!(real.check_net().is_ok());
+        assert!(real.job(&settings).is_ok());
+    } else {
+        for err in [
+            real.check_net().unwrap_err(),
+            real.job(&settings).unwrap_err(),
+        ] {
+            let chain = petrel_actors::error_chain(&err);
+            assert!(
+                chain.contains("mlp") && chain.contains("`candle` feature"),
+                "{chain}"
+            );
+        }
+    }
+}
