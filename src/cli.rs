@@ -608,13 +608,10 @@ mod live {
     }
 
     pub(super) fn finish_dashboard(
-        dashboard: Option<Dashboard>,
+        _: Option<Dashboard>,
         _: Option<PathBuf>,
     ) -> Result<(), CliError> {
-        match dashboard {
-            None => Ok(()),
-            Some(d) => match d {},
-        }
+        Ok(())
     }
 }
 use live::{finish_dashboard, start_dashboard};
