@@ -551,35 +551,70 @@ fn run_cluster(
     Ok(())
 }
 
-/// Starts the dashboard when `--dashboard` was given and prints its URL.
-fn start_dashboard(
-    addr: Option<&str>,
-    title: &str,
-) -> Result<Option<petrel_observe::dashboard::Dashboard>, CliError> {
-    let Some(addr) = addr else {
-        return Ok(None);
-    };
-    let d = petrel_observe::dashboard::Dashboard::start(addr, title).map_err(CliError::command)?;
-    println!("dashboard: {}", d.url());
-    Ok(Some(d))
-}
+// `--dashboard` needs the `dashboard` feature; without it the flag is refused before
+// anything runs.
+#[cfg(feature = "dashboard")]
+mod live {
+    use super::{CliError, PathBuf};
+    use petrel_observe::dashboard::Dashboard;
 
-/// Writes the dashboard's static report into `dir` (default: the current directory).
-fn finish_dashboard(
-    dashboard: Option<petrel_observe::dashboard::Dashboard>,
-    dir: Option<PathBuf>,
-) -> Result<(), CliError> {
-    let Some(d) = dashboard else {
-        return Ok(());
-    };
-    let dir = match dir {
-        Some(d) => d,
-        None => std::env::current_dir().map_err(CliError::command)?,
-    };
-    let path = d.finish(&dir).map_err(CliError::command)?;
-    println!("dashboard report: {}", path.display());
-    Ok(())
+    /// Starts the dashboard when `--dashboard` was given and prints its URL.
+    pub(super) fn start_dashboard(
+        addr: Option<&str>,
+        title: &str,
+    ) -> Result<Option<Dashboard>, CliError> {
+        let Some(addr) = addr else {
+            return Ok(None);
+        };
+        let d = Dashboard::start(addr, title).map_err(CliError::command)?;
+        println!("dashboard: {}", d.url());
+        Ok(Some(d))
+    }
+
+    /// Writes the dashboard's static report into `dir` (default: the current directory).
+    pub(super) fn finish_dashboard(
+        dashboard: Option<Dashboard>,
+        dir: Option<PathBuf>,
+    ) -> Result<(), CliError> {
+        let Some(d) = dashboard else {
+            return Ok(());
+        };
+        let dir = match dir {
+            Some(d) => d,
+            None => std::env::current_dir().map_err(CliError::command)?,
+        };
+        let path = d.finish(&dir).map_err(CliError::command)?;
+        println!("dashboard report: {}", path.display());
+        Ok(())
+    }
 }
+#[cfg(not(feature = "dashboard"))]
+mod live {
+    use super::{CliError, PathBuf};
+
+    /// No dashboard can be made in this build.
+    pub(super) enum Dashboard {}
+
+    pub(super) fn start_dashboard(
+        addr: Option<&str>,
+        _: &str,
+    ) -> Result<Option<Dashboard>, CliError> {
+        match addr {
+            None => Ok(None),
+            Some(_) => Err(CliError::Usage(
+                "--dashboard: this petrel was built without its `dashboard` feature".into(),
+            )),
+        }
+    }
+
+    pub(super) fn finish_dashboard(
+        _: Option<Dashboard>,
+        _: Option<PathBuf>,
+    ) -> Result<(), CliError> {
+        Ok(())
+    }
+}
+use live::{finish_dashboard, start_dashboard};
 
 /// `petrel certs`: every name is checked before anything is written.
 fn certs_command(

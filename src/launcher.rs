@@ -860,12 +860,12 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
         .map(|n| (n.name.clone(), n.metrics_addr.clone().unwrap_or_default()))
         .collect();
     // A dashboard of this process (`--dashboard`) scrapes the children from now on.
-    petrel_observe::dashboard::announce_targets(
+    petrel_observe::scrape::announce_targets(
         settings
             .nodes
             .iter()
             .zip(&metrics)
-            .map(|(n, (_, addr))| petrel_observe::dashboard::Target {
+            .map(|(n, (_, addr))| petrel_observe::scrape::Target {
                 node: n.name.clone(),
                 roles: n.roles.clone(),
                 addr: addr.clone(),

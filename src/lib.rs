@@ -74,6 +74,16 @@
 //! the [`launcher`] and [`netns`] (emulated hosts). `petrel bench …` runs the benchmarks'
 //! own crate (`bench/`, the `petrel-bench` binary). [`demo`] is the runtime's own check job.
 //! Commands fail with a [`CliError`].
+//!
+//! ## Features
+//!
+//! Three default-on features hold the heavy parts; a program that embeds only the parameter
+//! server or STRADS builds without them (`default-features = false`), and a command that
+//! needs a missing one refuses to run and names it. `candle`: P3's real networks (candle;
+//! `petrel train p3`, `[app.p3] net`, `eval`/`predict p3`; emulated profiles need none).
+//! `plot`: `petrel train --plot` (plotters). `dashboard`: `--dashboard`, the live page and
+//! its report; axum and hyper stay without it, since every node serves `/metrics` with
+//! them.
 
 pub use petrel_actors as actors;
 pub use petrel_messages as messages;

@@ -12,11 +12,14 @@
 //!   [`heap::CountingAllocator`] also knows its heap's peak.
 //! - [`MetricsServer`] serves the registry as OpenMetrics text at `GET /metrics` (axum on a
 //!   thread and tokio runtime of its own, so a busy actor thread does not stall scrapes).
-//! - [`scrape`] fetches and parses that text; [`dashboard`] turns scrapes of every node into
-//!   the launcher's live web page and the static report a finished run leaves behind.
+//! - [`scrape`] fetches and parses that text; [`dashboard`] (the `dashboard` feature,
+//!   default on) turns scrapes of every node into the launcher's live web page and the
+//!   static report a finished run leaves behind. The HTTP stack (axum, hyper) stays without
+//!   it: `/metrics` needs it.
 //!
 //! Series names are listed in the README ("Watching a run").
 
+#[cfg(feature = "dashboard")]
 pub mod dashboard;
 mod error;
 mod exporter;

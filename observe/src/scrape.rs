@@ -3,6 +3,7 @@
 use crate::ObserveError;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// One sample line: `name{labels} value`.
@@ -90,6 +91,31 @@ fn parse_labels(text: &str) -> Option<Vec<(String, String)>> {
             .trim_start();
     }
     Some(out)
+}
+
+/// A node to scrape over HTTP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The node's name.
+    pub node: String,
+    /// Its roles.
+    pub roles: Vec<String>,
+    /// Its `/metrics` address, `host:port`.
+    pub addr: String,
+}
+
+pub(crate) fn targets() -> &'static Mutex<Vec<Target>> {
+    static TARGETS: std::sync::OnceLock<Mutex<Vec<Target>>> = std::sync::OnceLock::new();
+    TARGETS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Tells every dashboard of this process to scrape these nodes (a launcher calls it when
+/// it starts its children); replaces earlier targets of the same names.
+pub fn announce_targets(new: Vec<Target>) {
+    if let Ok(mut t) = targets().lock() {
+        t.retain(|old| new.iter().all(|n| n.node != old.node));
+        t.extend(new);
+    }
 }
 
 /// `GET http://target/path` with a timeout; the body as text.

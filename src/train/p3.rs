@@ -229,7 +229,7 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
         width: args.job.width,
         ..P3NodeConfig::default()
     };
-    probe.real_net(&probe.input_shape()?)?;
+    probe.check_net()?;
     let (train, _) = P3NodeConfig {
         test_data: String::new(),
         ..probe.clone()

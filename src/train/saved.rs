@@ -169,9 +169,8 @@ fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
 
 /// Test loss and accuracy of a P3 network on `data`.
 fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, SavedModelError> {
-    let (net, examples) = network_and_data(m, data)?;
-    let s = petrel_p3::models::staged::evaluate(&net, &m.tensors, &examples, 64)
-        .map_err(|e| network_error(m, e))?;
+    let examples = network_data(m, data)?;
+    let s = petrel_p3::roles::evaluate_network(m, &examples)?;
     Ok(vec![
         ("examples", examples.len() as f64),
         ("loss", f64::from(s.loss)),
@@ -179,13 +178,12 @@ fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, SavedModel
     ])
 }
 
-/// The network of a P3 model and the examples of `data`: `cifar:FILE[,FILE...]`,
-/// `idx:IMAGES,LABELS` or a plain path (a CIFAR-10 binary file).
-fn network_and_data(
+/// The examples of `data` for a P3 model: `cifar:FILE[,FILE...]`, `idx:IMAGES,LABELS` or
+/// a plain path (a CIFAR-10 binary file).
+fn network_data(
     m: &NetworkModel,
     data: &Path,
-) -> Result<(petrel_p3::models::StagedNet, petrel_ml::dnn::data::Dataset), SavedModelError> {
-    let net = petrel_p3::models::staged::saved_network(m).map_err(|e| network_error(m, e))?;
+) -> Result<petrel_ml::dnn::data::Dataset, SavedModelError> {
     let text = data.to_string_lossy();
     let spec = if text.starts_with("cifar:") || text.starts_with("idx:") {
         text.into_owned()
@@ -202,14 +200,7 @@ fn network_and_data(
             m.input
         )));
     }
-    Ok((net, examples))
-}
-
-fn network_error(m: &NetworkModel, e: petrel_p3::models::ModelError) -> SavedModelError {
-    SavedModelError::Network(petrel_p3::P3Error::RealModel {
-        name: m.net.clone(),
-        source: Box::new(e),
-    })
+    Ok(examples)
 }
 
 /// `petrel eval`: prints the figures (one line, then one JSON line) and writes them to
@@ -346,10 +337,8 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
         },
         ModelParams::Network(m) => {
             let path = need_data()?;
-            let (net, examples) = network_and_data(m, &path)?;
-            let probs =
-                petrel_p3::models::staged::predict_probabilities(&net, &m.tensors, &examples, 64)
-                    .map_err(|e| network_error(m, e))?;
+            let examples = network_data(m, &path)?;
+            let probs = petrel_p3::roles::predict_network(m, &examples)?;
             out.push_str("example\tclass");
             for k in 0..m.classes {
                 out.push_str(&format!("\tp_{k}"));

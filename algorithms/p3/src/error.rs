@@ -200,6 +200,14 @@ fn reasons_list(reasons: &[String]) -> String {
 }
 
 impl P3Error {
+    /// The real model `name` failed or cannot be built.
+    pub fn real_model(name: &str, e: crate::models::ModelError) -> Self {
+        P3Error::RealModel {
+            name: name.to_string(),
+            source: Box::new(e),
+        }
+    }
+
     /// A model error of worker `worker`.
     pub fn model(worker: usize, e: impl std::error::Error + Send + Sync + 'static) -> Self {
         P3Error::Model {

@@ -21,6 +21,9 @@
 //!    emulated compute: VGG-19, ResNet-50, Sockeye) and [`CandleStageModel`], the adapter
 //!    that trains a model written with the candle deep-learning crate, given as an ordered
 //!    list of stages ([`StagedNet`]; MLP, LeNet, ResNet-18 and VGG-11 in [`models::nets`]).
+//!    The adapter is the `candle` feature (default on): without it the crate builds without
+//!    candle, trains emulated profiles only, and refuses a real network with
+//!    [`ModelError::NoCandle`].
 //! 5. [`roles`]: the built-in `p3-worker`/`p3-shard` roles of `petrel node`, configured by
 //!    `[app.p3]` ([`P3NodeConfig`]).
 //!
@@ -64,14 +67,18 @@ pub use error::P3Error;
 pub use kit::{
     P3Job, P3WorkerReport, Progress, StageGrads, StageLayout, StageModel, StepStats, run_cluster,
 };
-pub use models::{CandleStageModel, EmulatedModel, ModelError, StagedNet};
+#[cfg(feature = "candle")]
+pub use models::{CandleStageModel, StagedNet};
+pub use models::{EmulatedModel, ModelError};
 pub use roles::{P3NodeConfig, WorkerReportFile};
 
 /// The names most P3 code needs: `use petrel_p3::prelude::*;`.
 pub mod prelude {
+    #[cfg(feature = "candle")]
+    pub use crate::CandleStageModel;
     pub use crate::{
-        CandleStageModel, EmulatedModel, Mode, ModelProfile, P3Error, P3Job, P3WorkerReport,
-        StageGrads, StageModel, StepStats, run_cluster,
+        EmulatedModel, Mode, ModelProfile, P3Error, P3Job, P3WorkerReport, StageGrads, StageModel,
+        StepStats, run_cluster,
     };
     pub use petrel_ml::dnn::FlatSgdMomentum;
 }

@@ -5,9 +5,10 @@
 //! ([`P3NodeConfig`]). The model is either the [`EmulatedModel`] of a profile (built-in
 //! name or file) scaled by `scale` on a device of `device_gflops`, exactly as `petrel
 //! bench p3` builds it, or, when `net` names one, a real candle model
-//! ([`crate::models::nets`]) trained by [`CandleStageModel`] on `train_data`, evaluated by
-//! worker 0 on `test_data` and saved to `model_out`. Each worker writes its report as JSON ([`WorkerReportFile`]) to
-//! `report_dir/p3-worker-{i}.json`, which the bench reads.
+//! ([`crate::models::nets`]) trained by [`CandleStageModel`](crate::models::CandleStageModel)
+//! on `train_data`, evaluated by worker 0 on `test_data` and saved to `model_out` (the
+//! `candle` feature; without it such a job is refused). Each worker writes its report as
+//! JSON ([`WorkerReportFile`]) to `report_dir/p3-worker-{i}.json`, which the bench reads.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,16 +16,14 @@ use std::time::Duration;
 
 use petrel_actors::{Cluster, NodeContext, Settings};
 use petrel_ml::dnn::FlatSgdMomentum;
-use petrel_ml::model::{ModelFileError, ModelParams, SavedModel};
+use petrel_ml::model::{ModelParams, NetworkModel, SavedModel};
 use serde::{Deserialize, Serialize};
 
 use crate::core::{Mode, ModelProfile, ProfileError};
 use crate::error::P3Error;
 use crate::kit::StepStats;
 use crate::kit::{P3Job, P3WorkerReport};
-use crate::models::nets;
-use crate::models::staged::{SavedStagedModel, evaluate, saved_network};
-use crate::models::{CandleStageModel, EmulatedModel, StagedNet};
+use crate::models::EmulatedModel;
 use crate::shells::{SHARD_ROLE, WORKER_ROLE, shard_role, worker_role};
 use petrel_ml::dnn::cifar::{read_cifar10_files, synthetic_cifar};
 use petrel_ml::dnn::data::{Dataset, load_idx_dataset};
@@ -73,8 +72,7 @@ pub struct P3NodeConfig {
     /// Test data in the same syntax (`synthetic:N` draws N more examples of the same
     /// classes); empty: no evaluation.
     pub test_data: String,
-    /// Where worker 0 saves the trained real model ([`SavedStagedModel`] JSON); empty:
-    /// not saved.
+    /// Where worker 0 saves the trained real model ([`save_model`]); empty: not saved.
     pub model_out: PathBuf,
     /// Checkpoint directory every node sees ([`crate::checkpoint`]); empty: no checkpoints.
     pub checkpoint_dir: PathBuf,
@@ -146,8 +144,8 @@ impl P3NodeConfig {
             });
         }
         let profile = load_profile(&self.model)?.scaled(self.scale);
-        let initial = match self.real_net(&self.input_shape()?)? {
-            Some(net) => self.real_initial(&net)?,
+        let initial = match network::initial(self)? {
+            Some(initial) => initial,
             None => profile
                 .layers
                 .iter()
@@ -277,22 +275,10 @@ pub fn load_data(
 }
 
 impl P3NodeConfig {
-    /// The real model named by `net` for examples of shape `input`, or `None` when the
-    /// job emulates a profile.
-    pub fn real_net(&self, input: &[usize]) -> Result<Option<StagedNet>, P3Error> {
-        if self.net.is_empty() {
-            return Ok(None);
-        }
-        nets::by_name(&self.net, input, self.width.max(1), 10)
-            .map(Some)
-            .ok_or_else(|| P3Error::Config {
-                field: "[app.p3] net",
-                detail: format!(
-                    "unknown model {:?} for inputs {input:?} (known: {})",
-                    self.net,
-                    nets::MODEL_NAMES.join(", ")
-                ),
-            })
+    /// Checks that `net` is empty (the job emulates a profile) or names a real model this
+    /// build can train.
+    pub fn check_net(&self) -> Result<(), P3Error> {
+        network::check(self)
     }
 
     /// Shape of one training example: `[3, 32, 32]` for CIFAR and synthetic data, `[1,
@@ -310,14 +296,6 @@ impl P3NodeConfig {
                 _ => vec![3, 32, 32],
             },
         )
-    }
-
-    fn real_initial(&self, net: &StagedNet) -> Result<Vec<Vec<f32>>, P3Error> {
-        let real = |source| P3Error::RealModel {
-            name: net.name().to_string(),
-            source: Box::new(source),
-        };
-        Ok(net.init(self.seed).map_err(real)?.1)
     }
 
     /// The data sets of a real model (training, and test when `test_data` is set).
@@ -338,7 +316,7 @@ pub const MODEL_APP: &str = "p3";
 /// Writes `model`, trained with `settings`, as a versioned saved-model file
 /// ([`petrel_ml::model::SavedModel`], app [`MODEL_APP`]) to `path`, atomically.
 pub fn save_model(
-    model: &SavedStagedModel,
+    model: &NetworkModel,
     settings: &impl Serialize,
     path: &Path,
 ) -> Result<(), P3Error> {
@@ -353,23 +331,6 @@ pub fn save_model(
         what: "model file",
         source,
     })
-}
-
-/// Reads a model written by [`save_model`] (the file, or a directory holding
-/// `petrel-model.json`) and checks it against its network.
-pub fn load_model(path: &Path) -> Result<(SavedStagedModel, StagedNet), P3Error> {
-    let saved = SavedModel::load(path, MODEL_APP)?;
-    let ModelParams::Network(model) = saved.params else {
-        return Err(P3Error::ModelFile(ModelFileError::Inconsistent {
-            path: path.to_path_buf(),
-            reason: "its parameters are not those of a network".into(),
-        }));
-    };
-    let net = saved_network(&model).map_err(|source| P3Error::RealModel {
-        name: model.net.clone(),
-        source: Box::new(source),
-    })?;
-    Ok((model, net))
 }
 
 /// A worker's report as written to disk: iteration marks in seconds since the first one.
@@ -471,79 +432,11 @@ async fn shard(ctx: NodeContext) -> Result<(), P3Error> {
     shard_role(ctx, Arc::new(job)).await
 }
 
-async fn real_worker(
-    ctx: NodeContext,
-    cfg: P3NodeConfig,
-    job: P3Job,
-    net: StagedNet,
-) -> Result<(), P3Error> {
-    let (train, test) = cfg.data()?;
-    if train.example_shape() != net.input_shape() {
-        return Err(P3Error::Config {
-            field: "[app.p3] train_data",
-            detail: format!(
-                "examples are {:?}, model {} takes {:?}",
-                train.example_shape(),
-                net.name(),
-                net.input_shape()
-            ),
-        });
-    }
-    let train = Arc::new(train);
-    let (workers, batch, initial) = (cfg.workers, cfg.batch, job.initial.clone());
-    let n_iter = cfg.iterations;
-    let rows = train.len();
-    let net2 = net.clone();
-    let factory = move |w| CandleStageModel::new(net2, &initial, train, batch, w, workers);
-    let progress: crate::kit::Progress = Arc::new(move |w, iter, stats: Option<StepStats>| {
-        // An epoch is a pass of all workers over the training rows.
-        let per_epoch = (rows / (workers * batch).max(1)).max(1) as u64;
-        if w == 0
-            && ((iter + 1) % per_epoch == 0 || iter + 1 == n_iter)
-            && let Some(s) = stats
-        {
-            tracing::info!(
-                epoch = (iter + 1) as f64 / per_epoch as f64,
-                iter = iter + 1,
-                loss = s.loss,
-                accuracy = s.accuracy,
-                "p3 progress"
-            );
-        }
-    });
-    let report = worker_role(ctx, Arc::new(job), factory, Some(progress)).await?;
-    let mut file = WorkerReportFile::new(&report, cfg.mode);
-    if report.worker == 0 {
-        let real = |source| P3Error::RealModel {
-            name: net.name().to_string(),
-            source: Box::new(source),
-        };
-        if let Some(test) = &test {
-            let s = evaluate(&net, &report.params, test, 64).map_err(real)?;
-            tracing::info!(loss = s.loss, accuracy = s.accuracy, "p3 test set");
-            file.test = Some(s);
-        }
-        if !cfg.model_out.as_os_str().is_empty() {
-            let saved = SavedStagedModel {
-                net: cfg.net.clone(),
-                input: net.input_shape().to_vec(),
-                width: cfg.width.max(1),
-                classes: 10,
-                tensors: report.params.clone(),
-            };
-            save_model(&saved, &cfg, &cfg.model_out)?;
-        }
-    }
-    let path = file.write(&cfg.report_dir)?;
-    tracing::info!(worker = report.worker, path = %path.display(), "p3 report written");
-    Ok(())
-}
-
 async fn worker(ctx: NodeContext) -> Result<(), P3Error> {
     let cfg = config(&ctx)?;
     let (job, profile) = cfg.job(&ctx.settings)?;
-    if let Some(net) = cfg.real_net(&cfg.input_shape()?)? {
-        return real_worker(ctx, cfg, job, net).await;
+    if !cfg.net.is_empty() {
+        return network::worker(ctx, cfg, job).await;
     }
     let (device, batch) = (cfg.device_gflops * 1e9, cfg.batch);
     let factory = move |_| Ok(EmulatedModel::new(&profile, device, batch));
@@ -560,6 +453,46 @@ pub fn register(cluster: Cluster) -> Cluster {
         .role(SHARD_ROLE, shard)
         .role(WORKER_ROLE, worker)
 }
+
+// Real networks need candle; without it, `network` refuses every job and model that names
+// one, and a node emulates profiles only.
+#[cfg(feature = "candle")]
+mod network;
+#[cfg(not(feature = "candle"))]
+mod network {
+    use super::*;
+    use crate::models::ModelError;
+
+    fn refused(net: &str) -> P3Error {
+        P3Error::real_model(net, ModelError::NoCandle)
+    }
+
+    pub(super) fn check(cfg: &P3NodeConfig) -> Result<(), P3Error> {
+        match cfg.net.as_str() {
+            "" => Ok(()),
+            net => Err(refused(net)),
+        }
+    }
+
+    pub(super) fn initial(cfg: &P3NodeConfig) -> Result<Option<Vec<Vec<f32>>>, P3Error> {
+        check(cfg).map(|()| None)
+    }
+
+    pub(super) async fn worker(_: NodeContext, cfg: P3NodeConfig, _: P3Job) -> Result<(), P3Error> {
+        Err(refused(&cfg.net))
+    }
+
+    /// Refused: this build has no candle.
+    pub fn evaluate_network(m: &NetworkModel, _: &Dataset) -> Result<StepStats, P3Error> {
+        Err(refused(&m.net))
+    }
+
+    /// Refused: this build has no candle.
+    pub fn predict_network(m: &NetworkModel, _: &Dataset) -> Result<Vec<Vec<f32>>, P3Error> {
+        Err(refused(&m.net))
+    }
+}
+pub use network::*;
 
 #[cfg(test)]
 mod tests;

@@ -2,8 +2,8 @@
 //!
 //! A [`Dashboard`] scrapes, once a second, this process's own registry (the nodes of an
 //! in-process run) and every node a launcher in this process announced with
-//! [`announce_targets`] (the children of `petrel run`), feeds the scrapes to a
-//! [`DashboardModel`], and serves one page: `GET /` (HTML, JS and CSS compiled into the
+//! [`announce_targets`](crate::scrape::announce_targets) (the children of `petrel run`),
+//! feeds the scrapes to a [`DashboardModel`], and serves one page: `GET /` (HTML, JS and CSS compiled into the
 //! binary, no CDN) and `GET /api/state` (the model as JSON), which the page polls every
 //! second. [`Dashboard::finish`] writes the same page with the data inlined.
 
@@ -15,7 +15,7 @@ pub use model::{
 
 use crate::ObserveError;
 use crate::exporter::HttpThread;
-use crate::scrape::{http_get, parse_text};
+use crate::scrape::{http_get, parse_text, targets};
 use axum::Router;
 use axum::http::header;
 use axum::routing::get;
@@ -30,31 +30,6 @@ const STYLE: &str = include_str!("page.css");
 
 /// How often the dashboard scrapes.
 pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// A node to scrape over HTTP.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
-    /// The node's name.
-    pub node: String,
-    /// Its roles.
-    pub roles: Vec<String>,
-    /// Its `/metrics` address, `host:port`.
-    pub addr: String,
-}
-
-fn targets() -> &'static Mutex<Vec<Target>> {
-    static TARGETS: std::sync::OnceLock<Mutex<Vec<Target>>> = std::sync::OnceLock::new();
-    TARGETS.get_or_init(|| Mutex::new(Vec::new()))
-}
-
-/// Tells every dashboard of this process to scrape these nodes (a launcher calls it when
-/// it starts its children); replaces earlier targets of the same names.
-pub fn announce_targets(new: Vec<Target>) {
-    if let Ok(mut t) = targets().lock() {
-        t.retain(|old| new.iter().all(|n| n.node != old.node));
-        t.extend(new);
-    }
-}
 
 /// The page with `data` inlined (`None`: the page polls `/api/state`).
 pub fn render_page(data: Option<&DashboardState>) -> Result<String, ObserveError> {

@@ -1,16 +1,19 @@
 //! The built-in [`StageModel`](crate::kit::StageModel)s:
 //!
-//! - [`CandleStageModel`]: a model written with the candle deep-learning crate as an
-//!   ordered list of stages ([`StagedNet`]); [`nets`] has an MLP, LeNet, and ResNet-18 and
-//!   VGG-11 layouts for 32x32 images.
+//! - [`CandleStageModel`] (the `candle` feature, default on): a model written with the
+//!   candle deep-learning crate as an ordered list of stages ([`StagedNet`]); [`nets`] has
+//!   an MLP, LeNet, and ResNet-18 and VGG-11 layouts for 32x32 images.
 //! - [`EmulatedModel`]: a [`crate::core::ModelProfile`] (VGG-19, ResNet-50, Sockeye, or
 //!   a user profile) with emulated compute; stage = profile layer, one tensor each.
 
 mod emulated;
+#[cfg(feature = "candle")]
 pub mod nets;
+#[cfg(feature = "candle")]
 pub mod staged;
 
 pub use emulated::EmulatedModel;
+#[cfg(feature = "candle")]
 pub use staged::{CandleStageModel, StagedNet, TensorSpec};
 
 use petrel_ml::dnn::DnnError;
@@ -22,8 +25,12 @@ pub enum ModelError {
     #[error(transparent)]
     Optimizer(#[from] DnnError),
     /// candle rejected a shape, a tensor or an operation.
+    #[cfg(feature = "candle")]
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),
+    /// A real network was asked of a build without the `candle` feature.
+    #[error("real networks need the `candle` feature, which this build of petrel left out")]
+    NoCandle,
     /// A model name [`nets::by_name`] does not know.
     #[error("unknown model {0:?} (known: mlp, lenet, resnet18, vgg11)")]
     UnknownNet(String),

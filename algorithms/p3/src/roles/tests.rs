@@ -24,12 +24,16 @@ fn report_file_measures_iterations_and_round_trips() {
     ));
 }
 
-#[test]
-fn config_rejects_bad_values_when_read() {
-    let settings = petrel_actors::Topology::builder("t")
+fn one_worker() -> Settings {
+    petrel_actors::Topology::builder("t")
         .node("w0", &[WORKER_ROLE])
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn config_rejects_bad_values_when_read() {
+    let settings = one_worker();
     let ok = P3NodeConfig::default().job(&settings).unwrap();
     assert_eq!(ok.0.n_workers, 2);
     let bad = P3NodeConfig {
@@ -43,4 +47,32 @@ fn config_rejects_bad_values_when_read() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("valid values: sequential, fifo, p3"), "{err}");
+}
+
+#[test]
+fn a_real_network_needs_the_candle_feature_and_an_emulated_profile_does_not() {
+    let settings = one_worker();
+    let real = P3NodeConfig {
+        net: "mlp".into(),
+        train_data: "synthetic:64".into(),
+        ..P3NodeConfig::default()
+    };
+    let emulated = P3NodeConfig::default();
+    assert!(emulated.check_net().is_ok());
+    assert!(emulated.job(&settings).is_ok());
+    if cfg!(feature = "candle") {
+        assert!(real.check_net().is_ok());
+        assert!(real.job(&settings).is_ok());
+    } else {
+        for err in [
+            real.check_net().unwrap_err(),
+            real.job(&settings).unwrap_err(),
+        ] {
+            let chain = petrel_actors::error_chain(&err);
+            assert!(
+                chain.contains("mlp") && chain.contains("`candle` feature"),
+                "{chain}"
+            );
+        }
+    }
 }
