@@ -48,22 +48,37 @@ fn job(out: &Path) -> LassoJob {
 
 #[test]
 fn failed_run_resumed_from_its_checkpoint_matches_the_uninterrupted_run() {
-    // Also with an implicitly centred design: the workers save the residual's stored part
-    // and the centring's running sums, and continue bit for bit.
-    for fit_intercept in [false, true] {
-        resume_matches_the_uninterrupted_run(fit_intercept);
+    // Also with an implicitly centred design (the workers save the residual's stored part
+    // and the centring's running sums), for every sampling mode, and pipelined.
+    for (fit_intercept, mode, depth) in [
+        (false, ScheduleMode::Dynamic, 1),
+        (true, ScheduleMode::Dynamic, 1),
+        (false, ScheduleMode::Random, 2),
+        (false, ScheduleMode::Cyclic, 1),
+    ] {
+        resume_matches_the_uninterrupted_run(fit_intercept, mode, depth);
     }
 }
 
-fn resume_matches_the_uninterrupted_run(fit_intercept: bool) {
+fn resume_matches_the_uninterrupted_run(fit_intercept: bool, mode: ScheduleMode, depth: usize) {
     let dir = tempfile::tempdir().unwrap();
     let job = |out: &Path| LassoJob {
         fit_intercept,
+        mode,
+        depth,
         ..job(out)
     };
     let plain_out = dir.path().join("plain");
-    let plain = run_lasso_job(&job(&plain_out), 3, JobTransport::Memory).unwrap();
-    assert!(plain.checkpoints.is_empty() && plain.resumed_from_round.is_none());
+    let mut plain_job = job(&plain_out);
+    if depth > 1 {
+        // A checkpoint drains the pipeline, which changes a pipelined schedule
+        // (deterministically): compare with an uninterrupted checkpointed run.
+        plain_job.checkpoint_dir = Some(dir.path().join("plain-ckpt"));
+        plain_job.checkpoint_every = 70;
+    }
+    let plain = run_lasso_job(&plain_job, 3, JobTransport::Memory).unwrap();
+    assert!(plain.resumed_from_round.is_none());
+    assert_eq!(plain.checkpoints.is_empty(), depth == 1);
 
     let ckpt = dir.path().join("ckpt");
     let out = dir.path().join("ckpt-out");
@@ -97,10 +112,35 @@ fn resume_matches_the_uninterrupted_run(fit_intercept: bool) {
     assert_eq!(
         std::fs::read(out.join("coefficients.tsv")).unwrap(),
         std::fs::read(plain_out.join("coefficients.tsv")).unwrap(),
-        "resumed model differs from the uninterrupted one"
+        "{mode} depth {depth} intercept {fit_intercept}: resumed model differs from the uninterrupted one"
     );
     assert_eq!(m.updates, plain.updates);
     assert_eq!(m.final_objective.to_bits(), plain.final_objective.to_bits());
+
+    // A damaged newest checkpoint (a worker's file truncated) is skipped: the run resumes
+    // from the older one and still ends identical.
+    let mut rounds: Vec<u64> = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_prefix("strads-round-")?
+                .strip_suffix(".manifest")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    rounds.sort_unstable();
+    let f = ckpt.join(format!("strads-round-{}-worker-1.bin", rounds[1]));
+    let bytes = std::fs::read(&f).unwrap();
+    std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+    let m = run_lasso_job(&j, 3, JobTransport::Memory).unwrap();
+    assert_eq!(m.resumed_from_round, Some(rounds[0]));
+    assert_eq!(
+        std::fs::read(out.join("coefficients.tsv")).unwrap(),
+        std::fs::read(plain_out.join("coefficients.tsv")).unwrap(),
+        "{mode}: the model resumed past a damaged checkpoint differs"
+    );
 }
 
 fn train(args: &[&str]) -> std::process::Output {
@@ -168,6 +208,24 @@ fn cli_flags_checkpoint_and_resume() {
         std::fs::read(a.join("coefficients.tsv")).unwrap(),
         std::fs::read(b.join("coefficients.tsv")).unwrap()
     );
+    // A checkpoint of another lambda is refused, naming the difference.
+    let out = train(
+        &[
+            &[
+                "lasso",
+                "--out",
+                b.to_str().unwrap(),
+                "--resume",
+                "--lambda",
+                "0.5",
+            ][..],
+            &ck[..],
+        ]
+        .concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("lambda is"), "{err}");
     // Resuming from an empty directory is an error naming it, not a fresh start.
     let empty = dir.path().join("empty");
     let out = train(&[

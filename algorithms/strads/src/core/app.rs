@@ -87,6 +87,11 @@ pub trait Schedule<A: StradsApp> {
         let _ = state;
         Err(no_checkpoints())
     }
+    /// A round checkpoint of round boundary `round` was written (`resumed = false`), or
+    /// this run resumed from it (`true`); the default ignores it.
+    fn checkpointed(&mut self, round: u64, resumed: bool) {
+        let _ = (round, resumed);
+    }
 }
 
 /// Worker half of a star app: holds a data shard and the local model state.

@@ -100,6 +100,19 @@ fn decode<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// Fails, naming `dir`, unless it holds a checkpoint manifest (not verified): `resume`'s
+/// check before any node starts.
+pub fn require_checkpoint(dir: &Path) -> Result<(), RoundCheckpointError> {
+    if set(dir).rounds()?.is_empty() {
+        return Err(CheckpointError::NoValid {
+            dir: dir.to_path_buf(),
+            reasons: Vec::new(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// Worker side of a save: writes worker `worker`'s part durably and returns its manifest
 /// entry.
 pub fn write_worker_round_file(
@@ -217,7 +230,7 @@ impl RoundCheckpointer {
     /// scheduler half has no state to give here (`snapshot_state` is `None`).
     pub async fn save<A: StradsApp, S: Schedule<A>>(
         &mut self,
-        app: &S,
+        app: &mut S,
         workers: &WorkerSet<A>,
         opts: &SchedulerOptions,
         round: u64,
@@ -272,6 +285,7 @@ impl RoundCheckpointer {
             vec![set.write_part(round, SCHEDULER_PART, &rmp_serde::to_vec(&scheduler)?)?];
         parts.extend(saved.into_iter().map(|s| s.file));
         set.commit(round, self.app.as_bytes(), parts)?;
+        app.checkpointed(round, false);
         self.policy.reset();
         self.written += 1;
         tracing::info!(app = %self.app, round, dir = %dir.display(), "checkpoint written");
@@ -329,9 +343,10 @@ impl RoundCheckpointer {
                 source,
             })?;
         }
+        app.checkpointed(round, true);
         self.policy.reset();
         self.elapsed_before = Duration::try_from_secs_f64(scheduler.elapsed_s).unwrap_or_default();
-        tracing::info!(app = %self.app, round, dir = %dir.display(), "resumed from checkpoint");
+        tracing::info!(app = %self.app, round, dir = %dir.display(), "resuming from checkpoint");
         Ok(round)
     }
 }
