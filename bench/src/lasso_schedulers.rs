@@ -10,7 +10,6 @@ use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
-use petrel_strads::core::lasso::LassoCluster;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -102,17 +101,7 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
     };
     let (x, y) = base.load()?;
     let lambda = base.resolve_lambda(&x, &y);
-    // Reference optimum: serial cyclic coordinate descent to KKT 1e-6 lambda.
-    let mut reference = LassoCluster::new(&x, &y, lambda, 1)?;
-    for sweep in 1..=20_000 {
-        for j in 0..x.n_columns() {
-            reference.round(&[j]);
-        }
-        if sweep % 5 == 0 && reference.kkt_violation() < 1e-6 * f64::from(lambda) {
-            break;
-        }
-    }
-    let optimum = reference.objective();
+    let (optimum, _, _) = crate::lasso::reference_optimum(&x, &y, &base)?;
     println!(
         "design {}x{}, lambda {lambda:.4}, reference optimum {optimum:.8}; stop at duality gap {:e} (relative)",
         args.n_samples, args.n_features, args.gap_tolerance

@@ -23,8 +23,8 @@ use petrel::train::{NodeMemory, StradsTrainError, TrainTransport, run_logistic_j
 use petrel_actors::JobTransport;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::{LassoJob, LassoSolver, SyntheticLasso};
+use petrel_strads::apps::logistic::run_baseline;
 use petrel_strads::apps::logistic::{load, logistic_lambda};
-use petrel_strads::core::baseline::{CdStop, CyclicLogistic};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -286,14 +286,13 @@ fn measure_size(
     let (x, labels) = load(&base)?;
     let nnz = x.values.len();
     let lambda = logistic_lambda(&x, &labels, &base);
-    // f*: the baseline to a tight tolerance.
-    let optimum = CyclicLogistic::new(&x, &labels, lambda)
-        .map_err(StradsError::from)?
-        .solve(&CdStop {
-            tolerance: args.optimum_tolerance,
-            ..CdStop::default()
-        })
-        .objective;
+    // f*: the baseline (the one-worker Gauss-Seidel run, which stops once a sweep lowers
+    // the objective by less than gap_tolerance / 100) to a tight tolerance.
+    let optimum = run_baseline(&LassoJob {
+        gap_tolerance: Some(100.0 * args.optimum_tolerance),
+        ..base.clone()
+    })?
+    .final_objective;
     let target = optimum * (1.0 + args.tolerance);
     let label = format!("{}x{}", size.n_samples, size.n_features);
     tracing::info!(size = %label, nnz, optimum, "logistic-scale design solved");
@@ -301,15 +300,13 @@ fn measure_size(
     let mut baseline_updates = 0;
     let mut runs: BTreeMap<usize, Vec<LogisticRunFigures>> = BTreeMap::new();
     for repeat in 0..args.repeats {
-        let started = Instant::now();
-        let mut cd = CyclicLogistic::new(&x, &labels, lambda).map_err(StradsError::from)?;
-        let report = cd.solve(&CdStop {
+        let timed = run_baseline(&LassoJob {
             target_objective: Some(target),
-            ..CdStop::default()
-        });
-        let baseline_s = started.elapsed().as_secs_f64();
+            ..base.clone()
+        })?;
+        let baseline_s = timed.elapsed_s;
         baseline_runs_s.push(baseline_s);
-        baseline_updates = report.updates;
+        baseline_updates = timed.updates;
         for &workers in &args.workers {
             let dir = out.join(format!("{label}-p{workers}"));
             let run = run_petrel(&base, target, dir, nnz, size, workers, transport)?;

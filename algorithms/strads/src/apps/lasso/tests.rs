@@ -1,6 +1,6 @@
 use super::*;
 use crate::core::app::Push;
-use crate::core::lasso::reference_optimum;
+use crate::core::lasso::tests::reference_optimum;
 use crate::core::scheduler::ScheduleMode;
 
 fn small_job(mode: &str) -> LassoJob {
