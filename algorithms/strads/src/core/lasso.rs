@@ -255,16 +255,6 @@ impl LassoWorkerState {
         self.sq_residual += sq_change;
     }
 
-    /// Partial `||x_j||^2` over this worker's rows, for every column.
-    pub fn column_sq_norm_partials(&self) -> Vec<f64> {
-        match &self.centring {
-            Some(c) => (0..self.x.n_columns())
-                .map(|j| c.sq_norm(j, self.x.column(j).1, self.n_rows()))
-                .collect(),
-            None => self.x.column_sq_norms(),
-        }
-    }
-
     /// Partial `x_j^T r` for each var (gradient of the smooth part is `-x_j^T r`).
     pub fn correlation_with_residual(&self, vars: &[usize]) -> Vec<f64> {
         let n = self.n_rows() as f64;
@@ -277,22 +267,6 @@ impl LassoWorkerState {
                     .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
                     .sum();
                 self.centring.as_ref().map_or(dot, |c| c.dot(j, dot, n))
-            })
-            .collect()
-    }
-
-    /// Partial `x_j^T x_k` (of the centred columns with implicit centring), for a
-    /// correlation oracle that does not hold X.
-    pub fn column_dot_partials(&self, pairs: &[(usize, usize)]) -> Vec<f64> {
-        let n = self.n_rows() as f64;
-        pairs
-            .iter()
-            .map(|&(j, k)| {
-                let dot = self.x.column_dot(j, k);
-                self.centring.as_ref().map_or(dot, |c| {
-                    dot - c.means[k] * c.sums[j] - c.means[j] * c.sums[k]
-                        + n * c.means[j] * c.means[k]
-                })
             })
             .collect()
     }
@@ -312,18 +286,6 @@ impl LassoWorkerState {
             .fold((0.0, 0.0, 0.0), |(yy, yr, rr), (&y, &r)| {
                 let (y, r) = (f64::from(y), r + offset);
                 (yy + y * y, yr + y * r, rr + r * r)
-            })
-    }
-
-    /// Partials `(||y||^2, ||y - s r||^2)` for the duality gap with dual point `s r`.
-    pub fn dual_partials(&self, scale: f64) -> (f64, f64) {
-        let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
-        self.y
-            .iter()
-            .zip(&self.residual)
-            .fold((0.0, 0.0), |(yy, d), (&y, &r)| {
-                let (y, r) = (f64::from(y), r + offset);
-                (yy + y * y, d + (y - scale * r).powi(2))
             })
     }
 }

@@ -6,6 +6,31 @@ use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::sync::Arc;
 
+// Partials the serial cluster and the tests need beyond the workers' own.
+impl LassoWorkerState {
+    /// Partial `||x_j||^2` over this worker's rows, for every column.
+    pub(crate) fn column_sq_norm_partials(&self) -> Vec<f64> {
+        match &self.centring {
+            Some(c) => (0..self.x.n_columns())
+                .map(|j| c.sq_norm(j, self.x.column(j).1, self.n_rows()))
+                .collect(),
+            None => self.x.column_sq_norms(),
+        }
+    }
+
+    /// Partials `(||y||^2, ||y - s r||^2)` for the duality gap with dual point `s r`.
+    pub(crate) fn dual_partials(&self, scale: f64) -> (f64, f64) {
+        let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
+        self.y
+            .iter()
+            .zip(&self.residual)
+            .fold((0.0, 0.0), |(yy, d), (&y, &r)| {
+                let (y, r) = (f64::from(y), r + offset);
+                (yy + y * y, d + (y - scale * r).powi(2))
+            })
+    }
+}
+
 // The serial cluster the tests (here and of the apps) compare with.
 
 /// Scheduler -> workers: the variables of this round and their current values (aligned).
