@@ -22,6 +22,23 @@ fn run_lasso_job(
     read_json(&out.join("metrics.json")).map_err(|e| e.to_string())
 }
 
+/// The rounds of the checkpoint manifests in `dir`, ascending.
+fn manifest_rounds(dir: &Path) -> Vec<u64> {
+    let mut rounds: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_prefix("strads-round-")?
+                .strip_suffix(".manifest")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    rounds.sort_unstable();
+    rounds
+}
+
 fn job(out: &Path) -> LassoJob {
     LassoJob {
         synthetic: SyntheticLasso {
@@ -119,18 +136,7 @@ fn resume_matches_the_uninterrupted_run(fit_intercept: bool, mode: ScheduleMode,
 
     // A damaged newest checkpoint (a worker's file truncated) is skipped: the run resumes
     // from the older one and still ends identical.
-    let mut rounds: Vec<u64> = std::fs::read_dir(&ckpt)
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.strip_prefix("strads-round-")?
-                .strip_suffix(".manifest")?
-                .parse()
-                .ok()
-        })
-        .collect();
-    rounds.sort_unstable();
+    let rounds = manifest_rounds(&ckpt);
     let f = ckpt.join(format!("strads-round-{}-worker-1.bin", rounds[1]));
     let bytes = std::fs::read(&f).unwrap();
     std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
@@ -317,21 +323,7 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
     };
     let mf_files = ["user_factors.tsv", "item_factors.tsv"];
     let lda_files = ["topic_word.tsv", "topics.txt"];
-    let rounds = |ckpt: &str| {
-        let mut r: Vec<u64> = std::fs::read_dir(d.join(ckpt))
-            .unwrap()
-            .flatten()
-            .filter_map(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.strip_prefix("strads-round-")?
-                    .strip_suffix(".manifest")?
-                    .parse()
-                    .ok()
-            })
-            .collect();
-        r.sort_unstable();
-        r
-    };
+    let rounds = |ckpt: &str| manifest_rounds(&d.join(ckpt));
 
     run_mf_job(&mf("mf-plain", false), 2, JobTransport::Memory).unwrap();
     run_lda_job(&lda("lda-plain", false), 2, JobTransport::Memory).unwrap();

@@ -202,9 +202,10 @@ impl RoundCheckpointer {
         self.policy.round_committed();
     }
 
-    /// A checkpoint is due at the next drain point.
-    pub fn due(&self) -> bool {
-        self.policy.due()
+    /// A checkpoint is due at the next drain point (`progress`: the app's
+    /// [`Schedule::checkpoint_progress`]).
+    pub fn due(&self, progress: Option<u64>) -> bool {
+        self.policy.due(progress)
     }
 
     /// Run time before the checkpoint the run resumed from (zero for a fresh run).
@@ -286,7 +287,7 @@ impl RoundCheckpointer {
         parts.extend(saved.into_iter().map(|s| s.file));
         set.commit(round, self.app.as_bytes(), parts)?;
         app.checkpointed(round, false);
-        self.policy.reset();
+        self.policy.reset(app.checkpoint_progress());
         self.written += 1;
         tracing::info!(app = %self.app, round, dir = %dir.display(), "checkpoint written");
         if let Some(limit) = self.settings.fail_after
@@ -344,7 +345,7 @@ impl RoundCheckpointer {
             })?;
         }
         app.checkpointed(round, true);
-        self.policy.reset();
+        self.policy.reset(app.checkpoint_progress());
         self.elapsed_before = Duration::try_from_secs_f64(scheduler.elapsed_s).unwrap_or_default();
         tracing::info!(app = %self.app, round, dir = %dir.display(), "resuming from checkpoint");
         Ok(round)

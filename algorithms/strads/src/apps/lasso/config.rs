@@ -214,8 +214,7 @@ pub struct LassoJob {
     /// it to `<out>/checkpoints`).
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
-    /// Rounds (updates and evaluations) between two checkpoints (0 = never write, `resume`
-    /// may still read).
+    /// Update rounds between two checkpoints (0 = never write, `resume` may still read).
     #[arg(long, default_value_t = 500)]
     pub checkpoint_every: u64,
     /// Continue from the newest valid checkpoint in --checkpoint-dir.

@@ -55,6 +55,8 @@ pub struct LassoScheduling {
     updates_after: Vec<u64>,
     l1: f64,
     pub(super) updates: u64,
+    /// Update rounds dispatched (what `checkpoint_every` counts).
+    update_rounds: u64,
     update_rounds_since_eval: u64,
     rounds_scheduled: u64,
     pub(super) stopping: bool,
@@ -106,6 +108,7 @@ impl LassoScheduling {
             updates_after: vec![0],
             l1: 0.0,
             updates: 0,
+            update_rounds: 0,
             update_rounds_since_eval: 0,
             rounds_scheduled: 0,
             stopping: false,
@@ -285,6 +288,7 @@ impl Schedule<LassoApp> for LassoScheduling {
             values,
         };
         self.in_flight.push_back((round, InFlight::Update(vars)));
+        self.update_rounds += 1;
         self.update_rounds_since_eval += 1;
         self.rounds_scheduled += 1;
         Step::Run(Plan::All(task))
@@ -434,6 +438,7 @@ impl Schedule<LassoApp> for LassoScheduling {
             updates_after: self.updates_after.clone(),
             l1: self.l1,
             updates: self.updates,
+            update_rounds: self.update_rounds,
             update_rounds_since_eval: self.update_rounds_since_eval,
             work_since_eval: self.work_since_eval,
             rounds_scheduled: self.rounds_scheduled,
@@ -470,6 +475,7 @@ impl Schedule<LassoApp> for LassoScheduling {
         self.updates_after = s.updates_after;
         self.l1 = s.l1;
         self.updates = s.updates;
+        self.update_rounds = s.update_rounds;
         self.update_rounds_since_eval = s.update_rounds_since_eval;
         self.work_since_eval = s.work_since_eval;
         self.rounds_scheduled = s.rounds_scheduled;
@@ -478,6 +484,12 @@ impl Schedule<LassoApp> for LassoScheduling {
         self.metrics = s.metrics;
         self.in_flight.clear();
         Ok(())
+    }
+
+    /// `checkpoint_every` counts update rounds: with `eval_every` a multiple of it, a
+    /// checkpoint falls on an evaluation's drain and leaves a pipelined schedule as it is.
+    fn checkpoint_progress(&self) -> Option<u64> {
+        Some(self.update_rounds)
     }
 
     /// Kept in `metrics.json`: where a run resumed from and the checkpoint rounds.
@@ -501,6 +513,7 @@ struct LassoSchedulingState {
     updates_after: Vec<u64>,
     l1: f64,
     updates: u64,
+    update_rounds: u64,
     update_rounds_since_eval: u64,
     work_since_eval: f64,
     rounds_scheduled: u64,
