@@ -158,11 +158,6 @@ impl LassoScheduling {
         }
     }
 
-    /// The job after its automatic knobs were chosen for the data.
-    pub fn job(&self) -> &LassoJob {
-        &self.job
-    }
-
     /// An evaluation is due: every `eval_every` update rounds, or (with `eval_every = 0`)
     /// once the updates since the last one cost `eval_work_ratio` evaluations.
     fn evaluation_due(&self) -> bool {
@@ -521,16 +516,4 @@ struct LassoSchedulingState {
     final_eval_sent: bool,
     metrics: LassoMetrics,
     shape: Option<ClusterShape>,
-}
-
-impl LassoScheduling {
-    /// Commits sent to the workers so far.
-    pub fn commits(&self) -> u64 {
-        self.l1_after.len() as u64 - 1
-    }
-
-    /// The stop rule fired (or the objective diverged).
-    pub fn stopping(&self) -> bool {
-        self.stopping
-    }
 }
