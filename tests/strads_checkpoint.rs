@@ -22,6 +22,23 @@ fn run_lasso_job(
     read_json(&out.join("metrics.json")).map_err(|e| e.to_string())
 }
 
+/// The rounds of the checkpoint manifests in `dir`, ascending.
+fn manifest_rounds(dir: &Path) -> Vec<u64> {
+    let mut rounds: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_prefix("strads-round-")?
+                .strip_suffix(".manifest")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    rounds.sort_unstable();
+    rounds
+}
+
 fn job(out: &Path) -> LassoJob {
     LassoJob {
         synthetic: SyntheticLasso {
@@ -48,22 +65,37 @@ fn job(out: &Path) -> LassoJob {
 
 #[test]
 fn failed_run_resumed_from_its_checkpoint_matches_the_uninterrupted_run() {
-    // Also with an implicitly centred design: the workers save the residual's stored part
-    // and the centring's running sums, and continue bit for bit.
-    for fit_intercept in [false, true] {
-        resume_matches_the_uninterrupted_run(fit_intercept);
+    // Also with an implicitly centred design (the workers save the residual's stored part
+    // and the centring's running sums), for every sampling mode, and pipelined.
+    for (fit_intercept, mode, depth) in [
+        (false, ScheduleMode::Dynamic, 1),
+        (true, ScheduleMode::Dynamic, 1),
+        (false, ScheduleMode::Random, 2),
+        (false, ScheduleMode::Cyclic, 1),
+    ] {
+        resume_matches_the_uninterrupted_run(fit_intercept, mode, depth);
     }
 }
 
-fn resume_matches_the_uninterrupted_run(fit_intercept: bool) {
+fn resume_matches_the_uninterrupted_run(fit_intercept: bool, mode: ScheduleMode, depth: usize) {
     let dir = tempfile::tempdir().unwrap();
     let job = |out: &Path| LassoJob {
         fit_intercept,
+        mode,
+        depth,
         ..job(out)
     };
     let plain_out = dir.path().join("plain");
-    let plain = run_lasso_job(&job(&plain_out), 3, JobTransport::Memory).unwrap();
-    assert!(plain.checkpoints.is_empty() && plain.resumed_from_round.is_none());
+    let mut plain_job = job(&plain_out);
+    if depth > 1 {
+        // A checkpoint drains the pipeline, which changes a pipelined schedule
+        // (deterministically): compare with an uninterrupted checkpointed run.
+        plain_job.checkpoint_dir = Some(dir.path().join("plain-ckpt"));
+        plain_job.checkpoint_every = 70;
+    }
+    let plain = run_lasso_job(&plain_job, 3, JobTransport::Memory).unwrap();
+    assert!(plain.resumed_from_round.is_none());
+    assert_eq!(plain.checkpoints.is_empty(), depth == 1);
 
     let ckpt = dir.path().join("ckpt");
     let out = dir.path().join("ckpt-out");
@@ -97,10 +129,24 @@ fn resume_matches_the_uninterrupted_run(fit_intercept: bool) {
     assert_eq!(
         std::fs::read(out.join("coefficients.tsv")).unwrap(),
         std::fs::read(plain_out.join("coefficients.tsv")).unwrap(),
-        "resumed model differs from the uninterrupted one"
+        "{mode} depth {depth} intercept {fit_intercept}: resumed model differs from the uninterrupted one"
     );
     assert_eq!(m.updates, plain.updates);
     assert_eq!(m.final_objective.to_bits(), plain.final_objective.to_bits());
+
+    // A damaged newest checkpoint (a worker's file truncated) is skipped: the run resumes
+    // from the older one and still ends identical.
+    let rounds = manifest_rounds(&ckpt);
+    let f = ckpt.join(format!("strads-round-{}-worker-1.bin", rounds[1]));
+    let bytes = std::fs::read(&f).unwrap();
+    std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+    let m = run_lasso_job(&j, 3, JobTransport::Memory).unwrap();
+    assert_eq!(m.resumed_from_round, Some(rounds[0]));
+    assert_eq!(
+        std::fs::read(out.join("coefficients.tsv")).unwrap(),
+        std::fs::read(plain_out.join("coefficients.tsv")).unwrap(),
+        "{mode}: the model resumed past a damaged checkpoint differs"
+    );
 }
 
 fn train(args: &[&str]) -> std::process::Output {
@@ -168,6 +214,24 @@ fn cli_flags_checkpoint_and_resume() {
         std::fs::read(a.join("coefficients.tsv")).unwrap(),
         std::fs::read(b.join("coefficients.tsv")).unwrap()
     );
+    // A checkpoint of another lambda is refused, naming the difference.
+    let out = train(
+        &[
+            &[
+                "lasso",
+                "--out",
+                b.to_str().unwrap(),
+                "--resume",
+                "--lambda",
+                "0.5",
+            ][..],
+            &ck[..],
+        ]
+        .concat(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("lambda is"), "{err}");
     // Resuming from an empty directory is an error naming it, not a fresh start.
     let empty = dir.path().join("empty");
     let out = train(&[
@@ -261,21 +325,7 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
     };
     let mf_files = ["user_factors.tsv", "item_factors.tsv"];
     let lda_files = ["topic_word.tsv", "topics.txt"];
-    let rounds = |ckpt: &str| {
-        let mut r: Vec<u64> = std::fs::read_dir(d.join(ckpt))
-            .unwrap()
-            .flatten()
-            .filter_map(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.strip_prefix("strads-round-")?
-                    .strip_suffix(".manifest")?
-                    .parse()
-                    .ok()
-            })
-            .collect();
-        r.sort_unstable();
-        r
-    };
+    let rounds = |ckpt: &str| manifest_rounds(&d.join(ckpt));
 
     run_job::<MfApp>(&mf("mf-plain", false), 2, JobTransport::Memory).unwrap();
     run_job::<LdaApp>(&lda("lda-plain", false), 2, JobTransport::Memory).unwrap();

@@ -9,9 +9,8 @@ use petrel::report::{Table, fmt};
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
-use petrel_ml::data::SparseColumns;
+use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
-use petrel_strads::core::lasso::LassoCluster;
 use petrel_strads::core::scheduler::ScheduleMode;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -103,10 +102,10 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     let (x, y) = base.load()?;
     let lambda = base.resolve_lambda(&x, &y);
     let started = Instant::now();
-    let (optimum, ref_kkt, sweeps) = reference_optimum(&x, &y, lambda)?;
+    let (optimum, ref_kkt, updates) = reference_optimum(&x, &y, &base)?;
     println!(
         "design {}x{} (groups of {} at corr {}), lambda {lambda:.4}; reference optimum {optimum:.8} \
-         after {sweeps} serial sweeps ({:.1} s, KKT {ref_kkt:.1e})",
+         after {updates} serial updates ({:.1} s, KKT {ref_kkt:.1e})",
         args.n_samples,
         args.n_features,
         args.group_size,
@@ -237,26 +236,21 @@ fn base_job(args: &LassoBenchArgs) -> LassoJob {
     }
 }
 
-/// The reference: serial cyclic coordinate descent, one coordinate at a time, until the
-/// KKT violation is below 1e-6 lambda (far tighter than the 1e-3 objective target).
-/// Returns the optimum, its KKT violation and the sweeps it took.
+/// The reference: the one-thread baseline (cyclic coordinate descent) to a relative
+/// duality gap of 1e-10 (far tighter than the objective target). Returns the optimum, its
+/// KKT violation and the coordinate updates it took.
 pub(crate) fn reference_optimum(
-    x: &SparseColumns,
+    x: &petrel_ml::data::SparseColumns,
     y: &[f32],
-    lambda: f32,
-) -> Result<(f64, f64, usize), StradsTrainError> {
-    let mut reference = LassoCluster::new(x, y, lambda, 1)?;
-    let mut sweeps = 0;
-    while sweeps < 20_000 {
-        for j in 0..x.n_columns() {
-            reference.round(&[j]);
-        }
-        sweeps += 1;
-        if sweeps % 5 == 0 && reference.kkt_violation() < 1e-6 * f64::from(lambda) {
-            break;
-        }
-    }
-    Ok((reference.objective(), reference.kkt_violation(), sweeps))
+    job: &LassoJob,
+) -> Result<(f64, f64, u64), StradsTrainError> {
+    let job = LassoJob {
+        gap_tolerance: Some(1e-10),
+        target_objective: None,
+        ..job.clone()
+    };
+    let m = solve_baseline(x, y, &job)?.metrics;
+    Ok((m.final_objective, m.final_kkt_violation, m.updates))
 }
 
 /// `--repeats` runs of one scheduler variant (seeds 0, 1, ...) to `target`.

@@ -100,7 +100,7 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
     };
     let (x, y) = base.load()?;
     let lambda = base.resolve_lambda(&x, &y);
-    let (optimum, _, _) = crate::lasso::reference_optimum(&x, &y, lambda)?;
+    let (optimum, _, _) = crate::lasso::reference_optimum(&x, &y, &base)?;
     println!(
         "design {}x{}, lambda {lambda:.4}, reference optimum {optimum:.8}; stop at duality gap {:e} (relative)",
         args.n_samples, args.n_features, args.gap_tolerance

@@ -1,18 +1,16 @@
 //! `petrel bench logistic-scale`: STRADS sparse logistic regression (Gauss-Seidel) against
-//! the single-threaded cyclic coordinate descent baseline on sparse correlated designs of
-//! growing size (the Lasso's, labelled by the sign of the response), through the scale
-//! harness (`crate::scale`). f* is the baseline run until a full sweep lowers the objective
+//! the single-threaded baseline (the same solver with one worker, in this thread) on sparse
+//! correlated designs of growing size (the Lasso's, labelled by the sign of the response),
+//! through the scale harness (`crate::scale`). f* is the baseline run until a full sweep lowers the objective
 //! by at most `--optimum-tolerance`; every runner is timed to `f* (1 + --tolerance)`.
 
 use crate::scale::{
     CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, PetrelRun, Prepared, cell,
 };
 use petrel::train::{NodeMemory, StradsTrainError, run_job};
-use petrel_ml::data::SparseColumns;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::{LassoJob, LassoSolver, SyntheticLasso};
-use petrel_strads::apps::logistic::{LogisticApp, load, logistic_lambda};
-use petrel_strads::core::baseline::{CdStop, CyclicLogistic};
+use petrel_strads::apps::logistic::{LogisticApp, load, logistic_lambda, run_baseline};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -83,7 +81,7 @@ impl CdScale for LogisticScaleBenchArgs {
     type Run = ();
     type Size = ();
     type Top = ();
-    type Design = (SparseColumns, Vec<f32>, f32);
+    type Design = LassoJob;
     const NAME: &'static str = "logistic-scale";
     const NO_CLUSTER: &'static str =
         "logistic-scale compares STRADS runs: --transport memory, quic or processes";
@@ -112,16 +110,15 @@ impl CdScale for LogisticScaleBenchArgs {
         let (x, labels) = load(&base)?;
         let nnz = x.values.len();
         let lambda = logistic_lambda(&x, &labels, &base);
-        // f*: the baseline to a tight tolerance.
-        let optimum = CyclicLogistic::new(&x, &labels, lambda)
-            .map_err(StradsError::from)?
-            .solve(&CdStop {
-                tolerance: self.optimum_tolerance,
-                ..CdStop::default()
-            })
-            .objective;
+        // f*: the baseline to a tight tolerance (it stops once a full sweep lowers the
+        // objective by less than gap_tolerance / 100).
+        let optimum = run_baseline(&LassoJob {
+            gap_tolerance: Some(100.0 * self.optimum_tolerance),
+            ..base.clone()
+        })?
+        .final_objective;
         Ok(Prepared {
-            design: (x, labels, lambda),
+            design: base,
             nnz,
             lambda,
             optimum,
@@ -131,17 +128,15 @@ impl CdScale for LogisticScaleBenchArgs {
 
     fn baseline(
         &self,
-        (x, labels, lambda): &mut Self::Design,
+        base: &mut Self::Design,
         target: f64,
         _last: bool,
     ) -> Result<(f64, u64), StradsTrainError> {
-        let started = Instant::now();
-        let mut cd = CyclicLogistic::new(x, labels, *lambda).map_err(StradsError::from)?;
-        let report = cd.solve(&CdStop {
+        let m = run_baseline(&LassoJob {
             target_objective: Some(target),
-            ..CdStop::default()
-        });
-        Ok((started.elapsed().as_secs_f64(), report.updates))
+            ..base.clone()
+        })?;
+        Ok((m.elapsed_s, m.updates))
     }
 
     fn petrel(&self, r: PetrelRun) -> Result<CdRun<()>, StradsTrainError> {

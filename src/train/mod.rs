@@ -22,9 +22,7 @@ pub mod saved;
 use crate::launcher::NodePeak;
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ps::PsApp;
-use petrel_strads::apps::lasso::{
-    self as lasso, LassoApp, LassoJob, LassoMetrics, checkpoint, multi,
-};
+use petrel_strads::apps::lasso::{self as lasso, LassoApp, LassoJob, LassoMetrics, multi};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
 use petrel_strads::{StradsError, StradsJob, StradsModelError};
 use std::collections::{BTreeMap, BTreeSet};
@@ -641,20 +639,9 @@ pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(),
     }
     // Pre-flight: fail at once rather than after the cluster's failure timeout. (The
     // scheduler still verifies the checkpoint fully, and says why one is refused.)
-    // (The Gauss-Seidel solver keeps the kit's round checkpoints; its scheduler checks them.)
-    if let Some(dir) = job
-        .checkpoint_dir
-        .as_ref()
-        .filter(|_| job.resume && job.resolved_solver() == lasso::LassoSolver::Scheduled)
-    {
-        let rounds = checkpoint::manifest_rounds(dir).map_err(StradsError::from)?;
-        if rounds.is_empty() {
-            let none = petrel_actors::checkpoint::CheckpointError::NoValid {
-                dir: dir.clone(),
-                reasons: Vec::new(),
-            };
-            return Err(StradsError::from(checkpoint::CheckpointError::from(none)).into());
-        }
+    if let Some(dir) = job.checkpoint_dir.as_ref().filter(|_| job.resume) {
+        petrel_strads::shells::checkpoint::require_checkpoint(dir)
+            .map_err(|e| StradsError::from(petrel_strads::shells::StradsRunError::from(e)))?;
     }
     let c = &args.cluster;
     let Some(transport) = c.transport.cluster() else {

@@ -7,11 +7,9 @@
 //!   [`RingError`](crate::core::ring::RingError): the round protocol's cores;
 //! - [`StradsRunError`]: the actor shells (a worker's ask, registering an actor);
 //! - [`SerialRunError`]: the serial driver;
-//! - [`CheckpointError`] and [`MultiSchedulerError`]: Lasso's checkpoints and
-//!   multi-scheduler jobs;
+//! - [`MultiSchedulerError`]: multi-scheduler Lasso jobs;
 //! - [`StradsError`]: what a role, a job or an app's I/O returns.
 
-use crate::apps::lasso::checkpoint::CheckpointError;
 use crate::apps::lasso::multi::MultiSchedulerError;
 use crate::core::StradsModelError;
 use crate::kit::serial::SerialRunError;
@@ -37,9 +35,6 @@ pub enum StradsError {
     /// Input data did not load.
     #[error(transparent)]
     Data(#[from] petrel_ml::data::DataError),
-    /// A Lasso checkpoint could not be written or restored.
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
     /// A multi-scheduler Lasso job is misconfigured or lost a peer.
     #[error(transparent)]
     MultiScheduler(#[from] MultiSchedulerError),

@@ -607,9 +607,9 @@ impl StradsJob for LogisticApp {
         job.resolved_solver() == super::lasso::LassoSolver::GaussSeidel
     }
 
-    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
+    /// The Lasso's round checkpoints (the same settings).
     fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
-        RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)
+        <super::lasso::LassoApp as StradsJob>::round_checkpoints(job)
     }
 
     fn scheduler_options(job: &LassoJob) -> SchedulerOptions {

@@ -87,6 +87,17 @@ pub trait Schedule<A: StradsApp> {
         let _ = state;
         Err(no_checkpoints())
     }
+    /// The rounds so far that count toward a round checkpoint's `every` (part of the
+    /// state); `None` (the default): every committed round counts.
+    fn checkpoint_progress(&self) -> Option<u64> {
+        None
+    }
+
+    /// A round checkpoint of round boundary `round` was written (`resumed = false`), or
+    /// this run resumed from it (`true`); the default ignores it.
+    fn checkpointed(&mut self, round: u64, resumed: bool) {
+        let _ = (round, resumed);
+    }
 }
 
 /// Worker half of a star app: holds a data shard and the local model state.

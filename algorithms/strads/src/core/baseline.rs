@@ -1,7 +1,8 @@
-//! The stop rule and report of the cyclic coordinate-descent yardstick, and its logistic
-//! solver ([`CyclicLogistic`], in `baseline/logistic.rs`), whose full sweep and active
-//! phase the Gauss-Seidel logistic workers run on their blocks. The Lasso's yardstick is
-//! the Gauss-Seidel solver with one worker (`apps::lasso::baseline`).
+//! The stop rule of the cyclic coordinate-descent yardstick, and its logistic kernel
+//! ([`CyclicLogistic`], in `baseline/logistic.rs`), whose full sweep and active phase the
+//! Gauss-Seidel logistic workers run on their blocks. The yardstick of either model is the
+//! Gauss-Seidel solver with one worker (`apps::lasso::baseline`,
+//! `apps::logistic::run_baseline`).
 //!
 //! What makes the coordinate descent tight (the glmnet recipe):
 //! - **Maintained residual** (`r = y - X b`, Lasso) or margins (`m = X b`, logistic) in
@@ -56,26 +57,6 @@ pub enum CdOutcome {
     SweepLimit,
 }
 
-/// A baseline run's figures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CdReport {
-    /// Why it stopped.
-    pub outcome: CdOutcome,
-    /// Coordinate updates (every coordinate visited counts, moved or not).
-    pub updates: u64,
-    /// Full sweeps.
-    pub full_sweeps: usize,
-    /// Active-set sweeps.
-    pub active_sweeps: usize,
-    /// The objective at the end.
-    pub objective: f64,
-    /// Lasso: the duality gap of the last full sweep (NaN when stopped on the target).
-    /// Logistic: the last full sweep's relative objective decrease.
-    pub gap: f64,
-    /// `(updates, objective)` after every full sweep (and at the end).
-    pub trace: Vec<(u64, f64)>,
-}
-
 /// Refuses a design whose rows are not `n` (the length of `what`) or whose column
 /// storage is inconsistent.
 pub(crate) fn check_shape(x: &SparseColumns, n: usize, what: &str) -> Result<(), StradsModelError> {
@@ -100,4 +81,4 @@ mod logistic;
 pub use logistic::{ACTIVE_SWEEPS, CyclicLogistic, LogisticPhase};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -59,12 +59,18 @@ pub fn checkpoint_mismatch(
 pub struct RoundCheckpointPolicy {
     every: u64,
     since: u64,
+    /// The app's progress at the last checkpoint (see [`Self::due`]).
+    mark: u64,
 }
 
 impl RoundCheckpointPolicy {
     /// Every `every` committed rounds (0 = never).
     pub fn new(every: u64) -> Self {
-        RoundCheckpointPolicy { every, since: 0 }
+        RoundCheckpointPolicy {
+            every,
+            since: 0,
+            mark: 0,
+        }
     }
 
     /// A round committed.
@@ -73,14 +79,19 @@ impl RoundCheckpointPolicy {
     }
 
     /// A checkpoint should be taken at the next drain point: the scheduler stops
-    /// dispatching until the rounds in flight committed.
-    pub fn due(&self) -> bool {
-        self.every > 0 && self.since >= self.every
+    /// dispatching until the rounds in flight committed. `progress` is the app's own count
+    /// of the rounds that count
+    /// ([`Schedule::checkpoint_progress`](super::app::Schedule::checkpoint_progress));
+    /// `None`: every committed round counts.
+    pub fn due(&self, progress: Option<u64>) -> bool {
+        let since = progress.map_or(self.since, |p| p.saturating_sub(self.mark));
+        self.every > 0 && since >= self.every
     }
 
-    /// A checkpoint was written (or restored).
-    pub fn reset(&mut self) {
+    /// A checkpoint was written (or restored) at the app's `progress`.
+    pub fn reset(&mut self, progress: Option<u64>) {
         self.since = 0;
+        self.mark = progress.unwrap_or(0);
     }
 }
 
@@ -137,16 +148,20 @@ mod tests {
         for _ in 0..2 {
             p.round_committed();
         }
-        assert!(!p.due());
+        assert!(!p.due(None));
         p.round_committed();
-        assert!(p.due());
-        p.reset();
-        assert!(!p.due());
+        assert!(p.due(None));
+        p.reset(None);
+        assert!(!p.due(None));
         let mut never = RoundCheckpointPolicy::new(0);
         for _ in 0..100 {
             never.round_committed();
         }
-        assert!(!never.due());
+        assert!(!never.due(None));
+        // An app that counts its own rounds: due 3 of them after the last checkpoint.
+        p.reset(Some(10));
+        assert!(!p.due(Some(12)));
+        assert!(p.due(Some(13)));
     }
 
     #[test]

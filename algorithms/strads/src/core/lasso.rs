@@ -1,50 +1,13 @@
-// Over 600 lines: the scheduled Lasso's worker state, pull, certificates and serial cluster.
 //! Lasso `min 1/2 ||y - X b||^2 + lambda ||b||_1` by scheduled parallel coordinate descent,
 //! with X split by rows over P workers (STRADS push/pull).
 //!
-//! Round: scheduler picks vars -> [`LassoDispatch`] to every worker -> each worker
-//! [`LassoWorkerState::push`]es partial `z_jp` -> [`pull`] sums and soft-thresholds ->
-//! [`CoordinateChanges`] go back to the workers ([`LassoWorkerState::apply_deltas`]) and to
-//! the scheduler ([`LassoScheduler::commit`](super::scheduler::LassoScheduler::commit)).
-
-use std::ops::Range;
-
-use serde::{Deserialize, Serialize};
+//! Round: scheduler picks vars -> a dispatch to every worker -> each worker
+//! [`LassoWorkerState::push`]es partial `z_jp` -> [`pull`] sums and soft-thresholds -> the
+//! changes go back to the workers ([`LassoWorkerState::apply_deltas`]) and to the scheduler
+//! ([`LassoScheduler::commit`](super::scheduler::LassoScheduler::commit)).
 
 use super::StradsModelError;
-use super::scheduler::{ScheduleMode, SchedulerConfig};
 use petrel_ml::data::SparseColumns;
-
-/// Scheduler -> workers: the variables of this round and their current values (aligned).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LassoDispatch {
-    /// The round.
-    pub round: u64,
-    /// Coordinates.
-    pub vars: Vec<usize>,
-    /// Their current values.
-    pub values: Vec<f32>,
-}
-
-/// Worker -> aggregator: partial results aligned with the dispatched vars.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LassoPartials {
-    /// The round.
-    pub round: u64,
-    /// The worker.
-    pub worker: usize,
-    /// Partial `z_j` per coordinate.
-    pub partials: Vec<f32>,
-}
-
-/// Aggregator -> workers and scheduler: committed `(var, new - old)`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CoordinateChanges {
-    /// The round.
-    pub round: u64,
-    /// `(coordinate, new - old)`.
-    pub changes: Vec<(usize, f32)>,
-}
 
 /// One worker's share: a row block of X (column-major), its slice of y and the residual
 /// `r = y - X b` for those rows, kept current by [`Self::apply_deltas`]. The residual is
@@ -292,16 +255,6 @@ impl LassoWorkerState {
         self.sq_residual += sq_change;
     }
 
-    /// Partial `||x_j||^2` over this worker's rows, for every column.
-    pub fn column_sq_norm_partials(&self) -> Vec<f64> {
-        match &self.centring {
-            Some(c) => (0..self.x.n_columns())
-                .map(|j| c.sq_norm(j, self.x.column(j).1, self.n_rows()))
-                .collect(),
-            None => self.x.column_sq_norms(),
-        }
-    }
-
     /// Partial `x_j^T r` for each var (gradient of the smooth part is `-x_j^T r`).
     pub fn correlation_with_residual(&self, vars: &[usize]) -> Vec<f64> {
         let n = self.n_rows() as f64;
@@ -314,22 +267,6 @@ impl LassoWorkerState {
                     .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
                     .sum();
                 self.centring.as_ref().map_or(dot, |c| c.dot(j, dot, n))
-            })
-            .collect()
-    }
-
-    /// Partial `x_j^T x_k` (of the centred columns with implicit centring), for a
-    /// correlation oracle that does not hold X.
-    pub fn column_dot_partials(&self, pairs: &[(usize, usize)]) -> Vec<f64> {
-        let n = self.n_rows() as f64;
-        pairs
-            .iter()
-            .map(|&(j, k)| {
-                let dot = self.x.column_dot(j, k);
-                self.centring.as_ref().map_or(dot, |c| {
-                    dot - c.means[k] * c.sums[j] - c.means[j] * c.sums[k]
-                        + n * c.means[j] * c.means[k]
-                })
             })
             .collect()
     }
@@ -349,18 +286,6 @@ impl LassoWorkerState {
             .fold((0.0, 0.0, 0.0), |(yy, yr, rr), (&y, &r)| {
                 let (y, r) = (f64::from(y), r + offset);
                 (yy + y * y, yr + y * r, rr + r * r)
-            })
-    }
-
-    /// Partials `(||y||^2, ||y - s r||^2)` for the duality gap with dual point `s r`.
-    pub fn dual_partials(&self, scale: f64) -> (f64, f64) {
-        let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
-        self.y
-            .iter()
-            .zip(&self.residual)
-            .fold((0.0, 0.0), |(yy, d), (&y, &r)| {
-                let (y, r) = (f64::from(y), r + offset);
-                (yy + y * y, d + (y - scale * r).powi(2))
             })
     }
 }
@@ -424,189 +349,6 @@ pub fn duality_gap(primal: f64, y_sq: f64, y_minus_theta_sq: f64) -> f64 {
     primal - (0.5 * y_sq - 0.5 * y_minus_theta_sq)
 }
 
-/// Configuration of the in-process driver.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LassoConfig {
-    /// The L1 weight.
-    pub lambda: f32,
-    /// Workers (row blocks).
-    pub n_workers: usize,
-    /// Rounds to run.
-    pub rounds: usize,
-    /// The coordinate scheduler.
-    pub scheduler: SchedulerConfig,
-    /// `Some(rho)` enables the dependency filter with correlations from the data.
-    pub filter_rho: Option<f32>,
-}
-
-/// Every worker plus the coefficient vector: a whole STRADS Lasso job in one process.
-#[derive(Debug, Clone)]
-pub struct LassoCluster {
-    /// The workers' states.
-    pub workers: Vec<LassoWorkerState>,
-    /// The coefficients.
-    pub coefficients: Vec<f32>,
-    /// `||x_j||^2` per column.
-    pub col_sq_norms: Vec<f64>,
-    /// The L1 weight.
-    pub lambda: f32,
-    round: u64,
-}
-
-impl LassoCluster {
-    /// Splits the rows of `x` into `n_workers` contiguous blocks.
-    pub fn new(
-        x: &SparseColumns,
-        y: &[f32],
-        lambda: f32,
-        n_workers: usize,
-    ) -> Result<Self, StradsModelError> {
-        check_design_shape(x, y)?;
-        if n_workers == 0 || lambda.is_nan() || lambda < 0.0 {
-            return Err(StradsModelError::InvalidConfig(
-                "need n_workers >= 1 and lambda >= 0".into(),
-            ));
-        }
-        let workers = super::split_evenly(x.n_rows, n_workers)
-            .into_iter()
-            .map(|rows: Range<usize>| {
-                LassoWorkerState::new(x.row_block(rows.clone()), y[rows].to_vec())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut col_sq_norms = vec![0.0; x.n_columns()];
-        for worker in &workers {
-            for (total, part) in col_sq_norms
-                .iter_mut()
-                .zip(worker.column_sq_norm_partials())
-            {
-                *total += part;
-            }
-        }
-        Ok(LassoCluster {
-            workers,
-            coefficients: vec![0.0; x.n_columns()],
-            col_sq_norms,
-            lambda,
-            round: 0,
-        })
-    }
-
-    /// One push -> pull -> apply round for `vars`; returns the committed changes.
-    pub fn round(&mut self, vars: &[usize]) -> CoordinateChanges {
-        let dispatch = LassoDispatch {
-            round: self.round,
-            values: vars.iter().map(|&j| self.coefficients[j]).collect(),
-            vars: vars.to_vec(),
-        };
-        let mut summed = vec![0.0f32; vars.len()];
-        for worker in &self.workers {
-            for (s, z) in summed
-                .iter_mut()
-                .zip(worker.push(&dispatch.vars, &dispatch.values))
-            {
-                *s += z;
-            }
-        }
-        let new_values = pull(vars, &summed, &self.col_sq_norms, self.lambda);
-        let mut changes = Vec::with_capacity(vars.len());
-        for (&j, &value) in vars.iter().zip(&new_values) {
-            let delta = value - self.coefficients[j];
-            self.coefficients[j] = value;
-            // Zero changes are kept: the scheduler needs them to lower priorities.
-            changes.push((j, delta));
-        }
-        for worker in &mut self.workers {
-            worker.apply_deltas(&changes);
-        }
-        self.round += 1;
-        CoordinateChanges {
-            round: self.round - 1,
-            changes,
-        }
-    }
-
-    /// `1/2 ||r||^2 + lambda ||b||_1` now.
-    pub fn objective(&self) -> f64 {
-        let sq: f64 = self
-            .workers
-            .iter()
-            .map(LassoWorkerState::squared_residual)
-            .sum();
-        objective(sq, &self.coefficients, self.lambda)
-    }
-
-    /// `X^T r` for all coordinates, summed over workers.
-    pub fn x_t_residual(&self) -> Vec<f64> {
-        let all: Vec<usize> = (0..self.coefficients.len()).collect();
-        let mut total = vec![0.0; all.len()];
-        for worker in &self.workers {
-            for (t, p) in total.iter_mut().zip(worker.correlation_with_residual(&all)) {
-                *t += p;
-            }
-        }
-        total
-    }
-
-    /// Max KKT violation now.
-    pub fn kkt_violation(&self) -> f64 {
-        kkt_violation(&self.x_t_residual(), &self.coefficients, self.lambda)
-    }
-
-    /// Duality gap now.
-    pub fn duality_gap(&self) -> f64 {
-        let scale = dual_scale(&self.x_t_residual(), self.lambda);
-        let (y_sq, diff_sq) = self
-            .workers
-            .iter()
-            .map(|w| w.dual_partials(scale))
-            .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d));
-        duality_gap(self.objective(), y_sq, diff_sq)
-    }
-}
-
-/// Reference optimum by serial cyclic coordinate descent (one coordinate per round, one
-/// worker) until the KKT violation is below `kkt_tolerance` or `max_sweeps` full sweeps.
-pub fn reference_optimum(
-    x: &SparseColumns,
-    y: &[f32],
-    lambda: f32,
-    max_sweeps: usize,
-    kkt_tolerance: f64,
-) -> Result<f64, StradsModelError> {
-    let mut cluster = LassoCluster::new(x, y, lambda, 1)?;
-    let d = x.n_columns();
-    for _ in 0..max_sweeps {
-        for j in 0..d {
-            cluster.round(&[j]);
-        }
-        if cluster.kkt_violation() < kkt_tolerance {
-            break;
-        }
-    }
-    Ok(cluster.objective())
-}
-
-/// Convenience: a [`LassoConfig`] with the given mode and parallelism.
-pub fn lasso_config(
-    mode: ScheduleMode,
-    lambda: f32,
-    block_size: usize,
-    n_workers: usize,
-    rounds: usize,
-    filter_rho: Option<f32>,
-    seed: u64,
-) -> LassoConfig {
-    let mut scheduler = SchedulerConfig::new(mode, block_size);
-    scheduler.seed = seed;
-    LassoConfig {
-        lambda,
-        n_workers,
-        rounds,
-        scheduler,
-        filter_rho,
-    }
-}
-
 /// The design and the targets describe the same samples: one target per row of X.
 pub fn check_design_shape(x: &SparseColumns, y: &[f32]) -> Result<(), StradsModelError> {
     if x.n_rows == y.len() {
@@ -621,4 +363,4 @@ pub fn check_design_shape(x: &SparseColumns, y: &[f32]) -> Result<(), StradsMode
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -475,47 +475,6 @@ impl LdaCluster {
         ll / self.n_tokens.max(1) as f64
     }
 
-    /// Count invariants: doc-topic sums = doc lengths, word-topic sums = word frequencies,
-    /// topic totals = column sums of both tables.
-    pub fn check_invariants(&self, word_frequencies: &[usize]) -> Result<(), StradsModelError> {
-        let k = self.config.n_topics;
-        let mut from_words = vec![0i64; k];
-        for block in &self.blocks {
-            for (row, &w) in block.rows.iter().zip(&block.word_ids) {
-                if row.total() != word_frequencies[w as usize] as u64 {
-                    return Err(StradsModelError::Invariant(format!(
-                        "word {w}: counts sum {} != frequency {}",
-                        row.total(),
-                        word_frequencies[w as usize]
-                    )));
-                }
-                for &(t, n) in &row.entries {
-                    from_words[t as usize] += i64::from(n);
-                }
-            }
-        }
-        let mut from_docs = vec![0i64; k];
-        for worker in &self.workers {
-            worker.check_doc_counts()?;
-            for (t, n) in from_docs.iter_mut().zip(worker.own_topic_counts()) {
-                *t += n;
-            }
-            if worker.topic_totals != self.topic_totals {
-                return Err(StradsModelError::Invariant(format!(
-                    "worker {} has stale totals after sync",
-                    worker.worker
-                )));
-            }
-        }
-        if from_words != self.topic_totals || from_docs != self.topic_totals {
-            return Err(StradsModelError::Invariant(format!(
-                "topic totals {:?} != word sums {from_words:?} / doc sums {from_docs:?}",
-                self.topic_totals
-            )));
-        }
-        Ok(())
-    }
-
     /// Estimated topic-word distributions `(n_wk + beta) / (n_k + V beta)`, `K x V`.
     pub fn topic_word_distributions(&self) -> ndarray::Array2<f64> {
         topic_word_matrix(

@@ -4,24 +4,9 @@
 //! (curvature `sum_i x_ij^2 / 4`, the logistic Hessian's maximum) plus the L1 term, so a
 //! serial step never increases the objective: `b_j <- S(h b_j - g, lambda) / h`.
 
-use serde::{Deserialize, Serialize};
-
 use super::StradsModelError;
 use super::lasso::soft_threshold;
 use petrel_ml::data::SparseColumns;
-
-/// Worker -> aggregator: partial gradient and curvature per dispatched var.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LogisticPartials {
-    /// The round.
-    pub round: u64,
-    /// The worker.
-    pub worker: usize,
-    /// Partial gradient per coordinate.
-    pub gradient: Vec<f32>,
-    /// Partial curvature bound per coordinate.
-    pub curvature: Vec<f32>,
-}
 
 /// `log(1 + exp(-z))` without overflow.
 pub(crate) fn log_one_plus_exp_neg(z: f64) -> f64 {

@@ -266,11 +266,6 @@ impl<T, C, B, R> RingCore<T, C, B, R> {
         self.held.keys().copied().collect()
     }
 
-    /// The blocks held now.
-    pub fn held_blocks(&self) -> impl Iterator<Item = (BlockId, &B)> {
-        self.held.iter().map(|(id, h)| (*id, &h.block))
-    }
-
     /// The blocks held now with the round that produced each version (`None`: initial),
     /// what a checkpoint saves.
     pub fn held_versions(&self) -> impl Iterator<Item = (BlockId, Option<u64>, &B)> {

@@ -438,21 +438,3 @@ pub fn encoded_len<T: Serialize>(value: &T) -> u64 {
         Err(_) => 0,
     }
 }
-
-/// Builds job `J`'s scheduler half and `workers` worker halves from `config`, checks that
-/// they all digest the data alike ([`StradsJob::scheduler_digest`],
-/// [`StradsJob::worker_digest`]) and returns that digest.
-#[cfg(test)]
-pub(crate) fn common_digest<J: StradsJob>(config: &J::Config, workers: usize) -> Option<u64> {
-    let shape = &JobShape {
-        workers,
-        schedulers: 1,
-    };
-    let scheduler = J::scheduler(config, shape).expect("scheduler half");
-    let digest = J::scheduler_digest(&scheduler);
-    for w in 0..shape.workers {
-        let worker = J::worker(config, w, shape).expect("worker half");
-        assert_eq!(J::worker_digest(&worker), digest, "worker {w}");
-    }
-    digest
-}

@@ -523,4 +523,4 @@ fn deadlock<A: RingApp>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -100,6 +100,19 @@ fn decode<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// Fails, naming `dir`, unless it holds a checkpoint manifest (not verified): `resume`'s
+/// check before any node starts.
+pub fn require_checkpoint(dir: &Path) -> Result<(), RoundCheckpointError> {
+    if set(dir).rounds()?.is_empty() {
+        return Err(CheckpointError::NoValid {
+            dir: dir.to_path_buf(),
+            reasons: Vec::new(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// Worker side of a save: writes worker `worker`'s part durably and returns its manifest
 /// entry.
 pub fn write_worker_round_file(
@@ -189,9 +202,10 @@ impl RoundCheckpointer {
         self.policy.round_committed();
     }
 
-    /// A checkpoint is due at the next drain point.
-    pub fn due(&self) -> bool {
-        self.policy.due()
+    /// A checkpoint is due at the next drain point (`progress`: the app's
+    /// [`Schedule::checkpoint_progress`]).
+    pub fn due(&self, progress: Option<u64>) -> bool {
+        self.policy.due(progress)
     }
 
     /// Run time before the checkpoint the run resumed from (zero for a fresh run).
@@ -217,7 +231,7 @@ impl RoundCheckpointer {
     /// scheduler half has no state to give here (`snapshot_state` is `None`).
     pub async fn save<A: StradsApp, S: Schedule<A>>(
         &mut self,
-        app: &S,
+        app: &mut S,
         workers: &WorkerSet<A>,
         opts: &SchedulerOptions,
         round: u64,
@@ -272,7 +286,8 @@ impl RoundCheckpointer {
             vec![set.write_part(round, SCHEDULER_PART, &rmp_serde::to_vec(&scheduler)?)?];
         parts.extend(saved.into_iter().map(|s| s.file));
         set.commit(round, self.app.as_bytes(), parts)?;
-        self.policy.reset();
+        app.checkpointed(round, false);
+        self.policy.reset(app.checkpoint_progress());
         self.written += 1;
         tracing::info!(app = %self.app, round, dir = %dir.display(), "checkpoint written");
         if let Some(limit) = self.settings.fail_after
@@ -329,9 +344,10 @@ impl RoundCheckpointer {
                 source,
             })?;
         }
-        self.policy.reset();
+        app.checkpointed(round, true);
+        self.policy.reset(app.checkpoint_progress());
         self.elapsed_before = Duration::try_from_secs_f64(scheduler.elapsed_s).unwrap_or_default();
-        tracing::info!(app = %self.app, round, dir = %dir.display(), "resumed from checkpoint");
+        tracing::info!(app = %self.app, round, dir = %dir.display(), "resuming from checkpoint");
         Ok(round)
     }
 }

@@ -342,10 +342,11 @@ async fn run_rounds<A: StradsApp, S: Schedule<A>>(
     );
     let mut waiting = false;
     loop {
-        let checkpoint_due = checkpoints.as_ref().is_some_and(|c| c.due());
+        let progress = app.checkpoint_progress();
+        let checkpoint_due = checkpoints.as_ref().is_some_and(|c| c.due(progress));
         match core.next_action_after(waiting || checkpoint_due) {
             PipelineAction::Schedule(round) => {
-                if let Some(c) = checkpoints.as_deref_mut().filter(|c| c.due()) {
+                if let Some(c) = checkpoints.as_deref_mut().filter(|c| c.due(progress)) {
                     // A drain point: nothing in flight, every earlier round committed.
                     c.save(app, workers, opts, round, elapsed()).await?;
                 }

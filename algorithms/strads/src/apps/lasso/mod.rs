@@ -9,8 +9,7 @@
 //! - [`metrics`]: the objective trace, exact evaluations and outputs.
 //! - [`scheduling`]: the scheduler half ([`LassoScheduling`]: priority sampling, dependency
 //!   filter, soft-threshold pull, exact evaluations, metrics).
-//! - [`checkpoint`]: save and restore rounds around the two halves ([`Resumable`],
-//!   [`CheckpointingWorker`]).
+//! - [`checkpoint`]: what a round checkpoint (the kit's) must match.
 //! - [`multi`]: the coefficients split over several schedulers.
 //! - [`gs`]: `solver = "gauss-seidel"`, column-holding workers running Gauss-Seidel sweeps
 //!   against a full residual (same roles; the roles pick by `solver`).
@@ -29,7 +28,6 @@ pub mod scheduling;
 pub mod wire;
 pub mod worker;
 
-pub use checkpoint::Resumable;
 pub use config::{
     ColumnShare, DesignShape, LassoJob, LassoSolver, RECOMMENDED_SPARSE_INTERFERENCE_BOUND,
     SyntheticLasso, lambda_max,
@@ -46,8 +44,8 @@ use crate::core::lasso::LassoWorkerState;
 use crate::error::StradsError;
 use crate::kit::serial::Delivery;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
-use crate::shells::SchedulerOptions;
-use checkpoint::{CheckpointSettings, CheckpointingWorker, ClusterShape, WorkerSlot};
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
+use checkpoint::{ClusterShape, data_fingerprint};
 use petrel_actors::Cluster;
 
 /// Role of scheduler 0 (the only one unless `schedulers > 1`).
@@ -65,8 +63,8 @@ impl StradsJob for LassoApp {
         true
     }
     type Config = LassoJob;
-    type Scheduler = Resumable;
-    type Worker = StarHalf<CheckpointingWorker>;
+    type Scheduler = LassoScheduling;
+    type Worker = StarHalf<LassoWorker>;
 
     fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()
@@ -76,10 +74,19 @@ impl StradsJob for LassoApp {
         SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
     }
 
-    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<Resumable, StradsError> {
-        let settings = CheckpointSettings::of(job, shape.schedulers)?;
+    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
+    fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
+        let settings =
+            RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)?;
+        Some(RoundCheckpointSettings {
+            fail_after: job.fail_after_checkpoints,
+            ..settings
+        })
+    }
+
+    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LassoScheduling, StradsError> {
         let (x, y) = job.load()?;
-        let half = LassoScheduling::new(&x, &y, job, shape.workers)?;
+        let mut half = LassoScheduling::new(&x, &y, job, shape.workers)?;
         tracing::info!(
             rows = x.n_rows,
             features = x.n_columns(),
@@ -88,21 +95,18 @@ impl StradsJob for LassoApp {
             mode = %job.mode,
             "lasso scheduler ready"
         );
-        let cluster = ClusterShape::of(&x, &y, half.lambda(), job.seed, shape.workers);
-        let mut resumable = Resumable::new(half, settings, cluster)?;
+        let shape = ClusterShape::of(&x, &y, half.lambda(), job.seed);
         // A file is read whole by every node (workers too), so every node can digest it.
-        resumable.data_digest = job
-            .data
-            .is_some()
-            .then(|| checkpoint::data_fingerprint(&x, &y));
-        Ok(resumable)
+        half.data_digest = job.data.is_some().then_some(shape.data_fnv64());
+        half.shape = Some(shape);
+        Ok(half)
     }
 
-    fn scheduler_digest(scheduler: &Resumable) -> Option<u64> {
+    fn scheduler_digest(scheduler: &LassoScheduling) -> Option<u64> {
         scheduler.data_digest
     }
 
-    fn worker_digest(worker: &StarHalf<CheckpointingWorker>) -> Option<u64> {
+    fn worker_digest(worker: &StarHalf<LassoWorker>) -> Option<u64> {
         worker.0.data_digest
     }
 
@@ -110,7 +114,7 @@ impl StradsJob for LassoApp {
         job: &LassoJob,
         index: usize,
         shape: &JobShape,
-    ) -> Result<StarHalf<CheckpointingWorker>, StradsError> {
+    ) -> Result<StarHalf<LassoWorker>, StradsError> {
         let mut rows = 0..0;
         let mut means = None;
         let mut digest = None;
@@ -120,10 +124,7 @@ impl StradsJob for LassoApp {
             let (x, y) = job.load()?;
             rows = shape.share(x.n_rows, index)?;
             means = job.design_means(&x);
-            digest = job
-                .data
-                .is_some()
-                .then(|| checkpoint::data_fingerprint(&x, &y));
+            digest = job.data.is_some().then(|| data_fingerprint(&x, &y));
             (x.row_block(rows.clone()), y[rows.clone()].to_vec())
         } else {
             job.load_rows(|n| {
@@ -131,27 +132,21 @@ impl StradsJob for LassoApp {
                 Ok(rows.clone())
             })?
         };
-        let slot = job.checkpoint_dir.clone().map(|dir| WorkerSlot {
-            dir,
-            index: index as u32,
-            n_workers: shape.workers as u32,
-            rows: rows.clone(),
-            n_features: block.n_columns(),
-            block_fnv64: checkpoint::data_fingerprint(&block, &y_block),
-        });
         let state = match means {
             Some(means) => LassoWorkerState::centred(block, y_block, means)?,
             None => LassoWorkerState::new(block, y_block)?,
         };
-        let worker = LassoWorker::with_schedulers(state, job.schedulers);
+        let mut worker = LassoWorker::with_schedulers(state, job.schedulers);
+        worker.data_digest = digest;
         tracing::debug!(worker = index, rows = ?rows, "lasso worker loaded");
-        let mut half = CheckpointingWorker::new(worker, slot);
-        half.data_digest = digest;
-        Ok(StarHalf(half))
+        Ok(StarHalf(worker))
     }
 
-    fn finish(job: &LassoJob, scheduler: Resumable, _run: &FinishedRun) -> Result<(), StradsError> {
-        let half = scheduler.into_inner();
+    fn finish(
+        job: &LassoJob,
+        half: LassoScheduling,
+        _run: &FinishedRun,
+    ) -> Result<(), StradsError> {
         tracing::info!(objective = half.metrics().final_objective, "lasso finished");
         if let Some(dir) = &job.out_dir {
             half.outcome().write(dir, job)?;
@@ -165,7 +160,7 @@ impl StradsJob for LassoApp {
 /// of the cluster run: the reference the distributed runs must reproduce bit for bit.
 pub fn run_without_actors(job: &LassoJob, workers: usize) -> Result<LassoOutcome, StradsError> {
     let (scheduler, _) = crate::kit::run_serial::<LassoApp>(job, workers, Delivery::Late)?;
-    Ok(scheduler.into_inner().outcome())
+    Ok(scheduler.outcome())
 }
 
 /// Registers the Lasso roles: the worker, scheduler 0 (`strads-lasso-scheduler`) and the

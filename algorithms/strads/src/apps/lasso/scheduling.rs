@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::checkpoint::ClusterShape;
 use super::config::LassoJob;
 use super::heldout::LinearHeldout;
 use super::metrics::{
@@ -25,12 +26,14 @@ use super::metrics::{
 };
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask};
 use crate::core::StradsModelError;
-use crate::core::app::{Plan, Schedule, Step};
+use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::lasso::pull;
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
+use petrel_messages::tensor::{f32_bytes, f64_bytes};
 use petrel_ml::data::SparseColumns;
 use petrel_ml::model::LinearTask;
+use serde::{Deserialize, Serialize};
 
 /// What an in-flight round is.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +55,8 @@ pub struct LassoScheduling {
     updates_after: Vec<u64>,
     l1: f64,
     pub(super) updates: u64,
+    /// Update rounds dispatched (what `checkpoint_every` counts).
+    update_rounds: u64,
     update_rounds_since_eval: u64,
     rounds_scheduled: u64,
     pub(super) stopping: bool,
@@ -66,6 +71,11 @@ pub struct LassoScheduling {
     /// The test set (`test_data`): held-out figures at every evaluation, the first one
     /// at round 0 before any update.
     heldout: Option<LinearHeldout>,
+    /// What a checkpoint must match to be restored (set by the cluster job).
+    pub(super) shape: Option<ClusterShape>,
+    /// The digest of the data it was built from, when read from a file (compared with the
+    /// workers' before the first round).
+    pub(super) data_digest: Option<u64>,
 }
 
 impl LassoScheduling {
@@ -98,6 +108,7 @@ impl LassoScheduling {
             updates_after: vec![0],
             l1: 0.0,
             updates: 0,
+            update_rounds: 0,
             update_rounds_since_eval: 0,
             rounds_scheduled: 0,
             stopping: false,
@@ -119,6 +130,8 @@ impl LassoScheduling {
             work_since_eval: 0.0,
             eval_work,
             heldout,
+            shape: None,
+            data_digest: None,
         })
     }
 
@@ -143,11 +156,6 @@ impl LassoScheduling {
             coefficients: self.coefficients.clone(),
             metrics: self.metrics.clone(),
         }
-    }
-
-    /// The job after its automatic knobs were chosen for the data.
-    pub fn job(&self) -> &LassoJob {
-        &self.job
     }
 
     /// An evaluation is due: every `eval_every` update rounds, or (with `eval_every = 0`)
@@ -275,6 +283,7 @@ impl Schedule<LassoApp> for LassoScheduling {
             values,
         };
         self.in_flight.push_back((round, InFlight::Update(vars)));
+        self.update_rounds += 1;
         self.update_rounds_since_eval += 1;
         self.rounds_scheduled += 1;
         Step::Run(Plan::All(task))
@@ -406,61 +415,43 @@ impl Schedule<LassoApp> for LassoScheduling {
         self.after_commit();
         Ok(commit)
     }
-}
 
-/// The scheduler half's state at a drain point: what a checkpoint saves and restores.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LassoSchedulingState {
-    /// The coordinate scheduler's priorities, cursor and RNG position.
-    pub scheduler: SchedulerState,
-    /// The coefficients.
-    pub coefficients: Vec<f32>,
-    /// L1 norm after each commit.
-    pub l1_after: Vec<f64>,
-    /// Cumulative updates after each commit.
-    pub updates_after: Vec<u64>,
-    /// Current L1 norm.
-    pub l1: f64,
-    /// Coordinate updates so far.
-    pub updates: u64,
-    /// Update rounds since the last evaluation.
-    pub update_rounds_since_eval: u64,
-    /// Work of the updates since the last evaluation.
-    pub work_since_eval: f64,
-    /// Rounds scheduled so far.
-    pub rounds_scheduled: u64,
-    /// The stop rule fired.
-    pub stopping: bool,
-    /// The final evaluation was dispatched.
-    pub final_eval_sent: bool,
-    /// Metrics so far.
-    pub metrics: LassoMetrics,
-    /// Commits every worker has applied (they must report the same on restore).
-    pub worker_applied: u64,
-}
-
-impl LassoScheduling {
-    /// The state to checkpoint (call it with nothing in flight).
-    pub fn export_state(&self) -> LassoSchedulingState {
-        LassoSchedulingState {
+    /// Nothing once the stop rule fired: the run is over.
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        if !self.in_flight.is_empty() {
+            return Err(StradsModelError::protocol(
+                "checkpoint with rounds in flight",
+            ));
+        }
+        if self.stopping {
+            return Ok(None);
+        }
+        encode_state(&LassoSchedulingState {
             scheduler: self.scheduler.export_state(),
             coefficients: self.coefficients.clone(),
             l1_after: self.l1_after.clone(),
             updates_after: self.updates_after.clone(),
             l1: self.l1,
             updates: self.updates,
+            update_rounds: self.update_rounds,
             update_rounds_since_eval: self.update_rounds_since_eval,
             work_since_eval: self.work_since_eval,
             rounds_scheduled: self.rounds_scheduled,
             stopping: self.stopping,
             final_eval_sent: self.final_eval_sent,
             metrics: self.metrics.clone(),
-            worker_applied: self.commits(),
-        }
+            shape: self.shape,
+        })
     }
 
-    /// Continues from a checkpointed state (of the same job).
-    pub fn import_state(&mut self, s: &LassoSchedulingState) -> Result<(), StradsModelError> {
+    /// Refuses a checkpoint of another design, lambda or seed.
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let s: LassoSchedulingState = decode_state(state)?;
+        if let (Some(saved), Some(job)) = (&s.shape, &self.shape)
+            && let Some(difference) = saved.difference(job)
+        {
+            return Err(StradsModelError::InvalidConfig(difference));
+        }
         if s.coefficients.len() != self.coefficients.len() {
             return Err(StradsModelError::DimensionMismatch(format!(
                 "{} coefficients for {} features",
@@ -468,53 +459,61 @@ impl LassoScheduling {
                 self.coefficients.len()
             )));
         }
-        if s.l1_after.len() != s.updates_after.len()
-            || s.l1_after.len() as u64 != s.worker_applied + 1
-        {
+        if s.l1_after.len() != s.updates_after.len() {
             return Err(StradsModelError::Invariant(
                 "inconsistent commit bookkeeping".into(),
             ));
         }
         self.scheduler.import_state(&s.scheduler)?;
-        self.coefficients = s.coefficients.clone();
-        self.l1_after = s.l1_after.clone();
-        self.updates_after = s.updates_after.clone();
+        self.coefficients = s.coefficients;
+        self.l1_after = s.l1_after;
+        self.updates_after = s.updates_after;
         self.l1 = s.l1;
         self.updates = s.updates;
+        self.update_rounds = s.update_rounds;
         self.update_rounds_since_eval = s.update_rounds_since_eval;
         self.work_since_eval = s.work_since_eval;
         self.rounds_scheduled = s.rounds_scheduled;
         self.stopping = s.stopping;
         self.final_eval_sent = s.final_eval_sent;
-        self.metrics = s.metrics.clone();
+        self.metrics = s.metrics;
         self.in_flight.clear();
         Ok(())
     }
 
-    /// Commits sent to the workers so far.
-    pub fn commits(&self) -> u64 {
-        self.l1_after.len() as u64 - 1
+    /// `checkpoint_every` counts update rounds: with `eval_every` a multiple of it, a
+    /// checkpoint falls on an evaluation's drain and leaves a pipelined schedule as it is.
+    fn checkpoint_progress(&self) -> Option<u64> {
+        Some(self.update_rounds)
     }
 
-    /// The stop rule fired (or the objective diverged).
-    pub fn stopping(&self) -> bool {
-        self.stopping
-    }
-
-    /// Bookkeeping of a round this half did not schedule (a checkpoint's save or restore),
-    /// exactly as any other round's pull.
-    pub fn extra_round_done(&mut self, round: u64, elapsed: Duration) {
-        self.metrics.rounds = round + 1;
-        self.metrics.elapsed_s = elapsed.as_secs_f64();
-        self.after_commit();
-    }
-
-    /// Records where a run resumed from and the checkpoint rounds (kept in `metrics.json`).
-    pub fn note_checkpoint(&mut self, round: u64, resumed: bool) {
+    /// Kept in `metrics.json`: where a run resumed from and the checkpoint rounds.
+    fn checkpointed(&mut self, round: u64, resumed: bool) {
         if resumed {
             self.metrics.resumed_from_round = Some(round);
         } else {
             self.metrics.checkpoints.push(round);
         }
     }
+}
+
+/// What a round checkpoint holds of a [`LassoScheduling`] (taken with nothing in flight).
+#[derive(Serialize, Deserialize)]
+struct LassoSchedulingState {
+    scheduler: SchedulerState,
+    #[serde(with = "f32_bytes")]
+    coefficients: Vec<f32>,
+    #[serde(with = "f64_bytes")]
+    l1_after: Vec<f64>,
+    updates_after: Vec<u64>,
+    l1: f64,
+    updates: u64,
+    update_rounds: u64,
+    update_rounds_since_eval: u64,
+    work_since_eval: f64,
+    rounds_scheduled: u64,
+    stopping: bool,
+    final_eval_sent: bool,
+    metrics: LassoMetrics,
+    shape: Option<ClusterShape>,
 }

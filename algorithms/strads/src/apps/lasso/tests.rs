@@ -1,6 +1,6 @@
 use super::*;
 use crate::core::app::Push;
-use crate::core::lasso::reference_optimum;
+use crate::core::lasso::tests::reference_optimum;
 use crate::core::scheduler::ScheduleMode;
 
 fn small_job(mode: &str) -> LassoJob {
@@ -239,7 +239,7 @@ fn fit_intercept_on_a_cluster_centres_implicitly_and_matches_the_explicit_centri
 #[test]
 fn every_solver_digests_one_file_alike_on_every_node() {
     use crate::apps::logistic::LogisticApp;
-    use crate::kit::common_digest;
+    use crate::kit::serial::tests::common_digest;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("d.svm");
     let mut text = String::new();

@@ -1,9 +1,7 @@
-//! The Lasso round protocol's wire types: update, evaluation and checkpoint-control
-//! rounds.
+//! The Lasso round protocol's wire types: update and evaluation rounds.
 
 use crate::core::StradsModelError;
 use crate::core::app::StradsApp;
-use petrel_actors::durable::FileDigest;
 use petrel_messages::tensor::{f32_bytes, f64_bytes};
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +22,6 @@ pub enum LassoTask {
     },
     /// Report `X^T r` and `(y.y, y.r, r.r)` on the worker's rows.
     Evaluate,
-    /// Save or restore the worker's state ([`super::checkpoint`]).
-    Control(ControlTask),
 }
 
 /// A worker's answer; `applied` is the number of commits its state reflects.
@@ -58,8 +54,6 @@ pub enum LassoPartial {
         /// Commits applied.
         applied: u64,
     },
-    /// Answer to a save or restore.
-    Control(ControlReply),
 }
 
 /// Seconds a worker spent computing since it started, by kind of work (cumulative, so a
@@ -104,44 +98,6 @@ impl StradsApp for LassoApp {
     type Task = LassoTask;
     type Partial = LassoPartial;
     type Commit = LassoCommit;
-}
-
-/// Scheduler -> worker: save or restore.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum ControlTask {
-    /// Write `lasso-round-<round>-worker-<i>.bin`.
-    Save {
-        /// The checkpoint's round.
-        round: u64,
-    },
-    /// Load that file, which must match `digest` (from the manifest).
-    Restore {
-        /// The checkpoint's round.
-        round: u64,
-        /// Length and checksum the manifest lists.
-        digest: FileDigest,
-    },
-}
-
-/// Worker -> scheduler.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum ControlReply {
-    /// The worker's file is written.
-    Saved {
-        /// The checkpoint's round.
-        round: u64,
-        /// The file's length and checksum.
-        digest: FileDigest,
-        /// Commits applied.
-        applied: u64,
-    },
-    /// The worker's state is restored.
-    Restored {
-        /// The checkpoint's round.
-        round: u64,
-        /// Commits applied after the restore.
-        applied: u64,
-    },
 }
 
 /// A round's coordinates as indices, refused unless there is one value per coordinate and

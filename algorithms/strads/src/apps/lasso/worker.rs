@@ -2,18 +2,35 @@
 
 use super::wire::{LassoApp, LassoCommit, LassoPartial, LassoTask, WorkerBusy, check_vars};
 use crate::core::StradsModelError;
-use crate::core::app::Push;
+use crate::core::app::{Push, decode_state, encode_state};
 use crate::core::lasso::LassoWorkerState;
+use petrel_messages::tensor::f64_bytes;
+use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// Worker half: a row block with its residual. It serves every scheduler of the job and
 /// counts the commits it applied per scheduler (`applied[s]`), since each scheduler's
-/// bookkeeping is indexed by its own commits. Checkpoint tasks are served by the
-/// [`CheckpointingWorker`](super::checkpoint::CheckpointingWorker) around it.
+/// bookkeeping is indexed by its own commits. Its round checkpoints are the kit's
+/// ([`crate::shells::checkpoint`]).
 pub struct LassoWorker {
     state: LassoWorkerState,
     applied: Vec<u64>,
     busy: WorkerBusy,
+    /// The digest of the whole data set it read, when it read one (compared with every
+    /// node's before the first round).
+    pub data_digest: Option<u64>,
+}
+
+/// What a round checkpoint holds of a worker: its residual, scheduler 0's commit count,
+/// the running `||r||^2` (so the objective trace continues bit for bit) and, with implicit
+/// centring, the running `[offset, sum(s), ||s||^2]`.
+#[derive(Serialize, Deserialize)]
+struct WorkerSnapshot {
+    #[serde(with = "f64_bytes")]
+    residual: Vec<f64>,
+    applied: u64,
+    sq_residual: f64,
+    centring: Option<[f64; 3]>,
 }
 
 impl LassoWorker {
@@ -28,6 +45,7 @@ impl LassoWorker {
             state,
             applied: vec![0; schedulers.max(1)],
             busy: WorkerBusy::default(),
+            data_digest: None,
         }
     }
 
@@ -47,24 +65,6 @@ impl LassoWorker {
                     self.applied.len()
                 ))
             })
-    }
-
-    /// Replaces the residual and scheduler 0's commit count (a restored checkpoint).
-    /// `sq_residual` is the saved running `||r||^2` (recomputed when absent); `centring`
-    /// the saved running state of an implicitly centred worker.
-    pub fn restore(
-        &mut self,
-        residual: Vec<f64>,
-        applied: u64,
-        sq_residual: Option<f64>,
-        centring: Option<[f64; 3]>,
-    ) -> Result<(), StradsModelError> {
-        self.state.restore_residual(residual, centring)?;
-        if let Some(sq) = sq_residual.filter(|sq| sq.is_finite() && *sq >= 0.0) {
-            self.state.set_squared_residual(sq);
-        }
-        self.applied[0] = applied;
-        Ok(())
     }
 }
 
@@ -117,9 +117,6 @@ impl Push<LassoApp> for LassoWorker {
                     applied,
                 })
             }
-            LassoTask::Control(_) => Err(StradsModelError::InvalidConfig(
-                "checkpoint task, but this worker has no checkpoint_dir".into(),
-            )),
         }
     }
 
@@ -136,6 +133,23 @@ impl Push<LassoApp> for LassoWorker {
         self.state.apply_deltas(&changes);
         self.applied[scheduler as usize] += 1;
         self.busy.commit_s += started.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
+        encode_state(&WorkerSnapshot {
+            residual: self.state.residual().to_vec(),
+            applied: self.applied(0)?,
+            sq_residual: self.state.squared_residual(),
+            centring: self.state.centring_state(),
+        })
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
+        let s: WorkerSnapshot = decode_state(state)?;
+        self.state.restore_residual(s.residual, s.centring)?;
+        self.state.set_squared_residual(s.sq_residual);
+        self.applied[0] = s.applied;
         Ok(())
     }
 }

@@ -134,7 +134,7 @@ fn outputs_list_top_words() {
 /// that keeps every count (two word occurrences swapped between documents).
 #[test]
 fn scheduler_and_workers_digest_one_corpus_alike() {
-    use crate::kit::common_digest;
+    use crate::kit::serial::tests::common_digest;
     let dir = tempfile::tempdir().unwrap();
     let file_job = |name: &str, text: &str| {
         let path = dir.path().join(name);

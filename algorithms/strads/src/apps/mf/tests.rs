@@ -332,7 +332,7 @@ fn a_file_changed_after_its_summary_is_refused_when_a_share_is_read() {
 /// differently (the nodes compare these before the first round).
 #[test]
 fn scheduler_and_workers_digest_one_rating_set_alike() {
-    use crate::kit::common_digest;
+    use crate::kit::serial::tests::common_digest;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.tsv");
     let job = StradsMfJob {

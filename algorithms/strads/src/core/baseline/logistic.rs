@@ -6,7 +6,7 @@
 use super::super::StradsModelError;
 use super::super::gauss_seidel::PackedColumns;
 use super::super::loss::{Logistic, Loss, cd_step};
-use super::{CdOutcome, CdReport, CdStop, check_shape};
+use super::{CdStop, check_shape};
 use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 
@@ -182,41 +182,6 @@ impl<'a> CyclicLogistic<'a> {
     /// The coefficients as the solver keeps them (f64), without a copy.
     pub fn coefficients_f64(&self) -> &[f64] {
         &self.coefficients
-    }
-
-    /// Runs full sweeps (each followed by active-set sweeps) until a full sweep lowers the
-    /// objective by at most `tolerance` relative, or the target is met (checked after every
-    /// sweep: the logistic objective costs O(rows)).
-    pub fn solve(&mut self, stop: &CdStop) -> CdReport {
-        let mut objective = self.objective();
-        let mut report = CdReport {
-            outcome: CdOutcome::SweepLimit,
-            updates: 0,
-            full_sweeps: 0,
-            active_sweeps: 0,
-            objective,
-            gap: f64::NAN,
-            trace: vec![(0, objective)],
-        };
-        let reached = |f: f64| stop.target_objective.is_some_and(|t| f <= t);
-        while report.full_sweeps < stop.max_sweeps && !reached(objective) {
-            let phase = self.full_then_active(stop, objective, ACTIVE_SWEEPS);
-            report.full_sweeps += 1;
-            report.active_sweeps += phase.active_sweeps;
-            report.gap = phase.gap;
-            report.trace.push((self.updates, phase.after_full));
-            objective = phase.objective;
-            if phase.converged {
-                report.outcome = CdOutcome::Converged;
-                break;
-            }
-        }
-        if reached(objective) {
-            report.outcome = CdOutcome::ReachedTarget;
-        }
-        report.updates = self.updates;
-        report.objective = objective;
-        report
     }
 
     /// One full sweep from a state of objective `objective`; unless it lowered the

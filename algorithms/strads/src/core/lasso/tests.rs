@@ -1,7 +1,240 @@
 use super::*;
 use crate::core::scheduler::{ColumnCorrelationCache, DependencyFilter, LassoScheduler};
+use crate::core::scheduler::{ScheduleMode, SchedulerConfig};
 use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
 use std::sync::Arc;
+
+// Partials the serial cluster and the tests need beyond the workers' own.
+impl LassoWorkerState {
+    /// Partial `||x_j||^2` over this worker's rows, for every column.
+    pub(crate) fn column_sq_norm_partials(&self) -> Vec<f64> {
+        match &self.centring {
+            Some(c) => (0..self.x.n_columns())
+                .map(|j| c.sq_norm(j, self.x.column(j).1, self.n_rows()))
+                .collect(),
+            None => self.x.column_sq_norms(),
+        }
+    }
+
+    /// Partials `(||y||^2, ||y - s r||^2)` for the duality gap with dual point `s r`.
+    pub(crate) fn dual_partials(&self, scale: f64) -> (f64, f64) {
+        let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
+        self.y
+            .iter()
+            .zip(&self.residual)
+            .fold((0.0, 0.0), |(yy, d), (&y, &r)| {
+                let (y, r) = (f64::from(y), r + offset);
+                (yy + y * y, d + (y - scale * r).powi(2))
+            })
+    }
+}
+
+// The serial cluster the tests (here and of the apps) compare with.
+
+/// Scheduler -> workers: the variables of this round and their current values (aligned).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct LassoDispatch {
+    /// The round.
+    pub(crate) round: u64,
+    /// Coordinates.
+    pub(crate) vars: Vec<usize>,
+    /// Their current values.
+    pub(crate) values: Vec<f32>,
+}
+
+/// Aggregator -> workers and scheduler: committed `(var, new - old)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CoordinateChanges {
+    /// The round.
+    pub(crate) round: u64,
+    /// `(coordinate, new - old)`.
+    pub(crate) changes: Vec<(usize, f32)>,
+}
+
+/// Configuration of the in-process driver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct LassoConfig {
+    /// The L1 weight.
+    pub(crate) lambda: f32,
+    /// Workers (row blocks).
+    pub(crate) n_workers: usize,
+    /// Rounds to run.
+    pub(crate) rounds: usize,
+    /// The coordinate scheduler.
+    pub(crate) scheduler: SchedulerConfig,
+    /// `Some(rho)` enables the dependency filter with correlations from the data.
+    pub(crate) filter_rho: Option<f32>,
+}
+
+/// Every worker plus the coefficient vector: a whole STRADS Lasso job in one process.
+#[derive(Debug, Clone)]
+pub(crate) struct LassoCluster {
+    /// The workers' states.
+    pub(crate) workers: Vec<LassoWorkerState>,
+    /// The coefficients.
+    pub(crate) coefficients: Vec<f32>,
+    /// `||x_j||^2` per column.
+    pub(crate) col_sq_norms: Vec<f64>,
+    /// The L1 weight.
+    pub(crate) lambda: f32,
+    round: u64,
+}
+
+impl LassoCluster {
+    /// Splits the rows of `x` into `n_workers` contiguous blocks.
+    pub(crate) fn new(
+        x: &SparseColumns,
+        y: &[f32],
+        lambda: f32,
+        n_workers: usize,
+    ) -> Result<Self, StradsModelError> {
+        check_design_shape(x, y)?;
+        if n_workers == 0 || lambda.is_nan() || lambda < 0.0 {
+            return Err(StradsModelError::InvalidConfig(
+                "need n_workers >= 1 and lambda >= 0".into(),
+            ));
+        }
+        let workers = crate::core::split_evenly(x.n_rows, n_workers)
+            .into_iter()
+            .map(|rows: Range<usize>| {
+                LassoWorkerState::new(x.row_block(rows.clone()), y[rows].to_vec())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut col_sq_norms = vec![0.0; x.n_columns()];
+        for worker in &workers {
+            for (total, part) in col_sq_norms
+                .iter_mut()
+                .zip(worker.column_sq_norm_partials())
+            {
+                *total += part;
+            }
+        }
+        Ok(LassoCluster {
+            workers,
+            coefficients: vec![0.0; x.n_columns()],
+            col_sq_norms,
+            lambda,
+            round: 0,
+        })
+    }
+
+    /// One push -> pull -> apply round for `vars`; returns the committed changes.
+    pub(crate) fn round(&mut self, vars: &[usize]) -> CoordinateChanges {
+        let dispatch = LassoDispatch {
+            round: self.round,
+            values: vars.iter().map(|&j| self.coefficients[j]).collect(),
+            vars: vars.to_vec(),
+        };
+        let mut summed = vec![0.0f32; vars.len()];
+        for worker in &self.workers {
+            for (s, z) in summed
+                .iter_mut()
+                .zip(worker.push(&dispatch.vars, &dispatch.values))
+            {
+                *s += z;
+            }
+        }
+        let new_values = pull(vars, &summed, &self.col_sq_norms, self.lambda);
+        let mut changes = Vec::with_capacity(vars.len());
+        for (&j, &value) in vars.iter().zip(&new_values) {
+            let delta = value - self.coefficients[j];
+            self.coefficients[j] = value;
+            // Zero changes are kept: the scheduler needs them to lower priorities.
+            changes.push((j, delta));
+        }
+        for worker in &mut self.workers {
+            worker.apply_deltas(&changes);
+        }
+        self.round += 1;
+        CoordinateChanges {
+            round: self.round - 1,
+            changes,
+        }
+    }
+
+    /// `1/2 ||r||^2 + lambda ||b||_1` now.
+    pub(crate) fn objective(&self) -> f64 {
+        let sq: f64 = self
+            .workers
+            .iter()
+            .map(LassoWorkerState::squared_residual)
+            .sum();
+        objective(sq, &self.coefficients, self.lambda)
+    }
+
+    /// `X^T r` for all coordinates, summed over workers.
+    pub(crate) fn x_t_residual(&self) -> Vec<f64> {
+        let all: Vec<usize> = (0..self.coefficients.len()).collect();
+        let mut total = vec![0.0; all.len()];
+        for worker in &self.workers {
+            for (t, p) in total.iter_mut().zip(worker.correlation_with_residual(&all)) {
+                *t += p;
+            }
+        }
+        total
+    }
+
+    /// Max KKT violation now.
+    pub(crate) fn kkt_violation(&self) -> f64 {
+        kkt_violation(&self.x_t_residual(), &self.coefficients, self.lambda)
+    }
+
+    /// Duality gap now.
+    pub(crate) fn duality_gap(&self) -> f64 {
+        let scale = dual_scale(&self.x_t_residual(), self.lambda);
+        let (y_sq, diff_sq) = self
+            .workers
+            .iter()
+            .map(|w| w.dual_partials(scale))
+            .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d));
+        duality_gap(self.objective(), y_sq, diff_sq)
+    }
+}
+
+/// Reference optimum by serial cyclic coordinate descent (one coordinate per round, one
+/// worker) until the KKT violation is below `kkt_tolerance` or `max_sweeps` full sweeps.
+pub(crate) fn reference_optimum(
+    x: &SparseColumns,
+    y: &[f32],
+    lambda: f32,
+    max_sweeps: usize,
+    kkt_tolerance: f64,
+) -> Result<f64, StradsModelError> {
+    let mut cluster = LassoCluster::new(x, y, lambda, 1)?;
+    let d = x.n_columns();
+    for _ in 0..max_sweeps {
+        for j in 0..d {
+            cluster.round(&[j]);
+        }
+        if cluster.kkt_violation() < kkt_tolerance {
+            break;
+        }
+    }
+    Ok(cluster.objective())
+}
+
+/// Convenience: a [`LassoConfig`] with the given mode and parallelism.
+pub(crate) fn lasso_config(
+    mode: ScheduleMode,
+    lambda: f32,
+    block_size: usize,
+    n_workers: usize,
+    rounds: usize,
+    filter_rho: Option<f32>,
+    seed: u64,
+) -> LassoConfig {
+    let mut scheduler = SchedulerConfig::new(mode, block_size);
+    scheduler.seed = seed;
+    LassoConfig {
+        lambda,
+        n_workers,
+        rounds,
+        scheduler,
+        filter_rho,
+    }
+}
 
 // The scheduled solver's serial drivers: a scheduler and in-process workers.
 
@@ -204,8 +437,7 @@ fn parallel_dynamic_with_filter_converges_and_satisfies_kkt() {
 
 #[cfg(test)]
 mod benchmark {
-    use super::updates_to_tolerance;
-    use crate::core::lasso::*;
+    use super::{LassoCluster, lasso_config, reference_optimum, updates_to_tolerance};
     use crate::core::scheduler::ScheduleMode;
     use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
 

@@ -2,6 +2,50 @@ use super::*;
 use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
 use petrel_ml::topic::ln_gamma;
 
+// The count invariants the tests check after every sync.
+impl LdaCluster {
+    /// Count invariants: doc-topic sums = doc lengths, word-topic sums = word frequencies,
+    /// topic totals = column sums of both tables.
+    fn check_invariants(&self, word_frequencies: &[usize]) -> Result<(), StradsModelError> {
+        let k = self.config.n_topics;
+        let mut from_words = vec![0i64; k];
+        for block in &self.blocks {
+            for (row, &w) in block.rows.iter().zip(&block.word_ids) {
+                if row.total() != word_frequencies[w as usize] as u64 {
+                    return Err(StradsModelError::Invariant(format!(
+                        "word {w}: counts sum {} != frequency {}",
+                        row.total(),
+                        word_frequencies[w as usize]
+                    )));
+                }
+                for &(t, n) in &row.entries {
+                    from_words[t as usize] += i64::from(n);
+                }
+            }
+        }
+        let mut from_docs = vec![0i64; k];
+        for worker in &self.workers {
+            worker.check_doc_counts()?;
+            for (t, n) in from_docs.iter_mut().zip(worker.own_topic_counts()) {
+                *t += n;
+            }
+            if worker.topic_totals != self.topic_totals {
+                return Err(StradsModelError::Invariant(format!(
+                    "worker {} has stale totals after sync",
+                    worker.worker
+                )));
+            }
+        }
+        if from_words != self.topic_totals || from_docs != self.topic_totals {
+            return Err(StradsModelError::Invariant(format!(
+                "topic totals {:?} != word sums {from_words:?} / doc sums {from_docs:?}",
+                self.topic_totals
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[test]
 fn ln_gamma_matches_known_values() {
     assert!(ln_gamma(1.0).abs() < 1e-12);

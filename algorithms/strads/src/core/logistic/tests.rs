@@ -1,5 +1,5 @@
 use super::*;
-use crate::core::lasso::LassoConfig;
+use crate::core::lasso::tests::LassoConfig;
 use crate::core::scheduler::{ColumnCorrelationCache, DependencyFilter, LassoScheduler};
 
 /// Result of [`run_sparse_logistic`], the scheduled solver's serial driver.
@@ -71,7 +71,7 @@ pub(crate) fn run_sparse_logistic(
     })
 }
 
-use crate::core::lasso::lasso_config;
+use crate::core::lasso::tests::lasso_config;
 use crate::core::scheduler::ScheduleMode;
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
 

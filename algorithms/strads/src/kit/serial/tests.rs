@@ -1,7 +1,25 @@
 use super::*;
 use crate::core::app::{BlockFate, BlockId, RingApp, RingOutput, RingPush, StradsApp};
+use crate::kit::{JobShape, StradsJob};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+/// Builds job `J`'s scheduler half and `workers` worker halves from `config`, checks that
+/// they all digest the data alike ([`StradsJob::scheduler_digest`],
+/// [`StradsJob::worker_digest`]) and returns that digest.
+pub(crate) fn common_digest<J: StradsJob>(config: &J::Config, workers: usize) -> Option<u64> {
+    let shape = &JobShape {
+        workers,
+        schedulers: 1,
+    };
+    let scheduler = J::scheduler(config, shape).expect("scheduler half");
+    let digest = J::scheduler_digest(&scheduler);
+    for w in 0..shape.workers {
+        let worker = J::worker(config, w, shape).expect("worker half");
+        assert_eq!(J::worker_digest(&worker), digest, "worker {w}");
+    }
+    digest
+}
 
 /// A toy ring app: every push appends `(worker, commits seen)` to the block's trail.
 struct Trail;

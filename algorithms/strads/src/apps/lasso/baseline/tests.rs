@@ -1,7 +1,8 @@
 use super::*;
 use crate::core::gauss_seidel::RowVector;
 use crate::core::gauss_seidel::{Coords, SweepOrder};
-use crate::core::lasso::{LassoCluster, reference_optimum, soft_threshold};
+use crate::core::lasso::soft_threshold;
+use crate::core::lasso::tests::{LassoCluster, reference_optimum};
 use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
 
 /// The baseline of `x`, `y` at `lambda` to a relative duality gap of `tolerance`.

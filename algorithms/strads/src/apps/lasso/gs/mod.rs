@@ -340,12 +340,7 @@ impl StradsJob for LassoGsApp {
     }
 
     fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
-        let settings =
-            RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)?;
-        Some(RoundCheckpointSettings {
-            fail_after: job.fail_after_checkpoints,
-            ..settings
-        })
+        <super::LassoApp as StradsJob>::round_checkpoints(job)
     }
 
     /// The scheduler keeps no column: the design's shape, `y` and `lambda_max`

@@ -2,8 +2,8 @@ use super::*;
 use crate::apps::lasso::{LassoCommit, LassoPartial, LassoTask, LassoWorker};
 use crate::apps::lasso::{SyntheticLasso, run_without_actors};
 use crate::core::app::Push;
-use crate::core::lasso::LassoCluster;
 use crate::core::lasso::LassoWorkerState;
+use crate::core::lasso::tests::LassoCluster;
 
 #[test]
 fn partition_is_contiguous_balanced_and_non_empty() {

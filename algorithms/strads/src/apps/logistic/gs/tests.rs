@@ -1,6 +1,7 @@
 use super::super::{load, logistic_lambda};
 use super::*;
 use crate::apps::lasso::SyntheticLasso;
+use crate::core::baseline::tests::solve;
 use crate::core::baseline::{CdStop, CyclicLogistic};
 use crate::kit::serial::Delivery;
 
@@ -42,7 +43,7 @@ fn one_worker_is_the_baseline_update_for_update() {
         let (x, labels) = load(&job).unwrap();
         let lambda = logistic_lambda(&x, &labels, &job);
         let mut cd = CyclicLogistic::new(&x, &labels, lambda).unwrap();
-        let report = cd.solve(&CdStop::default());
+        let report = solve(&mut cd, &CdStop::default());
         let (sched, _) = crate::kit::run_serial::<LogisticGsApp>(&job, 1, Delivery::Late).unwrap();
         let m = sched.metrics();
         assert_eq!(m.updates, report.updates, "nnz {nnz}");
@@ -66,7 +67,7 @@ fn several_workers_lower_the_objective_every_round_to_the_baselines_optimum() {
         let (x, labels) = load(&job).unwrap();
         let lambda = logistic_lambda(&x, &labels, &job);
         let mut cd = CyclicLogistic::new(&x, &labels, lambda).unwrap();
-        let optimum = cd.solve(&CdStop::default()).objective;
+        let optimum = solve(&mut cd, &CdStop::default()).objective;
         for workers in [2, 4] {
             let (sched, _) =
                 crate::kit::run_serial::<LogisticGsApp>(&job, workers, Delivery::Late).unwrap();

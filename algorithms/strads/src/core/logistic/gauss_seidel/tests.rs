@@ -1,4 +1,5 @@
 use super::*;
+use crate::core::baseline::tests::solve;
 use crate::core::baseline::{ACTIVE_SWEEPS, CdOutcome};
 use petrel_ml::data::synthetic::{ClassificationParams, separable_classification};
 
@@ -136,7 +137,7 @@ fn one_worker_makes_the_baselines_updates_and_model_bit_for_bit() {
         tolerance: 1e-7,
         ..CdStop::default()
     };
-    let report = cd.solve(&stop);
+    let report = solve(&mut cd, &stop);
     assert_eq!(report.outcome, CdOutcome::Converged);
     let (trace, updates, b) = run_blocks(&x, &labels, lambda, 1, 1e-7);
     assert_eq!(updates, report.updates);
@@ -149,12 +150,14 @@ fn several_workers_descend_every_round_to_the_baselines_optimum() {
     let (x, labels) = problem(150, 90, 3);
     let lambda = 0.3;
     let mut cd = CyclicLogistic::new(&x, &labels, lambda).unwrap();
-    let optimum = cd
-        .solve(&CdStop {
+    let optimum = solve(
+        &mut cd,
+        &CdStop {
             tolerance: 1e-12,
             ..CdStop::default()
-        })
-        .objective;
+        },
+    )
+    .objective;
     for workers in [2, 3] {
         let (trace, _, b) = run_blocks(&x, &labels, lambda, workers, 1e-9);
         assert!(
