@@ -263,9 +263,12 @@ fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrC
         eval_ms: 50,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
-        clock_ms: args.clock_ms,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        stragglers: petrel_ps::kit::settings::StragglerSettings {
+            clock_ms: args.clock_ms,
+            transient_probability: args.transient_probability,
+            transient_factor: args.transient_factor,
+            ..Default::default()
+        },
         out: None,
         ..PsLrConfig::default()
     }
@@ -287,9 +290,12 @@ fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfC
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: 50,
-        clock_ms: args.clock_ms,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        stragglers: petrel_ps::kit::settings::StragglerSettings {
+            clock_ms: args.clock_ms,
+            transient_probability: args.transient_probability,
+            transient_factor: args.transient_factor,
+            ..Default::default()
+        },
         init_scale: 0.3,
         regularization: 0.02,
         out: None,

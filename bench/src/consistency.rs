@@ -343,15 +343,21 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: if args.quick { 50 } else { 100 },
+        stragglers: stragglers(args),
+        init_scale: 0.3,
+        regularization: 0.02,
+        out: None,
+        ..PsMfConfig::default()
+    }
+}
+
+fn stragglers(args: &ConsistencyBenchArgs) -> petrel_ps::kit::settings::StragglerSettings {
+    petrel_ps::kit::settings::StragglerSettings {
         clock_ms: args.clock_ms,
         straggler: persistent(args),
         straggler_factor: args.persistent_factor,
         transient_probability: args.transient_probability,
         transient_factor: args.transient_factor,
-        init_scale: 0.3,
-        regularization: 0.02,
-        out: None,
-        ..PsMfConfig::default()
     }
 }
 
@@ -374,11 +380,7 @@ fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         eval_ms: 50,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
-        clock_ms: args.clock_ms,
-        straggler: persistent(args),
-        straggler_factor: args.persistent_factor,
-        transient_probability: args.transient_probability,
-        transient_factor: args.transient_factor,
+        stragglers: stragglers(args),
         out: None,
         ..PsLrConfig::default()
     }

@@ -133,7 +133,7 @@ impl TrainApp for PsMf {
         wanted.then_some((&mut job.checkpoint_dir, resume))
     }
     fn check_data(job: &PsMfConfig, workers: usize) -> Result<(), TrainError> {
-        if let Some(s) = job.straggler
+        if let Some(s) = job.stragglers.straggler
             && s as usize >= workers
         {
             return Err(TrainError::Setting {

@@ -32,6 +32,7 @@ mod eval;
 mod job;
 mod local;
 mod monitor;
+pub mod settings;
 mod values;
 mod worker;
 

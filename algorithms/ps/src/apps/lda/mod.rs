@@ -43,10 +43,11 @@
 use crate::core::lda::{
     FinalTable, PsLdaWorker, WORD_TOPIC, check_corpus, snapshot_word_log_likelihood,
 };
-use crate::core::managed::{BandwidthManager, ManagedSettings, SendPolicy, slice_ranges};
+use crate::core::managed::{BandwidthManager, SendPolicy, slice_ranges};
 use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
+use crate::kit::settings::ManagedSettings;
 use crate::kit::{MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, decode, encode};
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
@@ -289,10 +290,7 @@ impl PsApp for PsLda {
             wait_s: 0.0,
             sweep_s: 0.0,
             // Tick budgets follow the measured slices (`set_tick_seconds`).
-            manager: self
-                .cfg
-                .managed_settings()
-                .manager(0.0, self.cfg.seed + w as u64),
+            manager: self.cfg.comm.manager(0.0, self.cfg.seed + w as u64),
             managed_rows: 0,
             sent: Vec::new(),
         })
@@ -353,7 +351,7 @@ impl PsApp for PsLda {
         // The clock's documents in slices: each slice's count changes become pending
         // updates (oplog) when it ends, and managed communication may send some of them at
         // once, within the budget of the slice's sampling time. Without it: one slice.
-        let slices = cfg.managed_settings().slices();
+        let slices = cfg.comm.slices();
         for slice in slice_ranges(range.len(), slices) {
             let docs = range.start + slice.start..range.start + slice.end;
             let mut slice_s = 0.0;
@@ -369,7 +367,7 @@ impl PsApp for PsLda {
                 client.batch_inc(WORD_TOPIC, row, &delta)?;
             }
             if let Some(manager) = st.manager.as_mut() {
-                manager.set_tick_seconds(cfg.managed_bytes_per_s, slice_s);
+                manager.set_tick_seconds(cfg.comm.managed_bytes_per_s, slice_s);
                 st.managed_rows += client.managed_tick(manager)? as u64;
             }
         }
@@ -551,7 +549,7 @@ impl PsApp for PsLda {
             read_staleness: stats.report(),
             rows_fetched: fetched,
             clamped_entries: clamped,
-            managed: cfg.managed,
+            managed: cfg.comm.managed,
             managed_rows_sent: early,
             per_worker_sent_bytes: m.done.iter().map(|d| d.sent_bytes).collect(),
             per_worker_received_bytes: m.done.iter().map(|d| d.received_bytes).collect(),

@@ -21,6 +21,7 @@ use crate::core::stats::{ReadStats, StalenessReport};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
+use crate::kit::settings::StragglerSettings;
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx,
     WorkerDone, decode, pad_to, write_run,
@@ -147,7 +148,7 @@ impl PsApp for PsLr {
             )
             .rule(cfg.rule.spec(cfg.learning_rate, k))
             .build()?;
-        let stragglers = cfg.straggler_model();
+        let stragglers = cfg.stragglers.model(cfg.seed);
         Ok(PsLr {
             cfg,
             data,

@@ -21,13 +21,14 @@
 //! then collects the workers' staleness statistics and writes `model.json` and
 //! `metrics.json`.
 
-use crate::core::managed::{BandwidthManager, ManagedSettings, SendPolicy, slice_ranges};
+use crate::core::managed::{BandwidthManager, SendPolicy, slice_ranges};
 use crate::core::rules::{ServerRule, adarevision_delta};
 use crate::core::server_push::ServerPushConfig;
 use crate::core::stats::{ReadStats, StalenessReport};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
+use crate::kit::settings::{ManagedSettings, StragglerSettings};
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsStep, WorkerCtx, WorkerDone,
     decode, encode, pad_to, write_run,
@@ -205,7 +206,7 @@ impl PsApp for PsMf {
         cfg.server_push.map(|policy| {
             ServerPushConfig::at_rate(
                 policy,
-                cfg.managed_bytes_per_s,
+                cfg.comm.managed_bytes_per_s,
                 cfg.server_push_tick_ms,
                 cfg.seed,
             )
@@ -223,10 +224,12 @@ impl PsApp for PsMf {
         let chunk = mine.len().div_ceil(nb).max(1);
         Ok(PsMfWorker {
             batches: mine.chunks(chunk).map(<[_]>::to_vec).collect(),
-            stragglers: self.cfg.straggler_model(),
+            stragglers: self.cfg.stragglers.model(self.cfg.seed),
             // The budget of one tick: the bandwidth times an emulated compute slice.
-            manager: self.cfg.managed_settings().manager(
-                self.cfg.clock_ms / 1000.0 / f64::from(self.cfg.compute_slices.max(1)),
+            manager: self.cfg.comm.manager(
+                self.cfg.stragglers.clock_ms
+                    / 1000.0
+                    / f64::from(self.cfg.comm.compute_slices.max(1)),
                 self.cfg.seed + u64::from(w),
             ),
             compute_s: 0.0,
@@ -325,7 +328,7 @@ impl PsApp for PsMf {
         let per_clock = st.stragglers.clock_time(w, c);
         // Without managed communication nothing leaves before the clock: one slice (and the
         // same float sums as ever).
-        let slices = cfg.managed_settings().slices();
+        let slices = cfg.comm.slices();
         let per_slice = per_clock / slices as u32;
         for (k, range) in slice_ranges(batch.len(), slices).into_iter().enumerate() {
             let part = &batch[range];
