@@ -39,13 +39,10 @@ mod worker;
 pub use app::{PsApp, PsRoles, PsStep};
 pub use checkpoints::{PsCheckpointing, PsSaved};
 pub use eval::{EvalMonitor, EvalPoint, Tables, pad_to, write_run};
-pub(crate) use eval::{decode, encode};
+pub(crate) use eval::{decode, encode, finish, to_json};
 pub use job::{PsJob, register, register_builtin, serve_shards};
 pub use local::{
     PsTrainArgs, local_topology, local_topology_with, run_local, run_local_with, train,
 };
-pub use monitor::{
-    MonitorCtx, MonitorReports, WorkerDone, open_monitor, write_history_and_metrics, write_json,
-    write_model_and_metrics,
-};
+pub use monitor::{MonitorCtx, MonitorReports, WorkerDone, open_monitor};
 pub use worker::WorkerCtx;

@@ -85,6 +85,15 @@ pub struct PsLda {
 pub struct PsLdaWorkerState {
     core: PsLdaWorker,
     rows: Vec<RowId>,
+    start: Instant,
+    /// Managed communication's manager (`managed` set).
+    manager: Option<BandwidthManager>,
+    p: PsLdaProgress,
+}
+
+/// Where a ps-lda worker is and what it counted: saved at a checkpoint as it is.
+#[derive(Clone, Default, Serialize, Deserialize)]
+struct PsLdaProgress {
     /// Clock 0 (the initial counts) is done.
     started: bool,
     /// The pass in progress (1-based) and the part of it.
@@ -93,13 +102,10 @@ pub struct PsLdaWorkerState {
     /// A finished pass not yet reported (sent at the start of the next clock, when the
     /// worker's clock has advanced).
     report_due: Option<usize>,
-    start: Instant,
     tokens: u64,
     clamped: u64,
     wait_s: f64,
     sweep_s: f64,
-    /// Managed communication's manager (`managed` set).
-    manager: Option<BandwidthManager>,
     /// Rows sent before a clock boundary.
     managed_rows: u64,
     /// Every pass report sent so far (a resumed worker sends them again: the monitor's
@@ -111,18 +117,8 @@ pub struct PsLdaWorkerState {
 #[derive(Serialize, Deserialize)]
 struct PsLdaWorkerSaved {
     core: crate::core::lda::PsLdaWorkerSaved,
-    started: bool,
-    iteration: usize,
-    part: usize,
-    report_due: Option<usize>,
     start_elapsed_s: f64,
-    tokens: u64,
-    clamped: u64,
-    wait_s: f64,
-    sweep_s: f64,
-    sent: Vec<PsLdaIteration>,
-    #[serde(default)]
-    managed_rows: u64,
+    progress: PsLdaProgress,
 }
 
 /// The ps-lda monitor: reports per pass not yet complete, the final reports, the curve.
@@ -203,17 +199,8 @@ impl PsApp for PsLda {
     ) -> Result<Vec<u8>, PsError> {
         let saved = PsLdaWorkerSaved {
             core: st.core.export_state()?,
-            started: st.started,
-            iteration: st.iteration,
-            part: st.part,
-            report_due: st.report_due,
             start_elapsed_s: st.start.elapsed().as_secs_f64(),
-            tokens: st.tokens,
-            clamped: st.clamped,
-            wait_s: st.wait_s,
-            sweep_s: st.sweep_s,
-            sent: st.sent.clone(),
-            managed_rows: st.managed_rows,
+            progress: st.p.clone(),
         };
         encode(&saved)
     }
@@ -226,23 +213,14 @@ impl PsApp for PsLda {
         let saved: PsLdaWorkerSaved = decode("ps-lda worker checkpoint", saved)?;
         let mut st = self.start_worker(ctx)?;
         st.core.import_state(saved.core)?;
-        st.started = saved.started;
-        st.iteration = saved.iteration;
-        st.part = saved.part;
-        st.report_due = saved.report_due;
         let elapsed = Duration::from_secs_f64(saved.start_elapsed_s.max(0.0));
         st.start = Instant::now()
             .checked_sub(elapsed)
             .unwrap_or_else(Instant::now);
-        st.tokens = saved.tokens;
-        st.clamped = saved.clamped;
-        st.wait_s = saved.wait_s;
-        st.sweep_s = saved.sweep_s;
-        st.managed_rows = saved.managed_rows;
-        for report in &saved.sent {
+        for report in &saved.progress.sent {
             ctx.report(PsLdaReport::Iteration(report.clone()))?;
         }
-        st.sent = saved.sent;
+        st.p = saved.progress;
         Ok(st)
     }
 
@@ -280,19 +258,13 @@ impl PsApp for PsLda {
         Ok(PsLdaWorkerState {
             rows: core.row_ids(),
             core,
-            started: false,
-            iteration: 1,
-            part: 0,
-            report_due: None,
             start: Instant::now(),
-            tokens: 0,
-            clamped: 0,
-            wait_s: 0.0,
-            sweep_s: 0.0,
             // Tick budgets follow the measured slices (`set_tick_seconds`).
             manager: self.cfg.comm.manager(0.0, self.cfg.seed + w as u64),
-            managed_rows: 0,
-            sent: Vec::new(),
+            p: PsLdaProgress {
+                iteration: 1,
+                ..PsLdaProgress::default()
+            },
         })
     }
 
@@ -302,23 +274,23 @@ impl PsApp for PsLda {
         ctx: &WorkerCtx<'_, PsLdaReport>,
     ) -> Result<PsStep, PsError> {
         let (cfg, client) = (&self.cfg, ctx.client);
-        if !st.started {
+        if !st.p.started {
             // Clock 0: the initial counts, then a barrier so that every worker starts
             // sampling from the complete table.
             for (row, delta) in st.core.take_initial_deltas() {
                 client.batch_inc(WORD_TOPIC, row, &delta)?;
             }
-            st.started = true;
-            st.report_due = Some(0);
+            st.p.started = true;
+            st.p.report_due = Some(0);
             return Ok(PsStep::Barrier);
         }
-        if let Some(iteration) = st.report_due.take() {
+        if let Some(iteration) = st.p.report_due.take() {
             let report = PsLdaIteration {
                 worker: ctx.worker(),
                 iteration,
                 clock: client.current_clock(),
                 doc_loglik: st.core.doc_log_likelihood(),
-                tokens: st.tokens,
+                tokens: st.p.tokens,
                 sampling_s: if iteration == 0 {
                     0.0
                 } else {
@@ -326,14 +298,14 @@ impl PsApp for PsLda {
                 },
             };
             if self.cfg.checkpoint_dir.is_some() {
-                st.sent.push(report.clone());
+                st.p.sent.push(report.clone());
             }
             ctx.report(PsLdaReport::Iteration(report))?;
             if iteration == 0 {
                 st.start = Instant::now();
             }
         }
-        if st.iteration > cfg.iterations {
+        if st.p.iteration > cfg.iterations {
             return Ok(PsStep::Done);
         }
         let parts = cfg.clocks_per_iteration.max(1) as usize;
@@ -344,10 +316,10 @@ impl PsApp for PsLda {
             client.prefetch(WORD_TOPIC, &st.rows)?;
         }
         let got = client.get_many(WORD_TOPIC, &st.rows).await?;
-        st.wait_s += t.elapsed().as_secs_f64();
+        st.p.wait_s += t.elapsed().as_secs_f64();
         let mut view = st.core.view(&got)?;
-        st.clamped += view.clamped;
-        let range = st.core.part(st.part, parts);
+        st.p.clamped += view.clamped;
+        let range = st.core.part(st.p.part, parts);
         // The clock's documents in slices: each slice's count changes become pending
         // updates (oplog) when it ends, and managed communication may send some of them at
         // once, within the budget of the slice's sampling time. Without it: one slice.
@@ -357,29 +329,29 @@ impl PsApp for PsLda {
             let mut slice_s = 0.0;
             for chunk in st.core.doc_chunks(docs, cfg.chunk_tokens) {
                 let t = Instant::now();
-                st.tokens += st.core.sweep(chunk, &mut view);
+                st.p.tokens += st.core.sweep(chunk, &mut view);
                 slice_s += t.elapsed().as_secs_f64();
                 // Let the node's actors (replies, heartbeats) run between chunks.
                 tokio::task::yield_now().await;
             }
-            st.sweep_s += slice_s;
+            st.p.sweep_s += slice_s;
             for (row, delta) in st.core.take_deltas(&mut view) {
                 client.batch_inc(WORD_TOPIC, row, &delta)?;
             }
             if let Some(manager) = st.manager.as_mut() {
                 manager.set_tick_seconds(cfg.comm.managed_bytes_per_s, slice_s);
-                st.managed_rows += client.managed_tick(manager)? as u64;
+                st.p.managed_rows += client.managed_tick(manager)? as u64;
             }
         }
-        st.part += 1;
-        if st.part < parts {
+        st.p.part += 1;
+        if st.p.part < parts {
             return Ok(PsStep::Clock);
         }
-        st.report_due = Some(st.iteration);
-        st.iteration += 1;
-        st.part = 0;
+        st.p.report_due = Some(st.p.iteration);
+        st.p.iteration += 1;
+        st.p.part = 0;
         // The last clock is a barrier: the table is final once every worker is past it.
-        Ok(if st.iteration > cfg.iterations {
+        Ok(if st.p.iteration > cfg.iterations {
             PsStep::Barrier
         } else {
             PsStep::Clock
@@ -396,24 +368,24 @@ impl PsApp for PsLda {
         let (worker, client) = (ctx.worker(), ctx.client);
         tracing::info!(
             worker,
-            tokens = st.tokens,
+            tokens = st.p.tokens,
             sampling_s,
-            sweep_s = st.sweep_s,
-            wait_s = st.wait_s,
+            sweep_s = st.p.sweep_s,
+            wait_s = st.p.wait_s,
             "ps-lda worker done"
         );
         Ok(PsLdaReport::Done(PsLdaDone {
             worker,
             clocks: client.current_clock(),
-            tokens: st.tokens,
+            tokens: st.p.tokens,
             sampling_s,
-            sweep_s: st.sweep_s,
-            wait_s: st.wait_s,
+            sweep_s: st.p.sweep_s,
+            wait_s: st.p.wait_s,
             doc_loglik: st.core.doc_log_likelihood(),
             staleness: client.table_stats(WORD_TOPIC),
-            clamped: st.clamped,
+            clamped: st.p.clamped,
             rows_fetched: client.reads_sent(),
-            managed_rows: st.managed_rows,
+            managed_rows: st.p.managed_rows,
             sent_bytes: ctx.node.net_stats().sent_bytes,
             received_bytes: ctx.node.net_stats().received_bytes,
         }))
@@ -567,7 +539,8 @@ impl PsApp for PsLda {
             return Ok(());
         };
         let mut run = ps_lda_run_metrics(&out.metrics, &self.cfg);
-        run.check_finite("check alpha and beta")?;
+        let advice = "check alpha and beta";
+        run.check_finite(advice)?;
         let phi = out.table.topic_word(self.cfg.beta);
         write_topic_files(dir, &phi, &self.corpus, self.cfg.top_words)?;
         let saved = petrel_ml::model::TopicModel::saved(
@@ -579,8 +552,8 @@ impl PsApp for PsLda {
             self.corpus.vocab.clone(),
         );
         saved.add_heldout(&mut run, self.cfg.test_data.as_deref(), self.cfg.seed)?;
-        crate::kit::write_json(dir, petrel_ml::model::MODEL_FILE, &saved, false)?;
-        crate::kit::write_history_and_metrics(dir, &run)
+        let saved = crate::kit::to_json(petrel_ml::model::MODEL_FILE, &saved)?;
+        crate::kit::finish(dir, &run, &[(petrel_ml::model::MODEL_FILE, &saved)], advice)
     }
 
     fn summary(cfg: &PsLdaConfig, out: &PsLdaOutcome) -> String {

@@ -80,14 +80,6 @@ pub struct PsMfWorker {
 /// The ps-mf monitor between evaluations.
 pub type PsMfMonitor = EvalMonitor<RmsePoint>;
 
-/// What a ps-mf worker saves at a checkpoint: its batches, straggler model and bandwidth
-/// manager follow from the seed and its clock, so only its timings.
-#[derive(Serialize, Deserialize)]
-struct PsMfWorkerSaved {
-    compute_s: f64,
-    wait_s: f64,
-}
-
 impl PsMf {
     /// The global model from merged shard tables.
     fn model_from(&self, tables: &HashMap<TableId, HashMap<RowId, Row>>) -> PsMfModel {
@@ -395,10 +387,9 @@ impl PsApp for PsMf {
         st: &PsMfWorker,
         _ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<Vec<u8>, PsError> {
-        encode(&PsMfWorkerSaved {
-            compute_s: st.compute_s,
-            wait_s: st.wait_s,
-        })
+        // Its batches, straggler model and bandwidth manager follow from the seed and its
+        // clock: only its timings are saved.
+        encode(&(st.compute_s, st.wait_s))
     }
 
     fn resume_worker(
@@ -406,10 +397,8 @@ impl PsApp for PsMf {
         saved: &[u8],
         ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<PsMfWorker, PsError> {
-        let saved: PsMfWorkerSaved = decode("ps-mf worker checkpoint", saved)?;
         let mut st = self.start_worker(ctx)?;
-        st.compute_s = saved.compute_s;
-        st.wait_s = saved.wait_s;
+        (st.compute_s, st.wait_s) = decode("ps-mf worker checkpoint", saved)?;
         Ok(st)
     }
 
