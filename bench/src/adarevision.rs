@@ -269,7 +269,6 @@ fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrC
             transient_factor: args.transient_factor,
             ..Default::default()
         },
-        out: None,
         ..PsLrConfig::default()
     }
 }
@@ -298,7 +297,6 @@ fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfC
         },
         init_scale: 0.3,
         regularization: 0.02,
-        out: None,
         ..PsMfConfig::default()
     }
 }

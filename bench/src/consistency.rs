@@ -346,7 +346,6 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         stragglers: stragglers(args),
         init_scale: 0.3,
         regularization: 0.02,
-        out: None,
         ..PsMfConfig::default()
     }
 }
@@ -381,7 +380,6 @@ fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
         stragglers: stragglers(args),
-        out: None,
         ..PsLrConfig::default()
     }
 }

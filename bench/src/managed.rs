@@ -354,7 +354,6 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
         no_prefetch: true,
         init_scale: 0.3,
         regularization: 0.02,
-        out: None,
         ..PsMfConfig::default()
     }
 }

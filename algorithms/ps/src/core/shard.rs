@@ -537,18 +537,12 @@ impl PsShardCore {
         self.read_inner(worker, request_id, table, row, min_clock, false)
     }
 
-    /// Like `read`, but always waits for the min clock, whatever the table's consistency and
-    /// without subscribing: the building block of a client's `barrier()` (a reply for a row
-    /// of shard `s` means every worker has completed `min_clock` clocks on `s`).
-    pub fn sync(
-        &mut self,
-        worker: WorkerId,
-        request_id: u64,
-        table: TableId,
-        row: RowId,
-        min_clock: Clock,
-    ) -> Result<Vec<ShardAction>, PsCoreError> {
-        self.read_inner(worker, request_id, table, row, min_clock, true)
+    /// Like [`handle_read`](Self::handle_read), but always waits for the min clock,
+    /// whatever the table's consistency and without subscribing: the building block of a
+    /// client's `barrier()` (a reply for a row of shard `s` means every worker has completed
+    /// `min_clock` clocks on `s`).
+    pub fn handle_sync(&mut self, r: &ReadRequest) -> Result<Vec<ShardAction>, PsCoreError> {
+        self.read_inner(r.worker, r.request_id, r.table, r.row, r.min_clock, true)
     }
 
     fn read_inner(

@@ -41,30 +41,6 @@ pub struct PsCheckpointing {
     pub resume: bool,
 }
 
-impl PsCheckpointing {
-    /// From an app's `checkpoint_dir`, `checkpoint_every` and `resume`: none without a
-    /// directory, and `resume` without one is refused.
-    pub fn from_settings(
-        app: &'static str,
-        dir: Option<&std::path::Path>,
-        every: Clock,
-        resume: bool,
-    ) -> Result<Option<Self>, PsError> {
-        match dir {
-            Some(dir) => Ok(Some(PsCheckpointing {
-                dir: dir.to_path_buf(),
-                every,
-                resume,
-            })),
-            None if resume => Err(PsError::InvalidConfig {
-                app,
-                reason: "resume needs checkpoint_dir".into(),
-            }),
-            None => Ok(None),
-        }
-    }
-}
-
 /// A shard or worker tells the monitor that its piece of a checkpoint is durable.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PsSaved {

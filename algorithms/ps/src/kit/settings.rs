@@ -8,6 +8,9 @@ use serde_json::{Map, Value};
 
 use crate::core::managed::{BandwidthManager, SendPolicy, budget_for};
 use crate::core::straggler::StragglerModel;
+use crate::error::PsError;
+use crate::kit::PsCheckpointing;
+use std::path::PathBuf;
 
 /// Managed communication (ps-mf, ps-lda): `managed`, `managed_bytes_per_s` and
 /// `compute_slices`, their checks, the manager a worker builds from them and how a clock is
@@ -117,6 +120,55 @@ impl StragglerSettings {
             transient_factor: self.transient_factor,
             seed,
         }
+    }
+}
+
+/// Output and checkpoint files (every app; `checkpoint_every`, whose default differs, is
+/// the app's).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default)]
+pub struct RunFiles {
+    /// Output directory for the run's files (the model, `history.csv`, `metrics.json`;
+    /// required by `petrel train`; settings without it write no files).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write a checkpoint of the whole job (the tables, every worker's state, the monitor's
+    /// history) into this directory every `checkpoint_every` clocks (every node must see it;
+    /// `petrel train` defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+impl RunFiles {
+    /// Where `app` checkpoints, every `every` clocks: none without `checkpoint_dir`, and
+    /// `resume` without one is refused.
+    pub fn checkpointing(
+        &self,
+        app: &'static str,
+        every: u64,
+    ) -> Result<Option<PsCheckpointing>, PsError> {
+        match &self.checkpoint_dir {
+            Some(dir) => Ok(Some(PsCheckpointing {
+                dir: dir.clone(),
+                every,
+                resume: self.resume,
+            })),
+            None if self.resume => Err(PsError::InvalidConfig {
+                app,
+                reason: "resume needs checkpoint_dir".into(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// The directory `petrel train` may fill in and `resume`, when the job wants checkpoints
+    /// (a directory, `resume`, or `writes`: it would write some if it had a directory).
+    pub fn wanted(&mut self, writes: bool) -> Option<(&mut Option<PathBuf>, bool)> {
+        let wanted = self.checkpoint_dir.is_some() || self.resume || writes;
+        wanted.then_some((&mut self.checkpoint_dir, self.resume))
     }
 }
 

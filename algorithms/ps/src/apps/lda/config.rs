@@ -54,22 +54,14 @@ pub struct PsLdaConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub comm: ManagedSettings,
-    /// Output directory: topics.txt, topic_word.tsv, metrics.json (required by `petrel
-    /// train`; settings without it write no files).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Write a checkpoint of the whole job (the word-topic table, every worker's topic
-    /// assignments and generator, the curve) into this directory every `checkpoint_every`
-    /// clocks (every node must see it; `petrel train` defaults it to `<out>/checkpoints`).
-    #[arg(long)]
-    pub checkpoint_dir: Option<PathBuf>,
+    /// Output and checkpoint files.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub files: RunFiles,
     /// Clocks between two checkpoints (0 = never write). Clock 0 holds the initial counts,
     /// then `clocks_per_iteration` clocks per pass.
     #[arg(long, default_value_t = 5)]
     pub checkpoint_every: u64,
-    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
-    #[arg(long)]
-    pub resume: bool,
 }
 
 crate::kit::settings::flat_settings_serde!(PsLdaConfig);

@@ -47,7 +47,7 @@ use crate::core::managed::{BandwidthManager, SendPolicy, slice_ranges};
 use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
-use crate::kit::settings::ManagedSettings;
+use crate::kit::settings::{ManagedSettings, RunFiles};
 use crate::kit::{MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, decode, encode};
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
@@ -155,12 +155,7 @@ impl PsApp for PsLda {
     }
 
     fn new(cfg: PsLdaConfig, layout: &PsLayout) -> Result<Self, PsError> {
-        let checkpointing = PsCheckpointing::from_settings(
-            Self::NAME,
-            cfg.checkpoint_dir.as_deref(),
-            cfg.checkpoint_every,
-            cfg.resume,
-        )?;
+        let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         if cfg.n_topics == 0 || !(cfg.alpha > 0.0 && cfg.beta > 0.0) {
             return Err(PsError::InvalidConfig {
                 app: Self::NAME,
@@ -297,7 +292,7 @@ impl PsApp for PsLda {
                     st.start.elapsed().as_secs_f64()
                 },
             };
-            if self.cfg.checkpoint_dir.is_some() {
+            if self.cfg.files.checkpoint_dir.is_some() {
                 st.p.sent.push(report.clone());
             }
             ctx.report(PsLdaReport::Iteration(report))?;
@@ -535,7 +530,7 @@ impl PsApp for PsLda {
     }
 
     fn write_outputs(&self, out: &PsLdaOutcome) -> Result<(), PsError> {
-        let Some(dir) = &self.cfg.out else {
+        let Some(dir) = &self.cfg.files.out else {
             return Ok(());
         };
         let mut run = ps_lda_run_metrics(&out.metrics, &self.cfg);
@@ -558,7 +553,11 @@ impl PsApp for PsLda {
 
     fn summary(cfg: &PsLdaConfig, out: &PsLdaOutcome) -> String {
         let m = &out.metrics;
-        let dir = cfg.out.as_deref().unwrap_or(std::path::Path::new("-"));
+        let dir = cfg
+            .files
+            .out
+            .as_deref()
+            .unwrap_or(std::path::Path::new("-"));
         format!(
             "ps-lda ({}, staleness {:?}) {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
             m.consistency,

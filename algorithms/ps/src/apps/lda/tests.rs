@@ -21,7 +21,10 @@ fn ssp_checkpoints_are_consistent_cuts_of_table_and_workers() {
         n_topics: 6,
         iterations: 15,
         staleness: 3,
-        checkpoint_dir: Some(dir.path().to_path_buf()),
+        files: crate::kit::settings::RunFiles {
+            checkpoint_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        },
         checkpoint_every: 2,
         ..PsLdaConfig::default()
     };

@@ -60,22 +60,14 @@ pub struct PsLrConfig {
     #[command(flatten)]
     #[serde(flatten)]
     pub stragglers: StragglerSettings,
-    /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
-    /// settings without it write no files).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Write a checkpoint of the whole job (the weights, worker clocks, the history) into
-    /// this directory every `checkpoint_every` clocks (every node must see it; `petrel
-    /// train` defaults it to `<out>/checkpoints`).
-    #[arg(long)]
-    pub checkpoint_dir: Option<PathBuf>,
+    /// Output and checkpoint files.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub files: RunFiles,
     /// Clocks between two checkpoints (0 = never write; needs `rule = sgd`: adagrad and
     /// adarevision keep state on the shards).
     #[arg(long, default_value_t = 50)]
     pub checkpoint_every: u64,
-    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
-    #[arg(long)]
-    pub resume: bool,
 }
 
 crate::kit::settings::flat_settings_serde!(PsLrConfig);
@@ -116,7 +108,7 @@ impl PsLrConfig {
         c.at_least("eval_ms", self.eval_ms, 1);
         self.stragglers.check(&mut c);
         c.require(
-            !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
+            !(self.files.checkpoint_dir.is_some() && self.checkpoint_every > 0)
                 || self.checkpoints_possible(),
             "checkpoint_every",
             self.checkpoint_every,

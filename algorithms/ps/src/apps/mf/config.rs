@@ -107,21 +107,13 @@ pub struct PsMfConfig {
     /// often: on a bandwidth-bound link the extra replies can cost more than it saves.
     #[arg(long)]
     pub no_prefetch: bool,
-    /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
-    /// settings without it write no files).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Write a checkpoint of the whole job (tables, worker clocks and state, the history)
-    /// into this directory every `checkpoint_every` clocks (every node must see it;
-    /// `petrel train` defaults it to `<out>/checkpoints`).
-    #[arg(long)]
-    pub checkpoint_dir: Option<PathBuf>,
+    /// Output and checkpoint files.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub files: RunFiles,
     /// Clocks between two checkpoints (0 = never write; needs no `rule` or `rule = sgd`).
     #[arg(long, default_value_t = 20)]
     pub checkpoint_every: u64,
-    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
-    #[arg(long)]
-    pub resume: bool,
     /// Test hook: worker `w` fails at clock `c` (`[w, c]`).
     #[arg(skip)]
     pub fail_worker_at: Option<(u32, u64)>,
@@ -184,7 +176,7 @@ impl PsMfConfig {
         self.comm.check(&mut c);
         self.stragglers.check(&mut c);
         c.require(
-            !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
+            !(self.files.checkpoint_dir.is_some() && self.checkpoint_every > 0)
                 || self.checkpoints_possible(),
             "checkpoint_every",
             self.checkpoint_every,

@@ -28,7 +28,7 @@ use crate::core::stats::{ReadStats, StalenessReport};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
-use crate::kit::settings::{ManagedSettings, StragglerSettings};
+use crate::kit::settings::{ManagedSettings, RunFiles, StragglerSettings};
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsStep, WorkerCtx, WorkerDone,
     decode, encode, pad_to, write_run,
@@ -173,12 +173,7 @@ impl PsApp for PsMf {
     }
 
     fn new(cfg: PsMfConfig, _layout: &PsLayout) -> Result<Self, PsError> {
-        let checkpointing = PsCheckpointing::from_settings(
-            Self::NAME,
-            cfg.checkpoint_dir.as_deref(),
-            cfg.checkpoint_every,
-            cfg.resume,
-        )?;
+        let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         let tables = cfg.tables()?;
         let data = PsMfData::load(&cfg)?;
         Ok(PsMf {
@@ -486,7 +481,7 @@ impl PsApp for PsMf {
 
     fn write_outputs(&self, out: &PsMfOutcome) -> Result<(), PsError> {
         write_run(
-            self.cfg.out.as_deref(),
+            self.cfg.files.out.as_deref(),
             || out.model.saved(&self.cfg),
             self.cfg.test_data.as_deref(),
             self.cfg.seed,
@@ -498,7 +493,11 @@ impl PsApp for PsMf {
 
     fn summary(cfg: &PsMfConfig, out: &PsMfOutcome) -> String {
         let r = &out.metrics;
-        let dir = cfg.out.as_deref().unwrap_or(std::path::Path::new("-"));
+        let dir = cfg
+            .files
+            .out
+            .as_deref()
+            .unwrap_or(std::path::Path::new("-"));
         format!(
             "mf ({}): {} train / {} test ratings, test rmse {:.4} -> {:.4} in {:.1}s; wrote {}/model.json and metrics.json",
             r.consistency,
