@@ -127,16 +127,6 @@ pub fn write_piece(
     Ok(job_set(dir).write_part(clock, &piece.part(), bytes)?)
 }
 
-/// Shard `shard`'s piece: its tables, msgpack.
-pub fn write_shard_piece(
-    dir: &Path,
-    clock: Clock,
-    shard: u32,
-    tables: &[TableSnapshot],
-) -> Result<PartEntry, PsCoreError> {
-    write_piece(dir, clock, Piece::Shard(shard), &encode(tables)?)
-}
-
 /// Writes the manifest of `clock` LAST (every listed piece is already durable) and keeps
 /// the newest two checkpoints. Returns the manifest's path.
 pub fn write_job_manifest(
@@ -272,7 +262,9 @@ mod tests {
     /// A complete checkpoint of `clock` (shard 0's tables, two workers, the monitor).
     fn write_job(dir: &Path, clock: Clock) {
         let s = shard();
-        let mut files = vec![write_shard_piece(dir, clock, 0, &s.snapshot()).unwrap()];
+        let mut files = vec![
+            write_piece(dir, clock, Piece::Shard(0), &encode(&s.snapshot()).unwrap()).unwrap(),
+        ];
         for piece in [Piece::Worker(0), Piece::Worker(1), Piece::Monitor] {
             let bytes = format!("{piece:?} at {clock}");
             files.push(write_piece(dir, clock, piece, bytes.as_bytes()).unwrap());

@@ -11,9 +11,8 @@ use crate::core::server_push::ServerPushConfig;
 use crate::core::shard::PsShardCore;
 use crate::core::types::TableSpec;
 use crate::error::PsError;
-use crate::kit::{PsApp, PsCheckpointing, PsRoles, PsSaved, checkpoints, monitor, worker};
+use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
 use crate::shells::{self, PsLayout};
-use petrel_messages::Priority;
 
 /// How long workers and the monitor wait for every shard to answer at start-up.
 pub(crate) const SHARDS_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -168,21 +167,9 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
             // Resolved when used: the monitor may be on this node, registered later.
             let (node, monitor_node) = (ctx.node.clone(), job.monitor_node.clone());
             on_checkpoint = Some(Box::new(move |shard, clock, tables| {
-                let monitor =
-                    node.actor_at::<PsSaved>(&monitor_node, &checkpoints::saved_actor::<A>())?;
-                let entry = crate::checkpoint::write_shard_piece(&dir, clock, shard, tables)?;
-                let saved = PsSaved {
-                    clock,
-                    piece: Piece::Shard(shard),
-                    name: entry.part,
-                    digest: entry.digest,
-                };
-                monitor
-                    .tell(saved, Priority::HIGH)
-                    .map_err(|source| PsError::Checkpoint {
-                        what: format!("shard {shard}'s checkpoint of clock {clock}"),
-                        source,
-                    })
+                let bytes = crate::kit::encode(&tables)?;
+                let piece = Piece::Shard(shard);
+                checkpoints::save_piece::<A>(&node, &monitor_node, (&dir, clock), piece, &bytes)
             }));
         }
         handles.push(shells::start_shard_core(

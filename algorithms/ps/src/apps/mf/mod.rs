@@ -352,16 +352,14 @@ impl PsApp for PsMf {
         st: PsMfWorker,
         ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<WorkerDone, PsError> {
+        let net = ctx.node.net_stats();
         let done = WorkerDone {
-            worker: ctx.worker(),
-            clocks: ctx.client.current_clock(),
-            staleness: ctx.client.table_stats(ITEMS),
             compute_s: st.compute_s,
             wait_s: st.wait_s,
-            sent_bytes: ctx.node.net_stats().sent_bytes,
-            received_bytes: ctx.node.net_stats().received_bytes,
-            reads: ctx.client.read_stats(),
+            sent_bytes: net.sent_bytes,
+            received_bytes: net.received_bytes,
             run_s: st.started.elapsed().as_secs_f64(),
+            ..WorkerDone::of(ctx.client, ITEMS)
         };
         tracing::info!(
             worker = done.worker,
