@@ -189,6 +189,17 @@ impl std::fmt::Debug for PsShardCore {
     }
 }
 
+/// Why `tables` cannot be checkpointed, if they cannot: a table whose rule keeps state
+/// outside its rows (see [`PsShardCore::enable_checkpoints`]).
+pub fn not_checkpointable<'a>(tables: impl IntoIterator<Item = &'a TableSpec>) -> Option<String> {
+    let t = tables.into_iter().find(|t| !t.update_rule.state_in_row())?;
+    Some(format!(
+        "table {:?} uses a server rule that keeps state outside its rows ({:?}): \
+         checkpoints need sum or sgd (set checkpoint_every = 0)",
+        t.name, t.update_rule
+    ))
+}
+
 impl PsShardCore {
     /// A shard for `n_workers` workers (ids `0..n_workers`, all at clock 0) and `tables`, with
     /// the built-in rules only.
@@ -288,16 +299,9 @@ impl PsShardCore {
     /// shard (momentum, adagrad, adarevision, custom rules) are refused.
     pub fn enable_checkpoints(&mut self, every: Clock) -> Result<(), PsCoreError> {
         if every > 0
-            && let Some(t) = self
-                .tables
-                .values()
-                .find(|t| !t.spec.update_rule.state_in_row())
+            && let Some(reason) = not_checkpointable(self.tables.values().map(|t| &t.spec))
         {
-            return Err(PsCoreError::InvalidConfig(format!(
-                "table {:?} uses a server rule that keeps state outside its rows ({:?}): \
-                 checkpoints need sum or sgd (set checkpoint_every = 0)",
-                t.spec.name, t.spec.update_rule
-            )));
+            return Err(PsCoreError::InvalidConfig(reason));
         }
         self.cuts = ClockCuts {
             every,

@@ -8,7 +8,7 @@ use petrel_actors::{Cluster, NodeContext, Settings};
 use crate::core::checkpoint::Piece;
 use crate::core::rules::RuleRegistry;
 use crate::core::server_push::ServerPushConfig;
-use crate::core::shard::PsShardCore;
+use crate::core::shard::{PsShardCore, not_checkpointable};
 use crate::core::types::TableSpec;
 use crate::error::PsError;
 use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
@@ -72,14 +72,11 @@ impl<A: PsApp> PsJob<A> {
         let app = A::new(cfg, &layout)?;
         let checkpointing = app.checkpointing();
         if checkpointing.as_ref().is_some_and(|c| c.every > 0)
-            && let Some(t) = app.tables().iter().find(|t| !t.update_rule.state_in_row())
+            && let Some(reason) = not_checkpointable(&app.tables())
         {
             return Err(PsError::InvalidConfig {
                 app: A::NAME,
-                reason: format!(
-                    "checkpoint_every > 0 needs update rules without state on the shards (sum, sgd); table {:?} uses {:?} (set checkpoint_every = 0)",
-                    t.name, t.update_rule
-                ),
+                reason,
             });
         }
         Ok(PsJob {

@@ -16,6 +16,8 @@
 //! * evaluating monitors: [`EvalMonitor`] is the curve, the target/time stop rule and the
 //!   checkpointed history of an app that evaluates the tables on a timer (ps-mf, ps-lr);
 //!   [`write_run`] writes its model, history and metrics;
+//! * settings: the groups more than one app has ([`settings`]: stragglers, managed
+//!   communication, output and checkpoint files), flattened into each app's flags and table;
 //! * local runs: [`run_local`] / [`run_local_with`] start every node as a thread of this
 //!   process on [`local_topology`]; [`train`] is `petrel train <app>` ([`PsTrainArgs`]).
 //!

@@ -97,7 +97,7 @@ async fn run_worker<A: PsApp>(
             // of the same clock boundary.
             let bytes = job.app.save_worker(&state, &ctx)?;
             let piece = Piece::Worker(client.worker());
-            checkpoints::save_piece::<A>(&node, &job.monitor_node, (dir, clock), piece, &bytes)?;
+            checkpoints::save_piece::<A>(node, &job.monitor_node, (dir, clock), piece, &bytes)?;
         }
         // Cache hits complete without yielding: let the node's actors (heartbeats,
         // replies) run between clocks.
