@@ -351,10 +351,7 @@ impl ClientCore {
         row: RowId,
         delta: &Row,
     ) -> Result<(), PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        let spec = self.table(table)?;
         spec.check_delta(row, delta)?;
         let (scale, rmw, kind) = (
             spec.update_rule.local_scale(),
@@ -480,10 +477,7 @@ impl ClientCore {
         table: TableId,
         row: RowId,
     ) -> Result<(Option<Clock>, Option<Clock>), PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        let spec = self.table(table)?;
         let required = spec.consistency.required_row_clock(self.clock);
         let eff = (self.cache.get(&(table, row)))
             .map(|e| self.effective_clock(table, row, e))
@@ -705,10 +699,7 @@ impl ClientCore {
         shard: u32,
         clock: Clock,
     ) -> Result<(), PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        let spec = self.table(table)?;
         // Only ESSP rows are all subscribed; ignore stray pushes for other tables.
         if matches!(spec.consistency, Consistency::Essp { .. }) {
             let e = self.push_clock.entry((table, shard)).or_insert(0);
@@ -727,9 +718,7 @@ impl ClientCore {
         if worker != self.worker {
             return Err(PsCoreError::UnknownWorker(worker));
         }
-        self.tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        self.table(table)?;
         if shard_of(table, row, self.n_shards) != shard {
             return Err(PsCoreError::InvalidConfig(format!(
                 "row {row:?} of table {table:?} does not live on shard {shard}"
@@ -747,10 +736,7 @@ impl ClientCore {
         ack_seq: u64,
         insert: bool,
     ) -> Result<(), PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        let spec = self.table(table)?;
         spec.check_delta(row, &data)?;
         let scale = spec.update_rule.local_scale();
         let key = (table, row);
