@@ -417,6 +417,20 @@ impl PsShardCore {
         }
     }
 
+    /// A live worker whose current clock is `clock` (a batch of another clock is a protocol
+    /// violation).
+    fn worker_at(&self, worker: WorkerId, clock: Clock) -> Result<&WorkerState, PsCoreError> {
+        let w = self.worker(worker)?;
+        if w.clock != clock {
+            return Err(PsCoreError::ClockMismatch {
+                worker,
+                expected: w.clock,
+                got: clock,
+            });
+        }
+        Ok(w)
+    }
+
     /// Applies a worker's oplog for its current clock `clock` with each table's update rule.
     ///
     /// May be called several times per clock (managed communication sends early partial
@@ -429,14 +443,7 @@ impl PsShardCore {
         clock: Clock,
         batch: &UpdateBatch,
     ) -> Result<(), PsCoreError> {
-        let w = self.worker(worker)?;
-        if w.clock != clock {
-            return Err(PsCoreError::ClockMismatch {
-                worker,
-                expected: w.clock,
-                got: clock,
-            });
-        }
+        let w = self.worker_at(worker, clock)?;
         if batch.seq <= w.applied_seq {
             return Err(PsCoreError::InvalidConfig(format!(
                 "update batch seq {} of worker {} not above last applied {}",
@@ -494,14 +501,7 @@ impl PsShardCore {
         worker: WorkerId,
         completed: Clock,
     ) -> Result<Vec<ShardAction>, PsCoreError> {
-        let w = self.worker(worker)?;
-        if w.clock != completed {
-            return Err(PsCoreError::ClockMismatch {
-                worker,
-                expected: w.clock,
-                got: completed,
-            });
-        }
+        self.worker_at(worker, completed)?;
         self.workers[worker.0 as usize].clock = completed + 1;
         Ok(self.recompute_min())
     }
@@ -559,17 +559,14 @@ impl PsShardCore {
         sync: bool,
     ) -> Result<Vec<ShardAction>, PsCoreError> {
         self.worker(worker)?;
+        let pushing = self.push.is_some();
         let t = self
             .tables
-            .get(&table)
+            .get_mut(&table)
             .ok_or(PsCoreError::UnknownTable(table))?;
         let consistency = t.spec.consistency;
         // Server push needs the holders of every row, as ESSP does.
-        if (consistency.is_essp() || self.push.is_some()) && !sync {
-            let t = self
-                .tables
-                .get_mut(&table)
-                .ok_or(PsCoreError::UnknownTable(table))?;
+        if (consistency.is_essp() || pushing) && !sync {
             // u64::MAX = subscribed but not replied yet: no push before the reply (the client
             // ignores rows it has not cached anyway); `reply` records the stamp it sends.
             t.subs
