@@ -464,18 +464,16 @@ impl PsApp for PsLda {
             k,
         )?;
         let mut stats = StalenessStats::new();
-        let (mut tokens, mut sampling_s, mut doc_ll, mut clamped, mut fetched, mut early) =
-            (0u64, 0.0f64, 0.0f64, 0u64, 0u64, 0u64);
+        let (mut sampling_s, mut doc_ll) = (0.0f64, 0.0f64);
         m.done.sort_by_key(|d| d.worker);
         for d in &m.done {
-            tokens += d.tokens;
             sampling_s = sampling_s.max(d.sampling_s);
             doc_ll += d.doc_loglik;
-            clamped += d.clamped;
-            fetched += d.rows_fetched;
-            early += d.managed_rows;
             stats.merge(&d.staleness);
         }
+        let sum = |count: fn(&PsLdaDone) -> u64| m.done.iter().map(count).sum::<u64>();
+        let (tokens, clamped) = (sum(|d| d.tokens), sum(|d| d.clamped));
+        let (fetched, early) = (sum(|d| d.rows_fetched), sum(|d| d.managed_rows));
         let final_ll = (table.word_log_likelihood(beta) + doc_ll) / n_tokens.max(1) as f64;
         if let Some(last) = m.curve.last_mut()
             && last.iteration == cfg.iterations

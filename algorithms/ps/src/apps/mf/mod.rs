@@ -157,6 +157,10 @@ fn distinct(batch: &[(u32, u32, f32)], column: impl Fn(&(u32, u32, f32)) -> u32)
         .collect()
 }
 
+fn row_ids(ids: &[u32]) -> Vec<RowId> {
+    ids.iter().map(|&i| RowId(u64::from(i))).collect()
+}
+
 impl PsApp for PsMf {
     type Config = PsMfConfig;
     type Worker = PsMfWorker;
@@ -244,8 +248,7 @@ impl PsApp for PsMf {
         let n_batches = st.batches.len().max(1);
         let batch: &[(u32, u32, f32)] = st.batches.get(c as usize % n_batches).map_or(&[], |b| b);
         let (users, items) = (distinct(batch, |e| e.0), distinct(batch, |e| e.1));
-        let item_ids: Vec<RowId> = items.iter().map(|&i| RowId(u64::from(i))).collect();
-        let user_ids: Vec<RowId> = users.iter().map(|&u| RowId(u64::from(u))).collect();
+        let (item_ids, user_ids) = (row_ids(&items), row_ids(&users));
         let t_wait = Instant::now();
         if cfg.consistency == ConsistencyModel::Async {
             client.prefetch(ITEMS, &item_ids)?;
@@ -264,11 +267,7 @@ impl PsApp for PsMf {
                 .batches
                 .get((c as usize + 1) % n_batches)
                 .map_or(&[][..], |b| b);
-            let next_items: Vec<RowId> = distinct(next, |e| e.1)
-                .into_iter()
-                .map(|i| RowId(u64::from(i)))
-                .collect();
-            client.prefetch_next_clock(ITEMS, &next_items)?;
+            client.prefetch_next_clock(ITEMS, &row_ids(&distinct(next, |e| e.1)))?;
         }
         let t0 = Instant::now();
         let (rank, scale, biases) = (cfg.rank, cfg.init_scale, cfg.biases);
