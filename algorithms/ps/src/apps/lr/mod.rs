@@ -300,11 +300,8 @@ impl PsApp for PsLr {
 
     fn write_outputs(&self, out: &PsLrOutcome) -> Result<(), PsError> {
         let saved = || {
-            let model = SoftmaxModel {
-                class_labels: out.model.class_labels.clone(),
-                weights: out.model.weights.clone(),
-            };
-            SavedModel::new(PsLr::NAME, &self.cfg, ModelParams::Softmax(model))
+            let model = ModelParams::Softmax(out.model.clone());
+            SavedModel::new(PsLr::NAME, &self.cfg, model)
         };
         write_run(
             self.cfg.files.out.as_deref(),
