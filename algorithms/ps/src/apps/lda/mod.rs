@@ -48,7 +48,9 @@ use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
 use crate::kit::settings::{ManagedSettings, RunFiles};
-use crate::kit::{MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, decode, encode};
+use crate::kit::{
+    MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, WorkerDone, decode, encode,
+};
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
 use petrel_messages::remote_message;
@@ -369,20 +371,21 @@ impl PsApp for PsLda {
             wait_s = st.p.wait_s,
             "ps-lda worker done"
         );
+        let net = ctx.node.net_stats();
         Ok(PsLdaReport::Done(PsLdaDone {
-            worker,
-            clocks: client.current_clock(),
+            base: WorkerDone {
+                compute_s: st.p.sweep_s,
+                wait_s: st.p.wait_s,
+                sent_bytes: net.sent_bytes,
+                received_bytes: net.received_bytes,
+                run_s: sampling_s,
+                ..WorkerDone::of(client, WORD_TOPIC)
+            },
             tokens: st.p.tokens,
-            sampling_s,
-            sweep_s: st.p.sweep_s,
-            wait_s: st.p.wait_s,
             doc_loglik: st.core.doc_log_likelihood(),
-            staleness: client.table_stats(WORD_TOPIC),
             clamped: st.p.clamped,
             rows_fetched: client.reads_sent(),
             managed_rows: st.p.managed_rows,
-            sent_bytes: ctx.node.net_stats().sent_bytes,
-            received_bytes: ctx.node.net_stats().received_bytes,
         }))
     }
 
@@ -465,11 +468,11 @@ impl PsApp for PsLda {
         )?;
         let mut stats = StalenessStats::new();
         let (mut sampling_s, mut doc_ll) = (0.0f64, 0.0f64);
-        m.done.sort_by_key(|d| d.worker);
+        m.done.sort_by_key(|d| d.base.worker);
         for d in &m.done {
-            sampling_s = sampling_s.max(d.sampling_s);
+            sampling_s = sampling_s.max(d.base.run_s);
             doc_ll += d.doc_loglik;
-            stats.merge(&d.staleness);
+            stats.merge(&d.base.staleness);
         }
         let sum = |count: fn(&PsLdaDone) -> u64| m.done.iter().map(count).sum::<u64>();
         let (tokens, clamped) = (sum(|d| d.tokens), sum(|d| d.clamped));
@@ -508,16 +511,16 @@ impl PsApp for PsLda {
             staleness: cfg.consistency().staleness_bound(),
             shards: ctx.layout.n_shards(),
             clocks_per_iteration: cfg.clocks_per_iteration.max(1),
-            worker_clocks: m.done.iter().map(|d| d.clocks).collect(),
-            per_worker_wait_s: m.done.iter().map(|d| d.wait_s).collect(),
-            per_worker_sweep_s: m.done.iter().map(|d| d.sweep_s).collect(),
+            worker_clocks: m.done.iter().map(|d| d.base.clocks).collect(),
+            per_worker_wait_s: m.done.iter().map(|d| d.base.wait_s).collect(),
+            per_worker_sweep_s: m.done.iter().map(|d| d.base.compute_s).collect(),
             read_staleness: stats.report(),
             rows_fetched: fetched,
             clamped_entries: clamped,
             managed: cfg.comm.managed,
             managed_rows_sent: early,
-            per_worker_sent_bytes: m.done.iter().map(|d| d.sent_bytes).collect(),
-            per_worker_received_bytes: m.done.iter().map(|d| d.received_bytes).collect(),
+            per_worker_sent_bytes: m.done.iter().map(|d| d.base.sent_bytes).collect(),
+            per_worker_received_bytes: m.done.iter().map(|d| d.base.received_bytes).collect(),
         };
         tracing::info!(
             loglik_per_token = final_ll,
