@@ -6,6 +6,7 @@
 //! otherwise. `cargo run --release --example ps_mf -- [ratings-file]`
 
 use petrel::actors::Transport;
+use petrel::ps::kit::settings::RunFiles;
 use petrel::ps::{ConsistencyModel, PsMf, PsMfConfig, run_local};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,7 +21,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         regularization: 0.02,
         init_scale: 0.3,
         max_clocks: Some(80),
-        out: Some(out.clone()),
+        files: RunFiles {
+            out: Some(out.clone()),
+            ..RunFiles::default()
+        },
         ..PsMfConfig::default()
     };
     let r = run_local::<PsMf>(cfg, 2, 3, Transport::Quic)?.metrics;

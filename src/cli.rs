@@ -473,9 +473,9 @@ impl TrainCommand {
         };
         let strads = |c: &crate::train::ClusterArgs| (c.out.clone(), c.transport == Processes);
         let (name, (out, processes)) = match self {
-            TrainCommand::PsMf(a) => ("train ps-mf", ps(&a.config.out, a.transport)),
-            TrainCommand::PsLr(a) => ("train ps-lr", ps(&a.config.out, a.transport)),
-            TrainCommand::PsLda(a) => ("train ps-lda", ps(&a.config.out, a.transport)),
+            TrainCommand::PsMf(a) => ("train ps-mf", ps(&a.config.files.out, a.transport)),
+            TrainCommand::PsLr(a) => ("train ps-lr", ps(&a.config.files.out, a.transport)),
+            TrainCommand::PsLda(a) => ("train ps-lda", ps(&a.config.files.out, a.transport)),
             TrainCommand::Lasso(a) => ("train lasso", strads(&a.cluster)),
             TrainCommand::Logistic(a) => ("train logistic", strads(&a.cluster)),
             TrainCommand::StradsMf(a) => ("train strads-mf", strads(&a.cluster)),

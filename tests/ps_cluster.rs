@@ -562,7 +562,10 @@ fn small_mf(consistency: &str) -> PsMfConfig {
 fn mf_rmse_decreases_on_synthetic_data() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = PsMfConfig {
-        out: Some(dir.path().to_path_buf()),
+        files: petrel::ps::kit::settings::RunFiles {
+            out: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        },
         ..small_mf("ssp")
     };
     let r = run_mf(cfg, 2, 2).unwrap();
@@ -719,7 +722,10 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
     let out = dir.path().join("out");
     let cfg = PsMfConfig {
         data: Some(data),
-        out: Some(out.clone()),
+        files: petrel::ps::kit::settings::RunFiles {
+            out: Some(out.clone()),
+            ..Default::default()
+        },
         max_clocks: Some(60),
         eval_ms: 20,
         ..tuned_mf()
@@ -834,7 +840,10 @@ fn logistic_regression_on_the_ps_learns_libsvm_classes() {
     let out = dir.path().join("out");
     let cfg = PsLrConfig {
         data: Some(data),
-        out: Some(out.clone()),
+        files: petrel::ps::kit::settings::RunFiles {
+            out: Some(out.clone()),
+            ..Default::default()
+        },
         max_clocks: 150,
         eval_ms: 20,
         ..PsLrConfig::default()

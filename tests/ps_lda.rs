@@ -78,7 +78,10 @@ fn ps_lda_over_quic_two_workers_two_shards() {
         clocks_per_iteration: 2,
         chunk_tokens: 1000,
         top_words: 5,
-        out: Some(dir.path().join("out")),
+        files: petrel::ps::kit::settings::RunFiles {
+            out: Some(dir.path().join("out")),
+            ..Default::default()
+        },
         ..PsLdaConfig::default()
     };
     let r = run_local(cfg, 2, 2, Transport::Quic).unwrap();

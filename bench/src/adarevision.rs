@@ -203,9 +203,12 @@ fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrC
         staleness: args.staleness,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
-        clock_ms: args.clock_ms,
-        transient_probability: args.stragglers.transient_probability,
-        transient_factor: args.stragglers.transient_factor,
+        stragglers: petrel_ps::kit::settings::StragglerSettings {
+            clock_ms: args.clock_ms,
+            transient_probability: args.stragglers.transient_probability,
+            transient_factor: args.stragglers.transient_factor,
+            ..Default::default()
+        },
         ..args.lr.config(args.quick)
     }
 }
@@ -219,9 +222,12 @@ fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfC
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: 50,
-        clock_ms: args.clock_ms,
-        transient_probability: args.stragglers.transient_probability,
-        transient_factor: args.stragglers.transient_factor,
+        stragglers: petrel_ps::kit::settings::StragglerSettings {
+            clock_ms: args.clock_ms,
+            transient_probability: args.stragglers.transient_probability,
+            transient_factor: args.stragglers.transient_factor,
+            ..Default::default()
+        },
         ..crate::common::ps_mf(args.quick)
     }
 }

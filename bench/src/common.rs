@@ -51,7 +51,6 @@ impl LrDataArgs {
             batch_size: self.lr_batch,
             max_clocks: u64::MAX,
             eval_ms: 50,
-            out: None,
             ..PsLrConfig::default()
         }
     }
@@ -171,7 +170,6 @@ pub(crate) fn ps_mf(quick: bool) -> PsMfConfig {
         max_clocks: Some(u64::MAX),
         init_scale: 0.3,
         regularization: 0.02,
-        out: None,
         ..PsMfConfig::default()
     }
 }

@@ -282,12 +282,18 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: if args.quick { 50 } else { 100 },
+        stragglers: stragglers(args),
+        ..crate::common::ps_mf(args.quick)
+    }
+}
+
+fn stragglers(args: &ConsistencyBenchArgs) -> petrel_ps::kit::settings::StragglerSettings {
+    petrel_ps::kit::settings::StragglerSettings {
         clock_ms: args.clock_ms,
         straggler: persistent(args),
         straggler_factor: args.persistent_factor,
         transient_probability: args.stragglers.transient_probability,
         transient_factor: args.stragglers.transient_factor,
-        ..crate::common::ps_mf(args.quick)
     }
 }
 
@@ -304,11 +310,7 @@ fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         staleness: s,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
-        clock_ms: args.clock_ms,
-        straggler: persistent(args),
-        straggler_factor: args.persistent_factor,
-        transient_probability: args.stragglers.transient_probability,
-        transient_factor: args.stragglers.transient_factor,
+        stragglers: stragglers(args),
         ..args.lr.config(args.quick)
     }
 }

@@ -292,7 +292,10 @@ fn run_ps(
         consistency: petrel_ps::ConsistencyModel::Ssp,
         staleness: args.staleness,
         clocks_per_iteration: args.ps_clocks_per_iteration,
-        out: Some(out.join(format!("ps-p{workers}"))),
+        files: petrel_ps::kit::settings::RunFiles {
+            out: Some(out.join(format!("ps-p{workers}"))),
+            ..Default::default()
+        },
         ..PsLdaConfig::default()
     };
     let transport = args.transport.cluster_transport();

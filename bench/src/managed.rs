@@ -28,6 +28,7 @@ use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;
+use petrel_ps::kit::settings::{ManagedSettings, StragglerSettings};
 use petrel_ps::{ConsistencyModel, PsLda, PsLdaConfig, PsLdaMetrics, PsMf, PsMfConfig, PsMfResult};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -192,6 +193,14 @@ pub struct ManagedFigures {
     pub plots: Vec<String>,
 }
 
+fn comm(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> ManagedSettings {
+    ManagedSettings {
+        managed,
+        compute_slices: args.compute_slices,
+        managed_bytes_per_s: (args.mbit * 1e6 / 8.0 * args.budget_fraction.max(0.0)) as u64,
+    }
+}
+
 fn lda_config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsLdaConfig {
     let (n_docs, vocab_size, doc_length, iterations) = if args.quick {
         (200, 500, 40, 6)
@@ -209,9 +218,7 @@ fn lda_config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsLdaConf
         iterations,
         consistency: args.consistency,
         staleness: args.staleness,
-        managed,
-        compute_slices: args.compute_slices,
-        managed_bytes_per_s: (args.mbit * 1e6 / 8.0 * args.budget_fraction.max(0.0)) as u64,
+        comm: comm(args, managed),
         ..PsLdaConfig::default()
     }
 }
@@ -309,12 +316,13 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: if args.quick { 50 } else { 100 },
-        clock_ms: args.clock_ms,
-        managed,
+        stragglers: StragglerSettings {
+            clock_ms: args.clock_ms,
+            ..Default::default()
+        },
+        comm: comm(args, managed),
         server_push: managed.filter(|_| !args.no_server_push),
         server_push_tick_ms: args.server_push_tick_ms,
-        compute_slices: args.compute_slices,
-        managed_bytes_per_s: (args.mbit * 1e6 / 8.0 * args.budget_fraction.max(0.0)) as u64,
         // The comparison is of when updates leave; the per-clock read prefetch (on by
         // default) spends this tight link's bandwidth on earlier refreshes, so it is off.
         no_prefetch: true,

@@ -120,20 +120,17 @@ impl TrainApp for PsMf {
         job.validate()
     }
     fn out(job: &mut PsMfConfig) -> &mut Option<PathBuf> {
-        &mut job.out
+        &mut job.files.out
     }
     fn inputs(job: &mut PsMfConfig) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
     fn ps_checkpoints(job: &mut PsMfConfig) -> Option<(&mut Option<PathBuf>, bool)> {
-        let wanted = job.checkpoint_dir.is_some()
-            || job.resume
-            || (job.checkpoint_every > 0 && job.checkpoints_possible());
-        let resume = job.resume;
-        wanted.then_some((&mut job.checkpoint_dir, resume))
+        let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
+        job.files.wanted(writes)
     }
     fn check_data(job: &PsMfConfig, workers: usize) -> Result<(), TrainError> {
-        if let Some(s) = job.straggler
+        if let Some(s) = job.stragglers.straggler
             && s as usize >= workers
         {
             return Err(TrainError::Setting {
@@ -165,17 +162,14 @@ impl TrainApp for PsLr {
         job.validate()
     }
     fn out(job: &mut PsLrConfig) -> &mut Option<PathBuf> {
-        &mut job.out
+        &mut job.files.out
     }
     fn inputs(job: &mut PsLrConfig) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
     fn ps_checkpoints(job: &mut PsLrConfig) -> Option<(&mut Option<PathBuf>, bool)> {
-        let wanted = job.checkpoint_dir.is_some()
-            || job.resume
-            || (job.checkpoint_every > 0 && job.checkpoints_possible());
-        let resume = job.resume;
-        wanted.then_some((&mut job.checkpoint_dir, resume))
+        let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
+        job.files.wanted(writes)
     }
     fn check_data(job: &PsLrConfig, workers: usize) -> Result<(), TrainError> {
         let data = petrel_ps::apps::lr::PsLrData::load(job)
@@ -197,15 +191,13 @@ impl TrainApp for PsLda {
         job.validate()
     }
     fn out(job: &mut PsLdaConfig) -> &mut Option<PathBuf> {
-        &mut job.out
+        &mut job.files.out
     }
     fn inputs(job: &mut PsLdaConfig) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
     }
     fn ps_checkpoints(job: &mut PsLdaConfig) -> Option<(&mut Option<PathBuf>, bool)> {
-        let wanted = job.checkpoint_dir.is_some() || job.resume || job.checkpoint_every > 0;
-        let resume = job.resume;
-        wanted.then_some((&mut job.checkpoint_dir, resume))
+        job.files.wanted(job.checkpoint_every > 0)
     }
     fn check_data(job: &PsLdaConfig, workers: usize) -> Result<(), TrainError> {
         let corpus = job
@@ -358,10 +350,14 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
             .is_some_and(|j| j.checkpoint_dir.is_none() && j.checkpoint_every > 0),
         s if s == <LdaApp as TrainApp>::SECTION => job::<LdaApp>(value)
             .is_some_and(|j| j.checkpoint_dir.is_none() && j.checkpoint_every > 0),
-        s if s == <PsMf as TrainApp>::SECTION => ps::<PsMf>(value, |j| j.checkpoint_dir.is_some()),
-        s if s == <PsLr as TrainApp>::SECTION => ps::<PsLr>(value, |j| j.checkpoint_dir.is_some()),
+        s if s == <PsMf as TrainApp>::SECTION => {
+            ps::<PsMf>(value, |j| j.files.checkpoint_dir.is_some())
+        }
+        s if s == <PsLr as TrainApp>::SECTION => {
+            ps::<PsLr>(value, |j| j.files.checkpoint_dir.is_some())
+        }
         s if s == <PsLda as TrainApp>::SECTION => {
-            ps::<PsLda>(value, |j| j.checkpoint_dir.is_some())
+            ps::<PsLda>(value, |j| j.files.checkpoint_dir.is_some())
         }
         _ => false,
     }

@@ -232,6 +232,28 @@ pub struct RunMetrics {
     pub details: serde_json::Map<String, serde_json::Value>,
 }
 
+/// An output file could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("writing {}: {source}", path.display())]
+pub struct OutputError {
+    /// The file.
+    pub path: PathBuf,
+    /// The OS or encoder error.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Why a run's outputs were not written.
+#[derive(Debug, thiserror::Error)]
+pub enum FinishError {
+    /// A figure became NaN or infinite.
+    #[error(transparent)]
+    Diverged(#[from] Diverged),
+    /// A file could not be written.
+    #[error(transparent)]
+    Write(#[from] OutputError),
+}
+
 impl RunMetrics {
     /// Metrics of `app` run with `settings`, its own figures `details` (a struct whose
     /// fields sit beside the common ones), no history yet.
@@ -272,6 +294,32 @@ impl RunMetrics {
         for (k, v) in values {
             self.final_figures.insert(k.to_string(), *v);
         }
+    }
+
+    /// Writes a run's outputs into `dir` in the order that makes `metrics.json` the mark of
+    /// a finished run: nothing when a figure is not finite ([`Diverged`], with `advice`);
+    /// else `files` (the model), then `history.csv`, then `metrics.json`, each atomically.
+    pub fn finish_run(
+        &self,
+        dir: &Path,
+        files: &[(&str, &[u8])],
+        advice: &str,
+    ) -> Result<(), FinishError> {
+        self.check_finite(advice)?;
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.join(name);
+            write_atomic(&path, bytes).map_err(|source| OutputError { path, source })
+        };
+        for (name, bytes) in files {
+            write(name, bytes)?;
+        }
+        write("history.csv", self.history_csv().as_bytes())?;
+        let json = serde_json::to_vec_pretty(self).map_err(|e| OutputError {
+            path: dir.join("metrics.json"),
+            source: std::io::Error::other(e),
+        })?;
+        write("metrics.json", &json)?;
+        Ok(())
     }
 
     /// The first non-finite figure of the history or the final figures, as a

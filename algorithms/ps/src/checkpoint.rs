@@ -75,23 +75,11 @@ pub struct Checkpoint {
     pub tables: Vec<TableSnapshot>,
 }
 
-/// Writes all `tables` of shard `shard` at `clock` into `dir` (created if needed) and returns
-/// the manifest path.
-pub fn write_checkpoint(
-    dir: &Path,
-    shard: u32,
-    clock: Clock,
-    tables: &[TableSnapshot],
-) -> Result<PathBuf, PsCoreError> {
-    let set = shard_set(dir, shard);
-    let part = set.write_part(clock, TABLES, &encode(tables)?)?;
-    Ok(set.commit(clock, &[], vec![part])?)
-}
-
 /// Checkpoints `core` at its current min clock; returns that clock.
 pub fn write_shard(dir: &Path, shard: u32, core: &PsShardCore) -> Result<Clock, PsCoreError> {
-    let clock = core.min_clock();
-    write_checkpoint(dir, shard, clock, &core.snapshot())?;
+    let (set, clock) = (shard_set(dir, shard), core.min_clock());
+    let part = set.write_part(clock, TABLES, &encode(&core.snapshot())?)?;
+    set.commit(clock, &[], vec![part])?;
     Ok(clock)
 }
 
@@ -105,11 +93,6 @@ pub fn load_checkpoint(dir: &Path, shard: u32, clock: Clock) -> Result<Checkpoin
         clock,
         tables,
     })
-}
-
-/// Clocks that have a checkpoint of `shard` in `dir`, ascending (not yet verified).
-pub fn list_checkpoints(dir: &Path, shard: u32) -> Result<Vec<Clock>, PsCoreError> {
-    Ok(shard_set(dir, shard).rounds()?)
 }
 
 /// A job checkpoint loaded and verified: its clock and every piece's bytes.
@@ -142,16 +125,6 @@ pub fn write_piece(
     bytes: &[u8],
 ) -> Result<PartEntry, PsCoreError> {
     Ok(job_set(dir).write_part(clock, &piece.part(), bytes)?)
-}
-
-/// Shard `shard`'s piece: its tables, msgpack.
-pub fn write_shard_piece(
-    dir: &Path,
-    clock: Clock,
-    shard: u32,
-    tables: &[TableSnapshot],
-) -> Result<PartEntry, PsCoreError> {
-    write_piece(dir, clock, Piece::Shard(shard), &encode(tables)?)
 }
 
 /// Writes the manifest of `clock` LAST (every listed piece is already durable) and keeps
@@ -270,8 +243,8 @@ mod tests {
         let restored =
             PsShardCore::restore(1, specs(), &RuleRegistry::new(), ck.tables, ck.clock).unwrap();
         assert_eq!(restored.snapshot(), s.snapshot());
-        assert_eq!(list_checkpoints(dir.path(), 3).unwrap(), vec![1]);
-        assert!(list_checkpoints(dir.path(), 4).unwrap().is_empty());
+        assert_eq!(shard_set(dir.path(), 3).rounds().unwrap(), vec![1]);
+        assert!(shard_set(dir.path(), 4).rounds().unwrap().is_empty());
         let e = load_checkpoint(dir.path(), 3, 9).unwrap_err().to_string();
         assert!(e.contains("missing manifest"), "{e}");
     }
@@ -289,7 +262,9 @@ mod tests {
     /// A complete checkpoint of `clock` (shard 0's tables, two workers, the monitor).
     fn write_job(dir: &Path, clock: Clock) {
         let s = shard();
-        let mut files = vec![write_shard_piece(dir, clock, 0, &s.snapshot()).unwrap()];
+        let mut files = vec![
+            write_piece(dir, clock, Piece::Shard(0), &encode(&s.snapshot()).unwrap()).unwrap(),
+        ];
         for piece in [Piece::Worker(0), Piece::Worker(1), Piece::Monitor] {
             let bytes = format!("{piece:?} at {clock}");
             files.push(write_piece(dir, clock, piece, bytes.as_bytes()).unwrap());

@@ -1,5 +1,5 @@
 //! The crate-level error: what roles, jobs and in-process runs of the parameter server
-//! return. Core errors ([`PsCoreError`], [`PsLdaError`]) and client errors
+//! return. Core errors ([`PsCoreError`]) and client errors
 //! ([`ClientError`]) are wrapped with their source chain, so the launcher prints the root
 //! cause once (`petrel_actors::error_chain`).
 
@@ -9,7 +9,6 @@ use std::time::Duration;
 use petrel_actors::{AskError, NodeError};
 
 use crate::core::error::PsCoreError;
-use crate::core::lda::PsLdaError;
 use crate::shells::ClientError;
 
 /// Every fallible operation of the shells, the kit and the apps returns this error.
@@ -18,9 +17,6 @@ pub enum PsError {
     /// A protocol or configuration error of the sans-I/O core.
     #[error(transparent)]
     Core(#[from] PsCoreError),
-    /// An error of the data-parallel LDA core.
-    #[error(transparent)]
-    Lda(#[from] PsLdaError),
     /// A worker's client failed (a bad reply, a send that failed, a read that timed out).
     #[error(transparent)]
     Client(#[from] ClientError),

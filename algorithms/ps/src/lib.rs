@@ -38,7 +38,7 @@
 //!
 //! [`checkpoint`] persists shard state with the runtime's durable files. Every fallible
 //! call of the shells, the kit and the apps returns [`PsError`], which wraps the cores'
-//! [`PsCoreError`] and [`PsLdaError`] with their source chains.
+//! [`PsCoreError`] with its source chain.
 //!
 //! ```no_run
 //! use petrel_ps::prelude::*;
@@ -63,7 +63,6 @@ pub use apps::lr::{PsLr, PsLrConfig, PsLrOutcome, PsLrResult};
 pub use apps::mf::{PsMf, PsMfConfig, PsMfOutcome, PsMfResult};
 pub use core::client::{ClientCore, PushTicket};
 pub use core::error::PsCoreError;
-pub use core::lda::PsLdaError;
 pub use core::managed::BandwidthManager;
 pub use core::rules::{RuleRegistry, ServerRule, UpdateRule};
 pub use core::server_push::{ServerPushConfig, ServerPushStats};

@@ -56,19 +56,17 @@ impl JobShape {
         let field = |what: &str, a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| {
             format!("checkpoint of another job: {what} {b:?} in the checkpoint, {a:?} now")
         };
-        if self.app != saved.app {
-            Some(field("app", &self.app, &saved.app))
-        } else if self.shards != saved.shards {
-            Some(field("shards", &self.shards, &saved.shards))
-        } else if self.workers != saved.workers {
-            Some(field("workers", &self.workers, &saved.workers))
-        } else if self.every != saved.every {
-            Some(field("checkpoint_every", &self.every, &saved.every))
-        } else if self.tables != saved.tables {
-            Some(field("tables", &self.tables, &saved.tables))
-        } else {
-            None
-        }
+        let (a, b) = (self, saved);
+        [
+            (a.app != b.app).then(|| field("app", &a.app, &b.app)),
+            (a.shards != b.shards).then(|| field("shards", &a.shards, &b.shards)),
+            (a.workers != b.workers).then(|| field("workers", &a.workers, &b.workers)),
+            (a.every != b.every).then(|| field("checkpoint_every", &a.every, &b.every)),
+            (a.tables != b.tables).then(|| field("tables", &a.tables, &b.tables)),
+        ]
+        .into_iter()
+        .flatten()
+        .next()
     }
 }
 

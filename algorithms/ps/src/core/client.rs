@@ -351,10 +351,7 @@ impl ClientCore {
         row: RowId,
         delta: &Row,
     ) -> Result<(), PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        let spec = self.table(table)?;
         spec.check_delta(row, delta)?;
         let (scale, rmw, kind) = (
             spec.update_rule.local_scale(),
@@ -464,20 +461,28 @@ impl ClientCore {
         table: TableId,
         row: RowId,
     ) -> Result<Option<ReadRequest>, PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
-        let required = spec.consistency.required_row_clock(self.clock);
-        if let Some(e) = self.cache.get(&(table, row))
-            && required.is_none_or(|r| self.effective_clock(table, row, e) >= r)
-        {
+        if self.fresh(table, row)?.1.is_some() {
             return Ok(None);
         }
         match self.get_shared(table, row)? {
             GetOutcome::Fetch(req) => Ok(Some(req)),
             GetOutcome::Hit(_) | GetOutcome::Wait => Ok(None),
         }
+    }
+
+    /// The row clock the table needs at the current clock, and the effective clock of the
+    /// cached copy of `(table, row)` if it has it.
+    fn fresh(
+        &self,
+        table: TableId,
+        row: RowId,
+    ) -> Result<(Option<Clock>, Option<Clock>), PsCoreError> {
+        let spec = self.table(table)?;
+        let required = spec.consistency.required_row_clock(self.clock);
+        let eff = (self.cache.get(&(table, row)))
+            .map(|e| self.effective_clock(table, row, e))
+            .filter(|&eff| required.is_none_or(|r| eff >= r));
+        Ok((required, eff))
     }
 
     /// `Get(table, row)` decision at the current clock. Hit if the cached row's clock is
@@ -498,27 +503,22 @@ impl ClientCore {
         table: TableId,
         row: RowId,
     ) -> Result<GetOutcome<SharedRow>, PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
-        let required = spec.consistency.required_row_clock(self.clock);
-        if let Some(e) = self.cache.get(&(table, row)) {
-            let eff = self.effective_clock(table, row, e);
-            if required.is_none_or(|r| eff >= r) {
-                let st = self.clock.saturating_sub(eff);
-                self.stats.record(st);
-                self.table_stats.entry(table).or_default().record(st);
-                let counts = self.observed.entry(table).or_default();
-                let at = usize::try_from(st)
-                    .unwrap_or(usize::MAX)
-                    .min(MAX_OBSERVED_STALENESS);
-                if counts.len() <= at {
-                    counts.resize(at + 1, 0);
-                }
-                counts[at] += 1;
-                return Ok(GetOutcome::Hit(e.row.clone()));
+        let (required, fresh) = self.fresh(table, row)?;
+        if let Some(eff) = fresh
+            && let Some(e) = self.cache.get(&(table, row))
+        {
+            let st = self.clock.saturating_sub(eff);
+            self.stats.record(st);
+            self.table_stats.entry(table).or_default().record(st);
+            let counts = self.observed.entry(table).or_default();
+            let at = usize::try_from(st)
+                .unwrap_or(usize::MAX)
+                .min(MAX_OBSERVED_STALENESS);
+            if counts.len() <= at {
+                counts.resize(at + 1, 0);
             }
+            counts[at] += 1;
+            return Ok(GetOutcome::Hit(e.row.clone()));
         }
         let min_clock = required.unwrap_or(0);
         // An in-flight fetch suffices if its row will be fresh enough and the shard can
@@ -699,10 +699,7 @@ impl ClientCore {
         shard: u32,
         clock: Clock,
     ) -> Result<(), PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        let spec = self.table(table)?;
         // Only ESSP rows are all subscribed; ignore stray pushes for other tables.
         if matches!(spec.consistency, Consistency::Essp { .. }) {
             let e = self.push_clock.entry((table, shard)).or_insert(0);
@@ -721,9 +718,7 @@ impl ClientCore {
         if worker != self.worker {
             return Err(PsCoreError::UnknownWorker(worker));
         }
-        self.tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        self.table(table)?;
         if shard_of(table, row, self.n_shards) != shard {
             return Err(PsCoreError::InvalidConfig(format!(
                 "row {row:?} of table {table:?} does not live on shard {shard}"
@@ -741,10 +736,7 @@ impl ClientCore {
         ack_seq: u64,
         insert: bool,
     ) -> Result<(), PsCoreError> {
-        let spec = self
-            .tables
-            .get(&table)
-            .ok_or(PsCoreError::UnknownTable(table))?;
+        let spec = self.table(table)?;
         spec.check_delta(row, &data)?;
         let scale = spec.update_rule.local_scale();
         let key = (table, row);

@@ -1,4 +1,4 @@
-//! Errors of the sans-I/O parameter-server core (shards, clients, rules, checkpoints).
+//! Errors of the sans-I/O parameter-server core (shards, clients, rules, checkpoints, LDA).
 
 use crate::core::types::{Clock, RowId, TableId, WorkerId};
 
@@ -72,6 +72,66 @@ pub enum PsCoreError {
         /// The OS error.
         #[source]
         source: std::io::Error,
+    },
+    // The data-parallel LDA core's (`crate::core::lda`).
+    #[error(
+        "the corpus has {tokens} tokens; parameter-server LDA keeps counts in f32 rows, exact \
+         only up to 2^24 = {max} per entry, so it accepts at most {max} tokens"
+    )]
+    /// The corpus is too large for exact f32 counts.
+    TooManyTokens {
+        /// Tokens in the corpus.
+        tokens: u64,
+        /// The limit.
+        max: u64,
+    },
+    #[error("word id {word} >= vocabulary size {vocab_size}")]
+    /// A word id outside the vocabulary.
+    WordOutOfRange {
+        /// The word id.
+        word: u32,
+        /// The vocabulary size.
+        vocab_size: usize,
+    },
+    #[error("row {row}: {reason}")]
+    /// A row that is not valid counts.
+    BadRow {
+        /// The row.
+        row: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    #[error("{0} rows given for {1} words and the totals row")]
+    /// Rows given, and words expected.
+    RowCount(usize, usize),
+    /// A worker's doc-topic counts disagree with its topic assignments.
+    #[error("doc-topic counts: {0}")]
+    DocCounts(String),
+    /// The word rows of the final table do not sum to the word frequencies.
+    #[error("word {word}: counts sum to {sum} but the word has {frequency} tokens")]
+    WordSum {
+        /// The word.
+        word: usize,
+        /// What its row sums to.
+        sum: u64,
+        /// Its frequency in the corpus.
+        frequency: usize,
+    },
+    /// The totals row is not the column sums of the word rows.
+    #[error("topic totals row {totals:?} != column sums of the word rows {column_sums:?}")]
+    Totals {
+        /// The stored totals row.
+        totals: Vec<i64>,
+        /// The column sums of the word rows.
+        column_sums: Vec<i64>,
+    },
+    /// The table does not sum to the number of tokens.
+    #[error("table sums to {sum}, the corpus has {tokens} tokens")]
+    TableSum {
+        /// The sum of the totals row.
+        sum: i64,
+        /// Tokens in the corpus.
+        tokens: usize,
     },
 }
 

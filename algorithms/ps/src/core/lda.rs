@@ -34,6 +34,7 @@
 
 use std::ops::Range;
 
+use crate::core::error::PsCoreError;
 use crate::core::types::{Row, RowId, TableId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha12Rng;
@@ -49,73 +50,6 @@ pub const WORD_TOPIC: TableId = TableId(0);
 /// Largest corpus (in tokens) whose counts stay exact in `f32` rows: `2^24`.
 pub const MAX_TOKENS: u64 = 1 << 24;
 
-/// Errors of the data-parallel LDA core.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum PsLdaError {
-    #[error(
-        "the corpus has {tokens} tokens; parameter-server LDA keeps counts in f32 rows, exact \
-         only up to 2^24 = {max} per entry, so it accepts at most {max} tokens"
-    )]
-    /// The corpus is too large for exact f32 counts.
-    TooManyTokens {
-        /// Tokens in the corpus.
-        tokens: u64,
-        /// The limit.
-        max: u64,
-    },
-    #[error("invalid configuration: {0}")]
-    /// Settings that cannot work.
-    InvalidConfig(String),
-    #[error("word id {word} >= vocabulary size {vocab_size}")]
-    /// A word id outside the vocabulary.
-    WordOutOfRange {
-        /// The word id.
-        word: u32,
-        /// The vocabulary size.
-        vocab_size: usize,
-    },
-    #[error("row {row}: {reason}")]
-    /// A row that is not valid counts.
-    BadRow {
-        /// The row.
-        row: u64,
-        /// What is wrong.
-        reason: String,
-    },
-    #[error("{0} rows given for {1} words and the totals row")]
-    /// Rows given, and words expected.
-    RowCount(usize, usize),
-    /// A worker's doc-topic counts disagree with its topic assignments.
-    #[error("doc-topic counts: {0}")]
-    DocCounts(String),
-    /// The word rows of the final table do not sum to the word frequencies.
-    #[error("word {word}: counts sum to {sum} but the word has {frequency} tokens")]
-    WordSum {
-        /// The word.
-        word: usize,
-        /// What its row sums to.
-        sum: u64,
-        /// Its frequency in the corpus.
-        frequency: usize,
-    },
-    /// The totals row is not the column sums of the word rows.
-    #[error("topic totals row {totals:?} != column sums of the word rows {column_sums:?}")]
-    Totals {
-        /// The stored totals row.
-        totals: Vec<i64>,
-        /// The column sums of the word rows.
-        column_sums: Vec<i64>,
-    },
-    /// The table does not sum to the number of tokens.
-    #[error("table sums to {sum}, the corpus has {tokens} tokens")]
-    TableSum {
-        /// The sum of the totals row.
-        sum: i64,
-        /// Tokens in the corpus.
-        tokens: usize,
-    },
-}
-
 /// The row holding the topic totals.
 pub fn totals_row(vocab_size: usize) -> RowId {
     RowId(vocab_size as u64)
@@ -127,15 +61,15 @@ pub fn check_corpus(
     n_tokens: usize,
     vocab_size: usize,
     docs: &[Vec<u32>],
-) -> Result<(), PsLdaError> {
+) -> Result<(), PsCoreError> {
     if n_tokens as u64 > MAX_TOKENS {
-        return Err(PsLdaError::TooManyTokens {
+        return Err(PsCoreError::TooManyTokens {
             tokens: n_tokens as u64,
             max: MAX_TOKENS,
         });
     }
     if let Some(&word) = docs.iter().flatten().find(|&&w| w as usize >= vocab_size) {
-        return Err(PsLdaError::WordOutOfRange { word, vocab_size });
+        return Err(PsCoreError::WordOutOfRange { word, vocab_size });
     }
     Ok(())
 }
@@ -192,15 +126,15 @@ impl WordTopicView {
     /// Builds the view from rows read in the order of [`PsLdaWorker::row_ids`] (the worker's
     /// words, then the totals row). Negative entries read as 0 (counted in `clamped`);
     /// a topic column `>= K` is an error.
-    pub fn from_rows(rows: &[Row], n_words: usize, n_topics: usize) -> Result<Self, PsLdaError> {
+    pub fn from_rows(rows: &[Row], n_words: usize, n_topics: usize) -> Result<Self, PsCoreError> {
         if rows.len() != n_words + 1 {
-            return Err(PsLdaError::RowCount(rows.len(), n_words));
+            return Err(PsCoreError::RowCount(rows.len(), n_words));
         }
         let mut clamped = 0;
-        let check = |i: usize, row: &Row| -> Result<Vec<(u32, f32)>, PsLdaError> {
+        let check = |i: usize, row: &Row| -> Result<Vec<(u32, f32)>, PsCoreError> {
             let pairs = row_pairs(row);
             if let Some(&(t, _)) = pairs.iter().find(|(t, _)| *t as usize >= n_topics) {
-                return Err(PsLdaError::BadRow {
+                return Err(PsCoreError::BadRow {
                     row: i as u64,
                     reason: format!("topic column {t} >= K = {n_topics}"),
                 });
@@ -378,16 +312,16 @@ impl PsLdaWorker {
         docs: Vec<(u32, Vec<u32>)>,
         vocab_size: usize,
         config: &LdaConfig,
-    ) -> Result<Self, PsLdaError> {
+    ) -> Result<Self, PsCoreError> {
         let k = config.n_topics;
         if k == 0 || k > u32::MAX as usize || !(config.alpha > 0.0 && config.beta > 0.0) {
-            return Err(PsLdaError::InvalidConfig(
+            return Err(PsCoreError::InvalidConfig(
                 "need n_topics >= 1 and positive alpha, beta".into(),
             ));
         }
         let n_tokens: usize = docs.iter().map(|d| d.1.len()).sum();
         if n_tokens as u64 > MAX_TOKENS {
-            return Err(PsLdaError::TooManyTokens {
+            return Err(PsCoreError::TooManyTokens {
                 tokens: n_tokens as u64,
                 max: MAX_TOKENS,
             });
@@ -396,7 +330,7 @@ impl PsLdaWorker {
         words.sort_unstable();
         words.dedup();
         if let Some(&word) = words.last().filter(|&&w| w as usize >= vocab_size) {
-            return Err(PsLdaError::WordOutOfRange { word, vocab_size });
+            return Err(PsCoreError::WordOutOfRange { word, vocab_size });
         }
         let mut local = vec![u32::MAX; vocab_size];
         for (i, &w) in words.iter().enumerate() {
@@ -443,9 +377,9 @@ impl PsLdaWorker {
 
     /// The state a checkpoint saves, between clocks (no count change may be pending: the
     /// clock's deltas were taken).
-    pub fn export_state(&self) -> Result<PsLdaWorkerSaved, PsLdaError> {
+    pub fn export_state(&self) -> Result<PsLdaWorkerSaved, PsCoreError> {
         if !self.deltas.touched.is_empty() || self.deltas.totals.iter().any(|&d| d != 0) {
-            return Err(PsLdaError::InvalidConfig(
+            return Err(PsCoreError::InvalidConfig(
                 "a worker with count changes not yet sent cannot be checkpointed".into(),
             ));
         }
@@ -467,7 +401,7 @@ impl PsLdaWorker {
     /// from the same documents); refuses another worker's, other documents, or
     /// assignments that do not fit them. Its initial counts are not sent again: the
     /// shards' tables already hold them.
-    pub fn import_state(&mut self, saved: PsLdaWorkerSaved) -> Result<(), PsLdaError> {
+    pub fn import_state(&mut self, saved: PsLdaWorkerSaved) -> Result<(), PsCoreError> {
         let k = self.n_topics;
         let fits = saved.worker == self.worker
             && saved.doc_ids == self.doc_ids
@@ -478,7 +412,7 @@ impl PsLdaWorker {
                 .zip(&self.docs)
                 .all(|(a, d)| a.len() == d.len() && a.iter().all(|&t| (t as usize) < k));
         if !fits {
-            return Err(PsLdaError::InvalidConfig(format!(
+            return Err(PsCoreError::InvalidConfig(format!(
                 "checkpoint of ps-lda worker {} ({} documents) does not fit worker {} ({} documents, {k} topics)",
                 saved.worker,
                 saved.doc_ids.len(),
@@ -487,12 +421,12 @@ impl PsLdaWorker {
             )));
         }
         if saved.doc_topic.len() != saved.assignments.len() {
-            return Err(PsLdaError::InvalidConfig(
+            return Err(PsCoreError::InvalidConfig(
                 "checkpoint of a ps-lda worker: doc-topic counts do not fit the documents".into(),
             ));
         }
         check_doc_counts(self.worker, &saved.doc_topic, &saved.assignments)
-            .map_err(|e| PsLdaError::DocCounts(format!("checkpoint: {e}")))?;
+            .map_err(|e| PsCoreError::DocCounts(format!("checkpoint: {e}")))?;
         self.doc_topic = saved.doc_topic;
         self.assignments = saved.assignments;
         let (seed, stream, (low, high)) = saved.rng;
@@ -534,7 +468,7 @@ impl PsLdaWorker {
     }
 
     /// The view of the rows read in the order of [`PsLdaWorker::row_ids`].
-    pub fn view(&self, rows: &[Row]) -> Result<WordTopicView, PsLdaError> {
+    pub fn view(&self, rows: &[Row]) -> Result<WordTopicView, PsCoreError> {
         WordTopicView::from_rows(rows, self.words.len(), self.n_topics)
     }
 
@@ -653,9 +587,9 @@ impl PsLdaWorker {
     }
 
     /// Checks that the doc-topic counts match the assignments.
-    pub fn check_doc_counts(&self) -> Result<(), PsLdaError> {
+    pub fn check_doc_counts(&self) -> Result<(), PsCoreError> {
         check_doc_counts(self.worker, &self.doc_topic, &self.assignments)
-            .map_err(|e| PsLdaError::DocCounts(e.to_string()))
+            .map_err(|e| PsCoreError::DocCounts(e.to_string()))
     }
 
     /// This worker's own word-topic counts `(global word, counts)` (for tests and checks).
@@ -689,19 +623,19 @@ impl FinalTable {
         row: impl Fn(u64) -> Option<&'a Row>,
         word_frequencies: &[usize],
         n_topics: usize,
-    ) -> Result<FinalTable, PsLdaError> {
+    ) -> Result<FinalTable, PsCoreError> {
         let v = word_frequencies.len();
-        let read = |r: u64| -> Result<TopicCounts, PsLdaError> {
+        let read = |r: u64| -> Result<TopicCounts, PsCoreError> {
             let mut entries = Vec::new();
             for (t, x) in row(r).map(row_pairs).unwrap_or_default() {
                 if t as usize >= n_topics {
-                    return Err(PsLdaError::BadRow {
+                    return Err(PsCoreError::BadRow {
                         row: r,
                         reason: format!("topic column {t} >= K = {n_topics}"),
                     });
                 }
                 if !(x.is_finite() && x >= 0.0 && x.fract() == 0.0) {
-                    return Err(PsLdaError::BadRow {
+                    return Err(PsCoreError::BadRow {
                         row: r,
                         reason: format!("topic {t}: count {x} is not a non-negative integer"),
                     });
@@ -717,7 +651,7 @@ impl FinalTable {
         for (w, &freq) in word_frequencies.iter().enumerate() {
             let counts = read(w as u64)?;
             if counts.total() != freq as u64 {
-                return Err(PsLdaError::WordSum {
+                return Err(PsCoreError::WordSum {
                     word: w,
                     sum: counts.total(),
                     frequency: freq,
@@ -734,7 +668,7 @@ impl FinalTable {
             topic_totals[t as usize] = i64::from(n);
         }
         if topic_totals != column_sums {
-            return Err(PsLdaError::Totals {
+            return Err(PsCoreError::Totals {
                 totals: topic_totals,
                 column_sums,
             });
@@ -742,7 +676,7 @@ impl FinalTable {
         let n_tokens: usize = word_frequencies.iter().sum();
         let sum: i64 = topic_totals.iter().sum();
         if sum != n_tokens as i64 {
-            return Err(PsLdaError::TableSum {
+            return Err(PsCoreError::TableSum {
                 sum,
                 tokens: n_tokens,
             });
@@ -821,7 +755,7 @@ pub fn simulate(
     vocab_size: usize,
     config: &LdaConfig,
     staleness: usize,
-) -> Result<(Vec<f64>, Vec<Row>), PsLdaError> {
+) -> Result<(Vec<f64>, Vec<Row>), PsCoreError> {
     let mut workers = docs_per_worker
         .into_iter()
         .enumerate()
@@ -839,7 +773,7 @@ pub fn simulate(
     // w's deltas of clock c (applied between history[c] and history[c + 1]).
     let mut history = vec![table.clone()];
     let mut own: Vec<Vec<Vec<(RowId, Row)>>> = vec![Vec::new(); workers.len()];
-    let log_likelihood = |table: &[Row], workers: &[PsLdaWorker]| -> Result<f64, PsLdaError> {
+    let log_likelihood = |table: &[Row], workers: &[PsLdaWorker]| -> Result<f64, PsCoreError> {
         let t = FinalTable::check(|r| table.get(r as usize), &freq, config.n_topics)?;
         let doc: f64 = workers.iter().map(PsLdaWorker::doc_log_likelihood).sum();
         Ok((t.word_log_likelihood(config.beta) + doc) / n_tokens.max(1) as f64)

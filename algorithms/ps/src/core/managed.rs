@@ -6,7 +6,6 @@
 //! and the rest of the oplog still goes out at `Clock()`. Sending early never weakens the SSP
 //! guarantee (updates only arrive sooner); it makes other workers' reads fresher.
 
-use petrel_ml::job::SettingChecks;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
@@ -28,48 +27,6 @@ pub enum SendPolicy {
     /// Largest `|delta|_1 / (|value|_1 + eps)` first, ties oldest first.
     #[serde(alias = "RelativeMagnitude")]
     RelativeMagnitude,
-}
-
-/// The client-side managed-communication settings an app shares (`managed`,
-/// `managed_bytes_per_s`, `compute_slices` in ps-mf's and ps-lda's configs): one place for
-/// their checks, the manager a worker builds from them and how a clock is sliced.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ManagedSettings {
-    /// The order of early sends; `None`: updates leave only at the clock boundary.
-    pub policy: Option<SendPolicy>,
-    /// The budget, bytes per second per worker.
-    pub bytes_per_s: u64,
-    /// Slices a clock's compute is cut into (one managed tick after each).
-    pub compute_slices: u32,
-}
-
-impl ManagedSettings {
-    /// Range checks under the apps' keys: `compute_slices >= 1`, and a positive
-    /// `managed_bytes_per_s` when `managed` is set (a zero budget would never send early).
-    pub fn check(&self, c: &mut SettingChecks) {
-        c.at_least("compute_slices", self.compute_slices, 1);
-        if self.policy.is_some() {
-            c.at_least("managed_bytes_per_s", self.bytes_per_s, 1);
-        }
-    }
-
-    /// Slices a clock is cut into: `compute_slices` under managed communication; without it
-    /// one, since nothing may leave before the clock (and the sums stay as ever).
-    pub fn slices(&self) -> usize {
-        if self.policy.is_some() {
-            self.compute_slices.max(1) as usize
-        } else {
-            1
-        }
-    }
-
-    /// The worker's manager (`None` without `managed`), whose ticks are `tick_s` seconds
-    /// long (a worker measuring its slices resets the budget per tick, see
-    /// [`BandwidthManager::set_tick_seconds`]).
-    pub fn manager(&self, tick_s: f64, seed: u64) -> Option<BandwidthManager> {
-        self.policy
-            .map(|policy| BandwidthManager::new(budget_for(self.bytes_per_s, tick_s), policy, seed))
-    }
 }
 
 /// Bytes `bytes_per_s` allows in `seconds` (0 for a negative or non-finite time).
@@ -276,36 +233,12 @@ mod tests {
         assert_eq!(slice_ranges(3, 8), vec![0..1, 1..2, 2..3]);
         assert!(slice_ranges(0, 4).is_empty());
         assert_eq!(slice_ranges(5, 1), vec![0..5]);
-        let mut s = ManagedSettings {
-            policy: None,
-            bytes_per_s: 1000,
-            compute_slices: 4,
-        };
-        assert_eq!(s.slices(), 1);
-        assert!(s.manager(0.5, 1).is_none());
-        s.policy = Some(SendPolicy::Fifo);
-        assert_eq!(s.slices(), 4);
-        let mut m = s.manager(0.5, 1).unwrap();
+        let mut m = BandwidthManager::new(budget_for(1000, 0.5), SendPolicy::Fifo, 1);
         assert_eq!(m.budget_bytes_per_tick, 500);
         m.set_tick_seconds(1000, 0.25);
         assert_eq!(m.budget_bytes_per_tick, 250);
         m.set_tick_seconds(1000, f64::NAN);
         assert_eq!(m.budget_bytes_per_tick, 0);
-        let mut c = SettingChecks::new();
-        s.check(&mut c);
-        assert!(c.finish().is_ok());
-        s.bytes_per_s = 0;
-        let mut c = SettingChecks::new();
-        s.check(&mut c);
-        assert_eq!(c.finish().unwrap_err().key, "managed_bytes_per_s");
-        s.policy = None; // an unused budget may be 0
-        let mut c = SettingChecks::new();
-        s.check(&mut c);
-        assert!(c.finish().is_ok());
-        s.compute_slices = 0;
-        let mut c = SettingChecks::new();
-        s.check(&mut c);
-        assert_eq!(c.finish().unwrap_err().key, "compute_slices");
     }
 
     #[test]

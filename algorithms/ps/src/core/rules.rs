@@ -308,12 +308,6 @@ pub fn alpha_for_radius(radius: f64) -> f32 {
     (std::f64::consts::SQRT_2 * radius.abs()) as f32
 }
 
-/// Client-side bookkeeping of [`AdaRevision`]: the values of a row as read (its first
-/// `width` columns).
-pub fn adarevision_values(row: &Row, width: u32) -> Vec<f32> {
-    (0..width).map(|c| row.get(c)).collect()
-}
-
 /// Client-side bookkeeping of [`AdaRevision`]: the delta to send for `gradient`, computed
 /// at the values of `read` (the row as the worker read it, whose `z` it carries along).
 pub fn adarevision_delta(gradient: &[f32], read: &Row) -> Row {
@@ -502,7 +496,6 @@ mod tests {
         // G = 1 + 9 = 10: x0 = -3/sqrt(10); column 1 had a zero gradient.
         assert!(close(a.get(0), -3.0 / 10f32.sqrt()));
         assert!(close(a.get(1), 0.0));
-        assert_eq!(adarevision_values(&a, 2), vec![a.get(0), 0.0]);
         assert_eq!(
             UpdateRuleSpec::AdaRevision {
                 learning_rate: 0.1,

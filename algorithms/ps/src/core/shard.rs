@@ -189,6 +189,17 @@ impl std::fmt::Debug for PsShardCore {
     }
 }
 
+/// Why `tables` cannot be checkpointed, if they cannot: a table whose rule keeps state
+/// outside its rows (see [`PsShardCore::enable_checkpoints`]).
+pub fn not_checkpointable<'a>(tables: impl IntoIterator<Item = &'a TableSpec>) -> Option<String> {
+    let t = tables.into_iter().find(|t| !t.update_rule.state_in_row())?;
+    Some(format!(
+        "table {:?} uses a server rule that keeps state outside its rows ({:?}): \
+         checkpoints need sum or sgd (set checkpoint_every = 0)",
+        t.name, t.update_rule
+    ))
+}
+
 impl PsShardCore {
     /// A shard for `n_workers` workers (ids `0..n_workers`, all at clock 0) and `tables`, with
     /// the built-in rules only.
@@ -288,16 +299,9 @@ impl PsShardCore {
     /// shard (momentum, adagrad, adarevision, custom rules) are refused.
     pub fn enable_checkpoints(&mut self, every: Clock) -> Result<(), PsCoreError> {
         if every > 0
-            && let Some(t) = self
-                .tables
-                .values()
-                .find(|t| !t.spec.update_rule.state_in_row())
+            && let Some(reason) = not_checkpointable(self.tables.values().map(|t| &t.spec))
         {
-            return Err(PsCoreError::InvalidConfig(format!(
-                "table {:?} uses a server rule that keeps state outside its rows ({:?}): \
-                 checkpoints need sum or sgd (set checkpoint_every = 0)",
-                t.spec.name, t.spec.update_rule
-            )));
+            return Err(PsCoreError::InvalidConfig(reason));
         }
         self.cuts = ClockCuts {
             every,
@@ -413,6 +417,20 @@ impl PsShardCore {
         }
     }
 
+    /// A live worker whose current clock is `clock` (a batch of another clock is a protocol
+    /// violation).
+    fn worker_at(&self, worker: WorkerId, clock: Clock) -> Result<&WorkerState, PsCoreError> {
+        let w = self.worker(worker)?;
+        if w.clock != clock {
+            return Err(PsCoreError::ClockMismatch {
+                worker,
+                expected: w.clock,
+                got: clock,
+            });
+        }
+        Ok(w)
+    }
+
     /// Applies a worker's oplog for its current clock `clock` with each table's update rule.
     ///
     /// May be called several times per clock (managed communication sends early partial
@@ -425,14 +443,7 @@ impl PsShardCore {
         clock: Clock,
         batch: &UpdateBatch,
     ) -> Result<(), PsCoreError> {
-        let w = self.worker(worker)?;
-        if w.clock != clock {
-            return Err(PsCoreError::ClockMismatch {
-                worker,
-                expected: w.clock,
-                got: clock,
-            });
-        }
+        let w = self.worker_at(worker, clock)?;
         if batch.seq <= w.applied_seq {
             return Err(PsCoreError::InvalidConfig(format!(
                 "update batch seq {} of worker {} not above last applied {}",
@@ -490,14 +501,7 @@ impl PsShardCore {
         worker: WorkerId,
         completed: Clock,
     ) -> Result<Vec<ShardAction>, PsCoreError> {
-        let w = self.worker(worker)?;
-        if w.clock != completed {
-            return Err(PsCoreError::ClockMismatch {
-                worker,
-                expected: w.clock,
-                got: completed,
-            });
-        }
+        self.worker_at(worker, completed)?;
         self.workers[worker.0 as usize].clock = completed + 1;
         Ok(self.recompute_min())
     }
@@ -537,18 +541,12 @@ impl PsShardCore {
         self.read_inner(worker, request_id, table, row, min_clock, false)
     }
 
-    /// Like `read`, but always waits for the min clock, whatever the table's consistency and
-    /// without subscribing: the building block of a client's `barrier()` (a reply for a row
-    /// of shard `s` means every worker has completed `min_clock` clocks on `s`).
-    pub fn sync(
-        &mut self,
-        worker: WorkerId,
-        request_id: u64,
-        table: TableId,
-        row: RowId,
-        min_clock: Clock,
-    ) -> Result<Vec<ShardAction>, PsCoreError> {
-        self.read_inner(worker, request_id, table, row, min_clock, true)
+    /// Like [`handle_read`](Self::handle_read), but always waits for the min clock,
+    /// whatever the table's consistency and without subscribing: the building block of a
+    /// client's `barrier()` (a reply for a row of shard `s` means every worker has completed
+    /// `min_clock` clocks on `s`).
+    pub fn handle_sync(&mut self, r: &ReadRequest) -> Result<Vec<ShardAction>, PsCoreError> {
+        self.read_inner(r.worker, r.request_id, r.table, r.row, r.min_clock, true)
     }
 
     fn read_inner(
@@ -561,17 +559,14 @@ impl PsShardCore {
         sync: bool,
     ) -> Result<Vec<ShardAction>, PsCoreError> {
         self.worker(worker)?;
+        let pushing = self.push.is_some();
         let t = self
             .tables
-            .get(&table)
+            .get_mut(&table)
             .ok_or(PsCoreError::UnknownTable(table))?;
         let consistency = t.spec.consistency;
         // Server push needs the holders of every row, as ESSP does.
-        if (consistency.is_essp() || self.push.is_some()) && !sync {
-            let t = self
-                .tables
-                .get_mut(&table)
-                .ok_or(PsCoreError::UnknownTable(table))?;
+        if (consistency.is_essp() || pushing) && !sync {
             // u64::MAX = subscribed but not replied yet: no push before the reply (the client
             // ignores rows it has not cached anyway); `reply` records the stamp it sends.
             t.subs

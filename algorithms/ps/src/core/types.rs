@@ -326,20 +326,6 @@ pub enum Row {
 }
 
 impl Row {
-    /// Builds a sparse row from unsorted pairs: sorts and sums duplicates.
-    pub fn sparse_from(mut pairs: Vec<(u32, f32)>) -> Row {
-        pairs.sort_by_key(|p| p.0);
-        let mut out: Vec<(u32, f32)> = Vec::with_capacity(pairs.len());
-        for (c, v) in pairs {
-            match out.last_mut() {
-                Some(last) if last.0 == c => last.1 += v,
-                _ => out.push((c, v)),
-            }
-        }
-        out.retain(|p| p.1 != 0.0);
-        Row::Sparse(out)
-    }
-
     /// Value at column `col` (0 when absent or out of range).
     pub fn get(&self, col: u32) -> f32 {
         match self {
@@ -556,11 +542,6 @@ impl SharedRow {
     /// The row to write: copied first only if another holder still reads it.
     pub fn make_mut(&mut self) -> &mut Row {
         Arc::make_mut(&mut self.0)
-    }
-
-    /// Whether `a` and `b` are the same buffer (no copy between them).
-    pub fn same_buffer(a: &SharedRow, b: &SharedRow) -> bool {
-        Arc::ptr_eq(&a.0, &b.0)
     }
 }
 

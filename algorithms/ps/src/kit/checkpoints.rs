@@ -16,7 +16,7 @@
 //! verify and whose job shape matches; shards restore their tables, workers start at clock
 //! `c` with their saved state, the monitor continues its history.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use petrel_actors::durable::FileDigest;
@@ -41,30 +41,6 @@ pub struct PsCheckpointing {
     pub resume: bool,
 }
 
-impl PsCheckpointing {
-    /// From an app's `checkpoint_dir`, `checkpoint_every` and `resume`: none without a
-    /// directory, and `resume` without one is refused.
-    pub fn from_settings(
-        app: &'static str,
-        dir: Option<&std::path::Path>,
-        every: Clock,
-        resume: bool,
-    ) -> Result<Option<Self>, PsError> {
-        match dir {
-            Some(dir) => Ok(Some(PsCheckpointing {
-                dir: dir.to_path_buf(),
-                every,
-                resume,
-            })),
-            None if resume => Err(PsError::InvalidConfig {
-                app,
-                reason: "resume needs checkpoint_dir".into(),
-            }),
-            None => Ok(None),
-        }
-    }
-}
-
 /// A shard or worker tells the monitor that its piece of a checkpoint is durable.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PsSaved {
@@ -82,6 +58,29 @@ remote_message!(PsSaved => (), "petrel.ps.saved");
 /// The registry name of the monitor's checkpoint inbox of app `A`.
 pub(crate) fn saved_actor<A: PsApp>() -> String {
     format!("{}-checkpoints", A::MONITOR_ACTOR)
+}
+
+/// Writes `piece` of the checkpoint of `clock` into `dir` and tells the monitor on
+/// `monitor_node` that it is durable.
+pub(crate) fn save_piece<A: PsApp>(
+    node: &petrel_actors::Node,
+    monitor_node: &str,
+    (dir, clock): (&Path, Clock),
+    piece: Piece,
+    bytes: &[u8],
+) -> Result<(), PsError> {
+    let monitor = node.actor_at::<PsSaved>(monitor_node, &saved_actor::<A>())?;
+    let entry = crate::checkpoint::write_piece(dir, clock, piece, bytes)?;
+    let saved = PsSaved {
+        clock,
+        piece,
+        name: entry.part,
+        digest: entry.digest,
+    };
+    (monitor.tell(saved, petrel_messages::Priority::HIGH)).map_err(|source| PsError::Checkpoint {
+        what: format!("{} of the checkpoint of clock {clock}", piece.part()),
+        source,
+    })
 }
 
 impl<A: PsApp> PsJob<A> {

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use petrel_ml::job::RunMetrics;
+use petrel_ml::job::{FinishError, RunMetrics};
 use petrel_ml::model::{MODEL_FILE, SavedModel};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::core::stats::StalenessStats;
 use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
-use crate::kit::{MonitorCtx, WorkerDone, write_json, write_model_and_metrics};
+use crate::kit::{MonitorCtx, WorkerDone};
 
 /// A point of an evaluated curve.
 pub trait EvalPoint: Copy {
@@ -147,9 +147,10 @@ pub async fn pad_to(start: Instant, due: Duration) {
     }
 }
 
-/// Writes a run's files into `dir` (nothing without one): the saved model `petrel eval`
-/// reads (the held-out figures of `test_data` go into `run`), then `model.json`,
-/// `history.csv` and `metrics.json`; nothing more once a figure diverged.
+/// Writes a run's files into `dir` (nothing without one) with [`RunMetrics::finish_run`]:
+/// the saved model `petrel eval` reads (the held-out figures of `test_data` go into `run`),
+/// `model.json`, `history.csv` and `metrics.json`; nothing once a figure diverged (the
+/// error names it, with `advice`).
 #[allow(clippy::too_many_arguments)] // what a run writes, each from its own setting
 pub fn write_run<M: Serialize>(
     dir: Option<&Path>,
@@ -160,10 +161,40 @@ pub fn write_run<M: Serialize>(
     mut run: RunMetrics,
     advice: &str,
 ) -> Result<(), PsError> {
-    if let Some(dir) = dir {
-        let saved = saved();
-        saved.add_heldout(&mut run, test_data, seed)?;
-        write_json(dir, MODEL_FILE, &saved, false)?;
-    }
-    write_model_and_metrics(dir, model, &run, advice)
+    let Some(dir) = dir else {
+        return Ok(run.check_finite(advice)?);
+    };
+    let saved = saved();
+    saved.add_heldout(&mut run, test_data, seed)?;
+    let model = to_json("model.json", model)?;
+    finish(
+        dir,
+        &run,
+        &[
+            (MODEL_FILE, &to_json(MODEL_FILE, &saved)?),
+            ("model.json", &model),
+        ],
+        advice,
+    )
+}
+
+/// `value` as compact JSON.
+pub(crate) fn to_json<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, PsError> {
+    serde_json::to_vec(value).map_err(|source| PsError::Json { what, source })
+}
+
+/// [`RunMetrics::finish_run`] with the PS's errors.
+pub(crate) fn finish(
+    dir: &Path,
+    run: &RunMetrics,
+    files: &[(&str, &[u8])],
+    advice: &str,
+) -> Result<(), PsError> {
+    run.finish_run(dir, files, advice).map_err(|e| match e {
+        FinishError::Diverged(d) => PsError::Diverged(d),
+        FinishError::Write(w) => PsError::Write {
+            path: w.path,
+            source: w.source,
+        },
+    })
 }

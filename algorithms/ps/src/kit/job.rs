@@ -8,12 +8,11 @@ use petrel_actors::{Cluster, NodeContext, Settings};
 use crate::core::checkpoint::Piece;
 use crate::core::rules::RuleRegistry;
 use crate::core::server_push::ServerPushConfig;
-use crate::core::shard::PsShardCore;
+use crate::core::shard::{PsShardCore, not_checkpointable};
 use crate::core::types::TableSpec;
 use crate::error::PsError;
-use crate::kit::{PsApp, PsCheckpointing, PsRoles, PsSaved, checkpoints, monitor, worker};
+use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
 use crate::shells::{self, PsLayout};
-use petrel_messages::Priority;
 
 /// How long workers and the monitor wait for every shard to answer at start-up.
 pub(crate) const SHARDS_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -73,14 +72,11 @@ impl<A: PsApp> PsJob<A> {
         let app = A::new(cfg, &layout)?;
         let checkpointing = app.checkpointing();
         if checkpointing.as_ref().is_some_and(|c| c.every > 0)
-            && let Some(t) = app.tables().iter().find(|t| !t.update_rule.state_in_row())
+            && let Some(reason) = not_checkpointable(&app.tables())
         {
             return Err(PsError::InvalidConfig {
                 app: A::NAME,
-                reason: format!(
-                    "checkpoint_every > 0 needs update rules without state on the shards (sum, sgd); table {:?} uses {:?} (set checkpoint_every = 0)",
-                    t.name, t.update_rule
-                ),
+                reason,
             });
         }
         Ok(PsJob {
@@ -168,21 +164,9 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
             // Resolved when used: the monitor may be on this node, registered later.
             let (node, monitor_node) = (ctx.node.clone(), job.monitor_node.clone());
             on_checkpoint = Some(Box::new(move |shard, clock, tables| {
-                let monitor =
-                    node.actor_at::<PsSaved>(&monitor_node, &checkpoints::saved_actor::<A>())?;
-                let entry = crate::checkpoint::write_shard_piece(&dir, clock, shard, tables)?;
-                let saved = PsSaved {
-                    clock,
-                    piece: Piece::Shard(shard),
-                    name: entry.part,
-                    digest: entry.digest,
-                };
-                monitor
-                    .tell(saved, Priority::HIGH)
-                    .map_err(|source| PsError::Checkpoint {
-                        what: format!("shard {shard}'s checkpoint of clock {clock}"),
-                        source,
-                    })
+                let bytes = crate::kit::encode(&tables)?;
+                let piece = Piece::Shard(shard);
+                checkpoints::save_piece::<A>(&node, &monitor_node, (&dir, clock), piece, &bytes)
             }));
         }
         handles.push(shells::start_shard_core(

@@ -16,6 +16,8 @@
 //! * evaluating monitors: [`EvalMonitor`] is the curve, the target/time stop rule and the
 //!   checkpointed history of an app that evaluates the tables on a timer (ps-mf, ps-lr);
 //!   [`write_run`] writes its model, history and metrics;
+//! * settings: the groups more than one app has ([`settings`]: stragglers, managed
+//!   communication, output and checkpoint files), flattened into each app's flags and table;
 //! * local runs: [`run_local`] / [`run_local_with`] start every node as a thread of this
 //!   process on [`local_topology`]; [`train`] is `petrel train <app>` ([`PsTrainArgs`]).
 //!
@@ -32,19 +34,17 @@ mod eval;
 mod job;
 mod local;
 mod monitor;
+pub mod settings;
 mod values;
 mod worker;
 
 pub use app::{PsApp, PsRoles, PsStep};
 pub use checkpoints::{PsCheckpointing, PsSaved};
 pub use eval::{EvalMonitor, EvalPoint, Tables, pad_to, write_run};
-pub(crate) use eval::{decode, encode};
+pub(crate) use eval::{decode, encode, finish, to_json};
 pub use job::{PsJob, register, register_builtin, serve_shards};
 pub use local::{
     PsTrainArgs, local_topology, local_topology_with, run_local, run_local_with, train,
 };
-pub use monitor::{
-    MonitorCtx, MonitorReports, WorkerDone, open_monitor, write_history_and_metrics, write_json,
-    write_model_and_metrics,
-};
+pub use monitor::{MonitorCtx, MonitorReports, WorkerDone, open_monitor};
 pub use worker::WorkerCtx;

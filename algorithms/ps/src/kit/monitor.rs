@@ -2,7 +2,6 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -316,51 +315,4 @@ impl MonitorCheckpoints {
         }
         Ok(())
     }
-}
-
-/// Writes `value` as JSON to `dir/name` (pretty or compact) atomically (a temporary name,
-/// then a rename), creating `dir`.
-pub fn write_json<T: Serialize>(
-    dir: &Path,
-    name: &'static str,
-    value: &T,
-    pretty: bool,
-) -> Result<(), PsError> {
-    let text = if pretty {
-        serde_json::to_string_pretty(value)
-    } else {
-        serde_json::to_string(value)
-    }
-    .map_err(|source| PsError::Json { what: name, source })?;
-    let path = dir.join(name);
-    petrel_ml::job::write_atomic(&path, text.as_bytes())
-        .map_err(|source| PsError::Write { path, source })
-}
-
-/// Writes `model.json` (compact), `history.csv` and `metrics.json` (pretty, the mark of a
-/// finished run) into `dir`, if there is one; nothing when a figure diverged (the error
-/// names it, with `advice`).
-pub fn write_model_and_metrics<M: Serialize>(
-    dir: Option<&Path>,
-    model: &M,
-    metrics: &petrel_ml::job::RunMetrics,
-    advice: &str,
-) -> Result<(), PsError> {
-    metrics.check_finite(advice)?;
-    if let Some(dir) = dir {
-        write_json(dir, "model.json", model, false)?;
-        write_history_and_metrics(dir, metrics)?;
-    }
-    Ok(())
-}
-
-/// Writes `history.csv` and then `metrics.json` (pretty, the mark of a finished run).
-pub fn write_history_and_metrics(
-    dir: &Path,
-    metrics: &petrel_ml::job::RunMetrics,
-) -> Result<(), PsError> {
-    let path = dir.join("history.csv");
-    petrel_ml::job::write_atomic(&path, metrics.history_csv().as_bytes())
-        .map_err(|source| PsError::Write { path, source })?;
-    write_json(dir, "metrics.json", metrics, true)
 }

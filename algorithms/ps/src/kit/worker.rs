@@ -8,7 +8,7 @@ use petrel_messages::Priority;
 use crate::core::checkpoint::{Piece, is_checkpoint_clock};
 use crate::error::PsError;
 use crate::kit::job::SHARDS_READY_TIMEOUT;
-use crate::kit::{PsApp, PsJob, PsSaved, PsStep, checkpoints};
+use crate::kit::{PsApp, PsJob, PsStep, checkpoints};
 use crate::shells::{self, PsClient, PsLayout};
 
 /// What a worker's code sees: its client, the job layout and the monitor's inbox.
@@ -97,19 +97,7 @@ async fn run_worker<A: PsApp>(
             // of the same clock boundary.
             let bytes = job.app.save_worker(&state, &ctx)?;
             let piece = Piece::Worker(client.worker());
-            let entry = crate::checkpoint::write_piece(dir, clock, piece, &bytes)?;
-            let saved = PsSaved {
-                clock,
-                piece,
-                name: entry.part,
-                digest: entry.digest,
-            };
-            node.actor_at::<PsSaved>(&job.monitor_node, &checkpoints::saved_actor::<A>())?
-                .tell(saved, Priority::HIGH)
-                .map_err(|source| PsError::Checkpoint {
-                    what: format!("worker {}'s checkpoint of clock {clock}", client.worker()),
-                    source,
-                })?;
+            checkpoints::save_piece::<A>(node, &job.monitor_node, (dir, clock), piece, &bytes)?;
         }
         // Cache hits complete without yielding: let the node's actors (heartbeats,
         // replies) run between clocks.

@@ -388,16 +388,7 @@ impl PsClient {
     /// rows returned by `wait_pull` satisfy the bound at the clock of the wait.
     pub fn pull(&self, table: TableId, rows: &[RowId]) -> Result<PullTicket, ClientError> {
         self.check()?;
-        let mut reqs = Vec::new();
-        {
-            let mut s = self.shared.borrow_mut();
-            for &r in rows {
-                if let Some(q) = s.core.pull_request(table, r)? {
-                    reqs.push(q);
-                }
-            }
-        }
-        self.send_reads(reqs, false)?;
+        self.request_rows(table, rows, ClientCore::pull_request)?;
         Ok(PullTicket {
             table,
             rows: rows.to_vec(),
@@ -458,16 +449,26 @@ impl PsClient {
     /// Starts non-blocking refreshes of `rows` (for `Async` tables, whose cached copies are
     /// otherwise served forever); `get` returns the new values once the replies arrived.
     pub fn prefetch(&self, table: TableId, rows: &[RowId]) -> Result<(), ClientError> {
-        let mut reqs = Vec::new();
-        {
+        self.request_rows(table, rows, ClientCore::prefetch)?;
+        Ok(())
+    }
+
+    /// Sends the reads `request` asks for `rows` (one message per shard); returns how many.
+    fn request_rows(
+        &self,
+        table: TableId,
+        rows: &[RowId],
+        request: impl Fn(&mut ClientCore, TableId, RowId) -> Result<Option<ReadRequest>, PsCoreError>,
+    ) -> Result<u64, ClientError> {
+        let reqs = {
             let mut s = self.shared.borrow_mut();
-            for &r in rows {
-                if let Some(q) = s.core.prefetch(table, r)? {
-                    reqs.push(q);
-                }
-            }
-        }
-        self.send_reads(reqs, false)
+            (rows.iter())
+                .filter_map(|&r| request(&mut s.core, table, r).transpose())
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let n = reqs.len() as u64;
+        self.send_reads(reqs, false)?;
+        Ok(n)
     }
 
     /// Bösen's per-clock prefetch: requests now, in one message per shard, every row of
@@ -477,17 +478,9 @@ impl PsClient {
     /// then overlaps the compute instead of following it. Returns at once.
     pub fn prefetch_next_clock(&self, table: TableId, rows: &[RowId]) -> Result<(), ClientError> {
         self.check()?;
-        let mut reqs = Vec::new();
-        {
-            let mut s = self.shared.borrow_mut();
-            for &r in rows {
-                if let Some(q) = s.core.prefetch_next_clock(table, r)? {
-                    reqs.push(q);
-                }
-            }
-        }
-        self.count_reads(|c| c.rows_ahead += reqs.len() as u64);
-        self.send_reads(reqs, false)
+        let n = self.request_rows(table, rows, ClientCore::prefetch_next_clock)?;
+        self.count_reads(|c| c.rows_ahead += n);
+        Ok(())
     }
 
     /// `Inc(table, row, col, delta)`.

@@ -127,48 +127,29 @@ impl ServerShard {
         }
     }
 
-    fn on_message(&mut self, msg: ToShard) -> Result<(), PsCoreError> {
-        match msg {
-            ToShard::Batch(b) => {
-                if b.shard != self.shard {
-                    return Err(PsCoreError::InvalidConfig(format!(
-                        "batch for shard {} delivered to shard {}",
-                        b.shard, self.shard
-                    )));
-                }
-                let actions = self.core.handle_batch(&b)?;
-                self.route(actions);
+    /// Applies `msg` to the core; returns the actions to route.
+    fn on_message(&mut self, msg: ToShard) -> Result<Vec<ShardAction>, PsCoreError> {
+        Ok(match msg {
+            ToShard::Batch(b) if b.shard != self.shard => {
+                return Err(PsCoreError::InvalidConfig(format!(
+                    "batch for shard {} delivered to shard {}",
+                    b.shard, self.shard
+                )));
             }
+            ToShard::Batch(b) => self.core.handle_batch(&b)?,
             ToShard::Reads(reads) => {
-                tracing::debug!(
-                    shard = self.shard,
-                    n = reads.len(),
-                    min_clock = self.core.min_clock(),
-                    "reads"
-                );
-                let mut out = Vec::new();
-                for r in &reads {
-                    out.extend(self.core.handle_read(r)?);
-                }
-                self.route(out);
+                let min_clock = self.core.min_clock();
+                tracing::debug!(shard = self.shard, n = reads.len(), min_clock, "reads");
+                let out: Result<Vec<_>, _> =
+                    reads.iter().map(|r| self.core.handle_read(r)).collect();
+                out?.into_iter().flatten().collect()
             }
             ToShard::Syncs(reads) => {
-                let mut out = Vec::new();
-                for r in &reads {
-                    out.extend(self.core.sync(
-                        r.worker,
-                        r.request_id,
-                        r.table,
-                        r.row,
-                        r.min_clock,
-                    )?);
-                }
-                self.route(out);
+                let out: Result<Vec<_>, _> =
+                    reads.iter().map(|r| self.core.handle_sync(r)).collect();
+                out?.into_iter().flatten().collect()
             }
-            ToShard::Ack { worker } => {
-                let actions = self.core.ack(worker)?;
-                self.route(actions);
-            }
+            ToShard::Ack { worker } => self.core.ack(worker)?,
             ToShard::Leave { worker } => {
                 let actions = self.core.remove_worker(worker)?;
                 self.route(actions);
@@ -177,9 +158,9 @@ impl ServerShard {
                 if self.left == self.layout.worker_nodes.len() {
                     let _ = self.events.send(ShardEvent::AllLeft);
                 }
+                Vec::new()
             }
-        }
-        Ok(())
+        })
     }
 }
 
@@ -187,10 +168,13 @@ impl Handler<Msg<ToShard>> for ServerShard {
     type Result = Result<(), HandlerError>;
 
     fn handle(&mut self, msg: Msg<ToShard>, _: &mut Context<Self>) -> Self::Result {
-        if let Err(e) = self.on_message(msg.body) {
-            let text = e.to_string();
-            self.fail(e.into());
-            return Err(HandlerError::new(text));
+        match self.on_message(msg.body) {
+            Ok(actions) => self.route(actions),
+            Err(e) => {
+                let text = e.to_string();
+                self.fail(e.into());
+                return Err(HandlerError::new(text));
+            }
         }
         self.save_checkpoints();
         Ok(())

@@ -4,7 +4,7 @@ use super::*;
 
 /// The settings of ps-lda: `[app.ps_lda]` in TOML and the flags of `petrel train ps-lda`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default, deny_unknown_fields, remote = "Self")]
 pub struct PsLdaConfig {
     /// UCI bag-of-words docword file (`D`, `W`, `NNZ` header, then `doc word count`).
     /// Without it: a corpus sampled from the LDA generative model (`synthetic`).
@@ -50,36 +50,21 @@ pub struct PsLdaConfig {
     /// Tokens sampled between yields to the node's event loop.
     #[arg(long, default_value_t = 20_000)]
     pub chunk_tokens: usize,
-    /// Managed communication (Bösen): while a clock samples, send the pending count deltas
-    /// early in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`.
-    /// Unset: updates leave only at the clock boundary.
-    #[arg(long, value_enum)]
-    pub managed: Option<SendPolicy>,
-    /// Slices a clock's document sweep is cut into under `managed` (a slice's deltas become
-    /// pending when it ends; managed communication gets one tick per slice).
-    #[arg(long, default_value_t = 4)]
-    pub compute_slices: u32,
-    /// Bandwidth budget of managed communication, bytes per second per worker: a tick may
-    /// send what the budget allows in the slice's measured sampling time.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub managed_bytes_per_s: u64,
-    /// Output directory: topics.txt, topic_word.tsv, metrics.json (required by `petrel
-    /// train`; settings without it write no files).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Write a checkpoint of the whole job (the word-topic table, every worker's topic
-    /// assignments and generator, the curve) into this directory every `checkpoint_every`
-    /// clocks (every node must see it; `petrel train` defaults it to `<out>/checkpoints`).
-    #[arg(long)]
-    pub checkpoint_dir: Option<PathBuf>,
+    /// Managed communication.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub comm: ManagedSettings,
+    /// Output and checkpoint files.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub files: RunFiles,
     /// Clocks between two checkpoints (0 = never write). Clock 0 holds the initial counts,
     /// then `clocks_per_iteration` clocks per pass.
     #[arg(long, default_value_t = 5)]
     pub checkpoint_every: u64,
-    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
-    #[arg(long)]
-    pub resume: bool,
 }
+
+crate::kit::settings::flat_settings_serde!(PsLdaConfig);
 
 // Every default is written once, on its flag.
 impl Default for PsLdaConfig {
@@ -102,22 +87,13 @@ impl PsLdaConfig {
         c.at_least("top_words", self.top_words, 1);
         c.at_least("clocks_per_iteration", self.clocks_per_iteration, 1);
         c.at_least("chunk_tokens", self.chunk_tokens, 1);
-        self.managed_settings().check(&mut c);
+        self.comm.check(&mut c);
         c.finish()
     }
 
     /// The word-topic table's consistency.
     pub fn consistency(&self) -> Consistency {
         Consistency::new(self.consistency, self.staleness)
-    }
-
-    /// `managed`, `managed_bytes_per_s` and `compute_slices`.
-    pub fn managed_settings(&self) -> ManagedSettings {
-        ManagedSettings {
-            policy: self.managed,
-            bytes_per_s: self.managed_bytes_per_s,
-            compute_slices: self.compute_slices,
-        }
     }
 
     /// The one sparse table `word_topic`.

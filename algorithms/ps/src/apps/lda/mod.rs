@@ -43,11 +43,14 @@
 use crate::core::lda::{
     FinalTable, PsLdaWorker, WORD_TOPIC, check_corpus, snapshot_word_log_likelihood,
 };
-use crate::core::managed::{BandwidthManager, ManagedSettings, SendPolicy, slice_ranges};
+use crate::core::managed::{BandwidthManager, SendPolicy, slice_ranges};
 use crate::core::stats::{StalenessReport, StalenessStats};
 use crate::core::types::{Consistency, ConsistencyModel, RowId, TableSpec};
 use crate::error::PsError;
-use crate::kit::{MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, decode, encode};
+use crate::kit::settings::{ManagedSettings, RunFiles};
+use crate::kit::{
+    MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx, WorkerDone, decode, encode,
+};
 use crate::shells::{PsLayout, TablesBuilder};
 use petrel_actors::Settings;
 use petrel_messages::remote_message;
@@ -84,6 +87,15 @@ pub struct PsLda {
 pub struct PsLdaWorkerState {
     core: PsLdaWorker,
     rows: Vec<RowId>,
+    start: Instant,
+    /// Managed communication's manager (`managed` set).
+    manager: Option<BandwidthManager>,
+    p: PsLdaProgress,
+}
+
+/// Where a ps-lda worker is and what it counted: saved at a checkpoint as it is.
+#[derive(Clone, Default, Serialize, Deserialize)]
+struct PsLdaProgress {
     /// Clock 0 (the initial counts) is done.
     started: bool,
     /// The pass in progress (1-based) and the part of it.
@@ -92,13 +104,10 @@ pub struct PsLdaWorkerState {
     /// A finished pass not yet reported (sent at the start of the next clock, when the
     /// worker's clock has advanced).
     report_due: Option<usize>,
-    start: Instant,
     tokens: u64,
     clamped: u64,
     wait_s: f64,
     sweep_s: f64,
-    /// Managed communication's manager (`managed` set).
-    manager: Option<BandwidthManager>,
     /// Rows sent before a clock boundary.
     managed_rows: u64,
     /// Every pass report sent so far (a resumed worker sends them again: the monitor's
@@ -110,18 +119,8 @@ pub struct PsLdaWorkerState {
 #[derive(Serialize, Deserialize)]
 struct PsLdaWorkerSaved {
     core: crate::core::lda::PsLdaWorkerSaved,
-    started: bool,
-    iteration: usize,
-    part: usize,
-    report_due: Option<usize>,
     start_elapsed_s: f64,
-    tokens: u64,
-    clamped: u64,
-    wait_s: f64,
-    sweep_s: f64,
-    sent: Vec<PsLdaIteration>,
-    #[serde(default)]
-    managed_rows: u64,
+    progress: PsLdaProgress,
 }
 
 /// The ps-lda monitor: reports per pass not yet complete, the final reports, the curve.
@@ -158,12 +157,7 @@ impl PsApp for PsLda {
     }
 
     fn new(cfg: PsLdaConfig, layout: &PsLayout) -> Result<Self, PsError> {
-        let checkpointing = PsCheckpointing::from_settings(
-            Self::NAME,
-            cfg.checkpoint_dir.as_deref(),
-            cfg.checkpoint_every,
-            cfg.resume,
-        )?;
+        let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         if cfg.n_topics == 0 || !(cfg.alpha > 0.0 && cfg.beta > 0.0) {
             return Err(PsError::InvalidConfig {
                 app: Self::NAME,
@@ -202,17 +196,8 @@ impl PsApp for PsLda {
     ) -> Result<Vec<u8>, PsError> {
         let saved = PsLdaWorkerSaved {
             core: st.core.export_state()?,
-            started: st.started,
-            iteration: st.iteration,
-            part: st.part,
-            report_due: st.report_due,
             start_elapsed_s: st.start.elapsed().as_secs_f64(),
-            tokens: st.tokens,
-            clamped: st.clamped,
-            wait_s: st.wait_s,
-            sweep_s: st.sweep_s,
-            sent: st.sent.clone(),
-            managed_rows: st.managed_rows,
+            progress: st.p.clone(),
         };
         encode(&saved)
     }
@@ -225,23 +210,14 @@ impl PsApp for PsLda {
         let saved: PsLdaWorkerSaved = decode("ps-lda worker checkpoint", saved)?;
         let mut st = self.start_worker(ctx)?;
         st.core.import_state(saved.core)?;
-        st.started = saved.started;
-        st.iteration = saved.iteration;
-        st.part = saved.part;
-        st.report_due = saved.report_due;
         let elapsed = Duration::from_secs_f64(saved.start_elapsed_s.max(0.0));
         st.start = Instant::now()
             .checked_sub(elapsed)
             .unwrap_or_else(Instant::now);
-        st.tokens = saved.tokens;
-        st.clamped = saved.clamped;
-        st.wait_s = saved.wait_s;
-        st.sweep_s = saved.sweep_s;
-        st.managed_rows = saved.managed_rows;
-        for report in &saved.sent {
+        for report in &saved.progress.sent {
             ctx.report(PsLdaReport::Iteration(report.clone()))?;
         }
-        st.sent = saved.sent;
+        st.p = saved.progress;
         Ok(st)
     }
 
@@ -279,22 +255,13 @@ impl PsApp for PsLda {
         Ok(PsLdaWorkerState {
             rows: core.row_ids(),
             core,
-            started: false,
-            iteration: 1,
-            part: 0,
-            report_due: None,
             start: Instant::now(),
-            tokens: 0,
-            clamped: 0,
-            wait_s: 0.0,
-            sweep_s: 0.0,
             // Tick budgets follow the measured slices (`set_tick_seconds`).
-            manager: self
-                .cfg
-                .managed_settings()
-                .manager(0.0, self.cfg.seed + w as u64),
-            managed_rows: 0,
-            sent: Vec::new(),
+            manager: self.cfg.comm.manager(0.0, self.cfg.seed + w as u64),
+            p: PsLdaProgress {
+                iteration: 1,
+                ..PsLdaProgress::default()
+            },
         })
     }
 
@@ -304,38 +271,38 @@ impl PsApp for PsLda {
         ctx: &WorkerCtx<'_, PsLdaReport>,
     ) -> Result<PsStep, PsError> {
         let (cfg, client) = (&self.cfg, ctx.client);
-        if !st.started {
+        if !st.p.started {
             // Clock 0: the initial counts, then a barrier so that every worker starts
             // sampling from the complete table.
             for (row, delta) in st.core.take_initial_deltas() {
                 client.batch_inc(WORD_TOPIC, row, &delta)?;
             }
-            st.started = true;
-            st.report_due = Some(0);
+            st.p.started = true;
+            st.p.report_due = Some(0);
             return Ok(PsStep::Barrier);
         }
-        if let Some(iteration) = st.report_due.take() {
+        if let Some(iteration) = st.p.report_due.take() {
             let report = PsLdaIteration {
                 worker: ctx.worker(),
                 iteration,
                 clock: client.current_clock(),
                 doc_loglik: st.core.doc_log_likelihood(),
-                tokens: st.tokens,
+                tokens: st.p.tokens,
                 sampling_s: if iteration == 0 {
                     0.0
                 } else {
                     st.start.elapsed().as_secs_f64()
                 },
             };
-            if self.cfg.checkpoint_dir.is_some() {
-                st.sent.push(report.clone());
+            if self.cfg.files.checkpoint_dir.is_some() {
+                st.p.sent.push(report.clone());
             }
             ctx.report(PsLdaReport::Iteration(report))?;
             if iteration == 0 {
                 st.start = Instant::now();
             }
         }
-        if st.iteration > cfg.iterations {
+        if st.p.iteration > cfg.iterations {
             return Ok(PsStep::Done);
         }
         let parts = cfg.clocks_per_iteration.max(1) as usize;
@@ -346,42 +313,42 @@ impl PsApp for PsLda {
             client.prefetch(WORD_TOPIC, &st.rows)?;
         }
         let got = client.get_many(WORD_TOPIC, &st.rows).await?;
-        st.wait_s += t.elapsed().as_secs_f64();
+        st.p.wait_s += t.elapsed().as_secs_f64();
         let mut view = st.core.view(&got)?;
-        st.clamped += view.clamped;
-        let range = st.core.part(st.part, parts);
+        st.p.clamped += view.clamped;
+        let range = st.core.part(st.p.part, parts);
         // The clock's documents in slices: each slice's count changes become pending
         // updates (oplog) when it ends, and managed communication may send some of them at
         // once, within the budget of the slice's sampling time. Without it: one slice.
-        let slices = cfg.managed_settings().slices();
+        let slices = cfg.comm.slices();
         for slice in slice_ranges(range.len(), slices) {
             let docs = range.start + slice.start..range.start + slice.end;
             let mut slice_s = 0.0;
             for chunk in st.core.doc_chunks(docs, cfg.chunk_tokens) {
                 let t = Instant::now();
-                st.tokens += st.core.sweep(chunk, &mut view);
+                st.p.tokens += st.core.sweep(chunk, &mut view);
                 slice_s += t.elapsed().as_secs_f64();
                 // Let the node's actors (replies, heartbeats) run between chunks.
                 tokio::task::yield_now().await;
             }
-            st.sweep_s += slice_s;
+            st.p.sweep_s += slice_s;
             for (row, delta) in st.core.take_deltas(&mut view) {
                 client.batch_inc(WORD_TOPIC, row, &delta)?;
             }
             if let Some(manager) = st.manager.as_mut() {
-                manager.set_tick_seconds(cfg.managed_bytes_per_s, slice_s);
-                st.managed_rows += client.managed_tick(manager)? as u64;
+                manager.set_tick_seconds(cfg.comm.managed_bytes_per_s, slice_s);
+                st.p.managed_rows += client.managed_tick(manager)? as u64;
             }
         }
-        st.part += 1;
-        if st.part < parts {
+        st.p.part += 1;
+        if st.p.part < parts {
             return Ok(PsStep::Clock);
         }
-        st.report_due = Some(st.iteration);
-        st.iteration += 1;
-        st.part = 0;
+        st.p.report_due = Some(st.p.iteration);
+        st.p.iteration += 1;
+        st.p.part = 0;
         // The last clock is a barrier: the table is final once every worker is past it.
-        Ok(if st.iteration > cfg.iterations {
+        Ok(if st.p.iteration > cfg.iterations {
             PsStep::Barrier
         } else {
             PsStep::Clock
@@ -398,26 +365,27 @@ impl PsApp for PsLda {
         let (worker, client) = (ctx.worker(), ctx.client);
         tracing::info!(
             worker,
-            tokens = st.tokens,
+            tokens = st.p.tokens,
             sampling_s,
-            sweep_s = st.sweep_s,
-            wait_s = st.wait_s,
+            sweep_s = st.p.sweep_s,
+            wait_s = st.p.wait_s,
             "ps-lda worker done"
         );
+        let net = ctx.node.net_stats();
         Ok(PsLdaReport::Done(PsLdaDone {
-            worker,
-            clocks: client.current_clock(),
-            tokens: st.tokens,
-            sampling_s,
-            sweep_s: st.sweep_s,
-            wait_s: st.wait_s,
+            base: WorkerDone {
+                compute_s: st.p.sweep_s,
+                wait_s: st.p.wait_s,
+                sent_bytes: net.sent_bytes,
+                received_bytes: net.received_bytes,
+                run_s: sampling_s,
+                ..WorkerDone::of(client, WORD_TOPIC)
+            },
+            tokens: st.p.tokens,
             doc_loglik: st.core.doc_log_likelihood(),
-            staleness: client.table_stats(WORD_TOPIC),
-            clamped: st.clamped,
+            clamped: st.p.clamped,
             rows_fetched: client.reads_sent(),
-            managed_rows: st.managed_rows,
-            sent_bytes: ctx.node.net_stats().sent_bytes,
-            received_bytes: ctx.node.net_stats().received_bytes,
+            managed_rows: st.p.managed_rows,
         }))
     }
 
@@ -499,18 +467,16 @@ impl PsApp for PsLda {
             k,
         )?;
         let mut stats = StalenessStats::new();
-        let (mut tokens, mut sampling_s, mut doc_ll, mut clamped, mut fetched, mut early) =
-            (0u64, 0.0f64, 0.0f64, 0u64, 0u64, 0u64);
-        m.done.sort_by_key(|d| d.worker);
+        let (mut sampling_s, mut doc_ll) = (0.0f64, 0.0f64);
+        m.done.sort_by_key(|d| d.base.worker);
         for d in &m.done {
-            tokens += d.tokens;
-            sampling_s = sampling_s.max(d.sampling_s);
+            sampling_s = sampling_s.max(d.base.run_s);
             doc_ll += d.doc_loglik;
-            clamped += d.clamped;
-            fetched += d.rows_fetched;
-            early += d.managed_rows;
-            stats.merge(&d.staleness);
+            stats.merge(&d.base.staleness);
         }
+        let sum = |count: fn(&PsLdaDone) -> u64| m.done.iter().map(count).sum::<u64>();
+        let (tokens, clamped) = (sum(|d| d.tokens), sum(|d| d.clamped));
+        let (fetched, early) = (sum(|d| d.rows_fetched), sum(|d| d.managed_rows));
         let final_ll = (table.word_log_likelihood(beta) + doc_ll) / n_tokens.max(1) as f64;
         if let Some(last) = m.curve.last_mut()
             && last.iteration == cfg.iterations
@@ -545,16 +511,16 @@ impl PsApp for PsLda {
             staleness: cfg.consistency().staleness_bound(),
             shards: ctx.layout.n_shards(),
             clocks_per_iteration: cfg.clocks_per_iteration.max(1),
-            worker_clocks: m.done.iter().map(|d| d.clocks).collect(),
-            per_worker_wait_s: m.done.iter().map(|d| d.wait_s).collect(),
-            per_worker_sweep_s: m.done.iter().map(|d| d.sweep_s).collect(),
+            worker_clocks: m.done.iter().map(|d| d.base.clocks).collect(),
+            per_worker_wait_s: m.done.iter().map(|d| d.base.wait_s).collect(),
+            per_worker_sweep_s: m.done.iter().map(|d| d.base.compute_s).collect(),
             read_staleness: stats.report(),
             rows_fetched: fetched,
             clamped_entries: clamped,
-            managed: cfg.managed,
+            managed: cfg.comm.managed,
             managed_rows_sent: early,
-            per_worker_sent_bytes: m.done.iter().map(|d| d.sent_bytes).collect(),
-            per_worker_received_bytes: m.done.iter().map(|d| d.received_bytes).collect(),
+            per_worker_sent_bytes: m.done.iter().map(|d| d.base.sent_bytes).collect(),
+            per_worker_received_bytes: m.done.iter().map(|d| d.base.received_bytes).collect(),
         };
         tracing::info!(
             loglik_per_token = final_ll,
@@ -565,11 +531,12 @@ impl PsApp for PsLda {
     }
 
     fn write_outputs(&self, out: &PsLdaOutcome) -> Result<(), PsError> {
-        let Some(dir) = &self.cfg.out else {
+        let Some(dir) = &self.cfg.files.out else {
             return Ok(());
         };
         let mut run = ps_lda_run_metrics(&out.metrics, &self.cfg);
-        run.check_finite("check alpha and beta")?;
+        let advice = "check alpha and beta";
+        run.check_finite(advice)?;
         let phi = out.table.topic_word(self.cfg.beta);
         write_topic_files(dir, &phi, &self.corpus, self.cfg.top_words)?;
         let saved = petrel_ml::model::TopicModel::saved(
@@ -581,13 +548,17 @@ impl PsApp for PsLda {
             self.corpus.vocab.clone(),
         );
         saved.add_heldout(&mut run, self.cfg.test_data.as_deref(), self.cfg.seed)?;
-        crate::kit::write_json(dir, petrel_ml::model::MODEL_FILE, &saved, false)?;
-        crate::kit::write_history_and_metrics(dir, &run)
+        let saved = crate::kit::to_json(petrel_ml::model::MODEL_FILE, &saved)?;
+        crate::kit::finish(dir, &run, &[(petrel_ml::model::MODEL_FILE, &saved)], advice)
     }
 
     fn summary(cfg: &PsLdaConfig, out: &PsLdaOutcome) -> String {
         let m = &out.metrics;
-        let dir = cfg.out.as_deref().unwrap_or(std::path::Path::new("-"));
+        let dir = cfg
+            .files
+            .out
+            .as_deref()
+            .unwrap_or(std::path::Path::new("-"));
         format!(
             "ps-lda ({}, staleness {:?}) {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
             m.consistency,

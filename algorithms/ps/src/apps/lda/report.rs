@@ -19,38 +19,22 @@ pub struct PsLdaIteration {
     pub sampling_s: f64,
 }
 
-/// A worker's final report (after its final barrier).
+/// A worker's final report (after its final barrier): the usual one (`compute_s`: seconds
+/// in the sampler, `run_s`: from the initial barrier to its end) and the sampler's figures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PsLdaDone {
-    /// The worker.
-    pub worker: u32,
-    /// Clocks it completed.
-    pub clocks: u64,
+    /// Clocks, staleness of its reads, timings, bytes.
+    pub base: WorkerDone,
     /// Tokens it sampled.
     pub tokens: u64,
-    /// Seconds from the initial barrier to its end.
-    pub sampling_s: f64,
-    /// Seconds in the sampler (the rest of `sampling_s`: waits and PS client work).
-    pub sweep_s: f64,
-    /// Seconds waiting for rows.
-    pub wait_s: f64,
     /// The document half of the log-likelihood for its documents.
     pub doc_loglik: f64,
-    /// Observed staleness of its reads.
-    pub staleness: StalenessStats,
     /// View entries it clamped.
     pub clamped: u64,
     /// Rows it fetched from the shards.
     pub rows_fetched: u64,
     /// Rows it sent before a clock boundary (managed communication).
-    #[serde(default)]
     pub managed_rows: u64,
-    /// Bytes its node sent.
-    #[serde(default)]
-    pub sent_bytes: u64,
-    /// Bytes its node received.
-    #[serde(default)]
-    pub received_bytes: u64,
 }
 
 /// Worker -> monitor.

@@ -21,7 +21,10 @@ fn ssp_checkpoints_are_consistent_cuts_of_table_and_workers() {
         n_topics: 6,
         iterations: 15,
         staleness: 3,
-        checkpoint_dir: Some(dir.path().to_path_buf()),
+        files: crate::kit::settings::RunFiles {
+            checkpoint_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        },
         checkpoint_every: 2,
         ..PsLdaConfig::default()
     };
@@ -115,9 +118,11 @@ fn managed_relative_magnitude_learns_and_sends_before_the_clock() {
         ..PsLdaConfig::default()
     };
     let managed = PsLdaConfig {
-        managed: Some(SendPolicy::RelativeMagnitude),
-        compute_slices: 4,
-        managed_bytes_per_s: 1_000_000_000,
+        comm: ManagedSettings {
+            managed: Some(SendPolicy::RelativeMagnitude),
+            compute_slices: 4,
+            managed_bytes_per_s: 1_000_000_000,
+        },
         ..base.clone()
     };
     let run = |cfg: PsLdaConfig| {
@@ -156,28 +161,32 @@ fn managed_settings_parse_and_are_checked() {
         "managed": "relative-magnitude", "compute_slices": 8, "managed_bytes_per_s": 5000
     }))
     .unwrap();
-    assert_eq!(toml.managed, Some(SendPolicy::RelativeMagnitude));
-    assert_eq!(toml.compute_slices, 8);
+    assert_eq!(toml.comm.managed, Some(SendPolicy::RelativeMagnitude));
+    assert_eq!(toml.comm.compute_slices, 8);
     assert!(toml.validate().is_ok());
     let flags = Flags::parse_from(["train", "--managed", "fifo", "--compute-slices", "2"]).cfg;
-    assert_eq!(flags.managed, Some(SendPolicy::Fifo));
-    assert_eq!(flags.compute_slices, 2);
-    let bad = PsLdaConfig {
-        compute_slices: 0,
+    assert_eq!(flags.comm.managed, Some(SendPolicy::Fifo));
+    assert_eq!(flags.comm.compute_slices, 2);
+    let with = |comm| PsLdaConfig {
+        comm,
         ..PsLdaConfig::default()
     };
+    let bad = with(ManagedSettings {
+        compute_slices: 0,
+        ..ManagedSettings::default()
+    });
     assert_eq!(bad.validate().unwrap_err().key, "compute_slices");
-    let bad = PsLdaConfig {
+    let bad = with(ManagedSettings {
         managed: Some(SendPolicy::Fifo),
         managed_bytes_per_s: 0,
-        ..PsLdaConfig::default()
-    };
+        ..ManagedSettings::default()
+    });
     assert_eq!(bad.validate().unwrap_err().key, "managed_bytes_per_s");
     // Without `managed` the budget is unused and may be 0.
-    let unused = PsLdaConfig {
+    let unused = with(ManagedSettings {
         managed_bytes_per_s: 0,
-        ..PsLdaConfig::default()
-    };
+        ..ManagedSettings::default()
+    });
     assert!(unused.validate().is_ok());
 }
 
@@ -195,7 +204,10 @@ fn compute_slices_change_nothing_without_managed() {
         n_topics: 6,
         iterations: 4,
         consistency: ConsistencyModel::Bsp,
-        compute_slices: slices,
+        comm: ManagedSettings {
+            compute_slices: slices,
+            ..ManagedSettings::default()
+        },
         ..PsLdaConfig::default()
     };
     let run =

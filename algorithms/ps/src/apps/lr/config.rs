@@ -5,7 +5,7 @@ use super::*;
 /// The settings of ps-lr: the flags of `petrel train ps-lr` (serde, so a caller can read
 /// them from TOML).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default, deny_unknown_fields, remote = "Self")]
 pub struct PsLrConfig {
     /// LIBSVM file (`label idx:val ...`); synthetic separable classes when unset.
     #[arg(long)]
@@ -56,59 +56,21 @@ pub struct PsLrConfig {
     /// The monitor stops the workers after this many seconds.
     #[arg(long, default_value_t = 600.0)]
     pub max_seconds: f64,
-    /// Emulated compute time per clock (0: just the real compute).
-    #[arg(long, default_value_t = 0.0)]
-    pub clock_ms: f64,
-    /// Worker slowed down by `straggler_factor` on every clock.
-    #[arg(long)]
-    pub straggler: Option<u32>,
-    /// How much slower the persistent straggler's clocks are.
-    #[arg(long, default_value_t = 1.0)]
-    pub straggler_factor: f64,
-    /// Transient stragglers: probability that a clock of a worker is slowed (seeded by
-    /// `seed`).
-    #[arg(long, default_value_t = 0.0)]
-    pub transient_probability: f64,
-    /// How much slower a transiently slowed clock is.
-    #[arg(long, default_value_t = 1.0)]
-    pub transient_factor: f64,
-    /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
-    /// settings without it write no files).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Write a checkpoint of the whole job (the weights, worker clocks, the history) into
-    /// this directory every `checkpoint_every` clocks (every node must see it; `petrel
-    /// train` defaults it to `<out>/checkpoints`).
-    #[arg(long)]
-    pub checkpoint_dir: Option<PathBuf>,
+    /// Emulated compute time and stragglers.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub stragglers: StragglerSettings,
+    /// Output and checkpoint files.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub files: RunFiles,
     /// Clocks between two checkpoints (0 = never write; needs `rule = sgd`: adagrad and
     /// adarevision keep state on the shards).
     #[arg(long, default_value_t = 50)]
     pub checkpoint_every: u64,
-    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
-    #[arg(long)]
-    pub resume: bool,
 }
 
-impl PsLrConfig {
-    /// Whether the weights can be checkpointed: the shards' rule keeps no state besides the
-    /// rows (`sgd`).
-    pub fn checkpoints_possible(&self) -> bool {
-        self.rule == ServerRule::Sgd
-    }
-
-    /// The emulated compute time of every clock of every worker.
-    pub fn straggler_model(&self) -> StragglerModel {
-        StragglerModel {
-            clock_ms: self.clock_ms,
-            persistent: self.straggler,
-            persistent_factor: self.straggler_factor,
-            transient_probability: self.transient_probability,
-            transient_factor: self.transient_factor,
-            seed: self.seed,
-        }
-    }
-}
+crate::kit::settings::flat_settings_serde!(PsLrConfig);
 
 // Every default is written once, on its flag.
 impl Default for PsLrConfig {
@@ -118,6 +80,12 @@ impl Default for PsLrConfig {
 }
 
 impl PsLrConfig {
+    /// Whether the weights can be checkpointed: the shards' rule keeps no state besides the
+    /// rows (`sgd`).
+    pub fn checkpoints_possible(&self) -> bool {
+        self.rule == ServerRule::Sgd
+    }
+
     /// Every value in range (keys as in `[app.lr]`), checked before any node starts.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         let mut c = SettingChecks::new();
@@ -138,8 +106,9 @@ impl PsLrConfig {
         c.at_least("batch_size", self.batch_size, 1);
         c.at_least("max_clocks", self.max_clocks, 1);
         c.at_least("eval_ms", self.eval_ms, 1);
+        self.stragglers.check(&mut c);
         c.require(
-            !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
+            !(self.files.checkpoint_dir.is_some() && self.checkpoint_every > 0)
                 || self.checkpoints_possible(),
             "checkpoint_every",
             self.checkpoint_every,

@@ -21,6 +21,7 @@ use crate::core::stats::{ReadStats, StalenessReport};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
+use crate::kit::settings::{RunFiles, StragglerSettings};
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx,
     WorkerDone, decode, pad_to, write_run,
@@ -131,12 +132,7 @@ impl PsApp for PsLr {
     }
 
     fn new(cfg: PsLrConfig, _layout: &PsLayout) -> Result<Self, PsError> {
-        let checkpointing = PsCheckpointing::from_settings(
-            Self::NAME,
-            cfg.checkpoint_dir.as_deref(),
-            cfg.checkpoint_every,
-            cfg.resume,
-        )?;
+        let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         let data = PsLrData::load(&cfg)?;
         let k = data.n_classes() as u32;
         let tables = TablesBuilder::new()
@@ -147,7 +143,7 @@ impl PsApp for PsLr {
             )
             .rule(cfg.rule.spec(cfg.learning_rate, k))
             .build()?;
-        let stragglers = cfg.straggler_model();
+        let stragglers = cfg.stragglers.model(cfg.seed);
         Ok(PsLr {
             cfg,
             data,
@@ -304,14 +300,11 @@ impl PsApp for PsLr {
 
     fn write_outputs(&self, out: &PsLrOutcome) -> Result<(), PsError> {
         let saved = || {
-            let model = SoftmaxModel {
-                class_labels: out.model.class_labels.clone(),
-                weights: out.model.weights.clone(),
-            };
-            SavedModel::new(PsLr::NAME, &self.cfg, ModelParams::Softmax(model))
+            let model = ModelParams::Softmax(out.model.clone());
+            SavedModel::new(PsLr::NAME, &self.cfg, model)
         };
         write_run(
-            self.cfg.out.as_deref(),
+            self.cfg.files.out.as_deref(),
             saved,
             self.cfg.test_data.as_deref(),
             self.cfg.seed,
@@ -323,7 +316,11 @@ impl PsApp for PsLr {
 
     fn summary(cfg: &PsLrConfig, out: &PsLrOutcome) -> String {
         let r = &out.metrics;
-        let dir = cfg.out.as_deref().unwrap_or(std::path::Path::new("-"));
+        let dir = cfg
+            .files
+            .out
+            .as_deref()
+            .unwrap_or(std::path::Path::new("-"));
         format!(
             "logistic regression ({}): {} classes, {} train / {} test samples, test log-loss {:.4} -> {:.4}, accuracy {:.4}; wrote {}/model.json and metrics.json",
             r.consistency,

@@ -267,14 +267,9 @@ impl PsLrResult {
     }
 }
 
-/// The learned model (`model.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PsLrModel {
-    /// Original label of each class.
-    pub class_labels: Vec<f32>,
-    /// `n_features` weight rows then the bias row, each `n_classes` wide.
-    pub weights: Vec<Vec<f32>>,
-}
+/// The learned model (`model.json`): `n_features` weight rows then the bias row, each
+/// `n_classes` wide, as `petrel eval` reads it.
+pub type PsLrModel = SoftmaxModel;
 
 /// What an in-process run returns: the metrics and the model.
 #[derive(Debug, Clone)]

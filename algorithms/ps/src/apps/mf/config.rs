@@ -4,7 +4,7 @@ use super::*;
 
 /// The settings of ps-mf: `[app.mf]` in TOML and the flags of `petrel train ps-mf`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default, deny_unknown_fields, remote = "Self")]
 pub struct PsMfConfig {
     /// Ratings file: `user item rating` triplets (tab/space/comma; MovieLens `u.data` works)
     /// or a MatrixMarket coordinate file. Synthetic low-rank data when unset.
@@ -85,35 +85,14 @@ pub struct PsMfConfig {
     /// Milliseconds between evaluations of the monitor.
     #[arg(long, default_value_t = 250)]
     pub eval_ms: u64,
-    /// Emulated compute time per clock (0: just the real compute).
-    #[arg(long, default_value_t = 0.0)]
-    pub clock_ms: f64,
-    /// Worker slowed down by `straggler_factor` (its clocks take `clock_ms * factor`).
-    #[arg(long)]
-    pub straggler: Option<u32>,
-    /// How much slower the straggler's clocks are.
-    #[arg(long, default_value_t = 1.0)]
-    pub straggler_factor: f64,
-    /// Transient stragglers: probability that a clock of a worker is slowed (seeded by
-    /// `seed`, the same slowdowns for every consistency model).
-    #[arg(long, default_value_t = 0.0)]
-    pub transient_probability: f64,
-    /// How much slower a transiently slowed clock is.
-    #[arg(long, default_value_t = 1.0)]
-    pub transient_factor: f64,
-    /// Managed communication (Bösen): while a clock computes, send the pending updates early
-    /// in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`. Unset:
-    /// updates leave only at the clock boundary.
-    #[arg(long, value_enum)]
-    pub managed: Option<SendPolicy>,
-    /// Slices a clock's compute is cut into (updates become pending slice by slice; managed
-    /// communication gets one tick per slice).
-    #[arg(long, default_value_t = 4)]
-    pub compute_slices: u32,
-    /// Bandwidth budget of managed communication, bytes per second per worker (and, for
-    /// `server_push`, per shard).
-    #[arg(long, default_value_t = 1_000_000)]
-    pub managed_bytes_per_s: u64,
+    /// Emulated compute time and stragglers.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub stragglers: StragglerSettings,
+    /// Managed communication.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub comm: ManagedSettings,
     /// Server push (Bösen's managed communication from shards to workers): every
     /// `server_push_tick_ms` each shard pushes the changed rows the workers hold, in this
     /// order (fifo, random, relative-magnitude), within `managed_bytes_per_s`. Unset: a
@@ -128,25 +107,19 @@ pub struct PsMfConfig {
     /// often: on a bandwidth-bound link the extra replies can cost more than it saves.
     #[arg(long)]
     pub no_prefetch: bool,
-    /// Output directory for `model.json` and `metrics.json` (required by `petrel train`;
-    /// settings without it write no files).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Write a checkpoint of the whole job (tables, worker clocks and state, the history)
-    /// into this directory every `checkpoint_every` clocks (every node must see it;
-    /// `petrel train` defaults it to `<out>/checkpoints`).
-    #[arg(long)]
-    pub checkpoint_dir: Option<PathBuf>,
+    /// Output and checkpoint files.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub files: RunFiles,
     /// Clocks between two checkpoints (0 = never write; needs no `rule` or `rule = sgd`).
     #[arg(long, default_value_t = 20)]
     pub checkpoint_every: u64,
-    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
-    #[arg(long)]
-    pub resume: bool,
     /// Test hook: worker `w` fails at clock `c` (`[w, c]`).
     #[arg(skip)]
     pub fail_worker_at: Option<(u32, u64)>,
 }
+
+crate::kit::settings::flat_settings_serde!(PsMfConfig);
 
 // Every default is written once, on its flag.
 impl Default for PsMfConfig {
@@ -199,21 +172,15 @@ impl PsMfConfig {
             c.non_negative("target_rmse", t);
         }
         c.at_least("eval_ms", self.eval_ms, 1);
-        c.non_negative("clock_ms", self.clock_ms);
         c.at_least("server_push_tick_ms", self.server_push_tick_ms, 1);
-        self.managed_settings().check(&mut c);
+        self.comm.check(&mut c);
+        self.stragglers.check(&mut c);
         c.require(
-            !(self.checkpoint_dir.is_some() && self.checkpoint_every > 0)
+            !(self.files.checkpoint_dir.is_some() && self.checkpoint_every > 0)
                 || self.checkpoints_possible(),
             "checkpoint_every",
             self.checkpoint_every,
             "checkpoints need no rule or rule sgd (adagrad and adarevision keep state on the shards); set 0",
-        );
-        c.require(
-            self.straggler_factor.is_finite() && self.straggler_factor >= 1.0,
-            "straggler_factor",
-            self.straggler_factor,
-            "must be a finite number >= 1",
         );
         c.finish()
     }
@@ -227,27 +194,6 @@ impl PsMfConfig {
     /// The items table's consistency.
     pub fn consistency(&self) -> Consistency {
         Consistency::new(self.consistency, self.staleness)
-    }
-
-    /// `managed`, `managed_bytes_per_s` and `compute_slices`.
-    pub fn managed_settings(&self) -> ManagedSettings {
-        ManagedSettings {
-            policy: self.managed,
-            bytes_per_s: self.managed_bytes_per_s,
-            compute_slices: self.compute_slices,
-        }
-    }
-
-    /// The emulated compute time of every clock of every worker.
-    pub fn straggler_model(&self) -> StragglerModel {
-        StragglerModel {
-            clock_ms: self.clock_ms,
-            persistent: self.straggler,
-            persistent_factor: self.straggler_factor,
-            transient_probability: self.transient_probability,
-            transient_factor: self.transient_factor,
-            seed: self.seed,
-        }
     }
 
     /// Clocks each worker runs: `max_clocks`, else `epochs * batches_per_epoch`.

@@ -21,13 +21,14 @@
 //! then collects the workers' staleness statistics and writes `model.json` and
 //! `metrics.json`.
 
-use crate::core::managed::{BandwidthManager, ManagedSettings, SendPolicy, slice_ranges};
+use crate::core::managed::{BandwidthManager, SendPolicy, slice_ranges};
 use crate::core::rules::{ServerRule, adarevision_delta};
 use crate::core::server_push::ServerPushConfig;
 use crate::core::stats::{ReadStats, StalenessReport};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
+use crate::kit::settings::{ManagedSettings, RunFiles, StragglerSettings};
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsStep, WorkerCtx, WorkerDone,
     decode, encode, pad_to, write_run,
@@ -78,14 +79,6 @@ pub struct PsMfWorker {
 
 /// The ps-mf monitor between evaluations.
 pub type PsMfMonitor = EvalMonitor<RmsePoint>;
-
-/// What a ps-mf worker saves at a checkpoint: its batches, straggler model and bandwidth
-/// manager follow from the seed and its clock, so only its timings.
-#[derive(Serialize, Deserialize)]
-struct PsMfWorkerSaved {
-    compute_s: f64,
-    wait_s: f64,
-}
 
 impl PsMf {
     /// The global model from merged shard tables.
@@ -164,6 +157,10 @@ fn distinct(batch: &[(u32, u32, f32)], column: impl Fn(&(u32, u32, f32)) -> u32)
         .collect()
 }
 
+fn row_ids(ids: &[u32]) -> Vec<RowId> {
+    ids.iter().map(|&i| RowId(u64::from(i))).collect()
+}
+
 impl PsApp for PsMf {
     type Config = PsMfConfig;
     type Worker = PsMfWorker;
@@ -180,12 +177,7 @@ impl PsApp for PsMf {
     }
 
     fn new(cfg: PsMfConfig, _layout: &PsLayout) -> Result<Self, PsError> {
-        let checkpointing = PsCheckpointing::from_settings(
-            Self::NAME,
-            cfg.checkpoint_dir.as_deref(),
-            cfg.checkpoint_every,
-            cfg.resume,
-        )?;
+        let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         let tables = cfg.tables()?;
         let data = PsMfData::load(&cfg)?;
         Ok(PsMf {
@@ -205,7 +197,7 @@ impl PsApp for PsMf {
         cfg.server_push.map(|policy| {
             ServerPushConfig::at_rate(
                 policy,
-                cfg.managed_bytes_per_s,
+                cfg.comm.managed_bytes_per_s,
                 cfg.server_push_tick_ms,
                 cfg.seed,
             )
@@ -223,10 +215,12 @@ impl PsApp for PsMf {
         let chunk = mine.len().div_ceil(nb).max(1);
         Ok(PsMfWorker {
             batches: mine.chunks(chunk).map(<[_]>::to_vec).collect(),
-            stragglers: self.cfg.straggler_model(),
+            stragglers: self.cfg.stragglers.model(self.cfg.seed),
             // The budget of one tick: the bandwidth times an emulated compute slice.
-            manager: self.cfg.managed_settings().manager(
-                self.cfg.clock_ms / 1000.0 / f64::from(self.cfg.compute_slices.max(1)),
+            manager: self.cfg.comm.manager(
+                self.cfg.stragglers.clock_ms
+                    / 1000.0
+                    / f64::from(self.cfg.comm.compute_slices.max(1)),
                 self.cfg.seed + u64::from(w),
             ),
             compute_s: 0.0,
@@ -254,8 +248,7 @@ impl PsApp for PsMf {
         let n_batches = st.batches.len().max(1);
         let batch: &[(u32, u32, f32)] = st.batches.get(c as usize % n_batches).map_or(&[], |b| b);
         let (users, items) = (distinct(batch, |e| e.0), distinct(batch, |e| e.1));
-        let item_ids: Vec<RowId> = items.iter().map(|&i| RowId(u64::from(i))).collect();
-        let user_ids: Vec<RowId> = users.iter().map(|&u| RowId(u64::from(u))).collect();
+        let (item_ids, user_ids) = (row_ids(&items), row_ids(&users));
         let t_wait = Instant::now();
         if cfg.consistency == ConsistencyModel::Async {
             client.prefetch(ITEMS, &item_ids)?;
@@ -274,11 +267,7 @@ impl PsApp for PsMf {
                 .batches
                 .get((c as usize + 1) % n_batches)
                 .map_or(&[][..], |b| b);
-            let next_items: Vec<RowId> = distinct(next, |e| e.1)
-                .into_iter()
-                .map(|i| RowId(u64::from(i)))
-                .collect();
-            client.prefetch_next_clock(ITEMS, &next_items)?;
+            client.prefetch_next_clock(ITEMS, &row_ids(&distinct(next, |e| e.1)))?;
         }
         let t0 = Instant::now();
         let (rank, scale, biases) = (cfg.rank, cfg.init_scale, cfg.biases);
@@ -325,7 +314,7 @@ impl PsApp for PsMf {
         let per_clock = st.stragglers.clock_time(w, c);
         // Without managed communication nothing leaves before the clock: one slice (and the
         // same float sums as ever).
-        let slices = cfg.managed_settings().slices();
+        let slices = cfg.comm.slices();
         let per_slice = per_clock / slices as u32;
         for (k, range) in slice_ranges(batch.len(), slices).into_iter().enumerate() {
             let part = &batch[range];
@@ -362,16 +351,14 @@ impl PsApp for PsMf {
         st: PsMfWorker,
         ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<WorkerDone, PsError> {
+        let net = ctx.node.net_stats();
         let done = WorkerDone {
-            worker: ctx.worker(),
-            clocks: ctx.client.current_clock(),
-            staleness: ctx.client.table_stats(ITEMS),
             compute_s: st.compute_s,
             wait_s: st.wait_s,
-            sent_bytes: ctx.node.net_stats().sent_bytes,
-            received_bytes: ctx.node.net_stats().received_bytes,
-            reads: ctx.client.read_stats(),
+            sent_bytes: net.sent_bytes,
+            received_bytes: net.received_bytes,
             run_s: st.started.elapsed().as_secs_f64(),
+            ..WorkerDone::of(ctx.client, ITEMS)
         };
         tracing::info!(
             worker = done.worker,
@@ -392,10 +379,9 @@ impl PsApp for PsMf {
         st: &PsMfWorker,
         _ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<Vec<u8>, PsError> {
-        encode(&PsMfWorkerSaved {
-            compute_s: st.compute_s,
-            wait_s: st.wait_s,
-        })
+        // Its batches, straggler model and bandwidth manager follow from the seed and its
+        // clock: only its timings are saved.
+        encode(&(st.compute_s, st.wait_s))
     }
 
     fn resume_worker(
@@ -403,10 +389,8 @@ impl PsApp for PsMf {
         saved: &[u8],
         ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<PsMfWorker, PsError> {
-        let saved: PsMfWorkerSaved = decode("ps-mf worker checkpoint", saved)?;
         let mut st = self.start_worker(ctx)?;
-        st.compute_s = saved.compute_s;
-        st.wait_s = saved.wait_s;
+        (st.compute_s, st.wait_s) = decode("ps-mf worker checkpoint", saved)?;
         Ok(st)
     }
 
@@ -494,7 +478,7 @@ impl PsApp for PsMf {
 
     fn write_outputs(&self, out: &PsMfOutcome) -> Result<(), PsError> {
         write_run(
-            self.cfg.out.as_deref(),
+            self.cfg.files.out.as_deref(),
             || out.model.saved(&self.cfg),
             self.cfg.test_data.as_deref(),
             self.cfg.seed,
@@ -506,7 +490,11 @@ impl PsApp for PsMf {
 
     fn summary(cfg: &PsMfConfig, out: &PsMfOutcome) -> String {
         let r = &out.metrics;
-        let dir = cfg.out.as_deref().unwrap_or(std::path::Path::new("-"));
+        let dir = cfg
+            .files
+            .out
+            .as_deref()
+            .unwrap_or(std::path::Path::new("-"));
         format!(
             "mf ({}): {} train / {} test ratings, test rmse {:.4} -> {:.4} in {:.1}s; wrote {}/model.json and metrics.json",
             r.consistency,

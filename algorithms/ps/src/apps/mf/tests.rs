@@ -106,7 +106,18 @@ fn a_bad_consistency_or_field_is_refused_when_read() {
     let e = bad.unwrap_err().to_string();
     assert!(e.contains("bsp, ssp, essp or async"), "{e}");
     let typo: Result<PsMfConfig, _> = serde_json::from_value(serde_json::json!({"rnak": 3}));
-    assert!(typo.unwrap_err().to_string().contains("rnak"));
+    let e = typo.unwrap_err().to_string();
+    assert!(
+        e.contains("rnak") && e.contains("`rank`") && e.contains("`clock_ms`"),
+        "{e}"
+    );
+    // The groups' keys are flat, and a value of the wrong type is named by its key.
+    let flat: PsMfConfig =
+        serde_json::from_value(serde_json::json!({"clock_ms": 5.0, "managed": "fifo"})).unwrap();
+    assert_eq!(flat.stragglers.clock_ms, 5.0);
+    assert_eq!(flat.comm.managed, Some(SendPolicy::Fifo));
+    let wrong: Result<PsMfConfig, _> = serde_json::from_value(serde_json::json!({"clock_ms": "x"}));
+    assert!(wrong.unwrap_err().to_string().contains("clock_ms"));
     let upper: PsMfConfig =
         serde_json::from_value(serde_json::json!({"consistency": "ESSP"})).unwrap();
     assert_eq!(upper.consistency, ConsistencyModel::Essp);

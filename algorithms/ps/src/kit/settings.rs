@@ -1,0 +1,261 @@
+//! Settings more than one app has, written once: each group is flattened into the app's
+//! flags and `[app.<section>]` table, whose keys stay flat (`[app.mf] clock_ms = 5`).
+
+use petrel_ml::job::SettingChecks;
+use serde::de::Error as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::core::managed::{BandwidthManager, SendPolicy, budget_for};
+use crate::core::straggler::StragglerModel;
+use crate::error::PsError;
+use crate::kit::PsCheckpointing;
+use std::path::PathBuf;
+
+/// Managed communication (ps-mf, ps-lda): `managed`, `managed_bytes_per_s` and
+/// `compute_slices`, their checks, the manager a worker builds from them and how a clock is
+/// sliced.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default)]
+pub struct ManagedSettings {
+    /// Managed communication (Bösen): while a clock computes, send the pending updates early
+    /// in this order (fifo, random, relative-magnitude) within `managed_bytes_per_s`. Unset:
+    /// updates leave only at the clock boundary.
+    #[arg(long, value_enum)]
+    pub managed: Option<SendPolicy>,
+    /// Slices a clock's compute is cut into (updates become pending slice by slice; managed
+    /// communication gets one tick per slice).
+    #[arg(long, default_value_t = 4)]
+    pub compute_slices: u32,
+    /// Bandwidth budget of managed communication, bytes per second per worker (and, for
+    /// ps-mf's `server_push`, per shard).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub managed_bytes_per_s: u64,
+}
+
+impl Default for ManagedSettings {
+    fn default() -> Self {
+        petrel_actors::flag_defaults()
+    }
+}
+
+impl ManagedSettings {
+    /// Range checks: `compute_slices >= 1`, and a positive `managed_bytes_per_s` when
+    /// `managed` is set (a zero budget would never send early).
+    pub fn check(&self, c: &mut SettingChecks) {
+        c.at_least("compute_slices", self.compute_slices, 1);
+        if self.managed.is_some() {
+            c.at_least("managed_bytes_per_s", self.managed_bytes_per_s, 1);
+        }
+    }
+
+    /// Slices a clock is cut into: `compute_slices` under managed communication; without it
+    /// one, since nothing may leave before the clock (and the sums stay as ever).
+    pub fn slices(&self) -> usize {
+        if self.managed.is_some() {
+            self.compute_slices.max(1) as usize
+        } else {
+            1
+        }
+    }
+
+    /// The worker's manager (`None` without `managed`), whose ticks are `tick_s` seconds
+    /// long (a worker measuring its slices resets the budget per tick, see
+    /// [`BandwidthManager::set_tick_seconds`]).
+    pub fn manager(&self, tick_s: f64, seed: u64) -> Option<BandwidthManager> {
+        self.managed.map(|policy| {
+            BandwidthManager::new(budget_for(self.managed_bytes_per_s, tick_s), policy, seed)
+        })
+    }
+}
+
+/// Emulated compute time and stragglers (ps-mf, ps-lr): every clock of every worker.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default)]
+pub struct StragglerSettings {
+    /// Emulated compute time per clock (0: just the real compute).
+    #[arg(long, default_value_t = 0.0)]
+    pub clock_ms: f64,
+    /// Worker slowed down by `straggler_factor` (its clocks take `clock_ms * factor`).
+    #[arg(long)]
+    pub straggler: Option<u32>,
+    /// How much slower the straggler's clocks are.
+    #[arg(long, default_value_t = 1.0)]
+    pub straggler_factor: f64,
+    /// Transient stragglers: probability that a clock of a worker is slowed (seeded by
+    /// `seed`, the same slowdowns for every consistency model).
+    #[arg(long, default_value_t = 0.0)]
+    pub transient_probability: f64,
+    /// How much slower a transiently slowed clock is.
+    #[arg(long, default_value_t = 1.0)]
+    pub transient_factor: f64,
+}
+
+impl Default for StragglerSettings {
+    fn default() -> Self {
+        petrel_actors::flag_defaults()
+    }
+}
+
+impl StragglerSettings {
+    /// Range checks: `clock_ms >= 0`, `straggler_factor >= 1`.
+    pub fn check(&self, c: &mut SettingChecks) {
+        c.non_negative("clock_ms", self.clock_ms);
+        c.require(
+            self.straggler_factor.is_finite() && self.straggler_factor >= 1.0,
+            "straggler_factor",
+            self.straggler_factor,
+            "must be a finite number >= 1",
+        );
+    }
+
+    /// The emulated compute time of every clock of every worker, transient slowdowns
+    /// seeded by `seed`.
+    pub fn model(&self, seed: u64) -> StragglerModel {
+        StragglerModel {
+            clock_ms: self.clock_ms,
+            persistent: self.straggler,
+            persistent_factor: self.straggler_factor,
+            transient_probability: self.transient_probability,
+            transient_factor: self.transient_factor,
+            seed,
+        }
+    }
+}
+
+/// Output and checkpoint files (every app; `checkpoint_every`, whose default differs, is
+/// the app's).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, clap::Args)]
+#[serde(default)]
+pub struct RunFiles {
+    /// Output directory for the run's files (the model, `history.csv`, `metrics.json`;
+    /// required by `petrel train`; settings without it write no files).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Write a checkpoint of the whole job (the tables, every worker's state, the monitor's
+    /// history) into this directory every `checkpoint_every` clocks (every node must see it;
+    /// `petrel train` defaults it to `<out>/checkpoints`).
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Continue from the newest valid checkpoint in `checkpoint_dir`.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+impl RunFiles {
+    /// Where `app` checkpoints, every `every` clocks: none without `checkpoint_dir`, and
+    /// `resume` without one is refused.
+    pub fn checkpointing(
+        &self,
+        app: &'static str,
+        every: u64,
+    ) -> Result<Option<PsCheckpointing>, PsError> {
+        match &self.checkpoint_dir {
+            Some(dir) => Ok(Some(PsCheckpointing {
+                dir: dir.clone(),
+                every,
+                resume: self.resume,
+            })),
+            None if self.resume => Err(PsError::InvalidConfig {
+                app,
+                reason: "resume needs checkpoint_dir".into(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    /// The directory `petrel train` may fill in and `resume`, when the job wants checkpoints
+    /// (a directory, `resume`, or `writes`: it would write some if it had a directory).
+    pub fn wanted(&mut self, writes: bool) -> Option<(&mut Option<PathBuf>, bool)> {
+        let wanted = self.checkpoint_dir.is_some() || self.resume || writes;
+        wanted.then_some((&mut self.checkpoint_dir, self.resume))
+    }
+}
+
+/// Reads an app's settings table with flattened groups: serde refuses no unknown key of a
+/// struct with flattened fields and names no key of a flattened value of the wrong type, so
+/// this does both: an unknown key is refused listing the valid ones (the keys `T::default()`
+/// writes), and a value that does not decode is reported under its key.
+pub fn read_flat<'de, D, T>(
+    d: D,
+    decode: impl Fn(Value) -> Result<T, serde_json::Error>,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Serialize,
+{
+    let given = Map::<String, Value>::deserialize(d)?;
+    let known = match serde_json::to_value(T::default()).map_err(D::Error::custom)? {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    if let Some(key) = given.keys().find(|k| !known.contains_key(*k)) {
+        let valid: Vec<&str> = known.keys().map(String::as_str).collect();
+        return Err(D::Error::custom(format!(
+            "unknown field `{key}`, expected one of `{}`",
+            valid.join("`, `")
+        )));
+    }
+    decode(Value::Object(given.clone())).map_err(|e| {
+        let alone =
+            |(k, v): (&String, &Value)| Value::Object(Map::from_iter([(k.clone(), v.clone())]));
+        match given.iter().find(|&kv| decode(alone(kv)).is_err()) {
+            Some((key, _)) => D::Error::custom(format!("{key}: {e}")),
+            None => D::Error::custom(e),
+        }
+    })
+}
+
+/// `Serialize` and `Deserialize` of an app's settings struct that flattens groups, derived
+/// with `#[serde(remote = "Self")]` (the derived code becomes inherent functions) and read
+/// through [`read_flat`].
+macro_rules! flat_settings_serde {
+    ($t:ty) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                <$t>::serialize(self, s)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                $crate::kit::settings::read_flat(d, <$t>::deserialize)
+            }
+        }
+    };
+}
+pub(crate) use flat_settings_serde;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn managed_slices_manager_and_checks() {
+        let mut s = ManagedSettings {
+            managed: None,
+            managed_bytes_per_s: 1000,
+            compute_slices: 4,
+        };
+        assert_eq!(s.slices(), 1);
+        assert!(s.manager(0.5, 1).is_none());
+        s.managed = Some(SendPolicy::Fifo);
+        assert_eq!(s.slices(), 4);
+        assert_eq!(s.manager(0.5, 1).unwrap().budget_bytes_per_tick, 500);
+        let mut c = SettingChecks::new();
+        s.check(&mut c);
+        assert!(c.finish().is_ok());
+        s.managed_bytes_per_s = 0;
+        let mut c = SettingChecks::new();
+        s.check(&mut c);
+        assert_eq!(c.finish().unwrap_err().key, "managed_bytes_per_s");
+        s.managed = None; // an unused budget may be 0
+        let mut c = SettingChecks::new();
+        s.check(&mut c);
+        assert!(c.finish().is_ok());
+        s.compute_slices = 0;
+        let mut c = SettingChecks::new();
+        s.check(&mut c);
+        assert_eq!(c.finish().unwrap_err().key, "compute_slices");
+    }
+}
