@@ -5,14 +5,16 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use petrel_actors::JobTransport;
 use petrel_ml::job::InvalidSetting;
 use petrel_ml::topic::LdaMetrics;
 use petrel_ps::{PsApp, PsError, PsLda, PsLdaConfig, PsLr, PsLrConfig, PsMf, PsMfConfig};
-use petrel_strads::StradsJob;
-use petrel_strads::apps::lasso::{LassoApp, LassoJob};
+use petrel_strads::apps::lasso::multi::MultiSchedulerError;
+use petrel_strads::apps::lasso::{LassoApp, LassoJob, LassoMetrics};
 use petrel_strads::apps::lda::{LdaApp, LdaJob};
-use petrel_strads::apps::logistic::LogisticApp;
+use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
+use petrel_strads::{StradsError, StradsJob};
 
 use super::TrainError;
 use super::jobfile::{OutDirError, prepare_out_dir, resolve_job};
@@ -373,27 +375,131 @@ pub trait StradsClusterApp: TrainApp {
 }
 
 impl StradsClusterApp for LogisticApp {
-    type Metrics = petrel_strads::apps::logistic::LogisticMetrics;
+    type Metrics = LogisticMetrics;
     fn timeout_s(job: &LassoJob) -> u64 {
         job.timeout_s
     }
 }
 
-/// A STRADS app that `petrel train` runs generically ([`super::train_strads`]): one
-/// scheduler node and the workers, round checkpoints and restarts, or the serial driver
-/// with `--transport none`.
+/// A STRADS app that `petrel train` runs generically ([`super::train_prepared`]): its
+/// scheduler nodes and the workers, round checkpoints and restarts, or one thread with
+/// `--transport none`.
 pub trait StradsTrainApp:
     StradsJob<Config = <Self as TrainApp>::Job> + TrainApp<Job: clap::Args> + StradsClusterApp
 {
-    /// Its checkpoint directory and resume settings.
-    fn checkpoints(job: &mut Self::Job) -> (&mut Option<PathBuf>, &mut bool);
+    /// Its checkpoint directory and resume settings; `None` when it cannot checkpoint with
+    /// these settings.
+    fn checkpoints(job: &mut Self::Job) -> Option<(&mut Option<PathBuf>, &mut bool)>;
     /// The progress points a full run records (the progress bar's length), if known.
     fn progress_points(job: &Self::Job) -> Option<u64> {
         let _ = job;
         None
     }
+    /// Refuses settings that cannot run on this transport (`None`: in this thread).
+    fn check_run(job: &Self::Job, transport: Option<JobTransport>) -> Result<(), TrainError> {
+        let _ = (job, transport);
+        Ok(())
+    }
+    /// The scheduler nodes of its cluster (with `colocate`, all on one node).
+    fn scheduler_nodes(job: &Self::Job, colocate: bool) -> Vec<(String, Vec<String>)> {
+        let _ = (job, colocate);
+        vec![("scheduler".into(), vec![Self::SCHEDULER_ROLE.into()])]
+    }
+    /// The settings of restart `attempt` (1, 2, ...; 0 is the first run).
+    fn next_attempt(job: &mut Self::Job, attempt: u32) {
+        let _ = (job, attempt);
+    }
+    /// `--transport none`: the run in this thread (the serial driver with `workers`
+    /// worker halves, unless the app has a one-thread solver of its own).
+    fn run_in_thread(job: &Self::Job, workers: usize) -> Result<Self::Metrics, TrainError> {
+        let mut job = job.clone();
+        let out = Self::out(&mut job).clone().unwrap_or_default();
+        petrel_strads::kit::run_serial_and_finish::<Self>(&job, workers)
+            .map_err(super::StradsTrainError::from)?;
+        Ok(super::read_json(&out.join("metrics.json"))?)
+    }
     /// The line printed when the run ends (`out`: the output directory).
-    fn summary(m: &Self::Metrics, out: &str) -> String;
+    fn summary(job: &Self::Job, m: &Self::Metrics, out: &str) -> String;
+}
+
+impl StradsClusterApp for LassoApp {
+    type Metrics = LassoMetrics;
+    fn timeout_s(job: &LassoJob) -> u64 {
+        job.timeout_s
+    }
+}
+
+impl StradsTrainApp for LassoApp {
+    fn checkpoints(job: &mut LassoJob) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+        // Several schedulers do not checkpoint ([`Self::check_run`] refuses the settings).
+        (job.schedulers <= 1).then_some((&mut job.checkpoint_dir, &mut job.resume))
+    }
+    fn check_run(job: &LassoJob, transport: Option<JobTransport>) -> Result<(), TrainError> {
+        let wants_checkpoints = job.checkpoint_dir.is_some() || job.resume;
+        if transport.is_none() && (job.schedulers > 1 || wants_checkpoints) {
+            return Err(super::StradsTrainError::Usage(
+                "--transport none solves in one thread: --schedulers, --checkpoint-dir and --resume do not apply",
+            )
+            .into());
+        }
+        if job.schedulers > 1 && wants_checkpoints {
+            return Err(StradsError::from(MultiSchedulerError::CheckpointUnsupported).into());
+        }
+        Ok(())
+    }
+    fn scheduler_nodes(job: &LassoJob, colocate: bool) -> Vec<(String, Vec<String>)> {
+        super::lasso_scheduler_nodes(job.schedulers, colocate)
+    }
+    fn next_attempt(job: &mut LassoJob, attempt: u32) {
+        if attempt > 0 {
+            // An injected fault (a test hook) fires in the first attempt only.
+            job.fail_after_checkpoints = None;
+        }
+    }
+    fn run_in_thread(job: &LassoJob, _workers: usize) -> Result<LassoMetrics, TrainError> {
+        Ok(petrel_strads::apps::lasso::baseline::run_baseline(job)
+            .map_err(super::StradsTrainError::from)?
+            .metrics)
+    }
+    fn summary(job: &LassoJob, m: &LassoMetrics, out: &str) -> String {
+        format!(
+            "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {out}",
+            m.mode,
+            job.schedulers,
+            m.rounds,
+            m.updates,
+            m.elapsed_s,
+            m.final_objective,
+            m.final_kkt_violation,
+            m.final_duality_gap,
+            m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
+        )
+    }
+}
+
+impl StradsTrainApp for LogisticApp {
+    fn checkpoints(job: &mut LassoJob) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+        Some((&mut job.checkpoint_dir, &mut job.resume))
+    }
+    fn next_attempt(job: &mut LassoJob, attempt: u32) {
+        <LassoApp as StradsTrainApp>::next_attempt(job, attempt);
+    }
+    fn run_in_thread(job: &LassoJob, _workers: usize) -> Result<LogisticMetrics, TrainError> {
+        Ok(petrel_strads::apps::logistic::run_baseline(job)
+            .map_err(super::StradsTrainError::from)?)
+    }
+    fn summary(_job: &LassoJob, m: &LogisticMetrics, out: &str) -> String {
+        format!(
+            "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {out}",
+            m.mode,
+            m.rounds,
+            m.updates,
+            m.elapsed_s,
+            m.final_objective,
+            m.final_training_accuracy,
+            m.nonzeros,
+        )
+    }
 }
 
 impl StradsClusterApp for MfApp {
@@ -404,10 +510,10 @@ impl StradsClusterApp for MfApp {
 }
 
 impl StradsTrainApp for MfApp {
-    fn checkpoints(job: &mut StradsMfJob) -> (&mut Option<PathBuf>, &mut bool) {
-        (&mut job.checkpoint_dir, &mut job.resume)
+    fn checkpoints(job: &mut StradsMfJob) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+        Some((&mut job.checkpoint_dir, &mut job.resume))
     }
-    fn summary(m: &MfMetrics, out: &str) -> String {
+    fn summary(_job: &StradsMfJob, m: &MfMetrics, out: &str) -> String {
         let test = if m.test_ratings > 0 {
             format!(", test RMSE {:.4}", m.final_test_rmse)
         } else {
@@ -428,14 +534,14 @@ impl StradsClusterApp for LdaApp {
 }
 
 impl StradsTrainApp for LdaApp {
-    fn checkpoints(job: &mut LdaJob) -> (&mut Option<PathBuf>, &mut bool) {
-        (&mut job.checkpoint_dir, &mut job.resume)
+    fn checkpoints(job: &mut LdaJob) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+        Some((&mut job.checkpoint_dir, &mut job.resume))
     }
     // One point at the start, then one per pass.
     fn progress_points(job: &LdaJob) -> Option<u64> {
         Some(job.iterations as u64 + 1)
     }
-    fn summary(m: &LdaMetrics, out: &str) -> String {
+    fn summary(_job: &LdaJob, m: &LdaMetrics, out: &str) -> String {
         format!(
             "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {out}",
             m.n_topics,

@@ -22,8 +22,8 @@ pub mod saved;
 use crate::launcher::NodePeak;
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ps::PsApp;
-use petrel_strads::apps::lasso::{self as lasso, LassoApp, LassoJob, LassoMetrics, multi};
-use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
+use petrel_strads::apps::lasso::{LassoApp, LassoJob, LassoMetrics, multi};
+use petrel_strads::apps::logistic::LogisticApp;
 use petrel_strads::{StradsError, StradsJob, StradsModelError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -616,87 +616,10 @@ fn out_path(job_out: &Option<PathBuf>) -> PathBuf {
     job_out.clone().unwrap_or_default()
 }
 
-/// The output directory of a prepared job.
-fn out_of(job_out: &Option<PathBuf>) -> String {
-    job_out
-        .as_deref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default()
-}
-
 /// `petrel train lasso`.
 pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
     let job = lasso_job_of::<LassoApp>(&args, given)?;
-    if printed(
-        args.cluster.print_job,
-        <LassoApp as StradsJob>::SECTION,
-        &job,
-    )? {
-        return Ok(());
-    }
-    if job.schedulers > 1 && (job.checkpoint_dir.is_some() || job.resume) {
-        return Err(StradsError::from(multi::MultiSchedulerError::CheckpointUnsupported).into());
-    }
-    // Pre-flight: fail at once rather than after the cluster's failure timeout. (The
-    // scheduler still verifies the checkpoint fully, and says why one is refused.)
-    if let Some(dir) = job.checkpoint_dir.as_ref().filter(|_| job.resume) {
-        petrel_strads::shells::checkpoint::require_checkpoint(dir)
-            .map_err(|e| StradsError::from(petrel_strads::shells::StradsRunError::from(e)))?;
-    }
-    let c = &args.cluster;
-    let Some(transport) = c.transport.cluster() else {
-        if job.schedulers > 1 || job.checkpoint_dir.is_some() || job.resume {
-            return Err(StradsTrainError::Usage(
-                "--transport none solves in one thread: --schedulers, --checkpoint-dir and --resume do not apply",
-            )
-            .into());
-        }
-        let m = lasso::baseline::run_baseline(&job)?.metrics;
-        println!(
-            "lasso baseline (cyclic coordinate descent, one thread): {} coordinate updates, {:.3} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
-            m.updates,
-            m.elapsed_s,
-            m.final_objective,
-            m.final_kkt_violation,
-            m.final_duality_gap,
-            m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
-            out_of(&job.out_dir)
-        );
-        return Ok(());
-    };
-    let out = out_path(&job.out_dir);
-    let (job, checkpoints) = with_default_checkpoints(job, &out)?;
-    let progress = progress::TrainProgress::start("lasso", None);
-    let m = with_restarts(
-        "lasso",
-        c.max_restarts,
-        checkpoints.as_deref(),
-        |resume, attempt| {
-            let mut job = job.clone();
-            job.resume |= resume;
-            if attempt > 0 {
-                // An injected fault (a test hook) fires in the first attempt only.
-                job.fail_after_checkpoints = None;
-            }
-            run_lasso_job(&job, c.workers, transport, args.colocate_schedulers)
-        },
-    )?;
-    drop(progress);
-    println!(
-        "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {}",
-        m.mode,
-        job.schedulers,
-        m.rounds,
-        m.updates,
-        m.elapsed_s,
-        m.final_objective,
-        m.final_kkt_violation,
-        m.final_duality_gap,
-        m.evaluations.last().map(|e| e.nonzeros).unwrap_or(0),
-        out_of(&job.out_dir)
-    );
-    println!("{}", stop_line(job.out_dir.as_deref())?);
-    Ok(())
+    train_prepared::<LassoApp>(job, &args.cluster, args.colocate_schedulers)
 }
 
 /// Runs a STRADS job's `attempt(resume, attempt_number)` with automatic restarts: a node
@@ -749,21 +672,6 @@ impl StradsTrainError {
     }
 }
 
-/// Checkpoints are on by default, in `<out>/checkpoints` (unless the job names a directory,
-/// or runs several schedulers, which do not checkpoint). A fresh run clears that default
-/// directory first, so a restart can only roll back to this run's own checkpoints.
-/// Returns the job and the directory to look for checkpoints in.
-fn with_default_checkpoints(
-    mut job: LassoJob,
-    out: &Path,
-) -> Result<(LassoJob, Option<PathBuf>), StradsTrainError> {
-    if job.schedulers <= 1 {
-        default_checkpoint_dir(&mut job.checkpoint_dir, job.resume, out)?;
-    }
-    let dir = job.checkpoint_dir.clone();
-    Ok((job, dir))
-}
-
 /// A job's checkpoint directory: the one it names, else `<out>/checkpoints`, which a fresh
 /// run (not `resume`) clears first so that a restart can only roll back to this run's own
 /// checkpoints. Returns the directory to look for checkpoints in.
@@ -800,101 +708,84 @@ pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<
         });
     }
     let job = lasso_job_of::<LogisticApp>(&args, given)?;
-    if printed(
-        args.cluster.print_job,
-        <LogisticApp as StradsJob>::SECTION,
-        &job,
-    )? {
-        return Ok(());
-    }
-    let c = &args.cluster;
-    let progress = progress::TrainProgress::start("logistic", None);
-    let m: LogisticMetrics = match c.transport.cluster() {
-        None => petrel_strads::apps::logistic::run_baseline(&job)?,
-        Some(transport) => {
-            let mut job = job.clone();
-            let checkpoints = default_checkpoint_dir(
-                &mut job.checkpoint_dir,
-                job.resume,
-                &out_path(&job.out_dir),
-            )?;
-            with_restarts(
-                "logistic",
-                c.max_restarts,
-                checkpoints.as_deref(),
-                |resume, _| {
-                    let mut job = job.clone();
-                    job.resume |= resume;
-                    run_star_job::<LogisticApp, _>(
-                        &job,
-                        &job.out_dir,
-                        job.timeout_s,
-                        &one_scheduler::<LogisticApp>(),
-                        c.workers,
-                        transport,
-                    )
-                },
-            )?
-        }
-    };
-    drop(progress);
-    println!(
-        "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {}",
-        m.mode,
-        m.rounds,
-        m.updates,
-        m.elapsed_s,
-        m.final_objective,
-        m.final_training_accuracy,
-        m.nonzeros,
-        out_of(&job.out_dir)
-    );
-    println!("{}", stop_line(job.out_dir.as_deref())?);
-    Ok(())
+    train_prepared::<LogisticApp>(job, &args.cluster, false)
 }
 
-/// `petrel train strads-mf | lda`: the settings ([`prepare_job`]), then the job on a
-/// localhost cluster with checkpoints and restarts, or on the serial driver with
-/// `--transport none`; prints the app's summary and why the run stopped.
+/// `petrel train strads-mf | lda`: the settings ([`prepare_job`]), then
+/// [`train_prepared`].
 pub fn train_strads<A: apps::StradsTrainApp>(
     args: StradsTrainArgs<A::Job>,
     given: &BTreeSet<String>,
 ) -> Result<(), TrainError> {
     let c = &args.cluster;
-    let mut job = prepare_job::<A>(
+    let job = prepare_job::<A>(
         &args.job,
         c.job_file.as_deref(),
         c.out.as_deref(),
         given,
         c.workers,
     )?;
+    train_prepared::<A>(job, c, false)
+}
+
+/// Runs a STRADS app's prepared settings (or prints them with `--print-job`): on a
+/// localhost cluster (its schedulers colocated on one node with `colocate`), with
+/// checkpoints in `<out>/checkpoints` by default and restarts from the newest one, or in
+/// this thread with `--transport none`; then prints the app's summary and why it stopped.
+pub fn train_prepared<A: apps::StradsTrainApp>(
+    mut job: A::Job,
+    c: &ClusterArgs,
+    colocate: bool,
+) -> Result<(), TrainError> {
     if printed(c.print_job, <A as TrainApp>::SECTION, &job)? {
         return Ok(());
     }
+    let transport = c.transport.cluster();
+    A::check_run(&job, transport)?;
     let out = out_path(A::out(&mut job));
     let progress = progress::TrainProgress::start(A::NAME, A::progress_points(&job));
-    let m: A::Metrics = match c.transport.cluster() {
+    let m: A::Metrics = match transport {
         Some(transport) => {
-            let (dir, resume) = A::checkpoints(&mut job);
-            let checkpoints = default_checkpoint_dir(dir, *resume, &out)?;
+            let checkpoints = match A::checkpoints(&mut job) {
+                Some((dir, resume)) => {
+                    if let Some(dir) = dir.as_ref().filter(|_| *resume) {
+                        // Fail at once rather than after the cluster's failure timeout (the
+                        // scheduler still verifies the checkpoint fully).
+                        petrel_strads::shells::checkpoint::require_checkpoint(dir).map_err(
+                            |e| StradsError::from(petrel_strads::shells::StradsRunError::from(e)),
+                        )?;
+                    }
+                    default_checkpoint_dir(dir, *resume, &out)?
+                }
+                None => None,
+            };
+            let nodes = A::scheduler_nodes(&job, colocate);
             with_restarts(
                 A::NAME,
                 c.max_restarts,
                 checkpoints.as_deref(),
-                |resume, _| {
+                |resume, attempt| {
                     let mut job = job.clone();
-                    *A::checkpoints(&mut job).1 |= resume;
-                    run_job::<A>(&job, c.workers, transport)
+                    if let Some((_, resumes)) = A::checkpoints(&mut job) {
+                        *resumes |= resume;
+                    }
+                    A::next_attempt(&mut job, attempt);
+                    let out = A::out(&mut job).clone();
+                    run_star_job::<A, A::Metrics>(
+                        &job,
+                        &out,
+                        A::timeout_s(&job),
+                        &nodes,
+                        c.workers,
+                        transport,
+                    )
                 },
             )?
         }
-        None => {
-            petrel_strads::kit::run_serial_and_finish::<A>(&job, c.workers)?;
-            read_json(&out.join("metrics.json"))?
-        }
+        None => A::run_in_thread(&job, c.workers)?,
     };
     drop(progress);
-    println!("{}", A::summary(&m, &out.display().to_string()));
+    println!("{}", A::summary(&job, &m, &out.display().to_string()));
     println!("{}", stop_line(Some(&out))?);
     Ok(())
 }
