@@ -362,9 +362,7 @@ struct RunRecord {
 #[derive(Serialize, Clone, Copy)]
 struct CutRecord {
     case: CutCase,
-    /// The job's failure timeout.
     failure_timeout_s: f64,
-    /// How long the link was down.
     down_s: f64,
 }
 
@@ -545,7 +543,6 @@ struct HostileMember {
 /// What became of a hostile member.
 #[derive(Debug, Default)]
 struct HostileOutcome {
-    /// Connections it tried.
     attempts: usize,
     /// Those that got through the handshake.
     connected: usize,
@@ -818,7 +815,6 @@ struct Planned {
     impostor: Option<String>,
     /// How long after the first checkpoint the fault strikes.
     delay: Duration,
-    /// A link cut's case and length.
     cut: Option<LinkCut>,
 }
 

@@ -140,13 +140,11 @@ struct AtBandwidth {
     bound_s: f64,
     /// The link's goodput measured in this run (see [`probe_goodput`]), Mbit/s.
     goodput_mbit: f64,
-    /// How the goodput was measured.
     goodput_source: &'static str,
     /// The transfer probe's iteration times (slowest worker's median per probe).
     probe_s: f64,
     /// The ideal pipeline's iteration time at the goodput ([`ideal_iteration_s`]).
     ideal_s: f64,
-    /// The same at the nominal rate.
     ideal_nominal_s: f64,
 }
 
@@ -254,7 +252,6 @@ struct Figures {
     /// Per-peer credit in bytes (see [`default_credit_bytes`]).
     credit_bytes: usize,
     device_gflops: f64,
-    /// The first bandwidth's.
     #[serde(flatten)]
     first: AtBandwidth,
     sequential_s: f64,

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::BenchError;
-use petrel::report::{Table, fmt, print_json};
+use petrel::report::print_json;
 
 /// Role of a node that serves shards (and the transport-ceiling echo).
 pub const SHARD_ROLE: &str = "ps-bench-shard";
@@ -945,67 +945,14 @@ fn measure_size(
 
 /// The figures' table, then the 1x1 breakdown's.
 fn print_tables(out: &[SizeFigures]) {
-    let mut t = Table::new(&[
-        "W x S",
-        "bytes",
-        "ps MB/s",
-        "p50 ms",
-        "p99 ms",
-        "transport MB/s",
-        "ps/transport",
-        "peer MB/s",
-        "ps/peer",
-        "shm MB/s",
-        "shm/quic",
-        "rss MB",
-    ]);
-    for s in out {
-        t.row(vec![
-            format!("{}x{}", s.workers, s.shards),
-            s.bytes.to_string(),
-            fmt(s.ps_mbps),
-            fmt(s.p50_ms),
-            fmt(s.p99_ms),
-            fmt(s.transport_mbps),
-            fmt(s.ps_over_transport),
-            s.peer_mbps.map_or("-".into(), fmt),
-            s.ps_over_peer.map_or("-".into(), fmt),
-            s.shm_mbps.map_or("-".into(), fmt),
-            s.shm_over_quic.map_or("-".into(), fmt),
-            fmt(s.rss_mb),
-        ]);
-    }
-    t.print();
-    let mut b = Table::new(&[
-        "bytes",
-        "client push",
-        "encode",
-        "decode",
-        "apply",
-        "reply",
-        "receive",
-        "sum",
-        "p50",
-        "wire+sched",
-    ]);
-    for s in out.iter().filter(|s| s.breakdown.is_some()) {
-        if let Some(d) = &s.breakdown {
-            b.row(vec![
-                s.bytes.to_string(),
-                fmt(d.client_push_ms),
-                fmt(d.encode_ms),
-                fmt(d.decode_ms),
-                fmt(d.apply_ms),
-                fmt(d.reply_ms),
-                fmt(d.receive_ms),
-                fmt(d.total_ms),
-                fmt(s.p50_ms),
-                s.wire_ms.map_or("-".into(), fmt),
-            ]);
-        }
-    }
+    let keys = "workers shards bytes ps_mbps p50_ms p99_ms transport_mbps ps_over_transport \
+                peer_mbps ps_over_peer shm_mbps shm_over_quic rss_mb";
+    crate::common::json_table(out, keys).print();
     println!("one 1x1 iteration taken apart (ms, in-process, no network):");
-    b.print();
+    let keys = "bytes breakdown/client_push_ms breakdown/encode_ms breakdown/decode_ms \
+                breakdown/apply_ms breakdown/reply_ms breakdown/receive_ms breakdown/total_ms \
+                p50_ms wire_ms";
+    crate::common::json_table(out.iter().filter(|s| s.breakdown.is_some()), keys).print();
 }
 
 #[cfg(test)]
