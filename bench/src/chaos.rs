@@ -103,16 +103,9 @@ enum Outcome {
 }
 
 impl ChaosApp {
-    fn name(self) -> &'static str {
-        match self {
-            ChaosApp::Lasso => "lasso",
-            ChaosApp::Logistic => "logistic",
-            ChaosApp::StradsMf => "strads-mf",
-            ChaosApp::Lda => "lda",
-            ChaosApp::P3 => "p3",
-            ChaosApp::PsMf => "ps-mf",
-            ChaosApp::PsLr => "ps-lr",
-        }
+    /// Its name on the command line and in the JSON.
+    fn name(self) -> String {
+        name_of(&self)
     }
 
     /// The job's flags besides the worker count, restarts and output (small jobs that
@@ -337,7 +330,7 @@ impl LinkCut {
 /// What happened in one faulted run.
 #[derive(Serialize)]
 struct RunRecord {
-    app: &'static str,
+    app: String,
     fault: Fault,
     victim: String,
     /// Whose certificate a hostile member used.
@@ -396,7 +389,7 @@ struct Figures {
     /// One record per faulted run, in order.
     per_run: Vec<RunRecord>,
     /// Wall time of each app's uninterrupted run.
-    reference_s: BTreeMap<&'static str, f64>,
+    reference_s: BTreeMap<String, f64>,
     seed: u64,
     /// Planned runs that did not run (`per_run` says why): link cuts without root.
     runs_skipped: usize,
@@ -417,7 +410,7 @@ fn train(
     netns: Option<&str>,
 ) -> Result<Child, BenchError> {
     let mut cmd = Command::new(std::env::current_exe().map_err(BenchError::io("current exe"))?);
-    cmd.args(["train", app.name()]);
+    cmd.args(["train", &app.name()]);
     if app != ChaosApp::P3 {
         cmd.args(["--transport", "processes"]);
     }
@@ -691,14 +684,16 @@ async fn attack(
 
 impl Fault {
     /// Its name on the command line and in the JSON.
-    fn label(self) -> &'static str {
-        match self {
-            Fault::Kill => "kill",
-            Fault::Pause => "pause",
-            Fault::Hostile => "hostile",
-            Fault::LinkCut => "link-cut",
-        }
+    fn label(self) -> String {
+        name_of(&self)
     }
+}
+
+/// A value's name on the command line (and in the JSON).
+fn name_of(value: &impl clap::ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_string())
 }
 
 /// Where a run's nodes go: on 127.0.0.1 (`Ok(None)`), one per emulated host for a link
@@ -873,7 +868,10 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     let mut table = Table::new(&COLUMNS);
     let mut figures = Figures {
         runs: args.runs,
-        reference_s: references.iter().map(|(a, (s, _))| (*a, *s)).collect(),
+        reference_s: references
+            .iter()
+            .map(|(a, (s, _))| (a.clone(), *s))
+            .collect(),
         seed: args.seed,
         ..Figures::default()
     };
@@ -934,7 +932,7 @@ const COLUMNS: [&str; 10] = [
 ];
 
 /// Each app's uninterrupted reference run, by app name: its wall seconds and its model.
-type References = BTreeMap<&'static str, (f64, Outcome)>;
+type References = BTreeMap<String, (f64, Outcome)>;
 
 /// One uninterrupted reference run per app: its model is what every faulted run of that
 /// app must end with, and its wall time is the base of the recovery time.
@@ -945,7 +943,7 @@ fn reference_runs(
 ) -> Result<References, BenchError> {
     let mut references = References::new();
     for &app in &args.apps {
-        if references.contains_key(app.name()) {
+        if references.contains_key(&app.name()) {
             continue;
         }
         let out = root.join(format!("reference-{}", app.name()));
@@ -972,7 +970,7 @@ fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, ta
     figures.runs_skipped += 1;
     let mut row = vec![
         run.to_string(),
-        planned.app.name().to_string(),
+        planned.app.name(),
         format!("link-cut skipped: {why}"),
         planned.victim.clone(),
     ];
@@ -1023,14 +1021,11 @@ fn faulted_run(
         inject(args, out, &mut child, started, limit, planned, netns)?;
     let finished = wait_for(&mut child, limit.saturating_sub(started.elapsed()))?;
     let wall_s = started.elapsed().as_secs_f64();
-    let mut fault_label = planned.fault.label().to_string();
+    let mut fault_label = planned.fault.label();
     if let Some(c) = &cut_record {
         fault_label.push_str(&format!(
             " {} ({} s down, failure timeout {} s)",
-            match c.case {
-                CutCase::Short => "short",
-                CutCase::Long => "long",
-            },
+            format!("{:?}", c.case).to_lowercase(),
             fmt(c.down_s),
             fmt(c.failure_timeout_s)
         ));
@@ -1127,7 +1122,7 @@ fn record_run(
         impostor,
         ..
     } = planned;
-    let (reference_s, expected) = &references[app.name()];
+    let (reference_s, expected) = &references[&app.name()];
     let finished = ran.finished;
     let matched = if finished == Some(true) {
         app.model(&ran.out)
@@ -1168,7 +1163,7 @@ fn record_run(
     });
     table.row(vec![
         run.to_string(),
-        app.name().to_string(),
+        app.name(),
         if ran.injected {
             ran.fault_label
         } else {

@@ -7,7 +7,7 @@
 // Long because one bench is its flags, runner, probe, table, plot and JSON schema.
 
 use petrel::netns::{Hosts, LinkShape};
-use petrel::report::{Table, fmt, print_json, save_json};
+use petrel::report::{fmt, print_json, save_json};
 use petrel::train::p3::{P3JobError, processes};
 use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_net::{NetConfig, ShaperConfig};
@@ -682,30 +682,6 @@ fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point
 
 /// One bandwidth's bounds, goodput and ideal pipeline, then its table of modes.
 fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
-    let mut table = Table::new(&[
-        "mode",
-        "s/iter",
-        "samples/s",
-        "/ (C+M)",
-        "/ max(C,M)",
-        "/ ideal",
-        "efficiency",
-        "CPU cores",
-        "qdisc drops",
-    ]);
-    for m in &point.modes {
-        table.row(vec![
-            m.mode.to_string(),
-            fmt(m.secs_per_iter),
-            fmt(m.samples_per_s),
-            fmt(m.secs_per_iter / b.no_overlap_s),
-            fmt(m.secs_per_iter / b.optimal_s),
-            fmt(m.secs_per_iter / point.at.ideal_s),
-            fmt(m.efficiency),
-            fmt(m.cpu_cores),
-            m.qdisc_drops.map_or("-".into(), |d| d.to_string()),
-        ]);
-    }
     println!(
         "\nbandwidth {:.1} Mbit/s: C = {} s (fwd {} + bwd {}), M = {} s, C+M = {} s, \
          max(C,M) = {} s, T_fwd + max(T_bwd, M) = {} s",
@@ -732,7 +708,16 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
         fmt(point.at.ideal_s),
         fmt(point.at.ideal_nominal_s)
     );
-    table.print();
+    let rows = point.modes.iter().map(|m| {
+        let mut row = serde_json::to_value(m).unwrap_or_default();
+        row["over_c_plus_m"] = (m.secs_per_iter / b.no_overlap_s).into();
+        row["over_max_c_m"] = (m.secs_per_iter / b.optimal_s).into();
+        row["over_ideal"] = (m.secs_per_iter / point.at.ideal_s).into();
+        row
+    });
+    let keys = "mode secs_per_iter samples_per_s over_c_plus_m over_max_c_m over_ideal efficiency \
+                cpu_cores qdisc_drops";
+    crate::common::json_table(rows, keys).print();
 }
 
 /// The JSON figures: the first bandwidth's in full (with each mode's speed-ups), and the
