@@ -253,10 +253,11 @@ impl ChaosApp {
 }
 
 /// What a run does to its victim.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Fault {
     /// SIGKILL: the job must restart from its newest checkpoint.
+    #[default]
     Kill,
     /// SIGSTOP past the failure timeout, then SIGCONT: detected as a death.
     Pause,
@@ -328,7 +329,7 @@ impl LinkCut {
 }
 
 /// What happened in one faulted run.
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct RunRecord {
     app: String,
     fault: Fault,
@@ -981,14 +982,8 @@ fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, ta
         fault: planned.fault,
         victim: planned.victim,
         impostor: planned.impostor,
-        injected: false,
-        finished: false,
-        identical: false,
-        within_tolerance: false,
-        restarts: 0,
-        wall_s: 0.0,
-        cut: None,
         skipped: Some(why),
+        ..RunRecord::default()
     });
 }
 
