@@ -7,7 +7,7 @@
 //! ratios, each against its own repeat's baseline: the host is shared, and single runs were
 //! seen anywhere from 0.9 to 1.4. `mf-scale` and `lda-scale` use `grid`.
 
-use crate::common::median;
+use crate::common::{json_table, median};
 use petrel::report::{Table, print_json};
 use petrel::train::plot::{Series, absolute, line_plot};
 use petrel::train::{NodeMemory, StradsTrainError, TrainTransport};
@@ -92,30 +92,30 @@ pub(crate) fn print_figures<T: Serialize>(figures: &T) -> Result<(), StradsTrain
 }
 
 /// Runs `run(size, workers)` for every size and worker count in that order, prints the
-/// table of the rows it returns beside each run, and returns the runs size by size.
+/// table of the JSON rows it returns beside each run (at `keys`, as [`json_table`]), and
+/// returns the runs size by size.
 pub(crate) fn grid<S, R>(
     sizes: &[S],
     workers: &[usize],
-    columns: &[&str],
-    mut run: impl FnMut(&S, usize) -> Result<(R, Vec<String>), StradsTrainError>,
+    keys: &str,
+    mut run: impl FnMut(&S, usize) -> Result<(R, serde_json::Value), StradsTrainError>,
 ) -> Result<Vec<Vec<R>>, StradsTrainError> {
     if sizes.is_empty() || workers.is_empty() {
         return Err(StradsTrainError::Usage(
             "need at least one size and one worker count",
         ));
     }
-    let mut table = Table::new(columns);
-    let mut out = Vec::new();
+    let (mut rows, mut out) = (Vec::new(), Vec::new());
     for size in sizes {
         let mut runs = Vec::new();
         for &w in workers {
             let (r, row) = run(size, w)?;
-            table.row(row);
+            rows.push(row);
             runs.push(r);
         }
         out.push(runs);
     }
-    table.print();
+    json_table(&rows, keys).print();
     Ok(out)
 }
 
