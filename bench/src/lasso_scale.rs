@@ -14,9 +14,7 @@
 
 use crate::memory_bandwidth::{self, StreamBandwidth};
 pub use crate::scale::DesignSize;
-use crate::scale::{
-    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, PetrelRun, Prepared, cell,
-};
+use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, PetrelRun, Prepared};
 use petrel::train::{NodeMemory, StradsTrainError, run_lasso_job};
 use petrel_ml::data::SparseColumns;
 use petrel_strads::StradsError;
@@ -192,18 +190,9 @@ impl CdScale for LassoScaleBenchArgs {
     const NAME: &'static str = "lasso-scale";
     const NO_CLUSTER: &'static str =
         "lasso-scale compares STRADS runs: --transport memory, quic or processes";
-    const EXTRA_COLUMNS: &'static [&'static str] = &[
-        "U",
-        "rss MB",
-        "worker MB",
-        "holds MB",
-        "peak / holds",
-        "heap / holds",
-        "sched. MB",
-        "round ms",
-        "messaging s",
-        "compute / base",
-    ];
+    const EXTRA_KEYS: &'static str = "block_size rss_mb worker_rss_mb worker_holds_mb \
+        worker_rss_over_holds worker_heap_over_holds scheduler_rss_mb profile/round_latency_ms \
+        profile/messaging_s compute_ratio";
     const PLOT: [&'static str; 3] = [
         "lasso_scale_us_per_update.svg",
         "Lasso: time per coordinate update against design size",
@@ -337,22 +326,6 @@ impl CdScale for LassoScaleBenchArgs {
                 profile: m.profile.clone(),
             },
         })
-    }
-
-    fn cells(f: &PetrelFigures) -> Vec<String> {
-        let m = &f.memory;
-        vec![
-            f.extra.block_size.to_string(),
-            cell(f.rss_mb, 0),
-            cell(m.worker_rss_mb, 0),
-            format!("{:.1}", m.worker_holds_mb),
-            cell(m.worker_rss_over_holds, 2),
-            cell(m.worker_heap_over_holds, 2),
-            cell(m.scheduler_rss_mb, 0),
-            format!("{:.2}", f.extra.profile.round_latency_ms),
-            format!("{:.2}", f.extra.profile.messaging_s),
-            cell(f.extra.compute_ratio, 2),
-        ]
     }
 
     /// After the table, a probe of how fast one thread and two threads stream memory here.

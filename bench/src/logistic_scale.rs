@@ -5,7 +5,7 @@
 //! by at most `--optimum-tolerance`; every runner is timed to `f* (1 + --tolerance)`.
 
 use crate::scale::{
-    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, PetrelRun, Prepared, cell,
+    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, PetrelRun, Prepared,
 };
 use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_ml::data::SparseColumns;
@@ -87,7 +87,7 @@ impl CdScale for LogisticScaleBenchArgs {
     const NAME: &'static str = "logistic-scale";
     const NO_CLUSTER: &'static str =
         "logistic-scale compares STRADS runs: --transport memory, quic or processes";
-    const EXTRA_COLUMNS: &'static [&'static str] = &["rounds", "rss MB"];
+    const EXTRA_KEYS: &'static str = "rounds rss_mb";
     const PLOT: [&'static str; 3] = [
         "logistic_scale_us_per_update.svg",
         "Sparse logistic regression: time per coordinate update against design size",
@@ -183,10 +183,6 @@ impl CdScale for LogisticScaleBenchArgs {
             memory,
             extra: (),
         })
-    }
-
-    fn cells(f: &CdRun<()>) -> Vec<String> {
-        vec![f.rounds.to_string(), cell(f.rss_mb, 0)]
     }
 
     fn top(&self) {}
