@@ -19,7 +19,7 @@
 
 use super::BenchError;
 use petrel::netns::{Hosts, LinkShape};
-use petrel::report::{Table, fmt, print_json};
+use petrel::report::{fmt, print_json};
 use petrel::train::p3::processes::Teardown;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -866,7 +866,7 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         ));
     }
     let references = reference_runs(&args, &root, limit)?;
-    let mut table = Table::new(&COLUMNS);
+    let mut table = Vec::new();
     let mut figures = Figures {
         runs: args.runs,
         reference_s: references
@@ -900,7 +900,8 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
             }
         }
     }
-    table.print();
+    let keys = "run app fault node finished identical restarts wall_s recovery_s orphans";
+    crate::common::json_table(&table, keys).print();
     if let Some(hosts) = hosts {
         let set = hosts.0.clone();
         drop(hosts);
@@ -918,19 +919,8 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The table's columns, one row per planned run.
-const COLUMNS: [&str; 10] = [
-    "run",
-    "app",
-    "fault",
-    "node",
-    "finished",
-    "identical",
-    "restarts",
-    "wall s",
-    "recovery s",
-    "orphans",
-];
+/// The table's rows, one per planned run.
+type Rows = Vec<serde_json::Value>;
 
 /// Each app's uninterrupted reference run, by app name: its wall seconds and its model.
 type References = BTreeMap<String, (f64, Outcome)>;
@@ -967,16 +957,10 @@ fn reference_runs(
 
 /// A planned run that cannot run (a link cut without its network namespaces): its row
 /// and record say why.
-fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Table) {
+fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Rows) {
     figures.runs_skipped += 1;
-    let mut row = vec![
-        run.to_string(),
-        planned.app.name(),
-        format!("link-cut skipped: {why}"),
-        planned.victim.clone(),
-    ];
-    row.resize(COLUMNS.len(), "-".into());
-    table.row(row);
+    table.push(serde_json::json!({"run": run, "app": planned.app.name(),
+        "fault": format!("link-cut skipped: {why}"), "node": planned.victim}));
     figures.per_run.push(RunRecord {
         app: planned.app.name(),
         fault: planned.fault,
@@ -1108,7 +1092,7 @@ fn record_run(
     ran: Ran,
     references: &References,
     figures: &mut Figures,
-    table: &mut Table,
+    table: &mut Rows,
 ) {
     let Planned {
         app,
@@ -1156,30 +1140,26 @@ fn record_run(
         cut: ran.cut,
         skipped: None,
     });
-    table.row(vec![
-        run.to_string(),
-        app.name(),
-        if ran.injected {
-            ran.fault_label
-        } else {
-            "none (job ended first)".into()
-        },
-        victim,
-        match finished {
-            Some(true) => "yes".into(),
-            Some(false) => "failed".into(),
-            None => "HUNG".into(),
-        },
-        match (identical, within_tolerance, app.figure()) {
-            (true, _, _) => "true".into(),
-            (_, true, Some((figure, t))) => format!("{figure} within {}%", t * 100.0),
-            _ => "false".into(),
-        },
-        restarts.to_string(),
-        fmt(ran.wall_s),
-        fmt(recovery_s),
-        ran.left.len().to_string(),
-    ]);
+    let fault = if ran.injected {
+        ran.fault_label
+    } else {
+        "none (job ended first)".into()
+    };
+    let identical = match (identical, within_tolerance, app.figure()) {
+        (true, _, _) => "true".into(),
+        (_, true, Some((figure, t))) => format!("{figure} within {}%", t * 100.0),
+        _ => "false".into(),
+    };
+    let finished = match finished {
+        Some(true) => "yes",
+        Some(false) => "failed",
+        None => "HUNG",
+    };
+    table.push(
+        serde_json::json!({"run": run, "app": app.name(), "fault": fault, "node": victim,
+        "finished": finished, "identical": identical, "restarts": restarts, "wall_s": ran.wall_s,
+        "recovery_s": recovery_s, "orphans": ran.left.len()}),
+    );
 }
 
 #[cfg(test)]

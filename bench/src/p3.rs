@@ -267,23 +267,6 @@ struct Figures {
     sweep: Vec<Point>,
 }
 
-/// Process CPU time (user + system) in seconds from /proc/self/stat (Linux; clock ticks
-/// of 100 Hz, the kernel's USER_HZ on every common architecture).
-pub fn process_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    parse_cpu_seconds(&stat)
-}
-
-fn parse_cpu_seconds(stat: &str) -> Option<f64> {
-    // The command name may contain spaces; fields resume after the last ')'.
-    let rest = stat.get(stat.rfind(')')? + 1..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After ')' the first field is `state` (field 3), so utime (14) is index 11.
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
-}
-
 struct Setup {
     profile: ModelProfile,
     scale: f64,
@@ -374,11 +357,11 @@ fn run_mode(
     let profile = setup.profile.clone();
     let (device, batch) = (setup.device_flops, setup.batch);
     let factory = move |_| Ok(EmulatedModel::new(&profile, device, batch));
-    let cpu0 = process_cpu_seconds();
+    let cpu0 = petrel_observe::process::read().map(|p| p.cpu_s);
     let t0 = Instant::now();
     let reports = run_cluster(&job, factory, None)?;
     let wall = t0.elapsed().as_secs_f64();
-    let cpu = match (cpu0, process_cpu_seconds()) {
+    let cpu = match (cpu0, petrel_observe::process::read().map(|p| p.cpu_s)) {
         (Some(a), Some(b)) => (b - a) / wall.max(1e-9),
         _ => f64::NAN,
     };
