@@ -503,10 +503,6 @@ fn signal(pid: u32, sig: i32) {
     }
 }
 
-fn has_checkpoint(out: &Path) -> bool {
-    petrel::recovery::has_checkpoint(&out.join("checkpoints"))
-}
-
 /// Waits for `child` until `limit`; kills it and returns `None` when it did not exit.
 fn wait_for(child: &mut Child, limit: Duration) -> Result<Option<bool>, BenchError> {
     let deadline = Instant::now() + limit;
@@ -583,18 +579,15 @@ impl HostileMember {
         let settings = petrel_actors::Settings::load(&out.join("run").join("cluster.toml"))
             .map_err(|e| BenchError::Incomplete(format!("the run's cluster.toml: {e}")))?;
         let nodes = &settings.nodes;
-        let at = nodes
-            .iter()
-            .position(|n| n.name == victim)
-            .ok_or_else(|| BenchError::Incomplete(format!("no node {victim} in the run")))?;
-        let to: std::net::SocketAddr = nodes[at]
+        let node = |name: &str| {
+            (nodes.iter().position(|n| n.name == name))
+                .ok_or_else(|| BenchError::Incomplete(format!("no node {name} in the run")))
+        };
+        let to: std::net::SocketAddr = nodes[node(victim)?]
             .addr
             .parse()
             .map_err(|e| BenchError::Incomplete(format!("{victim}'s address: {e}")))?;
-        let impostor = nodes
-            .iter()
-            .position(|n| n.name == impostor)
-            .ok_or_else(|| BenchError::Incomplete(format!("no node {impostor} in the run")))?;
+        let impostor = node(impostor)?;
         let certs = settings
             .cluster
             .certs_dir
@@ -1054,7 +1047,7 @@ fn inject(
     let mut hostile = None;
     let mut cut_record = None;
     while started.elapsed() < limit {
-        if has_checkpoint(out) {
+        if petrel::recovery::has_checkpoint(&out.join("checkpoints")) {
             std::thread::sleep(planned.delay);
             if let (Some(cut), Some(hosts)) = (planned.cut, netns) {
                 cut_record = cut_link(hosts, out, &planned.victim, cut, child, started + limit)?;

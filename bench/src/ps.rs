@@ -555,32 +555,23 @@ async fn petrel_run(
     let _ = std::fs::remove_dir_all(&dir);
     let moved = 2.0 * bytes as f64 * f64::from(iters);
     let ws: Vec<&NodeReport> = reports.iter().filter(|r| !r.ps_iter_s.is_empty()).collect();
-    let mut lat: Vec<f64> = ws
-        .iter()
-        .flat_map(|r| r.ps_iter_s.iter().copied())
-        .collect();
-    lat.sort_by(f64::total_cmp);
-    let mut echo: Vec<f64> = ws
-        .iter()
-        .flat_map(|r| r.echo_iter_s.iter().copied())
-        .collect();
-    echo.sort_by(f64::total_cmp);
-    let push: Vec<f64> = ws
-        .iter()
-        .flat_map(|r| r.push_iter_s.iter().copied())
-        .collect();
+    // Every worker's iteration times of one kind, sorted.
+    let sorted = |times: fn(&NodeReport) -> &Vec<f64>| {
+        let mut all: Vec<f64> = ws.iter().flat_map(|r| times(r).iter().copied()).collect();
+        all.sort_by(f64::total_cmp);
+        all
+    };
+    let (lat, echo) = (sorted(|r| &r.ps_iter_s), sorted(|r| &r.echo_iter_s));
+    // Summed over the workers.
+    let mbps = |total_s: fn(&NodeReport) -> f64| -> f64 {
+        ws.iter().map(|r| moved / total_s(r).max(1e-9) / 1e6).sum()
+    };
     Ok(RunFigures {
-        ps_mbps: ws
-            .iter()
-            .map(|r| moved / r.ps_total_s.max(1e-9) / 1e6)
-            .sum(),
+        ps_mbps: mbps(|r| r.ps_total_s),
         p50_ms: percentile(&lat, 0.5) * 1e3,
         p99_ms: percentile(&lat, 0.99) * 1e3,
-        push_p50_ms: median(push) * 1e3,
-        transport_mbps: ws
-            .iter()
-            .map(|r| moved / r.echo_total_s.max(1e-9) / 1e6)
-            .sum(),
+        push_p50_ms: median(sorted(|r| &r.push_iter_s)) * 1e3,
+        transport_mbps: mbps(|r| r.echo_total_s),
         transport_p50_ms: percentile(&echo, 0.5) * 1e3,
         rss_mb: reports.iter().map(|r| r.peak_rss_mb).fold(0.0, f64::max),
         shm_messages: reports.iter().map(|r| r.shm_messages).sum(),
@@ -745,15 +736,10 @@ pub fn breakdown(
         drop(got);
         let t6 = Instant::now();
         if i > 0 {
-            let d = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
-            samples.push([
-                d(t0, t1),
-                d(t1, t2),
-                d(t2, t3),
-                d(t3, t4),
-                d(t4, t5),
-                d(t5, t6),
-            ]);
+            let t = [t0, t1, t2, t3, t4, t5, t6];
+            samples.push(std::array::from_fn(|k| {
+                (t[k + 1] - t[k]).as_secs_f64() * 1e3
+            }));
         }
     }
     let col = |k: usize| median(samples.iter().map(|s| s[k]).collect());
