@@ -5,7 +5,7 @@
 //! interleaved repeats. STRADS runs as a scheduler process and one process per worker by
 //! default, each generating only its rows.
 //!
-//! Its own figures: per run the block size (`U`), the round breakdown (`profile`) and
+//! Its own figures: per run the block size (`block_size`), the round breakdown (`profile`) and
 //! `compute_ratio` (the compute on the rounds' critical path up to the target over
 //! `baseline_s`: the ratio's floor if messages and waits cost nothing); per size
 //! `optimum_s` and `data_mb_per_worker`; and after the table a probe of how fast one and two

@@ -100,7 +100,7 @@ pub struct PsBenchArgs {
     /// Also run every size with `shared_memory_dir` set to DIR (a tmpfs such as
     /// `/dev/shm`), alternating with the QUIC run: large rows then travel between the
     /// co-located processes through files, QUIC carries only control frames. Reported in
-    /// its own columns (`shm MB/s`, `shm/quic`).
+    /// its own columns (`shm_mbps`, `shm_over_quic`).
     #[arg(long, value_name = "DIR")]
     pub shared_memory: Option<PathBuf>,
 }
