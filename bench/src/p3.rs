@@ -228,12 +228,11 @@ impl ModeRun {
         skip: usize,
         stat: fn(&[f64], usize) -> Option<f64>,
     ) -> Result<f64, P3JobError> {
-        let mut worst: f64 = 0.0;
-        for r in &self.reports {
-            let t = stat(&r.marks_s, skip).ok_or(P3JobError::NoMeasuredIterations)?;
-            worst = worst.max(t);
-        }
-        Ok(worst)
+        self.reports.iter().try_fold(0.0f64, |worst, r| {
+            let t = stat(&r.marks_s, skip);
+            t.map(|t| worst.max(t))
+                .ok_or(P3JobError::NoMeasuredIterations)
+        })
     }
 }
 

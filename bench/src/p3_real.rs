@@ -205,13 +205,11 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3JobError> {
                 &dir,
                 Duration::from_secs(args.job.timeout_s),
             )?;
-            let mut worst: f64 = 0.0;
-            for r in &reports {
-                let t = r
-                    .secs_per_iter(args.warmup as usize)
-                    .ok_or(P3JobError::NoMeasuredIterations)?;
-                worst = worst.max(t);
-            }
+            let worst = reports.iter().try_fold(0.0f64, |worst, r| {
+                let t = r.secs_per_iter(args.warmup as usize);
+                t.map(|t| worst.max(t))
+                    .ok_or(P3JobError::NoMeasuredIterations)
+            })?;
             ips[i] = (args.job.workers * args.job.batch) as f64 / worst.max(1e-12);
             let acc = reports.first().and_then(|r| r.test).map(|t| t.accuracy);
             accuracy.insert(mode.name().into(), serde_json::json!(acc));
