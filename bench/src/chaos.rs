@@ -295,17 +295,13 @@ impl LinkCut {
     /// The `k`-th link cut of a schedule (from 0): short, long, short, …, so any two
     /// consecutive ones cover both cases; its length is drawn from `rng`.
     fn nth(k: usize, rng: &mut impl Rng) -> LinkCut {
-        if k.is_multiple_of(2) {
-            LinkCut {
-                case: CutCase::Short,
-                share: rng.gen_range(0.1..0.4),
-            }
+        let (case, shares) = if k.is_multiple_of(2) {
+            (CutCase::Short, 0.1..0.4)
         } else {
-            LinkCut {
-                case: CutCase::Long,
-                share: rng.gen_range(1.2..1.5),
-            }
-        }
+            (CutCase::Long, 1.2..1.5)
+        };
+        let share = rng.gen_range(shares);
+        LinkCut { case, share }
     }
 
     /// How long the link stays down at least, for a job with this failure timeout.

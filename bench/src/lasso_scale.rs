@@ -139,10 +139,7 @@ pub fn worker_holds_mb(solver: LassoSolver, nnz: usize, size: &DesignSize, worke
 
 impl LassoScaleBenchArgs {
     fn job_for(&self, size: &DesignSize) -> LassoJob {
-        // Each solver gets its own knobs only (`gauss-seidel` refuses the scheduled mode's).
-        let scheduled = self.solver == LassoSolver::Scheduled;
-        let d = LassoJob::default();
-        LassoJob {
+        let mut job = LassoJob {
             synthetic: SyntheticLasso {
                 n_samples: size.n_samples,
                 n_features: size.n_features,
@@ -157,21 +154,16 @@ impl LassoScaleBenchArgs {
             lambda_fraction: self.lambda_fraction,
             timeout_s: self.common.timeout_s,
             round_latency_ms: self.round_latency_ms,
-            interference_bound: if scheduled {
-                self.interference_bound
-            } else {
-                d.interference_bound
-            },
-            depth: if scheduled { self.depth } else { d.depth },
             solver: self.solver,
-            gs_chunk: if scheduled { d.gs_chunk } else { self.gs_chunk },
-            gs_active_passes: if scheduled {
-                d.gs_active_passes
-            } else {
-                self.gs_active_passes
-            },
-            ..d
+            ..LassoJob::default()
+        };
+        // Each solver gets its own knobs only (`gauss-seidel` refuses the scheduled mode's).
+        if self.solver == LassoSolver::Scheduled {
+            (job.interference_bound, job.depth) = (self.interference_bound, self.depth);
+        } else {
+            (job.gs_chunk, job.gs_active_passes) = (self.gs_chunk, self.gs_active_passes);
         }
+        job
     }
 }
 
