@@ -1092,13 +1092,10 @@ fn record_run(
     } = planned;
     let (reference_s, expected) = &references[&app.name()];
     let finished = ran.finished;
-    let matched = if finished == Some(true) {
-        app.model(&ran.out)
-            .ok()
-            .and_then(|m| app.matches(expected, &m))
-    } else {
-        None
-    };
+    let matched = (finished == Some(true))
+        .then(|| app.model(&ran.out).ok())
+        .flatten()
+        .and_then(|m| app.matches(expected, &m));
     let identical = matched == Some(true);
     let within_tolerance = matched == Some(false);
     let restarts = std::fs::read_to_string(stdout_file(&ran.out))

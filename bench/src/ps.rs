@@ -898,11 +898,9 @@ fn measure_size(
     };
     let shm_mbps = sm(|r| r.ps_mbps);
     let p50_ms = m(|r| r.p50_ms);
-    let bd = if (workers, shards) == (1, 1) {
-        Some(breakdown(bytes, iters.min(50), !args.no_read_my_writes)?)
-    } else {
-        None
-    };
+    let bd = ((workers, shards) == (1, 1))
+        .then(|| breakdown(bytes, iters.min(50), !args.no_read_my_writes))
+        .transpose()?;
     Ok(SizeFigures {
         bytes,
         workers,
