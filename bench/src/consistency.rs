@@ -112,7 +112,7 @@ pub struct ConsistencyBenchArgs {
 }
 
 /// One run: an app under one model and staleness bound.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Default, Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConsistencyRun {
     pub model: ConsistencyModel,
     /// Its staleness bound (0 for BSP, none for async).
@@ -316,10 +316,8 @@ fn run_one(
             mean_staleness: st.mean,
             staleness_variance: st.variance,
             max_staleness: st.max,
-            staleness_variance_between_workers: None,
-            per_worker_mean_staleness: Vec::new(),
             wall_s,
-            per_clock: None,
+            ..ConsistencyRun::default()
         }
     };
     Ok(match app {

@@ -117,7 +117,7 @@ pub struct ManagedBenchArgs {
 }
 
 /// One variant's figures.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Default, Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ManagedRun {
     /// `clock`, `fifo` or `relative-magnitude`.
     pub variant: String,
@@ -226,19 +226,13 @@ fn traffic(
     };
     ManagedRun {
         variant: name.to_string(),
-        reached_target: false,
-        time_to_target_s: None,
-        iterations: 0,
         sent_bytes: sent,
         received_bytes: received,
         bytes_per_clock: per_clock(sent),
         both_ways_per_clock: per_clock(sent + received),
-        bytes_to_target: None,
-        final_value: 0.0,
-        managed_rows: 0,
         mean_staleness,
         wall_s,
-        curve: Vec::new(),
+        ..ManagedRun::default()
     }
 }
 
