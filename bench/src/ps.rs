@@ -188,7 +188,7 @@ fn echo_inbox_name(worker: u32) -> String {
 struct EchoActor {
     node: petrel_actors::Node,
     workers: Vec<String>,
-    back: Vec<Option<ActorRef<PsBenchEcho>>>,
+    back: std::collections::BTreeMap<usize, ActorRef<PsBenchEcho>>,
 }
 
 impl Actor for EchoActor {
@@ -203,20 +203,16 @@ impl Handler<Msg<PsBenchEcho>> for EchoActor {
             .workers
             .get(w)
             .ok_or_else(|| HandlerError::new(format!("no worker {w}")))?;
-        if self.back.len() <= w {
-            self.back.resize(w + 1, None);
-        }
-        if self.back[w].is_none() {
-            let r = self
-                .node
-                .actor_at::<PsBenchEcho>(node, &echo_inbox_name(w as u32))
-                .map_err(|e| HandlerError::new(e.to_string()))?;
-            self.back[w] = Some(r);
-        }
-        if let Some(r) = &self.back[w] {
-            r.tell(msg.body, Priority::NORMAL)
-                .map_err(|e| HandlerError::new(e.to_string()))?;
-        }
+        let back = match self.back.entry(w) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(
+                (self.node)
+                    .actor_at::<PsBenchEcho>(node, &echo_inbox_name(w as u32))
+                    .map_err(|e| HandlerError::new(e.to_string()))?,
+            ),
+        };
+        back.tell(msg.body, Priority::NORMAL)
+            .map_err(|e| HandlerError::new(e.to_string()))?;
         Ok(())
     }
 }
@@ -309,7 +305,7 @@ async fn shard_role(ctx: NodeContext) -> Result<(), PsBenchError> {
     let echo = EchoActor {
         node: ctx.node.clone(),
         workers: layout.worker_nodes.clone(),
-        back: Vec::new(),
+        back: Default::default(),
     }
     .start();
     ctx.node.register(ECHO_ACTOR, echo)?.accept::<PsBenchEcho>();
