@@ -164,10 +164,7 @@ impl CdScale for LogisticScaleBenchArgs {
         let wall_s = started.elapsed().as_secs_f64();
         let petrel_s = (m.final_objective <= target).then_some(m.elapsed_s);
         let memory = NodeMemory::of_run(Some(&dir), transport, worker_holds_mb(nnz, size, workers));
-        let rss_mb = match (memory.worker_rss_mb, memory.scheduler_rss_mb) {
-            (Some(w), Some(s)) => Some(w.max(s)),
-            _ => None,
-        };
+        let rss_mb = (memory.worker_rss_mb.zip(memory.scheduler_rss_mb)).map(|(w, s)| w.max(s));
         Ok(CdRun {
             workers,
             petrel_s,

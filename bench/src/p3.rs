@@ -329,10 +329,7 @@ fn run_mode(
         let limit = Duration::from_secs(args.netns_timeout_s);
         let drops0 = hosts.qdisc_drops().ok();
         let (reports, cpu) = processes::run_job(Some(hosts), &cfg, &net, &dir, limit)?;
-        let drops = match (drops0, hosts.qdisc_drops().ok()) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-            _ => None,
-        };
+        let drops = (drops0.zip(hosts.qdisc_drops().ok())).map(|(a, b)| b.saturating_sub(a));
         let _ = std::fs::remove_dir_all(&dir);
         return Ok(ModeRun {
             reports,
