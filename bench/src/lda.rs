@@ -259,10 +259,7 @@ fn ps_figures(m: &PsLdaMetrics, last: &LdaMetrics) -> PsFigures {
         target_loglik_per_token: target,
         rotation_time_to_target_s: rot_t,
         ps_time_to_target_s: ps_t,
-        rotation_vs_ps_time_to_target: match (rot_t, ps_t) {
-            (Some(r), Some(p)) if r > 0.0 => Some(p / r),
-            _ => None,
-        },
+        rotation_vs_ps_time_to_target: crate::common::ratio(ps_t, rot_t),
     }
 }
 

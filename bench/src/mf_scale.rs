@@ -326,10 +326,7 @@ fn run_one(
     let all_sweeps = (m.elapsed_s > 0.0)
         .then(|| m.train_ratings as f64 * args.iterations as f64 / m.elapsed_s / workers as f64);
     let one_worker_s = if workers == 1 { seconds } else { one_worker_s };
-    let speedup = one_worker_s
-        .zip(seconds)
-        .filter(|(_, s)| *s > 0.0)
-        .map(|(one, s)| one / s);
+    let speedup = crate::common::ratio(one_worker_s, seconds);
     let holds = worker_holds_mb(
         m.train_ratings + m.test_ratings,
         m.n_users,
