@@ -270,13 +270,8 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, PsBenc
             "mf" => (&args.mf_sgd_grid, &args.mf_ada_grid, args.target_rmse),
             _ => (&args.lr_sgd_grid, &args.lr_ada_grid, args.target_log_loss),
         };
-        let pick = |g: &Vec<f32>| -> Vec<f32> {
-            if args.quick {
-                g.iter().copied().take(2).collect()
-            } else {
-                g.clone()
-            }
-        };
+        let limit = if args.quick { 2 } else { usize::MAX };
+        let pick = |g: &Vec<f32>| -> Vec<f32> { g.iter().copied().take(limit).collect() };
         let (default_alpha, default_alpha_from) = default_alpha(args, k, app)?;
         let mut plan: Vec<(ServerRule, f32)> = Vec::new();
         plan.extend(pick(sgd).into_iter().map(|a| (ServerRule::Sgd, a)));
