@@ -164,20 +164,24 @@ impl ChaosApp {
         }
     }
 
-    /// The node names of a job with `workers` workers.
+    /// The worker and the server (shard or scheduler) node names of a job with `workers`
+    /// workers.
+    fn roles(self, workers: usize) -> (Vec<String>, Vec<String>) {
+        let (worker, servers): (&str, &[&str]) = match self {
+            ChaosApp::P3 => ("w", &["s0", "s1"]),
+            ChaosApp::PsMf | ChaosApp::PsLr => ("worker-", &["shard-0", "shard-1"]),
+            _ => ("w", &["scheduler"]),
+        };
+        let workers = (0..workers).map(|w| format!("{worker}{w}")).collect();
+        (workers, servers.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// The node names of a job with `workers` workers (a STRADS scheduler first).
     fn nodes(self, workers: usize) -> Vec<String> {
-        if self.figure().is_some() {
-            return (0..workers)
-                .map(|w| format!("worker-{w}"))
-                .chain(["shard-0".into(), "shard-1".into()])
-                .collect();
-        }
-        let workers = (0..workers).map(|w| format!("w{w}"));
+        let (workers, servers) = self.roles(workers);
         match self {
-            ChaosApp::P3 => workers.chain(["s0".into(), "s1".into()]).collect(),
-            _ => std::iter::once("scheduler".to_string())
-                .chain(workers)
-                .collect(),
+            ChaosApp::P3 | ChaosApp::PsMf | ChaosApp::PsLr => [workers, servers].concat(),
+            _ => [servers, workers].concat(),
         }
     }
 
@@ -189,20 +193,7 @@ impl ChaosApp {
     /// worker's key and a worker with a shard's.
     fn hostile_pairs(self, workers: usize) -> Vec<(String, String)> {
         let n = workers.max(2);
-        let (workers, servers): (Vec<String>, Vec<String>) = match self {
-            ChaosApp::P3 => (
-                (0..n).map(|w| format!("w{w}")).collect(),
-                vec!["s0".into(), "s1".into()],
-            ),
-            ChaosApp::PsMf | ChaosApp::PsLr => (
-                (0..n).map(|w| format!("worker-{w}")).collect(),
-                vec!["shard-0".into(), "shard-1".into()],
-            ),
-            _ => (
-                (0..n).map(|w| format!("w{w}")).collect(),
-                vec!["scheduler".into()],
-            ),
-        };
+        let (workers, servers) = self.roles(n);
         let mut pairs: Vec<(String, String)> = Vec::new();
         for (i, w) in workers.iter().enumerate() {
             let server = &servers[i % servers.len()];
