@@ -663,13 +663,6 @@ async fn attack(
     }
 }
 
-impl Fault {
-    /// Its name on the command line and in the JSON.
-    fn label(self) -> String {
-        name_of(&self)
-    }
-}
-
 /// A value's name on the command line (and in the JSON).
 fn name_of(value: &impl clap::ValueEnum) -> String {
     value
@@ -980,7 +973,7 @@ fn faulted_run(
         inject(args, out, &mut child, started, limit, planned, netns)?;
     let finished = wait_for(&mut child, limit.saturating_sub(started.elapsed()))?;
     let wall_s = started.elapsed().as_secs_f64();
-    let mut fault_label = planned.fault.label();
+    let mut fault_label = name_of(&planned.fault);
     if let Some(c) = &cut_record {
         fault_label.push_str(&format!(
             " {} ({} s down, failure timeout {} s)",
