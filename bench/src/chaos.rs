@@ -18,6 +18,7 @@
 // Long because every app and fault kind (kill, pause, hostile member, link cut) lives here.
 
 use super::BenchError;
+use crate::common::name_of;
 use petrel::netns::{Hosts, LinkShape};
 use petrel::report::{fmt, print_json};
 use petrel::train::p3::processes::Teardown;
@@ -661,13 +662,6 @@ async fn attack(
             _ = &mut stopped => return outcome,
         }
     }
-}
-
-/// A value's name on the command line (and in the JSON).
-fn name_of(value: &impl clap::ValueEnum) -> String {
-    value
-        .to_possible_value()
-        .map_or_else(String::new, |v| v.get_name().to_string())
 }
 
 /// Where a run's nodes go: on 127.0.0.1 (`Ok(None)`), one per emulated host for a link

@@ -211,3 +211,10 @@ pub(crate) fn json_table<T: Serialize>(rows: impl IntoIterator<Item = T>, keys: 
     }
     table
 }
+
+/// A value's name on the command line (and in the JSON).
+pub(crate) fn name_of(value: &impl clap::ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_string())
+}

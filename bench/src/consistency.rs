@@ -39,10 +39,7 @@ pub enum ConsistencyApp {
 
 impl std::fmt::Display for ConsistencyApp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ConsistencyApp::Mf => "mf",
-            ConsistencyApp::Lr => "lr",
-        })
+        f.write_str(&crate::common::name_of(self))
     }
 }
 
