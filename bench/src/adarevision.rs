@@ -13,7 +13,7 @@
 //! A run that diverges is kept as a run that did not reach the target.
 
 use crate::common::{LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
-use petrel::report::{Table, fmt};
+use petrel::report::fmt;
 use petrel_actors::{Settings, Transport};
 use petrel_ps::apps::mf::PsMfData;
 use petrel_ps::core::rules::alpha_for_radius;
@@ -77,11 +77,8 @@ pub struct AdaRevisionBenchArgs {
 /// One run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RuleRun {
-    /// The rule.
     pub rule: ServerRule,
-    /// Its step size.
     pub alpha: f32,
-    /// Seconds to the target.
     pub time_to_target_s: Option<f64>,
     /// Min clock at the target (or the end).
     pub iterations: u64,
@@ -95,15 +92,12 @@ pub struct RuleRun {
 /// One app's figures.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AdaRevisionAppFigures {
-    /// The target.
     pub target: f64,
-    /// Every run.
     pub runs: Vec<RuleRun>,
     /// Best time of each rule: `(alpha, seconds)`.
     pub best: BTreeMap<String, Option<(f32, f64)>>,
     /// AdaRevision's untuned step and its time.
     pub adarevision_default: (f32, Option<f64>),
-    /// How the untuned step was set.
     #[serde(default)]
     pub default_alpha_from: String,
     /// The rules whose best step is at an end of their grid (the grid may miss a better
@@ -122,11 +116,8 @@ pub struct AdaRevisionAppFigures {
 /// The JSON line.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AdaRevisionFigures {
-    /// Consistency of the shared table.
     pub consistency: ConsistencyModel,
-    /// Quick mode.
     pub quick: bool,
-    /// Per app.
     pub apps: BTreeMap<String, AdaRevisionAppFigures>,
 }
 
@@ -285,13 +276,8 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, PsBenc
             "mf" => (&args.mf_sgd_grid, &args.mf_ada_grid, args.target_rmse),
             _ => (&args.lr_sgd_grid, &args.lr_ada_grid, args.target_log_loss),
         };
-        let pick = |g: &Vec<f32>| -> Vec<f32> {
-            if args.quick {
-                g.iter().copied().take(2).collect()
-            } else {
-                g.clone()
-            }
-        };
+        let limit = if args.quick { 2 } else { usize::MAX };
+        let pick = |g: &Vec<f32>| -> Vec<f32> { g.iter().copied().take(limit).collect() };
         let (default_alpha, default_alpha_from) = default_alpha(args, k, app)?;
         let mut plan: Vec<(ServerRule, f32)> = Vec::new();
         plan.extend(pick(sgd).into_iter().map(|a| (ServerRule::Sgd, a)));
@@ -360,17 +346,8 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, PsBenc
             runs,
         };
         println!("{app} (target {target}, {})", args.consistency);
-        let mut table = Table::new(&["rule", "alpha", "time to target (s)", "iterations", "final"]);
-        for r in &figures.runs {
-            table.row(vec![
-                rule_name(r.rule).into(),
-                r.alpha.to_string(),
-                r.time_to_target_s.map_or("-".into(), fmt),
-                r.iterations.to_string(),
-                r.final_loss.map_or("diverged".into(), fmt),
-            ]);
-        }
-        table.print();
+        let keys = "rule alpha time_to_target_s iterations final_loss diverged";
+        crate::common::json_table(&figures.runs, keys).print();
         println!(
             "adarevision at its default alpha {} ({}) / best tuned sgd or adagrad: {}x; best at a grid edge: {:?}\n",
             default_alpha,

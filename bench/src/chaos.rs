@@ -18,8 +18,9 @@
 // Long because every app and fault kind (kill, pause, hostile member, link cut) lives here.
 
 use super::BenchError;
+use crate::common::name_of;
 use petrel::netns::{Hosts, LinkShape};
-use petrel::report::{Table, fmt, print_json};
+use petrel::report::{fmt, print_json};
 use petrel::train::p3::processes::Teardown;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -103,16 +104,9 @@ enum Outcome {
 }
 
 impl ChaosApp {
-    fn name(self) -> &'static str {
-        match self {
-            ChaosApp::Lasso => "lasso",
-            ChaosApp::Logistic => "logistic",
-            ChaosApp::StradsMf => "strads-mf",
-            ChaosApp::Lda => "lda",
-            ChaosApp::P3 => "p3",
-            ChaosApp::PsMf => "ps-mf",
-            ChaosApp::PsLr => "ps-lr",
-        }
+    /// Its name on the command line and in the JSON.
+    fn name(self) -> String {
+        name_of(&self)
     }
 
     /// The job's flags besides the worker count, restarts and output (small jobs that
@@ -171,20 +165,24 @@ impl ChaosApp {
         }
     }
 
-    /// The node names of a job with `workers` workers.
+    /// The worker and the server (shard or scheduler) node names of a job with `workers`
+    /// workers.
+    fn roles(self, workers: usize) -> (Vec<String>, Vec<String>) {
+        let (worker, servers): (&str, &[&str]) = match self {
+            ChaosApp::P3 => ("w", &["s0", "s1"]),
+            ChaosApp::PsMf | ChaosApp::PsLr => ("worker-", &["shard-0", "shard-1"]),
+            _ => ("w", &["scheduler"]),
+        };
+        let workers = (0..workers).map(|w| format!("{worker}{w}")).collect();
+        (workers, servers.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// The node names of a job with `workers` workers (a STRADS scheduler first).
     fn nodes(self, workers: usize) -> Vec<String> {
-        if self.figure().is_some() {
-            return (0..workers)
-                .map(|w| format!("worker-{w}"))
-                .chain(["shard-0".into(), "shard-1".into()])
-                .collect();
-        }
-        let workers = (0..workers).map(|w| format!("w{w}"));
+        let (workers, servers) = self.roles(workers);
         match self {
-            ChaosApp::P3 => workers.chain(["s0".into(), "s1".into()]).collect(),
-            _ => std::iter::once("scheduler".to_string())
-                .chain(workers)
-                .collect(),
+            ChaosApp::P3 | ChaosApp::PsMf | ChaosApp::PsLr => [workers, servers].concat(),
+            _ => [servers, workers].concat(),
         }
     }
 
@@ -196,20 +194,7 @@ impl ChaosApp {
     /// worker's key and a worker with a shard's.
     fn hostile_pairs(self, workers: usize) -> Vec<(String, String)> {
         let n = workers.max(2);
-        let (workers, servers): (Vec<String>, Vec<String>) = match self {
-            ChaosApp::P3 => (
-                (0..n).map(|w| format!("w{w}")).collect(),
-                vec!["s0".into(), "s1".into()],
-            ),
-            ChaosApp::PsMf | ChaosApp::PsLr => (
-                (0..n).map(|w| format!("worker-{w}")).collect(),
-                vec!["shard-0".into(), "shard-1".into()],
-            ),
-            _ => (
-                (0..n).map(|w| format!("w{w}")).collect(),
-                vec!["scheduler".into()],
-            ),
-        };
+        let (workers, servers) = self.roles(n);
         let mut pairs: Vec<(String, String)> = Vec::new();
         for (i, w) in workers.iter().enumerate() {
             let server = &servers[i % servers.len()];
@@ -260,10 +245,11 @@ impl ChaosApp {
 }
 
 /// What a run does to its victim.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Fault {
     /// SIGKILL: the job must restart from its newest checkpoint.
+    #[default]
     Kill,
     /// SIGSTOP past the failure timeout, then SIGCONT: detected as a death.
     Pause,
@@ -301,17 +287,13 @@ impl LinkCut {
     /// The `k`-th link cut of a schedule (from 0): short, long, short, …, so any two
     /// consecutive ones cover both cases; its length is drawn from `rng`.
     fn nth(k: usize, rng: &mut impl Rng) -> LinkCut {
-        if k.is_multiple_of(2) {
-            LinkCut {
-                case: CutCase::Short,
-                share: rng.gen_range(0.1..0.4),
-            }
+        let (case, shares) = if k.is_multiple_of(2) {
+            (CutCase::Short, 0.1..0.4)
         } else {
-            LinkCut {
-                case: CutCase::Long,
-                share: rng.gen_range(1.2..1.5),
-            }
-        }
+            (CutCase::Long, 1.2..1.5)
+        };
+        let share = rng.gen_range(shares);
+        LinkCut { case, share }
     }
 
     /// How long the link stays down at least, for a job with this failure timeout.
@@ -335,9 +317,9 @@ impl LinkCut {
 }
 
 /// What happened in one faulted run.
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct RunRecord {
-    app: &'static str,
+    app: String,
     fault: Fault,
     victim: String,
     /// Whose certificate a hostile member used.
@@ -362,9 +344,7 @@ struct RunRecord {
 #[derive(Serialize, Clone, Copy)]
 struct CutRecord {
     case: CutCase,
-    /// The job's failure timeout.
     failure_timeout_s: f64,
-    /// How long the link was down.
     down_s: f64,
 }
 
@@ -398,7 +378,7 @@ struct Figures {
     /// One record per faulted run, in order.
     per_run: Vec<RunRecord>,
     /// Wall time of each app's uninterrupted run.
-    reference_s: BTreeMap<&'static str, f64>,
+    reference_s: BTreeMap<String, f64>,
     seed: u64,
     /// Planned runs that did not run (`per_run` says why): link cuts without root.
     runs_skipped: usize,
@@ -419,7 +399,7 @@ fn train(
     netns: Option<&str>,
 ) -> Result<Child, BenchError> {
     let mut cmd = Command::new(std::env::current_exe().map_err(BenchError::io("current exe"))?);
-    cmd.args(["train", app.name()]);
+    cmd.args(["train", &app.name()]);
     if app != ChaosApp::P3 {
         cmd.args(["--transport", "processes"]);
     }
@@ -511,10 +491,6 @@ fn signal(pid: u32, sig: i32) {
     }
 }
 
-fn has_checkpoint(out: &Path) -> bool {
-    petrel::recovery::has_checkpoint(&out.join("checkpoints"))
-}
-
 /// Waits for `child` until `limit`; kills it and returns `None` when it did not exit.
 fn wait_for(child: &mut Child, limit: Duration) -> Result<Option<bool>, BenchError> {
     let deadline = Instant::now() + limit;
@@ -545,7 +521,6 @@ struct HostileMember {
 /// What became of a hostile member.
 #[derive(Debug, Default)]
 struct HostileOutcome {
-    /// Connections it tried.
     attempts: usize,
     /// Those that got through the handshake.
     connected: usize,
@@ -592,18 +567,15 @@ impl HostileMember {
         let settings = petrel_actors::Settings::load(&out.join("run").join("cluster.toml"))
             .map_err(|e| BenchError::Incomplete(format!("the run's cluster.toml: {e}")))?;
         let nodes = &settings.nodes;
-        let at = nodes
-            .iter()
-            .position(|n| n.name == victim)
-            .ok_or_else(|| BenchError::Incomplete(format!("no node {victim} in the run")))?;
-        let to: std::net::SocketAddr = nodes[at]
+        let node = |name: &str| {
+            (nodes.iter().position(|n| n.name == name))
+                .ok_or_else(|| BenchError::Incomplete(format!("no node {name} in the run")))
+        };
+        let to: std::net::SocketAddr = nodes[node(victim)?]
             .addr
             .parse()
             .map_err(|e| BenchError::Incomplete(format!("{victim}'s address: {e}")))?;
-        let impostor = nodes
-            .iter()
-            .position(|n| n.name == impostor)
-            .ok_or_else(|| BenchError::Incomplete(format!("no node {impostor} in the run")))?;
+        let impostor = node(impostor)?;
         let certs = settings
             .cluster
             .certs_dir
@@ -688,18 +660,6 @@ async fn attack(
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             _ = &mut stopped => return outcome,
-        }
-    }
-}
-
-impl Fault {
-    /// Its name on the command line and in the JSON.
-    fn label(self) -> &'static str {
-        match self {
-            Fault::Kill => "kill",
-            Fault::Pause => "pause",
-            Fault::Hostile => "hostile",
-            Fault::LinkCut => "link-cut",
         }
     }
 }
@@ -818,7 +778,6 @@ struct Planned {
     impostor: Option<String>,
     /// How long after the first checkpoint the fault strikes.
     delay: Duration,
-    /// A link cut's case and length.
     cut: Option<LinkCut>,
 }
 
@@ -874,10 +833,13 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
         ));
     }
     let references = reference_runs(&args, &root, limit)?;
-    let mut table = Table::new(&COLUMNS);
+    let mut table = Vec::new();
     let mut figures = Figures {
         runs: args.runs,
-        reference_s: references.iter().map(|(a, (s, _))| (*a, *s)).collect(),
+        reference_s: references
+            .iter()
+            .map(|(a, (s, _))| (a.clone(), *s))
+            .collect(),
         seed: args.seed,
         ..Figures::default()
     };
@@ -905,7 +867,8 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
             }
         }
     }
-    table.print();
+    let keys = "run app fault node finished identical restarts wall_s recovery_s orphans";
+    crate::common::json_table(&table, keys).print();
     if let Some(hosts) = hosts {
         let set = hosts.0.clone();
         drop(hosts);
@@ -923,22 +886,11 @@ pub fn run(args: ChaosBenchArgs) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// The table's columns, one row per planned run.
-const COLUMNS: [&str; 10] = [
-    "run",
-    "app",
-    "fault",
-    "node",
-    "finished",
-    "identical",
-    "restarts",
-    "wall s",
-    "recovery s",
-    "orphans",
-];
+/// The table's rows, one per planned run.
+type Rows = Vec<serde_json::Value>;
 
 /// Each app's uninterrupted reference run, by app name: its wall seconds and its model.
-type References = BTreeMap<&'static str, (f64, Outcome)>;
+type References = BTreeMap<String, (f64, Outcome)>;
 
 /// One uninterrupted reference run per app: its model is what every faulted run of that
 /// app must end with, and its wall time is the base of the recovery time.
@@ -949,7 +901,7 @@ fn reference_runs(
 ) -> Result<References, BenchError> {
     let mut references = References::new();
     for &app in &args.apps {
-        if references.contains_key(app.name()) {
+        if references.contains_key(&app.name()) {
             continue;
         }
         let out = root.join(format!("reference-{}", app.name()));
@@ -972,29 +924,17 @@ fn reference_runs(
 
 /// A planned run that cannot run (a link cut without its network namespaces): its row
 /// and record say why.
-fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Table) {
+fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Rows) {
     figures.runs_skipped += 1;
-    let mut row = vec![
-        run.to_string(),
-        planned.app.name().to_string(),
-        format!("link-cut skipped: {why}"),
-        planned.victim.clone(),
-    ];
-    row.resize(COLUMNS.len(), "-".into());
-    table.row(row);
+    table.push(serde_json::json!({"run": run, "app": planned.app.name(),
+        "fault": format!("link-cut skipped: {why}"), "node": planned.victim}));
     figures.per_run.push(RunRecord {
         app: planned.app.name(),
         fault: planned.fault,
         victim: planned.victim,
         impostor: planned.impostor,
-        injected: false,
-        finished: false,
-        identical: false,
-        within_tolerance: false,
-        restarts: 0,
-        wall_s: 0.0,
-        cut: None,
         skipped: Some(why),
+        ..RunRecord::default()
     });
 }
 
@@ -1027,14 +967,11 @@ fn faulted_run(
         inject(args, out, &mut child, started, limit, planned, netns)?;
     let finished = wait_for(&mut child, limit.saturating_sub(started.elapsed()))?;
     let wall_s = started.elapsed().as_secs_f64();
-    let mut fault_label = planned.fault.label().to_string();
+    let mut fault_label = name_of(&planned.fault);
     if let Some(c) = &cut_record {
         fault_label.push_str(&format!(
             " {} ({} s down, failure timeout {} s)",
-            match c.case {
-                CutCase::Short => "short",
-                CutCase::Long => "long",
-            },
+            format!("{:?}", c.case).to_lowercase(),
             fmt(c.down_s),
             fmt(c.failure_timeout_s)
         ));
@@ -1084,7 +1021,7 @@ fn inject(
     let mut hostile = None;
     let mut cut_record = None;
     while started.elapsed() < limit {
-        if has_checkpoint(out) {
+        if petrel::recovery::has_checkpoint(&out.join("checkpoints")) {
             std::thread::sleep(planned.delay);
             if let (Some(cut), Some(hosts)) = (planned.cut, netns) {
                 cut_record = cut_link(hosts, out, &planned.victim, cut, child, started + limit)?;
@@ -1122,7 +1059,7 @@ fn record_run(
     ran: Ran,
     references: &References,
     figures: &mut Figures,
-    table: &mut Table,
+    table: &mut Rows,
 ) {
     let Planned {
         app,
@@ -1131,15 +1068,12 @@ fn record_run(
         impostor,
         ..
     } = planned;
-    let (reference_s, expected) = &references[app.name()];
+    let (reference_s, expected) = &references[&app.name()];
     let finished = ran.finished;
-    let matched = if finished == Some(true) {
-        app.model(&ran.out)
-            .ok()
-            .and_then(|m| app.matches(expected, &m))
-    } else {
-        None
-    };
+    let matched = (finished == Some(true))
+        .then(|| app.model(&ran.out).ok())
+        .flatten()
+        .and_then(|m| app.matches(expected, &m));
     let identical = matched == Some(true);
     let within_tolerance = matched == Some(false);
     let restarts = std::fs::read_to_string(stdout_file(&ran.out))
@@ -1170,30 +1104,26 @@ fn record_run(
         cut: ran.cut,
         skipped: None,
     });
-    table.row(vec![
-        run.to_string(),
-        app.name().to_string(),
-        if ran.injected {
-            ran.fault_label
-        } else {
-            "none (job ended first)".into()
-        },
-        victim,
-        match finished {
-            Some(true) => "yes".into(),
-            Some(false) => "failed".into(),
-            None => "HUNG".into(),
-        },
-        match (identical, within_tolerance, app.figure()) {
-            (true, _, _) => "true".into(),
-            (_, true, Some((figure, t))) => format!("{figure} within {}%", t * 100.0),
-            _ => "false".into(),
-        },
-        restarts.to_string(),
-        fmt(ran.wall_s),
-        fmt(recovery_s),
-        ran.left.len().to_string(),
-    ]);
+    let fault = if ran.injected {
+        ran.fault_label
+    } else {
+        "none (job ended first)".into()
+    };
+    let identical = match (identical, within_tolerance, app.figure()) {
+        (true, _, _) => "true".into(),
+        (_, true, Some((figure, t))) => format!("{figure} within {}%", t * 100.0),
+        _ => "false".into(),
+    };
+    let finished = match finished {
+        Some(true) => "yes",
+        Some(false) => "failed",
+        None => "HUNG",
+    };
+    table.push(
+        serde_json::json!({"run": run, "app": app.name(), "fault": fault, "node": victim,
+        "finished": finished, "identical": identical, "restarts": restarts, "wall_s": ran.wall_s,
+        "recovery_s": recovery_s, "orphans": ran.left.len()}),
+    );
 }
 
 #[cfg(test)]

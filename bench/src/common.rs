@@ -2,7 +2,7 @@
 //! `managed`, `adarevision`) their error and their ending, the JSON figures saved to
 //! `--json-out` and printed as the last line.
 
-use petrel::report::{print_json, save_json};
+use petrel::report::{Table, fmt, print_json, save_json};
 use petrel_ps::{PsError, PsLrConfig, PsMfConfig};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -177,4 +177,42 @@ pub(crate) fn ps_mf(quick: bool) -> PsMfConfig {
 /// `a / b` when both are known and `b` is positive.
 pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     a.zip(b).filter(|&(_, b)| b > 0.0).map(|(a, b)| a / b)
+}
+
+/// `rows` as a table of their JSON values at `keys` (separated by whitespace; paths such as
+/// `breakdown/encode_ms` are headed by their last part), so a figures struct names each
+/// column once: floats through [`fmt`] (in `e` notation below 0.001), `-` where a row has
+/// no value.
+pub(crate) fn json_table<T: Serialize>(rows: impl IntoIterator<Item = T>, keys: &str) -> Table {
+    let keys: Vec<&str> = keys.split_whitespace().collect();
+    let headers: Vec<&str> = keys.iter().filter_map(|k| k.rsplit('/').next()).collect();
+    let mut table = Table::new(&headers);
+    for row in rows {
+        let value = serde_json::to_value(row).unwrap_or_default();
+        table.row(
+            keys.iter()
+                .map(|k| match value.pointer(&format!("/{k}")) {
+                    Some(serde_json::Value::Number(n)) if n.is_f64() => {
+                        let x = n.as_f64().unwrap_or(f64::NAN);
+                        if x != 0.0 && x.abs() < 1e-3 {
+                            format!("{x:.2e}")
+                        } else {
+                            fmt(x)
+                        }
+                    }
+                    Some(serde_json::Value::String(s)) => s.clone(),
+                    None | Some(serde_json::Value::Null) => "-".into(),
+                    Some(v) => v.to_string(),
+                })
+                .collect(),
+        );
+    }
+    table
+}
+
+/// A value's name on the command line (and in the JSON).
+pub(crate) fn name_of(value: &impl clap::ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_string())
 }

@@ -17,9 +17,9 @@
 //! against the staleness bound, one line per model.
 
 use crate::common::{
-    LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, ratio, save_and_print,
+    LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, json_table, ratio, save_and_print,
 };
-use petrel::report::{Table, fmt};
+use petrel::report::fmt;
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::core::stats::{ReadStats, StalenessReport};
@@ -39,10 +39,7 @@ pub enum ConsistencyApp {
 
 impl std::fmt::Display for ConsistencyApp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ConsistencyApp::Mf => "mf",
-            ConsistencyApp::Lr => "lr",
-        })
+        f.write_str(&crate::common::name_of(self))
     }
 }
 
@@ -112,23 +109,18 @@ pub struct ConsistencyBenchArgs {
 }
 
 /// One run: an app under one model and staleness bound.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Default, Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConsistencyRun {
-    /// The model.
     pub model: ConsistencyModel,
     /// Its staleness bound (0 for BSP, none for async).
     pub staleness: Option<u32>,
-    /// Whether the target was reached.
     pub reached_target: bool,
-    /// Seconds to the target.
     pub time_to_target_s: Option<f64>,
     /// Min clock when the target was reached (or at the end).
     pub iterations: u64,
     /// Mean observed staleness of the reads.
     pub mean_staleness: f64,
-    /// Its variance.
     pub staleness_variance: f64,
-    /// Largest observed staleness.
     pub max_staleness: u64,
     /// The part of `staleness_variance` between workers (the spread of their mean
     /// staleness; `StalenessReport::between_variance`), MF only.
@@ -137,7 +129,6 @@ pub struct ConsistencyRun {
     /// Mean observed staleness per worker, MF only.
     #[serde(default)]
     pub per_worker_mean_staleness: Vec<f64>,
-    /// Seconds of the whole run.
     pub wall_s: f64,
     /// Where a worker's clock went, averaged over every clock of every worker.
     #[serde(default)]
@@ -153,7 +144,6 @@ pub struct ClockBreakdown {
     pub ms: Option<f64>,
     /// Compute per clock (ms; `None` when not timed).
     pub compute_ms: Option<f64>,
-    /// Blocked in reads per clock (ms).
     pub blocked_ms: f64,
     /// Of that, in reads that needed a clock above the shard's min clock last seen (may
     /// have waited for slower workers).
@@ -162,9 +152,7 @@ pub struct ClockBreakdown {
     pub other_ms: Option<f64>,
     /// Blocking read round trips per clock.
     pub round_trips: f64,
-    /// Read request messages per clock.
     pub request_messages: f64,
-    /// Rows requested per clock.
     pub rows_requested: f64,
     /// Of those, requested ahead of the clock that needs them.
     pub rows_ahead: f64,
@@ -211,36 +199,28 @@ impl ClockBreakdown {
 pub struct ConsistencyAppFigures {
     /// The target (RMSE for MF, log-loss for LR).
     pub target: f64,
-    /// Every run.
     pub runs: Vec<ConsistencyRun>,
     /// BSP's time to target over SSP's at SSP's best staleness (> 1: SSP is faster).
     pub bsp_over_best_ssp: Option<f64>,
-    /// SSP's best staleness.
     pub best_ssp_staleness: Option<u32>,
     /// Best SSP time over best ESSP time (>= 1: ESSP at least as fast).
     pub best_ssp_over_best_essp: Option<f64>,
     /// Mean observed staleness of ESSP over SSP's, averaged over the common bounds > 0.
     pub essp_over_ssp_mean_staleness: Option<f64>,
-    /// The same for the variance.
     pub essp_over_ssp_staleness_variance: Option<f64>,
     /// Iterations to target at the largest bound over at the best bound (SSP).
     pub ssp_iterations_largest_over_best: Option<f64>,
-    /// The SVG plot.
     pub plot: String,
 }
 
 /// The whole JSON line.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConsistencyFigures {
-    /// Workers per run.
     pub workers: usize,
-    /// Transient slowdown probability.
     pub transient_probability: f64,
-    /// Transient slowdown factor.
     pub transient_factor: f64,
     /// Persistent straggler factor (1 = none).
     pub persistent_factor: f64,
-    /// Emulated compute per clock (ms).
     pub clock_ms: f64,
     /// Link latency and jitter (ms; QUIC only).
     pub latency_ms: u64,
@@ -250,7 +230,6 @@ pub struct ConsistencyFigures {
     pub expected_clock_ms: f64,
     /// Expected ms per clock of the slowest worker (what BSP pays).
     pub expected_slowest_clock_ms: f64,
-    /// Quick mode.
     pub quick: bool,
     /// Per app (`mf`, `lr`).
     pub apps: std::collections::BTreeMap<String, ConsistencyAppFigures>,
@@ -336,10 +315,8 @@ fn run_one(
             mean_staleness: st.mean,
             staleness_variance: st.variance,
             max_staleness: st.max,
-            staleness_variance_between_workers: None,
-            per_worker_mean_staleness: Vec::new(),
             wall_s,
-            per_clock: None,
+            ..ConsistencyRun::default()
         }
     };
     Ok(match app {
@@ -521,74 +498,26 @@ pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, PsBenc
 
 fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
     println!("{app} (target {})", f.target);
-    let mut table = Table::new(&[
-        "model",
-        "bound",
-        "reached",
-        "time to target (s)",
-        "iterations",
-        "mean staleness",
-        "var",
-        "of it between workers",
-        "max",
-        "wall (s)",
-    ]);
-    for r in &f.runs {
-        table.row(vec![
-            r.model.to_string(),
-            r.staleness.map_or("none".into(), |b| b.to_string()),
-            r.reached_target.to_string(),
-            r.time_to_target_s.map_or("-".into(), fmt),
-            r.iterations.to_string(),
-            fmt(r.mean_staleness),
-            fmt(r.staleness_variance),
-            r.staleness_variance_between_workers.map_or("-".into(), fmt),
-            r.max_staleness.to_string(),
-            fmt(r.wall_s),
-        ]);
-    }
-    table.print();
+    let keys = "model staleness reached_target time_to_target_s iterations mean_staleness \
+                staleness_variance staleness_variance_between_workers max_staleness wall_s";
+    json_table(&f.runs, keys).print();
     println!(
         "per clock (ms): the job's pace (time to target over min-clock iterations), then per \
          worker-clock averaged over every clock of every worker:"
     );
-    let mut table = Table::new(&[
-        "model",
-        "bound",
-        "pace",
-        "ms/clock",
-        "compute",
-        "blocked in reads",
-        "of which past seen min",
-        "other",
-        "round trips",
-        "read msgs",
-        "rows",
-        "rows ahead",
-    ]);
-    let o = |x: Option<f64>| x.map_or("-".into(), fmt);
-    for r in &f.runs {
-        let Some(b) = r.per_clock else { continue };
-        let pace = r
-            .time_to_target_s
+    let per_clock = f.runs.iter().filter(|r| r.per_clock.is_some()).map(|r| {
+        let mut row = serde_json::to_value(r).unwrap_or_default();
+        row["pace_ms"] = (r.time_to_target_s)
             .filter(|_| r.iterations > 0)
-            .map(|t| t * 1e3 / r.iterations as f64);
-        table.row(vec![
-            r.model.to_string(),
-            r.staleness.map_or("none".into(), |b| b.to_string()),
-            o(pace),
-            o(b.ms),
-            o(b.compute_ms),
-            fmt(b.blocked_ms),
-            fmt(b.bound_blocked_ms),
-            o(b.other_ms),
-            fmt(b.round_trips),
-            fmt(b.request_messages),
-            fmt(b.rows_requested),
-            fmt(b.rows_ahead),
-        ]);
-    }
-    table.print();
+            .map(|t| t * 1e3 / r.iterations as f64)
+            .into();
+        row
+    });
+    let keys = "model staleness pace_ms per_clock/ms per_clock/compute_ms per_clock/blocked_ms \
+                per_clock/bound_blocked_ms per_clock/other_ms per_clock/round_trips \
+                per_clock/request_messages per_clock/rows_requested per_clock/rows_ahead";
+    json_table(per_clock, keys).print();
+    let o = |x: Option<f64>| x.map_or("-".into(), fmt);
     println!(
         "bsp / best ssp (s={}): {}x; best ssp / best essp: {}x; essp/ssp mean staleness {}, \
          variance {}; plot {}\n",

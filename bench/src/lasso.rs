@@ -5,7 +5,7 @@
 //! nodes, as threads of this process talking QUIC over 127.0.0.1 by default).
 
 use crate::common::upper_median;
-use petrel::report::{Table, fmt};
+use petrel::report::fmt;
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
@@ -122,61 +122,35 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
             (!args.cyclic_plain).then_some(args.rho),
         ),
     ];
-    let mut table = Table::new(&[
-        "mode",
-        "filter rho",
-        "updates to tol (median)",
-        "seconds (median)",
-        "rounds",
-        "final rel. gap",
-        "KKT",
-        "runs reached",
-    ]);
     let mut results: Vec<(String, Vec<LassoMetrics>)> = Vec::new();
     let mut worst_gap: f64 = 0.0;
     let mut medians = std::collections::HashMap::new();
+    let mut rows = Vec::new();
     for (mode, rho) in variants {
-        let mode_name = mode.to_string();
         let runs = run_mode(&args, &base, &out, target, mode, rho)?;
-        let reached: Vec<&LassoMetrics> =
-            runs.iter().filter(|m| m.target_updates.is_some()).collect();
-        let upd = if reached.len() == runs.len() {
-            upper_median(reached.iter().filter_map(|m| m.target_updates).collect())
-        } else {
-            None
-        };
-        let secs = if reached.len() == runs.len() {
-            upper_median(reached.iter().filter_map(|m| m.target_s).collect())
-        } else {
-            None
-        };
-        for m in &runs {
-            worst_gap = worst_gap.max((m.final_objective - optimum) / optimum);
-        }
-        let gaps = upper_median(
-            runs.iter()
-                .map(|m| (m.final_objective - optimum) / optimum)
-                .collect(),
-        )
-        .unwrap_or(f64::NAN);
+        let reached = runs.iter().filter(|m| m.target_updates.is_some()).count();
+        // A median to the target only when every run reached it.
+        let all = reached == runs.len();
+        let upd = upper_median(runs.iter().filter_map(|m| m.target_updates).collect());
+        let upd = upd.filter(|_| all);
+        let secs = upper_median(runs.iter().filter_map(|m| m.target_s).collect()).filter(|_| all);
+        let gaps: Vec<f64> = (runs.iter())
+            .map(|m| (m.final_objective - optimum) / optimum)
+            .collect();
+        worst_gap = gaps.iter().copied().fold(worst_gap, f64::max);
         let kkt =
             upper_median(runs.iter().map(|m| m.final_kkt_violation).collect()).unwrap_or(f64::NAN);
-        table.row(vec![
-            mode_name.clone(),
-            rho.map_or("-".into(), |r| r.to_string()),
-            upd.map_or("not reached".into(), |u| u.to_string()),
-            secs.map_or("-".into(), |s| format!("{s:.2}")),
-            upper_median(runs.iter().map(|m| m.rounds).collect())
-                .unwrap_or(0)
-                .to_string(),
-            format!("{gaps:.2e}"),
-            format!("{kkt:.2e}"),
-            format!("{}/{}", reached.len(), runs.len()),
-        ]);
+        rows.push(serde_json::json!({
+            "mode": mode.to_string(), "rho": rho, "updates_to_tol": upd, "seconds": secs,
+            "rounds": upper_median(runs.iter().map(|m| m.rounds).collect()),
+            "final_rel_gap": upper_median(gaps), "kkt": kkt,
+            "runs_reached": format!("{reached}/{}", runs.len()),
+        }));
         medians.insert(mode, (upd, secs, kkt));
-        results.push((mode_name, runs));
+        results.push((mode.to_string(), runs));
     }
-    table.print();
+    let keys = "mode rho updates_to_tol seconds rounds final_rel_gap kkt runs_reached";
+    crate::common::json_table(rows, keys).print();
     let plot = write_plots(&out, &results, optimum)?;
     let get = |m| medians.get(&m).copied().unwrap_or((None, None, f64::NAN));
     let (du, ds, dk) = get(ScheduleMode::Dynamic);

@@ -5,7 +5,7 @@
 //! interleaved repeats. STRADS runs as a scheduler process and one process per worker by
 //! default, each generating only its rows.
 //!
-//! Its own figures: per run the block size (`U`), the round breakdown (`profile`) and
+//! Its own figures: per run the block size (`block_size`), the round breakdown (`profile`) and
 //! `compute_ratio` (the compute on the rounds' critical path up to the target over
 //! `baseline_s`: the ratio's floor if messages and waits cost nothing); per size
 //! `optimum_s` and `data_mb_per_worker`; and after the table a probe of how fast one and two
@@ -14,9 +14,7 @@
 
 use crate::memory_bandwidth::{self, StreamBandwidth};
 pub use crate::scale::DesignSize;
-use crate::scale::{
-    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, PetrelRun, Prepared, cell,
-};
+use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, PetrelRun, Prepared};
 use petrel::train::{NodeMemory, StradsTrainError, run_lasso_job};
 use petrel_ml::data::SparseColumns;
 use petrel_strads::StradsError;
@@ -141,10 +139,7 @@ pub fn worker_holds_mb(solver: LassoSolver, nnz: usize, size: &DesignSize, worke
 
 impl LassoScaleBenchArgs {
     fn job_for(&self, size: &DesignSize) -> LassoJob {
-        // Each solver gets its own knobs only (`gauss-seidel` refuses the scheduled mode's).
-        let scheduled = self.solver == LassoSolver::Scheduled;
-        let d = LassoJob::default();
-        LassoJob {
+        let mut job = LassoJob {
             synthetic: SyntheticLasso {
                 n_samples: size.n_samples,
                 n_features: size.n_features,
@@ -159,21 +154,16 @@ impl LassoScaleBenchArgs {
             lambda_fraction: self.lambda_fraction,
             timeout_s: self.common.timeout_s,
             round_latency_ms: self.round_latency_ms,
-            interference_bound: if scheduled {
-                self.interference_bound
-            } else {
-                d.interference_bound
-            },
-            depth: if scheduled { self.depth } else { d.depth },
             solver: self.solver,
-            gs_chunk: if scheduled { d.gs_chunk } else { self.gs_chunk },
-            gs_active_passes: if scheduled {
-                d.gs_active_passes
-            } else {
-                self.gs_active_passes
-            },
-            ..d
+            ..LassoJob::default()
+        };
+        // Each solver gets its own knobs only (`gauss-seidel` refuses the scheduled mode's).
+        if self.solver == LassoSolver::Scheduled {
+            (job.interference_bound, job.depth) = (self.interference_bound, self.depth);
+        } else {
+            (job.gs_chunk, job.gs_active_passes) = (self.gs_chunk, self.gs_active_passes);
         }
+        job
     }
 }
 
@@ -192,18 +182,9 @@ impl CdScale for LassoScaleBenchArgs {
     const NAME: &'static str = "lasso-scale";
     const NO_CLUSTER: &'static str =
         "lasso-scale compares STRADS runs: --transport memory, quic or processes";
-    const EXTRA_COLUMNS: &'static [&'static str] = &[
-        "U",
-        "rss MB",
-        "worker MB",
-        "holds MB",
-        "peak / holds",
-        "heap / holds",
-        "sched. MB",
-        "round ms",
-        "messaging s",
-        "compute / base",
-    ];
+    const EXTRA_KEYS: &'static str = "block_size rss_mb worker_rss_mb worker_holds_mb \
+        worker_rss_over_holds worker_heap_over_holds scheduler_rss_mb profile/round_latency_ms \
+        profile/messaging_s compute_ratio";
     const PLOT: [&'static str; 3] = [
         "lasso_scale_us_per_update.svg",
         "Lasso: time per coordinate update against design size",
@@ -337,22 +318,6 @@ impl CdScale for LassoScaleBenchArgs {
                 profile: m.profile.clone(),
             },
         })
-    }
-
-    fn cells(f: &PetrelFigures) -> Vec<String> {
-        let m = &f.memory;
-        vec![
-            f.extra.block_size.to_string(),
-            cell(f.rss_mb, 0),
-            cell(m.worker_rss_mb, 0),
-            format!("{:.1}", m.worker_holds_mb),
-            cell(m.worker_rss_over_holds, 2),
-            cell(m.worker_heap_over_holds, 2),
-            cell(m.scheduler_rss_mb, 0),
-            format!("{:.2}", f.extra.profile.round_latency_ms),
-            format!("{:.2}", f.extra.profile.messaging_s),
-            cell(f.extra.compute_ratio, 2),
-        ]
     }
 
     /// After the table, a probe of how fast one thread and two threads stream memory here.

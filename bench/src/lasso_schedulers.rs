@@ -4,7 +4,6 @@
 //! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
 //! 127.0.0.1); the table shows medians over `--repeats` runs.
 
-use petrel::report::Table;
 use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
@@ -106,17 +105,6 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
         args.n_samples, args.n_features, args.gap_tolerance
     );
     let out = absolute(&args.out)?;
-    let mut table = Table::new(&[
-        "schedulers",
-        "depth",
-        "rounds per scheduler",
-        "coordinate updates",
-        "evaluations",
-        "seconds (median)",
-        "seconds (min-max)",
-        "worst (f - f*)/f*",
-        "worst KKT",
-    ]);
     let mut variants = Vec::new();
     let mut series = Vec::new();
     for &depth in &args.depths {
@@ -160,17 +148,6 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
                     .map(|m| m.final_kkt_violation)
                     .fold(0.0, f64::max),
             };
-            table.row(vec![
-                s.to_string(),
-                depth.to_string(),
-                format!("{:.0}", v.rounds_per_scheduler),
-                v.updates.to_string(),
-                v.evaluations.to_string(),
-                format!("{:.2}", v.seconds),
-                format!("{:.2}-{:.2}", v.seconds_min, v.seconds_max),
-                format!("{:.1e}", v.worst_objective_gap),
-                format!("{:.1e}", v.worst_kkt),
-            ]);
             if let Some(m) = runs.first() {
                 series.push(Series {
                     name: format!("S={s} depth={depth}"),
@@ -184,7 +161,9 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
             variants.push(v);
         }
     }
-    table.print();
+    let keys = "schedulers depth rounds_per_scheduler updates evaluations seconds seconds_min \
+                seconds_max worst_objective_gap worst_kkt";
+    crate::common::json_table(&variants, keys).print();
     let plot = out.join("lasso_schedulers_objective_vs_time.svg");
     line_plot(
         &plot,

@@ -5,7 +5,6 @@
 //! corpus, topics and iterations: sampling throughput and log-likelihood per token against
 //! time (both measured from the end of initialisation).
 
-use petrel::report::Table;
 use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_job};
@@ -127,15 +126,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
         ));
     }
     let out = absolute(&args.out)?;
-    let mut table = Table::new(&[
-        "system",
-        "workers",
-        "tokens/s",
-        "tokens/s per worker",
-        "sampling (s)",
-        "initial ll/token",
-        "final ll/token",
-    ]);
+    let mut table = Vec::new();
     let mut runs: Vec<(usize, LdaMetrics)> = Vec::new();
     for &p in &args.workers {
         let job = LdaJob {
@@ -146,7 +137,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
             ..LdaJob::default()
         };
         let m = run_job::<LdaApp>(&job, p, args.transport)?;
-        table.row(row("rotation".into(), p, &m));
+        table.push(row("rotation".into(), p, &m));
         runs.push((p, m));
     }
     let ps = if args.no_ps {
@@ -154,10 +145,12 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     } else {
         let &(p, _) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
         let m = run_ps(&args, p, &out)?;
-        table.row(row(format!("ps ssp s={}", args.staleness), p, &m.lda));
+        table.push(row(format!("ps ssp s={}", args.staleness), p, &m.lda));
         Some(m)
     };
-    table.print();
+    let keys = "system workers tokens_per_s tokens_per_s_per_worker sampling_s initial_loglik_per_token \
+                final_loglik_per_token";
+    crate::common::json_table(&table, keys).print();
     let plot = write_plot(&args, &out, &runs, ps.as_ref())?;
     let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
     let single = runs
@@ -184,19 +177,13 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
 }
 
 /// A run's table row: `system` on `p` workers.
-fn row(system: String, p: usize, m: &LdaMetrics) -> Vec<String> {
-    vec![
-        system,
-        p.to_string(),
-        format!("{:.0}", m.tokens_per_s_per_worker * p as f64),
-        format!("{:.0}", m.tokens_per_s_per_worker),
-        format!("{:.2}", m.sampling_s),
-        format!(
-            "{:.4}",
-            m.loglik.first().map_or(f64::NAN, |l| l.loglik_per_token)
-        ),
-        format!("{:.4}", m.final_loglik_per_token),
-    ]
+fn row(system: String, p: usize, m: &LdaMetrics) -> serde_json::Value {
+    let initial = m.loglik.first().map(|l| l.loglik_per_token);
+    serde_json::json!({
+        "system": system, "workers": p, "tokens_per_s": m.tokens_per_s_per_worker * p as f64,
+        "tokens_per_s_per_worker": m.tokens_per_s_per_worker, "sampling_s": m.sampling_s,
+        "initial_loglik_per_token": initial, "final_loglik_per_token": m.final_loglik_per_token,
+    })
 }
 
 /// Plots every run's log-likelihood per token against time (each curve from its own
@@ -272,10 +259,7 @@ fn ps_figures(m: &PsLdaMetrics, last: &LdaMetrics) -> PsFigures {
         target_loglik_per_token: target,
         rotation_time_to_target_s: rot_t,
         ps_time_to_target_s: ps_t,
-        rotation_vs_ps_time_to_target: match (rot_t, ps_t) {
-            (Some(r), Some(p)) if r > 0.0 => Some(p / r),
-            _ => None,
-        },
+        rotation_vs_ps_time_to_target: crate::common::ratio(ps_t, rot_t),
     }
 }
 

@@ -12,7 +12,7 @@
 //! core; 1 is flat) and `speedup` (tokens/s of the largest worker count over one worker's,
 //! at each size). An SVG plots the time per token per core against the corpus size.
 
-use crate::scale::{GridArgs, cell, grid, per_core, write_plot};
+use crate::scale::{GridArgs, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_strads::StradsError;
@@ -144,7 +144,9 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
     let runs = grid(
         &args.tokens,
         &args.grid.workers,
-        &COLUMNS,
+        "tokens workers tokens_per_s tokens_per_s_per_core ns_per_token_per_core sampling_s \
+         wall_s final_loglik_per_token worker_rss_mb worker_holds_mb worker_rss_over_holds \
+         worker_heap_over_holds scheduler_rss_mb",
         |&tokens, workers| run_one(args, &out, tokens, workers),
     )?;
     let sizes: Vec<LdaScaleSize> = args
@@ -210,23 +212,6 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
     })
 }
 
-/// The table's columns, one row per corpus size and worker count.
-const COLUMNS: [&str; 13] = [
-    "tokens",
-    "workers",
-    "tokens/s",
-    "tokens/s per core",
-    "ns / token / core",
-    "sampling s",
-    "wall s",
-    "final ll/token",
-    "worker peak MB",
-    "worker holds MB",
-    "peak / holds",
-    "heap / holds",
-    "scheduler peak MB",
-];
-
 /// Refuses a document longer than a corpus.
 fn validate(args: &LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
     if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
@@ -243,7 +228,7 @@ fn run_one(
     out: &Path,
     tokens: usize,
     workers: usize,
-) -> Result<(LdaScaleRun, Vec<String>), StradsTrainError> {
+) -> Result<(LdaScaleRun, serde_json::Value), StradsTrainError> {
     let docs = tokens / args.doc_length;
     let job = LdaJob {
         synthetic: crate::lda::corpus(args.topics, args.vocab, docs, args.doc_length),
@@ -266,21 +251,6 @@ fn run_one(
     } else {
         f64::NAN
     };
-    let row = vec![
-        m.n_tokens.to_string(),
-        workers.to_string(),
-        format!("{tokens_per_s:.0}"),
-        format!("{:.0}", m.tokens_per_s_per_worker),
-        format!("{ns_per_token_per_core:.1}"),
-        format!("{:.2}", m.sampling_s),
-        format!("{wall_s:.1}"),
-        format!("{:.4}", m.final_loglik_per_token),
-        cell(memory.worker_rss_mb, 0),
-        format!("{holds:.1}"),
-        cell(memory.worker_rss_over_holds, 2),
-        cell(memory.worker_heap_over_holds, 2),
-        cell(memory.scheduler_rss_mb, 0),
-    ];
     let run = LdaScaleRun {
         workers,
         tokens_per_s,
@@ -291,5 +261,7 @@ fn run_one(
         final_loglik_per_token: m.final_loglik_per_token,
         memory,
     };
+    let mut row = serde_json::to_value(&run).unwrap_or_default();
+    row["tokens"] = m.n_tokens.into();
     Ok((run, row))
 }

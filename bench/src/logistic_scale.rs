@@ -5,7 +5,7 @@
 //! by at most `--optimum-tolerance`; every runner is timed to `f* (1 + --tolerance)`.
 
 use crate::scale::{
-    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, PetrelRun, Prepared, cell,
+    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, PetrelRun, Prepared,
 };
 use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_strads::StradsError;
@@ -85,7 +85,7 @@ impl CdScale for LogisticScaleBenchArgs {
     const NAME: &'static str = "logistic-scale";
     const NO_CLUSTER: &'static str =
         "logistic-scale compares STRADS runs: --transport memory, quic or processes";
-    const EXTRA_COLUMNS: &'static [&'static str] = &["rounds", "rss MB"];
+    const EXTRA_KEYS: &'static str = "rounds rss_mb";
     const PLOT: [&'static str; 3] = [
         "logistic_scale_us_per_update.svg",
         "Sparse logistic regression: time per coordinate update against design size",
@@ -159,10 +159,7 @@ impl CdScale for LogisticScaleBenchArgs {
         let wall_s = started.elapsed().as_secs_f64();
         let petrel_s = (m.final_objective <= target).then_some(m.elapsed_s);
         let memory = NodeMemory::of_run(Some(&dir), transport, worker_holds_mb(nnz, size, workers));
-        let rss_mb = match (memory.worker_rss_mb, memory.scheduler_rss_mb) {
-            (Some(w), Some(s)) => Some(w.max(s)),
-            _ => None,
-        };
+        let rss_mb = (memory.worker_rss_mb.zip(memory.scheduler_rss_mb)).map(|(w, s)| w.max(s));
         Ok(CdRun {
             workers,
             petrel_s,
@@ -178,10 +175,6 @@ impl CdScale for LogisticScaleBenchArgs {
             memory,
             extra: (),
         })
-    }
-
-    fn cells(f: &CdRun<()>) -> Vec<String> {
-        vec![f.rounds.to_string(), cell(f.rss_mb, 0)]
     }
 
     fn top(&self) {}

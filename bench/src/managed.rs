@@ -22,8 +22,8 @@
 //! of the way from the clock run's initial to its final log-likelihood) is reached at the
 //! first pass at or above it.
 
-use crate::common::{PsBenchError, PsClusterArgs, ratio, save_and_print};
-use petrel::report::{Table, fmt};
+use crate::common::{PsBenchError, PsClusterArgs, json_table, ratio, save_and_print};
+use petrel::report::fmt;
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
@@ -118,13 +118,11 @@ pub struct ManagedBenchArgs {
 }
 
 /// One variant's figures.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Default, Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ManagedRun {
     /// `clock`, `fifo` or `relative-magnitude`.
     pub variant: String,
-    /// Whether the target was reached.
     pub reached_target: bool,
-    /// Seconds to the target.
     pub time_to_target_s: Option<f64>,
     /// MF: min clock at the target (or at the end); LDA: the pass at the target (or the
     /// passes run).
@@ -149,9 +147,7 @@ pub struct ManagedRun {
     /// such count).
     #[serde(default)]
     pub managed_rows: u64,
-    /// Mean observed staleness.
     pub mean_staleness: f64,
-    /// Seconds of the run.
     pub wall_s: f64,
     /// `(seconds, clock, value)` points (value: RMSE or log-likelihood per token).
     pub curve: Vec<(f64, u64, f64)>,
@@ -166,30 +162,24 @@ pub struct ManagedFigures {
     /// `rmse` (lower is better) or `loglik_per_token` (higher is better).
     #[serde(default = "default_metric")]
     pub metric: String,
-    /// Link rate (Mbit/s).
     pub mbit: f64,
     /// Managed budget as a fraction of the link rate.
     #[serde(default)]
     pub budget_fraction: f64,
-    /// Consistency of the items table.
     pub consistency: ConsistencyModel,
-    /// Its bound.
     pub staleness: u32,
     /// The target RMSE (MF) or log-likelihood per token (LDA).
     #[serde(alias = "target_rmse")]
     pub target: f64,
-    /// Quick mode.
     pub quick: bool,
     /// Whether the managed variants also push server to client.
     #[serde(default)]
     pub server_push: bool,
-    /// Every variant.
     pub runs: Vec<ManagedRun>,
     /// Time to target of `clock` over `relative-magnitude` (> 1: managed is faster).
     pub clock_over_relative_magnitude: Option<f64>,
     /// Time to target of `fifo` over `relative-magnitude`.
     pub fifo_over_relative_magnitude: Option<f64>,
-    /// The plots.
     pub plots: Vec<String>,
 }
 
@@ -243,19 +233,13 @@ fn traffic(
     };
     ManagedRun {
         variant: name.to_string(),
-        reached_target: false,
-        time_to_target_s: None,
-        iterations: 0,
         sent_bytes: sent,
         received_bytes: received,
         bytes_per_clock: per_clock(sent),
         both_ways_per_clock: per_clock(sent + received),
-        bytes_to_target: None,
-        final_value: 0.0,
-        managed_rows: 0,
         mean_staleness,
         wall_s,
-        curve: Vec::new(),
+        ..ManagedRun::default()
     }
 }
 
@@ -453,39 +437,13 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, PsBenchError> 
             bytes_plot.display().to_string(),
         ],
     };
-    let mut table = Table::new(&[
-        "variant",
-        "reached",
-        "time to target (s)",
-        "iterations",
-        "MB sent",
-        "MB received",
-        "kB/clock both ways",
-        "MB to target",
-        if lda { "final ll/token" } else { "final rmse" },
-        "mean staleness",
-        "early rows",
-    ]);
-    for r in &figures.runs {
-        table.row(vec![
-            r.variant.clone(),
-            r.reached_target.to_string(),
-            r.time_to_target_s.map_or("-".into(), fmt),
-            r.iterations.to_string(),
-            fmt(r.sent_bytes as f64 / 1e6),
-            fmt(r.received_bytes as f64 / 1e6),
-            fmt(r.both_ways_per_clock / 1e3),
-            r.bytes_to_target.map_or("-".into(), |b| fmt(b / 1e6)),
-            fmt(r.final_value),
-            fmt(r.mean_staleness),
-            if lda {
-                r.managed_rows.to_string()
-            } else {
-                "-".into()
-            },
-        ]);
-    }
-    table.print();
+    let keys = "variant reached_target time_to_target_s iterations sent_bytes received_bytes \
+                both_ways_per_clock bytes_to_target final_value mean_staleness";
+    json_table(
+        &figures.runs,
+        &format!("{keys} {}", if lda { "managed_rows" } else { "" }),
+    )
+    .print();
     let o = |x: Option<f64>| x.map_or("-".into(), fmt);
     println!(
         "clock / relative-magnitude: {}x; fifo / relative-magnitude: {}x; plots {}",

@@ -3,7 +3,6 @@
 //! RMSE against time, time to a target RMSE, final train and test RMSE, and the bytes per
 //! round through the scheduler (the H blocks rotate worker to worker).
 
-use petrel::report::Table;
 use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_job};
@@ -82,16 +81,6 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
         ));
     }
     let out = absolute(&args.out)?;
-    let mut table = Table::new(&[
-        "workers",
-        "train ratings per worker",
-        "time to target (s)",
-        "total (s)",
-        "final train RMSE",
-        "test RMSE",
-        "scheduler bytes/sub-round",
-        "star estimate",
-    ]);
     let mut runs: Vec<(usize, MfMetrics)> = Vec::new();
     for &p in &args.workers {
         let job = StradsMfJob {
@@ -112,20 +101,19 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
             ..StradsMfJob::default()
         };
         let m = run_job::<MfApp>(&job, p, args.transport)?;
-        table.row(vec![
-            p.to_string(),
-            format!("{:?}", m.worker_ratings),
-            m.time_to_target_s
-                .map_or("not reached".into(), |t| format!("{t:.2}")),
-            format!("{:.2}", m.elapsed_s),
-            format!("{:.4}", m.final_train_rmse),
-            format!("{:.4}", m.final_test_rmse),
-            format!("{:.0}", bytes_per_round(&m).0),
-            format!("{:.0}", bytes_per_round(&m).1),
-        ]);
         runs.push((p, m));
     }
-    table.print();
+    let rows = runs.iter().map(|(p, m)| {
+        let (ring, star) = bytes_per_round(m);
+        let mut row = serde_json::to_value(m).unwrap_or_default();
+        row["workers"] = (*p).into();
+        row["scheduler_bytes_per_round"] = ring.into();
+        row["star_estimate"] = star.into();
+        row
+    });
+    let keys = "workers worker_ratings time_to_target_s elapsed_s final_train_rmse \
+                final_test_rmse scheduler_bytes_per_round star_estimate";
+    crate::common::json_table(rows, keys).print();
     let plot = out.join("mf_rmse_vs_time.svg");
     let series: Vec<Series> = runs
         .iter()

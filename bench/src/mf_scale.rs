@@ -11,7 +11,7 @@
 //! over slowest ratings/s per core; 1 is flat) and `per_core_trend` (largest size's over
 //! the smallest's), and the 2-worker speed-up at the largest size.
 
-use crate::scale::{GridArgs, cell, grid, per_core, write_plot};
+use crate::scale::{GridArgs, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_actors::JobTransport;
@@ -188,7 +188,10 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
     let sizes: Vec<MfScaleRun> = grid(
         &args.ratings,
         &args.grid.workers,
-        &COLUMNS,
+        "ratings users items workers seconds_to_target sweeps_to_target ratings_per_s_per_core \
+         ratings_per_s_per_core_all_sweeps speedup_over_1 train_s wall_s final_rmse \
+         final_test_rmse rss_mb worker_rss_mb worker_holds_mb worker_rss_over_holds \
+         worker_heap_over_holds scheduler_rss_mb",
         |&n, workers| {
             let run = run_one(
                 args,
@@ -200,7 +203,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
             if workers == 1 {
                 one_worker_s.insert(n, run.seconds_to_target);
             }
-            let row = row(&run);
+            let row = serde_json::to_value(&run).unwrap_or_default();
             Ok((run, row))
         },
     )?
@@ -258,28 +261,6 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
         plot,
     })
 }
-
-/// The table's columns, one row per size and worker count.
-const COLUMNS: [&str; 18] = [
-    "ratings",
-    "users x items",
-    "workers",
-    "s to target",
-    "sweeps to target",
-    "ratings/s per core",
-    "all sweeps",
-    "speed-up over 1",
-    "train s",
-    "wall s",
-    "final train RMSE",
-    "test RMSE",
-    "rss MB",
-    "worker peak MB",
-    "worker holds MB",
-    "peak / holds",
-    "heap / holds",
-    "scheduler peak MB",
-];
 
 /// Refuses zero sizes and worker counts and an observed fraction outside (0, 1].
 fn validate(args: &MfScaleBenchArgs) -> Result<(), StradsTrainError> {
@@ -345,10 +326,7 @@ fn run_one(
     let all_sweeps = (m.elapsed_s > 0.0)
         .then(|| m.train_ratings as f64 * args.iterations as f64 / m.elapsed_s / workers as f64);
     let one_worker_s = if workers == 1 { seconds } else { one_worker_s };
-    let speedup = one_worker_s
-        .zip(seconds)
-        .filter(|(_, s)| *s > 0.0)
-        .map(|(one, s)| one / s);
+    let speedup = crate::common::ratio(one_worker_s, seconds);
     let holds = worker_holds_mb(
         m.train_ratings + m.test_ratings,
         m.n_users,
@@ -375,31 +353,6 @@ fn run_one(
         rss_mb,
         memory,
     })
-}
-
-/// A run's table row.
-fn row(r: &MfScaleRun) -> Vec<String> {
-    vec![
-        r.ratings.to_string(),
-        format!("{} x {}", r.users, r.items),
-        r.workers.to_string(),
-        r.seconds_to_target
-            .map_or("not reached".into(), |s| format!("{s:.2}")),
-        cell(r.sweeps_to_target, 1),
-        cell(r.ratings_per_s_per_core, 0),
-        cell(r.ratings_per_s_per_core_all_sweeps, 0),
-        cell(r.speedup_over_1, 2),
-        format!("{:.2}", r.train_s),
-        format!("{:.1}", r.wall_s),
-        format!("{:.4}", r.final_rmse),
-        format!("{:.4}", r.final_test_rmse),
-        cell(r.rss_mb, 0),
-        cell(r.memory.worker_rss_mb, 0),
-        format!("{:.1}", r.memory.worker_holds_mb),
-        cell(r.memory.worker_rss_over_holds, 2),
-        cell(r.memory.worker_heap_over_holds, 2),
-        cell(r.memory.scheduler_rss_mb, 0),
-    ]
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 // Long because one bench is its flags, runner, probe, table, plot and JSON schema.
 
 use petrel::netns::{Hosts, LinkShape};
-use petrel::report::{Table, fmt, print_json, save_json};
+use petrel::report::{fmt, print_json, save_json};
 use petrel::train::p3::{P3JobError, processes};
 use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_net::{NetConfig, ShaperConfig};
@@ -140,13 +140,11 @@ struct AtBandwidth {
     bound_s: f64,
     /// The link's goodput measured in this run (see [`probe_goodput`]), Mbit/s.
     goodput_mbit: f64,
-    /// How the goodput was measured.
     goodput_source: &'static str,
     /// The transfer probe's iteration times (slowest worker's median per probe).
     probe_s: f64,
     /// The ideal pipeline's iteration time at the goodput ([`ideal_iteration_s`]).
     ideal_s: f64,
-    /// The same at the nominal rate.
     ideal_nominal_s: f64,
 }
 
@@ -230,12 +228,11 @@ impl ModeRun {
         skip: usize,
         stat: fn(&[f64], usize) -> Option<f64>,
     ) -> Result<f64, P3JobError> {
-        let mut worst: f64 = 0.0;
-        for r in &self.reports {
-            let t = stat(&r.marks_s, skip).ok_or(P3JobError::NoMeasuredIterations)?;
-            worst = worst.max(t);
-        }
-        Ok(worst)
+        self.reports.iter().try_fold(0.0f64, |worst, r| {
+            let t = stat(&r.marks_s, skip);
+            t.map(|t| worst.max(t))
+                .ok_or(P3JobError::NoMeasuredIterations)
+        })
     }
 }
 
@@ -254,7 +251,6 @@ struct Figures {
     /// Per-peer credit in bytes (see [`default_credit_bytes`]).
     credit_bytes: usize,
     device_gflops: f64,
-    /// The first bandwidth's.
     #[serde(flatten)]
     first: AtBandwidth,
     sequential_s: f64,
@@ -268,23 +264,6 @@ struct Figures {
     max_cpu_cores: f64,
     available_cores: usize,
     sweep: Vec<Point>,
-}
-
-/// Process CPU time (user + system) in seconds from /proc/self/stat (Linux; clock ticks
-/// of 100 Hz, the kernel's USER_HZ on every common architecture).
-pub fn process_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    parse_cpu_seconds(&stat)
-}
-
-fn parse_cpu_seconds(stat: &str) -> Option<f64> {
-    // The command name may contain spaces; fields resume after the last ')'.
-    let rest = stat.get(stat.rfind(')')? + 1..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After ')' the first field is `state` (field 3), so utime (14) is index 11.
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
 }
 
 struct Setup {
@@ -350,10 +329,7 @@ fn run_mode(
         let limit = Duration::from_secs(args.netns_timeout_s);
         let drops0 = hosts.qdisc_drops().ok();
         let (reports, cpu) = processes::run_job(Some(hosts), &cfg, &net, &dir, limit)?;
-        let drops = match (drops0, hosts.qdisc_drops().ok()) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-            _ => None,
-        };
+        let drops = (drops0.zip(hosts.qdisc_drops().ok())).map(|(a, b)| b.saturating_sub(a));
         let _ = std::fs::remove_dir_all(&dir);
         return Ok(ModeRun {
             reports,
@@ -377,11 +353,11 @@ fn run_mode(
     let profile = setup.profile.clone();
     let (device, batch) = (setup.device_flops, setup.batch);
     let factory = move |_| Ok(EmulatedModel::new(&profile, device, batch));
-    let cpu0 = process_cpu_seconds();
+    let cpu0 = petrel_observe::process::read().map(|p| p.cpu_s);
     let t0 = Instant::now();
     let reports = run_cluster(&job, factory, None)?;
     let wall = t0.elapsed().as_secs_f64();
-    let cpu = match (cpu0, process_cpu_seconds()) {
+    let cpu = match (cpu0, petrel_observe::process::read().map(|p| p.cpu_s)) {
         (Some(a), Some(b)) => (b - a) / wall.max(1e-9),
         _ => f64::NAN,
     };
@@ -685,30 +661,6 @@ fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point
 
 /// One bandwidth's bounds, goodput and ideal pipeline, then its table of modes.
 fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
-    let mut table = Table::new(&[
-        "mode",
-        "s/iter",
-        "samples/s",
-        "/ (C+M)",
-        "/ max(C,M)",
-        "/ ideal",
-        "efficiency",
-        "CPU cores",
-        "qdisc drops",
-    ]);
-    for m in &point.modes {
-        table.row(vec![
-            m.mode.to_string(),
-            fmt(m.secs_per_iter),
-            fmt(m.samples_per_s),
-            fmt(m.secs_per_iter / b.no_overlap_s),
-            fmt(m.secs_per_iter / b.optimal_s),
-            fmt(m.secs_per_iter / point.at.ideal_s),
-            fmt(m.efficiency),
-            fmt(m.cpu_cores),
-            m.qdisc_drops.map_or("-".into(), |d| d.to_string()),
-        ]);
-    }
     println!(
         "\nbandwidth {:.1} Mbit/s: C = {} s (fwd {} + bwd {}), M = {} s, C+M = {} s, \
          max(C,M) = {} s, T_fwd + max(T_bwd, M) = {} s",
@@ -735,7 +687,16 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
         fmt(point.at.ideal_s),
         fmt(point.at.ideal_nominal_s)
     );
-    table.print();
+    let rows = point.modes.iter().map(|m| {
+        let mut row = serde_json::to_value(m).unwrap_or_default();
+        row["over_c_plus_m"] = (m.secs_per_iter / b.no_overlap_s).into();
+        row["over_max_c_m"] = (m.secs_per_iter / b.optimal_s).into();
+        row["over_ideal"] = (m.secs_per_iter / point.at.ideal_s).into();
+        row
+    });
+    let keys = "mode secs_per_iter samples_per_s over_c_plus_m over_max_c_m over_ideal efficiency \
+                cpu_cores qdisc_drops";
+    crate::common::json_table(rows, keys).print();
 }
 
 /// The JSON figures: the first bandwidth's in full (with each mode's speed-ups), and the

@@ -6,7 +6,8 @@
 //! the adapter's own overhead (stage-wise against candle's whole-model backward, in this
 //! process, no network).
 
-use petrel::report::{Table, fmt, print_json};
+use crate::common::json_table;
+use petrel::report::print_json;
 use petrel::train::p3::{P3JobError, RealJobArgs, absolute_run_dir, run_processes};
 use petrel_p3::{CandleStageModel, Mode, StageModel, StagedNet};
 use serde::Serialize;
@@ -167,33 +168,14 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3JobError> {
         ));
     }
     let mut figures = serde_json::Map::new();
-    let mut table = Table::new(&["model", "mode", "Mbit/s", "images/s", "vs seq", "test acc"]);
-    let mut overheads = Table::new(&[
-        "model",
-        "params",
-        "fwd ms",
-        "bwd ms",
-        "whole fwd ms",
-        "whole bwd ms",
-        "set ms",
-        "overhead",
-    ]);
+    let (mut table, mut overheads) = (Vec::new(), Vec::new());
     for model in &args.models {
         let probe = args.job.node_config(model, Mode::P3, 1, &args.job.run_dir);
         let net = probe
             .real_net(&probe.input_shape()?)?
             .ok_or_else(|| P3JobError::Args("--models: empty name".into()))?;
         let (overhead, params) = adapter_overhead(&net, args.job.batch, args.overhead_iterations)?;
-        overheads.row(vec![
-            model.clone(),
-            params.to_string(),
-            fmt(overhead.stagewise_forward_ms),
-            fmt(overhead.stagewise_backward_ms),
-            fmt(overhead.whole_forward_ms),
-            fmt(overhead.whole_backward_ms),
-            fmt(overhead.set_tensors_ms),
-            format!("{:+.1}%", overhead.overhead * 100.0),
-        ]);
+        overheads.push(serde_json::json!({"model": model, "params": params, "adapter": overhead}));
         if args.overhead_only {
             figures.insert(
                 model.clone(),
@@ -223,24 +205,18 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3JobError> {
                 &dir,
                 Duration::from_secs(args.job.timeout_s),
             )?;
-            let mut worst: f64 = 0.0;
-            for r in &reports {
-                let t = r
-                    .secs_per_iter(args.warmup as usize)
-                    .ok_or(P3JobError::NoMeasuredIterations)?;
-                worst = worst.max(t);
-            }
+            let worst = reports.iter().try_fold(0.0f64, |worst, r| {
+                let t = r.secs_per_iter(args.warmup as usize);
+                t.map(|t| worst.max(t))
+                    .ok_or(P3JobError::NoMeasuredIterations)
+            })?;
             ips[i] = (args.job.workers * args.job.batch) as f64 / worst.max(1e-12);
             let acc = reports.first().and_then(|r| r.test).map(|t| t.accuracy);
             accuracy.insert(mode.name().into(), serde_json::json!(acc));
-            table.row(vec![
-                model.clone(),
-                mode.name().into(),
-                fmt(bandwidth),
-                fmt(ips[i]),
-                format!("{:.2}x", ips[i] / ips[0].max(1e-12)),
-                acc.map_or("-".into(), |a| fmt(f64::from(a))),
-            ]);
+            table.push(serde_json::json!({
+                "model": model, "mode": mode.name(), "mbit": bandwidth, "ips": ips[i],
+                "vs_sequential": ips[i] / ips[0].max(1e-12), "test_accuracy": acc,
+            }));
             let _ = std::fs::remove_dir_all(&dir);
         }
         figures.insert(
@@ -267,13 +243,16 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3JobError> {
              links shaped so that one model transfer ~ one iteration's compute",
             args.job.workers, args.job.shards
         );
-        table.print();
+        json_table(&table, "model mode mbit ips vs_sequential test_accuracy").print();
     }
     println!(
         "adapter overhead per iteration (batch {}, this process, no network):",
         args.job.batch
     );
-    overheads.print();
+    let keys = "model params adapter/stagewise_forward_ms adapter/stagewise_backward_ms \
+                adapter/whole_forward_ms adapter/whole_backward_ms adapter/set_tensors_ms \
+                adapter/overhead";
+    json_table(&overheads, keys).print();
     print_json(&serde_json::Value::Object(figures))?;
     Ok(())
 }

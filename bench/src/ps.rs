@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::BenchError;
-use petrel::report::{Table, fmt, print_json};
+use petrel::report::print_json;
 
 /// Role of a node that serves shards (and the transport-ceiling echo).
 pub const SHARD_ROLE: &str = "ps-bench-shard";
@@ -100,7 +100,7 @@ pub struct PsBenchArgs {
     /// Also run every size with `shared_memory_dir` set to DIR (a tmpfs such as
     /// `/dev/shm`), alternating with the QUIC run: large rows then travel between the
     /// co-located processes through files, QUIC carries only control frames. Reported in
-    /// its own columns (`shm MB/s`, `shm/quic`).
+    /// its own columns (`shm_mbps`, `shm_over_quic`).
     #[arg(long, value_name = "DIR")]
     pub shared_memory: Option<PathBuf>,
 }
@@ -188,7 +188,7 @@ fn echo_inbox_name(worker: u32) -> String {
 struct EchoActor {
     node: petrel_actors::Node,
     workers: Vec<String>,
-    back: Vec<Option<ActorRef<PsBenchEcho>>>,
+    back: std::collections::BTreeMap<usize, ActorRef<PsBenchEcho>>,
 }
 
 impl Actor for EchoActor {
@@ -203,20 +203,16 @@ impl Handler<Msg<PsBenchEcho>> for EchoActor {
             .workers
             .get(w)
             .ok_or_else(|| HandlerError::new(format!("no worker {w}")))?;
-        if self.back.len() <= w {
-            self.back.resize(w + 1, None);
-        }
-        if self.back[w].is_none() {
-            let r = self
-                .node
-                .actor_at::<PsBenchEcho>(node, &echo_inbox_name(w as u32))
-                .map_err(|e| HandlerError::new(e.to_string()))?;
-            self.back[w] = Some(r);
-        }
-        if let Some(r) = &self.back[w] {
-            r.tell(msg.body, Priority::NORMAL)
-                .map_err(|e| HandlerError::new(e.to_string()))?;
-        }
+        let back = match self.back.entry(w) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(
+                (self.node)
+                    .actor_at::<PsBenchEcho>(node, &echo_inbox_name(w as u32))
+                    .map_err(|e| HandlerError::new(e.to_string()))?,
+            ),
+        };
+        back.tell(msg.body, Priority::NORMAL)
+            .map_err(|e| HandlerError::new(e.to_string()))?;
         Ok(())
     }
 }
@@ -309,7 +305,7 @@ async fn shard_role(ctx: NodeContext) -> Result<(), PsBenchError> {
     let echo = EchoActor {
         node: ctx.node.clone(),
         workers: layout.worker_nodes.clone(),
-        back: Vec::new(),
+        back: Default::default(),
     }
     .start();
     ctx.node.register(ECHO_ACTOR, echo)?.accept::<PsBenchEcho>();
@@ -555,32 +551,23 @@ async fn petrel_run(
     let _ = std::fs::remove_dir_all(&dir);
     let moved = 2.0 * bytes as f64 * f64::from(iters);
     let ws: Vec<&NodeReport> = reports.iter().filter(|r| !r.ps_iter_s.is_empty()).collect();
-    let mut lat: Vec<f64> = ws
-        .iter()
-        .flat_map(|r| r.ps_iter_s.iter().copied())
-        .collect();
-    lat.sort_by(f64::total_cmp);
-    let mut echo: Vec<f64> = ws
-        .iter()
-        .flat_map(|r| r.echo_iter_s.iter().copied())
-        .collect();
-    echo.sort_by(f64::total_cmp);
-    let push: Vec<f64> = ws
-        .iter()
-        .flat_map(|r| r.push_iter_s.iter().copied())
-        .collect();
+    // Every worker's iteration times of one kind, sorted.
+    let sorted = |times: fn(&NodeReport) -> &Vec<f64>| {
+        let mut all: Vec<f64> = ws.iter().flat_map(|r| times(r).iter().copied()).collect();
+        all.sort_by(f64::total_cmp);
+        all
+    };
+    let (lat, echo) = (sorted(|r| &r.ps_iter_s), sorted(|r| &r.echo_iter_s));
+    // Summed over the workers.
+    let mbps = |total_s: fn(&NodeReport) -> f64| -> f64 {
+        ws.iter().map(|r| moved / total_s(r).max(1e-9) / 1e6).sum()
+    };
     Ok(RunFigures {
-        ps_mbps: ws
-            .iter()
-            .map(|r| moved / r.ps_total_s.max(1e-9) / 1e6)
-            .sum(),
+        ps_mbps: mbps(|r| r.ps_total_s),
         p50_ms: percentile(&lat, 0.5) * 1e3,
         p99_ms: percentile(&lat, 0.99) * 1e3,
-        push_p50_ms: median(push) * 1e3,
-        transport_mbps: ws
-            .iter()
-            .map(|r| moved / r.echo_total_s.max(1e-9) / 1e6)
-            .sum(),
+        push_p50_ms: median(sorted(|r| &r.push_iter_s)) * 1e3,
+        transport_mbps: mbps(|r| r.echo_total_s),
         transport_p50_ms: percentile(&echo, 0.5) * 1e3,
         rss_mb: reports.iter().map(|r| r.peak_rss_mb).fold(0.0, f64::max),
         shm_messages: reports.iter().map(|r| r.shm_messages).sum(),
@@ -745,15 +732,10 @@ pub fn breakdown(
         drop(got);
         let t6 = Instant::now();
         if i > 0 {
-            let d = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
-            samples.push([
-                d(t0, t1),
-                d(t1, t2),
-                d(t2, t3),
-                d(t3, t4),
-                d(t4, t5),
-                d(t5, t6),
-            ]);
+            let t = [t0, t1, t2, t3, t4, t5, t6];
+            samples.push(std::array::from_fn(|k| {
+                (t[k + 1] - t[k]).as_secs_f64() * 1e3
+            }));
         }
     }
     let col = |k: usize| median(samples.iter().map(|s| s[k]).collect());
@@ -912,11 +894,9 @@ fn measure_size(
     };
     let shm_mbps = sm(|r| r.ps_mbps);
     let p50_ms = m(|r| r.p50_ms);
-    let bd = if (workers, shards) == (1, 1) {
-        Some(breakdown(bytes, iters.min(50), !args.no_read_my_writes)?)
-    } else {
-        None
-    };
+    let bd = ((workers, shards) == (1, 1))
+        .then(|| breakdown(bytes, iters.min(50), !args.no_read_my_writes))
+        .transpose()?;
     Ok(SizeFigures {
         bytes,
         workers,
@@ -945,67 +925,14 @@ fn measure_size(
 
 /// The figures' table, then the 1x1 breakdown's.
 fn print_tables(out: &[SizeFigures]) {
-    let mut t = Table::new(&[
-        "W x S",
-        "bytes",
-        "ps MB/s",
-        "p50 ms",
-        "p99 ms",
-        "transport MB/s",
-        "ps/transport",
-        "peer MB/s",
-        "ps/peer",
-        "shm MB/s",
-        "shm/quic",
-        "rss MB",
-    ]);
-    for s in out {
-        t.row(vec![
-            format!("{}x{}", s.workers, s.shards),
-            s.bytes.to_string(),
-            fmt(s.ps_mbps),
-            fmt(s.p50_ms),
-            fmt(s.p99_ms),
-            fmt(s.transport_mbps),
-            fmt(s.ps_over_transport),
-            s.peer_mbps.map_or("-".into(), fmt),
-            s.ps_over_peer.map_or("-".into(), fmt),
-            s.shm_mbps.map_or("-".into(), fmt),
-            s.shm_over_quic.map_or("-".into(), fmt),
-            fmt(s.rss_mb),
-        ]);
-    }
-    t.print();
-    let mut b = Table::new(&[
-        "bytes",
-        "client push",
-        "encode",
-        "decode",
-        "apply",
-        "reply",
-        "receive",
-        "sum",
-        "p50",
-        "wire+sched",
-    ]);
-    for s in out.iter().filter(|s| s.breakdown.is_some()) {
-        if let Some(d) = &s.breakdown {
-            b.row(vec![
-                s.bytes.to_string(),
-                fmt(d.client_push_ms),
-                fmt(d.encode_ms),
-                fmt(d.decode_ms),
-                fmt(d.apply_ms),
-                fmt(d.reply_ms),
-                fmt(d.receive_ms),
-                fmt(d.total_ms),
-                fmt(s.p50_ms),
-                s.wire_ms.map_or("-".into(), fmt),
-            ]);
-        }
-    }
+    let keys = "workers shards bytes ps_mbps p50_ms p99_ms transport_mbps ps_over_transport \
+                peer_mbps ps_over_peer shm_mbps shm_over_quic rss_mb";
+    crate::common::json_table(out, keys).print();
     println!("one 1x1 iteration taken apart (ms, in-process, no network):");
-    b.print();
+    let keys = "bytes breakdown/client_push_ms breakdown/encode_ms breakdown/decode_ms \
+                breakdown/apply_ms breakdown/reply_ms breakdown/receive_ms breakdown/total_ms \
+                p50_ms wire_ms";
+    crate::common::json_table(out.iter().filter(|s| s.breakdown.is_some()), keys).print();
 }
 
 #[cfg(test)]

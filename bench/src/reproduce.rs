@@ -58,13 +58,8 @@ pub enum Verdict {
 impl Verdict {
     fn of(x: Option<f64>, ok: impl Fn(f64) -> bool) -> Verdict {
         match x {
-            Some(v) if v.is_finite() => {
-                if ok(v) {
-                    Verdict::Holds
-                } else {
-                    Verdict::DoesNotHold
-                }
-            }
+            Some(v) if v.is_finite() && ok(v) => Verdict::Holds,
+            Some(v) if v.is_finite() => Verdict::DoesNotHold,
             _ => Verdict::NotMeasured,
         }
     }
@@ -128,26 +123,13 @@ fn essp_over_ssp_within_variance(app: Option<&Value>) -> Option<f64> {
         let between = r.get("staleness_variance_between_workers")?.as_f64()?;
         Some(total - between)
     };
-    let (mut e, mut s) = (0.0, 0.0);
-    let mut any = false;
-    for r in runs {
-        if r.get("model").and_then(Value::as_str) != Some("ssp") {
-            continue;
-        }
-        let Some(bound) = r
-            .get("staleness")
-            .and_then(Value::as_u64)
-            .filter(|&b| b > 0)
-        else {
-            continue;
-        };
-        if let (Some(x), Some(y)) = (within("essp", bound), within("ssp", bound)) {
-            e += x;
-            s += y;
-            any = true;
-        }
-    }
-    (any && s > 0.0).then(|| e / s)
+    let pairs: Vec<(f64, f64)> = (runs.iter())
+        .filter(|r| r.get("model").and_then(Value::as_str) == Some("ssp"))
+        .filter_map(|r| r.get("staleness")?.as_u64().filter(|&b| b > 0))
+        .filter_map(|b| Some((within("essp", b)?, within("ssp", b)?)))
+        .collect();
+    let (e, s) = (pairs.iter()).fold((0.0, 0.0), |(e, s), (x, y)| (e + x, s + y));
+    (!pairs.is_empty() && s > 0.0).then(|| e / s)
 }
 
 fn show(x: Option<f64>, unit: &str) -> String {

@@ -7,19 +7,14 @@
 //! ratios, each against its own repeat's baseline: the host is shared, and single runs were
 //! seen anywhere from 0.9 to 1.4. `mf-scale` and `lda-scale` use `grid`.
 
-use crate::common::median;
-use petrel::report::{Table, print_json};
+use crate::common::{json_table, median};
+use petrel::report::print_json;
 use petrel::train::plot::{Series, absolute, line_plot};
 use petrel::train::{NodeMemory, StradsTrainError, TrainTransport};
 use petrel_actors::JobTransport;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// `v` with `digits` decimals, or `-` when there is none.
-pub(crate) fn cell(v: Option<f64>, digits: usize) -> String {
-    v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
-}
 
 /// The largest over the smallest `y` of `points` (1 is flat); none without points or
 /// when the smallest is not positive.
@@ -92,30 +87,30 @@ pub(crate) fn print_figures<T: Serialize>(figures: &T) -> Result<(), StradsTrain
 }
 
 /// Runs `run(size, workers)` for every size and worker count in that order, prints the
-/// table of the rows it returns beside each run, and returns the runs size by size.
+/// table of the JSON rows it returns beside each run (at `keys`, as [`json_table`]), and
+/// returns the runs size by size.
 pub(crate) fn grid<S, R>(
     sizes: &[S],
     workers: &[usize],
-    columns: &[&str],
-    mut run: impl FnMut(&S, usize) -> Result<(R, Vec<String>), StradsTrainError>,
+    keys: &str,
+    mut run: impl FnMut(&S, usize) -> Result<(R, serde_json::Value), StradsTrainError>,
 ) -> Result<Vec<Vec<R>>, StradsTrainError> {
     if sizes.is_empty() || workers.is_empty() {
         return Err(StradsTrainError::Usage(
             "need at least one size and one worker count",
         ));
     }
-    let mut table = Table::new(columns);
-    let mut out = Vec::new();
+    let (mut rows, mut out) = (Vec::new(), Vec::new());
     for size in sizes {
         let mut runs = Vec::new();
         for &w in workers {
             let (r, row) = run(size, w)?;
-            table.row(row);
+            rows.push(row);
             runs.push(r);
         }
         out.push(runs);
     }
-    table.print();
+    json_table(&rows, keys).print();
     Ok(out)
 }
 
@@ -371,8 +366,8 @@ pub(crate) trait CdScale {
     const NAME: &'static str;
     /// The refusal of a transport without a cluster.
     const NO_CLUSTER: &'static str;
-    /// The table's columns after `wall s`.
-    const EXTRA_COLUMNS: &'static [&'static str];
+    /// The JSON keys of a run's table columns after `wall_s` (as [`json_table`]).
+    const EXTRA_KEYS: &'static str;
     /// The plot's file name, title and y label.
     const PLOT: [&'static str; 3];
 
@@ -397,24 +392,13 @@ pub(crate) trait CdScale {
     ) -> Result<(f64, u64), StradsTrainError>;
     /// One STRADS run (`ratio` left unset).
     fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, StradsTrainError>;
-    /// A run's cells after `wall s`.
-    fn cells(run: &CdRun<Self::Run>) -> Vec<String>;
     /// The top-level keys, after the table.
     fn top(&self) -> Self::Top;
 }
 
-/// The columns every coordinate-descent scale table starts with.
-const CD_COLUMNS: [&str; 9] = [
-    "design",
-    "nnz",
-    "runner",
-    "seconds to tol",
-    "updates",
-    "us / update",
-    "ratio",
-    "ratio min-max",
-    "wall s",
-];
+/// The keys of the columns every coordinate-descent scale table starts with.
+const CD_KEYS: &str =
+    "design nnz runner petrel_s petrel_updates us_per_update ratio ratio_range wall_s";
 
 /// Figures of a [`CdScale`] bench.
 pub(crate) type FiguresOf<B> =
@@ -435,15 +419,13 @@ pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, StradsTr
         .cluster()
         .ok_or(StradsTrainError::Usage(B::NO_CLUSTER))?;
     let out = absolute(out)?;
-    let columns: Vec<&str> = CD_COLUMNS.iter().chain(B::EXTRA_COLUMNS).copied().collect();
-    let mut table = Table::new(&columns);
-    let mut sizes = Vec::new();
+    let (mut rows, mut sizes) = (Vec::new(), Vec::new());
     for size in design_sizes {
         sizes.push(measure_size(
-            bench, size, tolerance, transport, &out, &mut table,
+            bench, size, tolerance, transport, &out, &mut rows,
         )?);
     }
-    table.print();
+    json_table(&rows, &format!("{CD_KEYS} {}", B::EXTRA_KEYS)).print();
     let top = bench.top();
     let mut series = vec![Series {
         name: "baseline (1 thread)".into(),
@@ -484,14 +466,14 @@ pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, StradsTr
 }
 
 /// One design size: its optimum, the repeated baseline and STRADS runs, and their table
-/// rows (the baseline's, then one per worker count).
+/// rows in `rows` (the baseline's, then one per worker count).
 fn measure_size<B: CdScale>(
     bench: &B,
     size: &DesignSize,
     tolerance: f64,
     transport: JobTransport,
     out: &Path,
-    table: &mut Table,
+    rows: &mut Vec<serde_json::Value>,
 ) -> Result<CdSize<B::Run, B::Size>, StradsTrainError> {
     let c = bench.common();
     let mut p = bench.prepare(size)?;
@@ -526,37 +508,22 @@ fn measure_size<B: CdScale>(
     drop(p.design);
     let baseline_s = median(&baseline_runs_s).unwrap_or(f64::NAN);
     let baseline_us_per_update = 1e6 * baseline_s / baseline_updates.max(1) as f64;
-    let mut row = vec![
-        label.clone(),
-        p.nnz.to_string(),
-        "baseline".into(),
-        format!("{baseline_s:.3}"),
-        baseline_updates.to_string(),
-        format!("{baseline_us_per_update:.3}"),
-        "1".into(),
-    ];
-    row.resize(CD_COLUMNS.len() + B::EXTRA_COLUMNS.len(), "-".into());
-    table.row(row);
+    rows.push(serde_json::json!({
+        "design": label, "nnz": p.nnz, "runner": "baseline", "petrel_s": baseline_s,
+        "petrel_updates": baseline_updates, "us_per_update": baseline_us_per_update, "ratio": 1,
+    }));
     let mut per_workers = BTreeMap::new();
     for (workers, runs) in runs {
         let Some(f) = CdRun::median_of(runs) else {
             continue;
         };
         let reached: Vec<f64> = f.ratios.iter().flatten().copied().collect();
-        let mut row = vec![
-            label.clone(),
-            p.nnz.to_string(),
-            format!("petrel {workers}w"),
-            f.petrel_s
-                .map_or("not reached".into(), |s| format!("{s:.3}")),
-            cell(f.petrel_updates.map(|u| u as f64), 0),
-            cell(f.us_per_update, 3),
-            cell(f.ratio, 2),
-            range_cell(&reached),
-            format!("{:.1}", f.wall_s),
-        ];
-        row.extend(B::cells(&f));
-        table.row(row);
+        let mut row = serde_json::to_value(&f).unwrap_or_default();
+        row["design"] = label.clone().into();
+        row["nnz"] = p.nnz.into();
+        row["runner"] = format!("petrel {workers}w").into();
+        row["ratio_range"] = range_cell(&reached).into();
+        rows.push(row);
         per_workers.insert(workers, f);
     }
     let headline = per_workers.get(&c.headline_workers);

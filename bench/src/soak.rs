@@ -5,7 +5,7 @@
 
 use super::BenchError;
 use indicatif::{ProgressBar, ProgressStyle};
-use petrel::report::{Table, fmt, print_json};
+use petrel::report::print_json;
 use petrel_actors::Settings;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -142,15 +142,11 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
     let slope_mb_per_min = slope(&after_warmup) * 60.0;
     let csv_path = run_dir.join("rss.csv");
     write_csv(&csv_path, &samples)?;
-    let mut t = node_table(&args, &pids, &samples);
-    t.row(vec![
-        "all".into(),
-        fmt(first),
-        fmt(warm),
-        fmt(end),
-        fmt(max),
-    ]);
-    t.print();
+    let mut rows = node_rows(&args, &pids, &samples);
+    rows.push(serde_json::json!({"node": "all", "rss_start_mb": first,
+        "rss_after_warmup_mb": warm, "rss_end_mb": end, "rss_max_mb": max}));
+    let keys = "node rss_start_mb rss_after_warmup_mb rss_end_mb rss_max_mb";
+    crate::common::json_table(&rows, keys).print();
     println!(
         "messages {messages}, errors {errors}, {} samples",
         samples.len()
@@ -230,37 +226,26 @@ fn write_csv(path: &std::path::Path, samples: &Samples) -> Result<(), BenchError
     std::fs::write(path, csv).map_err(BenchError::io(path.display().to_string()))
 }
 
-/// The table with one row per node: its memory at the start, after the warm-up, at the
-/// end and at its peak.
-fn node_table(args: &SoakBenchArgs, pids: &[(String, u32)], samples: &Samples) -> Table {
-    let mut t = Table::new(&[
-        "node",
-        "rss start MB",
-        "rss after warm-up MB",
-        "rss end MB",
-        "rss max MB",
-    ]);
-    for (name, _) in pids {
-        let get = |s: Option<&(f64, BTreeMap<String, f64>)>| {
-            s.and_then(|(_, m)| m.get(name))
-                .copied()
-                .map(fmt)
-                .unwrap_or_else(|| "-".into())
-        };
-        let peak = samples
-            .iter()
-            .filter_map(|(_, m)| m.get(name))
-            .copied()
-            .fold(0.0, f64::max);
-        t.row(vec![
-            name.clone(),
-            get(samples.first()),
-            get(samples.iter().find(|(t, _)| *t >= args.warmup_s)),
-            get(samples.iter().rev().find(|(t, _)| *t <= args.duration_s)),
-            fmt(peak),
-        ]);
-    }
-    t
+/// One table row per node: its memory at the start, after the warm-up, at the end and at
+/// its peak.
+fn node_rows(
+    args: &SoakBenchArgs,
+    pids: &[(String, u32)],
+    samples: &Samples,
+) -> Vec<serde_json::Value> {
+    let rows = pids.iter().map(|(name, _)| {
+        let at =
+            |s: Option<&(f64, BTreeMap<String, f64>)>| s.and_then(|(_, m)| m.get(name).copied());
+        let peak = samples.iter().filter_map(|(_, m)| m.get(name));
+        serde_json::json!({
+            "node": name,
+            "rss_start_mb": at(samples.first()),
+            "rss_after_warmup_mb": at(samples.iter().find(|(t, _)| *t >= args.warmup_s)),
+            "rss_end_mb": at(samples.iter().rev().find(|(t, _)| *t <= args.duration_s)),
+            "rss_max_mb": peak.copied().fold(0.0, f64::max),
+        })
+    });
+    rows.collect()
 }
 
 #[cfg(test)]

@@ -15,14 +15,18 @@ fn parse<A: clap::Args>(flags: &str) -> A {
     Cli::<A>::parse_from(std::iter::once("bench").chain(flags.split_whitespace())).args
 }
 
+/// A temporary directory and `A` parsed from `flags` with `{dir}` replaced by its path.
+fn parse_in<A: clap::Args>(flags: &str) -> (tempfile::TempDir, A) {
+    let dir = tempfile::tempdir().unwrap();
+    let args = parse(&flags.replace("{dir}", &dir.path().display().to_string()));
+    (dir, args)
+}
+
 #[test]
 fn consistency_quick_runs_every_model_and_respects_the_bounds() {
-    let dir = tempfile::tempdir().unwrap();
-    let plots = dir.path().display().to_string();
-    let json = dir.path().join("c.json").display().to_string();
-    let a = parse::<consistency::ConsistencyBenchArgs>(&format!(
-        "--quick --transport memory --max-seconds 3 --plot-dir {plots} --json-out {json}"
-    ));
+    let (_dir, a) = parse_in::<consistency::ConsistencyBenchArgs>(
+        "--quick --transport memory --max-seconds 3 --plot-dir {dir} --json-out {dir}/c.json",
+    );
     let f = consistency::measure(&a).unwrap();
     assert!(f.quick);
     assert_eq!(f.apps.len(), 2, "mf and lr");
@@ -61,12 +65,9 @@ fn consistency_quick_runs_every_model_and_respects_the_bounds() {
 
 #[test]
 fn managed_quick_compares_the_three_variants_on_shaped_links() {
-    let dir = tempfile::tempdir().unwrap();
-    let plots = dir.path().display().to_string();
-    let json = dir.path().join("m.json").display().to_string();
-    let a = parse::<managed::ManagedBenchArgs>(&format!(
-        "--quick --max-seconds 3 --plot-dir {plots} --json-out {json}"
-    ));
+    let (_dir, a) = parse_in::<managed::ManagedBenchArgs>(
+        "--quick --max-seconds 3 --plot-dir {dir} --json-out {dir}/m.json",
+    );
     let f = managed::measure(&a).unwrap();
     let names: Vec<&str> = f.runs.iter().map(|r| r.variant.as_str()).collect();
     assert_eq!(names, ["clock", "fifo", "relative-magnitude"]);
@@ -83,12 +84,9 @@ fn managed_quick_compares_the_three_variants_on_shaped_links() {
 
 #[test]
 fn managed_quick_on_lda_compares_the_three_variants() {
-    let dir = tempfile::tempdir().unwrap();
-    let plots = dir.path().display().to_string();
-    let json = dir.path().join("m.json").display().to_string();
-    let a = parse::<managed::ManagedBenchArgs>(&format!(
-        "--app lda --quick --workers 2 --shards 1 --plot-dir {plots} --json-out {json}"
-    ));
+    let (_dir, a) = parse_in::<managed::ManagedBenchArgs>(
+        "--app lda --quick --workers 2 --shards 1 --plot-dir {dir} --json-out {dir}/m.json",
+    );
     let f = managed::measure(&a).unwrap();
     assert_eq!(
         (f.app.as_str(), f.metric.as_str()),
@@ -110,11 +108,9 @@ fn managed_quick_on_lda_compares_the_three_variants() {
 
 #[test]
 fn adarevision_quick_runs_each_rule_of_the_grid() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("a.json").display().to_string();
-    let a = parse::<adarevision::AdaRevisionBenchArgs>(&format!(
-        "--quick --apps lr --max-seconds 2 --json-out {json}"
-    ));
+    let (_dir, a) = parse_in::<adarevision::AdaRevisionBenchArgs>(
+        "--quick --apps lr --max-seconds 2 --json-out {dir}/a.json",
+    );
     let f = adarevision::measure(&a).unwrap();
     let lr = &f.apps["lr"];
     // Two grid points each for sgd and adagrad, and adarevision at two plus its default.
@@ -134,11 +130,9 @@ fn adarevision_quick_runs_each_rule_of_the_grid() {
 
 #[test]
 fn lda_scale_runs_every_size_and_worker_count() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().display().to_string();
-    let a = parse::<petrel_bench::lda_scale::LdaScaleBenchArgs>(&format!(
-        "--tokens 3000,6000 --workers 1,2 --topics 5 --vocab 200 --doc-length 50 --iterations 2 --transport memory --out {out}"
-    ));
+    let (_dir, a) = parse_in::<petrel_bench::lda_scale::LdaScaleBenchArgs>(
+        "--tokens 3000,6000 --workers 1,2 --topics 5 --vocab 200 --doc-length 50 --iterations 2 --transport memory --out {dir}",
+    );
     let f = petrel_bench::lda_scale::measure(&a).unwrap();
     assert_eq!(
         f.sizes
@@ -168,11 +162,9 @@ fn lda_scale_runs_every_size_and_worker_count() {
 
 #[test]
 fn mf_scale_reaches_the_target_at_every_size_and_worker_count() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().display().to_string();
-    let a = parse::<petrel_bench::mf_scale::MfScaleBenchArgs>(&format!(
-        "--ratings 8000,20000 --workers 1,2 --rank 3 --observed-fraction 0.2 --iterations 16 --target-rmse 0.3 --transport memory --out {out}"
-    ));
+    let (_dir, a) = parse_in::<petrel_bench::mf_scale::MfScaleBenchArgs>(
+        "--ratings 8000,20000 --workers 1,2 --rank 3 --observed-fraction 0.2 --iterations 16 --target-rmse 0.3 --transport memory --out {dir}",
+    );
     let f = petrel_bench::mf_scale::measure(&a).unwrap();
     assert_eq!(f.bench, "mf-scale");
     assert_eq!(
@@ -238,11 +230,9 @@ fn mf_scale_reaches_the_target_at_every_size_and_worker_count() {
 
 #[test]
 fn lasso_scale_interleaves_its_repeats_and_reports_each_runner_s_median() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().display().to_string();
-    let a = parse::<petrel_bench::lasso_scale::LassoScaleBenchArgs>(&format!(
-        "--sizes 200x400x5,400x1000x5 --workers 1,2 --repeats 3 --transport memory --bandwidth-mb 0 --out {out}"
-    ));
+    let (_dir, a) = parse_in::<petrel_bench::lasso_scale::LassoScaleBenchArgs>(
+        "--sizes 200x400x5,400x1000x5 --workers 1,2 --repeats 3 --transport memory --bandwidth-mb 0 --out {dir}",
+    );
     let f = petrel_bench::lasso_scale::measure(&a).unwrap();
     assert_eq!(f.repeats, 3);
     assert_eq!(f.sizes.len(), 2);
@@ -279,11 +269,9 @@ fn lasso_scale_interleaves_its_repeats_and_reports_each_runner_s_median() {
 
 #[test]
 fn lasso_scale_refuses_a_round_latency_that_is_not_a_number_before_any_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().display().to_string();
-    let a = parse::<petrel_bench::lasso_scale::LassoScaleBenchArgs>(&format!(
-        "--sizes 200x400x5 --round-latency-ms NaN --out {out}"
-    ));
+    let (dir, a) = parse_in::<petrel_bench::lasso_scale::LassoScaleBenchArgs>(
+        "--sizes 200x400x5 --round-latency-ms NaN --out {dir}",
+    );
     let e = petrel_bench::lasso_scale::measure(&a).expect_err("refused");
     assert!(e.to_string().contains("round_latency_ms"), "{e}");
     // Nothing ran: no run directory was made.
@@ -292,11 +280,9 @@ fn lasso_scale_refuses_a_round_latency_that_is_not_a_number_before_any_work() {
 
 #[test]
 fn mf_scale_refuses_a_negative_lambda_before_any_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().display().to_string();
-    let a = parse::<petrel_bench::mf_scale::MfScaleBenchArgs>(&format!(
-        "--ratings 8000 --workers 1 --lambda=-1 --transport memory --out {out}"
-    ));
+    let (dir, a) = parse_in::<petrel_bench::mf_scale::MfScaleBenchArgs>(
+        "--ratings 8000 --workers 1 --lambda=-1 --transport memory --out {dir}",
+    );
     let Err(e) = petrel_bench::mf_scale::measure(&a) else {
         panic!("a negative lambda ran");
     };

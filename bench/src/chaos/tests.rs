@@ -195,7 +195,7 @@ fn link_cuts_run_on_emulated_hosts_or_are_skipped_saying_why() {
         "network namespaces need root"
     );
     assert!(matches!(placement(true, Some(&hosts), None), Ok(Some(_))));
-    assert_eq!(Fault::LinkCut.label(), "link-cut");
+    assert_eq!(name_of(&Fault::LinkCut), "link-cut");
     assert_eq!(
         serde_json::to_string(&Fault::LinkCut).unwrap(),
         "\"link-cut\""
