@@ -7,12 +7,12 @@
 
 use petrel::actors::Transport;
 use petrel::ps::kit::settings::RunFiles;
-use petrel::ps::{ConsistencyModel, PsMf, PsMfConfig, run_local};
+use petrel::ps::{ConsistencyModel, PsMf, PsMfSettings, run_local};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     petrel::init_tracing();
     let out = std::env::temp_dir().join("petrel-ps-mf");
-    let cfg = PsMfConfig {
+    let cfg = PsMfSettings {
         data: std::env::args().nth(1).map(Into::into),
         consistency: ConsistencyModel::Ssp,
         staleness: 3,
@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             out: Some(out.clone()),
             ..RunFiles::default()
         },
-        ..PsMfConfig::default()
+        ..PsMfSettings::default()
     };
     let r = run_local::<PsMf>(cfg, 2, 3, Transport::Quic)?.metrics;
     println!(

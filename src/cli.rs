@@ -165,20 +165,20 @@ enum NetnsCommand {
 enum TrainCommand {
     /// Matrix factorization by SGD on the parameter server (BSP/SSP/ESSP/async).
     #[command(name = "ps-mf")]
-    PsMf(crate::ps::PsTrainArgs<crate::ps::PsMfConfig>),
+    PsMf(crate::ps::PsTrainArgs<crate::ps::PsMfSettings>),
     /// Multinomial logistic regression (LIBSVM data) on the parameter server.
     #[command(name = "ps-lr")]
-    PsLr(crate::ps::PsTrainArgs<crate::ps::PsLrConfig>),
+    PsLr(crate::ps::PsTrainArgs<crate::ps::PsLrSettings>),
     /// LDA by collapsed Gibbs sampling, data-parallel on the parameter server (SSP).
     #[command(name = "ps-lda")]
-    PsLda(crate::ps::PsTrainArgs<crate::ps::PsLdaConfig>),
+    PsLda(crate::ps::PsTrainArgs<crate::ps::PsLdaSettings>),
     /// Lasso by scheduled coordinate descent (STRADS): coefficients.tsv + metrics.json.
     Lasso(crate::train::LassoTrainArgs),
     /// Matrix factorisation by CCD++ with block rotation (STRADS): factors + metrics.json.
     #[command(name = "strads-mf")]
-    StradsMf(crate::train::StradsTrainArgs<crate::strads::apps::mf::StradsMfJob>),
+    StradsMf(crate::train::StradsTrainArgs<crate::strads::apps::mf::StradsMfSettings>),
     /// LDA by collapsed Gibbs sampling with word rotation (STRADS): topics + metrics.json.
-    Lda(crate::train::StradsTrainArgs<crate::strads::apps::lda::LdaJob>),
+    Lda(crate::train::StradsTrainArgs<crate::strads::apps::lda::LdaSettings>),
     /// Sparse logistic regression by scheduled coordinate descent (Lasso options).
     Logistic(crate::train::LassoTrainArgs),
     /// P3: a candle model (mlp, lenet, resnet18, vgg11) data-parallel on worker and shard

@@ -6,7 +6,7 @@ use petrel::actors::{Transport, error_chain};
 use petrel::ps::core::rules::RuleRegistry;
 use petrel::ps::core::types::{Consistency, Row, RowId, TableId, TableSpec, shard_of};
 use petrel::ps::shells::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
-use petrel::ps::{PsMf, PsMfConfig, PsMfResult};
+use petrel::ps::{PsMf, PsMfResult, PsMfSettings};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -526,8 +526,8 @@ fn a_dead_shard_stops_the_run_with_an_error_naming_it() {
 
 /// The `[app.mf]` defaults these tests were tuned with (the settings now share the
 /// defaults of `petrel train ps-mf`).
-fn tuned_mf() -> PsMfConfig {
-    PsMfConfig {
+fn tuned_mf() -> PsMfSettings {
+    PsMfSettings {
         rank: 8,
         learning_rate: 0.05,
         regularization: 0.02,
@@ -535,19 +535,19 @@ fn tuned_mf() -> PsMfConfig {
         max_seconds: 60.0,
         eval_ms: 100,
         max_clocks: Some(200),
-        ..PsMfConfig::default()
+        ..PsMfSettings::default()
     }
 }
 
 /// Runs ps-mf in process over QUIC with a patient failure detector.
-fn run_mf(cfg: PsMfConfig, shards: usize, workers: usize) -> Result<PsMfResult, String> {
+fn run_mf(cfg: PsMfSettings, shards: usize, workers: usize) -> Result<PsMfResult, String> {
     petrel::ps::run_local_with::<PsMf>(cfg, shards, workers, Transport::Quic, patient)
         .map(|o| o.metrics)
         .map_err(|e| error_chain(&e))
 }
 
-fn small_mf(consistency: &str) -> PsMfConfig {
-    PsMfConfig {
+fn small_mf(consistency: &str) -> PsMfSettings {
+    PsMfSettings {
         synthetic_users: 200,
         synthetic_items: 100,
         synthetic_observed: 0.2,
@@ -561,7 +561,7 @@ fn small_mf(consistency: &str) -> PsMfConfig {
 #[test]
 fn mf_rmse_decreases_on_synthetic_data() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = PsMfConfig {
+    let cfg = PsMfSettings {
         files: petrel::ps::kit::settings::RunFiles {
             out: Some(dir.path().to_path_buf()),
             ..Default::default()
@@ -589,7 +589,7 @@ fn mf_rmse_decreases_on_synthetic_data() {
 
 #[test]
 fn mf_stops_at_target_rmse() {
-    let cfg = PsMfConfig {
+    let cfg = PsMfSettings {
         target_rmse: Some(0.6),
         max_clocks: Some(10_000),
         ..small_mf("essp")
@@ -602,7 +602,7 @@ fn mf_stops_at_target_rmse() {
 
 #[test]
 fn a_dead_worker_stops_the_run_with_an_error_naming_it() {
-    let cfg = PsMfConfig {
+    let cfg = PsMfSettings {
         fail_worker_at: Some((1, 5)),
         ..small_mf("bsp")
     };
@@ -720,7 +720,7 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
     let data = dir.path().join("u.data");
     std::fs::write(&data, text).unwrap();
     let out = dir.path().join("out");
-    let cfg = PsMfConfig {
+    let cfg = PsMfSettings {
         data: Some(data),
         files: petrel::ps::kit::settings::RunFiles {
             out: Some(out.clone()),
@@ -745,9 +745,9 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
     let bad = dir.path().join("bad.data");
     std::fs::write(&bad, "1 1 5\n2 x\n").unwrap();
     let err = run_mf(
-        PsMfConfig {
+        PsMfSettings {
             data: Some(bad),
-            ..PsMfConfig::default()
+            ..PsMfSettings::default()
         },
         1,
         1,
@@ -834,11 +834,11 @@ fn three_class_libsvm(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[test]
 fn logistic_regression_on_the_ps_learns_libsvm_classes() {
-    use petrel::ps::{PsLr, PsLrConfig};
+    use petrel::ps::{PsLr, PsLrSettings};
     let dir = tempfile::tempdir().unwrap();
     let data = three_class_libsvm(dir.path());
     let out = dir.path().join("out");
-    let cfg = PsLrConfig {
+    let cfg = PsLrSettings {
         data: Some(data),
         files: petrel::ps::kit::settings::RunFiles {
             out: Some(out.clone()),
@@ -846,7 +846,7 @@ fn logistic_regression_on_the_ps_learns_libsvm_classes() {
         },
         max_clocks: 150,
         eval_ms: 20,
-        ..PsLrConfig::default()
+        ..PsLrSettings::default()
     };
     let r = petrel::ps::run_local::<PsLr>(cfg, 2, 2, Transport::Quic)
         .unwrap()
@@ -875,16 +875,16 @@ fn logistic_regression_on_the_ps_learns_libsvm_classes() {
 /// backlog of a never-refreshed row grows without bound, shrinking every step.
 #[test]
 fn async_logistic_regression_refreshes_its_rows_and_learns_with_adarevision() {
-    use petrel::ps::{ConsistencyModel, PsLr, PsLrConfig, ServerRule};
+    use petrel::ps::{ConsistencyModel, PsLr, PsLrSettings, ServerRule};
     let dir = tempfile::tempdir().unwrap();
-    let cfg = PsLrConfig {
+    let cfg = PsLrSettings {
         data: Some(three_class_libsvm(dir.path())),
         consistency: ConsistencyModel::Async,
         rule: ServerRule::AdaRevision,
         learning_rate: 0.3,
         max_clocks: 150,
         eval_ms: 20,
-        ..PsLrConfig::default()
+        ..PsLrSettings::default()
     };
     let r = petrel::ps::run_local::<PsLr>(cfg, 2, 2, Transport::Memory)
         .unwrap()
@@ -918,7 +918,7 @@ fn mf_with_a_shard_rule_refreshes_its_user_rows_and_learns() {
         (ServerRule::AdaRevision, 0.3, 0.6),
         (ServerRule::Adagrad, 0.1, 0.9),
     ] {
-        let cfg = PsMfConfig {
+        let cfg = PsMfSettings {
             rule: Some(rule),
             learning_rate: alpha,
             consistency: ConsistencyModel::Async,

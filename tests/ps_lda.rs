@@ -3,7 +3,7 @@
 //! and clear errors for malformed input.
 
 use petrel::actors::{Transport, error_chain};
-use petrel::ps::{PsLda, PsLdaConfig, PsLdaOutcome};
+use petrel::ps::{PsLda, PsLdaOutcome, PsLdaSettings};
 use petrel_ml::data::Corpus;
 use petrel_ml::data::synthetic::{LdaCorpusParams, lda_corpus};
 use std::fmt::Write as _;
@@ -13,7 +13,7 @@ const PETREL: &str = env!("CARGO_BIN_EXE_petrel");
 
 /// Runs PS-LDA in process; an error is rendered with its cause chain.
 fn run_local(
-    cfg: PsLdaConfig,
+    cfg: PsLdaSettings,
     shards: usize,
     workers: usize,
     transport: Transport,
@@ -69,7 +69,7 @@ fn ps_lda_over_quic_two_workers_two_shards() {
     let corpus = corpus();
     write_uci(dir.path(), &corpus);
     let iterations = 8;
-    let cfg = PsLdaConfig {
+    let cfg = PsLdaSettings {
         docword: Some(dir.path().join("docword.txt")),
         vocab: Some(dir.path().join("vocab.txt")),
         n_topics: 4,
@@ -82,7 +82,7 @@ fn ps_lda_over_quic_two_workers_two_shards() {
             out: Some(dir.path().join("out")),
             ..Default::default()
         },
-        ..PsLdaConfig::default()
+        ..PsLdaSettings::default()
     };
     let r = run_local(cfg, 2, 2, Transport::Quic).unwrap();
     let m = &r.metrics;
@@ -145,9 +145,9 @@ fn ps_lda_rejects_a_malformed_docword_file() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("docword.txt");
     std::fs::write(&bad, "2\n3\n2\n1 1 2\n2 x 1\n").unwrap();
-    let cfg = PsLdaConfig {
+    let cfg = PsLdaSettings {
         docword: Some(bad.clone()),
-        ..PsLdaConfig::default()
+        ..PsLdaSettings::default()
     };
     let e = run_local(cfg, 1, 1, Transport::Memory).unwrap_err();
     assert!(e.contains("docword.txt") && e.contains('5'), "{e}");
@@ -178,10 +178,10 @@ fn ps_lda_rejects_a_vocabulary_of_the_wrong_length() {
         .map(|w| format!("word{w}\n"))
         .collect();
     std::fs::write(dir.path().join("vocab.txt"), vocab).unwrap();
-    let cfg = PsLdaConfig {
+    let cfg = PsLdaSettings {
         docword: Some(dir.path().join("docword.txt")),
         vocab: Some(dir.path().join("vocab.txt")),
-        ..PsLdaConfig::default()
+        ..PsLdaSettings::default()
     };
     let e = run_local(cfg, 1, 1, Transport::Memory).unwrap_err();
     assert!(e.contains("vocab.txt") && e.contains("W = 200"), "{e}");

@@ -6,14 +6,14 @@ use petrel::train::run_job;
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::data::synthetic::LowRankParams;
-use petrel_strads::apps::lda::{LdaApp, LdaJob};
-use petrel_strads::apps::mf::{MfApp, StradsMfJob};
+use petrel_strads::apps::lda::{LdaApp, LdaSettings};
+use petrel_strads::apps::mf::{MfApp, StradsMfSettings};
 use petrel_strads::core::lda::LdaCluster;
 
 #[test]
 fn mf_on_actors_fits_and_writes_factors() {
     let dir = tempfile::tempdir().unwrap();
-    let job = StradsMfJob {
+    let job = StradsMfSettings {
         synthetic: LowRankParams {
             n_users: 150,
             n_items: 100,
@@ -26,7 +26,7 @@ fn mf_on_actors_fits_and_writes_factors() {
         outer_iterations: 8,
         target_rmse: Some(0.2),
         out_dir: Some(dir.path().to_path_buf()),
-        ..StradsMfJob::default()
+        ..StradsMfSettings::default()
     };
     let m = run_job::<MfApp>(&job, 3, JobTransport::Quic).unwrap();
     assert!(
@@ -44,7 +44,7 @@ fn mf_on_actors_fits_and_writes_factors() {
 #[test]
 fn lda_over_quic_equals_the_serial_driver() {
     let dir = tempfile::tempdir().unwrap();
-    let job = LdaJob {
+    let job = LdaSettings {
         synthetic: LdaCorpusParams {
             n_topics: 4,
             vocab_size: 80,
@@ -58,7 +58,7 @@ fn lda_over_quic_equals_the_serial_driver() {
         iterations: 5,
         seed: 11,
         out_dir: Some(dir.path().to_path_buf()),
-        ..LdaJob::default()
+        ..LdaSettings::default()
     };
     let m = run_job::<LdaApp>(&job, 2, JobTransport::Quic).unwrap();
     let corpus = job.load().unwrap();
@@ -85,10 +85,10 @@ fn malformed_inputs_name_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let ratings = dir.path().join("r.txt");
     std::fs::write(&ratings, "1 2 3.0\n1 x\n").unwrap();
-    let job = StradsMfJob {
+    let job = StradsMfSettings {
         data: Some(ratings),
         out_dir: Some(dir.path().join("mf")),
-        ..StradsMfJob::default()
+        ..StradsMfSettings::default()
     };
     let err = run_job::<MfApp>(&job, 1, JobTransport::Quic)
         .unwrap_err()
@@ -96,10 +96,10 @@ fn malformed_inputs_name_file_and_line() {
     assert!(err.contains("r.txt:2"), "{err}");
     let docword = dir.path().join("docword.txt");
     std::fs::write(&docword, "2\n3\n2\n1 1 2\n1 9 1\n").unwrap();
-    let job = LdaJob {
+    let job = LdaSettings {
         docword: Some(docword),
         out_dir: Some(dir.path().join("lda")),
-        ..LdaJob::default()
+        ..LdaSettings::default()
     };
     let err = run_job::<LdaApp>(&job, 1, JobTransport::Quic)
         .unwrap_err()
@@ -173,12 +173,12 @@ fn ring_apps_give_the_same_outputs_across_processes_and_memory() {
     ];
     cli(&procs_args);
     let mem = dir.path().join("lda-memory");
-    let job = LdaJob {
+    let job = LdaSettings {
         n_topics: 5,
         iterations: 2,
         seed: 3,
         out_dir: Some(mem.clone()),
-        ..LdaJob::default()
+        ..LdaSettings::default()
     };
     run_job::<LdaApp>(&job, 3, JobTransport::Memory).unwrap();
     for file in ["topic_word.tsv", "topics.txt"] {
@@ -205,11 +205,11 @@ fn ring_apps_give_the_same_outputs_across_processes_and_memory() {
         "processes",
     ]);
     let mem = dir.path().join("mf-memory");
-    let job = StradsMfJob {
+    let job = StradsMfSettings {
         rank: 4,
         outer_iterations: 2,
         out_dir: Some(mem.clone()),
-        ..StradsMfJob::default()
+        ..StradsMfSettings::default()
     };
     run_job::<MfApp>(&job, 3, JobTransport::Memory).unwrap();
     for file in ["user_factors.tsv", "item_factors.tsv"] {

@@ -4,14 +4,14 @@
 
 use petrel::train::{lasso_settings, read_json, run_cluster};
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, SyntheticLasso};
 use petrel_strads::core::scheduler::ScheduleMode;
 use std::path::Path;
 
 /// Runs the job on an in-process cluster (memory transport). A role that fails makes the
 /// other nodes stop after the failure timeout, kept short here so the failing run is quick.
 fn run_lasso_job(
-    job: &LassoJob,
+    job: &LassoSettings,
     workers: usize,
     transport: JobTransport,
 ) -> Result<LassoMetrics, String> {
@@ -39,8 +39,8 @@ fn manifest_rounds(dir: &Path) -> Vec<u64> {
     rounds
 }
 
-fn job(out: &Path) -> LassoJob {
-    LassoJob {
+fn job(out: &Path) -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 120,
             n_features: 240,
@@ -59,7 +59,7 @@ fn job(out: &Path) -> LassoJob {
         gap_tolerance: None,
         seed: 5,
         out_dir: Some(out.to_path_buf()),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 
@@ -79,7 +79,7 @@ fn failed_run_resumed_from_its_checkpoint_matches_the_uninterrupted_run() {
 
 fn resume_matches_the_uninterrupted_run(fit_intercept: bool, mode: ScheduleMode, depth: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let job = |out: &Path| LassoJob {
+    let job = |out: &Path| LassoSettings {
         fit_intercept,
         mode,
         depth,
@@ -288,13 +288,13 @@ fn cli_flags_checkpoint_and_resume() {
 fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
     use petrel::train::run_job;
     use petrel_strads::apps::lda::LdaApp;
-    use petrel_strads::apps::lda::LdaJob;
+    use petrel_strads::apps::lda::LdaSettings;
     use petrel_strads::apps::mf::MfApp;
-    use petrel_strads::apps::mf::StradsMfJob;
+    use petrel_strads::apps::mf::StradsMfSettings;
 
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mf = |out: &str, resume: bool| StradsMfJob {
+    let mf = |out: &str, resume: bool| StradsMfSettings {
         outer_iterations: 2,
         rank: 4,
         seed: 1,
@@ -302,9 +302,9 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
         checkpoint_every: 9,
         resume,
         out_dir: Some(d.join(out)),
-        ..StradsMfJob::default()
+        ..StradsMfSettings::default()
     };
-    let lda = |out: &str, resume: bool| LdaJob {
+    let lda = |out: &str, resume: bool| LdaSettings {
         iterations: 6,
         n_topics: 5,
         seed: 1,
@@ -312,7 +312,7 @@ fn ring_apps_resume_from_round_checkpoints_with_the_uninterrupted_model() {
         checkpoint_every: 3,
         resume,
         out_dir: Some(d.join(out)),
-        ..LdaJob::default()
+        ..LdaSettings::default()
     };
     let same = |a: &str, b: &str, files: &[&str]| {
         for f in files {

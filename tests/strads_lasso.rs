@@ -4,12 +4,12 @@
 
 use petrel::train::run_lasso_job;
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{LassoJob, SyntheticLasso, run_without_actors};
+use petrel_strads::apps::lasso::{LassoSettings, SyntheticLasso, run_without_actors};
 use petrel_strads::core::scheduler::ScheduleMode;
 use std::path::Path;
 
-fn job(out: &Path, depth: usize) -> LassoJob {
-    LassoJob {
+fn job(out: &Path, depth: usize) -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 150,
             n_features: 300,
@@ -29,7 +29,7 @@ fn job(out: &Path, depth: usize) -> LassoJob {
         gap_tolerance: Some(1e-6),
         seed: 5,
         out_dir: Some(out.to_path_buf()),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 

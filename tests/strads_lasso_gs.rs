@@ -8,7 +8,7 @@
 
 use petrel::train::{read_json, run_lasso_job};
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, LassoSolver, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, LassoSolver, SyntheticLasso};
 use std::path::Path;
 
 const SIZE: [&str; 8] = [
@@ -22,8 +22,8 @@ const SIZE: [&str; 8] = [
     "40",
 ];
 
-fn job(out: &Path) -> LassoJob {
-    LassoJob {
+fn job(out: &Path) -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 400,
             n_features: 4000,
@@ -34,7 +34,7 @@ fn job(out: &Path) -> LassoJob {
         solver: LassoSolver::GaussSeidel,
         gap_tolerance: Some(1e-8),
         out_dir: Some(out.to_path_buf()),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 
@@ -145,20 +145,20 @@ fn a_gauss_seidel_run_failed_by_fault_injection_resumes_to_the_uninterrupted_mod
     for fit_intercept in [false, true] {
         let case = dir.path().join(format!("centred-{fit_intercept}"));
         let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/regression.train");
-        let base = LassoJob {
+        let base = LassoSettings {
             data: Some(data),
             fit_intercept,
             solver: LassoSolver::Auto,
             gap_tolerance: Some(1e-9),
-            ..LassoJob::default()
+            ..LassoSettings::default()
         };
-        let plain = LassoJob {
+        let plain = LassoSettings {
             out_dir: Some(case.join("plain")),
             ..base.clone()
         };
         let full = run_lasso_job(&plain, 2, JobTransport::Memory, false).unwrap();
         assert_eq!(full.mode, "gauss-seidel", "auto runs gauss-seidel");
-        let mut failing = LassoJob {
+        let mut failing = LassoSettings {
             out_dir: Some(case.join("failing")),
             checkpoint_dir: Some(case.join("ckpt")),
             checkpoint_every: 2,

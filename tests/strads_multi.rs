@@ -5,13 +5,13 @@
 use petrel::train::{lasso_scheduler_nodes, read_json, run_lasso_job, star_settings_with};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::multi::MultiLassoMetrics;
-use petrel_strads::apps::lasso::{LassoApp, LassoJob, SyntheticLasso, run_without_actors};
+use petrel_strads::apps::lasso::{LassoApp, LassoSettings, SyntheticLasso, run_without_actors};
 use petrel_strads::core::scheduler::ScheduleMode;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-fn job(out: &Path, schedulers: usize, depth: usize) -> LassoJob {
-    LassoJob {
+fn job(out: &Path, schedulers: usize, depth: usize) -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 150,
             n_features: 300,
@@ -32,7 +32,7 @@ fn job(out: &Path, schedulers: usize, depth: usize) -> LassoJob {
         seed: 5,
         out_dir: Some(out.to_path_buf()),
         schedulers,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 
@@ -147,7 +147,7 @@ fn petrel_run_with_the_example_toml_across_processes() {
     }
     let m: MultiLassoMetrics = read_json(&out.join("metrics.json")).unwrap();
     let single_run = run_without_actors(
-        &LassoJob {
+        &LassoSettings {
             eta: 1e-6,
             priority_exponent: 1.0,
             block_size: 8,
@@ -197,7 +197,7 @@ fn misconfigured_job(
     schedulers: usize,
     features: usize,
     nodes: &[(String, Vec<String>)],
-    tweak: impl FnOnce(&mut LassoJob),
+    tweak: impl FnOnce(&mut LassoSettings),
 ) -> String {
     let dir = tempfile::tempdir().unwrap();
     let mut j = job(dir.path(), schedulers, 1);

@@ -33,14 +33,17 @@ fn parsed_defaults<C: clap::Args + clap::FromArgMatches>() -> C {
 
 #[test]
 fn flags_and_settings_share_one_set_of_defaults() {
-    use petrel::ps::{PsLdaConfig, PsLrConfig, PsMfConfig};
-    use petrel::strads::apps::{lasso::LassoJob, lda::LdaJob, mf::StradsMfJob};
-    assert_eq!(parsed_defaults::<PsMfConfig>(), PsMfConfig::default());
-    assert_eq!(parsed_defaults::<PsLrConfig>(), PsLrConfig::default());
-    assert_eq!(parsed_defaults::<PsLdaConfig>(), PsLdaConfig::default());
-    assert_eq!(parsed_defaults::<LassoJob>(), LassoJob::default());
-    assert_eq!(parsed_defaults::<StradsMfJob>(), StradsMfJob::default());
-    assert_eq!(parsed_defaults::<LdaJob>(), LdaJob::default());
+    use petrel::ps::{PsLdaSettings, PsLrSettings, PsMfSettings};
+    use petrel::strads::apps::{lasso::LassoSettings, lda::LdaSettings, mf::StradsMfSettings};
+    assert_eq!(parsed_defaults::<PsMfSettings>(), PsMfSettings::default());
+    assert_eq!(parsed_defaults::<PsLrSettings>(), PsLrSettings::default());
+    assert_eq!(parsed_defaults::<PsLdaSettings>(), PsLdaSettings::default());
+    assert_eq!(parsed_defaults::<LassoSettings>(), LassoSettings::default());
+    assert_eq!(
+        parsed_defaults::<StradsMfSettings>(),
+        StradsMfSettings::default()
+    );
+    assert_eq!(parsed_defaults::<LdaSettings>(), LdaSettings::default());
 }
 
 #[test]

@@ -17,7 +17,7 @@ use petrel::report::fmt;
 use petrel_actors::{Settings, Transport};
 use petrel_ps::apps::mf::PsMfData;
 use petrel_ps::core::rules::alpha_for_radius;
-use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrConfig, PsMf, PsMfConfig, ServerRule};
+use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrSettings, PsMf, PsMfSettings, ServerRule};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -186,8 +186,8 @@ fn diverged(e: &PsError) -> bool {
     petrel_actors::error_chain(e).contains("the run diverged")
 }
 
-fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrConfig {
-    PsLrConfig {
+fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrSettings {
+    PsLrSettings {
         learning_rate: alpha,
         rule,
         consistency: args.consistency,
@@ -204,8 +204,8 @@ fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrC
     }
 }
 
-fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfConfig {
-    PsMfConfig {
+fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfSettings {
+    PsMfSettings {
         learning_rate: alpha,
         rule: Some(rule),
         consistency: args.consistency,

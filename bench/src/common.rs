@@ -3,7 +3,7 @@
 //! `--json-out` and printed as the last line.
 
 use petrel::report::{Table, fmt, print_json, save_json};
-use petrel_ps::{PsError, PsLrConfig, PsMfConfig};
+use petrel_ps::{PsError, PsLrSettings, PsMfSettings};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -38,20 +38,20 @@ pub struct LrDataArgs {
 impl LrDataArgs {
     /// The LR job on this data (with `quick`: 1000 samples, 40 features, 4 classes), run
     /// to the clock limit of each bench's time limit.
-    pub(crate) fn config(&self, quick: bool) -> PsLrConfig {
+    pub(crate) fn config(&self, quick: bool) -> PsLrSettings {
         let (samples, features, classes) = if quick {
             (1000, 40, 4)
         } else {
             (self.lr_samples, self.lr_features, self.lr_classes)
         };
-        PsLrConfig {
+        PsLrSettings {
             synthetic_samples: samples,
             synthetic_features: features,
             synthetic_classes: classes,
             batch_size: self.lr_batch,
             max_clocks: u64::MAX,
             eval_ms: 50,
-            ..PsLrConfig::default()
+            ..PsLrSettings::default()
         }
     }
 }
@@ -152,13 +152,13 @@ pub(crate) fn upper_median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
 
 /// The synthetic MF job of the PS benches (smaller with `quick`), which each sets its
 /// consistency, limits and stragglers on.
-pub(crate) fn ps_mf(quick: bool) -> PsMfConfig {
+pub(crate) fn ps_mf(quick: bool) -> PsMfSettings {
     let (users, items, observed) = if quick {
         (400, 200, 0.05)
     } else {
         (2000, 1000, 0.02)
     };
-    PsMfConfig {
+    PsMfSettings {
         synthetic_users: users,
         synthetic_items: items,
         synthetic_rank: 5,
@@ -170,7 +170,7 @@ pub(crate) fn ps_mf(quick: bool) -> PsMfConfig {
         max_clocks: Some(u64::MAX),
         init_scale: 0.3,
         regularization: 0.02,
-        ..PsMfConfig::default()
+        ..PsMfSettings::default()
     }
 }
 

@@ -23,7 +23,7 @@ use petrel::report::fmt;
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::core::stats::{ReadStats, StalenessReport};
-use petrel_ps::{ConsistencyModel, PsLr, PsLrConfig, PsMf, PsMfConfig};
+use petrel_ps::{ConsistencyModel, PsLr, PsLrSettings, PsMf, PsMfSettings};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -253,8 +253,8 @@ fn persistent(args: &ConsistencyBenchArgs) -> Option<u32> {
     (args.persistent_factor > 1.0).then_some(0)
 }
 
-fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsMfConfig {
-    PsMfConfig {
+fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsMfSettings {
+    PsMfSettings {
         seed: args.seed,
         consistency: model,
         staleness: s,
@@ -276,8 +276,8 @@ fn stragglers(args: &ConsistencyBenchArgs) -> petrel_ps::kit::settings::Straggle
     }
 }
 
-fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsLrConfig {
-    PsLrConfig {
+fn lr_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsLrSettings {
+    PsLrSettings {
         seed: args.seed,
         // Quick: small, easy data (a few clocks to the target).
         learning_rate: if args.quick {

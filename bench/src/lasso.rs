@@ -10,7 +10,7 @@ use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
-use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, SyntheticLasso};
 use petrel_strads::core::scheduler::ScheduleMode;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -184,7 +184,7 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
 }
 
 /// The job every variant runs: the bench's design and scheduler flags, no evaluation.
-fn base_job(args: &LassoBenchArgs) -> LassoJob {
+fn base_job(args: &LassoBenchArgs) -> LassoSettings {
     let synthetic = SyntheticLasso {
         n_samples: args.n_samples,
         n_features: args.n_features,
@@ -195,7 +195,7 @@ fn base_job(args: &LassoBenchArgs) -> LassoJob {
         nnz_per_column: 0,
         seed: 42,
     };
-    LassoJob {
+    LassoSettings {
         synthetic,
         lambda_fraction: args.lambda_fraction,
         block_size: args.block_size,
@@ -206,7 +206,7 @@ fn base_job(args: &LassoBenchArgs) -> LassoJob {
         max_rounds: args.max_rounds,
         eval_every: 0,
         gap_tolerance: None,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 
@@ -216,9 +216,9 @@ fn base_job(args: &LassoBenchArgs) -> LassoJob {
 pub(crate) fn reference_optimum(
     x: &petrel_ml::data::SparseColumns,
     y: &[f32],
-    job: &LassoJob,
+    job: &LassoSettings,
 ) -> Result<(f64, f64, u64), StradsTrainError> {
-    let job = LassoJob {
+    let job = LassoSettings {
         gap_tolerance: Some(1e-10),
         target_objective: None,
         ..job.clone()
@@ -230,7 +230,7 @@ pub(crate) fn reference_optimum(
 /// `--repeats` runs of one scheduler variant (seeds 0, 1, ...) to `target`.
 fn run_mode(
     args: &LassoBenchArgs,
-    base: &LassoJob,
+    base: &LassoSettings,
     out: &Path,
     target: f64,
     mode: ScheduleMode,
@@ -240,7 +240,7 @@ fn run_mode(
     let mode_name = mode_name.as_str();
     let mut runs = Vec::new();
     for seed in 0..args.repeats.max(1) {
-        let job = LassoJob {
+        let job = LassoSettings {
             mode,
             rho,
             seed,

@@ -19,7 +19,7 @@ use petrel::train::{NodeMemory, StradsTrainError, run_lasso_job};
 use petrel_ml::data::SparseColumns;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
-use petrel_strads::apps::lasso::{LassoJob, LassoSolver, RoundProfile, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, RoundProfile, SyntheticLasso};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -65,7 +65,7 @@ pub struct LassoScaleBenchArgs {
     pub gs_active_passes: u32,
     /// Per-round latency the automatic chunk and block sizes assume, in milliseconds; see
     /// `petrel train lasso --help`.
-    #[arg(long, default_value_t = LassoJob::default().round_latency_ms)]
+    #[arg(long, default_value_t = LassoSettings::default().round_latency_ms)]
     pub round_latency_ms: f64,
     /// Relative objective gap to reach: f <= f* (1 + tolerance).
     #[arg(long, default_value_t = 1e-3)]
@@ -138,8 +138,8 @@ pub fn worker_holds_mb(solver: LassoSolver, nnz: usize, size: &DesignSize, worke
 }
 
 impl LassoScaleBenchArgs {
-    fn job_for(&self, size: &DesignSize) -> LassoJob {
-        let mut job = LassoJob {
+    fn job_for(&self, size: &DesignSize) -> LassoSettings {
+        let mut job = LassoSettings {
             synthetic: SyntheticLasso {
                 n_samples: size.n_samples,
                 n_features: size.n_features,
@@ -155,7 +155,7 @@ impl LassoScaleBenchArgs {
             timeout_s: self.common.timeout_s,
             round_latency_ms: self.round_latency_ms,
             solver: self.solver,
-            ..LassoJob::default()
+            ..LassoSettings::default()
         };
         // Each solver gets its own knobs only (`gauss-seidel` refuses the scheduled mode's).
         if self.solver == LassoSolver::Scheduled {
@@ -171,7 +171,7 @@ impl LassoScaleBenchArgs {
 /// without this process's copy of it: what in-process transports measure as their peak).
 pub struct LassoDesign {
     data: Option<(SparseColumns, Vec<f32>)>,
-    job: LassoJob,
+    job: LassoSettings,
 }
 
 impl CdScale for LassoScaleBenchArgs {
@@ -219,7 +219,7 @@ impl CdScale for LassoScaleBenchArgs {
             "design generated"
         );
         // f*: the baseline to a tight duality gap.
-        let optimum_job = LassoJob {
+        let optimum_job = LassoSettings {
             gap_tolerance: Some(self.optimum_gap),
             ..base.clone()
         };
@@ -254,7 +254,7 @@ impl CdScale for LassoScaleBenchArgs {
             return Err(StradsTrainError::Usage("the design was released"));
         };
         // The timed baseline: the same solver, stopped at the target.
-        let job = LassoJob {
+        let job = LassoSettings {
             target_objective: Some(target),
             ..design.job.clone()
         };
@@ -275,7 +275,7 @@ impl CdScale for LassoScaleBenchArgs {
             dir,
             ..
         } = r;
-        let job = LassoJob {
+        let job = LassoSettings {
             target_objective: Some(target),
             out_dir: Some(dir),
             ..self.job_for(size)

@@ -8,7 +8,7 @@ use petrel::train::plot::absolute;
 use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{LassoJob, LassoMetrics, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, SyntheticLasso};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -85,7 +85,7 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
             "need at least one scheduler count, one depth and one repeat",
         ));
     }
-    let base = LassoJob {
+    let base = LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: args.n_samples,
             n_features: args.n_features,
@@ -95,7 +95,7 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
         candidate_pool: args.block_size * 4,
         eval_every: args.eval_every,
         gap_tolerance: Some(args.gap_tolerance),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let (x, y) = base.load()?;
     let lambda = base.resolve_lambda(&x, &y);
@@ -111,7 +111,7 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
         for &s in &args.schedulers {
             let mut runs: Vec<LassoMetrics> = Vec::new();
             for seed in 0..args.repeats {
-                let job = LassoJob {
+                let job = LassoSettings {
                     schedulers: s,
                     depth,
                     seed,

@@ -11,8 +11,8 @@ use petrel::train::{StradsTrainError, run_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint};
-use petrel_ps::apps::lda::{PsLdaConfig, PsLdaMetrics};
-use petrel_strads::apps::lda::{LdaApp, LdaJob};
+use petrel_ps::apps::lda::{PsLdaMetrics, PsLdaSettings};
+use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -129,12 +129,12 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     let mut table = Vec::new();
     let mut runs: Vec<(usize, LdaMetrics)> = Vec::new();
     for &p in &args.workers {
-        let job = LdaJob {
+        let job = LdaSettings {
             synthetic: crate::lda::corpus(args.topics, args.vocab, args.docs, args.doc_length),
             n_topics: args.topics,
             iterations: args.iterations,
             out_dir: Some(out.join(format!("p{p}"))),
-            ..LdaJob::default()
+            ..LdaSettings::default()
         };
         let m = run_job::<LdaApp>(&job, p, args.transport)?;
         table.push(row("rotation".into(), p, &m));
@@ -269,7 +269,7 @@ fn run_ps(
     workers: usize,
     out: &std::path::Path,
 ) -> Result<PsLdaMetrics, StradsTrainError> {
-    let cfg = PsLdaConfig {
+    let cfg = PsLdaSettings {
         synthetic: crate::lda::corpus(args.topics, args.vocab, args.docs, args.doc_length),
         n_topics: args.topics,
         iterations: args.iterations,
@@ -280,7 +280,7 @@ fn run_ps(
             out: Some(out.join(format!("ps-p{workers}"))),
             ..Default::default()
         },
-        ..PsLdaConfig::default()
+        ..PsLdaSettings::default()
     };
     let transport = args.transport.cluster_transport();
     petrel_ps::run_local::<petrel_ps::PsLda>(cfg, args.ps_shards, workers, transport)

@@ -16,7 +16,7 @@ use crate::scale::{GridArgs, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_strads::StradsError;
-use petrel_strads::apps::lda::{LdaApp, LdaJob};
+use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -230,13 +230,13 @@ fn run_one(
     workers: usize,
 ) -> Result<(LdaScaleRun, serde_json::Value), StradsTrainError> {
     let docs = tokens / args.doc_length;
-    let job = LdaJob {
+    let job = LdaSettings {
         synthetic: crate::lda::corpus(args.topics, args.vocab, docs, args.doc_length),
         n_topics: args.topics,
         iterations: args.iterations,
         timeout_s: args.grid.timeout_s,
         out_dir: Some(out.join(format!("t{tokens}-p{workers}"))),
-        ..LdaJob::default()
+        ..LdaSettings::default()
     };
     // The flags checked as `train lda` checks its settings.
     job.validate().map_err(StradsError::from)?;

@@ -9,7 +9,7 @@ use crate::scale::{
 };
 use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_strads::StradsError;
-use petrel_strads::apps::lasso::{LassoJob, LassoSolver, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::logistic::{LogisticApp, load, logistic_lambda, run_baseline};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -28,7 +28,7 @@ pub struct LogisticScaleBenchArgs {
     #[command(flatten)]
     pub common: CdScaleArgs,
     /// lambda = fraction * max_j |x_j^T y| / 2 (y in {-1, +1}).
-    #[arg(long, default_value_t = LassoJob::default().lambda_fraction)]
+    #[arg(long, default_value_t = LassoSettings::default().lambda_fraction)]
     pub lambda_fraction: f64,
     /// Relative objective gap to reach: f <= f* (1 + tolerance).
     #[arg(long, default_value_t = 1e-4)]
@@ -59,8 +59,8 @@ pub fn worker_holds_mb(nnz: usize, size: &DesignSize, workers: usize) -> f64 {
 }
 
 impl LogisticScaleBenchArgs {
-    fn job_for(&self, size: &DesignSize) -> LassoJob {
-        LassoJob {
+    fn job_for(&self, size: &DesignSize) -> LassoSettings {
+        LassoSettings {
             synthetic: SyntheticLasso {
                 n_samples: size.n_samples,
                 n_features: size.n_features,
@@ -72,7 +72,7 @@ impl LogisticScaleBenchArgs {
             lambda_fraction: self.lambda_fraction,
             timeout_s: self.common.timeout_s,
             solver: LassoSolver::GaussSeidel,
-            ..LassoJob::default()
+            ..LassoSettings::default()
         }
     }
 }
@@ -81,7 +81,7 @@ impl CdScale for LogisticScaleBenchArgs {
     type Run = ();
     type Size = ();
     type Top = ();
-    type Design = LassoJob;
+    type Design = LassoSettings;
     const NAME: &'static str = "logistic-scale";
     const NO_CLUSTER: &'static str =
         "logistic-scale compares STRADS runs: --transport memory, quic or processes";
@@ -112,7 +112,7 @@ impl CdScale for LogisticScaleBenchArgs {
         let lambda = logistic_lambda(&x, &labels, &base);
         // f*: the baseline to a tight tolerance (it stops once a full sweep lowers the
         // objective by less than gap_tolerance / 100).
-        let optimum = run_baseline(&LassoJob {
+        let optimum = run_baseline(&LassoSettings {
             gap_tolerance: Some(100.0 * self.optimum_tolerance),
             ..base.clone()
         })?
@@ -132,7 +132,7 @@ impl CdScale for LogisticScaleBenchArgs {
         target: f64,
         _last: bool,
     ) -> Result<(f64, u64), StradsTrainError> {
-        let m = run_baseline(&LassoJob {
+        let m = run_baseline(&LassoSettings {
             target_objective: Some(target),
             ..base.clone()
         })?;
@@ -149,7 +149,7 @@ impl CdScale for LogisticScaleBenchArgs {
             dir,
             ..
         } = r;
-        let job = LassoJob {
+        let job = LassoSettings {
             target_objective: Some(target),
             out_dir: Some(dir.clone()),
             ..self.job_for(size)

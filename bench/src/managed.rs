@@ -29,7 +29,9 @@ use petrel_actors::{Settings, Transport};
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ps::core::managed::SendPolicy;
 use petrel_ps::kit::settings::{ManagedSettings, StragglerSettings};
-use petrel_ps::{ConsistencyModel, PsLda, PsLdaConfig, PsLdaMetrics, PsMf, PsMfConfig, PsMfResult};
+use petrel_ps::{
+    ConsistencyModel, PsLda, PsLdaMetrics, PsLdaSettings, PsMf, PsMfResult, PsMfSettings,
+};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -191,13 +193,13 @@ fn comm(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> ManagedSettings
     }
 }
 
-fn lda_config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsLdaConfig {
+fn lda_config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsLdaSettings {
     let (n_docs, vocab_size, doc_length, iterations) = if args.quick {
         (200, 500, 40, 6)
     } else {
         (args.docs, 5000, 100, args.iterations)
     };
-    PsLdaConfig {
+    PsLdaSettings {
         synthetic: LdaCorpusParams {
             n_docs,
             vocab_size,
@@ -209,7 +211,7 @@ fn lda_config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsLdaConf
         consistency: args.consistency,
         staleness: args.staleness,
         comm: comm(args, managed),
-        ..PsLdaConfig::default()
+        ..PsLdaSettings::default()
     }
 }
 
@@ -291,8 +293,8 @@ fn lda_targets(args: &ManagedBenchArgs, runs: &mut [ManagedRun]) -> f64 {
     target
 }
 
-fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfConfig {
-    PsMfConfig {
+fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfSettings {
+    PsMfSettings {
         consistency: args.consistency,
         staleness: args.staleness,
         // Quick runs (tests) also end by clocks, so a lost stop cannot keep them going.

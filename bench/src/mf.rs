@@ -8,7 +8,7 @@ use petrel::train::plot::{Series, line_plot};
 use petrel::train::{StradsTrainError, run_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
-use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
+use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -83,7 +83,7 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
     let out = absolute(&args.out)?;
     let mut runs: Vec<(usize, MfMetrics)> = Vec::new();
     for &p in &args.workers {
-        let job = StradsMfJob {
+        let job = StradsMfSettings {
             synthetic: LowRankParams {
                 n_users: args.users,
                 n_items: args.items,
@@ -98,7 +98,7 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
             target_rmse: Some(args.target_rmse),
             out_dir: Some(out.join(format!("p{p}"))),
             timeout_s: 120,
-            ..StradsMfJob::default()
+            ..StradsMfSettings::default()
         };
         let m = run_job::<MfApp>(&job, p, args.transport)?;
         runs.push((p, m));

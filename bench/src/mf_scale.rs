@@ -18,7 +18,7 @@ use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::metrics::peak_rss_mb;
-use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
+use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -287,7 +287,7 @@ fn run_one(
     one_worker_s: Option<f64>,
 ) -> Result<MfScaleRun, StradsTrainError> {
     let (users, items) = dimensions(requested, args.observed_fraction);
-    let job = StradsMfJob {
+    let job = StradsMfSettings {
         synthetic: LowRankParams {
             n_users: users,
             n_items: items,
@@ -302,7 +302,7 @@ fn run_one(
         target_rmse: Some(args.target_rmse),
         out_dir: Some(out.join(format!("r{requested}-p{workers}"))),
         timeout_s: args.grid.timeout_s,
-        ..StradsMfJob::default()
+        ..StradsMfSettings::default()
     };
     // The flags checked as `train mf` checks its settings.
     job.validate().map_err(StradsError::from)?;

@@ -11,7 +11,7 @@ use petrel::report::{fmt, print_json, save_json};
 use petrel::train::p3::{P3JobError, processes};
 use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_net::{NetConfig, ShaperConfig};
-use petrel_p3::roles::{P3NodeConfig, WorkerReportFile, load_profile};
+use petrel_p3::roles::{P3Settings, WorkerReportFile, load_profile};
 use petrel_p3::{
     Bounds, CostModel, EmulatedModel, Mode, ModelProfile, P3Job, auto_slice_size,
     ideal_iteration_s, run_cluster,
@@ -306,7 +306,7 @@ fn run_mode(
     };
     if let Some(hosts) = hosts {
         let dir = netns_run_dir().join(format!("{}-{bandwidth_mbit:.1}mbit", mode.name()));
-        let cfg = P3NodeConfig {
+        let cfg = P3Settings {
             mode,
             model: args.model.clone(),
             scale: setup.scale,
@@ -320,7 +320,7 @@ fn run_mode(
             momentum: 0.9,
             ask_timeout_ms: 120_000,
             report_dir: dir.join("reports"),
-            ..P3NodeConfig::default()
+            ..P3Settings::default()
         };
         let net = NetConfig {
             socket_send_buffer_bytes: Some(args.netns_send_buffer_kib * 1024),

@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use petrel_actors::JobTransport;
 use petrel_ml::job::InvalidSetting;
 use petrel_ml::topic::LdaMetrics;
-use petrel_ps::{PsApp, PsError, PsLda, PsLdaConfig, PsLr, PsLrConfig, PsMf, PsMfConfig};
+use petrel_ps::{PsApp, PsError, PsLda, PsLdaSettings, PsLr, PsLrSettings, PsMf, PsMfSettings};
 use petrel_strads::apps::lasso::multi::MultiSchedulerError;
-use petrel_strads::apps::lasso::{LassoApp, LassoJob, LassoMetrics};
-use petrel_strads::apps::lda::{LdaApp, LdaJob};
+use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings};
+use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
-use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfJob};
+use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
 use petrel_strads::{StradsError, StradsJob};
 
 use super::TrainError;
@@ -115,23 +115,23 @@ fn fits(
 }
 
 impl TrainApp for PsMf {
-    type Job = PsMfConfig;
+    type Job = PsMfSettings;
     const NAME: &'static str = <PsMf as PsApp>::NAME;
     const SECTION: &'static str = <PsMf as PsApp>::SECTION;
-    fn validate(job: &PsMfConfig) -> Result<(), InvalidSetting> {
+    fn validate(job: &PsMfSettings) -> Result<(), InvalidSetting> {
         job.validate()
     }
-    fn out(job: &mut PsMfConfig) -> &mut Option<PathBuf> {
+    fn out(job: &mut PsMfSettings) -> &mut Option<PathBuf> {
         &mut job.files.out
     }
-    fn inputs(job: &mut PsMfConfig) -> Vec<&mut Option<PathBuf>> {
+    fn inputs(job: &mut PsMfSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
-    fn ps_checkpoints(job: &mut PsMfConfig) -> Option<(&mut Option<PathBuf>, bool)> {
+    fn ps_checkpoints(job: &mut PsMfSettings) -> Option<(&mut Option<PathBuf>, bool)> {
         let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
         job.files.wanted(writes)
     }
-    fn check_data(job: &PsMfConfig, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &PsMfSettings, workers: usize) -> Result<(), TrainError> {
         if let Some(s) = job.stragglers.straggler
             && s as usize >= workers
         {
@@ -157,23 +157,23 @@ impl TrainApp for PsMf {
 }
 
 impl TrainApp for PsLr {
-    type Job = PsLrConfig;
+    type Job = PsLrSettings;
     const NAME: &'static str = <PsLr as PsApp>::NAME;
     const SECTION: &'static str = <PsLr as PsApp>::SECTION;
-    fn validate(job: &PsLrConfig) -> Result<(), InvalidSetting> {
+    fn validate(job: &PsLrSettings) -> Result<(), InvalidSetting> {
         job.validate()
     }
-    fn out(job: &mut PsLrConfig) -> &mut Option<PathBuf> {
+    fn out(job: &mut PsLrSettings) -> &mut Option<PathBuf> {
         &mut job.files.out
     }
-    fn inputs(job: &mut PsLrConfig) -> Vec<&mut Option<PathBuf>> {
+    fn inputs(job: &mut PsLrSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
-    fn ps_checkpoints(job: &mut PsLrConfig) -> Option<(&mut Option<PathBuf>, bool)> {
+    fn ps_checkpoints(job: &mut PsLrSettings) -> Option<(&mut Option<PathBuf>, bool)> {
         let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
         job.files.wanted(writes)
     }
-    fn check_data(job: &PsLrConfig, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &PsLrSettings, workers: usize) -> Result<(), TrainError> {
         let data = petrel_ps::apps::lr::PsLrData::load(job)
             .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
         fits(
@@ -186,22 +186,22 @@ impl TrainApp for PsLr {
 }
 
 impl TrainApp for PsLda {
-    type Job = PsLdaConfig;
+    type Job = PsLdaSettings;
     const NAME: &'static str = <PsLda as PsApp>::NAME;
     const SECTION: &'static str = <PsLda as PsApp>::SECTION;
-    fn validate(job: &PsLdaConfig) -> Result<(), InvalidSetting> {
+    fn validate(job: &PsLdaSettings) -> Result<(), InvalidSetting> {
         job.validate()
     }
-    fn out(job: &mut PsLdaConfig) -> &mut Option<PathBuf> {
+    fn out(job: &mut PsLdaSettings) -> &mut Option<PathBuf> {
         &mut job.files.out
     }
-    fn inputs(job: &mut PsLdaConfig) -> Vec<&mut Option<PathBuf>> {
+    fn inputs(job: &mut PsLdaSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
     }
-    fn ps_checkpoints(job: &mut PsLdaConfig) -> Option<(&mut Option<PathBuf>, bool)> {
+    fn ps_checkpoints(job: &mut PsLdaSettings) -> Option<(&mut Option<PathBuf>, bool)> {
         job.files.wanted(job.checkpoint_every > 0)
     }
-    fn check_data(job: &PsLdaConfig, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &PsLdaSettings, workers: usize) -> Result<(), TrainError> {
         let corpus = job
             .load()
             .map_err(|e: PsError| data_error(<Self as TrainApp>::NAME, e))?;
@@ -215,19 +215,19 @@ impl TrainApp for PsLda {
 }
 
 impl TrainApp for LassoApp {
-    type Job = LassoJob;
+    type Job = LassoSettings;
     const NAME: &'static str = "lasso";
     const SECTION: &'static str = <LassoApp as StradsJob>::SECTION;
-    fn validate(job: &LassoJob) -> Result<(), InvalidSetting> {
+    fn validate(job: &LassoSettings) -> Result<(), InvalidSetting> {
         job.validate()
     }
-    fn out(job: &mut LassoJob) -> &mut Option<PathBuf> {
+    fn out(job: &mut LassoSettings) -> &mut Option<PathBuf> {
         &mut job.out_dir
     }
-    fn inputs(job: &mut LassoJob) -> Vec<&mut Option<PathBuf>> {
+    fn inputs(job: &mut LassoSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
-    fn check_data(job: &LassoJob, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &LassoSettings, workers: usize) -> Result<(), TrainError> {
         // The design as stored (a cluster's explicit centring is checked before launch).
         let (x, _) = job
             .load_sparse()
@@ -242,19 +242,19 @@ impl TrainApp for LassoApp {
 }
 
 impl TrainApp for LogisticApp {
-    type Job = LassoJob;
+    type Job = LassoSettings;
     const NAME: &'static str = "logistic";
     const SECTION: &'static str = <LogisticApp as StradsJob>::SECTION;
-    fn validate(job: &LassoJob) -> Result<(), InvalidSetting> {
+    fn validate(job: &LassoSettings) -> Result<(), InvalidSetting> {
         <LogisticApp as StradsJob>::validate_config(job)
     }
-    fn out(job: &mut LassoJob) -> &mut Option<PathBuf> {
+    fn out(job: &mut LassoSettings) -> &mut Option<PathBuf> {
         &mut job.out_dir
     }
-    fn inputs(job: &mut LassoJob) -> Vec<&mut Option<PathBuf>> {
+    fn inputs(job: &mut LassoSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
-    fn check_data(job: &LassoJob, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &LassoSettings, workers: usize) -> Result<(), TrainError> {
         let (x, _) = petrel_strads::apps::logistic::load(job)
             .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
         fits(<Self as TrainApp>::NAME, workers, x.n_rows, "rows")
@@ -262,19 +262,19 @@ impl TrainApp for LogisticApp {
 }
 
 impl TrainApp for MfApp {
-    type Job = StradsMfJob;
+    type Job = StradsMfSettings;
     const NAME: &'static str = "strads-mf";
     const SECTION: &'static str = <MfApp as StradsJob>::SECTION;
-    fn validate(job: &StradsMfJob) -> Result<(), InvalidSetting> {
+    fn validate(job: &StradsMfSettings) -> Result<(), InvalidSetting> {
         job.validate()
     }
-    fn out(job: &mut StradsMfJob) -> &mut Option<PathBuf> {
+    fn out(job: &mut StradsMfSettings) -> &mut Option<PathBuf> {
         &mut job.out_dir
     }
-    fn inputs(job: &mut StradsMfJob) -> Vec<&mut Option<PathBuf>> {
+    fn inputs(job: &mut StradsMfSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
-    fn check_data(job: &StradsMfJob, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &StradsMfSettings, workers: usize) -> Result<(), TrainError> {
         // Counted in streaming passes, as the nodes do: the launcher holds the test
         // ratings only (reading them checks a `test_data` file).
         let (summary, _) = job
@@ -297,19 +297,19 @@ impl TrainApp for MfApp {
 }
 
 impl TrainApp for LdaApp {
-    type Job = LdaJob;
+    type Job = LdaSettings;
     const NAME: &'static str = "lda";
     const SECTION: &'static str = <LdaApp as StradsJob>::SECTION;
-    fn validate(job: &LdaJob) -> Result<(), InvalidSetting> {
+    fn validate(job: &LdaSettings) -> Result<(), InvalidSetting> {
         job.validate()
     }
-    fn out(job: &mut LdaJob) -> &mut Option<PathBuf> {
+    fn out(job: &mut LdaSettings) -> &mut Option<PathBuf> {
         &mut job.out_dir
     }
-    fn inputs(job: &mut LdaJob) -> Vec<&mut Option<PathBuf>> {
+    fn inputs(job: &mut LdaSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
     }
-    fn check_data(job: &LdaJob, workers: usize) -> Result<(), TrainError> {
+    fn check_data(job: &LdaSettings, workers: usize) -> Result<(), TrainError> {
         let corpus = job
             .load()
             .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
@@ -341,8 +341,9 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
     fn ps<A: TrainApp>(value: &serde_json::Value, dir: fn(&A::Job) -> bool) -> bool {
         job::<A>(value).is_some_and(|mut j| !dir(&j) && A::ps_checkpoints(&mut j).is_some())
     }
-    let lasso =
-        |j: LassoJob| j.checkpoint_dir.is_none() && j.checkpoint_every > 0 && j.schedulers <= 1;
+    let lasso = |j: LassoSettings| {
+        j.checkpoint_dir.is_none() && j.checkpoint_every > 0 && j.schedulers <= 1
+    };
     match section {
         s if s == <LassoApp as TrainApp>::SECTION => job::<LassoApp>(value).is_some_and(lasso),
         s if s == <LogisticApp as TrainApp>::SECTION => {
@@ -376,7 +377,7 @@ pub trait StradsClusterApp: TrainApp {
 
 impl StradsClusterApp for LogisticApp {
     type Metrics = LogisticMetrics;
-    fn timeout_s(job: &LassoJob) -> u64 {
+    fn timeout_s(job: &LassoSettings) -> u64 {
         job.timeout_s
     }
 }
@@ -424,17 +425,17 @@ pub trait StradsTrainApp:
 
 impl StradsClusterApp for LassoApp {
     type Metrics = LassoMetrics;
-    fn timeout_s(job: &LassoJob) -> u64 {
+    fn timeout_s(job: &LassoSettings) -> u64 {
         job.timeout_s
     }
 }
 
 impl StradsTrainApp for LassoApp {
-    fn checkpoints(job: &mut LassoJob) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+    fn checkpoints(job: &mut LassoSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
         // Several schedulers do not checkpoint ([`Self::check_run`] refuses the settings).
         (job.schedulers <= 1).then_some((&mut job.checkpoint_dir, &mut job.resume))
     }
-    fn check_run(job: &LassoJob, transport: Option<JobTransport>) -> Result<(), TrainError> {
+    fn check_run(job: &LassoSettings, transport: Option<JobTransport>) -> Result<(), TrainError> {
         let wants_checkpoints = job.checkpoint_dir.is_some() || job.resume;
         if transport.is_none() && (job.schedulers > 1 || wants_checkpoints) {
             return Err(super::StradsTrainError::Usage(
@@ -447,21 +448,21 @@ impl StradsTrainApp for LassoApp {
         }
         Ok(())
     }
-    fn scheduler_nodes(job: &LassoJob, colocate: bool) -> Vec<(String, Vec<String>)> {
+    fn scheduler_nodes(job: &LassoSettings, colocate: bool) -> Vec<(String, Vec<String>)> {
         super::lasso_scheduler_nodes(job.schedulers, colocate)
     }
-    fn next_attempt(job: &mut LassoJob, attempt: u32) {
+    fn next_attempt(job: &mut LassoSettings, attempt: u32) {
         if attempt > 0 {
             // An injected fault (a test hook) fires in the first attempt only.
             job.fail_after_checkpoints = None;
         }
     }
-    fn run_in_thread(job: &LassoJob, _workers: usize) -> Result<LassoMetrics, TrainError> {
+    fn run_in_thread(job: &LassoSettings, _workers: usize) -> Result<LassoMetrics, TrainError> {
         Ok(petrel_strads::apps::lasso::baseline::run_baseline(job)
             .map_err(super::StradsTrainError::from)?
             .metrics)
     }
-    fn summary(job: &LassoJob, m: &LassoMetrics, out: &str) -> String {
+    fn summary(job: &LassoSettings, m: &LassoMetrics, out: &str) -> String {
         format!(
             "lasso {} ({} scheduler(s)): {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, KKT violation {:.3e}, duality gap {:.3e}; {} non-zeros; wrote {out}",
             m.mode,
@@ -478,17 +479,17 @@ impl StradsTrainApp for LassoApp {
 }
 
 impl StradsTrainApp for LogisticApp {
-    fn checkpoints(job: &mut LassoJob) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+    fn checkpoints(job: &mut LassoSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
         Some((&mut job.checkpoint_dir, &mut job.resume))
     }
-    fn next_attempt(job: &mut LassoJob, attempt: u32) {
+    fn next_attempt(job: &mut LassoSettings, attempt: u32) {
         <LassoApp as StradsTrainApp>::next_attempt(job, attempt);
     }
-    fn run_in_thread(job: &LassoJob, _workers: usize) -> Result<LogisticMetrics, TrainError> {
+    fn run_in_thread(job: &LassoSettings, _workers: usize) -> Result<LogisticMetrics, TrainError> {
         Ok(petrel_strads::apps::logistic::run_baseline(job)
             .map_err(super::StradsTrainError::from)?)
     }
-    fn summary(_job: &LassoJob, m: &LogisticMetrics, out: &str) -> String {
+    fn summary(_job: &LassoSettings, m: &LogisticMetrics, out: &str) -> String {
         format!(
             "logistic {}: {} rounds, {} coordinate updates, {:.2} s; objective {:.6}, training accuracy {:.4}; {} non-zeros; wrote {out}",
             m.mode,
@@ -504,16 +505,16 @@ impl StradsTrainApp for LogisticApp {
 
 impl StradsClusterApp for MfApp {
     type Metrics = MfMetrics;
-    fn timeout_s(job: &StradsMfJob) -> u64 {
+    fn timeout_s(job: &StradsMfSettings) -> u64 {
         job.timeout_s
     }
 }
 
 impl StradsTrainApp for MfApp {
-    fn checkpoints(job: &mut StradsMfJob) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+    fn checkpoints(job: &mut StradsMfSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
         Some((&mut job.checkpoint_dir, &mut job.resume))
     }
-    fn summary(_job: &StradsMfJob, m: &MfMetrics, out: &str) -> String {
+    fn summary(_job: &StradsMfSettings, m: &MfMetrics, out: &str) -> String {
         let test = if m.test_ratings > 0 {
             format!(", test RMSE {:.4}", m.final_test_rmse)
         } else {
@@ -528,20 +529,20 @@ impl StradsTrainApp for MfApp {
 
 impl StradsClusterApp for LdaApp {
     type Metrics = LdaMetrics;
-    fn timeout_s(job: &LdaJob) -> u64 {
+    fn timeout_s(job: &LdaSettings) -> u64 {
         job.timeout_s
     }
 }
 
 impl StradsTrainApp for LdaApp {
-    fn checkpoints(job: &mut LdaJob) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+    fn checkpoints(job: &mut LdaSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
         Some((&mut job.checkpoint_dir, &mut job.resume))
     }
     // One point at the start, then one per pass.
-    fn progress_points(job: &LdaJob) -> Option<u64> {
+    fn progress_points(job: &LdaSettings) -> Option<u64> {
         Some(job.iterations as u64 + 1)
     }
-    fn summary(_job: &LdaJob, m: &LdaMetrics, out: &str) -> String {
+    fn summary(_job: &LdaSettings, m: &LdaMetrics, out: &str) -> String {
         format!(
             "lda {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {out}",
             m.n_topics,

@@ -22,7 +22,7 @@ pub mod saved;
 use crate::launcher::NodePeak;
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
 use petrel_ps::PsApp;
-use petrel_strads::apps::lasso::{LassoApp, LassoJob, LassoMetrics, multi};
+use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings, multi};
 use petrel_strads::apps::logistic::LogisticApp;
 use petrel_strads::{StradsError, StradsJob, StradsModelError};
 use std::collections::{BTreeMap, BTreeSet};
@@ -218,7 +218,7 @@ pub struct ClusterArgs {
     pub max_restarts: u32,
 }
 
-/// `petrel train lasso` and `petrel train logistic`: the [`LassoJob`] flags plus these.
+/// `petrel train lasso` and `petrel train logistic`: the [`LassoSettings`] flags plus these.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LassoTrainArgs {
     /// Output, workers and transport.
@@ -232,10 +232,12 @@ pub struct LassoTrainArgs {
     pub colocate_schedulers: bool,
     /// The job.
     #[command(flatten)]
-    pub job: LassoJob,
+    pub job: LassoSettings,
 }
 
-/// `petrel train strads-mf | lda`: the job's flags ([`StradsMfJob`], [`LdaJob`]) plus
+/// `petrel train strads-mf | lda`: the settings' flags
+/// ([`StradsMfSettings`](petrel_strads::apps::mf::StradsMfSettings),
+/// [`LdaSettings`](petrel_strads::apps::lda::LdaSettings)) plus
 /// output, workers and transport.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StradsTrainArgs<J: clap::Args> {
@@ -443,7 +445,7 @@ fn one_scheduler<J: StradsJob>() -> Vec<(String, Vec<String>)> {
 
 /// A cluster for a Lasso job, its schedulers colocated on one node or not.
 pub fn lasso_settings(
-    job: &LassoJob,
+    job: &LassoSettings,
     workers: usize,
     transport: JobTransport,
     colocate: bool,
@@ -481,7 +483,7 @@ where
 /// Runs a Lasso job on a cluster (schedulers colocated on one node or not) and returns the
 /// metrics the scheduler wrote.
 pub fn run_lasso_job(
-    job: &LassoJob,
+    job: &LassoSettings,
     workers: usize,
     transport: JobTransport,
     colocate: bool,
@@ -558,10 +560,10 @@ pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Strad
 }
 
 /// The settings of `petrel train lasso|logistic` ([`prepare_job`]), with `--no-filter`.
-fn lasso_job_of<A: TrainApp<Job = LassoJob>>(
+fn lasso_job_of<A: TrainApp<Job = LassoSettings>>(
     args: &LassoTrainArgs,
     given: &BTreeSet<String>,
-) -> Result<LassoJob, TrainError> {
+) -> Result<LassoSettings, TrainError> {
     let c = &args.cluster;
     let mut job = prepare_job::<A>(
         &args.job,
@@ -971,16 +973,16 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use petrel_strads::apps::mf::{MfApp, StradsMfJob};
+    use petrel_strads::apps::mf::{MfApp, StradsMfSettings};
 
     #[test]
     fn lasso_and_gauss_seidel_logistic_clusters_run_their_transport_on_the_node_threads_and_mf_keeps_its_own()
      {
-        let lasso = lasso_settings(&LassoJob::default(), 2, JobTransport::Processes, false)
+        let lasso = lasso_settings(&LassoSettings::default(), 2, JobTransport::Processes, false)
             .expect("lasso settings");
         assert_eq!(lasso.net.threads, 0);
         let mf = star_settings_with::<MfApp>(
-            &StradsMfJob::default(),
+            &StradsMfSettings::default(),
             &one_scheduler::<MfApp>(),
             2,
             JobTransport::Processes,
@@ -991,7 +993,7 @@ mod tests {
         assert!(mf.net.threads > 0);
         // Logistic: on the node's thread with the Gauss-Seidel solver (the default), on a
         // thread of its own with the scheduled one.
-        let logistic = |job: &LassoJob| {
+        let logistic = |job: &LassoSettings| {
             star_settings_with::<LogisticApp>(
                 job,
                 &one_scheduler::<LogisticApp>(),
@@ -1003,10 +1005,10 @@ mod tests {
             .net
             .threads
         };
-        assert_eq!(logistic(&LassoJob::default()), 0);
-        let scheduled = LassoJob {
+        assert_eq!(logistic(&LassoSettings::default()), 0);
+        let scheduled = LassoSettings {
             block_size: 8,
-            ..LassoJob::default()
+            ..LassoSettings::default()
         };
         assert!(logistic(&scheduled) > 0);
         // What a node process reads back keeps the choice.

@@ -10,7 +10,7 @@ use crate::report::{Table, fmt, print_json};
 use petrel_actors::NodeError;
 use petrel_net::tls::TlsError;
 use petrel_net::{NetConfig, ShaperConfig};
-use petrel_p3::roles::{P3NodeConfig, WorkerReportFile};
+use petrel_p3::roles::{P3Settings, WorkerReportFile};
 use petrel_p3::{Mode, P3Error, PlanError, ProfileError};
 use processes::run_job;
 use std::path::{Path, PathBuf};
@@ -126,8 +126,8 @@ pub struct RealJobArgs {
 }
 
 impl RealJobArgs {
-    pub fn node_config(&self, net: &str, mode: Mode, iterations: u64, dir: &Path) -> P3NodeConfig {
-        P3NodeConfig {
+    pub fn node_config(&self, net: &str, mode: Mode, iterations: u64, dir: &Path) -> P3Settings {
+        P3Settings {
             mode,
             batch: self.batch,
             slice_size: self.slice_size,
@@ -143,7 +143,7 @@ impl RealJobArgs {
             seed: self.seed,
             train_data: self.train_data.clone(),
             test_data: self.test_data.clone(),
-            ..P3NodeConfig::default()
+            ..P3Settings::default()
         }
     }
 
@@ -159,7 +159,7 @@ impl RealJobArgs {
 /// emulated host with `petrel train --netns PREFIX` (node i in `PREFIX-hi`; the links are
 /// then the namespaces', unshaped).
 pub fn run_processes(
-    cfg: &P3NodeConfig,
+    cfg: &P3Settings,
     net: &NetConfig,
     dir: &Path,
     limit: Duration,
@@ -223,14 +223,14 @@ pub fn absolute_run_dir(dir: &std::path::Path) -> Result<PathBuf, P3JobError> {
 /// accuracy (worker 0's batches), the test accuracy, and saves the model.
 pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
     args.job.run_dir = absolute_run_dir(&args.job.run_dir)?;
-    let probe = P3NodeConfig {
+    let probe = P3Settings {
         net: args.net.clone(),
         train_data: args.job.train_data.clone(),
         width: args.job.width,
-        ..P3NodeConfig::default()
+        ..P3Settings::default()
     };
     probe.check_net()?;
-    let (train, _) = P3NodeConfig {
+    let (train, _) = P3Settings {
         test_data: String::new(),
         ..probe.clone()
     }
@@ -283,7 +283,7 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
                 _ if number > 0 => println!("p3: restart {number} starts from the beginning"),
                 _ => {}
             }
-            let cfg = P3NodeConfig {
+            let cfg = P3Settings {
                 resume: resume || args.resume,
                 ..cfg.clone()
             };

@@ -25,7 +25,7 @@
 //!    candle, trains emulated profiles only, and refuses a real network with
 //!    [`ModelError::NoCandle`].
 //! 5. [`roles`]: the built-in `p3-worker`/`p3-shard` roles of `petrel node`, configured by
-//!    `[app.p3]` ([`P3NodeConfig`]).
+//!    `[app.p3]` ([`P3Settings`]).
 //!
 //! # One iteration
 //!
@@ -70,7 +70,7 @@ pub use kit::{
 #[cfg(feature = "candle")]
 pub use models::{CandleStageModel, StagedNet};
 pub use models::{EmulatedModel, ModelError};
-pub use roles::{P3NodeConfig, WorkerReportFile};
+pub use roles::{P3Settings, WorkerReportFile};
 
 /// The names most P3 code needs: `use petrel_p3::prelude::*;`.
 pub mod prelude {

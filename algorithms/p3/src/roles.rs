@@ -2,7 +2,7 @@
 //!
 //! The in-process bench hands the job to its roles through closures
 //! ([`crate::kit::run_cluster`]); a node process reads it from `[app.p3]` instead
-//! ([`P3NodeConfig`]). The model is either the [`EmulatedModel`] of a profile (built-in
+//! ([`P3Settings`]). The model is either the [`EmulatedModel`] of a profile (built-in
 //! name or file) scaled by `scale` on a device of `device_gflops`, exactly as `petrel
 //! bench p3` builds it, or, when `net` names one, a real candle model
 //! ([`crate::models::nets`]) trained by [`CandleStageModel`](crate::models::CandleStageModel)
@@ -31,7 +31,7 @@ use petrel_ml::dnn::data::{Dataset, load_idx_dataset};
 /// `[app.p3]`: one P3 job. A bad `mode` is rejected when the section is read.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 #[serde(default)]
-pub struct P3NodeConfig {
+pub struct P3Settings {
     /// sequential, fifo or p3.
     pub mode: Mode,
     /// Built-in profile name (vgg19, resnet50, sockeye) or a profile file.
@@ -82,9 +82,9 @@ pub struct P3NodeConfig {
     pub resume: bool,
 }
 
-impl Default for P3NodeConfig {
+impl Default for P3Settings {
     fn default() -> Self {
-        P3NodeConfig {
+        P3Settings {
             mode: Mode::P3,
             model: "vgg19".into(),
             scale: 1e-3,
@@ -132,7 +132,7 @@ fn positive(field: &'static str, v: f64) -> Result<(), P3Error> {
     }
 }
 
-impl P3NodeConfig {
+impl P3Settings {
     /// The scaled profile and the job every node of the cluster derives from it.
     pub fn job(&self, settings: &Settings) -> Result<(P3Job, ModelProfile), P3Error> {
         positive("[app.p3] scale", self.scale)?;
@@ -170,7 +170,7 @@ impl P3NodeConfig {
     }
 }
 
-impl P3NodeConfig {
+impl P3Settings {
     /// The job's checkpoint settings (`None` without a `checkpoint_dir`). The tag names
     /// what a checkpoint must share with a job resuming it besides the cluster and
     /// optimiser: the model and its data.
@@ -198,7 +198,7 @@ impl P3NodeConfig {
     }
 }
 
-/// Where a data spec's examples come from (see [`P3NodeConfig::train_data`]).
+/// Where a data spec's examples come from (see [`P3Settings::train_data`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataSpec {
     /// `synthetic:N`: N CIFAR-shaped examples of 10 template classes.
@@ -274,7 +274,7 @@ pub fn load_data(
     Ok((train, test.map(one).transpose()?))
 }
 
-impl P3NodeConfig {
+impl P3Settings {
     /// Checks that `net` is empty (the job emulates a profile) or names a real model this
     /// build can train.
     pub fn check_net(&self) -> Result<(), P3Error> {
@@ -423,8 +423,8 @@ impl WorkerReportFile {
     }
 }
 
-fn config(ctx: &NodeContext) -> Result<P3NodeConfig, P3Error> {
-    Ok(ctx.settings.app::<P3NodeConfig>("p3")?)
+fn config(ctx: &NodeContext) -> Result<P3Settings, P3Error> {
+    Ok(ctx.settings.app::<P3Settings>("p3")?)
 }
 
 async fn shard(ctx: NodeContext) -> Result<(), P3Error> {
@@ -449,7 +449,7 @@ async fn worker(ctx: NodeContext) -> Result<(), P3Error> {
 /// Registers `p3-worker` and `p3-shard`.
 pub fn register(cluster: Cluster) -> Cluster {
     cluster
-        .app_section::<P3NodeConfig>("p3")
+        .app_section::<P3Settings>("p3")
         .role(SHARD_ROLE, shard)
         .role(WORKER_ROLE, worker)
 }
@@ -467,18 +467,18 @@ mod network {
         P3Error::real_model(net, ModelError::NoCandle)
     }
 
-    pub(super) fn check(cfg: &P3NodeConfig) -> Result<(), P3Error> {
+    pub(super) fn check(cfg: &P3Settings) -> Result<(), P3Error> {
         match cfg.net.as_str() {
             "" => Ok(()),
             net => Err(refused(net)),
         }
     }
 
-    pub(super) fn initial(cfg: &P3NodeConfig) -> Result<Option<Vec<Vec<f32>>>, P3Error> {
+    pub(super) fn initial(cfg: &P3Settings) -> Result<Option<Vec<Vec<f32>>>, P3Error> {
         check(cfg).map(|()| None)
     }
 
-    pub(super) async fn worker(_: NodeContext, cfg: P3NodeConfig, _: P3Job) -> Result<(), P3Error> {
+    pub(super) async fn worker(_: NodeContext, cfg: P3Settings, _: P3Job) -> Result<(), P3Error> {
         Err(refused(&cfg.net))
     }
 

@@ -43,7 +43,7 @@
 //! ```no_run
 //! use petrel_ps::prelude::*;
 //!
-//! let cfg = PsMfConfig { consistency: ConsistencyModel::Essp, ..PsMfConfig::default() };
+//! let cfg = PsMfSettings { consistency: ConsistencyModel::Essp, ..PsMfSettings::default() };
 //! let out = run_local::<PsMf>(cfg, 2, 3, petrel_actors::Transport::Memory)?;
 //! println!("rmse {:.3}", out.metrics.final_rmse);
 //! # Ok::<(), PsError>(())
@@ -58,9 +58,9 @@ pub mod error;
 pub mod kit;
 pub mod shells;
 
-pub use apps::lda::{PsLda, PsLdaConfig, PsLdaMetrics, PsLdaOutcome};
-pub use apps::lr::{PsLr, PsLrConfig, PsLrOutcome, PsLrResult};
-pub use apps::mf::{PsMf, PsMfConfig, PsMfOutcome, PsMfResult};
+pub use apps::lda::{PsLda, PsLdaMetrics, PsLdaOutcome, PsLdaSettings};
+pub use apps::lr::{PsLr, PsLrOutcome, PsLrResult, PsLrSettings};
+pub use apps::mf::{PsMf, PsMfOutcome, PsMfResult, PsMfSettings};
 pub use core::client::{ClientCore, PushTicket};
 pub use core::error::PsCoreError;
 pub use core::managed::BandwidthManager;
@@ -80,9 +80,9 @@ pub use shells::{PsClient, PsLayout, PullTicket, ServerShard, TablesBuilder};
 
 /// The names an app needs: `use petrel_ps::prelude::*;`.
 pub mod prelude {
-    pub use crate::apps::lda::{PsLda, PsLdaConfig};
-    pub use crate::apps::lr::{PsLr, PsLrConfig};
-    pub use crate::apps::mf::{PsMf, PsMfConfig};
+    pub use crate::apps::lda::{PsLda, PsLdaSettings};
+    pub use crate::apps::lr::{PsLr, PsLrSettings};
+    pub use crate::apps::mf::{PsMf, PsMfSettings};
     pub use crate::core::rules::{RuleRegistry, UpdateRule};
     pub use crate::core::types::{
         Consistency, ConsistencyModel, Row, RowId, TableId, TableKind, TableSpec, UpdateRuleSpec,

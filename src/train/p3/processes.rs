@@ -9,7 +9,7 @@ use crate::netns::Hosts;
 use crate::train::p3::P3JobError;
 use petrel_actors::Topology;
 use petrel_net::NetConfig;
-use petrel_p3::roles::{P3NodeConfig, WorkerReportFile};
+use petrel_p3::roles::{P3Settings, WorkerReportFile};
 use petrel_p3::shells::{SHARD_ROLE, WORKER_ROLE};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ pub fn children_cpu_seconds() -> Option<f64> {
     Some((cu + cs) / 100.0)
 }
 
-fn node_names(cfg: &P3NodeConfig) -> Vec<(String, &'static str)> {
+fn node_names(cfg: &P3Settings) -> Vec<(String, &'static str)> {
     (0..cfg.workers)
         .map(|w| (format!("w{w}"), WORKER_ROLE))
         .chain((0..cfg.shards).map(|s| (format!("s{s}"), SHARD_ROLE)))
@@ -52,7 +52,7 @@ fn node_names(cfg: &P3NodeConfig) -> Vec<(String, &'static str)> {
 /// cores the node processes used on average.
 pub fn run_job(
     hosts: Option<&Hosts>,
-    cfg: &P3NodeConfig,
+    cfg: &P3Settings,
     net: &NetConfig,
     dir: &Path,
     limit: Duration,

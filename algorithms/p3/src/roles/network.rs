@@ -9,14 +9,14 @@ use petrel_actors::NodeContext;
 use petrel_ml::dnn::data::Dataset;
 use petrel_ml::model::{ModelFileError, ModelParams, NetworkModel, SavedModel};
 
-use super::{MODEL_APP, P3NodeConfig, WorkerReportFile, save_model};
+use super::{MODEL_APP, P3Settings, WorkerReportFile, save_model};
 use crate::error::P3Error;
 use crate::kit::{P3Job, StepStats};
 use crate::models::staged::{evaluate, predict_probabilities, saved_network};
 use crate::models::{CandleStageModel, StagedNet, nets};
 use crate::shells::worker_role;
 
-impl P3NodeConfig {
+impl P3Settings {
     /// The real model named by `net` for examples of shape `input`, or `None` when the
     /// job emulates a profile.
     pub fn real_net(&self, input: &[usize]) -> Result<Option<StagedNet>, P3Error> {
@@ -36,13 +36,13 @@ impl P3NodeConfig {
     }
 }
 
-pub(super) fn check(cfg: &P3NodeConfig) -> Result<(), P3Error> {
+pub(super) fn check(cfg: &P3Settings) -> Result<(), P3Error> {
     cfg.real_net(&cfg.input_shape()?).map(drop)
 }
 
 /// The real model's initial parameters (every node derives the same ones from `seed`), or
 /// `None` when the job emulates a profile.
-pub(super) fn initial(cfg: &P3NodeConfig) -> Result<Option<Vec<Vec<f32>>>, P3Error> {
+pub(super) fn initial(cfg: &P3Settings) -> Result<Option<Vec<Vec<f32>>>, P3Error> {
     let Some(net) = cfg.real_net(&cfg.input_shape()?)? else {
         return Ok(None);
     };
@@ -54,7 +54,7 @@ pub(super) fn initial(cfg: &P3NodeConfig) -> Result<Option<Vec<Vec<f32>>>, P3Err
 
 /// A worker of a real model: trains it on `train_data`; worker 0 then evaluates it on
 /// `test_data` and saves it to `model_out`.
-pub(super) async fn worker(ctx: NodeContext, cfg: P3NodeConfig, job: P3Job) -> Result<(), P3Error> {
+pub(super) async fn worker(ctx: NodeContext, cfg: P3Settings, job: P3Job) -> Result<(), P3Error> {
     let Some(net) = cfg.real_net(&cfg.input_shape()?)? else {
         return Err(P3Error::Config {
             field: "[app.p3] net",

@@ -34,16 +34,16 @@ fn one_worker() -> Settings {
 #[test]
 fn config_rejects_bad_values_when_read() {
     let settings = one_worker();
-    let ok = P3NodeConfig::default().job(&settings).unwrap();
+    let ok = P3Settings::default().job(&settings).unwrap();
     assert_eq!(ok.0.n_workers, 2);
-    let bad = P3NodeConfig {
+    let bad = P3Settings {
         scale: 0.0,
-        ..P3NodeConfig::default()
+        ..P3Settings::default()
     };
     let err = bad.job(&settings).unwrap_err().to_string();
     assert!(err.contains("scale"), "{err}");
     // A bad mode never gets this far: the section does not deserialize.
-    let err = serde_json::from_str::<P3NodeConfig>(r#"{"mode": "bogus"}"#)
+    let err = serde_json::from_str::<P3Settings>(r#"{"mode": "bogus"}"#)
         .unwrap_err()
         .to_string();
     assert!(err.contains("valid values: sequential, fifo, p3"), "{err}");
@@ -52,12 +52,12 @@ fn config_rejects_bad_values_when_read() {
 #[test]
 fn a_real_network_needs_the_candle_feature_and_an_emulated_profile_does_not() {
     let settings = one_worker();
-    let real = P3NodeConfig {
+    let real = P3Settings {
         net: "mlp".into(),
         train_data: "synthetic:64".into(),
-        ..P3NodeConfig::default()
+        ..P3Settings::default()
     };
-    let emulated = P3NodeConfig::default();
+    let emulated = P3Settings::default();
     assert!(emulated.check_net().is_ok());
     assert!(emulated.job(&settings).is_ok());
     if cfg!(feature = "candle") {

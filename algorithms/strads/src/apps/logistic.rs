@@ -1,6 +1,6 @@
 // Over 600 lines: the scheduled logistic job's halves and roles, sharing its wire types.
 //! Sparse (L1) logistic regression by scheduled coordinate descent on the STRADS runtime:
-//! the Lasso machinery (same [`LassoJob`] settings under `[app.logistic]`, same scheduler and
+//! the Lasso machinery (same [`LassoSettings`] settings under `[app.logistic]`, same scheduler and
 //! dependency filter) with the logistic core's push (partial gradient and curvature bound)
 //! and pull (`b_j <- S(h b_j - g, lambda) / h`). Labels `> 0` are the positive class.
 //! Without a data file, a synthetic two-class problem is generated: the Lasso's sparse
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::lasso::checkpoint::data_fingerprint;
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
 use super::lasso::wire::check_vars;
-use super::lasso::{LassoJob, linear_model, write_coefficients};
+use super::lasso::{LassoSettings, linear_model, write_coefficients};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
 use crate::error::StradsError;
@@ -251,7 +251,7 @@ impl LogisticScheduling {
     pub fn new(
         x: &SparseColumns,
         labels: &[f32],
-        job: &LassoJob,
+        job: &LassoSettings,
         workers: usize,
     ) -> Result<Self, StradsError> {
         let job = &job.resolved_for(x, workers);
@@ -477,7 +477,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
 pub fn write_outputs(
     dir: &std::path::Path,
     sched: &LogisticScheduling,
-    job: &LassoJob,
+    job: &LassoSettings,
 ) -> Result<(), StradsError> {
     let m = sched.metrics().run_metrics(job);
     write_model(dir, job, sched.lambda, sched.coefficients(), m)
@@ -487,7 +487,7 @@ pub fn write_outputs(
 /// and `metrics.json` (`run`, with the held-out figures of the test set when set).
 pub(crate) fn write_model(
     dir: &std::path::Path,
-    job: &LassoJob,
+    job: &LassoSettings,
     lambda: f32,
     coefficients: &[f32],
     mut run: petrel_ml::job::RunMetrics,
@@ -527,7 +527,7 @@ impl LogisticMetrics {
 
     /// The one metrics format: a record per round of the trace; logistic regression runs
     /// `max_rounds` rounds (it has no convergence test).
-    pub fn run_metrics(&self, job: &LassoJob) -> petrel_ml::job::RunMetrics {
+    pub fn run_metrics(&self, job: &LassoSettings) -> petrel_ml::job::RunMetrics {
         let mut m = petrel_ml::job::RunMetrics::new("logistic", job, self, self.elapsed_s);
         for p in &self.trace {
             let mut values = vec![
@@ -560,13 +560,13 @@ impl StradsJob for LogisticApp {
     const SECTION: &'static str = "logistic";
     const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
     const WORKER_ROLE: &'static str = WORKER_ROLE;
-    type Config = LassoJob;
+    type Config = LassoSettings;
     type Scheduler = LogisticScheduling;
     type Worker = StarHalf<LogisticWorker>;
 
     /// The Lasso checks, and no Lasso-only setting (several schedulers, the checkpoint
     /// fault injection).
-    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+    fn validate_config(job: &LassoSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()?;
         let mut c = petrel_ml::job::SettingChecks::new();
         let lasso_only = "applies to lasso only";
@@ -603,20 +603,20 @@ impl StradsJob for LogisticApp {
     /// 2,000 x 20,000 with 2 workers: 0.77 of the baseline's time with the transport on
     /// the node's thread against 1.25 with a thread of its own); the scheduled solver's
     /// rounds compute for long.
-    fn latency_bound(job: &LassoJob) -> bool {
+    fn latency_bound(job: &LassoSettings) -> bool {
         job.resolved_solver() == super::lasso::LassoSolver::GaussSeidel
     }
 
     /// The Lasso's round checkpoints (the same settings).
-    fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
+    fn round_checkpoints(job: &LassoSettings) -> Option<RoundCheckpointSettings> {
         <super::lasso::LassoApp as StradsJob>::round_checkpoints(job)
     }
 
-    fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
+    fn scheduler_options(job: &LassoSettings) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
     }
 
-    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LogisticScheduling, StradsError> {
+    fn scheduler(job: &LassoSettings, shape: &JobShape) -> Result<LogisticScheduling, StradsError> {
         let (x, labels) = load(job)?;
         let digest = data_fingerprint(&x, &labels);
         Ok(LogisticScheduling::new(&x, &labels, job, shape.workers)?.with_data_digest(digest))
@@ -631,7 +631,7 @@ impl StradsJob for LogisticApp {
     }
 
     fn worker(
-        job: &LassoJob,
+        job: &LassoSettings,
         index: usize,
         shape: &JobShape,
     ) -> Result<StarHalf<LogisticWorker>, StradsError> {
@@ -644,7 +644,7 @@ impl StradsJob for LogisticApp {
     }
 
     fn finish(
-        job: &LassoJob,
+        job: &LassoSettings,
         scheduler: LogisticScheduling,
         _run: &FinishedRun,
     ) -> Result<(), StradsError> {
@@ -660,7 +660,7 @@ impl StradsJob for LogisticApp {
 /// ([`gs`]).
 pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
     cluster
-        .app_section_checked::<LassoJob, _>(
+        .app_section_checked::<LassoSettings, _>(
             <LogisticApp as StradsJob>::SECTION,
             <LogisticApp as StradsJob>::validate_config,
         )
@@ -669,7 +669,7 @@ pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
 }
 
 fn gauss_seidel(ctx: &petrel_actors::NodeContext) -> Result<bool, StradsError> {
-    let job: LassoJob = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
+    let job: LassoSettings = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
     Ok(job.resolved_solver() == super::lasso::LassoSolver::GaussSeidel)
 }
 

@@ -1,6 +1,6 @@
 //! The linear models' tuning constants, in one place. Each says what it trades and where it
 //! was measured (BENCHMARKS.md); the settings that override some of them per job are in
-//! `[app.lasso]` ([`LassoJob`](crate::apps::lasso::LassoJob)).
+//! `[app.lasso]` ([`LassoSettings`](crate::apps::lasso::LassoSettings)).
 
 /// Full sweeps a coordinate-descent run (baseline or Gauss-Seidel) may take.
 pub const MAX_FULL_SWEEPS: usize = 10_000;

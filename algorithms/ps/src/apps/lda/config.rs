@@ -5,7 +5,7 @@ use super::*;
 /// The settings of ps-lda: `[app.ps_lda]` in TOML and the flags of `petrel train ps-lda`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default, deny_unknown_fields, remote = "Self")]
-pub struct PsLdaConfig {
+pub struct PsLdaSettings {
     /// UCI bag-of-words docword file (`D`, `W`, `NNZ` header, then `doc word count`).
     /// Without it: a corpus sampled from the LDA generative model (`synthetic`).
     #[arg(long)]
@@ -64,16 +64,16 @@ pub struct PsLdaConfig {
     pub checkpoint_every: u64,
 }
 
-crate::kit::settings::flat_settings_serde!(PsLdaConfig);
+crate::kit::settings::flat_settings_serde!(PsLdaSettings);
 
 // Every default is written once, on its flag.
-impl Default for PsLdaConfig {
+impl Default for PsLdaSettings {
     fn default() -> Self {
         petrel_actors::flag_defaults()
     }
 }
 
-impl PsLdaConfig {
+impl PsLdaSettings {
     /// Every value in range (keys as in `[app.ps_lda]`), checked before any node starts.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         let mut c = SettingChecks::new();
@@ -128,7 +128,10 @@ impl PsLdaConfig {
 
 /// The one metrics format of a ps-lda run: a record per pass (log-likelihood per token);
 /// a Gibbs sampler runs its `iterations` passes (no convergence test).
-pub fn ps_lda_run_metrics(metrics: &PsLdaMetrics, cfg: &PsLdaConfig) -> petrel_ml::job::RunMetrics {
+pub fn ps_lda_run_metrics(
+    metrics: &PsLdaMetrics,
+    cfg: &PsLdaSettings,
+) -> petrel_ml::job::RunMetrics {
     let lda = &metrics.lda;
     let mut m = petrel_ml::job::RunMetrics::new(PsLda::NAME, cfg, metrics, lda.elapsed_s);
     for p in &lda.loglik {

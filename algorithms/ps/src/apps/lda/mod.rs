@@ -74,7 +74,7 @@ pub use report::*;
 /// The ps-lda app: config, corpus and the documents of each worker.
 pub struct PsLda {
     /// The settings.
-    pub cfg: PsLdaConfig,
+    pub cfg: PsLdaSettings,
     /// The corpus.
     pub corpus: Corpus,
     /// Which worker samples which documents.
@@ -136,7 +136,7 @@ pub struct PsLdaMonitor {
 }
 
 impl PsApp for PsLda {
-    type Config = PsLdaConfig;
+    type Config = PsLdaSettings;
     type Worker = PsLdaWorkerState;
     type Report = PsLdaReport;
     type Monitor = PsLdaMonitor;
@@ -152,11 +152,11 @@ impl PsApp for PsLda {
     const MONITOR_ACTOR: &'static str = "ps-lda-monitor";
     const TRAIN_REQUEST_TIMEOUT_S: Option<u64> = Some(300);
 
-    fn validate_config(cfg: &PsLdaConfig) -> Result<(), InvalidSetting> {
+    fn validate_config(cfg: &PsLdaSettings) -> Result<(), InvalidSetting> {
         cfg.validate()
     }
 
-    fn new(cfg: PsLdaConfig, layout: &PsLayout) -> Result<Self, PsError> {
+    fn new(cfg: PsLdaSettings, layout: &PsLayout) -> Result<Self, PsError> {
         let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         if cfg.n_topics == 0 || !(cfg.alpha > 0.0 && cfg.beta > 0.0) {
             return Err(PsError::InvalidConfig {
@@ -552,7 +552,7 @@ impl PsApp for PsLda {
         crate::kit::finish(dir, &run, &[(petrel_ml::model::MODEL_FILE, &saved)], advice)
     }
 
-    fn summary(cfg: &PsLdaConfig, out: &PsLdaOutcome) -> String {
+    fn summary(cfg: &PsLdaSettings, out: &PsLdaOutcome) -> String {
         let m = &out.metrics;
         let dir = cfg
             .files

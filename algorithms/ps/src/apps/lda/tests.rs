@@ -11,7 +11,7 @@ use super::*;
 #[test]
 fn ssp_checkpoints_are_consistent_cuts_of_table_and_workers() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = PsLdaConfig {
+    let cfg = PsLdaSettings {
         synthetic: LdaCorpusParams {
             n_docs: 120,
             vocab_size: 200,
@@ -26,7 +26,7 @@ fn ssp_checkpoints_are_consistent_cuts_of_table_and_workers() {
             ..Default::default()
         },
         checkpoint_every: 2,
-        ..PsLdaConfig::default()
+        ..PsLdaSettings::default()
     };
     crate::kit::run_local::<PsLda>(cfg.clone(), 2, 3, petrel_actors::Transport::Memory).unwrap();
     let layout = PsLayout {
@@ -78,12 +78,12 @@ fn ssp_checkpoints_are_consistent_cuts_of_table_and_workers() {
 #[derive(clap::Parser)]
 struct Flags {
     #[command(flatten)]
-    cfg: PsLdaConfig,
+    cfg: PsLdaSettings,
 }
 
 #[test]
 fn a_section_sets_its_keys_and_keeps_the_defaults() {
-    let toml: PsLdaConfig = serde_json::from_value(serde_json::json!({
+    let toml: PsLdaSettings = serde_json::from_value(serde_json::json!({
         "n_topics": 5, "consistency": "bsp", "synthetic": {"n_docs": 10}
     }))
     .unwrap();
@@ -111,13 +111,13 @@ fn small_corpus() -> LdaCorpusParams {
 /// The unmanaged run sends nothing early.
 #[test]
 fn managed_relative_magnitude_learns_and_sends_before_the_clock() {
-    let base = PsLdaConfig {
+    let base = PsLdaSettings {
         synthetic: small_corpus(),
         n_topics: 6,
         iterations: 12,
-        ..PsLdaConfig::default()
+        ..PsLdaSettings::default()
     };
-    let managed = PsLdaConfig {
+    let managed = PsLdaSettings {
         comm: ManagedSettings {
             managed: Some(SendPolicy::RelativeMagnitude),
             compute_slices: 4,
@@ -125,7 +125,7 @@ fn managed_relative_magnitude_learns_and_sends_before_the_clock() {
         },
         ..base.clone()
     };
-    let run = |cfg: PsLdaConfig| {
+    let run = |cfg: PsLdaSettings| {
         crate::kit::run_local::<PsLda>(cfg, 1, 2, petrel_actors::Transport::Memory)
             .unwrap()
             .metrics
@@ -157,7 +157,7 @@ fn managed_relative_magnitude_learns_and_sends_before_the_clock() {
 #[test]
 fn managed_settings_parse_and_are_checked() {
     use clap::Parser;
-    let toml: PsLdaConfig = serde_json::from_value(serde_json::json!({
+    let toml: PsLdaSettings = serde_json::from_value(serde_json::json!({
         "managed": "relative-magnitude", "compute_slices": 8, "managed_bytes_per_s": 5000
     }))
     .unwrap();
@@ -167,9 +167,9 @@ fn managed_settings_parse_and_are_checked() {
     let flags = Flags::parse_from(["train", "--managed", "fifo", "--compute-slices", "2"]).cfg;
     assert_eq!(flags.comm.managed, Some(SendPolicy::Fifo));
     assert_eq!(flags.comm.compute_slices, 2);
-    let with = |comm| PsLdaConfig {
+    let with = |comm| PsLdaSettings {
         comm,
-        ..PsLdaConfig::default()
+        ..PsLdaSettings::default()
     };
     let bad = with(ManagedSettings {
         compute_slices: 0,
@@ -199,7 +199,7 @@ fn managed_settings_parse_and_are_checked() {
 /// this test failed when tried).
 #[test]
 fn compute_slices_change_nothing_without_managed() {
-    let cfg = |slices| PsLdaConfig {
+    let cfg = |slices| PsLdaSettings {
         synthetic: small_corpus(),
         n_topics: 6,
         iterations: 4,
@@ -208,7 +208,7 @@ fn compute_slices_change_nothing_without_managed() {
             compute_slices: slices,
             ..ManagedSettings::default()
         },
-        ..PsLdaConfig::default()
+        ..PsLdaSettings::default()
     };
     let run =
         |c| crate::kit::run_local::<PsLda>(c, 2, 1, petrel_actors::Transport::Memory).unwrap();

@@ -6,7 +6,7 @@ use super::*;
 /// them from TOML).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default, deny_unknown_fields, remote = "Self")]
-pub struct PsLrConfig {
+pub struct PsLrSettings {
     /// LIBSVM file (`label idx:val ...`); synthetic separable classes when unset.
     #[arg(long)]
     pub data: Option<PathBuf>,
@@ -70,16 +70,16 @@ pub struct PsLrConfig {
     pub checkpoint_every: u64,
 }
 
-crate::kit::settings::flat_settings_serde!(PsLrConfig);
+crate::kit::settings::flat_settings_serde!(PsLrSettings);
 
 // Every default is written once, on its flag.
-impl Default for PsLrConfig {
+impl Default for PsLrSettings {
     fn default() -> Self {
         petrel_actors::flag_defaults()
     }
 }
 
-impl PsLrConfig {
+impl PsLrSettings {
     /// Whether the weights can be checkpointed: the shards' rule keeps no state besides the
     /// rows (`sgd`).
     pub fn checkpoints_possible(&self) -> bool {

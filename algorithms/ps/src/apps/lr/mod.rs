@@ -46,13 +46,13 @@ pub const WEIGHTS: TableId = TableId(0);
 mod config;
 mod model;
 
-pub use config::PsLrConfig;
+pub use config::PsLrSettings;
 pub use model::*;
 
 /// The ps-lr app: its config and data.
 pub struct PsLr {
     /// The settings.
-    pub cfg: PsLrConfig,
+    pub cfg: PsLrSettings,
     /// The samples.
     pub data: PsLrData,
     tables: Vec<TableSpec>,
@@ -111,7 +111,7 @@ impl PsLr {
 }
 
 impl PsApp for PsLr {
-    type Config = PsLrConfig;
+    type Config = PsLrSettings;
     /// The worker's samples (indices into the training set).
     type Worker = Vec<usize>;
     type Report = WorkerDone;
@@ -127,11 +127,11 @@ impl PsApp for PsLr {
     };
     const MONITOR_ACTOR: &'static str = "ps-lr-monitor";
 
-    fn validate_config(cfg: &PsLrConfig) -> Result<(), InvalidSetting> {
+    fn validate_config(cfg: &PsLrSettings) -> Result<(), InvalidSetting> {
         cfg.validate()
     }
 
-    fn new(cfg: PsLrConfig, _layout: &PsLayout) -> Result<Self, PsError> {
+    fn new(cfg: PsLrSettings, _layout: &PsLayout) -> Result<Self, PsError> {
         let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         let data = PsLrData::load(&cfg)?;
         let k = data.n_classes() as u32;
@@ -314,7 +314,7 @@ impl PsApp for PsLr {
         )
     }
 
-    fn summary(cfg: &PsLrConfig, out: &PsLrOutcome) -> String {
+    fn summary(cfg: &PsLrSettings, out: &PsLrOutcome) -> String {
         let r = &out.metrics;
         let dir = cfg
             .files

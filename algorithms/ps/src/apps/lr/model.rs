@@ -17,7 +17,7 @@ pub struct PsLrData {
 
 impl PsLrData {
     /// Loads (or generates) the samples, maps labels to classes and splits them.
-    pub fn load(cfg: &PsLrConfig) -> Result<PsLrData, PsError> {
+    pub fn load(cfg: &PsLrSettings) -> Result<PsLrData, PsError> {
         let invalid = |reason: String| PsError::InvalidConfig {
             app: PsLr::NAME,
             reason,
@@ -245,7 +245,7 @@ pub struct PsLrResult {
 impl PsLrResult {
     /// The one metrics format: a record per evaluation of the monitor (step: the slowest
     /// worker's clock); SGD runs its clocks (no convergence test).
-    pub fn run_metrics(&self, cfg: &PsLrConfig) -> petrel_ml::job::RunMetrics {
+    pub fn run_metrics(&self, cfg: &PsLrSettings) -> petrel_ml::job::RunMetrics {
         let mut m = petrel_ml::job::RunMetrics::new(PsLr::NAME, cfg, self, self.wall_s);
         for p in &self.curve {
             m.record(

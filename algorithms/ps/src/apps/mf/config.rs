@@ -5,7 +5,7 @@ use super::*;
 /// The settings of ps-mf: `[app.mf]` in TOML and the flags of `petrel train ps-mf`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default, deny_unknown_fields, remote = "Self")]
-pub struct PsMfConfig {
+pub struct PsMfSettings {
     /// Ratings file: `user item rating` triplets (tab/space/comma; MovieLens `u.data` works)
     /// or a MatrixMarket coordinate file. Synthetic low-rank data when unset.
     #[arg(long)]
@@ -119,16 +119,16 @@ pub struct PsMfConfig {
     pub fail_worker_at: Option<(u32, u64)>,
 }
 
-crate::kit::settings::flat_settings_serde!(PsMfConfig);
+crate::kit::settings::flat_settings_serde!(PsMfSettings);
 
 // Every default is written once, on its flag.
-impl Default for PsMfConfig {
+impl Default for PsMfSettings {
     fn default() -> Self {
         petrel_actors::flag_defaults()
     }
 }
 
-impl PsMfConfig {
+impl PsMfSettings {
     /// Every value in range (keys as in `[app.mf]`), checked before any node starts.
     pub fn validate(&self) -> Result<(), InvalidSetting> {
         let mut c = SettingChecks::new();

@@ -54,13 +54,13 @@ pub const ITEMS: TableId = TableId(1);
 mod config;
 mod model;
 
-pub use config::PsMfConfig;
+pub use config::PsMfSettings;
 pub use model::*;
 
 /// The ps-mf app: its config and data.
 pub struct PsMf {
     /// The settings.
-    pub cfg: PsMfConfig,
+    pub cfg: PsMfSettings,
     /// The ratings.
     pub data: PsMfData,
     tables: Vec<TableSpec>,
@@ -162,7 +162,7 @@ fn row_ids(ids: &[u32]) -> Vec<RowId> {
 }
 
 impl PsApp for PsMf {
-    type Config = PsMfConfig;
+    type Config = PsMfSettings;
     type Worker = PsMfWorker;
     type Report = WorkerDone;
     type Monitor = PsMfMonitor;
@@ -172,11 +172,11 @@ impl PsApp for PsMf {
     const SECTION: &'static str = "mf";
     const MONITOR_ACTOR: &'static str = "ps-mf-monitor";
 
-    fn validate_config(cfg: &PsMfConfig) -> Result<(), InvalidSetting> {
+    fn validate_config(cfg: &PsMfSettings) -> Result<(), InvalidSetting> {
         cfg.validate()
     }
 
-    fn new(cfg: PsMfConfig, _layout: &PsLayout) -> Result<Self, PsError> {
+    fn new(cfg: PsMfSettings, _layout: &PsLayout) -> Result<Self, PsError> {
         let checkpointing = cfg.files.checkpointing(Self::NAME, cfg.checkpoint_every)?;
         let tables = cfg.tables()?;
         let data = PsMfData::load(&cfg)?;
@@ -488,7 +488,7 @@ impl PsApp for PsMf {
         )
     }
 
-    fn summary(cfg: &PsMfConfig, out: &PsMfOutcome) -> String {
+    fn summary(cfg: &PsMfSettings, out: &PsMfOutcome) -> String {
         let r = &out.metrics;
         let dir = cfg
             .files

@@ -36,7 +36,7 @@ impl PsMfData {
     }
 
     /// Loads (or generates) the ratings and splits them.
-    pub fn load(cfg: &PsMfConfig) -> Result<PsMfData, PsError> {
+    pub fn load(cfg: &PsMfSettings) -> Result<PsMfData, PsError> {
         let all = match &cfg.data {
             Some(p) => load_ratings(p)?,
             None => {
@@ -282,7 +282,7 @@ pub struct PsMfResult {
 impl PsMfResult {
     /// The one metrics format: a record per evaluation of the monitor (step: the slowest
     /// worker's clock); `converged` when `target_rmse` was reached.
-    pub fn run_metrics(&self, cfg: &PsMfConfig) -> petrel_ml::job::RunMetrics {
+    pub fn run_metrics(&self, cfg: &PsMfSettings) -> petrel_ml::job::RunMetrics {
         let mut m = petrel_ml::job::RunMetrics::new(PsMf::NAME, cfg, self, self.wall_s);
         for p in &self.curve {
             m.record(p.clock, p.seconds, &[("test_rmse", p.rmse)]);
@@ -330,7 +330,7 @@ pub struct PsMfModel {
 impl PsMfModel {
     /// The saved model `petrel eval` and `petrel predict` read: `rating = global_mean +
     /// p_u . q_i`, ids as in the training file (dense indices for synthetic data).
-    pub fn saved(&self, cfg: &PsMfConfig) -> SavedModel {
+    pub fn saved(&self, cfg: &PsMfSettings) -> SavedModel {
         let labels = |given: &Option<Vec<String>>, n: usize| {
             given
                 .clone()

@@ -40,10 +40,10 @@ fn init_is_deterministic_and_bounded() {
 
 #[test]
 fn serial_sgd_fits_low_rank_data() {
-    let cfg = PsMfConfig {
+    let cfg = PsMfSettings {
         rank: 8,
         init_scale: 0.3,
-        ..PsMfConfig::default()
+        ..PsMfSettings::default()
     };
     let data = PsMfData::load(&cfg).unwrap();
     let mut users: HashMap<u32, Vec<f32>> = (0..data.train.n_users as u32)
@@ -89,36 +89,37 @@ fn serial_sgd_fits_low_rank_data() {
 #[derive(clap::Parser)]
 struct Flags {
     #[command(flatten)]
-    cfg: PsMfConfig,
+    cfg: PsMfSettings,
 }
 
 #[test]
 fn an_empty_section_is_the_defaults() {
-    let from_toml: PsMfConfig = serde_json::from_value(serde_json::json!({})).unwrap();
-    assert_eq!(from_toml, PsMfConfig::default());
-    assert_eq!(PsMfConfig::default().clocks(), 80);
+    let from_toml: PsMfSettings = serde_json::from_value(serde_json::json!({})).unwrap();
+    assert_eq!(from_toml, PsMfSettings::default());
+    assert_eq!(PsMfSettings::default().clocks(), 80);
 }
 
 #[test]
 fn a_bad_consistency_or_field_is_refused_when_read() {
-    let bad: Result<PsMfConfig, _> =
+    let bad: Result<PsMfSettings, _> =
         serde_json::from_value(serde_json::json!({"consistency": "eventual"}));
     let e = bad.unwrap_err().to_string();
     assert!(e.contains("bsp, ssp, essp or async"), "{e}");
-    let typo: Result<PsMfConfig, _> = serde_json::from_value(serde_json::json!({"rnak": 3}));
+    let typo: Result<PsMfSettings, _> = serde_json::from_value(serde_json::json!({"rnak": 3}));
     let e = typo.unwrap_err().to_string();
     assert!(
         e.contains("rnak") && e.contains("`rank`") && e.contains("`clock_ms`"),
         "{e}"
     );
     // The groups' keys are flat, and a value of the wrong type is named by its key.
-    let flat: PsMfConfig =
+    let flat: PsMfSettings =
         serde_json::from_value(serde_json::json!({"clock_ms": 5.0, "managed": "fifo"})).unwrap();
     assert_eq!(flat.stragglers.clock_ms, 5.0);
     assert_eq!(flat.comm.managed, Some(SendPolicy::Fifo));
-    let wrong: Result<PsMfConfig, _> = serde_json::from_value(serde_json::json!({"clock_ms": "x"}));
+    let wrong: Result<PsMfSettings, _> =
+        serde_json::from_value(serde_json::json!({"clock_ms": "x"}));
     assert!(wrong.unwrap_err().to_string().contains("clock_ms"));
-    let upper: PsMfConfig =
+    let upper: PsMfSettings =
         serde_json::from_value(serde_json::json!({"consistency": "ESSP"})).unwrap();
     assert_eq!(upper.consistency, ConsistencyModel::Essp);
     use clap::Parser;
@@ -131,13 +132,13 @@ fn a_bad_consistency_or_field_is_refused_when_read() {
 fn factor_scale_recovers_the_generators_factor_size() {
     // The synthetic generator draws rank-5 factors with coordinates of size 5^(-1/4): the
     // scale read back from the ratings alone (no noise) is that size, within sampling error.
-    let cfg = PsMfConfig {
+    let cfg = PsMfSettings {
         synthetic_users: 300,
         synthetic_items: 200,
         synthetic_rank: 5,
         synthetic_observed: 0.2,
         synthetic_noise: 0.0,
-        ..PsMfConfig::default()
+        ..PsMfSettings::default()
     };
     let data = PsMfData::load(&cfg).unwrap();
     let want = 5f64.powf(-0.25);
@@ -149,19 +150,19 @@ fn factor_scale_recovers_the_generators_factor_size() {
 
 #[test]
 fn an_adaptive_rules_alpha_may_exceed_one() {
-    let sgd = PsMfConfig {
+    let sgd = PsMfSettings {
         learning_rate: 3.0,
-        ..PsMfConfig::default()
+        ..PsMfSettings::default()
     };
     assert!(sgd.validate().is_err(), "local SGD keeps its (0, 1] range");
     for rule in [ServerRule::Adagrad, ServerRule::AdaRevision] {
-        let cfg = PsMfConfig {
+        let cfg = PsMfSettings {
             rule: Some(rule),
             ..sgd.clone()
         };
         assert!(cfg.validate().is_ok(), "{rule:?}");
     }
-    let sgd_rule = PsMfConfig {
+    let sgd_rule = PsMfSettings {
         rule: Some(ServerRule::Sgd),
         ..sgd
     };

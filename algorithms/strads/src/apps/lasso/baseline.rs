@@ -8,7 +8,7 @@
 //! when unset), once the objective reaches `target_objective`, or after
 //! [`BASELINE_MAX_SWEEPS`] full sweeps.
 
-use super::config::LassoJob;
+use super::config::LassoSettings;
 use super::gs::{GsScheduling, GsWorker, LassoGsApp};
 use super::metrics::LassoOutcome;
 use crate::core::gauss_seidel::GsWorkerCore;
@@ -28,7 +28,7 @@ pub const BASELINE_MODE: &str = "cyclic-cd-baseline";
 pub fn solve_baseline(
     x: &SparseColumns,
     y: &[f32],
-    job: &LassoJob,
+    job: &LassoSettings,
 ) -> Result<LassoOutcome, StradsError> {
     let mut scheduler = GsScheduling::new(x, y, job, 1)?;
     let lambda = f64::from(scheduler.lambda());
@@ -57,7 +57,7 @@ pub fn solve_baseline(
 }
 
 /// Loads the job's data, solves it and writes the outputs to `out_dir` (when set).
-pub fn run_baseline(job: &LassoJob) -> Result<LassoOutcome, StradsError> {
+pub fn run_baseline(job: &LassoSettings) -> Result<LassoOutcome, StradsError> {
     let (x, y) = job.load_sparse()?;
     let outcome = solve_baseline(&x, &y, job)?;
     if let Some(dir) = &job.out_dir {

@@ -66,7 +66,7 @@ pub const MAX_DENSE_SYNTHETIC_VALUES: usize = 1 << 28;
 /// flags' help.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
-pub struct LassoJob {
+pub struct LassoSettings {
     /// LIBSVM file (the label is the response y). Without it: a synthetic design.
     #[arg(long)]
     pub data: Option<PathBuf>,
@@ -134,7 +134,7 @@ pub struct LassoJob {
     #[arg(long, value_enum, default_value_t = ScheduleMode::Dynamic)]
     pub mode: ScheduleMode,
     /// U: coordinates updated per round (0 = automatic from the data and
-    /// --round-latency-ms, see `LassoJob::resolved_for`).
+    /// --round-latency-ms, see `LassoSettings::resolved_for`).
     #[arg(long, default_value_t = 0)]
     pub block_size: usize,
     /// U': candidates before the dependency check (0 = automatic: 2 U).
@@ -227,18 +227,18 @@ pub struct LassoJob {
 }
 
 // Every default is written once, on its flag.
-impl Default for LassoJob {
+impl Default for LassoSettings {
     fn default() -> Self {
         petrel_actors::flag_defaults()
     }
 }
 
-impl LassoJob {
+impl LassoSettings {
     /// The settings only `solver = "scheduled"` has that this job sets away from their
     /// defaults, as `(key, value)`: what makes `solver = "auto"` choose the scheduled mode
     /// (and what `solver = "gauss-seidel"` refuses).
     pub fn scheduled_only_settings(&self) -> Vec<(&'static str, String)> {
-        let d = LassoJob::default();
+        let d = LassoSettings::default();
         let mut set = Vec::new();
         // `(key, differs from the default, value)` for each scheduling knob.
         macro_rules! knobs {
@@ -530,7 +530,7 @@ impl LassoJob {
     ///   `U <= 3 * 2000 / 20 = 300` at bound 3 whatever the round latency asks;
     /// - candidate pool U' = 2 U;
     /// - round limit: [`AUTO_SWEEPS`] sweeps' worth of updates (`AUTO_SWEEPS * d / U`).
-    pub fn resolved_for(&self, x: &SparseColumns, workers: usize) -> LassoJob {
+    pub fn resolved_for(&self, x: &SparseColumns, workers: usize) -> LassoSettings {
         let d = x.n_columns().max(1);
         let mut job = self.clone();
         if job.block_size == 0 {
@@ -558,7 +558,7 @@ impl LassoJob {
     /// A multi-scheduler job runs in epochs of `eval_every` rounds per scheduler, so its
     /// automatic knobs keep their fixed values: U = 16, U' = 64, 20,000 rounds, epochs of
     /// 200 rounds.
-    pub fn with_multi_defaults(&self) -> LassoJob {
+    pub fn with_multi_defaults(&self) -> LassoSettings {
         let mut job = self.clone();
         if job.block_size == 0 {
             job.block_size = 16;
@@ -660,7 +660,7 @@ pub fn interference_capacity(x: &SparseColumns, bound: f32) -> usize {
     }
 }
 
-/// The automatic block size (see [`LassoJob::resolved_for`]).
+/// The automatic block size (see [`LassoSettings::resolved_for`]).
 pub fn auto_block_size(d: usize, nnz_per_column: f64, workers: usize, latency_ms: f64) -> usize {
     let per_update_ns = NS_PER_NONZERO * nnz_per_column / workers.max(1) as f64 + NS_PER_COORDINATE;
     let wanted = (latency_ms.max(0.0) * 1e6 / per_update_ns).ceil();

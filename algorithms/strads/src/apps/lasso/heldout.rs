@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use petrel_ml::data::{SparseDataset, load_libsvm};
 use petrel_ml::model::{LinearTask, heldout_names, linear_figures};
 
-use super::config::{InterceptTerms, LassoJob};
+use super::config::{InterceptTerms, LassoSettings};
 use crate::error::StradsError;
 
 /// The test set of a linear app and what scoring it needs besides the coefficients.
@@ -30,7 +30,7 @@ impl LinearHeldout {
     /// The job's test set (`None` without `test_data`), for a model of `task` with L1
     /// weight `lambda`; with `fit_intercept` the training data's means are read too.
     pub fn of(
-        job: &LassoJob,
+        job: &LassoSettings,
         task: LinearTask,
         lambda: f32,
     ) -> Result<Option<LinearHeldout>, StradsError> {

@@ -2,7 +2,7 @@
 //! evaluations (KKT violation, duality gap) computed from the workers' `Evaluate` partials,
 //! `metrics.json` and `coefficients.tsv`.
 
-use super::config::LassoJob;
+use super::config::LassoSettings;
 use super::wire::LassoPartial;
 use crate::core::StradsModelError;
 use crate::core::lasso::{dual_scale, kkt_violation};
@@ -214,7 +214,7 @@ impl LassoOutcome {
     /// Writes `coefficients.tsv` (`feature<TAB>value` for every feature, numbered 1-based
     /// like LIBSVM indices), `history.csv` and `metrics.json` ([`RunMetrics`] of `job`,
     /// the Lasso's own figures beside the common ones); nothing if a figure diverged.
-    pub fn write(&self, dir: &std::path::Path, job: &LassoJob) -> Result<(), StradsError> {
+    pub fn write(&self, dir: &std::path::Path, job: &LassoSettings) -> Result<(), StradsError> {
         self.write_with(dir, job, &self.metrics)
     }
 
@@ -222,7 +222,7 @@ impl LassoOutcome {
     pub fn write_with(
         &self,
         dir: &std::path::Path,
-        job: &LassoJob,
+        job: &LassoSettings,
         details: &impl Serialize,
     ) -> Result<(), StradsError> {
         let mut m = self.metrics.run_metrics(job, details);
@@ -246,7 +246,7 @@ impl LassoMetrics {
     /// The one metrics format: a record per exact evaluation, `converged` when the
     /// relative duality gap met `gap_tolerance` (or the target objective was reached)
     /// before `max_rounds`.
-    pub fn run_metrics(&self, job: &LassoJob, details: &impl Serialize) -> RunMetrics {
+    pub fn run_metrics(&self, job: &LassoSettings, details: &impl Serialize) -> RunMetrics {
         let mut m = RunMetrics::new("lasso", job, details, self.elapsed_s);
         for e in &self.evaluations {
             let rel = e.duality_gap / e.objective.abs().max(f64::MIN_POSITIVE);
@@ -290,7 +290,7 @@ impl LassoMetrics {
 /// (`"logistic"`) run: its L1 weight and coefficients (no intercept is fitted).
 pub fn linear_model(
     app: &str,
-    job: &LassoJob,
+    job: &LassoSettings,
     lambda: f32,
     coefficients: &[f32],
 ) -> Result<petrel_ml::model::SavedModel, StradsError> {

@@ -2,7 +2,7 @@
 //!
 //! - [`baseline`]: `--transport none`, the job solved in one thread by the Gauss-Seidel
 //!   solver with one worker (the yardstick).
-//! - [`config`]: `[app.lasso]` / the flags of `petrel train lasso` ([`LassoJob`]).
+//! - [`config`]: `[app.lasso]` / the flags of `petrel train lasso` ([`LassoSettings`]).
 //! - [`wire`]: the round protocol's messages.
 //! - [`worker`]: the worker half, a row block with its residual ([`LassoWorker`]).
 //! - [`heldout`]: held-out figures at every history point (`test_data`).
@@ -29,7 +29,7 @@ pub mod wire;
 pub mod worker;
 
 pub use config::{
-    ColumnShare, DesignShape, LassoJob, LassoSolver, RECOMMENDED_SPARSE_INTERFERENCE_BOUND,
+    ColumnShare, DesignShape, LassoSettings, LassoSolver, RECOMMENDED_SPARSE_INTERFERENCE_BOUND,
     SyntheticLasso, lambda_max,
 };
 pub use metrics::{
@@ -59,23 +59,23 @@ impl StradsJob for LassoApp {
     const WORKER_ROLE: &'static str = WORKER_ROLE;
     /// A round's block (or a Gauss-Seidel chunk) is sized from the measured round
     /// latency, so handlers return in milliseconds and a run is a chain of short hops.
-    fn latency_bound(_: &LassoJob) -> bool {
+    fn latency_bound(_: &LassoSettings) -> bool {
         true
     }
-    type Config = LassoJob;
+    type Config = LassoSettings;
     type Scheduler = LassoScheduling;
     type Worker = StarHalf<LassoWorker>;
 
-    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+    fn validate_config(job: &LassoSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()
     }
 
-    fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
+    fn scheduler_options(job: &LassoSettings) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
     }
 
     /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
-    fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
+    fn round_checkpoints(job: &LassoSettings) -> Option<RoundCheckpointSettings> {
         let settings =
             RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)?;
         Some(RoundCheckpointSettings {
@@ -84,7 +84,7 @@ impl StradsJob for LassoApp {
         })
     }
 
-    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LassoScheduling, StradsError> {
+    fn scheduler(job: &LassoSettings, shape: &JobShape) -> Result<LassoScheduling, StradsError> {
         let (x, y) = job.load()?;
         let mut half = LassoScheduling::new(&x, &y, job, shape.workers)?;
         tracing::info!(
@@ -111,7 +111,7 @@ impl StradsJob for LassoApp {
     }
 
     fn worker(
-        job: &LassoJob,
+        job: &LassoSettings,
         index: usize,
         shape: &JobShape,
     ) -> Result<StarHalf<LassoWorker>, StradsError> {
@@ -143,7 +143,7 @@ impl StradsJob for LassoApp {
     }
 
     fn finish(
-        job: &LassoJob,
+        job: &LassoSettings,
         half: LassoScheduling,
         _run: &FinishedRun,
     ) -> Result<(), StradsError> {
@@ -158,7 +158,10 @@ impl StradsJob for LassoApp {
 
 /// Runs a job with both halves in this thread and no actors, in exactly the message order
 /// of the cluster run: the reference the distributed runs must reproduce bit for bit.
-pub fn run_without_actors(job: &LassoJob, workers: usize) -> Result<LassoOutcome, StradsError> {
+pub fn run_without_actors(
+    job: &LassoSettings,
+    workers: usize,
+) -> Result<LassoOutcome, StradsError> {
     let (scheduler, _) = crate::kit::run_serial::<LassoApp>(job, workers, Delivery::Late)?;
     Ok(scheduler.outcome())
 }
@@ -172,14 +175,14 @@ pub fn register(cluster: Cluster) -> Cluster {
         })
     });
     cluster
-        .app_section_checked::<LassoJob, _>(LassoApp::SECTION, LassoJob::validate)
+        .app_section_checked::<LassoSettings, _>(LassoApp::SECTION, LassoSettings::validate)
         .role(WORKER_ROLE, worker_entry)
 }
 
 /// The worker role: the scheduled Lasso's row-holding worker or, with `solver =
 /// "gauss-seidel"`, a column-holding one ([`gs`]).
 async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
-    let job: LassoJob = ctx.settings.app(LassoApp::SECTION)?;
+    let job: LassoSettings = ctx.settings.app(LassoApp::SECTION)?;
     match job.resolved_solver() {
         LassoSolver::GaussSeidel => crate::kit::worker_role::<gs::LassoGsApp>(ctx).await,
         LassoSolver::Scheduled | LassoSolver::Auto => {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checkpoint::ClusterShape;
-use super::config::LassoJob;
+use super::config::LassoSettings;
 use super::heldout::LinearHeldout;
 use super::metrics::{
     EvalNumbers, Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, combine_evaluation,
@@ -48,7 +48,7 @@ pub struct LassoScheduling {
     coefficients: Vec<f32>,
     col_sq_norms: Vec<f64>,
     lambda: f32,
-    job: LassoJob,
+    job: LassoSettings,
     pub(super) in_flight: VecDeque<(u64, InFlight)>,
     /// After commit `a`: L1 norm and cumulative updates (index = commits applied).
     l1_after: Vec<f64>,
@@ -83,7 +83,7 @@ impl LassoScheduling {
     pub fn new(
         x: &SparseColumns,
         y: &[f32],
-        job: &LassoJob,
+        job: &LassoSettings,
         workers: usize,
     ) -> Result<Self, StradsError> {
         crate::core::lasso::check_design_shape(x, y)?;

@@ -3,8 +3,8 @@ use crate::core::app::Push;
 use crate::core::lasso::tests::reference_optimum;
 use crate::core::scheduler::ScheduleMode;
 
-fn small_job(mode: &str) -> LassoJob {
-    LassoJob {
+fn small_job(mode: &str) -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 120,
             n_features: 200,
@@ -21,11 +21,11 @@ fn small_job(mode: &str) -> LassoJob {
         max_rounds: 20_000,
         eval_every: 100,
         gap_tolerance: Some(1e-7),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 
-fn drive(job: &LassoJob, workers: usize) -> (Vec<f32>, LassoMetrics) {
+fn drive(job: &LassoSettings, workers: usize) -> (Vec<f32>, LassoMetrics) {
     let out = run_without_actors(job, workers).unwrap();
     (out.coefficients, out.metrics)
 }
@@ -126,7 +126,7 @@ fn libsvm_input_and_outputs() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("d.libsvm");
     std::fs::write(&data, "1.0 1:1 2:0.5\n-1 2:1 3:2\n0.5 1:0.3 3:1\n2 1:2\n").unwrap();
-    let job = LassoJob {
+    let job = LassoSettings {
         data: Some(data.clone()),
         lambda: Some(0.01),
         rho: None,
@@ -134,7 +134,7 @@ fn libsvm_input_and_outputs() {
         mode: ScheduleMode::Cyclic,
         eval_every: 10,
         max_rounds: 3000,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let (b, m) = drive(&job, 2);
     assert_eq!(b.len(), 3);
@@ -180,7 +180,7 @@ fn fit_intercept_on_a_cluster_centres_implicitly_and_matches_the_explicit_centri
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("means.libsvm");
     std::fs::write(&data, text).unwrap();
-    let job = LassoJob {
+    let job = LassoSettings {
         data: Some(data),
         lambda: Some(5.0),
         fit_intercept: true,
@@ -191,7 +191,7 @@ fn fit_intercept_on_a_cluster_centres_implicitly_and_matches_the_explicit_centri
         max_rounds: 20_000,
         // About what f32 coefficients can certify.
         gap_tolerance: Some(1e-5),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     // Every node loads the design as stored: its non-zeros, nothing densified.
     let (x, y_c) = job.load().unwrap();
@@ -200,11 +200,11 @@ fn fit_intercept_on_a_cluster_centres_implicitly_and_matches_the_explicit_centri
     let means = job.design_means(&x).unwrap();
     let dense = super::config::centred(&x, &means);
     assert_eq!(dense.values.len(), n * d);
-    let explicit = LassoJob {
+    let explicit = LassoSettings {
         lambda: Some(5.0),
         fit_intercept: false,
         gap_tolerance: Some(1e-14),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let reference = baseline::solve_baseline(&dense, &y_c, &explicit)
         .unwrap()
@@ -223,7 +223,7 @@ fn fit_intercept_on_a_cluster_centres_implicitly_and_matches_the_explicit_centri
     let (b, m) = drive(&job, 2);
     assert!(m.relative_gap() <= 1e-5, "{}", m.relative_gap());
     close(&b, "one scheduler");
-    let multi = LassoJob {
+    let multi = LassoSettings {
         schedulers: 2,
         ..job.clone()
     };
@@ -250,11 +250,11 @@ fn every_solver_digests_one_file_alike_on_every_node() {
     }
     let edited = text.replacen("1:0.5 ", "1:0.75 ", 1);
     assert_ne!(edited, text);
-    let job = LassoJob {
+    let job = LassoSettings {
         data: Some(path.clone()),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
-    let scheduled = LassoJob {
+    let scheduled = LassoSettings {
         solver: LassoSolver::Scheduled,
         ..job.clone()
     };

@@ -51,7 +51,7 @@ pub const WORKER_ROLE: &str = "strads-lda-worker";
 /// `[app.lda]` and the flags of `petrel train lda`: one settings struct.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
-pub struct LdaJob {
+pub struct LdaSettings {
     /// UCI bag-of-words docword file (`D`, `W`, `NNZ` header, then `doc word count`).
     /// Without it: a corpus sampled from the LDA generative model.
     #[arg(long)]
@@ -112,13 +112,13 @@ pub struct LdaJob {
 }
 
 // Every default is written once, on its flag.
-impl Default for LdaJob {
+impl Default for LdaSettings {
     fn default() -> Self {
         petrel_actors::flag_defaults()
     }
 }
 
-impl LdaJob {
+impl LdaSettings {
     /// Every value in range (keys as in `[app.lda]`), checked before any node starts.
     pub fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
         let mut c = petrel_ml::job::SettingChecks::new();
@@ -288,7 +288,7 @@ impl RingApp for LdaApp {
 pub fn write_outputs(
     dir: &std::path::Path,
     sched: &LdaScheduling,
-    job: &LdaJob,
+    job: &LdaSettings,
 ) -> Result<(), StradsError> {
     let mut run = lda_run_metrics(
         "lda",
@@ -368,20 +368,20 @@ impl StradsJob for LdaApp {
     const SECTION: &'static str = "lda";
     const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
     const WORKER_ROLE: &'static str = WORKER_ROLE;
-    type Config = LdaJob;
+    type Config = LdaSettings;
     type Scheduler = LdaScheduling;
     type Worker = RingHalf<LdaApp, LdaWorkerApp>;
 
-    fn validate_config(job: &LdaJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+    fn validate_config(job: &LdaSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()
     }
 
     /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
-    fn round_checkpoints(job: &LdaJob) -> Option<RoundCheckpointSettings> {
+    fn round_checkpoints(job: &LdaSettings) -> Option<RoundCheckpointSettings> {
         RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)
     }
 
-    fn scheduler_options(job: &LdaJob) -> SchedulerOptions {
+    fn scheduler_options(job: &LdaSettings) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
     }
 
@@ -393,7 +393,7 @@ impl StradsJob for LdaApp {
         worker.data_digest
     }
 
-    fn scheduler(job: &LdaJob, shape: &JobShape) -> Result<LdaScheduling, StradsError> {
+    fn scheduler(job: &LdaSettings, shape: &JobShape) -> Result<LdaScheduling, StradsError> {
         let (corpus, read) = petrel_ml::topic::load_corpus_digested(
             job.docword.as_deref(),
             job.vocab.as_deref(),
@@ -410,7 +410,7 @@ impl StradsJob for LdaApp {
     }
 
     fn worker(
-        job: &LdaJob,
+        job: &LdaSettings,
         index: usize,
         shape: &JobShape,
     ) -> Result<RingHalf<LdaApp, LdaWorkerApp>, StradsError> {
@@ -425,7 +425,7 @@ impl StradsJob for LdaApp {
     }
 
     fn finish(
-        job: &LdaJob,
+        job: &LdaSettings,
         mut scheduler: LdaScheduling,
         run: &FinishedRun,
     ) -> Result<(), StradsError> {

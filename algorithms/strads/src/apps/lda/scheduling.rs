@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{LdaApp, LdaCommit, LdaJob, LdaLayout, LdaPartial, LdaTask};
+use super::{LdaApp, LdaCommit, LdaLayout, LdaPartial, LdaSettings, LdaTask};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::lda::WordTopicBlock;
@@ -32,7 +32,7 @@ impl LdaHeldout {
     /// The job's test corpus (`None` without `test_data`), read once and checked against
     /// the training vocabulary of `vocab_size` words (the final evaluation's check).
     pub fn of(
-        job: &LdaJob,
+        job: &LdaSettings,
         vocab_size: usize,
     ) -> Result<Option<LdaHeldout>, crate::error::StradsError> {
         let Some(path) = &job.test_data else {
@@ -118,7 +118,7 @@ pub struct LdaScheduling {
 
 impl LdaScheduling {
     /// The rotation of `corpus` under `layout` over `workers` workers.
-    pub fn new(corpus: &Corpus, layout: &LdaLayout, job: &LdaJob, workers: usize) -> Self {
+    pub fn new(corpus: &Corpus, layout: &LdaLayout, job: &LdaSettings, workers: usize) -> Self {
         LdaScheduling {
             schedule: RotationSchedule { p: workers },
             blocks: vec![None; layout.vocabulary.block_words.len()],

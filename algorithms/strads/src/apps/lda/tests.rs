@@ -3,8 +3,8 @@ use crate::core::app::{Plan, Schedule, Step};
 use crate::core::lda::LdaCluster;
 use crate::kit::serial::Delivery;
 
-fn small_job() -> LdaJob {
-    LdaJob {
+fn small_job() -> LdaSettings {
+    LdaSettings {
         synthetic: LdaCorpusParams {
             n_topics: 4,
             vocab_size: 60,
@@ -17,17 +17,17 @@ fn small_job() -> LdaJob {
         n_topics: 4,
         iterations: 8,
         seed: 9,
-        ..LdaJob::default()
+        ..LdaSettings::default()
     }
 }
 
-fn drive(job: &LdaJob, p: usize) -> (LdaScheduling, Corpus) {
+fn drive(job: &LdaSettings, p: usize) -> (LdaScheduling, Corpus) {
     drive_with(job, p, Delivery::Late)
 }
 
 /// Both halves without actors, through the runtime's ring cores: the word-topic blocks
 /// are handed from worker to worker in the order `delivery` picks.
-fn drive_with(job: &LdaJob, p: usize, delivery: Delivery) -> (LdaScheduling, Corpus) {
+fn drive_with(job: &LdaSettings, p: usize, delivery: Delivery) -> (LdaScheduling, Corpus) {
     let corpus = job.load().unwrap();
     let (sched, run) = crate::kit::run_serial::<LdaApp>(job, p, delivery).unwrap();
     assert!(
@@ -74,7 +74,7 @@ fn rotation_matches_the_serial_driver_exactly() {
 
 #[test]
 fn any_handoff_order_gives_the_same_counts() {
-    let job = LdaJob {
+    let job = LdaSettings {
         iterations: 3,
         ..small_job()
     };
@@ -116,9 +116,9 @@ fn outputs_list_top_words() {
     let job = small_job();
     let (sched, _) = drive(&job, 2);
     let dir = tempfile::tempdir().unwrap();
-    let job = LdaJob {
+    let job = LdaSettings {
         top_words: 5,
-        ..LdaJob::default()
+        ..LdaSettings::default()
     };
     write_outputs(dir.path(), &sched, &job).unwrap();
     let topics = std::fs::read_to_string(dir.path().join("topics.txt")).unwrap();
@@ -139,7 +139,7 @@ fn scheduler_and_workers_digest_one_corpus_alike() {
     let file_job = |name: &str, text: &str| {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
-        LdaJob {
+        LdaSettings {
             docword: Some(path),
             ..small_job()
         }
@@ -152,7 +152,7 @@ fn scheduler_and_workers_digest_one_corpus_alike() {
             "3\n4\n6\n1 1 2\n1 3 1\n2 2 1\n2 3 3\n3 1 1\n3 4 2\n",
         ),
     ];
-    let stats = |job: &LdaJob| petrel_ml::data::CorpusStats::of(&job.load().unwrap());
+    let stats = |job: &LdaSettings| petrel_ml::data::CorpusStats::of(&job.load().unwrap());
     assert_eq!(
         stats(&jobs[1]),
         stats(&jobs[2]),

@@ -2,7 +2,7 @@
 //! ([`super::gs`]) in this thread, no actors and no messages, writing the outputs of a
 //! STRADS run.
 
-use super::super::lasso::LassoJob;
+use super::super::lasso::LassoSettings;
 use super::super::lasso::baseline::BASELINE_MODE;
 use super::LogisticMetrics;
 use super::gs::LogisticGsApp;
@@ -18,7 +18,7 @@ use crate::kit::{JobShape, StradsJob};
 /// `gap_tolerance / 100` relative (1e-7 when unset) or after
 /// [`BASELINE_MAX_SWEEPS`](super::super::lasso::baseline::BASELINE_MAX_SWEEPS) sweeps, and
 /// writes the outputs of a STRADS run (when `out_dir` is set).
-pub fn run_baseline(job: &LassoJob) -> Result<LogisticMetrics, StradsError> {
+pub fn run_baseline(job: &LassoSettings) -> Result<LogisticMetrics, StradsError> {
     let shape = JobShape {
         workers: 1,
         schedulers: 1,

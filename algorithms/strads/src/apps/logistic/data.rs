@@ -2,7 +2,7 @@
 //! the default `lambda`.
 
 use super::super::lasso::config::check_pick;
-use super::super::lasso::{ColumnShare, DesignShape, LassoJob};
+use super::super::lasso::{ColumnShare, DesignShape, LassoSettings};
 use crate::core::StradsModelError;
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
@@ -13,7 +13,7 @@ use std::ops::Range;
 /// `synthetic.nnz_per_column > 0` the Lasso's sparse correlated design with labels `y > 0`,
 /// otherwise a dense separable one (`synthetic.n_samples x synthetic.n_features`, seed
 /// `synthetic.seed`).
-pub fn load(job: &LassoJob) -> Result<(SparseColumns, Vec<f32>), StradsError> {
+pub fn load(job: &LassoSettings) -> Result<(SparseColumns, Vec<f32>), StradsError> {
     if let Some(path) = &job.data {
         let (x, labels) = job.load()?;
         check_binary_labels(path, &labels)?;
@@ -69,12 +69,12 @@ pub fn check_binary_labels(path: &std::path::Path, labels: &[f32]) -> Result<(),
 
 /// The job's `lambda`, or `lambda_fraction` of `max_j |x_j^T y| / 2` (the smallest lambda
 /// with an all-zero solution for +-1 labels).
-pub fn logistic_lambda(x: &SparseColumns, labels: &[f32], job: &LassoJob) -> f32 {
+pub fn logistic_lambda(x: &SparseColumns, labels: &[f32], job: &LassoSettings) -> f32 {
     logistic_lambda_from_max(job, super::super::lasso::lambda_max(x, &signs(labels)))
 }
 
 /// [`logistic_lambda`] given `max_j |x_j^T y|` with `y` the labels' signs.
-pub fn logistic_lambda_from_max(job: &LassoJob, lambda_max: f64) -> f32 {
+pub fn logistic_lambda_from_max(job: &LassoSettings, lambda_max: f64) -> f32 {
     job.lambda
         .unwrap_or((job.lambda_fraction * lambda_max / 2.0) as f32)
 }
@@ -93,7 +93,7 @@ fn signs(labels: &[f32]) -> Vec<f32> {
 /// synthetic problem is built whole first. The labels, `lambda_max` and columns are bit
 /// for bit those of [`load`] and [`logistic_lambda`].
 pub fn load_share(
-    job: &LassoJob,
+    job: &LassoSettings,
     pick: impl FnOnce(&DesignShape) -> Result<Range<usize>, StradsError>,
 ) -> Result<ColumnShare, StradsError> {
     if job.data.is_some() || job.synthetic.nnz_per_column > 0 {

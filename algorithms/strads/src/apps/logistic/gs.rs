@@ -29,7 +29,7 @@
 //! carries nothing: the run makes the baseline's updates and model, bit for bit.
 
 use super::super::lasso::ColumnShare;
-use super::super::lasso::LassoJob;
+use super::super::lasso::LassoSettings;
 use super::super::lasso::gs::worker_columns;
 use super::super::lasso::heldout::LinearHeldout;
 use super::{LogisticApp, LogisticMetrics, LogisticPoint, load_share, logistic_lambda_from_max};
@@ -148,7 +148,7 @@ pub struct LogisticGsScheduling {
     active_rounds: u64,
     /// Non-zero coefficients.
     nonzeros: usize,
-    /// Active-set sweeps per round ([`LassoJob::gs_active_passes`], or automatic).
+    /// Active-set sweeps per round ([`LassoSettings::gs_active_passes`], or automatic).
     active_passes: u32,
     in_flight: bool,
     stop: Option<GsStop>,
@@ -160,7 +160,11 @@ pub struct LogisticGsScheduling {
 impl LogisticGsScheduling {
     /// The scheduler of `workers` workers on the design `design` (its shape, labels and
     /// `lambda_max`: [`load_share`] of no columns).
-    pub fn new(design: &ColumnShare, job: &LassoJob, workers: usize) -> Result<Self, StradsError> {
+    pub fn new(
+        design: &ColumnShare,
+        job: &LassoSettings,
+        workers: usize,
+    ) -> Result<Self, StradsError> {
         let (n_rows, n_features) = (design.shape.n_rows, design.shape.n_columns());
         if workers == 0 || workers > n_features {
             return Err(StradsModelError::InvalidConfig(format!(
@@ -241,13 +245,13 @@ impl LogisticGsScheduling {
     }
 
     /// Writes the model and the metrics to `dir`.
-    pub fn write(&self, dir: &std::path::Path, job: &LassoJob) -> Result<(), StradsError> {
+    pub fn write(&self, dir: &std::path::Path, job: &LassoSettings) -> Result<(), StradsError> {
         let coefficients: Vec<f32> = self.coefficients.iter().map(|&b| b as f32).collect();
         super::write_model(dir, job, self.lambda, &coefficients, self.run_metrics(job))
     }
 
     /// The run's figures in the one metrics format, with why it stopped.
-    pub fn run_metrics(&self, job: &LassoJob) -> petrel_ml::job::RunMetrics {
+    pub fn run_metrics(&self, job: &LassoSettings) -> petrel_ml::job::RunMetrics {
         let mut m = self.metrics.run_metrics(job);
         match self.stop {
             Some(GsStop::Baseline(outcome, gap)) => {
@@ -535,29 +539,32 @@ impl StradsJob for LogisticGsApp {
     const SECTION: &'static str = <LogisticApp as StradsJob>::SECTION;
     const SCHEDULER_ROLE: &'static str = super::SCHEDULER_ROLE;
     const WORKER_ROLE: &'static str = super::WORKER_ROLE;
-    type Config = LassoJob;
+    type Config = LassoSettings;
     type Scheduler = LogisticGsScheduling;
     type Worker = StarHalf<LogisticGsWorker>;
 
-    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+    fn validate_config(job: &LassoSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
         <LogisticApp as StradsJob>::validate_config(job)
     }
 
-    fn latency_bound(job: &LassoJob) -> bool {
+    fn latency_bound(job: &LassoSettings) -> bool {
         <LogisticApp as StradsJob>::latency_bound(job)
     }
 
     /// Depth 1: a sweep must start from every earlier commit.
-    fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
+    fn scheduler_options(job: &LassoSettings) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
     }
 
-    fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
+    fn round_checkpoints(job: &LassoSettings) -> Option<RoundCheckpointSettings> {
         <LogisticApp as StradsJob>::round_checkpoints(job)
     }
 
     /// The scheduler keeps no column: the design's shape, the labels and `lambda_max`.
-    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<LogisticGsScheduling, StradsError> {
+    fn scheduler(
+        job: &LassoSettings,
+        shape: &JobShape,
+    ) -> Result<LogisticGsScheduling, StradsError> {
         let design = load_share(job, |_| Ok(0..0))?;
         let half = LogisticGsScheduling::new(&design, job, shape.workers)?;
         tracing::info!(
@@ -573,7 +580,7 @@ impl StradsJob for LogisticGsApp {
     /// Worker `index` keeps only its range of columns (every row) and the labels
     /// ([`load_share`]: the Lasso's cut of equal non-zeros).
     fn worker(
-        job: &LassoJob,
+        job: &LassoSettings,
         index: usize,
         shape: &JobShape,
     ) -> Result<StarHalf<LogisticGsWorker>, StradsError> {
@@ -603,7 +610,7 @@ impl StradsJob for LogisticGsApp {
     }
 
     fn finish(
-        job: &LassoJob,
+        job: &LassoSettings,
         scheduler: LogisticGsScheduling,
         _run: &FinishedRun,
     ) -> Result<(), StradsError> {

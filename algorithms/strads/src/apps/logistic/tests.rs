@@ -4,7 +4,7 @@ use crate::kit::serial::Delivery;
 
 #[test]
 fn sparse_logistic_fits_separable_data() {
-    let job = LassoJob {
+    let job = LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 200,
             n_features: 30,
@@ -16,7 +16,7 @@ fn sparse_logistic_fits_separable_data() {
         candidate_pool: 16,
         max_rounds: 600,
         depth: 2,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let (sched, _) = crate::kit::run_serial::<LogisticApp>(&job, 2, Delivery::Late).unwrap();
     let m = sched.metrics();
@@ -44,10 +44,10 @@ fn a_sparse_synthetic_problem_is_the_lasso_design_labelled_by_its_response() {
         seed: 4,
         ..SyntheticLasso::default()
     };
-    let job = LassoJob {
+    let job = LassoSettings {
         synthetic: synthetic.clone(),
         lambda_fraction: 0.05,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     job.validate().unwrap();
     let (x, labels) = load(&job).unwrap();
@@ -71,14 +71,14 @@ fn a_sparse_synthetic_problem_is_the_lasso_design_labelled_by_its_response() {
     );
     // The same size as a dense design is refused before anything is built, naming the
     // key that makes it sparse.
-    let dense = LassoJob {
+    let dense = LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 20_000,
             n_features: 20_000,
             nnz_per_column: 0,
             ..synthetic
         },
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let err = dense.validate().unwrap_err().to_string();
     assert!(err.contains("synthetic.nnz_per_column"), "{err}");
@@ -94,7 +94,7 @@ fn a_share_is_the_whole_designs_columns_signs_and_lambda_bit_for_bit() {
         "1 1:0.5 3:1.25\n0 2:2 3:-1\n1 1:-0.75 4:3\n0 2:0.1 4:0.2\n1 3:0.3\n",
     )
     .unwrap();
-    let sparse = LassoJob {
+    let sparse = LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 200,
             n_features: 500,
@@ -103,19 +103,19 @@ fn a_share_is_the_whole_designs_columns_signs_and_lambda_bit_for_bit() {
             seed: 2,
             ..SyntheticLasso::default()
         },
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
-    let dense = LassoJob {
+    let dense = LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 60,
             n_features: 40,
             ..SyntheticLasso::default()
         },
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
-    let file = LassoJob {
+    let file = LassoSettings {
         data: Some(path.clone()),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     for job in [sparse, dense, file] {
         let (x, labels) = load(&job).unwrap();
@@ -135,9 +135,9 @@ fn a_share_is_the_whole_designs_columns_signs_and_lambda_bit_for_bit() {
     // A file with a regression target is refused, naming the row.
     std::fs::write(&path, "1 1:0.5\n2.5 2:1\n").unwrap();
     let err = load_share(
-        &LassoJob {
+        &LassoSettings {
             data: Some(path),
-            ..LassoJob::default()
+            ..LassoSettings::default()
         },
         |_| Ok(0..1),
     )

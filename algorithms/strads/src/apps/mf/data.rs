@@ -2,15 +2,15 @@
 //! set: a first pass counts the ratings (which fixes the train/test split,
 //! [`HeldOutMask`]), a second counts each user's and item's training ratings (which fix the
 //! partition, [`MfPartition::from_counts`]) and sums them (the training mean), a third hands
-//! a worker its users' ratings one by one ([`StradsMfJob::visit_split`]). A file is read
+//! a worker its users' ratings one by one ([`StradsMfSettings::visit_split`]). A file is read
 //! three times, synthetic ratings are drawn three times; the split, the partition, the
 //! mean and every worker's ratings and their order are those of the whole load
-//! ([`StradsMfJob::load_centred`]). Every pass digests what it read ([`ReadDigest`]) and
+//! ([`StradsMfSettings::load_centred`]). Every pass digests what it read ([`ReadDigest`]) and
 //! a pass that read something else than the first (a file edited meanwhile) is an error.
 
 use std::path::Path;
 
-use super::StradsMfJob;
+use super::StradsMfSettings;
 use crate::core::StradsModelError;
 use crate::core::mf::MfPartition;
 use crate::error::StradsError;
@@ -113,7 +113,7 @@ impl MfRatingsSummary {
     }
 }
 
-impl StradsMfJob {
+impl StradsMfSettings {
     /// One pass over the ratings (the file, or the synthetic draw), each handed to `visit`
     /// in order; returns the matrix without entries.
     fn scan(&self, visit: impl FnMut(u32, u32, f32)) -> Result<Ratings, StradsError> {
@@ -124,14 +124,14 @@ impl StradsMfJob {
     }
 
     /// The ratings' summary in two passes, holding none of them (a `test_data` file is
-    /// read later, by [`StradsMfJob::visit_split`]).
+    /// read later, by [`StradsMfSettings::visit_split`]).
     pub fn summary(&self) -> Result<MfRatingsSummary, StradsError> {
         Ok(self.summarise(false)?.0)
     }
 
-    /// [`StradsMfJob::summary`] and the test ratings (centred like the training ones, read
+    /// [`StradsMfSettings::summary`] and the test ratings (centred like the training ones, read
     /// from `test_data` if set), what the scheduler keeps for the final test RMSE: the same
-    /// as [`StradsMfJob::load_centred`]'s.
+    /// as [`StradsMfSettings::load_centred`]'s.
     pub fn summary_and_test(&self) -> Result<(MfRatingsSummary, Ratings), StradsError> {
         self.summarise(true)
     }
@@ -232,7 +232,7 @@ impl StradsMfJob {
     }
 
     /// The third pass: every rating with its side of the split, minus the training mean
-    /// (with `global_mean`), in the order [`StradsMfJob::load_centred`] gives the training
+    /// (with `global_mean`), in the order [`StradsMfSettings::load_centred`] gives the training
     /// and the test ratings (training ratings in file order, then, with `test_data`, that
     /// file's; with the `test_fraction` split the two sides interleave in file order).
     pub fn visit_split(

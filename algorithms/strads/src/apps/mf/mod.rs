@@ -49,7 +49,7 @@ pub const WORKER_ROLE: &str = "strads-mf-worker";
 /// `[app.strads_mf]` and the flags of `petrel train strads-mf`: one settings struct.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
-pub struct StradsMfJob {
+pub struct StradsMfSettings {
     /// Ratings: `user item rating` triplets, or MatrixMarket coordinate format. Without
     /// it: synthetic low-rank ratings.
     #[arg(long)]
@@ -119,13 +119,13 @@ pub struct StradsMfJob {
 }
 
 // Every default is written once, on its flag.
-impl Default for StradsMfJob {
+impl Default for StradsMfSettings {
     fn default() -> Self {
         petrel_actors::flag_defaults()
     }
 }
 
-impl StradsMfJob {
+impl StradsMfSettings {
     /// Columns of W and H.
     pub fn layout(&self) -> MfLayout {
         MfLayout {
@@ -167,14 +167,14 @@ impl StradsMfJob {
     }
 
     /// `(train, test)` ratings (minus the training mean with `global_mean`), whole: the
-    /// nodes read only what they keep ([`StradsMfJob::summary`],
-    /// [`StradsMfJob::visit_split`]), which is the same.
+    /// nodes read only what they keep ([`StradsMfSettings::summary`],
+    /// [`StradsMfSettings::visit_split`]), which is the same.
     pub fn load(&self) -> Result<(Ratings, Ratings), StradsError> {
         let (train, test, _) = self.load_centred()?;
         Ok((train, test))
     }
 
-    /// [`StradsMfJob::load`] and the mean taken off the ratings (0 without `global_mean`).
+    /// [`StradsMfSettings::load`] and the mean taken off the ratings (0 without `global_mean`).
     pub fn load_centred(&self) -> Result<(Ratings, Ratings, f32), StradsError> {
         let (mut train, mut test) = self.load_uncentred()?;
         let mut mean = 0.0f32;
@@ -319,7 +319,7 @@ pub fn write_outputs(
     h: &Array2<f32>,
     ids: Option<&IdMapping>,
     metrics: &MfMetrics,
-    job: &StradsMfJob,
+    job: &StradsMfSettings,
 ) -> Result<(), StradsError> {
     let mut run = metrics.run_metrics(job);
     run.check_finite("lower lambda's range or check the ratings for extreme values")?;
@@ -363,7 +363,7 @@ fn saved_model(
     h: &Array2<f32>,
     ids: Option<&IdMapping>,
     metrics: &MfMetrics,
-    job: &StradsMfJob,
+    job: &StradsMfSettings,
 ) -> petrel_ml::model::SavedModel {
     use petrel_ml::model::{FactorModel, ModelParams, SavedModel};
     let rows = |m: &Array2<f32>| m.rows().into_iter().map(|r| r.to_vec()).collect();
@@ -394,7 +394,7 @@ impl MfMetrics {
     /// The one metrics format: a record per training-RMSE point (step: coordinate
     /// updates) with the test RMSE of the same model when there is a test set;
     /// `converged` when `target_rmse` was reached.
-    pub fn run_metrics(&self, job: &StradsMfJob) -> petrel_ml::job::RunMetrics {
+    pub fn run_metrics(&self, job: &StradsMfSettings) -> petrel_ml::job::RunMetrics {
         let mut m = petrel_ml::job::RunMetrics::new("strads-mf", job, self, self.elapsed_s);
         for p in &self.train_rmse {
             let mut values = vec![("train_rmse", p.train_rmse)];
@@ -429,20 +429,20 @@ impl StradsJob for MfApp {
     const SECTION: &'static str = "strads_mf";
     const SCHEDULER_ROLE: &'static str = SCHEDULER_ROLE;
     const WORKER_ROLE: &'static str = WORKER_ROLE;
-    type Config = StradsMfJob;
+    type Config = StradsMfSettings;
     type Scheduler = MfScheduling;
     type Worker = RingHalf<MfApp, MfWorkerApp>;
 
-    fn validate_config(job: &StradsMfJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+    fn validate_config(job: &StradsMfSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()
     }
 
     /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
-    fn round_checkpoints(job: &StradsMfJob) -> Option<RoundCheckpointSettings> {
+    fn round_checkpoints(job: &StradsMfSettings) -> Option<RoundCheckpointSettings> {
         RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)
     }
 
-    fn scheduler_options(job: &StradsMfJob) -> SchedulerOptions {
+    fn scheduler_options(job: &StradsMfSettings) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
     }
 
@@ -456,7 +456,7 @@ impl StradsJob for MfApp {
         worker.data_digest
     }
 
-    fn scheduler(job: &StradsMfJob, shape: &JobShape) -> Result<MfScheduling, StradsError> {
+    fn scheduler(job: &StradsMfSettings, shape: &JobShape) -> Result<MfScheduling, StradsError> {
         let (summary, test) = job.summary_and_test()?;
         let mut scheduling = MfScheduling::from_summary(shape.workers, &summary, test, job);
         scheduling.set_global_mean(summary.mean);
@@ -464,9 +464,9 @@ impl StradsJob for MfApp {
     }
 
     /// A worker reads the ratings three times and keeps only its users'
-    /// ([`StradsMfJob::visit_split`]).
+    /// ([`StradsMfSettings::visit_split`]).
     fn worker(
-        job: &StradsMfJob,
+        job: &StradsMfSettings,
         index: usize,
         shape: &JobShape,
     ) -> Result<RingHalf<MfApp, MfWorkerApp>, StradsError> {
@@ -478,7 +478,7 @@ impl StradsJob for MfApp {
     }
 
     fn finish(
-        job: &StradsMfJob,
+        job: &StradsMfSettings,
         mut scheduler: MfScheduling,
         run: &FinishedRun,
     ) -> Result<(), StradsError> {

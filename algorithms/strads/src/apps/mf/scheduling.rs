@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, StradsMfJob};
+use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, StradsMfSettings};
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Schedule, Step, decode_state, encode_state};
 use crate::core::mf::{CoordinateStep, FactorBlock, MfPartition, RotationSchedule};
@@ -142,7 +142,7 @@ impl MfScheduling {
         partition: &MfPartition,
         train: &Ratings,
         test: &Ratings,
-        job: &StradsMfJob,
+        job: &StradsMfSettings,
     ) -> Self {
         let shape = RatingsShape {
             n_users: train.n_users,
@@ -159,7 +159,7 @@ impl MfScheduling {
         workers: usize,
         summary: &MfRatingsSummary,
         test: Ratings,
-        job: &StradsMfJob,
+        job: &StradsMfSettings,
     ) -> Self {
         let shape = RatingsShape {
             n_users: summary.shape.n_users,
@@ -172,7 +172,7 @@ impl MfScheduling {
         scheduling
     }
 
-    fn with_shape(p: usize, shape: RatingsShape, test: Ratings, job: &StradsMfJob) -> Self {
+    fn with_shape(p: usize, shape: RatingsShape, test: Ratings, job: &StradsMfSettings) -> Self {
         let RatingsShape {
             n_users,
             n_items,

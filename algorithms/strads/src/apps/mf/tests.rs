@@ -7,12 +7,12 @@ use proptest::prelude::*;
 
 /// Runs the two halves without actors through the runtime's ring cores (blocks handed
 /// from worker to worker, every dispatch arriving before its block).
-pub(super) fn drive(job: &StradsMfJob, p: usize) -> (MfScheduling, Ratings, Ratings) {
+pub(super) fn drive(job: &StradsMfSettings, p: usize) -> (MfScheduling, Ratings, Ratings) {
     drive_with(job, p, Delivery::Late).unwrap()
 }
 
 fn drive_with(
-    job: &StradsMfJob,
+    job: &StradsMfSettings,
     p: usize,
     delivery: Delivery,
 ) -> Result<(MfScheduling, Ratings, Ratings), StradsError> {
@@ -25,8 +25,8 @@ fn drive_with(
     Ok((sched, train, test))
 }
 
-fn small_job() -> StradsMfJob {
-    StradsMfJob {
+fn small_job() -> StradsMfSettings {
+    StradsMfSettings {
         synthetic: LowRankParams {
             n_users: 120,
             n_items: 80,
@@ -39,7 +39,7 @@ fn small_job() -> StradsMfJob {
         lambda: 0.05,
         outer_iterations: 6,
         target_rmse: Some(0.5),
-        ..StradsMfJob::default()
+        ..StradsMfSettings::default()
     }
 }
 
@@ -113,7 +113,7 @@ proptest! {
     /// and the result is the same bit for bit.
     #[test]
     fn ring_never_holds_a_block_twice(p in 1usize..5, seed in any::<u64>()) {
-        let job = StradsMfJob { outer_iterations: 2, ..small_job() };
+        let job = StradsMfSettings { outer_iterations: 2, ..small_job() };
         let (late, _, _) = drive_with(&job, p, Delivery::Late).unwrap();
         let shuffled = drive_with(&job, p, Delivery::Shuffled(seed));
         prop_assert!(shuffled.is_ok(), "{:?}", shuffled.err());
@@ -168,7 +168,7 @@ fn worker_rejects_a_bad_coordinate() {
 /// of first appearance that differs from the generator's indices), and every fourth one as
 /// a held-out file for `test_data`.
 fn ratings_files(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (all, _, _) = StradsMfJob {
+    let (all, _, _) = StradsMfSettings {
         test_fraction: 0.0,
         ..small_job()
     }
@@ -202,18 +202,18 @@ fn a_workers_share_is_its_users_ratings_of_the_whole_load() {
     let (data, held) = ratings_files(dir.path());
     let jobs = [
         small_job(),
-        StradsMfJob {
+        StradsMfSettings {
             global_mean: true,
             biases: true,
             seed: 5,
             ..small_job()
         },
-        StradsMfJob {
+        StradsMfSettings {
             data: Some(data.clone()),
             global_mean: true,
             ..small_job()
         },
-        StradsMfJob {
+        StradsMfSettings {
             data: Some(data.clone()),
             test_data: Some(held.clone()),
             global_mean: true,
@@ -253,7 +253,7 @@ fn a_share_of_a_bad_file_is_refused_with_the_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.tsv");
     std::fs::write(&path, "a\tx\t3\nb\tx\t4\nb\ty\tfive\n").unwrap();
-    let job = StradsMfJob {
+    let job = StradsMfSettings {
         data: Some(path.clone()),
         ..small_job()
     };
@@ -274,7 +274,7 @@ fn a_share_of_a_bad_file_is_refused_with_the_line() {
     std::fs::write(&path, "a\tx\t3\nb\tx\t4\nb\ty\t5\n").unwrap();
     let held = dir.path().join("h.tsv");
     std::fs::write(&held, "a\ty\t1\nb\n").unwrap();
-    let job = StradsMfJob {
+    let job = StradsMfSettings {
         test_data: Some(held),
         ..job
     };
@@ -308,7 +308,7 @@ fn a_file_changed_after_its_summary_is_refused_when_a_share_is_read() {
     ];
     for edited in edits {
         std::fs::write(&path, original).unwrap();
-        let job = StradsMfJob {
+        let job = StradsMfSettings {
             data: Some(path.clone()),
             test_fraction: 0.0,
             ..small_job()
@@ -335,7 +335,7 @@ fn scheduler_and_workers_digest_one_rating_set_alike() {
     use crate::kit::serial::tests::common_digest;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.tsv");
-    let job = StradsMfJob {
+    let job = StradsMfSettings {
         data: Some(path.clone()),
         test_fraction: 0.0,
         ..small_job()

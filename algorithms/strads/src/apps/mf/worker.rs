@@ -1,7 +1,7 @@
 //! STRADS MF's worker half: a bucket of users with their ratings and rows of W; the H
 //! blocks pass through it.
 
-use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, Side, StradsMfJob};
+use super::{MfApp, MfCommit, MfPartial, MfRatingsSummary, MfTask, Phase, Side, StradsMfSettings};
 use crate::core::StradsModelError;
 use crate::core::app::{BlockFate, BlockId, RingOutput, RingPush, decode_state, encode_state};
 use crate::core::mf::{FactorBlock, MfLayout, MfPartition, MfRidge, MfWorker, RotationSchedule};
@@ -26,7 +26,7 @@ impl MfWorkerApp {
         index: usize,
         partition: &MfPartition,
         train: &Ratings,
-        job: &StradsMfJob,
+        job: &StradsMfSettings,
     ) -> Result<Self, StradsModelError> {
         let (layout, init) = Self::start_of(index, partition, job)?;
         let worker = MfWorker::new(
@@ -44,7 +44,7 @@ impl MfWorkerApp {
     fn start_of(
         index: usize,
         partition: &MfPartition,
-        job: &StradsMfJob,
+        job: &StradsMfSettings,
     ) -> Result<(MfLayout, Vec<f32>), StradsModelError> {
         let layout = job.layout();
         let users = partition
@@ -56,13 +56,13 @@ impl MfWorkerApp {
     }
 
     /// Worker `index` from its users' training and test ratings alone, read one by one in
-    /// [`StradsMfJob::visit_split`]'s pass: the same worker as [`MfWorkerApp::new`] and
+    /// [`StradsMfSettings::visit_split`]'s pass: the same worker as [`MfWorkerApp::new`] and
     /// [`MfWorkerApp::with_test`] build from the whole sets, without holding them.
     pub fn from_split(
         index: usize,
         partition: &MfPartition,
         summary: &MfRatingsSummary,
-        job: &StradsMfJob,
+        job: &StradsMfSettings,
     ) -> Result<Self, StradsError> {
         let (layout, init) = Self::start_of(index, partition, job)?;
         let blocks = initial_blocks(partition, layout);
@@ -93,7 +93,7 @@ impl MfWorkerApp {
         Ok(Self::of(worker, job, partition))
     }
 
-    fn of(worker: MfWorker, job: &StradsMfJob, partition: &MfPartition) -> Self {
+    fn of(worker: MfWorker, job: &StradsMfSettings, partition: &MfPartition) -> Self {
         MfWorkerApp {
             worker,
             ridge: job.ridge(),

@@ -7,10 +7,10 @@ use petrel_ml::data::synthetic::{CorrelatedLassoParams, correlated_lasso};
 
 /// The baseline of `x`, `y` at `lambda` to a relative duality gap of `tolerance`.
 fn solve(x: &SparseColumns, y: &[f32], lambda: f32, tolerance: f64) -> LassoOutcome {
-    let job = LassoJob {
+    let job = LassoSettings {
         lambda: Some(lambda),
         gap_tolerance: Some(tolerance),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     solve_baseline(x, y, &job).unwrap()
 }
@@ -109,10 +109,10 @@ fn lasso_stops_at_the_target_objective_after_the_update_that_reaches_it() {
     let lambda = 0.2 * crate::apps::lasso::lambda_max(&x, &y) as f32;
     let full = solve(&x, &y, lambda, 1e-7).metrics;
     let target = full.final_objective * (1.0 + 1e-3);
-    let job = LassoJob {
+    let job = LassoSettings {
         lambda: Some(lambda),
         target_objective: Some(target),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let m = solve_baseline(&x, &y, &job).unwrap().metrics;
     assert!(m.target_updates.is_some(), "{m:?}");
@@ -125,9 +125,9 @@ fn lasso_stops_at_the_target_objective_after_the_update_that_reaches_it() {
 #[test]
 fn lasso_rejects_bad_shapes_and_lambda() {
     let (x, y) = correlated(1);
-    let job = |lambda| LassoJob {
+    let job = |lambda| LassoSettings {
         lambda: Some(lambda),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     assert!(solve_baseline(&x, &y[1..], &job(0.1)).is_err());
     assert!(solve_baseline(&x, &y, &job(-1.0)).is_err());
@@ -238,11 +238,11 @@ fn implicit_centring_solves_the_explicitly_centred_problem_without_densifying() 
             );
         }
         // The baseline with fit_intercept runs that worker: the same model in f32.
-        let job = LassoJob {
+        let job = LassoSettings {
             lambda: Some(lambda),
             fit_intercept: true,
             gap_tolerance: Some(1e-12),
-            ..LassoJob::default()
+            ..LassoSettings::default()
         };
         let out = solve_baseline(&x, &y_c, &job).unwrap();
         for (got, want) in out.coefficients.iter().zip(&reference) {

@@ -3,9 +3,9 @@
 //! column and a LIBSVM file is read twice (counts, then the node's columns), keeping only
 //! the node's columns, `y` and what needs every column (`lambda_max`, each column's
 //! non-zero count for the cut). Every figure is bit for bit the one computed on the whole
-//! design ([`LassoJob::load`], [`LassoJob::lambda_max`], [`SparseColumns::columns`]).
+//! design ([`LassoSettings::load`], [`LassoSettings::lambda_max`], [`SparseColumns::columns`]).
 
-use super::{LassoJob, column_correlation, column_means, label_mean};
+use super::{LassoSettings, column_correlation, column_means, label_mean};
 use crate::core::StradsModelError;
 use crate::error::StradsError;
 use petrel_ml::data::synthetic::{SparseLassoColumns, SparseLassoParams};
@@ -56,9 +56,9 @@ pub struct ColumnShare {
     pub columns: Range<usize>,
     /// Those columns (all rows), renumbered from 0.
     pub x: SparseColumns,
-    /// `y`, centred with `fit_intercept` (as [`LassoJob::load`] returns it).
+    /// `y`, centred with `fit_intercept` (as [`LassoSettings::load`] returns it).
     pub y: Vec<f32>,
-    /// [`LassoJob::lambda_max`] of the whole design.
+    /// [`LassoSettings::lambda_max`] of the whole design.
     pub lambda_max: f64,
 }
 
@@ -115,7 +115,7 @@ pub(crate) fn check_pick(shape: &DesignShape, columns: &Range<usize>) -> Result<
     Ok(())
 }
 
-impl LassoJob {
+impl LassoSettings {
     /// This node's columns of the design, `pick`ed from the whole design's shape, with `y`
     /// and the whole design's `lambda_max`. The sparse synthetic design and LIBSVM files
     /// never exist whole on the node (memory: the share, `y`, and per column a count, plus
@@ -163,7 +163,7 @@ impl LassoJob {
         .into())
     }
 
-    /// `y` centred with `fit_intercept`, as [`LassoJob::load`] does.
+    /// `y` centred with `fit_intercept`, as [`LassoSettings::load`] does.
     fn centred_labels(&self, y: Vec<f32>) -> Vec<f32> {
         if !self.fit_intercept {
             return y;
@@ -335,7 +335,7 @@ impl LassoJob {
     }
 }
 
-impl LassoJob {
+impl LassoSettings {
     /// The column means of the whole design and its mean label, as the whole design's
     /// `column_means` computes them, in one pass that keeps only the means.
     pub(super) fn streamed_column_means(&self) -> Result<(Vec<f64>, f32), StradsError> {

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "kebab-case")]
 pub enum LassoSolver {
     /// `gauss-seidel`, unless the job sets something only the scheduled mode has
-    /// ([`super::LassoJob::scheduled_only_settings`]: several schedulers, or a scheduling knob
+    /// ([`super::LassoSettings::scheduled_only_settings`]: several schedulers, or a scheduling knob
     /// away from its default), then `scheduled`: no setting is ever ignored.
     #[default]
     Auto,

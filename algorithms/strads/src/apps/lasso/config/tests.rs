@@ -4,13 +4,13 @@ use clap::Parser;
 #[derive(clap::Parser)]
 struct Flags {
     #[command(flatten)]
-    job: LassoJob,
+    job: LassoSettings,
 }
 
 #[test]
 fn an_empty_section_reads_the_flag_defaults() {
-    let job: LassoJob = toml::from_str("").unwrap();
-    assert_eq!(job, LassoJob::default());
+    let job: LassoSettings = toml::from_str("").unwrap();
+    assert_eq!(job, LassoSettings::default());
     assert_eq!(job.rho, Some(0.3));
     assert_eq!(job.synthetic.noise_std, 0.1);
 }
@@ -18,21 +18,21 @@ fn an_empty_section_reads_the_flag_defaults() {
 #[test]
 fn no_dependency_check_survives_a_job_file() {
     // `--no-filter` (rho unset) must reach the nodes, whose settings are TOML.
-    let job = LassoJob {
+    let job = LassoSettings {
         rho: None,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let text = toml::to_string(&job).unwrap();
     assert!(text.contains("rho = false"), "{text}");
-    let back: LassoJob = toml::from_str(&text).unwrap();
+    let back: LassoSettings = toml::from_str(&text).unwrap();
     assert_eq!(back.rho, None);
-    let set: LassoJob = toml::from_str("rho = 0.5").unwrap();
+    let set: LassoSettings = toml::from_str("rho = 0.5").unwrap();
     assert_eq!(set.rho, Some(0.5));
-    let err = toml::from_str::<LassoJob>("rho = true")
+    let err = toml::from_str::<LassoSettings>("rho = true")
         .unwrap_err()
         .to_string();
     assert!(err.contains("rho"), "{err}");
-    assert_eq!(LassoJob::default().rho, Some(0.3));
+    assert_eq!(LassoSettings::default().rho, Some(0.3));
 }
 
 #[test]
@@ -45,20 +45,20 @@ fn a_bad_mode_is_rejected_naming_the_valid_ones() {
         err.contains("dynamic") && err.contains("random") && err.contains("cyclic"),
         "{err}"
     );
-    let err = toml::from_str::<LassoJob>("mode = \"bogus\"")
+    let err = toml::from_str::<LassoSettings>("mode = \"bogus\"")
         .unwrap_err()
         .to_string();
     assert!(
         err.contains("dynamic") && err.contains("random") && err.contains("cyclic"),
         "{err}"
     );
-    let job: LassoJob = toml::from_str("mode = \"cyclic\"\nseed = 3").unwrap();
+    let job: LassoSettings = toml::from_str("mode = \"cyclic\"\nseed = 3").unwrap();
     assert_eq!((job.mode, job.seed), (ScheduleMode::Cyclic, 3));
 }
 
 /// The sparse synthetic design of `job` written as a LIBSVM file, every column `j` with
 /// `j % 7 == 3` left out (empty columns weigh in the cut too).
-fn write_libsvm(job: &LassoJob, path: &std::path::Path) {
+fn write_libsvm(job: &LassoSettings, path: &std::path::Path) {
     let (x, y) = job.load().unwrap();
     let mut rows: Vec<Vec<(usize, f32)>> = vec![Vec::new(); x.n_rows];
     for j in (0..x.n_columns()).filter(|j| j % 7 != 3) {
@@ -78,8 +78,8 @@ fn write_libsvm(job: &LassoJob, path: &std::path::Path) {
     std::fs::write(path, text).unwrap();
 }
 
-fn sparse_job() -> LassoJob {
-    LassoJob {
+fn sparse_job() -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 200,
             n_features: 700,
@@ -87,13 +87,13 @@ fn sparse_job() -> LassoJob {
             n_nonzero: 12,
             ..SyntheticLasso::default()
         },
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 
 /// Every worker's share (and the scheduler's, no columns) against the whole design:
 /// the same columns, `y` and `lambda_max`, bit for bit.
-fn assert_shares_are_the_whole_designs(job: &LassoJob) {
+fn assert_shares_are_the_whole_designs(job: &LassoSettings) {
     use crate::apps::lasso::gs::{column_ranges, column_ranges_of};
     let (x, y) = job.load().unwrap();
     let lambda_max = job.lambda_max(&x, &y);
@@ -141,23 +141,23 @@ fn a_column_share_is_the_whole_designs_columns_y_and_lambda_max() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("design.svm");
     write_libsvm(&sparse_job(), &path);
-    let file = LassoJob {
+    let file = LassoSettings {
         data: Some(path),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
-    let dense = LassoJob {
+    let dense = LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 50,
             n_features: 40,
             ..SyntheticLasso::default()
         },
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let (x, _) = file.load().unwrap();
     assert_eq!(x.column(3).0.len(), 0, "the file has empty columns");
     for fit_intercept in [false, true] {
         for job in [&sparse_job(), &file, &dense] {
-            assert_shares_are_the_whole_designs(&LassoJob {
+            assert_shares_are_the_whole_designs(&LassoSettings {
                 fit_intercept,
                 ..job.clone()
             });
@@ -175,9 +175,9 @@ fn a_share_outside_the_design_or_a_file_changed_between_reads_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("design.svm");
     write_libsvm(&sparse_job(), &path);
-    let file = LassoJob {
+    let file = LassoSettings {
         data: Some(path.clone()),
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     // A row appended, a column grown or a label changed between the count and the read.
     let edits: [&dyn Fn(String) -> String; 3] = [

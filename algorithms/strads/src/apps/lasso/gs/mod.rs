@@ -42,7 +42,7 @@ pub mod scheduling;
 
 pub use scheduling::GsScheduling;
 
-use super::config::{DesignShape, LassoJob};
+use super::config::{DesignShape, LassoSettings};
 use super::metrics::LassoOutcome;
 use super::multi::{MAX_SCHEDULERS, column_weight, partition_weighted};
 use super::wire::WorkerBusy;
@@ -323,29 +323,29 @@ impl StradsJob for LassoGsApp {
     const SECTION: &'static str = super::LassoApp::SECTION;
     const SCHEDULER_ROLE: &'static str = super::SCHEDULER_ROLE;
     const WORKER_ROLE: &'static str = super::WORKER_ROLE;
-    fn latency_bound(job: &LassoJob) -> bool {
+    fn latency_bound(job: &LassoSettings) -> bool {
         <super::LassoApp as StradsJob>::latency_bound(job)
     }
-    type Config = LassoJob;
+    type Config = LassoSettings;
     type Scheduler = GsScheduling;
     type Worker = StarHalf<GsWorker>;
 
-    fn validate_config(job: &LassoJob) -> Result<(), petrel_ml::job::InvalidSetting> {
+    fn validate_config(job: &LassoSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
         job.validate()
     }
 
     /// Depth 1: a sweep must see every earlier commit.
-    fn scheduler_options(job: &LassoJob) -> SchedulerOptions {
+    fn scheduler_options(job: &LassoSettings) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
     }
 
-    fn round_checkpoints(job: &LassoJob) -> Option<RoundCheckpointSettings> {
+    fn round_checkpoints(job: &LassoSettings) -> Option<RoundCheckpointSettings> {
         <super::LassoApp as StradsJob>::round_checkpoints(job)
     }
 
     /// The scheduler keeps no column: the design's shape, `y` and `lambda_max`
-    /// ([`LassoJob::load_column_share`] of no columns).
-    fn scheduler(job: &LassoJob, shape: &JobShape) -> Result<GsScheduling, StradsError> {
+    /// ([`LassoSettings::load_column_share`] of no columns).
+    fn scheduler(job: &LassoSettings, shape: &JobShape) -> Result<GsScheduling, StradsError> {
         let design = job.load_column_share(|_| Ok(0..0))?;
         let half = GsScheduling::of_design(
             &design.shape,
@@ -365,9 +365,9 @@ impl StradsJob for LassoGsApp {
         Ok(half)
     }
 
-    /// Worker `index` keeps only its range of columns ([`LassoJob::load_column_share`]).
+    /// Worker `index` keeps only its range of columns ([`LassoSettings::load_column_share`]).
     fn worker(
-        job: &LassoJob,
+        job: &LassoSettings,
         index: usize,
         shape: &JobShape,
     ) -> Result<StarHalf<GsWorker>, StradsError> {
@@ -395,7 +395,7 @@ impl StradsJob for LassoGsApp {
     }
 
     fn finish(
-        job: &LassoJob,
+        job: &LassoSettings,
         scheduler: GsScheduling,
         _run: &FinishedRun,
     ) -> Result<(), StradsError> {
@@ -413,7 +413,10 @@ impl StradsJob for LassoGsApp {
 
 /// Runs a Gauss-Seidel job with both halves in this thread and no actors, in the message
 /// order of the cluster run.
-pub fn run_without_actors(job: &LassoJob, workers: usize) -> Result<LassoOutcome, StradsError> {
+pub fn run_without_actors(
+    job: &LassoSettings,
+    workers: usize,
+) -> Result<LassoOutcome, StradsError> {
     let (scheduler, _) = crate::kit::run_serial::<LassoGsApp>(job, workers, Delivery::Late)?;
     Ok(scheduler.outcome())
 }

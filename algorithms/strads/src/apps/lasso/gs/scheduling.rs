@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use super::{GsCombined, GsCommit, GsPartial, GsTask, LassoGsApp, column_ranges_of};
-use crate::apps::lasso::config::{DesignShape, LassoJob, NS_PER_NONZERO};
+use crate::apps::lasso::config::{DesignShape, LassoSettings, NS_PER_NONZERO};
 use crate::apps::lasso::heldout::LinearHeldout;
 use crate::apps::lasso::metrics::{
     Evaluation, LassoMetrics, LassoOutcome, ObjectivePoint, RoundProfile, peak_rss_mb,
@@ -81,7 +81,7 @@ struct GsState {
 
 /// Scheduler half of `solver = "gauss-seidel"`.
 pub struct GsScheduling {
-    job: LassoJob,
+    job: LassoSettings,
     lambda: f32,
     n_rows: usize,
     /// Global column range of each worker.
@@ -113,7 +113,7 @@ impl GsScheduling {
     pub fn new(
         x: &SparseColumns,
         y: &[f32],
-        job: &LassoJob,
+        job: &LassoSettings,
         workers: usize,
     ) -> Result<Self, StradsError> {
         crate::core::baseline::check_shape(x, y.len(), "y")?;
@@ -126,7 +126,7 @@ impl GsScheduling {
         shape: &DesignShape,
         y: &[f32],
         lambda_max: f64,
-        job: &LassoJob,
+        job: &LassoSettings,
         workers: usize,
     ) -> Result<Self, StradsError> {
         if shape.n_rows != y.len() {
@@ -751,7 +751,12 @@ impl GsScheduling {
 /// Columns worker `range` sweeps per round in a full sweep: `gs_chunk`, else (one worker)
 /// the whole range, else enough non-zeros to cover the assumed round latency (the base that
 /// [`ChunkGrowth`] multiplies).
-fn chunk_for(shape: &DesignShape, range: Range<usize>, workers: usize, job: &LassoJob) -> usize {
+fn chunk_for(
+    shape: &DesignShape,
+    range: Range<usize>,
+    workers: usize,
+    job: &LassoSettings,
+) -> usize {
     let n = range.len().max(1);
     if job.gs_chunk > 0 {
         return job.gs_chunk.min(n);

@@ -3,8 +3,8 @@ use crate::apps::lasso::baseline::solve_baseline;
 use crate::apps::lasso::{LassoSolver, SyntheticLasso};
 use crate::core::gauss_seidel::Coords;
 
-fn job() -> LassoJob {
-    LassoJob {
+fn job() -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 300,
             n_features: 3000,
@@ -15,11 +15,11 @@ fn job() -> LassoJob {
         lambda_fraction: 0.1,
         gap_tolerance: Some(1e-8),
         solver: LassoSolver::GaussSeidel,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 
-fn baseline(job: &LassoJob) -> (f64, u64) {
+fn baseline(job: &LassoSettings) -> (f64, u64) {
     let (x, y) = job.load().unwrap();
     let outcome = solve_baseline(&x, &y, job).unwrap();
     (outcome.metrics.final_objective, outcome.metrics.updates)
@@ -80,7 +80,7 @@ fn full_sweep_chunks_grow_while_the_workers_sweeps_do_not_interfere() {
     job.round_latency_ms = 0.002;
     let (f_base, _) = baseline(&job);
     let grown = run_without_actors(&job, 2).unwrap().metrics;
-    let fixed_job = LassoJob {
+    let fixed_job = LassoSettings {
         gs_chunk: grown.block_size,
         ..job.clone()
     };
@@ -207,9 +207,9 @@ fn settings_the_solver_cannot_honour_are_refused_naming_the_key() {
     assert!(err.contains("gs_chunk"), "{err}");
     // Logistic regression has a Gauss-Seidel solver, but not the Lasso's chunks.
     <crate::apps::logistic::LogisticApp as StradsJob>::validate_config(&job()).unwrap();
-    let logistic_chunk = LassoJob {
+    let logistic_chunk = LassoSettings {
         gs_chunk: 10,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let err = <crate::apps::logistic::LogisticApp as StradsJob>::validate_config(&logistic_chunk)
         .unwrap_err()
@@ -219,37 +219,37 @@ fn settings_the_solver_cannot_honour_are_refused_naming_the_key() {
 
 #[test]
 fn auto_is_gauss_seidel_unless_a_scheduled_setting_is_given() {
-    let auto = LassoJob::default();
+    let auto = LassoSettings::default();
     assert_eq!(auto.solver, LassoSolver::Auto);
     assert_eq!(auto.resolved_solver(), LassoSolver::GaussSeidel);
     auto.validate().unwrap();
     for (key, job) in [
         (
             "schedulers",
-            LassoJob {
+            LassoSettings {
                 schedulers: 2,
-                ..LassoJob::default()
+                ..LassoSettings::default()
             },
         ),
         (
             "block_size",
-            LassoJob {
+            LassoSettings {
                 block_size: 8,
-                ..LassoJob::default()
+                ..LassoSettings::default()
             },
         ),
         (
             "rho",
-            LassoJob {
+            LassoSettings {
                 rho: None,
-                ..LassoJob::default()
+                ..LassoSettings::default()
             },
         ),
         (
             "depth",
-            LassoJob {
+            LassoSettings {
                 depth: 2,
-                ..LassoJob::default()
+                ..LassoSettings::default()
             },
         ),
     ] {
@@ -258,10 +258,10 @@ fn auto_is_gauss_seidel_unless_a_scheduled_setting_is_given() {
         job.validate().unwrap();
     }
     // A gauss-seidel knob beside a scheduled one under auto: refused, saying why.
-    let both = LassoJob {
+    let both = LassoSettings {
         block_size: 8,
         gs_chunk: 10,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     };
     let err = both.validate().unwrap_err().to_string();
     assert!(
@@ -273,7 +273,7 @@ fn auto_is_gauss_seidel_unless_a_scheduled_setting_is_given() {
 /// `job` (with `fit_intercept`) on 1, 2 and 3 Gauss-Seidel workers: the centred
 /// baseline's objective and a tight gap, one worker with the baseline's very updates, and
 /// an objective that never rises.
-fn reaches_the_centred_baseline(job: &LassoJob) -> f64 {
+fn reaches_the_centred_baseline(job: &LassoSettings) -> f64 {
     let (f_base, base_updates) = baseline(job);
     for workers in [1, 2, 3] {
         let out = run_without_actors(job, workers).unwrap();
@@ -300,14 +300,14 @@ fn reaches_the_centred_baseline(job: &LassoJob) -> f64 {
 }
 
 /// A job with `fit_intercept` on the synthetic design `synthetic`.
-fn centred_job(synthetic: SyntheticLasso) -> LassoJob {
-    LassoJob {
+fn centred_job(synthetic: SyntheticLasso) -> LassoSettings {
+    LassoSettings {
         synthetic,
         fit_intercept: true,
         lambda_fraction: 0.1,
         gap_tolerance: Some(1e-9),
         solver: LassoSolver::GaussSeidel,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 
@@ -335,7 +335,7 @@ fn fit_intercept_on_the_sparse_synthetic_design_reaches_the_centred_baseline() {
     job.validate().unwrap();
     let f_base = reaches_the_centred_baseline(&job);
     // Centring changes the problem: without it the optimum is another.
-    let uncentred = LassoJob {
+    let uncentred = LassoSettings {
         fit_intercept: false,
         ..job
     };
@@ -376,7 +376,7 @@ fn a_run_on_a_libsvm_file_is_the_run_on_the_same_synthetic_design() {
         .map(|(row, label)| format!("{label}{row}\n"))
         .collect();
     std::fs::write(&path, text).unwrap();
-    let file = LassoJob {
+    let file = LassoSettings {
         data: Some(path),
         ..synthetic.clone()
     };
@@ -394,7 +394,7 @@ fn a_run_on_a_libsvm_file_is_the_run_on_the_same_synthetic_design() {
 
 #[test]
 fn the_removed_gs_exchange_setting_is_refused_by_name() {
-    let job = LassoJob {
+    let job = LassoSettings {
         gs_exchange: Some("peers".into()),
         ..job()
     };

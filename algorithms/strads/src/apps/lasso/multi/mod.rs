@@ -42,7 +42,7 @@
 use std::ops::Range;
 
 use super::SCHEDULER_ROLE;
-use super::config::LassoJob;
+use super::config::LassoSettings;
 use crate::error::StradsError;
 use petrel_ml::data::SparseColumns;
 
@@ -266,7 +266,7 @@ pub fn assign_schedulers(
 pub(super) fn build_schedulers(
     x: &SparseColumns,
     y: &[f32],
-    job: &LassoJob,
+    job: &LassoSettings,
     workers: usize,
     indices: &[usize],
 ) -> Result<(Vec<Range<usize>>, Vec<SliceScheduling>), StradsError> {

@@ -8,7 +8,7 @@ use super::slice::SliceScheduling;
 use super::sync::{LeadBook, LeadStart, SyncDecision, SyncReport, lead_start};
 use super::{MultiSchedulerError, assign_schedulers, build_schedulers};
 use crate::apps::lasso::WORKER_ROLE;
-use crate::apps::lasso::config::LassoJob;
+use crate::apps::lasso::config::LassoSettings;
 use crate::apps::lasso::metrics::LassoOutcome;
 use crate::apps::lasso::wire::LassoApp;
 use crate::error::StradsError;
@@ -50,7 +50,7 @@ impl Handler<Msg<SyncReport>> for SyncInbox {
 
 /// How long a scheduler may wait for the others at a synchronisation point: one epoch of
 /// rounds at the per-round timeout, plus slack. A dead peer is noticed sooner (fail-fast).
-fn sync_timeout(job: &LassoJob) -> Duration {
+fn sync_timeout(job: &LassoSettings) -> Duration {
     let rounds = if job.eval_every > 0 {
         job.eval_every
     } else {
@@ -68,7 +68,7 @@ pub(in crate::apps::lasso) async fn scheduler_entry(
     ctx: NodeContext,
     index: usize,
 ) -> Result<(), StradsError> {
-    let job: LassoJob = ctx.settings.app(LassoApp::SECTION)?;
+    let job: LassoSettings = ctx.settings.app(LassoApp::SECTION)?;
     let nodes: Vec<(String, Vec<String>)> = ctx
         .settings
         .nodes
@@ -100,7 +100,7 @@ pub(in crate::apps::lasso) async fn scheduler_entry(
 
 async fn run_node_schedulers(
     ctx: NodeContext,
-    job: LassoJob,
+    job: LassoSettings,
     owners: Vec<String>,
     mine: Vec<usize>,
 ) -> Result<(), StradsError> {
@@ -168,7 +168,7 @@ async fn run_node_schedulers(
     Ok(())
 }
 
-fn options(job: &LassoJob, scheduler: usize) -> SchedulerOptions {
+fn options(job: &LassoSettings, scheduler: usize) -> SchedulerOptions {
     SchedulerOptions {
         scheduler: scheduler as u32,
         ..SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
@@ -178,7 +178,7 @@ fn options(job: &LassoJob, scheduler: usize) -> SchedulerOptions {
 async fn lead_loop(
     mut app: SliceScheduling,
     set: &WorkerSet<LassoApp>,
-    job: LassoJob,
+    job: LassoSettings,
     mut rx: mpsc::UnboundedReceiver<(SyncReport, oneshot::Sender<SyncDecision>)>,
     (ranges, workers, n_samples, start): (Vec<Range<usize>>, usize, usize, LeadStart),
 ) -> Result<(), StradsError> {
@@ -232,7 +232,7 @@ async fn lead_loop(
 async fn follower_loop(
     mut app: SliceScheduling,
     set: &WorkerSet<LassoApp>,
-    job: LassoJob,
+    job: LassoSettings,
     ctx: &NodeContext,
     lead_node: &str,
 ) -> Result<(), StradsError> {

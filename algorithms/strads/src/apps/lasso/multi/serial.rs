@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::build_schedulers;
 use super::sync::{LeadBook, MultiLassoMetrics, lead_start};
-use crate::apps::lasso::config::LassoJob;
+use crate::apps::lasso::config::LassoSettings;
 use crate::apps::lasso::worker::LassoWorker;
 use crate::core::lasso::LassoWorkerState;
 use crate::error::StradsError;
@@ -15,7 +15,7 @@ use crate::kit::serial::{SerialOptions, run_star};
 /// the schedulers' epochs run one after the other (scheduler 0's, then 1's, ...), then the
 /// lead evaluates. A deterministic reference for the distributed run's logic.
 pub fn run_multi_without_actors(
-    job: &LassoJob,
+    job: &LassoSettings,
     workers: usize,
 ) -> Result<(Vec<f32>, MultiLassoMetrics), StradsError> {
     let job = &job.with_multi_defaults();
@@ -63,7 +63,7 @@ pub fn run_multi_without_actors(
 }
 
 /// Scheduler `s`'s next segment, continuing its round count at `first_round`.
-fn segment(job: &LassoJob, s: usize, first_round: u64) -> SerialOptions {
+fn segment(job: &LassoSettings, s: usize, first_round: u64) -> SerialOptions {
     SerialOptions {
         depth: job.depth,
         scheduler: s as u32,

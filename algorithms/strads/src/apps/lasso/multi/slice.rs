@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use super::sync::{LeadStatus, SyncDecision, SyncReport};
-use crate::apps::lasso::config::LassoJob;
+use crate::apps::lasso::config::LassoSettings;
 use crate::apps::lasso::metrics::LassoMetrics;
 use crate::apps::lasso::metrics::{EvalNumbers, combine_evaluation, common_applied};
 use crate::apps::lasso::scheduling::LassoScheduling;
@@ -64,7 +64,7 @@ impl SliceScheduling {
     pub fn new(
         x: &SparseColumns,
         y: &[f32],
-        job: &LassoJob,
+        job: &LassoSettings,
         workers: usize,
         index: usize,
         range: Range<usize>,
@@ -78,7 +78,7 @@ impl SliceScheduling {
             .into());
         }
         let job = &job.with_multi_defaults();
-        let local_job = LassoJob {
+        let local_job = LassoSettings {
             lambda: Some(lambda),
             // The slice decides when to evaluate (at epoch ends), never the inner half.
             eval_every: 0,

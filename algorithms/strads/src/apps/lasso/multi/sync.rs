@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::MultiSchedulerError;
 use super::slice::SliceScheduling;
-use crate::apps::lasso::config::LassoJob;
+use crate::apps::lasso::config::LassoSettings;
 use crate::apps::lasso::heldout::LinearHeldout;
 use crate::apps::lasso::metrics::{EvalNumbers, Evaluation, LassoMetrics, combine_evaluation};
 use crate::apps::lasso::wire::LassoPartial;
@@ -268,7 +268,7 @@ pub struct MultiLassoMetrics {
 pub(super) struct LeadBook {
     pub(super) core: SyncCore,
     pub(super) evaluations: Vec<Evaluation>,
-    pub(super) job: LassoJob,
+    pub(super) job: LassoSettings,
     pub(super) workers: usize,
     pub(super) n_samples: usize,
     /// The test set scored at every evaluation (with `test_data`).
@@ -317,7 +317,7 @@ pub(super) type LeadStart = (Option<LinearHeldout>, Option<EvalNumbers>);
 pub(super) fn lead_start(
     x: &SparseColumns,
     y: &[f32],
-    job: &LassoJob,
+    job: &LassoSettings,
     indices: &[usize],
 ) -> Result<LeadStart, StradsError> {
     if !indices.contains(&0) || job.test_data.is_none() {
@@ -336,7 +336,7 @@ impl LeadBook {
     /// (`start`, the [`zero_model_evaluation`]) at step 0.
     pub(super) fn new(
         ranges: Vec<Range<usize>>,
-        job: &LassoJob,
+        job: &LassoSettings,
         workers: usize,
         n_samples: usize,
         heldout: Option<LinearHeldout>,

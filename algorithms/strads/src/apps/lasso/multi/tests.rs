@@ -248,8 +248,8 @@ fn stop_rule_combines_every_scheduler() {
     assert_eq!((summary[1].first_feature, summary[1].features), (2, 2));
 }
 
-fn small_job(schedulers: usize) -> LassoJob {
-    LassoJob {
+fn small_job(schedulers: usize) -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 120,
             n_features: 200,
@@ -266,7 +266,7 @@ fn small_job(schedulers: usize) -> LassoJob {
         eval_every: 50,
         gap_tolerance: Some(1e-7),
         schedulers,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 

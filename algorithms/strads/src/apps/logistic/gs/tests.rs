@@ -5,8 +5,8 @@ use crate::core::baseline::tests::solve;
 use crate::core::baseline::{CdStop, CyclicLogistic};
 use crate::kit::serial::Delivery;
 
-fn job(nnz_per_column: usize) -> LassoJob {
-    LassoJob {
+fn job(nnz_per_column: usize) -> LassoSettings {
+    LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 300,
             n_features: 600,
@@ -16,7 +16,7 @@ fn job(nnz_per_column: usize) -> LassoJob {
             ..SyntheticLasso::default()
         },
         lambda_fraction: 0.05,
-        ..LassoJob::default()
+        ..LassoSettings::default()
     }
 }
 
@@ -26,7 +26,7 @@ fn the_default_solver_is_gauss_seidel_and_a_scheduling_knob_keeps_the_scheduled_
         job(0).resolved_solver(),
         crate::apps::lasso::LassoSolver::GaussSeidel
     );
-    let scheduled = LassoJob {
+    let scheduled = LassoSettings {
         block_size: 8,
         ..job(0)
     };
@@ -95,7 +95,7 @@ fn several_workers_lower_the_objective_every_round_to_the_baselines_optimum() {
 
 #[test]
 fn the_round_limit_stops_a_run_and_says_it_did_not_converge() {
-    let job = LassoJob {
+    let job = LassoSettings {
         max_rounds: 2,
         ..job(0)
     };
