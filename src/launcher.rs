@@ -1,3 +1,4 @@
+// Over 600 lines: the three launch modes share the run directory, the children and their relays.
 //! The one launcher: a [`Cluster`] composed in code runs the same `main` three ways, chosen
 //! on the command line ([`LaunchArgs`]):
 //!

@@ -1,3 +1,4 @@
+// Over 600 lines: one fault schedule drives every app, fault and check; its parts share the run record.
 //! `petrel bench chaos`: multi-process jobs of every app that recovers by itself
 //! (`petrel train lasso | logistic | strads-mf | lda | p3 | ps-mf | ps-lr` as node
 //! processes, with their default checkpoints and `--max-restarts`) run again and again while
