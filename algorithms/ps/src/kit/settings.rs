@@ -143,6 +143,11 @@ pub struct RunFiles {
 }
 
 impl RunFiles {
+    /// The output directory as a summary line names it (`-` when there is none).
+    pub fn out_shown(&self) -> &std::path::Path {
+        self.out.as_deref().unwrap_or(std::path::Path::new("-"))
+    }
+
     /// Where `app` checkpoints, every `every` clocks: none without `checkpoint_dir`, and
     /// `resume` without one is refused.
     pub fn checkpointing(

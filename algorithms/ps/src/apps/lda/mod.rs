@@ -554,11 +554,7 @@ impl PsApp for PsLda {
 
     fn summary(cfg: &PsLdaSettings, out: &PsLdaOutcome) -> String {
         let m = &out.metrics;
-        let dir = cfg
-            .files
-            .out
-            .as_deref()
-            .unwrap_or(std::path::Path::new("-"));
+        let dir = cfg.files.out_shown();
         format!(
             "ps-lda ({}, staleness {:?}) {} topics: {} docs, {} words, {} tokens; log-likelihood per token {:.4}; {:.0} tokens/s per worker; wrote {}",
             m.consistency,

@@ -316,11 +316,7 @@ impl PsApp for PsLr {
 
     fn summary(cfg: &PsLrSettings, out: &PsLrOutcome) -> String {
         let r = &out.metrics;
-        let dir = cfg
-            .files
-            .out
-            .as_deref()
-            .unwrap_or(std::path::Path::new("-"));
+        let dir = cfg.files.out_shown();
         format!(
             "logistic regression ({}): {} classes, {} train / {} test samples, test log-loss {:.4} -> {:.4}, accuracy {:.4}; wrote {}/model.json and metrics.json",
             r.consistency,

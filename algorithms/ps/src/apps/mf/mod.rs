@@ -490,11 +490,7 @@ impl PsApp for PsMf {
 
     fn summary(cfg: &PsMfSettings, out: &PsMfOutcome) -> String {
         let r = &out.metrics;
-        let dir = cfg
-            .files
-            .out
-            .as_deref()
-            .unwrap_or(std::path::Path::new("-"));
+        let dir = cfg.files.out_shown();
         format!(
             "mf ({}): {} train / {} test ratings, test rmse {:.4} -> {:.4} in {:.1}s; wrote {}/model.json and metrics.json",
             r.consistency,
