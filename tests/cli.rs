@@ -985,12 +985,12 @@ fn logistic_strads_mf_and_lda_resume_from_a_checkpoint_after_a_killed_worker() {
         ),
         (
             "strads-mf",
-            &["--iterations", "40", "--seed", "1"],
+            &["--iterations", "15", "--seed", "1"],
             &["user_factors.tsv", "item_factors.tsv"],
         ),
         (
             "lda",
-            &["--iterations", "100", "--topics", "5", "--seed", "1"],
+            &["--iterations", "24", "--topics", "5", "--seed", "1"],
             &["topic_word.tsv", "topics.txt"],
         ),
     ];
@@ -1128,7 +1128,7 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = |out: &Path| {
         let job = Command::new(PETREL)
-            .args(["train", "strads-mf", "--print-job", "--iterations", "40"])
+            .args(["train", "strads-mf", "--print-job", "--iterations", "15"])
             .args(["--seed", "1", "--checkpoint-dir"])
             .arg(out.join("ckpt"))
             .arg("--out")
