@@ -16,7 +16,6 @@
 //! why. Every run must finish with the model of an uninterrupted run of the same
 //! app (byte for byte; for the PS apps, which are not deterministic, the final figure
 //! within a tolerance), leave no process behind and never hang.
-// Long because every app and fault kind (kill, pause, hostile member, link cut) lives here.
 
 use super::BenchError;
 use crate::common::name_of;

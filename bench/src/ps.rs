@@ -574,16 +574,10 @@ async fn petrel_run(
     })
 }
 
-/// Figures of one peer run.
-#[derive(Debug, Clone, Default)]
+/// Figures of one peer run (summed or the worst over its workers), or of one of its
+/// workers (a line it prints).
+#[derive(Debug, Clone, Default, Deserialize)]
 struct PeerFigures {
-    mbps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-}
-
-#[derive(Deserialize)]
-struct PeerLine {
     mbps: f64,
     p50_ms: f64,
     p99_ms: f64,
@@ -618,7 +612,7 @@ async fn peer_run(
             ))
         })?
         .map_err(BenchError::io(format!("running {}", cmd.display())))?;
-    let lines: Vec<PeerLine> = String::from_utf8_lossy(&out.stdout)
+    let lines: Vec<PeerFigures> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str(l.trim()).ok())
         .collect();
