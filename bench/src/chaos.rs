@@ -340,6 +340,19 @@ struct RunRecord {
     skipped: Option<String>,
 }
 
+impl RunRecord {
+    /// The record of `planned` before it runs.
+    fn of(planned: &Planned) -> RunRecord {
+        RunRecord {
+            app: planned.app.name(),
+            fault: planned.fault,
+            victim: planned.victim.clone(),
+            impostor: planned.impostor.clone(),
+            ..RunRecord::default()
+        }
+    }
+}
+
 /// What a link cut did.
 #[derive(Serialize, Clone, Copy)]
 struct CutRecord {
@@ -927,14 +940,10 @@ fn reference_runs(
 fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Rows) {
     figures.runs_skipped += 1;
     table.push(serde_json::json!({"run": run, "app": planned.app.name(),
-        "fault": format!("link-cut skipped: {why}"), "node": planned.victim}));
+        "fault": format!("link-cut skipped: {why}"), "node": &planned.victim}));
     figures.per_run.push(RunRecord {
-        app: planned.app.name(),
-        fault: planned.fault,
-        victim: planned.victim,
-        impostor: planned.impostor,
         skipped: Some(why),
-        ..RunRecord::default()
+        ..RunRecord::of(&planned)
     });
 }
 
@@ -1061,13 +1070,7 @@ fn record_run(
     figures: &mut Figures,
     table: &mut Rows,
 ) {
-    let Planned {
-        app,
-        fault,
-        victim,
-        impostor,
-        ..
-    } = planned;
+    let app = planned.app;
     let (reference_s, expected) = &references[&app.name()];
     let finished = ran.finished;
     let matched = (finished == Some(true))
@@ -1091,10 +1094,6 @@ fn record_run(
         figures.max_recovery_s = figures.max_recovery_s.max(recovery_s);
     }
     figures.per_run.push(RunRecord {
-        app: app.name(),
-        fault,
-        victim: victim.clone(),
-        impostor,
         injected: ran.injected,
         finished: finished == Some(true),
         identical,
@@ -1102,7 +1101,7 @@ fn record_run(
         restarts,
         wall_s: ran.wall_s,
         cut: ran.cut,
-        skipped: None,
+        ..RunRecord::of(&planned)
     });
     let fault = if ran.injected {
         ran.fault_label
@@ -1120,7 +1119,7 @@ fn record_run(
         None => "HUNG",
     };
     table.push(
-        serde_json::json!({"run": run, "app": app.name(), "fault": fault, "node": victim,
+        serde_json::json!({"run": run, "app": app.name(), "fault": fault, "node": planned.victim,
         "finished": finished, "identical": identical, "restarts": restarts, "wall_s": ran.wall_s,
         "recovery_s": recovery_s, "orphans": ran.left.len()}),
     );
