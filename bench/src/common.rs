@@ -1,6 +1,6 @@
-//! What the benches share: medians, and for the parameter-server benches (`consistency`,
-//! `managed`, `adarevision`) their nodes, data, stragglers and their ending, the JSON figures saved to
-//! `--json-out` and printed as the last line.
+//! What the benches share: medians, ratios and the table of JSON rows; for the
+//! parameter-server benches (`consistency`, `managed`, `adarevision`) their nodes, data and
+//! stragglers, and their ending: the JSON figures saved to `--json-out` and printed last.
 
 use crate::BenchError;
 use petrel::report::{Table, fmt, print_json, save_json};

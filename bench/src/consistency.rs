@@ -245,10 +245,6 @@ fn shape(args: &ConsistencyBenchArgs) -> impl FnOnce(&mut Settings) + use<> {
     }
 }
 
-fn persistent(args: &ConsistencyBenchArgs) -> Option<u32> {
-    (args.persistent_factor > 1.0).then_some(0)
-}
-
 fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsMfSettings {
     PsMfSettings {
         seed: args.seed,
@@ -264,7 +260,8 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
 
 fn stragglers(args: &ConsistencyBenchArgs) -> petrel_ps::kit::settings::StragglerSettings {
     petrel_ps::kit::settings::StragglerSettings {
-        straggler: persistent(args),
+        // Worker 0 is the persistent straggler, if any.
+        straggler: (args.persistent_factor > 1.0).then_some(0),
         straggler_factor: args.persistent_factor,
         ..args.stragglers.settings(args.clock_ms)
     }
@@ -430,15 +427,8 @@ fn summarise(target: f64, runs: Vec<ConsistencyRun>, plot: String) -> Consistenc
 
 /// Runs the benchmark and returns its figures (the table is printed as it goes).
 pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, BenchError> {
-    let stragglers = petrel_ps::core::straggler::StragglerModel {
-        clock_ms: args.clock_ms,
-        persistent: persistent(args),
-        persistent_factor: args.persistent_factor,
-        transient_probability: args.stragglers.transient_probability,
-        transient_factor: args.stragglers.transient_factor,
-        seed: args.seed,
-    };
-    let (expected, slowest) = stragglers.expected_clock_ms(args.cluster.workers as u32);
+    let (expected, slowest) =
+        (stragglers(args).model(args.seed)).expected_clock_ms(args.cluster.workers as u32);
     eprintln!(
         "{} workers, {} shards ({}), {} ms/clock; each clock slowed x{} with p={}, persistent \
          x{}; links +{} ms +0..{} ms jitter; expected ms/clock: {:.1} per worker, {:.1} slowest",

@@ -22,7 +22,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -814,7 +813,6 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
         .enable_all()
         .build()
         .map_err(BenchError::io("tokio runtime"))?;
-    let args = Rc::new(args);
     let mut out = Vec::new();
     for &(workers, shards) in &topologies {
         for &bytes in &args.sizes {
