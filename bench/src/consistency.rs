@@ -27,8 +27,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The PS apps the bench runs.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConsistencyApp {
     /// Matrix factorization (items table under the model; target: held-out RMSE).
     Mf,

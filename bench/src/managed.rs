@@ -36,8 +36,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The app the bench runs.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ManagedApp {
     /// Matrix factorization (target: held-out RMSE).
     Mf,
