@@ -732,18 +732,15 @@ pub fn breakdown(
         }
     }
     let col = |k: usize| median(samples.iter().map(|s| s[k]).collect());
-    let mut b = IterationBreakdown {
+    Ok(IterationBreakdown {
         client_push_ms: col(0),
         encode_ms: col(1),
         decode_ms: col(2),
         apply_ms: col(3),
         reply_ms: col(4),
         receive_ms: col(5),
-        total_ms: 0.0,
-    };
-    b.total_ms =
-        b.client_push_ms + b.encode_ms + b.decode_ms + b.apply_ms + b.reply_ms + b.receive_ms;
-    Ok(b)
+        total_ms: (0..6).map(col).sum(),
+    })
 }
 
 /// One line of the JSON figures.
