@@ -12,13 +12,14 @@
 //! factor coordinate that reproduces the ratings' spread). `--default-alpha` overrides it.
 //! A run that diverges is kept as a run that did not reach the target.
 
-use crate::common::{LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, save_and_print};
+use crate::BenchError;
+use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, save_and_print};
 use petrel::report::fmt;
-use petrel_actors::{Settings, Transport};
+use petrel_actors::Transport;
 use petrel_ps::apps::mf::PsMfData;
 use petrel_ps::core::rules::alpha_for_radius;
 use petrel_ps::{ConsistencyModel, PsError, PsLr, PsLrSettings, PsMf, PsMfSettings, ServerRule};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -75,7 +76,7 @@ pub struct AdaRevisionBenchArgs {
 }
 
 /// One run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct RuleRun {
     pub rule: ServerRule,
     pub alpha: f32,
@@ -85,12 +86,11 @@ pub struct RuleRun {
     /// Final loss (LR log-loss, MF RMSE); `None` if the run diverged.
     pub final_loss: Option<f64>,
     /// The run diverged (a loss became NaN or infinite).
-    #[serde(default)]
     pub diverged: bool,
 }
 
 /// One app's figures.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct AdaRevisionAppFigures {
     pub target: f64,
     pub runs: Vec<RuleRun>,
@@ -98,15 +98,12 @@ pub struct AdaRevisionAppFigures {
     pub best: BTreeMap<String, Option<(f32, f64)>>,
     /// AdaRevision's untuned step and its time.
     pub adarevision_default: (f32, Option<f64>),
-    #[serde(default)]
     pub default_alpha_from: String,
     /// The rules whose best step is at an end of their grid (the grid may miss a better
     /// step).
-    #[serde(default)]
     pub best_at_grid_edge: Vec<String>,
     /// The lowest final loss of any run (how close the target is to what the time limit
     /// allows).
-    #[serde(default)]
     pub lowest_final_loss: Option<f64>,
     /// AdaRevision at its default step over the best tuned fixed or Adagrad time (<= 1:
     /// no worse than the best tuned schedule).
@@ -114,15 +111,11 @@ pub struct AdaRevisionAppFigures {
 }
 
 /// The JSON line.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct AdaRevisionFigures {
     pub consistency: ConsistencyModel,
     pub quick: bool,
     pub apps: BTreeMap<String, AdaRevisionAppFigures>,
-}
-
-fn tweak(s: &mut Settings) {
-    s.cluster.failure_timeout_ms = 10_000;
 }
 
 fn run_one(
@@ -130,38 +123,31 @@ fn run_one(
     app: &str,
     rule: ServerRule,
     alpha: f32,
-) -> Result<Option<RuleRun>, PsBenchError> {
-    let fail = |source| PsBenchError::run(format!("{app} {rule:?} alpha {alpha}"))(source);
-    let (w, sh) = (args.cluster.workers, args.cluster.shards);
-    let fetch = |r: Result<_, PsError>| match r {
-        Ok(m) => Ok(Some(m)),
-        Err(e) if diverged(&e) => Ok(None),
-        Err(e) => Err(fail(e)),
-    };
-    // (time to target, iterations, final loss); `None`: diverged.
-    use petrel_ps::run_local_with as run;
-    let quic = Transport::Quic;
-    let figures = match app {
-        "lr" => fetch(
-            run::<PsLr>(lr_config(args, rule, alpha), sh, w, quic, tweak).map(|o| {
+) -> Result<Option<RuleRun>, BenchError> {
+    let (c, quic, none) = (&args.cluster, Transport::Quic, |_: &mut _| {});
+    // (time to target, iterations, final loss)
+    let ran = match app {
+        "lr" => c
+            .run::<PsLr>(lr_config(args, rule, alpha), quic, none)
+            .map(|o| {
                 let m = o.metrics;
                 (m.time_to_target_s, m.iterations, m.final_log_loss)
             }),
-        )?,
-        "mf" => fetch(
-            run::<PsMf>(mf_config(args, rule, alpha), sh, w, quic, tweak).map(|o| {
+        "mf" => c
+            .run::<PsMf>(mf_config(args, rule, alpha), quic, none)
+            .map(|o| {
                 let m = o.metrics;
                 (m.time_to_target_s, m.iterations, m.final_rmse)
             }),
-        )?,
         other => {
             tracing::warn!(app = other, "unknown app (lr or mf); skipped");
             return Ok(None);
         }
     };
-    let (time_to_target_s, iterations, final_loss) = match figures {
-        Some((t, i, l)) => (t, i, Some(l)),
-        None => (None, 0, None),
+    let (time_to_target_s, iterations, final_loss) = match ran {
+        Ok((t, i, l)) => (t, i, Some(l)),
+        Err(e) if diverged(&e) => (None, 0, None),
+        Err(e) => return Err(BenchError::run(format!("{app} {rule:?} alpha {alpha}"))(e)),
     };
     Ok(Some(RuleRun {
         rule,
@@ -169,7 +155,7 @@ fn run_one(
         time_to_target_s,
         iterations,
         final_loss,
-        diverged: figures.is_none(),
+        diverged: final_loss.is_none(),
     }))
 }
 
@@ -194,12 +180,7 @@ fn lr_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsLrS
         staleness: args.staleness,
         target_log_loss: Some(args.target_log_loss),
         max_seconds: args.max_seconds,
-        stragglers: petrel_ps::kit::settings::StragglerSettings {
-            clock_ms: args.clock_ms,
-            transient_probability: args.stragglers.transient_probability,
-            transient_factor: args.stragglers.transient_factor,
-            ..Default::default()
-        },
+        stragglers: args.stragglers.settings(args.clock_ms),
         ..args.lr.config(args.quick)
     }
 }
@@ -213,12 +194,7 @@ fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfS
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
         eval_ms: 50,
-        stragglers: petrel_ps::kit::settings::StragglerSettings {
-            clock_ms: args.clock_ms,
-            transient_probability: args.stragglers.transient_probability,
-            transient_factor: args.stragglers.transient_factor,
-            ..Default::default()
-        },
+        stragglers: args.stragglers.settings(args.clock_ms),
         ..crate::common::ps_mf(args.quick)
     }
 }
@@ -228,7 +204,7 @@ fn default_alpha(
     args: &AdaRevisionBenchArgs,
     k: usize,
     app: &str,
-) -> Result<(f32, String), PsBenchError> {
+) -> Result<(f32, String), BenchError> {
     if let Some(a) = args
         .default_alpha
         .get(k)
@@ -240,7 +216,7 @@ fn default_alpha(
     Ok(match app {
         "mf" => {
             let cfg = mf_config(args, ServerRule::AdaRevision, 1.0);
-            let data = PsMfData::load(&cfg).map_err(PsBenchError::run(format!(
+            let data = PsMfData::load(&cfg).map_err(BenchError::run(format!(
                 "{app} {:?} alpha 1",
                 ServerRule::AdaRevision
             )))?;
@@ -260,16 +236,13 @@ fn default_alpha(
     })
 }
 
-fn rule_name(r: ServerRule) -> &'static str {
-    match r {
-        ServerRule::Sgd => "sgd",
-        ServerRule::Adagrad => "adagrad",
-        ServerRule::AdaRevision => "adarevision",
-    }
+/// A rule's name in the JSON (`sgd`, `adagrad`, `adarevision`).
+fn rule_name(r: ServerRule) -> String {
+    format!("{r:?}").to_lowercase()
 }
 
 /// Runs the grids and returns the figures (tables printed as it goes).
-pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, PsBenchError> {
+pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, BenchError> {
     let mut apps = BTreeMap::new();
     for (k, app) in args.apps.iter().enumerate() {
         let (sgd, ada, target) = match app.as_str() {
@@ -278,55 +251,46 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, PsBenc
         };
         let limit = if args.quick { 2 } else { usize::MAX };
         let pick = |g: &Vec<f32>| -> Vec<f32> { g.iter().copied().take(limit).collect() };
+        let (sgd, ada) = (pick(sgd), pick(ada));
         let (default_alpha, default_alpha_from) = default_alpha(args, k, app)?;
-        let mut plan: Vec<(ServerRule, f32)> = Vec::new();
-        plan.extend(pick(sgd).into_iter().map(|a| (ServerRule::Sgd, a)));
-        plan.extend(pick(ada).into_iter().map(|a| (ServerRule::Adagrad, a)));
-        let mut ada_grid = pick(ada);
-        if !ada_grid.contains(&default_alpha) {
-            ada_grid.push(default_alpha);
+        let mut revision = ada.clone();
+        if !revision.contains(&default_alpha) {
+            revision.push(default_alpha);
         }
-        plan.extend(ada_grid.into_iter().map(|a| (ServerRule::AdaRevision, a)));
         let mut runs = Vec::new();
-        for (rule, alpha) in plan {
-            eprintln!("running {app} {} alpha {alpha} ...", rule_name(rule));
-            if let Some(r) = run_one(args, app, rule, alpha)? {
-                runs.push(r);
+        for (rule, grid) in [
+            (ServerRule::Sgd, &sgd),
+            (ServerRule::Adagrad, &ada),
+            (ServerRule::AdaRevision, &revision),
+        ] {
+            for &alpha in grid {
+                eprintln!("running {app} {} alpha {alpha} ...", rule_name(rule));
+                runs.extend(run_one(args, app, rule, alpha)?);
             }
         }
-        let mut best = BTreeMap::new();
-        for rule in [
-            ServerRule::Sgd,
-            ServerRule::Adagrad,
-            ServerRule::AdaRevision,
+        let (mut best, mut best_at_grid_edge) = (BTreeMap::new(), Vec::new());
+        // The edges are the tuned grid's (AdaRevision's default step aside).
+        for (rule, grid) in [
+            (ServerRule::Sgd, &sgd),
+            (ServerRule::Adagrad, &ada),
+            (ServerRule::AdaRevision, &ada),
         ] {
             let b = runs
                 .iter()
                 .filter(|r| r.rule == rule)
                 .filter_map(|r| Some((r.alpha, r.time_to_target_s?)))
                 .min_by(|a, b| a.1.total_cmp(&b.1));
-            best.insert(rule_name(rule).to_string(), b);
+            let lo = grid.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = grid.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            if b.is_some_and(|(a, _)| a <= lo || a >= hi) {
+                best_at_grid_edge.push(rule_name(rule));
+            }
+            best.insert(rule_name(rule), b);
         }
         let default_time = runs
             .iter()
             .find(|r| r.rule == ServerRule::AdaRevision && r.alpha == default_alpha)
             .and_then(|r| r.time_to_target_s);
-        let mut best_at_grid_edge = Vec::new();
-        for (rule, grid) in [
-            (ServerRule::Sgd, pick(sgd)),
-            (ServerRule::Adagrad, pick(ada)),
-            (ServerRule::AdaRevision, pick(ada)),
-        ] {
-            let (lo, hi) = (
-                grid.iter().copied().fold(f32::INFINITY, f32::min),
-                grid.iter().copied().fold(f32::NEG_INFINITY, f32::max),
-            );
-            if let Some(Some((a, _))) = best.get(rule_name(rule))
-                && (*a <= lo || *a >= hi)
-            {
-                best_at_grid_edge.push(rule_name(rule).to_string());
-            }
-        }
         let lowest_final_loss = runs
             .iter()
             .filter_map(|r| r.final_loss)
@@ -367,6 +331,6 @@ pub fn measure(args: &AdaRevisionBenchArgs) -> Result<AdaRevisionFigures, PsBenc
 }
 
 /// Runs the benchmark: tables and one JSON line (also written to `--json-out`).
-pub fn run(args: AdaRevisionBenchArgs) -> Result<(), PsBenchError> {
+pub fn run(args: AdaRevisionBenchArgs) -> Result<(), BenchError> {
     save_and_print(&args.json_out, &measure(&args)?)
 }

@@ -16,7 +16,6 @@
 //! why. Every run must finish with the model of an uninterrupted run of the same
 //! app (byte for byte; for the PS apps, which are not deterministic, the final figure
 //! within a tolerance), leave no process behind and never hang.
-// Long because every app and fault kind (kill, pause, hostile member, link cut) lives here.
 
 use super::BenchError;
 use crate::common::name_of;
@@ -339,6 +338,19 @@ struct RunRecord {
     /// own processes).
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<String>,
+}
+
+impl RunRecord {
+    /// The record of `planned` before it runs.
+    fn of(planned: &Planned) -> RunRecord {
+        RunRecord {
+            app: planned.app.name(),
+            fault: planned.fault,
+            victim: planned.victim.clone(),
+            impostor: planned.impostor.clone(),
+            ..RunRecord::default()
+        }
+    }
 }
 
 /// What a link cut did.
@@ -928,14 +940,10 @@ fn reference_runs(
 fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Rows) {
     figures.runs_skipped += 1;
     table.push(serde_json::json!({"run": run, "app": planned.app.name(),
-        "fault": format!("link-cut skipped: {why}"), "node": planned.victim}));
+        "fault": format!("link-cut skipped: {why}"), "node": &planned.victim}));
     figures.per_run.push(RunRecord {
-        app: planned.app.name(),
-        fault: planned.fault,
-        victim: planned.victim,
-        impostor: planned.impostor,
         skipped: Some(why),
-        ..RunRecord::default()
+        ..RunRecord::of(&planned)
     });
 }
 
@@ -1062,13 +1070,7 @@ fn record_run(
     figures: &mut Figures,
     table: &mut Rows,
 ) {
-    let Planned {
-        app,
-        fault,
-        victim,
-        impostor,
-        ..
-    } = planned;
+    let app = planned.app;
     let (reference_s, expected) = &references[&app.name()];
     let finished = ran.finished;
     let matched = (finished == Some(true))
@@ -1092,10 +1094,6 @@ fn record_run(
         figures.max_recovery_s = figures.max_recovery_s.max(recovery_s);
     }
     figures.per_run.push(RunRecord {
-        app: app.name(),
-        fault,
-        victim: victim.clone(),
-        impostor,
         injected: ran.injected,
         finished: finished == Some(true),
         identical,
@@ -1103,7 +1101,7 @@ fn record_run(
         restarts,
         wall_s: ran.wall_s,
         cut: ran.cut,
-        skipped: None,
+        ..RunRecord::of(&planned)
     });
     let fault = if ran.injected {
         ran.fault_label
@@ -1121,7 +1119,7 @@ fn record_run(
         None => "HUNG",
     };
     table.push(
-        serde_json::json!({"run": run, "app": app.name(), "fault": fault, "node": victim,
+        serde_json::json!({"run": run, "app": app.name(), "fault": fault, "node": planned.victim,
         "finished": finished, "identical": identical, "restarts": restarts, "wall_s": ran.wall_s,
         "recovery_s": recovery_s, "orphans": ran.left.len()}),
     );

@@ -1,11 +1,14 @@
-//! What the benches share: medians, and for the parameter-server benches (`consistency`,
-//! `managed`, `adarevision`) their error and their ending, the JSON figures saved to
-//! `--json-out` and printed as the last line.
+//! What the benches share: medians, ratios and the table of JSON rows; for the
+//! parameter-server benches (`consistency`, `managed`, `adarevision`) their nodes, data and
+//! stragglers, and their ending: the JSON figures saved to `--json-out` and printed last.
 
+use crate::BenchError;
 use petrel::report::{Table, fmt, print_json, save_json};
-use petrel_ps::{PsError, PsLrSettings, PsMfSettings};
+use petrel_actors::{Settings, Transport};
+use petrel_ps::kit::settings::StragglerSettings;
+use petrel_ps::{PsApp, PsError, PsLrSettings, PsMfSettings};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The nodes of each run of a parameter-server bench.
 #[derive(clap::Args, Debug, Clone)]
@@ -16,6 +19,23 @@ pub struct PsClusterArgs {
     /// Shard nodes.
     #[arg(long, default_value_t = 2)]
     pub shards: usize,
+}
+
+impl PsClusterArgs {
+    /// Runs `A` on an in-process cluster of these nodes with a 10 s failure timeout (then
+    /// `tweak`).
+    pub(crate) fn run<A: PsApp>(
+        &self,
+        cfg: A::Config,
+        transport: Transport,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Result<A::Output, PsError> {
+        let tweak = |s: &mut Settings| {
+            s.cluster.failure_timeout_ms = 10_000;
+            tweak(s);
+        };
+        petrel_ps::run_local_with::<A>(cfg, self.shards, self.workers, transport, tweak)
+    }
 }
 
 /// The synthetic logistic-regression data of the PS benches.
@@ -68,67 +88,21 @@ pub struct TransientArgs {
     pub transient_factor: f64,
 }
 
-/// Why a parameter-server bench failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PsBenchError {
-    /// One run failed (`what`: the app, variant or setting it ran).
-    #[error("{what}")]
-    Run {
-        /// What ran.
-        what: String,
-        /// Why.
-        #[source]
-        source: PsError,
-    },
-    /// The plot could not be drawn.
-    #[error("plot {path}: {reason}")]
-    Plot {
-        /// The SVG file.
-        path: String,
-        /// The plotting library's message.
-        reason: String,
-    },
-    /// A file could not be written.
-    #[error("{}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The JSON line could not be written.
-    #[error("json figures")]
-    Json(#[from] serde_json::Error),
-}
-
-impl PsBenchError {
-    /// A failed run of `what`, for `map_err`.
-    pub(crate) fn run(what: impl std::fmt::Display) -> impl FnOnce(PsError) -> Self {
-        move |source| PsBenchError::Run {
-            what: what.to_string(),
-            source,
-        }
-    }
-
-    /// A plot of `path` that could not be drawn, for `map_err`.
-    pub(crate) fn plot(path: &Path) -> impl FnOnce(petrel::train::StradsTrainError) -> Self {
-        move |e| PsBenchError::Plot {
-            path: path.display().to_string(),
-            reason: e.to_string(),
+impl TransientArgs {
+    /// These stragglers on clocks of `clock_ms`.
+    pub(crate) fn settings(&self, clock_ms: f64) -> StragglerSettings {
+        StragglerSettings {
+            clock_ms,
+            transient_probability: self.transient_probability,
+            transient_factor: self.transient_factor,
+            ..StragglerSettings::default()
         }
     }
 }
 
 /// Saves `figures` to `json_out` and prints them as the bench's JSON line.
-pub(crate) fn save_and_print<T: Serialize>(
-    json_out: &Path,
-    figures: &T,
-) -> Result<(), PsBenchError> {
-    save_json(json_out, figures).map_err(|source| PsBenchError::Io {
-        path: json_out.to_path_buf(),
-        source,
-    })?;
+pub(crate) fn save_and_print<T: Serialize>(json_out: &Path, figures: &T) -> Result<(), BenchError> {
+    save_json(json_out, figures).map_err(BenchError::io(json_out.display().to_string()))?;
     Ok(print_json(figures)?)
 }
 

@@ -16,20 +16,18 @@
 //! of the staleness the workers observed on their reads. One plot per app: time to target
 //! against the staleness bound, one line per model.
 
-use crate::common::{
-    LrDataArgs, PsBenchError, PsClusterArgs, TransientArgs, json_table, ratio, save_and_print,
-};
+use crate::BenchError;
+use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, json_table, ratio, save_and_print};
 use petrel::report::fmt;
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
 use petrel_ps::core::stats::{ReadStats, StalenessReport};
 use petrel_ps::{ConsistencyModel, PsLr, PsLrSettings, PsMf, PsMfSettings};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The PS apps the bench runs.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConsistencyApp {
     /// Matrix factorization (items table under the model; target: held-out RMSE).
     Mf,
@@ -109,7 +107,7 @@ pub struct ConsistencyBenchArgs {
 }
 
 /// One run: an app under one model and staleness bound.
-#[derive(Default, Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Default, Debug, Clone, Serialize, PartialEq)]
 pub struct ConsistencyRun {
     pub model: ConsistencyModel,
     /// Its staleness bound (0 for BSP, none for async).
@@ -124,20 +122,17 @@ pub struct ConsistencyRun {
     pub max_staleness: u64,
     /// The part of `staleness_variance` between workers (the spread of their mean
     /// staleness; `StalenessReport::between_variance`), MF only.
-    #[serde(default)]
     pub staleness_variance_between_workers: Option<f64>,
     /// Mean observed staleness per worker, MF only.
-    #[serde(default)]
     pub per_worker_mean_staleness: Vec<f64>,
     pub wall_s: f64,
     /// Where a worker's clock went, averaged over every clock of every worker.
-    #[serde(default)]
     pub per_clock: Option<ClockBreakdown>,
 }
 
 /// Where a worker's clock went: its run time, compute (emulated time included) and time
 /// blocked in reads per clock, and the read requests behind them.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct ClockBreakdown {
     /// Milliseconds per clock (run time over clocks; `None` when the app does not time its
     /// workers).
@@ -195,7 +190,7 @@ impl ClockBreakdown {
 }
 
 /// The figures of one app.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ConsistencyAppFigures {
     /// The target (RMSE for MF, log-loss for LR).
     pub target: f64,
@@ -214,7 +209,7 @@ pub struct ConsistencyAppFigures {
 }
 
 /// The whole JSON line.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ConsistencyFigures {
     pub workers: usize,
     pub transient_probability: f64,
@@ -235,10 +230,10 @@ pub struct ConsistencyFigures {
     pub apps: std::collections::BTreeMap<String, ConsistencyAppFigures>,
 }
 
-fn tweak(args: &ConsistencyBenchArgs) -> impl FnOnce(&mut Settings) + use<> {
+/// Shapes the QUIC links with `--latency-ms` and `--jitter-ms`.
+fn shape(args: &ConsistencyBenchArgs) -> impl FnOnce(&mut Settings) + use<> {
     let (latency_ms, jitter_ms) = (args.latency_ms, args.jitter_ms);
     move |s: &mut Settings| {
-        s.cluster.failure_timeout_ms = 10_000;
         if latency_ms > 0 || jitter_ms > 0 {
             s.net.shaper = Some(petrel_net::ShaperConfig {
                 latency_ms,
@@ -247,10 +242,6 @@ fn tweak(args: &ConsistencyBenchArgs) -> impl FnOnce(&mut Settings) + use<> {
             });
         }
     }
-}
-
-fn persistent(args: &ConsistencyBenchArgs) -> Option<u32> {
-    (args.persistent_factor > 1.0).then_some(0)
 }
 
 fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> PsMfSettings {
@@ -268,11 +259,10 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
 
 fn stragglers(args: &ConsistencyBenchArgs) -> petrel_ps::kit::settings::StragglerSettings {
     petrel_ps::kit::settings::StragglerSettings {
-        clock_ms: args.clock_ms,
-        straggler: persistent(args),
+        // Worker 0 is the persistent straggler, if any.
+        straggler: (args.persistent_factor > 1.0).then_some(0),
         straggler_factor: args.persistent_factor,
-        transient_probability: args.stragglers.transient_probability,
-        transient_factor: args.stragglers.transient_factor,
+        ..args.stragglers.settings(args.clock_ms)
     }
 }
 
@@ -300,9 +290,9 @@ fn run_one(
     app: ConsistencyApp,
     model: ConsistencyModel,
     s: u32,
-) -> Result<ConsistencyRun, PsBenchError> {
-    let fail = PsBenchError::run(format!("{app} {model} s={s}"));
-    let (w, sh, t) = (args.cluster.workers, args.cluster.shards, args.transport);
+) -> Result<ConsistencyRun, BenchError> {
+    let fail = BenchError::run(format!("{app} {model} s={s}"));
+    let (c, t) = (&args.cluster, args.transport);
     let bound = petrel_ps::Consistency::new(model, s).staleness_bound();
     // The figures both apps have; each adds its own.
     let of = |reached_target, time_to_target_s, iterations, st: &StalenessReport, wall_s| {
@@ -321,10 +311,8 @@ fn run_one(
     };
     Ok(match app {
         ConsistencyApp::Mf => {
-            let r =
-                petrel_ps::run_local_with::<PsMf>(mf_config(args, model, s), sh, w, t, tweak(args))
-                    .map_err(fail)?
-                    .metrics;
+            let cfg = mf_config(args, model, s);
+            let r = c.run::<PsMf>(cfg, t, shape(args)).map_err(fail)?.metrics;
             let per_worker = &r.per_worker_staleness;
             ConsistencyRun {
                 staleness: r.staleness_bound,
@@ -348,10 +336,8 @@ fn run_one(
             }
         }
         ConsistencyApp::Lr => {
-            let r =
-                petrel_ps::run_local_with::<PsLr>(lr_config(args, model, s), sh, w, t, tweak(args))
-                    .map_err(fail)?
-                    .metrics;
+            let cfg = lr_config(args, model, s);
+            let r = c.run::<PsLr>(cfg, t, shape(args)).map_err(fail)?.metrics;
             ConsistencyRun {
                 per_clock: ClockBreakdown::of(&r.worker_clocks, &r.per_worker_reads, &[], &[]),
                 ..of(
@@ -439,16 +425,9 @@ fn summarise(target: f64, runs: Vec<ConsistencyRun>, plot: String) -> Consistenc
 }
 
 /// Runs the benchmark and returns its figures (the table is printed as it goes).
-pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, PsBenchError> {
-    let stragglers = petrel_ps::core::straggler::StragglerModel {
-        clock_ms: args.clock_ms,
-        persistent: persistent(args),
-        persistent_factor: args.persistent_factor,
-        transient_probability: args.stragglers.transient_probability,
-        transient_factor: args.stragglers.transient_factor,
-        seed: args.seed,
-    };
-    let (expected, slowest) = stragglers.expected_clock_ms(args.cluster.workers as u32);
+pub fn measure(args: &ConsistencyBenchArgs) -> Result<ConsistencyFigures, BenchError> {
+    let (expected, slowest) =
+        (stragglers(args).model(args.seed)).expected_clock_ms(args.cluster.workers as u32);
     eprintln!(
         "{} workers, {} shards ({}), {} ms/clock; each clock slowed x{} with p={}, persistent \
          x{}; links +{} ms +0..{} ms jitter; expected ms/clock: {:.1} per worker, {:.1} slowest",
@@ -531,13 +510,13 @@ fn print_table(app: ConsistencyApp, f: &ConsistencyAppFigures) {
 }
 
 /// Runs the benchmark: tables, plots and one JSON line (also written to `--json-out`).
-pub fn run(args: ConsistencyBenchArgs) -> Result<(), PsBenchError> {
+pub fn run(args: ConsistencyBenchArgs) -> Result<(), BenchError> {
     save_and_print(&args.json_out, &measure(&args)?)
 }
 
 /// Time to target (unreached: the whole run) against the staleness bound, one line per
 /// model; BSP and async have no bound to vary, so theirs is flat across the plot.
-fn plot(path: &Path, app: ConsistencyApp, runs: &[ConsistencyRun]) -> Result<(), PsBenchError> {
+fn plot(path: &Path, app: ConsistencyApp, runs: &[ConsistencyRun]) -> Result<(), BenchError> {
     let max_s = runs
         .iter()
         .filter_map(|r| r.staleness)
@@ -579,5 +558,5 @@ fn plot(path: &Path, app: ConsistencyApp, runs: &[ConsistencyRun]) -> Result<(),
         &series,
         false,
     )
-    .map_err(PsBenchError::plot(path))
+    .map_err(BenchError::plot(path))
 }

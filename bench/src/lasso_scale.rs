@@ -81,7 +81,7 @@ pub struct LassoScaleBenchArgs {
 }
 
 /// A Lasso run's own keys.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct LassoRun {
     pub block_size: usize,
     /// The compute on the critical path up to the target (the slowest worker's per round
@@ -299,13 +299,6 @@ impl CdScale for LassoScaleBenchArgs {
             workers,
             petrel_s: m.target_s,
             petrel_updates: m.target_updates,
-            ratio: None,
-            ratios: Vec::new(),
-            runs_s: Vec::new(),
-            us_per_update: m
-                .target_s
-                .zip(m.target_updates)
-                .map(|(s, u)| 1e6 * s / u.max(1) as f64),
             wall_s,
             rounds: m.rounds,
             final_objective: m.final_objective,
@@ -317,6 +310,7 @@ impl CdScale for LassoScaleBenchArgs {
                 compute_ratio: compute_to_target_s.map(|s| s / r.baseline_s),
                 profile: m.profile.clone(),
             },
+            ..CdRun::default()
         })
     }
 

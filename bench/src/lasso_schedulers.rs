@@ -4,8 +4,8 @@
 //! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
 //! 127.0.0.1); the table shows medians over `--repeats` runs.
 
-use petrel::train::plot::absolute;
-use petrel::train::plot::{Series, line_plot};
+use crate::scale::write_plot;
+use petrel::train::plot::{Series, absolute};
 use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, SyntheticLasso};
@@ -164,16 +164,14 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
     let keys = "schedulers depth rounds_per_scheduler updates evaluations seconds seconds_min \
                 seconds_max worst_objective_gap worst_kkt";
     crate::common::json_table(&variants, keys).print();
-    let plot = out.join("lasso_schedulers_objective_vs_time.svg");
-    line_plot(
-        &plot,
+    let plot = write_plot(
+        &out.join("lasso_schedulers_objective_vs_time.svg"),
         "STRADS Lasso with S schedulers: (f - f*) / f* at the evaluations",
         "seconds",
         "relative objective gap",
         &series,
         true,
     )?;
-    println!("plot: {}", plot.display());
     crate::scale::print_figures(&Figures {
         bench: "lasso_schedulers",
         n_samples: args.n_samples,
@@ -185,6 +183,6 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
         repeats: args.repeats,
         colocate: args.colocate,
         variants,
-        plot: plot.display().to_string(),
+        plot,
     })
 }

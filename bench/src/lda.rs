@@ -5,8 +5,8 @@
 //! corpus, topics and iterations: sampling throughput and log-likelihood per token against
 //! time (both measured from the end of initialisation).
 
-use petrel::train::plot::absolute;
-use petrel::train::plot::{Series, line_plot};
+use crate::scale::write_plot;
+use petrel::train::plot::{Series, absolute};
 use petrel::train::{StradsTrainError, run_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
@@ -151,7 +151,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
     let keys = "system workers tokens_per_s tokens_per_s_per_worker sampling_s initial_loglik_per_token \
                 final_loglik_per_token";
     crate::common::json_table(&table, keys).print();
-    let plot = write_plot(&args, &out, &runs, ps.as_ref())?;
+    let plot = plot_loglik(&args, &out, &runs, ps.as_ref())?;
     let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
     let single = runs
         .iter()
@@ -171,7 +171,7 @@ pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
         initial_loglik_per_token: last.loglik.first().map_or(f64::NAN, |l| l.loglik_per_token),
         sampling_s: last.sampling_s,
         single_worker_tokens_per_s: single,
-        plot: plot.display().to_string(),
+        plot,
         ps,
     })
 }
@@ -188,13 +188,12 @@ fn row(system: String, p: usize, m: &LdaMetrics) -> serde_json::Value {
 
 /// Plots every run's log-likelihood per token against time (each curve from its own
 /// first point). Returns the plot's path.
-fn write_plot(
+fn plot_loglik(
     args: &LdaBenchArgs,
     out: &Path,
     runs: &[(usize, LdaMetrics)],
     ps: Option<&PsLdaMetrics>,
-) -> Result<PathBuf, StradsTrainError> {
-    let plot = out.join("lda_loglik_vs_time.svg");
+) -> Result<String, StradsTrainError> {
     let curve = |points: &[LoglikPoint]| -> Vec<(f64, f64)> {
         let t0 = points.first().map_or(0.0, |p| p.elapsed_s);
         points
@@ -218,16 +217,14 @@ fn write_plot(
             points: curve(&m.lda.loglik),
         });
     }
-    line_plot(
-        &plot,
+    write_plot(
+        &out.join("lda_loglik_vs_time.svg"),
         "LDA: word rotation (STRADS) vs data-parallel PS: log-likelihood per token against time",
         "seconds",
         "log-likelihood per token",
         &series,
         false,
-    )?;
-    println!("plot: {}", plot.display());
-    Ok(plot)
+    )
 }
 
 /// The PS run's figures against the largest rotation run `last`: throughput, final

@@ -5,12 +5,8 @@
 //! Each corpus is sampled from the LDA generative model with `--doc-length` tokens per
 //! document and a vocabulary and topic count that stay fixed, so only the number of
 //! documents grows: the work per token stays the same and tokens/s per core should stay
-//! flat. Figures per size: `tokens`, and per worker count `tokens_per_s`,
-//! `tokens_per_s_per_core`, `ns_per_token_per_core` (sampling time x workers / tokens
-//! sampled), sampling and wall seconds and the final log-likelihood per token; across
-//! sizes: each worker count's `per_core_spread` (slowest over fastest time per token per
-//! core; 1 is flat) and `speedup` (tokens/s of the largest worker count over one worker's,
-//! at each size). An SVG plots the time per token per core against the corpus size.
+//! flat. The keys are those of [`LdaScaleFigures`]; an SVG plots the time per token per core
+//! against the corpus size.
 
 use crate::scale::{GridArgs, grid, per_core, write_plot};
 use petrel::train::plot::absolute;

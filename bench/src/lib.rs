@@ -4,8 +4,9 @@
 //! processes a bench launches run its roles ([`register_roles`]) as well as the built-in
 //! ones.
 //!
-//! [`BenchError`] is the error of the runtime benchmarks ([`transport`], [`soak`],
-//! [`chaos`]).
+//! [`BenchError`] is the error of the runtime and parameter-server benchmarks
+//! ([`transport`], [`soak`], [`chaos`], [`ps`], [`consistency`], [`managed`],
+//! [`adarevision`]).
 
 // The P3 benches return the facade's `P3JobError` (the job they run is `petrel train p3`'s);
 // clippy measures that foreign type above its threshold, where the facade's own lint does not.
@@ -81,6 +82,23 @@ pub enum BenchError {
     /// The figures could not be printed as JSON.
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// A parameter-server run failed (`what`: the app, variant or setting it ran).
+    #[error("{what}")]
+    Run {
+        /// What ran.
+        what: String,
+        /// Why.
+        #[source]
+        source: petrel_ps::PsError,
+    },
+    /// A plot could not be drawn.
+    #[error("plot {path}: {reason}")]
+    Plot {
+        /// The SVG file.
+        path: String,
+        /// The plotting library's message.
+        reason: String,
+    },
     /// A `--net KEY=VALUE` override does not name a `[net]` knob or has a bad value.
     #[error("--net {given}: {reason}")]
     NetOverride {
@@ -158,6 +176,22 @@ impl BenchError {
     fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let what = what.into();
         move |source| BenchError::Io { what, source }
+    }
+
+    /// A failed parameter-server run of `what`, for `map_err`.
+    fn run(what: impl std::fmt::Display) -> impl FnOnce(petrel_ps::PsError) -> Self {
+        move |source| BenchError::Run {
+            what: what.to_string(),
+            source,
+        }
+    }
+
+    /// A plot of `path` that could not be drawn, for `map_err`.
+    fn plot(path: &std::path::Path) -> impl FnOnce(petrel::train::StradsTrainError) -> Self {
+        move |e| BenchError::Plot {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        }
     }
 }
 

@@ -164,16 +164,12 @@ impl CdScale for LogisticScaleBenchArgs {
             workers,
             petrel_s,
             petrel_updates: Some(m.updates),
-            ratio: None,
-            ratios: Vec::new(),
-            runs_s: Vec::new(),
-            us_per_update: petrel_s.map(|s| 1e6 * s / m.updates.max(1) as f64),
             wall_s,
             rounds: m.rounds,
             final_objective: m.final_objective,
             rss_mb,
             memory,
-            extra: (),
+            ..CdRun::default()
         })
     }
 

@@ -1,6 +1,5 @@
 //! `petrel bench managed`: Bösen's managed communication in use, on MF (default) or LDA
 //! (`--app lda`) over shaped links.
-// Long because one bench's flags, both apps' variants, runner and JSON share private types.
 //!
 //! Three variants at the same bandwidth budget, each on its own in-process cluster whose
 //! every node's egress is shaped to `mbit` (QUIC, token bucket under QUIC):
@@ -22,7 +21,8 @@
 //! of the way from the clock run's initial to its final log-likelihood) is reached at the
 //! first pass at or above it.
 
-use crate::common::{PsBenchError, PsClusterArgs, json_table, ratio, save_and_print};
+use crate::BenchError;
+use crate::common::{PsClusterArgs, json_table, ratio, save_and_print};
 use petrel::report::fmt;
 use petrel::train::plot::{Series, line_plot};
 use petrel_actors::{Settings, Transport};
@@ -32,25 +32,16 @@ use petrel_ps::kit::settings::{ManagedSettings, StragglerSettings};
 use petrel_ps::{
     ConsistencyModel, PsLda, PsLdaMetrics, PsLdaSettings, PsMf, PsMfResult, PsMfSettings,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The app the bench runs.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ManagedApp {
     /// Matrix factorization (target: held-out RMSE).
     Mf,
     /// Data-parallel LDA (target: log-likelihood per token).
     Lda,
-}
-
-fn default_app() -> String {
-    "mf".into()
-}
-
-fn default_metric() -> String {
-    "rmse".into()
 }
 
 /// `petrel bench managed`.
@@ -120,7 +111,7 @@ pub struct ManagedBenchArgs {
 }
 
 /// One variant's figures.
-#[derive(Default, Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Default, Debug, Clone, Serialize, PartialEq)]
 pub struct ManagedRun {
     /// `clock`, `fifo` or `relative-magnitude`.
     pub variant: String,
@@ -132,22 +123,18 @@ pub struct ManagedRun {
     /// Bytes all workers' nodes sent in the run.
     pub sent_bytes: u64,
     /// Bytes all workers' nodes received in the run (replies and server pushes).
-    #[serde(default)]
     pub received_bytes: u64,
     /// Bytes per clock (all workers, sent).
     pub bytes_per_clock: f64,
     /// Bytes per clock both ways (workers' sent + received: every byte on a link, as shards
     /// talk only to workers).
-    #[serde(default)]
     pub both_ways_per_clock: f64,
     /// Estimated bytes on the links until the target (`both_ways_per_clock * iterations`).
     pub bytes_to_target: Option<f64>,
     /// Final held-out RMSE (MF) or log-likelihood per token (LDA).
-    #[serde(alias = "final_rmse")]
     pub final_value: f64,
     /// LDA: rows the workers sent before a clock boundary (0 for MF, whose result has no
     /// such count).
-    #[serde(default)]
     pub managed_rows: u64,
     pub mean_staleness: f64,
     pub wall_s: f64,
@@ -156,26 +143,21 @@ pub struct ManagedRun {
 }
 
 /// The JSON line.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ManagedFigures {
     /// `mf` or `lda`.
-    #[serde(default = "default_app")]
     pub app: String,
     /// `rmse` (lower is better) or `loglik_per_token` (higher is better).
-    #[serde(default = "default_metric")]
     pub metric: String,
     pub mbit: f64,
     /// Managed budget as a fraction of the link rate.
-    #[serde(default)]
     pub budget_fraction: f64,
     pub consistency: ConsistencyModel,
     pub staleness: u32,
     /// The target RMSE (MF) or log-likelihood per token (LDA).
-    #[serde(alias = "target_rmse")]
     pub target: f64,
     pub quick: bool,
     /// Whether the managed variants also push server to client.
-    #[serde(default)]
     pub server_push: bool,
     pub runs: Vec<ManagedRun>,
     /// Time to target of `clock` over `relative-magnitude` (> 1: managed is faster).
@@ -352,7 +334,7 @@ fn summarise(name: &str, r: &PsMfResult) -> ManagedRun {
 }
 
 /// Runs the three variants and returns the figures (the table is printed).
-pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, PsBenchError> {
+pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, BenchError> {
     let mbit = args.mbit;
     let lda = args.app == ManagedApp::Lda;
     let compute = if lda {
@@ -387,24 +369,20 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, PsBenchError> 
     ] {
         let name = variant_name(policy);
         eprintln!("running {name} ...");
-        let tweak = move |s: &mut Settings| {
-            s.cluster.failure_timeout_ms = 10_000;
+        let shape = |s: &mut Settings| {
             s.net.shaper = Some(petrel_net::ShaperConfig::egress_mbit(mbit));
         };
-        let err = |source| PsBenchError::run(format!("variant {name}"))(source);
-        let (shards, workers) = (args.cluster.shards, args.cluster.workers);
-        if lda {
-            let cfg = lda_config(args, policy);
-            let r =
-                petrel_ps::run_local_with::<PsLda>(cfg, shards, workers, Transport::Quic, tweak)
-                    .map_err(err)?;
-            runs.push(summarise_lda(name, &r.metrics));
-        } else {
-            let cfg = config(args, policy);
-            let r = petrel_ps::run_local_with::<PsMf>(cfg, shards, workers, Transport::Quic, tweak)
-                .map_err(err)?;
-            runs.push(summarise(name, &r.metrics));
-        }
+        let (c, quic) = (&args.cluster, Transport::Quic);
+        runs.push(
+            if lda {
+                let r = c.run::<PsLda>(lda_config(args, policy), quic, shape);
+                r.map(|r| summarise_lda(name, &r.metrics))
+            } else {
+                let r = c.run::<PsMf>(config(args, policy), quic, shape);
+                r.map(|r| summarise(name, &r.metrics))
+            }
+            .map_err(BenchError::run(format!("variant {name}")))?,
+        );
     }
     let target = if lda {
         lda_targets(args, &mut runs)
@@ -457,7 +435,7 @@ pub fn measure(args: &ManagedBenchArgs) -> Result<ManagedFigures, PsBenchError> 
 }
 
 /// Runs the benchmark: table, plots and one JSON line (also written to `--json-out`).
-pub fn run(args: ManagedBenchArgs) -> Result<(), PsBenchError> {
+pub fn run(args: ManagedBenchArgs) -> Result<(), BenchError> {
     let figures = measure(&args)?;
     let json_out = args.json_out.clone().unwrap_or_else(|| {
         PathBuf::from(match args.app {
@@ -475,7 +453,7 @@ fn plot(
     target: f64,
     by_bytes: bool,
     app: ManagedApp,
-) -> Result<(), PsBenchError> {
+) -> Result<(), BenchError> {
     let x_of = |r: &ManagedRun, p: &(f64, u64, f64)| {
         if by_bytes {
             r.both_ways_per_clock * p.1 as f64 / 1e6
@@ -514,5 +492,5 @@ fn plot(
         &series,
         false,
     )
-    .map_err(PsBenchError::plot(path))
+    .map_err(BenchError::plot(path))
 }

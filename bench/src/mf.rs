@@ -3,8 +3,8 @@
 //! RMSE against time, time to a target RMSE, final train and test RMSE, and the bytes per
 //! round through the scheduler (the H blocks rotate worker to worker).
 
-use petrel::train::plot::absolute;
-use petrel::train::plot::{Series, line_plot};
+use crate::scale::write_plot;
+use petrel::train::plot::{Series, absolute};
 use petrel::train::{StradsTrainError, run_job};
 use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
@@ -114,7 +114,6 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
     let keys = "workers worker_ratings time_to_target_s elapsed_s final_train_rmse \
                 final_test_rmse scheduler_bytes_per_round star_estimate";
     crate::common::json_table(rows, keys).print();
-    let plot = out.join("mf_rmse_vs_time.svg");
     let series: Vec<Series> = runs
         .iter()
         .map(|(p, m)| Series {
@@ -126,15 +125,14 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
                 .collect(),
         })
         .collect();
-    line_plot(
-        &plot,
+    let plot = write_plot(
+        &out.join("mf_rmse_vs_time.svg"),
         "STRADS CCD++: train RMSE against time",
         "seconds",
         "train RMSE",
         &series,
         true,
     )?;
-    println!("plot: {}", plot.display());
     let (p, last) = runs.last().ok_or(StradsTrainError::Usage("no runs"))?;
     let single = runs
         .iter()
@@ -155,6 +153,6 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
         single_worker_time_to_target_s: single,
         scheduler_bytes_per_round: bytes_per_round(last).0,
         star_bytes_per_round_estimate: bytes_per_round(last).1,
-        plot: plot.display().to_string(),
+        plot,
     })
 }

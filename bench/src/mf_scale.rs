@@ -6,10 +6,8 @@
 //! Each size is drawn by the synthetic low-rank generator of `petrel bench mf`
 //! ([`LowRankParams`]) with a fixed rank, noise and observed fraction and twice as many users
 //! as items, so users and items grow with the square root of the ratings: the work per
-//! rating and coordinate stays the same and ratings/s per core should stay flat. Each run's
-//! keys are [`MfScaleRun`]'s; across sizes each worker count's `per_core_spread` (fastest
-//! over slowest ratings/s per core; 1 is flat) and `per_core_trend` (largest size's over
-//! the smallest's), and the 2-worker speed-up at the largest size.
+//! rating and coordinate stays the same and ratings/s per core should stay flat. The keys
+//! are those of [`MfScaleFigures`].
 
 use crate::scale::{GridArgs, grid, per_core, write_plot};
 use petrel::train::plot::absolute;

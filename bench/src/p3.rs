@@ -185,7 +185,8 @@ fn probe_goodput(
         ..args.clone()
     };
     let run = run_mode(&probe_args, &transfer_only, Mode::P3, bandwidth_mbit, hosts)?;
-    let probe_s = run.slowest(args.warmup as usize, median_iteration_s)?;
+    let median = |r: &WorkerReportFile, skip| median_iteration_s(&r.marks_s, skip);
+    let probe_s = slowest(&run.reports, args.warmup as usize, median)?;
     let cost = setup.cost(bandwidth_mbit, args.workers);
     let nominal_wire_s = cost.wire_seconds(setup.profile.total_params());
     let goodput = if probe_s.is_finite() && probe_s > 0.0 {
@@ -203,16 +204,6 @@ pub fn median_iteration_s(marks_s: &[f64], skip: usize) -> Option<f64> {
     crate::common::median(&d)
 }
 
-/// The mean duration of iterations `skip..` (what the modes report: a mode's iteration
-/// time includes its occasional slow iterations).
-pub fn mean_iteration_s(marks_s: &[f64], skip: usize) -> Option<f64> {
-    let n = marks_s.len().checked_sub(1)?;
-    if skip >= n {
-        return None;
-    }
-    Some((marks_s[n] - marks_s[skip]) / (n - skip) as f64)
-}
-
 /// What one mode's cluster measured.
 struct ModeRun {
     reports: Vec<WorkerReportFile>,
@@ -221,19 +212,17 @@ struct ModeRun {
     qdisc_drops: Option<u64>,
 }
 
-impl ModeRun {
-    /// The slowest worker's figure by `stat` over iterations `skip..`.
-    fn slowest(
-        &self,
-        skip: usize,
-        stat: fn(&[f64], usize) -> Option<f64>,
-    ) -> Result<f64, P3JobError> {
-        self.reports.iter().try_fold(0.0f64, |worst, r| {
-            let t = stat(&r.marks_s, skip);
-            t.map(|t| worst.max(t))
-                .ok_or(P3JobError::NoMeasuredIterations)
-        })
-    }
+/// The slowest worker's figure by `stat` over iterations `skip..` (the modes report the
+/// mean, [`WorkerReportFile::secs_per_iter`]: a mode's iteration time includes its
+/// occasional slow iterations).
+pub(crate) fn slowest(
+    reports: &[WorkerReportFile],
+    skip: usize,
+    stat: impl Fn(&WorkerReportFile, usize) -> Option<f64>,
+) -> Result<f64, P3JobError> {
+    reports.iter().try_fold(0.0f64, |worst, r| {
+        Ok(worst.max(stat(r, skip).ok_or(P3JobError::NoMeasuredIterations)?))
+    })
 }
 
 #[derive(Serialize)]
@@ -611,7 +600,11 @@ fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point
     let mut modes = Vec::new();
     for mode in Mode::ALL.into_iter().filter(|m| args.modes.contains(m)) {
         let run = run_mode(args, setup, mode, bw, hosts.as_ref().map(|h| &h.0))?;
-        let t = run.slowest(args.warmup as usize, mean_iteration_s)?;
+        let t = slowest(
+            &run.reports,
+            args.warmup as usize,
+            WorkerReportFile::secs_per_iter,
+        )?;
         tracing::info!(
             mode = mode.name(),
             bandwidth_mbit = bw,

@@ -7,8 +7,10 @@
 //! process, no network).
 
 use crate::common::json_table;
+use crate::p3::slowest;
 use petrel::report::print_json;
 use petrel::train::p3::{P3JobError, RealJobArgs, absolute_run_dir, run_processes};
+use petrel_p3::roles::WorkerReportFile;
 use petrel_p3::{CandleStageModel, Mode, StageModel, StagedNet};
 use serde::Serialize;
 
@@ -205,11 +207,8 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3JobError> {
                 &dir,
                 Duration::from_secs(args.job.timeout_s),
             )?;
-            let worst = reports.iter().try_fold(0.0f64, |worst, r| {
-                let t = r.secs_per_iter(args.warmup as usize);
-                t.map(|t| worst.max(t))
-                    .ok_or(P3JobError::NoMeasuredIterations)
-            })?;
+            let skip = args.warmup as usize;
+            let worst = slowest(&reports, skip, WorkerReportFile::secs_per_iter)?;
             ips[i] = (args.job.workers * args.job.batch) as f64 / worst.max(1e-12);
             let acc = reports.first().and_then(|r| r.test).map(|t| t.accuracy);
             accuracy.insert(mode.name().into(), serde_json::json!(acc));

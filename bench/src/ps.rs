@@ -22,7 +22,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -574,16 +573,10 @@ async fn petrel_run(
     })
 }
 
-/// Figures of one peer run.
-#[derive(Debug, Clone, Default)]
+/// Figures of one peer run (summed or the worst over its workers), or of one of its
+/// workers (a line it prints).
+#[derive(Debug, Clone, Default, Deserialize)]
 struct PeerFigures {
-    mbps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-}
-
-#[derive(Deserialize)]
-struct PeerLine {
     mbps: f64,
     p50_ms: f64,
     p99_ms: f64,
@@ -618,7 +611,7 @@ async fn peer_run(
             ))
         })?
         .map_err(BenchError::io(format!("running {}", cmd.display())))?;
-    let lines: Vec<PeerLine> = String::from_utf8_lossy(&out.stdout)
+    let lines: Vec<PeerFigures> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str(l.trim()).ok())
         .collect();
@@ -739,18 +732,15 @@ pub fn breakdown(
         }
     }
     let col = |k: usize| median(samples.iter().map(|s| s[k]).collect());
-    let mut b = IterationBreakdown {
+    Ok(IterationBreakdown {
         client_push_ms: col(0),
         encode_ms: col(1),
         decode_ms: col(2),
         apply_ms: col(3),
         reply_ms: col(4),
         receive_ms: col(5),
-        total_ms: 0.0,
-    };
-    b.total_ms =
-        b.client_push_ms + b.encode_ms + b.decode_ms + b.apply_ms + b.reply_ms + b.receive_ms;
-    Ok(b)
+        total_ms: (0..6).map(col).sum(),
+    })
 }
 
 /// One line of the JSON figures.
@@ -820,7 +810,6 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
         .enable_all()
         .build()
         .map_err(BenchError::io("tokio runtime"))?;
-    let args = Rc::new(args);
     let mut out = Vec::new();
     for &(workers, shards) in &topologies {
         for &bytes in &args.sizes {

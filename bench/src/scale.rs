@@ -33,37 +33,6 @@ pub(crate) fn range_cell(values: &[f64]) -> String {
         .map_or("-".into(), |(lo, hi)| format!("{lo:.2}-{hi:.2}"))
 }
 
-/// A runner's median repeat ([`median_repeat`]).
-pub(crate) struct MedianRepeat<T> {
-    /// The run of median time.
-    pub run: T,
-    /// The median of the repeats' ratios (`None`: it fell on a run that missed the target).
-    pub ratio: Option<f64>,
-    /// Every repeat's ratio, in run order.
-    pub ratios: Vec<Option<f64>>,
-}
-
-/// The run of median time among `runs` (`seconds`; a run that missed the target, `None`,
-/// counts as the slowest) and the median of their `ratio`s; `None` without runs.
-pub(crate) fn median_repeat<T>(
-    runs: Vec<T>,
-    seconds: impl Fn(&T) -> Option<f64>,
-    ratio: impl Fn(&T) -> Option<f64>,
-) -> Option<MedianRepeat<T>> {
-    let ratios: Vec<Option<f64>> = runs.iter().map(&ratio).collect();
-    let slowest_last = |v: Option<f64>| v.unwrap_or(f64::INFINITY);
-    let median_ratio = median(&ratios.iter().map(|&r| slowest_last(r)).collect::<Vec<_>>())
-        .filter(|r| r.is_finite());
-    let mut order = runs;
-    order.sort_by(|a, b| slowest_last(seconds(a)).total_cmp(&slowest_last(seconds(b))));
-    let middle = order.len().checked_sub(1)? / 2;
-    Some(MedianRepeat {
-        run: order.swap_remove(middle),
-        ratio: median_ratio,
-        ratios,
-    })
-}
-
 /// Writes the line plot to `path`, says where, and returns the path as the JSON gives it.
 pub(crate) fn write_plot(
     path: &Path,
@@ -212,7 +181,7 @@ pub struct CdScaleArgs {
 }
 
 /// One worker count's figures at one size: its median run's (`E`: the bench's own keys).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct CdRun<E> {
     /// Workers.
     pub workers: usize,
@@ -251,13 +220,19 @@ impl<E> CdRun<E> {
     /// as the slowest), with `ratio` the median of every repeat's ratio and the repeats'
     /// ratios and times in run order; `None` without runs.
     pub(crate) fn median_of(runs: Vec<Self>) -> Option<Self> {
+        let slowest_last = |v: Option<f64>| v.unwrap_or(f64::INFINITY);
         let runs_s: Vec<Option<f64>> = runs.iter().map(|r| r.petrel_s).collect();
-        let median = median_repeat(runs, |r| r.petrel_s, |r| r.ratio)?;
+        let ratios: Vec<Option<f64>> = runs.iter().map(|r| r.ratio).collect();
+        let ratio = median(&ratios.iter().map(|&r| slowest_last(r)).collect::<Vec<_>>())
+            .filter(|r| r.is_finite());
+        let mut order = runs;
+        order.sort_by(|a, b| slowest_last(a.petrel_s).total_cmp(&slowest_last(b.petrel_s)));
+        let middle = order.len().checked_sub(1)? / 2;
         Some(CdRun {
-            ratio: median.ratio,
-            ratios: median.ratios,
+            ratio,
+            ratios,
             runs_s,
-            ..median.run
+            ..order.swap_remove(middle)
         })
     }
 }
@@ -390,7 +365,7 @@ pub(crate) trait CdScale {
         target: f64,
         last: bool,
     ) -> Result<(f64, u64), StradsTrainError>;
-    /// One STRADS run (`ratio` left unset).
+    /// One STRADS run (`us_per_update` and the ratios left unset).
     fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, StradsTrainError>;
     /// The top-level keys, after the table.
     fn top(&self) -> Self::Top;
@@ -498,6 +473,8 @@ fn measure_size<B: CdScale>(
                 dir: out.join(format!("{label}-p{workers}")),
                 baseline_s,
             })?;
+            run.us_per_update =
+                (run.petrel_s.zip(run.petrel_updates)).map(|(s, u)| 1e6 * s / u.max(1) as f64);
             run.ratio = run.petrel_s.map(|s| s / baseline_s);
             run.ratios = vec![run.ratio];
             run.runs_s = vec![run.petrel_s];
