@@ -1,6 +1,6 @@
+// Over 600 lines: it is the whole command line: every command's flags and its dispatch.
 //! The `petrel` command line, as a library so that the `petrel` binary and the benches'
 //! binary (`petrel-bench`, which adds the benchmarks and their roles) are one program.
-// Long because it is the whole command line: every command's flags and its dispatch.
 
 use crate::CliError;
 use crate::launcher::{self, LaunchError, LaunchMode, LaunchOptions};

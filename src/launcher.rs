@@ -23,7 +23,6 @@
 //! cluster it was interrupted and exits within [`SHUTDOWN_GRACE`]; the launcher stops its
 //! children (SIGTERM to each process group, SIGKILL after the grace period) and fails with
 //! [`LaunchError::Interrupted`].
-// Long because the three launch modes (threads, processes, one node) share their setup here.
 
 use crate::train::progress::{JobProgress, ProgressReport, REPORTS_ENV};
 use indicatif::{ProgressBar, ProgressStyle};

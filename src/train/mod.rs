@@ -1,3 +1,4 @@
+// Over 600 lines: every app's `petrel train` path (settings, cluster, restarts) lives here.
 //! `petrel train APP`: one job schema per app ([`jobfile`]: `[app.<section>]` of a job
 //! file, `PETREL_APP__*` variables, flags), every value and the data checked before any
 //! node starts ([`apps::prepare_job`]), then the app on a localhost cluster.
@@ -9,7 +10,6 @@
 //! multi-node tests. `--transport none` runs no cluster at all: Lasso and logistic
 //! regression are solved by the single-threaded cyclic coordinate descent baseline, MF and
 //! LDA by the serial driver (both halves in this thread).
-// Long because every app's `petrel train` path (settings, cluster, restarts) lives here.
 
 pub mod apps;
 pub mod jobfile;
