@@ -1,10 +1,11 @@
+// Over 600 lines: it is the whole command line: every command's flags and its dispatch.
 //! The `petrel` command line, as a library so that the `petrel` binary and the benches'
 //! binary (`petrel-bench`, which adds the benchmarks and their roles) are one program.
-// Long because it is the whole command line: every command's flags and its dispatch.
 
 use crate::CliError;
 use crate::launcher::{self, LaunchError, LaunchMode, LaunchOptions};
 use crate::netns::{Hosts, LinkShape};
+use crate::recovery::{self, RecoveryError};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use petrel_actors::{NodeError, Settings, error_chain, validate_node_name};
 use petrel_net::tls::ClusterCa;
@@ -247,19 +248,20 @@ fn fail(error: &(dyn std::error::Error + 'static), code: ExitCode) -> ExitCode {
 /// `petrel run` names the node where the failure started). Under `petrel run` the launcher
 /// prints the error; alone, this prints it.
 fn node_command(config: &std::path::Path, name: Option<&str>) -> ExitCode {
-    let settings = match Settings::load(config) {
-        Ok(s) => s,
-        Err(e) => return fail(&e, ExitCode::FAILURE),
-    };
     let mode = LaunchMode::Node {
         name: name.map(str::to_string),
         config: config.to_path_buf(),
     };
-    let opts = match LaunchOptions::new() {
-        Ok(o) => o,
-        Err(e) => return fail(&e, ExitCode::FAILURE),
-    };
-    match launcher::launch_with(&crate::roles::builtin(settings), mode, opts) {
+    let launched = Settings::load(config)
+        .map_err(LaunchError::from)
+        .and_then(|settings| {
+            launcher::launch_with(
+                &crate::roles::builtin(settings),
+                mode,
+                LaunchOptions::new()?,
+            )
+        });
+    match launched {
         Ok(_) => ExitCode::SUCCESS,
         Err(
             e @ LaunchError::Settings(NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }),
@@ -363,82 +365,51 @@ fn dispatch(
 
 /// `petrel run`: checkpoints by default, restarts on a node's death, the dashboard.
 fn run_command(args: RunArgs) -> Result<(), CliError> {
-    let RunArgs {
-        config,
-        run_dir,
-        timeout_s,
-        in_process,
-        dashboard,
-        max_restarts,
-        netns,
-        no_checkpoints,
-    } = args;
-    let mut settings = Settings::load(&config)?;
-    let report_dir = run_dir.clone();
+    let mut settings = Settings::load(&args.config)?;
     // Checkpoints by default, in the job's run directory (kept across restarts: a
     // temporary one for the whole job when --run-dir is not given).
-    let mut temp_run_dir = None;
     let wants = |name: &str, section: &serde_json::Value| {
-        !no_checkpoints && crate::train::apps::checkpoints_by_default(name, section)
+        !args.no_checkpoints && crate::train::apps::checkpoints_by_default(name, section)
     };
-    let run_dir = match run_dir {
-        None if settings.app.iter().any(|(n, s)| wants(n, s)) => {
-            let t = tempfile::Builder::new()
+    let temp_run_dir = match &args.run_dir {
+        None if settings.app.iter().any(|(n, s)| wants(n, s)) => Some(
+            tempfile::Builder::new()
                 .prefix(&format!("petrel-run-{}-", settings.cluster.name))
                 .tempdir()
-                .map_err(|source| CliError::Write {
-                    path: std::env::temp_dir(),
-                    source,
-                })?;
-            let path = t.path().to_path_buf();
-            temp_run_dir = Some(t);
-            Some(path)
-        }
-        other => other,
+                .map_err(CliError::write(&std::env::temp_dir()))?,
+        ),
+        _ => None,
     };
+    let run_dir =
+        (args.run_dir.clone()).or_else(|| temp_run_dir.as_ref().map(|t| t.path().to_path_buf()));
     if let Some(dir) = &run_dir {
         let root = default_checkpoint_root(dir)?;
-        let (app, given) =
-            crate::recovery::with_default_checkpoint_dirs(&settings.app, &root, wants);
+        let (app, given) = recovery::with_default_checkpoint_dirs(&settings.app, &root, wants);
         // A fresh job never rolls back to an earlier job's checkpoints.
         for d in &given {
             if d.exists() {
-                std::fs::remove_dir_all(d).map_err(|source| CliError::Write {
-                    path: d.clone(),
-                    source,
-                })?;
+                std::fs::remove_dir_all(d).map_err(CliError::write(d))?;
             }
             tracing::info!(dir = %d.display(), "checkpoints by default");
         }
         settings.app = app;
     }
     let cluster = crate::roles::builtin(settings);
-    let dashboard = start_dashboard(dashboard.as_deref(), &cluster.settings().cluster.name)?;
+    let dashboard = start_dashboard(args.dashboard.as_deref(), &cluster.settings().cluster.name)?;
     // A section with a `checkpoint_dir` (its own or the default) restarts from its
     // newest checkpoint (`resume = true`), any other from the start.
-    let checkpoints = crate::recovery::checkpoint_dirs(&cluster.settings().app);
-    let result = crate::recovery::run_with_restarts(
-        max_restarts,
-        crate::recovery::launch_failed_by_node_death,
-        || {
-            checkpoints
-                .iter()
-                .any(|d| crate::recovery::has_checkpoint(d))
-        },
+    let checkpoints = recovery::checkpoint_dirs(&cluster.settings().app);
+    let result = recovery::run_with_restarts(
+        args.max_restarts,
+        recovery::launch_failed_by_node_death,
+        || checkpoints.iter().any(|d| recovery::has_checkpoint(d)),
         |resume, _| {
             let mut settings = cluster.settings().clone();
             if resume {
-                settings.app = crate::recovery::resuming(&settings.app);
+                settings.app = recovery::resuming(&settings.app);
                 println!("restarting the cluster from the newest checkpoint");
             }
-            let cluster = cluster.with_settings(settings);
-            run_cluster(
-                &cluster,
-                run_dir.clone(),
-                timeout_s,
-                in_process,
-                netns.clone(),
-            )
+            run_cluster(&cluster.with_settings(settings), &args, run_dir.clone())
         },
     );
     let result = match result {
@@ -447,10 +418,10 @@ fn run_command(args: RunArgs) -> Result<(), CliError> {
             println!("cluster finished after {restarts} restart(s)");
             Ok(())
         }
-        Err(crate::recovery::RecoveryError::Fatal(e)) => Err(e.into()),
-        Err(exhausted) => Err(CliError::command(exhausted)),
+        Err(RecoveryError::Fatal(e)) => Err(e.into()),
+        Err(spent) => Err(CliError::command(spent)),
     };
-    finish_dashboard(dashboard, report_dir)?;
+    finish_dashboard(dashboard, args.run_dir)?;
     drop(temp_run_dir);
     result
 }
@@ -488,47 +459,36 @@ impl TrainCommand {
 
 /// `petrel train <app>`; `given` names the flags given on the command line.
 fn train(app: TrainCommand, given: &BTreeSet<String>) -> Result<(), CliError> {
+    use crate::strads::apps::{lasso::LassoApp, lda::LdaApp, logistic::LogisticApp, mf::MfApp};
+    use crate::train as t;
     match app {
-        TrainCommand::PsMf(args) => train_ps::<crate::ps::PsMf>(args, given),
-        TrainCommand::PsLr(args) => train_ps::<crate::ps::PsLr>(args, given),
-        TrainCommand::PsLda(args) => train_ps::<crate::ps::PsLda>(args, given),
-        TrainCommand::Lasso(args) => {
-            crate::train::train_lasso(args, given).map_err(CliError::command)
-        }
-        TrainCommand::StradsMf(args) => {
-            crate::train::train_strads::<crate::strads::apps::mf::MfApp>(args, given)
-                .map_err(CliError::command)
-        }
-        TrainCommand::Lda(args) => {
-            crate::train::train_strads::<crate::strads::apps::lda::LdaApp>(args, given)
-                .map_err(CliError::command)
-        }
-        TrainCommand::P3(args) => crate::train::p3::train(args).map_err(CliError::command),
-        TrainCommand::Logistic(args) => {
-            crate::train::train_logistic(args, given).map_err(CliError::command)
-        }
+        TrainCommand::PsMf(args) => t::train_ps::<crate::ps::PsMf>(args, given),
+        TrainCommand::PsLr(args) => t::train_ps::<crate::ps::PsLr>(args, given),
+        TrainCommand::PsLda(args) => t::train_ps::<crate::ps::PsLda>(args, given),
+        TrainCommand::Lasso(args) => t::train_lasso::<LassoApp>(args, given),
+        TrainCommand::Logistic(args) => t::train_lasso::<LogisticApp>(args, given),
+        TrainCommand::StradsMf(args) => t::train_strads::<MfApp>(args, given),
+        TrainCommand::Lda(args) => t::train_strads::<LdaApp>(args, given),
+        TrainCommand::P3(args) => return t::p3::train(args).map_err(CliError::command),
     }
+    .map_err(CliError::command)
 }
 
 /// `petrel run` without the dashboard around it.
 fn run_cluster(
     cluster: &petrel_actors::Cluster,
+    args: &RunArgs,
     run_dir: Option<PathBuf>,
-    timeout_s: Option<u64>,
-    in_process: bool,
-    netns: Option<String>,
 ) -> Result<(), LaunchError> {
-    let mode = if in_process {
+    let mode = if args.in_process {
         LaunchMode::InProcess
     } else {
         LaunchMode::Processes
     };
     let mut opts = LaunchOptions::new()?;
     opts.run_dir = run_dir;
-    opts.timeout = timeout_s.map(Duration::from_secs);
-    if netns.is_some() {
-        opts.netns = netns;
-    }
+    opts.timeout = args.timeout_s.map(Duration::from_secs);
+    opts.netns = args.netns.clone().or(opts.netns);
     let Some(report) = launcher::launch_with(cluster, mode, opts)?.report else {
         return Ok(());
     };
@@ -551,70 +511,51 @@ fn run_cluster(
     Ok(())
 }
 
-// `--dashboard` needs the `dashboard` feature; without it the flag is refused before
-// anything runs.
 #[cfg(feature = "dashboard")]
-mod live {
-    use super::{CliError, PathBuf};
-    use petrel_observe::dashboard::Dashboard;
+use petrel_observe::dashboard::Dashboard;
 
-    /// Starts the dashboard when `--dashboard` was given and prints its URL.
-    pub(super) fn start_dashboard(
-        addr: Option<&str>,
-        title: &str,
-    ) -> Result<Option<Dashboard>, CliError> {
-        let Some(addr) = addr else {
-            return Ok(None);
-        };
-        let d = Dashboard::start(addr, title).map_err(CliError::command)?;
-        println!("dashboard: {}", d.url());
-        Ok(Some(d))
-    }
-
-    /// Writes the dashboard's static report into `dir` (default: the current directory).
-    pub(super) fn finish_dashboard(
-        dashboard: Option<Dashboard>,
-        dir: Option<PathBuf>,
-    ) -> Result<(), CliError> {
-        let Some(d) = dashboard else {
-            return Ok(());
-        };
-        let dir = match dir {
-            Some(d) => d,
-            None => std::env::current_dir().map_err(CliError::command)?,
-        };
-        let path = d.finish(&dir).map_err(CliError::command)?;
-        println!("dashboard report: {}", path.display());
-        Ok(())
-    }
-}
+/// A build without the `dashboard` feature has none: `--dashboard` is refused before
+/// anything runs.
 #[cfg(not(feature = "dashboard"))]
-mod live {
-    use super::{CliError, PathBuf};
+enum Dashboard {}
 
-    /// No dashboard can be made in this build.
-    pub(super) enum Dashboard {}
-
-    pub(super) fn start_dashboard(
-        addr: Option<&str>,
-        _: &str,
-    ) -> Result<Option<Dashboard>, CliError> {
-        match addr {
-            None => Ok(None),
-            Some(_) => Err(CliError::Usage(
-                "--dashboard: this petrel was built without its `dashboard` feature".into(),
-            )),
-        }
+#[cfg(not(feature = "dashboard"))]
+impl Dashboard {
+    fn start(_: &str, _: &str) -> Result<Self, CliError> {
+        let why = "--dashboard: this petrel was built without its `dashboard` feature";
+        Err(CliError::Usage(why.into()))
     }
-
-    pub(super) fn finish_dashboard(
-        _: Option<Dashboard>,
-        _: Option<PathBuf>,
-    ) -> Result<(), CliError> {
-        Ok(())
+    fn url(&self) -> &str {
+        match *self {}
+    }
+    fn finish(self, _: &std::path::Path) -> Result<PathBuf, CliError> {
+        match self {}
     }
 }
-use live::{finish_dashboard, start_dashboard};
+
+/// Starts the dashboard when `--dashboard` was given and prints its URL.
+fn start_dashboard(addr: Option<&str>, title: &str) -> Result<Option<Dashboard>, CliError> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let d = Dashboard::start(addr, title).map_err(CliError::command)?;
+    println!("dashboard: {}", d.url());
+    Ok(Some(d))
+}
+
+/// Writes the dashboard's static report into `dir` (default: the current directory).
+fn finish_dashboard(dashboard: Option<Dashboard>, dir: Option<PathBuf>) -> Result<(), CliError> {
+    let Some(d) = dashboard else {
+        return Ok(());
+    };
+    let dir = match dir {
+        Some(d) => d,
+        None => std::env::current_dir().map_err(CliError::command)?,
+    };
+    let path = d.finish(&dir).map_err(CliError::command)?;
+    println!("dashboard report: {}", path.display());
+    Ok(())
+}
 
 /// `petrel certs`: every name is checked before anything is written.
 fn certs_command(
@@ -655,37 +596,16 @@ fn certs_command(
                 // Relative to the bundle's cluster.toml: the bundle itself.
                 s.cluster.certs_dir = Some(PathBuf::from("."));
                 let path = host.join("cluster.toml");
-                std::fs::write(&path, s.to_toml()?).map_err(|source| CliError::Write {
-                    path: path.clone(),
-                    source,
-                })?;
+                std::fs::write(&path, s.to_toml()?).map_err(CliError::write(&path))?;
             }
         }
     }
+    let bundles = bundle.then_some(" and one bundle per node to bundles/");
+    let (n, dir) = (names.len(), dir.display());
     println!(
-        "wrote CA and {} node certificates to {}{}",
-        names.len(),
-        dir.display(),
-        if bundle {
-            " and one bundle per node to bundles/"
-        } else {
-            ""
-        }
+        "wrote CA and {n} node certificates to {dir}{}",
+        bundles.unwrap_or("")
     );
-    Ok(())
-}
-
-/// `petrel train ps-*`: runs the parameter-server app in process and prints its summary.
-fn train_ps<A>(
-    args: crate::ps::PsTrainArgs<<A as crate::ps::PsApp>::Config>,
-    given: &BTreeSet<String>,
-) -> Result<(), CliError>
-where
-    A: crate::ps::PsApp + crate::train::TrainApp<Job = <A as crate::ps::PsApp>::Config>,
-    <A as crate::ps::PsApp>::Config: serde::Serialize,
-{
-    let summary = crate::train::train_ps::<A>(args, given).map_err(CliError::command)?;
-    println!("{summary}");
     Ok(())
 }
 

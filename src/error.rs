@@ -42,4 +42,12 @@ impl CliError {
     pub fn command(error: impl Into<petrel_actors::RoleError>) -> Self {
         CliError::Command(error.into())
     }
+
+    /// A failed write of `path`, for `map_err`.
+    pub(crate) fn write(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| CliError::Write {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
 }

@@ -57,10 +57,6 @@ pub fn wire_messages(data: &[u8]) {
     }
 }
 
-fn text(data: &[u8]) -> &[u8] {
-    data
-}
-
 /// Loader limits small enough that what a parsed input makes the apps allocate next (a CSC
 /// matrix, per-user counts, a word table) stays cheap under the fuzzer.
 const FUZZ_LIMITS: petrel_ml::data::DataLimits = petrel_ml::data::DataLimits {
@@ -72,9 +68,9 @@ const FUZZ_LIMITS: petrel_ml::data::DataLimits = petrel_ml::data::DataLimits {
 /// LIBSVM text, and the column-major copy every app builds from it (sized by the largest
 /// feature index: the allocation that aborted on `0.5 4000000000:0.1`).
 pub fn libsvm(data: &[u8]) {
-    let _ = petrel_ml::data::libsvm::parse_libsvm(text(data), "fuzz.libsvm");
+    let _ = petrel_ml::data::libsvm::parse_libsvm(data, "fuzz.libsvm");
     if let Ok(dataset) =
-        petrel_ml::data::parse_libsvm_with_limits(text(data), "fuzz.libsvm", &FUZZ_LIMITS)
+        petrel_ml::data::parse_libsvm_with_limits(data, "fuzz.libsvm", &FUZZ_LIMITS)
     {
         let _ = dataset.to_columns();
     }
@@ -83,12 +79,11 @@ pub fn libsvm(data: &[u8]) {
 /// Rating triplets and Matrix Market text, and the per-user and per-item counts sized by
 /// the declared dimensions.
 pub fn ratings(data: &[u8]) {
-    if let Ok(r) = petrel_ml::data::ratings::parse_triplets(text(data), "fuzz.data") {
+    if let Ok(r) = petrel_ml::data::ratings::parse_triplets(data, "fuzz.data") {
         let _ = (r.user_counts(), r.item_counts());
     }
-    let _ = petrel_ml::data::ratings::parse_matrix_market(text(data), "fuzz.mtx");
-    if let Ok(r) =
-        petrel_ml::data::parse_matrix_market_with_limits(text(data), "fuzz.mtx", &FUZZ_LIMITS)
+    let _ = petrel_ml::data::ratings::parse_matrix_market(data, "fuzz.mtx");
+    if let Ok(r) = petrel_ml::data::parse_matrix_market_with_limits(data, "fuzz.mtx", &FUZZ_LIMITS)
     {
         let _ = (r.user_counts(), r.item_counts());
     }
@@ -96,13 +91,13 @@ pub fn ratings(data: &[u8]) {
 
 /// UCI bag-of-words docword and vocabulary files, and the word-frequency table sized by W.
 pub fn bag_of_words(data: &[u8]) {
-    let _ = petrel_ml::data::bow::parse_docword(text(data), "docword.fuzz.txt");
+    let _ = petrel_ml::data::bow::parse_docword(data, "docword.fuzz.txt");
     if let Ok(corpus) =
-        petrel_ml::data::parse_docword_with_limits(text(data), "docword.fuzz.txt", &FUZZ_LIMITS)
+        petrel_ml::data::parse_docword_with_limits(data, "docword.fuzz.txt", &FUZZ_LIMITS)
     {
         let _ = corpus.word_frequencies();
     }
-    let _ = petrel_ml::data::bow::parse_vocab(text(data), "vocab.fuzz.txt");
+    let _ = petrel_ml::data::bow::parse_vocab(data, "vocab.fuzz.txt");
 }
 
 /// IDX (MNIST) image and label files.

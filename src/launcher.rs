@@ -23,7 +23,6 @@
 //! cluster it was interrupted and exits within [`SHUTDOWN_GRACE`]; the launcher stops its
 //! children (SIGTERM to each process group, SIGKILL after the grace period) and fails with
 //! [`LaunchError::Interrupted`].
-// Long because the three launch modes (threads, processes, one node) share their setup here.
 
 use crate::train::progress::{JobProgress, ProgressReport, REPORTS_ENV};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -241,19 +240,14 @@ impl ChildCommand {
     /// enters the namespace and executes the program in the same process, so the launcher
     /// still holds the node's own process id).
     fn command(&self, node: &str, config: &Path, netns: Option<&str>) -> Command {
-        let (program, args) = self.argv(node, config);
-        match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(program).args(args);
-                c
-            }
-            None => {
-                let mut c = Command::new(program);
-                c.args(args);
-                c
-            }
+        let (mut program, mut args) = self.argv(node, config);
+        if let Some(ns) = netns {
+            args.splice(0..0, ["netns".into(), "exec".into(), ns.into(), program]);
+            program = "ip".into();
         }
+        let mut c = Command::new(program);
+        c.args(args);
+        c
     }
 }
 
@@ -366,11 +360,6 @@ impl Launched {
         self.hosted.iter().any(|n| n == name)
     }
 
-    /// Whether this process only launched children (`--processes`).
-    pub fn is_launcher(&self) -> bool {
-        self.report.is_some()
-    }
-
     /// Whether this process ran one node of a larger run (`--node`, or a child of
     /// `--processes`): whole-run output belongs to the launcher or the in-process run.
     pub fn runs_one_node(&self) -> bool {
@@ -391,59 +380,47 @@ pub fn launch_with(
     mode: LaunchMode,
     opts: LaunchOptions,
 ) -> Result<Launched, LaunchError> {
-    match mode {
+    let (hosted, report, single_node) = match mode {
         LaunchMode::InProcess => {
             cluster.run_in_process()?;
-            Ok(Launched {
-                hosted: cluster
-                    .settings()
-                    .nodes
-                    .iter()
-                    .map(|n| n.name.clone())
-                    .collect(),
-                report: None,
-                single_node: false,
-            })
+            let names = cluster.settings().nodes.iter().map(|n| n.name.clone());
+            (names.collect(), None, false)
         }
         LaunchMode::Processes => {
             let timeout = opts.timeout;
-            let report = runtime()?
-                .block_on(async { start_cluster(cluster, opts).await?.wait(timeout).await })?;
-            Ok(Launched {
-                hosted: Vec::new(),
-                report: Some(report),
-                single_node: false,
-            })
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?;
+            let run = async { start_cluster(cluster, opts).await?.wait(timeout).await };
+            (Vec::new(), Some(runtime.block_on(run)?), false)
         }
         LaunchMode::Node { name, config } => {
             let launched = std::env::var_os(LAUNCH_DIR_ENV).map(PathBuf::from);
             // Read before the node loads anything: what is file-backed now is the binary.
             let startup_file_mb = process::resident_file_mb(None);
             let ran = run_one_node(cluster, name.as_deref(), &config);
-            if let Some(dir) = &launched {
-                let node = match &ran {
-                    Ok(name) => Some(name.as_str()),
-                    Err((node, _)) => node.as_deref(),
-                };
-                if let Some(node) = node {
-                    record_peak(dir, node, startup_file_mb);
-                }
+            let node = match &ran {
+                Ok(name) => Some(name.as_str()),
+                Err((node, _)) => node.as_deref(),
+            };
+            if let (Some(dir), Some(node)) = (&launched, node) {
+                record_peak(dir, node, startup_file_mb);
             }
-            match ran {
-                Ok(name) => Ok(Launched {
-                    hosted: vec![name],
-                    report: None,
-                    single_node: true,
-                }),
-                Err((node, e)) => match launched {
-                    Some(dir) => {
-                        std::process::exit(report_failure(&dir, node.as_deref(), &e).into())
-                    }
-                    None => Err(e),
-                },
+            match (ran, launched) {
+                (Ok(name), _) => (vec![name], None, true),
+                (Err((node, e)), Some(dir)) => {
+                    std::process::exit(report_failure(&dir, node.as_deref(), &e).into())
+                }
+                (Err((_, e)), None) => return Err(e),
             }
         }
-    }
+    };
+    Ok(Launched {
+        hosted,
+        report,
+        single_node,
+    })
 }
 
 /// Where a node under a launcher leaves its peak memory when it ends ([`NodePeak`]): the
@@ -453,7 +430,7 @@ fn peak_file(dir: &Path, node: &str) -> PathBuf {
 }
 
 /// A node process's peak memory, MB.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NodePeak {
     /// Peak resident memory (`VmHWM`).
     pub rss_mb: f64,
@@ -467,15 +444,6 @@ pub struct NodePeak {
     /// `None` for a node that recorded none (an older binary's record reads as `None`).
     #[serde(default)]
     pub heap_mb: Option<f64>,
-}
-
-impl NodePeak {
-    /// Nothing read yet.
-    const NONE: NodePeak = NodePeak {
-        rss_mb: 0.0,
-        private_mb: None,
-        heap_mb: None,
-    };
 }
 
 /// Best effort: a node that cannot write its peak leaves the launcher's sampled one.
@@ -521,13 +489,6 @@ fn report_failure(dir: &Path, node: Option<&str>, error: &LaunchError) -> u8 {
         let _ = writeln!(std::io::stderr(), "error: {text}");
     }
     if follower { STOPPED_BY_PEER } else { 1 }
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime, LaunchError> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?)
 }
 
 /// Runs one node of the cluster in `config`; returns its name. The error carries the name
@@ -697,43 +658,27 @@ async fn stop_signal() -> String {
     cause
 }
 
-#[cfg(unix)]
 async fn wait_for_signal() -> String {
     use tokio::signal::unix::{SignalKind, signal};
-    let kinds = [
-        (SignalKind::interrupt(), "SIGINT"),
-        (SignalKind::terminate(), "SIGTERM"),
-        (SignalKind::hangup(), "SIGHUP"),
-    ];
-    let mut streams = Vec::new();
-    for (kind, name) in kinds {
-        match signal(kind) {
-            Ok(s) => streams.push((s, name)),
-            Err(e) => tracing::debug!(signal = name, error = %e, "cannot listen"),
-        }
-    }
-    if streams.is_empty() {
-        return futures::future::pending().await;
-    }
-    let waits = streams.iter_mut().map(|(s, name)| {
-        let name: &'static str = name;
-        Box::pin(async move {
-            s.recv().await;
-            name.to_string()
-        })
-    });
-    futures::future::select_all(waits).await.0
-}
-
-#[cfg(not(unix))]
-async fn wait_for_signal() -> String {
-    let _ = tokio::signal::ctrl_c().await;
-    "Ctrl-C".to_string()
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::debug!("cannot listen for signals");
+        return std::future::pending().await;
+    };
+    let name = tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+        _ = hup.recv() => "SIGHUP",
+    };
+    name.to_string()
 }
 
 /// Resolves ports and certificates for `settings` and writes `cluster.toml` into `dir`.
 /// Only the CA certificate and the nodes' keys are written: the CA key stays in memory.
-pub fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
+fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
     create_private_dir(dir)?;
     // Every node is its own process here: they reach each other over QUIC whatever the
     // in-process transport of the topology was.
@@ -785,20 +730,9 @@ fn reserve_metrics_ports(settings: &mut Settings) -> Result<(), LaunchError> {
 }
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
-/// Runs the cluster described by `config` (built-in roles) to completion.
-pub async fn run(config: &Path, opts: LaunchOptions) -> Result<LaunchReport, LaunchError> {
-    let settings = Settings::load(config)?;
-    let timeout = opts.timeout;
-    start(settings, opts).await?.wait(timeout).await
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 /// A launched cluster whose nodes are running.
@@ -814,12 +748,14 @@ pub struct Running {
     _temp: Option<tempfile::TempDir>,
     bar: ProgressBar,
     /// The tasks relaying the children's output (awaited once they all exited).
-    relays: Vec<tokio::task::JoinHandle<()>>,
+    relays: Vec<Relay>,
     /// What the bar shows (with `progress`), fed by the nodes' progress reports.
     job: Option<SharedProgress>,
 }
 
 type SharedProgress = std::sync::Arc<std::sync::Mutex<JobProgress>>;
+/// A task relaying a child's output.
+type Relay = tokio::task::JoinHandle<()>;
 
 /// The job's progress, even if a thread panicked while holding it.
 fn lock(job: &SharedProgress) -> std::sync::MutexGuard<'_, JobProgress> {
@@ -916,20 +852,9 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
                 return Err(e.into());
             }
         };
-        relays.extend(forward(
-            name,
-            child.stdout.take(),
-            bar.clone(),
-            Stream::Out,
-            None,
-        ));
-        relays.extend(forward(
-            name,
-            child.stderr.take(),
-            bar.clone(),
-            Stream::Err,
-            job.clone(),
-        ));
+        relays.extend(forward(name, child.stdout.take(), bar.clone(), Stream::Out));
+        let logs = Stream::Err(job.clone());
+        relays.extend(forward(name, child.stderr.take(), bar.clone(), logs));
         children.push((name.clone(), child));
     }
     tracing::debug!(nodes = names.len(), dir = %run_dir.display(), "cluster launched");
@@ -955,7 +880,6 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
 /// and a terminal's Ctrl-C reaches only the launcher, which stops the children in order)
 /// and, on Linux, SIGKILL when the launcher dies, even by SIGKILL.
 fn die_with_parent(cmd: &mut Command) {
-    #[cfg(unix)]
     cmd.process_group(0);
     #[cfg(target_os = "linux")]
     {
@@ -990,11 +914,6 @@ impl Running {
         &self.metrics
     }
 
-    /// Where the certificates and resolved settings are.
-    pub fn run_dir(&self) -> &Path {
-        &self.run_dir
-    }
-
     /// The error a node left (see [`report_failure`]), else its exit status.
     fn cause(&self, name: &str, status: &str) -> String {
         std::fs::read_to_string(self.run_dir.join("failures").join(name))
@@ -1025,15 +944,14 @@ impl Running {
                 // The peak so far: VmHWM only grows, so the last reading before the exit is
                 // the node's peak but for its last 50 ms.
                 if let Some(mb) = child.id().and_then(|pid| process::peak_rss_mb(Some(pid))) {
-                    let peak = peaks.entry(name.clone()).or_insert(NodePeak::NONE);
+                    let peak = peaks.entry(name.clone()).or_default();
                     peak.rss_mb = peak.rss_mb.max(mb);
                 }
                 if let Some(status) = child.try_wait()? {
                     if let Some(recorded) = recorded_peak(&self.run_dir, name) {
-                        let peak = peaks.entry(name.clone()).or_insert(NodePeak::NONE);
-                        peak.rss_mb = peak.rss_mb.max(recorded.rss_mb);
-                        peak.private_mb = recorded.private_mb;
-                        peak.heap_mb = recorded.heap_mb;
+                        let sampled = peaks.get(name).map_or(0.0, |p| p.rss_mb);
+                        let rss_mb = recorded.rss_mb.max(sampled);
+                        peaks.insert(name.clone(), NodePeak { rss_mb, ..recorded });
                     }
                     if status.success() {
                         finished.push((name.clone(), self.started.elapsed()));
@@ -1111,76 +1029,57 @@ async fn stop_all(children: &mut [(String, Child)]) {
         .collect();
     for &i in &running {
         tracing::debug!(node = %children[i].0, "stopping");
-        signal_group(&mut children[i].1, Stop::Term);
+        signal_group(&mut children[i].1, libc::SIGTERM);
     }
     let deadline = Instant::now() + SHUTDOWN_GRACE;
     for &i in &running {
         let child = &mut children[i].1;
         let left = deadline.saturating_duration_since(Instant::now());
         if tokio::time::timeout(left, child.wait()).await.is_err() {
-            signal_group(child, Stop::Kill);
+            signal_group(child, libc::SIGKILL);
             let _ = tokio::time::timeout(SHUTDOWN_GRACE, child.wait()).await;
         }
     }
 }
 
-enum Stop {
-    Term,
-    Kill,
-}
-
-fn signal_group(child: &mut Child, how: Stop) {
-    #[cfg(unix)]
-    if let Some(pid) = child.id() {
-        let sig = match how {
-            Stop::Term => libc::SIGTERM,
-            Stop::Kill => libc::SIGKILL,
-        };
-        // SAFETY: killpg only sends a signal; the group is the child's own (process_group(0)).
-        if unsafe { libc::killpg(pid as libc::pid_t, sig) } == 0 {
-            return;
-        }
+/// Sends `signal` to the child's process group, else (no group to signal) kills the child.
+fn signal_group(child: &mut Child, signal: libc::c_int) {
+    // SAFETY: killpg only sends a signal; the group is the child's own (process_group(0)).
+    let sent = child
+        .id()
+        .is_some_and(|pid| unsafe { libc::killpg(pid as libc::pid_t, signal) } == 0);
+    if !sent {
+        let _ = child.start_kill();
     }
-    let _ = how;
-    let _ = child.start_kill();
 }
 
-#[derive(Clone, Copy)]
+/// A child's output: stdout, or stderr with the job that takes its progress reports.
 enum Stream {
     Out,
-    Err,
+    Err(Option<SharedProgress>),
 }
 
 /// Forwards a child's output line by line: stdout unchanged (the program's output), stderr
-/// (its logs) prefixed with `[node]`, except the progress reports `job` takes for the bar.
+/// (its logs) prefixed with `[node]`, except the progress reports its job takes for the bar.
 /// A closed terminal or pipe is ignored, never a panic.
-fn forward<R>(
-    name: &str,
-    stream: Option<R>,
-    bar: ProgressBar,
-    which: Stream,
-    job: Option<SharedProgress>,
-) -> Option<tokio::task::JoinHandle<()>>
+fn forward<R>(name: &str, stream: Option<R>, bar: ProgressBar, which: Stream) -> Option<Relay>
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
 {
     let stream = stream?;
-    let prefix = format!("[{name}]");
     let node = name.to_string();
     Some(tokio::spawn(async move {
         let mut lines = BufReader::new(stream).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if job.as_ref().is_some_and(|j| lock(j).offer(&node, &line)) {
+            if let Stream::Err(Some(job)) = &which
+                && lock(job).offer(&node, &line)
+            {
                 continue;
             }
-            let text = match which {
-                Stream::Out => line,
-                Stream::Err => format!("{prefix} {line}"),
-            };
             bar.suspend(|| {
                 let _ = match which {
-                    Stream::Out => writeln!(std::io::stdout().lock(), "{text}"),
-                    Stream::Err => writeln!(std::io::stderr().lock(), "{text}"),
+                    Stream::Out => writeln!(std::io::stdout().lock(), "{line}"),
+                    Stream::Err(_) => writeln!(std::io::stderr().lock(), "[{node}] {line}"),
                 };
             });
         }

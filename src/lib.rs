@@ -117,15 +117,13 @@ pub mod prelude {
 /// Keeps freed large buffers in the process instead of handing them back to the kernel.
 ///
 /// glibc serves every allocation above its mmap threshold (128 KiB at first) with a fresh
-/// `mmap` and unmaps it again on free, so a node that receives a 16 MiB row per iteration
-/// pays a page fault and the zeroing of each of its 4,096 pages for every message: about
-/// 15 % of a `bench ps` node's CPU at 16 MiB (perf), and on this loopback the push+pull
-/// figure rose by 1.2-1.5x with the thresholds below. With the
-/// mmap threshold at 256 MiB and the trim threshold at 1 GiB the heap reuses those pages.
-/// The cost: up to 1 GiB that a node freed stays mapped to it (its peak is unchanged).
-/// `petrel node` and the other commands of the binary call this first;
-/// `PETREL_KEEP_LARGE_BUFFERS=0` leaves glibc's defaults. Does nothing outside glibc.
-/// Returns whether the thresholds were set.
+/// `mmap` and unmaps it on free, so a node receiving a 16 MiB row per iteration pays a page
+/// fault and a zeroed page for each of its 4,096 pages per message: about 15 % of a `bench
+/// ps` node's CPU (perf), and 1.2-1.5x on the push+pull figure. With the mmap threshold at
+/// 256 MiB and the trim threshold at 1 GiB the heap reuses those pages, at the cost of up
+/// to 1 GiB freed but still mapped (the peak is unchanged). The binary's commands call this
+/// first; `PETREL_KEEP_LARGE_BUFFERS=0` leaves glibc's defaults. Does nothing outside
+/// glibc. Returns whether the thresholds were set.
 pub fn keep_large_buffers() -> bool {
     if std::env::var("PETREL_KEEP_LARGE_BUFFERS").is_ok_and(|v| v.trim() == "0") {
         return false;

@@ -62,18 +62,18 @@ pub struct LinkShape {
 }
 
 fn run(args: &[&str]) -> Result<String, NetnsError> {
+    let failed = |stderr: String| NetnsError::Command {
+        cmd: args.join(" "),
+        stderr,
+    };
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
-        .map_err(|e| NetnsError::Command {
-            cmd: args.join(" "),
-            stderr: e.to_string(),
-        })?;
+        .map_err(|e| failed(e.to_string()))?;
     if !out.status.success() {
-        return Err(NetnsError::Command {
-            cmd: args.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
+        return Err(failed(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }
@@ -186,16 +186,8 @@ impl Hosts {
             run(&["ip", "link", "set", &host_if, "netns", &ns])?;
             run(&["ip", "link", "set", &sw_if, "netns", &sw])?;
             run(&["ip", "-n", &ns, "link", "set", &host_if, "name", "eth0"])?;
-            run(&[
-                "ip",
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{}/24", hosts.host_ip(i)),
-                "dev",
-                "eth0",
-            ])?;
+            let addr = format!("{}/24", hosts.host_ip(i));
+            run(&["ip", "-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
             run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
             run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
             run(&["ip", "-n", &sw, "link", "set", &sw_if, "master", "br0"])?;
@@ -257,51 +249,31 @@ pub fn parse_qdisc_drops(text: &str) -> u64 {
 }
 
 fn shape_link(ns: &str, dev: &str, shape: &LinkShape) -> Result<(), NetnsError> {
-    let queue_ms = shape.queue_ms.unwrap_or(50.0);
+    let mut args = [
+        "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root",
+    ]
+    .map(String::from)
+    .to_vec();
     match (shape.rate_mbit, shape.delay_ms) {
-        (None, None) => Ok(()),
+        (None, None) => return Ok(()),
         (Some(rate), None) => {
-            let burst = ((rate * 1e6 / 8.0 / 250.0) as u64).max(16 * 1024);
-            run(&[
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                dev,
-                "root",
-                "tbf",
-                "rate",
-                &format!("{rate}mbit"),
-                "burst",
-                &burst.to_string(),
-                "latency",
-                &format!("{queue_ms}ms"),
-            ])
-            .map(|_| ())
+            let burst = ((rate * 1e6 / 8.0 / 250.0) as u64)
+                .max(16 * 1024)
+                .to_string();
+            let rate = format!("{rate}mbit");
+            let latency = format!("{}ms", shape.queue_ms.unwrap_or(50.0));
+            let tbf = ["tbf", "rate", &rate, "burst", &burst, "latency", &latency];
+            args.extend(tbf.map(String::from));
         }
         (rate, Some(delay)) => {
-            let mut args: Vec<String> = [
-                "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "netem",
-                "delay",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            args.push(format!("{delay}ms"));
+            args.extend(["netem".into(), "delay".into(), format!("{delay}ms")]);
             if let Some(rate) = rate {
-                args.push("rate".into());
-                args.push(format!("{rate}mbit"));
+                args.extend(["rate".into(), format!("{rate}mbit")]);
             }
-            args.push("limit".into());
-            args.push("100000".into());
-            let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-            run(&refs).map(|_| ())
+            args.extend(["limit".into(), "100000".into()]);
         }
     }
+    run(&args.iter().map(String::as_str).collect::<Vec<_>>()).map(|_| ())
 }
 
 #[cfg(test)]

@@ -7,68 +7,10 @@
 //! uninterrupted run writes. A failure after the budget is spent stops the job with the
 //! last failure (which names the node) and the number of restarts tried.
 //!
-//! [`RestartBudget`] decides; [`run_with_restarts`] runs attempts through it.
+//! [`run_with_restarts`] runs a job's attempts; [`restart_job`] is it for one `petrel
+//! train` app, saying on standard output how each restart starts.
 
 use std::path::Path;
-
-/// The decision after one attempt of a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NextAttempt {
-    /// The job finished.
-    Done,
-    /// Start again; `resume` when a complete checkpoint exists to roll back to.
-    Restart {
-        /// 1-based number of this restart.
-        restart: u32,
-        /// Whether to resume from the newest checkpoint (false: from the start).
-        resume: bool,
-    },
-    /// The budget is spent: report the failure.
-    GiveUp {
-        /// Restarts tried before giving up.
-        restarts: u32,
-    },
-}
-
-/// How many times a failed job may be restarted, and how many it was.
-#[derive(Debug, Clone)]
-pub struct RestartBudget {
-    max_restarts: u32,
-    used: u32,
-}
-
-impl RestartBudget {
-    /// A budget of `max_restarts` restarts (0 = fail at the first failure).
-    pub fn new(max_restarts: u32) -> Self {
-        Self {
-            max_restarts,
-            used: 0,
-        }
-    }
-
-    /// What to do after an attempt that `failed` (or not), given whether a complete
-    /// checkpoint exists now.
-    pub fn after_attempt(&mut self, failed: bool, checkpoint_exists: bool) -> NextAttempt {
-        if !failed {
-            return NextAttempt::Done;
-        }
-        if self.used >= self.max_restarts {
-            return NextAttempt::GiveUp {
-                restarts: self.used,
-            };
-        }
-        self.used += 1;
-        NextAttempt::Restart {
-            restart: self.used,
-            resume: checkpoint_exists,
-        }
-    }
-
-    /// Restarts used so far.
-    pub fn used(&self) -> u32 {
-        self.used
-    }
-}
 
 /// Why a job with a restart budget did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -90,49 +32,73 @@ pub enum RecoveryError<E: std::error::Error + 'static> {
 
 /// Runs `attempt(resume, attempt_number)` until it succeeds, fails in a way a restart
 /// cannot help (`restartable` says no: a bad input file fails the same way every time), or
-/// the budget is spent. `checkpoint_exists()` is asked after each failure; the next
-/// attempt resumes when it says yes. Each restart is logged with the failure that caused
-/// it.
+/// `max_restarts` restarts are spent. `checkpoint_exists()` is asked after each failure;
+/// the next attempt resumes when it says yes. Each restart is logged with the failure that
+/// caused it. Returns the value and the restarts it took.
 pub fn run_with_restarts<T, E: std::error::Error + 'static>(
     max_restarts: u32,
     restartable: impl Fn(&E) -> bool,
     mut checkpoint_exists: impl FnMut() -> bool,
     mut attempt: impl FnMut(bool, u32) -> Result<T, E>,
 ) -> Result<(T, u32), RecoveryError<E>> {
-    let mut budget = RestartBudget::new(max_restarts);
     let mut resume = false;
-    let mut number = 0;
+    let mut restarts = 0;
     loop {
-        let result = attempt(resume, number);
-        let result = match result {
+        match attempt(resume, restarts) {
+            Ok(value) => return Ok((value, restarts)),
             Err(source) if !restartable(&source) => return Err(RecoveryError::Fatal(source)),
-            other => other,
-        };
-        let failed = result.is_err();
-        match (
-            budget.after_attempt(failed, failed && checkpoint_exists()),
-            result,
-        ) {
-            (_, Ok(value)) => return Ok((value, budget.used())),
-            (NextAttempt::Restart { restart, resume: r }, Err(e)) => {
+            Err(source) if restarts >= max_restarts => {
+                return Err(RecoveryError::Exhausted { restarts, source });
+            }
+            Err(e) => {
+                resume = checkpoint_exists();
+                restarts += 1;
                 tracing::warn!(
-                    restart,
+                    restart = restarts,
                     max_restarts,
-                    from_checkpoint = r,
+                    from_checkpoint = resume,
                     error = %petrel_actors::error_chain(&e),
                     "job failed; restarting the cluster"
                 );
-                resume = r;
-                number += 1;
-            }
-            (_, Err(source)) => {
-                return Err(RecoveryError::Exhausted {
-                    restarts: budget.used(),
-                    source,
-                });
             }
         }
     }
+}
+
+/// [`run_with_restarts`] for `petrel train APP`: a restart resumes when `newest()` names a
+/// checkpoint (`round 7`, `clock 3`), and says so on standard output, as does the end of a
+/// run that needed restarts. A spent budget becomes the app's error through `exhausted`.
+pub fn restart_job<T, E: std::error::Error + 'static>(
+    app: &str,
+    max_restarts: u32,
+    restartable: impl Fn(&E) -> bool,
+    newest: impl Fn() -> Option<String>,
+    exhausted: impl FnOnce(RecoveryError<E>) -> E,
+    mut attempt: impl FnMut(bool, u32) -> Result<T, E>,
+) -> Result<T, E> {
+    let (value, restarts) = run_with_restarts(
+        max_restarts,
+        restartable,
+        || newest().is_some(),
+        |resume, number| {
+            match newest() {
+                Some(at) if resume => {
+                    println!("{app}: restart {number} resumes from the newest checkpoint ({at})")
+                }
+                _ if number > 0 => println!("{app}: restart {number} starts from the beginning"),
+                _ => {}
+            }
+            attempt(resume, number)
+        },
+    )
+    .map_err(|e| match e {
+        RecoveryError::Fatal(e) => e,
+        spent => exhausted(spent),
+    })?;
+    if restarts > 0 {
+        println!("{app} finished after {restarts} restart(s) of the cluster");
+    }
+    Ok(value)
 }
 
 /// True when a launched cluster failed because one of its nodes died (killed by a signal,
@@ -220,8 +186,7 @@ pub fn resuming(app: &petrel_actors::AppSections) -> petrel_actors::AppSections 
 }
 
 /// True when `dir` holds at least one checkpoint manifest (a complete checkpoint: the
-/// manifest is written last), Lasso's or the STRADS kit's. The scheduler verifies it fully
-/// when it resumes.
+/// manifest is written last). The nodes verify it fully when they resume.
 pub fn has_checkpoint(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|entries| {
         entries
@@ -272,37 +237,6 @@ mod tests {
         assert_eq!(resuming(&sections)["lasso"]["resume"], true);
     }
 
-    #[test]
-    fn restarts_resume_from_a_checkpoint_until_the_budget_is_spent() {
-        let mut b = RestartBudget::new(2);
-        assert_eq!(
-            b.after_attempt(true, false),
-            NextAttempt::Restart {
-                restart: 1,
-                resume: false
-            }
-        );
-        assert_eq!(
-            b.after_attempt(true, true),
-            NextAttempt::Restart {
-                restart: 2,
-                resume: true
-            }
-        );
-        assert_eq!(
-            b.after_attempt(true, true),
-            NextAttempt::GiveUp { restarts: 2 }
-        );
-        assert_eq!(
-            RestartBudget::new(0).after_attempt(false, false),
-            NextAttempt::Done
-        );
-        assert_eq!(
-            RestartBudget::new(0).after_attempt(true, true),
-            NextAttempt::GiveUp { restarts: 0 }
-        );
-    }
-
     #[derive(Debug, thiserror::Error)]
     #[error("node w1 failed")]
     struct Boom;
@@ -329,6 +263,8 @@ mod tests {
             err.to_string(),
             "node w1 failed (gave up after 1 restart(s); raise --max-restarts to try more)"
         );
+        let err = run_with_restarts(0, |_| true, || true, |_, _| Err::<(), _>(Boom)).unwrap_err();
+        assert!(matches!(err, RecoveryError::Exhausted { restarts: 0, .. }));
         // A failure a restart cannot help stops at once, reported as it is.
         let mut attempts = 0;
         let err = run_with_restarts(

@@ -41,21 +41,10 @@ impl Table {
                 .trim_end()
                 .to_string()
         };
-        let mut out = line(&self.headers);
-        out.push('\n');
-        out.push_str(
-            &width
-                .iter()
-                .map(|w| "-".repeat(*w))
-                .collect::<Vec<_>>()
-                .join("  "),
-        );
-        out.push('\n');
-        for r in &self.rows {
-            out.push_str(&line(r));
-            out.push('\n');
-        }
-        out
+        let rule: Vec<String> = width.iter().map(|w| "-".repeat(*w)).collect();
+        let mut lines = vec![line(&self.headers), rule.join("  ")];
+        lines.extend(self.rows.iter().map(|r| line(r)));
+        lines.join("\n") + "\n"
     }
 
     /// Prints the table to stdout.

@@ -1,7 +1,7 @@
+// Over 600 lines: `Cluster` runs both wirings and the port and join helpers are theirs alone.
 //! Compose clusters in code: which nodes exist, which roles run where, and the code of each
 //! role. The same [`Cluster`] runs every node in one process (one thread and actix System
 //! per node) or one node per process (`run_node`, used by `petrel node` and `petrel run`).
-// Long because `Cluster` runs both wirings and the port and join helpers are theirs alone.
 
 use crate::coordinator::{
     AGENT_ACTOR, BroadcastShutdown, COORDINATOR_ACTOR, Coordinator, Joined, NodeAgent,

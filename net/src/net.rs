@@ -1,5 +1,5 @@
+// Over 600 lines: `Net`'s whole API (send, striping, peers, shutdown) works on one private `Shared`.
 //! [`Net`]: the handle a node uses to send frames and receive them, over QUIC or memory.
-// Long because `Net`'s whole API (send, striping, peers, shutdown) works on one private `Shared`.
 
 use crate::config::NetConfig;
 use crate::memory::{MemoryHub, MemoryLink};

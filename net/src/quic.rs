@@ -1,8 +1,8 @@
+// Over 600 lines: the link, its accept loop and the per-peer frame reader share the read limits.
 //! QUIC link: one endpoint per node (client and server), `stripe_connections` connections
 //! per peer and direction (frames go round-robin over them by lane position, so a striped
 //! message's parts travel at once), one unidirectional stream per message with the
 //! message's priority.
-// Long because the link, its accept loop and the per-peer frame reader share the read limits.
 
 use crate::config::NetConfig;
 use crate::datagram::{SegmentCappedSocket, endpoint_config};

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use petrel_actors::JobTransport;
 use petrel_ml::job::InvalidSetting;
 use petrel_ml::topic::LdaMetrics;
-use petrel_ps::{PsApp, PsError, PsLda, PsLdaSettings, PsLr, PsLrSettings, PsMf, PsMfSettings};
+use petrel_ps::kit::settings::RunFiles;
+use petrel_ps::{PsApp, PsLda, PsLdaSettings, PsLr, PsLrSettings, PsMf, PsMfSettings};
 use petrel_strads::apps::lasso::multi::MultiSchedulerError;
 use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings};
 use petrel_strads::apps::lda::{LdaApp, LdaSettings};
@@ -35,10 +36,10 @@ pub trait TrainApp {
     fn inputs(job: &mut Self::Job) -> Vec<&mut Option<PathBuf>>;
     /// Loads the data once and checks it fits: labels, rows versus `workers`.
     fn check_data(job: &Self::Job, workers: usize) -> Result<(), TrainError>;
-    /// A parameter-server app that checkpoints: its `checkpoint_dir` setting (which
-    /// `petrel train` defaults to `<out>/checkpoints`) and whether it resumes; `None` when
-    /// it does not checkpoint (or cannot with these settings, and names no directory).
-    fn ps_checkpoints(job: &mut Self::Job) -> Option<(&mut Option<PathBuf>, bool)> {
+    /// A parameter-server app that checkpoints: its run files, whose `checkpoint_dir`
+    /// `petrel train` defaults to `<out>/checkpoints`; `None` when it does not checkpoint
+    /// (or cannot with these settings, and names no directory and no `resume`).
+    fn ps_checkpoints(job: &mut Self::Job) -> Option<&mut RunFiles> {
         let _ = job;
         None
     }
@@ -55,23 +56,20 @@ pub fn prepare_job<A: TrainApp>(
     given: &BTreeSet<String>,
     workers: usize,
 ) -> Result<A::Job, TrainError> {
-    let invalid = |source| TrainError::Setting {
-        app: A::NAME,
-        source,
-    };
     // The flags alone first: a NaN or infinite flag has no JSON form to merge, so it
     // must be refused here rather than silently dropped.
-    A::validate(flags).map_err(invalid)?;
+    A::validate(flags).map_err(invalid::<A>)?;
     let mut job = resolve_job::<A::Job>(A::SECTION, file, flags, given)?;
     if let Some(out) = out_flag {
         *A::out(&mut job) = Some(out.to_path_buf());
     }
-    A::validate(&job).map_err(invalid)?;
+    A::validate(&job).map_err(invalid::<A>)?;
     if workers == 0 {
-        return Err(TrainError::Setting {
-            app: A::NAME,
-            source: InvalidSetting::new("workers", 0, "must be >= 1"),
-        });
+        return Err(invalid::<A>(InvalidSetting::new(
+            "workers",
+            0,
+            "must be >= 1",
+        )));
     }
     let out = A::out(&mut job)
         .clone()
@@ -79,33 +77,34 @@ pub fn prepare_job<A: TrainApp>(
     *A::out(&mut job) = Some(prepare_out_dir(&out)?);
     for input in A::inputs(&mut job) {
         if let Some(p) = input.as_mut() {
-            *p = std::fs::canonicalize(&*p).map_err(|source| TrainError::Input {
-                path: p.clone(),
-                source,
-            })?;
+            *p = std::fs::canonicalize(&*p).map_err(super::StradsTrainError::io(p))?;
         }
     }
     A::check_data(&job, workers)?;
     Ok(job)
 }
 
-fn data_error(app: &'static str, e: impl std::error::Error + Send + Sync + 'static) -> TrainError {
+/// App `A` refuses a setting.
+pub(super) fn invalid<A: TrainApp>(source: InvalidSetting) -> TrainError {
+    TrainError::Setting {
+        app: A::NAME,
+        source,
+    }
+}
+
+/// The data of app `A` does not fit it.
+fn data_error<A: TrainApp>(e: impl std::error::Error + Send + Sync + 'static) -> TrainError {
     TrainError::Data {
-        app,
+        app: A::NAME,
         source: Box::new(e),
     }
 }
 
 /// `workers` must not exceed `count` (`what`: users, rows, documents).
-fn fits(
-    app: &'static str,
-    workers: usize,
-    count: usize,
-    what: &'static str,
-) -> Result<(), TrainError> {
+fn fits<A: TrainApp>(workers: usize, count: usize, what: &'static str) -> Result<(), TrainError> {
     if workers > count {
         return Err(TrainError::TooManyWorkers {
-            app,
+            app: A::NAME,
             workers,
             count,
             what,
@@ -127,32 +126,20 @@ impl TrainApp for PsMf {
     fn inputs(job: &mut PsMfSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
-    fn ps_checkpoints(job: &mut PsMfSettings) -> Option<(&mut Option<PathBuf>, bool)> {
+    fn ps_checkpoints(job: &mut PsMfSettings) -> Option<&mut RunFiles> {
         let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
-        job.files.wanted(writes)
+        job.files.wanted(writes).is_some().then_some(&mut job.files)
     }
     fn check_data(job: &PsMfSettings, workers: usize) -> Result<(), TrainError> {
         if let Some(s) = job.stragglers.straggler
             && s as usize >= workers
         {
-            return Err(TrainError::Setting {
-                app: <Self as TrainApp>::NAME,
-                source: InvalidSetting::new(
-                    "straggler",
-                    s,
-                    format!("must name a worker, 0..{workers}"),
-                ),
-            });
+            let why = format!("must name a worker, 0..{workers}");
+            return Err(invalid::<Self>(InvalidSetting::new("straggler", s, why)));
         }
-        let data = petrel_ps::apps::mf::PsMfData::load(job)
-            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        let data = petrel_ps::apps::mf::PsMfData::load(job).map_err(data_error::<Self>)?;
         // Worker w owns the users u % workers == w.
-        fits(
-            <Self as TrainApp>::NAME,
-            workers,
-            data.train.n_users,
-            "users",
-        )
+        fits::<Self>(workers, data.train.n_users, "users")
     }
 }
 
@@ -169,19 +156,13 @@ impl TrainApp for PsLr {
     fn inputs(job: &mut PsLrSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.data, &mut job.test_data]
     }
-    fn ps_checkpoints(job: &mut PsLrSettings) -> Option<(&mut Option<PathBuf>, bool)> {
+    fn ps_checkpoints(job: &mut PsLrSettings) -> Option<&mut RunFiles> {
         let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
-        job.files.wanted(writes)
+        job.files.wanted(writes).is_some().then_some(&mut job.files)
     }
     fn check_data(job: &PsLrSettings, workers: usize) -> Result<(), TrainError> {
-        let data = petrel_ps::apps::lr::PsLrData::load(job)
-            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
-        fits(
-            <Self as TrainApp>::NAME,
-            workers,
-            data.train.len(),
-            "training rows",
-        )
+        let data = petrel_ps::apps::lr::PsLrData::load(job).map_err(data_error::<Self>)?;
+        fits::<Self>(workers, data.train.len(), "training rows")
     }
 }
 
@@ -198,19 +179,13 @@ impl TrainApp for PsLda {
     fn inputs(job: &mut PsLdaSettings) -> Vec<&mut Option<PathBuf>> {
         vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
     }
-    fn ps_checkpoints(job: &mut PsLdaSettings) -> Option<(&mut Option<PathBuf>, bool)> {
-        job.files.wanted(job.checkpoint_every > 0)
+    fn ps_checkpoints(job: &mut PsLdaSettings) -> Option<&mut RunFiles> {
+        let writes = job.checkpoint_every > 0;
+        job.files.wanted(writes).is_some().then_some(&mut job.files)
     }
     fn check_data(job: &PsLdaSettings, workers: usize) -> Result<(), TrainError> {
-        let corpus = job
-            .load()
-            .map_err(|e: PsError| data_error(<Self as TrainApp>::NAME, e))?;
-        fits(
-            <Self as TrainApp>::NAME,
-            workers,
-            corpus.docs.len(),
-            "documents",
-        )
+        let corpus = job.load().map_err(data_error::<Self>)?;
+        fits::<Self>(workers, corpus.docs.len(), "documents")
     }
 }
 
@@ -229,15 +204,13 @@ impl TrainApp for LassoApp {
     }
     fn check_data(job: &LassoSettings, workers: usize) -> Result<(), TrainError> {
         // The design as stored (a cluster's explicit centring is checked before launch).
-        let (x, _) = job
-            .load_sparse()
-            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        let (x, _) = job.load_sparse().map_err(data_error::<Self>)?;
         if job.resolved_solver() == petrel_strads::apps::lasso::LassoSolver::GaussSeidel {
             // Gauss-Seidel workers split the columns.
-            return fits(<Self as TrainApp>::NAME, workers, x.n_columns(), "features");
+            return fits::<Self>(workers, x.n_columns(), "features");
         }
         // Scheduled workers split the rows.
-        fits(<Self as TrainApp>::NAME, workers, x.n_rows, "rows")
+        fits::<Self>(workers, x.n_rows, "rows")
     }
 }
 
@@ -255,9 +228,8 @@ impl TrainApp for LogisticApp {
         vec![&mut job.data, &mut job.test_data]
     }
     fn check_data(job: &LassoSettings, workers: usize) -> Result<(), TrainError> {
-        let (x, _) = petrel_strads::apps::logistic::load(job)
-            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
-        fits(<Self as TrainApp>::NAME, workers, x.n_rows, "rows")
+        let (x, _) = petrel_strads::apps::logistic::load(job).map_err(data_error::<Self>)?;
+        fits::<Self>(workers, x.n_rows, "rows")
     }
 }
 
@@ -277,22 +249,10 @@ impl TrainApp for MfApp {
     fn check_data(job: &StradsMfSettings, workers: usize) -> Result<(), TrainError> {
         // Counted in streaming passes, as the nodes do: the launcher holds the test
         // ratings only (reading them checks a `test_data` file).
-        let (summary, _) = job
-            .summary_and_test()
-            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        let (summary, _) = job.summary_and_test().map_err(data_error::<Self>)?;
         // Block rotation gives every worker a bucket of users and a block of items.
-        fits(
-            <Self as TrainApp>::NAME,
-            workers,
-            summary.shape.n_users,
-            "users",
-        )?;
-        fits(
-            <Self as TrainApp>::NAME,
-            workers,
-            summary.shape.n_items,
-            "items",
-        )
+        fits::<Self>(workers, summary.shape.n_users, "users")?;
+        fits::<Self>(workers, summary.shape.n_items, "items")
     }
 }
 
@@ -310,22 +270,10 @@ impl TrainApp for LdaApp {
         vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
     }
     fn check_data(job: &LdaSettings, workers: usize) -> Result<(), TrainError> {
-        let corpus = job
-            .load()
-            .map_err(|e| data_error(<Self as TrainApp>::NAME, e))?;
+        let corpus = job.load().map_err(data_error::<Self>)?;
         // Documents are split over the workers, and so is the vocabulary (word rotation).
-        fits(
-            <Self as TrainApp>::NAME,
-            workers,
-            corpus.docs.len(),
-            "documents",
-        )?;
-        fits(
-            <Self as TrainApp>::NAME,
-            workers,
-            corpus.vocab_size,
-            "words",
-        )
+        fits::<Self>(workers, corpus.docs.len(), "documents")?;
+        fits::<Self>(workers, corpus.vocab_size, "words")
     }
 }
 
@@ -338,47 +286,27 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
     fn job<A: TrainApp>(value: &serde_json::Value) -> Option<A::Job> {
         serde_json::from_value(value.clone()).ok()
     }
-    fn ps<A: TrainApp>(value: &serde_json::Value, dir: fn(&A::Job) -> bool) -> bool {
-        job::<A>(value).is_some_and(|mut j| !dir(&j) && A::ps_checkpoints(&mut j).is_some())
+    fn ps<A: TrainApp>(value: &serde_json::Value) -> bool {
+        let wanted = |mut j| A::ps_checkpoints(&mut j).is_some_and(|f| f.checkpoint_dir.is_none());
+        job::<A>(value).is_some_and(wanted)
     }
-    let lasso = |j: LassoSettings| {
-        j.checkpoint_dir.is_none() && j.checkpoint_every > 0 && j.schedulers <= 1
-    };
+    let strads = |dir: &Option<PathBuf>, every: u64| dir.is_none() && every > 0;
     match section {
-        s if s == <LassoApp as TrainApp>::SECTION => job::<LassoApp>(value).is_some_and(lasso),
-        s if s == <LogisticApp as TrainApp>::SECTION => {
-            job::<LogisticApp>(value).is_some_and(lasso)
+        // Logistic regression reads Lasso's settings.
+        <LassoApp as TrainApp>::SECTION | <LogisticApp as TrainApp>::SECTION => {
+            job::<LassoApp>(value)
+                .is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every) && j.schedulers <= 1)
         }
-        s if s == <MfApp as TrainApp>::SECTION => job::<MfApp>(value)
-            .is_some_and(|j| j.checkpoint_dir.is_none() && j.checkpoint_every > 0),
-        s if s == <LdaApp as TrainApp>::SECTION => job::<LdaApp>(value)
-            .is_some_and(|j| j.checkpoint_dir.is_none() && j.checkpoint_every > 0),
-        s if s == <PsMf as TrainApp>::SECTION => {
-            ps::<PsMf>(value, |j| j.files.checkpoint_dir.is_some())
+        <MfApp as TrainApp>::SECTION => {
+            job::<MfApp>(value).is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every))
         }
-        s if s == <PsLr as TrainApp>::SECTION => {
-            ps::<PsLr>(value, |j| j.files.checkpoint_dir.is_some())
+        <LdaApp as TrainApp>::SECTION => {
+            job::<LdaApp>(value).is_some_and(|j| strads(&j.checkpoint_dir, j.checkpoint_every))
         }
-        s if s == <PsLda as TrainApp>::SECTION => {
-            ps::<PsLda>(value, |j| j.files.checkpoint_dir.is_some())
-        }
+        <PsMf as TrainApp>::SECTION => ps::<PsMf>(value),
+        <PsLr as TrainApp>::SECTION => ps::<PsLr>(value),
+        <PsLda as TrainApp>::SECTION => ps::<PsLda>(value),
         _ => false,
-    }
-}
-
-/// A STRADS app that runs on a cluster ([`super::run_job`]): what its scheduler writes and
-/// the round timeout (`timeout_s`) its cluster's settings carry.
-pub trait StradsClusterApp: TrainApp {
-    /// What its scheduler writes to `metrics.json`.
-    type Metrics: serde::de::DeserializeOwned;
-    /// Seconds a round may take.
-    fn timeout_s(job: &Self::Job) -> u64;
-}
-
-impl StradsClusterApp for LogisticApp {
-    type Metrics = LogisticMetrics;
-    fn timeout_s(job: &LassoSettings) -> u64 {
-        job.timeout_s
     }
 }
 
@@ -386,8 +314,12 @@ impl StradsClusterApp for LogisticApp {
 /// scheduler nodes and the workers, round checkpoints and restarts, or one thread with
 /// `--transport none`.
 pub trait StradsTrainApp:
-    StradsJob<Config = <Self as TrainApp>::Job> + TrainApp<Job: clap::Args> + StradsClusterApp
+    StradsJob<Config = <Self as TrainApp>::Job> + TrainApp<Job: clap::Args>
 {
+    /// What its scheduler writes to `metrics.json`.
+    type Metrics: serde::de::DeserializeOwned;
+    /// Seconds a round may take (its cluster's request timeout).
+    fn timeout_s(job: &Self::Job) -> u64;
     /// Its checkpoint directory and resume settings; `None` when it cannot checkpoint with
     /// these settings.
     fn checkpoints(job: &mut Self::Job) -> Option<(&mut Option<PathBuf>, &mut bool)>;
@@ -423,14 +355,11 @@ pub trait StradsTrainApp:
     fn summary(job: &Self::Job, m: &Self::Metrics, out: &str) -> String;
 }
 
-impl StradsClusterApp for LassoApp {
+impl StradsTrainApp for LassoApp {
     type Metrics = LassoMetrics;
     fn timeout_s(job: &LassoSettings) -> u64 {
         job.timeout_s
     }
-}
-
-impl StradsTrainApp for LassoApp {
     fn checkpoints(job: &mut LassoSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
         // Several schedulers do not checkpoint ([`Self::check_run`] refuses the settings).
         (job.schedulers <= 1).then_some((&mut job.checkpoint_dir, &mut job.resume))
@@ -479,6 +408,10 @@ impl StradsTrainApp for LassoApp {
 }
 
 impl StradsTrainApp for LogisticApp {
+    type Metrics = LogisticMetrics;
+    fn timeout_s(job: &LassoSettings) -> u64 {
+        job.timeout_s
+    }
     fn checkpoints(job: &mut LassoSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
         Some((&mut job.checkpoint_dir, &mut job.resume))
     }
@@ -503,14 +436,11 @@ impl StradsTrainApp for LogisticApp {
     }
 }
 
-impl StradsClusterApp for MfApp {
+impl StradsTrainApp for MfApp {
     type Metrics = MfMetrics;
     fn timeout_s(job: &StradsMfSettings) -> u64 {
         job.timeout_s
     }
-}
-
-impl StradsTrainApp for MfApp {
     fn checkpoints(job: &mut StradsMfSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
         Some((&mut job.checkpoint_dir, &mut job.resume))
     }
@@ -527,14 +457,11 @@ impl StradsTrainApp for MfApp {
     }
 }
 
-impl StradsClusterApp for LdaApp {
+impl StradsTrainApp for LdaApp {
     type Metrics = LdaMetrics;
     fn timeout_s(job: &LdaSettings) -> u64 {
         job.timeout_s
     }
-}
-
-impl StradsTrainApp for LdaApp {
     fn checkpoints(job: &mut LdaSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
         Some((&mut job.checkpoint_dir, &mut job.resume))
     }

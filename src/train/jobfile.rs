@@ -117,31 +117,27 @@ fn file_and_env_section(
             source: Box::new(source),
         }
     };
+    let toml = |f: &Path| config::File::from(f).format(config::FileFormat::Toml);
     let mut builder = config::Config::builder();
     if let Some(f) = file {
         // The file's own tables are checked alone: the environment may hold other
         // PETREL_* variables this command does not read.
-        let text = config::Config::builder()
-            .add_source(config::File::from(f).format(config::FileFormat::Toml))
+        let tables: Value = config::Config::builder()
+            .add_source(toml(f))
             .build()
-            .map_err(parse(f.display().to_string()))?;
-        let tables: Value = text
-            .try_deserialize()
+            .and_then(config::Config::try_deserialize)
             .map_err(parse(f.display().to_string()))?;
         check_tables(section, f, &tables)?;
-        builder = builder.add_source(config::File::from(f).format(config::FileFormat::Toml));
+        builder = builder.add_source(toml(f));
     }
-    let merged = builder
-        .add_source(
-            config::Environment::with_prefix("PETREL")
-                .prefix_separator("_")
-                .separator("__")
-                .try_parsing(true),
-        )
+    let env = config::Environment::with_prefix("PETREL")
+        .prefix_separator("_")
+        .separator("__")
+        .try_parsing(true);
+    let all: Value = builder
+        .add_source(env)
         .build()
-        .map_err(parse("environment".into()))?;
-    let all: Value = merged
-        .try_deserialize()
+        .and_then(config::Config::try_deserialize)
         .map_err(parse("environment".into()))?;
     Ok(match all.get("app").and_then(|a| a.get(section)) {
         Some(Value::Object(m)) => m.clone(),

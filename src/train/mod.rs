@@ -1,3 +1,4 @@
+// Over 600 lines: every app's `petrel train` path (settings, cluster, restarts) lives here.
 //! `petrel train APP`: one job schema per app ([`jobfile`]: `[app.<section>]` of a job
 //! file, `PETREL_APP__*` variables, flags), every value and the data checked before any
 //! node starts ([`apps::prepare_job`]), then the app on a localhost cluster.
@@ -9,7 +10,6 @@
 //! multi-node tests. `--transport none` runs no cluster at all: Lasso and logistic
 //! regression are solved by the single-threaded cyclic coordinate descent baseline, MF and
 //! LDA by the serial driver (both halves in this thread).
-// Long because every app's `petrel train` path (settings, cluster, restarts) lives here.
 
 pub mod apps;
 pub mod jobfile;
@@ -19,11 +19,11 @@ pub mod plot;
 pub mod progress;
 pub mod saved;
 
-use crate::launcher::NodePeak;
+use crate::launcher::{LaunchMode, NodePeak};
 use petrel_actors::{JobTransport, NodeError, Settings, Topology};
+use petrel_ml::job::InvalidSetting;
 use petrel_ps::PsApp;
 use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings, multi};
-use petrel_strads::apps::logistic::LogisticApp;
 use petrel_strads::{StradsError, StradsJob, StradsModelError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -63,9 +63,6 @@ pub enum StradsTrainError {
         #[source]
         source: serde_json::Error,
     },
-    /// The launcher's async runtime did not start.
-    #[error("starting the launcher's runtime: {0}")]
-    Runtime(#[source] std::io::Error),
     /// The job failed more often than `--max-restarts` allows.
     #[error(transparent)]
     Restarts(#[from] Box<crate::recovery::RecoveryError<StradsTrainError>>),
@@ -75,12 +72,6 @@ pub enum StradsTrainError {
     /// A job needs at least one worker.
     #[error("need at least one worker")]
     NoWorkers,
-    /// A flag that only Lasso understands was given to another app.
-    #[error("{flag}: applies to lasso only")]
-    LassoOnly {
-        /// The flag.
-        flag: &'static str,
-    },
     /// A benchmark's arguments leave nothing to run.
     #[error("{0}")]
     Usage(&'static str),
@@ -115,15 +106,6 @@ pub enum TrainError {
     /// The output directory cannot be used.
     #[error(transparent)]
     OutDir(#[from] jobfile::OutDirError),
-    /// An input file does not exist.
-    #[error("{}: {source}", path.display())]
-    Input {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
     /// The data does not fit the app.
     #[error("{app}: {source}")]
     Data {
@@ -218,6 +200,18 @@ pub struct ClusterArgs {
     pub max_restarts: u32,
 }
 
+impl ClusterArgs {
+    /// The settings of app `A` ([`prepare_job`]) with these flags.
+    fn prepare<A: TrainApp>(
+        &self,
+        flags: &A::Job,
+        given: &BTreeSet<String>,
+    ) -> Result<A::Job, TrainError> {
+        let (file, out) = (self.job_file.as_deref(), self.out.as_deref());
+        prepare_job::<A>(flags, file, out, given, self.workers)
+    }
+}
+
 /// `petrel train lasso` and `petrel train logistic`: the [`LassoSettings`] flags plus these.
 #[derive(clap::Args, Debug, Clone)]
 pub struct LassoTrainArgs {
@@ -251,25 +245,26 @@ pub struct StradsTrainArgs<J: clap::Args> {
 
 /// `path`, created, as an absolute path (child processes run elsewhere).
 fn absolute_dir(p: &Path) -> Result<PathBuf, StradsTrainError> {
-    let io = |source| StradsTrainError::Io {
-        path: p.to_path_buf(),
-        source,
-    };
-    std::fs::create_dir_all(p).map_err(io)?;
-    std::fs::canonicalize(p).map_err(io)
+    std::fs::create_dir_all(p).map_err(StradsTrainError::io(p))?;
+    std::fs::canonicalize(p).map_err(StradsTrainError::io(p))
 }
 
-/// Drops `null`s (TOML has none) so the settings survive a round trip through a file.
-fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
-    match v {
-        serde_json::Value::Object(map) => serde_json::Value::Object(
-            map.into_iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k, strip_nulls(v)))
-                .collect(),
-        ),
-        other => other,
+/// `job` as an `[app.*]` section: its JSON form without `null`s (TOML has none), so the
+/// settings survive a round trip through a file.
+fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, StradsTrainError> {
+    fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(map) => serde_json::Value::Object(
+                map.into_iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k, strip_nulls(v)))
+                    .collect(),
+            ),
+            other => other,
+        }
     }
+    let json = serde_json::to_value(job).map_err(StradsTrainError::json(Path::new("")))?;
+    Ok(strip_nulls(json))
 }
 
 /// A star cluster of job `J`: the scheduler nodes (`(name, roles)`, in order), then workers
@@ -299,11 +294,7 @@ where
     for w in 0..workers {
         topo = topo.node(&format!("w{w}"), &[J::WORKER_ROLE]);
     }
-    let json = serde_json::to_value(job).map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
-    })?;
-    let value = strip_nulls(json);
+    let value = section_value(job)?;
     Ok(topo
         .with(|s| {
             s.app.insert(J::SECTION.into(), value);
@@ -318,21 +309,10 @@ where
         .build()?)
 }
 
-/// Runs a cluster: nodes as threads of this process (memory or quic) or as separate
-/// processes (run files go to `run_dir`).
 /// The file in a run directory of `--transport processes` that holds every node's peak
 /// memory in MB ([`NodePeak`] by node name:
 /// `{"w0": {"rss_mb": 80.2, "private_mb": 62.0, "heap_mb": 41.3}, ...}`).
 pub const NODE_MEMORY_FILE: &str = "node_memory.json";
-
-/// The peak memory of the nodes of a `--transport processes` run in `run_dir`, by node
-/// name (empty where the run left no record).
-pub fn node_memory(run_dir: &Path) -> BTreeMap<String, NodePeak> {
-    std::fs::read(run_dir.join(NODE_MEMORY_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
-}
 
 /// The memory of a STRADS job's nodes against what one worker holds, MB (the scale
 /// benches' JSON keys).
@@ -365,10 +345,11 @@ impl NodeMemory {
     /// What a job with output directory `out_dir` left, against `worker_holds_mb`: only a
     /// `--transport processes` run has separate nodes to measure (others: no peaks).
     pub fn of_run(out_dir: Option<&Path>, transport: JobTransport, worker_holds_mb: f64) -> Self {
-        let nodes = match (out_dir, transport) {
-            (Some(dir), JobTransport::Processes) => node_memory(&dir.join("run")),
-            _ => BTreeMap::new(),
-        };
+        let file = out_dir.map(|dir| dir.join("run").join(NODE_MEMORY_FILE));
+        let nodes: BTreeMap<String, NodePeak> = file
+            .filter(|_| transport == JobTransport::Processes)
+            .and_then(|f| serde_json::from_slice(&std::fs::read(f).ok()?).ok())
+            .unwrap_or_default();
         let workers = || {
             nodes
                 .iter()
@@ -391,37 +372,25 @@ impl NodeMemory {
     }
 }
 
+/// Runs a cluster: nodes as threads of this process (memory or quic) or as separate
+/// processes (run files and [`NODE_MEMORY_FILE`] go to `run_dir`).
 pub fn run_cluster(
     settings: Settings,
     transport: JobTransport,
     run_dir: &Path,
 ) -> Result<(), StradsTrainError> {
-    match transport {
-        JobTransport::Memory | JobTransport::Quic => {
-            Ok(crate::roles::builtin(settings).run_in_process()?)
-        }
-        JobTransport::Processes => {
-            let config = crate::launcher::prepare(settings, run_dir)?;
-            let mut opts = crate::launcher::LaunchOptions::new()?;
-            opts.run_dir = Some(run_dir.to_path_buf());
-            let report = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .map_err(StradsTrainError::Runtime)?
-                .block_on(crate::launcher::run(&config, opts))?;
-            // Each node's peak memory, for the scale benches (and anyone reading the run).
-            let path = run_dir.join(NODE_MEMORY_FILE);
-            let json = serde_json::to_vec_pretty(&report.peaks).map_err(|source| {
-                StradsTrainError::Json {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
-            std::fs::write(&path, json).map_err(|source| StradsTrainError::Io { path, source })?;
-            Ok(())
-        }
+    let cluster = crate::roles::builtin(settings);
+    if transport != JobTransport::Processes {
+        return Ok(cluster.run_in_process()?);
     }
+    let mut opts = crate::launcher::LaunchOptions::new()?;
+    opts.run_dir = Some(run_dir.to_path_buf());
+    let launched = crate::launcher::launch_with(&cluster, LaunchMode::Processes, opts)?;
+    // Each node's peak memory, for the scale benches (and anyone reading the run).
+    let peaks = launched.report.map(|r| r.peaks).unwrap_or_default();
+    let path = run_dir.join(NODE_MEMORY_FILE);
+    let json = serde_json::to_vec_pretty(&peaks).map_err(StradsTrainError::json(&path))?;
+    std::fs::write(&path, json).map_err(StradsTrainError::io(&path))
 }
 
 /// The scheduler nodes of a Lasso job with `schedulers` schedulers: node `scheduler` runs
@@ -436,11 +405,6 @@ pub fn lasso_scheduler_nodes(schedulers: usize, colocate: bool) -> Vec<(String, 
             .chain((1..schedulers).map(|s| (format!("scheduler-{s}"), roles(s..s + 1))))
             .collect()
     }
-}
-
-/// One node `scheduler` running job `J`'s scheduler role.
-fn one_scheduler<J: StradsJob>() -> Vec<(String, Vec<String>)> {
-    vec![("scheduler".into(), vec![J::SCHEDULER_ROLE.into()])]
 }
 
 /// A cluster for a Lasso job, its schedulers colocated on one node or not.
@@ -459,23 +423,22 @@ pub fn lasso_settings(
     )
 }
 
-/// Runs job `J` (`[app.<J::SECTION>] = config`) on `scheduler_nodes` and `workers` worker
-/// nodes and reads the `metrics.json` its scheduler wrote to `out_dir`.
-fn run_star_job<J, M>(
-    config: &J::Config,
-    out_dir: &Option<PathBuf>,
-    timeout_s: u64,
+/// Runs job `A` on `scheduler_nodes` and `workers` worker nodes and reads the
+/// `metrics.json` its scheduler wrote to the job's output directory.
+fn run_star_job<A: apps::StradsTrainApp>(
+    mut job: A::Job,
     scheduler_nodes: &[(String, Vec<String>)],
     workers: usize,
     transport: JobTransport,
-) -> Result<M, StradsTrainError>
+) -> Result<A::Metrics, StradsTrainError>
 where
-    J: StradsJob,
-    J::Config: serde::Serialize,
-    M: serde::de::DeserializeOwned,
+    A::Job: serde::Serialize,
 {
-    let out = out_dir.clone().ok_or(StradsTrainError::NoOutputDir)?;
-    let settings = star_settings_with::<J>(config, scheduler_nodes, workers, transport, timeout_s)?;
+    let out = A::out(&mut job)
+        .clone()
+        .ok_or(StradsTrainError::NoOutputDir)?;
+    let timeout_s = A::timeout_s(&job);
+    let settings = star_settings_with::<A>(&job, scheduler_nodes, workers, transport, timeout_s)?;
     run_cluster(settings, transport, &out.join("run"))?;
     read_json(&out.join("metrics.json"))
 }
@@ -489,28 +452,22 @@ pub fn run_lasso_job(
     colocate: bool,
 ) -> Result<LassoMetrics, StradsTrainError> {
     let nodes = lasso_scheduler_nodes(job.schedulers, colocate);
-    run_star_job::<LassoApp, _>(job, &job.out_dir, job.timeout_s, &nodes, workers, transport)
+    run_star_job::<LassoApp>(job.clone(), &nodes, workers, transport)
 }
 
 /// Runs job `A` (one scheduler node, `workers` worker nodes) on a cluster and returns the
 /// metrics its scheduler wrote (logistic regression's `solver` picks its roles).
-pub fn run_job<A>(
+pub fn run_job<A: apps::StradsTrainApp>(
     job: &A::Config,
     workers: usize,
     transport: JobTransport,
-) -> Result<<A as apps::StradsClusterApp>::Metrics, StradsTrainError>
+) -> Result<A::Metrics, StradsTrainError>
 where
-    A: StradsJob + TrainApp<Job = <A as StradsJob>::Config> + apps::StradsClusterApp,
     A::Config: serde::Serialize,
 {
-    let mut job = job.clone();
-    let out = A::out(&mut job).clone();
-    let timeout_s = A::timeout_s(&job);
-    run_star_job::<A, _>(
-        &job,
-        &out,
-        timeout_s,
-        &one_scheduler::<A>(),
+    run_star_job::<A>(
+        job.clone(),
+        &A::scheduler_nodes(job, false),
         workers,
         transport,
     )
@@ -549,14 +506,8 @@ pub fn stop_line(out: Option<&Path>) -> Result<String, StradsTrainError> {
 
 /// Reads a JSON file (the metrics a job wrote).
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, StradsTrainError> {
-    let bytes = std::fs::read(path).map_err(|source| StradsTrainError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_slice(&bytes).map_err(|source| StradsTrainError::Json {
-        path: path.to_path_buf(),
-        source,
-    })
+    let bytes = std::fs::read(path).map_err(StradsTrainError::io(path))?;
+    serde_json::from_slice(&bytes).map_err(StradsTrainError::json(path))
 }
 
 /// The settings of `petrel train lasso|logistic` ([`prepare_job`]), with `--no-filter`.
@@ -564,27 +515,15 @@ fn lasso_job_of<A: TrainApp<Job = LassoSettings>>(
     args: &LassoTrainArgs,
     given: &BTreeSet<String>,
 ) -> Result<LassoSettings, TrainError> {
-    let c = &args.cluster;
-    let mut job = prepare_job::<A>(
-        &args.job,
-        c.job_file.as_deref(),
-        c.out.as_deref(),
-        given,
-        c.workers,
-    )?;
-    job.checkpoint_dir = job
-        .checkpoint_dir
-        .as_deref()
-        .map(absolute_dir)
-        .transpose()?;
+    let mut job = args.cluster.prepare::<A>(&args.job, given)?;
+    if let Some(dir) = &job.checkpoint_dir {
+        job.checkpoint_dir = Some(absolute_dir(dir)?);
+    }
     if args.no_filter {
         job.rho = None;
         // rho is a scheduled-only setting: check the job again (an explicit
         // `--solver gauss-seidel` refuses it; `auto` now resolves to `scheduled`).
-        A::validate(&job).map_err(|source| TrainError::Setting {
-            app: A::NAME,
-            source,
-        })?;
+        A::validate(&job).map_err(apps::invalid::<A>)?;
     }
     Ok(job)
 }
@@ -593,13 +532,9 @@ fn lasso_job_of<A: TrainApp<Job = LassoSettings>>(
 /// `[app.<section>]` with every value.
 pub fn job_toml<J: serde::Serialize>(section: &str, job: &J) -> Result<String, TrainError> {
     let encode = |e| TrainError::Job(jobfile::JobFileError::Encode(e));
-    let json =
-        serde_json::to_value(job).map_err(|e| TrainError::Job(jobfile::JobFileError::Flags(e)))?;
     let mut sections = toml::Table::new();
-    sections.insert(
-        section.to_string(),
-        toml::Value::try_from(strip_nulls(json)).map_err(encode)?,
-    );
+    let value = toml::Value::try_from(section_value(job)?).map_err(encode)?;
+    sections.insert(section.to_string(), value);
     let mut top = toml::Table::new();
     top.insert("app".into(), toml::Value::Table(sections));
     toml::to_string(&top).map_err(encode)
@@ -613,55 +548,41 @@ fn printed<J: serde::Serialize>(print: bool, section: &str, job: &J) -> Result<b
     Ok(print)
 }
 
-/// The output directory of a prepared job (always set by [`prepare_job`]).
-fn out_path(job_out: &Option<PathBuf>) -> PathBuf {
-    job_out.clone().unwrap_or_default()
-}
-
-/// `petrel train lasso`.
-pub fn train_lasso(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
-    let job = lasso_job_of::<LassoApp>(&args, given)?;
-    train_prepared::<LassoApp>(job, &args.cluster, args.colocate_schedulers)
-}
-
-/// Runs a STRADS job's `attempt(resume, attempt_number)` with automatic restarts: a node
-/// death restarts the whole cluster, from the newest complete checkpoint in `checkpoints`
-/// when there is one, from the start otherwise. Lasso, logistic and strads-mf are
-/// deterministic, so either way they end with the model of an uninterrupted run
-/// (`tests/cli.rs` checks it byte for byte). Prints how many restarts it took.
-fn with_restarts<M>(
-    app: &str,
-    max_restarts: u32,
-    checkpoints: Option<&Path>,
-    attempt: impl FnMut(bool, u32) -> Result<M, StradsTrainError>,
-) -> Result<M, StradsTrainError> {
-    let mut attempt = attempt;
-    let (m, restarts) = crate::recovery::run_with_restarts(
-        max_restarts,
-        StradsTrainError::is_node_death,
-        || checkpoints.is_some_and(crate::recovery::has_checkpoint),
-        |resume, number| {
-            match checkpoints.and_then(crate::recovery::newest_checkpoint_round) {
-                Some(round) if resume => println!(
-                    "{app}: restart {number} resumes from the newest checkpoint (round {round})"
-                ),
-                _ if number > 0 => println!("{app}: restart {number} starts from the beginning"),
-                _ => {}
-            }
-            attempt(resume, number)
-        },
-    )
-    .map_err(|e| match e {
-        crate::recovery::RecoveryError::Fatal(e) => e,
-        exhausted => StradsTrainError::Restarts(Box::new(exhausted)),
-    })?;
-    if restarts > 0 {
-        println!("{app} finished after {restarts} restart(s) of the cluster");
+/// `petrel train lasso` and `petrel train logistic` (sparse logistic regression with the
+/// Lasso options: labels 0/1 or -1/+1; without `--data`, separable synthetic data).
+pub fn train_lasso<A: apps::StradsTrainApp<Job = LassoSettings>>(
+    args: LassoTrainArgs,
+    given: &BTreeSet<String>,
+) -> Result<(), TrainError> {
+    if args.colocate_schedulers && A::NAME != <LassoApp as TrainApp>::NAME {
+        let why = "applies to lasso only";
+        return Err(apps::invalid::<A>(InvalidSetting::new(
+            "colocate_schedulers",
+            true,
+            why,
+        )));
     }
-    Ok(m)
+    let job = lasso_job_of::<A>(&args, given)?;
+    train_prepared::<A>(job, &args.cluster, args.colocate_schedulers)
 }
 
 impl StradsTrainError {
+    /// An I/O error on `path`, for `map_err`.
+    pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| StradsTrainError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// A JSON error of file `path` (empty: no file), for `map_err`.
+    pub fn json(path: &Path) -> impl FnOnce(serde_json::Error) -> Self + '_ {
+        move |source| StradsTrainError::Json {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     /// True when the cluster failed because a node died (killed, crashed, silent) rather
     /// than because the job itself is wrong: only then can a restart help. The checkpoint
     /// fault-injection hook counts as a crash.
@@ -685,32 +606,11 @@ fn default_checkpoint_dir(
     if dir.is_none() {
         let default = absolute_dir(out)?.join("checkpoints");
         if !resume && default.exists() {
-            std::fs::remove_dir_all(&default).map_err(|source| StradsTrainError::Io {
-                path: default.clone(),
-                source,
-            })?;
+            std::fs::remove_dir_all(&default).map_err(StradsTrainError::io(&default))?;
         }
         *dir = Some(default);
     }
     Ok(dir.clone())
-}
-
-/// `petrel train logistic`: sparse logistic regression with the Lasso options (labels
-/// 0/1 or -1/+1; `--max-rounds` rounds; without `--data`, separable synthetic data of
-/// `--synthetic-samples x --synthetic-features`).
-pub fn train_logistic(args: LassoTrainArgs, given: &BTreeSet<String>) -> Result<(), TrainError> {
-    if args.colocate_schedulers {
-        return Err(TrainError::Setting {
-            app: "logistic",
-            source: petrel_ml::job::InvalidSetting::new(
-                "colocate_schedulers",
-                true,
-                "applies to lasso only",
-            ),
-        });
-    }
-    let job = lasso_job_of::<LogisticApp>(&args, given)?;
-    train_prepared::<LogisticApp>(job, &args.cluster, false)
 }
 
 /// `petrel train strads-mf | lda`: the settings ([`prepare_job`]), then
@@ -719,15 +619,8 @@ pub fn train_strads<A: apps::StradsTrainApp>(
     args: StradsTrainArgs<A::Job>,
     given: &BTreeSet<String>,
 ) -> Result<(), TrainError> {
-    let c = &args.cluster;
-    let job = prepare_job::<A>(
-        &args.job,
-        c.job_file.as_deref(),
-        c.out.as_deref(),
-        given,
-        c.workers,
-    )?;
-    train_prepared::<A>(job, c, false)
+    let job = args.cluster.prepare::<A>(&args.job, given)?;
+    train_prepared::<A>(job, &args.cluster, false)
 }
 
 /// Runs a STRADS app's prepared settings (or prints them with `--print-job`): on a
@@ -744,7 +637,8 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
     }
     let transport = c.transport.cluster();
     A::check_run(&job, transport)?;
-    let out = out_path(A::out(&mut job));
+    // Always set by [`prepare_job`].
+    let out = A::out(&mut job).clone().unwrap_or_default();
     let progress = progress::TrainProgress::start(A::NAME, A::progress_points(&job));
     let m: A::Metrics = match transport {
         Some(transport) => {
@@ -762,25 +656,25 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
                 None => None,
             };
             let nodes = A::scheduler_nodes(&job, colocate);
-            with_restarts(
+            // A node death restarts the whole cluster, from the newest complete checkpoint
+            // when there is one. Lasso, logistic and strads-mf are deterministic, so either
+            // way they end with the model of an uninterrupted run (`tests/cli.rs` checks it).
+            crate::recovery::restart_job(
                 A::NAME,
                 c.max_restarts,
-                checkpoints.as_deref(),
+                StradsTrainError::is_node_death,
+                || {
+                    let round = crate::recovery::newest_checkpoint_round(checkpoints.as_deref()?);
+                    round.map(|r| format!("round {r}"))
+                },
+                |spent| StradsTrainError::Restarts(Box::new(spent)),
                 |resume, attempt| {
                     let mut job = job.clone();
                     if let Some((_, resumes)) = A::checkpoints(&mut job) {
                         *resumes |= resume;
                     }
                     A::next_attempt(&mut job, attempt);
-                    let out = A::out(&mut job).clone();
-                    run_star_job::<A, A::Metrics>(
-                        &job,
-                        &out,
-                        A::timeout_s(&job),
-                        &nodes,
-                        c.workers,
-                        transport,
-                    )
+                    run_star_job::<A>(job, &nodes, c.workers, transport)
                 },
             )?
         }
@@ -794,40 +688,34 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
 
 /// `petrel train ps-mf | ps-lr | ps-lda`: the settings ([`prepare_job`]), then the app on
 /// a localhost cluster (nodes as threads of this process, or as processes with
-/// `--transport processes`); returns the summary line to print. Apps that checkpoint
+/// `--transport processes`); prints its summary. Apps that checkpoint
 /// (ps-mf) do so by default in `<out>/checkpoints` (cleared when a fresh run starts), and a
 /// node that dies restarts the whole cluster from the newest complete checkpoint, up to
 /// `--max-restarts` times.
 pub fn train_ps<A>(
     mut args: petrel_ps::PsTrainArgs<A::Config>,
     given: &BTreeSet<String>,
-) -> Result<String, TrainError>
+) -> Result<(), TrainError>
 where
     A: PsApp + TrainApp<Job = <A as PsApp>::Config>,
     <A as PsApp>::Config: serde::Serialize,
 {
     let name = <A as PsApp>::NAME;
     if args.shards == 0 {
-        return Err(TrainError::Setting {
-            app: name,
-            source: petrel_ml::job::InvalidSetting::new("shards", 0, "must be >= 1"),
-        });
+        let shards = InvalidSetting::new("shards", 0, "must be >= 1");
+        return Err(apps::invalid::<A>(shards));
     }
-    args.config = prepare_job::<A>(
-        &args.config,
-        args.job_file.as_deref(),
-        None,
-        given,
-        args.workers,
-    )?;
-    if args.print_job {
-        return job_toml(<A as PsApp>::SECTION, &args.config);
+    let (file, workers) = (args.job_file.as_deref(), args.workers);
+    args.config = prepare_job::<A>(&args.config, file, None, given, workers)?;
+    if printed(args.print_job, <A as PsApp>::SECTION, &args.config)? {
+        return Ok(());
     }
     let out = <A as TrainApp>::out(&mut args.config).clone();
-    let out_dir = out_path(&out);
+    let out_dir = out.clone().unwrap_or_default();
     let checkpoints = match <A as TrainApp>::ps_checkpoints(&mut args.config) {
-        Some((dir, resume)) => {
-            let dir = default_checkpoint_dir(dir, resume, &out_dir)?;
+        Some(files) => {
+            let resume = files.resume;
+            let dir = default_checkpoint_dir(&mut files.checkpoint_dir, resume, &out_dir)?;
             // Pre-flight: fail at once rather than after the cluster's failure timeout (the
             // nodes still verify the checkpoint fully, and say why one is refused).
             if let Some(d) = dir.as_ref().filter(|_| resume)
@@ -835,74 +723,40 @@ where
                     .map_err(petrel_ps::PsError::from)?
                     .is_empty()
             {
-                return Err(
-                    petrel_ps::PsError::from(petrel_ps::PsCoreError::Checkpoint {
-                        path: d.display().to_string(),
-                        reason: "no checkpoint to resume from".into(),
-                    })
-                    .into(),
+                let (path, reason) = (
+                    d.display().to_string(),
+                    "no checkpoint to resume from".into(),
                 );
+                let none = petrel_ps::PsCoreError::Checkpoint { path, reason };
+                return Err(petrel_ps::PsError::from(none).into());
             }
             dir
         }
         None => None,
     };
     let progress = progress::TrainProgress::start(name, None);
-    let newest = |dir: &Path| {
-        petrel_ps::checkpoint::job_manifest_clocks(dir)
-            .ok()
-            .and_then(|c| c.last().copied())
-    };
-    let (summary, restarts) = crate::recovery::run_with_restarts(
+    let summary = crate::recovery::restart_job(
+        name,
         args.max_restarts,
         ps_failed_by_node_death,
-        || checkpoints.as_deref().and_then(newest).is_some(),
-        |resume, number| {
-            match checkpoints.as_deref().and_then(newest) {
-                Some(clock) if resume => println!(
-                    "{name}: restart {number} resumes from the newest checkpoint (clock {clock})"
-                ),
-                _ if number > 0 => println!("{name}: restart {number} starts from the beginning"),
-                _ => {}
-            }
+        || {
+            let clocks = petrel_ps::checkpoint::job_manifest_clocks(checkpoints.as_deref()?);
+            clocks.ok()?.last().map(|c| format!("clock {c}"))
+        },
+        |spent| TrainError::PsRestarts(Box::new(spent)),
+        |resume, _| {
             let mut args = args.clone();
-            if resume {
-                set_resume::<A>(&mut args.config)?;
+            if let Some(files) = <A as TrainApp>::ps_checkpoints(&mut args.config) {
+                files.resume |= resume;
             }
             match args.transport {
                 JobTransport::Processes => run_ps_processes::<A>(&args, &out_dir),
                 _ => Ok(petrel_ps::train::<A>(args)?),
             }
         },
-    )
-    .map_err(|e| match e {
-        crate::recovery::RecoveryError::Fatal(e) => e,
-        exhausted => TrainError::PsRestarts(Box::new(exhausted)),
-    })?;
+    )?;
     drop(progress);
-    let mut text = summary;
-    if restarts > 0 {
-        text.push_str(&format!(
-            "\n{name} finished after {restarts} restart(s) of the cluster"
-        ));
-    }
-    Ok(format!("{text}\n{}", stop_line(out.as_deref())?))
-}
-
-/// Sets `resume = true` in a PS app's settings (through their JSON form: the key is the
-/// same in every app that checkpoints).
-fn set_resume<A>(cfg: &mut <A as PsApp>::Config) -> Result<(), TrainError>
-where
-    A: PsApp,
-    <A as PsApp>::Config: serde::Serialize,
-{
-    let mut json = serde_json::to_value(&*cfg)
-        .map_err(|e| TrainError::Job(jobfile::JobFileError::Flags(e)))?;
-    if let Some(map) = json.as_object_mut() {
-        map.insert("resume".into(), serde_json::Value::Bool(true));
-    }
-    *cfg = serde_json::from_value(json)
-        .map_err(|e| TrainError::Job(jobfile::JobFileError::Flags(e)))?;
+    println!("{summary}\n{}", stop_line(out.as_deref())?);
     Ok(())
 }
 
@@ -926,11 +780,7 @@ where
     A: PsApp,
     <A as PsApp>::Config: serde::Serialize,
 {
-    let json = serde_json::to_value(&args.config).map_err(|source| StradsTrainError::Json {
-        path: PathBuf::new(),
-        source,
-    })?;
-    let value = strip_nulls(json);
+    let value = section_value(&args.config)?;
     let timeout_s = args.request_timeout_s.or(A::TRAIN_REQUEST_TIMEOUT_S);
     let settings = petrel_ps::kit::local_topology_with(
         A::BUILTIN_ROLES,
@@ -973,6 +823,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use apps::StradsTrainApp;
+    use petrel_strads::apps::logistic::LogisticApp;
     use petrel_strads::apps::mf::{MfApp, StradsMfSettings};
 
     #[test]
@@ -983,7 +835,7 @@ mod tests {
         assert_eq!(lasso.net.threads, 0);
         let mf = star_settings_with::<MfApp>(
             &StradsMfSettings::default(),
-            &one_scheduler::<MfApp>(),
+            &MfApp::scheduler_nodes(&StradsMfSettings::default(), false),
             2,
             JobTransport::Processes,
             60,
@@ -996,7 +848,7 @@ mod tests {
         let logistic = |job: &LassoSettings| {
             star_settings_with::<LogisticApp>(
                 job,
-                &one_scheduler::<LogisticApp>(),
+                &LogisticApp::scheduler_nodes(job, false),
                 2,
                 JobTransport::Processes,
                 60,

@@ -164,13 +164,10 @@ pub fn run_processes(
     dir: &Path,
     limit: Duration,
 ) -> Result<Vec<WorkerReportFile>, P3JobError> {
-    let hosts = match crate::launcher::default_netns() {
-        Some(prefix) => Some(
-            crate::netns::Hosts::existing(&prefix, cfg.workers + cfg.shards)
-                .map_err(P3JobError::NetnsUnavailable)?,
-        ),
-        None => None,
-    };
+    let hosts = crate::launcher::default_netns()
+        .map(|prefix| crate::netns::Hosts::existing(&prefix, cfg.workers + cfg.shards))
+        .transpose()
+        .map_err(P3JobError::NetnsUnavailable)?;
     let (reports, _cpu) = run_job(hosts.as_ref(), cfg, net, dir, limit)?;
     Ok(reports)
 }
@@ -266,37 +263,23 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
     }
     cfg.checkpoint_dir = ckpt_dir.clone();
     let t0 = Instant::now();
-    let newest = || {
-        petrel_p3::checkpoint::manifest_rounds(&ckpt_dir)
-            .ok()
-            .and_then(|r| r.last().copied())
-    };
-    let (reports, restarts) = crate::recovery::run_with_restarts(
+    let reports = crate::recovery::restart_job(
+        "p3",
         args.max_restarts,
         P3JobError::is_node_death,
-        || newest().is_some(),
-        |resume, number| {
-            match newest() {
-                Some(round) if resume => println!(
-                    "p3: restart {number} resumes from the newest checkpoint (round {round})"
-                ),
-                _ if number > 0 => println!("p3: restart {number} starts from the beginning"),
-                _ => {}
-            }
+        || {
+            let rounds = petrel_p3::checkpoint::manifest_rounds(&ckpt_dir).ok()?;
+            rounds.last().map(|r| format!("round {r}"))
+        },
+        |spent| P3JobError::Restarts(Box::new(spent)),
+        |resume, _| {
             let cfg = P3Settings {
                 resume: resume || args.resume,
                 ..cfg.clone()
             };
             run_processes(&cfg, &net, &dir, Duration::from_secs(args.job.timeout_s))
         },
-    )
-    .map_err(|e| match e {
-        crate::recovery::RecoveryError::Fatal(e) => e,
-        exhausted => P3JobError::Restarts(Box::new(exhausted)),
-    })?;
-    if restarts > 0 {
-        println!("p3 finished after {restarts} restart(s) of the cluster");
-    }
+    )?;
     let wall = t0.elapsed().as_secs_f64();
     let r0 = reports.first().ok_or(P3JobError::NoMeasuredIterations)?;
     let mut table = Table::new(&["epoch", "train loss", "train accuracy"]);
@@ -314,11 +297,8 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
     if let Some(t) = test {
         println!("test loss {:.4}, test accuracy {:.3}", t.loss, t.accuracy);
     }
-    println!(
-        "{} iterations in {wall:.1} s; model saved to {}",
-        iterations,
-        cfg.model_out.display()
-    );
+    let model = cfg.model_out.display();
+    println!("{iterations} iterations in {wall:.1} s; model saved to {model}");
     let _ = std::fs::remove_dir_all(&dir);
     print_json(&serde_json::json!({
         "net": args.net,

@@ -14,10 +14,7 @@ pub struct Series {
 
 /// `path` made absolute (the benchmarks' output directories).
 pub fn absolute(path: &Path) -> Result<PathBuf, StradsTrainError> {
-    std::path::absolute(path).map_err(|source| StradsTrainError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::path::absolute(path).map_err(StradsTrainError::io(path))
 }
 
 /// Writes an SVG with one line per series; `log_y` plots the y axis on a log scale (points
@@ -31,10 +28,7 @@ pub fn line_plot(
     log_y: bool,
 ) -> Result<(), StradsTrainError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| StradsTrainError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(StradsTrainError::io(dir))?;
     }
     let keep = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!log_y || y > 0.0);
     let all: Vec<(f64, f64)> = series

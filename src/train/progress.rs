@@ -224,15 +224,7 @@ impl JobProgress {
                 let pos = r.points.min(total);
                 let filled = (pos as usize * BAR_WIDTH) / total as usize;
                 let bar = format!("{}{}", "#".repeat(filled), "-".repeat(BAR_WIDTH - filled));
-                let secs = elapsed.as_secs_f64();
-                let left = if pos > 0 && pos < total {
-                    format!(
-                        ", about {:.0} s left",
-                        secs / pos as f64 * (total - pos) as f64
-                    )
-                } else {
-                    String::new()
-                };
+                let left = time_left(elapsed.as_secs_f64(), pos, total);
                 format!("[{bar}] {pos}/{total} {figure}{left}; {nodes} ({label})")
             }
             None => format!("point {}, {figure}; {nodes} ({label})", r.points),
@@ -327,20 +319,19 @@ fn show(
 ) {
     let started = Instant::now();
     let make_bar = || {
-        let bar = match passes {
-            Some(n) => ProgressBar::new(n).with_style(
-                ProgressStyle::with_template(
-                    "{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed}, about {eta} left)",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        let (bar, template) = match passes {
+            Some(n) => (
+                ProgressBar::new(n),
+                "{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed}, about {eta} left)",
             ),
-            None => ProgressBar::new_spinner().with_style(
-                ProgressStyle::with_template("{prefix} {spinner} {pos} points, {msg} ({elapsed})")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            None => (
+                ProgressBar::new_spinner(),
+                "{prefix} {spinner} {pos} points, {msg} ({elapsed})",
             ),
         };
-        bar.set_prefix(app.to_string());
-        bar
+        let style = ProgressStyle::with_template(template);
+        let style = style.unwrap_or_else(|_| ProgressStyle::default_bar());
+        bar.with_style(style).with_prefix(app.to_string())
     };
     // Drawn from the first point on: a process that only launches the nodes (which
     // publish the points, and report them to the launcher's bar) never draws one.
@@ -398,16 +389,23 @@ fn show(
 /// pace so far.
 fn info_line(app: &str, passes: Option<u64>, pos: u64, p: &Point, elapsed: Duration) {
     let secs = elapsed.as_secs_f64();
-    let left = passes
-        .filter(|&n| pos > 0 && pos < n)
-        .map(|n| format!(", about {:.0} s left", secs / pos as f64 * (n - pos) as f64))
-        .unwrap_or_default();
+    let left = passes.map_or(String::new(), |n| time_left(secs, pos, n));
     let of = passes.map(|n| format!("/{n}")).unwrap_or_default();
     tracing::info!(
         "{app} progress: point {pos}{of}, {} {:.6}, {secs:.1} s{left}",
         p.metric,
         p.value
     );
+}
+
+/// `, about N s left` at the pace of `pos` of `total` points in `secs` (nothing before the
+/// first point or after the last).
+fn time_left(secs: f64, pos: u64, total: u64) -> String {
+    if pos == 0 || pos >= total {
+        return String::new();
+    }
+    let left = secs / pos as f64 * (total - pos) as f64;
+    format!(", about {left:.0} s left")
 }
 
 /// The history figures `--plot` draws (the ones that say how training goes; counters and

@@ -41,18 +41,10 @@ pub enum ModelApp {
 }
 
 impl ModelApp {
-    /// The `petrel train` subcommand (the model file's `app`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ModelApp::Lasso => "lasso",
-            ModelApp::Logistic => "logistic",
-            ModelApp::StradsMf => "strads-mf",
-            ModelApp::Lda => "lda",
-            ModelApp::PsMf => "ps-mf",
-            ModelApp::PsLr => "ps-lr",
-            ModelApp::PsLda => "ps-lda",
-            ModelApp::P3 => petrel_p3::roles::MODEL_APP,
-        }
+    /// The `petrel train` subcommand (the model file's `app`), as the command line names it.
+    pub fn name(self) -> String {
+        let value = clap::ValueEnum::to_possible_value(&self);
+        value.map_or_else(String::new, |v| v.get_name().to_string())
     }
 }
 
@@ -140,7 +132,7 @@ pub enum SavedModelError {
 
 /// Loads the model and checks its parameters are of the app's kind.
 fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
-    let model = SavedModel::load(&args.model, args.app.name())?;
+    let model = SavedModel::load(&args.model, &args.app.name())?;
     let kind_ok = matches!(
         (args.app, &model.params),
         (ModelApp::Lasso | ModelApp::Logistic, ModelParams::Linear(_))
@@ -233,10 +225,7 @@ pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
         let mut bytes = serde_json::to_vec_pretty(&json)
             .map_err(|e| SavedModelError::Usage(format!("encoding the figures: {e}")))?;
         bytes.push(b'\n');
-        petrel_ml::job::write_atomic(path, &bytes).map_err(|source| SavedModelError::Write {
-            path: path.clone(),
-            source,
-        })?;
+        petrel_ml::job::write_atomic(path, &bytes).map_err(written(path))?;
     }
     Ok(())
 }
@@ -294,18 +283,15 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
         }
         ModelParams::Softmax(m) => {
             let data = load_libsvm(need_data()?)?;
-            out.push_str("row\tlabel");
-            for l in &m.class_labels {
-                out.push_str(&format!("\tp_{l}"));
-            }
-            out.push('\n');
+            let classes = m.class_labels.iter().map(|l| format!("p_{l}"));
+            tsv_line(&mut out, "row\tlabel", classes);
             for (r, x) in data.rows.iter().enumerate() {
                 let (label, p) = m.predict(x);
-                out.push_str(&format!("{}\t{label}", r + 1));
-                for v in p {
-                    out.push_str(&format!("\t{v}"));
-                }
-                out.push('\n');
+                tsv_line(
+                    &mut out,
+                    format!("{}\t{label}", r + 1),
+                    p.iter().map(|v| v.to_string()),
+                );
             }
         }
         ModelParams::Factors(m) => match &args.recommend {
@@ -339,22 +325,17 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
             let path = need_data()?;
             let examples = network_data(m, &path)?;
             let probs = petrel_p3::roles::predict_network(m, &examples)?;
-            out.push_str("example\tclass");
-            for k in 0..m.classes {
-                out.push_str(&format!("\tp_{k}"));
-            }
-            out.push('\n');
+            tsv_line(
+                &mut out,
+                "example\tclass",
+                (0..m.classes).map(|k| format!("p_{k}")),
+            );
             for (i, p) in probs.iter().enumerate() {
-                let class = p
-                    .iter()
-                    .enumerate()
-                    .max_by(|a, b| a.1.total_cmp(b.1))
-                    .map_or(0, |(k, _)| k);
-                out.push_str(&format!("{}\t{class}", i + 1));
-                for v in p {
-                    out.push_str(&format!("\t{v:.6}"));
-                }
-                out.push('\n');
+                let class = (0..p.len())
+                    .max_by(|&a, &b| p[a].total_cmp(&p[b]))
+                    .unwrap_or(0);
+                let cells = format!("{}\t{class}", i + 1);
+                tsv_line(&mut out, cells, p.iter().map(|v| format!("{v:.6}")));
             }
         }
         ModelParams::Topics(m) => {
@@ -362,28 +343,20 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
             let corpus = load_bow(&path, None)?;
             m.check_corpus(&corpus, &path)?;
             let mut rng = StdRng::seed_from_u64(args.model.seed);
-            out.push_str("doc");
-            for k in 0..m.n_topics() {
-                out.push_str(&format!("\ttopic_{k}"));
-            }
-            out.push('\n');
+            tsv_line(
+                &mut out,
+                "doc",
+                (0..m.n_topics()).map(|k| format!("topic_{k}")),
+            );
             for (d, doc) in corpus.docs.iter().enumerate() {
-                out.push_str(&(d + 1).to_string());
-                for v in m.fold_in(doc, args.model.iterations, &mut rng) {
-                    out.push_str(&format!("\t{v:.6}"));
-                }
-                out.push('\n');
+                let mix = m.fold_in(doc, args.model.iterations, &mut rng);
+                tsv_line(&mut out, d + 1, mix.iter().map(|v| format!("{v:.6}")));
             }
         }
     }
     match &args.out {
         Some(path) => {
-            petrel_ml::job::write_atomic(path, out.as_bytes()).map_err(|source| {
-                SavedModelError::Write {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
+            petrel_ml::job::write_atomic(path, out.as_bytes()).map_err(written(path))?;
             println!("wrote {}", path.display());
         }
         None => to_stdout(out.as_bytes())?,
@@ -391,13 +364,28 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
     Ok(())
 }
 
+/// Appends one TSV line: `first` (one or more cells), then each of `more`.
+fn tsv_line(out: &mut String, first: impl std::fmt::Display, more: impl Iterator<Item = String>) {
+    out.push_str(&first.to_string());
+    for cell in more {
+        out.push('\t');
+        out.push_str(&cell);
+    }
+    out.push('\n');
+}
+
+/// A failed write of `path` (`-`: standard output), for `map_err`.
+fn written(path: &Path) -> impl FnOnce(std::io::Error) -> SavedModelError + '_ {
+    move |source| SavedModelError::Write {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// Writes to standard output; a reader that stopped early (`| head`) is not an error.
 fn to_stdout(bytes: &[u8]) -> Result<(), SavedModelError> {
     match std::io::stdout().lock().write_all(bytes) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(SavedModelError::Write {
-            path: PathBuf::from("-"),
-            source: e,
-        }),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(written(Path::new("-"))(e)),
         _ => Ok(()),
     }
 }

@@ -1,6 +1,6 @@
+// Over 600 lines: one file format holds every model kind, each with its eval and predict.
 //! Saved models: the one versioned file every training app writes beside its own outputs
 //! ([`MODEL_FILE`]), and what `petrel eval` and `petrel predict` do with it.
-// Long because one file format holds every model kind, each with its eval and predict.
 //!
 //! The file is JSON: `format` ([`MODEL_FORMAT`]), `version` ([`MODEL_VERSION`]), `app`
 //! (the `petrel train` subcommand that wrote it), `settings` (the job it was trained

@@ -4,7 +4,7 @@
 //! `tc tbf` limits in the kernel. The workers' JSON reports
 //! ([`petrel_p3::roles::WorkerReportFile`]) are the measurements.
 
-use crate::launcher::{self, LaunchOptions};
+use crate::launcher::{self, LaunchMode, LaunchOptions};
 use crate::netns::Hosts;
 use crate::train::p3::P3JobError;
 use petrel_actors::Topology;
@@ -81,20 +81,11 @@ pub fn run_job(
     opts.netns = hosts.map(|h| h.prefix.clone());
     let cpu0 = children_cpu_seconds();
     let t0 = Instant::now();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .map_err(|source| P3JobError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?
-        .block_on(async {
-            launcher::start(settings, opts)
-                .await?
-                .wait(Some(limit))
-                .await
-        })?;
+    launcher::launch_with(
+        &crate::roles::builtin(settings),
+        LaunchMode::Processes,
+        opts,
+    )?;
     let wall = t0.elapsed().as_secs_f64();
     let cpu = match (cpu0, children_cpu_seconds()) {
         (Some(a), Some(b)) => (b - a) / wall.max(1e-9),

@@ -1,6 +1,6 @@
+// Over 600 lines: it holds every synthetic generator; each is short and they share seeding.
 //! Seeded synthetic problems with known ground truth, for tests and benchmarks. Every
 //! generator uses `StdRng::seed_from_u64(seed)` and is deterministic for a given seed.
-// Long because it holds every synthetic generator; each is short and they share seeding.
 
 use ndarray::Array2;
 use rand::distributions::{Distribution, WeightedIndex};

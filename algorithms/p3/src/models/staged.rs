@@ -1,6 +1,6 @@
+// Over 600 lines: the candle adapter's init, stage building and StageModel impl share types.
 //! [`CandleStageModel`]: a model written with the [candle](https://docs.rs/candle-core)
 //! deep-learning crate, given as an ordered list of stages, trained by P3.
-// Long because the candle adapter's init, stage building and StageModel impl share types.
 //!
 //! # The adapter
 //! A [`StagedNet`] is the user's model: stages in forward order, each built from a

@@ -1,5 +1,5 @@
+// Over 600 lines: cache, oplog and read decision are one state machine over private state.
 //! `ClientCore`: a worker's row cache, coalescing oplog and read decision.
-// Long because cache, oplog and read decision are one state machine over private state.
 //!
 //! One `ClientCore` per worker (not per process): a worker's clock, its read-my-writes view and
 //! its staleness statistics are per worker, and a runtime with several worker threads in one

@@ -1,11 +1,6 @@
+// Over 600 lines: the worker core, table view and final check share the exact-count invariant.
 //! Data-parallel LDA on the parameter server (the YahooLDA / Bösen design): the sans-I/O
 //! worker core and the table layout.
-// Long because the worker core, table view and final check share the exact-count invariant.
-//!
-//! One file on purpose (about 890 lines; tests in `lda/tests.rs`): the worker core, its
-//! view of the table and the final-table check share one invariant (exact `f32` counts,
-//! below) and its private helpers; split apart, the invariant would be argued in three
-//! places.
 //!
 //! One sparse PS table (`WORD_TOPIC`): row `w < V` holds the topic counts `n_wk` of word
 //! `w` as `(topic, count)` pairs, row `V` ([`totals_row`]) the topic totals `n_k`. Rows are

@@ -1,6 +1,5 @@
+// Over 600 lines: the shard is one state machine (reads, updates, clocks, checkpoints, push).
 //! `PsShardCore`: the state machine of one server shard for the rows it owns.
-// Long because the shard is one state machine (reads, updates, clocks, checkpoints, push).
-// Long only with its tests (about 570 lines of code): one shard's state machine.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

@@ -1,6 +1,5 @@
-//! Identifiers, table specifications, rows, wire messages and row placement (about 740
-//! lines before its tests: the row type and its compact wire encoding belong together).
-// Long because the row type and its compact wire encoding belong together.
+// Over 600 lines: the row type and its compact wire encoding belong together.
+//! Identifiers, table specifications, rows, wire messages and row placement.
 
 use std::borrow::Cow;
 use std::sync::Arc;

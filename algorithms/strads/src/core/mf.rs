@@ -1,8 +1,5 @@
+// Over 600 lines: ratings, residuals, biases and checkpoint state share `MfWorker`'s private fields.
 //! CCD++ matrix factorisation `R ~ W H^T` with STRADS block rotation.
-//!
-//! One file on purpose (about 900 lines, tests in `mf/tests.rs`): the worker's rating
-//! blocks, residuals, bias columns, held-out scoring and checkpoint state all share the
-//! private fields of [`MfWorker`]; splitting them would widen its visibility.
 //!
 //! Users (rows) and items (columns) are bucketed into P buckets balanced by rating counts.
 //! Worker w owns row bucket w: its rows of W and all its ratings, split by column bucket,
