@@ -166,28 +166,36 @@ impl Centring {
     /// the centred columns' squared norms `||x_j - mu_j 1||^2` (over the non-zeros plus
     /// `mu_j^2` on each of the other rows).
     pub(crate) fn of(x: &SparseColumns, s: &[f64]) -> (Self, Vec<f64>) {
-        let n = x.n_rows as f64;
-        let sums: Vec<f64> = (0..x.n_columns())
-            .map(|j| x.column(j).1.iter().map(|&v| f64::from(v)).sum())
-            .collect();
-        let means: Vec<f64> = sums.iter().map(|s| s / n.max(1.0)).collect();
+        let n = (x.n_rows as f64).max(1.0);
+        let mut centring = Self::with_means(x, s, Vec::new());
+        centring.means = centring.sums.iter().map(|s| s / n).collect();
         let sq_norms = (0..x.n_columns())
-            .map(|j| {
-                let vals = x.column(j).1;
-                let mu = means[j];
-                let stored: f64 = vals.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
-                stored + (x.n_rows - vals.len()) as f64 * mu * mu
-            })
+            .map(|j| centring.sq_norm(j, x.column(j).1))
             .collect();
-        let centring = Centring {
+        (centring, sq_norms)
+    }
+
+    /// The centring of the rows `x` by given column `means` (a row block's, by the whole
+    /// design's means), for the stored residual `s` (offset 0).
+    pub(crate) fn with_means(x: &SparseColumns, s: &[f64], means: Vec<f64>) -> Self {
+        Centring {
             means,
-            sums,
+            sums: (0..x.n_columns())
+                .map(|j| x.column(j).1.iter().map(|&v| f64::from(v)).sum())
+                .collect(),
             offset: 0.0,
             sum_s: s.iter().sum(),
             sq_s: s.iter().map(|r| r * r).sum(),
-            n,
-        };
-        (centring, sq_norms)
+            n: x.n_rows as f64,
+        }
+    }
+
+    /// `||x_j - mu_j 1||^2` from the column's stored values (the non-zeros plus `mu_j^2`
+    /// on each of the other rows).
+    pub(crate) fn sq_norm(&self, j: usize, values: &[f32]) -> f64 {
+        let mu = self.means[j];
+        let stored: f64 = values.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
+        stored + (self.n - values.len() as f64) * mu * mu
     }
 
     /// `mu_j`.
