@@ -435,6 +435,19 @@ fn parallel_dynamic_with_filter_converges_and_satisfies_kkt() {
     assert!(reached.is_some());
 }
 
+// The objective and the duality gap of the serial cluster's state.
+
+/// `1/2 ||r||^2 + lambda ||b||_1` given the summed squared residual.
+pub(crate) fn objective(squared_residual: f64, b: &[f32], lambda: f32) -> f64 {
+    0.5 * squared_residual + f64::from(lambda) * b.iter().map(|v| f64::from(v.abs())).sum::<f64>()
+}
+
+/// Duality gap `P(b) - D(theta)` with `D(theta) = 1/2||y||^2 - 1/2||y - theta||^2`; an upper
+/// bound on `P(b) - P*`, so it certifies convergence without knowing the optimum.
+pub(crate) fn duality_gap(primal: f64, y_sq: f64, y_minus_theta_sq: f64) -> f64 {
+    primal - (0.5 * y_sq - 0.5 * y_minus_theta_sq)
+}
+
 #[cfg(test)]
 mod benchmark {
     use super::{LassoCluster, lasso_config, reference_optimum, updates_to_tolerance};
@@ -507,17 +520,4 @@ mod benchmark {
             }
         }
     }
-}
-
-// The objective and the duality gap of the serial cluster's state.
-
-/// `1/2 ||r||^2 + lambda ||b||_1` given the summed squared residual.
-pub(crate) fn objective(squared_residual: f64, b: &[f32], lambda: f32) -> f64 {
-    0.5 * squared_residual + f64::from(lambda) * b.iter().map(|v| f64::from(v.abs())).sum::<f64>()
-}
-
-/// Duality gap `P(b) - D(theta)` with `D(theta) = 1/2||y||^2 - 1/2||y - theta||^2`; an upper
-/// bound on `P(b) - P*`, so it certifies convergence without knowing the optimum.
-pub(crate) fn duality_gap(primal: f64, y_sq: f64, y_minus_theta_sq: f64) -> f64 {
-    primal - (0.5 * y_sq - 0.5 * y_minus_theta_sq)
 }
