@@ -25,7 +25,7 @@
 //! Residual updates caused by a finalisation are applied lazily on the next visit of each
 //! (worker, block) pair ([`MfWorker::begin_visit`]), which the next rotation guarantees.
 //! This is exact CCD++ as long as every finalisation is followed by a full rotation before
-//! the other factor's finalisation, which [`run_ccdpp`] does.
+//! the other factor's finalisation, as the STRADS MF app's rounds and the tests' serial run do.
 
 use ndarray::Array2;
 use rand::rngs::StdRng;
