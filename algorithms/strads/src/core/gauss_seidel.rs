@@ -605,19 +605,9 @@ impl GsWorkerCore {
         self.x.n_columns()
     }
 
-    /// Its coefficients.
-    pub fn coefficients(&self) -> &[f64] {
-        &self.coefficients
-    }
-
     /// Other workers sweep beside this one (its sweeps report residual deltas).
     pub fn is_shared(&self) -> bool {
         self.shared
-    }
-
-    /// The residual.
-    pub fn residual(&self) -> &[f64] {
-        &self.residual
     }
 
     /// The baseline's exact update of one coordinate against the residual (centred or

@@ -173,36 +173,29 @@ impl LassoWorkerState {
 
     /// `r -= x_j * delta` for every committed change (and `||r||^2` with it).
     pub fn apply_deltas(&mut self, changes: &[(usize, f32)]) {
-        if let Some(c) = &mut self.centring {
-            // s -= delta x_j on the non-zeros, c += delta mu_j.
-            let mut sq_change = 0.0f64;
-            for &(j, delta) in changes.iter().filter(|c| c.1 != 0.0) {
-                let delta = f64::from(delta);
-                let (rows, vals) = self.x.column(j);
-                for (&i, &x) in rows.iter().zip(vals) {
-                    let r = &mut self.residual[i as usize];
-                    let before = *r;
-                    *r -= f64::from(x) * delta;
-                    sq_change += *r * *r - before * before;
-                }
-                c.sum_s -= delta * c.sums[j];
-                c.offset += delta * c.means[j];
-            }
-            c.sq_s += sq_change;
-            self.sq_residual = c.sq_residual();
-            return;
-        }
         let mut sq_change = 0.0f64;
         for &(j, delta) in changes.iter().filter(|c| c.1 != 0.0) {
+            let delta = f64::from(delta);
             let (rows, vals) = self.x.column(j);
             for (&i, &x) in rows.iter().zip(vals) {
                 let r = &mut self.residual[i as usize];
                 let before = *r;
-                *r -= f64::from(x) * f64::from(delta);
+                *r -= f64::from(x) * delta;
                 sq_change += *r * *r - before * before;
             }
+            // With centring: s -= delta x_j on the non-zeros (above), c += delta mu_j.
+            if let Some(c) = &mut self.centring {
+                c.sum_s -= delta * c.sums[j];
+                c.offset += delta * c.means[j];
+            }
         }
-        self.sq_residual += sq_change;
+        match &mut self.centring {
+            Some(c) => {
+                c.sq_s += sq_change;
+                self.sq_residual = c.sq_residual();
+            }
+            None => self.sq_residual += sq_change,
+        }
     }
 
     /// Partial `x_j^T r` for each var (gradient of the smooth part is `-x_j^T r`).

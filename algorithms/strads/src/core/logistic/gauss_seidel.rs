@@ -112,11 +112,6 @@ impl LogisticGsWorkerCore {
         })
     }
 
-    /// The block's solver (its coefficients, margins and counts).
-    pub fn solver(&self) -> &CyclicLogistic<'static> {
-        &self.cd
-    }
-
     /// Runs the round: the full sweep and the active phase of the block.
     pub fn sweep(&mut self, order: &LogisticSweepOrder) -> Result<LogisticSwept, StradsModelError> {
         if !(order.objective.is_finite() && order.l1.is_finite() && order.tolerance >= 0.0) {
