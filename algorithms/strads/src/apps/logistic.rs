@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lasso::checkpoint::data_fingerprint;
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
-use super::lasso::wire::check_vars;
+use super::lasso::wire::{LassoCommit, check_vars};
 use super::lasso::{LassoSettings, linear_model, write_coefficients};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
@@ -74,23 +74,13 @@ pub struct LogisticPartial {
     pub applied: u64,
 }
 
-/// The committed changes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LogisticCommit {
-    /// Coordinates.
-    #[serde(with = "petrel_messages::tensor::u32_bytes")]
-    pub vars: Vec<u32>,
-    /// Their changes.
-    #[serde(with = "f32_bytes")]
-    pub deltas: Vec<f32>,
-}
-
 impl StradsApp for LogisticApp {
     const DISPATCH_NAME: &'static str = "petrel.strads.logistic.dispatch";
     const COMMIT_NAME: &'static str = "petrel.strads.logistic.commit";
     type Task = LogisticTask;
     type Partial = LogisticPartial;
-    type Commit = LogisticCommit;
+    /// The Lasso's commit: the coordinates and their changes.
+    type Commit = LassoCommit;
 }
 
 /// Worker half: a row block and its margins.
@@ -141,7 +131,7 @@ impl Push<LogisticApp> for LogisticWorker {
         })
     }
 
-    fn commit(&mut self, _round: u64, c: &LogisticCommit) -> Result<(), StradsModelError> {
+    fn commit(&mut self, _round: u64, c: &LassoCommit) -> Result<(), StradsModelError> {
         let vars = check_vars(&c.vars, c.deltas.len(), self.n_features)?;
         let changes: Vec<(usize, f32)> = vars.into_iter().zip(c.deltas.iter().copied()).collect();
         self.state.apply_deltas(&changes);
@@ -346,7 +336,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         round: u64,
         partials: Vec<LogisticPartial>,
         elapsed: Duration,
-    ) -> Result<LogisticCommit, StradsModelError> {
+    ) -> Result<LassoCommit, StradsModelError> {
         let vars = crate::core::pop_in_flight(&mut self.in_flight, round)?;
         let mut g = vec![0.0f32; vars.len()];
         let mut h = vec![0.0f32; vars.len()];
@@ -424,7 +414,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         self.metrics.updates = self.updates;
         self.metrics.elapsed_s = elapsed.as_secs_f64();
         self.metrics.nonzeros = self.coefficients.iter().filter(|v| **v != 0.0).count();
-        Ok(LogisticCommit {
+        Ok(LassoCommit {
             vars: vars.iter().map(|&j| j as u32).collect(),
             deltas,
         })

@@ -82,7 +82,7 @@ pub struct LogisticSwept {
 
 /// Worker half: a [`CyclicLogistic`] over its block of columns and every row.
 pub struct LogisticGsWorkerCore {
-    cd: CyclicLogistic<'static>,
+    cd: CyclicLogistic,
     /// The design's number of the block's first column.
     first: usize,
     /// Other workers sweep other blocks: the round's result is combined at the commit.

@@ -265,7 +265,7 @@ fn a_lone_worker_refuses_a_combined_commit_and_a_commit_without_a_round() {
 // Only the tests read this.
 impl LogisticGsWorkerCore {
     /// The block's solver (its coefficients, margins and counts).
-    pub(crate) fn solver(&self) -> &CyclicLogistic<'static> {
+    pub(crate) fn solver(&self) -> &CyclicLogistic {
         &self.cd
     }
 }
