@@ -105,12 +105,6 @@ impl LogisticWorker {
             data_digest: None,
         })
     }
-
-    /// This worker with the digest of the whole data set it read.
-    pub fn with_data_digest(mut self, digest: u64) -> Self {
-        self.data_digest = Some(digest);
-        self
-    }
 }
 
 impl Push<LogisticApp> for LogisticWorker {
@@ -278,12 +272,6 @@ impl LogisticScheduling {
             commit_log: CommitLog::default(),
             data_digest: None,
         })
-    }
-
-    /// This half with the digest of the data it was built from.
-    pub fn with_data_digest(mut self, digest: u64) -> Self {
-        self.data_digest = Some(digest);
-        self
     }
 
     /// The coefficients so far.
@@ -609,7 +597,9 @@ impl StradsJob for LogisticApp {
     fn scheduler(job: &LassoSettings, shape: &JobShape) -> Result<LogisticScheduling, StradsError> {
         let (x, labels) = load(job)?;
         let digest = data_fingerprint(&x, &labels);
-        Ok(LogisticScheduling::new(&x, &labels, job, shape.workers)?.with_data_digest(digest))
+        let mut half = LogisticScheduling::new(&x, &labels, job, shape.workers)?;
+        half.data_digest = Some(digest);
+        Ok(half)
     }
 
     fn scheduler_digest(scheduler: &LogisticScheduling) -> Option<u64> {
@@ -628,9 +618,9 @@ impl StradsJob for LogisticApp {
         let (x, labels) = load(job)?;
         let digest = data_fingerprint(&x, &labels);
         let rows = shape.share(x.n_rows, index)?;
-        Ok(StarHalf(
-            LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])?.with_data_digest(digest),
-        ))
+        let mut worker = LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])?;
+        worker.data_digest = Some(digest);
+        Ok(StarHalf(worker))
     }
 
     fn finish(

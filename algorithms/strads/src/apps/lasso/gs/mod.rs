@@ -208,12 +208,6 @@ impl GsWorker {
             data_digest: None,
         }
     }
-
-    /// This worker with the digest of the data it loaded.
-    pub fn with_data_digest(mut self, digest: u64) -> Self {
-        self.data_digest = Some(digest);
-        self
-    }
 }
 
 impl Push<LassoGsApp> for GsWorker {
@@ -339,14 +333,14 @@ impl StradsJob for LassoGsApp {
     /// ([`LassoSettings::load_column_share`] of no columns).
     fn scheduler(job: &LassoSettings, shape: &JobShape) -> Result<GsScheduling, StradsError> {
         let design = job.load_column_share(|_| Ok(0..0))?;
-        let half = GsScheduling::of_design(
+        let mut half = GsScheduling::of_design(
             &design.shape,
             &design.y,
             design.lambda_max,
             job,
             shape.workers,
-        )?
-        .with_data_digest(design.digest());
+        )?;
+        half.data_digest = Some(design.digest());
         tracing::info!(
             rows = design.shape.n_rows,
             features = design.shape.n_columns(),
@@ -373,13 +367,13 @@ impl StradsJob for LassoGsApp {
         } else {
             GsWorkerCore::new(share.x, share.y, lambda, shared)?
         };
-        Ok(StarHalf(
-            GsWorker::new(core, index).with_data_digest(digest),
-        ))
+        let mut worker = GsWorker::new(core, index);
+        worker.data_digest = Some(digest);
+        Ok(StarHalf(worker))
     }
 
     fn scheduler_digest(scheduler: &GsScheduling) -> Option<u64> {
-        scheduler.data_digest()
+        scheduler.data_digest
     }
 
     fn worker_digest(worker: &StarHalf<GsWorker>) -> Option<u64> {
