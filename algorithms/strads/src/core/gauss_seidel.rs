@@ -144,7 +144,9 @@ pub(crate) fn column_step(
 /// Implicit column centring of a sparse design (`fit_intercept`): column `j` stands for
 /// `x_j - mu_j 1` while only `x_j`'s non-zeros are stored. The residual is kept as
 /// `s + c 1` (`s` the stored vector, `c` a scalar offset), so that a coordinate update
-/// touches `x_j`'s non-zeros only: `s -= delta x_j`, `c += delta mu_j`.
+/// touches `x_j`'s non-zeros only: `s -= delta x_j`, `c += delta mu_j`. A Gauss-Seidel
+/// worker centres its columns by their own means ([`Self::of`]), a scheduled Lasso worker
+/// its row block by the whole design's ([`Self::with_means`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Centring {
     /// `mu_j = sum_i x_ij / n`.
