@@ -280,18 +280,5 @@ pub fn dual_scale(x_t_residual: &[f64], lambda: f32) -> f64 {
     }
 }
 
-/// The design and the targets describe the same samples: one target per row of X.
-pub fn check_design_shape(x: &SparseColumns, y: &[f32]) -> Result<(), StradsModelError> {
-    if x.n_rows == y.len() {
-        Ok(())
-    } else {
-        Err(StradsModelError::DimensionMismatch(format!(
-            "X has {} rows, y has {}",
-            x.n_rows,
-            y.len()
-        )))
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests;

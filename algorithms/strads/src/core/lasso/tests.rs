@@ -90,7 +90,7 @@ impl LassoCluster {
         lambda: f32,
         n_workers: usize,
     ) -> Result<Self, StradsModelError> {
-        check_design_shape(x, y)?;
+        crate::core::baseline::check_shape(x, y.len(), "y")?;
         if n_workers == 0 || lambda.is_nan() || lambda < 0.0 {
             return Err(StradsModelError::InvalidConfig(
                 "need n_workers >= 1 and lambda >= 0".into(),
