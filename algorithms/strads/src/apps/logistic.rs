@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lasso::checkpoint::data_fingerprint;
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
-use super::lasso::wire::check_vars;
+use super::lasso::wire::{LassoCommit, check_vars};
 use super::lasso::{LassoSettings, linear_model, write_coefficients};
 use crate::core::logistic::{LogisticWorkerState, pull};
 use crate::core::scheduler::{LassoScheduler, SchedulerState};
@@ -74,23 +74,13 @@ pub struct LogisticPartial {
     pub applied: u64,
 }
 
-/// The committed changes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LogisticCommit {
-    /// Coordinates.
-    #[serde(with = "petrel_messages::tensor::u32_bytes")]
-    pub vars: Vec<u32>,
-    /// Their changes.
-    #[serde(with = "f32_bytes")]
-    pub deltas: Vec<f32>,
-}
-
 impl StradsApp for LogisticApp {
     const DISPATCH_NAME: &'static str = "petrel.strads.logistic.dispatch";
     const COMMIT_NAME: &'static str = "petrel.strads.logistic.commit";
     type Task = LogisticTask;
     type Partial = LogisticPartial;
-    type Commit = LogisticCommit;
+    /// The Lasso's commit: the coordinates and their changes.
+    type Commit = LassoCommit;
 }
 
 /// Worker half: a row block and its margins.
@@ -115,12 +105,6 @@ impl LogisticWorker {
             data_digest: None,
         })
     }
-
-    /// This worker with the digest of the whole data set it read.
-    pub fn with_data_digest(mut self, digest: u64) -> Self {
-        self.data_digest = Some(digest);
-        self
-    }
 }
 
 impl Push<LogisticApp> for LogisticWorker {
@@ -141,7 +125,7 @@ impl Push<LogisticApp> for LogisticWorker {
         })
     }
 
-    fn commit(&mut self, _round: u64, c: &LogisticCommit) -> Result<(), StradsModelError> {
+    fn commit(&mut self, _round: u64, c: &LassoCommit) -> Result<(), StradsModelError> {
         let vars = check_vars(&c.vars, c.deltas.len(), self.n_features)?;
         let changes: Vec<(usize, f32)> = vars.into_iter().zip(c.deltas.iter().copied()).collect();
         self.state.apply_deltas(&changes);
@@ -290,12 +274,6 @@ impl LogisticScheduling {
         })
     }
 
-    /// This half with the digest of the data it was built from.
-    pub fn with_data_digest(mut self, digest: u64) -> Self {
-        self.data_digest = Some(digest);
-        self
-    }
-
     /// The coefficients so far.
     pub fn coefficients(&self) -> &[f32] {
         &self.coefficients
@@ -346,7 +324,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         round: u64,
         partials: Vec<LogisticPartial>,
         elapsed: Duration,
-    ) -> Result<LogisticCommit, StradsModelError> {
+    ) -> Result<LassoCommit, StradsModelError> {
         let vars = crate::core::pop_in_flight(&mut self.in_flight, round)?;
         let mut g = vec![0.0f32; vars.len()];
         let mut h = vec![0.0f32; vars.len()];
@@ -424,7 +402,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
         self.metrics.updates = self.updates;
         self.metrics.elapsed_s = elapsed.as_secs_f64();
         self.metrics.nonzeros = self.coefficients.iter().filter(|v| **v != 0.0).count();
-        Ok(LogisticCommit {
+        Ok(LassoCommit {
             vars: vars.iter().map(|&j| j as u32).collect(),
             deltas,
         })
@@ -619,7 +597,9 @@ impl StradsJob for LogisticApp {
     fn scheduler(job: &LassoSettings, shape: &JobShape) -> Result<LogisticScheduling, StradsError> {
         let (x, labels) = load(job)?;
         let digest = data_fingerprint(&x, &labels);
-        Ok(LogisticScheduling::new(&x, &labels, job, shape.workers)?.with_data_digest(digest))
+        let mut half = LogisticScheduling::new(&x, &labels, job, shape.workers)?;
+        half.data_digest = Some(digest);
+        Ok(half)
     }
 
     fn scheduler_digest(scheduler: &LogisticScheduling) -> Option<u64> {
@@ -638,9 +618,9 @@ impl StradsJob for LogisticApp {
         let (x, labels) = load(job)?;
         let digest = data_fingerprint(&x, &labels);
         let rows = shape.share(x.n_rows, index)?;
-        Ok(StarHalf(
-            LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])?.with_data_digest(digest),
-        ))
+        let mut worker = LogisticWorker::new(x.row_block(rows.clone()), &labels[rows])?;
+        worker.data_digest = Some(digest);
+        Ok(StarHalf(worker))
     }
 
     fn finish(

@@ -144,7 +144,9 @@ pub(crate) fn column_step(
 /// Implicit column centring of a sparse design (`fit_intercept`): column `j` stands for
 /// `x_j - mu_j 1` while only `x_j`'s non-zeros are stored. The residual is kept as
 /// `s + c 1` (`s` the stored vector, `c` a scalar offset), so that a coordinate update
-/// touches `x_j`'s non-zeros only: `s -= delta x_j`, `c += delta mu_j`.
+/// touches `x_j`'s non-zeros only: `s -= delta x_j`, `c += delta mu_j`. A Gauss-Seidel
+/// worker centres its columns by their own means ([`Self::of`]), a scheduled Lasso worker
+/// its row block by the whole design's ([`Self::with_means`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Centring {
     /// `mu_j = sum_i x_ij / n`.
@@ -166,28 +168,36 @@ impl Centring {
     /// the centred columns' squared norms `||x_j - mu_j 1||^2` (over the non-zeros plus
     /// `mu_j^2` on each of the other rows).
     pub(crate) fn of(x: &SparseColumns, s: &[f64]) -> (Self, Vec<f64>) {
-        let n = x.n_rows as f64;
-        let sums: Vec<f64> = (0..x.n_columns())
-            .map(|j| x.column(j).1.iter().map(|&v| f64::from(v)).sum())
-            .collect();
-        let means: Vec<f64> = sums.iter().map(|s| s / n.max(1.0)).collect();
+        let n = (x.n_rows as f64).max(1.0);
+        let mut centring = Self::with_means(x, s, Vec::new());
+        centring.means = centring.sums.iter().map(|s| s / n).collect();
         let sq_norms = (0..x.n_columns())
-            .map(|j| {
-                let vals = x.column(j).1;
-                let mu = means[j];
-                let stored: f64 = vals.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
-                stored + (x.n_rows - vals.len()) as f64 * mu * mu
-            })
+            .map(|j| centring.sq_norm(j, x.column(j).1))
             .collect();
-        let centring = Centring {
+        (centring, sq_norms)
+    }
+
+    /// The centring of the rows `x` by given column `means` (a row block's, by the whole
+    /// design's means), for the stored residual `s` (offset 0).
+    pub(crate) fn with_means(x: &SparseColumns, s: &[f64], means: Vec<f64>) -> Self {
+        Centring {
             means,
-            sums,
+            sums: (0..x.n_columns())
+                .map(|j| x.column(j).1.iter().map(|&v| f64::from(v)).sum())
+                .collect(),
             offset: 0.0,
             sum_s: s.iter().sum(),
             sq_s: s.iter().map(|r| r * r).sum(),
-            n,
-        };
-        (centring, sq_norms)
+            n: x.n_rows as f64,
+        }
+    }
+
+    /// `||x_j - mu_j 1||^2` from the column's stored values (the non-zeros plus `mu_j^2`
+    /// on each of the other rows).
+    pub(crate) fn sq_norm(&self, j: usize, values: &[f32]) -> f64 {
+        let mu = self.means[j];
+        let stored: f64 = values.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
+        stored + (self.n - values.len() as f64) * mu * mu
     }
 
     /// `mu_j`.
@@ -597,19 +607,9 @@ impl GsWorkerCore {
         self.x.n_columns()
     }
 
-    /// Its coefficients.
-    pub fn coefficients(&self) -> &[f64] {
-        &self.coefficients
-    }
-
     /// Other workers sweep beside this one (its sweeps report residual deltas).
     pub fn is_shared(&self) -> bool {
         self.shared
-    }
-
-    /// The residual.
-    pub fn residual(&self) -> &[f64] {
-        &self.residual
     }
 
     /// The baseline's exact update of one coordinate against the residual (centred or

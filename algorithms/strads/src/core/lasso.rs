@@ -7,6 +7,7 @@
 //! ([`LassoScheduler::commit`](super::scheduler::LassoScheduler::commit)).
 
 use super::StradsModelError;
+use super::gauss_seidel::Centring;
 use petrel_ml::data::SparseColumns;
 
 /// One worker's share: a row block of X (column-major), its slice of y and the residual
@@ -21,43 +22,7 @@ pub struct LassoWorkerState {
     /// O(rows) per round) and recomputed exactly by [`Self::resync_squared_residual`].
     sq_residual: f64,
     /// Implicit centring ([`Self::centred`]); `None` for the design as given.
-    centring: Option<BlockCentring>,
-}
-
-/// A row block of an implicitly centred design: column `j` stands for `x_j - mu_j 1`
-/// (`mu_j` the whole design's mean) and the residual is `s + c 1`, `s` the stored vector,
-/// so that a committed change touches the column's non-zeros only.
-#[derive(Debug, Clone)]
-struct BlockCentring {
-    /// The whole design's column means.
-    means: Vec<f64>,
-    /// Column sums over this block's rows.
-    sums: Vec<f64>,
-    /// The residual's offset `c`.
-    offset: f64,
-    /// `sum_i s_i` over the block.
-    sum_s: f64,
-    /// `||s||^2` over the block.
-    sq_s: f64,
-}
-
-impl BlockCentring {
-    /// `(x_j - mu_j 1)^T (s + c 1)` over the block, from `x_j^T s`.
-    fn dot(&self, j: usize, x_dot_s: f64, rows: f64) -> f64 {
-        x_dot_s + self.offset * self.sums[j] - self.means[j] * (self.sum_s + rows * self.offset)
-    }
-
-    /// `||x_j - mu_j 1||^2` over the block, from the column's stored values.
-    fn sq_norm(&self, j: usize, values: &[f32], rows: usize) -> f64 {
-        let mu = self.means[j];
-        let stored: f64 = values.iter().map(|&v| (f64::from(v) - mu).powi(2)).sum();
-        stored + (rows - values.len()) as f64 * mu * mu
-    }
-
-    /// `||s + c 1||^2` over the block.
-    fn sq_residual(&self, rows: f64) -> f64 {
-        self.sq_s + 2.0 * self.offset * self.sum_s + rows * self.offset * self.offset
-    }
+    centring: Option<Centring>,
 }
 
 impl LassoWorkerState {
@@ -96,16 +61,7 @@ impl LassoWorkerState {
             )));
         }
         let mut state = LassoWorkerState::new(x_block, y_block)?;
-        let sums = (0..state.x.n_columns())
-            .map(|j| state.x.column(j).1.iter().map(|&v| f64::from(v)).sum())
-            .collect();
-        state.centring = Some(BlockCentring {
-            means,
-            sums,
-            offset: 0.0,
-            sum_s: state.residual.iter().sum(),
-            sq_s: state.sq_residual,
-        });
+        state.centring = Some(Centring::with_means(&state.x, &state.residual, means));
         Ok(state)
     }
 
@@ -113,10 +69,7 @@ impl LassoWorkerState {
     /// exactly (O(rows)).
     fn fold_offset(&mut self) {
         if let Some(c) = &mut self.centring {
-            let offset = std::mem::take(&mut c.offset);
-            self.residual.iter_mut().for_each(|r| *r += offset);
-            c.sum_s = self.residual.iter().sum();
-            c.sq_s = self.residual.iter().map(|r| r * r).sum();
+            c.fold(&mut self.residual);
         }
     }
 
@@ -134,7 +87,6 @@ impl LassoWorkerState {
     /// value of `vars[k]`: the partial of the exact one-coordinate minimiser's numerator.
     pub fn push(&self, vars: &[usize], values: &[f32]) -> Vec<f32> {
         if let Some(c) = &self.centring {
-            let n = self.n_rows();
             return vars
                 .iter()
                 .zip(values)
@@ -145,7 +97,7 @@ impl LassoWorkerState {
                         .zip(vals)
                         .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
                         .sum();
-                    let z = c.dot(j, dot, n as f64) + c.sq_norm(j, vals, n) * f64::from(b_j);
+                    let z = c.dot(j, dot) + c.sq_norm(j, vals) * f64::from(b_j);
                     z as f32
                 })
                 .collect();
@@ -176,7 +128,7 @@ impl LassoWorkerState {
     /// With implicit centring, the running `[offset c, sum(s), ||s||^2]` (what a
     /// checkpoint saves beside [`Self::residual`]).
     pub fn centring_state(&self) -> Option<[f64; 3]> {
-        self.centring.as_ref().map(|c| [c.offset, c.sum_s, c.sq_s])
+        self.centring.as_ref().map(Centring::state)
     }
 
     /// Continues from a checkpointed residual (same rows) and, with implicit centring, its
@@ -199,11 +151,9 @@ impl LassoWorkerState {
             c.offset = 0.0;
         }
         self.resync_squared_residual();
-        if let (Some(c), Some([offset, sum_s, sq_s])) = (&mut self.centring, centring) {
-            c.offset = offset;
-            c.sum_s = sum_s;
-            c.sq_s = sq_s;
-            self.sq_residual = c.sq_residual(self.y.len() as f64);
+        if let (Some(c), Some(state)) = (&mut self.centring, centring) {
+            c.restore(state);
+            self.sq_residual = c.sq_residual();
         }
         Ok(())
     }
@@ -223,41 +173,33 @@ impl LassoWorkerState {
 
     /// `r -= x_j * delta` for every committed change (and `||r||^2` with it).
     pub fn apply_deltas(&mut self, changes: &[(usize, f32)]) {
-        if let Some(c) = &mut self.centring {
-            // s -= delta x_j on the non-zeros, c += delta mu_j.
-            let mut sq_change = 0.0f64;
-            for &(j, delta) in changes.iter().filter(|c| c.1 != 0.0) {
-                let delta = f64::from(delta);
-                let (rows, vals) = self.x.column(j);
-                for (&i, &x) in rows.iter().zip(vals) {
-                    let r = &mut self.residual[i as usize];
-                    let before = *r;
-                    *r -= f64::from(x) * delta;
-                    sq_change += *r * *r - before * before;
-                }
-                c.sum_s -= delta * c.sums[j];
-                c.offset += delta * c.means[j];
-            }
-            c.sq_s += sq_change;
-            self.sq_residual = c.sq_residual(self.y.len() as f64);
-            return;
-        }
         let mut sq_change = 0.0f64;
         for &(j, delta) in changes.iter().filter(|c| c.1 != 0.0) {
+            let delta = f64::from(delta);
             let (rows, vals) = self.x.column(j);
             for (&i, &x) in rows.iter().zip(vals) {
                 let r = &mut self.residual[i as usize];
                 let before = *r;
-                *r -= f64::from(x) * f64::from(delta);
+                *r -= f64::from(x) * delta;
                 sq_change += *r * *r - before * before;
             }
+            // With centring: s -= delta x_j on the non-zeros (above), c += delta mu_j.
+            if let Some(c) = &mut self.centring {
+                c.sum_s -= delta * c.sums[j];
+                c.offset += delta * c.means[j];
+            }
         }
-        self.sq_residual += sq_change;
+        match &mut self.centring {
+            Some(c) => {
+                c.sq_s += sq_change;
+                self.sq_residual = c.sq_residual();
+            }
+            None => self.sq_residual += sq_change,
+        }
     }
 
     /// Partial `x_j^T r` for each var (gradient of the smooth part is `-x_j^T r`).
     pub fn correlation_with_residual(&self, vars: &[usize]) -> Vec<f64> {
-        let n = self.n_rows() as f64;
         vars.iter()
             .map(|&j| {
                 let (rows, vals) = self.x.column(j);
@@ -266,7 +208,7 @@ impl LassoWorkerState {
                     .zip(vals)
                     .map(|(&i, &x)| f64::from(x) * self.residual[i as usize])
                     .sum();
-                self.centring.as_ref().map_or(dot, |c| c.dot(j, dot, n))
+                self.centring.as_ref().map_or(dot, |c| c.dot(j, dot))
             })
             .collect()
     }
@@ -311,11 +253,6 @@ pub fn pull(vars: &[usize], summed_z: &[f32], col_sq_norms: &[f64], lambda: f32)
         .collect()
 }
 
-/// `1/2 ||r||^2 + lambda ||b||_1` given the summed squared residual.
-pub fn objective(squared_residual: f64, b: &[f32], lambda: f32) -> f64 {
-    0.5 * squared_residual + f64::from(lambda) * b.iter().map(|v| f64::from(v.abs())).sum::<f64>()
-}
-
 /// Largest subgradient-optimality violation given `x_j^T r` for all j: for `b_j != 0`
 /// `|x_j^T r - lambda sign(b_j)|`, else `max(|x_j^T r| - lambda, 0)`. Zero at the optimum.
 pub fn kkt_violation(x_t_residual: &[f64], b: &[f32], lambda: f32) -> f64 {
@@ -340,25 +277,6 @@ pub fn dual_scale(x_t_residual: &[f64], lambda: f32) -> f64 {
         f64::from(lambda) / max_corr
     } else {
         1.0
-    }
-}
-
-/// Duality gap `P(b) - D(theta)` with `D(theta) = 1/2||y||^2 - 1/2||y - theta||^2`; an upper
-/// bound on `P(b) - P*`, so it certifies convergence without knowing the optimum.
-pub fn duality_gap(primal: f64, y_sq: f64, y_minus_theta_sq: f64) -> f64 {
-    primal - (0.5 * y_sq - 0.5 * y_minus_theta_sq)
-}
-
-/// The design and the targets describe the same samples: one target per row of X.
-pub fn check_design_shape(x: &SparseColumns, y: &[f32]) -> Result<(), StradsModelError> {
-    if x.n_rows == y.len() {
-        Ok(())
-    } else {
-        Err(StradsModelError::DimensionMismatch(format!(
-            "X has {} rows, y has {}",
-            x.n_rows,
-            y.len()
-        )))
     }
 }
 

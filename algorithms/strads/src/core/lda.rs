@@ -488,32 +488,5 @@ impl LdaCluster {
     }
 }
 
-/// Result of [`run_lda`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct LdaRun {
-    /// Before the first and after every iteration.
-    pub log_likelihood_per_token: Vec<f64>,
-    /// `(n_wk + beta) / (n_k + V beta)`, `K x V`.
-    pub topic_word: ndarray::Array2<f64>,
-}
-
-/// Serial driver: P in-process workers, `config.iterations` passes.
-pub fn run_lda(corpus: &Corpus, config: &LdaConfig) -> Result<LdaRun, StradsModelError> {
-    let mut cluster = LdaCluster::new(corpus, config)?;
-    let mut log_likelihood_per_token = vec![cluster.log_likelihood_per_token()];
-    for _ in 0..config.iterations {
-        cluster.iteration();
-        log_likelihood_per_token.push(cluster.log_likelihood_per_token());
-        tracing::debug!(
-            ll = log_likelihood_per_token.last().copied(),
-            "lda iteration"
-        );
-    }
-    Ok(LdaRun {
-        log_likelihood_per_token,
-        topic_word: cluster.topic_word_distributions(),
-    })
-}
-
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,7 @@
 //! - [`baseline`]: tight single-threaded cyclic coordinate descent (Lasso, L1 logistic),
 //!   the yardstick STRADS is measured against and `--transport none`.
 //! - the models: [`lasso`], [`logistic`], [`mf`] (CCD++), [`lda`] (SparseLDA), each with
-//!   worker state, aggregation and a serial reference run for tests and benchmarks.
+//!   worker state and aggregation (their serial reference runs are in their tests).
 
 pub mod app;
 pub mod baseline;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::StradsModelError;
 
 mod dependency;
-pub use dependency::{ColumnCorrelationCache, CorrelationOracle, filter_dependent};
+pub use dependency::{ColumnCorrelationCache, CorrelationOracle};
 
 /// How candidates are chosen before the (optional) dependency filter. Read as `dynamic`,
 /// `random` or `cyclic` from flags and TOML; anything else is rejected naming these.

@@ -46,11 +46,6 @@ impl LinearHeldout {
         }))
     }
 
-    /// Rows of the test set.
-    pub fn rows(&self) -> usize {
-        self.data.rows.len()
-    }
-
     /// The figures of a solver's f64 coefficients as the model files store them (f32),
     /// with that f32 model's own L1 norm, as the final figures compute it. The f32 copy is
     /// made here, so an evaluation without held-out data never pays for it.

@@ -86,7 +86,7 @@ impl LassoScheduling {
         job: &LassoSettings,
         workers: usize,
     ) -> Result<Self, StradsError> {
-        crate::core::lasso::check_design_shape(x, y)?;
+        crate::core::baseline::check_shape(x, y.len(), "y")?;
         let job = &job.resolved_for(x, workers);
         let lambda = job.resolve_lambda(x, y);
         let column_nnz = x

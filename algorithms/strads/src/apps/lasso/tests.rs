@@ -227,7 +227,7 @@ fn fit_intercept_on_a_cluster_centres_implicitly_and_matches_the_explicit_centri
         schedulers: 2,
         ..job.clone()
     };
-    let (b, _) = multi::run_multi_without_actors(&multi, 2).unwrap();
+    let (b, _) = multi::tests::run_multi_without_actors(&multi, 2).unwrap();
     close(&b, "two schedulers");
     let baseline = baseline::run_baseline(&job).unwrap();
     close(&baseline.coefficients, "baseline");

@@ -221,12 +221,6 @@ impl LogisticGsScheduling {
         Ok(s)
     }
 
-    /// This half with the digest of the data it was built from.
-    pub fn with_data_digest(mut self, digest: u64) -> Self {
-        self.data_digest = Some(digest);
-        self
-    }
-
     /// The metrics so far.
     pub fn metrics(&self) -> &LogisticMetrics {
         &self.metrics
@@ -566,7 +560,7 @@ impl StradsJob for LogisticGsApp {
         shape: &JobShape,
     ) -> Result<LogisticGsScheduling, StradsError> {
         let design = load_share(job, |_| Ok(0..0))?;
-        let half = LogisticGsScheduling::new(&design, job, shape.workers)?;
+        let mut half = LogisticGsScheduling::new(&design, job, shape.workers)?;
         tracing::info!(
             rows = design.shape.n_rows,
             features = design.shape.n_columns(),
@@ -574,7 +568,8 @@ impl StradsJob for LogisticGsApp {
             lambda = half.lambda,
             "logistic gauss-seidel scheduler ready"
         );
-        Ok(half.with_data_digest(design.digest()))
+        half.data_digest = Some(design.digest());
+        Ok(half)
     }
 
     /// Worker `index` keeps only its range of columns (every row) and the labels

@@ -27,8 +27,8 @@ pub const ACTIVE_SWEEPS: usize = crate::core::tuning::MAX_ACTIVE_PASSES as usize
 /// and the objective counts the other blocks' `||b||_1` ([`Self::set_l1_others`]), so
 /// one worker's round is the baseline's full sweep and active phase, step for step.
 #[derive(Debug, Clone)]
-pub struct CyclicLogistic<'a> {
-    x: std::borrow::Cow<'a, SparseColumns>,
+pub struct CyclicLogistic {
+    x: SparseColumns,
     labels: Vec<f64>,
     lambda: f64,
     bound: Vec<f64>,
@@ -60,21 +60,10 @@ pub struct LogisticPhase {
     pub objective: f64,
 }
 
-impl<'a> CyclicLogistic<'a> {
-    /// Starts at `b = 0`.
-    pub fn new(
-        x: &'a SparseColumns,
-        labels: &[f32],
-        lambda: f32,
-    ) -> Result<Self, StradsModelError> {
-        Self::of(std::borrow::Cow::Borrowed(x), labels, lambda)
-    }
-
-    fn of(
-        x: std::borrow::Cow<'a, SparseColumns>,
-        labels: &[f32],
-        lambda: f32,
-    ) -> Result<Self, StradsModelError> {
+impl CyclicLogistic {
+    /// A solver that owns its columns (a Gauss-Seidel worker's block, all rows), at
+    /// `b = 0`.
+    pub fn owning(x: SparseColumns, labels: &[f32], lambda: f32) -> Result<Self, StradsModelError> {
         check_shape(&x, labels.len(), "labels")?;
         if !(lambda >= 0.0 && lambda.is_finite()) {
             return Err(StradsModelError::InvalidConfig(format!(
@@ -269,12 +258,7 @@ impl<'a> CyclicLogistic<'a> {
     }
 }
 
-impl CyclicLogistic<'static> {
-    /// A solver that owns its columns (a Gauss-Seidel worker's block, all rows).
-    pub fn owning(x: SparseColumns, labels: &[f32], lambda: f32) -> Result<Self, StradsModelError> {
-        Self::of(std::borrow::Cow::Owned(x), labels, lambda)
-    }
-
+impl CyclicLogistic {
     /// The margins `X b` (every row; with blocks, of the whole model).
     pub fn margins(&self) -> &[f64] {
         &self.margins

@@ -27,7 +27,7 @@ pub(crate) struct CdReport {
 /// Runs full sweeps (each followed by active-set sweeps) until a full sweep lowers the
 /// objective by at most `tolerance` relative, or the target is met (checked after every
 /// sweep: the logistic objective costs O(rows)).
-pub(crate) fn solve(cd: &mut CyclicLogistic<'_>, stop: &CdStop) -> CdReport {
+pub(crate) fn solve(cd: &mut CyclicLogistic, stop: &CdStop) -> CdReport {
     let mut objective = cd.objective();
     let mut report = CdReport {
         outcome: CdOutcome::SweepLimit,
@@ -224,4 +224,15 @@ fn logistic_active_passes_shrink_to_the_same_optimum_in_fewer_updates() {
         report.updates,
         fixed.updates()
     );
+}
+
+impl CyclicLogistic {
+    /// A solver of a copy of `x`, at `b = 0`.
+    pub(crate) fn new(
+        x: &SparseColumns,
+        labels: &[f32],
+        lambda: f32,
+    ) -> Result<Self, StradsModelError> {
+        Self::owning(x.clone(), labels, lambda)
+    }
 }

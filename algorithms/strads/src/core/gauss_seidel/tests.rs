@@ -769,3 +769,19 @@ fn the_round_deltas_make_the_gram_matrix_and_combine_to_sum_w_u() {
     assert_eq!(omega, 1);
     assert_eq!(gram, vec![vec![5.0, 0.0], vec![0.0, 9.0]]);
 }
+
+// Only the tests read this.
+impl GsWorkerCore {
+    /// Its coefficients.
+    pub(crate) fn coefficients(&self) -> &[f64] {
+        &self.coefficients
+    }
+}
+
+// Only the tests read this.
+impl GsWorkerCore {
+    /// The residual.
+    pub(crate) fn residual(&self) -> &[f64] {
+        &self.residual
+    }
+}

@@ -12,7 +12,7 @@ impl LassoWorkerState {
     pub(crate) fn column_sq_norm_partials(&self) -> Vec<f64> {
         match &self.centring {
             Some(c) => (0..self.x.n_columns())
-                .map(|j| c.sq_norm(j, self.x.column(j).1, self.n_rows()))
+                .map(|j| c.sq_norm(j, self.x.column(j).1))
                 .collect(),
             None => self.x.column_sq_norms(),
         }
@@ -90,7 +90,7 @@ impl LassoCluster {
         lambda: f32,
         n_workers: usize,
     ) -> Result<Self, StradsModelError> {
-        check_design_shape(x, y)?;
+        crate::core::baseline::check_shape(x, y.len(), "y")?;
         if n_workers == 0 || lambda.is_nan() || lambda < 0.0 {
             return Err(StradsModelError::InvalidConfig(
                 "need n_workers >= 1 and lambda >= 0".into(),
@@ -433,6 +433,19 @@ fn parallel_dynamic_with_filter_converges_and_satisfies_kkt() {
     );
     let reached = updates_to_tolerance(&x, &y, &config, optimum, 1e-3).unwrap();
     assert!(reached.is_some());
+}
+
+// The objective and the duality gap of the serial cluster's state.
+
+/// `1/2 ||r||^2 + lambda ||b||_1` given the summed squared residual.
+pub(crate) fn objective(squared_residual: f64, b: &[f32], lambda: f32) -> f64 {
+    0.5 * squared_residual + f64::from(lambda) * b.iter().map(|v| f64::from(v.abs())).sum::<f64>()
+}
+
+/// Duality gap `P(b) - D(theta)` with `D(theta) = 1/2||y||^2 - 1/2||y - theta||^2`; an upper
+/// bound on `P(b) - P*`, so it certifies convergence without knowing the optimum.
+pub(crate) fn duality_gap(primal: f64, y_sq: f64, y_minus_theta_sq: f64) -> f64 {
+    primal - (0.5 * y_sq - 0.5 * y_minus_theta_sq)
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ pub struct LogisticSwept {
 
 /// Worker half: a [`CyclicLogistic`] over its block of columns and every row.
 pub struct LogisticGsWorkerCore {
-    cd: CyclicLogistic<'static>,
+    cd: CyclicLogistic,
     /// The design's number of the block's first column.
     first: usize,
     /// Other workers sweep other blocks: the round's result is combined at the commit.
@@ -110,11 +110,6 @@ impl LogisticGsWorkerCore {
             start: None,
             moved: Vec::new(),
         })
-    }
-
-    /// The block's solver (its coefficients, margins and counts).
-    pub fn solver(&self) -> &CyclicLogistic<'static> {
-        &self.cd
     }
 
     /// Runs the round: the full sweep and the active phase of the block.

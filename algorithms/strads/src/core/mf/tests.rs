@@ -363,3 +363,208 @@ fn a_rotation_of_test_scores_is_the_rmse_of_the_gathered_factors() {
     // Taken: the next rotation starts from nothing.
     assert_eq!(cluster.workers[0].take_test_error(), (0.0, 0));
 }
+
+// The serial CCD++ reference run the tests compare with.
+
+/// Configuration of [`run_ccdpp`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CcdppConfig {
+    /// Rank.
+    pub rank: usize,
+    /// L2 weight.
+    pub lambda: f32,
+    /// Workers.
+    pub n_workers: usize,
+    /// Sweeps over all coordinates.
+    pub outer_iterations: usize,
+    /// Alternations of (h_k, w_k) per coordinate per outer iteration.
+    pub inner_iterations: usize,
+    /// Seed of the initial factors.
+    pub seed: u64,
+    /// Fit a bias per user and per item ([`MfLayout`]).
+    pub biases: bool,
+    /// Per-rating L2 weights ([`MfRidge::per_rating`]).
+    pub weighted_lambda: bool,
+}
+
+impl CcdppConfig {
+    /// The column layout.
+    pub fn layout(&self) -> MfLayout {
+        MfLayout {
+            rank: self.rank,
+            biases: self.biases,
+        }
+    }
+
+    /// The L2 weights.
+    pub fn ridge(&self) -> MfRidge {
+        MfRidge {
+            lambda: self.lambda,
+            per_rating: self.weighted_lambda,
+        }
+    }
+}
+
+/// Result of [`run_ccdpp`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct MfRun {
+    /// `n_users x width` ([`MfLayout::width`]: with biases the rows end `[b_user, 1]`).
+    pub user_factors: Array2<f32>,
+    /// `n_items x width` (with biases the rows end `[1, b_item]`).
+    pub item_factors: Array2<f32>,
+    /// Training RMSE before the first and after every outer iteration.
+    pub train_rmse: Vec<f64>,
+}
+
+/// Everything of a CCD++ job in one process.
+pub struct MfCluster {
+    /// The rotation.
+    pub schedule: RotationSchedule,
+    /// Users and items by bucket.
+    pub partition: MfPartition,
+    /// The workers.
+    pub workers: Vec<MfWorker>,
+    /// The H blocks.
+    pub blocks: Vec<FactorBlock>,
+    /// L2 weights.
+    pub ridge: MfRidge,
+    /// Columns of W and H.
+    pub layout: MfLayout,
+}
+
+impl MfCluster {
+    /// W starts uniform in `[0, 1/sqrt(rank))`, H at zero (so the residual is R and the first
+    /// H phase is a ridge fit against W); biases start at zero.
+    pub fn new(ratings: &Ratings, config: &CcdppConfig) -> Result<Self, StradsModelError> {
+        if config.rank == 0
+            || config.n_workers == 0
+            || config.lambda.is_nan()
+            || config.lambda < 0.0
+        {
+            return Err(StradsModelError::InvalidConfig(
+                "need rank >= 1, n_workers >= 1, lambda >= 0".into(),
+            ));
+        }
+        let p = config.n_workers;
+        let layout = config.layout();
+        let width = layout.width();
+        let partition = MfPartition::balanced(ratings, p);
+        let blocks: Vec<FactorBlock> = partition
+            .bucket_items
+            .iter()
+            .enumerate()
+            .map(|(b, ids)| FactorBlock::new(b, width, ids.clone(), layout.initial_h(ids.len())))
+            .collect();
+        let workers = (0..p)
+            .map(|w| {
+                let init = layout.initial_w_of_users(&partition.bucket_users[w], config.seed);
+                MfWorker::new(w, &partition, ratings, width, init, &blocks)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(MfCluster {
+            schedule: RotationSchedule { p },
+            partition,
+            workers,
+            blocks,
+            ridge: config.ridge(),
+            layout,
+        })
+    }
+
+    /// One full rotation: in every sub-round each worker visits the block it holds and runs
+    /// `visit` on it.
+    fn rotation(&mut self, mut visit: impl FnMut(&mut MfWorker, &mut FactorBlock)) {
+        let p = self.schedule.p;
+        for t in 0..p {
+            for w in 0..p {
+                let b = self.schedule.block_held(w, t);
+                let worker = &mut self.workers[w];
+                let block = &mut self.blocks[b];
+                worker.begin_visit(block);
+                visit(worker, block);
+            }
+        }
+    }
+
+    /// Runs one sweep step: an H rotation for `h_k` then a W rotation for `w_k` (each only
+    /// when the step updates that side).
+    pub fn update_step(&mut self, step: CoordinateStep) {
+        let (ridge, p, k) = (self.ridge, self.schedule.p, step.k);
+        if step.update_h {
+            self.rotation(|worker, block| worker.accumulate_h(block, k));
+            // The last visitor finalises; any worker knows every item's count.
+            if let Some(worker) = self.workers.first() {
+                self.blocks
+                    .iter_mut()
+                    .for_each(|b| worker.finalize_h(b, k, ridge, p));
+            }
+        }
+        if step.update_w {
+            self.rotation(|worker, block| worker.accumulate_w(block, k));
+            self.workers.iter_mut().for_each(|w| w.finalize_w(k, ridge));
+        }
+    }
+
+    /// Applies every pending change (one rotation without updates) and returns the RMSE from
+    /// the residuals.
+    pub fn train_rmse(&mut self) -> f64 {
+        self.rotation(|_, _| {});
+        let (sum, n) = self
+            .workers
+            .iter()
+            .map(MfWorker::squared_error)
+            .fold((0.0, 0), |(a, b), (c, d)| (a + c, b + d));
+        if n == 0 { 0.0 } else { (sum / n as f64).sqrt() }
+    }
+
+    /// Gathers W and H into dense matrices (full width: [`MfLayout::split_model`] separates
+    /// the biases).
+    pub fn factors(&self) -> (Array2<f32>, Array2<f32>) {
+        let rank = self.layout.width();
+        let mut w = Array2::zeros((self.partition.user_bucket.len(), rank));
+        for worker in &self.workers {
+            for (r, &u) in worker.user_ids.iter().enumerate() {
+                for k in 0..rank {
+                    w[[u as usize, k]] = worker.w[r * rank + k];
+                }
+            }
+        }
+        let mut h = Array2::zeros((self.partition.item_bucket.len(), rank));
+        for block in &self.blocks {
+            for (c, &i) in block.item_ids.iter().enumerate() {
+                for k in 0..rank {
+                    h[[i as usize, k]] = block.factors[c * rank + k];
+                }
+            }
+        }
+        (w, h)
+    }
+}
+
+/// Serial CCD++ driver with P in-process workers.
+pub fn run_ccdpp(ratings: &Ratings, config: &CcdppConfig) -> Result<MfRun, StradsModelError> {
+    let mut cluster = MfCluster::new(ratings, config)?;
+    let mut train_rmse = vec![cluster.train_rmse()];
+    let sweep = config.layout().sweep();
+    for _ in 0..config.outer_iterations {
+        for &step in &sweep {
+            // A bias has a closed form: repeating its step would change nothing.
+            let repeats = if step.update_h && step.update_w {
+                config.inner_iterations.max(1)
+            } else {
+                1
+            };
+            for _ in 0..repeats {
+                cluster.update_step(step);
+            }
+        }
+        train_rmse.push(cluster.train_rmse());
+        tracing::debug!(rmse = train_rmse.last().copied(), "ccd++ outer iteration");
+    }
+    let (user_factors, item_factors) = cluster.factors();
+    Ok(MfRun {
+        user_factors,
+        item_factors,
+        train_rmse,
+    })
+}

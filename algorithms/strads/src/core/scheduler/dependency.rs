@@ -14,7 +14,7 @@ pub trait CorrelationOracle {
     /// `|corr(x_j, x_k)|`.
     fn abs_correlation(&mut self, j: usize, k: usize) -> f32;
 
-    /// The greedy dependency check of [`filter_dependent`]: walks `candidates` in order
+    /// The greedy dependency check: walks `candidates` in order
     /// and keeps one if its correlation with every kept coordinate is below `rho`, until
     /// `limit` are kept. The same as [`Self::keep_independent_around`] with nothing in
     /// flight.
@@ -511,16 +511,4 @@ impl CorrelationOracle for ColumnCorrelationCache {
         }
         kept
     }
-}
-
-/// Greedy dependency check: walks `candidates` in order and keeps one if its correlation
-/// with every already kept coordinate is below `rho`, until `limit` are kept (the oracle's
-/// [`CorrelationOracle::keep_independent`]).
-pub fn filter_dependent(
-    candidates: &[usize],
-    limit: usize,
-    rho: f32,
-    oracle: &mut dyn CorrelationOracle,
-) -> Vec<usize> {
-    oracle.keep_independent(candidates, limit, rho)
 }

@@ -94,7 +94,8 @@ fn sparse_job() -> LassoSettings {
 /// Every worker's share (and the scheduler's, no columns) against the whole design:
 /// the same columns, `y` and `lambda_max`, bit for bit.
 fn assert_shares_are_the_whole_designs(job: &LassoSettings) {
-    use crate::apps::lasso::gs::{column_ranges, column_ranges_of};
+    use crate::apps::lasso::gs::column_ranges_of;
+    use crate::apps::lasso::gs::tests::column_ranges;
     let (x, y) = job.load().unwrap();
     let lambda_max = job.lambda_max(&x, &y);
     let whole = DesignShape::of(&x);

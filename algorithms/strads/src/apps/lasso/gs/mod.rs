@@ -43,17 +43,14 @@ pub mod scheduling;
 pub use scheduling::GsScheduling;
 
 use super::config::{DesignShape, LassoSettings};
-use super::metrics::LassoOutcome;
 use super::multi::{MAX_SCHEDULERS, column_weight, partition_weighted};
 use super::wire::WorkerBusy;
 use crate::core::StradsModelError;
 use crate::core::app::{Push, StradsApp, decode_state, encode_state};
 use crate::core::gauss_seidel::{Certificate, GsWorkerCore, RowVector, SweepOrder, SweepResult};
 use crate::error::StradsError;
-use crate::kit::serial::Delivery;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
-use petrel_ml::data::SparseColumns;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::time::Instant;
@@ -156,13 +153,8 @@ impl StradsApp for LassoGsApp {
 }
 
 /// The column ranges of `workers` workers: contiguous, of about equal non-zeros (the same
-/// on every node, so nobody sends the cut).
-pub fn column_ranges(x: &SparseColumns, workers: usize) -> Result<Vec<Range<usize>>, StradsError> {
-    column_ranges_of(&DesignShape::of(x), workers)
-}
-
-/// [`column_ranges`] from the design's shape alone (what a node knows before it keeps
-/// any column).
+/// on every node, so nobody sends the cut), from the design's shape alone (what a node
+/// knows before it keeps any column).
 pub fn column_ranges_of(
     shape: &DesignShape,
     workers: usize,
@@ -215,12 +207,6 @@ impl GsWorker {
             busy: WorkerBusy::default(),
             data_digest: None,
         }
-    }
-
-    /// This worker with the digest of the data it loaded.
-    pub fn with_data_digest(mut self, digest: u64) -> Self {
-        self.data_digest = Some(digest);
-        self
     }
 }
 
@@ -347,14 +333,14 @@ impl StradsJob for LassoGsApp {
     /// ([`LassoSettings::load_column_share`] of no columns).
     fn scheduler(job: &LassoSettings, shape: &JobShape) -> Result<GsScheduling, StradsError> {
         let design = job.load_column_share(|_| Ok(0..0))?;
-        let half = GsScheduling::of_design(
+        let mut half = GsScheduling::of_design(
             &design.shape,
             &design.y,
             design.lambda_max,
             job,
             shape.workers,
-        )?
-        .with_data_digest(design.digest());
+        )?;
+        half.data_digest = Some(design.digest());
         tracing::info!(
             rows = design.shape.n_rows,
             features = design.shape.n_columns(),
@@ -381,13 +367,13 @@ impl StradsJob for LassoGsApp {
         } else {
             GsWorkerCore::new(share.x, share.y, lambda, shared)?
         };
-        Ok(StarHalf(
-            GsWorker::new(core, index).with_data_digest(digest),
-        ))
+        let mut worker = GsWorker::new(core, index);
+        worker.data_digest = Some(digest);
+        Ok(StarHalf(worker))
     }
 
     fn scheduler_digest(scheduler: &GsScheduling) -> Option<u64> {
-        scheduler.data_digest()
+        scheduler.data_digest
     }
 
     fn worker_digest(worker: &StarHalf<GsWorker>) -> Option<u64> {
@@ -411,15 +397,5 @@ impl StradsJob for LassoGsApp {
     }
 }
 
-/// Runs a Gauss-Seidel job with both halves in this thread and no actors, in the message
-/// order of the cluster run.
-pub fn run_without_actors(
-    job: &LassoSettings,
-    workers: usize,
-) -> Result<LassoOutcome, StradsError> {
-    let (scheduler, _) = crate::kit::run_serial::<LassoGsApp>(job, workers, Delivery::Late)?;
-    Ok(scheduler.outcome())
-}
-
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

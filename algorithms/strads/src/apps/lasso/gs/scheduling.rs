@@ -92,7 +92,7 @@ pub struct GsScheduling {
     s: GsState,
     in_flight: Option<(u64, RoundKind)>,
     /// The digest of the data it loaded ([`super::super::config::ColumnShare::digest`]).
-    data_digest: Option<u64>,
+    pub(super) data_digest: Option<u64>,
 }
 
 /// What the round in flight does.
@@ -202,18 +202,6 @@ impl GsScheduling {
             scheduling.s.done = true;
         }
         Ok(scheduling)
-    }
-
-    /// This half with the digest of the data it was built from (compared with the
-    /// workers' before the first round).
-    pub fn with_data_digest(mut self, digest: u64) -> Self {
-        self.data_digest = Some(digest);
-        self
-    }
-
-    /// The digest of [`Self::with_data_digest`].
-    pub fn data_digest(&self) -> Option<u64> {
-        self.data_digest
     }
 
     /// The job's lambda.

@@ -1,7 +1,10 @@
 use super::*;
 use crate::apps::lasso::baseline::solve_baseline;
+use crate::apps::lasso::metrics::LassoOutcome;
 use crate::apps::lasso::{LassoSolver, SyntheticLasso};
 use crate::core::gauss_seidel::Coords;
+use crate::kit::serial::Delivery;
+use petrel_ml::data::SparseColumns;
 
 fn job() -> LassoSettings {
     LassoSettings {
@@ -422,4 +425,23 @@ fn a_worker_that_shares_the_residual_refuses_to_certify_its_own_sweep() {
     let alone = GsWorkerCore::new(x, y, 0.1, false).unwrap();
     let answer = GsWorker::new(alone, 0).push(0, &task).unwrap();
     assert!(matches!(answer, GsPartial::SweptThenCertified { .. }));
+}
+
+/// Runs a Gauss-Seidel job with both halves in this thread and no actors, in the message
+/// order of the cluster run.
+pub(crate) fn run_without_actors(
+    job: &LassoSettings,
+    workers: usize,
+) -> Result<LassoOutcome, StradsError> {
+    let (scheduler, _) = crate::kit::run_serial::<LassoGsApp>(job, workers, Delivery::Late)?;
+    Ok(scheduler.outcome())
+}
+
+/// The column ranges of `workers` workers: contiguous, of about equal non-zeros (the same
+/// on every node, so nobody sends the cut).
+pub(crate) fn column_ranges(
+    x: &SparseColumns,
+    workers: usize,
+) -> Result<Vec<Range<usize>>, StradsError> {
+    column_ranges_of(&DesignShape::of(x), workers)
 }

@@ -48,7 +48,6 @@ use petrel_ml::data::SparseColumns;
 
 mod partition;
 mod roles;
-mod serial;
 mod slice;
 mod sync;
 
@@ -56,7 +55,6 @@ pub use crate::apps::lasso::metrics::{EvalNumbers, combine_evaluation};
 pub use partition::{column_weight, column_weights, partition_columns, partition_weighted};
 pub use roles::SYNC_ACTOR;
 pub(super) use roles::scheduler_entry;
-pub use serial::run_multi_without_actors;
 pub use slice::SliceScheduling;
 pub use sync::{
     LeadStatus, MultiLassoMetrics, SchedulerSummary, SyncCore, SyncDecision, SyncReport,
@@ -289,4 +287,4 @@ pub(super) fn build_schedulers(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -261,3 +261,11 @@ fn a_lone_worker_refuses_a_combined_commit_and_a_commit_without_a_round() {
     );
     assert!(core.commit(0.5, None).is_err());
 }
+
+// Only the tests read this.
+impl LogisticGsWorkerCore {
+    /// The block's solver (its coefficients, margins and counts).
+    pub(crate) fn solver(&self) -> &CyclicLogistic {
+        &self.cd
+    }
+}
