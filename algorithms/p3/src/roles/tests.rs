@@ -49,6 +49,21 @@ fn config_rejects_bad_values_when_read() {
     assert!(err.contains("valid values: sequential, fifo, p3"), "{err}");
 }
 
+/// A build without candle refuses a real network with this error (the featureless branch
+/// below runs under `cargo test -p petrel-p3 --no-default-features --lib roles::`; CI
+/// builds that configuration with clippy).
+#[test]
+fn the_refusal_without_candle_names_the_network_and_the_feature() {
+    let chain = petrel_actors::error_chain(&P3Error::real_model(
+        "mlp",
+        crate::models::ModelError::NoCandle,
+    ));
+    assert!(
+        chain.contains("mlp") && chain.contains("`candle` feature"),
+        "{chain}"
+    );
+}
+
 #[test]
 fn a_real_network_needs_the_candle_feature_and_an_emulated_profile_does_not() {
     let settings = one_worker();
