@@ -57,14 +57,18 @@ fn ccdpp_fits_low_rank_data() {
     .unwrap();
     let (train, test) = problem.ratings.train_test_split(0.1, 1).unwrap();
     let config = CcdppConfig {
-        rank: 3,
-        lambda: 0.05,
+        layout: MfLayout {
+            rank: 3,
+            biases: false,
+        },
+        ridge: MfRidge {
+            lambda: 0.05,
+            per_rating: false,
+        },
         n_workers: 3,
         outer_iterations: 15,
         inner_iterations: 1,
         seed: 2,
-        biases: false,
-        weighted_lambda: false,
     };
     let run = run_ccdpp(&train, &config).unwrap();
     let first = run.train_rmse[0];
@@ -89,14 +93,18 @@ fn distributed_matches_single_worker() {
     })
     .unwrap();
     let mut config = CcdppConfig {
-        rank: 2,
-        lambda: 0.1,
+        layout: MfLayout {
+            rank: 2,
+            biases: false,
+        },
+        ridge: MfRidge {
+            lambda: 0.1,
+            per_rating: false,
+        },
         n_workers: 1,
         outer_iterations: 3,
         inner_iterations: 1,
         seed: 0,
-        biases: false,
-        weighted_lambda: false,
     };
     let single = run_ccdpp(&problem.ratings, &config).unwrap();
     config.n_workers = 4;
@@ -262,17 +270,21 @@ fn bias_steps_fit_additive_ratings_and_keep_the_constant_columns() {
         id_mapping: None,
     };
     let mut config = CcdppConfig {
-        rank: 1,
-        lambda: 0.01,
+        layout: MfLayout {
+            rank: 1,
+            biases: false,
+        },
+        ridge: MfRidge {
+            lambda: 0.01,
+            per_rating: false,
+        },
         n_workers: 3,
         outer_iterations: 10,
         inner_iterations: 1,
         seed: 4,
-        biases: false,
-        weighted_lambda: false,
     };
     let plain = run_ccdpp(&ratings, &config).unwrap();
-    config.biases = true;
+    config.layout.biases = true;
     let biased = run_ccdpp(&ratings, &config).unwrap();
     let plain_rmse = *plain.train_rmse.last().unwrap();
     let biased_rmse = *biased.train_rmse.last().unwrap();
@@ -289,7 +301,7 @@ fn bias_steps_fit_additive_ratings_and_keep_the_constant_columns() {
     assert_eq!(biased.user_factors.ncols(), 3);
     assert!(biased.user_factors.column(2).iter().all(|&x| x == 1.0));
     assert!(biased.item_factors.column(1).iter().all(|&x| x == 1.0));
-    let layout = config.layout();
+    let layout = config.layout;
     let (w, h, bu, bi) = layout.split_model(&biased.user_factors, &biased.item_factors);
     assert_eq!((w.ncols(), h.ncols(), bu.len(), bi.len()), (1, 1, 30, 20));
     // Without a mean, the biases and the rank-1 term share the offset; the spread of the
@@ -325,14 +337,18 @@ fn a_rotation_of_test_scores_is_the_rmse_of_the_gathered_factors() {
     .unwrap();
     let (train, test) = problem.ratings.train_test_split(0.2, 3).unwrap();
     let config = CcdppConfig {
-        rank: 2,
-        lambda: 0.1,
+        layout: MfLayout {
+            rank: 2,
+            biases: true,
+        },
+        ridge: MfRidge {
+            lambda: 0.1,
+            per_rating: false,
+        },
         n_workers: 3,
         outer_iterations: 1,
         inner_iterations: 1,
         seed: 1,
-        biases: true,
-        weighted_lambda: false,
     };
     let mut cluster = MfCluster::new(&train, &config).unwrap();
     let partition = cluster.partition.clone();
@@ -340,7 +356,7 @@ fn a_rotation_of_test_scores_is_the_rmse_of_the_gathered_factors() {
         .into_iter()
         .map(|w| w.with_test(&partition, &test))
         .collect();
-    for step in config.layout().sweep() {
+    for step in config.layout.sweep() {
         cluster.update_step(step);
     }
     // One rotation: every worker meets every block once, so every test rating is scored
@@ -369,10 +385,10 @@ fn a_rotation_of_test_scores_is_the_rmse_of_the_gathered_factors() {
 /// Configuration of [`run_ccdpp`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CcdppConfig {
-    /// Rank.
-    pub rank: usize,
-    /// L2 weight.
-    pub lambda: f32,
+    /// Rank and biases.
+    pub layout: MfLayout,
+    /// L2 weights.
+    pub ridge: MfRidge,
     /// Workers.
     pub n_workers: usize,
     /// Sweeps over all coordinates.
@@ -381,28 +397,6 @@ pub struct CcdppConfig {
     pub inner_iterations: usize,
     /// Seed of the initial factors.
     pub seed: u64,
-    /// Fit a bias per user and per item ([`MfLayout`]).
-    pub biases: bool,
-    /// Per-rating L2 weights ([`MfRidge::per_rating`]).
-    pub weighted_lambda: bool,
-}
-
-impl CcdppConfig {
-    /// The column layout.
-    pub fn layout(&self) -> MfLayout {
-        MfLayout {
-            rank: self.rank,
-            biases: self.biases,
-        }
-    }
-
-    /// The L2 weights.
-    pub fn ridge(&self) -> MfRidge {
-        MfRidge {
-            lambda: self.lambda,
-            per_rating: self.weighted_lambda,
-        }
-    }
 }
 
 /// Result of [`run_ccdpp`].
@@ -436,17 +430,17 @@ impl MfCluster {
     /// W starts uniform in `[0, 1/sqrt(rank))`, H at zero (so the residual is R and the first
     /// H phase is a ridge fit against W); biases start at zero.
     pub fn new(ratings: &Ratings, config: &CcdppConfig) -> Result<Self, StradsModelError> {
-        if config.rank == 0
+        if config.layout.rank == 0
             || config.n_workers == 0
-            || config.lambda.is_nan()
-            || config.lambda < 0.0
+            || config.ridge.lambda.is_nan()
+            || config.ridge.lambda < 0.0
         {
             return Err(StradsModelError::InvalidConfig(
                 "need rank >= 1, n_workers >= 1, lambda >= 0".into(),
             ));
         }
         let p = config.n_workers;
-        let layout = config.layout();
+        let layout = config.layout;
         let width = layout.width();
         let partition = MfPartition::balanced(ratings, p);
         let blocks: Vec<FactorBlock> = partition
@@ -466,7 +460,7 @@ impl MfCluster {
             partition,
             workers,
             blocks,
-            ridge: config.ridge(),
+            ridge: config.ridge,
             layout,
         })
     }
@@ -545,7 +539,7 @@ impl MfCluster {
 pub fn run_ccdpp(ratings: &Ratings, config: &CcdppConfig) -> Result<MfRun, StradsModelError> {
     let mut cluster = MfCluster::new(ratings, config)?;
     let mut train_rmse = vec![cluster.train_rmse()];
-    let sweep = config.layout().sweep();
+    let sweep = config.layout.sweep();
     for _ in 0..config.outer_iterations {
         for &step in &sweep {
             // A bias has a closed form: repeating its step would change nothing.
