@@ -20,6 +20,7 @@ use petrel_ml::data::SparseColumns;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, RoundProfile, SyntheticLasso};
+use petrel_strads::kit::StradsSettings;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -13,6 +13,7 @@ use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_strads::StradsError;
 use petrel_strads::apps::lda::{LdaApp, LdaSettings};
+use petrel_strads::kit::StradsSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -11,6 +11,7 @@ use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::logistic::{LogisticApp, load, logistic_lambda, run_baseline};
+use petrel_strads::kit::StradsSettings;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -17,6 +17,7 @@ use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::metrics::peak_rss_mb;
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
+use petrel_strads::kit::StradsSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -15,6 +15,7 @@ use petrel_strads::apps::lasso::{LassoApp, LassoMetrics, LassoSettings};
 use petrel_strads::apps::lda::{LdaApp, LdaSettings};
 use petrel_strads::apps::logistic::{LogisticApp, LogisticMetrics};
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
+use petrel_strads::kit::StradsSettings;
 use petrel_strads::{StradsError, StradsJob};
 
 use super::TrainError;

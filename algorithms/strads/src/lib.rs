@@ -82,7 +82,7 @@ pub mod prelude {
     pub use crate::error::StradsError;
     pub use crate::kit::serial::Delivery;
     pub use crate::kit::{
-        FinishedRun, JobShape, RingHalf, StarHalf, StradsJob, register, run_serial,
+        FinishedRun, JobShape, RingHalf, StarHalf, StradsJob, StradsSettings, register, run_serial,
     };
     pub use crate::shells::SchedulerOptions;
 }

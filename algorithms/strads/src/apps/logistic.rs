@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp, decode_state, encode_state};
+use crate::kit::StradsSettings;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
-use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
+use crate::shells::SchedulerOptions;
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
@@ -583,11 +584,6 @@ impl StradsJob for LogisticApp {
     /// rounds compute for long.
     fn latency_bound(job: &LassoSettings) -> bool {
         job.resolved_solver() == super::lasso::LassoSolver::GaussSeidel
-    }
-
-    /// The Lasso's round checkpoints (the same settings).
-    fn round_checkpoints(job: &LassoSettings) -> Option<RoundCheckpointSettings> {
-        <super::lasso::LassoApp as StradsJob>::round_checkpoints(job)
     }
 
     fn scheduler_options(job: &LassoSettings) -> SchedulerOptions {

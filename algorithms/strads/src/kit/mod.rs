@@ -64,6 +64,30 @@ pub struct FinishedRun {
     pub scheduler_bytes: u64,
 }
 
+/// What the kit reads from a job's settings: their checks, their round checkpoints and
+/// the scheduler's depth and timeout. Each defaults to nothing (no check, no checkpoint,
+/// [`SchedulerOptions::default`]); [`StradsJob`]'s hooks of the same names answer with
+/// these unless an app overrides them.
+pub trait StradsSettings {
+    /// Checks the values (ranges, finiteness); the error names the key.
+    fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
+        Ok(())
+    }
+
+    /// Round checkpoints, if the settings ask for them.
+    fn round_checkpoints(&self) -> Option<RoundCheckpointSettings> {
+        None
+    }
+
+    /// Depth, timeout and priority of the scheduler.
+    fn scheduler_options(&self) -> SchedulerOptions {
+        SchedulerOptions::default()
+    }
+}
+
+/// No settings (`[app.<SECTION>]` has nothing to set).
+impl StradsSettings for () {}
+
 /// A model-parallel job: its wire types ([`StradsApp`]), where its settings live, and how
 /// to build the scheduler half and the worker halves. Implement it on the app's marker
 /// type; the kit provides the roles ([`register`]) and the serial run ([`run_serial`]).
@@ -75,7 +99,7 @@ pub trait StradsJob: StradsApp + Sized {
     /// The workers' role name (also the worker actor's name).
     const WORKER_ROLE: &'static str;
     /// The job's settings (one struct for flags and TOML; a missing section is `default()`).
-    type Config: DeserializeOwned + Default + Clone + Send + Sync + 'static;
+    type Config: StradsSettings + DeserializeOwned + Default + Clone + Send + Sync + 'static;
     /// The scheduler half.
     type Scheduler: Schedule<Self> + Send + 'static;
     /// The worker half and its routing: [`StarHalf`] or [`RingHalf`].
@@ -94,26 +118,23 @@ pub trait StradsJob: StradsApp + Sized {
         false
     }
 
-    /// Depth, timeout and priority of the scheduler (default: [`SchedulerOptions::default`]).
+    /// Depth, timeout and priority of the scheduler (default: the settings').
     fn scheduler_options(config: &Self::Config) -> SchedulerOptions {
-        let _ = config;
-        SchedulerOptions::default()
+        config.scheduler_options()
     }
 
-    /// Round checkpoints of this job ([`crate::shells::checkpoint`]), `None` (the default):
-    /// none. An app that returns `Some` implements `snapshot_state` and `restore_state` on
+    /// Round checkpoints of this job ([`crate::shells::checkpoint`]) (default: the
+    /// settings'). An app that has any implements `snapshot_state` and `restore_state` on
     /// its scheduler and worker halves.
     fn round_checkpoints(config: &Self::Config) -> Option<RoundCheckpointSettings> {
-        let _ = config;
-        None
+        config.round_checkpoints()
     }
 
     /// Checks the settings' values (ranges, finiteness) before any node starts: run by
     /// the cluster's section check ([`register`]) and by `petrel train`. The error names
-    /// the key.
+    /// the key (default: the settings' own checks).
     fn validate_config(config: &Self::Config) -> Result<(), petrel_ml::job::InvalidSetting> {
-        let _ = config;
-        Ok(())
+        config.validate()
     }
 
     /// Loads what the scheduler needs and builds its half (runs off the event loop).

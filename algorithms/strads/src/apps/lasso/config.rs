@@ -306,115 +306,6 @@ impl LassoSettings {
         })
     }
 
-    /// Every value in range (keys as in `[app.lasso]`), checked before any node starts.
-    /// Refuses settings that cannot run (a named key and why), a dense synthetic design of
-    /// more than [`MAX_DENSE_SYNTHETIC_VALUES`] values among them: it would be built whole
-    /// and exhaust the memory long before training.
-    pub fn validate(&self) -> Result<(), InvalidSetting> {
-        let mut c = SettingChecks::new();
-        if self.data.is_none() {
-            let s = &self.synthetic;
-            c.at_least("synthetic.n_samples", s.n_samples, 1);
-            c.at_least("synthetic.n_features", s.n_features, 1);
-            c.at_least("synthetic.group_size", s.group_size, 1);
-            c.within("synthetic.correlation", s.correlation, 0.0, 0.999);
-            c.at_most(
-                "synthetic.n_nonzero",
-                s.n_nonzero,
-                s.n_features,
-                "synthetic.n_features",
-            );
-            c.non_negative("synthetic.noise_std", s.noise_std);
-            c.at_most(
-                "synthetic.nnz_per_column",
-                s.nnz_per_column,
-                s.n_samples,
-                "synthetic.n_samples",
-            );
-            let values = s.n_samples.saturating_mul(s.n_features);
-            c.require(
-                s.nnz_per_column > 0 || values <= MAX_DENSE_SYNTHETIC_VALUES,
-                "synthetic.nnz_per_column",
-                s.nnz_per_column,
-                &format!(
-                    "0 asks for a dense design of {} x {} = {values} values, over the {} a \
-                     dense design may have (it is built whole, several bytes per value); set \
-                     synthetic.nnz_per_column > 0 for a sparse design of any size",
-                    s.n_samples, s.n_features, MAX_DENSE_SYNTHETIC_VALUES
-                ),
-            );
-        }
-        if let Some(l) = self.lambda {
-            c.non_negative("lambda", l);
-        }
-        c.within("lambda_fraction", self.lambda_fraction, 0.0, 1.0);
-        // 0 = automatic for block_size, candidate_pool and max_rounds.
-        if self.block_size > 0 && self.candidate_pool > 0 {
-            c.at_least("candidate_pool", self.candidate_pool, self.block_size);
-        }
-        c.non_negative("eval_work_ratio", self.eval_work_ratio);
-        c.non_negative("round_latency_ms", self.round_latency_ms);
-        c.non_negative("interference_bound", self.interference_bound);
-        if let Some(rho) = self.rho {
-            c.within("rho", rho, 0.0, 1.0);
-        }
-        c.non_negative("eta", self.eta);
-        c.positive("priority_exponent", self.priority_exponent);
-        c.positive("initial_priority", self.initial_priority);
-        c.at_least("depth", self.depth, 1);
-        if let Some(g) = self.gap_tolerance {
-            // 0: run to max_rounds (TOML has no way to unset an option).
-            c.non_negative("gap_tolerance", g);
-        }
-        if let Some(t) = self.target_objective {
-            c.finite("target_objective", t);
-        }
-        c.at_least("timeout_s", self.timeout_s, 1);
-        c.at_least("schedulers", self.schedulers, 1);
-        c.require(
-            self.gs_exchange.is_none(),
-            "gs_exchange",
-            self.gs_exchange.as_deref().unwrap_or_default(),
-            "was removed: the Gauss-Seidel workers' residual deltas always combine at the \
-             scheduler; drop the setting",
-        );
-        let scheduled_only = self.scheduled_only_settings();
-        if self.solver == LassoSolver::GaussSeidel
-            && let Some((key, value)) = scheduled_only.first()
-        {
-            c.require(
-                false,
-                key,
-                value,
-                "applies to solver = \"scheduled\" only (solver = \"gauss-seidel\" was \
-                 asked for; leave the solver unset or \"auto\" to run the scheduled mode)",
-            );
-        }
-        if self.resolved_solver() == LassoSolver::Scheduled {
-            let gs = match scheduled_only.first() {
-                Some((key, _)) if self.solver == LassoSolver::Auto => format!(
-                    "applies to solver = \"gauss-seidel\" only (solver = \"auto\" runs the \
-                     scheduled mode because {key} is set)"
-                ),
-                _ => "applies to solver = \"gauss-seidel\" only".to_string(),
-            };
-            c.require(self.gs_chunk == 0, "gs_chunk", self.gs_chunk, &gs);
-            c.require(
-                self.gs_active_passes == 0,
-                "gs_active_passes",
-                self.gs_active_passes,
-                &gs,
-            );
-        }
-        c.at_most(
-            "schedulers",
-            self.schedulers,
-            crate::apps::lasso::multi::MAX_SCHEDULERS,
-            "the supported maximum",
-        );
-        c.finish()
-    }
-
     /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`; with
     /// `fit_intercept` `y` is centred and `X` is returned as stored, every solver centring
     /// its columns implicitly (nothing is densified).
@@ -602,6 +493,136 @@ impl LassoSettings {
             ),
         });
         LassoScheduler::new(n, self.scheduler_config(), filter)
+    }
+}
+
+impl crate::kit::StradsSettings for LassoSettings {
+    /// Every value in range (keys as in `[app.lasso]`), checked before any node starts.
+    /// Refuses settings that cannot run (a named key and why), a dense synthetic design of
+    /// more than [`MAX_DENSE_SYNTHETIC_VALUES`] values among them: it would be built whole
+    /// and exhaust the memory long before training.
+    fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        if self.data.is_none() {
+            let s = &self.synthetic;
+            c.at_least("synthetic.n_samples", s.n_samples, 1);
+            c.at_least("synthetic.n_features", s.n_features, 1);
+            c.at_least("synthetic.group_size", s.group_size, 1);
+            c.within("synthetic.correlation", s.correlation, 0.0, 0.999);
+            c.at_most(
+                "synthetic.n_nonzero",
+                s.n_nonzero,
+                s.n_features,
+                "synthetic.n_features",
+            );
+            c.non_negative("synthetic.noise_std", s.noise_std);
+            c.at_most(
+                "synthetic.nnz_per_column",
+                s.nnz_per_column,
+                s.n_samples,
+                "synthetic.n_samples",
+            );
+            let values = s.n_samples.saturating_mul(s.n_features);
+            c.require(
+                s.nnz_per_column > 0 || values <= MAX_DENSE_SYNTHETIC_VALUES,
+                "synthetic.nnz_per_column",
+                s.nnz_per_column,
+                &format!(
+                    "0 asks for a dense design of {} x {} = {values} values, over the {} a \
+                     dense design may have (it is built whole, several bytes per value); set \
+                     synthetic.nnz_per_column > 0 for a sparse design of any size",
+                    s.n_samples, s.n_features, MAX_DENSE_SYNTHETIC_VALUES
+                ),
+            );
+        }
+        if let Some(l) = self.lambda {
+            c.non_negative("lambda", l);
+        }
+        c.within("lambda_fraction", self.lambda_fraction, 0.0, 1.0);
+        // 0 = automatic for block_size, candidate_pool and max_rounds.
+        if self.block_size > 0 && self.candidate_pool > 0 {
+            c.at_least("candidate_pool", self.candidate_pool, self.block_size);
+        }
+        c.non_negative("eval_work_ratio", self.eval_work_ratio);
+        c.non_negative("round_latency_ms", self.round_latency_ms);
+        c.non_negative("interference_bound", self.interference_bound);
+        if let Some(rho) = self.rho {
+            c.within("rho", rho, 0.0, 1.0);
+        }
+        c.non_negative("eta", self.eta);
+        c.positive("priority_exponent", self.priority_exponent);
+        c.positive("initial_priority", self.initial_priority);
+        c.at_least("depth", self.depth, 1);
+        if let Some(g) = self.gap_tolerance {
+            // 0: run to max_rounds (TOML has no way to unset an option).
+            c.non_negative("gap_tolerance", g);
+        }
+        if let Some(t) = self.target_objective {
+            c.finite("target_objective", t);
+        }
+        c.at_least("timeout_s", self.timeout_s, 1);
+        c.at_least("schedulers", self.schedulers, 1);
+        c.require(
+            self.gs_exchange.is_none(),
+            "gs_exchange",
+            self.gs_exchange.as_deref().unwrap_or_default(),
+            "was removed: the Gauss-Seidel workers' residual deltas always combine at the \
+             scheduler; drop the setting",
+        );
+        let scheduled_only = self.scheduled_only_settings();
+        if self.solver == LassoSolver::GaussSeidel
+            && let Some((key, value)) = scheduled_only.first()
+        {
+            c.require(
+                false,
+                key,
+                value,
+                "applies to solver = \"scheduled\" only (solver = \"gauss-seidel\" was \
+                 asked for; leave the solver unset or \"auto\" to run the scheduled mode)",
+            );
+        }
+        if self.resolved_solver() == LassoSolver::Scheduled {
+            let gs = match scheduled_only.first() {
+                Some((key, _)) if self.solver == LassoSolver::Auto => format!(
+                    "applies to solver = \"gauss-seidel\" only (solver = \"auto\" runs the \
+                     scheduled mode because {key} is set)"
+                ),
+                _ => "applies to solver = \"gauss-seidel\" only".to_string(),
+            };
+            c.require(self.gs_chunk == 0, "gs_chunk", self.gs_chunk, &gs);
+            c.require(
+                self.gs_active_passes == 0,
+                "gs_active_passes",
+                self.gs_active_passes,
+                &gs,
+            );
+        }
+        c.at_most(
+            "schedulers",
+            self.schedulers,
+            crate::apps::lasso::multi::MAX_SCHEDULERS,
+            "the supported maximum",
+        );
+        c.finish()
+    }
+
+    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
+    fn round_checkpoints(&self) -> Option<crate::shells::RoundCheckpointSettings> {
+        let settings = crate::shells::RoundCheckpointSettings::of(
+            &self.checkpoint_dir,
+            self.checkpoint_every,
+            self.resume,
+        )?;
+        Some(crate::shells::RoundCheckpointSettings {
+            fail_after: self.fail_after_checkpoints,
+            ..settings
+        })
+    }
+
+    /// Depth 1, the Gauss-Seidel solvers': a sweep must start from every earlier commit
+    /// (the scheduled solvers keep `depth` rounds in flight).
+    fn scheduler_options(&self) -> crate::shells::SchedulerOptions {
+        crate::shells::SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
     }
 }
 

@@ -42,9 +42,10 @@ pub use worker::LassoWorker;
 
 use crate::core::lasso::LassoWorkerState;
 use crate::error::StradsError;
+use crate::kit::StradsSettings;
 use crate::kit::serial::Delivery;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
-use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
+use crate::shells::SchedulerOptions;
 use checkpoint::{ClusterShape, data_fingerprint};
 use petrel_actors::Cluster;
 
@@ -66,22 +67,8 @@ impl StradsJob for LassoApp {
     type Scheduler = LassoScheduling;
     type Worker = StarHalf<LassoWorker>;
 
-    fn validate_config(job: &LassoSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
-        job.validate()
-    }
-
     fn scheduler_options(job: &LassoSettings) -> SchedulerOptions {
         SchedulerOptions::with_depth_and_timeout(job.depth, job.timeout_s)
-    }
-
-    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
-    fn round_checkpoints(job: &LassoSettings) -> Option<RoundCheckpointSettings> {
-        let settings =
-            RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)?;
-        Some(RoundCheckpointSettings {
-            fail_after: job.fail_after_checkpoints,
-            ..settings
-        })
     }
 
     fn scheduler(job: &LassoSettings, shape: &JobShape) -> Result<LassoScheduling, StradsError> {
@@ -175,7 +162,10 @@ pub fn register(cluster: Cluster) -> Cluster {
         })
     });
     cluster
-        .app_section_checked::<LassoSettings, _>(LassoApp::SECTION, LassoSettings::validate)
+        .app_section_checked::<LassoSettings, _>(
+            LassoApp::SECTION,
+            <LassoSettings as StradsSettings>::validate,
+        )
         .role(WORKER_ROLE, worker_entry)
 }
 

@@ -24,7 +24,6 @@ use std::path::PathBuf;
 use crate::core::app::{BlockId, RingApp, StradsApp};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob};
-use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::core::lda::{TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
@@ -119,28 +118,6 @@ impl Default for LdaSettings {
 }
 
 impl LdaSettings {
-    /// Every value in range (keys as in `[app.lda]`), checked before any node starts.
-    pub fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
-        let mut c = petrel_ml::job::SettingChecks::new();
-        if self.docword.is_none() {
-            self.synthetic.check("synthetic.", &mut c);
-        }
-        c.at_least("n_topics", self.n_topics, 1);
-        c.positive("alpha", self.alpha);
-        c.positive("beta", self.beta);
-        c.at_least("iterations", self.iterations, 1);
-        c.at_least("heldout_sweeps", self.heldout_sweeps, 1);
-        c.at_least("top_words", self.top_words, 1);
-        c.at_least("timeout_s", self.timeout_s, 1);
-        c.require(
-            !self.resume || self.checkpoint_dir.is_some(),
-            "resume",
-            self.resume,
-            "needs checkpoint_dir",
-        );
-        c.finish()
-    }
-
     /// The corpus, identical on every node.
     pub fn load(&self) -> Result<Corpus, StradsError> {
         Ok(load_corpus(
@@ -171,6 +148,44 @@ impl LdaSettings {
             iterations: self.iterations,
             seed: self.seed,
         }
+    }
+}
+
+impl crate::kit::StradsSettings for LdaSettings {
+    /// Every value in range (keys as in `[app.lda]`), checked before any node starts.
+    fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
+        let mut c = petrel_ml::job::SettingChecks::new();
+        if self.docword.is_none() {
+            self.synthetic.check("synthetic.", &mut c);
+        }
+        c.at_least("n_topics", self.n_topics, 1);
+        c.positive("alpha", self.alpha);
+        c.positive("beta", self.beta);
+        c.at_least("iterations", self.iterations, 1);
+        c.at_least("heldout_sweeps", self.heldout_sweeps, 1);
+        c.at_least("top_words", self.top_words, 1);
+        c.at_least("timeout_s", self.timeout_s, 1);
+        c.require(
+            !self.resume || self.checkpoint_dir.is_some(),
+            "resume",
+            self.resume,
+            "needs checkpoint_dir",
+        );
+        c.finish()
+    }
+
+    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
+    fn round_checkpoints(&self) -> Option<crate::shells::RoundCheckpointSettings> {
+        crate::shells::RoundCheckpointSettings::of(
+            &self.checkpoint_dir,
+            self.checkpoint_every,
+            self.resume,
+        )
+    }
+
+    /// Depth 1: a ring round starts from every earlier commit.
+    fn scheduler_options(&self) -> crate::shells::SchedulerOptions {
+        crate::shells::SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
     }
 }
 
@@ -371,19 +386,6 @@ impl StradsJob for LdaApp {
     type Config = LdaSettings;
     type Scheduler = LdaScheduling;
     type Worker = RingHalf<LdaApp, LdaWorkerApp>;
-
-    fn validate_config(job: &LdaSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
-        job.validate()
-    }
-
-    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
-    fn round_checkpoints(job: &LdaSettings) -> Option<RoundCheckpointSettings> {
-        RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)
-    }
-
-    fn scheduler_options(job: &LdaSettings) -> SchedulerOptions {
-        SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
-    }
 
     fn scheduler_digest(scheduler: &LdaScheduling) -> Option<u64> {
         scheduler.data_digest()

@@ -45,7 +45,6 @@ use crate::core::logistic::log_one_plus_exp_neg;
 use crate::core::tuning::{MAX_ACTIVE_PASSES, MAX_FULL_SWEEPS};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
-use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -543,15 +542,6 @@ impl StradsJob for LogisticGsApp {
 
     fn latency_bound(job: &LassoSettings) -> bool {
         <LogisticApp as StradsJob>::latency_bound(job)
-    }
-
-    /// Depth 1: a sweep must start from every earlier commit.
-    fn scheduler_options(job: &LassoSettings) -> SchedulerOptions {
-        SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
-    }
-
-    fn round_checkpoints(job: &LassoSettings) -> Option<RoundCheckpointSettings> {
-        <LogisticApp as StradsJob>::round_checkpoints(job)
     }
 
     /// The scheduler keeps no column: the design's shape, the labels and `lambda_max`.

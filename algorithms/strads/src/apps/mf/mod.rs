@@ -24,7 +24,6 @@ use crate::core::StradsModelError;
 use crate::core::app::{BlockId, RingApp, StradsApp};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_output};
-use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use ndarray::Array2;
 
 mod data;
@@ -142,30 +141,6 @@ impl StradsMfSettings {
         }
     }
 
-    /// Every value in range (keys as in `[app.strads_mf]`), checked before any node starts.
-    pub fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
-        let mut c = petrel_ml::job::SettingChecks::new();
-        if self.data.is_none() {
-            self.synthetic.check("synthetic.", &mut c);
-        }
-        c.at_least("rank", self.rank, 1);
-        c.non_negative("lambda", self.lambda);
-        c.at_least("outer_iterations", self.outer_iterations, 1);
-        c.at_least("inner_iterations", self.inner_iterations, 1);
-        c.fraction("test_fraction", self.test_fraction);
-        if let Some(t) = self.target_rmse {
-            c.non_negative("target_rmse", t);
-        }
-        c.at_least("timeout_s", self.timeout_s, 1);
-        c.require(
-            !self.resume || self.checkpoint_dir.is_some(),
-            "resume",
-            self.resume,
-            "needs checkpoint_dir",
-        );
-        c.finish()
-    }
-
     /// `(train, test)` ratings (minus the training mean with `global_mean`), whole: the
     /// nodes read only what they keep ([`StradsMfSettings::summary`],
     /// [`StradsMfSettings::visit_split`]), which is the same.
@@ -212,6 +187,46 @@ impl StradsMfSettings {
             }
             None => Ok(all.into_train_test_split(self.test_fraction, self.seed)?),
         }
+    }
+}
+
+impl crate::kit::StradsSettings for StradsMfSettings {
+    /// Every value in range (keys as in `[app.strads_mf]`), checked before any node starts.
+    fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
+        let mut c = petrel_ml::job::SettingChecks::new();
+        if self.data.is_none() {
+            self.synthetic.check("synthetic.", &mut c);
+        }
+        c.at_least("rank", self.rank, 1);
+        c.non_negative("lambda", self.lambda);
+        c.at_least("outer_iterations", self.outer_iterations, 1);
+        c.at_least("inner_iterations", self.inner_iterations, 1);
+        c.fraction("test_fraction", self.test_fraction);
+        if let Some(t) = self.target_rmse {
+            c.non_negative("target_rmse", t);
+        }
+        c.at_least("timeout_s", self.timeout_s, 1);
+        c.require(
+            !self.resume || self.checkpoint_dir.is_some(),
+            "resume",
+            self.resume,
+            "needs checkpoint_dir",
+        );
+        c.finish()
+    }
+
+    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
+    fn round_checkpoints(&self) -> Option<crate::shells::RoundCheckpointSettings> {
+        crate::shells::RoundCheckpointSettings::of(
+            &self.checkpoint_dir,
+            self.checkpoint_every,
+            self.resume,
+        )
+    }
+
+    /// Depth 1: a ring round starts from every earlier commit.
+    fn scheduler_options(&self) -> crate::shells::SchedulerOptions {
+        crate::shells::SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
     }
 }
 
@@ -432,19 +447,6 @@ impl StradsJob for MfApp {
     type Config = StradsMfSettings;
     type Scheduler = MfScheduling;
     type Worker = RingHalf<MfApp, MfWorkerApp>;
-
-    fn validate_config(job: &StradsMfSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
-        job.validate()
-    }
-
-    /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
-    fn round_checkpoints(job: &StradsMfSettings) -> Option<RoundCheckpointSettings> {
-        RoundCheckpointSettings::of(&job.checkpoint_dir, job.checkpoint_every, job.resume)
-    }
-
-    fn scheduler_options(job: &StradsMfSettings) -> SchedulerOptions {
-        SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
-    }
 
     /// The scheduler keeps the test ratings (for the final test RMSE), never the training
     /// ones: it counts them.

@@ -50,7 +50,6 @@ use crate::core::app::{Push, StradsApp, decode_state, encode_state};
 use crate::core::gauss_seidel::{Certificate, GsWorkerCore, RowVector, SweepOrder, SweepResult};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
-use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::time::Instant;
@@ -315,19 +314,6 @@ impl StradsJob for LassoGsApp {
     type Config = LassoSettings;
     type Scheduler = GsScheduling;
     type Worker = StarHalf<GsWorker>;
-
-    fn validate_config(job: &LassoSettings) -> Result<(), petrel_ml::job::InvalidSetting> {
-        job.validate()
-    }
-
-    /// Depth 1: a sweep must see every earlier commit.
-    fn scheduler_options(job: &LassoSettings) -> SchedulerOptions {
-        SchedulerOptions::with_depth_and_timeout(1, job.timeout_s)
-    }
-
-    fn round_checkpoints(job: &LassoSettings) -> Option<RoundCheckpointSettings> {
-        <super::LassoApp as StradsJob>::round_checkpoints(job)
-    }
 
     /// The scheduler keeps no column: the design's shape, `y` and `lambda_max`
     /// ([`LassoSettings::load_column_share`] of no columns).

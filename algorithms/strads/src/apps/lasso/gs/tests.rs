@@ -3,6 +3,7 @@ use crate::apps::lasso::baseline::solve_baseline;
 use crate::apps::lasso::metrics::LassoOutcome;
 use crate::apps::lasso::{LassoSolver, SyntheticLasso};
 use crate::core::gauss_seidel::Coords;
+use crate::kit::StradsSettings;
 use crate::kit::serial::Delivery;
 use petrel_ml::data::SparseColumns;
 
