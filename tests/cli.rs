@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use common::{
     PETREL, child_process, drain, free_port, has_manifest, kill_node_after_a_checkpoint, signal,
@@ -970,80 +970,86 @@ fn bench_ps_moves_large_rows_through_shared_memory_between_processes() {
 /// condition, not a clock); the cluster is started again from that checkpoint and the job
 /// finishes with a model byte-identical to an uninterrupted run's.
 #[test]
-fn logistic_strads_mf_and_lda_resume_from_a_checkpoint_after_a_killed_worker() {
-    let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, &[&str], &[&str]); 3] = [
-        (
-            "logistic",
-            &[
-                "--block-size",
-                "8",
-                "--candidate-pool",
-                "32",
-                "--max-rounds",
-                "1500",
-                "--checkpoint-every",
-                "200",
-                "--seed",
-                "3",
-                "--synthetic-samples",
-                "150",
-                "--synthetic-features",
-                "300",
-            ],
-            &["coefficients.tsv"],
-        ),
-        (
-            "strads-mf",
-            &["--iterations", "15", "--seed", "1"],
-            &["user_factors.tsv", "item_factors.tsv"],
-        ),
-        (
-            "lda",
-            &["--iterations", "24", "--topics", "5", "--seed", "1"],
-            &["topic_word.tsv", "topics.txt"],
-        ),
-    ];
-    for (app, args, files) in cases {
-        let train = |out: &Path, restarts: &str| {
-            let mut cmd = Command::new(PETREL);
-            cmd.args(["train", app, "--transport", "processes", "--workers", "2"])
-                .args(args)
-                .args(["--max-restarts", restarts, "--out"])
-                .arg(out)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            cmd
-        };
-        let plain = dir.path().join(format!("{app}-plain"));
-        let out = train(&plain, "0").output().unwrap();
-        assert!(
-            out.status.success(),
-            "{app}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            petrel::recovery::newest_checkpoint_round(&plain.join("checkpoints")).is_some(),
-            "{app}: checkpoints are on by default"
-        );
+fn logistic_resumes_from_a_checkpoint_after_a_killed_worker() {
+    resumes_after_a_killed_worker(
+        "logistic",
+        &[
+            "--block-size",
+            "8",
+            "--candidate-pool",
+            "32",
+            "--max-rounds",
+            "1500",
+            "--checkpoint-every",
+            "200",
+            "--seed",
+            "3",
+            "--synthetic-samples",
+            "150",
+            "--synthetic-features",
+            "300",
+        ],
+        &["coefficients.tsv"],
+    );
+}
 
-        let killed = dir.path().join(format!("{app}-killed"));
-        let ckpt = killed.join("checkpoints");
-        let out = kill_node_after_a_checkpoint(
-            train(&killed, "2").spawn().unwrap(),
-            "w1",
-            Duration::from_secs(120),
-            || petrel::recovery::newest_checkpoint_round(&ckpt).is_some(),
+#[test]
+fn strads_mf_resumes_from_a_checkpoint_after_a_killed_worker() {
+    resumes_after_a_killed_worker(
+        "strads-mf",
+        &["--iterations", "15", "--seed", "1"],
+        &["user_factors.tsv", "item_factors.tsv"],
+    );
+}
+
+#[test]
+fn lda_resumes_from_a_checkpoint_after_a_killed_worker() {
+    resumes_after_a_killed_worker(
+        "lda",
+        &["--iterations", "24", "--topics", "5", "--seed", "1"],
+        &["topic_word.tsv", "topics.txt"],
+    );
+}
+
+fn resumes_after_a_killed_worker(app: &str, args: &[&str], files: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let train = |out: &Path, restarts: &str| {
+        let mut cmd = Command::new(PETREL);
+        cmd.args(["train", app, "--transport", "processes", "--workers", "2"])
+            .args(args)
+            .args(["--max-restarts", restarts, "--out"])
+            .arg(out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let plain = dir.path().join(format!("{app}-plain"));
+    let out = train(&plain, "0").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{app}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        petrel::recovery::newest_checkpoint_round(&plain.join("checkpoints")).is_some(),
+        "{app}: checkpoints are on by default"
+    );
+
+    let killed = dir.path().join(format!("{app}-killed"));
+    let ckpt = killed.join("checkpoints");
+    let out = kill_node_after_a_checkpoint(
+        train(&killed, "2").spawn().unwrap(),
+        "w1",
+        Duration::from_secs(120),
+        || petrel::recovery::newest_checkpoint_round(&ckpt).is_some(),
+    );
+    let (resumed_round, stdout) = resumed_after_one_restart(&out, "round");
+    assert!(resumed_round > 0, "{app}: {stdout}");
+    for file in files {
+        assert!(
+            std::fs::read(killed.join(file)).unwrap() == std::fs::read(plain.join(file)).unwrap(),
+            "{app}: {file} of the job resumed at round {resumed_round} differs from the uninterrupted one"
         );
-        let (resumed_round, stdout) = resumed_after_one_restart(&out, "round");
-        assert!(resumed_round > 0, "{app}: {stdout}");
-        for file in files {
-            assert!(
-                std::fs::read(killed.join(file)).unwrap()
-                    == std::fs::read(plain.join(file)).unwrap(),
-                "{app}: {file} of the job resumed at round {resumed_round} differs from the uninterrupted one"
-            );
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! itself), printing the same results both ways. `cargo test` builds the examples before it
 //! runs any test, so this test starts the built binaries (`target/<profile>/examples/<name>`).
 
-mod common;
+use crate::common;
 
 use common::{example_binary, read_all, wait_with_deadline};
 use std::process::{Command, Stdio};

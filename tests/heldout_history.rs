@@ -3,7 +3,7 @@
 //! included) carries the held-out figures, they improve from step 0 to the end, the last
 //! record's agree with the final figures, and `history.csv` / `--plot` have them too.
 
-mod common;
+use crate::common;
 
 use common::{data, f, metrics, train};
 

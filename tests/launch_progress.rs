@@ -7,7 +7,7 @@ use petrel::launcher::{self, ChildCommand, LaunchOptions};
 use petrel_actors::Settings;
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use common::PETREL;
 

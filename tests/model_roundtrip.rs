@@ -3,7 +3,7 @@
 //! against a baseline), `petrel predict` (its rows checked), and bad model files refused
 //! naming the file.
 
-mod common;
+use crate::common;
 
 use common::{data, f, failure, ok, train};
 use std::path::Path;

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-mod common;
+use crate::common;
 
 use common::{PETREL, drain, example_binary, netns_skip, wait_with_deadline};
 const NAMES: [&str; 3] = ["hub", "w1", "w2"];

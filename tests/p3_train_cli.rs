@@ -31,7 +31,7 @@ fn write_cifar_pair(dir: &Path, train: usize, test: usize) -> (String, String) {
     )
 }
 
-mod common;
+use crate::common;
 
 fn petrel(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(common::PETREL).args(args).output().unwrap();

@@ -6,7 +6,7 @@ use clap::Parser;
 use std::path::Path;
 use std::process::{Command, Output};
 
-mod common;
+use crate::common;
 
 fn petrel(args: &[&str], env: &[(&str, &str)], dir: &Path) -> Output {
     let mut cmd = Command::new(common::PETREL);

@@ -3,7 +3,7 @@
 //! written last and atomically; a run stopped by its iteration limit says so; a full disk
 //! leaves no file that looks finished.
 
-mod common;
+use crate::common;
 
 use common::metrics;
 use std::path::Path;

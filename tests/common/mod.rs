@@ -1,6 +1,5 @@
 //! What the integration tests share: the `petrel` binary and the shipped data, node
 //! processes (children, kills, deadlines, stderr readers) and small JSON accessors.
-#![allow(dead_code, reason = "every test binary uses a part of the harness")]
 
 use std::borrow::BorrowMut;
 use std::io::Read;

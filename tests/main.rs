@@ -1,0 +1,30 @@
+//! The integration tests, one module per file, built as one test binary: its tests share
+//! the 2 cores better than two dozen binaries run one after another, and it links once.
+//! `cargo test --test integration cli::` runs one file's tests.
+
+mod common;
+
+mod chaos_link_cut;
+mod cli;
+mod examples_run;
+mod fuzz_regressions;
+mod heldout_history;
+mod launch_progress;
+mod model_roundtrip;
+mod netns;
+mod no_orphans;
+mod observe;
+mod p3_netns;
+#[cfg(feature = "candle")]
+mod p3_train_cli;
+mod pinned_outputs;
+mod ps_cluster;
+mod ps_lda;
+mod ps_server_push;
+mod strads_apps;
+mod strads_checkpoint;
+mod strads_lasso;
+mod strads_lasso_gs;
+mod strads_multi;
+mod train_config;
+mod train_outputs;
