@@ -15,8 +15,7 @@ use std::time::Duration;
 
 use crate::core::StradsModelError;
 use crate::core::app::{Plan, Push, Schedule, Step, StradsApp, decode_state, encode_state};
-use crate::kit::StradsSettings;
-use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
+use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, StradsSettings};
 use crate::shells::SchedulerOptions;
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};

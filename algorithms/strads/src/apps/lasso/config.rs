@@ -10,6 +10,8 @@ use crate::core::scheduler::{
     ColumnCorrelationCache, DependencyFilter, LassoScheduler, ScheduleMode, SchedulerConfig,
 };
 use crate::error::StradsError;
+use crate::kit::StradsSettings;
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_ml::data::SparseColumns;
 use petrel_ml::data::synthetic::{
     CorrelatedLassoParams, SparseLassoParams, correlated_lasso, sparse_correlated_lasso,
@@ -496,7 +498,7 @@ impl LassoSettings {
     }
 }
 
-impl crate::kit::StradsSettings for LassoSettings {
+impl StradsSettings for LassoSettings {
     /// Every value in range (keys as in `[app.lasso]`), checked before any node starts.
     /// Refuses settings that cannot run (a named key and why), a dense synthetic design of
     /// more than [`MAX_DENSE_SYNTHETIC_VALUES`] values among them: it would be built whole
@@ -607,13 +609,10 @@ impl crate::kit::StradsSettings for LassoSettings {
     }
 
     /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
-    fn round_checkpoints(&self) -> Option<crate::shells::RoundCheckpointSettings> {
-        let settings = crate::shells::RoundCheckpointSettings::of(
-            &self.checkpoint_dir,
-            self.checkpoint_every,
-            self.resume,
-        )?;
-        Some(crate::shells::RoundCheckpointSettings {
+    fn round_checkpoints(&self) -> Option<RoundCheckpointSettings> {
+        let settings =
+            RoundCheckpointSettings::of(&self.checkpoint_dir, self.checkpoint_every, self.resume)?;
+        Some(RoundCheckpointSettings {
             fail_after: self.fail_after_checkpoints,
             ..settings
         })
@@ -621,8 +620,8 @@ impl crate::kit::StradsSettings for LassoSettings {
 
     /// Depth 1, the Gauss-Seidel solvers': a sweep must start from every earlier commit
     /// (the scheduled solvers keep `depth` rounds in flight).
-    fn scheduler_options(&self) -> crate::shells::SchedulerOptions {
-        crate::shells::SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
+    fn scheduler_options(&self) -> SchedulerOptions {
+        SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
     }
 }
 

@@ -42,9 +42,8 @@ pub use worker::LassoWorker;
 
 use crate::core::lasso::LassoWorkerState;
 use crate::error::StradsError;
-use crate::kit::StradsSettings;
 use crate::kit::serial::Delivery;
-use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
+use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, StradsSettings};
 use crate::shells::SchedulerOptions;
 use checkpoint::{ClusterShape, data_fingerprint};
 use petrel_actors::Cluster;

@@ -23,7 +23,8 @@ use std::path::PathBuf;
 
 use crate::core::app::{BlockId, RingApp, StradsApp};
 use crate::error::StradsError;
-use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob};
+use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, StradsSettings};
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::core::lda::{TopicTotalsDelta, VocabularyPartition, WordTopicBlock};
@@ -151,7 +152,7 @@ impl LdaSettings {
     }
 }
 
-impl crate::kit::StradsSettings for LdaSettings {
+impl StradsSettings for LdaSettings {
     /// Every value in range (keys as in `[app.lda]`), checked before any node starts.
     fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
         let mut c = petrel_ml::job::SettingChecks::new();
@@ -175,17 +176,13 @@ impl crate::kit::StradsSettings for LdaSettings {
     }
 
     /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
-    fn round_checkpoints(&self) -> Option<crate::shells::RoundCheckpointSettings> {
-        crate::shells::RoundCheckpointSettings::of(
-            &self.checkpoint_dir,
-            self.checkpoint_every,
-            self.resume,
-        )
+    fn round_checkpoints(&self) -> Option<RoundCheckpointSettings> {
+        RoundCheckpointSettings::of(&self.checkpoint_dir, self.checkpoint_every, self.resume)
     }
 
     /// Depth 1: a ring round starts from every earlier commit.
-    fn scheduler_options(&self) -> crate::shells::SchedulerOptions {
-        crate::shells::SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
+    fn scheduler_options(&self) -> SchedulerOptions {
+        SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
     }
 }
 

@@ -23,7 +23,8 @@ use std::path::PathBuf;
 use crate::core::StradsModelError;
 use crate::core::app::{BlockId, RingApp, StradsApp};
 use crate::error::StradsError;
-use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, write_output};
+use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, StradsSettings, write_output};
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use ndarray::Array2;
 
 mod data;
@@ -190,7 +191,7 @@ impl StradsMfSettings {
     }
 }
 
-impl crate::kit::StradsSettings for StradsMfSettings {
+impl StradsSettings for StradsMfSettings {
     /// Every value in range (keys as in `[app.strads_mf]`), checked before any node starts.
     fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
         let mut c = petrel_ml::job::SettingChecks::new();
@@ -216,17 +217,13 @@ impl crate::kit::StradsSettings for StradsMfSettings {
     }
 
     /// Round checkpoints every `checkpoint_every` rounds into `checkpoint_dir`.
-    fn round_checkpoints(&self) -> Option<crate::shells::RoundCheckpointSettings> {
-        crate::shells::RoundCheckpointSettings::of(
-            &self.checkpoint_dir,
-            self.checkpoint_every,
-            self.resume,
-        )
+    fn round_checkpoints(&self) -> Option<RoundCheckpointSettings> {
+        RoundCheckpointSettings::of(&self.checkpoint_dir, self.checkpoint_every, self.resume)
     }
 
     /// Depth 1: a ring round starts from every earlier commit.
-    fn scheduler_options(&self) -> crate::shells::SchedulerOptions {
-        crate::shells::SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
+    fn scheduler_options(&self) -> SchedulerOptions {
+        SchedulerOptions::with_depth_and_timeout(1, self.timeout_s)
     }
 }
 
