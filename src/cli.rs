@@ -364,8 +364,16 @@ fn dispatch(
 }
 
 /// `petrel run`: checkpoints by default, restarts on a node's death, the dashboard.
-fn run_command(args: RunArgs) -> Result<(), CliError> {
+fn run_command(mut args: RunArgs) -> Result<(), CliError> {
     let mut settings = Settings::load(&args.config)?;
+    if let Some(dir) = &args.run_dir {
+        // Absolute: the node settings written into it name their files by path, and a
+        // relative path in a settings file is read relative to that file.
+        let dir = std::path::absolute(dir).map_err(CliError::write(dir))?;
+        // Private before anything is written into it.
+        petrel_net::private_files::create_private_dir(&dir).map_err(CliError::write(&dir))?;
+        args.run_dir = Some(dir);
+    }
     // Checkpoints by default, in the job's run directory (kept across restarts: a
     // temporary one for the whole job when --run-dir is not given).
     let wants = |name: &str, section: &serde_json::Value| {

@@ -90,6 +90,15 @@ pub enum LaunchError {
     /// `--netns`: the emulated hosts are missing or unusable.
     #[error("--netns: {0}")]
     Netns(#[from] crate::netns::NetnsError),
+    /// The run directory cannot be made private (another user's, a symlink, not a
+    /// directory) or cleaned.
+    #[error("run directory {}: {source}", .path.display())]
+    RunDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// How a program that composes a cluster runs it; flatten into your own `clap` parser or
@@ -680,6 +689,7 @@ async fn wait_for_signal() -> String {
 /// Only the CA certificate and the nodes' keys are written: the CA key stays in memory.
 fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
     create_private_dir(dir)?;
+    crate::leftovers::mark_run_dir(dir)?;
     // Every node is its own process here: they reach each other over QUIC whatever the
     // in-process transport of the topology was.
     settings.cluster.transport = Transport::Quic;
@@ -687,6 +697,14 @@ fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
     reserve_metrics_ports(&mut settings)?;
     if settings.cluster.certs_dir.is_none() {
         let certs = dir.join("certs");
+        // Every launch issues a new CA: an earlier run's keys in a reused run directory go
+        // (key files are never overwritten).
+        if std::fs::symlink_metadata(&certs).is_ok() {
+            std::fs::remove_dir_all(&certs).map_err(|source| LaunchError::RunDir {
+                path: certs.clone(),
+                source,
+            })?;
+        }
         let ca = ClusterCa::generate()?;
         for n in &settings.nodes {
             ca.issue(&n.name)?.write(&certs, &n.name)?;
@@ -729,10 +747,13 @@ fn reserve_metrics_ports(settings: &mut Settings) -> Result<(), LaunchError> {
     Ok(())
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+/// The run directory: created 0700, or an existing one checked to be a real directory owned
+/// by this user ([`petrel_net::private_files::create_private_dir`]).
+fn create_private_dir(dir: &Path) -> Result<(), LaunchError> {
+    petrel_net::private_files::create_private_dir(dir).map_err(|source| LaunchError::RunDir {
+        path: dir.to_path_buf(),
+        source,
+    })
 }
 
 /// A launched cluster whose nodes are running.
@@ -772,6 +793,7 @@ pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, L
 pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Running, LaunchError> {
     cluster.check_settings()?;
     let mut settings = cluster.settings().clone();
+    crate::leftovers::clean_up(settings.net.shared_memory_dir.as_deref());
     let hosts = match &opts.netns {
         Some(prefix) => {
             let hosts = crate::netns::Hosts::existing(prefix, settings.nodes.len())?;

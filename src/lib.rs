@@ -99,6 +99,7 @@ pub mod demo;
 mod error;
 pub mod fuzzing;
 pub mod launcher;
+pub mod leftovers;
 pub mod netns;
 pub mod recovery;
 pub mod report;

@@ -14,6 +14,7 @@ mod model_roundtrip;
 mod netns;
 mod no_orphans;
 mod observe;
+mod observe_http;
 mod p3_netns;
 #[cfg(feature = "candle")]
 mod p3_train_cli;
@@ -21,6 +22,7 @@ mod pinned_outputs;
 mod ps_cluster;
 mod ps_lda;
 mod ps_server_push;
+mod run_dirs;
 mod strads_apps;
 mod strads_checkpoint;
 mod strads_lasso;

@@ -98,15 +98,30 @@ fn launcher_dies_and_takes_its_nodes(how: &str) {
     launcher_dies_and_takes(launcher, &nodes, how);
 }
 
-/// `petrel train p3` (2 workers and 2 shards as processes) leaves no node behind either.
-#[test]
-fn sigterm_of_train_p3_stops_every_node() {
+/// `petrel train p3` (2 workers and 2 shards as processes) leaves no node behind either,
+/// whichever signal ends it.
+fn train_p3_dies_and_takes_its_nodes(how: &str) {
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "train", "p3", "--net", "mlp", "--epochs", "200", "--out", "m.json",
     ];
     let (launcher, nodes) = start_launcher(dir.path(), &args, 4, Stdio::null());
-    launcher_dies_and_takes(launcher, &nodes, "TERM");
+    launcher_dies_and_takes(launcher, &nodes, how);
+}
+
+#[test]
+fn sigterm_of_train_p3_stops_every_node() {
+    train_p3_dies_and_takes_its_nodes("TERM");
+}
+
+#[test]
+fn sigint_of_train_p3_stops_every_node() {
+    train_p3_dies_and_takes_its_nodes("INT");
+}
+
+#[test]
+fn sigkill_of_train_p3_kills_every_node() {
+    train_p3_dies_and_takes_its_nodes("KILL");
 }
 
 #[test]
@@ -119,9 +134,47 @@ fn sigint_of_the_launcher_stops_every_node() {
     launcher_dies_and_takes_its_nodes("INT");
 }
 
+/// SIGKILL: the nodes die with the launcher, and the next launch removes the run
+/// directory (keys included) that the killed one could not, and says so.
 #[test]
-fn sigkill_of_the_launcher_kills_every_node() {
-    launcher_dies_and_takes_its_nodes("KILL");
+fn sigkill_of_the_launcher_kills_every_node_and_the_next_launch_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (launcher, nodes) = start_long_demo(dir.path(), Stdio::null());
+    launcher_dies_and_takes(launcher, &nodes, "KILL");
+    let run_dirs = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("petrel-run-")
+            })
+            .collect()
+    };
+    let left = run_dirs();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let short = LONG_DEMO.replace("rounds = 100000000", "rounds = 3");
+    let cfg = write_config(
+        dir.path(),
+        &short.replace("duration_s = 60.0", "duration_s = 0.5"),
+    );
+    let next = Command::new(PETREL)
+        .arg("run")
+        .arg(&cfg)
+        .env("TMPDIR", dir.path())
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&next.stderr);
+    assert!(next.status.success(), "{stderr}");
+    assert!(!left[0].exists(), "{stderr}");
+    assert!(
+        stderr.contains("removed what a killed launcher"),
+        "{stderr}"
+    );
+    assert!(run_dirs().is_empty(), "{:?}", run_dirs());
 }
 
 /// A node interrupted on its own (SIGTERM to `petrel node`) stops its cluster at once, and

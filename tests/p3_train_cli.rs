@@ -166,9 +166,10 @@ fn train_p3_runs_processes_and_saves_a_loadable_model() {
     assert_eq!(saved.net, "mlp");
     assert_eq!(net.n_stages(), 2);
 
-    // Checkpoints are on by default, next to the model; --resume without one is refused.
+    // Checkpoints are on by default, beside the model (`<out>.checkpoints`); --resume
+    // without one is refused.
     assert!(petrel::recovery::has_checkpoint(
-        &dir.path().join("checkpoints")
+        &dir.path().join("model.json.checkpoints")
     ));
     let none = Command::new(common::PETREL)
         .args([
@@ -194,4 +195,35 @@ fn train_p3_runs_processes_and_saves_a_loadable_model() {
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("train_data"), "{err}");
+}
+
+/// A job that fails leaves no model at `--out`, and by default no run directory (nor
+/// certificates, nor keys) in the working directory.
+#[test]
+fn a_failed_p3_job_leaves_no_model_and_no_run_files_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(common::PETREL)
+        .args(["train", "p3", "--net", "mlp", "--epochs", "1"])
+        .args(["--width", "2", "--batch", "8", "--lr", "1e30"])
+        .args([
+            "--train-data",
+            "synthetic:64",
+            "--test-data",
+            "synthetic:32",
+        ])
+        .args(["--max-restarts", "0", "--out", "m.json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(!dir.path().join("m.json").exists(), "{stderr}");
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        left.iter().all(|name| name == "m.json.checkpoints"),
+        "left behind: {left:?}"
+    );
 }

@@ -243,6 +243,14 @@ impl Settings {
         if self.nodes.is_empty() {
             return Err(NodeError::Config("no [[nodes]] defined".into()));
         }
+        // The name becomes part of run-directory paths: the node names' rules keep it one
+        // path component.
+        petrel_net::tls::check_node_name(&self.cluster.name).map_err(|e| {
+            NodeError::Config(format!(
+                "cluster.name {:?}: {}; names are 1 to 63 characters from a-z, A-Z, 0-9, '-' and '_', starting with a letter or digit",
+                e.name, e.why
+            ))
+        })?;
         let mut seen = std::collections::HashSet::new();
         for n in &self.nodes {
             validate_node_name(&n.name)?;
@@ -391,6 +399,18 @@ mod tests {
         }
         let e = Settings::from_toml("[[nodes]]\nname='../x'").unwrap_err();
         assert!(e.to_string().contains("../x"), "{e}");
+    }
+
+    #[test]
+    fn a_cluster_name_must_stay_one_path_component_and_errors_quote_only_a_names_start() {
+        let e = Settings::from_toml("[cluster]\nname = 'x/../../elsewhere'\n[[nodes]]\nname='a'")
+            .unwrap_err();
+        assert!(e.to_string().contains("cluster.name"), "{e}");
+        let huge = "y".repeat(1 << 20);
+        let e = validate_node_name(&format!("{huge}/"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 400, "an error of {} bytes", e.len());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use crate::common::json_table;
 use crate::p3::slowest;
 use petrel::report::print_json;
-use petrel::train::p3::{P3JobError, RealJobArgs, absolute_run_dir, run_processes};
+use petrel::train::p3::{P3JobError, RealJobArgs, job_run_dir, run_processes};
 use petrel_p3::roles::WorkerReportFile;
 use petrel_p3::{CandleStageModel, Mode, StageModel, StagedNet};
 use serde::Serialize;
@@ -162,8 +162,8 @@ struct ModelFigures {
 }
 
 /// `petrel bench p3-real`.
-pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3JobError> {
-    args.job.run_dir = absolute_run_dir(&args.job.run_dir)?;
+pub fn run(args: P3RealBenchArgs) -> Result<(), P3JobError> {
+    let (run_dir, _temp) = job_run_dir(args.job.run_dir.as_deref())?;
     if args.iterations == 0 || args.job.workers == 0 || args.job.batch == 0 {
         return Err(P3JobError::Args(
             "--iterations, --workers and --batch must be >= 1".into(),
@@ -172,7 +172,7 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3JobError> {
     let mut figures = serde_json::Map::new();
     let (mut table, mut overheads) = (Vec::new(), Vec::new());
     for model in &args.models {
-        let probe = args.job.node_config(model, Mode::P3, 1, &args.job.run_dir);
+        let probe = args.job.node_config(model, Mode::P3, 1, &run_dir);
         let net = probe
             .real_net(&probe.input_shape()?)?
             .ok_or_else(|| P3JobError::Args("--models: empty name".into()))?;
@@ -197,7 +197,7 @@ pub fn run(mut args: P3RealBenchArgs) -> Result<(), P3JobError> {
         let mut ips = [0.0f64; 3];
         let mut accuracy = serde_json::Map::new();
         for (i, mode) in Mode::ALL.into_iter().enumerate() {
-            let dir = args.job.run_dir.join(format!("{model}-{}", mode.name()));
+            let dir = run_dir.join(format!("{model}-{}", mode.name()));
             let cfg = args
                 .job
                 .node_config(model, mode, args.warmup + args.iterations, &dir);

@@ -31,6 +31,7 @@ mod memory;
 mod net;
 pub mod outbox;
 pub mod ports;
+pub mod private_files;
 mod quic;
 pub mod reassembly;
 pub mod sequencer;

@@ -37,6 +37,7 @@ use memmap2::{MmapOptions, MmapRaw};
 use petrel_messages::{CodecError, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority};
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -338,12 +339,11 @@ fn map(file: &File) -> std::io::Result<MmapRaw> {
 fn create_slot(path: &Path, cap: usize) -> std::io::Result<SenderSlot> {
     let mut options = std::fs::OpenOptions::new();
     options.read(true).write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
+    options.mode(0o600);
     let file = options.open(path)?;
+    // Held for the slot's life: a file nobody holds a lock on is a dead sender's
+    // ([`remove_stale_slots`]).
+    lock_exclusive(&file)?;
     file.set_len((SLOT_HEADER + cap) as u64)?;
     let map = Arc::new(map(&file)?);
     Ok(SenderSlot {
@@ -352,6 +352,45 @@ fn create_slot(path: &Path, cap: usize) -> std::io::Result<SenderSlot> {
         map,
         cap,
     })
+}
+
+/// Takes `file`'s exclusive advisory lock without waiting.
+fn lock_exclusive(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock only reads the descriptor, which `file` keeps open.
+    match unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Deletes the slot files in `dir` whose sender is gone (no process holds their lock: a
+/// node killed before it could remove them) and returns their paths. A live sender's slots
+/// are locked and kept.
+pub fn remove_stale_slots(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("petrel-shm-");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path);
+        if ours
+            && let Ok(file) = file
+            && lock_exclusive(&file).is_ok()
+            && std::fs::remove_file(&path).is_ok()
+        {
+            removed.push(path);
+        }
+    }
+    removed
 }
 
 fn grow_slot(slot: &mut SenderSlot, cap: usize) -> std::io::Result<()> {

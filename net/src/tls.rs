@@ -82,10 +82,12 @@ pub struct InvalidNodeName {
 /// names and log prefixes, so separators, dots and empty names are refused.
 pub fn check_node_name(name: &str) -> Result<(), InvalidNodeName> {
     let bad = |why| {
-        Err(InvalidNodeName {
-            name: name.to_string(),
-            why,
-        })
+        // A name can be anything a file or a flag held: quote only its start.
+        let quoted = match name.char_indices().nth(MAX_NODE_NAME_LEN + 1) {
+            Some((end, _)) => format!("{}…", &name[..end]),
+            None => name.to_string(),
+        };
+        Err(InvalidNodeName { name: quoted, why })
     };
     let Some(first) = name.chars().next() else {
         return bad("it is empty");
@@ -179,9 +181,10 @@ impl ClusterCa {
         })
     }
 
-    /// Writes `ca.pem` and `ca.key` (mode 0600) into `dir`.
+    /// Writes `ca.pem` and `ca.key` (mode 0600, refused if it exists) into `dir`, a private
+    /// directory ([`crate::private_files`]).
     pub fn write(&self, dir: &Path) -> Result<(), TlsError> {
-        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        crate::private_files::create_private_dir(dir).map_err(io_err(dir))?;
         write_file(&dir.join("ca.pem"), self.cert.pem().as_bytes(), false)?;
         write_file(
             &dir.join("ca.key"),
@@ -205,16 +208,12 @@ impl ClusterCa {
 }
 
 fn write_file(path: &Path, data: &[u8], secret: bool) -> Result<(), TlsError> {
-    std::fs::write(path, data).map_err(io_err(path))?;
-    #[cfg(unix)]
     if secret {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(io_err(path))?;
+        crate::private_files::write_secret(path, data)
+    } else {
+        crate::private_files::write_public(path, data)
     }
-    #[cfg(not(unix))]
-    let _ = secret;
-    Ok(())
+    .map_err(io_err(path))
 }
 
 /// What one node needs to join a cluster: the CA certificate, its own certificate chain and
@@ -253,10 +252,11 @@ impl ClusterCredentials {
         names.iter().map(|n| ca.issue(n)).collect()
     }
 
-    /// Writes `<name>.pem` (certificate chain), `<name>.key` (0600) and `ca.pem`.
+    /// Writes `<name>.pem` (certificate chain), `<name>.key` (0600, refused if it exists) and
+    /// `ca.pem` into `dir`, a private directory ([`crate::private_files`]).
     pub fn write(&self, dir: &Path, name: &str) -> Result<(), TlsError> {
         check_node_name(name)?;
-        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        crate::private_files::create_private_dir(dir).map_err(io_err(dir))?;
         let mut chain = String::new();
         for c in &self.chain {
             chain.push_str(&pem_encode("CERTIFICATE", c.as_ref()));

@@ -3,7 +3,9 @@
 use crate::node::NodesCollector;
 use crate::process::ProcessCollector;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -15,18 +17,46 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+/// A label's value, written escaped as OpenMetrics requires (`prometheus-client` writes
+/// label values verbatim; a table, role or metric name may hold `"`, `\` or a newline).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct LabelValue(String);
+
+impl LabelValue {
+    pub(crate) fn new(value: impl ToString) -> Self {
+        Self(value.to_string())
+    }
+}
+
+impl EncodeLabelValue for LabelValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        let mut rest = self.0.as_str();
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
 /// A series' labels: `node` first, then the family's own (`peer`, `worker`, `layer`, ...).
-type Labels<const N: usize> = [(&'static str, String); N];
+type Labels<const N: usize> = [(&'static str, LabelValue); N];
 type NodeLabels = Labels<1>;
 type PairLabels = Labels<2>;
 
 fn node(n: &str) -> NodeLabels {
-    [("node", n.into())]
+    [("node", LabelValue::new(n))]
 }
 
 /// `{node, key}`.
 fn pair(n: &str, key: &'static str, value: impl ToString) -> PairLabels {
-    [("node", n.into()), (key, value.to_string())]
+    [("node", LabelValue::new(n)), (key, LabelValue::new(value))]
 }
 
 /// Registers every `field: name, help;` of the families in `$s`.
@@ -66,14 +96,73 @@ pub fn metrics() -> &'static Metrics {
     METRICS.get_or_init(Metrics::new)
 }
 
-/// The registry as OpenMetrics text (what `GET /metrics` answers).
+/// The registry as OpenMetrics text (what `GET /metrics` answers), ending in `# EOF`.
 pub fn encode_text() -> String {
     let mut out = String::new();
     // Writing into a String cannot fail; a collector's error would only cut the text short.
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &metrics().registry) {
         tracing::warn!(error = %e, "metrics encoding failed");
     }
+    canonical_infinities(out)
+}
+
+/// Rewrites sample values `inf` and `-inf` (how `prometheus-client` formats an infinite
+/// gauge or sum) as OpenMetrics' canonical `+Inf` and `-Inf`. `NaN` is already canonical.
+fn canonical_infinities(text: String) -> String {
+    if !text.contains("inf") {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for line in text.split_inclusive('\n') {
+        match value_span(line) {
+            Some((start, end)) if matches!(&line[start..end], "inf" | "-inf") => {
+                out.push_str(&line[..start]);
+                out.push_str(if &line[start..end] == "inf" {
+                    "+Inf"
+                } else {
+                    "-Inf"
+                });
+                out.push_str(&line[end..]);
+            }
+            _ => out.push_str(line),
+        }
+    }
     out
+}
+
+/// Where a sample line's value is (byte range); `None` for a comment or a line that does
+/// not parse. Label values may hold spaces, braces and escaped quotes.
+fn value_span(line: &str) -> Option<(usize, usize)> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let bytes = line.as_bytes();
+    let name_end = line.find(['{', ' '])?;
+    let mut at = name_end;
+    if bytes[at] == b'{' {
+        let mut quoted = false;
+        let mut escaped = false;
+        loop {
+            at += 1;
+            let b = *bytes.get(at)?;
+            match (quoted, escaped, b) {
+                (true, true, _) => escaped = false,
+                (true, false, b'\\') => escaped = true,
+                (_, false, b'"') => quoted = !quoted,
+                (false, _, b'}') => break,
+                _ => {}
+            }
+        }
+        at += 1;
+    }
+    if bytes.get(at) != Some(&b' ') {
+        return None;
+    }
+    let start = at + 1;
+    let end = line[start..]
+        .find([' ', '\n'])
+        .map_or(line.len(), |e| start + e);
+    Some((start, end))
 }
 
 impl Metrics {
@@ -229,13 +318,20 @@ impl Collector for StalenessCollector {
             MetricType::Histogram,
         )?;
         for ((node, table), h) in map.iter() {
-            let labels = [("node", node.as_str()), ("table", table.as_str())];
+            let labels = [
+                ("node", LabelValue::new(node)),
+                ("table", LabelValue::new(table)),
+            ];
+            // `prometheus-client` writes `le="+Inf"` for a bound of `f64::MAX` only (an
+            // infinite bound would come out as `le="inf"`, which OpenMetrics refuses).
+            let buckets: Vec<(f64, u64)> = h
+                .buckets()
+                .into_iter()
+                .map(|(b, n)| (if b.is_infinite() { f64::MAX } else { b }, n))
+                .collect();
             let mut metric = family.encode_family(&labels)?;
             metric.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                h.sum,
-                h.count,
-                &h.buckets(),
-                None,
+                h.sum, h.count, &buckets, None,
             )?;
         }
         Ok(())
@@ -458,5 +554,71 @@ mod tests {
             .and_then(|v| v.trim().parse::<f64>().ok());
         assert!(heap.is_some_and(|b| b > 0.0), "{text}");
         assert_eq!(m.ps.staleness_of("unit-a", "0").count(), 5);
+    }
+
+    #[test]
+    fn histogram_tops_label_values_and_infinities_are_written_as_openmetrics_requires() {
+        let m = metrics();
+        m.ps.staleness(
+            "unit-om",
+            "0",
+            &[
+                1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, 0, 0, 2,
+            ],
+        );
+        m.job.point(
+            "unit-om",
+            "a\"b\\c\nd {x} 1",
+            Duration::from_secs(1),
+            f64::INFINITY,
+        );
+        m.job
+            .point("unit-om", "down", Duration::from_secs(1), f64::NEG_INFINITY);
+        m.job
+            .point("unit-om", "nan", Duration::from_secs(1), f64::NAN);
+        let text = encode_text();
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix) && l.contains("unit-om"))
+                .unwrap_or_else(|| panic!("no {prefix} line in {text}"))
+                .to_string()
+        };
+        assert!(
+            text.contains(
+                r#"petrel_ps_staleness_clocks_bucket{le="+Inf",node="unit-om",table="0"} 3"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains(r#"le="inf""#), "{text}");
+        assert_eq!(
+            line("petrel_job_progress{node=\"unit-om\",metric=\"a"),
+            r#"petrel_job_progress{node="unit-om",metric="a\"b\\c\nd {x} 1"} +Inf"#
+        );
+        assert_eq!(
+            line("petrel_job_progress{node=\"unit-om\",metric=\"down"),
+            r#"petrel_job_progress{node="unit-om",metric="down"} -Inf"#
+        );
+        assert_eq!(
+            line("petrel_job_progress{node=\"unit-om\",metric=\"nan"),
+            r#"petrel_job_progress{node="unit-om",metric="nan"} NaN"#
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn value_span_finds_the_value_after_labels_holding_spaces_braces_and_quotes() {
+        let line = r#"x{a="} 1",b="\" }"} inf 123"#;
+        let (s, e) = value_span(line).unwrap();
+        assert_eq!(&line[s..e], "inf");
+        assert_eq!(
+            value_span("y -inf\n").map(|(s, e)| &"y -inf\n"[s..e]),
+            Some("-inf")
+        );
+        assert_eq!(value_span("# HELP x inf"), None);
+        assert_eq!(
+            canonical_infinities("a inf\nb{l=\"inf\"} 1\nc -inf 5\n".into()),
+            "a +Inf\nb{l=\"inf\"} 1\nc -Inf 5\n"
+        );
     }
 }

@@ -11,7 +11,9 @@
 //!   RSS and CPU come from `/proc` at scrape time too ([`process`]); a binary that installs
 //!   [`heap::CountingAllocator`] also knows its heap's peak.
 //! - [`MetricsServer`] serves the registry as OpenMetrics text at `GET /metrics` (axum on a
-//!   thread and tokio runtime of its own, so a busy actor thread does not stall scrapes).
+//!   thread and tokio runtime of its own, so a busy actor thread does not stall scrapes);
+//!   [`http`] is that server, shared with the dashboard, and the bounds it holds clients to
+//!   (header-read timeout, connection limit, shutdown that does not wait for clients).
 //! - [`scrape`] fetches and parses that text; [`dashboard`] (the `dashboard` feature,
 //!   default on) turns scrapes of every node into the launcher's live web page and the
 //!   static report a finished run leaves behind. The HTTP stack (axum, hyper) stays without
@@ -25,6 +27,7 @@ mod error;
 mod exporter;
 mod families;
 pub mod heap;
+pub mod http;
 mod node;
 pub mod process;
 pub mod scrape;

@@ -1,6 +1,6 @@
 //! Node state read at scrape time from the counters the net and node layers already keep.
 
-use crate::families::encode_rows;
+use crate::families::{LabelValue, encode_rows};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -130,7 +130,7 @@ pub fn unregister_node(node: &str) {
 #[derive(Debug)]
 pub(crate) struct NodesCollector;
 
-type Labels = Vec<(&'static str, String)>;
+type Labels = Vec<(&'static str, LabelValue)>;
 
 impl Collector for NodesCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -151,7 +151,7 @@ impl Collector for NodesCollector {
 
 /// The labels of node `n`'s rows.
 fn node(n: &str) -> Labels {
-    vec![("node", n.to_string())]
+    vec![("node", LabelValue::new(n))]
 }
 
 /// `petrel_node_info`: one row per node, with its roles.
@@ -163,7 +163,7 @@ fn encode_info(
         .iter()
         .map(|(n, s)| {
             let mut l = node(n);
-            l.push(("roles", s.roles.join(",")));
+            l.push(("roles", LabelValue::new(s.roles.join(","))));
             (l, ConstGauge::new(1))
         })
         .collect();
@@ -209,8 +209,8 @@ fn encode_links(
             .flat_map(|(n, s)| {
                 s.links.iter().map(move |l| {
                     let mut labels = node(n);
-                    labels.push(("peer", l.peer.clone()));
-                    labels.push(("priority", l.priority.to_string()));
+                    labels.push(("peer", LabelValue::new(&l.peer)));
+                    labels.push(("priority", LabelValue::new(l.priority)));
                     (labels, ConstCounter::new(field(l)))
                 })
             })
@@ -336,7 +336,7 @@ fn encode_queues(
         .flat_map(|(n, s)| {
             s.mailboxes.iter().map(move |(m, d)| {
                 let mut l = node(n);
-                l.push(("mailbox", m.clone()));
+                l.push(("mailbox", LabelValue::new(m)));
                 (l, ConstGauge::new(*d as i64))
             })
         })
@@ -356,7 +356,7 @@ fn encode_peers(
 ) -> Result<(), std::fmt::Error> {
     let peer_labels = |n: &str, p: &PeerSample| {
         let mut l = node(n);
-        l.push(("peer", p.peer.clone()));
+        l.push(("peer", LabelValue::new(&p.peer)));
         l
     };
     let up: Vec<(Labels, ConstGauge)> = samples

@@ -120,9 +120,10 @@ pub struct RealJobArgs {
     /// Stop a mode's cluster after this many seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout_s: u64,
-    /// Where node configs, logs and reports go (removed after a successful run).
-    #[arg(long, default_value = "p3-real-run")]
-    pub run_dir: PathBuf,
+    /// Where node configs, certificates and reports go (default: a private temporary
+    /// directory, removed afterwards; a given one is removed after a successful run).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
 }
 
 impl RealJobArgs {
@@ -206,20 +207,49 @@ pub struct P3TrainArgs {
     pub job: RealJobArgs,
 }
 
-/// The run directory as an absolute path: the node configs written into it name their
-/// certificates and report directories by path, and a config's relative paths are read
-/// relative to the config file, not to where the user started.
-pub fn absolute_run_dir(dir: &std::path::Path) -> Result<PathBuf, P3JobError> {
-    std::path::absolute(dir).map_err(|source| P3JobError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })
+/// A job's run directory: the one given, as an absolute path (the node configs written
+/// into it name their certificates and report directories by path, and a config's relative
+/// paths are read relative to the config file), else a private temporary one
+/// (`petrel-run-p3-*`, 0700), removed when the returned guard drops.
+pub fn job_run_dir(
+    given: Option<&Path>,
+) -> Result<(PathBuf, Option<tempfile::TempDir>), P3JobError> {
+    match given {
+        Some(dir) => std::path::absolute(dir)
+            .map(|d| (d, None))
+            .map_err(|source| P3JobError::Io {
+                path: dir.to_path_buf(),
+                source,
+            }),
+        None => {
+            let temp = tempfile::Builder::new()
+                .prefix("petrel-run-p3-")
+                .tempdir()
+                .map_err(|source| P3JobError::Io {
+                    path: std::env::temp_dir(),
+                    source,
+                })?;
+            crate::leftovers::mark_run_dir(temp.path()).map_err(|source| P3JobError::Io {
+                path: temp.path().to_path_buf(),
+                source,
+            })?;
+            Ok((temp.path().to_path_buf(), Some(temp)))
+        }
+    }
+}
+
+/// The checkpoint directory of a job writing its model to `out`: `<out>.checkpoints`
+/// beside it, so two jobs in one directory keep apart.
+fn default_checkpoint_dir(out: &Path) -> PathBuf {
+    let mut name = out.file_name().unwrap_or_default().to_os_string();
+    name.push(".checkpoints");
+    out.with_file_name(name)
 }
 
 /// `petrel train p3`: trains on a localhost cluster, prints per-epoch training loss and
 /// accuracy (worker 0's batches), the test accuracy, and saves the model.
-pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
-    args.job.run_dir = absolute_run_dir(&args.job.run_dir)?;
+pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
+    let (dir, _temp) = job_run_dir(args.job.run_dir.as_deref())?;
     let probe = P3Settings {
         net: args.net.clone(),
         train_data: args.job.train_data.clone(),
@@ -234,9 +264,11 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
     .data()?;
     let per_epoch = (train.len() / (args.job.workers * args.job.batch).max(1)).max(1) as u64;
     let iterations = per_epoch * args.epochs.max(1);
-    let dir = args.job.run_dir.clone();
     let mut cfg = args.job.node_config(&args.net, args.mode, iterations, &dir);
-    cfg.model_out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
+    let out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
+    // Worker 0 saves into the run directory; the model reaches `--out` only once the whole
+    // job has succeeded.
+    cfg.model_out = dir.join("model.json");
     let net = args.job.net_config(args.job.bandwidth_mbit.unwrap_or(0.0));
     tracing::info!(
         net = %args.net, mode = %args.mode.name(), iterations, per_epoch,
@@ -244,10 +276,7 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
     );
     let ckpt_dir = match &args.checkpoint_dir {
         Some(d) => std::path::absolute(d).unwrap_or_else(|_| d.clone()),
-        None => cfg
-            .model_out
-            .parent()
-            .map_or_else(|| PathBuf::from("checkpoints"), |p| p.join("checkpoints")),
+        None => default_checkpoint_dir(&out),
     };
     cfg.checkpoint_every = args.checkpoint_every.unwrap_or(per_epoch);
     if !args.resume {
@@ -297,16 +326,32 @@ pub fn train(mut args: P3TrainArgs) -> Result<(), P3JobError> {
     if let Some(t) = test {
         println!("test loss {:.4}, test accuracy {:.3}", t.loss, t.accuracy);
     }
-    let model = cfg.model_out.display();
-    println!("{iterations} iterations in {wall:.1} s; model saved to {model}");
-    let _ = std::fs::remove_dir_all(&dir);
+    publish_model(&cfg.model_out, &out)?;
+    println!(
+        "{iterations} iterations in {wall:.1} s; model saved to {}",
+        out.display()
+    );
+    if args.job.run_dir.is_some() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     print_json(&serde_json::json!({
         "net": args.net,
         "mode": args.mode.name(),
         "iterations": iterations,
         "wall_s": wall,
         "test_accuracy": test.map(|t| t.accuracy),
-        "model": cfg.model_out,
+        "model": out,
     }))?;
     Ok(())
+}
+
+/// Moves the staged model to `out` atomically (a copy: the run directory may be on another
+/// file system).
+fn publish_model(staged: &Path, out: &Path) -> Result<(), P3JobError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| P3JobError::Io { path, source }
+    };
+    let bytes = std::fs::read(staged).map_err(io(staged))?;
+    petrel_ml::job::write_atomic(out, &bytes).map_err(io(out))
 }

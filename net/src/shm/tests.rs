@@ -206,3 +206,28 @@ fn file_names_hold_numbers_only() {
     let name = slot_file_name(NodeId(1), NodeId(2), u64::MAX, 7);
     assert_eq!(name, "petrel-shm-1-2-ffffffffffffffff-7");
 }
+
+#[test]
+fn only_a_dead_senders_slots_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = ShmSender::new(dir.path().into(), NodeId(3), 7, 1000, MAX);
+    let dead = ShmSender::new(dir.path().into(), NodeId(4), 8, 1000, MAX);
+    assert!(
+        live.try_send(NodeId(5), Priority::default(), &frame(5000))
+            .is_some()
+    );
+    assert!(
+        dead.try_send(NodeId(5), Priority::default(), &frame(5000))
+            .is_some()
+    );
+    // A killed sender: its files stay, its lock goes with its descriptors.
+    let orphan = dead.peers.lock().unwrap()[&NodeId(5)][0].path.clone();
+    dead.peers.lock().unwrap().clear();
+    std::mem::forget(dead);
+    std::fs::write(dir.path().join("unrelated"), b"x").unwrap();
+    assert_eq!(remove_stale_slots(dir.path()), vec![orphan.clone()]);
+    assert!(!orphan.exists());
+    assert!(dir.path().join("unrelated").exists());
+    let kept = live.peers.lock().unwrap()[&NodeId(5)][0].path.clone();
+    assert!(kept.exists());
+}

@@ -14,7 +14,7 @@ pub use model::{
 };
 
 use crate::ObserveError;
-use crate::exporter::HttpThread;
+use crate::http::HttpThread;
 use crate::scrape::{http_get, parse_text, targets};
 use axum::Router;
 use axum::http::header;
@@ -44,7 +44,8 @@ pub fn render_page(data: Option<&DashboardState>) -> Result<String, ObserveError
         .replace("/*DATA*/null", &data))
 }
 
-/// A running dashboard: scrapes every second and serves the page. Stops when dropped.
+/// A running dashboard: scrapes every second and serves the page (held to the bounds of
+/// [`crate::http`]). Stops when dropped.
 pub struct Dashboard {
     model: Arc<Mutex<DashboardModel>>,
     http: HttpThread,
@@ -90,7 +91,7 @@ impl Dashboard {
                 }),
             );
         let scraper = scrape_loop(model.clone());
-        let http = HttpThread::start_with(addr, "dashboard", router, Box::pin(scraper))?;
+        let http = HttpThread::start(addr, "dashboard", router, Box::pin(scraper))?;
         let url = url_of(http.local_addr());
         Ok(Self { model, http, url })
     }
