@@ -9,6 +9,7 @@ mod cli;
 mod examples_run;
 mod fuzz_regressions;
 mod heldout_history;
+mod hostile_inputs;
 mod launch_progress;
 mod model_roundtrip;
 mod netns;

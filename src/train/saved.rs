@@ -130,9 +130,17 @@ pub enum SavedModelError {
     Network(#[from] petrel_p3::P3Error),
 }
 
-/// Loads the model and checks its parameters are of the app's kind.
+/// Loads the model and checks its parameters are of the app's kind (and a network's
+/// declared architecture against its tensors, before anything is built by it).
 fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
     let model = SavedModel::load(&args.model, &args.app.name())?;
+    let path = || {
+        if args.model.is_dir() {
+            args.model.join(MODEL_FILE)
+        } else {
+            args.model.clone()
+        }
+    };
     let kind_ok = matches!(
         (args.app, &model.params),
         (ModelApp::Lasso | ModelApp::Logistic, ModelParams::Linear(_))
@@ -142,19 +150,17 @@ fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
             | (ModelApp::P3, ModelParams::Network(_))
     );
     if !kind_ok {
-        let path = if args.model.is_dir() {
-            args.model.join(MODEL_FILE)
-        } else {
-            args.model.clone()
-        };
         return Err(ModelFileError::Inconsistent {
-            path,
+            path: path(),
             reason: format!(
                 "its parameters are not those of a {} model",
                 args.app.name()
             ),
         }
         .into());
+    }
+    if let ModelParams::Network(network) = &model.params {
+        petrel_p3::models::architecture::check_model_file(network, &path())?;
     }
     Ok(model)
 }

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DataError, DataLimits, ReadDigest, numbered_lines, open_buffered};
+use super::limits::SizeRule;
+use super::{DataError, DataLimits, ReadDigest, numbered_lines, open_buffered, open_sized};
 
 /// A tokenised corpus: each document is its list of 0-based word ids, with every
 /// `(doc, word, count)` entry expanded into `count` tokens (what a Gibbs sampler iterates).
@@ -111,10 +112,10 @@ pub fn load_bow_digested(
 ) -> Result<(Corpus, ReadDigest), DataError> {
     let docword_path = docword_path.as_ref();
     let limits = DataLimits::from_env()?;
+    let (reader, bytes) = open_sized(docword_path)?;
+    let size = SizeRule::new(bytes)?;
     let (mut corpus, _, read) =
-        parse_docword_part(open_buffered(docword_path)?, docword_path, &limits, &|_| {
-            true
-        })?;
+        parse_docword_sized(reader, docword_path, &limits, size, &|_| true)?;
     if let Some(vocab_path) = vocab_path {
         let vocab = parse_vocab(open_buffered(vocab_path)?, vocab_path)?;
         if vocab.len() != corpus.vocab_size {
@@ -167,9 +168,13 @@ pub fn parse_docword(
 
 /// Parses `docword.txt`. Blank lines are skipped; ids are checked against D and W, the
 /// number of entry lines against NNZ, D against `limits.max_documents`, W against
-/// `limits.max_dimension` (W sizes every word table downstream) and the token total against `limits.max_tokens`. Documents are
-/// allocated as entries name them, so a header alone allocates nothing; the empty documents
-/// up to D are added only once the whole file has been checked.
+/// `limits.max_dimension` (W sizes every word table downstream) and the token total
+/// against `limits.max_tokens`. D and W must also fit the input's size (at most 2^20 + 16 x
+/// its bytes, [`super::limits::size_bound`]): every document and every word costs memory
+/// downstream (a list, a row of topic counts) whether an entry names it or not. Documents
+/// are allocated as entries name them, each id checked first against the bytes read
+/// through its line, so a header alone allocates nothing; the empty documents up to D are
+/// added only once the whole file has been checked.
 pub fn parse_docword_with_limits(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
@@ -189,9 +194,24 @@ pub fn parse_docword_part(
     limits: &DataLimits,
     keep: &dyn Fn(usize) -> bool,
 ) -> Result<(Corpus, CorpusStats, ReadDigest), DataError> {
-    let name = name_for_errors.as_ref();
+    let size = SizeRule::new(None)?;
+    parse_docword_sized(reader, name_for_errors.as_ref(), limits, size, keep)
+}
+
+/// [`parse_docword_part`] of an input whose size `size` knows (a file read by path: D and
+/// W are checked against it on their lines) or not (each id is checked against the bytes
+/// read through its line, and D and W against the whole input once it has been read).
+pub(crate) fn parse_docword_sized(
+    reader: impl BufRead,
+    name: &Path,
+    limits: &DataLimits,
+    size: SizeRule,
+    keep: &dyn Fn(usize) -> bool,
+) -> Result<(Corpus, CorpusStats, ReadDigest), DataError> {
+    let mut bytes = 0u64;
     let mut read = ReadDigest::default();
     let mut header: Vec<usize> = Vec::with_capacity(3);
+    let mut header_lines: Vec<usize> = Vec::with_capacity(3);
     let mut docs: Vec<Vec<u32>> = Vec::new();
     let mut stats = CorpusStats::default();
     let mut entries = 0usize;
@@ -200,6 +220,8 @@ pub fn parse_docword_part(
     for item in numbered_lines(reader, name) {
         let (line_no, line) = item?;
         last_line = line_no;
+        // The line and its newline.
+        bytes += line.len() as u64 + 1;
         let content = line.trim();
         if content.is_empty() {
             continue;
@@ -207,9 +229,12 @@ pub fn parse_docword_part(
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
         if header.len() < 3 {
             let what = ["document count D", "vocabulary size W", "entry count NNZ"][header.len()];
-            let value: usize = content
-                .parse()
-                .map_err(|_| bad(format!("{what} {content:?} is not an integer")))?;
+            let value: usize = content.parse().map_err(|_| {
+                bad(format!(
+                    "{what} {:?} is not an integer",
+                    super::libsvm::clip(content)
+                ))
+            })?;
             if header.len() < 2 && value > u32::MAX as usize {
                 return Err(bad(format!("{what} {value} exceeds u32")));
             }
@@ -218,7 +243,11 @@ pub fn parse_docword_part(
                 1 => limits.check_dimension(name, line_no, what, value as u64)?,
                 _ => {}
             }
+            if header.len() < 2 && size.is_known() {
+                size.check(name, line_no, what, value as u64, bytes)?;
+            }
             header.push(value);
+            header_lines.push(line_no);
             read.add(value as u64);
             continue;
         }
@@ -232,9 +261,12 @@ pub fn parse_docword_part(
             .iter_mut()
             .zip(fields.iter().zip(["docID", "wordID", "count"]))
         {
-            *slot = text
-                .parse()
-                .map_err(|_| bad(format!("{what} {text:?} is not a non-negative integer")))?;
+            *slot = text.parse().map_err(|_| {
+                bad(format!(
+                    "{what} {:?} is not a non-negative integer",
+                    super::libsvm::clip(text)
+                ))
+            })?;
         }
         let [doc, word, count] = numbers;
         if doc == 0 || doc > n_docs as u64 {
@@ -242,6 +274,11 @@ pub fn parse_docword_part(
         }
         if word == 0 || word > vocab_size as u64 {
             return Err(bad(format!("wordID {word} outside 1..={vocab_size}")));
+        }
+        if !size.is_known() {
+            // Both size a table below before the header's D and W have been checked.
+            size.check(name, line_no, "docID", doc, bytes)?;
+            size.check(name, line_no, "wordID", word, bytes)?;
         }
         if count > MAX_COUNT_PER_ENTRY {
             return Err(bad(format!(
@@ -283,6 +320,11 @@ pub fn parse_docword_part(
                 header[2]
             ),
         ));
+    }
+    if !size.is_known() {
+        let lines = header_lines;
+        size.check(name, lines[0], "document count D", header[0] as u64, bytes)?;
+        size.check(name, lines[1], "vocabulary size W", header[1] as u64, bytes)?;
     }
     docs.resize_with(header[0], Vec::new);
     stats.n_docs = header[0];
@@ -406,6 +448,49 @@ mod tests {
         assert_eq!(line_of(err), 4);
         let c = parse_docword_with_limits("4\n2\n1\n2 1 1\n".as_bytes(), "d", &limits).unwrap();
         assert_eq!(c.docs, vec![vec![], vec![0], vec![], vec![]]);
+    }
+
+    #[test]
+    fn document_counts_beyond_the_files_size_are_refused_before_anything_is_sized() {
+        // 26 bytes claiming 20,000,000 documents (each one a list and a row of topic
+        // counts downstream).
+        let text = "20000000\n1\n1\n1 1 1\n";
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("docword.huge.txt");
+        std::fs::write(&path, text).unwrap();
+        let err = load_bow(&path, None).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(
+                err,
+                DataError::TooLargeForInput {
+                    line: 1,
+                    value: 20_000_000,
+                    ..
+                }
+            ),
+            "{message}"
+        );
+        assert!(
+            message.contains("docword.huge.txt:1: document count D 20000000"),
+            "{message}"
+        );
+        assert!(matches!(
+            parse_docword(text.as_bytes(), "d"),
+            Err(DataError::TooLargeForInput { line: 1, .. })
+        ));
+        // Read as text of unknown size, an entry's id is checked before it sizes a table.
+        let entry = "20000000\n1\n1\n20000000 1 1\n";
+        assert!(matches!(
+            parse_docword(entry.as_bytes(), "d"),
+            Err(DataError::TooLargeForInput { line: 4, .. })
+        ));
+        // A D or W within the allowance is read from any file.
+        let c = parse_docword("300000\n102660\n1\n300000 102660 1\n".as_bytes(), "d").unwrap();
+        assert_eq!(
+            (c.n_docs, c.vocab_size, c.n_tokens()),
+            (300_000, 102_660, 1)
+        );
     }
 
     #[test]

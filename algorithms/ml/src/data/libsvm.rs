@@ -6,7 +6,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DataError, DataLimits, numbered_lines, open_buffered};
+use super::limits::SizeRule;
+use super::{DataError, DataLimits, numbered_lines, open_sized};
 
 /// One sparse example: 0-based feature indices (strictly increasing) and their values.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -198,10 +199,13 @@ impl SparseDataset {
     }
 }
 
-/// Loads a LIBSVM file under the [`DataLimits::from_env`] limits.
+/// Loads a LIBSVM file under the [`DataLimits::from_env`] limits and the file's size
+/// ([`super::limits::size_bound`]: no feature index above 2^20 + 16 x the file's bytes).
 pub fn load_libsvm(path: impl AsRef<Path>) -> Result<SparseDataset, DataError> {
     let path = path.as_ref();
-    parse_libsvm(open_buffered(path)?, path)
+    let (reader, bytes) = open_sized(path)?;
+    let limits = DataLimits::from_env()?;
+    collect_rows(reader, path, &limits, SizeRule::new(bytes)?)
 }
 
 /// Parses LIBSVM text under the [`DataLimits::from_env`] limits; see
@@ -215,48 +219,105 @@ pub fn parse_libsvm(
 
 /// Parses LIBSVM text. `#` starts a comment; blank lines are skipped; `qid:` tokens
 /// (ranking files) are ignored. Rejects index 0, non-increasing indices, non-finite labels
-/// or values, and an index above `limits.max_dimension` (the column count, and so every
-/// per-feature array downstream, is sized by the largest index).
+/// or values, and an index above `limits.max_dimension` or above what the text's size
+/// allows (2^20 + 16 x its bytes, [`super::limits::size_bound`]): the column count, and so
+/// every per-feature array downstream, is sized by the largest index. Nothing is sized by
+/// an index while the text is read, so the size check comes once it has all been read.
 pub fn parse_libsvm_with_limits(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
 ) -> Result<SparseDataset, DataError> {
+    collect_rows(
+        reader,
+        name_for_errors.as_ref(),
+        limits,
+        SizeRule::new(None)?,
+    )
+}
+
+/// The rows of LIBSVM text, their largest index checked against `size` once all are read.
+fn collect_rows(
+    reader: impl BufRead,
+    name: &Path,
+    limits: &DataLimits,
+    size: SizeRule,
+) -> Result<SparseDataset, DataError> {
     let mut dataset = SparseDataset::default();
-    for_each_libsvm_row(reader, name_for_errors, limits, |label, row| {
-        if let Some(&last) = row.indices.last() {
-            dataset.n_features = dataset.n_features.max(last as usize + 1);
+    let mut widest = (0, 0);
+    let read = libsvm_rows(reader, name, limits, None, |line, label, row| {
+        if let Some(&last) = row.indices.last()
+            && last as usize >= dataset.n_features
+        {
+            dataset.n_features = last as usize + 1;
+            widest = (line, dataset.n_features);
         }
         dataset.labels.push(label);
         dataset.rows.push(row.clone());
         Ok(())
     })?;
+    let (line, n_features) = widest;
+    if n_features > 0 {
+        size.check(name, line, "feature index", n_features as u64, read)?;
+    }
     Ok(dataset)
 }
 
 /// Reads the LIBSVM file `path` row by row under the [`DataLimits::from_env`] limits
 /// without keeping it (see [`for_each_libsvm_row`]): what a node that keeps only a share
-/// of the file, or only statistics, reads it with.
+/// of the file, or only statistics, reads it with. Every index is checked against the
+/// file's size before `visit` sees its row, so a visitor may size arrays by the indices.
 pub fn visit_libsvm(
     path: impl AsRef<Path>,
-    visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
+    mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
     let path = path.as_ref();
-    for_each_libsvm_row(open_buffered(path)?, path, &DataLimits::from_env()?, visit)
+    let (reader, bytes) = open_sized(path)?;
+    let limits = DataLimits::from_env()?;
+    let size = SizeRule::new(bytes)?;
+    libsvm_rows(reader, path, &limits, Some(size), |_, label, row| {
+        visit(label, row)
+    })?;
+    Ok(())
 }
 
 /// Calls `visit(label, row)` for every example of LIBSVM text, in order, with the checks
-/// of [`parse_libsvm_with_limits`] (one row buffer, reused: memory stays one row's).
+/// of [`parse_libsvm_with_limits`] (one row buffer, reused: memory stays one row's). The
+/// text's size is not known while it is read, so every index is checked, before `visit`
+/// sees its row, against the bytes read through its line
+/// ([`super::limits::size_bound`]).
 pub fn for_each_libsvm_row(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
     mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
-    let name = name_for_errors.as_ref();
+    let size = SizeRule::new(None)?;
+    libsvm_rows(
+        reader,
+        name_for_errors.as_ref(),
+        limits,
+        Some(size),
+        |_, label, row| visit(label, row),
+    )?;
+    Ok(())
+}
+
+/// The reader of every LIBSVM function: hands `visit(line, label, row)` every example,
+/// each index checked against `size` (when given) before; returns the bytes read.
+fn libsvm_rows(
+    reader: impl BufRead,
+    name: &Path,
+    limits: &DataLimits,
+    size: Option<SizeRule>,
+    mut visit: impl FnMut(usize, f32, &SparseRow) -> Result<(), DataError>,
+) -> Result<u64, DataError> {
     let mut row = SparseRow::default();
+    let mut read = 0u64;
     for item in numbered_lines(reader, name) {
         let (line_no, line) = item?;
+        // The line and its newline.
+        read += line.len() as u64 + 1;
         let content = line.split('#').next().unwrap_or("").trim();
         if content.is_empty() {
             continue;
@@ -266,9 +327,9 @@ pub fn for_each_libsvm_row(
         let label_text = tokens.next().unwrap_or("");
         let label: f32 = label_text
             .parse()
-            .map_err(|_| bad(format!("label {label_text:?} is not a number")))?;
+            .map_err(|_| bad(format!("label {:?} is not a number", clip(label_text))))?;
         if !label.is_finite() {
-            return Err(bad(format!("label {label_text:?} is not finite")));
+            return Err(bad(format!("label {:?} is not finite", clip(label_text))));
         }
         row.indices.clear();
         row.values.clear();
@@ -278,10 +339,13 @@ pub fn for_each_libsvm_row(
             }
             let (idx_text, val_text) = token
                 .split_once(':')
-                .ok_or_else(|| bad(format!("feature {token:?} is not idx:value")))?;
-            let index: u64 = idx_text
-                .parse()
-                .map_err(|_| bad(format!("feature index {idx_text:?} is not an integer")))?;
+                .ok_or_else(|| bad(format!("feature {:?} is not idx:value", clip(token))))?;
+            let index: u64 = idx_text.parse().map_err(|_| {
+                bad(format!(
+                    "feature index {:?} is not an integer",
+                    clip(idx_text)
+                ))
+            })?;
             if index == 0 {
                 return Err(bad("feature index 0: LIBSVM indices are 1-based".into()));
             }
@@ -298,18 +362,37 @@ pub fn for_each_libsvm_row(
                     previous + 1
                 )));
             }
-            let value: f32 = val_text
-                .parse()
-                .map_err(|_| bad(format!("feature value {val_text:?} is not a number")))?;
+            let value: f32 = val_text.parse().map_err(|_| {
+                bad(format!(
+                    "feature value {:?} is not a number",
+                    clip(val_text)
+                ))
+            })?;
             if !value.is_finite() {
-                return Err(bad(format!("feature value {val_text:?} is not finite")));
+                return Err(bad(format!(
+                    "feature value {:?} is not finite",
+                    clip(val_text)
+                )));
             }
             row.indices.push(zero_based);
             row.values.push(value);
         }
-        visit(label, &row)?;
+        // Indices increase, so the last is the row's largest.
+        if let (Some(size), Some(&last)) = (&size, row.indices.last()) {
+            size.check(name, line_no, "feature index", u64::from(last) + 1, read)?;
+        }
+        visit(line_no, label, &row)?;
     }
-    Ok(())
+    Ok(read)
+}
+
+/// At most 200 bytes of `text`, cut at a character boundary: what an error quotes of it.
+pub(crate) fn clip(text: &str) -> &str {
+    let mut end = text.len().min(200);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 #[cfg(test)]
@@ -390,6 +473,83 @@ mod tests {
         ));
         let at_limit = parse_libsvm_with_limits("1 1000:1\n".as_bytes(), "ok.svm", &limits);
         assert_eq!(at_limit.unwrap().n_features, 1000);
+    }
+
+    #[test]
+    fn feature_index_beyond_the_files_size_is_refused_before_it_is_visited() {
+        // Two rows, one index of 2^26: what would size a 2^26-column model from 40 bytes.
+        let text = "1 1:1\n0 67108864:1\n";
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wide.svm");
+        std::fs::write(&path, text).unwrap();
+        let mut rows = 0;
+        let err = visit_libsvm(&path, |_, _| {
+            rows += 1;
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(rows, 1, "the wide row must not be visited");
+        let message = err.to_string();
+        assert!(
+            matches!(
+                err,
+                DataError::TooLargeForInput {
+                    line: 2,
+                    value: 67_108_864,
+                    bytes: 19,
+                    ..
+                }
+            ),
+            "{message}"
+        );
+        assert!(
+            message.contains("wide.svm:2: feature index 67108864"),
+            "{message}"
+        );
+        assert!(matches!(
+            load_libsvm(&path),
+            Err(DataError::TooLargeForInput { line: 2, .. })
+        ));
+        assert!(matches!(
+            parse(text),
+            Err(DataError::TooLargeForInput { line: 2, .. })
+        ));
+        let mut seen = 0;
+        let streamed = for_each_libsvm_row(
+            text.as_bytes(),
+            "wide.svm",
+            &DataLimits::default(),
+            |_, _| {
+                seen += 1;
+                Ok(())
+            },
+        );
+        assert!(matches!(
+            streamed,
+            Err(DataError::TooLargeForInput { line: 2, .. })
+        ));
+        assert_eq!(seen, 1);
+    }
+
+    #[test]
+    fn wide_files_that_hold_their_width_are_read() {
+        // Any file may reach the allowance; past it, bytes pay for the width (16 ids each).
+        assert_eq!(parse("1 1048576:1\n").unwrap().n_features, 1 << 20);
+        let padding = "0 1:1\n".repeat(20_000);
+        let text = format!("{padding}1 2000000:1\n");
+        assert_eq!(parse(&text).unwrap().n_features, 2_000_000);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wide.svm");
+        // The index comes first, yet the file's size pays for it.
+        std::fs::write(&path, format!("1 2000000:1\n{padding}")).unwrap();
+        assert_eq!(load_libsvm(&path).unwrap().n_features, 2_000_000);
+        let mut n = 0;
+        visit_libsvm(&path, |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 20_001);
     }
 
     #[test]

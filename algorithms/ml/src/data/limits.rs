@@ -10,6 +10,24 @@
 //! The limits are read from the environment, in the `PETREL_<SECTION>__<KEY>` style of the
 //! cluster settings: `PETREL_DATA__MAX_DIMENSION`, `PETREL_DATA__MAX_DOCUMENTS` and
 //! `PETREL_DATA__MAX_TOKENS`.
+//!
+//! Those absolute limits still let a few bytes claim the largest dimension they allow, so
+//! every dimension or id that sizes a dense per-id array (a LIBSVM feature index, Matrix
+//! Market's row and column counts, a bag-of-words D and W) must also fit the input's
+//! size: at most [`size_bound`]`(bytes)` = [`DEFAULT_DIMENSION_ALLOWANCE`] (2^20) +
+//! [`IDS_PER_BYTE`] (16) x the input's bytes, else [`DataError::TooLargeForInput`]. A real
+//! data set spends bytes on what it holds, so it stays far below: the bench design of
+//! 1,000,000 columns sits in 394 MB (a bound of 6.3·10^9), KDD-style files with tens of
+//! millions of features in gigabytes, and any file may declare a million ids whatever its
+//! size. A file of 74 bytes may declare 1,049,760, not 67,108,864.
+//! `PETREL_DATA__DIMENSION_ALLOWANCE` raises the fixed part for a small file that does
+//! need more (e.g. a handful of rows with feature ids in the tens of millions).
+//!
+//! When the loader knows the input's size (a regular file read by path) it checks a
+//! dimension as soon as it reads it, before anything is sized by it. Text handed over as a
+//! reader has no known size: an id is then checked against the bytes read through its
+//! line, and a dimension no entry needed to reach (a Matrix Market size, a D) against the
+//! whole input once it has been read, before anything is sized by it.
 
 use std::path::Path;
 
@@ -21,6 +39,17 @@ pub const MAX_DIMENSION_ENV: &str = "PETREL_DATA__MAX_DIMENSION";
 pub const MAX_DOCUMENTS_ENV: &str = "PETREL_DATA__MAX_DOCUMENTS";
 /// Environment variable that sets [`DataLimits::max_tokens`].
 pub const MAX_TOKENS_ENV: &str = "PETREL_DATA__MAX_TOKENS";
+/// Environment variable that sets the fixed part of [`size_bound`].
+pub const DIMENSION_ALLOWANCE_ENV: &str = "PETREL_DATA__DIMENSION_ALLOWANCE";
+/// Ids any input may declare whatever its size: a dense per-id array of 2^20 entries costs
+/// at most a few hundred MB in the costliest app (matrix factorization on the parameter
+/// server), and every data set with fewer than a million rows, columns, documents or words
+/// needs no more.
+pub const DEFAULT_DIMENSION_ALLOWANCE: u64 = 1 << 20;
+/// Ids each byte of input adds to [`size_bound`]. An entry takes at least 4 bytes
+/// (`1:1 `, `1 1 1`), so even a file whose every row or column holds a single entry stays
+/// 64 times below the bound.
+pub const IDS_PER_BYTE: u64 = 16;
 
 /// Upper bounds on what one loaded data set may make the process allocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +132,75 @@ impl DataLimits {
     pub(crate) fn check_tokens(&self, path: &Path, line: usize, n: u64) -> Result<(), DataError> {
         let limit = (self.max_tokens, MAX_TOKENS_ENV);
         check(path, line, "corpus size in tokens", n, limit)
+    }
+}
+
+/// The largest dimension or id an input of `bytes` bytes may declare:
+/// the allowance ([`DIMENSION_ALLOWANCE_ENV`], default [`DEFAULT_DIMENSION_ALLOWANCE`]) +
+/// [`IDS_PER_BYTE`] x `bytes`.
+pub fn size_bound(bytes: u64) -> Result<u64, DataError> {
+    Ok(SizeRule::new(Some(bytes))?.bound(bytes))
+}
+
+/// [`size_bound`] as one load applies it: the allowance read once, and the input's size
+/// when it is known.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SizeRule {
+    allowance: u64,
+    known: Option<u64>,
+}
+
+impl SizeRule {
+    /// The rule for an input of `known` bytes (`None`: a reader of unknown size, whose ids
+    /// are checked against what was read of it).
+    pub(crate) fn new(known: Option<u64>) -> Result<Self, DataError> {
+        let allowance = match std::env::var(DIMENSION_ALLOWANCE_ENV) {
+            Ok(text) => text.trim().parse::<u64>().map_err(|_| {
+                DataError::InvalidParameter(format!(
+                    "{DIMENSION_ALLOWANCE_ENV}={text:?} is not a non-negative integer"
+                ))
+            })?,
+            Err(_) => DEFAULT_DIMENSION_ALLOWANCE,
+        };
+        Ok(SizeRule { allowance, known })
+    }
+
+    /// Whether the input's size is known (checks can come before the data).
+    pub(crate) fn is_known(&self) -> bool {
+        self.known.is_some()
+    }
+
+    fn bound(&self, bytes: u64) -> u64 {
+        self.allowance
+            .saturating_add(IDS_PER_BYTE.saturating_mul(bytes))
+    }
+
+    /// Checks `value` (a `what`, e.g. "row count", read on `line`) against the bound of the
+    /// input's size, or of `read`, the bytes read so far, when the size is not known.
+    pub(crate) fn check(
+        &self,
+        path: &Path,
+        line: usize,
+        what: &str,
+        value: u64,
+        read: u64,
+    ) -> Result<(), DataError> {
+        if value <= self.allowance {
+            return Ok(());
+        }
+        let bytes = self.known.unwrap_or(read);
+        let bound = self.bound(bytes);
+        if value > bound {
+            return Err(DataError::TooLargeForInput {
+                path: path.to_path_buf(),
+                line,
+                what: what.to_owned(),
+                value,
+                bytes,
+                bound,
+            });
+        }
+        Ok(())
     }
 }
 

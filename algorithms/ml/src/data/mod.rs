@@ -2,7 +2,9 @@
 //!
 //! Every loader reports malformed input as [`DataError::Malformed`] with the source name and
 //! the 1-based line number instead of panicking, so a bad file never takes a worker down,
-//! and bounds what it allocates by what the input holds and by [`DataLimits`].
+//! and bounds what it allocates by what the input holds and by [`DataLimits`]: no
+//! dimension that sizes a dense per-id array may exceed what the input's size allows
+//! ([`limits::size_bound`]).
 
 pub mod bow;
 pub mod digest;
@@ -74,6 +76,26 @@ pub enum DataError {
         /// The environment variable that sets the limit.
         knob: &'static str,
     },
+    /// An id or dimension is larger than its input's size allows
+    /// ([`limits::size_bound`]): a few bytes claiming a dimension that would size gigabytes.
+    #[error(
+        "{path}:{line}: {what} {value} is more than {bytes} bytes of input may declare (at most {bound}; raise the allowance with the environment variable {knob})",
+        knob = limits::DIMENSION_ALLOWANCE_ENV
+    )]
+    TooLargeForInput {
+        /// The file (or source name).
+        path: PathBuf,
+        /// The 1-based line.
+        line: usize,
+        /// Which value ("feature index", "row count", ...).
+        what: String,
+        /// The value read.
+        value: u64,
+        /// The input's size in bytes (or what had been read of it).
+        bytes: u64,
+        /// The bound for that size.
+        bound: u64,
+    },
     /// A caller-supplied parameter is out of range (e.g. a test fraction of 1.5).
     #[error("invalid parameter: {0}")]
     InvalidParameter(String),
@@ -108,6 +130,17 @@ pub(crate) fn open_buffered(path: &Path) -> Result<std::io::BufReader<std::fs::F
     std::fs::File::open(path)
         .map(std::io::BufReader::new)
         .map_err(|e| DataError::io(path, e))
+}
+
+/// Opens `path` for buffered reading with its size when it is a regular file.
+pub(crate) fn open_sized(
+    path: &Path,
+) -> Result<(std::io::BufReader<std::fs::File>, Option<u64>), DataError> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| DataError::io(path, e))?;
+    // A pipe's or a device's length says nothing about what it holds.
+    let bytes = meta.is_file().then_some(meta.len());
+    Ok((std::io::BufReader::new(file), bytes))
 }
 
 /// Iterates the lines of `reader` as `(1-based line number, line)`, turning read errors into

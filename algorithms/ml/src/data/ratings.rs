@@ -10,7 +10,8 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use super::{DataError, DataLimits, numbered_lines, open_buffered};
+use super::limits::SizeRule;
+use super::{DataError, DataLimits, numbered_lines, open_sized};
 
 /// Original ids of the dense 0-based indices: `user_ids[u]` is the id user `u` had in the
 /// file. Ids are kept as text so that non-numeric ids (e.g. Amazon's) work too.
@@ -244,26 +245,33 @@ pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
     collected(|visit| scan_ratings(path, visit))
 }
 
-/// `path` opened, and whether it is a MatrixMarket file (by its first bytes).
-fn open_ratings(path: &Path) -> Result<(impl BufRead, bool), DataError> {
-    let mut reader = open_buffered(path)?;
+/// `path` opened, whether it is a MatrixMarket file (by its first bytes), and its size
+/// when it is a regular file.
+fn open_ratings(path: &Path) -> Result<(impl BufRead + use<>, bool, Option<u64>), DataError> {
+    let (mut reader, bytes) = open_sized(path)?;
     let buf = reader.fill_buf().map_err(|e| DataError::io(path, e))?;
     let is_matrix_market = buf.starts_with(b"%%MatrixMarket");
-    Ok((reader, is_matrix_market))
+    Ok((reader, is_matrix_market, bytes))
 }
 
 /// [`load_ratings`] without holding the entries: hands each `(user, item, rating)` to
 /// `visit` in file order, as it is read, and returns the matrix without entries (its
 /// dimensions and id mapping). The same checks and errors as [`load_ratings`]; a caller
-/// that reads the file again gets the same indices in the same order.
+/// that reads the file again gets the same indices in the same order. A MatrixMarket
+/// file's row and column counts, which size the factor matrices, are checked against the
+/// file's size (at most 2^20 + 16 x its bytes, [`super::limits::size_bound`]) before any
+/// entry is visited.
 pub fn scan_ratings(
     path: impl AsRef<Path>,
     mut visit: impl FnMut(u32, u32, f32),
 ) -> Result<Ratings, DataError> {
     let path = path.as_ref();
-    let (reader, is_matrix_market) = open_ratings(path)?;
+    let (reader, is_matrix_market, bytes) = open_ratings(path)?;
     if is_matrix_market {
-        scan_matrix_market(reader, path, &DataLimits::from_env()?, &mut visit)
+        let limits = DataLimits::from_env()?;
+        let size = Some(SizeRule::new(bytes)?);
+        let (n_users, n_items) = scan_matrix_market(reader, path, &limits, size, &mut visit)?;
+        Ok(numbered(n_users, n_items))
     } else {
         scan_triplets(reader, path, &mut visit)
     }
@@ -351,30 +359,62 @@ pub fn parse_matrix_market(
 /// Parses a MatrixMarket `matrix coordinate (real|integer) general` file into 0-based
 /// entries, checking indices against the size line, the entry count against its nnz, and
 /// the row and column counts (which size the factor matrices) against
-/// `limits.max_dimension`. Entries are stored as they are read, never reserved by nnz.
+/// `limits.max_dimension` and against what the text's size allows (2^20 + 16 x its bytes,
+/// [`super::limits::size_bound`]; checked once the text has been read, before anything is
+/// sized by them). Entries are stored as they are read, never reserved by nnz.
 pub fn parse_matrix_market_with_limits(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
 ) -> Result<Ratings, DataError> {
     let name = name_for_errors.as_ref();
-    collected(|visit| scan_matrix_market(reader, name, limits, visit))
+    let size = Some(SizeRule::new(None)?);
+    let mut entries = Vec::new();
+    let (n_users, n_items) = scan_matrix_market(reader, name, limits, size, &mut |u, i, r| {
+        entries.push((u, i, r));
+    })?;
+    Ok(Ratings {
+        entries,
+        ..numbered(n_users, n_items)
+    })
 }
 
-/// [`parse_matrix_market_with_limits`] handing the entries to `visit` (the returned matrix
-/// has none).
+/// A MatrixMarket matrix's shape without entries: its ids are the file's own 1-based row
+/// and column numbers, as a user reads them.
+fn numbered(n_users: usize, n_items: usize) -> Ratings {
+    let ids = |n: usize| (1..=n).map(|i| i.to_string()).collect();
+    Ratings {
+        n_users,
+        n_items,
+        entries: Vec::new(),
+        id_mapping: Some(IdMapping {
+            user_ids: ids(n_users),
+            item_ids: ids(n_items),
+        }),
+    }
+}
+
+/// [`parse_matrix_market_with_limits`] handing the entries to `visit`; returns the row and
+/// column counts. With `size`, they are checked against it: as soon as they are read when
+/// the input's size is known, else once it has all been read (nothing here is sized by
+/// them, and `visit` is only handed entries inside them). Without, they are not (a caller
+/// that keeps only the entries' ids allocates nothing by them).
 fn scan_matrix_market(
     reader: impl BufRead,
     name: &Path,
     limits: &DataLimits,
+    size_rule: Option<SizeRule>,
     visit: &mut dyn FnMut(u32, u32, f32),
-) -> Result<Ratings, DataError> {
+) -> Result<(usize, usize), DataError> {
     let mut size: Option<(usize, usize, usize)> = None;
+    let mut size_line = 0;
     let mut read = 0usize;
+    let mut bytes = 0u64;
     let mut last_line = 0;
     for item in numbered_lines(reader, name) {
         let (line_no, line) = item?;
         last_line = line_no;
+        bytes += line.len() as u64 + 1;
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
         if line_no == 1 {
             let header: Vec<String> = line
@@ -416,7 +456,12 @@ fn scan_matrix_market(
                 }
                 limits.check_dimension(name, line_no, "row count", rows as u64)?;
                 limits.check_dimension(name, line_no, "column count", cols as u64)?;
+                if let Some(rule) = size_rule.filter(SizeRule::is_known) {
+                    rule.check(name, line_no, "row count", rows as u64, bytes)?;
+                    rule.check(name, line_no, "column count", cols as u64, bytes)?;
+                }
                 size = Some((rows, cols, nnz));
+                size_line = line_no;
             }
             Some((rows, cols, nnz)) => {
                 if fields.len() != 3 {
@@ -453,17 +498,11 @@ fn scan_matrix_market(
             format!("declared {nnz} entries, found {read}"),
         ));
     }
-    // The ids are the file's own 1-based row and column numbers, as a user reads them.
-    let numbered = |n: usize| (1..=n).map(|i| i.to_string()).collect();
-    Ok(Ratings {
-        n_users,
-        n_items,
-        entries: Vec::new(),
-        id_mapping: Some(IdMapping {
-            user_ids: numbered(n_users),
-            item_ids: numbered(n_items),
-        }),
-    })
+    if let Some(rule) = size_rule.filter(|r| !r.is_known()) {
+        rule.check(name, size_line, "row count", n_users as u64, bytes)?;
+        rule.check(name, size_line, "column count", n_items as u64, bytes)?;
+    }
+    Ok((n_users, n_items))
 }
 
 /// The fields of a ratings line: `::`-separated (MovieLens 1M `ratings.dat`) when the
@@ -487,14 +526,16 @@ pub fn load_labelled_ratings(
     path: impl AsRef<Path>,
 ) -> Result<Vec<crate::model::LabelledRating>, DataError> {
     let path = path.as_ref();
-    let (reader, is_matrix_market) = open_ratings(path)?;
+    let (reader, is_matrix_market, _) = open_ratings(path)?;
     if is_matrix_market {
-        let r = parse_matrix_market(reader, path)?;
-        return Ok(r
-            .entries
-            .iter()
-            .map(|&(u, i, v)| ((u + 1).to_string(), (i + 1).to_string(), Some(v)))
-            .collect());
+        // Only the entries' own ids are kept, so the declared dimensions size nothing: a
+        // small test file of a large matrix is read whatever they are.
+        let limits = DataLimits::from_env()?;
+        let mut out = Vec::new();
+        scan_matrix_market(reader, path, &limits, None, &mut |u, i, v| {
+            out.push(((u + 1).to_string(), (i + 1).to_string(), Some(v)));
+        })?;
+        return Ok(out);
     }
     let mut out = Vec::new();
     rating_lines(reader, path, |line_no, fields, first_data_line| {

@@ -5,8 +5,9 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use super::balanced_buckets;
+use crate::data::bow::parse_docword_sized;
 use crate::data::synthetic::{LdaCorpusParams, LdaDocs, lda_corpus};
-use crate::data::{Corpus, CorpusStats, DataError, parse_docword_part};
+use crate::data::{Corpus, CorpusStats, DataError};
 
 /// One point of the log-likelihood trace (after a full pass over the corpus).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -171,7 +172,10 @@ pub fn load_corpus_share(
 ) -> Result<CorpusShare, DataError> {
     let share = match docword {
         Some(path) => file_share(
-            &mut || Ok(Box::new(crate::data::open_buffered(path)?)),
+            &mut || {
+                let (reader, bytes) = crate::data::open_sized(path)?;
+                Ok((Box::new(reader), bytes))
+            },
             path,
             workers,
             worker,
@@ -212,19 +216,27 @@ pub fn load_corpus_share(
     Ok(share)
 }
 
+/// A docword source opened, with its size in bytes when known.
+type SizedReader = (Box<dyn std::io::BufRead>, Option<u64>);
+
 /// A docword file read twice through `open`: the statistics and the partition, then this
 /// worker's documents.
 fn file_share(
-    open: &mut dyn FnMut() -> Result<Box<dyn std::io::BufRead>, DataError>,
+    open: &mut dyn FnMut() -> Result<SizedReader, DataError>,
     path: &Path,
     workers: usize,
     worker: usize,
 ) -> Result<CorpusShare, DataError> {
     let limits = crate::data::DataLimits::from_env()?;
-    let (_, stats, first) = parse_docword_part(open()?, path, &limits, &|_| false)?;
+    let mut read_part = |keep: &dyn Fn(usize) -> bool| {
+        let (reader, bytes) = open()?;
+        let size = crate::data::limits::SizeRule::new(bytes)?;
+        parse_docword_sized(reader, path, &limits, size, keep)
+    };
+    let (_, stats, first) = read_part(&|_| false)?;
     let partition = DocumentPartition::from_lengths(&stats.doc_lengths, workers);
     let mine = |d: usize| partition.doc_worker.get(d) == Some(&(worker as u32));
-    let (corpus, _, second) = parse_docword_part(open()?, path, &limits, &mine)?;
+    let (corpus, _, second) = read_part(&mine)?;
     // The partition and statistics are the first read's: the documents must be too.
     if second.finish() != first.finish() {
         return Err(DataError::ChangedWhileRead {
@@ -366,9 +378,13 @@ mod tests {
         let path = Path::new("docword.txt");
         for (second, same) in [(first, true), (swapped, false)] {
             let mut reads = [first, second].into_iter();
-            let mut open = || -> Result<Box<dyn std::io::BufRead>, DataError> {
+            let mut open = || -> Result<SizedReader, DataError> {
                 let text = reads.next().unwrap_or_default();
-                Ok(Box::new(std::io::Cursor::new(text.as_bytes().to_vec())))
+                let bytes = Some(text.len() as u64);
+                Ok((
+                    Box::new(std::io::Cursor::new(text.as_bytes().to_vec())),
+                    bytes,
+                ))
             };
             match file_share(&mut open, path, 2, 0) {
                 Ok(share) => assert!(same, "a changed file was read as {:?}", share.stats),

@@ -6,6 +6,7 @@
 //! - [`EmulatedModel`]: a [`crate::core::ModelProfile`] (VGG-19, ResNet-50, Sockeye, or
 //!   a user profile) with emulated compute; stage = profile layer, one tensor each.
 
+pub mod architecture;
 mod emulated;
 #[cfg(feature = "candle")]
 pub mod nets;
@@ -31,6 +32,9 @@ pub enum ModelError {
     /// A real network was asked of a build without the `candle` feature.
     #[error("real networks need the `candle` feature, which this build of petrel left out")]
     NoCandle,
+    /// A saved network's declared architecture does not fit its tensors or its bounds.
+    #[error(transparent)]
+    Architecture(#[from] architecture::ArchitectureError),
     /// A model name [`nets::by_name`] does not know.
     #[error("unknown model {0:?} (known: mlp, lenet, resnet18, vgg11)")]
     UnknownNet(String),

@@ -713,6 +713,8 @@ pub type SavedStagedModel = petrel_ml::model::NetworkModel;
 
 /// The network `model` describes, checked against its stored tensors.
 pub fn saved_network(model: &SavedStagedModel) -> Result<StagedNet, ModelError> {
+    // Before anything is built: building sizes every tensor by the declared fields.
+    crate::models::architecture::check_architecture(model)?;
     let net = crate::models::nets::by_name(&model.net, &model.input, model.width, model.classes)
         .ok_or_else(|| ModelError::UnknownNet(model.net.clone()))?;
     let specs: Vec<TensorSpec> = net.specs()?.into_iter().flatten().collect();

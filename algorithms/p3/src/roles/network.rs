@@ -130,6 +130,7 @@ pub fn load_model(path: &Path) -> Result<(NetworkModel, StagedNet), P3Error> {
             reason: "its parameters are not those of a network".into(),
         }));
     };
+    crate::models::architecture::check_model_file(&model, path)?;
     let net = saved_network(&model).map_err(|e| P3Error::real_model(&model.net, e))?;
     Ok((model, net))
 }

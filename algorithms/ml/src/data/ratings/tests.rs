@@ -265,3 +265,51 @@ fn scanning_visits_what_loading_loads() {
     std::fs::write(&tr, "u1\ti1\t3\nu2\ti1\n").unwrap();
     assert_eq!(line_of(scan_ratings(&tr, |_, _, _| {}).unwrap_err()), 2);
 }
+
+/// 74 bytes declaring 2^26 x 2^26: refused naming the file and the size line before a
+/// single entry is visited (by path) or anything is sized by them (a reader); a test file
+/// read only for its ids is not.
+#[test]
+fn matrix_market_sizes_beyond_the_files_size_are_refused() {
+    let text = "%%MatrixMarket matrix coordinate real general\n67108864 67108864 2\n1 1 5\n2 2 4\n";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.mtx");
+    std::fs::write(&path, text).unwrap();
+    let mut visited = 0;
+    let err = scan_ratings(&path, |_, _, _| visited += 1).unwrap_err();
+    assert_eq!(visited, 0);
+    let message = err.to_string();
+    assert!(
+        matches!(
+            err,
+            DataError::TooLargeForInput {
+                line: 2,
+                value: 67_108_864,
+                ..
+            }
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("huge.mtx:2: row count 67108864"),
+        "{message}"
+    );
+    assert!(
+        message.contains("PETREL_DATA__DIMENSION_ALLOWANCE"),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+    assert!(matches!(
+        load_ratings(&path),
+        Err(DataError::TooLargeForInput { line: 2, .. })
+    ));
+    assert!(matches!(
+        parse_matrix_market(text.as_bytes(), "huge.mtx"),
+        Err(DataError::TooLargeForInput { line: 2, .. })
+    ));
+    assert_eq!(load_labelled_ratings(&path).unwrap().len(), 2);
+    // Within the fixed allowance any small file may declare its dimensions.
+    let ok = "%%MatrixMarket matrix coordinate real general\n1000000 17770 1\n1 1 5\n";
+    let r = parse_matrix_market(ok.as_bytes(), "ok.mtx").unwrap();
+    assert_eq!((r.n_users, r.n_items), (1_000_000, 17_770));
+}
