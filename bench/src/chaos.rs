@@ -552,7 +552,7 @@ impl HostileOutcome {
         use petrel_net::hostile::Refusal;
         match why {
             Some(Refusal::StolenKey) => self.refused += 1,
-            Some(Refusal::Hoarding) => self.disconnected += 1,
+            Some(Refusal::Hoarding | Refusal::TooSlow) => self.disconnected += 1,
             Some(Refusal::Impostor) | None => {}
         }
     }

@@ -1,11 +1,17 @@
 //! A member gone bad, for fault injection (`petrel bench chaos`, the transport tests).
 //!
 //! [`connect_as_member`] opens a raw QUIC connection with a member's own credentials, as
-//! a node whose key was stolen or whose code is broken would; [`open_stalled_frames`] then
-//! opens streams that each announce a large frame, send a few bytes of it and stall. A
-//! node must keep serving its other peers, heartbeats included, while such a peer holds
-//! its share of the inbound budget, and must disconnect it when it keeps stalling
-//! (RELIABILITY.md). Used with the key of another node, the connection comes
+//! a node whose key was stolen or whose code is broken would. On it:
+//!
+//! - [`open_stalled_frames`] opens streams that each announce a frame, send a few bytes of
+//!   it and stall;
+//! - [`trickle`] then feeds those frames a few bytes at a time, so that no single frame
+//!   ever looks stalled while none of them completes;
+//! - [`flood_frames`] sends many complete frames at once, at control priority if asked.
+//!
+//! A node must keep serving its other peers, heartbeats included, while such a peer holds
+//! its share of the inbound budget, and must disconnect it, naming it, when its frames do
+//! not progress (RELIABILITY.md). Used with the key of another node, the connection comes
 //! from another address than that node's and is refused at once ([`Refusal::StolenKey`]).
 
 use crate::NetConfig;
@@ -13,27 +19,67 @@ use crate::net::NetError;
 use crate::sequencer::LaneHeader;
 use crate::tls::{CLUSTER_SERVER_NAME, ClusterCredentials};
 use petrel_messages::envelope::FRAME_MAGIC;
-use petrel_messages::{NodeId, Priority};
+use petrel_messages::runtime::Heartbeat;
+use petrel_messages::{
+    EnvelopeHeader, EnvelopeKind, FRAME_PREFIX_LEN, NodeId, Priority, RemoteMessage,
+};
 use std::net::SocketAddr;
+use std::time::Duration;
 
-/// How a hostile member's frames look: `streams` frames that each announce
-/// `announced_bytes` of body and send only `sent_bytes` of it.
+/// What a hostile frame's envelope says it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claimed {
+    /// An application message (to an actor the victim does not have).
+    Application,
+    /// The runtime's heartbeat: a control kind, forged with an oversized body.
+    Heartbeat,
+}
+
+impl Claimed {
+    fn msg_type(self) -> &'static str {
+        match self {
+            Claimed::Application => "petrel.hostile",
+            Claimed::Heartbeat => Heartbeat::TYPE_NAME,
+        }
+    }
+}
+
+/// How a hostile member's frames look: `streams` frames of `frame_bytes` each (prefix,
+/// envelope header and body), at `priority`, whose envelope claims `claimed`, of which
+/// only the first `sent_bytes` of body are sent.
 #[derive(Clone, Copy, Debug)]
 pub struct StalledFrames {
     /// Streams opened (one frame each).
     pub streams: u64,
-    /// Body length each frame's header announces.
-    pub announced_bytes: u32,
+    /// Length each frame announces, header included.
+    pub frame_bytes: u32,
     /// Bytes of body actually sent before the stream stalls.
     pub sent_bytes: usize,
+    /// The priority of the frames' lane headers and QUIC streams.
+    pub priority: Priority,
+    /// What the envelopes say the frames are.
+    pub claimed: Claimed,
 }
 
 impl StalledFrames {
     /// The stalled-frames attack: five frames of 60 MiB, 300 bytes sent of each.
     pub const FIVE_OF_60_MIB: StalledFrames = StalledFrames {
         streams: 5,
-        announced_bytes: 60 << 20,
+        frame_bytes: 60 << 20,
         sent_bytes: 300,
+        priority: Priority::NORMAL,
+        claimed: Claimed::Application,
+    };
+
+    /// The control-lane attack: 128 frames of 64 KiB (the largest control frame) at
+    /// control priority, 300 bytes sent of each: as many as filled a node-wide 8 MiB
+    /// control reserve.
+    pub const CONTROL_128_OF_64_KIB: StalledFrames = StalledFrames {
+        streams: 128,
+        frame_bytes: 64 << 10,
+        sent_bytes: 300,
+        priority: Priority::CONTROL,
+        claimed: Claimed::Application,
     };
 }
 
@@ -70,43 +116,153 @@ pub async fn connect_as_member(
     Ok((endpoint, conn))
 }
 
+/// A lane epoch no earlier call used, so that frames of two attacks are never taken for
+/// one lane's duplicates.
+fn fresh_epoch() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
+/// The first bytes of a hostile frame: lane header, frame prefix and a valid envelope
+/// header from node `from`, announcing `frames.frame_bytes` in all.
+fn frame_head(
+    from: u32,
+    frames: &StalledFrames,
+    epoch: u64,
+    seq: u64,
+) -> Result<Vec<u8>, NetError> {
+    let header = EnvelopeHeader {
+        from: NodeId(from),
+        to: NodeId(u32::MAX),
+        actor: "petrel.hostile".into(),
+        msg_type: frames.claimed.msg_type().into(),
+        priority: frames.priority,
+        kind: EnvelopeKind::Tell,
+    };
+    let mut envelope = Vec::new();
+    petrel_messages::encode_body(&header, &mut envelope).map_err(|e| NetError::Send {
+        peer: NodeId(u32::MAX),
+        source: Box::new(e),
+    })?;
+    let header_len = envelope.len() as u32;
+    let body_len = frames
+        .frame_bytes
+        .saturating_sub(FRAME_PREFIX_LEN as u32 + header_len);
+    let mut bytes = LaneHeader {
+        from,
+        priority: frames.priority,
+        epoch,
+        seq,
+    }
+    .encode()
+    .to_vec();
+    bytes.extend_from_slice(&FRAME_MAGIC);
+    bytes.extend_from_slice(&header_len.to_le_bytes());
+    bytes.extend_from_slice(&body_len.to_le_bytes());
+    bytes.extend_from_slice(&envelope);
+    Ok(bytes)
+}
+
+fn send_failed(source: LinkError) -> NetError {
+    NetError::Send {
+        peer: NodeId(u32::MAX),
+        source: Box::new(source),
+    }
+}
+
 /// Opens `frames.streams` streams on `conn`, each carrying the lane header of node `from`
-/// and a frame header that announces `frames.announced_bytes`, then `frames.sent_bytes`
-/// of body, and never finishes them. Dropping the returned streams resets them.
+/// and a frame that announces `frames.frame_bytes`, then `frames.sent_bytes` of body, and
+/// never finishes them. Dropping the returned streams resets them.
 pub async fn open_stalled_frames(
     conn: &quinn::Connection,
     from: u32,
     frames: StalledFrames,
 ) -> Result<Vec<quinn::SendStream>, NetError> {
-    let failed = |source: LinkError| NetError::Send {
-        peer: NodeId(u32::MAX),
-        source: Box::new(source),
-    };
+    let epoch = fresh_epoch();
     let mut hoarding = Vec::new();
     for seq in 0..frames.streams {
         let mut stream = conn
             .open_uni()
             .await
-            .map_err(|e| failed(LinkError::Connection(e)))?;
-        let mut bytes = LaneHeader {
-            from,
-            priority: Priority::NORMAL,
-            epoch: 1,
-            seq,
-        }
-        .encode()
-        .to_vec();
-        bytes.extend_from_slice(&FRAME_MAGIC);
-        bytes.extend_from_slice(&64u32.to_le_bytes());
-        bytes.extend_from_slice(&frames.announced_bytes.to_le_bytes());
+            .map_err(|e| send_failed(LinkError::Connection(e)))?;
+        let _ = stream.set_priority(frames.priority.0);
+        let mut bytes = frame_head(from, &frames, epoch, seq)?;
         bytes.resize(bytes.len() + frames.sent_bytes, 7);
         stream
             .write_all(&bytes)
             .await
-            .map_err(|e| failed(LinkError::Write(e)))?;
+            .map_err(|e| send_failed(LinkError::Write(e)))?;
         hoarding.push(stream); // never finished: the frame stalls
     }
     Ok(hoarding)
+}
+
+/// Writes `bytes` more bytes of body to each of `streams` (frames from
+/// [`open_stalled_frames`]): called every second with one byte, no frame ever stalls for
+/// long and none completes.
+pub async fn trickle(streams: &mut [quinn::SendStream], bytes: usize) -> Result<(), NetError> {
+    let drip = vec![7u8; bytes];
+    for stream in streams {
+        stream
+            .write_all(&drip)
+            .await
+            .map_err(|e| send_failed(LinkError::Write(e)))?;
+    }
+    Ok(())
+}
+
+/// Opens `frames` on `conn` and trickles one byte into each of them every `every`, until
+/// the node closes the connection; returns why it did.
+pub async fn trickle_frames(
+    conn: &quinn::Connection,
+    from: u32,
+    frames: StalledFrames,
+    every: Duration,
+) -> quinn::ConnectionError {
+    let mut streams = match open_stalled_frames(conn, from, frames).await {
+        Ok(s) => s,
+        Err(_) => return conn.closed().await,
+    };
+    loop {
+        tokio::select! {
+            closed = conn.closed() => return closed,
+            _ = tokio::time::sleep(every) => {}
+        }
+        if trickle(&mut streams, 1).await.is_err() {
+            return conn.closed().await;
+        }
+    }
+}
+
+/// Sends `count` complete frames shaped as `frames` (every byte of each, streams finished)
+/// on `conn` as node `from`, all at once, without waiting for the node to read them.
+pub async fn flood_frames(
+    conn: &quinn::Connection,
+    from: u32,
+    frames: StalledFrames,
+    count: u64,
+) -> Result<(), NetError> {
+    let epoch = fresh_epoch();
+    for seq in 0..count {
+        let mut stream = conn
+            .open_uni()
+            .await
+            .map_err(|e| send_failed(LinkError::Connection(e)))?;
+        let _ = stream.set_priority(frames.priority.0);
+        let mut bytes = frame_head(from, &frames, epoch, seq)?;
+        let total = crate::sequencer::LANE_HEADER_LEN + frames.frame_bytes as usize;
+        bytes.resize(total.max(bytes.len()), 7);
+        stream
+            .write_all(&bytes)
+            .await
+            .map_err(|e| send_failed(LinkError::Write(e)))?;
+        stream
+            .finish()
+            .map_err(|e| send_failed(LinkError::Closed(e)))?;
+    }
+    Ok(())
 }
 
 /// Why a node closed a hostile member's connection.
@@ -118,6 +274,8 @@ pub enum Refusal {
     StolenKey,
     /// A frame claimed another node than its certificate names (code 6).
     Impostor,
+    /// Its frames held inbound budget and progressed too slowly (trickled, code 8).
+    TooSlow,
 }
 
 /// What `closed` (what `quinn::Connection::closed` returned) says about why the node
@@ -130,6 +288,7 @@ pub fn refusal(closed: &quinn::ConnectionError) -> Option<Refusal> {
         (crate::quic::CODE_HOARDING, Refusal::Hoarding),
         (crate::quic::CODE_ELSEWHERE, Refusal::StolenKey),
         (crate::quic::CODE_IMPOSTOR, Refusal::Impostor),
+        (crate::quic::CODE_TOO_SLOW, Refusal::TooSlow),
     ]
     .into_iter()
     .find(|(code, _)| c.error_code == quinn::VarInt::from_u32(*code))
@@ -149,10 +308,10 @@ pub fn refusal_of(error: &NetError) -> Option<Refusal> {
     }
 }
 
-/// True when `closed` says the node closed the connection because its peer kept stalling
-/// frames, not because it shut down.
+/// True when `closed` says the node closed the connection because its peer's frames held
+/// inbound budget without progressing (stalled or trickled), not because it shut down.
 pub fn closed_for_hoarding(closed: &quinn::ConnectionError) -> bool {
-    refusal(closed) == Some(Refusal::Hoarding)
+    matches!(refusal(closed), Some(Refusal::Hoarding | Refusal::TooSlow))
 }
 
 /// What went wrong on the hostile connection.
@@ -164,4 +323,6 @@ enum LinkError {
     Connection(#[from] quinn::ConnectionError),
     #[error(transparent)]
     Write(#[from] quinn::WriteError),
+    #[error(transparent)]
+    Closed(#[from] quinn::ClosedStream),
 }

@@ -34,6 +34,7 @@ pub mod ports;
 pub mod private_files;
 mod quic;
 pub mod reassembly;
+pub mod refusal_log;
 pub mod sequencer;
 mod shaper;
 pub mod shm;

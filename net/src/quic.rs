@@ -7,20 +7,24 @@
 use crate::config::NetConfig;
 use crate::datagram::{SegmentCappedSocket, endpoint_config};
 use crate::identity::{Origin, PeerDirectory, SenderRefusal};
-use crate::inbound_budget::{InboundBudgets, PeerBudget};
+use crate::inbound_budget::{
+    InboundBudgets, PeerBudget, Progress, ProgressSample, ProgressWatch, lane_of, may_be_control,
+};
 use crate::net::{Arrival, Inbound, LinkCause, NetError};
+use crate::refusal_log::RefusalLog;
 use crate::sequencer::{LANE_HEADER_LEN, LaneHeader};
 use crate::shaper::ShapedSocket;
 use crate::stats::NetStats;
 use crate::tls::{ClusterCredentials, node_names_in_certificate, node_server_name};
 use bytes::Bytes;
 use petrel_messages::envelope::FramePrefix;
-use petrel_messages::{CodecError, FRAME_PREFIX_LEN, Frame, NodeId, Priority};
+use petrel_messages::{CodecError, EnvelopeHeader, FRAME_PREFIX_LEN, Frame, NodeId, Priority};
 use quinn::{Connection, Endpoint, RecvStream, VarInt};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Application error codes on streams and connections.
@@ -31,8 +35,12 @@ const CODE_STALLED: u32 = 4;
 pub(crate) const CODE_HOARDING: u32 = 5;
 pub(crate) const CODE_IMPOSTOR: u32 = 6;
 pub(crate) const CODE_ELSEWHERE: u32 = 7;
+pub(crate) const CODE_TOO_SLOW: u32 = 8;
 
 type PeerSlot = Arc<tokio::sync::Mutex<Option<Connection>>>;
+
+/// How often each connection's frame progress is judged.
+const PROGRESS_TICK: Duration = Duration::from_millis(250);
 
 /// The connection settings by kind of peer (see [`NetConfig::for_peer`]).
 struct PeerConfigs {
@@ -267,8 +275,8 @@ impl QuicLink {
 #[derive(Clone)]
 struct ReadLimits {
     max_frame: usize,
-    /// Bytes of frames being read or waiting for the node: per peer, per node, and the
-    /// control reserve (see [`crate::inbound_budget`]).
+    /// Bytes of frames being read or waiting for the node: per peer (data share and
+    /// control reserve) and per node (see [`crate::inbound_budget`]).
     budgets: InboundBudgets,
     /// Longest pause between a frame's bytes.
     stall: Duration,
@@ -300,13 +308,22 @@ async fn accept_loop(
     stats: Arc<NetStats>,
     tx: mpsc::Sender<Arrival>,
 ) {
+    let refusals = Arc::new(Mutex::new(RefusalLog::default()));
     while let Some(incoming) = endpoint.accept().await {
         let peer_configs = peer_configs.clone();
         let stats = stats.clone();
         let tx = tx.clone();
         let limits = limits.clone();
+        let refusals = refusals.clone();
+        let remote = incoming.remote_address();
         tokio::spawn(async move {
-            let remote = incoming.remote_address();
+            // One line per source a minute, with the count: anyone can reach the port.
+            let log_due = || {
+                refusals
+                    .lock()
+                    .ok()
+                    .and_then(|mut log| log.refused(remote.ip(), Instant::now()))
+            };
             let accepted = match incoming.accept_with(peer_configs.server_for(remote)) {
                 Ok(connecting) => connecting.await,
                 Err(e) => Err(e),
@@ -315,14 +332,18 @@ async fn accept_loop(
                 Ok(c) => c,
                 Err(e) => {
                     NetStats::bump(&stats.refused_connections, 1);
-                    tracing::warn!(%node, %remote, error = %e, "refused connection (handshake failed)");
+                    if let Some(refused) = log_due() {
+                        tracing::warn!(%node, %remote, error = %e, refused, "refused connection (handshake failed)");
+                    }
                     return;
                 }
             };
             let certified: Arc<[String]> = certificate_names(&conn).into();
             if certified.is_empty() {
                 NetStats::bump(&stats.refused_connections, 1);
-                tracing::warn!(%node, %remote, "refused connection: its certificate names no node");
+                if let Some(refused) = log_due() {
+                    tracing::warn!(%node, %remote, refused, "refused connection: its certificate names no node");
+                }
                 conn.close(
                     VarInt::from_u32(CODE_IMPOSTOR),
                     b"certificate names no node",
@@ -353,6 +374,14 @@ async fn accept_loop(
             }
             tracing::debug!(%node, %remote, peer = ?certified, "peer connected");
             let peer = limits.connection_budget(&certified);
+            let progress = Arc::new(FrameProgress::default());
+            tokio::spawn(watch_progress(
+                node,
+                conn.clone(),
+                certified.clone(),
+                progress.clone(),
+                stats.clone(),
+            ));
             while let Ok(recv) = conn.accept_uni().await {
                 tokio::spawn(read_frame(
                     node,
@@ -361,6 +390,7 @@ async fn accept_loop(
                         conn: conn.clone(),
                         budget: peer.clone(),
                         certified: certified.clone(),
+                        progress: progress.clone(),
                     },
                     limits.clone(),
                     stats.clone(),
@@ -382,12 +412,91 @@ fn certificate_names(conn: &Connection) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The connection a stream arrived on, that peer's inbound budget and the node names its
-/// certificate binds.
+/// The connection a stream arrived on, that peer's inbound budget, the node names its
+/// certificate binds and the progress of its frames.
 struct PeerReader {
     conn: quinn::Connection,
     budget: PeerBudget,
     certified: Arc<[String]>,
+    progress: Arc<FrameProgress>,
+}
+
+/// What a connection's frames holding budget have brought, for [`watch_progress`].
+#[derive(Default)]
+struct FrameProgress {
+    /// Frames holding budget whose bytes (and end) have not all arrived.
+    partial: AtomicUsize,
+    /// Bytes read into frames holding budget.
+    bytes: AtomicU64,
+}
+
+/// A frame holding budget while it is read; counted in [`FrameProgress::partial`] until
+/// dropped.
+struct PartialFrame(Arc<FrameProgress>);
+
+impl PartialFrame {
+    fn start(progress: &Arc<FrameProgress>) -> Self {
+        progress.partial.fetch_add(1, Ordering::Relaxed);
+        Self(progress.clone())
+    }
+
+    fn read(&self, bytes: usize) {
+        self.0.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+}
+
+impl Drop for PartialFrame {
+    fn drop(&mut self) {
+        self.0.partial.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Closes `conn`, naming its peer, when its frames hold budget without progressing
+/// ([`ProgressWatch`]); ends with the connection.
+async fn watch_progress(
+    node: NodeId,
+    conn: Connection,
+    certified: Arc<[String]>,
+    progress: Arc<FrameProgress>,
+    stats: Arc<NetStats>,
+) {
+    let mut watch = ProgressWatch::new(Instant::now());
+    let mut tick = tokio::time::interval(PROGRESS_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let closed = conn.closed();
+    tokio::pin!(closed);
+    loop {
+        tokio::select! {
+            _ = &mut closed => return,
+            _ = tick.tick() => {}
+        }
+        let sample = ProgressSample {
+            now: Instant::now(),
+            partial_frames: progress.partial.load(Ordering::Relaxed),
+            frame_bytes: progress.bytes.load(Ordering::Relaxed),
+            datagrams: conn.stats().udp_rx.datagrams,
+        };
+        if let Progress::TooSlow { bytes, over } = watch.observe(sample) {
+            if conn.close_reason().is_none() {
+                let peer = certified.join(",");
+                stats.disconnected(&peer);
+                tracing::warn!(
+                    %node,
+                    %peer,
+                    remote = %conn.remote_address(),
+                    partial_frames = sample.partial_frames,
+                    bytes,
+                    over = ?over,
+                    "peer's frames hold inbound budget without progressing (stalled or trickled); disconnected"
+                );
+                conn.close(
+                    VarInt::from_u32(CODE_TOO_SLOW),
+                    b"frames held inbound budget without progressing",
+                );
+            }
+            return;
+        }
+    }
 }
 
 impl PeerReader {
@@ -439,11 +548,12 @@ impl PeerReader {
     /// A frame from this peer stalled: its stream was reset; a peer that keeps stalling
     /// frames is disconnected and named.
     fn stalled(&self, node: NodeId, from: u32, stats: &NetStats) {
-        if self.budget.strike() {
-            NetStats::bump(&stats.disconnected_peers, 1);
+        if self.budget.strike() && self.conn.close_reason().is_none() {
+            stats.disconnected(&self.certified.join(","));
             tracing::warn!(
                 %node,
-                peer = %NodeId(from),
+                peer = %self.certified.join(","),
+                id = %NodeId(from),
                 remote = %self.conn.remote_address(),
                 strikes = crate::inbound_budget::STALL_STRIKES,
                 "peer keeps stalling frames that hold inbound budget; disconnected"
@@ -507,20 +617,54 @@ async fn read_frame(
         let _ = recv.stop(VarInt::from_u32(CODE_OVERSIZE));
         return;
     };
-    let lane_kind = crate::inbound_budget::lane_of(lane.priority, total);
-    let Some(permit) = limits.budgets.acquire(&peer.budget, lane_kind, need).await else {
-        return;
-    };
     // The stream's chunks are kept as quinn hands them over (zero-copy slices of the
     // received datagrams), not gathered: the body is decoded from them (see
     // `petrel_messages::body`), so a large tensor is copied once, into its final vector.
     let mut chunks: Vec<Bytes> = Vec::new();
     let mut got = FRAME_PREFIX_LEN;
+    // The receiver, not the sender, decides the lane: a frame claiming control priority
+    // has its (small) envelope read first, and only the runtime's control kinds get the
+    // control lane.
+    let mut kind = None;
+    if may_be_control(lane.priority, &parsed) {
+        let mut head = vec![0u8; parsed.header_len];
+        match tokio::time::timeout(limits.stall, recv.read_exact(&mut head)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                NetStats::bump(&stats.truncated_streams, 1);
+                tracing::warn!(%node, error = %e, "stream ended inside a frame header");
+                return;
+            }
+            Err(_) => {
+                NetStats::bump(&stats.truncated_streams, 1);
+                tracing::warn!(%node, peer = %peer.certified.join(","), "frame header stalled; abandoned");
+                let _ = recv.stop(VarInt::from_u32(CODE_STALLED));
+                return;
+            }
+        }
+        match petrel_messages::decode_body::<EnvelopeHeader>("envelope header", &head) {
+            Ok(header) => kind = Some(header.msg_type),
+            Err(e) => {
+                NetStats::bump(&stats.malformed_frames, 1);
+                tracing::warn!(%node, error = %e, "malformed frame header");
+                let _ = recv.stop(VarInt::from_u32(CODE_MALFORMED));
+                return;
+            }
+        }
+        got += head.len();
+        chunks.push(Bytes::from(head));
+    }
+    let lane_kind = lane_of(lane.priority, total, kind.as_deref());
+    let Some(permit) = limits.budgets.acquire(&peer.budget, lane_kind, need).await else {
+        return;
+    };
+    let partial = PartialFrame::start(&peer.progress);
     while got < total {
         let want = total - got;
         match tokio::time::timeout(limits.stall, recv.read_chunk(want, true)).await {
             Ok(Ok(Some(chunk))) => {
                 got += chunk.bytes.len();
+                partial.read(chunk.bytes.len());
                 chunks.push(chunk.bytes);
             }
             Ok(Ok(None)) | Ok(Err(_)) => {
@@ -557,6 +701,9 @@ async fn read_frame(
             return;
         }
     }
+    // Complete and finished: it holds budget until the node takes it, which is not the
+    // peer's doing.
+    drop(partial);
     let len = total;
     // A chunk is a slice of the datagram it came in and keeps all of it alive: a small
     // frame is copied out (cheap), so that a queued small message holds its own bytes,

@@ -52,6 +52,8 @@ pub struct NetStats {
     heard: Mutex<HashMap<NodeId, Instant>>,
     /// Traffic per (peer, priority).
     links: Mutex<HashMap<(NodeId, Priority), LinkStats>>,
+    /// The certificate names of the peers counted in `disconnected_peers`, in order.
+    disconnected: Mutex<Vec<String>>,
 }
 
 impl Default for NetStats {
@@ -78,6 +80,7 @@ impl Default for NetStats {
             shared_memory_messages: AtomicU64::default(),
             opened_connections: AtomicU64::default(),
             heard: Mutex::default(),
+            disconnected: Mutex::default(),
         }
     }
 }
@@ -134,6 +137,10 @@ pub struct NetStatsSnapshot {
     /// QUIC connections this node opened to peers.
     #[serde(default)]
     pub opened_connections: u64,
+    /// Who was disconnected for misbehaving (`disconnected_peers`): the node names their
+    /// certificates bind, in order.
+    #[serde(default)]
+    pub disconnected_names: Vec<String>,
 }
 
 impl NetStats {
@@ -187,6 +194,14 @@ impl NetStats {
         }
     }
 
+    /// A peer whose certificate binds `name` was disconnected for misbehaving.
+    pub(crate) fn disconnected(&self, name: &str) {
+        Self::bump(&self.disconnected_peers, 1);
+        if let Ok(mut names) = self.disconnected.lock() {
+            names.push(name.to_string());
+        }
+    }
+
     /// When a complete frame last arrived from `peer`.
     pub fn last_heard(&self, peer: NodeId) -> Option<Instant> {
         self.heard.lock().ok().and_then(|h| h.get(&peer).copied())
@@ -211,6 +226,11 @@ impl NetStats {
             striped_messages: g(&self.striped_messages),
             shared_memory_messages: g(&self.shared_memory_messages),
             opened_connections: g(&self.opened_connections),
+            disconnected_names: self
+                .disconnected
+                .lock()
+                .map(|n| n.clone())
+                .unwrap_or_default(),
         }
     }
 }
