@@ -23,7 +23,7 @@ use actix::prelude::*;
 use petrel::actors::{
     Cluster, HandlerError, Msg, NodeContext, NodeError, PriorityActor, PriorityInbox, Topology,
 };
-use petrel::launcher::{LaunchArgs, launch};
+use petrel::launcher::{LaunchArgs, LaunchError, launch};
 use petrel::messages::{Priority, remote_message};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -177,7 +177,9 @@ async fn sensor_role(ctx: NodeContext) -> Result<(), NodeError> {
     Ok(())
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+// A failure ends the program with one line, `Error: ` and the error with its causes
+// (`LaunchError`'s `Debug` prints them, as `main` returning an error shows it).
+fn main() -> Result<(), LaunchError> {
     petrel::init_tracing();
     let args = LaunchArgs::from_env();
     // 4. The topology: which nodes exist and which roles run where.

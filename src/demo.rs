@@ -8,6 +8,7 @@
 use actix::prelude::*;
 use petrel_actors::{AskError, Cluster, HandlerError, Msg, NodeContext, NodeError};
 use petrel_messages::{Priority, Tensor, remote_message};
+use petrel_ml::job::{InvalidSetting, SettingChecks};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -59,9 +60,9 @@ pub enum DemoError {
     Encode(#[from] serde_json::Error),
 }
 
-/// `[app.demo]`.
+/// `[app.demo]`. An unknown key is refused when the settings are read, naming it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct DemoConfig {
     /// Rounds each worker contributes.
     pub rounds: u32,
@@ -96,6 +97,27 @@ impl Default for DemoConfig {
             duration_s: 0.0,
             report_dir: None,
         }
+    }
+}
+
+/// The largest contribution, in floats (1 GiB): every worker and the aggregator hold a
+/// few of them.
+const MAX_TENSOR_LEN: usize = 1 << 28;
+
+impl DemoConfig {
+    /// Every value in range (keys as in `[app.demo]`), checked before any node starts.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        c.at_least("rounds", self.rounds, 1);
+        c.at_least("tensor_len", self.tensor_len, 1);
+        c.at_most(
+            "tensor_len",
+            self.tensor_len,
+            MAX_TENSOR_LEN,
+            "1 GiB per contribution",
+        );
+        c.non_negative("duration_s", self.duration_s);
+        c.finish()
     }
 }
 
@@ -320,7 +342,7 @@ async fn worker_role(ctx: NodeContext) -> Result<(), DemoError> {
 /// Adds the roles `demo-aggregator` and `demo-worker`.
 pub fn register(cluster: Cluster) -> Cluster {
     cluster
-        .app_section::<DemoConfig>("demo")
+        .app_section_checked::<DemoConfig, _>("demo", DemoConfig::validate)
         .role("demo-aggregator", aggregator_role)
         .role("demo-worker", worker_role)
 }
@@ -328,6 +350,39 @@ pub fn register(cluster: Cluster) -> Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn demo_settings_out_of_range_or_unknown_are_refused_by_name() {
+        DemoConfig::default().validate().unwrap();
+        for (cfg, want) in [
+            (
+                DemoConfig {
+                    rounds: 0,
+                    ..DemoConfig::default()
+                },
+                "rounds = 0",
+            ),
+            (
+                DemoConfig {
+                    tensor_len: usize::MAX,
+                    ..DemoConfig::default()
+                },
+                "tensor_len = 18446744073709551615",
+            ),
+            (
+                DemoConfig {
+                    duration_s: f64::NAN,
+                    ..DemoConfig::default()
+                },
+                "duration_s = NaN",
+            ),
+        ] {
+            let e = cfg.validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        let e = serde_json::from_str::<DemoConfig>(r#"{"roundz": 3}"#).unwrap_err();
+        assert!(e.to_string().contains("roundz"), "{e}");
+    }
 
     #[test]
     fn closed_form_mean_matches() {

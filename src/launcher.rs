@@ -57,11 +57,25 @@ const LAUNCH_DIR_ENV: &str = "PETREL_LAUNCH_DIR";
 pub const RANK_VARIABLES: [&str; 2] = ["RANK", "SLURM_PROCID"];
 
 /// Why a cluster could not start or did not finish.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` is its `Display` with the causes (as [`error_chain`] prints them), so that
+/// `fn main() -> Result<(), LaunchError>` ends with the one line a user should read.
+#[derive(thiserror::Error)]
 pub enum LaunchError {
-    /// The settings could not be read, resolved or written, or a node failed in process.
+    /// The settings could not be read, resolved or written, or a node failed in process
+    /// (other than by a role's error: [`LaunchError::Role`]).
     #[error(transparent)]
-    Settings(#[from] NodeError),
+    Settings(NodeError),
+    /// A role returned an error (in this process). `source` is the role's own error.
+    #[error("role {role} on {node}: {source}")]
+    Role {
+        /// The node.
+        node: String,
+        /// The role.
+        role: String,
+        /// The role's error, with its cause chain.
+        source: petrel_actors::RoleErrorSource,
+    },
     /// The command line asks for something impossible.
     #[error("{0}")]
     Usage(String),
@@ -79,6 +93,17 @@ pub enum LaunchError {
         /// Its roles, comma separated.
         roles: String,
         /// Its error and causes, or its exit status when it left no error.
+        cause: String,
+    },
+    /// A node's role failed because another node's actor failed to handle its request:
+    /// `cause`, as that node reported it, names the actor, its node and the caller.
+    #[error("{cause}")]
+    RequestFailed {
+        /// The node whose request failed.
+        caller: String,
+        /// Its roles, comma separated.
+        roles: String,
+        /// Its error and causes.
         cause: String,
     },
     /// SIGINT, SIGTERM or SIGHUP.
@@ -99,6 +124,21 @@ pub enum LaunchError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+impl From<NodeError> for LaunchError {
+    fn from(e: NodeError) -> Self {
+        match e {
+            NodeError::Role { node, role, source } => LaunchError::Role { node, role, source },
+            other => LaunchError::Settings(other),
+        }
+    }
+}
+
+impl std::fmt::Debug for LaunchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&error_chain(self))
+    }
 }
 
 /// How a program that composes a cluster runs it; flatten into your own `clap` parser or
@@ -481,16 +521,22 @@ fn recorded_peak(dir: &Path, node: &str) -> Option<NodePeak> {
 }
 
 /// A node under a launcher leaves its error in the run directory for the launcher to print
-/// (once, with the node's name); it prints it itself only when that fails. Returns the exit
-/// code: [`STOPPED_BY_PEER`] when another node's failure stopped this one.
+/// (once, with the node's name); it prints it itself only when that fails. An error that
+/// another node's handler caused goes to `request-failures/`: the launcher then reports
+/// that handler's failure rather than this node's. Returns the exit code:
+/// [`STOPPED_BY_PEER`] when another node's failure stopped this one.
 fn report_failure(dir: &Path, node: Option<&str>, error: &LaunchError) -> u8 {
     let follower = matches!(
         error,
         LaunchError::Settings(NodeError::PeerFailed { .. } | NodeError::RunFailed { .. })
     );
     let text = error_chain(error);
+    let kind = match petrel_actors::handler_failure(error) {
+        Some(_) => REQUEST_FAILURES,
+        None => FAILURES,
+    };
     let written = node.is_some_and(|n| {
-        let failures = dir.join("failures");
+        let failures = dir.join(kind);
         std::fs::create_dir_all(&failures).is_ok()
             && std::fs::write(failures.join(n), &text).is_ok()
     });
@@ -499,6 +545,11 @@ fn report_failure(dir: &Path, node: Option<&str>, error: &LaunchError) -> u8 {
     }
     if follower { STOPPED_BY_PEER } else { 1 }
 }
+
+/// Where a failed node leaves its error in the run directory ([`report_failure`]).
+const FAILURES: &str = "failures";
+/// Where it leaves an error that another node's handler caused.
+const REQUEST_FAILURES: &str = "request-failures";
 
 /// Runs one node of the cluster in `config`; returns its name. The error carries the name
 /// once it is known.
@@ -936,15 +987,6 @@ impl Running {
         &self.metrics
     }
 
-    /// The error a node left (see [`report_failure`]), else its exit status.
-    fn cause(&self, name: &str, status: &str) -> String {
-        std::fs::read_to_string(self.run_dir.join("failures").join(name))
-            .ok()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| status.to_string())
-    }
-
     /// Waits until every node exited successfully, or stops them all at the first failure,
     /// naming the node where it started: nodes that exit with [`STOPPED_BY_PEER`] only
     /// followed another node's failure, so a root cause is awaited briefly before one of
@@ -990,17 +1032,7 @@ impl Running {
             let root = failed.iter().find(|f| !f.2);
             let waited_enough = first_failure_at.is_some_and(|t| t.elapsed() >= ROOT_CAUSE_GRACE);
             if let Some((name, status, _)) = root.or(failed.first().filter(|_| waited_enough)) {
-                let roles = self
-                    .roles
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, r)| r.clone())
-                    .unwrap_or_default();
-                break Err(LaunchError::NodeFailed {
-                    name: name.clone(),
-                    roles,
-                    cause: self.cause(name, status),
-                });
+                break Err(node_failure(&self.run_dir, &self.roles, name, status));
             }
             if finished.len() == self.children.len() {
                 break Ok(());
@@ -1040,6 +1072,39 @@ impl Running {
             progress,
             peaks,
         })
+    }
+}
+
+/// How node `name` failed: the error it left in `run_dir` (see [`report_failure`]), else its
+/// exit status `status`, with its roles (from `roles`, by node name).
+fn node_failure(
+    run_dir: &Path,
+    roles: &[(String, String)],
+    name: &str,
+    status: &str,
+) -> LaunchError {
+    let roles = roles
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, r)| r.clone())
+        .unwrap_or_default();
+    let left = |kind: &str| {
+        std::fs::read_to_string(run_dir.join(kind).join(name))
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    };
+    if let Some(cause) = left(REQUEST_FAILURES) {
+        return LaunchError::RequestFailed {
+            caller: name.to_string(),
+            roles,
+            cause,
+        };
+    }
+    LaunchError::NodeFailed {
+        name: name.to_string(),
+        roles,
+        cause: left(FAILURES).unwrap_or_else(|| status.to_string()),
     }
 }
 
@@ -1174,6 +1239,42 @@ mod tests {
         );
         let plain = child.command("b", Path::new("/r/cluster.toml"), None);
         assert_eq!(plain.as_std().get_program(), "/bin/petrel");
+    }
+
+    /// A node whose request failed in another node's handler leaves that failure, and the
+    /// launcher reports it as it is, not as a failure of the caller.
+    #[test]
+    fn a_handler_failure_elsewhere_is_reported_as_that_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = NodeError::Ask(petrel_actors::AskError::Remote {
+            actor: "mapper".into(),
+            node: "map-1".into(),
+            from: "driver".into(),
+            error: "boom".into(),
+        });
+        let role_failed = LaunchError::from(NodeError::Role {
+            node: "driver".into(),
+            role: "drive".into(),
+            source: Box::new(remote),
+        });
+        assert_eq!(report_failure(dir.path(), Some("driver"), &role_failed), 1);
+        let roles = [("driver".to_string(), "drive".to_string())];
+        let e = node_failure(dir.path(), &roles, "driver", "exit status: 1");
+        assert!(matches!(e, LaunchError::RequestFailed { .. }), "{e}");
+        assert_eq!(
+            format!("{e:?}"),
+            "role drive on driver: actor mapper on node map-1 failed to handle a request from driver: boom"
+        );
+        // A failure of the node's own stays its own.
+        let own = LaunchError::from(NodeError::Config("bad".into()));
+        assert_eq!(report_failure(dir.path(), Some("w1"), &own), 1);
+        let e = node_failure(dir.path(), &[], "w1", "exit status: 1");
+        assert!(matches!(e, LaunchError::NodeFailed { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("node w1 failed (configuration: bad)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub enum NetnsError {
         /// How many hosts the set needs.
         count: usize,
     },
+    /// `--delay-ms` on a kernel without the `netem` qdisc.
+    #[error(
+        "--delay-ms needs the kernel's netem qdisc (module sch_netem), which this machine lacks; no namespace was left behind (a rate limit alone uses tbf)"
+    )]
+    NoNetem,
     /// A command failed.
     #[error("`{cmd}` failed: {stderr}")]
     Command {
@@ -170,6 +175,13 @@ impl Hosts {
             count,
         };
         hosts.down();
+        // Half a set is no use and would block the next `up`: take it all down on failure.
+        hosts.build(shape).inspect_err(|_| hosts.down())?;
+        Ok(hosts)
+    }
+
+    fn build(&self, shape: &LinkShape) -> Result<(), NetnsError> {
+        let (hosts, prefix, count) = (self, &self.prefix, self.count);
         let sw = hosts.switch_ns();
         run(&["ip", "netns", "add", &sw])?;
         run(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"])?;
@@ -195,7 +207,7 @@ impl Hosts {
             shape_link(&ns, "eth0", shape)?;
             shape_link(&sw, &sw_if, shape)?;
         }
-        Ok(hosts)
+        Ok(())
     }
 
     /// Takes host `i`'s link up or down (a cable pulled and plugged back).
@@ -273,7 +285,14 @@ fn shape_link(ns: &str, dev: &str, shape: &LinkShape) -> Result<(), NetnsError> 
             args.extend(["limit".into(), "100000".into()]);
         }
     }
-    run(&args.iter().map(String::as_str).collect::<Vec<_>>()).map(|_| ())
+    match run(&args.iter().map(String::as_str).collect::<Vec<_>>()) {
+        Err(NetnsError::Command { stderr, .. })
+            if shape.delay_ms.is_some() && stderr.contains("qdisc kind is unknown") =>
+        {
+            Err(NetnsError::NoNetem)
+        }
+        other => other.map(|_| ()),
+    }
 }
 
 #[cfg(test)]

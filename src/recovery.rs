@@ -12,6 +12,8 @@
 
 use std::path::Path;
 
+use petrel_actors::checkpoint::{Checkpoint, CheckpointSet, choose_newest_valid};
+
 /// Why a job with a restart budget did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError<E: std::error::Error + 'static> {
@@ -65,14 +67,47 @@ pub fn run_with_restarts<T, E: std::error::Error + 'static>(
     }
 }
 
-/// [`run_with_restarts`] for `petrel train APP`: a restart resumes when `newest()` names a
-/// checkpoint (`round 7`, `clock 3`), and says so on standard output, as does the end of a
-/// run that needed restarts. A spent budget becomes the app's error through `exhausted`.
+/// The checkpoint a resuming job's nodes will load, and the newer ones they will skip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// Which (`round 7`, `clock 3`).
+    pub at: String,
+    /// Each newer checkpoint the nodes skip, with why (newest first).
+    pub skipped: Vec<String>,
+}
+
+/// The checkpoint of `set` a resuming job will use, chosen as its nodes choose it
+/// ([`CheckpointSet::newest_valid`]: the newest whose manifest and every part verify and
+/// that `accept` takes); `unit` names its round (`round`, `clock`). `None` when none is
+/// valid (or the directory cannot be read): the nodes would find none either.
+pub fn resume_point(
+    set: &CheckpointSet,
+    unit: &str,
+    mut accept: impl FnMut(&Checkpoint) -> Result<(), String>,
+) -> Option<ResumePoint> {
+    set.check_format().ok()?;
+    let rounds = set.rounds().ok()?;
+    let (round, skipped) = choose_newest_valid(&rounds, |r| {
+        let ck = set.load(r).map_err(|e| format!("{unit} {r}: {e}"))?;
+        accept(&ck).map_err(|why| format!("{unit} {r}: {}: {why}", ck.path.display()))?;
+        Ok::<_, String>(r)
+    })
+    .ok()?;
+    Some(ResumePoint {
+        at: format!("{unit} {round}"),
+        skipped,
+    })
+}
+
+/// [`run_with_restarts`] for `petrel train APP`: a restart resumes when `newest()` names the
+/// checkpoint the nodes will load ([`resume_point`]), and says so on standard output (with
+/// the damaged newer ones the nodes skip), as does the end of a run that needed restarts.
+/// A spent budget becomes the app's error through `exhausted`.
 pub fn restart_job<T, E: std::error::Error + 'static>(
     app: &str,
     max_restarts: u32,
     restartable: impl Fn(&E) -> bool,
-    newest: impl Fn() -> Option<String>,
+    newest: impl Fn() -> Option<ResumePoint>,
     exhausted: impl FnOnce(RecoveryError<E>) -> E,
     mut attempt: impl FnMut(bool, u32) -> Result<T, E>,
 ) -> Result<T, E> {
@@ -82,9 +117,18 @@ pub fn restart_job<T, E: std::error::Error + 'static>(
         || newest().is_some(),
         |resume, number| {
             match newest() {
-                Some(at) if resume => {
-                    println!("{app}: restart {number} resumes from the newest checkpoint ({at})")
+                Some(p) if resume && p.skipped.is_empty() => {
+                    println!(
+                        "{app}: restart {number} resumes from the newest checkpoint ({})",
+                        p.at
+                    )
                 }
+                Some(p) if resume => println!(
+                    "{app}: restart {number} resumes from the newest checkpoint ({}) that \
+                     verifies, skipping {}",
+                    p.at,
+                    p.skipped.join("; ")
+                ),
                 _ if number > 0 => println!("{app}: restart {number} starts from the beginning"),
                 _ => {}
             }

@@ -398,3 +398,36 @@ fn gauss_seidel_workers_across_hosts_make_the_loopback_model() {
     assert!(resolved.contains("198.18.0.3"), "{resolved}");
     assert_eq!(across, run("loopback", None), "the hosts' model differs");
 }
+
+/// `petrel netns up --delay-ms` where the kernel lacks netem fails naming it and leaves no
+/// namespace behind (where netem exists the set comes up and goes down cleanly).
+#[test]
+fn netns_up_with_a_delay_leaves_nothing_behind_when_it_fails() {
+    if netns_skip("netns_up_with_a_delay_leaves_nothing_behind_when_it_fails") {
+        return;
+    }
+    let prefix = format!("pn{}", std::process::id() % 100_000);
+    let petrel = |args: &[&str]| Command::new(PETREL).args(args).output().unwrap();
+    let up = petrel(&[
+        "netns",
+        "up",
+        "--prefix",
+        &prefix,
+        "--hosts",
+        "2",
+        "--delay-ms",
+        "2",
+    ]);
+    let stderr = String::from_utf8_lossy(&up.stderr);
+    if up.status.success() {
+        petrel(&["netns", "down", "--prefix", &prefix, "--hosts", "2"]);
+    } else {
+        assert!(stderr.contains("netem"), "{stderr}");
+    }
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        !list.lines().any(|l| l.starts_with(&prefix)),
+        "left behind: {list}"
+    );
+}

@@ -103,7 +103,14 @@ fn launcher_dies_and_takes_its_nodes(how: &str) {
 fn train_p3_dies_and_takes_its_nodes(how: &str) {
     let dir = tempfile::tempdir().unwrap();
     let args = [
-        "train", "p3", "--net", "mlp", "--epochs", "200", "--out", "m.json",
+        "train",
+        "p3",
+        "--net",
+        "mlp",
+        "--epochs",
+        "200",
+        "--out",
+        "m.safetensors",
     ];
     let (launcher, nodes) = start_launcher(dir.path(), &args, 4, Stdio::null());
     launcher_dies_and_takes(launcher, &nodes, how);

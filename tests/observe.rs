@@ -55,7 +55,7 @@ staleness = 2
 rank = 4
 max_clocks = {max_clocks}
 max_seconds = {max_seconds}
-eval_ms = 100
+eval_every = 1
 out = "{out}/ps-mf"
 
 [app.lasso]

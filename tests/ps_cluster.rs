@@ -533,7 +533,7 @@ fn tuned_mf() -> PsMfSettings {
         regularization: 0.02,
         init_scale: 0.3,
         max_seconds: 60.0,
-        eval_ms: 100,
+        eval_every: Some(1),
         max_clocks: Some(200),
         ..PsMfSettings::default()
     }
@@ -553,7 +553,7 @@ fn small_mf(consistency: &str) -> PsMfSettings {
         synthetic_observed: 0.2,
         max_clocks: Some(40),
         consistency: consistency.parse().unwrap(),
-        eval_ms: 20,
+        eval_every: Some(1),
         ..tuned_mf()
     }
 }
@@ -727,7 +727,7 @@ fn mf_trains_on_a_user_ratings_file_and_rejects_malformed_lines() {
             ..Default::default()
         },
         max_clocks: Some(60),
-        eval_ms: 20,
+        eval_every: Some(1),
         ..tuned_mf()
     };
     let r = run_mf(cfg, 2, 2).unwrap();
@@ -845,7 +845,7 @@ fn logistic_regression_on_the_ps_learns_libsvm_classes() {
             ..Default::default()
         },
         max_clocks: 150,
-        eval_ms: 20,
+        eval_every: Some(1),
         ..PsLrSettings::default()
     };
     let r = petrel::ps::run_local::<PsLr>(cfg, 2, 2, Transport::Quic)
@@ -883,7 +883,7 @@ fn async_logistic_regression_refreshes_its_rows_and_learns_with_adarevision() {
         rule: ServerRule::AdaRevision,
         learning_rate: 0.3,
         max_clocks: 150,
-        eval_ms: 20,
+        eval_every: Some(1),
         ..PsLrSettings::default()
     };
     let r = petrel::ps::run_local::<PsLr>(cfg, 2, 2, Transport::Memory)

@@ -64,12 +64,12 @@ fn every_app_writes_the_one_metrics_format() {
         ),
         (
             "ps-mf",
-            &["--epochs", "2", "--shards", "1", "--eval-ms", "20"],
+            &["--epochs", "2", "--shards", "1", "--eval-every", "1"],
             "test_rmse",
         ),
         (
             "ps-lr",
-            &["--clocks", "20", "--shards", "1", "--eval-ms", "20"],
+            &["--clocks", "20", "--shards", "1", "--eval-every", "1"],
             "test_log_loss",
         ),
         (

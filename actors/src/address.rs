@@ -1,10 +1,11 @@
 //! Typed addresses: the same call sends to a local actor (no serialization) or to a remote
 //! one (through the node's transport).
 
-use crate::error::{AskError, HandlerError};
+use crate::error::{AskError, HandlerError, actor_label};
 use crate::node::Node;
 use actix::prelude::*;
 use petrel_messages::{ActorId, NodeId, Priority, RemoteMessage};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What an actor receives: the message, its priority and the sending node (`None` when
@@ -43,6 +44,8 @@ impl<M: RemoteMessage> Clone for Target<M> {
 pub struct ActorRef<M: RemoteMessage> {
     target: Target<M>,
     id: ActorId,
+    /// The target node's name: errors name nodes by name, not by id.
+    node_name: Arc<str>,
 }
 
 impl<M: RemoteMessage> Clone for ActorRef<M> {
@@ -50,6 +53,7 @@ impl<M: RemoteMessage> Clone for ActorRef<M> {
         Self {
             target: self.target.clone(),
             id: self.id.clone(),
+            node_name: self.node_name.clone(),
         }
     }
 }
@@ -60,23 +64,30 @@ impl<M: RemoteMessage> std::fmt::Debug for ActorRef<M> {
             Target::Local(_) => "local",
             Target::Remote { .. } => "remote",
         };
-        write!(f, "ActorRef<{}>({} {kind})", M::TYPE_NAME, self.id)
+        write!(f, "ActorRef<{}>({} {kind})", M::TYPE_NAME, self.label())
     }
 }
 
 impl<M: RemoteMessage> ActorRef<M> {
-    pub(crate) fn local(id: ActorId, recipient: Recipient<Msg<M>>) -> Self {
+    pub(crate) fn local(id: ActorId, node_name: &str, recipient: Recipient<Msg<M>>) -> Self {
         Self {
             target: Target::Local(recipient),
             id,
+            node_name: node_name.into(),
         }
     }
 
     pub(crate) fn remote(node: Node, target: ActorId) -> Self {
         Self {
             id: target.clone(),
+            node_name: node.peer_name(target.node).into(),
             target: Target::Remote { node, target },
         }
+    }
+
+    /// How errors name the target: `mapper on node map-1`.
+    fn label(&self) -> String {
+        actor_label(&self.id.name, &self.node_name)
     }
 
     /// The target actor.
@@ -105,7 +116,7 @@ impl<M: RemoteMessage> ActorRef<M> {
                         Ok(())
                     }
                     SendError::Closed(_) => Err(AskError::Stopped {
-                        actor: self.id.to_string(),
+                        actor: self.label(),
                     }),
                 }),
             Target::Remote { node, target } => node.tell_remote(target, body, priority),
@@ -160,15 +171,18 @@ impl<M: RemoteMessage> ActorRef<M> {
                 });
                 match tokio::time::timeout(timeout, fut).await {
                     Err(_) => Err(AskError::Timeout {
-                        actor: self.id.to_string(),
+                        actor: self.label(),
                         timeout,
                     }),
                     Ok(Err(_)) => Err(AskError::Stopped {
-                        actor: self.id.to_string(),
+                        actor: self.label(),
                     }),
+                    // A local ask: the caller is this same node.
                     Ok(Ok(Err(e))) => Err(AskError::Remote {
-                        actor: self.id.to_string(),
-                        error: e.0,
+                        actor: self.id.name.as_str().into(),
+                        node: (*self.node_name).into(),
+                        from: (*self.node_name).into(),
+                        error: e.0.into(),
                     }),
                     Ok(Ok(Ok(reply))) => Ok(reply),
                 }

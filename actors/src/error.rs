@@ -8,37 +8,44 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Why an `ask` (or a `tell`) did not produce a reply. Every variant names who or what
-/// failed.
+/// failed, by node and actor name (an `actor` field reads like `mapper on node map-1`).
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum AskError {
     /// No reply within the timeout.
-    #[error("no reply from {actor} within {timeout:?}")]
+    #[error("no reply from actor {actor} within {timeout:?}")]
     Timeout {
-        /// The asked actor.
+        /// The asked actor and its node.
         actor: String,
         /// The timeout that passed.
         timeout: Duration,
     },
     /// The actor's node was declared dead.
-    #[error("{node} is down; request to {actor} failed")]
+    #[error("node {name} is down; a request to its actor {actor} failed")]
     PeerDown {
         /// The dead node.
         node: NodeId,
-        /// The asked actor.
+        /// Its name.
+        name: String,
+        /// The asked actor's name.
         actor: String,
     },
     /// The remote handler (or the remote runtime) answered with an error.
-    #[error("{actor} failed to handle the request: {error}")]
+    #[error("actor {actor} on node {node} failed to handle a request from {from}: {error}")]
+    // `Box<str>` rather than `String`: every `Result` carrying an `AskError` stays small.
     Remote {
-        /// The asked actor.
-        actor: String,
+        /// The asked actor's name.
+        actor: Box<str>,
+        /// The name of the node where it failed.
+        node: Box<str>,
+        /// The name of the node that asked.
+        from: Box<str>,
         /// The error text that came back over the wire.
-        error: String,
+        error: Box<str>,
     },
     /// The transport refused the message.
-    #[error("cannot send to {actor}: {source}")]
+    #[error("cannot send to actor {actor}: {source}")]
     Send {
-        /// The target actor.
+        /// The target actor and its node.
         actor: String,
         /// The transport's error.
         #[source]
@@ -49,10 +56,10 @@ pub enum AskError {
     /// split and joined again); nothing was sent. (A reply that is too large comes back as
     /// [`AskError::Remote`] with the same wording, at once, instead of a timeout.)
     #[error(
-        "{msg_type} to {actor} is {len} bytes, over the largest message a peer takes ({max} bytes: half of net.inbound_buffer_bytes): raise it ([net] inbound_buffer_bytes or PETREL_NET__INBOUND_BUFFER_BYTES) or send smaller messages"
+        "{msg_type} to actor {actor} is {len} bytes, over the largest message a peer takes ({max} bytes: half of net.inbound_buffer_bytes): raise it ([net] inbound_buffer_bytes or PETREL_NET__INBOUND_BUFFER_BYTES) or send smaller messages"
     )]
     Oversize {
-        /// The target actor.
+        /// The target actor and its node.
         actor: String,
         /// The message type's wire name.
         msg_type: String,
@@ -65,11 +72,16 @@ pub enum AskError {
     #[error("codec: {0}")]
     Codec(#[from] CodecError),
     /// The local actor's mailbox is closed.
-    #[error("local actor {actor} stopped")]
+    #[error("actor {actor} stopped")]
     Stopped {
-        /// The actor.
+        /// The actor and its node.
         actor: String,
     },
+}
+
+/// How errors name an actor: `mapper on node map-1`.
+pub(crate) fn actor_label(actor: &str, node: &str) -> String {
+    format!("{actor} on node {node}")
 }
 
 /// An error a message handler returns; it travels back to a remote asker as a `Failure`
@@ -104,7 +116,7 @@ pub enum NodeError {
     #[error("configuration: {0}")]
     Config(String),
     /// A settings file or text could not be read or parsed (names the bad key or value).
-    #[error("settings {origin}: {source}")]
+    #[error("settings {origin}: {}", at_most_300_chars(source.to_string()))]
     Settings {
         /// The file, or "text" for settings parsed from a string.
         origin: String,
@@ -174,15 +186,24 @@ pub enum NodeError {
     /// The coordinator refused this node's join.
     #[error("joining the cluster failed: {0}")]
     Join(#[source] AskError),
-    /// The cluster did not form in time.
-    #[error(
-        "joining the cluster failed: cluster did not form within {timeout:?} (coordinator {coordinator} unreachable or nodes missing)"
-    )]
+    /// The cluster did not form in time; the coordinator named the nodes that never joined.
+    #[error("joining the cluster failed: cluster did not form within {timeout:?}: {}", missing_nodes(.coordinator, .missing))]
     JoinTimeout {
         /// The join timeout.
         timeout: Duration,
         /// The coordinator node's name.
         coordinator: String,
+        /// The nodes that had not joined when the time was up, with the address each was
+        /// expected at.
+        missing: Vec<ExpectedNode>,
+    },
+    /// This node could not reach the coordinator's node while joining.
+    #[error("joining the cluster failed: the coordinator, node {}, could not be reached within {timeout:?}", .coordinator)]
+    CoordinatorUnreachable {
+        /// The join timeout.
+        timeout: Duration,
+        /// The coordinator node and the address it was expected at.
+        coordinator: ExpectedNode,
     },
     /// The barrier request did not reach the coordinator or got no answer.
     #[error("barrier {name} failed: {source}")]
@@ -266,9 +287,65 @@ pub enum NodeError {
     Io(#[from] std::io::Error),
 }
 
+/// A node of the settings as an error names it: its name and, when nodes reach each other
+/// over the network, the address it was expected at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedNode {
+    /// The node's name.
+    pub name: String,
+    /// Its address from the settings (`None` for in-memory wiring).
+    pub addr: Option<String>,
+}
+
+impl std::fmt::Display for ExpectedNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.addr {
+            Some(addr) => write!(f, "{} (expected at {addr})", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// `node b (expected at …) never joined`, or `nodes b (…), c (…) never joined`.
+fn missing_nodes(coordinator: &str, missing: &[ExpectedNode]) -> String {
+    let list = missing
+        .iter()
+        .map(ExpectedNode::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    match missing.len() {
+        // The coordinator saw everyone, but its answer to this node was lost.
+        0 => format!(
+            "every node joined, but the answer of the coordinator {coordinator} did not arrive"
+        ),
+        1 => format!("node {list} never joined (coordinator: {coordinator})"),
+        _ => format!("nodes {list} never joined (coordinator: {coordinator})"),
+    }
+}
+
 /// A role's error as [`NodeError::Role`] holds it (the same boxed error as
 /// [`RoleError`](crate::RoleError), which keeps its `source()` chain).
 pub type RoleErrorSource = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The failure of another node's handler that caused `error`, if any: an
+/// [`AskError::Remote`] anywhere in its `source()` chain (also inside a [`NodeError::Ask`]).
+/// Such a failure happened where that error names, not on the node that saw it.
+pub fn handler_failure<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a AskError> {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        let ask = e
+            .downcast_ref::<AskError>()
+            .or_else(|| match e.downcast_ref::<NodeError>() {
+                Some(NodeError::Ask(a)) => Some(a),
+                _ => None,
+            });
+        if let Some(a @ AskError::Remote { .. }) = ask {
+            return Some(a);
+        }
+        cause = e.source();
+    }
+    None
+}
 
 /// Renders an error and its `source()` chain as `outer: inner: root`, skipping a cause
 /// whose text the outer message already contains (as `#[error("...: {0}")]` does), so
@@ -285,6 +362,15 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         cause = e.source();
     }
     text
+}
+
+/// `text`, cut to its first 300 characters: a parser's error quotes the offending key or
+/// value, which a file can make megabytes long.
+fn at_most_300_chars(text: String) -> String {
+    match text.char_indices().nth(300) {
+        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
+        None => text,
+    }
 }
 
 #[cfg(test)]
@@ -307,5 +393,14 @@ mod chain_tests {
             "loading the corpus: docword.txt missing"
         );
         assert_eq!(error_chain(&Repeats(io())), "reading: docword.txt missing");
+    }
+
+    #[test]
+    fn a_settings_error_quotes_at_most_300_characters_of_the_file() {
+        let key = "k".repeat(1 << 20);
+        let e = crate::Settings::from_toml(&format!("[cluster]\n{key} = 1\n[[nodes]]\nname='a'"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 600, "an error of {} bytes", e.len());
     }
 }

@@ -36,7 +36,9 @@ pub mod settings;
 pub mod topology;
 
 pub use address::{ActorRef, Msg};
-pub use error::{AskError, HandlerError, NodeError, RoleErrorSource, error_chain};
+pub use error::{
+    AskError, ExpectedNode, HandlerError, NodeError, RoleErrorSource, error_chain, handler_failure,
+};
 pub use mailbox::{PriorityActor, PriorityInbox};
 pub use node::{Node, PeerEvent, Registration};
 pub use petrel_messages::PriorityQueue;

@@ -186,9 +186,44 @@ pub struct Settings {
 /// The `[app.*]` sections by name, schemaless until a role reads one with [`Settings::app`].
 pub type AppSections = std::collections::BTreeMap<String, serde_json::Value>;
 
+/// The top-level tables of a settings file.
+const TOP_LEVEL: [&str; 4] = ["cluster", "nodes", "net", "app"];
+
+/// Refuses a top-level table no one reads (a misspelt `[clustr]` would otherwise be
+/// ignored and its values silently replaced by defaults).
+fn check_top_level(origin: &str, parsed: &config::Config) -> Result<(), NodeError> {
+    let top: serde_json::Map<String, serde_json::Value> = parsed
+        .clone()
+        .try_deserialize()
+        .map_err(|source| NodeError::Settings {
+            origin: origin.to_string(),
+            source: Box::new(source),
+        })?;
+    match top.keys().find(|k| !TOP_LEVEL.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(key) => Err(NodeError::Settings {
+            origin: origin.to_string(),
+            source: Box::new(config::ConfigError::Message(format!(
+                "unknown table [{key}]; settings hold [cluster], [[nodes]], [net] and [app.<name>]"
+            ))),
+        }),
+    }
+}
+
 impl Settings {
     /// Loads a TOML file, then applies `PETREL_*` environment overrides.
     pub fn load(path: &Path) -> Result<Self, NodeError> {
+        let origin = || path.display().to_string();
+        // The file's tables are checked alone: the environment holds PETREL_* variables
+        // that are not settings (PETREL_DATA__*, PETREL_LAUNCH_DIR).
+        let file_only = config::Config::builder()
+            .add_source(config::File::from(path).format(config::FileFormat::Toml))
+            .build()
+            .map_err(|source| NodeError::Settings {
+                origin: origin(),
+                source: Box::new(source),
+            })?;
+        check_top_level(&origin(), &file_only)?;
         let built = config::Config::builder()
             .add_source(config::File::from(path).format(config::FileFormat::Toml))
             .add_source(
@@ -227,6 +262,7 @@ impl Settings {
                 origin: "text".into(),
                 source: Box::new(source),
             })?;
+        check_top_level("text", &built)?;
         let s: Settings = built
             .try_deserialize()
             .map_err(|source| NodeError::Settings {
@@ -238,8 +274,11 @@ impl Settings {
     }
 
     /// Checks what serde cannot: at least one node, unique names, a known coordinator,
-    /// sensible failure timing.
+    /// sensible failure timing, `[net]` knobs in range ([`NetConfig::validate`]).
     pub fn validate(&self) -> Result<(), NodeError> {
+        self.net
+            .validate()
+            .map_err(|e| NodeError::Config(e.to_string()))?;
         if self.nodes.is_empty() {
             return Err(NodeError::Config("no [[nodes]] defined".into()));
         }
@@ -337,7 +376,7 @@ mod tests {
             [[nodes]]
             name = "b"
             [net]
-            max_message_bytes = 1000
+            max_message_bytes = 2048
             [app.demo]
             rounds = 3
             "#,
@@ -345,7 +384,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.cluster.failure_timeout_ms, 900);
         assert_eq!(s.coordinator_name(), "a");
-        assert_eq!(s.net.max_message_bytes, 1000);
+        assert_eq!(s.net.max_message_bytes, 2048);
         #[derive(Deserialize, Default)]
         struct Demo {
             rounds: u32,
@@ -367,6 +406,47 @@ mod tests {
             e.to_string().contains("both use address 127.0.0.1:7000"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn unknown_top_level_tables_are_refused_by_name() {
+        let e = Settings::from_toml("[clustr]\nname = 'x'\n[[nodes]]\nname='a'").unwrap_err();
+        let text = crate::error_chain(&e);
+        assert!(text.contains("unknown table [clustr]"), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        std::fs::write(&path, "[[nodes]]\nname='a'\n[nett]\nthreads = 2").unwrap();
+        let e = Settings::load(&path).unwrap_err();
+        let text = crate::error_chain(&e);
+        assert!(text.contains("unknown table [nett]"), "{text}");
+        assert!(text.contains("cluster.toml"), "{text}");
+    }
+
+    #[test]
+    fn net_knobs_out_of_range_are_refused_naming_the_key() {
+        for (knob, want) in [
+            (
+                "max_message_bytes = 0",
+                "[net] max_message_bytes = 0: must be at least 1024",
+            ),
+            (
+                "max_concurrent_streams = 0",
+                "[net] max_concurrent_streams = 0: must be at least 1",
+            ),
+            (
+                "receive_window = 0",
+                "[net] receive_window = 0: must be at least 1024",
+            ),
+            (
+                "threads = 100000",
+                "[net] threads = 100000: must be at most",
+            ),
+        ] {
+            let e = Settings::from_toml(&format!("[[nodes]]\nname='a'\n[net]\n{knob}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]

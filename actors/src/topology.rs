@@ -6,12 +6,14 @@
 use crate::coordinator::{
     AGENT_ACTOR, BroadcastShutdown, COORDINATOR_ACTOR, Coordinator, Joined, NodeAgent,
 };
-use crate::error::NodeError;
+use crate::error::{ExpectedNode, NodeError};
 use crate::node::{Node, PeerEvent};
 use crate::settings::{NodeSpec, Settings, Transport};
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
-use petrel_messages::runtime::{BarrierEnter, Heartbeat, Join, PeerDown, Shutdown};
+use petrel_messages::runtime::{
+    BarrierEnter, Heartbeat, Join, JoinProgress, JoinStatus, PeerDown, Shutdown,
+};
 use petrel_messages::{ActorId, NodeId, Priority};
 use petrel_net::{ClusterCredentials, MemoryHub, Net, PeerAddr};
 use std::collections::{BTreeMap, HashMap};
@@ -184,6 +186,8 @@ impl Cluster {
     /// Checks what can be checked before a node starts: every role a node lists is
     /// registered, and every declared `[app.*]` section parses ([`Cluster::app_section`]).
     pub fn check_settings(&self) -> Result<(), NodeError> {
+        // Settings handed to `Cluster::new` directly were never validated.
+        self.settings.validate()?;
         self.check_roles()?;
         for check in self.app_sections.values() {
             check(&self.settings)?;
@@ -318,20 +322,17 @@ impl Cluster {
                 petrel_net::ports::release(addr);
             }
         }
-        // A join timeout is a consequence too (a node that never came up), so it is the
-        // root cause only when nothing better is known.
-        let is_consequence = |e: &NodeError| {
-            matches!(
-                e,
-                NodeError::PeerFailed { .. } | NodeError::RunFailed { .. }
-            )
+        // A failed join is a consequence too (a node that never came up), so it is the root
+        // cause only when nothing better is known; then the coordinator's view of who is
+        // missing beats a node that could not reach the coordinator.
+        let rank = |e: &NodeError| match e {
+            NodeError::PeerFailed { .. } | NodeError::RunFailed { .. } => 3,
+            NodeError::CoordinatorUnreachable { .. } => 2,
+            NodeError::JoinTimeout { .. } => 1,
+            _ => 0,
         };
-        let root = errors
-            .iter()
-            .position(|e| !is_consequence(e) && !matches!(e, NodeError::JoinTimeout { .. }))
-            .or_else(|| errors.iter().position(|e| !is_consequence(e)))
-            .unwrap_or(0);
-        match errors.into_iter().nth(root) {
+        let root = (0..errors.len()).min_by_key(|&i| (rank(&errors[i]), i));
+        match root.map(|i| errors.swap_remove(i)) {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -542,6 +543,7 @@ impl Cluster {
             let addr = Coordinator::new(node.clone(), expected, hb, timeout).start();
             node.register(COORDINATOR_ACTOR, addr.clone())?
                 .accept::<Join>()
+                .accept::<JoinStatus>()
                 .accept::<Heartbeat>()
                 .accept::<BarrierEnter>()
                 .accept::<Shutdown>();
@@ -551,10 +553,20 @@ impl Cluster {
         };
         // Until everyone joined, the coordinator (or a peer) may not be reachable yet.
         node.net().set_membership_changing(true);
+        // The nodes as a failed join names them: over the network, with their addresses.
+        let expected: Vec<ExpectedNode> = s
+            .nodes
+            .iter()
+            .map(|n| ExpectedNode {
+                name: n.name.clone(),
+                addr: matches!(wiring, Wiring::Quic(_)).then(|| n.addr.clone()),
+            })
+            .collect();
         join(
             &node,
             coordinator,
             &spec,
+            &expected,
             Duration::from_millis(s.cluster.join_timeout_ms),
         )
         .await?;
@@ -641,6 +653,7 @@ async fn join(
     node: &Node,
     coordinator: NodeId,
     spec: &NodeSpec,
+    expected: &[ExpectedNode],
     timeout: Duration,
 ) -> Result<(), NodeError> {
     let deadline = Instant::now() + timeout;
@@ -651,23 +664,39 @@ async fn join(
         roles: spec.roles.clone(),
     };
     let mut events = node.subscribe();
+    // Who is missing is asked shortly before the deadline as well as at it: the
+    // coordinator's node may have given up and left by the time this node's time is up.
+    let status_at = deadline - JOIN_STATUS_TIMEOUT.min(timeout / 2);
+    let mut early_status = None;
     loop {
         // A failure the coordinator announced while this node was still joining (its
         // join reply may be lost with the coordinator's node) ends the join with it.
         if let Some(e @ NodeError::RunFailed { .. }) = node.peer_failure() {
             return Err(e);
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(NodeError::JoinTimeout {
-                timeout,
-                coordinator: node.peer_name(coordinator),
-            });
+        let now = Instant::now();
+        if now >= status_at && early_status.is_none() {
+            early_status = Some(join_status(node, coordinator).await);
+            continue;
         }
+        let left = deadline.saturating_duration_since(now);
+        if left.is_zero() {
+            let status = match (join_status(node, coordinator).await, early_status) {
+                (Err(_), Some(Ok(early))) => Ok(early),
+                (latest, _) => latest,
+            };
+            return Err(join_timed_out(node, coordinator, expected, timeout, status));
+        }
+        // Attempts end at the time to ask who is missing, then at the deadline.
+        let until = if now < status_at {
+            status_at - now
+        } else {
+            left
+        };
         let attempt = c.ask(
             msg.clone(),
             Priority::CONTROL,
-            left.min(Duration::from_secs(2)),
+            until.min(Duration::from_secs(2)),
         );
         let answer = tokio::select! {
             a = attempt => a,
@@ -690,6 +719,55 @@ async fn join(
             Err(e) => {
                 tracing::debug!(error = %e, "join attempt failed; retrying");
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// How long a node whose join timed out waits for the coordinator to say who is missing.
+const JOIN_STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The coordinator's list of nodes that have not joined, or why it gave none.
+async fn join_status(node: &Node, coordinator: NodeId) -> Result<JoinProgress, String> {
+    let c = node
+        .actor::<JoinStatus>(&ActorId::new(coordinator, COORDINATOR_ACTOR))
+        .map_err(|e| e.to_string())?;
+    c.ask(JoinStatus, Priority::CONTROL, JOIN_STATUS_TIMEOUT)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// The error of a join that timed out: the nodes the coordinator still missed, or, when the
+/// coordinator gave no answer, that it could not be reached (naming it and its address).
+fn join_timed_out(
+    node: &Node,
+    coordinator: NodeId,
+    expected: &[ExpectedNode],
+    timeout: Duration,
+    status: Result<JoinProgress, String>,
+) -> NodeError {
+    let coordinator_name = node.peer_name(coordinator);
+    let named = |name: &str| {
+        expected
+            .iter()
+            .find(|n| n.name == name)
+            .cloned()
+            .unwrap_or_else(|| ExpectedNode {
+                name: name.to_string(),
+                addr: None,
+            })
+    };
+    match status {
+        Ok(progress) => NodeError::JoinTimeout {
+            timeout,
+            coordinator: coordinator_name,
+            missing: progress.missing.iter().map(|n| named(n)).collect(),
+        },
+        Err(error) => {
+            tracing::debug!(%error, "the coordinator does not say who is missing");
+            NodeError::CoordinatorUnreachable {
+                timeout,
+                coordinator: named(&coordinator_name),
             }
         }
     }

@@ -151,6 +151,11 @@ fn typed_cluster(transport: Transport) -> (Cluster, Arc<Mutex<Vec<String>>>) {
                     matches!(err, AskError::Remote { ref error, .. } if error.contains("NaN")),
                     "{err}"
                 );
+                // Named by node and actor names, with the caller.
+                assert_eq!(
+                    err.to_string(),
+                    "actor scaler on node server failed to handle a request from client: factor is NaN"
+                );
                 // A name nobody registered is an error from the remote node.
                 let ghost = ctx
                     .node
@@ -365,7 +370,10 @@ async fn dead_peer_is_reported_and_its_pending_requests_fail() {
         matches!(result, Err(AskError::PeerDown { .. })),
         "{result:?}"
     );
-    assert!(result.unwrap_err().to_string().contains("node2"));
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "node victim is down; a request to its actor staller failed"
+    );
     assert!(
         detected < Duration::from_millis(800 + 1500),
         "detected after {detected:?}"

@@ -193,7 +193,7 @@ fn mf_config(args: &AdaRevisionBenchArgs, rule: ServerRule, alpha: f32) -> PsMfS
         staleness: args.staleness,
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
-        eval_ms: 50,
+        eval_every: Some(1),
         stragglers: args.stragglers.settings(args.clock_ms),
         ..crate::common::ps_mf(args.quick)
     }

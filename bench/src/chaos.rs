@@ -228,13 +228,8 @@ impl ChaosApp {
             ChaosApp::Lasso | ChaosApp::Logistic => &["coefficients.tsv"],
             ChaosApp::StradsMf => &["user_factors.tsv", "item_factors.tsv"],
             ChaosApp::Lda => &["topic_word.tsv", "topics.txt"],
-            ChaosApp::P3 => {
-                let text = std::fs::read_to_string(out.join("model.json"))
-                    .map_err(BenchError::io("the P3 model"))?;
-                let model: serde_json::Value = serde_json::from_str(&text)
-                    .map_err(|e| BenchError::Incomplete(format!("the P3 model: {e}")))?;
-                return Ok(Outcome::Bytes(model["params"].to_string().into_bytes()));
-            }
+            // Its metadata holds no path, so a resumed run writes the same bytes.
+            ChaosApp::P3 => &["model.safetensors"],
         };
         let mut bytes = Vec::new();
         for file in files {
@@ -424,12 +419,14 @@ fn train(
         .args(["--max-restarts", &max_restarts.to_string()]);
     match app {
         // The run directory (node configs) inside `out`, so the nodes' command lines
-        // name it and the checkpoints land in `out/checkpoints`.
+        // name it, and the checkpoints in `out/checkpoints` as the other apps'.
         ChaosApp::P3 => cmd
             .arg("--out")
-            .arg(out.join("model.json"))
+            .arg(out.join("model.safetensors"))
             .arg("--run-dir")
-            .arg(out.join("run")),
+            .arg(out.join("run"))
+            .arg("--checkpoint-dir")
+            .arg(out.join("checkpoints")),
         _ => cmd.arg("--out").arg(out),
     };
     // stdout says how many restarts the job needed (`finished after N restart(s)`).

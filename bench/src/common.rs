@@ -70,7 +70,7 @@ impl LrDataArgs {
             synthetic_classes: classes,
             batch_size: self.lr_batch,
             max_clocks: u64::MAX,
-            eval_ms: 50,
+            eval_every: Some(1),
             ..PsLrSettings::default()
         }
     }

@@ -251,7 +251,7 @@ fn mf_config(args: &ConsistencyBenchArgs, model: ConsistencyModel, s: u32) -> Ps
         staleness: s,
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
-        eval_ms: if args.quick { 50 } else { 100 },
+        eval_every: Some(1),
         stragglers: stragglers(args),
         ..crate::common::ps_mf(args.quick)
     }

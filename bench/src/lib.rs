@@ -30,6 +30,7 @@ pub mod lasso_schedulers;
 #[allow(missing_docs)]
 pub mod lda;
 pub mod lda_scale;
+pub mod load;
 pub mod logistic_scale;
 #[allow(missing_docs)]
 pub mod managed;
@@ -284,6 +285,8 @@ benches! {
     /// STRADS MF (CCD++): seconds to a target RMSE and ratings/s per core against data
     /// size, for 1, 2, 4 workers.
     MfScale(mf_scale::MfScaleBenchArgs),
+    /// Data loading: LIBSVM, ratings and bag-of-words MB/s, cold and from the binary cache.
+    Load(load::LoadBenchArgs),
 }
 
 /// `petrel bench ARGS…` (ARGS without the program name): parses them as a [`BenchCommand`]

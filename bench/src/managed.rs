@@ -283,7 +283,7 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfSettings 
         max_clocks: Some(if args.quick { 300 } else { u64::MAX }),
         max_seconds: args.max_seconds,
         target_rmse: Some(args.target_rmse),
-        eval_ms: if args.quick { 50 } else { 100 },
+        eval_every: Some(1),
         stragglers: StragglerSettings {
             clock_ms: args.clock_ms,
             ..Default::default()

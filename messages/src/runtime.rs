@@ -106,7 +106,20 @@ pub struct BarrierReleased {
     pub participants: u32,
 }
 
+/// Asks the coordinator which nodes have not joined yet (a node whose join timed out names
+/// them in its error).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinStatus;
+
+/// The coordinator's answer to [`JoinStatus`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinProgress {
+    /// Names of the nodes of the settings that have not joined, in settings order.
+    pub missing: Vec<String>,
+}
+
 remote_message!(Join => JoinAck, "petrel.join");
+remote_message!(JoinStatus => JoinProgress, "petrel.join_status");
 remote_message!(Heartbeat, "petrel.heartbeat");
 remote_message!(PeerDown, "petrel.peer_down");
 remote_message!(Shutdown, "petrel.shutdown");

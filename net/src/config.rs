@@ -27,7 +27,8 @@ impl std::fmt::Display for Congestion {
     }
 }
 
-/// Every transport knob, read from `[net]` (an unknown key is rejected, naming it).
+/// Every transport knob, read from `[net]` (an unknown key is rejected, naming it; a value
+/// that would stall a cluster by [`NetConfig::validate`]).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct NetConfig {
@@ -203,6 +204,123 @@ impl Default for NetConfig {
     }
 }
 
+/// A `[net]` value outside its range, named as in the settings file, e.g. `[net]
+/// max_message_bytes = 0: must be at least 1024`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("[net] {key} = {value}: {rule}")]
+pub struct NetConfigError {
+    /// The key, as in `[net]`.
+    pub key: &'static str,
+    /// The value given.
+    pub value: String,
+    /// What the value must be.
+    pub rule: String,
+}
+
+/// The most transport threads any node gets, whatever its core count.
+pub const MAX_THREADS: usize = 1024;
+/// Transport threads allowed per core: beyond this they only contend.
+pub const THREADS_PER_CORE: usize = 64;
+/// The largest flow-control window or send buffer (1 TiB): QUIC encodes windows as
+/// 62-bit integers, and anything near this is a typo, not a tuning.
+pub const MAX_WINDOW: u64 = 1 << 40;
+
+impl NetConfig {
+    /// Checks the knobs whose wrong values do not fail on their own but leave a cluster
+    /// that never forms or a node that never starts (a zero window or stream limit stalls
+    /// every frame; 100 000 transport threads exhaust the machine). Run before any node
+    /// starts, with the machine's core count.
+    pub fn validate(&self) -> Result<(), NetConfigError> {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        self.validate_for(cores)
+    }
+
+    /// [`NetConfig::validate`] for a machine of `cores` cores.
+    pub fn validate_for(&self, cores: usize) -> Result<(), NetConfigError> {
+        fn at_least<T: PartialOrd + std::fmt::Display>(
+            key: &'static str,
+            value: T,
+            min: T,
+        ) -> Result<(), NetConfigError> {
+            if value < min {
+                return Err(NetConfigError {
+                    key,
+                    value: value.to_string(),
+                    rule: format!("must be at least {min}"),
+                });
+            }
+            Ok(())
+        }
+        fn at_most<T: PartialOrd + std::fmt::Display>(
+            key: &'static str,
+            value: T,
+            max: T,
+            why: &str,
+        ) -> Result<(), NetConfigError> {
+            if value > max {
+                return Err(NetConfigError {
+                    key,
+                    value: value.to_string(),
+                    rule: format!("must be at most {max}{why}"),
+                });
+            }
+            Ok(())
+        }
+        // A frame must hold an envelope header plus some body; parts are cut to this size.
+        at_least("max_message_bytes", self.max_message_bytes, 1024)?;
+        at_most("max_message_bytes", self.max_message_bytes, 1 << 30, "")?;
+        at_least("max_concurrent_streams", self.max_concurrent_streams, 1)?;
+        at_most(
+            "max_concurrent_streams",
+            self.max_concurrent_streams,
+            1 << 20,
+            "",
+        )?;
+        for (key, value) in [
+            ("stream_receive_window", self.stream_receive_window),
+            ("receive_window", self.receive_window),
+            ("send_window", self.send_window),
+        ] {
+            at_least(key, value, 1024)?;
+            at_most(key, value, MAX_WINDOW, "")?;
+        }
+        // With no credit only a frame that outranks everything in flight would ever leave.
+        at_least("outbox_inflight_bytes", self.outbox_inflight_bytes, 1024)?;
+        at_least("inbound_queue", self.inbound_queue, 1)?;
+        at_most("inbound_queue", self.inbound_queue, 1 << 20, "")?;
+        let max_threads = MAX_THREADS.min(THREADS_PER_CORE.saturating_mul(cores.max(1)));
+        at_most(
+            "threads",
+            self.threads,
+            max_threads,
+            &format!(" ({THREADS_PER_CORE} per core on {cores} cores, at most {MAX_THREADS})"),
+        )?;
+        at_least("stripe_connections", self.stripe_connections, 1)?;
+        at_most("stripe_connections", self.stripe_connections, 64, "")?;
+        for (key, value) in [
+            ("keep_alive_ms", self.keep_alive_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("connect_timeout_ms", self.connect_timeout_ms),
+            ("frame_timeout_ms", self.frame_timeout_ms),
+            ("reorder_timeout_ms", self.reorder_timeout_ms),
+        ] {
+            at_least(key, value, 1)?;
+        }
+        // Keep-alives are what keep an idle connection open.
+        if self.keep_alive_ms >= self.idle_timeout_ms {
+            return Err(NetConfigError {
+                key: "keep_alive_ms",
+                value: self.keep_alive_ms.to_string(),
+                rule: format!(
+                    "must be less than idle_timeout_ms ({})",
+                    self.idle_timeout_ms
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Emulates a network link at the node's UDP socket: egress and ingress rate limits (token
 /// buckets) and an added one-way latency on received packets. Egress limiting applies
 /// back-pressure to QUIC (the socket reports "not writable"), so QUIC's stream priorities
@@ -250,6 +368,93 @@ impl ShaperConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_defaults_are_valid() {
+        NetConfig::default().validate_for(1).unwrap();
+        NetConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn knobs_that_would_stall_a_cluster_are_refused_naming_the_key() {
+        let cases: Vec<(NetConfig, &str)> = vec![
+            (
+                NetConfig {
+                    max_message_bytes: 0,
+                    ..NetConfig::default()
+                },
+                "[net] max_message_bytes = 0: must be at least 1024",
+            ),
+            (
+                NetConfig {
+                    max_concurrent_streams: 0,
+                    ..NetConfig::default()
+                },
+                "[net] max_concurrent_streams = 0: must be at least 1",
+            ),
+            (
+                NetConfig {
+                    receive_window: 0,
+                    ..NetConfig::default()
+                },
+                "[net] receive_window = 0: must be at least 1024",
+            ),
+            (
+                NetConfig {
+                    stream_receive_window: u64::MAX,
+                    ..NetConfig::default()
+                },
+                "[net] stream_receive_window = 18446744073709551615: must be at most",
+            ),
+            (
+                NetConfig {
+                    outbox_inflight_bytes: 0,
+                    ..NetConfig::default()
+                },
+                "[net] outbox_inflight_bytes = 0",
+            ),
+            (
+                NetConfig {
+                    stripe_connections: 0,
+                    ..NetConfig::default()
+                },
+                "[net] stripe_connections = 0",
+            ),
+            (
+                NetConfig {
+                    keep_alive_ms: 60_000,
+                    ..NetConfig::default()
+                },
+                "[net] keep_alive_ms = 60000: must be less than idle_timeout_ms (30000)",
+            ),
+        ];
+        for (cfg, want) in cases {
+            let e = cfg.validate_for(4).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{e} does not start with {want}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn transport_threads_are_bounded_by_the_cores_and_a_ceiling() {
+        let threads = |n| NetConfig {
+            threads: n,
+            ..NetConfig::default()
+        };
+        threads(0).validate_for(2).unwrap();
+        threads(128).validate_for(2).unwrap();
+        let e = threads(129).validate_for(2).unwrap_err().to_string();
+        assert!(
+            e.starts_with("[net] threads = 129: must be at most 128"),
+            "{e}"
+        );
+        threads(1024).validate_for(64).unwrap();
+        let e = threads(100_000).validate_for(1000).unwrap_err().to_string();
+        assert!(
+            e.starts_with("[net] threads = 100000: must be at most 1024"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn congestion_reads_its_three_names_and_rejects_others() {

@@ -33,7 +33,7 @@
 //! and structs here; the QUIC read path applies them.
 
 use petrel_messages::envelope::FramePrefix;
-use petrel_messages::runtime::{BarrierEnter, Heartbeat, Join, PeerDown, Shutdown};
+use petrel_messages::runtime::{BarrierEnter, Heartbeat, Join, JoinStatus, PeerDown, Shutdown};
 use petrel_messages::{Priority, RemoteMessage};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -58,8 +58,9 @@ pub const PROGRESS_WINDOW: Duration = Duration::from_secs(2);
 pub const MIN_PROGRESS_BYTES_PER_S: u64 = 4 << 10;
 /// The message types of the runtime's control traffic (membership, heartbeats, barriers,
 /// failure notices, and the replies to them, which carry their request's type).
-pub const CONTROL_KINDS: [&str; 5] = [
+pub const CONTROL_KINDS: [&str; 6] = [
     Join::TYPE_NAME,
+    JoinStatus::TYPE_NAME,
     Heartbeat::TYPE_NAME,
     PeerDown::TYPE_NAME,
     Shutdown::TYPE_NAME,

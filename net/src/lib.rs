@@ -41,7 +41,7 @@ pub mod shm;
 mod stats;
 pub mod tls;
 
-pub use config::{Congestion, NetConfig, ShaperConfig};
+pub use config::{Congestion, NetConfig, NetConfigError, ShaperConfig};
 pub use memory::MemoryHub;
 pub use net::{Inbound, LinkCause, Net, NetError, PeerAddr};
 pub use stats::{LinkStats, NetStats, NetStatsSnapshot};

@@ -21,6 +21,9 @@ use petrel_strads::{StradsError, StradsJob};
 use super::TrainError;
 use super::jobfile::{OutDirError, prepare_out_dir, resolve_job};
 
+/// The most `--workers` of a job: each is a node (a thread or a process on this host).
+const MAX_WORKERS: usize = 1024;
+
 /// An app `petrel train` runs.
 pub trait TrainApp {
     /// Its settings (`[app.<SECTION>]`).
@@ -70,6 +73,13 @@ pub fn prepare_job<A: TrainApp>(
             "workers",
             0,
             "must be >= 1",
+        )));
+    }
+    if workers > MAX_WORKERS {
+        return Err(invalid::<A>(InvalidSetting::new(
+            "workers",
+            workers,
+            format!("must be <= {MAX_WORKERS} (one node each)"),
         )));
     }
     let out = A::out(&mut job)

@@ -664,8 +664,12 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
                 c.max_restarts,
                 StradsTrainError::is_node_death,
                 || {
-                    let round = crate::recovery::newest_checkpoint_round(checkpoints.as_deref()?);
-                    round.map(|r| format!("round {r}"))
+                    let dir = checkpoints.as_deref()?;
+                    let set = petrel_actors::checkpoint::CheckpointSet::new(
+                        dir,
+                        petrel_strads::core::checkpoint::SCHEME,
+                    );
+                    crate::recovery::resume_point(&set, "round", |_| Ok(()))
                 },
                 |spent| StradsTrainError::Restarts(Box::new(spent)),
                 |resume, attempt| {
@@ -734,14 +738,18 @@ where
         }
         None => None,
     };
-    let progress = progress::TrainProgress::start(name, None);
+    let points = <A as PsApp>::progress_points(&args.config);
+    let progress = progress::TrainProgress::start(name, points);
     let summary = crate::recovery::restart_job(
         name,
         args.max_restarts,
         ps_failed_by_node_death,
         || {
-            let clocks = petrel_ps::checkpoint::job_manifest_clocks(checkpoints.as_deref()?);
-            clocks.ok()?.last().map(|c| format!("clock {c}"))
+            let set = petrel_ps::checkpoint::job_set(checkpoints.as_deref()?);
+            let (shards, workers) = (args.shards, args.workers);
+            crate::recovery::resume_point(&set, "clock", |ck| {
+                petrel_ps::checkpoint::fits_layout(ck, name, shards, workers)
+            })
         },
         |spent| TrainError::PsRestarts(Box::new(spent)),
         |resume, _| {

@@ -22,6 +22,10 @@ pub enum P3JobError {
     /// A flag out of its range.
     #[error("invalid arguments: {0}")]
     Args(String),
+    /// A setting of the job out of its range, named as in `[app.p3]` (the flag is the same
+    /// with dashes), found before any node starts.
+    #[error("[app.p3] {0}")]
+    Setting(#[source] petrel_ml::job::InvalidSetting),
     /// `--netns` on a machine without network namespaces (or without root).
     #[error("--netns needs network namespaces")]
     NetnsUnavailable(#[source] NetnsError),
@@ -185,8 +189,8 @@ pub struct P3TrainArgs {
     /// Passes over the training data.
     #[arg(long, default_value_t = 2)]
     pub epochs: u64,
-    /// Where to save the trained model (JSON).
-    #[arg(long, default_value = "p3-model.json")]
+    /// Where to save the trained model (safetensors; a `.json` name is refused).
+    #[arg(long, default_value = "p3-model.safetensors")]
     pub out: PathBuf,
     /// Iterations between checkpoints (default: one per epoch; 0 = none).
     #[arg(long)]
@@ -249,6 +253,13 @@ fn default_checkpoint_dir(out: &Path) -> PathBuf {
 /// `petrel train p3`: trains on a localhost cluster, prints per-epoch training loss and
 /// accuracy (worker 0's batches), the test accuracy, and saves the model.
 pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
+    check_out(&args.out)?;
+    // The flags' ranges first: nothing is read, made or started for a job that cannot run
+    // (the iteration count, unknown until the data is read, is at least one).
+    args.job
+        .node_config(&args.net, args.mode, 1, Path::new(""))
+        .validate()
+        .map_err(P3JobError::Setting)?;
     let (dir, _temp) = job_run_dir(args.job.run_dir.as_deref())?;
     let probe = P3Settings {
         net: args.net.clone(),
@@ -268,7 +279,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
     let out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
     // Worker 0 saves into the run directory; the model reaches `--out` only once the whole
     // job has succeeded.
-    cfg.model_out = dir.join("model.json");
+    cfg.model_out = dir.join(petrel_p3::model_file::MODEL_FILE_NAME);
     let net = args.job.net_config(args.job.bandwidth_mbit.unwrap_or(0.0));
     tracing::info!(
         net = %args.net, mode = %args.mode.name(), iterations, per_epoch,
@@ -297,8 +308,11 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
         args.max_restarts,
         P3JobError::is_node_death,
         || {
-            let rounds = petrel_p3::checkpoint::manifest_rounds(&ckpt_dir).ok()?;
-            rounds.last().map(|r| format!("round {r}"))
+            let set = petrel_actors::checkpoint::CheckpointSet::new(
+                &ckpt_dir,
+                petrel_p3::core::checkpoint::SCHEME,
+            );
+            crate::recovery::resume_point(&set, "round", |_| Ok(()))
         },
         |spent| P3JobError::Restarts(Box::new(spent)),
         |resume, _| {
@@ -342,6 +356,22 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
         "test_accuracy": test.map(|t| t.accuracy),
         "model": out,
     }))?;
+    Ok(())
+}
+
+/// Refuses an `--out` named `.json`: the model is safetensors, and tools pick a reader by
+/// the extension (older JSON models still load in `petrel eval` and `petrel predict`).
+fn check_out(out: &Path) -> Result<(), P3JobError> {
+    let json = out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if json {
+        return Err(P3JobError::Args(format!(
+            "--out {}: train p3 writes safetensors; name the file .safetensors (models saved \
+             as JSON by earlier versions still load in `petrel eval p3` and `petrel predict p3`)",
+            out.display()
+        )));
+    }
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use petrel_ml::data::{DataError, load_bow, load_labelled_ratings, load_libsvm};
 use petrel_ml::model::{
     Figures, MODEL_FILE, ModelDataError, ModelFileError, ModelParams, NetworkModel, SavedModel,
+    Unseen, require_some, unseen_features,
 };
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -133,9 +134,15 @@ pub enum SavedModelError {
 /// Loads the model and checks its parameters are of the app's kind (and a network's
 /// declared architecture against its tensors, before anything is built by it).
 fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
-    let model = SavedModel::load(&args.model, &args.app.name())?;
+    let model = match args.app {
+        // Safetensors, or the JSON of earlier versions.
+        ModelApp::P3 => petrel_p3::model_file::read(&args.model)?,
+        _ => SavedModel::load(&args.model, &args.app.name())?,
+    };
     let path = || {
-        if args.model.is_dir() {
+        if args.app == ModelApp::P3 {
+            petrel_p3::model_file::resolve(&args.model)
+        } else if args.model.is_dir() {
             args.model.join(MODEL_FILE)
         } else {
             args.model.clone()
@@ -205,10 +212,17 @@ fn network_data(
 /// `--out` when given.
 pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
     let model = load_model(&args.model)?;
+    let mut unseen = Unseen::default();
     let figures = match &model.params {
         ModelParams::Network(m) => evaluate_network(m, &args.data)?,
-        _ => model.evaluate_file(&args.data, args.model.iterations, args.model.seed)?,
+        _ => {
+            let (figures, u) =
+                model.evaluate_file(&args.data, args.model.iterations, args.model.seed)?;
+            unseen = u;
+            figures
+        }
     };
+    note_unseen(&unseen, &args.data);
     let text: Vec<String> = figures
         .iter()
         .map(|(name, v)| format!("{name} {}", short_figure(*v)))
@@ -269,7 +283,10 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
     let mut out = String::new();
     match &model.params {
         ModelParams::Linear(m) => {
-            let data = load_libsvm(need_data()?)?;
+            let path = need_data()?;
+            let data = load_libsvm(&path)?;
+            require_some(data.rows.len(), "rows", &path)?;
+            note_unseen(&unseen_features(&data, m.coefficients.len()), &path);
             match m.task {
                 petrel_ml::model::LinearTask::Regression => {
                     out.push_str("row\tprediction\n");
@@ -288,7 +305,10 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
             }
         }
         ModelParams::Softmax(m) => {
-            let data = load_libsvm(need_data()?)?;
+            let path = need_data()?;
+            let data = load_libsvm(&path)?;
+            require_some(data.rows.len(), "rows", &path)?;
+            note_unseen(&unseen_features(&data, m.n_features()), &path);
             let classes = m.class_labels.iter().map(|l| format!("p_{l}"));
             tsv_line(&mut out, "row\tlabel", classes);
             for (r, x) in data.rows.iter().enumerate() {
@@ -318,7 +338,10 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
                 }
             }
             None => {
-                let pairs = load_labelled_ratings(need_data()?)?;
+                let path = need_data()?;
+                let pairs = load_labelled_ratings(&path)?;
+                require_some(pairs.len(), "pairs", &path)?;
+                note_unseen(&m.unseen(&pairs), &path);
                 let index = m.index();
                 out.push_str("user\titem\tprediction\n");
                 for (user, item, _) in &pairs {
@@ -346,8 +369,9 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
         }
         ModelParams::Topics(m) => {
             let path = need_data()?;
-            let corpus = load_bow(&path, None)?;
-            m.check_corpus(&corpus, &path)?;
+            let (corpus, unseen) = m.known_words(load_bow(&path, None)?);
+            require_some(corpus.docs.len(), "documents", &path)?;
+            note_unseen(&unseen, &path);
             let mut rng = StdRng::seed_from_u64(args.model.seed);
             tsv_line(
                 &mut out,
@@ -368,6 +392,13 @@ pub fn predict_command(args: PredictArgs) -> Result<(), SavedModelError> {
         None => to_stdout(out.as_bytes())?,
     }
     Ok(())
+}
+
+/// Says on standard error, in one line, what of `data` the model never saw and ignored.
+fn note_unseen(unseen: &Unseen, data: &Path) {
+    if let Some(note) = unseen.note(data) {
+        eprintln!("note: {note}");
+    }
 }
 
 /// Appends one TSV line: `first` (one or more cells), then each of `more`.

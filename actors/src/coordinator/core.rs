@@ -136,6 +136,15 @@ impl<W> ClusterCore<W> {
         self.joined.len() == self.expected.len()
     }
 
+    /// Names of the expected nodes that have not joined, in settings order.
+    pub fn missing(&self) -> Vec<String> {
+        self.expected
+            .iter()
+            .filter(|(id, _)| !self.joined.contains_key(id))
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+
     /// The nodes that joined, by id.
     pub fn members(&self) -> Vec<Member> {
         self.joined.values().cloned().collect()
@@ -378,6 +387,14 @@ mod tests {
     fn core3() -> ClusterCore<u32> {
         let expected = (0..3).map(|i| (NodeId(i), format!("n{i}"))).collect();
         ClusterCore::new(expected, Duration::from_millis(100))
+    }
+
+    #[test]
+    fn the_nodes_not_yet_joined_are_missing() {
+        let mut c = core3();
+        assert_eq!(c.missing(), ["n0", "n1", "n2"]);
+        c.join(join(1), 1, Instant::now());
+        assert_eq!(c.missing(), ["n0", "n2"]);
     }
 
     /// [`core3`] with all three nodes joined at `t0`.

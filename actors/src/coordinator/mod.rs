@@ -3,7 +3,8 @@
 //! [`ClusterCore`] (in `core.rs`) decides (plain struct, unit-tested); the [`Coordinator`] actor on one node
 //! and a [`NodeAgent`] on every node are thin shells around it:
 //!
-//! - every node asks the coordinator to `Join`; the answer comes when all nodes joined;
+//! - every node asks the coordinator to `Join`; the answer comes when all nodes joined; a
+//!   node whose join times out asks `JoinStatus` to name the nodes that never joined;
 //! - every node sends a `Heartbeat` to the coordinator each interval, and the coordinator
 //!   sends one to every node, so both sides notice a silent peer;
 //! - a node silent for `failure_timeout` is declared dead: the coordinator tells every
@@ -26,8 +27,8 @@ use crate::error::{HandlerError, NodeError};
 use crate::node::Node;
 use actix::prelude::*;
 use petrel_messages::runtime::{
-    BarrierEnter, BarrierRefused, BarrierReleased, BarrierReply, Heartbeat, Join, JoinAck, Member,
-    PeerDown, Shutdown,
+    BarrierEnter, BarrierRefused, BarrierReleased, BarrierReply, Heartbeat, Join, JoinAck,
+    JoinProgress, JoinStatus, Member, PeerDown, Shutdown,
 };
 use petrel_messages::{ActorId, NodeId, Priority};
 use std::collections::BTreeMap;
@@ -239,6 +240,18 @@ impl Handler<Msg<Join>> for Coordinator {
                 Ok(Err(e)) => Err(HandlerError(e.to_string())),
                 Err(_) => Err(HandlerError::new("coordinator stopped")),
             }
+        })
+    }
+}
+
+/// Which nodes have not joined: asked by a node whose join timed out, so its error names
+/// them.
+impl Handler<Msg<JoinStatus>> for Coordinator {
+    type Result = Result<JoinProgress, HandlerError>;
+
+    fn handle(&mut self, _: Msg<JoinStatus>, _: &mut Context<Self>) -> Self::Result {
+        Ok(JoinProgress {
+            missing: self.core.missing(),
         })
     }
 }

@@ -176,8 +176,17 @@ impl Node {
         match h.kind {
             EnvelopeKind::Reply { request_id } => self.complete(request_id, Ok(frame.body)),
             EnvelopeKind::Failure { request_id, error } => {
+                // Named by the node that answered (the asked one) and this node, the caller.
                 let actor = self.pending_actor(request_id);
-                self.complete(request_id, Err(AskError::Remote { actor, error }))
+                self.complete(
+                    request_id,
+                    Err(AskError::Remote {
+                        actor: actor.into(),
+                        node: self.peer_name(h.from).into(),
+                        from: self.inner.name.as_str().into(),
+                        error: error.into(),
+                    }),
+                )
             }
             EnvelopeKind::Tell | EnvelopeKind::Ask { .. } => {
                 let request_id = match h.kind {

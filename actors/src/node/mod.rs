@@ -52,6 +52,7 @@ struct ActorEntry {
 
 struct Pending {
     peer: NodeId,
+    /// The asked actor's name (on `peer`).
     actor: String,
     tx: oneshot::Sender<Result<Body, AskError>>,
 }
@@ -149,14 +150,22 @@ impl Node {
         self.inner.net.add_peer(node, name, addr);
     }
 
-    /// A node's name (its id if unknown).
+    /// A node's name, this node's included (its id if unknown).
     pub fn peer_name(&self, node: NodeId) -> String {
+        if node == self.inner.id {
+            return self.inner.name.clone();
+        }
         self.inner
             .names
             .read()
             .ok()
             .and_then(|n| n.get(&node).cloned())
             .unwrap_or_else(|| node.to_string())
+    }
+
+    /// How errors name `target`: `mapper on node map-1`, by names rather than ids.
+    pub fn actor_label(&self, target: &ActorId) -> String {
+        crate::error::actor_label(&target.name, &self.peer_name(target.node))
     }
 
     /// Looks a node up by name.
@@ -230,7 +239,7 @@ impl Node {
                 actor: target.name.clone(),
                 msg_type: M::TYPE_NAME.to_string(),
             })?;
-        Ok(ActorRef::local(target.clone(), recipient))
+        Ok(ActorRef::local(target.clone(), &self.inner.name, recipient))
     }
 
     /// Shorthand: an address by node name and actor name.
@@ -295,6 +304,7 @@ impl Node {
         for p in failed {
             let _ = p.tx.send(Err(AskError::PeerDown {
                 node,
+                name: name.clone(),
                 actor: p.actor,
             }));
         }
@@ -399,14 +409,15 @@ impl Node {
         if self.is_down(target.node) {
             return Err(AskError::PeerDown {
                 node: target.node,
-                actor: target.to_string(),
+                name: self.peer_name(target.node),
+                actor: target.name.clone(),
             });
         }
         let frame = frame(&self.header(target, msg_type, priority, EnvelopeKind::Tell))?;
         self.inner
             .net
             .send_chunks(target.node, priority, frame)
-            .map_err(|e| send_error(target.to_string(), msg_type, e))
+            .map_err(|e| send_error(self.actor_label(target), msg_type, e))
     }
 
     pub(crate) async fn ask_remote<M: RemoteMessage>(
@@ -416,7 +427,7 @@ impl Node {
         priority: Priority,
         timeout: Duration,
     ) -> Result<M::Reply, AskError> {
-        let actor = target.to_string();
+        let actor = self.actor_label(target);
         let request_id = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
         // The request is ours, as in a tell: a large tensor in it leaves as its own bytes.
         let frame = Frame::encode_chunks(
@@ -434,7 +445,7 @@ impl Node {
                 request_id,
                 Pending {
                     peer: target.node,
-                    actor: actor.clone(),
+                    actor: target.name.clone(),
                     tx,
                 },
             );
@@ -444,7 +455,8 @@ impl Node {
             self.forget(request_id);
             return Err(AskError::PeerDown {
                 node: target.node,
-                actor,
+                name: self.peer_name(target.node),
+                actor: target.name.clone(),
             });
         }
         if let Err(e) = self.inner.net.send_chunks(target.node, priority, frame) {

@@ -230,6 +230,88 @@ pub enum ModelDataError {
     /// A user asked for is not in the model.
     #[error("user {0:?} is not in the model (it had no training ratings)")]
     UnknownUser(String),
+    /// The data file holds nothing to evaluate or predict.
+    #[error("{}: {reason}", path.display())]
+    Empty {
+        /// The data file.
+        path: PathBuf,
+        /// What is missing.
+        reason: String,
+    },
+}
+
+/// The largest magnitude a saved real parameter may have: beyond it a model diverged or
+/// was damaged (its scores overflow or drown every other term).
+pub const MAX_PARAMETER: f64 = 1e12;
+
+/// How far a topic's word distribution may sum from 1 (rounding of `K x V` divisions).
+const SUM_TOLERANCE: f64 = 1e-6;
+
+/// What a data file held that the model never saw. Eval and predict ignore it the same
+/// way in every app (a feature beyond the model counts as 0, an unknown word is dropped, an
+/// unknown user or item contributes no factors and no bias) and say so in one line
+/// ([`Unseen::note`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unseen {
+    /// What was ignored (`feature values`, `tokens`, `pairs`).
+    pub entries: usize,
+    /// Rows, documents or pairs that held at least one.
+    pub records: usize,
+    /// Why, for the note: what the model knows.
+    pub reason: String,
+}
+
+impl Unseen {
+    /// One line for a user (`None` when nothing was ignored).
+    pub fn note(&self, path: &Path) -> Option<String> {
+        (self.entries > 0).then(|| format!("{}: {}", path.display(), self.reason))
+    }
+}
+
+/// `value` is a finite parameter of sane magnitude (else the reason, naming `field`).
+fn sane(field: &str, value: f64) -> Result<(), String> {
+    if value.is_finite() && value.abs() <= MAX_PARAMETER {
+        return Ok(());
+    }
+    Err(format!(
+        "{field} = {value}: a parameter must be finite and at most {MAX_PARAMETER:e} in \
+         magnitude (a diverged or damaged model)"
+    ))
+}
+
+/// Every value of `values` is [`sane`] (`field[i]` names the first that is not).
+fn all_sane(field: &str, values: &[f32]) -> Result<(), String> {
+    for (i, &v) in values.iter().enumerate() {
+        sane(&format!("{field}[{i}]"), f64::from(v))?;
+    }
+    Ok(())
+}
+
+/// Every row of `rows` is [`all_sane`] (`field[r][i]`).
+fn rows_sane(field: &str, rows: &[Vec<f32>]) -> Result<(), String> {
+    for (r, row) in rows.iter().enumerate() {
+        all_sane(&format!("{field}[{r}]"), row)?;
+    }
+    Ok(())
+}
+
+/// No id of `ids` appears twice (`field` names the list).
+fn unique_ids(field: &str, ids: &[String]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    match ids.iter().find(|id| !seen.insert(id.as_str())) {
+        Some(id) => Err(format!("{field}: id {id:?} appears twice")),
+        None => Ok(()),
+    }
+}
+
+/// A Dirichlet prior: finite and > 0.
+fn prior(field: &str, value: f64) -> Result<(), String> {
+    if value.is_finite() && value > 0.0 {
+        return Ok(());
+    }
+    Err(format!(
+        "{field} = {value}: a Dirichlet prior must be finite and > 0"
+    ))
 }
 
 /// The header fields, read first so that a model of another version or app is refused
@@ -318,10 +400,21 @@ impl SavedModel {
         Ok(model)
     }
 
-    /// The parameters' shapes agree.
+    /// The parameters' shapes agree and every parameter keeps its kind's invariants
+    /// (finite values of sane magnitude, priors > 0, distributions that sum to 1); the
+    /// reason names the field.
     fn check(&self) -> Result<(), String> {
         match &self.params {
-            ModelParams::Linear(_) => Ok(()),
+            ModelParams::Linear(m) => {
+                if !(m.lambda.is_finite() && m.lambda >= 0.0) {
+                    return Err(format!(
+                        "lambda = {}: the L1 weight must be finite and >= 0",
+                        m.lambda
+                    ));
+                }
+                sane("intercept", m.intercept)?;
+                all_sane("coefficients", &m.coefficients)
+            }
             ModelParams::Softmax(m) => {
                 let k = m.class_labels.len();
                 if k < 2 || m.weights.is_empty() || m.weights.iter().any(|r| r.len() != k) {
@@ -329,7 +422,13 @@ impl SavedModel {
                         "softmax weights must be rows of {k} >= 2 classes with a bias row"
                     ));
                 }
-                Ok(())
+                all_sane("class_labels", &m.class_labels)?;
+                for (c, l) in m.class_labels.iter().enumerate() {
+                    if m.class_labels[..c].contains(l) {
+                        return Err(format!("class_labels: label {l} appears twice"));
+                    }
+                }
+                rows_sane("weights", &m.weights)
             }
             ModelParams::Factors(m) => {
                 let rank = m.user_factors.first().map_or(0, Vec::len);
@@ -346,7 +445,13 @@ impl SavedModel {
                 {
                     return Err("factor rows, ids and biases disagree in size".into());
                 }
-                Ok(())
+                unique_ids("user_ids", &m.user_ids)?;
+                unique_ids("item_ids", &m.item_ids)?;
+                sane("global_mean", f64::from(m.global_mean))?;
+                rows_sane("user_factors", &m.user_factors)?;
+                rows_sane("item_factors", &m.item_factors)?;
+                all_sane("user_bias", &m.user_bias)?;
+                all_sane("item_bias", &m.item_bias)
             }
             ModelParams::Topics(m) => {
                 let v = m.topic_word.first().map_or(0, Vec::len);
@@ -355,6 +460,25 @@ impl SavedModel {
                 }
                 if m.vocab.as_ref().is_some_and(|w| w.len() != v) {
                     return Err(format!("vocabulary has not {v} words"));
+                }
+                prior("alpha", m.alpha)?;
+                prior("beta", m.beta)?;
+                for (k, row) in m.topic_word.iter().enumerate() {
+                    if let Some((w, p)) = row
+                        .iter()
+                        .enumerate()
+                        .find(|(_, p)| !(p.is_finite() && (0.0..=1.0).contains(*p)))
+                    {
+                        return Err(format!(
+                            "topic_word[{k}][{w}] = {p}: a probability must be in [0, 1]"
+                        ));
+                    }
+                    let sum: f64 = row.iter().sum();
+                    if (sum - 1.0).abs() > SUM_TOLERANCE {
+                        return Err(format!(
+                            "topic_word[{k}] sums to {sum}: a topic's word distribution must sum to 1"
+                        ));
+                    }
                 }
                 Ok(())
             }
@@ -375,22 +499,48 @@ pub type Figures = Vec<(&'static str, f64)>;
 
 impl SavedModel {
     /// Held-out figures on `path`, a file in the app's training format (LIBSVM, ratings or
-    /// docword); LDA's fold-in runs `iterations` sweeps seeded by `seed`.
+    /// docword), and what the file held that the model never saw (ignored, see
+    /// [`Unseen`]); LDA's fold-in runs `iterations` sweeps seeded by `seed`. An empty
+    /// file (no rows, ratings or scorable documents) is refused.
     pub fn evaluate_file(
         &self,
         path: &Path,
         iterations: usize,
         seed: u64,
-    ) -> Result<Figures, crate::data::DataError> {
+    ) -> Result<(Figures, Unseen), crate::data::DataError> {
         use crate::data::{load_bow, load_labelled_ratings, load_libsvm};
         Ok(match &self.params {
-            ModelParams::Linear(m) => m.evaluate(&load_libsvm(path)?),
-            ModelParams::Softmax(m) => m.evaluate(&load_libsvm(path)?, path)?,
-            ModelParams::Factors(m) => m.evaluate(&load_labelled_ratings(path)?, path)?,
+            ModelParams::Linear(m) => {
+                let data = load_libsvm(path)?;
+                require_some(data.rows.len(), "rows", path)?;
+                let unseen = unseen_features(&data, m.coefficients.len());
+                (m.evaluate(&data), unseen)
+            }
+            ModelParams::Softmax(m) => {
+                let data = load_libsvm(path)?;
+                require_some(data.rows.len(), "rows", path)?;
+                let unseen = unseen_features(&data, m.n_features());
+                (m.evaluate(&data, path)?, unseen)
+            }
+            ModelParams::Factors(m) => {
+                let ratings = load_labelled_ratings(path)?;
+                require_some(ratings.len(), "ratings", path)?;
+                let unseen = m.unseen(&ratings);
+                (m.evaluate(&ratings, path)?, unseen)
+            }
             ModelParams::Topics(m) => {
-                let corpus = load_bow(path, None)?;
-                m.check_corpus(&corpus, path)?;
-                m.evaluate(&corpus, iterations, seed)
+                let (corpus, unseen) = m.known_words(load_bow(path, None)?);
+                require_some(corpus.docs.len(), "documents", path)?;
+                if !corpus.docs.iter().any(|d| d.len() >= 2) {
+                    return Err(ModelDataError::Empty {
+                        path: path.to_path_buf(),
+                        reason: "no document has 2 or more words the model knows: \
+                                 nothing to score"
+                            .into(),
+                    }
+                    .into());
+                }
+                (m.evaluate(&corpus, iterations, seed), unseen)
             }
             // A network is evaluated by petrel_p3, which owns the networks.
             ModelParams::Network(_) => {
@@ -427,12 +577,48 @@ impl SavedModel {
         let Some(path) = test_data else {
             return Ok(());
         };
-        let figures = self.evaluate_file(path, sweeps, seed)?;
+        let (figures, unseen) = self.evaluate_file(path, sweeps, seed)?;
+        if let Some(note) = unseen.note(path) {
+            tracing::warn!("{note}");
+        }
         let named = heldout_names(figures, &[]);
         let refs: Vec<(&str, f64)> = named.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         metrics.finals(&refs);
         Ok(())
     }
+}
+
+/// Refuses a data file with no `what` (rows, ratings, documents): an empty test set has
+/// no figures and nothing to predict.
+pub fn require_some(n: usize, what: &str, path: &Path) -> Result<(), ModelDataError> {
+    if n > 0 {
+        return Ok(());
+    }
+    Err(ModelDataError::Empty {
+        path: path.to_path_buf(),
+        reason: format!("the file holds no {what}: nothing to evaluate or predict"),
+    })
+}
+
+/// The feature values of `data` beyond a model of `n_features` features (LIBSVM index
+/// `> n_features`), which count as 0.
+pub fn unseen_features(data: &SparseDataset, n_features: usize) -> Unseen {
+    let mut u = Unseen::default();
+    for row in &data.rows {
+        let beyond = row
+            .indices
+            .iter()
+            .filter(|&&j| j as usize >= n_features)
+            .count();
+        u.entries += beyond;
+        u.records += usize::from(beyond > 0);
+    }
+    u.reason = format!(
+        "{} feature value(s) in {} row(s) have an index beyond the model's {n_features} \
+         features; ignored (counted as 0)",
+        u.entries, u.records
+    );
+    u
 }
 
 /// Fold-in sweeps of the held-out evaluation at the end of an LDA run (`petrel eval`'s
@@ -546,6 +732,11 @@ fn sigmoid(z: f64) -> f64 {
 }
 
 impl SoftmaxModel {
+    /// Features (the weight rows before the bias row).
+    pub fn n_features(&self) -> usize {
+        self.weights.len().saturating_sub(1)
+    }
+
     /// Class probabilities of `x` (features past the model count as zero).
     pub fn probabilities(&self, x: &SparseRow) -> Vec<f64> {
         let k = self.class_labels.len();
@@ -686,6 +877,25 @@ impl FactorModel {
         ])
     }
 
+    /// The pairs of `pairs` whose user or item the model never saw (predicted without its
+    /// factors and bias).
+    pub fn unseen(&self, pairs: &[LabelledRating]) -> Unseen {
+        let index = self.index();
+        let n = pairs
+            .iter()
+            .filter(|(u, i, _)| !index.users.contains_key(u) || !index.items.contains_key(i))
+            .count();
+        Unseen {
+            entries: n,
+            records: n,
+            reason: format!(
+                "{n} of {} pair(s) have a user or item the model never saw; predicted \
+                 without its factors and bias",
+                pairs.len()
+            ),
+        }
+    }
+
     /// The `top` items with the highest predicted rating for `user`, best first, leaving
     /// out `exclude` (items the user already rated).
     pub fn recommend(
@@ -753,25 +963,23 @@ impl TopicModel {
         self.topic_word.first().map_or(0, Vec::len)
     }
 
-    /// Every word id of `corpus` is in the model's vocabulary.
-    pub fn check_corpus(&self, corpus: &Corpus, path: &Path) -> Result<(), ModelDataError> {
+    /// `corpus` without the tokens of words beyond the model's vocabulary (dropped), and
+    /// how many there were.
+    pub fn known_words(&self, mut corpus: Corpus) -> (Corpus, Unseen) {
         let v = self.vocab_size();
-        if let Some((d, w)) = corpus
-            .docs
-            .iter()
-            .enumerate()
-            .find_map(|(d, doc)| doc.iter().find(|&&w| w as usize >= v).map(|&w| (d, w)))
-        {
-            return Err(ModelDataError::Mismatch {
-                path: path.to_path_buf(),
-                reason: format!(
-                    "document {}: word {} is outside the model's vocabulary of {v} words",
-                    d + 1,
-                    w + 1
-                ),
-            });
+        let mut u = Unseen::default();
+        for doc in &mut corpus.docs {
+            let before = doc.len();
+            doc.retain(|&w| (w as usize) < v);
+            u.entries += before - doc.len();
+            u.records += usize::from(doc.len() < before);
         }
-        Ok(())
+        u.reason = format!(
+            "{} token(s) in {} document(s) are words beyond the model's vocabulary of {v} \
+             words; ignored",
+            u.entries, u.records
+        );
+        (corpus, u)
     }
 
     /// The topic mixture of a new document by fold-in Gibbs sampling: the topic of each

@@ -126,6 +126,21 @@ pub enum P3Error {
         /// Parameter counts the model reports.
         model: Vec<u64>,
     },
+    /// The training loss or a parameter became NaN or infinite (the learning rate is too
+    /// large for the model): the job stops and no model is saved.
+    #[error(
+        "worker {worker}: training diverged at iteration {iter}: {what} became {value}; lower the learning rate (lr)"
+    )]
+    Diverged {
+        /// The worker that saw it.
+        worker: usize,
+        /// The iteration.
+        iter: u64,
+        /// What became non-finite: `the training loss` or `a parameter`.
+        what: &'static str,
+        /// The value.
+        value: f32,
+    },
     /// A value of the job or of `[app.p3]` out of its range.
     #[error("{field}: {detail}")]
     Config {
@@ -171,6 +186,15 @@ pub enum P3Error {
     /// A saved model file cannot be used (wrong format, version or app, or bad JSON).
     #[error(transparent)]
     ModelFile(#[from] petrel_ml::model::ModelFileError),
+    /// A P3 model file (safetensors) cannot be written or read.
+    #[error("model file {}", .path.display())]
+    ModelFormat {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<crate::model_file::ModelFormatError>,
+    },
     /// A real model's network or parameters were rejected.
     #[error("model {name}")]
     RealModel {

@@ -54,8 +54,10 @@ pub mod checkpoint;
 pub mod core;
 pub mod error;
 pub mod kit;
+pub mod model_file;
 pub mod models;
 pub mod roles;
+pub mod settings_checks;
 pub mod shells;
 
 pub use crate::core::{

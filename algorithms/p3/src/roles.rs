@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use petrel_actors::{Cluster, NodeContext, Settings};
 use petrel_ml::dnn::FlatSgdMomentum;
-use petrel_ml::model::{ModelParams, NetworkModel, SavedModel};
+use petrel_ml::model::NetworkModel;
 use serde::{Deserialize, Serialize};
 
 use crate::core::{Mode, ModelProfile, ProfileError};
@@ -28,9 +28,10 @@ use crate::shells::{SHARD_ROLE, WORKER_ROLE, shard_role, worker_role};
 use petrel_ml::dnn::cifar::{read_cifar10_files, synthetic_cifar};
 use petrel_ml::dnn::data::{Dataset, load_idx_dataset};
 
-/// `[app.p3]`: one P3 job. A bad `mode` is rejected when the section is read.
+/// `[app.p3]`: one P3 job. A bad `mode` or an unknown key is rejected when the section is
+/// read, a value out of range by [`P3Settings::validate`].
 #[derive(Serialize, Deserialize, Debug, Clone)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct P3Settings {
     /// sequential, fifo or p3.
     pub mode: Mode,
@@ -310,21 +311,23 @@ impl P3Settings {
     }
 }
 
-/// The `app` of a P3 model in its saved-model file.
+/// The `app` of a P3 model in its model file.
 pub const MODEL_APP: &str = "p3";
 
-/// Writes `model`, trained with `settings`, as a versioned saved-model file
-/// ([`petrel_ml::model::SavedModel`], app [`MODEL_APP`]) to `path`, atomically.
+/// Writes `model`, trained with `trained`, as a safetensors model file
+/// ([`crate::model_file`]) to `path`, atomically; `names` gives each tensor's name and
+/// shape, forward order ([`crate::models::StagedNet::named_specs`]).
 pub fn save_model(
     model: &NetworkModel,
-    settings: &impl Serialize,
+    names: &[(String, Vec<usize>)],
+    trained: &crate::model_file::TrainedWith,
     path: &Path,
 ) -> Result<(), P3Error> {
-    let saved = SavedModel::new(MODEL_APP, settings, ModelParams::Network(model.clone()));
-    let bytes = saved.to_json().map_err(|source| P3Error::Json {
-        path: path.to_path_buf(),
-        what: "model file",
-        source,
+    let bytes = crate::model_file::encode(model, names, trained).map_err(|source| {
+        P3Error::ModelFormat {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        }
     })?;
     petrel_ml::job::write_atomic(path, &bytes).map_err(|source| P3Error::Io {
         path: path.to_path_buf(),
@@ -449,7 +452,7 @@ async fn worker(ctx: NodeContext) -> Result<(), P3Error> {
 /// Registers `p3-worker` and `p3-shard`.
 pub fn register(cluster: Cluster) -> Cluster {
     cluster
-        .app_section::<P3Settings>("p3")
+        .app_section_checked::<P3Settings, _>("p3", P3Settings::validate)
         .role(SHARD_ROLE, shard)
         .role(WORKER_ROLE, worker)
 }
@@ -480,6 +483,16 @@ mod network {
 
     pub(super) async fn worker(_: NodeContext, cfg: P3Settings, _: P3Job) -> Result<(), P3Error> {
         Err(refused(&cfg.net))
+    }
+
+    /// Refused: this build has no candle.
+    pub fn tensor_names(
+        net: &str,
+        _: &[usize],
+        _: usize,
+        _: usize,
+    ) -> Result<Vec<(String, Vec<usize>)>, P3Error> {
+        Err(refused(net))
     }
 
     /// Refused: this build has no candle.

@@ -254,3 +254,21 @@ fn p3_returns_the_first_layer_first_on_a_shaped_link() {
         "p3 must return layer 0 before the biggest layer in most rounds: {p3:?}"
     );
 }
+
+/// A learning rate the model cannot take makes the loss non-finite: the job fails naming
+/// the divergence and the setting to lower, instead of returning parameters of NaN.
+#[test]
+fn a_diverging_job_fails_naming_the_divergence() {
+    let (_, initial) = mlp().init(5).unwrap();
+    let job = P3Job {
+        opt: FlatSgdMomentum::new(1e30, 0.9),
+        transport: petrel_actors::Transport::Memory,
+        ..job(Mode::P3, &initial)
+    };
+    let init = initial.clone();
+    let factory = move |w| CandleStageModel::new(mlp(), &init, data(), BATCH, w, 2);
+    let e = run_cluster(&job, factory, None).unwrap_err();
+    let text = petrel_actors::error_chain(&e);
+    assert!(text.contains("training diverged at iteration"), "{text}");
+    assert!(text.contains("lower the learning rate (lr)"), "{text}");
+}

@@ -158,9 +158,19 @@ fn accept(ck: set::Checkpoint, shape: &JobShape) -> Result<JobCheckpoint, Checkp
     if let Some(why) = shape.difference(&saved) {
         return Err(ck.invalid(why));
     }
-    let mut expected: Vec<String> = (0..shape.shards)
+    lists_every_piece(&ck, shape.shards, shape.workers).map_err(|why| ck.invalid(why))?;
+    Ok(JobCheckpoint {
+        clock: ck.round,
+        ck,
+    })
+}
+
+/// Whether `ck` names a piece for each of `shards` shards, `workers` workers and the
+/// monitor, and nothing else.
+fn lists_every_piece(ck: &set::Checkpoint, shards: u32, workers: u32) -> Result<(), String> {
+    let mut expected: Vec<String> = (0..shards)
         .map(Piece::Shard)
-        .chain((0..shape.workers).map(Piece::Worker))
+        .chain((0..workers).map(Piece::Worker))
         .chain([Piece::Monitor])
         .map(|p| p.part())
         .collect();
@@ -168,12 +178,33 @@ fn accept(ck: set::Checkpoint, shape: &JobShape) -> Result<JobCheckpoint, Checkp
     expected.sort();
     listed.sort();
     if listed != expected {
-        return Err(ck.invalid(format!("lists {listed:?}, expected {expected:?}")));
+        return Err(format!("lists {listed:?}, expected {expected:?}"));
     }
-    Ok(JobCheckpoint {
-        clock: ck.round,
-        ck,
-    })
+    Ok(())
+}
+
+/// The part of [`load_newest_job_checkpoint`]'s check that needs no data: `ck` (loaded
+/// and verified) is of app `app` on `shards` shards and `workers` workers and lists every
+/// piece. What a launcher checks before it says which checkpoint the nodes will use (the
+/// tables' shapes need the app's data, which only the nodes load).
+pub fn fits_layout(
+    ck: &set::Checkpoint,
+    app: &str,
+    shards: usize,
+    workers: usize,
+) -> Result<(), String> {
+    let saved: JobShape =
+        rmp_serde::from_slice(&ck.meta).map_err(|e| format!("job shape decode: {e}"))?;
+    let (shards, workers) = (shards as u64, workers as u64);
+    if saved.app != app || u64::from(saved.shards) != shards || u64::from(saved.workers) != workers
+    {
+        return Err(format!(
+            "checkpoint of another job: {} on {} shard(s) and {} worker(s), not {app} on \
+             {shards} and {workers}",
+            saved.app, saved.shards, saved.workers
+        ));
+    }
+    lists_every_piece(ck, saved.shards, saved.workers)
 }
 
 /// Loads and verifies the checkpoint of `clock`: its manifest, the job's shape and every

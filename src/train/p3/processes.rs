@@ -57,6 +57,8 @@ pub fn run_job(
     dir: &Path,
     limit: Duration,
 ) -> Result<(Vec<WorkerReportFile>, f64), P3JobError> {
+    // Before the settings are written for the nodes: a NaN would not survive TOML.
+    cfg.validate().map_err(P3JobError::Setting)?;
     let mut topo = Topology::builder("p3");
     for (name, role) in node_names(cfg) {
         topo = topo.node(&name, &[role]);

@@ -3,11 +3,17 @@
 
 use std::io::BufRead;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::cache::{self, Cached, Decoder, Encoder, FileKey};
 use super::limits::SizeRule;
-use super::{DataError, DataLimits, ReadDigest, numbered_lines, open_buffered, open_sized};
+use super::text::{
+    Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, SliceBlocks, Start, each_line,
+    parse_chunks, parse_uint, trim, words,
+};
+use super::{DataError, DataLimits, ReadDigest, open_buffered};
 
 /// A tokenised corpus: each document is its list of 0-based word ids, with every
 /// `(doc, word, count)` entry expanded into `count` tokens (what a Gibbs sampler iterates).
@@ -111,11 +117,11 @@ pub fn load_bow_digested(
     vocab_path: Option<&Path>,
 ) -> Result<(Corpus, ReadDigest), DataError> {
     let docword_path = docword_path.as_ref();
-    let limits = DataLimits::from_env()?;
-    let (reader, bytes) = open_sized(docword_path)?;
-    let size = SizeRule::new(bytes)?;
-    let (mut corpus, _, read) =
-        parse_docword_sized(reader, docword_path, &limits, size, &|_| true)?;
+    let entries = load_entries_shared(docword_path)?;
+    let mut assembler = Assembler::new(&|_| true);
+    assembler.add(&entries.header, &entries.entries);
+    let (mut corpus, _, read) = assembler.finish(entries.header);
+    drop(entries);
     if let Some(vocab_path) = vocab_path {
         let vocab = parse_vocab(open_buffered(vocab_path)?, vocab_path)?;
         if vocab.len() != corpus.vocab_size {
@@ -134,6 +140,101 @@ pub fn load_bow_digested(
     Ok((corpus, read))
 }
 
+/// A docword file as parsed: its header and its entries, what the loaders of one file
+/// share in a process and keep in the binary cache.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct DocwordFile {
+    /// D, W and NNZ.
+    header: [usize; 3],
+    entries: Entries,
+}
+
+/// `(doc, word, count)` entries, 0-based ids.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Entries {
+    docs: Vec<u32>,
+    words: Vec<u32>,
+    counts: Vec<u32>,
+}
+
+impl Cached for DocwordFile {
+    const KIND: u32 = 3;
+    /// Whether it passes the limits and the size rule in force.
+    fn fits(&self, limits: &DataLimits, size: &SizeRule, name: &Path) -> bool {
+        let [d, w, _] = self.header.map(|v| v as u64);
+        let tokens: u64 = self.entries.counts.iter().map(|&c| u64::from(c)).sum();
+        d <= limits.max_documents
+            && w <= limits.max_dimension
+            && tokens <= limits.max_tokens
+            && size.check(name, 0, "document count D", d, 0).is_ok()
+            && size.check(name, 0, "vocabulary size W", w, 0).is_ok()
+    }
+
+    fn encode(&self, out: &mut Encoder) {
+        self.header.iter().for_each(|&v| out.u64(v as u64));
+        out.array(&self.entries.docs);
+        out.array(&self.entries.words);
+        out.array(&self.entries.counts);
+    }
+
+    fn decode(input: &mut Decoder<'_>) -> Option<Self> {
+        let mut header = [0usize; 3];
+        for slot in &mut header {
+            *slot = usize::try_from(input.u64()?).ok()?;
+        }
+        let entries = Entries {
+            docs: input.array()?,
+            words: input.array()?,
+            counts: input.array()?,
+        };
+        let ok = entries.docs.len() == header[2]
+            && entries.words.len() == header[2]
+            && entries.counts.len() == header[2]
+            && entries.docs.iter().all(|&d| (d as usize) < header[0])
+            && entries.words.iter().all(|&w| (w as usize) < header[1])
+            && entries
+                .counts
+                .iter()
+                .all(|&c| u64::from(c) <= MAX_COUNT_PER_ENTRY);
+        ok.then_some(DocwordFile { header, entries })
+    }
+}
+
+/// The entries of the docword file `path` as the process shares them (see
+/// [`super::cache`]).
+fn load_entries_shared(path: &Path) -> Result<Arc<DocwordFile>, DataError> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let limits = DataLimits::from_env()?;
+    let Some(key) = FileKey::of(path, &file)? else {
+        let size = SizeRule::new(None)?;
+        let mut source = ReaderBlocks::new(file, path);
+        return Ok(Arc::new(collect_entries(&mut source, path, &limits, size)?));
+    };
+    let size = SizeRule::new(Some(key.len))?;
+    let parse = || {
+        super::with_map(path, &file, &key, |bytes| {
+            collect_entries(&mut SliceBlocks::new(bytes), path, &limits, size)
+        })
+    };
+    cache::load(path, &key, "docword", (&limits, &size), parse)
+}
+
+/// Every entry of a docword text.
+fn collect_entries(
+    source: &mut dyn Blocks,
+    name: &Path,
+    limits: &DataLimits,
+    size: SizeRule,
+) -> Result<DocwordFile, DataError> {
+    let mut entries = Entries::default();
+    let header = docword(source, name, limits, size, |_, chunk| {
+        entries.docs.extend_from_slice(&chunk.docs);
+        entries.words.extend_from_slice(&chunk.words);
+        entries.counts.extend_from_slice(&chunk.counts);
+    })?;
+    Ok(DocwordFile { header, entries })
+}
+
 /// Parses vocabulary text: one word per line, surrounding whitespace trimmed. Blank lines
 /// are rejected because they would shift every following word id.
 pub fn parse_vocab(
@@ -142,14 +243,15 @@ pub fn parse_vocab(
 ) -> Result<Vec<String>, DataError> {
     let name = name_for_errors.as_ref();
     let mut words = Vec::new();
-    for item in numbered_lines(reader, name) {
-        let (line_no, line) = item?;
+    let mut source = ReaderBlocks::new(reader, name);
+    each_line(name, &mut source, Start::default(), |line_no, line, _| {
         let word = line.trim();
         if word.is_empty() {
             return Err(DataError::malformed(name, line_no, "empty vocabulary line"));
         }
         words.push(word.to_owned());
-    }
+        Ok(true)
+    })?;
     Ok(words)
 }
 
@@ -208,52 +310,211 @@ pub(crate) fn parse_docword_sized(
     size: SizeRule,
     keep: &dyn Fn(usize) -> bool,
 ) -> Result<(Corpus, CorpusStats, ReadDigest), DataError> {
-    let mut bytes = 0u64;
-    let mut read = ReadDigest::default();
+    let mut assembler = Assembler::new(keep);
+    let mut source = ReaderBlocks::new(reader, name);
+    let header = docword(&mut source, name, limits, size, |header, chunk| {
+        assembler.add(header, chunk)
+    })?;
+    Ok(assembler.finish(header))
+}
+
+/// Builds a corpus, its statistics and the digest of what was read from the header and
+/// the entries in file order.
+struct Assembler<'a> {
+    keep: &'a dyn Fn(usize) -> bool,
+    read: ReadDigest,
+    header_read: bool,
+    docs: Vec<Vec<u32>>,
+    stats: CorpusStats,
+}
+
+impl<'a> Assembler<'a> {
+    fn new(keep: &'a dyn Fn(usize) -> bool) -> Self {
+        Assembler {
+            keep,
+            read: ReadDigest::default(),
+            header_read: false,
+            docs: Vec::new(),
+            stats: CorpusStats::default(),
+        }
+    }
+
+    fn add(&mut self, header: &[usize; 3], entries: &Entries) {
+        if !std::mem::replace(&mut self.header_read, true) {
+            header.iter().for_each(|&v| self.read.add(v as u64));
+        }
+        let all = entries.docs.iter().zip(&entries.words).zip(&entries.counts);
+        for ((&doc, &word), &count) in all {
+            self.read
+                .add(u64::from(doc + 1) << 32 | u64::from(word + 1));
+            self.read.add(u64::from(count));
+            let (doc, count) = (doc as usize, count as usize);
+            self.stats.add(doc, word as usize, count);
+            if !(self.keep)(doc) {
+                continue;
+            }
+            if self.docs.len() <= doc {
+                self.docs.resize_with(doc + 1, Vec::new);
+            }
+            self.docs[doc].extend(std::iter::repeat_n(word, count));
+        }
+    }
+
+    /// The corpus (documents up to D), its statistics and the digest.
+    fn finish(mut self, header: [usize; 3]) -> (Corpus, CorpusStats, ReadDigest) {
+        self.add(&header, &Entries::default());
+        let [n_docs, vocab_size, _] = header;
+        self.docs.resize_with(n_docs, Vec::new);
+        let mut stats = self.stats;
+        stats.n_docs = n_docs;
+        stats.vocab_size = vocab_size;
+        stats.doc_lengths.resize(n_docs, 0);
+        stats.word_frequencies.resize(vocab_size, 0);
+        let corpus = Corpus {
+            n_docs,
+            vocab_size,
+            docs: self.docs,
+            vocab: None,
+        };
+        (corpus, stats, self.read)
+    }
+}
+
+/// Reads a docword text: the header on its own, then the entries a chunk at a time into
+/// `sink(header, entries)`, in file order; returns the header once every check passed.
+fn docword(
+    source: &mut dyn Blocks,
+    name: &Path,
+    limits: &DataLimits,
+    size: SizeRule,
+    mut sink: impl FnMut(&[usize; 3], &Entries),
+) -> Result<[usize; 3], DataError> {
     let mut header: Vec<usize> = Vec::with_capacity(3);
     let mut header_lines: Vec<usize> = Vec::with_capacity(3);
-    let mut docs: Vec<Vec<u32>> = Vec::new();
-    let mut stats = CorpusStats::default();
-    let mut entries = 0usize;
-    let mut total_tokens = 0u64;
-    let mut last_line = 0;
-    for item in numbered_lines(reader, name) {
-        let (line_no, line) = item?;
-        last_line = line_no;
-        // The line and its newline.
-        bytes += line.len() as u64 + 1;
+    let start = each_line(name, source, Start::default(), |line_no, line, bytes| {
         let content = line.trim();
         if content.is_empty() {
-            continue;
+            return Ok(true);
         }
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
-        if header.len() < 3 {
-            let what = ["document count D", "vocabulary size W", "entry count NNZ"][header.len()];
-            let value: usize = content.parse().map_err(|_| {
-                bad(format!(
-                    "{what} {:?} is not an integer",
-                    super::libsvm::clip(content)
-                ))
-            })?;
-            if header.len() < 2 && value > u32::MAX as usize {
-                return Err(bad(format!("{what} {value} exceeds u32")));
-            }
-            match header.len() {
-                0 => limits.check_documents(name, line_no, value as u64)?,
-                1 => limits.check_dimension(name, line_no, what, value as u64)?,
-                _ => {}
-            }
-            if header.len() < 2 && size.is_known() {
-                size.check(name, line_no, what, value as u64, bytes)?;
-            }
-            header.push(value);
-            header_lines.push(line_no);
-            read.add(value as u64);
-            continue;
+        let what = ["document count D", "vocabulary size W", "entry count NNZ"][header.len()];
+        let value: usize = parse_uint(content).ok_or_else(|| {
+            bad(format!(
+                "{what} {:?} is not an integer",
+                super::libsvm::clip(content)
+            ))
+        })?;
+        if header.len() < 2 && value > u32::MAX as usize {
+            return Err(bad(format!("{what} {value} exceeds u32")));
         }
-        let (n_docs, vocab_size, nnz) = (header[0], header[1], header[2]);
-        let fields: Vec<&str> = content.split_whitespace().collect();
-        if fields.len() != 3 {
+        match header.len() {
+            0 => limits.check_documents(name, line_no, value as u64)?,
+            1 => limits.check_dimension(name, line_no, what, value as u64)?,
+            _ => {}
+        }
+        if header.len() < 2 && size.is_known() {
+            size.check(name, line_no, what, value as u64, bytes)?;
+        }
+        header.push(value);
+        header_lines.push(line_no);
+        Ok(header.len() < 3)
+    })?;
+    let &[n_docs, vocab_size, nnz] = header.as_slice() else {
+        return Err(DataError::malformed(
+            name,
+            start.line,
+            "missing header (D, W, NNZ on three lines)",
+        ));
+    };
+    let header = [n_docs, vocab_size, nnz];
+    let parser = DocwordParser {
+        name,
+        limits,
+        size,
+        n_docs: n_docs as u64,
+        vocab_size: vocab_size as u64,
+        nnz: nnz as u64,
+    };
+    let end = parse_chunks(&parser, name, source, start, |entries, _| {
+        sink(&header, &entries);
+        Ok(())
+    })?;
+    if end.entries != nnz as u64 {
+        return Err(DataError::malformed(
+            name,
+            end.line,
+            format!("header says NNZ = {nnz} but found {} entries", end.entries),
+        ));
+    }
+    if !size.is_known() {
+        let lines = header_lines;
+        size.check(name, lines[0], "document count D", n_docs as u64, end.bytes)?;
+        size.check(
+            name,
+            lines[1],
+            "vocabulary size W",
+            vocab_size as u64,
+            end.bytes,
+        )?;
+    }
+    Ok(header)
+}
+
+/// The entry lines of a docword text.
+struct DocwordParser<'a> {
+    name: &'a Path,
+    limits: &'a DataLimits,
+    size: SizeRule,
+    n_docs: u64,
+    vocab_size: u64,
+    nnz: u64,
+}
+
+impl ChunkParser for DocwordParser<'_> {
+    type Out = Entries;
+
+    fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<Entries>) {
+        let ascii = text.is_ascii();
+        let mut lines = LineCursor::new(text);
+        while let Some(line) = lines.next_line(chunk) {
+            if let Err(e) = self.entry(line, ascii, start, chunk) {
+                chunk.error = Some(e);
+                return;
+            }
+        }
+    }
+
+    fn holds(&self, chunk: &Chunk<Entries>, start: &Start) -> bool {
+        start.entries + chunk.entries <= self.nnz
+            && start.tokens + chunk.tokens <= self.limits.max_tokens
+            && (self.size.is_known() || self.size.covers(chunk.excess, start.bytes))
+    }
+}
+
+impl DocwordParser<'_> {
+    #[inline]
+    fn entry(
+        &self,
+        line: &str,
+        ascii: bool,
+        start: Start,
+        chunk: &mut Chunk<Entries>,
+    ) -> Result<(), DataError> {
+        let content = trim(line, ascii);
+        if content.is_empty() {
+            return Ok(());
+        }
+        let (name, line_no) = (self.name, start.line + chunk.lines);
+        let bad = |msg: String| DataError::malformed(name, line_no, msg);
+        let mut fields = [""; 3];
+        let mut n = 0;
+        for field in words(content, ascii).take(4) {
+            if n < 3 {
+                fields[n] = field;
+            }
+            n += 1;
+        }
+        if n != 3 {
             return Err(bad("entry must be `docID wordID count`".into()));
         }
         let mut numbers = [0u64; 3];
@@ -261,7 +522,7 @@ pub(crate) fn parse_docword_sized(
             .iter_mut()
             .zip(fields.iter().zip(["docID", "wordID", "count"]))
         {
-            *slot = text.parse().map_err(|_| {
+            *slot = parse_uint(text).ok_or_else(|| {
                 bad(format!(
                     "{what} {:?} is not a non-negative integer",
                     super::libsvm::clip(text)
@@ -269,75 +530,42 @@ pub(crate) fn parse_docword_sized(
             })?;
         }
         let [doc, word, count] = numbers;
-        if doc == 0 || doc > n_docs as u64 {
+        let (n_docs, vocab_size) = (self.n_docs, self.vocab_size);
+        if doc == 0 || doc > n_docs {
             return Err(bad(format!("docID {doc} outside 1..={n_docs}")));
         }
-        if word == 0 || word > vocab_size as u64 {
+        if word == 0 || word > vocab_size {
             return Err(bad(format!("wordID {word} outside 1..={vocab_size}")));
         }
-        if !size.is_known() {
-            // Both size a table below before the header's D and W have been checked.
-            size.check(name, line_no, "docID", doc, bytes)?;
-            size.check(name, line_no, "wordID", word, bytes)?;
+        if !self.size.is_known() {
+            // Both size a table downstream before the header's D and W have been checked.
+            if start.exact {
+                let bytes = start.bytes + chunk.bytes;
+                self.size.check(name, line_no, "docID", doc, bytes)?;
+                self.size.check(name, line_no, "wordID", word, bytes)?;
+            } else {
+                let excess = self.size.excess(doc.max(word), chunk.bytes);
+                chunk.excess = chunk.excess.max(excess);
+            }
         }
         if count > MAX_COUNT_PER_ENTRY {
             return Err(bad(format!(
                 "count {count} exceeds the supported {MAX_COUNT_PER_ENTRY} per entry"
             )));
         }
-        total_tokens += count;
-        limits.check_tokens(name, line_no, total_tokens)?;
-        entries += 1;
-        if entries > nnz {
-            return Err(bad(format!("more entries than NNZ = {nnz}")));
+        chunk.tokens += count;
+        self.limits
+            .check_tokens(name, line_no, start.tokens + chunk.tokens)?;
+        chunk.entries += 1;
+        if start.entries + chunk.entries > self.nnz {
+            return Err(bad(format!("more entries than NNZ = {}", self.nnz)));
         }
-        read.add(doc << 32 | word);
-        read.add(count);
-        let doc = (doc - 1) as usize;
-        stats.add(doc, (word - 1) as usize, count as usize);
-        if !keep(doc) {
-            continue;
-        }
-        if docs.len() <= doc {
-            docs.resize_with(doc + 1, Vec::new);
-        }
-        let tokens = &mut docs[doc];
-        tokens.extend(std::iter::repeat_n((word - 1) as u32, count as usize));
+        let out = &mut chunk.out;
+        out.docs.push((doc - 1) as u32);
+        out.words.push((word - 1) as u32);
+        out.counts.push(count as u32);
+        Ok(())
     }
-    if header.len() < 3 {
-        return Err(DataError::malformed(
-            name,
-            last_line,
-            "missing header (D, W, NNZ on three lines)",
-        ));
-    }
-    if entries != header[2] {
-        return Err(DataError::malformed(
-            name,
-            last_line,
-            format!(
-                "header says NNZ = {} but found {entries} entries",
-                header[2]
-            ),
-        ));
-    }
-    if !size.is_known() {
-        let lines = header_lines;
-        size.check(name, lines[0], "document count D", header[0] as u64, bytes)?;
-        size.check(name, lines[1], "vocabulary size W", header[1] as u64, bytes)?;
-    }
-    docs.resize_with(header[0], Vec::new);
-    stats.n_docs = header[0];
-    stats.vocab_size = header[1];
-    stats.doc_lengths.resize(header[0], 0);
-    stats.word_frequencies.resize(header[1], 0);
-    let corpus = Corpus {
-        n_docs: header[0],
-        vocab_size: header[1],
-        docs,
-        vocab: None,
-    };
-    Ok((corpus, stats, read))
 }
 
 #[cfg(test)]

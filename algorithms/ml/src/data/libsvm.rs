@@ -3,11 +3,17 @@
 
 use std::io::BufRead;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::cache::{self, Cached, Decoder, Encoder, FileKey};
 use super::limits::SizeRule;
-use super::{DataError, DataLimits, numbered_lines, open_sized};
+use super::text::{
+    Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, SliceBlocks, Start, parse_chunks,
+    parse_f32, parse_uint, words,
+};
+use super::{DataError, DataLimits};
 
 /// One sparse example: 0-based feature indices (strictly increasing) and their values.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -199,13 +205,143 @@ impl SparseDataset {
     }
 }
 
+/// A LIBSVM file as parsed: its rows compressed one after the other (CSR). What the loaders
+/// of one file share in a process ([`load_libsvm_shared`]) and keep in the binary cache.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LibsvmFile {
+    /// Number of features: one past the largest 0-based index.
+    pub n_features: usize,
+    /// One label per row.
+    pub labels: Vec<f32>,
+    /// `row_starts[i]..row_starts[i + 1]` is row `i`'s range of `indices` and `values`.
+    pub row_starts: Vec<u64>,
+    /// Every row's 0-based feature indices (strictly increasing within a row).
+    pub indices: Vec<u32>,
+    /// The value of each index.
+    pub values: Vec<f32>,
+    /// The line of the first row that reaches `n_features` (what the size check names).
+    widest_line: u64,
+}
+
+impl LibsvmFile {
+    /// Number of rows.
+    pub fn n_rows(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// The indices and values of row `i`.
+    pub fn row(&self, i: usize) -> (&[u32], &[f32]) {
+        let range = self.row_starts[i] as usize..self.row_starts[i + 1] as usize;
+        (&self.indices[range.clone()], &self.values[range])
+    }
+
+    /// Calls `visit(label, row)` for every row in file order (one row buffer, reused).
+    pub fn visit(
+        &self,
+        mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
+    ) -> Result<(), DataError> {
+        let mut row = SparseRow::default();
+        for (i, &label) in self.labels.iter().enumerate() {
+            let (indices, values) = self.row(i);
+            row.indices.clear();
+            row.indices.extend_from_slice(indices);
+            row.values.clear();
+            row.values.extend_from_slice(values);
+            visit(label, &row)?;
+        }
+        Ok(())
+    }
+
+    /// The rows as a [`SparseDataset`].
+    pub fn to_dataset(&self) -> SparseDataset {
+        SparseDataset {
+            n_features: self.n_features,
+            labels: self.labels.clone(),
+            rows: (0..self.n_rows())
+                .map(|i| {
+                    let (indices, values) = self.row(i);
+                    SparseRow {
+                        indices: indices.to_vec(),
+                        values: values.to_vec(),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Cached for LibsvmFile {
+    const KIND: u32 = 1;
+    /// Whether these rows pass the limits and the size rule in force (a cached or shared
+    /// value was checked against those of the loader that parsed it).
+    fn fits(&self, limits: &DataLimits, size: &SizeRule, name: &Path) -> bool {
+        self.n_features == 0
+            || (self.n_features as u64 <= limits.max_dimension
+                && size
+                    .check(
+                        name,
+                        self.widest_line as usize,
+                        "feature index",
+                        self.n_features as u64,
+                        0,
+                    )
+                    .is_ok())
+    }
+
+    fn encode(&self, out: &mut Encoder) {
+        out.u64(self.n_features as u64);
+        out.u64(self.widest_line);
+        out.array(&self.labels);
+        out.array(&self.row_starts);
+        out.array(&self.indices);
+        out.array(&self.values);
+    }
+
+    fn decode(input: &mut Decoder<'_>) -> Option<Self> {
+        let file = LibsvmFile {
+            n_features: usize::try_from(input.u64()?).ok()?,
+            widest_line: input.u64()?,
+            labels: input.array()?,
+            row_starts: input.array()?,
+            indices: input.array()?,
+            values: input.array()?,
+        };
+        // What the rows' accessors rely on.
+        let rows_ok = file.row_starts.len() == file.labels.len() + 1
+            && file.row_starts.first() == Some(&0)
+            && file.row_starts.windows(2).all(|w| w[0] <= w[1])
+            && file.row_starts.last() == Some(&(file.indices.len() as u64))
+            && file.indices.len() == file.values.len()
+            && file.indices.iter().all(|&j| (j as usize) < file.n_features);
+        rows_ok.then_some(file)
+    }
+}
+
 /// Loads a LIBSVM file under the [`DataLimits::from_env`] limits and the file's size
 /// ([`super::limits::size_bound`]: no feature index above 2^20 + 16 x the file's bytes).
 pub fn load_libsvm(path: impl AsRef<Path>) -> Result<SparseDataset, DataError> {
+    Ok(load_libsvm_shared(path)?.to_dataset())
+}
+
+/// [`load_libsvm`]'s rows as the process shares them: the loaders of one version of a
+/// file in this process get one parse (see [`super::cache`]), read from the binary cache
+/// next to the file when it is there.
+pub fn load_libsvm_shared(path: impl AsRef<Path>) -> Result<Arc<LibsvmFile>, DataError> {
     let path = path.as_ref();
-    let (reader, bytes) = open_sized(path)?;
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
     let limits = DataLimits::from_env()?;
-    collect_rows(reader, path, &limits, SizeRule::new(bytes)?)
+    let Some(key) = FileKey::of(path, &file)? else {
+        let mut source = ReaderBlocks::new(file, path);
+        let rows = collect_rows(&mut source, path, &limits, SizeRule::new(None)?)?;
+        return Ok(Arc::new(rows));
+    };
+    let size = SizeRule::new(Some(key.len))?;
+    let parse = || {
+        super::with_map(path, &file, &key, |bytes| {
+            collect_rows(&mut SliceBlocks::new(bytes), path, &limits, size)
+        })
+    };
+    cache::load(path, &key, "libsvm", (&limits, &size), parse)
 }
 
 /// Parses LIBSVM text under the [`DataLimits::from_env`] limits; see
@@ -228,61 +364,103 @@ pub fn parse_libsvm_with_limits(
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
 ) -> Result<SparseDataset, DataError> {
-    collect_rows(
-        reader,
-        name_for_errors.as_ref(),
-        limits,
-        SizeRule::new(None)?,
-    )
+    let name = name_for_errors.as_ref();
+    let mut source = ReaderBlocks::new(reader, name);
+    Ok(collect_rows(&mut source, name, limits, SizeRule::new(None)?)?.to_dataset())
 }
 
 /// The rows of LIBSVM text, their largest index checked against `size` once all are read.
 fn collect_rows(
-    reader: impl BufRead,
+    source: &mut dyn Blocks,
     name: &Path,
     limits: &DataLimits,
     size: SizeRule,
-) -> Result<SparseDataset, DataError> {
-    let mut dataset = SparseDataset::default();
-    let mut widest = (0, 0);
-    let read = libsvm_rows(reader, name, limits, None, |line, label, row| {
-        if let Some(&last) = row.indices.last()
-            && last as usize >= dataset.n_features
-        {
-            dataset.n_features = last as usize + 1;
-            widest = (line, dataset.n_features);
+) -> Result<LibsvmFile, DataError> {
+    let parser = LibsvmParser {
+        name,
+        limits,
+        size: None,
+    };
+    let mut rows = LibsvmFile {
+        row_starts: vec![0],
+        ..LibsvmFile::default()
+    };
+    let end = parse_chunks(&parser, name, source, Start::default(), |chunk, at| {
+        if chunk.widest.1 > rows.n_features {
+            rows.n_features = chunk.widest.1;
+            rows.widest_line = (at.line + chunk.widest.0) as u64;
         }
-        dataset.labels.push(label);
-        dataset.rows.push(row.clone());
+        let mut next = rows.indices.len() as u64;
+        rows.row_starts.extend(chunk.lens.iter().map(|&n| {
+            next += u64::from(n);
+            next
+        }));
+        rows.labels.extend_from_slice(&chunk.labels);
+        rows.indices.extend_from_slice(&chunk.indices);
+        rows.values.extend_from_slice(&chunk.values);
         Ok(())
     })?;
-    let (line, n_features) = widest;
-    if n_features > 0 {
-        size.check(name, line, "feature index", n_features as u64, read)?;
+    if rows.n_features > 0 {
+        let line = rows.widest_line as usize;
+        size.check(
+            name,
+            line,
+            "feature index",
+            rows.n_features as u64,
+            end.bytes,
+        )?;
     }
-    Ok(dataset)
+    Ok(rows)
 }
 
 /// Reads the LIBSVM file `path` row by row under the [`DataLimits::from_env`] limits
-/// without keeping it (see [`for_each_libsvm_row`]): what a node that keeps only a share
-/// of the file, or only statistics, reads it with. Every index is checked against the
-/// file's size before `visit` sees its row, so a visitor may size arrays by the indices.
+/// (see [`for_each_libsvm_row`]): what a node that keeps only a share of the file, or only
+/// statistics, reads it with. Every index is checked against the file's size before
+/// `visit` sees its row, so a visitor may size arrays by the indices. The rows come from
+/// [`load_libsvm_shared`]: a caller that reads the file several times holds that value
+/// between its reads to parse it once.
 pub fn visit_libsvm(
     path: impl AsRef<Path>,
-    mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
+    visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
     let path = path.as_ref();
-    let (reader, bytes) = open_sized(path)?;
+    match load_libsvm_shared(path) {
+        Ok(rows) => rows.visit(visit),
+        // The rows before the error are visited and the error is the row-by-row reader's.
+        Err(_) => stream_file(path, visit),
+    }
+}
+
+/// [`visit_libsvm`] reading the file row by row, each index checked against the file's
+/// size before its row is visited.
+fn stream_file(
+    path: &Path,
+    visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
     let limits = DataLimits::from_env()?;
-    let size = SizeRule::new(bytes)?;
-    libsvm_rows(reader, path, &limits, Some(size), |_, label, row| {
-        visit(label, row)
-    })?;
-    Ok(())
+    match FileKey::of(path, &file)? {
+        Some(key) => {
+            let size = SizeRule::new(Some(key.len))?;
+            super::with_map(path, &file, &key, |bytes| {
+                stream_rows(&mut SliceBlocks::new(bytes), path, &limits, size, visit)
+            })
+        }
+        None => {
+            let size = SizeRule::new(None)?;
+            stream_rows(
+                &mut ReaderBlocks::new(file, path),
+                path,
+                &limits,
+                size,
+                visit,
+            )
+        }
+    }
 }
 
 /// Calls `visit(label, row)` for every example of LIBSVM text, in order, with the checks
-/// of [`parse_libsvm_with_limits`] (one row buffer, reused: memory stays one row's). The
+/// of [`parse_libsvm_with_limits`] (memory: one block of the text and its rows). The
 /// text's size is not known while it is read, so every index is checked, before `visit`
 /// sees its row, against the bytes read through its line
 /// ([`super::limits::size_bound`]).
@@ -290,49 +468,125 @@ pub fn for_each_libsvm_row(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
+    visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    let name = name_for_errors.as_ref();
+    let size = SizeRule::new(None)?;
+    stream_rows(
+        &mut ReaderBlocks::new(reader, name),
+        name,
+        limits,
+        size,
+        visit,
+    )
+}
+
+/// Hands `visit` every row of `source`, each row's largest index checked against `size`
+/// before.
+fn stream_rows(
+    source: &mut dyn Blocks,
+    name: &Path,
+    limits: &DataLimits,
+    size: SizeRule,
     mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
-    let size = SizeRule::new(None)?;
-    libsvm_rows(
-        reader,
-        name_for_errors.as_ref(),
+    let parser = LibsvmParser {
+        name,
         limits,
-        Some(size),
-        |_, label, row| visit(label, row),
-    )?;
+        size: Some(size),
+    };
+    let mut row = SparseRow::default();
+    parse_chunks(&parser, name, source, Start::default(), |chunk, _| {
+        let mut from = 0;
+        for (&label, &n) in chunk.labels.iter().zip(&chunk.lens) {
+            let to = from + n as usize;
+            row.indices.clear();
+            row.indices.extend_from_slice(&chunk.indices[from..to]);
+            row.values.clear();
+            row.values.extend_from_slice(&chunk.values[from..to]);
+            from = to;
+            visit(label, &row)?;
+        }
+        Ok(())
+    })?;
     Ok(())
 }
 
-/// The reader of every LIBSVM function: hands `visit(line, label, row)` every example,
-/// each index checked against `size` (when given) before; returns the bytes read.
-fn libsvm_rows(
-    reader: impl BufRead,
-    name: &Path,
-    limits: &DataLimits,
+/// The rows of one chunk.
+#[derive(Debug, Default)]
+struct RowsChunk {
+    labels: Vec<f32>,
+    /// Entries of each row.
+    lens: Vec<u32>,
+    indices: Vec<u32>,
+    values: Vec<f32>,
+    /// The chunk's line (1-based, in the chunk) of its first row that reaches its largest
+    /// index, and that index + 1.
+    widest: (usize, usize),
+}
+
+/// LIBSVM's parser of a chunk; with `size`, each row's largest index is checked against
+/// it before the row is kept.
+struct LibsvmParser<'a> {
+    name: &'a Path,
+    limits: &'a DataLimits,
     size: Option<SizeRule>,
-    mut visit: impl FnMut(usize, f32, &SparseRow) -> Result<(), DataError>,
-) -> Result<u64, DataError> {
-    let mut row = SparseRow::default();
-    let mut read = 0u64;
-    for item in numbered_lines(reader, name) {
-        let (line_no, line) = item?;
-        // The line and its newline.
-        read += line.len() as u64 + 1;
-        let content = line.split('#').next().unwrap_or("").trim();
-        if content.is_empty() {
-            continue;
+}
+
+impl ChunkParser for LibsvmParser<'_> {
+    type Out = RowsChunk;
+
+    fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<RowsChunk>) {
+        let ascii = text.is_ascii();
+        let mut lines = LineCursor::new(text);
+        while let Some(line) = lines.next_line(chunk) {
+            let kept = chunk.out.indices.len();
+            if let Err(e) = self.row(line, ascii, start, chunk) {
+                chunk.out.indices.truncate(kept);
+                chunk.out.values.truncate(kept);
+                chunk.error = Some(e);
+                return;
+            }
         }
+    }
+
+    fn holds(&self, chunk: &Chunk<RowsChunk>, start: &Start) -> bool {
+        match &self.size {
+            Some(size) => size.covers(chunk.excess, start.bytes),
+            None => true,
+        }
+    }
+}
+
+impl LibsvmParser<'_> {
+    /// Parses one line into `chunk`'s rows (nothing for a blank or comment line).
+    #[inline]
+    fn row(
+        &self,
+        line: &str,
+        ascii: bool,
+        start: Start,
+        chunk: &mut Chunk<RowsChunk>,
+    ) -> Result<(), DataError> {
+        let name = self.name;
+        let (local_line, local_bytes) = (chunk.lines, chunk.bytes);
+        let line_no = start.line + local_line;
+        let content = match memchr::memchr(b'#', line.as_bytes()) {
+            Some(i) => &line[..i],
+            None => line,
+        };
+        let mut tokens = words(content, ascii);
+        let Some(label_text) = tokens.next() else {
+            return Ok(());
+        };
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
-        let mut tokens = content.split_whitespace();
-        let label_text = tokens.next().unwrap_or("");
-        let label: f32 = label_text
-            .parse()
-            .map_err(|_| bad(format!("label {:?} is not a number", clip(label_text))))?;
+        let label = parse_f32(label_text)
+            .ok_or_else(|| bad(format!("label {:?} is not a number", clip(label_text))))?;
         if !label.is_finite() {
             return Err(bad(format!("label {:?} is not finite", clip(label_text))));
         }
-        row.indices.clear();
-        row.values.clear();
+        let rows = &mut chunk.out;
+        let first = rows.indices.len();
         for token in tokens {
             if token.starts_with("qid:") {
                 continue;
@@ -340,7 +594,7 @@ fn libsvm_rows(
             let (idx_text, val_text) = token
                 .split_once(':')
                 .ok_or_else(|| bad(format!("feature {:?} is not idx:value", clip(token))))?;
-            let index: u64 = idx_text.parse().map_err(|_| {
+            let index: u64 = parse_uint(idx_text).ok_or_else(|| {
                 bad(format!(
                     "feature index {:?} is not an integer",
                     clip(idx_text)
@@ -352,9 +606,11 @@ fn libsvm_rows(
             if index > u64::from(u32::MAX) {
                 return Err(bad(format!("feature index {index} exceeds u32")));
             }
-            limits.check_dimension(name, line_no, "feature index", index)?;
+            self.limits
+                .check_dimension(name, line_no, "feature index", index)?;
             let zero_based = (index - 1) as u32;
-            if let Some(&previous) = row.indices.last()
+            if rows.indices.len() > first
+                && let Some(&previous) = rows.indices.last()
                 && zero_based <= previous
             {
                 return Err(bad(format!(
@@ -362,7 +618,7 @@ fn libsvm_rows(
                     previous + 1
                 )));
             }
-            let value: f32 = val_text.parse().map_err(|_| {
+            let value = parse_f32(val_text).ok_or_else(|| {
                 bad(format!(
                     "feature value {:?} is not a number",
                     clip(val_text)
@@ -374,16 +630,33 @@ fn libsvm_rows(
                     clip(val_text)
                 )));
             }
-            row.indices.push(zero_based);
-            row.values.push(value);
+            rows.indices.push(zero_based);
+            rows.values.push(value);
         }
+        let n = rows.indices.len() - first;
         // Indices increase, so the last is the row's largest.
-        if let (Some(size), Some(&last)) = (&size, row.indices.last()) {
-            size.check(name, line_no, "feature index", u64::from(last) + 1, read)?;
+        let width = rows.indices.last().filter(|_| n > 0).map(|&j| j as u64 + 1);
+        let mut excess = None;
+        if let (Some(size), Some(width)) = (&self.size, width) {
+            if size.is_known() || start.exact {
+                let read = start.bytes + local_bytes;
+                size.check(name, line_no, "feature index", width, read)?;
+            } else {
+                excess = Some(size.excess(width, local_bytes));
+            }
         }
-        visit(line_no, label, &row)?;
+        if let Some(width) = width
+            && width as usize > rows.widest.1
+        {
+            rows.widest = (local_line, width as usize);
+        }
+        rows.labels.push(label);
+        rows.lens.push(n as u32);
+        if let Some(excess) = excess {
+            chunk.excess = chunk.excess.max(excess);
+        }
+        Ok(())
     }
-    Ok(read)
 }
 
 /// At most 200 bytes of `text`, cut at a character boundary: what an error quotes of it.

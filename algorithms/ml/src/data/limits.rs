@@ -175,6 +175,20 @@ impl SizeRule {
             .saturating_add(IDS_PER_BYTE.saturating_mul(bytes))
     }
 
+    /// What a chunk parsed ahead records of `value`, read through `local` bytes of the
+    /// chunk, for [`Self::covers`]: how many ids the bytes before the chunk must pay for.
+    pub(crate) fn excess(&self, value: u64, local: u64) -> i128 {
+        i128::from(value)
+            - i128::from(self.allowance)
+            - i128::from(IDS_PER_BYTE) * i128::from(local)
+    }
+
+    /// Whether `before` bytes ahead of a chunk pay for its largest [`Self::excess`]: then
+    /// no id of the chunk fails [`Self::check`] against the bytes read through its line.
+    pub(crate) fn covers(&self, excess: i128, before: u64) -> bool {
+        excess <= i128::from(IDS_PER_BYTE) * i128::from(before)
+    }
+
     /// Checks `value` (a `what`, e.g. "row count", read on `line`) against the bound of the
     /// input's size, or of `read`, the bytes read so far, when the size is not known.
     pub(crate) fn check(

@@ -5,13 +5,24 @@
 //! and bounds what it allocates by what the input holds and by [`DataLimits`]: no
 //! dimension that sizes a dense per-id array may exceed what the input's size allows
 //! ([`limits::size_bound`]).
+//!
+//! Files are read through a memory map in line-aligned chunks parsed in parallel and put
+//! back in file order (`text`), so the values, their order and the errors (file and line)
+//! are those of a line-by-line reader. A file loaded by path is parsed once per process
+//! while its loaders hold it, and once per version of the file with the binary cache
+//! written next to it ([`cache`]).
 
 pub mod bow;
+pub mod cache;
 pub mod digest;
 pub mod libsvm;
 pub mod limits;
 pub mod ratings;
 pub mod synthetic;
+pub(crate) mod text;
+
+#[cfg(test)]
+mod chunk_tests;
 
 use std::path::{Path, PathBuf};
 
@@ -21,8 +32,8 @@ pub use bow::{
 };
 pub use digest::ReadDigest;
 pub use libsvm::{
-    SparseColumns, SparseDataset, SparseRow, for_each_libsvm_row, load_libsvm, parse_libsvm,
-    parse_libsvm_with_limits, visit_libsvm,
+    LibsvmFile, SparseColumns, SparseDataset, SparseRow, for_each_libsvm_row, load_libsvm,
+    load_libsvm_shared, parse_libsvm, parse_libsvm_with_limits, visit_libsvm,
 };
 pub use limits::DataLimits;
 pub use ratings::{
@@ -143,14 +154,44 @@ pub(crate) fn open_sized(
     Ok((std::io::BufReader::new(file), bytes))
 }
 
-/// Iterates the lines of `reader` as `(1-based line number, line)`, turning read errors into
-/// [`DataError::Io`] tagged with `source_name`.
-pub(crate) fn numbered_lines<'a, R: std::io::BufRead + 'a>(
-    reader: R,
-    source_name: &'a Path,
-) -> impl Iterator<Item = Result<(usize, String), DataError>> + 'a {
-    reader.lines().enumerate().map(move |(i, line)| {
-        line.map(|l| (i + 1, l))
-            .map_err(|e| DataError::io(source_name, e))
-    })
+/// Hands `parse` the bytes of the regular file `file` (version `key`) through a read-only
+/// map, or a copy read into memory where it cannot be mapped, and refuses the result if
+/// the file changed meanwhile ([`DataError::ChangedWhileRead`]).
+#[allow(unsafe_code)]
+pub(crate) fn with_map<T>(
+    path: &Path,
+    file: &std::fs::File,
+    key: &cache::FileKey,
+    parse: impl FnOnce(&[u8]) -> Result<T, DataError>,
+) -> Result<T, DataError> {
+    if key.len == 0 {
+        return parse(&[]);
+    }
+    // SAFETY: the map is read-only, private to this call, and dropped before it returns;
+    // nothing borrowed from it outlives `parse`, which returns owned values. What a map
+    // cannot rule out is another process changing the file meanwhile: new bytes are read
+    // as text like any other (every value still passes the parsers' checks), a truncated
+    // file makes the lost pages raise SIGBUS, which ends the process. Inputs are not
+    // written while a job reads them; a file whose size or modification time moved during
+    // the parse is refused below, so a changed file never yields a result.
+    let value = match unsafe { memmap2::Mmap::map(file) } {
+        Ok(map) => {
+            #[cfg(unix)]
+            let _ = map.advise(memmap2::Advice::Sequential);
+            parse(&map)?
+        }
+        Err(e) => {
+            tracing::debug!(path = %path.display(), error = %e, "cannot map the file; reading it");
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut &*file, &mut bytes)
+                .map_err(|e| DataError::io(path, e))?;
+            parse(&bytes)?
+        }
+    };
+    if !key.still(path) {
+        return Err(DataError::ChangedWhileRead {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(value)
 }

@@ -4,14 +4,22 @@
 use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::Path;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
+use super::cache::{self, Cached, Decoder, Encoder, FileKey};
 use super::limits::SizeRule;
-use super::{DataError, DataLimits, numbered_lines, open_sized};
+use super::text::{
+    Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, SliceBlocks, Start, each_line,
+    parse_chunks, parse_f32, parse_uint, trim, words,
+};
+use super::{DataError, DataLimits};
 
 /// Original ids of the dense 0-based indices: `user_ids[u]` is the id user `u` had in the
 /// file. Ids are kept as text so that non-numeric ids (e.g. Amazon's) work too.
@@ -239,62 +247,244 @@ fn shuffle_in_own_mapping(n: u32, rng: &mut StdRng, take: impl FnOnce(&[u32])) -
     true
 }
 
+/// A ratings file as parsed: what the loaders of one file share in a process and keep in
+/// the binary cache.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RatingsFile {
+    ratings: Ratings,
+    /// Whether it was a MatrixMarket file (whose dimensions the limits check).
+    matrix_market: bool,
+}
+
+/// Ids as one text and where each ends.
+fn encode_ids(out: &mut Encoder, ids: &[String]) {
+    let mut ends = Vec::with_capacity(ids.len());
+    let mut text = Vec::new();
+    for id in ids {
+        text.extend_from_slice(id.as_bytes());
+        ends.push(text.len() as u64);
+    }
+    out.array(&text);
+    out.array(&ends);
+}
+
+fn decode_ids(input: &mut Decoder<'_>) -> Option<Vec<String>> {
+    let text: Vec<u8> = input.array()?;
+    let ends: Vec<u64> = input.array()?;
+    let mut from = 0usize;
+    ends.iter()
+        .map(|&end| {
+            let end = usize::try_from(end).ok()?;
+            let id = std::str::from_utf8(text.get(from..end)?).ok()?.to_owned();
+            from = end;
+            Some(id)
+        })
+        .collect()
+}
+
+impl Cached for RatingsFile {
+    const KIND: u32 = 2;
+    /// Whether it passes the limits and the size rule in force.
+    fn fits(&self, limits: &DataLimits, size: &SizeRule, name: &Path) -> bool {
+        if !self.matrix_market {
+            return true;
+        }
+        [self.ratings.n_users, self.ratings.n_items]
+            .into_iter()
+            .all(|n| {
+                n as u64 <= limits.max_dimension
+                    && size.check(name, 0, "row count", n as u64, 0).is_ok()
+            })
+    }
+
+    fn encode(&self, out: &mut Encoder) {
+        let r = &self.ratings;
+        out.u64(u64::from(self.matrix_market));
+        out.u64(r.n_users as u64);
+        out.u64(r.n_items as u64);
+        let users: Vec<u32> = r.entries.iter().map(|e| e.0).collect();
+        let items: Vec<u32> = r.entries.iter().map(|e| e.1).collect();
+        let values: Vec<f32> = r.entries.iter().map(|e| e.2).collect();
+        out.array(&users);
+        out.array(&items);
+        out.array(&values);
+        if !self.matrix_market {
+            let mapping = r.id_mapping.clone().unwrap_or_default();
+            encode_ids(out, &mapping.user_ids);
+            encode_ids(out, &mapping.item_ids);
+        }
+    }
+
+    fn decode(input: &mut Decoder<'_>) -> Option<Self> {
+        let matrix_market = input.u64()? == 1;
+        let n_users = usize::try_from(input.u64()?).ok()?;
+        let n_items = usize::try_from(input.u64()?).ok()?;
+        let users: Vec<u32> = input.array()?;
+        let items: Vec<u32> = input.array()?;
+        let values: Vec<f32> = input.array()?;
+        let in_range = users.len() == items.len()
+            && users.len() == values.len()
+            && users.iter().all(|&u| (u as usize) < n_users)
+            && items.iter().all(|&i| (i as usize) < n_items);
+        if !in_range {
+            return None;
+        }
+        let entries = (0..users.len())
+            .map(|k| (users[k], items[k], values[k]))
+            .collect();
+        let ratings = if matrix_market {
+            Ratings {
+                entries,
+                ..numbered(n_users, n_items)
+            }
+        } else {
+            let user_ids = decode_ids(input)?;
+            let item_ids = decode_ids(input)?;
+            if user_ids.len() != n_users || item_ids.len() != n_items {
+                return None;
+            }
+            Ratings {
+                n_users,
+                n_items,
+                entries,
+                id_mapping: Some(IdMapping { user_ids, item_ids }),
+            }
+        };
+        Some(RatingsFile {
+            ratings,
+            matrix_market,
+        })
+    }
+}
+
 /// Loads a ratings file, choosing MatrixMarket when the first line starts with
 /// `%%MatrixMarket` and triplets otherwise.
 pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
-    collected(|visit| scan_ratings(path, visit))
+    let shared = load_shared(path.as_ref())?;
+    Ok(Arc::try_unwrap(shared).map_or_else(|s| s.ratings.clone(), |s| s.ratings))
 }
 
-/// `path` opened, whether it is a MatrixMarket file (by its first bytes), and its size
-/// when it is a regular file.
-fn open_ratings(path: &Path) -> Result<(impl BufRead + use<>, bool, Option<u64>), DataError> {
-    let (mut reader, bytes) = open_sized(path)?;
-    let buf = reader.fill_buf().map_err(|e| DataError::io(path, e))?;
-    let is_matrix_market = buf.starts_with(b"%%MatrixMarket");
-    Ok((reader, is_matrix_market, bytes))
+/// The ratings of `path` as the process shares them (see [`super::cache`]).
+fn load_shared(path: &Path) -> Result<Arc<RatingsFile>, DataError> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let limits = DataLimits::from_env()?;
+    let Some(key) = FileKey::of(path, &file)? else {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(|e| DataError::io(path, e))?;
+        let rule = SizeRule::new(None)?;
+        return Ok(Arc::new(ratings_of(path, &bytes, &limits, rule)?));
+    };
+    let size = SizeRule::new(Some(key.len))?;
+    let parse = || {
+        super::with_map(path, &file, &key, |bytes| {
+            ratings_of(path, bytes, &limits, size)
+        })
+    };
+    cache::load(path, &key, "ratings", (&limits, &size), parse)
 }
 
-/// [`load_ratings`] without holding the entries: hands each `(user, item, rating)` to
-/// `visit` in file order, as it is read, and returns the matrix without entries (its
-/// dimensions and id mapping). The same checks and errors as [`load_ratings`]; a caller
-/// that reads the file again gets the same indices in the same order. A MatrixMarket
-/// file's row and column counts, which size the factor matrices, are checked against the
-/// file's size (at most 2^20 + 16 x its bytes, [`super::limits::size_bound`]) before any
-/// entry is visited.
+/// The ratings of a whole input: MatrixMarket when it starts with `%%MatrixMarket`.
+fn ratings_of(
+    name: &Path,
+    bytes: &[u8],
+    limits: &DataLimits,
+    size: SizeRule,
+) -> Result<RatingsFile, DataError> {
+    let mut source = SliceBlocks::new(bytes);
+    if bytes.starts_with(b"%%MatrixMarket") {
+        let mut entries = Vec::new();
+        let (n_users, n_items) = matrix_market(&mut source, name, limits, Some(size), |e| {
+            entries.extend_from_slice(e)
+        })?;
+        return Ok(RatingsFile {
+            ratings: Ratings {
+                entries,
+                ..numbered(n_users, n_items)
+            },
+            matrix_market: true,
+        });
+    }
+    Ok(RatingsFile {
+        ratings: triplets(&mut source, name)?,
+        matrix_market: false,
+    })
+}
+
+/// [`load_ratings`] without taking the entries: hands each `(user, item, rating)` to
+/// `visit` in file order and returns the matrix without entries (its dimensions and id
+/// mapping). The same checks and errors as [`load_ratings`], all made before the first
+/// entry is visited; a caller that reads the file again gets the same indices in the same
+/// order (the parse is shared while some caller holds it, see [`super::cache`]). A
+/// MatrixMarket file's row and column counts, which size the factor matrices, are checked
+/// against the file's size (at most 2^20 + 16 x its bytes, [`super::limits::size_bound`]).
 pub fn scan_ratings(
     path: impl AsRef<Path>,
     mut visit: impl FnMut(u32, u32, f32),
 ) -> Result<Ratings, DataError> {
-    let path = path.as_ref();
-    let (reader, is_matrix_market, bytes) = open_ratings(path)?;
-    if is_matrix_market {
-        let limits = DataLimits::from_env()?;
-        let size = Some(SizeRule::new(bytes)?);
-        let (n_users, n_items) = scan_matrix_market(reader, path, &limits, size, &mut visit)?;
-        Ok(numbered(n_users, n_items))
-    } else {
-        scan_triplets(reader, path, &mut visit)
+    let shared = load_shared(path.as_ref())?;
+    for &(u, i, r) in &shared.ratings.entries {
+        visit(u, i, r);
+    }
+    Ok(Ratings {
+        entries: Vec::new(),
+        ..shared.ratings.clone_shape()
+    })
+}
+
+impl Ratings {
+    /// The dimensions and mapping without the entries.
+    fn clone_shape(&self) -> Ratings {
+        Ratings {
+            n_users: self.n_users,
+            n_items: self.n_items,
+            entries: Vec::new(),
+            id_mapping: self.id_mapping.clone(),
+        }
     }
 }
 
-/// Collects what a `scan_*` function visits into the returned matrix.
-fn collected(
-    scan: impl FnOnce(&mut dyn FnMut(u32, u32, f32)) -> Result<Ratings, DataError>,
-) -> Result<Ratings, DataError> {
-    let mut entries = Vec::new();
-    let mut ratings = scan(&mut |user, item, rating| entries.push((user, item, rating)))?;
-    ratings.entries = entries;
-    Ok(ratings)
+/// Original ids made dense in order of first appearance.
+#[derive(Default)]
+struct DenseIds {
+    index: FxHashMap<String, u32>,
+    numbers: FxHashMap<u32, u32>,
+    ids: Vec<String>,
 }
 
-fn dense_id(map: &mut HashMap<String, u32>, ids: &mut Vec<String>, id: &str) -> u32 {
-    if let Some(&index) = map.get(id) {
-        return index;
+impl DenseIds {
+    fn get(&mut self, id: &str) -> u32 {
+        if let Some(n) = numeric_id(id) {
+            return self.number(n);
+        }
+        if let Some(&i) = self.index.get(id) {
+            return i;
+        }
+        let i = self.ids.len() as u32;
+        self.index.insert(id.to_owned(), i);
+        self.ids.push(id.to_owned());
+        i
     }
-    let index = ids.len() as u32;
-    map.insert(id.to_owned(), index);
-    ids.push(id.to_owned());
-    index
+
+    fn number(&mut self, n: u32) -> u32 {
+        let next = self.ids.len() as u32;
+        let i = *self.numbers.entry(n).or_insert(next);
+        if i == next {
+            self.ids.push(n.to_string());
+        }
+        i
+    }
+
+    /// The dense index of each of a chunk's ids.
+    fn of_chunk(&mut self, local: &LocalIds) -> Vec<u32> {
+        local
+            .keys
+            .iter()
+            .map(|&key| match u32::try_from(key) {
+                Ok(n) => self.number(n),
+                Err(_) => self.get(local.text_id((key & u64::from(u32::MAX)) as usize)),
+            })
+            .collect()
+    }
 }
 
 /// Parses `user item rating [ignored...]` lines separated by tabs, spaces or commas. Ids are
@@ -306,45 +496,222 @@ pub fn parse_triplets(
     name_for_errors: impl AsRef<Path>,
 ) -> Result<Ratings, DataError> {
     let name = name_for_errors.as_ref();
-    collected(|visit| scan_triplets(reader, name, visit))
+    triplets(&mut ReaderBlocks::new(reader, name), name)
 }
 
-/// [`parse_triplets`] handing the entries to `visit` (the returned matrix has none).
-fn scan_triplets(
-    reader: impl BufRead,
-    name: &Path,
-    visit: &mut dyn FnMut(u32, u32, f32),
-) -> Result<Ratings, DataError> {
-    let mut users = HashMap::new();
-    let mut items = HashMap::new();
-    let mut mapping = IdMapping::default();
-    rating_lines(reader, name, |line_no, fields, first_data_line| {
+/// Whether a ratings line (trimmed) holds no data.
+fn is_comment(content: &str) -> bool {
+    content.is_empty() || content.starts_with('#') || content.starts_with('%')
+}
+
+/// The triplets of `source`.
+fn triplets(source: &mut dyn Blocks, name: &Path) -> Result<Ratings, DataError> {
+    let (mut users, mut items) = (DenseIds::default(), DenseIds::default());
+    let mut entries = Vec::new();
+    // The first data line, which may be a header, is read on its own.
+    let start = each_line(name, source, Start::default(), |line_no, line, _| {
+        let content = line.trim();
+        if is_comment(content) {
+            return Ok(true);
+        }
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
-        if fields.len() < 3 {
+        let (fields, n) = rating_fields(content, false);
+        if n < 3 {
             return Err(bad(format!(
-                "expected `user item rating`, found {} field(s)",
-                fields.len()
+                "expected `user item rating`, found {n} field(s)"
             )));
         }
-        let rating: f32 = match fields[2].parse() {
-            Ok(r) => r,
-            Err(_) if first_data_line => return Ok(()),
-            Err(_) => return Err(bad(format!("rating {:?} is not a number", fields[2]))),
+        let Some(rating) = parse_f32(fields[2]) else {
+            return Ok(false);
         };
         if !rating.is_finite() {
             return Err(bad(format!("rating {:?} is not finite", fields[2])));
         }
-        let user = dense_id(&mut users, &mut mapping.user_ids, fields[0]);
-        let item = dense_id(&mut items, &mut mapping.item_ids, fields[1]);
-        visit(user, item, rating);
+        entries.push((users.get(fields[0]), items.get(fields[1]), rating));
+        Ok(false)
+    })?;
+    let parser = TripletParser { name };
+    parse_chunks(&parser, name, source, start, |chunk, _| {
+        let user_of = users.of_chunk(&chunk.users);
+        let item_of = items.of_chunk(&chunk.items);
+        entries.extend(
+            chunk
+                .entries
+                .iter()
+                .map(|&(u, i, r)| (user_of[u as usize], item_of[i as usize], r)),
+        );
         Ok(())
     })?;
     Ok(Ratings {
-        n_users: mapping.user_ids.len(),
-        n_items: mapping.item_ids.len(),
-        entries: Vec::new(),
-        id_mapping: Some(mapping),
+        n_users: users.ids.len(),
+        n_items: items.ids.len(),
+        entries,
+        id_mapping: Some(IdMapping {
+            user_ids: users.ids,
+            item_ids: items.ids,
+        }),
     })
+}
+
+/// An id written as a canonical decimal below 2^32 ("0", "17", not "017"): kept as its
+/// number, which stands for exactly that text, so no two texts share a key.
+fn numeric_id(id: &str) -> Option<u32> {
+    let bytes = id.as_bytes();
+    let canonical = !bytes.is_empty()
+        && bytes.len() <= 10
+        && (bytes.len() == 1 || bytes[0] != b'0')
+        && bytes.iter().all(u8::is_ascii_digit);
+    canonical.then(|| id.parse().ok()).flatten()
+}
+
+/// Ids of one chunk in order of first appearance: a number for a numeric id, else
+/// `1 << 32 | k` for the `k`-th text id of `text`.
+#[derive(Debug, Default)]
+struct LocalIds {
+    keys: Vec<u64>,
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl LocalIds {
+    /// The text of text id `k`.
+    fn text_id(&self, k: usize) -> &str {
+        let from = if k == 0 { 0 } else { self.ends[k - 1] };
+        &self.text[from..self.ends[k]]
+    }
+}
+
+/// A chunk's maps from ids to local indices.
+#[derive(Default)]
+struct LocalMaps<'t> {
+    numbers: FxHashMap<u32, u32>,
+    texts: FxHashMap<&'t str, u32>,
+}
+
+impl<'t> LocalMaps<'t> {
+    fn with_capacity(n: usize) -> Self {
+        LocalMaps {
+            numbers: FxHashMap::with_capacity_and_hasher(n, Default::default()),
+            texts: FxHashMap::default(),
+        }
+    }
+
+    #[inline]
+    fn index(&mut self, ids: &mut LocalIds, id: &'t str) -> u32 {
+        let next = ids.keys.len() as u32;
+        if let Some(n) = numeric_id(id) {
+            let index = *self.numbers.entry(n).or_insert(next);
+            if index == next {
+                ids.keys.push(u64::from(n));
+            }
+            return index;
+        }
+        let index = *self.texts.entry(id).or_insert(next);
+        if index == next {
+            ids.keys.push(1 << 32 | ids.ends.len() as u64);
+            ids.text.push_str(id);
+            ids.ends.push(ids.text.len());
+        }
+        index
+    }
+}
+
+/// One chunk's triplets with chunk-local dense ids.
+#[derive(Debug, Default)]
+struct TripletChunk {
+    entries: Vec<(u32, u32, f32)>,
+    users: LocalIds,
+    items: LocalIds,
+}
+
+struct TripletParser<'a> {
+    name: &'a Path,
+}
+
+impl ChunkParser for TripletParser<'_> {
+    type Out = TripletChunk;
+
+    fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<TripletChunk>) {
+        let ascii = text.is_ascii();
+        // About one distinct user and item per line.
+        let lines_guess = text.len() / 16;
+        let mut users = LocalMaps::with_capacity(lines_guess);
+        let mut items = LocalMaps::with_capacity(lines_guess / 8);
+        let mut lines = LineCursor::new(text);
+        while let Some(line) = lines.next_line(chunk) {
+            let content = trim(line, ascii);
+            if is_comment(content) {
+                continue;
+            }
+            let bad = |msg: String| DataError::malformed(self.name, start.line + chunk.lines, msg);
+            let (fields, n) = rating_fields(content, ascii);
+            if n < 3 {
+                chunk.error = Some(bad(format!(
+                    "expected `user item rating`, found {n} field(s)"
+                )));
+                return;
+            }
+            let rating = match parse_f32(fields[2]) {
+                Some(r) if r.is_finite() => r,
+                Some(_) => {
+                    chunk.error = Some(bad(format!("rating {:?} is not finite", fields[2])));
+                    return;
+                }
+                None => {
+                    chunk.error = Some(bad(format!("rating {:?} is not a number", fields[2])));
+                    return;
+                }
+            };
+            let out = &mut chunk.out;
+            let user = users.index(&mut out.users, fields[0]);
+            let item = items.index(&mut out.items, fields[1]);
+            out.entries.push((user, item, rating));
+        }
+    }
+}
+
+/// Whether `text` holds `::`.
+fn has_double_colon(text: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b':', &text[from..]) {
+        if text.get(from + i + 1) == Some(&b':') {
+            return true;
+        }
+        from += i + 1;
+    }
+    false
+}
+
+/// The first three fields of a ratings line and how many it has: `::`-separated
+/// (MovieLens 1M `ratings.dat`) when the line has `::`, else separated by tabs, spaces or
+/// commas.
+fn rating_fields(content: &str, ascii: bool) -> ([&str; 3], usize) {
+    let mut fields = [""; 3];
+    let mut n = 0;
+    let mut put = |field| {
+        if n < 3 {
+            fields[n] = field;
+        }
+        n += 1;
+    };
+    if has_double_colon(content.as_bytes()) {
+        content.split("::").for_each(|f| put(trim(f, ascii)));
+    } else {
+        let bytes = content.as_bytes();
+        let mut from = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            if matches!(b, b'\t' | b' ' | b',') {
+                if i > from {
+                    put(&content[from..i]);
+                }
+                from = i + 1;
+            }
+        }
+        if bytes.len() > from {
+            put(&content[from..]);
+        }
+    }
+    (fields, n)
 }
 
 /// Parses a MatrixMarket file under the [`DataLimits::from_env`] limits; see
@@ -370,8 +737,9 @@ pub fn parse_matrix_market_with_limits(
     let name = name_for_errors.as_ref();
     let size = Some(SizeRule::new(None)?);
     let mut entries = Vec::new();
-    let (n_users, n_items) = scan_matrix_market(reader, name, limits, size, &mut |u, i, r| {
-        entries.push((u, i, r));
+    let mut source = ReaderBlocks::new(reader, name);
+    let (n_users, n_items) = matrix_market(&mut source, name, limits, size, |e| {
+        entries.extend_from_slice(e);
     })?;
     Ok(Ratings {
         entries,
@@ -394,27 +762,22 @@ fn numbered(n_users: usize, n_items: usize) -> Ratings {
     }
 }
 
-/// [`parse_matrix_market_with_limits`] handing the entries to `visit`; returns the row and
-/// column counts. With `size`, they are checked against it: as soon as they are read when
-/// the input's size is known, else once it has all been read (nothing here is sized by
-/// them, and `visit` is only handed entries inside them). Without, they are not (a caller
-/// that keeps only the entries' ids allocates nothing by them).
-fn scan_matrix_market(
-    reader: impl BufRead,
+/// [`parse_matrix_market_with_limits`] handing the entries to `sink` a chunk at a time;
+/// returns the row and column counts. With `size`, they are checked against it: as soon
+/// as they are read when the input's size is known, else once it has all been read
+/// (nothing here is sized by them, and `sink` is only handed entries inside them).
+/// Without, they are not (a caller that keeps only the entries' ids allocates nothing by
+/// them).
+fn matrix_market(
+    source: &mut dyn Blocks,
     name: &Path,
     limits: &DataLimits,
     size_rule: Option<SizeRule>,
-    visit: &mut dyn FnMut(u32, u32, f32),
+    mut sink: impl FnMut(&[(u32, u32, f32)]),
 ) -> Result<(usize, usize), DataError> {
     let mut size: Option<(usize, usize, usize)> = None;
     let mut size_line = 0;
-    let mut read = 0usize;
-    let mut bytes = 0u64;
-    let mut last_line = 0;
-    for item in numbered_lines(reader, name) {
-        let (line_no, line) = item?;
-        last_line = line_no;
-        bytes += line.len() as u64 + 1;
+    let start = each_line(name, source, Start::default(), |line_no, line, bytes| {
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
         if line_no == 1 {
             let header: Vec<String> = line
@@ -432,89 +795,138 @@ fn scan_matrix_market(
                     "expected `%%MatrixMarket matrix coordinate real general`, found {line:?}"
                 )));
             }
-            continue;
+            return Ok(true);
         }
         let content = line.trim();
         if content.is_empty() || content.starts_with('%') {
-            continue;
+            return Ok(true);
         }
         let fields: Vec<&str> = content.split_whitespace().collect();
         let parse_index = |text: &str, what: &str| -> Result<usize, DataError> {
-            text.parse::<usize>()
-                .map_err(|_| bad(format!("{what} {text:?} is not a non-negative integer")))
+            parse_uint::<usize>(text)
+                .ok_or_else(|| bad(format!("{what} {text:?} is not a non-negative integer")))
         };
-        match size {
-            None => {
-                if fields.len() != 3 {
-                    return Err(bad("size line must be `rows cols nnz`".into()));
-                }
-                let rows = parse_index(fields[0], "row count")?;
-                let cols = parse_index(fields[1], "column count")?;
-                let nnz = parse_index(fields[2], "entry count")?;
-                if rows > u32::MAX as usize || cols > u32::MAX as usize {
-                    return Err(bad("dimensions exceed u32".into()));
-                }
-                limits.check_dimension(name, line_no, "row count", rows as u64)?;
-                limits.check_dimension(name, line_no, "column count", cols as u64)?;
-                if let Some(rule) = size_rule.filter(SizeRule::is_known) {
-                    rule.check(name, line_no, "row count", rows as u64, bytes)?;
-                    rule.check(name, line_no, "column count", cols as u64, bytes)?;
-                }
-                size = Some((rows, cols, nnz));
-                size_line = line_no;
-            }
-            Some((rows, cols, nnz)) => {
-                if fields.len() != 3 {
-                    return Err(bad("entry must be `row col value`".into()));
-                }
-                let row = parse_index(fields[0], "row")?;
-                let col = parse_index(fields[1], "column")?;
-                if row == 0 || row > rows || col == 0 || col > cols {
-                    return Err(bad(format!(
-                        "entry ({row}, {col}) outside 1..={rows} x 1..={cols}"
-                    )));
-                }
-                let value: f32 = fields[2]
-                    .parse()
-                    .map_err(|_| bad(format!("value {:?} is not a number", fields[2])))?;
-                if !value.is_finite() {
-                    return Err(bad(format!("value {:?} is not finite", fields[2])));
-                }
-                if read == nnz {
-                    return Err(bad(format!("more entries than the declared {nnz}")));
-                }
-                read += 1;
-                visit((row - 1) as u32, (col - 1) as u32, value);
-            }
+        if fields.len() != 3 {
+            return Err(bad("size line must be `rows cols nnz`".into()));
         }
-    }
+        let rows = parse_index(fields[0], "row count")?;
+        let cols = parse_index(fields[1], "column count")?;
+        let nnz = parse_index(fields[2], "entry count")?;
+        if rows > u32::MAX as usize || cols > u32::MAX as usize {
+            return Err(bad("dimensions exceed u32".into()));
+        }
+        limits.check_dimension(name, line_no, "row count", rows as u64)?;
+        limits.check_dimension(name, line_no, "column count", cols as u64)?;
+        if let Some(rule) = size_rule.filter(SizeRule::is_known) {
+            rule.check(name, line_no, "row count", rows as u64, bytes)?;
+            rule.check(name, line_no, "column count", cols as u64, bytes)?;
+        }
+        size = Some((rows, cols, nnz));
+        size_line = line_no;
+        Ok(false)
+    })?;
     let Some((n_users, n_items, nnz)) = size else {
-        return Err(DataError::malformed(name, last_line, "missing size line"));
+        return Err(DataError::malformed(name, start.line, "missing size line"));
     };
-    if read != nnz {
+    let parser = MatrixMarketParser {
+        name,
+        rows: n_users,
+        cols: n_items,
+        nnz: nnz as u64,
+    };
+    let end = parse_chunks(&parser, name, source, start, |entries, _| {
+        sink(&entries);
+        Ok(())
+    })?;
+    if end.entries != nnz as u64 {
         return Err(DataError::malformed(
             name,
-            last_line,
-            format!("declared {nnz} entries, found {read}"),
+            end.line,
+            format!("declared {nnz} entries, found {}", end.entries),
         ));
     }
     if let Some(rule) = size_rule.filter(|r| !r.is_known()) {
-        rule.check(name, size_line, "row count", n_users as u64, bytes)?;
-        rule.check(name, size_line, "column count", n_items as u64, bytes)?;
+        rule.check(name, size_line, "row count", n_users as u64, end.bytes)?;
+        rule.check(name, size_line, "column count", n_items as u64, end.bytes)?;
     }
     Ok((n_users, n_items))
 }
 
-/// The fields of a ratings line: `::`-separated (MovieLens 1M `ratings.dat`) when the
-/// line has `::`, else separated by tabs, spaces or commas.
-fn rating_fields(content: &str) -> Vec<&str> {
-    if content.contains("::") {
-        content.split("::").map(str::trim).collect()
-    } else {
-        content
-            .split(['\t', ' ', ','])
-            .filter(|f| !f.is_empty())
-            .collect()
+/// The entry lines of a MatrixMarket file.
+struct MatrixMarketParser<'a> {
+    name: &'a Path,
+    rows: usize,
+    cols: usize,
+    nnz: u64,
+}
+
+impl ChunkParser for MatrixMarketParser<'_> {
+    type Out = Vec<(u32, u32, f32)>;
+
+    fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<Self::Out>) {
+        let ascii = text.is_ascii();
+        let mut lines = LineCursor::new(text);
+        while let Some(line) = lines.next_line(chunk) {
+            if let Err(e) = self.entry(line, ascii, start, chunk) {
+                chunk.error = Some(e);
+                return;
+            }
+        }
+    }
+
+    fn holds(&self, chunk: &Chunk<Self::Out>, start: &Start) -> bool {
+        start.entries + chunk.entries <= self.nnz
+    }
+}
+
+impl MatrixMarketParser<'_> {
+    fn entry(
+        &self,
+        line: &str,
+        ascii: bool,
+        start: Start,
+        chunk: &mut Chunk<Vec<(u32, u32, f32)>>,
+    ) -> Result<(), DataError> {
+        let content = trim(line, ascii);
+        if content.is_empty() || content.starts_with('%') {
+            return Ok(());
+        }
+        let bad = |msg: String| DataError::malformed(self.name, start.line + chunk.lines, msg);
+        let mut fields = [""; 3];
+        let mut n = 0;
+        for field in words(content, ascii).take(4) {
+            if n < 3 {
+                fields[n] = field;
+            }
+            n += 1;
+        }
+        if n != 3 {
+            return Err(bad("entry must be `row col value`".into()));
+        }
+        let parse_index = |text: &str, what: &str| -> Result<usize, DataError> {
+            parse_uint::<usize>(text)
+                .ok_or_else(|| bad(format!("{what} {text:?} is not a non-negative integer")))
+        };
+        let row = parse_index(fields[0], "row")?;
+        let col = parse_index(fields[1], "column")?;
+        let (rows, cols) = (self.rows, self.cols);
+        if row == 0 || row > rows || col == 0 || col > cols {
+            return Err(bad(format!(
+                "entry ({row}, {col}) outside 1..={rows} x 1..={cols}"
+            )));
+        }
+        let value = parse_f32(fields[2])
+            .ok_or_else(|| bad(format!("value {:?} is not a number", fields[2])))?;
+        if !value.is_finite() {
+            return Err(bad(format!("value {:?} is not finite", fields[2])));
+        }
+        let nnz = self.nnz;
+        if start.entries + chunk.entries == nnz {
+            return Err(bad(format!("more entries than the declared {nnz}")));
+        }
+        chunk.entries += 1;
+        chunk.out.push(((row - 1) as u32, (col - 1) as u32, value));
+        Ok(())
     }
 }
 
@@ -526,55 +938,52 @@ pub fn load_labelled_ratings(
     path: impl AsRef<Path>,
 ) -> Result<Vec<crate::model::LabelledRating>, DataError> {
     let path = path.as_ref();
-    let (reader, is_matrix_market, _) = open_ratings(path)?;
+    let mut reader = super::open_buffered(path)?;
+    let is_matrix_market = reader
+        .fill_buf()
+        .map_err(|e| DataError::io(path, e))?
+        .starts_with(b"%%MatrixMarket");
+    let mut source = ReaderBlocks::new(reader, path);
     if is_matrix_market {
         // Only the entries' own ids are kept, so the declared dimensions size nothing: a
         // small test file of a large matrix is read whatever they are.
         let limits = DataLimits::from_env()?;
         let mut out = Vec::new();
-        scan_matrix_market(reader, path, &limits, None, &mut |u, i, v| {
-            out.push(((u + 1).to_string(), (i + 1).to_string(), Some(v)));
+        matrix_market(&mut source, path, &limits, None, |entries| {
+            out.extend(
+                entries
+                    .iter()
+                    .map(|&(u, i, v)| ((u + 1).to_string(), (i + 1).to_string(), Some(v))),
+            );
         })?;
         return Ok(out);
     }
     let mut out = Vec::new();
-    rating_lines(reader, path, |line_no, fields, first_data_line| {
+    let mut first = true;
+    each_line(path, &mut source, Start::default(), |line_no, line, _| {
+        let content = line.trim();
+        if is_comment(content) {
+            return Ok(true);
+        }
+        let first_data_line = std::mem::take(&mut first);
         let bad = |msg: String| DataError::malformed(path, line_no, msg);
-        if fields.len() < 2 || fields[0].is_empty() || fields[1].is_empty() {
+        let (fields, n) = rating_fields(content, false);
+        if n < 2 || fields[0].is_empty() || fields[1].is_empty() {
             return Err(bad("expected `user item [rating]`".into()));
         }
-        let rating = match fields.get(2) {
+        let rating = match (n > 2).then_some(fields[2]) {
             None => None,
-            Some(text) => match text.parse::<f32>() {
-                Ok(r) if r.is_finite() => Some(r),
-                Ok(_) => return Err(bad(format!("rating {text:?} is not finite"))),
-                Err(_) if first_data_line => return Ok(()),
-                Err(_) => return Err(bad(format!("rating {text:?} is not a number"))),
+            Some(text) => match parse_f32(text) {
+                Some(r) if r.is_finite() => Some(r),
+                Some(_) => return Err(bad(format!("rating {text:?} is not finite"))),
+                None if first_data_line => return Ok(true),
+                None => return Err(bad(format!("rating {text:?} is not a number"))),
             },
         };
         out.push((fields[0].to_string(), fields[1].to_string(), rating));
-        Ok(())
+        Ok(true)
     })?;
     Ok(out)
-}
-
-/// Hands each data line of a ratings text to `each` as `(line number, fields, whether it
-/// is the first data line)`; blank lines and `#`/`%` comments are skipped.
-fn rating_lines(
-    reader: impl BufRead,
-    name: &Path,
-    mut each: impl FnMut(usize, &[&str], bool) -> Result<(), DataError>,
-) -> Result<(), DataError> {
-    let mut first = true;
-    for item in numbered_lines(reader, name) {
-        let (line_no, line) = item?;
-        let content = line.trim();
-        if content.is_empty() || content.starts_with('#') || content.starts_with('%') {
-            continue;
-        }
-        each(line_no, &rating_fields(content), std::mem::take(&mut first))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

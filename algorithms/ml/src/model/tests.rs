@@ -134,3 +134,61 @@ fn fold_in_finds_the_topic_a_document_is_written_in() {
     assert!(f["perplexity"] < 2.5, "{f:?}");
     assert_eq!(f["uniform_perplexity"], 4.0);
 }
+
+#[test]
+fn invariants_name_the_field_and_unseen_data_is_counted() {
+    let topics = |alpha: f64, first: f64| TopicModel {
+        alpha,
+        beta: 0.1,
+        topic_word: vec![vec![first, 1.0 - first], vec![0.5, 0.5]],
+        vocab: None,
+    };
+    let check = |m: TopicModel| {
+        SavedModel::new("lda", &(), ModelParams::Topics(m))
+            .check()
+            .err()
+    };
+    assert_eq!(check(topics(0.5, 0.25)), None);
+    assert!(check(topics(-5.0, 0.25)).unwrap().starts_with("alpha = -5"));
+    assert!(
+        check(topics(0.5, -0.5))
+            .unwrap()
+            .starts_with("topic_word[0][0] = -0.5")
+    );
+    let mut wide = topics(0.5, 0.25);
+    wide.topic_word[1][1] = 0.25;
+    assert!(
+        check(wide)
+            .unwrap()
+            .starts_with("topic_word[1] sums to 0.75")
+    );
+
+    let mut m = linear(LinearTask::Regression);
+    if let ModelParams::Linear(l) = &mut m.params {
+        l.coefficients[2] = f32::INFINITY;
+    }
+    assert!(m.check().unwrap_err().starts_with("coefficients[2] = inf"));
+
+    let (corpus, unseen) = topics(0.5, 0.25).known_words(Corpus {
+        n_docs: 2,
+        vocab_size: 4,
+        docs: vec![vec![0, 3, 1, 3], vec![1]],
+        vocab: None,
+    });
+    assert_eq!(corpus.docs, vec![vec![0, 1], vec![1]]);
+    assert_eq!((unseen.entries, unseen.records), (2, 1));
+    let data = SparseDataset {
+        rows: vec![row(&[(0, 1.0), (5, 1.0)]), row(&[(1, 1.0)])],
+        labels: vec![1.0, 0.0],
+        ..SparseDataset::default()
+    };
+    let unseen = unseen_features(&data, 3);
+    assert_eq!((unseen.entries, unseen.records), (1, 1));
+    assert!(
+        unseen
+            .note(Path::new("t.libsvm"))
+            .unwrap()
+            .starts_with("t.libsvm: 1 feature")
+    );
+    assert_eq!(unseen_features(&data, 6).note(Path::new("t")), None);
+}

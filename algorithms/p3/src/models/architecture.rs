@@ -161,19 +161,33 @@ pub fn declared_parameters(
 /// Checks `model`'s declared architecture against the tensors it stores: the count of
 /// tensors and the total of parameters must be those of [`declared_parameters`].
 pub fn check_architecture(model: &NetworkModel) -> Result<(), ArchitectureError> {
-    let (tensors, total) =
-        declared_parameters(&model.net, &model.input, model.width, model.classes)?;
     let stored: usize = model.tensors.iter().map(Vec::len).sum();
-    if tensors != model.tensors.len() || total != stored {
+    check_counts(
+        &model.net,
+        &model.input,
+        model.width,
+        model.classes,
+        model.tensors.len(),
+        stored,
+    )
+}
+
+/// Checks a declared architecture against the count of tensors and the total of
+/// parameters a file stores (a file's header gives both before any value is read).
+pub fn check_counts(
+    net: &str,
+    input: &[usize],
+    width: usize,
+    classes: usize,
+    stored_tensors: usize,
+    stored: usize,
+) -> Result<(), ArchitectureError> {
+    let (tensors, total) = declared_parameters(net, input, width, classes)?;
+    if tensors != stored_tensors || total != stored {
         return Err(wrong(
             "tensors",
             format!(
-                "{} tensors of {stored} parameters, but a {} of input {:?}, width {} and {} classes has {tensors} tensors of {total}",
-                model.tensors.len(),
-                model.net,
-                model.input,
-                model.width,
-                model.classes
+                "{stored_tensors} tensors of {stored} parameters, but a {net} of input {input:?}, width {width} and {classes} classes has {tensors} tensors of {total}"
             ),
         ));
     }

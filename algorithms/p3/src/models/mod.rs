@@ -15,7 +15,7 @@ pub mod staged;
 
 pub use emulated::EmulatedModel;
 #[cfg(feature = "candle")]
-pub use staged::{CandleStageModel, StagedNet, TensorSpec};
+pub use staged::{BuiltNet, CandleStageModel, StagedNet, TensorSpec};
 
 use petrel_ml::dnn::DnnError;
 

@@ -176,6 +176,59 @@ impl StagedNet {
     pub fn specs(&self) -> Result<Vec<Vec<TensorSpec>>, ModelError> {
         Ok(self.init(0)?.0)
     }
+
+    /// Every parameter tensor, forward order, under its whole-model name: the stage's
+    /// name, a dot, the tensor's name within the stage (`dense0.weight`,
+    /// `layer1.0.conv1.bias`). These are the names [`StagedNet::build`] asks its
+    /// `VarBuilder` for, and those of the saved model file.
+    pub fn named_specs(&self) -> Result<Vec<TensorSpec>, ModelError> {
+        let specs = self.specs()?;
+        Ok(self
+            .stages
+            .iter()
+            .zip(specs)
+            .flat_map(|((stage, _), tensors)| {
+                tensors.into_iter().map(move |t| TensorSpec {
+                    name: format!("{stage}.{}", t.name),
+                    shape: t.shape,
+                })
+            })
+            .collect())
+    }
+
+    /// The whole network from one `VarBuilder` holding every tensor under its
+    /// [`named_specs`](StagedNet::named_specs) name, e.g.
+    /// `VarBuilder::from_mmaped_safetensors` over a saved model file.
+    pub fn build(&self, vb: VarBuilder) -> candle_core::Result<BuiltNet> {
+        let stages = self
+            .stages
+            .iter()
+            .map(|(name, build)| build(vb.pp(name)))
+            .collect::<candle_core::Result<_>>()?;
+        Ok(BuiltNet { stages })
+    }
+}
+
+/// A [`StagedNet`] built as one module ([`StagedNet::build`]); its forward pass is the
+/// stages' in inference mode and yields the logits.
+pub struct BuiltNet {
+    stages: Vec<Box<dyn ModuleT>>,
+}
+
+impl std::fmt::Debug for BuiltNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuiltNet")
+            .field("stages", &self.stages.len())
+            .finish()
+    }
+}
+
+impl candle_core::Module for BuiltNet {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        self.stages
+            .iter()
+            .try_fold(x.clone(), |x, s| s.forward_t(&x, false))
+    }
 }
 
 /// A `VarBuilder` backend that makes each requested tensor from its candle [`Init`] hint

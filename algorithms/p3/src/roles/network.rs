@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use petrel_actors::NodeContext;
 use petrel_ml::dnn::data::Dataset;
-use petrel_ml::model::{ModelFileError, ModelParams, NetworkModel, SavedModel};
+use petrel_ml::model::{ModelFileError, ModelParams, NetworkModel};
 
-use super::{MODEL_APP, P3Settings, WorkerReportFile, save_model};
+use super::{P3Settings, WorkerReportFile, save_model};
 use crate::error::P3Error;
 use crate::kit::{P3Job, StepStats};
+use crate::model_file::TrainedWith;
 use crate::models::staged::{evaluate, predict_probabilities, saved_network};
-use crate::models::{CandleStageModel, StagedNet, nets};
+use crate::models::{CandleStageModel, ModelError, StagedNet, nets};
 use crate::shells::worker_role;
 
 impl P3Settings {
@@ -112,7 +113,8 @@ pub(super) async fn worker(ctx: NodeContext, cfg: P3Settings, job: P3Job) -> Res
                 classes: 10,
                 tensors: report.params.clone(),
             };
-            save_model(&saved, &cfg, &cfg.model_out)?;
+            let names = tensor_names(&saved.net, &saved.input, saved.width, saved.classes)?;
+            save_model(&saved, &names, &TrainedWith::of(&cfg), &cfg.model_out)?;
         }
     }
     let path = file.write(&cfg.report_dir)?;
@@ -121,18 +123,35 @@ pub(super) async fn worker(ctx: NodeContext, cfg: P3Settings, job: P3Job) -> Res
 }
 
 /// Reads a model written by [`save_model`] (the file, or a directory holding
-/// `petrel-model.json`) and checks it against its network.
+/// `model.safetensors`), or the JSON model of earlier versions, and checks it against its
+/// network.
 pub fn load_model(path: &Path) -> Result<(NetworkModel, StagedNet), P3Error> {
-    let saved = SavedModel::load(path, MODEL_APP)?;
+    let saved = crate::model_file::read(path)?;
     let ModelParams::Network(model) = saved.params else {
         return Err(P3Error::ModelFile(ModelFileError::Inconsistent {
             path: path.to_path_buf(),
             reason: "its parameters are not those of a network".into(),
         }));
     };
-    crate::models::architecture::check_model_file(&model, path)?;
     let net = saved_network(&model).map_err(|e| P3Error::real_model(&model.net, e))?;
     Ok((model, net))
+}
+
+/// Every parameter tensor of the network `net` (as [`nets::by_name`] builds it), forward
+/// order: its whole-model name ([`StagedNet::named_specs`]) and shape. Call it only on an
+/// architecture already checked ([`crate::models::architecture`]): it builds the network.
+pub fn tensor_names(
+    net: &str,
+    input: &[usize],
+    width: usize,
+    classes: usize,
+) -> Result<Vec<(String, Vec<usize>)>, P3Error> {
+    let built = nets::by_name(net, input, width, classes)
+        .ok_or_else(|| P3Error::real_model(net, ModelError::UnknownNet(net.to_string())))?;
+    let specs = built
+        .named_specs()
+        .map_err(|e| P3Error::real_model(net, e))?;
+    Ok(specs.into_iter().map(|s| (s.name, s.shape)).collect())
 }
 
 /// Loss and accuracy of a saved network on `examples`.

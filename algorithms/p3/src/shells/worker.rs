@@ -415,6 +415,16 @@ pub async fn worker_role<M: StageModel>(
         marks.extend(mark);
         let step = w.model.stats();
         if let Some(s) = &step {
+            // A step too large shows first in the loss: one number per iteration, where a
+            // pass over the parameters would cost a copy of the model.
+            if !s.loss.is_finite() {
+                return Err(P3Error::Diverged {
+                    worker: me,
+                    iter,
+                    what: "the training loss",
+                    value: s.loss,
+                });
+            }
             let elapsed = marks
                 .first()
                 .map(|t: &Instant| t.elapsed())
@@ -451,6 +461,21 @@ pub async fn worker_role<M: StageModel>(
     }
     w.wait_for(&mut rx, &mut core, |c| c.all_ready()).await?;
     marks.push(Instant::now());
+    // Once per job: the last update has no loss after it, and an emulated model has none.
+    let last = core
+        .params()
+        .iter()
+        .flatten()
+        .copied()
+        .find(|v| !v.is_finite());
+    if let Some(value) = last {
+        return Err(P3Error::Diverged {
+            worker: me,
+            iter: job.iterations.saturating_sub(1),
+            what: "a parameter",
+            value,
+        });
+    }
     Ok(P3WorkerReport {
         worker: me,
         marks,

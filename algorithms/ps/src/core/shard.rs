@@ -155,25 +155,50 @@ pub struct PsShardCore {
 /// [`PsShardCore::enable_checkpoints`]).
 type CutRows = BTreeMap<TableId, HashMap<RowId, SharedRow>>;
 
-/// Consistent cuts at checkpoint clocks: for each checkpoint clock `c` that some worker has
-/// already passed while the min clock is still below it, the rows with every update of
-/// clocks `< c` applied and none of `>= c`.
+/// Consistent cuts at checkpoint and evaluation clocks: for each such clock `c` that some
+/// worker has already passed while the min clock is still below it, the rows with every
+/// update of clocks `< c` applied and none of `>= c`.
 #[derive(Default)]
 struct ClockCuts {
-    /// 0 = no checkpoints.
+    /// Clocks between checkpoints; 0 = no checkpoints.
     every: Clock,
-    /// The smallest checkpoint clock not yet emitted (`> min_clock` once emitted).
+    /// Clocks between evaluation cuts; 0 = none.
+    eval_every: Clock,
+    /// Whether cuts can be exact (every table's rule keeps its whole state in the row);
+    /// otherwise an evaluation cut is the live rows when the min clock reaches it.
+    exact: bool,
+    /// The smallest cut clock not yet emitted (`> min_clock` once emitted; 0 = no cuts).
     next: Clock,
     /// Cuts in progress, by clock.
     open: BTreeMap<Clock, CutRows>,
-    /// Complete cuts waiting for [`PsShardCore::take_checkpoints`].
+    /// Complete checkpoint cuts waiting for [`PsShardCore::take_checkpoints`].
     ready: Vec<(Clock, Vec<TableSnapshot>)>,
+    /// Complete evaluation cuts waiting for [`PsShardCore::take_eval_cuts`].
+    eval_ready: Vec<(Clock, Vec<TableSnapshot>)>,
 }
 
 impl ClockCuts {
-    /// The first checkpoint clock after `clock`.
+    /// The first multiple of `every` after `clock`.
     fn after(every: Clock, clock: Clock) -> Clock {
         (clock / every + 1) * every
+    }
+
+    /// The first cut clock (checkpoint or evaluation) after `clock`; 0 when there are none.
+    fn next_after(&self, clock: Clock) -> Clock {
+        [self.every, self.eval_every]
+            .into_iter()
+            .filter(|&e| e > 0)
+            .map(|e| Self::after(e, clock))
+            .min()
+            .unwrap_or(0)
+    }
+
+    fn is_checkpoint(&self, c: Clock) -> bool {
+        self.every > 0 && c.is_multiple_of(self.every)
+    }
+
+    fn is_eval(&self, c: Clock) -> bool {
+        self.eval_every > 0 && c.is_multiple_of(self.eval_every)
     }
 }
 
@@ -302,16 +327,25 @@ impl PsShardCore {
         {
             return Err(PsCoreError::InvalidConfig(reason));
         }
-        self.cuts = ClockCuts {
-            every,
-            next: if every > 0 {
-                ClockCuts::after(every, self.min_clock)
-            } else {
-                0
-            },
-            ..ClockCuts::default()
-        };
+        self.cuts.every = every;
+        self.reset_cuts();
         Ok(())
+    }
+
+    /// Keeps the tables at every clock `c` that is a multiple of `every` (0: none) and above
+    /// the current min clock, for the monitor's history ([`Self::take_eval_cuts`]): exactly
+    /// as [`Self::enable_checkpoints`] when every table's rule keeps its state in the row;
+    /// with another rule (adagrad, adarevision, custom) a cut is the rows at the moment the
+    /// min clock reached `c`, which may hold updates of faster workers.
+    pub fn enable_eval_cuts(&mut self, every: Clock) {
+        self.cuts.eval_every = every;
+        self.reset_cuts();
+    }
+
+    fn reset_cuts(&mut self) {
+        self.cuts.exact = not_checkpointable(self.tables.values().map(|t| &t.spec)).is_none();
+        self.cuts.open.clear();
+        self.cuts.next = self.cuts.next_after(self.min_clock);
     }
 
     /// The checkpoints completed since the last call: `(clock, every table's rows as of
@@ -320,12 +354,17 @@ impl PsShardCore {
         std::mem::take(&mut self.cuts.ready)
     }
 
+    /// The evaluation cuts completed since the last call, in clock order (see
+    /// [`Self::enable_eval_cuts`]).
+    pub fn take_eval_cuts(&mut self) -> Vec<(Clock, Vec<TableSnapshot>)> {
+        std::mem::take(&mut self.cuts.eval_ready)
+    }
+
     /// Opens a cut at every checkpoint clock in `(min_clock, clock]` that has none: the
     /// first update of clock `clock` is about to be applied, so the rows hold only updates
     /// of clocks below each of those.
     fn open_cuts_up_to(&mut self, clock: Clock) {
-        let every = self.cuts.every;
-        if every == 0 {
+        if self.cuts.next == 0 || !self.cuts.exact {
             return;
         }
         let mut c = self.cuts.next;
@@ -341,14 +380,13 @@ impl PsShardCore {
                     .collect();
                 self.cuts.open.insert(c, rows);
             }
-            c += every;
+            c = self.cuts.next_after(c);
         }
     }
 
     /// Emits every checkpoint clock the min clock has reached.
     fn close_cuts(&mut self) {
-        let every = self.cuts.every;
-        while every > 0 && self.cuts.next <= self.min_clock {
+        while self.cuts.next > 0 && self.cuts.next <= self.min_clock {
             let c = self.cuts.next;
             let snapshot = match self.cuts.open.remove(&c) {
                 Some(cut) => cut
@@ -363,8 +401,15 @@ impl PsShardCore {
                 // No update of clock >= c arrived: the live rows are the cut.
                 None => self.snapshot(),
             };
-            self.cuts.ready.push((c, snapshot));
-            self.cuts.next = c + every;
+            if self.cuts.is_eval(c) && self.cuts.is_checkpoint(c) {
+                self.cuts.eval_ready.push((c, snapshot.clone()));
+                self.cuts.ready.push((c, snapshot));
+            } else if self.cuts.is_eval(c) {
+                self.cuts.eval_ready.push((c, snapshot));
+            } else {
+                self.cuts.ready.push((c, snapshot));
+            }
+            self.cuts.next = self.cuts.next_after(c);
         }
     }
 

@@ -131,6 +131,20 @@ pub trait PsApp: Sized + Send + Sync + 'static {
         Duration::from_millis(100)
     }
 
+    /// Clocks between two points of the history: every shard keeps its tables at each
+    /// multiple of it ([`crate::core::shard::PsShardCore::enable_eval_cuts`]) for the
+    /// monitor ([`MonitorCtx::eval_cuts`]). 0 (the default): none kept.
+    fn eval_every(&self) -> u64 {
+        0
+    }
+
+    /// The progress points a full run with `cfg` records (the progress bar's length and
+    /// its estimate of the time left), when known before the run.
+    fn progress_points(cfg: &Self::Config) -> Option<u64> {
+        let _ = cfg;
+        None
+    }
+
     /// One evaluation with the reports that arrived since the last one; `all_done` when
     /// every worker sent its final report (this is the last call). `Some(reason)` asks every
     /// worker to stop at its next clock.

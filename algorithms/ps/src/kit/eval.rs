@@ -1,6 +1,8 @@
-//! What the apps that evaluate the tables on a timer share (ps-mf, ps-lr): the curve, the
-//! target and time stop rule, the monitor's checkpoint, and the run's output files.
+//! What the apps that evaluate the tables every `eval_every` clocks share (ps-mf, ps-lr):
+//! the curve, the target and time stop rule, the monitor's checkpoint, and the run's output
+//! files.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -9,6 +11,7 @@ use petrel_ml::model::{MODEL_FILE, SavedModel};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::core::shard::TableSnapshot;
 use crate::core::stats::StalenessStats;
 use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
@@ -26,16 +29,21 @@ pub trait EvalPoint: Copy {
 pub type Tables = std::collections::HashMap<TableId, std::collections::HashMap<RowId, Row>>;
 
 /// An evaluating monitor's state: the curve, when the target was first reached (seconds,
-/// clock), and the workers' final reports.
+/// clock), the workers' final reports and the shards' evaluation cuts not yet complete.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct EvalMonitor<P> {
-    /// One point per evaluation, the first one the initial model's (step 0).
+    /// One point per evaluated clock, the first one the initial model's (step 0), then
+    /// every multiple of the app's `eval_every` and the workers' last clock, each measured
+    /// on the tables as of that clock.
     pub curve: Vec<P>,
     /// When the target was first reached.
     pub reached: Option<(f64, u64)>,
     /// The workers' final reports.
     #[serde(skip)]
     pub reports: Vec<WorkerDone>,
+    /// Evaluation cuts some shards have sent, by clock: each shard's tables.
+    #[serde(skip)]
+    pending: BTreeMap<u64, Vec<Vec<TableSnapshot>>>,
 }
 
 impl<P> Default for EvalMonitor<P> {
@@ -44,14 +52,17 @@ impl<P> Default for EvalMonitor<P> {
             curve: Vec::new(),
             reached: None,
             reports: Vec::new(),
+            pending: BTreeMap::new(),
         }
     }
 }
 
 impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
-    /// One evaluation: first `initial` (the model before any update, whatever the workers
-    /// did before this first snapshot), then `eval` of the tables at `(seconds, clock)`.
-    /// Asks the workers to stop once `reached` holds or `max_seconds` passed.
+    /// One evaluation: first `initial` (the model before any update, step 0), then `eval`
+    /// of the tables at each evaluation clock every shard has completed since (the shards'
+    /// cuts, [`crate::PsApp::eval_every`]) and, once `all_done`, of the final tables at the
+    /// workers' last clock. Asks the workers to stop once `reached` holds or `max_seconds`
+    /// passed.
     #[allow(clippy::too_many_arguments)] // the app's three figures and its limits
     pub async fn observe(
         &mut self,
@@ -60,33 +71,67 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
         all_done: bool,
         max_seconds: f64,
         initial: impl FnOnce() -> P,
-        eval: impl FnOnce(Tables, f64, u64) -> P,
+        eval: impl Fn(Tables, f64, u64) -> P,
         reached: impl Fn(&P) -> bool,
     ) -> Result<Option<String>, PsError> {
         self.reports.extend(reports);
         if self.curve.is_empty() {
-            self.curve.push(initial());
+            self.add(ctx, initial(), 0.0, &reached);
         }
-        let (tables, clock) = ctx.tables().await?;
+        for state in ctx.eval_cuts().await? {
+            for (clock, tables) in state.eval_cuts {
+                self.pending.entry(clock).or_default().push(tables);
+            }
+        }
         let t = ctx.elapsed_s();
-        let p = eval(tables, t, clock);
+        let n_shards = ctx.layout.n_shards() as usize;
+        while let Some(entry) = self.pending.first_entry() {
+            if entry.get().len() < n_shards {
+                break;
+            }
+            let (clock, parts) = entry.remove_entry();
+            self.add(ctx, eval(merge(parts), t, clock), t, &reached);
+        }
+        if all_done {
+            // Every worker left after its last update: the live tables are the final model.
+            let last = self.reports.iter().map(|r| r.clocks).max().unwrap_or(0);
+            if self.curve.last().is_none_or(|p| p.clock() < last) {
+                let (tables, _) = ctx.tables().await?;
+                self.add(ctx, eval(tables, t, last), t, &reached);
+            }
+            self.pending.clear();
+        }
+        if all_done {
+            return Ok(None);
+        }
+        let target = self.reached.and_then(|(_, clock)| {
+            let p = self.curve.iter().find(|p| p.clock() == clock)?;
+            Some((p.headline(), clock))
+        });
+        Ok(match target {
+            Some(((name, value), clock)) => Some(format!(
+                "target reached ({name} {value:.4} at clock {clock})"
+            )),
+            None if t >= max_seconds => Some(format!("max_seconds {max_seconds} passed")),
+            None => None,
+        })
+    }
+
+    /// Appends `p` unless the curve already has its clock (one point per clock).
+    fn add(&mut self, ctx: &MonitorCtx<'_>, p: P, t: f64, reached: &impl Fn(&P) -> bool) {
+        if self
+            .curve
+            .last()
+            .is_some_and(|last| last.clock() >= p.clock())
+        {
+            return;
+        }
         let (name, value) = p.headline();
         ctx.progress(name, value);
-        self.curve.push(p);
         if self.reached.is_none() && reached(&p) {
-            self.reached = Some((t, clock));
+            self.reached = Some((t, p.clock()));
         }
-        Ok(if all_done {
-            None
-        } else if self.reached.is_some() {
-            Some(format!(
-                "target reached ({name} {value:.4} at clock {clock})"
-            ))
-        } else if t >= max_seconds {
-            Some(format!("max_seconds {max_seconds} passed"))
-        } else {
-            None
-        })
+        self.curve.push(p);
     }
 
     /// The monitor's checkpoint at `clock`: the curve up to it (the resumed run evaluates
@@ -101,6 +146,7 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
                 .collect(),
             reached: self.reached.filter(|r| r.1 <= clock),
             reports: Vec::new(),
+            pending: BTreeMap::new(),
         })
     }
 
@@ -119,6 +165,15 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
         self.reached
             .map_or(self.curve.last().map_or(0, |p| p.clock()), |r| r.1)
     }
+}
+
+/// The tables of one clock from every shard's cut.
+fn merge(parts: Vec<Vec<TableSnapshot>>) -> Tables {
+    let mut out = Tables::new();
+    for snapshot in parts.into_iter().flatten() {
+        out.entry(snapshot.table).or_default().extend(snapshot.rows);
+    }
+    out
 }
 
 /// msgpack bytes of a checkpoint piece.

@@ -134,7 +134,7 @@ pub async fn serve_shards(
 
 async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<(), PsError> {
     let server_push = job.app.server_push();
-    if job.checkpointing.is_none() && server_push.is_none() {
+    if job.checkpointing.is_none() && server_push.is_none() && job.app.eval_every() == 0 {
         return serve_shards(&ctx, &job.layout, job.app.tables(), &job.app.rules()).await;
     }
     let resumed = job.resumed()?;
@@ -157,6 +157,7 @@ async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<()
                 ..cfg
             });
         }
+        core.enable_eval_cuts(job.app.eval_every());
         let mut on_checkpoint: Option<shells::OnCheckpoint> = None;
         if let Some((dir, every)) = job.writing() {
             core.enable_checkpoints(every)?;

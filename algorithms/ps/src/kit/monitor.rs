@@ -158,6 +158,18 @@ impl MonitorCtx<'_> {
         Ok((shells::merge_tables(&states), clock))
     }
 
+    /// Every shard's evaluation cuts completed since the last call (see
+    /// [`crate::PsApp::eval_every`]), in shard order.
+    pub async fn eval_cuts(&self) -> Result<Vec<ShardState>, PsError> {
+        shells::snapshot_all(
+            self.node,
+            self.layout,
+            ShardQuery::EvalCuts,
+            self.node.default_timeout(),
+        )
+        .await
+    }
+
     /// Waits until every shard's min clock is at least `clock`.
     pub async fn wait_for_min_clock(&self, clock: u64) -> Result<(), PsError> {
         shells::wait_for_min_clock(self.node, self.layout, clock).await

@@ -211,6 +211,26 @@ where
     })
 }
 
+/// History rows an evaluating app aims at when `eval_every` is not set.
+pub const HISTORY_ROWS: u64 = 40;
+
+/// Why the former `eval_ms` setting is refused (the history is taken per clock now).
+pub const EVAL_MS_REPLACED: &str = "was replaced by eval_every: the history now has one row \
+     every N clocks, each measured at its clock; use --eval-every N (or eval_every = N)";
+
+/// Clocks between two history rows: `eval_every`, else about [`HISTORY_ROWS`] rows over
+/// `clocks` clocks.
+pub fn eval_stride(eval_every: Option<u64>, clocks: u64) -> u64 {
+    eval_every.unwrap_or(clocks / HISTORY_ROWS).max(1)
+}
+
+/// The history rows (and progress points) of a run of `clocks` clocks at one every
+/// `stride`: step 0, every multiple of `stride`, and the last clock.
+pub fn history_points(stride: u64, clocks: u64) -> u64 {
+    let stride = stride.max(1);
+    1 + clocks / stride + u64::from(!clocks.is_multiple_of(stride))
+}
+
 /// `Serialize` and `Deserialize` of an app's settings struct that flattens groups, derived
 /// with `#[serde(remote = "Self")]` (the derived code becomes inherent functions) and read
 /// through [`read_flat`].

@@ -74,6 +74,8 @@ pub enum ShardQuery {
         /// The checkpoint directory (on the shard's host).
         dir: String,
     },
+    /// The evaluation cuts completed since the last such query (no live rows).
+    EvalCuts,
 }
 
 /// A shard's answer to a [`ShardQuery`].
@@ -94,5 +96,9 @@ pub struct ShardState {
     /// What this shard's server push has sent (all zero when it is off).
     #[serde(default)]
     pub server_push: ServerPushStats,
+    /// Set by `EvalCuts`: the tables at each evaluation clock completed since the last ask,
+    /// in clock order (`PsShardCore::enable_eval_cuts`).
+    #[serde(default)]
+    pub eval_cuts: Vec<(Clock, Vec<TableSnapshot>)>,
 }
 remote_message!(ShardQuery => ShardState, "petrel.ps.shard_query");

@@ -194,6 +194,18 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
                     checkpoint_clock: None,
                     workers_left: self.left as u32,
                     server_push: self.core.server_push_stats(),
+                    eval_cuts: Vec::new(),
+                });
+            }
+            ShardQuery::EvalCuts => {
+                return Ok(ShardState {
+                    shard: self.shard,
+                    min_clock: self.core.min_clock(),
+                    tables: Vec::new(),
+                    checkpoint_clock: None,
+                    workers_left: self.left as u32,
+                    server_push: self.core.server_push_stats(),
+                    eval_cuts: self.core.take_eval_cuts(),
                 });
             }
             ShardQuery::Snapshot => None,
@@ -211,6 +223,7 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
             checkpoint_clock,
             workers_left: self.left as u32,
             server_push: self.core.server_push_stats(),
+            eval_cuts: Vec::new(),
         })
     }
 }

@@ -397,6 +397,11 @@ impl PsApp for PsLda {
         Duration::from_millis(500)
     }
 
+    fn progress_points(cfg: &PsLdaSettings) -> Option<u64> {
+        // One point per pass and one after the initial assignment (iteration 0).
+        Some(cfg.iterations as u64 + 1)
+    }
+
     async fn observe(
         &self,
         m: &mut PsLdaMonitor,

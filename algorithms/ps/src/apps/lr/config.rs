@@ -47,9 +47,15 @@ pub struct PsLrSettings {
     /// Clocks per worker.
     #[arg(long = "clocks", default_value_t = 200)]
     pub max_clocks: u64,
-    /// Milliseconds between evaluations of the monitor.
-    #[arg(long, default_value_t = 250)]
-    pub eval_ms: u64,
+    /// Clocks between two rows of the history (`history.csv`), each the model as of that
+    /// clock (default: about 40 rows over the run).
+    #[arg(long, value_name = "N")]
+    pub eval_every: Option<u64>,
+    /// Replaced by `eval_every` (the history is taken per clock, not per time): refused
+    /// with a hint.
+    #[arg(long, hide = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_ms: Option<u64>,
     /// Stop once the held-out log-loss is at or below this.
     #[arg(long)]
     pub target_log_loss: Option<f64>,
@@ -95,17 +101,28 @@ impl PsLrSettings {
             c.at_least("synthetic_classes", self.synthetic_classes, 2);
         }
         c.fraction("test_fraction", self.test_fraction);
+        // A fixed SGD step above 10 on the log-loss only overshoots (its gradient is at most
+        // the size of a sample); Adagrad's and AdaRevision's alpha is a length, not a rate.
+        let (max_step, range) = match self.rule {
+            ServerRule::Sgd => (10.0, "must be in (0, 10] with rule sgd"),
+            ServerRule::Adagrad | ServerRule::AdaRevision => (100.0, "must be in (0, 100]"),
+        };
         c.require(
             self.learning_rate.is_finite()
                 && self.learning_rate > 0.0
-                && self.learning_rate <= 100.0,
+                && self.learning_rate <= max_step,
             "learning_rate",
             self.learning_rate,
-            "must be in (0, 100]",
+            range,
         );
         c.at_least("batch_size", self.batch_size, 1);
         c.at_least("max_clocks", self.max_clocks, 1);
-        c.at_least("eval_ms", self.eval_ms, 1);
+        if let Some(every) = self.eval_every {
+            c.at_least("eval_every", every, 1);
+        }
+        if let Some(ms) = self.eval_ms {
+            c.require(false, "eval_ms", ms, crate::kit::settings::EVAL_MS_REPLACED);
+        }
         self.stragglers.check(&mut c);
         c.require(
             !(self.files.checkpoint_dir.is_some() && self.checkpoint_every > 0)

@@ -9,8 +9,8 @@
 //! wide) and a worker sends the `z` it read beside its gradient. Worker `w` owns the training samples
 //! `i % n_workers == w`; per clock it takes its next mini-batch, reads the rows of the features
 //! present in it (`get_many`, under the job's consistency model), computes the softmax
-//! cross-entropy gradient and calls `clock()`. The monitor snapshots the shards every
-//! `eval_ms` and records held-out accuracy and log-loss; at the end it writes `model.json`
+//! cross-entropy gradient and calls `clock()`. Every `eval_every` clocks the monitor
+//! evaluates the shards' tables as of that clock and records held-out accuracy and log-loss; at the end it writes `model.json`
 //! (weights `n_features + 1` rows x `n_classes`, and the class labels) and `metrics.json`.
 //!
 //! Data: LIBSVM files (`label idx:val ...`; labels may be any numbers, mapped in sorted order to
@@ -21,7 +21,7 @@ use crate::core::stats::{ReadStats, StalenessReport};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
-use crate::kit::settings::{RunFiles, StragglerSettings};
+use crate::kit::settings::{RunFiles, StragglerSettings, eval_stride, history_points};
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx,
     WorkerDone, decode, pad_to, write_run,
@@ -38,7 +38,7 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The weights table.
 pub const WEIGHTS: TableId = TableId(0);
@@ -234,8 +234,13 @@ impl PsApp for PsLr {
         Ok(WorkerDone::of(ctx.client, WEIGHTS))
     }
 
-    fn eval_interval(&self) -> Duration {
-        Duration::from_millis(self.cfg.eval_ms.max(1))
+    fn eval_every(&self) -> u64 {
+        eval_stride(self.cfg.eval_every, self.cfg.max_clocks)
+    }
+
+    fn progress_points(cfg: &PsLrSettings) -> Option<u64> {
+        let clocks = cfg.max_clocks;
+        Some(history_points(eval_stride(cfg.eval_every, clocks), clocks))
     }
 
     async fn observe(

@@ -82,9 +82,15 @@ pub struct PsMfSettings {
     /// Stop once the held-out RMSE is at or below this.
     #[arg(long)]
     pub target_rmse: Option<f64>,
-    /// Milliseconds between evaluations of the monitor.
-    #[arg(long, default_value_t = 250)]
-    pub eval_ms: u64,
+    /// Clocks between two rows of the history (`history.csv`), each the model as of that
+    /// clock (default: about 40 rows over the run).
+    #[arg(long, value_name = "N")]
+    pub eval_every: Option<u64>,
+    /// Replaced by `eval_every` (the history is taken per clock, not per time): refused
+    /// with a hint.
+    #[arg(long, hide = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_ms: Option<u64>,
     /// Emulated compute time and stragglers.
     #[command(flatten)]
     #[serde(flatten)]
@@ -171,7 +177,12 @@ impl PsMfSettings {
         if let Some(t) = self.target_rmse {
             c.non_negative("target_rmse", t);
         }
-        c.at_least("eval_ms", self.eval_ms, 1);
+        if let Some(every) = self.eval_every {
+            c.at_least("eval_every", every, 1);
+        }
+        if let Some(ms) = self.eval_ms {
+            c.require(false, "eval_ms", ms, crate::kit::settings::EVAL_MS_REPLACED);
+        }
         c.at_least("server_push_tick_ms", self.server_push_tick_ms, 1);
         self.comm.check(&mut c);
         self.stragglers.check(&mut c);

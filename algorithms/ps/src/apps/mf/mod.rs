@@ -15,8 +15,9 @@
 //! between that and the real compute time): a persistent straggler (`straggler`) and transient
 //! ones (`transient_probability`), both a `StragglerModel`.
 //!
-//! The monitor snapshots the shards every `eval_ms`, computes the held-out RMSE of the global
-//! model, records the convergence curve, and tells every worker to stop once the target RMSE
+//! Every `eval_every` clocks each shard keeps its tables as of that clock; the monitor
+//! merges them, computes the held-out RMSE of the global model at that clock (one curve
+//! point per such clock, plus step 0 and the last clock), and tells every worker to stop once the target RMSE
 //! is reached or `max_seconds` passed (workers stop by themselves after `max_clocks`). It
 //! then collects the workers' staleness statistics and writes `model.json` and
 //! `metrics.json`.
@@ -28,7 +29,9 @@ use crate::core::stats::{ReadStats, StalenessReport};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
-use crate::kit::settings::{ManagedSettings, RunFiles, StragglerSettings};
+use crate::kit::settings::{
+    ManagedSettings, RunFiles, StragglerSettings, eval_stride, history_points,
+};
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsStep, WorkerCtx, WorkerDone,
     decode, encode, pad_to, write_run,
@@ -44,7 +47,7 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The users table.
 pub const USERS: TableId = TableId(0);
@@ -402,8 +405,13 @@ impl PsApp for PsMf {
         decode("ps-mf monitor checkpoint", saved)
     }
 
-    fn eval_interval(&self) -> Duration {
-        Duration::from_millis(self.cfg.eval_ms.max(1))
+    fn eval_every(&self) -> u64 {
+        eval_stride(self.cfg.eval_every, self.cfg.clocks())
+    }
+
+    fn progress_points(cfg: &PsMfSettings) -> Option<u64> {
+        let clocks = cfg.clocks();
+        Some(history_points(eval_stride(cfg.eval_every, clocks), clocks))
     }
 
     async fn observe(

@@ -82,6 +82,35 @@ fn checkpoint_cut_excludes_updates_of_fast_workers() {
 }
 
 #[test]
+fn eval_cuts_are_exact_at_their_own_stride_beside_checkpoints() {
+    let mut s = PsShardCore::new(2, vec![spec(Consistency::Ssp { staleness: 5 })]).unwrap();
+    s.enable_checkpoints(4).unwrap();
+    s.enable_eval_cuts(2);
+    for c in 0..5 {
+        step(&mut s, 0, c, c + 1);
+    }
+    for c in 0..4 {
+        step(&mut s, 1, c, c + 1);
+    }
+    // Min clock 4: evaluation cuts at 2 and 4, a checkpoint at 4, each without any update
+    // of worker 0's clock 4.
+    let evals = s.take_eval_cuts();
+    assert_eq!(evals.iter().map(|e| e.0).collect::<Vec<_>>(), [2, 4]);
+    assert_eq!(
+        evals[0].1[0].rows,
+        vec![(RowId(3), Row::Dense(vec![6.0, 6.0]))]
+    );
+    assert_eq!(
+        evals[1].1[0].rows,
+        vec![(RowId(3), Row::Dense(vec![20.0, 12.0]))]
+    );
+    let checkpoints = s.take_checkpoints();
+    assert_eq!(checkpoints.len(), 1);
+    assert_eq!(checkpoints[0], evals[1]);
+    assert!(s.take_eval_cuts().is_empty(), "each cut is handed out once");
+}
+
+#[test]
 fn checkpoint_without_fast_workers_is_the_live_table_and_restores_on_schedule() {
     let mut s = PsShardCore::new(2, vec![spec(Consistency::Bsp)]).unwrap();
     s.enable_checkpoints(3).unwrap();

@@ -29,8 +29,8 @@ pub struct LdaHeldout {
 }
 
 impl LdaHeldout {
-    /// The job's test corpus (`None` without `test_data`), read once and checked against
-    /// the training vocabulary of `vocab_size` words (the final evaluation's check).
+    /// The job's test corpus (`None` without `test_data`), read once, without the words
+    /// beyond the training vocabulary of `vocab_size` words (as the final evaluation).
     pub fn of(
         job: &LdaSettings,
         vocab_size: usize,
@@ -45,9 +45,11 @@ impl LdaHeldout {
             topic_word: vec![vec![0.0; vocab_size]],
             vocab: None,
         };
-        shape
-            .check_corpus(&corpus, path)
-            .map_err(petrel_ml::data::DataError::from)?;
+        // Words beyond the training vocabulary are dropped, as `petrel eval` drops them.
+        let (corpus, unseen) = shape.known_words(corpus);
+        if let Some(note) = unseen.note(path) {
+            tracing::warn!("{note}");
+        }
         Ok(Some(LdaHeldout {
             corpus,
             sweeps: job.heldout_sweeps,

@@ -222,6 +222,8 @@ impl LassoSettings {
         pick: impl FnOnce(&DesignShape) -> Result<Range<usize>, StradsError>,
         make_y: impl FnOnce(Vec<f32>) -> Result<Vec<f32>, StradsError>,
     ) -> Result<ColumnShare, StradsError> {
+        // Held across both passes: one parse, shared with this process's other workers.
+        let _parsed_once = petrel_ml::data::load_libsvm_shared(path).ok();
         let (mut labels, mut column_nnz) = (Vec::new(), Vec::<u32>::new());
         visit_libsvm(path, |label, row| {
             labels.push(label);

@@ -1,0 +1,439 @@
+//! A data file is parsed once per process and, across runs, once per version of the file.
+//!
+//! - **In the process**: the loaders of a file share one parsed value through an `Arc`,
+//!   keyed by the file (its canonical path, device, inode, size and modification time).
+//!   The registry keeps only a weak reference, so the value lives as long as some loader
+//!   holds it: workers that run as threads of one process and load at the same time parse
+//!   the file once (the others wait for the first), and nothing stays in memory after them.
+//! - **Across runs**: the parsed value is written next to the file as
+//!   `<file>.petrel-cache` (a header with a format version, the kind of data, the file's
+//!   size and modification time, the payload's length and checksum, then raw little-endian
+//!   arrays), written to a temporary file and renamed. A cache whose header does not
+//!   match the file, or whose checksum fails, is ignored and written again. Set
+//!   [`CACHE_ENV`]`=off` to neither read nor write it; a directory that is not writable
+//!   only costs a debug message. Files below [`MIN_CACHED_BYTES`] are not cached on disk:
+//!   they parse faster than a cache is read.
+//!
+//! A cached value passed the checks of the limits in force when it was written; a loader
+//! checks it again against the limits in force now and parses the text when it fails them,
+//! so the error is the one the text gives.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::hash::Hasher;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use rustc_hash::FxHasher;
+
+use super::limits::SizeRule;
+use super::{DataError, DataLimits};
+
+/// The environment variable that turns the binary cache off (`off`, `0`, `false`, `no`).
+pub const CACHE_ENV: &str = "PETREL_DATA__CACHE";
+/// Files smaller than this are not cached on disk.
+pub const MIN_CACHED_BYTES: u64 = 1 << 20;
+/// The suffix of a cache file.
+pub const CACHE_SUFFIX: &str = ".petrel-cache";
+
+const MAGIC: &[u8; 8] = b"PETRCACH";
+/// Bumped whenever a payload's layout or a parser's output changes.
+const VERSION: u32 = 1;
+const HEADER_BYTES: usize = 48;
+
+/// What identifies one version of a file.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct FileKey {
+    path: PathBuf,
+    device: u64,
+    inode: u64,
+    /// Size in bytes.
+    pub len: u64,
+    modified: (i64, u32),
+}
+
+impl FileKey {
+    /// The key of the regular file `path` opened as `file`; `None` for anything else (a
+    /// pipe's or a device's content is not a version of anything).
+    pub(crate) fn of(path: &Path, file: &std::fs::File) -> Result<Option<FileKey>, DataError> {
+        let meta = file.metadata().map_err(|e| DataError::io(path, e))?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let modified = match meta.modified() {
+            Ok(time) => match time.duration_since(std::time::UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
+                Err(e) => (
+                    -(e.duration().as_secs() as i64),
+                    e.duration().subsec_nanos(),
+                ),
+            },
+            Err(_) => return Ok(None),
+        };
+        #[cfg(unix)]
+        let (device, inode) = {
+            use std::os::unix::fs::MetadataExt;
+            (meta.dev(), meta.ino())
+        };
+        #[cfg(not(unix))]
+        let (device, inode) = (0, 0);
+        Ok(Some(FileKey {
+            path: std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+            device,
+            inode,
+            len: meta.len(),
+            modified,
+        }))
+    }
+
+    /// Whether `path` still is this version (after it was read through a map).
+    pub(crate) fn still(&self, path: &Path) -> bool {
+        std::fs::File::open(path)
+            .ok()
+            .and_then(|f| FileKey::of(path, &f).ok().flatten())
+            .is_some_and(|now| now == *self)
+    }
+}
+
+type Slot = Arc<Mutex<Option<Weak<dyn Any + Send + Sync>>>>;
+
+fn registry() -> &'static Mutex<HashMap<(FileKey, &'static str), Slot>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<(FileKey, &'static str), Slot>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+/// The value of `kind` for the file version `key`: the one another loader of this process
+/// holds, else what `load` gives (loaders of the same key wait for the first). A failed
+/// load is not kept: the next loader tries again and meets its own error.
+pub(crate) fn shared<T: Any + Send + Sync>(
+    key: &FileKey,
+    kind: &'static str,
+    load: impl FnOnce() -> Result<T, DataError>,
+) -> Result<Arc<T>, DataError> {
+    let slot = {
+        let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
+        // Drop the slots nobody holds or waits on, so the map stays the size of what lives.
+        map.retain(|_, slot| {
+            Arc::strong_count(slot) > 1
+                || slot
+                    .try_lock()
+                    .map_or(true, |v| v.as_ref().is_some_and(|w| w.strong_count() > 0))
+        });
+        map.entry((key.clone(), kind)).or_default().clone()
+    };
+    let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(value) = held.as_ref().and_then(Weak::upgrade)
+        && let Ok(value) = value.downcast::<T>()
+    {
+        return Ok(value);
+    }
+    let value = Arc::new(load()?);
+    let erased: Arc<dyn Any + Send + Sync> = value.clone();
+    *held = Some(Arc::downgrade(&erased));
+    Ok(value)
+}
+
+/// 0: [`CACHE_ENV`] decides; 1: on; 2: off.
+static FORCED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Turns the binary cache on or off for this process whatever [`CACHE_ENV`] says (`None`:
+/// it decides again), e.g. for a benchmark that times a cold parse.
+pub fn set_disk_cache(enabled: Option<bool>) {
+    let value = match enabled {
+        None => 0,
+        Some(true) => 1,
+        Some(false) => 2,
+    };
+    FORCED.store(value, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Where the binary cache is read and written.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DiskCache {
+    /// Whether to use it at all.
+    pub enabled: bool,
+    /// Files below this size are not cached.
+    pub min_bytes: u64,
+}
+
+impl DiskCache {
+    /// From [`CACHE_ENV`].
+    pub(crate) fn current() -> DiskCache {
+        #[cfg(test)]
+        if let Some(cache) = TEST_CACHE.with(|c| c.get()) {
+            return cache;
+        }
+        let forced = FORCED.load(std::sync::atomic::Ordering::Relaxed);
+        let off = if forced != 0 {
+            forced == 2
+        } else {
+            std::env::var(CACHE_ENV).is_ok_and(|v| {
+                matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "off" | "0" | "false" | "no"
+                )
+            })
+        };
+        DiskCache {
+            enabled: !off,
+            min_bytes: MIN_CACHED_BYTES,
+        }
+    }
+
+    fn applies(&self, key: &FileKey) -> bool {
+        self.enabled && key.len >= self.min_bytes
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// A cache setting tests force on the loaders they call.
+    pub(crate) static TEST_CACHE: std::cell::Cell<Option<DiskCache>> = const { std::cell::Cell::new(None) };
+}
+
+/// The cache file of `path`.
+pub fn cache_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(CACHE_SUFFIX);
+    PathBuf::from(name)
+}
+
+/// A value kept in the binary cache: its kind's tag and its payload.
+pub(crate) trait Cached: Sized {
+    /// Tells one kind of data from another in the header.
+    const KIND: u32;
+    /// Writes the payload.
+    fn encode(&self, out: &mut Encoder);
+    /// Reads the payload back; `None` if it does not decode.
+    fn decode(input: &mut Decoder<'_>) -> Option<Self>;
+    /// Whether it passes the limits and the size rule in force (a shared or cached value
+    /// was checked against those of the loader that parsed it).
+    fn fits(&self, limits: &DataLimits, size: &SizeRule, name: &Path) -> bool;
+}
+
+/// The parse of `kind` of the file version `key`: the one this process already holds, else
+/// the disk cache's, else `parse`'s (then cached). A value that does not fit this loader's
+/// limits is parsed again, so that the error is the text's own.
+pub(crate) fn load<T: Cached + Any + Send + Sync>(
+    path: &Path,
+    key: &FileKey,
+    kind: &'static str,
+    (limits, size): (&DataLimits, &SizeRule),
+    parse: impl Fn() -> Result<T, DataError>,
+) -> Result<Arc<T>, DataError> {
+    let held = shared(key, kind, || {
+        let disk = DiskCache::current();
+        if let Some(value) = read::<T>(path, key, disk)
+            && value.fits(limits, size, path)
+        {
+            return Ok(value);
+        }
+        let value = parse()?;
+        write(path, key, disk, &value);
+        Ok(value)
+    })?;
+    if held.fits(limits, size, path) {
+        Ok(held)
+    } else {
+        parse().map(Arc::new)
+    }
+}
+
+/// A payload being written: little-endian words and arrays, each array 8-byte aligned.
+#[derive(Default)]
+pub(crate) struct Encoder {
+    bytes: Vec<u8>,
+}
+
+impl Encoder {
+    pub(crate) fn u64(&mut self, v: u64) {
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+    }
+
+    /// An array of plain numbers (raw, in this machine's order: the cache is refused on a
+    /// big-endian machine, see [`read`]).
+    pub(crate) fn array<T: bytemuck::NoUninit>(&mut self, values: &[T]) {
+        let raw: &[u8] = bytemuck::cast_slice(values);
+        self.u64(raw.len() as u64);
+        self.bytes.extend_from_slice(raw);
+        self.bytes.resize(self.bytes.len().next_multiple_of(8), 0);
+    }
+}
+
+/// A payload being read.
+pub(crate) struct Decoder<'a> {
+    bytes: &'a [u8],
+}
+
+impl Decoder<'_> {
+    pub(crate) fn u64(&mut self) -> Option<u64> {
+        let (word, rest) = self.bytes.split_first_chunk::<8>()?;
+        self.bytes = rest;
+        Some(u64::from_le_bytes(*word))
+    }
+
+    pub(crate) fn array<T: bytemuck::NoUninit + bytemuck::AnyBitPattern>(
+        &mut self,
+    ) -> Option<Vec<T>> {
+        let len = usize::try_from(self.u64()?).ok()?;
+        if len % std::mem::size_of::<T>() != 0 || len > self.bytes.len() {
+            return None;
+        }
+        let values = bytemuck::allocation::pod_collect_to_vec(&self.bytes[..len]);
+        let padded = len.next_multiple_of(8).min(self.bytes.len());
+        self.bytes = &self.bytes[padded..];
+        Some(values)
+    }
+
+    /// Whether everything was read.
+    pub(crate) fn done(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// The checksum of a payload: FxHash over its 8-byte words (a bijection per word, so any
+/// single damaged word shows).
+fn checksum(bytes: &[u8]) -> u64 {
+    let mut hash = FxHasher::default();
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        hash.write_u64(u64::from_le_bytes(w));
+    }
+    for &b in words.remainder() {
+        hash.write_u8(b);
+    }
+    hash.write_u64(bytes.len() as u64);
+    hash.finish()
+}
+
+fn header(kind: u32, key: &FileKey, payload: &[u8]) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[0..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&kind.to_le_bytes());
+    h[16..24].copy_from_slice(&key.len.to_le_bytes());
+    h[24..32].copy_from_slice(&key.modified.0.to_le_bytes());
+    h[32..36].copy_from_slice(&key.modified.1.to_le_bytes());
+    // 36..40: zero.
+    h[40..48].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    h
+}
+
+/// The cached value of `path` (of version `key`), if a cache of this kind, version and
+/// file version is there and intact.
+pub(crate) fn read<T: Cached>(path: &Path, key: &FileKey, cache: DiskCache) -> Option<T> {
+    if !cache.applies(key) || cfg!(target_endian = "big") {
+        return None;
+    }
+    let file = cache_path(path);
+    let bytes = std::fs::read(&file).ok()?;
+    let why = check(&bytes, T::KIND, key);
+    let value = why.and_then(|payload| {
+        let mut input = Decoder { bytes: payload };
+        T::decode(&mut input).filter(|_| input.done())
+    });
+    if value.is_none() {
+        tracing::debug!(cache = %file.display(), "binary cache is stale or damaged; parsing the file");
+    }
+    value
+}
+
+/// The payload of a cache file, if its header matches `kind` and `key` and its checksum holds.
+fn check<'a>(bytes: &'a [u8], kind: u32, key: &FileKey) -> Option<&'a [u8]> {
+    let (head, rest) = bytes.split_first_chunk::<HEADER_BYTES>()?;
+    let (body, sum) = rest.split_last_chunk::<8>()?;
+    let want = header(kind, key, body);
+    (head == &want && u64::from_le_bytes(*sum) == checksum(body)).then_some(body)
+}
+
+/// Writes `value` as the cache of `path` (of version `key`), atomically; a failure is only
+/// a debug message (a read-only directory, a full disk).
+pub(crate) fn write<T: Cached>(path: &Path, key: &FileKey, cache: DiskCache, value: &T) {
+    if !cache.applies(key) || cfg!(target_endian = "big") {
+        return;
+    }
+    let mut payload = Encoder::default();
+    value.encode(&mut payload);
+    let body = payload.bytes;
+    let file = cache_path(path);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut tmp = file.clone().into_os_string();
+    tmp.push(format!(".tmp-{}-{nanos}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
+        f.write_all(&header(T::KIND, key, &body))?;
+        f.write_all(&body)?;
+        f.write_all(&checksum(&body).to_le_bytes())
+    });
+    let renamed = written.and_then(|()| std::fs::rename(&tmp, &file));
+    match renamed {
+        Ok(()) => tracing::debug!(cache = %file.display(), "wrote the binary cache"),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::debug!(cache = %file.display(), error = %e, "not writing the binary cache");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Numbers(Vec<u32>, Vec<f32>);
+
+    impl Cached for Numbers {
+        const KIND: u32 = 99;
+        fn encode(&self, out: &mut Encoder) {
+            out.array(&self.0);
+            out.array(&self.1);
+        }
+        fn decode(input: &mut Decoder<'_>) -> Option<Self> {
+            Some(Numbers(input.array()?, input.array()?))
+        }
+        fn fits(&self, _: &DataLimits, _: &SizeRule, _: &Path) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_cache_is_read_back_only_for_its_file_version_and_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.txt");
+        std::fs::write(&path, "abc").unwrap();
+        let key = FileKey::of(&path, &std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .unwrap();
+        let on = DiskCache {
+            enabled: true,
+            min_bytes: 0,
+        };
+        let value = Numbers(vec![1, 2, 3], vec![0.5, -0.0]);
+        write(&path, &key, on, &value);
+        let back: Numbers = read(&path, &key, on).unwrap();
+        assert_eq!(back.0, value.0);
+        assert_eq!(
+            back.1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            [0.5f32.to_bits(), (-0.0f32).to_bits()]
+        );
+        let mut other = key.clone();
+        other.len += 1;
+        assert!(read::<Numbers>(&path, &other, on).is_none());
+        let mut bytes = std::fs::read(cache_path(&path)).unwrap();
+        let n = bytes.len();
+        bytes[n - 12] ^= 1;
+        std::fs::write(cache_path(&path), &bytes).unwrap();
+        assert!(read::<Numbers>(&path, &key, on).is_none());
+        let off = DiskCache {
+            enabled: false,
+            min_bytes: 0,
+        };
+        write(&path, &key, on, &value);
+        assert!(read::<Numbers>(&path, &key, off).is_none());
+        assert!(read::<Numbers>(&path, &key, on).is_some());
+    }
+}

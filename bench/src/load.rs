@@ -1,0 +1,243 @@
+//! How fast petrel reads its data files: a LIBSVM, a ratings and a bag-of-words file of
+//! about `--mb` MB each (generated, or a LIBSVM file given with `--file`), each loaded
+//! cold (parsed from the text, the binary cache off) and from the binary cache next to
+//! the file. MB/s are 10^6 bytes of the text file a second; the file is read once before
+//! each timing, so the figures are the parse's, not the disk's.
+
+use petrel::report::{Table, fmt, print_json};
+use petrel_ml::data::{DataError, cache, load_bow, load_libsvm, load_ratings};
+use serde::Serialize;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// `petrel bench load`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LoadBenchArgs {
+    /// Size of each generated file, MB.
+    #[arg(long, default_value_t = 100)]
+    pub mb: usize,
+    /// A LIBSVM file to read instead of the generated one (its binary cache is written next
+    /// to it).
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Timed loads of each kind; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+}
+
+/// Why the bench failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadBenchError {
+    /// A file could not be loaded.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// A file could not be written.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The figures could not be printed.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
+/// The figures of the JSON line.
+#[derive(Debug, Serialize)]
+pub struct LoadFigures {
+    /// Cold LIBSVM parse, MB/s.
+    pub libsvm_mb_per_s: f64,
+    /// Cold ratings (TSV) parse, MB/s.
+    pub ratings_mb_per_s: f64,
+    /// Cold bag-of-words parse, MB/s.
+    pub bow_mb_per_s: f64,
+    /// Loads from the binary cache, all three files, MB of text a second.
+    pub cache_mb_per_s: f64,
+    /// Cores the parse ran on.
+    pub cores: usize,
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LoadBenchError {
+    let what = what.into();
+    move |source| LoadBenchError::Io { what, source }
+}
+
+/// A small xorshift: the files are the same on every run.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Writes the three files of about `mb` MB each into `dir`.
+fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], LoadBenchError> {
+    let target = mb << 20;
+    let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
+    let paths = [
+        dir.join("data.svm"),
+        dir.join("ratings.tsv"),
+        dir.join("docword.txt"),
+    ];
+    let create = |p: &Path| {
+        std::fs::File::create(p)
+            .map(std::io::BufWriter::new)
+            .map_err(io(format!("create {}", p.display())))
+    };
+    // LIBSVM: rows of up to 400 increasing indices below 10^6.
+    let mut w = create(&paths[0])?;
+    let mut written = 0;
+    let mut line = String::new();
+    while written < target {
+        line.clear();
+        let label = (rng.next() % 20_000) as f64 / 1000.0 - 10.0;
+        line.push_str(&format!("{label:.4}"));
+        let mut idx = 0;
+        for _ in 0..400 {
+            idx += 1 + rng.next() % 4999;
+            if idx > 1_000_000 {
+                break;
+            }
+            let v = (rng.next() % 2_000_000) as f64 / 1e6 - 1.0;
+            line.push_str(&format!(" {idx}:{v:.6}"));
+        }
+        line.push('\n');
+        written += line.len();
+        w.write_all(line.as_bytes()).map_err(io("write LIBSVM"))?;
+    }
+    w.flush().map_err(io("write LIBSVM"))?;
+    // Ratings: user, item, rating.
+    let mut w = create(&paths[1])?;
+    let mut written = 0;
+    while written < target {
+        let (u, i, r) = (
+            rng.next() % 500_000,
+            rng.next() % 20_000,
+            1 + rng.next() % 5,
+        );
+        let line = format!("{u}\t{i}\t{r}\n");
+        written += line.len();
+        w.write_all(line.as_bytes()).map_err(io("write ratings"))?;
+    }
+    w.flush().map_err(io("write ratings"))?;
+    // Bag of words: documents of up to 100 increasing word ids below 10^5.
+    let mut body = Vec::with_capacity(target + 64);
+    let (mut nnz, mut doc) = (0u64, 1u64);
+    while body.len() < target {
+        let mut word = 0;
+        for _ in 0..100 {
+            word += 1 + rng.next() % 1000;
+            if word > 100_000 {
+                break;
+            }
+            let count = 1 + rng.next() % 5;
+            body.extend_from_slice(format!("{doc} {word} {count}\n").as_bytes());
+            nnz += 1;
+        }
+        doc += 1;
+    }
+    let mut w = create(&paths[2])?;
+    let header = format!("{}\n100000\n{nnz}\n", doc - 1);
+    w.write_all(header.as_bytes())
+        .and_then(|()| w.write_all(&body))
+        .and_then(|()| w.flush())
+        .map_err(io("write bag of words"))?;
+    Ok(paths)
+}
+
+/// Loads `path` as `kind` once, returning seconds.
+fn load_once(kind: usize, path: &Path) -> Result<f64, LoadBenchError> {
+    // Read once first: the timing is the parse's, not the disk's.
+    std::hint::black_box(std::fs::read(path).map_err(io(format!("read {}", path.display())))?);
+    // The values are dropped after the timing: what is timed is what a loader waits for.
+    let started = Instant::now();
+    let loaded: Box<dyn std::any::Any> = match kind {
+        0 => Box::new(load_libsvm(path)?),
+        1 => Box::new(load_ratings(path)?),
+        _ => Box::new(load_bow(path, None)?),
+    };
+    let secs = started.elapsed().as_secs_f64();
+    drop(std::hint::black_box(loaded));
+    Ok(secs)
+}
+
+fn best(
+    repeat: usize,
+    mut f: impl FnMut() -> Result<f64, LoadBenchError>,
+) -> Result<f64, LoadBenchError> {
+    let mut best = f64::INFINITY;
+    for _ in 0..repeat.max(1) {
+        best = best.min(f()?);
+    }
+    Ok(best)
+}
+
+/// Runs the bench.
+pub fn run(args: LoadBenchArgs) -> Result<(), LoadBenchError> {
+    let dir = tempfile::tempdir().map_err(io("make a temporary directory"))?;
+    eprintln!(
+        "generating 3 files of {} MB in {}",
+        args.mb,
+        dir.path().display()
+    );
+    let mut paths = generate(dir.path(), args.mb)?;
+    if let Some(file) = &args.file {
+        paths[0] = file.clone();
+    }
+    let names = ["LIBSVM", "ratings (TSV)", "bag of words"];
+    let mut table = Table::new(&[
+        "format",
+        "MB",
+        "cold s",
+        "cold MB/s",
+        "cached s",
+        "cached MB/s",
+    ]);
+    let (mut cold, mut cached_bytes, mut cached_secs) = ([0.0; 3], 0.0, 0.0);
+    for (kind, path) in paths.iter().enumerate() {
+        let mb = std::fs::metadata(path)
+            .map_err(io(format!("stat {}", path.display())))?
+            .len() as f64
+            / 1e6;
+        cache::set_disk_cache(Some(false));
+        let cold_s = best(args.repeat, || load_once(kind, path))?;
+        cache::set_disk_cache(Some(true));
+        // The first load writes the cache; the timed ones read it.
+        load_once(kind, path)?;
+        let cached_s = best(args.repeat, || load_once(kind, path))?;
+        cache::set_disk_cache(None);
+        cold[kind] = mb / cold_s;
+        cached_bytes += mb;
+        cached_secs += cached_s;
+        table.row(vec![
+            names[kind].into(),
+            fmt(mb),
+            fmt(cold_s),
+            fmt(mb / cold_s),
+            fmt(cached_s),
+            fmt(mb / cached_s),
+        ]);
+    }
+    if let Some(file) = &args.file {
+        // Leave the user's directory as it was.
+        let _ = std::fs::remove_file(cache::cache_path(file));
+    }
+    table.print();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    print_json(&LoadFigures {
+        libsvm_mb_per_s: cold[0],
+        ratings_mb_per_s: cold[1],
+        bow_mb_per_s: cold[2],
+        cache_mb_per_s: cached_bytes / cached_secs,
+        cores,
+    })?;
+    Ok(())
+}
