@@ -146,7 +146,6 @@ fn check_worker(r: &P3WorkerReport) -> Result<(), RoleError> {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    petrel::init_tracing();
     let args = LaunchArgs::from_env();
     let job = Arc::new(P3Job {
         mode: Mode::P3,

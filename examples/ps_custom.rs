@@ -168,7 +168,6 @@ struct Cli {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    petrel::init_tracing();
     let cli = Cli::parse();
     // Two shards (the first also runs the monitor) and two workers; in process they talk
     // through memory, as processes over QUIC.

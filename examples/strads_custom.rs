@@ -171,7 +171,6 @@ impl StradsJob for Nnls {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    petrel::init_tracing();
     let args = LaunchArgs::from_env();
     // A cluster of one scheduler and two workers: threads of this process (talking through
     // memory), or processes and hosts (over QUIC).

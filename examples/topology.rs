@@ -180,7 +180,6 @@ async fn sensor_role(ctx: NodeContext) -> Result<(), NodeError> {
 // A failure ends the program with one line, `Error: ` and the error with its causes
 // (`LaunchError`'s `Debug` prints them, as `main` returning an error shows it).
 fn main() -> Result<(), LaunchError> {
-    petrel::init_tracing();
     let args = LaunchArgs::from_env();
     // 4. The topology: which nodes exist and which roles run where.
     let settings = Topology::builder("example")

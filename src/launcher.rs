@@ -418,8 +418,13 @@ impl Launched {
 
 /// Runs `cluster` as the command line says ([`LaunchArgs`]): the entry point of a program
 /// that composes its own cluster. A node started by `--processes` that fails exits here
-/// (its launcher reports the error); everywhere else errors are returned.
+/// (its launcher reports the error); everywhere else errors are returned. Logs go to
+/// stderr at `RUST_LOG` (default `info`) unless the program installed a `tracing`
+/// subscriber of its own before.
 pub fn launch(cluster: &Cluster, args: &LaunchArgs) -> Result<Launched, LaunchError> {
+    // Logging is on unless the program opted out: a subscriber it installed first wins
+    // (and `RUST_LOG=off` silences this one).
+    crate::init_tracing();
     launch_with(cluster, args.mode(), args.options()?)
 }
 
