@@ -54,8 +54,7 @@ fn owner_is_gone(dir: &Path) -> bool {
 /// returns them.
 pub fn remove_dead_run_dirs(tmp: &Path) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = petrel_net::private_files::current_uid();
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return Vec::new();
     };

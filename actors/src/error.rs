@@ -116,7 +116,7 @@ pub enum NodeError {
     #[error("configuration: {0}")]
     Config(String),
     /// A settings file or text could not be read or parsed (names the bad key or value).
-    #[error("settings {origin}: {}", at_most_300_chars(source.to_string()))]
+    #[error("settings {origin}: {}", at_most_300_bytes(source.to_string()))]
     Settings {
         /// The file, or "text" for settings parsed from a string.
         origin: String,
@@ -364,12 +364,12 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// `text`, cut to its first 300 characters: a parser's error quotes the offending key or
-/// value, which a file can make megabytes long.
-fn at_most_300_chars(text: String) -> String {
-    match text.char_indices().nth(300) {
-        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
-        None => text,
+/// `text`, cut to its first 300 bytes: a parser's error quotes the offending key or value,
+/// which a file can make megabytes long.
+fn at_most_300_bytes(text: String) -> String {
+    match petrel_messages::clip(&text, 300) {
+        start if start.len() < text.len() => format!("{start}… ({} bytes)", text.len()),
+        _ => text,
     }
 }
 

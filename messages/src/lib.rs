@@ -38,6 +38,16 @@ pub mod prelude {
 
 use serde::{Serialize, de::DeserializeOwned};
 
+/// At most `max_bytes` of `text`, cut at a character boundary: what an error quotes of
+/// input that a file, a flag or a peer can make megabytes long.
+pub fn clip(text: &str, max_bytes: usize) -> &str {
+    let mut end = text.len().min(max_bytes);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// A message that can cross the network, typed end to end.
 ///
 /// `TYPE_NAME` is the stable name on the wire; receivers look handlers up by it, so it must

@@ -70,8 +70,7 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     if !meta.is_dir() {
         return Err(io::Error::other("exists and is not a directory"));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = current_uid();
     if meta.uid() != me {
         return Err(io::Error::other(format!(
             "is owned by uid {}, not by this user (uid {me}): refused",
@@ -79,6 +78,12 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
         )));
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// This process's effective user id: who owns what it creates.
+pub fn current_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
 }
 
 #[cfg(test)]

@@ -83,9 +83,11 @@ pub struct InvalidNodeName {
 pub fn check_node_name(name: &str) -> Result<(), InvalidNodeName> {
     let bad = |why| {
         // A name can be anything a file or a flag held: quote only its start.
-        let quoted = match name.char_indices().nth(MAX_NODE_NAME_LEN + 1) {
-            Some((end, _)) => format!("{}…", &name[..end]),
-            None => name.to_string(),
+        let start = petrel_messages::clip(name, MAX_NODE_NAME_LEN + 1);
+        let quoted = if start.len() < name.len() {
+            format!("{start}…")
+        } else {
+            name.to_string()
         };
         Err(InvalidNodeName { name: quoted, why })
     };

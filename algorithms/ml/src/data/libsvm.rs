@@ -659,13 +659,9 @@ impl LibsvmParser<'_> {
     }
 }
 
-/// At most 200 bytes of `text`, cut at a character boundary: what an error quotes of it.
+/// At most 200 bytes of `text`: what an error quotes of it.
 pub(crate) fn clip(text: &str) -> &str {
-    let mut end = text.len().min(200);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    petrel_messages::clip(text, 200)
 }
 
 #[cfg(test)]
