@@ -4,6 +4,7 @@
 
 mod common;
 
+mod chaos_hostile_member;
 mod chaos_link_cut;
 mod cli;
 mod examples_run;

@@ -26,6 +26,7 @@
 // `address`, `error` and `node` stay public for existing paths; their types are re-exported
 // below, which is the way to name them.
 pub mod address;
+pub mod chaos;
 pub mod checkpoint;
 pub mod coordinator;
 pub mod durable;

@@ -571,6 +571,7 @@ impl Cluster {
         )
         .await?;
         node.net().set_membership_changing(false);
+        crate::chaos::arm(&node)?;
         agent.do_send(Joined);
         tracing::debug!(node = %name, id = %id, "joined cluster {}", s.cluster.name);
         Ok((

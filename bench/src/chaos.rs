@@ -250,6 +250,11 @@ pub enum Fault {
     Pause,
     /// Stalled 60 MiB frames from a member's certificate: the job must go on unharmed.
     Hostile,
+    /// A member's own node goes bad (armed by `PETREL_CHAOS_HOSTILE_MEMBER`, struck by
+    /// SIGUSR1): from its own socket it stalls frames, trickles frames and floods at control
+    /// priority; the victim disconnects it for the first two, and the job must finish.
+    #[serde(rename = "hostile-member")]
+    HostileMember,
     /// The victim's host link cut (nodes in network namespaces), shorter or longer than
     /// the failure timeout ([`CutCase`]).
     #[serde(rename = "link-cut")]
@@ -383,6 +388,12 @@ struct Figures {
     /// Hostile members that still held stalled frames open on the victim when the job
     /// ended (must be 0: a stolen key is never admitted).
     hostile_held: usize,
+    /// Rounds of attacks armed hostile members made (each: stall, trickle, flood), as
+    /// they logged them.
+    hostile_member_attacks: usize,
+    /// Of those rounds' stall and trickle attacks, the ones their victim disconnected
+    /// (two a round when every one was).
+    hostile_member_disconnected: usize,
     /// One record per faulted run, in order.
     per_run: Vec<RunRecord>,
     /// Wall time of each app's uninterrupted run.
@@ -405,8 +416,15 @@ fn train(
     out: &Path,
     max_restarts: u32,
     netns: Option<&str>,
+    hostile_member: Option<(&str, &str)>,
 ) -> Result<Child, BenchError> {
     let mut cmd = Command::new(std::env::current_exe().map_err(BenchError::io("current exe"))?);
+    if let Some((attacker, victim)) = hostile_member {
+        cmd.env(
+            petrel_actors::chaos::HOSTILE_MEMBER_ENV,
+            format!("{attacker}>{victim}"),
+        );
+    }
     cmd.args(["train", &app.name()]);
     if app != ChaosApp::P3 {
         cmd.args(["--transport", "processes"]);
@@ -435,12 +453,37 @@ fn train(
         std::fs::File::create(stdout_file(out)).map_err(BenchError::io("the run's stdout file"))?;
     let errors = std::fs::File::create(out.with_extension("stderr"))
         .map_err(BenchError::io("the run's stderr file"))?;
-    // The transport's warnings name refused and disconnected hostile members.
-    cmd.env("RUST_LOG", "error,petrel_net::quic=warn")
-        .stdout(log)
-        .stderr(errors)
-        .spawn()
-        .map_err(BenchError::io("spawn petrel train"))
+    // The transport's warnings name refused and disconnected hostile members; an armed
+    // member says what became of its attacks.
+    cmd.env(
+        "RUST_LOG",
+        "error,petrel_net::quic=warn,petrel_actors::chaos=warn",
+    )
+    .stdout(log)
+    .stderr(errors)
+    .spawn()
+    .map_err(BenchError::io("spawn petrel train"))
+}
+
+/// What an armed hostile member said of each round of its attacks, from the run's
+/// stdout and stderr (`stall: disconnected (TooSlow) after 2.1 s; trickle: …; flood: …`).
+fn member_attacks(out: &Path) -> Vec<String> {
+    const SAID: &str = "hostile member attacked: ";
+    [stdout_file(out), out.with_extension("stderr")]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|text| {
+            let lines: Vec<String> = text
+                .lines()
+                .filter_map(|l| {
+                    let said = l.split_once(SAID)?.1;
+                    // The log line's fields (` node=… victim=…`) follow the message.
+                    Some(said.split(" node=").next().unwrap_or(said).to_string())
+                })
+                .collect();
+            lines
+        })
+        .collect()
 }
 
 /// Where a run's stdout goes: beside its output directory (stderr beside it too).
@@ -801,7 +844,7 @@ fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
         .map(|run| {
             let fault = args.faults[rng.gen_range(0..args.faults.len())];
             let app = args.apps[run % args.apps.len()];
-            let (victim, impostor) = if fault == Fault::Hostile {
+            let (victim, impostor) = if matches!(fault, Fault::Hostile | Fault::HostileMember) {
                 let pairs = app.hostile_pairs(args.workers);
                 let (victim, impostor) = pairs[rng.gen_range(0..pairs.len())].clone();
                 (victim, Some(impostor))
@@ -916,7 +959,7 @@ fn reference_runs(
         }
         let out = root.join(format!("reference-{}", app.name()));
         let started = Instant::now();
-        let mut child = train(app, args, &out, 0, None)?;
+        let mut child = train(app, args, &out, 0, None, None)?;
         if wait_for(&mut child, limit)? != Some(true) {
             return Err(BenchError::Incomplete(format!(
                 "the uninterrupted {} reference run failed (its output: {})",
@@ -968,7 +1011,11 @@ fn faulted_run(
     figures: &mut Figures,
 ) -> Result<Ran, BenchError> {
     let started = Instant::now();
-    let mut child = train(planned.app, args, out, 2, netns.map(|h| h.prefix.as_str()))?;
+    let armed = (planned.fault == Fault::HostileMember)
+        .then(|| Some((planned.impostor.as_deref()?, planned.victim.as_str())))
+        .flatten();
+    let netns_prefix = netns.map(|h| h.prefix.as_str());
+    let mut child = train(planned.app, args, out, 2, netns_prefix, armed)?;
     let (injected, hostile, cut_record) =
         inject(args, out, &mut child, started, limit, planned, netns)?;
     let finished = wait_for(&mut child, limit.saturating_sub(started.elapsed()))?;
@@ -982,8 +1029,19 @@ fn faulted_run(
             fmt(c.failure_timeout_s)
         ));
     }
-    if let Some(impostor) = &planned.impostor {
-        fault_label.push_str(&format!(" with {impostor}'s certificate"));
+    match &planned.impostor {
+        Some(attacker) if planned.fault == Fault::HostileMember => {
+            let attacks = member_attacks(out);
+            figures.hostile_member_attacks += attacks.len();
+            figures.hostile_member_disconnected += attacks
+                .iter()
+                .map(|a| a.matches("disconnected").count())
+                .sum::<usize>();
+            let last = attacks.last().map_or("no attack logged", String::as_str);
+            fault_label.push_str(&format!(" by {attacker} ({last})"));
+        }
+        Some(impostor) => fault_label.push_str(&format!(" with {impostor}'s certificate")),
+        None => {}
     }
     if let Some(member) = hostile {
         let outcome = member.stop();
@@ -1032,12 +1090,18 @@ fn inject(
             if let (Some(cut), Some(hosts)) = (planned.cut, netns) {
                 cut_record = cut_link(hosts, out, &planned.victim, cut, child, started + limit)?;
                 injected = cut_record.is_some();
+            } else if planned.fault == Fault::HostileMember {
+                let attacker = planned.impostor.as_deref().unwrap_or_default();
+                if let Some(pid) = node_pid(out, attacker) {
+                    signal(pid, libc::SIGUSR1);
+                    injected = true;
+                }
             } else if let Some(impostor) = &planned.impostor {
                 hostile = Some(HostileMember::start(out, &planned.victim, impostor)?);
                 injected = true;
             } else if let Some(pid) = node_pid(out, &planned.victim) {
                 match planned.fault {
-                    Fault::Hostile | Fault::LinkCut => {}
+                    Fault::Hostile | Fault::HostileMember | Fault::LinkCut => {}
                     Fault::Kill => signal(pid, libc::SIGKILL),
                     Fault::Pause => {
                         signal(pid, libc::SIGSTOP);

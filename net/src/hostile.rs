@@ -265,6 +265,127 @@ pub async fn flood_frames(
     Ok(())
 }
 
+/// One attack of a member gone bad ([`misbehave`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attack {
+    /// [`StalledFrames::FIVE_OF_60_MIB`], held.
+    Stall,
+    /// [`StalledFrames::CONTROL_128_OF_64_KIB`], one more byte of each every second.
+    Trickle,
+    /// 256 complete 64 KiB frames at control priority, all at once: half of them
+    /// application messages, half forged heartbeats.
+    Flood,
+}
+
+impl Attack {
+    /// All three, in the order [`misbehave`] makes them.
+    pub const ALL: [Attack; 3] = [Attack::Stall, Attack::Trickle, Attack::Flood];
+}
+
+/// What became of one attack of [`misbehave`].
+#[derive(Clone, Debug)]
+pub struct AttackOutcome {
+    /// The attack.
+    pub attack: Attack,
+    /// Why the victim closed the connection; `None` if it did not within the hold time.
+    pub refused: Option<Refusal>,
+    /// How long the connection lasted.
+    pub lasted: Duration,
+    /// A connection or send that failed otherwise (e.g. the victim was gone).
+    pub error: Option<String>,
+}
+
+impl std::fmt::Display for AttackOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let attack = format!("{:?}", self.attack).to_lowercase();
+        match (self.refused, &self.error) {
+            (None, Some(e)) => write!(f, "{attack}: failed ({e})"),
+            (Some(why), _) => write!(
+                f,
+                "{attack}: disconnected ({why:?}) after {:.1} s",
+                self.lasted.as_secs_f64()
+            ),
+            (None, None) => write!(f, "{attack}: held {:.1} s", self.lasted.as_secs_f64()),
+        }
+    }
+}
+
+/// `net`'s node gone bad: makes `attacks` on `victim` one after another, each on a new
+/// connection from the node's own socket (so the victim admits it as this node: right
+/// certificate, right address), holding each until the victim closes it or `hold` passes.
+/// The node's own connections carry on meanwhile. For fault injection only.
+pub async fn misbehave(
+    net: &crate::Net,
+    victim: NodeId,
+    attacks: &[Attack],
+    hold: Duration,
+) -> Vec<AttackOutcome> {
+    let mut outcomes = Vec::new();
+    for &attack in attacks {
+        let started = tokio::time::Instant::now();
+        let outcome = |refused, error: Option<String>| AttackOutcome {
+            attack,
+            refused,
+            lasted: started.elapsed(),
+            error,
+        };
+        let Some(link) = net.quic_link() else {
+            outcomes.push(outcome(None, Some("not a QUIC transport".into())));
+            break;
+        };
+        let conn = match link.dial(victim).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                outcomes.push(outcome(refusal_of(&e), Some(e.to_string())));
+                continue;
+            }
+        };
+        let from = net.node().0;
+        let closed = match attack {
+            Attack::Stall => {
+                match open_stalled_frames(&conn, from, StalledFrames::FIVE_OF_60_MIB).await {
+                    Ok(_held) => tokio::time::timeout(hold, conn.closed()).await.ok(),
+                    Err(e) => {
+                        outcomes.push(outcome(refusal_of(&e), Some(e.to_string())));
+                        conn.close(quinn::VarInt::from_u32(0), b"done");
+                        continue;
+                    }
+                }
+            }
+            Attack::Trickle => {
+                let frames = StalledFrames::CONTROL_128_OF_64_KIB;
+                let every = Duration::from_secs(1);
+                tokio::time::timeout(hold, trickle_frames(&conn, from, frames, every))
+                    .await
+                    .ok()
+            }
+            Attack::Flood => {
+                let flood = |claimed| StalledFrames {
+                    claimed,
+                    ..StalledFrames::CONTROL_128_OF_64_KIB
+                };
+                let sent = match flood_frames(&conn, from, flood(Claimed::Application), 128).await {
+                    Ok(()) => flood_frames(&conn, from, flood(Claimed::Heartbeat), 128).await,
+                    Err(e) => Err(e),
+                };
+                // Served, not refused: a moment for the victim to read it is enough.
+                let served = hold.min(Duration::from_secs(2));
+                match sent {
+                    Ok(()) => tokio::time::timeout(served, conn.closed()).await.ok(),
+                    Err(e) => {
+                        outcomes.push(outcome(refusal_of(&e), Some(e.to_string())));
+                        conn.close(quinn::VarInt::from_u32(0), b"done");
+                        continue;
+                    }
+                }
+            }
+        };
+        conn.close(quinn::VarInt::from_u32(0), b"done");
+        outcomes.push(outcome(closed.as_ref().and_then(refusal), None));
+    }
+    outcomes
+}
+
 /// Why a node closed a hostile member's connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {

@@ -292,6 +292,14 @@ impl Net {
         &self.shared.cfg
     }
 
+    /// The QUIC link, `None` in memory.
+    pub(crate) fn quic_link(&self) -> Option<&QuicLink> {
+        match &self.shared.link {
+            Link::Quic(q) => Some(q),
+            Link::Memory(_) => None,
+        }
+    }
+
     /// The bound UDP address (QUIC) or `None` (memory).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         match &self.shared.link {

@@ -187,17 +187,9 @@ impl QuicLink {
             .close(VarInt::from_u32(CODE_SHUTDOWN), b"shutdown");
     }
 
-    async fn connection(&self, to: NodeId, stripe: usize) -> Result<Connection, NetError> {
-        let slot = {
-            let mut conns = self.conns.lock().map_err(|_| NetError::Closed)?;
-            conns.entry((to, stripe)).or_default().clone()
-        };
-        let mut guard = slot.lock().await;
-        if let Some(conn) = guard.as_ref()
-            && conn.close_reason().is_none()
-        {
-            return Ok(conn.clone());
-        }
+    /// A new connection to `to` from this node's socket (so it comes from this node's
+    /// registered address, with its certificate), outside the per-peer slots.
+    pub(crate) async fn dial(&self, to: NodeId) -> Result<Connection, NetError> {
         let addr = self
             .addrs
             .lock()
@@ -226,6 +218,21 @@ impl QuicLink {
             .await
             .map_err(|_| connect_err("timed out".into()))?
             .map_err(|e| connect_err(e.into()))?;
+        Ok(conn)
+    }
+
+    async fn connection(&self, to: NodeId, stripe: usize) -> Result<Connection, NetError> {
+        let slot = {
+            let mut conns = self.conns.lock().map_err(|_| NetError::Closed)?;
+            conns.entry((to, stripe)).or_default().clone()
+        };
+        let mut guard = slot.lock().await;
+        if let Some(conn) = guard.as_ref()
+            && conn.close_reason().is_none()
+        {
+            return Ok(conn.clone());
+        }
+        let conn = self.dial(to).await?;
         NetStats::bump(&self.stats.opened_connections, 1);
         *guard = Some(conn.clone());
         Ok(conn)

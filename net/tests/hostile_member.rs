@@ -8,8 +8,8 @@ use bytes::Bytes;
 use petrel_messages::runtime::Heartbeat;
 use petrel_messages::{EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority, RemoteMessage};
 use petrel_net::hostile::{
-    Claimed, StalledFrames, closed_for_hoarding, connect_as_member, flood_frames,
-    open_stalled_frames, trickle_frames,
+    Attack, Claimed, Refusal, StalledFrames, closed_for_hoarding, connect_as_member, flood_frames,
+    misbehave, open_stalled_frames, trickle_frames,
 };
 use petrel_net::{ClusterCredentials, Inbound, Net, NetConfig, PeerAddr};
 use std::net::SocketAddr;
@@ -199,4 +199,39 @@ async fn a_control_priority_flood_blocks_no_other_peers_heartbeats() {
         "a flood of complete frames is served: {st:?}"
     );
     assert!(st.received_messages >= 150, "{st:?}");
+}
+
+/// A member whose own node goes bad attacks from its own socket, so the node admits it
+/// (right certificate, right address): its stalled and trickled frames get it
+/// disconnected within seconds, each time named, and its flood is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_gone_bad_is_admitted_then_disconnected_for_stalling_and_trickling() {
+    let cfg = NetConfig::default();
+    let creds = ClusterCredentials::generate_cluster(&["node", "rogue"]).unwrap();
+    let (node, mut node_rx) = Net::quic(NODE, localhost(), &creds[0], cfg.clone()).unwrap();
+    let (rogue, _rogue_rx) = Net::quic(NodeId(ROGUE), localhost(), &creds[1], cfg).unwrap();
+    let rogue_addr = rogue.local_addr().unwrap();
+    node.add_peer(NodeId(ROGUE), "rogue", PeerAddr::Quic(rogue_addr));
+    rogue.add_peer(NODE, "node", PeerAddr::Quic(node.local_addr().unwrap()));
+    tokio::spawn(async move { while node_rx.recv().await.is_some() {} });
+    let outcomes = misbehave(&rogue, NODE, &Attack::ALL, Duration::from_secs(6)).await;
+    let got: Vec<(Attack, Option<Refusal>)> =
+        outcomes.iter().map(|o| (o.attack, o.refused)).collect();
+    assert!(
+        matches!(
+            got[..],
+            [
+                (Attack::Stall, Some(Refusal::Hoarding | Refusal::TooSlow)),
+                (Attack::Trickle, Some(Refusal::Hoarding | Refusal::TooSlow)),
+                (Attack::Flood, None),
+            ]
+        ),
+        "{outcomes:?}"
+    );
+    for o in &outcomes[..2] {
+        assert!(o.lasted < DISCONNECTED_WITHIN, "{o}");
+    }
+    assert!(outcomes[2].error.is_none(), "{}", outcomes[2]);
+    let st = node.stats();
+    assert_eq!(st.disconnected_names, ["rogue", "rogue"], "{st:?}");
 }
