@@ -8,6 +8,7 @@
 use std::process::Command;
 
 use crate::common;
+use crate::common::succeeded;
 
 use common::{PETREL, last_json_line, netns_skip};
 
@@ -28,12 +29,7 @@ fn bench_chaos_link_cuts_short_and_long_finish_identical() {
         .arg(dir.path())
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     let json: serde_json::Value = last_json_line(&stdout);
     for (key, want) in [
         ("runs", 2),

@@ -6,34 +6,25 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 
+use common::fixtures::demo_cluster;
 use common::{
-    PETREL, child_process, drain, free_port, has_manifest, kill_node_after_a_checkpoint, signal,
-    wait_until, wait_with_deadline, write_config,
+    PETREL, child_process, drain, failed, free_port, has_manifest, kill_node_after_a_checkpoint,
+    restarted_once, run_cmd, signal, succeeded, wait_until, wait_with_deadline, write_config,
 };
 
-const DEMO: &str = r#"
-[cluster]
-name = "t"
-heartbeat_interval_ms = 100
-failure_timeout_ms = 1000
-[[nodes]]
-name = "hub"
-roles = ["demo-aggregator"]
-[[nodes]]
-name = "w1"
-roles = ["demo-worker"]
-[[nodes]]
-name = "w2"
-roles = ["demo-worker"]
-[app.demo]
-rounds = 3
-tensor_len = 1024
-"#;
+/// A short demo job on three nodes that detect a failure within a second.
+fn demo() -> String {
+    demo_cluster(
+        "name = \"t\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 1000",
+        "",
+        "rounds = 3\ntensor_len = 1024",
+    )
+}
 
 #[test]
 fn petrel_run_brings_up_and_tears_down_a_multiprocess_cluster() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(dir.path(), DEMO);
+    let cfg = write_config(dir.path(), &demo());
     let out = Command::new(PETREL)
         .args([
             "run",
@@ -139,18 +130,7 @@ fn chaos(c: Chaos, fault: Fault) {
             .replace("OUT_DIR", &dir.path().join("out").display().to_string()),
     );
     let cfg = write_config(dir.path(), &cfg_text);
-    let st = Command::new(PETREL)
-        .args([
-            "certs",
-            "--dir",
-            certs.to_str().unwrap(),
-            "--config",
-            cfg.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::certs(&certs, &cfg, false);
     let spawn = |name: &str| {
         Command::new(PETREL)
             .args(["node", "--config", cfg.to_str().unwrap(), "--name", name])
@@ -455,7 +435,7 @@ fn petrel_run_rejects_bad_app_settings_before_starting_nodes() {
     for (extra, expected) in cases {
         let body = format!(
             "{}{extra}",
-            DEMO.replace("[app.demo]\nrounds = 3\ntensor_len = 1024\n", "")
+            demo().replace("[app.demo]\nrounds = 3\ntensor_len = 1024\n", "")
         );
         let cfg = write_config(dir.path(), &body);
         let start = Instant::now();
@@ -547,13 +527,7 @@ fn petrel_node_refuses_bad_identity_before_start() {
     );
     // Certificates from `petrel certs`; then w1's files replaced by hub's.
     let certs = dir.path().join("certs");
-    let st = Command::new(PETREL)
-        .args(["certs", "--dir", certs.to_str().unwrap(), "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::certs(&certs, &cfg, false);
     std::fs::copy(certs.join("hub.pem"), certs.join("w1.pem")).unwrap();
     std::fs::copy(certs.join("hub.key"), certs.join("w1.key")).unwrap();
     let err = node("w1");
@@ -584,19 +558,7 @@ fn bundles_run_a_cluster_with_ranks() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = fixed_config(dir.path());
     let certs = dir.path().join("ca");
-    let st = Command::new(PETREL)
-        .args([
-            "certs",
-            "--bundle",
-            "--dir",
-            certs.to_str().unwrap(),
-            "--config",
-        ])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::certs(&certs, &cfg, true);
     for (node, other) in [("hub", "w1"), ("w1", "hub")] {
         let b = certs.join("bundles").join(node);
         for f in [
@@ -763,11 +725,7 @@ fn train_lasso_restarts_after_a_killed_node_and_writes_the_uninterrupted_model()
     };
     let plain = dir.path().join("plain");
     let out = train(&plain, &["--max-restarts", "0"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let expected = std::fs::read(plain.join("coefficients.tsv")).unwrap();
     assert!(
         plain.join("checkpoints").is_dir(),
@@ -828,11 +786,7 @@ fn gauss_seidel_lasso_restarts_after_a_killed_worker_with_the_uninterrupted_mode
     };
     let plain = dir.path().join("plain");
     let out = train(&plain, "0").output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let expected = std::fs::read(plain.join("coefficients.tsv")).unwrap();
     let killed = dir.path().join("killed");
     let ckpt = killed.join("checkpoints");
@@ -873,12 +827,7 @@ fn bench_chaos_recovers_every_faulted_run() {
         ])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     let json: serde_json::Value =
         serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
     for (key, want) in [
@@ -933,12 +882,7 @@ fn bench_ps_moves_large_rows_through_shared_memory_between_processes() {
         .arg(shm.path())
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     let json: serde_json::Value =
         serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
     let size = &json["sizes"][0];
@@ -1150,50 +1094,49 @@ fn train_p3_restarts_after_a_killed_worker_and_saves_the_uninterrupted_model() {
 /// cluster file; w1 is SIGKILLed once the first checkpoint is complete; the run restarts
 /// from it and finishes with factors byte-identical to an uninterrupted run's. Without
 /// restarts left the same kill fails the run, naming the node.
+/// Writes to `path` a cluster file named `name` of `nodes` (name, quoted roles) on
+/// ephemeral ports, running the job that `petrel train <args> --print-job` prints.
+fn print_job_cluster(path: &Path, name: &str, nodes: &[(&str, &str)], args: &[&str]) {
+    let job = common::petrel_cmd(args)
+        .arg("--print-job")
+        .output()
+        .unwrap();
+    let mut text = format!("[cluster]\nname = \"{name}\"\n");
+    for (node, roles) in nodes {
+        text.push_str(&format!(
+            "[[nodes]]\nname = \"{node}\"\naddr = \"127.0.0.1:0\"\nroles = [{roles}]\n"
+        ));
+    }
+    text.push_str(&succeeded(&job));
+    std::fs::write(path, text).unwrap();
+}
+
 #[test]
 fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = |out: &Path| {
-        let job = Command::new(PETREL)
-            .args(["train", "strads-mf", "--print-job", "--iterations", "15"])
-            .args(["--seed", "1", "--checkpoint-dir"])
-            .arg(out.join("ckpt"))
-            .arg("--out")
-            .arg(out)
-            .output()
-            .unwrap();
-        assert!(job.status.success());
-        let mut text = String::from("[cluster]\nname = \"mf-restart\"\n");
-        for (node, role) in [
-            ("scheduler", "strads-mf-scheduler"),
-            ("w0", "strads-mf-worker"),
-            ("w1", "strads-mf-worker"),
-        ] {
-            text.push_str(&format!(
-                "[[nodes]]\nname = \"{node}\"\naddr = \"127.0.0.1:0\"\nroles = [\"{role}\"]\n"
-            ));
-        }
-        text.push_str(&String::from_utf8_lossy(&job.stdout));
         let path = out.with_extension("toml");
-        std::fs::write(&path, text).unwrap();
+        let ckpt = out.join("ckpt");
+        let nodes = [
+            ("scheduler", "\"strads-mf-scheduler\""),
+            ("w0", "\"strads-mf-worker\""),
+            ("w1", "\"strads-mf-worker\""),
+        ];
+        let args = ["train", "strads-mf", "--iterations", "15", "--seed", "1"];
+        let dirs = [
+            "--checkpoint-dir",
+            ckpt.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        print_job_cluster(&path, "mf-restart", &nodes, &[&args[..], &dirs].concat());
         path
     };
     let run = |cfg: &Path, restarts: &str| {
-        let mut cmd = Command::new(PETREL);
-        cmd.arg("run")
-            .arg(cfg)
-            .args(["--timeout-s", "240", "--max-restarts", restarts])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        cmd
+        run_cmd(cfg, &["--timeout-s", "240", "--max-restarts", restarts])
     };
     let plain = dir.path().join("plain");
-    let out = run(&cluster(&plain), "0").output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&run(&cluster(&plain), "0").output().unwrap());
 
     for (restarts, succeeds) in [("2", true), ("0", false)] {
         let killed = dir.path().join(format!("killed-{restarts}"));
@@ -1201,15 +1144,8 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
         let out = kill_node_after_a_checkpoint(child, "w1", Duration::from_secs(120), || {
             petrel::recovery::newest_checkpoint_round(&killed.join("ckpt")).is_some()
         });
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
         if succeeds {
-            assert!(out.status.success(), "{stderr}");
-            assert!(stdout.contains("after 1 restart"), "{stdout}");
-            assert!(
-                stdout.contains("restarting the cluster from the newest checkpoint"),
-                "{stdout}"
-            );
+            restarted_once(&out);
             for file in ["user_factors.tsv", "item_factors.tsv"] {
                 assert!(
                     std::fs::read(killed.join(file)).unwrap()
@@ -1218,7 +1154,7 @@ fn petrel_run_restarts_a_cluster_whose_worker_was_killed() {
                 );
             }
         } else {
-            assert!(!out.status.success());
+            let stderr = failed(&out);
             assert!(
                 stderr.contains("node w1 failed") && stderr.contains("gave up after 0 restart(s)"),
                 "{stderr}"
@@ -1406,60 +1342,42 @@ fn petrel_run_resumes_a_ps_cluster_whose_worker_was_killed() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let ckpt = dir.path().join("ckpt");
-    let job = Command::new(PETREL)
-        .args(["train", "ps-mf", "--print-job", "--consistency", "bsp"])
-        .args([
-            "--max-clocks",
-            "60",
-            "--clock-ms",
-            "40",
-            "--checkpoint-every",
-            "10",
-        ])
-        .arg("--checkpoint-dir")
-        .arg(&ckpt)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(job.status.success());
-    let mut text = String::from("[cluster]\nname = \"ps-restart\"\n");
-    for (node, roles) in [
+    let cfg = dir.path().join("cluster.toml");
+    let nodes = [
         ("shard-0", "\"ps-shard\", \"ps-monitor\""),
         ("worker-0", "\"ps-worker\""),
         ("worker-1", "\"ps-worker\""),
-    ] {
-        text.push_str(&format!(
-            "[[nodes]]\nname = \"{node}\"\naddr = \"127.0.0.1:0\"\nroles = [{roles}]\n"
-        ));
-    }
-    text.push_str(&String::from_utf8_lossy(&job.stdout));
-    let cfg = dir.path().join("cluster.toml");
-    std::fs::write(&cfg, text).unwrap();
-    let child = Command::new(PETREL)
-        .arg("run")
-        .arg(&cfg)
-        .args(["--timeout-s", "240", "--max-restarts", "2"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    ];
+    let job = [
+        "train",
+        "ps-mf",
+        "--consistency",
+        "bsp",
+        "--max-clocks",
+        "60",
+    ];
+    let every = ["--clock-ms", "40", "--checkpoint-every", "10"];
+    let dirs = [
+        "--checkpoint-dir",
+        ckpt.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    print_job_cluster(
+        &cfg,
+        "ps-restart",
+        &nodes,
+        &[&job[..], &every, &dirs].concat(),
+    );
+    let child = run_cmd(&cfg, &["--timeout-s", "240", "--max-restarts", "2"])
         .spawn()
         .unwrap();
     let done = kill_node_after_a_checkpoint(child, "worker-1", Duration::from_secs(120), || {
         petrel::ps::checkpoint::job_manifest_clocks(&ckpt).is_ok_and(|c| !c.is_empty())
     });
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&done.stdout),
-        String::from_utf8_lossy(&done.stderr),
-    );
-    assert!(done.status.success(), "{stderr}");
-    assert!(stdout.contains("after 1 restart"), "{stdout}");
-    assert!(
-        stdout.contains("restarting the cluster from the newest checkpoint"),
-        "{stdout}"
-    );
+    let (_, stderr) = restarted_once(&done);
     assert!(stderr.contains("resuming from a checkpoint"), "{stderr}");
-    let text = std::fs::read_to_string(out.join("metrics.json")).unwrap();
-    let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let m = common::metrics(&out);
     assert_eq!(m["worker_clocks"], serde_json::json!([60, 60]));
 }
 
@@ -1477,24 +1395,13 @@ fn petrel_run_checkpoints_by_default_and_a_killed_node_rolls_back_to_the_newest(
         small_lasso_job(dir.path(), name, "ckpt-default", &["w0", "w1"], &lines)
     };
     let run = |name: &str, extra: &[&str]| {
-        let mut cmd = Command::new(PETREL);
-        cmd.arg("run")
-            .arg(config(name))
-            .args(["--timeout-s", "120", "--run-dir"])
-            .arg(dir.path().join(format!("run-{name}")))
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut cmd = run_cmd(&config(name), &["--timeout-s", "120", "--run-dir"]);
+        cmd.arg(dir.path().join(format!("run-{name}"))).args(extra);
         cmd
     };
 
     // Uninterrupted, with the default turned off.
-    let plain = run("plain", &["--no-checkpoints"]).output().unwrap();
-    assert!(
-        plain.status.success(),
-        "{}",
-        String::from_utf8_lossy(&plain.stderr)
-    );
+    succeeded(&run("plain", &["--no-checkpoints"]).output().unwrap());
     assert!(
         !dir.path().join("run-plain/checkpoints/lasso").exists(),
         "--no-checkpoints wrote checkpoints"
@@ -1507,14 +1414,7 @@ fn petrel_run_checkpoints_by_default_and_a_killed_node_rolls_back_to_the_newest(
     let done = kill_node_after_a_checkpoint(child, "w1", Duration::from_secs(60), || {
         petrel::recovery::newest_checkpoint_round(&ckpt).is_some()
     });
-    let stdout = String::from_utf8_lossy(&done.stdout);
-    let stderr = String::from_utf8_lossy(&done.stderr);
-    assert!(done.status.success(), "{stderr}");
-    assert!(stdout.contains("after 1 restart"), "{stdout}");
-    assert!(
-        stdout.contains("restarting the cluster from the newest checkpoint"),
-        "{stdout}"
-    );
+    restarted_once(&done);
     let out = dir.path().join("killed");
     assert!(
         std::fs::read(out.join("coefficients.tsv")).unwrap() == expected,
@@ -1708,15 +1608,7 @@ fn nodes_that_loaded_different_data_stop_before_the_first_round() {
         path
     };
     let (cfg, cfg_stale) = (config("cluster.toml", &same), config("stale.toml", &stale));
-    let st = Command::new(PETREL)
-        .args(["certs", "--dir"])
-        .arg(dir.path().join("certs"))
-        .arg("--config")
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::certs(&dir.path().join("certs"), &cfg, false);
     let run = |w1_config: &Path| {
         let spawn = |name: &str, config: &Path| {
             drain(

@@ -5,7 +5,8 @@
 
 use crate::common;
 
-use common::{data, f, metrics, train};
+use common::{f, metrics, train_data};
+use std::path::Path;
 
 /// The history's records, after checking that every one has each of `keys` and that the
 /// first is step 0.
@@ -26,78 +27,46 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
     (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-12)
 }
 
-#[test]
-fn lasso_and_logistic_histories_carry_heldout_figures_from_step_0() {
-    let dir = tempfile::tempdir().unwrap();
-    // Lasso with its nodes as processes: the scheduler's process scores the test file.
-    let out = dir.path().join("lasso");
-    let svg = dir.path().join("lasso.svg");
-    let stdout = train(
-        "lasso",
-        &out,
-        &[
-            "--data",
-            data("regression.train").to_str().unwrap(),
-            "--test-data",
-            data("regression.test").to_str().unwrap(),
-            "--transport",
-            "processes",
-            "--workers",
-            "2",
-            "--plot",
-            svg.to_str().unwrap(),
-        ],
-    );
-    let m = metrics(&out);
-    let keys = [
-        "heldout_mse",
-        "heldout_rmse",
-        "heldout_r2",
-        "heldout_objective",
-    ];
-    let h = history(&m, &keys);
+/// The held-out figures a Lasso history must carry.
+const LASSO_HELDOUT: [&str; 4] = [
+    "heldout_mse",
+    "heldout_rmse",
+    "heldout_r2",
+    "heldout_objective",
+];
+
+/// The first and last records of Lasso run `name`'s history (metrics `m`), after checking
+/// that step 0 is the untrained model (R^2 near 0), training at least halves the held-out
+/// MSE to an R^2 above 0.8, and the last record has the final figures.
+fn lasso_heldout<'a>(
+    m: &'a serde_json::Value,
+    name: &str,
+) -> (&'a serde_json::Value, &'a serde_json::Value) {
+    let h = history(m, &LASSO_HELDOUT);
     let (first, last) = (&h[0], &h[h.len() - 1]);
-    // Step 0 is the untrained model: the intercept alone (the training mean), so R^2 near 0.
-    assert!(f(first, "heldout_r2").abs() < 0.1, "{first}");
+    assert!(f(first, "heldout_r2").abs() < 0.1, "{name}: {first}");
     assert!(
         f(last, "heldout_mse") < 0.5 * f(first, "heldout_mse"),
-        "{first} {last}"
+        "{name}: {first} {last}"
     );
-    assert!(f(last, "heldout_r2") > 0.8, "{last}");
+    assert!(f(last, "heldout_r2") > 0.8, "{name}: {last}");
     // The last record is the final model: the final figures, to rounding (1e-9 relative).
-    for k in keys {
-        assert!(close(f(last, k), f(&m["final"], k), 1e-9), "{k}: {last}");
+    for k in LASSO_HELDOUT {
+        assert!(
+            close(f(last, k), f(&m["final"], k), 1e-9),
+            "{name} {k}: {last} vs {}",
+            m["final"]
+        );
     }
-    let csv = std::fs::read_to_string(out.join("history.csv")).unwrap();
-    let header = csv.lines().next().unwrap();
-    assert!(
-        header.contains("heldout_mse") && header.contains("heldout_r2"),
-        "{header}"
-    );
-    assert!(
-        stdout.contains("plotted objective, heldout_objective to"),
-        "{stdout}"
-    );
-    let text = std::fs::read_to_string(&svg).unwrap();
-    assert!(text.contains("heldout_objective"));
+    (first, last)
+}
 
-    // Logistic: a record per round, the first with zero weights (log-loss ln 2).
-    let out = dir.path().join("logistic");
-    train(
-        "logistic",
-        &out,
-        &[
-            "--data",
-            data("classes.train").to_str().unwrap(),
-            "--test-data",
-            data("classes.test").to_str().unwrap(),
-            "--transport",
-            "memory",
-            "--workers",
-            "2",
-        ],
-    );
-    let m = metrics(&out);
+/// Trains logistic regression into `out` with `args` on the shipped class files and checks
+/// its held-out history: a record per round, the first with zero weights (log-loss ln 2).
+fn logistic_heldout(out: &Path, args: &[&str]) {
+    let files = [("--data", "classes.train"), ("--test-data", "classes.test")];
+    train_data("logistic", out, &files, args);
+    let m = metrics(out);
     let keys = ["heldout_accuracy", "heldout_log_loss", "heldout_objective"];
     let h = history(&m, &keys);
     let (first, last) = (&h[0], &h[h.len() - 1]);
@@ -118,18 +87,52 @@ fn lasso_and_logistic_histories_carry_heldout_figures_from_step_0() {
 }
 
 #[test]
+fn lasso_and_logistic_histories_carry_heldout_figures_from_step_0() {
+    let dir = tempfile::tempdir().unwrap();
+    // Lasso with its nodes as processes: the scheduler's process scores the test file.
+    let out = dir.path().join("lasso");
+    let svg = dir.path().join("lasso.svg");
+    let files = [
+        ("--data", "regression.train"),
+        ("--test-data", "regression.test"),
+    ];
+    let processes = ["--transport", "processes", "--workers", "2", "--plot"];
+    let stdout = train_data(
+        "lasso",
+        &out,
+        &files,
+        &[&processes[..], &[svg.to_str().unwrap()]].concat(),
+    );
+    // Step 0 is the untrained model: the intercept alone (the training mean).
+    lasso_heldout(&metrics(&out), "processes");
+    let csv = std::fs::read_to_string(out.join("history.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert!(
+        header.contains("heldout_mse") && header.contains("heldout_r2"),
+        "{header}"
+    );
+    assert!(
+        stdout.contains("plotted objective, heldout_objective to"),
+        "{stdout}"
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("heldout_objective"));
+
+    let memory = ["--transport", "memory", "--workers", "2"];
+    logistic_heldout(&dir.path().join("logistic"), &memory);
+}
+
+#[test]
 fn strads_mf_history_carries_the_test_rmse_of_every_rotation() {
     let dir = tempfile::tempdir().unwrap();
     for transport in ["memory", "processes"] {
         let out = dir.path().join(transport);
-        train(
+        let files = [("--data", "ratings.base"), ("--test-data", "ratings.test")];
+        train_data(
             "strads-mf",
             &out,
+            &files,
             &[
-                "--data",
-                data("ratings.base").to_str().unwrap(),
-                "--test-data",
-                data("ratings.test").to_str().unwrap(),
                 "--global-mean",
                 "--biases",
                 "--iterations",
@@ -165,19 +168,9 @@ fn strads_mf_history_carries_the_test_rmse_of_every_rotation() {
     }
 }
 
-/// The held-out figures a Lasso history must carry.
-const LASSO_HELDOUT: [&str; 4] = [
-    "heldout_mse",
-    "heldout_rmse",
-    "heldout_r2",
-    "heldout_objective",
-];
-
 #[test]
 fn lasso_with_several_schedulers_or_no_cluster_has_the_same_heldout_history() {
     let dir = tempfile::tempdir().unwrap();
-    let train_file = data("regression.train");
-    let test_file = data("regression.test");
     let runs: [(&str, &[&str]); 3] = [
         (
             "two-schedulers",
@@ -205,32 +198,15 @@ fn lasso_with_several_schedulers_or_no_cluster_has_the_same_heldout_history() {
     ];
     for (name, extra) in runs {
         let out = dir.path().join(name);
-        let mut args = vec![
-            "--data",
-            train_file.to_str().unwrap(),
-            "--test-data",
-            test_file.to_str().unwrap(),
+        let files = [
+            ("--data", "regression.train"),
+            ("--test-data", "regression.test"),
         ];
-        args.extend_from_slice(extra);
-        train("lasso", &out, &args);
+        train_data("lasso", &out, &files, extra);
         let m = metrics(&out);
-        let h = history(&m, &LASSO_HELDOUT);
-        let (first, last) = (&h[0], &h[h.len() - 1]);
+        let (first, last) = lasso_heldout(&m, name);
         // Step 0 is the untrained model, as on the single-scheduler path.
         assert_eq!(f(first, "nonzeros"), 0.0, "{name}: {first}");
-        assert!(f(first, "heldout_r2").abs() < 0.1, "{name}: {first}");
-        assert!(
-            f(last, "heldout_mse") < 0.5 * f(first, "heldout_mse"),
-            "{name}: {first} {last}"
-        );
-        assert!(f(last, "heldout_r2") > 0.8, "{name}: {last}");
-        for k in LASSO_HELDOUT {
-            assert!(
-                close(f(last, k), f(&m["final"], k), 1e-9),
-                "{name} {k}: {last} vs {}",
-                m["final"]
-            );
-        }
         // The objective of the records is the run's own (the training objective).
         assert!(
             close(f(last, "objective"), f(&m["final"], "objective"), 1e-9),
@@ -242,35 +218,7 @@ fn lasso_with_several_schedulers_or_no_cluster_has_the_same_heldout_history() {
 #[test]
 fn logistic_without_a_cluster_has_a_heldout_history_from_step_0() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("logistic-none");
-    train(
-        "logistic",
-        &out,
-        &[
-            "--data",
-            data("classes.train").to_str().unwrap(),
-            "--test-data",
-            data("classes.test").to_str().unwrap(),
-            "--transport",
-            "none",
-        ],
-    );
-    let m = metrics(&out);
-    let keys = ["heldout_accuracy", "heldout_log_loss", "heldout_objective"];
-    let h = history(&m, &keys);
-    let (first, last) = (&h[0], &h[h.len() - 1]);
-    assert!(
-        (f(first, "heldout_log_loss") - std::f64::consts::LN_2).abs() < 1e-9,
-        "{first}"
-    );
-    assert!(
-        f(last, "heldout_log_loss") < 0.8 * std::f64::consts::LN_2,
-        "{last}"
-    );
-    assert!(f(last, "heldout_accuracy") > 0.8, "{last}");
-    for k in keys {
-        assert!(close(f(last, k), f(&m["final"], k), 1e-9), "{k}: {last}");
-    }
+    logistic_heldout(&dir.path().join("logistic-none"), &["--transport", "none"]);
 }
 
 #[test]
@@ -280,16 +228,16 @@ fn lda_history_carries_the_heldout_perplexity_of_every_pass() {
     let mut histories = Vec::new();
     for transport in ["memory", "none"] {
         let out = dir.path().join(transport);
-        train(
+        let files = [
+            ("--docword", "docs.train"),
+            ("--vocab", "vocab.txt"),
+            ("--test-data", "docs.test"),
+        ];
+        train_data(
             "lda",
             &out,
+            &files,
             &[
-                "--docword",
-                data("docs.train").to_str().unwrap(),
-                "--vocab",
-                data("vocab.txt").to_str().unwrap(),
-                "--test-data",
-                data("docs.test").to_str().unwrap(),
                 "--topics",
                 "4",
                 "--iterations",

@@ -4,6 +4,7 @@
 //! no panic, no failed allocation), never in an allocation by what the file claims.
 
 use crate::common::PETREL;
+use crate::common::succeeded;
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -181,9 +182,5 @@ fn small_files_within_the_allowance_still_train() {
     );
     args.extend(["--clocks", "5"]);
     let run = limited(&args);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    succeeded(&run);
 }

@@ -32,15 +32,7 @@ fn three_nodes(dir: &Path) -> (std::path::PathBuf, [u16; 3]) {
     }
     text.push_str("[app.demo]\nrounds = 1\ntensor_len = 4\n");
     let cfg = write_config(dir, &text);
-    let certs = Command::new(PETREL)
-        .args(["certs", "--dir"])
-        .arg(dir.join("certs"))
-        .arg("--config")
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(certs.success());
+    common::certs(&dir.join("certs"), &cfg, false);
     (cfg, ports)
 }
 

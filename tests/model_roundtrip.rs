@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{data, f, failure, ok, train};
+use common::{data, f, failure, model, ok, petrel_cmd, train, train_data};
 use std::path::Path;
 
 /// `petrel eval`'s figures (its last stdout line is JSON).
@@ -38,18 +38,9 @@ fn predict(app: &str, model: &Path, extra: &[&str]) -> Vec<Vec<String>> {
 fn linear_models_round_trip_through_eval_and_predict() {
     let dir = tempfile::tempdir().unwrap();
     let lasso = dir.path().join("lasso");
-    let train_file = data("regression.train");
     let test_file = data("regression.test");
-    train(
-        "lasso",
-        &lasso,
-        &[
-            "--data",
-            train_file.to_str().unwrap(),
-            "--transport",
-            "memory",
-        ],
-    );
+    let memory = ["--transport", "memory"];
+    train_data("lasso", &lasso, &[("--data", "regression.train")], &memory);
     let figures = eval("lasso", &lasso, "regression.test");
     assert!(f(&figures, "r2") > 0.8, "{figures}");
     assert_eq!(f(&figures, "rows"), 100.0);
@@ -71,19 +62,9 @@ fn linear_models_round_trip_through_eval_and_predict() {
     assert!((mse - f(&figures, "mse")).abs() < 1e-5 * mse.max(1.0));
 
     let logistic = dir.path().join("logistic");
-    let train_file = data("classes.train");
-    train(
-        "logistic",
-        &logistic,
-        &[
-            "--data",
-            train_file.to_str().unwrap(),
-            "--transport",
-            "memory",
-        ],
-    );
-    let metrics =
-        |dir: &Path| -> serde_json::Value { common::json_file(&dir.join("metrics.json")) };
+    let classes = [("--data", "classes.train")];
+    train_data("logistic", &logistic, &classes, &memory);
+    let metrics = common::metrics;
     // The default solver (Gauss-Seidel) stops on the baseline's rule and says so.
     let m = metrics(&logistic);
     let reason = m["stop_reason"].as_str().unwrap();
@@ -92,18 +73,8 @@ fn linear_models_round_trip_through_eval_and_predict() {
     // The scheduled solver's automatic round limit is named as such, with the rounds
     // actually run.
     let scheduled = dir.path().join("logistic-scheduled");
-    train(
-        "logistic",
-        &scheduled,
-        &[
-            "--data",
-            train_file.to_str().unwrap(),
-            "--transport",
-            "memory",
-            "--solver",
-            "scheduled",
-        ],
-    );
+    let scheduled_args = ["--transport", "memory", "--solver", "scheduled"];
+    train_data("logistic", &scheduled, &classes, &scheduled_args);
     let m = metrics(&scheduled);
     let reason = m["stop_reason"].as_str().unwrap();
     let rounds = f(&m["final"], "rounds");
@@ -130,18 +101,8 @@ fn linear_models_round_trip_through_eval_and_predict() {
     }
 
     let ps_lr = dir.path().join("ps-lr");
-    train(
-        "ps-lr",
-        &ps_lr,
-        &[
-            "--data",
-            train_file.to_str().unwrap(),
-            "--workers",
-            "1",
-            "--shards",
-            "1",
-        ],
-    );
+    let one_each = ["--workers", "1", "--shards", "1"];
+    train_data("ps-lr", &ps_lr, &classes, &one_each);
     let figures = eval("ps-lr", &ps_lr, "classes.test");
     assert!(f(&figures, "accuracy") > 0.8, "{figures}");
     let rows = predict(
@@ -352,27 +313,35 @@ fn test_data_gives_heldout_figures_in_the_metrics_and_the_summary() {
     assert!(e.contains("regression.test row 1"), "{e}");
 }
 
+/// Trains `app` on `ratings.base` with `args` and then each of `variants` added, in turn;
+/// runs `check` on each run's output directory and its variant; returns the models'
+/// RMSEs on `ratings.test`.
+fn heldout_rmse_of_variants(
+    app: &str,
+    args: &[&str],
+    variants: &[&[&str]],
+    mut check: impl FnMut(&Path, &[&str]),
+) -> Vec<f64> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rmse = Vec::new();
+    for (i, extra) in variants.iter().enumerate() {
+        let out = dir.path().join(format!("run-{i}"));
+        let args = [args, extra].concat();
+        train_data(app, &out, &[("--data", "ratings.base")], &args);
+        check(&out, extra);
+        rmse.push(f(&eval(app, &out, "ratings.test"), "rmse"));
+    }
+    rmse
+}
+
 #[test]
 fn ps_mf_biases_are_saved_and_lower_the_heldout_rmse() {
     // examples/data's ratings have a bias per user and per item.
-    let dir = tempfile::tempdir().unwrap();
-    let base = data("ratings.base");
-    let mut rmse = Vec::new();
-    for biases in [false, true] {
-        let out = dir.path().join(format!("biases-{biases}"));
-        let mut args = vec![
-            "--data",
-            base.to_str().unwrap(),
-            "--workers",
-            "1",
-            "--shards",
-            "1",
-        ];
-        if biases {
-            args.push("--biases");
-        }
-        train("ps-mf", &out, &args);
-        let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
+    let one_each = ["--workers", "1", "--shards", "1"];
+    let variants: [&[&str]; 2] = [&[], &["--biases"]];
+    let rmse = heldout_rmse_of_variants("ps-mf", &one_each, &variants, |out, extra| {
+        let biases = !extra.is_empty();
+        let model = model(out);
         let user_bias = model["params"]["user_bias"].as_array().unwrap();
         assert_eq!(user_bias.len(), if biases { 80 } else { 0 });
         if biases {
@@ -382,8 +351,7 @@ fn ps_mf_biases_are_saved_and_lower_the_heldout_rmse() {
                 16
             );
         }
-        rmse.push(f(&eval("ps-mf", &out, "ratings.test"), "rmse"));
-    }
+    });
     assert!(
         rmse[1] < 0.95 * rmse[0],
         "rmse without / with biases: {rmse:?}"
@@ -392,7 +360,6 @@ fn ps_mf_biases_are_saved_and_lower_the_heldout_rmse() {
 
 #[test]
 fn strads_mf_global_mean_is_saved_and_lowers_the_heldout_rmse() {
-    let dir = tempfile::tempdir().unwrap();
     let base = data("ratings.base");
     let ratings: Vec<f64> = std::fs::read_to_string(&base)
         .unwrap()
@@ -400,33 +367,25 @@ fn strads_mf_global_mean_is_saved_and_lowers_the_heldout_rmse() {
         .map(|l| l.split('\t').nth(2).unwrap().parse().unwrap())
         .collect();
     let mean = ratings.iter().sum::<f64>() / ratings.len() as f64;
-    let mut rmse = Vec::new();
-    for global_mean in [false, true] {
-        let out = dir.path().join(format!("mean-{global_mean}"));
-        // The whole file trains (no test_fraction split), so the mean is the file's.
-        // Regularised (lambda 0.5): factors that must also carry the mean pay for it in the
-        // L2 term, which is where the mean is a real gain. At the default lambda 0.05 a
-        // rank-8 model overfits these 1,280 ratings and the difference is seed noise (it
-        // flipped when W became seeded per user); at 0.5 the mean wins for seeds 0-4.
-        let mut args = vec![
-            "--data",
-            base.to_str().unwrap(),
-            "--test-fraction",
-            "0",
-            "--transport",
-            "memory",
-            "--lambda",
-            "0.5",
-        ];
-        if global_mean {
-            args.push("--global-mean");
-        }
-        train("strads-mf", &out, &args);
-        let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
-        let saved = model["params"]["global_mean"].as_f64().unwrap();
+    // The whole file trains (no test_fraction split), so the mean is the file's.
+    // Regularised (lambda 0.5): factors that must also carry the mean pay for it in the
+    // L2 term, which is where the mean is a real gain. At the default lambda 0.05 a
+    // rank-8 model overfits these 1,280 ratings and the difference is seed noise (it
+    // flipped when W became seeded per user); at 0.5 the mean wins for seeds 0-4.
+    let args = [
+        "--test-fraction",
+        "0",
+        "--transport",
+        "memory",
+        "--lambda",
+        "0.5",
+    ];
+    let variants: [&[&str]; 2] = [&[], &["--global-mean"]];
+    let rmse = heldout_rmse_of_variants("strads-mf", &args, &variants, |out, extra| {
+        let global_mean = !extra.is_empty();
+        let saved = model(out)["params"]["global_mean"].as_f64().unwrap();
         assert!((saved - if global_mean { mean } else { 0.0 }).abs() < 1e-4);
-        rmse.push(f(&eval("strads-mf", &out, "ratings.test"), "rmse"));
-    }
+    });
     assert!(rmse[1] < rmse[0], "rmse without / with the mean: {rmse:?}");
 }
 
@@ -434,29 +393,18 @@ fn strads_mf_global_mean_is_saved_and_lowers_the_heldout_rmse() {
 fn strads_mf_biases_and_weighted_lambda_are_saved_and_lower_the_heldout_rmse() {
     // examples/data's ratings have a bias per user and per item: CCD++ with the two bias
     // coordinates fits them, on top of the global mean.
-    let dir = tempfile::tempdir().unwrap();
-    let base = data("ratings.base");
-    let mut rmse = Vec::new();
-    for extra in [
-        &[][..],
-        &["--biases"][..],
-        &["--biases", "--weighted-lambda"][..],
-    ] {
-        let out = dir.path().join(format!("run-{}", extra.len()));
-        let mut args = vec![
-            "--data",
-            base.to_str().unwrap(),
-            "--test-fraction",
-            "0",
-            "--global-mean",
-            "--transport",
-            "memory",
-            "--workers",
-            "2",
-        ];
-        args.extend_from_slice(extra);
-        train("strads-mf", &out, &args);
-        let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
+    let args = [
+        "--test-fraction",
+        "0",
+        "--global-mean",
+        "--transport",
+        "memory",
+        "--workers",
+        "2",
+    ];
+    let variants: [&[&str]; 3] = [&[], &["--biases"], &["--biases", "--weighted-lambda"]];
+    let rmse = heldout_rmse_of_variants("strads-mf", &args, &variants, |out, extra| {
+        let model = model(out);
         let biases = !extra.is_empty();
         let params = &model["params"];
         let user_bias = params["user_bias"].as_array().unwrap();
@@ -476,20 +424,19 @@ fn strads_mf_biases_and_weighted_lambda_are_saved_and_lower_the_heldout_rmse() {
         assert_eq!(params["user_factors"][0].as_array().unwrap().len(), 10);
         let factor_line = std::fs::read_to_string(out.join("user_factors.tsv")).unwrap();
         assert_eq!(factor_line.lines().next().unwrap().split('\t').count(), 11);
-        let metrics: serde_json::Value = common::metrics(&out);
+        let metrics = common::metrics(out);
         assert_eq!(metrics["settings"]["biases"], biases);
         assert_eq!(metrics["settings"]["weighted_lambda"], extra.len() == 2);
         // test_fraction 0: no test set, so no test figure (not the RMSE of nothing).
         assert!(metrics["final"].get("test_rmse").is_none(), "{metrics}");
         // The training RMSE the workers track is the saved model's.
-        let train_eval = f(&eval("strads-mf", &out, "ratings.base"), "rmse");
+        let train_eval = f(&eval("strads-mf", out, "ratings.base"), "rmse");
         let tracked = f(&metrics["final"], "train_rmse");
         assert!(
             (train_eval - tracked).abs() < 1e-3,
             "{train_eval} vs {tracked}"
         );
-        rmse.push(f(&eval("strads-mf", &out, "ratings.test"), "rmse"));
-    }
+    });
     assert!(
         rmse[1] < 0.95 * rmse[0],
         "held-out rmse without / with biases: {rmse:?}"
@@ -501,22 +448,9 @@ fn strads_mf_biases_and_weighted_lambda_are_saved_and_lower_the_heldout_rmse() {
 fn ps_histories_start_with_the_untrained_model_at_step_0() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("ps-mf");
-    let base = data("ratings.base");
-    let test = data("ratings.test");
-    train(
-        "ps-mf",
-        &out,
-        &[
-            "--data",
-            base.to_str().unwrap(),
-            "--test-data",
-            test.to_str().unwrap(),
-            "--workers",
-            "1",
-            "--shards",
-            "1",
-        ],
-    );
+    let one_each = ["--workers", "1", "--shards", "1"];
+    let files = [("--data", "ratings.base"), ("--test-data", "ratings.test")];
+    train_data("ps-mf", &out, &files, &one_each);
     let metrics = common::metrics(&out);
     let first = &metrics["history"][0];
     assert_eq!(first["step"], 0);
@@ -534,21 +468,8 @@ fn ps_histories_start_with_the_untrained_model_at_step_0() {
 
     // ps-lr starts from zero weights: uniform class probabilities, log-loss ln 2.
     let out = dir.path().join("ps-lr");
-    let (train_file, test) = (data("classes.train"), data("classes.test"));
-    train(
-        "ps-lr",
-        &out,
-        &[
-            "--data",
-            train_file.to_str().unwrap(),
-            "--test-data",
-            test.to_str().unwrap(),
-            "--workers",
-            "1",
-            "--shards",
-            "1",
-        ],
-    );
+    let files = [("--data", "classes.train"), ("--test-data", "classes.test")];
+    train_data("ps-lr", &out, &files, &one_each);
     let metrics = common::metrics(&out);
     let first = &metrics["history"][0];
     assert_eq!(first["step"], 0);
@@ -652,7 +573,7 @@ fn lasso_fit_intercept_matches_the_closed_form_of_one_centred_feature() {
                 transport,
             ],
         );
-        let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
+        let model = model(&out);
         let got_b = model["params"]["coefficients"][0].as_f64().unwrap();
         let got_b0 = f(&model["params"], "intercept");
         assert!((got_b - b).abs() < 1e-4, "{transport}: b {got_b} vs {b}");
@@ -705,34 +626,8 @@ fn lasso_fit_intercept_keeps_a_wide_sparse_design_sparse() {
         text.push('\n');
     }
     std::fs::write(&file, &text).unwrap();
-    let out = dir.path().join("none");
-    train(
-        "lasso",
-        &out,
-        &[
-            "--data",
-            file.to_str().unwrap(),
-            "--lambda",
-            "5",
-            "--fit-intercept",
-            "--transport",
-            "none",
-        ],
-    );
-    let metrics = std::fs::read_to_string(out.join("metrics.json")).unwrap();
-    let m: serde_json::Value = serde_json::from_str(&metrics).unwrap();
-    assert_eq!(m["converged"], true, "{}", m["stop_reason"]);
-    assert!(f(&m["final"], "kkt_violation") < 1e-3, "{}", m["final"]);
-    let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
-    let b: Vec<f64> = model["params"]["coefficients"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
-    assert!(b.iter().any(|v| *v != 0.0));
     // intercept = mean(y) - mean(X) . b, from the file.
-    let mut sums = vec![0.0f64; b.len()];
+    let mut sums = vec![0.0f64; d];
     for line in text.lines() {
         for pair in line.split_whitespace().skip(1) {
             let (j, v) = pair.split_once(':').unwrap();
@@ -740,53 +635,53 @@ fn lasso_fit_intercept_keeps_a_wide_sparse_design_sparse() {
         }
     }
     let y_mean = labels.iter().sum::<f64>() / n as f64;
-    let b0 = y_mean
-        - sums
+    // Trains `out` on the file; returns the coefficients after checking the intercept.
+    let train_centred = |out: &Path, args: &[&str]| -> Vec<f64> {
+        let data = ["--data", file.to_str().unwrap(), "--lambda", "5"];
+        train(
+            "lasso",
+            out,
+            &[&data[..], &["--fit-intercept"], args].concat(),
+        );
+        let model = model(out);
+        let b: Vec<f64> = model["params"]["coefficients"]
+            .as_array()
+            .unwrap()
             .iter()
-            .zip(&b)
-            .map(|(s, b)| s / n as f64 * b)
-            .sum::<f64>();
-    let got = f(&model["params"], "intercept");
-    assert!((got - b0).abs() < 1e-4 * b0.abs(), "{got} vs {b0}");
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(b.len(), d);
+        let b0 = y_mean
+            - sums
+                .iter()
+                .zip(&b)
+                .map(|(s, b)| s / n as f64 * b)
+                .sum::<f64>();
+        let got = f(&model["params"], "intercept");
+        assert!((got - b0).abs() < 1e-4 * b0.abs(), "{got} vs {b0}");
+        b
+    };
+    let out = dir.path().join("none");
+    let b = train_centred(&out, &["--transport", "none"]);
+    let m = common::metrics(&out);
+    assert_eq!(m["converged"], true, "{}", m["stop_reason"]);
+    assert!(f(&m["final"], "kkt_violation") < 1e-3, "{}", m["final"]);
+    assert!(b.iter().any(|v| *v != 0.0));
     // A cluster centres implicitly too: it runs, and its process never holds the 60
     // million cells (at 8 bytes a stored cell they alone would be 480 MB).
     let out = dir.path().join("memory");
-    train(
-        "lasso",
-        &out,
-        &[
-            "--data",
-            file.to_str().unwrap(),
-            "--lambda",
-            "5",
-            "--fit-intercept",
-            "--transport",
-            "memory",
-            "--workers",
-            "2",
-            "--max-rounds",
-            "3000",
-        ],
-    );
-    let metrics = std::fs::read_to_string(out.join("metrics.json")).unwrap();
-    let m: serde_json::Value = serde_json::from_str(&metrics).unwrap();
+    let memory = [
+        "--transport",
+        "memory",
+        "--workers",
+        "2",
+        "--max-rounds",
+        "3000",
+    ];
+    train_centred(&out, &memory);
+    let m = common::metrics(&out);
     let rss = f(&m["profile"], "scheduler_peak_rss_mb");
     assert!(rss < 300.0, "peak RSS {rss} MB");
-    let model: serde_json::Value = common::json_file(&out.join("petrel-model.json"));
-    let b: Vec<f64> = model["params"]["coefficients"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap())
-        .collect();
-    let b0 = y_mean
-        - sums
-            .iter()
-            .zip(&b)
-            .map(|(s, b)| s / n as f64 * b)
-            .sum::<f64>();
-    let got = f(&model["params"], "intercept");
-    assert!((got - b0).abs() < 1e-4 * b0.abs(), "{got} vs {b0}");
 }
 
 #[test]
@@ -794,8 +689,7 @@ fn train_reports_progress_without_a_terminal_and_plots_its_history() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("lda");
     let svg = dir.path().join("plots/lda.svg");
-    let run = std::process::Command::new(common::PETREL)
-        .args(["train", "lda", "--docword"])
+    let run = petrel_cmd(["train", "lda", "--docword"])
         .arg(data("docs.train"))
         .args([
             "--topics",
@@ -832,8 +726,7 @@ fn train_reports_progress_without_a_terminal_and_plots_its_history() {
     // Nodes as processes: the scheduler's process logs the lines, the launcher relays them
     // under the node's name (the last one when the scheduler's run ends).
     let out = dir.path().join("lda-processes");
-    let run = std::process::Command::new(common::PETREL)
-        .args(["train", "lda", "--docword"])
+    let run = petrel_cmd(["train", "lda", "--docword"])
         .arg(data("docs.train"))
         .args(["--topics", "4", "--iterations", "30"])
         .args(["--transport", "processes", "--workers", "2"])
@@ -854,17 +747,7 @@ fn train_reports_progress_without_a_terminal_and_plots_its_history() {
 #[test]
 fn bad_model_files_are_refused_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("lasso");
-    train(
-        "lasso",
-        &model,
-        &[
-            "--data",
-            data("regression.train").to_str().unwrap(),
-            "--transport",
-            "memory",
-        ],
-    );
+    let model = common::trained_in_memory(dir.path(), "lasso");
     let file = model.join("petrel-model.json");
     let text = std::fs::read_to_string(&file).unwrap();
     let test = data("regression.test");

@@ -8,6 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::common;
+use crate::common::succeeded;
 
 use common::{PETREL, drain, example_binary, netns_skip, wait_with_deadline};
 const NAMES: [&str; 3] = ["hub", "w1", "w2"];
@@ -44,18 +45,7 @@ fn start_with(
     ));
     let cfg_path = dir.join("cluster.toml");
     std::fs::write(&cfg_path, cfg).unwrap();
-    let st = Command::new(PETREL)
-        .args([
-            "certs",
-            "--dir",
-            certs.to_str().unwrap(),
-            "--config",
-            cfg_path.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::certs(&certs, &cfg_path, false);
     (0..3)
         .map(|i| {
             let child = hosts
@@ -227,19 +217,7 @@ fn hosts_run_from_one_config_and_their_bundles() {
         let cfg_path = job_dir.join("cluster.toml");
         std::fs::write(&cfg_path, cfg).unwrap();
         let ca = job_dir.join("ca");
-        let st = Command::new(PETREL)
-            .args([
-                "certs",
-                "--bundle",
-                "--dir",
-                ca.to_str().unwrap(),
-                "--config",
-            ])
-            .arg(&cfg_path)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(st.success());
+        common::certs(&ca, &cfg_path, true);
         let program = match example {
             Some(e) => example_binary(e),
             None => PETREL.into(),
@@ -314,11 +292,7 @@ fn petrel_run_places_each_node_on_its_own_emulated_host() {
         .env("PETREL_APP__DEMO__ROUNDS", "3")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let resolved = std::fs::read_to_string(run_dir.join("cluster.toml")).unwrap();
     for i in 1..=4 {
         assert!(

@@ -1,6 +1,6 @@
 //! No orphans, however the launcher ends: SIGTERM (what timeout(1), systemd and docker
-//! send), SIGINT and SIGKILL of `petrel run` in the middle of a run leave no node process
-//! behind within 2 s. Linux only (reads /proc).
+//! send), SIGINT and SIGKILL of `petrel run`, `petrel train p3` or a bench's cluster in the
+//! middle of a run leave no node process behind within 2 s. Linux only (reads /proc).
 #![cfg(target_os = "linux")]
 
 use std::process::{Command, Stdio};
@@ -8,28 +8,17 @@ use std::time::{Duration, Instant};
 
 use crate::common;
 
+use common::fixtures::demo_cluster;
 use common::{PETREL, alive, children_of, signal, wait_until, write_config};
 
 /// A demo job that would run for a minute.
-const LONG_DEMO: &str = r#"
-[cluster]
-name = "orphans"
-heartbeat_interval_ms = 100
-failure_timeout_ms = 1500
-[[nodes]]
-name = "hub"
-roles = ["demo-aggregator"]
-[[nodes]]
-name = "w1"
-roles = ["demo-worker"]
-[[nodes]]
-name = "w2"
-roles = ["demo-worker"]
-[app.demo]
-rounds = 100000000
-tensor_len = 64
-duration_s = 60.0
-"#;
+fn long_demo() -> String {
+    demo_cluster(
+        "name = \"orphans\"\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 1500",
+        "",
+        "rounds = 100000000\ntensor_len = 64\nduration_s = 60.0",
+    )
+}
 
 /// Starts `petrel <args>` (run directories in `dir`) and waits for its `nodes` node
 /// processes to be mid-run; returns the launcher and the nodes' pids.
@@ -62,9 +51,9 @@ fn start_launcher(
     (launcher, pids)
 }
 
-/// `petrel run` on [`LONG_DEMO`], mid-run.
+/// `petrel run` on [`long_demo`], mid-run.
 fn start_long_demo(dir: &std::path::Path, stderr: Stdio) -> (std::process::Child, Vec<u32>) {
-    let cfg = write_config(dir, LONG_DEMO);
+    let cfg = write_config(dir, &long_demo());
     let cfg = cfg.to_string_lossy();
     start_launcher(dir, &["run", &cfg], 3, stderr)
 }
@@ -116,6 +105,39 @@ fn train_p3_dies_and_takes_its_nodes(how: &str) {
     launcher_dies_and_takes(launcher, &nodes, how);
 }
 
+/// A bench's cluster (`petrel bench soak`: an aggregator and 2 workers as processes,
+/// started by the same launcher) leaves no node behind either.
+fn bench_dies_and_takes_its_nodes(how: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "bench",
+        "soak",
+        "--workers",
+        "2",
+        "--duration-s",
+        "60",
+        "--tensor-len",
+        "64",
+    ];
+    let (launcher, nodes) = start_launcher(dir.path(), &args, 3, Stdio::null());
+    launcher_dies_and_takes(launcher, &nodes, how);
+}
+
+#[test]
+fn sigterm_of_a_bench_stops_every_node() {
+    bench_dies_and_takes_its_nodes("TERM");
+}
+
+#[test]
+fn sigint_of_a_bench_stops_every_node() {
+    bench_dies_and_takes_its_nodes("INT");
+}
+
+#[test]
+fn sigkill_of_a_bench_kills_every_node() {
+    bench_dies_and_takes_its_nodes("KILL");
+}
+
 #[test]
 fn sigterm_of_train_p3_stops_every_node() {
     train_p3_dies_and_takes_its_nodes("TERM");
@@ -162,7 +184,7 @@ fn sigkill_of_the_launcher_kills_every_node_and_the_next_launch_cleans_up() {
     };
     let left = run_dirs();
     assert_eq!(left.len(), 1, "{left:?}");
-    let short = LONG_DEMO.replace("rounds = 100000000", "rounds = 3");
+    let short = long_demo().replace("rounds = 100000000", "rounds = 3");
     let cfg = write_config(
         dir.path(),
         &short.replace("duration_s = 60.0", "duration_s = 0.5"),

@@ -6,14 +6,14 @@ use petrel::launcher::{self, ChildCommand, LaunchOptions};
 use petrel::observe::scrape::{Series, http_get, parse_text};
 use petrel_actors::Settings;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common;
 
-use common::PETREL;
+use common::{PETREL, dashboard_url, run_cmd};
 
 /// One cluster, three jobs: `hub` runs the PS shard and monitor, the STRADS scheduler and
 /// the P3 shard; `w0` and `w1` run a worker of each. With `held_open_s`, the MF job runs
@@ -311,27 +311,12 @@ fn the_dashboard_shows_every_node_live_and_leaves_a_static_report() {
     )
     .unwrap();
     let run_dir = dir.path().join("run");
-    let mut child = Command::new(PETREL)
-        .args([
-            "run",
-            cfg.to_str().unwrap(),
-            "--timeout-s",
-            "240",
-            "--dashboard",
-        ])
-        .arg("--run-dir")
+    let mut child = run_cmd(&cfg, &["--timeout-s", "240", "--dashboard", "--run-dir"])
         .arg(&run_dir)
-        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("dashboard: ").map(str::to_string))
-        .expect("petrel run prints the dashboard URL");
-    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let (url, rest) = dashboard_url(child.stdout.take().unwrap());
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
     std::fs::create_dir_all(&shots).unwrap();
     // Live: every node is listed; the curve gains points between two loads.

@@ -8,11 +8,12 @@
 //!   (grammar and the rules on families, histograms and counters), and CPython's
 //!   `prometheus_client` OpenMetrics parser when it is installed.
 
+use crate::common::fixtures::demo_cluster;
 use crate::common::{self, PETREL};
 use petrel::launcher::{self, ChildCommand, LaunchOptions};
 use petrel::observe::scrape::http_get;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,27 +38,23 @@ fn free_tcp_port() -> u16 {
 fn demo_config(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
     common::write_config(
         dir,
-        &format!(
-            r#"
-[cluster]
-name = "held"
-[[nodes]]
-name = "hub"
-roles = ["demo-aggregator"]
-metrics_addr = "127.0.0.1:{port}"
-[[nodes]]
-name = "w1"
-roles = ["demo-worker"]
-[[nodes]]
-name = "w2"
-roles = ["demo-worker"]
-[app.demo]
-rounds = 1000000000
-tensor_len = 64
-duration_s = {JOB_S}
-"#
+        &demo_cluster(
+            "name = \"held\"",
+            &format!("metrics_addr = \"127.0.0.1:{port}\"\n"),
+            &format!("rounds = 1000000000\ntensor_len = 64\nduration_s = {JOB_S}"),
         ),
     )
+}
+
+/// `petrel run <cfg> <args>` of the demo job, warnings and errors logged only, its run
+/// directory in `dir`; stdout and stderr piped.
+fn run_demo(cfg: &std::path::Path, dir: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = common::run_cmd(cfg, &["--timeout-s", "120"]);
+    cmd.args(args)
+        .arg("--run-dir")
+        .arg(dir.join("run"))
+        .env("RUST_LOG", "warn");
+    cmd
 }
 
 /// Connects to `addr` (retrying until it listens, up to 30 s), sends a request head cut
@@ -102,18 +99,8 @@ fn a_half_sent_metrics_request_holds_neither_the_node_nor_petrel_run() {
     let port = free_tcp_port();
     let cfg = demo_config(dir.path(), port);
     let started = Instant::now();
-    let child = Command::new(PETREL)
-        .args([
-            "run",
-            cfg.to_str().unwrap(),
-            "--timeout-s",
-            "120",
-            "--run-dir",
-        ])
-        .arg(dir.path().join("run"))
-        .env("RUST_LOG", "warn")
+    let child = run_demo(&cfg, dir.path(), &[])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let (child, err) = common::drain(child);
@@ -138,28 +125,10 @@ fn a_half_sent_dashboard_request_does_not_hold_petrel_run() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = demo_config(dir.path(), free_tcp_port());
     let started = Instant::now();
-    let mut child = Command::new(PETREL)
-        .args([
-            "run",
-            cfg.to_str().unwrap(),
-            "--timeout-s",
-            "120",
-            "--dashboard=127.0.0.1:0",
-            "--run-dir",
-        ])
-        .arg(dir.path().join("run"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let mut child = run_demo(&cfg, dir.path(), &["--dashboard=127.0.0.1:0"])
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| l.strip_prefix("dashboard: ").map(str::to_string))
-        .expect("petrel run prints the dashboard URL");
-    let rest = std::thread::spawn(move || lines.map_while(Result::ok).count());
+    let (url, rest) = common::dashboard_url(child.stdout.take().unwrap());
     let (child, err) = common::drain(child);
     let addr: SocketAddr = url
         .trim_start_matches("http://")

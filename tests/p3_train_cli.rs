@@ -33,6 +33,7 @@ fn write_cifar_pair(dir: &Path, train: usize, test: usize) -> (String, String) {
 }
 
 use crate::common;
+use crate::common::succeeded;
 
 fn petrel(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(common::PETREL).args(args).output().unwrap();
@@ -410,11 +411,7 @@ fn p3_model_file_is_safetensors_that_candle_and_python_load() {
         .arg(&model)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(seen["net"], "mlp");
     for (name, shape) in expected {

@@ -8,6 +8,8 @@ use petrel::ps::core::types::{Consistency, Row, RowId, TableId, TableSpec, shard
 use petrel::ps::shells::{self, PsClient, PsLayout, ShardQuery, TablesBuilder};
 use petrel::ps::{PsMf, PsMfResult, PsMfSettings};
 use std::sync::{Arc, Mutex};
+
+use crate::common::query_after_serving;
 use std::time::Duration;
 
 const T: TableId = TableId(0);
@@ -78,18 +80,8 @@ fn run_from(
                 let from = resume.as_ref().map(|(d, c)| (d.as_path(), *c));
                 let h = shells::start_shard(&ctx.node, &lay, s, tables, &RuleRegistry::new(), from)
                     .map_err(|e| e.to_string())?;
-                let addr = h.addr.clone();
-                h.wait().await.map_err(|e| e.to_string())?;
                 // Every worker left: read this shard's final rows.
-                let st = addr
-                    .send(petrel::actors::Msg {
-                        body: ShardQuery::Snapshot,
-                        priority: petrel::messages::Priority::NORMAL,
-                        from: None,
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.0)?;
+                let st = query_after_serving(h, ShardQuery::Snapshot).await?;
                 let mut o = out.lock().unwrap();
                 let m = o.get_or_insert_with(Vec::new);
                 m.push(st);

@@ -2,6 +2,7 @@
 //! the tables as of its clock, no step twice, and a progress bar with a total.
 
 use crate::common;
+use crate::common::succeeded;
 
 use common::{failure, petrel, train};
 use std::path::Path;
@@ -38,11 +39,7 @@ fn ps_mf_history_has_one_row_per_stride_each_measured_at_its_clock() {
         ]
         .concat(),
     );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    succeeded(&run);
     let rows = history(&out, "test_rmse");
     let s = steps(&rows);
     assert!((10..=81).contains(&rows.len()), "{s:?}");

@@ -2,6 +2,7 @@
 //! 2 shards) on a UCI bag-of-words file written from a corpus sampled from the LDA model,
 //! and clear errors for malformed input.
 
+use crate::common::succeeded;
 use petrel::actors::{Transport, error_chain};
 use petrel::ps::{PsLda, PsLdaOutcome, PsLdaSettings};
 use petrel_ml::data::Corpus;
@@ -213,12 +214,7 @@ fn bench_lda_compares_rotation_and_ps_in_one_json_line() {
         .arg(dir.path())
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("rotation") && stdout.contains("ps ssp s=2"),
         "{stdout}"

@@ -9,6 +9,8 @@ use petrel::ps::core::types::{Consistency, Row, RowId, TableId};
 use petrel::ps::shells::{self, PsClient, PsLayout, ShardQuery, ShardState, TablesBuilder};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crate::common::query_after_serving;
 use std::time::Duration;
 
 const T: TableId = TableId(0);
@@ -71,17 +73,7 @@ fn server_push_reaches_another_workers_cache_before_its_next_miss_within_the_bud
                 });
                 let h = shells::start_shard_core(&ctx.node, &lay, 0, core, None)
                     .map_err(|e| e.to_string())?;
-                let addr = h.addr.clone();
-                h.wait().await.map_err(|e| e.to_string())?;
-                let s = addr
-                    .send(petrel::actors::Msg {
-                        body: ShardQuery::Ping,
-                        priority: petrel::messages::Priority::NORMAL,
-                        from: None,
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.0)?;
+                let s = query_after_serving(h, ShardQuery::Ping).await?;
                 *st.lock().unwrap() = Some(s);
                 Ok::<(), String>(())
             })

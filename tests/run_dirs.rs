@@ -4,6 +4,7 @@
 //! someone else's is refused).
 
 use crate::common;
+use crate::common::succeeded;
 use common::PETREL;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -22,11 +23,7 @@ fn keys_are_created_0600_and_a_planted_key_or_symlink_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ca");
     let out = certs(&dir, "a");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     for key in ["ca.key", "a.key"] {
         let mode = std::fs::metadata(dir.join(key))
             .unwrap()

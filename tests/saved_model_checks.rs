@@ -4,12 +4,12 @@
 
 use crate::common;
 
-use common::{data, failure, petrel, train};
+use common::{data, failure, petrel, trained_in_memory};
 use std::path::Path;
 
 /// `model`'s `petrel-model.json` with `edit` applied to its `params`, written to `to`.
 fn edited(model: &Path, to: &Path, edit: impl FnOnce(&mut serde_json::Value)) -> String {
-    let mut json = common::json_file(&model.join("petrel-model.json"));
+    let mut json = common::model(model);
     edit(&mut json["params"]);
     std::fs::write(to, serde_json::to_vec(&json).unwrap()).unwrap();
     to.to_str().unwrap().to_string()
@@ -39,15 +39,7 @@ fn one_note(stderr: &str, what: &str) {
 #[test]
 fn models_that_break_their_invariants_are_refused_naming_the_file_and_field() {
     let dir = tempfile::tempdir().unwrap();
-    let lasso = dir.path().join("lasso");
-    let regression = data("regression.train");
-    let args = [
-        "--data",
-        regression.to_str().unwrap(),
-        "--transport",
-        "memory",
-    ];
-    train("lasso", &lasso, &args);
+    let lasso = trained_in_memory(dir.path(), "lasso");
     let test = data("regression.test");
     let huge = dir.path().join("huge.json");
     let huge = edited(&lasso, &huge, |p| {
@@ -68,14 +60,7 @@ fn models_that_break_their_invariants_are_refused_naming_the_file_and_field() {
         "{e}"
     );
 
-    let lda = dir.path().join("lda");
-    let docs = data("docs.train");
-    let args = ["--docword", docs.to_str().unwrap(), "--topics", "4"];
-    train(
-        "lda",
-        &lda,
-        &[&args[..], &["--transport", "memory"]].concat(),
-    );
+    let lda = trained_in_memory(dir.path(), "lda");
     let docs_test = data("docs.test");
     let alpha = dir.path().join("alpha.json");
     let alpha = edited(&lda, &alpha, |p| p["alpha"] = serde_json::json!(-5.0));
@@ -105,10 +90,7 @@ fn models_that_break_their_invariants_are_refused_naming_the_file_and_field() {
         "{e}"
     );
 
-    let mf = dir.path().join("strads-mf");
-    let ratings = data("ratings.base");
-    let args = ["--data", ratings.to_str().unwrap(), "--transport", "memory"];
-    train("strads-mf", &mf, &args);
+    let mf = trained_in_memory(dir.path(), "strads-mf");
     let nan = dir.path().join("factors.json");
     let nan = edited(&mf, &nan, |p| {
         p["item_factors"][2][1] = serde_json::json!(1e39)
@@ -123,15 +105,7 @@ fn models_that_break_their_invariants_are_refused_naming_the_file_and_field() {
 #[test]
 fn empty_test_sets_are_refused_and_unseen_features_are_ignored_and_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let lasso = dir.path().join("lasso");
-    let regression = data("regression.train");
-    let args = [
-        "--data",
-        regression.to_str().unwrap(),
-        "--transport",
-        "memory",
-    ];
-    train("lasso", &lasso, &args);
+    let lasso = trained_in_memory(dir.path(), "lasso");
     let m = lasso.to_str().unwrap();
     let empty = dir.path().join("empty.libsvm");
     std::fs::write(&empty, "").unwrap();
@@ -158,14 +132,7 @@ fn empty_test_sets_are_refused_and_unseen_features_are_ignored_and_counted() {
     }
 
     // LDA: an unseen word is ignored and counted the same way (it used to be refused).
-    let lda = dir.path().join("lda");
-    let docs = data("docs.train");
-    let args = ["--docword", docs.to_str().unwrap(), "--topics", "4"];
-    train(
-        "lda",
-        &lda,
-        &[&args[..], &["--transport", "memory"]].concat(),
-    );
+    let lda = trained_in_memory(dir.path(), "lda");
     let docs_test = std::fs::read_to_string(data("docs.test")).unwrap();
     let mut lines: Vec<String> = docs_test.lines().map(String::from).collect();
     lines[1] = "41".into();
@@ -189,10 +156,7 @@ fn empty_test_sets_are_refused_and_unseen_features_are_ignored_and_counted() {
     );
 
     // MF: a pair with an unknown user is predicted without its factors, and counted.
-    let mf = dir.path().join("strads-mf");
-    let ratings = data("ratings.base");
-    let args = ["--data", ratings.to_str().unwrap(), "--transport", "memory"];
-    train("strads-mf", &mf, &args);
+    let mf = trained_in_memory(dir.path(), "strads-mf");
     let first = std::fs::read_to_string(data("ratings.test")).unwrap();
     let first = first.lines().next().unwrap().to_string();
     let pairs = dir.path().join("pairs.tsv");

@@ -4,9 +4,12 @@
 
 use petrel::train::{lasso_settings, read_json, run_cluster};
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings};
 use petrel_strads::core::scheduler::ScheduleMode;
 use std::path::Path;
+
+use crate::common::fixtures::small_lasso;
+use crate::common::succeeded;
 
 /// Runs the job on an in-process cluster (memory transport). A role that fails makes the
 /// other nodes stop after the failure timeout, kept short here so the failing run is quick.
@@ -41,25 +44,9 @@ fn manifest_rounds(dir: &Path) -> Vec<u64> {
 
 fn job(out: &Path) -> LassoSettings {
     LassoSettings {
-        synthetic: SyntheticLasso {
-            n_samples: 120,
-            n_features: 240,
-            group_size: 10,
-            correlation: 0.8,
-            n_nonzero: 6,
-            noise_std: 0.1,
-            nnz_per_column: 0,
-            seed: 7,
-        },
-        mode: ScheduleMode::Dynamic,
-        block_size: 8,
-        candidate_pool: 32,
         max_rounds: 600,
-        eval_every: 100,
         gap_tolerance: None,
-        seed: 5,
-        out_dir: Some(out.to_path_buf()),
-        ..LassoSettings::default()
+        ..small_lasso(out, 120, 240)
     }
 }
 
@@ -189,11 +176,7 @@ fn cli_flags_checkpoint_and_resume() {
         "120",
     ];
     let out = train(&[&["lasso", "--out", a.to_str().unwrap()][..], &ck[..]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let first: LassoMetrics = read_json(&a.join("metrics.json")).unwrap();
     assert_eq!(first.checkpoints.len(), 4, "{:?}", first.checkpoints);
     let out = train(
@@ -203,11 +186,7 @@ fn cli_flags_checkpoint_and_resume() {
         ]
         .concat(),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let second: LassoMetrics = read_json(&b.join("metrics.json")).unwrap();
     assert_eq!(second.resumed_from_round, first.checkpoints.last().copied());
     assert_eq!(
@@ -265,11 +244,7 @@ fn cli_flags_checkpoint_and_resume() {
             args.push("--resume");
         }
         let out = train(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
         assert!(petrel::recovery::newest_checkpoint_round(&lck).is_some_and(|r| r > 0));
     }
     assert_eq!(

@@ -4,34 +4,11 @@
 
 use petrel::train::run_lasso_job;
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{LassoSettings, SyntheticLasso, run_without_actors};
-use petrel_strads::core::scheduler::ScheduleMode;
+use petrel_strads::apps::lasso::run_without_actors;
 use std::path::Path;
 
-fn job(out: &Path, depth: usize) -> LassoSettings {
-    LassoSettings {
-        synthetic: SyntheticLasso {
-            n_samples: 150,
-            n_features: 300,
-            group_size: 10,
-            correlation: 0.8,
-            n_nonzero: 6,
-            noise_std: 0.1,
-            nnz_per_column: 0,
-            seed: 7,
-        },
-        mode: ScheduleMode::Dynamic,
-        block_size: 8,
-        candidate_pool: 32,
-        depth,
-        max_rounds: 4000,
-        eval_every: 100,
-        gap_tolerance: Some(1e-6),
-        seed: 5,
-        out_dir: Some(out.to_path_buf()),
-        ..LassoSettings::default()
-    }
-}
+use crate::common::fixtures::converging_lasso as job;
+use crate::common::{coefficients, metrics, petrel_cmd};
 
 #[test]
 fn distributed_lasso_is_optimal_and_matches_the_local_reference() {
@@ -51,13 +28,9 @@ fn distributed_lasso_is_optimal_and_matches_the_local_reference() {
     assert!(last < 0.6 * first, "{first} -> {last}");
     // Same seed, no actors at all: bit-identical coefficients and update count.
     let local = run_without_actors(&job(&quic, 1), 3).unwrap();
-    let coefficients: Vec<f32> = std::fs::read_to_string(quic.join("coefficients.tsv"))
-        .unwrap()
-        .lines()
-        .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
-        .collect();
     assert_eq!(
-        coefficients, local.coefficients,
+        coefficients::<f32>(&quic),
+        local.coefficients,
         "actors over QUIC differ from the local run"
     );
     assert_eq!(m.updates, local.metrics.updates);
@@ -94,12 +67,11 @@ fn pipelined_lasso_converges() {
     // Dispatches leave eagerly, so three rounds in flight are as reproducible as one:
     // the same coefficients as the serial driver's fixed message order.
     let local = run_without_actors(&job(dir.path(), 3), 2).unwrap();
-    let coefficients: Vec<f32> = std::fs::read_to_string(dir.path().join("coefficients.tsv"))
-        .unwrap()
-        .lines()
-        .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(coefficients, local.coefficients, "pipelined run differs");
+    assert_eq!(
+        coefficients::<f32>(dir.path()),
+        local.coefficients,
+        "pipelined run differs"
+    );
     assert_eq!(m.updates, local.metrics.updates);
 }
 
@@ -111,39 +83,38 @@ fn separate_processes_give_the_same_coefficients() {
     // processes too.
     run_lasso_job(&job(&mem, 2), 2, JobTransport::Quic, false).unwrap();
     let procs = dir.path().join("procs");
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
-        .args([
-            "train",
-            "lasso",
-            "--out",
-            procs.to_str().unwrap(),
-            "--workers",
-            "2",
-            "--transport",
-            "processes",
-        ])
-        .args([
-            "--block-size",
-            "8",
-            "--candidate-pool",
-            "32",
-            "--max-rounds",
-            "4000",
-            "--depth",
-            "2",
-        ])
-        .args([
-            "--eval-every",
-            "100",
-            "--gap-tolerance",
-            "1e-6",
-            "--seed",
-            "5",
-        ])
-        .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
-        .args(["--synthetic-nonzero", "6", "--synthetic-seed", "7"])
-        .status()
-        .unwrap();
+    let status = petrel_cmd([
+        "train",
+        "lasso",
+        "--out",
+        procs.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--transport",
+        "processes",
+    ])
+    .args([
+        "--block-size",
+        "8",
+        "--candidate-pool",
+        "32",
+        "--max-rounds",
+        "4000",
+        "--depth",
+        "2",
+    ])
+    .args([
+        "--eval-every",
+        "100",
+        "--gap-tolerance",
+        "1e-6",
+        "--seed",
+        "5",
+    ])
+    .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
+    .args(["--synthetic-nonzero", "6", "--synthetic-seed", "7"])
+    .status()
+    .unwrap();
     assert!(status.success());
     let a = std::fs::read_to_string(mem.join("coefficients.tsv")).unwrap();
     let b = std::fs::read_to_string(procs.join("coefficients.tsv")).unwrap();
@@ -156,8 +127,7 @@ fn train_none(app: &str, out: &Path, extra: &[&str]) {
 
 /// `petrel train <app>` on a small correlated sparse design, to a tight tolerance.
 fn train_on(app: &str, out: &Path, cluster: &[&str], extra: &[&str]) {
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
-        .args(["train", app, "--out", out.to_str().unwrap()])
+    let status = petrel_cmd(["train", app, "--out", out.to_str().unwrap()])
         .args(cluster)
         .args(["--gap-tolerance", "1e-9"])
         .args(["--synthetic-samples", "150", "--synthetic-features", "300"])
@@ -176,9 +146,6 @@ fn train_on(app: &str, out: &Path, cluster: &[&str], extra: &[&str]) {
 fn logistic_gauss_seidel_makes_the_baselines_model_and_reaches_its_optimum_over_processes() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let metrics = |out: &Path| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap()
-    };
     train_none("logistic", &d.join("none"), &[]);
     train_on(
         "logistic",
@@ -272,16 +239,15 @@ fn transport_none_solves_lasso_and_logistic_in_one_thread_to_the_same_optimum() 
     );
     assert!(l.updates > 0 && l.nonzeros > 0);
     // The baseline refuses what it cannot do.
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_petrel"))
-        .args([
-            "train",
-            "lasso",
-            "--out",
-            dir.path().join("x").to_str().unwrap(),
-        ])
-        .args(["--transport", "none", "--schedulers", "2"])
-        .status()
-        .unwrap();
+    let status = petrel_cmd([
+        "train",
+        "lasso",
+        "--out",
+        dir.path().join("x").to_str().unwrap(),
+    ])
+    .args(["--transport", "none", "--schedulers", "2"])
+    .status()
+    .unwrap();
     assert!(!status.success());
 }
 

@@ -5,65 +5,63 @@
 use petrel::train::{lasso_scheduler_nodes, read_json, run_lasso_job, star_settings_with};
 use petrel_actors::JobTransport;
 use petrel_strads::apps::lasso::multi::MultiLassoMetrics;
-use petrel_strads::apps::lasso::{LassoApp, LassoSettings, SyntheticLasso, run_without_actors};
-use petrel_strads::core::scheduler::ScheduleMode;
+use petrel_strads::apps::lasso::{LassoApp, LassoOutcome, LassoSettings, run_without_actors};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::fixtures::converging_lasso;
+
 fn job(out: &Path, schedulers: usize, depth: usize) -> LassoSettings {
     LassoSettings {
-        synthetic: SyntheticLasso {
-            n_samples: 150,
-            n_features: 300,
-            group_size: 10,
-            correlation: 0.8,
-            n_nonzero: 6,
-            noise_std: 0.1,
-            nnz_per_column: 0,
-            seed: 7,
-        },
-        mode: ScheduleMode::Dynamic,
-        block_size: 8,
-        candidate_pool: 32,
-        depth,
-        max_rounds: 4000,
-        eval_every: 100,
-        gap_tolerance: Some(1e-6),
-        seed: 5,
-        out_dir: Some(out.to_path_buf()),
         schedulers,
-        ..LassoSettings::default()
+        ..converging_lasso(out, depth)
     }
 }
 
 fn coefficients(dir: &Path) -> Vec<f32> {
-    std::fs::read_to_string(dir.join("coefficients.tsv"))
-        .unwrap()
-        .lines()
-        .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
-        .collect()
+    crate::common::coefficients(dir)
 }
 
-/// KKT within tolerance and the objective within 1e-3 relative of the single scheduler's.
-fn check_against_single(m: &MultiLassoMetrics, dir: &Path) {
-    let single = run_without_actors(&job(dir, 1, 1), 3).unwrap();
-    let single_b = single.coefficients;
-    let single = single.metrics;
+/// The two-scheduler run `m`, whose coefficients `b` are, against the single scheduler's
+/// `single`: the same lambda, KKT within tolerance, the objective within 1e-3 relative and
+/// the coefficients within 1e-2 of their scale.
+fn agrees_with_single(m: &MultiLassoMetrics, b: &[f32], single: &LassoOutcome) {
     let lambda = f64::from(m.base.lambda);
-    assert_eq!(m.base.lambda, single.lambda);
+    let base = &single.metrics;
+    assert_eq!(m.base.lambda, base.lambda);
     assert!(
         m.base.final_kkt_violation < 1e-3 * lambda,
         "KKT violation {} (lambda {lambda})",
         m.base.final_kkt_violation
     );
-    let rel = (m.base.final_objective - single.final_objective).abs() / single.final_objective;
+    let rel = (m.base.final_objective - base.final_objective).abs() / base.final_objective;
     assert!(
         rel < 1e-3,
         "objective {} vs single scheduler {}",
         m.base.final_objective,
-        single.final_objective
+        base.final_objective
     );
     assert_eq!(m.schedulers, 2);
+    let scale = single
+        .coefficients
+        .iter()
+        .fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = b
+        .iter()
+        .zip(&single.coefficients)
+        .fold(0.0f32, |m, (a, c)| m.max((a - c).abs()));
+    assert!(
+        diff < 1e-2 * scale,
+        "coefficients differ by {diff} (scale {scale})"
+    );
+}
+
+/// [`agrees_with_single`], each scheduler owning a contiguous half of the features, and the
+/// whole model written.
+fn check_against_single(m: &MultiLassoMetrics, dir: &Path) {
+    let single = run_without_actors(&job(dir, 1, 1), 3).unwrap();
+    let b = coefficients(dir);
+    agrees_with_single(m, &b, &single);
     assert_eq!(m.per_scheduler.len(), 2);
     assert_eq!(m.per_scheduler[0].first_feature, 0);
     assert_eq!(
@@ -79,18 +77,7 @@ fn check_against_single(m: &MultiLassoMetrics, dir: &Path) {
         m.base.updates,
         m.per_scheduler.iter().map(|s| s.updates).sum::<u64>()
     );
-    // The whole model is written, and it is the single scheduler's solution.
-    let b = coefficients(dir);
     assert_eq!(b.len(), 300);
-    let scale = single_b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let diff = b
-        .iter()
-        .zip(&single_b)
-        .fold(0.0f32, |m, (a, c)| m.max((a - c).abs()));
-    assert!(
-        diff < 1e-2 * scale,
-        "coefficients differ by {diff} (scale {scale})"
-    );
     assert_eq!(
         b.iter().filter(|v| **v != 0.0).count(),
         m.base.evaluations.last().unwrap().nonzeros
@@ -158,28 +145,7 @@ fn petrel_run_with_the_example_toml_across_processes() {
         3,
     )
     .unwrap();
-    let single = &single_run.metrics;
-    let lambda = f64::from(m.base.lambda);
-    assert_eq!(m.base.lambda, single.lambda);
-    assert!(m.base.final_kkt_violation < 1e-3 * lambda);
-    let rel = (m.base.final_objective - single.final_objective).abs() / single.final_objective;
-    assert!(
-        rel < 1e-3,
-        "{} vs {}",
-        m.base.final_objective,
-        single.final_objective
-    );
-    assert_eq!(m.schedulers, 2);
-    let b = coefficients(&out);
-    let scale = single_run
-        .coefficients
-        .iter()
-        .fold(0.0f32, |m, v| m.max(v.abs()));
-    let diff = b
-        .iter()
-        .zip(&single_run.coefficients)
-        .fold(0.0f32, |m, (a, c)| m.max((a - c).abs()));
-    assert!(diff < 1e-2 * scale, "coefficients differ by {diff}");
+    agrees_with_single(&m, &coefficients(&out), &single_run);
 }
 
 fn nodes(spec: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {

@@ -137,28 +137,28 @@ fn every_app_writes_the_one_metrics_format() {
 #[test]
 fn a_run_stopped_by_its_iteration_limit_says_so() {
     let dir = tempfile::tempdir().unwrap();
-    let o = petrel(
-        &[
-            "train",
-            "lasso",
-            "--transport",
-            "memory",
-            "--synthetic-samples",
-            "80",
-            "--synthetic-features",
-            "200",
+    // A small Lasso stopping at `limits` (rounds, evaluation interval, gap), into `out`.
+    let lasso = |limits: [&str; 3], out: &str| {
+        let [rounds, every, gap] = limits;
+        let design = ["--synthetic-samples", "80", "--synthetic-features", "200"];
+        let stops = [
             "--max-rounds",
-            "20",
+            rounds,
             "--eval-every",
-            "10",
+            every,
             "--gap-tolerance",
-            "1e-9",
-            "--out",
-            "out",
-        ],
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            gap,
+        ];
+        let args = [
+            &["train", "lasso", "--transport", "memory"][..],
+            &design,
+            &stops,
+        ];
+        let o = petrel(&[&args.concat()[..], &["--out", out]].concat(), dir.path());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    let o = lasso(["20", "10", "1e-9"], "out");
     let m = metrics(&dir.path().join("out"));
     assert_eq!(m["converged"], false);
     assert!(
@@ -175,28 +175,7 @@ fn a_run_stopped_by_its_iteration_limit_says_so() {
         "{stdout}"
     );
     // With a reachable tolerance the same job converges.
-    let o = petrel(
-        &[
-            "train",
-            "lasso",
-            "--transport",
-            "memory",
-            "--synthetic-samples",
-            "80",
-            "--synthetic-features",
-            "200",
-            "--max-rounds",
-            "20000",
-            "--eval-every",
-            "50",
-            "--gap-tolerance",
-            "1e-3",
-            "--out",
-            "out2",
-        ],
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    lasso(["20000", "50", "1e-3"], "out2");
     assert_eq!(metrics(&dir.path().join("out2"))["converged"], true);
 }
 

@@ -1,10 +1,14 @@
-//! What the integration tests share: the `petrel` binary and the shipped data, node
-//! processes (children, kills, deadlines, stderr readers) and small JSON accessors.
+//! What the integration tests share: the `petrel` binary and the shipped data, command
+//! builders and the train helper, node processes (children, kills, deadlines, stderr
+//! readers), small JSON accessors and, in [`fixtures`], the jobs several files run.
+
+pub mod fixtures;
 
 use std::borrow::BorrowMut;
-use std::io::Read;
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +29,86 @@ pub fn petrel(args: &[&str]) -> Output {
         .env("RUST_LOG", "warn")
         .output()
         .expect("run petrel")
+}
+
+/// `petrel <args>`, not yet run (the caller adds what else it needs).
+pub fn petrel_cmd<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Command {
+    let mut cmd = Command::new(PETREL);
+    cmd.args(args);
+    cmd
+}
+
+/// `petrel run <cfg> <args>` with its standard output and error piped, not yet run.
+pub fn run_cmd(cfg: &Path, args: &[&str]) -> Command {
+    let mut cmd = petrel_cmd(["run"]);
+    cmd.arg(cfg)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// The standard output of a finished command, which must have succeeded (else the test
+/// fails showing its standard output and error).
+pub fn succeeded(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The standard error of a finished command, which must have failed.
+pub fn failed(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "succeeded: {stderr}");
+    stderr
+}
+
+/// `petrel certs [--bundle] --dir <dir> --config <cfg>`, which must succeed.
+pub fn certs(dir: &Path, cfg: &Path, bundle: bool) {
+    let mut cmd = petrel_cmd(["certs"]);
+    if bundle {
+        cmd.arg("--bundle");
+    }
+    let st = cmd
+        .arg("--dir")
+        .arg(dir)
+        .arg("--config")
+        .arg(cfg)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success(), "petrel certs failed");
+}
+
+/// The dashboard URL that `petrel run --dashboard` prints first on `stdout`, and a thread
+/// that reads the rest of it (so the run never blocks on a full pipe).
+pub fn dashboard_url(stdout: ChildStdout) -> (String, JoinHandle<Vec<String>>) {
+    let mut lines = BufReader::new(stdout).lines();
+    let url = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("dashboard: ").map(str::to_string))
+        .expect("petrel run prints the dashboard URL");
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect());
+    (url, rest)
+}
+
+/// The standard output and error of a job that lost a node and must have succeeded after
+/// restarting its cluster once.
+pub fn restarted_once(out: &Output) -> (String, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("after 1 restart"), "{stdout}");
+    assert!(
+        stdout.contains("restarting the cluster from the newest checkpoint"),
+        "{stdout}"
+    );
+    (stdout, stderr)
 }
 
 /// The standard output of `petrel <args>`, which must succeed.
@@ -57,6 +141,39 @@ pub fn train(app: &str, out: &Path, args: &[&str]) -> String {
         "{app} wrote no model"
     );
     stdout
+}
+
+/// [`train`] with shipped data files: `files` are (flag, name in `examples/data`) pairs,
+/// such as `("--data", "regression.train")`, given before `args`.
+pub fn train_data(app: &str, out: &Path, files: &[(&str, &str)], args: &[&str]) -> String {
+    let paths: Vec<String> = files
+        .iter()
+        .map(|(_, name)| data(name).to_str().unwrap().to_string())
+        .collect();
+    let mut all: Vec<&str> = files
+        .iter()
+        .zip(&paths)
+        .flat_map(|((flag, _), path)| [*flag, path.as_str()])
+        .collect();
+    all.extend_from_slice(args);
+    train(app, out, &all)
+}
+
+/// The saved model (`petrel-model.json`) of the training run in `out`.
+pub fn model(out: &Path) -> serde_json::Value {
+    json_file(&out.join("petrel-model.json"))
+}
+
+/// The second column of `<out>/coefficients.tsv` (a Lasso's or a logistic model's).
+pub fn coefficients<T: std::str::FromStr>(out: &Path) -> Vec<T>
+where
+    T::Err: std::fmt::Debug,
+{
+    std::fs::read_to_string(out.join("coefficients.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
+        .collect()
 }
 
 /// Writes `<dir>/cluster.toml`.
@@ -238,4 +355,40 @@ pub fn netns_skip(test: &str) -> bool {
             true
         }
     }
+}
+
+/// Serves the shard `h` until every worker left, then asks it `query` (its final state).
+pub async fn query_after_serving(
+    h: petrel::ps::shells::ShardHandle,
+    query: petrel::ps::shells::ShardQuery,
+) -> Result<petrel::ps::shells::ShardState, String> {
+    let addr = h.addr.clone();
+    h.wait().await.map_err(|e| e.to_string())?;
+    addr.send(petrel::actors::Msg {
+        body: query,
+        priority: petrel::messages::Priority::NORMAL,
+        from: None,
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.0)
+}
+
+/// Trains `app` (`lasso`, `lda` or `strads-mf`) on its shipped training file with its nodes
+/// in memory; returns its output directory, `<dir>/<app>`.
+pub fn trained_in_memory(dir: &Path, app: &str) -> PathBuf {
+    let out = dir.join(app);
+    let (file, extra): ((&str, &str), &[&str]) = match app {
+        "lasso" => (("--data", "regression.train"), &[]),
+        "lda" => (("--docword", "docs.train"), &["--topics", "4"]),
+        "strads-mf" => (("--data", "ratings.base"), &[]),
+        _ => panic!("no shipped training file for {app}"),
+    };
+    train_data(
+        app,
+        &out,
+        &[file],
+        &[extra, &["--transport", "memory"]].concat(),
+    );
+    out
 }
