@@ -225,10 +225,15 @@ pub fn main_with_args(args: Vec<OsString>, bench: BenchRunner) -> ExitCode {
     }
     // `petrel train APP`: the flags given on the command line override the job file.
     let given = match matches.subcommand() {
-        Some(("train", train)) => train
-            .subcommand()
-            .map(|(_, app)| crate::train::jobfile::given_ids(app))
-            .unwrap_or_default(),
+        Some(("train", train)) => {
+            use crate::train::jobfile::given_ids;
+            let mut given = (train.subcommand())
+                .map(|(_, app)| given_ids(app))
+                .unwrap_or_default();
+            // The dashboard watches a cluster's nodes: asking for it asks for a cluster.
+            given.extend(given_ids(train).into_iter().filter(|id| id == "dashboard"));
+            given
+        }
         _ => BTreeSet::new(),
     };
     match dispatch(cli.command, &given, bench) {

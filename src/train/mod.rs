@@ -190,7 +190,8 @@ pub struct ClusterArgs {
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
     /// How the job runs: no cluster (none), nodes as threads of this process (memory,
-    /// quic) or as processes.
+    /// quic) or as processes. A Lasso or logistic job of at most 10^7 non-zeros runs with
+    /// none unless this, --workers or --dashboard is given.
     #[arg(long, value_enum, default_value_t = TrainTransport::Quic)]
     pub transport: TrainTransport,
     /// Restart the cluster this many times when a node dies (killed, crashed, silent):
@@ -563,7 +564,67 @@ pub fn train_lasso<A: apps::StradsTrainApp<Job = LassoSettings>>(
         )));
     }
     let job = lasso_job_of::<A>(&args, given)?;
-    train_prepared::<A>(job, &args.cluster, args.colocate_schedulers)
+    let mut cluster = args.cluster.clone();
+    if !args.colocate_schedulers
+        && !args.no_filter
+        && let Some(nonzeros) = small_problem(&job, given)?
+    {
+        cluster.transport = TrainTransport::None;
+        println!(
+            "small problem ({nonzeros} non-zeros, at most {SMALL_PROBLEM_NONZEROS}): solving in \
+             this process, no cluster (--transport quic runs one)"
+        );
+    }
+    train_prepared::<A>(job, &cluster, args.colocate_schedulers)
+}
+
+/// Up to this many non-zeros, one core solves a linear model sooner than a cluster starts
+/// and exchanges its first rounds.
+pub const SMALL_PROBLEM_NONZEROS: u64 = 10_000_000;
+
+/// The design's non-zeros when the job may take the serial fast path: a Gauss-Seidel job
+/// with at most [`SMALL_PROBLEM_NONZEROS`], one scheduler and no checkpoints, whose command
+/// line asked for no transport, worker count or dashboard. `None` runs the cluster.
+fn small_problem(job: &LassoSettings, given: &BTreeSet<String>) -> Result<Option<u64>, TrainError> {
+    use petrel_strads::apps::lasso::LassoSolver;
+    let insisted = ["transport", "workers", "dashboard"]
+        .iter()
+        .any(|flag| given.contains(*flag));
+    let serial_solves_it = job.schedulers <= 1
+        && job.checkpoint_dir.is_none()
+        && !job.resume
+        && job.resolved_solver() == LassoSolver::GaussSeidel;
+    if insisted || !serial_solves_it {
+        return Ok(None);
+    }
+    let nonzeros = match &job.data {
+        Some(path) => libsvm_nonzeros(path, SMALL_PROBLEM_NONZEROS)?,
+        None => {
+            let s = &job.synthetic;
+            let per_column = match s.nnz_per_column {
+                0 => s.n_samples as u64,
+                k => k as u64,
+            };
+            s.n_features as u64 * per_column
+        }
+    };
+    Ok((nonzeros <= SMALL_PROBLEM_NONZEROS).then_some(nonzeros))
+}
+
+/// The `index:value` pairs of a LIBSVM file, counted up to just past `limit`.
+fn libsvm_nonzeros(path: &Path, limit: u64) -> Result<u64, StradsTrainError> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(StradsTrainError::io(path))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pairs = 0u64;
+    while pairs <= limit {
+        let n = file.read(&mut buf).map_err(StradsTrainError::io(path))?;
+        if n == 0 {
+            break;
+        }
+        pairs += buf[..n].iter().filter(|&&b| b == b':').count() as u64;
+    }
+    Ok(pairs)
 }
 
 impl StradsTrainError {
