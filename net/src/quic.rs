@@ -571,6 +571,71 @@ impl PeerReader {
     }
 }
 
+/// Reads a frame's envelope header (`len` bytes) ahead of its budget: its message type,
+/// and the bytes read. `None` when the stream ended, stalled or held a malformed header
+/// (counted, logged, the stream stopped).
+async fn read_envelope_head(
+    node: NodeId,
+    recv: &mut RecvStream,
+    peer: &PeerReader,
+    limits: &ReadLimits,
+    stats: &NetStats,
+    len: usize,
+) -> Option<(String, Vec<u8>)> {
+    let mut head = vec![0u8; len];
+    match tokio::time::timeout(limits.stall, recv.read_exact(&mut head)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            NetStats::bump(&stats.truncated_streams, 1);
+            tracing::warn!(%node, error = %e, "stream ended inside a frame header");
+            return None;
+        }
+        Err(_) => {
+            NetStats::bump(&stats.truncated_streams, 1);
+            tracing::warn!(%node, peer = %peer.certified.join(","), "frame header stalled; abandoned");
+            let _ = recv.stop(VarInt::from_u32(CODE_STALLED));
+            return None;
+        }
+    }
+    match petrel_messages::decode_body::<EnvelopeHeader>("envelope header", &head) {
+        Ok(header) => Some((header.msg_type, head)),
+        Err(e) => {
+            NetStats::bump(&stats.malformed_frames, 1);
+            tracing::warn!(%node, error = %e, "malformed frame header");
+            let _ = recv.stop(VarInt::from_u32(CODE_MALFORMED));
+            None
+        }
+    }
+}
+
+/// Whether the stream ends right after the frame, as the sender finishes it: trailing
+/// bytes (garbage) or a reset are counted, logged and the frame dropped.
+async fn finished_after_frame(
+    node: NodeId,
+    recv: &mut RecvStream,
+    limits: &ReadLimits,
+    stats: &NetStats,
+) -> bool {
+    let mut probe = [0u8; 1];
+    let end = tokio::time::timeout(limits.stall, recv.read(&mut probe))
+        .await
+        .unwrap_or(Ok(Some(0)));
+    match end {
+        Ok(None) => true,
+        Ok(Some(_)) => {
+            NetStats::bump(&stats.malformed_frames, 1);
+            tracing::warn!(%node, "trailing bytes after frame");
+            let _ = recv.stop(VarInt::from_u32(CODE_MALFORMED));
+            false
+        }
+        Err(e) => {
+            NetStats::bump(&stats.truncated_streams, 1);
+            tracing::warn!(%node, error = %e, "stream reset after frame");
+            false
+        }
+    }
+}
+
 /// Reads one frame from a stream. Every way it can be bad is counted and logged; the
 /// connection and the node carry on (unless its peer keeps stalling frames).
 async fn read_frame(
@@ -634,30 +699,12 @@ async fn read_frame(
     // control lane.
     let mut kind = None;
     if may_be_control(lane.priority, &parsed) {
-        let mut head = vec![0u8; parsed.header_len];
-        match tokio::time::timeout(limits.stall, recv.read_exact(&mut head)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                NetStats::bump(&stats.truncated_streams, 1);
-                tracing::warn!(%node, error = %e, "stream ended inside a frame header");
-                return;
-            }
-            Err(_) => {
-                NetStats::bump(&stats.truncated_streams, 1);
-                tracing::warn!(%node, peer = %peer.certified.join(","), "frame header stalled; abandoned");
-                let _ = recv.stop(VarInt::from_u32(CODE_STALLED));
-                return;
-            }
-        }
-        match petrel_messages::decode_body::<EnvelopeHeader>("envelope header", &head) {
-            Ok(header) => kind = Some(header.msg_type),
-            Err(e) => {
-                NetStats::bump(&stats.malformed_frames, 1);
-                tracing::warn!(%node, error = %e, "malformed frame header");
-                let _ = recv.stop(VarInt::from_u32(CODE_MALFORMED));
-                return;
-            }
-        }
+        let Some((msg_type, head)) =
+            read_envelope_head(node, &mut recv, &peer, &limits, &stats, parsed.header_len).await
+        else {
+            return;
+        };
+        kind = Some(msg_type);
         got += head.len();
         chunks.push(Bytes::from(head));
     }
@@ -689,24 +736,8 @@ async fn read_frame(
             }
         }
     }
-    // The sender finishes the stream right after the frame: anything else is garbage.
-    let mut probe = [0u8; 1];
-    let end = tokio::time::timeout(limits.stall, recv.read(&mut probe))
-        .await
-        .unwrap_or(Ok(Some(0)));
-    match end {
-        Ok(None) => {}
-        Ok(Some(_)) => {
-            NetStats::bump(&stats.malformed_frames, 1);
-            tracing::warn!(%node, "trailing bytes after frame");
-            let _ = recv.stop(VarInt::from_u32(CODE_MALFORMED));
-            return;
-        }
-        Err(e) => {
-            NetStats::bump(&stats.truncated_streams, 1);
-            tracing::warn!(%node, error = %e, "stream reset after frame");
-            return;
-        }
+    if !finished_after_frame(node, &mut recv, &limits, &stats).await {
+        return;
     }
     // Complete and finished: it holds budget until the node takes it, which is not the
     // peer's doing.
