@@ -1,16 +1,11 @@
 //! `petrel bench adarevision`: AdaRevision against the best fixed step and the best Adagrad
 //! step of a small grid, on logistic regression and MF over the parameter server.
 //!
-//! Every run is its own in-process cluster with the shards' update rule set by the app's
-//! `--rule` (workers send gradients; AdaRevision's workers also send the gradient sums `z`
-//! they read). The table is read without a bound (`async` by default) with transient
-//! stragglers, so gradients are computed on stale weights: the case AdaRevision was made
-//! for. For each rule the grid of step sizes runs; the figures are each rule's best time to
-//! the target, and AdaRevision's at its default step, which is not tuned but derived from the
-//! scale of the solution ([`alpha_for_radius`]): `sqrt(2)` for LR (unit-scale features,
-//! weights of order one) and `sqrt(2) * PsMfData::factor_scale(rank)` for MF (the size of a
-//! factor coordinate that reproduces the ratings' spread). `--default-alpha` overrides it.
-//! A run that diverges is kept as a run that did not reach the target.
+//! Every run is its own in-process cluster, read without a bound (`async` by default) under
+//! transient stragglers, so gradients are computed on stale weights. The figures are each
+//! rule's best time to the target over the grid, and AdaRevision's at its untuned default
+//! step ([`alpha_for_radius`] of the solution's scale; `--default-alpha` overrides it). A
+//! run that diverges counts as one that did not reach the target.
 
 use crate::BenchError;
 use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, save_and_print};

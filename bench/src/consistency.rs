@@ -2,19 +2,11 @@
 //! stragglers as they occur, on matrix factorization and logistic regression, side by side.
 // Long because one bench's flags, apps, runner, table and JSON schema share private types.
 //!
-//! Each (app, model, staleness) runs on its own in-process cluster (every node a thread, QUIC
-//! on 127.0.0.1 unless `--transport memory`): `shards` shard nodes (the first also runs the
-//! monitor) and `workers` worker nodes. Compute is emulated: a clock takes `clock_ms`, and
-//! the [`StragglerModel`](petrel_ps::core::straggler::StragglerModel) stretches it: each clock
-//! of each worker is slowed `transient_factor` times with probability
-//! `transient_probability` (seeded, so every model sees the same slowdowns), and
-//! `--persistent-factor F` makes worker 0 slower on every clock (the old setting). QUIC links
-//! get `latency_ms` plus a uniform `0..=jitter_ms` per packet from the shaper. A run stops at
-//! the app's target (held-out RMSE for MF, log-loss for LR) or after `max_seconds`.
-//!
-//! Reported per run: time and iterations (min clock) to the target, and the mean and variance
-//! of the staleness the workers observed on their reads. One plot per app: time to target
-//! against the staleness bound, one line per model.
+//! Each (app, model, staleness) runs on its own in-process cluster with emulated compute
+//! (`clock_ms` a clock, stretched by seeded transient stragglers and an optional persistent
+//! one) and shaped QUIC links, until the app's target or `max_seconds`. Reported per run:
+//! time and iterations (min clock) to the target and the staleness the reads observed; one
+//! plot per app of time to target against the staleness bound.
 
 use crate::BenchError;
 use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, json_table, ratio, save_and_print};
@@ -295,20 +287,22 @@ fn run_one(
     let (c, t) = (&args.cluster, args.transport);
     let bound = petrel_ps::Consistency::new(model, s).staleness_bound();
     // The figures both apps have; each adds its own.
-    let of = |reached_target, time_to_target_s, iterations, st: &StalenessReport, wall_s| {
-        ConsistencyRun {
-            model,
-            staleness: bound,
-            reached_target,
-            time_to_target_s,
-            iterations,
-            mean_staleness: st.mean,
-            staleness_variance: st.variance,
-            max_staleness: st.max,
-            wall_s,
-            ..ConsistencyRun::default()
-        }
-    };
+    macro_rules! common {
+        ($r:expr) => {
+            ConsistencyRun {
+                model,
+                staleness: bound,
+                reached_target: $r.reached_target,
+                time_to_target_s: $r.time_to_target_s,
+                iterations: $r.iterations,
+                mean_staleness: $r.staleness.mean,
+                staleness_variance: $r.staleness.variance,
+                max_staleness: $r.staleness.max,
+                wall_s: $r.wall_s,
+                ..ConsistencyRun::default()
+            }
+        };
+    }
     Ok(match app {
         ConsistencyApp::Mf => {
             let cfg = mf_config(args, model, s);
@@ -326,13 +320,7 @@ fn run_one(
                     &r.per_worker_compute_s,
                     &r.per_worker_run_s,
                 ),
-                ..of(
-                    r.reached_target,
-                    r.time_to_target_s,
-                    r.iterations,
-                    &r.staleness,
-                    r.wall_s,
-                )
+                ..common!(r)
             }
         }
         ConsistencyApp::Lr => {
@@ -340,13 +328,7 @@ fn run_one(
             let r = c.run::<PsLr>(cfg, t, shape(args)).map_err(fail)?.metrics;
             ConsistencyRun {
                 per_clock: ClockBreakdown::of(&r.worker_clocks, &r.per_worker_reads, &[], &[]),
-                ..of(
-                    r.reached_target,
-                    r.time_to_target_s,
-                    r.iterations,
-                    &r.staleness,
-                    r.wall_s,
-                )
+                ..common!(r)
             }
         }
     })

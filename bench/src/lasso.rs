@@ -14,7 +14,6 @@ use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, SyntheticLasso};
 use petrel_strads::core::scheduler::ScheduleMode;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LassoBenchArgs {
@@ -74,13 +73,20 @@ pub struct LassoBenchArgs {
     pub out: PathBuf,
 }
 
+/// The keys the Lasso benches' JSON lines open with.
 #[derive(Serialize)]
-struct Figures {
+pub(crate) struct DesignFigures {
     bench: &'static str,
     n_samples: usize,
     n_features: usize,
-    lambda: f32,
-    optimum: f64,
+    pub lambda: f32,
+    pub optimum: f64,
+}
+
+#[derive(Serialize)]
+struct Figures {
+    #[serde(flatten)]
+    design: DesignFigures,
     block_size: usize,
     workers: usize,
     repeats: u64,
@@ -99,18 +105,18 @@ struct Figures {
 
 pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     let base = base_job(&args);
-    let (x, y) = base.load()?;
-    let lambda = base.resolve_lambda(&x, &y);
-    let started = Instant::now();
-    let (optimum, ref_kkt, updates) = reference_optimum(&x, &y, &base)?;
+    let (design, m) = solve_design("lasso", &base)?;
+    let (lambda, optimum) = (design.lambda, design.optimum);
     println!(
         "design {}x{} (groups of {} at corr {}), lambda {lambda:.4}; reference optimum {optimum:.8} \
-         after {updates} serial updates ({:.1} s, KKT {ref_kkt:.1e})",
+         after {} serial updates ({:.1} s, KKT {:.1e})",
         args.n_samples,
         args.n_features,
         args.group_size,
         args.correlation,
-        started.elapsed().as_secs_f64()
+        m.updates,
+        m.elapsed_s,
+        m.final_kkt_violation
     );
     let target = optimum * (1.0 + args.tolerance);
     let out = petrel::train::plot::absolute(&args.out)?;
@@ -157,11 +163,7 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     let (ru, rs, _) = get(ScheduleMode::Random);
     let (cu, cs, _) = get(ScheduleMode::Cyclic);
     let figures = Figures {
-        bench: "lasso",
-        n_samples: args.n_samples,
-        n_features: args.n_features,
-        lambda,
-        optimum,
+        design,
         block_size: args.block_size,
         workers: args.workers,
         repeats: args.repeats,
@@ -210,21 +212,28 @@ fn base_job(args: &LassoBenchArgs) -> LassoSettings {
     }
 }
 
-/// The reference: the one-thread baseline (cyclic coordinate descent) to a relative
-/// duality gap of 1e-10 (far tighter than the objective target). Returns the optimum, its
-/// KKT violation and the coordinate updates it took.
-pub(crate) fn reference_optimum(
-    x: &petrel_ml::data::SparseColumns,
-    y: &[f32],
-    job: &LassoSettings,
-) -> Result<(f64, f64, u64), StradsTrainError> {
+/// The design of `base`, its lambda and its reference optimum: the one-thread baseline
+/// (cyclic coordinate descent) to a relative duality gap of 1e-10, far tighter than the
+/// objective targets, whose metrics come second.
+pub(crate) fn solve_design(
+    bench: &'static str,
+    base: &LassoSettings,
+) -> Result<(DesignFigures, LassoMetrics), StradsTrainError> {
+    let (x, y) = base.load()?;
     let job = LassoSettings {
         gap_tolerance: Some(1e-10),
         target_objective: None,
-        ..job.clone()
+        ..base.clone()
     };
-    let m = solve_baseline(x, y, &job)?.metrics;
-    Ok((m.final_objective, m.final_kkt_violation, m.updates))
+    let m = solve_baseline(&x, &y, &job)?.metrics;
+    let design = DesignFigures {
+        bench,
+        n_samples: base.synthetic.n_samples,
+        n_features: base.synthetic.n_features,
+        lambda: base.resolve_lambda(&x, &y),
+        optimum: m.final_objective,
+    };
+    Ok((design, m))
 }
 
 /// `--repeats` runs of one scheduler variant (seeds 0, 1, ...) to `target`.

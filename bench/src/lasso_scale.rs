@@ -1,26 +1,15 @@
 //! `petrel bench lasso-scale`: STRADS Lasso against the single-threaded cyclic coordinate
-//! descent baseline on sparse correlated designs of growing size (`sparse_correlated_lasso`),
-//! through the scale harness (`crate::scale`): f* is the baseline run to a duality gap of
-//! `--optimum-gap`, and every runner is timed to `f* (1 + --tolerance)` in `--repeats`
-//! interleaved repeats. STRADS runs as a scheduler process and one process per worker by
-//! default, each generating only its rows.
-//!
-//! Its own figures: per run the block size (`block_size`), the round breakdown (`profile`) and
-//! `compute_ratio` (the compute on the rounds' critical path up to the target over
-//! `baseline_s`: the ratio's floor if messages and waits cost nothing); per size
-//! `optimum_s` and `data_mb_per_worker`; and after the table a probe of how fast one and two
-//! threads stream memory here (`memory_bandwidth`), the ceiling of what a second worker on
-//! this host gains in passes that only read.
+//! descent baseline on sparse correlated designs of growing size, through the scale
+//! harness ([`crate::scale`]); f* is the baseline run to a duality gap of `--optimum-gap`.
+//! After the table, a probe of how fast one and two threads stream memory here
+//! (`memory_bandwidth`): the ceiling of what a second worker gains in passes that only read.
 
 use crate::memory_bandwidth::{self, StreamBandwidth};
-pub use crate::scale::DesignSize;
-use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, PetrelRun, Prepared};
-use petrel::train::{NodeMemory, StradsTrainError, run_lasso_job};
+use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, DesignSize, PetrelRun, Prepared};
+use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_ml::data::SparseColumns;
-use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::baseline::solve_baseline;
 use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, RoundProfile, SyntheticLasso};
-use petrel_strads::kit::StradsSettings;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -84,6 +73,7 @@ pub struct LassoScaleBenchArgs {
 /// A Lasso run's own keys.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LassoRun {
+    /// Coordinates per round.
     pub block_size: usize,
     /// The compute on the critical path up to the target (the slowest worker's per round
     /// plus the scheduler's): petrel's time if messages and waits cost nothing.
@@ -93,18 +83,14 @@ pub struct LassoRun {
     pub profile: RoundProfile,
 }
 
-/// One worker count's figures at one size: its median run's.
-pub type PetrelFigures = CdRun<LassoRun>;
-
 /// A Lasso size's own keys.
 #[derive(Debug, Clone, Serialize)]
 pub struct LassoSize {
+    /// Seconds of the baseline run to f*.
     pub optimum_s: f64,
+    /// What one worker of the headline count holds, MB.
     pub data_mb_per_worker: f64,
 }
-
-/// One design size.
-pub type SizeFigures = CdSize<LassoRun, LassoSize>;
 
 /// The Lasso's own top-level keys.
 #[derive(Debug, Serialize)]
@@ -119,27 +105,34 @@ pub struct LassoTop {
 /// The figures of a run (its JSON line).
 pub type LassoScaleFigures = CdScaleFigures<LassoRun, LassoSize, LassoTop>;
 
-/// What one of `workers` workers holds, MB, counted from the solvers' own structures.
-/// A scheduled worker (`core::lasso`): its rows' share of X (8 bytes a non-zero: row
-/// index and value), the coefficients (8 bytes a feature), its rows' y and residual (12
-/// bytes a row). A Gauss-Seidel worker (`core::gauss_seidel::GsWorkerCore`): its
-/// columns' share of X (8 bytes a non-zero), per column of its share the column start,
-/// squared norm and coefficient (24 bytes), and per row of the design y, the residual and
-/// the round's start residual (20 bytes).
-pub fn worker_holds_mb(solver: LassoSolver, nnz: usize, size: &DesignSize, workers: usize) -> f64 {
-    let share = workers.max(1) as f64;
-    let (nnz, d, n) = (nnz as f64, size.n_features as f64, size.n_samples as f64);
-    let bytes = match solver {
-        LassoSolver::Scheduled => nnz * 8.0 / share + d * 8.0 + n * 12.0 / share,
-        LassoSolver::GaussSeidel | LassoSolver::Auto => {
-            nnz * 8.0 / share + d * 24.0 / share + n * 20.0
-        }
-    };
-    bytes / 1e6
-}
+impl CdScale for LassoScaleBenchArgs {
+    type Run = LassoRun;
+    type Size = LassoSize;
+    type Top = LassoTop;
+    /// The design, dropped before the last repeat's STRADS runs so that they start without
+    /// this process's copy of it (what in-process transports measure as their peak).
+    type Design = Option<(SparseColumns, Vec<f32>)>;
+    const NAME: &'static str = "lasso-scale";
+    const NO_CLUSTER: &'static str =
+        "lasso-scale compares STRADS runs: --transport memory, quic or processes";
+    const EXTRA_KEYS: &'static str = "block_size rss_mb worker_rss_mb worker_holds_mb \
+        worker_rss_over_holds worker_heap_over_holds scheduler_rss_mb profile/round_latency_ms \
+        profile/messaging_s compute_ratio";
+    const PLOT: [&'static str; 3] = [
+        "lasso_scale_us_per_update.svg",
+        "Lasso: time per coordinate update against design size",
+        "microseconds per coordinate update (to 1e-3)",
+    ];
 
-impl LassoScaleBenchArgs {
-    fn job_for(&self, size: &DesignSize) -> LassoSettings {
+    fn args(&self) -> (&CdScaleArgs, &[DesignSize], f64, &Path) {
+        (&self.common, &self.sizes, self.tolerance, &self.out)
+    }
+
+    fn solver(&self) -> String {
+        self.solver.to_string()
+    }
+
+    fn job(&self, size: &DesignSize) -> LassoSettings {
         let mut job = LassoSettings {
             synthetic: SyntheticLasso {
                 n_samples: size.n_samples,
@@ -166,150 +159,85 @@ impl LassoScaleBenchArgs {
         }
         job
     }
-}
 
-/// The baseline's design (dropped before the last repeat's STRADS runs, so that they start
-/// without this process's copy of it: what in-process transports measure as their peak).
-pub struct LassoDesign {
-    data: Option<(SparseColumns, Vec<f32>)>,
-    job: LassoSettings,
-}
-
-impl CdScale for LassoScaleBenchArgs {
-    type Run = LassoRun;
-    type Size = LassoSize;
-    type Top = LassoTop;
-    type Design = LassoDesign;
-    const NAME: &'static str = "lasso-scale";
-    const NO_CLUSTER: &'static str =
-        "lasso-scale compares STRADS runs: --transport memory, quic or processes";
-    const EXTRA_KEYS: &'static str = "block_size rss_mb worker_rss_mb worker_holds_mb \
-        worker_rss_over_holds worker_heap_over_holds scheduler_rss_mb profile/round_latency_ms \
-        profile/messaging_s compute_ratio";
-    const PLOT: [&'static str; 3] = [
-        "lasso_scale_us_per_update.svg",
-        "Lasso: time per coordinate update against design size",
-        "microseconds per coordinate update (to 1e-3)",
-    ];
-
-    fn common(&self) -> &CdScaleArgs {
-        &self.common
-    }
-
-    fn sizes(&self) -> (&[DesignSize], f64, &Path) {
-        (&self.sizes, self.tolerance, &self.out)
-    }
-
-    fn solver(&self) -> String {
-        self.solver.to_string()
+    /// Counted from the solvers' own structures. A scheduled worker: its rows' share of X
+    /// (8 bytes a non-zero), the coefficients (8 bytes a feature), its rows' y and residual
+    /// (12 bytes a row). A Gauss-Seidel worker: its columns' share of X, per column of its
+    /// share the column start, squared norm and coefficient (24 bytes), and per row y, the
+    /// residual and the round's start residual (20 bytes).
+    fn holds_mb(&self, nnz: usize, size: &DesignSize, workers: usize) -> f64 {
+        let share = workers.max(1) as f64;
+        let (nnz, d, n) = (nnz as f64, size.n_features as f64, size.n_samples as f64);
+        let bytes = match self.solver {
+            LassoSolver::Scheduled => nnz * 8.0 / share + d * 8.0 + n * 12.0 / share,
+            LassoSolver::GaussSeidel | LassoSolver::Auto => {
+                nnz * 8.0 / share + d * 24.0 / share + n * 20.0
+            }
+        };
+        bytes / 1e6
     }
 
     fn prepare(
         &self,
         size: &DesignSize,
-    ) -> Result<Prepared<LassoDesign, LassoSize>, StradsTrainError> {
-        let base = self.job_for(size);
-        // The flags checked as `train lasso` checks its settings, before any work.
-        base.validate().map_err(StradsError::from)?;
+        job: &LassoSettings,
+    ) -> Result<Prepared<Self::Design, LassoSize>, StradsTrainError> {
         let generated = Instant::now();
-        let (x, y) = base.load()?;
+        let (x, y) = job.load()?;
         let nnz = x.values.len();
-        tracing::info!(
-            nnz,
-            seconds = generated.elapsed().as_secs_f64(),
-            "design generated"
-        );
+        let seconds = generated.elapsed().as_secs_f64();
+        tracing::info!(nnz, seconds, "design generated");
         // f*: the baseline to a tight duality gap.
         let optimum_job = LassoSettings {
             gap_tolerance: Some(self.optimum_gap),
-            ..base.clone()
+            ..job.clone()
         };
         let m = solve_baseline(&x, &y, &optimum_job)?.metrics;
+        let data_mb_per_worker = self.holds_mb(nnz, size, self.common.headline_workers);
         Ok(Prepared {
-            design: LassoDesign {
-                data: Some((x, y)),
-                job: base,
-            },
+            design: Some((x, y)),
             nnz,
             lambda: m.lambda,
             optimum: m.final_objective,
             extra: LassoSize {
                 optimum_s: m.elapsed_s,
-                data_mb_per_worker: worker_holds_mb(
-                    self.solver,
-                    nnz,
-                    size,
-                    self.common.headline_workers,
-                ),
+                data_mb_per_worker,
             },
         })
     }
 
     fn baseline(
         &self,
-        design: &mut LassoDesign,
-        target: f64,
+        design: &mut Self::Design,
+        job: &LassoSettings,
         last: bool,
     ) -> Result<(f64, u64), StradsTrainError> {
-        let Some((x, y)) = &design.data else {
-            return Err(StradsTrainError::Usage("the design was released"));
-        };
-        // The timed baseline: the same solver, stopped at the target.
-        let job = LassoSettings {
-            target_objective: Some(target),
-            ..design.job.clone()
-        };
-        let m = solve_baseline(x, y, &job)?.metrics;
+        let (x, y) = design
+            .as_ref()
+            .ok_or(StradsTrainError::Usage("the design was released"))?;
+        let m = solve_baseline(x, y, job)?.metrics;
         if last {
-            design.data = None;
+            *design = None;
         }
         Ok((m.elapsed_s, m.updates))
     }
 
-    fn petrel(&self, r: PetrelRun) -> Result<PetrelFigures, StradsTrainError> {
-        let PetrelRun {
-            size,
-            nnz,
-            target,
-            workers,
-            transport,
-            dir,
-            ..
-        } = r;
-        let job = LassoSettings {
-            target_objective: Some(target),
-            out_dir: Some(dir),
-            ..self.job_for(size)
-        };
-        let started = Instant::now();
-        let m = run_lasso_job(&job, workers, transport, false)?;
-        let wall_s = started.elapsed().as_secs_f64();
-        let holds = worker_holds_mb(self.solver, nnz, size, workers);
-        let memory = NodeMemory::of_run(job.out_dir.as_deref(), transport, holds);
-        // The launcher's peak of every node process when there are processes, else what the
-        // nodes sampled during their rounds.
-        let rss_mb = match (memory.worker_rss_mb, memory.scheduler_rss_mb) {
-            (Some(w), Some(s)) => w.max(s),
-            _ => m
-                .profile
-                .scheduler_peak_rss_mb
-                .max(m.profile.worker_peak_rss_mb),
-        };
-        let compute_to_target_s = m.profile.critical_compute_to_target_s;
+    fn petrel(&self, r: PetrelRun) -> Result<CdRun<LassoRun>, StradsTrainError> {
+        let m = run_lasso_job(r.job, r.workers, r.transport, false)?;
+        let p = &m.profile;
+        let compute_to_target_s = p.critical_compute_to_target_s;
         Ok(CdRun {
-            workers,
             petrel_s: m.target_s,
             petrel_updates: m.target_updates,
-            wall_s,
             rounds: m.rounds,
             final_objective: m.final_objective,
-            rss_mb: Some(rss_mb),
-            memory,
+            // What the nodes sampled during their rounds.
+            rss_mb: Some(p.scheduler_peak_rss_mb.max(p.worker_peak_rss_mb)),
             extra: LassoRun {
                 block_size: m.block_size,
                 compute_to_target_s,
                 compute_ratio: compute_to_target_s.map(|s| s / r.baseline_s),
-                profile: m.profile.clone(),
+                profile: p.clone(),
             },
             ..CdRun::default()
         })

@@ -4,6 +4,7 @@
 //! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
 //! 127.0.0.1); the table shows medians over `--repeats` runs.
 
+use crate::lasso::{DesignFigures, solve_design};
 use crate::scale::write_plot;
 use petrel::train::plot::{Series, absolute};
 use petrel::train::{StradsTrainError, run_lasso_job};
@@ -62,11 +63,8 @@ struct Variant {
 
 #[derive(Serialize)]
 struct Figures {
-    bench: &'static str,
-    n_samples: usize,
-    n_features: usize,
-    lambda: f32,
-    optimum: f64,
+    #[serde(flatten)]
+    design: DesignFigures,
     workers: usize,
     block_size: usize,
     repeats: u64,
@@ -97,9 +95,8 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
         gap_tolerance: Some(args.gap_tolerance),
         ..LassoSettings::default()
     };
-    let (x, y) = base.load()?;
-    let lambda = base.resolve_lambda(&x, &y);
-    let (optimum, _, _) = crate::lasso::reference_optimum(&x, &y, &base)?;
+    let (design, _) = solve_design("lasso_schedulers", &base)?;
+    let (lambda, optimum) = (design.lambda, design.optimum);
     println!(
         "design {}x{}, lambda {lambda:.4}, reference optimum {optimum:.8}; stop at duality gap {:e} (relative)",
         args.n_samples, args.n_features, args.gap_tolerance
@@ -173,11 +170,7 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
         true,
     )?;
     crate::scale::print_figures(&Figures {
-        bench: "lasso_schedulers",
-        n_samples: args.n_samples,
-        n_features: args.n_features,
-        lambda,
-        optimum,
+        design,
         workers: args.workers,
         block_size: args.block_size,
         repeats: args.repeats,

@@ -5,10 +5,9 @@
 //! corpus, topics and iterations: sampling throughput and log-likelihood per token against
 //! time (both measured from the end of initialisation).
 
-use crate::scale::write_plot;
+use crate::scale::{WorkerCountsArgs, write_plot};
 use petrel::train::plot::{Series, absolute};
 use petrel::train::{StradsTrainError, run_job};
-use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LdaCorpusParams;
 use petrel_ml::topic::{LdaMetrics, LoglikPoint};
 use petrel_ps::apps::lda::{PsLdaMetrics, PsLdaSettings};
@@ -28,12 +27,8 @@ pub struct LdaBenchArgs {
     pub doc_length: usize,
     #[arg(long, default_value_t = 20)]
     pub iterations: usize,
-    /// Worker counts to compare (the JSON reports the last one).
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub workers: Vec<usize>,
-    /// How the nodes run.
-    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
-    pub transport: JobTransport,
+    #[command(flatten)]
+    pub runs: WorkerCountsArgs,
     #[arg(long, default_value = "target/bench-lda")]
     pub out: PathBuf,
     /// PS-LDA: SSP staleness bound of the word-topic table.
@@ -120,26 +115,20 @@ pub(crate) fn corpus(
 }
 
 pub fn run(args: LdaBenchArgs) -> Result<(), StradsTrainError> {
-    if args.workers.is_empty() {
-        return Err(StradsTrainError::Usage(
-            "--workers needs at least one count",
-        ));
-    }
     let out = absolute(&args.out)?;
-    let mut table = Vec::new();
-    let mut runs: Vec<(usize, LdaMetrics)> = Vec::new();
-    for &p in &args.workers {
+    let runs = args.runs.run_each(|p| {
         let job = LdaSettings {
-            synthetic: crate::lda::corpus(args.topics, args.vocab, args.docs, args.doc_length),
+            synthetic: corpus(args.topics, args.vocab, args.docs, args.doc_length),
             n_topics: args.topics,
             iterations: args.iterations,
             out_dir: Some(out.join(format!("p{p}"))),
             ..LdaSettings::default()
         };
-        let m = run_job::<LdaApp>(&job, p, args.transport)?;
-        table.push(row("rotation".into(), p, &m));
-        runs.push((p, m));
-    }
+        run_job::<LdaApp>(&job, p, args.runs.transport)
+    })?;
+    let mut table: Vec<_> = (runs.iter())
+        .map(|(p, m)| row("rotation".into(), *p, m))
+        .collect();
     let ps = if args.no_ps {
         None
     } else {
@@ -267,7 +256,7 @@ fn run_ps(
     out: &std::path::Path,
 ) -> Result<PsLdaMetrics, StradsTrainError> {
     let cfg = PsLdaSettings {
-        synthetic: crate::lda::corpus(args.topics, args.vocab, args.docs, args.doc_length),
+        synthetic: corpus(args.topics, args.vocab, args.docs, args.doc_length),
         n_topics: args.topics,
         iterations: args.iterations,
         consistency: petrel_ps::ConsistencyModel::Ssp,
@@ -279,7 +268,7 @@ fn run_ps(
         },
         ..PsLdaSettings::default()
     };
-    let transport = args.transport.cluster_transport();
+    let transport = args.runs.transport.cluster_transport();
     petrel_ps::run_local::<petrel_ps::PsLda>(cfg, args.ps_shards, workers, transport)
         .map(|o| o.metrics)
         .map_err(|e| StradsTrainError::ParameterServer(Box::new(e)))

@@ -1,12 +1,7 @@
 //! `petrel bench lda-scale`: STRADS LDA (SparseLDA with word rotation) on corpora of
-//! growing size, for several worker counts side by side in one run: sampling throughput per
-//! core against the corpus size, and the speed-up of more workers over one.
-//!
-//! Each corpus is sampled from the LDA generative model with `--doc-length` tokens per
-//! document and a vocabulary and topic count that stay fixed, so only the number of
-//! documents grows: the work per token stays the same and tokens/s per core should stay
-//! flat. The keys are those of [`LdaScaleFigures`]; an SVG plots the time per token per core
-//! against the corpus size.
+//! growing size, per worker count: sampling throughput per core against the corpus size,
+//! and the speed-up over one worker. Only the number of documents grows (fixed vocabulary,
+//! topics and document length), so tokens/s per core should stay flat.
 
 use crate::scale::{GridArgs, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
@@ -66,9 +61,7 @@ pub struct LdaScaleRun {
     pub wall_s: f64,
     /// Log-likelihood per token at the end.
     pub final_loglik_per_token: f64,
-    /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
-    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`,
-    /// `worker_heap_mb`, `worker_heap_over_holds`).
+    /// Node peaks against what a worker holds.
     #[serde(flatten)]
     pub memory: NodeMemory,
 }
@@ -202,7 +195,7 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         vocab: args.vocab,
         doc_length: args.doc_length,
         iterations: args.iterations,
-        transport: format!("{:?}", args.grid.transport).to_lowercase(),
+        transport: args.grid.transport_name(),
         sizes,
         per_core_spread,
         plot,

@@ -4,9 +4,7 @@
 //! processes a bench launches run its roles ([`register_roles`]) as well as the built-in
 //! ones.
 //!
-//! [`BenchError`] is the error of the runtime and parameter-server benchmarks
-//! ([`transport`], [`soak`], [`chaos`], [`ps`], [`consistency`], [`managed`],
-//! [`adarevision`]).
+//! [`BenchError`] is the error of every bench but the STRADS and P3 ones.
 
 // The P3 benches return the facade's `P3JobError` (the job they run is `petrel train p3`'s);
 // clippy measures that foreign type above its threshold, where the facade's own lint does not.
@@ -77,7 +75,7 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
-    /// A measurement did not complete.
+    /// A measurement did not complete, or its figures cannot be read.
     #[error("{0}")]
     Incomplete(String),
     /// The figures could not be printed as JSON.
@@ -100,6 +98,9 @@ pub enum BenchError {
         /// The plotting library's message.
         reason: String,
     },
+    /// A data file could not be loaded.
+    #[error(transparent)]
+    Data(#[from] petrel_ml::data::DataError),
     /// A `--net KEY=VALUE` override does not name a `[net]` knob or has a bad value.
     #[error("--net {given}: {reason}")]
     NetOverride {

@@ -4,8 +4,9 @@
 //! the file. MB/s are 10^6 bytes of the text file a second; the file is read once before
 //! each timing, so the figures are the parse's, not the disk's.
 
+use crate::BenchError;
 use petrel::report::{Table, fmt, print_json};
-use petrel_ml::data::{DataError, cache, load_bow, load_libsvm, load_ratings};
+use petrel_ml::data::{cache, load_bow, load_libsvm, load_ratings};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,26 +27,6 @@ pub struct LoadBenchArgs {
     pub repeat: usize,
 }
 
-/// Why the bench failed.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadBenchError {
-    /// A file could not be loaded.
-    #[error(transparent)]
-    Data(#[from] DataError),
-    /// A file could not be written.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The figures could not be printed.
-    #[error(transparent)]
-    Json(#[from] serde_json::Error),
-}
-
 /// The figures of the JSON line.
 #[derive(Debug, Serialize)]
 pub struct LoadFigures {
@@ -61,11 +42,6 @@ pub struct LoadFigures {
     pub cores: usize,
 }
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LoadBenchError {
-    let what = what.into();
-    move |source| LoadBenchError::Io { what, source }
-}
-
 /// A small xorshift: the files are the same on every run.
 struct Xorshift(u64);
 
@@ -79,7 +55,7 @@ impl Xorshift {
 }
 
 /// Writes the three files of about `mb` MB each into `dir`.
-fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], LoadBenchError> {
+fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], BenchError> {
     let target = mb << 20;
     let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
     let paths = [
@@ -90,7 +66,7 @@ fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], LoadBenchError> {
     let create = |p: &Path| {
         std::fs::File::create(p)
             .map(std::io::BufWriter::new)
-            .map_err(io(format!("create {}", p.display())))
+            .map_err(BenchError::io(format!("create {}", p.display())))
     };
     // LIBSVM: rows of up to 400 increasing indices below 10^6.
     let mut w = create(&paths[0])?;
@@ -111,9 +87,10 @@ fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], LoadBenchError> {
         }
         line.push('\n');
         written += line.len();
-        w.write_all(line.as_bytes()).map_err(io("write LIBSVM"))?;
+        w.write_all(line.as_bytes())
+            .map_err(BenchError::io("write LIBSVM"))?;
     }
-    w.flush().map_err(io("write LIBSVM"))?;
+    w.flush().map_err(BenchError::io("write LIBSVM"))?;
     // Ratings: user, item, rating.
     let mut w = create(&paths[1])?;
     let mut written = 0;
@@ -125,9 +102,10 @@ fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], LoadBenchError> {
         );
         let line = format!("{u}\t{i}\t{r}\n");
         written += line.len();
-        w.write_all(line.as_bytes()).map_err(io("write ratings"))?;
+        w.write_all(line.as_bytes())
+            .map_err(BenchError::io("write ratings"))?;
     }
-    w.flush().map_err(io("write ratings"))?;
+    w.flush().map_err(BenchError::io("write ratings"))?;
     // Bag of words: documents of up to 100 increasing word ids below 10^5.
     let mut body = Vec::with_capacity(target + 64);
     let (mut nnz, mut doc) = (0u64, 1u64);
@@ -149,14 +127,16 @@ fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], LoadBenchError> {
     w.write_all(header.as_bytes())
         .and_then(|()| w.write_all(&body))
         .and_then(|()| w.flush())
-        .map_err(io("write bag of words"))?;
+        .map_err(BenchError::io("write bag of words"))?;
     Ok(paths)
 }
 
 /// Loads `path` as `kind` once, returning seconds.
-fn load_once(kind: usize, path: &Path) -> Result<f64, LoadBenchError> {
+fn load_once(kind: usize, path: &Path) -> Result<f64, BenchError> {
     // Read once first: the timing is the parse's, not the disk's.
-    std::hint::black_box(std::fs::read(path).map_err(io(format!("read {}", path.display())))?);
+    std::hint::black_box(
+        std::fs::read(path).map_err(BenchError::io(format!("read {}", path.display())))?,
+    );
     // The values are dropped after the timing: what is timed is what a loader waits for.
     let started = Instant::now();
     let loaded: Box<dyn std::any::Any> = match kind {
@@ -169,10 +149,7 @@ fn load_once(kind: usize, path: &Path) -> Result<f64, LoadBenchError> {
     Ok(secs)
 }
 
-fn best(
-    repeat: usize,
-    mut f: impl FnMut() -> Result<f64, LoadBenchError>,
-) -> Result<f64, LoadBenchError> {
+fn best(repeat: usize, mut f: impl FnMut() -> Result<f64, BenchError>) -> Result<f64, BenchError> {
     let mut best = f64::INFINITY;
     for _ in 0..repeat.max(1) {
         best = best.min(f()?);
@@ -181,8 +158,8 @@ fn best(
 }
 
 /// Runs the bench.
-pub fn run(args: LoadBenchArgs) -> Result<(), LoadBenchError> {
-    let dir = tempfile::tempdir().map_err(io("make a temporary directory"))?;
+pub fn run(args: LoadBenchArgs) -> Result<(), BenchError> {
+    let dir = tempfile::tempdir().map_err(BenchError::io("make a temporary directory"))?;
     eprintln!(
         "generating 3 files of {} MB in {}",
         args.mb,
@@ -204,7 +181,7 @@ pub fn run(args: LoadBenchArgs) -> Result<(), LoadBenchError> {
     let (mut cold, mut cached_bytes, mut cached_secs) = ([0.0; 3], 0.0, 0.0);
     for (kind, path) in paths.iter().enumerate() {
         let mb = std::fs::metadata(path)
-            .map_err(io(format!("stat {}", path.display())))?
+            .map_err(BenchError::io(format!("stat {}", path.display())))?
             .len() as f64
             / 1e6;
         cache::set_disk_cache(Some(false));

@@ -1,22 +1,17 @@
 //! `petrel bench logistic-scale`: STRADS sparse logistic regression (Gauss-Seidel) against
-//! the single-threaded baseline (the same solver with one worker, in this thread) on sparse
-//! correlated designs of growing size (the Lasso's, labelled by the sign of the response),
-//! through the scale harness (`crate::scale`). f* is the baseline run until a full sweep lowers the objective
-//! by at most `--optimum-tolerance`; every runner is timed to `f* (1 + --tolerance)`.
+//! the single-threaded baseline (the same solver with one worker, in this thread) on the
+//! Lasso's sparse correlated designs labelled by the sign of the response, through the
+//! scale harness ([`crate::scale`]). f* is the baseline run until a full sweep lowers the
+//! objective by at most `--optimum-tolerance`.
 
-use crate::scale::{
-    CdRun, CdScale, CdScaleArgs, CdScaleFigures, CdSize, DesignSize, PetrelRun, Prepared,
-};
-use petrel::train::{NodeMemory, StradsTrainError, run_job};
-use petrel_strads::StradsError;
+use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, DesignSize, PetrelRun, Prepared};
+use petrel::train::{StradsTrainError, run_job};
 use petrel_strads::apps::lasso::{LassoSettings, LassoSolver, SyntheticLasso};
 use petrel_strads::apps::logistic::{LogisticApp, load, logistic_lambda, run_baseline};
-use petrel_strads::kit::StradsSettings;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-#[derive(clap::Args, Debug, Clone)]
 /// `petrel bench logistic-scale`.
+#[derive(clap::Args, Debug, Clone)]
 pub struct LogisticScaleBenchArgs {
     /// Design sizes, ROWSxFEATURESxNNZ_PER_COLUMN, smallest first.
     #[arg(
@@ -38,29 +33,35 @@ pub struct LogisticScaleBenchArgs {
     /// most this (relative).
     #[arg(long, default_value_t = 1e-11)]
     pub optimum_tolerance: f64,
-    #[arg(long, default_value = "target/bench-logistic-scale")]
     /// Output directory (every run's outputs and the plot).
+    #[arg(long, default_value = "target/bench-logistic-scale")]
     pub out: PathBuf,
 }
 
-/// The figures of a run (its JSON line).
-pub type LogisticScaleFigures = CdScaleFigures<(), (), ()>;
+impl CdScale for LogisticScaleBenchArgs {
+    type Run = ();
+    type Size = ();
+    type Top = ();
+    type Design = ();
+    const NAME: &'static str = "logistic-scale";
+    const NO_CLUSTER: &'static str =
+        "logistic-scale compares STRADS runs: --transport memory, quic or processes";
+    const EXTRA_KEYS: &'static str = "rounds rss_mb";
+    const PLOT: [&'static str; 3] = [
+        "logistic_scale_us_per_update.svg",
+        "Sparse logistic regression: time per coordinate update against design size",
+        "microseconds per coordinate update (to the target)",
+    ];
 
-/// One design size.
-pub type LogisticSizeFigures = CdSize<(), ()>;
+    fn args(&self) -> (&CdScaleArgs, &[DesignSize], f64, &Path) {
+        (&self.common, &self.sizes, self.tolerance, &self.out)
+    }
 
-/// What one of `workers` Gauss-Seidel workers holds, MB: its columns' share of X (8 bytes
-/// a non-zero), per column of its share the column start, curvature bound, coefficient
-/// and the round's start coefficient (32 bytes), and per row of the design the label, the
-/// margin, the round's start margin and its margin delta (32 bytes).
-pub fn worker_holds_mb(nnz: usize, size: &DesignSize, workers: usize) -> f64 {
-    let share = workers.max(1) as f64;
-    let (nnz, d, n) = (nnz as f64, size.n_features as f64, size.n_samples as f64);
-    (nnz * 8.0 / share + d * 32.0 / share + n * 32.0) / 1e6
-}
+    fn solver(&self) -> String {
+        "gauss-seidel".into()
+    }
 
-impl LogisticScaleBenchArgs {
-    fn job_for(&self, size: &DesignSize) -> LassoSettings {
+    fn job(&self, size: &DesignSize) -> LassoSettings {
         LassoSettings {
             synthetic: SyntheticLasso {
                 n_samples: size.n_samples,
@@ -76,52 +77,33 @@ impl LogisticScaleBenchArgs {
             ..LassoSettings::default()
         }
     }
-}
 
-impl CdScale for LogisticScaleBenchArgs {
-    type Run = ();
-    type Size = ();
-    type Top = ();
-    type Design = LassoSettings;
-    const NAME: &'static str = "logistic-scale";
-    const NO_CLUSTER: &'static str =
-        "logistic-scale compares STRADS runs: --transport memory, quic or processes";
-    const EXTRA_KEYS: &'static str = "rounds rss_mb";
-    const PLOT: [&'static str; 3] = [
-        "logistic_scale_us_per_update.svg",
-        "Sparse logistic regression: time per coordinate update against design size",
-        "microseconds per coordinate update (to the target)",
-    ];
-
-    fn common(&self) -> &CdScaleArgs {
-        &self.common
+    /// Its columns' share of X (8 bytes a non-zero), per column of its share the column
+    /// start, curvature bound, coefficient and the round's start coefficient (32 bytes),
+    /// and per row the label, the margin, the round's start margin and its delta (32 bytes).
+    fn holds_mb(&self, nnz: usize, size: &DesignSize, workers: usize) -> f64 {
+        let share = workers.max(1) as f64;
+        let (nnz, d, n) = (nnz as f64, size.n_features as f64, size.n_samples as f64);
+        (nnz * 8.0 / share + d * 32.0 / share + n * 32.0) / 1e6
     }
 
-    fn sizes(&self) -> (&[DesignSize], f64, &Path) {
-        (&self.sizes, self.tolerance, &self.out)
-    }
-
-    fn solver(&self) -> String {
-        "gauss-seidel".into()
-    }
-
-    fn prepare(&self, size: &DesignSize) -> Result<Prepared<Self::Design, ()>, StradsTrainError> {
-        let base = self.job_for(size);
-        base.validate().map_err(StradsError::from)?;
-        let (x, labels) = load(&base)?;
-        let nnz = x.values.len();
-        let lambda = logistic_lambda(&x, &labels, &base);
+    fn prepare(
+        &self,
+        _size: &DesignSize,
+        job: &LassoSettings,
+    ) -> Result<Prepared<(), ()>, StradsTrainError> {
+        let (x, labels) = load(job)?;
         // f*: the baseline to a tight tolerance (it stops once a full sweep lowers the
         // objective by less than gap_tolerance / 100).
         let optimum = run_baseline(&LassoSettings {
             gap_tolerance: Some(100.0 * self.optimum_tolerance),
-            ..base.clone()
+            ..job.clone()
         })?
         .final_objective;
         Ok(Prepared {
-            design: base,
-            nnz,
-            lambda,
+            design: (),
+            nnz: x.values.len(),
+            lambda: logistic_lambda(&x, &labels, job),
             optimum,
             extra: (),
         })
@@ -129,47 +111,25 @@ impl CdScale for LogisticScaleBenchArgs {
 
     fn baseline(
         &self,
-        base: &mut Self::Design,
-        target: f64,
+        _design: &mut (),
+        job: &LassoSettings,
         _last: bool,
     ) -> Result<(f64, u64), StradsTrainError> {
-        let m = run_baseline(&LassoSettings {
-            target_objective: Some(target),
-            ..base.clone()
-        })?;
+        let m = run_baseline(job)?;
         Ok((m.elapsed_s, m.updates))
     }
 
     fn petrel(&self, r: PetrelRun) -> Result<CdRun<()>, StradsTrainError> {
-        let PetrelRun {
-            size,
-            nnz,
-            target,
-            workers,
-            transport,
-            dir,
-            ..
-        } = r;
-        let job = LassoSettings {
-            target_objective: Some(target),
-            out_dir: Some(dir.clone()),
-            ..self.job_for(size)
-        };
-        let started = Instant::now();
-        let m = run_job::<LogisticApp>(&job, workers, transport)?;
-        let wall_s = started.elapsed().as_secs_f64();
-        let petrel_s = (m.final_objective <= target).then_some(m.elapsed_s);
-        let memory = NodeMemory::of_run(Some(&dir), transport, worker_holds_mb(nnz, size, workers));
-        let rss_mb = (memory.worker_rss_mb.zip(memory.scheduler_rss_mb)).map(|(w, s)| w.max(s));
+        let m = run_job::<LogisticApp>(r.job, r.workers, r.transport)?;
+        let reached = r
+            .job
+            .target_objective
+            .is_some_and(|t| m.final_objective <= t);
         Ok(CdRun {
-            workers,
-            petrel_s,
+            petrel_s: reached.then_some(m.elapsed_s),
             petrel_updates: Some(m.updates),
-            wall_s,
             rounds: m.rounds,
             final_objective: m.final_objective,
-            rss_mb,
-            memory,
             ..CdRun::default()
         })
     }
@@ -183,7 +143,9 @@ pub fn run(args: LogisticScaleBenchArgs) -> Result<(), StradsTrainError> {
 }
 
 /// Runs every size, repeat and worker count, prints the table and writes the plot.
-pub fn measure(args: &LogisticScaleBenchArgs) -> Result<LogisticScaleFigures, StradsTrainError> {
+pub fn measure(
+    args: &LogisticScaleBenchArgs,
+) -> Result<CdScaleFigures<(), (), ()>, StradsTrainError> {
     crate::scale::measure_cd(args)
 }
 

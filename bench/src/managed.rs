@@ -1,25 +1,12 @@
-//! `petrel bench managed`: Bösen's managed communication in use, on MF (default) or LDA
-//! (`--app lda`) over shaped links.
-//!
-//! Three variants at the same bandwidth budget, each on its own in-process cluster whose
-//! every node's egress is shaped to `mbit` (QUIC, token bucket under QUIC):
-//! (a) `clock`: updates leave only at the clock boundary (the oplog flushed by `clock()`);
-//! (b) `fifo`: managed communication both ways, oldest first: workers send pending updates
-//!     while the clock computes, and shards push changed rows to the workers that hold
-//!     them (server push), each within a budget of the link's rate;
-//! (c) `relative-magnitude`: the same, largest `|delta| / |value|` first.
-//! `--no-server-push` keeps (b) and (c) worker-to-server only. A clock's compute (`clock_ms`) is cut into `compute_slices` slices; the updates of a slice
-//! become pending when it ends and managed communication gets one tick per slice. Reported:
-//! time and iterations to the target RMSE, the bytes the workers' nodes sent, and the RMSE
-//! against time and against bytes (bytes at a point = the run's bytes per clock times the
-//! clock of that point), with one SVG plot of each.
-//!
-//! `--app lda` runs ps-lda the same way (no server push: that is ps-mf's only): its sweep
-//! takes real sampling time, so a clock's documents are cut into `compute_slices` slices and
-//! a tick's budget is the link share times the slice's measured sampling time. Convergence
-//! is the log-likelihood per token against time; the target (`--target-loglik`, else 90 %
-//! of the way from the clock run's initial to its final log-likelihood) is reached at the
-//! first pass at or above it.
+//! `petrel bench managed`: Bösen's managed communication on MF (default) or LDA
+//! (`--app lda`), every node's egress shaped to `--mbit`, three variants on their own
+//! in-process clusters: `clock` (updates leave at the clock boundary), `fifo` (managed
+//! communication both ways within a budget of the link's rate, oldest first; shards push
+//! changed rows to the workers that hold them) and `relative-magnitude` (the same, largest
+//! `|delta| / |value|` first). A clock's compute is cut into `--compute-slices` ticks.
+//! Reported: time, iterations and bytes to the target, and the curve against time and
+//! against bytes. LDA (no server push) converges on the log-likelihood per token; its
+//! target defaults to 90 % of the clock run's gain.
 
 use crate::BenchError;
 use crate::common::{PsClusterArgs, json_table, ratio, save_and_print};
@@ -52,22 +39,17 @@ pub struct ManagedBenchArgs {
     pub app: ManagedApp,
     #[command(flatten)]
     pub cluster: PsClusterArgs,
-    /// Egress rate of every node's link (Mbit/s). At 20 communication matters (a clock's
-    /// bytes take longer than its compute) but every variant reaches the target (8 was
-    /// hopeless: none did in 15 s).
+    /// Egress rate of every node's link (Mbit/s).
     #[arg(long, default_value_t = 20.0)]
     pub mbit: f64,
     /// The managed budget (per worker, and per shard for server push) as a fraction of the
     /// link rate: Bösen spends the bandwidth that reads and clock flushes leave over.
-    /// (A full link's budget made both managed variants about 2x slower than clock-boundary
-    /// updates: their early rows crowded out the reads and flushes.)
     #[arg(long, default_value_t = 0.25)]
     pub budget_fraction: f64,
     /// Consistency model of the items table.
     #[arg(long, value_enum, default_value_t = ConsistencyModel::Ssp)]
     pub consistency: ConsistencyModel,
-    /// Its staleness bound (at 8 stale reads cost iterations, which is what fresher rows
-    /// can win back; at 2 they barely do).
+    /// Its staleness bound.
     #[arg(long, default_value_t = 8)]
     pub staleness: u32,
     /// Emulated compute per clock (ms).

@@ -3,10 +3,9 @@
 //! RMSE against time, time to a target RMSE, final train and test RMSE, and the bytes per
 //! round through the scheduler (the H blocks rotate worker to worker).
 
-use crate::scale::write_plot;
+use crate::scale::{WorkerCountsArgs, write_plot};
 use petrel::train::plot::{Series, absolute};
 use petrel::train::{StradsTrainError, run_job};
-use petrel_actors::JobTransport;
 use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
 use serde::Serialize;
@@ -18,28 +17,65 @@ pub struct StradsMfBenchArgs {
     pub users: usize,
     #[arg(long, default_value_t = 10000)]
     pub items: usize,
+    #[arg(long, default_value_t = 0.01)]
+    pub observed_fraction: f64,
+    #[command(flatten)]
+    pub model: MfArgs,
+    #[command(flatten)]
+    pub runs: WorkerCountsArgs,
+    #[arg(long, default_value = "target/bench-mf")]
+    pub out: PathBuf,
+}
+
+/// The data and model flags of `mf` and `mf-scale` beside their sizes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MfArgs {
     /// Rank of the generating factors and of the model.
     #[arg(long, default_value_t = 10)]
     pub rank: usize,
-    #[arg(long, default_value_t = 0.01)]
-    pub observed_fraction: f64,
+    /// Standard deviation of the ratings' noise.
     #[arg(long, default_value_t = 0.1)]
     pub noise_std: f32,
+    /// L2 weight.
     #[arg(long, default_value_t = 0.05)]
     pub lambda: f32,
+    /// Sweeps over the rank-one coordinates (the run does them all; the target only
+    /// stops the clock).
     #[arg(long, default_value_t = 12)]
     pub iterations: usize,
-    /// Train RMSE whose first crossing is `time_to_target_s` (1.5x the noise level).
+    /// Train RMSE whose first crossing stops the clock (1.5x the default noise level).
     #[arg(long, default_value_t = 0.15)]
     pub target_rmse: f64,
-    /// Worker counts to compare (the JSON reports the last one).
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub workers: Vec<usize>,
-    /// How the nodes run.
-    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
-    pub transport: JobTransport,
-    #[arg(long, default_value = "target/bench-mf")]
-    pub out: PathBuf,
+}
+
+impl MfArgs {
+    /// The job on synthetic ratings of `users` x `items` at `observed_fraction`, writing to
+    /// `out`.
+    pub(crate) fn job(
+        &self,
+        (users, items): (usize, usize),
+        observed_fraction: f64,
+        out: PathBuf,
+        timeout_s: u64,
+    ) -> StradsMfSettings {
+        StradsMfSettings {
+            synthetic: LowRankParams {
+                n_users: users,
+                n_items: items,
+                rank: self.rank,
+                observed_fraction,
+                noise_std: self.noise_std,
+                seed: 42,
+            },
+            rank: self.rank,
+            lambda: self.lambda,
+            outer_iterations: self.iterations,
+            target_rmse: Some(self.target_rmse),
+            out_dir: Some(out),
+            timeout_s,
+            ..StradsMfSettings::default()
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -75,34 +111,14 @@ fn bytes_per_round(m: &MfMetrics) -> (f64, f64) {
 }
 
 pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
-    if args.workers.is_empty() {
-        return Err(StradsTrainError::Usage(
-            "--workers needs at least one count",
-        ));
-    }
     let out = absolute(&args.out)?;
-    let mut runs: Vec<(usize, MfMetrics)> = Vec::new();
-    for &p in &args.workers {
-        let job = StradsMfSettings {
-            synthetic: LowRankParams {
-                n_users: args.users,
-                n_items: args.items,
-                rank: args.rank,
-                observed_fraction: args.observed_fraction,
-                noise_std: args.noise_std,
-                seed: 42,
-            },
-            rank: args.rank,
-            lambda: args.lambda,
-            outer_iterations: args.iterations,
-            target_rmse: Some(args.target_rmse),
-            out_dir: Some(out.join(format!("p{p}"))),
-            timeout_s: 120,
-            ..StradsMfSettings::default()
-        };
-        let m = run_job::<MfApp>(&job, p, args.transport)?;
-        runs.push((p, m));
-    }
+    let runs = args.runs.run_each(|p| {
+        let dims = (args.users, args.items);
+        let job = args
+            .model
+            .job(dims, args.observed_fraction, out.join(format!("p{p}")), 120);
+        run_job::<MfApp>(&job, p, args.runs.transport)
+    })?;
     let rows = runs.iter().map(|(p, m)| {
         let (ring, star) = bytes_per_round(m);
         let mut row = serde_json::to_value(m).unwrap_or_default();
@@ -146,7 +162,7 @@ pub fn run(args: StradsMfBenchArgs) -> Result<(), StradsTrainError> {
         rank: last.rank,
         workers: *p,
         time_to_target_s: last.time_to_target_s,
-        target_rmse: args.target_rmse,
+        target_rmse: args.model.target_rmse,
         final_rmse: last.final_test_rmse,
         final_train_rmse: last.final_train_rmse,
         elapsed_s: last.elapsed_s,

@@ -1,22 +1,18 @@
 //! `petrel bench mf-scale`: STRADS matrix factorisation (CCD++ with block rotation) on
-//! ratings of growing size, for several worker counts side by side in one run: seconds to
-//! a fixed training RMSE, ratings/s per core against the data size, and the speed-up of
-//! more workers over one.
-//!
-//! Each size is drawn by the synthetic low-rank generator of `petrel bench mf`
-//! ([`LowRankParams`]) with a fixed rank, noise and observed fraction and twice as many users
-//! as items, so users and items grow with the square root of the ratings: the work per
-//! rating and coordinate stays the same and ratings/s per core should stay flat. The keys
-//! are those of [`MfScaleFigures`].
+//! ratings of growing size, per worker count: seconds to a training RMSE, ratings/s per
+//! core against the data size, and the speed-up over one worker. Each size is drawn with
+//! `petrel bench mf`'s generator at a fixed rank, noise and observed fraction and twice as
+//! many users as items, so the work per rating stays the same and ratings/s per core
+//! should stay flat.
 
+use crate::mf::MfArgs;
 use crate::scale::{GridArgs, grid, per_core, write_plot};
 use petrel::train::plot::absolute;
 use petrel::train::{NodeMemory, StradsTrainError, run_job};
 use petrel_actors::JobTransport;
-use petrel_ml::data::synthetic::LowRankParams;
 use petrel_strads::StradsError;
 use petrel_strads::apps::lasso::metrics::peak_rss_mb;
-use petrel_strads::apps::mf::{MfApp, MfMetrics, StradsMfSettings};
+use petrel_strads::apps::mf::{MfApp, MfMetrics};
 use petrel_strads::kit::StradsSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -37,25 +33,12 @@ pub struct MfScaleBenchArgs {
     /// The worker counts, transport and round timeout.
     #[command(flatten)]
     pub grid: GridArgs,
-    /// Rank of the generating factors and of the model.
-    #[arg(long, default_value_t = 10)]
-    pub rank: usize,
     /// Probability that a (user, item) cell is rated (fixed across sizes).
     #[arg(long, default_value_t = 0.02)]
     pub observed_fraction: f64,
-    /// Standard deviation of the ratings' noise.
-    #[arg(long, default_value_t = 0.1)]
-    pub noise_std: f32,
-    /// L2 weight.
-    #[arg(long, default_value_t = 0.05)]
-    pub lambda: f32,
-    /// Sweeps over the rank-one coordinates (the run does them all; the target only
-    /// stops the clock).
-    #[arg(long, default_value_t = 12)]
-    pub iterations: usize,
-    /// Train RMSE whose first crossing stops the clock (1.5x the default noise level).
-    #[arg(long, default_value_t = 0.15)]
-    pub target_rmse: f64,
+    /// The rank, noise, L2 weight, sweeps and target.
+    #[command(flatten)]
+    pub model: MfArgs,
     /// Output directory (each run's files and the plot).
     #[arg(long, default_value = "target/bench-mf-scale")]
     pub out: PathBuf,
@@ -96,9 +79,7 @@ pub struct MfScaleRun {
     /// Peak resident memory of this process during the run, MB (every node is a thread
     /// of it; none with `--transport processes`).
     pub rss_mb: Option<f64>,
-    /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
-    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`, `worker_private_over_holds`,
-    /// `worker_heap_mb`, `worker_heap_over_holds`).
+    /// Node peaks against what a worker holds.
     #[serde(flatten)]
     pub memory: NodeMemory,
 }
@@ -247,12 +228,12 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
     )?;
     Ok(MfScaleFigures {
         bench: "mf-scale",
-        rank: args.rank,
+        rank: args.model.rank,
         observed_fraction: args.observed_fraction,
-        noise_std: args.noise_std,
-        iterations: args.iterations,
-        target_rmse: args.target_rmse,
-        transport: format!("{:?}", args.grid.transport).to_lowercase(),
+        noise_std: args.model.noise_std,
+        iterations: args.model.iterations,
+        target_rmse: args.model.target_rmse,
+        transport: args.grid.transport_name(),
         sizes,
         per_core_spread,
         per_core_trend,
@@ -285,24 +266,12 @@ fn run_one(
     workers: usize,
     one_worker_s: Option<f64>,
 ) -> Result<MfScaleRun, StradsTrainError> {
-    let (users, items) = dimensions(requested, args.observed_fraction);
-    let job = StradsMfSettings {
-        synthetic: LowRankParams {
-            n_users: users,
-            n_items: items,
-            rank: args.rank,
-            observed_fraction: args.observed_fraction,
-            noise_std: args.noise_std,
-            seed: 42,
-        },
-        rank: args.rank,
-        lambda: args.lambda,
-        outer_iterations: args.iterations,
-        target_rmse: Some(args.target_rmse),
-        out_dir: Some(out.join(format!("r{requested}-p{workers}"))),
-        timeout_s: args.grid.timeout_s,
-        ..StradsMfSettings::default()
-    };
+    let job = args.model.job(
+        dimensions(requested, args.observed_fraction),
+        args.observed_fraction,
+        out.join(format!("r{requested}-p{workers}")),
+        args.grid.timeout_s,
+    );
     // The flags checked as `train mf` checks its settings.
     job.validate().map_err(StradsError::from)?;
     let steps_per_sweep = job.layout().width();
@@ -314,23 +283,24 @@ fn run_one(
     let seconds = m.time_to_target_s;
     let sweeps = sweeps_to_target(
         &m,
-        args.target_rmse,
+        args.model.target_rmse,
         steps_per_sweep,
-        args.iterations * steps_per_sweep,
+        args.model.iterations * steps_per_sweep,
     );
     let per_core = seconds
         .zip(sweeps)
         .filter(|(s, _)| *s > 0.0)
         .map(|(s, n)| m.train_ratings as f64 * n / s / workers as f64);
-    let all_sweeps = (m.elapsed_s > 0.0)
-        .then(|| m.train_ratings as f64 * args.iterations as f64 / m.elapsed_s / workers as f64);
+    let all_sweeps = (m.elapsed_s > 0.0).then(|| {
+        m.train_ratings as f64 * args.model.iterations as f64 / m.elapsed_s / workers as f64
+    });
     let one_worker_s = if workers == 1 { seconds } else { one_worker_s };
     let speedup = crate::common::ratio(one_worker_s, seconds);
     let holds = worker_holds_mb(
         m.train_ratings + m.test_ratings,
         m.n_users,
         m.n_items,
-        args.rank,
+        args.model.rank,
         workers,
     );
     let memory = NodeMemory::of_run(job.out_dir.as_deref(), args.grid.transport, holds);

@@ -71,18 +71,14 @@ pub struct P3BenchArgs {
     /// the slices of a layer complete one after another and pipeline through the shards).
     #[arg(long)]
     pub fair_queuing: bool,
-    /// Credit: bytes a node may have in flight (sent, not yet acknowledged) per peer, in
-    /// KiB; the rest waits in the node's priority outbox (ByteScheduler's credit). 0 =
-    /// automatic: two slices in process, the transport default (8 MiB) with --netns (see
-    /// `default_credit_bytes`).
+    /// Credit: bytes a node may have in flight per peer, in KiB; the rest waits in the
+    /// node's priority outbox. 0 = automatic (`default_credit_bytes`).
     #[arg(long, default_value_t = 0)]
     pub credit_kib: usize,
     /// QUIC congestion controller: cubic, bbr or newreno.
     #[arg(long, value_enum, default_value = "cubic")]
     pub congestion: petrel_net::Congestion,
-    /// Shaper token-bucket depth in KiB (0 = the transport's default). 64 KiB is 6.5 ms of
-    /// an 80 Mbit/s link: enough that a timer firing a few ms late on a loaded machine does
-    /// not waste link time, small against a 3 MB model transfer.
+    /// Shaper token-bucket depth in KiB (0 = the transport's default).
     #[arg(long, default_value_t = 64)]
     pub burst_kib: u64,
     /// Modes to run (default all three; the JSON needs all three for the speedups).
@@ -95,9 +91,7 @@ pub struct P3BenchArgs {
     #[arg(long)]
     pub netns: bool,
     /// With --netns: the nodes' UDP send buffer (`socket_send_buffer_bytes`) in KiB; 0 = the
-    /// kernel's default. It must stay below the `tbf` queue: a larger one (the transport's
-    /// default is 4 MiB) lets QUIC overfill the qdisc, which then drops instead of making the
-    /// sender wait.
+    /// kernel's default. Below the `tbf` queue, or QUIC overfills the qdisc.
     #[arg(long, default_value_t = 128)]
     pub netns_send_buffer_kib: usize,
     /// With --netns: the `tbf` queue of every link in ms of its rate (`latency`).
@@ -158,17 +152,10 @@ struct Point {
     modes: Vec<ModeResult>,
 }
 
-/// The link's goodput for this traffic, measured in the same run by a transfer probe: the
-/// same cluster, job and link with compute taken out (device at 10^18 FLOP/s), p3 mode,
-/// so an iteration is one model's push and pull with slices pipelined through the shards,
-/// and nothing else. (Not fifo: it sends whole layers, so a shard returns a big layer only
-/// after all of it arrived, and that store-and-forward is not the link's doing.) The probe
-/// runs `--probe-iterations` iterations after the warm-up and takes the slowest worker's
-/// *median* iteration, so one loss recovery or scheduling hiccup does not move the figure.
-/// The model's wire time at the nominal rate over that iteration time scales the nominal
-/// rate to what the link delivered (protocol overhead, round trips and shaper losses
-/// included). Capped at the nominal rate (a higher figure is noise). Returns the goodput
-/// in bytes/s and the probe's run.
+/// The link's goodput for this traffic (bytes/s, at most the nominal rate), the probe's
+/// iteration time and its run: the same cluster and link in p3 mode with compute taken out,
+/// so an iteration is one model's push and pull; the slowest worker's median iteration
+/// against the model's wire time at the nominal rate scales that rate.
 fn probe_goodput(
     args: &P3BenchArgs,
     setup: &Setup,
@@ -369,15 +356,9 @@ fn credit_bytes(args: &P3BenchArgs) -> usize {
 }
 
 /// The credit when none is given. In process: two slices per peer (one on the wire, one
-/// behind it), at least 16 KiB. The user-space shaper makes the socket unwritable until it
-/// has tokens, so QUIC's congestion window never fills and never limits what a connection
-/// holds: with a large credit each connection takes its whole backlog, and connections to
-/// different peers share the link round-robin whatever their streams' priorities (a
-/// shard's pulls to two workers, a worker's pushes to two shards). A small credit keeps the
-/// order in the node's priority outbox, across peers (ResNet-50 at M = C: p3 over the ideal
-/// 1.10-1.14 with 8 MiB, 1.04-1.07 with 64 KiB). Across namespaces the
-/// kernel queue's delay makes congestion control bound what is in flight, and a small
-/// credit only adds round trips (64 KiB there: 4 % slower), so the transport default stays.
+/// behind it), at least 16 KiB, so the order stays in the node's priority outbox across
+/// peers (the user-space shaper keeps QUIC's congestion window from bounding what is in
+/// flight). Across namespaces congestion control does, so the transport default stays.
 pub fn default_credit_bytes(slice_params: u64, netns: bool) -> usize {
     if netns {
         return NetConfig::default().outbox_inflight_bytes;

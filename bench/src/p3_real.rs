@@ -1,10 +1,7 @@
-//! `petrel bench p3-real`: P3 on real compute (the job of `petrel train p3`). A candle model
-//! ([`petrel_p3::models::nets`]) is trained data-parallel by 2 workers and 2 shards, each
-//! its own `petrel node` process on 127.0.0.1, every node's link limited by the
-//! transport's shaper. The bench runs sequential, fifo and p3 side by side and reports
-//! images/s and the test accuracy reached by each mode after the same iterations, plus
-//! the adapter's own overhead (stage-wise against candle's whole-model backward, in this
-//! process, no network).
+//! `petrel bench p3-real`: P3 on real compute (the job of `petrel train p3`): a candle model
+//! trained data-parallel by 2 workers and 2 shards as `petrel node` processes on shaped
+//! links, sequential, fifo and p3 side by side: images/s and test accuracy after the same
+//! iterations, plus the adapter's own overhead against candle's whole-model backward.
 
 use crate::common::json_table;
 use crate::p3::slowest;

@@ -1,24 +1,14 @@
-//! `petrel bench ps`: parameter-server push+pull throughput and latency per row size, with
-//! every node a separate process talking QUIC on 127.0.0.1, beside the ceiling of petrel's
-//! own transport measured in the same processes, and optionally beside an external peer
-//! (`--peer-cmd`, e.g. ps-lite) run alternately.
+//! `petrel bench ps`: parameter-server push+pull throughput and latency per row size, every
+//! node a separate process talking QUIC on 127.0.0.1, beside the ceiling of petrel's own
+//! transport in the same processes (an echo of the same bytes, one `tell` each way), and
+//! optionally beside an external peer (`--peer-cmd`, e.g. ps-lite) run alternately.
 // Long because the bench's nodes, its runners (petrel, transport, peer) and breakdown share types.
 //!
-//! One iteration of a worker, as a user writes it: `push` (an owned `batch_inc`) of every
-//! row it owns a share of, `clock()` (the push), then `get_many_shared` of those rows (the pull; the table is BSP, so
-//! every pull is a fresh read from the shards that reflects every worker's push of that
-//! clock). Throughput is (bytes pushed + bytes pulled) per second, summed over workers,
-//! MB = 10^6 bytes. With several shards the row of S bytes is split into one row of S/shards
-//! bytes per shard, as ps-lite splits a key range over its servers.
-//!
-//! The transport ceiling runs first in the same processes: each worker sends S/shards bytes
-//! to an echo actor on every shard node and waits for them to come back (one `tell` each
-//! way, as the PS path), so it moves the same bytes in the same pattern with nothing of the
-//! PS layer. Each process reports its peak resident memory (`VmHWM`).
-//!
-//! The breakdown of one 1 + 1 iteration (encode, decode, apply, reply, ...) is measured in
-//! this process on the sans-I/O cores and the frame codec, without a network; `wire_ms` is
-//! what the measured p50 leaves for sending, receiving and scheduling.
+//! A worker's iteration: `push` of its rows, `clock()`, then `get_many_shared` (BSP: a
+//! fresh read holding every worker's push). Throughput is bytes pushed + pulled per second
+//! summed over workers (MB = 10^6 bytes); a row of S bytes is split into S/shards per
+//! shard. The 1x1 breakdown times one iteration's steps in this process without a network;
+//! `wire_ms` is what the measured p50 leaves for the network and scheduling.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -491,7 +481,7 @@ fn median(v: Vec<f64>) -> f64 {
     crate::common::upper_median(v).unwrap_or(0.0)
 }
 
-/// Figures of one petrel run.
+/// Figures of one petrel run, or the medians of several.
 #[derive(Debug, Clone, Serialize)]
 struct RunFigures {
     ps_mbps: f64,
@@ -501,7 +491,25 @@ struct RunFigures {
     transport_mbps: f64,
     transport_p50_ms: f64,
     rss_mb: f64,
+    #[serde(skip)]
     shm_messages: u64,
+}
+
+impl RunFigures {
+    /// The median of every figure of `runs` (`shm_messages`: their sum); `None` without runs.
+    fn median_of(runs: &[RunFigures]) -> Option<RunFigures> {
+        let m = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
+        (!runs.is_empty()).then(|| RunFigures {
+            ps_mbps: m(|r| r.ps_mbps),
+            p50_ms: m(|r| r.p50_ms),
+            p99_ms: m(|r| r.p99_ms),
+            push_p50_ms: m(|r| r.push_p50_ms),
+            transport_mbps: m(|r| r.transport_mbps),
+            transport_p50_ms: m(|r| r.transport_p50_ms),
+            rss_mb: m(|r| r.rss_mb),
+            shm_messages: runs.iter().map(|r| r.shm_messages).sum(),
+        })
+    }
 }
 
 async fn petrel_run(
@@ -750,14 +758,9 @@ struct SizeFigures {
     workers: u32,
     shards: u32,
     iters: u32,
-    ps_mbps: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    push_p50_ms: f64,
-    transport_mbps: f64,
-    transport_p50_ms: f64,
+    #[serde(flatten)]
+    run: RunFigures,
     ps_over_transport: f64,
-    rss_mb: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     peer_mbps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -821,7 +824,7 @@ pub fn run(args: PsBenchArgs) -> Result<(), BenchError> {
     let at = |w: u32, s: u32| {
         out.iter()
             .find(|f| f.bytes == largest && f.workers == w && f.shards == s)
-            .map(|f| f.ps_mbps)
+            .map(|f| f.run.ps_mbps)
     };
     let scaling = at(2, 2).zip(at(1, 1)).map(|(a, b)| a / b.max(1e-9));
     print_json(&Figures {
@@ -872,17 +875,15 @@ fn measure_size(
             }
         }
     }
-    let m = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
+    let run =
+        RunFigures::median_of(&runs).ok_or_else(|| BenchError::Incomplete("no runs".into()))?;
+    let shm = RunFigures::median_of(&shm_runs);
     let pm = |f: fn(&PeerFigures) -> f64| {
         (!peers.is_empty()).then(|| median(peers.iter().map(f).collect()))
     };
-    let (ps_mbps, transport_mbps) = (m(|r| r.ps_mbps), m(|r| r.transport_mbps));
+    let ps_mbps = run.ps_mbps;
     let peer_mbps = pm(|p| p.mbps);
-    let sm = |f: fn(&RunFigures) -> f64| {
-        (!shm_runs.is_empty()).then(|| median(shm_runs.iter().map(f).collect()))
-    };
-    let shm_mbps = sm(|r| r.ps_mbps);
-    let p50_ms = m(|r| r.p50_ms);
+    let shm_mbps = shm.as_ref().map(|r| r.ps_mbps);
     let bd = ((workers, shards) == (1, 1))
         .then(|| breakdown(bytes, iters.min(50), !args.no_read_my_writes))
         .transpose()?;
@@ -891,24 +892,18 @@ fn measure_size(
         workers,
         shards,
         iters,
-        ps_mbps,
-        p50_ms,
-        p99_ms: m(|r| r.p99_ms),
-        push_p50_ms: m(|r| r.push_p50_ms),
-        transport_mbps,
-        transport_p50_ms: m(|r| r.transport_p50_ms),
-        ps_over_transport: ps_mbps / transport_mbps.max(1e-9),
-        rss_mb: m(|r| r.rss_mb),
+        ps_over_transport: ps_mbps / run.transport_mbps.max(1e-9),
         peer_mbps,
         peer_p50_ms: pm(|p| p.p50_ms),
         peer_p99_ms: pm(|p| p.p99_ms),
         ps_over_peer: peer_mbps.map(|p| ps_mbps / p.max(1e-9)),
         shm_mbps,
-        shm_p50_ms: sm(|r| r.p50_ms),
+        shm_p50_ms: shm.as_ref().map(|r| r.p50_ms),
         shm_over_quic: shm_mbps.map(|s| s / ps_mbps.max(1e-9)),
-        shm_messages: (!shm_runs.is_empty()).then(|| shm_runs.iter().map(|r| r.shm_messages).sum()),
-        wire_ms: bd.as_ref().map(|b| (p50_ms - b.total_ms).max(0.0)),
+        shm_messages: shm.map(|r| r.shm_messages),
+        wire_ms: bd.as_ref().map(|b| (run.p50_ms - b.total_ms).max(0.0)),
         breakdown: bd,
+        run,
     })
 }
 

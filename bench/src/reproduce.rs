@@ -5,32 +5,10 @@
 //! it holds here. A missing figures file leaves its rows as "not measured"; nothing on the
 //! page is typed by hand except the claims and the papers' figures.
 
+use crate::BenchError;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-
-/// Why the page could not be written.
-#[derive(Debug, thiserror::Error)]
-pub enum ReproduceError {
-    /// A figures file exists but is not JSON.
-    #[error("{}: not a figures file", path.display())]
-    BadFigures {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A file could not be read or written.
-    #[error("{}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// `petrel bench report`.
 #[derive(clap::Args, Debug, Clone)]
@@ -90,14 +68,14 @@ pub struct Claim {
     pub verdict: Verdict,
 }
 
-fn load(dir: &Path, name: &str) -> Result<Option<Value>, ReproduceError> {
+fn load(dir: &Path, name: &str) -> Result<Option<Value>, BenchError> {
     let path = dir.join(name);
     match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|source| ReproduceError::BadFigures { path, source }),
+        Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| {
+            BenchError::Incomplete(format!("{}: not a figures file: {e}", path.display()))
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ReproduceError::Io { path, source }),
+        Err(e) => Err(BenchError::io(path.display().to_string())(e)),
     }
 }
 
@@ -137,7 +115,7 @@ fn show(x: Option<f64>, unit: &str) -> String {
 }
 
 /// The claims, judged on the figures in `dir`.
-pub fn claims(dir: &Path) -> Result<Vec<Claim>, ReproduceError> {
+pub fn claims(dir: &Path) -> Result<Vec<Claim>, BenchError> {
     let cons = load(dir, "consistency.json")?;
     let managed = load(dir, "managed.json")?;
     let ada = load(dir, "adarevision.json")?;
@@ -267,7 +245,7 @@ fn adarevision_claims(ada: Option<&Value>, out: &mut Vec<Claim>) {
 }
 
 /// P3's claims, per model, from `p3-<model>.json`.
-fn p3_claims(dir: &Path, out: &mut Vec<Claim>) -> Result<(), ReproduceError> {
+fn p3_claims(dir: &Path, out: &mut Vec<Claim>) -> Result<(), BenchError> {
     for (model, file, paper) in [
         ("VGG-19", "p3-vgg19.json", "+66% throughput"),
         ("ResNet-50", "p3-resnet50.json", "+25% throughput"),
@@ -373,19 +351,13 @@ pub fn render(claims: &[Claim], dir: &Path, out: &Path) -> String {
 }
 
 /// Writes the page.
-pub fn run(args: ReportArgs) -> Result<(), ReproduceError> {
+pub fn run(args: ReportArgs) -> Result<(), BenchError> {
     let claims = claims(&args.figures)?;
     let page = render(&claims, &args.figures, &args.out);
     if let Some(dir) = args.out.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| ReproduceError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(BenchError::io(dir.display().to_string()))?;
     }
-    std::fs::write(&args.out, &page).map_err(|source| ReproduceError::Io {
-        path: args.out.clone(),
-        source,
-    })?;
+    std::fs::write(&args.out, &page).map_err(BenchError::io(args.out.display().to_string()))?;
     let held = claims
         .iter()
         .filter(|c| c.verdict == Verdict::Holds)
@@ -458,9 +430,7 @@ mod tests {
         );
         assert_eq!(essp.verdict, Verdict::DoesNotHold);
         std::fs::write(dir.path().join("adarevision.json"), "not json").unwrap();
-        assert!(matches!(
-            claims(dir.path()),
-            Err(ReproduceError::BadFigures { .. })
-        ));
+        let e = claims(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("not a figures file"), "{e}");
     }
 }

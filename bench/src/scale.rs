@@ -1,20 +1,23 @@
 //! The scale benches' harness: sizes x worker counts (x a single-threaded baseline for the
-//! coordinate-descent benches), then the table, the plot and the JSON line. `lasso-scale`
-//! and `logistic-scale` implement `CdScale`: per size the design is solved to its optimum
-//! f*, then `--repeats` interleaved repeats time the baseline and a STRADS run per worker
-//! count to `f* (1 + tolerance)` (data generation and cluster start excluded; the wall time
-//! is beside it). Each runner reports its median run and `ratio` the median of the repeats'
-//! ratios, each against its own repeat's baseline: the host is shared, and single runs were
-//! seen anywhere from 0.9 to 1.4. `mf-scale` and `lda-scale` use `grid`.
+//! coordinate-descent benches), then the table, the plot and the JSON line. `mf-scale` and
+//! `lda-scale` run [`grid`]; `lasso-scale` and `logistic-scale` implement [`CdScale`] and
+//! run [`measure_cd`]: per size the design is solved to its optimum f*, then `--repeats`
+//! interleaved repeats time the baseline and a STRADS run per worker count to
+//! `f* (1 + tolerance)`. Each runner reports its median run, and `ratio` the median of the
+//! repeats' ratios, each against its own repeat's baseline (the host is shared).
 
-use crate::common::{json_table, median};
+use crate::common::{json_table, median, name_of};
 use petrel::report::print_json;
 use petrel::train::plot::{Series, absolute, line_plot};
 use petrel::train::{NodeMemory, StradsTrainError, TrainTransport};
 use petrel_actors::JobTransport;
+use petrel_strads::StradsError;
+use petrel_strads::apps::lasso::LassoSettings;
+use petrel_strads::kit::StradsSettings;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// The largest over the smallest `y` of `points` (1 is flat); none without points or
 /// when the smallest is not positive.
@@ -47,7 +50,7 @@ pub(crate) fn write_plot(
     Ok(path.display().to_string())
 }
 
-/// Prints a scale bench's JSON line.
+/// Prints a STRADS bench's JSON line.
 pub(crate) fn print_figures<T: Serialize>(figures: &T) -> Result<(), StradsTrainError> {
     print_json(figures).map_err(|source| StradsTrainError::Json {
         path: PathBuf::new(),
@@ -97,6 +100,39 @@ pub struct GridArgs {
     pub timeout_s: u64,
 }
 
+impl GridArgs {
+    /// The transport's name in the JSON.
+    pub(crate) fn transport_name(&self) -> String {
+        name_of(&self.transport)
+    }
+}
+
+/// The worker counts and transport of `mf` and `lda`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WorkerCountsArgs {
+    /// Worker counts to compare (the JSON reports the last one).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub workers: Vec<usize>,
+    /// How the nodes run.
+    #[arg(long, value_enum, default_value_t = JobTransport::Quic)]
+    pub transport: JobTransport,
+}
+
+impl WorkerCountsArgs {
+    /// `run(workers)` for every worker count in order, beside its count.
+    pub(crate) fn run_each<M>(
+        &self,
+        mut run: impl FnMut(usize) -> Result<M, StradsTrainError>,
+    ) -> Result<Vec<(usize, M)>, StradsTrainError> {
+        if self.workers.is_empty() {
+            return Err(StradsTrainError::Usage(
+                "--workers needs at least one count",
+            ));
+        }
+        self.workers.iter().map(|&p| Ok((p, run(p)?))).collect()
+    }
+}
+
 /// Per worker count, `points(workers)`' spread across the sizes ([`spread`]) and its plot
 /// series.
 pub(crate) fn per_core(
@@ -137,7 +173,6 @@ pub struct DesignSizeError(String);
 impl std::str::FromStr for DesignSize {
     type Err = DesignSizeError;
 
-    /// `ROWSxFEATURESxNNZ` (e.g. `2000x20000x20`).
     fn from_str(s: &str) -> Result<Self, DesignSizeError> {
         let parts: Vec<usize> = s.split('x').filter_map(|p| p.trim().parse().ok()).collect();
         match (s.split('x').count(), &parts[..]) {
@@ -155,7 +190,7 @@ impl std::str::FromStr for DesignSize {
     }
 }
 
-/// The flags of the coordinate-descent scale benches that have the same defaults.
+/// The flags the coordinate-descent scale benches share.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CdScaleArgs {
     /// STRADS worker counts.
@@ -170,12 +205,10 @@ pub struct CdScaleArgs {
     /// Timeout of one round, seconds.
     #[arg(long, default_value_t = 600)]
     pub timeout_s: u64,
-    /// Interleaved repeats of the timed runs at each size (the baseline, then every worker
-    /// count, then again): each runner's figures are those of its median run, and `ratio`
-    /// is the median of the repeats' ratios (each petrel run against the baseline run of
-    /// its own repeat), so one slow episode of a shared host moves neither. Over an
-    /// in-process transport the runs before the last repeat's share this process with its
-    /// copy of the design, so their peak memory includes it (`--repeats 1` for those peaks).
+    /// Interleaved repeats of the timed runs at each size: each runner's figures are its
+    /// median run's, and `ratio` the median of the repeats' ratios (each against its own
+    /// repeat's baseline). In process, runs before the last repeat share this process with
+    /// its copy of the design, so their peak memory includes it (`--repeats 1` for those).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
 }
@@ -205,9 +238,7 @@ pub struct CdRun<E> {
     pub final_objective: f64,
     /// The largest peak of a node.
     pub rss_mb: Option<f64>,
-    /// Node peaks against what a worker holds (keys `worker_rss_mb`, `scheduler_rss_mb`,
-    /// `worker_holds_mb`, `worker_rss_over_holds`, `worker_private_mb`,
-    /// `worker_private_over_holds`, `worker_heap_mb`, `worker_heap_over_holds`).
+    /// Node peaks against what a worker holds.
     #[serde(flatten)]
     pub memory: NodeMemory,
     /// The bench's own keys.
@@ -238,9 +269,9 @@ impl<E> CdRun<E> {
 }
 
 /// One design size: the baseline, and the headline worker count's keys beside every
-/// worker count's figures (`E`: the bench's own keys).
+/// worker count's figures (`S`: the bench's own keys).
 #[derive(Debug, Clone, Serialize)]
-pub struct CdSize<R, E> {
+pub struct CdSize<R, S> {
     /// Rows.
     pub n_samples: usize,
     /// Features.
@@ -271,7 +302,7 @@ pub struct CdSize<R, E> {
     pub per_workers: BTreeMap<usize, CdRun<R>>,
     /// The bench's own keys.
     #[serde(flatten)]
-    pub extra: E,
+    pub extra: S,
 }
 
 /// The figures of a coordinate-descent scale bench (its JSON line; `E`: the bench's own
@@ -313,24 +344,22 @@ pub(crate) struct Prepared<D, S> {
     pub extra: S,
 }
 
-/// What one STRADS run of a [`CdScale`] bench is asked for.
+/// One STRADS run of a [`CdScale`] bench: its job (target and output directory set), on
+/// `workers` workers, and the baseline's seconds of the same repeat.
 pub(crate) struct PetrelRun<'a> {
-    pub size: &'a DesignSize,
-    pub nnz: usize,
-    pub target: f64,
+    pub job: &'a LassoSettings,
     pub workers: usize,
     pub transport: JobTransport,
-    /// The run's output directory.
-    pub dir: PathBuf,
-    /// The baseline's seconds of the same repeat.
     pub baseline_s: f64,
 }
 
 /// A coordinate-descent scale bench: the single-threaded baseline against STRADS per
-/// worker count, to `f* (1 + tolerance)`, on designs of growing size.
+/// worker count, to `f* (1 + tolerance)`, on designs of growing size. Its jobs are
+/// [`LassoSettings`]: the harness validates each size's before any work and sets every
+/// timed run's target (and a STRADS run's output directory).
 pub(crate) trait CdScale {
     /// A run's own keys.
-    type Run: Serialize + Clone;
+    type Run: Serialize + Clone + Default;
     /// A size's own keys.
     type Size: Serialize;
     /// The figures' own top-level keys.
@@ -346,26 +375,30 @@ pub(crate) trait CdScale {
     /// The plot's file name, title and y label.
     const PLOT: [&'static str; 3];
 
-    /// The shared flags.
-    fn common(&self) -> &CdScaleArgs;
-    /// The sizes, the target's relative gap and the output directory.
-    fn sizes(&self) -> (&[DesignSize], f64, &Path);
+    /// The shared flags, the sizes, the target's relative gap and the output directory.
+    fn args(&self) -> (&CdScaleArgs, &[DesignSize], f64, &Path);
     /// The solver's name.
     fn solver(&self) -> String;
-    /// Generates the design of `size` and solves it to its optimum.
+    /// The job of `size`.
+    fn job(&self, size: &DesignSize) -> LassoSettings;
+    /// What one of `workers` workers holds, MB.
+    fn holds_mb(&self, nnz: usize, size: &DesignSize, workers: usize) -> f64;
+    /// Generates the design of `job` and solves it to its optimum.
     fn prepare(
         &self,
         size: &DesignSize,
+        job: &LassoSettings,
     ) -> Result<Prepared<Self::Design, Self::Size>, StradsTrainError>;
-    /// One timed baseline run to `target`: seconds and updates. `last`: the last repeat,
+    /// One timed baseline run of `job`: seconds and updates. `last`: the last repeat,
     /// after which the baseline's data is no longer needed.
     fn baseline(
         &self,
         design: &mut Self::Design,
-        target: f64,
+        job: &LassoSettings,
         last: bool,
     ) -> Result<(f64, u64), StradsTrainError>;
-    /// One STRADS run (`us_per_update` and the ratios left unset).
+    /// One STRADS run. The harness sets the worker count, the wall time, the memory, the
+    /// ratios and `us_per_update`; `rss_mb` stands where the nodes were not processes.
     fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, StradsTrainError>;
     /// The top-level keys, after the table.
     fn top(&self) -> Self::Top;
@@ -382,8 +415,7 @@ pub(crate) type FiguresOf<B> =
 /// Runs every size, repeat and worker count of `bench`, prints the table and writes the
 /// plot.
 pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, StradsTrainError> {
-    let c = bench.common();
-    let (design_sizes, tolerance, out) = bench.sizes();
+    let (c, design_sizes, tolerance, out) = bench.args();
     if design_sizes.is_empty() || c.workers.is_empty() || c.repeats == 0 {
         return Err(StradsTrainError::Usage(
             "need at least one size, one worker count and one repeat",
@@ -432,7 +464,7 @@ pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, StradsTr
         solver: bench.solver(),
         tolerance,
         headline_workers: c.headline_workers,
-        transport: format!("{:?}", c.transport).to_lowercase(),
+        transport: name_of(&c.transport),
         repeats: c.repeats,
         sizes,
         plot,
@@ -450,9 +482,14 @@ fn measure_size<B: CdScale>(
     out: &Path,
     rows: &mut Vec<serde_json::Value>,
 ) -> Result<CdSize<B::Run, B::Size>, StradsTrainError> {
-    let c = bench.common();
-    let mut p = bench.prepare(size)?;
-    let target = p.optimum * (1.0 + tolerance);
+    let c = bench.args().0;
+    let base = bench.job(size);
+    base.validate().map_err(StradsError::from)?;
+    let mut p = bench.prepare(size, &base)?;
+    let target = LassoSettings {
+        target_objective: Some(p.optimum * (1.0 + tolerance)),
+        ..base
+    };
     let label = format!("{}x{}", size.n_samples, size.n_features);
     tracing::info!(bench = B::NAME, size = %label, nnz = p.nnz, optimum = p.optimum, "design solved");
     let mut baseline_runs_s = Vec::with_capacity(c.repeats);
@@ -460,19 +497,30 @@ fn measure_size<B: CdScale>(
     let mut runs: BTreeMap<usize, Vec<CdRun<B::Run>>> = BTreeMap::new();
     for repeat in 0..c.repeats {
         let (baseline_s, updates) =
-            bench.baseline(&mut p.design, target, repeat + 1 == c.repeats)?;
+            bench.baseline(&mut p.design, &target, repeat + 1 == c.repeats)?;
         baseline_runs_s.push(baseline_s);
         baseline_updates = updates;
         for &workers in &c.workers {
+            let dir = out.join(format!("{label}-p{workers}"));
+            let job = LassoSettings {
+                out_dir: Some(dir.clone()),
+                ..target.clone()
+            };
+            let started = Instant::now();
+            let job = &job;
             let mut run = bench.petrel(PetrelRun {
-                size,
-                nnz: p.nnz,
-                target,
+                job,
                 workers,
                 transport,
-                dir: out.join(format!("{label}-p{workers}")),
                 baseline_s,
             })?;
+            run.workers = workers;
+            run.wall_s = started.elapsed().as_secs_f64();
+            let holds = bench.holds_mb(p.nnz, size, workers);
+            run.memory = NodeMemory::of_run(Some(&dir), transport, holds);
+            // The launcher's peak of every node process when there are processes.
+            let nodes_peak = run.memory.worker_rss_mb.zip(run.memory.scheduler_rss_mb);
+            run.rss_mb = nodes_peak.map(|(w, s)| w.max(s)).or(run.rss_mb);
             run.us_per_update =
                 (run.petrel_s.zip(run.petrel_updates)).map(|(s, u)| 1e6 * s / u.max(1) as f64);
             run.ratio = run.petrel_s.map(|s| s / baseline_s);

@@ -45,10 +45,8 @@ struct Figures {
     duration_s: f64,
     messages: u64,
     errors: u64,
-    rss_start_mb: f64,
-    rss_after_warmup_mb: f64,
-    rss_end_mb: f64,
-    rss_max_mb: f64,
+    #[serde(flatten)]
+    rss: RssFigures,
     rss_growth_after_warmup: f64,
     /// Least-squares slope of the total RSS over the samples after warm-up, in MB/minute:
     /// near zero means memory levelled off, a steady positive value means it keeps growing.
@@ -118,49 +116,46 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
     }
     let (messages, report_errors) = worker_reports(&args, &run_dir);
     errors += report_errors;
-    let total = |s: &BTreeMap<String, f64>| s.values().sum::<f64>();
-    let first = samples.first().map(|(_, s)| total(s)).unwrap_or(0.0);
-    let warm = samples
-        .iter()
-        .find(|(t, _)| *t >= args.warmup_s)
-        .or(samples.last())
-        .map(|(_, s)| total(s))
-        .unwrap_or(0.0);
-    // The end is the last sample taken while every node was still under load.
-    let end = samples
-        .iter()
-        .rev()
-        .find(|(t, _)| *t <= args.duration_s)
-        .map(|(_, s)| total(s))
-        .unwrap_or(0.0);
-    let max = samples.iter().map(|(_, s)| total(s)).fold(0.0, f64::max);
+    let total = |s: &BTreeMap<String, f64>| Some(s.values().sum::<f64>());
+    let all = rss_figures(&args, &samples, total);
     let after_warmup: Vec<(f64, f64)> = samples
         .iter()
         .filter(|(t, _)| *t >= args.warmup_s && *t <= args.duration_s)
-        .map(|(t, s)| (*t, total(s)))
+        .map(|(t, s)| (*t, s.values().sum()))
         .collect();
-    let slope_mb_per_min = slope(&after_warmup) * 60.0;
     let csv_path = run_dir.join("rss.csv");
     write_csv(&csv_path, &samples)?;
-    let mut rows = node_rows(&args, &pids, &samples);
-    rows.push(serde_json::json!({"node": "all", "rss_start_mb": first,
-        "rss_after_warmup_mb": warm, "rss_end_mb": end, "rss_max_mb": max}));
+    let node = |name: &str, f: &RssFigures| {
+        let mut row = serde_json::to_value(f).unwrap_or_default();
+        row["node"] = name.into();
+        row
+    };
+    let mut rows: Vec<serde_json::Value> = (pids.iter())
+        .map(|(name, _)| {
+            node(
+                name,
+                &rss_figures(&args, &samples, |m| m.get(name).copied()),
+            )
+        })
+        .collect();
+    rows.push(node("all", &all));
     let keys = "node rss_start_mb rss_after_warmup_mb rss_end_mb rss_max_mb";
     crate::common::json_table(&rows, keys).print();
     println!(
         "messages {messages}, errors {errors}, {} samples",
         samples.len()
     );
+    let (warm, end) = (all.rss_after_warmup_mb, all.rss_end_mb);
     print_json(&Figures {
         duration_s: args.duration_s,
         messages,
         errors,
-        rss_start_mb: first,
-        rss_after_warmup_mb: warm,
-        rss_end_mb: end,
-        rss_max_mb: max,
-        rss_growth_after_warmup: if warm > 0.0 { end / warm - 1.0 } else { 0.0 },
-        rss_slope_after_warmup_mb_per_min: slope_mb_per_min,
+        rss_growth_after_warmup: warm
+            .zip(end)
+            .filter(|w| w.0 > 0.0)
+            .map_or(0.0, |(w, e)| e / w - 1.0),
+        rss: all,
+        rss_slope_after_warmup_mb_per_min: slope(&after_warmup) * 60.0,
         nodes: pids.len(),
         samples_csv: csv_path.display().to_string(),
     })?;
@@ -226,26 +221,33 @@ fn write_csv(path: &std::path::Path, samples: &Samples) -> Result<(), BenchError
     std::fs::write(path, csv).map_err(BenchError::io(path.display().to_string()))
 }
 
-/// One table row per node: its memory at the start, after the warm-up, at the end and at
-/// its peak.
-fn node_rows(
+/// One node's or all nodes' memory (`mb` of a sample, MB) at the start, after the warm-up
+/// (the last sample when the warm-up never ended), at the end (the last sample taken while
+/// every node was still under load) and at its peak.
+#[derive(Serialize)]
+struct RssFigures {
+    rss_start_mb: Option<f64>,
+    rss_after_warmup_mb: Option<f64>,
+    rss_end_mb: Option<f64>,
+    rss_max_mb: f64,
+}
+
+fn rss_figures(
     args: &SoakBenchArgs,
-    pids: &[(String, u32)],
     samples: &Samples,
-) -> Vec<serde_json::Value> {
-    let rows = pids.iter().map(|(name, _)| {
-        let at =
-            |s: Option<&(f64, BTreeMap<String, f64>)>| s.and_then(|(_, m)| m.get(name).copied());
-        let peak = samples.iter().filter_map(|(_, m)| m.get(name));
-        serde_json::json!({
-            "node": name,
-            "rss_start_mb": at(samples.first()),
-            "rss_after_warmup_mb": at(samples.iter().find(|(t, _)| *t >= args.warmup_s)),
-            "rss_end_mb": at(samples.iter().rev().find(|(t, _)| *t <= args.duration_s)),
-            "rss_max_mb": peak.copied().fold(0.0, f64::max),
-        })
-    });
-    rows.collect()
+    mb: impl Fn(&BTreeMap<String, f64>) -> Option<f64>,
+) -> RssFigures {
+    let at = |s: Option<&(f64, BTreeMap<String, f64>)>| s.and_then(|(_, m)| mb(m));
+    let warm = samples.iter().find(|(t, _)| *t >= args.warmup_s);
+    RssFigures {
+        rss_start_mb: at(samples.first()),
+        rss_after_warmup_mb: at(warm.or(samples.last())),
+        rss_end_mb: at(samples.iter().rev().find(|(t, _)| *t <= args.duration_s)),
+        rss_max_mb: samples
+            .iter()
+            .filter_map(|(_, m)| mb(m))
+            .fold(0.0, f64::max),
+    }
 }
 
 #[cfg(test)]
