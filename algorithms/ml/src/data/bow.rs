@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::cache::{self, Cached, Decoder, Encoder, FileKey};
+use super::cache::{self, Cached, Decoder, Encoder};
 use super::limits::SizeRule;
 use super::text::{
-    Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, SliceBlocks, Start, each_line,
-    parse_chunks, parse_uint, trim, words,
+    Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, Start, each_line, parse_chunks,
+    parse_uint, trim, words,
 };
 use super::{DataError, DataLimits, ReadDigest, open_buffered};
 
@@ -203,20 +203,9 @@ impl Cached for DocwordFile {
 /// The entries of the docword file `path` as the process shares them (see
 /// [`super::cache`]).
 fn load_entries_shared(path: &Path) -> Result<Arc<DocwordFile>, DataError> {
-    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
-    let limits = DataLimits::from_env()?;
-    let Some(key) = FileKey::of(path, &file)? else {
-        let size = SizeRule::new(None)?;
-        let mut source = ReaderBlocks::new(file, path);
-        return Ok(Arc::new(collect_entries(&mut source, path, &limits, size)?));
-    };
-    let size = SizeRule::new(Some(key.len))?;
-    let parse = || {
-        super::with_map(path, &file, &key, |bytes| {
-            collect_entries(&mut SliceBlocks::new(bytes), path, &limits, size)
-        })
-    };
-    cache::load(path, &key, "docword", (&limits, &size), parse)
+    cache::load_file(path, "docword", false, |source, limits, size| {
+        collect_entries(source, path, limits, size)
+    })
 }
 
 /// Every entry of a docword text.
@@ -571,13 +560,7 @@ impl DocwordParser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn line_of(err: DataError) -> usize {
-        match err {
-            DataError::Malformed { line, .. } => line,
-            other => panic!("expected Malformed, got {other:?}"),
-        }
-    }
+    use crate::data::testing::{line_of, refused, write_in};
 
     #[test]
     fn parses_docword_and_expands_counts() {
@@ -624,18 +607,7 @@ mod tests {
             parse_docword_with_limits(text.as_bytes(), "docword.big.txt", &limits).unwrap_err()
         };
         let err = parse("2\n1000000000\n1\n1 1 1\n");
-        assert!(
-            matches!(
-                err,
-                DataError::LimitExceeded {
-                    line: 2,
-                    value: 1_000_000_000,
-                    limit: 1_000,
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert_eq!(refused(&err), ("limit", 2, 1_000_000_000, 1_000), "{err}");
         let message = err.to_string();
         assert!(
             message.starts_with("docword.big.txt:2: vocabulary size W"),
@@ -643,28 +615,16 @@ mod tests {
         );
         assert!(message.contains("PETREL_DATA__MAX_DIMENSION"), "{message}");
         assert!(matches!(
-            parse("5000\n2\n1\n1 1 1\n"),
-            DataError::LimitExceeded { line: 1, .. }
+            refused(&parse("5000\n2\n1\n1 1 1\n")),
+            ("limit", 1, ..)
         ));
         // Tokens: 30 + 30 passes the per-entry cap but not the corpus cap, on line 5.
         let err = parse("1\n2\n2\n1 1 30\n1 2 30\n");
-        assert!(
-            matches!(
-                err,
-                DataError::LimitExceeded {
-                    line: 5,
-                    limit: 50,
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert_eq!(refused(&err), ("limit", 5, 60, 50), "{err}");
         assert!(err.to_string().contains("PETREL_DATA__MAX_TOKENS"));
         // The default refuses W = 10^9 as well.
-        assert!(matches!(
-            parse_docword("2\n1000000000\n1\n1 1 1\n".as_bytes(), "d"),
-            Err(DataError::LimitExceeded { line: 2, .. })
-        ));
+        let err = parse_docword("2\n1000000000\n1\n1 1 1\n".as_bytes(), "d").unwrap_err();
+        assert!(matches!(refused(&err), ("limit", 2, ..)));
     }
 
     #[test]
@@ -684,34 +644,23 @@ mod tests {
         // counts downstream).
         let text = "20000000\n1\n1\n1 1 1\n";
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("docword.huge.txt");
-        std::fs::write(&path, text).unwrap();
+        let path = write_in(dir.path(), "docword.huge.txt", text);
         let err = load_bow(&path, None).unwrap_err();
         let message = err.to_string();
-        assert!(
-            matches!(
-                err,
-                DataError::TooLargeForInput {
-                    line: 1,
-                    value: 20_000_000,
-                    ..
-                }
-            ),
-            "{message}"
-        );
+        assert_eq!(refused(&err), ("input", 1, 20_000_000, 19), "{message}");
         assert!(
             message.contains("docword.huge.txt:1: document count D 20000000"),
             "{message}"
         );
         assert!(matches!(
-            parse_docword(text.as_bytes(), "d"),
-            Err(DataError::TooLargeForInput { line: 1, .. })
+            refused(&parse_docword(text.as_bytes(), "d").unwrap_err()),
+            ("input", 1, ..)
         ));
         // Read as text of unknown size, an entry's id is checked before it sizes a table.
         let entry = "20000000\n1\n1\n20000000 1 1\n";
         assert!(matches!(
-            parse_docword(entry.as_bytes(), "d"),
-            Err(DataError::TooLargeForInput { line: 4, .. })
+            refused(&parse_docword(entry.as_bytes(), "d").unwrap_err()),
+            ("input", 4, ..)
         ));
         // A D or W within the allowance is read from any file.
         let c = parse_docword("300000\n102660\n1\n300000 102660 1\n".as_bytes(), "d").unwrap();
@@ -724,10 +673,8 @@ mod tests {
     #[test]
     fn loads_with_vocab_and_checks_its_length() {
         let dir = tempfile::tempdir().unwrap();
-        let docword = dir.path().join("docword.txt");
-        let vocab = dir.path().join("vocab.txt");
-        std::fs::write(&docword, "1\n2\n2\n1 1 1\n1 2 2\n").unwrap();
-        std::fs::write(&vocab, "apple\nbanana\n").unwrap();
+        let docword = write_in(dir.path(), "docword.txt", "1\n2\n2\n1 1 1\n1 2 2\n");
+        let vocab = write_in(dir.path(), "vocab.txt", "apple\nbanana\n");
         let c = load_bow(&docword, Some(&vocab)).unwrap();
         assert_eq!(c.vocab.unwrap(), vec!["apple", "banana"]);
         std::fs::write(&vocab, "apple\n").unwrap();

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use rustc_hash::FxHasher;
 
 use super::limits::SizeRule;
+use super::text::{Blocks, ReaderBlocks, SliceBlocks};
 use super::{DataError, DataLimits};
 
 /// The environment variable that turns the binary cache off (`off`, `0`, `false`, `no`).
@@ -210,6 +211,35 @@ pub(crate) trait Cached: Sized {
     /// Whether it passes the limits and the size rule in force (a shared or cached value
     /// was checked against those of the loader that parsed it).
     fn fits(&self, limits: &DataLimits, size: &SizeRule, name: &Path) -> bool;
+}
+
+/// The parse of `kind` of the file `path` as the process shares it ([`load`]), `parse`
+/// reading its map. A file with no [`FileKey`] (a pipe, a device) is neither shared nor
+/// cached: `parse` reads it as a stream, or once read whole with `whole`.
+pub(crate) fn load_file<T: Cached + Any + Send + Sync>(
+    path: &Path,
+    kind: &'static str,
+    whole: bool,
+    parse: impl Fn(&mut dyn Blocks, &DataLimits, SizeRule) -> Result<T, DataError>,
+) -> Result<Arc<T>, DataError> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let limits = DataLimits::from_env()?;
+    let Some(key) = FileKey::of(path, &file)? else {
+        let value = if whole {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut &file, &mut bytes)
+                .map_err(|e| DataError::io(path, e))?;
+            parse(&mut SliceBlocks::new(&bytes), &limits, SizeRule::new(None)?)
+        } else {
+            let size = SizeRule::new(None)?;
+            parse(&mut ReaderBlocks::new(file, path), &limits, size)
+        };
+        return value.map(Arc::new);
+    };
+    let size = SizeRule::new(Some(key.len))?;
+    let mapped = |bytes: &[u8]| parse(&mut SliceBlocks::new(bytes), &limits, size);
+    let parse = || super::with_map(path, &file, &key, mapped);
+    load(path, &key, kind, (&limits, &size), parse)
 }
 
 /// The parse of `kind` of the file version `key`: the one this process already holds, else

@@ -6,7 +6,8 @@ use std::path::Path;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::cache::{DiskCache, TEST_CACHE, cache_path};
+use super::cache::cache_path;
+use super::testing::{use_disk_cache, write_in};
 use super::text::{Split, TEST_SPLIT};
 use super::*;
 
@@ -306,27 +307,15 @@ fn set_mtime(path: &Path, secs: u64) {
 
 #[test]
 fn the_binary_cache_gives_back_the_text_and_is_rewritten_when_stale_or_damaged() {
-    TEST_CACHE.with(|c| {
-        c.set(Some(DiskCache {
-            enabled: true,
-            min_bytes: 0,
-        }))
-    });
+    use_disk_cache(Some(true));
     let dir = tempfile::tempdir().unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(3);
-    let svm = dir.path().join("a.svm");
-    std::fs::write(&svm, libsvm_text(&mut rng, 200, false)).unwrap();
+    let svm = write_in(dir.path(), "a.svm", libsvm_text(&mut rng, 200, false));
     set_mtime(&svm, 1_000_000);
-    let ratings = dir.path().join("r.csv");
-    std::fs::write(&ratings, ratings_text(&mut rng, 200, false)).unwrap();
-    let mm = dir.path().join("r.mtx");
-    std::fs::write(
-        &mm,
-        "%%MatrixMarket matrix coordinate real general\n3 2 2\n1 2 4\n3 1 -5.5\n",
-    )
-    .unwrap();
-    let docword = dir.path().join("docword.txt");
-    std::fs::write(&docword, "3\n4\n3\n1 2 2\n1 4 1\n3 1 3\n").unwrap();
+    let ratings = write_in(dir.path(), "r.csv", ratings_text(&mut rng, 200, false));
+    let mtx = "%%MatrixMarket matrix coordinate real general\n3 2 2\n1 2 4\n3 1 -5.5\n";
+    let mm = write_in(dir.path(), "r.mtx", mtx);
+    let docword = write_in(dir.path(), "docword.txt", "3\n4\n3\n1 2 2\n1 4 1\n3 1 3\n");
     let load = || {
         (
             load_libsvm(&svm).unwrap(),
@@ -375,7 +364,7 @@ fn the_binary_cache_gives_back_the_text_and_is_rewritten_when_stale_or_damaged()
         err.contains("a.svm:1: feature index 5 exceeds the limit 4"),
         "{err}"
     );
-    TEST_CACHE.with(|c| c.set(None));
+    use_disk_cache(None);
 }
 
 /// What loading `svm` under a dimension limit of 4 gives (through the shared parse and the
@@ -396,21 +385,15 @@ fn unsafe_free_env_limit(svm: &Path) -> String {
 
 #[test]
 fn loaders_of_one_file_share_one_parse() {
-    TEST_CACHE.with(|c| {
-        c.set(Some(DiskCache {
-            enabled: false,
-            min_bytes: 0,
-        }))
-    });
+    use_disk_cache(Some(false));
     let dir = tempfile::tempdir().unwrap();
-    let svm = dir.path().join("s.svm");
-    std::fs::write(&svm, "1 1:1\n0 2:3\n").unwrap();
+    let svm = write_in(dir.path(), "s.svm", "1 1:1\n0 2:3\n");
     let a = load_libsvm_shared(&svm).unwrap();
     let b = load_libsvm_shared(&svm).unwrap();
     assert!(std::sync::Arc::ptr_eq(&a, &b));
     assert!(!cache_path(&svm).exists());
     drop((a, b));
-    TEST_CACHE.with(|c| c.set(None));
+    use_disk_cache(None);
 }
 
 #[test]

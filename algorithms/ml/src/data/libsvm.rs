@@ -328,20 +328,9 @@ pub fn load_libsvm(path: impl AsRef<Path>) -> Result<SparseDataset, DataError> {
 /// next to the file when it is there.
 pub fn load_libsvm_shared(path: impl AsRef<Path>) -> Result<Arc<LibsvmFile>, DataError> {
     let path = path.as_ref();
-    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
-    let limits = DataLimits::from_env()?;
-    let Some(key) = FileKey::of(path, &file)? else {
-        let mut source = ReaderBlocks::new(file, path);
-        let rows = collect_rows(&mut source, path, &limits, SizeRule::new(None)?)?;
-        return Ok(Arc::new(rows));
-    };
-    let size = SizeRule::new(Some(key.len))?;
-    let parse = || {
-        super::with_map(path, &file, &key, |bytes| {
-            collect_rows(&mut SliceBlocks::new(bytes), path, &limits, size)
-        })
-    };
-    cache::load(path, &key, "libsvm", (&limits, &size), parse)
+    cache::load_file(path, "libsvm", false, |source, limits, size| {
+        collect_rows(source, path, limits, size)
+    })
 }
 
 /// Parses LIBSVM text under the [`DataLimits::from_env`] limits; see
@@ -667,20 +656,11 @@ pub(crate) fn clip(text: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::testing::{line_of, refused, write_in};
     use proptest::prelude::*;
 
     fn parse(text: &str) -> Result<SparseDataset, DataError> {
         parse_libsvm(text.as_bytes(), "test.svm")
-    }
-
-    fn malformed_line(err: DataError) -> usize {
-        match err {
-            DataError::Malformed { line, path, .. } => {
-                assert_eq!(path, Path::new("test.svm"));
-                line
-            }
-            other => panic!("expected Malformed, got {other:?}"),
-        }
     }
 
     #[test]
@@ -696,16 +676,18 @@ mod tests {
 
     #[test]
     fn rejects_bad_input_with_line_numbers() {
-        assert_eq!(malformed_line(parse("1 1:1\n1 0:1\n").unwrap_err()), 2);
-        assert_eq!(malformed_line(parse("1 2:1 2:1\n").unwrap_err()), 1);
-        assert_eq!(malformed_line(parse("1 3:1 2:1\n").unwrap_err()), 1);
-        assert_eq!(malformed_line(parse("\n\n1 1:NaN\n").unwrap_err()), 3);
-        assert_eq!(malformed_line(parse("nan 1:1\n").unwrap_err()), 1);
-        assert_eq!(malformed_line(parse("x 1:1\n").unwrap_err()), 1);
-        assert_eq!(malformed_line(parse("1 1-1\n").unwrap_err()), 1);
-        assert_eq!(malformed_line(parse("1 a:1\n").unwrap_err()), 1);
-        assert_eq!(malformed_line(parse("1 1:b\n").unwrap_err()), 1);
-        assert_eq!(malformed_line(parse("1 -3:1\n").unwrap_err()), 1);
+        assert_eq!(line_of(parse("1 1:1\n1 0:1\n").unwrap_err()), 2);
+        assert_eq!(line_of(parse("1 2:1 2:1\n").unwrap_err()), 1);
+        assert_eq!(line_of(parse("1 3:1 2:1\n").unwrap_err()), 1);
+        assert_eq!(line_of(parse("\n\n1 1:NaN\n").unwrap_err()), 3);
+        assert_eq!(line_of(parse("nan 1:1\n").unwrap_err()), 1);
+        assert_eq!(line_of(parse("x 1:1\n").unwrap_err()), 1);
+        assert_eq!(line_of(parse("1 1-1\n").unwrap_err()), 1);
+        assert_eq!(line_of(parse("1 a:1\n").unwrap_err()), 1);
+        assert_eq!(line_of(parse("1 1:b\n").unwrap_err()), 1);
+        assert_eq!(line_of(parse("1 -3:1\n").unwrap_err()), 1);
+        let err = parse("1 0:1\n").unwrap_err().to_string();
+        assert!(err.starts_with("test.svm:1: "), "{err}");
     }
 
     #[test]
@@ -719,15 +701,9 @@ mod tests {
         let text = "1 1:1\n0.5 4000000000:0.1\n";
         let err = parse_libsvm_with_limits(text.as_bytes(), "big.svm", &limits).unwrap_err();
         let message = err.to_string();
-        assert!(
-            matches!(
-                err,
-                DataError::LimitExceeded {
-                    line: 2,
-                    limit: 1000,
-                    ..
-                }
-            ),
+        assert_eq!(
+            refused(&err),
+            ("limit", 2, 4_000_000_000, 1000),
             "{message}"
         );
         assert!(
@@ -737,8 +713,8 @@ mod tests {
         assert!(message.contains("PETREL_DATA__MAX_DIMENSION"), "{message}");
         // The default limit refuses it as well, and an index at the limit is accepted.
         assert!(matches!(
-            parse(text),
-            Err(DataError::LimitExceeded { line: 2, .. })
+            refused(&parse(text).unwrap_err()),
+            ("limit", 2, ..)
         ));
         let at_limit = parse_libsvm_with_limits("1 1000:1\n".as_bytes(), "ok.svm", &limits);
         assert_eq!(at_limit.unwrap().n_features, 1000);
@@ -749,8 +725,7 @@ mod tests {
         // Two rows, one index of 2^26: what would size a 2^26-column model from 40 bytes.
         let text = "1 1:1\n0 67108864:1\n";
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("wide.svm");
-        std::fs::write(&path, text).unwrap();
+        let path = write_in(dir.path(), "wide.svm", text);
         let mut rows = 0;
         let err = visit_libsvm(&path, |_, _| {
             rows += 1;
@@ -759,29 +734,18 @@ mod tests {
         .unwrap_err();
         assert_eq!(rows, 1, "the wide row must not be visited");
         let message = err.to_string();
-        assert!(
-            matches!(
-                err,
-                DataError::TooLargeForInput {
-                    line: 2,
-                    value: 67_108_864,
-                    bytes: 19,
-                    ..
-                }
-            ),
-            "{message}"
-        );
+        assert_eq!(refused(&err), ("input", 2, 67_108_864, 19), "{message}");
         assert!(
             message.contains("wide.svm:2: feature index 67108864"),
             "{message}"
         );
         assert!(matches!(
-            load_libsvm(&path),
-            Err(DataError::TooLargeForInput { line: 2, .. })
+            refused(&load_libsvm(&path).unwrap_err()),
+            ("input", 2, ..)
         ));
         assert!(matches!(
-            parse(text),
-            Err(DataError::TooLargeForInput { line: 2, .. })
+            refused(&parse(text).unwrap_err()),
+            ("input", 2, ..)
         ));
         let mut seen = 0;
         let streamed = for_each_libsvm_row(
@@ -793,10 +757,7 @@ mod tests {
                 Ok(())
             },
         );
-        assert!(matches!(
-            streamed,
-            Err(DataError::TooLargeForInput { line: 2, .. })
-        ));
+        assert!(matches!(refused(&streamed.unwrap_err()), ("input", 2, ..)));
         assert_eq!(seen, 1);
     }
 
@@ -808,9 +769,8 @@ mod tests {
         let text = format!("{padding}1 2000000:1\n");
         assert_eq!(parse(&text).unwrap().n_features, 2_000_000);
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("wide.svm");
         // The index comes first, yet the file's size pays for it.
-        std::fs::write(&path, format!("1 2000000:1\n{padding}")).unwrap();
+        let path = write_in(dir.path(), "wide.svm", format!("1 2000000:1\n{padding}"));
         assert_eq!(load_libsvm(&path).unwrap().n_features, 2_000_000);
         let mut n = 0;
         visit_libsvm(&path, |_, _| {
@@ -830,8 +790,7 @@ mod tests {
     #[test]
     fn loads_from_file() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.svm");
-        std::fs::write(&path, "1 1:1 2:2\n0 2:3\n").unwrap();
+        let path = write_in(dir.path(), "a.svm", "1 1:1 2:2\n0 2:3\n");
         let data = load_libsvm(&path).unwrap();
         assert_eq!(data.n_rows(), 2);
         let cols = data.to_columns();

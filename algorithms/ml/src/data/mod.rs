@@ -24,6 +24,53 @@ pub(crate) mod text;
 #[cfg(test)]
 mod chunk_tests;
 
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Fixtures shared by the loaders' tests.
+
+    use super::DataError;
+    use std::path::{Path, PathBuf};
+
+    /// The line of a [`DataError::Malformed`]; panics on any other error.
+    pub fn line_of(err: DataError) -> usize {
+        match err {
+            DataError::Malformed { line, .. } => line,
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+
+    /// `(kind, line, value, bound)` of a size refused by [`DataError::LimitExceeded`]
+    /// (`"limit"`, bound: the limit) or [`DataError::TooLargeForInput`] (`"input"`, bound:
+    /// the input's bytes); panics on any other error.
+    pub fn refused(err: &DataError) -> (&'static str, usize, u64, u64) {
+        match *err {
+            DataError::LimitExceeded {
+                line, value, limit, ..
+            } => ("limit", line, value, limit),
+            DataError::TooLargeForInput {
+                line, value, bytes, ..
+            } => ("input", line, value, bytes),
+            ref other => panic!("expected a refused size, got {other:?}"),
+        }
+    }
+
+    /// Writes `contents` to `dir/name` and returns that path.
+    pub fn write_in(dir: &Path, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+
+    /// Sets the disk cache of this thread's loads (`None`: the environment's).
+    pub fn use_disk_cache(enabled: Option<bool>) {
+        let cache = enabled.map(|enabled| super::cache::DiskCache {
+            enabled,
+            min_bytes: 0,
+        });
+        super::cache::TEST_CACHE.with(|c| c.set(cache));
+    }
+}
+
 use std::path::{Path, PathBuf};
 
 pub use bow::{

@@ -13,11 +13,11 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use super::cache::{self, Cached, Decoder, Encoder, FileKey};
+use super::cache::{self, Cached, Decoder, Encoder};
 use super::limits::SizeRule;
 use super::text::{
-    Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, SliceBlocks, Start, each_line,
-    parse_chunks, parse_f32, parse_uint, trim, words,
+    Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, Start, each_line, parse_chunks,
+    parse_f32, parse_uint, trim, words,
 };
 use super::{DataError, DataLimits};
 
@@ -366,34 +366,26 @@ pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
 
 /// The ratings of `path` as the process shares them (see [`super::cache`]).
 fn load_shared(path: &Path) -> Result<Arc<RatingsFile>, DataError> {
-    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
-    let limits = DataLimits::from_env()?;
-    let Some(key) = FileKey::of(path, &file)? else {
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut &file, &mut bytes).map_err(|e| DataError::io(path, e))?;
-        let rule = SizeRule::new(None)?;
-        return Ok(Arc::new(ratings_of(path, &bytes, &limits, rule)?));
-    };
-    let size = SizeRule::new(Some(key.len))?;
-    let parse = || {
-        super::with_map(path, &file, &key, |bytes| {
-            ratings_of(path, bytes, &limits, size)
-        })
-    };
-    cache::load(path, &key, "ratings", (&limits, &size), parse)
+    // Read whole, as ever: a read error comes before any parse error.
+    cache::load_file(path, "ratings", true, |source, limits, size| {
+        ratings_of(path, source, limits, size)
+    })
 }
 
 /// The ratings of a whole input: MatrixMarket when it starts with `%%MatrixMarket`.
 fn ratings_of(
     name: &Path,
-    bytes: &[u8],
+    source: &mut dyn Blocks,
     limits: &DataLimits,
     size: SizeRule,
 ) -> Result<RatingsFile, DataError> {
-    let mut source = SliceBlocks::new(bytes);
-    if bytes.starts_with(b"%%MatrixMarket") {
+    // The first block holds the whole first line: put back once looked at.
+    let (n, mm) =
+        (source.next_block()?).map_or((0, false), |b| (b.len(), b.starts_with(b"%%MatrixMarket")));
+    source.give_back(n);
+    if mm {
         let mut entries = Vec::new();
-        let (n_users, n_items) = matrix_market(&mut source, name, limits, Some(size), |e| {
+        let (n_users, n_items) = matrix_market(source, name, limits, Some(size), |e| {
             entries.extend_from_slice(e)
         })?;
         return Ok(RatingsFile {
@@ -405,7 +397,7 @@ fn ratings_of(
         });
     }
     Ok(RatingsFile {
-        ratings: triplets(&mut source, name)?,
+        ratings: triplets(source, name)?,
         matrix_market: false,
     })
 }

@@ -187,17 +187,7 @@ impl ClientCore {
         if self.outstanding.contains_key(&(table, row)) {
             return Ok(None);
         }
-        let request_id = self.next_request;
-        self.next_request += 1;
-        self.outstanding.insert((table, row), (request_id, 0));
-        Ok(Some(ReadRequest {
-            shard: shard_of(table, row, self.n_shards),
-            worker: self.worker,
-            request_id,
-            table,
-            row,
-            min_clock: 0,
-        }))
+        Ok(Some(self.fetch(table, row, 0)))
     }
 
     /// Bösen's per-clock prefetch: a read that makes `(table, row)` servable at the *next*
@@ -230,18 +220,24 @@ impl ClientCore {
         {
             return Ok(None);
         }
+        Ok(Some(self.fetch(table, row, required)))
+    }
+
+    /// A new read of `(table, row)` that needs the min clock `min_clock`, recorded as
+    /// outstanding.
+    fn fetch(&mut self, table: TableId, row: RowId, min_clock: Clock) -> ReadRequest {
         let request_id = self.next_request;
         self.next_request += 1;
         self.outstanding
-            .insert((table, row), (request_id, required));
-        Ok(Some(ReadRequest {
+            .insert((table, row), (request_id, min_clock));
+        ReadRequest {
             shard: shard_of(table, row, self.n_shards),
             worker: self.worker,
             request_id,
             table,
             row,
-            min_clock: required,
-        }))
+            min_clock,
+        }
     }
 
     /// A barrier probe for `shard`: a request (to be sent as a *sync* read, see
@@ -530,18 +526,7 @@ impl ClientCore {
         {
             return Ok(GetOutcome::Wait);
         }
-        let request_id = self.next_request;
-        self.next_request += 1;
-        self.outstanding
-            .insert((table, row), (request_id, min_clock));
-        Ok(GetOutcome::Fetch(ReadRequest {
-            shard: shard_of(table, row, self.n_shards),
-            worker: self.worker,
-            request_id,
-            table,
-            row,
-            min_clock,
-        }))
+        Ok(GetOutcome::Fetch(self.fetch(table, row, min_clock)))
     }
 
     /// Reads per observed staleness (`counts[s]`, the last entry also counting anything

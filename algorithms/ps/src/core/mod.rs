@@ -35,3 +35,18 @@ pub mod types;
 
 #[cfg(test)]
 mod sim_tests;
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Fixtures shared by the core's tests.
+
+    use crate::core::types::{Consistency, TableId, TableKind, TableSpec};
+
+    /// The table of [`spec`].
+    pub const T: TableId = TableId(1);
+
+    /// Table [`T`], dense and two columns wide, under `c`.
+    pub fn spec(c: Consistency) -> TableSpec {
+        TableSpec::new(1, "w", TableKind::Dense { width: 2 }, c)
+    }
+}

@@ -142,13 +142,13 @@ impl MonitorCtx<'_> {
 
     /// Every shard's tables and min clock, in shard order.
     pub async fn snapshot(&self) -> Result<Vec<ShardState>, PsError> {
-        shells::snapshot_all(
-            self.node,
-            self.layout,
-            ShardQuery::Snapshot,
-            self.node.default_timeout(),
-        )
-        .await
+        self.query(ShardQuery::Snapshot).await
+    }
+
+    /// Every shard's answer to `query`, in shard order.
+    async fn query(&self, query: ShardQuery) -> Result<Vec<ShardState>, PsError> {
+        let timeout = self.node.default_timeout();
+        shells::snapshot_all(self.node, self.layout, query, timeout).await
     }
 
     /// The merged rows of every table, and the min clock over the shards.
@@ -161,13 +161,7 @@ impl MonitorCtx<'_> {
     /// Every shard's evaluation cuts completed since the last call (see
     /// [`crate::PsApp::eval_every`]), in shard order.
     pub async fn eval_cuts(&self) -> Result<Vec<ShardState>, PsError> {
-        shells::snapshot_all(
-            self.node,
-            self.layout,
-            ShardQuery::EvalCuts,
-            self.node.default_timeout(),
-        )
-        .await
+        self.query(ShardQuery::EvalCuts).await
     }
 
     /// Waits until every shard's min clock is at least `clock`.

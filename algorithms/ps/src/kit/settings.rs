@@ -169,6 +169,19 @@ impl RunFiles {
         }
     }
 
+    /// Refuses `checkpoint_every` (`every`) when checkpoints would be written (a
+    /// `checkpoint_dir` and `every > 0`) but are not `possible`; `reason` says what they need.
+    pub fn check_checkpoints(
+        &self,
+        c: &mut SettingChecks,
+        every: u64,
+        possible: bool,
+        reason: &str,
+    ) {
+        let writes = self.checkpoint_dir.is_some() && every > 0;
+        c.require(!writes || possible, "checkpoint_every", every, reason);
+    }
+
     /// The directory `petrel train` may fill in and `resume`, when the job wants checkpoints
     /// (a directory, `resume`, or `writes`: it would write some if it had a directory).
     pub fn wanted(&mut self, writes: bool) -> Option<(&mut Option<PathBuf>, bool)> {
@@ -215,8 +228,24 @@ where
 pub const HISTORY_ROWS: u64 = 40;
 
 /// Why the former `eval_ms` setting is refused (the history is taken per clock now).
-pub const EVAL_MS_REPLACED: &str = "was replaced by eval_every: the history now has one row \
+const EVAL_MS_REPLACED: &str = "was replaced by eval_every: the history now has one row \
      every N clocks, each measured at its clock; use --eval-every N (or eval_every = N)";
+
+/// Checks `eval_every` (at least 1 when set) and refuses the former `eval_ms` with a hint.
+pub fn check_history(c: &mut SettingChecks, eval_every: Option<u64>, eval_ms: Option<u64>) {
+    if let Some(every) = eval_every {
+        c.at_least("eval_every", every, 1);
+    }
+    if let Some(ms) = eval_ms {
+        c.require(false, "eval_ms", ms, EVAL_MS_REPLACED);
+    }
+}
+
+/// Checks that `learning_rate` is in `(0, max]`, `range` saying so when it is not.
+pub fn check_step(c: &mut SettingChecks, learning_rate: f32, max: f32, range: &str) {
+    let ok = learning_rate.is_finite() && learning_rate > 0.0 && learning_rate <= max;
+    c.require(ok, "learning_rate", learning_rate, range);
+}
 
 /// Clocks between two history rows: `eval_every`, else about [`HISTORY_ROWS`] rows over
 /// `clocks` clocks.
@@ -225,17 +254,24 @@ pub fn eval_stride(eval_every: Option<u64>, clocks: u64) -> u64 {
 }
 
 /// The history rows (and progress points) of a run of `clocks` clocks at one every
-/// `stride`: step 0, every multiple of `stride`, and the last clock.
-pub fn history_points(stride: u64, clocks: u64) -> u64 {
-    let stride = stride.max(1);
+/// [`eval_stride`]: step 0, every multiple of the stride, and the last clock.
+pub fn history_points(eval_every: Option<u64>, clocks: u64) -> u64 {
+    let stride = eval_stride(eval_every, clocks);
     1 + clocks / stride + u64::from(!clocks.is_multiple_of(stride))
 }
 
-/// `Serialize` and `Deserialize` of an app's settings struct that flattens groups, derived
-/// with `#[serde(remote = "Self")]` (the derived code becomes inherent functions) and read
+/// `Default` (every default is written once, on its flag), `Serialize` and `Deserialize`
+/// of an app's settings struct that flattens groups, derived with
+/// `#[serde(remote = "Self")]` (the derived code becomes inherent functions) and read
 /// through [`read_flat`].
-macro_rules! flat_settings_serde {
+macro_rules! flat_settings {
     ($t:ty) => {
+        impl Default for $t {
+            fn default() -> Self {
+                petrel_actors::flag_defaults()
+            }
+        }
+
         impl serde::Serialize for $t {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 <$t>::serialize(self, s)
@@ -249,7 +285,7 @@ macro_rules! flat_settings_serde {
         }
     };
 }
-pub(crate) use flat_settings_serde;
+pub(crate) use flat_settings;
 
 #[cfg(test)]
 mod tests {

@@ -185,45 +185,31 @@ impl Handler<Msg<ShardQuery>> for ServerShard {
     type Result = Result<ShardState, HandlerError>;
 
     fn handle(&mut self, msg: Msg<ShardQuery>, _: &mut Context<Self>) -> Self::Result {
-        let checkpoint_clock = match msg.body {
-            ShardQuery::Ping => {
-                return Ok(ShardState {
-                    shard: self.shard,
-                    min_clock: self.core.min_clock(),
-                    tables: Vec::new(),
-                    checkpoint_clock: None,
-                    workers_left: self.left as u32,
-                    server_push: self.core.server_push_stats(),
-                    eval_cuts: Vec::new(),
-                });
+        // Ping and EvalCuts carry no tables; Snapshot and Checkpoint carry all of them.
+        let (tables, checkpoint_clock, eval_cuts) = match msg.body {
+            ShardQuery::Ping => (Vec::new(), None, Vec::new()),
+            ShardQuery::EvalCuts => (Vec::new(), None, self.core.take_eval_cuts()),
+            ShardQuery::Snapshot => (self.core.snapshot(), None, Vec::new()),
+            ShardQuery::Checkpoint { dir } => {
+                let clock =
+                    checkpoint::write_shard(std::path::Path::new(&dir), self.shard, &self.core)
+                        .map_err(|e| {
+                            HandlerError::new(format!(
+                                "shard {} checkpoint to {dir}: {e}",
+                                self.shard
+                            ))
+                        })?;
+                (self.core.snapshot(), Some(clock), Vec::new())
             }
-            ShardQuery::EvalCuts => {
-                return Ok(ShardState {
-                    shard: self.shard,
-                    min_clock: self.core.min_clock(),
-                    tables: Vec::new(),
-                    checkpoint_clock: None,
-                    workers_left: self.left as u32,
-                    server_push: self.core.server_push_stats(),
-                    eval_cuts: self.core.take_eval_cuts(),
-                });
-            }
-            ShardQuery::Snapshot => None,
-            ShardQuery::Checkpoint { dir } => Some(
-                checkpoint::write_shard(std::path::Path::new(&dir), self.shard, &self.core)
-                    .map_err(|e| {
-                        HandlerError::new(format!("shard {} checkpoint to {dir}: {e}", self.shard))
-                    })?,
-            ),
         };
         Ok(ShardState {
             shard: self.shard,
             min_clock: self.core.min_clock(),
-            tables: self.core.snapshot(),
+            tables,
             checkpoint_clock,
             workers_left: self.left as u32,
             server_push: self.core.server_push_stats(),
-            eval_cuts: Vec::new(),
+            eval_cuts,
         })
     }
 }

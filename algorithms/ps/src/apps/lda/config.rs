@@ -64,14 +64,7 @@ pub struct PsLdaSettings {
     pub checkpoint_every: u64,
 }
 
-crate::kit::settings::flat_settings_serde!(PsLdaSettings);
-
-// Every default is written once, on its flag.
-impl Default for PsLdaSettings {
-    fn default() -> Self {
-        petrel_actors::flag_defaults()
-    }
-}
+crate::kit::settings::flat_settings!(PsLdaSettings);
 
 impl PsLdaSettings {
     /// Every value in range (keys as in `[app.ps_lda]`), checked before any node starts.

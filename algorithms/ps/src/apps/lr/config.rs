@@ -76,14 +76,7 @@ pub struct PsLrSettings {
     pub checkpoint_every: u64,
 }
 
-crate::kit::settings::flat_settings_serde!(PsLrSettings);
-
-// Every default is written once, on its flag.
-impl Default for PsLrSettings {
-    fn default() -> Self {
-        petrel_actors::flag_defaults()
-    }
-}
+crate::kit::settings::flat_settings!(PsLrSettings);
 
 impl PsLrSettings {
     /// Whether the weights can be checkpointed: the shards' rule keeps no state besides the
@@ -107,30 +100,16 @@ impl PsLrSettings {
             ServerRule::Sgd => (10.0, "must be in (0, 10] with rule sgd"),
             ServerRule::Adagrad | ServerRule::AdaRevision => (100.0, "must be in (0, 100]"),
         };
-        c.require(
-            self.learning_rate.is_finite()
-                && self.learning_rate > 0.0
-                && self.learning_rate <= max_step,
-            "learning_rate",
-            self.learning_rate,
-            range,
-        );
+        check_step(&mut c, self.learning_rate, max_step, range);
         c.at_least("batch_size", self.batch_size, 1);
         c.at_least("max_clocks", self.max_clocks, 1);
-        if let Some(every) = self.eval_every {
-            c.at_least("eval_every", every, 1);
-        }
-        if let Some(ms) = self.eval_ms {
-            c.require(false, "eval_ms", ms, crate::kit::settings::EVAL_MS_REPLACED);
-        }
+        check_history(&mut c, self.eval_every, self.eval_ms);
         self.stragglers.check(&mut c);
-        c.require(
-            !(self.files.checkpoint_dir.is_some() && self.checkpoint_every > 0)
-                || self.checkpoints_possible(),
-            "checkpoint_every",
-            self.checkpoint_every,
-            "checkpoints need rule sgd (adagrad and adarevision keep state on the shards); set 0",
-        );
+        let possible = self.checkpoints_possible();
+        let needs =
+            "checkpoints need rule sgd (adagrad and adarevision keep state on the shards); set 0";
+        self.files
+            .check_checkpoints(&mut c, self.checkpoint_every, possible, needs);
         c.finish()
     }
 }

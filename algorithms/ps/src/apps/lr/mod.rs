@@ -21,7 +21,9 @@ use crate::core::stats::{ReadStats, StalenessReport};
 use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
-use crate::kit::settings::{RunFiles, StragglerSettings, eval_stride, history_points};
+use crate::kit::settings::{
+    RunFiles, StragglerSettings, check_history, check_step, eval_stride, history_points,
+};
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsRoles, PsStep, WorkerCtx,
     WorkerDone, decode, pad_to, write_run,
@@ -239,8 +241,7 @@ impl PsApp for PsLr {
     }
 
     fn progress_points(cfg: &PsLrSettings) -> Option<u64> {
-        let clocks = cfg.max_clocks;
-        Some(history_points(eval_stride(cfg.eval_every, clocks), clocks))
+        Some(history_points(cfg.eval_every, cfg.max_clocks))
     }
 
     async fn observe(

@@ -125,14 +125,7 @@ pub struct PsMfSettings {
     pub fail_worker_at: Option<(u32, u64)>,
 }
 
-crate::kit::settings::flat_settings_serde!(PsMfSettings);
-
-// Every default is written once, on its flag.
-impl Default for PsMfSettings {
-    fn default() -> Self {
-        petrel_actors::flag_defaults()
-    }
-}
+crate::kit::settings::flat_settings!(PsMfSettings);
 
 impl PsMfSettings {
     /// Every value in range (keys as in `[app.mf]`), checked before any node starts.
@@ -158,14 +151,7 @@ impl PsMfSettings {
             Some(ServerRule::Adagrad | ServerRule::AdaRevision) => (100.0, "must be in (0, 100]"),
             _ => (1.0, "must be in (0, 1]"),
         };
-        c.require(
-            self.learning_rate.is_finite()
-                && self.learning_rate > 0.0
-                && self.learning_rate <= max_step,
-            "learning_rate",
-            self.learning_rate,
-            range,
-        );
+        check_step(&mut c, self.learning_rate, max_step, range);
         c.non_negative("regularization", self.regularization);
         c.non_negative("init_scale", self.init_scale);
         c.at_least("batches_per_epoch", self.batches_per_epoch, 1);
@@ -177,22 +163,14 @@ impl PsMfSettings {
         if let Some(t) = self.target_rmse {
             c.non_negative("target_rmse", t);
         }
-        if let Some(every) = self.eval_every {
-            c.at_least("eval_every", every, 1);
-        }
-        if let Some(ms) = self.eval_ms {
-            c.require(false, "eval_ms", ms, crate::kit::settings::EVAL_MS_REPLACED);
-        }
+        check_history(&mut c, self.eval_every, self.eval_ms);
         c.at_least("server_push_tick_ms", self.server_push_tick_ms, 1);
         self.comm.check(&mut c);
         self.stragglers.check(&mut c);
-        c.require(
-            !(self.files.checkpoint_dir.is_some() && self.checkpoint_every > 0)
-                || self.checkpoints_possible(),
-            "checkpoint_every",
-            self.checkpoint_every,
-            "checkpoints need no rule or rule sgd (adagrad and adarevision keep state on the shards); set 0",
-        );
+        let possible = self.checkpoints_possible();
+        let needs = "checkpoints need no rule or rule sgd (adagrad and adarevision keep state on the shards); set 0";
+        self.files
+            .check_checkpoints(&mut c, self.checkpoint_every, possible, needs);
         c.finish()
     }
 

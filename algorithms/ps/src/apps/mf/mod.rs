@@ -30,7 +30,8 @@ use crate::core::straggler::StragglerModel;
 use crate::core::types::{Consistency, ConsistencyModel, Row, RowId, TableId, TableSpec};
 use crate::error::PsError;
 use crate::kit::settings::{
-    ManagedSettings, RunFiles, StragglerSettings, eval_stride, history_points,
+    ManagedSettings, RunFiles, StragglerSettings, check_history, check_step, eval_stride,
+    history_points,
 };
 use crate::kit::{
     EvalMonitor, EvalPoint, MonitorCtx, PsApp, PsCheckpointing, PsStep, WorkerCtx, WorkerDone,
@@ -410,8 +411,7 @@ impl PsApp for PsMf {
     }
 
     fn progress_points(cfg: &PsMfSettings) -> Option<u64> {
-        let clocks = cfg.clocks();
-        Some(history_points(eval_stride(cfg.eval_every, clocks), clocks))
+        Some(history_points(cfg.eval_every, cfg.clocks()))
     }
 
     async fn observe(

@@ -2,17 +2,18 @@ use super::*;
 use crate::core::shard::PsShardCore;
 use crate::core::types::UpdateRuleSpec;
 
-const T: TableId = TableId(1);
+use crate::core::testing::{T, spec};
 
-fn spec(c: Consistency) -> TableSpec {
-    TableSpec::new(1, "w", TableKind::Dense { width: 2 }, c)
+/// Worker 0's client of the one table `t` over `shards` shards.
+fn client(shards: u32, t: TableSpec) -> ClientCore {
+    ClientCore::new(WorkerId(0), shards, vec![t]).unwrap()
 }
 
 #[test]
 fn barrier_probe_waits_for_min_clock_and_is_not_cached() {
     let t = spec(Consistency::Async);
     let mut shard = PsShardCore::new(2, vec![t.clone()]).unwrap();
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     for b in c.clock() {
         shard.handle_batch(&b).unwrap();
     }
@@ -35,7 +36,7 @@ fn barrier_probe_waits_for_min_clock_and_is_not_cached() {
 #[test]
 fn prefetch_refreshes_async_rows_once_in_flight() {
     let t = spec(Consistency::Async);
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     let first = c.prefetch(T, RowId(4)).unwrap().unwrap();
     assert_eq!(first.min_clock, 0);
     assert!(c.prefetch(T, RowId(4)).unwrap().is_none(), "one in flight");
@@ -53,7 +54,7 @@ fn prefetch_refreshes_async_rows_once_in_flight() {
 
 #[test]
 fn resume_at_only_on_a_fresh_client() {
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Bsp)]).unwrap();
+    let mut c = client(1, spec(Consistency::Bsp));
     c.resume_at(7).unwrap();
     assert_eq!(c.current_clock(), 7);
     let b = c.clock();
@@ -75,12 +76,7 @@ fn reply(row: u64, data: Vec<f32>, row_clock: Clock, ack_seq: u64, id: u64) -> S
 
 #[test]
 fn miss_fetch_wait_then_hit() {
-    let mut c = ClientCore::new(
-        WorkerId(0),
-        2,
-        vec![spec(Consistency::Ssp { staleness: 1 })],
-    )
-    .unwrap();
+    let mut c = client(2, spec(Consistency::Ssp { staleness: 1 }));
     let GetOutcome::Fetch(req) = c.get(T, RowId(5)).unwrap() else {
         panic!()
     };
@@ -145,12 +141,7 @@ fn oplog_coalesces_and_splits_per_shard() {
 
 #[test]
 fn read_my_writes_survives_fresh_rows() {
-    let mut c = ClientCore::new(
-        WorkerId(0),
-        1,
-        vec![spec(Consistency::Ssp { staleness: 5 })],
-    )
-    .unwrap();
+    let mut c = client(1, spec(Consistency::Ssp { staleness: 5 }));
     let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
         panic!()
     };
@@ -192,7 +183,7 @@ fn read_my_writes_survives_fresh_rows() {
 #[test]
 fn sgd_table_local_view_applies_minus_lr() {
     let t = spec(Consistency::Async).with_rule(UpdateRuleSpec::Sgd { learning_rate: 0.5 });
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t.clone()]).unwrap();
+    let mut c = client(1, t.clone());
     let mut s = PsShardCore::new(1, vec![t]).unwrap();
     let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
         panic!()
@@ -214,7 +205,7 @@ fn sgd_table_local_view_applies_minus_lr() {
 #[test]
 fn essp_push_clock_bumps_cached_rows() {
     let t = spec(Consistency::Essp { staleness: 0 });
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     c.handle(0, reply(0, vec![1.0, 1.0], 0, 0, 1)).unwrap();
     c.clock();
     assert!(matches!(c.get(T, RowId(0)).unwrap(), GetOutcome::Fetch(_)));
@@ -250,7 +241,7 @@ fn essp_push_clock_bumps_cached_rows() {
 
 #[test]
 fn async_hits_any_cached_copy() {
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Async)]).unwrap();
+    let mut c = client(1, spec(Consistency::Async));
     c.handle(0, reply(0, vec![1.0, 1.0], 0, 0, 1)).unwrap();
     for _ in 0..5 {
         c.clock();
@@ -287,7 +278,7 @@ fn round(c: &mut ClientCore, shard: &mut PsShardCore, delta: Row) -> SharedRow {
 
 #[test]
 fn push_moves_the_buffer_into_the_batch() {
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Bsp)]).unwrap();
+    let mut c = client(1, spec(Consistency::Bsp));
     let delta = vec![1.0, 2.0];
     let ptr = delta.as_ptr();
     c.push(T, RowId(0), Row::Dense(delta)).unwrap();
@@ -315,7 +306,7 @@ fn push_moves_the_buffer_into_the_batch() {
 fn replies_share_the_stored_row_and_the_cache_keeps_it_without_a_copy() {
     let t = spec(Consistency::Bsp);
     let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     let sent = round(&mut c, &mut shard, Row::Dense(vec![1.0, 2.0]));
     let stored = shard.row(T, RowId(0)).unwrap();
     assert!(std::ptr::eq(&*sent, stored), "the reply is the stored row");
@@ -345,7 +336,7 @@ fn replies_share_the_stored_row_and_the_cache_keeps_it_without_a_copy() {
 fn a_held_read_is_not_changed_by_later_own_writes() {
     let t = spec(Consistency::Ssp { staleness: 5 });
     let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     let GetOutcome::Fetch(req) = c.get_shared(T, RowId(0)).unwrap() else {
         panic!()
     };
@@ -373,7 +364,7 @@ fn a_held_read_is_not_changed_by_later_own_writes() {
 fn read_my_writes_off_shows_the_shard_value_and_keeps_no_delta_copies() {
     let t = spec(Consistency::Ssp { staleness: 5 }).with_read_my_writes(false);
     let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     let GetOutcome::Fetch(req) = c.get(T, RowId(0)).unwrap() else {
         panic!()
     };
@@ -418,7 +409,7 @@ fn read_my_writes_off_shows_the_shard_value_and_keeps_no_delta_copies() {
 fn push_ticket_is_done_once_the_shard_acknowledges() {
     let t = spec(Consistency::Bsp);
     let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     let (batch, ticket) = c.push_now(T, RowId(3), Row::Dense(vec![1.0, 0.0])).unwrap();
     assert!(
         !batch.end_of_clock,
@@ -449,7 +440,7 @@ fn push_ticket_is_done_once_the_shard_acknowledges() {
 fn prefetch_next_clock_overlaps_the_bsp_round_trip_with_the_clock() {
     let t = spec(Consistency::Bsp);
     let mut shard = PsShardCore::new(2, vec![t.clone()]).unwrap();
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     // At clock 0 the next clock needs row clock 1: asked now, once.
     let ahead = c.prefetch_next_clock(T, RowId(3)).unwrap().expect("needed");
     assert_eq!(ahead.min_clock, 1);
@@ -496,7 +487,7 @@ fn prefetch_next_clock_overlaps_the_bsp_round_trip_with_the_clock() {
 #[test]
 fn prefetch_next_clock_asks_only_for_rows_the_next_clock_cannot_read() {
     let t = spec(Consistency::Ssp { staleness: 2 });
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     c.handle(0, reply(0, vec![1.0, 1.0], 0, 0, 1)).unwrap();
     // Clocks 1 and 2 accept row clock 0: nothing to ask at clocks 0 and 1.
     assert!(c.prefetch_next_clock(T, RowId(0)).unwrap().is_none());
@@ -528,11 +519,11 @@ fn prefetch_next_clock_asks_only_for_rows_the_next_clock_cannot_read() {
 
 #[test]
 fn prefetch_next_clock_leaves_async_and_cached_essp_rows_alone() {
-    let mut a = ClientCore::new(WorkerId(0), 1, vec![spec(Consistency::Async)]).unwrap();
+    let mut a = client(1, spec(Consistency::Async));
     assert!(a.prefetch_next_clock(T, RowId(0)).unwrap().is_none());
     assert!(a.prefetch_next_clock(TableId(9), RowId(0)).is_err());
     let t = spec(Consistency::Essp { staleness: 0 });
-    let mut e = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut e = client(1, t);
     let q = e
         .prefetch_next_clock(T, RowId(0))
         .unwrap()
@@ -550,7 +541,7 @@ fn prefetch_next_clock_leaves_async_and_cached_essp_rows_alone() {
 #[test]
 fn seen_min_clock_follows_replies_and_pushes_and_tells_reads_that_may_wait() {
     let t = spec(Consistency::Ssp { staleness: 1 });
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     assert_eq!(c.seen_min_clock(0), 0);
     assert!(
         !c.needs_beyond_seen(T, RowId(0)).unwrap(),
@@ -582,7 +573,7 @@ fn seen_min_clock_follows_replies_and_pushes_and_tells_reads_that_may_wait() {
 fn pull_request_fetches_only_what_the_cache_cannot_serve() {
     let t = spec(Consistency::Bsp);
     let mut shard = PsShardCore::new(1, vec![t.clone()]).unwrap();
-    let mut c = ClientCore::new(WorkerId(0), 1, vec![t]).unwrap();
+    let mut c = client(1, t);
     let req = c
         .pull_request(T, RowId(0))
         .unwrap()

@@ -1,11 +1,7 @@
 use super::*;
-use crate::core::types::{RowUpdate, TableKind, UpdateRuleSpec};
+use crate::core::types::{RowUpdate, UpdateRuleSpec};
 
-const T: TableId = TableId(1);
-
-fn spec(c: Consistency) -> TableSpec {
-    TableSpec::new(1, "w", TableKind::Dense { width: 2 }, c)
-}
+use crate::core::testing::{T, spec};
 
 fn batch(seq: u64, row: u64, vals: [f32; 2]) -> UpdateBatch {
     UpdateBatch {

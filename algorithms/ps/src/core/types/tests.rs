@@ -85,12 +85,8 @@ fn wire_bytes_unchanged_by_the_borrowed_encoding() {
         },
     }
     let dense = Row::Dense(vec![1.0, -2.5, 3.25, 0.0]);
-    let old = OldWire::D(
-        [1.0f32, -2.5, 3.25, 0.0]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect(),
-    );
+    let le = |xs: &[f32]| -> Vec<u8> { xs.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let old = OldWire::D(le(&[1.0, -2.5, 3.25, 0.0]));
     assert_eq!(
         rmp_serde::to_vec(&dense).unwrap(),
         rmp_serde::to_vec(&old).unwrap()
@@ -103,10 +99,7 @@ fn wire_bytes_unchanged_by_the_borrowed_encoding() {
     let sparse = Row::Sparse(vec![(1, 1.5), (7, -1.0)]);
     let old = OldWire::S {
         cols: [1u32, 7].iter().flat_map(|c| c.to_le_bytes()).collect(),
-        vals: [1.5f32, -1.0]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect(),
+        vals: le(&[1.5, -1.0]),
     };
     assert_eq!(
         rmp_serde::to_vec(&sparse).unwrap(),
