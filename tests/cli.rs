@@ -1,3 +1,4 @@
+// Over 600 lines: the CLI's end-to-end cases share the command builders of tests/common.
 //! End-to-end tests of the `petrel` binary: multi-process clusters on 127.0.0.1.
 
 use std::path::Path;

@@ -1,3 +1,4 @@
+// Over 600 lines: every app's train, eval and predict round trip, one pattern each.
 //! Saved models through the CLI, for every training app: `petrel train` on a shipped
 //! training file (examples/data), `petrel eval` on its held-out file (figures asserted
 //! against a baseline), `petrel predict` (its rows checked), and bad model files refused

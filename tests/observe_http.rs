@@ -1,3 +1,4 @@
+// Over 600 lines: every HTTP server's hostile-client and strict-format cases share one harness.
 //! The HTTP servers of a run against hostile clients, and `/metrics` against the
 //! OpenMetrics specification.
 //!

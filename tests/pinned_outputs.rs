@@ -89,59 +89,6 @@ fn strads_apps_write_the_pinned_models() {
             "a38b3d9a7758704a85a2dbbfb42dad7fb9602633016f91c12b26c55d13f411ea",
         )],
     );
-    // The Gauss-Seidel solver (the default without scheduling knobs) with two workers, and
-    // the single-threaded baseline it becomes with one worker and no cluster.
-    for (app, features, workers, transport, sum) in [
-        (
-            "lasso",
-            "400",
-            "2",
-            "memory",
-            "3459648888664ea8bcc97a0fe7e81e50ecc64c4d73148f0798f2d87b666a79ef",
-        ),
-        (
-            "logistic",
-            "300",
-            "2",
-            "memory",
-            "ecb3d3f678a1d7534c3a0f5e86d8536b2047153e4da5d868b6abd20784b0733b",
-        ),
-        (
-            "lasso",
-            "400",
-            "1",
-            "none",
-            "336f4cf68da878b636c3543622a2554f2e478a25d557f573a564d7d601de2da6",
-        ),
-        (
-            "logistic",
-            "300",
-            "1",
-            "none",
-            "de883acec756bb22ea634421d327befa4bc2b63bc3e95aadd3eb874d5c3fc01c",
-        ),
-    ] {
-        let out = d.join(format!("{app}-gs-{transport}"));
-        train(
-            &out,
-            app,
-            &[
-                "--solver",
-                "gauss-seidel",
-                "--workers",
-                workers,
-                "--transport",
-                transport,
-                "--synthetic-samples",
-                "200",
-                "--synthetic-features",
-                features,
-                "--synthetic-seed",
-                "1",
-            ],
-        );
-        check(&out, &[("coefficients.tsv", sum)]);
-    }
     train(
         &d.join("strads-mf"),
         "strads-mf",
@@ -200,6 +147,65 @@ fn strads_apps_write_the_pinned_models() {
             ),
         ],
     );
+}
+
+#[test]
+fn gauss_seidel_solvers_and_their_baseline_write_the_pinned_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // The Gauss-Seidel solver (the default without scheduling knobs) with two workers, and
+    // the single-threaded baseline it becomes with one worker and no cluster.
+    for (app, features, workers, transport, sum) in [
+        (
+            "lasso",
+            "400",
+            "2",
+            "memory",
+            "3459648888664ea8bcc97a0fe7e81e50ecc64c4d73148f0798f2d87b666a79ef",
+        ),
+        (
+            "logistic",
+            "300",
+            "2",
+            "memory",
+            "ecb3d3f678a1d7534c3a0f5e86d8536b2047153e4da5d868b6abd20784b0733b",
+        ),
+        (
+            "lasso",
+            "400",
+            "1",
+            "none",
+            "336f4cf68da878b636c3543622a2554f2e478a25d557f573a564d7d601de2da6",
+        ),
+        (
+            "logistic",
+            "300",
+            "1",
+            "none",
+            "de883acec756bb22ea634421d327befa4bc2b63bc3e95aadd3eb874d5c3fc01c",
+        ),
+    ] {
+        let out = d.join(format!("{app}-gs-{transport}"));
+        train(
+            &out,
+            app,
+            &[
+                "--solver",
+                "gauss-seidel",
+                "--workers",
+                workers,
+                "--transport",
+                transport,
+                "--synthetic-samples",
+                "200",
+                "--synthetic-features",
+                features,
+                "--synthetic-seed",
+                "1",
+            ],
+        );
+        check(&out, &[("coefficients.tsv", sum)]);
+    }
 }
 
 #[test]

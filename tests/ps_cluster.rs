@@ -1,3 +1,4 @@
+// Over 600 lines: the parameter server's in-process cluster cases share one harness.
 //! The parameter server through the actors: in-process clusters (memory transport unless
 //! noted), shards and workers on separate nodes.
 

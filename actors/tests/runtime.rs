@@ -1,3 +1,4 @@
+// Over 600 lines: one cluster harness serves every runtime test; splitting it would copy the harness.
 //! Node runtime tests: typed messages over QUIC and memory, priority mailbox, failure
 //! detection with pending requests, barriers.
 

@@ -1,3 +1,4 @@
+// Over 600 lines: one bench: its modes, shaped links and table share the run record.
 //! `petrel bench p3`: sequential vs fifo vs p3 parameter propagation, side by side, on an
 //! in-process cluster (2 workers + 2 server shards by default, every node its own thread,
 //! transport and QUIC endpoint on 127.0.0.1) with every node's link limited by the

@@ -1,3 +1,4 @@
+// Over 600 lines: one bench: its topologies, peer baseline and node roles share the run record.
 //! `petrel bench ps`: parameter-server push+pull throughput and latency per row size, every
 //! node a separate process talking QUIC on 127.0.0.1, beside the ceiling of petrel's own
 //! transport in the same processes (an echo of the same bytes, one `tell` each way), and

@@ -1,3 +1,4 @@
+// Over 600 lines: the transport's end-to-end cases share one QUIC and memory harness.
 //! Transport tests over real QUIC on 127.0.0.1 and over the in-memory hub.
 
 use bytes::Bytes;

@@ -1,3 +1,4 @@
+// Over 600 lines: every metric family the systems record into, in one registry.
 //! The process's registry and the metric families the systems record into.
 
 use crate::node::NodesCollector;

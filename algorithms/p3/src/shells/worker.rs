@@ -1,3 +1,4 @@
+// Over 600 lines: the worker actor's iteration loop and its handlers share one state machine.
 //! The worker: runs any [`StageModel`] stage by stage over a [`SliceWorkerCore`], pushing
 //! gradient slices at their priority and installing parameter tensors as they complete.
 // Long because the worker loop, its pusher and checkpoint saving share private types.
