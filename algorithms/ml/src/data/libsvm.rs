@@ -1,3 +1,4 @@
+// Over 600 lines: the LIBSVM reader's parse, limits, sharing and errors are one format's contract.
 //! LIBSVM / SVMlight sparse format: `label idx:val idx:val ...` with 1-based, strictly
 //! increasing feature indices. Stored 0-based in memory.
 

@@ -1,3 +1,4 @@
+// Over 600 lines: both rating formats (triplets and MatrixMarket) share one reader and its limits.
 //! Rating matrices: `user item rating` triplets (tab, space, comma or `::` separated, extra
 //! columns such as MovieLens timestamps ignored) and MatrixMarket coordinate files.
 

@@ -1,3 +1,4 @@
+// Over 600 lines: the block-parallel text engine under every loader, with its number parsing.
 //! The text engine under every loader: the input is cut into blocks, each block into
 //! line-aligned chunks parsed in parallel, and the chunks are handed on in file order, so a
 //! loader sees exactly what a line-by-line reader would.

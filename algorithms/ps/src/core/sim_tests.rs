@@ -1,3 +1,4 @@
+// Over 600 lines: one simulator drives every consistency model's end-to-end case.
 //! In-memory simulator: routes `ShardAction`s and client messages over FIFO channels per
 //! (client, shard) pair, with a seeded random schedule; plus the property tests.
 // Test code only (the module is `#[cfg(test)]`): the simulator and the property tests it drives.

@@ -1,3 +1,4 @@
+// Over 600 lines: the client core's consistency cases share one fixture set.
 use super::*;
 use crate::core::shard::PsShardCore;
 use crate::core::types::UpdateRuleSpec;
