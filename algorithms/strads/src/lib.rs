@@ -25,27 +25,20 @@
 //!
 //! ## The linear models (Lasso, sparse logistic regression)
 //!
-//! One coordinate-descent step serves every loss ([`core::loss`]: a [`core::loss::Loss`]
-//! is its gradient and curvature along a column; squared, logistic and squared hinge are
-//! implemented), under two solvers:
+//! One coordinate-descent step serves every loss ([`core::loss`]), under two solvers:
 //!
 //! - **Gauss-Seidel** (`solver = "gauss-seidel"`, the default through `auto`): workers
-//!   hold column blocks and sweep them sequentially against the full residual or margins;
-//!   the scheduler combines the blocks' sweeps with step weights that never raise the
-//!   objective ([`core::gauss_seidel`], [`core::logistic::gauss_seidel`]). With one worker
-//!   it is single-threaded cyclic coordinate descent with an exact active set, and that
-//!   run in one thread is the baseline (`--transport none`, [`apps::lasso::baseline`],
-//!   [`apps::logistic::run_baseline`]). Its knobs: `gs_chunk`, `gs_active_passes`.
+//!   hold column blocks and sweep them sequentially; the scheduler combines the sweeps
+//!   with step weights that never raise the objective ([`core::gauss_seidel`],
+//!   [`core::logistic::gauss_seidel`]). With one worker, in one thread, it is the
+//!   baseline (`--transport none`, [`apps::lasso::baseline`],
+//!   [`apps::logistic::run_baseline`]).
 //! - **Scheduled** (`solver = "scheduled"`): the STRADS paper's algorithm, row-holding
-//!   workers and a scheduler that samples coordinates by priority (dynamic, random or
-//!   cyclic) and filters dependent ones ([`core::scheduler`]); `schedulers > 1` splits the
-//!   coefficients over several schedulers ([`apps::lasso::multi`]). `auto` picks it when a
-//!   scheduling knob is set.
+//!   workers and a scheduler that samples coordinates by priority and filters dependent
+//!   ones ([`core::scheduler`]), possibly split over several schedulers
+//!   ([`apps::lasso::multi`]).
 //!
-//! The residual deltas of the Gauss-Seidel workers always combine at the scheduler; the
-//! removed `gs_exchange` setting is refused by name. The linear models' tuning constants
-//! (sweep limits, active passes, chunk growth, the cost model of the automatic sizes) are
-//! in one place, [`core::tuning`].
+//! Their tuning constants are in one place, [`core::tuning`].
 //!
 //! Errors: each layer has its enum ([`StradsModelError`], [`StradsRunError`],
 //! [`SerialRunError`](kit::serial::SerialRunError)); [`StradsError`] wraps them all

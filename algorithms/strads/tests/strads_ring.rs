@@ -1,10 +1,11 @@
 //! STRADS ring rotation on real nodes: three ring workers pass blocks to each other with
 //! `Handoff` tells while a scheduler on a fourth node dispatches only block ids; a
 //! misconfigured ring (one block given to two workers) poisons the receiving worker with a
-//! clear error that reaches the scheduler.
+//! clear error that reaches the scheduler. The same app runs through the serial driver.
 
 use petrel_actors::{Cluster, NodeContext, Topology};
 use petrel_strads::StradsModelError;
+use petrel_strads::kit::serial::{Delivery, SerialRun, SerialRunError, run_ring};
 use petrel_strads::shells::{
     BlockFate, BlockId, Plan, RingApp, RingOutput, RingPush, Schedule, SchedulerOptions, Step,
     StradsApp, WorkerSet, ring_members, run_scheduler, start_ring_worker,
@@ -92,6 +93,8 @@ struct Rotation {
     collected: Arc<Mutex<Vec<Option<Visits>>>>,
     /// Pause before committing round 0 (lets round 0's handoffs land first).
     pause: Duration,
+    /// A broken plan: pass blocks to the successor instead of the predecessor.
+    wrong_way: bool,
 }
 
 impl Schedule<Trail> for Rotation {
@@ -104,11 +107,12 @@ impl Schedule<Trail> for Rotation {
             return Step::Done;
         }
         let p = self.p;
+        let step = if self.wrong_way { 1 } else { p - 1 };
         Step::Run(Plan::PerWorker(
             (0..p)
                 .map(|w| TrailTask {
                     block: ((w + t) % p) as u64,
-                    pass_to: ((w + p - 1) % p) as u32,
+                    pass_to: ((w + step) % p) as u32,
                     collect: t == self.subrounds,
                 })
                 .collect(),
@@ -141,6 +145,67 @@ impl Schedule<Trail> for Rotation {
 
 const P: usize = 3;
 const SUBROUNDS: usize = 8;
+
+/// Block b visits worker (b - t) mod P in sub-round t, after exactly t commits.
+fn expected_trail(p: usize, subrounds: usize, b: usize) -> Visits {
+    (0..=subrounds)
+        .map(|t| (((b + p * (t + 1) - t) % p) as u32, t as u64, t as u64))
+        .collect()
+}
+
+fn serial_run(
+    p: usize,
+    subrounds: usize,
+    wrong_way: bool,
+    delivery: Delivery,
+) -> Result<(Vec<Option<Visits>>, SerialRun), SerialRunError> {
+    let collected = Arc::new(Mutex::new(vec![None; p]));
+    let mut sched = Rotation {
+        p,
+        subrounds,
+        collected: collected.clone(),
+        pause: Duration::ZERO,
+        wrong_way,
+    };
+    let mut workers: Vec<TrailWorker> = (0..p as u32)
+        .map(|index| TrailWorker { index, commits: 0 })
+        .collect();
+    let initial = (0..p as u64).map(|b| vec![(b, Vec::new())]).collect();
+    let run = run_ring(&mut sched, &mut workers, initial, delivery)?;
+    let collected = collected.lock().unwrap().clone();
+    Ok((collected, run))
+}
+
+#[test]
+fn local_ring_rotates_blocks_in_any_delivery_order() {
+    for delivery in [
+        Delivery::Late,
+        Delivery::Shuffled(1),
+        Delivery::Shuffled(99),
+    ] {
+        let (collected, run) = serial_run(3, 7, false, delivery).unwrap();
+        assert_eq!(run.rounds, 8);
+        for (b, trail) in collected.iter().enumerate() {
+            assert_eq!(
+                trail.as_ref().unwrap(),
+                &expected_trail(3, 7, b),
+                "{delivery:?}"
+            );
+        }
+        // Collected blocks left the ring.
+        assert!(run.held.iter().all(Vec::is_empty), "{:?}", run.held);
+    }
+}
+
+#[test]
+fn local_ring_reports_a_plan_that_sends_blocks_the_wrong_way() {
+    let err = serial_run(3, 4, true, Delivery::Late)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("round 1: worker 0 waits for block 1"), "{err}");
+    // With one worker, every pass is to itself and both plans agree.
+    serial_run(1, 4, true, Delivery::Late).unwrap();
+}
 
 fn ring_cluster(
     transport: petrel_actors::Transport,
@@ -197,6 +262,7 @@ fn ring_cluster(
                     subrounds: SUBROUNDS,
                     collected,
                     pause: Duration::from_millis(if duplicate { 300 } else { 0 }),
+                    wrong_way: false,
                 };
                 let opts = SchedulerOptions {
                     timeout: Duration::from_secs(10),
@@ -231,12 +297,8 @@ fn three_workers_pass_blocks_around_the_ring_over_quic() {
     let collected = collected.lock().unwrap();
     for (b, trail) in collected.iter().enumerate() {
         let trail = trail.as_ref().unwrap();
-        // Block b visits worker (b - t) mod P in sub-round t, after exactly t commits: the
-        // worker applied the scheduler's messages in order while waiting for handoffs.
-        let expected: Visits = (0..=SUBROUNDS)
-            .map(|t| (((b + P * (t + 1) - t) % P) as u32, t as u64, t as u64))
-            .collect();
-        assert_eq!(trail, &expected, "block {b}");
+        // The worker applied the scheduler's messages in order while waiting for handoffs.
+        assert_eq!(trail, &expected_trail(P, SUBROUNDS, b), "block {b}");
     }
 }
 

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::StradsModelError;
-use crate::core::app::{Plan, Push, Schedule, Step, StradsApp, decode_state, encode_state};
+use crate::core::app::{Plan, Push, Schedule, Step, decode_state, encode_state, strads_app};
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob, StradsSettings};
-use crate::shells::SchedulerOptions;
+use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
 use petrel_messages::tensor::f32_bytes;
 use serde::{Deserialize, Serialize};
 
@@ -74,14 +74,13 @@ pub struct LogisticPartial {
     pub applied: u64,
 }
 
-impl StradsApp for LogisticApp {
-    const DISPATCH_NAME: &'static str = "petrel.strads.logistic.dispatch";
-    const COMMIT_NAME: &'static str = "petrel.strads.logistic.commit";
-    type Task = LogisticTask;
-    type Partial = LogisticPartial;
-    /// The Lasso's commit: the coordinates and their changes.
-    type Commit = LassoCommit;
-}
+strads_app!(
+    LogisticApp,
+    "petrel.strads.logistic",
+    LogisticTask,
+    LogisticPartial,
+    LassoCommit
+);
 
 /// Worker half: a row block and its margins.
 pub struct LogisticWorker {
@@ -561,12 +560,7 @@ impl StradsJob for LogisticApp {
             job.fail_after_checkpoints.unwrap_or_default(),
             lasso_only,
         );
-        c.require(
-            !job.resume || job.checkpoint_dir.is_some(),
-            "resume",
-            job.resume,
-            "needs checkpoint_dir",
-        );
+        RoundCheckpointSettings::check_resume(&mut c, job.resume, &job.checkpoint_dir);
         // Centring the design gives a logistic model no exact intercept.
         c.require(
             !job.fit_intercept,
@@ -643,25 +637,14 @@ pub fn register(cluster: petrel_actors::Cluster) -> petrel_actors::Cluster {
         .role(WORKER_ROLE, worker_entry)
 }
 
-fn gauss_seidel(ctx: &petrel_actors::NodeContext) -> Result<bool, StradsError> {
-    let job: LassoSettings = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
-    Ok(job.resolved_solver() == super::lasso::LassoSolver::GaussSeidel)
-}
-
 async fn scheduler_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
-    if gauss_seidel(&ctx)? {
-        crate::kit::scheduler_role::<gs::LogisticGsApp>(ctx).await
-    } else {
-        crate::kit::scheduler_role::<LogisticApp>(ctx).await
-    }
+    let job: LassoSettings = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
+    super::lasso::solver_role::<gs::LogisticGsApp, LogisticApp>(ctx, &job, true).await
 }
 
 async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
-    if gauss_seidel(&ctx)? {
-        crate::kit::worker_role::<gs::LogisticGsApp>(ctx).await
-    } else {
-        crate::kit::worker_role::<LogisticApp>(ctx).await
-    }
+    let job: LassoSettings = ctx.settings.app(<LogisticApp as StradsJob>::SECTION)?;
+    super::lasso::solver_role::<gs::LogisticGsApp, LogisticApp>(ctx, &job, false).await
 }
 
 #[cfg(test)]

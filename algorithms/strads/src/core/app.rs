@@ -38,6 +38,21 @@ pub trait StradsApp: Send + 'static {
     type Commit: Serialize + DeserializeOwned + Send + Clone + 'static;
 }
 
+/// `strads_app!(App, "prefix", Task, Partial, Commit)`: the [`StradsApp`] impl of a marker
+/// type, its messages named `prefix.dispatch` and `prefix.commit`.
+macro_rules! strads_app {
+    ($app:ty, $prefix:literal, $task:ty, $partial:ty, $commit:ty) => {
+        impl $crate::core::app::StradsApp for $app {
+            const DISPATCH_NAME: &'static str = concat!($prefix, ".dispatch");
+            const COMMIT_NAME: &'static str = concat!($prefix, ".commit");
+            type Task = $task;
+            type Partial = $partial;
+            type Commit = $commit;
+        }
+    };
+}
+pub(crate) use strads_app;
+
 /// What a scheduler sends in one round.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Plan<T> {

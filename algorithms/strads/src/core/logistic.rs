@@ -107,12 +107,17 @@ impl LogisticWorkerState {
 
     /// Number of rows whose margin has the label's sign.
     pub fn correct(&self) -> usize {
-        self.labels
-            .iter()
-            .zip(&self.margins)
-            .filter(|&(&y, &m)| y * m > 0.0)
-            .count()
+        correct_signs(&self.labels, &self.margins)
     }
+}
+
+/// Rows whose margin has the label's sign.
+pub(crate) fn correct_signs(labels: &[f64], margins: &[f64]) -> usize {
+    labels
+        .iter()
+        .zip(margins)
+        .filter(|&(&y, &m)| y * m > 0.0)
+        .count()
 }
 
 /// Aggregation: `b_j <- S(h b_j - g, lambda) / h` with the summed partials.

@@ -296,13 +296,11 @@ impl LassoScheduler {
     /// yet: none of them, and (with the filter) nothing correlated with them
     /// ([`Self::filter_candidates_around`]).
     ///
-    /// Dynamic mode with a filter draws candidates lazily: as many as are still missing
-    /// (scaled by the round's rejection rate so far), checked, then more, until the block
-    /// is full or `candidate_pool` were drawn. The coordinates chosen are exactly those of
-    /// drawing the whole pool first and checking it in order (the same draws, the same
-    /// greedy check), but the draws the full block would never look at are not made: a
-    /// round draws about `block_size` plus the rejections instead of `candidate_pool`.
-    /// Other modes draw the pool first ([`Self::draw_candidates`]).
+    /// Dynamic mode with a filter draws candidates lazily (as many as are still missing,
+    /// scaled by the rejection rate so far) until the block is full or `candidate_pool`
+    /// were drawn: the same coordinates as drawing the whole pool first, without the draws
+    /// the full block never looks at. Other modes draw the pool first
+    /// ([`Self::draw_candidates`]).
     pub fn next_round_around(&mut self, in_flight: &[usize]) -> Vec<usize> {
         let started = Instant::now();
         if self.config.mode != ScheduleMode::Dynamic || self.filter.is_none() {

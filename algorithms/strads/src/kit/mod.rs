@@ -1,9 +1,5 @@
 //! The STRADS kit: a job is one [`StradsJob`] impl, and the kit turns it into cluster roles
-//! (star or ring routing) and into a serial run for tests.
-//!
-//! A job names its settings section and roles, builds its scheduler half and each worker
-//! half from its config (off the event loop: loading data is blocking), and writes its
-//! outputs when the scheduler is done:
+//! (star or ring routing, [`register`]) and into a serial run ([`run_serial`]):
 //!
 //! ```text
 //! [app.<SECTION>] -> J::Config
@@ -11,11 +7,6 @@
 //! worker node i:  J::worker(config, i) -> StarHalf(Push) or RingHalf(RingPush, blocks)
 //!                 -> ready barrier
 //! ```
-//!
-//! [`register`] adds both roles to a [`Cluster`]; [`scheduler_role`] and [`worker_role`]
-//! are the roles themselves for apps that register more (Lasso's extra schedulers).
-//! [`run_serial`] runs the same halves in one thread through [`serial`], the one serial
-//! driver (star and ring).
 
 pub mod serial;
 
@@ -64,10 +55,8 @@ pub struct FinishedRun {
     pub scheduler_bytes: u64,
 }
 
-/// What the kit reads from a job's settings: their checks, their round checkpoints and
-/// the scheduler's depth and timeout. Each defaults to nothing (no check, no checkpoint,
-/// [`SchedulerOptions::default`]); [`StradsJob`]'s hooks of the same names answer with
-/// these unless an app overrides them.
+/// What the kit reads from a job's settings (each defaults to nothing); [`StradsJob`]'s
+/// hooks of the same names answer with these unless an app overrides them.
 pub trait StradsSettings {
     /// Checks the values (ranges, finiteness); the error names the key.
     fn validate(&self) -> Result<(), petrel_ml::job::InvalidSetting> {
@@ -88,9 +77,8 @@ pub trait StradsSettings {
 /// No settings (`[app.<SECTION>]` has nothing to set).
 impl StradsSettings for () {}
 
-/// A model-parallel job: its wire types ([`StradsApp`]), where its settings live, and how
-/// to build the scheduler half and the worker halves. Implement it on the app's marker
-/// type; the kit provides the roles ([`register`]) and the serial run ([`run_serial`]).
+/// A model-parallel job: its wire types, its settings section and how to build its halves
+/// (implemented on the app's marker type).
 pub trait StradsJob: StradsApp + Sized {
     /// The settings section: the job reads `[app.<SECTION>]`.
     const SECTION: &'static str;
@@ -105,14 +93,9 @@ pub trait StradsJob: StradsApp + Sized {
     /// The worker half and its routing: [`StarHalf`] or [`RingHalf`].
     type Worker: WorkerHalf<Self>;
 
-    /// Whether the job's handlers return within milliseconds (rounds sized to the measured
-    /// round latency, or one sweep a round), so that its nodes can run the transport on
-    /// their own thread (`[net] threads = 0`, set by `petrel train` and the benches). A
-    /// message then reaches its handler, and a reply the wire, without waking another
-    /// thread, which is most of a small message's hop on a busy host. The price:
-    /// heartbeats share the node's thread, so a handler computing for longer than the
-    /// failure timeout would make its node look dead. Jobs whose rounds compute for long
-    /// (the default, `false`) keep the transport on a thread of its own.
+    /// Whether the job's handlers return within milliseconds, so that its nodes may run
+    /// the transport on their own thread (`[net] threads = 0`: no thread wake-up per hop,
+    /// but heartbeats wait for the handlers). Default `false`.
     fn latency_bound(config: &Self::Config) -> bool {
         let _ = config;
         false
@@ -123,16 +106,13 @@ pub trait StradsJob: StradsApp + Sized {
         config.scheduler_options()
     }
 
-    /// Round checkpoints of this job ([`crate::shells::checkpoint`]) (default: the
-    /// settings'). An app that has any implements `snapshot_state` and `restore_state` on
-    /// its scheduler and worker halves.
+    /// Round checkpoints of this job (default: the settings'); its halves then implement
+    /// `snapshot_state` and `restore_state`.
     fn round_checkpoints(config: &Self::Config) -> Option<RoundCheckpointSettings> {
         config.round_checkpoints()
     }
 
-    /// Checks the settings' values (ranges, finiteness) before any node starts: run by
-    /// the cluster's section check ([`register`]) and by `petrel train`. The error names
-    /// the key (default: the settings' own checks).
+    /// Checks the settings before any node starts (default: the settings' own checks).
     fn validate_config(config: &Self::Config) -> Result<(), petrel_ml::job::InvalidSetting> {
         config.validate()
     }
@@ -147,12 +127,8 @@ pub trait StradsJob: StradsApp + Sized {
         shape: &JobShape,
     ) -> Result<Self::Worker, StradsError>;
 
-    /// A digest of what scheduler half `scheduler` loaded that every node of the job must
-    /// share (the design's shape and labels, the ratings, the corpus's statistics): the
-    /// nodes compare their digests at the ready barrier, so a job whose nodes read
-    /// different data (a file edited between their reads, a stale copy on another host)
-    /// fails there on every node, naming who read what, instead of training on a mix.
-    /// `None` (the default): nothing compared.
+    /// A digest of the data every node must share, compared at the ready barrier so that
+    /// nodes that read different data fail there (`None`, the default: nothing compared).
     fn scheduler_digest(scheduler: &Self::Scheduler) -> Option<u64> {
         let _ = scheduler;
         None
@@ -172,8 +148,7 @@ pub trait StradsJob: StradsApp + Sized {
     ) -> Result<(), StradsError>;
 }
 
-/// A worker half with its routing: how it starts as an actor and how the serial driver
-/// runs it.
+/// A worker half with its routing (as an actor and in the serial driver).
 pub trait WorkerHalf<A: StradsApp>: Send + Sized + 'static {
     /// Starts worker `index` of `workers` (node names, in order) as actor `actor`.
     fn start(
@@ -280,6 +255,13 @@ fn config_of<J: StradsJob>(ctx: &NodeContext) -> Result<J::Config, StradsError> 
     Ok(ctx.settings.app::<J::Config>(J::SECTION)?)
 }
 
+fn shape_of<J: StradsJob>(ctx: &NodeContext, workers: &[String]) -> JobShape {
+    JobShape {
+        workers: workers.len(),
+        schedulers: ctx.nodes_with_role(J::SCHEDULER_ROLE).len(),
+    }
+}
+
 /// The scheduler role of job `J`: builds the scheduler half, waits until every worker is
 /// ready, runs the rounds and writes the outputs.
 pub async fn scheduler_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsError> {
@@ -290,10 +272,7 @@ pub async fn scheduler_role<J: StradsJob>(ctx: NodeContext) -> Result<(), Strads
             role: J::WORKER_ROLE,
         });
     }
-    let shape = JobShape {
-        workers: workers.len(),
-        schedulers: ctx.nodes_with_role(J::SCHEDULER_ROLE).len(),
-    };
+    let shape = shape_of::<J>(&ctx, &workers);
     let loader = config.clone();
     let mut scheduler = off_loop(move || J::scheduler(&loader, &shape)).await?;
     tracing::info!(app = J::SECTION, workers = shape.workers, "scheduler ready");
@@ -337,10 +316,7 @@ pub async fn worker_role<J: StradsJob>(ctx: NodeContext) -> Result<(), StradsErr
             node: ctx.spec.name.clone(),
             role: J::WORKER_ROLE,
         })?;
-    let shape = JobShape {
-        workers: workers.len(),
-        schedulers: ctx.nodes_with_role(J::SCHEDULER_ROLE).len(),
-    };
+    let shape = shape_of::<J>(&ctx, &workers);
     let half = off_loop(move || J::worker(&config, index, &shape)).await?;
     let digest = J::worker_digest(&half);
     half.start(&ctx.node, J::WORKER_ROLE, index as u32, &workers)?;
@@ -380,9 +356,7 @@ pub fn run_serial<J: StradsJob>(
     Ok((scheduler, run))
 }
 
-/// Runs job `J` with `workers` worker halves in this thread and no actors
-/// ([`run_serial`], handoffs delivered late) and writes its outputs with
-/// [`StradsJob::finish`]: what `petrel train strads-mf|lda --transport none` runs.
+/// [`run_serial`] (handoffs delivered late), then [`StradsJob::finish`]: `--transport none`.
 pub fn run_serial_and_finish<J: StradsJob>(
     config: &J::Config,
     workers: usize,
@@ -399,8 +373,7 @@ pub fn run_serial_and_finish<J: StradsJob>(
     J::finish(config, scheduler, &finished)
 }
 
-/// Runs a blocking job (data loading, generation) off the node's event loop, so that
-/// heartbeats keep flowing while a large file loads.
+/// Runs blocking work (data loading) off the node's event loop, so heartbeats keep flowing.
 pub async fn off_loop<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StradsError> + Send + 'static,
 ) -> Result<T, StradsError> {
@@ -409,8 +382,7 @@ pub async fn off_loop<T: Send + 'static>(
         .map_err(StradsError::Loader)?
 }
 
-/// Writes `contents` to `dir/name` atomically (a temporary name, then a rename), creating
-/// `dir`.
+/// Writes `contents` to `dir/name` atomically, creating `dir`.
 pub fn write_output(dir: &Path, name: &str, contents: &[u8]) -> Result<(), StradsError> {
     let path = dir.join(name);
     petrel_ml::job::write_atomic(&path, contents).map_err(|source| StradsError::write(path, source))
@@ -450,8 +422,7 @@ pub fn write_json<T: Serialize>(
     write_output(dir, name, &json)
 }
 
-/// Size of `value` as a message body (what the apps report as bytes moved; 0 if it does
-/// not encode).
+/// Size of `value` as a message body (0 if it does not encode).
 pub fn encoded_len<T: Serialize>(value: &T) -> u64 {
     let mut bytes = Vec::new();
     match petrel_messages::encode_body(value, &mut bytes) {

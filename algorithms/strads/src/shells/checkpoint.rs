@@ -168,6 +168,20 @@ impl RoundCheckpointSettings {
             fail_after: None,
         })
     }
+
+    /// Refuses `resume` without a checkpoint directory.
+    pub(crate) fn check_resume(
+        c: &mut petrel_ml::job::SettingChecks,
+        resume: bool,
+        dir: &Option<PathBuf>,
+    ) {
+        c.require(
+            !resume || dir.is_some(),
+            "resume",
+            resume,
+            "needs checkpoint_dir",
+        );
+    }
 }
 
 /// The scheduler side of round checkpoints of app `app` (its settings section).

@@ -43,9 +43,8 @@ pub struct SyntheticLasso {
     /// Synthetic design: noise of y.
     #[arg(skip = 0.1)]
     pub noise_std: f32,
-    /// Synthetic design: non-zeros per column. 0 = a dense Gaussian design; > 0 = a sparse
-    /// design generated column by column (`sparse_correlated_lasso`), any size, each
-    /// worker generating only its rows.
+    /// Synthetic design: non-zeros per column (0 = dense Gaussian; > 0 = sparse, each
+    /// worker generating only its rows).
     #[arg(long = "synthetic-nnz-per-column", default_value_t = 0)]
     pub nnz_per_column: usize,
     /// Synthetic design: seed.
@@ -72,59 +71,37 @@ pub struct LassoSettings {
     /// LIBSVM file (the label is the response y). Without it: a synthetic design.
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Held-out LIBSVM file, read once before the start: the model's figures on it (Lasso:
-    /// MSE, RMSE, R^2, objective; logistic: accuracy, log-loss, objective) go to every
-    /// history record (Lasso: each evaluation, the first at round 0 before any update;
-    /// logistic: each round) and to the final figures, as `heldout_*`.
+    /// Held-out LIBSVM file: the model's figures on it go to every history record and to
+    /// the final figures, as `heldout_*`.
     #[arg(long)]
     pub test_data: Option<PathBuf>,
     /// The synthetic design used without a data file.
     #[command(flatten)]
     pub synthetic: SyntheticLasso,
-    /// Absolute lambda (default: --lambda-fraction of lambda_max = max |x_j^T y|). The
-    /// objective is `1/2 ||y - Xb||^2 + lambda ||b||_1`, summed over the rows: scikit-learn's
-    /// `Lasso(alpha=a, fit_intercept=False)` minimises `1/(2 n) ||y - Xw||^2 + a ||w||_1`,
-    /// the same problem for `lambda = n_samples * a`. No intercept is fitted unless
-    /// `fit_intercept`.
+    /// Absolute lambda (default: --lambda-fraction of lambda_max = max |x_j^T y|) of
+    /// `1/2 ||y - Xb||^2 + lambda ||b||_1` (scikit-learn's `alpha` times `n_samples`).
     #[arg(long)]
     pub lambda: Option<f32>,
-    /// Lasso only: fit an unpenalised intercept (scikit-learn's `fit_intercept=True`):
-    /// every transport solves the problem of the centred design and `y` exactly,
-    /// `lambda_max` included; the saved model's intercept is `mean(y) - mean(X) . b`.
-    /// The centring is implicit: the sparse design is kept as stored, the residual is a
-    /// sparse part plus an offset and an update costs its column's non-zeros (the
-    /// Gauss-Seidel workers' [`GsWorkerCore::centred`](crate::core::gauss_seidel::GsWorkerCore::centred),
-    /// the scheduled workers' [`LassoWorkerState::centred`](crate::core::lasso::LassoWorkerState::centred),
-    /// the scheduler's centred norms), so any shape runs. The scheduler's dependency check
-    /// looks at the stored non-zeros (not the centring's rank-one part). The sparse
-    /// synthetic design is centred like a file's (its column means come from generating
-    /// it).
+    /// Lasso only: fit an unpenalised intercept (scikit-learn's `fit_intercept=True`),
+    /// solving the centred problem exactly with an implicit centring (the design stays
+    /// sparse); the saved intercept is `mean(y) - mean(X) . b`.
     #[arg(long)]
     pub fit_intercept: bool,
     /// lambda = fraction * lambda_max when --lambda is unset.
     #[arg(long, default_value_t = 0.2)]
     pub lambda_fraction: f64,
-    /// `gauss-seidel` (each worker holds a share of the columns and the full residual, or
-    /// for logistic the margins, sweeps its coordinates sequentially and returns one
-    /// delta per round; the baseline's active-set schedule; see `apps::lasso::gs` and
-    /// `apps::logistic::gs`), `scheduled` (the
-    /// scheduler picks blocks of coordinates and the workers, holding rows, return
-    /// partial sums) or `auto` (the default): `gauss-seidel` unless the job sets something
-    /// only `scheduled` has, i.e. schedulers > 1 or a scheduling knob (mode, block size,
-    /// candidate pool, rho / --no-filter, interference bound, eta, priority exponent,
-    /// initial priority, seed, depth, eval every, eval work ratio) away from its default;
-    /// then `scheduled`. `gauss-seidel` given explicitly refuses those knobs.
+    /// `gauss-seidel` (column-holding workers sweep their coordinates sequentially),
+    /// `scheduled` (the scheduler picks blocks of coordinates, row-holding workers return
+    /// partial sums) or `auto`: `gauss-seidel` unless a knob only `scheduled` has is set
+    /// ([`LassoSettings::scheduled_only_settings`]), which explicit `gauss-seidel` refuses.
     #[arg(long, value_enum, default_value_t = LassoSolver::Auto)]
     pub solver: LassoSolver,
-    /// `gauss-seidel`: columns a worker sweeps per round in a full sweep (0 = automatic:
-    /// enough non-zeros to cover --round-latency-ms at [`NS_PER_NONZERO`], doubled while
-    /// the workers' sweeps do not interfere, and a whole sweep per round with one worker).
+    /// `gauss-seidel`: columns a worker sweeps per round in a full sweep (0 = automatic,
+    /// from --round-latency-ms at [`NS_PER_NONZERO`]; a whole sweep with one worker).
     #[arg(long, default_value_t = 0)]
     pub gs_chunk: usize,
-    /// `gauss-seidel`: passes over its active set a worker makes per round between two
-    /// full sweeps (each stops early once its largest step is small) (0 = automatic:
-    /// until settled with one worker; with several `SHARED_ACTIVE_PASSES`, 4 for the Lasso
-    /// and 1 for logistic regression).
+    /// `gauss-seidel`: active-set passes a worker makes per round between full sweeps
+    /// (0 = automatic: until settled with one worker, else `SHARED_ACTIVE_PASSES`).
     #[arg(long, default_value_t = 0)]
     pub gs_active_passes: u32,
     /// Removed setting, refused with its name: the Gauss-Seidel workers' residual deltas
@@ -142,19 +119,15 @@ pub struct LassoSettings {
     /// U': candidates before the dependency check (0 = automatic: 2 U).
     #[arg(long, default_value_t = 0)]
     pub candidate_pool: usize,
-    /// Dependency-check threshold on |corr(x_j, x_k)|; unset disables the check (in a
-    /// job file `rho = false`, which is how `--no-filter` reaches the nodes: TOML has no
-    /// null).
+    /// Dependency-check threshold on |corr(x_j, x_k)|; unset (`rho = false` in TOML,
+    /// `--no-filter`) disables the check.
     #[arg(long, default_value = "0.3")]
     #[serde(with = "rho_setting")]
     pub rho: Option<f32>,
-    /// Bound on a block's aggregate interference, applied with the dependency check: a
-    /// candidate joins the block only while every row it shares with the block (and the
-    /// rounds in flight) keeps a load `sum_k |x_ik| ||x_k||_1 / ||x_k||^2` of at most
-    /// this, which bounds the largest eigenvalue of the block's normalised Gram matrix by
-    /// it (below 2, a block's Jacobi step cannot overshoot). It also caps the automatic
-    /// block size. 0 (the default) disables it (pairwise check only); 3 suits sparse
-    /// designs (see [`RECOMMENDED_SPARSE_INTERFERENCE_BOUND`]).
+    /// Bound on a block's aggregate interference (each shared row's load
+    /// `sum_k |x_ik| ||x_k||_1 / ||x_k||^2`, which bounds the block's normalised Gram
+    /// eigenvalues); also caps the automatic block size. 0 disables it; see
+    /// [`RECOMMENDED_SPARSE_INTERFERENCE_BOUND`].
     #[arg(long, default_value_t = DEFAULT_INTERFERENCE_BOUND)]
     pub interference_bound: f32,
     /// Priority floor of dynamic scheduling.
@@ -169,13 +142,9 @@ pub struct LassoSettings {
     /// Scheduler seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Rounds in flight (pipeline depth). With 2 the scheduler chooses and sends the next
-    /// round while the previous one is out, and the dependency check keeps the new round
-    /// away from the in-flight coordinates as from each other. Pipelined runs are
-    /// bit-reproducible (dispatches leave eagerly, so a worker always sees round r+1's
-    /// dispatch before round r's commit), and depth 2 was faster on the issue-13 design,
-    /// but the default stays 1: a run resumed from a checkpoint at depth 2
-    /// does not yet continue bit for bit (tests/strads_checkpoint.rs).
+    /// Rounds in flight (pipeline depth; the dependency check keeps a new round away from
+    /// the in-flight coordinates). 1 by default: a run resumed at depth 2 does not yet
+    /// continue bit for bit.
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
     /// At most this many update rounds (0 = automatic: AUTO_SWEEPS sweeps' worth of
@@ -186,14 +155,12 @@ pub struct LassoSettings {
     /// --eval-work-ratio).
     #[arg(long, default_value_t = 0)]
     pub eval_every: u64,
-    /// With eval_every = 0: evaluate once the coordinate updates since the last evaluation
-    /// cost this many times an evaluation (one pass over X), so evaluations take at most
-    /// about 1 / (1 + ratio) of the work. 0 = only at the end.
+    /// With eval_every = 0: evaluate once the updates since the last evaluation cost this
+    /// many evaluations (passes over X). 0 = only at the end.
     #[arg(long, default_value_t = 4.0)]
     pub eval_work_ratio: f64,
-    /// Per-round latency (messages and scheduling) the automatic block size assumes, in
-    /// milliseconds. A run reports the latency it measured (`profile` in metrics.json); it
-    /// is not fed back, so a run stays deterministic for its settings.
+    /// Per-round latency the automatic block size assumes, in milliseconds (not measured,
+    /// so a run stays deterministic).
     #[arg(long, default_value_t = 1.0)]
     pub round_latency_ms: f64,
     /// Stop when duality gap / objective falls below this.
@@ -212,8 +179,7 @@ pub struct LassoSettings {
     /// Schedulers splitting the coefficients (contiguous column ranges of equal weight).
     #[arg(long, default_value_t = 1)]
     pub schedulers: usize,
-    /// Write checkpoints to this directory (shared by all nodes; `petrel train` defaults
-    /// it to `<out>/checkpoints`).
+    /// Round checkpoint directory, shared by all nodes (`petrel train`: `<out>/checkpoints`).
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
     /// Update rounds between two checkpoints (0 = never write, `resume` may still read).
@@ -222,8 +188,7 @@ pub struct LassoSettings {
     /// Continue from the newest valid checkpoint in --checkpoint-dir.
     #[arg(long)]
     pub resume: bool,
-    /// Fault injection for tests: the scheduler fails right after writing this many
-    /// checkpoints in this run (TOML only).
+    /// Fault injection for tests: fail after writing this many checkpoints (TOML only).
     #[arg(skip)]
     pub fail_after_checkpoints: Option<u64>,
 }
@@ -237,8 +202,7 @@ impl Default for LassoSettings {
 
 impl LassoSettings {
     /// The settings only `solver = "scheduled"` has that this job sets away from their
-    /// defaults, as `(key, value)`: what makes `solver = "auto"` choose the scheduled mode
-    /// (and what `solver = "gauss-seidel"` refuses).
+    /// defaults, as `(key, value)`.
     pub fn scheduled_only_settings(&self) -> Vec<(&'static str, String)> {
         let d = LassoSettings::default();
         let mut set = Vec::new();
@@ -410,17 +374,8 @@ impl LassoSettings {
 
     /// This job with every automatic (0) schedule knob chosen for the design `x` run by
     /// `workers` workers:
-    /// - block size U: a round should cost at least its latency in compute, so
-    ///   `U = round_latency / (per-update cost)`, where an update costs
-    ///   [`NS_PER_NONZERO`] per non-zero of its column on the worker holding the most rows
-    ///   plus [`NS_PER_COORDINATE`] at the scheduler; clamped to
-    ///   `[MIN_AUTO_BLOCK, max(MIN_AUTO_BLOCK, d / 16)]` so dynamic scheduling and the
-    ///   dependency check still choose among many candidates;
-    ///   and, with the dependency check and an `interference_bound`, at most what the
-    ///   bound lets a block hold: `bound * rows / (mean column load)`, where a column's
-    ///   load summed over its rows is `||x_k||_1^2 / ||x_k||_2^2` (its non-zero count for
-    ///   equal magnitudes), so a 2,000-row design of 20 non-zeros per column gets
-    ///   `U <= 3 * 2000 / 20 = 300` at bound 3 whatever the round latency asks;
+    /// - block size U: `round_latency / (per-update cost)` ([`auto_block_size`]), capped
+    ///   by what the `interference_bound` lets a block hold ([`interference_capacity`]);
     /// - candidate pool U' = 2 U;
     /// - round limit: [`AUTO_SWEEPS`] sweeps' worth of updates (`AUTO_SWEEPS * d / U`).
     pub fn resolved_for(&self, x: &SparseColumns, workers: usize) -> LassoSettings {
@@ -499,10 +454,8 @@ impl LassoSettings {
 }
 
 impl StradsSettings for LassoSettings {
-    /// Every value in range (keys as in `[app.lasso]`), checked before any node starts.
-    /// Refuses settings that cannot run (a named key and why), a dense synthetic design of
-    /// more than [`MAX_DENSE_SYNTHETIC_VALUES`] values among them: it would be built whole
-    /// and exhaust the memory long before training.
+    /// Every value in range (keys as in `[app.lasso]`), checked before any node starts,
+    /// a dense synthetic design of at most [`MAX_DENSE_SYNTHETIC_VALUES`] values among them.
     fn validate(&self) -> Result<(), InvalidSetting> {
         let mut c = SettingChecks::new();
         if self.data.is_none() {
@@ -680,7 +633,11 @@ pub fn interference_capacity(x: &SparseColumns, bound: f32) -> usize {
     }
 }
 
-/// The automatic block size (see [`LassoSettings::resolved_for`]).
+/// The automatic block size: a round should cost at least its latency in compute, an
+/// update [`NS_PER_NONZERO`] per non-zero of its column on the worker holding the most
+/// rows plus [`NS_PER_COORDINATE`] at the scheduler; clamped to
+/// `[MIN_AUTO_BLOCK, max(MIN_AUTO_BLOCK, d / 16)]` so the scheduler still chooses among
+/// many candidates.
 pub fn auto_block_size(d: usize, nnz_per_column: f64, workers: usize, latency_ms: f64) -> usize {
     let per_update_ns = NS_PER_NONZERO * nnz_per_column / workers.max(1) as f64 + NS_PER_COORDINATE;
     let wanted = (latency_ms.max(0.0) * 1e6 / per_update_ns).ceil();

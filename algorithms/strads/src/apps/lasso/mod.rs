@@ -172,13 +172,24 @@ pub fn register(cluster: Cluster) -> Cluster {
 /// "gauss-seidel"`, a column-holding one ([`gs`]).
 async fn worker_entry(ctx: petrel_actors::NodeContext) -> Result<(), StradsError> {
     let job: LassoSettings = ctx.settings.app(LassoApp::SECTION)?;
-    match job.resolved_solver() {
-        LassoSolver::GaussSeidel => crate::kit::worker_role::<gs::LassoGsApp>(ctx).await,
-        LassoSolver::Scheduled | LassoSolver::Auto => {
-            crate::kit::worker_role::<LassoApp>(ctx).await
-        }
+    solver_role::<gs::LassoGsApp, LassoApp>(ctx, &job, false).await
+}
+
+/// The scheduler's (`scheduler`) or a worker's role of job `G` under the Gauss-Seidel
+/// solver, else of job `S` (Lasso and logistic regression).
+pub(crate) async fn solver_role<G: StradsJob, S: StradsJob>(
+    ctx: petrel_actors::NodeContext,
+    job: &LassoSettings,
+    scheduler: bool,
+) -> Result<(), StradsError> {
+    let gauss_seidel = job.resolved_solver() == LassoSolver::GaussSeidel;
+    match (gauss_seidel, scheduler) {
+        (true, true) => crate::kit::scheduler_role::<G>(ctx).await,
+        (true, false) => crate::kit::worker_role::<G>(ctx).await,
+        (false, true) => crate::kit::scheduler_role::<S>(ctx).await,
+        (false, false) => crate::kit::worker_role::<S>(ctx).await,
     }
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

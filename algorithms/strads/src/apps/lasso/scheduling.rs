@@ -89,11 +89,7 @@ impl LassoScheduling {
         crate::core::baseline::check_shape(x, y.len(), "y")?;
         let job = &job.resolved_for(x, workers);
         let lambda = job.resolve_lambda(x, y);
-        let column_nnz = x
-            .column_starts
-            .windows(2)
-            .map(|w| (w[1] - w[0]) as u32)
-            .collect();
+        let column_nnz = super::DesignShape::of(x).column_nnz;
         let eval_work = (x.values.len() + x.n_columns()) as f64;
         let heldout = LinearHeldout::of(job, LinearTask::Regression, lambda)?;
         let x = Arc::new(x.clone());
@@ -327,10 +323,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                     summed.iter_mut().zip(z).for_each(|(s, v)| *s += v);
                     sq += sq_residual;
                     applied.push(*a);
-                    slowest.push_s = slowest.push_s.max(busy.push_s);
-                    slowest.commit_s = slowest.commit_s.max(busy.commit_s);
-                    slowest.eval_s = slowest.eval_s.max(busy.eval_s);
-                    slowest.peak_rss_mb = slowest.peak_rss_mb.max(busy.peak_rss_mb);
+                    slowest = slowest.slowest(*busy);
                 }
                 let profile = &mut self.metrics.profile;
                 profile.update_rounds += 1;

@@ -3,7 +3,8 @@ use crate::core::app::Push;
 use crate::core::lasso::tests::reference_optimum;
 use crate::core::scheduler::ScheduleMode;
 
-fn small_job(mode: &str) -> LassoSettings {
+/// The small scheduled job the Lasso tests share, evaluated every `eval_every` rounds.
+pub(crate) fn small_scheduled_job(eval_every: u64) -> LassoSettings {
     LassoSettings {
         synthetic: SyntheticLasso {
             n_samples: 120,
@@ -15,13 +16,19 @@ fn small_job(mode: &str) -> LassoSettings {
             nnz_per_column: 0,
             seed: 3,
         },
-        mode: mode.parse().unwrap(),
         block_size: 8,
         candidate_pool: 32,
         max_rounds: 20_000,
-        eval_every: 100,
+        eval_every,
         gap_tolerance: Some(1e-7),
         ..LassoSettings::default()
+    }
+}
+
+fn small_job(mode: &str) -> LassoSettings {
+    LassoSettings {
+        mode: mode.parse().unwrap(),
+        ..small_scheduled_job(100)
     }
 }
 

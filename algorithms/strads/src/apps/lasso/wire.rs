@@ -1,7 +1,7 @@
 //! The Lasso round protocol's wire types: update and evaluation rounds.
 
 use crate::core::StradsModelError;
-use crate::core::app::StradsApp;
+use crate::core::app::strads_app;
 use petrel_messages::tensor::{f32_bytes, f64_bytes};
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +71,18 @@ pub struct WorkerBusy {
     pub peak_rss_mb: f64,
 }
 
+impl WorkerBusy {
+    /// The larger of each figure of `self` and `other`.
+    pub fn slowest(self, other: WorkerBusy) -> WorkerBusy {
+        WorkerBusy {
+            push_s: self.push_s.max(other.push_s),
+            commit_s: self.commit_s.max(other.commit_s),
+            eval_s: self.eval_s.max(other.eval_s),
+            peak_rss_mb: self.peak_rss_mb.max(other.peak_rss_mb),
+        }
+    }
+}
+
 /// Committed `new - old` per coordinate (empty after an evaluation round).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LassoCommit {
@@ -92,13 +104,13 @@ impl LassoCommit {
     }
 }
 
-impl StradsApp for LassoApp {
-    const DISPATCH_NAME: &'static str = "petrel.strads.lasso.dispatch";
-    const COMMIT_NAME: &'static str = "petrel.strads.lasso.commit";
-    type Task = LassoTask;
-    type Partial = LassoPartial;
-    type Commit = LassoCommit;
-}
+strads_app!(
+    LassoApp,
+    "petrel.strads.lasso",
+    LassoTask,
+    LassoPartial,
+    LassoCommit
+);
 
 /// A round's coordinates as indices, refused unless there is one value per coordinate and
 /// each is below `n` (the features).

@@ -1,27 +1,21 @@
 //! LDA by collapsed Gibbs sampling (SparseLDA) with word rotation on the STRADS runtime.
 //!
 //! Documents are split over the P workers (balanced by length), the vocabulary into P
-//! blocks (balanced by frequency). Word-topic blocks rotate around the ring of workers
-//! ([`crate::shells::ring`]): in sub-round `t` worker `w` samples the tokens of the
-//! words in block `(w + t) mod P` ([`RotationSchedule`](crate::core::mf::RotationSchedule)) and then hands the block to worker
-//! `w - 1` directly, so no two workers write the same word-topic row and the blocks never
-//! pass through the scheduler. The scheduler's tasks carry the block id and the next
-//! holder; after every sub-round the workers' topic-total changes (K numbers each) are
-//! summed by the scheduler and re-broadcast in the commit (stale within a sub-round, as in
-//! the reference). At the end of a pass each worker also reports the word half of the
-//! log-likelihood of the block it holds. The first rotation only builds the word-topic
-//! counts from the workers' random initial assignments; a final Collect round brings the
-//! blocks to the scheduler for the outputs.
-//!
-//! The message sequence equals the serial driver [`crate::core::lda::LdaCluster`], so
-//! for a seed the distributed run gives exactly the serial run's counts.
+//! blocks (balanced by frequency). Word-topic blocks rotate around the ring
+//! ([`crate::shells::ring`], [`RotationSchedule`](crate::core::mf::RotationSchedule)): in
+//! sub-round `t` worker `w` samples the tokens of block `(w + t) mod P`, then hands it to
+//! worker `w - 1`. After every sub-round the scheduler sums the workers' topic-total
+//! changes and re-broadcasts them in the commit (stale within a sub-round, as in the
+//! reference). The first rotation only builds the counts from the random initial
+//! assignments; a final Collect round brings the blocks to the scheduler. For a seed the
+//! run gives exactly the counts of the serial driver [`crate::core::lda::LdaCluster`].
 //!
 //! Roles `strads-lda-scheduler` / `strads-lda-worker`, settings `[app.lda]`; outputs
 //! `topics.txt` (top words per topic), `topic_word.tsv` and `metrics.json`.
 
 use std::path::PathBuf;
 
-use crate::core::app::{BlockId, RingApp, StradsApp};
+use crate::core::app::{BlockId, RingApp, strads_app};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, StradsSettings};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
@@ -57,15 +51,11 @@ pub struct LdaSettings {
     #[arg(long)]
     pub docword: Option<PathBuf>,
     /// Held-out docword file (same vocabulary): its perplexity by document completion
-    /// ([`TopicModel::evaluate`](petrel_ml::model::TopicModel::evaluate)) goes to every
-    /// history record (step 0, the random initial assignments, then every pass) and to the
-    /// final figures as `heldout_*`.
+    /// goes to every history record and to the final figures as `heldout_*`.
     #[arg(long)]
     pub test_data: Option<PathBuf>,
-    /// Fold-in Gibbs sweeps per test document of the held-out evaluation (history and
-    /// final figures alike; the first half burns in). 5 by default, so that scoring a test
-    /// set a tenth the size of the training set costs about a fifth of a training pass;
-    /// `petrel eval` uses 50 (raise this for a lower-variance figure).
+    /// Fold-in Gibbs sweeps per test document of the held-out evaluation (the first half
+    /// burns in; `petrel eval` uses 50).
     #[arg(long, default_value_t = DEFAULT_HELDOUT_SWEEPS)]
     pub heldout_sweeps: usize,
     /// UCI vocab file (one word per line) for readable topics.
@@ -99,8 +89,7 @@ pub struct LdaSettings {
     /// Timeout of one round's requests, in seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout_s: u64,
-    /// Write round checkpoints to this directory (shared by all nodes; `petrel train`
-    /// defaults it to `<out>/checkpoints`).
+    /// Round checkpoint directory, shared by all nodes (`petrel train`: `<out>/checkpoints`).
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
     /// Rounds (sub-rounds of the rotation) between two checkpoints (0 = never write).
@@ -128,8 +117,7 @@ impl LdaSettings {
         )?)
     }
 
-    /// Worker `worker`'s documents and the layout's statistics, read without holding the
-    /// whole corpus ([`load_corpus_share`]).
+    /// Worker `worker`'s documents and the layout's statistics ([`load_corpus_share`]).
     pub fn load_share(&self, workers: usize, worker: usize) -> Result<CorpusShare, StradsError> {
         Ok(load_corpus_share(
             self.docword.as_deref(),
@@ -166,12 +154,7 @@ impl StradsSettings for LdaSettings {
         c.at_least("heldout_sweeps", self.heldout_sweeps, 1);
         c.at_least("top_words", self.top_words, 1);
         c.at_least("timeout_s", self.timeout_s, 1);
-        c.require(
-            !self.resume || self.checkpoint_dir.is_some(),
-            "resume",
-            self.resume,
-            "needs checkpoint_dir",
-        );
+        RoundCheckpointSettings::check_resume(&mut c, self.resume, &self.checkpoint_dir);
         c.finish()
     }
 
@@ -254,11 +237,9 @@ pub enum LdaPartial {
         totals: TopicTotalsDelta,
         /// With `report`: the document half of the log-likelihood.
         doc_log_likelihood: Option<f64>,
-        /// With `report` (the block's last visit of a pass): the block's share of the word
-        /// half of the log-likelihood.
+        /// With `report`: the block's share of the word half of the log-likelihood.
         word_log_likelihood: Option<f64>,
-        /// With `report` and a test set: a copy of the block as the pass leaves it, for the
-        /// scheduler's held-out evaluation.
+        /// With `report` and a test set: a copy of the block, for the held-out evaluation.
         snapshot: Option<WordTopicBlock>,
         /// Tokens sampled.
         tokens: u64,
@@ -274,13 +255,7 @@ pub struct LdaCommit {
     pub topic_totals: Option<Vec<i64>>,
 }
 
-impl StradsApp for LdaApp {
-    const DISPATCH_NAME: &'static str = "petrel.strads.lda.dispatch";
-    const COMMIT_NAME: &'static str = "petrel.strads.lda.commit";
-    type Task = LdaTask;
-    type Partial = LdaPartial;
-    type Commit = LdaCommit;
-}
+strads_app!(LdaApp, "petrel.strads.lda", LdaTask, LdaPartial, LdaCommit);
 
 impl RingApp for LdaApp {
     const HANDOFF_NAME: &'static str = "petrel.strads.lda.handoff";
@@ -343,9 +318,8 @@ pub fn write_outputs(
     crate::kit::write_run_metrics(dir, &run)
 }
 
-/// The one metrics format of an LDA run: a record per pass (log-likelihood per token,
-/// and the held-out figures `heldout` has for that pass); a Gibbs sampler runs its
-/// `iterations` passes (no convergence test).
+/// The one metrics format of an LDA run: a record per pass (log-likelihood per token and
+/// the held-out figures of that pass).
 pub fn lda_run_metrics(
     app: &str,
     lda: &petrel_ml::topic::LdaMetrics,

@@ -34,14 +34,14 @@ use super::super::lasso::gs::worker_columns;
 use super::super::lasso::heldout::LinearHeldout;
 use super::{LogisticApp, LogisticMetrics, LogisticPoint, load_share, logistic_lambda_from_max};
 use crate::core::StradsModelError;
-use crate::core::app::{Plan, Push, Schedule, Step, StradsApp, decode_state, encode_state};
+use crate::core::app::{Plan, Push, Schedule, Step, decode_state, encode_state, strads_app};
 use crate::core::baseline::CdOutcome;
 use crate::core::gauss_seidel::RowVector;
 use crate::core::logistic::gauss_seidel::{
     Combination, LogisticGsWorkerCore, LogisticSweepOrder, LogisticSwept, combination_step,
     overlap, step_value,
 };
-use crate::core::logistic::log_one_plus_exp_neg;
+use crate::core::logistic::{correct_signs, log_one_plus_exp_neg};
 use crate::core::tuning::{MAX_ACTIVE_PASSES, MAX_FULL_SWEEPS};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
@@ -64,13 +64,13 @@ pub struct LogisticGsCommit {
     pub combined: Option<RowVector>,
 }
 
-impl StradsApp for LogisticGsApp {
-    const DISPATCH_NAME: &'static str = "petrel.strads.logistic-gs.dispatch";
-    const COMMIT_NAME: &'static str = "petrel.strads.logistic-gs.commit";
-    type Task = LogisticSweepOrder;
-    type Partial = LogisticSwept;
-    type Commit = LogisticGsCommit;
-}
+strads_app!(
+    LogisticGsApp,
+    "petrel.strads.logistic-gs",
+    LogisticSweepOrder,
+    LogisticSwept,
+    LogisticGsCommit
+);
 
 /// Worker half: its block's solver.
 pub struct LogisticGsWorker {
@@ -275,12 +275,7 @@ impl LogisticGsScheduling {
     fn record(&mut self, round: u64, elapsed: Duration) {
         let n = self.labels.len().max(1) as f64;
         let accuracy = if self.workers > 1 {
-            self.labels
-                .iter()
-                .zip(&self.margins)
-                .filter(|&(&y, &m)| y * m > 0.0)
-                .count() as f64
-                / n
+            correct_signs(&self.labels, &self.margins) as f64 / n
         } else {
             self.correct as f64 / n
         };

@@ -1,19 +1,15 @@
 //! Matrix factorisation by CCD++ with block rotation on the STRADS actor runtime.
 //!
 //! Users and items are bucketed over the P workers, balanced by rating counts
-//! ([`crate::core::mf::MfPartition::balanced`]). Worker `w` owns user bucket `w` (its rows of W and their
-//! ratings with residuals). The P column blocks of H rotate around the ring of workers
-//! ([`crate::shells::ring`]): in sub-round `t` of a rotation worker `w` holds block
-//! `(w + t) mod P` ([`RotationSchedule`](crate::core::mf::RotationSchedule)) and afterwards hands it to worker `w - 1` in a
-//! worker-to-worker `Handoff`, so no two workers update the same block at once and the
-//! blocks never pass through the scheduler. The scheduler's tasks carry only the block id,
-//! the next holder and flags; partials carry the block id and, at the end of a W or Visit
-//! rotation, the worker's squared errors on its training ratings and on its test ratings
-//! (scored block by block during the rotation, against the one model it reports). One
-//! rank-one coordinate `k` is an H rotation (every worker adds its sums into each block;
-//! the last visitor finalises `h_k` in the block) followed by a W rotation (every worker sums over each block; the commit tells the
-//! workers to finalise `w_k`). A final Collect round moves W and the blocks to the
-//! scheduler for the outputs.
+//! ([`crate::core::mf::MfPartition::balanced`]); worker `w` owns user bucket `w`. The P
+//! column blocks of H rotate around the ring ([`crate::shells::ring`],
+//! [`RotationSchedule`](crate::core::mf::RotationSchedule)): in sub-round `t` worker `w`
+//! holds block `(w + t) mod P`, then hands it to worker `w - 1`, so no two workers update
+//! one block at once and blocks never pass through the scheduler. One rank-one coordinate
+//! `k` is an H rotation (the last visitor finalises `h_k` in the block) followed by a W
+//! rotation (the commit tells the workers to finalise `w_k`); the end of a W or Visit
+//! rotation reports the squared errors. A final Collect round moves W and the blocks to
+//! the scheduler for the outputs.
 //!
 //! Roles `strads-mf-scheduler` / `strads-mf-worker`, settings `[app.strads_mf]`; outputs
 //! `user_factors.tsv`, `item_factors.tsv`, `metrics.json`.
@@ -21,7 +17,7 @@
 use std::path::PathBuf;
 
 use crate::core::StradsModelError;
-use crate::core::app::{BlockId, RingApp, StradsApp};
+use crate::core::app::{BlockId, RingApp, strads_app};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, RingHalf, StradsJob, StradsSettings, write_output};
 use crate::shells::{RoundCheckpointSettings, SchedulerOptions};
@@ -54,11 +50,9 @@ pub struct StradsMfSettings {
     /// it: synthetic low-rank ratings.
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Held-out ratings file (MovieLens `u1.test` beside `u1.base`): replaces the
-    /// `test_fraction` split as the test set, whose RMSE every history record carries
-    /// (`test_rmse`, scored by the workers over each reporting rotation; pairs whose user
-    /// or item has no training rating are left to the final evaluation, `heldout_*` in
-    /// metrics.json).
+    /// Held-out ratings file: replaces the `test_fraction` split as the test set (pairs
+    /// without a training rating for their user or item only count in the final
+    /// `heldout_*` figures).
     #[arg(long)]
     pub test_data: Option<PathBuf>,
     /// The synthetic ratings used without a data file (TOML only).
@@ -74,10 +68,8 @@ pub struct StradsMfSettings {
     /// `lambda * n_i` for an item's column of H (and for their biases).
     #[arg(long)]
     pub weighted_lambda: bool,
-    /// Fit a bias per user and per item: `rating = mean + b_user + b_item + w_u . h_i`, each
-    /// bias solved in closed form against the residual as one more CCD++ coordinate per
-    /// sweep (regularised by `lambda` too). The biases are in the saved model, not in the
-    /// factor files.
+    /// Fit a bias per user and per item (`rating = mean + b_user + b_item + w_u . h_i`), one
+    /// more CCD++ coordinate per sweep; saved in the model, not in the factor files.
     #[arg(long)]
     pub biases: bool,
     /// Sweeps over all rank-one coordinates.
@@ -95,8 +87,7 @@ pub struct StradsMfSettings {
     /// Seed of the split and of the initial factors.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Fit `rating = mean + w_u . h_i`: CCD++ runs on the ratings minus the training mean,
-    /// which the saved model keeps (the factor files hold the factors only).
+    /// Fit `rating = mean + w_u . h_i` (CCD++ on the ratings minus the training mean).
     #[arg(long)]
     pub global_mean: bool,
     /// Where the scheduler writes the factors and `metrics.json` (`--out`).
@@ -106,8 +97,7 @@ pub struct StradsMfSettings {
     /// Timeout of one round's requests, in seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout_s: u64,
-    /// Write round checkpoints to this directory (shared by all nodes; `petrel train`
-    /// defaults it to `<out>/checkpoints`).
+    /// Round checkpoint directory, shared by all nodes (`petrel train`: `<out>/checkpoints`).
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
     /// Rounds (sub-rounds of the rotation) between two checkpoints (0 = never write).
@@ -142,9 +132,7 @@ impl StradsMfSettings {
         }
     }
 
-    /// `(train, test)` ratings (minus the training mean with `global_mean`), whole: the
-    /// nodes read only what they keep ([`StradsMfSettings::summary`],
-    /// [`StradsMfSettings::visit_split`]), which is the same.
+    /// `(train, test)` ratings, whole (minus the training mean with `global_mean`).
     pub fn load(&self) -> Result<(Ratings, Ratings), StradsError> {
         let (train, test, _) = self.load_centred()?;
         Ok((train, test))
@@ -207,12 +195,7 @@ impl StradsSettings for StradsMfSettings {
             c.non_negative("target_rmse", t);
         }
         c.at_least("timeout_s", self.timeout_s, 1);
-        c.require(
-            !self.resume || self.checkpoint_dir.is_some(),
-            "resume",
-            self.resume,
-            "needs checkpoint_dir",
-        );
+        RoundCheckpointSettings::check_resume(&mut c, self.resume, &self.checkpoint_dir);
         c.finish()
     }
 
@@ -241,8 +224,7 @@ pub enum Phase {
     Visit,
 }
 
-/// Scheduler -> worker: names the block (held by the worker or on its way there); the
-/// block itself travels worker to worker.
+/// Scheduler -> worker: names the block (which travels worker to worker).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MfTask {
     /// Visit a block.
@@ -255,11 +237,9 @@ pub enum MfTask {
         block: usize,
         /// Worker that gets the block afterwards.
         pass_to: u32,
-        /// Report the worker's squared error after this visit (last sub-round of a W or
-        /// Visit rotation: every pending change has been folded in).
+        /// Report the worker's squared error after this visit (a rotation's last).
         report: bool,
-        /// Last visit of an H rotation: every worker has added its sums, finalise `h_k`
-        /// in the block before passing it on.
+        /// Last visit of an H rotation: finalise `h_k` in the block before passing it on.
         finalize_h: bool,
     },
     /// Send back this worker's rows of W and the block (it leaves the ring).
@@ -278,8 +258,7 @@ pub enum MfPartial {
         block: usize,
         /// `(sum of squared errors, ratings)` when asked to report.
         squared_error: Option<(f64, u64)>,
-        /// With the report: `(sum of squared errors, ratings)` of the worker's test
-        /// ratings, scored block by block over the rotation just ended.
+        /// With the report: the same of the worker's test ratings.
         #[serde(default)]
         test_error: Option<(f64, u64)>,
     },
@@ -302,13 +281,7 @@ pub struct MfCommit {
     pub finalize_w: Option<usize>,
 }
 
-impl StradsApp for MfApp {
-    const DISPATCH_NAME: &'static str = "petrel.strads.mf.dispatch";
-    const COMMIT_NAME: &'static str = "petrel.strads.mf.commit";
-    type Task = MfTask;
-    type Partial = MfPartial;
-    type Commit = MfCommit;
-}
+strads_app!(MfApp, "petrel.strads.mf", MfTask, MfPartial, MfCommit);
 
 impl RingApp for MfApp {
     const HANDOFF_NAME: &'static str = "petrel.strads.mf.handoff";
@@ -321,8 +294,7 @@ impl RingApp for MfApp {
     }
 }
 
-/// Writes `user_factors.tsv`, `item_factors.tsv` (`id<TAB>f_0<TAB>...`, original ids for
-/// triplet files; the factor columns only), `petrel-model.json` (with the biases),
+/// Writes `user_factors.tsv`, `item_factors.tsv` (`id<TAB>f_0<TAB>...`), the saved model,
 /// `history.csv` and `metrics.json`; nothing if a figure diverged. `w` and `h` are full
 /// width ([`MfLayout::width`]).
 pub fn write_outputs(
@@ -367,9 +339,7 @@ pub fn write_outputs(
     crate::kit::write_run_metrics(dir, &run)
 }
 
-/// The saved model: `rating = mean + b_u + b_i + w_u . h_i` (mean 0 without `global_mean`,
-/// no biases without `biases`), ids as in the training file (dense indices for synthetic
-/// data).
+/// The saved model: `rating = mean + b_u + b_i + w_u . h_i`, ids as in the training file.
 fn saved_model(
     w: &Array2<f32>,
     h: &Array2<f32>,
@@ -403,9 +373,8 @@ fn saved_model(
 }
 
 impl MfMetrics {
-    /// The one metrics format: a record per training-RMSE point (step: coordinate
-    /// updates) with the test RMSE of the same model when there is a test set;
-    /// `converged` when `target_rmse` was reached.
+    /// The one metrics format: a record per RMSE point; `converged` when `target_rmse` was
+    /// reached.
     pub fn run_metrics(&self, job: &StradsMfSettings) -> petrel_ml::job::RunMetrics {
         let mut m = petrel_ml::job::RunMetrics::new("strads-mf", job, self, self.elapsed_s);
         for p in &self.train_rmse {
@@ -445,8 +414,6 @@ impl StradsJob for MfApp {
     type Scheduler = MfScheduling;
     type Worker = RingHalf<MfApp, MfWorkerApp>;
 
-    /// The scheduler keeps the test ratings (for the final test RMSE), never the training
-    /// ones: it counts them.
     fn scheduler_digest(scheduler: &MfScheduling) -> Option<u64> {
         scheduler.data_digest
     }
@@ -462,8 +429,7 @@ impl StradsJob for MfApp {
         Ok(scheduling)
     }
 
-    /// A worker reads the ratings three times and keeps only its users'
-    /// ([`StradsMfSettings::visit_split`]).
+    /// Keeps only its users' ratings ([`StradsMfSettings::visit_split`]).
     fn worker(
         job: &StradsMfSettings,
         index: usize,

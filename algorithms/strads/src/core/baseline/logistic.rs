@@ -156,11 +156,7 @@ impl CyclicLogistic {
 
     /// Rows whose margin has the label's sign.
     pub fn correct(&self) -> usize {
-        self.labels
-            .iter()
-            .zip(&self.margins)
-            .filter(|&(&y, &m)| y * m > 0.0)
-            .count()
+        super::super::logistic::correct_signs(&self.labels, &self.margins)
     }
 
     /// The coefficients (as f32).

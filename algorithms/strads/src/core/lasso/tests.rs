@@ -264,25 +264,42 @@ fn build_scheduler(
     LassoScheduler::new(x.n_columns(), config.scheduler.clone(), filter)
 }
 
-/// Serial driver: scheduler + P in-process workers for `config.rounds` rounds.
-fn run_lasso(
+/// Scheduler + P in-process workers for up to `config.rounds` rounds; after each round
+/// `after` sees the cluster and the updates so far, and stops the run by returning `true`.
+fn drive_rounds(
     x: &SparseColumns,
     y: &[f32],
     config: &LassoConfig,
-) -> Result<LassoRun, StradsModelError> {
+    mut after: impl FnMut(&LassoCluster, u64) -> bool,
+) -> Result<LassoCluster, StradsModelError> {
     let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
     let mut scheduler = build_scheduler(x, config)?;
-    let mut objective_per_round = Vec::with_capacity(config.rounds);
-    let mut updates_per_round = Vec::with_capacity(config.rounds);
     let mut updates = 0u64;
     for _ in 0..config.rounds {
         let vars = scheduler.next_round();
         updates += vars.len() as u64;
         let committed = cluster.round(&vars);
         scheduler.commit(&committed.changes);
+        if after(&cluster, updates) {
+            break;
+        }
+    }
+    Ok(cluster)
+}
+
+/// Serial driver: scheduler + P in-process workers for `config.rounds` rounds.
+fn run_lasso(
+    x: &SparseColumns,
+    y: &[f32],
+    config: &LassoConfig,
+) -> Result<LassoRun, StradsModelError> {
+    let mut objective_per_round = Vec::with_capacity(config.rounds);
+    let mut updates_per_round = Vec::with_capacity(config.rounds);
+    let cluster = drive_rounds(x, y, config, |cluster, updates| {
         objective_per_round.push(cluster.objective());
         updates_per_round.push(updates);
-    }
+        false
+    })?;
     tracing::debug!(
         rounds = config.rounds,
         objective = objective_per_round.last().copied(),
@@ -307,24 +324,16 @@ fn updates_to_tolerance(
     optimum_objective: f64,
     relative_tolerance: f64,
 ) -> Result<Option<u64>, StradsModelError> {
-    let mut cluster = LassoCluster::new(x, y, config.lambda, config.n_workers)?;
-    let mut scheduler = build_scheduler(x, config)?;
     let target = optimum_objective + relative_tolerance * optimum_objective.abs();
-    let mut updates = 0u64;
-    for _ in 0..config.rounds {
-        let vars = scheduler.next_round();
-        updates += vars.len() as u64;
-        let committed = cluster.round(&vars);
-        scheduler.commit(&committed.changes);
+    let mut reached = None;
+    drive_rounds(x, y, config, |cluster, updates| {
         let f = cluster.objective();
-        if !f.is_finite() {
-            return Ok(None);
-        }
         if f <= target {
-            return Ok(Some(updates));
+            reached = Some(updates);
         }
-    }
-    Ok(None)
+        !f.is_finite() || f <= target
+    })?;
+    Ok(reached)
 }
 
 fn problem(correlation: f32, seed: u64) -> (SparseColumns, Vec<f32>) {

@@ -62,26 +62,17 @@ impl<F: FnMut(usize, usize) -> f32> CorrelationOracle for F {
 }
 
 /// Correlations from the column data. Single pairs are computed on demand and cached;
-/// the per-round dependency check ([`CorrelationOracle::keep_independent_around`]) does
-/// not look at pairs one by one. It answers "does this candidate conflict with a kept
-/// column?" in one of two ways, with the same decisions bit for bit as the pairwise check
-/// (the same products summed in the same row order):
-/// - scatter: each kept column is scattered into row-indexed lists and a candidate walks
-///   its rows once, accumulating its dot product with every kept column it overlaps:
-///   `O(candidate's non-zeros x kept columns per row)`, paid at every check;
-/// - neighbour list: the columns conflicting with the candidate (`|corr| >= rho`, from one
-///   pass over the rows it touches in a row-major copy of X) are computed once and kept,
-///   after which a check costs one look-up per neighbour. Correlations are static, so a
-///   column checked in many rounds should pay for its list once; a column checked rarely
-///   should not pay for it at all. Which one is cheaper depends on how often a column is
-///   a candidate, so the choice is made per column online (ski rental): a column's list
-///   is built once the walks spent on it reach the list's cost, which is never more than
-///   twice the cost of the better choice in hindsight.
+/// the per-round dependency check ([`CorrelationOracle::keep_independent_around`]) makes
+/// the pairwise check's decisions bit for bit (the same products in the same row order)
+/// in one of two ways per candidate column:
+/// - scatter: the kept columns are scattered into row-indexed lists and the candidate
+///   walks its rows once, paid at every check;
+/// - neighbour list: the columns conflicting with the candidate, computed once from a
+///   row-major copy of X, then one look-up per neighbour.
 ///
-/// Pairwise independence does not bound what a whole block does: `U` columns that are
-/// each below `rho` with every other can still put many columns on one row, and their
-/// Jacobi steps then add up and overshoot. With [`Self::with_row_load_bound`] the check
-/// also bounds the block's aggregate interference.
+/// The choice is made per column online (ski rental): its list is built once the walks
+/// spent on it reach the list's cost, at most twice the better choice in hindsight.
+/// [`Self::with_row_load_bound`] also bounds the block's aggregate interference.
 pub struct ColumnCorrelationCache {
     columns: Arc<SparseColumns>,
     inverse_norms: Vec<f64>,
@@ -401,26 +392,16 @@ impl ColumnCorrelationCache {
 
     /// Also bounds the block's aggregate interference: a candidate is kept only if every
     /// row it shares with the kept and in-flight columns stays at a load of at most
-    /// `bound`, which bounds the largest eigenvalue of the block's normalised Gram matrix
-    /// by `bound`. A non-finite or non-positive bound is ignored.
+    /// `bound` (a non-finite or non-positive bound is ignored).
     ///
-    /// Coordinates updated in one round all read the same residual: their joint step is a
-    /// Jacobi step, which decreases the objective when the largest eigenvalue of the block's
-    /// normalised Gram matrix `G = X^T X` (columns scaled to unit norm) is below 2, and acts
-    /// like sequential (Gauss-Seidel) steps when it is near 1. Pairwise `|corr| < rho` bounds
-    /// each off-diagonal entry but not their sum: on 2,000 rows, 1,250 columns of 20 non-zeros
-    /// put about 12 block columns on every row, and the block's steps overshoot by about that
-    /// factor.
-    ///
-    /// The row load of row i is `sum over block columns k of |x_ik| ||x_k||_1` (unit-norm
-    /// columns). The Schur test with weights `p_i = 1`, `q_k = ||x_k||_1` gives
-    /// `lambda_max(G) <= || |X_B| ||_2^2 <= max_i load_i`, so capping every row's load at
-    /// `bound` caps `lambda_max(G)` at `bound` (rows with a single column are exempt: a lone
-    /// column does not interfere, and exempting it keeps a column whose own load exceeds the
-    /// bound schedulable). For columns of m equal-magnitude entries a column's load is 1 on
-    /// each of its rows, so the bound is the number of block columns a row may hold, and a
-    /// block holds at most about `bound * rows / m` columns: the data, not a fixed U, sets
-    /// how much parallelism is safe (Shotgun's `P < d / rho(X^T X)` for a chosen block).
+    /// A round's joint step is a Jacobi step, which decreases the objective when the
+    /// largest eigenvalue of the block's normalised Gram matrix `G` is below 2; pairwise
+    /// `|corr| < rho` bounds each off-diagonal entry but not their sum. The row load of row
+    /// i is `sum over block columns k of |x_ik| ||x_k||_1` (unit-norm columns), and the
+    /// Schur test (`p_i = 1`, `q_k = ||x_k||_1`) gives `lambda_max(G) <= max_i load_i`, so
+    /// the cap bounds `lambda_max(G)` by `bound` (rows with a single column are exempt: a
+    /// lone column does not interfere). The data, not a fixed U, sets how much parallelism
+    /// is safe (Shotgun's `P < d / rho(X^T X)` for a chosen block).
     pub fn with_row_load_bound(mut self, bound: f32) -> Self {
         self.row_load_bound = (bound.is_finite() && bound > 0.0).then_some(bound);
         self

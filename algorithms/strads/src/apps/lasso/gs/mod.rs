@@ -46,7 +46,7 @@ use super::config::{DesignShape, LassoSettings};
 use super::multi::{MAX_SCHEDULERS, column_weight, partition_weighted};
 use super::wire::WorkerBusy;
 use crate::core::StradsModelError;
-use crate::core::app::{Push, StradsApp, decode_state, encode_state};
+use crate::core::app::{Push, decode_state, encode_state, strads_app};
 use crate::core::gauss_seidel::{Certificate, GsWorkerCore, RowVector, SweepOrder, SweepResult};
 use crate::error::StradsError;
 use crate::kit::{FinishedRun, JobShape, StarHalf, StradsJob};
@@ -143,13 +143,13 @@ pub struct GsCombined {
     pub offset: f64,
 }
 
-impl StradsApp for LassoGsApp {
-    const DISPATCH_NAME: &'static str = "petrel.strads.lasso-gs.dispatch";
-    const COMMIT_NAME: &'static str = "petrel.strads.lasso-gs.commit";
-    type Task = GsTask;
-    type Partial = GsPartial;
-    type Commit = GsCommit;
-}
+strads_app!(
+    LassoGsApp,
+    "petrel.strads.lasso-gs",
+    GsTask,
+    GsPartial,
+    GsCommit
+);
 
 /// The column ranges of `workers` workers: contiguous, of about equal non-zeros (the same
 /// on every node, so nobody sends the cut), from the design's shape alone (what a node

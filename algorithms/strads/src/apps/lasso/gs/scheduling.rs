@@ -398,7 +398,7 @@ impl GsScheduling {
                     "round {round}: certificate answer to a sweep"
                 )));
             };
-            slowest = slowest_of(slowest, busy);
+            slowest = slowest.slowest(busy);
             results.push(result);
         }
         if results.len() != self.workers() {
@@ -681,7 +681,7 @@ impl GsScheduling {
                     "round {round}: sweep answer to a certification"
                 )));
             };
-            slowest = slowest_of(slowest, busy);
+            slowest = slowest.slowest(busy);
             certificates.push(certificate);
         }
         let Some(first) = certificates.first().copied() else {
@@ -756,15 +756,6 @@ fn chunk_for(
     let per_column = (nnz / n as f64).max(1.0);
     let columns = job.round_latency_ms * 1e6 / (NS_PER_NONZERO * per_column);
     (columns.ceil() as usize).clamp(1, n)
-}
-
-fn slowest_of(a: WorkerBusy, b: WorkerBusy) -> WorkerBusy {
-    WorkerBusy {
-        push_s: a.push_s.max(b.push_s),
-        commit_s: a.commit_s.max(b.commit_s),
-        eval_s: a.eval_s.max(b.eval_s),
-        peak_rss_mb: a.peak_rss_mb.max(b.peak_rss_mb),
-    }
 }
 
 fn absorb_busy(profile: &mut RoundProfile, slowest: WorkerBusy) {

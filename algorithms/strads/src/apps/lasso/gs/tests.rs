@@ -29,6 +29,17 @@ fn baseline(job: &LassoSettings) -> (f64, u64) {
     (outcome.metrics.final_objective, outcome.metrics.updates)
 }
 
+fn assert_descends(m: &crate::apps::lasso::LassoMetrics, workers: usize) {
+    for pair in m.objective.windows(2) {
+        assert!(
+            pair[1].objective <= pair[0].objective * (1.0 + 1e-9),
+            "{workers} workers: objective rose {} -> {}",
+            pair[0].objective,
+            pair[1].objective
+        );
+    }
+}
+
 fn relative(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs().max(f64::MIN_POSITIVE)
 }
@@ -151,14 +162,7 @@ fn two_and_three_workers_reach_the_baselines_objective_with_a_descending_trace()
         );
         assert!(m.relative_gap() <= 1e-8);
         // The step weights make every round a descent step.
-        for pair in m.objective.windows(2) {
-            assert!(
-                pair[1].objective <= pair[0].objective * (1.0 + 1e-9),
-                "{workers} workers: objective rose {} -> {}",
-                pair[0].objective,
-                pair[1].objective
-            );
-        }
+        assert_descends(m, workers);
         assert_eq!(out.coefficients.len(), 3000);
     }
 }
@@ -188,27 +192,23 @@ fn more_workers_than_features_is_refused_with_the_reason() {
 
 #[test]
 fn settings_the_solver_cannot_honour_are_refused_naming_the_key() {
-    let mut several = job();
-    several.schedulers = 2;
-    let err = several.validate().unwrap_err().to_string();
-    assert!(
-        err.contains("schedulers") && err.contains("gauss-seidel"),
-        "{err}"
-    );
+    let refused = |edit: fn(&mut LassoSettings), words: &[&str]| {
+        let mut refused = job();
+        edit(&mut refused);
+        let err = refused.validate().unwrap_err().to_string();
+        assert!(words.iter().all(|w| err.contains(w)), "{err}");
+    };
+    refused(|j| j.schedulers = 2, &["schedulers", "gauss-seidel"]);
     // A scheduling knob with gauss-seidel asked for explicitly.
-    let mut knob = job();
-    knob.block_size = 64;
-    let err = knob.validate().unwrap_err().to_string();
-    assert!(
-        err.contains("block_size") && err.contains("scheduled"),
-        "{err}"
-    );
+    refused(|j| j.block_size = 64, &["block_size", "scheduled"]);
     // And a gauss-seidel knob with the scheduled mode.
-    let mut chunk = job();
-    chunk.solver = LassoSolver::Scheduled;
-    chunk.gs_chunk = 100;
-    let err = chunk.validate().unwrap_err().to_string();
-    assert!(err.contains("gs_chunk"), "{err}");
+    refused(
+        |j| {
+            j.solver = LassoSolver::Scheduled;
+            j.gs_chunk = 100;
+        },
+        &["gs_chunk"],
+    );
     // Logistic regression has a Gauss-Seidel solver, but not the Lasso's chunks.
     <crate::apps::logistic::LogisticApp as StradsJob>::validate_config(&job()).unwrap();
     let logistic_chunk = LassoSettings {
@@ -291,14 +291,7 @@ fn reaches_the_centred_baseline(job: &LassoSettings) -> f64 {
         if workers == 1 {
             assert_eq!(m.updates, base_updates, "one worker: the baseline's sweeps");
         }
-        for pair in m.objective.windows(2) {
-            assert!(
-                pair[1].objective <= pair[0].objective * (1.0 + 1e-9),
-                "{workers} workers: objective rose {} -> {}",
-                pair[0].objective,
-                pair[1].objective
-            );
-        }
+        assert_descends(m, workers);
     }
     f_base
 }

@@ -77,14 +77,10 @@ pub(in crate::apps::lasso) async fn scheduler_entry(
         .collect();
     let owners = assign_schedulers(&nodes, job.schedulers)?;
     if job.schedulers == 1 {
-        return match job.resolved_solver() {
-            crate::apps::lasso::LassoSolver::GaussSeidel => {
-                crate::kit::scheduler_role::<crate::apps::lasso::gs::LassoGsApp>(ctx).await
-            }
-            crate::apps::lasso::LassoSolver::Scheduled | crate::apps::lasso::LassoSolver::Auto => {
-                crate::kit::scheduler_role::<LassoApp>(ctx).await
-            }
-        };
+        return crate::apps::lasso::solver_role::<crate::apps::lasso::gs::LassoGsApp, LassoApp>(
+            ctx, &job, true,
+        )
+        .await;
     }
     if job.checkpoint_dir.is_some() || job.resume {
         return Err(MultiSchedulerError::CheckpointUnsupported.into());

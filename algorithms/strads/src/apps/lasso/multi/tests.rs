@@ -1,7 +1,7 @@
 use super::sync::{LeadBook, lead_start};
 use super::*;
+use crate::apps::lasso::run_without_actors;
 use crate::apps::lasso::{LassoCommit, LassoPartial, LassoTask, LassoWorker};
-use crate::apps::lasso::{SyntheticLasso, run_without_actors};
 use crate::core::app::Push;
 use crate::core::lasso::LassoWorkerState;
 use crate::core::lasso::tests::LassoCluster;
@@ -252,23 +252,8 @@ fn stop_rule_combines_every_scheduler() {
 
 fn small_job(schedulers: usize) -> LassoSettings {
     LassoSettings {
-        synthetic: SyntheticLasso {
-            n_samples: 120,
-            n_features: 200,
-            group_size: 10,
-            correlation: 0.8,
-            n_nonzero: 5,
-            noise_std: 0.1,
-            nnz_per_column: 0,
-            seed: 3,
-        },
-        block_size: 8,
-        candidate_pool: 32,
-        max_rounds: 20_000,
-        eval_every: 50,
-        gap_tolerance: Some(1e-7),
         schedulers,
-        ..LassoSettings::default()
+        ..crate::apps::lasso::tests::small_scheduled_job(50)
     }
 }
 
