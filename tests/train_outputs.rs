@@ -233,3 +233,36 @@ fn a_full_disk_leaves_nothing_that_looks_finished() {
         "files left on the full disk: {listing:?}"
     );
 }
+
+/// A small Lasso or logistic job runs in this process (the serial solver, no cluster) and
+/// says so in one line; `--transport` or `--workers` on the command line asks for the
+/// cluster, which reaches the same objective.
+#[test]
+fn small_linear_jobs_run_serially_unless_a_cluster_is_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    for (app, data) in [("logistic", "classes.train"), ("lasso", "regression.train")] {
+        let serial = dir.path().join(format!("{app}-serial"));
+        let said = common::train_data(app, &serial, &[("--data", data)], &[]);
+        assert!(
+            said.contains("small problem") && said.contains("no cluster"),
+            "{app}: {said}"
+        );
+        assert_eq!(metrics(&serial)["mode"], "cyclic-cd-baseline", "{app}");
+        let mut objectives = vec![metrics(&serial)["final_objective"].as_f64().unwrap()];
+        for asked in [&["--transport", "memory"][..], &["--workers", "2"]] {
+            let out = dir
+                .path()
+                .join(format!("{app}-{}", asked[0].trim_start_matches('-')));
+            let said = common::train_data(app, &out, &[("--data", data)], asked);
+            assert!(!said.contains("small problem"), "{app} {asked:?}: {said}");
+            assert_eq!(metrics(&out)["mode"], "gauss-seidel", "{app} {asked:?}");
+            objectives.push(metrics(&out)["final_objective"].as_f64().unwrap());
+        }
+        for o in &objectives[1..] {
+            assert!(
+                (o - objectives[0]).abs() <= 1e-4 * objectives[0].abs(),
+                "{app}: {objectives:?}"
+            );
+        }
+    }
+}
