@@ -234,6 +234,17 @@ pub enum NodeError {
         #[source]
         source: RoleErrorSource,
     },
+    /// This node failed after its transport had disconnected peers whose frames held
+    /// inbound budget without progressing: they are named, as a likely cause.
+    #[error("{} ({node} had disconnected {peers} for frames that held inbound budget without progressing)", crate::error_chain(.failure))]
+    AfterDisconnects {
+        /// This node.
+        node: String,
+        /// The peers it disconnected, comma separated.
+        peers: String,
+        /// Its failure.
+        failure: Box<NodeError>,
+    },
     /// A peer was declared dead.
     #[error("peer {name} ({node}) failed: {reason}")]
     PeerFailed {

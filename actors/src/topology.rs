@@ -414,12 +414,18 @@ impl Cluster {
         node.net().set_membership_changing(true);
         let result = result.map_err(|e| match e {
             NodeError::PeerFailed { .. } | NodeError::RunFailed { .. } => e,
-            other => match node.peer_failure() {
-                Some(cause) => {
+            other => match (node.peer_failure(), node.disconnected_peers()) {
+                (Some(cause), _) => {
                     tracing::debug!(node = %name, error = %other, "error follows a peer failure");
                     cause
                 }
-                None => other,
+                // Peers that held this node's inbound budget hostage may be why it failed.
+                (None, Some(peers)) => NodeError::AfterDisconnects {
+                    node: name.to_string(),
+                    peers,
+                    failure: Box::new(other),
+                },
+                (None, None) => other,
             },
         });
         match &result {

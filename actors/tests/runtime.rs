@@ -900,3 +900,47 @@ fn tell_each_reaches_remote_and_local_actors_once() {
             .all(|n| n.len() == 100_000 && n.bytes().all(|b| b == b'x'))
     );
 }
+
+// ---- a member disconnected for hoarding is named in the job's error ----
+
+/// `a` stalls frames at `b` from its own socket; `b` disconnects it and then fails. The
+/// run's error is `b`'s failure and names `a` as the peer `b` disconnected.
+#[test]
+fn a_failure_after_a_hoarding_peer_was_disconnected_names_that_peer() {
+    use petrel_net::hostile::{Attack, misbehave};
+    let mut settings = Topology::builder("names-the-hoarder")
+        .node("a", &["rogue"])
+        .node("b", &["victim"])
+        .transport(Transport::Quic)
+        .build()
+        .unwrap();
+    settings.cluster.failure_timeout_ms = 30_000;
+    let err = Cluster::new(settings)
+        .role("rogue", |ctx: NodeContext| {
+            Box::pin(async move {
+                ctx.barrier("ready").await.map_err(|e| e.to_string())?;
+                let b = ctx.node.peer_id("b").ok_or("no node b")?;
+                misbehave(ctx.node.net(), b, &[Attack::Stall], Duration::from_secs(8)).await;
+                futures::future::pending::<()>().await;
+                Ok::<(), String>(())
+            })
+        })
+        .role("victim", |ctx: NodeContext| {
+            Box::pin(async move {
+                ctx.barrier("ready").await.map_err(|e| e.to_string())?;
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while ctx.node.disconnected_peers().is_none() && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err::<(), String>("gave up".into())
+            })
+        })
+        .run_in_process()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("gave up")
+            && err.contains("b had disconnected a for frames that held inbound budget"),
+        "{err}"
+    );
+}

@@ -106,10 +106,17 @@ impl Coordinator {
         self.core.heartbeat(self.node.id(), now);
         for dead in self.core.tick(now) {
             let name = self.core.name(dead);
-            let reason = format!(
+            let mut reason = format!(
                 "no heartbeat from {name} for {:?}",
                 self.core.failure_timeout()
             );
+            let disconnected = self.node.disconnected_peers().unwrap_or_default();
+            if disconnected.split(", ").any(|n| n == name) {
+                reason.push_str(&format!(
+                    "; {} had disconnected it for frames that held inbound budget without progressing",
+                    self.node.name()
+                ));
+            }
             Self::settle_barrier(self.core.mark_dead(dead));
             self.node.mark_down(dead, &reason);
             for peer in self.core.alive() {

@@ -316,6 +316,15 @@ impl Node {
         });
     }
 
+    /// The peers this node's transport disconnected for frames that held inbound budget
+    /// without progressing, comma separated, each once; `None` when there were none.
+    pub fn disconnected_peers(&self) -> Option<String> {
+        let mut names = self.net().stats().disconnected_names;
+        names.sort();
+        names.dedup();
+        (!names.is_empty()).then(|| names.join(", "))
+    }
+
     /// The failure elsewhere that this node has heard of, if any: a run failure announced
     /// by the coordinator, else the lowest-numbered peer declared down. A local error that
     /// happens after one (an ask or barrier to a dead peer failing) is its consequence.
