@@ -266,3 +266,25 @@ fn the_launcher_refuses_net_knobs_out_of_range_before_any_node_starts() {
         );
     }
 }
+
+/// A settings error quotes at most 200 bytes of the input, however long the bad value.
+#[test]
+fn a_megabyte_long_bad_value_is_quoted_in_at_most_200_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = "x".repeat(1 << 20);
+    let cfg = dir.path().join("huge.toml");
+    std::fs::write(
+        &cfg,
+        DEMO.replace("rounds = 2", &format!("rounds = \"{huge}\"")),
+    )
+    .unwrap();
+    let (o, _) = petrel(&["run", cfg.to_str().unwrap()], &[], dir.path());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let start = petrel::messages::clip(&stderr, 400);
+    assert!(!o.status.success(), "{start}");
+    assert!(
+        stderr.contains("app.demo") && stderr.contains("invalid type"),
+        "{start}"
+    );
+    assert!(!stderr.contains(&"x".repeat(201)), "{start}");
+}

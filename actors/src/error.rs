@@ -116,7 +116,7 @@ pub enum NodeError {
     #[error("configuration: {0}")]
     Config(String),
     /// A settings file or text could not be read or parsed (names the bad key or value).
-    #[error("settings {origin}: {}", at_most_300_bytes(source.to_string()))]
+    #[error("settings {origin}: {source}")]
     Settings {
         /// The file, or "text" for settings parsed from a string.
         origin: String,
@@ -372,16 +372,29 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         cause = e.source();
     }
-    text
+    input_clipped(&text)
 }
 
-/// `text`, cut to its first 300 bytes: a parser's error quotes the offending key or value,
-/// which a file can make megabytes long.
-fn at_most_300_bytes(text: String) -> String {
-    match petrel_messages::clip(&text, 300) {
-        start if start.len() < text.len() => format!("{start}… ({} bytes)", text.len()),
-        _ => text,
-    }
+/// `text` quoting at most 200 bytes of any input: quoted values are cut
+/// ([`petrel_messages::clip_quoted`]), and so are the source lines a TOML parser shows
+/// (`12 | key = value`); the rest (keys, valid choices) stays whole.
+fn input_clipped(text: &str) -> String {
+    const QUOTED: usize = 200;
+    let quoted = petrel_messages::clip_quoted(text, QUOTED);
+    let is_source_line = |line: &str| {
+        let rest = line
+            .trim_start()
+            .trim_start_matches(|c: char| c.is_ascii_digit());
+        rest.len() < line.trim_start().len() && rest.starts_with(" |")
+    };
+    quoted
+        .split('\n')
+        .map(|line| match petrel_messages::clip(line, QUOTED + 8) {
+            start if is_source_line(line) && start.len() < line.len() => format!("{start}…"),
+            _ => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
@@ -407,11 +420,12 @@ mod chain_tests {
     }
 
     #[test]
-    fn a_settings_error_quotes_at_most_300_characters_of_the_file() {
+    fn a_settings_error_quotes_at_most_200_bytes_of_the_file() {
         let key = "k".repeat(1 << 20);
         let e = crate::Settings::from_toml(&format!("[cluster]\n{key} = 1\n[[nodes]]\nname='a'"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.len() < 600, "an error of {} bytes", e.len());
+            .unwrap_err();
+        let shown = error_chain(&e);
+        assert!(shown.len() < 800, "an error of {} bytes", shown.len());
+        assert!(!shown.contains(&"k".repeat(201)), "{shown}");
     }
 }

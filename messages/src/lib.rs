@@ -48,6 +48,45 @@ pub fn clip(text: &str, max_bytes: usize) -> &str {
     &text[..end]
 }
 
+/// `text` with every quoted run (between `"`s or backticks) longer than `max_bytes` cut to
+/// its first `max_bytes` and `…`: a parser's message quotes the offending value, which
+/// input can make megabytes long, while the rest of the message (the key, the valid
+/// choices) stays whole.
+pub fn clip_quoted(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max_bytes {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len().min(4 * max_bytes));
+    let mut quote: Option<(char, usize)> = None; // the open quote and the bytes inside
+    let mut cut = false;
+    for c in text.chars() {
+        match quote {
+            Some((q, _)) if c == q => {
+                quote = None;
+                cut = false;
+                out.push(c);
+            }
+            Some((q, inside)) => {
+                let inside = inside + c.len_utf8();
+                quote = Some((q, inside));
+                if inside <= max_bytes {
+                    out.push(c);
+                } else if !cut {
+                    cut = true;
+                    out.push('…');
+                }
+            }
+            None => {
+                if c == '"' || c == '`' {
+                    quote = Some((c, 0));
+                }
+                out.push(c);
+            }
+        }
+    }
+    out.into()
+}
+
 /// A message that can cross the network, typed end to end.
 ///
 /// `TYPE_NAME` is the stable name on the wire; receivers look handlers up by it, so it must
@@ -148,4 +187,21 @@ pub fn decode_body<M: DeserializeOwned>(type_name: &str, body: &[u8]) -> Result<
         type_name: type_name.to_string(),
         error: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod clip_tests {
+    use super::clip_quoted;
+
+    #[test]
+    fn long_quoted_runs_are_cut_and_the_rest_is_kept() {
+        let long = "#".repeat(1000);
+        let text = format!("key `rounds`: invalid type: string \"{long}\", expected u32");
+        let clipped = clip_quoted(&text, 200);
+        assert_eq!(clipped.matches('#').count(), 200);
+        assert!(clipped.starts_with("key `rounds`: invalid type: string \""));
+        assert!(clipped.ends_with("…\", expected u32"), "{clipped}");
+        let short = "expected one of `a`, `b`";
+        assert_eq!(clip_quoted(short, 5), short);
+    }
 }
