@@ -87,40 +87,24 @@ fn launcher_dies_and_takes_its_nodes(how: &str) {
     launcher_dies_and_takes(launcher, &nodes, how);
 }
 
-/// `petrel train p3` (2 workers and 2 shards as processes) leaves no node behind either,
-/// whichever signal ends it.
-fn train_p3_dies_and_takes_its_nodes(how: &str) {
+/// `petrel <args>` with `nodes` node processes, signalled `how` mid-run, leaves none.
+fn command_dies_and_takes_its_nodes(args: &[&str], nodes: usize, how: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "train",
-        "p3",
-        "--net",
-        "mlp",
-        "--epochs",
-        "200",
-        "--out",
-        "m.safetensors",
-    ];
-    let (launcher, nodes) = start_launcher(dir.path(), &args, 4, Stdio::null());
-    launcher_dies_and_takes(launcher, &nodes, how);
+    let (launcher, pids) = start_launcher(dir.path(), args, nodes, Stdio::null());
+    launcher_dies_and_takes(launcher, &pids, how);
+}
+
+/// `petrel train p3`: 2 workers and 2 shards as processes.
+fn train_p3_dies_and_takes_its_nodes(how: &str) {
+    let args = "train p3 --net mlp --epochs 200 --out m.safetensors";
+    command_dies_and_takes_its_nodes(&args.split(' ').collect::<Vec<_>>(), 4, how);
 }
 
 /// A bench's cluster (`petrel bench soak`: an aggregator and 2 workers as processes,
-/// started by the same launcher) leaves no node behind either.
+/// started by the same launcher).
 fn bench_dies_and_takes_its_nodes(how: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let args = [
-        "bench",
-        "soak",
-        "--workers",
-        "2",
-        "--duration-s",
-        "60",
-        "--tensor-len",
-        "64",
-    ];
-    let (launcher, nodes) = start_launcher(dir.path(), &args, 3, Stdio::null());
-    launcher_dies_and_takes(launcher, &nodes, how);
+    let args = "bench soak --workers 2 --duration-s 60 --tensor-len 64";
+    command_dies_and_takes_its_nodes(&args.split(' ').collect::<Vec<_>>(), 3, how);
 }
 
 #[test]
