@@ -7,6 +7,8 @@ use crate::common::json_table;
 use crate::p3::slowest;
 use petrel::report::print_json;
 use petrel::train::p3::{P3JobError, RealJobArgs, job_run_dir, run_processes};
+use petrel_ml::dnn::cifar::synthetic_cifar;
+use petrel_ml::dnn::data::{Dataset, DnnDataError, gaussian_clusters};
 use petrel_p3::roles::WorkerReportFile;
 use petrel_p3::{CandleStageModel, Mode, StageModel, StagedNet};
 use serde::Serialize;
@@ -58,6 +60,20 @@ pub struct AdapterOverhead {
     pub overhead: f64,
 }
 
+/// `n` examples shaped like a model's inputs `input`, for timing only: CIFAR-like images
+/// for 3x32x32, Gaussian clusters reshaped to `input` otherwise (e.g. 1x28x28 IDX images).
+fn timing_data(input: &[usize], n: usize) -> Result<Dataset, DnnDataError> {
+    if input == [3, 32, 32] {
+        return synthetic_cifar(n, 10, 0.3, 1);
+    }
+    let d = gaussian_clusters(n, input.iter().product(), 10, 0.3, 1)?;
+    let shape: Vec<usize> = std::iter::once(n).chain(input.iter().copied()).collect();
+    let x =
+        d.x.into_shape_with_order(shape)
+            .map_err(|e| DnnDataError::InvalidArgument(format!("timing data {input:?}: {e}")))?;
+    Ok(Dataset { x, ..d })
+}
+
 /// Measures [`AdapterOverhead`] for `net` with batch `batch`, alternating the two ways
 /// `iters` times after one warm-up each. Both ways start from freshly installed tensors
 /// (modules rebuilt), as every P3 iteration does. Times are medians over the iterations.
@@ -71,10 +87,8 @@ pub fn adapter_overhead(
         source: Box::new(source),
     };
     let (_, initial) = net.init(1).map_err(real)?;
-    let data = Arc::new(
-        petrel_ml::dnn::cifar::synthetic_cifar(4 * batch, 10, 0.3, 1)
-            .map_err(petrel_p3::P3Error::Data)?,
-    );
+    let data =
+        Arc::new(timing_data(net.input_shape(), 4 * batch).map_err(petrel_p3::P3Error::Data)?);
     let mut m = CandleStageModel::new(net.clone(), &initial, data, batch, 0, 1).map_err(real)?;
     let n = m.stage_tensors().len();
     let install = |m: &mut CandleStageModel| -> Result<f64, P3JobError> {
@@ -251,4 +265,26 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), P3JobError> {
     json_table(&overheads, keys).print();
     print_json(&serde_json::Value::Object(figures))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_data_takes_the_model_input_shape() {
+        for input in [vec![3, 32, 32], vec![1, 28, 28], vec![1, 20, 12], vec![64]] {
+            let d = timing_data(&input, 8).unwrap();
+            assert_eq!((d.len(), d.example_shape()), (8, &input[..]));
+        }
+    }
+
+    #[test]
+    fn adapter_overhead_runs_on_idx_shaped_models() {
+        for name in ["lenet", "mlp"] {
+            let net = petrel_p3::models::nets::by_name(name, &[1, 28, 28], 1, 10).unwrap();
+            let (o, params) = adapter_overhead(&net, 2, 1).unwrap();
+            assert!(params > 0 && o.whole_model_ms > 0.0, "{name}: {o:?}");
+        }
+    }
 }
