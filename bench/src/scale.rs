@@ -1,7 +1,7 @@
 //! The scale benches' harness: sizes x worker counts (x a single-threaded baseline for the
 //! coordinate-descent benches), then the table, the plot and the JSON line. `mf-scale` and
-//! `lda-scale` run [`grid`]; `lasso-scale` and `logistic-scale` implement [`CdScale`] and
-//! run [`measure_cd`]: per size the design is solved to its optimum f*, then `--repeats`
+//! `lda-scale` run `grid`; `lasso-scale` and `logistic-scale` implement `CdScale` and
+//! run `measure_cd`: per size the design is solved to its optimum f*, then `--repeats`
 //! interleaved repeats time the baseline and a STRADS run per worker count to
 //! `f* (1 + tolerance)`. Each runner reports its median run, and `ratio` the median of the
 //! repeats' ratios, each against its own repeat's baseline (the host is shared).
