@@ -13,6 +13,10 @@
 //!   [`CACHE_ENV`]`=off` to neither read nor write it; a directory that is not writable
 //!   only costs a debug message. Files below [`MIN_CACHED_BYTES`] are not cached on disk:
 //!   they parse faster than a cache is read.
+//! - **Across the processes of a host**: a loader that finds no cache parses under an
+//!   advisory lock on the file (`HostTurn`); the others wait for it (at most
+//!   `HOST_TURN_WAIT`) and read the cache it wrote, so the workers of a job started
+//!   together parse the file once, not each.
 //!
 //! A cached value passed the checks of the limits in force when it was written; a loader
 //! checks it again against the limits in force now and parses the text when it fails them,
@@ -254,8 +258,15 @@ pub(crate) fn load<T: Cached + Any + Send + Sync>(
 ) -> Result<Arc<T>, DataError> {
     let held = shared(key, kind, || {
         let disk = DiskCache::current();
-        if let Some(value) = read::<T>(path, key, disk)
-            && value.fits(limits, size, path)
+        let cached = || read::<T>(path, key, disk).filter(|v| v.fits(limits, size, path));
+        if let Some(value) = cached() {
+            return Ok(value);
+        }
+        // Held while parsing and writing: a loader in another process of this host waits,
+        // then reads the cache instead of parsing the file again.
+        let turn = disk.applies(key).then(|| HostTurn::take(path)).flatten();
+        if turn.is_some()
+            && let Some(value) = cached()
         {
             return Ok(value);
         }
@@ -267,6 +278,58 @@ pub(crate) fn load<T: Cached + Any + Send + Sync>(
         Ok(held)
     } else {
         parse().map(Arc::new)
+    }
+}
+
+/// How long a loader waits for another process of the host to parse a file before it
+/// parses the file itself.
+const HOST_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The turn of this process to parse a file and write its cache: an exclusive advisory
+/// lock (`flock`) on the file, taken through a descriptor of its own and released when it
+/// is dropped or the process ends. The workers of a job on one host start together; with
+/// it the first parses the file and the others read its cache, instead of each parsing it.
+pub(crate) struct HostTurn {
+    #[cfg(unix)]
+    _locked: std::fs::File,
+}
+
+impl HostTurn {
+    /// Waits for the turn on `path`; `None` where there is no such lock (then every
+    /// process parses, as without it).
+    pub(crate) fn take(path: &Path) -> Option<HostTurn> {
+        #[cfg(unix)]
+        {
+            use rustix::fs::{FlockOperation, flock};
+            let file = std::fs::File::open(path).ok()?;
+            // Bounded: a holder that is stopped (SIGSTOP) or slow costs at most this wait,
+            // then this process parses the file itself, as without the lock.
+            let deadline = std::time::Instant::now() + HOST_TURN_WAIT;
+            let mut waited = false;
+            loop {
+                match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+                    Ok(()) => return Some(HostTurn { _locked: file }),
+                    Err(rustix::io::Errno::WOULDBLOCK | rustix::io::Errno::INTR)
+                        if std::time::Instant::now() < deadline =>
+                    {
+                        if !waited {
+                            waited = true;
+                            tracing::debug!(path = %path.display(), "waiting for another process reading this file");
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    Err(e) => {
+                        tracing::debug!(path = %path.display(), error = %e, "parsing without the host's turn");
+                        return None;
+                    }
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = path;
+            None
+        }
     }
 }
 
@@ -465,5 +528,42 @@ mod tests {
         write(&path, &key, on, &value);
         assert!(read::<Numbers>(&path, &key, off).is_none());
         assert!(read::<Numbers>(&path, &key, on).is_some());
+    }
+
+    /// A loader that finds another process parsing the file waits for its turn and reads
+    /// the cache that process wrote, without parsing.
+    #[cfg(unix)]
+    #[test]
+    fn a_loader_waits_for_another_process_and_reads_its_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.txt");
+        std::fs::write(&path, "abc").unwrap();
+        let key = FileKey::of(&path, &std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .unwrap();
+        let on = DiskCache {
+            enabled: true,
+            min_bytes: 0,
+        };
+        // A descriptor of its own locks as another process would.
+        let other = HostTurn::take(&path).unwrap();
+        let parsed = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            let loader = scope.spawn(|| {
+                TEST_CACHE.with(|c| c.set(Some(on)));
+                let limits = DataLimits::default();
+                let size = SizeRule::new(Some(key.len)).unwrap();
+                load(&path, &key, "test", (&limits, &size), || {
+                    parsed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(Numbers(vec![7], vec![]))
+                })
+            });
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            write(&path, &key, on, &Numbers(vec![1, 2, 3], vec![]));
+            drop(other);
+            let value = loader.join().unwrap().unwrap();
+            assert_eq!(value.0, [1, 2, 3]);
+        });
+        assert_eq!(parsed.into_inner(), 0);
     }
 }

@@ -266,3 +266,80 @@ fn matrix_market_sizes_beyond_the_files_size_are_refused() {
     let r = parse_matrix_market(ok.as_bytes(), "ok.mtx").unwrap();
     assert_eq!((r.n_users, r.n_items), (1_000_000, 17_770));
 }
+
+/// What the general path makes of a line the fast path may read: the ids as numbers and
+/// the rating, or `None` when it would not give a numeric triplet.
+fn generally(line: &str) -> Option<(u32, u32, f32)> {
+    let content = line.trim();
+    if is_comment(content) {
+        return None;
+    }
+    let (fields, n) = rating_fields(content, false);
+    let rating = parse_f32(fields[2]).filter(|r| n >= 3 && r.is_finite())?;
+    Some((numeric_id(fields[0])?, numeric_id(fields[1])?, rating))
+}
+
+/// Mostly `good`, sometimes `odd` (strings of either regex).
+fn mostly(good: &str, odd: &str) -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::string::string_regex;
+    proptest::prop_oneof![
+        4 => string_regex(good).unwrap(),
+        1 => string_regex(odd).unwrap(),
+    ]
+}
+
+/// Ratings lines, most of them of the common form, with odd pieces in every place.
+fn ratings_line() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::strategy::Strategy;
+    let id = || mostly("0|[1-9][0-9]{0,9}", "0[0-9]|[0-9]{11}|x|42949672[0-9]{2}|");
+    let sep = || mostly("[\t ,]{1,2}", "::|:| :|\u{b}|\u{a0}|");
+    let rating = mostly(
+        "[-+]?[0-9]{1,2}(\\.[0-9]?)?([eE][-+]?[0-9]{1,2})?",
+        "inf|NaN|1e39|[0-9]:|:[0-9]|\\.|",
+    );
+    let tail = mostly(
+        "([\t ,]{1,2}[0-9]{0,3})?",
+        "(::|:|\r|\u{b}|\u{a0}|[\t ,])[0-9:#\u{b}]{0,3}([\t ,:]{1,2}[0-9:]{0,3})?",
+    );
+    let lead = mostly("", "[ #%]");
+    (lead, id(), sep(), id(), sep(), rating, tail)
+        .prop_map(|(a, b, c, d, e, f, g)| [a, b, c, d, e, f, g].concat())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+    /// A line the fast path reads is read as the general path reads it, and the lines of
+    /// the common form are read by it.
+    #[test]
+    fn the_fast_path_reads_lines_as_the_general_path(line in ratings_line()) {
+        let fast = numeric_triplet(&line).map(|(u, i, r)| (u, i, r.to_bits()));
+        let general = generally(&line).map(|(u, i, r)| (u, i, r.to_bits()));
+        if fast.is_some() {
+            proptest::prop_assert_eq!(fast, general, "{:?}", line);
+        }
+    }
+}
+
+/// Ids below and above the table, at u32's end, and texts that look like numbers but are
+/// not canonical ("007"), all keep their own index in order of first appearance.
+#[test]
+fn ids_large_small_and_textual_are_indexed_in_order() {
+    let big = TABLE_IDS as u64;
+    let text = format!(
+        "7 1 1\n{big} 1 2\n4294967295 2 3\n007 1 4\n7 3 5\n4294967296 1 6\n{big} 2 7\nu 2 8\n"
+    );
+    let r = parse_triplets(text.as_bytes(), "r").unwrap();
+    let m = r.id_mapping.unwrap();
+    let users = [
+        "7",
+        &big.to_string(),
+        "4294967295",
+        "007",
+        "4294967296",
+        "u",
+    ];
+    assert_eq!(m.user_ids, users);
+    assert_eq!(m.item_ids, ["1", "2", "3"]);
+    let user_of: Vec<u32> = r.entries.iter().map(|e| e.0).collect();
+    assert_eq!(user_of, [0, 1, 2, 3, 0, 4, 1, 5]);
+}
