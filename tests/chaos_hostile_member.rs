@@ -19,8 +19,8 @@ fn bench_chaos_hostile_member_is_disconnected_and_the_job_finishes_identical() {
             "--faults",
             "hostile-member",
         ])
-        // Half the default Lasso: the attack still strikes well before its end.
-        .args(["--runs", "1", "--max-rounds", "1500"])
+        // The default Lasso: its stall and trickle attacks end well before it does.
+        .args(["--runs", "1"])
         .output()
         .unwrap();
     let stdout = succeeded(&out);
@@ -30,7 +30,6 @@ fn bench_chaos_hostile_member_is_disconnected_and_the_job_finishes_identical() {
         ("jobs_completed", 1),
         ("outputs_identical", 1),
         ("restarts", 0),
-        ("hostile_member_attacks", 1),
         // The stall and the trickle, each disconnected.
         ("hostile_member_disconnected", 2),
         ("orphans", 0),
@@ -38,5 +37,6 @@ fn bench_chaos_hostile_member_is_disconnected_and_the_job_finishes_identical() {
     ] {
         assert_eq!(json[key].as_u64(), Some(want), "{key}: {stdout}");
     }
+    assert!(json["hostile_member_attacks"].as_u64() >= Some(2), "{json}");
     assert_eq!(json["per_run"][0]["fault"], "hostile-member", "{json}");
 }

@@ -65,9 +65,12 @@ pub(crate) fn arm(node: &Node) -> Result<(), NodeError> {
                 _ = tick.tick() => continue,
                 got = usr1.recv() => if got.is_none() { return },
             }
-            let outcomes = misbehave(&net, victim_id, &Attack::ALL, HOLD).await;
-            let told: Vec<String> = outcomes.iter().map(ToString::to_string).collect();
-            tracing::warn!(node = %name, %victim, "hostile member attacked: {}", told.join("; "));
+            // One line per attack as it ends: the job may finish before the last one.
+            for attack in Attack::ALL {
+                for outcome in misbehave(&net, victim_id, &[attack], HOLD).await {
+                    tracing::warn!(node = %name, %victim, "hostile member attacked: {outcome}");
+                }
+            }
         }
     });
     Ok(())

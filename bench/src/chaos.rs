@@ -388,11 +388,10 @@ struct Figures {
     /// Hostile members that still held stalled frames open on the victim when the job
     /// ended (must be 0: a stolen key is never admitted).
     hostile_held: usize,
-    /// Rounds of attacks armed hostile members made (each: stall, trickle, flood), as
-    /// they logged them.
+    /// Attacks armed hostile members made (a strike makes a stall, a trickle and a flood,
+    /// in turn, while the job runs), as they logged them.
     hostile_member_attacks: usize,
-    /// Of those rounds' stall and trickle attacks, the ones their victim disconnected
-    /// (two a round when every one was).
+    /// Of those, the ones their victim disconnected (the stalls and the trickles).
     hostile_member_disconnected: usize,
     /// One record per faulted run, in order.
     per_run: Vec<RunRecord>,
@@ -465,8 +464,8 @@ fn train(
     .map_err(BenchError::io("spawn petrel train"))
 }
 
-/// What an armed hostile member said of each round of its attacks, from the run's
-/// stdout and stderr (`stall: disconnected (TooSlow) after 2.1 s; trickle: …; flood: …`).
+/// What an armed hostile member said of each of its attacks, from the run's stdout and
+/// stderr (`stall: disconnected (TooSlow) after 2.1 s`).
 fn member_attacks(out: &Path) -> Vec<String> {
     const SAID: &str = "hostile member attacked: ";
     [stdout_file(out), out.with_extension("stderr")]
@@ -1037,8 +1036,11 @@ fn faulted_run(
                 .iter()
                 .map(|a| a.matches("disconnected").count())
                 .sum::<usize>();
-            let last = attacks.last().map_or("no attack logged", String::as_str);
-            fault_label.push_str(&format!(" by {attacker} ({last})"));
+            let told = match attacks.is_empty() {
+                true => "no attack logged".to_string(),
+                false => attacks.join("; "),
+            };
+            fault_label.push_str(&format!(" by {attacker} ({told})"));
         }
         Some(impostor) => fault_label.push_str(&format!(" with {impostor}'s certificate")),
         None => {}
