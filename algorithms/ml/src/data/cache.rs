@@ -493,8 +493,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_cache_is_read_back_only_for_its_file_version_and_intact() {
+    /// A 3-byte file in a temporary directory (kept alive by the first), its key, and the
+    /// disk cache on for any size.
+    fn a_cached_file() -> (tempfile::TempDir, PathBuf, FileKey, DiskCache) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.txt");
         std::fs::write(&path, "abc").unwrap();
@@ -505,6 +506,12 @@ mod tests {
             enabled: true,
             min_bytes: 0,
         };
+        (dir, path, key, on)
+    }
+
+    #[test]
+    fn a_cache_is_read_back_only_for_its_file_version_and_intact() {
+        let (_dir, path, key, on) = a_cached_file();
         let value = Numbers(vec![1, 2, 3], vec![0.5, -0.0]);
         write(&path, &key, on, &value);
         let back: Numbers = read(&path, &key, on).unwrap();
@@ -535,16 +542,7 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn a_loader_waits_for_another_process_and_reads_its_cache() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.txt");
-        std::fs::write(&path, "abc").unwrap();
-        let key = FileKey::of(&path, &std::fs::File::open(&path).unwrap())
-            .unwrap()
-            .unwrap();
-        let on = DiskCache {
-            enabled: true,
-            min_bytes: 0,
-        };
+        let (_dir, path, key, on) = a_cached_file();
         // A descriptor of its own locks as another process would.
         let other = HostTurn::take(&path).unwrap();
         let parsed = std::sync::atomic::AtomicUsize::new(0);
