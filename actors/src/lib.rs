@@ -23,6 +23,8 @@
 //!
 //! Start with `use petrel_actors::prelude::*;`.
 
+#![forbid(unsafe_code)]
+
 // `address`, `error` and `node` stay public for existing paths; their types are re-exported
 // below, which is the way to name them.
 pub mod address;
