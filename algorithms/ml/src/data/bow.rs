@@ -11,7 +11,7 @@ use super::cache::{self, Cached, Decoder, Encoder};
 use super::limits::SizeRule;
 use super::text::{
     Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, Start, each_line, parse_chunks,
-    parse_uint, trim, words,
+    parse_uint, three_words, trim,
 };
 use super::{DataError, DataLimits, ReadDigest, open_buffered};
 
@@ -495,17 +495,9 @@ impl DocwordParser<'_> {
         }
         let (name, line_no) = (self.name, start.line + chunk.lines);
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
-        let mut fields = [""; 3];
-        let mut n = 0;
-        for field in words(content, ascii).take(4) {
-            if n < 3 {
-                fields[n] = field;
-            }
-            n += 1;
-        }
-        if n != 3 {
+        let Some(fields) = three_words(content, ascii) else {
             return Err(bad("entry must be `docID wordID count`".into()));
-        }
+        };
         let mut numbers = [0u64; 3];
         for (slot, (text, what)) in numbers
             .iter_mut()

@@ -18,7 +18,7 @@ use super::cache::{self, Cached, Decoder, Encoder};
 use super::limits::SizeRule;
 use super::text::{
     Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, Start, each_line, parse_chunks,
-    parse_f32, parse_uint, trim, words,
+    parse_f32, parse_uint, three_words, trim,
 };
 use super::{DataError, DataLimits};
 
@@ -1046,17 +1046,9 @@ impl MatrixMarketParser<'_> {
             return Ok(());
         }
         let bad = |msg: String| DataError::malformed(self.name, start.line + chunk.lines, msg);
-        let mut fields = [""; 3];
-        let mut n = 0;
-        for field in words(content, ascii).take(4) {
-            if n < 3 {
-                fields[n] = field;
-            }
-            n += 1;
-        }
-        if n != 3 {
+        let Some(fields) = three_words(content, ascii) else {
             return Err(bad("entry must be `row col value`".into()));
-        }
+        };
         let parse_index = |text: &str, what: &str| -> Result<usize, DataError> {
             parse_uint::<usize>(text)
                 .ok_or_else(|| bad(format!("{what} {text:?} is not a non-negative integer")))

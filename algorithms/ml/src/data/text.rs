@@ -154,6 +154,14 @@ pub(crate) enum Words<'a> {
     Unicode(std::str::SplitWhitespace<'a>),
 }
 
+/// The words of `text` when there are exactly three (`docID wordID count`, `row col
+/// value`), else `None`.
+pub(crate) fn three_words(text: &str, ascii: bool) -> Option<[&str; 3]> {
+    let mut it = words(text, ascii);
+    let three = [it.next()?, it.next()?, it.next()?];
+    it.next().is_none().then_some(three)
+}
+
 /// The words of `text` (`ascii`: the text is known to be ASCII).
 #[inline]
 pub(crate) fn words(text: &str, ascii: bool) -> Words<'_> {
