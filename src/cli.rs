@@ -1,6 +1,5 @@
 // Over 600 lines: it is the whole command line: every command's flags and its dispatch.
-//! The `petrel` command line, as a library so that the `petrel` binary and the benches'
-//! binary (`petrel-bench`, which adds the benchmarks and their roles) are one program.
+//! The `petrel` command line, as a library the `petrel-bench` binary shares.
 
 use crate::CliError;
 use crate::launcher::{self, LaunchError, LaunchMode, LaunchOptions};
@@ -56,10 +55,8 @@ enum Command {
         /// Cluster settings whose nodes get certificates.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Also write one directory per node, DIR/bundles/NODE, with only what that host
-        /// needs: ca.pem, NODE.pem, NODE.key and (with --config) a cluster.toml whose
-        /// certs_dir is the bundle itself. Copy it to the host and run
-        /// `petrel node --config NODE/cluster.toml`.
+        /// Also write DIR/bundles/NODE with only what that host needs (and, with --config,
+        /// a cluster.toml for `petrel node --config NODE/cluster.toml`).
         #[arg(long)]
         bundle: bool,
     },
@@ -131,11 +128,9 @@ struct RunArgs {
     /// netns up --prefix PREFIX --hosts N`; needs root).
     #[arg(long, value_name = "PREFIX", conflicts_with = "in_process")]
     netns: Option<String>,
-    /// Give no default checkpoints: by default every `[app.*]` section of an app that
-    /// checkpoints (lasso, logistic, strads_mf, lda, mf, lr, ps_lda) and names no
-    /// `checkpoint_dir` writes them to RUN_DIR/checkpoints/<section>, so a restart
-    /// rolls back to the newest one. (`checkpoint_every = 0` in a section turns them
-    /// off for that section.)
+    /// Give no default checkpoints (by default every `[app.*]` section of an app that
+    /// checkpoints and names no `checkpoint_dir` writes them to
+    /// RUN_DIR/checkpoints/<section>, so a restart rolls back to the newest one).
     #[arg(long)]
     no_checkpoints: bool,
 }
@@ -248,10 +243,7 @@ fn fail(error: &(dyn std::error::Error + 'static), code: ExitCode) -> ExitCode {
     code
 }
 
-/// `petrel node`: exits 0 when the run finished, 1 when it failed on this node, and
-/// [`crate::launcher::STOPPED_BY_PEER`] when another node's failure stopped it (so
-/// `petrel run` names the node where the failure started). Under `petrel run` the launcher
-/// prints the error; alone, this prints it.
+/// `petrel node`: exits 0, 1, or [`crate::launcher::STOPPED_BY_PEER`] (a peer failed).
 fn node_command(config: &std::path::Path, name: Option<&str>) -> ExitCode {
     let mode = LaunchMode::Node {
         name: name.map(str::to_string),
@@ -372,15 +364,13 @@ fn dispatch(
 fn run_command(mut args: RunArgs) -> Result<(), CliError> {
     let mut settings = Settings::load(&args.config)?;
     if let Some(dir) = &args.run_dir {
-        // Absolute: the node settings written into it name their files by path, and a
-        // relative path in a settings file is read relative to that file.
+        // Absolute: the node settings written into it name their files by path.
         let dir = std::path::absolute(dir).map_err(CliError::write(dir))?;
         // Private before anything is written into it.
         petrel_net::private_files::create_private_dir(&dir).map_err(CliError::write(&dir))?;
         args.run_dir = Some(dir);
     }
-    // Checkpoints by default, in the job's run directory (kept across restarts: a
-    // temporary one for the whole job when --run-dir is not given).
+    // Checkpoints by default, in a run directory kept across restarts.
     let wants = |name: &str, section: &serde_json::Value| {
         !args.no_checkpoints && crate::train::apps::checkpoints_by_default(name, section)
     };
@@ -409,8 +399,6 @@ fn run_command(mut args: RunArgs) -> Result<(), CliError> {
     }
     let cluster = crate::roles::builtin(settings);
     let dashboard = start_dashboard(args.dashboard.as_deref(), &cluster.settings().cluster.name)?;
-    // A section with a `checkpoint_dir` (its own or the default) restarts from its
-    // newest checkpoint (`resume = true`), any other from the start.
     let checkpoints = recovery::checkpoint_dirs(&cluster.settings().app);
     let result = recovery::run_with_restarts(
         args.max_restarts,
@@ -448,8 +436,7 @@ fn default_checkpoint_root(run_dir: &std::path::Path) -> Result<PathBuf, CliErro
 }
 
 impl TrainCommand {
-    /// The command's name (the dashboard's title), its output directory if it has one,
-    /// and whether it runs node processes (`--transport processes`; always for p3).
+    /// The dashboard's title, the output directory, and whether it runs node processes.
     fn plan(&self) -> (&'static str, Option<PathBuf>, bool) {
         use crate::train::TrainTransport::Processes;
         let ps = |out: &Option<PathBuf>, t: petrel_actors::JobTransport| {
@@ -527,8 +514,7 @@ fn run_cluster(
 #[cfg(feature = "dashboard")]
 use petrel_observe::dashboard::Dashboard;
 
-/// A build without the `dashboard` feature has none: `--dashboard` is refused before
-/// anything runs.
+/// Without the `dashboard` feature `--dashboard` is refused before anything runs.
 #[cfg(not(feature = "dashboard"))]
 enum Dashboard {}
 
@@ -622,8 +608,7 @@ fn certs_command(
     Ok(())
 }
 
-/// `petrel bench`: runs the `petrel-bench` binary beside this one (else the one on `PATH`)
-/// in place of this process, so signals and exit codes are its own.
+/// `petrel bench`: execs the `petrel-bench` binary beside this one (else on `PATH`).
 pub fn exec_bench(args: Vec<OsString>) -> Result<(), CliError> {
     use std::os::unix::process::CommandExt;
     let beside = std::env::current_exe()

@@ -1,9 +1,5 @@
-//! The demo job: workers average tensors through an aggregator actor, round by round (a
-//! synchronous all-reduce through a parameter-server-like actor). Each worker checks the
-//! mean it gets back against the value it can compute itself, so a wrong or lost message
-//! fails the run.
-//!
-//! Roles: `demo-aggregator` (one node), `demo-worker` (any number). Settings: `[app.demo]`.
+//! The demo job (`[app.demo]`): workers average tensors through an aggregator, checking
+//! each mean against its closed form. Roles: `demo-aggregator` (one node), `demo-worker`.
 
 use actix::prelude::*;
 use petrel_actors::{AskError, Cluster, HandlerError, Msg, NodeContext, NodeError};
@@ -100,8 +96,7 @@ impl Default for DemoConfig {
     }
 }
 
-/// The largest contribution, in floats (1 GiB): every worker and the aggregator hold a
-/// few of them.
+/// The largest contribution, in floats (1 GiB).
 const MAX_TENSOR_LEN: usize = 1 << 28;
 
 impl DemoConfig {
@@ -141,8 +136,7 @@ pub struct RoundMean {
     pub workers: u32,
     /// The element-wise mean.
     pub mean: Tensor,
-    /// Set by the aggregator when `duration_s` has passed: every worker stops after this
-    /// same round.
+    /// Set once `duration_s` has passed: every worker stops after this round.
     pub stop: bool,
 }
 
@@ -221,8 +215,7 @@ impl Handler<Msg<Contribution>> for Aggregator {
     }
 }
 
-/// The value worker `w` contributes at position `i` of round `r`; the mean over workers is
-/// known in closed form, so every worker can check the result.
+/// The value worker `w` contributes at position `i` of round `r` (a closed-form mean).
 fn value(w: usize, r: u32, i: usize) -> f32 {
     ((w + 1) * (r as usize + 1)) as f32 + (i % 7) as f32
 }

@@ -1,5 +1,4 @@
-//! [`CliError`]: every way a `petrel` command can fail, with its cause chain intact so the
-//! CLI prints the root cause once (with [`petrel_actors::error_chain`]).
+//! [`CliError`]: every way a `petrel` command can fail, with its cause chain intact.
 
 /// Why a `petrel` command failed.
 #[derive(Debug, thiserror::Error)]
@@ -37,8 +36,7 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// Wraps the error of an application command (`petrel train …`, a benchmark),
-    /// whatever its type.
+    /// Wraps the error of an application command (`petrel train …`, a benchmark).
     pub fn command(error: impl Into<petrel_actors::RoleError>) -> Self {
         CliError::Command(error.into())
     }

@@ -1,6 +1,5 @@
-//! Entry points for the fuzzers in `fuzz/` and for the regression tests that replay their
-//! findings (`tests/fuzz_regressions.rs`). Each one feeds outside bytes to a decoder and
-//! must return (with an error or a value), never panic, hang or allocate without bound.
+//! Entry points for the fuzzers in `fuzz/` and the regression tests that replay their findings:
+//! each feeds outside bytes to a decoder, which must never panic, hang or allocate without bound.
 
 use petrel_messages::runtime::{BarrierEnter, Heartbeat, Join, PeerDown, Shutdown};
 use petrel_messages::{Frame, RemoteMessage, Tensor, decode_body};
@@ -57,16 +56,14 @@ pub fn wire_messages(data: &[u8]) {
     }
 }
 
-/// Loader limits small enough that what a parsed input makes the apps allocate next (a CSC
-/// matrix, per-user counts, a word table) stays cheap under the fuzzer.
+/// Loader limits that keep what the apps allocate from a parsed input cheap.
 const FUZZ_LIMITS: petrel_ml::data::DataLimits = petrel_ml::data::DataLimits {
     max_dimension: 1 << 20,
     max_documents: 1 << 20,
     max_tokens: 1 << 22,
 };
 
-/// LIBSVM text, and the column-major copy every app builds from it (sized by the largest
-/// feature index: the allocation that aborted on `0.5 4000000000:0.1`).
+/// LIBSVM text, and the column-major copy every app builds (sized by the largest index).
 pub fn libsvm(data: &[u8]) {
     let _ = petrel_ml::data::libsvm::parse_libsvm(data, "fuzz.libsvm");
     if let Ok(dataset) =
@@ -76,8 +73,7 @@ pub fn libsvm(data: &[u8]) {
     }
 }
 
-/// Rating triplets and Matrix Market text, and the per-user and per-item counts sized by
-/// the declared dimensions.
+/// Rating triplets and Matrix Market text, and the counts sized by their dimensions.
 pub fn ratings(data: &[u8]) {
     if let Ok(r) = petrel_ml::data::ratings::parse_triplets(data, "fuzz.data") {
         let _ = (r.user_counts(), r.item_counts());
@@ -126,8 +122,7 @@ pub fn ps_row(data: &[u8]) {
     let _ = petrel_ps::core::types::Row::decode(data);
 }
 
-/// The wire types of the three systems and the demo: PS requests and replies, P3 slices,
-/// and STRADS dispatches, partials, commits and ring handoffs of every built-in app.
+/// The wire types of the three systems and the demo.
 pub fn system_messages(data: &[u8]) {
     use petrel_ps::shells::{ShardState, ToClient, ToShard};
     use petrel_strads::apps::{lasso::LassoApp, lda::LdaApp, logistic::LogisticApp, mf::MfApp};

@@ -3,25 +3,18 @@
 //! on the command line ([`LaunchArgs`]):
 //!
 //! - `--in-process` (the default): every node is a thread of this process.
-//! - `--processes`: the program re-executes itself once per node on this host. The parent
-//!   makes a private run directory (mode 0700, removed afterwards) with a fresh cluster CA
-//!   and one certificate per node (the CA key is never written), reserves ports, writes the
-//!   resolved settings, and starts every child in its own process group with a parent-death
-//!   signal, so no child outlives it however it ends. Children's logs (stderr) are prefixed
-//!   with `[node]`; their standard output is passed through unchanged. On a terminal the
-//!   launcher draws a bar of the job's progress, which the nodes report on their stderr
-//!   ([`ProgressReport`] lines, not printed; see [`crate::train::progress`]). The first failure is
-//!   reported once, naming the node, its roles and the cause; the others are stopped.
-//! - `--node NAME --config FILE`: one node of a multi-host cluster. `FILE` holds the
-//!   addresses and `certs_dir` (see `petrel certs --bundle`); without `--node` the name comes
-//!   from `RANK` or `SLURM_PROCID` (the node at that position in the file) or the host name.
+//! - `--processes`: the program re-executes itself once per node on this host, from a
+//!   private run directory (0700) with a fresh CA whose key is never written. Each child
+//!   runs in its own process group with a parent-death signal, so none outlives the
+//!   launcher; its logs are prefixed with `[node]`, its stdout passed through, and its
+//!   [`ProgressReport`] lines feed the launcher's bar. The first failure is reported once,
+//!   naming the node, its roles and the cause; the others are stopped.
+//! - `--node NAME --config FILE`: one node of a multi-host cluster (name from `--node`,
+//!   `RANK`/`SLURM_PROCID` or the host name).
 //!
-//! `petrel run` and `petrel node` are this launcher for the built-in roles
-//! ([`crate::roles::builtin`]): `petrel run` starts `petrel node` children.
-//!
-//! SIGINT, SIGTERM and SIGHUP stop a launcher and a node the same way: the node tells the
-//! cluster it was interrupted and exits within [`SHUTDOWN_GRACE`]; the launcher stops its
-//! children (SIGTERM to each process group, SIGKILL after the grace period) and fails with
+//! `petrel run` and `petrel node` are this launcher for the built-in roles. SIGINT,
+//! SIGTERM and SIGHUP stop a node within [`SHUTDOWN_GRACE`]; the launcher then stops its
+//! children (SIGTERM to each group, SIGKILL after the grace) and fails with
 //! [`LaunchError::Interrupted`].
 
 use crate::train::progress::{JobProgress, ProgressReport, REPORTS_ENV};
@@ -49,21 +42,16 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(1500);
 /// How long `wait` looks for the node where a failure started once only followers exited.
 const ROOT_CAUSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Set by the launcher in every child's environment: the run directory, where a failing
-/// node leaves its error for the launcher to report (so it is printed once).
+/// The run directory, in every child's environment: a failing node leaves its error there.
 const LAUNCH_DIR_ENV: &str = "PETREL_LAUNCH_DIR";
 
 /// Variables that give a node its rank (its position in the settings' `[[nodes]]`).
 pub const RANK_VARIABLES: [&str; 2] = ["RANK", "SLURM_PROCID"];
 
-/// Why a cluster could not start or did not finish.
-///
-/// Its `Debug` is its `Display` with the causes (as [`error_chain`] prints them), so that
-/// `fn main() -> Result<(), LaunchError>` ends with the one line a user should read.
+/// Why a cluster could not start or did not finish; its `Debug` is [`error_chain`].
 #[derive(thiserror::Error)]
 pub enum LaunchError {
-    /// The settings could not be read, resolved or written, or a node failed in process
-    /// (other than by a role's error: [`LaunchError::Role`]).
+    /// The settings could not be read, resolved or written, or a node failed in process.
     #[error(transparent)]
     Settings(NodeError),
     /// A role returned an error (in this process). `source` is the role's own error.
@@ -95,8 +83,7 @@ pub enum LaunchError {
         /// Its error and causes, or its exit status when it left no error.
         cause: String,
     },
-    /// A node's role failed because another node's actor failed to handle its request:
-    /// `cause`, as that node reported it, names the actor, its node and the caller.
+    /// A node's request failed in another node's actor (`cause` names both).
     #[error("{cause}")]
     RequestFailed {
         /// The node whose request failed.
@@ -115,8 +102,7 @@ pub enum LaunchError {
     /// `--netns`: the emulated hosts are missing or unusable.
     #[error("--netns: {0}")]
     Netns(#[from] crate::netns::NetnsError),
-    /// The run directory cannot be made private (another user's, a symlink, not a
-    /// directory) or cleaned.
+    /// The run directory cannot be made private or cleaned.
     #[error("run directory {}: {source}", .path.display())]
     RunDir {
         /// The directory.
@@ -141,8 +127,7 @@ impl std::fmt::Debug for LaunchError {
     }
 }
 
-/// How a program that composes a cluster runs it; flatten into your own `clap` parser or
-/// read with [`LaunchArgs::from_env`].
+/// How a program runs its cluster: flatten into a `clap` parser or [`LaunchArgs::from_env`].
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct LaunchArgs {
     /// Run every node as a thread of this process (the default).
@@ -174,8 +159,7 @@ struct LaunchOnly {
 }
 
 impl LaunchArgs {
-    /// Parses this program's command line, which takes only the launch flags (a bad flag
-    /// prints usage and exits, as `clap` does).
+    /// Parses a command line of launch flags only (a bad flag prints usage and exits).
     pub fn from_env() -> Self {
         <LaunchOnly as clap::Parser>::parse().launch
     }
@@ -192,8 +176,7 @@ impl LaunchArgs {
         }
     }
 
-    /// The launch options of this program: children re-execute it with the same arguments
-    /// (its own flags included), minus the launcher's, plus `--node NAME --config FILE`.
+    /// Children re-execute this program minus the launcher's flags plus `--node`/`--config`.
     pub fn options(&self) -> Result<LaunchOptions, LaunchError> {
         let mut opts = LaunchOptions::new()?;
         opts.child = ChildCommand::ReExec {
@@ -206,8 +189,7 @@ impl LaunchArgs {
     }
 }
 
-/// This program's arguments without `--processes`, `--in-process`, `--run-dir DIR` and
-/// `--timeout-s N` (a child runs one node; the parent keeps those).
+/// The arguments without the launcher's own flags (a child runs one node).
 fn strip_launch_flags(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
     let mut out = Vec::new();
     let mut args = args.peekable();
@@ -285,9 +267,7 @@ impl ChildCommand {
         }
     }
 
-    /// Node `node`'s process, in namespace `netns` when given (`ip netns exec NS`, which
-    /// enters the namespace and executes the program in the same process, so the launcher
-    /// still holds the node's own process id).
+    /// Node `node`'s process, in namespace `netns` when given (`ip netns exec` keeps the pid).
     fn command(&self, node: &str, config: &Path, netns: Option<&str>) -> Command {
         let (mut program, mut args) = self.argv(node, config);
         if let Some(ns) = netns {
@@ -303,21 +283,17 @@ impl ChildCommand {
 /// The prefix `petrel train --netns` sets for every launch of this process.
 static DEFAULT_NETNS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-/// Makes [`LaunchOptions::new`] place nodes on the emulated hosts `prefix` (what `petrel
-/// train --netns PREFIX` does before its app launches its cluster, possibly several times
-/// over its restarts). The first call wins.
+/// Makes [`LaunchOptions::new`] place nodes on the emulated hosts `prefix` (first call wins).
 pub fn set_default_netns(prefix: &str) {
     let _ = DEFAULT_NETNS.set(prefix.to_string());
 }
 
-/// The prefix [`set_default_netns`] set, if any (for launchers of their own, such as
-/// `petrel train p3`'s).
+/// The prefix [`set_default_netns`] set, if any.
 pub fn default_netns() -> Option<String> {
     DEFAULT_NETNS.get().cloned()
 }
 
-/// Gives node `i` of `settings` the address of host `i` ([`Hosts::node_addr`](crate::netns::Hosts::node_addr)):
-/// one emulated host per node.
+/// Gives node `i` of `settings` the address of emulated host `i`.
 pub fn place_on_hosts(
     settings: &mut Settings,
     hosts: &crate::netns::Hosts,
@@ -340,23 +316,15 @@ pub fn place_on_hosts(
 pub struct LaunchOptions {
     /// What each child runs (default: this executable's `petrel node`).
     pub child: ChildCommand,
-    /// Where certificates and resolved settings go (default: a private temporary directory,
-    /// removed when the run ends).
+    /// Where certificates and resolved settings go (default: a temporary directory).
     pub run_dir: Option<PathBuf>,
     /// Stop everything after this long.
     pub timeout: Option<Duration>,
-    /// Show a progress bar (on a terminal): the job's progress as the nodes report it
-    /// (their [`ProgressReport`] lines, not
-    /// printed) and the nodes finished. Without it the nodes log INFO lines, relayed.
+    /// Show a progress bar fed by the nodes' [`ProgressReport`]s (else their INFO lines).
     pub progress: bool,
-    /// The points a full run of the job records, when known: the bar's length and the
-    /// time left (default: [`expected_points`](crate::train::progress::expected_points)
-    /// of a `petrel train` run in this process).
+    /// The points a full run records, when known: the bar's length and the time left.
     pub progress_points: Option<u64>,
-    /// Run node `i` (in the order of the settings' `[[nodes]]`) in network namespace
-    /// `PREFIX-h{i}` at `198.18.0.{i+1}:7000`: one emulated host per node
-    /// ([`crate::netns::Hosts`], made by `petrel netns up --prefix PREFIX`; needs root).
-    /// Default: what [`set_default_netns`] set, else none (every node on 127.0.0.1).
+    /// Run node `i` in network namespace `PREFIX-h{i}` (default: [`set_default_netns`]'s).
     pub netns: Option<String>,
 }
 
@@ -385,18 +353,14 @@ pub struct LaunchReport {
     pub run_dir: PathBuf,
     /// With [`LaunchOptions::progress`]: the last point the bar showed, and its node.
     pub progress: Option<(String, ProgressReport)>,
-    /// Each node process's peak memory: its peak resident memory (`VmHWM`) as the node
-    /// recorded it when it ended, else the launcher's last reading while it ran (every 50
-    /// ms; a killed node's last 50 ms may be missed), with [`NodePeak::private_mb`] where
-    /// the node recorded it; absent where `/proc` has no figure.
+    /// Each node process's peak memory (recorded by the node, else sampled every 50 ms).
     pub peaks: BTreeMap<String, NodePeak>,
 }
 
 /// What [`launch`] did in this process.
 #[derive(Debug)]
 pub struct Launched {
-    /// The nodes whose roles ran in this process (all of them in process, one with
-    /// `--node`, none in the parent of `--processes`).
+    /// The nodes whose roles ran in this process.
     pub hosted: Vec<String>,
     /// The children's report, in the parent of `--processes`.
     pub report: Option<LaunchReport>,
@@ -409,21 +373,15 @@ impl Launched {
         self.hosted.iter().any(|n| n == name)
     }
 
-    /// Whether this process ran one node of a larger run (`--node`, or a child of
-    /// `--processes`): whole-run output belongs to the launcher or the in-process run.
+    /// Whether this process ran one node of a larger run (whole-run output is elsewhere).
     pub fn runs_one_node(&self) -> bool {
         self.single_node
     }
 }
 
-/// Runs `cluster` as the command line says ([`LaunchArgs`]): the entry point of a program
-/// that composes its own cluster. A node started by `--processes` that fails exits here
-/// (its launcher reports the error); everywhere else errors are returned. Logs go to
-/// stderr at `RUST_LOG` (default `info`) unless the program installed a `tracing`
-/// subscriber of its own before.
+/// Runs `cluster` as the command line says ([`LaunchArgs`]); a failing node under
+/// `--processes` exits here (its launcher reports the error).
 pub fn launch(cluster: &Cluster, args: &LaunchArgs) -> Result<Launched, LaunchError> {
-    // Logging is on unless the program opted out: a subscriber it installed first wins
-    // (and `RUST_LOG=off` silences this one).
     crate::init_tracing();
     launch_with(cluster, args.mode(), args.options()?)
 }
@@ -477,8 +435,7 @@ pub fn launch_with(
     })
 }
 
-/// Where a node under a launcher leaves its peak memory when it ends ([`NodePeak`]): the
-/// launcher's own readings every 50 ms can miss the last moments of a short-lived node.
+/// Where a node leaves its peak memory (the launcher's samples can miss its last moments).
 fn peak_file(dir: &Path, node: &str) -> PathBuf {
     dir.join("peaks").join(node)
 }
@@ -488,14 +445,9 @@ fn peak_file(dir: &Path, node: &str) -> PathBuf {
 pub struct NodePeak {
     /// Peak resident memory (`VmHWM`).
     pub rss_mb: f64,
-    /// The peak less the file-backed pages resident when the node started (the binary's
-    /// code, shared through the page cache by every node on the host, about 10-20 MB):
-    /// the memory this node adds. An upper bound of its private memory at the peak, as
-    /// file pages only accumulate. `None` where the node recorded no start.
+    /// The peak less the file-backed pages resident at start (the shared binary).
     pub private_mb: Option<f64>,
-    /// The most the node had allocated at once ([`petrel_observe::heap`]): its data, model,
-    /// buffers and runtime, without the code pages and the allocator's own overhead.
-    /// `None` for a node that recorded none (an older binary's record reads as `None`).
+    /// The most the node had allocated at once ([`petrel_observe::heap`]).
     #[serde(default)]
     pub heap_mb: Option<f64>,
 }
@@ -525,11 +477,8 @@ fn recorded_peak(dir: &Path, node: &str) -> Option<NodePeak> {
     serde_json::from_slice(&std::fs::read(peak_file(dir, node)).ok()?).ok()
 }
 
-/// A node under a launcher leaves its error in the run directory for the launcher to print
-/// (once, with the node's name); it prints it itself only when that fails. An error that
-/// another node's handler caused goes to `request-failures/`: the launcher then reports
-/// that handler's failure rather than this node's. Returns the exit code:
-/// [`STOPPED_BY_PEER`] when another node's failure stopped this one.
+/// A node under a launcher leaves its error in the run directory for the launcher to print;
+/// returns the exit code ([`STOPPED_BY_PEER`] when a peer's failure stopped it).
 fn report_failure(dir: &Path, node: Option<&str>, error: &LaunchError) -> u8 {
     let follower = matches!(
         error,
@@ -556,8 +505,7 @@ const FAILURES: &str = "failures";
 /// Where it leaves an error that another node's handler caused.
 const REQUEST_FAILURES: &str = "request-failures";
 
-/// Runs one node of the cluster in `config`; returns its name. The error carries the name
-/// once it is known.
+/// Runs one node of the cluster in `config`; returns its name (in the error, once known).
 fn run_one_node(
     cluster: &Cluster,
     name: Option<&str>,
@@ -571,8 +519,7 @@ fn run_one_node(
     let cluster = cluster.with_settings(settings);
     cluster.check_settings().map_err(|e| named(e.into()))?;
     let creds = node_credentials(cluster.settings(), &name, config).map_err(named)?;
-    // Under a launcher the job's progress points of this node become INFO lines the
-    // launcher relays (its own process has none of them).
+    // Under a launcher this node's progress points go to the launcher.
     let progress = std::env::var_os(LAUNCH_DIR_ENV).map(|_| {
         let roles = cluster
             .settings()
@@ -589,10 +536,7 @@ fn run_one_node(
     Ok(name)
 }
 
-/// The settings a node runs with: the file's, checked against the program's topology. The
-/// file must name the same nodes; a node's roles may be left out of the file (the code's are
-/// used), and if given must be the code's. `[app.*]` sections come from the file when it has
-/// any, else from the code.
+/// The file's settings, checked against the program's topology (same nodes and roles).
 fn merge_topology(code: &Settings, mut file: Settings) -> Result<Settings, LaunchError> {
     let names = |s: &Settings| {
         let mut v: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
@@ -627,8 +571,7 @@ fn merge_topology(code: &Settings, mut file: Settings) -> Result<Settings, Launc
     Ok(file)
 }
 
-/// This node's name: `--node`/`--name`, else the node at position `RANK`/`SLURM_PROCID`,
-/// else the node named like this host. It must be a node of `settings`.
+/// This node's name: given, else at position `RANK`/`SLURM_PROCID`, else like this host.
 pub fn node_name(given: Option<&str>, settings: &Settings) -> Result<String, LaunchError> {
     let known = || {
         settings
@@ -685,8 +628,7 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-/// This node's credentials from `cluster.certs_dir`, checked to be issued for this node by
-/// the CA in the same directory.
+/// This node's credentials from `cluster.certs_dir`, checked against its CA.
 fn node_credentials(
     settings: &Settings,
     name: &str,
@@ -709,8 +651,7 @@ fn node_credentials(
     Ok(creds)
 }
 
-/// Resolves at the first SIGINT, SIGTERM or SIGHUP with its name, and from then on makes
-/// sure the process is gone within [`SHUTDOWN_GRACE`] even if the shutdown hangs.
+/// Resolves at the first SIGINT, SIGTERM or SIGHUP; exits after [`SHUTDOWN_GRACE`] anyway.
 async fn stop_signal() -> String {
     let cause = wait_for_signal().await;
     tracing::debug!(signal = %cause, "stopping");
@@ -741,20 +682,17 @@ async fn wait_for_signal() -> String {
     name.to_string()
 }
 
-/// Resolves ports and certificates for `settings` and writes `cluster.toml` into `dir`.
-/// Only the CA certificate and the nodes' keys are written: the CA key stays in memory.
+/// Resolves ports and certificates and writes `cluster.toml` (never the CA key) to `dir`.
 fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
     create_private_dir(dir)?;
     crate::leftovers::mark_run_dir(dir)?;
-    // Every node is its own process here: they reach each other over QUIC whatever the
-    // in-process transport of the topology was.
+    // Every node is its own process: QUIC whatever the topology's transport.
     settings.cluster.transport = Transport::Quic;
     pick_ports(&mut settings)?;
     reserve_metrics_ports(&mut settings)?;
     if settings.cluster.certs_dir.is_none() {
         let certs = dir.join("certs");
-        // Every launch issues a new CA: an earlier run's keys in a reused run directory go
-        // (key files are never overwritten).
+        // A new CA per launch; key files are never overwritten.
         if std::fs::symlink_metadata(&certs).is_ok() {
             std::fs::remove_dir_all(&certs).map_err(|source| LaunchError::RunDir {
                 path: certs.clone(),
@@ -772,8 +710,7 @@ fn prepare(mut settings: Settings, dir: &Path) -> Result<PathBuf, LaunchError> {
     Ok(path)
 }
 
-/// Gives every node without a `metrics_addr` a free loopback port for `/metrics` (and a
-/// port of 0 a free port), so the launcher knows where to scrape each node.
+/// Gives every node a concrete `/metrics` address (default a free loopback port).
 fn reserve_metrics_ports(settings: &mut Settings) -> Result<(), LaunchError> {
     let mut taken: Vec<std::net::SocketAddr> = settings
         .nodes
@@ -789,9 +726,7 @@ fn reserve_metrics_ports(settings: &mut Settings) -> Result<(), LaunchError> {
             NodeError::Config(format!("node {}: bad metrics_addr {addr:?}", n.name))
         })?;
         if parsed.port() == 0 {
-            // Outside the kernel's ephemeral range: a port bound and released there was
-            // taken by another program's bind(0) before the node listened (seen in CI).
-            // Released at once, so the next node's pick could land on it: picks differ.
+            // Outside the ephemeral range, distinct from the other nodes' picks.
             let ip = parsed.ip();
             let picked =
                 petrel_net::ports::pick_distinct(&taken, || petrel_net::ports::pick_free_tcp(ip))?;
@@ -803,8 +738,7 @@ fn reserve_metrics_ports(settings: &mut Settings) -> Result<(), LaunchError> {
     Ok(())
 }
 
-/// The run directory: created 0700, or an existing one checked to be a real directory owned
-/// by this user ([`petrel_net::private_files::create_private_dir`]).
+/// The run directory, created 0700 or checked to be this user's own.
 fn create_private_dir(dir: &Path) -> Result<(), LaunchError> {
     petrel_net::private_files::create_private_dir(dir).map_err(|source| LaunchError::RunDir {
         path: dir.to_path_buf(),
@@ -844,8 +778,7 @@ pub async fn start(settings: Settings, opts: LaunchOptions) -> Result<Running, L
     start_cluster(&crate::roles::builtin(settings), opts).await
 }
 
-/// Launches one process per node of `cluster` and returns at once. What can be checked
-/// before a process starts is: unregistered roles, bad `[app.*]` sections, names, ports.
+/// Launches one process per node of `cluster` (checked first) and returns at once.
 pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Running, LaunchError> {
     cluster.check_settings()?;
     let mut settings = cluster.settings().clone();
@@ -954,9 +887,7 @@ pub async fn start_cluster(cluster: &Cluster, opts: LaunchOptions) -> Result<Run
     })
 }
 
-/// Each child gets its own process group (so the launcher can stop everything it started,
-/// and a terminal's Ctrl-C reaches only the launcher, which stops the children in order)
-/// and, on Linux, SIGKILL when the launcher dies, even by SIGKILL.
+/// Each child gets its own process group and, on Linux, SIGKILL when the launcher dies.
 fn die_with_parent(cmd: &mut Command) {
     cmd.process_group(0);
     #[cfg(target_os = "linux")]
@@ -992,10 +923,7 @@ impl Running {
         &self.metrics
     }
 
-    /// Waits until every node exited successfully, or stops them all at the first failure,
-    /// naming the node where it started: nodes that exit with [`STOPPED_BY_PEER`] only
-    /// followed another node's failure, so a root cause is awaited briefly before one of
-    /// them is named. Also stops them all on SIGINT/SIGTERM/SIGHUP, or after `timeout`.
+    /// Waits for every node; stops all at the first failure (naming its root), a signal or timeout.
     pub async fn wait(mut self, timeout: Option<Duration>) -> Result<LaunchReport, LaunchError> {
         let deadline = timeout.map(|t| self.started + t);
         let mut finished: Vec<(String, Duration)> = Vec::new();
@@ -1010,8 +938,7 @@ impl Running {
                 if finished.iter().any(|(n, _)| n == name) || failed.iter().any(|f| &f.0 == name) {
                     continue;
                 }
-                // The peak so far: VmHWM only grows, so the last reading before the exit is
-                // the node's peak but for its last 50 ms.
+                // VmHWM only grows: the last reading is the peak but for the last 50 ms.
                 if let Some(mb) = child.id().and_then(|pid| process::peak_rss_mb(Some(pid))) {
                     let peak = peaks.entry(name.clone()).or_default();
                     peak.rss_mb = peak.rss_mb.max(mb);
@@ -1055,8 +982,7 @@ impl Running {
             }
         };
         if outcome.is_ok() {
-            // Every node exited: their last lines (and progress reports) are still in
-            // the pipes until the relays reach the end of each.
+            // The nodes' last lines may still be in the pipes.
             let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
             for relay in self.relays.drain(..) {
                 let _ = tokio::time::timeout_at(deadline, relay).await;
@@ -1080,8 +1006,7 @@ impl Running {
     }
 }
 
-/// How node `name` failed: the error it left in `run_dir` (see [`report_failure`]), else its
-/// exit status `status`, with its roles (from `roles`, by node name).
+/// How node `name` failed: the error it left in `run_dir`, else its exit status.
 fn node_failure(
     run_dir: &Path,
     roles: &[(String, String)],
@@ -1113,8 +1038,7 @@ fn node_failure(
     }
 }
 
-/// Stops every child still running: SIGTERM to its process group (a node then tells the
-/// cluster and exits), SIGKILL to the group after [`SHUTDOWN_GRACE`]; then reaps them.
+/// Stops every child: SIGTERM to its group, SIGKILL after [`SHUTDOWN_GRACE`]; reaps them.
 async fn stop_all(children: &mut [(String, Child)]) {
     let running: Vec<usize> = (0..children.len())
         .filter(|&i| matches!(children[i].1.try_wait(), Ok(None)))
@@ -1151,9 +1075,7 @@ enum Stream {
     Err(Option<SharedProgress>),
 }
 
-/// Forwards a child's output line by line: stdout unchanged (the program's output), stderr
-/// (its logs) prefixed with `[node]`, except the progress reports its job takes for the bar.
-/// A closed terminal or pipe is ignored, never a panic.
+/// Forwards a child's stdout unchanged and its stderr prefixed `[node]` (minus reports).
 fn forward<R>(name: &str, stream: Option<R>, bar: ProgressBar, which: Stream) -> Option<Relay>
 where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,

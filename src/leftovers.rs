@@ -1,12 +1,5 @@
-//! What a launcher killed by SIGKILL leaves behind, and its removal by the next one.
-//!
-//! A SIGKILLed launcher cannot remove its temporary run directory (certificates and keys
-//! included), and a SIGKILLed node cannot remove its shared-memory slot files. Every run
-//! directory therefore names its launcher ([`mark_run_dir`]: pid and start time), and the
-//! next launch removes, and logs, the `petrel-run-*` directories in the temporary directory
-//! whose launcher is provably gone (no such process, or another process under that pid),
-//! and the slot files no live sender holds ([`petrel_net::shm::remove_stale_slots`]).
-//! Directories of other users, or without a readable mark, are left alone.
+//! What a SIGKILLed launcher or node leaves behind, removed by the next launch: only this
+//! user's run directories whose launcher (pid and start time) is provably gone, and stale slots.
 
 use std::path::{Path, PathBuf};
 
@@ -34,8 +27,7 @@ pub fn mark_run_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::write(dir.join(OWNER_FILE), format!("{me} {started}\n"))
 }
 
-/// The launcher that marked `dir` is gone: the mark reads, and its pid is not running or
-/// now belongs to a process started at another time.
+/// The launcher that marked `dir` is gone: its pid is not running, or started at another time.
 fn owner_is_gone(dir: &Path) -> bool {
     let Ok(mark) = std::fs::read_to_string(dir.join(OWNER_FILE)) else {
         return false;
@@ -50,8 +42,7 @@ fn owner_is_gone(dir: &Path) -> bool {
     }
 }
 
-/// Removes this user's `petrel-run-*` directories in `tmp` whose launcher is gone;
-/// returns them.
+/// Removes this user's `petrel-run-*` directories in `tmp` whose launcher is gone.
 pub fn remove_dead_run_dirs(tmp: &Path) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let me = petrel_net::private_files::current_uid();
@@ -73,8 +64,7 @@ pub fn remove_dead_run_dirs(tmp: &Path) -> Vec<PathBuf> {
     removed
 }
 
-/// Removes what dead predecessors left (run directories in the temporary directory, slot
-/// files in `shared_memory_dir`) and says what went.
+/// Removes (and logs) what dead predecessors left: run directories and slot files.
 pub fn clean_up(shared_memory_dir: Option<&Path>) {
     let dirs = remove_dead_run_dirs(&std::env::temp_dir());
     let slots = shared_memory_dir.map(petrel_net::shm::remove_stale_slots);

@@ -1,11 +1,9 @@
-//! The `petrel` command line ([`petrel::cli`]); `petrel bench` runs the `petrel-bench`
-//! binary.
+//! The `petrel` command line ([`petrel::cli`]); `petrel bench` runs the `petrel-bench` binary.
 
 use petrel::observe::heap::CountingAllocator;
 use std::process::ExitCode;
 
-/// The system allocator, counted: every node records its heap's peak beside its RSS
-/// (`petrel_observe::heap`).
+/// The system allocator, counted (`petrel_observe::heap`).
 #[global_allocator]
 static HEAP: CountingAllocator = CountingAllocator;
 

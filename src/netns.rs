@@ -1,11 +1,6 @@
-//! Emulated hosts: network namespaces joined by veth links to a bridge, with optional `tc`
-//! bandwidth limits and delay. Needs root and iproute2.
-//!
-//! Layout for prefix `p` and `n` hosts: namespace `p-sw` holds bridge `br0`; host `i` is
-//! namespace `p-h{i}` with interface `eth0` at `198.18.0.{i+1}/24` (the RFC 2544
-//! benchmarking range, so test traffic never looks like a real network's), linked by a veth
-//! pair to the bridge. A rate limit is a `tbf` qdisc on each host's `eth0` (egress), and on
-//! the bridge side too (the host's ingress); delay uses `netem`.
+//! Emulated hosts (needs root and iproute2): namespaces `p-h{i}` at `198.18.0.{i+1}/24` (the
+//! RFC 2544 range) joined by veth links to bridge `br0` in `p-sw`; `tbf` rate limits on both
+//! ends, `netem` delay.
 
 use std::process::Command;
 
@@ -61,8 +56,7 @@ pub struct LinkShape {
     pub rate_mbit: Option<f64>,
     /// Added one-way delay in ms (none if unset).
     pub delay_ms: Option<f64>,
-    /// With a rate and no delay: how long a packet may wait in the `tbf` queue, ms (its
-    /// `latency`, which sizes the queue: rate x latency + burst). Default 50.
+    /// With a rate and no delay: the `tbf` queue's `latency`, ms (default 50).
     pub queue_ms: Option<f64>,
 }
 
@@ -94,13 +88,11 @@ pub fn available() -> Result<(), NetnsError> {
     Ok(())
 }
 
-/// The UDP port a node listens on in its own host (one node per host, so every node can
-/// use the same one).
+/// The UDP port a node listens on in its own host.
 pub const NODE_PORT: u16 = 7000;
 
 impl Hosts {
-    /// The set `prefix` of `count` hosts made earlier (by `petrel netns up` or
-    /// [`Hosts::up`]); fails naming the first host that does not exist.
+    /// The set `prefix` of `count` hosts made earlier; fails naming the first one missing.
     pub fn existing(prefix: &str, count: usize) -> Result<Hosts, NetnsError> {
         available()?;
         let hosts = Hosts {
@@ -223,9 +215,7 @@ impl Hosts {
         c
     }
 
-    /// Packets the `tc` qdiscs of this set's links have dropped so far: every host's
-    /// `eth0` (its egress) and every bridge port (the hosts' ingress). A shaped link drops
-    /// when its queue is full; each drop costs QUIC a loss recovery.
+    /// Packets the `tc` qdiscs of this set's links (both ends) have dropped so far.
     pub fn qdisc_drops(&self) -> Result<u64, NetnsError> {
         let mut total = 0;
         for i in 0..self.count {

@@ -1,14 +1,5 @@
-//! Automatic recovery: a job whose cluster fails is started again from its newest complete
-//! checkpoint, up to a restart budget (`--max-restarts`).
-//!
-//! The whole cluster rolls back, not just the node that died: a STRADS checkpoint is one
-//! consistent cut of the scheduler's state (model, priorities, round, sampler), so every
-//! node restarts from it and a deterministic job ends with exactly the model an
-//! uninterrupted run writes. A failure after the budget is spent stops the job with the
-//! last failure (which names the node) and the number of restarts tried.
-//!
-//! [`run_with_restarts`] runs a job's attempts; [`restart_job`] is it for one `petrel
-//! train` app, saying on standard output how each restart starts.
+//! Automatic recovery: a failed job's whole cluster restarts from its newest complete
+//! checkpoint (one consistent cut), up to `--max-restarts`.
 
 use std::path::Path;
 
@@ -17,8 +8,7 @@ use petrel_actors::checkpoint::{Checkpoint, CheckpointSet, choose_newest_valid};
 /// Why a job with a restart budget did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError<E: std::error::Error + 'static> {
-    /// A failure no restart can help (a bad input file, a bad setting): reported as is, at
-    /// once.
+    /// A failure no restart can help (a bad input file, a bad setting).
     #[error(transparent)]
     Fatal(E),
     /// The job failed more often than its restart budget allows.
@@ -32,11 +22,8 @@ pub enum RecoveryError<E: std::error::Error + 'static> {
     },
 }
 
-/// Runs `attempt(resume, attempt_number)` until it succeeds, fails in a way a restart
-/// cannot help (`restartable` says no: a bad input file fails the same way every time), or
-/// `max_restarts` restarts are spent. `checkpoint_exists()` is asked after each failure;
-/// the next attempt resumes when it says yes. Each restart is logged with the failure that
-/// caused it. Returns the value and the restarts it took.
+/// Runs `attempt(resume, number)` until it succeeds, fails for good (`restartable` says no)
+/// or spends `max_restarts`; returns the value and the restarts it took.
 pub fn run_with_restarts<T, E: std::error::Error + 'static>(
     max_restarts: u32,
     restartable: impl Fn(&E) -> bool,
@@ -76,10 +63,7 @@ pub struct ResumePoint {
     pub skipped: Vec<String>,
 }
 
-/// The checkpoint of `set` a resuming job will use, chosen as its nodes choose it
-/// ([`CheckpointSet::newest_valid`]: the newest whose manifest and every part verify and
-/// that `accept` takes); `unit` names its round (`round`, `clock`). `None` when none is
-/// valid (or the directory cannot be read): the nodes would find none either.
+/// The checkpoint of `set` a resuming job's nodes will choose; `unit` names its round.
 pub fn resume_point(
     set: &CheckpointSet,
     unit: &str,
@@ -99,10 +83,12 @@ pub fn resume_point(
     })
 }
 
-/// [`run_with_restarts`] for `petrel train APP`: a restart resumes when `newest()` names the
-/// checkpoint the nodes will load ([`resume_point`]), and says so on standard output (with
-/// the damaged newer ones the nodes skip), as does the end of a run that needed restarts.
-/// A spent budget becomes the app's error through `exhausted`.
+/// [`resume_point`] of the round checkpoints of `scheme` in `dir`.
+pub fn round_resume_point(dir: &Path, scheme: &str) -> Option<ResumePoint> {
+    resume_point(&CheckpointSet::new(dir, scheme), "round", |_| Ok(()))
+}
+
+/// [`run_with_restarts`] for `petrel train APP`, saying where each restart resumes.
 pub fn restart_job<T, E: std::error::Error + 'static>(
     app: &str,
     max_restarts: u32,
@@ -145,9 +131,7 @@ pub fn restart_job<T, E: std::error::Error + 'static>(
     Ok(value)
 }
 
-/// True when a launched cluster failed because one of its nodes died (killed by a signal,
-/// or silent past the failure timeout), not because of its own error: only then can a
-/// restart help.
+/// True when a launched cluster failed because a node died: only then can a restart help.
 pub fn launch_failed_by_node_death(e: &crate::launcher::LaunchError) -> bool {
     match e {
         crate::launcher::LaunchError::Settings(petrel_actors::NodeError::PeerFailed { .. }) => true,
@@ -159,9 +143,7 @@ pub fn launch_failed_by_node_death(e: &crate::launcher::LaunchError) -> bool {
     }
 }
 
-/// The round of the newest checkpoint manifest in `dir` (`<app>-round-<r>.manifest`), what
-/// a resumed run tries first (the scheduler verifies it and falls back to an older one if
-/// it is invalid).
+/// The round of the newest checkpoint manifest in `dir` (`<app>-round-<r>.manifest`).
 pub fn newest_checkpoint_round(dir: &Path) -> Option<u64> {
     std::fs::read_dir(dir)
         .ok()?
@@ -174,8 +156,7 @@ pub fn newest_checkpoint_round(dir: &Path) -> Option<u64> {
         .max()
 }
 
-/// The checkpoint directories a job file's `[app.*]` sections name (`checkpoint_dir`):
-/// where `petrel run` looks for a checkpoint to restart from.
+/// The checkpoint directories a job file's `[app.*]` sections name (`checkpoint_dir`).
 pub fn checkpoint_dirs(app: &petrel_actors::AppSections) -> Vec<std::path::PathBuf> {
     app.values()
         .filter_map(|section| section.get("checkpoint_dir")?.as_str())
@@ -183,10 +164,7 @@ pub fn checkpoint_dirs(app: &petrel_actors::AppSections) -> Vec<std::path::PathB
         .collect()
 }
 
-/// `petrel run`'s default checkpoints: every `[app.<section>]` that `wants` one (an app
-/// that checkpoints and names no `checkpoint_dir`,
-/// [`checkpoints_by_default`](crate::train::apps::checkpoints_by_default)) gets
-/// `checkpoint_dir = <dir>/<section>`. Returns the sections and the directories given.
+/// Gives every `[app.<section>]` that `wants` one `checkpoint_dir = <dir>/<section>`.
 pub fn with_default_checkpoint_dirs(
     app: &petrel_actors::AppSections,
     dir: &Path,
@@ -213,8 +191,7 @@ pub fn with_default_checkpoint_dirs(
     (sections, given)
 }
 
-/// The `[app.*]` sections of a restarted job: `resume = true` in every section that names a
-/// `checkpoint_dir`, so each STRADS scheduler continues from its newest valid checkpoint.
+/// The `[app.*]` sections of a restarted job: `resume = true` where a `checkpoint_dir` is.
 pub fn resuming(app: &petrel_actors::AppSections) -> petrel_actors::AppSections {
     app.iter()
         .map(|(name, section)| {
@@ -229,8 +206,7 @@ pub fn resuming(app: &petrel_actors::AppSections) -> petrel_actors::AppSections 
         .collect()
 }
 
-/// True when `dir` holds at least one checkpoint manifest (a complete checkpoint: the
-/// manifest is written last). The nodes verify it fully when they resume.
+/// True when `dir` holds a checkpoint manifest (written last, so a complete checkpoint).
 pub fn has_checkpoint(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|entries| {
         entries

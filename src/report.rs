@@ -59,8 +59,7 @@ pub fn print_json<T: Serialize>(figures: &T) -> Result<(), serde_json::Error> {
     Ok(())
 }
 
-/// Writes a benchmark's figures as pretty JSON to `path` (creating its directory), for
-/// `petrel bench report` to read later.
+/// Writes a benchmark's figures as pretty JSON to `path` (creating its directory).
 pub fn save_json<T: Serialize>(path: &std::path::Path, figures: &T) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;

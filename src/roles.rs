@@ -1,14 +1,12 @@
-//! The roles built into the `petrel` binary: every node started by `petrel node` (and so
-//! every node of `petrel run`) can run any of them. Each system adds its roles here; a
-//! binary built on [`crate::cli`] (the benches') adds its own with [`extend_builtin`].
+//! The roles every `petrel node` can run; a binary built on [`crate::cli`] adds its own
+//! with [`extend_builtin`].
 
 use petrel_actors::{Cluster, Settings};
 use std::sync::OnceLock;
 
 static EXTRA: OnceLock<fn(Cluster) -> Cluster> = OnceLock::new();
 
-/// Registers more roles in every [`builtin`] cluster of this process (once; a second call
-/// is ignored).
+/// Registers more roles in every [`builtin`] cluster of this process (first call wins).
 pub fn extend_builtin(register: fn(Cluster) -> Cluster) {
     let _ = EXTRA.set(register);
 }

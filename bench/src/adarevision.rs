@@ -1,11 +1,8 @@
-//! `petrel bench adarevision`: AdaRevision against the best fixed step and the best Adagrad
-//! step of a small grid, on logistic regression and MF over the parameter server.
-//!
-//! Every run is its own in-process cluster, read without a bound (`async` by default) under
-//! transient stragglers, so gradients are computed on stale weights. The figures are each
-//! rule's best time to the target over the grid, and AdaRevision's at its untuned default
-//! step ([`alpha_for_radius`] of the solution's scale; `--default-alpha` overrides it). A
-//! run that diverges counts as one that did not reach the target.
+//! `petrel bench adarevision`: AdaRevision against the best fixed and the best Adagrad step
+//! of a grid, on logistic regression and MF over the parameter server, each run its own
+//! in-process cluster read without a bound (`async`) under transient stragglers. The
+//! figures: each rule's best time to target, and AdaRevision's at its untuned default step
+//! ([`alpha_for_radius`] of the solution's scale). A diverged run did not reach the target.
 
 use crate::BenchError;
 use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, save_and_print};
@@ -80,7 +77,6 @@ pub struct RuleRun {
     pub iterations: u64,
     /// Final loss (LR log-loss, MF RMSE); `None` if the run diverged.
     pub final_loss: Option<f64>,
-    /// The run diverged (a loss became NaN or infinite).
     pub diverged: bool,
 }
 
@@ -94,14 +90,10 @@ pub struct AdaRevisionAppFigures {
     /// AdaRevision's untuned step and its time.
     pub adarevision_default: (f32, Option<f64>),
     pub default_alpha_from: String,
-    /// The rules whose best step is at an end of their grid (the grid may miss a better
-    /// step).
+    /// The rules whose best step is at an end of their grid.
     pub best_at_grid_edge: Vec<String>,
-    /// The lowest final loss of any run (how close the target is to what the time limit
-    /// allows).
     pub lowest_final_loss: Option<f64>,
-    /// AdaRevision at its default step over the best tuned fixed or Adagrad time (<= 1:
-    /// no worse than the best tuned schedule).
+    /// AdaRevision at its default step over the best tuned fixed or Adagrad time.
     pub default_adarevision_over_best_tuned: Option<f64>,
 }
 
@@ -154,8 +146,8 @@ fn run_one(
     }))
 }
 
-/// Whether a run failed because its loss became NaN or infinite (the monitor's check, also
-/// when it reached us through a role's error text).
+/// Whether a run failed because its loss became NaN or infinite (also through a role's
+/// error text).
 fn diverged(e: &PsError) -> bool {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(x) = cur {

@@ -1,21 +1,9 @@
-// Over 600 lines: one fault schedule drives every app, fault and check; its parts share the run record.
-//! `petrel bench chaos`: multi-process jobs of every app that recovers by itself
-//! (`petrel train lasso | logistic | strads-mf | lda | p3 | ps-mf | ps-lr` as node
-//! processes, with their default checkpoints and `--max-restarts`) run again and again while
-//! a seeded schedule kills (SIGKILL), pauses (SIGSTOP past the failure timeout, then
-//! SIGCONT) or attacks (stalled 60 MiB frames from the certificate of a member that sends the
-//! victim data, as a thief of that key would) one random
-//! node per run: a worker, a P3 or PS shard, or a STRADS scheduler, which is also the
-//! coordinator. With root it also cuts links (`link-cut`): the run's nodes are placed one
-//! per emulated host (`petrel train --netns`, [`petrel::netns::Hosts`]) and the victim's
-//! host link goes down (`ip link set eth0 down` in its namespace) for a seeded share of the
-//! job's failure timeout, then up again: link cuts alternate between short ones (a tenth to
-//! four tenths of the timeout: the job must go on, no restart) and long ones (1.2 to 1.5
-//! times the timeout, and held until the job has restarted: a death, the cluster restarts
-//! from its newest checkpoint). Without root the link cuts are skipped, and the JSON says
-//! why. Every run must finish with the model of an uninterrupted run of the same
-//! app (byte for byte; for the PS apps, which are not deterministic, the final figure
-//! within a tolerance), leave no process behind and never hang.
+//! `petrel bench chaos`: multi-process jobs of every self-recovering app (`petrel train
+//! lasso | logistic | strads-mf | lda | p3 | ps-mf | ps-lr`, with checkpoints and
+//! `--max-restarts`) run again and again while a seeded schedule kills, pauses, attacks or
+//! (as root, nodes on emulated hosts) cuts the link of one random node per run. Every run
+//! must end with the model of an uninterrupted run (byte for byte; PS apps, which are not
+//! deterministic, within a tolerance), leave no process behind and never hang.
 
 use super::BenchError;
 use crate::common::name_of;
@@ -92,25 +80,21 @@ pub enum ChaosApp {
     PsLr,
 }
 
-/// What a run's model is compared by.
+/// What a run's model is compared by: the output files byte for byte, or (PS runs, not
+/// deterministic: shards sum float deltas in arrival order) `metrics.json`'s final figure.
 #[derive(Debug, Clone, PartialEq)]
 enum Outcome {
-    /// The output files, byte for byte (STRADS and P3 runs are deterministic).
     Bytes(Vec<u8>),
-    /// The final figure in `metrics.json` (PS runs are not deterministic, interrupted or
-    /// not: a BSP read may also see another worker's same-clock updates, and shards sum
-    /// float deltas in arrival order), within the app's relative tolerance.
     Figure(f64),
 }
 
 impl ChaosApp {
-    /// Its name on the command line and in the JSON.
     fn name(self) -> String {
         name_of(&self)
     }
 
-    /// The job's flags besides the worker count, restarts and output (small jobs that
-    /// still write several checkpoints).
+    /// The job's flags besides workers, restarts and output: small jobs that still write
+    /// several checkpoints.
     fn job_flags(self, args: &ChaosBenchArgs) -> Vec<String> {
         let flags = match self {
             // The default solver (Gauss-Seidel): no scheduled-mode knob, or `auto` would
@@ -125,13 +109,12 @@ impl ChaosApp {
                 .into(),
             ChaosApp::StradsMf => "--iterations 80 --seed 1".into(),
             ChaosApp::Lda => "--iterations 200 --topics 5 --seed 1".into(),
-            // Shaped links keep the job going long enough to be hit mid-way; they change
-            // no value.
+            // Shaped links (P3) and emulated compute (PS) keep the job going long enough to
+            // be hit mid-way.
             ChaosApp::P3 => "--net mlp --mode p3 --epochs 4 --width 2 --batch 8 --lr 0.05 \
                 --seed 2 --train-data synthetic:256 --test-data synthetic:64 \
                 --bandwidth-mbit 40 --checkpoint-every 4 --shards 2"
                 .into(),
-            // Emulated compute keeps the job going long enough to be hit mid-way.
             ChaosApp::PsMf => {
                 "--consistency bsp --max-clocks 80 --clock-ms 40 --checkpoint-every 10".into()
             }
@@ -142,8 +125,7 @@ impl ChaosApp {
         flags.split_whitespace().map(String::from).collect()
     }
 
-    /// The final figure a PS run is judged by, and its relative tolerance (those of the
-    /// apps' CLI restart tests); `None` for the apps compared byte for byte.
+    /// A PS run's final figure and its relative tolerance (those of the CLI restart tests).
     fn figure(self) -> Option<(&'static str, f64)> {
         match self {
             ChaosApp::PsMf => Some(("test_rmse", 0.02)),
@@ -165,8 +147,7 @@ impl ChaosApp {
         }
     }
 
-    /// The worker and the server (shard or scheduler) node names of a job with `workers`
-    /// workers.
+    /// The worker and the server (shard or scheduler) node names.
     fn roles(self, workers: usize) -> (Vec<String>, Vec<String>) {
         let (worker, servers): (&str, &[&str]) = match self {
             ChaosApp::P3 => ("w", &["s0", "s1"]),
@@ -177,7 +158,7 @@ impl ChaosApp {
         (workers, servers.iter().map(|s| s.to_string()).collect())
     }
 
-    /// The node names of a job with `workers` workers (a STRADS scheduler first).
+    /// Every node name (a STRADS scheduler first).
     fn nodes(self, workers: usize) -> Vec<String> {
         let (workers, servers) = self.roles(workers);
         match self {
@@ -186,12 +167,8 @@ impl ChaosApp {
         }
     }
 
-    /// (victim, impostor) pairs a hostile member may play: it attacks the victim with the
-    /// certificate of a node that sends the victim data, so that, were the stolen key
-    /// admitted, the attack would hold up traffic the job needs: a STRADS scheduler with
-    /// a worker's key and a worker with the scheduler's, a ring app's (strads-mf, lda)
-    /// worker with the key of the worker that passes it blocks, a P3 or PS shard with a
-    /// worker's key and a worker with a shard's.
+    /// (victim, impostor) pairs: the impostor is a node that sends the victim data, so a
+    /// stolen key, were it admitted, would hold up traffic the job needs.
     fn hostile_pairs(self, workers: usize) -> Vec<(String, String)> {
         let n = workers.max(2);
         let (workers, servers) = self.roles(n);
@@ -208,8 +185,7 @@ impl ChaosApp {
         pairs
     }
 
-    /// The trained model a run in `out` wrote: the output files of a STRADS app, the
-    /// parameters of a P3 model (its file also holds wall times), a PS run's final figure.
+    /// The trained model a run in `out` wrote.
     fn model(self, out: &Path) -> Result<Outcome, BenchError> {
         if let Some((figure, _)) = self.figure() {
             let text = std::fs::read_to_string(out.join("metrics.json"))
@@ -228,7 +204,6 @@ impl ChaosApp {
             ChaosApp::Lasso | ChaosApp::Logistic => &["coefficients.tsv"],
             ChaosApp::StradsMf => &["user_factors.tsv", "item_factors.tsv"],
             ChaosApp::Lda => &["topic_word.tsv", "topics.txt"],
-            // Its metadata holds no path, so a resumed run writes the same bytes.
             ChaosApp::P3 => &["model.safetensors"],
         };
         let mut bytes = Vec::new();
@@ -251,41 +226,33 @@ pub enum Fault {
     /// Stalled 60 MiB frames from a member's certificate: the job must go on unharmed.
     Hostile,
     /// A member's own node goes bad (armed by `PETREL_CHAOS_HOSTILE_MEMBER`, struck by
-    /// SIGUSR1): from its own socket it stalls frames, trickles frames and floods at control
-    /// priority; the victim disconnects it for the first two, and the job must finish.
+    /// SIGUSR1): it stalls, trickles and floods frames; the job must finish.
     #[serde(rename = "hostile-member")]
     HostileMember,
-    /// The victim's host link cut (nodes in network namespaces), shorter or longer than
-    /// the failure timeout ([`CutCase`]).
+    /// The victim's host link cut (nodes in network namespaces; needs root).
     #[serde(rename = "link-cut")]
     LinkCut,
 }
 
-/// Whether a link cut should be survived or detected.
+/// Whether a link cut is shorter than the failure timeout (survived, no restart) or longer
+/// (a death: the cluster restarts from its newest checkpoint).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum CutCase {
-    /// Shorter than the failure timeout: nobody is declared dead, the job goes on and
-    /// needs no restart.
+enum CutCase {
     Short,
-    /// Longer than the failure timeout: a death; the cluster restarts from its newest
-    /// checkpoint.
     Long,
 }
 
-/// One planned link cut: its case and its length as a share of the job's failure timeout
-/// (read from the run's `cluster.toml` when it strikes, so it fits every app).
+/// One planned link cut: its case and its length over the job's failure timeout (read from
+/// the run's `cluster.toml` when it strikes): [0.1, 0.4] short, [1.2, 1.5] long.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinkCut {
-    /// Short or long.
-    pub case: CutCase,
-    /// Length / failure timeout: in [0.1, 0.4] when short, [1.2, 1.5] when long.
-    pub share: f64,
+struct LinkCut {
+    case: CutCase,
+    share: f64,
 }
 
 impl LinkCut {
-    /// The `k`-th link cut of a schedule (from 0): short, long, short, …, so any two
-    /// consecutive ones cover both cases; its length is drawn from `rng`.
+    /// The `k`-th link cut of a schedule: short, long, short, …
     fn nth(k: usize, rng: &mut impl Rng) -> LinkCut {
         let (case, shares) = if k.is_multiple_of(2) {
             (CutCase::Short, 0.1..0.4)
@@ -296,15 +263,12 @@ impl LinkCut {
         LinkCut { case, share }
     }
 
-    /// How long the link stays down at least, for a job with this failure timeout.
     fn length(&self, failure_timeout: Duration) -> Duration {
         failure_timeout.mul_f64(self.share)
     }
 
-    /// Whether the link may come back now: after its length, and a long cut only once the
-    /// job has also restarted (`restarted`), so a failure detected late on a loaded machine
-    /// still meets a cut link, and the restarted cluster never waits long for it. Either
-    /// way it comes back when the job has ended (`ended`).
+    /// Whether the link may come back: after its length, a long cut only once the job has
+    /// restarted (so a failure detected late still meets a cut link); always once it ended.
     fn may_restore(
         &self,
         down_for: Duration,
@@ -322,26 +286,21 @@ struct RunRecord {
     app: String,
     fault: Fault,
     victim: String,
-    /// Whose certificate a hostile member used.
     impostor: Option<String>,
     injected: bool,
     finished: bool,
     identical: bool,
-    /// A PS run's final figure within its app's tolerance of the reference's.
     within_tolerance: bool,
     restarts: u32,
     wall_s: f64,
-    /// A link cut: its case and how long the link was down.
     #[serde(skip_serializing_if = "Option::is_none")]
     cut: Option<CutRecord>,
-    /// Why this run did not run (a link cut without root, or on an app that places its
-    /// own processes).
+    /// Why this run did not run (a link cut without root).
     #[serde(skip_serializing_if = "Option::is_none")]
     skipped: Option<String>,
 }
 
 impl RunRecord {
-    /// The record of `planned` before it runs.
     fn of(planned: &Planned) -> RunRecord {
         RunRecord {
             app: planned.app.name(),
@@ -367,44 +326,30 @@ struct Figures {
     faults_injected: usize,
     jobs_completed: usize,
     outputs_identical: usize,
-    /// PS runs whose final figure is within the app's tolerance of its reference's (they
-    /// are not deterministic, so never counted as identical).
+    /// PS runs within the app's tolerance of the reference (never counted as identical).
     outputs_within_tolerance: usize,
     max_recovery_s: f64,
     orphans: usize,
     hangs: usize,
-    /// Cluster restarts over all faulted runs (a kill or a pause costs one; a hostile
-    /// member should cost none).
     restarts: u32,
-    /// Connections the hostile members tried (each comes back 200 ms after the victim
-    /// closes its connection).
+    /// Hostile connections tried, through the handshake, refused (stolen key), closed for
+    /// stalling, and still held at the job's end (must be 0).
     hostile_attempts: usize,
-    /// Those that got through the TLS handshake (a stolen key is refused right after it).
     hostile_connections: usize,
-    /// Those the victim refused because the certificate's node is at another address.
     hostile_refused: usize,
-    /// Those the victim closed for stalling frames.
     hostile_disconnected: usize,
-    /// Hostile members that still held stalled frames open on the victim when the job
-    /// ended (must be 0: a stolen key is never admitted).
     hostile_held: usize,
-    /// Attacks armed hostile members made (a strike makes a stall, a trickle and a flood,
-    /// in turn, while the job runs), as they logged them.
+    /// Attacks armed hostile members logged, and those their victim disconnected.
     hostile_member_attacks: usize,
-    /// Of those, the ones their victim disconnected (the stalls and the trickles).
     hostile_member_disconnected: usize,
-    /// One record per faulted run, in order.
     per_run: Vec<RunRecord>,
     /// Wall time of each app's uninterrupted run.
     reference_s: BTreeMap<String, f64>,
     seed: u64,
-    /// Planned runs that did not run (`per_run` says why): link cuts without root.
     runs_skipped: usize,
-    /// With link cuts: `netns <prefix>` (their emulated hosts, removed at the end), or
-    /// why they were skipped.
+    /// `netns <prefix>`, or why the link cuts were skipped.
     link_cuts: Option<String>,
-    /// Namespaces of the link cuts' hosts still present after the bench removed them
-    /// (must be false).
+    /// Link-cut namespaces left after the bench removed them (must be false).
     netns_left: bool,
 }
 
@@ -435,8 +380,7 @@ fn train(
         .args(app.job_flags(args))
         .args(["--max-restarts", &max_restarts.to_string()]);
     match app {
-        // The run directory (node configs) inside `out`, so the nodes' command lines
-        // name it, and the checkpoints in `out/checkpoints` as the other apps'.
+        // The run directory inside `out`, so the nodes' command lines name it.
         ChaosApp::P3 => cmd
             .arg("--out")
             .arg(out.join("model.safetensors"))
@@ -446,14 +390,11 @@ fn train(
             .arg(out.join("checkpoints")),
         _ => cmd.arg("--out").arg(out),
     };
-    // stdout says how many restarts the job needed (`finished after N restart(s)`).
-    // stderr holds the cause when a run fails.
     let log =
         std::fs::File::create(stdout_file(out)).map_err(BenchError::io("the run's stdout file"))?;
     let errors = std::fs::File::create(out.with_extension("stderr"))
         .map_err(BenchError::io("the run's stderr file"))?;
-    // The transport's warnings name refused and disconnected hostile members; an armed
-    // member says what became of its attacks.
+    // Warnings name refused and disconnected hostile members and their attacks.
     cmd.env(
         "RUST_LOG",
         "error,petrel_net::quic=warn,petrel_actors::chaos=warn",
@@ -464,8 +405,7 @@ fn train(
     .map_err(BenchError::io("spawn petrel train"))
 }
 
-/// What an armed hostile member said of each of its attacks, from the run's stdout and
-/// stderr (`stall: disconnected (TooSlow) after 2.1 s`).
+/// What an armed hostile member logged of each attack (`stall: disconnected (TooSlow) …`).
 fn member_attacks(out: &Path) -> Vec<String> {
     const SAID: &str = "hostile member attacked: ";
     [stdout_file(out), out.with_extension("stderr")]
@@ -485,7 +425,7 @@ fn member_attacks(out: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Where a run's stdout goes: beside its output directory (stderr beside it too).
+/// Where a run's stdout goes (stderr beside it).
 fn stdout_file(out: &Path) -> PathBuf {
     out.with_extension("stdout")
 }
@@ -521,8 +461,7 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
         .collect()
 }
 
-/// The node process `name` among the processes of the run in `out` (its `petrel node`
-/// is started with `--config <out>/…` and `--name <name>`).
+/// The `petrel node --name <name>` process of the run in `out`.
 fn node_pid(out: &Path, name: &str) -> Option<u32> {
     let needle = out.to_string_lossy().to_string();
     processes_mentioning(&needle).into_iter().find(|pid| {
@@ -562,9 +501,7 @@ fn wait_for(child: &mut Child, limit: Duration) -> Result<Option<bool>, BenchErr
     }
 }
 
-/// A hostile member attached to a running job: a thread that connects to the victim with
-/// a stolen certificate, opens stalled frames and holds them, and connects again whenever
-/// the victim closes the connection, until [`HostileMember::stop`].
+/// A thread that attacks the victim with a stolen certificate until [`HostileMember::stop`].
 struct HostileMember {
     stop: tokio::sync::oneshot::Sender<()>,
     thread: std::thread::JoinHandle<HostileOutcome>,
@@ -574,15 +511,12 @@ struct HostileMember {
 #[derive(Debug, Default)]
 struct HostileOutcome {
     attempts: usize,
-    /// Those that got through the handshake.
     connected: usize,
-    /// Those the victim refused because the certificate's node is at another address.
     refused: usize,
-    /// Those the victim closed for stalling frames.
     disconnected: usize,
-    /// A connection still open (holding stalled frames) when the job ended.
+    /// A connection still held open when the job ended.
     held: bool,
-    /// The last failure that was not a refusal (e.g. the victim restarting).
+    /// The last failure that was not a refusal.
     error: Option<String>,
 }
 
@@ -596,7 +530,6 @@ impl HostileOutcome {
         }
     }
 
-    /// How the table names the attack's fate.
     fn label(&self) -> String {
         let mut parts = vec![format!("refused {}/{}", self.refused, self.attempts)];
         if self.disconnected > 0 {
@@ -613,11 +546,9 @@ impl HostileOutcome {
 }
 
 impl HostileMember {
-    /// Reads the run's `cluster.toml` (in `out/run`), takes the certificate of member
-    /// `impostor` and attacks `victim` with it.
+    /// Attacks `victim` with the certificate of `impostor`, from the run's `cluster.toml`.
     fn start(out: &Path, victim: &str, impostor: &str) -> Result<HostileMember, BenchError> {
-        let settings = petrel_actors::Settings::load(&out.join("run").join("cluster.toml"))
-            .map_err(|e| BenchError::Incomplete(format!("the run's cluster.toml: {e}")))?;
+        let settings = run_settings(out)?;
         let nodes = &settings.nodes;
         let node = |name: &str| {
             (nodes.iter().position(|n| n.name == name))
@@ -655,7 +586,6 @@ impl HostileMember {
         Ok(HostileMember { stop, thread })
     }
 
-    /// Ends the attack and says what became of it.
     fn stop(self) -> HostileOutcome {
         let _ = self.stop.send(());
         self.thread.join().unwrap_or_else(|_| HostileOutcome {
@@ -665,9 +595,8 @@ impl HostileMember {
     }
 }
 
-/// The hostile member's loop: connect as `from` with `creds`, open five stalled 60 MiB
-/// frames, hold them until the victim closes the connection, and come back 200 ms later,
-/// until `stopped`.
+/// Connects as `from`, opens five stalled 60 MiB frames, holds them until the victim
+/// closes the connection, and comes back 200 ms later, until `stopped`.
 async fn attack(
     creds: petrel_net::ClusterCredentials,
     net: petrel_net::NetConfig,
@@ -684,7 +613,6 @@ async fn attack(
             c = connect_as_member(&creds, &net, to) => c,
             _ = &mut stopped => return outcome,
         };
-        // An attempt counts once it has an outcome (not one cut short by the job's end).
         outcome.attempts += 1;
         match connected {
             Err(e) => match refusal_of(&e) {
@@ -717,8 +645,7 @@ async fn attack(
 }
 
 /// Where a run's nodes go: on 127.0.0.1 (`Ok(None)`), one per emulated host for a link
-/// cut (`Ok(Some(hosts))`), or nowhere: the run is skipped, and `Err` says why (the link
-/// cuts' hosts could not be made; `link_cuts` says why).
+/// cut, or nowhere (`Err`: why the run is skipped).
 fn placement<'a>(
     link_cut: bool,
     hosts: Option<&'a Hosts>,
@@ -735,9 +662,8 @@ fn placement<'a>(
     })
 }
 
-/// The emulated hosts of the schedule's link cuts, one per node of the largest job
-/// (removed when dropped), and what the JSON says of them: `netns <prefix>`, or
-/// `skipped: <why>` without root. `None`, `None` when no link cut is planned.
+/// The link cuts' emulated hosts, one per node of the largest job, and what the JSON says
+/// of them: `netns <prefix>`, or `skipped: <why>` without root.
 fn link_cut_hosts(
     args: &ChaosBenchArgs,
     plan: &[Planned],
@@ -775,14 +701,19 @@ impl Drop for LinkGuard<'_> {
     }
 }
 
+/// The settings of the run in `out` (its `run/cluster.toml`).
+fn run_settings(out: &Path) -> Result<petrel_actors::Settings, BenchError> {
+    petrel_actors::Settings::load(&out.join("run").join("cluster.toml"))
+        .map_err(|e| BenchError::Incomplete(format!("the run's cluster.toml: {e}")))
+}
+
 /// Whether a job's stdout says its first restart has begun (`<app>: restart 1 …`).
 fn restart_begun(stdout: &str) -> bool {
     stdout.lines().any(|l| l.contains(": restart 1 "))
 }
 
-/// Cuts the link of `victim`'s host (node `i` of the run's `cluster.toml` is on host `i`)
-/// and restores it when `cut` allows ([`LinkCut::may_restore`]) or at `deadline`. `None`
-/// when the run has no such node.
+/// Cuts the link of `victim`'s host (node `i` is on host `i`) until
+/// [`LinkCut::may_restore`] or `deadline`.
 fn cut_link(
     hosts: &Hosts,
     out: &Path,
@@ -791,8 +722,7 @@ fn cut_link(
     child: &mut Child,
     deadline: Instant,
 ) -> Result<Option<CutRecord>, BenchError> {
-    let settings = petrel_actors::Settings::load(&out.join("run").join("cluster.toml"))
-        .map_err(|e| BenchError::Incomplete(format!("the run's cluster.toml: {e}")))?;
+    let settings = run_settings(out)?;
     let Some(host) = settings.nodes.iter().position(|n| n.name == victim) else {
         return Ok(None);
     };
@@ -826,16 +756,14 @@ struct Planned {
     app: ChaosApp,
     fault: Fault,
     victim: String,
-    /// Whose certificate a hostile member uses.
     impostor: Option<String>,
     /// How long after the first checkpoint the fault strikes.
     delay: Duration,
     cut: Option<LinkCut>,
 }
 
-/// The seeded fault schedule: run `i` runs app `i mod len(apps)` and hits one of its
-/// nodes, chosen at random, with a fault chosen at random from `--faults` (link cuts
-/// alternate short and long, [`LinkCut::nth`]).
+/// The seeded schedule: run `i` hits a random node of app `i mod len(apps)` with a random
+/// fault of `--faults`.
 fn schedule(args: &ChaosBenchArgs) -> Vec<Planned> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let mut cuts = 0;
@@ -944,8 +872,8 @@ type Rows = Vec<serde_json::Value>;
 /// Each app's uninterrupted reference run, by app name: its wall seconds and its model.
 type References = BTreeMap<String, (f64, Outcome)>;
 
-/// One uninterrupted reference run per app: its model is what every faulted run of that
-/// app must end with, and its wall time is the base of the recovery time.
+/// One uninterrupted run per app: the model its faulted runs must end with, and the base of
+/// their recovery time.
 fn reference_runs(
     args: &ChaosBenchArgs,
     root: &Path,
@@ -974,8 +902,7 @@ fn reference_runs(
     Ok(references)
 }
 
-/// A planned run that cannot run (a link cut without its network namespaces): its row
-/// and record say why.
+/// A planned run that cannot run (a link cut without namespaces).
 fn skip_run(run: usize, planned: Planned, why: String, figures: &mut Figures, table: &mut Rows) {
     figures.runs_skipped += 1;
     table.push(serde_json::json!({"run": run, "app": planned.app.name(),
@@ -1000,7 +927,7 @@ struct Ran {
 }
 
 /// Runs `planned` into `out` with up to two restarts, strikes its fault, waits for the end
-/// and kills stragglers; a hostile member's counts go to `figures`.
+/// and kills stragglers.
 fn faulted_run(
     args: &ChaosBenchArgs,
     out: &Path,
@@ -1071,9 +998,8 @@ fn faulted_run(
     })
 }
 
-/// Strikes `planned`'s fault at a random moment after the run's first checkpoint (none
-/// when the job ends or the limit passes first): whether it struck, the hostile member
-/// it started and what a link cut did.
+/// Strikes `planned`'s fault after the run's first checkpoint: whether it struck, the
+/// hostile member it started and what a link cut did.
 fn inject(
     args: &ChaosBenchArgs,
     out: &Path,
@@ -1123,8 +1049,7 @@ fn inject(
     Ok((injected, hostile, cut_record))
 }
 
-/// Compares a faulted run's model with its app's reference, adds the run to `figures`
-/// and its row to `table`.
+/// Compares a faulted run's model with its app's reference and records it.
 fn record_run(
     run: usize,
     planned: Planned,

@@ -1,6 +1,5 @@
 //! What the benches share: medians, ratios and the table of JSON rows; for the
-//! parameter-server benches (`consistency`, `managed`, `adarevision`) their nodes, data and
-//! stragglers, and their ending: the JSON figures saved to `--json-out` and printed last.
+//! parameter-server benches their nodes, data, stragglers and `--json-out`.
 
 use crate::BenchError;
 use petrel::report::{Table, fmt, print_json, save_json};
@@ -22,8 +21,7 @@ pub struct PsClusterArgs {
 }
 
 impl PsClusterArgs {
-    /// Runs `A` on an in-process cluster of these nodes with a 10 s failure timeout (then
-    /// `tweak`).
+    /// Runs `A` on an in-process cluster of these nodes (10 s failure timeout, then `tweak`).
     pub(crate) fn run<A: PsApp>(
         &self,
         cfg: A::Config,
@@ -56,8 +54,8 @@ pub struct LrDataArgs {
 }
 
 impl LrDataArgs {
-    /// The LR job on this data (with `quick`: 1000 samples, 40 features, 4 classes), run
-    /// to the clock limit of each bench's time limit.
+    /// The LR job on this data (`quick`: 1000 samples, 40 features, 4 classes), without a
+    /// clock limit.
     pub(crate) fn config(&self, quick: bool) -> PsLrSettings {
         let (samples, features, classes) = if quick {
             (1000, 40, 4)
@@ -76,8 +74,7 @@ impl LrDataArgs {
     }
 }
 
-/// Transient stragglers: each clock of each worker is slowed `transient_factor` times with
-/// probability `transient_probability`.
+/// Transient stragglers.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TransientArgs {
     /// Probability that a clock of a worker is slowed (transient stragglers).
@@ -124,8 +121,7 @@ pub(crate) fn upper_median<T: Copy + PartialOrd>(mut v: Vec<T>) -> Option<T> {
     v.get(v.len() / 2).copied()
 }
 
-/// The synthetic MF job of the PS benches (smaller with `quick`), which each sets its
-/// consistency, limits and stragglers on.
+/// The synthetic MF job of the PS benches (smaller with `quick`).
 pub(crate) fn ps_mf(quick: bool) -> PsMfSettings {
     let (users, items, observed) = if quick {
         (400, 200, 0.05)
@@ -153,10 +149,9 @@ pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     a.zip(b).filter(|&(_, b)| b > 0.0).map(|(a, b)| a / b)
 }
 
-/// `rows` as a table of their JSON values at `keys` (separated by whitespace; paths such as
-/// `breakdown/encode_ms` are headed by their last part), so a figures struct names each
-/// column once: floats through [`fmt`] (in `e` notation below 0.001), `-` where a row has
-/// no value.
+/// `rows` as a table of their JSON values at `keys` (whitespace-separated; a path such as
+/// `breakdown/encode_ms` is headed by its last part): floats through [`fmt`] (`e` notation
+/// below 0.001), `-` where a row has no value.
 pub(crate) fn json_table<T: Serialize>(rows: impl IntoIterator<Item = T>, keys: &str) -> Table {
     let keys: Vec<&str> = keys.split_whitespace().collect();
     let headers: Vec<&str> = keys.iter().filter_map(|k| k.rsplit('/').next()).collect();

@@ -1,12 +1,8 @@
 //! `petrel bench consistency`: BSP, SSP(s), ESSP(s) and async on the parameter server under
-//! stragglers as they occur, on matrix factorization and logistic regression, side by side.
-// Long because one bench's flags, apps, runner, table and JSON schema share private types.
-//!
-//! Each (app, model, staleness) runs on its own in-process cluster with emulated compute
-//! (`clock_ms` a clock, stretched by seeded transient stragglers and an optional persistent
-//! one) and shaped QUIC links, until the app's target or `max_seconds`. Reported per run:
-//! time and iterations (min clock) to the target and the staleness the reads observed; one
-//! plot per app of time to target against the staleness bound.
+//! stragglers, on matrix factorization and logistic regression, side by side. Each (app,
+//! model, staleness) runs on its own in-process cluster with emulated compute (seeded
+//! transient stragglers, an optional persistent one) and shaped QUIC links, until the
+//! target or `max_seconds`; one plot per app of time to target against the bound.
 
 use crate::BenchError;
 use crate::common::{LrDataArgs, PsClusterArgs, TransientArgs, json_table, ratio, save_and_print};
@@ -112,32 +108,25 @@ pub struct ConsistencyRun {
     pub mean_staleness: f64,
     pub staleness_variance: f64,
     pub max_staleness: u64,
-    /// The part of `staleness_variance` between workers (the spread of their mean
-    /// staleness; `StalenessReport::between_variance`), MF only.
+    /// The part of `staleness_variance` between workers' means (MF only).
     pub staleness_variance_between_workers: Option<f64>,
     /// Mean observed staleness per worker, MF only.
     pub per_worker_mean_staleness: Vec<f64>,
     pub wall_s: f64,
-    /// Where a worker's clock went, averaged over every clock of every worker.
     pub per_clock: Option<ClockBreakdown>,
 }
 
-/// Where a worker's clock went: its run time, compute (emulated time included) and time
-/// blocked in reads per clock, and the read requests behind them.
+/// Where a worker's clock went, averaged over every clock of every worker: run time,
+/// compute and time blocked in reads (`None`: the app does not time its workers), of that
+/// in reads above the shard's min clock last seen (`bound_blocked_ms`), the rest
+/// (`other_ms`), and the read requests behind them.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct ClockBreakdown {
-    /// Milliseconds per clock (run time over clocks; `None` when the app does not time its
-    /// workers).
     pub ms: Option<f64>,
-    /// Compute per clock (ms; `None` when not timed).
     pub compute_ms: Option<f64>,
     pub blocked_ms: f64,
-    /// Of that, in reads that needed a clock above the shard's min clock last seen (may
-    /// have waited for slower workers).
     pub bound_blocked_ms: f64,
-    /// The rest: sending updates, loop and runtime overhead (ms; `None` when not timed).
     pub other_ms: Option<f64>,
-    /// Blocking read round trips per clock.
     pub round_trips: f64,
     pub request_messages: f64,
     pub rows_requested: f64,
@@ -146,8 +135,8 @@ pub struct ClockBreakdown {
 }
 
 impl ClockBreakdown {
-    /// The breakdown from per-worker clocks, read figures, compute and run seconds (empty
-    /// or all-zero `compute_s`/`run_s`: not timed).
+    /// The breakdown from per-worker clocks, reads, compute and run seconds (empty: not
+    /// timed).
     pub fn of(
         clocks: &[u64],
         reads: &[ReadStats],
@@ -184,7 +173,6 @@ impl ClockBreakdown {
 /// The figures of one app.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ConsistencyAppFigures {
-    /// The target (RMSE for MF, log-loss for LR).
     pub target: f64,
     pub runs: Vec<ConsistencyRun>,
     /// BSP's time to target over SSP's at SSP's best staleness (> 1: SSP is faster).
@@ -206,19 +194,14 @@ pub struct ConsistencyFigures {
     pub workers: usize,
     pub transient_probability: f64,
     pub transient_factor: f64,
-    /// Persistent straggler factor (1 = none).
     pub persistent_factor: f64,
     pub clock_ms: f64,
-    /// Link latency and jitter (ms; QUIC only).
     pub latency_ms: u64,
-    /// See `latency_ms`.
     pub jitter_ms: u64,
-    /// Expected ms per clock of one worker under the straggler model.
+    /// Expected ms per clock of one worker, and of the slowest (what BSP pays).
     pub expected_clock_ms: f64,
-    /// Expected ms per clock of the slowest worker (what BSP pays).
     pub expected_slowest_clock_ms: f64,
     pub quick: bool,
-    /// Per app (`mf`, `lr`).
     pub apps: std::collections::BTreeMap<String, ConsistencyAppFigures>,
 }
 

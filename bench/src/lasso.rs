@@ -133,7 +133,16 @@ pub fn run(args: LassoBenchArgs) -> Result<(), StradsTrainError> {
     let mut medians = std::collections::HashMap::new();
     let mut rows = Vec::new();
     for (mode, rho) in variants {
-        let runs = run_mode(&args, &base, &out, target, mode, rho)?;
+        let runs = repeat_runs(args.repeats, args.workers, args.transport, false, |seed| {
+            LassoSettings {
+                mode,
+                rho,
+                seed,
+                target_objective: Some(target),
+                out_dir: Some(out.join(format!("{mode}-{seed}"))),
+                ..base.clone()
+            }
+        })?;
         let reached = runs.iter().filter(|m| m.target_updates.is_some()).count();
         // A median to the target only when every run reached it.
         let all = reached == runs.len();
@@ -236,32 +245,23 @@ pub(crate) fn solve_design(
     Ok((design, m))
 }
 
-/// `--repeats` runs of one scheduler variant (seeds 0, 1, ...) to `target`.
-fn run_mode(
-    args: &LassoBenchArgs,
-    base: &LassoSettings,
-    out: &Path,
-    target: f64,
-    mode: ScheduleMode,
-    rho: Option<f32>,
+/// `repeats` runs (seeds 0, 1, ...) of `job(seed)` on `workers` workers.
+pub(crate) fn repeat_runs(
+    repeats: u64,
+    workers: usize,
+    transport: JobTransport,
+    colocate: bool,
+    job: impl Fn(u64) -> LassoSettings,
 ) -> Result<Vec<LassoMetrics>, StradsTrainError> {
-    let mode_name = mode.to_string();
-    let mode_name = mode_name.as_str();
-    let mut runs = Vec::new();
-    for seed in 0..args.repeats.max(1) {
-        let job = LassoSettings {
-            mode,
-            rho,
-            seed,
-            target_objective: Some(target),
-            out_dir: Some(out.join(format!("{mode_name}-{seed}"))),
-            ..base.clone()
-        };
-        let m = run_lasso_job(&job, args.workers, args.transport, false)?;
-        tracing::info!(mode = mode_name, seed, updates = ?m.target_updates, seconds = ?m.target_s, "lasso bench run");
-        runs.push(m);
-    }
-    Ok(runs)
+    (0..repeats.max(1))
+        .map(|seed| {
+            let job = job(seed);
+            let m = run_lasso_job(&job, workers, transport, colocate)?;
+            tracing::info!(mode = %job.mode, schedulers = job.schedulers, depth = job.depth, seed,
+                updates = ?m.target_updates, seconds = m.elapsed_s, "lasso bench run");
+            Ok(m)
+        })
+        .collect()
 }
 
 /// Plots the first run of each mode: relative objective gap against time and against

@@ -1,8 +1,7 @@
-//! `petrel bench lasso-scale`: STRADS Lasso against the single-threaded cyclic coordinate
-//! descent baseline on sparse correlated designs of growing size, through the scale
-//! harness ([`crate::scale`]); f* is the baseline run to a duality gap of `--optimum-gap`.
-//! After the table, a probe of how fast one and two threads stream memory here
-//! (`memory_bandwidth`): the ceiling of what a second worker gains in passes that only read.
+//! `petrel bench lasso-scale`: STRADS Lasso against single-threaded cyclic coordinate
+//! descent on sparse correlated designs of growing size ([`crate::scale`]); f* is the
+//! baseline run to a duality gap of `--optimum-gap`. After the table, how fast one and two
+//! threads stream memory here: the ceiling of what a second worker gains.
 
 use crate::memory_bandwidth::{self, StreamBandwidth};
 use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, DesignSize, PetrelRun, Prepared};
@@ -75,10 +74,9 @@ pub struct LassoScaleBenchArgs {
 pub struct LassoRun {
     /// Coordinates per round.
     pub block_size: usize,
-    /// The compute on the critical path up to the target (the slowest worker's per round
-    /// plus the scheduler's): petrel's time if messages and waits cost nothing.
+    /// The compute on the critical path to the target: petrel's time if messages and waits
+    /// cost nothing; over `baseline_s`, the ratio's floor on this host.
     pub compute_to_target_s: Option<f64>,
-    /// `compute_to_target_s / baseline_s`: the ratio's floor on this host.
     pub compute_ratio: Option<f64>,
     pub profile: RoundProfile,
 }
@@ -98,7 +96,6 @@ pub struct LassoTop {
     pub interference_bound: f32,
     pub depth: usize,
     pub round_latency_ms: f64,
-    /// One thread's streaming read bandwidth against two threads' (`--bandwidth-mb`).
     pub memory_bandwidth: Option<StreamBandwidth>,
 }
 
@@ -109,12 +106,9 @@ impl CdScale for LassoScaleBenchArgs {
     type Run = LassoRun;
     type Size = LassoSize;
     type Top = LassoTop;
-    /// The design, dropped before the last repeat's STRADS runs so that they start without
-    /// this process's copy of it (what in-process transports measure as their peak).
+    /// Dropped before the last repeat's STRADS runs, out of their in-process peak.
     type Design = Option<(SparseColumns, Vec<f32>)>;
     const NAME: &'static str = "lasso-scale";
-    const NO_CLUSTER: &'static str =
-        "lasso-scale compares STRADS runs: --transport memory, quic or processes";
     const EXTRA_KEYS: &'static str = "block_size rss_mb worker_rss_mb worker_holds_mb \
         worker_rss_over_holds worker_heap_over_holds scheduler_rss_mb profile/round_latency_ms \
         profile/messaging_s compute_ratio";
@@ -151,7 +145,7 @@ impl CdScale for LassoScaleBenchArgs {
             solver: self.solver,
             ..LassoSettings::default()
         };
-        // Each solver gets its own knobs only (`gauss-seidel` refuses the scheduled mode's).
+        // `gauss-seidel` refuses the scheduled mode's knobs.
         if self.solver == LassoSolver::Scheduled {
             (job.interference_bound, job.depth) = (self.interference_bound, self.depth);
         } else {
@@ -160,11 +154,9 @@ impl CdScale for LassoScaleBenchArgs {
         job
     }
 
-    /// Counted from the solvers' own structures. A scheduled worker: its rows' share of X
-    /// (8 bytes a non-zero), the coefficients (8 bytes a feature), its rows' y and residual
-    /// (12 bytes a row). A Gauss-Seidel worker: its columns' share of X, per column of its
-    /// share the column start, squared norm and coefficient (24 bytes), and per row y, the
-    /// residual and the round's start residual (20 bytes).
+    /// From the solvers' structures: a scheduled worker holds its rows' share of X (8 bytes
+    /// a non-zero), the coefficients and its rows' y and residual; a Gauss-Seidel worker its
+    /// columns' share of X, 24 bytes a column of it and 20 a row.
     fn holds_mb(&self, nnz: usize, size: &DesignSize, workers: usize) -> f64 {
         let share = workers.max(1) as f64;
         let (nnz, d, n) = (nnz as f64, size.n_features as f64, size.n_samples as f64);
@@ -187,7 +179,6 @@ impl CdScale for LassoScaleBenchArgs {
         let nnz = x.values.len();
         let seconds = generated.elapsed().as_secs_f64();
         tracing::info!(nnz, seconds, "design generated");
-        // f*: the baseline to a tight duality gap.
         let optimum_job = LassoSettings {
             gap_tolerance: Some(self.optimum_gap),
             ..job.clone()
@@ -231,7 +222,6 @@ impl CdScale for LassoScaleBenchArgs {
             petrel_updates: m.target_updates,
             rounds: m.rounds,
             final_objective: m.final_objective,
-            // What the nodes sampled during their rounds.
             rss_mb: Some(p.scheduler_peak_rss_mb.max(p.worker_peak_rss_mb)),
             extra: LassoRun {
                 block_size: m.block_size,
@@ -243,7 +233,6 @@ impl CdScale for LassoScaleBenchArgs {
         })
     }
 
-    /// After the table, a probe of how fast one thread and two threads stream memory here.
     fn top(&self) -> LassoTop {
         let bandwidth =
             (self.bandwidth_mb > 0).then(|| memory_bandwidth::measure(self.bandwidth_mb << 20, 5));

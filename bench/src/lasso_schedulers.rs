@@ -4,12 +4,12 @@
 //! in-process cluster (one node per scheduler, `--workers` worker nodes, QUIC on
 //! 127.0.0.1); the table shows medians over `--repeats` runs.
 
-use crate::lasso::{DesignFigures, solve_design};
+use crate::lasso::{DesignFigures, repeat_runs, solve_design};
 use crate::scale::write_plot;
+use petrel::train::StradsTrainError;
 use petrel::train::plot::{Series, absolute};
-use petrel::train::{StradsTrainError, run_lasso_job};
 use petrel_actors::JobTransport;
-use petrel_strads::apps::lasso::{LassoMetrics, LassoSettings, SyntheticLasso};
+use petrel_strads::apps::lasso::{LassoSettings, SyntheticLasso};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -106,25 +106,19 @@ pub fn run(args: LassoSchedulersBenchArgs) -> Result<(), StradsTrainError> {
     let mut series = Vec::new();
     for &depth in &args.depths {
         for &s in &args.schedulers {
-            let mut runs: Vec<LassoMetrics> = Vec::new();
-            for seed in 0..args.repeats {
-                let job = LassoSettings {
+            let runs = repeat_runs(
+                args.repeats,
+                args.workers,
+                args.transport,
+                args.colocate,
+                |seed| LassoSettings {
                     schedulers: s,
                     depth,
                     seed,
                     out_dir: Some(out.join(format!("s{s}-d{depth}-{seed}"))),
                     ..base.clone()
-                };
-                let m = run_lasso_job(&job, args.workers, args.transport, args.colocate)?;
-                tracing::info!(
-                    schedulers = s,
-                    depth,
-                    seed,
-                    seconds = m.elapsed_s,
-                    "lasso-schedulers run"
-                );
-                runs.push(m);
-            }
+                },
+            )?;
             let secs: Vec<f64> = runs.iter().map(|m| m.elapsed_s).collect();
             let v = Variant {
                 schedulers: s,

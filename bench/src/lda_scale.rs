@@ -44,40 +44,25 @@ pub struct LdaScaleBenchArgs {
     pub out: PathBuf,
 }
 
-/// One run: a corpus size and a worker count.
+/// One run: a corpus size and a worker count. `tokens_per_s` is all workers'; per core is
+/// per worker (one sampling thread each); `wall_s` includes cluster start and generation.
 #[derive(Debug, Clone, Serialize)]
 pub struct LdaScaleRun {
-    /// Worker count.
     pub workers: usize,
-    /// Tokens sampled per second, all workers together.
     pub tokens_per_s: f64,
-    /// `tokens_per_s / workers` (one sampling thread per worker).
     pub tokens_per_s_per_core: f64,
-    /// Sampling seconds x workers / tokens sampled, in ns.
     pub ns_per_token_per_core: f64,
-    /// Seconds in sampling rounds.
     pub sampling_s: f64,
-    /// Wall seconds of the whole run (cluster start and corpus generation included).
     pub wall_s: f64,
-    /// Log-likelihood per token at the end.
     pub final_loglik_per_token: f64,
-    /// Node peaks against what a worker holds.
     #[serde(flatten)]
     pub memory: NodeMemory,
 }
 
-/// What one of `workers` workers holds, MB, counted from the sampler's own structures
-/// (`petrel_strads::core::lda::LdaWorker`): per token of its share 16 bytes (the word id,
-/// its topic, and the block index's `(document, position)` pair); per document at most
-/// `min(topics, length)` sparse `(topic, count)` pairs of 8 bytes; and the word-topic counts
-/// (4 bytes each, the whole table as an upper bound of the blocks it holds at once).
-pub fn worker_holds_mb(
-    tokens: usize,
-    docs: usize,
-    vocab: usize,
-    topics: usize,
-    workers: usize,
-) -> f64 {
+/// What one of `workers` workers holds, MB, from the sampler's structures: 16 bytes a token
+/// of its share, at most `min(topics, length)` 8-byte `(topic, count)` pairs a document,
+/// and the whole word-topic table (4 bytes a count) as an upper bound.
+fn worker_holds_mb(tokens: usize, docs: usize, vocab: usize, topics: usize, workers: usize) -> f64 {
     let w = workers.max(1) as f64;
     let token_bytes = tokens as f64 / w * 16.0;
     let doc_length = tokens as f64 / docs.max(1) as f64;
@@ -86,39 +71,27 @@ pub fn worker_holds_mb(
     (token_bytes + doc_topic_bytes + word_topic_bytes) / (1024.0 * 1024.0)
 }
 
-/// One corpus size.
+/// One corpus size; `speedup`: tokens/s of the largest worker count over one worker's.
 #[derive(Debug, Clone, Serialize)]
 pub struct LdaScaleSize {
-    /// Tokens in the corpus.
     pub tokens: usize,
-    /// Documents in the corpus.
     pub docs: usize,
-    /// One run per worker count.
     pub per_workers: BTreeMap<usize, LdaScaleRun>,
-    /// Tokens/s of the largest worker count over one worker's (when both ran).
     pub speedup: Option<f64>,
 }
 
-/// The bench's figures (its JSON line).
+/// The bench's JSON line; `per_core_spread`: per worker count, slowest over fastest time
+/// per token per core across the sizes.
 #[derive(Debug, Serialize)]
 pub struct LdaScaleFigures {
-    /// `"lda-scale"`.
     pub bench: &'static str,
-    /// Topics.
     pub topics: usize,
-    /// Vocabulary size.
     pub vocab: usize,
-    /// Tokens per document.
     pub doc_length: usize,
-    /// Passes over each corpus.
     pub iterations: usize,
-    /// How the nodes ran.
     pub transport: String,
-    /// One entry per corpus size.
     pub sizes: Vec<LdaScaleSize>,
-    /// Per worker count: slowest over fastest time per token per core across the sizes.
     pub per_core_spread: BTreeMap<usize, f64>,
-    /// The SVG plot's path.
     pub plot: String,
 }
 
@@ -195,14 +168,13 @@ pub fn measure(args: &LdaScaleBenchArgs) -> Result<LdaScaleFigures, StradsTrainE
         vocab: args.vocab,
         doc_length: args.doc_length,
         iterations: args.iterations,
-        transport: args.grid.transport_name(),
+        transport: crate::common::name_of(&args.grid.transport),
         sizes,
         per_core_spread,
         plot,
     })
 }
 
-/// Refuses a document longer than a corpus.
 fn validate(args: &LdaScaleBenchArgs) -> Result<(), StradsTrainError> {
     if args.doc_length == 0 || args.tokens.iter().any(|&t| t < args.doc_length) {
         return Err(StradsTrainError::Usage(
@@ -228,7 +200,6 @@ fn run_one(
         out_dir: Some(out.join(format!("t{tokens}-p{workers}"))),
         ..LdaSettings::default()
     };
-    // The flags checked as `train lda` checks its settings.
     job.validate().map_err(StradsError::from)?;
     let started = Instant::now();
     let m = run_job::<LdaApp>(&job, workers, args.grid.transport)?;

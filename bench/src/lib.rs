@@ -1,49 +1,44 @@
 //! petrel's benchmarks: `petrel bench <name>` (or the `petrel-bench` binary itself). Each
 //! prints a human table and ends with one JSON line of figures; [`BenchCommand`] lists
-//! them. The `petrel-bench` binary is also the whole `petrel` command line, so the node
-//! processes a bench launches run its roles ([`register_roles`]) as well as the built-in
-//! ones.
-//!
-//! [`BenchError`] is the error of every bench but the STRADS and P3 ones.
+//! them. The binary is also the whole `petrel` command line, so the node processes a bench
+//! launches run its roles ([`register_roles`]) as well as the built-in ones.
 
-// The P3 benches return the facade's `P3JobError` (the job they run is `petrel train p3`'s);
-// clippy measures that foreign type above its threshold, where the facade's own lint does not.
+// The P3 benches return the facade's `P3JobError`, which clippy finds large.
 #![allow(clippy::result_large_err)]
 
 use petrel::CliError;
 
-pub mod chaos;
-pub mod common;
-// The application benchmarks document their own items.
+// The benches the tests drive document their own items.
 #[allow(missing_docs)]
 pub mod adarevision;
 #[allow(missing_docs)]
 pub mod consistency;
 #[allow(missing_docs)]
-pub mod lasso;
-#[allow(missing_docs)]
 pub mod lasso_scale;
 #[allow(missing_docs)]
-pub mod lasso_schedulers;
-#[allow(missing_docs)]
-pub mod lda;
 pub mod lda_scale;
-pub mod load;
-pub mod logistic_scale;
 #[allow(missing_docs)]
 pub mod managed;
-pub mod memory_bandwidth;
 #[allow(missing_docs)]
-pub mod mf;
 pub mod mf_scale;
-#[allow(missing_docs)]
-pub mod p3;
-pub mod p3_real;
-pub mod ps;
-pub mod reproduce;
-pub mod scale;
-pub mod soak;
-pub mod transport;
+
+mod chaos;
+mod common;
+mod lasso;
+mod lasso_schedulers;
+mod lda;
+mod load;
+mod logistic_scale;
+mod memory_bandwidth;
+mod mf;
+mod p3;
+mod p3_real;
+mod performance;
+mod ps;
+mod reproduce;
+mod scale;
+mod soak;
+mod transport;
 
 /// Why a runtime benchmark failed.
 #[derive(Debug, thiserror::Error)]
@@ -260,8 +255,12 @@ benches! {
     Managed(managed::ManagedBenchArgs),
     /// Parameter server: AdaRevision vs the best fixed and Adagrad step of a grid.
     Adarevision(adarevision::AdaRevisionBenchArgs),
-    /// Writes docs/REPRODUCING.md from the benches' JSON figures.
+    /// Writes docs/REPRODUCING.md and the performance page (BENCHMARKS.md) from the
+    /// benches' JSON figures and records.
     Report(reproduce::ReportArgs),
+    /// Runs a bench and records its JSON line, command, date and machine for the
+    /// performance page (`docs/figures/perf/<name>.json`).
+    Record(performance::RecordArgs),
     /// P3: sequential vs fifo vs priority-sliced parameter propagation on shaped links.
     P3(p3::P3BenchArgs),
     /// P3 on real compute: candle ResNet-18/VGG-11 layouts, 2 workers + 2 shards as

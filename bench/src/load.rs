@@ -1,8 +1,6 @@
-//! How fast petrel reads its data files: a LIBSVM, a ratings and a bag-of-words file of
-//! about `--mb` MB each (generated, or a LIBSVM file given with `--file`), each loaded
-//! cold (parsed from the text, the binary cache off) and from the binary cache next to
-//! the file. MB/s are 10^6 bytes of the text file a second; the file is read once before
-//! each timing, so the figures are the parse's, not the disk's.
+//! `petrel bench load`: how fast petrel reads a LIBSVM, a ratings and a bag-of-words file of
+//! about `--mb` MB each (or a LIBSVM `--file`), cold (parsed) and from the binary cache.
+//! MB/s are 10^6 bytes of text a second; the file is read once before each timing.
 
 use crate::BenchError;
 use petrel::report::{Table, fmt, print_json};
@@ -27,19 +25,14 @@ pub struct LoadBenchArgs {
     pub repeat: usize,
 }
 
-/// The figures of the JSON line.
+/// The JSON line: each cold parse's MB/s, the cache's over all three files, the cores.
 #[derive(Debug, Serialize)]
-pub struct LoadFigures {
-    /// Cold LIBSVM parse, MB/s.
-    pub libsvm_mb_per_s: f64,
-    /// Cold ratings (TSV) parse, MB/s.
-    pub ratings_mb_per_s: f64,
-    /// Cold bag-of-words parse, MB/s.
-    pub bow_mb_per_s: f64,
-    /// Loads from the binary cache, all three files, MB of text a second.
-    pub cache_mb_per_s: f64,
-    /// Cores the parse ran on.
-    pub cores: usize,
+struct LoadFigures {
+    libsvm_mb_per_s: f64,
+    ratings_mb_per_s: f64,
+    bow_mb_per_s: f64,
+    cache_mb_per_s: f64,
+    cores: usize,
 }
 
 /// A small xorshift: the files are the same on every run.
@@ -63,19 +56,10 @@ fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], BenchError> {
         dir.join("ratings.tsv"),
         dir.join("docword.txt"),
     ];
-    let create = |p: &Path| {
-        std::fs::File::create(p)
-            .map(std::io::BufWriter::new)
-            .map_err(BenchError::io(format!("create {}", p.display())))
-    };
     // LIBSVM: rows of up to 400 increasing indices below 10^6.
-    let mut w = create(&paths[0])?;
-    let mut written = 0;
-    let mut line = String::new();
-    while written < target {
-        line.clear();
+    write_lines(&paths[0], target, || {
         let label = (rng.next() % 20_000) as f64 / 1000.0 - 10.0;
-        line.push_str(&format!("{label:.4}"));
+        let mut line = format!("{label:.4}");
         let mut idx = 0;
         for _ in 0..400 {
             idx += 1 + rng.next() % 4999;
@@ -85,29 +69,15 @@ fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], BenchError> {
             let v = (rng.next() % 2_000_000) as f64 / 1e6 - 1.0;
             line.push_str(&format!(" {idx}:{v:.6}"));
         }
-        line.push('\n');
-        written += line.len();
-        w.write_all(line.as_bytes())
-            .map_err(BenchError::io("write LIBSVM"))?;
-    }
-    w.flush().map_err(BenchError::io("write LIBSVM"))?;
+        line + "\n"
+    })?;
     // Ratings: user, item, rating.
-    let mut w = create(&paths[1])?;
-    let mut written = 0;
-    while written < target {
-        let (u, i, r) = (
-            rng.next() % 500_000,
-            rng.next() % 20_000,
-            1 + rng.next() % 5,
-        );
-        let line = format!("{u}\t{i}\t{r}\n");
-        written += line.len();
-        w.write_all(line.as_bytes())
-            .map_err(BenchError::io("write ratings"))?;
-    }
-    w.flush().map_err(BenchError::io("write ratings"))?;
-    // Bag of words: documents of up to 100 increasing word ids below 10^5.
-    let mut body = Vec::with_capacity(target + 64);
+    write_lines(&paths[1], target, || {
+        let (u, i) = (rng.next() % 500_000, rng.next() % 20_000);
+        format!("{u}\t{i}\t{}\n", 1 + rng.next() % 5)
+    })?;
+    // Bag of words: documents of up to 100 increasing word ids below 10^5, after a header.
+    let mut body = String::with_capacity(target + 64);
     let (mut nnz, mut doc) = (0u64, 1u64);
     while body.len() < target {
         let mut word = 0;
@@ -116,28 +86,41 @@ fn generate(dir: &Path, mb: usize) -> Result<[PathBuf; 3], BenchError> {
             if word > 100_000 {
                 break;
             }
-            let count = 1 + rng.next() % 5;
-            body.extend_from_slice(format!("{doc} {word} {count}\n").as_bytes());
+            body.push_str(&format!("{doc} {word} {}\n", 1 + rng.next() % 5));
             nnz += 1;
         }
         doc += 1;
     }
-    let mut w = create(&paths[2])?;
-    let header = format!("{}\n100000\n{nnz}\n", doc - 1);
-    w.write_all(header.as_bytes())
-        .and_then(|()| w.write_all(&body))
-        .and_then(|()| w.flush())
-        .map_err(BenchError::io("write bag of words"))?;
+    let text = format!("{}\n100000\n{nnz}\n{body}", doc - 1);
+    std::fs::write(&paths[2], text).map_err(BenchError::io("write bag of words"))?;
     Ok(paths)
+}
+
+/// Writes lines from `line` to `path` until at least `target` bytes.
+fn write_lines(
+    path: &Path,
+    target: usize,
+    mut line: impl FnMut() -> String,
+) -> Result<(), BenchError> {
+    let mut write = || -> std::io::Result<()> {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+        let mut written = 0;
+        while written < target {
+            let l = line();
+            written += l.len();
+            w.write_all(l.as_bytes())?;
+        }
+        w.flush()
+    };
+    write().map_err(BenchError::io(format!("write {}", path.display())))
 }
 
 /// Loads `path` as `kind` once, returning seconds.
 fn load_once(kind: usize, path: &Path) -> Result<f64, BenchError> {
-    // Read once first: the timing is the parse's, not the disk's.
     std::hint::black_box(
         std::fs::read(path).map_err(BenchError::io(format!("read {}", path.display())))?,
     );
-    // The values are dropped after the timing: what is timed is what a loader waits for.
+    // Dropped after the timing: what is timed is what a loader waits for.
     let started = Instant::now();
     let loaded: Box<dyn std::any::Any> = match kind {
         0 => Box::new(load_libsvm(path)?),

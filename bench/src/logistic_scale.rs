@@ -1,8 +1,7 @@
 //! `petrel bench logistic-scale`: STRADS sparse logistic regression (Gauss-Seidel) against
-//! the single-threaded baseline (the same solver with one worker, in this thread) on the
-//! Lasso's sparse correlated designs labelled by the sign of the response, through the
-//! scale harness ([`crate::scale`]). f* is the baseline run until a full sweep lowers the
-//! objective by at most `--optimum-tolerance`.
+//! the same solver on one worker in this thread, on the Lasso's designs labelled by the
+//! sign of the response ([`crate::scale`]). f* is the baseline run until a full sweep
+//! lowers the objective by at most `--optimum-tolerance`.
 
 use crate::scale::{CdRun, CdScale, CdScaleArgs, CdScaleFigures, DesignSize, PetrelRun, Prepared};
 use petrel::train::{StradsTrainError, run_job};
@@ -44,8 +43,6 @@ impl CdScale for LogisticScaleBenchArgs {
     type Top = ();
     type Design = ();
     const NAME: &'static str = "logistic-scale";
-    const NO_CLUSTER: &'static str =
-        "logistic-scale compares STRADS runs: --transport memory, quic or processes";
     const EXTRA_KEYS: &'static str = "rounds rss_mb";
     const PLOT: [&'static str; 3] = [
         "logistic_scale_us_per_update.svg",
@@ -78,9 +75,7 @@ impl CdScale for LogisticScaleBenchArgs {
         }
     }
 
-    /// Its columns' share of X (8 bytes a non-zero), per column of its share the column
-    /// start, curvature bound, coefficient and the round's start coefficient (32 bytes),
-    /// and per row the label, the margin, the round's start margin and its delta (32 bytes).
+    /// Its columns' share of X (8 bytes a non-zero), 32 bytes a column of it and a row.
     fn holds_mb(&self, nnz: usize, size: &DesignSize, workers: usize) -> f64 {
         let share = workers.max(1) as f64;
         let (nnz, d, n) = (nnz as f64, size.n_features as f64, size.n_samples as f64);
@@ -93,8 +88,7 @@ impl CdScale for LogisticScaleBenchArgs {
         job: &LassoSettings,
     ) -> Result<Prepared<(), ()>, StradsTrainError> {
         let (x, labels) = load(job)?;
-        // f*: the baseline to a tight tolerance (it stops once a full sweep lowers the
-        // objective by less than gap_tolerance / 100).
+        // f*: the baseline stops once a sweep gains less than gap_tolerance / 100.
         let optimum = run_baseline(&LassoSettings {
             gap_tolerance: Some(100.0 * self.optimum_tolerance),
             ..job.clone()

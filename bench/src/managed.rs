@@ -1,12 +1,9 @@
-//! `petrel bench managed`: Bösen's managed communication on MF (default) or LDA
-//! (`--app lda`), every node's egress shaped to `--mbit`, three variants on their own
-//! in-process clusters: `clock` (updates leave at the clock boundary), `fifo` (managed
-//! communication both ways within a budget of the link's rate, oldest first; shards push
-//! changed rows to the workers that hold them) and `relative-magnitude` (the same, largest
-//! `|delta| / |value|` first). A clock's compute is cut into `--compute-slices` ticks.
-//! Reported: time, iterations and bytes to the target, and the curve against time and
-//! against bytes. LDA (no server push) converges on the log-likelihood per token; its
-//! target defaults to 90 % of the clock run's gain.
+//! `petrel bench managed`: Bösen's managed communication on MF (or LDA, `--app lda`), every
+//! node's egress shaped to `--mbit`, three variants on their own in-process clusters:
+//! `clock` (updates leave at the clock boundary), `fifo` (managed both ways within a budget
+//! of the link, oldest first; shards push changed rows) and `relative-magnitude` (largest
+//! `|delta| / |value|` first). Reported: time, iterations and bytes to the target, and the
+//! curve against time and bytes. LDA's target defaults to 90 % of the clock run's gain.
 
 use crate::BenchError;
 use crate::common::{PsClusterArgs, json_table, ratio, save_and_print};
@@ -99,24 +96,20 @@ pub struct ManagedRun {
     pub variant: String,
     pub reached_target: bool,
     pub time_to_target_s: Option<f64>,
-    /// MF: min clock at the target (or at the end); LDA: the pass at the target (or the
-    /// passes run).
+    /// MF: min clock at the target (or the end); LDA: the pass at the target (or passes).
     pub iterations: u64,
-    /// Bytes all workers' nodes sent in the run.
+    /// Bytes all workers sent and received in the run.
     pub sent_bytes: u64,
-    /// Bytes all workers' nodes received in the run (replies and server pushes).
     pub received_bytes: u64,
-    /// Bytes per clock (all workers, sent).
+    /// Bytes per clock, sent and both ways (every byte on a link: shards talk only to
+    /// workers).
     pub bytes_per_clock: f64,
-    /// Bytes per clock both ways (workers' sent + received: every byte on a link, as shards
-    /// talk only to workers).
     pub both_ways_per_clock: f64,
-    /// Estimated bytes on the links until the target (`both_ways_per_clock * iterations`).
+    /// Estimated bytes on the links until the target.
     pub bytes_to_target: Option<f64>,
     /// Final held-out RMSE (MF) or log-likelihood per token (LDA).
     pub final_value: f64,
-    /// LDA: rows the workers sent before a clock boundary (0 for MF, whose result has no
-    /// such count).
+    /// LDA: rows the workers sent before a clock boundary (0 for MF).
     pub managed_rows: u64,
     pub mean_staleness: f64,
     pub wall_s: f64,
@@ -127,24 +120,19 @@ pub struct ManagedRun {
 /// The JSON line.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ManagedFigures {
-    /// `mf` or `lda`.
     pub app: String,
     /// `rmse` (lower is better) or `loglik_per_token` (higher is better).
     pub metric: String,
     pub mbit: f64,
-    /// Managed budget as a fraction of the link rate.
     pub budget_fraction: f64,
     pub consistency: ConsistencyModel,
     pub staleness: u32,
-    /// The target RMSE (MF) or log-likelihood per token (LDA).
     pub target: f64,
     pub quick: bool,
-    /// Whether the managed variants also push server to client.
     pub server_push: bool,
     pub runs: Vec<ManagedRun>,
     /// Time to target of `clock` over `relative-magnitude` (> 1: managed is faster).
     pub clock_over_relative_magnitude: Option<f64>,
-    /// Time to target of `fifo` over `relative-magnitude`.
     pub fifo_over_relative_magnitude: Option<f64>,
     pub plots: Vec<String>,
 }
@@ -209,7 +197,7 @@ fn traffic(
     }
 }
 
-/// An LDA run's figures; the target is filled in by [`lda_targets`].
+/// An LDA run's figures (the target by [`lda_targets`]).
 fn summarise_lda(name: &str, m: &PsLdaMetrics) -> ManagedRun {
     let cpi = u64::from(m.clocks_per_iteration.max(1));
     ManagedRun {
@@ -273,8 +261,7 @@ fn config(args: &ManagedBenchArgs, managed: Option<SendPolicy>) -> PsMfSettings 
         comm: comm(args, managed),
         server_push: managed.filter(|_| !args.no_server_push),
         server_push_tick_ms: args.server_push_tick_ms,
-        // The comparison is of when updates leave; the per-clock read prefetch (on by
-        // default) spends this tight link's bandwidth on earlier refreshes, so it is off.
+        // The comparison is of when updates leave: no prefetch spending the link on reads.
         no_prefetch: true,
         ..crate::common::ps_mf(args.quick)
     }

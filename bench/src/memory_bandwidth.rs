@@ -1,33 +1,27 @@
 //! How fast this machine streams memory with one thread and with two: the ceiling of what
-//! two workers on one host gain in passes that only read their data (the Lasso's
-//! certificates and the later full sweeps). `bench lasso-scale` prints it beside its
-//! figures, so that a 2-worker ratio is read against the host it ran on.
+//! two workers on one host gain in passes that only read (`bench lasso-scale` prints it).
 
 use serde::Serialize;
 use std::time::Instant;
 
-/// Streaming read bandwidth, GB/s (10^9 bytes a second; best of the repetitions).
+/// Streaming read bandwidth over a buffer of `bytes`, GB/s (best of the repetitions): one
+/// thread reading all of it, two threads each reading its half at the same time.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct StreamBandwidth {
-    /// Bytes in the buffer read.
     pub bytes: usize,
-    /// One thread reading all of it.
     pub one_thread_gbps: f64,
-    /// Two threads, each reading its half at the same time.
     pub two_threads_gbps: f64,
 }
 
 impl StreamBandwidth {
-    /// What two threads gain over one (`two / one`).
-    pub fn two_over_one(&self) -> f64 {
+    pub(crate) fn two_over_one(&self) -> f64 {
         self.two_threads_gbps / self.one_thread_gbps
     }
 }
 
-/// Measures [`StreamBandwidth`] over a buffer of `bytes` (rounded down to whole `u64`s,
-/// at least one per thread), best of `repeat` reads each way. Use a buffer several times
-/// the last-level cache, or the figure is the cache's.
-pub fn measure(bytes: usize, repeat: usize) -> StreamBandwidth {
+/// Measures [`StreamBandwidth`] over `bytes` (whole `u64`s), best of `repeat` reads each
+/// way; a buffer smaller than the last-level cache measures the cache.
+pub(crate) fn measure(bytes: usize, repeat: usize) -> StreamBandwidth {
     let words = (bytes / 8).max(2);
     // Written once, so every page is resident before the timed reads.
     let buffer: Vec<u64> = (0..words as u64).collect();

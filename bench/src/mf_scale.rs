@@ -1,9 +1,8 @@
 //! `petrel bench mf-scale`: STRADS matrix factorisation (CCD++ with block rotation) on
 //! ratings of growing size, per worker count: seconds to a training RMSE, ratings/s per
-//! core against the data size, and the speed-up over one worker. Each size is drawn with
-//! `petrel bench mf`'s generator at a fixed rank, noise and observed fraction and twice as
-//! many users as items, so the work per rating stays the same and ratings/s per core
-//! should stay flat.
+//! core against the data size, and the speed-up over one worker. Each size has the same
+//! rank, noise, observed fraction and two users per item, so ratings/s per core should
+//! stay flat.
 
 use crate::mf::MfArgs;
 use crate::scale::{GridArgs, grid, per_core, write_plot};
@@ -44,99 +43,68 @@ pub struct MfScaleBenchArgs {
     pub out: PathBuf,
 }
 
-/// One run: a data size and a worker count (one entry of the JSON's `sizes`).
+/// One run: a data size and a worker count (one entry of the JSON's `sizes`). `ratings`
+/// counts train and test; to target means to the first train RMSE at the target (sweeps
+/// fractional); per core divides by the workers; `all_sweeps` is over every sweep of the
+/// scheduler's rounds; `rss_mb` is this process's peak (none with processes).
 #[derive(Debug, Clone, Serialize)]
 pub struct MfScaleRun {
-    /// Ratings drawn (train and test).
     pub ratings: usize,
-    /// Train ratings.
     pub train_ratings: usize,
-    /// Users.
     pub users: usize,
-    /// Items.
     pub items: usize,
-    /// Worker count.
     pub workers: usize,
-    /// Seconds until the train RMSE first reached the target (none: not reached).
     pub seconds_to_target: Option<f64>,
-    /// Sweeps over the rank-one coordinates done by then (fractional).
     pub sweeps_to_target: Option<f64>,
-    /// Train ratings x sweeps to target / seconds to target / workers.
     pub ratings_per_s_per_core: Option<f64>,
-    /// Train ratings x all sweeps / seconds of the scheduler's rounds / workers (the final
-    /// Collect round included).
     pub ratings_per_s_per_core_all_sweeps: Option<f64>,
-    /// One worker's seconds to target over this run's (when both reached it).
+    /// One worker's seconds to target over this run's.
     pub speedup_over_1: Option<f64>,
-    /// Train RMSE at the end.
     pub final_rmse: f64,
-    /// Test RMSE at the end.
     pub final_test_rmse: f64,
-    /// Seconds of the scheduler's rounds (all sweeps).
     pub train_s: f64,
-    /// Wall seconds of the whole run (cluster start and data generation included).
     pub wall_s: f64,
-    /// Peak resident memory of this process during the run, MB (every node is a thread
-    /// of it; none with `--transport processes`).
     pub rss_mb: Option<f64>,
-    /// Node peaks against what a worker holds.
     #[serde(flatten)]
     pub memory: NodeMemory,
 }
 
 /// What one of `workers` workers holds, MB: its share of the ratings and of W, and H.
-pub fn worker_holds_mb(
-    ratings: usize,
-    users: usize,
-    items: usize,
-    rank: usize,
-    workers: usize,
-) -> f64 {
+fn worker_holds_mb(ratings: usize, users: usize, items: usize, rank: usize, workers: usize) -> f64 {
     let w = workers.max(1) as f64;
     let ratings_bytes = ratings as f64 / w * 12.0;
     let factor_bytes = (users as f64 / w + items as f64) * rank as f64 * 4.0;
     (ratings_bytes + factor_bytes) / (1024.0 * 1024.0)
 }
 
-/// The bench's figures (its JSON line).
+/// The bench's JSON line; `per_core_spread`: per worker count, fastest over slowest
+/// ratings/s per core across the sizes; `per_core_trend`: the largest size's over the
+/// smallest's; `speedup_2_at_largest`: 2 workers over one at the largest size.
 #[derive(Debug, Serialize)]
 pub struct MfScaleFigures {
-    /// `"mf-scale"`.
     pub bench: &'static str,
-    /// Rank.
     pub rank: usize,
-    /// Observed fraction of the (user, item) cells.
     pub observed_fraction: f64,
-    /// Noise of the ratings.
     pub noise_std: f32,
-    /// Sweeps of each run.
     pub iterations: usize,
-    /// The target train RMSE.
     pub target_rmse: f64,
-    /// How the nodes ran.
     pub transport: String,
-    /// One entry per size and worker count, sizes in the order given.
     pub sizes: Vec<MfScaleRun>,
-    /// Per worker count: fastest over slowest ratings/s per core across the sizes.
     pub per_core_spread: BTreeMap<usize, f64>,
-    /// Per worker count: ratings/s per core at the largest size over the smallest's.
     pub per_core_trend: BTreeMap<usize, f64>,
-    /// The 2-worker speed-up over one at the largest size (when both reached the target).
     pub speedup_2_at_largest: Option<f64>,
-    /// The SVG plot's path.
     pub plot: String,
 }
 
-/// Users and items for about `ratings` ratings at `observed_fraction`, twice as many users
-/// as items (at least one of each).
-pub fn dimensions(ratings: usize, observed_fraction: f64) -> (usize, usize) {
+/// Users and items for about `ratings` ratings at `observed_fraction`, two users an item.
+fn dimensions(ratings: usize, observed_fraction: f64) -> (usize, usize) {
     let items = (ratings as f64 / (2.0 * observed_fraction)).sqrt().round() as usize;
     let items = items.max(1);
     (2 * items, items)
 }
 
-/// Sweeps done when the train RMSE first reached `target`: the first trace point at or
-/// below it carries the coordinate updates finished before the one it reports on.
+/// Sweeps done when the train RMSE first reached `target` (the point's updates are those
+/// before the one it reports on).
 fn sweeps_to_target(
     m: &MfMetrics,
     target: f64,
@@ -148,8 +116,7 @@ fn sweeps_to_target(
     Some(updates as f64 / steps_per_sweep.max(1) as f64)
 }
 
-/// Resets this process's peak resident memory (`VmHWM`) so that the next reading covers
-/// one run only; false where the kernel does not allow it.
+/// Resets this process's peak resident memory (`VmHWM`); false where not allowed.
 fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
@@ -163,7 +130,6 @@ pub fn run(args: MfScaleBenchArgs) -> Result<(), StradsTrainError> {
 pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainError> {
     validate(args)?;
     let out = absolute(&args.out)?;
-    // One worker's seconds to the target per size, for the others' speed-up.
     let mut one_worker_s = BTreeMap::new();
     let sizes: Vec<MfScaleRun> = grid(
         &args.ratings,
@@ -233,7 +199,7 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
         noise_std: args.model.noise_std,
         iterations: args.model.iterations,
         target_rmse: args.model.target_rmse,
-        transport: args.grid.transport_name(),
+        transport: crate::common::name_of(&args.grid.transport),
         sizes,
         per_core_spread,
         per_core_trend,
@@ -242,7 +208,6 @@ pub fn measure(args: &MfScaleBenchArgs) -> Result<MfScaleFigures, StradsTrainErr
     })
 }
 
-/// Refuses zero sizes and worker counts and an observed fraction outside (0, 1].
 fn validate(args: &MfScaleBenchArgs) -> Result<(), StradsTrainError> {
     if args.grid.workers.contains(&0) || args.ratings.contains(&0) {
         return Err(StradsTrainError::Usage(
@@ -257,8 +222,7 @@ fn validate(args: &MfScaleBenchArgs) -> Result<(), StradsTrainError> {
     Ok(())
 }
 
-/// One run: about `requested` ratings on `workers` workers (`one_worker_s`: one worker's
-/// seconds to target at this size, for the speed-up).
+/// One run: about `requested` ratings on `workers` workers.
 fn run_one(
     args: &MfScaleBenchArgs,
     out: &Path,
@@ -272,7 +236,6 @@ fn run_one(
         out.join(format!("r{requested}-p{workers}")),
         args.grid.timeout_s,
     );
-    // The flags checked as `train mf` checks its settings.
     job.validate().map_err(StradsError::from)?;
     let steps_per_sweep = job.layout().width();
     let rss_tracked = args.grid.transport != JobTransport::Processes && reset_peak_rss();

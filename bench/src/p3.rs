@@ -1,15 +1,13 @@
-// Over 600 lines: one bench: its modes, shaped links and table share the run record.
-//! `petrel bench p3`: sequential vs fifo vs p3 parameter propagation, side by side, on an
-//! in-process cluster (2 workers + 2 server shards by default, every node its own thread,
-//! transport and QUIC endpoint on 127.0.0.1) with every node's link limited by the
-//! transport's bandwidth shaper. Compute is emulated (the profiled forward/backward time of
-//! every layer at a configurable device speed); gradients and parameters are real buffers
-//! that the shards really aggregate and update, so real bytes cross the shaped links.
-// Long because one bench is its flags, runner, probe, table, plot and JSON schema.
+//! `petrel bench p3`: sequential vs fifo vs p3 parameter propagation side by side on an
+//! in-process cluster (2 workers + 2 shards by default, each node its own QUIC endpoint on
+//! 127.0.0.1) with every node's link shaped. Compute is emulated (the profiled time of
+//! every layer at a set device speed); gradients and parameters are real buffers.
 
+use crate::scale::write_plot;
 use petrel::netns::{Hosts, LinkShape};
 use petrel::report::{fmt, print_json, save_json};
 use petrel::train::p3::{P3JobError, processes};
+use petrel::train::plot::Series;
 use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_net::{NetConfig, ShaperConfig};
 use petrel_p3::roles::{P3Settings, WorkerReportFile, load_profile};
@@ -120,7 +118,7 @@ struct ModeResult {
     samples_per_s: f64,
     efficiency: f64,
     cpu_cores: f64,
-    /// With --netns: packets the links' `tbf` qdiscs dropped during this mode's run.
+    /// With --netns: packets the `tbf` qdiscs dropped during the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     qdisc_drops: Option<u64>,
 }
@@ -133,12 +131,12 @@ struct AtBandwidth {
     comm_s: f64,
     c_plus_m_s: f64,
     bound_s: f64,
-    /// The link's goodput measured in this run (see [`probe_goodput`]), Mbit/s.
+    /// The link's goodput ([`probe_goodput`]), Mbit/s.
     goodput_mbit: f64,
     goodput_source: &'static str,
-    /// The transfer probe's iteration times (slowest worker's median per probe).
+    /// The transfer probe's iteration (slowest worker's median).
     probe_s: f64,
-    /// The ideal pipeline's iteration time at the goodput ([`ideal_iteration_s`]).
+    /// The ideal pipeline's iteration at the goodput ([`ideal_iteration_s`]).
     ideal_s: f64,
     ideal_nominal_s: f64,
 }
@@ -147,16 +145,13 @@ struct AtBandwidth {
 struct Point {
     #[serde(flatten)]
     at: AtBandwidth,
-    /// With --netns: packets the qdiscs dropped during the probe.
     #[serde(skip_serializing_if = "Option::is_none")]
     probe_qdisc_drops: Option<u64>,
     modes: Vec<ModeResult>,
 }
 
-/// The link's goodput for this traffic (bytes/s, at most the nominal rate), the probe's
-/// iteration time and its run: the same cluster and link in p3 mode with compute taken out,
-/// so an iteration is one model's push and pull; the slowest worker's median iteration
-/// against the model's wire time at the nominal rate scales that rate.
+/// The link's goodput (bytes/s, at most the nominal rate), the probe's iteration and its
+/// run: p3 mode with compute taken out, so an iteration is one model's push and pull.
 fn probe_goodput(
     args: &P3BenchArgs,
     setup: &Setup,
@@ -185,9 +180,8 @@ fn probe_goodput(
     Ok((goodput, probe_s, run))
 }
 
-/// The median duration of iterations `skip..` from a worker's iteration marks (seconds
-/// since its first iteration; the last mark ends the last iteration).
-pub fn median_iteration_s(marks_s: &[f64], skip: usize) -> Option<f64> {
+/// The median duration of iterations `skip..` from a worker's iteration marks.
+fn median_iteration_s(marks_s: &[f64], skip: usize) -> Option<f64> {
     let d: Vec<f64> = marks_s.windows(2).skip(skip).map(|w| w[1] - w[0]).collect();
     crate::common::median(&d)
 }
@@ -196,13 +190,10 @@ pub fn median_iteration_s(marks_s: &[f64], skip: usize) -> Option<f64> {
 struct ModeRun {
     reports: Vec<WorkerReportFile>,
     cpu: f64,
-    /// With --netns: packets the qdiscs dropped during the run.
     qdisc_drops: Option<u64>,
 }
 
-/// The slowest worker's figure by `stat` over iterations `skip..` (the modes report the
-/// mean, [`WorkerReportFile::secs_per_iter`]: a mode's iteration time includes its
-/// occasional slow iterations).
+/// The slowest worker's figure by `stat` over iterations `skip..`.
 pub(crate) fn slowest(
     reports: &[WorkerReportFile],
     skip: usize,
@@ -216,7 +207,7 @@ pub(crate) fn slowest(
 #[derive(Serialize)]
 struct Figures {
     bench: &'static str,
-    /// "user-space-shaper" (in-process) or "netns-tc" (namespaces, kernel tbf).
+    /// "user-space-shaper" or "netns-tc".
     links: &'static str,
     model: String,
     scale: f64,
@@ -225,7 +216,6 @@ struct Figures {
     shards: usize,
     batch: usize,
     slice_size: u64,
-    /// Per-peer credit in bytes (see [`default_credit_bytes`]).
     credit_bytes: usize,
     device_gflops: f64,
     #[serde(flatten)]
@@ -348,7 +338,7 @@ fn run_mode(
     })
 }
 
-/// The per-peer credit a run uses: `--credit-kib`, or [`default_credit_bytes`].
+/// `--credit-kib`, or [`default_credit_bytes`].
 fn credit_bytes(args: &P3BenchArgs) -> usize {
     match args.credit_kib {
         0 => default_credit_bytes(args.slice_size, args.netns),
@@ -356,11 +346,10 @@ fn credit_bytes(args: &P3BenchArgs) -> usize {
     }
 }
 
-/// The credit when none is given. In process: two slices per peer (one on the wire, one
-/// behind it), at least 16 KiB, so the order stays in the node's priority outbox across
-/// peers (the user-space shaper keeps QUIC's congestion window from bounding what is in
+/// In process: two slices per peer, at least 16 KiB, so the order stays in the node's
+/// priority outbox (the shaper keeps QUIC's congestion window from bounding what is in
 /// flight). Across namespaces congestion control does, so the transport default stays.
-pub fn default_credit_bytes(slice_params: u64, netns: bool) -> usize {
+fn default_credit_bytes(slice_params: u64, netns: bool) -> usize {
     if netns {
         return NetConfig::default().outbox_inflight_bytes;
     }
@@ -368,17 +357,16 @@ pub fn default_credit_bytes(slice_params: u64, netns: bool) -> usize {
     slice_bytes.saturating_mul(2).max(16 * 1024)
 }
 
-/// Where `--netns` runs keep configs, certificates and reports (a mode's
-/// directory is removed after it succeeded; a failed mode's stays).
+/// Where `--netns` runs keep their files (a failed mode's stay).
 fn netns_run_dir() -> PathBuf {
     std::env::temp_dir().join(format!("petrel-p3-netns-{}", std::process::id()))
 }
 
-/// Samples/s against the link bandwidth, one line per mode.
-fn plot(path: &Path, points: &[Point]) -> Result<(), petrel::train::StradsTrainError> {
-    let series: Vec<petrel::train::plot::Series> = Mode::ALL
+/// Samples/s against the link bandwidth, one line per mode (a failure only warns).
+fn plot(path: &Path, points: &[Point]) {
+    let series: Vec<Series> = Mode::ALL
         .iter()
-        .map(|mode| petrel::train::plot::Series {
+        .map(|mode| Series {
             name: mode.name().into(),
             points: points
                 .iter()
@@ -389,14 +377,13 @@ fn plot(path: &Path, points: &[Point]) -> Result<(), petrel::train::StradsTrainE
                 .collect(),
         })
         .collect();
-    petrel::train::plot::line_plot(
-        path,
+    let (title, x) = (
         "P3 bench: throughput vs bandwidth",
         "link bandwidth (Mbit/s)",
-        "samples/s (all workers)",
-        &series,
-        false,
-    )
+    );
+    if let Err(e) = write_plot(path, title, x, "samples/s (all workers)", &series, false) {
+        tracing::warn!(error = %e, path = %path.display(), "cannot write plot");
+    }
 }
 
 /// Runs the bench and prints its table, plot and JSON figures.
@@ -446,10 +433,7 @@ pub fn run(mut args: P3BenchArgs) -> Result<(), P3JobError> {
             ""
         }
     );
-    match plot(&args.plot, &points) {
-        Ok(()) => println!("plot: {}", args.plot.display()),
-        Err(e) => tracing::warn!(error = %e, path = %args.plot.display(), "cannot write plot"),
-    }
+    plot(&args.plot, &points);
     let figures = figures(&args, &full, &setup, points, max_cpu, cores)?;
     if let Err(e) = save_json(&args.json_out, &figures) {
         tracing::warn!(error = %e, path = %args.json_out.display(), "cannot write the figures");
@@ -462,8 +446,6 @@ fn bad<T>(m: String) -> Result<T, P3JobError> {
     Err(P3JobError::Args(m))
 }
 
-/// Refuses too few nodes, no iterations or batch, a non-positive netns queue, and
-/// `--netns` where namespaces are unavailable.
 fn validate(args: &P3BenchArgs) -> Result<(), P3JobError> {
     if args.workers < 2 || args.shards < 1 || args.iterations == 0 || args.batch == 0 {
         return bad("need --workers >= 2, --shards >= 1, --iterations >= 1, --batch >= 1".into());
@@ -480,9 +462,8 @@ fn validate(args: &P3BenchArgs) -> Result<(), P3JobError> {
     Ok(())
 }
 
-/// The model `full` scaled to the bench's size (`--scale`, or `--model-mb`) and the
-/// emulated device's speed (`--device-gflops`, or the FLOPs of one iteration in
-/// `--compute-ms`).
+/// The model scaled (`--scale` or `--model-mb`) and the device's speed (`--device-gflops`
+/// or `--compute-ms`).
 fn setup_for(args: &P3BenchArgs, full: &ModelProfile) -> Result<Setup, P3JobError> {
     let full_params = full.total_params();
     if full_params == 0 {
@@ -563,8 +544,7 @@ fn print_setup(args: &P3BenchArgs, full: &ModelProfile, setup: &Setup, has_measu
     );
 }
 
-/// Every chosen mode and the transfer probe at `bw` Mbit/s (in network namespaces with
-/// `--netns`, torn down after); prints the bandwidth's bounds and table.
+/// Every chosen mode and the transfer probe at `bw` Mbit/s; prints the bounds and table.
 fn measure_bandwidth(args: &P3BenchArgs, setup: &Setup, bw: f64) -> Result<Point, P3JobError> {
     let b = Bounds::compute(&setup.profile, &setup.cost(bw, args.workers));
     let hosts = if args.netns {
@@ -674,8 +654,7 @@ fn print_point(args: &P3BenchArgs, b: &Bounds, point: &Point) {
     crate::common::json_table(rows, keys).print();
 }
 
-/// The JSON figures: the first bandwidth's in full (with each mode's speed-ups), and the
-/// whole sweep.
+/// The JSON figures: the first bandwidth's in full, and the whole sweep.
 fn figures(
     args: &P3BenchArgs,
     full: &ModelProfile,
@@ -686,19 +665,9 @@ fn figures(
 ) -> Result<Figures, P3JobError> {
     let point = points.first().ok_or(P3JobError::NoBandwidthPoint)?;
     let first = &point.at;
-    let get = |name: &str| {
-        point
-            .modes
-            .iter()
-            .find(|m| m.mode == name)
-            .map(|m| m.secs_per_iter)
-            .unwrap_or(f64::NAN)
-    };
-    let (seq, fifo, p3) = (get("sequential"), get("fifo"), get("p3"));
-    let b = Bounds::compute(
-        &setup.profile,
-        &setup.cost(first.bandwidth_mbit, args.workers),
-    );
+    let get = |name: &str| point.modes.iter().find(|m| m.mode == name);
+    let secs = |name| get(name).map_or(f64::NAN, |m| m.secs_per_iter);
+    let (seq, fifo, p3) = (secs("sequential"), secs("fifo"), secs("p3"));
     Ok(Figures {
         bench: "p3",
         links: if args.netns {
@@ -723,7 +692,7 @@ fn figures(
         speedup_vs_fifo: fifo / p3,
         p3_over_bound: p3 / first.bound_s,
         p3_over_ideal: p3 / first.ideal_s,
-        p3_efficiency: b.efficiency(p3),
+        p3_efficiency: get("p3").map_or(f64::NAN, |m| m.efficiency),
         max_cpu_cores: max_cpu,
         available_cores: cores,
         sweep: points.clone(),

@@ -1,7 +1,7 @@
-//! `petrel bench p3-real`: P3 on real compute (the job of `petrel train p3`): a candle model
-//! trained data-parallel by 2 workers and 2 shards as `petrel node` processes on shaped
-//! links, sequential, fifo and p3 side by side: images/s and test accuracy after the same
-//! iterations, plus the adapter's own overhead against candle's whole-model backward.
+//! `petrel bench p3-real`: P3 on real compute (`petrel train p3`'s job): a candle model
+//! trained by 2 workers and 2 shards as processes on shaped links, sequential, fifo and p3
+//! side by side (images/s, test accuracy), plus the adapter's overhead against candle's
+//! whole-model pass.
 
 use crate::common::json_table;
 use crate::p3::slowest;
@@ -39,25 +39,18 @@ pub struct P3RealBenchArgs {
     pub job: RealJobArgs,
 }
 
-/// The adapter's cost per iteration, in this process, no network.
+/// The adapter's cost per iteration, in this process: stage-wise forward and backward,
+/// installing every tensor (paid before both ways), candle's own forward and backward and
+/// their sum, and `overhead`: the median of stage-wise over whole-model time, minus 1.
 #[derive(Serialize, Debug, Clone, Copy)]
-pub struct AdapterOverhead {
-    /// Stage-wise forward (module rebuilds and input copies included).
-    pub stagewise_forward_ms: f64,
-    /// Stage-wise backward (seeded per stage, gradients copied out).
-    pub stagewise_backward_ms: f64,
-    /// Installing every tensor once (`set_tensor`, the one copy of pulled values); paid
-    /// before both ways, counted once on each side.
-    pub set_tensors_ms: f64,
-    /// candle's own forward through the same modules (rebuilt from the installed tensors).
-    pub whole_forward_ms: f64,
-    /// candle's own whole-model backward, gradients copied out.
-    pub whole_backward_ms: f64,
-    /// candle's own forward + whole-model backward on the same batch.
-    pub whole_model_ms: f64,
-    /// Median over iterations of (stage-wise forward + backward) / (whole-model forward +
-    /// backward), minus 1.
-    pub overhead: f64,
+struct AdapterOverhead {
+    stagewise_forward_ms: f64,
+    stagewise_backward_ms: f64,
+    set_tensors_ms: f64,
+    whole_forward_ms: f64,
+    whole_backward_ms: f64,
+    whole_model_ms: f64,
+    overhead: f64,
 }
 
 /// `n` examples shaped like a model's inputs `input`, for timing only: CIFAR-like images
@@ -74,10 +67,9 @@ fn timing_data(input: &[usize], n: usize) -> Result<Dataset, DnnDataError> {
     Ok(Dataset { x, ..d })
 }
 
-/// Measures [`AdapterOverhead`] for `net` with batch `batch`, alternating the two ways
-/// `iters` times after one warm-up each. Both ways start from freshly installed tensors
-/// (modules rebuilt), as every P3 iteration does. Times are medians over the iterations.
-pub fn adapter_overhead(
+/// Measures [`AdapterOverhead`] for `net`, alternating the two ways `iters` times after a
+/// warm-up, each from freshly installed tensors as every P3 iteration does.
+fn adapter_overhead(
     net: &StagedNet,
     batch: usize,
     iters: u64,
@@ -98,9 +90,8 @@ pub fn adapter_overhead(
         }
         Ok(t.elapsed().as_secs_f64())
     };
-    // Per iteration: (stage-wise fwd, bwd, set, whole fwd, whole bwd) seconds. The two ways
-    // alternate which goes first, and the overhead is the median of the per-iteration
-    // ratios, so a burst of load from other processes hits one pair, not the figure.
+    // Per iteration: (stage-wise fwd, bwd, set, whole fwd, whole bwd) seconds; the ways
+    // alternate going first, so a burst of outside load hits one pair, not the median.
     let mut samples: Vec<[f64; 5]> = Vec::new();
     for i in 0..=iters {
         let stagewise = |m: &mut CandleStageModel| -> Result<[f64; 3], P3JobError> {
@@ -196,9 +187,8 @@ pub fn run(args: P3RealBenchArgs) -> Result<(), P3JobError> {
             );
             continue;
         }
-        // The workers share this machine's cores, so each computes about `workers` times
-        // slower than the measurement above (which had every core). One full model
-        // transfer over a link then takes as long as one iteration's compute: M = C.
+        // The workers share the cores, so each computes about `workers` times slower than
+        // measured above; one model transfer then takes one iteration's compute: M = C.
         let compute_s = overhead.whole_model_ms / 1e3 * args.job.workers as f64;
         let bandwidth = args
             .job

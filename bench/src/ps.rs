@@ -1,15 +1,11 @@
-// Over 600 lines: one bench: its topologies, peer baseline and node roles share the run record.
 //! `petrel bench ps`: parameter-server push+pull throughput and latency per row size, every
-//! node a separate process talking QUIC on 127.0.0.1, beside the ceiling of petrel's own
-//! transport in the same processes (an echo of the same bytes, one `tell` each way), and
-//! optionally beside an external peer (`--peer-cmd`, e.g. ps-lite) run alternately.
-// Long because the bench's nodes, its runners (petrel, transport, peer) and breakdown share types.
+//! node a process talking QUIC on 127.0.0.1, beside petrel's own transport in the same
+//! processes (an echo of the same bytes) and optionally an external peer (`--peer-cmd`).
 //!
 //! A worker's iteration: `push` of its rows, `clock()`, then `get_many_shared` (BSP: a
 //! fresh read holding every worker's push). Throughput is bytes pushed + pulled per second
 //! summed over workers (MB = 10^6 bytes); a row of S bytes is split into S/shards per
-//! shard. The 1x1 breakdown times one iteration's steps in this process without a network;
-//! `wire_ms` is what the measured p50 leaves for the network and scheduling.
+//! shard. The 1x1 breakdown times one iteration's steps in this process without a network.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -33,12 +29,11 @@ use tokio::sync::mpsc;
 use super::BenchError;
 use petrel::report::print_json;
 
-/// Role of a node that serves shards (and the transport-ceiling echo).
-pub const SHARD_ROLE: &str = "ps-bench-shard";
-/// Role of a node that runs one benchmark worker.
-pub const WORKER_ROLE: &str = "ps-bench-worker";
+/// Roles of the nodes that serve shards (and the echo) and that run a worker.
+const SHARD_ROLE: &str = "ps-bench-shard";
+const WORKER_ROLE: &str = "ps-bench-worker";
 /// The `[app.ps_bench]` section the launched nodes read.
-pub const SECTION: &str = "ps_bench";
+const SECTION: &str = "ps_bench";
 const ECHO_ACTOR: &str = "ps-bench-echo";
 /// A peer run that prints nothing for this long is stopped (its figures are left out).
 const PEER_TIMEOUT: Duration = Duration::from_secs(120);
@@ -98,35 +93,27 @@ pub struct PsBenchArgs {
 /// What the launched nodes read from `[app.ps_bench]`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct PsBenchConfig {
+struct PsBenchConfig {
     /// Bytes of the (split) row every worker pushes and pulls per iteration.
-    pub bytes: usize,
-    /// Timed iterations.
-    pub iters: u32,
-    /// Untimed iterations first.
-    pub warmup: u32,
+    bytes: usize,
+    iters: u32,
+    warmup: u32,
     /// Where each node writes its report (`<node>.json`).
-    pub report_dir: Option<PathBuf>,
-    /// Read-my-writes off on the table.
-    pub no_read_my_writes: bool,
+    report_dir: Option<PathBuf>,
+    no_read_my_writes: bool,
 }
 
 /// Why a benchmark node failed.
 #[derive(Debug, thiserror::Error)]
-pub enum PsBenchError {
-    /// The runtime failed.
+enum PsBenchError {
     #[error(transparent)]
     Node(#[from] NodeError),
-    /// The parameter server failed.
     #[error(transparent)]
     Ps(#[from] petrel_ps::PsError),
-    /// A client call failed.
     #[error(transparent)]
     Client(#[from] petrel_ps::shells::ClientError),
-    /// A send failed.
     #[error(transparent)]
     Ask(#[from] petrel_actors::AskError),
-    /// The configuration cannot be run.
     #[error("ps bench: {0}")]
     Config(String),
     /// A pulled value does not hold every push, or holds more than BSP allows.
@@ -134,39 +121,28 @@ pub enum PsBenchError {
         "ps bench: pulled value {got} after {pushes} pushes of every worker, expected {lowest} to {highest}"
     )]
     Wrong {
-        /// Value pulled.
         got: f32,
-        /// Pushes per worker so far.
         pushes: u32,
-        /// Every worker's pushes so far.
         lowest: f32,
-        /// Plus one more push of every other worker.
         highest: f32,
     },
-    /// The echo of the transport ceiling stopped.
     #[error("ps bench: the echo stopped answering")]
     EchoLost,
-    /// The report could not be written.
     #[error("ps bench: writing {path}: {source}")]
     Report {
-        /// The file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
-    /// The report could not be encoded.
     #[error(transparent)]
     Json(#[from] serde_json::Error),
 }
 
-/// A transport-ceiling message: `bytes` from worker `worker` and back.
+/// A transport-ceiling message from worker `worker` (the echo answers to its inbox).
 #[derive(Serialize, Deserialize)]
-pub struct PsBenchEcho {
-    /// The sending worker (the echo answers to its inbox).
-    pub worker: u32,
-    /// The payload.
-    pub tensor: Tensor,
+struct PsBenchEcho {
+    worker: u32,
+    tensor: Tensor,
 }
 remote_message!(PsBenchEcho, "petrel.bench.ps_echo");
 
@@ -229,14 +205,13 @@ impl Handler<Msg<PsBenchEcho>> for EchoInbox {
 struct NodeReport {
     node: String,
     peak_rss_mb: f64,
-    /// Workers only: seconds per timed iteration of the ceiling and of the PS loop.
+    /// Workers only: seconds per timed iteration of the echo, the PS loop and its `push` +
+    /// `clock()`.
     echo_iter_s: Vec<f64>,
     echo_total_s: f64,
     ps_iter_s: Vec<f64>,
     ps_total_s: f64,
-    /// Workers only: time in `push` + `clock()` (incl. encoding) per iteration.
     push_iter_s: Vec<f64>,
-    /// Messages this node sent through shared memory (`--shared-memory`).
     #[serde(default)]
     shm_messages: u64,
 }
@@ -357,11 +332,8 @@ async fn worker_role(ctx: NodeContext) -> Result<(), PsBenchError> {
         .map(|_| Tensor::from_vec(vec![DELTA; width as usize]))
         .collect();
     let timeout = ctx.node.default_timeout();
-    // quinn's MTU discovery probes only while a connection has nothing else to send: a
-    // connection that starts with a bulk transfer stays at 1452-byte packets for its
-    // whole first phase. One untimed echo opens every connection this size uses (all
-    // stripes), then an idle pause lets the probes climb to the loopback bound before
-    // anything is timed (the PS phase reuses these connections).
+    // quinn's MTU discovery probes only while a connection is idle: one untimed echo opens
+    // every connection, then a pause lets the MTU climb before anything is timed.
     let priming = 1;
     let mut started = Instant::now();
     for step in 0..priming + cfg.warmup + cfg.iters {
@@ -435,11 +407,8 @@ async fn worker_role(ctx: NodeContext) -> Result<(), PsBenchError> {
     write_report(&cfg, &report)
 }
 
-/// Checks a BSP pull after `pushes` clocks, each pushing `delta`, of `workers` workers:
-/// it must hold every worker's pushes so far (the guarantee is a lower bound), and may
-/// hold one more push of each other worker, which can push its next clock's delta before
-/// this read is served but cannot go further without this worker's next push. Returns
-/// the allowed range when the value is outside it.
+/// Checks a BSP pull after `pushes` clocks of `workers` workers, each pushing `delta`: it
+/// holds every push so far, and at most one more of each other worker (`Err`: the range).
 fn check_pull(value: f32, pushes: u32, workers: f32, delta: f32) -> Result<(), (f32, f32)> {
     let lowest = delta * workers * pushes as f32;
     let highest = lowest + delta * (workers - 1.0);
@@ -452,7 +421,7 @@ fn check_pull(value: f32, pushes: u32, workers: f32, delta: f32) -> Result<(), (
 }
 
 /// Adds the roles `ps-bench-shard` and `ps-bench-worker`.
-pub fn register(cluster: Cluster) -> Cluster {
+pub(crate) fn register(cluster: Cluster) -> Cluster {
     cluster
         .app_section::<PsBenchConfig>(SECTION)
         .role(SHARD_ROLE, shard_role)
@@ -470,12 +439,13 @@ fn parse_topology(t: &str) -> Result<(u32, u32), BenchError> {
     Ok((w, s))
 }
 
+/// The `q` quantile of sorted values (0 without values).
 fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
     let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+    sorted
+        .get(i.min(sorted.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or(0.0)
 }
 
 fn median(v: Vec<f64>) -> f64 {
@@ -527,7 +497,8 @@ async fn petrel_run(
     ));
     let shard_nodes = (0..shards).map(|s| (format!("shard{s}"), SHARD_ROLE));
     let worker_nodes = (0..workers).map(|w| (format!("worker{w}"), WORKER_ROLE));
-    let mut settings = super::local_settings("ps-bench", shard_nodes.chain(worker_nodes));
+    let nodes: Vec<_> = shard_nodes.chain(worker_nodes).collect();
+    let mut settings = super::local_settings("ps-bench", nodes.iter().cloned());
     settings.net = super::net_config(&args.net)?;
     if let Some(shm) = shared_memory {
         settings.net.shared_memory_dir = Some(shm.to_path_buf());
@@ -547,10 +518,7 @@ async fn petrel_run(
         .wait(Some(Duration::from_secs(args.timeout_s)))
         .await?;
     let mut reports = Vec::new();
-    for n in (0..shards)
-        .map(|s| format!("shard{s}"))
-        .chain((0..workers).map(|w| format!("worker{w}")))
-    {
+    for (n, _) in &nodes {
         let path = dir.join(format!("{n}.json"));
         let text =
             std::fs::read_to_string(&path).map_err(BenchError::io(path.display().to_string()))?;
@@ -582,8 +550,7 @@ async fn petrel_run(
     })
 }
 
-/// Figures of one peer run (summed or the worst over its workers), or of one of its
-/// workers (a line it prints).
+/// Figures of a peer run, or of one of its workers (a line it prints).
 #[derive(Debug, Clone, Default, Deserialize)]
 struct PeerFigures {
     mbps: f64,
@@ -639,102 +606,87 @@ async fn peer_run(
     })
 }
 
-/// One iteration of 1 worker + 1 shard taken apart, without a network (milliseconds).
+/// One iteration of 1 worker + 1 shard taken apart, without a network (milliseconds):
+/// the client's push + clock, encoding the batch, decoding it, the shard applying it, the
+/// shard serving the read (reply encoded), the client receiving it (cache hit included).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct IterationBreakdown {
-    /// `push` (moves the buffer into the oplog) + `clock()` in the client core.
-    pub client_push_ms: f64,
-    /// Encoding the update batch into a frame.
-    pub encode_ms: f64,
-    /// Decoding the frame at the shard.
-    pub decode_ms: f64,
-    /// The shard core applying the batch and advancing the clock.
-    pub apply_ms: f64,
-    /// The shard core serving the read and encoding the reply frame.
-    pub reply_ms: f64,
-    /// Decoding the reply and installing it in the client cache, then the cache hit.
-    pub receive_ms: f64,
-    /// The sum of the above.
-    pub total_ms: f64,
+struct IterationBreakdown {
+    client_push_ms: f64,
+    encode_ms: f64,
+    decode_ms: f64,
+    apply_ms: f64,
+    reply_ms: f64,
+    receive_ms: f64,
+    total_ms: f64,
 }
 
-fn header(kind: EnvelopeKind) -> EnvelopeHeader {
+/// The header of a tell to shard 0.
+fn tell_header() -> EnvelopeHeader {
     EnvelopeHeader {
         from: NodeId(1),
         to: NodeId(0),
         actor: "ps-shard-0".into(),
         msg_type: "petrel.ps.to_shard".into(),
         priority: Priority::NORMAL,
-        kind,
+        kind: EnvelopeKind::Tell,
     }
 }
 
 /// Measures [`IterationBreakdown`] for a row of `bytes` (median of `iters`).
-pub fn breakdown(
+fn breakdown(
     bytes: usize,
     iters: u32,
     read_my_writes: bool,
 ) -> Result<IterationBreakdown, BenchError> {
-    let bad = |e: &dyn std::fmt::Display| BenchError::Incomplete(format!("breakdown: {e}"));
-    let (width, rows) = rows_for(bytes, 1).map_err(|e| bad(&e))?;
+    fn bad(e: impl std::fmt::Display) -> BenchError {
+        BenchError::Incomplete(format!("breakdown: {e}"))
+    }
+    let (width, rows) = rows_for(bytes, 1).map_err(bad)?;
     let row = rows[0];
     let spec = table_for(width, read_my_writes);
-    let mut client = ClientCore::new(WorkerId(0), 1, vec![spec.clone()]).map_err(|e| bad(&e))?;
-    let mut shard = PsShardCore::new(1, vec![spec]).map_err(|e| bad(&e))?;
-    let max = usize::MAX >> 1;
+    let mut client = ClientCore::new(WorkerId(0), 1, vec![spec.clone()]).map_err(bad)?;
+    let mut shard = PsShardCore::new(1, vec![spec]).map_err(bad)?;
+    let (max, tell) = (usize::MAX >> 1, tell_header());
     let mut samples: Vec<[f64; 6]> = Vec::new();
     for i in 0..iters + 1 {
         let t0 = Instant::now();
-        client
-            .push(
-                TABLE,
-                row,
-                petrel_ps::Row::Dense(vec![DELTA; width as usize]),
-            )
-            .map_err(|e| bad(&e))?;
-        let mut batches = client.clock();
-        let batch = batches.pop().ok_or_else(|| bad(&"no batch"))?;
+        let values = petrel_ps::Row::Dense(vec![DELTA; width as usize]);
+        client.push(TABLE, row, values).map_err(bad)?;
+        let batch = client.clock().pop().ok_or_else(|| bad("no batch"))?;
         let t1 = Instant::now();
-        let frame = Frame::encode(&header(EnvelopeKind::Tell), &ToShard::Batch(batch))
-            .map_err(|e| bad(&e))?;
+        let frame = Frame::encode(&tell, &ToShard::Batch(batch)).map_err(bad)?;
         let t2 = Instant::now();
-        let f = Frame::decode(frame, max).map_err(|e| bad(&e))?;
-        let msg: ToShard = f.body.decode("to_shard").map_err(|e| bad(&e))?;
+        let f = Frame::decode(frame, max).map_err(bad)?;
+        let msg: ToShard = f.body.decode("to_shard").map_err(bad)?;
         drop(f);
         let t3 = Instant::now();
         let ToShard::Batch(b) = msg else {
-            return Err(bad(&"not a batch"));
+            return Err(bad("not a batch"));
         };
-        shard.handle_batch(&b).map_err(|e| bad(&e))?;
+        shard.handle_batch(&b).map_err(bad)?;
         drop(b);
         let t4 = Instant::now();
-        let GetOutcome::Fetch(req) = client.get_shared(TABLE, row).map_err(|e| bad(&e))? else {
-            return Err(bad(&"BSP read after a clock must fetch"));
+        let GetOutcome::Fetch(req) = client.get_shared(TABLE, row).map_err(bad)? else {
+            return Err(bad("BSP read after a clock must fetch"));
         };
-        let actions: Vec<ShardAction> = shard.handle_read(&req).map_err(|e| bad(&e))?;
-        let reply = Frame::encode(
-            &header(EnvelopeKind::Tell),
-            &ToClient::Actions { shard: 0, actions },
-        )
-        .map_err(|e| bad(&e))?;
+        let actions: Vec<ShardAction> = shard.handle_read(&req).map_err(bad)?;
+        let reply = Frame::encode(&tell, &ToClient::Actions { shard: 0, actions }).map_err(bad)?;
         let t5 = Instant::now();
-        let f = Frame::decode(reply, max).map_err(|e| bad(&e))?;
-        let msg: ToClient = f.body.decode("to_client").map_err(|e| bad(&e))?;
+        let f = Frame::decode(reply, max).map_err(bad)?;
+        let msg: ToClient = f.body.decode("to_client").map_err(bad)?;
         drop(f);
         let ToClient::Actions { actions, .. } = msg else {
-            return Err(bad(&"not actions"));
+            return Err(bad("not actions"));
         };
         for a in actions {
-            client.handle(0, a).map_err(|e| bad(&e))?;
+            client.handle(0, a).map_err(bad)?;
         }
-        let GetOutcome::Hit(got) = client.get_shared(TABLE, row).map_err(|e| bad(&e))? else {
-            return Err(bad(&"the reply did not fill the cache"));
+        let GetOutcome::Hit(got) = client.get_shared(TABLE, row).map_err(bad)? else {
+            return Err(bad("the reply did not fill the cache"));
         };
-        std::hint::black_box(&got);
-        drop(got);
-        let t6 = Instant::now();
+        drop(std::hint::black_box(got));
+        let t = [t0, t1, t2, t3, t4, t5, Instant::now()];
         if i > 0 {
-            let t = [t0, t1, t2, t3, t4, t5, t6];
             samples.push(std::array::from_fn(|k| {
                 (t[k + 1] - t[k]).as_secs_f64() * 1e3
             }));
@@ -770,15 +722,13 @@ struct SizeFigures {
     peer_p99_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ps_over_peer: Option<f64>,
-    /// With `--shared-memory`: push+pull throughput and p50 with large frames through
-    /// shared memory, and that throughput over the QUIC run's.
+    /// With `--shared-memory`: throughput and p50 through shared memory, over QUIC's.
     #[serde(skip_serializing_if = "Option::is_none")]
     shm_mbps: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     shm_p50_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     shm_over_quic: Option<f64>,
-    /// Messages the shared-memory runs sent through files (all nodes, all rounds).
     #[serde(skip_serializing_if = "Option::is_none")]
     shm_messages: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,9 +1,7 @@
-//! `petrel bench report`: writes `docs/REPRODUCING.md` from the benches' JSON figures.
-//!
-//! Each claim of a seed paper is a row: the claim, the command that tests it, the paper's
-//! figure, petrel's figure (read from the JSON a bench wrote with `--json-out`) and whether
-//! it holds here. A missing figures file leaves its rows as "not measured"; nothing on the
-//! page is typed by hand except the claims and the papers' figures.
+//! `petrel bench report`: writes `docs/REPRODUCING.md` from the benches' JSON figures. Each
+//! claim of a seed paper is a row: the claim, the command that tests it, the paper's figure,
+//! petrel's (from the JSON a bench wrote with `--json-out`) and whether it holds here; a
+//! missing figures file leaves its rows "not measured".
 
 use crate::BenchError;
 use serde_json::Value;
@@ -20,16 +18,19 @@ pub struct ReportArgs {
     /// The page to write.
     #[arg(long, default_value = "docs/REPRODUCING.md")]
     pub out: PathBuf,
+    /// Directory of the records `petrel bench record` writes.
+    #[arg(long, default_value = crate::performance::RECORDS)]
+    pub records: PathBuf,
+    /// The performance page to write from them.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub performance: PathBuf,
 }
 
-/// Whether a claim holds here.
+/// Whether a claim holds here (`NotMeasured`: no figure to judge).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// The measurement meets the claim's threshold.
+enum Verdict {
     Holds,
-    /// It does not.
     DoesNotHold,
-    /// No figure to judge.
     NotMeasured,
 }
 
@@ -53,19 +54,13 @@ impl Verdict {
 
 /// One row of the page.
 #[derive(Debug, Clone)]
-pub struct Claim {
-    /// The paper.
-    pub paper: &'static str,
-    /// What it claims.
-    pub claim: &'static str,
-    /// The command that tests it.
-    pub command: &'static str,
-    /// The paper's figure.
-    pub paper_figure: &'static str,
-    /// Petrel's figure, formatted.
-    pub petrel_figure: String,
-    /// Holds or not.
-    pub verdict: Verdict,
+struct Claim {
+    paper: &'static str,
+    claim: &'static str,
+    command: &'static str,
+    paper_figure: &'static str,
+    petrel_figure: String,
+    verdict: Verdict,
 }
 
 fn load(dir: &Path, name: &str) -> Result<Option<Value>, BenchError> {
@@ -115,7 +110,7 @@ fn show(x: Option<f64>, unit: &str) -> String {
 }
 
 /// The claims, judged on the figures in `dir`.
-pub fn claims(dir: &Path) -> Result<Vec<Claim>, BenchError> {
+fn claims(dir: &Path) -> Result<Vec<Claim>, BenchError> {
     let cons = load(dir, "consistency.json")?;
     let managed = load(dir, "managed.json")?;
     let ada = load(dir, "adarevision.json")?;
@@ -128,6 +123,9 @@ pub fn claims(dir: &Path) -> Result<Vec<Claim>, BenchError> {
     Ok(out)
 }
 
+const CONSISTENCY: &str = "petrel bench consistency --json-out docs/figures/consistency.json";
+const P3: &str = "petrel bench p3 --model <m> --json-out docs/figures/p3-<m>.json";
+
 /// SSP's and ESSP's claims, per app, from `consistency.json`.
 fn consistency_claims(cons: Option<&Value>, out: &mut Vec<Claim>) {
     for app in ["mf", "lr"] {
@@ -137,7 +135,7 @@ fn consistency_claims(cons: Option<&Value>, out: &mut Vec<Claim>) {
             paper: "SSP (Ho et al., NIPS 2013)",
             claim: "bounded staleness beats BSP in time to target under stragglers \
                     (target: >= 1.3x at SSP's best bound)",
-            command: "petrel bench consistency --json-out docs/figures/consistency.json",
+            command: CONSISTENCY,
             paper_figure: "SSP faster than BSP (qualitative in REFERENCE.md)",
             petrel_figure: format!(
                 "{app}: BSP / best SSP (s = {}) = {}",
@@ -164,7 +162,7 @@ fn consistency_claims(cons: Option<&Value>, out: &mut Vec<Claim>) {
             paper: "ESSP (Dai et al., AAAI 2015)",
             claim: "ESSP at least as fast as SSP, with lower mean and variance of observed \
                     staleness",
-            command: "petrel bench consistency --json-out docs/figures/consistency.json",
+            command: CONSISTENCY,
             paper_figure: "ESSP's staleness lower and less variable; faster per iteration and \
                            per second",
             petrel_figure: format!(
@@ -182,7 +180,7 @@ fn consistency_claims(cons: Option<&Value>, out: &mut Vec<Claim>) {
         out.push(Claim {
             paper: "SSP (Ho et al., NIPS 2013)",
             claim: "too much staleness costs iterations",
-            command: "petrel bench consistency --json-out docs/figures/consistency.json",
+            command: CONSISTENCY,
             paper_figure: "more iterations at large s (qualitative)",
             petrel_figure: format!(
                 "{app}: iterations at the largest bound / at the best bound = {}",
@@ -256,7 +254,7 @@ fn p3_claims(dir: &Path, out: &mut Vec<Claim>) -> Result<(), BenchError> {
         out.push(Claim {
             paper: "P3 (Jayarajan et al., SysML 2019)",
             claim: "priority-sliced propagation speeds training up over the FIFO baseline",
-            command: "petrel bench p3 --model <m> --json-out docs/figures/p3-<m>.json",
+            command: P3,
             paper_figure: paper,
             petrel_figure: format!(
                 "{model}: fifo / p3 = {} at {} Mbit/s",
@@ -269,7 +267,7 @@ fn p3_claims(dir: &Path, out: &mut Vec<Claim>) -> Result<(), BenchError> {
         out.push(Claim {
             paper: "P3 (Jayarajan et al., SysML 2019)",
             claim: "p3 within 10% of the ideal pipeline at the measured goodput (M = C)",
-            command: "petrel bench p3 --model <m> --json-out docs/figures/p3-<m>.json",
+            command: P3,
             paper_figure: "near-optimal overlap (no figure against an ideal)",
             petrel_figure: format!(
                 "{model}: p3 / ideal = {} (ideal {} s, max(C,M) {} s, goodput {} Mbit/s)",
@@ -287,7 +285,7 @@ fn p3_claims(dir: &Path, out: &mut Vec<Claim>) -> Result<(), BenchError> {
 }
 
 /// The page as markdown.
-pub fn render(claims: &[Claim], dir: &Path, out: &Path) -> String {
+fn render(claims: &[Claim], dir: &Path, out: &Path) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -323,28 +321,24 @@ pub fn render(claims: &[Claim], dir: &Path, out: &Path) -> String {
         p.strip_prefix(base).unwrap_or(&p).display().to_string()
     };
     let _ = writeln!(s, "\n## Plots\n");
-    for (title, file) in [
-        ("MF: time to target against staleness", "consistency-mf.svg"),
-        ("LR: time to target against staleness", "consistency-lr.svg"),
-        (
-            "Managed communication: RMSE against time",
-            "managed-time.svg",
-        ),
-        (
-            "Managed communication: RMSE against bytes",
-            "managed-bytes.svg",
-        ),
-        (
-            "Managed communication on LDA: log-likelihood against time",
-            "managed-lda-time.svg",
-        ),
-        (
-            "Managed communication on LDA: log-likelihood against bytes",
-            "managed-lda-bytes.svg",
-        ),
+    let mut plots: Vec<(String, String)> = ["mf", "lr"]
+        .map(|app| {
+            let title = format!("{}: time to target against staleness", app.to_uppercase());
+            (title, format!("consistency-{app}.svg"))
+        })
+        .into();
+    for (stem, on, y) in [
+        ("managed", "", "RMSE"),
+        ("managed-lda", " on LDA", "log-likelihood"),
     ] {
-        if dir.join(file).exists() {
-            let _ = writeln!(s, "### {title}\n\n![{title}]({})\n", rel(file));
+        for x in ["time", "bytes"] {
+            let title = format!("Managed communication{on}: {y} against {x}");
+            plots.push((title, format!("{stem}-{x}.svg")));
+        }
+    }
+    for (title, file) in plots {
+        if dir.join(&file).exists() {
+            let _ = writeln!(s, "### {title}\n\n![{title}]({})\n", rel(&file));
         }
     }
     s
@@ -371,6 +365,8 @@ pub fn run(args: ReportArgs) -> Result<(), BenchError> {
         args.out.display(),
         claims.len()
     );
+    let recorded = crate::performance::write_page(&args.records, &args.performance)?;
+    println!("wrote {}: {recorded} records", args.performance.display());
     Ok(())
 }
 

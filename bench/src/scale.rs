@@ -1,10 +1,9 @@
-//! The scale benches' harness: sizes x worker counts (x a single-threaded baseline for the
-//! coordinate-descent benches), then the table, the plot and the JSON line. `mf-scale` and
-//! `lda-scale` run `grid`; `lasso-scale` and `logistic-scale` implement `CdScale` and
-//! run `measure_cd`: per size the design is solved to its optimum f*, then `--repeats`
-//! interleaved repeats time the baseline and a STRADS run per worker count to
-//! `f* (1 + tolerance)`. Each runner reports its median run, and `ratio` the median of the
-//! repeats' ratios, each against its own repeat's baseline (the host is shared).
+//! The scale benches' harness: sizes x worker counts, then the table, the plot and the
+//! JSON line. `mf-scale` and `lda-scale` run [`grid`]; `lasso-scale` and `logistic-scale`
+//! implement [`CdScale`]: per size the design is solved to its optimum f*, then `--repeats`
+//! interleaved repeats time the single-threaded baseline and a STRADS run per worker count
+//! to `f* (1 + tolerance)`. Each runner reports its median run, and `ratio` the median of
+//! the repeats' ratios, each against its own repeat's baseline (the host is shared).
 
 use crate::common::{json_table, median, name_of};
 use petrel::report::print_json;
@@ -19,8 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// The largest over the smallest `y` of `points` (1 is flat); none without points or
-/// when the smallest is not positive.
+/// The largest over the smallest `y` of `points` (1 is flat).
 pub(crate) fn spread(points: &[(f64, f64)]) -> Option<f64> {
     let (lo, hi) = points
         .iter()
@@ -36,7 +34,7 @@ pub(crate) fn range_cell(values: &[f64]) -> String {
         .map_or("-".into(), |(lo, hi)| format!("{lo:.2}-{hi:.2}"))
 }
 
-/// Writes the line plot to `path`, says where, and returns the path as the JSON gives it.
+/// Writes the line plot to `path`, says where, and returns the path for the JSON.
 pub(crate) fn write_plot(
     path: &Path,
     title: &str,
@@ -58,9 +56,8 @@ pub(crate) fn print_figures<T: Serialize>(figures: &T) -> Result<(), StradsTrain
     })
 }
 
-/// Runs `run(size, workers)` for every size and worker count in that order, prints the
-/// table of the JSON rows it returns beside each run (at `keys`, as [`json_table`]), and
-/// returns the runs size by size.
+/// Runs `run(size, workers)` for every size and worker count, prints the table of the
+/// rows it returns (at `keys`, as [`json_table`]) and returns the runs size by size.
 pub(crate) fn grid<S, R>(
     sizes: &[S],
     workers: &[usize],
@@ -100,13 +97,6 @@ pub struct GridArgs {
     pub timeout_s: u64,
 }
 
-impl GridArgs {
-    /// The transport's name in the JSON.
-    pub(crate) fn transport_name(&self) -> String {
-        name_of(&self.transport)
-    }
-}
-
 /// The worker counts and transport of `mf` and `lda`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerCountsArgs {
@@ -133,8 +123,7 @@ impl WorkerCountsArgs {
     }
 }
 
-/// Per worker count, `points(workers)`' spread across the sizes ([`spread`]) and its plot
-/// series.
+/// Per worker count, the [`spread`] of `points(workers)` and its plot series.
 pub(crate) fn per_core(
     worker_counts: &[usize],
     points: impl Fn(usize) -> Vec<(f64, f64)>,
@@ -157,12 +146,9 @@ pub(crate) fn per_core(
 /// One design size, `ROWSxFEATURESxNNZ_PER_COLUMN`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct DesignSize {
-    /// Rows.
-    pub n_samples: usize,
-    /// Features.
-    pub n_features: usize,
-    /// Non-zeros per column.
-    pub nnz_per_column: usize,
+    pub(crate) n_samples: usize,
+    pub(crate) n_features: usize,
+    pub(crate) nnz_per_column: usize,
 }
 
 /// A `--sizes` entry that is not `ROWSxFEATURESxNNZ_PER_COLUMN`.
@@ -206,50 +192,38 @@ pub struct CdScaleArgs {
     #[arg(long, default_value_t = 600)]
     pub timeout_s: u64,
     /// Interleaved repeats of the timed runs at each size: each runner's figures are its
-    /// median run's, and `ratio` the median of the repeats' ratios (each against its own
-    /// repeat's baseline). In process, runs before the last repeat share this process with
-    /// its copy of the design, so their peak memory includes it (`--repeats 1` for those).
+    /// median run's, and `ratio` the median of the repeats' ratios. In process, runs before
+    /// the last repeat share this process's copy of the design (`--repeats 1` to avoid).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
 }
 
 /// One worker count's figures at one size: its median run's (`E`: the bench's own keys).
+/// `petrel_s` and `petrel_updates` are to the target (`None`: not reached); `ratio` is the
+/// median of `ratios`, every repeat's petrel / baseline in run order, as `runs_s`;
+/// `wall_s` is the whole command's; `rss_mb` the largest peak of a node.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CdRun<E> {
-    /// Workers.
     pub workers: usize,
-    /// Seconds to the target (`None`: not reached).
     pub petrel_s: Option<f64>,
-    /// Coordinate updates to the target.
     pub petrel_updates: Option<u64>,
-    /// The median of `ratios`.
     pub ratio: Option<f64>,
-    /// Every repeat's petrel / baseline, in run order (`null`: the target not reached).
     pub ratios: Vec<Option<f64>>,
-    /// Every repeat's seconds to the target, in run order.
     pub runs_s: Vec<Option<f64>>,
-    /// Microseconds per coordinate update, to the target.
     pub us_per_update: Option<f64>,
-    /// Seconds of the whole command (data generation and cluster start included).
     pub wall_s: f64,
-    /// Rounds run.
     pub rounds: u64,
-    /// The objective at the end.
     pub final_objective: f64,
-    /// The largest peak of a node.
     pub rss_mb: Option<f64>,
-    /// Node peaks against what a worker holds.
     #[serde(flatten)]
     pub memory: NodeMemory,
-    /// The bench's own keys.
     #[serde(flatten)]
     pub extra: E,
 }
 
 impl<E> CdRun<E> {
-    /// The run of median time among a runner's repeats (a run that missed the target counts
-    /// as the slowest), with `ratio` the median of every repeat's ratio and the repeats'
-    /// ratios and times in run order; `None` without runs.
+    /// The run of median time among a runner's repeats (one that missed the target counts
+    /// as the slowest), with the repeats' ratios and times; `None` without runs.
     pub(crate) fn median_of(runs: Vec<Self>) -> Option<Self> {
         let slowest_last = |v: Option<f64>| v.unwrap_or(f64::INFINITY);
         let runs_s: Vec<Option<f64>> = runs.iter().map(|r| r.petrel_s).collect();
@@ -268,79 +242,50 @@ impl<E> CdRun<E> {
     }
 }
 
-/// One design size: the baseline, and the headline worker count's keys beside every
+/// One design size: the baseline (`baseline_s` the median of `baseline_runs_s`), the
+/// headline worker count's `petrel_s`, `petrel_updates`, `ratio` and `rss_mb`, and every
 /// worker count's figures (`S`: the bench's own keys).
 #[derive(Debug, Clone, Serialize)]
 pub struct CdSize<R, S> {
-    /// Rows.
     pub n_samples: usize,
-    /// Features.
     pub n_features: usize,
-    /// Non-zeros of X.
     pub nnz: usize,
-    /// The L1 weight.
     pub lambda: f32,
-    /// f*.
     pub optimum: f64,
-    /// The median of `baseline_runs_s`.
     pub baseline_s: f64,
-    /// Every repeat's baseline seconds, in run order.
     pub baseline_runs_s: Vec<f64>,
-    /// The baseline's updates to the target.
     pub baseline_updates: u64,
-    /// The baseline's microseconds per update.
     pub baseline_us_per_update: f64,
-    /// The headline worker count's seconds to the target.
     pub petrel_s: Option<f64>,
-    /// The headline worker count's updates.
     pub petrel_updates: Option<u64>,
-    /// The headline worker count's ratio.
     pub ratio: Option<f64>,
-    /// The headline worker count's largest node peak.
     pub rss_mb: Option<f64>,
-    /// Every worker count's figures.
     pub per_workers: BTreeMap<usize, CdRun<R>>,
-    /// The bench's own keys.
     #[serde(flatten)]
     pub extra: S,
 }
 
-/// The figures of a coordinate-descent scale bench (its JSON line; `E`: the bench's own
-/// keys).
+/// The JSON line of a coordinate-descent scale bench (`E`: the bench's own keys).
 #[derive(Debug, Serialize)]
 pub struct CdScaleFigures<R, S, E> {
-    /// The bench's name.
     pub bench: &'static str,
-    /// The STRADS solver.
     pub solver: String,
-    /// The target's relative gap.
     pub tolerance: f64,
-    /// The headline worker count.
     pub headline_workers: usize,
-    /// How the nodes ran.
     pub transport: String,
-    /// Repeats per runner.
     pub repeats: usize,
-    /// Every size.
     pub sizes: Vec<CdSize<R, S>>,
-    /// The SVG.
     pub plot: String,
-    /// The bench's own keys.
     #[serde(flatten)]
     pub extra: E,
 }
 
-/// A size's design, solved to its optimum ([`CdScale::prepare`]).
+/// A size's design (what the baseline runs on), solved to its optimum f*.
 pub(crate) struct Prepared<D, S> {
-    /// What the baseline runs on.
     pub design: D,
-    /// Non-zeros of X.
     pub nnz: usize,
-    /// The L1 weight.
     pub lambda: f32,
-    /// f*.
     pub optimum: f64,
-    /// The size's own keys.
     pub extra: S,
 }
 
@@ -354,32 +299,24 @@ pub(crate) struct PetrelRun<'a> {
 }
 
 /// A coordinate-descent scale bench: the single-threaded baseline against STRADS per
-/// worker count, to `f* (1 + tolerance)`, on designs of growing size. Its jobs are
-/// [`LassoSettings`]: the harness validates each size's before any work and sets every
-/// timed run's target (and a STRADS run's output directory).
+/// worker count, to `f* (1 + tolerance)`, on designs of growing size. The harness
+/// validates each size's job before any work and sets every timed run's target.
 pub(crate) trait CdScale {
-    /// A run's own keys.
+    /// A run's, a size's and the figures' own keys.
     type Run: Serialize + Clone + Default;
-    /// A size's own keys.
     type Size: Serialize;
-    /// The figures' own top-level keys.
     type Top: Serialize;
     /// What the baseline runs on.
     type Design;
-    /// The bench's name.
     const NAME: &'static str;
-    /// The refusal of a transport without a cluster.
-    const NO_CLUSTER: &'static str;
-    /// The JSON keys of a run's table columns after `wall_s` (as [`json_table`]).
+    /// The table's keys after the shared ones (as [`json_table`]).
     const EXTRA_KEYS: &'static str;
     /// The plot's file name, title and y label.
     const PLOT: [&'static str; 3];
 
     /// The shared flags, the sizes, the target's relative gap and the output directory.
     fn args(&self) -> (&CdScaleArgs, &[DesignSize], f64, &Path);
-    /// The solver's name.
     fn solver(&self) -> String;
-    /// The job of `size`.
     fn job(&self, size: &DesignSize) -> LassoSettings;
     /// What one of `workers` workers holds, MB.
     fn holds_mb(&self, nnz: usize, size: &DesignSize, workers: usize) -> f64;
@@ -389,18 +326,16 @@ pub(crate) trait CdScale {
         size: &DesignSize,
         job: &LassoSettings,
     ) -> Result<Prepared<Self::Design, Self::Size>, StradsTrainError>;
-    /// One timed baseline run of `job`: seconds and updates. `last`: the last repeat,
-    /// after which the baseline's data is no longer needed.
+    /// One timed baseline run of `job`: seconds and updates (`last`: the last repeat).
     fn baseline(
         &self,
         design: &mut Self::Design,
         job: &LassoSettings,
         last: bool,
     ) -> Result<(f64, u64), StradsTrainError>;
-    /// One STRADS run. The harness sets the worker count, the wall time, the memory, the
-    /// ratios and `us_per_update`; `rss_mb` stands where the nodes were not processes.
+    /// One STRADS run; the harness sets the workers, wall time, memory, ratios and
+    /// `us_per_update` (`rss_mb` stands where the nodes were not processes).
     fn petrel(&self, run: PetrelRun) -> Result<CdRun<Self::Run>, StradsTrainError>;
-    /// The top-level keys, after the table.
     fn top(&self) -> Self::Top;
 }
 
@@ -412,8 +347,7 @@ const CD_KEYS: &str =
 pub(crate) type FiguresOf<B> =
     CdScaleFigures<<B as CdScale>::Run, <B as CdScale>::Size, <B as CdScale>::Top>;
 
-/// Runs every size, repeat and worker count of `bench`, prints the table and writes the
-/// plot.
+/// Runs every size, repeat and worker count of `bench`, prints the table and plots.
 pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, StradsTrainError> {
     let (c, design_sizes, tolerance, out) = bench.args();
     if design_sizes.is_empty() || c.workers.is_empty() || c.repeats == 0 {
@@ -421,10 +355,9 @@ pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, StradsTr
             "need at least one size, one worker count and one repeat",
         ));
     }
-    let transport = c
-        .transport
-        .cluster()
-        .ok_or(StradsTrainError::Usage(B::NO_CLUSTER))?;
+    let transport = c.transport.cluster().ok_or(StradsTrainError::Usage(
+        "the scale benches compare STRADS runs: --transport memory, quic or processes",
+    ))?;
     let out = absolute(out)?;
     let (mut rows, mut sizes) = (Vec::new(), Vec::new());
     for size in design_sizes {
@@ -472,8 +405,7 @@ pub(crate) fn measure_cd<B: CdScale>(bench: &B) -> Result<FiguresOf<B>, StradsTr
     })
 }
 
-/// One design size: its optimum, the repeated baseline and STRADS runs, and their table
-/// rows in `rows` (the baseline's, then one per worker count).
+/// One design size: its optimum, the repeated baseline and STRADS runs, and their rows.
 fn measure_size<B: CdScale>(
     bench: &B,
     size: &DesignSize,
@@ -518,7 +450,6 @@ fn measure_size<B: CdScale>(
             run.wall_s = started.elapsed().as_secs_f64();
             let holds = bench.holds_mb(p.nnz, size, workers);
             run.memory = NodeMemory::of_run(Some(&dir), transport, holds);
-            // The launcher's peak of every node process when there are processes.
             let nodes_peak = run.memory.worker_rss_mb.zip(run.memory.scheduler_rss_mb);
             run.rss_mb = nodes_peak.map(|(w, s)| w.max(s)).or(run.rss_mb);
             run.us_per_update =

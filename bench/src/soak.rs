@@ -1,7 +1,6 @@
 //! `petrel bench soak`: a multi-process cluster under sustained load for a fixed time,
 //! sampling every node's resident memory. The workload is the demo job (workers averaging
-//! tensors through an aggregator every round), since it exercises the runtime's messaging
-//! end to end and checks every result.
+//! tensors through an aggregator), which exercises messaging end to end.
 
 use super::BenchError;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -48,8 +47,7 @@ struct Figures {
     #[serde(flatten)]
     rss: RssFigures,
     rss_growth_after_warmup: f64,
-    /// Least-squares slope of the total RSS over the samples after warm-up, in MB/minute:
-    /// near zero means memory levelled off, a steady positive value means it keeps growing.
+    /// Least-squares slope of the total RSS after warm-up, MB/minute (near zero: levelled).
     rss_slope_after_warmup_mb_per_min: f64,
     nodes: usize,
     samples_csv: String,
@@ -166,8 +164,7 @@ async fn soak(args: SoakBenchArgs) -> Result<(), BenchError> {
 /// Resident memory samples: seconds since the start, and each node's MB.
 type Samples = Vec<(f64, BTreeMap<String, f64>)>;
 
-/// The soak cluster: a demo aggregator `hub` and `--workers` demo workers that run until
-/// `--duration-s` and report into `run_dir`.
+/// A demo aggregator `hub` and `--workers` demo workers reporting into `run_dir`.
 fn settings_for(args: &SoakBenchArgs, run_dir: &std::path::Path) -> Settings {
     let workers = (1..=args.workers.max(1)).map(|i| (format!("w{i}"), "demo-worker"));
     let mut settings = super::local_settings(
@@ -222,8 +219,7 @@ fn write_csv(path: &std::path::Path, samples: &Samples) -> Result<(), BenchError
 }
 
 /// One node's or all nodes' memory (`mb` of a sample, MB) at the start, after the warm-up
-/// (the last sample when the warm-up never ended), at the end (the last sample taken while
-/// every node was still under load) and at its peak.
+/// (or the last sample), at the end of the load and at its peak.
 #[derive(Serialize)]
 struct RssFigures {
     rss_start_mb: Option<f64>,

@@ -44,19 +44,17 @@ pub struct TransportBenchArgs {
 
 /// A bulk message.
 #[derive(Serialize, Deserialize)]
-pub struct Blob {
-    /// Its payload.
-    pub tensor: Tensor,
+struct Blob {
+    tensor: Tensor,
 }
 // The tensor's bytes leave as they are, not copied into the frame.
 remote_message!(Blob => (), "petrel.bench.blob", payload = tensor.data);
 
 /// A small urgent message whose latency is measured.
 #[derive(Serialize, Deserialize)]
-pub struct Probe {
-    /// Its payload.
+struct Probe {
     #[serde(with = "serde_bytes")]
-    pub payload: Vec<u8>,
+    payload: Vec<u8>,
 }
 remote_message!(Probe, "petrel.bench.probe");
 
@@ -255,70 +253,65 @@ fn arm(signal: &Signal) -> tokio::sync::oneshot::Receiver<Instant> {
     rx
 }
 
+/// When the sink fired `armed`, within `secs` (else: `late`).
+async fn fired(
+    armed: tokio::sync::oneshot::Receiver<Instant>,
+    secs: u64,
+    late: &str,
+) -> Result<Instant, BenchError> {
+    let stopped = |_| BenchError::Incomplete("the sink stopped".into());
+    tokio::time::timeout(Duration::from_secs(secs), armed)
+        .await
+        .map_err(|_| BenchError::Incomplete(late.into()))?
+        .map_err(stopped)
+}
+
 fn tensors(n: usize, size: usize) -> Vec<Tensor> {
     (0..n)
         .map(|i| Tensor::from_vec(vec![i as f32; size / 4]))
         .collect()
 }
 
-/// (b) petrel remote tells, or (c) local tells when `target_node` is the sender itself.
+/// (b) petrel remote tells, or (c) local tells to a sink on the sender's node.
 async fn petrel_throughput(
     p: &Pair,
     local: bool,
     size: usize,
     messages: usize,
 ) -> Result<f64, BenchError> {
-    let target = if local {
-        p.a.actor_at::<Blob>("a", "local-sink")
+    let (node, actor) = if local {
+        ("a", "local-sink")
     } else {
-        p.a.actor_at::<Blob>("b", "sink")
-    }?;
+        ("b", "sink")
+    };
+    let target = p.a.actor_at::<Blob>(node, actor)?;
     let blobs = tensors(messages, size);
-    p.sink
-        .send(ResetSink(messages))
-        .await
-        .map_err(|_| BenchError::Incomplete("the sink stopped".into()))?;
+    let reset = p.sink.send(ResetSink(messages)).await;
+    reset.map_err(|_| BenchError::Incomplete("the sink stopped".into()))?;
     let done = arm(&p.done);
     let start = Instant::now();
     for t in blobs {
         target.tell(Blob { tensor: t }, Priority::NORMAL)?;
     }
-    let end = tokio::time::timeout(Duration::from_secs(120), done)
-        .await
-        .map_err(|_| BenchError::Incomplete("throughput run timed out".into()))?
-        .map_err(|_| BenchError::Incomplete("the sink stopped".into()))?;
+    let end = fired(done, 120, "throughput run timed out").await?;
     Ok(mbps(size * messages, (end - start).as_secs_f64()))
-}
-
-/// The median (the mean of the middle two for an even count); 0 when empty.
-fn median(v: &mut [f64]) -> f64 {
-    crate::common::median(v).unwrap_or(0.0)
 }
 
 async fn probe_latency(p: &Pair, kib: usize) -> Result<Duration, BenchError> {
     let probe = p.a.actor_at::<Probe>("b", "sink")?;
     let arrived = arm(&p.probe);
     let sent = Instant::now();
-    probe.tell(
-        Probe {
-            payload: vec![1u8; kib * 1024],
-        },
-        Priority::HIGH,
-    )?;
-    let at = tokio::time::timeout(Duration::from_secs(60), arrived)
-        .await
-        .map_err(|_| BenchError::Incomplete("probe never arrived".into()))?
-        .map_err(|_| BenchError::Incomplete("the sink stopped".into()))?;
-    Ok(at - sent)
+    let payload = vec![1u8; kib * 1024];
+    probe.tell(Probe { payload }, Priority::HIGH)?;
+    Ok(fired(arrived, 60, "probe never arrived").await? - sent)
 }
 
 #[derive(Serialize)]
 struct Figures {
     raw_quinn_mbps: f64,
     petrel_mbps: f64,
-    /// Median over the interleaved pairs of petrel/raw.
+    /// petrel/raw: the median over the interleaved pairs, and each pair's in run order.
     ratio: f64,
-    /// Each pair's petrel/raw, in the order the pairs ran.
     pair_ratios: Vec<f64>,
     local_mbps: f64,
     idle_latency_ms: f64,
@@ -343,9 +336,8 @@ pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
             args.message_mib,
             args.repeat.max(1)
         );
-        // Raw and petrel runs alternate, so that load from elsewhere on the machine
-        // affects both sides of a pair alike: the ratio is the median of the pairs'
-        // ratios; the throughputs shown are the best of each.
+        // Raw and petrel runs alternate so that outside load hits both sides of a pair; the
+        // ratio is the median of the pairs', the throughputs the best of each.
         let (mut raw, mut remote, mut local) = (0f64, 0f64, 0f64);
         let mut ratios = Vec::new();
         for _ in 0..args.repeat.max(1) {
@@ -400,7 +392,7 @@ pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
         Ok::<_, BenchError>(Figures {
             raw_quinn_mbps: raw,
             petrel_mbps: remote,
-            ratio: median(&mut ratios.clone()),
+            ratio: crate::common::median(&ratios).unwrap_or(0.0),
             pair_ratios: ratios,
             local_mbps: local,
             idle_latency_ms: idle.as_secs_f64() * 1e3,
@@ -435,12 +427,12 @@ pub fn run(args: TransportBenchArgs) -> Result<(), BenchError> {
 
 #[cfg(test)]
 mod tests {
-    use super::median;
+    use crate::common::median;
 
     #[test]
     fn median_of_pair_ratios() {
-        assert_eq!(median(&mut [0.9, 0.7, 1.0, 0.95, 0.8]), 0.9);
-        assert_eq!(median(&mut [1.0, 0.5]), 0.75);
-        assert_eq!(median(&mut []), 0.0);
+        assert_eq!(median(&[0.9, 0.7, 1.0, 0.95, 0.8]), Some(0.9));
+        assert_eq!(median(&[1.0, 0.5]), Some(0.75));
+        assert_eq!(median(&[]), None);
     }
 }

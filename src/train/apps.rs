@@ -1,6 +1,4 @@
-//! What `petrel train` needs of each app before any node starts: its settings section, its
-//! value checks, where its output and input paths live in the settings, and a data check
-//! (labels that fit the app, no more workers than rows). [`prepare_job`] runs them all.
+//! What `petrel train` checks of each app before any node starts ([`prepare_job`]).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -40,19 +38,15 @@ pub trait TrainApp {
     fn inputs(job: &mut Self::Job) -> Vec<&mut Option<PathBuf>>;
     /// Loads the data once and checks it fits: labels, rows versus `workers`.
     fn check_data(job: &Self::Job, workers: usize) -> Result<(), TrainError>;
-    /// A parameter-server app that checkpoints: its run files, whose `checkpoint_dir`
-    /// `petrel train` defaults to `<out>/checkpoints`; `None` when it does not checkpoint
-    /// (or cannot with these settings, and names no directory and no `resume`).
+    /// A parameter-server app's run files when it checkpoints with these settings.
     fn ps_checkpoints(job: &mut Self::Job) -> Option<&mut RunFiles> {
         let _ = job;
         None
     }
 }
 
-/// The settings of `petrel train A`: the job file's `[app.<section>]`, the environment, the
-/// flags in `given`, then `out_flag` (when the output directory is not a setting's flag).
-/// Every value is checked, the output directory created and probed, the inputs made
-/// absolute and the data loaded once to check it fits `workers` workers.
+/// The settings of `petrel train A` ([`resolve_job`], then `out_flag`), checked, with the
+/// output directory probed, the inputs made absolute and the data checked against `workers`.
 pub fn prepare_job<A: TrainApp>(
     flags: &A::Job,
     file: Option<&Path>,
@@ -60,8 +54,7 @@ pub fn prepare_job<A: TrainApp>(
     given: &BTreeSet<String>,
     workers: usize,
 ) -> Result<A::Job, TrainError> {
-    // The flags alone first: a NaN or infinite flag has no JSON form to merge, so it
-    // must be refused here rather than silently dropped.
+    // The flags alone first: a NaN flag has no JSON form to merge.
     A::validate(flags).map_err(invalid::<A>)?;
     let mut job = resolve_job::<A::Job>(A::SECTION, file, flags, given)?;
     if let Some(out) = out_flag {
@@ -124,22 +117,54 @@ fn fits<A: TrainApp>(workers: usize, count: usize, what: &'static str) -> Result
     Ok(())
 }
 
-impl TrainApp for PsMf {
-    type Job = PsMfSettings;
-    const NAME: &'static str = <PsMf as PsApp>::NAME;
-    const SECTION: &'static str = <PsMf as PsApp>::SECTION;
-    fn validate(job: &PsMfSettings) -> Result<(), InvalidSetting> {
-        job.validate()
-    }
-    fn out(job: &mut PsMfSettings) -> &mut Option<PathBuf> {
-        &mut job.files.out
-    }
-    fn inputs(job: &mut PsMfSettings) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data, &mut job.test_data]
-    }
+/// Implements [`TrainApp`] for `$app`: its checks, output and input fields, then the rest
+/// (`ps` apps: name, section and output directory from [`PsApp`] and their run files).
+macro_rules! train_app {
+    (ps $app:ty: $job:ty, inputs [$($input:ident),+], $($rest:tt)*) => {
+        train_app!($app: $job, <$app as PsApp>::NAME, <$app as PsApp>::SECTION,
+            validate <$job>::validate, out files.out, inputs [$($input),+], $($rest)*);
+    };
+    ($app:ty: $job:ty, $name:expr, $section:expr, validate $validate:expr,
+        out $($out:ident).+, inputs [$($input:ident),+], $($rest:tt)*) => {
+        impl TrainApp for $app {
+            type Job = $job;
+            const NAME: &'static str = $name;
+            const SECTION: &'static str = $section;
+            fn validate(job: &$job) -> Result<(), InvalidSetting> {
+                ($validate)(job)
+            }
+            fn out(job: &mut $job) -> &mut Option<PathBuf> {
+                &mut job.$($out).+
+            }
+            fn inputs(job: &mut $job) -> Vec<&mut Option<PathBuf>> {
+                vec![$(&mut job.$input),+]
+            }
+            $($rest)*
+        }
+    };
+}
+
+/// The `timeout_s` and `checkpoints` of STRADS settings with `checkpoint_dir` and `resume`.
+macro_rules! round_checkpoints {
+    ($job:ty) => {
+        fn timeout_s(job: &$job) -> u64 {
+            job.timeout_s
+        }
+        fn checkpoints(job: &mut $job) -> Option<(&mut Option<PathBuf>, &mut bool)> {
+            Some((&mut job.checkpoint_dir, &mut job.resume))
+        }
+    };
+}
+
+/// A PS app's run files when it writes checkpoints (`writes`) or names a directory.
+fn ps_files(files: &mut RunFiles, writes: bool) -> Option<&mut RunFiles> {
+    files.wanted(writes).is_some().then_some(files)
+}
+
+train_app!(ps PsMf: PsMfSettings, inputs [data, test_data],
     fn ps_checkpoints(job: &mut PsMfSettings) -> Option<&mut RunFiles> {
         let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
-        job.files.wanted(writes).is_some().then_some(&mut job.files)
+        ps_files(&mut job.files, writes)
     }
     fn check_data(job: &PsMfSettings, workers: usize) -> Result<(), TrainError> {
         if let Some(s) = job.stragglers.straggler
@@ -152,67 +177,31 @@ impl TrainApp for PsMf {
         // Worker w owns the users u % workers == w.
         fits::<Self>(workers, data.train.n_users, "users")
     }
-}
+);
 
-impl TrainApp for PsLr {
-    type Job = PsLrSettings;
-    const NAME: &'static str = <PsLr as PsApp>::NAME;
-    const SECTION: &'static str = <PsLr as PsApp>::SECTION;
-    fn validate(job: &PsLrSettings) -> Result<(), InvalidSetting> {
-        job.validate()
-    }
-    fn out(job: &mut PsLrSettings) -> &mut Option<PathBuf> {
-        &mut job.files.out
-    }
-    fn inputs(job: &mut PsLrSettings) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data, &mut job.test_data]
-    }
+train_app!(ps PsLr: PsLrSettings, inputs [data, test_data],
     fn ps_checkpoints(job: &mut PsLrSettings) -> Option<&mut RunFiles> {
         let writes = job.checkpoint_every > 0 && job.checkpoints_possible();
-        job.files.wanted(writes).is_some().then_some(&mut job.files)
+        ps_files(&mut job.files, writes)
     }
     fn check_data(job: &PsLrSettings, workers: usize) -> Result<(), TrainError> {
         let data = petrel_ps::apps::lr::PsLrData::load(job).map_err(data_error::<Self>)?;
         fits::<Self>(workers, data.train.len(), "training rows")
     }
-}
+);
 
-impl TrainApp for PsLda {
-    type Job = PsLdaSettings;
-    const NAME: &'static str = <PsLda as PsApp>::NAME;
-    const SECTION: &'static str = <PsLda as PsApp>::SECTION;
-    fn validate(job: &PsLdaSettings) -> Result<(), InvalidSetting> {
-        job.validate()
-    }
-    fn out(job: &mut PsLdaSettings) -> &mut Option<PathBuf> {
-        &mut job.files.out
-    }
-    fn inputs(job: &mut PsLdaSettings) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
-    }
+train_app!(ps PsLda: PsLdaSettings, inputs [docword, vocab, test_data],
     fn ps_checkpoints(job: &mut PsLdaSettings) -> Option<&mut RunFiles> {
-        let writes = job.checkpoint_every > 0;
-        job.files.wanted(writes).is_some().then_some(&mut job.files)
+        ps_files(&mut job.files, job.checkpoint_every > 0)
     }
     fn check_data(job: &PsLdaSettings, workers: usize) -> Result<(), TrainError> {
         let corpus = job.load().map_err(data_error::<Self>)?;
         fits::<Self>(workers, corpus.docs.len(), "documents")
     }
-}
+);
 
-impl TrainApp for LassoApp {
-    type Job = LassoSettings;
-    const NAME: &'static str = "lasso";
-    const SECTION: &'static str = <LassoApp as StradsJob>::SECTION;
-    fn validate(job: &LassoSettings) -> Result<(), InvalidSetting> {
-        job.validate()
-    }
-    fn out(job: &mut LassoSettings) -> &mut Option<PathBuf> {
-        &mut job.out_dir
-    }
-    fn inputs(job: &mut LassoSettings) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data, &mut job.test_data]
-    }
+train_app!(LassoApp: LassoSettings, "lasso", <LassoApp as StradsJob>::SECTION,
+    validate LassoSettings::validate, out out_dir, inputs [data, test_data],
     fn check_data(job: &LassoSettings, workers: usize) -> Result<(), TrainError> {
         // The design as stored (a cluster's explicit centring is checked before launch).
         let (x, _) = job.load_sparse().map_err(data_error::<Self>)?;
@@ -223,76 +212,38 @@ impl TrainApp for LassoApp {
         // Scheduled workers split the rows.
         fits::<Self>(workers, x.n_rows, "rows")
     }
-}
+);
 
-impl TrainApp for LogisticApp {
-    type Job = LassoSettings;
-    const NAME: &'static str = "logistic";
-    const SECTION: &'static str = <LogisticApp as StradsJob>::SECTION;
-    fn validate(job: &LassoSettings) -> Result<(), InvalidSetting> {
-        <LogisticApp as StradsJob>::validate_config(job)
-    }
-    fn out(job: &mut LassoSettings) -> &mut Option<PathBuf> {
-        &mut job.out_dir
-    }
-    fn inputs(job: &mut LassoSettings) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data, &mut job.test_data]
-    }
+train_app!(LogisticApp: LassoSettings, "logistic", <LogisticApp as StradsJob>::SECTION,
+    validate <LogisticApp as StradsJob>::validate_config, out out_dir, inputs [data, test_data],
     fn check_data(job: &LassoSettings, workers: usize) -> Result<(), TrainError> {
         let (x, _) = petrel_strads::apps::logistic::load(job).map_err(data_error::<Self>)?;
         fits::<Self>(workers, x.n_rows, "rows")
     }
-}
+);
 
-impl TrainApp for MfApp {
-    type Job = StradsMfSettings;
-    const NAME: &'static str = "strads-mf";
-    const SECTION: &'static str = <MfApp as StradsJob>::SECTION;
-    fn validate(job: &StradsMfSettings) -> Result<(), InvalidSetting> {
-        job.validate()
-    }
-    fn out(job: &mut StradsMfSettings) -> &mut Option<PathBuf> {
-        &mut job.out_dir
-    }
-    fn inputs(job: &mut StradsMfSettings) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.data, &mut job.test_data]
-    }
+train_app!(MfApp: StradsMfSettings, "strads-mf", <MfApp as StradsJob>::SECTION,
+    validate StradsMfSettings::validate, out out_dir, inputs [data, test_data],
     fn check_data(job: &StradsMfSettings, workers: usize) -> Result<(), TrainError> {
-        // Counted in streaming passes, as the nodes do: the launcher holds the test
-        // ratings only (reading them checks a `test_data` file).
+        // Counted in streaming passes, as the nodes do.
         let (summary, _) = job.summary_and_test().map_err(data_error::<Self>)?;
         // Block rotation gives every worker a bucket of users and a block of items.
         fits::<Self>(workers, summary.shape.n_users, "users")?;
         fits::<Self>(workers, summary.shape.n_items, "items")
     }
-}
+);
 
-impl TrainApp for LdaApp {
-    type Job = LdaSettings;
-    const NAME: &'static str = "lda";
-    const SECTION: &'static str = <LdaApp as StradsJob>::SECTION;
-    fn validate(job: &LdaSettings) -> Result<(), InvalidSetting> {
-        job.validate()
-    }
-    fn out(job: &mut LdaSettings) -> &mut Option<PathBuf> {
-        &mut job.out_dir
-    }
-    fn inputs(job: &mut LdaSettings) -> Vec<&mut Option<PathBuf>> {
-        vec![&mut job.docword, &mut job.vocab, &mut job.test_data]
-    }
+train_app!(LdaApp: LdaSettings, "lda", <LdaApp as StradsJob>::SECTION,
+    validate LdaSettings::validate, out out_dir, inputs [docword, vocab, test_data],
     fn check_data(job: &LdaSettings, workers: usize) -> Result<(), TrainError> {
         let corpus = job.load().map_err(data_error::<Self>)?;
         // Documents are split over the workers, and so is the vocabulary (word rotation).
         fits::<Self>(workers, corpus.docs.len(), "documents")?;
         fits::<Self>(workers, corpus.vocab_size, "words")
     }
-}
+);
 
-/// Whether `[app.<section>]` (`value`, its JSON form) is the job of an app that checkpoints,
-/// can with these settings (Lasso with one scheduler; a PS rule that keeps no state on the
-/// shards), writes checkpoints (`checkpoint_every` > 0) and names no `checkpoint_dir`:
-/// `petrel run` then gives it one in its run directory. A section that does not parse
-/// gets none (its role reports the error).
+/// Whether `[app.<section>]` writes checkpoints but names no `checkpoint_dir`.
 pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool {
     fn job<A: TrainApp>(value: &serde_json::Value) -> Option<A::Job> {
         serde_json::from_value(value.clone()).ok()
@@ -321,9 +272,7 @@ pub fn checkpoints_by_default(section: &str, value: &serde_json::Value) -> bool 
     }
 }
 
-/// A STRADS app that `petrel train` runs generically ([`super::train_prepared`]): its
-/// scheduler nodes and the workers, round checkpoints and restarts, or one thread with
-/// `--transport none`.
+/// A STRADS app that `petrel train` runs generically ([`super::train_prepared`]).
 pub trait StradsTrainApp:
     StradsJob<Config = <Self as TrainApp>::Job> + TrainApp<Job: clap::Args>
 {
@@ -331,8 +280,7 @@ pub trait StradsTrainApp:
     type Metrics: serde::de::DeserializeOwned;
     /// Seconds a round may take (its cluster's request timeout).
     fn timeout_s(job: &Self::Job) -> u64;
-    /// Its checkpoint directory and resume settings; `None` when it cannot checkpoint with
-    /// these settings.
+    /// Its checkpoint directory and resume settings, when it can checkpoint.
     fn checkpoints(job: &mut Self::Job) -> Option<(&mut Option<PathBuf>, &mut bool)>;
     /// The progress points a full run records (the progress bar's length), if known.
     fn progress_points(job: &Self::Job) -> Option<u64> {
@@ -353,8 +301,7 @@ pub trait StradsTrainApp:
     fn next_attempt(job: &mut Self::Job, attempt: u32) {
         let _ = (job, attempt);
     }
-    /// `--transport none`: the run in this thread (the serial driver with `workers`
-    /// worker halves, unless the app has a one-thread solver of its own).
+    /// `--transport none`: the run in this thread (by default the serial driver).
     fn run_in_thread(job: &Self::Job, workers: usize) -> Result<Self::Metrics, TrainError> {
         let mut job = job.clone();
         let out = Self::out(&mut job).clone().unwrap_or_default();
@@ -420,12 +367,7 @@ impl StradsTrainApp for LassoApp {
 
 impl StradsTrainApp for LogisticApp {
     type Metrics = LogisticMetrics;
-    fn timeout_s(job: &LassoSettings) -> u64 {
-        job.timeout_s
-    }
-    fn checkpoints(job: &mut LassoSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
-        Some((&mut job.checkpoint_dir, &mut job.resume))
-    }
+    round_checkpoints!(LassoSettings);
     fn next_attempt(job: &mut LassoSettings, attempt: u32) {
         <LassoApp as StradsTrainApp>::next_attempt(job, attempt);
     }
@@ -449,12 +391,7 @@ impl StradsTrainApp for LogisticApp {
 
 impl StradsTrainApp for MfApp {
     type Metrics = MfMetrics;
-    fn timeout_s(job: &StradsMfSettings) -> u64 {
-        job.timeout_s
-    }
-    fn checkpoints(job: &mut StradsMfSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
-        Some((&mut job.checkpoint_dir, &mut job.resume))
-    }
+    round_checkpoints!(StradsMfSettings);
     fn summary(_job: &StradsMfSettings, m: &MfMetrics, out: &str) -> String {
         let test = if m.test_ratings > 0 {
             format!(", test RMSE {:.4}", m.final_test_rmse)
@@ -470,12 +407,7 @@ impl StradsTrainApp for MfApp {
 
 impl StradsTrainApp for LdaApp {
     type Metrics = LdaMetrics;
-    fn timeout_s(job: &LdaSettings) -> u64 {
-        job.timeout_s
-    }
-    fn checkpoints(job: &mut LdaSettings) -> Option<(&mut Option<PathBuf>, &mut bool)> {
-        Some((&mut job.checkpoint_dir, &mut job.resume))
-    }
+    round_checkpoints!(LdaSettings);
     // One point at the start, then one per pass.
     fn progress_points(job: &LdaSettings) -> Option<u64> {
         Some(job.iterations as u64 + 1)

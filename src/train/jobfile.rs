@@ -1,13 +1,5 @@
-//! One job schema per app for `petrel train APP` and `petrel run`: the app's settings
-//! struct is `[app.<section>]` of a TOML file. `petrel train APP --config job.toml` reads
-//! that section, then the `PETREL_APP__<SECTION>__<KEY>` environment variables (the same
-//! overrides `petrel run` applies), then the flags given on the command line; anything not
-//! given anywhere keeps the struct's one `Default`. An unknown key in the section is an
-//! error listing the valid keys (the structs deny unknown fields), and so is a section of
-//! another app.
-//!
-//! Before any node starts, `petrel train` also checks the output directory (created,
-//! writable: [`prepare_out_dir`]).
+//! One job schema per app: `[app.<section>]` of a TOML file, then `PETREL_APP__*`
+//! variables, then the flags given; unknown keys and other apps' sections are refused.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -22,9 +14,7 @@ pub enum JobFileError {
     /// The file or the environment did not parse.
     #[error("{origin}: {source}")]
     Parse {
-        /// The file (or "environment").
         origin: String,
-        /// The parser's error.
         #[source]
         source: Box<config::ConfigError>,
     },
@@ -34,32 +24,22 @@ pub enum JobFileError {
         file.display()
     )]
     UnknownTable {
-        /// The file.
         file: PathBuf,
-        /// The unknown key.
         key: String,
-        /// The section this app reads.
         section: &'static str,
     },
     /// The file configures another app.
     #[error("{}: [app.{found}] is not read by this app; it reads [app.{section}]", file.display())]
     OtherApp {
-        /// The file.
         file: PathBuf,
-        /// The section found.
         found: String,
-        /// The section this app reads.
         section: &'static str,
     },
-    /// The merged section does not fit the app's settings (an unknown key lists the valid
-    /// ones; a wrong type names the key).
+    /// The merged section does not fit the app's settings.
     #[error("[app.{section}]{origin}: {source}")]
     Section {
-        /// The section.
         section: &'static str,
-        /// ` (file)` when a file was read.
         origin: String,
-        /// The decoder's error (names the key; boxed: it is large).
         #[source]
         source: Box<toml::de::Error>,
     },
@@ -74,9 +54,8 @@ pub enum JobFileError {
 /// The top-level tables a job file may hold.
 const TOP_LEVEL: [&str; 4] = ["app", "cluster", "nodes", "net"];
 
-/// `[app.<section>]` of `file` (if any), overridden by `PETREL_APP__<SECTION>__*`, then by
-/// the flags whose clap ids are in `given` (ids are the field names; a nested field's id is
-/// its dotted path, e.g. `synthetic.seed`, or its plain name when that is unique).
+/// `[app.<section>]` of `file`, overridden by `PETREL_APP__<SECTION>__*`, then by the
+/// flags whose clap ids are in `given` (a nested field's: its dotted path or unique name).
 pub fn resolve_job<C>(
     section: &'static str,
     file: Option<&Path>,
@@ -120,8 +99,7 @@ fn file_and_env_section(
     let toml = |f: &Path| config::File::from(f).format(config::FileFormat::Toml);
     let mut builder = config::Config::builder();
     if let Some(f) = file {
-        // The file's own tables are checked alone: the environment may hold other
-        // PETREL_* variables this command does not read.
+        // Checked alone: the environment may hold other PETREL_* variables.
         let tables: Value = config::Config::builder()
             .add_source(toml(f))
             .build()
@@ -168,8 +146,7 @@ fn check_tables(section: &'static str, file: &Path, tables: &Value) -> Result<()
     Ok(())
 }
 
-/// The path and value of flag `id` in the flags' settings, if the flag is a setting
-/// (flags such as `--workers` are not).
+/// The path and value of flag `id` in the flags' settings, if the flag is a setting.
 fn flag_value(flags: &Value, id: &str) -> Option<(Vec<String>, Value)> {
     let path: Vec<String> = id.split('.').map(str::to_string).collect();
     let mut at = flags;
@@ -223,17 +200,13 @@ pub enum OutDirError {
     /// It could not be created, resolved or written to.
     #[error("output directory {}: {source}", path.display())]
     Unusable {
-        /// The directory.
         path: PathBuf,
-        /// The OS error.
         #[source]
         source: std::io::Error,
     },
 }
 
-/// Creates `dir`, proves it writable (a temporary file is created and removed) and returns
-/// it absolute, before any node starts: a run must not train for an hour and then fail to
-/// write.
+/// Creates `dir`, proves it writable and returns it absolute, before any node starts.
 pub fn prepare_out_dir(dir: &Path) -> Result<PathBuf, OutDirError> {
     let unusable = |source| OutDirError::Unusable {
         path: dir.to_path_buf(),

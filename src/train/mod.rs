@@ -1,15 +1,7 @@
 // Over 600 lines: every app's `petrel train` path (settings, cluster, restarts) lives here.
-//! `petrel train APP`: one job schema per app ([`jobfile`]: `[app.<section>]` of a job
-//! file, `PETREL_APP__*` variables, flags), every value and the data checked before any
-//! node starts ([`apps::prepare_job`]), then the app on a localhost cluster.
-//!
-//! STRADS apps (`lasso | logistic | strads-mf | lda`) run a scheduler node and worker
-//! nodes in this process (memory or QUIC transport) or as separate processes
-//! (`--transport processes`); parameter-server apps (`ps-mf | ps-lr | ps-lda`) run shard
-//! and worker nodes in this process. The same helpers run the STRADS benchmarks and the
-//! multi-node tests. `--transport none` runs no cluster at all: Lasso and logistic
-//! regression are solved by the single-threaded cyclic coordinate descent baseline, MF and
-//! LDA by the serial driver (both halves in this thread).
+//! `petrel train APP`: one job schema per app ([`jobfile`]), every value and the data
+//! checked first ([`apps::prepare_job`]), then the app on a localhost cluster (threads or
+//! processes) or, with `--transport none`, in this thread.
 
 pub mod apps;
 pub mod jobfile;
@@ -48,18 +40,14 @@ pub enum StradsTrainError {
     /// A file or directory could not be read or created.
     #[error("{}: {source}", path.display())]
     Io {
-        /// The path.
         path: PathBuf,
-        /// The OS error.
         #[source]
         source: std::io::Error,
     },
     /// A JSON file (the metrics) could not be read or written.
     #[error("{}: {source}", path.display())]
     Json {
-        /// The path (empty for standard output).
         path: PathBuf,
-        /// The decoder's error.
         #[source]
         source: serde_json::Error,
     },
@@ -77,12 +65,7 @@ pub enum StradsTrainError {
     Usage(&'static str),
     /// A plot could not be drawn.
     #[error("{}: {reason}", path.display())]
-    Plot {
-        /// The SVG file.
-        path: PathBuf,
-        /// What went wrong.
-        reason: String,
-    },
+    Plot { path: PathBuf, reason: String },
     /// A parameter-server run (the LDA benchmark's comparison) failed.
     #[error("parameter server: {0}")]
     ParameterServer(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
@@ -97,9 +80,7 @@ pub enum TrainError {
     /// A setting's value cannot be right.
     #[error("{app}: invalid setting {source}")]
     Setting {
-        /// The app.
         app: &'static str,
-        /// The key, its value and what is allowed.
         #[source]
         source: petrel_ml::job::InvalidSetting,
     },
@@ -109,22 +90,16 @@ pub enum TrainError {
     /// The data does not fit the app.
     #[error("{app}: {source}")]
     Data {
-        /// The app.
         app: &'static str,
-        /// The loader's or the app's reason.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// More workers than units of data to split.
     #[error("{app}: {workers} workers but only {count} {what}; use --workers {count} or fewer")]
     TooManyWorkers {
-        /// The app.
         app: &'static str,
-        /// Workers asked for.
         workers: usize,
-        /// Units of data.
         count: usize,
-        /// What the workers split.
         what: &'static str,
     },
     /// A STRADS run failed.
@@ -144,12 +119,10 @@ impl From<StradsError> for TrainError {
     }
 }
 
-/// How `petrel train` runs a STRADS job: no cluster at all, or a cluster whose nodes are
-/// threads of this process (memory, quic) or processes.
+/// How `petrel train` runs a STRADS job: no cluster, or nodes as threads or processes.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TrainTransport {
-    /// No cluster, this thread: Lasso and logistic regression by single-threaded cyclic
-    /// coordinate descent (the baseline), MF and LDA by the serial driver.
+    /// No cluster: the one-thread baseline, or the serial driver (MF, LDA).
     None,
     /// Nodes are threads of this process, connected by in-memory channels.
     Memory,
@@ -185,8 +158,7 @@ pub struct ClusterArgs {
     /// Output directory (created; or `out` in the job file).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Worker nodes (the serial driver's worker halves with `--transport none`; the
-    /// Lasso and logistic baselines have none).
+    /// Worker nodes (the serial driver's worker halves with `--transport none`).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
     /// How the job runs: no cluster (none), nodes as threads of this process (memory,
@@ -194,9 +166,8 @@ pub struct ClusterArgs {
     /// none unless this, --workers or --dashboard is given.
     #[arg(long, value_enum, default_value_t = TrainTransport::Quic)]
     pub transport: TrainTransport,
-    /// Restart the cluster this many times when a node dies (killed, crashed, silent):
-    /// from the newest complete checkpoint (Lasso), from the start otherwise (0 = stop at
-    /// the first failure). A role's own error (bad input, bad setting) is never retried.
+    /// Restart the cluster this many times when a node dies, from the newest complete
+    /// checkpoint if any (0 = stop at the first failure; a role's own error is final).
     #[arg(long, default_value_t = 2)]
     pub max_restarts: u32,
 }
@@ -230,10 +201,7 @@ pub struct LassoTrainArgs {
     pub job: LassoSettings,
 }
 
-/// `petrel train strads-mf | lda`: the settings' flags
-/// ([`StradsMfSettings`](petrel_strads::apps::mf::StradsMfSettings),
-/// [`LdaSettings`](petrel_strads::apps::lda::LdaSettings)) plus
-/// output, workers and transport.
+/// `petrel train strads-mf | lda`: the settings' flags plus output, workers and transport.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StradsTrainArgs<J: clap::Args> {
     /// Output, workers and transport.
@@ -250,8 +218,7 @@ fn absolute_dir(p: &Path) -> Result<PathBuf, StradsTrainError> {
     std::fs::canonicalize(p).map_err(StradsTrainError::io(p))
 }
 
-/// `job` as an `[app.*]` section: its JSON form without `null`s (TOML has none), so the
-/// settings survive a round trip through a file.
+/// `job` as an `[app.*]` section: its JSON form without `null`s (TOML has none).
 fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, StradsTrainError> {
     fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
         match v {
@@ -268,10 +235,8 @@ fn section_value<J: serde::Serialize>(job: &J) -> Result<serde_json::Value, Stra
     Ok(strip_nulls(json))
 }
 
-/// A star cluster of job `J`: the scheduler nodes (`(name, roles)`, in order), then workers
-/// `w0..w{n-1}` running `J::WORKER_ROLE`, with `[app.<J::SECTION>] = job`. A latency-bound
-/// job ([`StradsJob::latency_bound`]) runs each node's transport on the node's own thread
-/// (`[net] threads = 0`); `PETREL_NET__THREADS` still overrides it for node processes.
+/// A star cluster of job `J`: the scheduler nodes, then workers `w0..`; a latency-bound job
+/// runs each node's transport on the node's own thread (`[net] threads = 0`).
 pub fn star_settings_with<J>(
     job: &J::Config,
     scheduler_nodes: &[(String, Vec<String>)],
@@ -300,8 +265,7 @@ where
         .with(|s| {
             s.app.insert(J::SECTION.into(), value);
             s.cluster.request_timeout_ms = timeout_s.max(1) * 1000;
-            // Workers compute between messages; on a loaded 2-core machine a 2 s silence
-            // is not a failure.
+            // A 2 s silence on a loaded machine is not a failure.
             s.cluster.failure_timeout_ms = s.cluster.failure_timeout_ms.max(10_000);
             if J::latency_bound(job) {
                 s.net.threads = 0;
@@ -310,41 +274,32 @@ where
         .build()?)
 }
 
-/// The file in a run directory of `--transport processes` that holds every node's peak
-/// memory in MB ([`NodePeak`] by node name:
-/// `{"w0": {"rss_mb": 80.2, "private_mb": 62.0, "heap_mb": 41.3}, ...}`).
+/// The file in a `--transport processes` run directory with every node's [`NodePeak`].
 pub const NODE_MEMORY_FILE: &str = "node_memory.json";
 
-/// The memory of a STRADS job's nodes against what one worker holds, MB (the scale
-/// benches' JSON keys).
+/// A STRADS job's node memory against what a worker holds, MB (peaks need processes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct NodeMemory {
-    /// With `--transport processes`: the largest peak resident memory of a worker node.
+    /// The largest peak resident memory of a worker node.
     pub worker_rss_mb: Option<f64>,
-    /// With `--transport processes`: the largest [`NodePeak::private_mb`] of a worker node
-    /// (its peak less the binary's shared code pages).
+    /// The largest [`NodePeak::private_mb`] of a worker node.
     pub worker_private_mb: Option<f64>,
-    /// With `--transport processes`: the scheduler node's peak resident memory.
+    /// The scheduler node's peak resident memory.
     pub scheduler_rss_mb: Option<f64>,
     /// What one worker holds (each bench's own estimate).
     pub worker_holds_mb: f64,
-    /// `worker_rss_mb / worker_holds_mb` (target: <= 2 where the data outweighs a node's
-    /// fixed cost).
+    /// `worker_rss_mb / worker_holds_mb`.
     pub worker_rss_over_holds: Option<f64>,
-    /// `worker_private_mb / worker_holds_mb`: the same without the code pages that all
-    /// nodes of a host share.
+    /// `worker_private_mb / worker_holds_mb`.
     pub worker_private_over_holds: Option<f64>,
-    /// With `--transport processes`: the largest [`NodePeak::heap_mb`] of a worker node
-    /// (the most it had allocated at once).
+    /// The largest [`NodePeak::heap_mb`] of a worker node.
     pub worker_heap_mb: Option<f64>,
-    /// `worker_heap_mb / worker_holds_mb`: what a worker allocated against what it holds
-    /// (the target's figure: the code pages and the allocator's slack are in the RSS).
+    /// `worker_heap_mb / worker_holds_mb` (the target's figure).
     pub worker_heap_over_holds: Option<f64>,
 }
 
 impl NodeMemory {
-    /// What a job with output directory `out_dir` left, against `worker_holds_mb`: only a
-    /// `--transport processes` run has separate nodes to measure (others: no peaks).
+    /// What a job with output directory `out_dir` left, against `worker_holds_mb`.
     pub fn of_run(out_dir: Option<&Path>, transport: JobTransport, worker_holds_mb: f64) -> Self {
         let file = out_dir.map(|dir| dir.join("run").join(NODE_MEMORY_FILE));
         let nodes: BTreeMap<String, NodePeak> = file
@@ -373,8 +328,7 @@ impl NodeMemory {
     }
 }
 
-/// Runs a cluster: nodes as threads of this process (memory or quic) or as separate
-/// processes (run files and [`NODE_MEMORY_FILE`] go to `run_dir`).
+/// Runs a cluster as threads or as processes (run files and [`NODE_MEMORY_FILE`] in `run_dir`).
 pub fn run_cluster(
     settings: Settings,
     transport: JobTransport,
@@ -387,16 +341,13 @@ pub fn run_cluster(
     let mut opts = crate::launcher::LaunchOptions::new()?;
     opts.run_dir = Some(run_dir.to_path_buf());
     let launched = crate::launcher::launch_with(&cluster, LaunchMode::Processes, opts)?;
-    // Each node's peak memory, for the scale benches (and anyone reading the run).
     let peaks = launched.report.map(|r| r.peaks).unwrap_or_default();
     let path = run_dir.join(NODE_MEMORY_FILE);
     let json = serde_json::to_vec_pretty(&peaks).map_err(StradsTrainError::json(&path))?;
     std::fs::write(&path, json).map_err(StradsTrainError::io(&path))
 }
 
-/// The scheduler nodes of a Lasso job with `schedulers` schedulers: node `scheduler` runs
-/// scheduler 0 and, when `colocate`, every other one; otherwise scheduler `s` gets node
-/// `scheduler-<s>`.
+/// A Lasso job's scheduler nodes: `scheduler` (all when `colocate`), `scheduler-<s>`.
 pub fn lasso_scheduler_nodes(schedulers: usize, colocate: bool) -> Vec<(String, Vec<String>)> {
     let roles = |r: std::ops::Range<usize>| r.map(multi::scheduler_role_name).collect();
     if colocate {
@@ -424,8 +375,7 @@ pub fn lasso_settings(
     )
 }
 
-/// Runs job `A` on `scheduler_nodes` and `workers` worker nodes and reads the
-/// `metrics.json` its scheduler wrote to the job's output directory.
+/// Runs job `A` on `scheduler_nodes` and `workers` workers; reads its `metrics.json`.
 fn run_star_job<A: apps::StradsTrainApp>(
     mut job: A::Job,
     scheduler_nodes: &[(String, Vec<String>)],
@@ -444,8 +394,7 @@ where
     read_json(&out.join("metrics.json"))
 }
 
-/// Runs a Lasso job on a cluster (schedulers colocated on one node or not) and returns the
-/// metrics the scheduler wrote.
+/// Runs a Lasso job on a cluster and returns the metrics the scheduler wrote.
 pub fn run_lasso_job(
     job: &LassoSettings,
     workers: usize,
@@ -456,8 +405,7 @@ pub fn run_lasso_job(
     run_star_job::<LassoApp>(job.clone(), &nodes, workers, transport)
 }
 
-/// Runs job `A` (one scheduler node, `workers` worker nodes) on a cluster and returns the
-/// metrics its scheduler wrote (logistic regression's `solver` picks its roles).
+/// Runs job `A` on its scheduler nodes and `workers` workers; returns its metrics.
 pub fn run_job<A: apps::StradsTrainApp>(
     job: &A::Config,
     workers: usize,
@@ -474,8 +422,7 @@ where
     )
 }
 
-/// Why a finished run stopped, from its `metrics.json`: plainly "did not converge" when it
-/// hit its iteration limit before its tolerance or target.
+/// Why a finished run stopped, from its `metrics.json`, and its held-out figures.
 pub fn stop_line(out: Option<&Path>) -> Result<String, StradsTrainError> {
     let Some(dir) = out else {
         return Ok(String::new());
@@ -522,15 +469,13 @@ fn lasso_job_of<A: TrainApp<Job = LassoSettings>>(
     }
     if args.no_filter {
         job.rho = None;
-        // rho is a scheduled-only setting: check the job again (an explicit
-        // `--solver gauss-seidel` refuses it; `auto` now resolves to `scheduled`).
+        // rho is scheduled-only: `auto` now resolves differently, so check again.
         A::validate(&job).map_err(apps::invalid::<A>)?;
     }
     Ok(job)
 }
 
-/// `job` as the job file `petrel run` and `petrel train --config` read:
-/// `[app.<section>]` with every value.
+/// `job` as a job file: `[app.<section>]` with every value.
 pub fn job_toml<J: serde::Serialize>(section: &str, job: &J) -> Result<String, TrainError> {
     let encode = |e| TrainError::Job(jobfile::JobFileError::Encode(e));
     let mut sections = toml::Table::new();
@@ -549,8 +494,7 @@ fn printed<J: serde::Serialize>(print: bool, section: &str, job: &J) -> Result<b
     Ok(print)
 }
 
-/// `petrel train lasso` and `petrel train logistic` (sparse logistic regression with the
-/// Lasso options: labels 0/1 or -1/+1; without `--data`, separable synthetic data).
+/// `petrel train lasso` and `petrel train logistic` (the Lasso options).
 pub fn train_lasso<A: apps::StradsTrainApp<Job = LassoSettings>>(
     args: LassoTrainArgs,
     given: &BTreeSet<String>,
@@ -578,13 +522,11 @@ pub fn train_lasso<A: apps::StradsTrainApp<Job = LassoSettings>>(
     train_prepared::<A>(job, &cluster, args.colocate_schedulers)
 }
 
-/// Up to this many non-zeros, one core solves a linear model sooner than a cluster starts
-/// and exchanges its first rounds.
+/// Up to this many non-zeros one core solves a linear model sooner than a cluster starts.
 pub const SMALL_PROBLEM_NONZEROS: u64 = 10_000_000;
 
-/// The design's non-zeros when the job may take the serial fast path: a Gauss-Seidel job
-/// with at most [`SMALL_PROBLEM_NONZEROS`], one scheduler and no checkpoints, whose command
-/// line asked for no transport, worker count or dashboard. `None` runs the cluster.
+/// The design's non-zeros when a one-scheduler Gauss-Seidel job without checkpoints of at most
+/// [`SMALL_PROBLEM_NONZEROS`] asked for no transport, workers or dashboard; `None` runs a cluster.
 fn small_problem(job: &LassoSettings, given: &BTreeSet<String>) -> Result<Option<u64>, TrainError> {
     use petrel_strads::apps::lasso::LassoSolver;
     let insisted = ["transport", "workers", "dashboard"]
@@ -644,9 +586,7 @@ impl StradsTrainError {
         }
     }
 
-    /// True when the cluster failed because a node died (killed, crashed, silent) rather
-    /// than because the job itself is wrong: only then can a restart help. The checkpoint
-    /// fault-injection hook counts as a crash.
+    /// True when a node died (or the fault-injection hook fired): only then can a restart help.
     pub fn is_node_death(&self) -> bool {
         match self {
             StradsTrainError::Node(NodeError::PeerFailed { .. }) => true,
@@ -656,9 +596,7 @@ impl StradsTrainError {
     }
 }
 
-/// A job's checkpoint directory: the one it names, else `<out>/checkpoints`, which a fresh
-/// run (not `resume`) clears first so that a restart can only roll back to this run's own
-/// checkpoints. Returns the directory to look for checkpoints in.
+/// A job's checkpoint directory: its own, else `<out>/checkpoints` (cleared by a fresh run).
 fn default_checkpoint_dir(
     dir: &mut Option<PathBuf>,
     resume: bool,
@@ -674,8 +612,7 @@ fn default_checkpoint_dir(
     Ok(dir.clone())
 }
 
-/// `petrel train strads-mf | lda`: the settings ([`prepare_job`]), then
-/// [`train_prepared`].
+/// `petrel train strads-mf | lda`: [`prepare_job`], then [`train_prepared`].
 pub fn train_strads<A: apps::StradsTrainApp>(
     args: StradsTrainArgs<A::Job>,
     given: &BTreeSet<String>,
@@ -684,10 +621,8 @@ pub fn train_strads<A: apps::StradsTrainApp>(
     train_prepared::<A>(job, &args.cluster, false)
 }
 
-/// Runs a STRADS app's prepared settings (or prints them with `--print-job`): on a
-/// localhost cluster (its schedulers colocated on one node with `colocate`), with
-/// checkpoints in `<out>/checkpoints` by default and restarts from the newest one, or in
-/// this thread with `--transport none`; then prints the app's summary and why it stopped.
+/// Runs a STRADS app's prepared settings on a cluster with restarts (or in this thread, or
+/// prints them with `--print-job`); then prints the summary and why it stopped.
 pub fn train_prepared<A: apps::StradsTrainApp>(
     mut job: A::Job,
     c: &ClusterArgs,
@@ -706,8 +641,7 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
             let checkpoints = match A::checkpoints(&mut job) {
                 Some((dir, resume)) => {
                     if let Some(dir) = dir.as_ref().filter(|_| *resume) {
-                        // Fail at once rather than after the cluster's failure timeout (the
-                        // scheduler still verifies the checkpoint fully).
+                        // Fail now, not after the cluster's failure timeout.
                         petrel_strads::shells::checkpoint::require_checkpoint(dir).map_err(
                             |e| StradsError::from(petrel_strads::shells::StradsRunError::from(e)),
                         )?;
@@ -717,20 +651,14 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
                 None => None,
             };
             let nodes = A::scheduler_nodes(&job, colocate);
-            // A node death restarts the whole cluster, from the newest complete checkpoint
-            // when there is one. Lasso, logistic and strads-mf are deterministic, so either
-            // way they end with the model of an uninterrupted run (`tests/cli.rs` checks it).
+            // Deterministic apps end with the model of an uninterrupted run either way.
             crate::recovery::restart_job(
                 A::NAME,
                 c.max_restarts,
                 StradsTrainError::is_node_death,
                 || {
-                    let dir = checkpoints.as_deref()?;
-                    let set = petrel_actors::checkpoint::CheckpointSet::new(
-                        dir,
-                        petrel_strads::core::checkpoint::SCHEME,
-                    );
-                    crate::recovery::resume_point(&set, "round", |_| Ok(()))
+                    let scheme = petrel_strads::core::checkpoint::SCHEME;
+                    crate::recovery::round_resume_point(checkpoints.as_deref()?, scheme)
                 },
                 |spent| StradsTrainError::Restarts(Box::new(spent)),
                 |resume, attempt| {
@@ -751,12 +679,8 @@ pub fn train_prepared<A: apps::StradsTrainApp>(
     Ok(())
 }
 
-/// `petrel train ps-mf | ps-lr | ps-lda`: the settings ([`prepare_job`]), then the app on
-/// a localhost cluster (nodes as threads of this process, or as processes with
-/// `--transport processes`); prints its summary. Apps that checkpoint
-/// (ps-mf) do so by default in `<out>/checkpoints` (cleared when a fresh run starts), and a
-/// node that dies restarts the whole cluster from the newest complete checkpoint, up to
-/// `--max-restarts` times.
+/// `petrel train ps-mf | ps-lr | ps-lda`: [`prepare_job`], then the app on a localhost
+/// cluster with default checkpoints and restarts; prints its summary.
 pub fn train_ps<A>(
     mut args: petrel_ps::PsTrainArgs<A::Config>,
     given: &BTreeSet<String>,
@@ -781,17 +705,14 @@ where
         Some(files) => {
             let resume = files.resume;
             let dir = default_checkpoint_dir(&mut files.checkpoint_dir, resume, &out_dir)?;
-            // Pre-flight: fail at once rather than after the cluster's failure timeout (the
-            // nodes still verify the checkpoint fully, and say why one is refused).
+            // Fail now, not after the cluster's failure timeout.
             if let Some(d) = dir.as_ref().filter(|_| resume)
                 && petrel_ps::checkpoint::job_manifest_clocks(d)
                     .map_err(petrel_ps::PsError::from)?
                     .is_empty()
             {
-                let (path, reason) = (
-                    d.display().to_string(),
-                    "no checkpoint to resume from".into(),
-                );
+                let path = d.display().to_string();
+                let reason = "no checkpoint to resume from".into();
                 let none = petrel_ps::PsCoreError::Checkpoint { path, reason };
                 return Err(petrel_ps::PsError::from(none).into());
             }
@@ -829,8 +750,7 @@ where
     Ok(())
 }
 
-/// True when a PS run failed because a node died (a killed node process, a peer silent past
-/// its heartbeats), not because of its own error: only then can a restart help.
+/// True when a PS run failed because a node died: only then can a restart help.
 fn ps_failed_by_node_death(e: &TrainError) -> bool {
     match e {
         TrainError::Strads(s) => s.is_node_death(),
@@ -839,8 +759,7 @@ fn ps_failed_by_node_death(e: &TrainError) -> bool {
     }
 }
 
-/// Runs a PS app with one `petrel node` process per node (run files in `<out>/run`) and
-/// returns the summary line, read from the `metrics.json` its monitor wrote.
+/// Runs a PS app as node processes (run files in `<out>/run`); returns the summary line.
 fn run_ps_processes<A>(
     args: &petrel_ps::PsTrainArgs<<A as PsApp>::Config>,
     out: &Path,

@@ -1,7 +1,5 @@
 //! `petrel train p3`: a candle model ([`petrel_p3::models::nets`]) trained data-parallel
-//! by worker and shard processes on 127.0.0.1 (or one per emulated host with `--netns`),
-//! every node's link limited by the transport's shaper; per-epoch loss and accuracy, the
-//! test accuracy and the saved model. [`processes`] starts and watches the node processes.
+//! by worker and shard node processes ([`processes`]).
 
 pub mod processes;
 
@@ -22,8 +20,7 @@ pub enum P3JobError {
     /// A flag out of its range.
     #[error("invalid arguments: {0}")]
     Args(String),
-    /// A setting of the job out of its range, named as in `[app.p3]` (the flag is the same
-    /// with dashes), found before any node starts.
+    /// A setting of the job out of its range, named as in `[app.p3]`.
     #[error("[app.p3] {0}")]
     Setting(#[source] petrel_ml::job::InvalidSetting),
     /// `--netns` on a machine without network namespaces (or without root).
@@ -50,9 +47,7 @@ pub enum P3JobError {
     /// A file or directory of a `--netns` run.
     #[error("{}", .path.display())]
     Io {
-        /// The file or directory.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -74,12 +69,19 @@ pub enum P3JobError {
 }
 
 impl P3JobError {
-    /// True when a node process died (killed by a signal, or a peer declared dead by
-    /// heartbeats) rather than failing on its own: only then can a restart help.
+    /// True when a node process died: only then can a restart help.
     pub fn is_node_death(&self) -> bool {
         match self {
             P3JobError::Launch(e) => crate::recovery::launch_failed_by_node_death(e),
             _ => false,
+        }
+    }
+
+    /// An I/O error on `path`, for `map_err`.
+    fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| P3JobError::Io {
+            path: path.to_path_buf(),
+            source,
         }
     }
 }
@@ -117,15 +119,14 @@ pub struct RealJobArgs {
     /// Test data, same syntax (synthetic:N shares the training classes).
     #[arg(long, default_value = "synthetic:512")]
     pub test_data: String,
-    /// Link bandwidth of every node in Mbit/s (0 = unshaped; the bench picks one when
-    /// not given).
+    /// Link bandwidth of every node in Mbit/s (0 = unshaped).
     #[arg(long)]
     pub bandwidth_mbit: Option<f64>,
     /// Stop a mode's cluster after this many seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout_s: u64,
     /// Where node configs, certificates and reports go (default: a private temporary
-    /// directory, removed afterwards; a given one is removed after a successful run).
+    /// directory; a given one is removed after a successful run).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
 }
@@ -160,9 +161,7 @@ impl RealJobArgs {
     }
 }
 
-/// Runs one real-model job as `workers + shards` processes on 127.0.0.1, or one per
-/// emulated host with `petrel train --netns PREFIX` (node i in `PREFIX-hi`; the links are
-/// then the namespaces', unshaped).
+/// Runs one real-model job as node processes (on emulated hosts with `--netns`).
 pub fn run_processes(
     cfg: &P3Settings,
     net: &NetConfig,
@@ -195,8 +194,7 @@ pub struct P3TrainArgs {
     /// Iterations between checkpoints (default: one per epoch; 0 = none).
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
-    /// Checkpoint directory (default: `checkpoints` next to `--out`). A fresh run deletes
-    /// the P3 checkpoints in it first.
+    /// Checkpoint directory (default: `<out>.checkpoints`); a fresh run clears it first.
     #[arg(long)]
     pub checkpoint_dir: Option<PathBuf>,
     /// Start from the newest valid checkpoint in the checkpoint directory.
@@ -211,51 +209,34 @@ pub struct P3TrainArgs {
     pub job: RealJobArgs,
 }
 
-/// A job's run directory: the one given, as an absolute path (the node configs written
-/// into it name their certificates and report directories by path, and a config's relative
-/// paths are read relative to the config file), else a private temporary one
-/// (`petrel-run-p3-*`, 0700), removed when the returned guard drops.
+/// A job's run directory: the one given, made absolute, else a temporary one (the guard).
 pub fn job_run_dir(
     given: Option<&Path>,
 ) -> Result<(PathBuf, Option<tempfile::TempDir>), P3JobError> {
     match given {
-        Some(dir) => std::path::absolute(dir)
-            .map(|d| (d, None))
-            .map_err(|source| P3JobError::Io {
-                path: dir.to_path_buf(),
-                source,
-            }),
+        Some(dir) => Ok((std::path::absolute(dir).map_err(P3JobError::io(dir))?, None)),
         None => {
             let temp = tempfile::Builder::new()
                 .prefix("petrel-run-p3-")
                 .tempdir()
-                .map_err(|source| P3JobError::Io {
-                    path: std::env::temp_dir(),
-                    source,
-                })?;
-            crate::leftovers::mark_run_dir(temp.path()).map_err(|source| P3JobError::Io {
-                path: temp.path().to_path_buf(),
-                source,
-            })?;
+                .map_err(P3JobError::io(&std::env::temp_dir()))?;
+            crate::leftovers::mark_run_dir(temp.path()).map_err(P3JobError::io(temp.path()))?;
             Ok((temp.path().to_path_buf(), Some(temp)))
         }
     }
 }
 
-/// The checkpoint directory of a job writing its model to `out`: `<out>.checkpoints`
-/// beside it, so two jobs in one directory keep apart.
+/// `<out>.checkpoints`, so two jobs in one directory keep apart.
 fn default_checkpoint_dir(out: &Path) -> PathBuf {
     let mut name = out.file_name().unwrap_or_default().to_os_string();
     name.push(".checkpoints");
     out.with_file_name(name)
 }
 
-/// `petrel train p3`: trains on a localhost cluster, prints per-epoch training loss and
-/// accuracy (worker 0's batches), the test accuracy, and saves the model.
+/// `petrel train p3`: trains, prints per-epoch and test figures, and saves the model.
 pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
     check_out(&args.out)?;
-    // The flags' ranges first: nothing is read, made or started for a job that cannot run
-    // (the iteration count, unknown until the data is read, is at least one).
+    // The flags' ranges first (the iteration count is unknown until the data is read).
     args.job
         .node_config(&args.net, args.mode, 1, Path::new(""))
         .validate()
@@ -277,8 +258,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
     let iterations = per_epoch * args.epochs.max(1);
     let mut cfg = args.job.node_config(&args.net, args.mode, iterations, &dir);
     let out = std::path::absolute(&args.out).unwrap_or_else(|_| args.out.clone());
-    // Worker 0 saves into the run directory; the model reaches `--out` only once the whole
-    // job has succeeded.
+    // Staged in the run directory: `--out` only gets the model of a successful job.
     cfg.model_out = dir.join(petrel_p3::model_file::MODEL_FILE_NAME);
     let net = args.job.net_config(args.job.bandwidth_mbit.unwrap_or(0.0));
     tracing::info!(
@@ -307,13 +287,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
         "p3",
         args.max_restarts,
         P3JobError::is_node_death,
-        || {
-            let set = petrel_actors::checkpoint::CheckpointSet::new(
-                &ckpt_dir,
-                petrel_p3::core::checkpoint::SCHEME,
-            );
-            crate::recovery::resume_point(&set, "round", |_| Ok(()))
-        },
+        || crate::recovery::round_resume_point(&ckpt_dir, petrel_p3::core::checkpoint::SCHEME),
         |spent| P3JobError::Restarts(Box::new(spent)),
         |resume, _| {
             let cfg = P3Settings {
@@ -359,8 +333,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
     Ok(())
 }
 
-/// Refuses an `--out` named `.json`: the model is safetensors, and tools pick a reader by
-/// the extension (older JSON models still load in `petrel eval` and `petrel predict`).
+/// Refuses an `--out` named `.json`: tools pick a reader by the extension.
 fn check_out(out: &Path) -> Result<(), P3JobError> {
     let json = out
         .extension()
@@ -375,13 +348,8 @@ fn check_out(out: &Path) -> Result<(), P3JobError> {
     Ok(())
 }
 
-/// Moves the staged model to `out` atomically (a copy: the run directory may be on another
-/// file system).
+/// Copies the staged model to `out` atomically (maybe across file systems).
 fn publish_model(staged: &Path, out: &Path) -> Result<(), P3JobError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| P3JobError::Io { path, source }
-    };
-    let bytes = std::fs::read(staged).map_err(io(staged))?;
-    petrel_ml::job::write_atomic(out, &bytes).map_err(io(out))
+    let bytes = std::fs::read(staged).map_err(P3JobError::io(staged))?;
+    petrel_ml::job::write_atomic(out, &bytes).map_err(P3JobError::io(out))
 }

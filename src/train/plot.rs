@@ -17,8 +17,7 @@ pub fn absolute(path: &Path) -> Result<PathBuf, StradsTrainError> {
     std::path::absolute(path).map_err(StradsTrainError::io(path))
 }
 
-/// Writes an SVG with one line per series; `log_y` plots the y axis on a log scale (points
-/// with y <= 0 are dropped).
+/// Writes an SVG with one line per series (`log_y`: a log y axis, dropping y <= 0).
 pub fn line_plot(
     path: &Path,
     title: &str,

@@ -1,14 +1,6 @@
-//! Progress of a `petrel train` run: the apps publish each point of their history curve
-//! (`petrel_job_progress` in the observe registry: objective, RMSE, log-likelihood,
-//! loss); a thread of the CLI reads the newest point and shows it as an indicatif bar on
-//! standard error when that is a terminal, or as an INFO line at most every
-//! [`LINE_EVERY`] otherwise. Runs whose nodes are processes (`--transport processes`,
-//! `petrel run --processes`) publish in those processes: there every node started by a
-//! launcher runs [`TrainProgress::for_launched_node`], whose INFO lines the launcher
-//! relays with the node's name in front. When the launcher's standard error is a terminal
-//! it sets [`REPORTS_ENV`] in its nodes' environment: they then write [`ProgressReport`]
-//! lines instead, which the launcher reads into a [`JobProgress`] and shows as its bar
-//! (not printed).
+//! Progress of a `petrel train` run: the apps publish their curve's points in the observe
+//! registry; a thread shows the newest as a bar or INFO lines. A launched node writes INFO
+//! lines, or [`ProgressReport`]s ([`REPORTS_ENV`]) for the launcher's [`JobProgress`] bar.
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -58,22 +50,16 @@ fn newest() -> Option<Point> {
         })
 }
 
-/// How often a node process started by a launcher looks at its registry when it writes
-/// INFO lines (at most every [`LINE_EVERY`]); for [`ProgressReport`]s, as often as a bar.
+/// How often a launched node writing INFO lines looks at its registry.
 const NODE_POLL: Duration = Duration::from_secs(1);
 
-/// Set to `1` by a launcher that draws the job's progress bar (its standard error is a
-/// terminal) in the environment of every node it starts: such a node writes a
-/// [`ProgressReport`] line on standard error for each new point, instead of INFO lines.
+/// Set to `1` by a launcher that draws a bar: its nodes write [`ProgressReport`] lines.
 pub const REPORTS_ENV: &str = "PETREL_PROGRESS_REPORTS";
 
-/// The points a full run of the job shown by a live [`TrainProgress`] of this process
-/// records (0: unknown). A launcher started by that run reads it
-/// ([`expected_points`]) for its bar's length and estimate of the time left.
+/// The points a full run of the job a live [`TrainProgress`] shows records (0: unknown).
 static EXPECTED_POINTS: AtomicU64 = AtomicU64::new(0);
 
-/// The number of points a full run of the job this process shows records, when a
-/// [`TrainProgress`] started with a known number of passes is live.
+/// The points a full run of the job this process shows records, when known.
 pub fn expected_points() -> Option<u64> {
     Some(EXPECTED_POINTS.load(Ordering::Relaxed)).filter(|&n| n > 0)
 }
@@ -81,9 +67,7 @@ pub fn expected_points() -> Option<u64> {
 /// The start of a progress report line.
 const REPORT_PREFIX: &str = "petrel-progress v1";
 
-/// One point of a node's curve as a node started by a launcher reports it on standard
-/// error: `petrel-progress v1 points=N metric=NAME value=X label=LABEL`, fields separated
-/// by spaces, in any order; unknown fields are ignored, so fields can be added.
+/// A point of a launched node's curve: `petrel-progress v1 points=N metric=M value=X label=L`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProgressReport {
     /// Who publishes the point (the node's roles, e.g. `strads-lda-scheduler`).
@@ -106,8 +90,7 @@ fn field(text: &str) -> String {
 }
 
 impl ProgressReport {
-    /// The line (without a newline); [`ProgressReport::parse`] reads it back (blanks in
-    /// the label or metric become `_`; an empty label is left out).
+    /// The line (blanks in the label or metric become `_`; an empty label is left out).
     pub fn to_line(&self) -> String {
         let mut line = format!(
             "{REPORT_PREFIX} points={} metric={} value={}",
@@ -122,8 +105,7 @@ impl ProgressReport {
         line
     }
 
-    /// The report on `line`, or `None` when the line is not one (any other log line, a
-    /// report with a missing or malformed field).
+    /// The report on `line`, or `None` when the line is not a well-formed one.
     pub fn parse(line: &str) -> Option<ProgressReport> {
         let rest = line.trim_end().strip_prefix(REPORT_PREFIX)?;
         if !rest.is_empty() && !rest.starts_with(' ') {
@@ -149,10 +131,7 @@ impl ProgressReport {
     }
 }
 
-/// What a launcher that draws a bar knows of its job: each node's newest
-/// [`ProgressReport`] and how many nodes finished. Sans-I/O: fed the nodes' standard
-/// error lines, it answers whether a line was a report (then not printed) and the bar's
-/// text.
+/// A launcher's view of its job: each node's newest [`ProgressReport`], nodes finished.
 #[derive(Debug, Clone)]
 pub struct JobProgress {
     nodes: usize,
@@ -178,8 +157,7 @@ impl JobProgress {
         }
     }
 
-    /// A line of `node`'s standard error: `true` when it was a report (now taken into
-    /// account, and not to be printed), `false` for any other line.
+    /// A line of `node`'s stderr: `true` when it was a report (then not to be printed).
     pub fn offer(&mut self, node: &str, line: &str) -> bool {
         let Some(report) = ProgressReport::parse(line) else {
             return false;
@@ -198,9 +176,7 @@ impl JobProgress {
         self.finished = (self.finished + 1).min(self.nodes);
     }
 
-    /// The point shown, with its node: the node with the most points (the one that
-    /// publishes the job's curve, a STRADS scheduler or a PS monitor), the newest
-    /// report on a tie.
+    /// The point shown, with its node: the node with the most points, the newest on a tie.
     pub fn current(&self) -> Option<(&str, &ProgressReport)> {
         self.reports
             .iter()
@@ -208,10 +184,7 @@ impl JobProgress {
             .map(|(n, r, _)| (n.as_str(), r))
     }
 
-    /// The bar's text `elapsed` after the launch: the point shown (with a bar, its
-    /// position of the total and the time left at the pace so far when the total is
-    /// known), the nodes finished, and who publishes the point (most important first, as
-    /// a narrow terminal cuts the end).
+    /// The bar's text `elapsed` after the launch, most important first.
     pub fn message(&self, elapsed: Duration) -> String {
         let nodes = format!("{}/{} nodes finished", self.finished, self.nodes);
         let Some((node, r)) = self.current() else {
@@ -252,9 +225,7 @@ pub struct TrainProgress {
 }
 
 impl TrainProgress {
-    /// Starts showing `app`'s progress; `passes` is the number of curve points a full run
-    /// records, when known (a bar with an estimate of the time left), else a spinner.
-    /// While it is live, [`expected_points`] is `passes` (for a launcher this run starts).
+    /// Starts showing `app`'s progress; `passes` (points of a full run) gives a bar and ETA.
     pub fn start(app: &str, passes: Option<u64>) -> TrainProgress {
         let output = if std::io::stderr().is_terminal() {
             Output::Bar
@@ -267,10 +238,7 @@ impl TrainProgress {
         p
     }
 
-    /// In a node process started by a launcher (whose standard error the launcher relays):
-    /// INFO lines of the points this node publishes (a STRADS scheduler, a PS monitor;
-    /// other nodes have none and stay silent), labelled `label`; or, when the launcher
-    /// set [`REPORTS_ENV`], a [`ProgressReport`] line per new point.
+    /// In a launched node: INFO lines, or [`ProgressReport`] lines with [`REPORTS_ENV`].
     pub fn for_launched_node(label: String) -> TrainProgress {
         if std::env::var_os(REPORTS_ENV).is_some_and(|v| v == "1") {
             Self::spawn(label, None, Output::Reports, POLL)
@@ -333,11 +301,9 @@ fn show(
         let style = style.unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.with_style(style).with_prefix(app.to_string())
     };
-    // Drawn from the first point on: a process that only launches the nodes (which
-    // publish the points, and report them to the launcher's bar) never draws one.
+    // Drawn from the first point on: a process that only launches nodes draws none.
     let mut bar: Option<ProgressBar> = None;
-    // Without a terminal: the first point, then at most one line per LINE_EVERY, and
-    // the last point when the run ends.
+    // Lines: the first point, at most one per LINE_EVERY, and the last.
     let mut shown: Option<Point> = None;
     let mut last_line = Instant::now();
     loop {
@@ -358,8 +324,7 @@ fn show(
                             metric: p.metric.clone(),
                             value: p.value,
                         };
-                        // A line for the launcher to read, not a log record (so not
-                        // `tracing`, whose filter could drop it).
+                        // Not `tracing`, whose filter could drop it.
                         let _ = writeln!(std::io::stderr().lock(), "{}", report.to_line());
                         shown = Some(p);
                     }
@@ -385,8 +350,7 @@ fn show(
     }
 }
 
-/// One INFO line: the point, and with a known number of passes the time left at the
-/// pace so far.
+/// One INFO line: the point, and the time left when the passes are known.
 fn info_line(app: &str, passes: Option<u64>, pos: u64, p: &Point, elapsed: Duration) {
     let secs = elapsed.as_secs_f64();
     let left = passes.map_or(String::new(), |n| time_left(secs, pos, n));
@@ -398,8 +362,7 @@ fn info_line(app: &str, passes: Option<u64>, pos: u64, p: &Point, elapsed: Durat
     );
 }
 
-/// `, about N s left` at the pace of `pos` of `total` points in `secs` (nothing before the
-/// first point or after the last).
+/// `, about N s left` at the pace of `pos` of `total` points in `secs`.
 fn time_left(secs: f64, pos: u64, total: u64) -> String {
     if pos == 0 || pos >= total {
         return String::new();
@@ -408,8 +371,7 @@ fn time_left(secs: f64, pos: u64, total: u64) -> String {
     format!(", about {left:.0} s left")
 }
 
-/// The history figures `--plot` draws (the ones that say how training goes; counters and
-/// accuracies are left to `history.csv`).
+/// The history figures `--plot` draws (counters and accuracies stay in `history.csv`).
 #[cfg(feature = "plot")]
 const PLOTTED: [&str; 6] = [
     "objective",
@@ -420,11 +382,7 @@ const PLOTTED: [&str; 6] = [
     "loglik_per_token",
 ];
 
-/// `--plot FILE.svg`: draws the run's `history` (from `out/metrics.json`) against seconds,
-/// one line per figure among objective, heldout_objective (lasso and logistic with
-/// `--test-data`: the training objective's formula on the test rows), train_rmse,
-/// test_rmse (held out), log_loss (held out) and loglik_per_token. Returns the figures
-/// drawn.
+/// `--plot FILE.svg`: draws the run's [`PLOTTED`] history figures against seconds.
 #[cfg(feature = "plot")]
 pub fn plot_history(
     out: &std::path::Path,

@@ -1,8 +1,4 @@
-//! `petrel eval APP` and `petrel predict APP`: a saved model ([`MODEL_FILE`] in a `petrel
-//! train` output directory) applied to a data file in the format the app trains on
-//! (LIBSVM for lasso, logistic and ps-lr; ratings for strads-mf and ps-mf; UCI docword for
-//! lda and ps-lda). The math is in [`petrel_ml::model`]; this module loads, prints and
-//! writes.
+//! `petrel eval APP` and `petrel predict APP`: a saved model ([`MODEL_FILE`]) on a data file.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -86,9 +82,8 @@ pub struct PredictArgs {
     /// The model.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Rows (LIBSVM; the label column is ignored), `user item` pairs (a rating column is
-    /// ignored) or documents (docword) to predict. With --recommend: the user's known
-    /// ratings, left out of the recommendations (optional).
+    /// Rows, `user item` pairs or documents to predict (labels and ratings ignored). With
+    /// --recommend: the user's known ratings, left out of the recommendations.
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// MF: recommend items for this user (id as in the training file).
@@ -117,9 +112,7 @@ pub enum SavedModelError {
     /// An output could not be written.
     #[error("{}: {source}", path.display())]
     Write {
-        /// The file (`-` for standard output).
         path: PathBuf,
-        /// The OS error.
         #[source]
         source: std::io::Error,
     },
@@ -131,8 +124,7 @@ pub enum SavedModelError {
     Network(#[from] petrel_p3::P3Error),
 }
 
-/// Loads the model and checks its parameters are of the app's kind (and a network's
-/// declared architecture against its tensors, before anything is built by it).
+/// Loads the model and checks its parameters are of the app's kind.
 fn load_model(args: &ModelArgs) -> Result<SavedModel, SavedModelError> {
     let model = match args.app {
         // Safetensors, or the JSON of earlier versions.
@@ -183,8 +175,7 @@ fn evaluate_network(m: &NetworkModel, data: &Path) -> Result<Figures, SavedModel
     ])
 }
 
-/// The examples of `data` for a P3 model: `cifar:FILE[,FILE...]`, `idx:IMAGES,LABELS` or
-/// a plain path (a CIFAR-10 binary file).
+/// The examples of `data` for a P3 model (a plain path is a CIFAR-10 binary file).
 fn network_data(
     m: &NetworkModel,
     data: &Path,
@@ -208,8 +199,7 @@ fn network_data(
     Ok(examples)
 }
 
-/// `petrel eval`: prints the figures (one line, then one JSON line) and writes them to
-/// `--out` when given.
+/// `petrel eval`: prints the figures (a line, then a JSON line), and writes `--out`.
 pub fn eval_command(args: EvalArgs) -> Result<(), SavedModelError> {
     let model = load_model(&args.model)?;
     let mut unseen = Unseen::default();

@@ -19,8 +19,7 @@ use crate::core::checkpoint::{
     JobShape, P3_CHECKPOINT_VERSION, SCHEME, ShardFile, WorkerFile, shard_part, worker_part,
 };
 
-/// Where and how often a P3 job checkpoints, and whether it starts from the newest
-/// checkpoint.
+/// Where and how often a P3 job checkpoints, and whether it starts from the newest checkpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CheckpointConfig {
     /// The directory every node of the job sees.
@@ -149,8 +148,7 @@ pub fn load(dir: &Path, round: u64, shape: &JobShape) -> Result<LoadedCheckpoint
     Ok(accept(checkpoints(dir).load(round)?, shape)?)
 }
 
-/// Rounds that have a manifest in `dir`, ascending (not verified; none when `dir` is
-/// missing).
+/// Rounds that have a manifest in `dir`, ascending (not verified; none when `dir` is missing).
 pub fn manifest_rounds(dir: &Path) -> Result<Vec<u64>, P3Error> {
     Ok(checkpoints(dir).rounds()?)
 }

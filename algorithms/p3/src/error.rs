@@ -1,7 +1,6 @@
-//! [`P3Error`]: every failure of a P3 job, from the cores' errors to the runtime's, each
-//! with its cause as `source()` so the launcher prints the chain once
-//! (`petrel_actors::error_chain`). Roles return it; `Cluster::role` turns it into the
-//! runtime's `RoleError`.
+//! [`P3Error`]: every failure of a P3 job, from the cores' errors to the runtime's, each with its
+//! cause as `source()` so the launcher prints the chain once (`petrel_actors::error_chain`). Roles
+//! return it; `Cluster::role` turns it into the runtime's `RoleError`.
 
 use std::path::PathBuf;
 
@@ -157,8 +156,7 @@ pub enum P3Error {
         /// Workers in the job.
         expected: usize,
     },
-    /// A file of the job (`what`: a worker report, a model file) could not be read or
-    /// written.
+    /// A file of the job (`what`: a worker report, a model file) could not be read or written.
     #[error("{}: {what}", .path.display())]
     Io {
         /// The file.

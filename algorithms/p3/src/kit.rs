@@ -1,35 +1,21 @@
-//! The P3 kit: train any model data-parallel with priority-based parameter propagation by
-//! implementing one trait, [`StageModel`], and calling [`run_cluster`].
+//! The P3 kit: train any model data-parallel with P3 by implementing [`StageModel`] and
+//! calling [`run_cluster`].
 //!
 //! # The stage model
-//! P3 sees a model as an **ordered list of stages** (layers or modules, forward order), each
-//! owning zero or more **parameter tensors** (flat `f32` buffers). Tensors are numbered
-//! globally in forward order; they are the "plan layers" that [`crate::core::SlicePlan`]
-//! cuts into prioritised slices (the slices of stage 0's tensors go first).
-//!
-//! One iteration of a worker, as the worker shell drives it:
-//!
-//! 1. **Forward, stage by stage.** Stage `k` runs ([`StageModel::forward_stage`]) as soon
-//!    as *its own* tensors are back from the shards, with no wait for the rest of
-//!    the model. Each tensor is installed with [`StageModel::set_tensor`] the moment its
-//!    last slice arrives. This per-layer readiness is what lets P3 overlap the next
-//!    forward pass with the tail of the previous synchronisation.
-//! 2. **Backward, from the last stage to the first.** [`StageModel::backward_stage`]
-//!    returns the stage's gradients, and P3 slices and pushes them at once (`fifo`, `p3`),
-//!    or after the whole backward pass (`sequential`), while the model goes on with the
-//!    next stage.
-//!
-//! A model may compute for real (return [`Duration::ZERO`]) or emulate a device by
-//! returning the compute time it stands for; the worker then waits that long on a virtual
-//! clock (how the profile-driven [`crate::models::EmulatedModel`] runs VGG-19 or ResNet-50
-//! without a GPU).
+//! A model is an **ordered list of stages**, each owning zero or more flat `f32` **parameter
+//! tensors**, numbered globally in forward order: the plan layers the
+//! [`crate::core::SlicePlan`] cuts into slices (stage 0's first). A worker runs forward stage
+//! `k` ([`StageModel::forward_stage`]) as soon as its own tensors are back (each installed
+//! with [`StageModel::set_tensor`] when its last slice arrives), so the next forward pass
+//! overlaps the tail of the synchronisation; backward runs from the last stage, and P3
+//! pushes each stage's gradients at once (`fifo`, `p3`) or after the pass (`sequential`).
+//! A model may compute for real (return [`Duration::ZERO`]) or return the compute time it
+//! emulates, which the worker waits on a virtual clock ([`crate::models::EmulatedModel`]).
 //!
 //! # Running a job
-//! A [`P3Job`] holds the mode, slicing, cluster size, optimiser and initial values.
-//! [`run_cluster`] runs `n_workers` workers and `n_shards` shards in this process (one
-//! thread and transport per node) and returns each worker's [`P3WorkerReport`]; the worker
-//! factory builds worker `w`'s model on that worker's thread, so the model need not be
-//! `Send`. `examples/p3_custom.rs` is a complete user-defined model in under 150 lines.
+//! [`run_cluster`] runs a [`P3Job`]'s workers and shards in this process (one thread each;
+//! worker `w`'s model is built on its own thread, so it need not be `Send`) and returns each
+//! worker's [`P3WorkerReport`].
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -76,9 +62,8 @@ pub trait StageModel {
     /// Installs new values of parameter tensor `tensor` (global index, forward order).
     fn set_tensor(&mut self, tensor: usize, values: &[f32]) -> Result<(), Self::Error>;
 
-    /// Runs stage `stage` forward for iteration `iter` (stage 0 picks the iteration's
-    /// batch). Returns the emulated compute time, or [`Duration::ZERO`] when it computed
-    /// for real.
+    /// Runs stage `stage` forward for iteration `iter` (stage 0 picks the iteration's batch).
+    /// Returns the emulated compute time, or [`Duration::ZERO`] when it computed for real.
     fn forward_stage(&mut self, iter: u64, stage: usize) -> Result<Duration, Self::Error>;
 
     /// Runs stage `stage` backward and hands over its gradients, one per tensor of the
@@ -274,10 +259,9 @@ impl P3WorkerReport {
     }
 }
 
-/// Runs one job on an in-process cluster: nodes `w0..` (role `p3-worker`) and `s0..`
-/// (role `p3-shard`), each on its own thread with its own transport. `factory(w)` builds
-/// worker `w`'s model on that worker's thread. Returns the workers' reports in worker
-/// order.
+/// Runs one job on an in-process cluster: nodes `w0..` (role `p3-worker`) and `s0..` (role
+/// `p3-shard`), each on its own thread with its own transport. `factory(w)` builds worker `w`'s
+/// model on that worker's thread. Returns the workers' reports in worker order.
 pub fn run_cluster<M, F>(
     job: &P3Job,
     factory: F,

@@ -1,21 +1,10 @@
-//! The P3 model file: [safetensors](https://huggingface.co/docs/safetensors), so candle
-//! (`VarBuilder::from_mmaped_safetensors`), PyTorch and numpy (`safetensors.numpy`) read it
-//! as they read any checkpoint.
-//!
-//! - **Tensors**: one `F32` tensor per parameter, named as candle's `VarBuilder` names it
-//!   when [`StagedNet::build`](crate::models::StagedNet::build) builds the whole network
-//!   from one builder: the stage, a dot, the tensor within the stage (`dense0.weight`,
-//!   `conv1.bias`, `layer1.0.shortcut.weight`), with the layer's shape (`[out, in]` for a
-//!   dense weight, `[out, in, k, k]` for a convolution).
-//! - **Metadata** (strings): `format` ([`FORMAT`]), `format_version` ([`FORMAT_VERSION`]),
-//!   `app` (`p3`), the architecture (`net`, `width`, `input` as a JSON array, `classes`)
-//!   and the training settings that shaped the values ([`TrainedWith`]); no paths.
-//!
-//! The header is written with its keys sorted, so one job writes the same bytes every
-//! time. Reading checks the metadata and the declared architecture's tensor and parameter
-//! counts ([`crate::models::architecture`]) before any network is built, then each
-//! tensor's name, dtype and shape. The JSON files of earlier versions
-//! ([`petrel_ml::model::SavedModel`]) still read.
+//! The P3 model file: [safetensors](https://huggingface.co/docs/safetensors), which candle,
+//! PyTorch and numpy read as any checkpoint: one `F32` tensor per parameter, named as
+//! [`StagedNet::build`](crate::models::StagedNet::build)'s `VarBuilder` names it
+//! (`dense0.weight`), and string metadata: [`FORMAT`], [`FORMAT_VERSION`], `app`, the
+//! architecture and the training settings ([`TrainedWith`]); no paths. Keys are sorted, so
+//! one job writes the same bytes every time. Reading checks the metadata and the declared
+//! architecture before any network is built; earlier versions' JSON files still read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -351,8 +351,7 @@ pub struct WorkerReportFile {
     /// The model's loss and accuracy per iteration (empty for emulated models).
     #[serde(default)]
     pub stats: Vec<Option<StepStats>>,
-    /// Test-set loss and accuracy of the final model (worker 0 of a real model with
-    /// `test_data`).
+    /// Test-set loss and accuracy of the final model (worker 0 of a real model with `test_data`).
     #[serde(default)]
     pub test: Option<StepStats>,
 }

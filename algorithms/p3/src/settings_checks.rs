@@ -9,8 +9,7 @@ use crate::roles::P3Settings;
 /// below it; anything larger is a typo (`1e3` for `1e-3`), not a tuning.
 pub const MAX_LR: f32 = 10.0;
 
-/// The most workers or shards of one job: each is a node (a process with `petrel train
-/// p3`).
+/// The most workers or shards of one job: each is a node (a process with `petrel train p3`).
 pub const MAX_NODES: usize = 1024;
 
 impl P3Settings {

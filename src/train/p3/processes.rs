@@ -1,8 +1,4 @@
-//! One P3 job as separate `petrel node` processes (`petrel train p3`, `bench p3-real`,
-//! `bench p3 --netns`), started by the one launcher ([`crate::launcher`]): on 127.0.0.1
-//! ports, or one per network namespace ([`crate::netns::Hosts`]) joined by veth links that
-//! `tc tbf` limits in the kernel. The workers' JSON reports
-//! ([`petrel_p3::roles::WorkerReportFile`]) are the measurements.
+//! One P3 job as `petrel node` processes on 127.0.0.1 or network namespaces.
 
 use crate::launcher::{self, LaunchMode, LaunchOptions};
 use crate::netns::Hosts;
@@ -46,10 +42,8 @@ fn node_names(cfg: &P3Settings) -> Vec<(String, &'static str)> {
         .collect()
 }
 
-/// Runs one job through the launcher: `cfg.workers + cfg.shards` node processes on
-/// 127.0.0.1, or node i in namespace i of `hosts` (whose links `tc` shapes, so the
-/// user-space shaper is off there). Returns the workers' reports (worker order) and the CPU
-/// cores the node processes used on average.
+/// Runs one job as node processes, on 127.0.0.1 or one per namespace of `hosts` (shaped by
+/// `tc`). Returns the workers' reports and the CPU cores the nodes used on average.
 pub fn run_job(
     hosts: Option<&Hosts>,
     cfg: &P3Settings,

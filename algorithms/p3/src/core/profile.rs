@@ -249,10 +249,9 @@ impl ModelProfile {
         }
     }
 
-    /// ResNet-50 (v1.5 as in torchvision/MXNet model zoo: stride on the 3x3 conv) for
-    /// 224x224x3: one entry per convolution including its batch norm (gamma and beta are
-    /// parameters, running statistics are not), plus the final FC; 25,557,032 parameters,
-    /// ~8.2 GFLOPs forward.
+    /// ResNet-50 (v1.5 as in torchvision/MXNet model zoo: stride on the 3x3 conv) for 224x224x3:
+    /// one entry per convolution including its batch norm (gamma and beta are parameters, running
+    /// statistics are not), plus the final FC; 25,557,032 parameters, ~8.2 GFLOPs forward.
     pub fn resnet50() -> Self {
         let mut layers = vec![conv_layer("conv1".into(), 7, 3, 64, 112, 2 * 64)];
         let mut cin = 64;
@@ -312,11 +311,10 @@ impl ModelProfile {
         }
     }
 
-    /// Sockeye-style LSTM seq2seq with attention; see [`SockeyeConfig`] for the
-    /// hyper-parameters. Layers in the order the forward pass first needs them.
-    /// FLOPs are per sentence pair: LSTMs `2 * 4h(in+h)` per step, the attention MLP,
-    /// the attention output layer and the vocabulary projection per target step;
-    /// embedding look-ups are counted as free.
+    /// Sockeye-style LSTM seq2seq with attention; see [`SockeyeConfig`] for the hyper-parameters.
+    /// Layers in the order the forward pass first needs them. FLOPs are per sentence pair:
+    /// LSTMs `2 * 4h(in+h)` per step, the attention MLP, the attention output layer and the vocabulary
+    /// projection per target step; embedding look-ups are counted as free.
     pub fn sockeye(c: &SockeyeConfig) -> Self {
         let (e, h) = (c.embed, c.hidden);
         let hd = h / 2; // per encoder direction

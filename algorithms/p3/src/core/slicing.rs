@@ -44,10 +44,9 @@ pub struct SlicePlan {
 }
 
 impl SlicePlan {
-    /// P3 plan: each layer cut into slices of at most `slice_size` parameters (the last
-    /// slice of a layer may be shorter), slices assigned to shards round-robin in layer
-    /// order, the round-robin continuing across layer boundaries (so small layers do not
-    /// all land on shard 0).
+    /// P3 plan: each layer cut into slices of at most `slice_size` parameters (the last slice of a
+    /// layer may be shorter), slices assigned to shards round-robin in layer order, the round-robin
+    /// continuing across layer boundaries (so small layers do not all land on shard 0).
     pub fn new(
         layer_param_counts: &[u64],
         slice_size: u64,
@@ -83,12 +82,11 @@ impl SlicePlan {
         )
     }
 
-    /// Like [`SlicePlan::with_mode`], but for `Fifo` and `Sequential` every layer is cut
-    /// into `n_shards` nearly equal parts on consecutive shards (fewer for layers with fewer
-    /// parameters than shards), all at priority 0, as MXNet's kvstore partitions big arrays
-    /// over its servers. The layer is still the scheduling unit (its parts are sent
-    /// together), but no single shard becomes the hot spot for a huge layer. `P3` plans are
-    /// the same as [`SlicePlan::new`].
+    /// Like [`SlicePlan::with_mode`], but for `Fifo` and `Sequential` every layer is cut into
+    /// `n_shards` nearly equal parts on consecutive shards (fewer for layers with fewer parameters
+    /// than shards), all at priority 0, as MXNet's kvstore partitions big arrays over its servers.
+    /// The layer is still the scheduling unit (its parts are sent together), but no single shard
+    /// becomes the hot spot for a huge layer. `P3` plans are the same as [`SlicePlan::new`].
     pub fn layerwise_split(
         mode: Mode,
         layer_param_counts: &[u64],

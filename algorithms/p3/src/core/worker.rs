@@ -1,7 +1,6 @@
-//! The worker's engine, sans I/O: [`SliceWorkerCore`] is a worker's view of the plan. It
-//! cuts a layer's gradient into slices, reassembles returned parameter slices into
-//! per-layer buffers and tracks, per layer, whether the next forward pass may use it
-//! ([`LayerReadiness`]).
+//! The worker's engine, sans I/O: [`SliceWorkerCore`] is a worker's view of the plan. It cuts a
+//! layer's gradient into slices, reassembles returned parameter slices into per-layer buffers and
+//! tracks, per layer, whether the next forward pass may use it ([`LayerReadiness`]).
 
 use crate::core::error::{EngineError, PlanError};
 use crate::core::readiness::LayerReadiness;

@@ -23,8 +23,7 @@ pub const MAX_INPUT_EXTENT: usize = 1 << 16;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("field `{field}`: {detail}")]
 pub struct ArchitectureError {
-    /// The field of the network parameters (`width`, `input`, `classes`, `net`,
-    /// `tensors`).
+    /// The field of the network parameters (`width`, `input`, `classes`, `net`, `tensors`).
     pub field: &'static str,
     /// Why.
     pub detail: String,

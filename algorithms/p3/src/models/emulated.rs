@@ -6,10 +6,9 @@ use crate::core::ModelProfile;
 use crate::kit::{StageGrads, StageModel};
 use crate::models::ModelError;
 
-/// A profiled model with emulated compute: stage = profile layer with one tensor of the
-/// layer's size; forward and backward take the profiled time on a device of
-/// `device_flops_per_s`; gradients are real buffers of the layer's size (so real bytes
-/// cross the network) holding a constant.
+/// A profiled model with emulated compute: stage = profile layer with one tensor of the layer's
+/// size; forward and backward take the profiled time on a device of `device_flops_per_s`; gradients
+/// are real buffers of the layer's size (so real bytes cross the network) holding a constant.
 pub struct EmulatedModel {
     fwd: Vec<Duration>,
     bwd: Vec<Duration>,

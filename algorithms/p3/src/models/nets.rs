@@ -132,10 +132,9 @@ impl Module for BasicBlock {
     }
 }
 
-/// ResNet-18 layout for `3 x 32 x 32` inputs: a 3x3 stem of `width` channels, four
-/// groups of two basic blocks (`width`, `2 width`, `4 width`, `8 width` channels, the
-/// last three starting with stride 2), global average pooling and a dense head. Ten
-/// stages: stem, eight blocks, head.
+/// ResNet-18 layout for `3 x 32 x 32` inputs: a 3x3 stem of `width` channels, four groups of two
+/// basic blocks (`width`, `2 width`, `4 width`, `8 width` channels, the last three starting with
+/// stride 2), global average pooling and a dense head. Ten stages: stem, eight blocks, head.
 pub fn resnet18(width: usize, classes: usize) -> StagedNet {
     let mut net = StagedNet::new("resnet18", &[3, 32, 32]).stage("stem", move |vb| {
         let c = conv(3, width, 3, 1, vb)?;
@@ -159,10 +158,9 @@ pub fn resnet18(width: usize, classes: usize) -> StagedNet {
     })
 }
 
-/// VGG-11 layout for `3 x 32 x 32` inputs: eight 3x3 conv + ReLU stages of `width`,
-/// `2w`, `4w`, `4w`, `8w`, `8w`, `8w`, `8w` channels with max-pooling after stages 1, 2,
-/// 4, 6 and 8 (32 -> 1 pixel), then dense `8w -> 8w` + ReLU and dense `8w -> classes`.
-/// Ten stages.
+/// VGG-11 layout for `3 x 32 x 32` inputs: eight 3x3 conv + ReLU stages of `width`, `2w`, `4w`,
+/// `4w`, `8w`, `8w`, `8w`, `8w` channels with max-pooling after stages 1, 2, 4, 6 and 8 (32 -> 1
+/// pixel), then dense `8w -> 8w` + ReLU and dense `8w -> classes`. Ten stages.
 pub fn vgg11(width: usize, classes: usize) -> StagedNet {
     const LAYOUT: [(usize, bool); 8] = [
         (1, true),
@@ -200,9 +198,8 @@ pub fn vgg11(width: usize, classes: usize) -> StagedNet {
     .stage("fc2", move |vb| linear(c, classes, vb))
 }
 
-/// A model by name: `mlp` (for `input`), `lenet`, `resnet18`, `vgg11` (the last two for
-/// 3x32x32 inputs), with `width` channels where the layout has a width; `None` for an
-/// unknown name.
+/// A model by name: `mlp` (for `input`), `lenet`, `resnet18`, `vgg11` (the last two for 3x32x32
+/// inputs), with `width` channels where the layout has a width; `None` for an unknown name.
 pub fn by_name(name: &str, input: &[usize], width: usize, classes: usize) -> Option<StagedNet> {
     match name {
         "mlp" => {

@@ -1,37 +1,23 @@
 // Over 600 lines: the candle adapter's init, stage building and StageModel impl share types.
-//! [`CandleStageModel`]: a model written with the [candle](https://docs.rs/candle-core)
-//! deep-learning crate, given as an ordered list of stages, trained by P3.
+//! [`CandleStageModel`]: a candle model given as an ordered list of stages, trained by P3.
 //!
 //! # The adapter
 //! A [`StagedNet`] is the user's model: stages in forward order, each built from a
-//! [`VarBuilder`] the usual candle way (`candle_nn::conv2d(…, vb.pp("conv"))`). The adapter
-//! never sees inside a stage; it only learns each stage's parameter tensors (name, shape)
-//! from the builder calls, which become the stage's P3 tensors (sorted by name).
+//! [`VarBuilder`] the usual candle way. The adapter learns each stage's parameter tensors
+//! (name, shape) from the builder calls; they become the stage's P3 tensors (sorted by name).
 //!
-//! - **Forward, stage by stage.** Stage `k`'s module is (re)built from its current
-//!   parameter tensors the first time it runs after one of them changed, so a stage only
-//!   needs *its own* parameters, which is what P3's per-layer readiness asks.
-//! - **Backward, stage by stage.** Every stage's input is a detached leaf, so each stage
-//!   has its own autograd graph. The last stage runs `loss.backward()`; stage `k < n-1` is
-//!   seeded with the gradient `g` of its output through `SeedGradient`, a custom op
-//!   whose forward yields a scalar without reading `out` and whose backward hands `g` to
-//!   `out` unchanged (the obvious `sum(out * g)` costs a product, a reduction and two more
-//!   products in its backward, per stage). Each call hands the stage's parameter
-//!   gradients to P3 at once and keeps the input gradient for stage `k-1`. The result is
-//!   the same arithmetic as candle's whole-model backward (the test
-//!   `stagewise_gradients_match_whole_model_backward` checks it).
-//! - **Copies.** A pulled tensor is copied once, from P3's reassembly buffer into the
-//!   storage of a fresh candle `Var` (`Var::from_vec` takes the `Vec` without copying);
-//!   the rebuilt module shares that storage. Stage inputs cost one activation copy each
-//!   (a candle variable must own its storage), and gradients are copied out once into the
-//!   `Vec<f32>` P3 slices.
+//! - **Forward.** Stage `k` is rebuilt from its own tensors the first time it runs after one
+//!   changed, so a stage needs only its own parameters, as P3's per-layer readiness asks.
+//! - **Backward.** Every stage's input is a detached leaf, so each stage has its own graph.
+//!   Stage `k < n-1` is seeded with its output's gradient through `SeedGradient`, a custom
+//!   op whose backward hands the gradient on unchanged (cheaper than `sum(out * g)`). The
+//!   result is candle's whole-model arithmetic (`stagewise_gradients_match_whole_model_backward`).
+//! - **Copies.** A pulled tensor is copied once, into a fresh candle `Var`'s storage.
 //!
 //! # Initial values
-//! candle's CPU random generator cannot be seeded, yet every worker and shard of a
-//! cluster (possibly separate processes) must start from the same parameters. The
-//! adapter's [`StagedNet::init`] therefore builds every stage from a seeded backend that
-//! honours each tensor's candle [`Init`] hint (Kaiming normal for weights, uniform for
-//! biases, constants) with a ChaCha generator keyed by the seed, stage and tensor name.
+//! candle's CPU generator cannot be seeded, yet every node must start from the same
+//! parameters: [`StagedNet::init`] builds every stage from a backend that honours each
+//! tensor's [`Init`] hint with a ChaCha generator keyed by the seed, stage and tensor name.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -177,10 +163,9 @@ impl StagedNet {
         Ok(self.init(0)?.0)
     }
 
-    /// Every parameter tensor, forward order, under its whole-model name: the stage's
-    /// name, a dot, the tensor's name within the stage (`dense0.weight`,
-    /// `layer1.0.conv1.bias`). These are the names [`StagedNet::build`] asks its
-    /// `VarBuilder` for, and those of the saved model file.
+    /// Every parameter tensor, forward order, under its whole-model name: the stage's name, a dot,
+    /// the tensor's name within the stage (`dense0.weight`, `layer1.0.conv1.bias`). These are the
+    /// names [`StagedNet::build`] asks its `VarBuilder` for, and those of the saved model file.
     pub fn named_specs(&self) -> Result<Vec<TensorSpec>, ModelError> {
         let specs = self.specs()?;
         Ok(self

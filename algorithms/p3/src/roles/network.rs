@@ -122,9 +122,8 @@ pub(super) async fn worker(ctx: NodeContext, cfg: P3Settings, job: P3Job) -> Res
     Ok(())
 }
 
-/// Reads a model written by [`save_model`] (the file, or a directory holding
-/// `model.safetensors`), or the JSON model of earlier versions, and checks it against its
-/// network.
+/// Reads a model written by [`save_model`] (the file, or a directory holding `model.safetensors`),
+/// or the JSON model of earlier versions, and checks it against its network.
 pub fn load_model(path: &Path) -> Result<(NetworkModel, StagedNet), P3Error> {
     let saved = crate::model_file::read(path)?;
     let ModelParams::Network(model) = saved.params else {
