@@ -39,6 +39,9 @@ pub struct Record {
     pub command: String,
     /// When it ended (RFC 7231 date, UTC).
     pub recorded: String,
+    /// The commit it was built from, when run inside a git checkout.
+    #[serde(default)]
+    pub commit: Option<String>,
     /// The machine it ran on.
     pub machine: Machine,
     /// How long the command ran.
@@ -102,6 +105,16 @@ impl Machine {
 fn load_average() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/loadavg").ok()?;
     text.split_whitespace().next()?.parse().ok()
+}
+
+/// The checkout's commit, `+` when it has uncommitted changes.
+fn git_commit() -> Option<String> {
+    let git = |args: &[&str]| Command::new("git").args(args).output().ok();
+    let head = git(&["rev-parse", "--short", "HEAD"]).filter(|o| o.status.success())?;
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|o| !o.stdout.is_empty());
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    Some(if dirty { head + "+" } else { head })
 }
 
 /// A command line as a shell reads it back (arguments with spaces or quotes quoted).
@@ -171,6 +184,7 @@ pub fn run(args: RecordArgs) -> Result<(), BenchError> {
         bench,
         command: format!("petrel bench {}", shell_words(&args.bench)),
         recorded: httpdate::fmt_http_date(SystemTime::now()),
+        commit: git_commit(),
         machine,
         wall_s: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
         figures,
@@ -411,9 +425,12 @@ fn section_figures(s: &mut String, name: &str, r: &Record, keys: &str, dir: &Pat
     let file = dir.join(format!("{name}.json"));
     let _ = writeln!(
         s,
-        "`{}` ({}, {}, {:.0} s; [JSON]({})):\\\n{}.",
+        "`{}` ({}, {}{}, {:.0} s; [JSON]({})):\\\n{}.",
         r.command,
         r.recorded,
+        r.commit
+            .as_ref()
+            .map_or(String::new(), |c| format!("commit {c}, ")),
         r.machine.describe(),
         r.wall_s,
         file.display(),
@@ -459,6 +476,7 @@ mod tests {
             bench: bench.into(),
             command: format!("petrel bench {bench}"),
             recorded: "Sun, 06 Dec 2026 22:00:00 GMT".into(),
+            commit: Some("abc1234".into()),
             machine: Machine {
                 cores: 2,
                 memory_gib: Some(24.0),
@@ -482,7 +500,10 @@ mod tests {
         let page = std::fs::read_to_string(&out).unwrap();
         assert!(page.contains("`sizes[].ratio` 2.65 / 0.900"), "{page}");
         assert!(page.contains("`sizes[].baseline_s` 0.500"), "{page}");
-        assert!(page.contains("2 cores, 24 GiB, load 1.0-2.5"), "{page}");
+        assert!(
+            page.contains("commit abc1234, 2 cores, 24 GiB, load 1.0-2.5"),
+            "{page}"
+        );
         assert!(page.contains("Not recorded: `petrel bench record transport`"));
         assert!(page.contains("## something-new"), "{page}");
         assert!(page.contains("`speed` 12346"), "{page}");
