@@ -1,12 +1,11 @@
 //! PS checkpoints on the runtime's checkpoint set ([`petrel_actors::checkpoint`]: one
 //! manifest written last, parts checked by length and FNV-1a 64, the newest two kept).
 //!
-//! * Job checkpoints (scheme `ps`, round = clock): one part per shard (`shard-<s>`: its
-//!   tables, msgpack), per worker (`worker-<w>`) and of the monitor (`monitor`); the
-//!   manifest's meta is the job's [`JobShape`], which a resuming job must match.
+//! * Job checkpoints (scheme `ps`, round = clock): one part per shard (`shard-<s>`), per
+//!   worker (`worker-<w>`) and of the monitor; the manifest's meta is the job's
+//!   [`JobShape`], which a resuming job must match.
 //! * A shard's own checkpoint (scheme `ps-shard-<s>`, [`write_shard`]): its tables at its
-//!   min clock, i.e. every update of clocks `< C` and possibly some newer ones of faster
-//!   workers, which is itself a valid bounded-staleness state. Every one is kept.
+//!   min clock (a valid bounded-staleness state). Every one is kept.
 //!
 //! Update-rule state (momentum, Adagrad accumulators) is not saved.
 
@@ -116,8 +115,7 @@ impl JobCheckpoint {
     }
 }
 
-/// Writes `bytes` as `piece` of the checkpoint of `clock` in `dir` (created if needed),
-/// durably; returns its manifest entry.
+/// Writes `bytes` durably as `piece` of the checkpoint of `clock`; returns its entry.
 pub fn write_piece(
     dir: &Path,
     clock: Clock,
@@ -127,8 +125,7 @@ pub fn write_piece(
     Ok(job_set(dir).write_part(clock, &piece.part(), bytes)?)
 }
 
-/// Writes the manifest of `clock` LAST (every listed piece is already durable) and keeps
-/// the newest two checkpoints. Returns the manifest's path.
+/// Writes the manifest of `clock` LAST and keeps the newest two; returns its path.
 pub fn write_job_manifest(
     dir: &Path,
     clock: Clock,
@@ -145,8 +142,7 @@ pub fn job_manifest_clocks(dir: &Path) -> Result<Vec<Clock>, PsCoreError> {
     Ok(job_set(dir).rounds()?)
 }
 
-/// A fresh run makes older runs' checkpoints obsolete: deletes their manifests (refusing a
-/// directory of an older format). Called by the monitor before it can complete one.
+/// Deletes older runs' manifests (refusing a directory of an older format).
 pub fn clear_job_checkpoints(dir: &Path) -> Result<(), PsCoreError> {
     Ok(job_set(dir).clear()?)
 }
@@ -165,8 +161,7 @@ fn accept(ck: set::Checkpoint, shape: &JobShape) -> Result<JobCheckpoint, Checkp
     })
 }
 
-/// Whether `ck` names a piece for each of `shards` shards, `workers` workers and the
-/// monitor, and nothing else.
+/// Whether `ck` has exactly the pieces of `shards` shards, `workers` workers and a monitor.
 fn lists_every_piece(ck: &set::Checkpoint, shards: u32, workers: u32) -> Result<(), String> {
     let mut expected: Vec<String> = (0..shards)
         .map(Piece::Shard)
@@ -183,10 +178,8 @@ fn lists_every_piece(ck: &set::Checkpoint, shards: u32, workers: u32) -> Result<
     Ok(())
 }
 
-/// The part of [`load_newest_job_checkpoint`]'s check that needs no data: `ck` (loaded
-/// and verified) is of app `app` on `shards` shards and `workers` workers and lists every
-/// piece. What a launcher checks before it says which checkpoint the nodes will use (the
-/// tables' shapes need the app's data, which only the nodes load).
+/// The part of [`load_newest_job_checkpoint`]'s check that needs no data (what a launcher
+/// checks): `ck` is of `app` on `shards` shards and `workers` workers, with every piece.
 pub fn fits_layout(
     ck: &set::Checkpoint,
     app: &str,
@@ -207,8 +200,7 @@ pub fn fits_layout(
     lists_every_piece(ck, saved.shards, saved.workers)
 }
 
-/// Loads and verifies the checkpoint of `clock`: its manifest, the job's shape and every
-/// file (each node verifies them all, so every node chooses the same checkpoint).
+/// Loads and verifies the checkpoint of `clock`: manifest, job shape and every file.
 pub fn load_job_checkpoint(
     dir: &Path,
     clock: Clock,
@@ -217,8 +209,7 @@ pub fn load_job_checkpoint(
     Ok(accept(job_set(dir).load(clock)?, shape)?)
 }
 
-/// The newest valid checkpoint in `dir` (invalid newer ones are warned about and skipped);
-/// an error listing every refusal when none is valid.
+/// The newest valid checkpoint in `dir` (skipping invalid ones), else every refusal.
 pub fn load_newest_job_checkpoint(
     dir: &Path,
     shape: &JobShape,

@@ -1,11 +1,8 @@
 //! Decisions of a job's checkpoints (sans-I/O): the pieces, the job's shape, and which
-//! checkpoint clock is complete ([`CheckpointTracker`]). The files themselves are written
-//! and verified by [`crate::checkpoint`].
-//!
-//! A checkpoint at clock `c` is one file per shard (its tables as of "every update of clocks
-//! `< c` applied, none of `>= c`", [`crate::core::shard::PsShardCore::enable_checkpoints`]),
-//! one per worker (what it needs to start clock `c`), one of the monitor (the history so
-//! far), and a manifest written last by the monitor once every other piece is durable.
+//! checkpoint clock is complete ([`CheckpointTracker`]); [`crate::checkpoint`] writes the
+//! files. A checkpoint at clock `c` is one file per shard (its tables as of clock `c`,
+//! [`crate::core::shard::PsShardCore::enable_checkpoints`]), one per worker, one of the
+//! monitor, and a manifest the monitor writes last.
 
 use std::collections::BTreeMap;
 
@@ -73,10 +70,8 @@ impl JobShape {
 /// A durable piece: whose, its file name, its digest.
 pub type PieceFile<D> = (Piece, String, D);
 
-/// The monitor's view of checkpoints in progress: which pieces of which clock are durable
-/// (each shard and worker reports its file, with a digest `D`). A clock is complete once
-/// every shard and every worker reported it; then the monitor writes its own piece and the
-/// manifest.
+/// The monitor's view of checkpoints in progress: which pieces (with digest `D`) of which
+/// clock are durable; a clock is complete once every shard and worker reported it.
 #[derive(Debug)]
 pub struct CheckpointTracker<D> {
     shards: u32,
@@ -87,8 +82,7 @@ pub struct CheckpointTracker<D> {
 }
 
 impl<D> CheckpointTracker<D> {
-    /// A tracker for `shards` shards and `workers` workers; `resumed_at` is the clock of
-    /// the checkpoint the job resumed from (older reports are ignored).
+    /// A tracker for `shards` and `workers`; reports older than `resumed_at` are ignored.
     pub fn new(shards: u32, workers: u32, resumed_at: Option<Clock>) -> Self {
         CheckpointTracker {
             shards,
@@ -98,9 +92,8 @@ impl<D> CheckpointTracker<D> {
         }
     }
 
-    /// Records that `piece` of `clock` is durable as file `name`. Returns the clock and
-    /// every shard's and worker's file once that clock is complete (once per clock; older
-    /// incomplete clocks are dropped then: they can no longer complete first).
+    /// Records that `piece` of `clock` is durable as file `name`; returns the clock and its
+    /// files once it is complete (dropping older incomplete clocks).
     pub fn record(
         &mut self,
         clock: Clock,
@@ -139,8 +132,7 @@ impl<D> CheckpointTracker<D> {
     }
 }
 
-/// Whether a worker that has just completed `clock - 1` (and is about to start `clock`)
-/// writes its piece of a checkpoint: `clock` is a positive multiple of `every` (0: never).
+/// Whether a worker about to start `clock` writes a checkpoint (positive multiple of `every`).
 pub fn is_checkpoint_clock(every: Clock, clock: Clock) -> bool {
     every > 0 && clock > 0 && clock.is_multiple_of(every)
 }

@@ -1,18 +1,13 @@
 // Over 600 lines: cache, oplog and read decision are one state machine over private state.
 //! `ClientCore`: a worker's row cache, coalescing oplog and read decision.
 //!
-//! One `ClientCore` per worker (not per process): a worker's clock, its read-my-writes view and
-//! its staleness statistics are per worker, and a runtime with several worker threads in one
-//! process simply holds several cores. (Bösen shares one process cache among threads; that is
-//! an optimisation a runtime can add on top, not a semantic difference.)
+//! One `ClientCore` per worker (not per process, as Bösen shares one): clocks, the
+//! read-my-writes view and staleness statistics are per worker.
 //!
-//! Read-my-writes: a cached row is kept as *server data + own deltas the server had not yet
-//! applied when it produced that data + the unflushed oplog*. Every flushed batch carries a
-//! `seq`; shards echo the last applied `seq` (`ack_seq`) in replies and pushes, so on fresh
-//! data the client drops the acknowledged own deltas and re-applies the rest. This needs FIFO
-//! delivery per (client, shard) pair in both directions, which QUIC streams give.
-// Long (about 780 lines before its tests): cache, oplog, read decision and the push/pull
-// tickets all act on one worker's clock and rows; the tests are the other 620 lines.
+//! Read-my-writes: a cached row is *server data + own deltas the server had not applied
+//! when it produced that data + the unflushed oplog*. Flushed batches carry a `seq`; shards
+//! echo the last applied one (`ack_seq`), so on fresh data the client drops acknowledged
+//! own deltas and re-applies the rest. This needs FIFO delivery per (client, shard) pair.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -24,15 +19,13 @@ use crate::core::types::{
     TableKind, TableSpec, UpdateBatch, WorkerId, shard_of,
 };
 
-/// A cached row whose own not-yet-acknowledged deltas exceed this count is evicted (and will
-/// be re-fetched): bounds memory for rows that are written often but never refreshed (`Async`).
+/// A cached row with more unacknowledged own deltas than this is evicted (bounds memory).
 pub const MAX_PENDING_PER_ROW: usize = 256;
 
 /// Staleness values above this are counted with it by [`ClientCore::take_observed`].
 pub const MAX_OBSERVED_STALENESS: usize = 64;
 
-/// Outcome of `ClientCore::get` (a copy of the row) and `ClientCore::get_shared` (the
-/// cached row itself, shared: `GetOutcome<SharedRow>`).
+/// Outcome of `ClientCore::get` (a copy) and `ClientCore::get_shared` (`SharedRow`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum GetOutcome<R = Row> {
     /// Served from the cache (own writes included); the staleness was recorded.
@@ -43,8 +36,7 @@ pub enum GetOutcome<R = Row> {
     Wait,
 }
 
-/// A push sent at once ([`ClientCore::push_now`]), as ps-lite's push timestamp: done
-/// ([`ClientCore::push_done`]) once its shard acknowledged applying it.
+/// A push sent at once ([`ClientCore::push_now`]), done once its shard acknowledged it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PushTicket {
     /// The shard the push went to.
@@ -60,8 +52,7 @@ struct CachedRow {
     row: SharedRow,
     /// Row clock of the server data.
     clock: Clock,
-    /// Own flushed deltas not yet acknowledged by the shard, oldest first (shared with the
-    /// batch that carried them: no copy).
+    /// Own flushed deltas not yet acknowledged by the shard, oldest first.
     pending: VecDeque<(u64, SharedRow)>,
 }
 
@@ -143,8 +134,7 @@ impl ClientCore {
         self.worker
     }
 
-    /// Starts this (fresh) client at clock `clock`, to resume from a checkpoint taken at that
-    /// clock (shards restored with `PsShardCore::restore` put every worker there).
+    /// Starts this (fresh) client at clock `clock`, resuming from a checkpoint.
     pub fn resume_at(&mut self, clock: Clock) -> Result<(), PsCoreError> {
         if self.clock != 0 || !self.oplog.is_empty() || !self.cache.is_empty() {
             return Err(PsCoreError::InvalidConfig(
@@ -175,9 +165,8 @@ impl ClientCore {
         self.table_stats.get(&table).cloned().unwrap_or_default()
     }
 
-    /// A non-blocking refresh of `(table, row)`: a request with `min_clock = 0` (served at once)
-    /// unless a fetch of the row is already in flight. `get` keeps serving the cached copy until
-    /// the reply arrives. Used to keep `Async` tables fresh (their cached copies never expire).
+    /// A non-blocking refresh of `(table, row)` (`min_clock = 0`) unless a fetch is in flight:
+    /// keeps `Async` tables, whose cached copies never expire, fresh.
     pub fn prefetch(
         &mut self,
         table: TableId,
@@ -191,16 +180,9 @@ impl ClientCore {
     }
 
     /// Bösen's per-clock prefetch: a read that makes `(table, row)` servable at the *next*
-    /// clock (`current_clock() + 1`) without a round trip there, or `None` if nothing is
-    /// needed. Sent during the current clock's compute, it overlaps the round trip (and, under
-    /// SSP, the wait for slower workers) with that compute; the next clock's `get` then finds
-    /// the row cached, or waits for this request instead of sending its own.
-    ///
-    /// Needed, and asked with `min_clock` = the next clock's required row clock, when the
-    /// cached copy will fall out of the bound at the next clock (always under BSP) and no
-    /// fetch that suffices is in flight. `None` for `Async` tables (their copies never
-    /// expire; see [`prefetch`](Self::prefetch)) and for cached rows of ESSP tables (the
-    /// shard pushes them at every min-clock advance). Records no staleness.
+    /// clock without a round trip, so it overlaps the current clock's compute; `None` when
+    /// the cached copy will still do, a sufficient fetch is in flight, the table is `Async`,
+    /// or an ESSP shard pushes the row. Records no staleness.
     pub fn prefetch_next_clock(
         &mut self,
         table: TableId,
@@ -223,8 +205,7 @@ impl ClientCore {
         Ok(Some(self.fetch(table, row, required)))
     }
 
-    /// A new read of `(table, row)` that needs the min clock `min_clock`, recorded as
-    /// outstanding.
+    /// A new read of `(table, row)` needing `min_clock`, recorded as outstanding.
     fn fetch(&mut self, table: TableId, row: RowId, min_clock: Clock) -> ReadRequest {
         let request_id = self.next_request;
         self.next_request += 1;
@@ -240,9 +221,8 @@ impl ClientCore {
         }
     }
 
-    /// A barrier probe for `shard`: a request (to be sent as a *sync* read, see
-    /// `PsShardCore::sync`) answered once every worker completed the current clock on that
-    /// shard. Its reply is not cached; `sync_done` tells whether it arrived.
+    /// A barrier probe for `shard` (a *sync* read) answered once every worker completed the
+    /// current clock there; `sync_done` tells whether it arrived.
     pub fn sync_request(&mut self, shard: u32) -> Result<ReadRequest, PsCoreError> {
         let table = *self
             .tables
@@ -276,16 +256,13 @@ impl ClientCore {
         }
     }
 
-    /// The highest min clock `shard` has reported to this worker (in a reply's row clock or
-    /// a push): the shard's min clock is at least this. A read needing more may wait for
-    /// slower workers, not only for the link.
+    /// The highest min clock `shard` has reported to this worker (replies and pushes).
     pub fn seen_min_clock(&self, shard: u32) -> Clock {
         self.seen_min.get(&shard).copied().unwrap_or(0)
     }
 
-    /// Whether a read of `(table, row)` at the current clock needs a row clock above the
-    /// shard's min clock last seen ([`seen_min_clock`](Self::seen_min_clock)): if so it may
-    /// have to wait for slower workers, not only for the link.
+    /// Whether a read of `(table, row)` now needs more than the shard's min clock last seen
+    /// ([`seen_min_clock`](Self::seen_min_clock)), i.e. may wait for slower workers.
     pub fn needs_beyond_seen(&self, table: TableId, row: RowId) -> Result<bool, PsCoreError> {
         let required = self
             .table(table)?
@@ -339,8 +316,7 @@ impl ClientCore {
         self.batch_inc(table, row, &d)
     }
 
-    /// `BatchInc(table, row, deltas)`: coalesced (summed) into the oplog and applied to the
-    /// cached row with the table's local scale (see `UpdateRuleSpec::local_scale`).
+    /// `BatchInc(table, row, deltas)`: summed into the oplog and the cached row (local scale).
     pub fn batch_inc(
         &mut self,
         table: TableId,
@@ -389,10 +365,8 @@ impl ClientCore {
         Ok(())
     }
 
-    /// `Push(table, row, delta)`: like [`batch_inc`](Self::batch_inc) but takes the delta
-    /// by value and moves it into the oplog when the row has no unflushed delta yet (no copy
-    /// of a large buffer). A dense delta for a dense table stays dense; anything else is
-    /// coalesced as `batch_inc` does.
+    /// `Push(table, row, delta)`: [`batch_inc`](Self::batch_inc) moving the delta into the
+    /// oplog without a copy when the row has no unflushed delta yet.
     pub fn push(&mut self, table: TableId, row: RowId, delta: Row) -> Result<(), PsCoreError> {
         let spec = self
             .tables
@@ -419,10 +393,8 @@ impl ClientCore {
         Ok(())
     }
 
-    /// [`push`](Self::push), then the row's whole unflushed delta as an early batch to its
-    /// shard at once (as managed communication sends them: the clock still advances only in
-    /// [`clock`](Self::clock)). The ticket is done once the shard acknowledged the batch
-    /// (send a `ToShard::Ack` after it; see [`push_done`](Self::push_done)).
+    /// [`push`](Self::push), then the row's unflushed delta as an early batch at once; the
+    /// ticket is done once the shard acknowledged it ([`push_done`](Self::push_done)).
     pub fn push_now(
         &mut self,
         table: TableId,
@@ -441,17 +413,15 @@ impl ClientCore {
         Ok((batch, ticket))
     }
 
-    /// Whether the shard of `ticket` has applied its push (it said so in a reply, a push or
-    /// an ack sent after it).
+    /// Whether the shard of `ticket` said it has applied its push.
     pub fn push_done(&self, ticket: &PushTicket) -> bool {
         self.acked
             .get(&ticket.shard)
             .is_some_and(|&s| s >= ticket.seq)
     }
 
-    /// A read request for `(table, row)` if the cache cannot serve it at the current clock
-    /// and no sufficient fetch is in flight (the first half of a pull ticket: the fetch
-    /// starts now, the `get` later finds the row cached). Records no staleness.
+    /// A read request for `(table, row)` if the cache cannot serve it now and no sufficient
+    /// fetch is in flight (the start of a pull). Records no staleness.
     pub fn pull_request(
         &mut self,
         table: TableId,
@@ -466,8 +436,7 @@ impl ClientCore {
         }
     }
 
-    /// The row clock the table needs at the current clock, and the effective clock of the
-    /// cached copy of `(table, row)` if it has it.
+    /// The row clock needed now, and the cached copy's effective clock if any.
     fn fresh(
         &self,
         table: TableId,
@@ -481,9 +450,8 @@ impl ClientCore {
         Ok((required, eff))
     }
 
-    /// `Get(table, row)` decision at the current clock. Hit if the cached row's clock is
-    /// `>= c - s` (`>= c` for BSP, any cached copy for Async); the observed staleness
-    /// `max(0, c - row_clock)` is then recorded.
+    /// `Get(table, row)` decision at the current clock `c`: a hit if the cached row clock is
+    /// `>= c - s` (any copy for Async), recording the staleness `max(0, c - row_clock)`.
     pub fn get(&mut self, table: TableId, row: RowId) -> Result<GetOutcome, PsCoreError> {
         Ok(match self.get_shared(table, row)? {
             GetOutcome::Hit(r) => GetOutcome::Hit((*r).clone()),
@@ -492,8 +460,7 @@ impl ClientCore {
         })
     }
 
-    /// [`get`](Self::get) without the copy: a hit is the cached row itself, shared (a
-    /// later own write copies it only if the caller still holds it).
+    /// [`get`](Self::get) without the copy: a hit is the cached row itself, shared.
     pub fn get_shared(
         &mut self,
         table: TableId,
@@ -529,16 +496,15 @@ impl ClientCore {
         Ok(GetOutcome::Fetch(self.fetch(table, row, min_clock)))
     }
 
-    /// Reads per observed staleness (`counts[s]`, the last entry also counting anything
-    /// larger than [`MAX_OBSERVED_STALENESS`]) per table since the last call, for a histogram.
+    /// Reads per observed staleness (capped at [`MAX_OBSERVED_STALENESS`]) per table since
+    /// the last call.
     pub fn take_observed(&mut self) -> Vec<(TableId, Vec<u64>)> {
         let mut out: Vec<_> = self.observed.drain().collect();
         out.sort_by_key(|(t, _)| *t);
         out
     }
 
-    /// `Clock()`: ends the current clock. Returns one batch per shard (every shard, even with
-    /// no updates, since each shard needs the clock tick), then advances the worker clock.
+    /// `Clock()`: one batch per shard (each needs the tick, even empty), then advances.
     pub fn clock(&mut self) -> Vec<ShardBatch> {
         let oplog = std::mem::take(&mut self.oplog);
         let batches = self.build_batches(oplog.into_iter().map(|(k, e)| (k, e.delta)), true);
@@ -546,9 +512,8 @@ impl ClientCore {
         batches
     }
 
-    /// Removes the given rows from the oplog and returns them as early (`end_of_clock =
-    /// false`) batches for the current clock, one per shard that has any (managed
-    /// communication). Rows not in the oplog are ignored.
+    /// Takes the given rows out of the oplog as early batches (`end_of_clock = false`), one
+    /// per shard (managed communication).
     pub fn take_early(&mut self, rows: &[(TableId, RowId)]) -> Vec<ShardBatch> {
         let taken: Vec<_> = rows
             .iter()
@@ -607,10 +572,8 @@ impl ClientCore {
         out
     }
 
-    /// Feeds a reply or push that `from_shard` sent to this worker into the cache.
-    ///
-    /// The sending shard is needed because an ESSP push (even an empty one) means every cached
-    /// row of that table *on that shard* is current as of the push clock.
+    /// Feeds a reply or push from `from_shard` into the cache (an ESSP push also refreshes
+    /// every cached row of that table on that shard).
     pub fn handle(&mut self, from_shard: u32, action: ShardAction) -> Result<(), PsCoreError> {
         match action {
             ShardAction::Reply {
@@ -726,8 +689,7 @@ impl ClientCore {
         let scale = spec.update_rule.local_scale();
         let key = (table, row);
         if !insert && !self.cache.contains_key(&key) {
-            // A push for a row we no longer cache: its in-flight own deltas are unknown, so
-            // caching it could hide own writes. The next `get` fetches it.
+            // Not cached any more: its in-flight own deltas are unknown, so do not cache it.
             return Ok(());
         }
         let rmw = spec.read_my_writes;

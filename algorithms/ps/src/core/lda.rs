@@ -1,31 +1,21 @@
 // Over 600 lines: the worker core, table view and final check share the exact-count invariant.
-//! Data-parallel LDA on the parameter server (the YahooLDA / Bösen design): the sans-I/O
-//! worker core and the table layout.
+//! Data-parallel LDA on the parameter server (YahooLDA / Bösen): the sans-I/O worker core
+//! and the table layout.
 //!
-//! One sparse PS table (`WORD_TOPIC`): row `w < V` holds the topic counts `n_wk` of word
-//! `w` as `(topic, count)` pairs, row `V` ([`totals_row`]) the topic totals `n_k`. Rows are
-//! spread over the server shards by the PS's row placement. Every worker owns a subset of
-//! the documents, their token assignments and doc-topic counts; per clock it reads the rows
-//! of the words of its documents (possibly stale, within the table's SSP bound), samples its
-//! tokens against that view with the SparseLDA sampler shared with the STRADS app
-//! ([`SparseSampler`]), updating its view as it goes, and sends its own count changes as
-//! one sparse delta per touched row.
+//! One sparse table (`WORD_TOPIC`): row `w < V` holds the topic counts of word `w` as
+//! `(topic, count)` pairs, row `V` ([`totals_row`]) the topic totals. Each worker owns some
+//! documents, their assignments and doc-topic counts; per clock it reads its words' rows
+//! (possibly stale, within the SSP bound), samples against that view with the SparseLDA
+//! sampler shared with STRADS ([`SparseSampler`]) and sends its own count changes as one
+//! sparse delta per touched row.
 //!
-//! Exactness: counts travel and are summed as `f32`. Every value a shard, a client cache or
-//! an oplog holds is an integer of magnitude at most the number of tokens `N` (a word-topic
-//! entry is at most the word's frequency, a total at most `N`, a delta at most a worker's
-//! token count), and `f32` represents every integer up to `2^24` exactly, so all sums stay
-//! exact as long as `N <= 2^24` ([`MAX_TOKENS`]); larger corpora are refused
-//! ([`check_corpus`]). The table's content is then always the exact sum of the workers'
-//! changes, whatever the staleness of the views they sampled with.
+//! Exactness: counts travel as `f32`, and every value held anywhere is an integer of at
+//! most the token count `N`, so all sums are exact while `N <= 2^24` ([`MAX_TOKENS`]);
+//! larger corpora are refused ([`check_corpus`]).
 //!
-//! Stale views: a row read under SSP may lack other workers' recent changes, so a view count
-//! can be smaller than this worker's own tokens would need, and (with an inconsistent read of
-//! row and totals) a total can even be negative. The view clamps (negative entries read as 0,
-//! [`WordTopicView::from_rows`]) and the sampler never lets a count go below zero; the deltas
-//! sent are the worker's true changes, tracked separately from the view.
-// Long (about 800 lines before its tests): the worker core, its sampler and the table layout
-// it reads and writes are one state machine over the same count rows.
+//! Stale views may lack others' recent changes, so a view count can be too small (or a
+//! total negative): the view clamps ([`WordTopicView::from_rows`]) and the sampler never
+//! goes below zero, while the deltas sent are the worker's true changes, tracked apart.
 
 use std::ops::Range;
 
@@ -50,8 +40,7 @@ pub fn totals_row(vocab_size: usize) -> RowId {
     RowId(vocab_size as u64)
 }
 
-/// Refuses corpora whose counts could leave the exact range of `f32` (see the module docs)
-/// or whose word ids exceed the vocabulary.
+/// Refuses corpora too large for exact `f32` counts or with word ids beyond the vocabulary.
 pub fn check_corpus(
     n_tokens: usize,
     vocab_size: usize,
@@ -72,12 +61,9 @@ pub fn check_corpus(
 /// A row's own change: `(local word, sorted (topic, delta))`.
 type RowChange = (u32, Vec<(u32, i32)>);
 
-/// A worker's view of the word-topic rows of its words and of the topic totals, as read from
-/// the PS at the start of a clock and updated by its own sampling during the clock.
-///
-/// The view also remembers the rows as read: the worker's own changes during the clock are
-/// the difference (plus the decrements the sampler could not apply to a zero count, kept in
-/// `corrections`), so the sampler does not log every token move.
+/// A worker's view of its words' rows and the topic totals, as read at the start of a clock
+/// and updated by its sampling. Its own changes are the difference from the rows as read
+/// (plus the decrements a zero count refused, in `corrections`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WordTopicView {
     /// Indexed by the worker's local word index.
@@ -118,9 +104,8 @@ fn row_pairs(row: &Row) -> Vec<(u32, f32)> {
 }
 
 impl WordTopicView {
-    /// Builds the view from rows read in the order of [`PsLdaWorker::row_ids`] (the worker's
-    /// words, then the totals row). Negative entries read as 0 (counted in `clamped`);
-    /// a topic column `>= K` is an error.
+    /// Builds the view from rows in [`PsLdaWorker::row_ids`] order; negative entries read as
+    /// 0 (counted in `clamped`), a topic `>= K` is an error.
     pub fn from_rows(rows: &[Row], n_words: usize, n_topics: usize) -> Result<Self, PsCoreError> {
         if rows.len() != n_words + 1 {
             return Err(PsCoreError::RowCount(rows.len(), n_words));
@@ -161,8 +146,7 @@ impl WordTopicView {
         })
     }
 
-    /// The own changes since the view was read (or since the last call), per local word
-    /// `(local word, sorted (topic, delta))` for rows that changed, and per topic; the view's
+    /// The own changes since the last base, per changed local word and per topic; the
     /// current state becomes the new base.
     fn take_changes(&mut self) -> (Vec<RowChange>, Vec<i64>) {
         let mut words = Vec::new();
@@ -259,8 +243,7 @@ impl OwnDeltas {
     }
 }
 
-/// The data-parallel LDA worker: documents, assignments, doc-topic counts and the changes to
-/// send. Plain computation; the PS client drives it (see the root package's `ps_lda`).
+/// The data-parallel LDA worker: documents, assignments, doc-topic counts, changes to send.
 #[derive(Debug, Clone)]
 pub struct PsLdaWorker {
     /// The worker id.
@@ -281,9 +264,7 @@ pub struct PsLdaWorker {
     deltas: OwnDeltas,
 }
 
-/// What a checkpoint saves of a [`PsLdaWorker`] between clocks: its topic assignments and
-/// the exact position of its generator (seed, stream, word position); the rest follows from
-/// its documents.
+/// What a checkpoint saves of a [`PsLdaWorker`]: its assignments and its generator's position.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PsLdaWorkerSaved {
     /// The worker.
@@ -292,16 +273,14 @@ pub struct PsLdaWorkerSaved {
     pub doc_ids: Vec<u32>,
     /// The topic of every token, per document.
     pub assignments: Vec<Vec<u32>>,
-    /// Each document's topic counts, entries in the worker's order (the sampler's sums
-    /// follow it, so it is saved rather than recounted).
+    /// Each document's topic counts, in the worker's order (saved: the sums follow it).
     pub doc_topic: Vec<TopicCounts>,
     /// The generator: seed, stream, word position (low, high).
     pub rng: ([u8; 32], u64, (u64, u64)),
 }
 
 impl PsLdaWorker {
-    /// Takes documents `(global id, word ids)` and assigns every token a uniformly random
-    /// topic; the resulting counts are the first pending deltas ([`PsLdaWorker::take_deltas`]).
+    /// Takes documents `(global id, word ids)` and draws every token a random topic.
     pub fn new(
         worker: usize,
         docs: Vec<(u32, Vec<u32>)>,
@@ -370,8 +349,7 @@ impl PsLdaWorker {
         })
     }
 
-    /// The state a checkpoint saves, between clocks (no count change may be pending: the
-    /// clock's deltas were taken).
+    /// The state a checkpoint saves, between clocks (no count change may be pending).
     pub fn export_state(&self) -> Result<PsLdaWorkerSaved, PsCoreError> {
         if !self.deltas.touched.is_empty() || self.deltas.totals.iter().any(|&d| d != 0) {
             return Err(PsCoreError::InvalidConfig(
@@ -392,10 +370,8 @@ impl PsLdaWorker {
         })
     }
 
-    /// Continues from a checkpointed state of this worker (built by [`PsLdaWorker::new`]
-    /// from the same documents); refuses another worker's, other documents, or
-    /// assignments that do not fit them. Its initial counts are not sent again: the
-    /// shards' tables already hold them.
+    /// Continues from this worker's checkpointed state (refusing another worker's or one
+    /// that does not fit its documents); the initial counts are not sent again.
     pub fn import_state(&mut self, saved: PsLdaWorkerSaved) -> Result<(), PsCoreError> {
         let k = self.n_topics;
         let fits = saved.worker == self.worker
@@ -467,8 +443,7 @@ impl PsLdaWorker {
         WordTopicView::from_rows(rows, self.words.len(), self.n_topics)
     }
 
-    /// Documents `range` split into consecutive chunks of about `tokens` tokens each (so a
-    /// driver can yield between chunks).
+    /// Documents `range` split into consecutive chunks of about `tokens` tokens each.
     pub fn doc_chunks(&self, range: Range<usize>, tokens: usize) -> Vec<Range<usize>> {
         let mut out = Vec::new();
         let (mut start, mut acc) = (range.start, 0usize);
@@ -493,9 +468,8 @@ impl PsLdaWorker {
         (n * part / parts)..(n * (part + 1) / parts).min(n)
     }
 
-    /// Resamples every token of documents `docs` against `view` (SparseLDA), updating the
-    /// view with this worker's changes as it goes and recording them for
-    /// [`PsLdaWorker::take_deltas`]. Returns the number of tokens sampled.
+    /// Resamples every token of `docs` against `view` (SparseLDA), updating it as it goes;
+    /// returns the tokens sampled.
     pub fn sweep(&mut self, docs: Range<usize>, view: &mut WordTopicView) -> u64 {
         let mut sampled = 0u64;
         self.sampler.begin_sweep(&view.totals);
@@ -523,10 +497,8 @@ impl PsLdaWorker {
         sampled
     }
 
-    /// Hands over this worker's count changes recorded in `view` since it was read (or since
-    /// the last call), as sparse deltas `(row, delta)` sorted by topic: one per changed word
-    /// row, and the totals row if any total changed. Includes the initial counts not yet
-    /// taken ([`PsLdaWorker::take_initial_deltas`]).
+    /// This worker's count changes in `view` since the last call (and initial counts not yet
+    /// taken), as one sparse delta per changed row.
     pub fn take_deltas(&mut self, view: &mut WordTopicView) -> Vec<(RowId, Row)> {
         let (words, totals) = view.take_changes();
         let mut from_words = vec![0i64; self.n_topics];
@@ -536,14 +508,12 @@ impl PsLdaWorker {
                 from_words[t as usize] += i64::from(d);
             }
         }
-        // Every own move changes one word row and one total by the same amount, so the
-        // totals' change is the column sums of the word rows' change (`add` sums them).
+        // The totals' change is the column sums of the word rows' change.
         debug_assert_eq!(from_words, totals, "view totals drifted from the word rows");
         self.take_initial_deltas()
     }
 
-    /// Hands over (and resets) the changes not tied to a view: after `new`, the counts of the
-    /// random initial assignments.
+    /// Hands over (and resets) the counts of the initial assignments.
     pub fn take_initial_deltas(&mut self) -> Vec<(RowId, Row)> {
         let mut out = Vec::with_capacity(self.deltas.touched.len() + 1);
         let mut touched = std::mem::take(&mut self.deltas.touched);
@@ -609,11 +579,9 @@ pub struct FinalTable {
 }
 
 impl FinalTable {
-    /// Checks the table's count invariants against the corpus and converts it. `row(w)` is
-    /// the stored row `w` (`None`: never written, i.e. all zero) for `w` in `0..=V`.
-    /// Every entry must be a non-negative integer with a topic `< K`; word row `w` must sum
-    /// to the frequency of `w`; the totals row must equal the column sums of the word rows
-    /// (so the whole table sums to the number of tokens).
+    /// Checks the table (`row(w)` for `w` in `0..=V`, `None` = zeros) and converts it: entries
+    /// are non-negative integers with topics `< K`, word rows sum to the word frequencies and
+    /// the totals row is the column sums.
     pub fn check<'a>(
         row: impl Fn(u64) -> Option<&'a Row>,
         word_frequencies: &[usize],
@@ -704,10 +672,8 @@ impl FinalTable {
     }
 }
 
-/// Word and topic halves of the joint log-likelihood from a table snapshot taken while the
-/// workers run (rows of different shards may then reflect slightly different clocks, so the
-/// invariants of [`FinalTable::check`] need not hold exactly): entries are clamped like a
-/// worker's view (negative as 0), topic columns `>= K` are ignored.
+/// Word and topic halves of the log-likelihood from a snapshot taken while workers run (not
+/// exact: entries are clamped like a view, topics `>= K` ignored).
 pub fn snapshot_word_log_likelihood<'a>(
     row: impl Fn(u64) -> Option<&'a Row>,
     vocab_size: usize,
@@ -740,11 +706,9 @@ pub fn snapshot_word_log_likelihood<'a>(
     )
 }
 
-/// Serial data-parallel simulation (unit tests; the reference for the cluster app): per
-/// clock every worker sweeps all its documents against the table as it was `staleness`
-/// clocks ago plus its own later changes (SSP's worst case with read-my-writes); the table is
-/// the exact sum of every flushed delta. Returns the log-likelihood per token before the
-/// first and after every iteration (from the checked table) and the final table rows.
+/// Serial data-parallel simulation (the reference for the cluster app): per clock every
+/// worker sweeps its documents against the table of `staleness` clocks ago plus its own
+/// changes. Returns the log-likelihood per token per iteration and the final rows.
 pub fn simulate(
     docs_per_worker: Vec<Vec<(u32, Vec<u32>)>>,
     vocab_size: usize,

@@ -1,10 +1,7 @@
-//! Managed communication (Wei et al., SoCC 2015): spend a per-tick bandwidth budget on sending
-//! the most significant pending rows of the oplog early, within the current clock.
-//!
-//! The chosen rows leave the oplog and go out as `ShardBatch`es with `end_of_clock = false`;
-//! the shard applies them without advancing the worker's clock (`PsShardCore::apply_updates`),
-//! and the rest of the oplog still goes out at `Clock()`. Sending early never weakens the SSP
-//! guarantee (updates only arrive sooner); it makes other workers' reads fresher.
+//! Managed communication (Wei et al., SoCC 2015): spend a per-tick bandwidth budget on
+//! sending the most significant pending oplog rows early, as `ShardBatch`es with
+//! `end_of_clock = false` that the shard applies without advancing the worker's clock; the
+//! rest goes at `Clock()`. Updates only arrive sooner, so the SSP guarantee holds.
 
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -12,8 +9,7 @@ use std::ops::Range;
 use crate::core::client::ClientCore;
 use crate::core::types::{RowId, ShardBatch, TableId};
 
-/// Order in which pending rows are considered (`fifo`, `random`, `relative-magnitude` in
-/// settings, as the flags).
+/// Order in which pending rows are considered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SendPolicy {
@@ -38,8 +34,7 @@ pub fn budget_for(bytes_per_s: u64, seconds: f64) -> usize {
     }
 }
 
-/// `0..len` cut into at most `slices` consecutive ranges of `ceil(len / slices)` items (the
-/// last shorter); none for `len = 0`.
+/// `0..len` cut into at most `slices` consecutive ranges of `ceil(len / slices)` items.
 pub fn slice_ranges(len: usize, slices: usize) -> Vec<Range<usize>> {
     let step = len.div_ceil(slices.max(1)).max(1);
     (0..len)
@@ -57,8 +52,7 @@ pub struct Candidate {
     pub row: RowId,
     /// Estimated encoded size (`Row::wire_size`).
     pub bytes: usize,
-    /// `|delta|_1 / (|value|_1 + eps)`; value = the client's cached view of the row, or 0 if
-    /// not cached (an unknown row then ranks by `|delta| / eps`, i.e. high).
+    /// `|delta|_1 / (|value|_1 + eps)`, value the cached view of the row (0 if not cached).
     pub relative_magnitude: f32,
     /// Insertion order into the oplog.
     pub order: u64,
@@ -86,8 +80,7 @@ impl ClientCore {
 /// Picks rows to send early under a bandwidth budget.
 #[derive(Debug, Clone)]
 pub struct BandwidthManager {
-    /// Bytes that may be sent per tick (bandwidth x tick length). Unused budget is not carried
-    /// over: the spare bandwidth of a past tick is gone.
+    /// Bytes that may be sent per tick (unused budget is not carried over).
     pub budget_bytes_per_tick: usize,
     /// Which rows go first.
     pub policy: SendPolicy,
@@ -107,8 +100,7 @@ impl BandwidthManager {
         }
     }
 
-    /// The next tick's budget from its length: `bytes_per_s` times `seconds` (for workers
-    /// whose slices take real, measured compute time).
+    /// Sets the next tick's budget from its measured length.
     pub fn set_tick_seconds(&mut self, bytes_per_s: u64, seconds: f64) {
         self.budget_bytes_per_tick = budget_for(bytes_per_s, seconds);
     }
@@ -142,8 +134,7 @@ impl BandwidthManager {
         }
     }
 
-    /// Greedy selection in policy order: a row that does not fit the remaining budget is
-    /// skipped and smaller later rows may still use the rest.
+    /// Greedy selection in policy order (a row that does not fit is skipped).
     pub fn select(&mut self, mut cands: Vec<Candidate>) -> Vec<(TableId, RowId)> {
         self.rank(&mut cands);
         let mut left = self.budget_bytes_per_tick;
@@ -157,8 +148,7 @@ impl BandwidthManager {
         out
     }
 
-    /// One tick: choose rows from `client`'s oplog, remove them from it and return the early
-    /// batches to send.
+    /// One tick: takes the chosen rows out of `client`'s oplog as early batches.
     pub fn tick(&mut self, client: &mut ClientCore) -> Vec<ShardBatch> {
         let cands = client.oplog_candidates(self.eps);
         let chosen = self.select(cands);

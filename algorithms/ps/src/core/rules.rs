@@ -8,14 +8,12 @@ use serde::{Deserialize, Serialize};
 use crate::core::error::PsCoreError;
 use crate::core::types::{Row, RowId, UpdateRuleSpec};
 
-/// A server-side update rule. One instance per table per shard, so stateful rules (momentum,
-/// Adagrad) keep per-row state keyed by row id.
+/// A server-side update rule: one instance per table per shard (state keyed by row id).
 pub trait UpdateRule: Send {
     /// Folds `delta` into `row`. `delta` has been validated against the table's shape.
     fn apply(&mut self, row: &mut Row, delta: &Row);
 
-    /// Row-aware entry point the shard calls. Stateless rules keep the default; stateful ones
-    /// override it to find their per-row state.
+    /// Row-aware entry point the shard calls (stateful rules override it).
     fn apply_row(&mut self, id: RowId, row: &mut Row, delta: &Row) {
         let _ = id;
         self.apply(row, delta);
@@ -45,10 +43,8 @@ impl UpdateRule for Sgd {
     }
 }
 
-/// SGD with momentum: `v = momentum * v + g; value -= learning_rate * v`, per row.
-///
-/// Only the entries present in the delta decay their velocity (the lazy variant common for
-/// sparse updates); a row's velocity is a dense copy of the row's shape.
+/// SGD with momentum: `v = momentum * v + g; value -= learning_rate * v`, per row; only the
+/// entries present in the delta decay their velocity (lazy variant).
 #[derive(Debug, Clone)]
 pub struct SgdMomentum {
     /// Step size.
@@ -76,11 +72,7 @@ impl UpdateRule for SgdMomentum {
     }
 
     fn apply_row(&mut self, id: RowId, row: &mut Row, delta: &Row) {
-        let empty = match row {
-            Row::Dense(v) => Row::Dense(vec![0.0; v.len()]),
-            Row::Sparse(_) => Row::Sparse(Vec::new()),
-        };
-        let v = self.velocity.entry(id).or_insert(empty);
+        let v = self.velocity.entry(id).or_insert_with(|| zeros_like(row));
         let m = self.momentum;
         v.apply_with(delta, |x, g| *x = m * *x + g);
         // Step only along the touched entries, using their new velocity.
@@ -110,20 +102,8 @@ impl Adagrad {
     }
 
     fn step(&self, acc: &Row, row: &mut Row, delta: &Row) {
-        let (lr, eps) = (self.learning_rate, self.eps);
-        match delta {
-            Row::Dense(d) => {
-                for (c, &g) in d.iter().enumerate() {
-                    let s = acc.get(c as u32);
-                    row.inc(c as u32, -lr * g / (s.sqrt() + eps));
-                }
-            }
-            Row::Sparse(d) => {
-                for &(c, g) in d {
-                    let s = acc.get(c);
-                    row.inc(c, -lr * g / (s.sqrt() + eps));
-                }
-            }
+        for (c, g) in delta.entries() {
+            row.inc(c, -self.learning_rate * g / (acc.get(c).sqrt() + self.eps));
         }
     }
 }
@@ -137,11 +117,7 @@ impl UpdateRule for Adagrad {
     }
 
     fn apply_row(&mut self, id: RowId, row: &mut Row, delta: &Row) {
-        let empty = match row {
-            Row::Dense(v) => Row::Dense(vec![0.0; v.len()]),
-            Row::Sparse(_) => Row::Sparse(Vec::new()),
-        };
-        let mut acc = self.accum.remove(&id).unwrap_or(empty);
+        let mut acc = self.accum.remove(&id).unwrap_or_else(|| zeros_like(row));
         acc.apply_with(delta, |x, g| *x += g * g);
         self.step(&acc, row, delta);
         self.accum.insert(id, acc);
@@ -196,13 +172,7 @@ impl AdaRevision {
     fn step(&self, acc: &mut [(f64, f64)], row: &mut Row, delta: &Row) {
         let k = self.width;
         let alpha = f64::from(self.learning_rate);
-        let gradient: Vec<(u32, f32)> = match delta {
-            Row::Dense(d) => (0..k.min(d.len() as u32))
-                .map(|c| (c, d[c as usize]))
-                .collect(),
-            Row::Sparse(d) => d.iter().copied().filter(|&(c, _)| c < k).collect(),
-        };
-        for (c, g) in gradient {
+        for (c, g) in delta.entries().filter(|&(c, _)| c < k) {
             let Some(slot) = acc.get_mut(c as usize) else {
                 continue;
             };
@@ -240,8 +210,7 @@ impl UpdateRule for AdaRevision {
     }
 }
 
-/// The gradient rules an app offers as one choice (`--rule`): the shards' update rule for a
-/// table whose deltas are gradients.
+/// The gradient rules an app offers (`--rule`) for a table whose deltas are gradients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ServerRule {
@@ -254,8 +223,7 @@ pub enum ServerRule {
 }
 
 impl ServerRule {
-    /// Initial accumulator of Adagrad (as `eps`) and AdaRevision: keeps the first step of a
-    /// tiny gradient bounded.
+    /// Initial accumulator of Adagrad (as `eps`) and AdaRevision: bounds a first tiny step.
     pub const INITIAL_ACCUMULATOR: f32 = 1e-6;
 
     /// The table's update rule for `width` values per row with step `alpha`.
@@ -276,12 +244,9 @@ impl ServerRule {
         }
     }
 
-    /// Whether a worker's cached row, with its own deltas applied at the table's local
-    /// scale, equals the shard's row when no other worker writes it: exact for `sgd`, not
-    /// for `adagrad` and `adarevision`, whose clients leave the cached row as read (see
-    /// `UpdateRuleSpec::local_scale`). A row only this worker writes, in an async table
-    /// (whose cached copies never expire), must therefore be refreshed under the inexact
-    /// rules, or every gradient is taken at stale values.
+    /// Whether a cached row with own deltas at the local scale equals the shard's when no
+    /// one else writes it (`sgd` only; see `UpdateRuleSpec::local_scale`). Under the others,
+    /// an async row only this worker writes must be refreshed.
     pub fn local_view_exact(self) -> bool {
         matches!(self, ServerRule::Sgd)
     }
@@ -295,21 +260,14 @@ impl ServerRule {
     }
 }
 
-/// The step `alpha` of [`AdaRevision`] (and [`Adagrad`]) for a solution whose coordinates
-/// lie within `[-radius, radius]`: `sqrt(2) * radius`.
-///
-/// In these rules `alpha` is not a learning rate to tune but a length: the per-coordinate
-/// step is `alpha / sqrt(sum of squared gradients)`, so the first step of a coordinate is
-/// `alpha` whatever the gradients' units, and the regret analysis (Duchi et al.'s Adagrad,
-/// `eta = D_inf / sqrt(2)` with the diameter `D_inf = 2 * radius`; McMahan & Streeter carry
-/// the same constant over to AdaRevision) sets it from the size of the comparator set.
-/// Bösen's AdaRevision ships a fixed `init_step_size` of 0.1 with accumulators starting at 1.
+/// The step `alpha` of [`AdaRevision`] (and [`Adagrad`]) for a solution within
+/// `[-radius, radius]`: `sqrt(2) * radius`. Here `alpha` is a length, not a rate (the first
+/// step of a coordinate); the regret analysis sets it from the diameter `2 * radius`.
 pub fn alpha_for_radius(radius: f64) -> f32 {
     (std::f64::consts::SQRT_2 * radius.abs()) as f32
 }
 
-/// Client-side bookkeeping of [`AdaRevision`]: the delta to send for `gradient`, computed
-/// at the values of `read` (the row as the worker read it, whose `z` it carries along).
+/// Client-side bookkeeping of [`AdaRevision`]: the delta for `gradient` taken at `read`.
 pub fn adarevision_delta(gradient: &[f32], read: &Row) -> Row {
     let k = gradient.len() as u32;
     let mut d = gradient.to_vec();
@@ -317,13 +275,17 @@ pub fn adarevision_delta(gradient: &[f32], read: &Row) -> Row {
     Row::Dense(d)
 }
 
+/// An all-zero row of `row`'s kind and width.
+fn zeros_like(row: &Row) -> Row {
+    match row {
+        Row::Dense(v) => Row::Dense(vec![0.0; v.len()]),
+        Row::Sparse(_) => Row::Sparse(Vec::new()),
+    }
+}
+
 /// The entries of `v` at the positions present in `mask`, as a sparse row.
 fn project(v: &Row, mask: &Row) -> Row {
-    let pairs = match mask {
-        Row::Dense(d) => (0..d.len() as u32).map(|c| (c, v.get(c))).collect(),
-        Row::Sparse(d) => d.iter().map(|&(c, _)| (c, v.get(c))).collect(),
-    };
-    Row::Sparse(pairs)
+    Row::Sparse(mask.entries().map(|(c, _)| (c, v.get(c))).collect())
 }
 
 /// Builds a custom rule instance (one per table per shard).

@@ -1,14 +1,11 @@
 //! Managed communication from server to clients (Bösen, Wei et al., SoCC 2015): a shard
-//! spends a per-tick byte budget on pushing the rows that changed most to the workers that
-//! hold them, between clock boundaries, so their cached reads get fresher before their
-//! next miss.
+//! spends a per-tick byte budget pushing the rows that changed most to the workers that
+//! hold them, so their cached reads get fresher before their next miss.
 //!
-//! The decision lives in [`PsShardCore::server_push_tick`](crate::core::shard::PsShardCore::server_push_tick)
-//! (which rows, to whom, in which order, under the budget); the shard actor only calls it
-//! on a timer. A push is a [`ShardAction::Push`](crate::core::shard::ShardAction::Push) at
-//! the shard's current min clock, as ESSP's: the row holds every update of clocks below
-//! that clock (and some newer ones), so installing it never weakens a cached row's
-//! guarantee, and its `ack_seq` keeps the receiver's own in-flight writes visible.
+//! The decision is [`PsShardCore::server_push_tick`](crate::core::shard::PsShardCore::server_push_tick);
+//! the shard actor calls it on a timer. A push is a
+//! [`ShardAction::Push`](crate::core::shard::ShardAction::Push) at the current min clock, as
+//! ESSP's, so installing it never weakens a cached row's guarantee.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,8 +25,7 @@ pub struct ServerPushConfig {
 }
 
 impl ServerPushConfig {
-    /// A tick of `tick_ms` at `bytes_per_s`: the budget is the bytes the link carries in one
-    /// tick.
+    /// A tick of `tick_ms` whose budget is what `bytes_per_s` carries in one tick.
     pub fn at_rate(policy: SendPolicy, bytes_per_s: u64, tick_ms: u64, seed: u64) -> Self {
         ServerPushConfig {
             policy,

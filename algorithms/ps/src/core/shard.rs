@@ -17,9 +17,7 @@ use crate::core::types::{
 /// What a shard asks the runtime to send.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ShardAction {
-    /// Answer to a read. `row_clock` is the shard's min clock when served: the row reflects
-    /// every update of clocks `< row_clock`. `ack_seq` is the last update-batch `seq` of
-    /// `worker` this shard had applied, so the client knows which own deltas are included.
+    /// Answer to a read, reflecting every update of clocks `< row_clock`.
     Reply {
         /// The reader.
         worker: WorkerId,
@@ -36,10 +34,8 @@ pub enum ShardAction {
         /// Updates of this worker the value includes (sequence number).
         ack_seq: u64,
     },
-    /// ESSP push after the min clock advanced to `clock`: the rows of `table` subscribed by
-    /// `worker` that changed since they were last sent to it. Sent to every subscriber of the
-    /// table at every advance, with `rows` possibly empty: it also tells the client that all
-    /// its other subscribed rows of this table on this shard are now current as of `clock`.
+    /// ESSP push after the min clock advanced to `clock`: the subscribed rows changed since
+    /// last sent (possibly none: the others are current as of `clock` too).
     Push {
         /// The subscriber.
         worker: WorkerId,
@@ -52,8 +48,7 @@ pub enum ShardAction {
         /// Updates of this worker the rows include (sequence number).
         ack_seq: u64,
     },
-    /// Answer to [`PsShardCore::ack`]: every update batch of `worker` up to `ack_seq` is
-    /// applied (what a push ticket waits for).
+    /// Answer to [`PsShardCore::ack`]: `worker`'s batches up to `ack_seq` are applied.
     Ack {
         /// The worker.
         worker: WorkerId,
@@ -82,9 +77,17 @@ pub struct TableSnapshot {
     pub rows: Vec<(RowId, Row)>,
 }
 
+impl TableSnapshot {
+    /// The snapshot of `rows` of `table`, sorted by row id.
+    fn of<'a>(table: TableId, rows: impl Iterator<Item = (&'a RowId, &'a SharedRow)>) -> Self {
+        let mut rows: Vec<(RowId, Row)> = rows.map(|(&k, v)| (k, (**v).clone())).collect();
+        rows.sort_by_key(|r| r.0);
+        TableSnapshot { table, rows }
+    }
+}
+
 struct StoredRow {
-    /// Shared with the replies and pushes that carry it; a write copies it only while one
-    /// of them is still held (not yet encoded, or kept by an in-process client).
+    /// Shared with the replies and pushes that carry it (copied on write).
     data: SharedRow,
     /// Shard-wide modification counter value of the last update (0 = never written).
     stamp: u64,
@@ -134,11 +137,8 @@ struct PendingRead {
 }
 
 /// The server shard's state machine. Inputs are method calls; outputs are `ShardAction`s.
-///
-/// Dead workers: `remove_worker` excludes a worker from the min clock (so survivors are not
-/// blocked forever by a crashed peer), drops its queued reads and subscriptions, and rejects
-/// its later messages with `PsCoreError::DeadWorker`. Updates it already sent stay applied. A
-/// removed worker cannot rejoin. If every worker is removed the min clock stays where it was.
+/// A removed worker (`remove_worker`) leaves the min clock, its queued reads and its
+/// subscriptions; its applied updates stay and its later messages are refused.
 pub struct PsShardCore {
     tables: BTreeMap<TableId, TableState>,
     workers: Vec<WorkerState>,
@@ -151,21 +151,18 @@ pub struct PsShardCore {
     push: Option<ServerPush>,
 }
 
-/// The rows of every table as of one clock boundary (a consistent cut, see
-/// [`PsShardCore::enable_checkpoints`]).
+/// The rows of every table as of one clock boundary.
 type CutRows = BTreeMap<TableId, HashMap<RowId, SharedRow>>;
 
-/// Consistent cuts at checkpoint and evaluation clocks: for each such clock `c` that some
-/// worker has already passed while the min clock is still below it, the rows with every
-/// update of clocks `< c` applied and none of `>= c`.
+/// Consistent cuts at checkpoint and evaluation clocks `c`: the rows with every update of
+/// clocks `< c` applied and none of `>= c`.
 #[derive(Default)]
 struct ClockCuts {
     /// Clocks between checkpoints; 0 = no checkpoints.
     every: Clock,
     /// Clocks between evaluation cuts; 0 = none.
     eval_every: Clock,
-    /// Whether cuts can be exact (every table's rule keeps its whole state in the row);
-    /// otherwise an evaluation cut is the live rows when the min clock reaches it.
+    /// Whether cuts can be exact (every table's rule keeps its whole state in the row).
     exact: bool,
     /// The smallest cut clock not yet emitted (`> min_clock` once emitted; 0 = no cuts).
     next: Clock,
@@ -213,8 +210,7 @@ impl std::fmt::Debug for PsShardCore {
     }
 }
 
-/// Why `tables` cannot be checkpointed, if they cannot: a table whose rule keeps state
-/// outside its rows (see [`PsShardCore::enable_checkpoints`]).
+/// Why `tables` cannot be checkpointed (a rule keeps state outside the rows), if so.
 pub fn not_checkpointable<'a>(tables: impl IntoIterator<Item = &'a TableSpec>) -> Option<String> {
     let t = tables.into_iter().find(|t| !t.update_rule.state_in_row())?;
     Some(format!(
@@ -225,8 +221,7 @@ pub fn not_checkpointable<'a>(tables: impl IntoIterator<Item = &'a TableSpec>) -
 }
 
 impl PsShardCore {
-    /// A shard for `n_workers` workers (ids `0..n_workers`, all at clock 0) and `tables`, with
-    /// the built-in rules only.
+    /// A shard for `n_workers` workers (all at clock 0) and `tables`, built-in rules only.
     pub fn new(n_workers: u32, tables: Vec<TableSpec>) -> Result<Self, PsCoreError> {
         Self::with_registry(n_workers, tables, &RuleRegistry::new())
     }
@@ -277,8 +272,7 @@ impl PsShardCore {
         })
     }
 
-    /// Rebuilds a shard from a checkpoint: rows from `snapshots`, every worker at `clock`.
-    /// Rule state (momentum, Adagrad accumulators) is not checkpointed and restarts empty.
+    /// Rebuilds a shard from a checkpoint (rows, every worker at `clock`; no rule state).
     pub fn restore(
         n_workers: u32,
         tables: Vec<TableSpec>,
@@ -310,17 +304,12 @@ impl PsShardCore {
         Ok(core)
     }
 
-    /// Checkpoints at every clock `c` that is a multiple of `every` (0: none) and above the
-    /// current min clock: once the min clock reaches `c`, [`Self::take_checkpoints`] returns
-    /// the rows as of exactly "every update of clocks `< c` applied, none of `>= c`", even
-    /// when faster workers (SSP, ESSP, async, or BSP workers that write before they read)
-    /// already sent updates of clock `c` or later. How: the first update of a clock
-    /// `>= c` to arrive copies the rows (shared buffers, so only rows written later are
-    /// copied), and every later update of a clock `< c` is applied to that copy as well.
-    ///
-    /// Applying one delta twice (live rows and cut) is only right for rules whose whole
-    /// state is the row: `sum` and `sgd`. Tables with a rule that keeps per-row state on the
-    /// shard (momentum, adagrad, adarevision, custom rules) are refused.
+    /// Checkpoints at every multiple `c` of `every` (0: none): once the min clock reaches
+    /// `c`, [`Self::take_checkpoints`] returns the rows with exactly the updates of clocks
+    /// `< c`, even if faster workers already sent later ones: the first update of a clock
+    /// `>= c` copies the rows (copy on write), and later updates of clocks `< c` go to that
+    /// copy too. Applying a delta twice is only right for `sum` and `sgd`; tables with
+    /// other rules are refused.
     pub fn enable_checkpoints(&mut self, every: Clock) -> Result<(), PsCoreError> {
         if every > 0
             && let Some(reason) = not_checkpointable(self.tables.values().map(|t| &t.spec))
@@ -332,11 +321,9 @@ impl PsShardCore {
         Ok(())
     }
 
-    /// Keeps the tables at every clock `c` that is a multiple of `every` (0: none) and above
-    /// the current min clock, for the monitor's history ([`Self::take_eval_cuts`]): exactly
-    /// as [`Self::enable_checkpoints`] when every table's rule keeps its state in the row;
-    /// with another rule (adagrad, adarevision, custom) a cut is the rows at the moment the
-    /// min clock reached `c`, which may hold updates of faster workers.
+    /// Keeps the tables at every multiple of `every` (0: none) for the monitor's history
+    /// ([`Self::take_eval_cuts`]), as checkpoints do; with a rule keeping state outside the
+    /// rows, a cut is the rows when the min clock reached it.
     pub fn enable_eval_cuts(&mut self, every: Clock) {
         self.cuts.eval_every = every;
         self.reset_cuts();
@@ -348,21 +335,18 @@ impl PsShardCore {
         self.cuts.next = self.cuts.next_after(self.min_clock);
     }
 
-    /// The checkpoints completed since the last call: `(clock, every table's rows as of
-    /// that clock)`, in clock order (see [`Self::enable_checkpoints`]).
+    /// The checkpoints `(clock, tables)` completed since the last call, in clock order.
     pub fn take_checkpoints(&mut self) -> Vec<(Clock, Vec<TableSnapshot>)> {
         std::mem::take(&mut self.cuts.ready)
     }
 
-    /// The evaluation cuts completed since the last call, in clock order (see
-    /// [`Self::enable_eval_cuts`]).
+    /// The evaluation cuts completed since the last call, in clock order.
     pub fn take_eval_cuts(&mut self) -> Vec<(Clock, Vec<TableSnapshot>)> {
         std::mem::take(&mut self.cuts.eval_ready)
     }
 
-    /// Opens a cut at every checkpoint clock in `(min_clock, clock]` that has none: the
-    /// first update of clock `clock` is about to be applied, so the rows hold only updates
-    /// of clocks below each of those.
+    /// Opens a cut at every cut clock in `(min_clock, clock]` that has none, before the first
+    /// update of clock `clock` is applied.
     fn open_cuts_up_to(&mut self, clock: Clock) {
         if self.cuts.next == 0 || !self.cuts.exact {
             return;
@@ -389,14 +373,8 @@ impl PsShardCore {
         while self.cuts.next > 0 && self.cuts.next <= self.min_clock {
             let c = self.cuts.next;
             let snapshot = match self.cuts.open.remove(&c) {
-                Some(cut) => cut
-                    .into_iter()
-                    .map(|(table, rows)| {
-                        let mut rows: Vec<(RowId, Row)> =
-                            rows.into_iter().map(|(k, v)| (k, (*v).clone())).collect();
-                        rows.sort_by_key(|r| r.0);
-                        TableSnapshot { table, rows }
-                    })
+                Some(cut) => (cut.iter())
+                    .map(|(&table, rows)| TableSnapshot::of(table, rows.iter()))
                     .collect(),
                 // No update of clock >= c arrived: the live rows are the cut.
                 None => self.snapshot(),
@@ -435,17 +413,8 @@ impl PsShardCore {
 
     /// All rows of every table, sorted by row id (for checkpoints and tests).
     pub fn snapshot(&self) -> Vec<TableSnapshot> {
-        self.tables
-            .iter()
-            .map(|(&table, t)| {
-                let mut rows: Vec<(RowId, Row)> = t
-                    .rows
-                    .iter()
-                    .map(|(&k, r)| (k, (*r.data).clone()))
-                    .collect();
-                rows.sort_by_key(|r| r.0);
-                TableSnapshot { table, rows }
-            })
+        (self.tables.iter())
+            .map(|(&table, t)| TableSnapshot::of(table, t.rows.iter().map(|(k, r)| (k, &r.data))))
             .collect()
     }
 
@@ -461,8 +430,7 @@ impl PsShardCore {
         }
     }
 
-    /// A live worker whose current clock is `clock` (a batch of another clock is a protocol
-    /// violation).
+    /// A live worker whose current clock is `clock`.
     fn worker_at(&self, worker: WorkerId, clock: Clock) -> Result<&WorkerState, PsCoreError> {
         let w = self.worker(worker)?;
         if w.clock != clock {
@@ -475,12 +443,9 @@ impl PsShardCore {
         Ok(w)
     }
 
-    /// Applies a worker's oplog for its current clock `clock` with each table's update rule.
-    ///
-    /// May be called several times per clock (managed communication sends early partial
-    /// updates); it never advances the worker's clock. The batch is validated as a whole first:
-    /// on error nothing is applied. `clock` must equal the worker's current clock and
-    /// `batch.seq` must exceed the last applied seq (duplicates would double-apply).
+    /// Applies a worker's oplog for its current clock `clock` with each table's rule, without
+    /// advancing its clock (managed communication sends several per clock). All or nothing;
+    /// `batch.seq` must exceed the last applied one.
     pub fn apply_updates(
         &mut self,
         worker: WorkerId,
@@ -537,9 +502,8 @@ impl PsShardCore {
         Ok(())
     }
 
-    /// The worker has completed clock `completed` (must be its current clock); its entry
-    /// becomes `completed + 1`. Returns the reads released and ESSP pushes if the min clock
-    /// advanced.
+    /// The worker completed clock `completed` (its current one). Returns the reads released
+    /// and ESSP pushes if the min clock advanced.
     pub fn clock(
         &mut self,
         worker: WorkerId,
@@ -571,9 +535,8 @@ impl PsShardCore {
         )
     }
 
-    /// A read of `(table, row)` that needs the min clock `>= min_clock`. Served at once if it
-    /// already is (or the table is `Async`), otherwise queued until the min clock advances.
-    /// On an ESSP table the read also subscribes `worker` to the row.
+    /// A read of `(table, row)` needing min clock `>= min_clock`: served at once if it is (or
+    /// the table is `Async`), else queued. On an ESSP table it subscribes `worker` to the row.
     pub fn read(
         &mut self,
         worker: WorkerId,
@@ -585,10 +548,8 @@ impl PsShardCore {
         self.read_inner(worker, request_id, table, row, min_clock, false)
     }
 
-    /// Like [`handle_read`](Self::handle_read), but always waits for the min clock,
-    /// whatever the table's consistency and without subscribing: the building block of a
-    /// client's `barrier()` (a reply for a row of shard `s` means every worker has completed
-    /// `min_clock` clocks on `s`).
+    /// [`handle_read`](Self::handle_read) that always waits for the min clock and never
+    /// subscribes: a client's `barrier()` probe.
     pub fn handle_sync(&mut self, r: &ReadRequest) -> Result<Vec<ShardAction>, PsCoreError> {
         self.read_inner(r.worker, r.request_id, r.table, r.row, r.min_clock, true)
     }
@@ -611,8 +572,7 @@ impl PsShardCore {
         let consistency = t.spec.consistency;
         // Server push needs the holders of every row, as ESSP does.
         if (consistency.is_essp() || pushing) && !sync {
-            // u64::MAX = subscribed but not replied yet: no push before the reply (the client
-            // ignores rows it has not cached anyway); `reply` records the stamp it sends.
+            // u64::MAX = subscribed, not replied yet; `reply` records the stamp it sends.
             t.subs
                 .entry(row)
                 .or_default()
@@ -634,10 +594,8 @@ impl PsShardCore {
         }
     }
 
-    /// Turns on managed communication from this shard to its clients (Bösen's server push):
-    /// from now on the shard remembers which workers hold which rows (as ESSP does) and what
-    /// changed since it last sent them, and every [`server_push_tick`](Self::server_push_tick)
-    /// pushes the most significant changed rows to their holders within the byte budget.
+    /// Turns on server push: the shard tracks which workers hold which rows and what
+    /// changed, for [`server_push_tick`](Self::server_push_tick).
     pub fn enable_server_push(&mut self, cfg: ServerPushConfig) {
         self.push = Some(ServerPush::new(cfg));
     }
@@ -654,13 +612,9 @@ impl PsShardCore {
             .map_or_else(ServerPushStats::default, |p| p.stats)
     }
 
-    /// One server-push tick: among the rows changed since they were last sent to a holder
-    /// (a worker that read them), in the policy's order (relative magnitude: accumulated
-    /// `|delta|_1 / |row|_1` first), picks rows whose pushes to all their stale holders fit
-    /// the budget (a row that does not fit is skipped, later smaller ones may use the rest)
-    /// and returns one [`ShardAction::Push`] per (worker, table) at the current min clock.
-    /// The cost of a row is its encoded size times its stale holders. Rows left out keep
-    /// accumulating for later ticks. Empty when server push is off.
+    /// One server-push tick: picks, in the policy's order, the changed rows whose pushes to
+    /// all their stale holders fit the byte budget, and returns one [`ShardAction::Push`] per
+    /// (worker, table) at the current min clock. Rows left out wait for later ticks.
     pub fn server_push_tick(&mut self) -> Vec<ShardAction> {
         let Some(push) = self.push.as_mut() else {
             return Vec::new();
@@ -728,8 +682,7 @@ impl PsShardCore {
             .collect()
     }
 
-    /// Tells `worker` which of its update batches are applied. Batches and this request
-    /// travel on one FIFO lane, so the answer covers every batch sent before it.
+    /// Tells `worker` which of its update batches (all sent before this, FIFO) are applied.
     pub fn ack(&mut self, worker: WorkerId) -> Result<Vec<ShardAction>, PsCoreError> {
         let w = self.worker(worker)?;
         Ok(vec![ShardAction::Ack {

@@ -26,12 +26,9 @@ pub struct StalenessReport {
 }
 
 impl StalenessReport {
-    /// The part of the pooled variance of `parts` (e.g. one report per worker) that lies
-    /// *between* them: the read-weighted variance of their means around the pooled mean
-    /// (the law of total variance: pooled = between + the weighted mean of the variances).
-    /// Under ESSP a worker's observed staleness is its lead over the slowest worker, so a
-    /// persistently faster worker reads staler rows than a slower one: that spread shows
-    /// here, not in the per-worker variances.
+    /// The part of the pooled variance of `parts` (e.g. one per worker) *between* them: the
+    /// read-weighted variance of their means (law of total variance). Under ESSP a faster
+    /// worker reads staler rows, a spread that shows here, not in per-worker variances.
     pub fn between_variance(parts: &[StalenessReport]) -> f64 {
         let n: u64 = parts.iter().map(|p| p.count).sum();
         if n == 0 {
@@ -115,8 +112,7 @@ impl StalenessStats {
     }
 }
 
-/// What a worker's reads of rows cost it: requests sent, and how often and how long it
-/// blocked waiting for replies (the part of a clock that is neither compute nor sending).
+/// What a worker's reads cost it: requests sent, and how often and long it blocked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadStats {
     /// Row reads sent to shards (misses, refreshes ahead, prefetches; not barrier probes).
@@ -125,11 +121,9 @@ pub struct ReadStats {
     pub rows_ahead: u64,
     /// `Reads` messages sent (rows to one shard go in one message per round).
     pub request_messages: u64,
-    /// Reads that had to wait for replies: round trips on the worker's critical path
-    /// (the rows of one `get_many` to every shard at once count once).
+    /// Round trips a read waited for (one `get_many` to every shard at once counts once).
     pub blocking_rounds: u64,
-    /// Of those, rounds that needed a row clock above the shard's min clock the worker had
-    /// last seen: they may have waited for slower workers, not only for the link.
+    /// Of those, rounds that needed more than the min clock last seen (slower workers).
     pub bound_rounds: u64,
     /// Seconds blocked in all rounds.
     pub blocked_s: f64,

@@ -1,12 +1,9 @@
-//! Emulated compute time per clock, with stragglers as they occur in a shared cluster.
+//! Emulated compute time per clock, with stragglers as in a shared cluster.
 //!
-//! The SSP and ESSP papers measured *transient* stragglers (a machine slowed for a while by
-//! other jobs, a GC pause, a noisy neighbour): each clock of each worker is slowed with some
-//! probability. A *persistent* straggler (one worker always slower) is the other case; it
-//! holds the minimum clock of every shard, so bounded staleness cannot hide it. Both are
-//! one [`StragglerModel`], and whether clock `c` of worker `w` is slowed is a pure function
-//! of the seed, `w` and `c`, so a run is reproducible and every consistency model of a
-//! comparison sees the same slowdowns.
+//! *Transient* stragglers (as the SSP and ESSP papers measured): each clock of each worker
+//! is slowed with some probability. A *persistent* straggler is always slower and holds
+//! every shard's min clock. Whether clock `c` of worker `w` is slowed is a pure function of
+//! the seed, `w` and `c`, so every consistency model of a comparison sees the same slowdowns.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -41,8 +38,7 @@ impl Default for StragglerModel {
     }
 }
 
-/// splitmix64 of one word: a well-mixed hash, so neighbouring (worker, clock) pairs are
-/// independent draws.
+/// splitmix64 of one word, so neighbouring (worker, clock) pairs are independent draws.
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -61,8 +57,7 @@ impl StragglerModel {
         u < self.transient_probability
     }
 
-    /// How many times longer than `clock_ms` clock `clock` of `worker` takes (both kinds of
-    /// straggling multiply).
+    /// How many times longer than `clock_ms` clock `clock` of `worker` takes.
     pub fn factor(&self, worker: u32, clock: u64) -> f64 {
         let mut f = 1.0;
         if self.persistent == Some(worker) {
@@ -79,8 +74,7 @@ impl StragglerModel {
         Duration::from_secs_f64((self.clock_ms * self.factor(worker, clock)).max(0.0) / 1000.0)
     }
 
-    /// Expected time per clock of one worker, and of the slowest of `workers` (what BSP pays
-    /// per clock when every clock waits for everyone), in ms.
+    /// Expected ms per clock of one worker, and of the slowest of `workers` (BSP's pace).
     pub fn expected_clock_ms(&self, workers: u32) -> (f64, f64) {
         let p = self.transient_probability.clamp(0.0, 1.0);
         let tf = self.transient_factor.max(1.0);

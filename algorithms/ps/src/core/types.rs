@@ -20,8 +20,7 @@ pub struct RowId(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct WorkerId(pub u32);
 
-/// Clocks are plain counters: a worker's clock is the number of `Clock()` calls it has made.
-/// See the module docs of `crate` for the full convention.
+/// A worker's clock: the number of `Clock()` calls it has made (see [`crate::core`]).
 pub type Clock = u64;
 
 /// Consistency model of a table.
@@ -80,10 +79,8 @@ impl Consistency {
     }
 }
 
-/// The consistency model a user chooses in settings (`consistency = "ssp"`) or on the
-/// command line (`--consistency ssp`): `bsp`, `ssp`, `essp` or `async`, in any case. An
-/// unknown name is refused when the settings or flags are read, naming the valid ones.
-/// [`Consistency::new`] adds the staleness bound.
+/// The consistency model a user chooses (`consistency = "ssp"`, `--consistency ssp`), in
+/// any case; [`Consistency::new`] adds the staleness bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ConsistencyModel {
@@ -172,10 +169,8 @@ pub enum UpdateRuleSpec {
         /// Added to the root of the accumulator.
         eps: f32,
     },
-    /// AdaRevision (McMahan & Streeter, NIPS 2014): a per-coordinate Adagrad step that is
-    /// revised for the updates a gradient's reader had not seen. A row holds `width` values
-    /// then their `width` gradient sums `z`; a delta holds the gradient then the `z` the
-    /// worker read (see `core::rules::AdaRevision`).
+    /// AdaRevision (see `core::rules::AdaRevision`): rows hold `width` values then their
+    /// gradient sums `z`; a delta holds the gradient then the `z` the worker read.
     AdaRevision {
         /// Base step size `alpha`.
         learning_rate: f32,
@@ -192,23 +187,17 @@ pub enum UpdateRuleSpec {
 }
 
 impl UpdateRuleSpec {
-    /// Whether the rule keeps no state on the shard besides the row itself (`sum`, `sgd`):
-    /// only then is a checkpoint of the rows all there is to restore, and may a delta be
-    /// applied to a checkpoint's copy of a row as well.
+    /// Whether the rule keeps no state besides the row (`sum`, `sgd`): only then can the
+    /// rows be checkpointed and a delta be applied to a checkpoint's copy too.
     pub fn state_in_row(&self) -> bool {
         matches!(self, UpdateRuleSpec::Sum | UpdateRuleSpec::Sgd { .. })
     }
 
-    /// Scale with which a client applies its *own* deltas to its cached rows ("read my writes").
-    ///
-    /// Why: the client does not run the shard's rule. For `Sum` (1) and `Sgd` (`-lr`) this is
-    /// exact; for momentum it is the first-order approximation `-lr * g`, corrected by the
-    /// next fetched row; custom rules are assumed additive (1), as Bösen's client assumes.
-    /// Adagrad's real step `lr * g / sqrt(G)` can be far smaller than `lr * g` (ps-mf sums a
-    /// batch's gradients per row: with that guess in the cache a worker took its next
-    /// gradient at a point the shard never reached, which fed back and diverged at step
-    /// sizes the shard's Adagrad handles), so Adagrad leaves the cached row as read (0), as
-    /// AdaRevision must: its deltas carry the read `z`, the one the next gradient must send.
+    /// Scale with which a client applies its *own* deltas to its cached rows (read-my-writes),
+    /// since it does not run the shard's rule: exact for `Sum` (1) and `Sgd` (`-lr`), first
+    /// order for momentum, additive (1) for custom rules. Adagrad's real step can be far
+    /// smaller than `lr * g` (guessing it diverged), and AdaRevision's deltas carry the read
+    /// `z`, so both leave the cached row as read (0).
     pub fn local_scale(&self) -> f32 {
         match self {
             UpdateRuleSpec::AdaRevision { .. } | UpdateRuleSpec::Adagrad { .. } => 0.0,
@@ -232,12 +221,8 @@ pub struct TableSpec {
     pub consistency: Consistency,
     /// The shard-side update rule.
     pub update_rule: UpdateRuleSpec,
-    /// Read-my-writes (default on): a worker's reads include its own updates that the
-    /// shard has not applied yet (see `crate::core::client`). Off, a cached row is the
-    /// shard's value only, and a write neither touches the cache nor keeps a copy of the
-    /// delta until the shard acknowledges it: what a pure push/pull loop (ps-lite's model)
-    /// wants. The consistency bound is the same either way: it is about other workers'
-    /// updates.
+    /// Read-my-writes (default on): a worker's reads include its own updates the shard has
+    /// not applied yet. Off, a cached row is the shard's value only (ps-lite's push/pull).
     #[serde(default = "read_my_writes_default")]
     pub read_my_writes: bool,
 }
@@ -279,10 +264,7 @@ impl TableSpec {
         }
     }
 
-    /// Checks that `delta` can be applied to a row of this table. Dense tables accept dense
-    /// deltas of exactly their width or sparse deltas with every column `< width`; sparse tables
-    /// accept sparse deltas. Sparse deltas must be sorted by column without duplicates (the
-    /// serde decoder already enforces that for data from the network).
+    /// Checks that `delta` fits this table (width, kind, sparse columns strictly increasing).
     pub fn check_delta(&self, row: RowId, delta: &Row) -> Result<(), PsCoreError> {
         let bad = |reason: String| PsCoreError::RowMismatch {
             table: self.id,
@@ -313,9 +295,7 @@ fn unsorted(p: &[(u32, f32)]) -> Option<String> {
 }
 
 /// A row: dense `Vec<f32>` or sparse `(col, value)` pairs sorted by strictly increasing column.
-///
-/// Serializes compactly: dense values as one msgpack `bin` of little-endian f32 bytes, sparse
-/// rows as two `bin`s (u32 LE columns, f32 LE values), never as msgpack float arrays.
+/// Serialized as msgpack `bin`s of little-endian bytes, never as float arrays.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Row {
     /// All columns.
@@ -339,26 +319,17 @@ impl Row {
     /// `self[col] += delta`. Out-of-range columns of a dense row are ignored (callers validate
     /// with `TableSpec::check_delta`); sparse rows drop entries that become exactly zero.
     pub fn inc(&mut self, col: u32, delta: f32) {
-        match self {
-            Row::Dense(v) => {
-                if let Some(x) = v.get_mut(col as usize) {
-                    *x += delta;
-                }
-            }
-            Row::Sparse(p) => match p.binary_search_by_key(&col, |e| e.0) {
-                Ok(i) => {
-                    p[i].1 += delta;
-                    if p[i].1 == 0.0 {
-                        p.remove(i);
-                    }
-                }
-                Err(i) => {
-                    if delta != 0.0 {
-                        p.insert(i, (col, delta));
-                    }
-                }
-            },
-        }
+        self.apply_entry(col, delta, &mut |x, d| *x += d);
+    }
+
+    /// Its `(column, value)` entries: every column of a dense row, the pairs of a sparse one.
+    pub fn entries(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
+        let (dense, sparse) = match self {
+            Row::Dense(v) => (Some(v.iter().enumerate()), None),
+            Row::Sparse(p) => (None, Some(p.iter().copied())),
+        };
+        let dense = dense.into_iter().flatten().map(|(c, &x)| (c as u32, x));
+        dense.chain(sparse.into_iter().flatten())
     }
 
     /// `self += other`.
@@ -366,48 +337,24 @@ impl Row {
         self.add_scaled(other, 1.0);
     }
 
-    /// `self += alpha * other`; total over all combinations of kinds (dense += sparse adds
-    /// in-range entries, sparse += dense merges the non-zero dense entries).
+    /// `self += alpha * other`, for every combination of kinds.
     pub fn add_scaled(&mut self, other: &Row, alpha: f32) {
-        match (self, other) {
-            (Row::Dense(a), Row::Dense(b)) => {
-                for (x, y) in a.iter_mut().zip(b) {
-                    *x += alpha * y;
-                }
-            }
-            (Row::Dense(a), Row::Sparse(b)) => {
-                for &(c, y) in b {
+        match self {
+            Row::Dense(a) => {
+                for (c, y) in other.entries() {
                     if let Some(x) = a.get_mut(c as usize) {
                         *x += alpha * y;
                     }
                 }
             }
-            (Row::Sparse(a), Row::Sparse(b)) => merge_sparse(a, b.iter().copied(), alpha),
-            (Row::Sparse(a), Row::Dense(b)) => {
-                let it = b
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, y)| **y != 0.0)
-                    .map(|(c, y)| (c as u32, *y));
-                merge_sparse(a, it, alpha)
-            }
+            Row::Sparse(a) => merge_sparse(a, other.entries().filter(|e| e.1 != 0.0), alpha),
         }
     }
 
-    /// Applies `f(value, delta)` to every entry present in `delta` (the per-entry helper the
-    /// stateless update rules use).
+    /// Applies `f(value, delta)` to every entry present in `delta`.
     pub fn apply_with(&mut self, delta: &Row, mut f: impl FnMut(&mut f32, f32)) {
-        match delta {
-            Row::Dense(d) => {
-                for (c, &g) in d.iter().enumerate() {
-                    self.apply_entry(c as u32, g, &mut f);
-                }
-            }
-            Row::Sparse(d) => {
-                for &(c, g) in d {
-                    self.apply_entry(c, g, &mut f);
-                }
-            }
+        for (c, g) in delta.entries() {
+            self.apply_entry(c, g, &mut f);
         }
     }
 
@@ -438,22 +385,10 @@ impl Row {
 
     /// Sum of absolute values (used by managed communication's relative magnitude).
     pub fn l1_norm(&self) -> f32 {
-        match self {
-            Row::Dense(v) => v.iter().map(|x| x.abs()).sum(),
-            Row::Sparse(p) => p.iter().map(|(_, x)| x.abs()).sum(),
-        }
+        self.entries().map(|(_, x)| x.abs()).sum()
     }
 
-    /// Number of stored entries.
-    pub fn nnz(&self) -> usize {
-        match self {
-            Row::Dense(v) => v.len(),
-            Row::Sparse(p) => p.len(),
-        }
-    }
-
-    /// Approximate encoded size in bytes (used for bandwidth budgeting): payload plus a fixed
-    /// per-row overhead for ids, tags and length prefixes.
+    /// Approximate encoded size in bytes (payload plus a fixed per-row overhead).
     pub fn wire_size(&self) -> usize {
         const OVERHEAD: usize = 24;
         match self {
@@ -465,18 +400,9 @@ impl Row {
     /// Dense copy of width `width` (sparse entries outside it are dropped).
     pub fn to_dense(&self, width: usize) -> Vec<f32> {
         let mut out = vec![0.0; width];
-        match self {
-            Row::Dense(v) => {
-                for (o, x) in out.iter_mut().zip(v) {
-                    *o = *x;
-                }
-            }
-            Row::Sparse(p) => {
-                for &(c, x) in p {
-                    if let Some(o) = out.get_mut(c as usize) {
-                        *o = x;
-                    }
-                }
+        for (c, x) in self.entries() {
+            if let Some(o) = out.get_mut(c as usize) {
+                *o = x;
             }
         }
         out
@@ -515,15 +441,9 @@ fn merge_sparse(a: &mut Vec<(u32, f32)>, b: impl Iterator<Item = (u32, f32)>, al
     *a = out;
 }
 
-/// A [`Row`] shared by reference count, copied only when written while someone else still
-/// holds it (copy on write).
-///
-/// Why: a large row has several readers that used to take copies: a shard's stored row and
-/// every reply or ESSP push that carries it, a client's cached row and every read that
-/// returns it, a flushed delta and the copy a client keeps for read-my-writes. With
-/// `SharedRow` they all point at one buffer; [`SharedRow::make_mut`] copies it only if a
-/// reader still holds it (a reply not yet encoded, a row the user kept). It encodes exactly
-/// as a [`Row`].
+/// A [`Row`] shared by reference count and copied on write ([`SharedRow::make_mut`]), so a
+/// stored row, the replies and pushes carrying it, cached rows and read-my-writes copies
+/// share one buffer. It encodes exactly as a [`Row`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct SharedRow(Arc<Row>);
 
@@ -569,10 +489,8 @@ impl<'de> Deserialize<'de> for SharedRow {
     }
 }
 
-/// Wire form of `Row`: raw little-endian bytes in msgpack `bin` payloads. Encoded from
-/// borrowed bytes (a dense row's values are written straight from its buffer, no clone, no
-/// intermediate `Vec`); decoded from borrowed bytes where the decoder allows it (straight
-/// from the frame into the row's aligned `Vec<f32>`, one copy).
+/// Wire form of `Row`: raw little-endian bytes in msgpack `bin` payloads, borrowed where
+/// possible (a dense row is encoded straight from its buffer).
 #[derive(Serialize, Deserialize)]
 #[serde(rename = "RowWire")]
 enum RowWire<'a> {
@@ -664,12 +582,8 @@ impl Row {
     }
 }
 
-/// Row placement: which of `n_shards` server shards owns `(table, row)`.
-///
-/// A deterministic hash (SplitMix64 finalizer of the row id mixed with the table id) modulo
-/// `n_shards`, not `std`'s randomly seeded hasher: every process must agree. Hashing instead of
-/// plain `row % n` spreads sequential ids and keeps row 0 of every table off the same shard.
-/// `n_shards == 0` is treated as 1.
+/// Row placement: which of `n_shards` (0 counts as 1) owns `(table, row)`. A deterministic
+/// SplitMix64 hash, so every process agrees and row 0 of every table is not on one shard.
 pub fn shard_of(table: TableId, row: RowId, n_shards: u32) -> u32 {
     let n = u64::from(n_shards.max(1));
     let mut z = row.0 ^ u64::from(table.0).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15;
@@ -690,11 +604,8 @@ pub struct RowUpdate {
     pub delta: SharedRow,
 }
 
-/// A worker's flushed (or early-sent) oplog for one shard.
-///
-/// `seq` is a per-client counter (starting at 1) shared by all shards; a shard echoes the
-/// last `seq` it applied from a worker in every reply/push (`ack_seq`) so that the client knows
-/// which of its own deltas a fetched row already contains.
+/// A worker's flushed (or early-sent) oplog for one shard. `seq` counts a client's batches
+/// from 1; shards echo the last applied one (`ack_seq`) in replies and pushes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpdateBatch {
     /// Sequence number per (worker, shard).
@@ -703,8 +614,7 @@ pub struct UpdateBatch {
     pub updates: Vec<RowUpdate>,
 }
 
-/// Client -> shard: an update batch for clock `clock`; when `end_of_clock` the worker has also
-/// completed `clock` (apply, then advance). Early (managed) batches have `end_of_clock = false`.
+/// Client -> shard: an update batch for clock `clock`, which it ends if `end_of_clock`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShardBatch {
     /// The target shard.

@@ -24,8 +24,7 @@ pub struct PsRoles {
 }
 
 impl PsRoles {
-    /// `ps-shard`, `ps-worker`, `ps-monitor`: the roles of in-process runs, and of ps-mf
-    /// under `petrel node`.
+    /// `ps-shard`, `ps-worker`, `ps-monitor`: in-process runs, and ps-mf's under `petrel node`.
     pub const GENERIC: PsRoles = PsRoles {
         shard: "ps-shard",
         worker: "ps-worker",
@@ -45,12 +44,9 @@ pub enum PsStep {
 }
 
 /// A parameter-server app: its tables and rules, the worker's step per clock, the monitor's
-/// evaluation and stop rule, and its outputs. The kit ([`crate::kit`]) provides the roles,
-/// the job plumbing and the local runner around it.
-///
-/// One value of the app is built per process ([`PsApp::new`], from its config and the
-/// layout) and shared by every role on that process. Worker and monitor code runs on its
-/// node's thread (the client is not `Send`), hence `async fn`s without `Send` bounds.
+/// evaluation and stop rule, and its outputs. One value is built per process
+/// ([`PsApp::new`]) and shared by its roles; worker and monitor code runs on the node's
+/// thread (the client is not `Send`), hence `async fn`s without `Send` bounds.
 #[allow(async_fn_in_trait)] // the futures run on one node thread; no Send bound is wanted
 pub trait PsApp: Sized + Send + Sync + 'static {
     /// The settings: `[app.<SECTION>]` in TOML and the flags of `petrel train <NAME>` alike.
@@ -75,9 +71,7 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     /// Default request timeout (s) of `petrel train` runs; `None`: the cluster default.
     const TRAIN_REQUEST_TIMEOUT_S: Option<u64> = None;
 
-    /// Checks the settings' values (ranges, finiteness) before any node starts: run by
-    /// `petrel run`/`petrel node` through the cluster's section check, by `petrel train`
-    /// and by [`crate::kit::PsJob::new`]. The error names the key.
+    /// Checks the settings' values before any node starts (the error names the key).
     fn validate_config(cfg: &Self::Config) -> Result<(), petrel_ml::job::InvalidSetting> {
         let _ = cfg;
         Ok(())
@@ -94,8 +88,7 @@ pub trait PsApp: Sized + Send + Sync + 'static {
         RuleRegistry::new()
     }
 
-    /// Managed communication from the shards to the workers ([`crate::core::server_push`]):
-    /// `None` (the default) keeps rows flowing only on reads, replies and ESSP pushes.
+    /// Server push from the shards to the workers ([`crate::core::server_push`]); default none.
     fn server_push(&self) -> Option<ServerPushConfig> {
         None
     }
@@ -107,7 +100,6 @@ pub trait PsApp: Sized + Send + Sync + 'static {
     fn start_worker(&self, ctx: &WorkerCtx<'_, Self::Report>) -> Result<Self::Worker, PsError>;
 
     /// One clock of a worker: read rows, compute, `inc` the updates; say how the clock ends.
-    /// Not called once the monitor asked the workers to stop.
     async fn step(
         &self,
         worker: &mut Self::Worker,
@@ -131,23 +123,20 @@ pub trait PsApp: Sized + Send + Sync + 'static {
         Duration::from_millis(100)
     }
 
-    /// Clocks between two points of the history: every shard keeps its tables at each
-    /// multiple of it ([`crate::core::shard::PsShardCore::enable_eval_cuts`]) for the
-    /// monitor ([`MonitorCtx::eval_cuts`]). 0 (the default): none kept.
+    /// Clocks between two history points, at which every shard keeps its tables for the
+    /// monitor ([`MonitorCtx::eval_cuts`]); 0 (the default): none.
     fn eval_every(&self) -> u64 {
         0
     }
 
-    /// The progress points a full run with `cfg` records (the progress bar's length and
-    /// its estimate of the time left), when known before the run.
+    /// The progress points a full run with `cfg` records, when known before the run.
     fn progress_points(cfg: &Self::Config) -> Option<u64> {
         let _ = cfg;
         None
     }
 
-    /// One evaluation with the reports that arrived since the last one; `all_done` when
-    /// every worker sent its final report (this is the last call). `Some(reason)` asks every
-    /// worker to stop at its next clock.
+    /// One evaluation with the reports that arrived since the last one (`all_done`: the last
+    /// call). `Some(reason)` asks every worker to stop.
     async fn observe(
         &self,
         monitor: &mut Self::Monitor,
@@ -172,15 +161,13 @@ pub trait PsApp: Sized + Send + Sync + 'static {
         Ok(())
     }
 
-    /// Where and how often the job checkpoints (see [`crate::kit::checkpoints`]); `None`
-    /// (the default): never, and it cannot resume.
+    /// Where and how often the job checkpoints ([`crate::kit::checkpoints`]); default never.
     fn checkpointing(&self) -> Option<PsCheckpointing> {
         None
     }
 
-    /// What a worker that completed clock `c - 1` needs to start clock `c` besides the
-    /// shards' tables and its clock (a data cursor, an RNG, local state, timings). Apps
-    /// that checkpoint implement it with [`PsApp::resume_worker`].
+    /// What a worker needs to start clock `c` besides the tables and its clock (a data
+    /// cursor, an RNG, timings), for [`PsApp::resume_worker`].
     fn save_worker(
         &self,
         worker: &Self::Worker,
@@ -190,8 +177,7 @@ pub trait PsApp: Sized + Send + Sync + 'static {
         Ok(Vec::new())
     }
 
-    /// A worker's state from [`PsApp::save_worker`]'s bytes; its client is at the
-    /// checkpoint's clock.
+    /// A worker's state from [`PsApp::save_worker`]'s bytes.
     fn resume_worker(
         &self,
         saved: &[u8],
@@ -201,8 +187,7 @@ pub trait PsApp: Sized + Send + Sync + 'static {
         self.start_worker(ctx)
     }
 
-    /// The monitor's history as of checkpoint clock `clock` (evaluations of later clocks
-    /// are left out: the resumed run makes them again).
+    /// The monitor's history as of checkpoint clock `clock` (later evaluations left out).
     fn save_monitor(&self, monitor: &Self::Monitor, clock: u64) -> Result<Vec<u8>, PsError> {
         let _ = (monitor, clock);
         Ok(Vec::new())

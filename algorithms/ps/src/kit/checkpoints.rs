@@ -1,20 +1,11 @@
 //! Automatic checkpoints of a PS job, and resuming from them.
 //!
-//! Every `every` clocks (clock `c`, a multiple of `every`):
-//! * each shard writes its tables as of "every update of clocks `< c` applied, none of
-//!   `>= c`" once its min clock reaches `c`
-//!   ([`PsShardCore::enable_checkpoints`](crate::core::shard::PsShardCore::enable_checkpoints):
-//!   updates of faster workers are kept out of that copy, so SSP, ESSP and async runs get a
-//!   consistent cut too);
-//! * each worker, having completed clock `c - 1`, writes what it needs to start clock `c`
-//!   ([`PsApp::save_worker`]);
-//! * each tells the monitor ([`PsSaved`]); once every shard and worker did, the monitor
-//!   writes its history ([`PsApp::save_monitor`]) and then the manifest, LAST
-//!   ([`crate::checkpoint::write_job_manifest`], which keeps the newest two).
-//!
-//! Resuming (`resume`): every node loads the newest checkpoint whose manifest and files all
-//! verify and whose job shape matches; shards restore their tables, workers start at clock
-//! `c` with their saved state, the monitor continues its history.
+//! At every multiple `c` of `every`, each shard writes its tables as of "every update of
+//! clocks `< c` applied, none of `>= c`"
+//! ([`PsShardCore::enable_checkpoints`](crate::core::shard::PsShardCore::enable_checkpoints)),
+//! each worker what it needs to start clock `c` ([`PsApp::save_worker`]), and each tells the
+//! monitor ([`PsSaved`]), which then writes its history ([`PsApp::save_monitor`]) and the
+//! manifest, last. `resume` loads the newest checkpoint that verifies and matches the job.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,8 +23,7 @@ use crate::kit::{PsApp, PsJob};
 /// Where and how often a job checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PsCheckpointing {
-    /// The checkpoint directory (every node must see it: one machine or a shared file
-    /// system).
+    /// The checkpoint directory (every node must see it).
     pub dir: PathBuf,
     /// Clocks between two checkpoints (0: none are written, though `resume` still reads).
     pub every: Clock,
@@ -60,8 +50,7 @@ pub(crate) fn saved_actor<A: PsApp>() -> String {
     format!("{}-checkpoints", A::MONITOR_ACTOR)
 }
 
-/// Writes `piece` of the checkpoint of `clock` into `dir` and tells the monitor on
-/// `monitor_node` that it is durable.
+/// Writes `piece` of the checkpoint of `clock` into `dir` and tells the monitor.
 pub(crate) fn save_piece<A: PsApp>(
     node: &petrel_actors::Node,
     monitor_node: &str,
@@ -95,8 +84,7 @@ impl<A: PsApp> PsJob<A> {
         }
     }
 
-    /// The checkpoint this run resumes from (`None` unless `resume`), loaded and verified
-    /// once per process.
+    /// The checkpoint this run resumes from (`None` unless `resume`), loaded once.
     pub fn resumed(&self) -> Result<Option<Arc<JobCheckpoint>>, PsError> {
         let Some(c) = self.checkpointing.as_ref().filter(|c| c.resume) else {
             return Ok(None);

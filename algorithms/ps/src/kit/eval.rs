@@ -1,6 +1,5 @@
-//! What the apps that evaluate the tables every `eval_every` clocks share (ps-mf, ps-lr):
-//! the curve, the target and time stop rule, the monitor's checkpoint, and the run's output
-//! files.
+//! What apps that evaluate the tables every `eval_every` clocks share (ps-mf, ps-lr): the
+//! curve, the stop rule, the monitor's checkpoint and the output files.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,6 +15,7 @@ use crate::core::stats::StalenessStats;
 use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
 use crate::kit::{MonitorCtx, WorkerDone};
+use crate::shells::merge_snapshots;
 
 /// A point of an evaluated curve.
 pub trait EvalPoint: Copy {
@@ -28,13 +28,10 @@ pub trait EvalPoint: Copy {
 /// The merged tables of a snapshot.
 pub type Tables = std::collections::HashMap<TableId, std::collections::HashMap<RowId, Row>>;
 
-/// An evaluating monitor's state: the curve, when the target was first reached (seconds,
-/// clock), the workers' final reports and the shards' evaluation cuts not yet complete.
+/// An evaluating monitor's state: the curve, the target, final reports and pending cuts.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct EvalMonitor<P> {
-    /// One point per evaluated clock, the first one the initial model's (step 0), then
-    /// every multiple of the app's `eval_every` and the workers' last clock, each measured
-    /// on the tables as of that clock.
+    /// One point per evaluated clock: step 0, every multiple of `eval_every`, the last clock.
     pub curve: Vec<P>,
     /// When the target was first reached.
     pub reached: Option<(f64, u64)>,
@@ -58,11 +55,9 @@ impl<P> Default for EvalMonitor<P> {
 }
 
 impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
-    /// One evaluation: first `initial` (the model before any update, step 0), then `eval`
-    /// of the tables at each evaluation clock every shard has completed since (the shards'
-    /// cuts, [`crate::PsApp::eval_every`]) and, once `all_done`, of the final tables at the
-    /// workers' last clock. Asks the workers to stop once `reached` holds or `max_seconds`
-    /// passed.
+    /// One evaluation: `initial` first (step 0), then `eval` of every evaluation cut all
+    /// shards completed and, once `all_done`, of the final tables. Asks the workers to stop
+    /// once `reached` holds or `max_seconds` passed.
     #[allow(clippy::too_many_arguments)] // the app's three figures and its limits
     pub async fn observe(
         &mut self,
@@ -90,7 +85,8 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
                 break;
             }
             let (clock, parts) = entry.remove_entry();
-            self.add(ctx, eval(merge(parts), t, clock), t, &reached);
+            let tables = merge_snapshots(parts.into_iter().flatten());
+            self.add(ctx, eval(tables, t, clock), t, &reached);
         }
         if all_done {
             // Every worker left after its last update: the live tables are the final model.
@@ -134,8 +130,7 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
         self.curve.push(p);
     }
 
-    /// The monitor's checkpoint at `clock`: the curve up to it (the resumed run evaluates
-    /// later clocks again).
+    /// The monitor's checkpoint at `clock`: the curve up to it.
     pub fn save(&self, clock: u64) -> Result<Vec<u8>, PsError> {
         encode(&EvalMonitor::<P> {
             curve: self
@@ -167,15 +162,6 @@ impl<P: EvalPoint + Serialize + DeserializeOwned> EvalMonitor<P> {
     }
 }
 
-/// The tables of one clock from every shard's cut.
-fn merge(parts: Vec<Vec<TableSnapshot>>) -> Tables {
-    let mut out = Tables::new();
-    for snapshot in parts.into_iter().flatten() {
-        out.entry(snapshot.table).or_default().extend(snapshot.rows);
-    }
-    out
-}
-
 /// msgpack bytes of a checkpoint piece.
 pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, PsError> {
     rmp_serde::to_vec(value)
@@ -193,8 +179,7 @@ pub(crate) fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T,
     })
 }
 
-/// Sleeps until `due` after `start`: an emulated compute time that the real one did not
-/// fill.
+/// Sleeps until `due` after `start` (emulated compute time the real one did not fill).
 pub async fn pad_to(start: Instant, due: Duration) {
     let spent = start.elapsed();
     if spent < due {
@@ -202,10 +187,9 @@ pub async fn pad_to(start: Instant, due: Duration) {
     }
 }
 
-/// Writes a run's files into `dir` (nothing without one) with [`RunMetrics::finish_run`]:
-/// the saved model `petrel eval` reads (the held-out figures of `test_data` go into `run`),
-/// `model.json`, `history.csv` and `metrics.json`; nothing once a figure diverged (the
-/// error names it, with `advice`).
+/// Writes a run's files into `dir` (if any): the saved model (with `test_data`'s held-out
+/// figures in `run`), `model.json`, `history.csv` and `metrics.json`; none if a figure
+/// diverged (the error gives `advice`).
 #[allow(clippy::too_many_arguments)] // what a run writes, each from its own setting
 pub fn write_run<M: Serialize>(
     dir: Option<&Path>,

@@ -6,10 +6,8 @@ use std::time::Duration;
 use petrel_actors::{Cluster, NodeContext, Settings};
 
 use crate::core::checkpoint::Piece;
-use crate::core::rules::RuleRegistry;
 use crate::core::server_push::ServerPushConfig;
 use crate::core::shard::{PsShardCore, not_checkpointable};
-use crate::core::types::TableSpec;
 use crate::error::PsError;
 use crate::kit::{PsApp, PsCheckpointing, PsRoles, checkpoints, monitor, worker};
 use crate::shells::{self, PsLayout};
@@ -107,36 +105,9 @@ impl<A: PsApp> PsJob<A> {
     }
 }
 
-/// The shard role: starts this node's shards of `layout` (with `rules` for custom update
-/// rules) and serves them until every worker left.
-pub async fn serve_shards(
-    ctx: &NodeContext,
-    layout: &PsLayout,
-    tables: Vec<TableSpec>,
-    rules: &RuleRegistry,
-) -> Result<(), PsError> {
-    let mut handles = Vec::new();
-    for s in layout.shards_on(&ctx.spec.name) {
-        handles.push(shells::start_shard(
-            &ctx.node,
-            layout,
-            s,
-            tables.clone(),
-            rules,
-            None,
-        )?);
-    }
-    for r in futures::future::join_all(handles.into_iter().map(|h| h.wait())).await {
-        r?;
-    }
-    Ok(())
-}
-
+/// The shard role: serves this node's shards until every worker left.
 async fn shard_role<A: PsApp>(ctx: NodeContext, job: Arc<PsJob<A>>) -> Result<(), PsError> {
     let server_push = job.app.server_push();
-    if job.checkpointing.is_none() && server_push.is_none() && job.app.eval_every() == 0 {
-        return serve_shards(&ctx, &job.layout, job.app.tables(), &job.app.rules()).await;
-    }
     let resumed = job.resumed()?;
     let (tables, rules, n_workers) = (job.app.tables(), job.app.rules(), job.layout.n_workers());
     let mut handles = Vec::new();
@@ -198,9 +169,8 @@ pub fn register<A: PsApp>(cluster: Cluster, job: Arc<PsJob<A>>) -> Cluster {
         })
 }
 
-/// Registers `A`'s built-in roles ([`PsApp::BUILTIN_ROLES`]) for `petrel node`: the job is
-/// built from `[app.<SECTION>]` when a role first runs in this process (so only processes
-/// that need the data load it); a bad section fails the role with the reason.
+/// Registers `A`'s built-in roles ([`PsApp::BUILTIN_ROLES`]) for `petrel node`; the job is
+/// built from `[app.<SECTION>]` when a role first runs in this process.
 pub fn register_builtin<A: PsApp>(cluster: Cluster) -> Cluster {
     let get = petrel_actors::lazy_job(cluster.settings().clone(), A::SECTION, |s, cfg| {
         PsJob::<A>::new(s, cfg, A::BUILTIN_ROLES)

@@ -7,14 +7,12 @@ use petrel_actors::{Cluster, JobTransport, Settings, Topology, Transport};
 use crate::error::PsError;
 use crate::kit::{PsApp, PsJob, PsRoles, register};
 
-/// The in-process layout of the PS apps: nodes `shard-0..` (the first also runs the
-/// monitor) and `worker-0..`, with the roles `ps-shard`, `ps-monitor` and `ps-worker`.
+/// The in-process layout: nodes `shard-0..` (the first also the monitor) and `worker-0..`.
 pub fn local_topology(name: &str, shards: usize, workers: usize, transport: Transport) -> Topology {
     local_topology_with(PsRoles::GENERIC, name, shards, workers, transport)
 }
 
-/// [`local_topology`] with the nodes carrying `roles` (an app's
-/// [`PsApp::BUILTIN_ROLES`] when its nodes run as `petrel node` processes).
+/// [`local_topology`] with the nodes carrying `roles`.
 pub fn local_topology_with(
     roles: PsRoles,
     name: &str,
@@ -37,8 +35,7 @@ pub fn local_topology_with(
     topo
 }
 
-/// Runs app `A` on an in-process cluster ([`local_topology`]; QUIC on 127.0.0.1 or the
-/// memory transport) and returns its output.
+/// Runs app `A` on an in-process cluster ([`local_topology`]) and returns its output.
 pub fn run_local<A: PsApp>(
     cfg: A::Config,
     shards: usize,

@@ -41,8 +41,7 @@ pub struct WorkerDone {
     /// Bytes its node sent (0 when the app does not measure them).
     #[serde(default)]
     pub sent_bytes: u64,
-    /// Bytes its node received (replies and server pushes; 0 when the app does not
-    /// measure them).
+    /// Bytes its node received (0 when the app does not measure them).
     #[serde(default)]
     pub received_bytes: u64,
     /// What its reads cost (requests, blocking round trips, time blocked).
@@ -55,8 +54,7 @@ pub struct WorkerDone {
 remote_message!(WorkerDone => (), "petrel.ps.mf.worker_done");
 
 impl WorkerDone {
-    /// The report of `client`'s worker: its clocks and the staleness of its reads of
-    /// `table` (no timings).
+    /// The report of `client`'s worker: its clocks and reads of `table` (no timings).
     pub fn of(client: &PsClient, table: TableId) -> WorkerDone {
         WorkerDone {
             worker: client.worker(),
@@ -134,8 +132,7 @@ impl MonitorCtx<'_> {
             .point(self.node.name(), metric, self.start.elapsed(), value);
     }
 
-    /// Seconds since the monitor started (after every shard answered), plus the run time
-    /// before the checkpoint a resumed job started from.
+    /// Seconds since the monitor started, plus the time before a resumed checkpoint.
     pub fn elapsed_s(&self) -> f64 {
         self.offset_s + self.start.elapsed().as_secs_f64()
     }
@@ -158,8 +155,7 @@ impl MonitorCtx<'_> {
         Ok((shells::merge_tables(&states), clock))
     }
 
-    /// Every shard's evaluation cuts completed since the last call (see
-    /// [`crate::PsApp::eval_every`]), in shard order.
+    /// Every shard's evaluation cuts completed since the last call, in shard order.
     pub async fn eval_cuts(&self) -> Result<Vec<ShardState>, PsError> {
         self.query(ShardQuery::EvalCuts).await
     }
@@ -197,8 +193,7 @@ pub(crate) async fn monitor_role<A: PsApp>(
     let mut checkpoints = match (&job.checkpointing, job.writing()) {
         (Some(c), writing) => {
             if !c.resume && writing.is_some() {
-                // Older runs' checkpoints are obsolete; only this monitor writes manifests,
-                // so none of this run's can be lost.
+                // Older runs' checkpoints are obsolete.
                 crate::checkpoint::clear_job_checkpoints(&c.dir)?;
             }
             match writing {
@@ -233,8 +228,7 @@ pub(crate) async fn monitor_role<A: PsApp>(
     };
     let n_workers = job.layout.n_workers() as usize;
     let mut finished = 0usize;
-    // When the stop was last sent: it is a one-way message, so it is sent again every
-    // STOP_RESEND until every worker reported its end (a worker ignores a repeat).
+    // When the stop (a one-way message) was last sent: it is repeated every STOP_RESEND.
     let mut stop_sent: Option<Instant> = None;
     loop {
         // Registered before the reports are taken, so none slips by unnoticed.
@@ -243,8 +237,7 @@ pub(crate) async fn monitor_role<A: PsApp>(
         finished += new.iter().filter(|r| A::is_final(r)).count();
         let all_done = finished >= n_workers;
         if all_done {
-            // A final report can overtake the worker's last updates (other lanes, other
-            // priorities): evaluate the final tables only once every shard applied them.
+            // A final report can overtake the worker's last updates: wait for them.
             shells::wait_for_all_left(m.node, m.layout).await?;
         }
         let stop = job.app.observe(&mut state, &m, new, all_done).await?;
@@ -254,20 +247,16 @@ pub(crate) async fn monitor_role<A: PsApp>(
         if all_done {
             break;
         }
-        if let Some(reason) = stop {
-            match stop_sent {
-                None => {
-                    tracing::info!(app = A::NAME, %reason, "monitor stops the workers");
-                    m.stop_workers(&reason)?;
-                    stop_sent = Some(Instant::now());
-                }
-                Some(at) if at.elapsed() >= STOP_RESEND => {
-                    tracing::debug!(app = A::NAME, finished, "stop sent again");
-                    m.stop_workers(&reason)?;
-                    stop_sent = Some(Instant::now());
-                }
-                Some(_) => {}
+        if let Some(reason) = stop
+            && stop_sent.is_none_or(|at| at.elapsed() >= STOP_RESEND)
+        {
+            if stop_sent.is_none() {
+                tracing::info!(app = A::NAME, %reason, "monitor stops the workers");
+            } else {
+                tracing::debug!(app = A::NAME, finished, "stop sent again");
             }
+            m.stop_workers(&reason)?;
+            stop_sent = Some(Instant::now());
         }
         let _ = tokio::time::timeout(job.app.eval_interval(), notified).await;
     }
@@ -277,16 +266,14 @@ pub(crate) async fn monitor_role<A: PsApp>(
     Ok(())
 }
 
-/// The monitor's side of checkpoints: the shards' and workers' reports, and which clock is
-/// complete.
+/// The monitor's side of checkpoints: the pieces reported and which clock is complete.
 struct MonitorCheckpoints {
     saved: MonitorReports<PsSaved>,
     tracker: CheckpointTracker<FileDigest>,
 }
 
 impl MonitorCheckpoints {
-    /// Writes the monitor's piece and then the manifest of every clock whose other pieces
-    /// are all durable.
+    /// Writes the monitor's piece and the manifest of every clock now complete.
     fn complete<A: PsApp>(
         &mut self,
         job: &PsJob<A>,

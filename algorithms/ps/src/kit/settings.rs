@@ -12,9 +12,7 @@ use crate::error::PsError;
 use crate::kit::PsCheckpointing;
 use std::path::PathBuf;
 
-/// Managed communication (ps-mf, ps-lda): `managed`, `managed_bytes_per_s` and
-/// `compute_slices`, their checks, the manager a worker builds from them and how a clock is
-/// sliced.
+/// Managed communication (ps-mf, ps-lda): its settings, checks, manager and clock slices.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default)]
 pub struct ManagedSettings {
@@ -40,8 +38,7 @@ impl Default for ManagedSettings {
 }
 
 impl ManagedSettings {
-    /// Range checks: `compute_slices >= 1`, and a positive `managed_bytes_per_s` when
-    /// `managed` is set (a zero budget would never send early).
+    /// Range checks: `compute_slices >= 1`, a positive budget when `managed` is set.
     pub fn check(&self, c: &mut SettingChecks) {
         c.at_least("compute_slices", self.compute_slices, 1);
         if self.managed.is_some() {
@@ -49,8 +46,7 @@ impl ManagedSettings {
         }
     }
 
-    /// Slices a clock is cut into: `compute_slices` under managed communication; without it
-    /// one, since nothing may leave before the clock (and the sums stay as ever).
+    /// Slices a clock is cut into: `compute_slices` under managed communication, else one.
     pub fn slices(&self) -> usize {
         if self.managed.is_some() {
             self.compute_slices.max(1) as usize
@@ -59,9 +55,7 @@ impl ManagedSettings {
         }
     }
 
-    /// The worker's manager (`None` without `managed`), whose ticks are `tick_s` seconds
-    /// long (a worker measuring its slices resets the budget per tick, see
-    /// [`BandwidthManager::set_tick_seconds`]).
+    /// The worker's manager (`None` without `managed`), with ticks of `tick_s` seconds.
     pub fn manager(&self, tick_s: f64, seed: u64) -> Option<BandwidthManager> {
         self.managed.map(|policy| {
             BandwidthManager::new(budget_for(self.managed_bytes_per_s, tick_s), policy, seed)
@@ -109,8 +103,7 @@ impl StragglerSettings {
         );
     }
 
-    /// The emulated compute time of every clock of every worker, transient slowdowns
-    /// seeded by `seed`.
+    /// The emulated compute time of every clock of every worker (seeded by `seed`).
     pub fn model(&self, seed: u64) -> StragglerModel {
         StragglerModel {
             clock_ms: self.clock_ms,
@@ -123,8 +116,7 @@ impl StragglerSettings {
     }
 }
 
-/// Output and checkpoint files (every app; `checkpoint_every`, whose default differs, is
-/// the app's).
+/// Output and checkpoint files (every app; `checkpoint_every` is the app's).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default)]
 pub struct RunFiles {
@@ -148,8 +140,7 @@ impl RunFiles {
         self.out.as_deref().unwrap_or(std::path::Path::new("-"))
     }
 
-    /// Where `app` checkpoints, every `every` clocks: none without `checkpoint_dir`, and
-    /// `resume` without one is refused.
+    /// Where `app` checkpoints every `every` clocks (`resume` needs a `checkpoint_dir`).
     pub fn checkpointing(
         &self,
         app: &'static str,
@@ -169,8 +160,7 @@ impl RunFiles {
         }
     }
 
-    /// Refuses `checkpoint_every` (`every`) when checkpoints would be written (a
-    /// `checkpoint_dir` and `every > 0`) but are not `possible`; `reason` says what they need.
+    /// Refuses `checkpoint_every` when checkpoints would be written but are not `possible`.
     pub fn check_checkpoints(
         &self,
         c: &mut SettingChecks,
@@ -182,18 +172,15 @@ impl RunFiles {
         c.require(!writes || possible, "checkpoint_every", every, reason);
     }
 
-    /// The directory `petrel train` may fill in and `resume`, when the job wants checkpoints
-    /// (a directory, `resume`, or `writes`: it would write some if it had a directory).
+    /// The directory `petrel train` may fill in, and `resume`, when the job wants checkpoints.
     pub fn wanted(&mut self, writes: bool) -> Option<(&mut Option<PathBuf>, bool)> {
         let wanted = self.checkpoint_dir.is_some() || self.resume || writes;
         wanted.then_some((&mut self.checkpoint_dir, self.resume))
     }
 }
 
-/// Reads an app's settings table with flattened groups: serde refuses no unknown key of a
-/// struct with flattened fields and names no key of a flattened value of the wrong type, so
-/// this does both: an unknown key is refused listing the valid ones (the keys `T::default()`
-/// writes), and a value that does not decode is reported under its key.
+/// Reads an app's settings table with flattened groups, doing what serde does not then:
+/// refusing unknown keys (listing the valid ones) and naming the key of a bad value.
 pub fn read_flat<'de, D, T>(
     d: D,
     decode: impl Fn(Value) -> Result<T, serde_json::Error>,
@@ -247,23 +234,19 @@ pub fn check_step(c: &mut SettingChecks, learning_rate: f32, max: f32, range: &s
     c.require(ok, "learning_rate", learning_rate, range);
 }
 
-/// Clocks between two history rows: `eval_every`, else about [`HISTORY_ROWS`] rows over
-/// `clocks` clocks.
+/// Clocks between two history rows: `eval_every`, else about [`HISTORY_ROWS`] rows.
 pub fn eval_stride(eval_every: Option<u64>, clocks: u64) -> u64 {
     eval_every.unwrap_or(clocks / HISTORY_ROWS).max(1)
 }
 
-/// The history rows (and progress points) of a run of `clocks` clocks at one every
-/// [`eval_stride`]: step 0, every multiple of the stride, and the last clock.
+/// The history rows of a run of `clocks` clocks: step 0, every stride, the last clock.
 pub fn history_points(eval_every: Option<u64>, clocks: u64) -> u64 {
     let stride = eval_stride(eval_every, clocks);
     1 + clocks / stride + u64::from(!clocks.is_multiple_of(stride))
 }
 
-/// `Default` (every default is written once, on its flag), `Serialize` and `Deserialize`
-/// of an app's settings struct that flattens groups, derived with
-/// `#[serde(remote = "Self")]` (the derived code becomes inherent functions) and read
-/// through [`read_flat`].
+/// `Default` (from the flags), `Serialize` and `Deserialize` (through [`read_flat`]) of an
+/// app's settings struct derived with `#[serde(remote = "Self")]`.
 macro_rules! flat_settings {
     ($t:ty) => {
         impl Default for $t {

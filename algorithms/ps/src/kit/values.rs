@@ -1,6 +1,5 @@
-//! The command-line spelling of the cores' choice enums (`--consistency`, `--rule`,
-//! `--managed`, `--server-push`): clap stays out of the sans-I/O core, so its `ValueEnum`
-//! impls live here, with each value's help as the core's variant documents it.
+//! `ValueEnum` impls of the cores' choice enums (`--consistency`, `--rule`, `--managed`,
+//! `--server-push`), kept here so clap stays out of the sans-I/O core.
 
 use clap::ValueEnum;
 use clap::builder::PossibleValue;

@@ -6,9 +6,10 @@ use petrel_actors::{ActorRef, Node, NodeContext};
 use petrel_messages::Priority;
 
 use crate::core::checkpoint::{Piece, is_checkpoint_clock};
+use crate::core::types::TableId;
 use crate::error::PsError;
 use crate::kit::job::SHARDS_READY_TIMEOUT;
-use crate::kit::{PsApp, PsJob, PsStep, checkpoints};
+use crate::kit::{PsApp, PsJob, PsStep, WorkerDone, checkpoints};
 use crate::shells::{self, PsClient, PsLayout};
 
 /// What a worker's code sees: its client, the job layout and the monitor's inbox.
@@ -31,6 +32,19 @@ impl<R: petrel_messages::RemoteMessage<Reply = ()>> WorkerCtx<'_, R> {
     /// Number of workers of the job.
     pub fn n_workers(&self) -> u32 {
         self.layout.n_workers()
+    }
+
+    /// [`WorkerDone::of`] with measured timings and the bytes its node sent and received.
+    pub fn measured(&self, table: TableId, compute_s: f64, wait_s: f64, run_s: f64) -> WorkerDone {
+        let net = self.node.net_stats();
+        WorkerDone {
+            compute_s,
+            wait_s,
+            sent_bytes: net.sent_bytes,
+            received_bytes: net.received_bytes,
+            run_s,
+            ..WorkerDone::of(self.client, table)
+        }
     }
 
     /// Sends a progress report to the monitor (without waiting for it).
@@ -93,14 +107,12 @@ async fn run_worker<A: PsApp>(
         if let Some((dir, every)) = checkpoints
             && is_checkpoint_clock(every, clock)
         {
-            // What this worker needs to start `clock`; the shards write their tables as
-            // of the same clock boundary.
+            // What this worker needs to start `clock` (the shards save the same boundary).
             let bytes = job.app.save_worker(&state, &ctx)?;
             let piece = Piece::Worker(client.worker());
             checkpoints::save_piece::<A>(node, &job.monitor_node, (dir, clock), piece, &bytes)?;
         }
-        // Cache hits complete without yielding: let the node's actors (heartbeats,
-        // replies) run between clocks.
+        // Cache hits never yield: let the node's actors run between clocks.
         tokio::task::yield_now().await;
     }
     client.leave()?;

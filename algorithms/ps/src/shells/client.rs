@@ -101,8 +101,7 @@ pub struct PullTicket {
     rows: Vec<RowId>,
 }
 
-/// One worker's parameter-server client (see the module docs). Not `Send`: it lives on its
-/// node's thread, with its inbox actor.
+/// One worker's parameter-server client; not `Send`: it lives on its node's thread.
 pub struct PsClient {
     worker: u32,
     shared: Rc<RefCell<ClientShared>>,
@@ -116,8 +115,7 @@ pub struct PsClient {
 }
 
 impl PsClient {
-    /// Creates worker `worker`'s client on this node and registers its inbox. Shards must be
-    /// registered before the first message is sent (a barrier after starting them does it).
+    /// Creates worker `worker`'s client on this node and registers its inbox.
     pub fn start(
         node: &Node,
         layout: &PsLayout,
@@ -186,11 +184,6 @@ impl PsClient {
         self.shared.borrow().core.current_clock()
     }
 
-    /// Staleness of every read so far.
-    pub fn stats(&self) -> StalenessStats {
-        self.shared.borrow().core.stats().clone()
-    }
-
     /// Staleness of the reads of one table.
     pub fn table_stats(&self, table: TableId) -> StalenessStats {
         self.shared.borrow().core.table_stats(table)
@@ -228,8 +221,7 @@ impl PsClient {
         })
     }
 
-    /// Number of row reads sent to shards so far (cache misses and prefetches; not barrier
-    /// probes): with ESSP, pushes keep cached rows fresh and this stays low.
+    /// Number of row reads sent to shards so far (cache misses and prefetches).
     pub fn reads_sent(&self) -> u64 {
         self.reads.get().rows_requested
     }
@@ -285,8 +277,7 @@ impl PsClient {
         }
     }
 
-    /// `Get(table, row)`: the row as this worker's consistency model allows it to be seen,
-    /// including its own writes; waits while the shard's min clock is too low.
+    /// `Get(table, row)` under the table's consistency model, own writes included.
     pub async fn get(&self, table: TableId, row: RowId) -> Result<Row, ClientError> {
         let mut rows = self.get_many(table, &[row]).await?;
         rows.pop().ok_or_else(|| ClientError::Failed {
@@ -295,8 +286,7 @@ impl PsClient {
         })
     }
 
-    /// `Get` of many rows at once: every missing row is requested before waiting, so the
-    /// round trips overlap. Rows come back in the order asked.
+    /// `Get` of many rows at once (round trips overlap), in the order asked.
     pub async fn get_many(&self, table: TableId, rows: &[RowId]) -> Result<Vec<Row>, ClientError> {
         self.check()?;
         let out = self.read_rows(table, rows, ClientCore::get).await?;
@@ -306,9 +296,8 @@ impl PsClient {
             .collect())
     }
 
-    /// The read loop of `get_many` and `wait_pull`: asks `get` for every row, sends the
-    /// fetches it returns (one message per shard), waits for replies and asks again for the
-    /// rows not yet served, counting the round trips and the time blocked.
+    /// The read loop of `get_many` and `wait_pull`: `get` every row, send the fetches, wait,
+    /// repeat for the rows not yet served; counts round trips and time blocked.
     async fn read_rows<R>(
         &self,
         table: TableId,
@@ -370,8 +359,7 @@ impl PsClient {
         Ok(out)
     }
 
-    /// `get_many` without copies: the rows are the cached ones, shared (see
-    /// [`SharedRow`]). The same as [`pull`](Self::pull) then [`wait_pull`](Self::wait_pull).
+    /// `get_many` without copies: [`pull`](Self::pull) then [`wait_pull`](Self::wait_pull).
     pub async fn get_many_shared(
         &self,
         table: TableId,
@@ -381,11 +369,8 @@ impl PsClient {
         self.wait_pull(ticket).await
     }
 
-    /// Starts a pull of `rows` and returns at once with a ticket (as ps-lite's `Pull`
-    /// returns a timestamp): every row the cache cannot serve at the current clock is
-    /// requested now, so the round trips overlap whatever the worker does before
-    /// [`wait_pull`](Self::wait_pull). The consistency model is the clock-based API's: the
-    /// rows returned by `wait_pull` satisfy the bound at the clock of the wait.
+    /// Starts a pull of `rows` (ps-lite's `Pull`): rows the cache cannot serve are requested
+    /// now; [`wait_pull`](Self::wait_pull) returns them, within the bound at its clock.
     pub fn pull(&self, table: TableId, rows: &[RowId]) -> Result<PullTicket, ClientError> {
         self.check()?;
         self.request_rows(table, rows, ClientCore::pull_request)?;
@@ -405,17 +390,13 @@ impl PsClient {
             .collect())
     }
 
-    /// `Push(table, row, delta)`: [`batch_inc`](Self::batch_inc) taking the delta by value,
-    /// moved into the oplog without a copy when the row has no unflushed delta; sent at the
-    /// next [`clock`](Self::clock).
+    /// `Push(table, row, delta)`: [`batch_inc`](Self::batch_inc) taking the delta by value.
     pub fn push(&self, table: TableId, row: RowId, delta: Row) -> Result<(), ClientError> {
         Ok(self.shared.borrow_mut().core.push(table, row, delta)?)
     }
 
-    /// A push sent at once, with a ticket to wait on (ps-lite's `Push` + `Wait`): the row's
-    /// unflushed delta goes to its shard now as an early batch (the clock still advances
-    /// only in [`clock`](Self::clock), so every consistency bound holds), followed by an
-    /// ack request. [`wait_push`](Self::wait_push) returns once the shard applied it.
+    /// A push sent at once as an early batch (ps-lite's `Push` + `Wait`):
+    /// [`wait_push`](Self::wait_push) returns once the shard applied it.
     pub fn push_now(
         &self,
         table: TableId,
@@ -446,8 +427,7 @@ impl PsClient {
         }
     }
 
-    /// Starts non-blocking refreshes of `rows` (for `Async` tables, whose cached copies are
-    /// otherwise served forever); `get` returns the new values once the replies arrived.
+    /// Starts non-blocking refreshes of `rows` (for `Async` tables, never expiring otherwise).
     pub fn prefetch(&self, table: TableId, rows: &[RowId]) -> Result<(), ClientError> {
         self.request_rows(table, rows, ClientCore::prefetch)?;
         Ok(())
@@ -471,11 +451,8 @@ impl PsClient {
         Ok(n)
     }
 
-    /// Bösen's per-clock prefetch: requests now, in one message per shard, every row of
-    /// `rows` that the *next* clock could not read from the cache (see
-    /// `ClientCore::prefetch_next_clock`). Call it during a clock's compute with the rows
-    /// the next clock will read: the round trip (and under SSP the wait for slower workers)
-    /// then overlaps the compute instead of following it. Returns at once.
+    /// Bösen's per-clock prefetch: requests now every row of `rows` the *next* clock could
+    /// not read from the cache, so the round trip overlaps this clock's compute.
     pub fn prefetch_next_clock(&self, table: TableId, rows: &[RowId]) -> Result<(), ClientError> {
         self.check()?;
         let n = self.request_rows(table, rows, ClientCore::prefetch_next_clock)?;
@@ -513,8 +490,7 @@ impl PsClient {
         Ok(())
     }
 
-    /// `GlobalBarrier()`: `clock()`, then waits until every worker has completed this clock on
-    /// every shard (so a following read sees every update made before the barrier).
+    /// `GlobalBarrier()`: `clock()`, then waits until every worker completed it on every shard.
     pub async fn barrier(&self) -> Result<(), ClientError> {
         self.clock()?;
         let reqs = {
@@ -535,11 +511,8 @@ impl PsClient {
         }
     }
 
-    /// Managed communication (Wei et al., SoCC 2015): one tick of `manager` between clocks.
-    /// Sends the oplog rows it picks (largest relative change first under
-    /// `SendPolicy::RelativeMagnitude`, within the per-tick byte budget) as early, non-clock-ending
-    /// batches; the staleness bound is unaffected since clocks still advance only in `clock()`.
-    /// Returns the number of rows sent.
+    /// Managed communication: one tick of `manager`, sending the oplog rows it picks as
+    /// early batches. Returns the number of rows sent.
     pub fn managed_tick(&self, manager: &mut BandwidthManager) -> Result<usize, ClientError> {
         self.check()?;
         let batches = manager.tick(&mut self.shared.borrow_mut().core);

@@ -60,8 +60,7 @@ impl TablesBuilder {
     }
 }
 
-/// Where the pieces of a PS job run: shard `s` on `shard_nodes[s]`, worker `w` on
-/// `worker_nodes[w]` (a node may appear several times in either list, and in both).
+/// Where a PS job runs: shard `s` on `shard_nodes[s]`, worker `w` on `worker_nodes[w]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PsLayout {
     /// Node of each shard.

@@ -7,8 +7,7 @@ use crate::core::server_push::ServerPushStats;
 use crate::core::shard::{ShardAction, TableSnapshot};
 use crate::core::types::{Clock, ReadRequest, ShardBatch, WorkerId};
 
-/// The one priority of all PS data traffic (see the module docs of [`crate::shells`] on
-/// ordering).
+/// The one priority of all PS data traffic (one FIFO lane, see [`crate::shells`]).
 pub const PS_PRIORITY: Priority = Priority::NORMAL;
 
 /// Registry name of shard `s`.
@@ -30,8 +29,7 @@ pub enum ToShard {
     Reads(Vec<ReadRequest>),
     /// Barrier probes (`PsShardCore::sync`).
     Syncs(Vec<ReadRequest>),
-    /// Asks which of the worker's update batches are applied (answered with
-    /// `ShardAction::Ack`; a push ticket waits for it).
+    /// Asks which of the worker's update batches are applied (`ShardAction::Ack`).
     Ack {
         /// The asking worker.
         worker: WorkerId,
@@ -89,15 +87,13 @@ pub struct ShardState {
     pub tables: Vec<TableSnapshot>,
     /// Set by `Checkpoint`: the clock the checkpoint was written at.
     pub checkpoint_clock: Option<Clock>,
-    /// Workers that left this shard: every update they sent before leaving is applied
-    /// (a worker's updates and its `Leave` travel on one FIFO lane).
+    /// Workers that left this shard (all their updates are applied).
     #[serde(default)]
     pub workers_left: u32,
     /// What this shard's server push has sent (all zero when it is off).
     #[serde(default)]
     pub server_push: ServerPushStats,
-    /// Set by `EvalCuts`: the tables at each evaluation clock completed since the last ask,
-    /// in clock order (`PsShardCore::enable_eval_cuts`).
+    /// Set by `EvalCuts`: the evaluation cuts completed since the last ask.
     #[serde(default)]
     pub eval_cuts: Vec<(Clock, Vec<TableSnapshot>)>,
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use petrel_messages::Priority;
 
+use crate::core::shard::TableSnapshot;
 use crate::core::types::{Row, RowId, TableId};
 use crate::error::PsError;
 use crate::shells::layout::PsLayout;
@@ -36,8 +37,7 @@ pub async fn snapshot_all(
     futures::future::join_all(futs).await.into_iter().collect()
 }
 
-/// Waits until every shard of `layout` is registered and answers (shards start in their own
-/// roles, possibly on other nodes; this avoids a cluster-wide barrier per role).
+/// Waits until every shard of `layout` is registered and answers.
 pub async fn wait_for_shards(
     node: &Node,
     layout: &PsLayout,
@@ -61,50 +61,54 @@ pub async fn wait_for_shards(
     }
 }
 
-/// Waits until every shard's min clock is at least `clock` (every update of the clocks
-/// before it applied), for at most the node's request timeout.
-pub async fn wait_for_min_clock(node: &Node, layout: &PsLayout, clock: u64) -> Result<(), PsError> {
+/// Polls every shard (up to the request timeout) until `done` holds for each.
+async fn poll_shards(
+    node: &Node,
+    layout: &PsLayout,
+    done: impl Fn(&ShardState) -> bool,
+    timed_out: impl FnOnce(Duration) -> PsError,
+) -> Result<(), PsError> {
     let timeout = node.default_timeout();
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let states = snapshot_all(node, layout, ShardQuery::Ping, timeout).await?;
-        if states.iter().all(|s| s.min_clock >= clock) {
+        if states.iter().all(&done) {
             return Ok(());
         }
         if tokio::time::Instant::now() >= deadline {
-            return Err(PsError::ClockTimeout { clock, timeout });
+            return Err(timed_out(timeout));
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
-/// Waits until every worker has left every shard, so every update of the job is applied
-/// (for at most the node's request timeout).
+/// Waits (up to the request timeout) until every shard's min clock is at least `clock`.
+pub async fn wait_for_min_clock(node: &Node, layout: &PsLayout, clock: u64) -> Result<(), PsError> {
+    let timed_out = |timeout| PsError::ClockTimeout { clock, timeout };
+    poll_shards(node, layout, |s| s.min_clock >= clock, timed_out).await
+}
+
+/// Waits (up to the request timeout) until every worker left every shard.
 pub async fn wait_for_all_left(node: &Node, layout: &PsLayout) -> Result<(), PsError> {
-    let timeout = node.default_timeout();
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        let states = snapshot_all(node, layout, ShardQuery::Ping, timeout).await?;
-        if states.iter().all(|s| s.workers_left >= layout.n_workers()) {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(PsError::WorkersNotLeft { timeout });
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let all = |s: &ShardState| s.workers_left >= layout.n_workers();
+    poll_shards(node, layout, all, |timeout| PsError::WorkersNotLeft {
+        timeout,
+    })
+    .await
 }
 
 /// Merges shard states into one map per table.
 pub fn merge_tables(states: &[ShardState]) -> HashMap<TableId, HashMap<RowId, Row>> {
+    merge_snapshots(states.iter().flat_map(|s| s.tables.iter().cloned()))
+}
+
+/// Merges table snapshots (of different shards) into one map per table.
+pub(crate) fn merge_snapshots(
+    snapshots: impl IntoIterator<Item = TableSnapshot>,
+) -> HashMap<TableId, HashMap<RowId, Row>> {
     let mut out: HashMap<TableId, HashMap<RowId, Row>> = HashMap::new();
-    for st in states {
-        for t in &st.tables {
-            let m = out.entry(t.table).or_default();
-            for (r, row) in &t.rows {
-                m.insert(*r, row.clone());
-            }
-        }
+    for snapshot in snapshots {
+        out.entry(snapshot.table).or_default().extend(snapshot.rows);
     }
     out
 }

@@ -26,8 +26,7 @@ enum ShardEvent {
     Failed(PsError),
 }
 
-/// The server shard actor: feeds [`ToShard`] messages into its core and routes what the
-/// core decides to the workers' client inboxes.
+/// The server shard actor: feeds [`ToShard`] messages into its core, routes its decisions.
 pub struct ServerShard {
     shard: u32,
     core: PsShardCore,
@@ -39,16 +38,14 @@ pub struct ServerShard {
     on_checkpoint: Option<OnCheckpoint>,
 }
 
-/// What a shard does with each checkpoint its core completes (see
-/// [`PsShardCore::enable_checkpoints`]): `(shard, clock, tables)`; an error fails the shard.
+/// What a shard does with each checkpoint `(shard, clock, tables)`; an error fails it.
 pub type OnCheckpoint = Box<dyn FnMut(u32, Clock, &[TableSnapshot]) -> Result<(), PsError>>;
 
 impl Actor for ServerShard {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // Server push (when the core has it on): one tick of the core per period; the core
-        // decides what fits the budget, this shell only sends it.
+        // Server push: one tick of the core per period.
         if let Some(cfg) = self.core.server_push_config() {
             let period = std::time::Duration::from_millis(cfg.tick_ms.max(1));
             ctx.run_interval(period, |shard, _| {
@@ -234,8 +231,7 @@ impl ShardHandle {
     }
 }
 
-/// Starts shard `shard` on this node (call inside the node's actix System) from a fresh core
-/// or, with `resume`, from a checkpoint: `(dir, clock)`.
+/// Starts shard `shard` on this node, fresh or from the checkpoint `resume = (dir, clock)`.
 pub fn start_shard(
     node: &Node,
     layout: &PsLayout,
@@ -255,8 +251,7 @@ pub fn start_shard(
     start_shard_core(node, layout, shard, core, None)
 }
 
-/// Starts shard `shard` on this node around `core` (fresh or restored); `on_checkpoint`
-/// receives the checkpoints the core completes (when enabled on it).
+/// Starts shard `shard` on this node around `core`; `on_checkpoint` gets its checkpoints.
 pub fn start_shard_core(
     node: &Node,
     layout: &PsLayout,

@@ -119,8 +119,7 @@ impl PsLdaSettings {
     }
 }
 
-/// The one metrics format of a ps-lda run: a record per pass (log-likelihood per token);
-/// a Gibbs sampler runs its `iterations` passes (no convergence test).
+/// The metrics of a ps-lda run: a record per pass (log-likelihood per token).
 pub fn ps_lda_run_metrics(
     metrics: &PsLdaMetrics,
     cfg: &PsLdaSettings,

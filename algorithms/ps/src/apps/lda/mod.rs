@@ -1,44 +1,23 @@
 //! Data-parallel LDA on the parameter server ([`PsLda`]; the YahooLDA / Bösen design), the
 //! comparison the STRADS paper made against its word-rotation LDA.
-// Long because the worker's sweep, its checkpoint state and the monitor's curve share private types.
 //!
-//! One sparse PS table `word_topic` ([`WORD_TOPIC`]): row `w < V` = the topic counts of word
-//! `w`, row `V` = the topic totals, spread over the shards by the PS's row placement, under
-//! the job's consistency model (SSP with staleness `s` by default). Documents are split over
-//! the workers exactly as the STRADS app splits them (balanced by length). A worker
-//! ([`PsLdaWorker`], the sans-I/O core in `crate::core::lda`):
+//! One sparse table `word_topic` ([`WORD_TOPIC`]): row `w < V` holds the topic counts of
+//! word `w`, row `V` the topic totals, under the job's consistency model. Documents are
+//! split over the workers as the STRADS app splits them. A worker ([`PsLdaWorker`]):
+//! clock 0 draws random topics, `batch_inc`s the counts and ends with `barrier()`; then per
+//! clock it reads its words' rows and the totals (`get_many`), samples its share of a pass
+//! (`clocks_per_iteration` clocks per pass) with the SparseLDA sampler shared with STRADS,
+//! `batch_inc`s one sparse delta per touched row and calls `clock()`, yielding every
+//! `chunk_tokens` tokens. The last clock is a barrier, so the table is final when the
+//! workers report. With `managed` a clock is cut into `compute_slices` slices whose deltas
+//! `managed_tick` may send early (`managed_rows_sent` counts them).
 //!
-//! 1. clock 0: draws random topics for its tokens, `batch_inc`s the resulting counts and
-//!    calls `barrier()` (Bösen's `GlobalBarrier`), so every initial count is in the table;
-//! 2. per clock: reads the rows of its words and the totals row (`get_many`: served from the
-//!    cache while at most `s` clocks old, else fetched), samples its share of the sweep
-//!    (`clocks_per_iteration` clocks per pass over its documents) with the SparseLDA sampler
-//!    shared with the STRADS app, updating its view as it goes, `batch_inc`s one sparse delta
-//!    per touched row and calls `clock()`; it yields to the node's event loop every
-//!    `chunk_tokens` tokens. The last clock is a `barrier()`, so the table is final when the
-//!    workers report.
-//!
-//! With `managed` (Bösen's managed communication, as in ps-mf) a clock's documents are cut
-//! into `compute_slices` slices; after each, its deltas go into the oplog and
-//! `managed_tick` sends the first pending rows in the policy's order within
-//! `managed_bytes_per_s` times the slice's sampling time; the rest leaves at `clock()`.
-//! `managed_rows_sent` in the metrics counts the early rows.
-//!
-//! The monitor collects per-iteration reports (the document half of the log-likelihood,
-//! tokens, sampling time). Once every worker finished iteration `i` and every shard's min
-//! clock reached that clock, it snapshots the shards and adds the word half: a curve point.
-//! Under SSP faster workers may already be up to `s` clocks further, so intermediate points
-//! mix clocks within the staleness bound; the final point is exact (all workers behind a
-//! barrier) and the final table is checked ([`FinalTable::check`]: integer, non-negative,
-//! rows sum to word frequencies, totals = column sums) before the run counts as successful.
-//! Outputs as the STRADS app: `topics.txt`, `topic_word.tsv`, `metrics.json`.
-//!
-//! Roles: in-process runs use `ps-shard`/`ps-worker`/`ps-monitor`; `petrel node` has
-//! `ps-lda-shard`/`ps-lda-worker`/`ps-lda-monitor` with `[app.ps_lda]` (the generic names
-//! belong to ps-mf there).
-//!
-//! Counts are integers kept in `f32`: exact up to 2^24 per entry, so corpora beyond 2^24
-//! tokens are refused (see `crate::core::lda`).
+//! The monitor adds a curve point once every worker finished a pass and the shards' min
+//! clock reached it (under SSP, points mix clocks within the bound; the final one is exact),
+//! and checks the final table ([`FinalTable::check`]) before the run counts. Outputs as the
+//! STRADS app: `topics.txt`, `topic_word.tsv`, `metrics.json`. Under `petrel node` the roles
+//! are `ps-lda-*` with `[app.ps_lda]`. Counts are `f32` integers, exact up to 2^24, so
+//! larger corpora are refused (see `crate::core::lda`).
 
 use crate::core::lda::{
     FinalTable, PsLdaWorker, WORD_TOPIC, check_corpus, snapshot_word_log_likelihood,
@@ -101,8 +80,7 @@ struct PsLdaProgress {
     /// The pass in progress (1-based) and the part of it.
     iteration: usize,
     part: usize,
-    /// A finished pass not yet reported (sent at the start of the next clock, when the
-    /// worker's clock has advanced).
+    /// A finished pass not yet reported (sent once the worker's clock advanced).
     report_due: Option<usize>,
     tokens: u64,
     clamped: u64,
@@ -110,8 +88,7 @@ struct PsLdaProgress {
     sweep_s: f64,
     /// Rows sent before a clock boundary.
     managed_rows: u64,
-    /// Every pass report sent so far (a resumed worker sends them again: the monitor's
-    /// checkpoint may predate some; it ignores repeats).
+    /// Every pass report sent so far (a resumed worker sends them again).
     sent: Vec<PsLdaIteration>,
 }
 
@@ -222,8 +199,7 @@ impl PsApp for PsLda {
     }
 
     fn save_monitor(&self, m: &PsLdaMonitor, clock: u64) -> Result<Vec<u8>, PsError> {
-        // What the workers had sent before they saved their state at `clock`: the resumed
-        // run makes (and reports) everything later again.
+        // What the workers had sent before saving at `clock`; the resumed run redoes the rest.
         let kept = m.point_clocks.iter().take_while(|&&c| c < clock).count();
         let saved = PsLdaMonitor {
             pending: m
@@ -272,8 +248,7 @@ impl PsApp for PsLda {
     ) -> Result<PsStep, PsError> {
         let (cfg, client) = (&self.cfg, ctx.client);
         if !st.p.started {
-            // Clock 0: the initial counts, then a barrier so that every worker starts
-            // sampling from the complete table.
+            // Clock 0: the initial counts, then a barrier before anyone samples.
             for (row, delta) in st.core.take_initial_deltas() {
                 client.batch_inc(WORD_TOPIC, row, &delta)?;
             }
@@ -308,8 +283,7 @@ impl PsApp for PsLda {
         let parts = cfg.clocks_per_iteration.max(1) as usize;
         let t = Instant::now();
         if cfg.consistency == ConsistencyModel::Async {
-            // Async tables serve cached rows forever: ask for fresh copies (used from the
-            // next clock on) without waiting for them.
+            // Async tables serve cached rows forever: refresh them for the next clock.
             client.prefetch(WORD_TOPIC, &st.rows)?;
         }
         let got = client.get_many(WORD_TOPIC, &st.rows).await?;
@@ -317,9 +291,7 @@ impl PsApp for PsLda {
         let mut view = st.core.view(&got)?;
         st.p.clamped += view.clamped;
         let range = st.core.part(st.p.part, parts);
-        // The clock's documents in slices: each slice's count changes become pending
-        // updates (oplog) when it ends, and managed communication may send some of them at
-        // once, within the budget of the slice's sampling time. Without it: one slice.
+        // The clock's documents in slices, whose changes managed communication may send early.
         let slices = cfg.comm.slices();
         for slice in slice_ranges(range.len(), slices) {
             let docs = range.start + slice.start..range.start + slice.end;
@@ -371,16 +343,8 @@ impl PsApp for PsLda {
             wait_s = st.p.wait_s,
             "ps-lda worker done"
         );
-        let net = ctx.node.net_stats();
         Ok(PsLdaReport::Done(PsLdaDone {
-            base: WorkerDone {
-                compute_s: st.p.sweep_s,
-                wait_s: st.p.wait_s,
-                sent_bytes: net.sent_bytes,
-                received_bytes: net.received_bytes,
-                run_s: sampling_s,
-                ..WorkerDone::of(client, WORD_TOPIC)
-            },
+            base: ctx.measured(WORD_TOPIC, st.p.sweep_s, st.p.wait_s, sampling_s),
             tokens: st.p.tokens,
             doc_loglik: st.core.doc_log_likelihood(),
             clamped: st.p.clamped,
@@ -462,8 +426,7 @@ impl PsApp for PsLda {
         let n_workers = ctx.layout.n_workers() as usize;
         let (v, k, beta) = (self.corpus.vocab_size, cfg.n_topics, cfg.beta);
         let n_tokens = self.corpus.n_tokens();
-        // Every worker finished with a barrier: the table is final. Check it and compute
-        // the exact log-likelihood.
+        // Every worker finished with a barrier: the table is final.
         let (merged, _) = ctx.tables().await?;
         let rows = merged.get(&WORD_TOPIC);
         let table = FinalTable::check(

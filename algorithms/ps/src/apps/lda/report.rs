@@ -19,8 +19,7 @@ pub struct PsLdaIteration {
     pub sampling_s: f64,
 }
 
-/// A worker's final report (after its final barrier): the usual one (`compute_s`: seconds
-/// in the sampler, `run_s`: from the initial barrier to its end) and the sampler's figures.
+/// A worker's final report: the usual one (`compute_s`: sampling) and the sampler's figures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PsLdaDone {
     /// Clocks, staleness of its reads, timings, bytes.

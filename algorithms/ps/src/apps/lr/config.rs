@@ -2,8 +2,7 @@
 
 use super::*;
 
-/// The settings of ps-lr: the flags of `petrel train ps-lr` (serde, so a caller can read
-/// them from TOML).
+/// The settings of ps-lr: `[app.lr]` in TOML and the flags of `petrel train ps-lr`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 #[serde(default, deny_unknown_fields, remote = "Self")]
 pub struct PsLrSettings {
@@ -79,8 +78,7 @@ pub struct PsLrSettings {
 crate::kit::settings::flat_settings!(PsLrSettings);
 
 impl PsLrSettings {
-    /// Whether the weights can be checkpointed: the shards' rule keeps no state besides the
-    /// rows (`sgd`).
+    /// Whether the weights can be checkpointed (rule `sgd` keeps no state beside the rows).
     pub fn checkpoints_possible(&self) -> bool {
         self.rule == ServerRule::Sgd
     }
@@ -94,8 +92,7 @@ impl PsLrSettings {
             c.at_least("synthetic_classes", self.synthetic_classes, 2);
         }
         c.fraction("test_fraction", self.test_fraction);
-        // A fixed SGD step above 10 on the log-loss only overshoots (its gradient is at most
-        // the size of a sample); Adagrad's and AdaRevision's alpha is a length, not a rate.
+        // Adagrad's and AdaRevision's alpha is a length, not a rate.
         let (max_step, range) = match self.rule {
             ServerRule::Sgd => (10.0, "must be in (0, 10] with rule sgd"),
             ServerRule::Adagrad | ServerRule::AdaRevision => (100.0, "must be in (0, 100]"),

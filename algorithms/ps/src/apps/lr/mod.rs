@@ -1,20 +1,13 @@
 //! Multinomial logistic regression by mini-batch SGD on the parameter server ([`PsLr`],
 //! `petrel train ps-lr`).
 //!
-//! One PS table `weights` (id 0): row `j` holds the `n_classes` weights of feature `j`, row
-//! `n_features` the biases. The optimizer lives on the shards: the table uses a server-side
-//! rule (`--rule`: fixed-step `Sgd`, `Adagrad` or `AdaRevision`), so workers send raw
-//! gradients (`batch_inc`) and read-my-writes applies `-learning_rate * gradient` locally.
-//! Under AdaRevision a row also carries the gradient sums `z` of its weights (`2 * n_classes`
-//! wide) and a worker sends the `z` it read beside its gradient. Worker `w` owns the training samples
-//! `i % n_workers == w`; per clock it takes its next mini-batch, reads the rows of the features
-//! present in it (`get_many`, under the job's consistency model), computes the softmax
-//! cross-entropy gradient and calls `clock()`. Every `eval_every` clocks the monitor
-//! evaluates the shards' tables as of that clock and records held-out accuracy and log-loss; at the end it writes `model.json`
-//! (weights `n_features + 1` rows x `n_classes`, and the class labels) and `metrics.json`.
-//!
-//! Data: LIBSVM files (`label idx:val ...`; labels may be any numbers, mapped in sorted order to
-//! classes) or synthetic separable classes.
+//! One table `weights` (id 0): row `j` holds the `n_classes` weights of feature `j`, row
+//! `n_features` the biases. The optimizer runs on the shards (`--rule`: `Sgd`, `Adagrad` or
+//! `AdaRevision`, whose rows also carry the gradient sums `z`), so workers send raw
+//! gradients. Worker `w` owns the samples `i % n_workers == w`; per clock it reads the rows
+//! of its next mini-batch's features, sends the softmax cross-entropy gradient and calls
+//! `clock()`. Every `eval_every` clocks the monitor records held-out accuracy and log-loss.
+//! Data: LIBSVM files (labels mapped in sorted order to classes) or synthetic classes.
 
 use crate::core::rules::{ServerRule, adarevision_delta};
 use crate::core::stats::{ReadStats, StalenessReport};
@@ -89,8 +82,7 @@ impl PsLr {
         }
     }
 
-    /// The mini-batch of clock `clock` of the worker owning samples `mine`, and the sorted
-    /// weight rows it reads (its features and the bias row).
+    /// The mini-batch of clock `clock` from samples `mine`, and the sorted rows it reads.
     fn batch_of<'a>(
         &'a self,
         mine: &[usize],
@@ -163,8 +155,7 @@ impl PsApp for PsLr {
         settings.cluster.failure_timeout_ms = 10_000;
     }
 
-    /// A worker's samples and batch follow from its id and clock: nothing to save but the
-    /// weights (the shards') and the clock (the kit's).
+    /// A worker's samples and batch follow from its id and clock: nothing to save.
     fn checkpointing(&self) -> Option<PsCheckpointing> {
         self.checkpointing.clone()
     }
@@ -195,8 +186,7 @@ impl PsApp for PsLr {
         let (batch, feats) = self.batch_of(mine, clock);
         let ids: Vec<RowId> = feats.iter().map(|&j| RowId(u64::from(j))).collect();
         if self.cfg.consistency == ConsistencyModel::Async {
-            // An async table's cached rows never expire: without a refresh every later
-            // gradient would be taken at the first read's values (as ps-mf and ps-lda do).
+            // An async table's cached rows never expire: refresh them.
             c.prefetch(WEIGHTS, &ids)?;
         }
         let got = c.get_many(WEIGHTS, &ids).await?;

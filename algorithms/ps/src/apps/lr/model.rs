@@ -243,8 +243,7 @@ pub struct PsLrResult {
 }
 
 impl PsLrResult {
-    /// The one metrics format: a record per evaluation of the monitor (step: the slowest
-    /// worker's clock); SGD runs its clocks (no convergence test).
+    /// The metrics: a record per evaluation (step: the slowest worker's clock).
     pub fn run_metrics(&self, cfg: &PsLrSettings) -> petrel_ml::job::RunMetrics {
         let mut m = petrel_ml::job::RunMetrics::new(PsLr::NAME, cfg, self, self.wall_s);
         for p in &self.curve {
@@ -267,8 +266,7 @@ impl PsLrResult {
     }
 }
 
-/// The learned model (`model.json`): `n_features` weight rows then the bias row, each
-/// `n_classes` wide, as `petrel eval` reads it.
+/// The learned model (`model.json`): `n_features` weight rows then the bias row.
 pub type PsLrModel = SoftmaxModel;
 
 /// What an in-process run returns: the metrics and the model.

@@ -1,26 +1,15 @@
 //! Matrix factorization by SGD on the parameter server ([`PsMf`], `petrel train ps-mf`,
 //! roles `ps-shard`/`ps-worker`/`ps-monitor` with `[app.mf]`).
 //!
-//! Model: `rating ~ mean + u_user . v_item` (with `biases`: `+ b_user + b_item`). Two dense PS tables of width `rank`: `users`
-//! (table 0) and `items` (table 1). A stored row is the *offset* from a deterministic random
-//! initial value (`init_value`), so no initialisation round is needed and every node agrees.
-//! Worker `w` owns the users `u % n_workers == w` (their ratings and their rows: only it writes
-//! them, so the users table is `Async` and read-my-writes gives the exact value); the items
-//! table has the job's consistency model (BSP, SSP, ESSP or async) and is shared by everyone.
-//!
-//! Per clock a worker takes the next mini-batch of its ratings, reads the rows it touches
-//! (`get_many`; under async it also prefetches fresh copies without waiting), runs sequential
-//! SGD on local copies, `batch_inc`s the differences and calls `clock()`. Stragglers are
-//! emulated by stretching a worker's clock to `clock_ms * factor` (sleeping for the difference
-//! between that and the real compute time): a persistent straggler (`straggler`) and transient
-//! ones (`transient_probability`), both a `StragglerModel`.
-//!
-//! Every `eval_every` clocks each shard keeps its tables as of that clock; the monitor
-//! merges them, computes the held-out RMSE of the global model at that clock (one curve
-//! point per such clock, plus step 0 and the last clock), and tells every worker to stop once the target RMSE
-//! is reached or `max_seconds` passed (workers stop by themselves after `max_clocks`). It
-//! then collects the workers' staleness statistics and writes `model.json` and
-//! `metrics.json`.
+//! Model: `rating ~ mean + u_user . v_item` (with `biases`: `+ b_user + b_item`). Two dense
+//! tables of width `rank`, `users` (0) and `items` (1); a stored row is the offset from a
+//! deterministic random initial value ([`init_value`]), so no initialisation round is
+//! needed. Worker `w` owns the users `u % n_workers == w` (only it writes them, so `users`
+//! is `Async`); `items` has the job's consistency model. Per clock a worker reads the rows
+//! of its next mini-batch, runs SGD on local copies (or sends gradients to a shard `rule`),
+//! `batch_inc`s the differences and calls `clock()`; stragglers stretch a clock to
+//! `clock_ms * factor`. Every `eval_every` clocks the monitor measures the held-out RMSE of
+//! the model as of that clock and stops the workers at `target_rmse` or `max_seconds`.
 
 use crate::core::managed::{BandwidthManager, SendPolicy, slice_ranges};
 use crate::core::rules::{ServerRule, adarevision_delta};
@@ -258,8 +247,7 @@ impl PsApp for PsMf {
             client.prefetch(ITEMS, &item_ids)?;
         }
         if cfg.rule.is_some_and(|r| !r.local_view_exact()) {
-            // `users` is async: a copy never expires, and under these rules the cache does
-            // not follow the shard's steps (see `ServerRule::local_view_exact`).
+            // `users` is async, and the cache does not follow these rules' steps.
             client.prefetch(USERS, &user_ids)?;
         }
         let item_rows = client.get_many(ITEMS, &item_ids).await?;
@@ -313,11 +301,8 @@ impl PsApp for PsMf {
             return Ok(PsStep::Clock);
         }
         let (lr, reg) = (cfg.learning_rate, cfg.regularization);
-        // The clock's compute in slices: each slice's SGD changes become pending updates
-        // (oplog) when it ends, and managed communication may send some of them at once.
+        // The clock's compute in slices, whose changes managed communication may send early.
         let per_clock = st.stragglers.clock_time(w, c);
-        // Without managed communication nothing leaves before the clock: one slice (and the
-        // same float sums as ever).
         let slices = cfg.comm.slices();
         let per_slice = per_clock / slices as u32;
         for (k, range) in slice_ranges(batch.len(), slices).into_iter().enumerate() {
@@ -355,15 +340,8 @@ impl PsApp for PsMf {
         st: PsMfWorker,
         ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<WorkerDone, PsError> {
-        let net = ctx.node.net_stats();
-        let done = WorkerDone {
-            compute_s: st.compute_s,
-            wait_s: st.wait_s,
-            sent_bytes: net.sent_bytes,
-            received_bytes: net.received_bytes,
-            run_s: st.started.elapsed().as_secs_f64(),
-            ..WorkerDone::of(ctx.client, ITEMS)
-        };
+        let run_s = st.started.elapsed().as_secs_f64();
+        let done = ctx.measured(ITEMS, st.compute_s, st.wait_s, run_s);
         tracing::info!(
             worker = done.worker,
             clocks = done.clocks,
@@ -383,8 +361,7 @@ impl PsApp for PsMf {
         st: &PsMfWorker,
         _ctx: &WorkerCtx<'_, WorkerDone>,
     ) -> Result<Vec<u8>, PsError> {
-        // Its batches, straggler model and bandwidth manager follow from the seed and its
-        // clock: only its timings are saved.
+        // Everything else follows from the seed and the clock.
         encode(&(st.compute_s, st.wait_s))
     }
 

@@ -14,14 +14,10 @@ pub struct PsMfData {
 }
 
 impl PsMfData {
-    /// The typical size of one coordinate of a rank-`rank` model of these ratings,
-    /// `sqrt(sd) * rank^(-1/4)` with `sd` the standard deviation of the training ratings
-    /// around their mean.
-    /// Two factor vectors whose `rank` coordinates have that size and random signs have dot
-    /// products spread like the ratings (`sqrt(rank) * size^2 = sd`). It is the scale of the
-    /// solution that AdaRevision's and Adagrad's `alpha` refers to
-    /// ([`alpha_for_radius`](crate::core::rules::alpha_for_radius)), taken from the data, not
-    /// tuned.
+    /// The typical coordinate size of a rank-`rank` model of these ratings,
+    /// `sqrt(sd) * rank^(-1/4)` (`sd`: the ratings' standard deviation), so that dot products
+    /// spread like the ratings: the radius for
+    /// [`alpha_for_radius`](crate::core::rules::alpha_for_radius).
     pub fn factor_scale(&self, rank: u32) -> f64 {
         let n = self.train.entries.len().max(1) as f64;
         let mean = f64::from(self.mean);
@@ -58,8 +54,7 @@ impl PsMfData {
             });
         }
         let (train, test) = match &cfg.test_data {
-            // Pairs whose user or item has no training rating are left to the final
-            // evaluation of the saved model.
+            // Pairs of unseen users or items are left to the saved model's evaluation.
             Some(path) => {
                 let (test, _left_out) = all.held_out_from(path)?;
                 (all, test)
@@ -150,8 +145,7 @@ pub fn sgd_pass(
     }
 }
 
-/// The gradient of the squared error plus L2 over `batch` at fixed factors (summed over the
-/// ratings, as the steps of one SGD pass are): `(d/d users, d/d items)` per id.
+/// The gradient of the squared error plus L2 over `batch` at fixed factors, per id.
 pub fn batch_gradient(
     batch: &[(u32, u32, f32)],
     users: &HashMap<u32, Vec<f32>>,
@@ -280,8 +274,7 @@ pub struct PsMfResult {
 }
 
 impl PsMfResult {
-    /// The one metrics format: a record per evaluation of the monitor (step: the slowest
-    /// worker's clock); `converged` when `target_rmse` was reached.
+    /// The metrics: a record per evaluation (step: the slowest worker's clock).
     pub fn run_metrics(&self, cfg: &PsMfSettings) -> petrel_ml::job::RunMetrics {
         let mut m = petrel_ml::job::RunMetrics::new(PsMf::NAME, cfg, self, self.wall_s);
         for p in &self.curve {
@@ -328,8 +321,7 @@ pub struct PsMfModel {
 }
 
 impl PsMfModel {
-    /// The saved model `petrel eval` and `petrel predict` read: `rating = global_mean +
-    /// p_u . q_i`, ids as in the training file (dense indices for synthetic data).
+    /// The saved model `petrel eval` and `petrel predict` read.
     pub fn saved(&self, cfg: &PsMfSettings) -> SavedModel {
         let labels = |given: &Option<Vec<String>>, n: usize| {
             given
