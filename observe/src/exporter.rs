@@ -1,7 +1,5 @@
-//! `GET /metrics`: the registry as OpenMetrics text, served by axum on a thread and tokio
-//! runtime of its own. A node's actors run on actix arbiters (tokio current-thread
-//! runtimes); a long handler there must not delay a scrape, and a flood of scrapes must not
-//! take turns from the actors. The server and its bounds are [`crate::http`]'s.
+//! `GET /metrics`: the registry as OpenMetrics text, served on a thread of its own so that
+//! actors and scrapes never delay each other ([`crate::http`]).
 
 use crate::ObserveError;
 use crate::http::HttpThread;
@@ -13,9 +11,7 @@ use std::net::SocketAddr;
 /// The content type of OpenMetrics text.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Serves this process's registry at `http://ADDR/metrics`. Stops when dropped, without
-/// waiting for clients beyond [`SHUTDOWN_GRACE`](crate::http::SHUTDOWN_GRACE); the bounds
-/// every client is held to are in [`crate::http`].
+/// Serves this process's registry at `http://ADDR/metrics`; stops when dropped.
 #[derive(Debug)]
 pub struct MetricsServer {
     http: HttpThread,

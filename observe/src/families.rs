@@ -1,4 +1,3 @@
-// Over 600 lines: every metric family the systems record into, in one registry.
 //! The process's registry and the metric families the systems record into.
 
 use crate::node::NodesCollector;
@@ -60,11 +59,13 @@ fn pair(n: &str, key: &'static str, value: impl ToString) -> PairLabels {
     [("node", LabelValue::new(n)), (key, LabelValue::new(value))]
 }
 
-/// Registers every `field: name, help;` of the families in `$s`.
-macro_rules! register {
-    ($registry:expr, $s:expr, $($field:ident: $name:literal, $help:literal;)+) => {
-        $($registry.register($name, $help, $s.$field.clone());)+
-    };
+/// `Self` with every `field: family, name, help;`, each family registered.
+macro_rules! families {
+    ($registry:expr, $($field:ident: $family:expr, $name:literal, $help:literal;)+) => {{
+        let s = Self { $($field: $family,)+ };
+        $($registry.register($name, $help, s.$field.clone());)+
+        s
+    }};
 }
 
 type FloatCounter = Counter<f64, AtomicU64>;
@@ -117,13 +118,8 @@ fn canonical_infinities(text: String) -> String {
     for line in text.split_inclusive('\n') {
         match value_span(line) {
             Some((start, end)) if matches!(&line[start..end], "inf" | "-inf") => {
-                out.push_str(&line[..start]);
-                out.push_str(if &line[start..end] == "inf" {
-                    "+Inf"
-                } else {
-                    "-Inf"
-                });
-                out.push_str(&line[end..]);
+                let sign = if end - start == 3 { "+" } else { "-" };
+                out.push_str(&format!("{}{sign}Inf{}", &line[..start], &line[end..]));
             }
             _ => out.push_str(line),
         }
@@ -172,11 +168,8 @@ impl Metrics {
         let heartbeat_gap = Family::<PairLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.05, 2.0, 10))
         });
-        registry.register(
-            "petrel_heartbeat_gap_seconds",
-            "Time between two heartbeats heard from a peer (the failure detector's input)",
-            heartbeat_gap.clone(),
-        );
+        let help = "Time between two heartbeats heard from a peer (the failure detector's input)";
+        registry.register("petrel_heartbeat_gap_seconds", help, heartbeat_gap.clone());
         let ps = PsMetrics::new(&mut registry);
         let strads = StradsMetrics::new(&mut registry);
         let p3 = P3Metrics::new(&mut registry);
@@ -256,11 +249,8 @@ pub struct PsMetrics {
 impl PsMetrics {
     fn new(registry: &mut Registry) -> Self {
         let worker_clock = Family::<PairLabels, Gauge>::default();
-        registry.register(
-            "petrel_ps_worker_clock",
-            "Clocks a parameter-server worker has completed",
-            worker_clock.clone(),
-        );
+        let help = "Clocks a parameter-server worker has completed";
+        registry.register("petrel_ps_worker_clock", help, worker_clock.clone());
         let staleness = Arc::new(Mutex::new(BTreeMap::new()));
         registry.register_collector(Box::new(StalenessCollector(staleness.clone())));
         Self {
@@ -351,23 +341,18 @@ pub struct StradsMetrics {
 
 impl StradsMetrics {
     fn new(registry: &mut Registry) -> Self {
-        let s = Self {
-            rounds: Family::default(),
-            updates: Family::default(),
+        families!(registry,
+            rounds: Family::default(), "petrel_strads_rounds",
+                "STRADS rounds committed by this scheduler";
+            updates: Family::default(), "petrel_strads_updates",
+                "Variables a STRADS scheduler dispatched for update";
             round_seconds: Family::new_with_constructor(latency_histogram),
-            filter_rejections: Family::default(),
-            in_flight: Family::default(),
-        };
-        register!(registry, s,
-            rounds: "petrel_strads_rounds", "STRADS rounds committed by this scheduler";
-            updates: "petrel_strads_updates", "Variables a STRADS scheduler dispatched for update";
-            round_seconds: "petrel_strads_round_seconds",
-                "Time from dispatching a STRADS round to committing it";
-            filter_rejections: "petrel_strads_filter_rejections",
+                "petrel_strads_round_seconds", "Time from dispatching a STRADS round to committing it";
+            filter_rejections: Family::default(), "petrel_strads_filter_rejections",
                 "Candidates the dependency filter kept out of a round";
-            in_flight: "petrel_strads_rounds_in_flight", "Rounds dispatched and not yet committed";
-        );
-        s
+            in_flight: Family::default(), "petrel_strads_rounds_in_flight",
+                "Rounds dispatched and not yet committed";
+        )
     }
 
     /// A round of the scheduler on `node` was dispatched.
@@ -411,28 +396,20 @@ pub struct P3Metrics {
 
 impl P3Metrics {
     fn new(registry: &mut Registry) -> Self {
-        let s = Self {
-            slices_sent: Family::default(),
-            slice_bytes_sent: Family::default(),
-            slices_received: Family::default(),
-            slice_bytes_received: Family::default(),
-            slice_seconds: Family::new_with_constructor(latency_histogram),
-            wire_busy: Family::default(),
-        };
-        register!(registry, s,
-            slices_sent: "petrel_p3_slices_sent", "Gradient slices a P3 worker sent, per layer";
-            slice_bytes_sent: "petrel_p3_slice_bytes_sent",
+        families!(registry,
+            slices_sent: Family::default(), "petrel_p3_slices_sent",
+                "Gradient slices a P3 worker sent, per layer";
+            slice_bytes_sent: Family::default(), "petrel_p3_slice_bytes_sent",
                 "Bytes of gradient slices a P3 worker sent, per layer";
-            slices_received: "petrel_p3_slices_received",
+            slices_received: Family::default(), "petrel_p3_slices_received",
                 "Updated parameter slices a P3 worker received, per layer";
-            slice_bytes_received: "petrel_p3_slice_bytes_received",
+            slice_bytes_received: Family::default(), "petrel_p3_slice_bytes_received",
                 "Bytes of updated parameter slices a P3 worker received, per layer";
-            slice_seconds: "petrel_p3_slice_seconds",
+            slice_seconds: Family::new_with_constructor(latency_histogram), "petrel_p3_slice_seconds",
                 "Time from sending a gradient slice to receiving its updated parameters";
-            wire_busy: "petrel_p3_wire_busy_seconds",
+            wire_busy: Family::default(), "petrel_p3_wire_busy_seconds",
                 "Time a P3 worker had at least one slice on the wire (link utilisation = rate)";
-        );
-        s
+        )
     }
 
     /// The worker on `node` sent a slice of `layer` of `bytes` bytes.
@@ -471,18 +448,14 @@ pub struct JobMetrics {
 
 impl JobMetrics {
     fn new(registry: &mut Registry) -> Self {
-        let s = Self {
-            value: Family::default(),
-            at: Family::default(),
-            points: Family::default(),
-        };
-        register!(registry, s,
-            value: "petrel_job_progress",
+        families!(registry,
+            value: Family::default(), "petrel_job_progress",
                 "Latest point of the job's history curve (objective, RMSE, log-likelihood, loss)";
-            at: "petrel_job_progress_at_seconds", "Job time of the latest point of the history curve";
-            points: "petrel_job_progress_points", "Points of the history curve so far";
-        );
-        s
+            at: Family::default(), "petrel_job_progress_at_seconds",
+                "Job time of the latest point of the history curve";
+            points: Family::default(), "petrel_job_progress_points",
+                "Points of the history curve so far";
+        )
     }
 
     /// The job on `node` measured `metric` = `value` at `elapsed` seconds into the run.

@@ -1,19 +1,10 @@
 //! What a process has allocated, counted at the allocator: [`CountingAllocator`] wraps the
 //! system allocator and keeps the bytes live and their peak.
 //!
-//! Why not the resident set alone: a node's peak RSS (`VmHWM`) includes the pages of the
-//! binary's code it touched, which the kernel maps in 64 KB blocks around every fault:
-//! about 20 MB for `petrel node`, whatever the data. The heap peak is the memory the node
-//! itself asked for (its data, model, buffers and runtime), which is what "within 2x of
-//! what it holds" is about. Allocator overhead and fragmentation are not in it; the RSS
-//! figures beside it bound those. Capacity reserved and never written is in it, though it
-//! costs no resident memory (an MF worker reserves each block's upper bound of ratings, so
-//! its heap peak is above its RSS); read the two figures together.
-//!
-//! Why not the `peak_alloc` crate: its `alloc_zeroed` writes every byte (a calloc of fresh
-//! pages becomes resident at once) and its `realloc` always copies (glibc grows a large
-//! block in place with `mremap`). This one forwards all four calls to the system allocator
-//! and only counts.
+//! The peak RSS includes the binary's code pages (about 20 MB for `petrel node`); the heap
+//! peak is what the node itself asked for (capacity reserved and never written included),
+//! so read the two together. Unlike the `peak_alloc` crate, it forwards all four calls
+//! unchanged (`alloc_zeroed` writes nothing, `realloc` may grow in place).
 //!
 //! A binary installs it with
 //! `#[global_allocator] static HEAP: CountingAllocator = CountingAllocator;`; in a process
@@ -32,8 +23,7 @@ pub struct CountingAllocator;
 
 fn grew(bytes: usize) {
     let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    // Most allocations do not raise the peak: a plain load keeps them off the
-    // read-modify-write that every thread would contend on.
+    // A plain load first: most allocations do not raise the peak.
     if live > PEAK.load(Ordering::Relaxed) {
         PEAK.fetch_max(live, Ordering::Relaxed);
     }
@@ -85,16 +75,14 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 }
 
-/// Marks the counting allocator as this process's global allocator: call once from `main`
-/// of a binary that installed it (nothing else can tell an uninstalled counter from an
-/// idle one).
+/// Marks the counting allocator as installed: call once from `main` of a binary that
+/// installed it.
 pub fn mark_installed() {
     INSTALLED.store(true, Ordering::Relaxed);
 }
 
-/// The bytes allocated now and the most allocated at once, read together; `None` unless
-/// the binary installed [`CountingAllocator`] and called [`mark_installed`]. An allocation
-/// raises the live count before the peak: between the two, the live count is the peak.
+/// The bytes allocated now and the most allocated at once; `None` unless the binary
+/// installed [`CountingAllocator`] and called [`mark_installed`].
 pub fn counts() -> Option<(usize, usize)> {
     INSTALLED.load(Ordering::Relaxed).then(|| {
         let live = LIVE.load(Ordering::Relaxed);
@@ -102,24 +90,14 @@ pub fn counts() -> Option<(usize, usize)> {
     })
 }
 
-/// The most bytes this process had allocated at once ([`counts`]).
-pub fn peak_bytes() -> Option<usize> {
-    counts().map(|(_, peak)| peak)
-}
-
-/// The bytes allocated now ([`counts`]).
-pub fn live_bytes() -> Option<usize> {
-    counts().map(|(live, _)| live)
-}
-
-/// [`peak_bytes`] in MB.
+/// The most MB this process had allocated at once ([`counts`]).
 pub fn peak_mb() -> Option<f64> {
-    peak_bytes().map(|b| b as f64 / 1e6)
+    counts().map(|(_, peak)| peak as f64 / 1e6)
 }
 
-/// [`live_bytes`] in MB.
+/// The MB allocated now ([`counts`]).
 pub fn live_mb() -> Option<f64> {
-    live_bytes().map(|b| b as f64 / 1e6)
+    counts().map(|(live, _)| live as f64 / 1e6)
 }
 
 #[cfg(test)]

@@ -1,12 +1,6 @@
 //! The one HTTP/1 server of this crate (`/metrics` and the dashboard): axum's router served
-//! by hyper on a thread and tokio runtime of its own, with every client held to bounds.
-//!
-//! A node's process, and `petrel run` around it, waits for this server when it stops, and
-//! the server shares the process's file descriptors with checkpoints and the transport.
-//! So no client may hold it: a request head must arrive within [`HEADER_READ_TIMEOUT`]
-//! (an idle keep-alive connection too), a connection lives at most [`CONNECTION_LIFETIME`],
-//! at most [`MAX_CONNECTIONS`] are open at once (a further one is closed as soon as it is
-//! accepted), and stopping waits at most [`SHUTDOWN_GRACE`] for requests in flight.
+//! by hyper on a thread and tokio runtime of its own. A stopping process waits for it and it
+//! shares the process's descriptors, so no client may hold it: see the bounds below.
 
 use crate::ObserveError;
 use axum::Router;
@@ -22,23 +16,19 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::JoinSet;
 
-/// Time a client has to send a request's head, counted from the connection's start or the
-/// end of its previous response (so it is also the keep-alive idle timeout).
+/// Time a client has to send a request's head (also the keep-alive idle timeout).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The longest a connection stays open, whatever it does (a client that never reads its
-/// response, or trickles a body).
+/// The longest a connection stays open, whatever it does.
 pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 
-/// Connections served at once; one more is accepted and closed at once, so the server holds
-/// at most this many descriptors for clients (plus the one being refused).
+/// Connections served at once; a further one is accepted and closed at once.
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// How long stopping waits for requests in flight before it drops every connection.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
-/// After a failed `accept` (out of descriptors, say), the loop pauses this long rather than
-/// spin.
+/// The pause after a failed `accept` (out of descriptors, say).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// A task the server's runtime runs beside it (the dashboard's scraper).
@@ -53,8 +43,7 @@ pub(crate) struct HttpThread {
 }
 
 impl HttpThread {
-    /// Binds `addr` now (so a taken port fails here, naming it) and serves `router`, also
-    /// running `task` on the server's runtime until it stops.
+    /// Binds `addr` now and serves `router`, running `task` beside it until it stops.
     pub(crate) fn start(
         addr: &str,
         name: &str,
@@ -114,9 +103,8 @@ impl Drop for HttpThread {
     }
 }
 
-/// Accepts and serves connections until `stop` fires (or its sender is dropped), then
-/// closes the listener, lets requests in flight finish for at most [`SHUTDOWN_GRACE`] and
-/// drops every connection left.
+/// Serves connections until `stop` fires (or its sender is dropped), then lets requests in
+/// flight finish for at most [`SHUTDOWN_GRACE`].
 async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,

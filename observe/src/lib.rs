@@ -1,23 +1,15 @@
 //! petrel's observability: what a running cluster shows while it runs.
 //!
-//! - [`metrics()`] is the process's one Prometheus registry (the `prometheus-client`
-//!   crate). Its families carry a `node` label, so an in-process cluster (several nodes in
-//!   one process) is exported without collisions. The systems record into it through small
-//!   hooks: [`Metrics::ps`], [`Metrics::strads`], [`Metrics::p3`], [`Metrics::job`].
-//! - State that already lives in counters of the net and node layers (bytes per peer and
-//!   priority, outbox and mailbox depths, shaper waits, refused connections, malformed
-//!   frames, failure-detector state) is not copied: a node registers a sampler with
-//!   [`register_node`] and the registry reads it at every scrape ([`NodeSample`]). Process
-//!   RSS and CPU come from `/proc` at scrape time too ([`process`]); a binary that installs
-//!   [`heap::CountingAllocator`] also knows its heap's peak.
-//! - [`MetricsServer`] serves the registry as OpenMetrics text at `GET /metrics` (axum on a
-//!   thread and tokio runtime of its own, so a busy actor thread does not stall scrapes);
-//!   [`http`] is that server, shared with the dashboard, and the bounds it holds clients to
-//!   (header-read timeout, connection limit, shutdown that does not wait for clients).
-//! - [`scrape`] fetches and parses that text; [`dashboard`] (the `dashboard` feature,
-//!   default on) turns scrapes of every node into the launcher's live web page and the
-//!   static report a finished run leaves behind. The HTTP stack (axum, hyper) stays without
-//!   it: `/metrics` needs it.
+//! - [`metrics()`] is the process's one Prometheus registry; every family has a `node`
+//!   label (several nodes may share a process). The systems record through
+//!   [`Metrics::ps`], [`Metrics::strads`], [`Metrics::p3`] and [`Metrics::job`].
+//! - Counters the net and node layers already keep are read at scrape time from the
+//!   sampler a node registers ([`register_node`], [`NodeSample`]); process RSS and CPU from
+//!   `/proc` ([`process`]), the heap from [`heap::CountingAllocator`] when installed.
+//! - [`MetricsServer`] serves OpenMetrics text at `GET /metrics` on a thread of its own
+//!   ([`http`], shared with the dashboard, bounds every client).
+//! - [`scrape`] fetches and parses that text; [`dashboard`] (feature `dashboard`) turns
+//!   scrapes of every node into the launcher's live page and a finished run's report.
 //!
 //! Series names are listed in the README ("Watching a run").
 

@@ -141,10 +141,8 @@ impl Collector for NodesCollector {
         };
         let samples: Vec<(String, NodeSample)> = list.into_iter().map(|(n, f)| (n, f())).collect();
         encode_info(&mut enc, &samples)?;
-        encode_links(&mut enc, &samples)?;
         encode_counters(&mut enc, &samples)?;
         encode_shaper(&mut enc, &samples)?;
-        encode_queues(&mut enc, &samples)?;
         encode_peers(&mut enc, &samples)
     }
 }
@@ -175,33 +173,24 @@ fn encode_info(
     )
 }
 
-/// The transport's traffic per peer and priority.
-fn encode_links(
+/// `[(name, help, field of $sample)]`: the `u64` series read from each sample.
+macro_rules! series {
+    ($sample:ty; $($name:literal, $help:literal, $field:ident;)+) => {
+        [$(($name, $help, (|s: &$sample| s.$field) as fn(&$sample) -> u64),)+]
+    };
+}
+
+/// The transport's traffic per peer and priority, then the per-node event counters
+/// (refused and failed frames, shaper waits).
+fn encode_counters(
     enc: &mut DescriptorEncoder,
     samples: &[(String, NodeSample)],
 ) -> Result<(), std::fmt::Error> {
-    type LinkField = fn(&LinkSample) -> u64;
-    let link_series: [(&str, &str, LinkField); 4] = [
-        (
-            "petrel_net_sent_bytes",
-            "Bytes sent, per peer and priority",
-            |l| l.sent_bytes,
-        ),
-        (
-            "petrel_net_sent_messages",
-            "Frames sent, per peer and priority",
-            |l| l.sent_messages,
-        ),
-        (
-            "petrel_net_received_bytes",
-            "Bytes received, per peer and priority",
-            |l| l.received_bytes,
-        ),
-        (
-            "petrel_net_received_messages",
-            "Frames received, per peer and priority",
-            |l| l.received_messages,
-        ),
+    let link_series = series![LinkSample;
+        "petrel_net_sent_bytes", "Bytes sent, per peer and priority", sent_bytes;
+        "petrel_net_sent_messages", "Frames sent, per peer and priority", sent_messages;
+        "petrel_net_received_bytes", "Bytes received, per peer and priority", received_bytes;
+        "petrel_net_received_messages", "Frames received, per peer and priority", received_messages;
     ];
     for (name, help, field) in link_series {
         let rows: Vec<(Labels, ConstCounter)> = samples
@@ -217,56 +206,20 @@ fn encode_links(
             .collect();
         encode_rows(enc, name, help, &rows)?;
     }
-    Ok(())
-}
-
-/// The per-node event counters: refused and failed frames, shaper waits.
-fn encode_counters(
-    enc: &mut DescriptorEncoder,
-    samples: &[(String, NodeSample)],
-) -> Result<(), std::fmt::Error> {
-    type NodeField = fn(&NodeSample) -> u64;
-    let counters: [(&str, &str, NodeField); 8] = [
-        (
-            "petrel_net_malformed_frames",
-            "Frames that did not decode (dropped)",
-            |s| s.malformed_frames,
-        ),
-        (
-            "petrel_net_oversize_frames",
-            "Frames refused for their size",
-            |s| s.oversize_frames,
-        ),
-        (
-            "petrel_net_truncated_streams",
-            "Streams that ended before their frame",
-            |s| s.truncated_streams,
-        ),
-        (
-            "petrel_net_refused_connections",
-            "Connections refused (authentication or handshake)",
-            |s| s.refused_connections,
-        ),
-        (
-            "petrel_net_send_failures",
-            "Frames that could not be delivered",
-            |s| s.send_failures,
-        ),
-        (
-            "petrel_net_impostor_frames",
+    let counters = series![NodeSample;
+        "petrel_net_malformed_frames", "Frames that did not decode (dropped)", malformed_frames;
+        "petrel_net_oversize_frames", "Frames refused for their size", oversize_frames;
+        "petrel_net_truncated_streams", "Streams that ended before their frame", truncated_streams;
+        "petrel_net_refused_connections", "Connections refused (authentication or handshake)",
+            refused_connections;
+        "petrel_net_send_failures", "Frames that could not be delivered", send_failures;
+        "petrel_net_impostor_frames",
             "Frames refused for claiming another node than their certificate names",
-            |s| s.impostor_frames,
-        ),
-        (
-            "petrel_shaper_egress_waits",
-            "Times the egress shaper made the socket wait for tokens",
-            |s| s.shaper_egress_waits,
-        ),
-        (
-            "petrel_shaper_ingress_waits",
-            "Times the ingress shaper paused reading for tokens",
-            |s| s.shaper_ingress_waits,
-        ),
+            impostor_frames;
+        "petrel_shaper_egress_waits", "Times the egress shaper made the socket wait for tokens",
+            shaper_egress_waits;
+        "petrel_shaper_ingress_waits", "Times the ingress shaper paused reading for tokens",
+            shaper_ingress_waits;
     ];
     for (name, help, field) in counters {
         per_node(enc, samples, name, help, |s| {
@@ -291,7 +244,8 @@ fn per_node<M: EncodeMetric>(
     encode_rows(enc, name, help, &rows)
 }
 
-/// The egress shaper: time waited, token balance and configured rate.
+/// The egress shaper (time waited, token balance, configured rate), then what waits: the
+/// outbox's bytes and each mailbox's depth.
 fn encode_shaper(
     enc: &mut DescriptorEncoder,
     samples: &[(String, NodeSample)],
@@ -316,14 +270,7 @@ fn encode_shaper(
         "petrel_shaper_egress_rate_bytes_per_second",
         "Configured egress rate (0: unshaped)",
         |s| Some(ConstGauge::new(s.shaper_egress_rate as i64)),
-    )
-}
-
-/// What waits: the outbox's bytes and each mailbox's depth.
-fn encode_queues(
-    enc: &mut DescriptorEncoder,
-    samples: &[(String, NodeSample)],
-) -> Result<(), std::fmt::Error> {
+    )?;
     per_node(
         enc,
         samples,

@@ -84,35 +84,30 @@ impl Collector for ProcessCollector {
         let Some(p) = read() else {
             return Ok(());
         };
-        let none: Vec<(&str, &str)> = Vec::new();
+        let none: [(&str, &str); 0] = [];
+        let (rss, cpu) = (
+            ConstGauge::new(p.rss_bytes as i64),
+            ConstCounter::new(p.cpu_s),
+        );
+        let help = "Resident memory of this process";
         encode_rows(
             &mut enc,
             "process_resident_memory_bytes",
-            "Resident memory of this process",
-            &[(none.clone(), ConstGauge::new(p.rss_bytes as i64))],
+            help,
+            &[(none, rss)],
         )?;
-        encode_rows(
-            &mut enc,
-            "process_cpu_seconds",
-            "User and system CPU time of this process",
-            &[(none.clone(), ConstCounter::new(p.cpu_s))],
-        )?;
+        let help = "User and system CPU time of this process";
+        encode_rows(&mut enc, "process_cpu_seconds", help, &[(none, cpu)])?;
         // Only in a binary that counts its heap (`heap::CountingAllocator`).
-        if let Some((live, peak)) = crate::heap::counts() {
-            encode_rows(
-                &mut enc,
-                "process_heap_bytes",
-                "Bytes this process has allocated now (the petrel binary's counting allocator)",
-                &[(none.clone(), ConstGauge::new(live as i64))],
-            )?;
-            encode_rows(
-                &mut enc,
-                "process_heap_peak_bytes",
-                "The most bytes this process had allocated at once",
-                &[(none, ConstGauge::new(peak as i64))],
-            )?;
-        }
-        Ok(())
+        let Some((live, peak)) = crate::heap::counts() else {
+            return Ok(());
+        };
+        let help = "Bytes this process has allocated now (the petrel binary's counting allocator)";
+        let live = [(none, ConstGauge::new(live as i64))];
+        encode_rows(&mut enc, "process_heap_bytes", help, &live)?;
+        let help = "The most bytes this process had allocated at once";
+        let peak = [(none, ConstGauge::new(peak as i64))];
+        encode_rows(&mut enc, "process_heap_peak_bytes", help, &peak)
     }
 }
 

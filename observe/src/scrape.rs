@@ -120,47 +120,36 @@ pub fn announce_targets(new: Vec<Target>) {
 
 /// `GET http://target/path` with a timeout; the body as text.
 pub async fn http_get(target: &str, path: &str, timeout: Duration) -> Result<String, ObserveError> {
-    let err = |source: Box<dyn std::error::Error + Send + Sync>| ObserveError::Scrape {
-        target: target.to_string(),
-        source,
-    };
+    type Failure = Box<dyn std::error::Error + Send + Sync>;
+    // `Ok(Err(status))`: the target answered, not with 200.
     let fetch = async {
-        let stream = tokio::net::TcpStream::connect(target)
-            .await
-            .map_err(|e| err(Box::new(e)))?;
+        let stream = tokio::net::TcpStream::connect(target).await?;
         let io = hyper_util::rt::TokioIo::new(stream);
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-            .await
-            .map_err(|e| err(Box::new(e)))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
         let req = hyper::Request::get(path)
             .header(hyper::header::HOST, target)
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| err(Box::new(e)))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| err(Box::new(e)))?;
+            .body(Empty::<Bytes>::new())?;
+        let resp = sender.send_request(req).await?;
         let status = resp.status().as_u16();
         if status != 200 {
-            return Err(ObserveError::Status {
-                target: target.to_string(),
-                status,
-            });
+            return Ok(Err(status));
         }
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| err(Box::new(e)))?
-            .to_bytes();
-        String::from_utf8(body.to_vec()).map_err(|e| err(Box::new(e)))
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok::<_, Failure>(Ok(String::from_utf8(body.to_vec())?))
     };
-    tokio::time::timeout(timeout, fetch)
-        .await
-        .map_err(|e| err(Box::new(e)))?
+    let target = target.to_string();
+    match tokio::time::timeout(timeout, fetch).await {
+        Ok(Ok(Ok(text))) => Ok(text),
+        Ok(Ok(Err(status))) => Err(ObserveError::Status { target, status }),
+        Ok(Err(source)) => Err(ObserveError::Scrape { target, source }),
+        Err(e) => Err(ObserveError::Scrape {
+            target,
+            source: Box::new(e),
+        }),
+    }
 }
 
 #[cfg(test)]

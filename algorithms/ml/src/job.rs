@@ -1,10 +1,6 @@
-//! What every training app shares: [`InvalidSetting`], the error of a value that cannot be
-//! right (it names the key, the value and what is allowed); [`SettingChecks`], the range,
-//! finiteness and relation checks an app's `validate` runs before any node starts;
-//! [`RunMetrics`], the one `metrics.json` format of every app (settings, final figures,
-//! `converged`, a `history` of records with the same fields; [`RunMetrics::history_csv`]);
-//! and [`write_atomic`], how every output file is written (a temporary name, then a rename,
-//! so a file under its final name is always complete).
+//! What every training app shares: [`InvalidSetting`] (names the key, the value and what is
+//! allowed), the [`SettingChecks`] an app's `validate` runs, [`RunMetrics`] (the one
+//! `metrics.json` and `history.csv`) and [`write_atomic`] (how every output is written).
 //!
 //! ```
 //! use petrel_ml::job::SettingChecks;
@@ -24,8 +20,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{key} = {value}: {reason}")]
 pub struct InvalidSetting {
-    /// The key as written in a job file (`learning_rate`, `synthetic.n_users`); the flag is
-    /// the same with dashes.
+    /// The key as written in a job file (`synthetic.n_users`).
     pub key: String,
     /// The value given.
     pub value: String,
@@ -45,7 +40,7 @@ impl InvalidSetting {
 }
 
 /// Collects the checks of one settings struct; [`SettingChecks::finish`] returns the first
-/// failure (the order of the checks is the order of the keys in the docs).
+/// failure.
 #[derive(Debug, Default)]
 pub struct SettingChecks {
     first: Option<InvalidSetting>,
@@ -80,45 +75,30 @@ impl SettingChecks {
     /// A finite number > 0.
     pub fn positive(&mut self, key: &str, value: impl Into<f64> + Copy + Display) {
         let v: f64 = value.into();
-        self.require(
-            v.is_finite() && v > 0.0,
-            key,
-            value,
-            "must be a finite number > 0",
-        );
+        let ok = v.is_finite() && v > 0.0;
+        self.require(ok, key, value, "must be a finite number > 0");
     }
 
     /// A finite number >= 0.
     pub fn non_negative(&mut self, key: &str, value: impl Into<f64> + Copy + Display) {
         let v: f64 = value.into();
-        self.require(
-            v.is_finite() && v >= 0.0,
-            key,
-            value,
-            "must be a finite number >= 0",
-        );
+        let ok = v.is_finite() && v >= 0.0;
+        self.require(ok, key, value, "must be a finite number >= 0");
     }
 
     /// A finite number in `[lo, hi]`.
     pub fn within(&mut self, key: &str, value: impl Into<f64> + Copy + Display, lo: f64, hi: f64) {
         let v: f64 = value.into();
         if !(v.is_finite() && (lo..=hi).contains(&v)) {
-            self.fail(InvalidSetting::new(
-                key,
-                value,
-                format!("must be a finite number in [{lo}, {hi}]"),
-            ));
+            let why = format!("must be a finite number in [{lo}, {hi}]");
+            self.fail(InvalidSetting::new(key, value, why));
         }
     }
 
     /// A fraction in `[0, 1)` (a held-out share that leaves training data).
     pub fn fraction(&mut self, key: &str, value: f64) {
-        self.require(
-            value.is_finite() && (0.0..1.0).contains(&value),
-            key,
-            value,
-            "must be a fraction in [0, 1)",
-        );
+        let ok = value.is_finite() && (0.0..1.0).contains(&value);
+        self.require(ok, key, value, "must be a fraction in [0, 1)");
     }
 
     /// An integer >= `min`.
@@ -137,26 +117,19 @@ impl SettingChecks {
         why: &str,
     ) {
         if value > max {
-            self.fail(InvalidSetting::new(
-                key,
-                value,
-                format!("must be <= {max} ({why})"),
-            ));
+            let why = format!("must be <= {max} ({why})");
+            self.fail(InvalidSetting::new(key, value, why));
         }
     }
 
     /// The first failure, if any.
     pub fn finish(self) -> Result<(), InvalidSetting> {
-        match self.first {
-            None => Ok(()),
-            Some(e) => Err(e),
-        }
+        self.first.map_or(Ok(()), Err)
     }
 }
 
 /// Writes `bytes` to `path` under a temporary name in the same directory (created), syncs
-/// it and renames it into place: a reader, or a full disk, never leaves a truncated file
-/// under the final name (the temporary file is removed on failure).
+/// it and renames it into place, so the final name never holds a truncated file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -180,9 +153,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     written
 }
 
-/// One record of a run's history: the step (round, clock, pass), the seconds since the
-/// start, and named figures (`objective`, `train_rmse`, `test_rmse`, ...). Every record of a
-/// run has the same names.
+/// One record of a run's history: the step, the seconds since the start, and named figures
+/// (the same names in every record of a run).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HistoryRecord {
     /// Round, clock or pass (0: before the first update).
@@ -226,8 +198,7 @@ pub struct RunMetrics {
     pub seconds: f64,
     /// The records, in step order.
     pub history: Vec<HistoryRecord>,
-    /// The app's own figures (staleness statistics, per-worker throughput, its traces),
-    /// side by side with the common ones.
+    /// The app's own figures, beside the common ones.
     #[serde(flatten)]
     pub details: serde_json::Map<String, serde_json::Value>,
 }
@@ -255,8 +226,7 @@ pub enum FinishError {
 }
 
 impl RunMetrics {
-    /// Metrics of `app` run with `settings`, its own figures `details` (a struct whose
-    /// fields sit beside the common ones), no history yet.
+    /// Metrics of `app` run with `settings` and its own figures `details`, no history yet.
     pub fn new(
         app: &str,
         settings: &impl serde::Serialize,
@@ -296,9 +266,8 @@ impl RunMetrics {
         }
     }
 
-    /// Writes a run's outputs into `dir` in the order that makes `metrics.json` the mark of
-    /// a finished run: nothing when a figure is not finite ([`Diverged`], with `advice`);
-    /// else `files` (the model), then `history.csv`, then `metrics.json`, each atomically.
+    /// Writes `files`, `history.csv` and last `metrics.json` (the mark of a finished run) into
+    /// `dir`, each atomically; nothing when a figure is not finite ([`Diverged`]).
     pub fn finish_run(
         &self,
         dir: &Path,
@@ -322,8 +291,7 @@ impl RunMetrics {
         Ok(())
     }
 
-    /// The first non-finite figure of the history or the final figures, as a
-    /// [`Diverged`] with `advice`.
+    /// The first non-finite figure of the history or the finals, as a [`Diverged`].
     pub fn check_finite(&self, advice: &str) -> Result<(), Diverged> {
         let last_step = self.history.last().map(|r| r.step).unwrap_or(0);
         let finals = self.final_figures.iter().map(|(k, v)| (last_step, k, *v));

@@ -1,23 +1,11 @@
 // Over 600 lines: one file format holds every model kind, each with its eval and predict.
-//! Saved models: the one versioned file every training app writes beside its own outputs
-//! ([`MODEL_FILE`]), and what `petrel eval` and `petrel predict` do with it.
+//! Saved models: the one versioned JSON file every training app writes ([`MODEL_FILE`]),
+//! and what `petrel eval` and `petrel predict` do with it.
 //!
-//! The file is JSON: `format` ([`MODEL_FORMAT`]), `version` ([`MODEL_VERSION`]), `app`
-//! (the `petrel train` subcommand that wrote it), `settings` (the job it was trained
-//! with, every hyperparameter) and `params`, one of four kinds:
-//! - [`LinearModel`] (lasso, logistic): an intercept and one coefficient per feature,
-//!   feature `j` being LIBSVM index `j + 1`;
-//! - [`SoftmaxModel`] (ps-lr): one weight row per feature plus a bias row, one column per
-//!   class, and the original label of each class;
-//! - [`FactorModel`] (strads-mf, ps-mf): `rating = global_mean + b_user + b_item + p_user .
-//!   q_item`, with the user and item ids as they were in the training file;
-//! - [`TopicModel`] (lda, ps-lda): the topic-word distributions, `alpha`, `beta` and the
-//!   vocabulary;
-//! - [`NetworkModel`] (p3): a named deep network of `petrel_p3::models::nets` and every
-//!   tensor's values (evaluated and applied by `petrel_p3`, which owns the networks).
-//!
-//! Evaluation and prediction are plain functions here (no I/O beyond reading the model
-//! and data files); the CLI only loads files and prints.
+//! The file holds `format` ([`MODEL_FORMAT`]), `version` ([`MODEL_VERSION`]), `app`, the
+//! `settings` it was trained with and `params`: a [`LinearModel`] (lasso, logistic), a
+//! [`SoftmaxModel`] (ps-lr), a [`FactorModel`] (strads-mf, ps-mf), a [`TopicModel`] (lda,
+//! ps-lda) or a [`NetworkModel`] (p3, evaluated by `petrel_p3`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -42,8 +30,7 @@ pub struct SavedModel {
     pub format: String,
     /// [`MODEL_VERSION`] when written by this code.
     pub version: u32,
-    /// The app that trained it (`lasso`, `logistic`, `strads-mf`, `lda`, `ps-mf`,
-    /// `ps-lr`, `ps-lda`).
+    /// The app that trained it (`lasso`, `ps-mf`, ...).
     pub app: String,
     /// The settings it was trained with (`[app.<section>]`).
     pub settings: serde_json::Value,
@@ -97,8 +84,7 @@ pub enum LinearTask {
 pub struct LinearModel {
     /// Regression or classification.
     pub task: LinearTask,
-    /// The L1 weight of the training objective (`1/2 ||y - Xw||^2 + lambda ||w||_1` for
-    /// Lasso; `sum of log-losses + lambda ||w||_1` for logistic regression).
+    /// The L1 weight of the training objective.
     pub lambda: f64,
     /// The unpenalised constant term.
     pub intercept: f64,
@@ -143,8 +129,7 @@ pub struct TopicModel {
     pub alpha: f64,
     /// Topic-word Dirichlet prior (already in `topic_word`).
     pub beta: f64,
-    /// `topic_word[k][w]`: probability of word `w` in topic `k`, from the trained
-    /// word-topic counts smoothed by `beta`.
+    /// `topic_word[k][w]`: probability of word `w` in topic `k`.
     pub topic_word: Vec<Vec<f64>>,
     /// The words, when the model was trained with a vocabulary file.
     pub vocab: Option<Vec<String>>,
@@ -240,17 +225,26 @@ pub enum ModelDataError {
     },
 }
 
-/// The largest magnitude a saved real parameter may have: beyond it a model diverged or
-/// was damaged (its scores overflow or drown every other term).
+impl ModelDataError {
+    fn mismatch(path: &Path, reason: impl Into<String>) -> Self {
+        let (path, reason) = (path.to_path_buf(), reason.into());
+        ModelDataError::Mismatch { path, reason }
+    }
+
+    fn empty(path: &Path, reason: impl Into<String>) -> Self {
+        let (path, reason) = (path.to_path_buf(), reason.into());
+        ModelDataError::Empty { path, reason }
+    }
+}
+
+/// The largest magnitude a saved real parameter may have (beyond it a model diverged).
 pub const MAX_PARAMETER: f64 = 1e12;
 
 /// How far a topic's word distribution may sum from 1 (rounding of `K x V` divisions).
 const SUM_TOLERANCE: f64 = 1e-6;
 
-/// What a data file held that the model never saw. Eval and predict ignore it the same
-/// way in every app (a feature beyond the model counts as 0, an unknown word is dropped, an
-/// unknown user or item contributes no factors and no bias) and say so in one line
-/// ([`Unseen::note`]).
+/// What a data file held that the model never saw, which eval and predict ignore (a feature
+/// counts as 0, a word is dropped, a user or item adds nothing) and note ([`Unseen::note`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Unseen {
     /// What was ignored (`feature values`, `tokens`, `pairs`).
@@ -314,8 +308,7 @@ fn prior(field: &str, value: f64) -> Result<(), String> {
     ))
 }
 
-/// The header fields, read first so that a model of another version or app is refused
-/// by name rather than by a decoder error deep in its parameters.
+/// The header fields, read first: another version or app is refused by name.
 #[derive(Deserialize)]
 struct Header {
     format: String,
@@ -340,8 +333,8 @@ impl SavedModel {
         serde_json::to_vec(self)
     }
 
-    /// Reads `path` (a model file, or an output directory holding [`MODEL_FILE`]) and
-    /// checks it was written by this version for `app`.
+    /// Reads `path` (a model file, or a directory holding [`MODEL_FILE`]) written by this
+    /// version for `app`.
     pub fn load(path: &Path, app: &str) -> Result<SavedModel, ModelFileError> {
         let path = if path.is_dir() {
             path.join(MODEL_FILE)
@@ -400,9 +393,8 @@ impl SavedModel {
         Ok(model)
     }
 
-    /// The parameters' shapes agree and every parameter keeps its kind's invariants
-    /// (finite values of sane magnitude, priors > 0, distributions that sum to 1); the
-    /// reason names the field.
+    /// The parameters' shapes agree and keep their kind's invariants; the reason names the
+    /// field.
     fn check(&self) -> Result<(), String> {
         match &self.params {
             ModelParams::Linear(m) => {
@@ -482,8 +474,7 @@ impl SavedModel {
                 }
                 Ok(())
             }
-            // The network's tensors are checked against its layout by petrel_p3, which
-            // knows the networks.
+            // Its tensors are checked against its layout by petrel_p3.
             ModelParams::Network(m) => {
                 if m.net.is_empty() || m.tensors.is_empty() || m.classes < 2 {
                     return Err("a network needs a name, tensors and >= 2 classes".into());
@@ -498,10 +489,9 @@ impl SavedModel {
 pub type Figures = Vec<(&'static str, f64)>;
 
 impl SavedModel {
-    /// Held-out figures on `path`, a file in the app's training format (LIBSVM, ratings or
-    /// docword), and what the file held that the model never saw (ignored, see
-    /// [`Unseen`]); LDA's fold-in runs `iterations` sweeps seeded by `seed`. An empty
-    /// file (no rows, ratings or scorable documents) is refused.
+    /// Held-out figures on `path` (in the app's training format) and what it held that the
+    /// model never saw; LDA's fold-in runs `iterations` sweeps seeded by `seed`. An empty
+    /// file is refused.
     pub fn evaluate_file(
         &self,
         path: &Path,
@@ -532,30 +522,20 @@ impl SavedModel {
                 let (corpus, unseen) = m.known_words(load_bow(path, None)?);
                 require_some(corpus.docs.len(), "documents", path)?;
                 if !corpus.docs.iter().any(|d| d.len() >= 2) {
-                    return Err(ModelDataError::Empty {
-                        path: path.to_path_buf(),
-                        reason: "no document has 2 or more words the model knows: \
-                                 nothing to score"
-                            .into(),
-                    }
-                    .into());
+                    let why = "no document has 2 or more words the model knows: nothing to score";
+                    return Err(ModelDataError::empty(path, why).into());
                 }
                 (m.evaluate(&corpus, iterations, seed), unseen)
             }
-            // A network is evaluated by petrel_p3, which owns the networks.
             ModelParams::Network(_) => {
-                return Err(ModelDataError::Mismatch {
-                    path: path.to_path_buf(),
-                    reason: "a P3 network model: use `petrel eval p3`".into(),
-                }
-                .into());
+                let why = "a P3 network model: use `petrel eval p3`";
+                return Err(ModelDataError::mismatch(path, why).into());
             }
         })
     }
 
-    /// With a held-out file, adds the model's figures on it to `metrics`' final figures
-    /// as `heldout_<figure>` (a figure that is not a number, such as R^2 of constant
-    /// labels, is left out).
+    /// With a held-out file, adds the model's figures on it to `metrics`' final figures as
+    /// `heldout_<figure>` (leaving out what is not a number).
     pub fn add_heldout(
         &self,
         metrics: &mut crate::job::RunMetrics,
@@ -565,8 +545,7 @@ impl SavedModel {
         self.add_heldout_with(metrics, test_data, HELDOUT_FOLD_IN_SWEEPS, seed)
     }
 
-    /// [`SavedModel::add_heldout`] with `sweeps` fold-in sweeps for a topic model (the
-    /// LDA app's `heldout_sweeps`, so that its history and final figures agree).
+    /// [`SavedModel::add_heldout`] with `sweeps` fold-in sweeps for a topic model.
     pub fn add_heldout_with(
         &self,
         metrics: &mut crate::job::RunMetrics,
@@ -588,20 +567,16 @@ impl SavedModel {
     }
 }
 
-/// Refuses a data file with no `what` (rows, ratings, documents): an empty test set has
-/// no figures and nothing to predict.
+/// Refuses a data file with no `what` (rows, ratings, documents).
 pub fn require_some(n: usize, what: &str, path: &Path) -> Result<(), ModelDataError> {
     if n > 0 {
         return Ok(());
     }
-    Err(ModelDataError::Empty {
-        path: path.to_path_buf(),
-        reason: format!("the file holds no {what}: nothing to evaluate or predict"),
-    })
+    let why = format!("the file holds no {what}: nothing to evaluate or predict");
+    Err(ModelDataError::empty(path, why))
 }
 
-/// The feature values of `data` beyond a model of `n_features` features (LIBSVM index
-/// `> n_features`), which count as 0.
+/// The feature values of `data` beyond a model of `n_features` features (counted as 0).
 pub fn unseen_features(data: &SparseDataset, n_features: usize) -> Unseen {
     let mut u = Unseen::default();
     for row in &data.rows {
@@ -621,8 +596,7 @@ pub fn unseen_features(data: &SparseDataset, n_features: usize) -> Unseen {
     u
 }
 
-/// Fold-in sweeps of the held-out evaluation at the end of an LDA run (`petrel eval`'s
-/// default too).
+/// Fold-in sweeps of the held-out evaluation of an LDA run and of `petrel eval`.
 pub const HELDOUT_FOLD_IN_SWEEPS: usize = 50;
 
 impl LinearModel {
@@ -648,10 +622,9 @@ impl LinearModel {
         }
     }
 
-    /// Held-out figures on `data`: for regression `mse`, `rmse`, `r2` and `objective`
-    /// (`1/2 ||y - Xw - b||^2 + lambda ||w||_1` on these rows, the training objective's
-    /// scaling); for classification `accuracy`, `log_loss` (mean) and `objective`
-    /// (summed log-loss + lambda ||w||_1). Labels > 0 are the positive class.
+    /// Held-out figures on `data`: `mse`, `rmse`, `r2` and the training `objective` for
+    /// regression; `accuracy`, `log_loss` (mean) and `objective` for classification (labels
+    /// > 0 positive).
     pub fn evaluate(&self, data: &SparseDataset) -> Figures {
         let l1 = self
             .coefficients
@@ -662,10 +635,8 @@ impl LinearModel {
     }
 }
 
-/// The held-out figures of [`LinearModel::evaluate`] for a model given by its L1 norm
-/// `l1` and its scores `score(x) = intercept + x . w`: what a trainer evaluates during
-/// the run (on coefficients it holds in another form) with the same formulas as the
-/// final evaluation.
+/// The figures of [`LinearModel::evaluate`] for a model given by its L1 norm `l1` and its
+/// scores `score(x) = intercept + x . w` (a trainer's coefficients in another form).
 pub fn linear_figures(
     task: LinearTask,
     lambda: f64,
@@ -716,15 +687,20 @@ pub fn linear_figures(
     }
 }
 
-/// Held-out figures named as in the final figures (`heldout_<figure>`), leaving out what
-/// is not a number (R^2 of constant labels) and `skip` (figures that are not a curve,
-/// such as the row count).
+/// Held-out figures named `heldout_<figure>`, leaving out what is not a number and `skip`.
 pub fn heldout_names(figures: Figures, skip: &[&str]) -> Vec<(String, f64)> {
     figures
         .into_iter()
         .filter(|(k, v)| v.is_finite() && !skip.contains(k))
         .map(|(k, v)| (format!("heldout_{k}"), v))
         .collect()
+}
+
+/// The index of the largest of `p` (the last of equals; 0 for none).
+fn argmax(p: &[f64]) -> usize {
+    (0..p.len())
+        .max_by(|&a, &b| p[a].total_cmp(&p[b]))
+        .unwrap_or(0)
 }
 
 fn sigmoid(z: f64) -> f64 {
@@ -758,10 +734,7 @@ impl SoftmaxModel {
     /// The most probable class's original label and the probabilities.
     pub fn predict(&self, x: &SparseRow) -> (f32, Vec<f64>) {
         let p = self.probabilities(x);
-        let best = (0..p.len())
-            .max_by(|&a, &b| p[a].total_cmp(&p[b]))
-            .unwrap_or(0);
-        (self.class_labels[best], p)
+        (self.class_labels[argmax(&p)], p)
     }
 
     /// `accuracy` and `log_loss` (mean) on `data`; a label the model never saw is an error.
@@ -773,19 +746,16 @@ impl SoftmaxModel {
                 .class_labels
                 .iter()
                 .position(|l| l == y)
-                .ok_or_else(|| ModelDataError::Mismatch {
-                    path: path.to_path_buf(),
-                    reason: format!(
-                        "row {}: label {y} is not one of the model's classes {:?}",
-                        row + 1,
-                        self.class_labels
-                    ),
+                .ok_or_else(|| {
+                    let classes = &self.class_labels;
+                    let why = format!(
+                        "row {}: label {y} is not one of the model's classes {classes:?}",
+                        row + 1
+                    );
+                    ModelDataError::mismatch(path, why)
                 })?;
             let p = self.probabilities(x);
-            let best = (0..p.len())
-                .max_by(|&a, &b| p[a].total_cmp(&p[b]))
-                .unwrap_or(0);
-            correct += usize::from(best == class);
+            correct += usize::from(argmax(&p) == class);
             loss -= p[class].max(1e-12).ln();
         }
         Ok(vec![
@@ -814,8 +784,7 @@ impl FactorModel {
         }
     }
 
-    /// The predicted rating of dense user `u` and item `i` (`None`: unknown, which
-    /// contributes no factors and no bias).
+    /// The predicted rating of dense user `u` and item `i` (`None`: unknown, adds nothing).
     pub fn predict_indexed(&self, u: Option<usize>, i: Option<usize>) -> f64 {
         let bias = |b: &[f32], x: Option<usize>| x.and_then(|x| b.get(x)).map_or(0.0, |&v| v);
         let dot = match (u, i) {
@@ -840,8 +809,8 @@ impl FactorModel {
         )
     }
 
-    /// Held-out figures: `rmse`, `mae`, `baseline_rmse` (predicting the mean of these
-    /// ratings: what a model must beat), and how many pairs had an unknown user or item.
+    /// Held-out `rmse`, `mae`, `baseline_rmse` (predicting these ratings' mean) and how many
+    /// pairs had an unknown user or item.
     pub fn evaluate(
         &self,
         ratings: &[LabelledRating],
@@ -851,12 +820,12 @@ impl FactorModel {
         let (mut sse, mut sae, mut unknown) = (0.0f64, 0.0f64, 0usize);
         let mut truth = Vec::with_capacity(ratings.len());
         for (line, (user, item, rating)) in ratings.iter().enumerate() {
-            let r = rating.ok_or_else(|| ModelDataError::Mismatch {
-                path: path.to_path_buf(),
-                reason: format!(
+            let r = rating.ok_or_else(|| {
+                let why = format!(
                     "pair {} ({user}, {item}) has no rating to evaluate",
                     line + 1
-                ),
+                );
+                ModelDataError::mismatch(path, why)
             })?;
             let (u, i) = (index.users.get(user), index.items.get(item));
             unknown += usize::from(u.is_none() || i.is_none());
@@ -877,8 +846,7 @@ impl FactorModel {
         ])
     }
 
-    /// The pairs of `pairs` whose user or item the model never saw (predicted without its
-    /// factors and bias).
+    /// The pairs whose user or item the model never saw.
     pub fn unseen(&self, pairs: &[LabelledRating]) -> Unseen {
         let index = self.index();
         let n = pairs
@@ -896,8 +864,7 @@ impl FactorModel {
         }
     }
 
-    /// The `top` items with the highest predicted rating for `user`, best first, leaving
-    /// out `exclude` (items the user already rated).
+    /// The `top` items with the highest predicted rating for `user`, best first, but `exclude`.
     pub fn recommend(
         &self,
         user: &str,
@@ -963,8 +930,7 @@ impl TopicModel {
         self.topic_word.first().map_or(0, Vec::len)
     }
 
-    /// `corpus` without the tokens of words beyond the model's vocabulary (dropped), and
-    /// how many there were.
+    /// `corpus` without the tokens of words beyond the model's vocabulary, and their count.
     pub fn known_words(&self, mut corpus: Corpus) -> (Corpus, Unseen) {
         let v = self.vocab_size();
         let mut u = Unseen::default();
@@ -982,10 +948,8 @@ impl TopicModel {
         (corpus, u)
     }
 
-    /// The topic mixture of a new document by fold-in Gibbs sampling: the topic of each
-    /// token is resampled `iterations` times with `p(k) ∝ (n_dk + alpha) phi_k,w`, the
-    /// model's topic-word distributions held fixed; the mixture
-    /// `(n_dk + alpha) / (n_d + K alpha)` is averaged over the second half of the sweeps.
+    /// The topic mixture of a new document by fold-in Gibbs sampling (`p(k) ∝ (n_dk + alpha)
+    /// phi_k,w`, phi fixed), averaged over the second half of `iterations` sweeps.
     pub fn fold_in(&self, doc: &[u32], iterations: usize, rng: &mut StdRng) -> Vec<f64> {
         let k = self.n_topics();
         let mut counts = vec![0usize; k];
@@ -1030,10 +994,8 @@ impl TopicModel {
         mixture.iter().map(|m| m / samples).collect()
     }
 
-    /// Held-out perplexity by document completion: each document's even-numbered tokens
-    /// estimate its mixture by [`TopicModel::fold_in`], its odd-numbered tokens are
-    /// scored by `log sum_k theta_k phi_k,w`; `perplexity = exp(-sum / scored tokens)`.
-    /// Also `uniform_perplexity` (the vocabulary size: a model that knows nothing).
+    /// Held-out perplexity by document completion: even tokens fold in the mixture, odd
+    /// tokens are scored; also `uniform_perplexity` (the vocabulary size).
     pub fn evaluate(&self, corpus: &Corpus, iterations: usize, seed: u64) -> Figures {
         let mut rng = StdRng::seed_from_u64(seed);
         let (mut loglik, mut scored) = (0.0f64, 0usize);

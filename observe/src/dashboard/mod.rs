@@ -1,11 +1,9 @@
 //! The launcher's live dashboard and the static report a finished run leaves.
 //!
-//! A [`Dashboard`] scrapes, once a second, this process's own registry (the nodes of an
-//! in-process run) and every node a launcher in this process announced with
-//! [`announce_targets`](crate::scrape::announce_targets) (the children of `petrel run`),
-//! feeds the scrapes to a [`DashboardModel`], and serves one page: `GET /` (HTML, JS and CSS compiled into the
-//! binary, no CDN) and `GET /api/state` (the model as JSON), which the page polls every
-//! second. [`Dashboard::finish`] writes the same page with the data inlined.
+//! A [`Dashboard`] scrapes this process's registry and every node announced with
+//! [`announce_targets`](crate::scrape::announce_targets) once a second into a
+//! [`DashboardModel`], and serves `GET /` (the page, compiled in) and `GET /api/state` (the
+//! model as JSON). [`Dashboard::finish`] writes the page with the data inlined.
 
 mod model;
 
@@ -44,8 +42,7 @@ pub fn render_page(data: Option<&DashboardState>) -> Result<String, ObserveError
         .replace("/*DATA*/null", &data))
 }
 
-/// A running dashboard: scrapes every second and serves the page (held to the bounds of
-/// [`crate::http`]). Stops when dropped.
+/// A running dashboard: scrapes every second and serves the page; stops when dropped.
 pub struct Dashboard {
     model: Arc<Mutex<DashboardModel>>,
     http: HttpThread,
@@ -164,8 +161,7 @@ async fn scrape_loop(model: Arc<Mutex<DashboardModel>>) {
             for target in &remote {
                 m.expect_node(&target.node, &target.roles, &target.addr);
             }
-            // This process's own nodes (in-process runs); its process series are the
-            // launcher's, so they are attributed to no node.
+            // This process's own nodes; its process series are the launcher's, no node's.
             m.ingest(t, None, &local);
         }
         let scrapes = futures_join(remote.into_iter().map(|target| async move {

@@ -129,12 +129,29 @@ pub struct DashboardModel {
     points_seen: BTreeMap<String, f64>,
 }
 
+type Sums = BTreeMap<String, [f64; 2]>;
+
 fn sum(series: &[Series], name: &str, node: &str) -> f64 {
     series
         .iter()
         .filter(|s| s.name == name && s.label("node") == Some(node))
         .map(|s| s.value)
         .sum()
+}
+
+/// Per value of `label` (`?`: none), the sums of `name`'s series of `node` in each scrape.
+fn by_label(scrapes: [&[Series]; 2], name: &str, node: &str, label: &str) -> Sums {
+    let mut out = Sums::new();
+    for (k, series) in scrapes.into_iter().enumerate() {
+        for x in series
+            .iter()
+            .filter(|x| x.name == name && x.label("node") == Some(node))
+        {
+            let key = x.label(label).unwrap_or("?").to_string();
+            out.entry(key).or_default()[k] += x.value;
+        }
+    }
+    out
 }
 
 fn push_capped<T>(v: &mut Vec<T>, item: T) {
@@ -223,13 +240,15 @@ impl DashboardModel {
         let prev = self.previous.remove(node).unwrap_or_default();
         let dt = t - prev.t;
         let had_prev = !prev.series.is_empty() && dt > 0.0;
-        let rate = |name: &str| {
+        let per_s = |now: f64, then: f64| {
             if had_prev {
-                ((sum(s, name, node) - sum(&prev.series, name, node)) / dt).max(0.0)
+                ((now - then) / dt).max(0.0)
             } else {
                 0.0
             }
         };
+        let delta = |name: &str| sum(s, name, node) - sum(&prev.series, name, node);
+        let rate = |name: &str| per_s(delta(name), 0.0);
         let view = self.state.nodes.entry(node.to_string()).or_default();
         view.roles = roles.to_vec();
         view.state = "up".into();
@@ -253,26 +272,13 @@ impl DashboardModel {
             }
         }
         // Links: bytes this node sent to each peer, summed over priorities.
-        let mut per_peer: BTreeMap<String, [f64; 2]> = BTreeMap::new();
-        for (k, series) in [s, &prev.series[..]].into_iter().enumerate() {
-            let sent = |x: &&Series| {
-                x.name == "petrel_net_sent_bytes_total" && x.label("node") == Some(node)
-            };
-            for x in series.iter().filter(sent) {
-                let peer = x.label("peer").unwrap_or("?").to_string();
-                per_peer.entry(peer).or_default()[k] += x.value;
-            }
-        }
+        let sent = "petrel_net_sent_bytes_total";
         self.state.links.retain(|l| l.from != node);
-        for (peer, [now, then]) in per_peer {
+        for (peer, [now, then]) in by_label([s, &prev.series], sent, node, "peer") {
             self.state.links.push(LinkView {
                 from: node.to_string(),
                 to: peer,
-                bps: if had_prev {
-                    ((now - then) / dt).max(0.0)
-                } else {
-                    0.0
-                },
+                bps: per_s(now, then),
                 total_bytes: now,
             });
         }
@@ -280,7 +286,6 @@ impl DashboardModel {
             .links
             .sort_by(|a, b| (&a.from, &a.to).cmp(&(&b.from, &b.to)));
         if had_prev {
-            let delta = |name: &str| sum(s, name, node) - sum(&prev.series, name, node);
             let rounds = delta("petrel_strads_rounds_total");
             if rounds > 0.0 {
                 let latency = delta("petrel_strads_round_seconds_sum");
@@ -298,13 +303,10 @@ impl DashboardModel {
                 );
             }
             let mut layers: BTreeMap<u32, f64> = BTreeMap::new();
-            for (series, sign) in [(s, 1.0), (&prev.series[..], -1.0)] {
-                for x in series.iter().filter(|x| {
-                    x.name == "petrel_p3_slice_bytes_sent_total" && x.label("node") == Some(node)
-                }) {
-                    if let Some(layer) = x.label("layer").and_then(|l| l.parse().ok()) {
-                        *layers.entry(layer).or_default() += sign * x.value;
-                    }
+            let sent = "petrel_p3_slice_bytes_sent_total";
+            for (layer, [now, then]) in by_label([s, &prev.series], sent, node, "layer") {
+                if let Ok(layer) = layer.parse() {
+                    *layers.entry(layer).or_default() += now - then;
                 }
             }
             layers.retain(|_, b| *b > 0.0);

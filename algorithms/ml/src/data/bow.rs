@@ -10,13 +10,12 @@ use serde::{Deserialize, Serialize};
 use super::cache::{self, Cached, Decoder, Encoder};
 use super::limits::SizeRule;
 use super::text::{
-    Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, Start, each_line, parse_chunks,
+    Blocks, Chunk, ChunkParser, ReaderBlocks, Start, each_line, parse_chunks, parse_lines,
     parse_uint, three_words, trim,
 };
 use super::{DataError, DataLimits, ReadDigest, open_buffered};
 
-/// A tokenised corpus: each document is its list of 0-based word ids, with every
-/// `(doc, word, count)` entry expanded into `count` tokens (what a Gibbs sampler iterates).
+/// A tokenised corpus: each document its 0-based word ids, one per token.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Corpus {
     /// Number of documents.
@@ -47,8 +46,7 @@ impl Corpus {
     }
 }
 
-/// What the partitions of a corpus need without its tokens: every document's length and
-/// every word's frequency (one streaming pass over the source).
+/// A corpus's document lengths and word frequencies, without its tokens.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CorpusStats {
     /// Number of documents.
@@ -62,8 +60,7 @@ pub struct CorpusStats {
 }
 
 impl CorpusStats {
-    /// The statistics digested ([`ReadDigest::value`]): what nodes that each read the same
-    /// corpus (whole or a share) all have in common, to compare before they work on it.
+    /// The statistics digested ([`ReadDigest::value`]), for nodes to compare.
     pub fn digest(&self) -> u64 {
         let mut d = ReadDigest::default();
         d.add(self.n_docs as u64);
@@ -88,8 +85,7 @@ impl CorpusStats {
         self.doc_lengths.iter().sum()
     }
 
-    /// Counts `count` occurrences of `word` in document `doc` (grown as entries name them,
-    /// so a header alone allocates nothing).
+    /// Counts `count` occurrences of `word` in document `doc` (grown as entries name them).
     fn add(&mut self, doc: usize, word: usize, count: usize) {
         if self.doc_lengths.len() <= doc {
             self.doc_lengths.resize(doc + 1, 0);
@@ -110,8 +106,7 @@ pub fn load_bow(
     Ok(load_bow_digested(docword_path, vocab_path)?.0)
 }
 
-/// [`load_bow`] and the digest of every value of the docword file, in the same single
-/// read ([`parse_docword_part`]'s, which a share load compares against).
+/// [`load_bow`] and the digest of every value of the docword file ([`parse_docword_part`]'s).
 pub fn load_bow_digested(
     docword_path: impl AsRef<Path>,
     vocab_path: Option<&Path>,
@@ -140,8 +135,7 @@ pub fn load_bow_digested(
     Ok((corpus, read))
 }
 
-/// A docword file as parsed: its header and its entries, what the loaders of one file
-/// share in a process and keep in the binary cache.
+/// A docword file as parsed (shared in a process and kept in the binary cache).
 #[derive(Debug, Clone, Default, PartialEq)]
 struct DocwordFile {
     /// D, W and NNZ.
@@ -159,7 +153,6 @@ pub(crate) struct Entries {
 
 impl Cached for DocwordFile {
     const KIND: u32 = 3;
-    /// Whether it passes the limits and the size rule in force.
     fn fits(&self, limits: &DataLimits, size: &SizeRule, name: &Path) -> bool {
         let [d, w, _] = self.header.map(|v| v as u64);
         let tokens: u64 = self.entries.counts.iter().map(|&c| u64::from(c)).sum();
@@ -200,8 +193,7 @@ impl Cached for DocwordFile {
     }
 }
 
-/// The entries of the docword file `path` as the process shares them (see
-/// [`super::cache`]).
+/// The entries of the docword file `path` as the process shares them.
 fn load_entries_shared(path: &Path) -> Result<Arc<DocwordFile>, DataError> {
     cache::load_file(path, "docword", false, |source, limits, size| {
         collect_entries(source, path, limits, size)
@@ -224,8 +216,8 @@ fn collect_entries(
     Ok(DocwordFile { header, entries })
 }
 
-/// Parses vocabulary text: one word per line, surrounding whitespace trimmed. Blank lines
-/// are rejected because they would shift every following word id.
+/// Parses vocabulary text: one word per line, trimmed; a blank line (which would shift
+/// every following id) is an error.
 pub fn parse_vocab(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
@@ -244,8 +236,7 @@ pub fn parse_vocab(
     Ok(words)
 }
 
-/// Largest count one `(doc, word, count)` line may carry (one line of a dozen bytes must
-/// not expand into more than this many tokens).
+/// Largest count one `(doc, word, count)` line may carry.
 pub const MAX_COUNT_PER_ENTRY: u64 = 100_000;
 
 /// Parses `docword.txt` under the [`DataLimits::from_env`] limits; see
@@ -258,14 +249,9 @@ pub fn parse_docword(
 }
 
 /// Parses `docword.txt`. Blank lines are skipped; ids are checked against D and W, the
-/// number of entry lines against NNZ, D against `limits.max_documents`, W against
-/// `limits.max_dimension` (W sizes every word table downstream) and the token total
-/// against `limits.max_tokens`. D and W must also fit the input's size (at most 2^20 + 16 x
-/// its bytes, [`super::limits::size_bound`]): every document and every word costs memory
-/// downstream (a list, a row of topic counts) whether an entry names it or not. Documents
-/// are allocated as entries name them, each id checked first against the bytes read
-/// through its line, so a header alone allocates nothing; the empty documents up to D are
-/// added only once the whole file has been checked.
+/// entry lines against NNZ, D, W and the tokens against `limits`, and D and W against the
+/// input's size ([`super::limits::size_bound`]). Documents are allocated as entries name
+/// them; the empty ones up to D only once the whole file has been checked.
 pub fn parse_docword_with_limits(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
@@ -275,10 +261,8 @@ pub fn parse_docword_with_limits(
 }
 
 /// [`parse_docword_with_limits`] keeping only the tokens of the documents `keep` accepts
-/// (the others stay empty in the returned corpus), with the statistics of every document:
-/// a worker reads its share without ever holding the whole corpus. Every check applies to
-/// every line, kept or not. The digest of every value read lets a caller that reads the
-/// file again tell whether it changed.
+/// (the others stay empty), with the statistics of every document and the digest of every
+/// value read. Every check applies to every line.
 pub fn parse_docword_part(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
@@ -289,9 +273,7 @@ pub fn parse_docword_part(
     parse_docword_sized(reader, name_for_errors.as_ref(), limits, size, keep)
 }
 
-/// [`parse_docword_part`] of an input whose size `size` knows (a file read by path: D and
-/// W are checked against it on their lines) or not (each id is checked against the bytes
-/// read through its line, and D and W against the whole input once it has been read).
+/// [`parse_docword_part`] of an input whose size `size` may know.
 pub(crate) fn parse_docword_sized(
     reader: impl BufRead,
     name: &Path,
@@ -307,8 +289,7 @@ pub(crate) fn parse_docword_sized(
     Ok(assembler.finish(header))
 }
 
-/// Builds a corpus, its statistics and the digest of what was read from the header and
-/// the entries in file order.
+/// Builds a corpus, its statistics and the digest from the header and the entries in order.
 struct Assembler<'a> {
     keep: &'a dyn Fn(usize) -> bool,
     read: ReadDigest,
@@ -387,12 +368,9 @@ fn docword(
         }
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
         let what = ["document count D", "vocabulary size W", "entry count NNZ"][header.len()];
-        let value: usize = parse_uint(content).ok_or_else(|| {
-            bad(format!(
-                "{what} {:?} is not an integer",
-                super::libsvm::clip(content)
-            ))
-        })?;
+        let clipped = super::libsvm::clip(content);
+        let value: usize = parse_uint(content)
+            .ok_or_else(|| bad(format!("{what} {clipped:?} is not an integer")))?;
         if header.len() < 2 && value > u32::MAX as usize {
             return Err(bad(format!("{what} {value} exceeds u32")));
         }
@@ -409,11 +387,8 @@ fn docword(
         Ok(header.len() < 3)
     })?;
     let &[n_docs, vocab_size, nnz] = header.as_slice() else {
-        return Err(DataError::malformed(
-            name,
-            start.line,
-            "missing header (D, W, NNZ on three lines)",
-        ));
+        let missing = "missing header (D, W, NNZ on three lines)";
+        return Err(DataError::malformed(name, start.line, missing));
     };
     let header = [n_docs, vocab_size, nnz];
     let parser = DocwordParser {
@@ -429,22 +404,16 @@ fn docword(
         Ok(())
     })?;
     if end.entries != nnz as u64 {
-        return Err(DataError::malformed(
-            name,
-            end.line,
-            format!("header says NNZ = {nnz} but found {} entries", end.entries),
-        ));
+        let found = format!("header says NNZ = {nnz} but found {} entries", end.entries);
+        return Err(DataError::malformed(name, end.line, found));
     }
     if !size.is_known() {
-        let lines = header_lines;
-        size.check(name, lines[0], "document count D", n_docs as u64, end.bytes)?;
-        size.check(
-            name,
-            lines[1],
-            "vocabulary size W",
-            vocab_size as u64,
-            end.bytes,
-        )?;
+        for (k, what) in ["document count D", "vocabulary size W"]
+            .into_iter()
+            .enumerate()
+        {
+            size.check(name, header_lines[k], what, header[k] as u64, end.bytes)?;
+        }
     }
     Ok(header)
 }
@@ -463,14 +432,9 @@ impl ChunkParser for DocwordParser<'_> {
     type Out = Entries;
 
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<Entries>) {
-        let ascii = text.is_ascii();
-        let mut lines = LineCursor::new(text);
-        while let Some(line) = lines.next_line(chunk) {
-            if let Err(e) = self.entry(line, ascii, start, chunk) {
-                chunk.error = Some(e);
-                return;
-            }
-        }
+        parse_lines(text, chunk, |line, ascii, chunk| {
+            self.entry(line, ascii, start, chunk)
+        });
     }
 
     fn holds(&self, chunk: &Chunk<Entries>, start: &Start) -> bool {

@@ -1,26 +1,16 @@
 //! A data file is parsed once per process and, across runs, once per version of the file.
 //!
-//! - **In the process**: the loaders of a file share one parsed value through an `Arc`,
-//!   keyed by the file (its canonical path, device, inode, size and modification time).
-//!   The registry keeps only a weak reference, so the value lives as long as some loader
-//!   holds it: workers that run as threads of one process and load at the same time parse
-//!   the file once (the others wait for the first), and nothing stays in memory after them.
-//! - **Across runs**: the parsed value is written next to the file as
-//!   `<file>.petrel-cache` (a header with a format version, the kind of data, the file's
-//!   size and modification time, the payload's length and checksum, then raw little-endian
-//!   arrays), written to a temporary file and renamed. A cache whose header does not
-//!   match the file, or whose checksum fails, is ignored and written again. Set
-//!   [`CACHE_ENV`]`=off` to neither read nor write it; a directory that is not writable
-//!   only costs a debug message. Files below [`MIN_CACHED_BYTES`] are not cached on disk:
-//!   they parse faster than a cache is read.
+//! - **In the process**: the loaders of a file version share one parsed value through an
+//!   `Arc` while some loader holds it (the registry keeps a weak reference).
+//! - **Across runs**: the value is written next to the file as `<file>.petrel-cache` (a
+//!   header naming the format, kind and file version, a checksum, raw little-endian
+//!   arrays); a stale or damaged cache is ignored and rewritten. [`CACHE_ENV`]`=off` turns
+//!   it off; files below [`MIN_CACHED_BYTES`] parse faster than a cache is read.
 //! - **Across the processes of a host**: a loader that finds no cache parses under an
-//!   advisory lock on the file (`HostTurn`); the others wait for it (at most
-//!   `HOST_TURN_WAIT`) and read the cache it wrote, so the workers of a job started
-//!   together parse the file once, not each.
+//!   advisory lock on the file (`HostTurn`); the others wait and read its cache.
 //!
-//! A cached value passed the checks of the limits in force when it was written; a loader
-//! checks it again against the limits in force now and parses the text when it fails them,
-//! so the error is the one the text gives.
+//! A shared or cached value is checked against the limits in force now; one that fails
+//! them is parsed again, so the error is the text's own.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -59,8 +49,7 @@ pub(crate) struct FileKey {
 }
 
 impl FileKey {
-    /// The key of the regular file `path` opened as `file`; `None` for anything else (a
-    /// pipe's or a device's content is not a version of anything).
+    /// The key of the regular file `path` opened as `file`; `None` for anything else.
     pub(crate) fn of(path: &Path, file: &std::fs::File) -> Result<Option<FileKey>, DataError> {
         let meta = file.metadata().map_err(|e| DataError::io(path, e))?;
         if !meta.is_file() {
@@ -109,8 +98,8 @@ fn registry() -> &'static Mutex<HashMap<(FileKey, &'static str), Slot>> {
 }
 
 /// The value of `kind` for the file version `key`: the one another loader of this process
-/// holds, else what `load` gives (loaders of the same key wait for the first). A failed
-/// load is not kept: the next loader tries again and meets its own error.
+/// holds, else what `load` gives (loaders of the same key wait for the first; an error is
+/// not kept).
 pub(crate) fn shared<T: Any + Send + Sync>(
     key: &FileKey,
     kind: &'static str,
@@ -118,7 +107,7 @@ pub(crate) fn shared<T: Any + Send + Sync>(
 ) -> Result<Arc<T>, DataError> {
     let slot = {
         let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
-        // Drop the slots nobody holds or waits on, so the map stays the size of what lives.
+        // Drop the slots nobody holds or waits on.
         map.retain(|_, slot| {
             Arc::strong_count(slot) > 1
                 || slot
@@ -143,7 +132,7 @@ pub(crate) fn shared<T: Any + Send + Sync>(
 static FORCED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
 /// Turns the binary cache on or off for this process whatever [`CACHE_ENV`] says (`None`:
-/// it decides again), e.g. for a benchmark that times a cold parse.
+/// it decides again).
 pub fn set_disk_cache(enabled: Option<bool>) {
     let value = match enabled {
         None => 0,
@@ -212,14 +201,13 @@ pub(crate) trait Cached: Sized {
     fn encode(&self, out: &mut Encoder);
     /// Reads the payload back; `None` if it does not decode.
     fn decode(input: &mut Decoder<'_>) -> Option<Self>;
-    /// Whether it passes the limits and the size rule in force (a shared or cached value
-    /// was checked against those of the loader that parsed it).
+    /// Whether it passes the limits and the size rule in force.
     fn fits(&self, limits: &DataLimits, size: &SizeRule, name: &Path) -> bool;
 }
 
 /// The parse of `kind` of the file `path` as the process shares it ([`load`]), `parse`
-/// reading its map. A file with no [`FileKey`] (a pipe, a device) is neither shared nor
-/// cached: `parse` reads it as a stream, or once read whole with `whole`.
+/// reading its map. A pipe or device is neither shared nor cached: `parse` reads it as a
+/// stream, or read whole with `whole`.
 pub(crate) fn load_file<T: Cached + Any + Send + Sync>(
     path: &Path,
     kind: &'static str,
@@ -246,9 +234,8 @@ pub(crate) fn load_file<T: Cached + Any + Send + Sync>(
     load(path, &key, kind, (&limits, &size), parse)
 }
 
-/// The parse of `kind` of the file version `key`: the one this process already holds, else
-/// the disk cache's, else `parse`'s (then cached). A value that does not fit this loader's
-/// limits is parsed again, so that the error is the text's own.
+/// The parse of `kind` of the file version `key`: the one this process holds, else the disk
+/// cache's, else `parse`'s (then cached); one that does not fit the limits is parsed again.
 pub(crate) fn load<T: Cached + Any + Send + Sync>(
     path: &Path,
     key: &FileKey,
@@ -262,8 +249,7 @@ pub(crate) fn load<T: Cached + Any + Send + Sync>(
         if let Some(value) = cached() {
             return Ok(value);
         }
-        // Held while parsing and writing: a loader in another process of this host waits,
-        // then reads the cache instead of parsing the file again.
+        // Held while parsing and writing: other processes of the host wait, then read it.
         let turn = disk.applies(key).then(|| HostTurn::take(path)).flatten();
         if turn.is_some()
             && let Some(value) = cached()
@@ -281,29 +267,24 @@ pub(crate) fn load<T: Cached + Any + Send + Sync>(
     }
 }
 
-/// How long a loader waits for another process of the host to parse a file before it
-/// parses the file itself.
+/// How long a loader waits for another process of the host to parse a file.
 const HOST_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The turn of this process to parse a file and write its cache: an exclusive advisory
-/// lock (`flock`) on the file, taken through a descriptor of its own and released when it
-/// is dropped or the process ends. The workers of a job on one host start together; with
-/// it the first parses the file and the others read its cache, instead of each parsing it.
+/// The turn of this process to parse a file and write its cache: an exclusive `flock` on
+/// the file through a descriptor of its own, released when dropped or at exit.
 pub(crate) struct HostTurn {
     #[cfg(unix)]
     _locked: std::fs::File,
 }
 
 impl HostTurn {
-    /// Waits for the turn on `path`; `None` where there is no such lock (then every
-    /// process parses, as without it).
+    /// Waits for the turn on `path`; `None` where there is no such lock.
     pub(crate) fn take(path: &Path) -> Option<HostTurn> {
         #[cfg(unix)]
         {
             use rustix::fs::{FlockOperation, flock};
             let file = std::fs::File::open(path).ok()?;
-            // Bounded: a holder that is stopped (SIGSTOP) or slow costs at most this wait,
-            // then this process parses the file itself, as without the lock.
+            // Bounded: a stopped or slow holder costs at most this wait.
             let deadline = std::time::Instant::now() + HOST_TURN_WAIT;
             let mut waited = false;
             loop {
@@ -344,8 +325,7 @@ impl Encoder {
         self.bytes.extend_from_slice(&v.to_le_bytes());
     }
 
-    /// An array of plain numbers (raw, in this machine's order: the cache is refused on a
-    /// big-endian machine, see [`read`]).
+    /// An array of plain numbers in this machine's order (little-endian, see [`read`]).
     pub(crate) fn array<T: bytemuck::NoUninit>(&mut self, values: &[T]) {
         let raw: &[u8] = bytemuck::cast_slice(values);
         self.u64(raw.len() as u64);
@@ -385,8 +365,7 @@ impl Decoder<'_> {
     }
 }
 
-/// The checksum of a payload: FxHash over its 8-byte words (a bijection per word, so any
-/// single damaged word shows).
+/// The checksum of a payload: FxHash over its 8-byte words (any single damaged word shows).
 fn checksum(bytes: &[u8]) -> u64 {
     let mut hash = FxHasher::default();
     let mut words = bytes.chunks_exact(8);
@@ -415,8 +394,7 @@ fn header(kind: u32, key: &FileKey, payload: &[u8]) -> [u8; HEADER_BYTES] {
     h
 }
 
-/// The cached value of `path` (of version `key`), if a cache of this kind, version and
-/// file version is there and intact.
+/// The cached value of `path` (of version `key`), if one is there and intact.
 pub(crate) fn read<T: Cached>(path: &Path, key: &FileKey, cache: DiskCache) -> Option<T> {
     if !cache.applies(key) || cfg!(target_endian = "big") {
         return None;
@@ -443,7 +421,7 @@ fn check<'a>(bytes: &'a [u8], kind: u32, key: &FileKey) -> Option<&'a [u8]> {
 }
 
 /// Writes `value` as the cache of `path` (of version `key`), atomically; a failure is only
-/// a debug message (a read-only directory, a full disk).
+/// a debug message.
 pub(crate) fn write<T: Cached>(path: &Path, key: &FileKey, cache: DiskCache, value: &T) {
     if !cache.applies(key) || cfg!(target_endian = "big") {
         return;

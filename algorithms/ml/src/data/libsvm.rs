@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::cache::{self, Cached, Decoder, Encoder, FileKey};
 use super::limits::SizeRule;
 use super::text::{
-    Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, SliceBlocks, Start, parse_chunks,
-    parse_f32, parse_uint, words,
+    Blocks, Chunk, ChunkParser, ReaderBlocks, SliceBlocks, Start, parse_chunks, parse_f32,
+    parse_lines, parse_uint, words,
 };
 use super::{DataError, DataLimits};
 
@@ -34,6 +34,14 @@ impl SparseRow {
             .filter_map(|(&j, &v)| dense.get(j as usize).map(|&d| f64::from(v) * f64::from(d)))
             .sum()
     }
+
+    /// Makes this row a copy of `indices` and `values` (keeping its buffers).
+    fn set(&mut self, indices: &[u32], values: &[f32]) {
+        self.indices.clear();
+        self.indices.extend_from_slice(indices);
+        self.values.clear();
+        self.values.extend_from_slice(values);
+    }
 }
 
 /// Row-major sparse dataset with one label per row.
@@ -47,14 +55,12 @@ pub struct SparseDataset {
     pub rows: Vec<SparseRow>,
 }
 
-/// Column-major (CSC) sparse matrix: what coordinate descent wants, since one coordinate
-/// update touches exactly one column.
+/// Column-major (CSC) sparse matrix (one coordinate update touches one column).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SparseColumns {
     /// Number of rows (examples).
     pub n_rows: usize,
-    /// `column_starts[j]..column_starts[j + 1]` is the range of column `j` in
-    /// `row_indices`/`values`; length is `n_columns + 1`.
+    /// Column `j` is `column_starts[j]..column_starts[j + 1]` of `row_indices`/`values`.
     pub column_starts: Vec<usize>,
     /// Row index of each stored value, column by column.
     pub row_indices: Vec<u32>,
@@ -63,8 +69,7 @@ pub struct SparseColumns {
 }
 
 impl SparseColumns {
-    /// The columns `range` (all rows), renumbered from 0: one worker's or one scheduler's
-    /// share of the design.
+    /// The columns `range` (all rows), renumbered from 0.
     pub fn columns(&self, range: std::ops::Range<usize>) -> SparseColumns {
         let lo = self.column_starts[range.start];
         let hi = self.column_starts[range.end];
@@ -84,8 +89,7 @@ impl SparseColumns {
         self.column_starts.len().saturating_sub(1)
     }
 
-    /// Row indices and values of column `j` (rows increasing). Inlined across crates: the
-    /// coordinate-descent loops call it once per update.
+    /// Row indices and values of column `j` (rows increasing).
     #[inline]
     pub fn column(&self, j: usize) -> (&[u32], &[f32]) {
         let range = self.column_starts[j]..self.column_starts[j + 1];
@@ -142,27 +146,33 @@ impl SparseColumns {
         }
     }
 
-    /// The sub-matrix of rows `rows` (renumbered from 0), keeping all columns. Used to hand
-    /// each worker its row block.
+    /// The sub-matrix of rows `rows` (renumbered from 0), keeping all columns.
     pub fn row_block(&self, rows: std::ops::Range<usize>) -> SparseColumns {
-        let mut column_starts = Vec::with_capacity(self.column_starts.len());
-        let mut row_indices = Vec::new();
-        let mut values = Vec::new();
-        column_starts.push(0);
+        let mut block = SparseColumns::empty(rows.len());
         for j in 0..self.n_columns() {
             let (r, v) = self.column(j);
-            let lo = r.partition_point(|&i| (i as usize) < rows.start);
-            let hi = r.partition_point(|&i| (i as usize) < rows.end);
-            row_indices.extend(r[lo..hi].iter().map(|&i| i - rows.start as u32));
-            values.extend_from_slice(&v[lo..hi]);
-            column_starts.push(row_indices.len());
+            block.push_column_rows(r, v, &rows);
         }
+        block
+    }
+
+    /// No columns yet, of `n_rows` rows.
+    pub(crate) fn empty(n_rows: usize) -> Self {
         SparseColumns {
-            n_rows: rows.len(),
-            column_starts,
-            row_indices,
-            values,
+            n_rows,
+            column_starts: vec![0],
+            ..SparseColumns::default()
         }
+    }
+
+    /// Adds the column of rows `r` and values `v` restricted to `rows`, renumbered from 0.
+    pub(crate) fn push_column_rows(&mut self, r: &[u32], v: &[f32], rows: &std::ops::Range<usize>) {
+        let lo = r.partition_point(|&i| (i as usize) < rows.start);
+        let hi = r.partition_point(|&i| (i as usize) < rows.end);
+        self.row_indices
+            .extend(r[lo..hi].iter().map(|&i| i - rows.start as u32));
+        self.values.extend_from_slice(&v[lo..hi]);
+        self.column_starts.push(self.row_indices.len());
     }
 }
 
@@ -172,8 +182,7 @@ impl SparseDataset {
         self.rows.len()
     }
 
-    /// Converts to column-major storage (rows stay in order, so row indices in each column are
-    /// increasing).
+    /// Converts to column-major storage (row indices increasing in each column).
     pub fn to_columns(&self) -> SparseColumns {
         let mut counts = vec![0usize; self.n_features + 1];
         for row in &self.rows {
@@ -206,8 +215,8 @@ impl SparseDataset {
     }
 }
 
-/// A LIBSVM file as parsed: its rows compressed one after the other (CSR). What the loaders
-/// of one file share in a process ([`load_libsvm_shared`]) and keep in the binary cache.
+/// A LIBSVM file as parsed, rows one after the other (CSR): shared in a process
+/// ([`load_libsvm_shared`]) and kept in the binary cache.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LibsvmFile {
     /// Number of features: one past the largest 0-based index.
@@ -244,10 +253,7 @@ impl LibsvmFile {
         let mut row = SparseRow::default();
         for (i, &label) in self.labels.iter().enumerate() {
             let (indices, values) = self.row(i);
-            row.indices.clear();
-            row.indices.extend_from_slice(indices);
-            row.values.clear();
-            row.values.extend_from_slice(values);
+            row.set(indices, values);
             visit(label, &row)?;
         }
         Ok(())
@@ -260,11 +266,10 @@ impl LibsvmFile {
             labels: self.labels.clone(),
             rows: (0..self.n_rows())
                 .map(|i| {
+                    let mut row = SparseRow::default();
                     let (indices, values) = self.row(i);
-                    SparseRow {
-                        indices: indices.to_vec(),
-                        values: values.to_vec(),
-                    }
+                    row.set(indices, values);
+                    row
                 })
                 .collect(),
         }
@@ -273,20 +278,11 @@ impl LibsvmFile {
 
 impl Cached for LibsvmFile {
     const KIND: u32 = 1;
-    /// Whether these rows pass the limits and the size rule in force (a cached or shared
-    /// value was checked against those of the loader that parsed it).
     fn fits(&self, limits: &DataLimits, size: &SizeRule, name: &Path) -> bool {
-        self.n_features == 0
-            || (self.n_features as u64 <= limits.max_dimension
-                && size
-                    .check(
-                        name,
-                        self.widest_line as usize,
-                        "feature index",
-                        self.n_features as u64,
-                        0,
-                    )
-                    .is_ok())
+        let (line, width) = (self.widest_line as usize, self.n_features as u64);
+        width == 0
+            || (width <= limits.max_dimension
+                && size.check(name, line, "feature index", width, 0).is_ok())
     }
 
     fn encode(&self, out: &mut Encoder) {
@@ -319,14 +315,13 @@ impl Cached for LibsvmFile {
 }
 
 /// Loads a LIBSVM file under the [`DataLimits::from_env`] limits and the file's size
-/// ([`super::limits::size_bound`]: no feature index above 2^20 + 16 x the file's bytes).
+/// ([`super::limits::size_bound`]).
 pub fn load_libsvm(path: impl AsRef<Path>) -> Result<SparseDataset, DataError> {
     Ok(load_libsvm_shared(path)?.to_dataset())
 }
 
-/// [`load_libsvm`]'s rows as the process shares them: the loaders of one version of a
-/// file in this process get one parse (see [`super::cache`]), read from the binary cache
-/// next to the file when it is there.
+/// [`load_libsvm`]'s rows as the process shares them (one parse per file version, see
+/// [`super::cache`]).
 pub fn load_libsvm_shared(path: impl AsRef<Path>) -> Result<Arc<LibsvmFile>, DataError> {
     let path = path.as_ref();
     cache::load_file(path, "libsvm", false, |source, limits, size| {
@@ -343,12 +338,10 @@ pub fn parse_libsvm(
     parse_libsvm_with_limits(reader, name_for_errors, &DataLimits::from_env()?)
 }
 
-/// Parses LIBSVM text. `#` starts a comment; blank lines are skipped; `qid:` tokens
-/// (ranking files) are ignored. Rejects index 0, non-increasing indices, non-finite labels
-/// or values, and an index above `limits.max_dimension` or above what the text's size
-/// allows (2^20 + 16 x its bytes, [`super::limits::size_bound`]): the column count, and so
-/// every per-feature array downstream, is sized by the largest index. Nothing is sized by
-/// an index while the text is read, so the size check comes once it has all been read.
+/// Parses LIBSVM text. `#` starts a comment; blank lines and `qid:` tokens are skipped.
+/// Rejects index 0, non-increasing indices, non-finite labels or values, and an index above
+/// `limits.max_dimension` or what the text's size allows ([`super::limits::size_bound`],
+/// checked once all of it has been read).
 pub fn parse_libsvm_with_limits(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
@@ -391,24 +384,15 @@ fn collect_rows(
         Ok(())
     })?;
     if rows.n_features > 0 {
-        let line = rows.widest_line as usize;
-        size.check(
-            name,
-            line,
-            "feature index",
-            rows.n_features as u64,
-            end.bytes,
-        )?;
+        let (line, width) = (rows.widest_line as usize, rows.n_features as u64);
+        size.check(name, line, "feature index", width, end.bytes)?;
     }
     Ok(rows)
 }
 
-/// Reads the LIBSVM file `path` row by row under the [`DataLimits::from_env`] limits
-/// (see [`for_each_libsvm_row`]): what a node that keeps only a share of the file, or only
-/// statistics, reads it with. Every index is checked against the file's size before
-/// `visit` sees its row, so a visitor may size arrays by the indices. The rows come from
-/// [`load_libsvm_shared`]: a caller that reads the file several times holds that value
-/// between its reads to parse it once.
+/// Reads the LIBSVM file `path` row by row under the [`DataLimits::from_env`] limits (see
+/// [`for_each_libsvm_row`]); every index is checked against the file's size before `visit`
+/// sees its row. The rows come from [`load_libsvm_shared`].
 pub fn visit_libsvm(
     path: impl AsRef<Path>,
     visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
@@ -421,39 +405,26 @@ pub fn visit_libsvm(
     }
 }
 
-/// [`visit_libsvm`] reading the file row by row, each index checked against the file's
-/// size before its row is visited.
+/// [`visit_libsvm`] reading the file row by row.
 fn stream_file(
     path: &Path,
     visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
     let limits = DataLimits::from_env()?;
-    match FileKey::of(path, &file)? {
-        Some(key) => {
-            let size = SizeRule::new(Some(key.len))?;
-            super::with_map(path, &file, &key, |bytes| {
-                stream_rows(&mut SliceBlocks::new(bytes), path, &limits, size, visit)
-            })
-        }
-        None => {
-            let size = SizeRule::new(None)?;
-            stream_rows(
-                &mut ReaderBlocks::new(file, path),
-                path,
-                &limits,
-                size,
-                visit,
-            )
-        }
-    }
+    let Some(key) = FileKey::of(path, &file)? else {
+        let (size, mut source) = (SizeRule::new(None)?, ReaderBlocks::new(file, path));
+        return stream_rows(&mut source, path, &limits, size, visit);
+    };
+    let size = SizeRule::new(Some(key.len))?;
+    super::with_map(path, &file, &key, |bytes| {
+        stream_rows(&mut SliceBlocks::new(bytes), path, &limits, size, visit)
+    })
 }
 
 /// Calls `visit(label, row)` for every example of LIBSVM text, in order, with the checks
-/// of [`parse_libsvm_with_limits`] (memory: one block of the text and its rows). The
-/// text's size is not known while it is read, so every index is checked, before `visit`
-/// sees its row, against the bytes read through its line
-/// ([`super::limits::size_bound`]).
+/// of [`parse_libsvm_with_limits`] (memory: one block of the text); every index is checked
+/// against the bytes read through its line before `visit` sees its row.
 pub fn for_each_libsvm_row(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
@@ -461,18 +432,11 @@ pub fn for_each_libsvm_row(
     visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
     let name = name_for_errors.as_ref();
-    let size = SizeRule::new(None)?;
-    stream_rows(
-        &mut ReaderBlocks::new(reader, name),
-        name,
-        limits,
-        size,
-        visit,
-    )
+    let (size, mut source) = (SizeRule::new(None)?, ReaderBlocks::new(reader, name));
+    stream_rows(&mut source, name, limits, size, visit)
 }
 
-/// Hands `visit` every row of `source`, each row's largest index checked against `size`
-/// before.
+/// Hands `visit` every row of `source`, each checked against `size` first.
 fn stream_rows(
     source: &mut dyn Blocks,
     name: &Path,
@@ -490,10 +454,7 @@ fn stream_rows(
         let mut from = 0;
         for (&label, &n) in chunk.labels.iter().zip(&chunk.lens) {
             let to = from + n as usize;
-            row.indices.clear();
-            row.indices.extend_from_slice(&chunk.indices[from..to]);
-            row.values.clear();
-            row.values.extend_from_slice(&chunk.values[from..to]);
+            row.set(&chunk.indices[from..to], &chunk.values[from..to]);
             from = to;
             visit(label, &row)?;
         }
@@ -510,13 +471,11 @@ struct RowsChunk {
     lens: Vec<u32>,
     indices: Vec<u32>,
     values: Vec<f32>,
-    /// The chunk's line (1-based, in the chunk) of its first row that reaches its largest
-    /// index, and that index + 1.
+    /// The chunk's line of its first row that reaches its largest index, and that index + 1.
     widest: (usize, usize),
 }
 
-/// LIBSVM's parser of a chunk; with `size`, each row's largest index is checked against
-/// it before the row is kept.
+/// LIBSVM's parser of a chunk; with `size`, each row is checked against it before it is kept.
 struct LibsvmParser<'a> {
     name: &'a Path,
     limits: &'a DataLimits,
@@ -527,17 +486,15 @@ impl ChunkParser for LibsvmParser<'_> {
     type Out = RowsChunk;
 
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<RowsChunk>) {
-        let ascii = text.is_ascii();
-        let mut lines = LineCursor::new(text);
-        while let Some(line) = lines.next_line(chunk) {
+        parse_lines(text, chunk, |line, ascii, chunk| {
             let kept = chunk.out.indices.len();
-            if let Err(e) = self.row(line, ascii, start, chunk) {
+            let row = self.row(line, ascii, start, chunk);
+            if row.is_err() {
                 chunk.out.indices.truncate(kept);
                 chunk.out.values.truncate(kept);
-                chunk.error = Some(e);
-                return;
             }
-        }
+            row
+        });
     }
 
     fn holds(&self, chunk: &Chunk<RowsChunk>, start: &Start) -> bool {
@@ -570,10 +527,11 @@ impl LibsvmParser<'_> {
             return Ok(());
         };
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
-        let label = parse_f32(label_text)
-            .ok_or_else(|| bad(format!("label {:?} is not a number", clip(label_text))))?;
+        let not =
+            |what: &str, text: &str, is: &str| bad(format!("{what} {:?} is not {is}", clip(text)));
+        let label = parse_f32(label_text).ok_or_else(|| not("label", label_text, "a number"))?;
         if !label.is_finite() {
-            return Err(bad(format!("label {:?} is not finite", clip(label_text))));
+            return Err(not("label", label_text, "finite"));
         }
         let rows = &mut chunk.out;
         let first = rows.indices.len();
@@ -583,13 +541,9 @@ impl LibsvmParser<'_> {
             }
             let (idx_text, val_text) = token
                 .split_once(':')
-                .ok_or_else(|| bad(format!("feature {:?} is not idx:value", clip(token))))?;
-            let index: u64 = parse_uint(idx_text).ok_or_else(|| {
-                bad(format!(
-                    "feature index {:?} is not an integer",
-                    clip(idx_text)
-                ))
-            })?;
+                .ok_or_else(|| not("feature", token, "idx:value"))?;
+            let index: u64 =
+                parse_uint(idx_text).ok_or_else(|| not("feature index", idx_text, "an integer"))?;
             if index == 0 {
                 return Err(bad("feature index 0: LIBSVM indices are 1-based".into()));
             }
@@ -608,17 +562,10 @@ impl LibsvmParser<'_> {
                     previous + 1
                 )));
             }
-            let value = parse_f32(val_text).ok_or_else(|| {
-                bad(format!(
-                    "feature value {:?} is not a number",
-                    clip(val_text)
-                ))
-            })?;
+            let value =
+                parse_f32(val_text).ok_or_else(|| not("feature value", val_text, "a number"))?;
             if !value.is_finite() {
-                return Err(bad(format!(
-                    "feature value {:?} is not finite",
-                    clip(val_text)
-                )));
+                return Err(not("feature value", val_text, "finite"));
             }
             rows.indices.push(zero_based);
             rows.values.push(value);

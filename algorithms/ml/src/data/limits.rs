@@ -1,33 +1,17 @@
 //! How much a loader may allocate on the word of its input.
 //!
-//! A text file can announce sizes it does not contain: a LIBSVM line `0.5 4000000000:0.1`
-//! makes a 4-billion-column dataset out of 18 bytes, a bag-of-words header `W = 10^9` a
-//! billion-row word table. Every id and size a loader reads is checked against these limits
-//! (and against what the input really holds) before anything is sized by it, and a value
-//! above a limit is a [`DataError::LimitExceeded`] naming the file, the line, the limit and
-//! the knob that raises it.
+//! A text file can announce sizes it does not contain (a LIBSVM line `0.5 4000000000:0.1`
+//! makes a 4-billion-column dataset out of 18 bytes). Every id and size a loader reads is
+//! checked, before anything is sized by it, against [`DataLimits`] (set by the environment:
+//! `PETREL_DATA__MAX_DIMENSION`, `..._MAX_DOCUMENTS`, `..._MAX_TOKENS`), else a
+//! [`DataError::LimitExceeded`] naming the file, line, limit and knob.
 //!
-//! The limits are read from the environment, in the `PETREL_<SECTION>__<KEY>` style of the
-//! cluster settings: `PETREL_DATA__MAX_DIMENSION`, `PETREL_DATA__MAX_DOCUMENTS` and
-//! `PETREL_DATA__MAX_TOKENS`.
-//!
-//! Those absolute limits still let a few bytes claim the largest dimension they allow, so
-//! every dimension or id that sizes a dense per-id array (a LIBSVM feature index, Matrix
-//! Market's row and column counts, a bag-of-words D and W) must also fit the input's
-//! size: at most [`size_bound`]`(bytes)` = [`DEFAULT_DIMENSION_ALLOWANCE`] (2^20) +
-//! [`IDS_PER_BYTE`] (16) x the input's bytes, else [`DataError::TooLargeForInput`]. A real
-//! data set spends bytes on what it holds, so it stays far below: the bench design of
-//! 1,000,000 columns sits in 394 MB (a bound of 6.3·10^9), KDD-style files with tens of
-//! millions of features in gigabytes, and any file may declare a million ids whatever its
-//! size. A file of 74 bytes may declare 1,049,760, not 67,108,864.
-//! `PETREL_DATA__DIMENSION_ALLOWANCE` raises the fixed part for a small file that does
-//! need more (e.g. a handful of rows with feature ids in the tens of millions).
-//!
-//! When the loader knows the input's size (a regular file read by path) it checks a
-//! dimension as soon as it reads it, before anything is sized by it. Text handed over as a
-//! reader has no known size: an id is then checked against the bytes read through its
-//! line, and a dimension no entry needed to reach (a Matrix Market size, a D) against the
-//! whole input once it has been read, before anything is sized by it.
+//! Every dimension or id that sizes a dense per-id array must also fit the input's size:
+//! at most [`size_bound`]`(bytes)` = [`DEFAULT_DIMENSION_ALLOWANCE`] (2^20, raised by
+//! `PETREL_DATA__DIMENSION_ALLOWANCE`) + [`IDS_PER_BYTE`] (16) x the input's bytes, else
+//! [`DataError::TooLargeForInput`]. Real data sets stay far below it. A file read by path
+//! is checked as a dimension is read; a reader of unknown size against the bytes read
+//! through the line, or the whole input once read.
 
 use std::path::Path;
 
@@ -41,30 +25,22 @@ pub const MAX_DOCUMENTS_ENV: &str = "PETREL_DATA__MAX_DOCUMENTS";
 pub const MAX_TOKENS_ENV: &str = "PETREL_DATA__MAX_TOKENS";
 /// Environment variable that sets the fixed part of [`size_bound`].
 pub const DIMENSION_ALLOWANCE_ENV: &str = "PETREL_DATA__DIMENSION_ALLOWANCE";
-/// Ids any input may declare whatever its size: a dense per-id array of 2^20 entries costs
-/// at most a few hundred MB in the costliest app (matrix factorization on the parameter
-/// server), and every data set with fewer than a million rows, columns, documents or words
-/// needs no more.
+/// Ids any input may declare whatever its size (a per-id array of 2^20 entries costs at most
+/// a few hundred MB in the costliest app).
 pub const DEFAULT_DIMENSION_ALLOWANCE: u64 = 1 << 20;
-/// Ids each byte of input adds to [`size_bound`]. An entry takes at least 4 bytes
-/// (`1:1 `, `1 1 1`), so even a file whose every row or column holds a single entry stays
-/// 64 times below the bound.
+/// Ids each byte of input adds to [`size_bound`] (an entry takes at least 4 bytes).
 pub const IDS_PER_BYTE: u64 = 16;
 
 /// Upper bounds on what one loaded data set may make the process allocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataLimits {
-    /// Largest number of features (LIBSVM), rows or columns (Matrix Market), documents or
-    /// words (bag-of-words): every one of them sizes a dense per-id array downstream (a
-    /// weight vector, a factor matrix, a word-topic table). Default 2^26 (a dense `f32`
-    /// vector of 256 MiB).
+    /// Largest number of features, rows or columns, or words: each sizes a dense per-id
+    /// array downstream. Default 2^26.
     pub max_dimension: u64,
-    /// Largest bag-of-words document count D. Every document costs a list header (24
-    /// bytes) even when empty, so a header alone could otherwise claim gigabytes. Default
-    /// 2·10^7, about twice PubMed's 8.2 million documents (at most 480 MB).
+    /// Largest bag-of-words document count D (each costs a list even when empty). Default
+    /// 2·10^7.
     pub max_documents: u64,
-    /// Largest bag-of-words corpus in tokens (each is one `u32` once expanded). Default 2^28
-    /// (1 GiB of tokens; the UCI NYTimes corpus has 10^8).
+    /// Largest bag-of-words corpus in tokens (one `u32` each). Default 2^28.
     pub max_tokens: u64,
 }
 
@@ -80,8 +56,7 @@ impl Default for DataLimits {
 
 impl DataLimits {
     /// The defaults, overridden by [`MAX_DIMENSION_ENV`], [`MAX_DOCUMENTS_ENV`] and
-    /// [`MAX_TOKENS_ENV`] when set.
-    /// A variable that is set but not a positive integer is an error naming it.
+    /// [`MAX_TOKENS_ENV`]; a value that is not a positive integer is an error naming it.
     pub fn from_env() -> Result<Self, DataError> {
         let mut limits = DataLimits::default();
         for (var, slot) in [
@@ -135,15 +110,12 @@ impl DataLimits {
     }
 }
 
-/// The largest dimension or id an input of `bytes` bytes may declare:
-/// the allowance ([`DIMENSION_ALLOWANCE_ENV`], default [`DEFAULT_DIMENSION_ALLOWANCE`]) +
-/// [`IDS_PER_BYTE`] x `bytes`.
+/// The largest dimension or id an input of `bytes` bytes may declare.
 pub fn size_bound(bytes: u64) -> Result<u64, DataError> {
     Ok(SizeRule::new(Some(bytes))?.bound(bytes))
 }
 
-/// [`size_bound`] as one load applies it: the allowance read once, and the input's size
-/// when it is known.
+/// [`size_bound`] as one load applies it (the input's size when known).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SizeRule {
     allowance: u64,
@@ -151,8 +123,7 @@ pub(crate) struct SizeRule {
 }
 
 impl SizeRule {
-    /// The rule for an input of `known` bytes (`None`: a reader of unknown size, whose ids
-    /// are checked against what was read of it).
+    /// The rule for an input of `known` bytes (`None`: unknown).
     pub(crate) fn new(known: Option<u64>) -> Result<Self, DataError> {
         let allowance = match std::env::var(DIMENSION_ALLOWANCE_ENV) {
             Ok(text) => text.trim().parse::<u64>().map_err(|_| {
@@ -175,22 +146,21 @@ impl SizeRule {
             .saturating_add(IDS_PER_BYTE.saturating_mul(bytes))
     }
 
-    /// What a chunk parsed ahead records of `value`, read through `local` bytes of the
-    /// chunk, for [`Self::covers`]: how many ids the bytes before the chunk must pay for.
+    /// How many ids the bytes before a chunk must pay for `value`, read through `local`
+    /// bytes of the chunk ([`Self::covers`]).
     pub(crate) fn excess(&self, value: u64, local: u64) -> i128 {
         i128::from(value)
             - i128::from(self.allowance)
             - i128::from(IDS_PER_BYTE) * i128::from(local)
     }
 
-    /// Whether `before` bytes ahead of a chunk pay for its largest [`Self::excess`]: then
-    /// no id of the chunk fails [`Self::check`] against the bytes read through its line.
+    /// Whether `before` bytes ahead of a chunk pay for its largest [`Self::excess`].
     pub(crate) fn covers(&self, excess: i128, before: u64) -> bool {
         excess <= i128::from(IDS_PER_BYTE) * i128::from(before)
     }
 
-    /// Checks `value` (a `what`, e.g. "row count", read on `line`) against the bound of the
-    /// input's size, or of `read`, the bytes read so far, when the size is not known.
+    /// Checks `value` (a `what` read on `line`) against the bound of the input's size, or of
+    /// the `read` bytes when the size is not known.
     pub(crate) fn check(
         &self,
         path: &Path,

@@ -1,16 +1,9 @@
 //! Data loaders (LIBSVM, ratings, UCI bag-of-words) and seeded synthetic generators.
 //!
-//! Every loader reports malformed input as [`DataError::Malformed`] with the source name and
-//! the 1-based line number instead of panicking, so a bad file never takes a worker down,
-//! and bounds what it allocates by what the input holds and by [`DataLimits`]: no
-//! dimension that sizes a dense per-id array may exceed what the input's size allows
-//! ([`limits::size_bound`]).
-//!
-//! Files are read through a memory map in line-aligned chunks parsed in parallel and put
-//! back in file order (`text`), so the values, their order and the errors (file and line)
-//! are those of a line-by-line reader. A file loaded by path is parsed once per process
-//! while its loaders hold it, and once per version of the file with the binary cache
-//! written next to it ([`cache`]).
+//! Malformed input is a [`DataError`] naming the source and line, never a panic; what a
+//! loader allocates is bounded by the input and [`DataLimits`]. Files are parsed in
+//! parallel chunks with a line-by-line reader's results (`text`), once per process and file
+//! version ([`cache`]).
 
 pub mod bow;
 pub mod cache;
@@ -91,8 +84,7 @@ pub use ratings::{
 /// Errors of every loader and generator in this module.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    /// The data does not fit a saved model (a class it never saw, a word past its
-    /// vocabulary).
+    /// The data does not fit a saved model.
     #[error(transparent)]
     DoesNotFitModel(#[from] crate::model::ModelDataError),
     /// The file could not be opened or read.
@@ -104,8 +96,8 @@ pub enum DataError {
         #[source]
         source: std::io::Error,
     },
-    /// The content does not follow the format. `line` is 1-based; for problems found only at
-    /// the end of the input (a count mismatch) it is the number of the last line read.
+    /// The content does not follow the format (`line`: 1-based, the last for a problem
+    /// found at the end).
     #[error("{path}:{line}: {message}")]
     Malformed {
         /// The file (or source name).
@@ -115,8 +107,7 @@ pub enum DataError {
         /// What is wrong.
         message: String,
     },
-    /// An id or size in the input is larger than [`DataLimits`] allows: loading it would
-    /// allocate by what the file claims rather than by what it holds.
+    /// An id or size in the input is larger than [`DataLimits`] allows.
     #[error(
         "{path}:{line}: {what} {value} exceeds the limit {limit} (raise it with the environment variable {knob})"
     )]
@@ -134,8 +125,7 @@ pub enum DataError {
         /// The environment variable that sets the limit.
         knob: &'static str,
     },
-    /// An id or dimension is larger than its input's size allows
-    /// ([`limits::size_bound`]): a few bytes claiming a dimension that would size gigabytes.
+    /// An id or dimension is larger than its input's size allows ([`limits::size_bound`]).
     #[error(
         "{path}:{line}: {what} {value} is more than {bytes} bytes of input may declare (at most {bound}; raise the allowance with the environment variable {knob})",
         knob = limits::DIMENSION_ALLOWANCE_ENV
@@ -157,8 +147,7 @@ pub enum DataError {
     /// A caller-supplied parameter is out of range (e.g. a test fraction of 1.5).
     #[error("invalid parameter: {0}")]
     InvalidParameter(String),
-    /// A loader that reads its source more than once (to keep only a share of it) read
-    /// something else the second time ([`ReadDigest`]): the file changed meanwhile.
+    /// A source read twice read differently the second time ([`ReadDigest`]).
     #[error("{path} changed while it was read")]
     ChangedWhileRead {
         /// The file.
@@ -202,8 +191,7 @@ pub(crate) fn open_sized(
 }
 
 /// Hands `parse` the bytes of the regular file `file` (version `key`) through a read-only
-/// map, or a copy read into memory where it cannot be mapped, and refuses the result if
-/// the file changed meanwhile ([`DataError::ChangedWhileRead`]).
+/// map (or a copy), refusing the result if the file changed meanwhile.
 #[allow(unsafe_code)]
 pub(crate) fn with_map<T>(
     path: &Path,
@@ -214,13 +202,9 @@ pub(crate) fn with_map<T>(
     if key.len == 0 {
         return parse(&[]);
     }
-    // SAFETY: the map is read-only, private to this call, and dropped before it returns;
-    // nothing borrowed from it outlives `parse`, which returns owned values. What a map
-    // cannot rule out is another process changing the file meanwhile: new bytes are read
-    // as text like any other (every value still passes the parsers' checks), a truncated
-    // file makes the lost pages raise SIGBUS, which ends the process. Inputs are not
-    // written while a job reads them; a file whose size or modification time moved during
-    // the parse is refused below, so a changed file never yields a result.
+    // SAFETY: the map is read-only, private to this call and dropped before it returns;
+    // `parse` returns owned values. Bytes changed meanwhile are still checked text (a
+    // truncation raises SIGBUS), and a file whose version moved is refused below.
     let value = match unsafe { memmap2::Mmap::map(file) } {
         Ok(map) => {
             #[cfg(unix)]

@@ -18,12 +18,11 @@ use super::cache::{self, Cached, Decoder, Encoder};
 use super::limits::SizeRule;
 use super::text::{
     Blocks, Chunk, ChunkParser, LineCursor, ReaderBlocks, Start, each_line, parse_chunks,
-    parse_f32, parse_uint, three_words, trim,
+    parse_f32, parse_lines, parse_uint, three_words, trim,
 };
 use super::{DataError, DataLimits};
 
-/// Original ids of the dense 0-based indices: `user_ids[u]` is the id user `u` had in the
-/// file. Ids are kept as text so that non-numeric ids (e.g. Amazon's) work too.
+/// Original ids of the dense 0-based indices (as text: ids need not be numbers).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct IdMapping {
     /// The original id of each dense user index.
@@ -47,8 +46,7 @@ pub struct Ratings {
 }
 
 impl Ratings {
-    /// Splits the entries into (train, test) with `round(test_fraction * len)` test entries
-    /// chosen by a seeded shuffle ([`HeldOutMask`]); both keep the original entry order,
+    /// Splits the entries into (train, test) by [`HeldOutMask`]; both keep the entry order,
     /// dimensions and mapping.
     pub fn train_test_split(
         &self,
@@ -57,8 +55,6 @@ impl Ratings {
     ) -> Result<(Ratings, Ratings), DataError> {
         let mask = HeldOutMask::new(self.entries.len(), test_fraction, seed)?;
         let pick = |want_test: bool| Ratings {
-            n_users: self.n_users,
-            n_items: self.n_items,
             entries: self
                 .entries
                 .iter()
@@ -66,13 +62,12 @@ impl Ratings {
                 .filter(|&(k, _)| mask.is_test(k) == want_test)
                 .map(|(_, e)| *e)
                 .collect(),
-            id_mapping: self.id_mapping.clone(),
+            ..self.clone_shape()
         };
         Ok((pick(false), pick(true)))
     }
 
-    /// [`Ratings::train_test_split`] by value: the training entries stay in this matrix's
-    /// vector (no second copy of the whole set), the test entries are moved out.
+    /// [`Ratings::train_test_split`] by value, without a second copy of the whole set.
     pub fn into_train_test_split(
         mut self,
         test_fraction: f64,
@@ -91,17 +86,14 @@ impl Ratings {
         });
         self.entries.shrink_to_fit();
         let test = Ratings {
-            n_users: self.n_users,
-            n_items: self.n_items,
             entries: test,
-            id_mapping: self.id_mapping.clone(),
+            ..self.clone_shape()
         };
         Ok((self, test))
     }
 
-    /// The ratings of the file at `path` (ids as this matrix's file wrote them; 0-based
-    /// indices for synthetic data) in this matrix's index space, leaving out pairs whose
-    /// user or item this matrix has no index for; returns them and how many were left out.
+    /// The ratings of the file at `path` (ids as this matrix's file wrote them; 0-based for
+    /// synthetic data) in this matrix's index space, and how many pairs had an unknown id.
     pub fn held_out_from(&self, path: &Path) -> Result<(Ratings, usize), DataError> {
         let index = |ids: Option<&Vec<String>>, n: usize| -> HashMap<String, u32> {
             match ids {
@@ -130,15 +122,21 @@ impl Ratings {
                 _ => left_out += 1,
             }
         }
-        Ok((
-            Ratings {
-                n_users: self.n_users,
-                n_items: self.n_items,
-                entries,
-                id_mapping: self.id_mapping.clone(),
-            },
-            left_out,
-        ))
+        let held_out = Ratings {
+            entries,
+            ..self.clone_shape()
+        };
+        Ok((held_out, left_out))
+    }
+
+    /// The dimensions and mapping without the entries.
+    fn clone_shape(&self) -> Ratings {
+        Ratings {
+            n_users: self.n_users,
+            n_items: self.n_items,
+            entries: Vec::new(),
+            id_mapping: self.id_mapping.clone(),
+        }
     }
 
     /// Number of ratings per user (index = user).
@@ -161,12 +159,10 @@ impl Ratings {
 }
 
 /// Which of `len` entries [`Ratings::train_test_split`] holds out: the
-/// `round(test_fraction * len)` indices a seeded shuffle of `0..len` puts first, kept as one
-/// bit per entry. It depends only on `len`, `test_fraction` and `seed`, so a node that
-/// streams the ratings (counting them in a first pass) splits them as a node that holds
-/// them all. The shuffle runs over `u32` indices (4 bytes per entry while it runs, then 1
-/// bit): `shuffle` draws one `gen_range` per position whatever the element type, so the
-/// permutation is the one of a `usize` shuffle.
+/// `round(test_fraction * len)` indices a seeded shuffle of `0..len` puts first, one bit per
+/// entry. It depends only on `len`, `test_fraction` and `seed`, so a node that streams the
+/// ratings splits them as one that holds them all. Shuffling `u32` indices draws what a
+/// `usize` shuffle draws.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldOutMask {
     words: Vec<u64>,
@@ -230,9 +226,7 @@ impl HeldOutMask {
 
 /// Shuffles `0..n` in an anonymous mapping of its own, hands the result to `take`, and
 /// unmaps it; `false` (nothing drawn from `rng`) when no mapping could be made. A heap
-/// buffer of this size would stay resident after it is freed with the binary's allocator
-/// settings (`petrel::keep_large_buffers`), even through `malloc_trim`: the index of 16M
-/// ratings (61 MiB) stayed beside everything an MF worker loaded after it.
+/// buffer this large would stay resident after it is freed (`petrel::keep_large_buffers`).
 fn shuffle_in_own_mapping(n: u32, rng: &mut StdRng, take: impl FnOnce(&[u32])) -> bool {
     let bytes = (n as usize).max(1) * std::mem::size_of::<u32>();
     let Ok(mut map) = memmap2::MmapMut::map_anon(bytes) else {
@@ -248,8 +242,7 @@ fn shuffle_in_own_mapping(n: u32, rng: &mut StdRng, take: impl FnOnce(&[u32])) -
     true
 }
 
-/// A ratings file as parsed: what the loaders of one file share in a process and keep in
-/// the binary cache.
+/// A ratings file as parsed (shared in a process and kept in the binary cache).
 #[derive(Debug, Clone, Default, PartialEq)]
 struct RatingsFile {
     ratings: Ratings,
@@ -285,7 +278,6 @@ fn decode_ids(input: &mut Decoder<'_>) -> Option<Vec<String>> {
 
 impl Cached for RatingsFile {
     const KIND: u32 = 2;
-    /// Whether it passes the limits and the size rule in force.
     fn fits(&self, limits: &DataLimits, size: &SizeRule, name: &Path) -> bool {
         if !self.matrix_market {
             return true;
@@ -381,35 +373,22 @@ fn ratings_of(
     size: SizeRule,
 ) -> Result<RatingsFile, DataError> {
     // The first block holds the whole first line: put back once looked at.
-    let (n, mm) =
+    let (n, matrix_market) =
         (source.next_block()?).map_or((0, false), |b| (b.len(), b.starts_with(b"%%MatrixMarket")));
     source.give_back(n);
-    if mm {
-        let mut entries = Vec::new();
-        let (n_users, n_items) = matrix_market(source, name, limits, Some(size), |e| {
-            entries.extend_from_slice(e)
-        })?;
-        return Ok(RatingsFile {
-            ratings: Ratings {
-                entries,
-                ..numbered(n_users, n_items)
-            },
-            matrix_market: true,
-        });
-    }
+    let ratings = if matrix_market {
+        matrix_market_ratings(source, name, limits, size)?
+    } else {
+        triplets(source, name)?
+    };
     Ok(RatingsFile {
-        ratings: triplets(source, name)?,
-        matrix_market: false,
+        ratings,
+        matrix_market,
     })
 }
 
-/// [`load_ratings`] without taking the entries: hands each `(user, item, rating)` to
-/// `visit` in file order and returns the matrix without entries (its dimensions and id
-/// mapping). The same checks and errors as [`load_ratings`], all made before the first
-/// entry is visited; a caller that reads the file again gets the same indices in the same
-/// order (the parse is shared while some caller holds it, see [`super::cache`]). A
-/// MatrixMarket file's row and column counts, which size the factor matrices, are checked
-/// against the file's size (at most 2^20 + 16 x its bytes, [`super::limits::size_bound`]).
+/// [`load_ratings`] handing each `(user, item, rating)` to `visit` in file order, after every
+/// check passed; returns the matrix without entries (dimensions and id mapping).
 pub fn scan_ratings(
     path: impl AsRef<Path>,
     mut visit: impl FnMut(u32, u32, f32),
@@ -418,22 +397,7 @@ pub fn scan_ratings(
     for &(u, i, r) in &shared.ratings.entries {
         visit(u, i, r);
     }
-    Ok(Ratings {
-        entries: Vec::new(),
-        ..shared.ratings.clone_shape()
-    })
-}
-
-impl Ratings {
-    /// The dimensions and mapping without the entries.
-    fn clone_shape(&self) -> Ratings {
-        Ratings {
-            n_users: self.n_users,
-            n_items: self.n_items,
-            entries: Vec::new(),
-            id_mapping: self.id_mapping.clone(),
-        }
-    }
+    Ok(shared.ratings.clone_shape())
 }
 
 /// Original ids made dense in order of first appearance.
@@ -480,10 +444,9 @@ impl DenseIds {
     }
 }
 
-/// Parses `user item rating [ignored...]` lines separated by tabs, spaces or commas. Ids are
-/// remapped to dense indices in order of first appearance. Lines starting with `#` or `%`
-/// are comments; a first data line whose rating is not a number is taken as a CSV header
-/// (MovieLens `ratings.csv`).
+/// Parses `user item rating [ignored...]` lines separated by tabs, spaces or commas, ids
+/// remapped to dense indices in order of first appearance. `#` and `%` start comments; a
+/// first data line whose rating is not a number is a CSV header (MovieLens).
 pub fn parse_triplets(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
@@ -509,17 +472,9 @@ fn triplets(source: &mut dyn Blocks, name: &Path) -> Result<Ratings, DataError> 
         }
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
         let (fields, n) = rating_fields(content, false);
-        if n < 3 {
-            return Err(bad(format!(
-                "expected `user item rating`, found {n} field(s)"
-            )));
-        }
-        let Some(rating) = parse_f32(fields[2]) else {
+        let Some(rating) = triplet_rating(&fields, n, bad)? else {
             return Ok(false);
         };
-        if !rating.is_finite() {
-            return Err(bad(format!("rating {:?} is not finite", fields[2])));
-        }
         entries.push((users.get(fields[0]), items.get(fields[1]), rating));
         Ok(false)
     })?;
@@ -546,8 +501,8 @@ fn triplets(source: &mut dyn Blocks, name: &Path) -> Result<Ratings, DataError> 
     })
 }
 
-/// An id written as a canonical decimal below 2^32 ("0", "17", not "017"): kept as its
-/// number, which stands for exactly that text, so no two texts share a key.
+/// An id written as a canonical decimal below 2^32 ("17", not "017"): its number stands for
+/// exactly that text.
 fn numeric_id(id: &str) -> Option<u32> {
     let bytes = id.as_bytes();
     let canonical = !bytes.is_empty()
@@ -557,8 +512,7 @@ fn numeric_id(id: &str) -> Option<u32> {
     canonical.then(|| id.parse().ok()).flatten()
 }
 
-/// Ids of one chunk in order of first appearance: a number for a numeric id, else
-/// `1 << 32 | k` for the `k`-th text id of `text`.
+/// Ids of one chunk in order of first appearance: a number, or `1 << 32 | k` for text id `k`.
 #[derive(Debug, Default)]
 struct LocalIds {
     keys: Vec<u64>,
@@ -575,8 +529,7 @@ impl LocalIds {
 }
 
 /// Ids below this are indexed through a table (4 bytes an id up to the largest seen), not
-/// hashed: ids numbered from 0 or 1, the common case, then cost one array access. It
-/// covers the ids of the usual datasets (Netflix: 2.65M users) in at most 16 MiB.
+/// hashed: the common ids numbered from 0 or 1 cost one array access (at most 16 MiB).
 const TABLE_IDS: usize = 1 << 22;
 
 /// Dense indices of numeric ids: a table for the ids below its `limit`, a map above.
@@ -596,8 +549,7 @@ impl NumberIndex {
     /// No index in the table.
     const NONE: u32 = u32::MAX;
 
-    /// Ids below `limit` (at most [`TABLE_IDS`]) go through the table; it is fixed, so an
-    /// id is always looked up in the same place.
+    /// Ids below `limit` (at most [`TABLE_IDS`]) go through the table.
     fn with_limit(limit: usize) -> Self {
         NumberIndex {
             table: Vec::new(),
@@ -633,8 +585,7 @@ struct LocalMaps<'t> {
 }
 
 impl<'t> LocalMaps<'t> {
-    /// The maps of a chunk of `bytes` bytes: its table covers ids below that count, so it
-    /// stays within a few times the chunk's size.
+    /// The maps of a chunk of `bytes` bytes (its table covers ids below that count).
     fn for_chunk(bytes: usize) -> Self {
         LocalMaps {
             numbers: NumberIndex::with_limit(bytes.max(1 << 16)),
@@ -686,11 +637,9 @@ impl ChunkParser for TripletParser<'_> {
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<TripletChunk>) {
         let mut users = LocalMaps::for_chunk(text.len());
         let mut items = LocalMaps::for_chunk(text.len());
-        // An estimate of the lines (`1\t1\t1` is 6 bytes with its end, most are longer).
         chunk.out.entries.reserve(text.len() / 12);
-        // The entries from `raw` on still hold their ids as read: they are indexed in a
-        // pass of their own, whose lookups (mostly cache misses) overlap there instead of
-        // each stalling the parse of its line.
+        // The entries from `raw` on still hold their ids as read: indexed in a pass of their
+        // own, whose lookups (mostly cache misses) overlap instead of stalling each line.
         let mut raw = 0;
         let mut lines = LineCursor::new(text);
         while let Some(line) = lines.next_line(chunk) {
@@ -729,20 +678,30 @@ impl TripletParser<'_> {
         }
         let bad = |msg: String| DataError::malformed(self.name, line_no, msg);
         let (fields, n) = rating_fields(content, ascii);
-        if n < 3 {
-            return Err(bad(format!(
-                "expected `user item rating`, found {n} field(s)"
-            )));
-        }
-        let rating = match parse_f32(fields[2]) {
-            Some(r) if r.is_finite() => r,
-            Some(_) => return Err(bad(format!("rating {:?} is not finite", fields[2]))),
-            None => return Err(bad(format!("rating {:?} is not a number", fields[2]))),
+        let Some(rating) = triplet_rating(&fields, n, bad)? else {
+            return Err(bad(format!("rating {:?} is not a number", fields[2])));
         };
         let user = users.index(&mut out.users, fields[0]);
         let item = items.index(&mut out.items, fields[1]);
         out.entries.push((user, item, rating));
         Ok(())
+    }
+}
+
+/// The rating of a triplet line's `n` fields; `None` if it is not a number (a header).
+fn triplet_rating(
+    fields: &[&str; 3],
+    n: usize,
+    bad: impl Fn(String) -> DataError,
+) -> Result<Option<f32>, DataError> {
+    if n < 3 {
+        return Err(bad(format!(
+            "expected `user item rating`, found {n} field(s)"
+        )));
+    }
+    match parse_f32(fields[2]) {
+        Some(r) if !r.is_finite() => Err(bad(format!("rating {:?} is not finite", fields[2]))),
+        rating => Ok(rating),
     }
 }
 
@@ -770,10 +729,8 @@ fn is_separator(b: u8) -> bool {
     matches!(b, b'\t' | b' ' | b',')
 }
 
-/// The common line, `user item rating [ignored...]` with ids in [`numeric_id`]'s canonical
-/// form and a finite rating, read in one pass over its bytes: what [`rating_fields`] and
-/// [`numeric_id`] make of it, without splitting it. `None` for anything else (leading
-/// blanks, a comment, `::`, text ids, an error), which the general path reads.
+/// The common line, `user item rating [ignored...]` with [`numeric_id`] ids and a finite
+/// rating, read in one pass: what the general path makes of it; `None` for anything else.
 #[inline]
 fn numeric_triplet(line: &str) -> Option<(u32, u32, f32)> {
     let bytes = line.as_bytes();
@@ -879,21 +836,28 @@ pub fn parse_matrix_market(
 
 /// Parses a MatrixMarket `matrix coordinate (real|integer) general` file into 0-based
 /// entries, checking indices against the size line, the entry count against its nnz, and
-/// the row and column counts (which size the factor matrices) against
-/// `limits.max_dimension` and against what the text's size allows (2^20 + 16 x its bytes,
-/// [`super::limits::size_bound`]; checked once the text has been read, before anything is
-/// sized by them). Entries are stored as they are read, never reserved by nnz.
+/// the row and column counts against `limits.max_dimension` and the text's size
+/// ([`super::limits::size_bound`]). Entries are never reserved by nnz.
 pub fn parse_matrix_market_with_limits(
     reader: impl BufRead,
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
 ) -> Result<Ratings, DataError> {
     let name = name_for_errors.as_ref();
-    let size = Some(SizeRule::new(None)?);
-    let mut entries = Vec::new();
     let mut source = ReaderBlocks::new(reader, name);
-    let (n_users, n_items) = matrix_market(&mut source, name, limits, size, |e| {
-        entries.extend_from_slice(e);
+    matrix_market_ratings(&mut source, name, limits, SizeRule::new(None)?)
+}
+
+/// The matrix of a MatrixMarket input, its dimensions checked against `size`.
+fn matrix_market_ratings(
+    source: &mut dyn Blocks,
+    name: &Path,
+    limits: &DataLimits,
+    size: SizeRule,
+) -> Result<Ratings, DataError> {
+    let mut entries = Vec::new();
+    let (n_users, n_items) = matrix_market(source, name, limits, Some(size), |e| {
+        entries.extend_from_slice(e)
     })?;
     Ok(Ratings {
         entries,
@@ -917,11 +881,8 @@ fn numbered(n_users: usize, n_items: usize) -> Ratings {
 }
 
 /// [`parse_matrix_market_with_limits`] handing the entries to `sink` a chunk at a time;
-/// returns the row and column counts. With `size`, they are checked against it: as soon
-/// as they are read when the input's size is known, else once it has all been read
-/// (nothing here is sized by them, and `sink` is only handed entries inside them).
-/// Without, they are not (a caller that keeps only the entries' ids allocates nothing by
-/// them).
+/// returns the row and column counts, checked against `size_rule` if given (when read if
+/// the input's size is known, else at the end).
 fn matrix_market(
     source: &mut dyn Blocks,
     name: &Path,
@@ -956,16 +917,12 @@ fn matrix_market(
             return Ok(true);
         }
         let fields: Vec<&str> = content.split_whitespace().collect();
-        let parse_index = |text: &str, what: &str| -> Result<usize, DataError> {
-            parse_uint::<usize>(text)
-                .ok_or_else(|| bad(format!("{what} {text:?} is not a non-negative integer")))
-        };
         if fields.len() != 3 {
             return Err(bad("size line must be `rows cols nnz`".into()));
         }
-        let rows = parse_index(fields[0], "row count")?;
-        let cols = parse_index(fields[1], "column count")?;
-        let nnz = parse_index(fields[2], "entry count")?;
+        let rows = mm_index(fields[0], "row count", bad)?;
+        let cols = mm_index(fields[1], "column count", bad)?;
+        let nnz = mm_index(fields[2], "entry count", bad)?;
         if rows > u32::MAX as usize || cols > u32::MAX as usize {
             return Err(bad("dimensions exceed u32".into()));
         }
@@ -993,17 +950,21 @@ fn matrix_market(
         Ok(())
     })?;
     if end.entries != nnz as u64 {
-        return Err(DataError::malformed(
-            name,
-            end.line,
-            format!("declared {nnz} entries, found {}", end.entries),
-        ));
+        let found = format!("declared {nnz} entries, found {}", end.entries);
+        return Err(DataError::malformed(name, end.line, found));
     }
     if let Some(rule) = size_rule.filter(|r| !r.is_known()) {
         rule.check(name, size_line, "row count", n_users as u64, end.bytes)?;
         rule.check(name, size_line, "column count", n_items as u64, end.bytes)?;
     }
     Ok((n_users, n_items))
+}
+
+/// A MatrixMarket index or count.
+#[inline]
+fn mm_index(text: &str, what: &str, bad: impl Fn(String) -> DataError) -> Result<usize, DataError> {
+    parse_uint::<usize>(text)
+        .ok_or_else(|| bad(format!("{what} {text:?} is not a non-negative integer")))
 }
 
 /// The entry lines of a MatrixMarket file.
@@ -1018,14 +979,9 @@ impl ChunkParser for MatrixMarketParser<'_> {
     type Out = Vec<(u32, u32, f32)>;
 
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<Self::Out>) {
-        let ascii = text.is_ascii();
-        let mut lines = LineCursor::new(text);
-        while let Some(line) = lines.next_line(chunk) {
-            if let Err(e) = self.entry(line, ascii, start, chunk) {
-                chunk.error = Some(e);
-                return;
-            }
-        }
+        parse_lines(text, chunk, |line, ascii, chunk| {
+            self.entry(line, ascii, start, chunk)
+        });
     }
 
     fn holds(&self, chunk: &Chunk<Self::Out>, start: &Start) -> bool {
@@ -1049,12 +1005,8 @@ impl MatrixMarketParser<'_> {
         let Some(fields) = three_words(content, ascii) else {
             return Err(bad("entry must be `row col value`".into()));
         };
-        let parse_index = |text: &str, what: &str| -> Result<usize, DataError> {
-            parse_uint::<usize>(text)
-                .ok_or_else(|| bad(format!("{what} {text:?} is not a non-negative integer")))
-        };
-        let row = parse_index(fields[0], "row")?;
-        let col = parse_index(fields[1], "column")?;
+        let row = mm_index(fields[0], "row", bad)?;
+        let col = mm_index(fields[1], "column", bad)?;
         let (rows, cols) = (self.rows, self.cols);
         if row == 0 || row > rows || col == 0 || col > cols {
             return Err(bad(format!(
@@ -1076,10 +1028,8 @@ impl MatrixMarketParser<'_> {
     }
 }
 
-/// Reads `(user, item, rating)` with the ids as written in the file (what a saved model's
-/// ids are): triplets in any separator [`parse_triplets`] accepts, the rating optional
-/// (`user item` pairs to predict), or a MatrixMarket file (1-based row and column
-/// numbers). Errors name the file and line.
+/// Reads `(user, item, rating)` with the ids as written (a saved model's ids): triplets, the
+/// rating optional (pairs to predict), or MatrixMarket (1-based row and column numbers).
 pub fn load_labelled_ratings(
     path: impl AsRef<Path>,
 ) -> Result<Vec<crate::model::LabelledRating>, DataError> {
@@ -1091,8 +1041,7 @@ pub fn load_labelled_ratings(
         .starts_with(b"%%MatrixMarket");
     let mut source = ReaderBlocks::new(reader, path);
     if is_matrix_market {
-        // Only the entries' own ids are kept, so the declared dimensions size nothing: a
-        // small test file of a large matrix is read whatever they are.
+        // Only the entries' ids are kept: the declared dimensions size nothing.
         let limits = DataLimits::from_env()?;
         let mut out = Vec::new();
         matrix_market(&mut source, path, &limits, None, |entries| {

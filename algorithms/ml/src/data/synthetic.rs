@@ -1,6 +1,5 @@
 // Over 600 lines: it holds every synthetic generator; each is short and they share seeding.
-//! Seeded synthetic problems with known ground truth, for tests and benchmarks. Every
-//! generator uses `StdRng::seed_from_u64(seed)` and is deterministic for a given seed.
+//! Seeded synthetic problems with known ground truth, deterministic for a given seed.
 
 use ndarray::Array2;
 use rand::distributions::{Distribution, WeightedIndex};
@@ -35,9 +34,8 @@ pub struct CorrelatedLassoParams {
     pub seed: u64,
 }
 
-/// A Lasso problem. `x` is dense row-major (`n_samples x n_features`) with every column
-/// scaled to unit L2 norm, so `x_j^T x_k` is directly the correlation STRADS' dependency
-/// check uses; convert with [`LassoProblem::columns`] for the coordinate-descent workers.
+/// A Lasso problem; `x` is dense row-major with unit-norm columns (so `x_j^T x_k` is their
+/// correlation).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LassoProblem {
     /// The design matrix, columns scaled to unit L2 norm.
@@ -55,27 +53,19 @@ impl LassoProblem {
     }
 }
 
-/// Correlated design: inside a group, `x_ij = sqrt(c) z_ig + sqrt(1 - c) e_ij` with shared
-/// factor `z_ig`, so features of one group have correlation `c`; columns are then normalised.
-/// `b_true` has `n_nonzero` entries of magnitude in `[1, 2)` with random signs at random
-/// positions; `y = X b_true + N(0, noise_std^2)`.
+/// Correlated design: `x_ij = sqrt(c) z_ig + sqrt(1 - c) e_ij` in a group (correlation `c`),
+/// columns normalised; `b_true` has `n_nonzero` entries of magnitude in `[1, 2)` and random
+/// sign; `y = X b_true + N(0, noise_std^2)`.
 pub fn correlated_lasso(params: &CorrelatedLassoParams) -> Result<LassoProblem, DataError> {
-    let CorrelatedLassoParams {
-        n_samples: n,
-        n_features: d,
-        group_size,
-        correlation,
-        n_nonzero,
-        noise_std,
-        seed,
-    } = *params;
+    let (n, d, group_size) = (params.n_samples, params.n_features, params.group_size);
+    let (correlation, n_nonzero) = (params.correlation, params.n_nonzero);
     if n == 0 || d == 0 || group_size == 0 {
         return Err(invalid(
             "n_samples, n_features and group_size must be positive",
         ));
     }
-    let noise = lasso_noise(correlation, n_nonzero, d, noise_std)?;
-    let mut rng = StdRng::seed_from_u64(seed);
+    let noise = lasso_noise(correlation, n_nonzero, d, params.noise_std)?;
+    let mut rng = StdRng::seed_from_u64(params.seed);
     let n_groups = d.div_ceil(group_size);
     let shared_weight = correlation.sqrt();
     let own_weight = (1.0 - correlation).sqrt();
@@ -124,8 +114,7 @@ fn noise(noise_std: f32) -> Result<Normal<f32>, DataError> {
     Normal::new(0.0f32, noise_std.max(0.0)).map_err(|e| invalid(format!("noise_std: {e}")))
 }
 
-/// `d` true coefficients, `n_nonzero` of them (at sampled places) of magnitude in
-/// `[1, 2)` and random sign, drawn from `rng` in that order.
+/// `d` true coefficients, `n_nonzero` of them of magnitude in `[1, 2)` and random sign.
 fn true_coefficients(rng: &mut StdRng, d: usize, n_nonzero: usize) -> Vec<f32> {
     let mut b_true = vec![0.0f32; d];
     for j in sample(rng, d, n_nonzero) {
@@ -181,16 +170,11 @@ fn stream_rng(seed: u64, stream: u64, index: u64) -> StdRng {
     StdRng::seed_from_u64(z ^ (z >> 31))
 }
 
-/// Sparse correlated design at any size: the features of a group share one random support
-/// of `nnz_per_column` rows and one shared factor `z` on it, and column `j` is
-/// `sqrt(c) z + sqrt(1 - c) e_j` there (so two features of a group have correlation about
-/// `c`, features of different groups overlap only by chance), scaled to unit norm.
-/// `y = X b_true + noise` with `n_nonzero` coefficients of magnitude in `[1, 2)`.
-///
-/// Every group and column has its own seeded stream, so `rows` (a row block) yields
-/// exactly the rows of the whole design, renumbered from 0, without building the rest:
-/// a worker generates only its share. Cost `O(nnz + n_samples)`. For a column share (or any
-/// single pass over the columns) see [`SparseLassoColumns`], which this is built on.
+/// Sparse correlated design at any size: a group's features share a random support of
+/// `nnz_per_column` rows and a factor `z` on it, column `j` being `sqrt(c) z + sqrt(1 - c)
+/// e_j` there, scaled to unit norm; `y` as in [`correlated_lasso`]. Every group and column
+/// has its own seeded stream, so `rows` yields exactly those rows of the whole design
+/// (renumbered from 0) without building the rest. Built on [`SparseLassoColumns`].
 pub fn sparse_correlated_lasso(
     params: &SparseLassoParams,
     rows: Option<std::ops::Range<usize>>,
@@ -202,34 +186,20 @@ pub fn sparse_correlated_lasso(
         return Err(invalid(format!("row block {rows:?} outside 0..{n}")));
     }
     let y = generator.labels();
-    let mut column_starts = Vec::with_capacity(params.n_features + 1);
-    column_starts.push(0usize);
-    let mut row_indices = Vec::new();
-    let mut values = Vec::new();
+    let mut x = SparseColumns::empty(rows.len());
     for j in 0..params.n_features {
         let (support, column) = generator.column(j);
-        let lo = support.partition_point(|&i| (i as usize) < rows.start);
-        let hi = support.partition_point(|&i| (i as usize) < rows.end);
-        row_indices.extend(support[lo..hi].iter().map(|&i| i - rows.start as u32));
-        values.extend_from_slice(&column[lo..hi]);
-        column_starts.push(row_indices.len());
+        x.push_column_rows(support, column, &rows);
     }
     Ok(SparseLassoProblem {
-        x: SparseColumns {
-            n_rows: rows.len(),
-            column_starts,
-            row_indices,
-            values,
-        },
+        x,
         y: y[rows].to_vec(),
         b_true: generator.b_true,
     })
 }
 
 /// The design of [`sparse_correlated_lasso`] one column at a time, over all rows, in
-/// `O(nnz_per_column)` memory: a node that keeps only some columns (a column share) still
-/// sees every column once, for what needs the whole design (`max_j |x_j^T y|`), without
-/// holding it. Column `j` and the labels are bit for bit those of the whole problem.
+/// `O(nnz_per_column)` memory; bit for bit the whole problem's.
 #[derive(Debug, Clone)]
 pub struct SparseLassoColumns {
     params: SparseLassoParams,
@@ -246,17 +216,9 @@ pub struct SparseLassoColumns {
 impl SparseLassoColumns {
     /// The generator of `params`' design (checked as [`sparse_correlated_lasso`] does).
     pub fn new(params: &SparseLassoParams) -> Result<Self, DataError> {
-        let SparseLassoParams {
-            n_samples: n,
-            n_features: d,
-            group_size,
-            nnz_per_column: k,
-            correlation,
-            n_nonzero,
-            noise_std,
-            seed,
-        } = *params;
-        if n == 0 || d == 0 || group_size == 0 || k == 0 {
+        let p = params;
+        let (n, d, k, n_nonzero) = (p.n_samples, p.n_features, p.nnz_per_column, p.n_nonzero);
+        if n == 0 || d == 0 || p.group_size == 0 || k == 0 {
             return Err(invalid(
                 "n_samples, n_features, group_size and nnz_per_column must be positive",
             ));
@@ -266,8 +228,8 @@ impl SparseLassoColumns {
                 "nnz_per_column {k} must be at most n_samples {n} (and n_samples below 2^32)"
             )));
         }
-        let noise = lasso_noise(correlation, n_nonzero, d, noise_std)?;
-        let b_true = true_coefficients(&mut stream_rng(seed, 1, 0), d, n_nonzero);
+        let noise = lasso_noise(p.correlation, n_nonzero, d, p.noise_std)?;
+        let b_true = true_coefficients(&mut stream_rng(p.seed, 1, 0), d, n_nonzero);
         Ok(SparseLassoColumns {
             params: params.clone(),
             noise,
@@ -290,8 +252,8 @@ impl SparseLassoColumns {
         self.params.nnz_per_column
     }
 
-    /// Column `j < n_features` over all rows: its rows (increasing) and values. Cheapest
-    /// in increasing `j` (a group's support and shared factor are drawn once per visit).
+    /// Column `j < n_features` over all rows: its rows (increasing) and values (cheapest in
+    /// increasing `j`).
     pub fn column(&mut self, j: usize) -> (&[u32], &[f32]) {
         let p = &self.params;
         if j / p.group_size != self.group {
@@ -321,8 +283,7 @@ impl SparseLassoColumns {
         (&self.support, &self.column)
     }
 
-    /// The labels of all rows, `X b_true + noise`: only the columns of `b_true`'s support
-    /// are generated (in increasing order, so every sum is the whole design's).
+    /// The labels of all rows, `X b_true + noise` (only the columns of `b_true`'s support).
     pub fn labels(&mut self) -> Vec<f32> {
         let mut y_full: Vec<f64> = vec![0.0; self.params.n_samples];
         for j in 0..self.b_true.len() {
@@ -343,8 +304,7 @@ impl SparseLassoColumns {
     }
 }
 
-/// Parameters of [`low_rank_ratings`]; also the `synthetic` settings table of STRADS MF
-/// (`[app.strads_mf.synthetic]`), hence the serde defaults.
+/// Parameters of [`low_rank_ratings`]; also STRADS MF's `synthetic` settings table.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LowRankParams {
@@ -405,8 +365,8 @@ pub struct LowRankProblem {
     pub item_factors: Array2<f32>,
 }
 
-/// Factors have i.i.d. `N(0, 1/sqrt(rank))` entries so a rating has unit variance before
-/// noise. Every cell is observed independently with `observed_fraction`.
+/// Factors have i.i.d. `N(0, 1/sqrt(rank))` entries; each cell is observed with
+/// `observed_fraction`.
 pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataError> {
     let mut entries = Vec::new();
     let mut problem = stream_low_rank_ratings(params, |user, item, rating| {
@@ -416,21 +376,14 @@ pub fn low_rank_ratings(params: &LowRankParams) -> Result<LowRankProblem, DataEr
     Ok(problem)
 }
 
-/// [`low_rank_ratings`] without holding the ratings: hands each `(user, item, rating)` to
-/// `visit` as it is drawn (users in order, then items) and returns the problem without
-/// entries. Drawing again with the same parameters visits the same ratings.
+/// [`low_rank_ratings`] handing each `(user, item, rating)` to `visit` as it is drawn;
+/// returns the problem without entries.
 pub fn stream_low_rank_ratings(
     params: &LowRankParams,
     mut visit: impl FnMut(u32, u32, f32),
 ) -> Result<LowRankProblem, DataError> {
-    let LowRankParams {
-        n_users,
-        n_items,
-        rank,
-        observed_fraction,
-        noise_std,
-        seed,
-    } = *params;
+    let (n_users, n_items, rank) = (params.n_users, params.n_items, params.rank);
+    let observed_fraction = params.observed_fraction;
     if rank == 0 || n_users > u32::MAX as usize || n_items > u32::MAX as usize {
         return Err(invalid("rank must be positive and dimensions fit u32"));
     }
@@ -439,10 +392,10 @@ pub fn stream_low_rank_ratings(
             "observed_fraction {observed_fraction} outside [0, 1]"
         )));
     }
-    let noise = noise(noise_std)?;
+    let noise = noise(params.noise_std)?;
     let factor = Normal::new(0.0f32, (rank as f32).powf(-0.25))
         .map_err(|e| invalid(format!("factor scale: {e}")))?;
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = StdRng::seed_from_u64(params.seed);
     let user_factors = Array2::from_shape_fn((n_users, rank), |_| factor.sample(&mut rng));
     let item_factors = Array2::from_shape_fn((n_items, rank), |_| factor.sample(&mut rng));
     for u in 0..n_users {
@@ -457,16 +410,14 @@ pub fn stream_low_rank_ratings(
         ratings: Ratings {
             n_users,
             n_items,
-            entries: Vec::new(),
-            id_mapping: None,
+            ..Ratings::default()
         },
         user_factors,
         item_factors,
     })
 }
 
-/// Parameters of [`lda_corpus`]; also the `synthetic` settings table of the LDA apps
-/// (`[app.lda.synthetic]`, `[app.ps_lda.synthetic]`), hence the serde defaults.
+/// Parameters of [`lda_corpus`]; also the LDA apps' `synthetic` settings table.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LdaCorpusParams {
@@ -537,9 +488,7 @@ fn dirichlet(rng: &mut StdRng, gamma: &Gamma<f64>, len: usize) -> Vec<f64> {
     draws
 }
 
-/// The documents of [`lda_corpus`], drawn one at a time from the same random stream in the
-/// same order: the same corpus, for a reader that keeps only some of it (a worker's share)
-/// or none (the partition's statistics).
+/// The documents of [`lda_corpus`], drawn one at a time (the same corpus).
 pub struct LdaDocs {
     rng: StdRng,
     word_samplers: Vec<WeightedIndex<f64>>,
@@ -551,26 +500,20 @@ pub struct LdaDocs {
 }
 
 impl LdaDocs {
-    /// The generator of `params`'s corpus and its topics' word distributions
-    /// (`n_topics x vocab_size`, rows sum to 1).
+    /// The generator of `params`'s corpus and its topics' word distributions.
     pub fn new(params: &LdaCorpusParams) -> Result<(LdaDocs, Array2<f64>), DataError> {
-        let LdaCorpusParams {
-            n_topics,
-            vocab_size,
-            n_docs,
-            doc_length,
-            alpha,
-            beta,
-            seed,
-        } = *params;
+        let (n_topics, vocab_size) = (params.n_topics, params.vocab_size);
         if n_topics == 0 || vocab_size == 0 || vocab_size > u32::MAX as usize {
             return Err(invalid(
                 "n_topics and vocab_size must be positive (vocab fits u32)",
             ));
         }
-        let alpha_gamma = Gamma::new(alpha, 1.0).map_err(|e| invalid(format!("alpha: {e}")))?;
-        let beta_gamma = Gamma::new(beta, 1.0).map_err(|e| invalid(format!("beta: {e}")))?;
-        let mut rng = StdRng::seed_from_u64(seed);
+        let gamma = |prior: f64, name: &str| {
+            Gamma::new(prior, 1.0).map_err(|e| invalid(format!("{name}: {e}")))
+        };
+        let (alpha_gamma, beta_gamma) =
+            (gamma(params.alpha, "alpha")?, gamma(params.beta, "beta")?);
+        let mut rng = StdRng::seed_from_u64(params.seed);
         let mut topic_word = Array2::zeros((n_topics, vocab_size));
         let mut word_samplers = Vec::with_capacity(n_topics);
         for k in 0..n_topics {
@@ -584,8 +527,8 @@ impl LdaDocs {
             word_samplers,
             alpha_gamma,
             n_topics,
-            n_docs,
-            doc_length,
+            n_docs: params.n_docs,
+            doc_length: params.doc_length,
             next: 0,
         };
         Ok((docs, topic_word))
@@ -647,8 +590,7 @@ pub struct ClassificationParams {
     pub n_features: usize,
     /// At least 2.
     pub n_classes: usize,
-    /// Minimum gap between the best and second-best class score of every sample; larger
-    /// means easier. Samples violating it are redrawn.
+    /// Minimum gap between the best and second-best class score of every sample.
     pub margin: f32,
     /// RNG seed.
     pub seed: u64,
@@ -663,25 +605,19 @@ pub struct ClassificationProblem {
     pub true_weights: Array2<f32>,
 }
 
-/// Draws `x ~ N(0, I)` and labels it with `argmax_c w_c . x` for random `w`, keeping only
-/// samples whose score margin is at least `margin`.
+/// Draws `x ~ N(0, I)` labelled `argmax_c w_c . x` for random `w`, with at least `margin`.
 pub fn separable_classification(
     params: &ClassificationParams,
 ) -> Result<ClassificationProblem, DataError> {
-    let ClassificationParams {
-        n_samples,
-        n_features,
-        n_classes,
-        margin,
-        seed,
-    } = *params;
+    let (n_samples, n_features) = (params.n_samples, params.n_features);
+    let (n_classes, margin) = (params.n_classes, params.margin);
     if n_classes < 2 || n_features == 0 || n_features > u32::MAX as usize {
         return Err(invalid("need n_classes >= 2 and n_features > 0"));
     }
     if margin.is_nan() || margin < 0.0 {
         return Err(invalid(format!("margin {margin} must be >= 0")));
     }
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut rng = StdRng::seed_from_u64(params.seed);
     let scale = 1.0 / (n_features as f32).sqrt();
     let true_weights = Array2::from_shape_fn((n_classes, n_features), |_| {
         scale * rng.sample::<f32, _>(StandardNormal)

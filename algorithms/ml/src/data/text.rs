@@ -1,18 +1,12 @@
 // Over 600 lines: the block-parallel text engine under every loader, with its number parsing.
 //! The text engine under every loader: the input is cut into blocks, each block into
-//! line-aligned chunks parsed in parallel, and the chunks are handed on in file order, so a
-//! loader sees exactly what a line-by-line reader would.
+//! line-aligned chunks parsed in parallel and handed on in file order, so a loader sees
+//! exactly what a line-by-line reader would.
 //!
-//! A chunk is parsed ahead of the chunks before it, so it does not know where it starts
-//! (its first line's number, the bytes and entries before it). It is parsed from a zero
-//! [`Start`]; checks that need the true start are only recorded ([`Chunk::excess`], the
-//! counts), and when the chunks are put back in order, a chunk with an error or whose
-//! recorded figures do not hold at its true start ([`ChunkParser::holds`]) is parsed again
-//! from its true start: that second parse reports the first error of the file with its
-//! line, as a sequential reader would.
-//!
-//! Lines are counted as `BufRead::lines` counted them: a line ends at `\n`, a `\r` before
-//! it is not part of it, and [`Start::bytes`] counts each line and one byte for its end.
+//! A chunk parsed ahead does not know where it starts: it is parsed from a zero [`Start`],
+//! checks that need the true start are only recorded, and a chunk with an error or whose
+//! records do not hold at its true start ([`ChunkParser::holds`]) is parsed again from it,
+//! so errors name the file's first bad line. Lines end at `\n` (a `\r` before it dropped).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -49,9 +43,7 @@ pub(crate) struct Chunk<O> {
     pub entries: u64,
     /// Tokens read.
     pub tokens: u64,
-    /// Of a chunk parsed ahead: the largest `id - allowance - 16 x bytes through its line`
-    /// of the ids that are checked against the bytes read (input of unknown size); the
-    /// chunk holds if the bytes before it pay for it ([`super::limits::SizeRule::covers`]).
+    /// Of a chunk parsed ahead: the largest [`super::limits::SizeRule::excess`] of its ids.
     pub excess: i128,
     /// The first error, which ended the chunk.
     pub error: Option<DataError>,
@@ -76,8 +68,8 @@ pub(crate) trait ChunkParser: Sync {
     /// The values of one chunk.
     type Out: Send + Default;
 
-    /// Parses the lines of `text` from `start`, stopping at the first error, and records
-    /// the lines and bytes it read through a [`LineCursor`].
+    /// Parses the lines of `text` from `start` through a [`LineCursor`], stopping at the
+    /// first error.
     fn parse(&self, text: &str, start: Start, chunk: &mut Chunk<Self::Out>);
 
     /// Whether `chunk`, parsed ahead (from a zero start), holds at its true `start`: no
@@ -85,6 +77,23 @@ pub(crate) trait ChunkParser: Sync {
     fn holds(&self, chunk: &Chunk<Self::Out>, start: &Start) -> bool {
         let _ = (chunk, start);
         true
+    }
+}
+
+/// Parses each line of `text` with `line(line, ascii, chunk)`, stopping at the first error.
+#[inline]
+pub(crate) fn parse_lines<O>(
+    text: &str,
+    chunk: &mut Chunk<O>,
+    mut line: impl FnMut(&str, bool, &mut Chunk<O>) -> Result<(), DataError>,
+) {
+    let ascii = text.is_ascii();
+    let mut lines = LineCursor::new(text);
+    while let Some(next) = lines.next_line(chunk) {
+        if let Err(e) = line(next, ascii, chunk) {
+            chunk.error = Some(e);
+            return;
+        }
     }
 }
 
@@ -200,9 +209,8 @@ impl<'a> Iterator for Words<'a> {
     }
 }
 
-/// `text.parse::<f32>()`: the same numbers accepted with the same values (both are
-/// correctly rounded), read by `fast-float2`; anything it refuses or reads as not finite
-/// is left to the standard library, whose verdict stands.
+/// `text.parse::<f32>()`, read by `fast-float2`; what it refuses or reads as not finite is
+/// left to the standard library.
 #[inline]
 pub(crate) fn parse_f32(text: &str) -> Option<f32> {
     match fast_float2::parse::<f32, _>(text) {
@@ -211,8 +219,8 @@ pub(crate) fn parse_f32(text: &str) -> Option<f32> {
     }
 }
 
-/// `text.parse::<T>()` of an unsigned integer: digits read by `atoi`; anything else (a
-/// `+` sign, an overflow, no digits) is left to the standard library.
+/// `text.parse::<T>()` of an unsigned integer, read by `atoi`; anything else (a sign, an
+/// overflow) is left to the standard library.
 #[inline]
 pub(crate) fn parse_uint<T>(text: &str) -> Option<T>
 where
@@ -225,7 +233,7 @@ where
 }
 
 /// How an input is cut: chunks of about `chunk` bytes, parsed by `threads` threads a block
-/// of about `block` bytes at a time (what bounds the memory of a streaming read).
+/// of about `block` bytes at a time.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Split {
     pub chunk: usize,
@@ -252,8 +260,7 @@ impl Split {
 
 #[cfg(test)]
 thread_local! {
-    /// A split tests force on the loaders they call (tiny chunks, to put chunk boundaries
-    /// everywhere).
+    /// A split tests force on the loaders they call.
     pub(crate) static TEST_SPLIT: std::cell::Cell<Option<Split>> = const { std::cell::Cell::new(None) };
 }
 
@@ -306,8 +313,7 @@ fn line_end_after(data: &[u8], at: usize) -> usize {
     memchr::memchr(b'\n', &data[at..]).map_or(data.len(), |i| at + i + 1)
 }
 
-/// A reader handed over in blocks of whole lines (a line longer than a block makes its
-/// block longer). A read error comes after the whole lines read before it.
+/// A reader handed over in blocks of whole lines; a read error comes after the lines before it.
 pub(crate) struct ReaderBlocks<R> {
     reader: R,
     name: PathBuf,
@@ -383,8 +389,8 @@ fn not_utf8(name: &Path) -> DataError {
     )
 }
 
-/// Parses one chunk of bytes from `start`: the UTF-8 lines before one that is not end
-/// with the error `BufRead::lines` gave on it.
+/// Parses one chunk of bytes from `start`; a line that is not UTF-8 ends it with the error
+/// `BufRead::lines` gave.
 fn parse_bytes<P: ChunkParser>(
     parser: &P,
     name: &Path,
@@ -455,9 +461,9 @@ fn parse_ahead<P: ChunkParser>(
     parsed
 }
 
-/// Parses everything `source` still holds from `start` (true) and hands each chunk's
-/// values to `deliver` in file order with the chunk's true start; returns the start after
-/// the last line. A chunk's error comes after its values before the error are delivered.
+/// Parses what `source` still holds from `start` and hands each chunk's values to
+/// `deliver` in file order with its true start (then its error, if any); returns the start
+/// after the last line.
 pub(crate) fn parse_chunks<P: ChunkParser>(
     parser: &P,
     name: &Path,
@@ -493,9 +499,8 @@ pub(crate) fn parse_chunks<P: ChunkParser>(
     Ok(start)
 }
 
-/// Hands the lines of `source` one by one to `each(line number, line, bytes through it)`
-/// from `start` until it returns `false` (that line is consumed) or the input ends;
-/// returns the start after the lines consumed. What a header, or a small file, is read with.
+/// Hands the lines of `source` to `each(line number, line, bytes through it)` from `start`
+/// until it returns `false` (that line consumed) or the input ends; returns the start after.
 pub(crate) fn each_line(
     name: &Path,
     source: &mut dyn Blocks,

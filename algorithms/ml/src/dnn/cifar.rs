@@ -1,11 +1,8 @@
 //! The CIFAR-10 binary format and a seeded CIFAR-shaped generator for tests.
 //!
-//! A CIFAR-10 binary file (`data_batch_1.bin` … `test_batch.bin`) is a bare sequence of
-//! 3073-byte records: one label byte (0..=9), then a 32x32 image as 1024 red, 1024 green
-//! and 1024 blue bytes, row-major. There is no header, so the only structural checks are
-//! that the length is a whole number of records and that every label is a class; either
-//! failure is a [`DnnDataError::Record`] naming the file and the byte offset of the bad
-//! record. Parsing never panics and never allocates more than the file's own size.
+//! A CIFAR-10 binary file is a bare sequence of 3073-byte records: a label byte (0..=9),
+//! then 32x32 red, green and blue planes. A partial record or a bad label is a
+//! [`DnnDataError::Record`] naming the file and the record's byte offset.
 
 use std::path::Path;
 
@@ -94,9 +91,7 @@ pub fn read_cifar10_files<P: AsRef<Path>>(paths: &[P]) -> Result<Dataset, DnnDat
     })
 }
 
-/// Writes a CIFAR-shaped data set (`(N, 3, 32, 32)`, values in `[0, 1]`, labels below
-/// 10) as a CIFAR-10 binary file, pixels rounded to bytes (the inverse of
-/// [`read_cifar10`] up to that rounding).
+/// Writes a CIFAR-shaped data set as a CIFAR-10 binary file, pixels rounded to bytes.
 pub fn write_cifar10(path: impl AsRef<Path>, data: &Dataset) -> Result<(), DnnDataError> {
     let path = path.as_ref();
     let shape = [CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE];
@@ -135,10 +130,8 @@ pub fn write_cifar10(path: impl AsRef<Path>, data: &Dataset) -> Result<(), DnnDa
     })
 }
 
-/// `n` CIFAR-shaped `(N, 3, 32, 32)` images in `classes` classes, values in `[0, 1]`: each
-/// class has a random 8x8 colour template upsampled to 32x32 (so a convolution sees
-/// spatial structure, not just pixel noise), an example is its template plus
-/// N(0, noise^2) pixel noise, clamped. Classes are balanced and shuffled (seeded).
+/// `n` CIFAR-shaped images in `classes` classes, values in `[0, 1]`: a random 8x8 colour
+/// template per class upsampled to 32x32, plus N(0, noise^2) pixel noise, clamped.
 pub fn synthetic_cifar(
     n: usize,
     classes: usize,

@@ -1,9 +1,7 @@
 //! Data sets: synthetic generators and an IDX (MNIST format) loader.
 //!
-//! IDX format (big-endian): magic `0x0000_08NN` where `08` = unsigned bytes and `NN` = the
-//! number of dimensions, then one `u32` per dimension, then the data row-major.
-//! Images files have magic `0x00000803` (N, rows, cols), label files `0x00000801` (N).
-//! Parsing never panics: every inconsistency is a [`DnnDataError`] naming the file.
+//! IDX (big-endian): magic `0x0000_08NN` (`NN` dimensions of unsigned bytes), one `u32` per
+//! dimension, then the data row-major. Bad input is a [`DnnDataError`] naming the file.
 
 use std::path::{Path, PathBuf};
 
@@ -130,8 +128,7 @@ impl Dataset {
         &self.x.shape()[1..]
     }
 
-    /// `len` consecutive examples starting at `start`, wrapping around the end (so a
-    /// training loop can simply walk `start = step * batch`). Empty for an empty set.
+    /// `len` consecutive examples starting at `start`, wrapping around the end.
     pub fn batch(&self, start: usize, len: usize) -> (ArrayD<f32>, Vec<usize>) {
         let n = self.len();
         let idx: Vec<usize> = if n == 0 {
@@ -168,9 +165,8 @@ impl Dataset {
     }
 }
 
-/// `n` points in `dim` dimensions from `classes` isotropic Gaussian clusters.
-/// Cluster centres are drawn from N(0, 3^2) per coordinate, points from
-/// N(centre, spread^2); classes are balanced and the order is shuffled (seeded).
+/// `n` points in `dim` dimensions from `classes` Gaussian clusters (centres N(0, 3^2),
+/// points N(centre, spread^2)), balanced and shuffled.
 pub fn gaussian_clusters(
     n: usize,
     dim: usize,
@@ -192,9 +188,8 @@ pub fn gaussian_clusters(
     noisy_templates(&mut rng, &centres, n, spread, &[dim], |v| v)
 }
 
-/// `n` examples of the class `templates` (balanced, shuffled with `rng`), each its
-/// template plus N(0, noise^2) noise per value passed through `finish`, of shape `[n,
-/// shape..]`: the tail every template generator shares.
+/// `n` examples of the class `templates` (balanced, shuffled), each its template plus
+/// N(0, noise^2) noise passed through `finish`, of shape `[n, shape..]`.
 pub(crate) fn noisy_templates(
     rng: &mut StdRng,
     templates: &[Vec<f32>],
@@ -221,9 +216,7 @@ pub(crate) fn noisy_templates(
 }
 
 /// `n` inputs from N(0, 1)^dim labelled by the arg-max of a random teacher MLP
-/// `dim -> hidden (ReLU) -> classes` with N(0, 2/fan_in) weights seeded by `seed`.
-/// Learnable exactly by a student of the same or larger size; class frequencies are
-/// whatever the teacher gives.
+/// `dim -> hidden (ReLU) -> classes` (N(0, 2/fan_in) weights).
 pub fn teacher_mlp(
     n: usize,
     dim: usize,
@@ -268,10 +261,8 @@ pub fn teacher_mlp(
     })
 }
 
-/// `n` single-channel `side x side` images in `classes` classes, shape `(N, 1, side,
-/// side)`: every class has a random binary template (each pixel 0 or 1 with probability
-/// 1/2), and an example is its class template plus N(0, noise^2) pixel noise. Classes are
-/// balanced and shuffled. A stand-in for MNIST when no data files are available.
+/// `n` images `(N, 1, side, side)` in `classes` classes: a random binary template per
+/// class plus N(0, noise^2) pixel noise, balanced and shuffled (a stand-in for MNIST).
 pub fn template_images(
     n: usize,
     classes: usize,
@@ -289,13 +280,7 @@ pub fn template_images(
     let templates: Vec<Vec<f32>> = (0..classes)
         .map(|_| {
             (0..px)
-                .map(|_| {
-                    if rand::Rng::gen_bool(&mut rng, 0.5) {
-                        1.0
-                    } else {
-                        0.0
-                    }
-                })
+                .map(|_| f32::from(u8::from(rand::Rng::gen_bool(&mut rng, 0.5))))
                 .collect()
         })
         .collect();
@@ -364,13 +349,11 @@ fn parse_idx<'a>(
         return Err(truncated("data", header_len + data_len));
     }
     if data.len() > data_len {
-        return Err(dimension(
-            path,
-            format!(
-                "dimensions {dims:?} give {data_len} data bytes but the file has {} (trailing bytes)",
-                data.len()
-            ),
-        ));
+        let n = data.len();
+        let why = format!(
+            "dimensions {dims:?} give {data_len} data bytes but the file has {n} (trailing bytes)"
+        );
+        return Err(dimension(path, why));
     }
     Ok((dims, data))
 }
@@ -439,20 +422,13 @@ fn dim_u32(path: &Path, v: usize) -> Result<[u8; 4], DnnDataError> {
 /// Writes an IDX images file (inverse of [`read_idx_images`]).
 pub fn write_idx_images(path: impl AsRef<Path>, images: &IdxImages) -> Result<(), DnnDataError> {
     let path = path.as_ref();
-    if images.pixels.len() != images.n * images.rows * images.cols {
-        return Err(dimension(
-            path,
-            format!(
-                "{} pixels for {}x{}x{}",
-                images.pixels.len(),
-                images.n,
-                images.rows,
-                images.cols
-            ),
-        ));
+    let IdxImages { n, rows, cols, .. } = *images;
+    if images.pixels.len() != n * rows * cols {
+        let why = format!("{} pixels for {n}x{rows}x{cols}", images.pixels.len());
+        return Err(dimension(path, why));
     }
     let mut out = IDX_IMAGES_MAGIC.to_be_bytes().to_vec();
-    for d in [images.n, images.rows, images.cols] {
+    for d in [n, rows, cols] {
         out.extend_from_slice(&dim_u32(path, d)?);
     }
     out.extend_from_slice(&images.pixels);

@@ -1,11 +1,6 @@
-//! Data and optimiser pieces of data-parallel DNN training (f32, CPU).
-//!
-//! The networks themselves are written with candle (`petrel_p3::models::nets`); what
-//! lives here is what the parameter side needs without a framework: [`FlatSgdMomentum`]
-//! updates flat tensors (or slices of them, as a P3 server shard does), [`data`] has the
-//! [`data::Dataset`] type, synthetic generators and the IDX (MNIST) reader, [`cifar`] the
-//! CIFAR-10 binary reader. Loaders fail with a [`data::DnnDataError`] naming the file;
-//! the optimiser with a [`DnnError`].
+//! Data and optimiser pieces of data-parallel DNN training (the networks are candle's, in
+//! `petrel_p3`): [`FlatSgdMomentum`] over flat tensors or slices, [`data`] (data sets,
+//! generators, IDX) and [`cifar`] (CIFAR-10 binary).
 
 pub mod cifar;
 pub mod data;
@@ -13,12 +8,10 @@ pub mod optim;
 
 pub use optim::FlatSgdMomentum;
 
-/// The array crate [`data::Dataset`] uses, so code that builds inputs or writes its own
-/// stage model by hand (see `examples/p3_custom.rs`) names the same version.
+/// The array crate [`data::Dataset`] uses.
 pub use ndarray;
 
-/// Errors of the optimiser: caller mistakes (tensors of different lengths or counts),
-/// never internal invariants.
+/// Errors of the optimiser: caller mistakes (tensors of different lengths).
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum DnnError {
     /// A flat parameter / gradient / velocity had the wrong number of elements.

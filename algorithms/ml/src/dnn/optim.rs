@@ -3,11 +3,7 @@
 use crate::dnn::DnnError;
 
 /// SGD with (heavy-ball) momentum over flat `f32` tensors or slices of them:
-/// `v <- momentum * v + grad; p <- p - lr * v`. (The parameter server's per-row rule is
-/// a different thing: stateful, sparse, in `petrel_ps`.)
-///
-/// Plain data, no hidden state: the velocity lives with whoever owns the parameters
-/// (a server shard keeps one velocity buffer per slice it owns).
+/// `v <- momentum * v + grad; p <- p - lr * v`; the velocity lives with the parameters.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FlatSgdMomentum {
     /// Learning rate.

@@ -43,24 +43,19 @@ pub struct LdaMetrics {
     pub sampling_s: f64,
     /// Tokens sampled in total.
     pub tokens_sampled: u64,
-    /// Tokens sampled per second divided by the number of workers (one sampling thread
-    /// each).
+    /// Tokens sampled per second per worker.
     pub tokens_per_s_per_worker: f64,
     /// The log-likelihood trace, one point per pass.
     pub loglik: Vec<LoglikPoint>,
     /// The final log-likelihood per token.
     pub final_loglik_per_token: f64,
-    /// Bytes the scheduler node sent and received during the run (0 without a network):
-    /// block ids, topic-total deltas and log-likelihood parts; the word-topic blocks
-    /// travel worker to worker.
+    /// Bytes the scheduler node sent and received during the run (0 without a network).
     #[serde(default)]
     pub scheduler_bytes: u64,
-    /// Serialized size of all word-topic blocks at the end: what one sub-round would move
-    /// through the scheduler twice (out and back) if the blocks were routed through it.
+    /// Serialized size of all word-topic blocks at the end.
     #[serde(default)]
     pub block_bytes: u64,
-    /// Serialized size of the final Collect round's partials (the blocks), included in
-    /// `scheduler_bytes`.
+    /// Serialized size of the final Collect round's partials (in `scheduler_bytes`).
     #[serde(default)]
     pub collect_bytes: u64,
     /// Scheduler rounds (sub-rounds plus the Collect round).
@@ -68,8 +63,7 @@ pub struct LdaMetrics {
     pub rounds: u64,
 }
 
-/// Writes `topics.txt` (per topic: the top words of `phi` with probabilities) and
-/// `topic_word.tsv` (`phi`, `K x V`); shared by the STRADS and parameter-server LDA apps.
+/// Writes `topics.txt` (each topic's top words of `phi`) and `topic_word.tsv` (`phi`).
 pub fn write_topic_files(
     dir: &std::path::Path,
     phi: &ndarray::Array2<f64>,
@@ -112,8 +106,8 @@ pub fn write_file(dir: &Path, name: &str, contents: &[u8]) -> Result<(), DataErr
     crate::job::write_atomic(&path, contents).map_err(|source| DataError::Io { path, source })
 }
 
-/// The corpus of an LDA job: a UCI bag-of-words file (`docword`, with an optional `vocab`
-/// for readable top words) or, when `docword` is unset, a synthetic corpus.
+/// The corpus of an LDA job: a bag-of-words file (with an optional `vocab`) or, without
+/// `docword`, a synthetic corpus.
 pub fn load_corpus(
     docword: Option<&Path>,
     vocab: Option<&Path>,
@@ -122,9 +116,8 @@ pub fn load_corpus(
     Ok(load_corpus_digested(docword, vocab, synthetic)?.0)
 }
 
-/// [`load_corpus`] and, for a file, the digest of every value read in that same read
-/// (what [`load_corpus_share`] puts in [`CorpusShare::read`]); `None` for a synthetic
-/// corpus.
+/// [`load_corpus`] and, for a file, the digest of every value read
+/// ([`CorpusShare::read`]).
 pub fn load_corpus_digested(
     docword: Option<&Path>,
     vocab: Option<&Path>,
@@ -138,11 +131,13 @@ pub fn load_corpus_digested(
         None => (lda_corpus(synthetic)?.corpus, None),
     };
     if corpus.n_tokens() == 0 {
-        return Err(DataError::InvalidParameter(
-            "the corpus has no tokens".into(),
-        ));
+        return Err(no_tokens());
     }
     Ok((corpus, read))
+}
+
+fn no_tokens() -> DataError {
+    DataError::InvalidParameter("the corpus has no tokens".into())
 }
 
 /// One worker's share of an LDA job's corpus, read without holding the whole corpus.
@@ -152,18 +147,15 @@ pub struct CorpusShare {
     pub stats: CorpusStats,
     /// Which worker samples each document ([`DocumentPartition::balanced`] of the corpus).
     pub partition: DocumentPartition,
-    /// The worker's documents, `(global id, tokens)` in id order: what
-    /// [`DocumentPartition::docs_of`] gives for the whole corpus.
+    /// The worker's documents, `(global id, tokens)` in id order.
     pub docs: Vec<(u32, Vec<u32>)>,
-    /// A file's digest of every value read (`ReadDigest::value` of its first read); `None`
-    /// for a synthetic corpus.
+    /// A file's digest of every value read; `None` for a synthetic corpus.
     pub read: Option<u64>,
 }
 
-/// Worker `worker`'s share of [`load_corpus`]'s corpus among `workers`, in streaming passes
-/// so that the worker never holds the whole corpus: a file is read twice (its statistics,
-/// which fix the partition, then the worker's documents); a synthetic corpus, whose
-/// documents all have one length, is drawn once.
+/// Worker `worker`'s share of [`load_corpus`]'s corpus among `workers`, never holding the
+/// whole corpus: a file is read twice (statistics, then the documents), a synthetic corpus
+/// drawn once.
 pub fn load_corpus_share(
     docword: Option<&Path>,
     synthetic: &LdaCorpusParams,
@@ -209,9 +201,7 @@ pub fn load_corpus_share(
         }
     };
     if share.stats.n_tokens() == 0 {
-        return Err(DataError::InvalidParameter(
-            "the corpus has no tokens".into(),
-        ));
+        return Err(no_tokens());
     }
     Ok(share)
 }
@@ -219,8 +209,7 @@ pub fn load_corpus_share(
 /// A docword source opened, with its size in bytes when known.
 type SizedReader = (Box<dyn std::io::BufRead>, Option<u64>);
 
-/// A docword file read twice through `open`: the statistics and the partition, then this
-/// worker's documents.
+/// A docword file read twice through `open`: the partition, then this worker's documents.
 fn file_share(
     open: &mut dyn FnMut() -> Result<SizedReader, DataError>,
     path: &Path,
@@ -273,8 +262,7 @@ impl DocumentPartition {
         }
     }
 
-    /// [`DocumentPartition::docs_of`] by value: worker `w`'s documents moved out of `docs`
-    /// (a share whose other documents are empty), without copying their tokens.
+    /// [`DocumentPartition::docs_of`] by value: worker `w`'s documents moved out of `docs`.
     pub fn take_docs_of(&self, docs: Vec<Vec<u32>>, w: usize) -> Vec<(u32, Vec<u32>)> {
         docs.into_iter()
             .enumerate()

@@ -1,13 +1,5 @@
 //! Topic-model math shared by the STRADS and parameter-server LDA apps: sparse topic
-//! counts, the SparseLDA sampler (Yao et al. 2009), log-likelihoods, the corpus source and
-//! the topic output files.
-//!
-//! The sampler splits the full conditional
-//! `(alpha + n_dt)(beta + n_wt) / (beta V + n_t)` into the smoothing bucket
-//! `s = sum_t alpha beta / (beta V + n_t)`, the document bucket
-//! `r = sum_{t: n_dt > 0} n_dt beta / (beta V + n_t)` and the word bucket
-//! `q = sum_{t: n_wt > 0} n_wt (alpha + n_dt) / (beta V + n_t)`; only q is computed per
-//! token, over the word's non-zero topics. The decomposition is exact.
+//! counts, the SparseLDA sampler, log-likelihoods, the corpus source and the topic files.
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -46,8 +38,7 @@ impl TopicCounts {
         }
     }
 
-    /// Decrements `topic`; a count of zero is left alone (cannot happen with consistent
-    /// state, and must not underflow). Returns whether there was a count to decrement.
+    /// Decrements `topic` (a zero count is left alone); returns whether there was a count.
     pub fn decrement(&mut self, topic: u32) -> bool {
         match self.entries.iter().position(|e| e.0 == topic) {
             Some(pos) => {
@@ -148,19 +139,14 @@ pub fn check_doc_counts(
     Ok(())
 }
 
-/// The SparseLDA sampler state (Yao et al. 2009), shared by the STRADS word-rotation
-/// worker and the data-parallel parameter-server worker (`crate::ps_lda`).
+/// The SparseLDA sampler state (Yao et al. 2009) of the STRADS and parameter-server workers.
 ///
 /// The full conditional `(alpha + n_dt)(beta + n_wt) / (beta V + n_t)` is split into the
 /// smoothing bucket `s = sum_t alpha beta / (beta V + n_t)`, the document bucket
 /// `r = sum_{t: n_dt > 0} n_dt beta / (beta V + n_t)` and the word bucket
 /// `q = sum_{t: n_wt > 0} n_wt (alpha + n_dt) / (beta V + n_t)`; s and r are kept current
-/// incrementally, only q is computed per token (over the word's non-zero topics).
-///
-/// Stale views: a topic total below zero counts as zero in the denominators, and removing a
-/// token from a word row (or document) whose count is already zero leaves it at zero
-/// (`TopicCounts::decrement`), so a stale or inconsistent view never produces a negative
-/// weight. The caller tracks its own count changes separately (the returned topics).
+/// incrementally, only q is computed per token. A stale view never gives a negative weight:
+/// negative totals count as zero and a zero count is never decremented.
 #[derive(Debug, Clone)]
 pub struct SparseSampler {
     n_topics: usize,
@@ -193,9 +179,8 @@ impl SparseSampler {
         }
     }
 
-    /// Whether the last [`SparseSampler::resample`] found the word row without a count of
-    /// the token's old topic (a stale view): the row was left at zero, so the caller's own
-    /// change of that row is one more decrement than the row shows.
+    /// Whether the last [`SparseSampler::resample`] found no count of the old topic in the
+    /// word row (a stale view), which was left at zero.
     pub fn last_word_decrement_clamped(&self) -> bool {
         self.word_clamped
     }
@@ -233,9 +218,8 @@ impl SparseSampler {
         }
     }
 
-    /// Resamples one token of the current document (see `begin_doc`) currently assigned to
-    /// `old`: removes it from the document, word row and totals, draws a new topic from the
-    /// full conditional and adds it back there. Returns the new topic.
+    /// Resamples one token of the current document assigned to `old`: removes it from the
+    /// document, word row and totals, draws and adds back a new topic, which it returns.
     pub fn resample(
         &mut self,
         old: u32,
@@ -250,8 +234,8 @@ impl SparseSampler {
         new
     }
 
-    /// Adds `sign` (+1/-1) to topic `t` for (doc, word row, totals), keeping s, r, the
-    /// inverse denominators and the document coefficients current.
+    /// Adds `sign` (+1/-1) to `topic` in the doc, word row and totals, keeping s, r, the
+    /// denominators and coefficients current.
     fn change_topic_counts(
         &mut self,
         topic: u32,
@@ -327,8 +311,7 @@ impl SparseSampler {
     }
 }
 
-/// `sum over non-zero (w, k) of lnGamma(n_wk + beta) - lnGamma(beta)` over `rows`: their
-/// share of the word half of the joint log-likelihood.
+/// `rows`' share of the word half of the joint log-likelihood.
 pub fn word_log_likelihood_part<'a>(
     rows: impl IntoIterator<Item = &'a TopicCounts>,
     beta: f64,
@@ -340,9 +323,8 @@ pub fn word_log_likelihood_part<'a>(
         .sum()
 }
 
-/// `sum_d [lnGamma(K alpha) - lnGamma(n_d + K alpha) + sum_{k: n_dk > 0}
-/// (lnGamma(n_dk + alpha) - lnGamma(alpha))]` over `(doc-topic counts, doc length)`: their
-/// share of the document half of the joint log-likelihood.
+/// `(doc-topic counts, doc length)`s' share of the document half of the joint
+/// log-likelihood.
 pub fn doc_log_likelihood_part<'a>(
     docs: impl IntoIterator<Item = (&'a TopicCounts, usize)>,
     n_topics: usize,
@@ -363,8 +345,7 @@ pub fn doc_log_likelihood_part<'a>(
 }
 
 /// Estimated topic-word distributions `(n_wk + beta) / (n_k + V beta)`, `K x V`, from word
-/// rows `(word id, counts)` and the topic totals (words outside `0..vocab_size` and topics
-/// outside `0..K` are ignored).
+/// rows `(word id, counts)` and the topic totals (ids out of range ignored).
 pub fn topic_word_matrix<'a>(
     rows: impl IntoIterator<Item = (u32, &'a TopicCounts)>,
     topic_totals: &[i64],
@@ -413,8 +394,7 @@ pub fn ln_gamma(x: f64) -> f64 {
     0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + sum.ln()
 }
 
-/// Joint `log p(w, z)` from the parts: `word_parts` summed over blocks, `doc_parts` summed
-/// over workers, and the global topic totals.
+/// Joint `log p(w, z)` from the summed parts and the global topic totals.
 pub fn joint_log_likelihood(
     word_parts: f64,
     doc_parts: f64,
@@ -430,8 +410,7 @@ pub fn joint_log_likelihood(
     word_parts + doc_parts + topic_part
 }
 
-/// Assigns each index to one of `n_buckets` buckets, heaviest first to the currently
-/// least-loaded bucket (LPT), so buckets carry near-equal numbers of non-zeros.
+/// Assigns each index to one of `n_buckets` buckets, heaviest first to the least-loaded.
 pub fn balanced_buckets(loads: &[usize], n_buckets: usize) -> Vec<u32> {
     let n_buckets = n_buckets.max(1);
     let mut order: Vec<usize> = (0..loads.len()).collect();
