@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::lasso::checkpoint::data_fingerprint;
 use super::lasso::heldout::{CommitLog, HeldoutFigures, LinearHeldout};
+use super::lasso::metrics::common_applied;
 use super::lasso::wire::{LassoCommit, check_vars};
 use super::lasso::{LassoSettings, linear_model, write_coefficients};
 use crate::core::logistic::{LogisticWorkerState, pull};
@@ -145,10 +146,10 @@ impl Push<LogisticApp> for LogisticWorker {
     }
 }
 
-/// What a round checkpoint holds of a [`LogisticScheduling`] (taken with nothing in flight).
-#[derive(Serialize, Deserialize)]
+/// What a [`LogisticScheduling`] changes while running (a round checkpoint holds it, with
+/// the coordinate scheduler's state, taken with nothing in flight).
+#[derive(Clone, Default, Serialize, Deserialize)]
 struct LogisticSchedulingState {
-    scheduler: SchedulerState,
     coefficients: Vec<f32>,
     l1_after: Vec<f64>,
     updates_after: Vec<u64>,
@@ -178,7 +179,7 @@ pub struct LogisticPoint {
 }
 
 /// `metrics.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LogisticMetrics {
     /// Schedule mode.
     pub mode: String,
@@ -209,16 +210,10 @@ pub struct LogisticMetrics {
 /// Scheduler half.
 pub struct LogisticScheduling {
     scheduler: LassoScheduler,
-    coefficients: Vec<f32>,
     lambda: f32,
     max_rounds: u64,
     in_flight: VecDeque<(u64, Vec<usize>)>,
-    l1_after: Vec<f64>,
-    updates_after: Vec<u64>,
-    l1: f64,
-    updates: u64,
-    scheduled: u64,
-    metrics: LogisticMetrics,
+    s: LogisticSchedulingState,
     /// The test set (`test_data`): held-out figures at every point of the trace.
     heldout: Option<LinearHeldout>,
     /// Old values of the commits a partial may not reflect yet (with `heldout` only).
@@ -247,25 +242,25 @@ impl LogisticScheduling {
         let shared = Arc::new(x.clone());
         Ok(LogisticScheduling {
             scheduler: job.coordinate_scheduler(shared)?,
-            coefficients: vec![0.0; x.n_columns()],
             lambda,
             max_rounds: job.max_rounds,
             in_flight: VecDeque::new(),
-            l1_after: vec![0.0],
-            updates_after: vec![0],
-            l1: 0.0,
-            updates: 0,
-            scheduled: 0,
-            metrics: LogisticMetrics {
-                workers,
-                final_training_accuracy: f64::NAN,
-                ..LogisticMetrics::at_start(
-                    job.mode.name(),
-                    lambda,
-                    x.n_rows,
-                    x.n_columns(),
-                    f64::NAN,
-                )
+            s: LogisticSchedulingState {
+                coefficients: vec![0.0; x.n_columns()],
+                l1_after: vec![0.0],
+                updates_after: vec![0],
+                metrics: LogisticMetrics {
+                    workers,
+                    final_training_accuracy: f64::NAN,
+                    ..LogisticMetrics::at_start(
+                        job.mode.name(),
+                        lambda,
+                        x.n_rows,
+                        x.n_columns(),
+                        f64::NAN,
+                    )
+                },
+                ..LogisticSchedulingState::default()
             },
             heldout,
             commit_log: CommitLog::default(),
@@ -275,22 +270,22 @@ impl LogisticScheduling {
 
     /// The coefficients so far.
     pub fn coefficients(&self) -> &[f32] {
-        &self.coefficients
+        &self.s.coefficients
     }
 
     /// The metrics so far.
     pub fn metrics(&self) -> &LogisticMetrics {
-        &self.metrics
+        &self.s.metrics
     }
 }
 
 impl Schedule<LogisticApp> for LogisticScheduling {
     fn schedule(&mut self, round: u64, in_flight: usize) -> Step<LogisticTask> {
         // One extra (empty-effect) round at the end measures the final state.
-        if self.scheduled > self.max_rounds {
+        if self.s.scheduled > self.max_rounds {
             return Step::Done;
         }
-        let vars: Vec<usize> = if self.scheduled == self.max_rounds {
+        let vars: Vec<usize> = if self.s.scheduled == self.max_rounds {
             Vec::new()
         } else {
             // In-flight coordinates are never chosen again, and the dependency check
@@ -303,16 +298,16 @@ impl Schedule<LogisticApp> for LogisticScheduling {
                 .collect();
             self.scheduler.next_round_around(&in_flight)
         };
-        if vars.is_empty() && self.scheduled < self.max_rounds && in_flight > 0 {
+        if vars.is_empty() && self.s.scheduled < self.max_rounds && in_flight > 0 {
             return Step::Wait;
         }
-        if self.scheduled == self.max_rounds && in_flight > 0 {
+        if self.s.scheduled == self.max_rounds && in_flight > 0 {
             return Step::Wait;
         }
-        self.scheduled += 1;
+        self.s.scheduled += 1;
         let task = LogisticTask {
             vars: vars.iter().map(|&j| j as u32).collect(),
-            values: vars.iter().map(|&j| self.coefficients[j]).collect(),
+            values: vars.iter().map(|&j| self.s.coefficients[j]).collect(),
         };
         self.in_flight.push_back((round, vars));
         Step::Run(Plan::All(task))
@@ -342,13 +337,8 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             rows += p.rows;
             applied.push(p.applied);
         }
-        let a = applied.first().copied().unwrap_or(0);
-        if applied.iter().any(|&b| b != a) {
-            return Err(StradsModelError::protocol(format!(
-                "workers report different commit counts {applied:?}"
-            )));
-        }
-        if let Some(&l1) = self.l1_after.get(a as usize) {
+        let a = common_applied(applied.into_iter())?;
+        if let Some(&l1) = self.s.l1_after.get(a as usize) {
             let objective = loss + f64::from(self.lambda) * l1;
             let accuracy = correct as f64 / rows.max(1) as f64;
             // The partials describe the state after `a` commits: the held-out figures of
@@ -356,7 +346,7 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             let heldout = match &self.heldout {
                 Some(h) => {
                     let at = self.commit_log.values_at(a);
-                    h.figures(&self.coefficients, &at, l1)
+                    h.figures(&self.s.coefficients, &at, l1)
                 }
                 None => HeldoutFigures::new(),
             };
@@ -364,26 +354,26 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             petrel_observe::metrics()
                 .job
                 .point(&node, "objective", elapsed, objective);
-            self.metrics.trace.push(LogisticPoint {
+            self.s.metrics.trace.push(LogisticPoint {
                 round,
-                updates: self.updates_after[a as usize],
+                updates: self.s.updates_after[a as usize],
                 elapsed_s: elapsed.as_secs_f64(),
                 objective,
                 training_accuracy: accuracy,
                 heldout,
             });
-            self.metrics.final_objective = objective;
-            self.metrics.final_training_accuracy = accuracy;
+            self.s.metrics.final_objective = objective;
+            self.s.metrics.final_training_accuracy = accuracy;
         }
-        let values: Vec<f32> = vars.iter().map(|&j| self.coefficients[j]).collect();
+        let values: Vec<f32> = vars.iter().map(|&j| self.s.coefficients[j]).collect();
         let new_values = pull(&values, &g, &h, self.lambda);
         let mut deltas = Vec::with_capacity(vars.len());
         let mut changes = Vec::with_capacity(vars.len());
         let mut old_values = Vec::new();
         for (&j, &value) in vars.iter().zip(&new_values) {
-            let old = self.coefficients[j];
-            self.l1 += f64::from(value.abs()) - f64::from(old.abs());
-            self.coefficients[j] = value;
+            let old = self.s.coefficients[j];
+            self.s.l1 += f64::from(value.abs()) - f64::from(old.abs());
+            self.s.coefficients[j] = value;
             deltas.push(value - old);
             changes.push((j, value - old));
             if self.heldout.is_some() && value != old {
@@ -394,13 +384,13 @@ impl Schedule<LogisticApp> for LogisticScheduling {
             self.commit_log.push(old_values);
         }
         self.scheduler.commit(&changes);
-        self.updates += vars.len() as u64;
-        self.l1_after.push(self.l1);
-        self.updates_after.push(self.updates);
-        self.metrics.rounds = round + 1;
-        self.metrics.updates = self.updates;
-        self.metrics.elapsed_s = elapsed.as_secs_f64();
-        self.metrics.nonzeros = self.coefficients.iter().filter(|v| **v != 0.0).count();
+        self.s.updates += vars.len() as u64;
+        self.s.l1_after.push(self.s.l1);
+        self.s.updates_after.push(self.s.updates);
+        self.s.metrics.rounds = round + 1;
+        self.s.metrics.updates = self.s.updates;
+        self.s.metrics.elapsed_s = elapsed.as_secs_f64();
+        self.s.metrics.nonzeros = self.s.coefficients.iter().filter(|v| **v != 0.0).count();
         Ok(LassoCommit {
             vars: vars.iter().map(|&j| j as u32).collect(),
             deltas,
@@ -413,39 +403,24 @@ impl Schedule<LogisticApp> for LogisticScheduling {
                 "checkpoint with rounds in flight",
             ));
         }
-        encode_state(&LogisticSchedulingState {
-            scheduler: self.scheduler.export_state(),
-            coefficients: self.coefficients.clone(),
-            l1_after: self.l1_after.clone(),
-            updates_after: self.updates_after.clone(),
-            l1: self.l1,
-            updates: self.updates,
-            scheduled: self.scheduled,
-            metrics: self.metrics.clone(),
-        })
+        encode_state(&(self.scheduler.export_state(), &self.s))
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
-        let s: LogisticSchedulingState = decode_state(state)?;
-        if s.coefficients.len() != self.coefficients.len()
+        let (scheduler, s): (SchedulerState, LogisticSchedulingState) = decode_state(state)?;
+        if s.coefficients.len() != self.s.coefficients.len()
             || s.l1_after.len() != s.updates_after.len()
         {
             return Err(StradsModelError::DimensionMismatch(format!(
                 "checkpoint has {} coefficients, this job {}",
                 s.coefficients.len(),
-                self.coefficients.len()
+                self.s.coefficients.len()
             )));
         }
-        self.scheduler.import_state(&s.scheduler)?;
-        self.coefficients = s.coefficients;
-        self.l1_after = s.l1_after;
-        self.updates_after = s.updates_after;
-        self.l1 = s.l1;
-        self.updates = s.updates;
-        self.scheduled = s.scheduled;
-        self.metrics = s.metrics;
+        self.scheduler.import_state(&scheduler)?;
+        self.s = s;
         self.in_flight.clear();
-        self.commit_log.reset(self.l1_after.len() as u64 - 1);
+        self.commit_log.reset(self.s.l1_after.len() as u64 - 1);
         Ok(())
     }
 }
@@ -491,14 +466,8 @@ impl LogisticMetrics {
             lambda,
             n_samples,
             n_features,
-            workers: 0,
-            rounds: 0,
-            updates: 0,
-            elapsed_s: 0.0,
             final_objective: objective,
-            final_training_accuracy: 0.0,
-            nonzeros: 0,
-            trace: Vec::new(),
+            ..LogisticMetrics::default()
         }
     }
 
@@ -571,10 +540,8 @@ impl StradsJob for LogisticApp {
         c.finish()
     }
 
-    /// The Gauss-Seidel solver's rounds are one sweep each (`bench logistic-scale` at
-    /// 2,000 x 20,000 with 2 workers: 0.77 of the baseline's time with the transport on
-    /// the node's thread against 1.25 with a thread of its own); the scheduled solver's
-    /// rounds compute for long.
+    /// The Gauss-Seidel solver's rounds are one short sweep each (the transport on the
+    /// node's thread pays); the scheduled solver's rounds compute for long.
     fn latency_bound(job: &LassoSettings) -> bool {
         job.resolved_solver() == super::lasso::LassoSolver::GaussSeidel
     }

@@ -62,6 +62,18 @@ pub enum Plan<T> {
     PerWorker(Vec<T>),
 }
 
+impl<T: Clone> Plan<T> {
+    /// One task per each of `workers` workers; `Err(tasks)`: a per-worker plan of `tasks`
+    /// tasks for another worker count.
+    pub fn into_tasks(self, workers: usize) -> Result<Vec<T>, usize> {
+        match self {
+            Plan::All(task) => Ok(vec![task; workers]),
+            Plan::PerWorker(tasks) if tasks.len() == workers => Ok(tasks),
+            Plan::PerWorker(tasks) => Err(tasks.len()),
+        }
+    }
+}
+
 /// The answer of [`Schedule::schedule`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step<T> {

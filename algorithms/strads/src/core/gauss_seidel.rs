@@ -1,46 +1,35 @@
 // Over 600 lines: the Gauss-Seidel worker core, its centring and its sweep bookkeeping.
 //! Column-holding Gauss-Seidel Lasso, sans-I/O: the decision logic of `solver =
-//! "gauss-seidel"` (`apps::lasso::gs` runs it on the STRADS runtime).
+//! "gauss-seidel"` (`apps::lasso::gs` runs it). This file is the worker's side (its sweep,
+//! and the centring and packed active columns it shares with the baseline, whose
+//! invariants depend on each other); how a round's sweeps combine is in
+//! `gauss_seidel/combine.rs`.
 //!
-//! The worker's side (about 1070 lines, tests in `gauss_seidel/tests.rs`): its sweep, and
-//! the centring and packed active columns it shares with the baseline, in one file on
-//! purpose, since each part's correctness depends on the others' invariants. How a round's
-//! sweeps combine (the step weights, the chunk growth that reads them, the residual deltas'
-//! Gram terms and their sum) is in `gauss_seidel/combine.rs`; the convergence argument
-//! below covers both.
-//!
-//! The features are cut once into contiguous column ranges of about equal non-zeros, one
-//! per worker. A worker holds its columns (all rows, CSC) and a full residual
-//! `r = y - X b` (f64, `n_samples` long). In a round it sweeps a list of its own
-//! coordinates **sequentially** against its residual ([`GsWorkerCore::sweep`], each update
-//! the squared loss's [`cd_step`]) and returns its coefficient
-//! changes `d_p` and its residual delta `u_p = X d_p` (one message). The scheduler combines the workers' sweeps
-//! with step weights `w_p` ([`jacobi_weights`]) and sends back `V = sum_p w_p u_p`; every
-//! worker sets `r = r_start - V`, so all residuals stay equal (bit for bit).
+//! The features are cut into contiguous column ranges of about equal non-zeros, one per
+//! worker. A worker holds its columns (all rows) and a full residual `r = y - X b` (f64).
+//! In a round it sweeps its coordinates **sequentially** against its residual
+//! ([`GsWorkerCore::sweep`], each update the squared loss's [`cd_step`]) and returns its
+//! coefficient changes `d_p` and residual delta `u_p = X d_p`. The scheduler combines the
+//! sweeps with step weights `w_p` ([`jacobi_weights`]) and sends back `V = sum_p w_p u_p`;
+//! every worker sets `r = r_start - V`, so all residuals stay equal (bit for bit).
 //!
 //! **Why the weights, and why they converge to the baseline's optimum.** Inside a worker
-//! the sweep is Gauss-Seidel (each update sees the previous ones), so worker `p` alone
-//! lowers the objective: `Delta_p = F(b + d_p) - F(b) <= 0`. Across workers the sweeps run
-//! at once against the same start (block Jacobi), and their sum can overshoot when columns
-//! of different workers share rows. With `omega` the largest number of workers whose
-//! `u_p` touch one row, `||sum_p u_p||^2 <= omega sum_p ||u_p||^2` (Cauchy-Schwarz per row),
-//! and with the L1 term's convexity this gives, for `w_p = 1 / omega`,
-//! `F(b + sum_p d_p / omega) - F(b) <= (1 / omega) sum_p Delta_p <= 0` (the standard
-//! ESO / block-Jacobi safeguard). The scheduler knows the exact quadratic part of the
-//! objective along any weights (`r . u_p` comes with each sweep, `u_p . u_q` it computes)
-//! and an upper bound of the L1 part (linear interpolation), so it takes whichever of
-//! `1 / omega`, all ones and the box-constrained minimiser of that bound is lowest: never
-//! worse than the safeguard. Every round therefore lowers `F` by at least
-//! `(1 / W) sum_p |Delta_p|`; a full sweep that no worker can improve is a coordinate-wise
-//! minimum, which for the Lasso (smooth plus separable) is the optimum; and the run stops
-//! only on a certified duality gap, as the baseline does. With disjoint row supports
-//! (`omega = 1`, in particular with one worker) the weights are exactly 1 and the run is
-//! the baseline's sequential coordinate descent.
-//!
-//! The pairwise dependency check of the scheduled mode was the other option; it is not
-//! used here because it bounds pairs, not the aggregate, and a
-//! per-round column subset small enough to avoid shared rows covers only
-//! `n_samples / nnz_per_column` columns per round.
+//! the sweep is Gauss-Seidel, so worker `p` alone lowers the objective:
+//! `Delta_p = F(b + d_p) - F(b) <= 0`. Across workers the sweeps run at once against the
+//! same start (block Jacobi) and their sum can overshoot where columns of different
+//! workers share rows. With `omega` the most workers whose `u_p` touch one row,
+//! `||sum_p u_p||^2 <= omega sum_p ||u_p||^2` (Cauchy-Schwarz per row), and with the L1
+//! term's convexity `w_p = 1 / omega` gives `F(b + sum_p d_p / omega) - F(b) <=
+//! (1 / omega) sum_p Delta_p <= 0` (the ESO / block-Jacobi safeguard). The scheduler knows
+//! the exact quadratic part along any weights (`r . u_p` comes with each sweep, `u_p . u_q`
+//! it computes) and an upper bound of the L1 part, so it takes the lowest of `1 / omega`,
+//! all ones and that bound's box-constrained minimiser: never worse than the safeguard.
+//! Every round lowers `F` by at least `(1 / W) sum_p |Delta_p|`; a full sweep no worker
+//! can improve is a coordinate-wise minimum, the Lasso's optimum (smooth plus separable);
+//! and the run stops only on a certified duality gap, as the baseline does. With disjoint
+//! row supports (`omega = 1`, e.g. one worker) the weights are 1 and the run is the
+//! baseline's coordinate descent. (The scheduled mode's pairwise dependency check bounds
+//! pairs, not the aggregate, so it is not used here.)
 
 use super::StradsModelError;
 use super::loss::{CentredSquared, Squared, cd_step};
@@ -51,9 +40,8 @@ use std::ops::Range;
 mod combine;
 pub use combine::{ChunkGrowth, GsShare, RoundDeltas, jacobi_weights, kept_share, weights_bound};
 
-/// `sum_k term(a[k], b[k])` over the shorter slice, in four independent partial sums, so
-/// that the adds need not wait for each other as one running sum's do (`dot`,
-/// `gather_dot`).
+/// `sum_k term(a[k], b[k])` over the shorter slice in four independent partial sums (the
+/// adds need not wait for each other).
 #[inline]
 fn four_lane_sum<A: Copy, B: Copy>(a: &[A], b: &[B], term: impl Fn(A, B) -> f64) -> f64 {
     let n = a.len().min(b.len());
@@ -72,26 +60,21 @@ fn four_lane_sum<A: Copy, B: Copy>(a: &[A], b: &[B], term: impl Fn(A, B) -> f64)
 }
 
 /// `x_j^T r` over a column's stored non-zeros (`rows`, `vals`) in four partial sums.
-/// Measured: no change for the baseline, a few percent for
-/// the Gauss-Seidel workers.
 #[inline]
 pub(crate) fn gather_dot(rows: &[u32], vals: &[f32], r: &[f64]) -> f64 {
     four_lane_sum(rows, vals, |i, v| f64::from(v) * r[i as usize])
 }
 
-/// `a . b` in four partial sums: the scheduler combines the workers' residual deltas with
-/// it every round.
+/// `a . b` in four partial sums.
 pub(crate) fn dot(a: &[f64], b: &[f64]) -> f64 {
     four_lane_sum(a, b, |x, y| x * y)
 }
 
-/// `n` zeros with every page already written. A table a scheduler keeps for the whole run
-/// takes its page faults when it starts rather than in its first rounds, where they are
-/// on every worker's critical path (about 2,000 of them at a million coefficients).
+/// `n` zeros with every page already written: a scheduler's table takes its page faults
+/// at the start, not in the first rounds (on every worker's critical path).
 pub(crate) fn resident_zeros(n: usize) -> Vec<f64> {
     let mut v = vec![0.0f64; n];
-    // A zero the compiler cannot see through: writing a known zero into memory that
-    // came zeroed would be removed as a no-op, leaving the pages unmapped.
+    // A zero the compiler cannot see through (a known zero's write would be removed).
     let zero = std::hint::black_box(0.0);
     v.iter_mut().step_by(512).for_each(|x| *x = zero);
     v
@@ -259,6 +242,12 @@ pub enum RowVector {
     Dense(#[serde(with = "petrel_messages::tensor::f64_bytes")] Vec<f64>),
 }
 
+impl Default for RowVector {
+    fn default() -> Self {
+        RowVector::zero()
+    }
+}
+
 impl RowVector {
     /// Nothing (all zeros).
     pub fn zero() -> Self {
@@ -272,10 +261,8 @@ impl RowVector {
     pub fn from_dense(dense: Vec<f64>) -> Self {
         let nnz = dense.iter().filter(|v| **v != 0.0).count();
         if nnz * 12 < dense.len() * 8 {
-            // Sized once from the count and filled without a branch on each value: the
-            // zeros of a residual delta fall at random, so a branch per row mispredicts
-            // about half the time (0.25-0.4 ms a round at 50,000 rows in the scheduler's
-            // profile, against tens of microseconds for this).
+            // Filled without a branch per value: a residual delta's zeros fall at random,
+            // so a branch would mispredict about half the time.
             let (mut rows, mut values) = (vec![0u32; nnz], vec![0.0f64; nnz]);
             let mut k = 0;
             for (i, &v) in dense.iter().enumerate() {
@@ -333,8 +320,7 @@ impl RowVector {
 
 /// An active set's columns copied next to each other, with a number per column (the
 /// squared norm for the Lasso, the curvature bound for the logistic baseline), so that an
-/// active-set pass streams instead of waiting on memory for every column (about 200 ns a
-/// coordinate in place, 30-45 ns packed). The steps are the same, bit for bit.
+/// active-set pass streams from memory. The steps are the same, bit for bit.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PackedColumns {
     /// The design's column index of each slot.
@@ -438,7 +424,7 @@ pub struct SweepOrder {
 }
 
 /// What a worker's sweep returns.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SweepResult {
     /// Coordinate visits.
     pub updates: u64,
@@ -641,9 +627,8 @@ impl GsWorkerCore {
                 "sweep before the previous round's commit",
             ));
         }
-        // A full-sweep chunk is walked as a range (no list of its columns, which at a
-        // million columns cost more memory than the worker's residual and several passes
-        // over it); active-set passes walk a list that shrinks.
+        // A full-sweep chunk is walked as a range (no list of its columns); active-set
+        // passes walk a list that shrinks.
         let (range, mut sweep_list): (Option<Range<usize>>, Vec<usize>) = match order.coords {
             Coords::Range { start, end } => {
                 let (start, end) = (start as usize, end as usize);
@@ -670,19 +655,7 @@ impl GsWorkerCore {
         };
         let offset = self.centring.as_ref().map_or(0.0, |c| c.offset);
         let start = self.shared.then(|| (self.residual.clone(), offset));
-        let mut result = SweepResult {
-            updates: 0,
-            passes: 0,
-            largest: 0.0,
-            reached_target: false,
-            changed: Vec::new(),
-            deltas: Vec::new(),
-            residual_delta: RowVector::zero(),
-            residual_offset: 0.0,
-            r_dot_u: 0.0,
-            sq_residual: 0.0,
-            l1: 0.0,
-        };
+        let mut result = SweepResult::default();
         // `(column or active slot, value before)` of every step that moved a coefficient;
         // the first entry of a coordinate holds its value at the round's start.
         let mut moved: Vec<(usize, f64)> = Vec::new();
@@ -769,15 +742,12 @@ impl GsWorkerCore {
         result: &mut SweepResult,
     ) {
         let active = &self.active;
-        // `u_p = X d_p` from the net changes (one scatter per changed column however
-        // many passes ran), not taken as `start - r`: near the optimum the steps are
-        // far below the residual's size and the difference would keep only a few
-        // digits of them (the step weights then see noise and stall).
+        // `u_p = X d_p` from the net changes, not `start - r`: near the optimum the
+        // difference would keep only a few digits of the steps (the weights then stall).
         let mut u = vec![0.0; self.residual.len()];
         let mut u_offset = 0.0f64;
         for (&(k, _), &d) in moved.iter().zip(&result.deltas) {
-            // An active pass's columns from the packed copy (in place, every column
-            // waited on memory here too).
+            // An active pass's columns from the packed copy.
             let (j, rows, vals) = if shrinks {
                 let (j, rows, vals, _) = active.slot(k);
                 (j, rows, vals)

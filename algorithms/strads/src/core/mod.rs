@@ -1,23 +1,10 @@
 //! STRADS decision logic, sans-I/O: no actor runtime, no async runtime, no transport
-//! (`.ci/check-cores` keeps it so). Everything here is plain data with plain methods,
-//! unit-tested without sockets:
-//!
-//! - [`app`]: the contract an app implements ([`StradsApp`](app::StradsApp) wire types,
-//!   the scheduler half [`Schedule`](app::Schedule), the worker halves
-//!   [`Push`](app::Push) / [`RingPush`](app::RingPush)) and the round protocol's words
-//!   ([`Step`](app::Step), [`Plan`](app::Plan), [`BlockFate`](app::BlockFate)).
-//! - [`pipeline`]: which round a scheduler may dispatch and in which order commits happen.
-//! - [`ring`]: a ring worker's queue of scheduler messages and the blocks it holds.
-//! - [`scheduler`]: priority sampling and the dependency filter for coordinate descent.
-//! - [`gauss_seidel`]: column-holding Gauss-Seidel Lasso workers and the step weights
-//!   that combine their sweeps (`solver = "gauss-seidel"`).
-//! - [`loss`]: the linear models' losses (squared, logistic, squared hinge) and the one
-//!   L1 coordinate-descent step they share.
-//! - [`tuning`]: the linear models' tuning constants, in one place.
-//! - [`baseline`]: tight single-threaded cyclic coordinate descent (Lasso, L1 logistic),
-//!   the yardstick STRADS is measured against and `--transport none`.
-//! - the models: [`lasso`], [`logistic`], [`mf`] (CCD++), [`lda`] (SparseLDA), each with
-//!   worker state and aggregation (their serial reference runs are in their tests).
+//! (`.ci/check-cores` keeps it so); plain data with plain methods, unit-tested without
+//! sockets. The contract an app implements ([`app`]), the round protocol ([`pipeline`],
+//! [`ring`]), the coordinate scheduler ([`scheduler`]), the linear models' losses, solvers
+//! and tuning ([`loss`], [`gauss_seidel`], [`baseline`], [`tuning`]) and the models
+//! ([`lasso`], [`logistic`], [`mf`] (CCD++), [`lda`] (SparseLDA); their serial reference
+//! runs are in their tests).
 
 pub mod app;
 pub mod baseline;

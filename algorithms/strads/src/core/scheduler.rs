@@ -275,16 +275,6 @@ impl LassoScheduler {
         })
     }
 
-    /// Its parameters.
-    pub fn config(&self) -> &SchedulerConfig {
-        &self.config
-    }
-
-    /// Current priority of coordinate `j`.
-    pub fn priority(&self, j: usize) -> f64 {
-        self.priorities.get(j)
-    }
-
     /// Coordinates to update this round: at most `block_size`, distinct, and (with the
     /// filter) pairwise correlation below `rho`: [`Self::next_round_around`] with nothing
     /// in flight.

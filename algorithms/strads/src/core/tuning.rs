@@ -10,9 +10,8 @@ pub const MAX_FULL_SWEEPS: usize = 10_000;
 pub const MAX_ACTIVE_PASSES: u32 = 1000;
 
 /// Active-set passes per round with several Gauss-Seidel Lasso workers
-/// (`gs_active_passes = 0`). Measured: against one pass per round, 4 cut the rounds from
-/// 26 to 12 at 2,000 x 20,000 and from 113 to 93 at 50,000 x 1,000,000 for 2.2% / 1.6%
-/// more updates; 15 cost 33% more updates at the smallest size.
+/// (`gs_active_passes = 0`): fewer rounds than one pass for a few % more updates (more
+/// passes cost many more updates).
 pub const LASSO_SHARED_ACTIVE_PASSES: u32 = 4;
 
 /// Active-set sweeps per active round with several Gauss-Seidel logistic workers
@@ -45,15 +44,11 @@ pub const MIN_AUTO_BLOCK: usize = 16;
 /// Sweeps' worth of coordinate updates the scheduled solver's automatic round limit allows.
 pub const AUTO_SWEEPS: u64 = 200;
 
-/// The default `interference_bound`: off. On sparse designs a bound pays (on a 2,000 x
-/// 20,000 design, 1 worker, bounds of 1.5, 2, 2.5, 3, 4, 6 and none needed 313k, 230k,
-/// 176k, 125k, 166k, 238k and 588k updates to 1e-3; [`RECOMMENDED_SPARSE_INTERFERENCE_BOUND`]
-/// is what `bench lasso-scale` uses). On dense designs every column loads every row, so a
-/// block could hold only about `bound` columns whatever their correlations: the Schur
-/// bound is too loose there to be on by default.
+/// The default `interference_bound`: off. On sparse designs a bound pays (see
+/// [`RECOMMENDED_SPARSE_INTERFERENCE_BOUND`]); on dense ones every column loads every row,
+/// so a block could hold only about `bound` columns: too loose to be on by default.
 pub const DEFAULT_INTERFERENCE_BOUND: f32 = 0.0;
 
-/// The bound that needed the fewest updates on sparse designs (see
-/// [`DEFAULT_INTERFERENCE_BOUND`]). The Schur bound is loose for mixed-sign columns, so it
-/// is above the worst-case-safe 2.
+/// The bound that needed the fewest updates on sparse designs (`bench lasso-scale` uses
+/// it); above the worst-case-safe 2, the Schur bound being loose for mixed-sign columns.
 pub const RECOMMENDED_SPARSE_INTERFERENCE_BOUND: f32 = 3.0;

@@ -137,18 +137,16 @@ pub enum SerialRunError {
 }
 
 fn tasks_for<T: Clone>(plan: Plan<T>, round: u64, p: usize) -> Result<Vec<T>, SerialRunError> {
-    match plan {
-        Plan::All(task) => Ok(vec![task; p]),
-        Plan::PerWorker(tasks) if tasks.len() == p => Ok(tasks),
-        Plan::PerWorker(tasks) => Err(SerialRunError::PlanSize {
+    plan.into_tasks(p)
+        .map_err(|tasks| SerialRunError::PlanSize {
             round,
-            tasks: tasks.len(),
+            tasks,
             workers: p,
-        }),
-    }
+        })
 }
 
-/// Runs `app` against star `workers` until it is done (see the module docs).
+/// Runs `app` against star `workers` until it is done: a round's pushes happen when it is
+/// dispatched, its commit goes to every worker when it is pulled, oldest first.
 pub fn run_star<A, S, W>(
     app: &mut S,
     workers: &mut [W],
@@ -159,57 +157,8 @@ where
     S: Schedule<A>,
     W: Push<A>,
 {
-    let s = opts.scheduler;
-    let n = workers.len();
-    let cell = std::cell::RefCell::new(workers);
-    run_rounds(
-        app,
-        n,
-        opts,
-        |round, tasks| {
-            cell.borrow_mut()
-                .iter_mut()
-                .zip(&tasks)
-                .enumerate()
-                .map(|(worker, (w, task))| {
-                    w.push_from(s, round, task)
-                        .map_err(|source| SerialRunError::Worker {
-                            round,
-                            worker,
-                            source,
-                        })
-                })
-                .collect()
-        },
-        |round, commit| {
-            for (worker, w) in cell.borrow_mut().iter_mut().enumerate() {
-                w.commit_from(s, round, commit)
-                    .map_err(|source| SerialRunError::Worker {
-                        round,
-                        worker,
-                        source,
-                    })?;
-            }
-            Ok(())
-        },
-    )
-}
-
-/// The pipeline loop of [`run_star`]: `push` runs a round's tasks
-/// (one per worker) when it is dispatched, `commit` hands its commit to every worker
-/// when it is pulled, oldest first.
-fn run_rounds<A, S>(
-    app: &mut S,
-    workers: usize,
-    opts: &SerialOptions,
-    mut push: impl FnMut(u64, Vec<A::Task>) -> Result<Vec<A::Partial>, SerialRunError>,
-    mut commit: impl FnMut(u64, &A::Commit) -> Result<(), SerialRunError>,
-) -> Result<SerialRun, SerialRunError>
-where
-    A: StradsApp,
-    S: Schedule<A>,
-{
-    if workers == 0 {
+    let (s, n) = (opts.scheduler, workers.len());
+    if n == 0 {
         return Err(SerialRunError::Shape {
             workers: 0,
             lists: 0,
@@ -233,8 +182,21 @@ where
                 waiting = matches!(step, Step::Wait);
                 core.scheduled(&step)?;
                 if let Step::Run(plan) = step {
-                    let tasks = tasks_for(plan, round, workers)?;
-                    pending.push_back((round, push(round, tasks)?));
+                    let tasks = tasks_for(plan, round, n)?;
+                    let partials = workers
+                        .iter_mut()
+                        .zip(&tasks)
+                        .enumerate()
+                        .map(|(worker, (w, task))| {
+                            w.push_from(s, round, task)
+                                .map_err(|source| SerialRunError::Worker {
+                                    round,
+                                    worker,
+                                    source,
+                                })
+                        })
+                        .collect::<Result<_, _>>()?;
+                    pending.push_back((round, partials));
                 }
             }
             PipelineAction::AwaitOldest => {
@@ -244,12 +206,20 @@ where
                     .pull(round, partials, elapsed())
                     .map_err(|source| SerialRunError::Pull { round, source })?;
                 core.committed(round)?;
-                commit(round, &aggregated)?;
+                for (worker, w) in workers.iter_mut().enumerate() {
+                    w.commit_from(s, round, &aggregated).map_err(|source| {
+                        SerialRunError::Worker {
+                            round,
+                            worker,
+                            source,
+                        }
+                    })?;
+                }
             }
             PipelineAction::Stop => {
                 return Ok(SerialRun {
                     rounds: core.next_round(),
-                    held: vec![Vec::new(); workers],
+                    held: vec![Vec::new(); n],
                 });
             }
         }

@@ -77,27 +77,18 @@ impl<A: StradsApp> WorkerSet<A> {
         nodes: &[String],
         actor: &str,
     ) -> Result<Self, NodeError> {
-        let dispatch = nodes
-            .iter()
-            .map(|n| node.actor_at::<Dispatch<A>>(n, actor))
-            .collect::<Result<Vec<_>, _>>()?;
-        let commit = nodes
-            .iter()
-            .map(|n| node.actor_at::<Commit<A>>(n, actor))
-            .collect::<Result<Vec<_>, _>>()?;
-        let save = nodes
-            .iter()
-            .map(|n| node.actor_at::<SaveRoundState>(n, actor))
-            .collect::<Result<Vec<_>, _>>()?;
-        let restore = nodes
-            .iter()
-            .map(|n| node.actor_at::<RestoreRoundState>(n, actor))
-            .collect::<Result<Vec<_>, _>>()?;
+        fn at<M: petrel_messages::RemoteMessage>(
+            node: &petrel_actors::Node,
+            nodes: &[String],
+            actor: &str,
+        ) -> Result<Vec<ActorRef<M>>, NodeError> {
+            nodes.iter().map(|n| node.actor_at::<M>(n, actor)).collect()
+        }
         Ok(WorkerSet {
-            dispatch,
-            commit,
-            save,
-            restore,
+            dispatch: at(node, nodes, actor)?,
+            commit: at(node, nodes, actor)?,
+            save: at(node, nodes, actor)?,
+            restore: at(node, nodes, actor)?,
         })
     }
 
@@ -200,19 +191,13 @@ fn dispatch_round<A: StradsApp>(
     round: u64,
     plan: Plan<A::Task>,
 ) -> Result<RoundFuture<A>, StradsRunError> {
-    let tasks: Vec<A::Task> = match plan {
-        Plan::All(task) => vec![task; workers.len()],
-        Plan::PerWorker(tasks) => {
-            if tasks.len() != workers.len() {
-                return Err(StradsRunError::PlanSize {
-                    round,
-                    tasks: tasks.len(),
-                    workers: workers.len(),
-                });
-            }
-            tasks
-        }
-    };
+    let tasks = plan
+        .into_tasks(workers.len())
+        .map_err(|tasks| StradsRunError::PlanSize {
+            round,
+            tasks,
+            workers: workers.len(),
+        })?;
     let asks: Vec<_> = workers
         .dispatch
         .iter()

@@ -1,11 +1,8 @@
 //! `--transport none`: the job's data solved in this thread by the Gauss-Seidel solver with
-//! one worker ([`super::gs`]), no actors and no messages: single-threaded cyclic coordinate
-//! descent with an exact active set (the glmnet recipe, see [`crate::core::gauss_seidel`]),
-//! with the same outputs as a STRADS run (`coefficients.tsv`, `metrics.json`).
-//!
-//! The scheduling flags (block size, candidate pool, rho, depth) do not apply. The run
-//! stops once a full sweep's duality gap is within `gap_tolerance` of the objective (1e-7
-//! when unset), once the objective reaches `target_objective`, or after
+//! one worker ([`super::gs`]): single-threaded cyclic coordinate descent with an exact
+//! active set (the glmnet recipe), with the outputs of a STRADS run. The scheduling flags
+//! do not apply. The run stops once a full sweep's duality gap is within `gap_tolerance` of
+//! the objective (1e-7 when unset), at `target_objective`, or after
 //! [`BASELINE_MAX_SWEEPS`] full sweeps.
 
 use super::config::LassoSettings;

@@ -1,9 +1,7 @@
 // Over 600 lines: one settings struct with its checks and loaders (stats, shares split out).
 //! `[app.lasso]` (and `[app.logistic]`): one settings struct, read from TOML by the roles
-//! and from the flags of `petrel train lasso` / `petrel train logistic`.
-//!
-//! The design's statistics (`lambda_max`, norms, means) are in `config/stats.rs`, a node's
-//! share of the design in `config/share.rs`, the tests in `config/tests.rs`.
+//! and from the flags of `petrel train lasso` / `petrel train logistic`. The design's
+//! statistics are in `config/stats.rs`, a node's share of the design in `config/share.rs`.
 
 use crate::core::StradsModelError;
 use crate::core::scheduler::{
@@ -272,9 +270,8 @@ impl LassoSettings {
         })
     }
 
-    /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`; with
-    /// `fit_intercept` `y` is centred and `X` is returned as stored, every solver centring
-    /// its columns implicitly (nothing is densified).
+    /// Loads the design (LIBSVM file or synthetic): `(X by columns, y)`, as
+    /// [`Self::load_sparse`].
     pub fn load(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         self.load_sparse()
     }
@@ -285,9 +282,8 @@ impl LassoSettings {
         self.fit_intercept.then(|| column_means(x, &[]).0)
     }
 
-    /// The design as stored (never densified) and `y`, centred with `fit_intercept`: what
-    /// an implicitly centring solver ([`GsWorkerCore::centred`](crate::core::gauss_seidel::GsWorkerCore::centred))
-    /// takes. Memory stays proportional to the non-zeros whatever the design's shape.
+    /// The design as stored (never densified, every solver centres its columns implicitly)
+    /// and `y`, centred with `fit_intercept`.
     pub fn load_sparse(&self) -> Result<(SparseColumns, Vec<f32>), StradsError> {
         let (x, y) = self.load_uncentred()?;
         if !self.fit_intercept {
@@ -304,9 +300,8 @@ impl LassoSettings {
         Ok(self.intercept_terms()?.map_or(0.0, |t| t.intercept(b)))
     }
 
-    /// What the intercept of any coefficients depends on (the training data's column
-    /// means and mean label), read once without holding the design (see
-    /// [`Self::load_column_share`]); `None` without `fit_intercept`.
+    /// What the intercept of any coefficients depends on (the column means and mean label),
+    /// read without holding the design; `None` without `fit_intercept`.
     pub fn intercept_terms(&self) -> Result<Option<InterceptTerms>, StradsError> {
         if !self.fit_intercept {
             return Ok(None);
@@ -403,9 +398,8 @@ impl LassoSettings {
         job
     }
 
-    /// A multi-scheduler job runs in epochs of `eval_every` rounds per scheduler, so its
-    /// automatic knobs keep their fixed values: U = 16, U' = 64, 20,000 rounds, epochs of
-    /// 200 rounds.
+    /// A multi-scheduler job's automatic knobs (it runs in epochs of `eval_every` rounds):
+    /// U = 16, U' = 64, 20,000 rounds, epochs of 200 rounds.
     pub fn with_multi_defaults(&self) -> LassoSettings {
         let mut job = self.clone();
         if job.block_size == 0 {
@@ -434,9 +428,8 @@ impl LassoSettings {
         c
     }
 
-    /// The coordinate scheduler this job configures over the design `x`: priority sampling
-    /// plus, unless `rho` is unset, the `|corr| < rho` dependency filter (correlations are
-    /// computed on demand and cached) with the `interference_bound` on row loads.
+    /// The coordinate scheduler over the design `x`: priority sampling plus, unless `rho`
+    /// is unset, the `|corr| < rho` dependency filter with the `interference_bound`.
     pub fn coordinate_scheduler(
         &self,
         x: Arc<SparseColumns>,
@@ -633,11 +626,9 @@ pub fn interference_capacity(x: &SparseColumns, bound: f32) -> usize {
     }
 }
 
-/// The automatic block size: a round should cost at least its latency in compute, an
-/// update [`NS_PER_NONZERO`] per non-zero of its column on the worker holding the most
-/// rows plus [`NS_PER_COORDINATE`] at the scheduler; clamped to
-/// `[MIN_AUTO_BLOCK, max(MIN_AUTO_BLOCK, d / 16)]` so the scheduler still chooses among
-/// many candidates.
+/// The automatic block size: a round should cost at least its latency in compute (an
+/// update [`NS_PER_NONZERO`] per non-zero on the busiest worker plus [`NS_PER_COORDINATE`]),
+/// clamped to `[MIN_AUTO_BLOCK, max(MIN_AUTO_BLOCK, d / 16)]`.
 pub fn auto_block_size(d: usize, nnz_per_column: f64, workers: usize, latency_ms: f64) -> usize {
     let per_update_ns = NS_PER_NONZERO * nnz_per_column / workers.max(1) as f64 + NS_PER_COORDINATE;
     let wanted = (latency_ms.max(0.0) * 1e6 / per_update_ns).ceil();

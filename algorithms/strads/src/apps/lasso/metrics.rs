@@ -48,7 +48,7 @@ pub struct Evaluation {
 }
 
 /// `metrics.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LassoMetrics {
     /// Schedule mode.
     pub mode: String,
@@ -116,23 +116,12 @@ impl LassoMetrics {
             n_samples: shape.0,
             n_features: shape.1,
             workers,
-            block_size: 0,
-            rho: None,
             depth: 1,
-            rounds: 0,
-            updates: 0,
-            elapsed_s: 0.0,
             final_objective: f64::NAN,
             final_kkt_violation: f64::NAN,
             final_duality_gap: f64::NAN,
             target_objective,
-            target_updates: None,
-            target_s: None,
-            objective: Vec::new(),
-            evaluations: Vec::new(),
-            checkpoints: Vec::new(),
-            resumed_from_round: None,
-            profile: RoundProfile::default(),
+            ..LassoMetrics::default()
         }
     }
 }
@@ -238,6 +227,23 @@ impl LassoOutcome {
 const LASSO_ADVICE: &str = "check the data for extreme or non-finite values, or scale the features";
 
 impl LassoMetrics {
+    /// Logs the exact evaluation `e` as `what` and records it, as the final figures too.
+    pub(crate) fn record_evaluation(&mut self, e: Evaluation, what: &str) {
+        tracing::info!(
+            round = e.round,
+            updates = e.updates,
+            objective = format!("{:.6}", e.objective),
+            kkt = format!("{:.3e}", e.kkt_violation),
+            gap = format!("{:.3e}", e.duality_gap),
+            nonzeros = e.nonzeros,
+            "{what}"
+        );
+        self.final_objective = e.objective;
+        self.final_kkt_violation = e.kkt_violation;
+        self.final_duality_gap = e.duality_gap;
+        self.evaluations.push(e);
+    }
+
     /// Duality gap / objective at the end (what `gap_tolerance` bounds).
     pub fn relative_gap(&self) -> f64 {
         self.final_duality_gap / self.final_objective.abs().max(f64::MIN_POSITIVE)

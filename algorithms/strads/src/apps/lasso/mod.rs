@@ -1,18 +1,6 @@
-//! Lasso by scheduled coordinate descent, as a [`StradsJob`].
-//!
-//! - [`baseline`]: `--transport none`, the job solved in one thread by the Gauss-Seidel
-//!   solver with one worker (the yardstick).
-//! - [`config`]: `[app.lasso]` / the flags of `petrel train lasso` ([`LassoSettings`]).
-//! - [`wire`]: the round protocol's messages.
-//! - [`worker`]: the worker half, a row block with its residual ([`LassoWorker`]).
-//! - [`heldout`]: held-out figures at every history point (`test_data`).
-//! - [`metrics`]: the objective trace, exact evaluations and outputs.
-//! - [`scheduling`]: the scheduler half ([`LassoScheduling`]: priority sampling, dependency
-//!   filter, soft-threshold pull, exact evaluations, metrics).
-//! - [`checkpoint`]: what a round checkpoint (the kit's) must match.
-//! - [`multi`]: the coefficients split over several schedulers.
-//! - [`gs`]: `solver = "gauss-seidel"`, column-holding workers running Gauss-Seidel sweeps
-//!   against a full residual (same roles; the roles pick by `solver`).
+//! Lasso by scheduled coordinate descent, as a [`StradsJob`] ([`LassoScheduling`] and
+//! [`LassoWorker`]), with its Gauss-Seidel solver ([`gs`], same roles: they pick by
+//! `solver`), several schedulers ([`multi`]) and the one-thread baseline ([`baseline`]).
 //!
 //! Roles: `strads-lasso-scheduler` (plus `strads-lasso-scheduler-<s>` for further
 //! schedulers) and `strads-lasso-worker`; outputs `coefficients.tsv` and `metrics.json`.

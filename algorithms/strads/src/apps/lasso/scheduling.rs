@@ -45,27 +45,13 @@ pub(super) enum InFlight {
 /// Scheduler half: priorities, dependency filter, coefficients, pull and metrics.
 pub struct LassoScheduling {
     scheduler: LassoScheduler,
-    coefficients: Vec<f32>,
     col_sq_norms: Vec<f64>,
     lambda: f32,
     job: LassoSettings,
     pub(super) in_flight: VecDeque<(u64, InFlight)>,
-    /// After commit `a`: L1 norm and cumulative updates (index = commits applied).
-    l1_after: Vec<f64>,
-    updates_after: Vec<u64>,
-    l1: f64,
-    pub(super) updates: u64,
-    /// Update rounds dispatched (what `checkpoint_every` counts).
-    update_rounds: u64,
-    update_rounds_since_eval: u64,
-    rounds_scheduled: u64,
-    pub(super) stopping: bool,
-    final_eval_sent: bool,
-    pub(super) metrics: LassoMetrics,
+    pub(super) s: LassoSchedulingState,
     /// Non-zeros per column: the work of updating it.
     column_nnz: Vec<u32>,
-    /// Work (non-zeros touched) of the updates since the last evaluation.
-    work_since_eval: f64,
     /// Work of one evaluation (one pass over X plus one value per feature).
     eval_work: f64,
     /// The test set (`test_data`): held-out figures at every evaluation, the first one
@@ -76,6 +62,29 @@ pub struct LassoScheduling {
     /// The digest of the data it was built from, when read from a file (compared with the
     /// workers' before the first round).
     pub(super) data_digest: Option<u64>,
+}
+
+/// What a [`LassoScheduling`] changes while running (a round checkpoint holds it, with the
+/// coordinate scheduler's state, taken with nothing in flight).
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub(super) struct LassoSchedulingState {
+    #[serde(with = "f32_bytes")]
+    coefficients: Vec<f32>,
+    /// After commit `a`: L1 norm and cumulative updates (index = commits applied).
+    #[serde(with = "f64_bytes")]
+    l1_after: Vec<f64>,
+    updates_after: Vec<u64>,
+    l1: f64,
+    pub(super) updates: u64,
+    /// Update rounds dispatched (what `checkpoint_every` counts).
+    update_rounds: u64,
+    update_rounds_since_eval: u64,
+    /// Work (non-zeros touched) of the updates since the last evaluation.
+    work_since_eval: f64,
+    rounds_scheduled: u64,
+    pub(super) stopping: bool,
+    final_eval_sent: bool,
+    pub(super) metrics: LassoMetrics,
 }
 
 impl LassoScheduling {
@@ -96,34 +105,29 @@ impl LassoScheduling {
         let scheduler = job.coordinate_scheduler(x.clone())?;
         Ok(LassoScheduling {
             scheduler,
-            coefficients: vec![0.0; x.n_columns()],
             col_sq_norms: super::config::design_sq_norms(&x, job.fit_intercept),
             lambda,
             in_flight: VecDeque::new(),
-            l1_after: vec![0.0],
-            updates_after: vec![0],
-            l1: 0.0,
-            updates: 0,
-            update_rounds: 0,
-            update_rounds_since_eval: 0,
-            rounds_scheduled: 0,
-            stopping: false,
-            final_eval_sent: false,
-            metrics: LassoMetrics {
-                block_size: job.block_size,
-                rho: job.rho,
-                depth: job.depth,
-                ..LassoMetrics::at_start(
-                    job.mode.to_string(),
-                    lambda,
-                    (x.n_rows, x.n_columns()),
-                    workers,
-                    job.target_objective,
-                )
+            s: LassoSchedulingState {
+                coefficients: vec![0.0; x.n_columns()],
+                l1_after: vec![0.0],
+                updates_after: vec![0],
+                metrics: LassoMetrics {
+                    block_size: job.block_size,
+                    rho: job.rho,
+                    depth: job.depth,
+                    ..LassoMetrics::at_start(
+                        job.mode.to_string(),
+                        lambda,
+                        (x.n_rows, x.n_columns()),
+                        workers,
+                        job.target_objective,
+                    )
+                },
+                ..LassoSchedulingState::default()
             },
             job: job.clone(),
             column_nnz,
-            work_since_eval: 0.0,
             eval_work,
             heldout,
             shape: None,
@@ -138,19 +142,19 @@ impl LassoScheduling {
 
     /// The coefficients so far.
     pub fn coefficients(&self) -> &[f32] {
-        &self.coefficients
+        &self.s.coefficients
     }
 
     /// The metrics so far.
     pub fn metrics(&self) -> &LassoMetrics {
-        &self.metrics
+        &self.s.metrics
     }
 
     /// The model and metrics as they are now.
     pub fn outcome(&self) -> LassoOutcome {
         LassoOutcome {
-            coefficients: self.coefficients.clone(),
-            metrics: self.metrics.clone(),
+            coefficients: self.s.coefficients.clone(),
+            metrics: self.s.metrics.clone(),
         }
     }
 
@@ -158,33 +162,33 @@ impl LassoScheduling {
     /// once the updates since the last one cost `eval_work_ratio` evaluations.
     fn evaluation_due(&self) -> bool {
         if self.job.eval_every > 0 {
-            self.update_rounds_since_eval >= self.job.eval_every
+            self.s.update_rounds_since_eval >= self.job.eval_every
         } else {
             self.job.eval_work_ratio > 0.0
-                && self.work_since_eval >= self.job.eval_work_ratio * self.eval_work
+                && self.s.work_since_eval >= self.job.eval_work_ratio * self.eval_work
         }
     }
 
     fn evaluate(&mut self, round: u64) -> Step<LassoTask> {
         self.in_flight.push_back((round, InFlight::Evaluate));
-        self.update_rounds_since_eval = 0;
-        self.work_since_eval = 0.0;
-        self.rounds_scheduled += 1;
+        self.s.update_rounds_since_eval = 0;
+        self.s.work_since_eval = 0.0;
+        self.s.rounds_scheduled += 1;
         Step::Run(Plan::All(LassoTask::Evaluate))
     }
 
     fn record_objective(&mut self, round: u64, applied: u64, sq: f64, elapsed: Duration) {
-        let Some(&l1) = self.l1_after.get(applied as usize) else {
+        let Some(&l1) = self.s.l1_after.get(applied as usize) else {
             return;
         };
         let objective = 0.5 * sq + f64::from(self.lambda) * l1;
-        let updates = self.updates_after[applied as usize];
+        let updates = self.s.updates_after[applied as usize];
         let elapsed_s = elapsed.as_secs_f64();
         let node = petrel_observe::thread_node();
         petrel_observe::metrics()
             .job
             .point(&node, "objective", elapsed, objective);
-        self.metrics.objective.push(ObjectivePoint {
+        self.s.metrics.objective.push(ObjectivePoint {
             round,
             updates,
             elapsed_s,
@@ -192,42 +196,42 @@ impl LassoScheduling {
         });
         if let Some(target) = self.job.target_objective
             && objective <= target
-            && self.metrics.target_updates.is_none()
+            && self.s.metrics.target_updates.is_none()
         {
-            self.metrics.target_updates = Some(updates);
-            self.metrics.target_s = Some(elapsed_s);
-            self.stopping = true;
+            self.s.metrics.target_updates = Some(updates);
+            self.s.metrics.target_s = Some(elapsed_s);
+            self.s.stopping = true;
         }
         if !objective.is_finite() {
             tracing::warn!(round, "objective is not finite: diverged");
-            self.stopping = true;
+            self.s.stopping = true;
         }
     }
 
     /// Per-commit bookkeeping after a round that changed no coefficient either.
     pub(super) fn after_commit(&mut self) {
-        self.l1_after.push(self.l1);
-        self.updates_after.push(self.updates);
+        self.s.l1_after.push(self.s.l1);
+        self.s.updates_after.push(self.s.updates);
     }
 }
 
 impl Schedule<LassoApp> for LassoScheduling {
     fn schedule(&mut self, round: u64, in_flight: usize) -> Step<LassoTask> {
-        if !self.stopping && self.rounds_scheduled >= self.job.max_rounds {
-            self.stopping = true;
+        if !self.s.stopping && self.s.rounds_scheduled >= self.job.max_rounds {
+            self.s.stopping = true;
         }
-        if self.stopping {
+        if self.s.stopping {
             return if in_flight > 0 {
                 Step::Wait
-            } else if !self.final_eval_sent {
-                self.final_eval_sent = true;
+            } else if !self.s.final_eval_sent {
+                self.s.final_eval_sent = true;
                 self.evaluate(round)
             } else {
                 Step::Done
             };
         }
         // With a test set, the held-out curve starts at the untrained model.
-        if self.heldout.is_some() && self.rounds_scheduled == 0 {
+        if self.heldout.is_some() && self.s.rounds_scheduled == 0 {
             return self.evaluate(round);
         }
         if self.evaluation_due() {
@@ -250,11 +254,11 @@ impl Schedule<LassoApp> for LassoScheduling {
             .collect();
         let vars = self.scheduler.next_round_around(&in_flight_vars);
         let costs = self.scheduler.take_costs();
-        let profile = &mut self.metrics.profile;
+        let profile = &mut self.s.metrics.profile;
         profile.sample_s += costs.sample_s;
         profile.filter_s += costs.filter_s;
         // Per round: the coordinates' columns plus a fixed share for the round itself.
-        self.work_since_eval += vars
+        self.s.work_since_eval += vars
             .iter()
             .map(|&j| f64::from(self.column_nnz[j]) + 1.0)
             .sum::<f64>();
@@ -263,7 +267,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                 Step::Wait
             } else {
                 // Cannot happen (nothing busy), but never dispatch an empty round.
-                self.stopping = true;
+                self.s.stopping = true;
                 self.schedule(round, in_flight)
             };
         }
@@ -273,15 +277,15 @@ impl Schedule<LassoApp> for LassoScheduling {
         );
         metrics.updates(&node, vars.len() as u64);
         metrics.filter_rejections(&node, self.scheduler.take_filter_rejections());
-        let values = vars.iter().map(|&j| self.coefficients[j]).collect();
+        let values = vars.iter().map(|&j| self.s.coefficients[j]).collect();
         let task = LassoTask::Update {
             vars: vars.iter().map(|&j| j as u32).collect(),
             values,
         };
         self.in_flight.push_back((round, InFlight::Update(vars)));
-        self.update_rounds += 1;
-        self.update_rounds_since_eval += 1;
-        self.rounds_scheduled += 1;
+        self.s.update_rounds += 1;
+        self.s.update_rounds_since_eval += 1;
+        self.s.rounds_scheduled += 1;
         Step::Run(Plan::All(task))
     }
 
@@ -293,8 +297,8 @@ impl Schedule<LassoApp> for LassoScheduling {
     ) -> Result<LassoCommit, StradsModelError> {
         let started = Instant::now();
         let kind = crate::core::pop_in_flight(&mut self.in_flight, round)?;
-        self.metrics.rounds = round + 1;
-        self.metrics.elapsed_s = elapsed.as_secs_f64();
+        self.s.metrics.rounds = round + 1;
+        self.s.metrics.elapsed_s = elapsed.as_secs_f64();
         let commit = match kind {
             InFlight::Update(vars) => {
                 let mut slowest = super::wire::WorkerBusy::default();
@@ -325,7 +329,7 @@ impl Schedule<LassoApp> for LassoScheduling {
                     applied.push(*a);
                     slowest = slowest.slowest(*busy);
                 }
-                let profile = &mut self.metrics.profile;
+                let profile = &mut self.s.metrics.profile;
                 profile.update_rounds += 1;
                 profile.worker_push_s = slowest.push_s;
                 profile.worker_commit_s = slowest.commit_s;
@@ -336,14 +340,14 @@ impl Schedule<LassoApp> for LassoScheduling {
                 let new_values = pull(&vars, &summed, &self.col_sq_norms, self.lambda);
                 let mut changes = Vec::with_capacity(vars.len());
                 for (&j, &value) in vars.iter().zip(&new_values) {
-                    let old = self.coefficients[j];
-                    self.l1 += f64::from(value.abs()) - f64::from(old.abs());
-                    self.coefficients[j] = value;
+                    let old = self.s.coefficients[j];
+                    self.s.l1 += f64::from(value.abs()) - f64::from(old.abs());
+                    self.s.coefficients[j] = value;
                     changes.push((j, value - old));
                 }
                 self.scheduler.commit(&changes);
-                self.updates += vars.len() as u64;
-                self.metrics.profile.pull_s += started.elapsed().as_secs_f64();
+                self.s.updates += vars.len() as u64;
+                self.s.metrics.profile.pull_s += started.elapsed().as_secs_f64();
                 LassoCommit {
                     vars: vars.iter().map(|&j| j as u32).collect(),
                     deltas: changes.iter().map(|c| c.1).collect(),
@@ -351,7 +355,8 @@ impl Schedule<LassoApp> for LassoScheduling {
             }
             InFlight::Evaluate => {
                 // Exact: evaluation rounds are only dispatched with the pipeline drained.
-                let (numbers, _) = combine_evaluation(&partials, &self.coefficients, self.lambda)?;
+                let (numbers, _) =
+                    combine_evaluation(&partials, &self.s.coefficients, self.lambda)?;
                 let EvalNumbers {
                     objective,
                     kkt_violation: kkt,
@@ -359,16 +364,16 @@ impl Schedule<LassoApp> for LassoScheduling {
                     l1,
                     nonzeros,
                 } = numbers;
-                self.l1 = l1;
+                self.s.l1 = l1;
                 let no_overrides = std::collections::HashMap::new();
                 let heldout = self
                     .heldout
                     .as_ref()
-                    .map(|h| h.figures(&self.coefficients, &no_overrides, l1))
+                    .map(|h| h.figures(&self.s.coefficients, &no_overrides, l1))
                     .unwrap_or_default();
                 let eval = Evaluation {
                     round,
-                    updates: self.updates,
+                    updates: self.s.updates,
                     elapsed_s: elapsed.as_secs_f64(),
                     objective,
                     kkt_violation: kkt,
@@ -376,35 +381,23 @@ impl Schedule<LassoApp> for LassoScheduling {
                     nonzeros,
                     heldout,
                 };
-                tracing::info!(
-                    round,
-                    updates = self.updates,
-                    objective = format!("{objective:.6}"),
-                    kkt = format!("{kkt:.3e}"),
-                    gap = format!("{gap:.3e}"),
-                    nonzeros,
-                    "lasso evaluation"
-                );
-                self.metrics.final_objective = objective;
-                self.metrics.final_kkt_violation = kkt;
-                self.metrics.final_duality_gap = gap;
-                self.metrics.evaluations.push(eval);
+                self.s.metrics.record_evaluation(eval, "lasso evaluation");
                 if let Some(tol) = self.job.gap_tolerance
                     && gap <= tol * objective.abs().max(f64::MIN_POSITIVE)
                 {
-                    self.stopping = true;
+                    self.s.stopping = true;
                 }
                 if !objective.is_finite() {
-                    self.stopping = true;
+                    self.s.stopping = true;
                 }
-                self.metrics.profile.eval_rounds += 1;
-                self.metrics.profile.scheduler_peak_rss_mb = super::metrics::peak_rss_mb();
-                self.metrics.profile.eval_pull_s += started.elapsed().as_secs_f64();
+                self.s.metrics.profile.eval_rounds += 1;
+                self.s.metrics.profile.scheduler_peak_rss_mb = super::metrics::peak_rss_mb();
+                self.s.metrics.profile.eval_pull_s += started.elapsed().as_secs_f64();
                 LassoCommit::empty()
             }
         };
-        self.metrics.updates = self.updates;
-        self.metrics.profile.finish(elapsed.as_secs_f64());
+        self.s.metrics.updates = self.s.updates;
+        self.s.metrics.profile.finish(elapsed.as_secs_f64());
         self.after_commit();
         Ok(commit)
     }
@@ -416,40 +409,26 @@ impl Schedule<LassoApp> for LassoScheduling {
                 "checkpoint with rounds in flight",
             ));
         }
-        if self.stopping {
+        if self.s.stopping {
             return Ok(None);
         }
-        encode_state(&LassoSchedulingState {
-            scheduler: self.scheduler.export_state(),
-            coefficients: self.coefficients.clone(),
-            l1_after: self.l1_after.clone(),
-            updates_after: self.updates_after.clone(),
-            l1: self.l1,
-            updates: self.updates,
-            update_rounds: self.update_rounds,
-            update_rounds_since_eval: self.update_rounds_since_eval,
-            work_since_eval: self.work_since_eval,
-            rounds_scheduled: self.rounds_scheduled,
-            stopping: self.stopping,
-            final_eval_sent: self.final_eval_sent,
-            metrics: self.metrics.clone(),
-            shape: self.shape,
-        })
+        encode_state(&(self.scheduler.export_state(), &self.s, self.shape))
     }
 
     /// Refuses a checkpoint of another design, lambda or seed.
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
-        let s: LassoSchedulingState = decode_state(state)?;
-        if let (Some(saved), Some(job)) = (&s.shape, &self.shape)
+        let (scheduler, s, shape): (SchedulerState, LassoSchedulingState, Option<ClusterShape>) =
+            decode_state(state)?;
+        if let (Some(saved), Some(job)) = (&shape, &self.shape)
             && let Some(difference) = saved.difference(job)
         {
             return Err(StradsModelError::InvalidConfig(difference));
         }
-        if s.coefficients.len() != self.coefficients.len() {
+        if s.coefficients.len() != self.s.coefficients.len() {
             return Err(StradsModelError::DimensionMismatch(format!(
                 "{} coefficients for {} features",
                 s.coefficients.len(),
-                self.coefficients.len()
+                self.s.coefficients.len()
             )));
         }
         if s.l1_after.len() != s.updates_after.len() {
@@ -457,19 +436,8 @@ impl Schedule<LassoApp> for LassoScheduling {
                 "inconsistent commit bookkeeping".into(),
             ));
         }
-        self.scheduler.import_state(&s.scheduler)?;
-        self.coefficients = s.coefficients;
-        self.l1_after = s.l1_after;
-        self.updates_after = s.updates_after;
-        self.l1 = s.l1;
-        self.updates = s.updates;
-        self.update_rounds = s.update_rounds;
-        self.update_rounds_since_eval = s.update_rounds_since_eval;
-        self.work_since_eval = s.work_since_eval;
-        self.rounds_scheduled = s.rounds_scheduled;
-        self.stopping = s.stopping;
-        self.final_eval_sent = s.final_eval_sent;
-        self.metrics = s.metrics;
+        self.scheduler.import_state(&scheduler)?;
+        self.s = s;
         self.in_flight.clear();
         Ok(())
     }
@@ -477,36 +445,15 @@ impl Schedule<LassoApp> for LassoScheduling {
     /// `checkpoint_every` counts update rounds: with `eval_every` a multiple of it, a
     /// checkpoint falls on an evaluation's drain and leaves a pipelined schedule as it is.
     fn checkpoint_progress(&self) -> Option<u64> {
-        Some(self.update_rounds)
+        Some(self.s.update_rounds)
     }
 
     /// Kept in `metrics.json`: where a run resumed from and the checkpoint rounds.
     fn checkpointed(&mut self, round: u64, resumed: bool) {
         if resumed {
-            self.metrics.resumed_from_round = Some(round);
+            self.s.metrics.resumed_from_round = Some(round);
         } else {
-            self.metrics.checkpoints.push(round);
+            self.s.metrics.checkpoints.push(round);
         }
     }
-}
-
-/// What a round checkpoint holds of a [`LassoScheduling`] (taken with nothing in flight).
-#[derive(Serialize, Deserialize)]
-struct LassoSchedulingState {
-    scheduler: SchedulerState,
-    #[serde(with = "f32_bytes")]
-    coefficients: Vec<f32>,
-    #[serde(with = "f64_bytes")]
-    l1_after: Vec<f64>,
-    updates_after: Vec<u64>,
-    l1: f64,
-    updates: u64,
-    update_rounds: u64,
-    update_rounds_since_eval: u64,
-    work_since_eval: f64,
-    rounds_scheduled: u64,
-    stopping: bool,
-    final_eval_sent: bool,
-    metrics: LassoMetrics,
-    shape: Option<ClusterShape>,
 }

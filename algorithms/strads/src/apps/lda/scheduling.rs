@@ -76,17 +76,20 @@ impl LdaHeldout {
     }
 }
 
-/// What a round checkpoint holds of an [`LdaScheduling`]: where the rotation is, the topic
-/// totals and the metrics so far (the blocks come back only in the final Collect round).
-#[derive(Serialize, Deserialize)]
+/// What an [`LdaScheduling`] changes while running (what a round checkpoint holds): where
+/// the rotation is, the topic totals and the metrics so far.
+#[derive(Clone, Serialize, Deserialize)]
 struct LdaSchedulingState {
     topic_totals: Vec<i64>,
+    /// 0 = the init rotation, then 1..=iterations.
     pass: usize,
     t: usize,
     init_end_s: f64,
     metrics: LdaMetrics,
+    /// Held-out figures by pass (0 = the initial assignments).
     #[serde(default)]
     heldout_trace: BTreeMap<usize, HeldoutFigures>,
+    /// Seconds spent scoring the test set.
     #[serde(default)]
     heldout_s: f64,
 }
@@ -97,25 +100,16 @@ pub struct LdaScheduling {
     schedule: RotationSchedule,
     blocks: Vec<Option<WordTopicBlock>>,
     collected: bool,
-    topic_totals: Vec<i64>,
+    s: LdaSchedulingState,
     pub(super) vocab_size: usize,
     beta: f64,
     iterations: usize,
-    /// 0 = the init rotation, then 1..=iterations.
-    pass: usize,
-    t: usize,
-    init_end_s: f64,
-    metrics: LdaMetrics,
     /// The words (when a vocabulary was read), for `topics.txt`.
     pub(super) vocab: Option<Vec<String>>,
     /// The test set scored at the end of every pass (with `test_data`).
     heldout: Option<LdaHeldout>,
-    /// Held-out figures by pass (0 = the initial assignments).
-    heldout_trace: BTreeMap<usize, HeldoutFigures>,
     /// The digest of the corpus it was built from (`CorpusStats::digest`).
     data_digest: Option<u64>,
-    /// Seconds spent scoring the test set.
-    heldout_s: f64,
 }
 
 impl LdaScheduling {
@@ -125,35 +119,37 @@ impl LdaScheduling {
             schedule: RotationSchedule { p: workers },
             blocks: vec![None; layout.vocabulary.block_words.len()],
             collected: false,
-            topic_totals: vec![0; job.n_topics],
+            s: LdaSchedulingState {
+                topic_totals: vec![0; job.n_topics],
+                pass: 0,
+                t: 0,
+                init_end_s: 0.0,
+                metrics: LdaMetrics {
+                    n_docs: corpus.docs.len(),
+                    vocab_size: corpus.vocab_size,
+                    n_tokens: corpus.n_tokens(),
+                    n_topics: job.n_topics,
+                    workers,
+                    iterations: job.iterations,
+                    elapsed_s: 0.0,
+                    sampling_s: 0.0,
+                    tokens_sampled: 0,
+                    tokens_per_s_per_worker: 0.0,
+                    loglik: Vec::new(),
+                    final_loglik_per_token: f64::NAN,
+                    scheduler_bytes: 0,
+                    block_bytes: 0,
+                    collect_bytes: 0,
+                    rounds: 0,
+                },
+                heldout_trace: BTreeMap::new(),
+                heldout_s: 0.0,
+            },
             vocab_size: corpus.vocab_size,
             beta: job.beta,
             iterations: job.iterations,
-            pass: 0,
-            t: 0,
-            init_end_s: 0.0,
-            metrics: LdaMetrics {
-                n_docs: corpus.docs.len(),
-                vocab_size: corpus.vocab_size,
-                n_tokens: corpus.n_tokens(),
-                n_topics: job.n_topics,
-                workers,
-                iterations: job.iterations,
-                elapsed_s: 0.0,
-                sampling_s: 0.0,
-                tokens_sampled: 0,
-                tokens_per_s_per_worker: 0.0,
-                loglik: Vec::new(),
-                final_loglik_per_token: f64::NAN,
-                scheduler_bytes: 0,
-                block_bytes: 0,
-                collect_bytes: 0,
-                rounds: 0,
-            },
             vocab: corpus.vocab.clone(),
             heldout: None,
-            heldout_trace: BTreeMap::new(),
-            heldout_s: 0.0,
             data_digest: None,
         }
     }
@@ -179,27 +175,27 @@ impl LdaScheduling {
 
     /// Held-out figures by pass (0 = the random initial assignments).
     pub fn heldout_trace(&self) -> &BTreeMap<usize, HeldoutFigures> {
-        &self.heldout_trace
+        &self.s.heldout_trace
     }
 
     /// Seconds spent scoring the test set so far.
     pub fn heldout_seconds(&self) -> f64 {
-        self.heldout_s
+        self.s.heldout_s
     }
 
     /// Records the bytes the scheduler node moved during the run.
     pub fn set_scheduler_bytes(&mut self, bytes: u64) {
-        self.metrics.scheduler_bytes = bytes;
+        self.s.metrics.scheduler_bytes = bytes;
     }
 
     /// The metrics so far.
     pub fn metrics(&self) -> &LdaMetrics {
-        &self.metrics
+        &self.s.metrics
     }
 
     /// The topic totals `n_k`.
     pub fn topic_totals(&self) -> &[i64] {
-        &self.topic_totals
+        &self.s.topic_totals
     }
 
     /// The word-topic blocks (present once the final Collect round ran).
@@ -214,7 +210,7 @@ impl LdaScheduling {
                 .iter()
                 .flatten()
                 .flat_map(|b| b.word_ids.iter().copied().zip(&b.rows)),
-            &self.topic_totals,
+            &self.s.topic_totals,
             self.vocab_size,
             self.beta,
         )
@@ -227,7 +223,7 @@ impl Schedule<LdaApp> for LdaScheduling {
             return Step::Wait;
         }
         let p = self.schedule.p;
-        if self.pass > self.iterations {
+        if self.s.pass > self.iterations {
             if self.collected {
                 return Step::Done;
             }
@@ -240,13 +236,13 @@ impl Schedule<LdaApp> for LdaScheduling {
                     .collect(),
             ));
         }
-        let report = self.t + 1 == p;
+        let report = self.s.t + 1 == p;
         Step::Run(Plan::PerWorker(
             (0..p)
                 .map(|w| {
-                    let block = self.schedule.block_held(w, self.t);
+                    let block = self.schedule.block_held(w, self.s.t);
                     let pass_to = self.schedule.next_holder(w) as u32;
-                    if self.pass == 0 {
+                    if self.s.pass == 0 {
                         LdaTask::Init {
                             block,
                             pass_to,
@@ -271,10 +267,10 @@ impl Schedule<LdaApp> for LdaScheduling {
         elapsed: Duration,
     ) -> Result<LdaCommit, StradsModelError> {
         let p = self.schedule.p;
-        self.metrics.rounds = round + 1;
-        if self.pass > self.iterations {
+        self.s.metrics.rounds = round + 1;
+        if self.s.pass > self.iterations {
             let mut block_bytes = 0u64;
-            self.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
+            self.s.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
             for (w, partial) in partials.into_iter().enumerate() {
                 let expected = self.schedule.block_held(w, 0);
                 let LdaPartial::Collected(block) = partial else {
@@ -291,7 +287,7 @@ impl Schedule<LdaApp> for LdaScheduling {
                 block_bytes += encoded_len(&block);
                 self.blocks[expected] = Some(block);
             }
-            self.metrics.block_bytes = block_bytes;
+            self.s.metrics.block_bytes = block_bytes;
             self.collected = true;
             return Ok(LdaCommit { topic_totals: None });
         }
@@ -300,7 +296,7 @@ impl Schedule<LdaApp> for LdaScheduling {
         let mut reported = 0;
         let mut snapshots = Vec::new();
         for (w, partial) in partials.into_iter().enumerate() {
-            let expected = self.schedule.block_held(w, self.t);
+            let expected = self.schedule.block_held(w, self.s.t);
             let LdaPartial::Visited {
                 block,
                 totals,
@@ -319,13 +315,13 @@ impl Schedule<LdaApp> for LdaScheduling {
                     "worker {w} visited block {block} instead of {expected}"
                 )));
             }
-            if totals.deltas.len() != self.topic_totals.len() {
+            if totals.deltas.len() != self.s.topic_totals.len() {
                 return Err(StradsModelError::DimensionMismatch(format!(
                     "worker {w}: {} topic deltas",
                     totals.deltas.len()
                 )));
             }
-            for (t, d) in self.topic_totals.iter_mut().zip(&totals.deltas) {
+            for (t, d) in self.s.topic_totals.iter_mut().zip(&totals.deltas) {
                 *t += d;
             }
             if let (Some(doc), Some(word)) = (doc_log_likelihood, word_log_likelihood) {
@@ -333,7 +329,7 @@ impl Schedule<LdaApp> for LdaScheduling {
                 word_ll[expected] = word;
                 reported += 1;
             }
-            self.metrics.tokens_sampled += tokens;
+            self.s.metrics.tokens_sampled += tokens;
             if let Some(b) = snapshot {
                 if b.block != expected || b.word_ids.len() != b.rows.len() {
                     return Err(StradsModelError::protocol(format!(
@@ -344,15 +340,19 @@ impl Schedule<LdaApp> for LdaScheduling {
             }
         }
         let now = elapsed.as_secs_f64();
-        self.metrics.elapsed_s = now;
+        self.s.metrics.elapsed_s = now;
         if reported == p {
             // Summed in block order, as over the whole table.
             let word: f64 = word_ll.iter().sum();
-            let ll =
-                joint_log_likelihood(word, doc_ll, &self.topic_totals, self.vocab_size, self.beta)
-                    / self.metrics.n_tokens.max(1) as f64;
-            if self.pass == 0 {
-                self.init_end_s = now;
+            let ll = joint_log_likelihood(
+                word,
+                doc_ll,
+                &self.s.topic_totals,
+                self.vocab_size,
+                self.beta,
+            ) / self.s.metrics.n_tokens.max(1) as f64;
+            if self.s.pass == 0 {
+                self.s.init_end_s = now;
             }
             petrel_observe::metrics().job.point(
                 &petrel_observe::thread_node(),
@@ -360,14 +360,14 @@ impl Schedule<LdaApp> for LdaScheduling {
                 std::time::Duration::from_secs_f64(now.max(0.0)),
                 ll,
             );
-            self.metrics.loglik.push(LoglikPoint {
-                iteration: self.pass,
+            self.s.metrics.loglik.push(LoglikPoint {
+                iteration: self.s.pass,
                 elapsed_s: now,
-                tokens_sampled: self.metrics.tokens_sampled,
+                tokens_sampled: self.s.metrics.tokens_sampled,
                 loglik_per_token: ll,
             });
-            self.metrics.final_loglik_per_token = ll;
-            tracing::debug!(iteration = self.pass, ll, "lda pass");
+            self.s.metrics.final_loglik_per_token = ll;
+            tracing::debug!(iteration = self.s.pass, ll, "lda pass");
             if let Some(h) = &self.heldout {
                 if snapshots.len() != p {
                     return Err(StradsModelError::protocol(format!(
@@ -380,29 +380,29 @@ impl Schedule<LdaApp> for LdaScheduling {
                     snapshots
                         .iter()
                         .flat_map(|b| b.word_ids.iter().copied().zip(&b.rows)),
-                    &self.topic_totals,
+                    &self.s.topic_totals,
                     self.vocab_size,
                     self.beta,
                 );
                 let figures = h.figures(&phi, self.beta);
-                self.heldout_s += started.elapsed().as_secs_f64();
-                tracing::debug!(iteration = self.pass, ?figures, "lda held-out");
-                self.heldout_trace.insert(self.pass, figures);
+                self.s.heldout_s += started.elapsed().as_secs_f64();
+                tracing::debug!(iteration = self.s.pass, ?figures, "lda held-out");
+                self.s.heldout_trace.insert(self.s.pass, figures);
             }
         }
-        self.metrics.sampling_s = (now - self.init_end_s).max(0.0);
-        if self.metrics.sampling_s > 0.0 {
-            self.metrics.tokens_per_s_per_worker =
-                self.metrics.tokens_sampled as f64 / self.metrics.sampling_s / p as f64;
+        self.s.metrics.sampling_s = (now - self.s.init_end_s).max(0.0);
+        if self.s.metrics.sampling_s > 0.0 {
+            self.s.metrics.tokens_per_s_per_worker =
+                self.s.metrics.tokens_sampled as f64 / self.s.metrics.sampling_s / p as f64;
         }
-        self.t += 1;
-        if self.t == p {
+        self.s.t += 1;
+        if self.s.t == p {
             // (The init rotation's last visitors canonicalised the blocks.)
-            self.t = 0;
-            self.pass += 1;
+            self.s.t = 0;
+            self.s.pass += 1;
         }
         Ok(LdaCommit {
-            topic_totals: Some(self.topic_totals.clone()),
+            topic_totals: Some(self.s.topic_totals.clone()),
         })
     }
 
@@ -411,21 +411,13 @@ impl Schedule<LdaApp> for LdaScheduling {
             // Nothing is left to run, so nothing to checkpoint.
             return Ok(None);
         }
-        encode_state(&LdaSchedulingState {
-            topic_totals: self.topic_totals.clone(),
-            pass: self.pass,
-            t: self.t,
-            init_end_s: self.init_end_s,
-            metrics: self.metrics.clone(),
-            heldout_trace: self.heldout_trace.clone(),
-            heldout_s: self.heldout_s,
-        })
+        encode_state(&self.s)
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let s: LdaSchedulingState = decode_state(state)?;
-        let m = &self.metrics;
-        if s.topic_totals.len() != self.topic_totals.len()
+        let m = &self.s.metrics;
+        if s.topic_totals.len() != self.s.topic_totals.len()
             || (s.metrics.n_docs, s.metrics.n_tokens, s.metrics.workers)
                 != (m.n_docs, m.n_tokens, m.workers)
             || s.t >= self.schedule.p
@@ -438,17 +430,11 @@ impl Schedule<LdaApp> for LdaScheduling {
                 s.metrics.workers,
                 m.n_docs,
                 m.n_tokens,
-                self.topic_totals.len(),
+                self.s.topic_totals.len(),
                 m.workers
             )));
         }
-        self.topic_totals = s.topic_totals;
-        self.pass = s.pass;
-        self.t = s.t;
-        self.init_end_s = s.init_end_s;
-        self.metrics = s.metrics;
-        self.heldout_trace = s.heldout_trace;
-        self.heldout_s = s.heldout_s;
+        self.s = s;
         Ok(())
     }
 }

@@ -87,18 +87,19 @@ impl RingPush<LdaApp> for LdaWorkerApp {
         task: &LdaTask,
         block: Option<WordTopicBlock>,
     ) -> Result<RingOutput<LdaPartial, WordTopicBlock>, StradsModelError> {
-        let (expected, pass_to, report, init) = match task {
+        let init = matches!(task, LdaTask::Init { .. });
+        let (expected, pass_to, report) = match task {
             LdaTask::Init {
                 block,
                 pass_to,
                 report,
-            } => (*block, *pass_to, *report, true),
-            LdaTask::Sample {
+            }
+            | LdaTask::Sample {
                 block,
                 pass_to,
                 report,
-            } => (*block, *pass_to, *report, false),
-            LdaTask::Collect { block } => (*block, 0, false, false),
+            } => (*block, *pass_to, *report),
+            LdaTask::Collect { block } => (*block, 0, false),
         };
         let mut block = block.ok_or_else(|| {
             StradsModelError::protocol("no word-topic block for a task that needs one")

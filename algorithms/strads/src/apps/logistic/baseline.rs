@@ -11,10 +11,9 @@ use crate::error::StradsError;
 use crate::kit::serial::{SerialOptions, run_star};
 use crate::kit::{JobShape, StradsJob};
 
-/// `--transport none`: the job's data solved by single-threaded cyclic coordinate descent
-/// ([`CyclicLogistic`](crate::core::baseline::CyclicLogistic): proximal Newton steps with
-/// a bound-step fallback, [`crate::core::loss::cd_step`]), which is the Gauss-Seidel solver
-/// with one worker. It stops once a full sweep lowers the objective by less than
+/// `--transport none`: single-threaded cyclic coordinate descent
+/// ([`CyclicLogistic`](crate::core::baseline::CyclicLogistic)), the Gauss-Seidel solver with
+/// one worker. It stops once a full sweep lowers the objective by less than
 /// `gap_tolerance / 100` relative (1e-7 when unset) or after
 /// [`BASELINE_MAX_SWEEPS`](super::super::lasso::baseline::BASELINE_MAX_SWEEPS) sweeps, and
 /// writes the outputs of a STRADS run (when `out_dir` is set).

@@ -1,32 +1,25 @@
-// Over 600 lines: the Gauss-Seidel logistic job's scheduler state machine and its halves.
 //! `solver = "gauss-seidel"` for sparse logistic regression: column-holding workers run
 //! the baseline's full sweep and active phase on their block of features
 //! ([`crate::core::logistic::gauss_seidel`] has the decision logic and the convergence
 //! argument).
 //!
-//! Message flow (star, depth 1, one scheduler):
-//!
 //! ```text
-//! start: scheduler and worker p cut the features into W ranges of equal non-zeros (the
-//!        Lasso's cut, the same on every node); worker p keeps its columns, the labels
-//!        and m = X b = 0; the scheduler keeps the labels (and, with W > 1, m)
+//! start: every node cuts the features into W ranges of equal non-zeros (the Lasso's
+//!        cut); worker p keeps its columns, the labels and m = X b = 0; the scheduler
+//!        keeps the labels (and, with W > 1, m)
 //! round: scheduler -> every worker  Sweep{full, active sweeps, objective, ||b||_1,
 //!                                        tolerance, target}
-//!        worker p: W = 1: the baseline's full sweep, then (unless it settled) its
-//!                  active phase; W > 1: a full sweep of its columns, or one sweep of its
-//!                  non-zeros
+//!        worker p: W = 1: the baseline's full sweep and active phase; W > 1: a full
+//!                  sweep of its columns, or one sweep of its non-zeros
 //!        worker p -> scheduler  {changed coordinates, new values, margin delta u_p
 //!                                (W > 1), its trajectory's objectives}
 //!        scheduler: W = 1: take the sweep as it is; W > 1: U = sum_p u_p, the step t
-//!                   minimising the exact objective along t (never worse than 1 / omega),
-//!                   b += t d, m += t U; stop test after a full round (the sum of
-//!                   the blocks' relative decreases within the tolerance); W > 1:
-//!                   active rounds until one settles, then the next full round
+//!                   minimising the exact objective along t, b += t d, m += t U; stop
+//!                   test after a full round
 //!        scheduler -> every worker  Commit{t, U (W > 1)}
 //! ```
 //!
-//! With one worker a round is the baseline's full sweep and active phase and its commit
-//! carries nothing: the run makes the baseline's updates and model, bit for bit.
+//! With one worker the commit carries nothing: the run is the baseline's, bit for bit.
 
 use super::super::lasso::ColumnShare;
 use super::super::lasso::LassoSettings;
@@ -100,17 +93,21 @@ impl Push<LogisticGsApp> for LogisticGsWorker {
     }
 }
 
-/// What a round checkpoint holds of a [`LogisticGsScheduling`].
-#[derive(Serialize, Deserialize)]
+/// What [`LogisticGsScheduling`] changes while running (what a round checkpoint holds).
+#[derive(Clone, Default, Serialize, Deserialize)]
 struct GsSchedulingState {
     coefficients: Vec<f64>,
+    /// `m = X b` (kept with several workers only: one worker's objective is exact).
     margins: Vec<f64>,
     l1: f64,
     objective: f64,
     correct: u64,
     rounds: u64,
+    /// Full rounds run.
     full_sweeps: u64,
+    /// The next round is a full one (always with one worker).
     next_full: bool,
+    /// Active rounds since the last full one.
     active_rounds: u64,
     metrics: LogisticMetrics,
 }
@@ -127,31 +124,18 @@ enum GsStop {
 /// Scheduler half: the labels, the model and (several workers) the margins.
 pub struct LogisticGsScheduling {
     labels: Vec<f64>,
-    /// `m = X b` (kept with several workers only: one worker's objective is exact).
-    margins: Vec<f64>,
-    coefficients: Vec<f64>,
     lambda: f32,
     workers: usize,
-    l1: f64,
-    objective: f64,
-    correct: u64,
     tolerance: f64,
     target: Option<f64>,
     max_rounds: u64,
-    rounds: u64,
-    /// Full rounds run.
-    full_sweeps: u64,
-    /// The next round is a full one (always with one worker).
-    next_full: bool,
-    /// Active rounds since the last full one.
-    active_rounds: u64,
+    s: GsSchedulingState,
     /// Non-zero coefficients.
     nonzeros: usize,
     /// Active-set sweeps per round ([`LassoSettings::gs_active_passes`], or automatic).
     active_passes: u32,
     in_flight: bool,
     stop: Option<GsStop>,
-    metrics: LogisticMetrics,
     heldout: Option<LinearHeldout>,
     data_digest: Option<u64>,
 }
@@ -182,25 +166,33 @@ impl LogisticGsScheduling {
         let loss: f64 = labels.iter().map(|&y| log_one_plus_exp_neg(y * 0.0)).sum();
         let objective = loss + f64::from(lambda) * 0.0;
         let mut s = LogisticGsScheduling {
-            margins: if workers > 1 {
-                vec![0.0; labels.len()]
-            } else {
-                Vec::new()
+            s: GsSchedulingState {
+                margins: if workers > 1 {
+                    vec![0.0; labels.len()]
+                } else {
+                    Vec::new()
+                },
+                coefficients: vec![0.0; n_features],
+                objective,
+                next_full: true,
+                metrics: LogisticMetrics {
+                    workers,
+                    ..LogisticMetrics::at_start(
+                        "gauss-seidel",
+                        lambda,
+                        n_rows,
+                        n_features,
+                        objective,
+                    )
+                },
+                ..GsSchedulingState::default()
             },
             labels,
-            coefficients: vec![0.0; n_features],
             lambda,
             workers,
-            l1: 0.0,
-            objective,
-            correct: 0,
             tolerance: job.gap_tolerance.map_or(1e-7, |t| t / 100.0),
             target: job.target_objective,
             max_rounds: job.max_rounds,
-            rounds: 0,
-            full_sweeps: 0,
-            next_full: true,
-            active_rounds: 0,
             nonzeros: 0,
             active_passes: match (job.gs_active_passes, workers) {
                 (0, 1) => MAX_ACTIVE_PASSES,
@@ -209,10 +201,6 @@ impl LogisticGsScheduling {
             },
             in_flight: false,
             stop: None,
-            metrics: LogisticMetrics {
-                workers,
-                ..LogisticMetrics::at_start("gauss-seidel", lambda, n_rows, n_features, objective)
-            },
             heldout,
             data_digest: None,
         };
@@ -222,35 +210,35 @@ impl LogisticGsScheduling {
 
     /// The metrics so far.
     pub fn metrics(&self) -> &LogisticMetrics {
-        &self.metrics
+        &self.s.metrics
     }
 
     /// The coefficients so far.
     pub fn coefficients(&self) -> &[f64] {
-        &self.coefficients
+        &self.s.coefficients
     }
 
     /// Names the run's mode and worker count in the metrics (the single-threaded
     /// baseline is this solver with one worker).
     pub fn relabel(&mut self, mode: &str, workers: usize) {
-        self.metrics.mode = mode.into();
-        self.metrics.workers = workers;
+        self.s.metrics.mode = mode.into();
+        self.s.metrics.workers = workers;
     }
 
     /// Writes the model and the metrics to `dir`.
     pub fn write(&self, dir: &std::path::Path, job: &LassoSettings) -> Result<(), StradsError> {
-        let coefficients: Vec<f32> = self.coefficients.iter().map(|&b| b as f32).collect();
+        let coefficients: Vec<f32> = self.s.coefficients.iter().map(|&b| b as f32).collect();
         super::write_model(dir, job, self.lambda, &coefficients, self.run_metrics(job))
     }
 
     /// The run's figures in the one metrics format, with why it stopped.
     pub fn run_metrics(&self, job: &LassoSettings) -> petrel_ml::job::RunMetrics {
-        let mut m = self.metrics.run_metrics(job);
+        let mut m = self.s.metrics.run_metrics(job);
         match self.stop {
             Some(GsStop::Baseline(outcome, gap)) => {
                 m.converged = outcome != CdOutcome::SweepLimit;
                 m.stop_reason =
-                    super::baseline::stop_reason(outcome, gap, self.full_sweeps as usize);
+                    super::baseline::stop_reason(outcome, gap, self.s.full_sweeps as usize);
                 if self.workers > 1 && outcome == CdOutcome::Converged {
                     m.stop_reason = format!(
                         "the {} blocks' {}",
@@ -264,7 +252,7 @@ impl LogisticGsScheduling {
                 m.converged = false;
                 m.stop_reason = format!(
                     "ran {} rounds, the round limit (max_rounds = {}), before every block's full sweep settled",
-                    self.rounds, self.max_rounds
+                    self.s.rounds, self.max_rounds
                 );
             }
         }
@@ -275,40 +263,40 @@ impl LogisticGsScheduling {
     fn record(&mut self, round: u64, elapsed: Duration) {
         let n = self.labels.len().max(1) as f64;
         let accuracy = if self.workers > 1 {
-            correct_signs(&self.labels, &self.margins) as f64 / n
+            correct_signs(&self.labels, &self.s.margins) as f64 / n
         } else {
-            self.correct as f64 / n
+            self.s.correct as f64 / n
         };
         let heldout = self
             .heldout
             .as_ref()
-            .map(|h| h.figures_of_solver(&self.coefficients))
+            .map(|h| h.figures_of_solver(&self.s.coefficients))
             .unwrap_or_default();
-        self.metrics.trace.push(LogisticPoint {
+        self.s.metrics.trace.push(LogisticPoint {
             round,
-            updates: self.metrics.updates,
+            updates: self.s.metrics.updates,
             elapsed_s: elapsed.as_secs_f64(),
-            objective: self.objective,
+            objective: self.s.objective,
             training_accuracy: accuracy,
             heldout,
         });
-        self.metrics.rounds = self.rounds;
-        self.metrics.elapsed_s = elapsed.as_secs_f64();
-        self.metrics.final_objective = self.objective;
-        self.metrics.final_training_accuracy = accuracy;
-        self.metrics.nonzeros = self.nonzeros;
+        self.s.metrics.rounds = self.s.rounds;
+        self.s.metrics.elapsed_s = elapsed.as_secs_f64();
+        self.s.metrics.final_objective = self.s.objective;
+        self.s.metrics.final_training_accuracy = accuracy;
+        self.s.metrics.nonzeros = self.nonzeros;
     }
 
     /// Sets coordinate `j` (checked by [`Self::check`]), counting the non-zeros.
     fn set(&mut self, j: usize, value: f64) {
-        let b = &mut self.coefficients[j];
+        let b = &mut self.s.coefficients[j];
         self.nonzeros = self.nonzeros + usize::from(value != 0.0) - usize::from(*b != 0.0);
         *b = value;
     }
 
     /// Checks a worker's answer against the design.
     fn check(&self, round: u64, s: &LogisticSwept) -> Result<(), StradsModelError> {
-        let d = self.coefficients.len();
+        let d = self.s.coefficients.len();
         if s.changed.len() != s.values.len()
             || s.changed.iter().any(|&j| j as usize >= d)
             || s.values.iter().any(|v| !v.is_finite())
@@ -341,30 +329,30 @@ impl LogisticGsScheduling {
         let moved: Vec<(f64, f64)> = swept
             .iter()
             .flat_map(|s| s.changed.iter().zip(&s.values))
-            .map(|(&j, &v)| (self.coefficients[j as usize], v))
+            .map(|(&j, &v)| (self.s.coefficients[j as usize], v))
             .collect();
         let (step, objective, l1) = combination_step(
             &Combination {
                 labels: &self.labels,
-                margins: &self.margins,
+                margins: &self.s.margins,
                 sum: &sum,
                 moved: &moved,
                 lambda: f64::from(self.lambda),
-                l1: self.l1,
+                l1: self.s.l1,
             },
             // Every delta's rows were checked by the sum: at most every worker shares a row.
             || overlap(&deltas, n).unwrap_or(deltas.len()),
         );
         for s in swept {
             for (&j, &v) in s.changed.iter().zip(&s.values) {
-                let b = self.coefficients[j as usize];
+                let b = self.s.coefficients[j as usize];
                 self.set(j as usize, step_value(b, v, step));
             }
         }
         let combined = RowVector::from_dense(sum);
-        combined.add_scaled_to(step, &mut self.margins)?;
-        self.objective = objective;
-        self.l1 = l1;
+        combined.add_scaled_to(step, &mut self.s.margins)?;
+        self.s.objective = objective;
+        self.s.l1 = l1;
         tracing::debug!(step, objective, "logistic gauss-seidel round combined");
         Ok(LogisticGsCommit {
             step,
@@ -384,16 +372,16 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
         self.in_flight = true;
         // One worker: the baseline's full sweep and active phase in one round; several:
         // a full sweep, or `active_passes` active-set sweeps, a round.
-        let active_sweeps = match (self.workers, self.next_full) {
+        let active_sweeps = match (self.workers, self.s.next_full) {
             (1, _) => self.active_passes,
             (_, true) => 0,
             (_, false) => self.active_passes,
         };
         Step::Run(Plan::All(LogisticSweepOrder {
-            full: self.next_full,
+            full: self.s.next_full,
             active_sweeps,
-            objective: self.objective,
-            l1: self.l1,
+            objective: self.s.objective,
+            l1: self.s.l1,
             tolerance: self.tolerance,
             target: self.target,
         }))
@@ -416,16 +404,16 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
             self.check(round, s)?;
         }
         self.in_flight = false;
-        self.rounds += 1;
-        let before = self.objective;
+        self.s.rounds += 1;
+        let before = self.s.objective;
         let commit = if self.workers == 1 {
             let s = &swept[0];
             for (&j, &v) in s.changed.iter().zip(&s.values) {
-                self.l1 += v.abs() - self.coefficients[j as usize].abs();
+                self.s.l1 += v.abs() - self.s.coefficients[j as usize].abs();
                 self.set(j as usize, v);
             }
-            self.objective = s.phase.objective;
-            self.correct = s.correct;
+            self.s.objective = s.phase.objective;
+            self.s.correct = s.correct;
             LogisticGsCommit {
                 step: 1.0,
                 combined: None,
@@ -433,40 +421,41 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
         } else {
             self.combine(&swept)?
         };
-        self.metrics.updates = swept.iter().map(|s| s.updates).sum();
+        self.s.metrics.updates = swept.iter().map(|s| s.updates).sum();
         // `next_full` changes only here: it is what the round in flight was dispatched as.
-        let full = self.next_full;
+        let full = self.s.next_full;
         // The blocks' full sweeps together: the sum of their relative decreases (one
         // worker: the baseline's figure).
         let gap: f64 = swept.iter().map(|s| s.phase.gap).sum();
         if full {
-            self.full_sweeps += 1;
-            self.active_rounds = 0;
-            self.next_full = self.workers == 1;
+            self.s.full_sweeps += 1;
+            self.s.active_rounds = 0;
+            self.s.next_full = self.workers == 1;
         } else {
             // The baseline's settle rule for an active pass, for an active round.
-            self.active_rounds += 1;
-            let decrease = (before - self.objective) / self.objective.abs().max(f64::MIN_POSITIVE);
-            self.next_full = decrease <= 0.1 * self.tolerance
-                || self.active_rounds >= u64::from(MAX_ACTIVE_PASSES);
+            self.s.active_rounds += 1;
+            let decrease =
+                (before - self.s.objective) / self.s.objective.abs().max(f64::MIN_POSITIVE);
+            self.s.next_full = decrease <= 0.1 * self.tolerance
+                || self.s.active_rounds >= u64::from(MAX_ACTIVE_PASSES);
         }
         self.stop = if full && gap <= self.tolerance {
             Some(GsStop::Baseline(CdOutcome::Converged, gap))
-        } else if self.target.is_some_and(|t| self.objective <= t) {
+        } else if self.target.is_some_and(|t| self.s.objective <= t) {
             Some(GsStop::Baseline(CdOutcome::ReachedTarget, gap))
-        } else if self.full_sweeps >= MAX_FULL_SWEEPS as u64 {
+        } else if self.s.full_sweeps >= MAX_FULL_SWEEPS as u64 {
             Some(GsStop::Baseline(CdOutcome::SweepLimit, gap))
-        } else if self.max_rounds > 0 && self.rounds >= self.max_rounds {
+        } else if self.max_rounds > 0 && self.s.rounds >= self.max_rounds {
             Some(GsStop::RoundLimit)
         } else {
             None
         };
-        self.record(self.rounds, elapsed);
+        self.record(self.s.rounds, elapsed);
         petrel_observe::metrics().job.point(
             &petrel_observe::thread_node(),
             "objective",
             elapsed,
-            self.objective,
+            self.s.objective,
         );
         Ok(commit)
     }
@@ -480,43 +469,24 @@ impl Schedule<LogisticGsApp> for LogisticGsScheduling {
                 "checkpoint with a round in flight",
             ));
         }
-        encode_state(&GsSchedulingState {
-            coefficients: self.coefficients.clone(),
-            margins: self.margins.clone(),
-            l1: self.l1,
-            objective: self.objective,
-            correct: self.correct,
-            rounds: self.rounds,
-            full_sweeps: self.full_sweeps,
-            next_full: self.next_full,
-            active_rounds: self.active_rounds,
-            metrics: self.metrics.clone(),
-        })
+        encode_state(&self.s)
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let s: GsSchedulingState = decode_state(state)?;
-        if s.coefficients.len() != self.coefficients.len() || s.margins.len() != self.margins.len()
+        if s.coefficients.len() != self.s.coefficients.len()
+            || s.margins.len() != self.s.margins.len()
         {
             return Err(StradsModelError::DimensionMismatch(format!(
                 "checkpoint has {} coefficients and {} margins, this job {} and {}",
                 s.coefficients.len(),
                 s.margins.len(),
-                self.coefficients.len(),
-                self.margins.len()
+                self.s.coefficients.len(),
+                self.s.margins.len()
             )));
         }
         self.nonzeros = s.coefficients.iter().filter(|v| **v != 0.0).count();
-        self.coefficients = s.coefficients;
-        self.margins = s.margins;
-        self.l1 = s.l1;
-        self.objective = s.objective;
-        self.correct = s.correct;
-        self.rounds = s.rounds;
-        self.full_sweeps = s.full_sweeps;
-        self.next_full = s.next_full;
-        self.active_rounds = s.active_rounds;
-        self.metrics = s.metrics;
+        self.s = s;
         self.in_flight = false;
         self.stop = None;
         Ok(())
@@ -595,8 +565,8 @@ impl StradsJob for LogisticGsApp {
         _run: &FinishedRun,
     ) -> Result<(), StradsError> {
         tracing::info!(
-            objective = scheduler.objective,
-            rounds = scheduler.rounds,
+            objective = scheduler.s.objective,
+            rounds = scheduler.s.rounds,
             "logistic gauss-seidel finished"
         );
         match &job.out_dir {

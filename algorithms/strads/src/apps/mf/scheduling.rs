@@ -28,7 +28,7 @@ pub struct StradsMfRmsePoint {
 }
 
 /// `metrics.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MfMetrics {
     /// Users.
     pub n_users: usize,
@@ -89,10 +89,11 @@ enum Stage {
     Finished,
 }
 
-/// What a round checkpoint holds of an [`MfScheduling`]: where the rotation sequence is
-/// and the metrics so far (the blocks and W come back only in the final Collect round).
-#[derive(Serialize, Deserialize)]
+/// What an [`MfScheduling`] changes while running (what a round checkpoint holds): where
+/// the rotation sequence is and the metrics so far.
+#[derive(Clone, Serialize, Deserialize)]
 struct MfSchedulingState {
+    /// Sweep steps done (over all sweeps).
     iteration: usize,
     inner_done: usize,
     stage: Stage,
@@ -119,14 +120,9 @@ pub struct MfScheduling {
     sweep: Vec<CoordinateStep>,
     inner: usize,
     outer: usize,
-    /// Sweep steps done (over all sweeps).
-    iteration: usize,
-    inner_done: usize,
-    stage: Stage,
-    coordinate_updates: u64,
+    s: MfSchedulingState,
     n_users: usize,
     w: Option<Array2<f32>>,
-    metrics: MfMetrics,
     /// Held out for the final test RMSE.
     pub(super) test: Ratings,
     /// Original user and item ids (triplet files), for the outputs.
@@ -186,38 +182,32 @@ impl MfScheduling {
             sweep: job.layout().sweep(),
             inner: job.inner_iterations.max(1),
             outer: job.outer_iterations,
-            iteration: 0,
-            inner_done: 0,
-            // Start with a Visit rotation: its report is the RMSE of the initial model.
-            stage: Stage::Rotate {
-                phase: Phase::Visit,
-                k: 0,
-                t: 0,
+            s: MfSchedulingState {
+                iteration: 0,
+                inner_done: 0,
+                // Start with a Visit rotation: its report is the RMSE of the initial model.
+                stage: Stage::Rotate {
+                    phase: Phase::Visit,
+                    k: 0,
+                    t: 0,
+                },
+                coordinate_updates: 0,
+                metrics: MfMetrics {
+                    n_users,
+                    n_items,
+                    train_ratings,
+                    test_ratings: test.entries.len(),
+                    rank: job.rank,
+                    lambda: job.lambda,
+                    workers: p,
+                    final_train_rmse: f64::NAN,
+                    final_test_rmse: f64::NAN,
+                    target_rmse: job.target_rmse,
+                    ..MfMetrics::default()
+                },
             },
-            coordinate_updates: 0,
             n_users,
             w: None,
-            metrics: MfMetrics {
-                global_mean: 0.0,
-                n_users,
-                n_items,
-                train_ratings,
-                test_ratings: test.entries.len(),
-                rank: job.rank,
-                lambda: job.lambda,
-                workers: p,
-                worker_ratings: Vec::new(),
-                rounds: 0,
-                elapsed_s: 0.0,
-                train_rmse: Vec::new(),
-                final_train_rmse: f64::NAN,
-                final_test_rmse: f64::NAN,
-                target_rmse: job.target_rmse,
-                time_to_target_s: None,
-                scheduler_bytes: 0,
-                block_bytes: 0,
-                collect_bytes: 0,
-            },
             test,
             ids,
             data_digest: None,
@@ -226,23 +216,23 @@ impl MfScheduling {
 
     /// Records the bytes the scheduler node moved during the run.
     pub fn set_scheduler_bytes(&mut self, bytes: u64) {
-        self.metrics.scheduler_bytes = bytes;
+        self.s.metrics.scheduler_bytes = bytes;
     }
 
     /// Records the mean taken off the ratings (`global_mean`).
     pub fn set_global_mean(&mut self, mean: f32) {
-        self.metrics.global_mean = mean;
+        self.s.metrics.global_mean = mean;
     }
 
     /// The metrics so far.
     pub fn metrics(&self) -> &MfMetrics {
-        &self.metrics
+        &self.s.metrics
     }
 
     /// `(W, H)` once the job finished.
     pub fn factors(&self) -> Option<(Array2<f32>, Array2<f32>)> {
         let w = self.w.clone()?;
-        let n_items = self.metrics.n_items;
+        let n_items = self.s.metrics.n_items;
         let mut h = Array2::zeros((n_items, self.rank));
         for block in self.blocks.iter().flatten() {
             for (c, &i) in block.item_ids.iter().enumerate() {
@@ -271,9 +261,9 @@ impl MfScheduling {
     /// The stage after a finished rotation of `phase` for `k`.
     fn after_rotation(&mut self, phase: Phase, k: usize) -> Stage {
         let total = self.outer * self.sweep.len();
-        let step = self.step(self.iteration);
+        let step = self.step(self.s.iteration);
         match phase {
-            Phase::Visit if self.iteration < total => Self::start(step),
+            Phase::Visit if self.s.iteration < total => Self::start(step),
             Phase::Visit => Stage::Collect,
             Phase::H if step.update_w => Stage::Rotate {
                 phase: Phase::W,
@@ -281,21 +271,21 @@ impl MfScheduling {
                 t: 0,
             },
             Phase::H | Phase::W => {
-                self.coordinate_updates += 1;
-                self.inner_done += 1;
+                self.s.coordinate_updates += 1;
+                self.s.inner_done += 1;
                 // A bias has a closed form: repeating its step would change nothing.
                 let repeats = if step.update_h && step.update_w {
                     self.inner
                 } else {
                     1
                 };
-                if self.inner_done < repeats {
+                if self.s.inner_done < repeats {
                     return Self::start(step);
                 }
-                self.inner_done = 0;
-                self.iteration += 1;
-                if self.iteration < total {
-                    Self::start(self.step(self.iteration))
+                self.s.inner_done = 0;
+                self.s.iteration += 1;
+                if self.s.iteration < total {
+                    Self::start(self.step(self.s.iteration))
                 } else {
                     // A last Visit rotation folds the final change into the residuals.
                     Stage::Rotate {
@@ -316,7 +306,7 @@ impl Schedule<MfApp> for MfScheduling {
             return Step::Wait;
         }
         let p = self.schedule.p;
-        match self.stage {
+        match self.s.stage {
             Stage::Rotate { phase, k, t } => {
                 let last = t + 1 == p;
                 Step::Run(Plan::PerWorker(
@@ -350,9 +340,9 @@ impl Schedule<MfApp> for MfScheduling {
         partials: Vec<MfPartial>,
         elapsed: Duration,
     ) -> Result<MfCommit, StradsModelError> {
-        self.metrics.rounds = round + 1;
-        self.metrics.elapsed_s = elapsed.as_secs_f64();
-        match self.stage {
+        self.s.metrics.rounds = round + 1;
+        self.s.metrics.elapsed_s = elapsed.as_secs_f64();
+        match self.s.stage {
             Stage::Rotate { phase, k, t } => {
                 let mut sq = 0.0;
                 let mut n = 0u64;
@@ -389,31 +379,31 @@ impl Schedule<MfApp> for MfScheduling {
                 }
                 if reported && n > 0 {
                     let train_rmse = (sq / n as f64).sqrt();
-                    self.metrics.worker_ratings = per_worker;
-                    self.metrics.final_train_rmse = train_rmse;
+                    self.s.metrics.worker_ratings = per_worker;
+                    self.s.metrics.final_train_rmse = train_rmse;
                     let node = petrel_observe::thread_node();
                     petrel_observe::metrics()
                         .job
                         .point(&node, "train_rmse", elapsed, train_rmse);
-                    self.metrics.train_rmse.push(StradsMfRmsePoint {
-                        coordinate_updates: self.coordinate_updates,
+                    self.s.metrics.train_rmse.push(StradsMfRmsePoint {
+                        coordinate_updates: self.s.coordinate_updates,
                         elapsed_s: elapsed.as_secs_f64(),
                         train_rmse,
                         test_rmse: (test_n > 0).then(|| (test_sq / test_n as f64).sqrt()),
                     });
-                    if let Some(target) = self.metrics.target_rmse
+                    if let Some(target) = self.s.metrics.target_rmse
                         && train_rmse <= target
-                        && self.metrics.time_to_target_s.is_none()
+                        && self.s.metrics.time_to_target_s.is_none()
                     {
-                        self.metrics.time_to_target_s = Some(elapsed.as_secs_f64());
+                        self.s.metrics.time_to_target_s = Some(elapsed.as_secs_f64());
                     }
                 }
                 if t + 1 < self.schedule.p {
-                    self.stage = Stage::Rotate { phase, k, t: t + 1 };
+                    self.s.stage = Stage::Rotate { phase, k, t: t + 1 };
                     return Ok(MfCommit { finalize_w: None });
                 }
                 // End of a rotation (an H rotation's last visits finalised h_k).
-                self.stage = self.after_rotation(phase, k);
+                self.s.stage = self.after_rotation(phase, k);
                 Ok(MfCommit {
                     finalize_w: (phase == Phase::W).then_some(k),
                 })
@@ -421,7 +411,7 @@ impl Schedule<MfApp> for MfScheduling {
             Stage::Collect => {
                 let mut w = Array2::zeros((self.n_users, self.rank));
                 let mut block_bytes = 0u64;
-                self.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
+                self.s.metrics.collect_bytes = partials.iter().map(encoded_len).sum();
                 for (worker, partial) in partials.into_iter().enumerate() {
                     let MfPartial::Factors {
                         user_ids,
@@ -455,9 +445,9 @@ impl Schedule<MfApp> for MfScheduling {
                     block_bytes += encoded_len(&block);
                     self.blocks[expected] = Some(block);
                 }
-                self.metrics.block_bytes = block_bytes;
+                self.s.metrics.block_bytes = block_bytes;
                 self.w = Some(w);
-                self.stage = Stage::Finished;
+                self.s.stage = Stage::Finished;
                 Ok(MfCommit { finalize_w: None })
             }
             Stage::Finished => Err(StradsModelError::protocol("pull after the job finished")),
@@ -465,22 +455,16 @@ impl Schedule<MfApp> for MfScheduling {
     }
 
     fn snapshot_state(&self) -> Result<Option<Vec<u8>>, StradsModelError> {
-        if self.stage == Stage::Finished {
+        if self.s.stage == Stage::Finished {
             // Collected: nothing is left to run, so nothing to checkpoint.
             return Ok(None);
         }
-        encode_state(&MfSchedulingState {
-            iteration: self.iteration,
-            inner_done: self.inner_done,
-            stage: self.stage,
-            coordinate_updates: self.coordinate_updates,
-            metrics: self.metrics.clone(),
-        })
+        encode_state(&self.s)
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), StradsModelError> {
         let s: MfSchedulingState = decode_state(state)?;
-        let m = &self.metrics;
+        let m = &self.s.metrics;
         if (
             s.metrics.n_users,
             s.metrics.n_items,
@@ -500,11 +484,7 @@ impl Schedule<MfApp> for MfScheduling {
                 m.workers
             )));
         }
-        self.iteration = s.iteration;
-        self.inner_done = s.inner_done;
-        self.stage = s.stage;
-        self.coordinate_updates = s.coordinate_updates;
-        self.metrics = s.metrics;
+        self.s = s;
         Ok(())
     }
 }

@@ -37,7 +37,7 @@ impl GsShare {
     /// Moves the residual delta out of `result` (which keeps a zero one).
     pub fn take_from(result: &mut SweepResult) -> Self {
         GsShare {
-            residual_delta: std::mem::replace(&mut result.residual_delta, RowVector::zero()),
+            residual_delta: std::mem::take(&mut result.residual_delta),
             residual_offset: result.residual_offset,
         }
     }
@@ -226,13 +226,9 @@ pub fn kept_share(c: &[f64], gram: &[Vec<f64>], w: &[f64]) -> f64 {
 /// workers): the chunk doubles after a round whose combination kept at least
 /// [`Self::GROW_AT`] of the workers' own progress ([`kept_share`]) and halves (not below
 /// one) after one that kept less than [`Self::SHRINK_BELOW`]. Where the workers' columns
-/// barely interact (late sweeps, when few coefficients still move) a full sweep then takes
-/// a few rounds instead of one per latency-sized chunk; where the blend loses objective
-/// the chunk shrinks back towards the latency floor. Rounds cost their latency whatever
-/// their size (which is what growing saves); the kept share does
-/// not see every cost of a bigger blend, though: at 50,000 x 1,000,000 the first sweep
-/// grew (kept 0.91-1.02 with weights 0.62-0.77), left 10% more non-zeros and the run made
-/// 5.7% more updates in 18 rounds instead of 93.
+/// barely interact a full sweep then takes a few rounds instead of one per latency-sized
+/// chunk (rounds cost their latency whatever their size); where the blend loses objective
+/// the chunk shrinks back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkGrowth {
     factor: u32,

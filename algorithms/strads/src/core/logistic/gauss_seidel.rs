@@ -1,36 +1,30 @@
 //! Column-holding Gauss-Seidel logistic regression, sans-I/O: the decision logic of the
-//! logistic job's `solver = "gauss-seidel"` (`apps::logistic::gs` runs it on the STRADS
-//! runtime).
+//! logistic job's `solver = "gauss-seidel"` (`apps::logistic::gs` runs it).
 //!
-//! The features are cut once into contiguous column ranges of about equal non-zeros, one
-//! per worker (the Lasso's cut). A worker holds its columns (all rows), the labels and the
-//! margins `m = X b` of the whole model (f64). In a full round every worker runs, from the
-//! same start, the baseline's full sweep of its own columns and, unless that sweep lowered
-//! the objective by at most the tolerance, the baseline's active phase
-//! ([`CyclicLogistic::full_then_active`]: the same steps, in the same order). It answers
-//! with its new coefficient values and its margin delta `u_p`. With several workers every
-//! sweep of the baseline becomes a round: a full round is every block's full sweep alone,
-//! then active rounds (one sweep of each block's non-zeros) until one lowers the objective
-//! by at most a tenth of the tolerance (the baseline's active-phase rule), then the next
-//! full round. Each round combines the blocks' sweeps as below, so the coupling between
-//! blocks is settled a sweep at a time, as the baseline settles it a coordinate at a
-//! time; a block's own active phase between combinations would run ahead of the others'
-//! and be partly undone.
+//! Each worker holds a contiguous column range of about equal non-zeros (the Lasso's cut),
+//! all rows, the labels and the margins `m = X b` (f64). In a full round every worker runs,
+//! from the same start, the baseline's full sweep of its columns and, unless that settled
+//! it, the baseline's active phase ([`CyclicLogistic::full_then_active`]), and answers with
+//! its new values and margin delta `u_p`. With several workers every baseline sweep
+//! becomes a round: a full round (every block's full sweep), then active rounds (one sweep
+//! of each block's non-zeros) until one lowers the objective by at most a tenth of the
+//! tolerance, then the next full round. Combining a sweep at a time settles the coupling
+//! between blocks as the baseline does a coordinate at a time (a block's own active phase
+//! between combinations would run ahead and be partly undone).
 //!
 //! **Why the combination converges.** Worker `p` alone lowers the objective:
 //! `Delta_p = F(b + d_p) - F(b) <= 0`. The loss is a sum over rows of convex functions of
-//! one margin each, so with `omega` the largest number of workers whose `u_p` touch one
-//! row, the new margin of a row under `b + t sum_p d_p` with `t = 1 / omega` is a convex
-//! combination of `m_i`, and `m_i + u_{p,i}` for the workers that touch it, and the L1
-//! term is convex per coordinate; so `F(b + sum_p d_p / omega) - F(b) <= (1 / omega)
-//! sum_p Delta_p <= 0`. The scheduler holds the labels and the margins too, so it
-//! evaluates the objective along `t` exactly ([`combined_objective`]) and takes `1` where
-//! the objective still falls there, else the best of `1 / omega` and a golden-section
-//! search on `[0, 1]` ([`combination_step`]): never worse than the safeguard, so every round lowers `F` by at least
-//! `(1 / W) sum_p |Delta_p|`. A full round whose blocks' full sweeps lowered the objective
-//! by at most the tolerance together (the sum of their relative decreases) ends the run:
-//! the baseline's stop rule, summed over the blocks. With one worker `t = 1`, nothing is
-//! combined, every round is full, and the run is the baseline's, update for update.
+//! one margin each, so with `omega` the most workers whose `u_p` touch one row, each row's
+//! margin under `b + t sum_p d_p`, `t = 1 / omega`, is a convex combination of `m_i` and
+//! the `m_i + u_{p,i}`; with the L1 term convex per coordinate, `F(b + sum_p d_p / omega) -
+//! F(b) <= (1 / omega) sum_p Delta_p <= 0`. The scheduler holds the labels and margins, so
+//! it evaluates the objective along `t` exactly ([`combined_objective`]) and takes `1`
+//! where the objective still falls there, else the best of `1 / omega` and a
+//! golden-section search on `[0, 1]` ([`combination_step`]): never worse than the
+//! safeguard, so every round lowers `F` by at least `(1 / W) sum_p |Delta_p|`. A full
+//! round whose blocks' relative decreases sum to at most the tolerance ends the run (the
+//! baseline's stop rule, summed over blocks). With one worker `t = 1`, every round is
+//! full, and the run is the baseline's, update for update.
 
 use super::super::StradsModelError;
 use super::super::baseline::{CdStop, CyclicLogistic, LogisticPhase};

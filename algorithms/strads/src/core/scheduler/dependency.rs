@@ -222,9 +222,7 @@ impl OverlapScratch {
 }
 
 /// What one step of the scatter walk costs against one step of building a list: the walk
-/// chases a linked list through scattered entries, a build streams through a row. From
-/// the 2,000 x 20,000 lasso-scale design: with the weight 1 about a third of
-/// the checks still walked and the check cost 3.3 ms a round.
+/// chases a linked list through scattered entries, a build streams through a row.
 const WALK_STEP_WEIGHT: u64 = 4;
 
 /// A neighbour list longer than this is not stored (nearly dense, strongly correlated

@@ -1,42 +1,30 @@
 //! `solver = "gauss-seidel"`: Lasso with column-holding workers that run Gauss-Seidel
 //! sweeps against a full local residual ([`crate::core::gauss_seidel`] has the decision
-//! logic and the convergence argument).
-//!
-//! Message flow (star routing, depth 1, one scheduler):
+//! logic and the convergence argument). Star routing, depth 1, one scheduler:
 //!
 //! ```text
-//! start: scheduler and worker p cut the columns into W ranges of equal non-zeros
-//!        (the same cut on every node); worker p keeps its range (CSC), y and r = y
-//! round: scheduler -> worker p  Sweep{its local columns start..end | its active set,
-//!                                     passes, settle, target}
-//!        worker p sweeps them sequentially (the baseline's update), then replies
-//!                               {changed coordinates, their deltas d_p, r . u_p,
-//!                                residual delta u_p (none with one worker)}
-//!        scheduler: Gram matrix u_p . u_q and omega, step weights w (1 without shared
-//!                   rows), coefficients += w_p d_p, objective, stop test;
-//!                   -> every worker  Commit{w, V = sum_p w_p u_p}
+//! start: every node cuts the columns into W ranges of equal non-zeros; worker p keeps
+//!        its range (CSC), y and r = y
+//! round: scheduler -> worker p  Sweep{local columns start..end | active set, passes,
+//!                                     settle, target}
+//!        worker p sweeps them sequentially (the baseline's update) and replies
+//!                               {changed coordinates, deltas d_p, r . u_p, residual
+//!                                delta u_p (none with one worker)}
+//!        scheduler: Gram u_p . u_q, omega, step weights w, coefficients += w_p d_p,
+//!                   objective, stop test; -> every worker Commit{w, V = sum_p w_p u_p}
 //!        worker p: r = r_start - V, b_own = b_start + w_p d_p
-//! ```
-//!
-//! ```text
-//! certify: after every full sweep (and at the end) every worker returns
-//!        max |x_j^T r| and the KKT violation over its columns, ||b_own||_1 and
-//!        (y.y, y.r, r.r): the scheduler's duality gap is the baseline's. With several
-//!        workers the certification after a full sweep rides with the first active-set
-//!        round (CertifyThenSweep: certify, then sweep; the scheduler commits the
-//!        sweep, or discards it with weights 0 when the certificate ends the run). One
-//!        worker's sweep commits as it is, so it certifies in the round of its full
-//!        sweep (SweepThenCertify). The start (b = 0) needs no round: its certificate
-//!        is lambda_max and y.y.
+//! certify: after every full sweep (and at the end) every worker returns max |x_j^T r|,
+//!        the KKT violation over its columns, ||b_own||_1 and (y.y, y.r, r.r). Several
+//!        workers: it rides with the first active-set round (CertifyThenSweep; the sweep
+//!        is discarded with weights 0 if the certificate ends the run); one worker
+//!        certifies in its full sweep's round (SweepThenCertify). The start (b = 0) needs
+//!        no round: its certificate is lambda_max and y.y.
 //! ```
 //!
 //! The schedule is glmnet's: a full sweep (in chunks of `gs_chunk` columns per worker and
-//! round), a certification, then sweeps of the active set (the non-zeros) until the
-//! largest step is small against the gap, then the next full sweep. With one worker the
-//! chunks are whole sweeps, each certified in its own round, and the active phase is one
-//! round: two rounds per full sweep. That run, in one thread, is the single-threaded
-//! baseline (`--transport none`, [`super::baseline`]). Checkpoints are the kit's
-//! round checkpoints ([`crate::shells::checkpoint`]).
+//! round), a certification, then active-set sweeps until the largest step is small against
+//! the gap, then the next full sweep. With one worker, two rounds per full sweep; that run
+//! in one thread is the baseline (`--transport none`, [`super::baseline`]).
 
 pub mod scheduling;
 

@@ -1,11 +1,7 @@
 // Over 600 lines: one scheduler state machine whose phases share its state.
 //! The Gauss-Seidel Lasso's scheduler half: the baseline's schedule (full sweeps in chunks,
 //! certification, active-set sweeps), the step weights that combine the workers' sweeps,
-//! the objective, the stop rules and the metrics.
-//!
-//! One file on purpose (about 930 lines, tests in `gs/tests.rs`): every phase reads and
-//! advances the one `GsState` (the phase, the next chunk, the certificate, the stop), and
-//! splitting the phases would spread that state's invariants over several files.
+//! the objective, the stop rules and the metrics, all reading and advancing one `GsState`.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -36,9 +32,10 @@ use crate::core::tuning::{MAX_ACTIVE_PASSES, MAX_FULL_SWEEPS};
 
 /// Where the schedule is (the starting point's certificate needs no round: see
 /// [`GsScheduling::new`]).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 enum Phase {
     /// A full sweep in chunks.
+    #[default]
     Full,
     /// The full sweep is done: certify it.
     AfterFull,
@@ -50,7 +47,7 @@ enum Phase {
 }
 
 /// Everything the scheduler changes while running (what a checkpoint saves).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct GsState {
     coefficients: Vec<f64>,
     phase: Phase,
@@ -163,21 +160,10 @@ impl GsScheduling {
             n_rows: shape.n_rows,
             s: GsState {
                 coefficients: resident_zeros(shape.n_columns()),
-                phase: Phase::Full,
                 next: vec![0; workers],
-                growth: ChunkGrowth::default(),
-                full_sweeps: 0,
-                active_passes: 0,
-                settle: 0.0,
                 sq_residual,
-                l1: 0.0,
-                updates: 0,
-                rounds: 0,
-                certified_at: None,
-                stopping: false,
-                done: false,
                 metrics,
-                worker_compute_s: Vec::new(),
+                ..GsState::default()
             },
             ranges,
             chunks,
@@ -235,11 +221,10 @@ impl GsScheduling {
     }
 
     /// With several workers and a target, each worker's share of the decrease the target
-    /// still needs: its active passes stop there instead of running the round's passes
-    /// out. In active rounds the combined step keeps about the sum of the workers' own
-    /// decreases (their step weights are 1, `kept_share` near or above 1), so the round
-    /// that reaches the target stops close to it, as the baseline stops at the update that
-    /// reaches it; if it falls short, the next round goes on.
+    /// still needs: its active passes stop there. Active rounds keep about the sum of the
+    /// workers' own decreases, so the round that reaches the target stops close to it (as
+    /// the baseline stops at the update that reaches it); if it falls short, the next
+    /// round goes on.
     fn share_of_target(&self) -> Option<f64> {
         let target = self.job.target_objective?;
         let missing = self.objective() - target;
@@ -558,20 +543,7 @@ impl GsScheduling {
             .as_ref()
             .map(|h| h.figures_of_solver(&self.s.coefficients))
             .unwrap_or_default();
-        tracing::info!(
-            round,
-            updates = self.s.updates,
-            objective = format!("{objective:.6}"),
-            kkt = format!("{kkt:.3e}"),
-            gap = format!("{gap:.3e}"),
-            nonzeros,
-            "lasso gauss-seidel certificate"
-        );
-        let m = &mut self.s.metrics;
-        m.final_objective = objective;
-        m.final_kkt_violation = kkt;
-        m.final_duality_gap = gap;
-        m.evaluations.push(Evaluation {
+        let eval = Evaluation {
             round,
             updates: self.s.updates,
             elapsed_s: elapsed.as_secs_f64(),
@@ -580,7 +552,10 @@ impl GsScheduling {
             duality_gap: gap,
             nonzeros: nonzeros as usize,
             heldout,
-        });
+        };
+        self.s
+            .metrics
+            .record_evaluation(eval, "lasso gauss-seidel certificate");
         self.s.certified_at = Some(self.s.updates);
         self.reached_target(objective, elapsed);
         if !objective.is_finite() {

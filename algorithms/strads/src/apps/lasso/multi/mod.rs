@@ -1,43 +1,33 @@
 //! Lasso with its coefficients split over several schedulers (`[app.lasso] schedulers = S`).
 //!
 //! **Partition.** The `d` coefficients are cut into `S` contiguous column ranges of about
-//! equal weight, the weight of column `j` being `nnz(x_j) + 1` ([`partition_columns`]): a
-//! push of `j` costs `nnz(x_j)` on the workers, so equal weights give the schedulers equal
-//! work per round. Contiguous ranges keep neighbouring features together; in the synthetic
-//! design (and in many real ones) correlated features are neighbours, and the dependency
-//! filter (`rho`) only sees the variables of its own scheduler, so a contiguous cut leaves
-//! at most one correlated group straddling each boundary.
+//! equal weight `nnz(x_j) + 1` ([`partition_columns`]), so the schedulers get equal work
+//! per round. Correlated features are often neighbours and the dependency filter only sees
+//! its own scheduler's variables, so a contiguous cut leaves at most one correlated group
+//! straddling each boundary.
 //!
-//! **Schedulers.** Scheduler `s` runs the role [`scheduler_role_name`]`(s)` (`s = 0` is the
-//! usual `strads-lasso-scheduler`); several may share a node (the node's first scheduler
-//! role runs all of them) or each have its own. Each runs its own [`LassoScheduling`](crate::apps::lasso::LassoScheduling) over
-//! the columns it owns ([`SliceScheduling`]: priority sampling, dependency filter,
-//! soft-threshold pull, local bookkeeping) and dispatches to every worker; the workers
-//! serve all of them and count applied commits per scheduler ([`super::LassoWorker`]).
-//! Round numbers are per scheduler.
+//! **Schedulers.** Scheduler `s` runs role [`scheduler_role_name`]`(s)` (`s = 0` is
+//! `strads-lasso-scheduler`); a node's first scheduler role runs all the ones it claims.
+//! Each runs a [`LassoScheduling`](crate::apps::lasso::LassoScheduling) over its columns
+//! ([`SliceScheduling`]) and dispatches to every worker; the workers serve all of them and
+//! count applied commits per scheduler ([`super::LassoWorker`]). Rounds are per scheduler.
 //!
 //! **Coordination.** The job runs in epochs of `eval_every` update rounds per scheduler.
-//! At the end of an epoch every scheduler drains its pipeline; a follower (`s > 0`) then
-//! sends one empty round to the workers (a flush: it is answered only after the workers
-//! applied all its earlier commits, which travel FIFO on the same connection) and asks the
-//! lead (scheduler 0) with a [`SyncReport`]: its non-zero coefficients, rounds, updates and
-//! whether it wants to stop (`max_rounds` reached or diverged). The lead, once it has its
-//! own epoch drained and every report in ([`SyncCore`]), is the only sender of work, so
-//! the workers' state is a consistent snapshot: it assembles the whole coefficient vector,
-//! dispatches one `Evaluate` round (workers return `X^T r` and `(y.y, y.r, r.r)`), and
-//! [`combine_evaluation`] gives the exact objective, KKT violation and duality gap. The
-//! stop rule ([`SyncCore::decide`]) is the single scheduler's: relative duality gap below
-//! `gap_tolerance`, objective at or below `target_objective`, any scheduler at
-//! `max_rounds`, or a non-finite objective. The decision (with the global L1 norm and
-//! update count) goes back as the reply; on stop the lead writes `coefficients.tsv` and
-//! `metrics.json` for the whole model.
+//! At an epoch's end every scheduler drains its pipeline; a follower (`s > 0`) sends one
+//! empty round (a flush, answered once the workers applied its earlier commits, which
+//! travel FIFO) and then a [`SyncReport`] to the lead (scheduler 0): its non-zeros, rounds,
+//! updates and whether it wants to stop. The lead, with its own epoch drained and every
+//! report in ([`SyncCore`]), is the only sender, so the workers' state is consistent: it
+//! dispatches one `Evaluate` round of the assembled model and [`combine_evaluation`] gives
+//! the exact objective, KKT violation and duality gap. The stop rule ([`SyncCore::decide`])
+//! is the single scheduler's (gap below `gap_tolerance`, `target_objective` reached, any
+//! scheduler at `max_rounds`, or divergence); the decision goes back as the reply, and on
+//! stop the lead writes the whole model's outputs.
 //!
-//! Between epochs the schedulers run unsynchronised, so a push may see some other
-//! scheduler's commits on one worker and not yet on another: the read is slightly stale,
-//! as in the STRADS papers' multi-scheduler runs; only the (exact) evaluations decide.
-//! The per-round objective trace of the lead is `1/2 ||r||^2` (current) plus `lambda`
-//! times its own L1 norm (exact) plus the other schedulers' L1 norm as of the last
-//! evaluation; `target_objective` is only checked at evaluations.
+//! Between epochs a push may see another scheduler's commits on one worker and not yet on
+//! another (slightly stale reads, as in the STRADS papers); only the exact evaluations
+//! decide. The lead's per-round objective trace is `1/2 ||r||^2` plus `lambda` times its
+//! own L1 norm plus the others' as of the last evaluation.
 
 use std::ops::Range;
 

@@ -173,7 +173,7 @@ impl SliceScheduling {
 
     /// Coordinate updates it ran.
     pub fn updates(&self) -> u64 {
-        self.inner.updates
+        self.inner.s.updates
     }
 
     /// Rounds it ran.
@@ -183,7 +183,7 @@ impl SliceScheduling {
 
     /// `max_rounds` update rounds done, or the local objective diverged.
     pub fn wants_stop(&self) -> bool {
-        self.update_rounds >= self.max_rounds || self.inner.stopping
+        self.update_rounds >= self.max_rounds || self.inner.s.stopping
     }
 
     /// What the lead reports of itself.
@@ -274,7 +274,7 @@ impl Schedule<LassoApp> for SliceScheduling {
                                 round,
                                 "local scheduler stopped: ending the epoch"
                             );
-                            self.inner.stopping = true;
+                            self.inner.s.stopping = true;
                             self.phase = Phase::Draining;
                         }
                     }
@@ -345,10 +345,10 @@ impl Schedule<LassoApp> for SliceScheduling {
             self.inner.after_commit();
             return Ok(LassoCommit::empty());
         }
-        let traced = self.inner.metrics.objective.len();
+        let traced = self.inner.s.metrics.objective.len();
         let mut commit = self.inner.pull(round, partials, elapsed)?;
-        if self.inner.metrics.objective.len() > traced
-            && let Some(point) = self.inner.metrics.objective.last_mut()
+        if self.inner.s.metrics.objective.len() > traced
+            && let Some(point) = self.inner.s.metrics.objective.last_mut()
         {
             point.objective += f64::from(self.lambda) * self.others_l1;
             point.updates += self.others_updates;

@@ -446,9 +446,7 @@ impl LeadBook {
             target_s: reached.map(|e| e.elapsed_s),
             objective: lead.metrics().objective.clone(),
             evaluations: self.evaluations.clone(),
-            checkpoints: Vec::new(),
-            resumed_from_round: None,
-            profile: Default::default(),
+            ..LassoMetrics::default()
         };
         (
             coefficients,
