@@ -287,7 +287,7 @@ pub fn train(args: P3TrainArgs) -> Result<(), P3JobError> {
         "p3",
         args.max_restarts,
         P3JobError::is_node_death,
-        || crate::recovery::round_resume_point(&ckpt_dir, petrel_p3::core::checkpoint::SCHEME),
+        || crate::recovery::round_resume_point(&ckpt_dir, petrel_p3::checkpoint::SCHEME),
         |spent| P3JobError::Restarts(Box::new(spent)),
         |resume, _| {
             let cfg = P3Settings {

@@ -11,6 +11,7 @@ use crate::core::{EngineError, PlanError, ProfileError};
 
 /// Any error of a P3 job.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // fields: named in the variant's doc and message
 pub enum P3Error {
     /// A checkpoint file could not be read or written, does not match its manifest or this
     /// job, or is of an older format.
@@ -19,28 +20,16 @@ pub enum P3Error {
     /// A checkpoint file could not be encoded.
     #[error("{}: cannot encode: {source}", path.display())]
     CheckpointEncode {
-        /// The file.
         path: PathBuf,
-        /// The encoder's error.
         #[source]
         source: rmp_serde::encode::Error,
     },
     /// Resuming was asked for and no checkpoint in the directory is valid.
     #[error("no valid P3 checkpoint to resume from in {}{}", dir.display(), reasons_list(reasons))]
-    NoCheckpoint {
-        /// The directory.
-        dir: PathBuf,
-        /// Why each checkpoint was refused, newest first.
-        reasons: Vec<String>,
-    },
+    NoCheckpoint { dir: PathBuf, reasons: Vec<String> },
     /// A checkpoint round did not complete (a shard or worker did not save).
     #[error("checkpoint of round {round}: {detail}")]
-    CheckpointRound {
-        /// The checkpoint's round.
-        round: u64,
-        /// What went wrong.
-        detail: String,
-    },
+    CheckpointRound { round: u64, detail: String },
     /// Planning or simulation.
     #[error(transparent)]
     Plan(#[from] PlanError),
@@ -56,125 +45,73 @@ pub enum P3Error {
     /// A worker's model failed (the source is the model's own error).
     #[error("worker {worker}: model")]
     Model {
-        /// The worker.
         worker: usize,
-        /// The model's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// A gradient push (and its reply with the new values) failed.
     #[error("push of slice {slice} (iteration {iter})")]
     Push {
-        /// The slice.
         slice: usize,
-        /// The iteration.
         iter: u64,
-        /// Why.
         #[source]
         source: AskError,
     },
     /// Sending a slice's initial values to its shard failed.
     #[error("initialising slice {slice}")]
     InitSlice {
-        /// The slice.
         slice: usize,
-        /// Why.
         #[source]
         source: AskError,
     },
     /// A shard answered with another slice than the one pushed.
     #[error("asked for slice {asked}, got slice {got}")]
-    WrongSlice {
-        /// The slice pushed.
-        asked: usize,
-        /// The slice in the reply.
-        got: usize,
-    },
+    WrongSlice { asked: usize, got: usize },
     /// The worker's reply channel closed while it waited for parameters.
     #[error("reply channel closed while waiting for parameters")]
     RepliesClosed,
     /// A plan slice names a shard the cluster does not run.
     #[error("slice {slice} on unknown shard {shard}")]
-    UnknownShard {
-        /// The slice.
-        slice: usize,
-        /// The shard it names.
-        shard: usize,
-    },
+    UnknownShard { slice: usize, shard: usize },
     /// This node does not run the role it was started for.
     #[error("node {node} is not in role {role}")]
-    NotInRole {
-        /// The node.
-        node: String,
-        /// The role.
-        role: &'static str,
-    },
+    NotInRole { node: String, role: &'static str },
     /// The job and the cluster disagree on the number of shards.
     #[error("job has {job} shards, cluster runs {cluster} p3-shard nodes")]
-    ShardCount {
-        /// Shards in the job.
-        job: usize,
-        /// `p3-shard` nodes in the cluster.
-        cluster: usize,
-    },
-    /// The model's parameter tensors differ from the job's.
+    ShardCount { job: usize, cluster: usize },
+    /// The model's parameter counts per tensor differ from the job's.
     #[error("the model's parameter tensors {model:?} differ from the job's {job:?}")]
-    Layout {
-        /// Parameter counts the job was planned for.
-        job: Vec<u64>,
-        /// Parameter counts the model reports.
-        model: Vec<u64>,
-    },
-    /// The training loss or a parameter became NaN or infinite (the learning rate is too
-    /// large for the model): the job stops and no model is saved.
+    Layout { job: Vec<u64>, model: Vec<u64> },
+    /// `what` (the training loss or a parameter) became NaN or infinite (the learning rate
+    /// is too large for the model): the job stops and no model is saved.
     #[error(
         "worker {worker}: training diverged at iteration {iter}: {what} became {value}; lower the learning rate (lr)"
     )]
     Diverged {
-        /// The worker that saw it.
         worker: usize,
-        /// The iteration.
         iter: u64,
-        /// What became non-finite: `the training loss` or `a parameter`.
         what: &'static str,
-        /// The value.
         value: f32,
     },
-    /// A value of the job or of `[app.p3]` out of its range.
+    /// A value of the job or of `[app.p3]` (`field`, e.g. `[app.p3] scale`) out of its range.
     #[error("{field}: {detail}")]
-    Config {
-        /// The setting, e.g. `[app.p3] scale`.
-        field: &'static str,
-        /// What is wrong with it.
-        detail: String,
-    },
+    Config { field: &'static str, detail: String },
     /// Not every worker reported.
     #[error("{got} of {expected} workers reported")]
-    MissingReports {
-        /// Reports received.
-        got: usize,
-        /// Workers in the job.
-        expected: usize,
-    },
+    MissingReports { got: usize, expected: usize },
     /// A file of the job (`what`: a worker report, a model file) could not be read or written.
     #[error("{}: {what}", .path.display())]
     Io {
-        /// The file.
         path: PathBuf,
-        /// What the file is.
         what: &'static str,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
     /// A file of the job (`what`: a worker report, a model file) is not valid JSON.
     #[error("{}: {what} JSON", .path.display())]
     Json {
-        /// The file.
         path: PathBuf,
-        /// What the file is.
         what: &'static str,
-        /// Why.
         #[source]
         source: serde_json::Error,
     },
@@ -187,18 +124,14 @@ pub enum P3Error {
     /// A P3 model file (safetensors) cannot be written or read.
     #[error("model file {}", .path.display())]
     ModelFormat {
-        /// The file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: Box<crate::model_file::ModelFormatError>,
     },
     /// A real model's network or parameters were rejected.
     #[error("model {name}")]
     RealModel {
-        /// The model.
         name: String,
-        /// Why.
         #[source]
         source: Box<crate::models::ModelError>,
     },

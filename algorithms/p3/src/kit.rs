@@ -25,6 +25,7 @@ use petrel_actors::{Cluster, Topology, Transport};
 use petrel_ml::dnn::FlatSgdMomentum;
 use petrel_net::NetConfig;
 
+use crate::checkpoint::{CheckpointConfig, JobShape, LoadedCheckpoint, newest_valid};
 use crate::core::{Mode, SlicePlan};
 use crate::error::P3Error;
 use crate::shells::{SHARD_ROLE, WORKER_ROLE, shard_role, worker_role};
@@ -163,7 +164,7 @@ pub struct P3Job {
     /// How long a push waits for its slice's new values.
     pub ask_timeout: Duration,
     /// Checkpoints of the job, and whether it resumes from one (`None`: neither).
-    pub checkpoint: Option<crate::checkpoint::CheckpointConfig>,
+    pub checkpoint: Option<CheckpointConfig>,
 }
 
 impl P3Job {
@@ -186,10 +187,10 @@ impl P3Job {
         }
     }
 
-    /// What a checkpoint of this job records about it ([`crate::core::checkpoint::JobShape`]),
-    /// given the model and data `tag`.
-    pub fn shape(&self, tag: &str) -> crate::core::checkpoint::JobShape {
-        crate::core::checkpoint::JobShape {
+    /// What a checkpoint of this job records about it ([`JobShape`]), given the model and
+    /// data `tag`.
+    pub fn shape(&self, tag: &str) -> JobShape {
+        JobShape {
             tag: tag.to_string(),
             mode: self.mode.name().to_string(),
             slice_size: self.slice_size,
@@ -201,14 +202,11 @@ impl P3Job {
     }
 
     /// The checkpoint this job resumes from (verified), if it resumes.
-    pub fn resume_point(&self) -> Result<Option<crate::checkpoint::LoadedCheckpoint>, P3Error> {
-        match &self.checkpoint {
-            Some(c) if c.resume => Ok(Some(crate::checkpoint::newest_valid(
-                &c.dir,
-                &self.shape(&c.tag),
-            )?)),
-            _ => Ok(None),
-        }
+    pub fn resume_point(&self) -> Result<Option<LoadedCheckpoint>, P3Error> {
+        let Some(c) = self.checkpoint.as_ref().filter(|c| c.resume) else {
+            return Ok(None);
+        };
+        Ok(Some(newest_valid(&c.dir, &self.shape(&c.tag))?))
     }
 
     /// Parameter count of every tensor (the lengths of [`P3Job::initial`]).

@@ -36,7 +36,6 @@ pub mod kit;
 pub mod model_file;
 pub mod models;
 pub mod roles;
-pub mod settings_checks;
 pub mod shells;
 
 pub use crate::core::{

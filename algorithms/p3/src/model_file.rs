@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use petrel_ml::model::{ModelFileError, ModelParams, NetworkModel, SavedModel};
-use safetensors::{Dtype, SafeTensorError, SafeTensors, View};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use serde::{Deserialize, Serialize};
 
 use crate::error::P3Error;
@@ -69,6 +70,7 @@ impl TrainedWith {
 
 /// Why a model file cannot be written or read as safetensors.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // fields: named in the variant's doc and message
 pub enum ModelFormatError {
     /// The safetensors layer refused the file (bad header, offsets, sizes).
     #[error("safetensors")]
@@ -78,49 +80,13 @@ pub enum ModelFormatError {
     Header(#[from] serde_json::Error),
     /// A metadata entry is missing or has a bad value.
     #[error("metadata `{key}`: {detail}")]
-    Metadata {
-        /// The key.
-        key: &'static str,
-        /// What is wrong.
-        detail: String,
-    },
+    Metadata { key: &'static str, detail: String },
     /// A tensor of the declared network is missing or has another dtype or shape.
     #[error("tensor `{name}`: {detail}")]
-    Tensor {
-        /// The tensor's name.
-        name: String,
-        /// What is wrong.
-        detail: String,
-    },
+    Tensor { name: String, detail: String },
     /// The tensors to write do not match their names.
     #[error("{names} tensor names for {tensors} tensors")]
-    Names {
-        /// Names given.
-        names: usize,
-        /// Tensors of the model.
-        tensors: usize,
-    },
-}
-
-/// A tensor to write: its shape and values as little-endian bytes.
-struct F32Tensor {
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
-}
-
-impl View for &F32Tensor {
-    fn dtype(&self) -> Dtype {
-        Dtype::F32
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
-        std::borrow::Cow::Borrowed(&self.bytes)
-    }
-    fn data_len(&self) -> usize {
-        self.bytes.len()
-    }
+    Names { names: usize, tensors: usize },
 }
 
 /// The file's bytes: `model`'s tensors under `names` (name and shape per tensor, forward
@@ -136,7 +102,7 @@ pub fn encode(
             tensors: model.tensors.len(),
         });
     }
-    let mut tensors = Vec::with_capacity(names.len());
+    let mut bytes = Vec::with_capacity(names.len());
     for ((name, shape), values) in names.iter().zip(&model.tensors) {
         if shape.iter().product::<usize>() != values.len() {
             return Err(ModelFormatError::Tensor {
@@ -144,15 +110,16 @@ pub fn encode(
                 detail: format!("shape {shape:?} for {} values", values.len()),
             });
         }
-        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        tensors.push((
-            name.clone(),
-            F32Tensor {
-                shape: shape.clone(),
-                bytes,
-            },
-        ));
+        bytes.push(
+            values
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        );
     }
+    let tensors = names.iter().zip(&bytes).map(|((name, shape), data)| {
+        TensorView::new(Dtype::F32, shape.clone(), data).map(|t| (name.as_str(), t))
+    });
     let input = serde_json::to_string(&model.input)?;
     let meta: HashMap<String, String> = [
         ("format", FORMAT.to_string()),
@@ -167,8 +134,8 @@ pub fn encode(
     .chain(trained.entries())
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    let bytes = safetensors::serialize(tensors.iter().map(|(n, t)| (n.as_str(), t)), Some(meta))?;
-    sorted_header(bytes)
+    let tensors = tensors.collect::<Result<Vec<_>, _>>()?;
+    sorted_header(safetensors::serialize(tensors, Some(meta))?)
 }
 
 /// The header as the safetensors crate reads it back, keys sorted.
@@ -206,13 +173,6 @@ pub fn is_safetensors(bytes: &[u8]) -> bool {
     u64::from_le_bytes(*len) <= rest.len() as u64 && rest.first() == Some(&b'{')
 }
 
-fn metadata_error(key: &'static str, detail: impl Into<String>) -> ModelFormatError {
-    ModelFormatError::Metadata {
-        key,
-        detail: detail.into(),
-    }
-}
-
 /// Decodes a safetensors model file (`path` names it in errors); the declared
 /// architecture is checked against the tensors' counts before any network is built.
 pub fn decode(bytes: &[u8], path: &Path) -> Result<SavedModel, P3Error> {
@@ -223,30 +183,27 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<SavedModel, P3Error> {
     let file = SafeTensors::deserialize(bytes).map_err(|e| bad(e.into()))?;
     let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| bad(e.into()))?;
     let meta = header.metadata().clone().unwrap_or_default();
+    let wrong = |key: &'static str, detail: String| bad(ModelFormatError::Metadata { key, detail });
     let get = |key: &'static str| {
         meta.get(key)
             .map(String::as_str)
-            .ok_or_else(|| bad(metadata_error(key, "missing")))
+            .ok_or_else(|| wrong(key, "missing".into()))
     };
     let number = |key: &'static str| {
         get(key)?
             .parse::<usize>()
-            .map_err(|e| bad(metadata_error(key, e.to_string())))
+            .map_err(|e| wrong(key, e.to_string()))
     };
-    if get("format")? != FORMAT {
-        let found: String = get("format")?.chars().take(64).collect();
-        return Err(bad(metadata_error(
-            "format",
-            format!("{found:?} is not {FORMAT:?}"),
-        )));
+    let format = get("format")?;
+    if format != FORMAT {
+        let found: String = format.chars().take(64).collect();
+        return Err(wrong("format", format!("{found:?} is not {FORMAT:?}")));
     }
     let version = get("format_version")?;
     if version != FORMAT_VERSION.to_string() {
         let found: String = version.chars().take(16).collect();
-        return Err(bad(metadata_error(
-            "format_version",
-            format!("{found:?} is not supported (this petrel reads {FORMAT_VERSION})"),
-        )));
+        let detail = format!("{found:?} is not supported (this petrel reads {FORMAT_VERSION})");
+        return Err(wrong("format_version", detail));
     }
     let app = get("app")?;
     if app != MODEL_APP {
@@ -259,8 +216,8 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<SavedModel, P3Error> {
     }
     let net = get("net")?.to_string();
     let (width, classes) = (number("width")?, number("classes")?);
-    let input: Vec<usize> = serde_json::from_str(get("input")?)
-        .map_err(|e| bad(metadata_error("input", e.to_string())))?;
+    let input: Vec<usize> =
+        serde_json::from_str(get("input")?).map_err(|e| wrong("input", e.to_string()))?;
     let total = file.iter().try_fold(0usize, |total, (_, t)| {
         let n = t
             .shape()
@@ -268,12 +225,11 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<SavedModel, P3Error> {
             .try_fold(1usize, |p, &d| p.checked_mul(d))?;
         total.checked_add(n)
     });
-    let total = total.ok_or_else(|| {
-        bad(ModelFormatError::Tensor {
-            name: "*".into(),
-            detail: "the parameter count overflows".into(),
-        })
-    })?;
+    let tensor_err = |name: &str, detail: String| {
+        let name = name.to_string();
+        bad(ModelFormatError::Tensor { name, detail })
+    };
+    let total = total.ok_or_else(|| tensor_err("*", "the parameter count overflows".into()))?;
     crate::models::architecture::check_counts(&net, &input, width, classes, file.len(), total)
         .map_err(|e| ModelFileError::Inconsistent {
             path: path.to_path_buf(),
@@ -282,15 +238,8 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<SavedModel, P3Error> {
     let names = crate::roles::tensor_names(&net, &input, width, classes)?;
     let mut tensors = Vec::with_capacity(names.len());
     for (name, shape) in names {
-        let wrong = |detail: String| {
-            bad(ModelFormatError::Tensor {
-                name: name.clone(),
-                detail,
-            })
-        };
-        let t = file
-            .tensor(&name)
-            .map_err(|_| wrong("missing".to_string()))?;
+        let wrong = |detail: String| tensor_err(&name, detail);
+        let t = file.tensor(&name).map_err(|_| wrong("missing".into()))?;
         if t.dtype() != Dtype::F32 {
             return Err(wrong(format!("dtype {:?}, expected F32", t.dtype())));
         }
@@ -359,7 +308,8 @@ pub fn read(path: &Path) -> Result<SavedModel, P3Error> {
     Ok(saved)
 }
 
-#[cfg(all(test, feature = "candle"))]
+#[cfg(test)]
+#[cfg(feature = "candle")]
 mod tests {
     use super::*;
 

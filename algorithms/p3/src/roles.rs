@@ -9,6 +9,8 @@
 //! on `train_data`, evaluated by worker 0 on `test_data` and saved to `model_out` (the
 //! `candle` feature; without it such a job is refused). Each worker writes its report as
 //! JSON ([`WorkerReportFile`]) to `report_dir/p3-worker-{i}.json`, which the bench reads.
+//! The range checks of `[app.p3]` ([`P3Settings::validate`]) run before any node starts
+//! (`petrel train p3`, and `Cluster::check_settings` for `petrel run` and `petrel node`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 use petrel_actors::{Cluster, NodeContext, Settings};
 use petrel_ml::dnn::FlatSgdMomentum;
+use petrel_ml::job::{InvalidSetting, SettingChecks};
 use petrel_ml::model::NetworkModel;
 use serde::{Deserialize, Serialize};
 
@@ -112,6 +115,48 @@ impl Default for P3Settings {
     }
 }
 
+/// The largest SGD learning rate accepted. Momentum SGD on these networks diverges well
+/// below it; anything larger is a typo (`1e3` for `1e-3`), not a tuning.
+pub const MAX_LR: f32 = 10.0;
+
+/// The most workers or shards of one job: each is a node (a process with `petrel train p3`).
+pub const MAX_NODES: usize = 1024;
+
+impl P3Settings {
+    /// Every value in range (keys as in `[app.p3]`): at least one worker, shard, iteration
+    /// and sample; `lr` finite in (0, [`MAX_LR`]]; `momentum` finite in [0, 1) (at 1 or
+    /// above the velocity never decays).
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        let mut c = SettingChecks::new();
+        for (key, n) in [("workers", self.workers), ("shards", self.shards)] {
+            c.at_least(key, n, 1);
+            c.at_most(key, n, MAX_NODES, "one node each");
+        }
+        c.at_least("iterations", self.iterations, 1);
+        c.at_least("batch", self.batch, 1);
+        c.at_least("slice_size", self.slice_size, 1);
+        c.require(
+            self.lr.is_finite() && self.lr > 0.0 && self.lr <= MAX_LR,
+            "lr",
+            self.lr,
+            "must be a finite number in (0, 10]",
+        );
+        c.require(
+            self.momentum.is_finite() && (0.0..1.0).contains(&self.momentum),
+            "momentum",
+            self.momentum,
+            "must be a finite number in [0, 1)",
+        );
+        c.positive("scale", self.scale);
+        c.positive("device_gflops", self.device_gflops);
+        c.at_least("ask_timeout_ms", self.ask_timeout_ms, 1);
+        if !self.net.is_empty() {
+            c.at_least("width", self.width, 1);
+        }
+        c.finish()
+    }
+}
+
 /// Loads a profile: a path when `model` has an extension, else a built-in name.
 pub fn load_profile(model: &str) -> Result<ModelProfile, ProfileError> {
     let p = Path::new(model);
@@ -122,28 +167,14 @@ pub fn load_profile(model: &str) -> Result<ModelProfile, ProfileError> {
     }
 }
 
-fn positive(field: &'static str, v: f64) -> Result<(), P3Error> {
-    if v.is_finite() && v > 0.0 {
-        Ok(())
-    } else {
-        Err(P3Error::Config {
-            field,
-            detail: format!("must be positive, got {v}"),
-        })
-    }
-}
-
 impl P3Settings {
-    /// The scaled profile and the job every node of the cluster derives from it.
+    /// The scaled profile and the job every node of the cluster derives from it (the
+    /// settings first checked by [`P3Settings::validate`]).
     pub fn job(&self, settings: &Settings) -> Result<(P3Job, ModelProfile), P3Error> {
-        positive("[app.p3] scale", self.scale)?;
-        positive("[app.p3] device_gflops", self.device_gflops)?;
-        if self.workers == 0 || self.shards == 0 || self.iterations == 0 || self.batch == 0 {
-            return Err(P3Error::Config {
-                field: "[app.p3]",
-                detail: "workers, shards, iterations and batch must be >= 1".into(),
-            });
-        }
+        self.validate().map_err(|e| P3Error::Config {
+            field: "[app.p3]",
+            detail: e.to_string(),
+        })?;
         let profile = load_profile(&self.model)?.scaled(self.scale);
         let initial = match network::initial(self)? {
             Some(initial) => initial,
@@ -169,9 +200,7 @@ impl P3Settings {
         job.plan()?;
         Ok((job, profile))
     }
-}
 
-impl P3Settings {
     /// The job's checkpoint settings (`None` without a `checkpoint_dir`). The tag names
     /// what a checkpoint must share with a job resuming it besides the cluster and
     /// optimiser: the model and its data.
@@ -197,85 +226,7 @@ impl P3Settings {
             tag,
         })
     }
-}
 
-/// Where a data spec's examples come from (see [`P3Settings::train_data`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DataSpec {
-    /// `synthetic:N`: N CIFAR-shaped examples of 10 template classes.
-    Synthetic(usize),
-    /// `cifar:FILE[,FILE…]`: CIFAR-10 binary files.
-    Cifar(Vec<PathBuf>),
-    /// `idx:IMAGES,LABELS`: an MNIST-format pair.
-    Idx(PathBuf, PathBuf),
-}
-
-impl DataSpec {
-    /// Parses `spec`; `field` names the setting in errors.
-    pub fn parse(field: &'static str, spec: &str) -> Result<Self, P3Error> {
-        let bad = |detail: String| P3Error::Config { field, detail };
-        let (kind, rest) = spec.split_once(':').ok_or_else(|| {
-            bad(format!(
-                "{spec:?}: expected synthetic:N, cifar:FILE[,FILE...] or idx:IMAGES,LABELS"
-            ))
-        })?;
-        let files: Vec<PathBuf> = rest
-            .split(',')
-            .filter(|f| !f.is_empty())
-            .map(PathBuf::from)
-            .collect();
-        match kind {
-            "synthetic" => rest
-                .parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .map(DataSpec::Synthetic)
-                .ok_or_else(|| bad(format!("{spec:?}: N must be a positive integer"))),
-            "cifar" if !files.is_empty() => Ok(DataSpec::Cifar(files)),
-            "idx" if files.len() == 2 => Ok(DataSpec::Idx(files[0].clone(), files[1].clone())),
-            _ => Err(bad(format!(
-                "{spec:?}: expected synthetic:N, cifar:FILE[,FILE...] or idx:IMAGES,LABELS"
-            ))),
-        }
-    }
-}
-
-/// Noise of the synthetic CIFAR-shaped classes: high enough that a model must learn.
-const SYNTHETIC_NOISE: f32 = 0.35;
-
-/// Loads `train` and `test` (if any); synthetic sets are drawn together so the test
-/// examples share the training classes' templates.
-pub fn load_data(
-    train: &DataSpec,
-    test: Option<&DataSpec>,
-    seed: u64,
-) -> Result<(Dataset, Option<Dataset>), P3Error> {
-    fn one(spec: &DataSpec) -> Result<Dataset, P3Error> {
-        Ok(match spec {
-            DataSpec::Synthetic(n) => synthetic_cifar(*n, 10, SYNTHETIC_NOISE, 0)?,
-            DataSpec::Cifar(files) => read_cifar10_files(files)?,
-            DataSpec::Idx(images, labels) => load_idx_dataset(images, labels, 10)?,
-        })
-    }
-    if let (DataSpec::Synthetic(a), Some(DataSpec::Synthetic(b))) = (train, test) {
-        let all = synthetic_cifar(a + b, 10, SYNTHETIC_NOISE, seed)?;
-        let (x, y) = all.select(&(0..*a).collect::<Vec<_>>());
-        let (tx, ty) = all.select(&(*a..a + b).collect::<Vec<_>>());
-        let set = |x, y| Dataset {
-            x,
-            y,
-            n_classes: 10,
-        };
-        return Ok((set(x, y), Some(set(tx, ty))));
-    }
-    let train = match train {
-        DataSpec::Synthetic(n) => synthetic_cifar(*n, 10, SYNTHETIC_NOISE, seed)?,
-        other => one(other)?,
-    };
-    Ok((train, test.map(one).transpose()?))
-}
-
-impl P3Settings {
     /// Checks that `net` is empty (the job emulates a profile) or names a real model this
     /// build can train.
     pub fn check_net(&self) -> Result<(), P3Error> {
@@ -309,6 +260,75 @@ impl P3Settings {
         };
         load_data(&train, test.as_ref(), self.seed)
     }
+}
+
+/// Where a data spec's examples come from (see [`P3Settings::train_data`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataSpec {
+    /// `synthetic:N`: N CIFAR-shaped examples of 10 template classes.
+    Synthetic(usize),
+    /// `cifar:FILE[,FILE…]`: CIFAR-10 binary files.
+    Cifar(Vec<PathBuf>),
+    /// `idx:IMAGES,LABELS`: an MNIST-format pair.
+    Idx(PathBuf, PathBuf),
+}
+
+impl DataSpec {
+    /// Parses `spec`; `field` names the setting in errors.
+    pub fn parse(field: &'static str, spec: &str) -> Result<Self, P3Error> {
+        let bad = |detail: String| P3Error::Config { field, detail };
+        // Without a colon, no kind matches.
+        let (kind, rest) = spec.split_once(':').unwrap_or_default();
+        let files: Vec<PathBuf> = rest
+            .split(',')
+            .filter(|f| !f.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        match kind {
+            "synthetic" => rest
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(DataSpec::Synthetic)
+                .ok_or_else(|| bad(format!("{spec:?}: N must be a positive integer"))),
+            "cifar" if !files.is_empty() => Ok(DataSpec::Cifar(files)),
+            "idx" if files.len() == 2 => Ok(DataSpec::Idx(files[0].clone(), files[1].clone())),
+            _ => Err(bad(format!(
+                "{spec:?}: expected synthetic:N, cifar:FILE[,FILE...] or idx:IMAGES,LABELS"
+            ))),
+        }
+    }
+}
+
+/// Noise of the synthetic CIFAR-shaped classes: high enough that a model must learn.
+const SYNTHETIC_NOISE: f32 = 0.35;
+
+/// Loads `train` and `test` (if any); synthetic sets are drawn together so the test
+/// examples share the training classes' templates.
+pub fn load_data(
+    train: &DataSpec,
+    test: Option<&DataSpec>,
+    seed: u64,
+) -> Result<(Dataset, Option<Dataset>), P3Error> {
+    let one = |spec: &DataSpec, seed| -> Result<Dataset, P3Error> {
+        Ok(match spec {
+            DataSpec::Synthetic(n) => synthetic_cifar(*n, 10, SYNTHETIC_NOISE, seed)?,
+            DataSpec::Cifar(files) => read_cifar10_files(files)?,
+            DataSpec::Idx(images, labels) => load_idx_dataset(images, labels, 10)?,
+        })
+    };
+    if let (DataSpec::Synthetic(a), Some(DataSpec::Synthetic(b))) = (train, test) {
+        let all = synthetic_cifar(a + b, 10, SYNTHETIC_NOISE, seed)?;
+        let (x, y) = all.select(&(0..*a).collect::<Vec<_>>());
+        let (tx, ty) = all.select(&(*a..a + b).collect::<Vec<_>>());
+        let set = |x, y| Dataset {
+            x,
+            y,
+            n_classes: 10,
+        };
+        return Ok((set(x, y), Some(set(tx, ty))));
+    }
+    Ok((one(train, seed)?, test.map(|t| one(t, 0)).transpose()?))
 }
 
 /// The `app` of a P3 model in its model file.
@@ -391,11 +411,7 @@ impl WorkerReportFile {
     /// Reads worker `worker`'s report from `dir`.
     pub fn read(dir: &Path, worker: usize) -> Result<Self, P3Error> {
         let path = Self::path(dir, worker);
-        let text = std::fs::read_to_string(&path).map_err(|source| P3Error::Io {
-            path: path.clone(),
-            what: "worker report",
-            source,
-        })?;
+        let text = std::fs::read_to_string(&path).map_err(report_io(&path))?;
         serde_json::from_str(&text).map_err(|source| P3Error::Json {
             path,
             what: "worker report",
@@ -406,22 +422,23 @@ impl WorkerReportFile {
     /// Writes this report into `dir` (created if missing); returns the file's path.
     pub fn write(&self, dir: &Path) -> Result<PathBuf, P3Error> {
         let path = Self::path(dir, self.worker);
-        std::fs::create_dir_all(dir).map_err(|source| P3Error::Io {
-            path: dir.to_path_buf(),
-            what: "worker report",
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(report_io(dir))?;
         let text = serde_json::to_string(self).map_err(|source| P3Error::Json {
             path: path.clone(),
             what: "worker report",
             source,
         })?;
-        std::fs::write(&path, text).map_err(|source| P3Error::Io {
-            path: path.clone(),
-            what: "worker report",
-            source,
-        })?;
+        std::fs::write(&path, text).map_err(report_io(&path))?;
         Ok(path)
+    }
+}
+
+/// A worker report's I/O error at `path`.
+fn report_io(path: &Path) -> impl FnOnce(std::io::Error) -> P3Error + '_ {
+    move |source| P3Error::Io {
+        path: path.to_path_buf(),
+        what: "worker report",
+        source,
     }
 }
 

@@ -11,6 +11,7 @@ use crate::core::cost::CostModel;
 
 /// Slicing, readiness, cost-model and simulator errors.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[allow(missing_docs)] // fields: named in the variant's doc and message
 pub enum PlanError {
     /// A P3 plan needs slices of at least one parameter.
     #[error("slice size must be at least 1 parameter")]
@@ -20,26 +21,13 @@ pub enum PlanError {
     ZeroShards,
     /// A slice id the plan does not have (a corrupt or foreign message).
     #[error("unknown slice id {id} (plan has {n_slices} slices)")]
-    UnknownSlice {
-        /// The id given.
-        id: usize,
-        /// Slices in the plan.
-        n_slices: usize,
-    },
+    UnknownSlice { id: usize, n_slices: usize },
     /// A mode name that is not one of the three.
     #[error("unknown mode {value:?}; valid values: sequential, fifo, p3")]
-    UnknownMode {
-        /// The name given.
-        value: String,
-    },
+    UnknownMode { value: String },
     /// A shard index beyond the plan's shards.
     #[error("shard {shard} of a plan with {n_shards} shards")]
-    ShardOutOfRange {
-        /// The shard asked for.
-        shard: usize,
-        /// Shards in the plan.
-        n_shards: usize,
-    },
+    ShardOutOfRange { shard: usize, n_shards: usize },
     /// Rates and sizes must be positive and finite, the per-slice overhead finite and >= 0.
     #[error("invalid cost model (rates and sizes must be positive and finite): {0:?}")]
     InvalidCostModel(CostModel),
@@ -51,10 +39,7 @@ pub enum PlanError {
     EmptyProfile,
     /// The simulated iteration never completed (a bug in the simulator's schedule).
     #[error("simulation stalled after {iterations} iterations")]
-    Stalled {
-        /// Iterations that did start.
-        iterations: usize,
-    },
+    Stalled { iterations: usize },
     /// The automatic slice size was given nothing to choose from.
     #[error("no slice size candidates")]
     NoSliceCandidates,
@@ -63,88 +48,54 @@ pub enum PlanError {
 /// Errors of the shard and worker engines ([`crate::core::SliceShardCore`],
 /// [`crate::core::SliceWorkerCore`]): bad input from a peer or a caller, never a panic.
 #[derive(Debug, PartialEq, thiserror::Error)]
+#[allow(missing_docs)] // fields: named in the variant's doc and message
 pub enum EngineError {
     /// The plan rejected the input.
     #[error(transparent)]
     Plan(#[from] PlanError),
     /// A gradient or init for a slice another shard owns.
     #[error("shard {shard} does not own slice {slice}")]
-    NotOwned {
-        /// This shard.
-        shard: usize,
-        /// The slice named.
-        slice: usize,
-    },
+    NotOwned { shard: usize, slice: usize },
     /// A slice's values have the wrong length.
     #[error("slice {slice}: expected {expected} values, got {got}")]
     Length {
-        /// The slice.
         slice: usize,
-        /// Its length in the plan.
         expected: usize,
-        /// The length received.
         got: usize,
     },
     /// A layer's tensor has the wrong length.
     #[error("layer {layer}: expected {expected} values, got {got}")]
     LayerLength {
-        /// The plan layer.
         layer: usize,
-        /// Its length in the plan.
         expected: usize,
-        /// The length received.
         got: usize,
     },
     /// A different number of tensors than the plan has layers.
     #[error("{got} tensors for a plan of {expected} layers")]
-    TensorCount {
-        /// Layers in the plan.
-        expected: usize,
-        /// Tensors given.
-        got: usize,
-    },
+    TensorCount { expected: usize, got: usize },
     /// A checkpoint holds a different number of slices than this shard owns.
     #[error("a checkpoint of {got} slices for a shard of {expected}")]
-    SliceCount {
-        /// Slices this shard owns.
-        expected: usize,
-        /// Slices in the checkpoint.
-        got: usize,
-    },
+    SliceCount { expected: usize, got: usize },
     /// A gradient or reply for another iteration than the one being collected.
     #[error("slice {slice}: iteration {got}, expected iteration {expected}")]
     WrongIteration {
-        /// The slice.
         slice: usize,
-        /// The iteration being collected.
         expected: u64,
-        /// The iteration received.
         got: u64,
     },
     /// The same worker pushed the same slice twice in one iteration.
     #[error("slice {slice}, iteration {iter}: worker {worker} pushed twice")]
     Duplicate {
-        /// The slice.
         slice: usize,
-        /// The iteration.
         iter: u64,
-        /// The worker.
         worker: usize,
     },
     /// A worker index beyond the job's workers.
     #[error("worker {worker} out of range ({n_workers} workers)")]
-    WorkerOutOfRange {
-        /// The worker named.
-        worker: usize,
-        /// Workers in the job.
-        n_workers: usize,
-    },
+    WorkerOutOfRange { worker: usize, n_workers: usize },
     /// A gradient for a slice whose initial values never arrived.
     #[error("slice {slice} received before it was initialised")]
-    NotInitialised {
-        /// The slice.
-        slice: usize,
-    },
+    NotInitialised { slice: usize },
     /// A shard needs at least one worker to average over.
     #[error("need at least one worker")]
     NoWorkers,
@@ -153,33 +104,29 @@ pub enum EngineError {
     Optimizer(#[from] DnnError),
 }
 
-/// Errors reading, writing or validating a model profile; each names the file (or origin).
+/// Errors reading, writing or validating a model profile; each names the file (or origin:
+/// the file, or `<string>` for text parsed from memory).
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // fields: named in the variant's doc and message
 pub enum ProfileError {
     /// The file could not be read or written.
     #[error("{}: cannot read/write profile: {source}", .path.display())]
     Io {
-        /// The file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
     /// The text is not a valid TOML profile (unknown keys included).
     #[error("{origin}: invalid TOML profile: {source}")]
     Toml {
-        /// The file, or `<string>` for text parsed from memory.
         origin: String,
-        /// The parser's error.
         #[source]
         source: toml::de::Error,
     },
     /// The text is not a valid JSON profile (unknown keys included).
     #[error("{origin}: invalid JSON profile: {source}")]
     Json {
-        /// The file, or `<string>` for text parsed from memory.
         origin: String,
-        /// The parser's error.
         #[source]
         source: serde_json::Error,
     },
@@ -191,18 +138,10 @@ pub enum ProfileError {
     JsonWrite(#[source] serde_json::Error),
     /// A well-formed file with impossible content (no layers, negative FLOPs, ...).
     #[error("{origin}: {detail}")]
-    Invalid {
-        /// The file, or `<string>` for text parsed from memory.
-        origin: String,
-        /// What is wrong, naming the layer.
-        detail: String,
-    },
+    Invalid { origin: String, detail: String },
     /// A file name that is neither `.toml` nor `.json`.
     #[error("{}: unknown profile format (use .toml or .json)", .path.display())]
-    UnknownFormat {
-        /// The file.
-        path: PathBuf,
-    },
+    UnknownFormat { path: PathBuf },
     /// A built-in profile name that does not exist.
     #[error("unknown built-in profile {0:?}; valid values: vgg19, resnet50, sockeye")]
     UnknownModel(String),

@@ -14,10 +14,8 @@
 //!   discrete-event [`simulate`] of the three modes with [`auto_slice_size`].
 //! - [`profile`]: [`ModelProfile`]s of real architectures (VGG-19, ResNet-50, a
 //!   Sockeye-style seq2seq) and user profiles from TOML/JSON.
-//! - [`checkpoint`]: when a checkpoint is due, its files and what a resumable one matches.
 //! - [`error`]: [`PlanError`], [`EngineError`], [`ProfileError`].
 
-pub mod checkpoint;
 pub mod cost;
 pub mod error;
 pub mod mode;
@@ -35,7 +33,7 @@ pub use mode::Mode;
 pub use profile::{LayerProfile, MeasuredTime, ModelProfile, SockeyeConfig};
 pub use queue::SliceQueue;
 pub use readiness::LayerReadiness;
-pub use shard::{SliceShardCore, reference_step};
+pub use shard::{SliceShardCore, SliceState, reference_step};
 pub use simulator::{SimConfig, SimReport, auto_slice_size, simulate};
 pub use slicing::{Slice, SlicePlan};
 pub use worker::SliceWorkerCore;

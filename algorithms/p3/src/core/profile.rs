@@ -229,14 +229,8 @@ impl ModelProfile {
         let mut cin = 3;
         for (s, &(cout, n, hw)) in stages.iter().enumerate() {
             for i in 0..n {
-                layers.push(conv_layer(
-                    format!("conv{}_{}", s + 1, i + 1),
-                    3,
-                    cin,
-                    cout,
-                    hw,
-                    cout,
-                ));
+                let name = format!("conv{}_{}", s + 1, i + 1);
+                layers.push(conv_layer(name, 3, cin, cout, hw, cout));
                 cin = cout;
             }
         }
@@ -266,39 +260,17 @@ impl ModelProfile {
                 let hw_out = hw / st;
                 let p = format!("layer{}.{}", s + 1, b);
                 let out = 4 * width;
-                layers.push(conv_layer(
-                    format!("{p}.conv1"),
-                    1,
-                    cin,
-                    width,
-                    hw,
-                    2 * width,
-                ));
-                layers.push(conv_layer(
-                    format!("{p}.conv2"),
-                    3,
-                    width,
-                    width,
-                    hw_out,
-                    2 * width,
-                ));
-                layers.push(conv_layer(
-                    format!("{p}.conv3"),
-                    1,
-                    width,
-                    out,
-                    hw_out,
-                    2 * out,
-                ));
+                let mut convs = vec![
+                    ("conv1", 1, cin, width, hw),
+                    ("conv2", 3, width, width, hw_out),
+                    ("conv3", 1, width, out, hw_out),
+                ];
                 if b == 0 {
-                    layers.push(conv_layer(
-                        format!("{p}.downsample"),
-                        1,
-                        cin,
-                        out,
-                        hw_out,
-                        2 * out,
-                    ));
+                    convs.push(("downsample", 1, cin, out, hw_out));
+                }
+                for (name, k, c_in, c_out, side) in convs {
+                    let name = format!("{p}.{name}");
+                    layers.push(conv_layer(name, k, c_in, c_out, side, 2 * c_out));
                 }
                 cin = out;
                 hw = hw_out;
@@ -320,48 +292,43 @@ impl ModelProfile {
         let hd = h / 2; // per encoder direction
         let (s, t) = (c.src_len as f64, c.tgt_len as f64);
         let lstm_step = |inp: u64, hid: u64| 2.0 * (4 * hid * (inp + hid)) as f64;
-        let layers = vec![
-            LayerProfile::new("src_embed", c.src_vocab * e, 0.0),
-            LayerProfile::new(
+        let (hh, v) = ((h * h) as f64, c.tgt_vocab);
+        let layers = [
+            ("src_embed", c.src_vocab * e, 0.0),
+            (
                 "encoder.bilstm",
                 2 * lstm_params(e, hd),
                 2.0 * s * lstm_step(e, hd),
             ),
             // last encoder state -> decoder hidden and cell state
-            LayerProfile::new(
-                "decoder.state_init",
-                2 * (h * h + h),
-                2.0 * 2.0 * (h * h) as f64,
-            ),
-            LayerProfile::new("tgt_embed", c.tgt_vocab * e, 0.0),
+            ("decoder.state_init", 2 * (h * h + h), 2.0 * 2.0 * hh),
+            ("tgt_embed", v * e, 0.0),
             // input feeding: embedding + previous attention output
-            LayerProfile::new(
+            (
                 "decoder.lstm",
                 lstm_params(e + h, h),
                 t * lstm_step(e + h, h),
             ),
             // MLP attention: encoder projection (once per source position), query
             // projection (per target step), score vector.
-            LayerProfile::new(
+            (
                 "decoder.attention",
                 2 * h * h + h,
-                s * 2.0 * (h * h) as f64
-                    + t * (2.0 * (h * h) as f64 + s * 4.0 * h as f64 + s * 2.0 * h as f64),
+                s * 2.0 * hh + t * (2.0 * hh + s * 4.0 * h as f64 + s * 2.0 * h as f64),
             ),
-            LayerProfile::new(
+            (
                 "decoder.attention_hidden",
                 2 * h * h + h,
                 t * 2.0 * (2 * h * h) as f64,
             ),
-            LayerProfile::new(
-                "output_projection",
-                h * c.tgt_vocab + c.tgt_vocab,
-                t * 2.0 * (h * c.tgt_vocab) as f64,
-            ),
+            ("output_projection", h * v + v, t * 2.0 * (h * v) as f64),
         ];
+        let layers = layers
+            .into_iter()
+            .map(|(n, p, f)| LayerProfile::new(n, p, f));
         ModelProfile {
             name: "sockeye".into(),
-            layers,
+            layers: layers.collect(),
         }
     }
 
@@ -370,11 +337,9 @@ impl ModelProfile {
     /// at a given bandwidth and device speed both C and M shrink by `factor` and their
     /// ratio - which decides how much P3 helps - is unchanged.
     pub fn scaled(&self, factor: f64) -> ModelProfile {
-        let f = if factor.is_finite() && factor > 0.0 {
-            factor
-        } else {
-            1.0
-        };
+        let f = Some(factor)
+            .filter(|f| f.is_finite() && *f > 0.0)
+            .unwrap_or(1.0);
         ModelProfile {
             name: format!("{}x{}", self.name, f),
             layers: self
@@ -382,11 +347,7 @@ impl ModelProfile {
                 .iter()
                 .map(|l| LayerProfile {
                     name: l.name.clone(),
-                    params: if l.params == 0 {
-                        0
-                    } else {
-                        ((l.params as f64 * f).round() as u64).max(1)
-                    },
+                    params: ((l.params as f64 * f).round() as u64).max(l.params.min(1)),
                     fwd_flops: l.fwd_flops * f,
                     bwd_flops: l.bwd_flops * f,
                     measured: l.measured.map(|m| MeasuredTime {
@@ -425,7 +386,7 @@ impl ModelProfile {
             }
             let has_flops = l.fwd_flops.is_some() || l.bwd_flops.is_some();
             let has_ms = l.fwd_ms.is_some() || l.bwd_ms.is_some();
-            let layer = match (has_flops, has_ms) {
+            let (fwd, bwd, unit) = match (has_flops, has_ms) {
                 (true, true) => {
                     return Err(invalid(format!(
                         "{at}: give either fwd_flops/bwd_flops or fwd_ms/bwd_ms, not both"
@@ -436,36 +397,23 @@ impl ModelProfile {
                         "{at}: missing compute cost (fwd_flops or fwd_ms)"
                     )));
                 }
-                (true, false) => {
-                    let fwd = l.fwd_flops.ok_or_else(|| {
-                        invalid(format!("{at}: bwd_flops given without fwd_flops"))
-                    })?;
-                    LayerProfile {
-                        name: l.name,
-                        params: l.params,
-                        fwd_flops: fwd,
-                        bwd_flops: l.bwd_flops.unwrap_or(2.0 * fwd),
-                        measured: None,
-                    }
-                }
-                (false, true) => {
-                    let fwd = l
-                        .fwd_ms
-                        .ok_or_else(|| invalid(format!("{at}: bwd_ms given without fwd_ms")))?;
-                    let bwd = l.bwd_ms.unwrap_or(2.0 * fwd);
-                    LayerProfile {
-                        name: l.name,
-                        params: l.params,
-                        fwd_flops: 0.0,
-                        bwd_flops: 0.0,
-                        measured: Some(MeasuredTime {
-                            fwd_s: fwd / 1e3,
-                            bwd_s: bwd / 1e3,
-                        }),
-                    }
-                }
+                (true, false) => (l.fwd_flops, l.bwd_flops, "flops"),
+                (false, true) => (l.fwd_ms, l.bwd_ms, "ms"),
             };
-            layers.push(layer);
+            let fwd =
+                fwd.ok_or_else(|| invalid(format!("{at}: bwd_{unit} given without fwd_{unit}")))?;
+            let bwd = bwd.unwrap_or(2.0 * fwd);
+            let ms = has_ms.then_some(MeasuredTime {
+                fwd_s: fwd / 1e3,
+                bwd_s: bwd / 1e3,
+            });
+            layers.push(LayerProfile {
+                name: l.name,
+                params: l.params,
+                fwd_flops: if has_ms { 0.0 } else { fwd },
+                bwd_flops: if has_ms { 0.0 } else { bwd },
+                measured: ms,
+            });
         }
         Ok(ModelProfile {
             name: file.name,

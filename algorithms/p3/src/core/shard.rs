@@ -10,10 +10,21 @@
 use std::collections::HashMap;
 
 use petrel_ml::dnn::FlatSgdMomentum;
+use serde::{Deserialize, Serialize};
 
-use crate::core::checkpoint::SliceState;
 use crate::core::error::{EngineError, PlanError};
 use crate::core::slicing::SlicePlan;
+
+/// One slice's state in a shard's checkpoint file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SliceState {
+    /// The slice id in the plan.
+    pub id: usize,
+    /// Its parameters.
+    pub params: Vec<f32>,
+    /// Its momentum.
+    pub velocity: Vec<f32>,
+}
 
 #[derive(Debug)]
 struct ShardSlice {
@@ -272,18 +283,12 @@ pub fn reference_step(
     for (layer, (p, v)) in params.iter_mut().zip(velocity.iter_mut()).enumerate() {
         let mut sum = vec![0.0f32; p.len()];
         for w in worker_grads {
-            let g = w.get(layer).ok_or(EngineError::LayerLength {
+            let g = w.get(layer).filter(|g| g.len() == p.len());
+            let g = g.ok_or(EngineError::LayerLength {
                 layer,
                 expected: p.len(),
-                got: 0,
+                got: w.get(layer).map_or(0, Vec::len),
             })?;
-            if g.len() != p.len() {
-                return Err(EngineError::LayerLength {
-                    layer,
-                    expected: p.len(),
-                    got: g.len(),
-                });
-            }
             sum.iter_mut().zip(g).for_each(|(a, b)| *a += b);
         }
         sum.iter_mut().for_each(|x| *x /= n as f32);

@@ -126,6 +126,7 @@ impl Ord for Event {
 }
 
 /// One link direction: non-preemptive within a slice, priority order between slices.
+#[derive(Default)]
 struct Link {
     queue: SliceQueue<usize>,
     busy: bool,
@@ -327,14 +328,8 @@ pub fn simulate(profile: &ModelProfile, cfg: &SimConfig) -> Result<SimReport, Pl
         slice_time,
         events: BinaryHeap::new(),
         seq: 0,
-        push: Link {
-            queue: SliceQueue::new(),
-            busy: false,
-        },
-        pull: Link {
-            queue: SliceQueue::new(),
-            busy: false,
-        },
+        push: Link::default(),
+        pull: Link::default(),
         // Round 0 (initial parameters) is present everywhere. Layers without slices are
         // never pulled, so they are treated as always up to date.
         layer_round: vec![0; n_layers],

@@ -44,42 +44,32 @@ pub struct SlicePlan {
 }
 
 impl SlicePlan {
-    /// P3 plan: each layer cut into slices of at most `slice_size` parameters (the last slice of a
-    /// layer may be shorter), slices assigned to shards round-robin in layer order, the round-robin
-    /// continuing across layer boundaries (so small layers do not all land on shard 0).
-    pub fn new(
-        layer_param_counts: &[u64],
-        slice_size: u64,
-        n_shards: usize,
-    ) -> Result<Self, PlanError> {
-        Self::with_mode(Mode::P3, layer_param_counts, slice_size, n_shards)
+    /// P3 plan: layer `l` (of `counts[l]` parameters) cut into slices of at most `slice_size`
+    /// parameters (the last one may be shorter), assigned to shards round-robin in layer
+    /// order across layer boundaries (so small layers do not all land on shard 0).
+    pub fn new(counts: &[u64], slice_size: u64, n_shards: usize) -> Result<Self, PlanError> {
+        Self::with_mode(Mode::P3, counts, slice_size, n_shards)
     }
 
     /// Plan for any mode. For `Fifo` and `Sequential`, `slice_size` is ignored: each layer
     /// is a single slice with priority 0. Layers with 0 parameters get no slices.
     pub fn with_mode(
         mode: Mode,
-        layer_param_counts: &[u64],
+        counts: &[u64],
         slice_size: u64,
         n_shards: usize,
     ) -> Result<Self, PlanError> {
-        let n_layers = layer_param_counts.len();
-        Self::build(
-            mode,
-            layer_param_counts,
-            slice_size,
-            n_shards,
-            |layer, count| {
-                let (size, priority) = match mode {
-                    Mode::P3 => (slice_size, Self::p3_priority(n_layers, layer)),
-                    Mode::Fifo | Mode::Sequential => (count.max(1), Priority(0)),
-                };
-                let lens = (0..count)
-                    .step_by(size as usize)
-                    .map(|o| size.min(count - o));
-                (priority, lens.collect())
-            },
-        )
+        let n_layers = counts.len();
+        Self::build(mode, counts, slice_size, n_shards, |layer, count| {
+            let (size, priority) = match mode {
+                Mode::P3 => (slice_size, Self::p3_priority(n_layers, layer)),
+                Mode::Fifo | Mode::Sequential => (count.max(1), Priority(0)),
+            };
+            let lens = (0..count)
+                .step_by(size as usize)
+                .map(|o| size.min(count - o));
+            (priority, lens.collect())
+        })
     }
 
     /// Like [`SlicePlan::with_mode`], but for `Fifo` and `Sequential` every layer is cut into
@@ -89,25 +79,19 @@ impl SlicePlan {
     /// becomes the hot spot for a huge layer. `P3` plans are the same as [`SlicePlan::new`].
     pub fn layerwise_split(
         mode: Mode,
-        layer_param_counts: &[u64],
+        counts: &[u64],
         slice_size: u64,
         n_shards: usize,
     ) -> Result<Self, PlanError> {
         if mode == Mode::P3 {
-            return Self::new(layer_param_counts, slice_size, n_shards);
+            return Self::new(counts, slice_size, n_shards);
         }
-        Self::build(
-            mode,
-            layer_param_counts,
-            slice_size,
-            n_shards,
-            |_, count| {
-                let parts = (n_shards as u64).min(count);
-                // Even split: the first `count % parts` parts get one extra parameter.
-                let lens = (0..parts).map(|p| count / parts + u64::from(p < count % parts));
-                (Priority(0), lens.collect())
-            },
-        )
+        Self::build(mode, counts, slice_size, n_shards, |_, count| {
+            let parts = (n_shards as u64).min(count);
+            // Even split: the first `count % parts` parts get one extra parameter.
+            let lens = (0..parts).map(|p| count / parts + u64::from(p < count % parts));
+            (Priority(0), lens.collect())
+        })
     }
 
     /// The plan whose layer `l` is cut into the slice lengths `cut(l, count)` gives, at
@@ -115,7 +99,7 @@ impl SlicePlan {
     /// small layers do not all land on shard 0).
     fn build(
         mode: Mode,
-        layer_param_counts: &[u64],
+        counts: &[u64],
         slice_size: u64,
         n_shards: usize,
         cut: impl Fn(usize, u64) -> (Priority, Vec<u64>),
@@ -127,8 +111,8 @@ impl SlicePlan {
             return Err(PlanError::ZeroSliceSize);
         }
         let mut slices = Vec::new();
-        let mut layer_ranges = Vec::with_capacity(layer_param_counts.len());
-        for (layer, &count) in layer_param_counts.iter().enumerate() {
+        let mut layer_ranges = Vec::with_capacity(counts.len());
+        for (layer, &count) in counts.iter().enumerate() {
             let start = slices.len();
             let (priority, lens) = cut(layer, count);
             let mut offset = 0;

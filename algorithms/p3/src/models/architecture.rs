@@ -56,17 +56,13 @@ pub fn declared_parameters(
     width: usize,
     classes: usize,
 ) -> Result<(usize, usize), ArchitectureError> {
-    if !(1..=MAX_WIDTH).contains(&width) {
-        return Err(wrong(
-            "width",
-            format!("{width} is outside 1..={MAX_WIDTH}"),
-        ));
-    }
-    if !(1..=MAX_CLASSES).contains(&classes) {
-        return Err(wrong(
-            "classes",
-            format!("{classes} is outside 1..={MAX_CLASSES}"),
-        ));
+    for (field, v, max) in [
+        ("width", width, MAX_WIDTH),
+        ("classes", classes, MAX_CLASSES),
+    ] {
+        if !(1..=max).contains(&v) {
+            return Err(wrong(field, format!("{v} is outside 1..={max}")));
+        }
     }
     if input.is_empty() || input.len() > 4 {
         return Err(wrong(

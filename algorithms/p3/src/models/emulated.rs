@@ -19,18 +19,11 @@ pub struct EmulatedModel {
 impl EmulatedModel {
     /// `profile` at `batch` samples per iteration on a device of `device_flops_per_s`.
     pub fn new(profile: &ModelProfile, device_flops_per_s: f64, batch: usize) -> Self {
-        let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        let (fwd, bwd) = profile.layer_seconds(device_flops_per_s, batch);
+        let secs = |t: Vec<f64>| t.into_iter().map(|s| Duration::from_secs_f64(s.max(0.0)));
         EmulatedModel {
-            fwd: profile
-                .layers
-                .iter()
-                .map(|l| secs(l.fwd_seconds(device_flops_per_s, batch)))
-                .collect(),
-            bwd: profile
-                .layers
-                .iter()
-                .map(|l| secs(l.bwd_seconds(device_flops_per_s, batch)))
-                .collect(),
+            fwd: secs(fwd).collect(),
+            bwd: secs(bwd).collect(),
             counts: profile.layers.iter().map(|l| l.params as usize).collect(),
             grad_value: 1e-3,
         }

@@ -21,6 +21,7 @@ use petrel_ml::dnn::DnnError;
 
 /// Errors of the built-in models.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // fields: named in the variant's doc and message
 pub enum ModelError {
     /// The optimiser rejected a tensor (lengths differ).
     #[error(transparent)]
@@ -47,21 +48,13 @@ pub enum ModelError {
     /// A tensor of the wrong length.
     #[error("tensor {tensor}: {got} values for {expected} parameters")]
     TensorLength {
-        /// The tensor.
         tensor: usize,
-        /// Its parameter count.
         expected: usize,
-        /// Values given.
         got: usize,
     },
     /// A stage was run out of order (forward without input, backward without gradient).
     #[error("stage {stage}: {what}")]
-    OutOfOrder {
-        /// The stage.
-        stage: usize,
-        /// What was missing.
-        what: &'static str,
-    },
+    OutOfOrder { stage: usize, what: &'static str },
     /// A model that cannot train: no data, batch 0 or no workers.
     #[error("a stage model needs data, batch > 0 and workers > 0")]
     NothingToTrain,

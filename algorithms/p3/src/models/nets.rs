@@ -162,19 +162,11 @@ pub fn resnet18(width: usize, classes: usize) -> StagedNet {
 /// `4w`, `8w`, `8w`, `8w`, `8w` channels with max-pooling after stages 1, 2, 4, 6 and 8 (32 -> 1
 /// pixel), then dense `8w -> 8w` + ReLU and dense `8w -> classes`. Ten stages.
 pub fn vgg11(width: usize, classes: usize) -> StagedNet {
-    const LAYOUT: [(usize, bool); 8] = [
-        (1, true),
-        (2, true),
-        (4, false),
-        (4, true),
-        (8, false),
-        (8, true),
-        (8, false),
-        (8, true),
-    ];
+    const WIDTHS: [usize; 8] = [1, 2, 4, 4, 8, 8, 8, 8];
+    const POOLS: [bool; 8] = [true, true, false, true, false, true, false, true];
     let mut net = StagedNet::new("vgg11", &[3, 32, 32]);
     let mut c_in = 3;
-    for (i, (mult, pool)) in LAYOUT.into_iter().enumerate() {
+    for (i, (mult, pool)) in WIDTHS.into_iter().zip(POOLS).enumerate() {
         let (a, b) = (c_in, width * mult);
         net = net.stage(&format!("conv{}", i + 1), move |vb| {
             let c = conv(a, b, 3, 1, vb)?;

@@ -19,11 +19,12 @@
 //! parameters: [`StagedNet::init`] builds every stage from a backend that honours each
 //! tensor's [`Init`] hint with a ChaCha generator keyed by the seed, stage and tensor name.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, ModuleT, Shape, Tensor, Var};
 use candle_nn::VarBuilder;
 use candle_nn::init::{Init, NormalOrUniform};
@@ -54,6 +55,18 @@ impl TensorSpec {
     /// Number of parameters.
     pub fn len(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// Whether `values` fit this spec, as tensor `t` of the model.
+    fn check(&self, t: usize, values: &[f32]) -> Result<(), ModelError> {
+        if values.len() != self.len() {
+            return Err(ModelError::TensorLength {
+                tensor: t,
+                expected: self.len(),
+                got: values.len(),
+            });
+        }
+        Ok(())
     }
 
     /// True for a tensor without elements.
@@ -132,28 +145,18 @@ impl StagedNet {
         for (k, (_, build)) in self.stages.iter().enumerate() {
             let backend = SeededInit {
                 seed: seed ^ (k as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                made: Mutex::new(HashMap::new()),
+                made: Mutex::new(BTreeMap::new()),
             };
-            let made = {
-                let vb = VarBuilder::from_backend(Box::new(&backend), DType::F32, Device::Cpu);
-                build(vb)?;
-                backend.made.lock().map(|m| m.clone()).unwrap_or_default()
-            };
-            let mut stage: Vec<(String, Vec<usize>, Vec<f32>)> = made
-                .into_iter()
-                .map(|(name, (shape, v))| (name, shape, v))
-                .collect();
-            stage.sort_by(|a, b| a.0.cmp(&b.0));
-            specs.push(
-                stage
-                    .iter()
-                    .map(|(name, shape, _)| TensorSpec {
-                        name: name.clone(),
-                        shape: shape.clone(),
-                    })
-                    .collect(),
-            );
-            values.extend(stage.into_iter().map(|(_, _, v)| v));
+            let vb = VarBuilder::from_backend(Box::new(&backend), DType::F32, Device::Cpu);
+            build(vb)?;
+            // By name: a BTreeMap iterates sorted.
+            let made = backend.made.into_inner().unwrap_or_default();
+            let mut stage = Vec::with_capacity(made.len());
+            for (name, (shape, v)) in made {
+                stage.push(TensorSpec { name, shape });
+                values.push(v);
+            }
+            specs.push(stage);
         }
         Ok((specs, values))
     }
@@ -220,7 +223,7 @@ impl candle_core::Module for BuiltNet {
 /// with a generator seeded by the stage seed and the tensor's name, and remembers it.
 struct SeededInit {
     seed: u64,
-    made: Mutex<HashMap<String, ShapedValues>>,
+    made: Mutex<BTreeMap<String, ShapedValues>>,
 }
 
 /// A tensor's shape and values.
@@ -343,58 +346,22 @@ pub fn batch_tensors(data: &Dataset, idx: &[usize]) -> Result<(Tensor, Tensor), 
     Ok((x, Tensor::from_vec(y, n, &Device::Cpu)?))
 }
 
-/// Worker `worker` of `n_workers`'s rows of iteration `iter` (batch `batch` each): rows
-/// `[(iter * n_workers + worker) * batch, ..)` wrapping around the data set, so the
-/// workers of one iteration together take `n_workers * batch` consecutive rows.
-pub fn worker_rows(
-    iter: u64,
-    worker: usize,
-    n_workers: usize,
-    batch: usize,
-    len: usize,
-) -> Vec<usize> {
-    let start = (iter as usize * n_workers + worker) * batch;
-    (0..batch).map(|i| (start + i) % len.max(1)).collect()
+/// The gradient of every one of `params` in `grads` (zeros for one without).
+fn grads_of(params: &[Var], grads: &GradStore) -> Result<Vec<Vec<f32>>, ModelError> {
+    let grad = |p: &Var| match grads.get(p.as_tensor()) {
+        Some(g) => g.flatten_all()?.to_vec1::<f32>(),
+        None => Ok(vec![0.0; p.elem_count()]),
+    };
+    Ok(params
+        .iter()
+        .map(grad)
+        .collect::<candle_core::Result<_>>()?)
 }
 
 fn accuracy(logits: &Tensor, labels: &Tensor) -> candle_core::Result<f32> {
     let pred = logits.argmax(D::Minus1)?;
     let right = pred.eq(labels)?.to_dtype(DType::F32)?.mean_all()?;
     right.to_scalar::<f32>()
-}
-
-/// The stages of `net` built from `params` (all tensors, forward order).
-pub fn build_stages(
-    net: &StagedNet,
-    specs: &[Vec<TensorSpec>],
-    params: &[Vec<f32>],
-) -> Result<Vec<Box<dyn ModuleT>>, ModelError> {
-    let mut t = 0;
-    let mut out = Vec::with_capacity(net.stages.len());
-    for (k, (_, build)) in net.stages.iter().enumerate() {
-        let mut map = HashMap::new();
-        for spec in specs.get(k).ok_or(ModelError::NoStage(k))? {
-            let v = params.get(t).ok_or(ModelError::NoTensor(t))?;
-            if v.len() != spec.len() {
-                return Err(ModelError::TensorLength {
-                    tensor: t,
-                    expected: spec.len(),
-                    got: v.len(),
-                });
-            }
-            map.insert(
-                spec.name.clone(),
-                Tensor::from_slice(v, spec.shape.as_slice(), &Device::Cpu)?,
-            );
-            t += 1;
-        }
-        out.push(build(VarBuilder::from_tensors(
-            map,
-            DType::F32,
-            &Device::Cpu,
-        ))?);
-    }
-    Ok(out)
 }
 
 /// Runs `net` with `params` over all of `data` in batches of `batch` (inference mode),
@@ -406,14 +373,18 @@ fn infer(
     batch: usize,
     mut each: impl FnMut(&Tensor, &Tensor, usize) -> Result<(), ModelError>,
 ) -> Result<(), ModelError> {
-    let stages = build_stages(net, &net.specs()?, params)?;
+    let mut map = HashMap::new();
+    for (t, spec) in net.named_specs()?.into_iter().enumerate() {
+        let v = params.get(t).ok_or(ModelError::NoTensor(t))?;
+        spec.check(t, v)?;
+        let tensor = Tensor::from_slice(v, spec.shape.as_slice(), &Device::Cpu)?;
+        map.insert(spec.name, tensor);
+    }
+    let model = net.build(VarBuilder::from_tensors(map, DType::F32, &Device::Cpu))?;
     let idx: Vec<usize> = (0..data.len()).collect();
     for rows in idx.chunks(batch.max(1)) {
-        let (mut x, y) = batch_tensors(data, rows)?;
-        for s in &stages {
-            x = s.forward_t(&x, false)?;
-        }
-        each(&x, &y, rows.len())?;
+        let (x, y) = batch_tensors(data, rows)?;
+        each(&candle_core::Module::forward(&model, &x)?, &y, rows.len())?;
     }
     Ok(())
 }
@@ -534,13 +505,7 @@ impl CandleStageModel {
 
     /// The one copy of a pulled tensor: into the storage of a new candle variable.
     fn var(t: usize, spec: &TensorSpec, values: &[f32]) -> Result<Var, ModelError> {
-        if values.len() != spec.len() {
-            return Err(ModelError::TensorLength {
-                tensor: t,
-                expected: spec.len(),
-                got: values.len(),
-            });
-        }
+        spec.check(t, values)?;
         Ok(Var::from_vec(
             values.to_vec(),
             spec.shape.as_slice(),
@@ -565,14 +530,13 @@ impl CandleStageModel {
         slot.as_deref().ok_or(ModelError::NoStage(stage))
     }
 
+    /// This worker's rows of iteration `iter`: `[(iter * n_workers + worker) * batch, ..)`
+    /// wrapping around the data set, so the workers of one iteration together take
+    /// `n_workers * batch` consecutive rows.
     fn rows(&self, iter: u64) -> Vec<usize> {
-        worker_rows(
-            iter,
-            self.worker,
-            self.n_workers,
-            self.batch,
-            self.data.len(),
-        )
+        let start = (iter as usize * self.n_workers + self.worker) * self.batch;
+        let len = self.data.len().max(1);
+        (0..self.batch).map(|i| (start + i) % len).collect()
     }
 
     /// The gradients of every tensor from candle's own whole-model backward (one graph
@@ -596,15 +560,7 @@ impl CandleStageModel {
         let loss = candle_nn::loss::cross_entropy(&x, &y)?;
         let forward = start.elapsed();
         let start = Instant::now();
-        let grads = loss.backward()?;
-        let out = self
-            .params
-            .iter()
-            .map(|p| match grads.get(p.as_tensor()) {
-                Some(g) => Ok(g.flatten_all()?.to_vec1::<f32>()?),
-                None => Ok(vec![0.0; p.elem_count()]),
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
+        let out = grads_of(&self.params, &loss.backward()?)?;
         Ok((out, forward, start.elapsed()))
     }
 
@@ -696,15 +652,8 @@ impl StageModel for CandleStageModel {
                 })?;
             self.grad_out = Some(g.clone());
         }
-        let out = self.params[self.ranges[stage].clone()]
-            .iter()
-            .map(|p| match grads.get(p.as_tensor()) {
-                Some(g) => Ok(g.flatten_all()?.to_vec1::<f32>()?),
-                None => Ok(vec![0.0; p.elem_count()]),
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
         Ok(StageGrads {
-            grads: out,
+            grads: grads_of(&self.params[self.ranges[stage].clone()], &grads)?,
             compute: Duration::ZERO,
         })
     }
@@ -745,12 +694,9 @@ pub fn train_single_process(
     Ok(params)
 }
 
-/// A trained model: which [`StagedNet`] (by [`crate::models::nets::by_name`]) and every
-/// tensor's values, forward order. It is the saved-model file's `network` parameters.
-pub type SavedStagedModel = petrel_ml::model::NetworkModel;
-
-/// The network `model` describes, checked against its stored tensors.
-pub fn saved_network(model: &SavedStagedModel) -> Result<StagedNet, ModelError> {
+/// The network a saved model (the model file's `network` parameters) describes, checked
+/// against its stored tensors.
+pub fn saved_network(model: &petrel_ml::model::NetworkModel) -> Result<StagedNet, ModelError> {
     // Before anything is built: building sizes every tensor by the declared fields.
     crate::models::architecture::check_architecture(model)?;
     let net = crate::models::nets::by_name(&model.net, &model.input, model.width, model.classes)
@@ -760,13 +706,7 @@ pub fn saved_network(model: &SavedStagedModel) -> Result<StagedNet, ModelError> 
         return Err(ModelError::NoTensor(specs.len().min(model.tensors.len())));
     }
     for (t, (s, v)) in specs.iter().zip(&model.tensors).enumerate() {
-        if s.len() != v.len() {
-            return Err(ModelError::TensorLength {
-                tensor: t,
-                expected: s.len(),
-                got: v.len(),
-            });
-        }
+        s.check(t, v)?;
     }
     Ok(net)
 }

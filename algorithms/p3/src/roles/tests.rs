@@ -91,3 +91,74 @@ fn a_real_network_needs_the_candle_feature_and_an_emulated_profile_does_not() {
         }
     }
 }
+
+#[test]
+fn the_defaults_pass() {
+    P3Settings::default().validate().unwrap();
+}
+
+#[test]
+fn values_out_of_range_are_refused_naming_the_key() {
+    let cases: Vec<(P3Settings, &str)> = vec![
+        (
+            P3Settings {
+                lr: 100.0,
+                ..P3Settings::default()
+            },
+            "lr = 100: must be a finite number in (0, 10]",
+        ),
+        (
+            P3Settings {
+                lr: f32::NAN,
+                ..P3Settings::default()
+            },
+            "lr = NaN",
+        ),
+        (
+            P3Settings {
+                lr: 1e30,
+                ..P3Settings::default()
+            },
+            "lr = 1000000000000000000000000000000",
+        ),
+        (
+            P3Settings {
+                lr: 0.0,
+                ..P3Settings::default()
+            },
+            "lr = 0",
+        ),
+        (
+            P3Settings {
+                momentum: 1.0,
+                ..P3Settings::default()
+            },
+            "momentum = 1: must be a finite number in [0, 1)",
+        ),
+        (
+            P3Settings {
+                workers: 0,
+                ..P3Settings::default()
+            },
+            "workers = 0: must be >= 1",
+        ),
+        (
+            P3Settings {
+                shards: 0,
+                ..P3Settings::default()
+            },
+            "shards = 0: must be >= 1",
+        ),
+        (
+            P3Settings {
+                workers: 100_000,
+                ..P3Settings::default()
+            },
+            "workers = 100000: must be <= 1024",
+        ),
+    ];
+    for (cfg, want) in cases {
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.starts_with(want), "{e} does not start with {want}");
+    }
+}

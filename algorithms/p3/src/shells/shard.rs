@@ -7,6 +7,7 @@ use std::time::Instant;
 use actix::prelude::*;
 use petrel_actors::{HandlerError, Msg, NodeContext, PriorityActor, PriorityInbox};
 
+use crate::checkpoint::write_shard_file;
 use crate::core::SliceShardCore;
 use crate::error::P3Error;
 use crate::kit::P3Job;
@@ -39,15 +40,17 @@ impl ShardActor {
         }
     }
 
+    /// `e` as this shard's handler error.
+    fn fail(&self, e: impl std::fmt::Display) -> HandlerError {
+        HandlerError::new(format!("shard {}: {e}", self.core.shard()))
+    }
+
     fn push(&mut self, m: PushGrad, tx: Waiter) {
         let slice = m.slice as usize;
         let iter = m.iter;
         match self.core.contribute(iter, m.worker as usize, slice, m.grad) {
             Err(e) => {
-                let _ = tx.send(Err(HandlerError::new(format!(
-                    "shard {}: {e}",
-                    self.core.shard()
-                ))));
+                let _ = tx.send(Err(self.fail(e)));
             }
             Ok(None) => {
                 self.first_arrival.entry(slice).or_insert_with(Instant::now);
@@ -63,18 +66,15 @@ impl ShardActor {
                         "slice aggregated"
                     );
                 }
-                for w in self.waiters.remove(&slice).unwrap_or_default() {
+                let waiters = self.waiters.remove(&slice).unwrap_or_default();
+                for w in waiters.into_iter().chain([tx]) {
+                    let values = values.clone();
                     let _ = w.send(Ok(SliceValues {
                         iter,
                         slice: m.slice,
-                        values: values.clone(),
+                        values,
                     }));
                 }
-                let _ = tx.send(Ok(SliceValues {
-                    iter,
-                    slice: m.slice,
-                    values,
-                }));
             }
         }
     }
@@ -113,7 +113,7 @@ impl Handler<Msg<InitSlice>> for ShardActor {
     fn handle(&mut self, msg: Msg<InitSlice>, _: &mut Context<Self>) -> Self::Result {
         self.core
             .init_slice(msg.body.slice as usize, msg.body.values)
-            .map_err(|e| HandlerError::new(format!("shard {}: {e}", self.core.shard())))?;
+            .map_err(|e| self.fail(e))?;
         Ok(msg.body.slice)
     }
 }
@@ -124,17 +124,10 @@ impl Handler<Msg<SaveShard>> for ShardActor {
     /// Writes this shard's checkpoint file: asked by worker 0 once every slice of round
     /// `round - 1` came back to it, so every slice is at iteration `round` (checked).
     fn handle(&mut self, msg: Msg<SaveShard>, _: &mut Context<Self>) -> Self::Result {
-        let shard = self.core.shard();
-        let fail = |e: &dyn std::fmt::Display| HandlerError::new(format!("shard {shard}: {e}"));
-        let round = msg.body.round;
-        let file = crate::core::checkpoint::ShardFile {
-            version: crate::core::checkpoint::P3_CHECKPOINT_VERSION,
-            round,
-            shard,
-            slices: self.core.snapshot(round).map_err(|e| fail(&e))?,
-        };
-        let dir = std::path::PathBuf::from(msg.body.dir);
-        let entry = crate::checkpoint::write_shard_file(&dir, &file).map_err(|e| fail(&e))?;
+        let (shard, round) = (self.core.shard(), msg.body.round);
+        let slices = self.core.snapshot(round).map_err(|e| self.fail(e))?;
+        let dir = std::path::Path::new(&msg.body.dir);
+        let entry = write_shard_file(dir, round, shard, slices).map_err(|e| self.fail(e))?;
         tracing::debug!(shard, round, part = %entry.part, "p3 shard checkpoint written");
         Ok(entry)
     }

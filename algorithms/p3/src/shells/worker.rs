@@ -1,17 +1,14 @@
-// Over 600 lines: the worker actor's iteration loop and its handlers share one state machine.
 //! The worker: runs any [`StageModel`] stage by stage over a [`SliceWorkerCore`], pushing
 //! gradient slices at their priority and installing parameter tensors as they complete.
-// Long because the worker loop, its pusher and checkpoint saving share private types.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use petrel_actors::{ActorRef, AskError, NodeContext};
+use petrel_actors::{ActorRef, AskError, HandlerError, Msg, NodeContext};
 use petrel_messages::Priority;
 
-use crate::checkpoint::CheckpointConfig;
-use crate::core::checkpoint::{
-    CheckpointPolicy, P3_CHECKPOINT_VERSION, WorkerFile, assemble_params,
+use crate::checkpoint::{
+    CheckpointConfig, CheckpointPolicy, assemble_params, write_manifest, write_worker_file,
 };
 use crate::core::{SlicePlan, SliceWorkerCore};
 use crate::error::P3Error;
@@ -34,111 +31,15 @@ impl actix::Actor for SavedCollector {
     type Context = actix::Context<Self>;
 }
 
-impl actix::Handler<petrel_actors::Msg<WorkerSaved>> for SavedCollector {
-    type Result = Result<u64, petrel_actors::HandlerError>;
+impl actix::Handler<Msg<WorkerSaved>> for SavedCollector {
+    type Result = Result<u64, HandlerError>;
 
-    fn handle(
-        &mut self,
-        msg: petrel_actors::Msg<WorkerSaved>,
-        _: &mut actix::Context<Self>,
-    ) -> Self::Result {
+    fn handle(&mut self, msg: Msg<WorkerSaved>, _: &mut actix::Context<Self>) -> Self::Result {
         let round = msg.body.round;
-        self.tx
-            .send(msg.body)
-            .map_err(|_| petrel_actors::HandlerError::new("worker 0 stopped training"))?;
+        let stopped = |_| HandlerError::new("worker 0 stopped training");
+        self.tx.send(msg.body).map_err(stopped)?;
         Ok(round)
     }
-}
-
-/// One worker's part of the checkpoint of round `round`, taken once this worker has every
-/// parameter of `round` back (so every shard applied every gradient of `round - 1`):
-/// writes its file; worker 0 then asks every shard to write its own, waits for the other
-/// workers' reports and writes the manifest LAST.
-#[allow(clippy::too_many_arguments)]
-async fn save_checkpoint(
-    ctx: &NodeContext,
-    job: &P3Job,
-    c: &CheckpointConfig,
-    me: usize,
-    round: u64,
-    stats: &[Option<StepStats>],
-    saved: &mut tokio::sync::mpsc::UnboundedReceiver<WorkerSaved>,
-    shard_nodes: &[String],
-) -> Result<(), P3Error> {
-    let fail = |detail: String| P3Error::CheckpointRound { round, detail };
-    let mine = crate::checkpoint::write_worker_file(
-        &c.dir,
-        &WorkerFile {
-            version: P3_CHECKPOINT_VERSION,
-            round,
-            worker: me,
-            stats: stats.to_vec(),
-        },
-    )?;
-    if me != 0 {
-        let w0 = ctx
-            .nodes_with_role(WORKER_ROLE)
-            .into_iter()
-            .next()
-            .ok_or_else(|| fail("no worker 0".into()))?;
-        ctx.node
-            .actor_at::<WorkerSaved>(&w0, CHECKPOINT_ACTOR)?
-            .ask(
-                WorkerSaved {
-                    round,
-                    worker: me as u32,
-                    file: mine,
-                },
-                Priority::NORMAL,
-                job.ask_timeout,
-            )
-            .await
-            .map_err(|e| fail(format!("telling worker 0: {e}")))?;
-        return Ok(());
-    }
-    let dir = c
-        .dir
-        .to_str()
-        .ok_or_else(|| fail(format!("{} is not UTF-8", c.dir.display())))?
-        .to_string();
-    let asks = shard_nodes.iter().enumerate().map(|(i, n)| {
-        let target = ctx.node.actor_at::<SaveShard>(n, SHARD_ACTOR);
-        let (dir, timeout) = (dir.clone(), job.ask_timeout);
-        async move {
-            target?
-                .ask(SaveShard { round, dir }, Priority::NORMAL, timeout)
-                .await
-                .map_err(|e| P3Error::CheckpointRound {
-                    round,
-                    detail: format!("shard {i}: {e}"),
-                })
-        }
-    });
-    let shards = futures::future::join_all(asks)
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut workers: Vec<Option<SavedFile>> = vec![None; job.n_workers];
-    workers[0] = Some(mine);
-    while workers.iter().any(Option::is_none) {
-        let m = tokio::time::timeout(job.ask_timeout, saved.recv())
-            .await
-            .map_err(|_| fail("a worker did not report its file in time".into()))?
-            .ok_or_else(|| fail("the report channel closed".into()))?;
-        let w = m.worker as usize;
-        if m.round != round || workers.get(w).is_none_or(Option::is_some) {
-            return Err(fail(format!(
-                "unexpected report of worker {w} for round {}",
-                m.round
-            )));
-        }
-        workers[w] = Some(m.file);
-    }
-    let mut parts = shards;
-    parts.extend(workers.into_iter().flatten());
-    crate::checkpoint::write_manifest(&c.dir, round, &job.shape(&c.tag), parts)?;
-    tracing::info!(round, dir = %c.dir.display(), "p3 checkpoint complete");
-    Ok(())
 }
 
 /// The role of a data-parallel worker.
@@ -204,25 +105,22 @@ impl Pusher {
                     shard: s.shard,
                 })?
                 .clone();
-            self.bytes += values.len() as u64 * 4;
+            let bytes = values.len() as u64 * 4;
+            self.bytes += bytes;
             let msg = PushGrad {
                 iter,
                 worker: self.worker,
                 slice: s.id as u32,
                 grad: values,
             };
-            let tx = self.tx.clone();
-            let timeout = self.timeout;
-            let priority: Priority = s.priority;
-            let bytes = msg.grad.len() as u64 * 4;
-            let wire = self.wire.clone();
+            let (tx, timeout, wire) = (self.tx.clone(), self.timeout, self.wire.clone());
             let node = wire.borrow().node.clone();
             petrel_observe::metrics().p3.slice_sent(&node, unit, bytes);
             wire.borrow_mut().sent();
             let sent = Instant::now();
             tracing::trace!(slice = s.id, iter, at = ?Instant::now(), "slice pushed");
             actix::spawn(async move {
-                let r = target.ask(msg, priority, timeout).await;
+                let r = target.ask(msg, s.priority, timeout).await;
                 tracing::trace!(slice = s.id, iter, at = ?Instant::now(), "slice arrived");
                 wire.borrow_mut().back();
                 if let Ok(v) = &r {
@@ -238,22 +136,30 @@ impl Pusher {
     }
 }
 
-/// A worker's model with its index, so model errors name the worker.
+/// A worker's run: its model, engine and clock (model errors name the worker `me`).
 struct Worker<M> {
     me: usize,
+    job: Arc<P3Job>,
     model: M,
+    layout: StageLayout,
+    core: SliceWorkerCore,
+    pusher: Pusher,
+    /// The pushes' replies, as they arrive.
+    rx: tokio::sync::mpsc::UnboundedReceiver<Arrival>,
+    /// Emulated-device clock: compute of a stage ends at `vt`; waiting for parameters
+    /// moves it to the arrival time, so timer lag does not accumulate.
+    vt: Instant,
     /// Per round (from 1), the units in the order their parameters completed.
     ready_order: Vec<Vec<usize>>,
+    /// The model's stats of every iteration so far.
+    stats: Vec<Option<StepStats>>,
+    /// Worker 0: the other workers' reports of their checkpoint files.
+    saved: tokio::sync::mpsc::UnboundedReceiver<WorkerSaved>,
+    shard_nodes: Vec<String>,
 }
 
 impl<M: StageModel> Worker<M> {
-    fn set_tensor(&mut self, unit: usize, values: &[f32]) -> Result<(), P3Error> {
-        self.model
-            .set_tensor(unit, values)
-            .map_err(|e| P3Error::model(self.me, e))
-    }
-
-    fn accept(&mut self, core: &mut SliceWorkerCore, arrival: Arrival) -> Result<(), P3Error> {
+    fn accept(&mut self, arrival: Arrival) -> Result<(), P3Error> {
         let (slice, iter, result) = arrival;
         let v = result.map_err(|source| P3Error::Push {
             slice,
@@ -269,10 +175,13 @@ impl<M: StageModel> Worker<M> {
         }
         // The shard answers with the iteration it aggregated; the worker waits for iter + 1.
         let round = v.iter + 1;
-        if let Some(unit) = core.receive(round, slice, &v.values)?
-            && let Some(values) = core.layer_params(unit)
+        if let Some(unit) = self.core.receive(round, slice, &v.values)?
+            && let Some(values) = self.core.layer_params(unit)
         {
-            self.set_tensor(unit, values)?;
+            let me = self.me;
+            self.model
+                .set_tensor(unit, values)
+                .map_err(|e| P3Error::model(me, e))?;
             let r = usize::try_from(v.iter).unwrap_or(usize::MAX);
             if let Some(order) = self.ready_order.get_mut(r) {
                 order.push(unit);
@@ -283,17 +192,171 @@ impl<M: StageModel> Worker<M> {
 
     async fn wait_for(
         &mut self,
-        rx: &mut tokio::sync::mpsc::UnboundedReceiver<Arrival>,
-        core: &mut SliceWorkerCore,
         ready: impl Fn(&SliceWorkerCore) -> bool,
     ) -> Result<bool, P3Error> {
         let mut waited = false;
-        while !ready(core) {
+        while !ready(&self.core) {
             waited = true;
-            let a = rx.recv().await.ok_or(P3Error::RepliesClosed)?;
-            self.accept(core, a)?;
+            let a = self.rx.recv().await.ok_or(P3Error::RepliesClosed)?;
+            self.accept(a)?;
         }
         Ok(waited)
+    }
+
+    /// Iteration `iter`'s forward pass, stage by stage, each once its parameters are ready
+    /// (`first`: the run's first iteration, which starts the device clock). Returns the
+    /// iteration's start mark (when stage 0 began).
+    async fn forward(&mut self, iter: u64, first: bool) -> Result<Option<Instant>, P3Error> {
+        let me = self.me;
+        let mut mark = None;
+        for stage in 0..self.layout.n_stages() {
+            let units = self.layout.stage(stage);
+            let wait_start = Instant::now();
+            let waited = self
+                .wait_for(|c| units.clone().all(|u| c.is_ready(u)))
+                .await?;
+            if waited {
+                tracing::debug!(
+                    worker = me,
+                    iter,
+                    stage,
+                    waited_ms = wait_start.elapsed().as_secs_f64() * 1e3,
+                    lag_ms = (Instant::now() - self.vt.min(Instant::now())).as_secs_f64() * 1e3,
+                    "forward waited for parameters"
+                );
+            }
+            if waited || (first && stage == 0) {
+                self.vt = self.vt.max(Instant::now());
+            }
+            if stage == 0 {
+                mark = Some(Instant::now());
+            }
+            let d = self
+                .model
+                .forward_stage(iter, stage)
+                .map_err(|e| P3Error::model(me, e))?;
+            if !d.is_zero() {
+                self.vt += d;
+                sleep_to(self.vt).await;
+            }
+        }
+        Ok(mark)
+    }
+
+    /// Iteration `iter`'s backward pass, last stage first, pushing each gradient during
+    /// backprop or after it, as the job's mode says.
+    async fn backward(&mut self, iter: u64) -> Result<(), P3Error> {
+        let during = self.job.mode.pushes_during_backward();
+        let mut stash = Vec::new();
+        for stage in (0..self.layout.n_stages()).rev() {
+            let out = self
+                .model
+                .backward_stage(stage)
+                .map_err(|e| P3Error::model(self.me, e))?;
+            if !out.compute.is_zero() {
+                self.vt += out.compute;
+                sleep_to(self.vt).await;
+            }
+            let units = self.layout.stage(stage);
+            if out.grads.len() != units.len() {
+                return Err(P3Error::Layout {
+                    job: self.job.unit_counts(),
+                    model: out.grads.iter().map(|g| g.len() as u64).collect(),
+                });
+            }
+            // Last tensor of the stage first, as backprop produces them.
+            for (u, g) in units.zip(out.grads).rev() {
+                if during {
+                    self.pusher.push(&self.core, iter, u, &g)?;
+                } else {
+                    stash.push((u, g));
+                }
+            }
+            if during {
+                // Let the spawned pushes hand their frames to the outbox now.
+                tokio::task::yield_now().await;
+            }
+        }
+        for (u, g) in stash {
+            self.pusher.push(&self.core, iter, u, &g)?;
+        }
+        Ok(())
+    }
+
+    /// One worker's part of the checkpoint of round `round`, taken once this worker has every
+    /// parameter of `round` back (so every shard applied every gradient of `round - 1`):
+    /// writes its file; worker 0 then asks every shard to write its own, waits for the other
+    /// workers' reports and writes the manifest LAST.
+    async fn save_checkpoint(
+        &mut self,
+        ctx: &NodeContext,
+        c: &CheckpointConfig,
+        round: u64,
+    ) -> Result<(), P3Error> {
+        let (me, job) = (self.me, self.job.clone());
+        let fail = |detail: String| P3Error::CheckpointRound { round, detail };
+        let mine = write_worker_file(&c.dir, round, me, self.stats.clone())?;
+        if me != 0 {
+            let w0 = ctx
+                .nodes_with_role(WORKER_ROLE)
+                .into_iter()
+                .next()
+                .ok_or_else(|| fail("no worker 0".into()))?;
+            let msg = WorkerSaved {
+                round,
+                worker: me as u32,
+                file: mine,
+            };
+            ctx.node
+                .actor_at::<WorkerSaved>(&w0, CHECKPOINT_ACTOR)?
+                .ask(msg, Priority::NORMAL, job.ask_timeout)
+                .await
+                .map_err(|e| fail(format!("telling worker 0: {e}")))?;
+            return Ok(());
+        }
+        let dir = c
+            .dir
+            .to_str()
+            .ok_or_else(|| fail(format!("{} is not UTF-8", c.dir.display())))?
+            .to_string();
+        let asks = self.shard_nodes.iter().enumerate().map(|(i, n)| {
+            let target = ctx.node.actor_at::<SaveShard>(n, SHARD_ACTOR);
+            let (dir, timeout) = (dir.clone(), job.ask_timeout);
+            async move {
+                target?
+                    .ask(SaveShard { round, dir }, Priority::NORMAL, timeout)
+                    .await
+                    .map_err(|e| P3Error::CheckpointRound {
+                        round,
+                        detail: format!("shard {i}: {e}"),
+                    })
+            }
+        });
+        let shards = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut workers: Vec<Option<SavedFile>> = vec![None; job.n_workers];
+        workers[0] = Some(mine);
+        while workers.iter().any(Option::is_none) {
+            let m = tokio::time::timeout(job.ask_timeout, self.saved.recv())
+                .await
+                .map_err(|_| fail("a worker did not report its file in time".into()))?
+                .ok_or_else(|| fail("the report channel closed".into()))?;
+            let w = m.worker as usize;
+            if m.round != round || workers.get(w).is_none_or(Option::is_some) {
+                return Err(fail(format!(
+                    "unexpected report of worker {w} for round {}",
+                    m.round
+                )));
+            }
+            workers[w] = Some(m.file);
+        }
+        let mut parts = shards;
+        parts.extend(workers.into_iter().flatten());
+        write_manifest(&c.dir, round, &job.shape(&c.tag), parts)?;
+        tracing::info!(round, dir = %c.dir.display(), "p3 checkpoint complete");
+        Ok(())
     }
 }
 
@@ -313,20 +376,17 @@ async fn init_shards(
     let inits = plan.slices().iter().map(|s| {
         let a = s.offset as usize;
         let values = job.initial[s.layer][a..a + s.len as usize].to_vec();
+        let msg = InitSlice {
+            slice: s.id as u32,
+            values,
+        };
         let target = ctx
             .node
             .actor_at::<InitSlice>(&shard_nodes[s.shard], SHARD_ACTOR);
         let timeout = job.ask_timeout;
         async move {
             target?
-                .ask(
-                    InitSlice {
-                        slice: s.id as u32,
-                        values,
-                    },
-                    Priority::NORMAL,
-                    timeout,
-                )
+                .ask(msg, Priority::NORMAL, timeout)
                 .await
                 .map_err(|source| P3Error::InitSlice {
                     slice: s.id,
@@ -357,7 +417,7 @@ pub async fn worker_role<M: StageModel>(
             cluster: shard_nodes.len(),
         });
     }
-    let model = factory(me).map_err(|e| P3Error::model(me, e))?;
+    let mut model = factory(me).map_err(|e| P3Error::model(me, e))?;
     let layout = StageLayout::of(&model);
     if layout.tensor_counts() != job.unit_counts() {
         return Err(P3Error::Layout {
@@ -365,19 +425,14 @@ pub async fn worker_role<M: StageModel>(
             model: layout.tensor_counts().to_vec(),
         });
     }
-    let mut w = Worker {
-        me,
-        model,
-        ready_order: vec![Vec::new(); job.iterations as usize],
-    };
-    let (start, params, mut stats) = resume_state(&job, &plan, me)?;
-    let mut core = SliceWorkerCore::new(plan, params)?;
+    let (start, params, stats) = resume_state(&job, &plan, me)?;
+    let core = SliceWorkerCore::new(plan, params)?;
     for (u, v) in core.params().iter().enumerate() {
-        w.set_tensor(u, v)?;
+        model.set_tensor(u, v).map_err(|e| P3Error::model(me, e))?;
     }
     let saving = job.checkpoint.clone().filter(|c| c.every > 0);
     let policy = CheckpointPolicy::new(saving.as_ref().map_or(0, |c| c.every), job.iterations);
-    let (saved_tx, mut saved_rx) = tokio::sync::mpsc::unbounded_channel::<WorkerSaved>();
+    let (saved_tx, saved) = tokio::sync::mpsc::unbounded_channel::<WorkerSaved>();
     if me == 0 && saving.is_some() {
         let addr = actix::Actor::start(SavedCollector { tx: saved_tx });
         ctx.node
@@ -394,8 +449,8 @@ pub async fn worker_role<M: StageModel>(
     }
     ctx.barrier("p3.init").await?;
 
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Arrival>();
-    let mut pusher = Pusher {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Arrival>();
+    let pusher = Pusher {
         shards,
         tx,
         worker: me as u32,
@@ -406,14 +461,23 @@ pub async fn worker_role<M: StageModel>(
             ..WireBusy::default()
         })),
     };
+    let mut w = Worker {
+        me,
+        job: job.clone(),
+        model,
+        layout,
+        core,
+        pusher,
+        rx,
+        vt: Instant::now(),
+        ready_order: vec![Vec::new(); job.iterations as usize],
+        stats,
+        saved,
+        shard_nodes,
+    };
     let mut marks = Vec::with_capacity(job.iterations as usize + 1);
-    // Emulated-device clock: compute of a stage ends at vt; waiting for parameters moves
-    // it to the arrival time, so timer lag does not accumulate.
-    let mut vt = Instant::now();
     for iter in start..job.iterations {
-        let first = iter == start;
-        let mark = forward(&mut w, &mut rx, &mut core, &layout, iter, first, &mut vt).await?;
-        marks.extend(mark);
+        marks.extend(w.forward(iter, iter == start).await?);
         let step = w.model.stats();
         if let Some(s) = &step {
             // A step too large shows first in the loss: one number per iteration, where a
@@ -426,50 +490,30 @@ pub async fn worker_role<M: StageModel>(
                     value: s.loss,
                 });
             }
-            let elapsed = marks
-                .first()
-                .map(|t: &Instant| t.elapsed())
-                .unwrap_or_default();
-            petrel_observe::metrics().job.point(
-                ctx.node.name(),
-                "loss",
-                elapsed,
-                f64::from(s.loss),
-            );
+            let elapsed = marks.first().map_or(Duration::ZERO, Instant::elapsed);
+            let node = ctx.node.name();
+            petrel_observe::metrics()
+                .job
+                .point(node, "loss", elapsed, f64::from(s.loss));
         }
-        stats.push(step);
-        core.begin_round(iter + 1);
-        backward(&mut w, &core, &layout, &job, &mut pusher, iter, &mut vt).await?;
+        w.stats.push(step);
+        w.core.begin_round(iter + 1);
+        w.backward(iter).await?;
         if let Some(p) = &progress {
             p(me, iter, w.model.stats());
         }
         if let Some(c) = &saving
             && policy.due_after(iter)
         {
-            w.wait_for(&mut rx, &mut core, |c| c.all_ready()).await?;
-            save_checkpoint(
-                &ctx,
-                &job,
-                c,
-                me,
-                iter + 1,
-                &stats,
-                &mut saved_rx,
-                &shard_nodes,
-            )
-            .await?;
+            w.wait_for(|c| c.all_ready()).await?;
+            w.save_checkpoint(&ctx, c, iter + 1).await?;
         }
     }
-    w.wait_for(&mut rx, &mut core, |c| c.all_ready()).await?;
+    w.wait_for(|c| c.all_ready()).await?;
     marks.push(Instant::now());
     // Once per job: the last update has no loss after it, and an emulated model has none.
-    let last = core
-        .params()
-        .iter()
-        .flatten()
-        .copied()
-        .find(|v| !v.is_finite());
-    if let Some(value) = last {
+    let params = w.core.params();
+    if let Some(value) = params.iter().flatten().copied().find(|v| !v.is_finite()) {
         return Err(P3Error::Diverged {
             worker: me,
             iter: job.iterations.saturating_sub(1),
@@ -480,9 +524,9 @@ pub async fn worker_role<M: StageModel>(
     Ok(P3WorkerReport {
         worker: me,
         marks,
-        params: core.params().to_vec(),
-        stats,
-        bytes_pushed: pusher.bytes,
+        params: params.to_vec(),
+        stats: w.stats,
+        bytes_pushed: w.pusher.bytes,
         ready_order: w.ready_order,
     })
 }
@@ -516,99 +560,4 @@ fn resume_state(
             Vec::with_capacity(job.iterations as usize),
         ),
     })
-}
-
-/// Iteration `iter`'s forward pass, stage by stage, each once its parameters are ready
-/// (`first`: the run's first iteration, which starts the device clock `vt`). Returns the
-/// iteration's start mark (when stage 0 began).
-async fn forward<M: StageModel>(
-    w: &mut Worker<M>,
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Arrival>,
-    core: &mut SliceWorkerCore,
-    layout: &StageLayout,
-    iter: u64,
-    first: bool,
-    vt: &mut Instant,
-) -> Result<Option<Instant>, P3Error> {
-    let me = w.me;
-    let mut mark = None;
-    for stage in 0..layout.n_stages() {
-        let units = layout.stage(stage);
-        let wait_start = Instant::now();
-        let waited = w
-            .wait_for(rx, core, |c| units.clone().all(|u| c.is_ready(u)))
-            .await?;
-        if waited {
-            tracing::debug!(
-                worker = me,
-                iter,
-                stage,
-                waited_ms = wait_start.elapsed().as_secs_f64() * 1e3,
-                lag_ms = (Instant::now() - (*vt).min(Instant::now())).as_secs_f64() * 1e3,
-                "forward waited for parameters"
-            );
-        }
-        if waited || (first && stage == 0) {
-            *vt = (*vt).max(Instant::now());
-        }
-        if stage == 0 {
-            mark = Some(Instant::now());
-        }
-        let d = w
-            .model
-            .forward_stage(iter, stage)
-            .map_err(|e| P3Error::model(me, e))?;
-        if !d.is_zero() {
-            *vt += d;
-            sleep_to(*vt).await;
-        }
-    }
-    Ok(mark)
-}
-
-/// Iteration `iter`'s backward pass, last stage first, pushing each gradient during
-/// backprop or after it, as the job's mode says.
-async fn backward<M: StageModel>(
-    w: &mut Worker<M>,
-    core: &SliceWorkerCore,
-    layout: &StageLayout,
-    job: &P3Job,
-    pusher: &mut Pusher,
-    iter: u64,
-    vt: &mut Instant,
-) -> Result<(), P3Error> {
-    let mut stash = Vec::new();
-    for stage in (0..layout.n_stages()).rev() {
-        let out = w
-            .model
-            .backward_stage(stage)
-            .map_err(|e| P3Error::model(w.me, e))?;
-        if !out.compute.is_zero() {
-            *vt += out.compute;
-            sleep_to(*vt).await;
-        }
-        let units = layout.stage(stage);
-        if out.grads.len() != units.len() {
-            return Err(P3Error::Layout {
-                job: job.unit_counts(),
-                model: out.grads.iter().map(|g| g.len() as u64).collect(),
-            });
-        }
-        // Last tensor of the stage first, as backprop produces them.
-        for (u, g) in units.zip(out.grads).rev() {
-            if job.mode.pushes_during_backward() {
-                pusher.push(core, iter, u, &g)?;
-            } else {
-                stash.push((u, g));
-            }
-        }
-        if job.mode.pushes_during_backward() {
-            // Let the spawned pushes hand their frames to the outbox now.
-            tokio::task::yield_now().await;
-        }
-    }
-    for (u, g) in stash {
-        pusher.push(core, iter, u, &g)?;
-    }
-    Ok(())
 }
