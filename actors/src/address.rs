@@ -100,8 +100,7 @@ impl<M: RemoteMessage> ActorRef<M> {
         matches!(self.target, Target::Local(_))
     }
 
-    /// Fire and forget. Local: enqueued in the actor's mailbox. Remote: encoded and queued
-    /// in the node's priority outbox.
+    /// Fire and forget: into the local mailbox, or encoded into the priority outbox.
     pub fn tell(&self, body: M, priority: Priority) -> Result<(), AskError> {
         match &self.target {
             Target::Local(r) => r
@@ -123,10 +122,9 @@ impl<M: RemoteMessage> ActorRef<M> {
         }
     }
 
-    /// Tells every one of `refs` the same message (fire and forget, in order). Local
-    /// targets get their own clone; remote ones share one encoding of it, so a large
-    /// message fanned out to `n` nodes is serialized once, not `n` times, and the caller
-    /// keeps `body` (nothing is copied for remote targets). One result per target.
+    /// Tells every one of `refs` the same message (fire and forget, in order): local targets
+    /// get a clone, remote ones share one encoding, so a fan-out serializes once and the
+    /// caller keeps `body`. One result per target.
     pub fn tell_each(
         refs: &[ActorRef<M>],
         body: &M,

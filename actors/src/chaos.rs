@@ -1,10 +1,7 @@
-//! Fault injection armed from outside the program: a member whose code went bad.
-//!
-//! `PETREL_CHAOS_HOSTILE_MEMBER=<node>><victim>` (e.g. `w0>scheduler`) arms node `<node>`:
-//! on each SIGUSR1 it attacks `<victim>` from its own socket, with its own certificate, as
-//! [`petrel_net::hostile::misbehave`] does (stalled frames, trickled frames, a flood at
-//! control priority), and logs what became of each attack. `petrel bench chaos --faults
-//! hostile-member` arms a node this way. Unset, nothing is armed.
+//! Fault injection armed from outside: `PETREL_CHAOS_HOSTILE_MEMBER=<node>><victim>` (e.g.
+//! `w0>scheduler`, set by `petrel bench chaos --faults hostile-member`) makes `<node>` attack
+//! `<victim>` on each SIGUSR1 as [`petrel_net::hostile::misbehave`] does, logging what
+//! became of each attack. Unset, nothing is armed.
 
 use crate::error::NodeError;
 use crate::node::Node;
@@ -43,13 +40,10 @@ pub(crate) fn arm(node: &Node) -> Result<(), NodeError> {
     let victim_id = node.peer_id(victim).ok_or_else(|| {
         NodeError::Config(format!("{HOSTILE_MEMBER_ENV}: no node named {victim}"))
     })?;
-    let (net, name, victim) = (
-        node.net().clone(),
-        node.name().to_string(),
-        victim.to_string(),
-    );
-    let handle = net.handle();
-    handle.spawn(async move {
+    let net = node.net().clone();
+    let name = node.name().to_string();
+    let victim = victim.to_string();
+    net.handle().spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let mut usr1 = match signal(SignalKind::user_defined1()) {
             Ok(s) => s,

@@ -1,43 +1,24 @@
-//! The one checkpoint set every system uses (the parameter server's job and shard
-//! checkpoints, every STRADS app, P3): numbered checkpoints in a directory, each a few
-//! opaque *parts* written by whichever nodes own them and a manifest written LAST.
-//!
-//! ## Layout and format
-//! For a scheme `<s>` (`ps`, `strads`, `lasso`, `p3`, ...) and round `<r>`:
-//! - `<s>-round-<r>-<part>.bin`: one part (a shard's tables, a worker's state, ...), the
-//!   bytes its system serialized (msgpack), written by [`CheckpointSet::write_part`];
+//! The one checkpoint set every system uses (PS, STRADS, P3): numbered checkpoints in a
+//! directory, each a few opaque *parts* written by the nodes owning them and a manifest
+//! written LAST. For scheme `<s>` and round `<r>`:
+//! - `<s>-round-<r>-<part>.bin`: a part's serialized bytes ([`CheckpointSet::write_part`]);
 //! - `<s>-round-<r>.manifest`: `PETRCKPT | msgpack body | FNV-1a 64 of the body (LE)`, the
-//!   body being format version 1, the scheme, the round, the system's own `meta` bytes
-//!   (what a resuming job must match) and every part's name, length and FNV-1a 64
-//!   ([`CheckpointSet::commit`]).
+//!   body holding version 1, scheme, round, the system's `meta` bytes and every part's
+//!   name, length and FNV-1a 64 ([`CheckpointSet::commit`]).
 //!
-//! Every file is written to `.<name>.tmp` in the same directory, fsynced, renamed into
-//! place, and the directory fsynced ([`durable::write_atomic`]). The manifest comes last, so
-//! a checkpoint exists only once all its parts are durable; a crash at any point leaves the
-//! previous checkpoint valid.
+//! Every file is written atomically ([`durable::write_atomic`]) and the manifest last, so
+//! a crash at any point leaves the previous checkpoint valid.
 //!
-//! ## Keep, prune, resume
-//! After a commit of round `r`, the newest `keep` manifests at or below `r` are kept
-//! ([`DEFAULT_KEEP`] = 2 unless [`CheckpointSet::keeping`] says otherwise); every other
-//! manifest (older, or newer ones left by a run that diverged) is deleted first, then the
-//! parts and temp files of rounds at or below `r` that no kept manifest owns. Parts of newer
-//! rounds are left alone: another node may be writing the next checkpoint already
-//! ([`prune_plan`]). Writing a part of round `r` deletes a stale manifest of `r` first.
+//! After a commit of round `r` the newest `keep` ([`DEFAULT_KEEP`]) manifests at or below
+//! `r` are kept; other manifests are deleted first, then unowned parts and temp files at or
+//! below `r` (newer rounds may be in progress, [`prune_plan`]). Writing a part of `r`
+//! deletes a stale manifest of `r` first.
 //!
-//! [`CheckpointSet::newest_valid`] tries the manifests newest first; a checkpoint is valid
-//! when its manifest verifies, every part has its length and checksum, and the system's
-//! `accept` takes it (its job shape). Invalid ones are skipped with a warning naming the
-//! file and the reason; with none valid it fails listing every reason
-//! ([`CheckpointError::NoValid`]): resuming never silently starts afresh.
-//!
-//! ## Older formats
-//! Manifests of the formats this one replaced (magic `PSMANIF1`, `PSJOBCK1`, `PSTRCKP1`,
-//! `PLASSOM1`, `PETRP3M1`) are refused with [`CheckpointError::OldFormat`], naming the file
-//! and the format, when a run resumes from, starts fresh in or commits a checkpoint to
-//! their directory.
-//!
-//! The decisions (names, [`prune_plan`], [`choose_newest_valid`], [`legacy_format`]) are
-//! plain functions, tested without a file system.
+//! [`CheckpointSet::newest_valid`] tries manifests newest first; a checkpoint is valid when
+//! its manifest and every part verify and the system's `accept` takes it. Invalid ones are
+//! skipped with a warning; with none valid it fails listing every reason
+//! ([`CheckpointError::NoValid`]): resuming never silently starts afresh. Manifests of
+//! replaced formats ([`LEGACY_FORMATS`]) are refused with [`CheckpointError::OldFormat`].
 
 use std::path::{Path, PathBuf};
 
@@ -265,10 +246,9 @@ pub fn manifest_rounds(scheme: &str, names: &[String]) -> Vec<u64> {
 }
 
 /// The files among `names` to delete once the checkpoint of round `newest` is complete:
-/// every manifest but the `keep` newest at or below `newest` (newer ones too: a diverged
-/// run's), then the parts and temp files at or below `newest` no kept manifest owns.
-/// Manifests come first, so a crash while pruning never leaves a manifest whose parts are
-/// gone. Files of rounds above `newest` other than manifests stay (a checkpoint in progress).
+/// every manifest but the `keep` newest at or below `newest`, then the parts and temp files
+/// at or below `newest` no kept manifest owns. Manifests come first, so a crash while
+/// pruning never leaves a manifest whose parts are gone.
 pub fn prune_plan(scheme: &str, names: &[String], newest: u64, keep: usize) -> Vec<String> {
     let mut kept: Vec<u64> = manifest_rounds(scheme, names)
         .into_iter()
@@ -357,9 +337,9 @@ impl CheckpointSet {
         })
     }
 
-    /// Completes the checkpoint of `round`: writes its manifest (every part in `parts` must
-    /// be durable already), then prunes ([`prune_plan`]). Returns the manifest's path. A
-    /// directory holding an older format is refused, so a run never mixes the two.
+    /// Completes the checkpoint of `round`: writes its manifest (every part must be durable
+    /// already), then prunes ([`prune_plan`]). Returns the manifest's path. A directory
+    /// holding an older format is refused.
     pub fn commit(
         &self,
         round: u64,
@@ -431,10 +411,7 @@ impl CheckpointSet {
             std::io::ErrorKind::NotFound => {
                 DurableError::invalid(&path, "missing manifest: checkpoint absent or incomplete")
             }
-            _ => DurableError::Io {
-                path: path.clone(),
-                source,
-            },
+            _ => DurableError::io(&path, source),
         })?;
         old_format(&path, &bytes)?;
         let body = durable::unframe(MAGIC, &bytes).map_err(|source| DurableError::Manifest {
@@ -447,16 +424,14 @@ impl CheckpointSet {
             return Err(invalid(&path, format!("unsupported version {}", m.version)));
         }
         if m.scheme != self.scheme || m.round != round {
-            return Err(invalid(
-                &path,
-                format!("manifest is for {} round {}", m.scheme, m.round),
-            ));
+            let reason = format!("manifest is for {} round {}", m.scheme, m.round);
+            return Err(invalid(&path, reason));
         }
-        let mut parts = Vec::with_capacity(m.parts.len());
-        for e in m.parts {
-            let bytes = self.read_part(round, &e)?;
-            parts.push((e, bytes));
-        }
+        let parts = m
+            .parts
+            .into_iter()
+            .map(|e| self.read_part(round, &e).map(|bytes| (e, bytes)))
+            .collect::<Result<_, _>>()?;
         Ok(Checkpoint {
             round,
             path,
@@ -466,7 +441,7 @@ impl CheckpointSet {
     }
 
     /// Reads part `entry` of the checkpoint of `round`, checked against its length and
-    /// checksum (a node restoring its own part from a manifest another node verified).
+    /// checksum.
     pub fn read_part(&self, round: u64, entry: &PartEntry) -> Result<Vec<u8>, CheckpointError> {
         if !valid_part(&entry.part) {
             return Err(DurableError::Manifest {
@@ -479,8 +454,7 @@ impl CheckpointSet {
         Ok(durable::read_verified(&self.dir, &name, entry.digest)?)
     }
 
-    /// The newest checkpoint that loads and that `accept` takes (its reason for refusing
-    /// one is reported with the manifest's path); see the module docs for the policy.
+    /// The newest checkpoint that loads and that `accept` takes (see the module docs).
     pub fn newest_valid<T>(
         &self,
         mut accept: impl FnMut(Checkpoint) -> Result<T, CheckpointError>,
@@ -501,9 +475,8 @@ impl CheckpointSet {
         }
     }
 
-    /// A fresh run makes the checkpoints in the directory obsolete: deletes every manifest
-    /// of the scheme (parts of this run may be being written already; older parts go with
-    /// the next prune). Refuses a directory of an older format.
+    /// Deletes every manifest of the scheme, for a fresh run (parts go with the next prune;
+    /// this run's may be in progress). Refuses a directory of an older format.
     pub fn clear(&self) -> Result<(), CheckpointError> {
         self.check_format()?;
         for round in self.rounds()? {

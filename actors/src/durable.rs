@@ -1,15 +1,10 @@
-//! Durable files under the checkpoint set ([`crate::checkpoint`]), which every system that
-//! checkpoints uses.
-//!
-//! - [`write_atomic`]: temp file in the same directory, `fsync`, `rename` into place; then
-//!   [`sync_dir`] makes the rename itself durable. A reader never sees a half-written file
-//!   under the final name.
-//! - [`frame`] / [`unframe`]: a manifest is `magic (8 bytes) | body | FNV-1a 64 of body (LE)`,
-//!   so a truncated or bit-flipped manifest is refused.
-//! - [`FileDigest`] + [`read_verified`]: a manifest lists each data file with its length and
-//!   FNV-1a 64 checksum; loading re-reads and compares both.
-//!
-//! Every error names the file ([`DurableError`]).
+//! Durable files under the checkpoint set ([`crate::checkpoint`]):
+//! - [`write_atomic`] (temp file, `fsync`, `rename`) then [`sync_dir`]: a reader never sees
+//!   a half-written file under the final name;
+//! - [`frame`] / [`unframe`]: `magic (8 bytes) | body | FNV-1a 64 of body (LE)`, so a
+//!   truncated or bit-flipped manifest is refused;
+//! - [`FileDigest`] + [`read_verified`]: each data file's length and FNV-1a 64, re-checked
+//!   on load. Every error names the file ([`DurableError`]).
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -108,7 +103,7 @@ impl DurableError {
         }
     }
 
-    fn io(path: &Path, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         DurableError::Io {
             path: path.to_path_buf(),
             source,
@@ -227,15 +222,10 @@ pub fn read_verified(
         }
         Err(e) => return Err(DurableError::io(&path, e)),
     };
-    if bytes.len() as u64 != expected.len {
-        return Err(DurableError::invalid(
-            &path,
-            format!(
-                "length {} != {} in manifest (truncated?)",
-                bytes.len(),
-                expected.len
-            ),
-        ));
+    let got = bytes.len();
+    if got as u64 != expected.len {
+        let reason = format!("length {got} != {} in manifest (truncated?)", expected.len);
+        return Err(DurableError::invalid(&path, reason));
     }
     if fnv1a64(&bytes) != expected.fnv64 {
         return Err(DurableError::invalid(&path, "checksum mismatch"));

@@ -1,14 +1,13 @@
-//! The runtime's errors: [`NodeError`] for a node and its cluster, [`AskError`] for one
-//! request, [`HandlerError`] for what a handler sends back, and [`error_chain`] to print
-//! any of them with its causes once.
+//! The runtime's errors: [`NodeError`], [`AskError`], [`HandlerError`], and [`error_chain`]
+//! to print any of them with its causes once.
 
 use petrel_messages::runtime::BarrierRefused;
 use petrel_messages::{CodecError, NodeId};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Why an `ask` (or a `tell`) did not produce a reply. Every variant names who or what
-/// failed, by node and actor name (an `actor` field reads like `mapper on node map-1`).
+/// Why an `ask` (or `tell`) did not produce a reply, naming node and actor
+/// (`mapper on node map-1`).
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum AskError {
     /// No reply within the timeout.
@@ -51,10 +50,9 @@ pub enum AskError {
         #[source]
         source: Arc<petrel_net::NetError>,
     },
-    /// The message is larger than the transport takes even split into parts (a peer's
-    /// share of `net.inbound_buffer_bytes`; above `net.max_message_bytes` messages are
-    /// split and joined again); nothing was sent. (A reply that is too large comes back as
-    /// [`AskError::Remote`] with the same wording, at once, instead of a timeout.)
+    /// The message is larger than a peer takes even split into parts (its share of
+    /// `net.inbound_buffer_bytes`); nothing was sent. A too-large reply comes back at once
+    /// as [`AskError::Remote`] with the same wording.
     #[error(
         "{msg_type} to actor {actor} is {len} bytes, over the largest message a peer takes ({max} bytes: half of net.inbound_buffer_bytes): raise it ([net] inbound_buffer_bytes or PETREL_NET__INBOUND_BUFFER_BYTES) or send smaller messages"
     )]
@@ -84,8 +82,7 @@ pub(crate) fn actor_label(actor: &str, node: &str) -> String {
     format!("{actor} on node {node}")
 }
 
-/// An error a message handler returns; it travels back to a remote asker as a `Failure`
-/// (as text: the asker's [`AskError::Remote`]).
+/// An error a message handler returns; a remote asker gets its text ([`AskError::Remote`]).
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[error("{0}")]
 pub struct HandlerError(pub String);
@@ -193,8 +190,7 @@ pub enum NodeError {
         timeout: Duration,
         /// The coordinator node's name.
         coordinator: String,
-        /// The nodes that had not joined when the time was up, with the address each was
-        /// expected at.
+        /// The nodes not joined in time, with their expected addresses.
         missing: Vec<ExpectedNode>,
     },
     /// This node could not reach the coordinator's node while joining.
@@ -234,8 +230,8 @@ pub enum NodeError {
         #[source]
         source: RoleErrorSource,
     },
-    /// This node failed after its transport had disconnected peers whose frames held
-    /// inbound budget without progressing: they are named, as a likely cause.
+    /// This node failed after its transport disconnected peers hoarding inbound budget,
+    /// named as a likely cause.
     #[error("{} ({node} had disconnected {peers} for frames that held inbound budget without progressing)", crate::error_chain(.failure))]
     AfterDisconnects {
         /// This node.
@@ -298,8 +294,7 @@ pub enum NodeError {
     Io(#[from] std::io::Error),
 }
 
-/// A node of the settings as an error names it: its name and, when nodes reach each other
-/// over the network, the address it was expected at.
+/// A node as an error names it: its name and, over the network, its expected address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpectedNode {
     /// The node's name.
@@ -334,13 +329,11 @@ fn missing_nodes(coordinator: &str, missing: &[ExpectedNode]) -> String {
     }
 }
 
-/// A role's error as [`NodeError::Role`] holds it (the same boxed error as
-/// [`RoleError`](crate::RoleError), which keeps its `source()` chain).
+/// A role's error as [`NodeError::Role`] holds it (`source()` chain kept).
 pub type RoleErrorSource = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// The failure of another node's handler that caused `error`, if any: an
-/// [`AskError::Remote`] anywhere in its `source()` chain (also inside a [`NodeError::Ask`]).
-/// Such a failure happened where that error names, not on the node that saw it.
+/// The remote handler failure ([`AskError::Remote`]) anywhere in `error`'s `source()`
+/// chain, if any: it happened on the node it names, not the one that saw it.
 pub fn handler_failure<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a AskError> {
     let mut cause = Some(error);
     while let Some(e) = cause {
@@ -358,9 +351,8 @@ pub fn handler_failure<'a>(error: &'a (dyn std::error::Error + 'static)) -> Opti
     None
 }
 
-/// Renders an error and its `source()` chain as `outer: inner: root`, skipping a cause
-/// whose text the outer message already contains (as `#[error("...: {0}")]` does), so
-/// each cause is printed once.
+/// Renders an error and its `source()` chain as `outer: inner: root`, skipping causes the
+/// outer text already contains, so each cause is printed once.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
@@ -375,9 +367,8 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     input_clipped(&text)
 }
 
-/// `text` quoting at most 200 bytes of any input: quoted values are cut
-/// ([`petrel_messages::clip_quoted`]), and so are the source lines a TOML parser shows
-/// (`12 | key = value`); the rest (keys, valid choices) stays whole.
+/// `text` quoting at most 200 bytes of any input: quoted values and TOML source lines
+/// (`12 | key = value`) are cut; keys and valid choices stay whole.
 fn input_clipped(text: &str) -> String {
     const QUOTED: usize = 200;
     let quoted = petrel_messages::clip_quoted(text, QUOTED);

@@ -1,10 +1,7 @@
-//! A reusable priority mailbox for actix actors.
-//!
-//! actix mailboxes are FIFO. An actor that opts in keeps a [`PriorityInbox`]: its handlers
-//! [`defer`](PriorityInbox::defer) the work into a heap, and one drain step runs per turn of
-//! the actor's loop. actix polls the whole mailbox before spawned items, so every message
-//! already queued is in the heap before the next item is chosen: the backlog is processed
-//! highest priority first, FIFO within a priority.
+//! A reusable priority mailbox for actix actors (whose mailboxes are FIFO): handlers
+//! [`defer`](PriorityInbox::defer) work into a heap drained one item per turn. actix polls
+//! the whole mailbox before spawned items, so the backlog is processed highest priority
+//! first, FIFO within a priority.
 
 use crate::error::HandlerError;
 use actix::prelude::*;
@@ -62,13 +59,9 @@ impl<A: PriorityActor> PriorityInbox<A> {
             }),
         );
         Self::schedule(act, ctx);
-        Box::pin(async move {
-            rx.await.unwrap_or_else(|_| {
-                Err(HandlerError::new(
-                    "actor stopped before handling the message",
-                ))
-            })
-        })
+        let why = "actor stopped before handling the message";
+        let stopped = move || Err(HandlerError::new(why));
+        Box::pin(async move { rx.await.unwrap_or_else(|_| stopped()) })
     }
 
     fn schedule(act: &mut A, ctx: &mut Context<A>) {

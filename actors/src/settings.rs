@@ -42,13 +42,12 @@ impl JobTransport {
     }
 }
 
-/// The value of `T` when no flag is given: the defaults its clap attributes name. A
-/// settings struct that is also a flag block derives its `Default` from this, so each
-/// default is written once, on its flag.
+/// The value of `T` when no flag is given: the defaults its clap attributes name, so a
+/// settings struct that is also a flag block writes each default once, on its flag.
 ///
 /// # Panics
 ///
-/// If `T` has a required flag (a programming error: settings always have defaults).
+/// If `T` has a required flag (a programming error).
 pub fn flag_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
     let command = T::augment_args(clap::Command::new("defaults").no_binary_name(true));
     let no_flags: [&str; 0] = [];
@@ -140,10 +139,8 @@ impl Default for ClusterSettings {
 
 pub use petrel_net::tls::MAX_NODE_NAME_LEN;
 
-/// Checks a node name wherever one is read (settings, `--node`, `petrel certs --nodes`):
-/// 1 to [`MAX_NODE_NAME_LEN`] characters from `a-z A-Z 0-9 - _`, starting with a letter or
-/// digit. Names become file names (`<name>.pem`), certificate names and log prefixes, so
-/// path separators, dots and empty names are refused.
+/// Checks a node name wherever one is read (settings, `--node`, `petrel certs --nodes`);
+/// see [`petrel_net::tls::check_node_name`].
 pub fn validate_node_name(name: &str) -> Result<(), NodeError> {
     petrel_net::tls::check_node_name(name).map_err(|e| NodeError::InvalidNodeName {
         name: e.name,
@@ -162,9 +159,8 @@ pub struct NodeSpec {
     pub addr: String,
     /// Roles this node runs (names registered with [`crate::Cluster::role`]).
     pub roles: Vec<String>,
-    /// TCP address to serve OpenMetrics text at `/metrics` on, e.g. "127.0.0.1:9100"
-    /// (unset: no exporter; port 0: a free port). `petrel run` gives every node a free
-    /// loopback port unless one is set here.
+    /// TCP address for OpenMetrics text at `/metrics` (unset: none; port 0: a free port;
+    /// `petrel run` gives every node a free loopback port unless set).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics_addr: Option<String>,
 }
@@ -189,60 +185,49 @@ pub type AppSections = std::collections::BTreeMap<String, serde_json::Value>;
 /// The top-level tables of a settings file.
 const TOP_LEVEL: [&str; 4] = ["cluster", "nodes", "net", "app"];
 
+/// A `map_err` for the settings parser's errors, naming `origin`.
+fn settings_err(origin: &str) -> impl FnOnce(config::ConfigError) -> NodeError + '_ {
+    move |source| NodeError::Settings {
+        origin: origin.to_string(),
+        source: Box::new(source),
+    }
+}
+
 /// Refuses a top-level table no one reads (a misspelt `[clustr]` would otherwise be
 /// ignored and its values silently replaced by defaults).
 fn check_top_level(origin: &str, parsed: &config::Config) -> Result<(), NodeError> {
     let top: serde_json::Map<String, serde_json::Value> = parsed
         .clone()
         .try_deserialize()
-        .map_err(|source| NodeError::Settings {
-            origin: origin.to_string(),
-            source: Box::new(source),
-        })?;
+        .map_err(settings_err(origin))?;
     match top.keys().find(|k| !TOP_LEVEL.contains(&k.as_str())) {
         None => Ok(()),
-        Some(key) => Err(NodeError::Settings {
-            origin: origin.to_string(),
-            source: Box::new(config::ConfigError::Message(format!(
-                "unknown table [{key}]; settings hold [cluster], [[nodes]], [net] and [app.<name>]"
-            ))),
-        }),
+        Some(key) => Err(settings_err(origin)(config::ConfigError::Message(format!(
+            "unknown table [{key}]; settings hold [cluster], [[nodes]], [net] and [app.<name>]"
+        )))),
     }
 }
 
 impl Settings {
     /// Loads a TOML file, then applies `PETREL_*` environment overrides.
     pub fn load(path: &Path) -> Result<Self, NodeError> {
-        let origin = || path.display().to_string();
+        let origin = path.display().to_string();
+        let file = || config::File::from(path).format(config::FileFormat::Toml);
         // The file's tables are checked alone: the environment holds PETREL_* variables
         // that are not settings (PETREL_DATA__*, PETREL_LAUNCH_DIR).
-        let file_only = config::Config::builder()
-            .add_source(config::File::from(path).format(config::FileFormat::Toml))
-            .build()
-            .map_err(|source| NodeError::Settings {
-                origin: origin(),
-                source: Box::new(source),
-            })?;
-        check_top_level(&origin(), &file_only)?;
+        let file_only = config::Config::builder().add_source(file()).build();
+        check_top_level(&origin, &file_only.map_err(settings_err(&origin))?)?;
+        let env = config::Environment::with_prefix("PETREL")
+            .prefix_separator("_")
+            .separator("__")
+            .try_parsing(true);
         let built = config::Config::builder()
-            .add_source(config::File::from(path).format(config::FileFormat::Toml))
-            .add_source(
-                config::Environment::with_prefix("PETREL")
-                    .prefix_separator("_")
-                    .separator("__")
-                    .try_parsing(true),
-            )
-            .build()
-            .map_err(|source| NodeError::Settings {
-                origin: path.display().to_string(),
-                source: Box::new(source),
-            })?;
+            .add_source(file())
+            .add_source(env)
+            .build();
         let mut s: Settings = built
-            .try_deserialize()
-            .map_err(|source| NodeError::Settings {
-                origin: path.display().to_string(),
-                source: Box::new(source),
-            })?;
+            .and_then(|b| b.try_deserialize())
+            .map_err(settings_err(&origin))?;
         // A relative `certs_dir` means "next to this file", wherever the command runs.
         if let (Some(dir), Some(base)) = (&s.cluster.certs_dir, path.parent())
             && dir.is_relative()
@@ -258,17 +243,9 @@ impl Settings {
         let built = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
-            .map_err(|source| NodeError::Settings {
-                origin: "text".into(),
-                source: Box::new(source),
-            })?;
+            .map_err(settings_err("text"))?;
         check_top_level("text", &built)?;
-        let s: Settings = built
-            .try_deserialize()
-            .map_err(|source| NodeError::Settings {
-                origin: "text".into(),
-                source: Box::new(source),
-            })?;
+        let s: Settings = built.try_deserialize().map_err(settings_err("text"))?;
         s.validate()?;
         Ok(s)
     }
@@ -282,8 +259,7 @@ impl Settings {
         if self.nodes.is_empty() {
             return Err(NodeError::Config("no [[nodes]] defined".into()));
         }
-        // The name becomes part of run-directory paths: the node names' rules keep it one
-        // path component.
+        // The name becomes part of run-directory paths: node-name rules keep it one component.
         petrel_net::tls::check_node_name(&self.cluster.name).map_err(|e| {
             NodeError::Config(format!(
                 "cluster.name {:?}: {}; names are 1 to 63 characters from a-z, A-Z, 0-9, '-' and '_', starting with a letter or digit",
@@ -294,20 +270,16 @@ impl Settings {
         for n in &self.nodes {
             validate_node_name(&n.name)?;
             if !seen.insert(n.name.as_str()) {
-                return Err(NodeError::Config(format!(
-                    "node name {} appears twice",
-                    n.name
-                )));
+                let why = format!("node name {} appears twice", n.name);
+                return Err(NodeError::Config(why));
             }
         }
         let mut ports = std::collections::HashMap::new();
         for n in &self.nodes {
             let fixed = n.addr.rsplit_once(':').is_some_and(|(_, p)| p != "0");
             if fixed && let Some(other) = ports.insert(n.addr.as_str(), n.name.as_str()) {
-                return Err(NodeError::Config(format!(
-                    "nodes {other} and {} both use address {}",
-                    n.name, n.addr
-                )));
+                let why = format!("nodes {other} and {} both use address {}", n.name, n.addr);
+                return Err(NodeError::Config(why));
             }
         }
         if let Some(c) = &self.cluster.coordinator
@@ -351,8 +323,7 @@ impl Settings {
         }
     }
 
-    /// Renders the settings as TOML (used by the launcher to hand resolved settings to
-    /// child processes).
+    /// Renders the settings as TOML (the launcher hands resolved settings to children).
     pub fn to_toml(&self) -> Result<String, NodeError> {
         toml::to_string(self).map_err(NodeError::WriteSettings)
     }

@@ -1,7 +1,7 @@
 // Over 600 lines: `Cluster` runs both wirings and the port and join helpers are theirs alone.
 //! Compose clusters in code: which nodes exist, which roles run where, and the code of each
-//! role. The same [`Cluster`] runs every node in one process (one thread and actix System
-//! per node) or one node per process (`run_node`, used by `petrel node` and `petrel run`).
+//! role. A [`Cluster`] runs every node in one process (one thread and actix System each)
+//! or one node per process (`run_node`, used by `petrel node` and `petrel run`).
 
 use crate::coordinator::{
     AGENT_ACTOR, BroadcastShutdown, COORDINATOR_ACTOR, Coordinator, Joined, NodeAgent,
@@ -21,12 +21,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Why a role failed: any error, with its `source()` chain intact so the launcher can
-/// print the root cause once ([`crate::error::error_chain`]).
+/// Why a role failed: any error, `source()` chain intact ([`crate::error::error_chain`]).
 pub type RoleError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// What a registered role runs: `Ok` when its work is done (services return at once
-/// after starting their actors).
+/// What a registered role runs: `Ok` when done (services return once started).
 pub type RoleFuture = LocalBoxFuture<'static, Result<(), RoleError>>;
 type RoleFn = Arc<dyn Fn(NodeContext) -> RoleFuture + Send + Sync>;
 
@@ -49,8 +47,7 @@ impl NodeContext {
         self.node.barrier(name, self.coordinator).await.map(|_| ())
     }
 
-    /// [`NodeContext::barrier`] where every node entering with a value must bring the same
-    /// one ([`Node::barrier_agreeing`]).
+    /// [`NodeContext::barrier`] agreeing on a value ([`Node::barrier_agreeing`]).
     pub async fn barrier_agreeing(&self, name: &str, value: Option<u64>) -> Result<(), NodeError> {
         self.node
             .barrier_agreeing(name, self.coordinator, value)
@@ -147,11 +144,9 @@ impl Cluster {
         }
     }
 
-    /// Declares that the roles read `[app.<section>]` as a `C`. [`Cluster::check_settings`]
-    /// (run before any node starts) then parses the section, so a bad value, such as an
-    /// unknown choice, fails at once, naming the section and the valid values, instead of
-    /// after the cluster has started. Once any section is declared, an `[app.*]` section that
-    /// no app declared is rejected too (a misspelt section would otherwise be ignored).
+    /// Declares that the roles read `[app.<section>]` as a `C`, parsed by
+    /// [`Cluster::check_settings`] before any node starts so a bad value fails at once.
+    /// Once any section is declared, undeclared `[app.*]` sections are rejected too.
     pub fn app_section<C>(self, section: &str) -> Self
     where
         C: serde::de::DeserializeOwned + Default + 'static,
@@ -159,9 +154,8 @@ impl Cluster {
         self.app_section_checked::<C, std::convert::Infallible>(section, |_| Ok(()))
     }
 
-    /// [`Cluster::app_section`] plus the app's own check of the values (ranges,
-    /// finiteness), also run before any node starts; a failure is
-    /// [`NodeError::AppSetting`], naming the section and the app's reason.
+    /// [`Cluster::app_section`] plus the app's own check of the values, failing with
+    /// [`NodeError::AppSetting`].
     pub fn app_section_checked<C, E>(
         mut self,
         section: &str,
@@ -183,8 +177,8 @@ impl Cluster {
         self
     }
 
-    /// Checks what can be checked before a node starts: every role a node lists is
-    /// registered, and every declared `[app.*]` section parses ([`Cluster::app_section`]).
+    /// Checks before any node starts: every listed role is registered and every declared
+    /// `[app.*]` section parses.
     pub fn check_settings(&self) -> Result<(), NodeError> {
         // Settings handed to `Cluster::new` directly were never validated.
         self.settings.validate()?;
@@ -192,16 +186,14 @@ impl Cluster {
         for check in self.app_sections.values() {
             check(&self.settings)?;
         }
-        if !self.app_sections.is_empty() {
-            for section in self.settings.app.keys() {
-                if !self.app_sections.contains_key(section) {
-                    let known: Vec<&str> = self.app_sections.keys().map(String::as_str).collect();
-                    return Err(NodeError::Config(format!(
-                        "unknown settings section [app.{section}]; known sections: {}",
-                        known.join(", ")
-                    )));
-                }
-            }
+        let sections = &self.app_sections;
+        let app = &self.settings.app;
+        let unknown = app.keys().find(|s| !sections.contains_key(*s));
+        if let Some(section) = unknown.filter(|_| !sections.is_empty()) {
+            let known: Vec<&str> = sections.keys().map(String::as_str).collect();
+            let known = known.join(", ");
+            let why = format!("unknown settings section [app.{section}]; known sections: {known}");
+            return Err(NodeError::Config(why));
         }
         Ok(())
     }
@@ -211,8 +203,7 @@ impl Cluster {
         &self.settings
     }
 
-    /// The same roles and `[app.*]` checks with other settings (e.g. the same topology read
-    /// from a file, with the addresses and certificates of a multi-host run).
+    /// The same roles and `[app.*]` checks with other settings.
     pub fn with_settings(&self, settings: Settings) -> Self {
         Cluster {
             settings: Arc::new(settings),
@@ -221,15 +212,8 @@ impl Cluster {
         }
     }
 
-    /// Whether a role of this name is registered.
-    pub fn has_role(&self, name: &str) -> bool {
-        self.roles.contains_key(name)
-    }
-
-    /// Registers the code of a role. It runs on every node that lists the role.
-    ///
-    /// `f` is usually an `async fn(NodeContext) -> Result<(), E>` for any error `E` that
-    /// converts into a [`RoleError`] (every `std::error::Error`, and `String`).
+    /// Registers the code of a role, run on every node that lists it: usually an
+    /// `async fn(NodeContext) -> Result<(), E>` with `E` into [`RoleError`].
     pub fn role<F, Fut, E>(mut self, name: &str, f: F) -> Self
     where
         F: Fn(NodeContext) -> Fut + Send + Sync + 'static,
@@ -248,38 +232,25 @@ impl Cluster {
         for n in &self.settings.nodes {
             for r in &n.roles {
                 if !self.roles.contains_key(r) {
-                    return Err(NodeError::Config(format!(
-                        "node {} lists unknown role {r}",
-                        n.name
-                    )));
+                    let why = format!("node {} lists unknown role {r}", n.name);
+                    return Err(NodeError::Config(why));
                 }
             }
         }
         Ok(())
     }
 
-    /// Runs every node in this process, each on its own thread, and returns when all are
-    /// done. The first failure (with the node's name) is returned.
+    /// Runs every node in this process on its own thread; returns the root failure, if any.
     pub fn run_in_process(&self) -> Result<(), NodeError> {
         self.check_settings()?;
+        let nodes = &self.settings.nodes;
         let wiring: Vec<Wiring> = if self.settings.cluster.transport == Transport::Memory {
             let hub = MemoryHub::new();
-            self.settings
-                .nodes
-                .iter()
-                .map(|_| Wiring::Memory(hub.clone()))
-                .collect()
+            nodes.iter().map(|_| Wiring::Memory(hub.clone())).collect()
         } else {
-            let names: Vec<&str> = self
-                .settings
-                .nodes
-                .iter()
-                .map(|n| n.name.as_str())
-                .collect();
-            ClusterCredentials::generate_cluster(&names)?
-                .into_iter()
-                .map(Wiring::Quic)
-                .collect()
+            let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+            let creds = ClusterCredentials::generate_cluster(&names)?;
+            creds.into_iter().map(Wiring::Quic).collect()
         };
         // In one process, nodes bound to port 0 need real ports before anyone starts.
         let mut settings = (*self.settings).clone();
@@ -287,11 +258,7 @@ impl Cluster {
             reserve_ports(&mut settings)?;
             check_ports_free(&settings)?;
         }
-        let this = Cluster {
-            settings: Arc::new(settings),
-            roles: self.roles.clone(),
-            app_sections: self.app_sections.clone(),
-        };
+        let this = self.with_settings(settings);
         let handles: Vec<_> = this
             .settings
             .nodes
@@ -305,14 +272,11 @@ impl Cluster {
                     .spawn(move || cluster.run_node(&name, wiring))
             })
             .collect::<Result<_, _>>()?;
-        // Report the root cause: a node's own failure rather than the "peer failed"
-        // errors it caused on the others.
+        // Report the root cause: a node's own failure, not the "peer failed" it caused.
         let mut errors = Vec::new();
         for h in handles {
-            let r = h
-                .join()
-                .unwrap_or_else(|_| Err(NodeError::Config("node thread panicked".into())));
-            if let Err(e) = r {
+            let panicked = || Err(NodeError::Config("node thread panicked".into()));
+            if let Err(e) = h.join().unwrap_or_else(|_| panicked()) {
                 errors.push(e);
             }
         }
@@ -322,9 +286,8 @@ impl Cluster {
                 petrel_net::ports::release(addr);
             }
         }
-        // A failed join is a consequence too (a node that never came up), so it is the root
-        // cause only when nothing better is known; then the coordinator's view of who is
-        // missing beats a node that could not reach the coordinator.
+        // A failed join is a consequence too, so the root cause only when nothing better
+        // is known; the coordinator's view of who is missing beats an unreachable one.
         let rank = |e: &NodeError| match e {
             NodeError::PeerFailed { .. } | NodeError::RunFailed { .. } => 3,
             NodeError::CoordinatorUnreachable { .. } => 2,
@@ -338,16 +301,14 @@ impl Cluster {
         }
     }
 
-    /// Runs one node until its roles finished and every node reached the final barrier, or
-    /// until a peer fails (the error names it). Blocks; creates its own actix System.
+    /// Runs one node until its roles and the final barrier are done, or a peer fails.
+    /// Blocks; creates its own actix System.
     pub fn run_node(&self, name: &str, wiring: Wiring) -> Result<(), NodeError> {
         self.run_node_until(name, wiring, futures::future::pending())
     }
 
     /// [`Cluster::run_node`] that also stops when `stop` resolves (to the cause, e.g.
-    /// "SIGTERM"): the node tells the cluster it stopped, shuts down and returns
-    /// [`NodeError::Interrupted`]. `stop` runs on this node's runtime, so it may wait for
-    /// signals with `tokio::signal`.
+    /// "SIGTERM"), returning [`NodeError::Interrupted`]. `stop` runs on this node's runtime.
     pub fn run_node_until(
         &self,
         name: &str,
@@ -393,8 +354,8 @@ impl Cluster {
                     source,
                 })?;
             }
-            // Once every node is in the final barrier, the coordinator's node may leave before
-            // this one hears the release: a send to a departed peer is no news from here.
+            // Once all are in the final barrier the coordinator may leave before this node
+            // hears the release: a failed send is no news.
             ctx.node.net().set_membership_changing(true);
             ctx.barrier("petrel.finish").await
         };
@@ -407,10 +368,8 @@ impl Cluster {
                 cause = stop => Err(NodeError::Interrupted { node: name.to_string(), cause }),
             },
         };
-        // A local error after a failure elsewhere (an ask or barrier to a dead peer) is
-        // reported as that failure, so the root cause is named once, where it happened.
-        // The run is over for this node, one way or another: peers leave from now on, and a
-        // send to one that already left is no news.
+        // A local error after a failure elsewhere is reported as that failure, so the root
+        // cause is named once. Peers leave from now on: failed sends are no news.
         node.net().set_membership_changing(true);
         let result = result.map_err(|e| match e {
             NodeError::PeerFailed { .. } | NodeError::RunFailed { .. } => e,
@@ -430,14 +389,11 @@ impl Cluster {
         });
         match &result {
             Ok(()) => tracing::debug!(node = %name, "finished"),
-            // The caller gets the error and reports it (the CLI prints it once); here it is
-            // only a trace, so that it is not printed twice.
+            // The caller reports the error; only a trace here, so it is not printed twice.
             Err(e) => tracing::debug!(node = %name, error = %crate::error_chain(e), "stopping"),
         }
-        // A failure that started here (or reached the coordinator from a node) is told to
-        // the whole cluster at once, so the others stop now with the root cause rather than
-        // after the failure timeout. Failures detected by heartbeats were already broadcast
-        // as `PeerDown`.
+        // A failure that started here (or reached the coordinator) is told to the whole
+        // cluster at once; heartbeat-detected failures were already broadcast as `PeerDown`.
         let failure = match &result {
             Ok(()) => None,
             Err(NodeError::PeerFailed { .. }) => None,
@@ -452,11 +408,9 @@ impl Cluster {
                     Some((failed, reason)) => (reason, Some(failed)),
                     None => ("run finished".to_string(), None),
                 };
-                // After a failure, every live peer must have the notice before this node
-                // (and the coordinator with it) leaves: a peer whose join reply or notice
-                // is still on its way would otherwise wait out its join timeout and never
-                // learn the cause. Each peer is asked, bounded by the failure timeout (at
-                // most 5 s). A finished run has nobody waiting for the coordinator.
+                // After a failure every live peer must have the notice before this node
+                // leaves, or a peer still joining waits out its join timeout without the
+                // cause. Bounded by the failure timeout (at most 5 s).
                 let acknowledged_within = failed_node.as_ref().map(|_| {
                     Duration::from_millis(self.settings.cluster.failure_timeout_ms)
                         .min(Duration::from_secs(5))
@@ -474,18 +428,14 @@ impl Cluster {
                     reason,
                     failed_node: Some(failed),
                 };
-                // The agent stops the coordinator's node; the coordinator itself refuses
-                // nodes still joining and tells the rest of the cluster.
+                // The agent stops the coordinator's node; the coordinator refuses joins.
                 for actor in [AGENT_ACTOR, COORDINATOR_ACTOR] {
-                    if let Ok(to) = node.actor::<Shutdown>(&ActorId::new(ctx.coordinator, actor)) {
-                        let _ = to.tell(shutdown.clone(), Priority::CONTROL);
-                    }
+                    node.tell_control(ctx.coordinator, actor, shutdown.clone());
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             (None, None) => {
-                // Stopped by the coordinator's notice: a moment for this node's answer to
-                // it to leave (the coordinator's node waits for it before it exits).
+                // Stopped by the coordinator's notice: let this node's answer leave first.
                 if matches!(result, Err(NodeError::RunFailed { .. })) {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
@@ -495,8 +445,7 @@ impl Cluster {
         result
     }
 
-    /// Starts the transport, the node runtime, the agent (and the coordinator where it
-    /// runs), then joins the cluster.
+    /// Starts transport, node runtime, agent (and coordinator) and joins the cluster.
     pub async fn boot(
         &self,
         name: &str,
@@ -514,13 +463,8 @@ impl Cluster {
             Wiring::Quic(creds) => Net::quic(id, parse_addr(&spec)?, creds, s.net.clone())?,
             Wiring::Memory(hub) => Net::memory(hub, id, s.net.clone())?,
         };
-        let node = Node::new(
-            id,
-            name,
-            net,
-            inbound,
-            Duration::from_millis(s.cluster.request_timeout_ms),
-        );
+        let request_timeout = Duration::from_millis(s.cluster.request_timeout_ms);
+        let node = Node::new(id, name, net, inbound, request_timeout);
         for (i, n) in s.nodes.iter().enumerate() {
             let addr = match &wiring {
                 Wiring::Quic(_) => PeerAddr::Quic(parse_addr(n)?),
@@ -540,10 +484,8 @@ impl Cluster {
             .accept::<PeerDown>()
             .accept::<Shutdown>();
         let coordinator_addr = if id == coordinator {
-            let expected: BTreeMap<NodeId, String> = s
-                .nodes
-                .iter()
-                .enumerate()
+            let ids = s.nodes.iter().enumerate();
+            let expected = ids
                 .map(|(i, n)| (NodeId(i as u32), n.name.clone()))
                 .collect();
             let addr = Coordinator::new(node.clone(), expected, hb, timeout).start();
@@ -568,14 +510,8 @@ impl Cluster {
                 addr: matches!(wiring, Wiring::Quic(_)).then(|| n.addr.clone()),
             })
             .collect();
-        join(
-            &node,
-            coordinator,
-            &spec,
-            &expected,
-            Duration::from_millis(s.cluster.join_timeout_ms),
-        )
-        .await?;
+        let join_timeout = Duration::from_millis(s.cluster.join_timeout_ms);
+        join(&node, coordinator, &spec, &expected, join_timeout).await?;
         node.net().set_membership_changing(false);
         crate::chaos::arm(&node)?;
         agent.do_send(Joined);
@@ -602,15 +538,12 @@ fn parse_addr(spec: &NodeSpec) -> Result<SocketAddr, NodeError> {
         .map_err(|e| NodeError::Config(format!("node {}: bad addr {addr:?}: {e}", spec.name)))
 }
 
-/// Replaces port 0 with free UDP ports for nodes that start in this process: each port
-/// stays bound until its node's endpoint takes the socket over, so no other program can
-/// take it in between.
+/// Replaces port 0 with free UDP ports for nodes of this process, held until bound.
 pub fn reserve_ports(settings: &mut Settings) -> Result<(), NodeError> {
     assign_ports(settings, petrel_net::ports::reserve_held)
 }
 
-/// Replaces port 0 with free UDP ports for nodes that other processes will start (the
-/// ports are released at once, picked where the kernel's `bind(0)` never lands).
+/// Replaces port 0 with free UDP ports for nodes that other processes will start.
 pub fn pick_ports(settings: &mut Settings) -> Result<(), NodeError> {
     assign_ports(settings, petrel_net::ports::pick_free)
 }
@@ -636,9 +569,7 @@ fn assign_ports(
     Ok(())
 }
 
-/// Fails when a node's configured address cannot be bound right now (checked before the
-/// nodes of one process start, so a taken port is named at once instead of surfacing as a
-/// cluster that never forms). The probe socket is closed again at once.
+/// Fails when a node's address cannot be bound now, naming the taken port at once.
 fn check_ports_free(settings: &Settings) -> Result<(), NodeError> {
     for n in &settings.nodes {
         let addr = parse_addr(n)?;
@@ -671,13 +602,12 @@ async fn join(
         roles: spec.roles.clone(),
     };
     let mut events = node.subscribe();
-    // Who is missing is asked shortly before the deadline as well as at it: the
-    // coordinator's node may have given up and left by the time this node's time is up.
+    // Who is missing is asked shortly before the deadline too: the coordinator may be gone
+    // by then.
     let status_at = deadline - JOIN_STATUS_TIMEOUT.min(timeout / 2);
     let mut early_status = None;
     loop {
-        // A failure the coordinator announced while this node was still joining (its
-        // join reply may be lost with the coordinator's node) ends the join with it.
+        // A run failure announced while joining (its join reply may be lost) ends it.
         if let Some(e @ NodeError::RunFailed { .. }) = node.peer_failure() {
             return Err(e);
         }
@@ -709,8 +639,7 @@ async fn join(
             a = attempt => a,
             e = first_failure(&mut events) => match e {
                 e @ NodeError::RunFailed { .. } => return Err(e),
-                // A peer declared down while joining: keep joining (the coordinator
-                // decides; it refuses the join if the run failed).
+                // A peer down while joining: keep joining (the coordinator decides).
                 _ => continue,
             },
         };
@@ -744,8 +673,8 @@ async fn join_status(node: &Node, coordinator: NodeId) -> Result<JoinProgress, S
         .map_err(|e| e.to_string())
 }
 
-/// The error of a join that timed out: the nodes the coordinator still missed, or, when the
-/// coordinator gave no answer, that it could not be reached (naming it and its address).
+/// The error of a timed-out join: the nodes the coordinator still missed, or that it could
+/// not be reached.
 fn join_timed_out(
     node: &Node,
     coordinator: NodeId,
@@ -799,8 +728,7 @@ async fn first_failure(events: &mut tokio::sync::broadcast::Receiver<PeerEvent>)
     }
 }
 
-/// Why the job of an app could not be built from its `[app.<section>]` settings. Cheap to
-/// clone, because every role of the app on a node reports the same failure.
+/// Why an app's job could not be built from `[app.<section>]` (cloned to every role).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("[app.{section}]: {cause}")]
 pub struct AppJobError {
@@ -811,8 +739,8 @@ pub struct AppJobError {
     pub cause: Arc<dyn std::error::Error + Send + Sync + 'static>,
 }
 
-/// The job of a built-in app, built once per process from `[app.<section>]` on first use, so
-/// all its roles on one node share it; a bad section fails every role with the reason.
+/// An app's job, built once per process from `[app.<section>]` on first use and shared by
+/// its roles; a bad section fails every role with the reason.
 pub fn lazy_job<C, J, E>(
     settings: Settings,
     section: &'static str,

@@ -1,23 +1,16 @@
 //! A received frame's body: the stream's chunks as the transport handed them over, never
 //! gathered unless a reader needs one contiguous slice.
 //!
-//! A 4 MiB tensor arrives over QUIC as a few hundred chunks. Gathering them into one buffer
-//! and then copying the tensor's bytes out of it into its aligned `Vec<f32>` costs two
-//! copies; [`Body::decode`] copies each large `bin` straight from the chunks into the
-//! aligned vector of the `f32` field that takes it ([`crate::tensor::f32_bytes`]; the same
-//! for [`crate::tensor::f64_bytes`] and [`crate::tensor::u32_bytes`] fields), one copy:
+//! [`Body::decode`] copies each large `bin` straight from the chunks into the aligned
+//! vector of the `f32`/`f64`/`u32` field that takes it ([`crate::tensor::f32_bytes`] etc.),
+//! one copy instead of gather-then-copy:
 //!
-//! 1. a scan of the msgpack value (lengths only, no payload read) builds a small
-//!    *skeleton*: every byte of the body except the payloads of `bin`s of
-//!    [`LARGE_BIN`] bytes or more, each replaced by a token `bin` that names it (a
-//!    per-decode random nonce and its index);
-//! 2. rmp-serde decodes the skeleton; a `*_bytes` field that meets a token copies the
-//!    payload from the chunks into its vector and marks the token taken;
-//! 3. unless every token was taken by a `*_bytes` field (another field, e.g. a
-//!    `serde_bytes` one, would have seen the token instead of the bytes), the result is
-//!    thrown away and the body is gathered and decoded as one slice, exactly as before.
-//!
-//! So the outcome, including every error, is that of decoding the gathered bytes.
+//! 1. a length-only scan builds a *skeleton*: the body with every `bin` of [`LARGE_BIN`]
+//!    bytes or more replaced by a token `bin` (a per-decode random nonce and an index);
+//! 2. rmp-serde decodes the skeleton; a `*_bytes` field meeting a token copies its payload;
+//! 3. unless every token was taken by a `*_bytes` field, the result is discarded and the
+//!    gathered body decoded instead — so the outcome, errors included, is always that of
+//!    decoding the gathered bytes.
 
 use crate::tensor::LeValue;
 use bytes::{Bytes, BytesMut};
@@ -25,8 +18,7 @@ use serde::de::DeserializeOwned;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A `bin` payload of at least this many bytes in a chunked body is copied straight into
-/// its final place by [`Body::decode`].
+/// A `bin` of at least this many bytes is copied straight into place by [`Body::decode`].
 pub const LARGE_BIN: usize = 64 * 1024;
 
 /// Bytes of a token that stands for an elided payload in a skeleton.
@@ -148,8 +140,8 @@ impl Body {
         }
     }
 
-    /// Decodes the body as `M` (see the module docs): a large `f32` payload spread over
-    /// chunks is copied once, into its final aligned vector. Errors name `type_name`.
+    /// Decodes the body as `M`, copying a large payload once into its final vector (see the
+    /// module docs). Errors name `type_name`.
     pub fn decode<M: DeserializeOwned>(&self, type_name: &str) -> Result<M, crate::CodecError> {
         match &self.repr {
             Repr::One(b) => crate::decode_body(type_name, b),
@@ -283,9 +275,7 @@ fn next_nonce() -> u64 {
 }
 
 impl Skeleton {
-    /// Walks one msgpack value (and copies what follows it verbatim). `None` when the body
-    /// is not well-formed msgpack: the caller then decodes the gathered bytes, which
-    /// reports the error.
+    /// Walks one msgpack value, then copies what follows verbatim; `None` if malformed.
     fn scan(chunks: &[Bytes], len: usize) -> Option<Skeleton> {
         let mut cur = Cursor::new(chunks, len);
         let mut out = Vec::with_capacity(256);
@@ -380,8 +370,8 @@ impl Skeleton {
         })
     }
 
-    /// Decodes the skeleton with the elided payloads on offer to `*_bytes` fields;
-    /// `None` unless every payload was taken by one (or on any error).
+    /// Decodes the skeleton, offering the elided payloads to `*_bytes` fields; `None`
+    /// unless every payload was taken (or on error).
     fn decode<M: DeserializeOwned>(&self, chunks: &[Bytes]) -> Option<M> {
         let offer = Offer {
             nonce: self.nonce,
@@ -410,8 +400,8 @@ thread_local! {
     static OFFER: RefCell<Option<Offer>> = const { RefCell::new(None) };
 }
 
-/// If `token` names a payload on offer, copies that payload from its chunks into an aligned
-/// vector of `T` (one copy) and takes it off the offer. `None` for any other bytes.
+/// If `token` names a payload on offer, takes it off the offer and copies it from its
+/// chunks into an aligned vector (`None` for any other bytes).
 pub(crate) fn take_payload<T: LeValue>(token: &[u8]) -> Option<Result<Vec<T>, crate::CodecError>> {
     if token.len() != TOKEN_LEN || token[..8] != TOKEN_MAGIC {
         return None;
@@ -438,11 +428,10 @@ fn copy_values<T: LeValue>(
     len: usize,
 ) -> Result<Vec<T>, crate::CodecError> {
     let width = std::mem::size_of::<T>();
+    let name = T::NAME;
     if !len.is_multiple_of(width) {
-        return Err(crate::CodecError::Tensor(format!(
-            "{} payload of {len} bytes is not a multiple of {width}",
-            T::NAME
-        )));
+        let why = format!("{name} payload of {len} bytes is not a multiple of {width}");
+        return Err(crate::CodecError::Tensor(why));
     }
     let mut out: Vec<T> = Vec::with_capacity(len / width);
     let dst = out.as_mut_ptr().cast::<u8>();
@@ -461,10 +450,8 @@ fn copy_values<T: LeValue>(
         at = 0;
     }
     if done != len {
-        return Err(crate::CodecError::Tensor(format!(
-            "{} payload of {len} bytes ran past the body ({done} bytes)",
-            T::NAME
-        )));
+        let why = format!("{name} payload of {len} bytes ran past the body ({done} bytes)");
+        return Err(crate::CodecError::Tensor(why));
     }
     // SAFETY: all `len / width` values were written above, and every bit pattern is a
     // valid `T` (`Pod`).

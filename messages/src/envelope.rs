@@ -1,13 +1,11 @@
-//! Envelopes and frames.
-//!
-//! One frame carries one message on one QUIC stream:
+//! Envelopes and frames. One frame carries one message on one QUIC stream:
 //!
 //! ```text
 //! magic "PTR1" | header_len: u32 LE | body_len: u32 LE | header (msgpack) | body (msgpack)
 //! ```
 //!
-//! The header is small and decoded first, so a receiver knows the target and the type
-//! before it touches the body, and the body can be handed over as a zero-copy `Bytes` slice.
+//! The small header is decoded first, so a receiver knows target and type before it
+//! touches the body, which is handed over as zero-copy `Bytes`.
 
 use crate::body::Body;
 use crate::ids::{NodeId, Priority};
@@ -57,9 +55,6 @@ pub enum CodecError {
         /// The decoder's complaint.
         error: String,
     },
-    /// No handler knows this message type.
-    #[error("unknown message type {0}")]
-    UnknownType(String),
     /// A value could not be serialized.
     #[error("encoding failed: {0}")]
     Encode(String),
@@ -114,8 +109,7 @@ pub struct EnvelopeHeader {
 pub struct Frame {
     /// The routing header, decoded.
     pub header: EnvelopeHeader,
-    /// The msgpack body, still encoded: zero-copy slices of the received bytes (the
-    /// chunks a stream delivered, or one slice of a whole frame).
+    /// The msgpack body, still encoded: zero-copy slices of the received bytes.
     pub body: Body,
 }
 
@@ -166,12 +160,7 @@ impl FramePrefix {
 }
 
 impl Frame {
-    /// Encodes a header and a typed body into one contiguous buffer (a single allocation,
-    /// the body serialized in place).
-    ///
-    /// The buffer is allocated once at its exact size: a first pass counts the body's
-    /// bytes without writing them (cheap: a tensor's bytes are counted, not copied), so a
-    /// large tensor is copied exactly once, into its final place, and never regrown.
+    /// Encodes a header and a typed body into one buffer of exact size (body counted first).
     pub fn encode<M: Serialize + ?Sized>(
         header: &EnvelopeHeader,
         body: &M,
@@ -184,38 +173,40 @@ impl Frame {
         buf.extend_from_slice(&head);
         let header_len = head.len();
         crate::encode_body(body, &mut buf)?;
-        if buf.len() - FRAME_PREFIX_LEN - header_len != body_len {
-            return Err(CodecError::Encode(format!(
-                "body encoded to {} bytes, counted {body_len}",
-                buf.len() - FRAME_PREFIX_LEN - header_len
-            )));
+        let encoded = buf.len() - FRAME_PREFIX_LEN - header_len;
+        if encoded != body_len {
+            let why = format!("body encoded to {encoded} bytes, counted {body_len}");
+            return Err(CodecError::Encode(why));
         }
         Self::write_prefix(&mut buf, header_len, body_len)?;
         Ok(Bytes::from(buf))
     }
 
-    /// The pieces of a frame whose body was encoded already (`body`, as
-    /// [`crate::encode_body`] writes it): the prefix and header in a small piece, then the
-    /// body's bytes, shared, not copied. A message sent to several actors is encoded once
-    /// this way. Joined, the pieces are byte for byte what [`Frame::encode`] makes.
+    /// The pieces of a frame whose body was encoded already (by [`crate::encode_body`]),
+    /// the body shared, not copied; joined, byte for byte [`Frame::encode`]'s.
     pub fn with_encoded_body(
         header: &EnvelopeHeader,
         body: &Bytes,
     ) -> Result<Vec<Bytes>, CodecError> {
-        let mut head = Vec::with_capacity(FRAME_PREFIX_LEN + 128);
-        head.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
-        crate::encode_body(header, &mut head)?;
+        let mut head = Self::head(header, 0)?;
         let header_len = head.len() - FRAME_PREFIX_LEN;
         Self::write_prefix(&mut head, header_len, body.len())?;
         Ok(vec![Bytes::from(head), body.clone()])
     }
 
-    /// Encodes a header and a message as the pieces of one frame, in order: a large `f32`
-    /// vector the message names ([`crate::RemoteMessage::large_payload`], at least
-    /// [`crate::body::LARGE_BIN`] bytes) becomes a piece of its own that owns the vector's
-    /// allocation, never copied; the bytes around it are small pieces. Joined, the pieces
-    /// are byte for byte what [`Frame::encode`] makes. Without such a vector (or on a
-    /// big-endian machine) the result is one piece from [`Frame::encode`].
+    /// A zeroed prefix followed by the encoded `header`, with room for `extra` more bytes.
+    fn head(header: &EnvelopeHeader, extra: usize) -> Result<Vec<u8>, CodecError> {
+        let mut head = Vec::with_capacity(FRAME_PREFIX_LEN + 128 + extra);
+        head.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
+        crate::encode_body(header, &mut head)?;
+        Ok(head)
+    }
+
+    /// Encodes a header and a message as the pieces of one frame: a large `f32` vector the
+    /// message names ([`crate::RemoteMessage::large_payload`], at least
+    /// [`crate::body::LARGE_BIN`] bytes) becomes a piece owning the vector's allocation,
+    /// never copied. Joined, the pieces are byte for byte [`Frame::encode`]'s; without such
+    /// a vector (or on a big-endian machine) the result is [`Frame::encode`]'s one piece.
     pub fn encode_chunks<M: crate::RemoteMessage>(
         header: &EnvelopeHeader,
         mut msg: M,
@@ -241,8 +232,7 @@ impl Frame {
                 hits: 0,
             })
         });
-        // Cleared however this returns (a panicking `Serialize` included), so that a
-        // later message at the same address never meets a stale payload.
+        // Cleared however this returns (panics included): no stale payload for a later message.
         let _clear = ClearTaken;
         let mut w = CaptureWriter {
             pieces: vec![Piece::Owned(vec![0u8; FRAME_PREFIX_LEN])],
@@ -301,9 +291,8 @@ impl Frame {
         Self::encode_raw_pieces(header, &[body])
     }
 
-    /// Encodes a header with an already-encoded body, keeping a body of at least
-    /// [`crate::body::LARGE_BIN`] bytes as a piece of its own (its allocation, not a copy)
-    /// after a small head; joined, the pieces are byte for byte [`Frame::encode_raw`]'s.
+    /// Encodes a header with an already-encoded body, a body of at least
+    /// [`crate::body::LARGE_BIN`] bytes kept as a piece of its own (as [`Frame::encode_raw`]).
     pub fn encode_raw_chunks(
         header: &EnvelopeHeader,
         body: Vec<u8>,
@@ -311,21 +300,13 @@ impl Frame {
         if body.len() < crate::body::LARGE_BIN {
             return Ok(vec![Self::encode_raw(header, &body)?]);
         }
-        let mut head = Vec::with_capacity(FRAME_PREFIX_LEN + 128);
-        head.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
-        crate::encode_body(header, &mut head)?;
-        let header_len = head.len() - FRAME_PREFIX_LEN;
-        Self::write_prefix(&mut head, header_len, body.len())?;
-        Ok(vec![Bytes::from(head), Bytes::from(body)])
+        Self::with_encoded_body(header, &Bytes::from(body))
     }
 
-    /// Encodes a header with an already-encoded body given in pieces (written one after
-    /// the other): one allocation, each piece copied once.
+    /// Encodes a header with an already-encoded body in pieces, each copied once.
     pub fn encode_raw_pieces(header: &EnvelopeHeader, body: &[&[u8]]) -> Result<Bytes, CodecError> {
         let body_len: usize = body.iter().map(|p| p.len()).sum();
-        let mut buf = Vec::with_capacity(FRAME_PREFIX_LEN + 128 + body_len);
-        buf.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
-        crate::encode_body(header, &mut buf)?;
+        let mut buf = Self::head(header, body_len)?;
         let header_len = buf.len() - FRAME_PREFIX_LEN;
         for piece in body {
             buf.extend_from_slice(piece);
@@ -351,18 +332,7 @@ impl Frame {
     /// Decodes a complete frame. The body stays a slice of `bytes` (no copy).
     pub fn decode(bytes: Bytes, max_frame: usize) -> Result<Frame, CodecError> {
         let prefix = FramePrefix::parse(&bytes, max_frame)?;
-        if bytes.len() < prefix.total_len() {
-            return Err(CodecError::Truncated {
-                need: prefix.total_len(),
-                have: bytes.len(),
-            });
-        }
-        if bytes.len() > prefix.total_len() {
-            return Err(CodecError::Header(format!(
-                "{} trailing bytes after frame",
-                bytes.len() - prefix.total_len()
-            )));
-        }
+        exact_len(prefix.total_len(), bytes.len())?;
         let header_end = FRAME_PREFIX_LEN + prefix.header_len;
         let header: EnvelopeHeader = rmp_serde::from_slice(&bytes[FRAME_PREFIX_LEN..header_end])
             .map_err(|e| CodecError::Header(e.to_string()))?;
@@ -372,25 +342,10 @@ impl Frame {
         })
     }
 
-    /// Decodes a frame whose prefix was parsed already from the chunks that follow the
-    /// prefix (header and body, exactly `prefix.header_len + prefix.body_len` bytes, as a
-    /// stream delivered them). Only the small header is gathered; the body keeps the
-    /// chunks, no copy.
+    /// Decodes a frame from the chunks after its parsed prefix, gathering only the header.
     pub fn from_chunks(prefix: FramePrefix, chunks: Vec<Bytes>) -> Result<Frame, CodecError> {
         let have: usize = chunks.iter().map(Bytes::len).sum();
-        let want = prefix.header_len + prefix.body_len;
-        if have < want {
-            return Err(CodecError::Truncated {
-                need: FRAME_PREFIX_LEN + want,
-                have: FRAME_PREFIX_LEN + have,
-            });
-        }
-        if have > want {
-            return Err(CodecError::Header(format!(
-                "{} trailing bytes after frame",
-                have - want
-            )));
-        }
+        exact_len(prefix.total_len(), FRAME_PREFIX_LEN + have)?;
         let mut head = Vec::with_capacity(prefix.header_len);
         let mut body = Vec::with_capacity(chunks.len());
         for mut c in chunks {
@@ -409,6 +364,19 @@ impl Frame {
             body: Body::from_chunks(body),
         })
     }
+}
+
+/// Checks that a frame of `need` bytes got exactly `have`.
+fn exact_len(need: usize, have: usize) -> Result<(), CodecError> {
+    if have < need {
+        return Err(CodecError::Truncated { need, have });
+    }
+    if have > need {
+        let extra = have - need;
+        let why = format!("{extra} trailing bytes after frame");
+        return Err(CodecError::Header(why));
+    }
+    Ok(())
 }
 
 /// A vector [`Frame::encode_chunks`] moved out of the message being serialized.
@@ -474,8 +442,8 @@ enum Piece {
     Payload,
 }
 
-/// Collects what the serializer writes, leaving out the one write of the taken payload
-/// (recognised by its address and length) as a [`Piece::Payload`].
+/// Collects what the serializer writes, leaving out the taken payload's one write
+/// (recognised by address and length) as a [`Piece::Payload`].
 struct CaptureWriter {
     pieces: Vec<Piece>,
     gap: (usize, usize),

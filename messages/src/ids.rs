@@ -36,8 +36,8 @@ impl fmt::Display for ActorId {
     }
 }
 
-/// Message priority: higher values leave the outbox first, get higher QUIC stream
-/// priority, and are processed first by actors with a priority mailbox.
+/// Message priority: higher values leave the outbox first, get higher QUIC stream priority
+/// and are processed first by priority mailboxes.
 #[derive(
     Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
 )]
@@ -50,8 +50,7 @@ impl Priority {
     pub const NORMAL: Priority = Priority(0);
     /// Work that should overtake ordinary traffic.
     pub const HIGH: Priority = Priority(100);
-    /// Runtime control traffic (heartbeats, barriers, replies to them): must not starve
-    /// behind user data, or failure detection would report live peers as dead.
+    /// Runtime control traffic: must not starve behind data, or live peers look dead.
     pub const CONTROL: Priority = Priority(1 << 20);
 }
 

@@ -1,17 +1,12 @@
 //! Wire types of petrel: pure data and codecs, no I/O, no actors.
 //!
-//! - Who and how urgent: [`NodeId`] (a process of a cluster), [`ActorId`] (a named actor on
-//!   a node) and [`Priority`] (an `i32`, higher first; the one priority type from the
-//!   outbox to the mailbox to P3's slices).
-//! - [`PriorityQueue`]: the one queue that orders work by [`Priority`], FIFO within a
-//!   priority; the mailbox, the outbox and P3's slice queue all use it.
-//! - Frames: an [`EnvelopeHeader`] (route, type name, priority, [`EnvelopeKind`]) and a
-//!   msgpack body make a [`Frame`]; a bad frame is a [`CodecError`]. A received body is a
-//!   [`Body`]: the chunks it arrived in, decoded without gathering a large tensor first.
-//! - Your own messages: implement [`RemoteMessage`] (or use [`remote_message!`]); bodies
-//!   are encoded with [`encode_body`] and decoded with [`decode_body`].
-//! - Tensors: [`Tensor`], and [`tensor::f32_bytes`] / [`tensor::f64_bytes`] to carry a
-//!   numeric vector as raw little-endian bytes.
+//! - [`NodeId`], [`ActorId`] and [`Priority`] (an `i32`, higher first, used from the outbox
+//!   to the mailbox to P3's slices); [`PriorityQueue`] orders work by it, FIFO within one.
+//! - Frames: an [`EnvelopeHeader`] and a msgpack body make a [`Frame`]; a bad frame is a
+//!   [`CodecError`]. A received [`Body`] is decoded from its chunks without gathering.
+//! - Your own messages: implement [`RemoteMessage`] (or use [`remote_message!`]), encoded
+//!   with [`encode_body`] and decoded with [`decode_body`].
+//! - [`Tensor`], and [`tensor::f32_bytes`] / [`tensor::f64_bytes`] for raw numeric vectors.
 //! - [`runtime`]: the runtime's own messages (join, heartbeats, barriers, shutdown).
 //!
 //! Start with `use petrel_messages::prelude::*;`.
@@ -38,8 +33,7 @@ pub mod prelude {
 
 use serde::{Serialize, de::DeserializeOwned};
 
-/// At most `max_bytes` of `text`, cut at a character boundary: what an error quotes of
-/// input that a file, a flag or a peer can make megabytes long.
+/// At most `max_bytes` of `text`, cut at a character boundary, for quoting input in errors.
 pub fn clip(text: &str, max_bytes: usize) -> &str {
     let mut end = text.len().min(max_bytes);
     while !text.is_char_boundary(end) {
@@ -49,9 +43,7 @@ pub fn clip(text: &str, max_bytes: usize) -> &str {
 }
 
 /// `text` with every quoted run (between `"`s or backticks) longer than `max_bytes` cut to
-/// its first `max_bytes` and `…`: a parser's message quotes the offending value, which
-/// input can make megabytes long, while the rest of the message (the key, the valid
-/// choices) stays whole.
+/// its first `max_bytes` and `…`, keeping the rest of the message whole.
 pub fn clip_quoted(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= max_bytes {
         return text.into();
@@ -87,25 +79,18 @@ pub fn clip_quoted(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
     out.into()
 }
 
-/// A message that can cross the network, typed end to end.
-///
-/// `TYPE_NAME` is the stable name on the wire; receivers look handlers up by it, so it must
-/// be unique within a cluster (prefix it with your crate or app name). `Reply` is what an
-/// `ask` returns; use `()` for fire-and-forget messages.
-///
-/// Implement it with [`remote_message!`] or by hand.
+/// A message that can cross the network, typed end to end. `TYPE_NAME` is the handler
+/// lookup key on the wire, unique within a cluster (prefix it with your crate's name).
 pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
     /// The stable, cluster-unique name of the message on the wire.
     const TYPE_NAME: &'static str;
     /// What an `ask` of this message returns (`()` for fire-and-forget messages).
     type Reply: Serialize + DeserializeOwned + Send + 'static;
 
-    /// The message's large `f32` vector, if it has one serialized with
-    /// [`tensor::f32_bytes`] (a [`Tensor`]'s `data`, say): a remote `tell` then moves it
-    /// out and hands its bytes to the transport as they are, instead of copying them into
-    /// the frame (see [`Frame::encode_chunks`]). The bytes on the wire are the same. While
-    /// the message is serialized the vector is empty, so nothing else the message writes
-    /// may depend on it. The default is `None`: the message is serialized into one buffer.
+    /// The message's large `f32` vector serialized with [`tensor::f32_bytes`], if any: a
+    /// remote `tell` moves it out and hands its bytes to the transport uncopied
+    /// ([`Frame::encode_chunks`]); the wire bytes are the same. It is empty while the
+    /// message is serialized, so nothing else may depend on it.
     fn large_payload(&mut self) -> Option<&mut Vec<f32>> {
         None
     }
@@ -122,9 +107,8 @@ pub trait RemoteMessage: Serialize + DeserializeOwned + Send + 'static {
 /// petrel_messages::remote_message!(Ping => Pong, "example.ping");
 /// ```
 ///
-/// A message carrying a large `f32` vector names it after `payload =`, so that a remote
-/// `tell` or `ask` hands the vector's bytes to the transport without copying them
-/// ([`RemoteMessage::large_payload`]):
+/// A message carrying a large `f32` vector names it after `payload =`, so it is sent
+/// uncopied ([`RemoteMessage::large_payload`]):
 ///
 /// ```
 /// use petrel_messages::Tensor;
@@ -155,15 +139,13 @@ macro_rules! remote_message {
     };
 }
 
-/// Encodes a message body as msgpack (struct fields by name, so that adding optional fields
-/// stays compatible).
+/// Encodes a message body as msgpack (fields by name, so new optional fields stay compatible).
 pub fn encode_body<M: Serialize + ?Sized>(msg: &M, out: &mut Vec<u8>) -> Result<(), CodecError> {
     msg.serialize(&mut rmp_serde::Serializer::new(out).with_struct_map())
         .map_err(|e| CodecError::Encode(e.to_string()))
 }
 
-/// The number of bytes [`encode_body`] writes for `msg`, found without writing them (a
-/// byte string is counted, not copied), so that a buffer can be allocated at its exact size.
+/// The number of bytes [`encode_body`] writes for `msg`, counted without writing them.
 pub fn encoded_len<M: Serialize + ?Sized>(msg: &M) -> Result<usize, CodecError> {
     struct Counter(usize);
     impl std::io::Write for Counter {

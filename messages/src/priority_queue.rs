@@ -1,13 +1,10 @@
-//! The one priority queue of petrel: highest [`Priority`] first, FIFO within a priority.
+//! The one priority queue of petrel: highest [`Priority`] first, FIFO within a priority,
+//! shared by the actor mailbox, the transport's outbox and P3's slice queue.
 //!
-//! The actor mailbox (`petrel_actors::PriorityInbox`), the transport's outbox
-//! (`petrel_net::outbox::OutboxQueue`) and P3's slice queue all order work this way, so they
-//! share this type: one ordering rule, tested once. Plain data, no I/O.
-//!
-//! Each queued item holds a [`Rank`]: its priority and its place in line. Ranks compare
-//! across queues that exchange items with [`PriorityQueue::pop_ranked`] and
-//! [`PriorityQueue::push_ranked`], which is how the outbox parks a peer's messages aside and
-//! later lets them compete with the main queue again without losing their turn.
+//! Each item holds a [`Rank`] (priority and place in line) that stays comparable when
+//! moved between queues with [`PriorityQueue::pop_ranked`] and
+//! [`PriorityQueue::push_ranked`]: the outbox parks a peer's messages aside that way
+//! without losing their turn.
 
 use crate::Priority;
 use std::collections::BinaryHeap;
@@ -19,8 +16,8 @@ pub struct PriorityQueue<T> {
     seq: u64,
 }
 
-/// An item's place in a [`PriorityQueue`]: its priority, then its arrival order. A greater
-/// rank leaves first (higher priority, or the same priority and older).
+/// An item's place in a [`PriorityQueue`]: a greater rank (higher priority, or older at
+/// the same priority) leaves first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rank {
     /// The item's priority.
@@ -80,8 +77,7 @@ impl<T> PriorityQueue<T> {
         Self::default()
     }
 
-    /// Queues `item`; it leaves after every item of higher priority and every earlier item
-    /// of the same priority.
+    /// Queues `item` after every item of higher priority and every earlier one of its own.
     pub fn push(&mut self, priority: Priority, item: T) {
         self.seq += 1;
         self.heap.push(Entry {
@@ -103,8 +99,7 @@ impl<T> PriorityQueue<T> {
         self.heap.peek().map(|e| (e.rank.priority, &e.item))
     }
 
-    /// Removes the next item together with its [`Rank`], to move it to another queue with
-    /// [`push_ranked`](Self::push_ranked) without losing its turn.
+    /// Removes the next item with its [`Rank`], to [`push_ranked`](Self::push_ranked) elsewhere.
     pub fn pop_ranked(&mut self) -> Option<(Rank, T)> {
         self.heap.pop().map(|e| (e.rank, e.item))
     }
@@ -114,8 +109,7 @@ impl<T> PriorityQueue<T> {
         self.heap.peek().map(|e| (e.rank, &e.item))
     }
 
-    /// Queues an item that keeps the rank it had in the queue it came from. Items pushed
-    /// later with [`push`](Self::push) still go after it within its priority.
+    /// Queues an item keeping the rank it had in the queue it came from.
     pub fn push_ranked(&mut self, rank: Rank, item: T) {
         self.seq = self.seq.max(rank.seq);
         self.heap.push(Entry { rank, item });

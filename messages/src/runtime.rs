@@ -63,9 +63,8 @@ pub struct PeerDown {
 pub struct Shutdown {
     /// Why the cluster stops.
     pub reason: String,
-    /// Set when the run failed: the node whose failure stops the cluster. Every node that
-    /// receives it stops at once with an error naming that node, instead of waiting for
-    /// heartbeats to time out.
+    /// The node whose failure stops the cluster, if the run failed: receivers stop at
+    /// once with an error naming it instead of waiting for heartbeats to time out.
     #[serde(default)]
     pub failed_node: Option<String>,
 }
@@ -77,9 +76,8 @@ pub struct BarrierEnter {
     pub name: String,
     /// The entering node.
     pub node: NodeId,
-    /// A value every node that enters with one must share (a digest of the data it
-    /// loaded): if two differ the barrier fails for every node, naming them. `None`:
-    /// nothing to agree on.
+    /// A value every entering node must share (a digest of its loaded data); if two
+    /// differ the barrier fails for every node, naming them.
     #[serde(default)]
     pub agree_on: Option<u64>,
 }

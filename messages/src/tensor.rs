@@ -16,14 +16,9 @@ pub struct Tensor {
 impl Tensor {
     /// A tensor of `shape`; fails unless `data` holds exactly the product of `shape` values.
     pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Result<Self, crate::CodecError> {
-        let expected: usize = shape.iter().product();
-        if expected != data.len() {
-            return Err(crate::CodecError::Tensor(format!(
-                "shape {shape:?} needs {expected} values, got {}",
-                data.len()
-            )));
-        }
-        Ok(Self { shape, data })
+        let t = Self { shape, data };
+        t.validate()?;
+        Ok(t)
     }
 
     /// A one-dimensional tensor.
@@ -51,12 +46,10 @@ impl Tensor {
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| crate::CodecError::Tensor("shape overflows".into()))?;
-        if expected != self.data.len() {
-            return Err(crate::CodecError::Tensor(format!(
-                "shape {:?} needs {expected} values, got {}",
-                self.shape,
-                self.data.len()
-            )));
+        let got = self.data.len();
+        if expected != got {
+            let why = format!("shape {:?} needs {expected} values, got {got}", self.shape);
+            return Err(crate::CodecError::Tensor(why));
         }
         Ok(())
     }
@@ -69,8 +62,7 @@ pub mod f32_bytes {
     /// Writes the values as one msgpack `bin` of little-endian bytes.
     #[allow(clippy::ptr_arg)] // the vector's address names the field a payload was taken from
     pub fn serialize<S: Serializer>(data: &Vec<f32>, s: S) -> Result<S::Ok, S::Error> {
-        // The field whose values `Frame::encode_chunks` moved out (little-endian machines
-        // only): write the moved values (the same bytes), from where they are now.
+        // The field whose values `Frame::encode_chunks` moved out: write them from there.
         if cfg!(target_endian = "little") && data.is_empty() && crate::envelope::is_taken_slot(data)
         {
             return crate::envelope::with_taken(|taken| serialize_le(taken, s));
@@ -80,9 +72,7 @@ pub mod f32_bytes {
 
     /// Reads little-endian bytes into an aligned vector.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
-        // Straight from the decoder's bytes into the aligned vector: no intermediate
-        // byte buffer (one copy of a large tensor instead of two).
-        d.deserialize_bytes(LeVisitor::<f32>::new())
+        d.deserialize_bytes(LeVisitor::<f32>(std::marker::PhantomData))
     }
 }
 
@@ -93,6 +83,27 @@ pub trait LeValue: bytemuck::Pod {
     const NAME: &'static str;
     /// The value of `bytes` (exactly `size_of::<Self>()` of them, little-endian).
     fn from_le(bytes: &[u8]) -> Self;
+}
+
+/// A `#[serde(with = ...)]` module for a `Vec` of an [`LeValue`] type.
+macro_rules! le_bytes_module {
+    ($(#[$doc:meta])* $name:ident, $t:ty) => {
+        $(#[$doc])*
+        pub mod $name {
+            use super::{LeVisitor, serialize_le};
+            use serde::{Deserializer, Serializer};
+
+            /// Writes the values as little-endian bytes.
+            pub fn serialize<S: Serializer>(data: &[$t], s: S) -> Result<S::Ok, S::Error> {
+                serialize_le(data, s)
+            }
+
+            /// Reads little-endian bytes; fails unless the length is a multiple of the width.
+            pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<$t>, D::Error> {
+                d.deserialize_bytes(LeVisitor::<$t>(std::marker::PhantomData))
+            }
+        }
+    };
 }
 
 macro_rules! le_value {
@@ -129,12 +140,6 @@ fn serialize_le<T: LeValue, S: Serializer>(data: &[T], s: S) -> Result<S::Ok, S:
 
 /// Reads a `bin` of little-endian values into an aligned `Vec<T>`.
 struct LeVisitor<T>(std::marker::PhantomData<T>);
-
-impl<T> LeVisitor<T> {
-    fn new() -> Self {
-        LeVisitor(std::marker::PhantomData)
-    }
-}
 
 impl<'de, T: LeValue> serde::de::Visitor<'de> for LeVisitor<T> {
     type Value = Vec<T>;
@@ -174,12 +179,11 @@ pub fn from_le_bytes(bytes: &[u8]) -> Result<Vec<f32>, crate::CodecError> {
 /// Decodes little-endian bytes into an aligned `Vec<T>` (one copy).
 pub fn values_from_le_bytes<T: LeValue>(bytes: &[u8]) -> Result<Vec<T>, crate::CodecError> {
     let width = std::mem::size_of::<T>();
-    if !bytes.len().is_multiple_of(width) {
-        return Err(crate::CodecError::Tensor(format!(
-            "{} payload of {} bytes is not a multiple of {width}",
-            T::NAME,
-            bytes.len()
-        )));
+    let name = T::NAME;
+    let len = bytes.len();
+    if !len.is_multiple_of(width) {
+        let why = format!("{name} payload of {len} bytes is not a multiple of {width}");
+        return Err(crate::CodecError::Tensor(why));
     }
     #[cfg(target_endian = "little")]
     {
@@ -254,38 +258,15 @@ mod tests {
     }
 }
 
-/// `#[serde(with = "petrel_messages::tensor::f64_bytes")]` for a `Vec<f64>`: raw
-/// little-endian bytes on the wire, written straight from the slice and read with one copy
-/// (a large payload straight from a received body's chunks, as for [`f32_bytes`]).
-pub mod f64_bytes {
-    use super::{LeVisitor, serialize_le};
-    use serde::{Deserializer, Serializer};
-
-    /// Writes the values as little-endian bytes.
-    pub fn serialize<S: Serializer>(data: &[f64], s: S) -> Result<S::Ok, S::Error> {
-        serialize_le(data, s)
-    }
-
-    /// Reads little-endian bytes; fails unless the length is a multiple of 8.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-        d.deserialize_bytes(LeVisitor::<f64>::new())
-    }
-}
-
-/// `#[serde(with = "petrel_messages::tensor::u32_bytes")]` for a `Vec<u32>` (indices):
-/// raw little-endian bytes on the wire, 4 bytes a value and a copy to read, where a
-/// msgpack array costs up to 5 bytes and a decoding branch per value.
-pub mod u32_bytes {
-    use super::{LeVisitor, serialize_le};
-    use serde::{Deserializer, Serializer};
-
-    /// Writes the values as little-endian bytes.
-    pub fn serialize<S: Serializer>(data: &[u32], s: S) -> Result<S::Ok, S::Error> {
-        serialize_le(data, s)
-    }
-
-    /// Reads little-endian bytes; fails unless the length is a multiple of 4.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
-        d.deserialize_bytes(LeVisitor::<u32>::new())
-    }
-}
+le_bytes_module!(
+    /// `#[serde(with = "petrel_messages::tensor::f64_bytes")]` for a `Vec<f64>`, read like
+    /// [`f32_bytes`].
+    f64_bytes,
+    f64
+);
+le_bytes_module!(
+    /// `#[serde(with = "petrel_messages::tensor::u32_bytes")]` for a `Vec<u32>` (indices):
+    /// 4 bytes a value, where a msgpack array costs up to 5 and a branch per value.
+    u32_bytes,
+    u32
+);

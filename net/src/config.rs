@@ -1,5 +1,4 @@
-//! Transport knobs. Every field is documented here and in README.md; the defaults run on a
-//! laptop and were chosen for throughput on loopback and LAN links.
+//! Transport knobs, documented here and in README.md; the defaults suit loopback and LAN.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,94 +18,64 @@ pub enum Congestion {
 
 impl std::fmt::Display for Congestion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Congestion::Cubic => "cubic",
-            Congestion::Bbr => "bbr",
-            Congestion::NewReno => "newreno",
-        })
+        let name = clap::ValueEnum::to_possible_value(self).map(|v| v.get_name().to_owned());
+        f.write_str(&name.unwrap_or_default())
     }
 }
 
-/// Every transport knob, read from `[net]` (an unknown key is rejected, naming it; a value
-/// that would stall a cluster by [`NetConfig::validate`]).
+/// Every transport knob, read from `[net]` (unknown keys are rejected by name; values that
+/// would stall a cluster by [`NetConfig::validate`]).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct NetConfig {
-    /// Largest frame (header + body) on the wire. Larger incoming frames are refused after
-    /// reading their 12-byte prefix and counted as `oversize_frames`. Larger messages are
-    /// split into parts by the sender and joined again by the receiver
-    /// ([`crate::reassembly`]), up to a peer's share of `inbound_buffer_bytes`.
+    /// Largest frame (header + body) on the wire; larger incoming frames are refused after
+    /// their 12-byte prefix (`oversize_frames`). Larger messages are split into parts and
+    /// rejoined ([`crate::reassembly`]), up to a peer's share of `inbound_buffer_bytes`.
     pub max_message_bytes: usize,
-    /// Concurrent incoming unidirectional streams per connection (one message per stream).
-    /// Bounds a peer's parallel in-flight messages, and so the memory it can pin.
+    /// Concurrent incoming streams (one message each) per connection: bounds pinned memory.
     pub max_concurrent_streams: u32,
-    /// Per-stream flow-control window (bytes). Large enough for one big tensor to flow
-    /// without waiting for window updates on a fast link.
+    /// Per-stream flow-control window (bytes), enough for one big tensor on a fast link.
     pub stream_receive_window: u64,
     /// Per-connection flow-control window (bytes): the most a peer can have unread here.
     pub receive_window: u64,
     /// Per-connection send buffer (bytes) in quinn.
     pub send_window: u64,
-    /// Initial UDP payload size. 1200 is always safe; on loopback and jumbo-frame LANs a
-    /// larger value cuts per-packet crypto and syscall cost.
+    /// Initial UDP payload size. 1200 is always safe; larger cuts per-packet cost.
     pub initial_mtu: u16,
-    /// Upper bound for path-MTU discovery (UDP payload bytes). Loopback takes 65527; the
-    /// default stays below 9000-byte jumbo frames. Set `mtu_discovery = false` to pin
-    /// `initial_mtu`.
+    /// Upper bound for path-MTU discovery (UDP payload bytes).
     pub max_udp_payload: u16,
-    /// The UDP payload towards a peer on a loopback address (a node on the same host),
-    /// where connections start instead of discovering it: loopback's MTU is 64 KiB, so one datagram carries ~45 times what an
-    /// Ethernet one does and the per-packet cost (crypto calls, syscalls, acks) falls
-    /// accordingly. 65000 fits both IPv4 (65507) and IPv6 loopback (65488). Such
-    /// connections send without segmentation offload (one datagram is already as large as
-    /// an offloaded batch may be). 0 = loopback peers get `max_udp_payload` like others.
-    /// A node with a `shaper` emulates an Ethernet link instead: datagrams of at most
+    /// The UDP payload towards a loopback peer, used from the start instead of discovered:
+    /// loopback's MTU is 64 KiB, so per-packet cost falls ~45-fold. 65000 fits IPv4 and IPv6
+    /// loopback; such connections send without segmentation offload. 0 = `max_udp_payload`.
+    /// With a `shaper`, datagrams of at most
     /// [`SHAPED_LINK_PAYLOAD`](crate::datagram::SHAPED_LINK_PAYLOAD) bytes, 10 per send.
     pub loopback_udp_payload: u16,
     /// Path-MTU discovery on (`true`, default) or off (stay at `initial_mtu`).
     pub mtu_discovery: bool,
-    /// Kernel receive and send buffer of the node's UDP socket (`SO_RCVBUF`/`SO_SNDBUF`),
-    /// bytes. The kernel's default (~208 KB) holds three 64 KB loopback datagrams, and
-    /// every datagram beyond it is dropped and resent after a loss timeout; the kernel caps
-    /// the request at `net.core.rmem_max`/`wmem_max`. 0 = leave the kernel's default.
+    /// Kernel receive and send buffer of the UDP socket (`SO_RCVBUF`/`SO_SNDBUF`), bytes.
+    /// The kernel default (~208 KB) holds three 64 KB loopback datagrams and drops the rest.
+    /// 0 = leave the kernel's default.
     pub socket_buffer_bytes: usize,
-    /// Overrides the send half of [`NetConfig::socket_buffer_bytes`] (`SO_SNDBUF`), bytes;
-    /// unset = the same as the receive buffer, 0 = leave the kernel's default. A UDP
-    /// socket's send buffer is its only back-pressure from the kernel: behind a slow
-    /// interface whose queue (qdisc) holds less than the send buffer, the qdisc drops the
-    /// excess instead of making the sender wait, and QUIC pays each drop with a loss
-    /// recovery. Loopback has no such queue, so only the receive side needs the 4 MiB.
+    /// Overrides the send half of [`NetConfig::socket_buffer_bytes`]; unset = same, 0 =
+    /// kernel default. The send buffer is UDP's only back-pressure: behind a qdisc smaller
+    /// than it, excess is dropped and QUIC pays a loss recovery per drop.
     pub socket_send_buffer_bytes: Option<usize>,
-    /// UDP segmentation offload (GSO): one `sendmsg` hands the kernel many packets of a
-    /// connection at once, where the kernel offers it (Linux); quinn falls back to one
-    /// packet per call elsewhere. A batch holds at most 10 datagrams and never more than
-    /// one UDP send may carry (65535 bytes: 7 datagrams of 8952 bytes).
+    /// UDP segmentation offload (GSO) where the kernel offers it: at most 10 datagrams
+    /// and 65535 bytes per batch.
     pub segmentation_offload: bool,
-    /// QUIC ack frequency (draft-ietf-quic-ack-frequency, which quinn implements on both
-    /// ends): ask the peer to acknowledge only every this many ack-eliciting packets
-    /// instead of every second one, which saves the receiver and the sender work per
-    /// packet on a bulk transfer. 0 leaves QUIC's default (every second packet).
+    /// QUIC ack frequency: ask the peer to acknowledge every this many ack-eliciting
+    /// packets instead of every second one. 0 = QUIC's default.
     pub ack_eliciting_threshold: u32,
-    /// The longest the peer may hold back an acknowledgement, in microseconds (QUIC ack
-    /// frequency, asked of the peer at the handshake; quinn does not go below 1 ms). A
-    /// receiver acknowledges every second packet at once, but a lone packet only when this
-    /// delay runs out, and a sender whose congestion window is full waits for that
-    /// acknowledgement: with QUIC's 25 ms default, a fresh connection's first large message
-    /// stalls 25 ms after its first datagram (the Lasso's first rounds). 0
-    /// leaves the peer's own (25 ms).
+    /// The longest the peer may delay an acknowledgement (µs; quinn's floor is 1 ms). A
+    /// sender with a full congestion window waits for the ack of a lone packet: with QUIC's
+    /// 25 ms default a fresh connection's first large message stalls 25 ms. 0 = peer's own.
     pub max_ack_delay_us: u64,
-    /// The congestion window a connection starts with, in bytes; slow start grows it from
-    /// there. 0 = QUIC's default (quinn's: ten 1,200-byte datagrams, 12,000 bytes), right
-    /// where the path is unknown.
+    /// Initial congestion window, bytes. 0 = QUIC's default (12,000 bytes).
     pub initial_window: u64,
-    /// `initial_window` towards a peer on a loopback address (see `loopback_udp_payload`).
-    /// QUIC's default is a fifth of one 65 KB loopback datagram, so a fresh connection
-    /// sent a 400 KB message one datagram per acknowledgement; loopback has no bottleneck to
-    /// probe, and 1 MiB fits the receiving socket's buffer (`socket_buffer_bytes`). 0 =
-    /// `initial_window`.
+    /// `initial_window` towards a loopback peer: loopback has no bottleneck to probe, and
+    /// 1 MiB fits the receiving socket's buffer. 0 = `initial_window`.
     pub loopback_initial_window: u64,
-    /// Congestion controller: `cubic` (default), `bbr` or `newreno`; any other value is
-    /// rejected when the settings are read.
+    /// Congestion controller: `cubic` (default), `bbr` or `newreno`.
     pub congestion: Congestion,
     /// Keep-alive interval; keeps idle connections (and NAT bindings) open.
     pub keep_alive_ms: u64,
@@ -114,54 +83,39 @@ pub struct NetConfig {
     pub idle_timeout_ms: u64,
     /// Give up connecting to a peer after this long.
     pub connect_timeout_ms: u64,
-    /// Bytes handed to QUIC streams per peer at once. Messages beyond it wait in the
-    /// priority outbox, where a later high-priority message can still overtake them; a
-    /// message with higher priority than everything in flight is always admitted.
+    /// Bytes handed to QUIC streams per peer at once; the rest waits in the priority outbox.
+    /// A message outranking everything in flight is always admitted.
     pub outbox_inflight_bytes: usize,
-    /// Frames buffered between the transport and the node runtime; when full, reading
-    /// stops and QUIC flow control pushes back on senders.
+    /// Frames buffered between transport and node; when full, flow control pushes back.
     pub inbound_queue: usize,
-    /// Bytes of received frames the transport may hold at once (partly read, or waiting for
-    /// the node). A frame is only read once its size fits; until then QUIC flow control
-    /// holds the sender back. Bounds the memory peers can make this node spend. Raised to
+    /// Bytes of received frames the transport may hold at once; a frame is read only once
+    /// its size fits, so this bounds the memory peers can make this node spend. Raised to
     /// `max_message_bytes` if smaller.
     pub inbound_buffer_bytes: usize,
-    /// A frame whose bytes stop arriving for this long is abandoned (its stream stopped,
-    /// its buffer released), so a stalled or malicious sender cannot pin memory.
+    /// A frame stalled this long is abandoned, so a stalled sender cannot pin memory.
     pub frame_timeout_ms: u64,
-    /// Messages between two nodes at one priority are delivered in order. If one is missing
-    /// for this long (its stream failed), the ones behind it are delivered anyway.
+    /// Messages between two nodes at one priority arrive in order; a gap this long is skipped.
     pub reorder_timeout_ms: u64,
-    /// Threads of the transport's own tokio runtime (QUIC crypto and I/O). 0 = run on the
-    /// caller's runtime (a node's own thread): no thread is woken between a frame and its
-    /// handler, but the node's heartbeats then wait while one of its handlers computes.
+    /// Threads of the transport's own tokio runtime. 0 = run on the caller's runtime (no
+    /// thread hop per frame, but heartbeats wait while a handler computes).
     pub threads: usize,
-    /// QUIC connections per peer and direction. quinn drives each connection from one
-    /// task, so one connection's crypto and packet work use one core at most; with more
-    /// connections (and `threads` > 1) a frame of at least `stripe_min_bytes` is striped:
-    /// cut into parts ([`crate::reassembly`]) that travel on different connections at once
-    /// and are joined, in lane order, by the receiver. 1 = one connection, no striping.
-    /// Ignored with a `shaper`: on a bottleneck link the wire, not a core, is the limit,
-    /// and QUIC's stream priorities must see all of a peer's traffic on one connection.
+    /// QUIC connections per peer and direction. quinn drives a connection from one task
+    /// (one core), so frames of at least `stripe_min_bytes` are striped over these
+    /// ([`crate::reassembly`]). 1 = no striping. Ignored with a `shaper` (the wire is the
+    /// limit, and stream priorities must see all traffic on one connection).
     pub stripe_connections: usize,
-    /// Smallest frame striped over `stripe_connections` (smaller ones gain nothing from a
-    /// second core and would only pay the part headers).
+    /// Smallest frame striped over `stripe_connections`.
     pub stripe_min_bytes: usize,
     /// Shared memory for co-located nodes (off when unset): a frame of at least
-    /// `shared_memory_min_bytes` to a peer on a loopback address is copied into a reusable
-    /// slot (a mapped file in this directory; use a tmpfs, e.g. `/dev/shm`) and only a small
-    /// control frame goes over QUIC ([`crate::shm`]). Every node of the host must set the
-    /// same directory.
-    /// Ignored with a `shaper` (an emulated link must carry the bytes).
+    /// `shared_memory_min_bytes` to a loopback peer goes through a mapped slot file here
+    /// (use a tmpfs) and only a control frame over QUIC ([`crate::shm`]). Every node of
+    /// the host must set the same directory. Ignored with a `shaper`.
     pub shared_memory_dir: Option<std::path::PathBuf>,
-    /// Smallest frame sent through `shared_memory_dir` (smaller ones are cheap over QUIC).
+    /// Smallest frame sent through `shared_memory_dir`.
     pub shared_memory_min_bytes: usize,
     /// Optional bandwidth shaper for this node's traffic.
     pub shaper: Option<ShaperConfig>,
-    /// QUIC fair queuing among streams of equal priority (quinn's default, `true`): equal-
-    /// priority messages share the link round-robin and finish together. `false` sends them
-    /// in the order they were written (FIFO on the wire), so a stream of equal-priority
-    /// messages completes one by one and a receiver can start on the first ones early.
+    /// QUIC fair queuing among equal-priority streams (default); `false` sends them FIFO.
     pub send_fairness: bool,
 }
 
@@ -204,8 +158,7 @@ impl Default for NetConfig {
     }
 }
 
-/// A `[net]` value outside its range, named as in the settings file, e.g. `[net]
-/// max_message_bytes = 0: must be at least 1024`.
+/// A `[net]` value outside its range, e.g. `[net] max_message_bytes = 0: must be at least 1024`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("[net] {key} = {value}: {rule}")]
 pub struct NetConfigError {
@@ -221,15 +174,11 @@ pub struct NetConfigError {
 pub const MAX_THREADS: usize = 1024;
 /// Transport threads allowed per core: beyond this they only contend.
 pub const THREADS_PER_CORE: usize = 64;
-/// The largest flow-control window or send buffer (1 TiB): QUIC encodes windows as
-/// 62-bit integers, and anything near this is a typo, not a tuning.
+/// The largest flow-control window or send buffer (1 TiB, QUIC windows are 62-bit).
 pub const MAX_WINDOW: u64 = 1 << 40;
 
 impl NetConfig {
-    /// Checks the knobs whose wrong values do not fail on their own but leave a cluster
-    /// that never forms or a node that never starts (a zero window or stream limit stalls
-    /// every frame; 100 000 transport threads exhaust the machine). Run before any node
-    /// starts, with the machine's core count.
+    /// Checks the knobs whose wrong values leave a cluster that never forms.
     pub fn validate(&self) -> Result<(), NetConfigError> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         self.validate_for(cores)
@@ -237,66 +186,42 @@ impl NetConfig {
 
     /// [`NetConfig::validate`] for a machine of `cores` cores.
     pub fn validate_for(&self, cores: usize) -> Result<(), NetConfigError> {
-        fn at_least<T: PartialOrd + std::fmt::Display>(
+        fn check<T: PartialOrd + std::fmt::Display>(
             key: &'static str,
             value: T,
             min: T,
-        ) -> Result<(), NetConfigError> {
-            if value < min {
-                return Err(NetConfigError {
-                    key,
-                    value: value.to_string(),
-                    rule: format!("must be at least {min}"),
-                });
-            }
-            Ok(())
-        }
-        fn at_most<T: PartialOrd + std::fmt::Display>(
-            key: &'static str,
-            value: T,
-            max: T,
+            max: Option<T>,
             why: &str,
         ) -> Result<(), NetConfigError> {
-            if value > max {
-                return Err(NetConfigError {
-                    key,
-                    value: value.to_string(),
-                    rule: format!("must be at most {max}{why}"),
-                });
-            }
-            Ok(())
+            let rule = match max {
+                _ if value < min => format!("must be at least {min}"),
+                Some(max) if value > max => format!("must be at most {max}{why}"),
+                _ => return Ok(()),
+            };
+            let value = value.to_string();
+            Err(NetConfigError { key, value, rule })
         }
         // A frame must hold an envelope header plus some body; parts are cut to this size.
-        at_least("max_message_bytes", self.max_message_bytes, 1024)?;
-        at_most("max_message_bytes", self.max_message_bytes, 1 << 30, "")?;
-        at_least("max_concurrent_streams", self.max_concurrent_streams, 1)?;
-        at_most(
-            "max_concurrent_streams",
-            self.max_concurrent_streams,
-            1 << 20,
-            "",
-        )?;
+        let max_message = self.max_message_bytes;
+        check("max_message_bytes", max_message, 1024, Some(1 << 30), "")?;
+        let streams = self.max_concurrent_streams;
+        check("max_concurrent_streams", streams, 1, Some(1 << 20), "")?;
         for (key, value) in [
             ("stream_receive_window", self.stream_receive_window),
             ("receive_window", self.receive_window),
             ("send_window", self.send_window),
         ] {
-            at_least(key, value, 1024)?;
-            at_most(key, value, MAX_WINDOW, "")?;
+            check(key, value, 1024, Some(MAX_WINDOW), "")?;
         }
         // With no credit only a frame that outranks everything in flight would ever leave.
-        at_least("outbox_inflight_bytes", self.outbox_inflight_bytes, 1024)?;
-        at_least("inbound_queue", self.inbound_queue, 1)?;
-        at_most("inbound_queue", self.inbound_queue, 1 << 20, "")?;
+        let outbox = self.outbox_inflight_bytes;
+        check("outbox_inflight_bytes", outbox, 1024, None, "")?;
+        check("inbound_queue", self.inbound_queue, 1, Some(1 << 20), "")?;
         let max_threads = MAX_THREADS.min(THREADS_PER_CORE.saturating_mul(cores.max(1)));
-        at_most(
-            "threads",
-            self.threads,
-            max_threads,
-            &format!(" ({THREADS_PER_CORE} per core on {cores} cores, at most {MAX_THREADS})"),
-        )?;
-        at_least("stripe_connections", self.stripe_connections, 1)?;
-        at_most("stripe_connections", self.stripe_connections, 64, "")?;
+        let why = format!(" ({THREADS_PER_CORE} per core on {cores} cores, at most {MAX_THREADS})");
+        check("threads", self.threads, 0, Some(max_threads), &why)?;
+        let stripes = self.stripe_connections;
+        check("stripe_connections", stripes, 1, Some(64), "")?;
         for (key, value) in [
             ("keep_alive_ms", self.keep_alive_ms),
             ("idle_timeout_ms", self.idle_timeout_ms),
@@ -304,27 +229,26 @@ impl NetConfig {
             ("frame_timeout_ms", self.frame_timeout_ms),
             ("reorder_timeout_ms", self.reorder_timeout_ms),
         ] {
-            at_least(key, value, 1)?;
+            check(key, value, 1, None, "")?;
         }
         // Keep-alives are what keep an idle connection open.
         if self.keep_alive_ms >= self.idle_timeout_ms {
+            let idle = self.idle_timeout_ms;
+            let rule = format!("must be less than idle_timeout_ms ({idle})");
+            let value = self.keep_alive_ms.to_string();
             return Err(NetConfigError {
                 key: "keep_alive_ms",
-                value: self.keep_alive_ms.to_string(),
-                rule: format!(
-                    "must be less than idle_timeout_ms ({})",
-                    self.idle_timeout_ms
-                ),
+                value,
+                rule,
             });
         }
         Ok(())
     }
 }
 
-/// Emulates a network link at the node's UDP socket: egress and ingress rate limits (token
-/// buckets) and an added one-way latency on received packets. Egress limiting applies
-/// back-pressure to QUIC (the socket reports "not writable"), so QUIC's stream priorities
-/// decide which data uses the limited bandwidth, as on a real bottleneck link.
+/// Emulates a network link at the node's UDP socket: egress and ingress token buckets and
+/// added latency on received packets. Egress limiting back-pressures QUIC, so its stream
+/// priorities decide who uses the bandwidth, as on a real bottleneck link.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct ShaperConfig {
@@ -334,9 +258,7 @@ pub struct ShaperConfig {
     pub ingress_bytes_per_s: u64,
     /// Added latency in milliseconds on every received packet (0 = none).
     pub latency_ms: u64,
-    /// Jitter: each received packet is held a further uniform `0..=jitter_ms` ms (seeded per
-    /// socket), without reordering (a packet never leaves before the one received before
-    /// it, as on a link whose queue delay varies).
+    /// Jitter: each received packet is held a further uniform `0..=jitter_ms` ms, in order.
     pub jitter_ms: u64,
     /// Token bucket depth in bytes (0 = 16 KiB): how much may leave at once after idle.
     pub burst_bytes: u64,
@@ -355,8 +277,7 @@ impl ShaperConfig {
         }
     }
 
-    /// A link of `mbit` megabits per second limited at the sender only: with every node
-    /// configured this way, each direction of a full-duplex link is shaped exactly once.
+    /// A link of `mbit` Mbit/s limited at the sender only (each direction shaped once).
     pub fn egress_mbit(mbit: f64) -> Self {
         Self {
             ingress_bytes_per_s: 0,

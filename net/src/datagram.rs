@@ -1,14 +1,10 @@
 //! UDP datagram sizes: which path-MTU bound a peer gets, and a socket wrapper that keeps
 //! quinn's segmentation-offload batches within what the kernel accepts.
 //!
-//! Two limits of the layers below petrel decide how large a datagram can get:
-//! - quinn's `EndpointConfig::max_udp_payload_size` (1472 by default) is advertised to the
-//!   peer, and the peer's path-MTU discovery never probes above it, whatever its own upper
-//!   bound. [`endpoint_config`] raises it to the largest bound any peer may get.
-//! - Linux refuses a UDP send of more than 65535 bytes, GSO batches included (`EMSGSIZE`,
-//!   which quinn-udp drops silently because it is also what an MTU probe that is too large
-//!   gets). With datagrams above 6.5 KB, quinn's batch of 10 would exceed it, so
-//!   [`SegmentCappedSocket`] hands quinn a batch size that fits.
+//! - quinn advertises `EndpointConfig::max_udp_payload_size` (1472 by default) to the peer,
+//!   whose MTU discovery never probes above it: [`endpoint_config`] raises it.
+//! - Linux refuses a UDP send above 65535 bytes, GSO batches included (`EMSGSIZE`, dropped
+//!   silently by quinn-udp), so [`SegmentCappedSocket`] caps quinn's batch size.
 
 use crate::config::NetConfig;
 use quinn::udp::{RecvMeta, Transmit};
@@ -22,10 +18,9 @@ use std::task::{Context, Poll};
 /// The most bytes one UDP send (or one GRO receive) carries on Linux.
 const MAX_UDP_SEND: usize = 65_535;
 
-/// The largest datagram on a shaped (emulated) link: Ethernet's 1500-byte MTU less the IP
-/// and UDP headers. The shaper charges a whole send at once, so a 64 KB loopback datagram
-/// or batch would hold a 100 Mbit/s link for 5 ms and a high-priority message would wait
-/// behind it (the probe of `bench transport` waited 20 ms instead of 8 behind a backlog).
+/// The largest datagram on a shaped (emulated) link: Ethernet's 1500-byte MTU less IP and
+/// UDP headers. The shaper charges a whole send at once, so a 64 KB datagram would hold a
+/// 100 Mbit/s link for 5 ms ahead of a high-priority message.
 pub const SHAPED_LINK_PAYLOAD: u16 = 1472;
 
 /// Datagrams per offloaded send on a shaped link: 10 x 1472 bytes fit the shaper's
@@ -33,8 +28,7 @@ pub const SHAPED_LINK_PAYLOAD: u16 = 1472;
 const SHAPED_LINK_BATCH: usize = 10;
 
 impl NetConfig {
-    /// Whether `peer` gets the loopback datagram size ([`NetConfig::loopback_udp_payload`]).
-    /// Never on a shaped link, which emulates Ethernet whatever the address.
+    /// Whether `peer` gets the loopback datagram size (never on a shaped link).
     pub fn is_loopback_peer(&self, peer: SocketAddr) -> bool {
         self.loopback_udp_payload > 0
             && self.mtu_discovery
@@ -53,19 +47,17 @@ impl NetConfig {
         }
     }
 
-    /// The settings of a connection with `peer`: a loopback peer gets MTU discovery up to
-    /// [`NetConfig::loopback_udp_payload`], starting there, without segmentation offload (a
-    /// datagram of ~64 KB is already as large as one offloaded batch may be), and with
-    /// [`NetConfig::loopback_initial_window`].
+    /// The settings of a connection with `peer`: a loopback peer starts at and is bounded
+    /// by [`NetConfig::loopback_udp_payload`], without segmentation offload (one ~64 KB
+    /// datagram is a whole batch), with [`NetConfig::loopback_initial_window`].
     pub fn for_peer(&self, peer: SocketAddr) -> NetConfig {
         if !self.is_loopback_peer(peer) {
             return self.clone();
         }
         NetConfig {
             max_udp_payload: self.loopback_udp_payload,
-            // Loopback's MTU is known: start there instead of discovering it, which sent a
-            // burst of padded probes of up to 64 KB per connection just as the first
-            // messages of a job went out.
+            // Loopback's MTU is known: start there rather than probe up to 64 KB per
+            // connection just as a job's first messages go out.
             initial_mtu: self.loopback_udp_payload.max(self.initial_mtu),
             segmentation_offload: false,
             initial_window: if self.loopback_initial_window > 0 {
@@ -89,9 +81,8 @@ impl NetConfig {
         bound.max(self.initial_mtu).clamp(1200, 65_527)
     }
 
-    /// Datagrams per segmentation-offload batch for connections that use it (those not to
-    /// loopback peers): a batch of the largest datagrams must fit one send, and on a shaped
-    /// link the shaper's default burst.
+    /// Datagrams per offload batch (for non-loopback peers): a batch of the largest
+    /// datagrams must fit one send, and on a shaped link the shaper's default burst.
     pub fn offload_batch(&self) -> usize {
         let datagram = usize::from(self.udp_payload_bound().max(1200));
         let batch = (MAX_UDP_SEND / datagram).max(1);
@@ -103,8 +94,8 @@ impl NetConfig {
     }
 }
 
-/// quinn's endpoint settings: the largest payload this node advertises to its peers is the
-/// largest it may use itself, so a peer's MTU discovery is bounded by its own settings.
+/// quinn's endpoint settings: this node advertises the largest payload it may use itself,
+/// which bounds a peer's MTU discovery.
 pub fn endpoint_config(cfg: &NetConfig) -> quinn::EndpointConfig {
     let mut endpoint = quinn::EndpointConfig::default();
     // In range by construction (largest_udp_payload clamps to 1200..=65527).
@@ -115,9 +106,8 @@ pub fn endpoint_config(cfg: &NetConfig) -> quinn::EndpointConfig {
 }
 
 /// Asks the kernel for [`NetConfig::socket_buffer_bytes`] of receive buffer and
-/// [`NetConfig::socket_send_buffer_bytes`] (default: the same) of send buffer on `socket`;
-/// what it grants (at most `net.core.rmem_max`/`wmem_max`) is logged. 0 leaves the
-/// kernel's default.
+/// [`NetConfig::socket_send_buffer_bytes`] of send buffer on `socket`, logging what it
+/// grants. 0 leaves the kernel's default.
 pub fn size_socket_buffers(cfg: &NetConfig, socket: &std::net::UdpSocket) {
     let sock = socket2::SockRef::from(socket);
     let recv = cfg.socket_buffer_bytes;
@@ -141,8 +131,8 @@ pub fn size_socket_buffers(cfg: &NetConfig, socket: &std::net::UdpSocket) {
     );
 }
 
-/// A quinn endpoint on `socket` with this node's datagram limits (advertised payload size,
-/// capped offload batches), for code that drives quinn itself (benchmarks, tests).
+/// A quinn endpoint on `socket` with this node's datagram limits, for code that drives
+/// quinn itself (benchmarks, tests).
 pub fn endpoint(
     cfg: &NetConfig,
     socket: std::net::UdpSocket,
@@ -155,8 +145,7 @@ pub fn endpoint(
     quinn::Endpoint::new_with_abstract_socket(endpoint_config(cfg), server, udp, runtime)
 }
 
-/// A UDP socket whose segmentation-offload batches and receive buffers fit the datagram
-/// sizes in use (see the module docs).
+/// A UDP socket whose offload batches and receive buffers fit the datagram sizes in use.
 #[derive(Debug)]
 pub struct SegmentCappedSocket {
     inner: Arc<dyn AsyncUdpSocket>,
@@ -170,8 +159,7 @@ impl SegmentCappedSocket {
         let largest = usize::from(cfg.largest_udp_payload());
         Self {
             transmit_segments: inner.max_transmit_segments().min(cfg.offload_batch()),
-            // quinn sizes each receive buffer as payload x segments; one GRO batch is at most
-            // 64 KiB, so with large datagrams fewer segments hold it.
+            // quinn sizes receive buffers as payload x segments; a GRO batch is at most 64 KiB.
             receive_segments: inner
                 .max_receive_segments()
                 .min(MAX_UDP_SEND.div_ceil(largest))

@@ -1,18 +1,14 @@
 //! A member gone bad, for fault injection (`petrel bench chaos`, the transport tests).
 //!
-//! [`connect_as_member`] opens a raw QUIC connection with a member's own credentials, as
-//! a node whose key was stolen or whose code is broken would. On it:
+//! [`connect_as_member`] opens a raw QUIC connection with a member's own credentials (a
+//! stolen key or broken code). On it [`open_stalled_frames`] announces frames and stalls,
+//! [`trickle`] feeds them a few bytes at a time so none looks stalled yet none completes,
+//! and [`flood_frames`] sends many complete frames at once, at control priority if asked.
 //!
-//! - [`open_stalled_frames`] opens streams that each announce a frame, send a few bytes of
-//!   it and stall;
-//! - [`trickle`] then feeds those frames a few bytes at a time, so that no single frame
-//!   ever looks stalled while none of them completes;
-//! - [`flood_frames`] sends many complete frames at once, at control priority if asked.
-//!
-//! A node must keep serving its other peers, heartbeats included, while such a peer holds
-//! its share of the inbound budget, and must disconnect it, naming it, when its frames do
-//! not progress (RELIABILITY.md). Used with the key of another node, the connection comes
-//! from another address than that node's and is refused at once ([`Refusal::StolenKey`]).
+//! A node must keep serving its other peers, heartbeats included, meanwhile, and disconnect
+//! such a peer, naming it, when its frames do not progress (RELIABILITY.md). Used with
+//! another node's key, the connection comes from the wrong address and is refused at once
+//! ([`Refusal::StolenKey`]).
 
 use crate::NetConfig;
 use crate::net::NetError;
@@ -44,9 +40,8 @@ impl Claimed {
     }
 }
 
-/// How a hostile member's frames look: `streams` frames of `frame_bytes` each (prefix,
-/// envelope header and body), at `priority`, whose envelope claims `claimed`, of which
-/// only the first `sent_bytes` of body are sent.
+/// `streams` hostile frames of `frame_bytes` each (prefix, header and body) at `priority`,
+/// claiming `claimed`, of which only `sent_bytes` of body are sent.
 #[derive(Clone, Copy, Debug)]
 pub struct StalledFrames {
     /// Streams opened (one frame each).
@@ -71,9 +66,7 @@ impl StalledFrames {
         claimed: Claimed::Application,
     };
 
-    /// The control-lane attack: 128 frames of 64 KiB (the largest control frame) at
-    /// control priority, 300 bytes sent of each: as many as filled a node-wide 8 MiB
-    /// control reserve.
+    /// The control-lane attack: 128 control-priority frames of 64 KiB, 300 bytes sent each.
     pub const CONTROL_128_OF_64_KIB: StalledFrames = StalledFrames {
         streams: 128,
         frame_bytes: 64 << 10,
@@ -83,8 +76,8 @@ impl StalledFrames {
     };
 }
 
-/// A raw QUIC connection to `to`, authenticated with `creds` (a member's certificate), on
-/// an endpoint of its own. Keep the endpoint alive as long as the connection.
+/// A raw QUIC connection to `to` with a member's `creds`, on its own endpoint (keep it
+/// alive as long as the connection).
 pub async fn connect_as_member(
     creds: &ClusterCredentials,
     cfg: &NetConfig,
@@ -116,8 +109,7 @@ pub async fn connect_as_member(
     Ok((endpoint, conn))
 }
 
-/// A lane epoch no earlier call used, so that frames of two attacks are never taken for
-/// one lane's duplicates.
+/// A lane epoch no earlier call used, so two attacks' frames never look like duplicates.
 fn fresh_epoch() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -125,8 +117,7 @@ fn fresh_epoch() -> u64 {
         .unwrap_or(1)
 }
 
-/// The first bytes of a hostile frame: lane header, frame prefix and a valid envelope
-/// header from node `from`, announcing `frames.frame_bytes` in all.
+/// The first bytes of a hostile frame from `from`: lane header, prefix and valid envelope.
 fn frame_head(
     from: u32,
     frames: &StalledFrames,
@@ -142,10 +133,7 @@ fn frame_head(
         kind: EnvelopeKind::Tell,
     };
     let mut envelope = Vec::new();
-    petrel_messages::encode_body(&header, &mut envelope).map_err(|e| NetError::Send {
-        peer: NodeId(u32::MAX),
-        source: Box::new(e),
-    })?;
+    petrel_messages::encode_body(&header, &mut envelope).map_err(send_failed)?;
     let header_len = envelope.len() as u32;
     let body_len = frames
         .frame_bytes
@@ -165,16 +153,15 @@ fn frame_head(
     Ok(bytes)
 }
 
-fn send_failed(source: LinkError) -> NetError {
+fn send_failed(source: impl std::error::Error + Send + Sync + 'static) -> NetError {
     NetError::Send {
         peer: NodeId(u32::MAX),
         source: Box::new(source),
     }
 }
 
-/// Opens `frames.streams` streams on `conn`, each carrying the lane header of node `from`
-/// and a frame that announces `frames.frame_bytes`, then `frames.sent_bytes` of body, and
-/// never finishes them. Dropping the returned streams resets them.
+/// Opens `frames.streams` streams as node `from`, each announcing `frames.frame_bytes` and
+/// sending `frames.sent_bytes` of body, never finished (dropping them resets them).
 pub async fn open_stalled_frames(
     conn: &quinn::Connection,
     from: u32,
@@ -199,9 +186,7 @@ pub async fn open_stalled_frames(
     Ok(hoarding)
 }
 
-/// Writes `bytes` more bytes of body to each of `streams` (frames from
-/// [`open_stalled_frames`]): called every second with one byte, no frame ever stalls for
-/// long and none completes.
+/// Writes `bytes` more body bytes to each of `streams` (from [`open_stalled_frames`]).
 pub async fn trickle(streams: &mut [quinn::SendStream], bytes: usize) -> Result<(), NetError> {
     let drip = vec![7u8; bytes];
     for stream in streams {
@@ -213,8 +198,7 @@ pub async fn trickle(streams: &mut [quinn::SendStream], bytes: usize) -> Result<
     Ok(())
 }
 
-/// Opens `frames` on `conn` and trickles one byte into each of them every `every`, until
-/// the node closes the connection; returns why it did.
+/// Opens `frames` and trickles a byte into each every `every`; returns why the node closed.
 pub async fn trickle_frames(
     conn: &quinn::Connection,
     from: u32,
@@ -236,8 +220,7 @@ pub async fn trickle_frames(
     }
 }
 
-/// Sends `count` complete frames shaped as `frames` (every byte of each, streams finished)
-/// on `conn` as node `from`, all at once, without waiting for the node to read them.
+/// Sends `count` complete frames shaped as `frames` on `conn` as node `from`, all at once.
 pub async fn flood_frames(
     conn: &quinn::Connection,
     from: u32,
@@ -272,8 +255,7 @@ pub enum Attack {
     Stall,
     /// [`StalledFrames::CONTROL_128_OF_64_KIB`], one more byte of each every second.
     Trickle,
-    /// 256 complete 64 KiB frames at control priority, all at once: half of them
-    /// application messages, half forged heartbeats.
+    /// 256 complete 64 KiB control-priority frames at once, half forged heartbeats.
     Flood,
 }
 
@@ -311,9 +293,8 @@ impl std::fmt::Display for AttackOutcome {
 }
 
 /// `net`'s node gone bad: makes `attacks` on `victim` one after another, each on a new
-/// connection from the node's own socket (so the victim admits it as this node: right
-/// certificate, right address), holding each until the victim closes it or `hold` passes.
-/// The node's own connections carry on meanwhile. For fault injection only.
+/// connection from the node's own socket (admitted as this node), held until the victim
+/// closes it or `hold` passes. For fault injection only.
 pub async fn misbehave(
     net: &crate::Net,
     victim: NodeId,
@@ -343,21 +324,16 @@ pub async fn misbehave(
         let from = net.node().0;
         let closed = match attack {
             Attack::Stall => {
-                match open_stalled_frames(&conn, from, StalledFrames::FIVE_OF_60_MIB).await {
-                    Ok(_held) => tokio::time::timeout(hold, conn.closed()).await.ok(),
-                    Err(e) => {
-                        outcomes.push(outcome(refusal_of(&e), Some(e.to_string())));
-                        conn.close(quinn::VarInt::from_u32(0), b"done");
-                        continue;
-                    }
+                let stalled = open_stalled_frames(&conn, from, StalledFrames::FIVE_OF_60_MIB).await;
+                match stalled {
+                    Ok(_held) => Ok(tokio::time::timeout(hold, conn.closed()).await.ok()),
+                    Err(e) => Err(e),
                 }
             }
             Attack::Trickle => {
                 let frames = StalledFrames::CONTROL_128_OF_64_KIB;
-                let every = Duration::from_secs(1);
-                tokio::time::timeout(hold, trickle_frames(&conn, from, frames, every))
-                    .await
-                    .ok()
+                let trickled = trickle_frames(&conn, from, frames, Duration::from_secs(1));
+                Ok(tokio::time::timeout(hold, trickled).await.ok())
             }
             Attack::Flood => {
                 let flood = |claimed| StalledFrames {
@@ -371,17 +347,16 @@ pub async fn misbehave(
                 // Served, not refused: a moment for the victim to read it is enough.
                 let served = hold.min(Duration::from_secs(2));
                 match sent {
-                    Ok(()) => tokio::time::timeout(served, conn.closed()).await.ok(),
-                    Err(e) => {
-                        outcomes.push(outcome(refusal_of(&e), Some(e.to_string())));
-                        conn.close(quinn::VarInt::from_u32(0), b"done");
-                        continue;
-                    }
+                    Ok(()) => Ok(tokio::time::timeout(served, conn.closed()).await.ok()),
+                    Err(e) => Err(e),
                 }
             }
         };
         conn.close(quinn::VarInt::from_u32(0), b"done");
-        outcomes.push(outcome(closed.as_ref().and_then(refusal), None));
+        outcomes.push(match closed {
+            Ok(closed) => outcome(closed.as_ref().and_then(refusal), None),
+            Err(e) => outcome(refusal_of(&e), Some(e.to_string())),
+        });
     }
     outcomes
 }
@@ -399,8 +374,7 @@ pub enum Refusal {
     TooSlow,
 }
 
-/// What `closed` (what `quinn::Connection::closed` returned) says about why the node
-/// closed the connection; `None` when it was not refused (it shut down, or the link broke).
+/// Why the node closed the connection, by what `quinn::Connection::closed` returned.
 pub fn refusal(closed: &quinn::ConnectionError) -> Option<Refusal> {
     let quinn::ConnectionError::ApplicationClosed(c) = closed else {
         return None;
@@ -416,8 +390,8 @@ pub fn refusal(closed: &quinn::ConnectionError) -> Option<Refusal> {
     .map(|(_, why)| why)
 }
 
-/// What an error of [`connect_as_member`] or [`open_stalled_frames`] says about why the
-/// node refused the connection (`None`: another failure, e.g. nobody listening).
+/// Why the node refused the connection, by an error of [`connect_as_member`] or
+/// [`open_stalled_frames`].
 pub fn refusal_of(error: &NetError) -> Option<Refusal> {
     let (NetError::Connect { source, .. } | NetError::Send { source, .. }) = error else {
         return None;
@@ -429,8 +403,7 @@ pub fn refusal_of(error: &NetError) -> Option<Refusal> {
     }
 }
 
-/// True when `closed` says the node closed the connection because its peer's frames held
-/// inbound budget without progressing (stalled or trickled), not because it shut down.
+/// True when `closed` says the node closed the connection for hoarding inbound budget.
 pub fn closed_for_hoarding(closed: &quinn::ConnectionError) -> bool {
     matches!(refusal(closed), Some(Refusal::Hoarding | Refusal::TooSlow))
 }

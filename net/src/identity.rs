@@ -1,18 +1,14 @@
 //! Binds every frame's claimed sender to the peer's certificate.
 //!
-//! The cluster CA authenticates that a peer is *a* member; the node name in its
-//! certificate ([`crate::tls::node_names_in_certificate`]) says *which*. The lane header
-//! and the envelope of every frame carry the sender's [`NodeId`]; the receiver maps that id
-//! to the node name registered with [`crate::Net::add_peer`] and refuses the frame unless
-//! the connection's certificate names that node. A member holding the certificate of `a`
-//! therefore cannot speak as `b` (join as `b`, heartbeat for `b`, answer asks sent to `b`).
+//! The cluster CA says a peer is *a* member; the node name in its certificate
+//! ([`crate::tls::node_names_in_certificate`]) says *which*. Every frame's lane header and
+//! envelope carry the sender's [`NodeId`]; the receiver refuses the frame unless the
+//! connection's certificate names the node registered for that id ([`crate::Net::add_peer`]),
+//! so a holder of `a`'s certificate cannot speak as `b`.
 //!
-//! A certificate is also bound to its node's address. A node sends from the socket it
-//! listens on, at the address the cluster's settings give it, so a connection whose
-//! certificate names `a` must come from `a`'s registered address ([`check_origin`]); a
-//! member holding `a`'s stolen key elsewhere is refused at the handshake, however many
-//! connections it opens, and can never draw on the inbound share of the real `a`
-//! (RELIABILITY.md, "Resource bounds").
+//! A certificate is also bound to its node's registered address ([`check_origin`]): a
+//! stolen key used elsewhere is refused at the handshake and can never draw on the real
+//! node's inbound share (RELIABILITY.md, "Resource bounds").
 
 use petrel_messages::NodeId;
 use std::collections::{HashMap, HashSet};
@@ -29,8 +25,7 @@ pub(crate) struct PeerDirectory {
     homes: RwLock<HashMap<String, SocketAddr>>,
     /// Woken when a name is added (a frame may race its sender's registration at start-up).
     added: Notify,
-    /// (certificate name, claimed sender) pairs already logged: each impersonation is
-    /// logged once, however many frames or reconnections it takes.
+    /// (certificate name, claimed sender) pairs already logged, so each is logged once.
     reported: Mutex<HashSet<(String, String)>>,
 }
 
@@ -71,28 +66,20 @@ impl PeerDirectory {
     }
 
     /// Whether a connection from `remote` whose certificate names `certified` comes from
-    /// where its node sends from, waiting up to `wait` while none of the names is
-    /// registered yet (a peer may connect before this node has read its settings).
+    /// its node's address, waiting up to `wait` while none of the names is registered yet.
     pub(crate) async fn origin(
         &self,
         certified: &[String],
         remote: SocketAddr,
         wait: Duration,
     ) -> Origin {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let added = self.added.notified();
-            tokio::pin!(added);
-            added.as_mut().enable();
-            let known = self
-                .names
-                .read()
-                .is_ok_and(|names| names.values().any(|n| certified.iter().any(|c| c == n)));
-            if known || tokio::time::timeout_at(deadline, added).await.is_err() {
-                let homes = self.homes.read().map(|h| h.clone()).unwrap_or_default();
-                return check_origin(certified, &homes, remote);
-            }
-        }
+        let known = || {
+            let names = self.names.read().ok()?;
+            names.values().any(|n| certified.contains(n)).then_some(())
+        };
+        self.wait_for(wait, known).await;
+        let homes = self.homes.read().map(|h| h.clone()).unwrap_or_default();
+        check_origin(certified, &homes, remote)
     }
 
     /// The name registered for `node`, if any.
@@ -100,16 +87,15 @@ impl PeerDirectory {
         self.names.read().ok()?.get(&node).cloned()
     }
 
-    /// The name registered for `node`, waiting up to `wait` for a registration still under
-    /// way.
-    async fn name_of(&self, node: NodeId, wait: Duration) -> Option<String> {
+    /// Waits up to `wait` (for registrations under way) until `found` gives a value.
+    async fn wait_for<T>(&self, wait: Duration, found: impl Fn() -> Option<T>) -> Option<T> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let added = self.added.notified();
             tokio::pin!(added);
             added.as_mut().enable();
-            if let Some(name) = self.registered(node) {
-                return Some(name);
+            if let Some(value) = found() {
+                return Some(value);
             }
             if tokio::time::timeout_at(deadline, added).await.is_err() {
                 return None;
@@ -124,15 +110,14 @@ impl PeerDirectory {
         claimed: NodeId,
         wait: Duration,
     ) -> Result<(), SenderRefusal> {
-        match self.name_of(claimed, wait).await {
+        match self.wait_for(wait, || self.registered(claimed)).await {
             None => Err(SenderRefusal::Unknown(claimed)),
             Some(name) if certified.contains(&name) => Ok(()),
             Some(name) => Err(SenderRefusal::NotCertified { claimed: name }),
         }
     }
 
-    /// True the first time a connection with this certificate comes from this IP address
-    /// instead of its node's.
+    /// True the first time a connection with this certificate comes from this IP address.
     pub(crate) fn first_misplaced(&self, certified: &[String], remote: SocketAddr) -> bool {
         self.reported
             .lock()
@@ -154,8 +139,7 @@ impl PeerDirectory {
 pub(crate) enum Origin {
     /// From the registered address of a node its certificate names.
     Home,
-    /// None of its names has a known address (unregistered, or registered with port 0):
-    /// nothing to compare; its frames are still checked one by one.
+    /// None of its names has a known address: nothing to compare (frames still checked).
     Unbound,
     /// From another address than that of the node its certificate names: refused.
     Elsewhere {
@@ -166,11 +150,9 @@ pub(crate) enum Origin {
     },
 }
 
-/// Decides [`Origin`] for a connection from `remote` whose certificate names `certified`,
-/// given each node's registered address. A node's endpoint sends from the socket it binds
-/// at its registered address, so the port must match, and the IP too unless the node
-/// binds the unspecified address (`0.0.0.0` or `::`), which sends from whichever of its
-/// addresses routes to this node. IPv4-mapped IPv6 addresses count as their IPv4 address.
+/// Decides [`Origin`] for a connection from `remote` whose certificate names `certified`.
+/// A node sends from the socket bound at its registered address, so the port must match,
+/// and the IP too unless it binds `0.0.0.0`/`::`. IPv4-mapped IPv6 counts as IPv4.
 pub(crate) fn check_origin(
     certified: &[String],
     homes: &HashMap<String, SocketAddr>,

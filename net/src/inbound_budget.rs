@@ -4,33 +4,25 @@
 //! Invariant: no single peer, and no data stream, can stop this node from reading control
 //! traffic (heartbeats, joins, barriers, failure notices) from anyone else.
 //!
-//! - **Per-peer shares, both lanes.** Each peer (the node names its certificate binds, over
-//!   all its connections) has its own data share ([`peer_share`]: half the node's
-//!   `inbound_buffer_bytes` but at least one largest message) and its own control reserve
-//!   ([`PEER_CONTROL_RESERVE`], a few control frames). A data frame takes bytes from its
-//!   peer's share first, then from the node's budget; a control frame only from its peer's
-//!   reserve. One peer announcing frames and never sending them pins at most its own
-//!   share and reserve. All connections of one name come from that node's own address (a
-//!   certificate used from elsewhere is refused at the handshake,
-//!   `identity::check_origin`), so no one else can draw on a node's share.
-//! - **The receiver picks the lane.** A frame is read in the control lane only when its
-//!   lane header says control priority, it is at most [`CONTROL_FRAME_MAX`] bytes, and
-//!   its envelope (read before any budget is taken, at most [`CONTROL_HEADER_MAX`] bytes)
-//!   is one of the runtime's control kinds ([`CONTROL_KINDS`]). Anything else claiming
-//!   control priority is charged to the data lane.
-//! - **Frames must progress.** While a connection has frames holding budget and not yet
-//!   read, they must bring at least [`MIN_PROGRESS_BYTES_PER_S`] over each
-//!   [`PROGRESS_WINDOW`] ([`ProgressWatch`]); a peer that stalls or trickles them is
-//!   disconnected within a few seconds and named in the log and in `disconnected_names`.
-//!   A connection on which nothing at all arrives is a link down, not a slow peer: it is
-//!   left to QUIC's idle timeout and `frame_timeout_ms`, so a short link cut costs no
-//!   frame.
-//! - A frame that stalls (no bytes for `frame_timeout_ms`) has its stream reset and its
-//!   budget released, and counts as a strike against its peer; at [`STALL_STRIKES`] the
-//!   connection is closed and the peer named.
+//! - **Per-peer shares, both lanes.** Each peer (the name its certificate binds, over all
+//!   its connections) has a data share ([`peer_share`]: half of `inbound_buffer_bytes`, at
+//!   least one largest message) and a control reserve ([`PEER_CONTROL_RESERVE`]). Data
+//!   frames take from their peer's share first, then the node's budget; control frames
+//!   only from their peer's reserve, so a peer announcing frames it never sends pins only
+//!   its own. Connections of one name come only from that node's address
+//!   (`identity::check_origin`), so no one else can draw on its share.
+//! - **The receiver picks the lane.** Control only when the lane header says control
+//!   priority, the frame is at most [`CONTROL_FRAME_MAX`] bytes and its envelope (read
+//!   before any budget, at most [`CONTROL_HEADER_MAX`] bytes) names one of
+//!   [`CONTROL_KINDS`]; any other claim to control priority is charged to the data lane.
+//! - **Frames must progress.** Frames holding budget must bring [`MIN_PROGRESS_BYTES_PER_S`]
+//!   over each [`PROGRESS_WINDOW`] ([`ProgressWatch`]), or the peer is disconnected and
+//!   named (`disconnected_names`). A connection where nothing arrives is a link down, left
+//!   to QUIC's idle timeout and `frame_timeout_ms`, so a short cut costs no frame.
+//! - A frame with no bytes for `frame_timeout_ms` has its stream reset and budget released,
+//!   a strike against its peer; at [`STALL_STRIKES`] the connection is closed.
 //!
-//! The decisions (which lane, which budget, when to disconnect) are the plain functions
-//! and structs here; the QUIC read path applies them.
+//! The decisions are plain functions and structs here; the QUIC read path applies them.
 
 use petrel_messages::envelope::FramePrefix;
 use petrel_messages::runtime::{BarrierEnter, Heartbeat, Join, JoinStatus, PeerDown, Shutdown};
@@ -43,21 +35,17 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Largest frame that may use the control lane.
 pub const CONTROL_FRAME_MAX: usize = 64 << 10;
-/// Largest envelope header read to classify a frame claiming control priority (a control
-/// frame's header holds two ids, an actor name and a type name).
+/// Largest envelope header read to classify a frame claiming control priority.
 pub const CONTROL_HEADER_MAX: usize = 1 << 10;
-/// Bytes of one peer's control frames being read or waiting for the node at once: a few
-/// of the largest, thousands of heartbeats.
+/// Bytes of one peer's control frames held at once: a few of the largest.
 pub const PEER_CONTROL_RESERVE: usize = 4 * CONTROL_FRAME_MAX;
 /// Stalled frames after which a peer's connection is closed.
 pub const STALL_STRIKES: u32 = 3;
 /// The window over which a connection's partly read frames must progress.
 pub const PROGRESS_WINDOW: Duration = Duration::from_secs(2);
-/// The least a connection's partly read frames must bring, over [`PROGRESS_WINDOW`]:
-/// far below any real link, far above a byte per stream and second.
+/// The least partly read frames must bring per second over [`PROGRESS_WINDOW`].
 pub const MIN_PROGRESS_BYTES_PER_S: u64 = 4 << 10;
-/// The message types of the runtime's control traffic (membership, heartbeats, barriers,
-/// failure notices, and the replies to them, which carry their request's type).
+/// The message types of the runtime's control traffic (replies carry their request's type).
 pub const CONTROL_KINDS: [&str; 6] = [
     Join::TYPE_NAME,
     JoinStatus::TYPE_NAME,
@@ -76,8 +64,7 @@ pub enum Lane {
     Data,
 }
 
-/// Whether a frame could be a control frame by its lane priority and size, so that its
-/// envelope must be read (without budget) to decide its lane.
+/// Whether a frame may be control by priority and size (its envelope is then read first).
 pub fn may_be_control(priority: Priority, prefix: &FramePrefix) -> bool {
     priority >= Priority::CONTROL
         && prefix.total_len() <= CONTROL_FRAME_MAX
@@ -89,8 +76,8 @@ pub fn is_control_kind(msg_type: &str) -> bool {
     CONTROL_KINDS.contains(&msg_type)
 }
 
-/// The lane of a frame of `total_len` bytes at lane priority `priority`, whose envelope
-/// names `msg_type` (`None`: not read, because the frame cannot be control).
+/// The lane of a frame of `total_len` bytes at `priority` whose envelope names `msg_type`
+/// (`None`: not read).
 pub fn lane_of(priority: Priority, total_len: usize, msg_type: Option<&str>) -> Lane {
     match msg_type {
         Some(kind)
@@ -119,8 +106,7 @@ pub struct InboundBudgets {
 }
 
 impl InboundBudgets {
-    /// Budgets for a node holding at most `node_budget` bytes of data frames, whose largest
-    /// frame is `max_message`.
+    /// Budgets for a node holding at most `node_budget` bytes of data frames.
     pub fn new(node_budget: usize, max_message: usize) -> Self {
         let node_budget = node_budget.max(max_message).min(Semaphore::MAX_PERMITS);
         Self {
@@ -138,8 +124,7 @@ impl InboundBudgets {
         }
     }
 
-    /// Waits until `len` bytes of `lane` fit; the permits release them when dropped.
-    /// `None` once the budgets are closed.
+    /// Waits until `len` bytes of `lane` fit; `None` once the budgets are closed.
     pub async fn acquire(
         &self,
         peer: &PeerBudget,
@@ -148,8 +133,7 @@ impl InboundBudgets {
     ) -> Option<[Option<OwnedSemaphorePermit>; 2]> {
         match lane {
             Lane::Control => {
-                // Only this peer's reserve: a peer flooding the control lane queues
-                // behind itself, never in front of another peer's heartbeats.
+                // Only this peer's reserve: a control-lane flood queues behind itself.
                 let p = peer.control.clone().acquire_many_owned(len).await.ok()?;
                 Some([Some(p), None])
             }
@@ -163,8 +147,7 @@ impl InboundBudgets {
     }
 }
 
-/// One connection's budgets (its peer's data share and control reserve) and its stall
-/// strikes.
+/// One connection's budgets (its peer's data share and control reserve) and stall strikes.
 #[derive(Clone)]
 pub struct PeerBudget {
     share: Arc<Semaphore>,
@@ -173,9 +156,7 @@ pub struct PeerBudget {
 }
 
 impl PeerBudget {
-    /// The same peer's budgets for another of its connections, with its own stall strikes
-    /// (a peer that stripes over several connections still pins at most one share and one
-    /// control reserve).
+    /// The same peer's budgets for another connection, with its own stall strikes.
     pub fn another_connection(&self) -> PeerBudget {
         PeerBudget {
             share: self.share.clone(),
@@ -184,8 +165,7 @@ impl PeerBudget {
         }
     }
 
-    /// Records a stalled frame; true when the peer has now stalled [`STALL_STRIKES`]
-    /// frames and must be disconnected.
+    /// Records a stalled frame; true when the peer reached [`STALL_STRIKES`] (disconnect).
     pub fn strike(&self) -> bool {
         self.stalls.fetch_add(1, Ordering::Relaxed) + 1 == STALL_STRIKES
     }
@@ -218,24 +198,21 @@ pub enum Progress {
     },
 }
 
-/// Judges whether a connection's partly read frames progress fast enough: over the last
-/// window, if it held partial frames throughout, they must have brought
-/// `min_bytes_per_s`, unless nothing at all arrived on the connection lately (a link cut,
-/// left to the timeouts).
+/// Judges whether a connection's partly read frames progress: if it held partial frames
+/// throughout the last window they must have brought `min_bytes_per_s`, unless nothing at
+/// all arrived lately (a link cut, left to the timeouts).
 #[derive(Debug)]
 pub struct ProgressWatch {
     window: Duration,
     min_bytes_per_s: u64,
-    /// (time, frame bytes) of the samples since frames were last held throughout, oldest
-    /// first; the first is the baseline, at most one window old once the window is full.
+    /// (time, frame bytes) since frames were last held throughout, oldest (baseline) first.
     held: VecDeque<(Instant, u64)>,
     datagrams: u64,
     last_datagram: Instant,
 }
 
 impl ProgressWatch {
-    /// A watch with the defaults [`PROGRESS_WINDOW`] and [`MIN_PROGRESS_BYTES_PER_S`],
-    /// starting at `now`.
+    /// A watch with [`PROGRESS_WINDOW`] and [`MIN_PROGRESS_BYTES_PER_S`], starting at `now`.
     pub fn new(now: Instant) -> Self {
         Self::with_rule(PROGRESS_WINDOW, MIN_PROGRESS_BYTES_PER_S, now)
     }
@@ -276,8 +253,7 @@ impl ProgressWatch {
         if over < self.window {
             return Progress::Fine;
         }
-        // Keep-alives and acknowledgements arrive every second from a live peer; a
-        // connection silent for most of the window is a link down, not a slow sender.
+        // A live peer's keep-alives and acks arrive every second: silence is a link down.
         let silent =
             sample.now.saturating_duration_since(self.last_datagram) > self.window.mul_f64(0.75);
         let bytes = sample.frame_bytes.saturating_sub(bytes_then);

@@ -1,24 +1,17 @@
 //! petrel's transport: bytes and envelopes between nodes, no actors.
 //!
-//! - [`Net`] is the handle a node uses: [`Net::send`]`(to, priority, frame)` and a receiver
-//!   of [`Inbound`] frames. [`Net::quic`] runs authenticated QUIC (quinn + rustls, mutual TLS
-//!   against a per-cluster CA, see [`ClusterCredentials`]); [`Net::memory`] connects the
-//!   nodes of one process through a [`MemoryHub`] with the same interface, for fast tests.
-//! - Priorities: every frame carries a [`Priority`](petrel_messages::Priority). The
-//!   [`outbox`] holds each node's waiting frames in a
-//!   [`PriorityQueue`](petrel_messages::PriorityQueue) and admits them per peer within an
-//!   in-flight window; each QUIC stream gets the frame's priority.
-//! - Identity: the node name in a peer's certificate must be the sender every frame
-//!   claims (see [`Net::add_peer`]); an impostor is refused and disconnected. A certificate
-//!   is accepted only from its node's registered address, so a stolen key used elsewhere
-//!   is refused at the handshake.
-//! - Order: frames between two nodes at one priority arrive in order ([`sequencer`]).
-//! - Size: messages above `max_message_bytes` are split and joined ([`reassembly`]);
-//!   with `shared_memory_dir`, large frames between nodes of one host go through files
-//!   and only a control frame crosses QUIC ([`shm`]).
-//! - Knobs: [`NetConfig`] (`[net]` in the settings; unknown keys are rejected),
-//!   [`Congestion`], and the optional link emulation [`ShaperConfig`].
-//! - Counters: [`NetStats`] / [`NetStatsSnapshot`]. Errors: [`NetError`], [`TlsError`].
+//! - [`Net`] is a node's handle: [`Net::send`]`(to, priority, frame)` and a receiver of
+//!   [`Inbound`] frames, over authenticated QUIC ([`Net::quic`]: mutual TLS against a
+//!   per-cluster CA, [`ClusterCredentials`]) or in-process channels ([`Net::memory`]).
+//! - Priorities: the [`outbox`] admits waiting frames per peer within an in-flight window,
+//!   and each QUIC stream gets its frame's priority.
+//! - Identity: every frame's claimed sender must be the node named by the peer's
+//!   certificate ([`Net::add_peer`]), and a certificate is accepted only from its node's
+//!   address.
+//! - Order per lane ([`sequencer`]); splitting of large messages ([`reassembly`]); shared
+//!   memory between nodes of one host ([`shm`]).
+//! - Knobs: [`NetConfig`], [`Congestion`], [`ShaperConfig`]. Counters: [`NetStats`] /
+//!   [`NetStatsSnapshot`]. Errors: [`NetError`], [`TlsError`].
 //!
 //! Start with `use petrel_net::prelude::*;`.
 

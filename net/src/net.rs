@@ -5,7 +5,7 @@ use crate::config::NetConfig;
 use crate::memory::{MemoryHub, MemoryLink};
 use crate::outbox::OutboxQueue;
 use crate::quic::QuicLink;
-use crate::reassembly::{Assembled, PART_MSG_TYPE, Reassembler};
+use crate::reassembly::{Assembled, PART_MSG_TYPE, Reassembler, max_split_message};
 use crate::sequencer::{LaneHeader, LaneNumbering, Sequencer};
 use crate::shm::{SHM_MSG_TYPE, ShmSender};
 use crate::stats::{NetStats, NetStatsSnapshot};
@@ -18,8 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 
-/// Smallest payload of a striped part: below it the part headers and per-stream work
-/// cost more than a second connection gains.
+/// Smallest payload of a striped part: below it, part overhead outweighs a second connection.
 pub const STRIPE_MIN_PART: usize = 256 << 10;
 /// Room for a part frame's envelope header and part head on top of its payload.
 const STRIPE_PART_OVERHEAD: usize = 512;
@@ -112,8 +111,7 @@ pub struct Inbound {
     pub frame: Frame,
     /// Encoded size on the wire.
     pub len: usize,
-    /// The frame's share of the node's inbound byte budgets (its peer's share and the
-    /// node's, or the control reserve), released when dropped.
+    /// The frame's share of the node's inbound byte budgets, released when dropped.
     pub(crate) _budget: [Option<tokio::sync::OwnedSemaphorePermit>; 2],
 }
 
@@ -139,7 +137,7 @@ impl Link {
 }
 
 /// A tokio runtime owned by the transport, shut down without blocking when dropped (a
-/// runtime dropped inside async code would otherwise panic).
+/// runtime dropped in async code would panic).
 pub(crate) struct OwnedRuntime(Option<tokio::runtime::Runtime>);
 
 impl Drop for OwnedRuntime {
@@ -159,8 +157,7 @@ pub(crate) struct Shared {
     lanes: Mutex<LaneNumbering>,
     wake: Notify,
     closed: AtomicBool,
-    /// Peers are joining or leaving (start-up, end of a run): a send to one that is not
-    /// there is expected to fail.
+    /// Peers are joining or leaving: a send to one that is not there is expected to fail.
     membership_changing: AtomicBool,
     pub(crate) link: Link,
     /// Large frames to co-located peers go through files ([`crate::shm`]), when set.
@@ -249,16 +246,11 @@ impl Net {
     ) -> Net {
         let epoch = epoch_now();
         let shm = match (&link, &cfg.shared_memory_dir, &cfg.shaper) {
-            (Link::Quic(_), Some(dir), None) => Some(ShmSender::new(
-                dir.clone(),
-                node,
-                epoch,
-                cfg.shared_memory_min_bytes,
-                crate::reassembly::max_split_message(
-                    cfg.inbound_buffer_bytes,
-                    cfg.max_message_bytes,
-                ),
-            )),
+            (Link::Quic(_), Some(dir), None) => {
+                let min = cfg.shared_memory_min_bytes;
+                let max = max_split_message(&cfg);
+                Some(ShmSender::new(dir.clone(), node, epoch, min, max))
+            }
             _ => None,
         };
         let shared = Arc::new(Shared {
@@ -308,12 +300,10 @@ impl Net {
         }
     }
 
-    /// Records a peer's node name and where it is reached. Over QUIC, frames claiming to
-    /// come from `node` are accepted only on a connection whose certificate names `name`,
-    /// and a connection to `node` must reach the holder of that certificate. A node sends
-    /// from the address it listens on, so a connection with `name`'s certificate is
-    /// accepted only from `addr` (its port, and its IP unless `addr`'s IP is unspecified);
-    /// a port of 0 means the address is not known and binds nothing.
+    /// Records a peer's node name and where it is reached. Over QUIC, frames from `node`
+    /// are accepted only on a connection whose certificate names `name`, a connection to
+    /// `node` must reach that certificate's holder, and `name`'s certificate is accepted
+    /// only from `addr` (its port, and its IP unless unspecified; port 0 binds nothing).
     pub fn add_peer(&self, node: NodeId, name: &str, addr: PeerAddr) {
         if let (Link::Quic(q), PeerAddr::Quic(a)) = (&self.shared.link, addr) {
             q.add_peer(node, name, a);
@@ -322,16 +312,12 @@ impl Net {
 
     /// Queues a frame. Returns at once; frames leave in priority order.
     pub fn send(&self, to: NodeId, priority: Priority, frame: Bytes) -> Result<(), NetError> {
-        if self.shared.closed.load(Ordering::Acquire) {
+        if self.is_closed() {
             return Err(NetError::Closed);
         }
         if let Some(control) = self.through_shared_memory(to, priority, &frame) {
             NetStats::bump(&self.shared.stats.shared_memory_messages, 1);
-            if let Ok(mut q) = self.shared.outbox.lock() {
-                q.push(to, priority, control);
-            }
-            self.shared.wake.notify_one();
-            return Ok(());
+            return self.enqueue(|q| q.push(to, priority, control));
         }
         let max = self.shared.cfg.max_message_bytes;
         let (part_max, counter) = if frame.len() > max {
@@ -345,37 +331,35 @@ impl Net {
             }
             (Some(max), &self.shared.stats.split_messages)
         } else {
-            (
-                self.stripe_part_bytes(frame.len()),
-                &self.shared.stats.striped_messages,
-            )
+            let part_max = self.stripe_part_bytes(frame.len());
+            (part_max, &self.shared.stats.striped_messages)
         };
         let Some(part_max) = part_max else {
-            if let Ok(mut q) = self.shared.outbox.lock() {
-                q.push(to, priority, frame);
-            }
-            self.shared.wake.notify_one();
-            return Ok(());
+            return self.enqueue(|q| q.push(to, priority, frame));
         };
+        let len = frame.len();
         let parts = crate::reassembly::split(&frame, self.shared.node, to, priority, part_max)
-            .map_err(|_| NetError::Oversize {
-                len: frame.len(),
-                max,
-            })?;
+            .map_err(|_| NetError::Oversize { len, max })?;
         NetStats::bump(counter, 1);
+        self.enqueue(|q| {
+            parts
+                .into_iter()
+                .for_each(|part| q.push(to, priority, part))
+        })
+    }
+
+    /// Puts frames into the outbox with `push` and wakes the sender.
+    fn enqueue(&self, push: impl FnOnce(&mut OutboxQueue)) -> Result<(), NetError> {
         if let Ok(mut q) = self.shared.outbox.lock() {
-            for part in parts {
-                q.push(to, priority, part);
-            }
+            push(&mut q);
         }
         self.shared.wake.notify_one();
         Ok(())
     }
 
-    /// Queues a frame given in pieces (as [`Frame::encode_chunks`] makes it: a small head
-    /// and a large tensor's own bytes), written to the stream one after the other without
-    /// being joined. A frame that is split, striped, goes through shared memory or over
-    /// the memory transport is joined first and takes [`Self::send`]'s path.
+    /// Queues a frame given in pieces (as [`Frame::encode_chunks`] makes it), written to
+    /// the stream without being joined. A frame that is split, striped, goes through shared
+    /// memory or the memory transport is joined and takes [`Self::send`]'s path.
     ///
     /// [`Frame::encode_chunks`]: petrel_messages::Frame::encode_chunks
     pub fn send_chunks(
@@ -392,23 +376,17 @@ impl Net {
             || matches!(self.shared.link, Link::Memory(_))
             || len > self.shared.cfg.max_message_bytes
             || self.stripe_part_bytes(len).is_some();
+        let first = chunks.remove(0);
         if whole_path {
-            let first = chunks.remove(0);
             return self.send(to, priority, gather(first, chunks));
         }
-        if self.shared.closed.load(Ordering::Acquire) {
+        if self.is_closed() {
             return Err(NetError::Closed);
         }
-        let first = chunks.remove(0);
-        if let Ok(mut q) = self.shared.outbox.lock() {
-            q.push_chunks(to, priority, first, chunks);
-        }
-        self.shared.wake.notify_one();
-        Ok(())
+        self.enqueue(|q| q.push_chunks(to, priority, first, chunks))
     }
 
-    /// The control frame of `frame` written into a shared-memory file, when the node uses
-    /// shared memory, `to` is on this host (a loopback address) and the frame qualifies.
+    /// The shared-memory control frame for `frame`, when `to` is on this host and it qualifies.
     fn through_shared_memory(&self, to: NodeId, priority: Priority, frame: &[u8]) -> Option<Bytes> {
         let shm = self.shared.shm.as_ref()?;
         let Link::Quic(q) = &self.shared.link else {
@@ -421,9 +399,8 @@ impl Net {
     }
 
     /// The largest part frame of a striped `len`-byte frame, or `None` when it is not
-    /// striped. A frame goes in one part per connection, but parts are no larger than a
-    /// connection's share of the peer's in-flight window (so that every connection has
-    /// one in flight) and no smaller than [`STRIPE_MIN_PART`].
+    /// striped: one part per connection, at most a connection's share of the in-flight
+    /// window, at least [`STRIPE_MIN_PART`].
     fn stripe_part_bytes(&self, len: usize) -> Option<usize> {
         let stripes = self.stripes();
         let cfg = &self.shared.cfg;
@@ -435,8 +412,7 @@ impl Net {
         Some((payload + STRIPE_PART_OVERHEAD).min(cfg.max_message_bytes))
     }
 
-    /// Connections a frame to a peer may be striped over (1 on memory links and shaped
-    /// ones, see [`NetConfig::stripe_connections`]).
+    /// Connections a frame may be striped over (1 on memory and shaped links).
     fn stripes(&self) -> usize {
         match &self.shared.link {
             Link::Quic(q) => q.stripes(),
@@ -444,12 +420,10 @@ impl Net {
         }
     }
 
-    /// The largest frame [`Self::send`] takes: frames above `max_message_bytes` are split
-    /// into parts and joined again by the receiver, up to a peer's share of
-    /// `inbound_buffer_bytes` (assuming the peers run the same `[net]` settings).
+    /// The largest frame [`Self::send`] takes: above `max_message_bytes` frames are split,
+    /// up to a peer's share of `inbound_buffer_bytes` (peers are assumed to share `[net]`).
     pub fn max_send_bytes(&self) -> usize {
-        let cfg = &self.shared.cfg;
-        crate::reassembly::max_split_message(cfg.inbound_buffer_bytes, cfg.max_message_bytes)
+        max_split_message(&self.shared.cfg)
     }
 
     /// The live counters (per-link traffic and shaper waits included), for `/metrics`.
@@ -487,8 +461,7 @@ impl Net {
         }
     }
 
-    /// When a complete frame from `peer` last arrived. Stamped on the transport's runtime,
-    /// so a node busy computing still knows who is alive the moment it looks.
+    /// When a complete frame from `peer` last arrived (stamped on the transport's runtime).
     pub fn last_heard(&self, peer: NodeId) -> Option<std::time::Instant> {
         self.shared.stats.last_heard(peer)
     }
@@ -503,10 +476,8 @@ impl Net {
         self.shared.handle.clone()
     }
 
-    /// Whether peers are joining or leaving now (a cluster forming, a run ending). Meanwhile
-    /// a send that fails is logged at debug level, not as a warning: a peer that has not
-    /// arrived yet or has already left is the expected state, and the caller (a join that
-    /// retries, a finished run) already knows.
+    /// Whether peers are joining or leaving now. Meanwhile a failed send is logged at debug
+    /// level, not as a warning: the caller (a retrying join, a finished run) already knows.
     pub fn set_membership_changing(&self, changing: bool) {
         self.shared
             .membership_changing
@@ -529,16 +500,14 @@ impl Shared {
             Link::Quic(q) => q.close(),
             Link::Memory(m) => m.leave(),
         }
-        // Processes often exit without dropping their transport: delete the slot files
-        // now (a peer that mapped a slot keeps its mapping).
+        // Processes often exit without dropping their transport: delete the slot files now.
         if let Some(shm) = &self.shm {
             shm.clean_up();
         }
     }
 }
 
-/// The single sender of a node: drains the outbox in priority order, one task per frame so
-/// that one slow peer does not block the others.
+/// The node's single sender: drains the outbox in priority order, a task per frame.
 async fn dispatch(s: Arc<Shared>) {
     while !s.closed.load(Ordering::Acquire) {
         let next = s.outbox.lock().ok().and_then(|mut q| q.pop_ready());
@@ -582,8 +551,7 @@ async fn dispatch(s: Arc<Shared>) {
     }
 }
 
-/// Refuses a `shared_memory_dir` that is not a directory (a typo would otherwise only show
-/// as every large frame falling back to QUIC).
+/// Refuses a `shared_memory_dir` that is not a directory (else large frames silently use QUIC).
 fn check_shared_memory_dir(dir: &std::path::Path) -> Result<(), NetError> {
     let error = |source| NetError::SharedMemoryDir {
         path: dir.to_path_buf(),
@@ -597,7 +565,7 @@ fn check_shared_memory_dir(dir: &std::path::Path) -> Result<(), NetError> {
     }
 }
 
-/// A process-unique epoch so that receivers can tell a restarted sender from a late frame.
+/// A process-unique epoch, so receivers tell a restarted sender from a late frame.
 fn epoch_now() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -606,8 +574,7 @@ fn epoch_now() -> u64 {
     nanos ^ u64::from(std::process::id()).rotate_left(32)
 }
 
-/// The channel links push arrivals into, and the task that releases them to the node in
-/// lane order.
+/// The channel links push arrivals into, and the task releasing them in lane order.
 fn sequenced_inbound(
     me: NodeId,
     cfg: &NetConfig,
@@ -619,8 +586,7 @@ fn sequenced_inbound(
     let max_pending = cfg.inbound_queue.max(1) * 4;
     let hole_timeout = Duration::from_millis(cfg.reorder_timeout_ms.max(1));
     let part_timeout = Duration::from_millis(cfg.frame_timeout_ms.max(1));
-    let max_message =
-        crate::reassembly::max_split_message(cfg.inbound_buffer_bytes, cfg.max_message_bytes);
+    let max_message = max_split_message(cfg);
     let mut assembler = Reassembler::new(max_message);
     let mut shm = crate::shm::ShmReceiver::new(cfg.shared_memory_dir.clone(), me);
     handle.spawn(async move {

@@ -1,10 +1,7 @@
-//! The priority outbox's decision logic, free of I/O.
-//!
-//! Messages wait in one priority queue per node (FIFO within a priority). A message is
-//! admitted to the wire when its peer has fewer than `inflight_limit` bytes in flight, or
-//! when its priority is higher than every message in flight to that peer, so a small urgent
-//! message never waits behind a large backlog already handed to QUIC (QUIC's stream
-//! priorities then let it overtake on the wire).
+//! The priority outbox's decision logic, free of I/O. A message is admitted to the wire
+//! when its peer has fewer than `inflight_limit` bytes in flight, or when it outranks every
+//! message in flight to that peer, so an urgent message never waits behind a backlog
+//! already handed to QUIC (whose stream priorities then let it overtake).
 
 use bytes::Bytes;
 use petrel_messages::{NodeId, Priority, PriorityQueue, Rank};
@@ -19,8 +16,7 @@ pub struct Outgoing {
     pub priority: Priority,
     /// The encoded frame (its first piece when `tail` is not empty).
     pub frame: Bytes,
-    /// The rest of the frame, written after `frame` without being copied into it (a large
-    /// tensor's own bytes, see `Frame::encode_chunks`).
+    /// The rest of the frame, written after `frame` without copying (a tensor's bytes).
     pub tail: Vec<Bytes>,
 }
 
@@ -54,11 +50,9 @@ pub struct InFlight {
     pub len: usize,
 }
 
-/// Every message of a node waiting for the wire, with each peer's in-flight window.
-///
-/// Both the main queue and the per-peer parking queues are [`PriorityQueue`]s; a message
-/// moved to its peer's parking queue keeps its [`Rank`], so once the window opens it
-/// competes with the main queue exactly where it would have stood.
+/// Every message of a node waiting for the wire, with each peer's in-flight window. A
+/// message moved to its peer's parking queue keeps its [`Rank`], so once the window opens
+/// it competes with the main queue where it would have stood.
 #[derive(Debug)]
 pub struct OutboxQueue {
     queue: PriorityQueue<Outgoing>,

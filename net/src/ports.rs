@@ -1,10 +1,9 @@
 //! Free UDP ports for nodes whose configured port is 0 (and TCP ports for their `/metrics`).
 //!
-//! Two races made "bind port 0, note the port, release it, bind it again later" flaky when
-//! many clusters start at once on one host (parallel tests, several jobs): the kernel hands
-//! a just-released ephemeral port to the next `bind(0)` of any process. So ports are picked
-//! outside the kernel's ephemeral range (where `bind(0)` never lands), and a port for a node
-//! of this very process stays bound until that node's endpoint takes the socket over.
+//! "Bind port 0, note it, release it, bind again later" races when many clusters start on
+//! one host: the kernel hands a released ephemeral port to the next `bind(0)`. So ports are
+//! picked outside the ephemeral range, and a port for a node of this process stays bound
+//! until that node's endpoint takes the socket over.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -19,9 +18,8 @@ static HELD: LazyLock<Mutex<HashMap<SocketAddr, UdpSocket>>> = LazyLock::new(Def
 const LOWEST_PICKED_PORT: u16 = 10_000;
 const PICK_ATTEMPTS: usize = 64;
 
-/// Binds a free UDP port on `ip` and keeps the socket until a node of this process binds
-/// that address (its endpoint takes the held socket) or it is [`release`]d. Use it for nodes started in this
-/// process; a node in another process cannot bind the address while it is held.
+/// Binds a free UDP port on `ip` and holds the socket until a node of this process binds
+/// that address (its endpoint takes it) or it is [`release`]d.
 pub fn reserve_held(ip: IpAddr) -> io::Result<SocketAddr> {
     let socket = bind_outside_ephemeral_range(ip, UdpSocket::bind)?;
     let addr = socket.local_addr()?;
@@ -31,22 +29,19 @@ pub fn reserve_held(ip: IpAddr) -> io::Result<SocketAddr> {
     Ok(addr)
 }
 
-/// A UDP port on `ip` that was free a moment ago, released at once: for nodes that other
-/// processes will start. Picked outside the ephemeral range, so no `bind(0)` of another
-/// program can take it in the meantime.
+/// A UDP port on `ip` that was free a moment ago, released at once, for nodes other
+/// processes will start; outside the ephemeral range, so no `bind(0)` takes it meanwhile.
 pub fn pick_free(ip: IpAddr) -> io::Result<SocketAddr> {
     bind_outside_ephemeral_range(ip, UdpSocket::bind)?.local_addr()
 }
 
-/// A TCP port on `ip` that was free a moment ago, released at once (a node's `/metrics`
-/// listener in another process): picked outside the ephemeral range like [`pick_free`].
+/// A TCP port on `ip`, picked like [`pick_free`] (a `/metrics` listener in another process).
 pub fn pick_free_tcp(ip: IpAddr) -> io::Result<SocketAddr> {
     bind_outside_ephemeral_range(ip, std::net::TcpListener::bind)?.local_addr()
 }
 
-/// A `pick` that is none of `taken`: ports picked and released at once for several nodes
-/// of one cluster could otherwise repeat (two nodes of a restarted job were both given one
-/// metrics port, and the second failed to listen). Gives up after a few tries.
+/// A `pick` that is none of `taken` (ports released at once could otherwise repeat within
+/// one cluster). Gives up after a few tries.
 pub fn pick_distinct(
     taken: &[SocketAddr],
     mut pick: impl FnMut() -> io::Result<SocketAddr>,
@@ -57,13 +52,9 @@ pub fn pick_distinct(
             return Ok(addr);
         }
     }
-    Err(io::Error::new(
-        io::ErrorKind::AddrInUse,
-        format!(
-            "no free port outside the {} already picked after {PICK_ATTEMPTS} tries",
-            taken.len()
-        ),
-    ))
+    let n = taken.len();
+    let why = format!("no free port outside the {n} already picked after {PICK_ATTEMPTS} tries");
+    Err(io::Error::new(io::ErrorKind::AddrInUse, why))
 }
 
 /// Whether this process holds `addr` for one of its nodes.

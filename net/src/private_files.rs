@@ -1,14 +1,11 @@
 //! Key files and the directories that hold them, created so that no other local user can
 //! own, read or redirect them.
 //!
-//! - A key is created with `O_CREAT | O_EXCL | O_NOFOLLOW` and mode 0600 from the first
-//!   byte ([`write_secret`]): a file or symlink already at its path (planted by someone
-//!   else, or left by an earlier run) is refused, never followed or truncated.
-//! - Public files beside it (certificates) are not followed through a symlink either
-//!   ([`write_public`]).
-//! - A private directory ([`create_private_dir`]) is created 0700; one that already
-//!   exists must be a real directory (not a symlink) owned by this user, else it is
-//!   refused: another user's directory could be read or swapped under us.
+//! - Keys are created `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600 from the first byte
+//!   ([`write_secret`]): anything already at the path is refused, never followed.
+//! - Public files beside them are not written through a symlink ([`write_public`]).
+//! - A private directory ([`create_private_dir`]) is 0700; an existing one must be a real
+//!   directory owned by this user, else another user could read or swap it.
 
 use std::fs::OpenOptions;
 use std::io::{self, Write};
@@ -72,10 +69,9 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     }
     let me = current_uid();
     if meta.uid() != me {
-        return Err(io::Error::other(format!(
-            "is owned by uid {}, not by this user (uid {me}): refused",
-            meta.uid()
-        )));
+        let uid = meta.uid();
+        let why = format!("is owned by uid {uid}, not by this user (uid {me}): refused");
+        return Err(io::Error::other(why));
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }

@@ -1,8 +1,7 @@
 // Over 600 lines: the link, its accept loop and the per-peer frame reader share the read limits.
-//! QUIC link: one endpoint per node (client and server), `stripe_connections` connections
-//! per peer and direction (frames go round-robin over them by lane position, so a striped
-//! message's parts travel at once), one unidirectional stream per message with the
-//! message's priority.
+//! QUIC link: one endpoint per node, `stripe_connections` connections per peer and
+//! direction (frames round-robin over them by lane position, so a striped message's parts
+//! travel at once), one unidirectional stream per message at the message's priority.
 
 use crate::config::NetConfig;
 use crate::datagram::{SegmentCappedSocket, endpoint_config};
@@ -84,8 +83,7 @@ impl QuicLink {
     ) -> Result<Self, NetError> {
         let server = creds.server_config(cfg)?;
         let client = creds.client_config(cfg)?;
-        // Connections to nodes on this host get loopback's large datagrams (see
-        // `crate::datagram`); the server side picks per incoming connection.
+        // Loopback peers get large datagrams (`crate::datagram`); the server picks per peer.
         let loopback = cfg.for_peer(SocketAddr::from(([127, 0, 0, 1], 0)));
         let peer_configs = PeerConfigs {
             server: Arc::new(server.clone()),
@@ -187,15 +185,9 @@ impl QuicLink {
             .close(VarInt::from_u32(CODE_SHUTDOWN), b"shutdown");
     }
 
-    /// A new connection to `to` from this node's socket (so it comes from this node's
-    /// registered address, with its certificate), outside the per-peer slots.
+    /// A new connection to `to` from this node's socket, outside the per-peer slots.
     pub(crate) async fn dial(&self, to: NodeId) -> Result<Connection, NetError> {
-        let addr = self
-            .addrs
-            .lock()
-            .ok()
-            .and_then(|a| a.get(&to).copied())
-            .ok_or(NetError::UnknownPeer(to))?;
+        let addr = self.peer_addr(to).ok_or(NetError::UnknownPeer(to))?;
         let connect_err = |source: LinkCause| NetError::Connect {
             peer: to,
             addr,
@@ -238,10 +230,9 @@ impl QuicLink {
         Ok(conn)
     }
 
-    /// Sends one frame on its own stream and waits until the peer has acknowledged all of
-    /// it, so the outbox's in-flight accounting reflects bytes really on the wire.
-    /// Consecutive frames of a lane (a striped message's parts) take consecutive
-    /// connections.
+    /// Sends one frame on its own stream and waits until the peer acknowledged all of it,
+    /// so the outbox's in-flight accounting reflects the wire. A lane's consecutive frames
+    /// (a striped message's parts) take consecutive connections.
     pub(crate) async fn deliver(
         &self,
         to: NodeId,
@@ -282,15 +273,13 @@ impl QuicLink {
 #[derive(Clone)]
 struct ReadLimits {
     max_frame: usize,
-    /// Bytes of frames being read or waiting for the node: per peer (data share and
-    /// control reserve) and per node (see [`crate::inbound_budget`]).
+    /// Bytes of frames being read or waiting, per peer and node ([`crate::inbound_budget`]).
     budgets: InboundBudgets,
     /// Longest pause between a frame's bytes.
     stall: Duration,
     /// Node names by id: whom a frame's claimed sender must be.
     directory: Arc<PeerDirectory>,
-    /// Inbound shares by the node names a peer's certificate binds: all connections of a
-    /// peer draw on one share.
+    /// Inbound shares by the node names a peer's certificate binds (one per peer).
     peers: Arc<Mutex<HashMap<Arc<[String]>, PeerBudget>>>,
 }
 
@@ -357,8 +346,8 @@ async fn accept_loop(
                 );
                 return;
             }
-            // A node sends from the address it is registered at: its certificate used
-            // from anywhere else is a stolen key, refused before it can take any budget.
+            // A certificate used from elsewhere than its node's address is a stolen key,
+            // refused before it can take any budget.
             if let Origin::Elsewhere { name, home } = limits
                 .directory
                 .origin(&certified, remote, limits.stall)
@@ -419,8 +408,7 @@ fn certificate_names(conn: &Connection) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The connection a stream arrived on, that peer's inbound budget, the node names its
-/// certificate binds and the progress of its frames.
+/// The connection a stream arrived on, its peer's budget, names and frame progress.
 struct PeerReader {
     conn: quinn::Connection,
     budget: PeerBudget,
@@ -437,8 +425,7 @@ struct FrameProgress {
     bytes: AtomicU64,
 }
 
-/// A frame holding budget while it is read; counted in [`FrameProgress::partial`] until
-/// dropped.
+/// A frame holding budget while read; counted in [`FrameProgress::partial`] until dropped.
 struct PartialFrame(Arc<FrameProgress>);
 
 impl PartialFrame {
@@ -458,8 +445,7 @@ impl Drop for PartialFrame {
     }
 }
 
-/// Closes `conn`, naming its peer, when its frames hold budget without progressing
-/// ([`ProgressWatch`]); ends with the connection.
+/// Closes `conn`, naming its peer, when its frames hold budget without progressing.
 async fn watch_progress(
     node: NodeId,
     conn: Connection,
@@ -507,8 +493,8 @@ async fn watch_progress(
 }
 
 impl PeerReader {
-    /// Checks the frame's claimed sender against the certificate; an impostor's frame is
-    /// refused, counted, logged once by name, and its connection closed.
+    /// Checks the claimed sender against the certificate; an impostor is refused, counted,
+    /// logged once and disconnected.
     async fn admit_sender(
         &self,
         node: NodeId,
@@ -552,8 +538,7 @@ impl PeerReader {
         );
     }
 
-    /// A frame from this peer stalled: its stream was reset; a peer that keeps stalling
-    /// frames is disconnected and named.
+    /// A frame from this peer stalled; a peer that keeps stalling is disconnected and named.
     fn stalled(&self, node: NodeId, from: u32, stats: &NetStats) {
         if self.budget.strike() && self.conn.close_reason().is_none() {
             stats.disconnected(&self.certified.join(","));
@@ -571,9 +556,8 @@ impl PeerReader {
     }
 }
 
-/// Reads a frame's envelope header (`len` bytes) ahead of its budget: its message type,
-/// and the bytes read. `None` when the stream ended, stalled or held a malformed header
-/// (counted, logged, the stream stopped).
+/// Reads a frame's envelope header (`len` bytes) ahead of its budget: its type and the
+/// bytes read; `None` (counted, logged, stream stopped) when it ended, stalled or is bad.
 async fn read_envelope_head(
     node: NodeId,
     recv: &mut RecvStream,
@@ -608,8 +592,7 @@ async fn read_envelope_head(
     }
 }
 
-/// Whether the stream ends right after the frame, as the sender finishes it: trailing
-/// bytes (garbage) or a reset are counted, logged and the frame dropped.
+/// Whether the stream ends right after the frame (trailing bytes or a reset are counted).
 async fn finished_after_frame(
     node: NodeId,
     recv: &mut RecvStream,
@@ -636,8 +619,7 @@ async fn finished_after_frame(
     }
 }
 
-/// Reads one frame from a stream. Every way it can be bad is counted and logged; the
-/// connection and the node carry on (unless its peer keeps stalling frames).
+/// Reads one frame from a stream; every way it can be bad is counted and logged.
 async fn read_frame(
     node: NodeId,
     mut recv: RecvStream,
@@ -647,20 +629,15 @@ async fn read_frame(
     tx: mpsc::Sender<Arrival>,
 ) {
     let max = limits.max_frame;
-    let mut lane = [0u8; LANE_HEADER_LEN];
-    if let Err(e) = recv.read_exact(&mut lane).await {
+    let mut head = [0u8; LANE_HEADER_LEN + FRAME_PREFIX_LEN];
+    if let Err(e) = recv.read_exact(&mut head).await {
         NetStats::bump(&stats.truncated_streams, 1);
-        tracing::warn!(%node, error = %e, "stream ended before a lane header");
+        tracing::warn!(%node, error = %e, "stream ended before a lane header and frame prefix");
         return;
     }
-    let lane = LaneHeader::decode(&lane);
-    let mut prefix = [0u8; FRAME_PREFIX_LEN];
-    if let Err(e) = recv.read_exact(&mut prefix).await {
-        NetStats::bump(&stats.truncated_streams, 1);
-        tracing::warn!(%node, error = %e, "stream ended before a frame prefix");
-        return;
-    }
-    let parsed = match FramePrefix::parse(&prefix, max) {
+    let (lane, prefix) = head.split_at(LANE_HEADER_LEN);
+    let lane = LaneHeader::decode(lane.try_into().expect("LANE_HEADER_LEN bytes"));
+    let parsed = match FramePrefix::parse(prefix, max) {
         Ok(p) => p,
         Err(e) => {
             let (counter, code) = match e {
@@ -681,22 +658,18 @@ async fn read_frame(
         let _ = recv.stop(VarInt::from_u32(CODE_IMPOSTOR));
         return;
     }
-    // Memory is committed only when the frame fits the node's budget; until then the
-    // stream is not read and QUIC flow control holds the sender back.
+    // Memory is committed only once the frame fits the budget (flow control waits till then).
     let total = parsed.total_len();
     let Ok(need) = u32::try_from(total) else {
         NetStats::bump(&stats.oversize_frames, 1);
         let _ = recv.stop(VarInt::from_u32(CODE_OVERSIZE));
         return;
     };
-    // The stream's chunks are kept as quinn hands them over (zero-copy slices of the
-    // received datagrams), not gathered: the body is decoded from them (see
-    // `petrel_messages::body`), so a large tensor is copied once, into its final vector.
+    // Chunks stay as quinn hands them over (zero-copy), so a large tensor is copied once.
     let mut chunks: Vec<Bytes> = Vec::new();
     let mut got = FRAME_PREFIX_LEN;
-    // The receiver, not the sender, decides the lane: a frame claiming control priority
-    // has its (small) envelope read first, and only the runtime's control kinds get the
-    // control lane.
+    // The receiver decides the lane: a frame claiming control priority has its small
+    // envelope read first; only the runtime's control kinds get the control lane.
     let mut kind = None;
     if may_be_control(lane.priority, &parsed) {
         let Some((msg_type, head)) =
@@ -739,13 +712,10 @@ async fn read_frame(
     if !finished_after_frame(node, &mut recv, &limits, &stats).await {
         return;
     }
-    // Complete and finished: it holds budget until the node takes it, which is not the
-    // peer's doing.
+    // Complete: it holds budget until the node takes it, which is not the peer's doing.
     drop(partial);
     let len = total;
-    // A chunk is a slice of the datagram it came in and keeps all of it alive: a small
-    // frame is copied out (cheap), so that a queued small message holds its own bytes,
-    // not a 64 KB datagram; a large one fills its datagrams and keeps them.
+    // A chunk pins its whole datagram: a small frame is copied out, a large one fills them.
     let chunks = if total < petrel_messages::body::LARGE_BIN {
         let mut one = bytes::BytesMut::with_capacity(total - FRAME_PREFIX_LEN);
         for c in &chunks {

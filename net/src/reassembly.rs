@@ -1,20 +1,14 @@
-//! Messages larger than `max_message_bytes`: split into parts by the sender's transport,
-//! put back together by the receiver's, so that no user meets the frame limit.
+//! Messages larger than `max_message_bytes`: split by the sender's transport and joined
+//! by the receiver's. [`split`] cuts an encoded frame into part frames ([`PART_MSG_TYPE`],
+//! body `index u32 | count u32 | total u64 | bytes`, little endian) sent consecutively on
+//! one lane, so they arrive in order; [`Reassembler`] (sans-I/O) returns the original when
+//! the last part came.
 //!
-//! [`split`] cuts an encoded frame into part frames of at most `max_message_bytes` each,
-//! addressed like the original, with the wire name [`PART_MSG_TYPE`] and a body of
-//! `index u32 | count u32 | total u64 | bytes` (little endian). They go out consecutively
-//! on one (peer, priority) lane, so they arrive in order. [`Reassembler`] (sans-I/O) takes
-//! the receiver's in-order frames and returns the original frame when its last part came.
-//!
-//! Bounds: a message may be at most [`max_split_message`] bytes, a peer's share of the
-//! inbound budget (the sender refuses larger ones with [`crate::NetError::Oversize`]).
-//! Each part holds inbound budget while it is read, like any frame; the reassembler then
-//! copies it and charges the bytes to its sender's allowance (the same size), so one
-//! sender's partial messages never hold more than that, and parts never wait on each
-//! other for budget (no deadlock between two large messages of one peer). A message
-//! whose parts go missing (a hole the lane skipped, a sender that died) is dropped, named
-//! in the log and counted, and its bytes released: at once, or after `timeout`.
+//! Bounds: a message is at most [`max_split_message`] bytes, a peer's share of the inbound
+//! budget. Each part holds budget while read; the reassembler then copies it and charges
+//! its sender's allowance (the same size), so parts never wait on each other for budget
+//! (no deadlock). A message missing parts is dropped, logged, counted and its bytes
+//! released, at once or after `timeout`.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use petrel_messages::{CodecError, EnvelopeHeader, EnvelopeKind, Frame, NodeId, Priority};
@@ -26,14 +20,12 @@ pub const PART_MSG_TYPE: &str = "petrel.part";
 /// Bytes of a part body before its payload.
 const PART_HEAD: usize = 16;
 
-/// The largest message the transport sends or reassembles: a peer's share of
-/// `inbound_buffer_bytes` (see [`crate::inbound_budget::peer_share`]).
-pub fn max_split_message(inbound_buffer_bytes: usize, max_message_bytes: usize) -> usize {
-    crate::inbound_budget::peer_share(inbound_buffer_bytes, max_message_bytes)
+/// The largest message sent or reassembled: a peer's share of `inbound_buffer_bytes`.
+pub fn max_split_message(cfg: &crate::NetConfig) -> usize {
+    crate::inbound_budget::peer_share(cfg.inbound_buffer_bytes, cfg.max_message_bytes)
 }
 
-/// Cuts `frame` (from `from` to `to` at `priority`) into part frames of at most
-/// `max_frame` bytes each.
+/// Cuts `frame` (`from` to `to` at `priority`) into part frames of at most `max_frame` bytes.
 pub fn split(
     frame: &[u8],
     from: NodeId,
@@ -108,8 +100,7 @@ pub struct Reassembler {
 }
 
 impl Reassembler {
-    /// A reassembler whose senders may each hold at most `allowance` bytes of partial
-    /// messages (and no message may be larger).
+    /// A reassembler allowing each sender `allowance` bytes of partial messages.
     pub fn new(allowance: usize) -> Self {
         Self {
             allowance,
@@ -198,25 +189,21 @@ impl Reassembler {
         let Some(p) = self.partial.remove(&key) else {
             return Assembled::Pending;
         };
-        if p.buf.len() != p.total {
-            return dropped(format!(
-                "split message ended at {} of {} bytes",
-                p.buf.len(),
-                p.total
-            ));
+        let got = p.buf.len();
+        if got != p.total {
+            return dropped(format!("split message ended at {got} of {} bytes", p.total));
         }
         match Frame::decode(p.buf.freeze(), self.allowance) {
             Ok(whole) if whole.header.from == from => Assembled::Whole(whole),
-            Ok(whole) => dropped(format!(
-                "reassembled message claims sender {}",
-                whole.header.from
-            )),
+            Ok(whole) => {
+                let claimed = whole.header.from;
+                dropped(format!("reassembled message claims sender {claimed}"))
+            }
             Err(e) => dropped(format!("reassembled message does not decode: {e}")),
         }
     }
 
-    /// Drops partial messages older than `timeout` (their sender died or the lane skipped
-    /// a part that never came); returns their senders.
+    /// Drops partial messages older than `timeout`; returns their senders.
     pub fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<NodeId> {
         let mut gone = Vec::new();
         self.partial.retain(|(from, _), p| {

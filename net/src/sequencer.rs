@@ -1,17 +1,16 @@
 //! Per-lane ordering of arrivals.
 //!
-//! Every message travels on its own QUIC stream, so messages can complete out of order.
-//! Senders number messages per lane (sender, priority) when they hand them to the wire,
-//! and the receiver releases each lane's messages in that order: FIFO between two nodes at
-//! equal priority, while higher priorities still overtake lower ones.
+//! Every message has its own QUIC stream, so messages can complete out of order. Senders
+//! number them per lane (sender, priority) and the receiver releases each lane in order:
+//! FIFO between two nodes at equal priority, higher priorities still overtaking.
 //!
-//! Failures must not stall a lane. A frame the sender could not deliver leaves a hole, so
-//! the sender moves to a newer epoch for that peer, and a newer epoch releases whatever
-//! waited in the old one. A hole that stays open past a timeout is skipped (counted and
-//! logged). A frame that arrives after its hole was skipped, or from an older epoch, is
-//! delivered at once: QUIC never duplicates a stream, so nothing is ever dropped here.
+//! Failures must not stall a lane: after a failed send the sender moves to a newer epoch,
+//! which releases whatever waited in the old one; a hole open past a timeout is skipped
+//! (counted, logged). Late frames (after a skip, or from an older epoch) are delivered at
+//! once: QUIC never duplicates a stream, so nothing is dropped here.
 
 use petrel_messages::Priority;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -45,11 +44,7 @@ impl LaneHeader {
     /// The inverse of [`encode`](Self::encode); every byte pattern is a header.
     pub fn decode(b: &[u8; LANE_HEADER_LEN]) -> Self {
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let u64_at = |i: usize| {
-            let mut x = [0u8; 8];
-            x.copy_from_slice(&b[i..i + 8]);
-            u64::from_le_bytes(x)
-        };
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
         Self {
             from: u32_at(0),
             priority: Priority(u32_at(4) as i32),
@@ -59,12 +54,10 @@ impl LaneHeader {
     }
 }
 
-/// A sender forgets a lane it has not used for this long; its next frame on that lane
-/// starts a new epoch at sequence 0. Lanes are per priority, and applications may use many
-/// priorities, so idle lanes must not accumulate.
+/// A sender forgets a lane idle this long (its next frame starts a new epoch), so lanes of
+/// many priorities do not accumulate.
 pub const SENDER_LANE_IDLE: Duration = Duration::from_secs(10);
-/// A receiver forgets an idle lane (with nothing waiting) after this long: well after its
-/// sender has, so the next frame it sees on that lane starts at sequence 0.
+/// A receiver forgets an idle lane after this long, well after its sender has.
 pub const RECEIVER_LANE_IDLE: Duration = Duration::from_secs(60);
 
 #[derive(Debug)]
@@ -75,8 +68,7 @@ struct SendLane {
 }
 
 /// The sender's side: numbers frames per (peer, priority) as they go to the wire. Every
-/// new lane (first use, after idling, or after a failed send to its peer) gets a newer
-/// epoch, so its receiver stops waiting for anything older.
+/// new lane (first use, after idling or a failed send) gets a newer epoch.
 #[derive(Debug)]
 pub struct LaneNumbering {
     from: u32,
@@ -110,35 +102,30 @@ impl LaneNumbering {
         let prune_due = self
             .last_prune
             .is_none_or(|t| now.saturating_duration_since(t) >= self.idle / 10);
+        let idle = self.idle;
         if self.lanes.len() > 1024 && prune_due {
-            let idle = self.idle;
             self.lanes
                 .retain(|_, l| now.saturating_duration_since(l.last_used) <= idle);
             self.last_prune = Some(now);
         }
-        let fresh = self
-            .lanes
-            .get(&(to, priority))
-            .is_none_or(|l| now.saturating_duration_since(l.last_used) > self.idle);
-        if fresh {
-            self.issued += 1;
-            self.lanes.insert(
-                (to, priority),
-                SendLane {
-                    epoch: self.base_epoch.wrapping_add(self.issued),
+        let lane = match self.lanes.entry((to, priority)) {
+            Entry::Occupied(e) if now.saturating_duration_since(e.get().last_used) <= idle => {
+                e.into_mut()
+            }
+            // A new lane, or one idle too long: a newer epoch.
+            entry => {
+                self.issued += 1;
+                let epoch = self.base_epoch.wrapping_add(self.issued);
+                let fresh = SendLane {
+                    epoch,
                     next: 0,
                     last_used: now,
-                },
-            );
-        }
-        let from = self.from;
-        let lane = self.lanes.entry((to, priority)).or_insert(SendLane {
-            epoch: self.base_epoch,
-            next: 0,
-            last_used: now,
-        });
+                };
+                entry.insert_entry(fresh).into_mut()
+            }
+        };
         let h = LaneHeader {
-            from,
+            from: self.from,
             priority,
             epoch: lane.epoch,
             seq: lane.next,

@@ -1,10 +1,7 @@
-//! Bandwidth and latency emulation at the UDP socket.
-//!
-//! [`TokenBucket`] is the sans-I/O rate limiter. [`ShapedSocket`] wraps quinn's UDP socket:
-//! on egress it reports "not writable" until the bucket has tokens, so data stays in QUIC's
-//! stream buffers where stream priorities decide what goes next (a FIFO queue below QUIC
-//! would hide priorities); on ingress it stops reading until tokens are available and can
-//! hold packets for an added latency.
+//! Bandwidth and latency emulation at the UDP socket. [`TokenBucket`] is the sans-I/O rate
+//! limiter; [`ShapedSocket`] wraps quinn's socket and reports "not writable" until there
+//! are tokens, so data waits in QUIC's stream buffers where priorities decide what goes
+//! next; on ingress it reads only with tokens and can hold packets for added latency.
 
 use crate::config::ShaperConfig;
 use crate::stats::NetStats;
@@ -19,13 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-/// Bucket depth when none is configured: a few packets, as on a real link without a
-/// large buffer, so an idle link gives no unrealistic head start.
+/// Bucket depth when none is configured: a few packets, so idle gives no unrealistic head start.
 pub const DEFAULT_BURST_BYTES: u64 = 16 * 1024;
 
-/// A token bucket that may go into debt by one send: a send is allowed whenever the balance
-/// is positive, and then the whole datagram (or GSO batch) is charged. Debt makes the next
-/// send wait, so the long-run rate is exact without splitting packets.
+/// A token bucket that may go into debt by one send: a send is allowed while the balance
+/// is positive and charged whole, so the long-run rate is exact without splitting packets.
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
     rate: f64,
@@ -104,8 +99,8 @@ struct IngressState {
 }
 
 impl IngressState {
-    /// When a packet received at `now` is handed over: after the latency plus a uniform
-    /// jitter draw, and never before the packet received before it (no reordering).
+    /// When a packet received at `now` is handed over: after latency plus jitter, never
+    /// before the packet received before it.
     fn release_at(&mut self, now: Instant, latency: Duration, jitter: Duration) -> Instant {
         let mut at = now + latency;
         if !jitter.is_zero() {
@@ -356,8 +351,7 @@ impl AsyncUdpSocket for ShapedSocket {
     }
 
     fn max_receive_segments(&self) -> usize {
-        // Receive buffers must stay large enough for the inner socket's GRO batches; a
-        // delay-line entry keeps a whole batch with its stride.
+        // Receive buffers must hold the inner socket's GRO batches.
         self.inner.max_receive_segments()
     }
 

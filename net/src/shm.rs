@@ -1,36 +1,26 @@
-//! Large frames between two nodes of one host through shared memory. Each sender keeps, per
-//! peer, a few **slots**: files in `shared_memory_dir` (a tmpfs such as `/dev/shm`) that it
-//! maps and reuses. To send, it copies the encoded frame into a free slot, marks the slot
-//! full and sends a small control frame over QUIC (wire name [`SHM_MSG_TYPE`], body
-//! `epoch u64 | slot u64 | len u64 | file_len u64`, little endian). The receiver maps the
-//! slot's file once (again when it grew), hands the frame on in lane order as bytes that
-//! point into the mapping (no copy), and marks the slot free when the last of those bytes is
-//! dropped (after the message was decoded). This is what ps-lite's IPC mode and BytePS do
-//! for co-located processes: the bytes skip QUIC's per-packet encryption and the loopback's
-//! packet path. Reusing slots matters: on this kind of machine a fresh tmpfs file costs
-//! more (page allocation and zeroing on write, freeing on unlink) than QUIC on loopback.
+//! Large frames between two nodes of one host through shared memory (as ps-lite's IPC mode
+//! and BytePS do): the bytes skip QUIC's per-packet encryption and the loopback packet path.
+//! Each sender keeps, per peer, a few reusable **slots**: mapped files in
+//! `shared_memory_dir` (a tmpfs; a fresh file costs more than QUIC on loopback, hence the
+//! reuse). To send, it copies the frame into a free slot, marks it full and sends a small
+//! control frame over QUIC ([`SHM_MSG_TYPE`], body `epoch u64 | slot u64 | len u64 |
+//! file_len u64`, little endian). The receiver maps the file, hands the frame on as bytes
+//! pointing into the mapping, and marks the slot free when the last of them is dropped.
+//! A slot's 64-byte header starts with its state word (0 free, 1 full; release/acquire).
 //!
-//! Each slot starts with a 64-byte header whose first word is its state (0 free, 1 full;
-//! release/acquire), so the two processes hand the slot back and forth without messages.
+//! Trust: the control frame arrives on the authenticated connection and the receiver builds
+//! the file name from numbers only (verified sender id, own id, epoch, slot), so no path
+//! from the wire is opened. Files are created exclusively, mode 0600, and only grown. The
+//! receiver checks the length against the peer's inbound-budget share and the file size,
+//! and refuses a slot not marked full. A co-located member is trusted not to write into a
+//! slot it handed over or shrink its file (that would corrupt the message or SIGBUS the
+//! receiver): only nodes sharing a host and a user, with the directory set, use this path.
+//! Bounds: [`MAX_SLOTS`] slots and a peer's share of `inbound_buffer_bytes` per peer;
+//! beyond that frames go over QUIC. Senders delete their files when the transport closes.
 //!
-//! Safety and trust: the control frame arrives on the authenticated connection and the
-//! receiver builds the file name itself from numbers only (the sender's verified node id,
-//! its own id, the epoch and slot), so no path from the wire is opened. Files are created
-//! exclusively with mode 0600, and a sender only ever grows them. The receiver checks the
-//! announced length against a peer's share of the inbound budget and against the file's
-//! size, and refuses a slot that is not marked full. A co-located member is trusted not to
-//! write into a slot it handed over or to shrink its file (either would corrupt that
-//! message or stop the receiver with SIGBUS): only nodes that share a host and a user, and
-//! set the directory, use this path. Bounds: at most [`MAX_SLOTS`] slots and a peer's share
-//! of `inbound_buffer_bytes` of slot capacity per peer; beyond that, or while every slot is
-//! still being read, frames go over QUIC. A sender deletes its files when its transport
-//! closes (the receiver's mappings stay valid until it drops them).
-//!
-//! When it is used (see [`crate::NetConfig::shared_memory_dir`]): only when the node sets
-//! the directory, the frame has at least `shared_memory_min_bytes`, the peer's address is
-//! a loopback address (so both processes are in one network namespace of one host) and no
-//! shaper emulates a link (a shaped link must carry the bytes). Every node of the host
-//! must see the same directory.
+//! Used only when the node sets the directory ([`crate::NetConfig::shared_memory_dir`],
+//! the same for every node of the host), the frame has `shared_memory_min_bytes`, the peer
+//! is on a loopback address and no shaper emulates a link.
 
 use bytes::{Buf, BufMut, Bytes};
 use memmap2::{MmapOptions, MmapRaw};
@@ -115,8 +105,8 @@ impl ShmRef {
         body
     }
 
-    /// Reads a control frame's body and checks it against the bounds: a slot below
-    /// [`MAX_SLOTS`], a frame of at most `max` bytes that fits the file.
+    /// Reads a control frame's body, checking a slot below [`MAX_SLOTS`] and a frame of at
+    /// most `max` bytes that fits the file.
     pub fn parse(mut body: &[u8], max: usize) -> Result<Self, ShmError> {
         if body.len() != SHM_BODY {
             return Err(ShmError::BadBody(body.len()));
@@ -128,22 +118,16 @@ impl ShmRef {
             file_len: body.get_u64_le(),
         };
         if r.slot >= MAX_SLOTS as u64 {
-            return Err(ShmError::OutOfBounds(format!(
-                "slot {} of at most {MAX_SLOTS}",
-                r.slot
-            )));
+            let why = format!("slot {} of at most {MAX_SLOTS}", r.slot);
+            return Err(ShmError::OutOfBounds(why));
         }
         if r.len > max as u64 {
-            return Err(ShmError::OutOfBounds(format!(
-                "{} bytes over the limit of {max}",
-                r.len
-            )));
+            let why = format!("{} bytes over the limit of {max}", r.len);
+            return Err(ShmError::OutOfBounds(why));
         }
         if r.file_len < SLOT_HEADER as u64 + r.len || r.file_len > (SLOT_HEADER + max) as u64 {
-            return Err(ShmError::OutOfBounds(format!(
-                "a {}-byte frame in a {}-byte slot file",
-                r.len, r.file_len
-            )));
+            let why = format!("a {}-byte frame in a {}-byte slot file", r.len, r.file_len);
+            return Err(ShmError::OutOfBounds(why));
         }
         Ok(r)
     }
@@ -161,9 +145,9 @@ fn state(map: &MmapRaw) -> &AtomicU32 {
     unsafe { &*(map.as_mut_ptr() as *const AtomicU32) }
 }
 
-/// Which slot a sender uses for a frame of `need` bytes (sans-I/O): a free one that is
-/// large enough, else a new one, else a free one grown, within the slot count and the
-/// capacity budget. `slots` are (capacity, free) pairs; capacities are data bytes.
+/// Which slot a sender uses for a frame of `need` bytes (sans-I/O): a large enough free one,
+/// else a new one, else a free one grown, within the slot count and capacity budget.
+/// `slots` are (capacity, free) pairs; capacities are data bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotChoice {
     /// Reuse slot `i` as it is.
@@ -176,8 +160,7 @@ pub enum SlotChoice {
     None,
 }
 
-/// See [`SlotChoice`]. New capacities are rounded up to a power of two (at least 1 MiB) so
-/// that a slot serves frames of similar sizes.
+/// See [`SlotChoice`]. New capacities are powers of two (at least 1 MiB).
 pub fn choose_slot(slots: &[(usize, bool)], need: usize, budget: usize) -> SlotChoice {
     if let Some(i) = slots.iter().position(|&(cap, free)| free && cap >= need) {
         return SlotChoice::Reuse(i);
@@ -197,8 +180,7 @@ pub fn choose_slot(slots: &[(usize, bool)], need: usize, budget: usize) -> SlotC
 struct SenderSlot {
     file: File,
     path: PathBuf,
-    /// Shared so that a copy in progress keeps the mapping alive after the lock is
-    /// released (a concurrent [`ShmSender::clean_up`] only drops its own reference).
+    /// Shared so a copy in progress keeps the mapping alive after the lock is released.
     map: Arc<MmapRaw>,
     cap: usize,
 }
@@ -237,9 +219,8 @@ impl ShmSender {
         }
     }
 
-    /// Copies `frame` for `to` into a slot and returns its control frame, or `None` when
-    /// the frame is too small, no slot is free within the bounds, or a slot cannot be made
-    /// (the caller then sends over QUIC: nothing is lost).
+    /// Copies `frame` for `to` into a slot and returns its control frame, or `None` (send
+    /// over QUIC instead).
     pub(crate) fn try_send(&self, to: NodeId, priority: Priority, frame: &[u8]) -> Option<Bytes> {
         if frame.len() < self.min_bytes {
             return None;
@@ -275,15 +256,14 @@ impl ShmSender {
             }
             SlotChoice::None => return None,
         };
-        // Claim the slot, then copy outside the lock: a large copy to one peer does not
-        // hold up sends to the others.
+        // Claim the slot, then copy outside the lock so other peers' sends are not held up.
         let slot = &slots[i];
         state(&slot.map).store(WRITING, Ordering::Release);
         let (map, cap) = (slot.map.clone(), slot.cap);
         drop(peers);
         // SAFETY: the slot was free (the receiver dropped every view of it) and is now
-        // claimed, so neither the receiver nor another send touches its data; the mapping
-        // holds at least `SLOT_HEADER + frame.len()` bytes and `map` keeps it alive.
+        // claimed, so nobody else touches its data; the mapping holds at least
+        // `SLOT_HEADER + frame.len()` bytes and `map` keeps it alive.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 frame.as_ptr(),
@@ -341,8 +321,7 @@ fn create_slot(path: &Path, cap: usize) -> std::io::Result<SenderSlot> {
     options.read(true).write(true).create_new(true);
     options.mode(0o600);
     let file = options.open(path)?;
-    // Held for the slot's life: a file nobody holds a lock on is a dead sender's
-    // ([`remove_stale_slots`]).
+    // Held for the slot's life: an unlocked file is a dead sender's ([`remove_stale_slots`]).
     lock_exclusive(&file)?;
     file.set_len((SLOT_HEADER + cap) as u64)?;
     let map = Arc::new(map(&file)?);
@@ -364,9 +343,7 @@ fn lock_exclusive(file: &File) -> std::io::Result<()> {
     }
 }
 
-/// Deletes the slot files in `dir` whose sender is gone (no process holds their lock: a
-/// node killed before it could remove them) and returns their paths. A live sender's slots
-/// are locked and kept.
+/// Deletes the slot files in `dir` no live sender holds locked; returns their paths.
 pub fn remove_stale_slots(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -400,8 +377,7 @@ fn grow_slot(slot: &mut SenderSlot, cap: usize) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Bytes of a full slot as the receiver hands them on; the slot is free again when the
-/// last clone of these bytes is dropped.
+/// A full slot's bytes as the receiver hands them on; freed when the last clone drops.
 struct SlotView {
     map: Arc<MmapRaw>,
     len: usize,
@@ -468,10 +444,9 @@ impl ShmReceiver {
                     .map_err(|e| slot_error(e.to_string()))?
                     .len();
                 if size < r.file_len {
-                    return Err(slot_error(format!(
-                        "{size} bytes, the control frame announced {}",
-                        r.file_len
-                    )));
+                    let announced = r.file_len;
+                    let why = format!("{size} bytes, the control frame announced {announced}");
+                    return Err(slot_error(why));
                 }
                 let m = Arc::new(map(&file).map_err(|e| slot_error(e.to_string()))?);
                 // A restarted sender's old slots are gone for good.

@@ -1,11 +1,9 @@
 //! Cluster authentication: mutual TLS against a per-cluster certificate authority.
 //!
-//! `petrel certs` (or [`ClusterCa::generate`]) creates a CA whose key never leaves the
-//! machine that generated it, and issues one certificate per node. Every QUIC connection
-//! is mutually authenticated: the server requires a client certificate signed by the
-//! cluster CA, the client checks that the server's certificate is signed by the same CA.
-//! A process without a certificate of this CA cannot complete the handshake, so it can
-//! neither connect nor deliver a message.
+//! `petrel certs` (or [`ClusterCa::generate`]) creates a CA whose key stays where it was
+//! generated and issues one certificate per node. Both ends of every QUIC connection must
+//! present a certificate of the cluster CA, so a process without one can neither connect
+//! nor deliver a message.
 
 use crate::config::{Congestion, NetConfig};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
@@ -20,8 +18,7 @@ pub const CLUSTER_SERVER_NAME: &str = "petrel.cluster";
 /// The ALPN protocol id of petrel's QUIC connections.
 pub const ALPN: &[u8] = b"petrel/1";
 
-/// Why certificates could not be made, read or turned into a TLS configuration; file
-/// errors name the file.
+/// Why certificates could not be made, read or configured; file errors name the file.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// rcgen failed to generate a key or certificate.
@@ -78,8 +75,8 @@ pub struct InvalidNodeName {
 }
 
 /// Checks a node name: 1 to [`MAX_NODE_NAME_LEN`] characters from `a-z A-Z 0-9 - _`,
-/// starting with a letter or digit. Names become file names (`<name>.pem`), certificate
-/// names and log prefixes, so separators, dots and empty names are refused.
+/// starting with a letter or digit. Names become file names, certificate names and log
+/// prefixes, so separators, dots and empty names are refused.
 pub fn check_node_name(name: &str) -> Result<(), InvalidNodeName> {
     let bad = |why| {
         // A name can be anything a file or a flag held: quote only its start.
@@ -114,9 +111,7 @@ pub fn node_server_name(node_name: &str) -> String {
     format!("{node_name}.{CLUSTER_SERVER_NAME}")
 }
 
-/// The node names a certificate binds: its DNS subject alternative names of the form
-/// `<name>.petrel.cluster` whose `<name>` passes [`check_node_name`]. Empty for a
-/// certificate that does not parse or names no node.
+/// The node names a certificate binds (`<name>.petrel.cluster` DNS names), if it parses.
 pub fn node_names_in_certificate(cert: &CertificateDer<'_>) -> Vec<String> {
     let Ok(parsed) = webpki::EndEntityCert::try_from(cert) else {
         return Vec::new();
@@ -161,9 +156,7 @@ impl ClusterCa {
         Ok(Self { key, cert })
     }
 
-    /// Issues a node certificate (valid for [`CLUSTER_SERVER_NAME`]).
-    /// It also names the node (`<node>.petrel.cluster`), which binds the node's identity
-    /// to the certificate.
+    /// Issues a node certificate for [`CLUSTER_SERVER_NAME`] naming `<node>.petrel.cluster`.
     pub fn issue(&self, node_name: &str) -> Result<ClusterCredentials, TlsError> {
         check_node_name(node_name)?;
         let key = KeyPair::generate()?;
@@ -183,8 +176,7 @@ impl ClusterCa {
         })
     }
 
-    /// Writes `ca.pem` and `ca.key` (mode 0600, refused if it exists) into `dir`, a private
-    /// directory ([`crate::private_files`]).
+    /// Writes `ca.pem` and `ca.key` (0600, never replaced) into private `dir`.
     pub fn write(&self, dir: &Path) -> Result<(), TlsError> {
         crate::private_files::create_private_dir(dir).map_err(io_err(dir))?;
         write_file(&dir.join("ca.pem"), self.cert.pem().as_bytes(), false)?;
@@ -199,10 +191,7 @@ impl ClusterCa {
     pub fn load(dir: &Path) -> Result<Self, TlsError> {
         let path = dir.join("ca.key");
         let pem = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-        let key = KeyPair::from_pem(&pem).map_err(|e| TlsError::Pem {
-            path: path.clone(),
-            error: e.to_string(),
-        })?;
+        let key = KeyPair::from_pem(&pem).map_err(pem_err(&path))?;
         // Issuing only needs the CA's name and key; the re-created certificate has both.
         let cert = ca_params()?.self_signed(&key)?;
         Ok(Self { key, cert })
@@ -218,8 +207,7 @@ fn write_file(path: &Path, data: &[u8], secret: bool) -> Result<(), TlsError> {
     .map_err(io_err(path))
 }
 
-/// What one node needs to join a cluster: the CA certificate, its own certificate chain and
-/// private key.
+/// What one node needs to join a cluster: the CA certificate, its chain and private key.
 #[derive(Debug)]
 pub struct ClusterCredentials {
     /// The cluster CA's certificate (every peer must chain to it).
@@ -240,7 +228,7 @@ impl Clone for ClusterCredentials {
     }
 }
 
-fn pem_err(path: &Path) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError + '_ {
+fn pem_err<E: std::fmt::Display>(path: &Path) -> impl FnOnce(E) -> TlsError + '_ {
     move |e| TlsError::Pem {
         path: path.to_path_buf(),
         error: e.to_string(),
@@ -254,8 +242,7 @@ impl ClusterCredentials {
         names.iter().map(|n| ca.issue(n)).collect()
     }
 
-    /// Writes `<name>.pem` (certificate chain), `<name>.key` (0600, refused if it exists) and
-    /// `ca.pem` into `dir`, a private directory ([`crate::private_files`]).
+    /// Writes `<name>.pem`, `<name>.key` (0600, never replaced) and `ca.pem` into private `dir`.
     pub fn write(&self, dir: &Path, name: &str) -> Result<(), TlsError> {
         check_node_name(name)?;
         crate::private_files::create_private_dir(dir).map_err(io_err(dir))?;
@@ -288,18 +275,13 @@ impl ClusterCredentials {
             .collect::<Result<Vec<_>, _>>()
             .map_err(pem_err(&cert_path))?;
         if chain.is_empty() {
-            return Err(TlsError::Pem {
-                path: cert_path,
-                error: "no certificate".into(),
-            });
+            return Err(pem_err(&cert_path)("no certificate"));
         }
         let key = PrivateKeyDer::from_pem_file(&key_path).map_err(pem_err(&key_path))?;
         Ok(Self { ca, chain, key })
     }
 
-    /// Checks that the certificate was issued for node `name` by the CA in [`Self::ca`]
-    /// (a certificate of another node or of another cluster is refused before any
-    /// connection is tried).
+    /// Checks that the certificate is node `name`'s from the CA in [`Self::ca`].
     pub fn verify_node(&self, name: &str) -> Result<(), TlsError> {
         let not_this = |reason: String| TlsError::NotThisNode {
             path: PathBuf::from(format!("{name}.pem")),
@@ -349,8 +331,7 @@ impl ClusterCredentials {
             .map_err(|e| TlsError::Config(e.to_string()))?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(Arc::new(transport_config(cfg)));
-        // A connection stays at the address it was admitted from (see
-        // `identity::check_origin`): a peer's packets from another address are dropped.
+        // A connection stays at its admitted address (`identity::check_origin`).
         server.migration(false);
         Ok(server)
     }
@@ -386,13 +367,9 @@ pub fn transport_config(cfg: &NetConfig) -> quinn::TransportConfig {
     t.send_fairness(cfg.send_fairness);
     t.initial_mtu(cfg.initial_mtu.max(1200));
     t.min_mtu(1200);
-    if cfg.mtu_discovery {
-        let mut mtu = quinn::MtuDiscoveryConfig::default();
-        mtu.upper_bound(cfg.udp_payload_bound());
-        t.mtu_discovery_config(Some(mtu));
-    } else {
-        t.mtu_discovery_config(None);
-    }
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(cfg.udp_payload_bound());
+    t.mtu_discovery_config(cfg.mtu_discovery.then_some(mtu));
     t.enable_segmentation_offload(cfg.segmentation_offload);
     if cfg.ack_eliciting_threshold > 0 || cfg.max_ack_delay_us > 0 {
         let mut ack = quinn::AckFrequencyConfig::default();

@@ -33,23 +33,20 @@ pub enum MembershipError {
         /// The dead node's name.
         node: String,
     },
-    /// Nodes entered a barrier with different values to agree on (see
-    /// `BarrierEnter::agree_on`): typically they loaded different data.
+    /// Nodes entered a barrier with different values to agree on (different data loaded).
     #[error(
         "barrier {barrier}: the nodes disagree on what they must share, a digest of the data each loaded ({values})"
     )]
     Disagreement {
         /// The barrier.
         barrier: String,
-        /// Each value and the nodes that entered with it, e.g.
-        /// `0x1f.. from scheduler, w0; 0x7a.. from w1`.
+        /// Each value and the nodes that entered with it.
         values: String,
     },
     /// A node that is not a live member entered a barrier.
     #[error("{0} is not a live member")]
     NotLive(NodeId),
-    /// The run already failed on a node; a join after that (or one still waiting for the
-    /// cluster to form) is refused at once with the cause instead of waiting it out.
+    /// The run already failed on a node; joins are refused at once with the cause.
     #[error("the run already failed on {node}: {reason}")]
     RunFailed {
         /// The node where the run failed.
@@ -57,8 +54,7 @@ pub enum MembershipError {
         /// Why.
         reason: String,
     },
-    /// A message speaks for another node than the one that sent it (the transport binds
-    /// the sender to its certificate; the body's node id is only a claim).
+    /// A message speaks for another node than its authenticated sender.
     #[error("{sender} sent a message on behalf of {claimed}; refused")]
     Impersonation {
         /// The authenticated sender.
@@ -83,8 +79,7 @@ pub fn check_claim(sender: Option<NodeId>, claimed: NodeId) -> Result<(), Member
 }
 
 impl MembershipError {
-    /// Reads back a [`MembershipError::RunFailed`] from its text, as a refused join carries
-    /// it over the wire: `(node, reason)`.
+    /// Reads back a [`MembershipError::RunFailed`] from a refused join's text: `(node, reason)`.
     pub fn parse_run_failed(text: &str) -> Option<(String, String)> {
         let rest = text.split("the run already failed on ").nth(1)?;
         let (node, reason) = rest.split_once(": ")?;
@@ -102,8 +97,7 @@ struct BarrierState<W> {
     values: Vec<(NodeId, u64)>,
 }
 
-/// The coordinator's decisions, free of I/O. `W` is whatever identifies a waiting caller
-/// (a reply channel in the actor, a plain value in tests).
+/// The coordinator's decisions, free of I/O. `W` identifies a waiting caller.
 pub struct ClusterCore<W> {
     expected: BTreeMap<NodeId, String>,
     joined: BTreeMap<NodeId, Member>,
@@ -112,7 +106,8 @@ pub struct ClusterCore<W> {
     dead: BTreeSet<NodeId>,
     timeout: Duration,
     barriers: HashMap<String, BarrierState<W>>,
-    run_failure: Option<(String, String)>,
+    /// The first run failure, refusing every later join.
+    run_failure: Option<MembershipError>,
 }
 
 impl<W> ClusterCore<W> {
@@ -169,31 +164,19 @@ impl<W> ClusterCore<W> {
 
     /// A node joins. Returns the waiters to answer (all of them once the cluster formed).
     pub fn join(&mut self, join: Join, waiter: W, now: Instant) -> Outcome<W, Vec<Member>> {
-        match self.expected.get(&join.node) {
-            None => {
-                return vec![(waiter, Err(MembershipError::NotMember(join.node)))];
-            }
-            Some(name) if *name != join.name => {
-                return vec![(
-                    waiter,
-                    Err(MembershipError::WrongName {
-                        node: join.node,
-                        expected: name.clone(),
-                        got: join.name,
-                    }),
-                )];
-            }
-            _ => {}
-        }
-        if let Some((node, reason)) = &self.run_failure {
-            let failed = MembershipError::RunFailed {
-                node: node.clone(),
-                reason: reason.clone(),
-            };
-            return vec![(waiter, Err(failed))];
-        }
-        if self.dead.contains(&join.node) {
-            return vec![(waiter, Err(MembershipError::DeclaredDead(join.name)))];
+        let dead = || MembershipError::DeclaredDead(join.name.clone());
+        let refused = match self.expected.get(&join.node) {
+            None => Some(MembershipError::NotMember(join.node)),
+            Some(name) if *name != join.name => Some(MembershipError::WrongName {
+                node: join.node,
+                expected: name.clone(),
+                got: join.name.clone(),
+            }),
+            _ if self.run_failure.is_some() => self.run_failure.clone(),
+            _ => self.dead.contains(&join.node).then(dead),
+        };
+        if let Some(refused) = refused {
+            return vec![(waiter, Err(refused))];
         }
         self.last_seen.insert(join.node, now);
         self.joined.insert(
@@ -208,9 +191,8 @@ impl<W> ClusterCore<W> {
         if !self.is_formed() {
             return Vec::new();
         }
-        // Nodes start heartbeating once they hear the cluster formed: the failure clock of
-        // every member starts now, not at its join (a slow starter must not make the early
-        // joiners look dead).
+        // The failure clock of every member starts when the cluster forms, so a slow
+        // starter does not make the early joiners look dead.
         for n in self.joined.keys() {
             self.last_seen.insert(*n, now);
         }
@@ -221,8 +203,7 @@ impl<W> ClusterCore<W> {
             .collect()
     }
 
-    /// `node` was heard from at `now` (an earlier time than already recorded is ignored:
-    /// the transport's arrival stamps and handled heartbeats may come out of order).
+    /// `node` was heard from at `now` (earlier stamps than recorded are ignored).
     pub fn heartbeat(&mut self, node: NodeId, now: Instant) {
         if self.joined.contains_key(&node) && !self.dead.contains(&node) {
             let seen = self.last_seen.entry(node).or_insert(now);
@@ -237,8 +218,7 @@ impl<W> ClusterCore<W> {
         if !self.is_formed() {
             return Vec::new();
         }
-        let newly: Vec<NodeId> = self
-            .joined
+        self.joined
             .keys()
             .filter(|n| !self.dead.contains(n))
             .filter(|n| {
@@ -247,8 +227,7 @@ impl<W> ClusterCore<W> {
                     .is_none_or(|t| now.saturating_duration_since(*t) > self.timeout)
             })
             .copied()
-            .collect();
-        newly
+            .collect()
     }
 
     /// Declares `node` dead; returns the barrier waiters that must fail.
@@ -272,9 +251,9 @@ impl<W> ClusterCore<W> {
         failed
     }
 
-    /// `node` enters barrier `name`, with a value to agree on or none; when every live
-    /// member has entered, all waiters are released with the participant count, or all
-    /// fail with [`MembershipError::Disagreement`] if the values entered differ.
+    /// `node` enters barrier `name`; when every live member has entered, all waiters are
+    /// released with the participant count, or fail with
+    /// [`MembershipError::Disagreement`] if the values entered differ.
     pub fn enter_barrier(
         &mut self,
         name: &str,
@@ -339,25 +318,19 @@ impl<W> ClusterCore<W> {
             .collect()
     }
 
-    /// The run failed on `node` (a role error, a node that could not start): remembered,
-    /// so that every join from now on is refused with the cause at once; the nodes still
-    /// waiting for the cluster to form are returned, to be refused the same way. The first
-    /// failure is kept (it is the root cause; later ones are its consequences).
+    /// The run failed on `node`: every later join is refused with the cause at once, and
+    /// the nodes still waiting for the cluster to form are returned to be refused too. The
+    /// first failure is kept (the root cause).
     pub fn fail_run(&mut self, node: &str, reason: &str) -> Outcome<W, Vec<Member>> {
-        let (node, reason) = self
+        let failed = self
             .run_failure
-            .get_or_insert_with(|| (node.to_owned(), reason.to_owned()))
-            .clone();
-        self.join_waiters
-            .drain(..)
-            .map(|w| {
-                let failed = MembershipError::RunFailed {
-                    node: node.clone(),
-                    reason: reason.clone(),
-                };
-                (w, Err(failed))
+            .get_or_insert_with(|| MembershipError::RunFailed {
+                node: node.to_owned(),
+                reason: reason.to_owned(),
             })
-            .collect()
+            .clone();
+        let waiters = self.join_waiters.drain(..);
+        waiters.map(|w| (w, Err(failed.clone()))).collect()
     }
 
     /// The failure timeout this core judges by.

@@ -1,22 +1,16 @@
 //! The coordinator: membership, heartbeats, failure detection and barriers.
+//! [`ClusterCore`] (`core.rs`) decides; the [`Coordinator`] actor on one node and a
+//! [`NodeAgent`] on every node are thin shells around it:
 //!
-//! [`ClusterCore`] (in `core.rs`) decides (plain struct, unit-tested); the [`Coordinator`] actor on one node
-//! and a [`NodeAgent`] on every node are thin shells around it:
-//!
-//! - every node asks the coordinator to `Join`; the answer comes when all nodes joined; a
-//!   node whose join times out asks `JoinStatus` to name the nodes that never joined;
-//! - every node sends a `Heartbeat` to the coordinator each interval, and the coordinator
-//!   sends one to every node, so both sides notice a silent peer;
-//! - a node silent for `failure_timeout` is declared dead: the coordinator tells every
-//!   node (`PeerDown`), each node fails its pending requests to it and tells subscribers;
+//! - nodes `Join`, answered once all joined; a node whose join times out asks `JoinStatus`;
+//! - nodes and coordinator `Heartbeat` each other every interval;
+//! - a node silent for `failure_timeout` is declared dead (`PeerDown` to every node);
 //! - barriers complete when every live member entered, and fail if a member dies.
 //!
-//! Liveness does not depend on the node's own thread, where roles compute: heartbeats
-//! are sent by tasks on the transport's runtime, and any frame that arrives from a peer
-//! (stamped there, [`petrel_net::Net::last_heard`]) counts as a sign of life. A role that
-//! computes for longer than the failure timeout without yielding does not make its node
-//! look dead, nor make it think the others are. With `[net] threads = 0` the transport
-//! runs on the node's own thread, and this holds only for handlers that return in time.
+//! Liveness does not depend on the node's own thread, where roles compute: heartbeats go
+//! from the transport's runtime and any arriving frame counts as a sign of life
+//! ([`petrel_net::Net::last_heard`]). With `[net] threads = 0` this holds only for
+//! handlers that return in time.
 
 mod core;
 
@@ -30,7 +24,7 @@ use petrel_messages::runtime::{
     BarrierEnter, BarrierRefused, BarrierReleased, BarrierReply, Heartbeat, Join, JoinAck,
     JoinProgress, JoinStatus, Member, PeerDown, Shutdown,
 };
-use petrel_messages::{ActorId, NodeId, Priority};
+use petrel_messages::{ActorId, NodeId, Priority, RemoteMessage};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -96,8 +90,7 @@ impl Coordinator {
 
     fn tick(&mut self) {
         let now = Instant::now();
-        // Frames stamped by the transport while this thread was busy count as heartbeats;
-        // and the coordinator running this is alive by definition.
+        // Frames stamped by the transport count as heartbeats; this node is alive.
         for peer in self.core.alive() {
             if let Some(heard) = self.node.net().last_heard(peer) {
                 self.core.heartbeat(peer, heard);
@@ -106,10 +99,8 @@ impl Coordinator {
         self.core.heartbeat(self.node.id(), now);
         for dead in self.core.tick(now) {
             let name = self.core.name(dead);
-            let mut reason = format!(
-                "no heartbeat from {name} for {:?}",
-                self.core.failure_timeout()
-            );
+            let timeout = self.core.failure_timeout();
+            let mut reason = format!("no heartbeat from {name} for {timeout:?}");
             let disconnected = self.node.disconnected_peers().unwrap_or_default();
             if disconnected.split(", ").any(|n| n == name) {
                 reason.push_str(&format!(
@@ -120,29 +111,21 @@ impl Coordinator {
             Self::settle_barrier(self.core.mark_dead(dead));
             self.node.mark_down(dead, &reason);
             for peer in self.core.alive() {
-                if peer == self.node.id() {
-                    continue;
-                }
-                if let Ok(agent) = self
-                    .node
-                    .actor::<PeerDown>(&ActorId::new(peer, AGENT_ACTOR))
-                {
-                    let _ = agent.tell(
-                        PeerDown {
-                            node: dead,
-                            name: name.clone(),
-                            reason: reason.clone(),
-                        },
-                        Priority::CONTROL,
-                    );
+                if peer != self.node.id() {
+                    let down = PeerDown {
+                        node: dead,
+                        name: name.clone(),
+                        reason: reason.clone(),
+                    };
+                    self.node.tell_control(peer, AGENT_ACTOR, down);
                 }
             }
         }
         self.refresh_beat_to();
     }
 
-    /// The coordinator's own heartbeat (sent by `heartbeat_task`) lets every node notice
-    /// a dead coordinator: it goes to every live member but this node.
+    /// The coordinator's own heartbeat goes to every live member but this node, so nodes
+    /// notice a dead coordinator.
     fn refresh_beat_to(&self) {
         let me = self.node.id();
         if let Ok(mut beat_to) = self.beat_to.lock() {
@@ -153,18 +136,11 @@ impl Coordinator {
     /// Asks every live node to shut down (`failed_node`: the run failed there).
     pub fn broadcast_shutdown(&self, reason: &str, failed_node: Option<&str>) {
         for peer in self.core.alive() {
-            if let Ok(agent) = self
-                .node
-                .actor::<Shutdown>(&ActorId::new(peer, AGENT_ACTOR))
-            {
-                let _ = agent.tell(
-                    Shutdown {
-                        reason: reason.to_string(),
-                        failed_node: failed_node.map(str::to_string),
-                    },
-                    Priority::CONTROL,
-                );
-            }
+            let notice = Shutdown {
+                reason: reason.to_string(),
+                failed_node: failed_node.map(str::to_string),
+            };
+            self.node.tell_control(peer, AGENT_ACTOR, notice);
         }
     }
 }
@@ -187,8 +163,7 @@ impl Actor for Coordinator {
 }
 
 /// Sends a `Heartbeat` to the `actor` of every node `targets()` names, every `interval`,
-/// from the transport's runtime (so a node busy computing on its own thread keeps
-/// beating). Ends when the transport is shut down.
+/// from the transport's runtime (so a busy node keeps beating), until shutdown.
 async fn heartbeat_task(
     node: Node,
     targets: impl Fn() -> Vec<NodeId> + Send + 'static,
@@ -205,17 +180,12 @@ async fn heartbeat_task(
         }
         seq += 1;
         for peer in targets() {
-            if node.is_down(peer) {
-                continue;
-            }
-            if let Ok(to) = node.actor::<Heartbeat>(&ActorId::new(peer, actor)) {
-                let _ = to.tell(
-                    Heartbeat {
-                        node: node.id(),
-                        seq,
-                    },
-                    Priority::CONTROL,
-                );
+            if !node.is_down(peer) {
+                let beat = Heartbeat {
+                    node: node.id(),
+                    seq,
+                };
+                node.tell_control(peer, actor, beat);
             }
         }
     }
@@ -251,8 +221,7 @@ impl Handler<Msg<Join>> for Coordinator {
     }
 }
 
-/// Which nodes have not joined: asked by a node whose join timed out, so its error names
-/// them.
+/// Which nodes have not joined, asked by a node whose join timed out.
 impl Handler<Msg<JoinStatus>> for Coordinator {
     type Result = Result<JoinProgress, HandlerError>;
 
@@ -307,8 +276,8 @@ pub struct BroadcastShutdown {
     /// The node whose failure ends the run, if it failed.
     pub failed_node: Option<String>,
     /// Resolve only once every live member but this node and the failed one has the notice
-    /// (each asked, and bounded by this), so that the coordinator's node leaves only after
-    /// its last messages (join replies included) were delivered. `None`: resolve at once.
+    /// (bounded by this), so the coordinator's node leaves after its last messages are
+    /// delivered. `None`: resolve at once.
     pub acknowledged_within: Option<Duration>,
 }
 
@@ -355,9 +324,8 @@ impl Handler<BroadcastShutdown> for Coordinator {
     }
 }
 
-/// A node whose run failed tells the coordinator directly (as well as the coordinator
-/// node's agent): the failure is broadcast, and nodes still joining are refused with it at
-/// once, even while the coordinator's own node is still waiting for the cluster to form.
+/// A node whose run failed tells the coordinator directly: the failure is broadcast and
+/// joining nodes are refused with it at once, even before the cluster formed.
 impl Handler<Msg<Shutdown>> for Coordinator {
     type Result = Result<(), HandlerError>;
     fn handle(&mut self, msg: Msg<Shutdown>, _: &mut Context<Self>) -> Self::Result {
@@ -406,18 +374,12 @@ impl NodeAgent {
         // this agent (its own thread is the coordinator's).
         if self.coordinator == self.node.id() {
             self.seq += 1;
-            if let Ok(c) = self
-                .node
-                .actor::<Heartbeat>(&ActorId::new(self.coordinator, COORDINATOR_ACTOR))
-            {
-                let _ = c.tell(
-                    Heartbeat {
-                        node: self.node.id(),
-                        seq: self.seq,
-                    },
-                    Priority::CONTROL,
-                );
-            }
+            let beat = Heartbeat {
+                node: self.node.id(),
+                seq: self.seq,
+            };
+            self.node
+                .tell_control(self.coordinator, COORDINATOR_ACTOR, beat);
         }
         if let Some(heard) = self.node.net().last_heard(self.coordinator)
             && heard > self.last_from_coordinator
@@ -427,10 +389,8 @@ impl NodeAgent {
         if self.coordinator != self.node.id()
             && self.last_from_coordinator.elapsed() > self.failure_timeout
         {
-            let reason = format!(
-                "no heartbeat from the coordinator for {:?}",
-                self.failure_timeout
-            );
+            let timeout = self.failure_timeout;
+            let reason = format!("no heartbeat from the coordinator for {timeout:?}");
             self.node.mark_down(self.coordinator, &reason);
         }
     }
@@ -496,6 +456,12 @@ impl Handler<Msg<Shutdown>> for NodeAgent {
 }
 
 impl Node {
+    /// Tells `msg` to `actor` on `peer` at control priority, if it can be addressed.
+    pub(crate) fn tell_control<M: RemoteMessage>(&self, peer: NodeId, actor: &str, msg: M) {
+        if let Ok(to) = self.actor::<M>(&ActorId::new(peer, actor)) {
+            let _ = to.tell(msg, Priority::CONTROL);
+        }
+    }
     /// Enters a cluster-wide barrier and waits until every live node has entered. Fails if
     /// a node dies meanwhile, or if the coordinator is lost.
     pub async fn barrier(
@@ -516,16 +482,13 @@ impl Node {
         agree_on: Option<u64>,
     ) -> Result<BarrierReleased, NodeError> {
         let c = self.actor::<BarrierEnter>(&ActorId::new(coordinator, COORDINATOR_ACTOR))?;
+        let enter = BarrierEnter {
+            name: name.to_string(),
+            node: self.id(),
+            agree_on,
+        };
         let reply = c
-            .ask(
-                BarrierEnter {
-                    name: name.to_string(),
-                    node: self.id(),
-                    agree_on,
-                },
-                Priority::CONTROL,
-                Duration::from_secs(24 * 3600),
-            )
+            .ask(enter, Priority::CONTROL, Duration::from_secs(24 * 3600))
             .await
             .map_err(|source| NodeError::Barrier {
                 name: name.to_string(),

@@ -1,6 +1,5 @@
 //! The receiving side of a node: [`Registration`] makes an actor reachable by message
-//! type, and the inbound loop decodes each frame, delivers it to its actor's mailbox and
-//! sends the reply of an ask back.
+//! type; the inbound loop delivers each frame and sends an ask's reply back.
 
 use super::{Node, NodeInner};
 use crate::address::Msg;
@@ -17,8 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Why a message from another node could not be delivered or answered; the asker gets its
-/// text as a `Failure`.
+/// Why a message from another node could not be delivered or answered (sent as `Failure`).
 #[derive(Debug, thiserror::Error)]
 pub(super) enum DeliveryError {
     #[error(transparent)]
@@ -43,8 +41,7 @@ type ReplyFuture = LocalBoxFuture<'static, Result<Vec<u8>, DeliveryError>>;
 pub(super) enum Dispatched {
     /// The message is in the actor's mailbox.
     Delivered,
-    /// The mailbox is full: the inbound loop awaits this before reading the next frame,
-    /// which pushes back through the transport to the sender (bounded memory).
+    /// The mailbox is full: awaited before the next frame, pushing back on the sender.
     Backpressure(LocalBoxFuture<'static, ()>),
     /// An ask: resolves to the encoded reply.
     Reply(ReplyFuture),
@@ -136,9 +133,8 @@ impl<A: Actor> Registration<'_, A> {
     }
 }
 
-/// Takes frames off the transport one at a time. A frame's transport budget is released
-/// only once its message sits in an actor's mailbox, so a slow actor slows its senders
-/// instead of growing memory.
+/// Takes frames off the transport one at a time, releasing a frame's budget only once its
+/// message is in a mailbox, so a slow actor slows its senders instead of growing memory.
 pub(super) async fn inbound_loop(
     node: std::sync::Weak<NodeInner>,
     mut rx: mpsc::Receiver<Inbound>,
@@ -178,15 +174,13 @@ impl Node {
             EnvelopeKind::Failure { request_id, error } => {
                 // Named by the node that answered (the asked one) and this node, the caller.
                 let actor = self.pending_actor(request_id);
-                self.complete(
-                    request_id,
-                    Err(AskError::Remote {
-                        actor: actor.into(),
-                        node: self.peer_name(h.from).into(),
-                        from: self.inner.name.as_str().into(),
-                        error: error.into(),
-                    }),
-                )
+                let failure = AskError::Remote {
+                    actor: actor.into(),
+                    node: self.peer_name(h.from).into(),
+                    from: self.inner.name.as_str().into(),
+                    error: error.into(),
+                };
+                self.complete(request_id, Err(failure))
             }
             EnvelopeKind::Tell | EnvelopeKind::Ask { .. } => {
                 let request_id = match h.kind {
@@ -198,25 +192,17 @@ impl Node {
                         .and_then(|e| e.remote.get(h.msg_type.as_str()).cloned())
                 });
                 let Some(dispatch) = dispatch else {
-                    // An ask gets the failure back and its asker decides (e.g. retries until
-                    // the actor registered); only a lost tell is news here.
-                    if request_id.is_some() {
+                    // An ask gets the failure back; only a lost tell is news here.
+                    if let Some(id) = request_id {
                         tracing::debug!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this ask; failure sent back");
+                        let missing = DeliveryError::NoActor {
+                            actor: h.actor.clone(),
+                            msg_type: h.msg_type.clone(),
+                            node: self.inner.name.clone(),
+                        };
+                        self.reply(h.from, &h.msg_type, h.priority, Err(missing), id);
                     } else {
                         tracing::warn!(node = %self.inner.name, from = %h.from, actor = %h.actor, msg_type = %h.msg_type, "no actor accepts this message; dropped");
-                    }
-                    if let Some(id) = request_id {
-                        self.reply(
-                            h.from,
-                            &h.msg_type,
-                            h.priority,
-                            Err(DeliveryError::NoActor {
-                                actor: h.actor.clone(),
-                                msg_type: h.msg_type.clone(),
-                                node: self.inner.name.clone(),
-                            }),
-                            id,
-                        );
                     }
                     return None;
                 };
@@ -264,18 +250,17 @@ impl Node {
             ),
         };
         // A large reply body leaves as its own allocation, not copied into the frame.
-        let frame =
-            match Frame::encode_raw_chunks(&self.header(&target, msg_type, priority, kind), body) {
-                Ok(f) => f,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot encode reply");
-                    return;
-                }
-            };
+        let header = self.header(&target, msg_type, priority, kind);
+        let frame = match Frame::encode_raw_chunks(&header, body) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot encode reply");
+                return;
+            }
+        };
         match self.inner.net.send_chunks(to, priority, frame) {
             Ok(()) => {}
-            // The asker must not wait out its timeout for a reply that can never leave:
-            // it gets a failure naming the type, the size and the knob, right now.
+            // The asker gets a failure naming type, size and knob now, not a timeout.
             Err(petrel_net::NetError::Oversize { len, max }) => {
                 let error = format!(
                     "the reply to {msg_type} is {len} bytes, over the largest message a peer takes ({max} bytes: half of net.inbound_buffer_bytes): raise it ([net] inbound_buffer_bytes or PETREL_NET__INBOUND_BUFFER_BYTES) or ask for less"

@@ -1,7 +1,5 @@
-//! The node runtime: actor registry, local/remote dispatch, pending requests, peer failures.
-//!
-//! This file holds the [`Node`] handle and its outgoing side; `inbound.rs` holds the
-//! receiving side ([`Registration`], the inbound loop, replies).
+//! The node runtime: the [`Node`] handle, actor registry, outgoing dispatch, pending
+//! requests and peer failures; `inbound.rs` holds the receiving side.
 
 mod inbound;
 mod observe;
@@ -86,8 +84,7 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    /// Wraps a started transport. Must be called inside an actix `System`; spawns the
-    /// inbound loop on the current arbiter.
+    /// Wraps a started transport; inside an actix `System` (spawns the inbound loop).
     pub fn new(
         id: NodeId,
         name: impl Into<String>,
@@ -189,8 +186,7 @@ impl Node {
         v
     }
 
-    /// Registers a local actor under `name`; chain [`Registration::accept`] for each message
-    /// type it takes from other nodes or by name.
+    /// Registers a local actor under `name`; chain [`Registration::accept`] per message type.
     pub fn register<A: Actor>(
         &self,
         name: &str,
@@ -212,15 +208,8 @@ impl Node {
         })
     }
 
-    /// Removes a registered actor (its address stops resolving).
-    pub fn unregister(&self, name: &str) {
-        if let Ok(mut a) = self.inner.actors.write() {
-            a.remove(name);
-        }
-    }
-
-    /// An address for `M` at `target`. Local targets resolve to the actor's mailbox (no
-    /// serialization) and must be registered; remote ones are checked when used.
+    /// An address for `M` at `target`: local targets (registered) resolve to the mailbox,
+    /// remote ones are checked when used.
     pub fn actor<M: RemoteMessage>(&self, target: &ActorId) -> Result<ActorRef<M>, NodeError> {
         if target.node != self.inner.id {
             return Ok(ActorRef::remote(self.clone(), target.clone()));
@@ -271,8 +260,8 @@ impl Node {
             .unwrap_or(false)
     }
 
-    /// Declares a peer dead: pending requests to it fail now, its queued frames are dropped,
-    /// subscribers are told. Idempotent.
+    /// Declares a peer dead (idempotent): its pending requests fail, its queued frames are
+    /// dropped, subscribers are told.
     pub fn mark_down(&self, node: NodeId, reason: &str) {
         if node == self.inner.id {
             return;
@@ -288,19 +277,13 @@ impl Node {
         }
         let name = self.peer_name(node);
         tracing::warn!(node = %self.inner.name, peer = %name, id = %node, reason, "peer is down");
-        let failed: Vec<Pending> = self
-            .inner
-            .pending
-            .lock()
-            .map(|mut p| {
-                let ids: Vec<u64> = p
-                    .iter()
-                    .filter(|(_, v)| v.peer == node)
-                    .map(|(k, _)| *k)
-                    .collect();
-                ids.into_iter().filter_map(|id| p.remove(&id)).collect()
-            })
-            .unwrap_or_default();
+        let failed: Vec<Pending> = match self.inner.pending.lock() {
+            Ok(mut p) => p
+                .extract_if(|_, v| v.peer == node)
+                .map(|(_, v)| v)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
         for p in failed {
             let _ = p.tx.send(Err(AskError::PeerDown {
                 node,
@@ -316,8 +299,8 @@ impl Node {
         });
     }
 
-    /// The peers this node's transport disconnected for frames that held inbound budget
-    /// without progressing, comma separated, each once; `None` when there were none.
+    /// The peers the transport disconnected for hoarding inbound budget, comma separated,
+    /// each once; `None` when there were none.
     pub fn disconnected_peers(&self) -> Option<String> {
         let mut names = self.net().stats().disconnected_names;
         names.sort();
@@ -325,9 +308,8 @@ impl Node {
         (!names.is_empty()).then(|| names.join(", "))
     }
 
-    /// The failure elsewhere that this node has heard of, if any: a run failure announced
-    /// by the coordinator, else the lowest-numbered peer declared down. A local error that
-    /// happens after one (an ask or barrier to a dead peer failing) is its consequence.
+    /// The failure elsewhere this node has heard of, if any: an announced run failure, else
+    /// the lowest-numbered peer declared down (a later local error is its consequence).
     pub fn peer_failure(&self) -> Option<NodeError> {
         if let Ok(f) = self.inner.run_failure.lock()
             && let Some((name, reason)) = f.as_ref()
@@ -362,6 +344,15 @@ impl Node {
             reason: reason.to_string(),
             failed_node,
         });
+    }
+
+    /// The error of a send to `target`, whose node is down.
+    fn peer_down(&self, target: &ActorId) -> AskError {
+        AskError::PeerDown {
+            node: target.node,
+            name: self.peer_name(target.node),
+            actor: target.name.clone(),
+        }
     }
 
     fn header(
@@ -406,8 +397,7 @@ impl Node {
         })
     }
 
-    /// A tell's frame, made by `frame` from its header, queued for `target` (unless its
-    /// node is known to be down).
+    /// A tell's frame, made by `frame` from its header, queued unless `target` is down.
     fn send_tell(
         &self,
         target: &ActorId,
@@ -416,11 +406,7 @@ impl Node {
         frame: impl FnOnce(&EnvelopeHeader) -> Result<Vec<bytes::Bytes>, CodecError>,
     ) -> Result<(), AskError> {
         if self.is_down(target.node) {
-            return Err(AskError::PeerDown {
-                node: target.node,
-                name: self.peer_name(target.node),
-                actor: target.name.clone(),
-            });
+            return Err(self.peer_down(target));
         }
         let frame = frame(&self.header(target, msg_type, priority, EnvelopeKind::Tell))?;
         self.inner
@@ -439,15 +425,8 @@ impl Node {
         let actor = self.actor_label(target);
         let request_id = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
         // The request is ours, as in a tell: a large tensor in it leaves as its own bytes.
-        let frame = Frame::encode_chunks(
-            &self.header(
-                target,
-                M::TYPE_NAME,
-                priority,
-                EnvelopeKind::Ask { request_id },
-            ),
-            body,
-        )?;
+        let kind = EnvelopeKind::Ask { request_id };
+        let frame = Frame::encode_chunks(&self.header(target, M::TYPE_NAME, priority, kind), body)?;
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.inner.pending.lock() {
             p.insert(
@@ -462,11 +441,7 @@ impl Node {
         // Checked after registering, so a death racing with this call still fails it.
         if self.is_down(target.node) {
             self.forget(request_id);
-            return Err(AskError::PeerDown {
-                node: target.node,
-                name: self.peer_name(target.node),
-                actor: target.name.clone(),
-            });
+            return Err(self.peer_down(target));
         }
         if let Err(e) = self.inner.net.send_chunks(target.node, priority, frame) {
             self.forget(request_id);
@@ -501,8 +476,8 @@ impl Node {
     }
 }
 
-/// The ask error for a message the transport refused: an oversize frame names the message
-/// type, its size and the knob; anything else keeps the transport's error as its source.
+/// The ask error for a refused send: an oversize frame names type, size and knob; anything
+/// else keeps the transport's error as its source.
 pub(crate) fn send_error(actor: String, msg_type: &str, e: petrel_net::NetError) -> AskError {
     match e {
         petrel_net::NetError::Oversize { len, max } => AskError::Oversize {

@@ -1,6 +1,5 @@
-//! What a node shows on `/metrics`: its transport's counters, queue depths and the failure
-//! detector's view, sampled at scrape time ([`petrel_observe::register_node`]), and the
-//! exporter it serves them with when the settings give it a `metrics_addr`.
+//! What a node shows on `/metrics`: transport counters, queue depths and the failure
+//! detector's view, sampled at scrape time, and the exporter serving them.
 
 use super::Node;
 use crate::error::NodeError;
@@ -22,8 +21,7 @@ pub(super) struct NodeObserve {
 }
 
 impl Node {
-    /// Records a heartbeat from `peer` (the failure detector's input; `/metrics` shows the
-    /// gaps between heartbeats and the age of the last one).
+    /// Records a heartbeat from `peer` (the failure detector's input).
     pub fn heard_from(&self, peer: NodeId) {
         let now = Instant::now();
         let previous = match self.inner.observe.heartbeats.lock() {
