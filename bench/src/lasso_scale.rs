@@ -1,5 +1,5 @@
 //! `petrel bench lasso-scale`: STRADS Lasso against single-threaded cyclic coordinate
-//! descent on sparse correlated designs of growing size ([`crate::scale`]); f* is the
+//! descent on sparse correlated designs of growing size (the `scale` harness); f* is the
 //! baseline run to a duality gap of `--optimum-gap`. After the table, how fast one and two
 //! threads stream memory here: the ceiling of what a second worker gains.
 

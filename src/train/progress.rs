@@ -382,7 +382,7 @@ const PLOTTED: [&str; 6] = [
     "loglik_per_token",
 ];
 
-/// `--plot FILE.svg`: draws the run's [`PLOTTED`] history figures against seconds.
+/// `--plot FILE.svg`: draws the run's history figures (`PLOTTED`) against seconds.
 #[cfg(feature = "plot")]
 pub fn plot_history(
     out: &std::path::Path,
