@@ -248,8 +248,8 @@ pub const BENCHES: &[(&str, &str, &str)] = &[
     ),
     (
         "p3-real",
-        "P3 on real candle compute, 2 workers + 2 shards as processes: images/s and test accuracy per mode",
-        "*.p3_over_sequential *.p3_over_fifo *.accuracy.p3",
+        "P3 on real candle compute, 2 workers + 2 shards as processes: images/s and test accuracy per mode (real digits: `examples/data/digits_idx.py`, then `--train-data`/`--test-data idx:…`)",
+        "*.p3_over_sequential *.p3_over_fifo *.accuracy",
     ),
     (
         "lasso",
@@ -390,7 +390,14 @@ pub fn render(records: &[(String, Record)], dir: &Path) -> String {
          -p petrel -p petrel-bench`, then `target/release/petrel bench …`.\n",
     );
     for (bench, what, keys) in BENCHES {
-        let _ = write!(s, "\n## {bench}\n\n{what}.\n");
+        let mut what = what.chars();
+        let first = what.next().map(|c| c.to_ascii_uppercase());
+        let _ = write!(
+            s,
+            "\n## {bench}\n\n{}{}.\n",
+            first.unwrap_or(' '),
+            what.as_str()
+        );
         let mine: Vec<_> = records.iter().filter(|(_, r)| r.bench == *bench).collect();
         if mine.is_empty() {
             let _ = writeln!(s, "Not recorded: `petrel bench record {bench}`.");
