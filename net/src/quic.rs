@@ -635,8 +635,10 @@ async fn read_frame(
         tracing::warn!(%node, error = %e, "stream ended before a lane header and frame prefix");
         return;
     }
-    let (lane, prefix) = head.split_at(LANE_HEADER_LEN);
-    let lane = LaneHeader::decode(lane.try_into().expect("LANE_HEADER_LEN bytes"));
+    let (lane_bytes, prefix) = head.split_at(LANE_HEADER_LEN);
+    let mut lane = [0u8; LANE_HEADER_LEN];
+    lane.copy_from_slice(lane_bytes);
+    let lane = LaneHeader::decode(&lane);
     let parsed = match FramePrefix::parse(prefix, max) {
         Ok(p) => p,
         Err(e) => {
