@@ -511,7 +511,13 @@ impl Cluster {
             })
             .collect();
         let join_timeout = Duration::from_millis(s.cluster.join_timeout_ms);
-        join(&node, coordinator, &spec, &expected, join_timeout).await?;
+        if let Err(e) = join(&node, coordinator, &spec, &expected, join_timeout).await {
+            if id == coordinator && matches!(e, NodeError::JoinTimeout { .. }) {
+                // Nodes that started later time out later and then ask who is missing.
+                tokio::time::sleep(JOIN_STATUS_TIMEOUT).await;
+            }
+            return Err(e);
+        }
         node.net().set_membership_changing(false);
         crate::chaos::arm(&node)?;
         agent.do_send(Joined);
