@@ -18,8 +18,9 @@ use tokio::sync::mpsc;
 
 /// The actors runtime's default `failure_timeout_ms`: a peer silent this long is dead.
 const FAILURE_TIMEOUT: Duration = Duration::from_millis(2000);
-/// Longest a live peer's heartbeat may take to be heard while the attack goes on.
-const HEARD_WITHIN: Duration = Duration::from_millis(1000);
+/// Longest a live peer's heartbeat may take to be heard while the attack goes on: inside
+/// the failure timeout with a margin, and not so tight that a loaded machine fails it.
+const HEARD_WITHIN: Duration = Duration::from_millis(1500);
 /// The attacker must be disconnected this soon after it starts.
 const DISCONNECTED_WITHIN: Duration = Duration::from_secs(4);
 
@@ -87,7 +88,7 @@ impl Scene {
     }
 
     /// The live peer beats every 100 ms for `span`; each beat must be heard within
-    /// [`HEARD_WITHIN`], half the failure timeout.
+    /// [`HEARD_WITHIN`].
     async fn heartbeats_keep_flowing(&self, span: Duration) {
         let start = Instant::now();
         let mut seq = 1;
