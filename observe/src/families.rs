@@ -222,11 +222,6 @@ impl CountHistogram {
         self.count += n;
     }
 
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
     /// `(upper bound, count in this bucket)`, the last bound `+Inf` (not cumulative).
     pub fn buckets(&self) -> Vec<(f64, u64)> {
         let bounds = Self::BOUNDS
@@ -279,15 +274,6 @@ impl PsMetrics {
                 }
             }
         }
-    }
-
-    /// The staleness histogram of `table` on `node` so far (tests, reports).
-    pub fn staleness_of(&self, node: &str, table: &str) -> CountHistogram {
-        self.staleness
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&(node.to_string(), table.to_string())).cloned())
-            .unwrap_or_default()
     }
 }
 
@@ -498,7 +484,7 @@ mod tests {
         assert_eq!(b[0], (0.0, 3));
         assert_eq!(b[7], (8.0, 2));
         assert_eq!(b.last(), Some(&(f64::INFINITY, 1)));
-        assert_eq!(h.count(), 6);
+        assert_eq!(h.count, 6);
     }
 
     #[test]
@@ -527,7 +513,8 @@ mod tests {
             .find_map(|l| l.strip_prefix("process_heap_peak_bytes{} "))
             .and_then(|v| v.trim().parse::<f64>().ok());
         assert!(heap.is_some_and(|b| b > 0.0), "{text}");
-        assert_eq!(m.ps.staleness_of("unit-a", "0").count(), 5);
+        let staleness = m.ps.staleness.lock().unwrap();
+        assert_eq!(staleness[&("unit-a".into(), "0".into())].count, 5);
     }
 
     #[test]

@@ -95,11 +95,6 @@ pub fn peak_mb() -> Option<f64> {
     counts().map(|(_, peak)| peak as f64 / 1e6)
 }
 
-/// The MB allocated now ([`counts`]).
-pub fn live_mb() -> Option<f64> {
-    counts().map(|(live, _)| live as f64 / 1e6)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +108,10 @@ mod tests {
     // and the tests of this module, which allocate tens of MB, take turns.
     const SLACK_MB: f64 = 4.0;
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn live_mb() -> Option<f64> {
+        counts().map(|(live, _)| live as f64 / 1e6)
+    }
 
     #[test]
     fn the_peak_counts_a_block_while_it_lives_and_the_live_bytes_fall_when_it_goes() {

@@ -147,9 +147,11 @@ impl Collector for NodesCollector {
     }
 }
 
-/// The labels of node `n`'s rows.
-fn node(n: &str) -> Labels {
-    vec![("node", LabelValue::new(n))]
+/// The labels of node `n`'s rows, then `extra`.
+fn node<const N: usize>(n: &str, extra: [(&'static str, LabelValue); N]) -> Labels {
+    let mut labels = vec![("node", LabelValue::new(n))];
+    labels.extend(extra);
+    labels
 }
 
 /// `petrel_node_info`: one row per node, with its roles.
@@ -160,17 +162,12 @@ fn encode_info(
     let info: Vec<(Labels, ConstGauge)> = samples
         .iter()
         .map(|(n, s)| {
-            let mut l = node(n);
-            l.push(("roles", LabelValue::new(s.roles.join(","))));
-            (l, ConstGauge::new(1))
+            let roles = LabelValue::new(s.roles.join(","));
+            (node(n, [("roles", roles)]), ConstGauge::new(1))
         })
         .collect();
-    encode_rows(
-        enc,
-        "petrel_node_info",
-        "A node of this process and its roles",
-        &info,
-    )
+    let help = "A node of this process and its roles";
+    encode_rows(enc, "petrel_node_info", help, &info)
 }
 
 /// `[(name, help, field of $sample)]`: the `u64` series read from each sample.
@@ -197,9 +194,8 @@ fn encode_counters(
             .iter()
             .flat_map(|(n, s)| {
                 s.links.iter().map(move |l| {
-                    let mut labels = node(n);
-                    labels.push(("peer", LabelValue::new(&l.peer)));
-                    labels.push(("priority", LabelValue::new(l.priority)));
+                    let peer = ("peer", LabelValue::new(&l.peer));
+                    let labels = node(n, [peer, ("priority", LabelValue::new(l.priority))]);
                     (labels, ConstCounter::new(field(l)))
                 })
             })
@@ -239,7 +235,7 @@ fn per_node<M: EncodeMetric>(
 ) -> Result<(), std::fmt::Error> {
     let rows: Vec<(Labels, M)> = samples
         .iter()
-        .filter_map(|(n, s)| value(s).map(|m| (node(n), m)))
+        .filter_map(|(n, s)| value(s).map(|m| (node(n, []), m)))
         .collect();
     encode_rows(enc, name, help, &rows)
 }
@@ -250,50 +246,35 @@ fn encode_shaper(
     enc: &mut DescriptorEncoder,
     samples: &[(String, NodeSample)],
 ) -> Result<(), std::fmt::Error> {
-    per_node(
-        enc,
-        samples,
-        "petrel_shaper_egress_wait_seconds",
-        "Time the egress shaper made the socket wait for tokens",
-        |s| Some(ConstCounter::new(s.shaper_egress_wait_s)),
-    )?;
-    per_node(
-        enc,
-        samples,
-        "petrel_shaper_egress_tokens_bytes",
-        "Egress token balance (negative: in debt for the last send)",
-        |s| s.shaper_egress_tokens.map(ConstGauge::new),
-    )?;
-    per_node(
-        enc,
-        samples,
-        "petrel_shaper_egress_rate_bytes_per_second",
-        "Configured egress rate (0: unshaped)",
-        |s| Some(ConstGauge::new(s.shaper_egress_rate as i64)),
-    )?;
-    per_node(
-        enc,
-        samples,
-        "petrel_outbox_queued_bytes",
-        "Bytes waiting in the priority outbox",
-        |s| Some(ConstGauge::new(s.outbox_bytes as i64)),
-    )?;
+    let help = "Time the egress shaper made the socket wait for tokens";
+    let wait = |s: &NodeSample| Some(ConstCounter::new(s.shaper_egress_wait_s));
+    let name = "petrel_shaper_egress_wait_seconds";
+    per_node(enc, samples, name, help, wait)?;
+    let help = "Egress token balance (negative: in debt for the last send)";
+    let tokens = |s: &NodeSample| s.shaper_egress_tokens.map(ConstGauge::new);
+    let name = "petrel_shaper_egress_tokens_bytes";
+    per_node(enc, samples, name, help, tokens)?;
+    let gauges = series![NodeSample;
+        "petrel_shaper_egress_rate_bytes_per_second", "Configured egress rate (0: unshaped)",
+            shaper_egress_rate;
+        "petrel_outbox_queued_bytes", "Bytes waiting in the priority outbox", outbox_bytes;
+    ];
+    for (name, help, field) in gauges {
+        per_node(enc, samples, name, help, |s| {
+            Some(ConstGauge::new(field(s) as i64))
+        })?;
+    }
     let mailboxes: Vec<(Labels, ConstGauge)> = samples
         .iter()
         .flat_map(|(n, s)| {
             s.mailboxes.iter().map(move |(m, d)| {
-                let mut l = node(n);
-                l.push(("mailbox", LabelValue::new(m)));
-                (l, ConstGauge::new(*d as i64))
+                let labels = node(n, [("mailbox", LabelValue::new(m))]);
+                (labels, ConstGauge::new(*d as i64))
             })
         })
         .collect();
-    encode_rows(
-        enc,
-        "petrel_mailbox_depth",
-        "Items waiting in a mailbox (inbound frames, actors' priority inboxes)",
-        &mailboxes,
-    )
+    let help = "Items waiting in a mailbox (inbound frames, actors' priority inboxes)";
+    encode_rows(enc, "petrel_mailbox_depth", help, &mailboxes)
 }
 
 /// The failure detector's view of each peer: up or down, and the heartbeat's age.
@@ -301,11 +282,7 @@ fn encode_peers(
     enc: &mut DescriptorEncoder,
     samples: &[(String, NodeSample)],
 ) -> Result<(), std::fmt::Error> {
-    let peer_labels = |n: &str, p: &PeerSample| {
-        let mut l = node(n);
-        l.push(("peer", LabelValue::new(&p.peer)));
-        l
-    };
+    let peer_labels = |n: &str, p: &PeerSample| node(n, [("peer", LabelValue::new(&p.peer))]);
     let up: Vec<(Labels, ConstGauge)> = samples
         .iter()
         .flat_map(|(n, s)| {
@@ -314,12 +291,8 @@ fn encode_peers(
                 .map(move |p| (peer_labels(n, p), ConstGauge::new(i64::from(p.up))))
         })
         .collect();
-    encode_rows(
-        enc,
-        "petrel_peer_up",
-        "The failure detector's state of a peer (1 up, 0 declared down)",
-        &up,
-    )?;
+    let help = "The failure detector's state of a peer (1 up, 0 declared down)";
+    encode_rows(enc, "petrel_peer_up", help, &up)?;
     let age: Vec<(Labels, ConstGauge<f64>)> = samples
         .iter()
         .flat_map(|(n, s)| {
@@ -329,10 +302,6 @@ fn encode_peers(
             })
         })
         .collect();
-    encode_rows(
-        enc,
-        "petrel_heartbeat_age_seconds",
-        "Seconds since a heartbeat was last heard from a peer",
-        &age,
-    )
+    let help = "Seconds since a heartbeat was last heard from a peer";
+    encode_rows(enc, "petrel_heartbeat_age_seconds", help, &age)
 }

@@ -61,11 +61,6 @@ fn status_text(pid: Option<u32>) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-/// `VmHWM` from the text of a `/proc/<pid>/status` file, in MB (the kernel writes kB).
-pub fn parse_vm_hwm_mb(status: &str) -> Option<f64> {
-    parse_status_mb(status, "VmHWM")
-}
-
 /// Field `key` (in kB) of the text of a `/proc/<pid>/status` file, in MB.
 fn parse_status_mb(status: &str, key: &str) -> Option<f64> {
     let line = status.lines().find(|l| {
@@ -85,19 +80,12 @@ impl Collector for ProcessCollector {
             return Ok(());
         };
         let none: [(&str, &str); 0] = [];
-        let (rss, cpu) = (
-            ConstGauge::new(p.rss_bytes as i64),
-            ConstCounter::new(p.cpu_s),
-        );
+        let rss = [(none, ConstGauge::new(p.rss_bytes as i64))];
         let help = "Resident memory of this process";
-        encode_rows(
-            &mut enc,
-            "process_resident_memory_bytes",
-            help,
-            &[(none, rss)],
-        )?;
+        encode_rows(&mut enc, "process_resident_memory_bytes", help, &rss)?;
+        let cpu = [(none, ConstCounter::new(p.cpu_s))];
         let help = "User and system CPU time of this process";
-        encode_rows(&mut enc, "process_cpu_seconds", help, &[(none, cpu)])?;
+        encode_rows(&mut enc, "process_cpu_seconds", help, &cpu)?;
         // Only in a binary that counts its heap (`heap::CountingAllocator`).
         let Some((live, peak)) = crate::heap::counts() else {
             return Ok(());
@@ -139,9 +127,9 @@ mod tests {
         let by_pid = super::peak_rss_mb(Some(std::process::id())).expect("linux /proc");
         assert!(by_pid >= me, "{by_pid} < {me}");
         let text = "Name:\tpetrel\nVmPeak:\t  9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
-        assert_eq!(super::parse_vm_hwm_mb(text), Some(2.0));
-        assert_eq!(super::parse_vm_hwm_mb("VmHWM: lots"), None);
-        assert_eq!(super::parse_vm_hwm_mb(""), None);
+        assert_eq!(super::parse_status_mb(text, "VmHWM"), Some(2.0));
+        assert_eq!(super::parse_status_mb("VmHWM: lots", "VmHWM"), None);
+        assert_eq!(super::parse_status_mb("", "VmHWM"), None);
         let text = "VmHWM:\t 4096 kB\nRssAnon:\t 1024 kB\nRssFile:\t 3072 kB\n";
         assert_eq!(super::parse_status_mb(text, "RssFile"), Some(3.0));
         assert_eq!(super::parse_status_mb(text, "Rss"), None);

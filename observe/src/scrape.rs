@@ -51,12 +51,8 @@ fn parse_line(line: &str) -> Option<Series> {
             (&line[..sp], Vec::new(), &line[sp..])
         }
     };
-    let value = rest.split_whitespace().next()?;
-    let value = match value {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v.parse().ok()?,
-    };
+    // Rust reads OpenMetrics' `+Inf`, `-Inf` and `NaN` as they are.
+    let value = rest.split_whitespace().next()?.parse().ok()?;
     Some(Series {
         name: name.to_string(),
         labels,

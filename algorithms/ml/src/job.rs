@@ -317,21 +317,12 @@ impl RunMetrics {
             .first()
             .map(|r| r.values.keys().collect())
             .unwrap_or_default();
-        let mut out = String::from("step,seconds");
-        for n in &names {
-            out.push(',');
-            out.push_str(n);
-        }
-        out.push('\n');
+        let header: String = names.iter().map(|n| format!(",{n}")).collect();
+        let mut out = format!("step,seconds{header}\n");
         for r in &self.history {
-            out.push_str(&format!("{},{}", r.step, r.seconds));
-            for n in &names {
-                out.push(',');
-                if let Some(v) = r.values.get(*n) {
-                    out.push_str(&v.to_string());
-                }
-            }
-            out.push('\n');
+            let value = |n: &&String| r.values.get(*n).map_or(String::new(), f64::to_string);
+            let values: String = names.iter().map(|n| format!(",{}", value(n))).collect();
+            out.push_str(&format!("{},{}{values}\n", r.step, r.seconds));
         }
         out
     }

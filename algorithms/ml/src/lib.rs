@@ -7,7 +7,7 @@
 //! - [`model`]: the saved model file and what `petrel eval` / `petrel predict` run.
 //! - [`topic`]: topic-model math shared by STRADS and parameter-server LDA.
 
-// The one unsafe block maps a data file (`data::with_map`).
+// The one unsafe block maps a data file (`data::cache::parse_file`).
 #![deny(unsafe_code)]
 
 pub mod data;

@@ -341,55 +341,49 @@ impl SavedModel {
         } else {
             path.to_path_buf()
         };
-        let bytes = std::fs::read(&path).map_err(|source| ModelFileError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        Self::decode(&bytes, &path, app)
+        match std::fs::read(&path) {
+            Ok(bytes) => Self::decode(&bytes, &path, app),
+            Err(source) => Err(ModelFileError::Io { path, source }),
+        }
     }
 
     /// Decodes a model file's bytes (`path` names it in errors).
     pub fn decode(bytes: &[u8], path: &Path, app: &str) -> Result<SavedModel, ModelFileError> {
+        let file = || path.to_path_buf();
         let decode_error = |source: serde_json::Error| {
             if source.is_eof() {
                 ModelFileError::Truncated {
-                    path: path.to_path_buf(),
+                    path: file(),
                     source,
                 }
             } else {
                 ModelFileError::NotAModel {
-                    path: path.to_path_buf(),
+                    path: file(),
                     source,
                 }
             }
         };
         let header: Header = serde_json::from_slice(bytes).map_err(decode_error)?;
-        if header.format != MODEL_FORMAT {
-            return Err(ModelFileError::WrongFormat {
-                path: path.to_path_buf(),
-                found: header.format,
-            });
+        let (found, path) = (header.format, file());
+        if found != MODEL_FORMAT {
+            return Err(ModelFileError::WrongFormat { path, found });
         }
-        if header.version != MODEL_VERSION {
-            return Err(ModelFileError::WrongVersion {
-                path: path.to_path_buf(),
-                found: header.version,
-            });
+        let found = header.version;
+        if found != MODEL_VERSION {
+            return Err(ModelFileError::WrongVersion { path, found });
         }
-        if header.app != app {
+        let (found, expected) = (header.app, app.to_string());
+        if found != app {
             return Err(ModelFileError::WrongApp {
-                path: path.to_path_buf(),
-                found: header.app,
-                expected: app.into(),
+                path,
+                found,
+                expected,
             });
         }
         let model: SavedModel = serde_json::from_slice(bytes).map_err(decode_error)?;
-        model
-            .check()
-            .map_err(|reason| ModelFileError::Inconsistent {
-                path: path.to_path_buf(),
-                reason,
-            })?;
+        if let Err(reason) = model.check() {
+            return Err(ModelFileError::Inconsistent { path, reason });
+        }
         Ok(model)
     }
 

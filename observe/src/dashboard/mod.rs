@@ -60,31 +60,21 @@ impl Dashboard {
     pub fn start(addr: &str, title: &str) -> Result<Self, ObserveError> {
         let model = Arc::new(Mutex::new(DashboardModel::new(title)));
         let state_model = model.clone();
+        let (page, html) = (render_page(None)?, "text/html; charset=utf-8");
         let router = Router::new()
             .route(
                 "/",
-                get(|| async {
-                    match render_page(None) {
-                        Ok(page) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page),
-                        Err(e) => (
-                            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                            e.to_string(),
-                        ),
-                    }
-                }),
+                get(move || std::future::ready(([(header::CONTENT_TYPE, html)], page.clone()))),
             )
             .route(
                 "/api/state",
                 get(move || {
-                    let model = state_model.clone();
-                    async move {
-                        let json = model
-                            .lock()
-                            .ok()
-                            .and_then(|m| serde_json::to_string(m.state()).ok())
-                            .unwrap_or_else(|| "{}".into());
-                        ([(header::CONTENT_TYPE, "application/json")], json)
-                    }
+                    let json = state_model
+                        .lock()
+                        .ok()
+                        .and_then(|m| serde_json::to_string(m.state()).ok())
+                        .unwrap_or_else(|| "{}".into());
+                    std::future::ready(([(header::CONTENT_TYPE, "application/json")], json))
                 }),
             );
         let scraper = scrape_loop(model.clone());
@@ -103,11 +93,6 @@ impl Dashboard {
         self.http.local_addr()
     }
 
-    /// The data now (tests, reports).
-    pub fn state(&self) -> Option<DashboardState> {
-        self.model.lock().ok().map(|m| m.state().clone())
-    }
-
     /// Stops scraping and writes the page with its data inlined to `dir/dashboard.html`.
     pub fn finish(self, dir: &Path) -> Result<PathBuf, ObserveError> {
         let state = {
@@ -119,20 +104,15 @@ impl Dashboard {
             m.state().clone()
         };
         drop(self.http);
-        write_report(dir, &state)
+        let path = dir.join("dashboard.html");
+        let write_err = |source| ObserveError::Write {
+            path: path.display().to_string(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(write_err)?;
+        std::fs::write(&path, render_page(Some(&state))?).map_err(write_err)?;
+        Ok(path)
     }
-}
-
-/// Writes `dir/dashboard.html`: the page with `state` inlined (opens offline).
-pub fn write_report(dir: &Path, state: &DashboardState) -> Result<PathBuf, ObserveError> {
-    let path = dir.join("dashboard.html");
-    let write_err = |source| ObserveError::Write {
-        path: path.display().to_string(),
-        source,
-    };
-    std::fs::create_dir_all(dir).map_err(write_err)?;
-    std::fs::write(&path, render_page(Some(state))?).map_err(write_err)?;
-    Ok(path)
 }
 
 fn url_of(addr: SocketAddr) -> String {
@@ -164,11 +144,20 @@ async fn scrape_loop(model: Arc<Mutex<DashboardModel>>) {
             // This process's own nodes; its process series are the launcher's, no node's.
             m.ingest(t, None, &local);
         }
-        let scrapes = futures_join(remote.into_iter().map(|target| async move {
-            let r = http_get(&target.addr, "/metrics", Duration::from_millis(800)).await;
-            (target, r)
-        }))
-        .await;
+        // Every target at once, their answers in order.
+        let fetches: Vec<_> = remote
+            .into_iter()
+            .map(|target| {
+                tokio::spawn(async move {
+                    let r = http_get(&target.addr, "/metrics", Duration::from_millis(800)).await;
+                    (target, r)
+                })
+            })
+            .collect();
+        let mut scrapes = Vec::with_capacity(fetches.len());
+        for fetch in fetches {
+            scrapes.extend(fetch.await);
+        }
         let t = start.elapsed().as_secs_f64();
         if let Ok(mut m) = model.lock() {
             for (target, r) in scrapes {
@@ -179,23 +168,6 @@ async fn scrape_loop(model: Arc<Mutex<DashboardModel>>) {
             }
         }
     }
-}
-
-/// Runs the futures concurrently on this runtime and collects their outputs in order.
-async fn futures_join<F: std::future::Future + Send + 'static>(
-    futures: impl Iterator<Item = F>,
-) -> Vec<F::Output>
-where
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futures.map(tokio::task::spawn).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        if let Ok(v) = h.await {
-            out.push(v);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

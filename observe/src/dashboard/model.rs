@@ -380,11 +380,7 @@ impl DashboardModel {
             else {
                 continue;
             };
-            let le = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().unwrap_or(f64::INFINITY)
-            };
+            let le = le.parse().unwrap_or(f64::INFINITY);
             cumulative
                 .entry(table.to_string())
                 .or_default()

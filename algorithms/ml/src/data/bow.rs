@@ -106,7 +106,7 @@ pub fn load_bow(
     Ok(load_bow_digested(docword_path, vocab_path)?.0)
 }
 
-/// [`load_bow`] and the digest of every value of the docword file ([`parse_docword_part`]'s).
+/// [`load_bow`] and the digest of every value read from the docword file.
 pub fn load_bow_digested(
     docword_path: impl AsRef<Path>,
     vocab_path: Option<&Path>,
@@ -257,24 +257,14 @@ pub fn parse_docword_with_limits(
     name_for_errors: impl AsRef<Path>,
     limits: &DataLimits,
 ) -> Result<Corpus, DataError> {
-    Ok(parse_docword_part(reader, name_for_errors, limits, &|_| true)?.0)
+    let (name, size) = (name_for_errors.as_ref(), SizeRule::new(None)?);
+    Ok(parse_docword_part(reader, name, limits, size, &|_| true)?.0)
 }
 
-/// [`parse_docword_with_limits`] keeping only the tokens of the documents `keep` accepts
-/// (the others stay empty), with the statistics of every document and the digest of every
-/// value read. Every check applies to every line.
-pub fn parse_docword_part(
-    reader: impl BufRead,
-    name_for_errors: impl AsRef<Path>,
-    limits: &DataLimits,
-    keep: &dyn Fn(usize) -> bool,
-) -> Result<(Corpus, CorpusStats, ReadDigest), DataError> {
-    let size = SizeRule::new(None)?;
-    parse_docword_sized(reader, name_for_errors.as_ref(), limits, size, keep)
-}
-
-/// [`parse_docword_part`] of an input whose size `size` may know.
-pub(crate) fn parse_docword_sized(
+/// [`parse_docword_with_limits`] of an input whose size `size` may know, keeping only the
+/// tokens of the documents `keep` accepts (the others stay empty), with the statistics of
+/// every document and the digest of every value read. Every check applies to every line.
+pub(crate) fn parse_docword_part(
     reader: impl BufRead,
     name: &Path,
     limits: &DataLimits,

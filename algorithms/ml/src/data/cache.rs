@@ -134,11 +134,7 @@ static FORCED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0)
 /// Turns the binary cache on or off for this process whatever [`CACHE_ENV`] says (`None`:
 /// it decides again).
 pub fn set_disk_cache(enabled: Option<bool>) {
-    let value = match enabled {
-        None => 0,
-        Some(true) => 1,
-        Some(false) => 2,
-    };
+    let value = enabled.map_or(0, |on| if on { 1 } else { 2 });
     FORCED.store(value, std::sync::atomic::Ordering::Relaxed);
 }
 
@@ -158,16 +154,12 @@ impl DiskCache {
         if let Some(cache) = TEST_CACHE.with(|c| c.get()) {
             return cache;
         }
-        let forced = FORCED.load(std::sync::atomic::Ordering::Relaxed);
-        let off = if forced != 0 {
-            forced == 2
-        } else {
-            std::env::var(CACHE_ENV).is_ok_and(|v| {
-                matches!(
-                    v.trim().to_ascii_lowercase().as_str(),
-                    "off" | "0" | "false" | "no"
-                )
-            })
+        let off = match FORCED.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => std::env::var(CACHE_ENV).is_ok_and(|v| {
+                let v = v.trim().to_ascii_lowercase();
+                matches!(v.as_str(), "off" | "0" | "false" | "no")
+            }),
+            forced => forced == 2,
         };
         DiskCache {
             enabled: !off,
@@ -206,8 +198,7 @@ pub(crate) trait Cached: Sized {
 }
 
 /// The parse of `kind` of the file `path` as the process shares it ([`load`]), `parse`
-/// reading its map. A pipe or device is neither shared nor cached: `parse` reads it as a
-/// stream, or read whole with `whole`.
+/// reading its map. A pipe or device is neither shared nor cached ([`parse_file`]).
 pub(crate) fn load_file<T: Cached + Any + Send + Sync>(
     path: &Path,
     kind: &'static str,
@@ -215,23 +206,66 @@ pub(crate) fn load_file<T: Cached + Any + Send + Sync>(
     parse: impl Fn(&mut dyn Blocks, &DataLimits, SizeRule) -> Result<T, DataError>,
 ) -> Result<Arc<T>, DataError> {
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
-    let limits = DataLimits::from_env()?;
-    let Some(key) = FileKey::of(path, &file)? else {
-        let value = if whole {
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut &file, &mut bytes)
-                .map_err(|e| DataError::io(path, e))?;
-            parse(&mut SliceBlocks::new(&bytes), &limits, SizeRule::new(None)?)
-        } else {
-            let size = SizeRule::new(None)?;
-            parse(&mut ReaderBlocks::new(file, path), &limits, size)
-        };
-        return value.map(Arc::new);
+    let (limits, key) = (DataLimits::from_env()?, FileKey::of(path, &file)?);
+    let parse_once = || {
+        parse_file(path, &file, key.as_ref(), whole, |s, size| {
+            parse(s, &limits, size)
+        })
+    };
+    let Some(key) = &key else {
+        return parse_once().map(Arc::new);
     };
     let size = SizeRule::new(Some(key.len))?;
-    let mapped = |bytes: &[u8]| parse(&mut SliceBlocks::new(bytes), &limits, size);
-    let parse = || super::with_map(path, &file, &key, mapped);
-    load(path, &key, kind, (&limits, &size), parse)
+    load(path, key, kind, (&limits, &size), parse_once)
+}
+
+/// Hands `parse` the bytes of `file` (of version `key`) with their size rule: a regular file
+/// through a read-only map (or a copy), refused if it changed meanwhile; anything else as a
+/// stream, or read whole first with `whole`.
+#[allow(unsafe_code)]
+pub(crate) fn parse_file<T>(
+    path: &Path,
+    file: &std::fs::File,
+    key: Option<&FileKey>,
+    whole: bool,
+    mut parse: impl FnMut(&mut dyn Blocks, SizeRule) -> Result<T, DataError>,
+) -> Result<T, DataError> {
+    let size = SizeRule::new(key.map(|k| k.len))?;
+    let read_whole = || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut &*file, &mut bytes).map_err(|e| DataError::io(path, e))?;
+        Ok::<_, DataError>(bytes)
+    };
+    let Some(key) = key else {
+        return if whole {
+            parse(&mut SliceBlocks::new(&read_whole()?), size)
+        } else {
+            parse(&mut ReaderBlocks::new(file, path), size)
+        };
+    };
+    if key.len == 0 {
+        return parse(&mut SliceBlocks::new(&[]), size);
+    }
+    // SAFETY: the map is read-only, private to this call and dropped before it returns;
+    // `parse` returns owned values. Bytes changed meanwhile are still checked text (a
+    // truncation raises SIGBUS), and a file whose version moved is refused below.
+    let value = match unsafe { memmap2::Mmap::map(file) } {
+        Ok(map) => {
+            #[cfg(unix)]
+            let _ = map.advise(memmap2::Advice::Sequential);
+            parse(&mut SliceBlocks::new(&map), size)?
+        }
+        Err(e) => {
+            tracing::debug!(path = %path.display(), error = %e, "cannot map the file; reading it");
+            parse(&mut SliceBlocks::new(&read_whole()?), size)?
+        }
+    };
+    if !key.still(path) {
+        return Err(DataError::ChangedWhileRead {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(value)
 }
 
 /// The parse of `kind` of the file version `key`: the one this process holds, else the disk

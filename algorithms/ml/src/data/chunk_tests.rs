@@ -276,17 +276,19 @@ fn ratings_and_docword_chunks_equal_a_sequential_read() {
         }
         let all = |_: usize| true;
         let odd = |d: usize| d % 2 == 1;
+        let limits = DataLimits::default();
+        let size = super::limits::SizeRule::new(None).unwrap();
         let parse = || {
             [
                 outcome(parse_triplets(text.as_bytes(), "r")),
                 outcome(parse_matrix_market(mm.as_bytes(), "m")),
                 outcome(parse_docword(bow.as_bytes(), "d")),
                 outcome(
-                    bow::parse_docword_part(bow.as_bytes(), "d", &DataLimits::default(), &odd)
+                    bow::parse_docword_part(bow.as_bytes(), Path::new("d"), &limits, size, &odd)
                         .map(|(c, s, r)| (c, s, r.finish())),
                 ),
                 outcome(
-                    bow::parse_docword_part(bow.as_bytes(), "d", &DataLimits::default(), &all)
+                    bow::parse_docword_part(bow.as_bytes(), Path::new("d"), &limits, size, &all)
                         .map(|(_, _, r)| r.finish()),
                 ),
             ]

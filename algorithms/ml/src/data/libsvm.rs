@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use super::cache::{self, Cached, Decoder, Encoder, FileKey};
 use super::limits::SizeRule;
 use super::text::{
-    Blocks, Chunk, ChunkParser, ReaderBlocks, SliceBlocks, Start, parse_chunks, parse_f32,
-    parse_lines, parse_uint, words,
+    Blocks, Chunk, ChunkParser, ReaderBlocks, Start, parse_chunks, parse_f32, parse_lines,
+    parse_uint, words,
 };
 use super::{DataError, DataLimits};
 
@@ -266,10 +266,9 @@ impl LibsvmFile {
             labels: self.labels.clone(),
             rows: (0..self.n_rows())
                 .map(|i| {
-                    let mut row = SparseRow::default();
                     let (indices, values) = self.row(i);
-                    row.set(indices, values);
-                    row
+                    let (indices, values) = (indices.to_vec(), values.to_vec());
+                    SparseRow { indices, values }
                 })
                 .collect(),
         }
@@ -395,31 +394,20 @@ fn collect_rows(
 /// sees its row. The rows come from [`load_libsvm_shared`].
 pub fn visit_libsvm(
     path: impl AsRef<Path>,
-    visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
+    mut visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
     let path = path.as_ref();
     match load_libsvm_shared(path) {
         Ok(rows) => rows.visit(visit),
         // The rows before the error are visited and the error is the row-by-row reader's.
-        Err(_) => stream_file(path, visit),
+        Err(_) => {
+            let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+            let (limits, key) = (DataLimits::from_env()?, FileKey::of(path, &file)?);
+            cache::parse_file(path, &file, key.as_ref(), false, |source, size| {
+                stream_rows(source, path, &limits, size, &mut visit)
+            })
+        }
     }
-}
-
-/// [`visit_libsvm`] reading the file row by row.
-fn stream_file(
-    path: &Path,
-    visit: impl FnMut(f32, &SparseRow) -> Result<(), DataError>,
-) -> Result<(), DataError> {
-    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
-    let limits = DataLimits::from_env()?;
-    let Some(key) = FileKey::of(path, &file)? else {
-        let (size, mut source) = (SizeRule::new(None)?, ReaderBlocks::new(file, path));
-        return stream_rows(&mut source, path, &limits, size, visit);
-    };
-    let size = SizeRule::new(Some(key.len))?;
-    super::with_map(path, &file, &key, |bytes| {
-        stream_rows(&mut SliceBlocks::new(bytes), path, &limits, size, visit)
-    })
 }
 
 /// Calls `visit(label, row)` for every example of LIBSVM text, in order, with the checks

@@ -64,17 +64,8 @@ impl DataLimits {
             (MAX_DOCUMENTS_ENV, &mut limits.max_documents),
             (MAX_TOKENS_ENV, &mut limits.max_tokens),
         ] {
-            if let Ok(text) = std::env::var(var) {
-                *slot = text
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|&v| v > 0)
-                    .ok_or_else(|| {
-                        DataError::InvalidParameter(format!(
-                            "{var}={text:?} is not a positive integer"
-                        ))
-                    })?;
+            if let Some(value) = env_u64(var, 1, "positive")? {
+                *slot = value;
             }
         }
         Ok(limits)
@@ -110,6 +101,20 @@ impl DataLimits {
     }
 }
 
+/// The integer set by the environment variable `var`, if any; one below `min` or text that
+/// is not one is an error naming it (a `what` integer).
+fn env_u64(var: &str, min: u64, what: &str) -> Result<Option<u64>, DataError> {
+    let Ok(text) = std::env::var(var) else {
+        return Ok(None);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(value) if value >= min => Ok(Some(value)),
+        _ => Err(DataError::InvalidParameter(format!(
+            "{var}={text:?} is not a {what} integer"
+        ))),
+    }
+}
+
 /// The largest dimension or id an input of `bytes` bytes may declare.
 pub fn size_bound(bytes: u64) -> Result<u64, DataError> {
     Ok(SizeRule::new(Some(bytes))?.bound(bytes))
@@ -125,14 +130,8 @@ pub(crate) struct SizeRule {
 impl SizeRule {
     /// The rule for an input of `known` bytes (`None`: unknown).
     pub(crate) fn new(known: Option<u64>) -> Result<Self, DataError> {
-        let allowance = match std::env::var(DIMENSION_ALLOWANCE_ENV) {
-            Ok(text) => text.trim().parse::<u64>().map_err(|_| {
-                DataError::InvalidParameter(format!(
-                    "{DIMENSION_ALLOWANCE_ENV}={text:?} is not a non-negative integer"
-                ))
-            })?,
-            Err(_) => DEFAULT_DIMENSION_ALLOWANCE,
-        };
+        let allowance = env_u64(DIMENSION_ALLOWANCE_ENV, 0, "non-negative")?
+            .unwrap_or(DEFAULT_DIMENSION_ALLOWANCE);
         Ok(SizeRule { allowance, known })
     }
 

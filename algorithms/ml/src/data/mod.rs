@@ -67,8 +67,8 @@ pub(crate) mod testing {
 use std::path::{Path, PathBuf};
 
 pub use bow::{
-    Corpus, CorpusStats, load_bow, load_bow_digested, parse_docword, parse_docword_part,
-    parse_docword_with_limits, parse_vocab,
+    Corpus, CorpusStats, load_bow, load_bow_digested, parse_docword, parse_docword_with_limits,
+    parse_vocab,
 };
 pub use digest::ReadDigest;
 pub use libsvm::{
@@ -177,52 +177,4 @@ pub(crate) fn open_buffered(path: &Path) -> Result<std::io::BufReader<std::fs::F
     std::fs::File::open(path)
         .map(std::io::BufReader::new)
         .map_err(|e| DataError::io(path, e))
-}
-
-/// Opens `path` for buffered reading with its size when it is a regular file.
-pub(crate) fn open_sized(
-    path: &Path,
-) -> Result<(std::io::BufReader<std::fs::File>, Option<u64>), DataError> {
-    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
-    let meta = file.metadata().map_err(|e| DataError::io(path, e))?;
-    // A pipe's or a device's length says nothing about what it holds.
-    let bytes = meta.is_file().then_some(meta.len());
-    Ok((std::io::BufReader::new(file), bytes))
-}
-
-/// Hands `parse` the bytes of the regular file `file` (version `key`) through a read-only
-/// map (or a copy), refusing the result if the file changed meanwhile.
-#[allow(unsafe_code)]
-pub(crate) fn with_map<T>(
-    path: &Path,
-    file: &std::fs::File,
-    key: &cache::FileKey,
-    parse: impl FnOnce(&[u8]) -> Result<T, DataError>,
-) -> Result<T, DataError> {
-    if key.len == 0 {
-        return parse(&[]);
-    }
-    // SAFETY: the map is read-only, private to this call and dropped before it returns;
-    // `parse` returns owned values. Bytes changed meanwhile are still checked text (a
-    // truncation raises SIGBUS), and a file whose version moved is refused below.
-    let value = match unsafe { memmap2::Mmap::map(file) } {
-        Ok(map) => {
-            #[cfg(unix)]
-            let _ = map.advise(memmap2::Advice::Sequential);
-            parse(&map)?
-        }
-        Err(e) => {
-            tracing::debug!(path = %path.display(), error = %e, "cannot map the file; reading it");
-            let mut bytes = Vec::new();
-            std::io::Read::read_to_end(&mut &*file, &mut bytes)
-                .map_err(|e| DataError::io(path, e))?;
-            parse(&bytes)?
-        }
-    };
-    if !key.still(path) {
-        return Err(DataError::ChangedWhileRead {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(value)
 }

@@ -53,18 +53,7 @@ impl Ratings {
         test_fraction: f64,
         seed: u64,
     ) -> Result<(Ratings, Ratings), DataError> {
-        let mask = HeldOutMask::new(self.entries.len(), test_fraction, seed)?;
-        let pick = |want_test: bool| Ratings {
-            entries: self
-                .entries
-                .iter()
-                .enumerate()
-                .filter(|&(k, _)| mask.is_test(k) == want_test)
-                .map(|(_, e)| *e)
-                .collect(),
-            ..self.clone_shape()
-        };
-        Ok((pick(false), pick(true)))
+        self.clone().into_train_test_split(test_fraction, seed)
     }
 
     /// [`Ratings::train_test_split`] by value, without a second copy of the whole set.
@@ -141,19 +130,19 @@ impl Ratings {
 
     /// Number of ratings per user (index = user).
     pub fn user_counts(&self) -> Vec<usize> {
-        let mut counts = vec![0; self.n_users];
-        for &(u, _, _) in &self.entries {
-            counts[u as usize] += 1;
-        }
-        counts
+        self.counts(self.n_users, |e| e.0)
     }
 
     /// Number of ratings per item (index = item).
     pub fn item_counts(&self) -> Vec<usize> {
-        let mut counts = vec![0; self.n_items];
-        for &(_, i, _) in &self.entries {
-            counts[i as usize] += 1;
-        }
+        self.counts(self.n_items, |e| e.1)
+    }
+
+    fn counts(&self, n: usize, id: impl Fn(&(u32, u32, f32)) -> u32) -> Vec<usize> {
+        let mut counts = vec![0; n];
+        self.entries
+            .iter()
+            .for_each(|e| counts[id(e) as usize] += 1);
         counts
     }
 }
@@ -206,16 +195,6 @@ impl HeldOutMask {
     /// past the end.
     pub fn is_test(&self, k: usize) -> bool {
         k < self.len && self.words[k / 64] & (1 << (k % 64)) != 0
-    }
-
-    /// Entries the mask covers.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it covers no entry.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Entries held out.
@@ -295,12 +274,9 @@ impl Cached for RatingsFile {
         out.u64(u64::from(self.matrix_market));
         out.u64(r.n_users as u64);
         out.u64(r.n_items as u64);
-        let users: Vec<u32> = r.entries.iter().map(|e| e.0).collect();
-        let items: Vec<u32> = r.entries.iter().map(|e| e.1).collect();
-        let values: Vec<f32> = r.entries.iter().map(|e| e.2).collect();
-        out.array(&users);
-        out.array(&items);
-        out.array(&values);
+        out.array(&r.entries.iter().map(|e| e.0).collect::<Vec<_>>());
+        out.array(&r.entries.iter().map(|e| e.1).collect::<Vec<_>>());
+        out.array(&r.entries.iter().map(|e| e.2).collect::<Vec<_>>());
         if !self.matrix_market {
             let mapping = r.id_mapping.clone().unwrap_or_default();
             encode_ids(out, &mapping.user_ids);
@@ -359,32 +335,28 @@ pub fn load_ratings(path: impl AsRef<Path>) -> Result<Ratings, DataError> {
 
 /// The ratings of `path` as the process shares them (see [`super::cache`]).
 fn load_shared(path: &Path) -> Result<Arc<RatingsFile>, DataError> {
-    // Read whole, as ever: a read error comes before any parse error.
+    // Read whole: a read error comes before any parse error.
     cache::load_file(path, "ratings", true, |source, limits, size| {
-        ratings_of(path, source, limits, size)
+        let matrix_market = is_matrix_market(source)?;
+        let ratings = if matrix_market {
+            matrix_market_ratings(source, path, limits, size)?
+        } else {
+            triplets(source, path)?
+        };
+        Ok(RatingsFile {
+            ratings,
+            matrix_market,
+        })
     })
 }
 
-/// The ratings of a whole input: MatrixMarket when it starts with `%%MatrixMarket`.
-fn ratings_of(
-    name: &Path,
-    source: &mut dyn Blocks,
-    limits: &DataLimits,
-    size: SizeRule,
-) -> Result<RatingsFile, DataError> {
+/// Whether `source` starts with `%%MatrixMarket` (nothing is consumed).
+fn is_matrix_market(source: &mut dyn Blocks) -> Result<bool, DataError> {
     // The first block holds the whole first line: put back once looked at.
     let (n, matrix_market) =
         (source.next_block()?).map_or((0, false), |b| (b.len(), b.starts_with(b"%%MatrixMarket")));
     source.give_back(n);
-    let ratings = if matrix_market {
-        matrix_market_ratings(source, name, limits, size)?
-    } else {
-        triplets(source, name)?
-    };
-    Ok(RatingsFile {
-        ratings,
-        matrix_market,
-    })
+    Ok(matrix_market)
 }
 
 /// [`load_ratings`] handing each `(user, item, rating)` to `visit` in file order, after every
@@ -811,7 +783,7 @@ fn rating_fields(content: &str, ascii: bool) -> ([&str; 3], usize) {
         let bytes = content.as_bytes();
         let mut from = 0;
         for (i, &b) in bytes.iter().enumerate() {
-            if matches!(b, b'\t' | b' ' | b',') {
+            if is_separator(b) {
                 if i > from {
                     put(&content[from..i]);
                 }
@@ -895,16 +867,14 @@ fn matrix_market(
     let start = each_line(name, source, Start::default(), |line_no, line, bytes| {
         let bad = |msg: String| DataError::malformed(name, line_no, msg);
         if line_no == 1 {
-            let header: Vec<String> = line
-                .split_whitespace()
-                .map(|t| t.to_ascii_lowercase())
-                .collect();
-            let ok = header.len() == 5
-                && header[0] == "%%matrixmarket"
-                && header[1] == "matrix"
-                && header[2] == "coordinate"
-                && (header[3] == "real" || header[3] == "integer")
-                && header[4] == "general";
+            let header = line.to_ascii_lowercase();
+            let mut words = header.split_whitespace();
+            let ok = words
+                .by_ref()
+                .take(3)
+                .eq(["%%matrixmarket", "matrix", "coordinate"])
+                && matches!(words.next(), Some("real" | "integer"))
+                && words.eq(["general"]);
             if !ok {
                 return Err(bad(format!(
                     "expected `%%MatrixMarket matrix coordinate real general`, found {line:?}"
@@ -1034,13 +1004,8 @@ pub fn load_labelled_ratings(
     path: impl AsRef<Path>,
 ) -> Result<Vec<crate::model::LabelledRating>, DataError> {
     let path = path.as_ref();
-    let mut reader = super::open_buffered(path)?;
-    let is_matrix_market = reader
-        .fill_buf()
-        .map_err(|e| DataError::io(path, e))?
-        .starts_with(b"%%MatrixMarket");
-    let mut source = ReaderBlocks::new(reader, path);
-    if is_matrix_market {
+    let mut source = ReaderBlocks::new(super::open_buffered(path)?, path);
+    if is_matrix_market(&mut source)? {
         // Only the entries' ids are kept: the declared dimensions size nothing.
         let limits = DataLimits::from_env()?;
         let mut out = Vec::new();

@@ -242,11 +242,6 @@ impl SparseLassoColumns {
         })
     }
 
-    /// The true coefficients.
-    pub fn b_true(&self) -> &[f32] {
-        &self.b_true
-    }
-
     /// Every column holds exactly `nnz_per_column` non-zeros (its group's support).
     pub fn nnz_per_column(&self) -> usize {
         self.params.nnz_per_column
@@ -642,22 +637,12 @@ pub fn separable_classification(
             .into_iter()
             .map(|w| w.iter().zip(&x).map(|(a, b)| a * b).sum())
             .collect();
-        let (best, best_score) =
-            scores
-                .iter()
-                .copied()
-                .enumerate()
-                .fold(
-                    (0, f32::NEG_INFINITY),
-                    |acc, (c, s)| if s > acc.1 { (c, s) } else { acc },
-                );
-        let runner_up = scores
-            .iter()
-            .enumerate()
-            .filter(|&(c, _)| c != best)
-            .map(|(_, &s)| s)
+        let best = (1..n_classes).fold(0, |b, c| if scores[c] > scores[b] { c } else { b });
+        let runner_up = (0..n_classes)
+            .filter(|&c| c != best)
+            .map(|c| scores[c])
             .fold(f32::NEG_INFINITY, f32::max);
-        if best_score - runner_up < margin {
+        if scores[best] - runner_up < margin {
             continue;
         }
         dataset.labels.push(best as f32);

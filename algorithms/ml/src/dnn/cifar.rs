@@ -24,18 +24,20 @@ pub const CIFAR_CLASSES: usize = 10;
 /// Parses CIFAR-10 binary records already in memory into `(N, 3, 32, 32)` examples with
 /// pixels scaled to `[0, 1]`; `path` is only used in errors.
 pub fn parse_cifar10(bytes: &[u8], path: &Path) -> Result<Dataset, DnnDataError> {
+    let record = |offset: usize, detail| DnnDataError::Record {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        detail,
+    };
     let whole = bytes.len() / CIFAR_RECORD * CIFAR_RECORD;
     if whole != bytes.len() {
-        return Err(DnnDataError::Record {
-            path: path.to_path_buf(),
-            offset: whole as u64,
-            detail: format!(
-                "truncated record: {} of {CIFAR_RECORD} bytes (the file has {} bytes, not a \
-                 multiple of {CIFAR_RECORD})",
-                bytes.len() - whole,
-                bytes.len()
-            ),
-        });
+        let why = format!(
+            "truncated record: {} of {CIFAR_RECORD} bytes (the file has {} bytes, not a \
+             multiple of {CIFAR_RECORD})",
+            bytes.len() - whole,
+            bytes.len()
+        );
+        return Err(record(whole, why));
     }
     let n = bytes.len() / CIFAR_RECORD;
     let mut y = Vec::with_capacity(n);
@@ -43,11 +45,8 @@ pub fn parse_cifar10(bytes: &[u8], path: &Path) -> Result<Dataset, DnnDataError>
     for (i, rec) in bytes.chunks_exact(CIFAR_RECORD).enumerate() {
         let label = rec[0] as usize;
         if label >= CIFAR_CLASSES {
-            return Err(DnnDataError::Record {
-                path: path.to_path_buf(),
-                offset: (i * CIFAR_RECORD) as u64,
-                detail: format!("label {label} of record {i} is not below {CIFAR_CLASSES}"),
-            });
+            let why = format!("label {label} of record {i} is not below {CIFAR_CLASSES}");
+            return Err(record(i * CIFAR_RECORD, why));
         }
         y.push(label);
         x.extend(rec[1..].iter().map(|&p| f32::from(p) / 255.0));

@@ -128,17 +128,6 @@ impl Dataset {
         &self.x.shape()[1..]
     }
 
-    /// `len` consecutive examples starting at `start`, wrapping around the end.
-    pub fn batch(&self, start: usize, len: usize) -> (ArrayD<f32>, Vec<usize>) {
-        let n = self.len();
-        let idx: Vec<usize> = if n == 0 {
-            vec![]
-        } else {
-            (0..len).map(|i| (start + i) % n).collect()
-        };
-        self.select(&idx)
-    }
-
     /// The examples at `indices` (each must be `< len()`; out-of-range ones are skipped).
     pub fn select(&self, indices: &[usize]) -> (ArrayD<f32>, Vec<usize>) {
         let idx: Vec<usize> = indices
@@ -149,19 +138,6 @@ impl Dataset {
         let x = self.x.select(Axis(0), &idx);
         let y = idx.iter().map(|&i| self.y[i]).collect();
         (x, y)
-    }
-
-    /// Same examples reshaped to `(N, features)` (for an MLP).
-    pub fn flattened(&self) -> Dataset {
-        let n = self.len();
-        let f: usize = self.example_shape().iter().product();
-        let data: Vec<f32> = self.x.iter().copied().collect();
-        let x = ArrayD::from_shape_vec(IxDyn(&[n, f]), data).unwrap_or_else(|_| self.x.clone());
-        Dataset {
-            x,
-            y: self.y.clone(),
-            n_classes: self.n_classes,
-        }
     }
 }
 
@@ -245,14 +221,7 @@ pub fn teacher_mlp(
     let y = logits
         .rows()
         .into_iter()
-        .map(|r| {
-            r.iter()
-                .enumerate()
-                .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
-                    if v > best.1 { (i, v) } else { best }
-                })
-                .0
-        })
+        .map(|r| (1..classes).fold(0, |b, c| if r[c] > r[b] { c } else { b }))
         .collect();
     Ok(Dataset {
         x: inputs.into_dyn(),
@@ -369,16 +338,12 @@ pub(crate) fn dimension(path: &Path, detail: String) -> DnnDataError {
 pub fn parse_idx_images(bytes: &[u8], path: &Path) -> Result<IdxImages, DnnDataError> {
     let (dims, data) = parse_idx(bytes, path, IDX_IMAGES_MAGIC)?;
     let &[n, rows, cols] = dims.as_slice() else {
-        return Err(dimension(
-            path,
-            format!("expected 3 dimensions, got {dims:?}"),
-        ));
+        let why = format!("expected 3 dimensions, got {dims:?}");
+        return Err(dimension(path, why));
     };
     if rows == 0 || cols == 0 {
-        return Err(dimension(
-            path,
-            format!("image size {rows}x{cols} is empty"),
-        ));
+        let why = format!("image size {rows}x{cols} is empty");
+        return Err(dimension(path, why));
     }
     Ok(IdxImages {
         n,
@@ -404,44 +369,6 @@ pub fn read_idx_images(path: impl AsRef<Path>) -> Result<IdxImages, DnnDataError
 pub fn read_idx_labels(path: impl AsRef<Path>) -> Result<Vec<u8>, DnnDataError> {
     let path = path.as_ref();
     parse_idx_labels(&read_file(path)?, path)
-}
-
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), DnnDataError> {
-    std::fs::write(path, bytes).map_err(|source| DnnDataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-fn dim_u32(path: &Path, v: usize) -> Result<[u8; 4], DnnDataError> {
-    u32::try_from(v)
-        .map(u32::to_be_bytes)
-        .map_err(|_| dimension(path, format!("dimension {v} does not fit in u32")))
-}
-
-/// Writes an IDX images file (inverse of [`read_idx_images`]).
-pub fn write_idx_images(path: impl AsRef<Path>, images: &IdxImages) -> Result<(), DnnDataError> {
-    let path = path.as_ref();
-    let IdxImages { n, rows, cols, .. } = *images;
-    if images.pixels.len() != n * rows * cols {
-        let why = format!("{} pixels for {n}x{rows}x{cols}", images.pixels.len());
-        return Err(dimension(path, why));
-    }
-    let mut out = IDX_IMAGES_MAGIC.to_be_bytes().to_vec();
-    for d in [n, rows, cols] {
-        out.extend_from_slice(&dim_u32(path, d)?);
-    }
-    out.extend_from_slice(&images.pixels);
-    write_file(path, &out)
-}
-
-/// Writes an IDX labels file (inverse of [`read_idx_labels`]).
-pub fn write_idx_labels(path: impl AsRef<Path>, labels: &[u8]) -> Result<(), DnnDataError> {
-    let path = path.as_ref();
-    let mut out = IDX_LABELS_MAGIC.to_be_bytes().to_vec();
-    out.extend_from_slice(&dim_u32(path, labels.len())?);
-    out.extend_from_slice(labels);
-    write_file(path, &out)
 }
 
 /// Loads an MNIST-style pair into a dataset of shape `(N, 1, rows, cols)` with pixels

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 use super::balanced_buckets;
-use crate::data::bow::parse_docword_sized;
+use crate::data::bow::parse_docword_part;
 use crate::data::synthetic::{LdaCorpusParams, LdaDocs, lda_corpus};
 use crate::data::{Corpus, CorpusStats, DataError};
 
@@ -165,8 +165,11 @@ pub fn load_corpus_share(
     let share = match docword {
         Some(path) => file_share(
             &mut || {
-                let (reader, bytes) = crate::data::open_sized(path)?;
-                Ok((Box::new(reader), bytes))
+                let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+                let meta = file.metadata().map_err(|e| DataError::io(path, e))?;
+                // A pipe's or a device's length says nothing about what it holds.
+                let bytes = meta.is_file().then_some(meta.len());
+                Ok((Box::new(std::io::BufReader::new(file)), bytes))
             },
             path,
             workers,
@@ -220,7 +223,7 @@ fn file_share(
     let mut read_part = |keep: &dyn Fn(usize) -> bool| {
         let (reader, bytes) = open()?;
         let size = crate::data::limits::SizeRule::new(bytes)?;
-        parse_docword_sized(reader, path, &limits, size, keep)
+        parse_docword_part(reader, path, &limits, size, keep)
     };
     let (_, stats, first) = read_part(&|_| false)?;
     let partition = DocumentPartition::from_lengths(&stats.doc_lengths, workers);

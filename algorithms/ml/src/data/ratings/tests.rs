@@ -192,7 +192,7 @@ fn held_out_mask_is_the_split_of_a_usize_shuffle() {
         let mask = HeldOutMask::new(len, fraction, seed).unwrap();
         let got: Vec<bool> = (0..len).map(|k| mask.is_test(k)).collect();
         assert_eq!(got, expected, "len {len} seed {seed}");
-        assert_eq!((mask.len(), mask.n_test()), (len, n_test));
+        assert_eq!((mask.len, mask.n_test()), (len, n_test));
         assert!(!mask.is_test(len));
         let r = Ratings {
             n_users: 7,

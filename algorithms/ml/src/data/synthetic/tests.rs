@@ -61,7 +61,7 @@ fn sparse_design_is_correlated_in_groups_and_row_blocks_are_its_rows() {
     // and labels.
     let mut columns = SparseLassoColumns::new(&params).unwrap();
     assert_eq!(columns.labels(), whole.y);
-    assert_eq!(columns.b_true(), &whole.b_true[..]);
+    assert_eq!(columns.b_true, whole.b_true);
     for j in [59, 0, 1, 13, 12, 58, 30] {
         let (rows, values) = columns.column(j);
         assert_eq!((rows, values), whole.x.column(j), "column {j}");
